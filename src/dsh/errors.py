@@ -1,0 +1,173 @@
+"""Every error dsh raises on purpose, in one tree at the bottom of the import graph.
+
+Each error has a stable ``code`` (upper snake case unless the reference spells it otherwise) and
+keeps where it happened in ``where`` (``seq=``, ``seed_index=``, ``path=``, ``line=``,
+``byte_offset=``, ``json_path=``), so the CLI can print it and ``--json`` can report it::
+
+    DshError
+    ├── InvalidJsonError(ValueError)          json_path, e.g. $.data.content[3].text
+    ├── EventRejectedError(ValueError)        rule code, event type, seq or seed_index
+    │   └── InvariantError                    code INVARIANT (core spec §13)
+    ├── SessionForkError                      code: SESSION_ALREADY_EXISTS | SESSION_NOT_FOUND |
+    │                                         SESSION_NOT_LIVE | INVALID_BOUNDARY | OPEN_TURN
+    ├── SessionNotFoundError(LookupError)
+    ├── SessionExistsError
+    ├── ConfigError(ValueError)               the option or URL part that is wrong
+    ├── PersistenceError
+    │   ├── SessionBusyError                  holder pid, host, since
+    │   ├── LogCorruptError                   path, line, byte_offset, seq
+    │   ├── SessionFormatUnsupportedError     version found, versions read; says "upgrade"
+    │   ├── UnknownEventTypeError             type and seq of a required unknown event
+    │   └── WriteFailedError                  raised by the next flush(), cause chained
+    ├── CompactionError                       code: busy | cancelled | changed | summary |
+    │                                         commit | persistence
+    └── ImportFormatError                     source path, line, format
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "CompactionError",
+    "ConfigError",
+    "DshError",
+    "EventRejectedError",
+    "ImportFormatError",
+    "InvalidJsonError",
+    "InvariantError",
+    "LogCorruptError",
+    "PersistenceError",
+    "SessionBusyError",
+    "SessionExistsError",
+    "SessionForkError",
+    "SessionFormatUnsupportedError",
+    "SessionNotFoundError",
+    "UnknownEventTypeError",
+    "WriteFailedError",
+]
+
+Where = int | str | None
+
+
+class DshError(Exception):
+    """Base of every error dsh raises on purpose; catch this one.
+
+    Args:
+        message: One sentence: the rule, found vs expected, where, and the fix if any.
+        code: Overrides the class's default ``code``.
+        **where: Location fields (``seq``, ``seed_index``, ``path``, ``line``, ``byte_offset``,
+            ``json_path``, ``session_id``); ``None`` values are dropped.
+    """
+
+    default_code: ClassVar[str] = "DSH_ERROR"
+
+    def __init__(self, message: str, *, code: str | None = None, **where: Where) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code: str = code or self.default_code
+        self.where: dict[str, int | str] = {k: v for k, v in where.items() if v is not None}
+
+    def to_json(self) -> dict[str, object]:
+        """Return ``{"error": class name, "code", "message", **where}`` for ``--json`` output."""
+        return {"error": type(self).__name__, "code": self.code, "message": self.message,
+                **self.where}
+
+
+class InvalidJsonError(DshError, ValueError):
+    """A value is not lossless JSON (core spec §4); ``where["json_path"]`` names the spot."""
+
+    default_code = "INVALID_JSON"
+
+
+class EventRejectedError(DshError, ValueError):
+    """An event, seed or header was refused before anything was committed (core spec §5–§7).
+
+    ``code`` names the rule (for example ``SEQ_NOT_CONTIGUOUS``, ``SURFACE``, ``ENVELOPE``,
+    ``HEADER``, ``NON_JSON``, ``LEGACY``, ``REENTRANT_APPEND``); ``where`` carries ``seq`` or
+    ``seed_index`` and ``event_type``.
+    """
+
+    default_code = "EVENT_REJECTED"
+
+
+class InvariantError(EventRejectedError):
+    """The optional session-log invariant companion vetoed an event (core spec §13)."""
+
+    default_code = "INVARIANT"
+
+
+class SessionForkError(DshError):
+    """``SessionStore.fork`` refused (core spec §10, seed ch. 28).
+
+    ``code`` is one of ``SESSION_ALREADY_EXISTS``, ``SESSION_NOT_FOUND``, ``SESSION_NOT_LIVE``,
+    ``INVALID_BOUNDARY``, ``OPEN_TURN``.
+    """
+
+    default_code = "INVALID_BOUNDARY"
+
+
+class SessionNotFoundError(DshError, LookupError):
+    """No session with that id exists in the store or backend."""
+
+    default_code = "SESSION_NOT_FOUND"
+
+
+class SessionExistsError(DshError):
+    """A session with that id already exists (store ``prepare``/``create``, backend ``create``)."""
+
+    default_code = "SESSION_ALREADY_EXISTS"
+
+
+class ConfigError(DshError, ValueError):
+    """An option, URL or setting is wrong; the message names the part and the accepted range."""
+
+    default_code = "CONFIG"
+
+
+class PersistenceError(DshError):
+    """Base of the storage errors (persistence spec §1)."""
+
+    default_code = "PERSISTENCE"
+
+
+class SessionBusyError(PersistenceError):
+    """Another writer holds the session; ``where`` names the holder (pid, host, since)."""
+
+    default_code = "SESSION_BUSY"
+
+
+class LogCorruptError(PersistenceError):
+    """A stored log cannot be read as written; ``where`` has path, line, byte_offset, seq."""
+
+    default_code = "LOG_CORRUPT"
+
+
+class SessionFormatUnsupportedError(PersistenceError):
+    """The stored format version is not one this dsh reads: nothing is damaged, upgrade dsh."""
+
+    default_code = "FORMAT_UNSUPPORTED"
+
+
+class UnknownEventTypeError(PersistenceError):
+    """A stored event has a type this reader does not know and is not ``ignorable``."""
+
+    default_code = "UNKNOWN_EVENT_TYPE"
+
+
+class WriteFailedError(PersistenceError):
+    """A background write failed; raised by the next ``flush()`` with the cause chained."""
+
+    default_code = "WRITE_FAILED"
+
+
+class CompactionError(DshError):
+    """A compaction failed; ``code`` is busy, cancelled, changed, summary, commit or persistence."""
+
+    default_code = "commit"
+
+
+class ImportFormatError(DshError):
+    """A transcript could not be imported; ``where`` has path, line and format."""
+
+    default_code = "IMPORT_FORMAT"

@@ -1,0 +1,591 @@
+"""Lossless JSON: one-pass validate-and-copy snapshots, frozen containers and a dsh-compatible codec.
+
+Invariants this module owns (core spec §4, DESIGN §3.5–§3.6):
+
+* a snapshot holds only ``None``, ``bool``, ``str``, ``int`` within ±(2^53 − 1), finite non-negative-
+  zero ``float``, :class:`FrozenList` and :class:`FrozenDict` with ``str`` keys;
+* integral floats are normalised to ``int`` (JavaScript has one number type, and dsh writes ``5``);
+* strings keep lone surrogates; a surrogate *pair* held as two code points is joined into the one
+  code point JavaScript would see;
+* walks are iterative (20,000 levels work) and read every slot once;
+* the encoder writes UTF-8 that is always valid (lone surrogates become ``\\udXXX`` escapes); the
+  decoder keeps such escapes as lone surrogates and refuses ``NaN``, ``Infinity`` and numbers a
+  JavaScript reader would round.
+
+The engine is orjson (see the README's design notes for the measurement); a small iterative
+fallback handles what orjson refuses but dsh writes: lone surrogates and very deep nesting.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from json.decoder import scanstring
+from typing import Any, Final, NoReturn, SupportsIndex, TypeAlias
+
+import orjson
+
+from dsh.errors import InvalidJsonError
+
+__all__ = [
+    "MAX_SAFE_INTEGER",
+    "FrozenDict",
+    "FrozenList",
+    "JsonValue",
+    "dumps",
+    "is_json",
+    "is_safe_int",
+    "json_equal",
+    "loads",
+    "snapshot_json",
+    "thaw",
+]
+
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+"""Largest integer a JavaScript reader parses exactly (``Number.MAX_SAFE_INTEGER``)."""
+
+JsonValue: TypeAlias = Any
+"""Any lossless JSON value. Kept as ``Any`` so payload access stays ergonomic under mypy."""
+
+
+def _frozen(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(f"{type(self).__name__} is immutable: accepted session data cannot change")
+
+
+class FrozenDict(dict[str, Any]):
+    """A JSON object that cannot change: every mutator raises ``TypeError``.
+
+    It is a ``dict`` subclass, so it compares equal to plain dicts, serialises with any JSON
+    library and passes ``isinstance(x, dict)``. Make a changed copy with ``{**d, "k": v}``.
+    """
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _frozen
+    __ior__ = _frozen
+
+    def __reduce__(self) -> tuple[type[FrozenDict], tuple[dict[str, Any]]]:
+        return (FrozenDict, (dict(self),))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({dict.__repr__(self)})"
+
+
+class FrozenList(list[Any]):
+    """A JSON array that cannot change: every mutator raises ``TypeError``.
+
+    It is a ``list`` subclass, so it compares equal to plain lists and serialises as an array.
+    """
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = _frozen
+    reverse = sort = clear = __iadd__ = __imul__ = _frozen
+
+    def __reduce__(self) -> tuple[type[FrozenList], tuple[list[Any]]]:
+        return (FrozenList, (list(self),))
+
+    def __copy__(self) -> FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList:
+        return self
+
+    def __hash__(self) -> int:  # lists are unhashable; keep it explicit for mypy
+        raise TypeError("unhashable type: 'FrozenList'")
+
+    def __repr__(self) -> str:
+        return f"FrozenList({list.__repr__(self)})"
+
+    def __getitem__(self, index: SupportsIndex | slice) -> Any:  # type: ignore[override]  # slices stay frozen
+        if type(index) is slice:
+            return FrozenList(list.__getitem__(self, index))
+        return list.__getitem__(self, index)
+
+
+EMPTY_DICT: Final = FrozenDict()
+EMPTY_LIST: Final = FrozenList()
+
+
+def is_safe_int(value: object) -> bool:
+    """Return True for an ``int`` (never a ``bool``) within ±(2^53 − 1) (``Number.isSafeInteger``).
+
+    Rule: core spec §4.4 item 8. Integral floats are normalised to ``int`` at every door
+    (snapshot and decode), so this predicate only needs the ``int`` branch.
+    """
+    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+
+
+def _path(frames: list[list[Any]], tail: str | int | None = None) -> str:
+    parts = ["$"]
+    for frame in frames[1:]:
+        key = frame[3]
+        parts.append(f"[{key}]" if type(key) is int else f".{key}")
+    if tail is not None:
+        parts.append(f"[{tail}]" if type(tail) is int else f".{tail}")
+    return "".join(parts)
+
+
+def _fix_str(value: str) -> str:
+    """Join surrogate pairs held as two code points; keep lone surrogates (JS string semantics)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return value
+
+
+def _scalar(value: object, where: str) -> object:
+    """Validate one non-container value; return its snapshot or raise InvalidJsonError."""
+    t = type(value)
+    if t is str:
+        return value if value.isascii() else _fix_str(value)  # type: ignore[attr-defined]  # t is str
+    if value is None or t is bool:
+        return value
+    if t is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:  # type: ignore[operator]  # t is int
+            return value
+        raise InvalidJsonError(
+            f"integer {value} at {where} is beyond ±(2^53-1); a JavaScript reader would round it",
+            json_path=where)
+    if t is float:
+        f: float = value  # type: ignore[assignment]  # t is float
+        if math.isnan(f) or math.isinf(f):
+            raise InvalidJsonError(f"{f} at {where} is not a finite number", json_path=where)
+        if f == 0.0 and math.copysign(1.0, f) < 0:
+            raise InvalidJsonError(f"-0.0 at {where} would be written as 0", json_path=where)
+        if f.is_integer() and -MAX_SAFE_INTEGER <= f <= MAX_SAFE_INTEGER:
+            return int(f)
+        return f
+    raise InvalidJsonError(
+        f"{t.__name__} at {where} is not JSON (accepted: None, bool, str, int, float, dict, list)",
+        json_path=where)
+
+
+_CONTAINERS: Final = (dict, FrozenDict, list, FrozenList)
+
+
+class _Slow(Exception):
+    """Internal: the fast path met something it leaves to the exact iterative walk."""
+
+
+_FAST_DEPTH: Final = 200
+
+
+def _fast(v: Any, depth: int) -> Any:
+    """Recursive snapshot for the common case; raises _Slow on anything unusual or deep."""
+    t = type(v)
+    if t is dict or t is FrozenDict:
+        if depth > _FAST_DEPTH:
+            raise _Slow
+        d = depth + 1
+        out = {}
+        for k, x in v.items():
+            if type(k) is not str:
+                raise _Slow
+            tx = type(x)
+            if (tx is str and x.isascii()) or (
+                    tx is int and -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER):
+                out[k] = x
+            else:
+                out[k] = _fast(x, d)
+        return FrozenDict(out)
+    if t is list or t is FrozenList:
+        if depth > _FAST_DEPTH:
+            raise _Slow
+        d = depth + 1
+        items = []
+        for x in v:
+            if type(x) is str and x.isascii():
+                items.append(x)
+            else:
+                items.append(_fast(x, d))
+        return FrozenList(items)
+    if t is str:
+        return v if v.isascii() else _fix_str(v)
+    if t is int:
+        if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+            return v
+        raise _Slow
+    if v is None or t is bool:
+        return v
+    if t is float and math.isfinite(v) and not (v == 0.0 and math.copysign(1.0, v) < 0):
+        return int(v) if v.is_integer() and -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER else v
+    if isinstance(v, FrozenDict):  # our own subclasses (Event, SessionHeader) keep their type
+        if depth > _FAST_DEPTH:
+            raise _Slow
+        return t({k: _fast(x, depth + 1) for k, x in v.items()})
+    raise _Slow
+
+
+def snapshot_json(value: object) -> JsonValue:
+    """Validate ``value`` as lossless JSON and return an immutable copy, in one pass.
+
+    Frozen containers that need no change are reused (they are immutable, so sharing is a copy).
+
+    Args:
+        value: ``None``, ``bool``, ``str``, ``int``, ``float``, ``dict`` with ``str`` keys,
+            ``list``, or this module's frozen containers, nested to any depth.
+    Returns:
+        The same value built from :class:`FrozenDict` / :class:`FrozenList`, with integral floats
+        as ``int`` and surrogate pairs joined.
+    Raises:
+        InvalidJsonError: NaN, ±inf, -0.0, an integer beyond ±(2^53 − 1), a non-``str`` key, a
+            tuple, set, bytes or other object, or a cycle; ``where["json_path"]`` names the spot.
+    Rule: core spec §4.1–§4.4; DESIGN §3.6.
+    """
+    try:
+        return _fast(value, 0)
+    except _Slow:
+        return _snapshot_walk(value)
+
+
+def _snapshot_walk(value: object) -> JsonValue:
+    """The exact iterative walk: any depth, cycle detection and a JSON path in every error."""
+    t = type(value)
+    if t not in _CONTAINERS:
+        if isinstance(value, FrozenDict):
+            return t(_snapshot_walk(dict(value)))
+        return _scalar(value, "$")
+    # frame: [source, iterator, out (dict | list), key in parent, changed]
+    is_map = t is dict or t is FrozenDict
+    frames: list[list[Any]] = [[value, iter(value.items() if is_map else value),  # type: ignore[attr-defined]
+                                {} if is_map else [], None, t is dict or t is list]]
+    ancestors = {id(value)}
+    result: Any = None
+    while frames:
+        frame = frames[-1]
+        src, it, out = frame[0], frame[1], frame[2]
+        pushed = False
+        if type(out) is dict:
+            for key, child in it:
+                if type(key) is not str:
+                    raise InvalidJsonError(
+                        f"key {key!r} at {_path(frames)} is not a string", json_path=_path(frames))
+                ct = type(child)
+                if ct is str and child.isascii():
+                    out[key] = child
+                elif ct in _CONTAINERS:
+                    if id(child) in ancestors:
+                        raise InvalidJsonError(f"cycle at {_path(frames, key)}",
+                                               json_path=_path(frames, key))
+                    ancestors.add(id(child))
+                    cmap = ct is dict or ct is FrozenDict
+                    frames.append([child, iter(child.items() if cmap else child),
+                                   {} if cmap else [], key, ct is dict or ct is list])
+                    pushed = True
+                    break
+                else:
+                    try:
+                        snap = _scalar(child, "") if ct is not str else _fix_str(child)
+                    except InvalidJsonError as exc:
+                        where = _path(frames, key)
+                        raise InvalidJsonError(exc.message.replace(" at  ", f" at {where} "),
+                                               json_path=where) from None
+                    if snap is not child:
+                        frame[4] = True
+                    out[key] = snap
+        else:
+            for child in it:
+                ct = type(child)
+                if ct is str and child.isascii():
+                    out.append(child)
+                elif ct in _CONTAINERS:
+                    if id(child) in ancestors:
+                        where = _path(frames, len(out))
+                        raise InvalidJsonError(f"cycle at {where}", json_path=where)
+                    ancestors.add(id(child))
+                    cmap = ct is dict or ct is FrozenDict
+                    frames.append([child, iter(child.items() if cmap else child),
+                                   {} if cmap else [], len(out), ct is dict or ct is list])
+                    pushed = True
+                    break
+                else:
+                    try:
+                        snap = _scalar(child, "") if ct is not str else _fix_str(child)
+                    except InvalidJsonError as exc:
+                        where = _path(frames, len(out))
+                        raise InvalidJsonError(exc.message.replace(" at  ", f" at {where} "),
+                                               json_path=where) from None
+                    if snap is not child:
+                        frame[4] = True
+                    out.append(snap)
+        if pushed:
+            continue
+        frames.pop()
+        ancestors.discard(id(src))
+        if frame[4]:
+            built: Any = FrozenDict(out) if type(out) is dict else FrozenList(out)
+        else:
+            built = src
+        if not frames:
+            result = built
+            break
+        parent = frames[-1]
+        if built is not src:
+            parent[4] = True
+        if type(parent[2]) is dict:
+            parent[2][frame[3]] = built
+        else:
+            parent[2].append(built)
+    return result
+
+
+def is_json(value: object) -> bool:
+    """Return True when :func:`snapshot_json` would accept ``value`` (core spec §4.2)."""
+    try:
+        snapshot_json(value)
+    except InvalidJsonError:
+        return False
+    return True
+
+
+def json_equal(a: object, b: object) -> bool:
+    """Deep JSON equality where ``True`` is never ``1`` (core spec §4.4 item 9).
+
+    ``1 == 1.0`` stays true, as in JavaScript's single number type. Iterative.
+    """
+    stack: list[tuple[object, object]] = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        tx, ty = type(x), type(y)
+        if isinstance(x, dict):
+            if not isinstance(y, dict) or x.keys() != y.keys():
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+        elif isinstance(x, list):
+            if not isinstance(y, list) or len(x) != len(y):
+                return False
+            stack.extend(zip(x, y, strict=True))
+        elif (tx is bool) != (ty is bool) or x != y:
+            return False
+    return True
+
+
+def thaw(value: JsonValue) -> Any:
+    """Return a plain, mutable ``dict``/``list`` deep copy of a (frozen) JSON value. Iterative."""
+    if not isinstance(value, dict | list):
+        return value
+    root: Any = {} if isinstance(value, dict) else []
+    stack: list[tuple[Any, Any]] = [(value, root)]
+    while stack:
+        src, dst = stack.pop()
+        items = src.items() if isinstance(src, dict) else enumerate(src)
+        for key, child in items:
+            if isinstance(child, dict | list):
+                new: Any = {} if isinstance(child, dict) else []
+                stack.append((child, new))
+                child = new
+            if isinstance(dst, dict):
+                dst[key] = child
+            else:
+                dst.append(child)
+    return root
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_WS = re.compile(r"[ \t\n\r]*")
+_LITERALS: Final = {"true": True, "false": False, "null": None}
+
+
+def _parse_fallback(text: str) -> Any:
+    """Parse JSON text iteratively (any depth, lone-surrogate escapes kept); plain containers."""
+    pos = _WS.match(text, 0).end()  # type: ignore[union-attr]  # the pattern always matches
+    # stack frames: [container, pending key (for objects)]
+    stack: list[list[Any]] = []
+    value: Any = None
+    n = len(text)
+
+    def fail(msg: str, at: int) -> NoReturn:
+        raise InvalidJsonError(f"JSON is malformed: {msg} (char {at})", json_path="$")
+
+    while True:
+        # parse one value at pos
+        if pos >= n:
+            fail("unexpected end of input", pos)
+        ch = text[pos]
+        if ch == "{" or ch == "[":
+            pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+            close = "}" if ch == "{" else "]"
+            if pos < n and text[pos] == close:
+                value = {} if ch == "{" else []
+                pos += 1
+            else:
+                stack.append([{} if ch == "{" else [], None])
+                if ch == "{":
+                    if pos >= n or text[pos] != '"':
+                        fail("expected a string key", pos)
+                    key, pos = scanstring(text, pos + 1, True)
+                    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+                    if pos >= n or text[pos] != ":":
+                        fail("expected ':'", pos)
+                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                    stack[-1][1] = key
+                continue
+        elif ch == '"':
+            value, pos = scanstring(text, pos + 1, True)
+        else:
+            m = _NUMBER.match(text, pos)
+            if m and m.end() > pos:
+                lit = m.group(0)
+                value = float(lit) if (m.group(1) or m.group(2)) else int(lit)
+                pos = m.end()
+            else:
+                for word, lit_value in _LITERALS.items():
+                    if text.startswith(word, pos):
+                        value = lit_value
+                        pos += len(word)
+                        break
+                else:
+                    fail(f"unexpected character {ch!r}", pos)
+        # attach value to its parent, unwinding closed containers
+        while True:
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if not stack:
+                if pos != n:
+                    fail("trailing data", pos)
+                return value
+            container, key = stack[-1]
+            if type(container) is dict:
+                container[key] = value
+                if pos < n and text[pos] == ",":
+                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                    if pos >= n or text[pos] != '"':
+                        fail("expected a string key", pos)
+                    key, pos = scanstring(text, pos + 1, True)
+                    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+                    if pos >= n or text[pos] != ":":
+                        fail("expected ':'", pos)
+                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                    stack[-1][1] = key
+                    break
+                if pos < n and text[pos] == "}":
+                    pos += 1
+                    value = stack.pop()[0]
+                    continue
+                fail("expected ',' or '}'", pos)
+            else:
+                container.append(value)
+                if pos < n and text[pos] == ",":
+                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                    break
+                if pos < n and text[pos] == "]":
+                    pos += 1
+                    value = stack.pop()[0]
+                    continue
+                fail("expected ',' or ']'", pos)
+
+
+def loads(data: bytes | str) -> JsonValue:
+    """Decode one JSON text into frozen, validated containers.
+
+    Args:
+        data: UTF-8 bytes or text of one JSON value (a record without its ``\\n``).
+    Returns:
+        The value as :func:`snapshot_json` would return it.
+    Raises:
+        InvalidJsonError: malformed JSON; ``NaN``, ``Infinity`` or an overflowing number such as
+            ``1e400``; an integer beyond ±(2^53 − 1) (a JavaScript reader would round it).
+    Rule: core spec §4.4 item 11; DESIGN §3.6. Escaped lone surrogates stay lone surrogates;
+    an escaped valid pair decodes to one code point.
+    """
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        text = data.decode("utf-8", "strict") if isinstance(data, bytes | bytearray) else data
+        if "surrogate" not in str(exc) and "depth" not in str(exc) and "recursion" not in str(exc):
+            raise InvalidJsonError(f"JSON is malformed: {exc}", json_path="$") from None
+        try:
+            parsed = _parse_fallback(text)
+        except ValueError as inner:  # scanstring's own errors
+            if isinstance(inner, InvalidJsonError):
+                raise
+            raise InvalidJsonError(f"JSON is malformed: {inner}", json_path="$") from None
+    return snapshot_json(parsed)
+
+
+# --- encoding -------------------------------------------------------------------------------
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPE = re.compile(r'[\x00-\x1f\\"\ud800-\udfff]')
+_ESCAPES: Final = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+                   "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    ch = match.group(0)
+    return _ESCAPES.get(ch) or f"\\u{ord(ch):04x}"
+
+
+def _encode_str(value: str) -> str:
+    return '"' + _ESCAPE.sub(_escape, value) + '"'
+
+
+def _encode_fallback(value: Any) -> bytes:
+    """Encode iteratively (any depth), escaping lone surrogates so the UTF-8 stays valid."""
+    parts: list[str] = []
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        t = type(item)
+        if t is _Raw:
+            parts.append(item.text)
+        elif isinstance(item, dict):
+            if not item:
+                parts.append("{}")
+                continue
+            stack.append(_Raw("}"))
+            entries = list(item.items())
+            for i in range(len(entries) - 1, -1, -1):
+                k, v = entries[i]
+                stack.append(v)
+                stack.append(_Raw(("{" if i == 0 else ",") + _encode_str(k) + ":"))
+        elif isinstance(item, list):
+            if not item:
+                parts.append("[]")
+                continue
+            stack.append(_Raw("]"))
+            for i in range(len(item) - 1, -1, -1):
+                stack.append(item[i])
+                stack.append(_Raw("[" if i == 0 else ","))
+        elif t is str:
+            parts.append(_encode_str(item))
+        else:
+            parts.append(orjson.dumps(item).decode())
+    return "".join(parts).encode("utf-8")
+
+
+class _Raw:
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def dumps(value: JsonValue) -> bytes:
+    """Encode a snapshot-valid JSON value as compact UTF-8 JSON, keys in insertion order.
+
+    Output matches ``JSON.stringify`` for strings (U+2028/U+2029 and other non-ASCII text stay
+    raw; lone surrogates are escaped as ``\\udXXX`` so the bytes are valid UTF-8) and never holds
+    a raw ``\\n``, so it is safe as one record of a JSONL file.
+
+    Raises:
+        InvalidJsonError: the value holds something :func:`snapshot_json` would refuse and the
+            engine could not encode (callers pass snapshots, so this indicates misuse).
+    Rule: core spec §15.6; DESIGN §3.6.
+    """
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        if "surrogates" not in str(exc) and "ecursion" not in str(exc):
+            raise InvalidJsonError(f"value is not JSON: {exc}", json_path="$") from None
+    return _encode_fallback(value)
+
+
