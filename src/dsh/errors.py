@@ -20,7 +20,8 @@ keeps where it happened in ``where`` (``seq=``, ``seed_index=``, ``path=``, ``li
     │   ├── UnknownEventTypeError             type and seq of a required unknown event
     │   └── WriteFailedError                  raised by the next flush(), cause chained
     ├── CompactionError                       code: busy | cancelled | changed | summary |
-    │                                         commit | persistence
+    │                                         commit | persistence | range | unbalanced |
+    │                                         owner | pressure
     └── ImportFormatError                     source path, line, format
 """
 
@@ -162,7 +163,15 @@ class WriteFailedError(PersistenceError):
 
 
 class CompactionError(DshError):
-    """A compaction failed; ``code`` is busy, cancelled, changed, summary, commit or persistence."""
+    """A compaction failed or was refused (persistence spec §9, seed ch. 28).
+
+    ``code`` is ``busy`` (another compaction holds the lock, or an open turn blocks a manual one),
+    ``cancelled``, ``changed`` (the surface moved under the summarizer), ``summary`` (empty or
+    not smaller than what it shadows), ``commit``, ``persistence``, ``range`` (a seq not on the
+    surface, a reversed span, or a span over a node-0 ``system/message``), ``unbalanced`` (the
+    span would separate a tool call from its result), ``owner`` (automatic compaction outside its
+    turn) or ``pressure`` (nothing to compact under the configured budget).
+    """
 
     default_code = "commit"
 

@@ -1,9 +1,9 @@
-"""Lossless JSON: one-pass validate-and-copy snapshots, frozen containers and a dsh-compatible codec.
+"""Lossless JSON: one-pass validate-and-copy snapshots, frozen containers, a dsh-compatible codec.
 
 Invariants this module owns (core spec §4, DESIGN §3.5–§3.6):
 
-* a snapshot holds only ``None``, ``bool``, ``str``, ``int`` within ±(2^53 − 1), finite non-negative-
-  zero ``float``, :class:`FrozenList` and :class:`FrozenDict` with ``str`` keys;
+* a snapshot holds only ``None``, ``bool``, ``str``, ``int`` within ±(2^53 − 1), finite non-
+  negative-zero ``float``, :class:`FrozenList` and :class:`FrozenDict` with ``str`` keys;
 * integral floats are normalised to ``int`` (JavaScript has one number type, and dsh writes ``5``);
 * strings keep lone surrogates; a surrogate *pair* held as two code points is joined into the one
   code point JavaScript would see;
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # C scanner, untyped
 from typing import Any, Final, NoReturn, SupportsIndex, TypeAlias
 
 import orjson
@@ -63,6 +63,11 @@ class FrozenDict(dict[str, Any]):
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _frozen
     __ior__ = _frozen
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(self):  # re-running __init__ would add keys to an accepted value
+            _frozen(self)
+        dict.__init__(self, *args, **kwargs)
+
     def __reduce__(self) -> tuple[type[FrozenDict], tuple[dict[str, Any]]]:
         return (FrozenDict, (dict(self),))
 
@@ -86,6 +91,11 @@ class FrozenList(list[Any]):
     __setitem__ = __delitem__ = append = extend = insert = pop = remove = _frozen
     reverse = sort = clear = __iadd__ = __imul__ = _frozen
 
+    def __init__(self, iterable: Any = (), /) -> None:
+        if len(self):  # list.__init__ would clear and refill an accepted value
+            _frozen(self)
+        list.__init__(self, iterable)
+
     def __reduce__(self) -> tuple[type[FrozenList], tuple[list[Any]]]:
         return (FrozenList, (list(self),))
 
@@ -95,16 +105,32 @@ class FrozenList(list[Any]):
     def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList:
         return self
 
-    def __hash__(self) -> int:  # lists are unhashable; keep it explicit for mypy
-        raise TypeError("unhashable type: 'FrozenList'")
-
     def __repr__(self) -> str:
         return f"FrozenList({list.__repr__(self)})"
 
-    def __getitem__(self, index: SupportsIndex | slice) -> Any:  # type: ignore[override]  # slices stay frozen
+    def __getitem__(self, index: SupportsIndex | slice) -> Any:  # slices stay frozen
         if type(index) is slice:
-            return FrozenList(list.__getitem__(self, index))
+            return _frozen_list(list.__getitem__(self, index))
         return list.__getitem__(self, index)
+
+
+# Internal constructors: skip the Python-level __init__ guard (it triples construction cost).
+_dict_new = dict.__new__
+_dict_update = dict.update
+_list_new = list.__new__
+_list_extend = list.extend
+
+
+def _frozen_dict(items: dict[str, Any]) -> FrozenDict:
+    d = _dict_new(FrozenDict)
+    _dict_update(d, items)
+    return d
+
+
+def _frozen_list(items: Any) -> FrozenList:
+    lst = _list_new(FrozenList)
+    _list_extend(lst, items)
+    return lst
 
 
 EMPTY_DICT: Final = FrozenDict()
@@ -139,21 +165,21 @@ def _fix_str(value: str) -> str:
     return value
 
 
-def _scalar(value: object, where: str) -> object:
+def _scalar(value: Any, where: str) -> object:
     """Validate one non-container value; return its snapshot or raise InvalidJsonError."""
     t = type(value)
     if t is str:
-        return value if value.isascii() else _fix_str(value)  # type: ignore[attr-defined]  # t is str
+        return value if value.isascii() else _fix_str(value)
     if value is None or t is bool:
         return value
     if t is int:
-        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:  # type: ignore[operator]  # t is int
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
             return value
         raise InvalidJsonError(
             f"integer {value} at {where} is beyond ±(2^53-1); a JavaScript reader would round it",
             json_path=where)
     if t is float:
-        f: float = value  # type: ignore[assignment]  # t is float
+        f: float = value
         if math.isnan(f) or math.isinf(f):
             raise InvalidJsonError(f"{f} at {where} is not a finite number", json_path=where)
         if f == 0.0 and math.copysign(1.0, f) < 0:
@@ -193,7 +219,7 @@ def _fast(v: Any, depth: int) -> Any:
                 out[k] = x
             else:
                 out[k] = _fast(x, d)
-        return FrozenDict(out)
+        return _frozen_dict(out)
     if t is list or t is FrozenList:
         if depth > _FAST_DEPTH:
             raise _Slow
@@ -204,7 +230,7 @@ def _fast(v: Any, depth: int) -> Any:
                 items.append(x)
             else:
                 items.append(_fast(x, d))
-        return FrozenList(items)
+        return _frozen_list(items)
     if t is str:
         return v if v.isascii() else _fix_str(v)
     if t is int:
@@ -244,7 +270,7 @@ def snapshot_json(value: object) -> JsonValue:
         return _snapshot_walk(value)
 
 
-def _snapshot_walk(value: object) -> JsonValue:
+def _snapshot_walk(value: Any) -> JsonValue:
     """The exact iterative walk: any depth, cycle detection and a JSON path in every error."""
     t = type(value)
     if t not in _CONTAINERS:
@@ -253,7 +279,7 @@ def _snapshot_walk(value: object) -> JsonValue:
         return _scalar(value, "$")
     # frame: [source, iterator, out (dict | list), key in parent, changed]
     is_map = t is dict or t is FrozenDict
-    frames: list[list[Any]] = [[value, iter(value.items() if is_map else value),  # type: ignore[attr-defined]
+    frames: list[list[Any]] = [[value, iter(value.items() if is_map else value),
                                 {} if is_map else [], None, t is dict or t is list]]
     ancestors = {id(value)}
     result: Any = None
@@ -319,7 +345,7 @@ def _snapshot_walk(value: object) -> JsonValue:
         frames.pop()
         ancestors.discard(id(src))
         if frame[4]:
-            built: Any = FrozenDict(out) if type(out) is dict else FrozenList(out)
+            built: Any = _frozen_dict(out) if type(out) is dict else _frozen_list(out)
         else:
             built = src
         if not frames:
@@ -499,7 +525,12 @@ def loads(data: bytes | str) -> JsonValue:
     try:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        text = data.decode("utf-8", "strict") if isinstance(data, bytes | bytearray) else data
+        try:
+            text = data.decode("utf-8", "strict") if isinstance(data, bytes | bytearray) else data
+        except UnicodeDecodeError as bad:
+            raise InvalidJsonError(
+                f"JSON is not valid UTF-8: {bad.reason} at byte {bad.start}", json_path="$",
+                byte_offset=bad.start) from None
         if "surrogate" not in str(exc) and "depth" not in str(exc) and "recursion" not in str(exc):
             raise InvalidJsonError(f"JSON is malformed: {exc}", json_path="$") from None
         try:
@@ -576,11 +607,15 @@ def dumps(value: JsonValue) -> bytes:
     raw; lone surrogates are escaped as ``\\udXXX`` so the bytes are valid UTF-8) and never holds
     a raw ``\\n``, so it is safe as one record of a JSONL file.
 
+    Frozen containers are trusted (they are what :func:`snapshot_json` and :func:`loads`
+    return); any other value is validated with :func:`snapshot_json` first.
+
     Raises:
-        InvalidJsonError: the value holds something :func:`snapshot_json` would refuse and the
-            engine could not encode (callers pass snapshots, so this indicates misuse).
+        InvalidJsonError: a non-frozen value holds something :func:`snapshot_json` refuses.
     Rule: core spec §15.6; DESIGN §3.6.
     """
+    if not isinstance(value, FrozenDict | FrozenList):
+        value = snapshot_json(value)
     try:
         return orjson.dumps(value)
     except orjson.JSONEncodeError as exc:

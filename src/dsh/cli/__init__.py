@@ -1,1 +1,7 @@
-"""dsh.cli."""
+"""The ``dsh`` command: import, list, show, verify, repair, fork, compact, export, convert."""
+
+from __future__ import annotations
+
+from dsh.cli.app import main
+
+__all__ = ["main"]

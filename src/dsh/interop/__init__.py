@@ -1,1 +1,81 @@
-"""dsh.interop."""
+"""Transcript interop: import other agents' transcripts as dsh logs, export the model view.
+
+Public entry points (what the CLI calls):
+
+* :func:`detect_format` — format name of a file (``claude-code``, ``codex``, ``openai-chat``,
+  ``anthropic``, ``openhands``, ``swe-agent``, ``mini-swe-agent``, ``dsh``).
+* :func:`import_file` — ``path, format="auto" -> list[ImportedSession]`` (a session's
+  subagents are in its ``children``); :meth:`ImportedSession.to_session` seeds a Session.
+* :func:`to_openai`, :func:`to_anthropic` — derived messages to provider requests.
+* :func:`validate_conversation` — problems of a provider conversation (empty when valid).
+
+Every importer is a pure mapping from one file to events (issue 5 mapping rules); bad input
+raises :class:`dsh.errors.ImportFormatError` with ``path``, ``line`` and ``format``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from dsh.errors import ImportFormatError
+from dsh.interop._common import ImportedSession
+from dsh.interop.anthropic import import_anthropic
+from dsh.interop.claude_code import import_claude_code
+from dsh.interop.codex import import_codex
+from dsh.interop.detect import FORMATS, detect_format
+from dsh.interop.dsh_log import import_dsh_log
+from dsh.interop.export import to_anthropic, to_openai, validate_conversation
+from dsh.interop.openai_chat import import_openai_chat
+from dsh.interop.openhands import import_openhands
+from dsh.interop.swe_agent import import_mini_swe_agent, import_swe_agent
+
+__all__ = [
+    "FORMATS",
+    "IMPORTERS",
+    "ImportedSession",
+    "detect_format",
+    "import_file",
+    "to_anthropic",
+    "to_openai",
+    "validate_conversation",
+]
+
+IMPORTERS: Final[dict[str, Callable[[Path], list[ImportedSession]]]] = {
+    "claude-code": import_claude_code,
+    "codex": import_codex,
+    "openai-chat": import_openai_chat,
+    "anthropic": import_anthropic,
+    "openhands": import_openhands,
+    "swe-agent": import_swe_agent,
+    "mini-swe-agent": import_mini_swe_agent,
+    "dsh": import_dsh_log,
+}
+"""Format name -> importer ``(path) -> list[ImportedSession]``."""
+
+
+def import_file(path: str | Path, format: str = "auto") -> list[ImportedSession]:
+    """Import one transcript file.
+
+    Args:
+        path: The file (Claude Code subagent files next to it are picked up as children).
+        format: A name from :data:`FORMATS`, or ``"auto"`` to use :func:`detect_format`.
+
+    Returns:
+        The imported sessions (one for most formats; one per cassette / output line for
+        multi-conversation files); each has ``children`` for subagents.
+
+    Raises:
+        ImportFormatError: unknown ``format``; unreadable, empty, binary or truncated file;
+            content that is not the given format.
+    """
+    p = Path(path)
+    if format == "auto":
+        format = detect_format(p)
+    importer = IMPORTERS.get(format)
+    if importer is None:
+        raise ImportFormatError(
+            f"unknown transcript format {format!r}; expected auto or one of "
+            f"{', '.join(FORMATS)}", path=str(p), format=format)
+    return importer(p)

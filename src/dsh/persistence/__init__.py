@@ -1,1 +1,147 @@
-"""dsh.persistence."""
+"""Persistence: backends behind one handle contract, write-behind, cold load and resume.
+
+``open_store(url)`` names a store by URL (DESIGN §3.8) and returns the
+:class:`~dsh.persistence.coordinator.Persistence` facade over the matching backend:
+
+* ``jsonl:///abs/dir`` — dsh's JSONL layout, raw (persistence spec §4);
+* ``jsonl+zstd:///abs/dir`` or ``jsonl:///abs/dir?compression=zstd`` — Zstandard frames (§4.6);
+  ``?pack_chunks=false`` writes one event per line (§4.4);
+* ``sqlite:///abs/path.db`` or ``sqlite:relative.db`` — dsh's SQLite schema (§5);
+* ``memory:`` — an in-process store for tests.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from dsh.errors import ConfigError
+from dsh.persistence.api import (
+    Backend,
+    ColdRead,
+    Handle,
+    OpenMode,
+    SessionSummary,
+    TornTail,
+)
+
+if TYPE_CHECKING:
+    from dsh.persistence.coordinator import Inspection, Persistence, WriteBehind
+
+__all__ = [
+    "Backend",
+    "ColdRead",
+    "Handle",
+    "Inspection",
+    "OpenMode",
+    "Persistence",
+    "SessionSummary",
+    "TornTail",
+    "WriteBehind",
+    "open_backend",
+    "open_store",
+]
+
+_BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def _url_path(url: str, scheme_len: int, rest: str) -> Path:
+    """Path of ``scheme:///abs`` or ``scheme:relative`` (``scheme://host/…`` is refused)."""
+    if rest.startswith("//"):
+        netloc_and_path = rest[2:]
+        slash = netloc_and_path.find("/")
+        netloc = netloc_and_path if slash < 0 else netloc_and_path[:slash]
+        if netloc not in ("", "localhost"):
+            raise ConfigError(
+                f"store URL {url!r} names host {netloc!r}; file stores take no host, "
+                f"write {url[:scheme_len]}:///absolute/path",
+                path=url)
+        path = netloc_and_path[slash:] if slash >= 0 else ""
+    else:
+        path = rest
+    if not path:
+        raise ConfigError(f"store URL {url!r} has no path; expected "
+                          f"{url[:scheme_len]}:///absolute/path", path=url)
+    return Path(unquote(path)).expanduser()
+
+
+def open_backend(url: str) -> Backend:
+    """Open the backend a store URL names, without the facade.
+
+    Args:
+        url: ``jsonl:///dir``, ``jsonl+zstd:///dir``, ``jsonl:///dir?compression=zstd``,
+            ``sqlite:///path.db``, ``sqlite:relative.db`` or ``memory:``.
+
+    Returns:
+        Backend: the opened backend.
+
+    Raises:
+        ConfigError: unknown scheme, query option, option value, or a URL without a path; the
+            message names the part.
+    """
+    if not isinstance(url, str) or ":" not in url:
+        raise ConfigError(f"store URL {url!r} has no scheme; expected jsonl:, jsonl+zstd:, "
+                          f"sqlite: or memory:", path=str(url))
+    parts = urlsplit(url)
+    scheme = url.split(":", 1)[0].lower()
+    rest = url.split(":", 1)[1].split("?", 1)[0].split("#", 1)[0]
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if scheme == "memory":
+        if query:
+            raise ConfigError(f"store URL {url!r}: memory: takes no options, found "
+                              f"{sorted(query)}", path=url)
+        from dsh.persistence.memory import MemoryBackend
+        return MemoryBackend(url=url)
+    if scheme in ("jsonl", "jsonl+zstd"):
+        compression: Literal["none", "zstd"] = "zstd" if scheme == "jsonl+zstd" else "none"
+        pack_chunks = True
+        for key, value in query.items():
+            if key == "compression":
+                if value not in ("none", "zstd"):
+                    raise ConfigError(f"store URL {url!r}: compression={value!r} is not "
+                                      f"one of 'none', 'zstd'", path=url)
+                if scheme == "jsonl+zstd" and value != "zstd":
+                    raise ConfigError(f"store URL {url!r}: jsonl+zstd: conflicts with "
+                                      f"compression={value!r}", path=url)
+                compression = "zstd" if value == "zstd" else "none"
+            elif key in ("pack_chunks", "packChunks"):
+                if value.lower() not in _BOOL:
+                    raise ConfigError(f"store URL {url!r}: {key}={value!r} is not a boolean "
+                                      f"(true/false)", path=url)
+                pack_chunks = _BOOL[value.lower()]
+            else:
+                raise ConfigError(f"store URL {url!r}: unknown option {key!r}; jsonl stores "
+                                  f"take compression and pack_chunks", path=url)
+        from dsh.persistence.jsonl import JsonlBackend
+        return JsonlBackend(_url_path(url, len(scheme), rest), compression=compression,
+                            pack_chunks=pack_chunks, url=url)
+    if scheme == "sqlite":
+        if query:
+            raise ConfigError(f"store URL {url!r}: unknown option(s) {sorted(query)} for "
+                              f"sqlite:", path=url)
+        # Imported lazily: the SQLite backend is optional at import time.
+        sqlite_module = importlib.import_module("dsh.persistence.sqlite")
+        backend: Backend = sqlite_module.SqliteBackend(_url_path(url, len(scheme), rest))
+        return backend
+    raise ConfigError(f"store URL {url!r}: unknown scheme {scheme!r}; expected jsonl, "
+                      f"jsonl+zstd, sqlite or memory", path=url)
+
+
+def open_store(url: str) -> Persistence:
+    """Open a store by URL and return its :class:`Persistence` facade (DESIGN §3.8).
+
+    Raises:
+        ConfigError: the URL is malformed (see :func:`open_backend`).
+    """
+    from dsh.persistence.coordinator import Persistence
+    return Persistence(open_backend(url))
+
+
+def __getattr__(name: str) -> object:
+    # Lazy re-exports keep `import dsh.persistence` free of the session-layer imports.
+    if name in ("Inspection", "Persistence", "WriteBehind"):
+        from dsh.persistence import coordinator
+        return getattr(coordinator, name)
+    raise AttributeError(name)

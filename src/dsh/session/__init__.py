@@ -1,1 +1,116 @@
-"""dsh.session."""
+"""The session core: the event log, its surface, seeds, the store and fork (no I/O)."""
+
+from __future__ import annotations
+
+from dsh.session.chunks import CHUNK_ROW_TAGS, MIN_RUN, decode_storage_record, pack_chunk_runs
+from dsh.session.events import (
+    CORE_EVENT_TYPES,
+    ENVELOPE_KEYS,
+    KNOWN_EVENT_TYPES,
+    SESSION_FORMAT_VERSION,
+    SURFACE_EVENT_TYPES,
+    Event,
+    SessionId,
+    is_append_surface_event,
+    is_replacement_surface_event,
+    is_surface_eligible_type,
+    is_surface_event,
+    make_event,
+)
+from dsh.session.header import (
+    HEADER_KEYS,
+    SessionHeader,
+    is_absolute_path,
+    make_header,
+    validate_header,
+)
+from dsh.session.invariants import InvariantObserver, InvariantTrace, Violation, check_log
+from dsh.session.pairing import (
+    PairingSession,
+    balanced_cuts,
+    tool_pairing_balanced_after,
+    tool_pairing_balanced_before,
+)
+from dsh.session.repair import (
+    TOOL_NOT_STARTED,
+    TOOL_OUTCOME_UNKNOWN,
+    CloseCause,
+    closer_text,
+    interrupted_turn_closers,
+    open_turn_closers,
+)
+from dsh.session.session import (
+    Clock,
+    Session,
+    call_config_equals,
+    canonical_header,
+    fold_request_header,
+    header_equals,
+    wall_clock_ms,
+)
+from dsh.session.store import OpenTurnPolicy, Persistence, SessionStore, StoreObserver
+from dsh.session.surface import (
+    Surface,
+    SurfaceFold,
+    SurfaceNodes,
+    SurfacePlan,
+    SurfaceReplacement,
+    derive_event_message,
+    fold_surface,
+)
+
+__all__ = [
+    "CHUNK_ROW_TAGS",
+    "CORE_EVENT_TYPES",
+    "MIN_RUN",
+    "TOOL_NOT_STARTED",
+    "TOOL_OUTCOME_UNKNOWN",
+    "CloseCause",
+    "InvariantObserver",
+    "InvariantTrace",
+    "PairingSession",
+    "Violation",
+    "balanced_cuts",
+    "check_log",
+    "closer_text",
+    "decode_storage_record",
+    "interrupted_turn_closers",
+    "open_turn_closers",
+    "pack_chunk_runs",
+    "tool_pairing_balanced_after",
+    "tool_pairing_balanced_before",
+    "ENVELOPE_KEYS",
+    "HEADER_KEYS",
+    "KNOWN_EVENT_TYPES",
+    "SESSION_FORMAT_VERSION",
+    "SURFACE_EVENT_TYPES",
+    "Clock",
+    "Event",
+    "OpenTurnPolicy",
+    "Persistence",
+    "Session",
+    "SessionHeader",
+    "SessionId",
+    "SessionStore",
+    "StoreObserver",
+    "Surface",
+    "SurfaceFold",
+    "SurfaceNodes",
+    "SurfacePlan",
+    "SurfaceReplacement",
+    "call_config_equals",
+    "canonical_header",
+    "derive_event_message",
+    "fold_request_header",
+    "fold_surface",
+    "header_equals",
+    "is_absolute_path",
+    "is_append_surface_event",
+    "is_replacement_surface_event",
+    "is_surface_eligible_type",
+    "is_surface_event",
+    "make_event",
+    "make_header",
+    "validate_header",
+    "wall_clock_ms",
+]

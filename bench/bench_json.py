@@ -1,0 +1,85 @@
+"""Which JSON engine dsh.json builds on: encode/decode time of typical log records.
+
+Run: ``python -m bench.bench_json``. Compares orjson, msgspec and the standard library on one
+msg-workload turn (11 records) and on a 3.6 kB tool result, in µs per record, and checks the
+three things the engine must do for dsh logs: lone surrogates, 20,000 levels, NaN refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import timeit
+import uuid
+from typing import Any
+
+import msgspec
+import orjson
+
+from bench.workloads import machine
+
+RECORDS: list[Any] = [
+    {"type": "turn/start", "seq": 1, "time": 1764500000000, "data": {"turn": 1}},
+    {"type": "user/message", "seq": 3, "time": 1764500000001, "data": {
+        "id": str(uuid.uuid4()), "role": "user", "source": {"kind": "user"},
+        "content": [{"type": "text", "text": "Please look at src/server.ts and explain it."}]},
+     "surfaceOp": "append"},
+    {"type": "tool/result", "seq": 6, "time": 1764500000002, "data": {
+        "turn": 1, "step": 1, "message": {
+            "id": str(uuid.uuid4()), "role": "user", "source": {"kind": "tool", "callId": "c1"},
+            "content": [{"type": "tool-result", "toolCallId": "c1",
+                         "content": [{"type": "text", "text": "x" * 3600}]}]}},
+     "surfaceOp": "append", "sourceEventSeqs": [5]},
+]
+
+
+LONE = "a\ud83d"
+LONE_JSON = b'["a\\ud83d"]'
+
+
+def per_record_us(fn: Any, items: list[Any], number: int = 20_000) -> float:
+    return timeit.timeit(lambda: [fn(x) for x in items], number=number) / number / len(items) * 1e6
+
+
+def main() -> None:
+    encoded = [orjson.dumps(r) for r in RECORDS]
+    engines = {
+        "orjson": (orjson.dumps, orjson.loads),
+        "msgspec": (msgspec.json.encode, msgspec.json.decode),
+        "stdlib json": (lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")),
+                        json.loads),
+    }
+    print(f"# JSON engines on dsh records — {machine()}")
+    print("| engine | encode µs/record | decode µs/record | lone surrogate out | lone surrogate in "
+          "| 20k levels in | refuses NaN |")
+    print("|---|---|---|---|---|---|---|")
+    deep = "[" * 20_000 + "]" * 20_000
+    for name, (enc, dec) in engines.items():
+        def ok(fn: Any) -> str:
+            try:
+                fn()
+            except (ValueError, TypeError, RecursionError, msgspec.DecodeError,
+                    UnicodeEncodeError):
+                return "no"
+            return "yes"
+
+        def nan_refused(dec: Any = dec) -> str:
+            try:
+                dec(b"[NaN]")
+            except (ValueError, msgspec.DecodeError):
+                return "yes"
+            return "no"
+
+        out_ok = ok(lambda enc=enc: enc(LONE))
+        in_ok = ok(lambda dec=dec: dec(LONE_JSON))
+        deep_ok = ok(lambda dec=dec: dec(deep))
+        print(f"| {name} | {per_record_us(enc, RECORDS):.2f} | {per_record_us(dec, encoded):.2f} "
+              f"| {out_ok} | {in_ok} | {deep_ok} | {nan_refused()} |")
+    from dsh import json as dj
+
+    frozen = [dj.snapshot_json(r) for r in RECORDS]
+    print(f"| dsh.json (orjson + freeze/validate) | {per_record_us(dj.dumps, frozen):.2f} "
+          f"| {per_record_us(dj.loads, encoded):.2f} | yes | yes | yes | yes |")
+
+
+if __name__ == "__main__":
+    main()

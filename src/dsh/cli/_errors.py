@@ -1,0 +1,163 @@
+"""The `dsh` command's one top-level handler: exit statuses and the single error line (STYLE §12).
+
+Exit statuses: 0 success; 1 a :class:`~dsh.errors.DshError` or problems found (``verify``); 2 a
+usage error (click's convention); 130 Ctrl-C. A ``DshError`` prints ``error[CODE]: message`` on
+stderr (a JSON object under ``--json``); any other exception prints one line calling it a bug.
+Tracebacks and DEBUG logging appear only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import typer
+
+from dsh.errors import DshError
+
+__all__ = [
+    "EXIT_BUG",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "STATE",
+    "CliState",
+    "Runnable",
+    "enable_debug",
+    "format_error_line",
+    "run",
+]
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+"""A ``DshError``, or the command found problems (``verify`` violations, failed imports)."""
+EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130
+EXIT_BUG: Final = 1
+"""An unexpected exception: a bug in dsh; the line says so and asks for ``--debug``."""
+
+@dataclass(slots=True)
+class CliState:
+    """Options that change how the handler reports, set by the command callbacks.
+
+    Attributes:
+        debug: ``--debug`` was given: show tracebacks, log at DEBUG to stderr.
+        json: the running command was given ``--json``: errors print as a JSON object.
+    """
+
+    debug: bool = False
+    json: bool = False
+
+
+STATE: Final = CliState()
+
+
+def enable_debug() -> None:
+    """Turn on ``--debug``: DEBUG logging of every ``dsh`` logger to stderr, tracebacks on."""
+    STATE.debug = True
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("dsh")
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+
+
+def format_error_line(error: DshError) -> str:
+    """Return ``error[CODE]: message`` plus the location fields not already in the message.
+
+    Args:
+        error: Any ``DshError``; ``error.where`` holds seq, path, line, byte_offset, ….
+    Returns:
+        One line (newlines in the message are folded into spaces).
+    """
+    message = " ".join(str(error.message).split())
+    # Ints (seq, line, byte offset) are always shown; a string already quoted in the message
+    # (a session id, a path) is not repeated.
+    extra = [f"{key}={value}" for key, value in error.where.items()
+             if isinstance(value, int) or str(value) not in message]
+    suffix = f" ({', '.join(extra)})" if extra else ""
+    return f"error[{error.code}]: {message}{suffix}"
+
+
+def _print_dsh_error(error: DshError) -> None:
+    if STATE.json:
+        sys.stderr.write(json.dumps(error.to_json(), ensure_ascii=False) + "\n")
+    else:
+        sys.stderr.write(format_error_line(error) + "\n")
+
+
+def _print_usage_error(error: typer.TyperException) -> None:
+    # Keep click's usage line (it names the command), then our one error line.
+    format_message = getattr(error, "format_message", None)
+    message = " ".join(str(format_message() if format_message else error).split())
+    if not message:
+        return  # bare `dsh`: the help was already printed
+    ctx = getattr(error, "ctx", None)
+    hint = ""
+    if ctx is not None:
+        sys.stderr.write(ctx.get_usage() + "\n")
+        hint = f"; run '{ctx.command_path} --help' for the options"
+    sys.stderr.write(f"error[USAGE]: {message}{hint}\n")
+
+
+class Runnable(Protocol):
+    """A click command as typer builds it (``typer.main.get_command(app)``)."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, *,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        """Parse ``args`` and invoke the command."""
+        ...
+
+
+def run(command: Runnable, argv: Sequence[str] | None = None, *,
+        prog_name: str = "dsh") -> int:
+    """Run ``command`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status.
+
+    Never raises: every outcome becomes an exit status and at most one diagnostic line on stderr
+    (plus the traceback under ``--debug``). Rule: STYLE §12 (exit 0/1/2/130).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result = command.main(args=args, prog_name=prog_name, standalone_mode=False)
+    except DshError as error:
+        if STATE.debug:
+            traceback.print_exception(error, file=sys.stderr)
+        _print_dsh_error(error)
+        return EXIT_FAILED
+    except typer.Abort:
+        # click turns Ctrl-C / EOF at a prompt into Abort.
+        sys.stderr.write("error[INTERRUPTED]: interrupted\n")
+        return EXIT_INTERRUPTED
+    except typer.TyperException as error:  # click's ClickException / UsageError (vendored)
+        _print_usage_error(error)
+        code = getattr(error, "exit_code", EXIT_USAGE)
+        return code if isinstance(code, int) else EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("error[INTERRUPTED]: interrupted\n")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`dsh events X | head`): not an error of ours. Point stdout at
+        # devnull so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except Exception as error:  # the last line of defence: report a bug, never a traceback
+        sys.stderr.write(
+            f"error[BUG]: unexpected {type(error).__name__}: {' '.join(str(error).split())}; "
+            "this is a bug in dsh, rerun with --debug for the traceback and report it\n")
+        if STATE.debug:
+            traceback.print_exception(error, file=sys.stderr)
+        return EXIT_BUG
+    if result == EXIT_INTERRUPTED:
+        # typer turns Ctrl-C inside a command into Exit(130).
+        sys.stderr.write("error[INTERRUPTED]: interrupted\n")
+    if isinstance(result, int):
+        return result
+    return EXIT_OK

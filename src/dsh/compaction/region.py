@@ -1,0 +1,1000 @@
+"""The compaction transaction: lock, summarize, replace a surface span with one checkpoint.
+
+Invariants this module owns (persistence spec §9.2-§9.4, §9.9; seed ch. 28):
+
+* selection and entry checks are read-only; ``compaction/start`` is appended right after them
+  with nothing in between (it *is* the durable lock) and before the summarizer runs;
+* the lock is the latest unmatched ``compaction/start``; one older than the latest
+  ``session/end-seed`` belongs to an ended lifecycle and does not block;
+* an automatic compaction (``owner`` = a turn number) runs inside that open turn; a manual one
+  (``owner=None``) refuses to run while a turn is open;
+* success appends ``compaction/summary``, the replacing ``user/message`` and ``compaction/end``
+  back to back; the checkpoint is strictly smaller (estimated tokens) than what it shadows;
+* any failure after the start makes exactly one ``compaction/end {error}`` attempt; if that
+  append fails too, the start stays unmatched and visible (never papered over).
+
+Errors are :class:`dsh.errors.CompactionError`; ``code`` is one of ``busy`` (lock held, or a
+turn is open for a manual compaction), ``owner`` (automatic compaction without the matching open
+turn), ``range`` / ``unbalanced`` (the span, see :mod:`dsh.compaction.selection`), ``changed``
+(the surface changed under the summarizer), ``summary`` (the summarizer failed or did not
+shrink the span), ``cancelled``, ``commit`` (an append of the commit or of the error close
+failed), ``persistence`` (committed, but the flush afterwards failed) and ``pressure``
+(automatic compaction stayed above its threshold after every allowed attempt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import uuid
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from dsh.compaction.pruner import PrunerConfig, PruneResult, prune_session
+from dsh.compaction.selection import Span, select_compactable_range, validate_span
+from dsh.compaction.summarizers import (
+    AsyncSummarizer,
+    Message,
+    Summarizer,
+    SummaryResult,
+    checkpoint_source,
+    extract_checkpoint_summary,
+    frame_checkpoint_content,
+    is_checkpoint_source,
+)
+from dsh.compaction.tokens import estimate_message_tokens, measure_surface, node_prices
+from dsh.errors import CompactionError, ConfigError, InvariantError
+from dsh.json import FrozenDict, FrozenList, JsonValue
+from dsh.session.events import Event
+from dsh.session.surface import derive_event_message
+
+__all__ = [
+    "CancelSignal",
+    "CompactionInvariant",
+    "CompactionTraceState",
+    "CompactionViolation",
+    "PressureOutcome",
+    "CompactionLockState",
+    "CompactionPolicy",
+    "CompactionResult",
+    "Stability",
+    "acompact_now",
+    "acompact_surface_region",
+    "assert_compaction_inactive",
+    "check_compaction_log",
+    "compact_if_needed",
+    "compact_now",
+    "compact_surface_region",
+    "inspect_compaction_state",
+    "session_compaction_state",
+]
+
+Stability = Literal["whole-surface", "selected-span"]
+"""What must stay unchanged while the summarizer runs (persistence spec §9.3 step 9):
+``whole-surface`` (default for automatic) — every surface node; ``selected-span`` (default for
+manual) — the selected nodes only, appends elsewhere are fine."""
+
+
+class CancelSignal(Protocol):
+    """A cancellation flag: ``threading.Event`` and ``asyncio.Event`` both fit."""
+
+    def is_set(self) -> bool:
+        """True once cancellation was requested."""
+        ...
+
+
+class _Session(Protocol):
+    @property
+    def events(self) -> Sequence[Event]: ...
+
+    @property
+    def surface(self) -> Any: ...
+
+    def append(self, type: str, data: Any, *, surface_op: Any = None,
+               source_event_seqs: Any = None) -> Event: ...
+
+
+Flush = Callable[[], object]
+AsyncFlush = Callable[[], Awaitable[object] | object]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionResult:
+    """A committed compaction (persistence spec §9.1 ``CompactionResult``).
+
+    Attributes:
+        compaction_id: The transaction id written in every ``compaction/*`` event.
+        source_command_id: The command that asked for it, if any.
+        start_seq: Seq of ``compaction/start``.
+        summary_seq: Seq of ``compaction/summary``.
+        replacement_seq: Seq of the replacing checkpoint ``user/message``.
+        end_seq: Seq of ``compaction/end``.
+        summary: The summary texts (inside the ``<compacted-summary>`` tags).
+        shadowed_range: ``(start, end)`` surface seqs of the replaced span.
+        shadowed_seqs: Every replaced node, in surface order (authoritative).
+        shadowed_token_count: Estimated tokens of the replaced nodes.
+        checkpoint_token_count: Estimated tokens of the checkpoint message (< the above).
+    """
+
+    compaction_id: str
+    source_command_id: str | None
+    start_seq: int
+    summary_seq: int
+    replacement_seq: int
+    end_seq: int
+    summary: tuple[str, ...]
+    shadowed_range: tuple[int, int]
+    shadowed_seqs: tuple[int, ...]
+    shadowed_token_count: int
+    checkpoint_token_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionLockState:
+    """What one backward scan of the log says about turns and compaction brackets.
+
+    Attributes:
+        open_turn: Number of the open turn (latest of ``turn/start``/``turn/end`` is a start),
+            else None.
+        unmatched_start: The latest ``compaction/start`` when it is the latest compaction
+            bracket event (no ``compaction/end`` after it), else None.
+        latest_end_seed_seq: Seq of the latest ``session/end-seed``, else None.
+    """
+
+    open_turn: int | None
+    unmatched_start: Event | None
+    latest_end_seed_seq: int | None
+
+    @property
+    def active_start(self) -> Event | None:
+        """The unmatched start if it still locks: none or a later end-seed makes it stale."""
+        start = self.unmatched_start
+        if start is None:
+            return None
+        if self.latest_end_seed_seq is not None and start.seq < self.latest_end_seed_seq:
+            return None
+        return start
+
+
+def inspect_compaction_state(events: Sequence[Event]) -> CompactionLockState:
+    """Scan ``events`` backwards once for the open turn, the unmatched start and the end-seed.
+
+    Stops as soon as all three answers are known (so a recent end-seed keeps it short).
+    Rule: persistence spec §9.3 step 3; seed ch. 28 (one backward scan, three facts).
+    """
+    turn_known = bracket_known = seed_known = False
+    open_turn: int | None = None
+    unmatched: Event | None = None
+    end_seed: int | None = None
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        kind = event["type"]
+        if not turn_known and (kind == "turn/start" or kind == "turn/end"):
+            turn_known = True
+            if kind == "turn/start":
+                data = event["data"]
+                number = data.get("turn") if isinstance(data, dict) else None
+                open_turn = number if type(number) is int else -1
+        elif not bracket_known and (kind == "compaction/start" or kind == "compaction/end"):
+            bracket_known = True
+            if kind == "compaction/start":
+                unmatched = event
+        elif not seed_known and kind == "session/end-seed":
+            seed_known = True
+            end_seed = event["seq"]
+        if turn_known and bracket_known and seed_known:
+            break
+    return CompactionLockState(open_turn, unmatched, end_seed)
+
+
+_lock_states: weakref.WeakKeyDictionary[Any, tuple[int, Event, CompactionLockState]] = \
+    weakref.WeakKeyDictionary()
+
+
+def session_compaction_state(session: _Session) -> CompactionLockState:
+    """Return :func:`inspect_compaction_state` for a live session, folding only new events.
+
+    The answer for a prefix is cached per session with its last event; events are immutable and
+    the log only grows, so later calls fold just the appended tail forward (same result as the
+    backward scan). A cache whose last event is not the session's event at that seq is dropped.
+    """
+    events = session.events
+    if not events:
+        return CompactionLockState(None, None, None)
+    try:
+        cached = _lock_states.get(session)
+    except TypeError:  # not weakly referenceable: no cache
+        return inspect_compaction_state(events)
+    if cached is not None and cached[0] < len(events) and events[cached[0]] is cached[1]:
+        open_turn, start, end_seed = cached[2].open_turn, cached[2].unmatched_start, \
+            cached[2].latest_end_seed_seq
+        for index in range(cached[0] + 1, len(events)):
+            event = events[index]
+            kind = event["type"]
+            if kind == "turn/start":
+                number = event["data"].get("turn") if isinstance(event["data"], dict) else None
+                open_turn = number if type(number) is int else -1
+            elif kind == "turn/end":
+                open_turn = None
+            elif kind == "compaction/start":
+                start = event
+            elif kind == "compaction/end":
+                start = None
+            elif kind == "session/end-seed":
+                end_seed = event["seq"]
+        state = CompactionLockState(open_turn, start, end_seed)
+    else:
+        state = inspect_compaction_state(events)
+    _lock_states[session] = (len(events) - 1, events[-1], state)
+    return state
+
+
+def assert_compaction_inactive(state: CompactionLockState, stage: str = "compaction") -> None:
+    """Raise ``busy`` when a live compaction lock exists.
+
+    Raises:
+        CompactionError: code ``busy``: "<stage>: compaction already in progress; the session
+            compaction lock is already active" (``where["seq"]`` = the holding start).
+    Rule: persistence spec §9.4 (``assertCompactionInactive``); seed ch. 28 (stale orphans).
+    """
+    start = state.active_start
+    if start is not None:
+        raise CompactionError(
+            f"{stage}: compaction already in progress; the session compaction lock is already "
+            f"active (unmatched compaction/start at seq {start.seq})", code="busy", seq=start.seq)
+
+
+def _error_text(exc: BaseException) -> str:
+    """The error chain as one string for ``compaction/end.error`` (§9.2)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        parts.append(f"{type(current).__name__}: {text}" if text else type(current).__name__)
+        current = current.__cause__ or (None if current.__suppress_context__
+                                        else current.__context__)
+    return "; caused by ".join(parts)
+
+
+class _Region:
+    """One compaction transaction; the sync and async entry points share every step."""
+
+    def __init__(self, session: _Session, start: int, end: int, *, owner: int | None,
+                 stability: Stability | None, source_command_id: str | None,
+                 compaction_id: str | None, signal: CancelSignal | None,
+                 provider: str | None, model: str | None) -> None:
+        if owner is not None and (type(owner) is not int or owner < 1):
+            raise ValueError(f"owner must be None or a turn number >= 1, got {owner!r}")
+        self.session = session
+        self.start, self.end = start, end
+        self.owner = owner
+        self.stability: Stability = stability or (
+            "selected-span" if owner is None else "whole-surface")
+        self.source_command_id = source_command_id
+        self.compaction_id = compaction_id or str(uuid.uuid4())
+        self.signal = signal
+        self.provider, self.model = provider, model
+        self.stage = "summary"
+        self.start_event: Event | None = None
+        self.close_appended = False
+        self.span: Span | None = None
+        self.snapshot: tuple[int, ...] = ()
+        self.messages: list[Message] = []
+        self.previous: str | None = None
+        self.shadowed_tokens = 0
+
+    def _cancelled(self, when: str) -> CompactionError:
+        return CompactionError(f"compaction {self.compaction_id} was cancelled {when}",
+                               code="cancelled")
+
+    def _ids(self) -> dict[str, JsonValue]:
+        ids: dict[str, JsonValue] = {"compactionId": self.compaction_id}
+        if self.source_command_id is not None:
+            ids["sourceCommandId"] = self.source_command_id
+        return ids
+
+    def open(self) -> None:
+        """Steps 1-5: read-only checks, then the durable lock (no yield in between)."""
+        if self.signal is not None and self.signal.is_set():
+            raise self._cancelled("before it started (no events written)")
+        session = self.session
+        self.span = validate_span(session, self.start, self.end)
+        state = session_compaction_state(session)
+        assert_compaction_inactive(state, "compact region")
+        if self.owner is None and state.open_turn is not None:
+            raise CompactionError(
+                f"manual compaction requires an idle session, but turn {state.open_turn} is "
+                "open (persistence spec §9.3 step 4)", code="busy")
+        if self.owner is not None and state.open_turn != self.owner:
+            found = "no open turn" if state.open_turn is None else f"open turn {state.open_turn}"
+            raise CompactionError(
+                f"automatic compaction for turn {self.owner} must run inside that open turn; "
+                f"found {found} (persistence spec §9.3 step 4)", code="owner")
+        self.snapshot = tuple(session.surface.nodes)
+        self.start_event = session.append(
+            "compaction/start", FrozenDict({**self._ids(), "turn": self.owner}))
+
+    def prepare(self) -> None:
+        """Step 6: price the span and build the summarizer input."""
+        assert self.span is not None
+        events = self.session.events
+        self.shadowed_tokens = sum(node_prices(self.session, self.span.seqs))
+        for seq in self.span.seqs:
+            message = derive_event_message(events[seq])
+            if message is not None:
+                self.messages.append(message)
+        if self.messages:
+            self.previous = extract_checkpoint_summary(self.messages[0])
+
+    def _result(self, produced: object, summarizer: object) -> SummaryResult:
+        if isinstance(produced, SummaryResult):
+            return produced
+        if isinstance(produced, str):
+            provider = self.provider or getattr(summarizer, "provider", None)
+            model = self.model or getattr(summarizer, "model", None)
+            return SummaryResult(
+                summary=(produced,),
+                provider=provider if isinstance(provider, str) else "dsh",
+                model=model if isinstance(model, str) else type(summarizer).__name__)
+        raise CompactionError(
+            f"a summarizer must return str or SummaryResult, got {type(produced).__name__} "
+            "(persistence spec §9.8)", code="summary")
+
+    def commit(self, produced: object, summarizer: object) -> CompactionResult:
+        """Steps 7-10: frame, shrink check, cancellation and stability checks, three appends."""
+        assert self.span is not None and self.start_event is not None
+        result = self._result(produced, summarizer)
+        content = frame_checkpoint_content(result.summary)
+        replacement = FrozenDict({"content": content,
+                                  "source": checkpoint_source(self.compaction_id,
+                                                              self.source_command_id),
+                                  "role": "user", "id": str(uuid.uuid4())})
+        checkpoint_tokens = estimate_message_tokens(replacement)
+        if checkpoint_tokens >= self.shadowed_tokens:
+            raise CompactionError(
+                f"summary is not smaller than the shadowed content: checkpoint ~{checkpoint_tokens}"
+                f" tokens vs {self.shadowed_tokens} shadowed (persistence spec §9.3 step 7)",
+                code="summary")
+        if self.signal is not None and self.signal.is_set():
+            raise self._cancelled("after summarization, before commit")
+        self._check_stability()
+        span = self.span
+        summary_data: dict[str, JsonValue] = {
+            **self._ids(),
+            "summary": FrozenList(FrozenDict({"type": "text", "text": t}) for t in result.summary),
+        }
+        if result.raw_output is not None:
+            summary_data["rawOutput"] = result.raw_output
+        if result.llm_stream_call:
+            summary_data["llmStreamCall"] = True
+        summary_data.update({
+            "shadowedRange": FrozenDict({"start": span.start, "end": span.end}),
+            "shadowedSeqs": FrozenList(span.seqs),
+            "shadowedTokenCount": self.shadowed_tokens,
+            "provider": result.provider, "model": result.model})
+        if result.max_tokens is not None:
+            summary_data["maxTokens"] = result.max_tokens
+        if result.usage is not None:
+            summary_data["usage"] = result.usage
+        session = self.session
+        self.stage = "commit"
+        summary_event = session.append("compaction/summary", FrozenDict(summary_data))
+        replacement_event = session.append(
+            "user/message", replacement,
+            surface_op=FrozenDict({"op": "replace", "start": span.start, "end": span.end}),
+            source_event_seqs=FrozenList([self.start_event.seq, summary_event.seq, *span.seqs]))
+        self.stage = "close"
+        end_event = session.append("compaction/end", FrozenDict({**self._ids(),
+                                                                  "turn": self.owner}))
+        self.close_appended = True
+        return CompactionResult(
+            compaction_id=self.compaction_id, source_command_id=self.source_command_id,
+            start_seq=self.start_event.seq, summary_seq=summary_event.seq,
+            replacement_seq=replacement_event.seq, end_seq=end_event.seq,
+            summary=result.summary, shadowed_range=(span.start, span.end),
+            shadowed_seqs=span.seqs, shadowed_token_count=self.shadowed_tokens,
+            checkpoint_token_count=checkpoint_tokens)
+
+    def _check_stability(self) -> None:
+        session = self.session
+        assert self.span is not None
+        if self.stability == "whole-surface":
+            if tuple(session.surface.nodes) != self.snapshot:
+                raise CompactionError(
+                    "the surface changed while the summary was written (whole-surface "
+                    "stability, persistence spec §9.3 step 9); nothing was replaced",
+                    code="changed")
+            return
+        try:
+            span = validate_span(session, self.start, self.end)
+        except CompactionError as exc:
+            raise CompactionError(
+                f"the selected span changed while the summary was written ({exc.message}); "
+                "nothing was replaced", code="changed") from exc
+        if span.seqs != self.span.seqs:
+            raise CompactionError(
+                "the selected span changed while the summary was written (its nodes differ); "
+                "nothing was replaced (persistence spec §9.3 step 9)", code="changed")
+
+    def fail(self, exc: BaseException) -> BaseException:
+        """Step 11: classify, make exactly one error-close attempt, return what to raise."""
+        if isinstance(exc, CompactionError):
+            error: BaseException = exc
+        elif self.stage in ("commit", "close"):
+            error = CompactionError(f"compaction {self.compaction_id} failed while committing: "
+                                    f"{_error_text(exc)}", code="commit")
+        elif isinstance(exc, asyncio.CancelledError):
+            error = self._cancelled("while the summary was written")
+        elif isinstance(exc, Exception):
+            error = CompactionError(f"the summarizer failed: {_error_text(exc)}", code="summary")
+        else:
+            error = exc  # KeyboardInterrupt, SystemExit: close the bracket, then let it go
+        if error is not exc:
+            error.__cause__ = exc
+        if self.stage == "close":
+            return error  # the success close itself failed: no second attempt, orphan stays
+        text = _error_text(exc)
+        if isinstance(exc, asyncio.CancelledError):
+            text = f"{text} (compaction cancelled while the summary was written)"
+        try:
+            self.session.append("compaction/end", FrozenDict({
+                **self._ids(), "turn": self.owner, "error": text}))
+        except Exception as close_exc:
+            failure = CompactionError(
+                f"compaction {self.compaction_id} failed ({_error_text(exc)}) and its error "
+                f"close could not be appended ({_error_text(close_exc)}); the compaction/start at "
+                f"seq {self.start_event.seq if self.start_event else '?'} stays unmatched",
+                code="commit")
+            failure.__cause__ = close_exc
+            return failure
+        self.close_appended = True
+        return error
+
+
+def _flush_error(exc: BaseException) -> CompactionError:
+    error = CompactionError(f"the compaction committed but the flush afterwards failed: "
+                            f"{_error_text(exc)}", code="persistence")
+    error.__cause__ = exc
+    return error
+
+
+def compact_surface_region(session: _Session, start: int, end: int, *, summarizer: Summarizer,
+                           owner: int | None = None, stability: Stability | None = None,
+                           source_command_id: str | None = None,
+                           compaction_id: str | None = None, signal: CancelSignal | None = None,
+                           flush: Flush | None = None, provider: str | None = None,
+                           model: str | None = None) -> CompactionResult:
+    """Replace the surface span ``[start, end]`` by one summary checkpoint.
+
+    Order (persistence spec §9.3, seed ch. 28): cancellation check; span checks (both cuts
+    balanced, no ``system/message`` head); one backward log scan for the open turn, the latest
+    unmatched ``compaction/start`` and the latest ``session/end-seed``; owner checks; append
+    ``compaction/start {compactionId, sourceCommandId?, turn}`` (the lock); summarize; frame
+    and shrink check; cancellation and stability checks; append ``compaction/summary``, the
+    replacing ``user/message`` (``sourceEventSeqs`` = [start seq, summary seq, *shadowed]) and
+    ``compaction/end``; then ``flush`` if given.
+
+    Args:
+        session: The live session.
+        start: Seq of the first surface node to replace.
+        end: Seq of the last surface node to replace (surface position order).
+        summarizer: A :class:`~dsh.compaction.summarizers.Summarizer`.
+        owner: ``None`` for a manual (standalone) compaction between turns; the open turn's
+            number for an automatic compaction inside it.
+        stability: Override of what must not change while summarizing (default
+            ``selected-span`` for manual, ``whole-surface`` for automatic).
+        source_command_id: Recorded on every ``compaction/*`` event and the checkpoint source.
+        compaction_id: Transaction id; a random UUID when omitted.
+        signal: Cancellation flag checked before the start and before the commit.
+        flush: Durability barrier called after a close was appended (e.g. ``store.flush``).
+        provider: Overrides the provider recorded when the summarizer returns plain text.
+        model: Overrides the model recorded when the summarizer returns plain text.
+
+    Returns:
+        The :class:`CompactionResult`.
+
+    Raises:
+        CompactionError: codes as listed in the module docstring. Nothing is written for
+            ``range``, ``unbalanced``, ``busy``, ``owner`` and a pre-start ``cancelled``; after
+            the start every failure has appended exactly one ``compaction/end {error}`` unless
+            the code is ``commit`` (then the start may stay unmatched).
+        ValueError: ``owner`` is neither None nor a turn number.
+    """
+    tx = _Region(session, start, end, owner=owner, stability=stability,
+                 source_command_id=source_command_id, compaction_id=compaction_id,
+                 signal=signal, provider=provider, model=model)
+    tx.open()
+    try:
+        tx.prepare()
+        produced = summarizer.summarize(tx.messages, previous=tx.previous)
+        result = tx.commit(produced, summarizer)
+    except BaseException as exc:
+        error = tx.fail(exc)
+        if tx.close_appended and flush is not None:
+            try:
+                flush()
+            except Exception as flush_exc:  # the compaction failure is the one to report
+                error.add_note(f"the flush after the error close also failed: {flush_exc!r}")
+        if error is exc:
+            raise
+        raise error from error.__cause__
+    if flush is not None:
+        try:
+            flush()
+        except Exception as exc:
+            raise _flush_error(exc) from exc
+    return result
+
+
+async def acompact_surface_region(session: _Session, start: int, end: int, *,
+                                  summarizer: Summarizer | AsyncSummarizer,
+                                  owner: int | None = None, stability: Stability | None = None,
+                                  source_command_id: str | None = None,
+                                  compaction_id: str | None = None,
+                                  signal: CancelSignal | None = None,
+                                  flush: AsyncFlush | None = None, provider: str | None = None,
+                                  model: str | None = None) -> CompactionResult:
+    """Async twin of :func:`compact_surface_region` (same arguments, order and errors).
+
+    The summarizer's ``asummarize`` is awaited when it has one; otherwise ``summarize`` runs in
+    a worker thread. The lock is appended before the first ``await``. Cancelling the task while
+    it summarizes appends the one ``compaction/end {error}`` and then re-raises
+    ``asyncio.CancelledError`` (the caller's cancellation wins); a summarizer that raises
+    ``CancelledError`` by itself gives ``CompactionError`` code ``cancelled``. ``flush`` may
+    return an awaitable.
+    """
+    tx = _Region(session, start, end, owner=owner, stability=stability,
+                 source_command_id=source_command_id, compaction_id=compaction_id,
+                 signal=signal, provider=provider, model=model)
+    tx.open()
+    try:
+        tx.prepare()
+        if isinstance(summarizer, AsyncSummarizer):
+            produced: object = await summarizer.asummarize(tx.messages, previous=tx.previous)
+        else:
+            produced = await asyncio.to_thread(summarizer.summarize, tx.messages,
+                                               previous=tx.previous)
+        result = tx.commit(produced, summarizer)
+    except BaseException as exc:
+        error = tx.fail(exc)
+        if tx.close_appended and flush is not None:
+            try:
+                await _call_flush(flush)
+            except Exception as flush_exc:  # the compaction failure is the one to report
+                error.add_note(f"the flush after the error close also failed: {flush_exc!r}")
+        task = asyncio.current_task()
+        if error is exc or (isinstance(exc, asyncio.CancelledError) and task is not None
+                            and task.cancelling()):
+            raise
+        raise error from error.__cause__
+    if flush is not None:
+        try:
+            await _call_flush(flush)
+        except Exception as exc:
+            raise _flush_error(exc) from exc
+    return result
+
+
+async def _call_flush(flush: AsyncFlush) -> None:
+    outcome = flush()
+    if inspect.isawaitable(outcome):
+        await outcome
+
+
+def _manual_gate(session: _Session) -> None:
+    state = session_compaction_state(session)
+    assert_compaction_inactive(state, "compact now")
+    if state.open_turn is not None:
+        raise CompactionError(
+            f"manual compaction requires an idle session, but turn {state.open_turn} is open "
+            "(persistence spec §9.9)", code="busy")
+
+
+def compact_now(session: _Session, *, summarizer: Summarizer, retain_tokens: int = 0,
+                source_command_id: str | None = None, signal: CancelSignal | None = None,
+                flush: Flush | None = None) -> CompactionResult | None:
+    """Manually compact everything but the newest ``retain_tokens`` (at least the last node).
+
+    Returns ``None`` and writes nothing when no span can be compacted. Runs
+    :func:`compact_surface_region` with ``owner=None`` and ``selected-span`` stability.
+
+    Raises:
+        CompactionError: ``busy`` when a turn is open or a lock is held (checked before
+            selecting); otherwise as :func:`compact_surface_region`.
+    Rule: persistence spec §9.9 (manual trigger, retain 0 by default).
+    """
+    if signal is not None and signal.is_set():
+        raise CompactionError("manual compaction was cancelled before it started",
+                              code="cancelled")
+    _manual_gate(session)
+    span = select_compactable_range(session, retain_tokens=retain_tokens)
+    if span is None:
+        return None
+    return compact_surface_region(session, span[0], span[1], summarizer=summarizer,
+                                  source_command_id=source_command_id, signal=signal,
+                                  flush=flush)
+
+
+async def acompact_now(session: _Session, *, summarizer: Summarizer | AsyncSummarizer,
+                       retain_tokens: int = 0, source_command_id: str | None = None,
+                       signal: CancelSignal | None = None,
+                       flush: AsyncFlush | None = None) -> CompactionResult | None:
+    """Async twin of :func:`compact_now`."""
+    if signal is not None and signal.is_set():
+        raise CompactionError("manual compaction was cancelled before it started",
+                              code="cancelled")
+    _manual_gate(session)
+    span = select_compactable_range(session, retain_tokens=retain_tokens)
+    if span is None:
+        return None
+    return await acompact_surface_region(session, span[0], span[1], summarizer=summarizer,
+                                         source_command_id=source_command_id, signal=signal,
+                                         flush=flush)
+
+
+# --- automatic pressure (persistence spec §9.7, §9.9) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionPolicy:
+    """When automatic compaction runs and how much it keeps (persistence spec §9.7 defaults).
+
+    Attributes:
+        threshold_ratio: Compact when estimated tokens exceed ``floor(window * ratio)``;
+            in (0, 1], default 0.8.
+        retain_ratio: Keep ``floor(window * ratio)`` tokens at the tail; in (0, 1] and below
+            ``threshold_ratio``; default 0.16 when ``retain_tokens`` is not given.
+        retain_tokens: Absolute tail budget (>= 0), exclusive with ``retain_ratio``; must stay
+            below the threshold once the window is known.
+        compaction_retries: Extra compactions while still above the threshold (>= 0; default 1).
+    Raises:
+        ConfigError: a value out of range or both retention fields given.
+    """
+
+    threshold_ratio: float = 0.8
+    retain_ratio: float | None = None
+    retain_tokens: int | None = None
+    compaction_retries: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold_ratio <= 1:
+            raise ConfigError(f"threshold_ratio must be in (0, 1], got {self.threshold_ratio}")
+        if self.retain_ratio is not None and self.retain_tokens is not None:
+            raise ConfigError("retain_ratio and retain_tokens are exclusive; give one")
+        ratio = self.effective_retain_ratio
+        if ratio is not None and not (0 < ratio <= 1 and ratio < self.threshold_ratio):
+            raise ConfigError(f"retain_ratio must be in (0, 1] and below threshold_ratio "
+                              f"{self.threshold_ratio}, got {ratio}")
+        if self.retain_tokens is not None and (type(self.retain_tokens) is not int
+                                               or self.retain_tokens < 0):
+            raise ConfigError(f"retain_tokens must be an integer >= 0, got {self.retain_tokens}")
+        if type(self.compaction_retries) is not int or self.compaction_retries < 0:
+            raise ConfigError(f"compaction_retries must be an integer >= 0, got "
+                              f"{self.compaction_retries}")
+
+    @property
+    def effective_retain_ratio(self) -> float | None:
+        """The retain ratio in force: the given one, 0.16 by default, None with retain_tokens."""
+        if self.retain_tokens is not None:
+            return None
+        return 0.16 if self.retain_ratio is None else self.retain_ratio
+
+    def threshold_tokens(self, context_window: int) -> int:
+        """``floor(context_window * threshold_ratio)``."""
+        return math.floor(context_window * self.threshold_ratio)
+
+    def retain_budget(self, context_window: int) -> int:
+        """Tail tokens to keep for this window.
+
+        Raises:
+            ConfigError: ``retain_tokens`` is not below the window's threshold.
+        """
+        if self.retain_tokens is not None:
+            threshold = self.threshold_tokens(context_window)
+            if self.retain_tokens >= threshold:
+                raise ConfigError(f"retain_tokens {self.retain_tokens} must be below the "
+                                  f"threshold {threshold} of a {context_window}-token window")
+            return self.retain_tokens
+        ratio = self.effective_retain_ratio
+        assert ratio is not None
+        return math.floor(context_window * ratio)
+
+
+@dataclass(frozen=True, slots=True)
+class PressureOutcome:
+    """What :func:`compact_if_needed` did above the threshold.
+
+    Attributes:
+        tokens_before: Estimated total when pressure was detected.
+        tokens_after: Estimated total afterwards.
+        pruned: The pruning pass, when a pruner configuration was given.
+        compactions: The region compactions, in order (may be empty when pruning sufficed
+            or nothing could be compacted).
+    """
+
+    tokens_before: int
+    tokens_after: int
+    pruned: PruneResult | None
+    compactions: tuple[CompactionResult, ...]
+
+
+def compact_if_needed(session: _Session, *, summarizer: Summarizer, context_window: int,
+                      owner: int, policy: CompactionPolicy | None = None,
+                      pruner: PrunerConfig | None = None,
+                      signal: CancelSignal | None = None) -> PressureOutcome | None:
+    """Automatic compaction inside open turn ``owner`` when the estimate crosses the threshold.
+
+    Order (persistence spec §9.9, pressure): lock check; measure; at or below
+    ``threshold_tokens`` -> None; prune (if ``pruner``) and re-measure; while still above, up to
+    ``compaction_retries + 1`` region compactions of the head-anchored span that keeps
+    ``retain_budget`` tokens (owner = the turn, whole-surface stability), re-measuring after
+    each. Estimates are the heuristic total (:func:`measure_surface`).
+
+    Returns:
+        None below the threshold; otherwise a :class:`PressureOutcome` (its ``compactions`` is
+        empty when pruning sufficed or no span could be compacted).
+    Raises:
+        CompactionError: ``busy`` (a live lock), ``pressure`` (still above the threshold after
+            every attempt), or any code of :func:`compact_surface_region`.
+        ConfigError: ``retain_tokens`` not below the threshold.
+    """
+    policy = policy or CompactionPolicy()
+    assert_compaction_inactive(session_compaction_state(session), "automatic compaction")
+    threshold = policy.threshold_tokens(context_window)
+    retain = policy.retain_budget(context_window)
+    before = measure_surface(session).total_tokens
+    if before <= threshold:
+        return None
+    pruned = prune_session(session, pruner) if pruner is not None else None
+    measurement = measure_surface(session)
+    results: list[CompactionResult] = []
+    attempts = policy.compaction_retries + 1
+    while measurement.total_tokens > threshold:
+        if len(results) == attempts:
+            raise CompactionError(
+                f"still above threshold after {attempts} compaction attempts "
+                f"(~{measurement.total_tokens} tokens > {threshold})", code="pressure")
+        span = select_compactable_range(session, retain_tokens=retain, measurement=measurement)
+        if span is None:
+            break
+        results.append(compact_surface_region(session, span[0], span[1], summarizer=summarizer,
+                                              owner=owner, stability="whole-surface",
+                                              signal=signal))
+        measurement = measure_surface(session)
+    return PressureOutcome(before, measurement.total_tokens, pruned, tuple(results))
+
+
+# --- the compaction invariant companion (persistence spec §9.4 last bullet) -----------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Bracket:
+    compaction_id: str
+    owner: int | None
+    start_seq: int
+    summarized: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionTraceState:
+    """The bracket trace after a prefix of a log.
+
+    Attributes:
+        open_turn: Number of the open turn, or None.
+        bracket: The open compaction bracket (id, owner, start seq, summarized), or None.
+    """
+
+    open_turn: int | None = None
+    bracket: _Bracket | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionViolation:
+    """One broken bracket rule found by :func:`check_compaction_log`.
+
+    Attributes:
+        seq: Seq of the offending event.
+        rule: ``ID``, ``NESTED``, ``OWNER``, ``UNENCLOSED``, ``SUMMARY``, ``CROSSING`` or
+            ``CHECKPOINT``.
+        message: One sentence: the rule, found vs expected.
+    """
+
+    seq: int
+    rule: str
+    message: str
+
+
+class _Broken(Exception):
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+def _owner_name(owner: int | None) -> str:
+    return "the standalone owner" if owner is None else f"turn {owner}"
+
+
+def _step(state: CompactionTraceState, event: Event, tolerated: frozenset[int]
+          ) -> CompactionTraceState:
+    """Validate ``event`` against ``state`` and return the next state (raises _Broken)."""
+    kind = event["type"]
+    data = event["data"]
+    bracket = state.bracket
+    if kind == "turn/start" or kind == "turn/end":
+        if bracket is not None and bracket.start_seq not in tolerated:
+            raise _Broken("CROSSING", f"{kind} at seq {event['seq']} crosses the open compaction "
+                          f"bracket {bracket.compaction_id!r} of {_owner_name(bracket.owner)} "
+                          f"(opened at seq {bracket.start_seq})")
+        if kind == "turn/end":
+            return CompactionTraceState(None, bracket)
+        number = data.get("turn") if isinstance(data, dict) else None
+        return CompactionTraceState(number if type(number) is int else -1, bracket)
+    if kind == "session/end-seed":
+        return CompactionTraceState(state.open_turn, None)  # an inherited bracket is dead
+    if kind == "user/message":
+        source = data.get("source") if isinstance(data, dict) else None
+        if not is_checkpoint_source(source):
+            return state
+        assert isinstance(source, dict)
+        if bracket is None or source.get("compactionId") != bracket.compaction_id:
+            raise _Broken("CHECKPOINT", f"checkpoint user/message at seq {event['seq']} names "
+                          f"compaction {source.get('compactionId')!r}, but the open transaction "
+                          f"is {bracket.compaction_id if bracket else None!r}")
+        return state
+    if not kind.startswith("compaction/") or kind == "compaction/prune":
+        return state
+    cid = data.get("compactionId") if isinstance(data, dict) else None
+    if not isinstance(cid, str) or not cid:
+        raise _Broken("ID", f"{kind} at seq {event['seq']} needs a non-empty string "
+                      f"compactionId, found {cid!r}")
+    if kind == "compaction/start":
+        owner = data.get("turn")
+        if owner is not None and type(owner) is not int:
+            raise _Broken("OWNER", f"compaction/start at seq {event['seq']} has turn {owner!r}; "
+                          "expected a turn number or null")
+        if bracket is not None:
+            raise _Broken("NESTED", f"compaction/start {cid!r} at seq {event['seq']} opens while "
+                          f"{bracket.compaction_id!r} of {_owner_name(bracket.owner)} is open")
+        if owner is None and state.open_turn is not None:
+            raise _Broken("OWNER", f"standalone compaction/start at seq {event['seq']} while "
+                          f"turn {state.open_turn} is open")
+        if owner is not None and owner != state.open_turn:
+            found = "no open turn" if state.open_turn is None else f"open turn {state.open_turn}"
+            raise _Broken("OWNER", f"compaction/start at seq {event['seq']} for turn {owner} "
+                          f"found {found}")
+        return CompactionTraceState(state.open_turn, _Bracket(cid, owner, event["seq"]))
+    if bracket is None:
+        raise _Broken("UNENCLOSED", f"{kind} at seq {event['seq']} has no open compaction/start")
+    if cid != bracket.compaction_id:
+        raise _Broken("ID", f"{kind} at seq {event['seq']} names {cid!r}; the open transaction "
+                      f"is {bracket.compaction_id!r}")
+    if kind == "compaction/summary":
+        if bracket.summarized:
+            raise _Broken("SUMMARY", f"second compaction/summary for {cid!r} at seq "
+                          f"{event['seq']}")
+        seqs = data.get("shadowedSeqs")
+        shadowed_range = data.get("shadowedRange")
+        if (not isinstance(seqs, list) or not seqs
+                or not all(type(s) is int for s in seqs)
+                or shadowed_range != {"start": seqs[0], "end": seqs[-1]}
+                or type(data.get("shadowedTokenCount")) is not int):
+            raise _Broken("SUMMARY", f"compaction/summary at seq {event['seq']} needs non-empty "
+                          "integer shadowedSeqs, shadowedRange equal to their first and last, "
+                          "and an integer shadowedTokenCount")
+        return CompactionTraceState(state.open_turn, _Bracket(
+            bracket.compaction_id, bracket.owner, bracket.start_seq, True))
+    if kind == "compaction/end":
+        if "turn" not in data or data["turn"] != bracket.owner:
+            raise _Broken("OWNER", f"compaction/end at seq {event['seq']} has turn "
+                          f"{data.get('turn')!r}; its start belongs to "
+                          f"{_owner_name(bracket.owner)}")
+        if "error" not in data and not bracket.summarized:
+            raise _Broken("SUMMARY", f"successful compaction/end at seq {event['seq']} has no "
+                          "compaction/summary")
+        return CompactionTraceState(state.open_turn, None)
+    return state
+
+
+def _cleared_orphans(events: Sequence[Event]) -> frozenset[int]:
+    """Starts whose next bracket-relevant event is a ``session/end-seed`` (dead on replay)."""
+    cleared: set[int] = set()
+    pending: int | None = None
+    for event in events:
+        kind = event["type"]
+        if kind == "compaction/start":
+            pending = event["seq"]
+        elif kind == "compaction/end":
+            pending = None
+        elif kind == "session/end-seed" and pending is not None:
+            cleared.add(pending)
+            pending = None
+    return frozenset(cleared)
+
+
+def check_compaction_log(events: Sequence[Event]) -> list[CompactionViolation]:
+    """Replay ``events`` under the compaction bracket rules and list every violation.
+
+    Rules (persistence spec §9.4): ids are non-empty and consistent across start, summary,
+    checkpoint and end; no start while another bracket is open; a numbered owner equals the
+    open turn and a standalone owner needs no open turn; at most one summary, whose
+    ``shadowedRange`` equals its first and last ``shadowedSeqs`` with an integer token count;
+    a successful end needs a summary; an end names its start's owner; ``turn/start`` and
+    ``turn/end`` never cross an open bracket, except an orphan a later ``session/end-seed``
+    clears (repair boundaries inside inherited history); a checkpoint ``user/message`` names the
+    open transaction. After a violation the event is skipped and replay continues.
+    """
+    tolerated = _cleared_orphans(events)
+    state = CompactionTraceState()
+    found: list[CompactionViolation] = []
+    for event in events:
+        try:
+            state = _step(state, event, tolerated)
+        except _Broken as broken:
+            found.append(CompactionViolation(event["seq"], broken.rule, str(broken)))
+    return found
+
+
+class CompactionInvariant:
+    """Live companion: vetoes appends that break the bracket rules (persistence spec §9.4).
+
+    ``install(session)`` replays the existing log (tolerating inherited orphans cleared by an
+    end-seed), then validates every candidate before commit through ``session.add_validator``
+    and advances on commit through ``session.observe``. Returns the uninstaller.
+
+    Raises (from install):
+        InvariantError: the existing log already breaks a rule (first violation).
+    Raises (from a vetoed append):
+        InvariantError: ``compaction invariant violated (RULE): ...`` with ``seq`` and
+            ``event_type``.
+    """
+
+    def __init__(self) -> None:
+        self.state = CompactionTraceState()
+
+    def install(self, session: Any) -> Callable[[], None]:
+        """Replay ``session``'s log, then guard its appends; return the uninstaller."""
+        events = session.events
+        tolerated = _cleared_orphans(events)
+        state = CompactionTraceState()
+        for event in events:
+            try:
+                state = _step(state, event, tolerated)
+            except _Broken as broken:
+                raise InvariantError(f"compaction invariant violated ({broken.rule}): {broken}",
+                                     seq=event["seq"], event_type=event["type"]) from None
+        self.state = state
+        pending: dict[int, CompactionTraceState] = {}
+
+        def validate(_session: Any, candidate: Event) -> None:
+            try:
+                pending[candidate["seq"]] = _step(self.state, candidate, frozenset())
+            except _Broken as broken:
+                raise InvariantError(f"compaction invariant violated ({broken.rule}): {broken}",
+                                     seq=candidate["seq"],
+                                     event_type=candidate["type"]) from None
+
+        def commit(_session: Any, event: Event) -> None:
+            staged = pending.pop(event["seq"], None)
+            pending.clear()
+            if staged is None:  # committed past our validator (installed mid-append)
+                try:
+                    staged = _step(self.state, event, frozenset())
+                except _Broken as broken:
+                    raise InvariantError(
+                        f"compaction invariant violated ({broken.rule}) by a committed event: "
+                        f"{broken}", seq=event["seq"], event_type=event["type"]) from None
+            self.state = staged
+
+        remove = session.add_validator(validate)
+        unsubscribe = session.observe(commit)
+
+        def uninstall() -> None:
+            remove()
+            unsubscribe()
+
+        return uninstall

@@ -1,0 +1,190 @@
+"""Span selection: which surface nodes a compaction may replace.
+
+Invariants this module owns (persistence spec §9.5, §9.10; core spec §11; seed ch. 28):
+
+* a span is a run of current surface nodes, named by its first and last node's seq and matched
+  by surface *position* (after earlier replacements the first seq may be larger than the last);
+* both cuts of a span are tool-pairing balanced, so a compaction never separates a tool call
+  from its result;
+* a ``system/message`` at surface node 0 is never inside a span (only a system replace of that
+  one node may shadow it, seed ch. 28);
+* automatic selection is head-anchored and keeps a token budget at the tail; the tail cut moves
+  toward the head until it is balanced.
+
+Errors are :class:`dsh.errors.CompactionError` with these codes: ``range`` (a seq is not on the
+surface, the span is reversed, or it covers a ``system/message`` head), ``unbalanced`` (a cut of
+an explicit span splits a tool call from its result), ``changed`` (a measurement no longer
+matches the surface).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dsh.compaction.tokens import SurfaceMeasurement, measure_surface
+from dsh.errors import CompactionError
+from dsh.session.events import Event
+from dsh.session.pairing import balanced_cuts
+
+__all__ = [
+    "Span",
+    "head_position",
+    "select_compactable_range",
+    "validate_span",
+]
+
+
+class _Session(Protocol):
+    @property
+    def events(self) -> Sequence[Event]: ...
+
+    @property
+    def surface(self) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A validated span of the current surface.
+
+    Attributes:
+        start: Seq of the span's first node.
+        end: Seq of the span's last node.
+        start_index: Surface position of ``start``.
+        end_index: Surface position of ``end`` (inclusive).
+        seqs: Every node seq in the span, in surface order (the shadowed nodes).
+        replace_generation: The surface generation the span was validated against.
+    """
+
+    start: int
+    end: int
+    start_index: int
+    end_index: int
+    seqs: tuple[int, ...]
+    replace_generation: int
+
+
+def head_position(session: _Session) -> int:
+    """Return the first surface position a compaction may cover: 1 after a system head, else 0.
+
+    Rule: seed ch. 28 (node 0 protection: a ``system/message`` head is shadowed only by a system
+    replace of that node alone).
+    """
+    nodes = session.surface.nodes
+    if nodes and session.events[nodes[0]].type == "system/message":
+        return 1
+    return 0
+
+
+def validate_span(session: _Session, start: int, end: int) -> Span:
+    """Check an explicit span ``[start, end]`` (surface seqs) and return it.
+
+    Args:
+        session: The session whose current surface holds the span.
+        start: Seq of the first node to replace.
+        end: Seq of the last node to replace (same as ``start`` for one node).
+
+    Returns:
+        The :class:`Span`, with every shadowed seq.
+
+    Raises:
+        CompactionError: code ``range`` when ``start`` or ``end`` is not a current surface node,
+            ``start`` lies after ``end``, or the span covers a ``system/message`` at node 0;
+            code ``unbalanced`` when the cut before ``start`` or after ``end`` leaves a tool
+            call without its result (the caller must move the cut; nothing was written).
+    Rule: persistence spec §9.3 step 2, §9.10; seed ch. 28 (node 0 protection).
+    """
+    surface = session.surface
+    nodes = surface.nodes
+    positions: list[int] = []
+    for name, seq in (("start", start), ("end", end)):
+        try:
+            positions.append(nodes.index(seq))
+        except ValueError:
+            raise CompactionError(
+                f"compaction range {name} seq {seq} not found in surface (a compaction names "
+                "current surface nodes, persistence spec §9.3)", code="range", seq=seq) from None
+    start_index, end_index = positions
+    if start_index > end_index:
+        raise CompactionError(
+            f"compaction range start seq {start} (index {start_index}) is after end seq {end} "
+            f"(index {end_index}); rule: persistence spec §9.3", code="range", seq=start)
+    if start_index < head_position(session):
+        raise CompactionError(
+            f"compaction range [{start}, {end}] covers the system/message at surface node 0; only "
+            "a system/message replacing that node alone may shadow it (seed ch. 28)",
+            code="range", seq=start)
+    cuts = balanced_cuts(session)
+    if not cuts[start_index]:
+        raise CompactionError(
+            f"compaction range start seq {start} is not a balanced boundary: the cut before it "
+            "separates a tool call from its result (persistence spec §9.10)",
+            code="unbalanced", seq=start)
+    if not cuts[end_index + 1]:
+        raise CompactionError(
+            f"compaction range end seq {end} is not a balanced boundary: the cut after it "
+            "separates a tool call from its result (persistence spec §9.10)",
+            code="unbalanced", seq=end)
+    return Span(start, end, start_index, end_index, tuple(nodes[start_index:end_index + 1]),
+                surface.replace_generation)
+
+
+def select_compactable_range(session: _Session, *, retain_tokens: int,
+                             measurement: SurfaceMeasurement | None = None
+                             ) -> tuple[int, int] | None:
+    """Choose the head-anchored span to compact, keeping ``retain_tokens`` at the tail.
+
+    Walking from the tail, node prices are summed until they reach ``retain_tokens`` (the last
+    node is always kept, even for a budget of 0); the first kept node's position is the cut.
+    The cut then moves toward the head until it is tool-pairing balanced. The span runs from the
+    head (node 0, or node 1 after a ``system/message`` head) to the node before the cut. An
+    earlier checkpoint at the head is therefore re-summarized and merged.
+
+    Args:
+        session: The session to compact.
+        retain_tokens: Estimated tokens to keep uncompacted at the tail (>= 0).
+        measurement: A priced surface (from :func:`dsh.compaction.tokens.measure_surface`);
+            measured now when omitted.
+
+    Returns:
+        ``(start_seq, end_seq)``, or ``None`` when nothing can be compacted (empty surface, the
+        budget covers everything, or no balanced cut exists after the head).
+
+    Raises:
+        CompactionError: code ``changed`` when ``measurement`` does not describe the current
+            surface; ``ValueError`` for a negative budget.
+    Rule: persistence spec §9.5; seed ch. 28 (positions, not seq order, after replacements).
+    """
+    if retain_tokens < 0:
+        raise ValueError(f"retain_tokens must be >= 0, got {retain_tokens}")
+    surface = session.surface
+    nodes = surface.nodes
+    if measurement is None:
+        measurement = measure_surface(session)
+    elif (measurement.replace_generation != surface.replace_generation
+          or measurement.seqs != tuple(nodes)):
+        raise CompactionError(
+            "the priced surface is not the session's current surface (measured "
+            f"{len(measurement.seqs)} nodes at generation {measurement.replace_generation}, "
+            f"surface has {len(nodes)} at generation {surface.replace_generation}); "
+            "rule: persistence spec §9.5", code="changed")
+    count = len(measurement.seqs)
+    if count == 0:
+        return None
+    keep = count
+    kept_tokens = 0
+    while keep > 0:
+        keep -= 1
+        kept_tokens += measurement.prices[keep]
+        if kept_tokens >= retain_tokens:
+            break
+    head = head_position(session)
+    if keep <= head:
+        return None
+    cuts = balanced_cuts(session)
+    while keep > head and not cuts[keep]:
+        keep -= 1
+    if keep <= head:
+        return None
+    return nodes[head], nodes[keep - 1]

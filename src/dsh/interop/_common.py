@@ -1,0 +1,593 @@
+"""Shared pieces of the importers: the result type, source reading, and the event builder.
+
+Every importer is a pure mapping ``source file -> ImportedSession``: it reads the file, walks its
+records and drives a :class:`EventBuilder`, which writes well-formed dsh events in the typical
+order of core spec §1.8 (``turn/start``, ``step/start``, ``user/message``, ``assistant/message``,
+``tool/call`` + ``tool/result`` pairs, ``step/end``, ``turn/end``). The builder tracks the surface
+(core spec §7) so a compaction can shadow exactly the current nodes, and it never leaves a closed
+step with an unanswered tool call. Records that carry nothing for the model become
+``ignorable: true`` events of type ``import/<format>/<kind>`` whose data is the raw record
+(core spec §1.6), so nothing from the source is lost and dsh readers still load the log.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json as _stdjson
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from dsh.errors import ImportFormatError, InvalidJsonError
+from dsh.json import loads, thaw
+
+if TYPE_CHECKING:
+    from dsh.session.session import Session
+
+__all__ = [
+    "IMPORT_NAMESPACE",
+    "TOOL_OUTCOME_UNKNOWN_TEXT",
+    "EventBuilder",
+    "ImportedSession",
+    "JsonObj",
+    "parse_time",
+    "read_json_document",
+    "read_jsonl_records",
+    "read_source_bytes",
+    "stable_session_id",
+    "text_blocks",
+]
+
+JsonObj = dict[str, Any]
+"""A plain (thawed) JSON object as the importers handle it."""
+
+IMPORT_NAMESPACE: Final = uuid.UUID("6c0b9f43-4d3e-5c2a-9a57-0d5f1e2b7c11")
+"""uuid5 namespace of imported session ids (ours; any fixed UUID works)."""
+
+TOOL_OUTCOME_UNKNOWN_TEXT: Final = (
+    "The imported transcript records no result for this tool call, so its outcome is unknown. "
+    "Retry only if the tool is read-only or idempotent; otherwise first verify external state "
+    "or ask the user.")
+"""Model-facing text of a result the importer had to supply (wording in the spirit of §9.3)."""
+
+ABORTED_TEXT: Final = "The tool call was aborted by the user before a result was recorded."
+
+TERMINAL_TOOLS: Final = frozenset({"finish", "submit", "task_complete", "attempt_completion"})
+"""Tools that end an agent's task (OpenHands, SWE-agent, …): a transcript whose last response
+called only these, all answered, ended its turn; it was not cut off."""
+
+
+@dataclass
+class ImportedSession:
+    """One imported session: a dsh header and a complete, valid seed of events.
+
+    Attributes:
+        session_id: Stable id (the source's own id, else uuid5 of resolved path + format).
+        header: dsh ``SessionHeader`` fields (``version`` 0, ``id``, ``createdAt`` epoch ms,
+            optional absolute ``cwd``, ``parentSession``, ``origin: "subagent"``,
+            ``delegationDepth``) — core spec §5.1.
+        events: Wire envelopes ``{type, seq, time, data, sourceEventSeqs?, surfaceOp?,
+            ignorable?}``, seqs contiguous from 0, times non-decreasing epoch ms.
+        children: Subagent / sidechain sessions (their header names this one as parent).
+        source_format: Format name, e.g. ``"claude-code"``.
+        source_path: The file read (as given, resolved).
+    """
+
+    session_id: str
+    header: JsonObj
+    events: list[JsonObj]
+    children: list[ImportedSession] = field(default_factory=list)
+    source_format: str = ""
+    source_path: str = ""
+
+    def walk(self) -> Iterator[ImportedSession]:
+        """Yield this session, then every descendant depth-first."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def to_session(self, *, clock: Any = None) -> Session:
+        """Build a live :class:`dsh.session.session.Session` seeded with :attr:`events`.
+
+        The seed is validated like live appends (core spec §5.3); the Session adds the
+        ``session/end-seed`` marker (§5.5). Raises ``EventRejectedError`` when the seed is
+        refused (an importer bug: please report it with the source file).
+        """
+        from dsh.session.session import Session  # lazy: interop sits above the core
+
+        inherited = self.header.get("seedLength", 0)
+        return Session.create(self.session_id, seed=self.events, header=self.header,
+                              inherited_event_count=inherited if isinstance(inherited, int)
+                              else 0, clock=clock)
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def read_source_bytes(path: Path, fmt: str) -> bytes:
+    """Return the file's bytes, refusing unreadable, empty and binary files.
+
+    Raises:
+        ImportFormatError: the file cannot be read, is empty, holds NUL bytes or is not UTF-8.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ImportFormatError(
+            f"cannot read {fmt} transcript: {exc.strerror or exc}", path=str(path),
+            format=fmt) from exc
+    if not raw.strip():
+        raise ImportFormatError(
+            f"{fmt} transcript is empty; expected at least one record", path=str(path),
+            line=1, format=fmt)
+    if b"\x00" in raw:
+        raise ImportFormatError(
+            f"{fmt} transcript holds NUL bytes; expected UTF-8 JSON text, found binary data",
+            path=str(path), byte_offset=raw.index(b"\x00"), format=fmt)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ImportFormatError(
+            f"{fmt} transcript is not valid UTF-8 (byte offset {exc.start}); expected JSON text",
+            path=str(path), byte_offset=exc.start, format=fmt) from exc
+    return raw
+
+
+def _decode(text: bytes, path: Path, fmt: str, line: int) -> Any:
+    try:
+        return thaw(loads(text))
+    except InvalidJsonError as exc:
+        raise ImportFormatError(
+            f"{fmt} record at line {line} is not valid JSON ({exc.message})",
+            path=str(path), line=line, format=fmt) from exc
+
+
+def read_jsonl_records(path: Path, fmt: str) -> list[tuple[int, Any]]:
+    r"""Parse a JSONL file into ``(1-based line, value)`` pairs, skipping blank lines.
+
+    Records are split on ``\\n`` only (DESIGN §3.6); a trailing ``\\r`` is tolerated.
+
+    Raises:
+        ImportFormatError: unreadable/empty/binary file, or a line that is not JSON (a torn
+            last line is reported with its line number as truncated).
+    """
+    raw = read_source_bytes(path, fmt)
+    parts = raw.split(b"\n")
+    out: list[tuple[int, Any]] = []
+    last = len(parts)
+    for index, part in enumerate(parts, start=1):
+        chunk = part[:-1] if part.endswith(b"\r") else part
+        if not chunk.strip():
+            continue
+        try:
+            out.append((index, _decode(chunk, path, fmt, index)))
+        except ImportFormatError as exc:
+            if index == last and not raw.endswith(b"\n"):
+                raise ImportFormatError(
+                    f"{fmt} transcript ends with a truncated record at line {index} (no "
+                    f"newline and not valid JSON); cut the torn tail or re-copy the file",
+                    path=str(path), line=index, format=fmt) from exc
+            raise
+    return out
+
+
+def read_json_document(path: Path, fmt: str) -> Any:
+    """Parse a whole-file JSON document.
+
+    Raises:
+        ImportFormatError: unreadable/empty/binary file or malformed JSON.
+    """
+    raw = read_source_bytes(path, fmt)
+    return _decode(raw, path, fmt, 1)
+
+
+def stable_session_id(path: Path, fmt: str, own_id: object = None) -> str:
+    """The session id of an import: the source's own id when it has one, else a uuid5.
+
+    The uuid5 is over ``"<format>:<resolved path>"`` so re-importing one file yields one id.
+    """
+    if isinstance(own_id, str) and own_id.strip():
+        return own_id
+    return str(uuid.uuid5(IMPORT_NAMESPACE, f"{fmt}:{path.resolve()}"))
+
+
+def parse_time(value: object) -> int | None:
+    """Convert an ISO-8601 string or epoch seconds/ms number to epoch ms; None if unusable."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        # Numbers below 1e11 are seconds (1e11 s is year 5138; 1e11 ms is 1973).
+        ms = value * 1000 if abs(value) < 1e11 else value
+        return int(ms)
+    if isinstance(value, str) and value:
+        text = value.strip().replace("Z", "+00:00")
+        try:
+            when = _dt.datetime.fromisoformat(text)
+        except ValueError:
+            try:
+                return parse_time(float(text))
+            except ValueError:
+                return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=_dt.UTC)
+        return int(when.timestamp() * 1000)
+    return None
+
+
+def text_blocks(value: object) -> list[JsonObj]:
+    """Turn provider content (string, list of parts, or anything else) into dsh text blocks.
+
+    Strings become one text block; lists keep their ``text`` parts (any part with a string
+    ``text``) and render other parts as compact JSON text, so nothing model-visible is dropped.
+    """
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]
+    if isinstance(value, list):
+        out: list[JsonObj] = []
+        for part in value:
+            if isinstance(part, str):
+                out.append({"type": "text", "text": part})
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                out.append({"type": "text", "text": part["text"]})
+            else:
+                out.append({"type": "text", "text": _stdjson.dumps(part, ensure_ascii=False)})
+        return out
+    return [{"type": "text", "text": _stdjson.dumps(value, ensure_ascii=False)}]
+
+
+# --- the builder --------------------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    step: int
+    call_seq: int
+    name: str
+
+
+class EventBuilder:
+    """Writes a well-formed dsh event sequence from importer calls (core spec §1.8, §7).
+
+    Turn/step rules: a user message opens a turn if none is open and a new step if the open step
+    already has its model response; an assistant message opens a turn/step likewise (transcripts
+    may start mid-turn). Each ``tool-call`` block of an assistant message gets a ``tool/call``
+    right after it; a result is a ``tool/result`` appended with ``sourceEventSeqs = [call seq]``.
+    Closing a step answers every still-unanswered call with an ``isError`` result stating the
+    outcome is unknown (``TOOL_OUTCOME_UNKNOWN``), or aborted (``ABORTED``) when the turn was
+    aborted, so no closed step holds a dangling call (core spec §9.2 does the same on repair).
+
+    Args:
+        fmt: Format name used in ``import/<format>/<kind>`` types and messages.
+        session_id: Id used to derive deterministic message ids ``<session_id>:<seq>``.
+        path: Source path, for errors.
+    """
+
+    def __init__(self, fmt: str, session_id: str, path: Path) -> None:
+        self.fmt = fmt
+        self.session_id = session_id
+        self.path = path
+        self.events: list[JsonObj] = []
+        self.time = 0
+        self._time_seen = False
+        self.turn = 0
+        self.turn_open = False
+        self.step = 0
+        self.step_open = False
+        self.step_answered = False  # the open step already has its assistant message
+        self.turn_has_response = False
+        self.pending: dict[str, _Call] = {}
+        self.nodes: list[int] = []
+        self.user_prompts = 0
+        self.tool_calls = 0
+        self.tool_results = 0
+        self.compactions = 0
+        self.model: tuple[str, str] = (fmt, "unknown")
+
+    # -- low level
+
+    @property
+    def seq(self) -> int:
+        """The seq the next event gets."""
+        return len(self.events)
+
+    def at(self, when: object) -> None:
+        """Advance the clock to a source timestamp (ISO text or epoch); never moves back."""
+        ms = parse_time(when)
+        if ms is None:
+            return
+        if not self._time_seen or ms > self.time:
+            self.time = max(ms, 0) if not self._time_seen else ms
+        self._time_seen = True
+
+    def first_time(self) -> int:
+        """Time of the first event (0 for an empty log): the header's ``createdAt``."""
+        return int(self.events[0]["time"]) if self.events else max(self.time, 0)
+
+    def emit(self, type: str, data: Any, *, surface_op: Any = None,
+             source_event_seqs: list[int] | None = None, ignorable: bool = False) -> int:
+        """Append one envelope and return its seq."""
+        event: JsonObj = {"type": type, "seq": self.seq, "time": self.time, "data": data}
+        if source_event_seqs is not None:
+            event["sourceEventSeqs"] = list(source_event_seqs)
+        if surface_op is not None:
+            event["surfaceOp"] = surface_op
+        if ignorable:
+            event["ignorable"] = True
+        self.events.append(event)
+        if surface_op == "append":
+            self.nodes.append(event["seq"])
+        return int(event["seq"])
+
+    def ignorable(self, kind: str, raw: Any) -> int:
+        """Keep a source record that carries nothing for the model (core spec §1.6)."""
+        return self.emit(f"import/{self.fmt}/{kind}", raw, ignorable=True)
+
+    def message_id(self, preferred: object = None) -> str:
+        """A non-empty message id: the source's own when usable, else ``<session>:<seq>``."""
+        if isinstance(preferred, str) and preferred:
+            return preferred
+        return f"{self.session_id}:{self.seq}"
+
+    # -- turns and steps
+
+    def open_turn(self) -> None:
+        """Open a new turn (closing a finished previous one as completed)."""
+        if self.turn_open:
+            self.end_turn({"kind": "completed"})
+        self.turn += 1
+        self.step = 0
+        self.turn_open = True
+        self.turn_has_response = False
+        self.emit("turn/start", {"turn": self.turn})
+
+    def _open_step(self) -> None:
+        if not self.turn_open:
+            self.open_turn()
+        self.step += 1
+        self.step_open = True
+        self.step_answered = False
+        self.emit("step/start", {"turn": self.turn, "step": self.step})
+
+    def close_step(self, *, aborted: bool = False) -> None:
+        """Close the open step, answering unanswered calls first (see class docstring)."""
+        if not self.step_open:
+            return
+        for call_id in list(self.pending):
+            text = ABORTED_TEXT if aborted else TOOL_OUTCOME_UNKNOWN_TEXT
+            error = ({"name": "AbortError", "code": "ABORTED"} if aborted else
+                     {"name": "ToolOutcomeUnknownError", "code": "TOOL_OUTCOME_UNKNOWN"})
+            self.tool_result(call_id, [{"type": "text", "text": text}], is_error=True,
+                             error=error, meta={"import": {"synthetic": True}})
+        self.pending.clear()
+        self.emit("step/end", {"turn": self.turn, "step": self.step})
+        self.step_open = False
+        self.step_answered = False
+
+    def end_turn(self, reason: JsonObj) -> None:
+        """Close the open step and turn with ``reason`` (core spec §1.4); no-op if none open."""
+        if not self.turn_open:
+            return
+        aborted = reason.get("kind") == "aborted"
+        self.close_step(aborted=aborted)
+        self.emit("turn/end", {"turn": self.turn, "reason": reason})
+        self.turn_open = False
+
+    def abort_turn(self) -> None:
+        """Close the open turn as aborted by the user (``reason: {kind: "user"}``, §1.4)."""
+        self.end_turn({"kind": "aborted", "reason": {"kind": "user"}})
+
+    # -- messages
+
+    def user(self, content: list[JsonObj], *, source: JsonObj | None = None,
+             message_id: object = None, prompt: bool = True, new_turn: bool = False,
+             continues: bool = False, in_step: bool = True) -> int:
+        """Append a ``user/message`` (surfaceOp append) inside a step.
+
+        Args:
+            content: dsh content blocks.
+            source: Message source; default ``{"kind": "user"}``.
+            message_id: Source id to keep, else a derived one.
+            prompt: True when a person typed it (counted in :attr:`user_prompts`).
+            new_turn: Start a new turn even if the open one has not finished.
+            continues: Never start a new turn (text-mode agents whose observations are user
+                messages); otherwise a message after a finished turn (its last response asked
+                for no tool) starts a new turn.
+            in_step: False puts the message between steps of the open turn (closing the open
+                step first), as for an interrupt notice; ``user/message`` is unconstrained by
+                the invariants (core spec §13.2).
+        """
+        if self.turn_open and (new_turn or (self.turn_finished() and not continues)):
+            self.end_turn({"kind": "completed"})
+        if not in_step:
+            self.close_step(aborted=True)
+            if not self.turn_open:
+                self.open_turn()
+        elif self.step_open and self.step_answered:
+            self.close_step()
+        if in_step and not self.step_open:
+            self._open_step()
+        if prompt:
+            self.user_prompts += 1
+        message = {"id": self.message_id(message_id), "role": "user", "content": content,
+                   "source": source or {"kind": "user"}}
+        return self.emit("user/message", message, surface_op="append")
+
+    def system(self, content: list[JsonObj], *, message_id: object = None,
+               source: JsonObj | None = None) -> int:
+        """Append a ``system/message`` (surface head; DESIGN §3.2), outside any step."""
+        message = {"id": self.message_id(message_id), "role": "system", "content": content,
+                   "source": source or {"kind": "plugin", "plugin": f"import/{self.fmt}",
+                                        "form": "instructions"}}
+        return self.emit("system/message", message, surface_op="append")
+
+    def assistant(self, content: list[JsonObj], *, provider: str | None = None,
+                  model: str | None = None, message_id: object = None,
+                  usage: JsonObj | None = None, replay_state: Any = None) -> int:
+        """Append an ``assistant/message`` and one ``tool/call`` per tool-call block.
+
+        Provider/model default to the last ones seen (``self.model``); empty strings are
+        replaced because the session requires non-empty ones (core spec §5.3).
+        """
+        if self.step_open and self.step_answered:
+            self.close_step()
+        if not self.step_open:
+            self._open_step()
+        prov = provider or self.model[0]
+        mod = model or self.model[1]
+        self.model = (prov, mod)
+        source: JsonObj = {"kind": "model", "provider": prov, "model": mod}
+        if replay_state is not None:
+            source["replayState"] = replay_state
+        message = {"id": self.message_id(message_id), "role": "assistant", "content": content,
+                   "source": source}
+        data: JsonObj = {"turn": self.turn, "step": self.step, "message": message}
+        if usage is not None:
+            data["usage"] = usage
+        seq = self.emit("assistant/message", data, surface_op="append")
+        self.step_answered = True
+        self.turn_has_response = True
+        for block in content:
+            if block.get("type") == "tool-call":
+                call_id = str(block["id"])
+                call_seq = self.emit("tool/call", {
+                    "turn": self.turn, "step": self.step, "callId": call_id,
+                    "name": block.get("name", ""), "arguments": block.get("arguments", "")})
+                # A reused id answers the newest call first (SWE-agent replays reuse ids).
+                self.pending.pop(call_id, None)
+                self.pending[call_id] = _Call(self.step, call_seq, str(block.get("name", "")))
+                self.tool_calls += 1
+        return seq
+
+    def has_pending(self, call_id: str) -> bool:
+        """True when ``call_id`` is an unanswered call of the open step."""
+        return call_id in self.pending
+
+    def tool_result(self, call_id: str, content: list[JsonObj], *, is_error: bool = False,
+                    message_id: object = None, error: JsonObj | None = None,
+                    meta: Any = None) -> int:
+        """Append the ``tool/result`` answering ``call_id``.
+
+        A result for a call that is not pending (an orphan: its call is on another branch or
+        outside an excerpt) is kept as a ``user/message`` with the result text, source
+        ``{kind:"plugin", plugin:"import/<fmt>", form:"relay"}``, so the model view keeps it
+        without breaking tool pairing.
+        """
+        call = self.pending.pop(call_id, None)
+        if call is None or not self.step_open:
+            text = [{"type": "text", "text": f"[tool result for call {call_id}]"}, *content]
+            return self.user(text, source={"kind": "plugin", "plugin": f"import/{self.fmt}",
+                                           "form": "relay"}, message_id=message_id,
+                             prompt=False)
+        block: JsonObj = {"type": "tool-result", "toolCallId": call_id, "content": content,
+                          "isError": bool(is_error)}
+        message = {"id": self.message_id(message_id), "role": "user",
+                   "source": {"kind": "tool", "callId": call_id}, "content": [block]}
+        data: JsonObj = {"turn": self.turn, "step": call.step, "message": message}
+        if error is not None:
+            data["error"] = error
+        if meta is not None:
+            data["meta"] = meta
+        self.tool_results += 1
+        return self.emit("tool/result", data, surface_op="append",
+                         source_event_seqs=[call.call_seq])
+
+    # -- compaction
+
+    def compaction(self, replacement: list[JsonObj], *, summary: list[JsonObj] | None = None,
+                   compaction_id: str | None = None, provider: str | None = None,
+                   model: str | None = None, token_count: int = 0,
+                   extra: JsonObj | None = None) -> None:
+        """Write a compaction: start, summary, a replacing ``user/message``, end (§7.6).
+
+        The replacement shadows every current surface node except a leading ``system/message``
+        (DESIGN §3.2: only a system replace may cover it); its ``sourceEventSeqs`` list the
+        start and summary events and every shadowed node. A finished turn is closed first (the
+        compaction then sits between turns, ``turn: null``); otherwise the open step is closed
+        so no call is left pending across the cut. With an empty surface the message is
+        appended.
+        """
+        if self.turn_finished():
+            self.end_turn({"kind": "completed"})  # compacted between turns
+        self.close_step()
+        cid = compaction_id or f"{self.session_id}:compaction:{self.compactions + 1}"
+        turn = self.turn if self.turn_open else None
+        start_seq = self.emit("compaction/start", {"compactionId": cid, "turn": turn})
+        shadow = list(self.nodes)
+        if shadow and self.events[shadow[0]]["type"] == "system/message":
+            shadow = shadow[1:]
+        summary_data: JsonObj = {
+            "compactionId": cid, "summary": summary if summary is not None else replacement,
+            "shadowedRange": ({"start": shadow[0], "end": shadow[-1]} if shadow else None),
+            "shadowedSeqs": shadow, "shadowedTokenCount": token_count,
+            "provider": provider or self.model[0], "model": model or self.model[1]}
+        if extra:
+            summary_data.update(extra)
+        summary_seq = self.emit("compaction/summary", summary_data)
+        message = {"id": self.message_id(None), "role": "user", "content": replacement,
+                   "source": {"kind": "plugin", "plugin": "compact", "compactionId": cid}}
+        if shadow:
+            op = {"op": "replace", "start": shadow[0], "end": shadow[-1]}
+            seq = self.emit("user/message", message, surface_op=op,
+                            source_event_seqs=[start_seq, summary_seq, *shadow])
+            first = self.nodes.index(shadow[0])
+            self.nodes[first:first + len(shadow)] = [seq]
+        else:
+            self.emit("user/message", message, surface_op="append",
+                      source_event_seqs=[start_seq, summary_seq])
+        self.emit("compaction/end", {"compactionId": cid, "turn": turn})
+        self.compactions += 1
+
+    # -- end of input
+
+    def finish(self) -> bool:
+        """Close the last turn unless the transcript stopped mid-turn; return ``interrupted``.
+
+        The last turn is left open (for ``interrupted_turn_closers`` / ``dsh resume``, core spec
+        §9) when a call is unanswered, when the last model response asked for tools other than
+        :data:`TERMINAL_TOOLS`, or when input arrived after the last model response; otherwise
+        it ends ``completed``.
+        """
+        if not self.turn_open:
+            return False
+        called = self._last_step_calls()
+        terminal = bool(called) and all(name in TERMINAL_TOOLS for name in called)
+        if self.pending or not self.step_open or not self.step_answered or (
+                called and not terminal):
+            return True
+        self.end_turn({"kind": "completed"})
+        return False
+
+    def turn_finished(self) -> bool:
+        """True when the open turn's last model response answered without asking for tools."""
+        return (self.turn_open and self.step_open and self.step_answered and not self.pending
+                and not self._last_step_called())
+
+    def _last_step_called(self) -> bool:
+        return bool(self._last_step_calls())
+
+    def _last_step_calls(self) -> list[str]:
+        """Tool names the open step's model response called (empty if none or no response)."""
+        for event in reversed(self.events):
+            if event["type"] == "assistant/message":
+                return [str(b.get("name", "")) for b in event["data"]["message"]["content"]
+                        if b.get("type") == "tool-call"]
+            if event["type"] == "step/start":
+                return []
+        return []
+
+    def header(self, *, cwd: object = None, extra: JsonObj | None = None) -> JsonObj:
+        """A dsh header for these events: version 0, id, createdAt = first event time."""
+        header: JsonObj = {"version": 0, "id": self.session_id, "createdAt": self.first_time()}
+        if isinstance(cwd, str) and cwd.startswith("/") and "{{" not in cwd:
+            header["cwd"] = cwd
+        if extra:
+            header.update(extra)
+        return header
+
+    def fail(self, message: str, *, line: int | None = None) -> ImportFormatError:
+        """Build an :class:`ImportFormatError` located at this builder's source."""
+        return ImportFormatError(message, path=str(self.path), line=line, format=self.fmt)

@@ -1,0 +1,119 @@
+"""Which transcript format a file holds, decided from its content (and extension for YAML).
+
+Rules, first match wins:
+
+* ``.yaml`` / ``.yml`` → ``anthropic`` (VCR cassette of Messages API traffic).
+* JSONL (more than one JSON line, or a ``.jsonl`` file): first record a dsh header → ``dsh``;
+  any Codex record (envelope, legacy metadata/state) → ``codex``; any Claude Code record →
+  ``claude-code``; ``{cassette|request, response}`` exchanges → ``anthropic``; objects with an
+  OpenHands ``history`` → ``openhands``.
+* One JSON document: a V0 event list or ``{history: events}`` → ``openhands``; an object with
+  ``history`` + ``trajectory``/``info``/``environment`` (or only ``history`` of chat messages)
+  → ``swe-agent``; mini-swe-agent markers (``mswea_bash_command``, ``<returncode>``) or a
+  ``trajectory_format`` wrapper → ``mini-swe-agent``; ``interactions`` → ``anthropic``; a
+  request body or message list using Anthropic block types (``tool_use``, ``tool_result``,
+  ``thinking``) or a top-level ``system`` → ``anthropic``; any other message list / body with
+  ``messages`` → ``openai-chat``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+from dsh.errors import ImportFormatError
+from dsh.interop._common import read_json_document, read_jsonl_records, read_source_bytes
+from dsh.interop.claude_code import looks_like_claude_code
+from dsh.interop.codex import looks_like_codex
+from dsh.interop.dsh_log import looks_like_dsh_header
+from dsh.interop.openhands import looks_like_openhands_events
+from dsh.interop.swe_agent import looks_like_mini_swe_agent
+
+__all__ = ["FORMATS", "detect_format"]
+
+FORMATS: Final = ("claude-code", "codex", "openai-chat", "anthropic", "openhands", "swe-agent",
+                  "mini-swe-agent", "dsh")
+"""Every format name :func:`dsh.interop.import_file` accepts (besides ``"auto"``)."""
+
+_ANTHROPIC_BLOCKS: Final = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+
+
+def _is_jsonl(path: Path, raw: bytes) -> bool:
+    if path.suffix.lower() == ".jsonl":
+        return True
+    if path.suffix.lower() in (".json", ".traj"):
+        return False
+    lines = [ln for ln in raw.split(b"\n") if ln.strip()]
+    return len(lines) > 1 and lines[0].lstrip().startswith(b"{") and lines[0].rstrip().endswith(
+        b"}")
+
+
+def _uses_anthropic_blocks(messages: Any) -> bool:
+    if not isinstance(messages, list):
+        return False
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in
+                                             _ANTHROPIC_BLOCKS for b in content):
+            return True
+    return False
+
+
+def detect_format(path: Path) -> str:
+    """Return the format name of ``path`` (one of :data:`FORMATS`).
+
+    Raises:
+        ImportFormatError: unreadable/empty/binary/non-JSON file, or JSON of no known format
+            (``format`` in ``where`` is ``"auto"``).
+    """
+    path = Path(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        read_source_bytes(path, "auto")
+        return "anthropic"
+    raw = read_source_bytes(path, "auto")
+    if _is_jsonl(path, raw):
+        records = read_jsonl_records(path, "auto")
+        first = records[0][1]
+        if looks_like_dsh_header(first):
+            return "dsh"
+        values = [r for _, r in records]
+        if any(looks_like_codex(r) for r in values):
+            return "codex"
+        if any(looks_like_claude_code(r) for r in values):
+            return "claude-code"
+        if all(isinstance(r, dict) and "request" in r and "response" in r for r in values):
+            return "anthropic"
+        if all(isinstance(r, dict) and looks_like_openhands_events(r.get("history"))
+               for r in values):
+            return "openhands"
+        raise ImportFormatError(
+            "cannot tell the transcript format of this JSONL file (first record keys: "
+            f"{sorted(first)[:8] if isinstance(first, dict) else type(first).__name__}); pass "
+            "--format", path=str(path), line=records[0][0], format="auto")
+    doc = read_json_document(path, "auto")
+    if looks_like_openhands_events(doc):
+        return "openhands"
+    if isinstance(doc, dict):
+        if looks_like_openhands_events(doc.get("history")):
+            return "openhands"
+        if isinstance(doc.get("history"), list) and (
+                {"trajectory", "info", "environment"} & set(doc) or all(
+                    isinstance(m, dict) and "role" in m for m in doc["history"])):
+            return "swe-agent"
+        if looks_like_mini_swe_agent(doc):
+            return "mini-swe-agent"
+        if "interactions" in doc:
+            return "anthropic"
+        if isinstance(doc.get("messages"), list):
+            if "system" in doc or _uses_anthropic_blocks(doc["messages"]):
+                return "anthropic"
+            return "openai-chat"
+    if isinstance(doc, list) and doc and all(isinstance(m, dict) and "role" in m for m in doc):
+        if looks_like_mini_swe_agent(doc):
+            return "mini-swe-agent"
+        if _uses_anthropic_blocks(doc):
+            return "anthropic"
+        return "openai-chat"
+    raise ImportFormatError(
+        f"cannot tell the transcript format of this JSON document ({type(doc).__name__}); "
+        "pass --format", path=str(path), line=1, format="auto")

@@ -1,0 +1,136 @@
+"""Exclusive write ownership of one session: a lock file plus an ``.owner`` sidecar (DESIGN §3.3).
+
+dsh excludes only writers inside its own process (persistence spec §4.11 item 8, §2.3); the port
+excludes writers everywhere. The lock is an OS file lock (``filelock.FileLock``: ``fcntl.flock`` on
+POSIX) on a file beside the data, acquired without blocking. After acquiring, the holder writes
+``{"pid", "host", "since"}`` (since = epoch ms) to ``<lock>.owner`` so a refused writer can name
+the holder. The OS releases the lock when the holder process dies, so a crash never leaves a
+stale lock; a stale ``.owner`` file is simply overwritten by the next holder.
+
+``filelock`` locks are re-entrant inside one process (same path → same lock object), so the
+in-process exclusion is a separate registry of held paths guarded by a mutex.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+from filelock import FileLock, Timeout
+
+from dsh.errors import SessionBusyError
+
+__all__ = ["SessionLock"]
+
+_held: set[str] = set()
+_held_mutex = threading.Lock()
+
+
+def _read_owner(owner_path: Path) -> dict[str, object]:
+    try:
+        raw = owner_path.read_text(encoding="utf-8")
+        value = json.loads(raw)
+    except (OSError, ValueError):
+        # The holder may not have written its sidecar yet (tiny window after acquire).
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class SessionLock:
+    """A held, exclusive, non-blocking write lock on one session.
+
+    Args:
+        lock_path: The lock file (``<session dir>/session.lock`` for JSONL,
+            ``<db>.dsh-locks/<encoded id>.lock`` for SQLite). Parent directories are created.
+        session_id: Named in the busy error.
+
+    Raises:
+        SessionBusyError: another handle in this process, or another process, holds the lock;
+            ``where`` carries ``pid``, ``host``, ``since`` (epoch ms) when the holder wrote them.
+    """
+
+    def __init__(self, lock_path: Path, session_id: str) -> None:
+        self.path = lock_path
+        self.owner_path = lock_path.with_name(lock_path.name + ".owner")
+        self.session_id = session_id
+        lock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = str(lock_path.parent.resolve() / lock_path.name)
+        self._key = key
+        with _held_mutex:
+            if key in _held:
+                self._busy(in_process=True)
+            _held.add(key)
+        self._lock = FileLock(
+            str(lock_path), timeout=0, thread_local=False, is_singleton=False,
+            preserve_lock_file=True)
+        try:
+            self._lock.acquire(timeout=0, blocking=False)
+        except Timeout:
+            with _held_mutex:
+                _held.discard(key)
+            self._busy(in_process=False)
+        except BaseException:
+            with _held_mutex:
+                _held.discard(key)
+            raise
+        self.since = int(time.time() * 1000)
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        info = {"pid": self.pid, "host": self.host, "since": self.since,
+                "session": session_id}
+        self._released = False
+        try:
+            tmp = self.owner_path.with_name(self.owner_path.name + f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(info), encoding="utf-8")
+            os.replace(tmp, self.owner_path)
+        except BaseException:
+            self.release()  # never keep a lock whose holder cannot be named
+            raise
+
+    def _busy(self, *, in_process: bool) -> None:
+        owner = _read_owner(self.owner_path)
+        pid = owner.get("pid")
+        host = owner.get("host")
+        since = owner.get("since")
+        where = "this process" if in_process else "another process"
+        raise SessionBusyError(
+            f"session {self.session_id!r} is open for writing by {where} "
+            f"(pid {pid}, host {host}, since {since} ms); only one writer at a time, "
+            f"close the other handle first",
+            session_id=self.session_id,
+            path=str(self.path),
+            pid=pid if isinstance(pid, int) else None,
+            host=host if isinstance(host, str) else None,
+            since=since if isinstance(since, int) else None,
+        )
+
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` ran."""
+        return self._released
+
+    def release(self) -> None:
+        """Release the lock (idempotent); the ``.owner`` sidecar is removed first."""
+        if self._released:
+            return
+        self._released = True
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                self.owner_path.unlink()
+            self._lock.release(force=True)
+        finally:
+            with _held_mutex:
+                _held.discard(self._key)
+
+    def __enter__(self) -> SessionLock:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()

@@ -1,0 +1,818 @@
+"""The persistence facade: cold-read pipeline, write-behind observer, load/inspect and resume.
+
+:class:`Persistence` wraps one backend (:mod:`dsh.persistence.api`). It
+
+* reads cold logs through one pipeline, in order (persistence spec §3.8, core spec §15.2):
+  identity, format version, legacy v0 normalisation, vocabulary, crash-repair closers, then
+  full restore validation (``Session.restore``) in memory;
+* binds to a ``SessionStore`` as an observer (:meth:`Persistence.bind`): appends are written
+  behind with a fixed batching window (DESIGN §3.4, spec §3.5) by one writer thread per live
+  session, and ``on_flush`` is the durability barrier;
+* resumes a stored session in seed ch. 28 order: take write ownership first, read cold, close
+  the interrupted turn durably through the same handle, rebuild with ``Session.restore`` and
+  publish the session with that handle owned by the write-behind observer.
+
+A live session is never read as a stored one: ``resume`` of a live id is refused, ``load`` of a
+live id with an open turn is refused, ``inspect`` of a live id returns the live snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+
+from dsh.errors import (
+    ConfigError,
+    DshError,
+    EventRejectedError,
+    LogCorruptError,
+    PersistenceError,
+    SessionBusyError,
+    SessionExistsError,
+    UnknownEventTypeError,
+    WriteFailedError,
+)
+from dsh.json import FrozenDict, json_equal
+from dsh.persistence._jsonl_format import format_version_refusal
+from dsh.persistence.api import (
+    Backend,
+    ColdRead,
+    Handle,
+    OpenMode,
+    SessionSummary,
+    TornTail,
+    normalize_header,
+)
+from dsh.persistence.legacy import normalize_legacy_events
+from dsh.session.events import KNOWN_EVENT_TYPES, SESSION_FORMAT_VERSION, Event
+from dsh.session.repair import interrupted_turn_closers
+
+__all__ = [
+    "MAX_BATCH_WINDOW_MS",
+    "Inspection",
+    "Persistence",
+    "PersistenceObserver",
+    "WriteBehind",
+    "read_pipeline",
+]
+
+log = logging.getLogger("dsh.persistence")
+
+MAX_BATCH_WINDOW_MS = 2_147_483_647
+"""Largest batching window accepted (persistence spec §2.1 ``MAX_WRITE_BATCH_DELAY_MS``)."""
+
+_TITLE_CHARS = 80
+
+
+class _SessionLike(Protocol):
+    """What the coordinator needs from a live ``dsh.session.session.Session``."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def header(self) -> Mapping[str, Any]: ...
+
+    @property
+    def events(self) -> tuple[Event, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WriteBehind:
+    """Write-behind configuration (persistence spec §3.5, §11; DESIGN §3.4).
+
+    Attributes:
+        batch_window_ms: Fixed batching window in ms, counted from the first event queued after
+            the previous write (not a debounce: later events never push it back). Integer in
+            ``[1, 2_147_483_647]``; default 200.
+
+    Raises:
+        ConfigError: ``batch_window_ms`` is not an integer in range (``bool`` is refused).
+    """
+
+    batch_window_ms: int = 200
+
+    def __post_init__(self) -> None:
+        value = self.batch_window_ms
+        if type(value) is not int or not 1 <= value <= MAX_BATCH_WINDOW_MS:
+            raise ConfigError(f"WriteBehind.batch_window_ms must be an integer between 1 and "
+                              f"{MAX_BATCH_WINDOW_MS} ms, got {value!r}",
+                              json_path="$.batch_window_ms")
+
+
+@dataclass(frozen=True, slots=True)
+class Inspection:
+    """A logical view of one session (``Persistence.inspect`` / ``load``).
+
+    Attributes:
+        header: The stored (or live) header.
+        events: The normalised committed events followed by the closers, seq contiguous.
+        closers: The crash-repair closers (``inspect``: in memory only; ``load``: committed).
+            Empty for a balanced log and for a live snapshot.
+        torn: The torn tail found by the cold read (``load``: truncated on disk), or None.
+        revision: The backend revision of the read (``"live"`` for a live snapshot).
+        live: True when the view is a live session's snapshot (it may end in an open turn).
+    """
+
+    header: FrozenDict
+    events: tuple[Event, ...]
+    closers: tuple[Event, ...]
+    torn: TornTail | None
+    revision: str
+    live: bool = False
+
+
+def read_pipeline(session_id: str, cold: ColdRead, *, path: str | None = None
+                  ) -> tuple[tuple[Event, ...], tuple[Event, ...]]:
+    """Run the cold-read pipeline over a backend read, in spec order (spec §3.8, core §15.2).
+
+    1. identity: the header id must be ``session_id``;
+    2. format version: not 0 → refusal saying which direction (upgrade dsh for newer logs);
+    3. legacy v0 normalisation (:mod:`dsh.persistence.legacy`);
+    4. vocabulary: every type known or the event marked ``ignorable: true``;
+    5. crash repair: ``interrupted_turn_closers`` over the normalised events.
+
+    Args:
+        session_id: The requested id.
+        cold: The backend read (offset 0).
+        path: The raw log path for messages, when the backend has one.
+
+    Returns:
+        tuple: ``(events, closers)``.
+
+    Raises:
+        LogCorruptError: identity mismatch, legacy refusal, malformed events for repair.
+        SessionFormatUnsupportedError: foreign format version.
+        UnknownEventTypeError: an unknown, non-ignorable event type (type and seq named).
+    """
+    header = cold.header
+    if header.get("id") != session_id:
+        raise LogCorruptError(f"stored session identity mismatch: requested id {session_id!r} "
+                              f"does not match header id {header.get('id')!r}",
+                              session_id=session_id, path=path)
+    version = header.get("version")
+    if version != SESSION_FORMAT_VERSION or type(version) is not int:
+        raise format_version_refusal(session_id, version, path=path)
+    events = normalize_legacy_events(cold.events, session_id)
+    for event in events:
+        etype = event.get("type")
+        if etype not in KNOWN_EVENT_TYPES and event.get("ignorable") is not True:
+            raw = f" (raw log: {path})" if path else ""
+            raise UnknownEventTypeError(
+                f"stored session {session_id!r} holds event type {etype!r} at seq "
+                f"{event.get('seq')}, which is unknown to this dsh and not marked ignorable; "
+                f"upgrade dsh to read it{raw}", session_id=session_id, event_type=str(etype),
+                seq=event.get("seq") if type(event.get("seq")) is int else None, path=path)
+    try:
+        closers = interrupted_turn_closers(events)
+    except EventRejectedError as exc:
+        raise LogCorruptError(f"stored session {session_id!r} failed validation: {exc.message}",
+                              session_id=session_id, path=path, seq=exc.where.get("seq")
+                              if isinstance(exc.where.get("seq"), int) else None) from exc
+    return events, closers
+
+
+def _restore(session_id: str, seed: Sequence[Event], header: FrozenDict) -> Any:
+    """``Session.restore`` with validation failures reported as corruption (spec §3.8 step 3)."""
+    from dsh.session.session import Session
+
+    inherited = header.get("seedLength") or 0
+    try:
+        return Session.restore(session_id, seed, header, inherited_event_count=inherited)
+    except EventRejectedError as exc:
+        raise LogCorruptError(f"stored session {session_id!r} failed validation: {exc.message}",
+                              session_id=session_id,
+                              seq=exc.where.get("seed_index")
+                              if isinstance(exc.where.get("seed_index"), int) else None) from exc
+
+
+def _raw_path(handle: Handle) -> str | None:
+    path = getattr(handle, "path", None)
+    return str(path) if path is not None else None
+
+
+def _open_turn(events: Sequence[Event]) -> bool:
+    open_turn = False
+    for event in events:
+        etype = event.get("type")
+        if etype == "turn/start":
+            open_turn = True
+        elif etype == "turn/end":
+            open_turn = False
+    return open_turn
+
+
+def _title(events: Sequence[Event]) -> str | None:
+    title: str | None = None
+    first_prompt: str | None = None
+    for event in events:
+        etype = event.get("type")
+        data = event.get("data")
+        if etype == "session/title" and isinstance(data, dict) \
+                and isinstance(data.get("title"), str):
+            title = data["title"]
+        elif first_prompt is None and etype == "user/message" and isinstance(data, dict):
+            source = data.get("source")
+            if isinstance(source, dict) and source.get("kind") != "user":
+                continue
+            for block in data.get("content") or ():
+                if isinstance(block, dict) and block.get("type") == "text" \
+                        and isinstance(block.get("text"), str):
+                    first_prompt = block["text"][:_TITLE_CHARS]
+                    break
+    return title if title is not None else first_prompt
+
+
+class _SessionWriter:
+    """Write-behind for one live session: a queue, a fixed window, one writer thread.
+
+    Semantics (persistence spec §3.5, DESIGN §3.4): the first event queued after a write arms a
+    deadline ``window`` ms later; at the deadline the whole pending prefix is written as one
+    batch (``append`` + ``flush``). A failed write puts its batch back at the front (order kept),
+    pauses automatic writes until the next event or flush, is logged, and is raised by the next
+    :meth:`flush`. Events with ``seq`` below the cursor (already stored) are dropped, so a
+    retried batch never duplicates.
+    """
+
+    def __init__(self, session: _SessionLike, handle: Handle, cursor: int,
+                 config: WriteBehind, backend_url: str) -> None:
+        self.session = session
+        self.handle = handle
+        self.cursor = cursor
+        self._window = config.batch_window_ms / 1000.0
+        self._url = backend_url
+        self._cond = threading.Condition(threading.Lock())
+        self._pending: list[Event] = []
+        self._deadline: float | None = None
+        self._paused = False
+        self._active = False
+        self._barriers = 0
+        self._failure: BaseException | None = None  # background failure for the next flush
+        self._fail_count = 0
+        self._last_error: BaseException | None = None
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"dsh-write-behind:{session.id}")
+        self._thread.start()
+
+    # producer side -----------------------------------------------------------------------
+
+    def enqueue(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        with self._cond:
+            self._pending.extend(events)
+            if self._barriers:
+                self._cond.notify_all()
+                return
+            # Wake the writer only when its deadline changes: a waiting writer already sleeps
+            # until the armed deadline, and waking it per event costs a context switch each.
+            if self._paused:
+                self._paused = False  # a fresh window after a failure (spec §3.5)
+                self._deadline = time.monotonic() + self._window
+                self._cond.notify_all()
+            elif self._deadline is None:
+                self._deadline = time.monotonic() + self._window
+                self._cond.notify_all()
+
+    def has_work(self) -> bool:
+        with self._cond:
+            return bool(self._pending) or self._active
+
+    def flush(self) -> None:
+        """Durability barrier: return once everything queued is appended and flushed.
+
+        Raises:
+            WriteFailedError: a background write failed since the last flush (its events are
+                kept and automatic writes resume), or a write failed during this barrier.
+        """
+        with self._cond:
+            stored = self._failure
+            if stored is not None:
+                cause = stored
+                self._failure = None
+                self._paused = False
+                if self._pending and self._deadline is None:
+                    self._deadline = time.monotonic() + self._window
+                self._cond.notify_all()
+                raise WriteFailedError(
+                    f"a background write of session {self.session.id!r} to {self._url} failed "
+                    f"({cause!r}); its events were kept for a retry, flush again to confirm "
+                    f"they are durable", session_id=self.session.id) from cause
+            failures_before = self._fail_count
+            self._barriers += 1
+            self._paused = False
+            self._cond.notify_all()
+            try:
+                while self._pending or self._active:
+                    if self._fail_count != failures_before:
+                        last = self._last_error
+                        self._failure = None
+                        raise WriteFailedError(
+                            f"writing session {self.session.id!r} to {self._url} failed "
+                            f"({last!r}); its events are kept for the next flush",
+                            session_id=self.session.id) from last
+                    self._cond.wait()
+            finally:
+                self._barriers -= 1
+
+    def close(self) -> None:
+        """Final drain, then stop the thread and close the handle.
+
+        Raises:
+            WriteFailedError: the final drain failed; the writer stays usable for a retry.
+        """
+        self.flush()
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join()
+        self.handle.close()
+
+    def abandon(self) -> None:
+        """Stop the thread and close the handle without draining (teardown after failure)."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join()
+        self.handle.close()
+
+    # writer thread -----------------------------------------------------------------------
+
+    def _take(self) -> tuple[list[Event], bool] | None:
+        """Wait for a due batch; None when stopping."""
+        with self._cond:
+            while True:
+                if self._stop and not self._barriers:
+                    return None
+                if self._pending and not self._paused:
+                    now = time.monotonic()
+                    if self._barriers or (self._deadline is not None and now >= self._deadline):
+                        batch, self._pending = self._pending, []
+                        self._deadline = None
+                        self._active = True
+                        return batch, self._barriers == 0
+                    timeout = None if self._deadline is None else self._deadline - now
+                    self._cond.wait(timeout)
+                else:
+                    self._cond.wait()
+
+    def _run(self) -> None:
+        while True:
+            taken = self._take()
+            if taken is None:
+                return
+            batch, background = taken
+            error: BaseException | None = None
+            try:
+                self._write(batch)
+            except Exception as exc:  # kept, logged, and raised by the next flush()
+                error = exc
+            with self._cond:
+                self._active = False
+                if error is not None:
+                    self._pending[:0] = batch
+                    self._paused = True
+                    self._deadline = None
+                    self._fail_count += 1
+                    self._last_error = error
+                    if background and not self._barriers:
+                        log.warning("background write of session %r to %s failed: %r; "
+                                    "%d buffered event(s) are kept and raised by the next "
+                                    "flush", self.session.id, self._url, error,
+                                    len(self._pending))
+                        self._failure = error
+                self._cond.notify_all()
+
+    def _write(self, batch: list[Event]) -> None:
+        fresh = [event for event in batch if event["seq"] >= self.cursor]
+        if not fresh:
+            return
+        self.handle.append(fresh)
+        self.handle.flush()
+        self.cursor = fresh[-1]["seq"] + 1
+
+
+class PersistenceObserver:
+    """The ``SessionStore`` observer returned by :meth:`Persistence.bind`.
+
+    Hooks (called by the store): ``on_created(session)`` (a raise vetoes publication),
+    ``on_event(session, event)``, ``on_flush(session)`` (blocking durability barrier),
+    ``aflush(session)`` (the same without blocking an asyncio loop), ``on_disposed(session)``
+    (final drain, then the handle is closed).
+    """
+
+    def __init__(self, persistence: Persistence, store: object) -> None:
+        self._persistence = persistence
+        self.store = store
+        self._writers: dict[int, _SessionWriter] = {}
+        self._adopting: dict[str, tuple[Handle, int]] = {}
+        self._publishing: set[int] = set()  # resumed sessions whose announcement is running
+        self._mutex = threading.RLock()
+
+    # resume hand-off ---------------------------------------------------------------------
+
+    def _adopt(self, session_id: str, handle: Handle, cursor: int) -> None:
+        with self._mutex:
+            self._adopting[session_id] = (handle, cursor)
+
+    def _drop_adoption(self, session_id: str) -> Handle | None:
+        with self._mutex:
+            entry = self._adopting.pop(session_id, None)
+        return entry[0] if entry else None
+
+    # hooks -------------------------------------------------------------------------------
+
+    def _writer_for(self, session: _SessionLike) -> _SessionWriter:
+        writer = self._writers.get(id(session))  # fast path: a dict read is atomic
+        if writer is not None:
+            return writer
+        with self._mutex:
+            writer = self._writers.get(id(session))
+            if writer is None:
+                self.on_created(session)
+                writer = self._writers[id(session)]
+            return writer
+
+    def on_created(self, session: _SessionLike) -> None:
+        """Bind a newly published session: take its write handle and queue its seed.
+
+        A session published by :meth:`Persistence.resume` uses the handle resume opened and
+        queues only the suffix after the stored log (the ``session/end-seed`` marker). Any
+        other session either creates its stored session or, when one exists, adopts it if the
+        stored events are a JSON-identical prefix of the session's (a torn tail is truncated,
+        no closers: the live turn is not interrupted; spec §3.12).
+
+        Raises:
+            SessionBusyError: another writer holds the id.
+            SessionExistsError: the stored log does not match this session (id collision).
+        """
+        backend = self._persistence.backend
+        sid = session.id
+        with self._mutex:
+            if id(session) in self._writers:
+                return
+            adopted = self._adopting.pop(sid, None)
+            if adopted is not None:
+                handle, cursor = adopted
+            else:
+                handle, cursor = self._claim(session)
+            writer = _SessionWriter(session, handle, cursor, self._persistence.write_behind,
+                                    backend.url)
+            self._writers[id(session)] = writer
+            self._persistence._live[sid] = session
+        writer.enqueue(session.events[cursor:])
+
+    def _claim(self, session: _SessionLike) -> tuple[Handle, int]:
+        backend = self._persistence.backend
+        sid = session.id
+        if not backend.exists(sid):
+            backend.create(session.header)
+            return backend.open(sid, "write"), 0
+        handle = backend.open(sid, "write")
+        try:
+            cold = handle.read(0)
+            live = session.events
+            stored = cold.events
+            if len(stored) > len(live) or not all(
+                    json_equal(a, b) for a, b in zip(stored, live, strict=False)):
+                raise SessionExistsError(
+                    f"session {sid!r} already has a persisted log that does not match this live "
+                    f"session (id collision)", session_id=sid)
+            if cold.header.get("cwd") != session.header.get("cwd"):
+                raise SessionExistsError(
+                    f"session {sid!r} is already persisted at a different cwd "
+                    f"({cold.header.get('cwd')!r}) (id collision)", session_id=sid)
+            if cold.torn is not None:
+                handle.append([])  # truncate only: the live turn is not interrupted
+                handle.flush()
+        except BaseException:
+            handle.close()
+            raise
+        return handle, len(stored)
+
+    def on_event(self, session: _SessionLike, event: Event) -> None:
+        """Queue one committed event for the write-behind batch."""
+        self._writer_for(session).enqueue((event,))
+
+    def on_flush(self, session: _SessionLike) -> None:
+        """Block until every event queued for ``session`` is appended and flushed.
+
+        Raises:
+            WriteFailedError: a write failed (cause chained); events are kept.
+        """
+        with self._mutex:
+            writer = self._writers.get(id(session))
+        if writer is not None:
+            writer.flush()
+
+    async def aflush(self, session: _SessionLike) -> None:
+        """:meth:`on_flush` run in a worker thread, so the asyncio loop keeps running."""
+        await asyncio.to_thread(self.on_flush, session)
+
+    def on_disposed(self, session: _SessionLike) -> None:
+        """Final drain of ``session``, then close its handle (releases write ownership).
+
+        Raises:
+            WriteFailedError: the drain failed; the writer is kept so ``Persistence.close``
+                retries it.
+        """
+        with self._mutex:
+            writer = self._writers.get(id(session))
+            vetoed = id(session) in self._publishing
+        if writer is None:
+            return
+        if vetoed:
+            # a resume whose publication was vetoed writes nothing more (spec §10.13)
+            writer.abandon()
+            with self._mutex:
+                self._writers.pop(id(session), None)
+                if self._persistence._live.get(session.id) is session:
+                    del self._persistence._live[session.id]
+            return
+        try:
+            writer.close()
+        except WriteFailedError:
+            log.error("retirement of session %r failed; its writer is kept for a retry at "
+                      "close", session.id)
+            raise
+        with self._mutex:
+            self._writers.pop(id(session), None)
+            if self._persistence._live.get(session.id) is session:
+                del self._persistence._live[session.id]
+
+    def close(self) -> list[BaseException]:
+        """Drain and close every writer; return the failures (their handles are closed)."""
+        errors: list[BaseException] = []
+        with self._mutex:
+            writers = list(self._writers.values())
+            self._writers.clear()
+            adopting = list(self._adopting.values())
+            self._adopting.clear()
+        for writer in writers:
+            try:
+                writer.close()
+            except Exception as exc:  # collected; Persistence.close raises the first
+                errors.append(exc)
+                writer.abandon()
+            if self._persistence._live.get(writer.session.id) is writer.session:
+                del self._persistence._live[writer.session.id]
+        for handle, _ in adopting:
+            handle.close()
+        return errors
+
+
+class Persistence:
+    """One store: a backend plus the pipeline, write-behind and resume (DESIGN §3.3-§3.4).
+
+    Args:
+        backend: Any :class:`~dsh.persistence.api.Backend`.
+        write_behind: Batching configuration for bound stores.
+    """
+
+    def __init__(self, backend: Backend, *, write_behind: WriteBehind | None = None) -> None:
+        self.backend = backend
+        self.write_behind = write_behind or WriteBehind()
+        self._observers: dict[int, PersistenceObserver] = {}
+        self._live: dict[str, Any] = {}
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """The store URL."""
+        return self.backend.url
+
+    # plain storage -----------------------------------------------------------------------
+
+    def create(self, header: Mapping[str, object]) -> None:
+        """Register a new stored session (see ``Backend.create``)."""
+        self.backend.create(normalize_header(header))
+
+    def open(self, session_id: str, mode: OpenMode = "read") -> Handle:
+        """Open a handle (see ``Backend.open``)."""
+        return self.backend.open(session_id, mode)
+
+    def exists(self, session_id: str) -> bool:
+        """Return whether the session is stored (or created) in the backend."""
+        return self.backend.exists(session_id)
+
+    def list(self) -> list[SessionSummary]:
+        """Summaries of every stored session with at least one event (spec §2.1 ``list``).
+
+        Each log is read (committed prefix only; nothing is repaired or written).
+
+        Raises:
+            LogCorruptError, SessionFormatUnsupportedError: a stored log cannot be read.
+        """
+        out: list[SessionSummary] = []
+        for header in self.backend.list_headers():
+            sid = header["id"]
+            with self.backend.open(sid, "read") as handle:
+                cold = handle.read(0)
+            events = cold.events
+            if not events:
+                continue
+            out.append(SessionSummary(sid, cold.header, len(events), events[-1]["time"],
+                                      _title(events)))
+        return out
+
+    # reading -----------------------------------------------------------------------------
+
+    def _live_session(self, session_id: str) -> Any:
+        return self._live.get(session_id)
+
+    def inspect(self, session_id: str) -> Inspection:
+        """Read a session without writing anything (spec §3.10 ``inspect``).
+
+        A live session yields its current snapshot (possibly an open turn). A stored one runs
+        the read pipeline and full restore validation; closers stay in memory.
+
+        Raises:
+            SessionNotFoundError, LogCorruptError, SessionFormatUnsupportedError,
+            UnknownEventTypeError.
+        """
+        live = self._live_session(session_id)
+        if live is not None:
+            return Inspection(FrozenDict(live.header), tuple(live.events), (), None, "live",
+                              live=True)
+        with self.backend.open(session_id, "read") as handle:
+            cold = handle.read(0)
+            path = _raw_path(handle)
+        events, closers = read_pipeline(session_id, cold, path=path)
+        _restore(session_id, events + closers, cold.header)
+        return Inspection(cold.header, events + closers, closers, cold.torn, cold.revision)
+
+    def load(self, session_id: str) -> Inspection:
+        """Read a session and commit its crash repair (spec §3.10 ``load``).
+
+        Through a write handle: read, pipeline, validation, then (when needed) truncate the
+        torn tail and append the closers as one batch, flushed. A balanced, untorn log is not
+        written to.
+
+        Raises:
+            SessionBusyError: another writer holds the id.
+            PersistenceError: code ``SESSION_LIVE``: the id is live here with an open turn.
+            SessionNotFoundError, LogCorruptError, SessionFormatUnsupportedError,
+            UnknownEventTypeError.
+        """
+        live = self._live_session(session_id)
+        if live is not None:
+            self._flush_live(live)
+            if _open_turn(live.events):
+                raise PersistenceError(
+                    f"cannot load session {session_id!r} while its live turn is open; use the "
+                    f"live Session or wait for the turn to close", code="SESSION_LIVE",
+                    session_id=session_id)
+            return Inspection(FrozenDict(live.header), tuple(live.events), (), None, "live",
+                              live=True)
+        with self.backend.open(session_id, "write") as handle:
+            cold = handle.read(0)
+            events, closers = read_pipeline(session_id, cold, path=_raw_path(handle))
+            _restore(session_id, events + closers, cold.header)
+            if closers or cold.torn is not None:
+                handle.append(closers)
+                handle.flush()
+            revision = handle.read(len(events) + len(closers)).revision
+        return Inspection(cold.header, events + closers, closers, cold.torn, revision)
+
+    def _flush_live(self, session: Any) -> None:
+        for observer in list(self._observers.values()):
+            observer.on_flush(session)
+
+    # live binding --------------------------------------------------------------------------
+
+    def bind(self, store: object) -> PersistenceObserver:
+        """Return the write-behind observer for ``store`` (one per store, created once)."""
+        observer = self._observers.get(id(store))
+        if observer is None:
+            observer = PersistenceObserver(self, store)
+            self._observers[id(store)] = observer
+        return observer
+
+    def resume(self, store: Any, session_id: str) -> Any:
+        """Resume a stored session into ``store`` (seed ch. 28 order; spec §7).
+
+        1. refuse a live id; open the session for writing first (exclusive: a concurrent
+           resume, in this process or another, gets ``SessionBusyError``);
+        2. read cold through that handle and run the pipeline; closers =
+           ``interrupted_turn_closers``;
+        3. rebuild with ``Session.restore(id, events + closers, header,
+           inherited_event_count=header.seedLength or 0)`` (validation; appends the plain
+           ``session/end-seed`` in memory) - done before any write, so an invalid log is
+           refused without being touched;
+        4. commit the repair through the same handle (truncate the torn tail, append the
+           closers, flush);
+        5. publish into ``store`` (``enter`` + ``announce``); the store's observer takes over
+           the handle and writes the suffix (the end-seed marker).
+
+        Returns:
+            Session: the published session.
+
+        Raises:
+            SessionBusyError: the id is live in this process or held by another writer.
+            SessionNotFoundError, LogCorruptError, SessionFormatUnsupportedError,
+            UnknownEventTypeError: as :meth:`inspect`.
+        """
+        live = self._live_session(session_id)
+        if live is not None:
+            raise SessionBusyError(f"cannot resume session {session_id!r} while it is live in "
+                                   f"this process; its live turn is never crash-repaired",
+                                   code="SESSION_LIVE", session_id=session_id)
+        handle = self.backend.open(session_id, "write")
+        observer: PersistenceObserver | None = None
+        try:
+            cold = handle.read(0)
+            events, closers = read_pipeline(session_id, cold, path=_raw_path(handle))
+            seed = events + closers
+            session = self._prepare(store, session_id, seed, cold.header)
+            if closers or cold.torn is not None:
+                handle.append(closers)
+                handle.flush()
+            observer = self._observer_for(store)
+            observer._adopt(session_id, handle, len(seed))
+            observer._publishing.add(id(session))
+            try:
+                self._publish(store, session)
+            finally:
+                observer._publishing.discard(id(session))
+        except BaseException:
+            if observer is not None:
+                observer._drop_adoption(session_id)
+            handle.close()
+            raise
+        return session
+
+    @staticmethod
+    def _prepare(store: Any, session_id: str, seed: tuple[Event, ...],
+                 header: FrozenDict) -> Any:
+        """Restore through ``store.prepare`` (its clock, its live-id check) when it has one."""
+        prepare = getattr(store, "prepare", None)
+        if prepare is None:
+            return _restore(session_id, seed, header)
+        try:
+            return prepare(session_id, seed=seed, header=header,
+                           inherited_event_count=header.get("seedLength") or 0,
+                           seed_source="persistence")
+        except EventRejectedError as exc:
+            raise LogCorruptError(
+                f"stored session {session_id!r} failed validation: {exc.message}",
+                session_id=session_id, seq=exc.where.get("seed_index")
+                if isinstance(exc.where.get("seed_index"), int) else None) from exc
+
+    def _observer_for(self, store: Any) -> PersistenceObserver:
+        observer = self._observers.get(id(store))
+        if observer is None:
+            observer = self.bind(store)
+            store.observe(observer)
+        return observer
+
+    @staticmethod
+    def _publish(store: Any, session: Any) -> None:
+        enter = getattr(store, "enter", None)
+        announce = getattr(store, "announce", None)
+        if enter is None or announce is None:
+            raise PersistenceError("the session store has no enter/announce; cannot publish a "
+                                   "resumed session", code="STORE_API")
+        detach = enter(session)
+        try:
+            announce(session)
+        except BaseException:
+            detach()
+            raise
+
+    # teardown ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Drain every bound store's writers, close their handles, close the backend.
+
+        Raises:
+            WriteFailedError: a final drain failed (first failure; the others are logged).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        errors: list[BaseException] = []
+        for observer in list(self._observers.values()):
+            errors.extend(observer.close())
+        self._observers.clear()
+        self.backend.close()
+        for extra in errors[1:]:
+            log.error("final drain failed: %r", extra)
+        if errors:
+            first = errors[0]
+            if isinstance(first, DshError):
+                raise first
+            raise WriteFailedError(f"final drain of {self.url} failed: {first!r}") from first
+
+    def __enter__(self) -> Persistence:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

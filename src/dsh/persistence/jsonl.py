@@ -1,0 +1,738 @@
+"""dsh's JSONL backend on disk: layout, atomic first write, appends with rollback, torn tails.
+
+On-disk format (persistence spec §4): ``<root>/<project dir>/<encoded id>/session.jsonl`` (raw)
+or ``session.jsonl.zstd`` (one checksummed Zstandard frame per batch). The pure encoding and
+scanning rules live in :mod:`dsh.persistence._jsonl_format`; this module does the file work:
+
+* first materialization is atomic and never overwrites (temp file + fsync + ``link`` +
+  directory fsync, spec §4.8); creation is lazy (nothing on disk before the first event);
+* an append is one ``write`` (raw) or one frame (zstd); a failed write is truncated back, and a
+  failed ``flush`` (fsync) truncates back to the last durable size and forgets the batch, so a
+  retry of the same batch leaves no seq gap and no duplicate;
+* a torn tail is truncated (and fsynced) before the first write through a write handle;
+* write handles hold ``<session dir>/session.lock`` (see :mod:`dsh.persistence._lock`), which
+  dsh tolerates as an extra file in the session-owned directory (spec §10.6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+import zstandard
+
+from dsh.errors import (
+    ConfigError,
+    LogCorruptError,
+    PersistenceError,
+    SessionExistsError,
+    SessionNotFoundError,
+)
+from dsh.json import FrozenDict
+from dsh.persistence._jsonl_format import (
+    Scanner,
+    encode_header_line,
+    encode_records,
+    encode_segment,
+    parse_header_lenient,
+    parse_header_strict,
+    project_dir_name,
+    scan_zstd_frames,
+)
+from dsh.persistence._lock import SessionLock
+from dsh.persistence.api import ColdRead, OpenMode, TornTail, normalize_header
+from dsh.persistence.memory import validate_batch
+from dsh.session.events import Event
+
+__all__ = ["JsonlBackend", "JsonlHandle", "parse_log"]
+
+Compression = Literal["none", "zstd"]
+
+_RAW_NAME = "session.jsonl"
+_ZSTD_NAME = "session.jsonl.zstd"
+_LOCK_NAME = "session.lock"
+_HEADER_READ_CHUNK = 8192
+_TORN_FEED_CHUNK = 4096
+
+
+def _revision(st: os.stat_result) -> str:
+    # persistence spec §4.9: opaque, compared for equality within one process
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _mkdir_durable(path: Path) -> None:
+    """``mkdir`` (mode 0700) and fsync the parent so the new entry survives a crash (§4.8)."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    _fsync_dir(path.parent)
+
+
+def _stable_read(path: Path, session_id: str) -> tuple[bytes, str]:
+    """Read with stat → read → stat until both stats agree (persistence spec §4.7)."""
+    for _ in range(50):
+        try:
+            before = os.stat(path)
+            with open(path, "rb") as f:
+                data = f.read()
+            after = os.stat(path)
+        except FileNotFoundError:
+            raise SessionNotFoundError(f'session "{session_id}" not found (its log {path} '
+                                       f"vanished)", session_id=session_id,
+                                       path=str(path)) from None
+        rev = _revision(after)
+        if _revision(before) == rev and len(data) == after.st_size:
+            return data, rev
+    raise PersistenceError(f"log {path} kept changing while it was read (50 attempts); "
+                           f"another writer is active", code="UNSTABLE_READ", path=str(path))
+
+
+_ZSTD = threading.local()  # zstandard (de)compressor contexts are not thread-safe
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    dctx: zstandard.ZstdDecompressor | None = getattr(_ZSTD, "dctx", None)
+    if dctx is None:
+        dctx = _ZSTD.dctx = zstandard.ZstdDecompressor()
+    return dctx
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    # persistence spec §4.6: default level 3, content checksum on, no dictionary
+    cctx: zstandard.ZstdCompressor | None = getattr(_ZSTD, "cctx", None)
+    if cctx is None:
+        cctx = _ZSTD.cctx = zstandard.ZstdCompressor(level=3, write_checksum=True)
+    return cctx
+
+
+def _decompress_frame(frame: bytes, start: int, path: str) -> bytes:
+    try:
+        dobj = _decompressor().decompressobj()
+        out = dobj.decompress(frame)
+    except zstandard.ZstdError as exc:
+        raise LogCorruptError(f"corrupt session log: frame at byte {start} failed validation "
+                              f"({exc}) in {path}", path=path, byte_offset=start) from exc
+    if not dobj.eof:
+        raise LogCorruptError(f"corrupt session log: frame at byte {start} failed validation "
+                              f"(incomplete frame) in {path}", path=path, byte_offset=start)
+    return out
+
+
+def _decompress_torn(partial: bytes) -> bytes:
+    """Plaintext a torn final frame yields before its end or first error (spec §4.6)."""
+    dobj = _decompressor().decompressobj()
+    out: list[bytes] = []
+    for pos in range(0, len(partial), _TORN_FEED_CHUNK):
+        try:
+            out.append(dobj.decompress(partial[pos:pos + _TORN_FEED_CHUNK]))
+        except zstandard.ZstdError:
+            break
+        if dobj.eof:
+            break
+    return b"".join(out)
+
+
+@dataclass(slots=True)
+class ParsedLog:
+    """A parsed log file: header, committed events, torn tail, committed byte length."""
+
+    header: FrozenDict
+    events: list[Event]
+    torn: TornTail | None
+    committed: int
+
+
+def parse_log(data: bytes, *, compression: Compression, path: str) -> ParsedLog:
+    """Parse a whole log file (raw or zstd) into its committed prefix (spec §4.3-§4.7).
+
+    Args:
+        data: The file bytes.
+        compression: ``"none"`` or ``"zstd"``.
+        path: Named in errors.
+
+    Returns:
+        ParsedLog: ``committed`` is the file length that stays (raw: after the last good line;
+        zstd: the start of a torn final frame, else the file length).
+
+    Raises:
+        LogCorruptError: header-less, bad header, damage inside the committed region, a bad
+            zstd frame, a complete frame ending inside a record.
+        SessionFormatUnsupportedError: a foreign format version.
+    """
+    if compression == "none":
+        nl = data.find(b"\n")
+        header_line = data if nl < 0 else data[:nl + 1]
+        header = parse_header_strict(header_line, path=path)
+        scanner = Scanner(path=path, start_offset=len(header_line))
+        scanner.feed(data[len(header_line):])
+        result = scanner.finish()
+        torn = None
+        if result.committed < len(data):
+            torn = TornTail(result.committed, result.issue_line,
+                            result.reason or "uncommitted tail")
+        return ParsedLog(header, result.events, torn, result.committed)
+    frames, torn_start = scan_zstd_frames(data, path=path)
+    if not frames:
+        raise LogCorruptError(f"corrupt session log: empty or header-less Zstandard session log "
+                              f"{path}", path=path, byte_offset=0)
+    start, end = frames[0]
+    plain = _decompress_frame(data[start:end], start, path)
+    if not plain.endswith(b"\n") or plain.count(b"\n") != 1:
+        raise LogCorruptError(f"corrupt session log: first frame is not exactly one header line "
+                              f"in {path}", path=path, byte_offset=0, line=1)
+    header = parse_header_strict(plain, path=path)
+    scanner = Scanner(path=path, start_offset=len(plain))
+    logical = len(plain)
+    frame_starts: list[tuple[int, int]] = []  # (logical offset, file offset) per frame
+    for start, end in frames[1:]:
+        text = _decompress_frame(data[start:end], start, path)
+        frame_starts.append((logical, start))
+        scanner.feed(text)
+        logical += len(text)
+    partial = scanner.finish()
+    if partial.committed != logical or partial.reason is not None:
+        where = partial.issue_offset if partial.issue_offset is not None else partial.committed
+        file_offset = next((f for lg, f in reversed(frame_starts) if lg <= where), 0)
+        raise LogCorruptError(
+            f"corrupt session log: complete frame contains a torn JSONL record (frame at byte "
+            f"{file_offset}, {partial.reason}) in {path}", path=path, byte_offset=file_offset,
+            line=partial.issue_line)
+    if torn_start is None:
+        return ParsedLog(header, partial.events, None, len(data))
+    committed_count = len(partial.events)
+    # The same scanner continues (it stopped clean at a record boundary), so duplicate seqs
+    # in the torn frame are still named with both lines.
+    scanner.feed(_decompress_torn(data[torn_start:]))
+    tail = scanner.finish()
+    recovered = tuple(tail.events[committed_count:])
+    reason = (f"torn final Zstandard frame at byte {torn_start} ({len(data) - torn_start} "
+              f"bytes); {len(recovered)} complete event(s) recovered from it")
+    torn = TornTail(torn_start, tail.issue_line, reason, recovered)
+    return ParsedLog(header, list(tail.events), torn, torn_start)
+
+
+@dataclass(slots=True)
+class _Tail:
+    """What a write handle knows about the stored log (valid while it holds the lock)."""
+
+    materialized: bool
+    count: int  # events the next append continues (recovered torn-frame events included)
+    size: int  # file bytes written, durable or not
+    torn: TornTail | None
+    durable_count: int
+    durable_size: int
+
+
+class JsonlHandle:
+    """A handle on one JSONL session (contract: :class:`~dsh.persistence.api.Handle`)."""
+
+    def __init__(self, backend: JsonlBackend, session_id: str, mode: OpenMode, path: Path,
+                 pending_header: FrozenDict | None, lock: SessionLock | None) -> None:
+        self._backend = backend
+        self._id = session_id
+        self._mode: OpenMode = mode
+        self.path = path
+        self._pending_header = pending_header
+        self._lock = lock
+        self._fd: int | None = None
+        self._tail: _Tail | None = None
+        self._closed = False
+
+    @property
+    def session_id(self) -> str:
+        """The session id."""
+        return self._id
+
+    @property
+    def mode(self) -> OpenMode:
+        """``"read"`` or ``"write"``."""
+        return self._mode
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PersistenceError(f"handle for session {self._id!r} is closed",
+                                   code="HANDLE_CLOSED", session_id=self._id)
+
+    def read(self, offset: int = 0) -> ColdRead:
+        """Read header and committed events with ``seq >= offset`` (see ``Handle.read``).
+
+        Raises:
+            LogCorruptError: see :func:`parse_log`; also a header whose id or cwd does not
+                identify this file ("stored session identity mismatch").
+            SessionFormatUnsupportedError: a foreign format version (with the raw log path).
+            SessionNotFoundError: the log vanished.
+        """
+        self._check_open()
+        if type(offset) is not int or offset < 0:
+            raise ConfigError(f"read offset must be a non-negative integer event seq, got "
+                              f"{offset!r}", session_id=self._id)
+        if self._pending_header is not None and not self.path.exists():
+            if self._mode == "write" and self._tail is None:
+                self._tail = _Tail(False, 0, 0, None, 0, 0)
+            return ColdRead(self._pending_header, (), None, f"unmaterialized:{self._id}")
+        data, revision = _stable_read(self.path, self._id)
+        parsed = parse_log(data, compression=self._backend.compression, path=str(self.path))
+        self._backend._check_identity(self._id, parsed.header, self.path)
+        if self._mode == "write":
+            self._pending_header = None
+            self._tail = _Tail(True, len(parsed.events), len(data), parsed.torn,
+                               len(parsed.events), len(data))
+        events = parsed.events if offset == 0 else parsed.events[offset:]
+        return ColdRead(parsed.header, tuple(events), parsed.torn, revision)
+
+    def append(self, events: Sequence[Event]) -> None:
+        """Append one atomic batch (see ``Handle.append``).
+
+        Raises:
+            PersistenceError: read handle, closed handle, seq mismatch (``SEQ_MISMATCH``).
+            InvalidJsonError: an event is not lossless JSON (``json_path`` names the field).
+            SessionExistsError: first materialization found a log already on disk.
+            OSError: the write failed; partial bytes were truncated away.
+        """
+        self._check_open()
+        if self._mode != "write":
+            raise PersistenceError(f"cannot append to session {self._id!r} through a read "
+                                   f"handle; open it with mode 'write'", code="READ_ONLY",
+                                   session_id=self._id)
+        if self._tail is None:
+            self.read(0)
+        tail = self._tail
+        assert tail is not None
+        batch = validate_batch(events, tail.count, self._id)
+        torn = tail.torn
+        if not batch and torn is None:
+            return
+        if not tail.materialized:
+            if batch:
+                self._materialize(batch)
+            return
+        if torn is not None:
+            self._truncate_torn(torn)
+        records = list(torn.recovered) + batch if torn is not None else batch
+        if records:
+            payload = encode_records(records, pack_chunks=self._backend.pack_chunks)
+            if self._backend.compression == "zstd":
+                payload = self._backend._compress(payload)
+            self._write(payload)
+            tail.count += len(batch)
+        if torn is not None:
+            # The repair is made durable at once: until then the recovered events of a torn
+            # frame exist nowhere on disk, and a later fsync failure must not lose them.
+            if records:
+                self._backend._os_fsync(self._append_fd())
+            tail.torn = None
+            tail.durable_size = tail.size
+            tail.durable_count = tail.count
+
+    def _truncate_torn(self, torn: TornTail) -> None:
+        # Idempotent: a failed write leaves ``tail.torn`` set, so a retry truncates again and
+        # re-writes the recovered events (persistence spec §4.8 repair).
+        tail = self._tail
+        assert tail is not None and torn.byte_offset is not None
+        fd = self._append_fd()
+        os.ftruncate(fd, torn.byte_offset)
+        os.fsync(fd)
+        tail.size = tail.durable_size = torn.byte_offset
+
+    def _append_fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        return self._fd
+
+    def _write(self, payload: bytes) -> None:
+        tail = self._tail
+        assert tail is not None
+        fd = self._append_fd()
+        before = tail.size
+        view = memoryview(payload)
+        try:
+            written = 0
+            while written < len(payload):
+                written += self._backend._os_write(fd, view[written:])
+        except BaseException:
+            # persistence spec §4.8: roll back partial bytes so a retry leaves no seq gap
+            os.ftruncate(fd, before)
+            raise
+        tail.size = before + len(payload)
+
+    def _materialize(self, batch: list[Event]) -> None:
+        tail = self._tail
+        assert tail is not None and self._pending_header is not None
+        content = self._backend._initial_content(self._pending_header, batch)
+        self._backend._publish(self.path, content, self._id)
+        tail.materialized = True
+        tail.count = tail.durable_count = len(batch)
+        tail.size = tail.durable_size = len(content)
+        self._pending_header = None
+        self._backend._forget_pending(self._id)
+
+    def flush(self) -> None:
+        """Make appended bytes durable (fsync); on failure truncate back to the last durable state.
+
+        Raises:
+            OSError: fsync failed; the un-synced batches were removed from the file and from
+                this handle's count, so re-appending them continues the seq exactly.
+        """
+        self._check_open()
+        tail = self._tail
+        if tail is None or self._fd is None or tail.size == tail.durable_size:
+            if tail is not None:
+                tail.durable_count = tail.count
+            return
+        try:
+            self._backend._os_fsync(self._fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, tail.durable_size)
+                os.fsync(self._fd)
+            tail.size = tail.durable_size
+            tail.count = tail.durable_count
+            raise
+        tail.durable_size = tail.size
+        tail.durable_count = tail.count
+
+    def close(self) -> None:
+        """Close the file and release the write lock; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+    def __enter__(self) -> JsonlHandle:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class JsonlBackend:
+    """dsh's JSONL store under one root directory (contract: ``api.Backend``; spec §4).
+
+    Args:
+        root: Store directory; relative paths resolve against the current directory now.
+        compression: ``"none"`` (``session.jsonl``) or ``"zstd"`` (``session.jsonl.zstd``).
+        pack_chunks: Pack ``assistant/chunk`` delta runs into chunk rows (spec §4.4).
+        url: The store URL, for diagnostics.
+
+    Raises:
+        ConfigError: bad compression, or ``root`` exists and is not a directory.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, compression: Compression = "none",
+                 pack_chunks: bool = True, url: str | None = None) -> None:
+        if compression not in ("none", "zstd"):
+            raise ConfigError(f"jsonl compression must be 'none' or 'zstd', got "
+                              f"{compression!r}")
+        self.root = Path(os.path.abspath(os.fspath(root)))
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(f"jsonl store root {self.root} exists and is not a directory",
+                              path=str(self.root))
+        self.compression: Compression = compression
+        self.pack_chunks = pack_chunks
+        self._url = url or (f"jsonl+zstd://{self.root}" if compression == "zstd"
+                            else f"jsonl://{self.root}")
+        self._name = _ZSTD_NAME if compression == "zstd" else _RAW_NAME
+        self._opposite = _RAW_NAME if compression == "zstd" else _ZSTD_NAME
+        self._pending: dict[str, FrozenDict] = {}
+        self._mutex = threading.Lock()
+        self._encoding_checked = False
+        # indirections so tests can inject I/O faults
+        self._os_write = os.write
+        self._os_fsync = os.fsync
+
+    @property
+    def url(self) -> str:
+        """The store URL."""
+        return self._url
+
+    # --- layout -------------------------------------------------------------------------
+
+    def locate(self, header: Mapping[str, object]) -> Path:
+        """Absolute log path of a header's ``(cwd, id)``, without I/O (spec §4.2)."""
+        cwd = header.get("cwd")
+        sid = header.get("id")
+        if not isinstance(sid, str):
+            raise LogCorruptError("header id cannot name a storage path", code="INVALID_ID")
+        project = project_dir_name(cwd if isinstance(cwd, str) else None)
+        return self.root / project / encode_segment(sid) / self._name
+
+    def _project_dirs(self) -> list[Path]:
+        try:
+            with os.scandir(self.root) as it:
+                entries = list(it)
+        except FileNotFoundError:
+            return []
+        return [Path(e.path) for e in entries if e.is_dir()]
+
+    def _check_encoding(self) -> None:
+        """Refuse a root holding artifacts of the other compression (spec §4.9)."""
+        if self._encoding_checked:
+            return
+        for project in self._project_dirs():
+            with os.scandir(project) as it:
+                entries = list(it)
+            for entry in entries:
+                if entry.is_dir() and os.path.exists(os.path.join(entry.path, self._opposite)):
+                    self._mismatch(Path(entry.path) / self._opposite)
+        self._encoding_checked = True
+
+    def _mismatch(self, found: Path) -> None:
+        raise PersistenceError(
+            f"jsonl store {self.root} holds {found.name} ({found}), but this backend is "
+            f"configured for compression {self.compression!r}; use a separate root or select "
+            f"the matching compression mode", code="ENCODING_MISMATCH", path=str(found))
+
+    def _find(self, session_id: str) -> Path | None:
+        """The log of ``session_id`` in any project directory, or None (spec §4.9)."""
+        self._check_encoding()
+        segment = encode_segment(session_id)
+        hits: list[Path] = []
+        for project in self._project_dirs():
+            for flat in (project / f"{segment}.jsonl", project / f"{segment}.jsonl.zstd"):
+                if flat.is_file():
+                    raise PersistenceError(f"unsupported flat-file layout: {flat} (sessions "
+                                           f"live in <project>/<id>/{self._name})",
+                                           code="FLAT_LAYOUT", path=str(flat))
+            candidate = project / segment / self._name
+            try:
+                os.stat(candidate)
+            except FileNotFoundError:
+                if (project / segment / self._opposite).exists():
+                    self._mismatch(project / segment / self._opposite)
+                continue
+            hits.append(candidate)
+        if len(hits) > 1:
+            raise LogCorruptError(f"duplicate JSONL session id {session_id!r} appears in "
+                                  f"multiple project directories: {', '.join(map(str, hits))}",
+                                  code="DUPLICATE_ID", session_id=session_id)
+        return hits[0] if hits else None
+
+    def _check_identity(self, session_id: str, header: FrozenDict, path: Path) -> None:
+        """Header id and ``(cwd, id)`` must identify this very file (spec §4.9)."""
+        if header["id"] != session_id:
+            raise LogCorruptError(f"stored session identity mismatch: requested id "
+                                  f"{session_id!r} does not match header id {header['id']!r} "
+                                  f"in {path}", path=str(path), session_id=session_id, line=1)
+        expected = self.locate(header)
+        try:
+            same = os.path.samefile(expected, path)
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise LogCorruptError(f"stored session identity mismatch: header id {header['id']!r} "
+                                  f"and cwd {header.get('cwd')!r} identify {expected}, not "
+                                  f"{path}", path=str(path), session_id=session_id, line=1)
+
+    def _forget_pending(self, session_id: str) -> None:
+        with self._mutex:
+            self._pending.pop(session_id, None)
+
+    # --- writing ------------------------------------------------------------------------
+
+    def _compress(self, payload: bytes) -> bytes:
+        return _compressor().compress(payload)
+
+    def _initial_content(self, header: FrozenDict, batch: Sequence[Event]) -> bytes:
+        head = encode_header_line(header)
+        body = encode_records(batch, pack_chunks=self.pack_chunks)
+        if self.compression == "zstd":
+            # frame 1 = header line only; frame 2 = the first batch (never merged, §4.6)
+            return self._compress(head) + self._compress(body)
+        return head + body
+
+    def _publish(self, final: Path, content: bytes, session_id: str) -> None:
+        """Atomic, no-overwrite first materialization (persistence spec §4.8 steps 1-7)."""
+        session_dir = final.parent
+        if (session_dir / self._opposite).exists():
+            self._mismatch(session_dir / self._opposite)
+        if not self.root.is_dir():
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+        _mkdir_durable(self.root)
+        _mkdir_durable(session_dir.parent)
+        _mkdir_durable(session_dir)
+        if final.exists():
+            raise SessionExistsError(f"refusing to materialize session {session_id!r}: a log "
+                                     f"already exists on disk at {final}", path=str(final),
+                                     session_id=session_id)
+        tmp = final.with_name(f"{final.name}.{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            try:
+                view = memoryview(content)
+                written = 0
+                while written < len(content):
+                    written += self._os_write(fd, view[written:])
+                self._os_fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                raise SessionExistsError(
+                    f"refusing to materialize session {session_id!r}: a log already exists on "
+                    f"disk at {final}", path=str(final), session_id=session_id) from None
+            _fsync_dir(session_dir)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    # --- contract -----------------------------------------------------------------------
+
+    def create(self, header: Mapping[str, object]) -> None:
+        """Register a session; the file appears with its first event (lazy, spec §3.6, §4.8).
+
+        Raises:
+            EventRejectedError: the header is not a valid ``SessionHeader``.
+            SessionExistsError: the id is pending in this backend or has a log in any project
+                directory.
+        """
+        frozen = normalize_header(header)
+        sid = frozen["id"]
+        with self._mutex:
+            if sid in self._pending:
+                raise SessionExistsError(f"session {sid!r} already exists in this backend",
+                                         session_id=sid)
+        if self._find(sid) is not None:
+            raise SessionExistsError(f"session {sid!r} already has a persisted log on disk; "
+                                     f"load or resume it instead of creating", session_id=sid)
+        with self._mutex:
+            if sid in self._pending:
+                raise SessionExistsError(f"session {sid!r} already exists in this backend",
+                                         session_id=sid)
+            self._pending[sid] = frozen
+
+    def open(self, session_id: str, mode: OpenMode = "read") -> JsonlHandle:
+        """Open a session (see ``Backend.open``); write handles take the session lock.
+
+        Raises:
+            SessionNotFoundError: neither on disk nor created in this backend.
+            SessionBusyError: another writer holds the session (pid, host, since).
+        """
+        if mode not in ("read", "write"):
+            raise PersistenceError(f"open mode must be 'read' or 'write', got {mode!r}",
+                                   code="BAD_MODE", session_id=session_id)
+        path = self._find(session_id)
+        with self._mutex:
+            pending = self._pending.get(session_id) if path is None else None
+        if path is None and pending is None:
+            raise SessionNotFoundError(f'session "{session_id}" not found in {self.root}',
+                                       session_id=session_id)
+        target = path if path is not None else self.locate(pending or {})
+        lock = SessionLock(target.parent / _LOCK_NAME, session_id) if mode == "write" else None
+        return JsonlHandle(self, session_id, mode, target, pending, lock)
+
+    def exists(self, session_id: str) -> bool:
+        """Return whether the session is pending here or has a log on disk."""
+        with self._mutex:
+            if session_id in self._pending:
+                return True
+        return self._find(session_id) is not None
+
+    def _read_header(self, path: Path) -> FrozenDict | None:
+        """Read only the header of a log for listing (spec §4.9)."""
+        data = b""
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(_HEADER_READ_CHUNK)
+                data += chunk
+                if self.compression == "none":
+                    nl = data.find(b"\n")
+                    if nl >= 0:
+                        return parse_header_lenient(data[:nl + 1], path=str(path))
+                else:
+                    frames, _ = scan_zstd_frames(data, path=str(path), max_frames=1)
+                    if frames:
+                        start, end = frames[0]
+                        try:
+                            plain = _decompressor().decompressobj().decompress(data[start:end])
+                        except zstandard.ZstdError as exc:
+                            raise LogCorruptError(f"corrupt session log: header frame failed "
+                                                  f"validation in {path}", path=str(path),
+                                                  byte_offset=0) from exc
+                        if not plain.endswith(b"\n") or plain.count(b"\n") != 1:
+                            raise LogCorruptError(f"corrupt session log: first frame is not "
+                                                  f"exactly one header line in {path}",
+                                                  path=str(path), byte_offset=0)
+                        return parse_header_lenient(plain, path=str(path))
+                if not chunk:
+                    return None
+
+    def list_headers(self) -> Iterator[FrozenDict]:
+        """Yield the header of every materialized session, reading headers only (spec §4.9).
+
+        Raises:
+            PersistenceError: flat-file layout, encoding mismatch.
+            LogCorruptError: a header whose ``(cwd, id)`` does not identify its file, or one id
+                in several project directories.
+        """
+        self._check_encoding()
+        seen: dict[str, Path] = {}
+        for project in self._project_dirs():
+            with os.scandir(project) as it:
+                entries = list(it)
+            for entry in entries:
+                if entry.is_file() and (entry.name.endswith(".jsonl")
+                                        or entry.name.endswith(".jsonl.zstd")):
+                    raise PersistenceError(f"unsupported flat-file layout: {entry.path}",
+                                           code="FLAT_LAYOUT", path=entry.path)
+                if not entry.is_dir():
+                    continue
+                path = Path(entry.path) / self._name
+                try:
+                    header = self._read_header(path)
+                except FileNotFoundError:
+                    continue
+                if header is None:
+                    continue
+                self._check_identity(header["id"], header, path)
+                if header["id"] in seen:
+                    raise LogCorruptError(f"duplicate JSONL session id {header['id']!r} appears "
+                                          f"in multiple project directories: {seen[header['id']]}"
+                                          f", {path}", code="DUPLICATE_ID",
+                                          session_id=header["id"])
+                seen[header["id"]] = path
+                yield header
+
+    def read_raw(self, session_id: str) -> str | None:
+        """The decoded artifact text (zstd: complete frames only), or None (spec §4.9)."""
+        path = self._find(session_id)
+        if path is None:
+            return None
+        data, _ = _stable_read(path, session_id)
+        if self.compression == "zstd":
+            frames, _ = scan_zstd_frames(data, path=str(path))
+            data = b"".join(_decompress_frame(data[s:e], s, str(path)) for s, e in frames)
+        nl = data.find(b"\n")
+        header = parse_header_lenient(data[:nl + 1] if nl >= 0 else data, path=str(path))
+        if header is None or header["id"] != session_id:
+            raise LogCorruptError(f"corrupt session log: invalid header line in {path}",
+                                  path=str(path), line=1)
+        return data.decode("utf-8")
+
+    def close(self) -> None:
+        """Nothing held at backend level (handles own their files); idempotent."""

@@ -1,0 +1,875 @@
+"""Session: one append-only event log, its seeds, and the folds derived from it.
+
+Invariants this module owns (core spec §5, §6, §8; seed ch. 28):
+
+* ``seq`` equals the event's index (contiguous from 0); ``time`` is integer epoch ms and never
+  decreases (``max(clock(), last time)``);
+* every accepted event is frozen; appends and snapshot-mode seeds are validated and copied once,
+  restore-mode seeds are validated without a copy (they are owned, already frozen events);
+* the surface only changes through a validated plan applied right after commit, so a refused
+  event leaves no trace;
+* a seeded (forked) session's inherited event count equals its header ``seedLength``, with at
+  most one ``session/end-seed {inherited: true}`` after the cut, and any constructor seed ends
+  with a ``session/end-seed``.
+
+The core does no I/O; the default clock only reads the wall clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from time import time_ns
+from typing import Any, Final, Literal
+
+from dsh.errors import EventRejectedError, InvalidJsonError
+from dsh.json import MAX_SAFE_INTEGER, FrozenDict, dumps, snapshot_json
+from dsh.session.events import (
+    ENVELOPE_KEYS,
+    SURFACE_EVENT_TYPES,
+    Event,
+    is_append_surface_event,
+)
+from dsh.session.header import SessionHeader, validate_header
+from dsh.session.surface import Surface, SurfacePlan, derive_event_message
+
+__all__ = [
+    "Clock",
+    "EventObserver",
+    "EventValidator",
+    "Session",
+    "call_config_equals",
+    "canonical_header",
+    "fold_request_header",
+    "header_equals",
+    "wall_clock_ms",
+]
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+"""A callable returning the current time in integer epoch milliseconds."""
+
+EventObserver = Callable[["Session", Event], object]
+"""``callback(session, event)`` called after an append commits (failures are logged)."""
+
+EventValidator = Callable[["Session", Event], object]
+"""``callback(session, candidate)`` called before commit; raising vetoes the append."""
+
+_NO_TIME: Final = -MAX_SAFE_INTEGER - 1
+_MIN_TIME: Final = -MAX_SAFE_INTEGER
+_APPEND: Final = SurfacePlan(-1, -1, -1)  # marker: push the new seq, nothing to validate
+_END_SEED: Final = "session/end-seed"
+
+
+def wall_clock_ms() -> int:
+    """Return the wall-clock time in integer epoch milliseconds (the default session clock)."""
+    return time_ns() // 1_000_000
+
+
+def _reject(message: str, code: str, **where: int | str | None) -> EventRejectedError:
+    return EventRejectedError(message, code=code, **where)
+
+
+def _is_count(value: object) -> bool:
+    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
+
+
+def _non_empty_str(value: object) -> bool:
+    return type(value) is str and value != ""
+
+
+# --- seed checks (core spec §5.3) -----------------------------------------------------------
+
+
+def _check_envelope(event: Any, index: int) -> None:
+    """Envelope rule 2b-2c of core spec §5.3 (the legacy type is checked by the caller)."""
+    problem = None
+    if not event.keys() <= ENVELOPE_KEYS:
+        extra = sorted(set(event.keys()) - ENVELOPE_KEYS)
+        problem = f"unknown key(s) {', '.join(map(repr, extra))}"
+    elif type(event.get("type")) is not str:
+        problem = f"type must be a string (found {event.get('type')!r})"
+    elif not _is_count(event.get("seq")):
+        problem = f"seq must be a non-negative safe integer (found {event.get('seq')!r})"
+    elif type(event.get("time")) is not int or abs(event["time"]) > MAX_SAFE_INTEGER:
+        problem = f"time must be a safe integer (found {event.get('time')!r})"
+    elif "data" not in event:
+        problem = "data is missing"
+    elif "ignorable" in event and event["ignorable"] is not True:
+        problem = f"ignorable must be true when present (found {event['ignorable']!r})"
+    if problem is not None:
+        raise _reject(f"seed event at index {index} has an invalid event envelope: {problem}",
+                      "ENVELOPE", seed_index=index, event_type=event.get("type")
+                      if type(event.get("type")) is str else None)
+
+
+def _check_request_header_shape(event: Any, index: int) -> None:
+    """LLM-shape checks of a seeded ``request/header`` (core spec §5.3)."""
+    data = event["data"]
+    header = data.get("header") if isinstance(data, dict) else None
+    config = header.get("config") if isinstance(header, dict) else None
+    where: dict[str, Any] = {"seed_index": index, "event_type": "request/header"}
+    if not isinstance(config, dict) or not _non_empty_str(config.get("provider")) \
+            or not _non_empty_str(config.get("model")):
+        raise _reject(f"seed request/header at index {index} lacks provider/model", "SHAPE",
+                      **where)
+    assert isinstance(header, dict)  # narrowed by the config lookup above
+    if "reasoningEffort" in config and not _non_empty_str(config["reasoningEffort"]):
+        raise _reject(f"seed request/header at index {index} has an invalid reasoningEffort "
+                      f"({config['reasoningEffort']!r}; expected a non-empty string)", "SHAPE",
+                      **where)
+    if "adapterDefaults" in header:
+        defaults = header["adapterDefaults"]
+        valid = isinstance(defaults, dict) and all(
+            key in ("reasoningEffort", "maxTokens") and value is True and key in config
+            for key, value in defaults.items())
+        if not valid:
+            raise _reject(f"seed request/header at index {index} has invalid adapterDefaults "
+                          f"({defaults!r}; expected true flags for configured reasoningEffort "
+                          "or maxTokens)", "SHAPE", **where)
+
+
+_ROLES: Final = {"assistant/message": "assistant", "system/message": "system",
+                 "user/message": "user", "tool/result": "user"}
+
+
+def _shape_error(event: Any, index: int, problem: str) -> EventRejectedError:
+    etype = event["type"]
+    return _reject(f"seed {etype} at index {index} {problem}", "SHAPE", seed_index=index,
+                   event_type=etype)
+
+
+def _check_message_shape(event: Any, index: int) -> None:
+    """Message-event shape checks (core spec §5.3 ``assertMessageEventShape``), in order.
+
+    ``system/message`` is checked like ``user/message`` with role ``system`` (seed ch. 28).
+    """
+    etype = event["type"]
+    data = event["data"]
+    if etype == "user/message" or etype == "system/message":
+        message = data
+    else:
+        message = data.get("message") if isinstance(data, dict) else None
+    if not isinstance(message, dict):
+        raise _shape_error(event, index, "lacks an identified message")
+    message_id = message.get("id")
+    if type(message_id) is not str or not message_id:
+        raise _shape_error(event, index, "lacks an identified message")
+    role = _ROLES[etype]
+    if message.get("role") != role:
+        raise _shape_error(event, index, f'message must have role "{role}" (found '
+                           f"{message.get('role')!r})")
+    source = message.get("source")
+    if not isinstance(source, dict):
+        raise _shape_error(event, index, "message has invalid source")
+    kind = source.get("kind")
+    if type(kind) is not str or not kind:
+        raise _shape_error(event, index, "message has invalid source")
+    content = message.get("content")
+    if not isinstance(content, list):
+        raise _shape_error(event, index, "message has invalid content (expected an array)")
+    if etype == "assistant/message":
+        if kind != "model" or not _non_empty_str(source.get("provider")) \
+                or not _non_empty_str(source.get("model")):
+            raise _shape_error(event, index, "message must have model source")
+    elif etype == "tool/result":
+        call_id = source.get("callId")
+        if kind != "tool" or not _non_empty_str(call_id):
+            raise _shape_error(event, index, "message must have tool source")
+        block = content[0] if len(content) == 1 else None
+        if not isinstance(block, dict) or block.get("type") != "tool-result" \
+                or not isinstance(block.get("content"), list):
+            raise _shape_error(event, index, "message must contain one tool-result block")
+        if block.get("toolCallId") != call_id:
+            raise _shape_error(event, index, "message has mismatched tool call ids (block "
+                               f"{block.get('toolCallId')!r}, source {call_id!r})")
+
+
+def _is_legacy_header(etype: str, data: Any) -> bool:
+    return etype == "request/header" and isinstance(data, dict) and data.get("reason") == "fallback"
+
+
+def _legacy_error(etype: str, **where: Any) -> EventRejectedError:
+    if etype == "request/header-delta":
+        return _reject("unsupported legacy request/header-delta event (every request/header is a "
+                       "full snapshot since dsh 0.1)", "LEGACY", event_type=etype, **where)
+    return _reject('unsupported legacy request/header reason "fallback" (expected initial, '
+                   "resume or change)", "LEGACY", event_type=etype, **where)
+
+
+def _seed_slow_checks(event: Any, index: int) -> None:
+    """Report the first seed failure in core spec §5.3 order; return if there is none."""
+    etype = event.get("type")
+    if etype == "request/header-delta":
+        raise _legacy_error(etype, seed_index=index)
+    _check_envelope(event, index)
+    if etype in SURFACE_EVENT_TYPES:
+        _check_message_shape(event, index)
+    elif etype == "request/header":
+        _check_request_header_shape(event, index)
+        if _is_legacy_header(etype, event["data"]):
+            raise _legacy_error(etype, seed_index=index)
+    if event["seq"] != index:
+        raise _reject(f"seed must be contiguous from 0: event at index {index} has seq "
+                      f"{event['seq']}; expected seq {index}", "SEQ_NOT_CONTIGUOUS",
+                      seed_index=index, event_type=etype)
+
+
+# --- request header (core spec §8) ----------------------------------------------------------
+
+
+def canonical_header(header: Mapping[str, Any]) -> FrozenDict:
+    """Return the canonical form of a request header: empty optional parts dropped.
+
+    Args:
+        header: An ``EpochHeader`` mapping (``config``, ``adapterDefaults``?, ``system``?,
+            ``tools``?).
+
+    Returns:
+        A frozen header with ``config`` (same object), ``adapterDefaults`` only when a flag is
+        ``true``, ``system`` only when non-empty, ``tools`` only when non-empty.
+
+    Rule: core spec §8.1.
+    """
+    out: dict[str, Any] = {"config": header.get("config")}
+    defaults = header.get("adapterDefaults")
+    if isinstance(defaults, dict) and (defaults.get("reasoningEffort") is True
+                                       or defaults.get("maxTokens") is True):
+        out["adapterDefaults"] = defaults
+    system = header.get("system")
+    if system:
+        out["system"] = system
+    tools = header.get("tools")
+    if isinstance(tools, list) and tools:
+        out["tools"] = tools
+    return FrozenDict(out)
+
+
+_MISSING: Final = object()
+
+
+def _strict_equal(a: object, b: object) -> bool:
+    """JavaScript ``===`` over JSON scalars (absent is its own value; bool is not a number)."""
+    if a is _MISSING or b is _MISSING:
+        return a is b
+    if (type(a) is bool) != (type(b) is bool):
+        return False
+    return a == b and not isinstance(a, dict | list)
+
+
+def call_config_equals(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Return True when two ``LlmCallConfig`` mappings are equal for request purposes.
+
+    ``provider``, ``model``, ``reasoningEffort``, ``temperature``, ``maxTokens`` must be strictly
+    equal (absent equals only absent); ``stop`` lists must both be absent or equal element-wise
+    (an empty list differs from absent). Rule: core spec §8.2 ``callConfigEquals``.
+    """
+    for key in ("provider", "model", "reasoningEffort", "temperature", "maxTokens"):
+        if not _strict_equal(a.get(key, _MISSING), b.get(key, _MISSING)):
+            return False
+    stop_a, stop_b = a.get("stop", _MISSING), b.get("stop", _MISSING)
+    if stop_a is _MISSING or stop_b is _MISSING:
+        return stop_a is stop_b
+    if not isinstance(stop_a, list) or not isinstance(stop_b, list) or len(stop_a) != len(stop_b):
+        return False
+    return all(_strict_equal(x, y) for x, y in zip(stop_a, stop_b, strict=True))
+
+
+def _flag(header: Mapping[str, Any], key: str) -> object:
+    defaults = header.get("adapterDefaults")
+    return defaults.get(key, _MISSING) if isinstance(defaults, dict) else _MISSING
+
+
+def header_equals(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Return True when two canonical request headers are equal.
+
+    Compares the call config (:func:`call_config_equals`), each ``adapterDefaults`` flag,
+    ``system`` strictly, and tools position by position as compact JSON text (order- and
+    key-order-sensitive; absent and empty tool lists are equal). Rule: core spec §8.2.
+    """
+    if not call_config_equals(a["config"], b["config"]):
+        return False
+    for key in ("reasoningEffort", "maxTokens"):
+        if not _strict_equal(_flag(a, key), _flag(b, key)):
+            return False
+    if not _strict_equal(a.get("system", _MISSING), b.get("system", _MISSING)):
+        return False
+    tools_a, tools_b = a.get("tools") or [], b.get("tools") or []
+    if len(tools_a) != len(tools_b):
+        return False
+    return all(dumps(x) == dumps(y) for x, y in zip(tools_a, tools_b, strict=True))
+
+
+def _header_of(event: Event) -> FrozenDict:
+    data = event["data"]
+    header = data.get("header") if isinstance(data, dict) else None
+    if not isinstance(header, dict):
+        raise _reject(f"request/header at seq {event['seq']} has no header object", "SHAPE",
+                      seq=event["seq"], event_type="request/header")
+    return canonical_header(header)
+
+
+def fold_request_header(events: Iterable[Event],
+                        start: FrozenDict | None = None) -> FrozenDict | None:
+    """Fold ``request/header`` events: each replaces the state with its canonical header.
+
+    Args:
+        events: Events in log order; other types are ignored.
+        start: The state before ``events`` (returned itself when no header follows).
+
+    Returns:
+        The last canonical header, or ``start``.
+
+    Raises:
+        EventRejectedError: code ``SHAPE`` for a ``request/header`` without a header object.
+
+    Rule: core spec §8.3.
+    """
+    state = start
+    for event in events:
+        if event["type"] == "request/header":
+            state = _header_of(event)
+    return state
+
+
+# --- the session ----------------------------------------------------------------------------
+
+
+class Session:
+    """One session: an append-only, in-memory log of frozen events and what derives from it.
+
+    Build one with :meth:`create` (snapshot mode: the seed is validated and copied) or
+    :meth:`restore` (restore mode: owned, already frozen events are validated without a copy).
+
+    Attributes:
+        id: The session id (``header.id``).
+        header: The frozen :class:`SessionHeader`.
+        events: The log as a tuple (cached until the next append; a held tuple never grows).
+        seq: The next seq (the log length).
+        first_live_seq: The first seq this lifecycle wrote (the constructor seed's length).
+        inherited_event_count: Leading events inherited from a fork parent (seed ch. 28).
+        surface: The :class:`Surface` (stable identity; ``nodes``, ``replace_generation``).
+
+    Rule: core spec §5.7.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_clock",
+        "_derived",
+        "_derived_count",
+        "_derived_generation",
+        "_events_cache",
+        "_first_live_seq",
+        "_header",
+        "_id",
+        "_inherited_event_count",
+        "_last_time",
+        "_log",
+        "_observers",
+        "_publishing",
+        "_rc_count",
+        "_rc_value",
+        "_rh_count",
+        "_rh_value",
+        "_store",
+        "_surface",
+        "_validators",
+    )
+
+    def __init__(self, session_id: str, *, seed: Iterable[Any] | None = None,
+                 header: Mapping[str, Any] | None = None, inherited_event_count: int = 0,
+                 clock: Clock | None = None) -> None:
+        """Same as :meth:`create` (snapshot mode)."""
+        self._setup(session_id, clock)
+        self._build(seed, header, inherited_event_count, "snapshot")
+
+    # construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, session_id: str, *, seed: Iterable[Any] | None = None,
+               header: Mapping[str, Any] | None = None, inherited_event_count: int = 0,
+               clock: Clock | None = None) -> Session:
+        """Build a session in snapshot mode: every seed event is validated and copied.
+
+        Args:
+            session_id: Non-empty session id.
+            seed: Events to start from (plain dicts, frozen dicts or Events); ``None`` for a
+                fresh session. Any seed, even ``[]``, ends with a ``session/end-seed`` marker.
+            header: A full header mapping; when omitted ``{version: 0, id, createdAt: now}``.
+                It is copied, so later changes by the caller are invisible.
+            inherited_event_count: Events of ``seed`` inherited from a fork parent; must equal
+                the header's ``seedLength`` when it has one, else 0.
+            clock: Epoch-ms clock (default: wall clock).
+
+        Returns:
+            The session; ``first_live_seq`` is the seed's length.
+
+        Raises:
+            EventRejectedError: the first failure among, in order: seed events (codes
+                ``NON_JSON``, ``LEGACY``, ``ENVELOPE``, ``SHAPE``, ``SEQ_NOT_CONTIGUOUS``,
+                ``SURFACE``, with ``seed_index``), the header (``HEADER``), the seeded contract
+                (``SEED``).
+
+        Rule: core spec §5.2-§5.5; seed ch. 28.
+        """
+        return cls(session_id, seed=seed, header=header,
+                   inherited_event_count=inherited_event_count, clock=clock)
+
+    @classmethod
+    def restore(cls, session_id: str, seed: Iterable[Event], header: Mapping[str, Any], *,
+                inherited_event_count: int = 0, clock: Clock | None = None) -> Session:
+        """Build a session in restore mode: owned, frozen events are validated, never copied.
+
+        Args:
+            session_id: Non-empty session id.
+            seed: The stored log as :class:`Event` objects (from :func:`dsh.json.loads` or a
+                backend); the session takes ownership.
+            header: The full stored header; validated before the seed.
+            inherited_event_count: Events inherited from a fork parent; must equal the header's
+                ``seedLength`` when it has one, else 0.
+            clock: Epoch-ms clock (default: wall clock).
+
+        Returns:
+            The session. If the seed does not end with ``session/end-seed``, a plain
+            ``session/end-seed {}`` is appended.
+
+        Raises:
+            EventRejectedError: ``HEADER`` first, then seed failures (``ENVELOPE`` also for an
+                item that is not an :class:`Event`), then ``SEED``.
+
+        Rule: core spec §5.2-§5.5 (``fromRestore``); seed ch. 28.
+        """
+        session = cls.__new__(cls)
+        session._setup(session_id, clock)
+        session._build(seed, header, inherited_event_count, "restore")
+        return session
+
+    def _setup(self, session_id: str, clock: Clock | None) -> None:
+        self._clock: Clock = clock or wall_clock_ms
+        self._log: list[Event] = []
+        self._events_cache: tuple[Event, ...] | None = None
+        self._surface = Surface()
+        self._last_time = _NO_TIME
+        self._first_live_seq = 0
+        self._inherited_event_count = 0
+        self._observers: tuple[EventObserver, ...] = ()
+        self._validators: tuple[EventValidator, ...] = ()
+        self._publishing = False
+        self._derived: list[FrozenDict] = []
+        self._derived_count = 0
+        self._derived_generation = 0
+        self._rh_count = 0
+        self._rh_value: FrozenDict | None = None
+        self._rc_count = 0
+        self._rc_value: FrozenDict | None = None
+        self._store: object = None
+        if type(session_id) is not str or not session_id:
+            raise _reject(f"session id must be a non-empty string (found {session_id!r})",
+                          "HEADER")
+        self._id = session_id
+
+    def _build(self, seed: Iterable[Any] | None, header: Mapping[str, Any] | None,
+               inherited: int, mode: Literal["snapshot", "restore"]) -> None:
+        if not _is_count(inherited):
+            raise _reject(f"session {self._id!r}: inherited_event_count must be a non-negative "
+                          f"safe integer (found {inherited!r})", "SEED", session_id=self._id)
+        if mode == "restore":
+            self._header = self._restore_header(header)
+            markers = self._admit_seed(seed, inherited, copy=False) if seed is not None else 0
+        else:
+            markers = self._admit_seed(seed, inherited, copy=True) if seed is not None else 0
+            self._header = self._snapshot_header(header)
+        self._check_seeded(seed is not None, inherited, markers)
+        self._inherited_event_count = inherited
+        self._first_live_seq = len(self._log)
+        if seed is not None and (not self._log or self._log[-1]["type"] != _END_SEED):
+            self.append(_END_SEED, {})
+
+    def _snapshot_header(self, header: Mapping[str, Any] | None) -> SessionHeader:
+        if header is None:
+            return SessionHeader({"version": 0, "id": self._id, "createdAt": self._now()})
+        try:
+            snap = snapshot_json(header)
+        except InvalidJsonError as exc:
+            raise _reject(f"session {self._id!r} header is not losslessly JSON-serializable: "
+                          f"{exc.message}", "HEADER", session_id=self._id,
+                          json_path=exc.where.get("json_path")) from exc
+        validate_header(snap, self._id)
+        return snap if type(snap) is SessionHeader else SessionHeader(snap)
+
+    def _restore_header(self, header: object) -> SessionHeader:
+        if type(header) is SessionHeader:
+            validate_header(header, self._id)
+            return header
+        if type(header) not in (dict, FrozenDict):
+            raise _reject(f"session header is not a plain JSON record (found "
+                          f"{type(header).__name__}) for session {self._id!r}", "HEADER",
+                          session_id=self._id)
+        validate_header(header, self._id)
+        try:
+            return SessionHeader(snapshot_json(header))
+        except InvalidJsonError as exc:
+            raise _reject(f"session {self._id!r} header is not losslessly JSON-serializable: "
+                          f"{exc.message}", "HEADER", session_id=self._id) from exc
+
+    def _admit_seed(self, seed: Iterable[Any], inherited: int, *, copy: bool) -> int:
+        """Run the seed pipeline of core spec §5.3; return inherited markers after the cut.
+
+        The common case (a 4-key envelope, a plain surface append) takes an inlined fast path;
+        anything unusual goes through :meth:`_seed_slow_checks`, which reports the first failure
+        in spec order.
+        """
+        log = self._log
+        log_append = log.append
+        surface = self._surface
+        nodes_append = surface._nodes.append
+        markers = 0
+        for index, raw in enumerate(seed):
+            if copy:
+                try:
+                    event = snapshot_json(raw)
+                except InvalidJsonError as exc:
+                    raise _reject(f"seed event at index {index} is not losslessly "
+                                  f"JSON-serializable: {exc.message}", "NON_JSON",
+                                  seed_index=index,
+                                  json_path=exc.where.get("json_path")) from exc
+                if type(event) is not Event:
+                    if not isinstance(event, dict):
+                        raise _reject(f"seed event at index {index} has an invalid event "
+                                      f"envelope: not an object ({type(event).__name__})",
+                                      "ENVELOPE", seed_index=index)
+                    event = Event(event)
+            else:
+                event = raw
+                if type(event) is not Event:
+                    raise _reject(f"seed event at index {index} has an invalid event envelope: "
+                                  f"restore takes frozen Event objects (found "
+                                  f"{type(raw).__name__})", "ENVELOPE", seed_index=index)
+            etype = event.get("type")
+            seq = event.get("seq")
+            time = event.get("time")
+            size = len(event)
+            if (type(etype) is not str or type(seq) is not int or seq != index
+                    or type(time) is not int or not _MIN_TIME <= time <= MAX_SAFE_INTEGER
+                    or "data" not in event or etype == "request/header-delta"
+                    or (size != 4 and not (event.keys() <= ENVELOPE_KEYS
+                                           and event.get("ignorable", True) is True))):
+                _seed_slow_checks(event, index)
+            if etype in SURFACE_EVENT_TYPES:
+                _check_message_shape(event, index)
+                if size == 5 and event.get("surfaceOp") == "append":
+                    nodes_append(index)
+                else:
+                    try:
+                        step = surface.plan(event, index, log)
+                    except EventRejectedError as exc:
+                        raise _reject(f"invalid seed event at index {index}: {exc.message}",
+                                      exc.code, seed_index=index, event_type=etype) from exc
+                    surface.apply(step)
+            else:
+                if etype == "request/header":
+                    _check_request_header_shape(event, index)
+                    if _is_legacy_header(etype, event["data"]):
+                        raise _legacy_error(etype, seed_index=index)
+                elif etype == _END_SEED and index >= inherited:
+                    data = event["data"]
+                    if isinstance(data, dict) and data.get("inherited") is True:
+                        markers += 1
+                if size != 4 and ("surfaceOp" in event or "sourceEventSeqs" in event):
+                    try:
+                        surface.plan(event, index, log)  # always refuses: log-only type
+                    except EventRejectedError as exc:
+                        raise _reject(f"invalid seed event at index {index}: {exc.message}",
+                                      exc.code, seed_index=index, event_type=etype) from exc
+            log_append(event)
+        if log:
+            self._last_time = log[-1]["time"]
+        return markers
+
+    def _check_seeded(self, seeded_input: bool, inherited: int, markers: int) -> None:
+        """The seeded-session contract of seed ch. 28."""
+        seed_length = self._header.get("seedLength")
+        sid = self._id
+        if seed_length is not None:
+            if not seeded_input:
+                raise _reject(f"seeded session {sid!r} (header seedLength {seed_length}) requires "
+                              "an explicit constructor seed", "SEED", session_id=sid)
+            if inherited != seed_length:
+                raise _reject(f"seeded session {sid!r} requires an inherited event count equal "
+                              f"to header seedLength {seed_length} (found {inherited})", "SEED",
+                              session_id=sid)
+        elif inherited != 0:
+            raise _reject(f"session {sid!r} has no fork seedLength in its header, so its "
+                          f"inherited event count must be 0 (found {inherited})", "SEED",
+                          session_id=sid)
+        if inherited > len(self._log):
+            raise _reject(f"session {sid!r}: inherited event count {inherited} exceeds the seed "
+                          f"length {len(self._log)}", "SEED", session_id=sid)
+        if markers > 1:
+            raise _reject(f"session {sid!r}: seed holds {markers} session/end-seed "
+                          f"{{inherited: true}} markers after the cut at {inherited}; expected "
+                          "at most one", "SEED", session_id=sid)
+
+    def _now(self) -> int:
+        now = self._clock()
+        return now if type(now) is int else int(now)
+
+    # read API -------------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+        return self._id
+
+    @property
+    def header(self) -> SessionHeader:
+        """The frozen session header."""
+        return self._header
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """The log as a tuple; the same tuple is returned until the next append."""
+        cached = self._events_cache
+        if cached is None:
+            cached = self._events_cache = tuple(self._log)
+        return cached
+
+    @property
+    def seq(self) -> int:
+        """The next seq, i.e. the number of events in the log."""
+        return len(self._log)
+
+    @property
+    def first_live_seq(self) -> int:
+        """The first seq written by this lifecycle (core spec §5.4)."""
+        return self._first_live_seq
+
+    @property
+    def inherited_event_count(self) -> int:
+        """Leading events inherited from a fork parent; 0 for a session that is no fork child."""
+        return self._inherited_event_count
+
+    @property
+    def surface(self) -> Surface:
+        """The surface state (same object on every read)."""
+        return self._surface
+
+    def event_at(self, seq: int) -> Event:
+        """Return the event with ``seq`` (``IndexError`` when absent), without copying the log."""
+        if seq < 0:
+            raise IndexError(f"seq {seq} is negative")
+        return self._log[seq]
+
+    # append ---------------------------------------------------------------------------------
+
+    def append(self, type: str, data: Any, *, surface_op: Any = None,
+               source_event_seqs: Any = None) -> Event:
+        """Validate, commit and publish one event; return the frozen event.
+
+        Args:
+            type: Event type tag (not checked against the vocabulary, core spec §1.6).
+            data: JSON payload; copied and frozen.
+            surface_op: ``"append"`` or ``{"op": "replace", "start": seq, "end": seq}``;
+                required for surface-eligible types, refused on others.
+            source_event_seqs: Earlier seqs this event cites.
+
+        Returns:
+            The committed :class:`Event` with keys ``type, seq, time, data[, sourceEventSeqs]
+            [, surfaceOp]``; ``time`` is ``max(clock(), last event time)``.
+
+        Raises:
+            EventRejectedError: ``NON_JSON`` (data or surface metadata), ``LEGACY``,
+                ``REENTRANT_APPEND`` (called from an observer of this session's own append),
+                ``ENVELOPE`` (type not a string), ``SURFACE`` (core spec §7), or whatever a
+                validator raised. Nothing is committed on any failure.
+
+        Rule: core spec §6 (steps in that order).
+        """
+        seq = len(self._log)
+        try:
+            snap = snapshot_json(data)
+        except InvalidJsonError as exc:
+            raise _reject(f'session event "{type}" carries non-JSON-serializable data: '
+                          f"{exc.message}", "NON_JSON", seq=seq, event_type=str(type),
+                          json_path=exc.where.get("json_path")) from exc
+        if type == "request/header-delta" or (
+                type == "request/header" and _is_legacy_header(type, snap)):
+            raise _legacy_error(type, seq=seq)
+        sources = op = None
+        if source_event_seqs is not None or surface_op is not None:
+            try:
+                if source_event_seqs is not None:
+                    sources = snapshot_json(source_event_seqs)
+                if surface_op is not None:
+                    op = surface_op if surface_op == "append" else snapshot_json(surface_op)
+            except InvalidJsonError as exc:
+                raise _reject(f'session event "{type}" carries non-JSON-serializable surface '
+                              f"metadata: {exc.message}", "NON_JSON", seq=seq,
+                              event_type=str(type)) from exc
+        if self._publishing:
+            raise _reject(f"session {self._id!r}: session append cannot reenter while another "
+                          f"append is being published (refused {type!r})", "REENTRANT_APPEND",
+                          seq=seq, event_type=str(type))
+        if not isinstance(type, str):
+            raise _reject(f"event type must be a string (found {type!r})", "ENVELOPE", seq=seq)
+        now = self._clock()
+        if now.__class__ is not int:
+            now = int(now)
+        if now < self._last_time:
+            now = self._last_time
+        surface = self._surface
+        if sources is None:
+            if op is None:
+                event = Event(type=type, seq=seq, time=now, data=snap)
+                step: SurfacePlan | None = None
+                if type in SURFACE_EVENT_TYPES:
+                    step = surface.plan(event, seq, self._log)  # raises: marker required
+            else:
+                event = Event(type=type, seq=seq, time=now, data=snap, surfaceOp=op)
+                if op == "append" and type in SURFACE_EVENT_TYPES:
+                    step = _APPEND  # a plain append without sources cannot be refused
+                else:
+                    step = surface.plan(event, seq, self._log)
+        else:
+            if op is None:
+                event = Event(type=type, seq=seq, time=now, data=snap, sourceEventSeqs=sources)
+            else:
+                event = Event(type=type, seq=seq, time=now, data=snap, sourceEventSeqs=sources,
+                              surfaceOp=op)
+            step = surface.plan(event, seq, self._log)
+        for validate in self._validators:
+            validate(self, event)
+        # commit: nothing below may refuse the event
+        self._log.append(event)
+        self._events_cache = None
+        self._last_time = now
+        if step is _APPEND:
+            surface._nodes.append(seq)
+        elif step is not None:
+            surface.apply(step)
+        if self._observers:
+            self._publish(event)
+        return event
+
+    def _publish(self, event: Event) -> None:
+        self._publishing = True
+        try:
+            for observer in self._observers:
+                try:
+                    observer(self, event)
+                except Exception:
+                    logger.exception("session %r: observer %r failed on event seq %d (%s); the "
+                                     "event stays committed", self._id, observer, event["seq"],
+                                     event["type"])
+        finally:
+            self._publishing = False
+
+    def observe(self, callback: EventObserver) -> Callable[[], None]:
+        """Call ``callback(session, event)`` after each committed append; return an unsubscriber.
+
+        Observers run in subscription order; an exception is logged (``logger.exception``) and
+        never undoes the commit or stops later observers. An observer cannot append to this
+        session (``REENTRANT_APPEND``). Rule: core spec §6 steps 11-12.
+        """
+        self._observers = (*self._observers, callback)
+
+        def unsubscribe() -> None:
+            self._observers = tuple(o for o in self._observers if o is not callback)
+
+        return unsubscribe
+
+    def add_validator(self, callback: EventValidator) -> Callable[[], None]:
+        """Call ``callback(session, candidate)`` before each commit; raising vetoes the append.
+
+        The candidate is the frozen event that would be committed at ``session.seq``; a veto
+        leaves the log, surface and observers untouched. Returns an unsubscriber.
+        Rule: core spec §6 step 9 (the pre-commit dispatch hook, used by invariant companions).
+        """
+        self._validators = (*self._validators, callback)
+
+        def remove() -> None:
+            self._validators = tuple(v for v in self._validators if v is not callback)
+
+        return remove
+
+    # derived views --------------------------------------------------------------------------
+
+    def derive_messages(self) -> list[FrozenDict]:
+        """Return the model-visible messages, in surface order, as a fresh list.
+
+        Elements are the frozen messages stored in the log (shared, never copied). Incremental:
+        only nodes added since the last call are projected, unless ``replace_generation``
+        changed, which rebuilds from scratch. Rule: core spec §7.8.
+        """
+        surface = self._surface
+        nodes = surface._nodes
+        if surface._replace_generation != self._derived_generation:
+            self._derived = []
+            self._derived_count = 0
+            self._derived_generation = surface._replace_generation
+        count = len(nodes)
+        if self._derived_count < count:
+            log = self._log
+            out = self._derived
+            for index in range(self._derived_count, count):
+                message = derive_event_message(log[nodes[index]])
+                if message is not None:
+                    out.append(message)
+            self._derived_count = count
+        return list(self._derived)
+
+    def derive_event_message(self, event: Event) -> FrozenDict | None:
+        """Return the message ``event`` projects, or None (see :func:`derive_event_message`)."""
+        return derive_event_message(event)
+
+    def request_header(self) -> FrozenDict | None:
+        """Return the latest canonical request header, or None before the first one.
+
+        Incremental over new events; the result is frozen. Rule: core spec §8.3.
+
+        Raises:
+            EventRejectedError: code ``SHAPE`` for an appended ``request/header`` with no header.
+        """
+        log = self._log
+        count = len(log)
+        if self._rh_count < count:
+            value = self._rh_value
+            for index in range(self._rh_count, count):
+                event = log[index]
+                if event["type"] == "request/header":
+                    value = _header_of(event)
+            self._rh_value = value
+            self._rh_count = count
+        return self._rh_value
+
+    def request_context(self) -> FrozenDict | None:
+        """Return the latest ``request/context`` data (provider, model, contextWindow?), or None.
+
+        Incremental over new events; the result is frozen. Rule: core spec §8.5.
+        """
+        log = self._log
+        count = len(log)
+        if self._rc_count < count:
+            value = self._rc_value
+            for index in range(self._rc_count, count):
+                event = log[index]
+                if event["type"] == "request/context":
+                    data = event["data"]
+                    value = data if isinstance(data, FrozenDict) else snapshot_json(data)
+            self._rc_value = value
+            self._rc_count = count
+        return self._rc_value
+
+    def transcript_events(self) -> tuple[Event, ...]:
+        """Return the append-origin surface events: the durable material of a human transcript.
+
+        Replacement copies (compaction summaries, rewritten results) are excluded.
+        Rule: core spec §7.1 (``isAppendSurfaceEvent``).
+        """
+        return tuple(e for e in self._log if is_append_surface_event(e))
+
+    def __repr__(self) -> str:
+        return f"Session(id={self._id!r}, events={len(self._log)})"
+

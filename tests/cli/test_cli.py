@@ -1,0 +1,529 @@
+"""The `dsh` command, driven as a real subprocess (`python -m dsh.cli`) against stores in tmp_path.
+
+Each test names the CLI behaviour of the issue it checks (STYLE §12: exit 0/1/2/130, results on
+stdout, one `error[CODE]: message` line on stderr, `--json` with stable keys). Every subprocess
+costs about a second of interpreter and import time, so tests share one imported store and
+read outputs once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+COMMANDS = ["import", "ls", "show", "events", "messages", "verify", "resume", "fork", "compact",
+            "export", "convert"]
+LS_KEYS = ["id", "title", "turns", "events", "lastActivityMs", "lastActivity", "createdAtMs",
+           "parentSession", "seedLength", "lineage", "sourceFormat"]
+FORMATS = {"claude-code", "codex", "openai-chat", "anthropic", "openhands", "swe-agent",
+           "mini-swe-agent", "dsh"}
+T0 = 1_700_000_000_000
+
+
+class Dsh:
+    """Runs `python -m dsh.cli` with DSH_HOME and HOME inside `root` (no user logs found)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.home = root / "dsh-home"
+        self.env = {**os.environ, "DSH_HOME": str(self.home), "HOME": str(root / "user-home"),
+                    "NO_COLOR": "1", "COLUMNS": "200"}
+        (root / "user-home").mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "dsh.cli", *args], capture_output=True,
+                              text=True, env=self.env, timeout=120, check=False)
+        if check is not None:
+            assert proc.returncode == check, (
+                f"dsh {' '.join(args)} exited {proc.returncode}, expected {check}\n"
+                f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+        return proc
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args).stdout)
+
+    def event_lines(self, *args: str) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self("events", *args).stdout.splitlines()]
+
+
+@dataclass
+class Imported:
+    """The bundled examples imported once: the runner, `ls --json` rows, the richest session."""
+
+    dsh: Dsh
+    import_stdout: str
+    rows: list[dict[str, Any]]
+    richest: dict[str, Any]
+    richest_events: list[dict[str, Any]]
+
+
+def _example_files() -> list[Path]:
+    return [p for p in EXAMPLES.rglob("*") if p.is_file() and not p.name.startswith(".")
+            and p.suffix != ".md"]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Imported:
+    if not _example_files():
+        pytest.fail(f"no bundled examples in {EXAMPLES}: `dsh import` needs them")
+    dsh = Dsh(tmp_path_factory.mktemp("imported"))
+    out = dsh("import").stdout
+    rows = dsh.json("ls", "--json")
+    # The session with the most turns (ties: most events, then id) is a stable choice.
+    richest = max(rows, key=lambda r: (r["turns"], r["events"], r["id"]))
+    return Imported(dsh, out, rows, richest, dsh.event_lines(richest["id"]))
+
+
+@pytest.fixture
+def store(imported: Imported, tmp_path: Path) -> Dsh:
+    """A private copy of the imported store, free to change."""
+    dsh = Dsh(tmp_path)
+    shutil.copytree(imported.dsh.home, dsh.home)
+    return dsh
+
+
+# -- hand-written logs (core spec §1.3 shapes; JSONL layout of persistence spec §4.2-§4.4) ---
+
+def _event(seq: int, type: str, data: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": type, "seq": seq, "time": T0 + seq, "data": data, **extra}
+
+
+def _user(seq: int, text: str) -> dict[str, Any]:
+    return _event(seq, "user/message", {"id": f"u{seq}", "role": "user",
+                                        "content": [{"type": "text", "text": text}],
+                                        "source": {"kind": "user"}}, surfaceOp="append")
+
+
+def _assistant(seq: int, turn: int, step: int, content: list[Any]) -> dict[str, Any]:
+    return _event(seq, "assistant/message", {"turn": turn, "step": step, "message": {
+        "id": f"a{seq}", "role": "assistant", "content": content,
+        "source": {"kind": "model", "provider": "test", "model": "m1"}}}, surfaceOp="append")
+
+
+def _turn(first_seq: int, turn: int, prompt: str, answer: str) -> list[dict[str, Any]]:
+    s = first_seq
+    return [_event(s, "turn/start", {"turn": turn}),
+            _event(s + 1, "step/start", {"turn": turn, "step": 1}),
+            _user(s + 2, prompt),
+            _assistant(s + 3, turn, 1, [{"type": "text", "text": answer}]),
+            _event(s + 4, "step/end", {"turn": turn, "step": 1}),
+            _event(s + 5, "turn/end", {"turn": turn, "reason": {"kind": "completed"}})]
+
+
+def interrupted_log() -> list[dict[str, Any]]:
+    """Turn 1 asked for `bash`, the tool/call is recorded, no result: a crash mid-tool."""
+    call = {"type": "tool-call", "id": "call_1", "name": "bash",
+            "arguments": "{\"command\":\"ls\"}"}
+    return [_event(0, "turn/start", {"turn": 1}),
+            _event(1, "step/start", {"turn": 1, "step": 1}),
+            _user(2, "List the files."),
+            _assistant(3, 1, 1, [{"type": "text", "text": "Listing."}, call]),
+            _event(4, "tool/call", {"turn": 1, "step": 1, "callId": "call_1", "name": "bash",
+                                    "arguments": "{\"command\":\"ls\"}"})]
+
+
+def bad_log() -> list[dict[str, Any]]:
+    """Turn numbers jump from 1 to 3: an invariant violation at seq 6 (core spec §13.2)."""
+    return [*_turn(0, 1, "Hello.", "Hi."),
+            _event(6, "turn/start", {"turn": 3}),
+            _event(7, "turn/end", {"turn": 3, "reason": {"kind": "completed"}})]
+
+
+def long_log() -> list[dict[str, Any]]:
+    """Three long turns: a digest checkpoint is much smaller than turns 1-2 (spec §9.3 step 7)."""
+    events: list[dict[str, Any]] = []
+    for turn in (1, 2, 3):
+        events += _turn(len(events), turn, f"Request {turn}: " + "explain the layout. " * 60,
+                        f"Answer {turn}: " + "the layout is as follows. " * 80)
+    return events
+
+
+def jsonl_text(session_id: str, events: list[dict[str, Any]]) -> str:
+    header = {"type": "session", "version": 0, "id": session_id, "createdAt": T0,
+              "delegationDepth": 0}
+    return "\n".join(json.dumps(x) for x in [header, *events]) + "\n"
+
+
+def jsonl_store(root: Path, sessions: dict[str, list[dict[str, Any]]]) -> str:
+    """Write a raw JSONL store by hand (sessions without cwd live in `_no-cwd/<id>/`)."""
+    for session_id, events in sessions.items():
+        folder = root / "_no-cwd" / session_id
+        folder.mkdir(parents=True)
+        (folder / "session.jsonl").write_text(jsonl_text(session_id, events), encoding="utf-8")
+    return f"jsonl://{root}"
+
+
+def stored_events(url: str, session_id: str) -> list[dict[str, Any]]:
+    """Read a stored log in-process (cheaper than another subprocess when only checking data)."""
+    from dsh.json import thaw
+    from dsh.persistence import open_store
+
+    with open_store(url) as persistence, persistence.open(session_id, "read") as handle:
+        return [thaw(e) for e in handle.read(0).events]
+
+
+# -- help and usage --------------------------------------------------------------------------
+
+def test_cli_help_lists_every_command(tmp_path: Path) -> None:
+    out = Dsh(tmp_path)("--help").stdout
+    listed = {line.strip("│ ").split(" ")[0] for line in out.splitlines()}
+    assert set(COMMANDS) <= listed
+
+
+def test_cli_usage_error_exits_2_with_one_error_line(tmp_path: Path) -> None:
+    proc = Dsh(tmp_path)("ls", "--no-such-option", check=2)
+    assert proc.stdout == ""
+    assert proc.stderr == ("Usage: dsh ls [OPTIONS]\n"
+                           "error[USAGE]: No such option: --no-such-option; run 'dsh ls --help' "
+                           "for the options\n")
+
+
+def test_cli_verify_without_id_or_all_is_a_usage_error(tmp_path: Path) -> None:
+    proc = Dsh(tmp_path)("verify", check=2)
+    assert proc.stderr.splitlines()[-1] == (
+        "error[USAGE]: Invalid value for 'ID' / '--all': give a session ID or --all (not both); "
+        "run 'dsh verify --help' for the options")
+
+
+def test_cli_unknown_session_exits_1_with_session_not_found(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    proc = dsh("show", "no-such-session", check=1)
+    assert proc.stdout == ""
+    url = f"sqlite://{dsh.home.resolve() / 'sessions.db'}"
+    assert proc.stderr == (f"error[SESSION_NOT_FOUND]: no session 'no-such-session' in store "
+                           f"{url}; `dsh ls` lists the ids\n")
+    as_json = json.loads(dsh("show", "no-such-session", "--json", check=1).stderr)
+    assert as_json == {"error": "SessionNotFoundError", "code": "SESSION_NOT_FOUND",
+                       "message": "no session 'no-such-session' in store "
+                                  f"{url}; `dsh ls` lists the ids",
+                       "session_id": "no-such-session"}
+
+
+def test_cli_bad_store_url_is_one_config_error_line(tmp_path: Path) -> None:
+    proc = Dsh(tmp_path)("ls", "--store", "ftp://nowhere", check=1)
+    assert proc.stderr.startswith("error[CONFIG]: store URL 'ftp://nowhere': unknown scheme")
+    assert len(proc.stderr.splitlines()) == 1
+
+
+def test_cli_default_store_is_created_in_dsh_home_and_empty(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    assert dsh.json("ls", "--json") == []
+    assert (dsh.home / "sessions.db").is_file()
+
+
+# -- import, ls, show ------------------------------------------------------------------------
+
+def test_import_bundled_examples_then_ls_and_show(imported: Imported) -> None:
+    dsh, rows = imported.dsh, imported.rows
+    assert f"{len(rows)} imported, 0 skipped (already imported), 0 failed" in imported.import_stdout
+    assert len(rows) >= len({p.parent for p in _example_files()})
+    table = dsh("ls").stdout.splitlines()
+    assert table[0].split() == ["ID", "TITLE", "TURNS", "EVENTS", "LAST", "ACTIVITY", "(UTC)",
+                                "LINEAGE", "SOURCE"]
+    assert [line.split()[0] for line in table[1:]] == [row["id"] for row in rows]
+    richest = imported.richest
+    out = dsh("show", richest["id"]).stdout
+    assert out.startswith(f"session {richest['id']}  {richest['title']}\n")
+    assert f"{richest['events']} events · {richest['turns']} turns" in out
+    assert "── turn 1 " in out
+    assert "\nuser  #" in out
+    assert "\nassistant  #" in out
+
+
+def test_import_again_is_idempotent(store: Dsh, imported: Imported) -> None:
+    summary = store.json("import", "--json")
+    assert summary["imported"] == []
+    assert summary["failed"] == []
+    assert sorted(s["session"] for s in summary["skipped"]) == sorted(r["id"] for r in
+                                                                      imported.rows)
+    assert store.json("ls", "--json") == imported.rows
+
+
+def test_import_failed_file_reports_reason_and_leaves_nothing(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    bad = tmp_path / "broken.jsonl"
+    bad.write_text(jsonl_text("torn", _turn(0, 1, "Hi.", "Hello."))[:-40], encoding="utf-8")
+    proc = dsh("import", str(bad), "--format", "dsh", check=1)
+    assert "0 imported, 0 skipped (already imported), 1 failed" in proc.stdout
+    assert f"failed    {bad}: " in proc.stdout
+    assert dsh.json("ls", "--json") == []
+
+
+def test_import_json_summary_has_stable_keys(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    source = tmp_path / "native.session.jsonl"
+    source.write_text(jsonl_text("native-1", _turn(0, 1, "Hi.", "Hello.")), encoding="utf-8")
+    summary = dsh.json("import", str(source), "--json")
+    assert summary == {"imported": [{"path": str(source), "session": "native-1",
+                                     "format": "dsh"}],
+                       "skipped": [], "failed": [], "ignored": []}
+
+
+def test_ls_json_rows_have_the_stable_keys(imported: Imported) -> None:
+    for row in imported.rows:
+        assert list(row) == LS_KEYS
+        assert isinstance(row["events"], int) and row["events"] > 0
+        assert row["sourceFormat"] in FORMATS
+    times = [row["lastActivityMs"] for row in imported.rows]
+    assert times == sorted(times, reverse=True)
+    assert {row["sourceFormat"] for row in imported.rows} >= {"claude-code", "codex"}
+
+
+def test_show_json_lists_every_append_surface_event(imported: Imported) -> None:
+    sid = imported.richest["id"]
+    shown = imported.dsh.json("show", sid, "--json")
+    appended = [e["seq"] for e in imported.richest_events if e.get("surfaceOp") == "append"]
+    assert [i["seq"] for i in shown["items"] if i["kind"] == "message"] == appended
+    assert shown["session"] == imported.richest
+
+
+# -- events and messages ---------------------------------------------------------------------
+
+def test_events_type_filter_and_from(imported: Imported) -> None:
+    dsh, sid, everything = imported.dsh, imported.richest["id"], imported.richest_events
+    assert [e["seq"] for e in everything] == list(range(len(everything)))
+    users = dsh.event_lines(sid, "--type", "user/message")
+    assert users == [e for e in everything if e["type"] == "user/message"]
+    assert users
+    steps = dsh.event_lines(sid, "--type", "step/*", "--from", "3")
+    assert steps == [e for e in everything[3:] if e["type"].startswith("step/")]
+
+
+@pytest.mark.parametrize("fmt", ["dsh", "openai", "anthropic"])
+def test_messages_format(imported: Imported, fmt: str) -> None:
+    from dsh.interop import validate_conversation
+
+    view = imported.dsh.json("messages", imported.richest["id"], "--format", fmt)
+    if fmt == "dsh":
+        assert {m["role"] for m in view} <= {"system", "user", "assistant"}
+        assert all(set(m) >= {"id", "role", "content"} for m in view)
+    elif fmt == "openai":
+        assert {m["role"] for m in view} <= {"system", "user", "assistant", "tool"}
+        assert validate_conversation(view, "openai") == []
+    else:
+        assert view["messages"][0]["role"] == "user"
+        assert validate_conversation(view, "anthropic") == []
+
+
+# -- verify ----------------------------------------------------------------------------------
+
+def test_verify_all_on_the_imported_store_exits_0(imported: Imported) -> None:
+    proc = imported.dsh("verify", "--all")
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == (
+        f"verified {len(imported.rows)} session(s): all valid")
+
+
+def test_verify_reports_one_line_per_violation(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    url = jsonl_store(tmp_path / "jsonl-store",
+                      {"good": _turn(0, 1, "Hi.", "Hello."), "bad": bad_log()})
+    proc = dsh("verify", "--all", "--store", url, check=1)
+    assert proc.stdout == "bad seq 6 TURN_NUMBER: " + proc.stdout.split(": ", 1)[1]
+    assert len(proc.stdout.splitlines()) == 1
+    assert proc.stderr.splitlines()[-1] == "verified 2 session(s): 1 violation(s) in 1"
+    report = json.loads(
+        dsh("verify", "bad", "--store", url, "--json", check=1).stdout)
+    assert report["sessions"] == 1
+    assert [(v["session"], v["seq"], v["rule"]) for v in report["violations"]] == [
+        ("bad", 6, "TURN_NUMBER")]
+
+
+# -- resume, fork, compact -------------------------------------------------------------------
+
+def test_resume_closes_the_interrupted_turn(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    url = jsonl_store(tmp_path / "jsonl-store", {"crashed": interrupted_log()})
+    before = dsh("show", "crashed", "--store", url).stdout
+    assert before.endswith("⚠ turn 1 is still open: the log ends mid-turn (last #4); "
+                           "`dsh resume` closes it\n")
+    proc = dsh("resume", "crashed", "--store", url)
+    assert proc.stdout == ("crashed: closed interrupted turn with 3 event(s) at seq 5–7 "
+                           "(tool/result, step/end, turn/end)\n")
+    closers = stored_events(url, "crashed")[5:]
+    assert [e["type"] for e in closers] == ["tool/result", "step/end", "turn/end"]
+    assert closers[0]["data"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+    assert closers[0]["sourceEventSeqs"] == [4]
+    assert closers[2]["data"] == {"turn": 1, "reason": {"kind": "interrupted"}}
+    after = dsh("show", "crashed", "--store", url).stdout
+    assert "\ntool  #5  bash [call_1]  REPAIRED (TOOL_OUTCOME_UNKNOWN)\n" in after
+    assert after.endswith("⚠ turn 1 interrupted; closed by crash repair  #7\n")
+    again = dsh("resume", "crashed", "--store", url)
+    assert again.stdout == "crashed: nothing to repair (no open turn)\n"
+
+
+def test_resume_of_an_interrupted_import_closes_it(store: Dsh, imported: Imported) -> None:
+    # Importers leave a transcript's unfinished last turn open for `dsh resume` (core spec §9).
+    from dsh.persistence import open_store
+
+    def last_turn_event(events: list[Any]) -> str:
+        return [e["type"] for e in events if e["type"] in ("turn/start", "turn/end")][-1]
+
+    with open_store(f"sqlite://{store.home / 'sessions.db'}") as persistence:
+        open_ids = []
+        for row in imported.rows:
+            with persistence.open(row["id"], "read") as handle:
+                if last_turn_event(list(handle.read(0).events)) == "turn/start":
+                    open_ids.append(row["id"])
+    assert open_ids
+    outcome = store.json("resume", open_ids[0], "--json")
+    assert outcome["closers"][-1]["type"] == "turn/end"
+    assert outcome["closers"][-1]["data"]["reason"] == {"kind": "interrupted"}
+
+
+def test_fork_at_seq_inherits_the_prefix(store: Dsh, imported: Imported) -> None:
+    parent, parent_events = imported.richest, imported.richest_events
+    boundary = next(e["seq"] for e in parent_events if e["type"] == "turn/end")
+    outcome = store.json("fork", parent["id"], "--at", str(boundary), "--as", "child-1",
+                         "--json")
+    assert outcome["id"] == "child-1"
+    assert outcome["seedLength"] == boundary + 1
+    url = f"sqlite://{store.home / 'sessions.db'}"
+    child = stored_events(url, "child-1")
+    assert child[: boundary + 1] == parent_events[: boundary + 1]
+    assert child[boundary + 1]["type"] == "session/end-seed"
+    assert child[boundary + 1]["data"] == {"inherited": True}
+    row = next(r for r in store.json("ls", "--json") if r["id"] == "child-1")
+    assert (row["parentSession"], row["seedLength"]) == (parent["id"], boundary + 1)
+    assert row["lineage"] == f"fork of {parent['id']} @{boundary}"
+    assert stored_events(url, parent["id"]) == parent_events  # the parent is untouched
+    dup = store("fork", parent["id"], "--at", str(boundary), "--as", "child-1", check=1)
+    assert dup.stderr.startswith('error[SESSION_ALREADY_EXISTS]: session "child-1" already '
+                                 "exists")
+
+
+def test_fork_boundary_beyond_the_log_is_invalid(imported: Imported) -> None:
+    parent = imported.richest
+    proc = imported.dsh("fork", parent["id"], "--at", str(parent["events"] + 10), check=1)
+    assert proc.stderr == (f"error[INVALID_BOUNDARY]: fork boundary {parent['events'] + 10} does "
+                           f"not exist in session \"{parent['id']}\" (last seq: "
+                           f"{parent['events'] - 1}) (seq={parent['events'] + 10})\n")
+
+
+def test_compact_writes_a_checkpoint(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    url = jsonl_store(tmp_path / "jsonl-store", {"long": long_log()})
+    outcome = dsh.json("compact", "long", "--store", url, "--json")
+    # Resume appends the end-seed (18), then the transaction (persistence spec §9.2).
+    assert (outcome["startSeq"], outcome["summarySeq"], outcome["checkpointSeq"],
+            outcome["endSeq"]) == (19, 20, 21, 22)
+    # Retain budget 0 keeps only the newest node, turn 3's answer (persistence spec §9.5).
+    assert outcome["shadowedSeqs"] == [2, 3, 8, 9, 14]
+    assert outcome["checkpointTokenCount"] < outcome["shadowedTokenCount"]
+    added = stored_events(url, "long")[18:]
+    assert [e["type"] for e in added] == ["session/end-seed", "compaction/start",
+                                          "compaction/summary", "user/message",
+                                          "compaction/end"]
+    assert added[3]["surfaceOp"] == {"op": "replace", "start": 2, "end": 14}
+    shown = dsh("show", "long", "--store", url).stdout
+    assert "\n⟲ compaction checkpoint  #21  replaces #2–#14 (5 messages)\n" in shown
+    dsh("verify", "long", "--store", url)
+    messages = dsh.json("messages", "long", "--store", url)
+    assert [m["role"] for m in messages] == ["user", "assistant"]  # checkpoint, last answer
+
+
+def test_compact_bad_range_is_a_usage_error(tmp_path: Path) -> None:
+    proc = Dsh(tmp_path)("compact", "x", "--range", "seven", check=2)
+    assert "error[USAGE]: Invalid value for '--range': expected A:B (two surface seqs), got " \
+           "'seven'" in proc.stderr
+
+
+# -- export and convert ----------------------------------------------------------------------
+
+def test_export_dsh_jsonl_is_header_then_events(imported: Imported, tmp_path: Path) -> None:
+    sid = imported.richest["id"]
+    out = tmp_path / "x.jsonl"
+    imported.dsh("export", sid, "--format", "dsh-jsonl", "-o", str(out))
+    lines = out.read_text(encoding="utf-8").splitlines()
+    header = json.loads(lines[0])
+    assert (header["type"], header["version"], header["id"]) == ("session", 0, sid)
+    assert [json.loads(line) for line in lines[1:]] == imported.richest_events
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_export_provider_formats_validate(imported: Imported, fmt: str) -> None:
+    from dsh.interop import validate_conversation
+
+    exported = json.loads(imported.dsh("export", imported.richest["id"], "--format", fmt).stdout)
+    assert validate_conversation(exported, fmt) == []
+
+
+def test_convert_jsonl_sqlite_jsonl_keeps_events_equal(imported: Imported,
+                                                       tmp_path: Path) -> None:
+    from dsh.persistence import open_store
+
+    dsh = Dsh(tmp_path)
+    default = f"sqlite://{imported.dsh.home / 'sessions.db'}"
+    jsonl_a = f"jsonl://{tmp_path / 'a'}"
+    sqlite_b = f"sqlite://{tmp_path / 'b.db'}"
+    jsonl_c = f"jsonl+zstd://{tmp_path / 'c'}"
+    dsh("convert", "--from", default, "--to", jsonl_a)
+    dsh("convert", "--from", jsonl_a, "--to", sqlite_b)
+    proc = dsh("convert", "--from", sqlite_b, "--to", jsonl_c)
+    count = len(imported.rows)
+    assert proc.stdout.startswith(f"copied {count} session(s) (")
+
+    def logs(url: str) -> dict[str, list[Any]]:
+        with open_store(url) as persistence:
+            out: dict[str, list[Any]] = {}
+            for row in imported.rows:
+                with persistence.open(row["id"], "read") as handle:
+                    out[row["id"]] = list(handle.read(0).events)
+            return out
+
+    original = logs(default)
+    assert sum(len(v) for v in original.values()) == sum(r["events"] for r in imported.rows)
+    for url in (jsonl_a, sqlite_b, jsonl_c):
+        assert logs(url) == original, url
+    again = dsh.json("convert", "--from", jsonl_a, "--to", sqlite_b, "--json")
+    assert (again["copied"], again["skipped"]) == (0, count)
+
+
+# -- the handler itself (in-process: outcomes that are hard to provoke from outside) ---------
+
+def _run_raising(exc: BaseException) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    import typer
+
+    from dsh.cli._errors import run
+
+    app = typer.Typer()
+
+    @app.command()
+    def boom() -> None:
+        raise exc
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = run(typer.main.get_command(app), [])
+    return status, err.getvalue()
+
+
+def test_handler_ctrl_c_exits_130() -> None:
+    assert _run_raising(KeyboardInterrupt()) == (130, "error[INTERRUPTED]: interrupted\n")
+
+
+def test_handler_unexpected_exception_is_one_bug_line() -> None:
+    assert _run_raising(ZeroDivisionError("division by zero")) == (
+        1, "error[BUG]: unexpected ZeroDivisionError: division by zero; this is a bug in dsh, "
+           "rerun with --debug for the traceback and report it\n")
+
+
+def test_handler_dsh_error_line_names_code_and_where() -> None:
+    from dsh.errors import LogCorruptError
+
+    error = LogCorruptError("seq gap, expected 2, got 4", seq=4, path="/x/s.jsonl")
+    assert _run_raising(error) == (
+        1, "error[LOG_CORRUPT]: seq gap, expected 2, got 4 (seq=4, path=/x/s.jsonl)\n")

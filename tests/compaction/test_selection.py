@@ -1,0 +1,124 @@
+"""Span selection (persistence spec §9.5, §9.10; seed ch. 28 node-0 protection)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsh.compaction.selection import head_position, select_compactable_range, validate_span
+from dsh.compaction.tokens import measure_surface
+from dsh.errors import CompactionError
+from tests.compaction.builders import (
+    assistant,
+    long_session,
+    new_session,
+    system,
+    tool_result,
+    turn,
+    user,
+)
+
+
+def _open_call_session():  # type: ignore[no-untyped-def]
+    """user, assistant(call), user(injected), result, assistant — an open pair in the middle."""
+    session = new_session()
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    u = user(session, "please run the build " * 20)
+    a = assistant(session, 1, 1, "running", (("c1", "bash", '{"command":"make"}'),))
+    injected = user(session, "note: CI is slow today", kind="plugin")
+    r = tool_result(session, 1, 1, "c1", "ok " * 50)
+    final = assistant(session, 1, 1, "the build passed " * 10)
+    return session, u, a, injected, r, final
+
+
+def test_select_rounds_a_retention_cut_head_ward_to_preserve_tool_call_result_pairing() -> None:
+    # §10.11 "rounds a retention cut head-ward to preserve tool-call/result pairing": with a
+    # budget that keeps only the result and the final answer, the cut would fall between the
+    # call and its result; it moves to before the assistant message that made the call.
+    session, u, _a, _injected, r, final = _open_call_session()
+    measurement = measure_surface(session)
+    prices = dict((n.seq, n.tokens) for n in measurement.nodes)
+    retain = prices[final.seq] + prices[r.seq]
+    assert select_compactable_range(session, retain_tokens=retain) == (u.seq, u.seq)
+
+
+def test_select_declines_when_rounding_a_cut_would_consume_the_only_tool_pair() -> None:
+    session = new_session()
+    assistant(session, 1, 1, "x", (("c1", "bash", "{}"),))
+    tool_result(session, 1, 1, "c1", "out")
+    # retain 0 keeps the result; the cut before it is unbalanced and moves to the head.
+    assert select_compactable_range(session, retain_tokens=0) is None
+
+
+def test_select_is_head_anchored_and_keeps_the_last_node_even_with_budget_zero() -> None:
+    session = long_session(2)
+    nodes = list(session.surface.nodes)
+    assert select_compactable_range(session, retain_tokens=0) == (nodes[0], nodes[-2])
+
+
+def test_select_returns_none_for_an_empty_surface_or_a_budget_covering_everything() -> None:
+    assert select_compactable_range(new_session(), retain_tokens=0) is None
+    session = long_session(1)
+    assert select_compactable_range(session, retain_tokens=10**9) is None
+    with pytest.raises(ValueError):
+        select_compactable_range(session, retain_tokens=-1)
+
+
+def test_select_rejects_a_priced_surface_that_is_not_the_current_positional_surface() -> None:
+    # §10.11 "rejects a priced surface that is not the current positional surface".
+    session = long_session(1)
+    stale = measure_surface(session)
+    user(session, "one more")
+    with pytest.raises(CompactionError) as info:
+        select_compactable_range(session, retain_tokens=0, measurement=stale)
+    assert info.value.code == "changed"
+
+
+def test_select_never_covers_a_system_message_head() -> None:
+    # Seed ch. 28: a system/message at node 0 is never shadowed by a compaction.
+    session = new_session()
+    head = system(session, "You are a careful agent.")
+    turn(session, 1, "first request " * 20, answer="first answer " * 20)
+    turn(session, 2, "second request", answer="second answer")
+    assert head_position(session) == 1
+    start, _end = select_compactable_range(session, retain_tokens=0)  # type: ignore[misc]
+    assert start == session.surface.nodes[1] != head.seq
+
+
+def test_validate_span_rejects_a_span_over_the_system_head() -> None:
+    session = new_session()
+    head = system(session, "system prompt")
+    u = user(session, "hello")
+    with pytest.raises(CompactionError) as info:
+        validate_span(session, head.seq, u.seq)
+    assert info.value.code == "range"
+    assert validate_span(session, u.seq, u.seq).seqs == (u.seq,)
+
+
+@pytest.mark.parametrize("which", ["start", "end"])
+def test_validate_span_rejects_missing_seqs(which: str) -> None:
+    # §10.11 "rejects %s" (start missing 9001, end missing 9002).
+    session = long_session(1)
+    first = session.surface.nodes[0]
+    start, end = (9001, first) if which == "start" else (first, 9002)
+    with pytest.raises(CompactionError, match=f"{which} seq {start if which == 'start' else end}"
+                       " not found in surface") as info:
+        validate_span(session, start, end)
+    assert info.value.code == "range"
+
+
+def test_validate_span_rejects_reversed_and_tool_unbalanced_positional_boundaries() -> None:
+    # §10.11 "rejects reversed and tool-unbalanced positional boundaries".
+    session, u, a, injected, r, final = _open_call_session()
+    with pytest.raises(CompactionError, match="is after end seq") as info:
+        validate_span(session, a.seq, u.seq)
+    assert info.value.code == "range"
+    with pytest.raises(CompactionError, match="is not a balanced boundary") as info:
+        validate_span(session, u.seq, a.seq)  # end falls between the call and its result
+    assert info.value.code == "unbalanced"
+    with pytest.raises(CompactionError, match="is not a balanced boundary") as info:
+        validate_span(session, injected.seq, final.seq)  # start inside the open pair
+    assert info.value.code == "unbalanced"
+    span = validate_span(session, u.seq, r.seq)
+    assert span.seqs == (u.seq, a.seq, injected.seq, r.seq)
+    assert (span.start_index, span.end_index) == (0, 3)

@@ -1,0 +1,46 @@
+"""Shared helpers of the interop tests: where the corpus is, and facts read from imports."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh.interop import ImportedSession
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("DSH_SHARED", REPO.parent / "shared"))
+CORPUS = SHARED / "corpus"
+EXAMPLES = REPO / "examples" / "transcripts"
+
+
+def corpus_dir() -> Path:
+    if not (CORPUS / "MANIFEST.json").is_file():
+        pytest.skip(f"REFERENCE DATA MISSING: no corpus at {CORPUS} (set DSH_SHARED)")
+    return CORPUS
+
+
+def live(session: ImportedSession) -> list[dict[str, Any]]:
+    return [e for e in session.events if not e.get("ignorable")]
+
+
+def facts(session: ImportedSession) -> dict[str, Any]:
+    """The facts the corpus tests pin, computed from an imported session's events."""
+    ev = live(session)
+    turn_ends = [e["data"]["reason"]["kind"] for e in ev if e["type"] == "turn/end"]
+    turns = sum(1 for e in ev if e["type"] == "turn/start")
+    return {
+        "prompts": sum(1 for e in ev if e["type"] == "user/message"
+                       and e["data"]["source"]["kind"] == "user"),
+        "calls": sum(1 for e in ev if e["type"] == "tool/call"),
+        "results": sum(1 for e in ev if e["type"] == "tool/result"
+                       and not ((e["data"].get("meta") or {}).get("import") or {}).get(
+                           "synthetic")),
+        "compactions": sum(1 for e in ev if e["type"] == "compaction/start"),
+        "children": len(session.children),
+        "turns": turns,
+        "open_last_turn": turns > len(turn_ends),
+        "last_end": turn_ends[-1] if turn_ends and turns == len(turn_ends) else None,
+    }

@@ -1,0 +1,147 @@
+"""Bad input gives a clear ImportFormatError naming path, line and format (issue 5)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dsh.errors import ImportFormatError
+from dsh.interop import FORMATS, detect_format, import_file
+from tests.interop.helpers import EXAMPLES
+
+
+def _write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["auto", *FORMATS])
+def test_import_missing_file_is_refused(tmp_path: Path, fmt: str) -> None:
+    path = tmp_path / "absent.jsonl"
+    with pytest.raises(ImportFormatError) as info:
+        import_file(path, fmt)
+    assert info.value.where["path"] == str(path)
+    assert "cannot read" in info.value.message
+
+
+def test_import_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ImportFormatError, match="cannot read"):
+        import_file(tmp_path, "claude-code")
+
+
+@pytest.mark.parametrize("fmt", ["auto", *FORMATS])
+def test_import_empty_file_is_refused(tmp_path: Path, fmt: str) -> None:
+    path = _write(tmp_path, "empty.jsonl", b"\n  \n")
+    with pytest.raises(ImportFormatError, match="empty") as info:
+        import_file(path, fmt)
+    assert info.value.where["line"] == 1
+
+
+@pytest.mark.parametrize("fmt", ["auto", *FORMATS])
+def test_import_binary_file_is_refused(tmp_path: Path, fmt: str) -> None:
+    path = _write(tmp_path, "blob.jsonl", b'{"type":"user"}\n\x00\x01\x02binary')
+    with pytest.raises(ImportFormatError, match="NUL bytes") as info:
+        import_file(path, fmt)
+    assert info.value.where["byte_offset"] == 16
+
+
+def test_import_non_utf8_file_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, "latin.jsonl", b'{"type":"user","text":"caf\xe9"}\n')
+    with pytest.raises(ImportFormatError, match="not valid UTF-8") as info:
+        import_file(path, "claude-code")
+    assert info.value.where["format"] == "claude-code"
+
+
+def test_import_truncated_last_line_names_the_line(tmp_path: Path) -> None:
+    source = (EXAMPLES / "claude-code" / "simple.jsonl").read_bytes()
+    torn = source[: source.rindex(b"\n", 0, len(source) - 1) + 40]
+    path = _write(tmp_path, "torn.jsonl", torn)
+    with pytest.raises(ImportFormatError, match="truncated record at line 7") as info:
+        import_file(path, "claude-code")
+    assert info.value.where == {"path": str(path), "line": 7, "format": "claude-code"}
+    with pytest.raises(ImportFormatError, match="truncated"):
+        import_file(path)  # detection reads the same way
+
+
+def test_import_malformed_middle_line_names_the_line(tmp_path: Path) -> None:
+    lines = (EXAMPLES / "codex" / "legacy-interrupted.jsonl").read_text().split("\n")
+    lines[2] = lines[2][:-3]
+    path = _write(tmp_path, "bad.jsonl", "\n".join(lines).encode())
+    with pytest.raises(ImportFormatError, match="line 3 is not valid JSON") as info:
+        import_file(path, "codex")
+    assert info.value.where["line"] == 3
+
+
+@pytest.mark.parametrize(("example", "wrong"), [
+    ("claude-code/simple.jsonl", "codex"),
+    ("codex/rollout-compacted-aborted.jsonl", "claude-code"),
+    ("dsh/session.jsonl", "claude-code"),
+    ("claude-code/simple.jsonl", "dsh"),
+    ("openai-chat/conversation.json", "swe-agent"),
+    ("openai-chat/conversation.json", "openhands"),
+    ("openai-chat/conversation.json", "anthropic"),
+    ("openhands/trajectory.json", "openai-chat"),
+    ("swe-agent/run.traj", "openai-chat"),
+    ("anthropic/request.json", "mini-swe-agent"),
+    ("claude-code/simple.jsonl", "openai-chat"),
+])
+def test_import_wrong_format_is_refused(tmp_path: Path, example: str, wrong: str) -> None:
+    path = tmp_path / Path(example).name
+    shutil.copy(EXAMPLES / example, path)
+    with pytest.raises(ImportFormatError) as info:
+        import_file(path, wrong)
+    assert info.value.where["format"] == wrong
+    assert info.value.where["path"] == str(path)
+
+
+def test_import_unknown_format_name_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    path.write_text("[]")
+    with pytest.raises(ImportFormatError, match="unknown transcript format 'cursor'"):
+        import_file(path, "cursor")
+
+
+@pytest.mark.parametrize("doc", [{"hello": "world"}, 42, "text", [1, 2, 3]])
+def test_detect_unknown_json_is_refused(tmp_path: Path, doc: object) -> None:
+    path = tmp_path / "unknown.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ImportFormatError, match="cannot tell the transcript format") as info:
+        detect_format(path)
+    assert info.value.where["format"] == "auto"
+
+
+def test_detect_unknown_jsonl_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "unknown.jsonl"
+    path.write_text('{"a": 1}\n{"b": 2}\n')
+    with pytest.raises(ImportFormatError, match="cannot tell") as info:
+        import_file(path)
+    assert info.value.where["line"] == 1
+
+
+def test_dsh_log_with_other_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "v1.jsonl"
+    path.write_text('{"type":"session","version":1,"id":"s","createdAt":0}\n')
+    with pytest.raises(ImportFormatError, match="header version is 1"):
+        import_file(path, "dsh")
+
+
+def test_dsh_log_with_gap_in_seq_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "gap.jsonl"
+    path.write_text('{"type":"session","version":0,"id":"s","createdAt":0}\n'
+                    '{"type":"turn/start","seq":1,"time":0,"data":{"turn":1}}\n')
+    with pytest.raises(ImportFormatError, match="seq 1; expected 0") as info:
+        import_file(path, "dsh")
+    assert info.value.where["line"] == 2
+
+
+def test_claude_code_non_object_line_is_refused(tmp_path: Path) -> None:
+    source = (EXAMPLES / "claude-code" / "simple.jsonl").read_text()
+    path = tmp_path / "s.jsonl"
+    path.write_text(source + "[1, 2]\n")
+    with pytest.raises(ImportFormatError, match="at line 8") as info:
+        import_file(path, "claude-code")
+    assert info.value.where["line"] == 8

@@ -1,0 +1,62 @@
+"""Store URLs (DESIGN §3.8): ``jsonl:``, ``jsonl+zstd:``, ``sqlite:``, ``memory:``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dsh.errors import ConfigError
+from dsh.persistence import open_backend, open_store
+from dsh.persistence.jsonl import JsonlBackend
+from dsh.persistence.memory import MemoryBackend
+
+from .conftest import HAS_SQLITE
+
+
+def test_open_store_jsonl_variants(tmp_path: Path) -> None:
+    raw = open_backend(f"jsonl://{tmp_path}/a")
+    assert isinstance(raw, JsonlBackend) and raw.compression == "none"
+    assert raw.root == tmp_path / "a" and raw.pack_chunks
+    for url in (f"jsonl+zstd://{tmp_path}/b", f"jsonl://{tmp_path}/b?compression=zstd"):
+        backend = open_backend(url)
+        assert isinstance(backend, JsonlBackend) and backend.compression == "zstd"
+    unpacked = open_backend(f"jsonl://{tmp_path}/c?pack_chunks=false")
+    assert isinstance(unpacked, JsonlBackend) and not unpacked.pack_chunks
+
+
+def test_open_store_memory_and_facade() -> None:
+    store = open_store("memory:")
+    assert isinstance(store.backend, MemoryBackend)
+    assert store.url == "memory:"
+    store.close()
+
+
+@pytest.mark.parametrize(("url", "part"), [
+    ("ftp://x/y", "'ftp'"),
+    ("nothing", "no scheme"),
+    ("jsonl://host/dir", "host 'host'"),
+    ("jsonl:///d?compression=lz4", "compression='lz4'"),
+    ("jsonl:///d?level=3", "'level'"),
+    ("jsonl+zstd:///d?compression=none", "conflicts"),
+    ("jsonl:///d?pack_chunks=maybe", "pack_chunks='maybe'"),
+    ("memory:?x=1", "no options"),
+    ("jsonl:", "no path"),
+])
+def test_open_store_rejects_bad_urls_naming_the_part(url: str, part: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        open_backend(url)
+    assert part in str(info.value)
+
+
+@pytest.mark.skipif(not HAS_SQLITE, reason="dsh.persistence.sqlite not available")
+def test_open_store_sqlite_absolute_and_relative(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    absolute = open_store(f"sqlite://{tmp_path}/a.db")
+    absolute.create({"version": 0, "id": "s", "createdAt": 1})
+    absolute.close()
+    monkeypatch.chdir(tmp_path)
+    relative = open_store("sqlite:rel.db")
+    relative.create({"version": 0, "id": "s", "createdAt": 1})
+    relative.close()
+    assert (tmp_path / "rel.db").exists()

@@ -1,0 +1,95 @@
+"""The incremental derive_messages cache (core spec §7.8; checklist §16.7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+
+from dsh.session.session import Session
+from dsh.session.surface import derive_event_message
+from tests.strategies import (
+    StepClock,
+    apply_script,
+    assistant_data,
+    completed_turn,
+    examples,
+    log_scripts,
+    user_message,
+)
+
+
+def scratch(session: Session) -> list[Any]:
+    """A from-scratch derivation: replay the log into a new session and derive once."""
+    return Session.create("scratch", seed=session.events).derive_messages()
+
+
+def fresh() -> Session:
+    return Session.create("s", clock=StepClock())
+
+
+def test_derived_cache_stays_equal_to_a_scratch_replay_as_the_log_grows() -> None:
+    s = fresh()
+    for turn in range(1, 4):
+        completed_turn(s, turn, call_ids=[f"c{turn}"])
+        s.append("assistant/message", assistant_data(turn, 2, [], usage={
+            "inputTokens": 1, "outputTokens": 0}), surface_op="append")
+        assert s.derive_messages() == scratch(s)
+
+
+def test_derived_cache_rebuilds_on_a_surface_replace_and_matches_scratch() -> None:
+    s = fresh()
+    for text in "abc":
+        s.append("user/message", user_message(text), surface_op="append")
+    held = s.derive_messages()
+    s.append("user/message", user_message("sum"), surface_op={"op": "replace", "start": 0,
+                                                               "end": 1},
+             source_event_seqs=[0, 1])
+    assert [m["content"][0]["text"] for m in s.derive_messages()] == ["sum", "c"]
+    assert s.derive_messages() == scratch(s)
+    assert len(held) == 3
+
+
+def test_derived_cache_returns_a_fresh_list_per_call_sharing_frozen_messages() -> None:
+    s = fresh()
+    s.append("user/message", user_message("a"), surface_op="append")
+    first = s.derive_messages()
+    s.append("user/message", user_message("b"), surface_op="append")
+    second = s.derive_messages()
+    assert len(first) == 1 and len(second) == 2
+    assert first is not second and first[0] is second[0]
+    assert s.derive_messages() is not s.derive_messages()
+
+
+def test_derived_cache_projects_one_appended_event_as_the_full_derivation_does() -> None:
+    s = fresh()
+    completed_turn(s, 1, call_ids=["c1"])
+    event = s.append("user/message", user_message("next"), surface_op="append")
+    assert s.derive_event_message(event) is s.derive_messages()[-1]
+    assert derive_event_message(event) == scratch(s)[-1]
+
+
+def test_derived_cache_reuses_the_logged_events_frozen_content() -> None:
+    s = fresh()
+    event = s.append("user/message", user_message("a"), surface_op="append")
+    assert s.derive_messages()[0]["content"] is event.data["content"]
+
+
+def test_derived_cache_projects_null_for_boundaries_and_empty_assistants() -> None:
+    s = fresh()
+    boundary = s.append("turn/start", {"turn": 1})
+    empty = s.append("assistant/message", assistant_data(1, 1, []), surface_op="append")
+    assert s.derive_event_message(boundary) is None
+    assert s.derive_event_message(empty) is None
+    assert s.derive_messages() == []
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(log_scripts(open_tail=None))
+def test_derived_cache_equals_scratch_for_generated_logs_read_at_every_step(script: Any) -> None:
+    s = fresh()
+    derived_at: list[int] = []
+    s.observe(lambda session, event: derived_at.append(len(session.derive_messages())))
+    apply_script(s, script)
+    assert s.derive_messages() == scratch(s)
+    assert len(derived_at) == s.seq
