@@ -539,7 +539,47 @@ def loads(data: bytes | str) -> JsonValue:
             if isinstance(inner, InvalidJsonError):
                 raise
             raise InvalidJsonError(f"JSON is malformed: {inner}", json_path="$") from None
-    return snapshot_json(parsed)
+        return snapshot_json(parsed)
+    try:
+        return _freeze_parsed(parsed, 0)
+    except _Slow:
+        return snapshot_json(parsed)  # the exact walk names the offending spot
+
+
+def _freeze_parsed(v: Any, depth: int) -> Any:
+    """Freeze what orjson parsed: keys are ``str``, strings hold no surrogates, floats are finite.
+
+    Only numbers need checking (orjson accepts 64-bit integers and ``-0.0``). The parsed tree is
+    owned, so children are replaced in place before the container is copied frozen.
+    """
+    t = type(v)
+    if t is dict:
+        if depth > _FAST_DEPTH:
+            raise _Slow
+        for k, x in v.items():
+            tx = type(x)
+            if tx is dict or tx is list or tx is float or tx is int:
+                v[k] = _freeze_parsed(x, depth + 1)
+        return _frozen_dict(v)
+    if t is list:
+        if depth > _FAST_DEPTH:
+            raise _Slow
+        for i, x in enumerate(v):
+            tx = type(x)
+            if tx is dict or tx is list or tx is float or tx is int:
+                v[i] = _freeze_parsed(x, depth + 1)
+        return _frozen_list(v)
+    if t is int:
+        if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+            return v
+        raise _Slow
+    if t is float:
+        if v.is_integer() and -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+            if v == 0.0 and math.copysign(1.0, v) < 0:
+                raise _Slow
+            return int(v)
+        return v
+    return v
 
 
 # --- encoding -------------------------------------------------------------------------------

@@ -209,6 +209,12 @@ def test_cli_unknown_session_exits_1_with_session_not_found(tmp_path: Path) -> N
                        "session_id": "no-such-session"}
 
 
+def test_cli_debug_shows_the_traceback_then_the_error_line(tmp_path: Path) -> None:
+    proc = Dsh(tmp_path)("show", "no-such-session", "--debug", check=1)
+    assert proc.stderr.startswith("Traceback (most recent call last):\n")
+    assert proc.stderr.splitlines()[-1].startswith("error[SESSION_NOT_FOUND]: ")
+
+
 def test_cli_bad_store_url_is_one_config_error_line(tmp_path: Path) -> None:
     proc = Dsh(tmp_path)("ls", "--store", "ftp://nowhere", check=1)
     assert proc.stderr.startswith("error[CONFIG]: store URL 'ftp://nowhere': unknown scheme")

@@ -12,7 +12,7 @@ from dsh.errors import EventRejectedError
 from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.session.events import Event
 from dsh.session.header import SessionHeader
-from dsh.session.session import Session
+from dsh.session.session import EventLog, Session
 from tests.strategies import (
     StepClock,
     apply_script,
@@ -429,13 +429,18 @@ def test_session_restores_deeply_nested_frozen_event_data_without_copying() -> N
     assert inner == "leaf"
 
 
-def test_session_returns_cached_frozen_event_tuples_that_do_not_grow_after_append() -> None:
+def test_session_returns_cached_event_snapshots_that_do_not_grow_after_append() -> None:
+    # core spec §5.7: a held `events` snapshot never grows; ours is an O(1) view, not a copy.
     s = fresh()
     s.append("turn/start", {"turn": 1})
     first = s.events
-    assert s.events is first and isinstance(first, tuple)
+    assert s.events is first and isinstance(first, EventLog)
     s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
     assert len(first) == 1 and len(s.events) == 2 and s.events is not first
+    assert list(first) == [s.events[0]] and first[-1] is s.events[0]
+    assert first == (s.events[0],) and first[0:5] == (s.events[0],)
+    with pytest.raises(IndexError):
+        first[1]
 
 
 def test_session_detaches_and_freezes_an_explicitly_supplied_header() -> None:

@@ -3,8 +3,8 @@
 Commands read and write a store named by ``--store URL`` (default: the embedded SQLite store at
 ``$DSH_HOME/sessions.db``, ``~/.dsh`` when ``DSH_HOME`` is unset; DESIGN §3.8). Results go to
 stdout, diagnostics to stderr; errors and exit statuses are handled once, in
-:mod:`dsh.cli._errors` (STYLE §12). Library modules are imported inside the commands so that
-``dsh --help`` stays fast.
+:mod:`dsh.cli._errors` (STYLE §12). The CLI uses the public ``dsh`` API; the importers, the
+cold-read pipeline and progress bars are imported only by the commands that need them.
 """
 
 from __future__ import annotations
@@ -21,16 +21,32 @@ from urllib.parse import quote
 
 import typer
 
+from dsh import (
+    ConfigError,
+    DigestSummarizer,
+    DshError,
+    ImportFormatError,
+    PersistenceError,
+    Session,
+    SessionForkError,
+    SessionNotFoundError,
+    SessionStore,
+    check_log,
+    compact_now,
+    compact_surface_region,
+    open_store,
+)
 from dsh.cli import render
 from dsh.cli._errors import EXIT_FAILED, STATE, enable_debug, run
-from dsh.errors import ConfigError, DshError, SessionForkError, SessionNotFoundError
+from dsh.json import dumps, json_equal
+from dsh.session import balanced_cuts
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dsh import Event
     from dsh.json import FrozenDict
     from dsh.persistence import Persistence
-    from dsh.session.events import Event
 
 __all__ = ["app", "default_store_url", "examples_dir", "main", "user_log_dirs"]
 
@@ -97,8 +113,6 @@ def _store(url: str | None) -> Iterator[Persistence]:
 
     Closing drains any write-behind writer, so a command's writes are durable on return.
     """
-    from dsh.persistence import open_store
-
     persistence = open_store(url or default_store_url())
     try:
         yield persistence
@@ -172,8 +186,6 @@ def _read(persistence: Persistence, session_id: str) -> _Read:
 
 def _restored(read: _Read, *, with_closers: bool = True) -> Any:
     """A detached Session over the stored log (plus the repair closers when asked)."""
-    from dsh.session.session import Session
-
     seed = read.events + read.closers if with_closers else read.events
     return Session.restore(str(read.header["id"]), seed, read.header,
                            inherited_event_count=read.header.get("seedLength") or 0)
@@ -308,7 +320,6 @@ def _stored_count(persistence: Persistence, session_id: str) -> int:
 def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
                 report: ImportReport) -> None:
     """Import one file; all of its sessions are validated before anything is written."""
-    from dsh.errors import ImportFormatError
     from dsh.interop import detect_format, import_file
 
     shown = str(path)
@@ -545,10 +556,6 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str]
     without a result), §13.2 (log invariants, every violation).
     """
     from dsh.persistence.coordinator import read_pipeline
-    from dsh.session.invariants import check_log
-    from dsh.session.pairing import balanced_cuts
-    from dsh.session.session import Session
-
     def violation(seq: int | None, rule: str, message: str) -> render.Violation:
         return render.Violation(session_id=session_id, seq=seq, rule=rule, message=message)
 
@@ -683,8 +690,6 @@ def fork(
     parent's log is not changed.
     """
     _json_mode(json_)
-    from dsh.session.store import SessionStore
-
     with _store(store) as persistence:
         read = _read(persistence, session_id)
         child_id = as_ if as_ is not None else _child_id(persistence, session_id)
@@ -751,10 +756,6 @@ def compact(
     """
     _json_mode(json_)
     span = _parse_range(range_)
-    from dsh.compaction.region import compact_now, compact_surface_region
-    from dsh.compaction.summarizers import DigestSummarizer
-    from dsh.session.store import SessionStore
-
     digest = DigestSummarizer()
     with _store(store) as persistence:
         _require(persistence, session_id)
@@ -812,8 +813,6 @@ def _dsh_jsonl(read: _Read) -> bytes:
 
     Header key order and the always-present ``delegationDepth`` follow persistence spec §4.3.
     """
-    from dsh.json import dumps
-
     header: dict[str, Any] = {"type": "session"}
     for key in _JSONL_HEADER_KEYS:
         if key == "delegationDepth":
@@ -859,8 +858,6 @@ def export(
 def _same_header(a: FrozenDict, b: FrozenDict) -> bool:
     # Backends differ only in how they store a top-level delegationDepth (JSONL writes 0,
     # SQLite leaves it NULL; persistence spec §4.3, dsh-logs README).
-    from dsh.json import json_equal
-
     def plain(header: FrozenDict) -> dict[str, Any]:
         return {k: v for k, v in header.items() if not (k == "delegationDepth" and not v)}
 
@@ -874,9 +871,6 @@ def _copy_store(source: Persistence, target: Persistence, console: Console) -> d
         PersistenceError: code ``CONVERT_MISMATCH`` when a copy does not read back equal.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    from dsh.errors import PersistenceError
-    from dsh.json import json_equal
 
     ids = sorted(str(h["id"]) for h in source.backend.list_headers())
     copied = skipped = event_count = 0

@@ -235,13 +235,16 @@ def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], 
 def render_sessions_table(rows: Sequence[SessionRow]) -> Table:
     """Return the ``dsh ls`` table: id, title, turns, events, last activity, lineage, source."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("ID", no_wrap=True, overflow="fold")
-    table.add_column("TITLE", overflow="ellipsis", no_wrap=True, max_width=48)
-    table.add_column("TURNS", justify="right")
-    table.add_column("EVENTS", justify="right")
-    table.add_column("LAST ACTIVITY (UTC)", no_wrap=True)
-    table.add_column("LINEAGE", overflow="fold")
-    table.add_column("SOURCE", no_wrap=True)
+    # Only the title shrinks (with an ellipsis) when the width is short; ids and numbers never.
+    table.add_column("ID", no_wrap=True, min_width=max([2, *(len(r.id) for r in rows)]))
+    table.add_column("TITLE", overflow="ellipsis", no_wrap=True, ratio=1, max_width=48)
+    table.add_column("TURNS", justify="right", no_wrap=True, min_width=5)
+    table.add_column("EVENTS", justify="right", no_wrap=True, min_width=6)
+    table.add_column("LAST ACTIVITY (UTC)", no_wrap=True, min_width=19)
+    table.add_column("LINEAGE", no_wrap=True,
+                     min_width=max([7, *(len(r.lineage) for r in rows)]))
+    table.add_column("SOURCE", no_wrap=True,
+                     min_width=max([6, *(len(r.source_format) for r in rows)]))
     for row in rows:
         table.add_row(Text(row.id, style="cyan"), Text(row.title or "-"), str(row.turns),
                       str(row.events), format_ms(row.last_activity_ms), Text(row.lineage),
@@ -365,7 +368,9 @@ def _message_item(event: Mapping[str, Any], data: Mapping[str, Any],
                             "blocks": blocks}
     source = message.get("source")
     if isinstance(source, Mapping) and source.get("kind") not in (None, "user", "tool", "model"):
-        item["source"] = source.get("kind")
+        # Injected context (a plugin, an importer, a subagent report): say who put it there.
+        plugin = source.get("plugin")
+        item["source"] = f"{source.get('kind')} {plugin}" if plugin else source.get("kind")
     if kind == "assistant/message":
         for block in blocks:
             if block["type"] == "tool-call":
@@ -569,14 +574,14 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
     """
     parts: list[RenderableType] = []
     for path, session_id, fmt in imported:
-        parts.append(Text("imported  ", style="green").append(f"{session_id}  ({fmt})  {path}"))
+        parts.append(Text.assemble(("imported  ", "green"), f"{session_id}  ({fmt})  {path}"))
     for path, session_id in skipped:
-        parts.append(Text("skipped   ", style="dim").append(
-            f"{session_id}  already imported  {path}"))
+        parts.append(Text.assemble(("skipped   ", "dim"),
+                                   f"{session_id}  already imported  {path}"))
     for path, reason in failed:
-        parts.append(Text("failed    ", style="bold red").append(f"{path}: {reason}"))
+        parts.append(Text.assemble(("failed    ", "bold red"), f"{path}: {reason}"))
     for path, reason in ignored:
-        parts.append(Text("ignored   ", style="dim").append(f"{path}: {reason}"))
+        parts.append(Text.assemble(("ignored   ", "dim"), f"{path}: {reason}"))
     counts = (f"{len(imported)} imported, {len(skipped)} skipped (already imported), "
               f"{len(failed)} failed")
     if ignored:

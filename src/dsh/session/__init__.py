@@ -41,6 +41,7 @@ from dsh.session.repair import (
 )
 from dsh.session.session import (
     Clock,
+    EventLog,
     Session,
     call_config_equals,
     canonical_header,
@@ -86,6 +87,7 @@ __all__ = [
     "SURFACE_EVENT_TYPES",
     "Clock",
     "Event",
+    "EventLog",
     "OpenTurnPolicy",
     "Persistence",
     "Session",

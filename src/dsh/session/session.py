@@ -18,9 +18,10 @@ The core does no I/O; the default clock only reads the wall clock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from time import time_ns
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, overload
 
 from dsh.errors import EventRejectedError, InvalidJsonError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, dumps, snapshot_json
@@ -336,6 +337,57 @@ def fold_request_header(events: Iterable[Event],
 # --- the session ----------------------------------------------------------------------------
 
 
+class EventLog(Sequence[Event]):
+    """A snapshot of a session's first ``len`` events: immutable, shares the log, O(1) to take.
+
+    Indexing, slicing (returns a tuple), iteration, ``len`` and equality with any sequence of
+    events behave like a tuple; ``log + other`` returns a tuple.
+    """
+
+    __slots__ = ("_len", "_log")
+
+    def __init__(self, log: list[Event], length: int) -> None:
+        self._log = log
+        self._len = length
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Event, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | tuple[Event, ...]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._len)
+            return tuple(self._log[start:stop:step])
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError(f"event index {index} out of range (log holds {self._len})")
+        return self._log[index]
+
+    def __iter__(self) -> Iterator[Event]:
+        return islice(self._log, self._len)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EventLog | tuple | list):
+            return len(other) == self._len and all(a == b for a, b in zip(self, other,
+                                                                             strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        raise TypeError("unhashable type: 'EventLog'")
+
+    def __add__(self, other: Sequence[Event]) -> tuple[Event, ...]:
+        return (*self, *other)
+
+    def __repr__(self) -> str:
+        return f"EventLog({self._len} events)"
+
+
 class Session:
     """One session: an append-only, in-memory log of frozen events and what derives from it.
 
@@ -449,7 +501,7 @@ class Session:
     def _setup(self, session_id: str, clock: Clock | None) -> None:
         self._clock: Clock = clock or wall_clock_ms
         self._log: list[Event] = []
-        self._events_cache: tuple[Event, ...] | None = None
+        self._events_cache: EventLog | None = None
         self._surface = Surface()
         self._last_time = _NO_TIME
         self._first_live_seq = 0
@@ -629,11 +681,15 @@ class Session:
         return self._header
 
     @property
-    def events(self) -> tuple[Event, ...]:
-        """The log as a tuple; the same tuple is returned until the next append."""
+    def events(self) -> EventLog:
+        """The log as a read-only sequence that never grows (core spec §5.7).
+
+        O(1): the log is append-only, so the first ``len`` events are an immutable snapshot and
+        need no copy. The same object is returned until the next append.
+        """
         cached = self._events_cache
         if cached is None:
-            cached = self._events_cache = tuple(self._log)
+            cached = self._events_cache = EventLog(self._log, len(self._log))
         return cached
 
     @property

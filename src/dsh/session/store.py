@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol
 
 from dsh.errors import ConfigError, SessionExistsError, SessionForkError, SessionNotFoundError
@@ -462,7 +462,7 @@ class SessionStore:
         return source
 
     @staticmethod
-    def _fork_boundary(parent: Session, events: tuple[Event, ...], boundary: object) -> int:
+    def _fork_boundary(parent: Session, events: Sequence[Event], boundary: object) -> int:
         if boundary is None:
             return len(events) - 1
         if type(boundary) is not int or not 0 <= boundary <= MAX_SAFE_INTEGER:
