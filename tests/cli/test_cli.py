@@ -255,6 +255,19 @@ def test_import_again_is_idempotent(store: Dsh, imported: Imported) -> None:
     assert store.json("ls", "--json") == imported.rows
 
 
+def test_import_without_path_finds_the_users_claude_code_logs(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    project = tmp_path / "user-home" / ".claude" / "projects" / "-home-demo-app"
+    project.mkdir(parents=True)
+    source = EXAMPLES / "transcripts" / "claude-code" / "simple.jsonl"
+    shutil.copy(source, project / source.name)
+    proc = dsh("import")
+    assert proc.stderr.startswith("importing your agent logs from "
+                                  f"{tmp_path / 'user-home' / '.claude' / 'projects'}")
+    assert proc.stdout.endswith("1 imported, 0 skipped (already imported), 0 failed\n")
+    assert "(claude-code)" in proc.stdout
+
+
 def test_import_failed_file_reports_reason_and_leaves_nothing(tmp_path: Path) -> None:
     dsh = Dsh(tmp_path)
     bad = tmp_path / "broken.jsonl"

@@ -69,6 +69,13 @@ def enable_debug() -> None:
     root.setLevel(logging.DEBUG)
 
 
+def _named_in(value: str, message: str) -> bool:
+    # A session id or path the message already quotes is not repeated; short bare words are
+    # (a session called "gap" is not named by "seq gap"). Ints are always shown.
+    return (f"'{value}'" in message or f'"{value}"' in message
+            or (("/" in value or len(value) >= 16) and value in message))
+
+
 def format_error_line(error: DshError) -> str:
     """Return ``error[CODE]: message`` plus the location fields not already in the message.
 
@@ -78,10 +85,8 @@ def format_error_line(error: DshError) -> str:
         One line (newlines in the message are folded into spaces).
     """
     message = " ".join(str(error.message).split())
-    # Ints (seq, line, byte offset) are always shown; a string already quoted in the message
-    # (a session id, a path) is not repeated.
     extra = [f"{key}={value}" for key, value in error.where.items()
-             if isinstance(value, int) or str(value) not in message]
+             if not _named_in(str(value), message) or isinstance(value, int)]
     suffix = f" ({', '.join(extra)})" if extra else ""
     return f"error[{error.code}]: {message}{suffix}"
 

@@ -37,7 +37,7 @@ from dsh import (
     open_store,
 )
 from dsh.cli import render
-from dsh.cli._errors import EXIT_FAILED, STATE, enable_debug, run
+from dsh.cli._errors import EXIT_FAILED, STATE, enable_debug, format_error_line, run
 from dsh.json import dumps, json_equal
 from dsh.session import balanced_cuts
 
@@ -424,36 +424,51 @@ def import_(
 
 # -- ls / show / events / messages -----------------------------------------------------------
 
-def _rows(persistence: Persistence) -> list[render.SessionRow]:
+def _rows(persistence: Persistence) -> tuple[list[render.SessionRow], list[DshError]]:
+    """Rows of every readable session (newest activity first) and the errors of the others."""
     from dsh.persistence.coordinator import read_pipeline
 
     rows: list[render.SessionRow] = []
+    unreadable: list[DshError] = []
     for header in persistence.backend.list_headers():
         sid = str(header["id"])
-        with persistence.open(sid, "read") as handle:
-            cold = handle.read(0)
-        if not cold.events:
-            continue  # created but never written: not a session yet (persistence spec §2.1)
-        events, _ = read_pipeline(sid, cold)
+        try:
+            with persistence.open(sid, "read") as handle:
+                cold = handle.read(0)
+            if not cold.events:
+                continue  # created but never written: not a session yet (persistence spec §2.1)
+            events, _ = read_pipeline(sid, cold)
+        except DshError as error:
+            # One damaged log must not hide the others; it is reported and sets exit 1.
+            error.where.setdefault("session_id", sid)
+            unreadable.append(error)
+            continue
         rows.append(render.session_row(cold.header, events,
                                        source_format=_source_format(events)))
     rows.sort(key=lambda r: (-r.last_activity_ms, r.id))
-    return rows
+    return rows, unreadable
 
 
 @app.command("ls")
 def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
-    """List the sessions in the store, most recent activity first."""
+    """List the sessions in the store, most recent activity first.
+
+    A session whose log cannot be read is reported on stderr (one ``error[CODE]`` line each,
+    `dsh verify` tells more) and makes the exit status 1; the others are still listed.
+    """
     _json_mode(json_)
     with _store(store) as persistence:
-        rows = _rows(persistence)
+        rows, unreadable = _rows(persistence)
     if json_:
         render.write_json([row.to_json() for row in rows])
-        return
-    if not rows:
+    elif rows:
+        _out().print(render.render_sessions_table(rows))
+    elif not unreadable:
         _err().print("no sessions in the store; `dsh import` adds some")
-        return
-    _out().print(render.render_sessions_table(rows))
+    for error in unreadable:
+        sys.stderr.write(format_error_line(error) + "\n")
+    if unreadable:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("show")

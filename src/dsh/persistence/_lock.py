@@ -28,7 +28,7 @@ from dsh.errors import SessionBusyError
 
 __all__ = ["SessionLock"]
 
-_held: set[str] = set()
+_held: dict[str, dict[str, object]] = {}  # lock key -> holder info, for in-process refusals
 _held_mutex = threading.Lock()
 
 
@@ -62,10 +62,16 @@ class SessionLock:
         lock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         key = str(lock_path.parent.resolve() / lock_path.name)
         self._key = key
+        self.since = int(time.time() * 1000)
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        info: dict[str, object] = {"pid": self.pid, "host": self.host, "since": self.since,
+                                   "session": session_id}
         with _held_mutex:
-            if key in _held:
-                self._busy(in_process=True)
-            _held.add(key)
+            holder = _held.get(key)
+            if holder is not None:
+                self._busy(holder, in_process=True)
+            _held[key] = info
         self._lock = FileLock(
             str(lock_path), timeout=0, thread_local=False, is_singleton=False,
             preserve_lock_file=True)
@@ -73,17 +79,12 @@ class SessionLock:
             self._lock.acquire(timeout=0, blocking=False)
         except Timeout:
             with _held_mutex:
-                _held.discard(key)
-            self._busy(in_process=False)
+                _held.pop(key, None)
+            self._busy(_read_owner(self.owner_path), in_process=False)
         except BaseException:
             with _held_mutex:
-                _held.discard(key)
+                _held.pop(key, None)
             raise
-        self.since = int(time.time() * 1000)
-        self.pid = os.getpid()
-        self.host = socket.gethostname()
-        info = {"pid": self.pid, "host": self.host, "since": self.since,
-                "session": session_id}
         self._released = False
         try:
             tmp = self.owner_path.with_name(self.owner_path.name + f".{os.getpid()}.tmp")
@@ -93,8 +94,7 @@ class SessionLock:
             self.release()  # never keep a lock whose holder cannot be named
             raise
 
-    def _busy(self, *, in_process: bool) -> None:
-        owner = _read_owner(self.owner_path)
+    def _busy(self, owner: dict[str, object], *, in_process: bool) -> None:
         pid = owner.get("pid")
         host = owner.get("host")
         since = owner.get("since")
@@ -126,7 +126,7 @@ class SessionLock:
             self._lock.release(force=True)
         finally:
             with _held_mutex:
-                _held.discard(self._key)
+                _held.pop(self._key, None)
 
     def __enter__(self) -> SessionLock:
         return self

@@ -28,7 +28,7 @@ import zstandard
 from dsh.errors import DshError, EventRejectedError, LogCorruptError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, dumps, is_safe_int, loads
 from dsh.session.chunks import CHUNK_ROW_TAGS, decode_storage_record, pack_chunk_runs
-from dsh.session.events import ENVELOPE_KEYS, Event
+from dsh.session.events import ENVELOPE_KEYS, Event, as_event
 
 __all__ = [
     "APPLICATION_ID",
@@ -360,9 +360,9 @@ def decode_row(row: Row, schema_version: int) -> list[Event]:
         except DshError as exc:
             raise RowError(f"data is not lossless JSON: {exc.message}") from exc
         if sop is None:
-            return [Event({"type": type_, "seq": seq, "time": time, "data": payload})]
+            return [as_event({"type": type_, "seq": seq, "time": time, "data": payload})]
         op = "append" if sop == '"append"' else _parse(sop, "surface_op")
-        return [Event({"type": type_, "seq": seq, "time": time, "data": payload,
+        return [as_event({"type": type_, "seq": seq, "time": time, "data": payload,
                        "surfaceOp": op})]
     if not is_safe_int(seq) or seq < 0:
         raise RowError(f"seq must be a non-negative safe integer, got {seq!r}")
@@ -412,7 +412,7 @@ def decode_row(row: Row, schema_version: int) -> list[Event]:
         fields["surfaceOp"] = "append" if sop == '"append"' else _parse(sop, "surface_op")
     if ign == 1:
         fields["ignorable"] = True
-    return [Event(fields)]
+    return [as_event(fields)]
 
 
 @dataclass(frozen=True, slots=True)

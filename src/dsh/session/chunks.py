@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from dsh.errors import EventRejectedError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, JsonValue, is_safe_int
-from dsh.session.events import Event
+from dsh.session.events import Event, as_event
 
 __all__ = [
     "CHUNK_ROW_TAGS",
@@ -206,7 +206,7 @@ def decode_storage_record(value: JsonValue) -> list[Event | JsonValue]:
         return [value]
     tag = value.get("type")
     if tag not in CHUNK_ROW_TAGS:
-        return [value if isinstance(value, Event) else Event(value)]
+        return [value if isinstance(value, Event) else as_event(value)]
     if value.keys() != _ROW_KEYS:
         extra = sorted(set(value.keys()) ^ _ROW_KEYS)
         raise _bad(tag, f"envelope keys must be exactly type, seq0, time0, data; "

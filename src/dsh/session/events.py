@@ -7,6 +7,7 @@ Attribute access gives the Python names. Events are immutable; nothing in them c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final, Literal, NewType, TypeAlias
 
 from dsh.json import FrozenDict, FrozenList, JsonValue
@@ -19,6 +20,7 @@ __all__ = [
     "SURFACE_EVENT_TYPES",
     "Event",
     "SessionId",
+    "as_event",
     "SurfaceOp",
     "is_append_surface_event",
     "is_replacement_surface_event",
@@ -126,6 +128,21 @@ class Event(FrozenDict):
         return f"Event({dict.__repr__(self)})"
 
 
+_dict_new = dict.__new__
+_dict_update = dict.update
+
+
+def as_event(fields: Mapping[str, Any]) -> Event:
+    """Wrap an already-frozen envelope mapping as an :class:`Event`, without validation.
+
+    The fast constructor for decoded records and the append path (it skips the re-init guard of
+    ``FrozenDict.__init__``). Values must already be frozen JSON.
+    """
+    event = _dict_new(Event)
+    _dict_update(event, fields)
+    return event
+
+
 def make_event(type: str, seq: int, time: int, data: JsonValue, *,
                surface_op: Any = None, source_event_seqs: Any = None) -> Event:
     """Build an :class:`Event` from already-snapshotted parts, in ``Session.append`` key order.
@@ -138,7 +155,7 @@ def make_event(type: str, seq: int, time: int, data: JsonValue, *,
         fields["sourceEventSeqs"] = source_event_seqs
     if surface_op is not None:
         fields["surfaceOp"] = surface_op
-    return Event(fields)
+    return as_event(fields)
 
 
 def is_surface_eligible_type(type: str) -> bool:

@@ -29,6 +29,7 @@ from dsh.session.events import (
     ENVELOPE_KEYS,
     SURFACE_EVENT_TYPES,
     Event,
+    as_event,
     is_append_surface_event,
 )
 from dsh.session.header import SessionHeader, validate_header
@@ -778,22 +779,24 @@ class Session:
         surface = self._surface
         if sources is None:
             if op is None:
-                event = Event(type=type, seq=seq, time=now, data=snap)
+                event = as_event({"type": type, "seq": seq, "time": now, "data": snap})
                 step: SurfacePlan | None = None
                 if type in SURFACE_EVENT_TYPES:
                     step = surface.plan(event, seq, self._log)  # raises: marker required
             else:
-                event = Event(type=type, seq=seq, time=now, data=snap, surfaceOp=op)
+                event = as_event({"type": type, "seq": seq, "time": now, "data": snap,
+                                  "surfaceOp": op})
                 if op == "append" and type in SURFACE_EVENT_TYPES:
                     step = _APPEND  # a plain append without sources cannot be refused
                 else:
                     step = surface.plan(event, seq, self._log)
         else:
             if op is None:
-                event = Event(type=type, seq=seq, time=now, data=snap, sourceEventSeqs=sources)
+                event = as_event({"type": type, "seq": seq, "time": now, "data": snap,
+                                  "sourceEventSeqs": sources})
             else:
-                event = Event(type=type, seq=seq, time=now, data=snap, sourceEventSeqs=sources,
-                              surfaceOp=op)
+                event = as_event({"type": type, "seq": seq, "time": now, "data": snap,
+                                  "sourceEventSeqs": sources, "surfaceOp": op})
             step = surface.plan(event, seq, self._log)
         for validate in self._validators:
             validate(self, event)

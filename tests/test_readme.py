@@ -1,0 +1,56 @@
+"""The README's promises: its commands run, its example prints what it says, CI runs its tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+DSH = [sys.executable, "-m", "dsh.cli"]
+
+
+def _indented_commands() -> list[str]:
+    return [line.strip() for line in README.splitlines()[:12] if line.startswith("    ")]
+
+
+def test_readme_opens_with_the_main_job_and_the_test_command() -> None:
+    main_job, test_command = _indented_commands()[:2]
+    assert "dsh import" in main_job and "dsh ls" in main_job and "dsh show" in main_job
+    assert test_command.endswith("scripts/test")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert test_command in ci
+
+
+def test_readme_main_job_imports_lists_and_shows_the_bundled_examples(tmp_path: Path) -> None:
+    main_job = _indented_commands()[0]
+    steps = [s.strip() for s in main_job.split("&&")]
+    dsh_steps = [shlex.split(s)[1:] for s in steps if s.startswith(".venv/bin/dsh ")]
+    assert [args[0] for args in dsh_steps] == ["import", "ls", "show"]
+    env = {**os.environ, "DSH_HOME": str(tmp_path / "home")}
+    outputs = [subprocess.run([*DSH, *args], env=env, capture_output=True, text=True,
+                              check=True, timeout=120).stdout for args in dsh_steps]
+    assert "0 failed" in outputs[0]
+    assert "claude-code" in outputs[1]
+    assert "compaction checkpoint" in outputs[2] and "Read config.toml" in outputs[2]
+
+
+def test_readme_library_example_prints_what_its_comment_says(tmp_path: Path) -> None:
+    block = re.search(r"```python\n(.*?)```", README, re.S)
+    assert block is not None
+    out = subprocess.run([sys.executable, "-c", block.group(1)], cwd=tmp_path,
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.strip() == "['user', 'assistant']"
+
+
+def test_readme_names_every_cli_command() -> None:
+    help_text = subprocess.run([*DSH, "--help"], capture_output=True, text=True, check=True,
+                               env={**os.environ, "COLUMNS": "200"}).stdout
+    commands = re.findall(r"^│ (\w+)\s{2,}", help_text, re.M)
+    assert len(commands) >= 11
+    for command in commands:
+        assert f"`dsh {command}" in README, command
