@@ -343,19 +343,36 @@ def test_verify_all_on_the_imported_store_exits_0(imported: Imported) -> None:
         f"verified {len(imported.rows)} session(s): all valid")
 
 
+def gap_log() -> list[dict[str, Any]]:
+    """Seq 1 is missing: the stored log itself is corrupt (persistence spec §4.7)."""
+    return [_event(0, "turn/start", {"turn": 1}),
+            _event(2, "turn/end", {"turn": 1, "reason": {"kind": "completed"}})]
+
+
 def test_verify_reports_one_line_per_violation(tmp_path: Path) -> None:
     dsh = Dsh(tmp_path)
-    url = jsonl_store(tmp_path / "jsonl-store",
-                      {"good": _turn(0, 1, "Hi.", "Hello."), "bad": bad_log()})
+    url = jsonl_store(tmp_path / "jsonl-store", {"good": _turn(0, 1, "Hi.", "Hello."),
+                                                 "bad": bad_log(), "gap": gap_log()})
     proc = dsh("verify", "--all", "--store", url, check=1)
-    assert proc.stdout == "bad seq 6 TURN_NUMBER: " + proc.stdout.split(": ", 1)[1]
-    assert len(proc.stdout.splitlines()) == 1
-    assert proc.stderr.splitlines()[-1] == "verified 2 session(s): 1 violation(s) in 1"
-    report = json.loads(
-        dsh("verify", "bad", "--store", url, "--json", check=1).stdout)
+    lines = proc.stdout.splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == ["bad seq 6 TURN_NUMBER",
+                                                         "gap seq 1 LOG_CORRUPT"]
+    assert "expected 1, got 2" in lines[1]
+    assert proc.stderr.splitlines()[-1] == "verified 3 session(s): 2 violation(s) in 2"
+    report = json.loads(dsh("verify", "bad", "--store", url, "--json", check=1).stdout)
     assert report["sessions"] == 1
     assert [(v["session"], v["seq"], v["rule"]) for v in report["violations"]] == [
         ("bad", 6, "TURN_NUMBER")]
+
+
+def test_ls_lists_readable_sessions_and_reports_a_damaged_one(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    url = jsonl_store(tmp_path / "jsonl-store", {"good": _turn(0, 1, "Hi.", "Hello."),
+                                                 "gap": gap_log()})
+    proc = dsh("ls", "--store", url, check=1)
+    assert [line.split()[0] for line in proc.stdout.splitlines()] == ["ID", "good"]
+    assert proc.stderr.startswith("error[LOG_CORRUPT]: ")
+    assert proc.stderr.endswith("session_id=gap)\n")
 
 
 # -- resume, fork, compact -------------------------------------------------------------------

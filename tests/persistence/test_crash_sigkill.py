@@ -5,7 +5,8 @@ A child process appends turns (with tool calls and chunk runs) through a ``Sessi
 to a JSONL store and prints the last seq after every ``flush``. The parent kills it with SIGKILL
 at a random moment, then resumes the session: every flushed event is present, the log loads,
 and the repaired log passes ``dsh.session.invariants.check_log``. Repeated ``DSH_CRASH_RUNS``
-times (default 5), alternating raw and zstd, resuming the same store each time.
+times (default 17) on each backend (JSONL raw, JSONL zstd, SQLite), resuming the same store each
+time; ``DSH_CRASH_RUNS=50`` gives the issue's 50 random moments per backend.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dsh.persistence import open_store
 from dsh.session.invariants import check_log
 from dsh.session.store import SessionStore
 
-RUNS = int(os.environ.get("DSH_CRASH_RUNS", "5"))
+RUNS = int(os.environ.get("DSH_CRASH_RUNS", "17"))  # 3 backends × 17 ≈ 50 kills in CI
 
 CHILD = textwrap.dedent("""
     import sys
@@ -101,10 +102,11 @@ def _run_and_kill(url: str, rng: random.Random) -> int:
     return last
 
 
-@pytest.mark.parametrize("scheme", ["jsonl", "jsonl+zstd"])
+@pytest.mark.parametrize("scheme", ["jsonl", "jsonl+zstd", "sqlite"])
 def test_sigkill_never_loses_flushed_events(tmp_path: Path, scheme: str) -> None:
     rng = random.Random(int(os.environ.get("DSH_CRASH_SEED", "20261130")))
-    url = f"{scheme}://{tmp_path / 'store'}"
+    target = tmp_path / ("store.db" if scheme == "sqlite" else "store")
+    url = f"{scheme}://{target}"
     for _ in range(RUNS):
         flushed = _run_and_kill(url, rng)
         assert flushed >= 0

@@ -1,0 +1,45 @@
+"""Smoke test of the bench scripts: each runs end to end with tiny sizes and prints its table.
+
+No timing is asserted (the figures of a 300-event run mean nothing); the point is that the
+scripts keep working against the current API. Each script runs as ``python -m bench.<name>`` in
+a subprocess from the repository root, as bench/README.md documents.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, shared_path
+
+CASES = {
+    "write": ["bench.bench_write", "--events", "300", "--runs", "1"],
+    "write-per-turn": ["bench.bench_write", "--events", "300", "--runs", "1", "--per-turn"],
+    "load": ["bench.bench_load", "--sizes", "300", "--runs", "1", "--mode", "both",
+             "--backend", "jsonl-zstd,sqlite"],
+    "compaction": ["bench.bench_compaction", "--events", "300", "--runs", "1"],
+    "compaction-sqlite": ["bench.bench_compaction", "--events", "300", "--runs", "1",
+                          "--scenario", "now", "--backend", "sqlite"],
+    "import": ["bench.bench_import", "--events", "300", "--top", "1", "--runs", "1"],
+    "ls": ["bench.bench_ls", "--sessions", "20", "--runs", "1"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bench_script_runs_and_prints_a_table(case: str, tmp_path: Path) -> None:
+    if case == "import" and not (shared_path() / "corpus").is_dir():
+        pytest.skip(f"corpus not found under {shared_path()} (set DSH_SHARED)")
+    proc = subprocess.run([sys.executable, "-m", *CASES[case], "--dir", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ")
+    separator = next(i for i, line in enumerate(lines) if line.startswith("|---"))
+    # a header row above the separator and at least one data row below it
+    assert lines[separator - 1].startswith("| ")
+    assert lines[separator + 1].startswith("| ")
+    # every temporary store was removed
+    assert list(tmp_path.iterdir()) == []
