@@ -20,6 +20,7 @@ set beside our first derive after the compaction's replace.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import tempfile
@@ -40,7 +41,7 @@ def dsh_after_replace(surface: float) -> float:
     sizes = sorted(DSH_AFTER_REPLACE)
     if surface <= sizes[0]:
         return DSH_AFTER_REPLACE[sizes[0]] * surface / sizes[0]
-    for low, high in zip(sizes, sizes[1:], strict=False):
+    for low, high in itertools.pairwise(sizes):
         if surface <= high:
             a, b = DSH_AFTER_REPLACE[low], DSH_AFTER_REPLACE[high]
             return a + (b - a) * (surface - low) / (high - low)

@@ -420,6 +420,7 @@ class Session:
         "_inherited_event_count",
         "_last_time",
         "_log",
+        "_message_cache",
         "_observers",
         "_publishing",
         "_rc_count",
@@ -513,6 +514,7 @@ class Session:
         self._derived: list[FrozenDict] = []
         self._derived_count = 0
         self._derived_generation = 0
+        self._message_cache: dict[int, FrozenDict | None] = {}
         self._rh_count = 0
         self._rh_value: FrozenDict | None = None
         self._rc_count = 0
@@ -870,10 +872,17 @@ class Session:
             self._derived_generation = surface._replace_generation
         count = len(nodes)
         if self._derived_count < count:
+            # Each event is projected once per lifetime (events are immutable), so a rebuild after
+            # a replace costs one cache lookup per node rather than a projection.
             log = self._log
             out = self._derived
+            cache = self._message_cache
             for index in range(self._derived_count, count):
-                message = derive_event_message(log[nodes[index]])
+                seq = nodes[index]
+                if seq in cache:
+                    message = cache[seq]
+                else:
+                    message = cache[seq] = derive_event_message(log[seq])
                 if message is not None:
                     out.append(message)
             self._derived_count = count
