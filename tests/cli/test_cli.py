@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
+EXAMPLES = REPO / "src" / "dsh" / "examples"
 COMMANDS = ["import", "ls", "show", "events", "messages", "verify", "resume", "fork", "compact",
             "export", "convert"]
 LS_KEYS = ["id", "title", "turns", "events", "lastActivityMs", "lastActivity", "createdAtMs",
@@ -340,7 +340,7 @@ def test_verify_all_on_the_imported_store_exits_0(imported: Imported) -> None:
     proc = imported.dsh("verify", "--all")
     assert proc.stdout == ""
     assert proc.stderr.splitlines()[-1] == (
-        f"verified {len(imported.rows)} session(s): all valid")
+        f"verified {len(imported.rows)} sessions: all valid")
 
 
 def gap_log() -> list[dict[str, Any]]:
@@ -358,7 +358,7 @@ def test_verify_reports_one_line_per_violation(tmp_path: Path) -> None:
     assert [line.split(":", 1)[0] for line in lines] == ["bad seq 6 TURN_NUMBER",
                                                          "gap seq 1 LOG_CORRUPT"]
     assert "expected 1, got 2" in lines[1]
-    assert proc.stderr.splitlines()[-1] == "verified 3 session(s): 2 violation(s) in 2"
+    assert proc.stderr.splitlines()[-1] == "verified 3 sessions: 2 violations in 2 sessions"
     report = json.loads(dsh("verify", "bad", "--store", url, "--json", check=1).stdout)
     assert report["sessions"] == 1
     assert [(v["session"], v["seq"], v["rule"]) for v in report["violations"]] == [
@@ -384,7 +384,7 @@ def test_resume_closes_the_interrupted_turn(tmp_path: Path) -> None:
     assert before.endswith("⚠ turn 1 is still open: the log ends mid-turn (last #4); "
                            "`dsh resume` closes it\n")
     proc = dsh("resume", "crashed", "--store", url)
-    assert proc.stdout == ("crashed: closed interrupted turn with 3 event(s) at seq 5–7 "
+    assert proc.stdout == ("crashed: closed interrupted turn with 3 events at seq 5–7 "
                            "(tool/result, step/end, turn/end)\n")
     closers = stored_events(url, "crashed")[5:]
     assert [e["type"] for e in closers] == ["tool/result", "step/end", "turn/end"]
@@ -468,6 +468,23 @@ def test_compact_writes_a_checkpoint(tmp_path: Path) -> None:
     assert [m["role"] for m in messages] == ["user", "assistant"]  # checkpoint, last answer
 
 
+def test_compact_small_session_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    """Persistence spec §9.3 step 7 checked before the lock: no failed attempt is logged."""
+    dsh = Dsh(tmp_path)
+    small = [*_turn(0, 1, "Hi.", "Hello."), *_turn(6, 2, "Again?", "Sure.")]
+    url = jsonl_store(tmp_path / "jsonl-store", {"small": small})
+    before = stored_events(url, "small")
+    proc = dsh("compact", "small", "--store", url, check=1)
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("error[summary]: compaction span [2, 8] is too small to be "
+                                  "worth compacting: its 3 surface nodes hold ~")
+    assert "needs more than 104 tokens" in proc.stderr
+    # Neither a compaction/start + compaction/end {error} pair nor a resume's end-seed.
+    assert stored_events(url, "small") == before
+    dsh("compact", "small", "--store", url, check=1)
+    assert stored_events(url, "small") == before
+
+
 def test_compact_bad_range_is_a_usage_error(tmp_path: Path) -> None:
     proc = Dsh(tmp_path)("compact", "x", "--range", "seven", check=2)
     assert "error[USAGE]: Invalid value for '--range': expected A:B (two surface seqs), got " \
@@ -507,7 +524,7 @@ def test_convert_jsonl_sqlite_jsonl_keeps_events_equal(imported: Imported,
     dsh("convert", "--from", jsonl_a, "--to", sqlite_b)
     proc = dsh("convert", "--from", sqlite_b, "--to", jsonl_c)
     count = len(imported.rows)
-    assert proc.stdout.startswith(f"copied {count} session(s) (")
+    assert proc.stdout.startswith(f"copied {count} sessions (")
 
     def logs(url: str) -> dict[str, list[Any]]:
         with open_store(url) as persistence:
@@ -563,3 +580,63 @@ def test_handler_dsh_error_line_names_code_and_where() -> None:
     error = LogCorruptError("seq gap, expected 2, got 4", seq=4, path="/x/s.jsonl")
     assert _run_raising(error) == (
         1, "error[LOG_CORRUPT]: seq gap, expected 2, got 4 (seq=4, path=/x/s.jsonl)\n")
+
+
+# -- import provenance, grammar, newlines, synthetic results ---------------------------------
+
+def test_import_records_its_source_and_ls_shows_it(tmp_path: Path) -> None:
+    """Every imported session carries one ignorable `import/source`; native logs show `dsh`."""
+    import hashlib
+
+    dsh = Dsh(tmp_path)
+    source = EXAMPLES / "transcripts" / "claude-code" / "simple.jsonl"
+    summary = dsh.json("import", str(source), "--json")
+    [entry] = summary["imported"]
+    [event] = dsh.event_lines(entry["session"], "--type", "import/source")
+    assert event["seq"] == 0
+    assert event["ignorable"] is True
+    assert event["data"] == {"format": "claude-code", "path": str(source),
+                             "sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+                             "importerVersion": 1}
+    [row] = dsh.json("ls", "--json")
+    assert row["sourceFormat"] == "claude-code"
+    url = jsonl_store(tmp_path / "jsonl-store", {"native": _turn(0, 1, "Hi.", "Hello.")})
+    [native] = dsh.json("ls", "--store", url, "--json")
+    assert native["sourceFormat"] == "dsh"
+
+
+def test_show_and_verify_use_singular_for_one(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    url = jsonl_store(tmp_path / "jsonl-store", {"one": _turn(0, 1, "Hi.", "Hello.")})
+    shown = dsh("show", "one", "--store", url).stdout
+    assert shown.splitlines()[1].startswith("6 events · 1 turn · source dsh · ")
+    assert dsh("verify", "one", "--store", url).stderr == "verified 1 session: all valid\n"
+
+
+def test_show_marks_results_supplied_by_the_importer(tmp_path: Path) -> None:
+    """The importer answers an aborted call itself (meta.import.synthetic): not a crash repair."""
+    dsh = Dsh(tmp_path)
+    source = EXAMPLES / "transcripts" / "codex" / "rollout-compacted-aborted.jsonl"
+    [entry] = dsh.json("import", str(source), "--json")["imported"]
+    shown = dsh.json("show", entry["session"], "--json")
+    tools = [i for i in shown["items"] if i["kind"] == "message" and i["role"] == "tool"]
+    assert [i.get("synthetic") for i in tools] == [None, "ABORTED"]
+    assert all("repair" not in i for i in tools)
+    text = dsh("show", entry["session"]).stdout
+    assert "SUPPLIED BY IMPORT (ABORTED: the transcript has no result)" in text
+    assert "REPAIRED" not in text
+
+
+def test_every_stdout_output_ends_with_a_newline(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    url = jsonl_store(tmp_path / "jsonl-store", {"crashed": interrupted_log(), "bad": bad_log(),
+                                                 "long": long_log()})
+    runs = [("show", "crashed"), ("show", "crashed", "--json"), ("ls",), ("ls", "--json"),
+            ("events", "crashed"), ("messages", "crashed"),
+            ("export", "crashed", "--format", "openai"),
+            ("export", "crashed", "--format", "dsh-jsonl"), ("verify", "--all"),
+            ("fork", "crashed", "--at", "3"), ("compact", "long"), ("resume", "crashed")]
+    for args in runs:
+        proc = dsh(*args, "--store", url, check=None)
+        assert proc.stdout, args
+        assert proc.stdout.endswith("\n"), args

@@ -17,7 +17,7 @@ from dsh.compaction.region import (
     inspect_compaction_state,
     session_compaction_state,
 )
-from dsh.compaction.selection import select_compactable_range
+from dsh.compaction.selection import minimal_checkpoint_tokens, select_compactable_range
 from dsh.compaction.summarizers import (
     CHECKPOINT_CLOSE_TAG,
     CHECKPOINT_OPEN_TAG,
@@ -287,15 +287,58 @@ def test_region_records_summarizer_failures_without_mutating_the_surface(
 
 
 def test_region_rejects_a_non_shrinking_framed_summary() -> None:
-    # §10.11 "rejects a non-shrinking framed summary under the conversation meter".
+    # §10.11 "rejects a non-shrinking framed summary under the conversation meter". The span
+    # (800 chars: 200 + 4 + 4 = 208 tokens) passes the size pre-check; the summary does not
+    # shrink it, which is only known after the lock.
     session = new_session()
-    u = user(session, "short question")
+    u = user(session, "q" * 800)
     user(session, "tail")
     with pytest.raises(CompactionError, match="summary is not smaller") as info:
-        compact_surface_region(session, u.seq, u.seq, summarizer=Fixed("a fine summary"))
+        compact_surface_region(session, u.seq, u.seq, summarizer=Fixed("s" * 800))
     assert info.value.code == "summary"
     assert types_from(session, 2) == ["compaction/start", "compaction/end"]
     assert "not smaller" in session.events[-1].data["error"]
+
+
+def test_region_refuses_a_span_too_small_for_any_checkpoint_before_the_lock() -> None:
+    # §9.3 step 7 checked early: the minimal checkpoint (framing + a one-character summary)
+    # costs 104 tokens; a 60-token span can never be undercut, so nothing is written.
+    assert minimal_checkpoint_tokens() == 104
+    session = new_session()
+    u = user(session, "q" * 208)  # 52 + 4 block + 4 message = 60 tokens
+    user(session, "tail")
+    summarizer = Fixed("x")
+    with pytest.raises(CompactionError) as info:
+        compact_surface_region(session, u.seq, u.seq, summarizer=summarizer)
+    assert info.value.code == "summary"
+    assert info.value.message == (
+        f"compaction span [{u.seq}, {u.seq}] is too small to be worth compacting: its 1 surface "
+        "node holds ~60 tokens, but a checkpoint (framing plus a minimal summary) costs ~104, so "
+        "the span needs more than 104 tokens (persistence spec §9.3 step 7); nothing was written")
+    assert session.seq == 2
+    assert summarizer.calls == []
+    with pytest.raises(CompactionError) as again:
+        compact_now(session, summarizer=summarizer)
+    assert again.value.code == "summary"
+    assert session.seq == 2
+
+
+def test_region_size_precheck_boundary_is_strictly_larger() -> None:
+    # A span priced exactly at the minimal checkpoint is refused; one token more passes the
+    # pre-check (and the summarizer output then decides).
+    needed = minimal_checkpoint_tokens()
+    session = new_session()
+    exact = user(session, "q" * ((needed - 8) * 4))
+    user(session, "tail")
+    assert estimate_event_tokens(exact) == needed
+    with pytest.raises(CompactionError, match="too small to be worth compacting"):
+        compact_surface_region(session, exact.seq, exact.seq, summarizer=Fixed("x"))
+    bigger = new_session()
+    above = user(bigger, "q" * ((needed - 7) * 4))
+    user(bigger, "tail")
+    result = compact_surface_region(bigger, above.seq, above.seq, summarizer=Fixed("x"))
+    assert result.shadowed_token_count == needed + 1
+    assert result.checkpoint_token_count == needed
 
 
 def test_region_tolerates_concurrent_log_only_appends_while_the_selected_surface_is_stable(

@@ -13,7 +13,7 @@ from dsh.interop import ImportedSession
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("DSH_SHARED", REPO.parent / "shared"))
 CORPUS = SHARED / "corpus"
-EXAMPLES = REPO / "examples" / "transcripts"
+EXAMPLES = REPO / "src" / "dsh" / "examples" / "transcripts"
 
 
 def corpus_dir() -> Path:

@@ -206,7 +206,8 @@ def test_claude_code_import_keeps_every_ui_record_as_ignorable() -> None:
         if raw["type"] in ("progress", "file-history-snapshot", "queue-operation", "system"):
             assert raw in kept
     assert all(e["type"].startswith("import/claude-code/") for e in session.events
-               if e.get("ignorable"))
+               if e.get("ignorable") and e["type"] != "import/source")
+    assert [e["seq"] for e in session.events if e["type"] == "import/source"] == [0]
 
 
 def test_claude_code_import_merges_lines_sharing_message_id() -> None:

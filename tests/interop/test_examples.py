@@ -1,8 +1,10 @@
-"""The hand-written example transcripts in ``examples/transcripts`` (one or more per format,
-including interrupted and compacted ones) import with exact events (issue 5 mapping rules)."""
+"""The hand-written example transcripts in ``src/dsh/examples/transcripts`` (one or more per
+format, including interrupted and compacted ones) import with exact events (issue 5 mapping
+rules)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -109,3 +111,25 @@ def test_codex_example_compacted_uses_replacement_history() -> None:
     assert [e["type"] for e in last] == ["tool/result", "step/end", "turn/end"]
     assert last[0]["data"]["error"] == {"name": "AbortError", "code": "ABORTED"}
     assert last[-1]["data"]["reason"] == {"kind": "aborted", "reason": {"kind": "user"}}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_examples_import_records_the_source_once(name: str) -> None:
+    """One ignorable `import/source` per session: format, path as given, sha256, version."""
+    fmt, _ = EXPECTED[name]
+    path = EXAMPLES / name
+    [imported] = import_file(path)
+    sources = [e for e in imported.events if e["type"] == "import/source"]
+    assert len(sources) == 1
+    [source] = sources
+    assert source["ignorable"] is True
+    assert "surfaceOp" not in source
+    assert source["data"] == {"format": fmt, "path": str(path),
+                              "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                              "importerVersion": 1}
+    # Seq 0 for the mapped formats (stamped like the first mapped event); last for dsh logs,
+    # whose own seqs are kept.
+    expected_seq = len(imported.events) - 1 if fmt == "dsh" else 0
+    assert source["seq"] == expected_seq
+    if fmt != "dsh":
+        assert source["time"] == imported.events[1]["time"] == imported.header["createdAt"]

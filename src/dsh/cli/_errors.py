@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 
 import typer
 
-from dsh.errors import DshError
+from dsh import DshError
 
 __all__ = [
     "EXIT_BUG",

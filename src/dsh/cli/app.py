@@ -3,8 +3,9 @@
 Commands read and write a store named by ``--store URL`` (default: the embedded SQLite store at
 ``$DSH_HOME/sessions.db``, ``~/.dsh`` when ``DSH_HOME`` is unset; DESIGN §3.8). Results go to
 stdout, diagnostics to stderr; errors and exit statuses are handled once, in
-:mod:`dsh.cli._errors` (STYLE §12). The CLI uses the public ``dsh`` API; the importers, the
-cold-read pipeline and progress bars are imported only by the commands that need them.
+:mod:`dsh.cli._errors` (STYLE §12). The CLI uses only public names (``dsh``,
+``dsh.persistence``, ``dsh.interop``, ``dsh.compaction``, ``dsh.verify``); the importers, the
+verifier and progress bars are imported only by the commands that need them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import enum
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,6 @@ from dsh import (
     SessionForkError,
     SessionNotFoundError,
     SessionStore,
-    check_log,
     compact_now,
     compact_surface_region,
     open_store,
@@ -39,14 +39,14 @@ from dsh import (
 from dsh.cli import render
 from dsh.cli._errors import EXIT_FAILED, STATE, enable_debug, format_error_line, run
 from dsh.json import dumps, json_equal
-from dsh.session import balanced_cuts
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from dsh import Event
+    from dsh.compaction import CompactionResult
     from dsh.json import FrozenDict
-    from dsh.persistence import Persistence
+    from dsh.persistence import Inspection, Persistence
 
 __all__ = ["app", "default_store_url", "examples_dir", "main", "user_log_dirs"]
 
@@ -135,58 +135,38 @@ def _require(persistence: Persistence, session_id: str) -> None:
             session_id=session_id)
 
 
-@dataclass(frozen=True, slots=True)
-class _Read:
-    """A stored session as the CLI shows it: normalised events, pending closers, header."""
-
-    header: FrozenDict
-    events: tuple[Event, ...]
-    closers: tuple[Event, ...]
-    source_format: str
+SOURCE_EVENT_TYPE: Final = "import/source"
+"""The ignorable event every imported session carries: ``data.format`` names the source."""
 
 
-def _source_format(events: Iterable[Event]) -> str:
-    """The importer's format name, from the records it marked, else ``dsh``.
+def source_format(events: Iterable[Event]) -> str:
+    """The format an imported session came from (its first ``import/source``), else ``dsh``.
 
-    The store keeps no explicit source-format field (reported as missing). Importers keep
-    source records as ``import/<format>/<kind>`` events and tag injected messages with a
-    plugin source naming the format (``import/<format>`` or the bare format name).
+    A log re-imported from a dsh JSONL export keeps its original ``import/source`` first, so
+    the first one names where the conversation came from.
     """
-    formats = {f.value for f in ImportFormat} - {"auto", "dsh"}
     for event in events:
-        kind = event["type"]
-        if kind.startswith("import/") and kind.count("/") >= 2:
-            return str(kind.split("/")[1])
-        data = event.get("data")
-        if kind in ("user/message", "system/message") and isinstance(data, dict):
-            source = data.get("source")
-            plugin = source.get("plugin") if isinstance(source, dict) else None
-            if isinstance(plugin, str):
-                name = plugin.removeprefix("import/")
-                if name in formats:
-                    return name
+        if event["type"] == SOURCE_EVENT_TYPE:
+            data = event.get("data")
+            fmt = data.get("format") if isinstance(data, dict) else None
+            return fmt if isinstance(fmt, str) and fmt else "dsh"
     return "dsh"
 
 
-def _read(persistence: Persistence, session_id: str) -> _Read:
+def _read(persistence: Persistence, session_id: str) -> Inspection:
     """Read a stored session through the cold-read pipeline, without writing anything.
 
     Raises:
         SessionNotFoundError: no such session.
         LogCorruptError, SessionFormatUnsupportedError, UnknownEventTypeError: unreadable log.
     """
-    from dsh.persistence.coordinator import read_pipeline
-
     _require(persistence, session_id)
-    with persistence.open(session_id, "read") as handle:
-        cold = handle.read(0)
-    events, closers = read_pipeline(session_id, cold)
-    return _Read(cold.header, events, closers, _source_format(events))
+    return persistence.read(session_id)
 
 
-def _restored(read: _Read, *, with_closers: bool = True) -> Any:
+def _restored(read: Inspection, *, with_closers: bool = True) -> Any:
     """A detached Session over the stored log (plus the repair closers when asked)."""
-    seed = read.events + read.closers if with_closers else read.events
+    seed = read.events if with_closers else read.stored_events
     return Session.restore(str(read.header["id"]), seed, read.header,
                            inherited_event_count=read.header.get("seedLength") or 0)
 
@@ -246,18 +226,19 @@ class ImportFormat(enum.StrEnum):
 
 
 def examples_dir() -> Path | None:
-    """Return the bundled examples folder, or None when this install has none.
+    """Return the bundled example transcripts (package data ``dsh/examples/transcripts``).
 
-    Looks for package data first (``dsh/examples`` through :mod:`importlib.resources`), then
-    for the repository's ``examples/`` beside ``src/`` (an editable install).
+    Found through :mod:`importlib.resources` only, so an editable and a regular install give
+    the same folder. Returns None when this install ships no examples (or they are inside a
+    zip archive, which ``dsh import`` cannot walk).
     """
     from importlib.resources import files
 
-    packaged = files("dsh").joinpath("examples")
-    if packaged.is_dir():
-        return Path(str(packaged))
-    repo = Path(__file__).resolve().parents[3] / "examples"
-    return repo if repo.is_dir() else None
+    bundled = files("dsh").joinpath("examples", "transcripts")
+    if not bundled.is_dir():
+        return None
+    path = Path(str(bundled))
+    return path if path.is_dir() else None
 
 
 def user_log_dirs() -> list[Path]:
@@ -426,25 +407,22 @@ def import_(
 
 def _rows(persistence: Persistence) -> tuple[list[render.SessionRow], list[DshError]]:
     """Rows of every readable session (newest activity first) and the errors of the others."""
-    from dsh.persistence.coordinator import read_pipeline
-
     rows: list[render.SessionRow] = []
     unreadable: list[DshError] = []
-    for header in persistence.backend.list_headers():
+    for header in persistence.list_headers():
         sid = str(header["id"])
         try:
-            with persistence.open(sid, "read") as handle:
-                cold = handle.read(0)
-            if not cold.events:
-                continue  # created but never written: not a session yet (persistence spec §2.1)
-            events, _ = read_pipeline(sid, cold)
+            read = persistence.read(sid)
         except DshError as error:
             # One damaged log must not hide the others; it is reported and sets exit 1.
             error.where.setdefault("session_id", sid)
             unreadable.append(error)
             continue
-        rows.append(render.session_row(cold.header, events,
-                                       source_format=_source_format(events)))
+        events = read.stored_events
+        if not events:
+            continue  # created but never written: not a session yet (persistence spec §2.1)
+        rows.append(render.session_row(read.header, events,
+                                       source_format=source_format(events)))
     rows.sort(key=lambda r: (-r.last_activity_ms, r.id))
     return rows, unreadable
 
@@ -482,8 +460,9 @@ def show(
     _json_mode(json_)
     with _store(store) as persistence:
         read = _read(persistence, session_id)
-    row = render.session_row(read.header, read.events, source_format=read.source_format)
-    items = render.transcript_items(read.events)
+    events = read.stored_events
+    row = render.session_row(read.header, events, source_format=source_format(events))
+    items = render.transcript_items(events)
     if json_:
         render.write_json({"session": row.to_json(), "header": read.header, "items": items})
         return
@@ -522,7 +501,7 @@ class MessageFormat(enum.StrEnum):
     anthropic = "anthropic"
 
 
-def _model_view(read: _Read, fmt: str) -> Any:
+def _model_view(read: Inspection, fmt: str) -> Any:
     """The derived messages (after in-memory repair of an open turn) in ``fmt``."""
     messages = _restored(read).derive_messages()
     if fmt == "openai":
@@ -564,47 +543,25 @@ def _where_seq(error: DshError) -> int | None:
 
 def _verify(persistence: Persistence, session_id: str, notes: list[str]
             ) -> list[render.Violation]:
-    """Check one stored session: read and envelope, surface, pairing, then invariants.
+    """Check one stored session: the read pipeline, then :func:`dsh.verify.verify_events`.
 
-    Rules: persistence spec §3.8 (read pipeline), core spec §5.3 and §7 (restore validation of
-    envelopes and surface), §11 (tool pairing: no result without a call; at rest, no call
-    without a result), §13.2 (log invariants, every violation).
+    Rules: persistence spec §3.8 (read pipeline: a refusal is one violation with its error
+    code); then every rule of :func:`dsh.verify.verify_events`.
     """
-    from dsh.persistence.coordinator import read_pipeline
-    def violation(seq: int | None, rule: str, message: str) -> render.Violation:
-        return render.Violation(session_id=session_id, seq=seq, rule=rule, message=message)
+    from dsh.verify import verify_events
 
     try:
-        with persistence.open(session_id, "read") as handle:
-            cold = handle.read(0)
-        events, closers = read_pipeline(session_id, cold)
+        read = persistence.read(session_id)
     except DshError as error:
-        return [violation(_where_seq(error), error.code, error.message)]
-    if cold.torn is not None:
-        notes.append(f"{session_id}: torn tail after the committed log ({cold.torn.reason}); "
+        return [render.Violation(session_id=session_id, seq=_where_seq(error), rule=error.code,
+                                 message=error.message)]
+    if read.torn is not None:
+        notes.append(f"{session_id}: torn tail after the committed log ({read.torn.reason}); "
                      "`dsh resume` truncates it")
-    if closers:
+    if read.closers:
         notes.append(f"{session_id}: the last turn is open (interrupted); `dsh resume` closes it")
-    found: list[render.Violation] = []
-    try:
-        session = Session.restore(session_id, events, cold.header,
-                                  inherited_event_count=cold.header.get("seedLength") or 0)
-    except DshError as error:
-        found.append(violation(_where_seq(error), error.code, error.message))
-    else:
-        try:
-            cuts = balanced_cuts(session)
-        except DshError as error:
-            found.append(violation(_where_seq(error), error.code, error.message))
-        else:
-            nodes = session.surface.nodes
-            if not closers and nodes and not cuts[-1]:
-                found.append(violation(
-                    nodes[-1], "UNANSWERED_TOOL_CALL",
-                    "the model surface ends with an unanswered tool call while no turn is "
-                    "open; a provider would reject the next request"))
-    found.extend(violation(v.seq, v.rule, v.message) for v in check_log(events))
-    return found
+    return [render.Violation(session_id=session_id, seq=v.seq, rule=v.rule, message=v.message)
+            for v in verify_events(read.stored_events, header=read.header)]
 
 
 @app.command("verify")
@@ -627,7 +584,7 @@ def verify(
     found: list[render.Violation] = []
     with _store(store) as persistence:
         if all_:
-            ids = sorted(str(h["id"]) for h in persistence.backend.list_headers())
+            ids = sorted(str(h["id"]) for h in persistence.list_headers())
         else:
             _require(persistence, str(session_id))
             ids = [str(session_id)]
@@ -644,8 +601,9 @@ def verify(
     for note in notes:
         err.print(f"note: {note}", markup=False)
     broken = len({v.session_id for v in found})
-    err.print(f"verified {len(ids)} session(s): "
-              + (f"{len(found)} violation(s) in {broken}" if found else "all valid"))
+    err.print(f"verified {render.plural(len(ids), 'session')}: "
+              + (f"{render.plural(len(found), 'violation')} in "
+                 f"{render.plural(broken, 'session')}" if found else "all valid"))
     if found:
         raise typer.Exit(EXIT_FAILED)
 
@@ -673,18 +631,12 @@ def resume(session_id: SessionArg, store: StoreOption = None, json_: JsonOption 
     if torn:
         out.print(f"{session_id}: truncated a torn tail ({torn})", markup=False)
     if closers:
-        out.print(f"{session_id}: closed interrupted turn with {len(closers)} event(s) at seq "
+        out.print(f"{session_id}: closed interrupted turn with "
+                  f"{render.plural(len(closers), 'event')} at seq "
                   f"{closers[0]['seq']}–{closers[-1]['seq']} "
                   f"({', '.join(c['type'] for c in closers)})", markup=False)
     elif not torn:
         out.print(f"{session_id}: nothing to repair (no open turn)", markup=False)
-
-
-def _child_id(persistence: Persistence, parent: str) -> str:
-    number = 1
-    while persistence.exists(f"{parent}-fork-{number}"):
-        number += 1
-    return f"{parent}-fork-{number}"
 
 
 @app.command("fork")
@@ -706,33 +658,25 @@ def fork(
     """
     _json_mode(json_)
     with _store(store) as persistence:
-        read = _read(persistence, session_id)
-        child_id = as_ if as_ is not None else _child_id(persistence, session_id)
-        if persistence.exists(child_id):
-            raise SessionForkError(f'session "{child_id}" already exists in {persistence.url}; '
-                                   "choose another id with --as", code="SESSION_ALREADY_EXISTS",
-                                   session_id=child_id)
-        boundary = at if at is not None else (read.events[-1]["seq"] if read.events else None)
-        if boundary is not None and boundary >= len(read.events):
-            last = read.events[-1]["seq"] if read.events else "none"
-            raise SessionForkError(f'fork boundary {boundary} does not exist in session '
-                                   f'"{session_id}" (last seq: {last})',
-                                   code="INVALID_BOUNDARY", session_id=session_id,
-                                   seq=boundary)
-        sessions = SessionStore(persistence=persistence)
-        # The parent is live only in memory: entered (so fork can find it) but never
-        # announced, so persistence never writes to it.
-        parent = _restored(read, with_closers=False)
-        sessions.enter(parent)
-        child = sessions.fork(parent, boundary, child_id)
-        sessions.flush(child)
-        outcome = {"id": child.id, "parent": session_id, "boundary": boundary,
-                   "seedLength": child.header.seed_length, "events": len(child.events)}
+        _require(persistence, session_id)
+        try:
+            child_id = persistence.fork(session_id, at, as_)
+        except SessionForkError as error:
+            if error.code != "SESSION_ALREADY_EXISTS":
+                raise
+            raise SessionForkError(f"{error.message}; choose another id with --as",
+                                   code=error.code, **error.where) from error
+        child = persistence.read(child_id)
+        seed_length = child.header.get("seedLength")
+        events = len(child.stored_events)
+        outcome: dict[str, Any] = {"id": child_id, "parent": session_id,
+                                   "boundary": seed_length - 1 if seed_length else None,
+                                   "seedLength": seed_length, "events": events}
     if json_:
         render.write_json(outcome)
         return
-    _out().print(f"forked {session_id} at seq {boundary} as {outcome['id']} "
-                 f"({outcome['events']} events)", markup=False)
+    _out().print(f"forked {session_id} at seq {outcome['boundary']} as {outcome['id']} "
+                 f"({render.plural(events, 'event')})", markup=False)
 
 
 def _parse_range(value: str | None) -> tuple[int, int] | None:
@@ -766,26 +710,34 @@ def compact(
 ) -> None:
     """Compact a span of the model surface into one checkpoint message.
 
-    Resumes the session (repairing an interrupted turn), runs a manual compaction between
-    turns (persistence spec §9.3, §9.9) and flushes.
+    Rehearses the compaction on a detached copy first (the digest summarizer is
+    deterministic), so a refusal (a span too small to be worth compacting, a summary that
+    would not shrink it) or "nothing to compact" writes nothing. Otherwise resumes the session
+    (repairing an interrupted turn), runs a manual compaction between turns (persistence spec
+    §9.3, §9.9) and flushes.
     """
     _json_mode(json_)
     span = _parse_range(range_)
     digest = DigestSummarizer()
-    with _store(store) as persistence:
-        _require(persistence, session_id)
-        sessions = SessionStore(persistence=persistence)
-        session = sessions.resume(session_id)
 
-        def flush() -> None:
-            sessions.flush(session)
-
+    def run_on(session: Any, flush: Callable[[], None] | None) -> CompactionResult | None:
         if span is None:
-            result = compact_now(session, summarizer=digest, flush=flush)
-        else:
-            result = compact_surface_region(session, span[0], span[1], summarizer=digest,
-                                            flush=flush)
-        sessions.flush(session)
+            return compact_now(session, summarizer=digest, flush=flush)
+        return compact_surface_region(session, span[0], span[1], summarizer=digest,
+                                      flush=flush)
+
+    with _store(store) as persistence:
+        rehearsal = run_on(_restored(_read(persistence, session_id)), None)
+        result = None
+        if rehearsal is not None:
+            sessions = SessionStore(persistence=persistence)
+            session = sessions.resume(session_id)
+
+            def flush() -> None:
+                sessions.flush(session)
+
+            result = run_on(session, flush)
+            sessions.flush(session)
     outcome: dict[str, Any] | None = None if result is None else {
         "id": session_id, "compactionId": result.compaction_id,
         "startSeq": result.start_seq, "summarySeq": result.summary_seq,
@@ -803,7 +755,8 @@ def compact(
                      markup=False)
         return
     shadowed = outcome["shadowedSeqs"]
-    _out().print(f"{session_id}: compacted {len(shadowed)} surface message(s) (#{shadowed[0]}"
+    _out().print(f"{session_id}: compacted {render.plural(len(shadowed), 'surface message')} "
+                 f"(#{shadowed[0]}"
                  f"–#{shadowed[-1]}, ~{outcome['shadowedTokenCount']} tokens) into checkpoint "
                  f"#{outcome['checkpointSeq']} (~{outcome['checkpointTokenCount']} tokens)",
                  markup=False)
@@ -823,7 +776,7 @@ _JSONL_HEADER_KEYS: Final = ("version", "id", "createdAt", "cwd", "parentSession
                              "origin", "delegationDepth", "agentPreset")
 
 
-def _dsh_jsonl(read: _Read) -> bytes:
+def _dsh_jsonl(read: Inspection) -> bytes:
     """The stored log as one raw dsh JSONL file: header line, then one event per line.
 
     Header key order and the always-present ``delegationDepth`` follow persistence spec §4.3.
@@ -834,7 +787,8 @@ def _dsh_jsonl(read: _Read) -> bytes:
             header[key] = read.header.get(key) or 0
         elif read.header.get(key) is not None:
             header[key] = read.header[key]
-    return b"".join([dumps(header) + b"\n", *(dumps(e) + b"\n" for e in read.events)])
+    return b"".join([dumps(header) + b"\n",
+                     *(dumps(e) + b"\n" for e in read.stored_events)])
 
 
 @app.command("export")
@@ -887,7 +841,7 @@ def _copy_store(source: Persistence, target: Persistence, console: Console) -> d
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    ids = sorted(str(h["id"]) for h in source.backend.list_headers())
+    ids = sorted(str(h["id"]) for h in source.list_headers())
     copied = skipped = event_count = 0
     with Progress(TextColumn("copying"), BarColumn(), MofNCompleteColumn(), console=console,
                   transient=True, disable=len(ids) < 2 or not console.is_terminal) as progress:
@@ -938,6 +892,7 @@ def convert(
     if json_:
         render.write_json(outcome)
         return
-    _out().print(f"copied {outcome['copied']} session(s) ({outcome['events']} events) from "
+    _out().print(f"copied {render.plural(outcome['copied'], 'session')} "
+                 f"({render.plural(outcome['events'], 'event')}) from "
                  f"{outcome['from']} to {outcome['to']}; skipped {outcome['skipped']} already "
                  "present; every copy read back equal", markup=False)

@@ -31,6 +31,7 @@ __all__ = [
     "Violation",
     "format_ms",
     "make_console",
+    "plural",
     "render_import_summary",
     "render_sessions_table",
     "render_transcript",
@@ -101,6 +102,15 @@ def write_json_lines(values: Iterable[Any], *, stream: IO[bytes] | None = None) 
         count += 1
     out.flush()
     return count
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """Return ``"<count> <noun>"`` with the noun's plural unless the count is 1.
+
+    ``plural("1", "turn")`` is ``1 turn``, ``plural(2, "turn")`` is ``2 turns``; irregular
+    nouns pass ``plural_form``.
+    """
+    return f"{count} {noun if count == 1 else (plural_form or noun + 's')}"
 
 
 def format_ms(epoch_ms: int | None) -> str:
@@ -297,7 +307,8 @@ def transcript_items(events: Sequence[Mapping[str, Any]]) -> list[TranscriptItem
 
     Kinds: ``turn`` (a ``turn/start``), ``message`` (an append-origin surface event, ``role``
     user/assistant/tool/system, ``blocks``; tool results carry ``callId``, ``toolName``,
-    ``isError`` and ``repair`` — the code of a synthetic repair result — ; assistant messages
+    ``isError`` and ``repair`` (the code of a crash-repair result) or ``synthetic`` (the error
+    code of a result an importer supplied because the transcript recorded none); assistant messages
     ``interrupted``), ``checkpoint`` (a compaction replacement: ``replaces`` [start, end] seqs,
     ``shadowedSeqs``, ``summary`` text), ``replacement`` (any other replace, e.g. a pruned tool
     result), ``turn-end`` (only when the reason is not ``completed``: ``reason``, and
@@ -387,7 +398,12 @@ def _message_item(event: Mapping[str, Any], data: Mapping[str, Any],
         item["isError"] = bool(result and result["isError"])
         error = data.get("error")
         code = error.get("code") if isinstance(error, Mapping) else None
-        if code in REPAIR_CODES:
+        meta = data.get("meta")
+        imported = meta.get("import") if isinstance(meta, Mapping) else None
+        if isinstance(imported, Mapping) and imported.get("synthetic") is True:
+            # The importer supplied this result: the transcript recorded none (or an abort).
+            item["synthetic"] = code if isinstance(code, str) else "IMPORTED"
+        elif code in REPAIR_CODES:
             item["repair"] = code
     return item
 
@@ -422,7 +438,8 @@ def _clip(text: str, full: bool, limit: int = _TOOL_RESULT_PREVIEW_LINES) -> str
     lines = text.rstrip("\n").split("\n")
     if full or len(lines) <= limit:
         return "\n".join(lines)
-    return "\n".join([*lines[:limit], f"… ({len(lines) - limit} more lines; --full shows all)"])
+    more = plural(len(lines) - limit, "more line")
+    return "\n".join([*lines[:limit], f"… ({more}; --full shows all)"])
 
 
 def _indent(text: str, prefix: str = "  ") -> str:
@@ -464,7 +481,10 @@ def _render_item(item: TranscriptItem, full: bool) -> Iterator[RenderableType]:
         head.append(f"  #{seq}", style="dim")
         if role == "tool":
             head.append(f"  {item.get('toolName') or 'tool'} [{item.get('callId')}]")
-            if item.get("repair"):
+            if item.get("synthetic"):
+                head.append(f"  SUPPLIED BY IMPORT ({item['synthetic']}: the transcript has "
+                            "no result)", style="bold yellow")
+            elif item.get("repair"):
                 head.append(f"  REPAIRED ({item['repair']})", style="bold yellow")
             elif item.get("isError"):
                 head.append("  error", style="bold red")
@@ -479,7 +499,7 @@ def _render_item(item: TranscriptItem, full: bool) -> Iterator[RenderableType]:
     elif kind == "checkpoint":
         start, end = item["replaces"]
         yield Text(f"⟲ compaction checkpoint  #{seq}  replaces #{start}–#{end} "
-                   f"({len(item['shadowedSeqs'])} messages)", style="bold cyan")
+                   f"({plural(len(item['shadowedSeqs']), 'message')})", style="bold cyan")
         yield Text(_indent(_clip(item["summary"], full)), style="cyan")
     elif kind == "replacement":
         start, end = item["replaces"]
@@ -519,7 +539,8 @@ def render_transcript(header: Mapping[str, Any], items: Sequence[TranscriptItem]
     if row.title:
         title.append(f"  {row.title}")
     parts.append(title)
-    facts = [f"{row.events} events", f"{row.turns} turns", f"source {row.source_format}",
+    facts = [plural(row.events, "event"), plural(row.turns, "turn"),
+             f"source {row.source_format}",
              f"created {format_ms(row.created_at_ms)} UTC",
              f"last activity {format_ms(row.last_activity_ms)} UTC"]
     if header.get("cwd"):

@@ -16,8 +16,9 @@ Invariants this module owns (persistence spec §9.2-§9.4, §9.9; seed ch. 28):
 Errors are :class:`dsh.errors.CompactionError`; ``code`` is one of ``busy`` (lock held, or a
 turn is open for a manual compaction), ``owner`` (automatic compaction without the matching open
 turn), ``range`` / ``unbalanced`` (the span, see :mod:`dsh.compaction.selection`), ``changed``
-(the surface changed under the summarizer), ``summary`` (the summarizer failed or did not
-shrink the span), ``cancelled``, ``commit`` (an append of the commit or of the error close
+(the surface changed under the summarizer), ``summary`` (the span is too small for any
+checkpoint to undercut it, refused before the lock; or the summarizer failed or did not shrink
+the span), ``cancelled``, ``commit`` (an append of the commit or of the error close
 failed), ``persistence`` (committed, but the flush afterwards failed) and ``pressure``
 (automatic compaction stayed above its threshold after every allowed attempt).
 """
@@ -34,7 +35,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from dsh.compaction.pruner import PrunerConfig, PruneResult, prune_session
-from dsh.compaction.selection import Span, select_compactable_range, validate_span
+from dsh.compaction.selection import (
+    Span,
+    check_span_size,
+    select_compactable_range,
+    validate_span,
+)
 from dsh.compaction.summarizers import (
     AsyncSummarizer,
     Message,
@@ -315,6 +321,9 @@ class _Region:
             raise CompactionError(
                 f"automatic compaction for turn {self.owner} must run inside that open turn; "
                 f"found {found} (persistence spec §9.3 step 4)", code="owner")
+        # Read-only, last before the lock: a span no checkpoint can undercut is refused here
+        # rather than logged as a failed attempt (persistence spec §9.3 step 7).
+        check_span_size(session, self.span)
         self.snapshot = tuple(session.surface.nodes)
         self.start_event = session.append(
             "compaction/start", FrozenDict({**self._ids(), "turn": self.owner}))
@@ -472,8 +481,9 @@ def compact_surface_region(session: _Session, start: int, end: int, *, summarize
     """Replace the surface span ``[start, end]`` by one summary checkpoint.
 
     Order (persistence spec §9.3, seed ch. 28): cancellation check; span checks (both cuts
-    balanced, no ``system/message`` head); one backward log scan for the open turn, the latest
-    unmatched ``compaction/start`` and the latest ``session/end-seed``; owner checks; append
+    balanced, no ``system/message`` head); one backward log scan for the open turn, the
+    latest unmatched ``compaction/start`` and the latest ``session/end-seed``; owner checks;
+    the size check (the span priced above the minimal checkpoint); append
     ``compaction/start {compactionId, sourceCommandId?, turn}`` (the lock); summarize; frame
     and shrink check; cancellation and stability checks; append ``compaction/summary``, the
     replacing ``user/message`` (``sourceEventSeqs`` = [start seq, summary seq, *shadowed]) and
@@ -500,7 +510,9 @@ def compact_surface_region(session: _Session, start: int, end: int, *, summarize
 
     Raises:
         CompactionError: codes as listed in the module docstring. Nothing is written for
-            ``range``, ``unbalanced``, ``busy``, ``owner`` and a pre-start ``cancelled``; after
+            ``range``, ``unbalanced``, ``busy``, ``owner``, a pre-start ``cancelled`` and a
+            pre-start ``summary`` (the span is too small for any checkpoint to be smaller,
+            :func:`~dsh.compaction.selection.check_span_size`); after
             the start every failure has appended exactly one ``compaction/end {error}`` unless
             the code is ``commit`` (then the start may stay unmatched).
         ValueError: ``owner`` is neither None nor a turn number.

@@ -14,23 +14,33 @@ Invariants this module owns (persistence spec §9.5, §9.10; core spec §11; see
 Errors are :class:`dsh.errors.CompactionError` with these codes: ``range`` (a seq is not on the
 surface, the span is reversed, or it covers a ``system/message`` head), ``unbalanced`` (a cut of
 an explicit span splits a tool call from its result), ``changed`` (a measurement no longer
-matches the surface).
+matches the surface), ``summary`` (the span is too small for any checkpoint to be smaller than
+it, :func:`check_span_size`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-from dsh.compaction.tokens import SurfaceMeasurement, measure_surface
+from dsh.compaction.summarizers import frame_checkpoint_content
+from dsh.compaction.tokens import (
+    SurfaceMeasurement,
+    estimate_message_tokens,
+    measure_surface,
+    node_prices,
+)
 from dsh.errors import CompactionError
 from dsh.session.events import Event
 from dsh.session.pairing import balanced_cuts
 
 __all__ = [
+    "MINIMAL_SUMMARY",
     "Span",
+    "check_span_size",
     "head_position",
+    "minimal_checkpoint_tokens",
     "select_compactable_range",
     "validate_span",
 ]
@@ -63,6 +73,54 @@ class Span:
     end_index: int
     seqs: tuple[int, ...]
     replace_generation: int
+
+
+MINIMAL_SUMMARY: Final = "-"
+"""The smallest summary a checkpoint can carry: one text block of one character."""
+
+
+def minimal_checkpoint_tokens() -> int:
+    """Return the estimated tokens of the smallest possible checkpoint message.
+
+    That is the checkpoint framing (preamble and tags, persistence spec §9.2) around
+    :data:`MINIMAL_SUMMARY`, priced like any message (§9.6). Any real summary costs at least
+    this much.
+    """
+    return estimate_message_tokens({"content": frame_checkpoint_content((MINIMAL_SUMMARY,))})
+
+
+def check_span_size(session: _Session, span: Span) -> int:
+    """Refuse a span whose content is too small for any checkpoint to be smaller (read-only).
+
+    The commit requires the checkpoint to cost fewer estimated tokens than what it shadows
+    (persistence spec §9.3 step 7). A span priced at or below :func:`minimal_checkpoint_tokens`
+    can never pass that check, so it is refused here, before ``compaction/start`` is appended,
+    instead of growing the log with a failed attempt.
+
+    Args:
+        session: The session holding the span.
+        span: A span from :func:`validate_span` on the current surface.
+
+    Returns:
+        The span's estimated tokens (sum of its node prices).
+
+    Raises:
+        CompactionError: code ``summary`` when the span's tokens are not larger than the
+            minimal checkpoint's; the message gives both numbers.
+    Rule: persistence spec §9.3 step 7 (checked early, before the lock).
+    """
+    shadowed = sum(node_prices(session, span.seqs))
+    needed = minimal_checkpoint_tokens()
+    if shadowed <= needed:
+        nodes = len(span.seqs)
+        raise CompactionError(
+            f"compaction span [{span.start}, {span.end}] is too small to be worth compacting: "
+            f"its {nodes} surface {'node holds' if nodes == 1 else 'nodes hold'} ~{shadowed} "
+            f"tokens, but "
+            f"a checkpoint (framing plus a minimal summary) costs ~{needed}, so the span needs "
+            f"more than {needed} tokens (persistence spec §9.3 step 7); nothing was written",
+            code="summary", seq=span.start)
+    return shadowed
 
 
 def head_position(session: _Session) -> int:

@@ -8,11 +8,17 @@ order of core spec §1.8 (``turn/start``, ``step/start``, ``user/message``, ``as
 step with an unanswered tool call. Records that carry nothing for the model become
 ``ignorable: true`` events of type ``import/<format>/<kind>`` whose data is the raw record
 (core spec §1.6), so nothing from the source is lost and dsh readers still load the log.
+
+Every imported session also records where it came from: one ignorable ``import/source`` event
+(:func:`source_event_data`: format, path as given, SHA-256 of the file, importer version). The
+builder writes it as seq 0, stamped with the time of the first mapped event, so it sits outside
+every turn and step; importers that keep a log's own seqs (dsh logs) append it last.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json as _stdjson
 import uuid
 from collections.abc import Iterator
@@ -27,7 +33,9 @@ if TYPE_CHECKING:
     from dsh.session.session import Session
 
 __all__ = [
+    "IMPORTER_VERSION",
     "IMPORT_NAMESPACE",
+    "IMPORT_SOURCE_TYPE",
     "TOOL_OUTCOME_UNKNOWN_TEXT",
     "EventBuilder",
     "ImportedSession",
@@ -36,12 +44,22 @@ __all__ = [
     "read_json_document",
     "read_jsonl_records",
     "read_source_bytes",
+    "source_event_data",
+    "source_sha256",
     "stable_session_id",
     "text_blocks",
 ]
 
 JsonObj = dict[str, Any]
 """A plain (thawed) JSON object as the importers handle it."""
+
+IMPORT_SOURCE_TYPE: Final = "import/source"
+"""Type of the one ignorable event per imported session naming its source file (ours; an
+ignorable event that dsh readers skip, core spec §1.6)."""
+
+IMPORTER_VERSION: Final = 1
+"""Version of the importers' mapping rules, written into ``import/source``; bumped whenever the
+same source file would map to different events."""
 
 IMPORT_NAMESPACE: Final = uuid.UUID("6c0b9f43-4d3e-5c2a-9a57-0d5f1e2b7c11")
 """uuid5 namespace of imported session ids (ours; any fixed UUID works)."""
@@ -132,7 +150,66 @@ def read_source_bytes(path: Path, fmt: str) -> bytes:
         raise ImportFormatError(
             f"{fmt} transcript is not valid UTF-8 (byte offset {exc.start}); expected JSON text",
             path=str(path), byte_offset=exc.start, format=fmt) from exc
+    source_sha256(path, raw)
     return raw
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+"""SHA-256 of source files read, by (resolved path, mtime ns, size); cleared when it holds
+:data:`_DIGEST_LIMIT` entries."""
+
+_DIGEST_LIMIT: Final = 64
+
+
+def _file_key(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return str(path.resolve()), stat.st_mtime_ns, stat.st_size
+
+
+def source_sha256(path: Path, raw: bytes | None = None) -> str:
+    """Return the hex SHA-256 of a source file (64 lowercase hex digits).
+
+    Digests are kept per (resolved path, mtime ns, size) and :func:`read_source_bytes` records
+    the digest of the bytes it read, so an import hashes exactly the bytes it mapped and a
+    multi-session file is hashed once.
+
+    Args:
+        path: The source file.
+        raw: Its bytes when the caller already holds them (the digest is recorded).
+
+    Raises:
+        ImportFormatError: the file cannot be read (only when ``raw`` is not given).
+    """
+    try:
+        key = _file_key(path)
+        if raw is None:
+            cached = _DIGESTS.get(key)
+            if cached is not None:
+                return cached
+            raw = path.read_bytes()
+    except OSError as exc:
+        if raw is not None:
+            return hashlib.sha256(raw).hexdigest()
+        raise ImportFormatError(f"cannot read transcript to hash it: {exc.strerror or exc}",
+                                path=str(path)) from exc
+    digest = hashlib.sha256(raw).hexdigest()
+    if len(_DIGESTS) >= _DIGEST_LIMIT:
+        _DIGESTS.clear()
+    _DIGESTS[key] = digest
+    return digest
+
+
+def source_event_data(path: Path, fmt: str) -> JsonObj:
+    """Return the data of an ``import/source`` event.
+
+    Shape: ``{"format": <format name>, "path": <path as given to the importer>, "sha256": <hex
+    digest of the file's bytes>, "importerVersion": IMPORTER_VERSION}``.
+
+    Raises:
+        ImportFormatError: the file cannot be read.
+    """
+    return {"format": fmt, "path": str(path), "sha256": source_sha256(path),
+            "importerVersion": IMPORTER_VERSION}
 
 
 def _decode(text: bytes, path: Path, fmt: str, line: int) -> Any:
@@ -286,6 +363,7 @@ class EventBuilder:
         self.tool_results = 0
         self.compactions = 0
         self.model: tuple[str, str] = (fmt, "unknown")
+        self._source_written = False
 
     # -- low level
 
@@ -309,7 +387,12 @@ class EventBuilder:
 
     def emit(self, type: str, data: Any, *, surface_op: Any = None,
              source_event_seqs: list[int] | None = None, ignorable: bool = False) -> int:
-        """Append one envelope and return its seq."""
+        """Append one envelope and return its seq.
+
+        The first call writes the ``import/source`` event first (seq 0, same time).
+        """
+        if not self._source_written:
+            self._write_source()
         event: JsonObj = {"type": type, "seq": self.seq, "time": self.time, "data": data}
         if source_event_seqs is not None:
             event["sourceEventSeqs"] = list(source_event_seqs)
@@ -321,6 +404,12 @@ class EventBuilder:
         if surface_op == "append":
             self.nodes.append(event["seq"])
         return int(event["seq"])
+
+    def _write_source(self) -> None:
+        # Seq 0: before any turn, so it sits outside every turn and step (core spec §1.6:
+        # an ignorable event is free-standing).
+        self._source_written = True
+        self.emit(IMPORT_SOURCE_TYPE, source_event_data(self.path, self.fmt), ignorable=True)
 
     def ignorable(self, kind: str, raw: Any) -> int:
         """Keep a source record that carries nothing for the model (core spec §1.6)."""
@@ -580,7 +669,12 @@ class EventBuilder:
         return []
 
     def header(self, *, cwd: object = None, extra: JsonObj | None = None) -> JsonObj:
-        """A dsh header for these events: version 0, id, createdAt = first event time."""
+        """A dsh header for these events: version 0, id, createdAt = first event time.
+
+        Also writes the ``import/source`` event when no event was written yet.
+        """
+        if not self._source_written:
+            self._write_source()
         header: JsonObj = {"version": 0, "id": self.session_id, "createdAt": self.first_time()}
         if isinstance(cwd, str) and cwd.startswith("/") and "{{" not in cwd:
             header["cwd"] = cwd

@@ -7,6 +7,8 @@ Real logs carry ``seq``/``time`` (kept); dsh's snapshot files drop them, so seq 
 position after expansion and time is the previous event's time (the header's ``createdAt`` at
 first). Templated snapshot values (``{{sessionId}}``, ``{{cwd}}``) are replaced: the id by the
 stable import id, the cwd dropped. No legacy conversion happens here (persistence owns it).
+The log's own seqs are kept, so the ``import/source`` event goes last (ignorable events are
+free-standing, core spec §1.6), stamped with the last event's time.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from typing import Any, Final
 
 from dsh.errors import ImportFormatError
 from dsh.interop._common import (
+    IMPORT_SOURCE_TYPE,
     ImportedSession,
     JsonObj,
     read_jsonl_records,
+    source_event_data,
     stable_session_id,
 )
 
@@ -99,6 +103,8 @@ def import_dsh_log(path: Path) -> list[ImportedSession]:
         if isinstance(event["time"], int):
             time = event["time"]
         events.append(event)
+    events.append({"type": IMPORT_SOURCE_TYPE, "seq": len(events), "time": time,
+                   "data": source_event_data(path, FORMAT), "ignorable": True})
     return [ImportedSession(session_id, header, events, [], FORMAT, str(path.resolve()))]
 
 

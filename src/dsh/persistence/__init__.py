@@ -8,6 +8,13 @@
   ``?pack_chunks=false`` writes one event per line (§4.4);
 * ``sqlite:///abs/path.db`` or ``sqlite:relative.db`` — dsh's SQLite schema (§5);
 * ``memory:`` — an in-process store for tests.
+
+Besides handles, the facade offers whole-session operations on stored logs:
+``Persistence.list_headers()`` (headers only), ``list()`` (summaries), ``read(id)`` (the cold
+read pipeline, nothing written: an :class:`Inspection` with the closers kept apart),
+``inspect(id)`` (the same plus full restore validation; a live id gives its snapshot),
+``load(id)`` (commits the crash repair), ``fork(source_id, boundary, child_id)`` (a stored child
+of a stored parent; the parent is not written) and ``resume(store, id)``.
 """
 
 from __future__ import annotations

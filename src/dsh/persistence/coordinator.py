@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from dsh.errors import (
     ConfigError,
@@ -35,6 +35,7 @@ from dsh.errors import (
     PersistenceError,
     SessionBusyError,
     SessionExistsError,
+    SessionForkError,
     UnknownEventTypeError,
     WriteFailedError,
 )
@@ -126,6 +127,14 @@ class Inspection:
     torn: TornTail | None
     revision: str
     live: bool = False
+
+    @property
+    def stored_events(self) -> tuple[Event, ...]:
+        """The events as read, without the repair closers (``load``: the log before its repair).
+
+        ``events[:len(events) - len(closers)]``; seq contiguous from 0.
+        """
+        return self.events[:len(self.events) - len(self.closers)]
 
 
 def read_pipeline(session_id: str, cold: ColdRead, *, path: str | None = None
@@ -602,6 +611,25 @@ class Persistence:
         """Return whether the session is stored (or created) in the backend."""
         return self.backend.exists(session_id)
 
+    def list_headers(self) -> list[FrozenDict]:
+        """Headers of every stored session, without reading any log.
+
+        The backend keeps headers apart (the first JSONL line, the SQLite ``sessions`` row). A
+        created session without events is listed where the backend keeps it (SQLite and
+        memory do; JSONL writes its file with the first event). Order is the backend's; sort
+        by ``id`` for a stable listing.
+
+        Returns:
+            list[FrozenDict]: wire ``SessionHeader`` objects (``version``, ``id``,
+            ``createdAt``, optional ``cwd``, ``parentSession``, ``seedLength``, ...).
+
+        Raises:
+            LogCorruptError: a stored header cannot be decoded (backend specific).
+
+        Rule: persistence spec §2.1 (``list`` reads headers; §4.3 and §5 header storage).
+        """
+        return list(self.backend.list_headers())
+
     def list(self) -> list[SessionSummary]:
         """Summaries of every stored session with at least one event (spec §2.1 ``list``).
 
@@ -647,6 +675,114 @@ class Persistence:
         events, closers = read_pipeline(session_id, cold, path=path)
         _restore(session_id, events + closers, cold.header)
         return Inspection(cold.header, events + closers, closers, cold.torn, cold.revision)
+
+    def read(self, session_id: str) -> Inspection:
+        """Read a stored session through the cold-read pipeline; nothing is written.
+
+        Unlike :meth:`inspect`, this always reads storage (a live id is read as stored, its
+        unflushed events are not seen) and skips the full restore validation, so a log that
+        ``Session.restore`` refuses can still be shown and verified. The pipeline's own
+        refusals (identity, format version, legacy, vocabulary, closers) still raise.
+
+        Args:
+            session_id: The stored session's id.
+
+        Returns:
+            Inspection: ``stored_events`` are the committed events after legacy
+            normalisation; ``closers`` the crash-repair closers an interrupted last turn would
+            get (in memory only); ``events`` both, seq contiguous; ``torn`` the torn tail after
+            the committed prefix (left on disk), or None; ``revision`` the backend's.
+
+        Raises:
+            SessionNotFoundError: no such stored session.
+            LogCorruptError, SessionFormatUnsupportedError, UnknownEventTypeError: the
+                pipeline refused the log (persistence spec §3.8).
+
+        Rule: persistence spec §3.8 (cold-read pipeline), §3.10 (``inspect`` writes nothing).
+        """
+        with self.backend.open(session_id, "read") as handle:
+            cold = handle.read(0)
+            path = _raw_path(handle)
+        events, closers = read_pipeline(session_id, cold, path=path)
+        return Inspection(cold.header, events + closers, closers, cold.torn, cold.revision)
+
+    def fork(self, source_id: str, boundary: int | None = None, child_id: str | None = None,
+             *, open_turn: Literal["close", "reject"] = "close") -> str:
+        """Fork a stored, non-live session into a new stored child; the parent is not written.
+
+        The parent is restored detached from its stored log (no repair closers: a turn open at
+        the cut is closed in the child with ``forked`` closers), entered into a private
+        ``SessionStore`` bound to this persistence without being announced (so no writer ever
+        touches its log), forked there, and the child is flushed and disposed (its handle
+        closed, write ownership released).
+
+        Args:
+            source_id: The stored parent's id.
+            boundary: Inclusive parent seq of the cut; omitted: the parent's last stored event.
+            child_id: The child's id; omitted: ``<source_id>-fork-<n>`` with the smallest
+                ``n >= 1`` not stored yet.
+            open_turn: ``"close"`` (default) or ``"reject"`` a cut inside an open turn.
+
+        Returns:
+            str: the child's id. Its stored log is the parent's events ``0..boundary``, then
+            ``session/end-seed {inherited: true}``, any ``forked`` closers and the plain
+            ``session/end-seed``; its header has ``parentSession`` and ``seedLength =
+            boundary + 1``.
+
+        Raises:
+            SessionBusyError: code ``SESSION_LIVE``, the parent is live in this process.
+            SessionForkError: ``SESSION_ALREADY_EXISTS`` (``child_id`` is stored),
+                ``INVALID_BOUNDARY`` (not a stored seq of the parent), ``OPEN_TURN``.
+            SessionNotFoundError, LogCorruptError, SessionFormatUnsupportedError,
+                UnknownEventTypeError: the parent cannot be read (as :meth:`inspect`).
+            ConfigError: ``open_turn`` is not ``"close"`` or ``"reject"``.
+            WriteFailedError: the child could not be written.
+
+        Rule: core spec §10 and seed ch. 28 (fork); persistence spec §3.10 (reads write
+        nothing to the parent).
+        """
+        from dsh.session.store import SessionStore
+
+        if self._live_session(source_id) is not None:
+            raise SessionBusyError(f"cannot fork stored session {source_id!r} while it is live "
+                                   f"in this process; fork the live Session through its store",
+                                   code="SESSION_LIVE", session_id=source_id)
+        stored = self.read(source_id)
+        events = stored.stored_events
+        parent = _restore(source_id, events, stored.header)
+        if child_id is None:
+            number = 1
+            while self.exists(f"{source_id}-fork-{number}"):
+                number += 1
+            child_id = f"{source_id}-fork-{number}"
+        elif self.exists(child_id):
+            raise SessionForkError(f'session "{child_id}" already exists in {self.url}',
+                                   code="SESSION_ALREADY_EXISTS", session_id=child_id)
+        if boundary is None and events:
+            boundary = events[-1]["seq"]
+        if boundary is not None and (type(boundary) is not int or not
+                                     0 <= boundary < len(events)):
+            last = events[-1]["seq"] if events else "none"
+            raise SessionForkError(f'fork boundary {boundary!r} does not exist in session '
+                                   f'"{source_id}" (last seq: {last})',
+                                   code="INVALID_BOUNDARY", session_id=source_id,
+                                   seq=boundary if type(boundary) is int else None)
+        store = SessionStore(persistence=self)
+        detach_parent = store.enter(parent)
+        try:
+            child = store.fork(parent, boundary, child_id, open_turn=open_turn)
+            try:
+                store.flush(child)
+            finally:
+                store.dispose(child)
+        finally:
+            detach_parent()
+            # Forget the private store's observer once it holds no writer (a failed final
+            # drain keeps it, so close() retries it).
+            observer = self._observers.get(id(store))
+            if observer is not None and not observer._writers:
+                del self._observers[id(store)]
+        return child.id
 
     def load(self, session_id: str) -> Inspection:
         """Read a session and commit its crash repair (spec §3.10 ``load``).
