@@ -317,6 +317,17 @@ class _SessionWriter:
             failures_before = self._fail_count
             self._barriers += 1
             self._paused = False
+            if not self._active and self._pending:
+                # The writer is idle: write the batch on this thread. A durable per-turn flush
+                # then costs one fsync, not two thread hand-offs around it.
+                batch, self._pending = self._pending, []
+                self._deadline = None
+                self._active = True
+                self._cond.release()
+                try:
+                    self._write_batch(batch, background=False)
+                finally:
+                    self._cond.acquire()
             self._cond.notify_all()
             try:
                 while self._pending or self._active:
@@ -378,26 +389,30 @@ class _SessionWriter:
             if taken is None:
                 return
             batch, background = taken
-            error: BaseException | None = None
-            try:
-                self._write(batch)
-            except Exception as exc:  # kept, logged, and raised by the next flush()
-                error = exc
-            with self._cond:
-                self._active = False
-                if error is not None:
-                    self._pending[:0] = batch
-                    self._paused = True
-                    self._deadline = None
-                    self._fail_count += 1
-                    self._last_error = error
-                    if background and not self._barriers:
-                        log.warning("background write of session %r to %s failed: %r; "
-                                    "%d buffered event(s) are kept and raised by the next "
-                                    "flush", self.session.id, self._url, error,
-                                    len(self._pending))
-                        self._failure = error
-                self._cond.notify_all()
+            self._write_batch(batch, background=background)
+
+    def _write_batch(self, batch: list[Event], *, background: bool) -> None:
+        """Write one taken batch (``_active`` is set); on failure put it back and record why."""
+        error: BaseException | None = None
+        try:
+            self._write(batch)
+        except Exception as exc:  # kept, logged, and raised by the next flush()
+            error = exc
+        with self._cond:
+            self._active = False
+            if error is not None:
+                self._pending[:0] = batch
+                self._paused = True
+                self._deadline = None
+                self._fail_count += 1
+                self._last_error = error
+                if background and not self._barriers:
+                    log.warning("background write of session %r to %s failed: %r; "
+                                "%d buffered event(s) are kept and raised by the next "
+                                "flush", self.session.id, self._url, error,
+                                len(self._pending))
+                    self._failure = error
+            self._cond.notify_all()
 
     def _write(self, batch: list[Event]) -> None:
         fresh = [event for event in batch if event["seq"] >= self.cursor]
