@@ -169,7 +169,7 @@ def _json_with(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         max_leaves=30)
 
 
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(value=st.one_of(hostile_json(), _json_with(_numbers)))
 def test_speedups_snapshot_matches_python_on_generated_json(value: Any) -> None:
     # core spec §4.2: validate + copy + freeze; integral floats -> int; surrogate pairs joined
@@ -182,7 +182,7 @@ def test_speedups_snapshot_matches_python_on_generated_json(value: Any) -> None:
         assert_same(snapshot_json(c), c)
 
 
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(value=_json_with(st.one_of(_numbers, _bad, st.text(max_size=4), st.none())))
 def test_speedups_snapshot_errors_match_python(value: Any) -> None:
     # core spec §4.4: the same InvalidJsonError message and json_path whichever path runs
@@ -194,7 +194,7 @@ def test_speedups_snapshot_errors_match_python(value: Any) -> None:
         assert c[1:] == p[1:]
 
 
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(value=st.one_of(hostile_json(), _json_with(_numbers)))
 def test_speedups_loads_matches_python_on_generated_json(value: Any) -> None:
     # DESIGN §3.6: decoding freezes orjson's tree; -0.0 and floats like 5.0 as the Python path

@@ -14,11 +14,26 @@ Invariants this module owns (core spec §4, DESIGN §3.5–§3.6):
 
 The engine is orjson (see the README's design notes for the measurement); a small iterative
 fallback handles what orjson refuses but dsh writes: lone surrogates and very deep nesting.
+
+Optional C accelerator ``dsh._speedups`` (built by ``setup.py`` when a compiler is present; the
+pure-Python code below is the reference and the fallback; ``DSH_NO_SPEEDUPS=1`` forces it):
+
+* it freezes orjson's trees and snapshots caller data without Python-level recursion, and hands
+  everything unusual (an unsafe int, NaN, -0.0, a surrogate, a foreign type, nesting deeper than
+  200) back to the exact walk here, so every error and its message come from one place;
+* frozen containers are taken out of the cyclic GC (``PyObject_GC_UnTrack``): they are immutable
+  and built bottom-up from atomic values and other frozen containers, so they cannot be part of a
+  cycle, and a long log would otherwise make every full collection walk all of it;
+* an untracked frozen container was made by a validating constructor, so ``snapshot_json``
+  returns it as-is without walking it (fork and seed copies of frozen events cost O(1) each).
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
 import math
+import os
 import re
 from json.decoder import scanstring  # type: ignore[attr-defined]  # C scanner, untyped
 from typing import Any, Final, NoReturn, SupportsIndex, TypeAlias
@@ -110,9 +125,28 @@ class FrozenList(list[Any]):
 
     def __getitem__(self, index: SupportsIndex | slice) -> Any:  # slices stay frozen
         if type(index) is slice:
-            return _frozen_list(list.__getitem__(self, index))
+            items = list.__getitem__(self, index)
+            if gc.is_tracked(self):  # a hand-built list stays untrusted: snapshot re-walks it
+                lst = _list_new(FrozenList)
+                _list_extend(lst, items)
+                return lst
+            return _frozen_list(items)
         return list.__getitem__(self, index)
 
+
+def _load_speedups() -> Any:
+    """Return the configured C accelerator, or None when it is not built or is disabled."""
+    if os.environ.get("DSH_NO_SPEEDUPS"):
+        return None
+    try:
+        module = importlib.import_module("dsh._speedups")
+    except ImportError:  # optional build (setup.py): the pure-Python paths below take over
+        return None
+    module.configure(FrozenDict, FrozenList, MAX_SAFE_INTEGER)
+    return module
+
+
+_speedups: Any = _load_speedups()
 
 # Internal constructors: skip the Python-level __init__ guard (it triples construction cost).
 _dict_new = dict.__new__
@@ -121,16 +155,39 @@ _list_new = list.__new__
 _list_extend = list.extend
 
 
-def _frozen_dict(items: dict[str, Any]) -> FrozenDict:
-    d = _dict_new(FrozenDict)
-    _dict_update(d, items)
-    return d
+def _untrack_nothing(obj: object) -> bool:
+    return False
 
 
-def _frozen_list(items: Any) -> FrozenList:
-    lst = _list_new(FrozenList)
-    _list_extend(lst, items)
-    return lst
+# _untrack(container) -> bool: take a frozen container whose contents are already frozen JSON
+# out of the cyclic GC (a no-op without the accelerator). For other modules' fast constructors
+# (e.g. events.as_event); never call it on unvalidated contents: snapshot_json trusts the result.
+_untrack: Any = _speedups.untrack if _speedups is not None else _untrack_nothing
+
+if _speedups is not None:
+
+    def _frozen_dict(items: dict[str, Any]) -> FrozenDict:
+        d = _dict_new(FrozenDict)
+        _dict_update(d, items)
+        _untrack(d)  # immutable, so never part of a cycle: keep it out of the cyclic GC
+        return d
+
+    def _frozen_list(items: Any) -> FrozenList:
+        lst = _list_new(FrozenList)
+        _list_extend(lst, items)
+        _untrack(lst)
+        return lst
+else:
+
+    def _frozen_dict(items: dict[str, Any]) -> FrozenDict:
+        d = _dict_new(FrozenDict)
+        _dict_update(d, items)
+        return d
+
+    def _frozen_list(items: Any) -> FrozenList:
+        lst = _list_new(FrozenList)
+        _list_extend(lst, items)
+        return lst
 
 
 EMPTY_DICT: Final = FrozenDict()
@@ -201,6 +258,12 @@ class _Slow(Exception):
 
 _FAST_DEPTH: Final = 200
 
+# The C versions of _fast and _freeze_parsed (same results; they raise _CFallback where the
+# Python versions raise _Slow). None without the accelerator.
+_c_snapshot: Any = _speedups.snapshot if _speedups is not None else None
+_c_freeze_parsed: Any = _speedups.freeze_parsed if _speedups is not None else None
+_CFallback: Any = _speedups.Fallback if _speedups is not None else _Slow
+
 
 def _fast(v: Any, depth: int) -> Any:
     """Recursive snapshot for the common case; raises _Slow on anything unusual or deep."""
@@ -252,6 +315,8 @@ def snapshot_json(value: object) -> JsonValue:
     """Validate ``value`` as lossless JSON and return an immutable copy, in one pass.
 
     Frozen containers that need no change are reused (they are immutable, so sharing is a copy).
+    With the C accelerator, a frozen container made by this module (:func:`loads`, an earlier
+    snapshot) is reused without being walked again.
 
     Args:
         value: ``None``, ``bool``, ``str``, ``int``, ``float``, ``dict`` with ``str`` keys,
@@ -264,6 +329,11 @@ def snapshot_json(value: object) -> JsonValue:
             tuple, set, bytes or other object, or a cycle; ``where["json_path"]`` names the spot.
     Rule: core spec §4.1–§4.4; DESIGN §3.6.
     """
+    if _c_snapshot is not None:
+        try:
+            return _c_snapshot(value)
+        except _CFallback:
+            return _snapshot_walk(value)
     try:
         return _fast(value, 0)
     except _Slow:
@@ -540,6 +610,11 @@ def loads(data: bytes | str) -> JsonValue:
                 raise
             raise InvalidJsonError(f"JSON is malformed: {inner}", json_path="$") from None
         return snapshot_json(parsed)
+    if _c_freeze_parsed is not None:
+        try:
+            return _c_freeze_parsed(parsed)
+        except _CFallback:
+            return _snapshot_walk(parsed)  # the exact walk names the offending spot
     try:
         return _freeze_parsed(parsed, 0)
     except _Slow:

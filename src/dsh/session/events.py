@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal, NewType, TypeAlias
 
-from dsh.json import FrozenDict, FrozenList, JsonValue
+from dsh.json import FrozenDict, FrozenList, JsonValue, _untrack
 
 __all__ = [
     "CORE_EVENT_TYPES",
@@ -140,6 +140,7 @@ def as_event(fields: Mapping[str, Any]) -> Event:
     """
     event = _dict_new(Event)
     _dict_update(event, fields)
+    _untrack(event)  # immutable and acyclic: keep it out of the cyclic GC (a no-op without C)
     return event
 
 
