@@ -671,10 +671,21 @@ class EventBuilder:
     def header(self, *, cwd: object = None, extra: JsonObj | None = None) -> JsonObj:
         """A dsh header for these events: version 0, id, createdAt = first event time.
 
-        Also writes the ``import/source`` event when no event was written yet.
+        Also writes the ``import/source`` event when no event was written yet. A source with no
+        timestamps at all (SWE-agent trajectories, OpenAI and Anthropic request bodies) is
+        stamped with the file's modification time, not the 1970 epoch.
         """
         if not self._source_written:
             self._write_source()
+        if not self._time_seen:
+            try:
+                stamp = int(self.path.stat().st_mtime * 1000)
+            except OSError:
+                stamp = 0
+            for event in self.events:
+                event["time"] = stamp
+            self.time = stamp
+            self._time_seen = True  # later source times may only move the clock forward
         header: JsonObj = {"version": 0, "id": self.session_id, "createdAt": self.first_time()}
         if isinstance(cwd, str) and cwd.startswith("/") and "{{" not in cwd:
             header["cwd"] = cwd
