@@ -17,6 +17,7 @@ The core does no I/O; the default clock only reads the wall clock.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
@@ -580,6 +581,7 @@ class Session:
         log_append = log.append
         surface = self._surface
         nodes_append = surface._nodes.append
+        message_cache = self._message_cache
         markers = 0
         for index, raw in enumerate(seed):
             if copy:
@@ -614,6 +616,7 @@ class Session:
                 _seed_slow_checks(event, index)
             if etype in SURFACE_EVENT_TYPES:
                 _check_message_shape(event, index)
+                message_cache[index] = derive_event_message(event)
                 if size == 5 and event.get("surfaceOp") == "append":
                     nodes_append(index)
                 else:
@@ -806,10 +809,15 @@ class Session:
         self._log.append(event)
         self._events_cache = None
         self._last_time = now
-        if step is _APPEND:
-            surface._nodes.append(seq)
-        elif step is not None:
-            surface.apply(step)
+        if step is not None:
+            if step is _APPEND:
+                surface._nodes.append(seq)
+            else:
+                surface.apply(step)
+            # Project now, while the event is hot in the CPU cache: derive_messages() then only
+            # gathers. A malformed message (append does not shape-check) is left for derive.
+            with contextlib.suppress(KeyError, TypeError):
+                self._message_cache[seq] = derive_event_message(event)
         if self._observers:
             self._publish(event)
         return event
