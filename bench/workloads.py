@@ -125,7 +125,18 @@ def build(session: Session, workload: str, events: int) -> Session:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process, in MB (Linux reports KiB)."""
+    """Peak resident set size of this process, in MB.
+
+    Reads ``VmHWM`` from ``/proc/self/status``: Linux carries ``ru_maxrss`` across ``execve``, so
+    a child started by a large parent would report the parent's peak.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

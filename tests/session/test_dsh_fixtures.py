@@ -108,3 +108,27 @@ def test_dsh_fixture_fork_child_is_seeded_by_its_header() -> None:
     with pytest.raises(EventRejectedError, match="inherited event count equal to header "
                                                  "seedLength"):
         Session.restore(header["id"], events, header)
+
+
+def test_dsh_fixture_s4_equals_our_fork_of_s1_at_134() -> None:
+    # Issue 4: dsh's s4-fork-of-s1 equals a fork we make of s1 at seq 134 in every event up to
+    # the end-seed (ids and times of the inherited events identical), header lineage included.
+    _require_fixtures()
+    by_name = {p.parent.name: p for p in UNPACKED}
+    if "s1-normal" not in by_name or "s4-fork-of-s1" not in by_name:
+        pytest.skip("s1-normal / s4-fork-of-s1 fixtures not present")
+    from dsh.session.store import SessionStore
+
+    s1_header, s1_events = read_jsonl(by_name["s1-normal"])
+    s4_header, s4_events = read_jsonl(by_name["s4-fork-of-s1"])
+    store = SessionStore()
+    parent = store.create("s1-normal", seed=s1_events, header=s1_header)
+    child = store.fork(parent, 134, "s4-fork-of-s1")
+    assert [thaw(e) for e in child.events[:135]] == [thaw(e) for e in s4_events[:135]]
+    marker = child.events[135]
+    assert (marker.type, s4_events[135].type) == ("session/end-seed", "session/end-seed")
+    assert marker.data == {"inherited": True} and marker.time == s1_events[134].time
+    assert child.seq == 136  # s1 ends turn 2 at 134: nothing to close
+    assert (child.header.parent_session, child.header.seed_length) == (
+        s4_header["parentSession"], s4_header["seedLength"]) == ("s1-normal", 135)
+    assert child.header.cwd == s4_header["cwd"]

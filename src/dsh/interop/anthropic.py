@@ -37,7 +37,13 @@ from dsh.interop._common import (
     text_blocks,
 )
 
-__all__ = ["FORMAT", "anthropic_blocks", "import_anthropic", "map_anthropic_conversation"]
+__all__ = [
+    "FORMAT",
+    "anthropic_blocks",
+    "import_anthropic",
+    "map_anthropic_conversation",
+    "result_blocks",
+]
 
 FORMAT: Final = "anthropic"
 
@@ -68,12 +74,17 @@ def anthropic_blocks(content: Any) -> list[JsonObj]:
     return out
 
 
-def _result_content(content: Any) -> list[JsonObj]:
+def result_blocks(content: object) -> list[JsonObj]:
+    """Anthropic ``tool_result.content`` (string or blocks) as dsh blocks (images kept raw)."""
     if isinstance(content, list):
-        return [({"type": "text", "text": p["text"]} if isinstance(p, dict) and p.get("type") ==
-                 "text" and isinstance(p.get("text"), str)
-                 else {"type": "provider-raw", "provider": "anthropic", "block": p})
-                for p in content]
+        out: list[JsonObj] = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(
+                    part.get("text"), str):
+                out.append({"type": "text", "text": part["text"]})
+            else:
+                out.append({"type": "provider-raw", "provider": "anthropic", "block": part})
+        return out
     return text_blocks(content if content is not None else "")
 
 
@@ -107,7 +118,7 @@ def map_anthropic_conversation(b: EventBuilder, system: Any, messages: list[Any]
             for block in content:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
                     b.tool_result(str(block.get("tool_use_id", "")),
-                                  _result_content(block.get("content")),
+                                  result_blocks(block.get("content")),
                                   is_error=bool(block.get("is_error")))
             rest = [x for x in content if not (isinstance(x, dict) and
                                                x.get("type") == "tool_result")]

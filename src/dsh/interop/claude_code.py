@@ -26,7 +26,6 @@ What is read (corpus README "Claude Code"):
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 from typing import Any, Final
@@ -39,6 +38,7 @@ from dsh.interop._common import (
     read_jsonl_records,
     text_blocks,
 )
+from dsh.interop.anthropic import anthropic_blocks, result_blocks
 
 __all__ = ["FORMAT", "import_claude_code", "looks_like_claude_code"]
 
@@ -248,48 +248,6 @@ def _active_set(entries: list[tuple[int, JsonObj]]) -> set[str]:
     return chain
 
 
-def _assistant_blocks(content: object) -> list[JsonObj]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    out: list[JsonObj] = []
-    if not isinstance(content, list):
-        return out
-    for b in content:
-        if not isinstance(b, dict):
-            out.append({"type": "provider-raw", "provider": "anthropic", "block": b})
-            continue
-        kind = b.get("type")
-        if kind == "text" and isinstance(b.get("text"), str):
-            out.append({"type": "text", "text": b["text"]})
-        elif kind == "thinking" and isinstance(b.get("thinking"), str):
-            block: JsonObj = {"type": "reasoning", "text": b["thinking"]}
-            if isinstance(b.get("signature"), str):
-                block["signature"] = b["signature"]
-            out.append(block)
-        elif kind == "tool_use":
-            out.append({"type": "tool-call", "id": str(b.get("id", "")),
-                        "name": str(b.get("name", "")),
-                        "arguments": json.dumps(b.get("input", {}), ensure_ascii=False,
-                                                separators=(",", ":"))})
-        else:
-            out.append({"type": "provider-raw", "provider": "anthropic", "block": b})
-    return out
-
-
-def result_blocks(content: object) -> list[JsonObj]:
-    """Anthropic ``tool_result.content`` (string or blocks) as dsh blocks (images kept raw)."""
-    if isinstance(content, list):
-        out: list[JsonObj] = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text" and isinstance(
-                    part.get("text"), str):
-                out.append({"type": "text", "text": part["text"]})
-            else:
-                out.append({"type": "provider-raw", "provider": "anthropic", "block": part})
-        return out
-    return text_blocks(content if content is not None else "")
-
-
 def _user_text(content: object) -> str:
     if isinstance(content, str):
         return content
@@ -316,7 +274,7 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
         msg = r.get("message")
         if r.get("type") == "assistant" and r.get("uuid") in active and isinstance(msg, dict):
             key = str(msg.get("id") or r["uuid"])
-            merged.setdefault(key, []).extend(_assistant_blocks(msg.get("content")))
+            merged.setdefault(key, []).extend(anthropic_blocks(msg.get("content")))
             if isinstance(msg.get("usage"), dict):
                 last_usage[key] = msg["usage"]
     emitted: set[str] = set()

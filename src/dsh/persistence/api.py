@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, Self, runtime_checkable
 
 from dsh.json import FrozenDict
 
@@ -187,6 +187,37 @@ class Handle(Protocol):
                  tb: TracebackType | None) -> None:
         """Close the handle."""
         ...
+
+
+class HandleBase:
+    """Shared plumbing of the bundled handles: identity properties and ``with`` support.
+
+    Subclasses set ``_id`` and ``_mode`` and implement ``close()``.
+    """
+
+    _id: str
+    _mode: OpenMode
+
+    @property
+    def session_id(self) -> str:
+        """The session id."""
+        return self._id
+
+    @property
+    def mode(self) -> OpenMode:
+        """``"read"`` or ``"write"``."""
+        return self._mode
+
+    def close(self) -> None:  # pragma: no cover - every subclass overrides it
+        """Release the handle."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
 
 @runtime_checkable

@@ -23,7 +23,6 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
 
 import zstandard
@@ -47,7 +46,7 @@ from dsh.persistence._jsonl_format import (
     scan_zstd_frames,
 )
 from dsh.persistence._lock import SessionLock
-from dsh.persistence.api import ColdRead, OpenMode, TornTail, normalize_header
+from dsh.persistence.api import ColdRead, HandleBase, OpenMode, TornTail, normalize_header
 from dsh.persistence.memory import validate_batch
 from dsh.session.events import Event
 
@@ -241,7 +240,7 @@ class _Tail:
     durable_size: int
 
 
-class JsonlHandle:
+class JsonlHandle(HandleBase):
     """A handle on one JSONL session (contract: :class:`~dsh.persistence.api.Handle`)."""
 
     def __init__(self, backend: JsonlBackend, session_id: str, mode: OpenMode, path: Path,
@@ -256,15 +255,7 @@ class JsonlHandle:
         self._tail: _Tail | None = None
         self._closed = False
 
-    @property
-    def session_id(self) -> str:
-        """The session id."""
-        return self._id
 
-    @property
-    def mode(self) -> OpenMode:
-        """``"read"`` or ``"write"``."""
-        return self._mode
 
     def _check_open(self) -> None:
         if self._closed:
@@ -422,12 +413,6 @@ class JsonlHandle:
             if self._lock is not None:
                 self._lock.release()
 
-    def __enter__(self) -> JsonlHandle:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 class JsonlBackend:

@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 
 from dsh.errors import (
     ConfigError,
@@ -26,7 +25,7 @@ from dsh.errors import (
     SessionNotFoundError,
 )
 from dsh.json import FrozenDict, snapshot_json
-from dsh.persistence.api import ColdRead, OpenMode, TornTail, normalize_header
+from dsh.persistence.api import ColdRead, HandleBase, OpenMode, TornTail, normalize_header
 from dsh.session.events import Event
 
 __all__ = ["MemoryBackend", "MemoryHandle"]
@@ -83,7 +82,7 @@ def validate_batch(events: Sequence[Event], expected_seq: int, session_id: str) 
     return out
 
 
-class MemoryHandle:
+class MemoryHandle(HandleBase):
     """A handle on one :class:`MemoryBackend` session (contract: :class:`~.api.Handle`)."""
 
     def __init__(self, backend: MemoryBackend, session_id: str, mode: OpenMode) -> None:
@@ -92,15 +91,7 @@ class MemoryHandle:
         self._mode: OpenMode = mode
         self._closed = False
 
-    @property
-    def session_id(self) -> str:
-        """The session id."""
-        return self._id
 
-    @property
-    def mode(self) -> OpenMode:
-        """``"read"`` or ``"write"``."""
-        return self._mode
 
     def _stored(self) -> _Stored:
         if self._closed:
@@ -158,12 +149,6 @@ class MemoryHandle:
                 if stored is not None:
                     stored.writer = None
 
-    def __enter__(self) -> MemoryHandle:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 class MemoryBackend:

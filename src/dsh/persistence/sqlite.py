@@ -64,7 +64,7 @@ from dsh.persistence._sqlite_schema import (
     scan_rows,
     schema_objects,
 )
-from dsh.persistence.api import ColdRead, OpenMode, TornTail, normalize_header
+from dsh.persistence.api import ColdRead, HandleBase, OpenMode, TornTail, normalize_header
 from dsh.persistence.memory import validate_batch
 from dsh.session.events import SESSION_FORMAT_VERSION, Event
 
@@ -572,7 +572,7 @@ class SqliteBackend:
         self.close()
 
 
-class SqliteHandle:
+class SqliteHandle(HandleBase):
     """An open session of a :class:`SqliteBackend` (DESIGN §3.3, seed ch. 28).
 
     Used from one thread at a time; it owns one SQLite connection. A ``"write"`` handle holds
@@ -602,10 +602,6 @@ class SqliteHandle:
         """The session id this handle was opened for."""
         return self._id
 
-    @property
-    def mode(self) -> OpenMode:
-        """``"read"`` or ``"write"``."""
-        return self._mode
 
     @property
     def schema_version(self) -> int:
@@ -887,9 +883,3 @@ class SqliteHandle:
             if self._lock is not None:
                 self._lock.release()
 
-    def __enter__(self) -> SqliteHandle:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
