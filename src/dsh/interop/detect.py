@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
+
 from dsh.errors import ImportFormatError
 from dsh.interop._common import read_json_document, read_jsonl_records, read_source_bytes
 from dsh.interop.claude_code import looks_like_claude_code
@@ -72,24 +74,61 @@ def detect_format(path: Path) -> str:
         return "anthropic"
     raw = read_source_bytes(path, "auto")
     if _is_jsonl(path, raw):
+        head = _head_records(raw)
+        if head is not None:
+            found = _jsonl_format(head)
+            if found is not None:
+                return found
         records = read_jsonl_records(path, "auto")
         first = records[0][1]
-        if looks_like_dsh_header(first):
-            return "dsh"
-        values = [r for _, r in records]
-        if any(looks_like_codex(r) for r in values):
-            return "codex"
-        if any(looks_like_claude_code(r) for r in values):
-            return "claude-code"
-        if all(isinstance(r, dict) and "request" in r and "response" in r for r in values):
-            return "anthropic"
-        if all(isinstance(r, dict) and looks_like_openhands_events(r.get("history"))
-               for r in values):
-            return "openhands"
+        found = _jsonl_format([r for _, r in records])
+        if found is not None:
+            return found
         raise ImportFormatError(
             "cannot tell the transcript format of this JSONL file (first record keys: "
             f"{sorted(first)[:8] if isinstance(first, dict) else type(first).__name__}); pass "
             "--format", path=str(path), line=records[0][0], format="auto")
+    return _document_format(path)
+
+
+_HEAD_LINES: Final = 256
+
+
+def _head_records(raw: bytes) -> list[Any] | None:
+    """The first records of a JSONL file, or None when any of them does not parse.
+
+    Deciding on the head keeps detection O(1) in the file size; a head that is not clean JSON
+    takes the full read, which reports the bad line exactly.
+    """
+    out: list[Any] = []
+    for line in raw.split(b"\n", _HEAD_LINES)[:_HEAD_LINES]:
+        if not line.strip():
+            continue
+        try:
+            out.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            return None
+    return out or None
+
+
+def _jsonl_format(values: list[Any]) -> str | None:
+    """The format of a list of JSONL records, or None when no rule matches (module rules)."""
+    if looks_like_dsh_header(values[0]):
+        return "dsh"
+    if any(looks_like_codex(r) for r in values):
+        return "codex"
+    if any(looks_like_claude_code(r) for r in values):
+        return "claude-code"
+    if all(isinstance(r, dict) and "request" in r and "response" in r for r in values):
+        return "anthropic"
+    if all(isinstance(r, dict) and looks_like_openhands_events(r.get("history"))
+           for r in values):
+        return "openhands"
+    return None
+
+
+def _document_format(path: Path) -> str:
+    """The format of a single JSON document (module rules)."""
     doc = read_json_document(path, "auto")
     if looks_like_openhands_events(doc):
         return "openhands"
