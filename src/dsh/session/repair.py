@@ -125,6 +125,9 @@ def _message(event: Event) -> Any:
     return message
 
 
+_TURN_BOUNDARIES: Final = frozenset({"turn/start", "turn/end"})
+
+
 def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event, ...]:
     """Return the events that close the log's open final turn, or ``()`` when none is open.
 
@@ -154,9 +157,6 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event
     """
     if cause not in _CAUSES:
         raise ConfigError(f"closer cause must be 'interrupted' or 'forked', got {cause!r}")
-    open_turn: Any = None
-    open_step: Any = None
-    pending: dict[str, _Pending] = {}
     for index, event in enumerate(events):
         seq = event.get("seq")
         if type(seq) is not int or seq != index:
@@ -164,6 +164,19 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event
                 f"cannot compute turn closers: the log must be contiguous from seq 0, found seq "
                 f"{seq!r} at index {index} (expected {index})",
                 code="SEQ_GAP", seq=index, event_type=event.get("type"))
+    # Every turn/start and turn/end resets the scan state, so the scan may begin at the last
+    # turn boundary: repairing a long balanced log costs one backward look, not a full pass.
+    start = len(events) - 1
+    while start >= 0 and events[start].get("type") not in _TURN_BOUNDARIES:
+        start -= 1
+    if start < 0 or events[start].get("type") == "turn/end":
+        return ()
+    open_turn: Any = None
+    open_step: Any = None
+    pending: dict[str, _Pending] = {}
+    for index in range(start, len(events)):
+        event = events[index]
+        seq = index
         kind = event.get("type")
         if kind == "turn/start":
             open_turn = _data(event).get("turn")
