@@ -183,9 +183,16 @@ def test_cli_help_lists_every_command(tmp_path: Path) -> None:
 def test_cli_usage_error_exits_2_with_one_error_line(tmp_path: Path) -> None:
     proc = Dsh(tmp_path)("ls", "--no-such-option", check=2)
     assert proc.stdout == ""
-    assert proc.stderr == ("Usage: dsh ls [OPTIONS]\n"
-                           "error[USAGE]: No such option: --no-such-option; run 'dsh ls --help' "
+    assert proc.stderr == ("error[USAGE]: No such option: --no-such-option; run 'dsh ls --help' "
                            "for the options\n")
+
+
+def test_cli_read_only_command_refuses_a_store_url_naming_nothing(tmp_path: Path) -> None:
+    # A typo in --store must not create an empty store (fresh-user report).
+    url = f"sqlite://{tmp_path / 'typo' / 'x.db'}"
+    proc = Dsh(tmp_path)("ls", "--store", url, check=1)
+    assert proc.stderr.startswith("error[STORE_NOT_FOUND]: no store at ")
+    assert not (tmp_path / "typo").exists()
 
 
 def test_cli_verify_without_id_or_all_is_a_usage_error(tmp_path: Path) -> None:
@@ -508,7 +515,9 @@ def test_export_provider_formats_validate(imported: Imported, fmt: str) -> None:
     from dsh.interop import validate_conversation
 
     exported = json.loads(imported.dsh("export", imported.richest["id"], "--format", fmt).stdout)
-    assert validate_conversation(exported, fmt) == []
+    # both are request bodies: {"messages": [...]} (Anthropic's may add "system")
+    body = exported["messages"] if fmt == "openai" else exported
+    assert validate_conversation(body, fmt) == []
 
 
 def test_convert_jsonl_sqlite_jsonl_keeps_events_equal(imported: Imported,

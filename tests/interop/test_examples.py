@@ -22,6 +22,9 @@ EXPECTED: dict[str, tuple[str, dict[str, Any]]] = {
                                                       "turns": 2, "open_last_turn": True}),
     "claude-code/compacted.jsonl": ("claude-code", {"prompts": 2, "calls": 1, "results": 1,
                                                     "compactions": 1, "turns": 2}),
+    # long enough for `dsh compact` to be worth it (README tour)
+    "claude-code/long-debugging.jsonl": ("claude-code", {"prompts": 4, "calls": 6, "results": 6,
+                                                         "turns": 4, "last_end": "completed"}),
     "codex/rollout-compacted-aborted.jsonl": ("codex", {"prompts": 2, "calls": 2, "results": 1,
                                                         "compactions": 1, "turns": 2,
                                                         "last_end": "aborted"}),

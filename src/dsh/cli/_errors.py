@@ -107,9 +107,9 @@ def _print_usage_error(error: typer.TyperException) -> None:
     ctx = getattr(error, "ctx", None)
     hint = ""
     if ctx is not None:
-        sys.stderr.write(ctx.get_usage() + "\n")
         hint = f"; run '{ctx.command_path} --help' for the options"
-    sys.stderr.write(f"error[USAGE]: {message}{hint}\n")
+    message = message.replace("Value error, ", "").rstrip(".")
+    sys.stderr.write(f"error[USAGE]: {message}{hint}\n")  # one line (STYLE §12)
 
 
 class Runnable(Protocol):

@@ -107,12 +107,32 @@ def _json_mode(value: bool) -> bool:
     return value
 
 
+def _store_location(url: str) -> Path | None:
+    """The file or folder a ``sqlite:`` / ``jsonl:`` store URL names, or None for other schemes."""
+    for scheme in ("sqlite:", "jsonl+zstd:", "jsonl:"):
+        if url.startswith(scheme):
+            rest = url[len(scheme):].split("?", 1)[0]
+            return Path(rest[2:] if rest.startswith("//") else rest)
+    return None
+
+
 @contextmanager
-def _store(url: str | None) -> Iterator[Persistence]:
+def _store(url: str | None, *, create: bool = True) -> Iterator[Persistence]:
     """Open the store a command works on (``--store`` or the default) and close it after.
 
-    Closing drains any write-behind writer, so a command's writes are durable on return.
+    Closing drains any write-behind writer, so a command's writes are durable on return. A
+    read-only command (``create=False``) given an explicit URL that names nothing on disk fails
+    instead of creating an empty store at a mistyped path.
+
+    Raises:
+        ConfigError: code STORE_NOT_FOUND for such a URL.
     """
+    if url is not None and not create:
+        location = _store_location(url)
+        if location is not None and not location.exists():
+            raise ConfigError(f"no store at {url!r} ({location} does not exist); check the URL, "
+                              f"or create one with `dsh import --store {url}`",
+                              code="STORE_NOT_FOUND")
     persistence = open_store(url or default_store_url())
     try:
         yield persistence
@@ -435,7 +455,7 @@ def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
     `dsh verify` tells more) and makes the exit status 1; the others are still listed.
     """
     _json_mode(json_)
-    with _store(store) as persistence:
+    with _store(store, create=False) as persistence:
         rows, unreadable = _rows(persistence)
     if json_:
         render.write_json([row.to_json() for row in rows])
@@ -458,7 +478,7 @@ def show(
 ) -> None:
     """Show a session as a transcript: messages, tool calls with results, checkpoints, repairs."""
     _json_mode(json_)
-    with _store(store) as persistence:
+    with _store(store, create=False) as persistence:
         read = _read(persistence, session_id)
     events = read.stored_events
     row = render.session_row(read.header, events, source_format=source_format(events))
@@ -482,7 +502,7 @@ def events(
     """Print the stored log as JSON lines, exactly as committed (dsh's wire format)."""
     from fnmatch import fnmatchcase
 
-    with _store(store) as persistence:
+    with _store(store, create=False) as persistence:
         _require(persistence, session_id)
         with persistence.open(session_id, "read") as handle:
             stored = handle.read(from_seq).events
@@ -526,7 +546,7 @@ def messages(
 
     An interrupted turn is shown as the repair would close it (nothing is written).
     """
-    with _store(store) as persistence:
+    with _store(store, create=False) as persistence:
         read = _read(persistence, session_id)
     render.write_json(_model_view(read, str(format.value)))
 
@@ -582,7 +602,7 @@ def verify(
                                  param_hint="'ID' / '--all'")
     notes: list[str] = []
     found: list[render.Violation] = []
-    with _store(store) as persistence:
+    with _store(store, create=False) as persistence:
         if all_:
             ids = sorted(str(h["id"]) for h in persistence.list_headers())
         else:
@@ -804,12 +824,14 @@ def export(
     """Export a session: a provider request (openai, anthropic) or the dsh JSONL log."""
     import json
 
-    with _store(store) as persistence:
+    with _store(store, create=False) as persistence:
         read = _read(persistence, session_id)
     if format is ExportFormat.dsh_jsonl:
         data = _dsh_jsonl(read)
     else:
         view = _model_view(read, str(format.value))
+        if isinstance(view, list):  # a Chat Completions request body, like Anthropic's
+            view = {"messages": view}
         text = json.dumps(view, ensure_ascii=False, indent=2) + "\n"
         data = text.encode("utf-8", errors="backslashreplace")
     if output is None:
@@ -887,7 +909,7 @@ def convert(
 ) -> None:
     """Copy every session of one store into another (any backends); each copy is verified."""
     _json_mode(json_)
-    with _store(source) as reader, _store(target) as writer:
+    with _store(source, create=False) as reader, _store(target) as writer:
         outcome = _copy_store(reader, writer, _err())
     if json_:
         render.write_json(outcome)

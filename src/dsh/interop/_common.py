@@ -124,6 +124,11 @@ class ImportedSession:
 # --- reading ------------------------------------------------------------------------------
 
 
+def _kind(fmt: str) -> str:
+    """How a message names the source: its format, or just "the" when it is still unknown."""
+    return "the" if fmt == "auto" else fmt
+
+
 def read_source_bytes(path: Path, fmt: str) -> bytes:
     """Return the file's bytes, refusing unreadable, empty and binary files.
 
@@ -134,21 +139,22 @@ def read_source_bytes(path: Path, fmt: str) -> bytes:
         raw = path.read_bytes()
     except OSError as exc:
         raise ImportFormatError(
-            f"cannot read {fmt} transcript: {exc.strerror or exc}", path=str(path),
+            f"cannot read {_kind(fmt)} transcript: {exc.strerror or exc}", path=str(path),
             format=fmt) from exc
     if not raw.strip():
         raise ImportFormatError(
-            f"{fmt} transcript is empty; expected at least one record", path=str(path),
+            f"{_kind(fmt)} transcript is empty; expected at least one record", path=str(path),
             line=1, format=fmt)
     if b"\x00" in raw:
         raise ImportFormatError(
-            f"{fmt} transcript holds NUL bytes; expected UTF-8 JSON text, found binary data",
+            f"{_kind(fmt)} transcript holds NUL bytes; expected UTF-8 JSON text, found binary data",
             path=str(path), byte_offset=raw.index(b"\x00"), format=fmt)
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ImportFormatError(
-            f"{fmt} transcript is not valid UTF-8 (byte offset {exc.start}); expected JSON text",
+            f"{_kind(fmt)} transcript is not valid UTF-8 (byte offset {exc.start}); expected "
+            f"JSON text",
             path=str(path), byte_offset=exc.start, format=fmt) from exc
     source_sha256(path, raw)
     return raw
@@ -217,7 +223,7 @@ def _decode(text: bytes, path: Path, fmt: str, line: int) -> Any:
         return thaw(loads(text))
     except InvalidJsonError as exc:
         raise ImportFormatError(
-            f"{fmt} record at line {line} is not valid JSON ({exc.message})",
+            f"{_kind(fmt)} record at line {line} is not valid JSON ({exc.message})",
             path=str(path), line=line, format=fmt) from exc
 
 
@@ -243,7 +249,7 @@ def read_jsonl_records(path: Path, fmt: str) -> list[tuple[int, Any]]:
         except ImportFormatError as exc:
             if index == last and not raw.endswith(b"\n"):
                 raise ImportFormatError(
-                    f"{fmt} transcript ends with a truncated record at line {index} (no "
+                    f"{_kind(fmt)} transcript ends with a truncated record at line {index} (no "
                     f"newline and not valid JSON); cut the torn tail or re-copy the file",
                     path=str(path), line=index, format=fmt) from exc
             raise
