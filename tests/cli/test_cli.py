@@ -649,3 +649,17 @@ def test_every_stdout_output_ends_with_a_newline(tmp_path: Path) -> None:
         proc = dsh(*args, "--store", url, check=None)
         assert proc.stdout, args
         assert proc.stdout.endswith("\n"), args
+
+
+def test_ls_keeps_every_column_on_a_narrow_screen(imported: Imported, tmp_path: Path) -> None:
+    # Fresh-user report: a long lineage made TURNS/EVENTS/SOURCE vanish at 80-120 columns.
+    imported.dsh("fork", imported.richest["id"], "--as", "a-branch-with-a-long-lineage")
+    for columns in ("80", "120"):
+        imported.dsh.env["COLUMNS"] = columns
+        out = imported.dsh("ls").stdout
+        assert out.splitlines()[0].split() == ["ID", "TITLE", "TURNS", "EVENTS", "LAST",
+                                               "ACTIVITY", "(UTC)", "LINEAGE", "SOURCE"]
+        branch = next(line for line in out.splitlines() if line.startswith("a-branch"))
+        assert "fork of" in branch
+        assert branch.split()[-1] == imported.richest["sourceFormat"]
+    del imported.dsh.env["COLUMNS"]

@@ -460,7 +460,9 @@ def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
     if json_:
         render.write_json([row.to_json() for row in rows])
     elif rows:
-        _out().print(render.render_sessions_table(rows))
+        console = _out()
+        console.print(render.render_sessions_table(rows, width=console.width), markup=False,
+                      highlight=False)
     elif not unreadable:
         _err().print("no sessions in the store; `dsh import` adds some")
     for error in unreadable:

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import IO, Any, Final
 
 from rich.console import Console, Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from dsh.json import dumps
@@ -242,24 +241,43 @@ def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], 
     )
 
 
-def render_sessions_table(rows: Sequence[SessionRow]) -> Table:
-    """Return the ``dsh ls`` table: id, title, turns, events, last activity, lineage, source."""
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    # Only the title shrinks (with an ellipsis) when the width is short; ids and numbers never.
-    table.add_column("ID", no_wrap=True, min_width=max([2, *(len(r.id) for r in rows)]))
-    table.add_column("TITLE", overflow="ellipsis", no_wrap=True, ratio=1, max_width=48)
-    table.add_column("TURNS", justify="right", no_wrap=True, min_width=5)
-    table.add_column("EVENTS", justify="right", no_wrap=True, min_width=6)
-    table.add_column("LAST ACTIVITY (UTC)", no_wrap=True, min_width=19)
-    table.add_column("LINEAGE", no_wrap=True,
-                     min_width=max([7, *(len(r.lineage) for r in rows)]))
-    table.add_column("SOURCE", no_wrap=True,
-                     min_width=max([6, *(len(r.source_format) for r in rows)]))
-    for row in rows:
-        table.add_row(Text(row.id, style="cyan"), Text(row.title or "-"), str(row.turns),
-                      str(row.events), format_ms(row.last_activity_ms), Text(row.lineage),
-                      row.source_format)
-    return table
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def render_sessions_table(rows: Sequence[SessionRow], *, width: int = 120) -> str:
+    """Return the ``dsh ls`` table as text: id, title, turns, events, activity, lineage, source.
+
+    Plain columns, not a rich table: every column is always shown (rich drops columns it cannot
+    fit). Ids, numbers and dates are never cut; the title (12 to 48 characters) takes the width
+    left on the line and lineage is cut at 30, both with an ellipsis. A narrow screen gets
+    lines longer than the screen rather than missing data.
+    """
+    lineages = [_cut(r.lineage, 30) for r in rows]
+    widths = {
+        "ID": max([2, *(len(r.id) for r in rows)]),
+        "TURNS": max([5, *(len(str(r.turns)) for r in rows)]),
+        "EVENTS": max([6, *(len(str(r.events)) for r in rows)]),
+        "LAST ACTIVITY (UTC)": 19,
+        "LINEAGE": max([7, *(len(x) for x in lineages)]),
+        "SOURCE": max([6, *(len(r.source_format) for r in rows)]),
+    }
+    fixed = sum(widths.values()) + 2 * 6
+    longest = max([5, *(len(r.title or "-") for r in rows)])
+    title_width = max(12, min(48, longest, width - fixed))
+    header = ["ID", "TITLE", "TURNS", "EVENTS", "LAST ACTIVITY (UTC)", "LINEAGE", "SOURCE"]
+    cells = [header] + [[r.id, _cut(r.title or "-", title_width), str(r.turns), str(r.events),
+                         format_ms(r.last_activity_ms), lineage, r.source_format]
+                        for r, lineage in zip(rows, lineages, strict=True)]
+    sizes = [widths["ID"], title_width, widths["TURNS"], widths["EVENTS"], 19,
+             widths["LINEAGE"], widths["SOURCE"]]
+    right = {2, 3}
+    lines = []
+    for row in cells:
+        parts = [cell.rjust(size) if i in right else cell.ljust(size)
+                 for i, (cell, size) in enumerate(zip(row, sizes, strict=True))]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
 
 
 # -- transcripts (dsh show) ------------------------------------------------------------------
