@@ -6,12 +6,8 @@ from typing import Any
 
 import pytest
 
-from dsh.compaction.region import (
-    CompactionInvariant,
-    check_compaction_log,
-    compact_now,
-    compact_surface_region,
-)
+from dsh.compaction.brackets import CompactionInvariant, check_compaction_log
+from dsh.compaction.region import compact_now, compact_surface_region
 from dsh.compaction.selection import select_compactable_range
 from dsh.errors import InvariantError
 from dsh.session.events import Event

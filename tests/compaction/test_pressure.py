@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from dsh.compaction.pressure import CompactionPolicy, compact_if_needed
 from dsh.compaction.pruner import PrunerConfig
-from dsh.compaction.region import CompactionPolicy, compact_if_needed
 from dsh.compaction.tokens import measure_surface
 from dsh.errors import CompactionError, ConfigError
 from tests.compaction.builders import long_session, new_session, turn, user

@@ -15,9 +15,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dsh.compaction.brackets import check_compaction_log
 from dsh.compaction.pruner import PrunerConfig, prune_session
 from dsh.compaction.region import (
-    check_compaction_log,
     compact_now,
     compact_surface_region,
     inspect_compaction_state,

@@ -11,6 +11,13 @@ price only. Node prices (what dsh logs as ``shadowedTokenCount``) are exact.
 
 from __future__ import annotations
 
+from dsh.compaction.brackets import (
+    CompactionInvariant,
+    CompactionTraceState,
+    CompactionViolation,
+    check_compaction_log,
+)
+from dsh.compaction.pressure import CompactionPolicy, PressureOutcome, compact_if_needed
 from dsh.compaction.pruner import (
     PRUNE_MARKER,
     PrunedResult,
@@ -21,19 +28,12 @@ from dsh.compaction.pruner import (
 )
 from dsh.compaction.region import (
     CancelSignal,
-    CompactionInvariant,
     CompactionLockState,
-    CompactionPolicy,
     CompactionResult,
-    CompactionTraceState,
-    CompactionViolation,
-    PressureOutcome,
     Stability,
     acompact_now,
     acompact_surface_region,
     assert_compaction_inactive,
-    check_compaction_log,
-    compact_if_needed,
     compact_now,
     compact_surface_region,
     inspect_compaction_state,
