@@ -232,8 +232,9 @@ def _scalar(value: Any, where: str) -> object:
     if t is int:
         if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
             return value
+        shown = value if value.bit_length() < 4000 else f"of {value.bit_length()} bits"
         raise InvalidJsonError(
-            f"integer {value} at {where} is beyond ±(2^53-1); a JavaScript reader would round it",
+            f"integer {shown} at {where} is beyond ±(2^53-1); a JavaScript reader would round it",
             json_path=where)
     if t is float:
         f: float = value
@@ -486,6 +487,7 @@ def thaw(value: JsonValue) -> Any:
 # --- decoding -------------------------------------------------------------------------------
 
 
+_LONG_NUMBER = re.compile(rb"\d{19}")  # a literal of 19+ digits may exceed 64 bits
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _WS = re.compile(r"[ \t\n\r]*")
 _LITERALS: Final = {"true": True, "false": False, "null": None}
@@ -593,6 +595,10 @@ def loads(data: bytes | str) -> JsonValue:
     an escaped valid pair decodes to one code point.
     """
     try:
+        if _LONG_NUMBER.search(data if isinstance(data, bytes | bytearray) else data.encode(
+                "utf-8", "surrogatepass")):
+            # orjson reads integers past 64 bits as floats; let the exact parser see the literal
+            raise orjson.JSONDecodeError("recursion: long number literal", "", 0)
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         try:

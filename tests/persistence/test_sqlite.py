@@ -1294,3 +1294,19 @@ def test_sqlite_append_exposes_a_scalar_row_overlapping_a_packed_tail(tmp_path: 
             handle.append(closing(13))
     assert len(rows_of(db_path(tmp_path))) == 5
     backend.close()
+
+
+def test_sqlite_bad_row_followed_by_intact_rows_is_corruption_not_a_torn_tail(
+        tmp_path: Path) -> None:
+    # A SQLite row cannot tear; a damaged row with intact rows after it (and no turn/end after)
+    # must refuse the load naming the seq, not hide the later committed rows (adversarial report).
+    events = [ev("turn/start", 0, {"turn": 1})] + [ev("todo/write", i, {"todos": []})
+                                                   for i in range(1, 5)]
+    backend = backend_with(tmp_path, events=events)
+    conn = raw(db_path(tmp_path))
+    conn.execute("UPDATE events SET data = '{broken' WHERE session_id = 's1' AND seq = 2")
+    conn.close()
+    with backend.open("s1", "read") as handle, pytest.raises(LogCorruptError) as info:
+        handle.read()
+    assert info.value.where["seq"] == 2 and "2 later row(s) follow it" in info.value.message
+    backend.close()

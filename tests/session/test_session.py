@@ -801,3 +801,30 @@ def test_session_constructor_is_snapshot_mode_create() -> None:
     direct = Session("s", seed=seed, clock=StepClock())
     assert [thaw(e) for e in direct.events[:len(seed)]] == seed
     assert direct.events[0] is not seed[0]
+
+
+def test_session_append_refuses_core_events_a_reader_would_refuse() -> None:
+    # Deviation from dsh (README design notes): append shape-checks the core types, because a
+    # log holding them would be refused on load (adversarial report: resume wrote turn/end
+    # {turn: 0} that no reader accepts). Nothing is committed on refusal.
+    s = fresh()
+    bad = [("turn/start", {"turn": 0}, {}), ("turn/start", {"turn": "1"}, {}),
+           ("step/start", {"turn": 1}, {}),
+           ("turn/end", {"turn": 1, "kind": "completed"}, {}),
+           ("turn/end", {"turn": 1, "reason": {"kind": "completed", "x": 1}}, {}),
+           ("user/message", {"role": "user", "content": [], "source": {"kind": "user"}},
+            {"surface_op": "append"}),
+           ("assistant/message", {}, {"surface_op": "append"}),
+           ("steering/message", {"turn": 1}, {})]
+    for etype, data, options in bad:
+        with pytest.raises(EventRejectedError) as info:
+            s.append(etype, data, **options)
+        assert info.value.code == "SHAPE" and info.value.where["seq"] == 0, etype
+    assert s.seq == 0
+
+
+def test_session_append_marks_custom_events_ignorable() -> None:
+    s = fresh()
+    event = s.append("acme/note", {"text": "hi"}, ignorable=True)
+    assert event.ignorable and event == {"type": "acme/note", "seq": 0, "time": event.time,
+                                         "data": {"text": "hi"}, "ignorable": True}

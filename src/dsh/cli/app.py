@@ -219,6 +219,11 @@ def _root(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point: run ``dsh`` and exit with its status (STYLE §12)."""
+    for stream in (sys.stdout, sys.stderr):
+        # Logs may hold lone surrogates (dsh writes them); show them escaped, never crash.
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     args = list(sys.argv[1:] if argv is None else argv)
     end = args.index("--") if "--" in args else len(args)
     if "--debug" in args[:end]:

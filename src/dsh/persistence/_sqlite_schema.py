@@ -444,12 +444,13 @@ def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
         session_id: Named in errors.
 
     Returns:
-        ScanResult: the preserved events, and the first removable row when a row after the last
-        intact ``turn/end`` row fails to decode or breaks contiguity.
+        ScanResult: the preserved events, and the removable row when the *final* row fails to
+        decode or breaks contiguity (and lies after the last intact ``turn/end``).
 
     Raises:
-        LogCorruptError: such a row lies at or before the last intact ``turn/end`` row
-            (``where``: path, seq, session_id).
+        LogCorruptError: such a row lies at or before the last intact ``turn/end`` row, or any
+            row follows it — stricter than dsh, which drops the later rows (``where``: path,
+            seq, session_id).
     """
     decoded: dict[int, list[Event] | RowError] = {}
 
@@ -483,12 +484,15 @@ def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
             events.extend(result)
             expected += len(result)
             continue
-        if i <= last_turn_end:
+        if i <= last_turn_end or i < len(rows) - 1:
+            # dsh tolerates any bad row after the last turn/end; a later row means the damage
+            # is inside committed data, so (as for JSONL) refuse rather than hide those rows.
+            where = ("it precedes the last intact turn/end" if i <= last_turn_end
+                     else f"{len(rows) - 1 - i} later row(s) follow it")
             raise LogCorruptError(
                 f"corrupt session log {session_id!r} in {path}: invalid committed physical row "
-                f"at seq {row[1]} ({reason}); it precedes the last intact turn/end, so it is "
-                f"not a torn tail", path=path, seq=row[1] if is_safe_int(row[1]) else None,
-                session_id=session_id)
+                f"at seq {row[1]} ({reason}); {where}, so it is not a torn tail", path=path,
+                seq=row[1] if is_safe_int(row[1]) else None, session_id=session_id)
         return ScanResult(events, row[1] if is_safe_int(row[1]) else None, row[0],
                           f"physical row at seq {row[1]} does not continue the log: {reason}")
     return ScanResult(events, None, None, None)

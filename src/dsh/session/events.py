@@ -127,6 +127,9 @@ class Event(FrozenDict):
     def __repr__(self) -> str:
         return f"Event({dict.__repr__(self)})"
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        return (as_event, (dict(self),))
+
 
 _dict_new = dict.__new__
 _dict_update = dict.update

@@ -139,8 +139,77 @@ _ROLES: Final = {"assistant/message": "assistant", "system/message": "system",
 
 def _shape_error(event: Any, index: int, problem: str) -> EventRejectedError:
     etype = event["type"]
+    if _APPENDING.get(id(event)):
+        return _reject(f"appended {etype} at seq {index} {problem}; refused because a log "
+                       f"holding it could not be read back", "SHAPE", seq=index,
+                       event_type=etype)
     return _reject(f"seed {etype} at index {index} {problem}", "SHAPE", seed_index=index,
                    event_type=etype)
+
+
+_CORE_SHAPED: Final = frozenset({*SURFACE_EVENT_TYPES, "request/header", "turn/start", "turn/end",
+                                  "step/start", "step/end", "steering/message", "mode/set"})
+_APPENDING: dict[int, bool] = {}  # id(candidate) while append() shape-checks it (error wording)
+_BARE_END_KINDS: Final = frozenset({"completed", "blocked", "max-tokens", "interrupted"})
+
+
+def _positive(value: Any) -> bool:
+    return type(value) is int and 1 <= value <= MAX_SAFE_INTEGER
+
+
+def _check_core_shape(event: Any, seq: int) -> None:
+    """Append-time shape checks of the core types, so a log we write always reads back.
+
+    dsh's ``append`` skips them (core spec §6 notes); its reader then refuses the log (seed
+    checks §5.3, legacy normalisation §15.4). We refuse at the door instead.
+
+    Raises:
+        EventRejectedError: code SHAPE naming the type, seq and what is wrong.
+    """
+    etype = event["type"]
+    if etype in SURFACE_EVENT_TYPES:
+        _APPENDING[id(event)] = True
+        try:
+            _check_message_shape(event, seq)
+        finally:
+            del _APPENDING[id(event)]
+        return
+    if etype == "request/header":
+        try:
+            _check_request_header_shape(event, seq)
+        except EventRejectedError as exc:
+            raise _reject(exc.message.replace(f"seed request/header at index {seq}",
+                                              f"appended request/header at seq {seq}"),
+                          "SHAPE", seq=seq, event_type=etype) from None
+        return
+    data = event["data"]
+    problem = None
+    if etype == "turn/start":
+        if not isinstance(data, dict) or set(data) != {"turn"} or not _positive(data["turn"]):
+            problem = "needs data {turn: a positive integer}"
+    elif etype in ("step/start", "step/end"):
+        if not isinstance(data, dict) or set(data) != {"turn", "step"} \
+                or not _positive(data["turn"]) or not _positive(data["step"]):
+            problem = "needs data {turn, step: positive integers}"
+    elif etype == "turn/end":
+        reason: Any = data.get("reason") if isinstance(data, dict) else None
+        kind = reason.get("kind") if isinstance(reason, dict) else None
+        if not isinstance(data, dict) or set(data) != {"turn", "reason"} \
+                or not _positive(data["turn"]) or type(kind) is not str or not kind:
+            problem = "needs data {turn: a positive integer, reason: {kind: string}}"
+        elif kind in _BARE_END_KINDS and len(reason) != 1:
+            problem = f"reason {kind!r} takes no other field"
+        elif kind == "aborted" and not isinstance(reason.get("reason"), dict):
+            problem = "reason 'aborted' needs a cause object in reason.reason"
+        elif kind == "error" and not (isinstance(reason.get("error"), dict)
+                                      and isinstance(reason["error"].get("message"), str)
+                                      and isinstance(reason["error"].get("code"), str)):
+            problem = "reason 'error' needs error {message, code}"
+    elif etype in ("steering/message", "mode/set"):
+        problem = "is a removed legacy type"
+    if problem is not None:
+        raise _reject(f"appended {etype} at seq {seq} {problem}; refused because a log holding "
+                      f"it could not be read back", "SHAPE", seq=seq, event_type=etype)
 
 
 def _check_message_shape(event: Any, index: int) -> None:
@@ -727,7 +796,7 @@ class Session:
     # append ---------------------------------------------------------------------------------
 
     def append(self, type: str, data: Any, *, surface_op: Any = None,
-               source_event_seqs: Any = None) -> Event:
+               source_event_seqs: Any = None, ignorable: bool = False) -> Event:
         """Validate, commit and publish one event; return the frozen event.
 
         Args:
@@ -736,13 +805,19 @@ class Session:
             surface_op: ``"append"`` or ``{"op": "replace", "start": seq, "end": seq}``;
                 required for surface-eligible types, refused on others.
             source_event_seqs: Earlier seqs this event cites.
+            ignorable: Mark the event ``ignorable: true``, so a reader that does not know its
+                type keeps and skips it instead of refusing the log (core spec §1.6). Use it for
+                your own event types; dsh's readers refuse unknown types without it.
 
         Returns:
             The committed :class:`Event` with keys ``type, seq, time, data[, sourceEventSeqs]
             [, surfaceOp]``; ``time`` is ``max(clock(), last event time)``.
 
         Raises:
-            EventRejectedError: ``NON_JSON`` (data or surface metadata), ``LEGACY``,
+            EventRejectedError: ``SHAPE`` (a core event a reader would refuse: a message without
+                id, role, source or content, a tool result not answering its source's call, a
+                turn or step that is not a positive integer, a malformed turn/end reason),
+                ``NON_JSON`` (data or surface metadata), ``LEGACY``,
                 ``REENTRANT_APPEND`` (called from an observer of this session's own append),
                 ``ENVELOPE`` (type not a string), ``SURFACE`` (core spec §7), or whatever a
                 validator raised. Nothing is committed on any failure.
@@ -782,6 +857,8 @@ class Session:
         if now < self._last_time:
             now = self._last_time
         surface = self._surface
+        if type in _CORE_SHAPED:
+            _check_core_shape({"type": type, "data": snap}, seq)
         if sources is None:
             if op is None:
                 event = as_event({"type": type, "seq": seq, "time": now, "data": snap})
@@ -803,6 +880,8 @@ class Session:
                 event = as_event({"type": type, "seq": seq, "time": now, "data": snap,
                                   "sourceEventSeqs": sources, "surfaceOp": op})
             step = surface.plan(event, seq, self._log)
+        if ignorable:
+            event = as_event({**event, "ignorable": True})
         for validate in self._validators:
             validate(self, event)
         # commit: nothing below may refuse the event
