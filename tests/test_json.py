@@ -377,3 +377,29 @@ def test_json_dumps_refuses_values_a_snapshot_would_refuse() -> None:
     for value in (math.nan, math.inf, [-math.inf], -0.0, 2**60):
         with pytest.raises(InvalidJsonError):
             dumps(value)
+
+
+def test_json_loads_refuses_integers_beyond_64_bits_instead_of_rounding_them() -> None:
+    # orjson reads such literals as floats; dsh.json must refuse them like 2^53+1 (adversarial
+    # report), while a float literal of the same size stays a float.
+    for text in (b"99999999999999999999", b"-9223372036854775809",
+                 b'{"n": [18446744073709551616]}'):
+        with pytest.raises(InvalidJsonError):
+            loads(text)
+    assert loads(b"1e20") == 1e20
+    assert loads(b'"12345678901234567890123"') == "12345678901234567890123"
+
+
+def test_json_snapshot_of_a_huge_int_raises_invalid_json_not_value_error() -> None:
+    with pytest.raises(InvalidJsonError, match="of 16610 bits"):
+        snapshot_json(10**5000)
+
+
+def test_json_event_pickles_as_an_event() -> None:
+    import pickle
+
+    from dsh.session.events import Event, make_event
+
+    event = make_event("turn/start", 0, 1, snapshot_json({"turn": 1}))
+    again = pickle.loads(pickle.dumps(event))
+    assert type(again) is Event and again == event and again.seq == 0

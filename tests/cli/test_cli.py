@@ -663,3 +663,22 @@ def test_ls_keeps_every_column_on_a_narrow_screen(imported: Imported, tmp_path: 
         assert "fork of" in branch
         assert branch.split()[-1] == imported.richest["sourceFormat"]
     del imported.dsh.env["COLUMNS"]
+
+
+def test_cli_shows_a_lone_surrogate_escaped_instead_of_crashing(tmp_path: Path) -> None:
+    # dsh logs may hold lone surrogates; `ls` and `show` must not die on them (adversarial report).
+    from dsh import SessionStore, create_user_message, open_store
+
+    folder = tmp_path / "db"
+    folder.mkdir(mode=0o700)
+    url = f"sqlite://{folder / 's.db'}"
+    store = SessionStore(persistence=open_store(url))
+    session = store.create("s1")
+    session.append("user/message", create_user_message({
+        "content": [{"type": "text", "text": "a\ud800b"}], "source": {"kind": "user"}}),
+        surface_op="append")
+    store.flush(session)
+    store.dispose(session)
+    dsh = Dsh(tmp_path)
+    assert "a\\ud800b" in dsh("ls", "--store", url).stdout
+    assert "a\\ud800b" in dsh("show", "s1", "--store", url).stdout
