@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 
@@ -31,20 +32,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--workload", default="all")
+    parser.add_argument("--runs", type=int, default=5, help="fresh processes; medians shown")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_one(args.workload, args.events)))
         return
     workloads = ["chunks", "stream", "msg"] if args.workload == "all" else [args.workload]
-    print(f"# mem: in-memory append of {args.events:,} events — {machine()}")
+    print(f"# mem: in-memory append of {args.events:,} events, median of {args.runs} processes "
+          f"— {machine()}")
     print("| workload | events/s | ms | peak RSS | dsh events/s | dsh RSS | rate vs dsh |")
     print("|---|---|---|---|---|---|---|")
     for w in workloads:
-        out = subprocess.run([sys.executable, "-m", "bench.bench_mem", "--child", "--workload", w,
-                              "--events", str(args.events)], check=True, capture_output=True,
-                             text=True).stdout
-        r = json.loads(out)
+        runs = [json.loads(subprocess.run(
+            [sys.executable, "-m", "bench.bench_mem", "--child", "--workload", w, "--events",
+             str(args.events)], check=True, capture_output=True, text=True).stdout)
+            for _ in range(args.runs)]
+        r = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
         d_rate, d_rss = DSH[w]
         vs = ratio(r["rate"], d_rate, higher_is_better=True)
         print(f"| {w} | {r['rate'] / 1000:.1f}k | {r['ms']:.0f} | {r['rss']:.0f} MB "

@@ -137,9 +137,9 @@ _ROLES: Final = {"assistant/message": "assistant", "system/message": "system",
                  "user/message": "user", "tool/result": "user"}
 
 
-def _shape_error(event: Any, index: int, problem: str) -> EventRejectedError:
+def _shape_error(event: Any, index: int, appended: bool, problem: str) -> EventRejectedError:
     etype = event["type"]
-    if _APPENDING.get(id(event)):
+    if appended:
         return _reject(f"appended {etype} at seq {index} {problem}; refused because a log "
                        f"holding it could not be read back", "SHAPE", seq=index,
                        event_type=etype)
@@ -149,7 +149,6 @@ def _shape_error(event: Any, index: int, problem: str) -> EventRejectedError:
 
 _CORE_SHAPED: Final = frozenset({*SURFACE_EVENT_TYPES, "request/header", "turn/start", "turn/end",
                                   "step/start", "step/end", "steering/message", "mode/set"})
-_APPENDING: dict[int, bool] = {}  # id(candidate) while append() shape-checks it (error wording)
 _BARE_END_KINDS: Final = frozenset({"completed", "blocked", "max-tokens", "interrupted"})
 
 
@@ -157,7 +156,7 @@ def _positive(value: Any) -> bool:
     return type(value) is int and 1 <= value <= MAX_SAFE_INTEGER
 
 
-def _check_core_shape(event: Any, seq: int) -> None:
+def _check_core_shape(etype: str, data: Any, seq: int) -> None:
     """Append-time shape checks of the core types, so a log we write always reads back.
 
     dsh's ``append`` skips them (core spec §6 notes); its reader then refuses the log (seed
@@ -166,36 +165,35 @@ def _check_core_shape(event: Any, seq: int) -> None:
     Raises:
         EventRejectedError: code SHAPE naming the type, seq and what is wrong.
     """
-    etype = event["type"]
     if etype in SURFACE_EVENT_TYPES:
-        _APPENDING[id(event)] = True
-        try:
-            _check_message_shape(event, seq)
-        finally:
-            del _APPENDING[id(event)]
+        _check_message_shape({"type": etype, "data": data}, seq, appended=True)
         return
     if etype == "request/header":
         try:
-            _check_request_header_shape(event, seq)
+            _check_request_header_shape({"type": etype, "data": data}, seq)
         except EventRejectedError as exc:
             raise _reject(exc.message.replace(f"seed request/header at index {seq}",
                                               f"appended request/header at seq {seq}"),
                           "SHAPE", seq=seq, event_type=etype) from None
         return
-    data = event["data"]
     problem = None
+    is_map = isinstance(data, dict)
     if etype == "turn/start":
-        if not isinstance(data, dict) or set(data) != {"turn"} or not _positive(data["turn"]):
+        turn = data.get("turn") if is_map else None
+        if not is_map or len(data) != 1 or type(turn) is not int \
+                or not 1 <= turn <= MAX_SAFE_INTEGER:
             problem = "needs data {turn: a positive integer}"
-    elif etype in ("step/start", "step/end"):
-        if not isinstance(data, dict) or set(data) != {"turn", "step"} \
-                or not _positive(data["turn"]) or not _positive(data["step"]):
+    elif etype == "step/start" or etype == "step/end":
+        turn = data.get("turn") if is_map else None
+        step = data.get("step") if is_map else None
+        if not is_map or len(data) != 2 or type(turn) is not int or type(step) is not int \
+                or not 1 <= turn <= MAX_SAFE_INTEGER or not 1 <= step <= MAX_SAFE_INTEGER:
             problem = "needs data {turn, step: positive integers}"
     elif etype == "turn/end":
-        reason: Any = data.get("reason") if isinstance(data, dict) else None
+        reason: Any = data.get("reason") if is_map else None
         kind = reason.get("kind") if isinstance(reason, dict) else None
-        if not isinstance(data, dict) or set(data) != {"turn", "reason"} \
-                or not _positive(data["turn"]) or type(kind) is not str or not kind:
+        if not is_map or len(data) != 2 or not _positive(data.get("turn")) \
+                or type(kind) is not str or not kind:
             problem = "needs data {turn: a positive integer, reason: {kind: string}}"
         elif kind in _BARE_END_KINDS and len(reason) != 1:
             problem = f"reason {kind!r} takes no other field"
@@ -205,14 +203,14 @@ def _check_core_shape(event: Any, seq: int) -> None:
                                       and isinstance(reason["error"].get("message"), str)
                                       and isinstance(reason["error"].get("code"), str)):
             problem = "reason 'error' needs error {message, code}"
-    elif etype in ("steering/message", "mode/set"):
+    else:  # steering/message, mode/set
         problem = "is a removed legacy type"
     if problem is not None:
         raise _reject(f"appended {etype} at seq {seq} {problem}; refused because a log holding "
                       f"it could not be read back", "SHAPE", seq=seq, event_type=etype)
 
 
-def _check_message_shape(event: Any, index: int) -> None:
+def _check_message_shape(event: Any, index: int, appended: bool = False) -> None:
     """Message-event shape checks (core spec §5.3 ``assertMessageEventShape``), in order.
 
     ``system/message`` is checked like ``user/message`` with role ``system`` (seed ch. 28).
@@ -224,37 +222,39 @@ def _check_message_shape(event: Any, index: int) -> None:
     else:
         message = data.get("message") if isinstance(data, dict) else None
     if not isinstance(message, dict):
-        raise _shape_error(event, index, "lacks an identified message")
+        raise _shape_error(event, index, appended, "lacks an identified message")
     message_id = message.get("id")
     if type(message_id) is not str or not message_id:
-        raise _shape_error(event, index, "lacks an identified message")
+        raise _shape_error(event, index, appended, "lacks an identified message")
     role = _ROLES[etype]
     if message.get("role") != role:
-        raise _shape_error(event, index, f'message must have role "{role}" (found '
+        raise _shape_error(event, index, appended, f'message must have role "{role}" (found '
                            f"{message.get('role')!r})")
     source = message.get("source")
     if not isinstance(source, dict):
-        raise _shape_error(event, index, "message has invalid source")
+        raise _shape_error(event, index, appended, "message has invalid source")
     kind = source.get("kind")
     if type(kind) is not str or not kind:
-        raise _shape_error(event, index, "message has invalid source")
+        raise _shape_error(event, index, appended, "message has invalid source")
     content = message.get("content")
     if not isinstance(content, list):
-        raise _shape_error(event, index, "message has invalid content (expected an array)")
+        raise _shape_error(event, index, appended,
+                           "message has invalid content (expected an array)")
     if etype == "assistant/message":
         if kind != "model" or not _non_empty_str(source.get("provider")) \
                 or not _non_empty_str(source.get("model")):
-            raise _shape_error(event, index, "message must have model source")
+            raise _shape_error(event, index, appended, "message must have model source")
     elif etype == "tool/result":
         call_id = source.get("callId")
         if kind != "tool" or not _non_empty_str(call_id):
-            raise _shape_error(event, index, "message must have tool source")
+            raise _shape_error(event, index, appended, "message must have tool source")
         block = content[0] if len(content) == 1 else None
         if not isinstance(block, dict) or block.get("type") != "tool-result" \
                 or not isinstance(block.get("content"), list):
-            raise _shape_error(event, index, "message must contain one tool-result block")
+            raise _shape_error(event, index, appended, "message must contain one tool-result block")
         if block.get("toolCallId") != call_id:
-            raise _shape_error(event, index, "message has mismatched tool call ids (block "
+            raise _shape_error(event, index, appended,
+                               "message has mismatched tool call ids (block "
                                f"{block.get('toolCallId')!r}, source {call_id!r})")
 
 
@@ -858,7 +858,7 @@ class Session:
             now = self._last_time
         surface = self._surface
         if type in _CORE_SHAPED:
-            _check_core_shape({"type": type, "data": snap}, seq)
+            _check_core_shape(type, snap, seq)
         if sources is None:
             if op is None:
                 event = as_event({"type": type, "seq": seq, "time": now, "data": snap})
