@@ -15,6 +15,7 @@ from dsh.compaction.summarizers import (
 )
 from dsh.errors import InvariantError
 from dsh.session.events import Event
+from dsh.session.invariants import Violation
 
 __all__ = ["CompactionInvariant", "CompactionTraceState", "CompactionViolation",
            "check_compaction_log"]
@@ -41,20 +42,10 @@ class CompactionTraceState:
     bracket: _Bracket | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CompactionViolation:
-    """One broken bracket rule found by :func:`check_compaction_log`.
-
-    Attributes:
-        seq: Seq of the offending event.
-        rule: ``ID``, ``NESTED``, ``OWNER``, ``UNENCLOSED``, ``SUMMARY``, ``CROSSING`` or
-            ``CHECKPOINT``.
-        message: One sentence: the rule, found vs expected.
-    """
-
-    seq: int
-    rule: str
-    message: str
+CompactionViolation = Violation
+"""One broken bracket rule found by :func:`check_compaction_log`: the invariant companion's
+:class:`~dsh.session.invariants.Violation` (``seq``, ``rule``, ``message``) with rules ``ID``,
+``NESTED``, ``OWNER``, ``UNENCLOSED``, ``SUMMARY``, ``CROSSING`` or ``CHECKPOINT``."""
 
 
 class _Broken(Exception):

@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dsh.compaction.pruner import PrunerConfig, PruneResult, prune_session
+from dsh.compaction.pruner import PrunerConfig, PruneResult, SessionLike, prune_session
 from dsh.compaction.region import (
     CancelSignal,
     CompactionResult,
-    _Session,
     assert_compaction_inactive,
     compact_surface_region,
     session_compaction_state,
@@ -110,7 +109,7 @@ class PressureOutcome:
     compactions: tuple[CompactionResult, ...]
 
 
-def compact_if_needed(session: _Session, *, summarizer: Summarizer, context_window: int,
+def compact_if_needed(session: SessionLike, *, summarizer: Summarizer, context_window: int,
                       owner: int, policy: CompactionPolicy | None = None,
                       pruner: PrunerConfig | None = None,
                       signal: CancelSignal | None = None) -> PressureOutcome | None:

@@ -118,7 +118,9 @@ def prune_content(blocks: Sequence[JsonValue], config: PrunerConfig | None = Non
     return FrozenList(out)
 
 
-class _Session(Protocol):
+class SessionLike(Protocol):
+    """What compaction needs of a session: its events, its surface and ``append``."""
+
     @property
     def events(self) -> Sequence[Event]: ...
 
@@ -185,7 +187,7 @@ def _pruned_data(data: Mapping[str, Any], config: PrunerConfig
             _text_length(inner), _text_length(pruned))
 
 
-def prune_session(session: _Session, config: PrunerConfig | None = None) -> PruneResult:
+def prune_session(session: SessionLike, config: PrunerConfig | None = None) -> PruneResult:
     """Prune every over-budget ``tool/result`` on the session's current surface.
 
     For each such node, in surface order, two events are appended back to back:

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from dsh.compaction.pruner import SessionLike
 from dsh.compaction.selection import (
     Span,
     check_span_size,
@@ -80,17 +81,6 @@ class CancelSignal(Protocol):
     def is_set(self) -> bool:
         """True once cancellation was requested."""
         ...
-
-
-class _Session(Protocol):
-    @property
-    def events(self) -> Sequence[Event]: ...
-
-    @property
-    def surface(self) -> Any: ...
-
-    def append(self, type: str, data: Any, *, surface_op: Any = None,
-               source_event_seqs: Any = None) -> Event: ...
 
 
 Flush = Callable[[], object]
@@ -190,7 +180,7 @@ _lock_states: weakref.WeakKeyDictionary[Any, tuple[int, Event, CompactionLockSta
     weakref.WeakKeyDictionary()
 
 
-def session_compaction_state(session: _Session) -> CompactionLockState:
+def session_compaction_state(session: SessionLike) -> CompactionLockState:
     """Return :func:`inspect_compaction_state` for a live session, folding only new events.
 
     The answer for a prefix is cached per session with its last event; events are immutable and
@@ -260,7 +250,7 @@ def _error_text(exc: BaseException) -> str:
 class _Region:
     """One compaction transaction; the sync and async entry points share every step."""
 
-    def __init__(self, session: _Session, start: int, end: int, *, owner: int | None,
+    def __init__(self, session: SessionLike, start: int, end: int, *, owner: int | None,
                  stability: Stability | None, source_command_id: str | None,
                  compaction_id: str | None, signal: CancelSignal | None,
                  provider: str | None, model: str | None) -> None:
@@ -462,7 +452,7 @@ def _flush_error(exc: BaseException) -> CompactionError:
     return error
 
 
-def compact_surface_region(session: _Session, start: int, end: int, *, summarizer: Summarizer,
+def compact_surface_region(session: SessionLike, start: int, end: int, *, summarizer: Summarizer,
                            owner: int | None = None, stability: Stability | None = None,
                            source_command_id: str | None = None,
                            compaction_id: str | None = None, signal: CancelSignal | None = None,
@@ -533,7 +523,7 @@ def compact_surface_region(session: _Session, start: int, end: int, *, summarize
     return result
 
 
-async def acompact_surface_region(session: _Session, start: int, end: int, *,
+async def acompact_surface_region(session: SessionLike, start: int, end: int, *,
                                   summarizer: Summarizer | AsyncSummarizer,
                                   owner: int | None = None, stability: Stability | None = None,
                                   source_command_id: str | None = None,
@@ -588,7 +578,7 @@ async def _call_flush(flush: AsyncFlush) -> None:
         await outcome
 
 
-def _manual_gate(session: _Session) -> None:
+def _manual_gate(session: SessionLike) -> None:
     state = session_compaction_state(session)
     assert_compaction_inactive(state, "compact now")
     if state.open_turn is not None:
@@ -597,7 +587,7 @@ def _manual_gate(session: _Session) -> None:
             "(persistence spec §9.9)", code="busy")
 
 
-def compact_now(session: _Session, *, summarizer: Summarizer, retain_tokens: int = 0,
+def compact_now(session: SessionLike, *, summarizer: Summarizer, retain_tokens: int = 0,
                 source_command_id: str | None = None, signal: CancelSignal | None = None,
                 flush: Flush | None = None) -> CompactionResult | None:
     """Manually compact everything but the newest ``retain_tokens`` (at least the last node).
@@ -622,7 +612,7 @@ def compact_now(session: _Session, *, summarizer: Summarizer, retain_tokens: int
                                   flush=flush)
 
 
-async def acompact_now(session: _Session, *, summarizer: Summarizer | AsyncSummarizer,
+async def acompact_now(session: SessionLike, *, summarizer: Summarizer | AsyncSummarizer,
                        retain_tokens: int = 0, source_command_id: str | None = None,
                        signal: CancelSignal | None = None,
                        flush: AsyncFlush | None = None) -> CompactionResult | None:

@@ -40,6 +40,7 @@ from dsh.interop._common import (
 __all__ = [
     "FORMAT",
     "anthropic_blocks",
+    "anthropic_usage",
     "import_anthropic",
     "map_anthropic_conversation",
     "result_blocks",
@@ -112,7 +113,7 @@ def map_anthropic_conversation(b: EventBuilder, system: Any, messages: list[Any]
         if m["role"] == "assistant":
             usage = m.get("_usage")
             b.assistant(anthropic_blocks(content), model=m.get("_model") or None,
-                        message_id=m.get("_id"), usage=_usage(usage))
+                        message_id=m.get("_id"), usage=anthropic_usage(usage))
             continue
         if isinstance(content, list):
             for block in content:
@@ -128,7 +129,8 @@ def map_anthropic_conversation(b: EventBuilder, system: Any, messages: list[Any]
             b.user(anthropic_blocks(content))
 
 
-def _usage(raw: object) -> JsonObj | None:
+def anthropic_usage(raw: object) -> JsonObj | None:
+    """Messages API ``usage`` as a dsh ``TokenUsage`` (cache reads/writes kept), or None."""
     if not isinstance(raw, dict):
         return None
     usage: JsonObj = {"inputTokens": int(raw.get("input_tokens") or 0),

@@ -38,7 +38,7 @@ from dsh.interop._common import (
     read_jsonl_records,
     text_blocks,
 )
-from dsh.interop.anthropic import anthropic_blocks, result_blocks
+from dsh.interop.anthropic import anthropic_blocks, anthropic_usage, result_blocks
 
 __all__ = ["FORMAT", "import_claude_code", "looks_like_claude_code"]
 
@@ -301,7 +301,7 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
             emitted.add(key)
             model = msg.get("model") if isinstance(msg.get("model"), str) else None
             b.assistant(merged[key], provider="anthropic", model=model, message_id=key,
-                        usage=_usage(last_usage.get(key)))
+                        usage=anthropic_usage(last_usage.get(key)))
         elif kind == "user":
             _user_entry(b, r, line, path, boundary)
             if r.get("isCompactSummary"):
@@ -324,18 +324,6 @@ def _envelope(record: JsonObj) -> JsonObj:
     if not isinstance(msg, dict):
         return record
     return {**record, "message": {k: v for k, v in msg.items() if k != "content"}}
-
-
-def _usage(raw: object) -> JsonObj | None:
-    if not isinstance(raw, dict):
-        return None
-    usage: JsonObj = {"inputTokens": int(raw.get("input_tokens") or 0),
-                      "outputTokens": int(raw.get("output_tokens") or 0)}
-    if isinstance(raw.get("cache_read_input_tokens"), int):
-        usage["cacheReadTokens"] = raw["cache_read_input_tokens"]
-    if isinstance(raw.get("cache_creation_input_tokens"), int):
-        usage["cacheWriteTokens"] = raw["cache_creation_input_tokens"]
-    return usage
 
 
 def _user_entry(b: EventBuilder, r: JsonObj, line: int, path: Path,
