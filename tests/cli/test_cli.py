@@ -682,3 +682,48 @@ def test_cli_shows_a_lone_surrogate_escaped_instead_of_crashing(tmp_path: Path) 
     dsh = Dsh(tmp_path)
     assert "a\\ud800b" in dsh("ls", "--store", url).stdout
     assert "a\\ud800b" in dsh("show", "s1", "--store", url).stdout
+
+
+def test_import_folder_gives_each_bad_file_its_outcome_and_imports_the_rest(
+        tmp_path: Path) -> None:
+    # Issue 5 bad input: an empty file, a truncated last line, a binary file and a 50 MB
+    # transcript in one folder: each gets its own outcome, nothing half-imported is left, the
+    # good ones import.
+    from dsh.cli.app import examples_dir
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    source = Path(str(examples_dir())) / "claude-code" / "simple.jsonl"
+    lines = source.read_text(encoding="utf-8").splitlines()
+    (folder / "good.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "empty.jsonl").write_text("", encoding="utf-8")
+    (folder / "truncated.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40],
+                                            encoding="utf-8")
+    (folder / "binary.jsonl").write_bytes(b"\x00\x01\x02garbage")
+    big = []
+    for line in lines:
+        record = json.loads(line)
+        if record.get("sessionId"):
+            record["sessionId"] = "bbbbbbbb-2222-4333-8444-555555555555"
+        message = record.get("message")
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            for block in message["content"]:
+                if block.get("type") == "tool_result":
+                    block["content"] = "x" * (50 * 1024 * 1024)
+        big.append(json.dumps(record))
+    (folder / "big.jsonl").write_text("\n".join(big) + "\n", encoding="utf-8")
+    dsh = Dsh(tmp_path)
+    proc = dsh("import", str(folder), check=1)
+    outcome = {line.split()[-1] if line.startswith("imported") else line.split()[1].rstrip(":"):
+               line.split()[0] for line in proc.stdout.splitlines()[:-1]}
+    assert outcome == {str(folder / "big.jsonl"): "imported",
+                       str(folder / "good.jsonl"): "imported",
+                       str(folder / "empty.jsonl"): "failed",
+                       str(folder / "truncated.jsonl"): "failed",
+                       str(folder / "binary.jsonl"): "ignored"}  # not a transcript at all
+    assert proc.stdout.splitlines()[-1] == ("2 imported, 0 skipped (already imported), 2 failed, "
+                                            "1 ignored (not transcripts)")
+    ids = sorted(row["id"] for row in json.loads(dsh("ls", "--json").stdout))
+    assert ids == ["11111111-2222-4333-8444-555555555555",
+                   "bbbbbbbb-2222-4333-8444-555555555555"]
+    dsh("verify", "--all")

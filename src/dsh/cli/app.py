@@ -332,7 +332,10 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
     try:
         detected = detect_format(path) if fmt == "auto" else fmt
     except ImportFormatError as error:
-        if explicit:
+        # Found by walking a folder: a file that is not a transcript at all is ignored; one
+        # that is JSON records with damage (a torn last line, a bad line) failed.
+        damaged = "line" in error.where and "cannot tell the transcript format" not in str(error)
+        if explicit or damaged:
             report.failed.append((shown, _reason(error)))
         else:
             report.ignored.append((shown, _reason(error)))
