@@ -727,3 +727,24 @@ def test_import_folder_gives_each_bad_file_its_outcome_and_imports_the_rest(
     assert ids == ["11111111-2222-4333-8444-555555555555",
                    "bbbbbbbb-2222-4333-8444-555555555555"]
     dsh("verify", "--all")
+
+
+def test_ls_and_verify_report_a_jsonl_session_whose_header_is_garbage(tmp_path: Path) -> None:
+    # No silent skip (adversarial report): listing found the folder, reading it names the damage.
+    from dsh import SessionStore, open_store
+
+    url = f"jsonl://{tmp_path / 'store'}"
+    store = SessionStore(persistence=open_store(url))
+    for sid in ("good", "bad"):
+        session = store.create(sid)
+        session.append("turn/start", {"turn": 1})
+        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        store.flush(session)
+        store.dispose(session)
+    (tmp_path / "store" / "_no-cwd" / "bad" / "session.jsonl").write_text("garbage\n")
+    dsh = Dsh(tmp_path)
+    listed = dsh("ls", "--store", url, check=1)
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["ID", "good"]
+    assert listed.stderr.startswith("error[LOG_CORRUPT]: ") and "session_id=bad" in listed.stderr
+    checked = dsh("verify", "--all", "--store", url, check=1)
+    assert checked.stdout.splitlines()[0].startswith("bad seq - LOG_CORRUPT: ")

@@ -11,6 +11,7 @@ verifier and progress bars are imported only by the commands that need them.
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -226,6 +227,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             reconfigure(errors="backslashreplace")
     args = list(sys.argv[1:] if argv is None else argv)
     end = args.index("--") if "--" in args else len(args)
+    # The library's log records (a torn tail truncated, an unreadable header listed) are for
+    # --debug; without it, what matters reaches the user as the command's own output and errors.
+    logging.getLogger("dsh").addHandler(logging.NullHandler())
     if "--debug" in args[:end]:
         # --debug is accepted anywhere (`dsh show X --debug`) and before parsing, so usage
         # errors get it too; the root option exists for --help.

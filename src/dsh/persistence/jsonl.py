@@ -17,6 +17,7 @@ scanning rules live in :mod:`dsh.persistence._jsonl_format`; this module does th
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import threading
@@ -48,9 +49,11 @@ from dsh.persistence._jsonl_format import (
 from dsh.persistence._lock import SessionLock
 from dsh.persistence.api import ColdRead, HandleBase, OpenMode, TornTail, normalize_header
 from dsh.persistence.memory import validate_batch
-from dsh.session.events import Event
+from dsh.session.events import SESSION_FORMAT_VERSION, Event
 
 __all__ = ["JsonlBackend", "JsonlHandle", "parse_log"]
+
+logger = logging.getLogger(__name__)
 
 Compression = Literal["none", "zstd"]
 
@@ -693,6 +696,11 @@ class JsonlBackend:
                 except FileNotFoundError:
                     continue
                 if header is None:
+                    # Not silently skipped: list the folder's id, so reading it reports the
+                    # damage (`dsh ls` / `dsh verify --all` name it) instead of hiding it.
+                    logger.warning("session log %s has no readable header", path)
+                    yield FrozenDict({"version": SESSION_FORMAT_VERSION, "id": entry.name,
+                                      "createdAt": 0})
                     continue
                 self._check_identity(header["id"], header, path)
                 if header["id"] in seen:
