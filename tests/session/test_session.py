@@ -828,3 +828,11 @@ def test_session_append_marks_custom_events_ignorable() -> None:
     event = s.append("acme/note", {"text": "hi"}, ignorable=True)
     assert event.ignorable and event == {"type": "acme/note", "seq": 0, "time": event.time,
                                          "data": {"text": "hi"}, "ignorable": True}
+
+
+def test_session_snapshot_seed_refuses_turn_events_no_reader_accepts() -> None:
+    # Imports seed in snapshot mode; the same turn/step shape rules as append apply there.
+    seed = [{"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 0}}]
+    with pytest.raises(EventRejectedError) as info:
+        Session.create("s", seed=seed)
+    assert info.value.code == "SHAPE" and info.value.where["seed_index"] == 0

@@ -149,6 +149,7 @@ def _shape_error(event: Any, index: int, appended: bool, problem: str) -> EventR
 
 _CORE_SHAPED: Final = frozenset({*SURFACE_EVENT_TYPES, "request/header", "turn/start", "turn/end",
                                   "step/start", "step/end", "steering/message", "mode/set"})
+_TURN_SHAPED: Final = frozenset({"turn/start", "turn/end", "step/start", "step/end"})
 _BARE_END_KINDS: Final = frozenset({"completed", "blocked", "max-tokens", "interrupted"})
 
 
@@ -156,7 +157,7 @@ def _positive(value: Any) -> bool:
     return type(value) is int and 1 <= value <= MAX_SAFE_INTEGER
 
 
-def _check_core_shape(etype: str, data: Any, seq: int) -> None:
+def _check_core_shape(etype: str, data: Any, seq: int, *, seed: bool = False) -> None:
     """Append-time shape checks of the core types, so a log we write always reads back.
 
     dsh's ``append`` skips them (core spec §6 notes); its reader then refuses the log (seed
@@ -206,6 +207,9 @@ def _check_core_shape(etype: str, data: Any, seq: int) -> None:
     else:  # steering/message, mode/set
         problem = "is a removed legacy type"
     if problem is not None:
+        if seed:
+            raise _reject(f"seed {etype} at index {seq} {problem}", "SHAPE", seed_index=seq,
+                          event_type=etype)
         raise _reject(f"appended {etype} at seq {seq} {problem}; refused because a log holding "
                       f"it could not be read back", "SHAPE", seq=seq, event_type=etype)
 
@@ -696,6 +700,10 @@ class Session:
                                       exc.code, seed_index=index, event_type=etype) from exc
                     surface.apply(step)
             else:
+                if copy and etype in _TURN_SHAPED:
+                    # Snapshot seeds (imports, forks of detached logs) hold only what the
+                    # append path would accept, so the resulting log always reads back.
+                    _check_core_shape(etype, event["data"], index, seed=True)
                 if etype == "request/header":
                     _check_request_header_shape(event, index)
                     if _is_legacy_header(etype, event["data"]):
