@@ -226,7 +226,7 @@ def _shared_records() -> list[tuple[str, bytes]]:
 
 
 def test_speedups_match_python_on_every_dsh_log_record() -> None:
-    # core spec §4.4 item 11 on logs written by the real dsh (/work/shared/dsh-logs)
+    # core spec §4.4 item 11 on logs written by the real dsh (../shared/dsh-logs)
     records = _shared_records()
     if not records:
         pytest.skip(f"SKIPPED LOUDLY: no dsh logs under {shared_path()} (set DSH_SHARED)")
