@@ -94,7 +94,7 @@ StoreOption = Annotated[
     str | None,
     typer.Option("--store", metavar="URL", show_default=False,
                  help="Store URL: sqlite:///path.db, jsonl:///dir, jsonl+zstd:///dir "
-                      "[default: sqlite:///$DSH_HOME/sessions.db]."),
+                      "(default: sqlite:///$DSH_HOME/sessions.db)."),
 ]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print JSON (stable keys) instead of text."),
@@ -678,10 +678,10 @@ def fork(
     session_id: SessionArg,
     at: Annotated[int | None, typer.Option(
         "--at", metavar="SEQ", show_default=False,
-        help="Last inherited seq, inclusive [default: the last event].")] = None,
+        help="Last inherited seq, inclusive (default: the last event).")] = None,
     as_: Annotated[str | None, typer.Option(
         "--as", metavar="NEW", show_default=False,
-        help="Child session id [default: <ID>-fork-<n>].")] = None,
+        help="Child session id (default: <ID>-fork-<n>).")] = None,
     store: StoreOption = None,
     json_: JsonOption = False,
 ) -> None:
@@ -734,8 +734,8 @@ def compact(
     session_id: SessionArg,
     range_: Annotated[str | None, typer.Option(
         "--range", metavar="A:B", show_default=False,
-        help="Surface seqs to replace, inclusive [default: all but the newest balanced "
-             "unit].")] = None,
+        help="Surface seqs to replace, inclusive (default: all but the newest balanced "
+             "unit).")] = None,
     summarizer: Annotated[SummarizerName, typer.Option(
         "--summarizer", help="How to write the checkpoint (digest: offline, deterministic).")
     ] = SummarizerName.digest,
