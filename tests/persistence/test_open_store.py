@@ -60,3 +60,15 @@ def test_open_store_sqlite_absolute_and_relative(tmp_path: Path,
     relative.create({"version": 0, "id": "s", "createdAt": 1})
     relative.close()
     assert (tmp_path / "rel.db").exists()
+
+
+def test_store_path_names_the_file_or_folder_without_creating_it(tmp_path: Path) -> None:
+    from dsh.persistence import store_path
+
+    assert store_path(f"sqlite://{tmp_path / 'x.db'}") == tmp_path / "x.db"
+    assert store_path(f"jsonl+zstd://{tmp_path / 'd'}?compression=zstd") == tmp_path / "d"
+    assert store_path("sqlite:rel.db") == Path("rel.db")
+    assert store_path("memory:") is None
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ConfigError, match="unknown scheme"):
+        store_path("bogus://x")

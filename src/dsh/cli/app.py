@@ -40,6 +40,7 @@ from dsh import (
 from dsh.cli import render
 from dsh.cli._errors import EXIT_FAILED, STATE, enable_debug, format_error_line, run
 from dsh.json import dumps, json_equal
+from dsh.persistence import store_path
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -108,15 +109,6 @@ def _json_mode(value: bool) -> bool:
     return value
 
 
-def _store_location(url: str) -> Path | None:
-    """The file or folder a ``sqlite:`` / ``jsonl:`` store URL names, or None for other schemes."""
-    for scheme in ("sqlite:", "jsonl+zstd:", "jsonl:"):
-        if url.startswith(scheme):
-            rest = url[len(scheme):].split("?", 1)[0]
-            return Path(rest[2:] if rest.startswith("//") else rest)
-    return None
-
-
 @contextmanager
 def _store(url: str | None, *, create: bool = True) -> Iterator[Persistence]:
     """Open the store a command works on (``--store`` or the default) and close it after.
@@ -129,7 +121,7 @@ def _store(url: str | None, *, create: bool = True) -> Iterator[Persistence]:
         ConfigError: code STORE_NOT_FOUND for such a URL.
     """
     if url is not None and not create:
-        location = _store_location(url)
+        location = store_path(url)
         if location is not None and not location.exists():
             raise ConfigError(f"no store at {url!r} ({location} does not exist); check the URL, "
                               f"or create one with `dsh import --store {url}`",

@@ -49,6 +49,7 @@ __all__ = [
     "WriteBehind",
     "open_backend",
     "open_store",
+    "store_path",
 ]
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -72,6 +73,27 @@ def _url_path(url: str, scheme_len: int, rest: str) -> Path:
         raise ConfigError(f"store URL {url!r} has no path; expected "
                           f"{url[:scheme_len]}:///absolute/path", path=url)
     return Path(unquote(path)).expanduser()
+
+
+def store_path(url: str) -> Path | None:
+    """The file (SQLite) or folder (JSONL) a store URL names, or None for ``memory:``.
+
+    Pure: nothing is opened or created, so a caller can tell whether a store exists yet.
+
+    Raises:
+        ConfigError: the URL has no scheme, an unknown scheme, a host, or no path.
+    """
+    if not isinstance(url, str) or ":" not in url:
+        raise ConfigError(f"store URL {url!r} has no scheme; expected jsonl:, jsonl+zstd:, "
+                          f"sqlite: or memory:", path=str(url))
+    scheme = url.split(":", 1)[0].lower()
+    rest = url.split(":", 1)[1].split("?", 1)[0].split("#", 1)[0]
+    if scheme == "memory":
+        return None
+    if scheme in ("jsonl", "jsonl+zstd", "sqlite"):
+        return _url_path(url, len(scheme), rest)
+    raise ConfigError(f"store URL {url!r}: unknown scheme {scheme!r}; expected jsonl, "
+                      f"jsonl+zstd, sqlite or memory", path=url)
 
 
 def open_backend(url: str) -> Backend:
