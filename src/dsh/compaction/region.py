@@ -587,6 +587,16 @@ def _manual_gate(session: SessionLike) -> None:
             "(persistence spec §9.9)", code="busy")
 
 
+def _manual_span(session: SessionLike, retain_tokens: int,
+                 signal: CancelSignal | None) -> tuple[int, int] | None:
+    """The read-only prologue both manual entry points share: cancelled? idle? which span?"""
+    if signal is not None and signal.is_set():
+        raise CompactionError("manual compaction was cancelled before it started",
+                              code="cancelled")
+    _manual_gate(session)
+    return select_compactable_range(session, retain_tokens=retain_tokens)
+
+
 def compact_now(session: SessionLike, *, summarizer: Summarizer, retain_tokens: int = 0,
                 source_command_id: str | None = None, signal: CancelSignal | None = None,
                 flush: Flush | None = None) -> CompactionResult | None:
@@ -600,11 +610,7 @@ def compact_now(session: SessionLike, *, summarizer: Summarizer, retain_tokens: 
             selecting); otherwise as :func:`compact_surface_region`.
     Rule: persistence spec §9.9 (manual trigger, retain 0 by default).
     """
-    if signal is not None and signal.is_set():
-        raise CompactionError("manual compaction was cancelled before it started",
-                              code="cancelled")
-    _manual_gate(session)
-    span = select_compactable_range(session, retain_tokens=retain_tokens)
+    span = _manual_span(session, retain_tokens, signal)
     if span is None:
         return None
     return compact_surface_region(session, span[0], span[1], summarizer=summarizer,
@@ -617,11 +623,7 @@ async def acompact_now(session: SessionLike, *, summarizer: Summarizer | AsyncSu
                        signal: CancelSignal | None = None,
                        flush: AsyncFlush | None = None) -> CompactionResult | None:
     """Async twin of :func:`compact_now`."""
-    if signal is not None and signal.is_set():
-        raise CompactionError("manual compaction was cancelled before it started",
-                              code="cancelled")
-    _manual_gate(session)
-    span = select_compactable_range(session, retain_tokens=retain_tokens)
+    span = _manual_span(session, retain_tokens, signal)
     if span is None:
         return None
     return await acompact_surface_region(session, span[0], span[1], summarizer=summarizer,
