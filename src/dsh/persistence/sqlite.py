@@ -30,7 +30,7 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, NoReturn
@@ -122,6 +122,19 @@ def _fail(exc: sqlite3.Error, action: str, path: str, session_id: str | None = N
         code="DATABASE_BUSY" if busy else "SQLITE", path=path, session_id=session_id) from exc
 
 
+def _check_owned(path: Path, info: os.stat_result, kind: str, is_kind: Callable[[int], bool],
+                 forbidden_mode: int, kind_rule: str, mode_rule: str) -> None:
+    """One §5.2 precondition set: the right kind (never a symlink), ours, no forbidden bits."""
+    if stat.S_ISLNK(info.st_mode) or not is_kind(info.st_mode):
+        raise ConfigError(f"SQLite {kind} {path} {kind_rule}", path=str(path))
+    if info.st_uid != os.getuid():
+        raise ConfigError(f"SQLite {kind} {path} must be owned by uid {os.getuid()}, found uid "
+                          f"{info.st_uid}", path=str(path))
+    if info.st_mode & forbidden_mode:
+        raise ConfigError(f"SQLite {kind} {path} {mode_rule}, found mode "
+                          f"{stat.S_IMODE(info.st_mode):o}", path=str(path))
+
+
 def _check_path(path: Path) -> None:
     """Enforce dsh's filesystem preconditions and create the file 0600 (persistence spec §5.2).
 
@@ -136,15 +149,9 @@ def _check_path(path: Path) -> None:
     except OSError as exc:
         raise ConfigError(f"cannot prepare the SQLite directory {parent}: {exc}",
                           path=str(parent)) from exc
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise ConfigError(f"SQLite directory {parent} must be a real directory, not a symlink "
-                          f"or file", path=str(parent))
-    if info.st_uid != os.getuid():
-        raise ConfigError(f"SQLite directory {parent} must be owned by uid {os.getuid()}, found "
-                          f"uid {info.st_uid}", path=str(parent))
-    if info.st_mode & 0o022:
-        raise ConfigError(f"SQLite directory {parent} must not be group or world writable, found "
-                          f"mode {stat.S_IMODE(info.st_mode):o}", path=str(parent))
+    _check_owned(parent, info, "directory", stat.S_ISDIR, 0o022,
+                 "must be a real directory, not a symlink or file",
+                 "must not be group or world writable")
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
@@ -153,17 +160,9 @@ def _check_path(path: Path) -> None:
         raise ConfigError(f"cannot create SQLite database {path}: {exc}", path=str(path)) from exc
     else:
         os.close(fd)
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"SQLite database {path} must be a regular file, not a symlink or "
-                          f"directory", path=str(path))
-    if info.st_uid != os.getuid():
-        raise ConfigError(f"SQLite database {path} must be owned by uid {os.getuid()}, found uid "
-                          f"{info.st_uid}", path=str(path))
-    if info.st_mode & 0o077:
-        raise ConfigError(f"SQLite database {path} must have no group or other permissions "
-                          f"(dsh refuses it otherwise), found mode {stat.S_IMODE(info.st_mode):o}",
-                          path=str(path))
+    _check_owned(path, os.lstat(path), "database", stat.S_ISREG, 0o077,
+                 "must be a regular file, not a symlink or directory",
+                 "must have no group or other permissions (dsh refuses it otherwise)")
 
 
 def lock_file_name(session_id: str) -> str:
