@@ -50,7 +50,7 @@ from dsh.compaction.summarizers import (
     frame_checkpoint_content,
 )
 from dsh.compaction.tokens import estimate_message_tokens, node_prices
-from dsh.errors import CompactionError
+from dsh.errors import CompactionError, ConfigError
 from dsh.json import FrozenDict, FrozenList, JsonValue
 from dsh.session.events import Event
 from dsh.session.surface import derive_event_message
@@ -255,7 +255,7 @@ class _Region:
                  compaction_id: str | None, signal: CancelSignal | None,
                  provider: str | None, model: str | None) -> None:
         if owner is not None and (type(owner) is not int or owner < 1):
-            raise ValueError(f"owner must be None or a turn number >= 1, got {owner!r}")
+            raise ConfigError(f"owner must be None or a turn number >= 1, got {owner!r}")
         self.session = session
         self.start, self.end = start, end
         self.owner = owner
@@ -495,7 +495,7 @@ def compact_surface_region(session: SessionLike, start: int, end: int, *, summar
             :func:`~dsh.compaction.selection.check_span_size`); after
             the start every failure has appended exactly one ``compaction/end {error}`` unless
             the code is ``commit`` (then the start may stay unmatched).
-        ValueError: ``owner`` is neither None nor a turn number.
+        ConfigError: ``owner`` is neither None nor a turn number.
     """
     tx = _Region(session, start, end, owner=owner, stability=stability,
                  source_command_id=source_command_id, compaction_id=compaction_id,

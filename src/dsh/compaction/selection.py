@@ -31,7 +31,7 @@ from dsh.compaction.tokens import (
     measure_surface,
     node_prices,
 )
-from dsh.errors import CompactionError
+from dsh.errors import CompactionError, ConfigError
 from dsh.session.events import Event
 from dsh.session.pairing import balanced_cuts
 
@@ -211,11 +211,11 @@ def select_compactable_range(session: _Session, *, retain_tokens: int,
 
     Raises:
         CompactionError: code ``changed`` when ``measurement`` does not describe the current
-            surface; ``ValueError`` for a negative budget.
+            surface; ``ConfigError`` for a negative budget.
     Rule: persistence spec §9.5; seed ch. 28 (positions, not seq order, after replacements).
     """
     if retain_tokens < 0:
-        raise ValueError(f"retain_tokens must be >= 0, got {retain_tokens}")
+        raise ConfigError(f"retain_tokens must be >= 0, got {retain_tokens}")
     surface = session.surface
     nodes = surface.nodes
     if measurement is None:

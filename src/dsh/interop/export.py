@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from dsh.errors import ConfigError
+
 __all__ = ["MISSING_RESULT_TEXT", "to_anthropic", "to_openai", "validate_conversation"]
 
 MISSING_RESULT_TEXT: Final = "No result was recorded for this tool call (the session was cut off)."
@@ -294,7 +296,7 @@ def validate_conversation(provider_messages: Any, provider: str) -> list[str]:
     message is empty and no text block is empty or whitespace only.
 
     Raises:
-        ValueError: ``provider`` is neither ``"openai"`` nor ``"anthropic"``.
+        ConfigError: ``provider`` is neither ``"openai"`` nor ``"anthropic"``.
     """
     problems: list[str] = []
     if provider == "openai":
@@ -304,7 +306,7 @@ def validate_conversation(provider_messages: Any, provider: str) -> list[str]:
             else provider_messages
         _check_anthropic(msgs, problems)
     else:
-        raise ValueError(f"provider must be 'openai' or 'anthropic', found {provider!r}")
+        raise ConfigError(f"provider must be 'openai' or 'anthropic', found {provider!r}")
     _surrogates(provider_messages, "$", problems)
     return problems
 
