@@ -1,0 +1,227 @@
+"""``dsh import``: transcripts of other agents (and dsh logs) into the store."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from dsh import (
+    ConfigError,
+    DshError,
+    ImportFormatError,
+)
+from dsh.cli import render
+from dsh.cli._common import (
+    TRANSCRIPT_SUFFIXES,
+    JsonOption,
+    StoreOption,
+    cli_store,
+    json_mode,
+    stderr_console,
+    stdout_console,
+)
+from dsh.cli._errors import EXIT_FAILED
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dsh.persistence import Persistence
+
+class ImportFormat(enum.StrEnum):
+    """``--format`` of ``dsh import``: a source format, or ``auto`` to detect it per file."""
+
+    auto = "auto"
+    claude_code = "claude-code"
+    codex = "codex"
+    openai_chat = "openai-chat"
+    anthropic = "anthropic"
+    openhands = "openhands"
+    swe_agent = "swe-agent"
+    mini_swe_agent = "mini-swe-agent"
+    dsh = "dsh"
+
+
+def examples_dir() -> Path | None:
+    """Return the bundled example transcripts (package data ``dsh/examples/transcripts``).
+
+    Found through :mod:`importlib.resources` only, so an editable and a regular install give
+    the same folder. Returns None when this install ships no examples (or they are inside a
+    zip archive, which ``dsh import`` cannot walk).
+    """
+    from importlib.resources import files
+
+    bundled = files("dsh").joinpath("examples", "transcripts")
+    if not bundled.is_dir():
+        return None
+    path = Path(str(bundled))
+    return path if path.is_dir() else None
+
+
+def user_log_dirs() -> list[Path]:
+    """Return the user's own agent log folders that hold files: Claude Code's and Codex's."""
+    home = Path.home()
+    candidates = [home / ".claude" / "projects", home / ".codex" / "sessions"]
+    return [path for path in candidates
+            if path.is_dir() and any(p.is_file() for p in path.rglob("*.jsonl"))]
+
+
+def _is_claude_subagent(path: Path) -> bool:
+    # <sid>/subagents/agent-*.jsonl is imported as a child of <sid>.jsonl next to that folder.
+    if path.parent.name != "subagents":
+        return False
+    session_dir = path.parent.parent
+    return (session_dir.parent / f"{session_dir.name}.jsonl").is_file()
+
+
+def _walk(paths: Sequence[Path]) -> Iterator[tuple[Path, bool]]:
+    """Yield ``(file, explicit)``: given files as is, folders walked in sorted order."""
+    for path in paths:
+        if path.is_dir():
+            for found in sorted(path.rglob("*")):
+                if (found.is_file() and found.suffix.lower() in TRANSCRIPT_SUFFIXES
+                        and not any(part.startswith(".") for part in found.relative_to(path).parts)
+                        and not _is_claude_subagent(found)):
+                    yield found, False
+        else:
+            yield path, True
+
+
+@dataclass(slots=True)
+class ImportReport:
+    """What ``dsh import`` did, per file (``--json`` keys: imported, skipped, failed, ignored)."""
+
+    imported: list[tuple[str, str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    ignored: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` summary with stable keys."""
+        return {
+            "imported": [{"path": p, "session": s, "format": f} for p, s, f in self.imported],
+            "skipped": [{"path": p, "session": s} for p, s in self.skipped],
+            "failed": [{"path": p, "reason": r} for p, r in self.failed],
+            "ignored": [{"path": p, "reason": r} for p, r in self.ignored],
+        }
+
+
+def _reason(error: DshError) -> str:
+    return " ".join(error.message.split())
+
+
+def _stored_count(persistence: Persistence, session_id: str) -> int:
+    with persistence.open(session_id, "read") as handle:
+        return len(handle.read(0).events)
+
+
+def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
+                report: ImportReport) -> None:
+    """Import one file; all of its sessions are validated before anything is written."""
+    from dsh.interop import detect_format, import_file
+
+    shown = str(path)
+    try:
+        detected = detect_format(path) if fmt == "auto" else fmt
+    except ImportFormatError as error:
+        # Found by walking a folder: a file that is not a transcript at all is ignored; one
+        # that is JSON records with damage (a torn last line, a bad line) failed.
+        damaged = "line" in error.where and "cannot tell the transcript format" not in str(error)
+        if explicit or damaged:
+            report.failed.append((shown, _reason(error)))
+        else:
+            report.ignored.append((shown, _reason(error)))
+        return
+    try:
+        sessions = [s for top in import_file(path, detected) for s in top.walk()]
+        # Validate every session of the file first (seed rules, core spec §5.3), so a bad file
+        # writes nothing at all.
+        built = [(s, s.to_session()) for s in sessions]
+    except DshError as error:
+        report.failed.append((shown, _reason(error)))
+        return
+    for imported, session in built:
+        sid = imported.session_id
+        stored = _stored_count(persistence, sid) if persistence.exists(sid) else None
+        if stored:
+            report.skipped.append((shown, sid))
+            continue
+        try:
+            if stored is None:
+                persistence.create(session.header)
+            # The importer's events exactly (the Session added only its end-seed marker).
+            with persistence.open(sid, "write") as handle:
+                handle.append(session.events[: len(imported.events)])
+                handle.flush()
+        except DshError as error:
+            report.failed.append((shown, f"{sid}: {_reason(error)}"))
+            return
+        report.imported.append((shown, sid, imported.source_format or detected))
+
+
+def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
+                  console: Console) -> ImportReport:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    report = ImportReport()
+    files = list(_walk(paths))
+    for path, explicit in files:
+        if explicit and not path.exists():
+            raise ConfigError(f"cannot import {path}: no such file or folder", path=str(path))
+    with Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.description}"), console=console, transient=True,
+                  disable=len(files) < 2 or not console.is_terminal) as progress:
+        task = progress.add_task("", total=len(files))
+        for path, explicit in files:
+            progress.update(task, description=path.name)
+            _import_one(persistence, path, fmt, explicit, report)
+            progress.advance(task)
+    return report
+
+
+def import_(
+    paths: Annotated[list[Path] | None, typer.Argument(
+        metavar="[PATH]...", show_default=False,
+        help="Files or folders to import. Without a path: your own Claude Code and Codex logs "
+             "(~/.claude/projects, ~/.codex/sessions), else the bundled examples.")] = None,
+    format: Annotated[ImportFormat, typer.Option(
+        "--format", help="Source format; auto detects it per file.")] = ImportFormat.auto,
+    store: StoreOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Import transcripts of other agents (and dsh logs) into the store.
+
+    Re-importing is idempotent: a source file maps to a stable session id, and sessions already
+    in the store are skipped. A file that fails leaves nothing behind in the store. Exit 1 when
+    a file failed.
+    """
+    json_mode(json_)
+    err = stderr_console()
+    if not paths:
+        roots = user_log_dirs()
+        if roots:
+            err.print(f"importing your agent logs from {', '.join(map(str, roots))}")
+        else:
+            bundled = examples_dir()
+            if bundled is None:
+                raise ConfigError("nothing to import: no path given, no Claude Code or Codex "
+                                  "logs found, and this install has no bundled examples; "
+                                  "pass a file or folder")
+            err.print(f"no Claude Code or Codex logs found; importing the bundled examples "
+                      f"from {bundled}")
+            roots = [bundled]
+        paths = roots
+    with cli_store(store) as persistence:
+        report = _import_paths(persistence, paths, str(format.value), err)
+    if json_:
+        render.write_json(report.to_json())
+    else:
+        stdout_console().print(render.render_import_summary(report.imported, report.skipped,
+                               report.failed, report.ignored))
+    if report.failed:
+        raise typer.Exit(EXIT_FAILED)
+

@@ -1,0 +1,143 @@
+"""``dsh ls``, ``show``, ``events``, ``messages``: read-only views of stored sessions."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from dsh import (
+    DshError,
+)
+from dsh.cli import render
+from dsh.cli._common import (
+    JsonOption,
+    SessionArg,
+    StoreOption,
+    cli_store,
+    json_mode,
+    model_view,
+    read_session,
+    require_session,
+    source_format,
+    stderr_console,
+    stdout_console,
+)
+from dsh.cli._errors import EXIT_FAILED, format_error_line
+
+if TYPE_CHECKING:
+    from dsh import Event
+    from dsh.persistence import Persistence
+
+def _rows(persistence: Persistence) -> tuple[list[render.SessionRow], list[DshError]]:
+    """Rows of every readable session (newest activity first) and the errors of the others."""
+    rows: list[render.SessionRow] = []
+    unreadable: list[DshError] = []
+    for header in persistence.list_headers():
+        sid = str(header["id"])
+        try:
+            read = persistence.read(sid)
+        except DshError as error:
+            # One damaged log must not hide the others; it is reported and sets exit 1.
+            error.where.setdefault("session_id", sid)
+            unreadable.append(error)
+            continue
+        events = read.stored_events
+        if not events:
+            continue  # created but never written: not a session yet (persistence spec §2.1)
+        rows.append(render.session_row(read.header, events,
+                                       source_format=source_format(events)))
+    rows.sort(key=lambda r: (-r.last_activity_ms, r.id))
+    return rows, unreadable
+
+
+def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
+    """List the sessions in the store, most recent activity first.
+
+    A session whose log cannot be read is reported on stderr (one ``error[CODE]`` line each,
+    `dsh verify` tells more) and makes the exit status 1; the others are still listed.
+    """
+    json_mode(json_)
+    with cli_store(store, create=False) as persistence:
+        rows, unreadable = _rows(persistence)
+    if json_:
+        render.write_json([row.to_json() for row in rows])
+    elif rows:
+        console = stdout_console()
+        console.print(render.render_sessions_table(rows, width=console.width), markup=False,
+                      highlight=False)
+    elif not unreadable:
+        stderr_console().print("no sessions in the store; `dsh import` adds some")
+    for error in unreadable:
+        sys.stderr.write(format_error_line(error) + "\n")
+    if unreadable:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def show(
+    session_id: SessionArg,
+    full: Annotated[bool, typer.Option("--full", help="Do not clip long tool results.")] = False,
+    store: StoreOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Show a session as a transcript: messages, tool calls with results, checkpoints, repairs."""
+    json_mode(json_)
+    with cli_store(store, create=False) as persistence:
+        read = read_session(persistence, session_id)
+    events = read.stored_events
+    row = render.session_row(read.header, events, source_format=source_format(events))
+    items = render.transcript_items(events)
+    if json_:
+        render.write_json({"session": row.to_json(), "header": read.header, "items": items})
+        return
+    stdout_console().print(render.render_transcript(read.header, items, row=row, full=full))
+
+
+def events(
+    session_id: SessionArg,
+    from_seq: Annotated[int, typer.Option("--from", metavar="SEQ", min=0,
+                                          help="First seq to print.")] = 0,
+    types: Annotated[list[str] | None, typer.Option(
+        "--type", metavar="T", show_default=False,
+        help="Only events of this type (repeatable; globs such as 'compaction/*').")] = None,
+    store: StoreOption = None,
+) -> None:
+    """Print the stored log as JSON lines, exactly as committed (dsh's wire format)."""
+    from fnmatch import fnmatchcase
+
+    with cli_store(store, create=False) as persistence:
+        require_session(persistence, session_id)
+        with persistence.open(session_id, "read") as handle:
+            stored = handle.read(from_seq).events
+    selected: Iterable[Event] = stored
+    if types:
+        patterns = list(types)
+        selected = (e for e in stored if any(fnmatchcase(e["type"], p) for p in patterns))
+    render.write_json_lines(selected)
+
+
+class MessageFormat(enum.StrEnum):
+    """``--format`` of ``dsh messages``."""
+
+    dsh = "dsh"
+    openai = "openai"
+    anthropic = "anthropic"
+
+
+def messages(
+    session_id: SessionArg,
+    format: Annotated[MessageFormat, typer.Option(
+        "--format", help="dsh messages, or a provider's request shape.")] = MessageFormat.dsh,
+    store: StoreOption = None,
+) -> None:
+    """Print what the model sees: the messages derived from the log's surface, as JSON.
+
+    An interrupted turn is shown as the repair would close it (nothing is written).
+    """
+    with cli_store(store, create=False) as persistence:
+        read = read_session(persistence, session_id)
+    render.write_json(model_view(read, str(format.value)))
+
