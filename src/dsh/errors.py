@@ -22,7 +22,11 @@ keeps where it happened in ``where`` (``seq=``, ``seed_index=``, ``path=``, ``li
     ├── CompactionError                       code: busy | cancelled | changed | summary |
     │                                         commit | persistence | range | unbalanced |
     │                                         owner | pressure
-    └── ImportFormatError                     source path, line, format
+    ├── ImportFormatError                     source path, line, format
+    ├── LlmFailureError                       a model call failed: failure {message, code,
+    │                                         status?}, retryable, context_overflow
+    └── AgentError                            the agent loop refused or stopped: code
+                                              MAX_STEPS | NOT_IDLE | TOOL | APPROVAL | ...
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "AgentError",
     "CompactionError",
     "ConfigError",
     "DshError",
@@ -37,6 +42,7 @@ __all__ = [
     "ImportFormatError",
     "InvalidJsonError",
     "InvariantError",
+    "LlmFailureError",
     "LogCorruptError",
     "PersistenceError",
     "SessionBusyError",
@@ -180,3 +186,60 @@ class ImportFormatError(DshError):
     """A transcript could not be imported; ``where`` has path, line and format."""
 
     default_code = "IMPORT_FORMAT"
+
+
+class LlmFailureError(DshError):
+    """A model call failed; raised by providers, handled by the agent loop (persistence spec §8.2f).
+
+    Args:
+        message: What failed, in one sentence (provider, model, HTTP status when known).
+        code: Provider or dsh failure code, e.g. ``RATE_LIMITED``, ``CONTEXT_OVERFLOW``.
+        retryable: True when the same request may succeed later (rate limit, overload,
+            timeout, dropped connection); the loop retries it with backoff.
+        context_overflow: True when the request was too large for the model's context window;
+            the loop compacts and retries once.
+        retry_after_ms: The provider's retry hint in milliseconds, or None.
+        status: HTTP status, or None.
+        request_id: The provider's request id, or None.
+
+    Attributes:
+        failure: The wire form written into ``turn/end {kind: "error", error}`` and
+            ``llm/retry`` events: ``{message, code, status?, providerRetryAfterMs?,
+            requestId?}``.
+    """
+
+    default_code = "LLM_FAILURE"
+
+    def __init__(self, message: str, *, code: str | None = None, retryable: bool = False,
+                 context_overflow: bool = False, retry_after_ms: int | None = None,
+                 status: int | None = None, request_id: str | None = None) -> None:
+        super().__init__(message, code=code, status=status, request_id=request_id)
+        self.retryable = retryable
+        self.context_overflow = context_overflow
+        self.retry_after_ms = retry_after_ms
+        self.status = status
+        self.request_id = request_id
+
+    @property
+    def failure(self) -> dict[str, object]:
+        """The failure as the wire ``LlmFailure`` mapping (core spec §2.5)."""
+        out: dict[str, object] = {"message": self.message, "code": self.code}
+        if self.status is not None:
+            out["status"] = self.status
+        if self.retry_after_ms is not None:
+            out["providerRetryAfterMs"] = self.retry_after_ms
+        if self.request_id is not None:
+            out["requestId"] = self.request_id
+        return out
+
+
+class AgentError(DshError):
+    """The agent loop refused a call or could not go on (persistence spec §8).
+
+    ``code`` is ``MAX_STEPS`` (the turn reached its step limit), ``NOT_IDLE`` (a second run
+    while one is active), ``SESSION_CLOSED`` (the agent was closed), ``TOOL`` (a tool
+    definition is invalid: name, schema, duplicate) or ``RECORDER`` (a recording call out of
+    order: a step outside a turn, a result without its call, a second assistant message).
+    """
+
+    default_code = "AGENT"
