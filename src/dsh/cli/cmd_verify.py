@@ -39,8 +39,13 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str]
     Rules: persistence spec §3.8 (read pipeline: a refusal is one violation with its error
     code); then every rule of :func:`dsh.verify.verify_events`.
     """
+    from dsh.persistence.api import KeepsCuts
     from dsh.verify import verify_events
 
+    backend = persistence.backend
+    if isinstance(backend, KeepsCuts):
+        notes.extend(f"{session_id}: {cut} holds what a torn-tail repair cut from the log; "
+                     "inspect it, then delete it" for cut in backend.saved_cuts(session_id))
     try:
         read = persistence.read(session_id)
     except DshError as error:

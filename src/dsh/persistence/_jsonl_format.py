@@ -479,6 +479,11 @@ def scan_zstd_frames(data: bytes, *, path: str, max_frames: int | None = None
     Raises:
         LogCorruptError: a bad magic number (this also rejects skippable frames), a reserved
             frame-header bit, or a reserved block type; ``byte_offset`` names the spot.
+
+    A run of NUL bytes where a frame should start is reported as ``torn_start`` (a crash that
+    extended the file without writing). ``torn_start`` is only a structural guess: a damaged
+    size field of a middle frame also looks incomplete, so the caller must check that no
+    complete frame follows (see ``dsh.persistence.jsonl.parse_log``).
     """
     frames: list[tuple[int, int]] = []
     size = len(data)
@@ -491,6 +496,9 @@ def scan_zstd_frames(data: bytes, *, path: str, max_frames: int | None = None
             return frames, start
         magic = int.from_bytes(data[pos:pos + 4], "little")
         if magic != ZSTD_MAGIC:
+            if not data[pos:].strip(b"\0"):
+                # A crash that extended the file but wrote no data leaves zeros: a torn tail.
+                return frames, start
             raise LogCorruptError(f"corrupt session log: invalid frame magic at byte {pos} in "
                                   f"{path}", path=path, byte_offset=pos)
         pos += 4

@@ -32,6 +32,7 @@ __all__ = [
     "Backend",
     "ColdRead",
     "Handle",
+    "KeepsCuts",
     "OpenMode",
     "SessionSummary",
     "TornTail",
@@ -257,6 +258,15 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release backend resources (connections, caches); idempotent."""
+        ...
+
+
+@runtime_checkable
+class KeepsCuts(Protocol):
+    """A backend that saves what a torn-tail repair cuts beside the log (DESIGN §3.11)."""
+
+    def saved_cuts(self, session_id: str) -> list[str]:
+        """Paths of the files holding bytes or rows cut from this session, oldest first."""
         ...
 
 

@@ -9,7 +9,8 @@ scanning rules live in :mod:`dsh.persistence._jsonl_format`; this module does th
 * an append is one ``write`` (raw) or one frame (zstd); a failed write is truncated back, and a
   failed ``flush`` (fsync) truncates back to the last durable size and forgets the batch, so a
   retry of the same batch leaves no seq gap and no duplicate;
-* a torn tail is truncated (and fsynced) before the first write through a write handle;
+* a torn tail is truncated (and fsynced) before the first write through a write handle, after
+  its bytes are saved beside the log (:mod:`dsh.persistence._salvage`);
 * write handles hold ``<session dir>/session.lock`` (see :mod:`dsh.persistence._lock`), which
   dsh tolerates as an extra file in the session-owned directory (spec §10.6).
 """
@@ -37,6 +38,7 @@ from dsh.errors import (
 )
 from dsh.json import FrozenDict
 from dsh.persistence._jsonl_format import (
+    ZSTD_MAGIC,
     Scanner,
     encode_header_line,
     encode_records,
@@ -47,6 +49,7 @@ from dsh.persistence._jsonl_format import (
     scan_zstd_frames,
 )
 from dsh.persistence._lock import SessionLock
+from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence.api import ColdRead, HandleBase, OpenMode, TornTail, normalize_header
 from dsh.persistence.memory import validate_batch
 from dsh.session.events import SESSION_FORMAT_VERSION, Event
@@ -126,6 +129,12 @@ def _compressor() -> zstandard.ZstdCompressor:
 
 
 def _decompress_frame(frame: bytes, start: int, path: str) -> bytes:
+    # Every frame dsh and we write carries a content checksum (spec §4.6), which libzstd
+    # verifies on decompression: it is the integrity check of every committed zstd byte.
+    if not frame[4] & 0x04:
+        raise LogCorruptError(f"corrupt session log: frame at byte {start} carries no content "
+                              f"checksum (dsh always writes one) in {path}", path=path,
+                              byte_offset=start)
     try:
         dobj = _decompressor().decompressobj()
         out = dobj.decompress(frame)
@@ -136,6 +145,41 @@ def _decompress_frame(frame: bytes, start: int, path: str) -> bytes:
         raise LogCorruptError(f"corrupt session log: frame at byte {start} failed validation "
                               f"(incomplete frame) in {path}", path=path, byte_offset=start)
     return out
+
+
+_MAGIC_BYTES = ZSTD_MAGIC.to_bytes(4, "little")
+
+
+def _refuse_damaged_frame(data: bytes, torn_start: int, path: str) -> None:
+    """Refuse a "torn" frame that complete frames follow: it is damage, not a crash.
+
+    One write puts one whole frame at the end of the file, so a crash leaves at most one
+    incomplete frame, and nothing after it but zeros. A damaged header or block-size field of
+    a middle frame makes the walker run past later frames; if any later position starts a
+    complete frame whose content checksum verifies, the incomplete-looking frame is damage
+    in committed data (truncating there would delete every later frame).
+
+    Raises:
+        LogCorruptError: naming the damaged frame's byte offset and where the next frame is.
+    """
+    pos = data.find(_MAGIC_BYTES, torn_start + 1)
+    while pos >= 0:
+        try:
+            frames, _ = scan_zstd_frames(data[pos:], path=path, max_frames=1)
+        except LogCorruptError:
+            frames = []
+        if frames:
+            start, end = frames[0]
+            try:
+                _decompress_frame(data[pos + start:pos + end], pos, path)
+            except LogCorruptError:
+                pass
+            else:
+                raise LogCorruptError(
+                    f"corrupt session log: frame at byte {torn_start} is damaged (it reads as "
+                    f"incomplete, but a complete frame follows at byte {pos}) in {path}",
+                    path=path, byte_offset=torn_start)
+        pos = data.find(_MAGIC_BYTES, pos + 1)
 
 
 def _decompress_torn(partial: bytes) -> bytes:
@@ -192,6 +236,8 @@ def parse_log(data: bytes, *, compression: Compression, path: str) -> ParsedLog:
                             result.reason or "uncommitted tail")
         return ParsedLog(header, result.events, torn, result.committed)
     frames, torn_start = scan_zstd_frames(data, path=path)
+    if torn_start is not None:
+        _refuse_damaged_frame(data, torn_start, path)
     if not frames:
         raise LogCorruptError(f"corrupt session log: empty or header-less Zstandard session log "
                               f"{path}", path=path, byte_offset=0)
@@ -342,6 +388,15 @@ class JsonlHandle(HandleBase):
         tail = self._tail
         assert tail is not None and torn.byte_offset is not None
         fd = self._append_fd()
+        with open(self.path, "rb") as f:
+            f.seek(torn.byte_offset)
+            cut = f.read()
+        if cut:
+            # Saved first: if the torn judgement is wrong, the bytes still exist (DESIGN §3.11).
+            saved = save_cut(self.path.parent, self.path.name, cut)
+            logger.warning("torn tail of session %s (%d bytes at byte %d of %s) saved to %s "
+                           "before truncating", self._id, len(cut), torn.byte_offset,
+                           self.path, saved)
         os.ftruncate(fd, torn.byte_offset)
         os.fsync(fd)
         tail.size = tail.durable_size = torn.byte_offset
@@ -726,6 +781,15 @@ class JsonlBackend:
             raise LogCorruptError(f"corrupt session log: invalid header line in {path}",
                                   path=str(path), line=1)
         return data.decode("utf-8")
+
+    def saved_cuts(self, session_id: str) -> list[str]:
+        """Paths of the files holding bytes a torn-tail repair cut from this session's log.
+
+        Each is ``<log>.torn-<UTC time>-<pid>`` beside the log, oldest first; empty when the
+        session is unknown or nothing was ever cut.
+        """
+        path = self._find(session_id)
+        return [] if path is None else [str(p) for p in list_cuts(path.parent, path.name)]
 
     def close(self) -> None:
         """Nothing held at backend level (handles own their files); idempotent."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json as std_json
 import logging
 import os
 import sqlite3
@@ -47,6 +48,7 @@ from dsh.errors import (
 )
 from dsh.json import FrozenDict, FrozenList, is_safe_int
 from dsh.persistence._lock import SessionLock
+from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._sqlite_schema import (
     APPLICATION_ID,
     LEGACY_SCHEMA_VERSION,
@@ -178,6 +180,10 @@ def lock_file_name(session_id: str) -> str:
         digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
         encoded = f"{encoded[:100]}~{digest}"
     return encoded + ".lock"
+
+
+def _cut_stem(session_id: str) -> str:
+    return lock_file_name(session_id).removesuffix(".lock")
 
 
 def _header_row(header: Mapping[str, object]) -> tuple[Any, ...]:
@@ -399,6 +405,7 @@ class SqliteBackend:
         self.journal_mode: JournalMode = journal_mode
         self.busy_timeout_ms = busy_timeout_ms
         self.lock_dir = self.path.with_name(self.path.name + ".dsh-locks")
+        self.cut_dir = self.path.with_name(self.path.name + ".dsh-cuts")
         _check_path(self.path)
         self._conn: _Connection | None = None
         self._mutex = threading.Lock()
@@ -538,6 +545,33 @@ class SqliteBackend:
                 with contextlib.suppress(sqlite3.Error):
                     c.conn.execute("ROLLBACK")
                 _fail(exc, "torn-tail injection", str(self.path), session_id)
+
+    def _save_cut(self, session_id: str, rows: Sequence[Row]) -> Path:
+        """Save rows a torn-tail repair is about to delete, one JSON object a line.
+
+        The file is ``<db>.dsh-cuts/<encoded id>.torn-<UTC time>-<pid>`` (folder 0700); the
+        columns are those of ``events`` (BLOB values as ``{"hex": ...}``).
+
+        Raises:
+            OSError: the file could not be written (then nothing is deleted).
+        """
+        def plain(value: object) -> object:
+            return {"hex": value.hex()} if isinstance(value, bytes) else value
+
+        names = ("rowid", "seq", "type", "time", "data", "source_event_seqs", "surface_op",
+                 "ignorable")
+        lines = [std_json.dumps(dict(zip(names, map(plain, row), strict=False)),
+                                ensure_ascii=True) for row in rows]
+        self.cut_dir.mkdir(mode=0o700, exist_ok=True)
+        return save_cut(self.cut_dir, _cut_stem(session_id),
+                        "".join(line + "\n" for line in lines).encode("ascii"))
+
+    def saved_cuts(self, session_id: str) -> list[str]:
+        """Paths of the files holding rows a torn-tail repair cut from this session.
+
+        Oldest first (``<db>.dsh-cuts/<encoded id>.torn-<UTC time>-<pid>``); empty when none.
+        """
+        return [str(p) for p in list_cuts(self.cut_dir, _cut_stem(session_id))]
 
     def _take_lock(self, session_id: str) -> SessionLock:
         """Acquire the session's write lock without waiting for its holder.
@@ -758,10 +792,13 @@ class SqliteHandle(HandleBase):
                 f"{full.torn_seq} ({full.torn_reason}); read() it through this write handle "
                 f"before appending so the torn tail can be removed", path=self._path,
                 seq=full.torn_seq, session_id=self._id)
+        saved = self._backend._save_cut(self._id, conn.execute(
+            f"SELECT {columns} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
+            (self._id, full.torn_seq)).fetchall())
         conn.execute("DELETE FROM events WHERE session_id = ? AND seq >= ?",
                      (self._id, full.torn_seq))
-        logger.warning("removed torn tail of session %s in %s from seq %s", self._id,
-                       self._path, full.torn_seq)
+        logger.warning("removed torn tail of session %s in %s from seq %s (rows saved to %s)",
+                       self._id, self._path, full.torn_seq, saved)
         self._torn_seq = None
         return len(full.events)
 

@@ -1,0 +1,203 @@
+"""Damage never deletes or hides committed events (issue 8): reproducers as regression tests.
+
+zstd middle-frame damage is corruption, never a torn tail (item 1); what a repair cuts is saved
+beside the log first and ``dsh verify`` lists it (item 2); a NUL-filled tail after the last
+zstd frame is torn (item 6).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsh.errors import LogCorruptError
+from dsh.persistence import open_store
+from dsh.persistence._jsonl_format import scan_zstd_frames
+from dsh.persistence.jsonl import JsonlBackend
+from dsh.persistence.sqlite import SqliteBackend
+
+from ._logs import LogBuilder, header, make
+
+SESSION_DIR = Path("--workspace-demo-app--") / "s"
+
+
+def _four_batches(backend: JsonlBackend | SqliteBackend) -> list[int]:
+    """Store 4 completed turns as 4 durable batches; return the seq each batch starts at."""
+    builder = LogBuilder()
+    for i in range(4):
+        builder.completed_turn(f"prompt {i}")
+    events = builder.events
+    step = len(events) // 4
+    backend.create(header("s"))
+    with backend.open("s", "write") as handle:
+        for k in range(4):
+            handle.append(list(events[k * step:(k + 1) * step if k < 3 else len(events)]))
+            handle.flush()
+    return [k * step for k in range(4)]
+
+
+def _zstd_log(tmp_path: Path) -> tuple[JsonlBackend, Path]:
+    backend = JsonlBackend(tmp_path / "root", compression="zstd")
+    _four_batches(backend)
+    return backend, tmp_path / "root" / SESSION_DIR / "session.jsonl.zstd"
+
+
+def _cuts(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if ".torn-" in p.name)
+
+
+# --- item 1: a damaged middle frame is corruption ------------------------------------------
+
+def test_zstd_damaged_middle_frame_header_is_corruption_and_nothing_is_truncated(
+        tmp_path: Path) -> None:
+    backend, path = _zstd_log(tmp_path)
+    data = path.read_bytes()
+    frames, torn = scan_zstd_frames(data, path=str(path))
+    assert torn is None and len(frames) == 5  # header frame + one per batch
+    start = frames[2][0]  # a middle frame: complete frames follow it
+    url = f"jsonl+zstd://{tmp_path}/root"
+    # every bit of the frame header and first block header (the block-size field included)
+    for pos in range(start + 4, start + 12):
+        for bit in range(8):
+            damaged = bytearray(data)
+            damaged[pos] ^= 1 << bit
+            path.write_bytes(bytes(damaged))
+            with backend.open("s") as handle, pytest.raises(LogCorruptError) as caught:
+                handle.read()
+            assert caught.value.where["path"] == str(path)
+            assert isinstance(caught.value.where["byte_offset"], int)
+            with pytest.raises(LogCorruptError):
+                open_store(url).load("s")  # load would truncate a torn tail
+            assert path.read_bytes() == bytes(damaged), (pos, bit)
+    assert _cuts(path.parent) == []
+
+
+def test_zstd_block_size_grown_past_later_frames_names_the_damaged_frame(tmp_path: Path) -> None:
+    # the reproducer: a block-size field grown so the frame seems to run past the file's end
+    backend, path = _zstd_log(tmp_path)
+    data = path.read_bytes()
+    frames, _ = scan_zstd_frames(data, path=str(path))
+    start = frames[1][0]
+    descriptor = data[start + 4]
+    header_len = 4 + 1 + (0 if descriptor & 0x20 else 1) + (0, 1, 2, 4)[descriptor & 3] \
+        + ((1 if descriptor & 0x20 else 0), 2, 4, 8)[descriptor >> 6]
+    block = start + header_len
+    damaged = bytearray(data)
+    damaged[block + 2] |= 0x1F  # block size += ~64 KiB: the walker runs off the end
+    path.write_bytes(bytes(damaged))
+    with backend.open("s", "write") as handle, pytest.raises(LogCorruptError) as caught:
+        handle.read()
+    assert caught.value.where["byte_offset"] == start
+    assert f"frame at byte {start} is damaged" in caught.value.message
+    assert path.read_bytes() == bytes(damaged)
+
+
+def test_zstd_frame_without_content_checksum_is_corruption(tmp_path: Path) -> None:
+    import zstandard
+
+    backend, path = _zstd_log(tmp_path)
+    with open(path, "ab") as f:
+        f.write(zstandard.ZstdCompressor(write_checksum=False).compress(b"x"))
+    with backend.open("s") as handle, pytest.raises(LogCorruptError, match="no content checksum"):
+        handle.read()
+
+
+# --- item 6: NUL bytes after the last zstd frame are a torn tail ----------------------------
+
+@pytest.mark.parametrize("zeros", [1, 3, 4, 4096])
+def test_zstd_nul_filled_tail_is_torn_and_saved_before_truncation(tmp_path: Path,
+                                                                   zeros: int) -> None:
+    backend, path = _zstd_log(tmp_path)
+    original = path.read_bytes()
+    with backend.open("s") as handle:
+        events = handle.read().events
+    path.write_bytes(original + b"\0" * zeros)
+    with backend.open("s", "write") as handle:
+        cold = handle.read()
+        assert cold.torn is not None and cold.torn.byte_offset == len(original)
+        assert cold.events == events
+        handle.append([])  # the repair
+    assert path.read_bytes() == original
+    [cut] = _cuts(path.parent)
+    assert cut.read_bytes() == b"\0" * zeros
+    assert cut.stat().st_mode & 0o777 == 0o600
+
+
+def test_zstd_nul_run_inside_the_log_is_still_corruption(tmp_path: Path) -> None:
+    backend, path = _zstd_log(tmp_path)
+    data = path.read_bytes()
+    frames, _ = scan_zstd_frames(data, path=str(path))
+    start, end = frames[3]
+    path.write_bytes(data[:start] + b"\0" * (end - start) + data[end:])
+    with backend.open("s") as handle, pytest.raises(LogCorruptError) as caught:
+        handle.read()
+    assert caught.value.where["byte_offset"] == start
+
+
+# --- item 2: what a repair cuts is saved beside the log first -------------------------------
+
+def test_raw_torn_tail_is_saved_beside_the_log_before_truncation(tmp_path: Path) -> None:
+    backend = JsonlBackend(tmp_path / "root")
+    _four_batches(backend)
+    path = tmp_path / "root" / SESSION_DIR / "session.jsonl"
+    committed = path.read_bytes()
+    fragment = b'{"type":"turn/start","seq":24,"ti'
+    path.write_bytes(committed + fragment)
+    assert backend.saved_cuts("s") == []
+    resumed = open_store(f"jsonl://{tmp_path}/root").load("s")
+    assert resumed.torn is not None
+    assert path.read_bytes() == committed
+    [cut] = _cuts(path.parent)
+    assert cut.read_bytes() == fragment
+    assert cut.name.startswith("session.jsonl.torn-") and cut.name.endswith(f"-{os.getpid()}")
+    assert backend.saved_cuts("s") == [str(cut)]
+
+
+def test_zstd_torn_frame_is_saved_beside_the_log(tmp_path: Path) -> None:
+    import zstandard
+
+    _, path = _zstd_log(tmp_path)
+    committed = path.read_bytes()
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress(b'{"type":"turn/st')
+    path.write_bytes(committed + frame[:-3])
+    open_store(f"jsonl+zstd://{tmp_path}/root").load("s")
+    assert path.read_bytes() == committed
+    [cut] = _cuts(path.parent)
+    assert cut.read_bytes() == frame[:-3]
+
+
+def test_sqlite_torn_rows_are_saved_beside_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    backend = SqliteBackend(db)
+    _four_batches(backend)
+    backend.inject_torn_tail("s")
+    with backend.open("s", "write") as handle:
+        cold = handle.read()
+        assert cold.torn is not None
+        count = len(cold.events)
+        handle.append([make("todo/write", count, {})])
+    [saved] = backend.saved_cuts("s")
+    assert Path(saved).parent == tmp_path / "store.db.dsh-cuts"
+    assert (tmp_path / "store.db.dsh-cuts").stat().st_mode & 0o777 == 0o700
+    text = Path(saved).read_text()
+    assert f'"seq": {count}' in text and text.endswith("\n")
+    backend.close()
+
+
+def test_dsh_verify_lists_saved_cuts(tmp_path: Path) -> None:
+    backend = JsonlBackend(tmp_path / "root")
+    _four_batches(backend)
+    path = tmp_path / "root" / SESSION_DIR / "session.jsonl"
+    path.write_bytes(path.read_bytes() + b'{"type":"tu')
+    open_store(f"jsonl://{tmp_path}/root").load("s")
+    [cut] = _cuts(path.parent)
+    env = {**os.environ, "DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "dsh.cli", "verify", "s", "--store",
+                           f"jsonl://{tmp_path}/root"], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert str(cut) in proc.stderr and "torn-tail repair cut" in proc.stderr
