@@ -1,4 +1,4 @@
-"""Shared fixtures: where the reference data lives (``../shared`` beside the repo by default)."""
+"""Shared fixtures: dsh-written logs in the repo, the corpus outside it, a private HOME."""
 
 from __future__ import annotations
 
@@ -9,15 +9,22 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+DSH_LOGS = REPO / "tests" / "fixtures" / "dsh-logs"
+"""Logs and stores written by the real dsh, with its own answers in ``expected/`` (our own
+generated data, kept in the repository so interop is tested on every clone)."""
+
 
 def shared_path() -> Path:
-    """The read-only reference folder: ``$DSH_SHARED`` or ``<repo>/../shared``."""
+    """The read-only reference folder outside the repository (``$DSH_SHARED`` or
+    ``<repo>/../shared``): third-party transcripts (``corpus/``) and bench workloads."""
     return Path(os.environ.get("DSH_SHARED", REPO.parent / "shared"))
 
 
-@pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    path = shared_path()
-    if not (path / "dsh-logs").is_dir():
-        pytest.skip(f"reference data not found at {path} (set DSH_SHARED)")
-    return path
+@pytest.fixture(autouse=True)
+def _private_home(tmp_path_factory: pytest.TempPathFactory,
+                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # No test may see the machine's ~/.claude, ~/.codex or ~/.dsh: every test (and every
+    # process it starts, which inherits os.environ) gets its own empty HOME and DSH_HOME.
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("DSH_HOME", str(home / ".dsh"))

@@ -27,14 +27,23 @@ def test_readme_opens_with_the_main_job_and_the_test_command() -> None:
 
 
 def test_readme_main_job_imports_lists_and_shows_the_bundled_examples(tmp_path: Path) -> None:
+    # The people the README is for have their own agent logs: a HOME with a Claude Code
+    # project must not change what the main job imports and shows.
     main_job = _indented_commands()[0]
     steps = [s.strip() for s in main_job.split("&&")]
     dsh_steps = [shlex.split(s)[1:] for s in steps if s.startswith(".venv/bin/dsh ")]
     assert [args[0] for args in dsh_steps] == ["import", "ls", "show"]
-    env = {**os.environ, "DSH_HOME": str(tmp_path / "home")}
+    user_home = tmp_path / "user"
+    project = user_home / ".claude" / "projects" / "-home-me-app"
+    project.mkdir(parents=True)
+    (project / "0b9c7e1e-0000-4000-8000-000000000000.jsonl").write_text(
+        '{"type":"user","uuid":"u1","sessionId":"0b9c7e1e-0000-4000-8000-000000000000",'
+        '"timestamp":"2026-02-01T10:00:00Z","message":{"role":"user","content":"mine"}}\n',
+        encoding="utf-8")
+    env = {**os.environ, "DSH_HOME": str(tmp_path / "home"), "HOME": str(user_home)}
     outputs = [subprocess.run([*DSH, *args], env=env, capture_output=True, text=True,
                               check=True, timeout=120).stdout for args in dsh_steps]
-    assert "0 failed" in outputs[0]
+    assert "0 failed" in outputs[0] and "0b9c7e1e" not in outputs[0]
     assert "claude-code" in outputs[1]
     assert "compaction checkpoint" in outputs[2] and "Read config.toml" in outputs[2]
 

@@ -77,7 +77,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Imported:
     if not _example_files():
         pytest.fail(f"no bundled examples in {EXAMPLES}: `dsh import` needs them")
     dsh = Dsh(tmp_path_factory.mktemp("imported"))
-    out = dsh("import").stdout
+    out = dsh("import", "--examples").stdout
     rows = dsh.json("ls", "--json")
     # The session with the most turns (ties: most events, then id) is a stable choice.
     richest = max(rows, key=lambda r: (r["turns"], r["events"], r["id"]))
@@ -254,7 +254,7 @@ def test_import_bundled_examples_then_ls_and_show(imported: Imported) -> None:
 
 
 def test_import_again_is_idempotent(store: Dsh, imported: Imported) -> None:
-    summary = store.json("import", "--json")
+    summary = store.json("import", "--examples", "--json")
     assert summary["imported"] == []
     assert summary["failed"] == []
     assert sorted(s["session"] for s in summary["skipped"]) == sorted(r["id"] for r in
@@ -273,6 +273,36 @@ def test_import_without_path_finds_the_users_claude_code_logs(tmp_path: Path) ->
                                   f"{tmp_path / 'user-home' / '.claude' / 'projects'}")
     assert proc.stdout.endswith("1 imported, 0 skipped (already imported), 0 failed\n")
     assert "(claude-code)" in proc.stdout
+
+
+def test_import_examples_imports_only_the_bundled_examples_beside_user_logs(
+        tmp_path: Path) -> None:
+    # Issue 9 item 1: with the user's own Claude Code logs present, --examples still imports
+    # exactly the bundled examples, and a path with --examples is a usage error.
+    dsh = Dsh(tmp_path)
+    project = tmp_path / "user-home" / ".claude" / "projects" / "-home-demo-app"
+    project.mkdir(parents=True)
+    mine = EXAMPLES / "transcripts" / "claude-code" / "simple.jsonl"
+    record = json.loads(mine.read_text(encoding="utf-8").splitlines()[0])
+    record["sessionId"] = "99999999-0000-4000-8000-000000000000"
+    (project / "mine.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+    proc = dsh("import", "--examples")
+    assert proc.stderr.startswith(f"importing the bundled examples from {EXAMPLES}")
+    imported = [line.split()[1] for line in proc.stdout.splitlines()
+                if line.startswith("imported ")]
+    assert len(imported) == len(_example_files())
+    assert "99999999-0000-4000-8000-000000000000" not in proc.stdout
+    assert str(project) not in proc.stdout
+    proc = dsh("import", "--examples", str(mine), check=2)
+    assert "give paths or --examples, not both" in proc.stderr
+
+
+def test_import_without_path_or_user_logs_points_at_examples(tmp_path: Path) -> None:
+    proc = Dsh(tmp_path)("import", check=1)
+    assert proc.stderr.startswith("error[NOTHING_TO_IMPORT]: nothing to import: no Claude Code "
+                                  "or Codex logs in ")
+    assert "'dsh import --examples'" in proc.stderr
+    assert proc.stdout == ""
 
 
 def test_import_failed_file_reports_reason_and_leaves_nothing(tmp_path: Path) -> None:

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 from typing import Any
 
 from dsh.json import loads
 from dsh.session.events import Event
-
-SHARED = Path(os.environ.get("DSH_SHARED",
-                             Path(__file__).resolve().parents[2].parent / "shared"))
 
 _ids = itertools.count()
 
@@ -105,8 +101,8 @@ def long_session(turns: int = 4) -> Any:
     return session
 
 
-def s5_events(shared: Path) -> list[Event]:
-    root = shared / "dsh-logs" / "jsonl-unpacked" / "main"
+def s5_events(dsh_logs: Path) -> list[Event]:
+    root = dsh_logs / "jsonl-unpacked" / "main"
     path = next(root.glob("*/s5-compaction/session.jsonl"))
     records = path.read_bytes().split(b"\n")
     return [Event(loads(line)) for line in records[1:] if line]

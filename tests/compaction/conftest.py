@@ -6,11 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.compaction.builders import SHARED
+from tests.conftest import DSH_LOGS
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not (SHARED / "dsh-logs").is_dir():
-        pytest.skip(f"REFERENCE DATA MISSING: {SHARED} has no dsh-logs (set DSH_SHARED)")
-    return SHARED
+def dsh_logs() -> Path:
+    return DSH_LOGS

@@ -129,10 +129,10 @@ def test_pruner_result_equals_original_when_called_on_an_empty_surface() -> None
     assert prune_session(new_session()).pruned == ()
 
 
-def test_pruner_reproduces_dsh_seqs_278_279_of_s5(shared_dir: Path) -> None:
+def test_pruner_reproduces_dsh_seqs_278_279_of_s5(dsh_logs: Path) -> None:
     # README (s5-compaction): the real ToolResultPruner ran on seqs 0..277 with thresholdChars
     # 1000, head/tail 300 and wrote seqs 278 (compaction/prune) and 279 (tool/result replace).
-    events = s5_events(shared_dir)
+    events = s5_events(dsh_logs)
     session = new_session("s5-compaction")
     for event in events[:278]:
         session.append(event.type, event.data, surface_op=event.surface_op,
@@ -151,11 +151,11 @@ def test_pruner_reproduces_dsh_seqs_278_279_of_s5(shared_dir: Path) -> None:
     assert result.pruned[0].chars_before == 3604
 
 
-def test_s5_fixture_loads_with_dsh_surface(shared_dir: Path) -> None:
+def test_s5_fixture_loads_with_dsh_surface(dsh_logs: Path) -> None:
     import json
 
-    events = s5_events(shared_dir)
-    expected = json.loads((shared_dir / "dsh-logs" / "expected" / "jsonl-unpacked" / "main" /
+    events = s5_events(dsh_logs)
+    expected = json.loads((dsh_logs / "expected" / "jsonl-unpacked" / "main" /
                            "s5-compaction.json").read_text())
     fold = fold_surface(events)
     assert list(fold.nodes) == expected["surfaceNodes"]

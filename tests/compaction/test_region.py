@@ -694,13 +694,13 @@ def test_session_compaction_state_folds_appends_like_the_backward_scan() -> None
     assert state.latest_end_seed_seq == resumed.seq - 1
 
 
-def test_region_reproduces_the_s5_compaction_bracket(shared_dir: Any) -> None:
+def test_region_reproduces_the_s5_compaction_bracket(dsh_logs: Any) -> None:
     # README s5-compaction: dsh compacted surface [2, 132] between turns 4 and 5 (seqs 273-276).
     # Replaying seqs 0..272 and compacting the same span with the same summary must give the
     # same events except the random ids and the wording of the preamble (ours is our own).
     from tests.compaction.builders import s5_events
 
-    events = s5_events(shared_dir)
+    events = s5_events(dsh_logs)
     session = new_session("s5-compaction")
     for event in events[:273]:
         session.append(event.type, event.data, surface_op=event.surface_op,

@@ -165,7 +165,7 @@ def test_summary_result_requires_raw_output_for_one_llm_stream_call() -> None:
         SummaryResult(summary=(" ",), provider="p", model="m")
 
 
-def test_checkpoint_framing_round_trips_and_reads_dsh_checkpoints(shared_dir: Path) -> None:
+def test_checkpoint_framing_round_trips_and_reads_dsh_checkpoints(dsh_logs: Path) -> None:
     content = frame_checkpoint_content(["part one", "part two"])
     assert content[0]["text"].endswith(f"\n\n{CHECKPOINT_OPEN_TAG}")
     assert content[-1] == {"type": "text", "text": CHECKPOINT_CLOSE_TAG}
@@ -174,7 +174,7 @@ def test_checkpoint_framing_round_trips_and_reads_dsh_checkpoints(shared_dir: Pa
     assert ours["source"] == {"kind": "plugin", "plugin": "compact", "compactionId": "c",
                               "sourceCommandId": "cmd"}
     # dsh's own checkpoint (s5 seq 275) has a different preamble but the same frame
-    events = s5_events(shared_dir)
+    events = s5_events(dsh_logs)
     theirs = events[275]["data"]
     assert is_checkpoint_source(theirs["source"])
     assert extract_checkpoint_summary(theirs) == events[274]["data"]["summary"][0]["text"]

@@ -47,25 +47,25 @@ def test_message_system_and_tools_prices() -> None:
     assert estimate_tools_tokens([{"name": "x"}]) == 4 + 4  # [{"name":"x"}] = 14 units
 
 
-def test_token_estimate_matches_dsh_shadowed_token_count_of_s5(shared_dir: Path) -> None:
+def test_token_estimate_matches_dsh_shadowed_token_count_of_s5(dsh_logs: Path) -> None:
     # The logged compaction/summary.shadowedTokenCount (seq 274) is the meter's price of the
     # shadowed nodes; ours must be the same number.
-    events = s5_events(shared_dir)
+    events = s5_events(dsh_logs)
     summary = events[274]["data"]
     prices = [estimate_event_tokens(events[s]) for s in summary["shadowedSeqs"]]
     assert prices == [23, 63, 30, 38, 17, 55, 40, 46]
     assert sum(prices) == summary["shadowedTokenCount"] == 312
 
 
-def test_token_estimate_matches_dsh_prune_price_of_s5(shared_dir: Path) -> None:
+def test_token_estimate_matches_dsh_prune_price_of_s5(dsh_logs: Path) -> None:
     # compaction/prune.shadowedTokenCount (seq 278) prices the original tool result (seq 170),
     # whose text holds non-ASCII check marks (UTF-16 counting matters).
-    events = s5_events(shared_dir)
+    events = s5_events(dsh_logs)
     assert estimate_event_tokens(events[170]) == events[278]["data"]["shadowedTokenCount"] == 913
 
 
-def test_dsh_checkpoint_is_smaller_than_what_it_shadows(shared_dir: Path) -> None:
-    events = s5_events(shared_dir)
+def test_dsh_checkpoint_is_smaller_than_what_it_shadows(dsh_logs: Path) -> None:
+    events = s5_events(dsh_logs)
     assert estimate_event_tokens(events[275]) == 240 < 312
 
 

@@ -18,7 +18,9 @@ EXAMPLES = REPO / "src" / "dsh" / "examples" / "transcripts"
 
 def corpus_dir() -> Path:
     if not (CORPUS / "MANIFEST.json").is_file():
-        pytest.skip(f"REFERENCE DATA MISSING: no corpus at {CORPUS} (set DSH_SHARED)")
+        pytest.skip(f"SKIPPED: third-party transcripts (the shared corpus) not found at "
+                    f"{CORPUS}; this corpus test needs them (set DSH_SHARED to the folder "
+                    "holding corpus/)")
     return CORPUS
 
 

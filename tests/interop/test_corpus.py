@@ -24,7 +24,8 @@ from dsh.interop import (
 from dsh.session.invariants import check_log
 from dsh.session.repair import interrupted_turn_closers
 from dsh.session.session import Session
-from tests.interop.helpers import CORPUS, corpus_dir, facts, live
+from tests.conftest import DSH_LOGS
+from tests.interop.helpers import corpus_dir, facts, live
 
 
 def F(prompts: int, calls: int, results: int, *, compactions: int = 0, children: int = 0,
@@ -301,9 +302,8 @@ def test_dsh_log_import_expands_packed_chunk_rows() -> None:
 
 
 def test_dsh_log_import_reads_real_logs_from_dsh_logs() -> None:
-    logs = sorted((CORPUS.parent / "dsh-logs" / "jsonl" / "main").glob("*/*/session.jsonl"))
-    if not logs:
-        pytest.skip("REFERENCE DATA MISSING: no dsh-logs/jsonl/main")
+    logs = sorted((DSH_LOGS / "jsonl" / "main").glob("*/*/session.jsonl"))
+    assert len(logs) == 3
     for log in logs:
         [imported] = import_file(log)
         first = Path(log).read_text().split("\n")[1]

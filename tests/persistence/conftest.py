@@ -16,6 +16,7 @@ import pytest
 
 from dsh.persistence import open_store
 from dsh.persistence.coordinator import Persistence
+from tests.conftest import DSH_LOGS
 
 HAS_SQLITE = importlib.util.find_spec("dsh.persistence.sqlite") is not None
 
@@ -76,8 +77,4 @@ def inject_torn_tail(persistence: Persistence, session_id: str) -> bool:
 
 @pytest.fixture(scope="session")
 def dsh_logs() -> Path:
-    root = Path(os.environ.get(
-        "DSH_SHARED", Path(__file__).resolve().parents[2].parent / "shared")) / "dsh-logs"
-    if not root.is_dir():
-        pytest.skip(f"SKIPPED LOUDLY: dsh reference logs not found at {root} (set DSH_SHARED)")
-    return root
+    return DSH_LOGS

@@ -1,8 +1,8 @@
 """Interop: SQLite stores written by the real dsh load here exactly as dsh reads them.
 
-Reference data: ``shared/dsh-logs/sqlite/`` (schema 14, written by the published
+Reference data: ``tests/fixtures/dsh-logs/sqlite/`` (schema 14, written by the published
 ``dsh-session-persistence-sqlite`` 0.0.1-rc.1) and dsh's own decoded views in
-``shared/dsh-logs/expected/sqlite/<store>/<id>.json`` (keys: ``meta``, ``events``,
+``tests/fixtures/dsh-logs/expected/sqlite/<store>/<id>.json`` (keys: ``meta``, ``events``,
 ``eventCount``, ``surfaceNodes``, ``replaceGeneration``, ``messages``). DESIGN §4 (interop),
 persistence spec §5.9, §10.8. The originals are read-only: every test works on a copy, and the
 crash store is copied with its ``-wal`` and ``-shm`` files together.
@@ -25,15 +25,10 @@ from dsh.persistence._sqlite_schema import (
     schema_objects,
 )
 from dsh.persistence.sqlite import SqliteBackend
+from tests.conftest import DSH_LOGS
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("DSH_SHARED", REPO.parent / "shared"))
-SQLITE_DIR = SHARED / "dsh-logs" / "sqlite"
-EXPECTED_DIR = SHARED / "dsh-logs" / "expected" / "sqlite"
-
-pytestmark = pytest.mark.skipif(
-    not SQLITE_DIR.is_dir(),
-    reason=f"SKIPPED LOUDLY: dsh SQLite fixtures not found at {SQLITE_DIR} (set DSH_SHARED)")
+SQLITE_DIR = DSH_LOGS / "sqlite"
+EXPECTED_DIR = DSH_LOGS / "expected" / "sqlite"
 
 STORES = ("main", "crash-before-resume", "crash-after-resume")
 

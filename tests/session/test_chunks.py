@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from dsh.errors import EventRejectedError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, dumps, loads, snapshot_json
 from dsh.session.chunks import MIN_RUN, decode_storage_record, pack_chunk_runs
 from dsh.session.events import Event
+from tests.conftest import DSH_LOGS
 from tests.session._log_strategies import MAX_EXAMPLES, chunk_batches, ev
 
 
@@ -316,11 +316,7 @@ def test_chunks_json_serialized_pack_decode_reproduces_every_batch_exactly(
 
 
 def _dsh_logs() -> Path:
-    default = Path(__file__).resolve().parents[2].parent / "shared"
-    root = Path(os.environ.get("DSH_SHARED", default)) / "dsh-logs"
-    if not root.is_dir():
-        pytest.skip(f"SKIPPED LOUDLY: dsh-logs not found at {root}; set DSH_SHARED")
-    return root
+    return DSH_LOGS
 
 
 @pytest.mark.parametrize("store", ["jsonl", "jsonl-unpacked"])

@@ -6,7 +6,6 @@ dsh's repaired views event for event"). Only the model-facing wording is ours.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,22 +16,14 @@ from dsh.session.chunks import decode_storage_record
 from dsh.session.events import Event
 from dsh.session.invariants import check_log
 from dsh.session.repair import interrupted_turn_closers
+from tests.conftest import DSH_LOGS
 
 SESSIONS = ["s2a-crash-after-tool-call", "s2b-crash-before-tool-call", "s2c-crash-mid-stream"]
 
 
-def _shared() -> Path:
-    default = Path(__file__).resolve().parents[2].parent / "shared"
-    return Path(os.environ.get("DSH_SHARED", default))
-
-
 @pytest.fixture(scope="module")
 def jsonl_root() -> Path:
-    root = _shared() / "dsh-logs" / "jsonl"
-    if not root.is_dir():
-        pytest.skip(f"SKIPPED LOUDLY: dsh crash fixtures not found at {root}; set DSH_SHARED "
-                    "to the shared reference folder")
-    return root
+    return DSH_LOGS / "jsonl"
 
 
 def _session_file(root: Path, store: str, session_id: str) -> Path:

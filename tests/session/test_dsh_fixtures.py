@@ -1,13 +1,12 @@
 """Logs written by the real dsh restore here with dsh's own surface and messages (DESIGN §4).
 
-Fixtures live in ``$DSH_SHARED/dsh-logs`` (default ``<repo>/../shared``); see its README.
+Fixtures live in ``tests/fixtures/dsh-logs``; see its README.
 ``jsonl-unpacked/main`` holds one event per line, so the core can read it without the chunk-row
 decoder: line 1 is the header (with ``"type": "session"``), every other line one event.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +17,11 @@ from dsh.json import FrozenDict, json_equal, loads, thaw
 from dsh.session.events import Event
 from dsh.session.session import Session
 from dsh.session.surface import fold_surface
+from tests.conftest import DSH_LOGS
 
-
-def _shared() -> Path:
-    default = Path(__file__).resolve().parents[2].parent / "shared"
-    return Path(os.environ.get("DSH_SHARED", default))
-
-
-LOGS = _shared() / "dsh-logs"
+LOGS = DSH_LOGS
 UNPACKED = sorted((LOGS / "jsonl-unpacked" / "main").glob("*/*/session.jsonl"))
 EXPECTED = sorted((LOGS / "expected").glob("*/*/*.json"))
-
-
-def _require_fixtures() -> None:
-    if not LOGS.is_dir():
-        pytest.skip(f"dsh reference logs not found at {LOGS} (set DSH_SHARED to the shared dir)")
 
 
 def read_jsonl(path: Path) -> tuple[FrozenDict, list[Event]]:
@@ -58,7 +47,6 @@ def expected_for(session_id: str) -> dict[str, Any]:
 @pytest.mark.parametrize("path", UNPACKED or [None], ids=lambda p: p.parent.name if p else "none")
 def test_dsh_fixture_unpacked_jsonl_restores_with_dsh_surface_and_messages(
         path: Path | None) -> None:
-    _require_fixtures()
     assert path is not None, "no session.jsonl under jsonl-unpacked/main"
     header, events = read_jsonl(path)
     expected = expected_for(header["id"])
@@ -81,7 +69,6 @@ def test_dsh_fixture_unpacked_jsonl_restores_with_dsh_surface_and_messages(
 def test_dsh_fixture_expected_views_restore_with_dsh_surface_and_messages(
         path: Path | None) -> None:
     # Every store's decoded view (including crash views with dsh's in-memory closers).
-    _require_fixtures()
     assert path is not None, "no expected/*.json files"
     expected = loads(path.read_bytes())
     header = expected["meta"]
@@ -97,7 +84,6 @@ def test_dsh_fixture_expected_views_restore_with_dsh_surface_and_messages(
 
 def test_dsh_fixture_fork_child_is_seeded_by_its_header() -> None:
     # s4 was forked by dsh at seq 134: header seedLength 135, dsh's plain end-seed at 135.
-    _require_fixtures()
     path = next((p for p in UNPACKED if p.parent.name == "s4-fork-of-s1"), None)
     if path is None:
         pytest.skip("s4-fork-of-s1 fixture not present")
@@ -113,7 +99,6 @@ def test_dsh_fixture_fork_child_is_seeded_by_its_header() -> None:
 def test_dsh_fixture_s4_equals_our_fork_of_s1_at_134() -> None:
     # Issue 4: dsh's s4-fork-of-s1 equals a fork we make of s1 at seq 134 in every event up to
     # the end-seed (ids and times of the inherited events identical), header lineage included.
-    _require_fixtures()
     by_name = {p.parent.name: p for p in UNPACKED}
     if "s1-normal" not in by_name or "s4-fork-of-s1" not in by_name:
         pytest.skip("s1-normal / s4-fork-of-s1 fixtures not present")

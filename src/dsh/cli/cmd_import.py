@@ -183,11 +183,41 @@ def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
     return report
 
 
+def _default_roots(examples: bool, err: Console) -> list[Path]:
+    """What ``dsh import`` reads without a path: the bundled examples, or the user's own logs.
+
+    Raises:
+        ConfigError: code ``NOTHING_TO_IMPORT`` when there is nothing of the kind asked for.
+    """
+    if examples:
+        bundled = examples_dir()
+        if bundled is None:
+            raise ConfigError("this install has no bundled examples (they are package data "
+                              "of dsh); reinstall dsh, or pass a file or folder to import",
+                              code="NOTHING_TO_IMPORT")
+        err.print(f"importing the bundled examples from {bundled}", markup=False,
+                  highlight=False)
+        return [bundled]
+    roots = user_log_dirs()
+    if not roots:
+        home = Path.home()
+        raise ConfigError(f"nothing to import: no Claude Code or Codex logs in "
+                          f"{home / '.claude' / 'projects'} or {home / '.codex' / 'sessions'}; "
+                          "pass a file or folder, or try the bundled examples with "
+                          "'dsh import --examples'", code="NOTHING_TO_IMPORT")
+    err.print(f"importing your agent logs from {', '.join(map(str, roots))}", markup=False,
+              highlight=False)
+    return roots
+
+
 def import_(
     paths: Annotated[list[Path] | None, typer.Argument(
-        metavar="[PATH]...", show_default=False,
+        metavar="[PATH...]", show_default=False,
         help="Files or folders to import. Without a path: your own Claude Code and Codex logs "
-             "(~/.claude/projects, ~/.codex/sessions), else the bundled examples.")] = None,
+             "(~/.claude/projects, ~/.codex/sessions).")] = None,
+    examples: Annotated[bool, typer.Option(
+        "--examples", help="Import the transcripts bundled with dsh (a demo), nothing else.")
+    ] = False,
     format: Annotated[ImportFormat, typer.Option(
         "--format", help="Source format; auto detects it per file.")] = ImportFormat.auto,
     store: StoreOption = None,
@@ -201,27 +231,18 @@ def import_(
     """
     json_mode(json_)
     err = stderr_console()
+    if examples and paths:
+        raise typer.BadParameter("give paths or --examples, not both",
+                                 param_hint="'PATH' / '--examples'")
     if not paths:
-        roots = user_log_dirs()
-        if roots:
-            err.print(f"importing your agent logs from {', '.join(map(str, roots))}")
-        else:
-            bundled = examples_dir()
-            if bundled is None:
-                raise ConfigError("nothing to import: no path given, no Claude Code or Codex "
-                                  "logs found, and this install has no bundled examples; "
-                                  "pass a file or folder")
-            err.print(f"no Claude Code or Codex logs found; importing the bundled examples "
-                      f"from {bundled}")
-            roots = [bundled]
-        paths = roots
+        paths = _default_roots(examples, err)
     with cli_store(store) as persistence:
         report = _import_paths(persistence, paths, str(format.value), err)
     if json_:
         render.write_json(report.to_json())
     else:
-        stdout_console().print(render.render_import_summary(report.imported, report.skipped,
-                               report.failed, report.ignored))
+        stdout_console().print(render.render_import_summary(
+            report.imported, report.skipped, report.failed, report.ignored))
     if report.failed:
         raise typer.Exit(EXIT_FAILED)
 
