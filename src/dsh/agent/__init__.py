@@ -15,6 +15,14 @@ from dsh.agent.provider import (
     StreamAssembler,
     failure_error,
 )
+from dsh.agent.recorder import (
+    ABORTED_BEFORE_DISPATCH,
+    ABORTED_BEFORE_DISPATCH_TEXT,
+    Recorder,
+    StepRecorder,
+    TurnRecorder,
+    turn_end_reason,
+)
 from dsh.agent.scripted import (
     ScriptedCall,
     ScriptedFailure,
@@ -26,6 +34,8 @@ from dsh.agent.scripted import (
 from dsh.errors import AgentError, LlmFailureError
 
 __all__ = [
+    "ABORTED_BEFORE_DISPATCH",
+    "ABORTED_BEFORE_DISPATCH_TEXT",
     "RETRYABLE_FAILURE_CODES",
     "AgentError",
     "FinishKind",
@@ -33,12 +43,16 @@ __all__ = [
     "LlmRequest",
     "LlmResponse",
     "Provider",
+    "Recorder",
     "ScriptStep",
     "ScriptedCall",
     "ScriptedFailure",
     "ScriptedProvider",
     "ScriptedReply",
     "ScriptedStall",
+    "StepRecorder",
     "StreamAssembler",
+    "TurnRecorder",
     "failure_error",
+    "turn_end_reason",
 ]
