@@ -287,6 +287,9 @@ class _Tail:
     torn: TornTail | None
     durable_count: int
     durable_size: int
+    # A failed write or fsync could not truncate its bytes away: the file's real end is past
+    # ``size`` and nothing may be written (O_APPEND would land after them) until it is fixed.
+    end_unknown: bool = False
 
 
 class JsonlHandle(HandleBase):
@@ -360,6 +363,8 @@ class JsonlHandle(HandleBase):
         torn = tail.torn
         if not batch and torn is None:
             return
+        if tail.end_unknown:
+            self._restore_end()
         if not tail.materialized:
             if batch:
                 self._materialize(batch)
@@ -401,6 +406,33 @@ class JsonlHandle(HandleBase):
         os.fsync(fd)
         tail.size = tail.durable_size = torn.byte_offset
 
+    def _restore_end(self) -> None:
+        """Cut the bytes a failed rollback left after ``tail.size``, or refuse to write.
+
+        Those bytes are this handle's own unacknowledged batch (it holds the session lock), so
+        removing them loses nothing that was acknowledged; writing after them would store the
+        batch twice (a duplicate seq that no reader accepts).
+
+        Raises:
+            PersistenceError: code ``LOG_END_UNKNOWN``: the truncation failed again; nothing is
+                written through this handle until a retry succeeds.
+        """
+        tail = self._tail
+        assert tail is not None
+        fd = self._append_fd()
+        try:
+            if os.fstat(fd).st_size != tail.size:
+                self._backend._os_ftruncate(fd, tail.size)
+                self._backend._os_fsync(fd)
+        except OSError as exc:
+            raise PersistenceError(
+                f"session {self._id!r}: an earlier failed write left unacknowledged bytes after "
+                f"byte {tail.size} of {self.path}, and removing them failed again ({exc}); "
+                f"nothing more is written through this handle until that succeeds (free disk "
+                f"space, then retry the flush)", code="LOG_END_UNKNOWN", session_id=self._id,
+                path=str(self.path), byte_offset=tail.size) from exc
+        tail.end_unknown = False
+
     def _append_fd(self) -> int:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
@@ -418,7 +450,10 @@ class JsonlHandle(HandleBase):
                 written += self._backend._os_write(fd, view[written:])
         except BaseException:
             # persistence spec §4.8: roll back partial bytes so a retry leaves no seq gap
-            os.ftruncate(fd, before)
+            try:
+                self._backend._os_ftruncate(fd, before)
+            except OSError:
+                tail.end_unknown = True
             raise
         tail.size = before + len(payload)
 
@@ -449,9 +484,11 @@ class JsonlHandle(HandleBase):
         try:
             self._backend._os_fsync(self._fd)
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, tail.durable_size)
+            try:
+                self._backend._os_ftruncate(self._fd, tail.durable_size)
                 os.fsync(self._fd)
+            except OSError:
+                tail.end_unknown = True
             tail.size = tail.durable_size
             tail.count = tail.durable_count
             raise
@@ -507,6 +544,7 @@ class JsonlBackend:
         # indirections so tests can inject I/O faults
         self._os_write = os.write
         self._os_fsync = os.fsync
+        self._os_ftruncate = os.ftruncate
 
     @property
     def url(self) -> str:
