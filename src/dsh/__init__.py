@@ -5,8 +5,10 @@ person reads is another view of it (the transcript). Crashes are repaired by app
 a fork copies a prefix and marks the cut, and compaction shadows a surface range with a summary
 while the log keeps every byte. Persistence (JSONL, SQLite) sits behind one handle contract.
 
-Start with :class:`Session` (in memory), :class:`SessionStore` (live sessions, fork, flush) and
-:func:`open_store` (a persistence backend from a URL such as ``sqlite:///path/sessions.db``).
+Start with ``with dsh.open("sqlite:///path/sessions.db") as store:`` (a :class:`SessionStore`
+bound to a store URL; ``store.session(id)`` resumes or creates a :class:`Session`; leaving the
+block drains every write to disk). :class:`Session` alone is an in-memory log;
+:func:`open_store` gives the persistence facade for whole-store operations.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from dsh.messages import (
     create_user_message,
 )
 from dsh.persistence import open_store
+from dsh.persistence.sessions import open
 from dsh.session import (
     SESSION_FORMAT_VERSION,
     TOOL_NOT_STARTED,
@@ -105,6 +108,7 @@ __all__ = [
     "derive_event_message",
     "fold_surface",
     "interrupted_turn_closers",
+    "open",
     "open_store",
     "open_turn_closers",
     "prune_session",
@@ -119,3 +123,8 @@ for _name in __all__:
     if isinstance(_obj, type) and _obj.__module__.startswith("dsh."):
         _obj.__module__ = "dsh"
 del _name, _obj
+
+
+def __dir__() -> list[str]:
+    # dir(dsh) is the public API: not the submodules bound as attributes by their import.
+    return sorted([*__all__, "__version__"])

@@ -419,6 +419,8 @@ class LlmSummarizer:
         provider: Recorded as ``compaction/summary.provider``.
         model: Recorded as ``compaction/summary.model``.
         max_tokens: Generation cap recorded as ``maxTokens`` (default 8192, §9.7).
+        new_id: Returns the id of the instruction message (default: a random UUID4).
+
     Raises (from summarize):
         CompactionError: code ``summary`` when the model returned no non-blank text.
     """
@@ -428,12 +430,12 @@ class LlmSummarizer:
     provider: str = "llm"
     model: str = "unknown"
     max_tokens: int = 8192
-    _id: Callable[[], str] = field(default=lambda: str(uuid.uuid4()), repr=False)
+    new_id: Callable[[], str] = field(default=lambda: str(uuid.uuid4()), repr=False)
 
     def request(self, messages: Sequence[Message]) -> list[Message]:
         """Return the request messages: the span, then the instruction as a user message."""
         instruction = FrozenDict({
-            "id": self._id(), "role": "user",
+            "id": self.new_id(), "role": "user",
             "content": FrozenList([FrozenDict({"type": "text", "text": COMPACTION_INSTRUCTION})]),
             "source": _INSTRUCTION_SOURCE})
         return [*messages, instruction]

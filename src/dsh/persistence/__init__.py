@@ -173,4 +173,12 @@ def __getattr__(name: str) -> object:
     if name in ("Inspection", "Persistence", "WriteBehind"):
         from dsh.persistence import coordinator
         return getattr(coordinator, name)
-    raise AttributeError(name)
+    if not name.startswith("__"):
+        # `dsh.persistence.coordinator.Persistence` works without importing the submodule
+        # first, as help() and tab completion expect.
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

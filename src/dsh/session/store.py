@@ -16,8 +16,11 @@ Invariants this module owns (core spec §10, §14.1; seed ch. 28):
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import TracebackType
 from typing import Any, Final, Literal, Protocol
 
 from dsh.errors import ConfigError, SessionExistsError, SessionForkError, SessionNotFoundError
@@ -52,13 +55,32 @@ class StoreObserver(Protocol):
 
 
 class Persistence(Protocol):
-    """A persistence attachment: ``bind(store)`` returns an observer; ``resume`` rebuilds."""
+    """A persistence attachment: ``bind(store)`` returns an observer; ``resume`` rebuilds.
+
+    Optional methods the store uses when present: ``exists(session_id) -> bool`` (for
+    :meth:`SessionStore.session`) and ``close()`` (called by :meth:`SessionStore.close`).
+    """
 
     def bind(self, store: SessionStore) -> Any:
         """Return the observer that persists this store's sessions."""
 
     def resume(self, store: SessionStore, session_id: str) -> Session:
         """Load, repair and publish the stored session ``session_id`` into ``store``."""
+
+
+_OPEN_STORES: weakref.WeakSet[SessionStore] = weakref.WeakSet()
+"""Stores with a persistence attachment that were not closed yet (drained at exit)."""
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    # A script that ends without close() or flush() must not lose what it appended: the
+    # write-behind window may still hold events. Runs before module teardown.
+    for store in list(_OPEN_STORES):
+        try:
+            store.close()
+        except Exception:
+            logger.exception("closing a SessionStore left open at interpreter exit failed")
 
 
 class _Entry:
@@ -115,8 +137,10 @@ class SessionStore:
         self._observers: tuple[Any, ...] = ()
         self._clock: Clock = clock or wall_clock_ms
         self._persistence = persistence
+        self._closed = False
         if persistence is not None:
             self.observe(persistence.bind(self))
+            _OPEN_STORES.add(self)
 
     # observers ------------------------------------------------------------------------------
 
@@ -163,6 +187,7 @@ class SessionStore:
 
         Rule: core spec §14.1 ``prepare``.
         """
+        self._check_open()
         sid = self._mint_id() if session_id is None else session_id
         if sid in self._entries:
             raise SessionExistsError(f'session "{sid}" already exists', session_id=sid)
@@ -375,11 +400,85 @@ class SessionStore:
 
         Rule: seed ch. 28 (resume: write ownership, cold read, closers, restore).
         """
+        self._check_open()
         if self._persistence is None:
             raise ConfigError("cannot resume: no persistence backend is attached (pass "
-                              "persistence= to SessionStore)", code="NO_PERSISTENCE",
-                              session_id=session_id)
+                              "persistence= to SessionStore, or use dsh.open(url))",
+                              code="NO_PERSISTENCE", session_id=session_id)
         return self._persistence.resume(self, session_id)
+
+    def session(self, session_id: str, *, header: Mapping[str, Any] | None = None) -> Session:
+        """Return session ``session_id`` ready to append to: live, resumed, or new.
+
+        The live session when it is in this store; else the stored log resumed (an interrupted
+        turn is closed first, see :meth:`resume`); else a new, empty session created with
+        ``header`` (see :meth:`prepare`).
+
+        Raises:
+            SessionBusyError: the stored session is open for writing by another process.
+            ConfigError: the store is closed (``STORE_CLOSED``).
+            DshError: whatever :meth:`resume` or :meth:`create` raises (corrupt log, ...).
+        """
+        self._check_open()
+        live = self.get(session_id)
+        if live is not None:
+            return live
+        exists = getattr(self._persistence, "exists", None)
+        if exists is not None and exists(session_id):
+            return self.resume(session_id)
+        return self.create(session_id, header=header)
+
+    # teardown -------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError("this SessionStore is closed; open a new one (dsh.open(url))",
+                              code="STORE_CLOSED")
+
+    def close(self) -> None:
+        """Drain every live session to disk, dispose it, then close the persistence.
+
+        Each live session is flushed (the durability barrier) and disposed, which releases its
+        write ownership; then the attachment's ``close()`` runs (for a store from
+        :func:`dsh.open`, the backend is closed). Every step is attempted even when one
+        fails. Idempotent. A store with a persistence attachment that is never closed is
+        closed at interpreter exit.
+
+        Raises:
+            WriteFailedError: a drain failed (the first failure, after every step ran; the
+                events stay in memory).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        _OPEN_STORES.discard(self)
+        failures: list[Exception] = []
+        for live in self.list():
+            try:
+                self.flush(live)
+            except Exception as exc:  # collected: the other sessions are still drained
+                failures.append(exc)
+            self.dispose(live)
+        close = getattr(self._persistence, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception as exc:  # collected like the flushes; the first is raised
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
     # fork -----------------------------------------------------------------------------------
 
