@@ -1,0 +1,70 @@
+"""Shared helpers of the provider tests: requests from messages, draining a provider stream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from dsh.agent.provider import LlmRequest, StreamAssembler
+from dsh.json import snapshot_json
+from dsh.messages import (
+    create_assistant_message,
+    create_tool_result_message,
+    create_user_message,
+)
+
+READ_TOOL = {"name": "read_file", "description": "Read a file.",
+             "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                            "required": ["path"]}}
+
+
+def request(messages: Sequence[Any], *, provider: str = "openai", model: str = "gpt-test",
+            system: str | None = "Be brief.", tools: Sequence[Any] = (),
+            **config: Any) -> LlmRequest:
+    header: dict[str, Any] = {"config": {"provider": provider, "model": model, **config}}
+    if system:
+        header["system"] = system
+    if tools:
+        header["tools"] = list(tools)
+    return LlmRequest(session_id="s1", messages=tuple(snapshot_json(m) for m in messages),
+                      header=snapshot_json(header))
+
+
+def user(text: str) -> Any:
+    return create_user_message({"content": [{"type": "text", "text": text}],
+                                "source": {"kind": "user"}})
+
+
+def assistant(*blocks: Any, provider: str = "openai", model: str = "gpt-test") -> Any:
+    return create_assistant_message(content=list(blocks), provider=provider, model=model)
+
+
+def result(call_id: str, text: str) -> Any:
+    return create_tool_result_message(call_id=call_id,
+                                      content=[{"type": "text", "text": text}])
+
+
+def drain(provider: Any, req: LlmRequest) -> list[dict[str, Any]]:
+    async def go() -> list[dict[str, Any]]:
+        try:
+            return [dict(c) async for c in provider.stream(req)]
+        finally:
+            await provider.aclose()
+    return asyncio.run(go())
+
+
+def assemble(chunks: Sequence[dict[str, Any]]) -> Any:
+    assembler = StreamAssembler()
+    for chunk in chunks:
+        assembler.feed(chunk)
+    return assembler.response()
+
+
+def plain(value: Any) -> Any:
+    """Frozen containers as plain dict/list, for equality with parsed JSON."""
+    if isinstance(value, dict | type(snapshot_json({}))):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
