@@ -6,6 +6,9 @@ log it produces is well formed by construction (persistence spec §8.4).
 
 from __future__ import annotations
 
+from dsh.agent.builtin import ShellApproval, ShellRequest, refuse_all, shell_tool, workspace_tools
+from dsh.agent.inbox import Inbox, InboxTarget
+from dsh.agent.loop import Agent, InvariantStats, RetryPolicy, TurnResult
 from dsh.agent.provider import (
     RETRYABLE_FAILURE_CODES,
     FinishKind,
@@ -31,28 +34,45 @@ from dsh.agent.scripted import (
     ScriptedStall,
     ScriptStep,
 )
+from dsh.agent.tools import DEFAULT_TOOL_TIMEOUT_MS, Tool, ToolContext, ToolOutput, tool
 from dsh.errors import AgentError, LlmFailureError
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",
     "ABORTED_BEFORE_DISPATCH_TEXT",
+    "DEFAULT_TOOL_TIMEOUT_MS",
     "RETRYABLE_FAILURE_CODES",
+    "Agent",
     "AgentError",
     "FinishKind",
+    "Inbox",
+    "InboxTarget",
+    "InvariantStats",
     "LlmFailureError",
     "LlmRequest",
     "LlmResponse",
     "Provider",
     "Recorder",
+    "RetryPolicy",
     "ScriptStep",
     "ScriptedCall",
     "ScriptedFailure",
     "ScriptedProvider",
     "ScriptedReply",
     "ScriptedStall",
+    "ShellApproval",
+    "ShellRequest",
     "StepRecorder",
     "StreamAssembler",
+    "Tool",
+    "ToolContext",
+    "ToolOutput",
     "TurnRecorder",
+    "TurnResult",
     "failure_error",
+    "refuse_all",
+    "shell_tool",
+    "tool",
     "turn_end_reason",
+    "workspace_tools",
 ]

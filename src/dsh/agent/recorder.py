@@ -254,6 +254,10 @@ class Recorder:
                              code="RECORDER", session_id=self._session.id)
         return self._append(type, data, ignorable=True)
 
+    def _agent_event(self, type: str, data: JsonValue) -> Event:
+        """Append a log-only event of the agent's own (inbox splices, retries), ignorable."""
+        return self._append(type, data, ignorable=True)
+
     def flush(self) -> bool:
         """The durability barrier: wait until everything appended is stored.
 

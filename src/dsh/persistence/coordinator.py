@@ -22,7 +22,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Protocol
@@ -846,8 +846,13 @@ class Persistence:
             self._observers[id(store)] = observer
         return observer
 
-    def resume(self, store: Any, session_id: str) -> Any:
+    def resume(self, store: Any, session_id: str, *,
+               on_handle: Callable[[Handle], object] | None = None) -> Any:
         """Resume a stored session into ``store`` (seed ch. 28 order; spec §7).
+
+        ``on_handle(handle)`` is called with the write handle as soon as it is open, so a
+        caller running this in a worker thread can close it to abandon a backend call that
+        never returns (the agent loop's cancellable resume does).
 
         1. refuse a live id; open the session for writing first (exclusive: a concurrent
            resume, in this process or another, gets ``SessionBusyError``);
@@ -878,6 +883,8 @@ class Persistence:
         handle = self.backend.open(session_id, "write")
         observer: PersistenceObserver | None = None
         try:
+            if on_handle is not None:
+                on_handle(handle)
             cold = handle.read(0)
             events, closers = read_pipeline(session_id, cold, path=_raw_path(handle))
             seed = events + closers

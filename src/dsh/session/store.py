@@ -142,6 +142,11 @@ class SessionStore:
             self.observe(persistence.bind(self))
             _OPEN_STORES.add(self)
 
+    @property
+    def persistence(self) -> Persistence | None:
+        """The persistence attachment given at construction, or None."""
+        return self._persistence
+
     # observers ------------------------------------------------------------------------------
 
     def observe(self, observer: Any) -> Callable[[], None]:
