@@ -485,11 +485,622 @@ untrack(PyObject *module, PyObject *obj)
     return PyBool_FromLong(untrack_checked(obj));
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Record decoding and seed pre-scans (the load path, DESIGN §3.3 / persistence spec §4).
+ *
+ * Each function below does the common case in one C pass and stops (or reports an index)
+ * wherever Python has something to judge; the Python code it shortcuts stays the reference,
+ * produces every error message, and runs alone when this module is missing.
+ */
+
+static PyObject *s_type, *s_seq, *s_time, *s_data, *s_seq0, *s_time0, *s_turn, *s_step,
+    *s_index, *s_dt, *s_texts, *s_id, *s_name, *s_args, *s_chunk, *s_text, *s_arguments_delta,
+    *s_assistant_chunk, *s_text_chunks, *s_reasoning_chunks, *s_tool_chunks, *s_text_delta,
+    *s_reasoning_delta, *s_tool_delta, *s_reason, *s_kind, *s_trigger, *s_message, *s_role,
+    *s_content, *s_source, *s_provenance, *s_call_id, *s_is_error, *s_error, *s_ignorable,
+    *s_fallback, *s_request_header, *s_request_header_delta, *s_mode_set, *s_steering,
+    *s_turn_start, *s_turn_end, *s_user_message, *s_assistant_message, *s_tool_result,
+    *s_end_seed, *s_completed, *s_blocked, *s_max_tokens, *s_interrupted, *s_aborted,
+    *s_disposed, *s_error_kind;
+
+static int
+intern_strings(void)
+{
+#define INTERN(var, text) \
+    if (var == NULL && (var = PyUnicode_InternFromString(text)) == NULL) { return -1; }
+    INTERN(s_type, "type") INTERN(s_seq, "seq") INTERN(s_time, "time") INTERN(s_data, "data")
+    INTERN(s_seq0, "seq0") INTERN(s_time0, "time0") INTERN(s_turn, "turn")
+    INTERN(s_step, "step") INTERN(s_index, "index") INTERN(s_dt, "dt")
+    INTERN(s_texts, "texts") INTERN(s_id, "id") INTERN(s_name, "name") INTERN(s_args, "args")
+    INTERN(s_chunk, "chunk") INTERN(s_text, "text")
+    INTERN(s_arguments_delta, "argumentsDelta")
+    INTERN(s_assistant_chunk, "assistant/chunk") INTERN(s_text_chunks, "text-chunks")
+    INTERN(s_reasoning_chunks, "reasoning-chunks") INTERN(s_tool_chunks, "tool-call-chunks")
+    INTERN(s_text_delta, "text-delta") INTERN(s_reasoning_delta, "reasoning-delta")
+    INTERN(s_tool_delta, "tool-call-delta") INTERN(s_reason, "reason") INTERN(s_kind, "kind")
+    INTERN(s_trigger, "trigger") INTERN(s_message, "message") INTERN(s_role, "role")
+    INTERN(s_content, "content") INTERN(s_source, "source")
+    INTERN(s_provenance, "provenance") INTERN(s_call_id, "callId")
+    INTERN(s_is_error, "isError") INTERN(s_error, "error") INTERN(s_ignorable, "ignorable")
+    INTERN(s_fallback, "fallback") INTERN(s_request_header, "request/header")
+    INTERN(s_request_header_delta, "request/header-delta") INTERN(s_mode_set, "mode/set")
+    INTERN(s_steering, "steering/message") INTERN(s_turn_start, "turn/start")
+    INTERN(s_turn_end, "turn/end") INTERN(s_user_message, "user/message")
+    INTERN(s_assistant_message, "assistant/message") INTERN(s_tool_result, "tool/result")
+    INTERN(s_end_seed, "session/end-seed") INTERN(s_completed, "completed")
+    INTERN(s_blocked, "blocked") INTERN(s_max_tokens, "max-tokens")
+    INTERN(s_interrupted, "interrupted") INTERN(s_aborted, "aborted")
+    INTERN(s_disposed, "disposed") INTERN(s_error_kind, "error")
+#undef INTERN
+    return 0;
+}
+
+/* str equality for an exact str against an interned constant. */
+static inline int
+str_is(PyObject *value, PyObject *constant)
+{
+    if (value == constant) {
+        return 1;
+    }
+    return value != NULL && PyUnicode_CheckExact(value) && PyUnicode_Compare(value, constant) == 0;
+}
+
+/* 1 when value is an exact int within [lo, max_safe]; never a bool. */
+static inline int
+safe_int_at_least(PyObject *value, long long lo, long long *out)
+{
+    int overflow = 0;
+    long long v;
+    if (value == NULL || !PyLong_CheckExact(value)) {
+        return 0;
+    }
+    v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (v < lo || v > max_safe) {
+        return 0;
+    }
+    if (out != NULL) {
+        *out = v;
+    }
+    return 1;
+}
+
+static inline int
+is_number(PyObject *value)
+{
+    return value != NULL && (PyLong_CheckExact(value) || PyFloat_CheckExact(value));
+}
+
+/* A new, filled and untracked instance of `type` (a FrozenDict subclass without slots). */
+static PyObject *
+frozen_of(PyTypeObject *type, PyObject *const *kv, Py_ssize_t pairs)
+{
+    Py_ssize_t i;
+    PyObject *d = PyDict_Type.tp_new(type, empty_tuple, NULL);
+    if (d == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < pairs; i++) {
+        if (PyDict_SetItem(d, kv[2 * i], kv[2 * i + 1]) < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    untrack_checked(d);
+    return d;
+}
+
+/* Expand a frozen chunk row like dsh.session.chunks.decode_storage_record. Returns a new
+ * list of events, or NULL with Fallback set wherever that function would raise (Python then
+ * raises the precise error), or NULL with another error (memory). */
+static PyObject *
+expand_row(PyObject *row, PyTypeObject *event_type, int tool)
+{
+    PyObject *seq0_o, *time0_o, *data, *payload, *dt, *turn, *step, *index, *id = NULL,
+        *name = NULL, *delta, *out = NULL;
+    long long seq0, t;
+    Py_ssize_t n, k, data_size;
+
+    if (PyDict_GET_SIZE(row) != 4) {
+        return fallback();
+    }
+    seq0_o = PyDict_GetItem(row, s_seq0);
+    time0_o = PyDict_GetItem(row, s_time0);
+    data = PyDict_GetItem(row, s_data);
+    if (!safe_int_at_least(seq0_o, 0, &seq0) || !safe_int_at_least(time0_o, -max_safe, &t)
+            || data == NULL || !PyDict_Check(data)) {
+        return fallback();
+    }
+    data_size = PyDict_GET_SIZE(data);
+    turn = PyDict_GetItem(data, s_turn);
+    step = PyDict_GetItem(data, s_step);
+    index = PyDict_GetItem(data, s_index);
+    dt = PyDict_GetItem(data, s_dt);
+    if (turn == NULL || step == NULL || index == NULL || dt == NULL) {
+        return fallback();
+    }
+    if (tool) {
+        id = PyDict_GetItem(data, s_id);
+        name = PyDict_GetItem(data, s_name);
+        payload = PyDict_GetItem(data, s_args);
+        if (data_size != (name != NULL ? 7 : 6) || id == NULL || payload == NULL
+                || !PyUnicode_CheckExact(id) || (name != NULL && !PyUnicode_CheckExact(name))) {
+            return fallback();
+        }
+        delta = s_tool_delta;
+    }
+    else {
+        payload = PyDict_GetItem(data, s_texts);
+        if (data_size != 5 || payload == NULL) {
+            return fallback();
+        }
+        delta = PyUnicode_Compare(PyDict_GetItem(row, s_type), s_text_chunks) == 0
+            ? s_text_delta : s_reasoning_delta;
+    }
+    if (!is_number(turn) || !is_number(step) || !is_number(index) || !PyList_Check(payload)
+            || !PyList_Check(dt)) {
+        return fallback();
+    }
+    n = PyList_GET_SIZE(payload);
+    if (n == 0 || PyList_GET_SIZE(dt) != n - 1 || seq0 + n - 1 > max_safe) {
+        return fallback();
+    }
+    for (k = 0; k < n; k++) {
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(payload, k))) {
+            return fallback();
+        }
+        if (k < n - 1 && !safe_int_at_least(PyList_GET_ITEM(dt, k), -max_safe, NULL)) {
+            return fallback();
+        }
+    }
+    out = PyList_New(n);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (k = 0; k < n; k++) {
+        PyObject *chunk, *cdata, *event, *seq_o, *time_o;
+        PyObject *piece = PyList_GET_ITEM(payload, k);
+        if (k > 0) {
+            t += PyLong_AsLongLong(PyList_GET_ITEM(dt, k - 1));
+            if (t > max_safe || t < -max_safe) {
+                Py_DECREF(out);
+                return fallback();
+            }
+        }
+        if (tool) {
+            PyObject *kv[] = {s_type, delta, s_index, index, s_id, id, s_name, name,
+                              s_arguments_delta, piece};
+            if (name != NULL) {
+                chunk = frozen_of(frozen_dict_type, kv, 5);
+            }
+            else {
+                PyObject *kv2[] = {s_type, delta, s_index, index, s_id, id,
+                                   s_arguments_delta, piece};
+                chunk = frozen_of(frozen_dict_type, kv2, 4);
+            }
+        }
+        else {
+            PyObject *kv[] = {s_type, delta, s_index, index, s_text, piece};
+            chunk = frozen_of(frozen_dict_type, kv, 3);
+        }
+        if (chunk == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        {
+            PyObject *kv[] = {s_turn, turn, s_step, step, s_chunk, chunk};
+            cdata = frozen_of(frozen_dict_type, kv, 3);
+        }
+        Py_DECREF(chunk);
+        if (cdata == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        seq_o = PyLong_FromLongLong(seq0 + k);
+        time_o = PyLong_FromLongLong(t);
+        if (seq_o == NULL || time_o == NULL) {
+            Py_XDECREF(seq_o);
+            Py_XDECREF(time_o);
+            Py_DECREF(cdata);
+            Py_DECREF(out);
+            return NULL;
+        }
+        {
+            PyObject *kv[] = {s_type, s_assistant_chunk, s_seq, seq_o, s_time, time_o,
+                              s_data, cdata};
+            event = frozen_of(event_type, kv, 4);
+        }
+        Py_DECREF(seq_o);
+        Py_DECREF(time_o);
+        Py_DECREF(cdata);
+        if (event == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, event);
+    }
+    return out;
+}
+
+/* 1 when data holds a run of 19 or more ASCII digits (a literal that may pass 64 bits; the
+ * same conservative test as dsh.json's `\d{19}` scan). */
+static int
+has_long_digit_run(const char *p, Py_ssize_t n)
+{
+    Py_ssize_t i, run = 0;
+    for (i = 0; i < n; i++) {
+        if (p[i] >= '0' && p[i] <= '9') {
+            if (++run >= 19) {
+                return 1;
+            }
+        }
+        else {
+            run = 0;
+        }
+    }
+    return 0;
+}
+
+/* Decode one record line into a new list of events, or NULL with Fallback set when Python
+ * must judge the line (any error, any unusual value), or NULL with another error. */
+static PyObject *
+decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_type)
+{
+    PyObject *raw, *parsed, *frozen, *tag, *out;
+    if (n == 0 || has_long_digit_run(p, n)) {
+        return fallback();
+    }
+    raw = PyBytes_FromStringAndSize(p, n);
+    if (raw == NULL) {
+        return NULL;
+    }
+    parsed = PyObject_CallOneArg(loads, raw);
+    Py_DECREF(raw);
+    if (parsed == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            return NULL;
+        }
+        return fallback();  /* malformed, surrogate escapes, too deep: Python decides */
+    }
+    if (!PyDict_CheckExact(parsed)) {
+        Py_DECREF(parsed);
+        return fallback();
+    }
+    frozen = walk(parsed, 0, 1);
+    Py_DECREF(parsed);
+    if (frozen == NULL) {
+        return NULL;
+    }
+    tag = PyDict_GetItem(frozen, s_type);
+    if (tag != NULL && PyUnicode_CheckExact(tag)
+            && (str_is(tag, s_text_chunks) || str_is(tag, s_reasoning_chunks)
+                || str_is(tag, s_tool_chunks))) {
+        out = expand_row(frozen, event_type, str_is(tag, s_tool_chunks));
+        Py_DECREF(frozen);
+        return out;
+    }
+    {
+        PyObject *event = PyDict_Type.tp_new(event_type, empty_tuple, NULL);
+        if (event == NULL || PyDict_Merge(event, frozen, 1) < 0) {
+            Py_XDECREF(event);
+            Py_DECREF(frozen);
+            return NULL;
+        }
+        Py_DECREF(frozen);
+        untrack_checked(event);
+        out = PyList_New(1);
+        if (out == NULL) {
+            Py_DECREF(event);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, 0, event);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(scan_lines_doc,
+"scan_lines(buf, pos, expected, line, loads, event_type, events, first_seqs, first_lines, /)\n"
+"    -> (pos, line, expected)\n\n"
+"The common case of the JSONL scanner (dsh.persistence._jsonl_format.Scanner): from byte pos\n"
+"of buf, decode complete lines while each is a well-formed record (orjson `loads`, numbers\n"
+"checked, frozen, chunk rows expanded) whose events are Events with seqs expected,\n"
+"expected + 1, ... Their events go to `events`, each line's first seq and line number to\n"
+"`first_seqs` / `first_lines`. Stops before the first line without a newline or that Python\n"
+"must judge (malformed, a long number, a surrogate, a bad row, a seq that does not\n"
+"continue), and returns where it stopped, the last line number used and the next seq.");
+
+static PyObject *
+scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Py_ssize_t pos, line;
+    long long expected;
+    PyObject *loads, *events, *first_seqs, *first_lines, *result = NULL;
+    PyTypeObject *event_type;
+    const char *base;
+
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "scan_lines() takes exactly 9 arguments");
+        return NULL;
+    }
+    pos = PyLong_AsSsize_t(args[1]);
+    expected = PyLong_AsLongLong(args[2]);
+    line = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    loads = args[4];
+    if (!PyType_Check(args[5]) || !PyType_IsSubtype((PyTypeObject *)args[5], frozen_dict_type)
+            || !PyList_CheckExact(args[6]) || !PyList_CheckExact(args[7])
+            || !PyList_CheckExact(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "scan_lines(): bad argument types");
+        return NULL;
+    }
+    event_type = (PyTypeObject *)args[5];
+    events = args[6];
+    first_seqs = args[7];
+    first_lines = args[8];
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    base = (const char *)view.buf;
+    if (pos < 0 || pos > view.len) {
+        PyErr_SetString(PyExc_ValueError, "scan_lines(): pos out of range");
+        goto done;
+    }
+    while (pos < view.len) {
+        const char *start = base + pos;
+        const char *nl = memchr(start, '\n', (size_t)(view.len - pos));
+        PyObject *decoded, *seq_o, *line_o;
+        Py_ssize_t k, count;
+        if (nl == NULL) {
+            break;
+        }
+        decoded = decode_line(start, nl - start, loads, event_type);
+        if (decoded == NULL) {
+            if (PyErr_ExceptionMatches(Fallback)) {
+                PyErr_Clear();
+                break;
+            }
+            goto done;
+        }
+        count = PyList_GET_SIZE(decoded);
+        for (k = 0; k < count; k++) {
+            long long seq;
+            PyObject *ev = PyList_GET_ITEM(decoded, k);
+            if (Py_TYPE(ev) != event_type
+                    || !safe_int_at_least(PyDict_GetItem(ev, s_seq), 0, &seq)
+                    || seq != expected + k) {
+                break;
+            }
+        }
+        if (k < count) {
+            Py_DECREF(decoded);
+            break;  /* Python names the gap, duplicate or bad record */
+        }
+        seq_o = PyLong_FromLongLong(expected);
+        line_o = PyLong_FromSsize_t(line + 1);
+        if (seq_o == NULL || line_o == NULL || PyList_Append(first_seqs, seq_o) < 0
+                || PyList_Append(first_lines, line_o) < 0) {
+            Py_XDECREF(seq_o);
+            Py_XDECREF(line_o);
+            Py_DECREF(decoded);
+            goto done;
+        }
+        Py_DECREF(seq_o);
+        Py_DECREF(line_o);
+        k = PyList_GET_SIZE(events);
+        if (PyList_SetSlice(events, k, k, decoded) < 0) {
+            Py_DECREF(decoded);
+            goto done;
+        }
+        Py_DECREF(decoded);
+        expected += count;
+        line += 1;
+        pos = (nl - base) + 1;
+    }
+    result = Py_BuildValue("(nnL)", pos, line, expected);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+PyDoc_STRVAR(restore_specials_doc,
+"restore_specials(seed, event_type, surface_types, /) -> list[int]\n\n"
+"Indices of the seed events that Session.restore's admission loop must look at: all but\n"
+"plain log-only events (exact Event, exactly type/seq/time/data, str type outside\n"
+"surface_types and not request/header, request/header-delta or session/end-seed, seq equal\n"
+"to the index, int time within +-(2**53 - 1)), which need nothing but appending.");
+
+static PyObject *
+restore_specials(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *seed, *surface_types, *out;
+    PyTypeObject *event_type;
+    Py_ssize_t i, n;
+    PyObject **items;
+
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs != 3 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
+            || !PyType_Check(args[1]) || !PyAnySet_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "restore_specials(list | tuple, type, frozenset)");
+        return NULL;
+    }
+    seed = args[0];
+    event_type = (PyTypeObject *)args[1];
+    surface_types = args[2];
+    n = PySequence_Fast_GET_SIZE(seed);
+    items = PySequence_Fast_ITEMS(seed);
+    out = PyList_New(0);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *ev = items[i], *etype, *seq, *time;
+        long long s;
+        int plain = 0;
+        if (Py_TYPE(ev) == event_type && PyDict_GET_SIZE(ev) == 4) {
+            etype = PyDict_GetItem(ev, s_type);
+            seq = PyDict_GetItem(ev, s_seq);
+            time = PyDict_GetItem(ev, s_time);
+            if (etype != NULL && PyUnicode_CheckExact(etype)
+                    && safe_int_at_least(seq, 0, &s) && s == i
+                    && safe_int_at_least(time, -max_safe, NULL)
+                    && PyDict_GetItem(ev, s_data) != NULL
+                    && !str_is(etype, s_request_header) && !str_is(etype, s_end_seed)
+                    && !str_is(etype, s_request_header_delta)) {
+                int contained = PySet_Contains(surface_types, etype);
+                if (contained < 0) {
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                plain = !contained;
+            }
+        }
+        if (!plain) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(out, index) < 0) {
+                Py_XDECREF(index);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(index);
+        }
+    }
+    return out;
+}
+
+/* 1 when dsh.persistence.legacy.normalize_legacy_events would return `ev` unchanged without
+ * raising (mirrors its per-type rules; anything doubtful is 0). */
+static int
+legacy_plain(PyObject *ev)
+{
+    PyObject *etype = PyDict_GetItem(ev, s_type);
+    PyObject *data;
+    if (etype == NULL || !PyUnicode_CheckExact(etype)) {
+        return 1;
+    }
+    if (str_is(etype, s_request_header_delta) || str_is(etype, s_mode_set)
+            || str_is(etype, s_steering)) {
+        return 0;
+    }
+    data = PyDict_GetItem(ev, s_data);
+    if (data == NULL || !PyDict_Check(data)) {
+        return 1;  /* every rule reads a dict payload; others pass through unchanged */
+    }
+    if (str_is(etype, s_request_header)) {
+        PyObject *reason = PyDict_GetItem(data, s_reason);
+        return !str_is(reason, s_fallback);
+    }
+    if (str_is(etype, s_turn_start)) {
+        return PyDict_GetItem(data, s_trigger) == NULL;
+    }
+    if (str_is(etype, s_turn_end)) {
+        PyObject *reason = PyDict_GetItem(data, s_reason), *kind;
+        if (PyDict_GET_SIZE(data) != 2 || reason == NULL || !PyDict_Check(reason)
+                || !safe_int_at_least(PyDict_GetItem(data, s_turn), 1, NULL)) {
+            return 0;
+        }
+        kind = PyDict_GetItem(reason, s_kind);
+        if (kind == NULL || !PyUnicode_CheckExact(kind)) {
+            return 0;
+        }
+        if (str_is(kind, s_completed) || str_is(kind, s_blocked) || str_is(kind, s_max_tokens)
+                || str_is(kind, s_interrupted)) {
+            return PyDict_GET_SIZE(reason) == 1;
+        }
+        if (str_is(kind, s_aborted)) {
+            return PyDict_GetItem(reason, s_reason) != NULL;
+        }
+        if (str_is(kind, s_error_kind)) {
+            return PyDict_GetItem(reason, s_error) != NULL;
+        }
+        return !str_is(kind, s_disposed);
+    }
+    if (str_is(etype, s_user_message)) {
+        return !(PyDict_GetItem(data, s_id) == NULL && PyDict_GetItem(data, s_role) == NULL
+                 && PyDict_GetItem(data, s_message) == NULL
+                 && PyDict_GetItem(data, s_content) != NULL
+                 && PyDict_GetItem(data, s_source) != NULL);
+    }
+    if (str_is(etype, s_assistant_message)) {
+        return !(PyDict_GetItem(data, s_message) == NULL
+                 && PyDict_GetItem(data, s_content) != NULL
+                 && PyDict_GetItem(data, s_provenance) != NULL);
+    }
+    if (str_is(etype, s_tool_result)) {
+        return !(PyDict_GetItem(data, s_message) == NULL
+                 && PyDict_GetItem(data, s_call_id) != NULL
+                 && PyDict_GetItem(data, s_content) != NULL
+                 && PyDict_GetItem(data, s_is_error) != NULL);
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(stored_prescan_doc,
+"stored_prescan(events, known_types, /) -> (legacy_at, unknown_at)\n\n"
+"One pass over stored events (dicts) for the cold-read pipeline: the index of the first\n"
+"event that legacy normalisation might rewrite or refuse (-1: none; the log needs no\n"
+"normalisation), and the index of the first event whose type is not in known_types and\n"
+"that is not marked ignorable: true (-1: none).");
+
+static PyObject *
+stored_prescan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t i, n, legacy_at = -1, unknown_at = -1;
+    PyObject **items;
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs != 2 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
+            || !PyAnySet_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "stored_prescan(list | tuple, frozenset)");
+        return NULL;
+    }
+    n = PySequence_Fast_GET_SIZE(args[0]);
+    items = PySequence_Fast_ITEMS(args[0]);
+    for (i = 0; i < n && (legacy_at < 0 || unknown_at < 0); i++) {
+        PyObject *ev = items[i];
+        if (!PyDict_Check(ev)) {
+            return Py_BuildValue("(nn)", legacy_at < 0 ? i : legacy_at,
+                                 unknown_at < 0 ? i : unknown_at);
+        }
+        if (legacy_at < 0 && !legacy_plain(ev)) {
+            legacy_at = i;
+        }
+        if (unknown_at < 0) {
+            PyObject *etype = PyDict_GetItem(ev, s_type);
+            int known = etype != NULL && PyUnicode_CheckExact(etype)
+                ? PySet_Contains(args[1], etype) : 0;
+            if (known < 0) {
+                return NULL;
+            }
+            if (!known && PyDict_GetItem(ev, s_ignorable) != Py_True) {
+                unknown_at = i;
+            }
+        }
+    }
+    return Py_BuildValue("(nn)", legacy_at, unknown_at);
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
     {"snapshot", snapshot, METH_O, snapshot_doc},
     {"untrack", untrack, METH_O, untrack_doc},
+    {"scan_lines", (PyCFunction)(void (*)(void))scan_lines, METH_FASTCALL, scan_lines_doc},
+    {"restore_specials", (PyCFunction)(void (*)(void))restore_specials, METH_FASTCALL,
+     restore_specials_doc},
+    {"stored_prescan", (PyCFunction)(void (*)(void))stored_prescan, METH_FASTCALL,
+     stored_prescan_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -506,6 +1117,10 @@ PyInit__speedups(void)
 {
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) {
+        return NULL;
+    }
+    if (intern_strings() < 0) {
+        Py_DECREF(module);
         return NULL;
     }
     if (Fallback == NULL) {

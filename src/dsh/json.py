@@ -265,6 +265,12 @@ _c_snapshot: Any = _speedups.snapshot if _speedups is not None else None
 _c_freeze_parsed: Any = _speedups.freeze_parsed if _speedups is not None else None
 _CFallback: Any = _speedups.Fallback if _speedups is not None else _Slow
 
+# Load-path accelerators for the layers above (None without the accelerator: their pure-Python
+# loops are the reference). See _speedups.c for what each one takes and where it stops.
+c_scan_lines: Any = _speedups.scan_lines if _speedups is not None else None
+c_restore_specials: Any = _speedups.restore_specials if _speedups is not None else None
+c_stored_prescan: Any = _speedups.stored_prescan if _speedups is not None else None
+
 
 def _fast(v: Any, depth: int) -> Any:
     """Recursive snapshot for the common case; raises _Slow on anything unusual or deep."""

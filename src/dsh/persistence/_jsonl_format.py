@@ -19,13 +19,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from orjson import loads as _orjson_loads
+
 from dsh.errors import (
     EventRejectedError,
     InvalidJsonError,
     LogCorruptError,
     SessionFormatUnsupportedError,
 )
-from dsh.json import FrozenDict, dumps, is_safe_int, loads
+from dsh.json import FrozenDict, c_scan_lines, dumps, is_safe_int, loads
 from dsh.session.chunks import decode_storage_record, pack_chunk_runs
 from dsh.session.events import SESSION_FORMAT_VERSION, Event
 
@@ -437,7 +439,17 @@ class Scanner:
         base = self._tail_offset
         pos = 0
         find = buf.find
+        result = self._result
         while True:
+            if c_scan_lines is not None and self._issue is None:
+                # The C accelerator takes every ordinary line; it stops before any line this
+                # loop must judge (and before a trailing fragment), so the rules stay here.
+                start = pos
+                pos, result.lines, self._expected = c_scan_lines(
+                    buf, pos, self._expected, result.lines, _orjson_loads, Event,
+                    result.events, self._record_seqs, self._record_lines)
+                if pos != start:
+                    result.committed = base + pos
             nl = find(b"\n", pos)
             if nl < 0:
                 break

@@ -39,7 +39,7 @@ from dsh.errors import (
     UnknownEventTypeError,
     WriteFailedError,
 )
-from dsh.json import FrozenDict, json_equal
+from dsh.json import FrozenDict, c_stored_prescan, json_equal
 from dsh.persistence._jsonl_format import format_version_refusal
 from dsh.persistence.api import (
     Backend,
@@ -168,8 +168,12 @@ def read_pipeline(session_id: str, cold: ColdRead, *, path: str | None = None
     version = header.get("version")
     if version != SESSION_FORMAT_VERSION or type(version) is not int:
         raise format_version_refusal(session_id, version, path=path)
-    events = normalize_legacy_events(cold.events, session_id)
-    for event in events:
+    legacy_at, unknown_at = (c_stored_prescan(cold.events, KNOWN_EVENT_TYPES)
+                             if c_stored_prescan is not None else (0, 0))
+    # Without a legacy shape (found in one C pass) the events stay the very same objects.
+    events = (normalize_legacy_events(cold.events, session_id) if legacy_at >= 0
+              else tuple(cold.events))
+    for event in events if legacy_at >= 0 else events[unknown_at:unknown_at + 1]:
         etype = event.get("type")
         if etype not in KNOWN_EVENT_TYPES and event.get("ignorable") is not True:
             raw = f" (raw log: {path})" if path else ""
@@ -826,10 +830,11 @@ class Persistence:
             cold = handle.read(0)
             events, closers = read_pipeline(session_id, cold, path=_raw_path(handle))
             _restore(session_id, events + closers, cold.header)
+            revision = cold.revision  # nothing written: the read's own revision stands
             if closers or cold.torn is not None:
                 handle.append(closers)
                 handle.flush()
-            revision = handle.read(len(events) + len(closers)).revision
+                revision = handle.read(len(events) + len(closers)).revision
         return Inspection(cold.header, events + closers, closers, cold.torn, revision)
 
     def _flush_live(self, session: Any) -> None:

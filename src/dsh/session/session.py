@@ -25,7 +25,7 @@ from time import time_ns
 from typing import Any, Final, Literal, overload
 
 from dsh.errors import EventRejectedError, InvalidJsonError
-from dsh.json import MAX_SAFE_INTEGER, FrozenDict, dumps, snapshot_json
+from dsh.json import MAX_SAFE_INTEGER, FrozenDict, c_restore_specials, dumps, snapshot_json
 from dsh.session.events import (
     ENVELOPE_KEYS,
     SURFACE_EVENT_TYPES,
@@ -80,6 +80,25 @@ def _is_count(value: object) -> bool:
 
 def _non_empty_str(value: object) -> bool:
     return type(value) is str and value != ""
+
+
+def _specials(seed: Sequence[Event], specials: list[int], log: list[Event]
+              ) -> Iterator[tuple[int, Event]]:
+    """Yield only the seed events restore admission must look at; append the others to log.
+
+    ``specials`` (from the C accelerator) leaves out plain log-only events, for which the
+    admission loop would do nothing but append. The events between two specials are appended
+    before the later one is yielded, and the rest after the last, so ``log`` is always the
+    seed prefix when the loop body runs.
+    """
+    prev = 0
+    for index in specials:
+        if index > prev:
+            log.extend(seed[prev:index])
+        yield index, seed[index]
+        prev = index + 1
+    if prev < len(seed):
+        log.extend(seed[prev:])
 
 
 # --- seed checks (core spec §5.3) -----------------------------------------------------------
@@ -656,7 +675,12 @@ class Session:
         nodes_append = surface._nodes.append
         message_cache = self._message_cache
         markers = 0
-        for index, raw in enumerate(seed):
+        items: Iterable[tuple[int, Any]] = enumerate(seed)
+        if not copy and c_restore_specials is not None and isinstance(seed, list | tuple) \
+                and type(seed) in (list, tuple):
+            # Plain log-only events need nothing but appending: the C pass leaves them out.
+            items = _specials(seed, c_restore_specials(seed, Event, SURFACE_EVENT_TYPES), log)
+        for index, raw in items:
             if copy:
                 try:
                     event = snapshot_json(raw)
