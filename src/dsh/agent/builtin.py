@@ -12,10 +12,12 @@ agent never runs a command nobody approved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import inspect
 import os
 import re
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,19 +216,19 @@ def shell_tool(root: str | os.PathLike[str], *, approve: ShellApproval = refuse_
         if decision is not True:
             return ToolOutput(content=f"Error: the command was not approved: {command}",
                               error={"name": "ApprovalError", "code": "NOT_APPROVED"})
+        # Its own process group, so a timeout or cancel also stops what the command started.
         process = await asyncio.create_subprocess_shell(
-            command, cwd=base, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            command, cwd=base, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True)
         try:
             async with asyncio.timeout(timeout_ms / 1000):
                 out, err = await process.communicate()
         except TimeoutError:
-            process.kill()
-            await process.wait()
+            await _kill_group(process)
             return ToolOutput(content=f"Error: the command timed out after {timeout_ms} ms",
                               error={"name": "TimeoutError", "code": "TOOL_TIMEOUT"})
         except asyncio.CancelledError:
-            process.kill()
-            await process.wait()
+            await _kill_group(process)
             raise
         text = (f"exit status {process.returncode}\n--- stdout\n"
                 f"{out[:_MAX_OUTPUT_BYTES].decode('utf-8', 'replace')}\n--- stderr\n"
@@ -234,3 +236,9 @@ def shell_tool(root: str | os.PathLike[str], *, approve: ShellApproval = refuse_
         return ToolOutput(content=text, is_error=process.returncode != 0)
 
     return shell
+
+
+async def _kill_group(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()

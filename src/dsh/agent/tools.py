@@ -24,6 +24,7 @@ import asyncio
 import inspect
 import json
 import re
+import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, overload
@@ -202,7 +203,7 @@ def _build(fn: Callable[..., Any], name: str | None, description: str | None,
             raise AgentError(f"tool {tool_name!r}: *args/**kwargs cannot be described to a "
                              f"model; name every parameter", code="TOOL")
         annotation = hints.get(param.name, Any)
-        if annotation is ToolContext:
+        if annotation is ToolContext or ToolContext in typing.get_args(annotation):
             context_param = param.name
             continue
         default = ... if param.default is param.empty else param.default
@@ -227,8 +228,6 @@ def _build(fn: Callable[..., Any], name: str | None, description: str | None,
 
 
 def _hints(fn: Callable[..., Any], tool_name: str) -> dict[str, Any]:
-    import typing
-
     try:
         return typing.get_type_hints(fn)
     except (NameError, TypeError) as exc:

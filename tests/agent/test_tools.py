@@ -1,0 +1,164 @@
+"""@tool schemas and outcomes, built-in workspace tools, the approved shell (spec §8.2h)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from dsh.agent import AgentError, ShellRequest, ToolContext, ToolOutput, shell_tool, tool
+from dsh.agent import workspace_tools as make_workspace_tools
+from dsh.agent.tools import tool_table
+
+CTX = ToolContext(session_id="s1", call_id="c1", turn=1, step=1)
+
+
+def _invoke(t: Any, arguments: str) -> ToolOutput:
+    return asyncio.run(t.invoke(arguments, CTX))
+
+
+def test_schema_comes_from_hints_and_docstring() -> None:
+    @tool(parallel_safe=True, timeout_ms=500)
+    def search(query: str, limit: int = 10, mode: Literal["fast", "full"] = "fast",
+               ctx: ToolContext | None = None) -> list[str]:
+        """Search the index.
+
+        More words that are not the description.
+
+        Args:
+            query: What to look for,
+                over two lines.
+            limit: Most results.
+            mode: Speed.
+            ctx: Call context.
+        """
+        return [query]
+
+    assert search.name == "search" and search.parallel_safe and search.timeout_ms == 500
+    assert search.declaration() == {
+        "name": "search", "description": "Search the index.",
+        "parameters": {
+            "additionalProperties": False, "type": "object", "required": ["query"],
+            "properties": {
+                "query": {"type": "string", "description": "What to look for, over two lines."},
+                "limit": {"type": "integer", "default": 10, "description": "Most results."},
+                "mode": {"type": "string", "enum": ["fast", "full"], "default": "fast",
+                         "description": "Speed."}}}}
+
+
+def test_outcomes_of_sync_async_errors_and_timeouts() -> None:
+    @tool
+    def echo(text: str, ctx: ToolContext) -> dict[str, str]:
+        """Echo.
+
+        Args:
+            text: Text.
+            ctx: Context.
+        """
+        return {"text": text, "call": ctx.call_id}
+
+    class QuotaError(Exception):
+        code = "QUOTA"
+
+    @tool
+    async def boom() -> str:
+        """Fails with a coded error."""
+        raise QuotaError("over quota")
+
+    @tool(timeout_ms=20)
+    async def slow() -> str:
+        """Never finishes in time."""
+        await asyncio.sleep(10)
+        return "late"
+
+    assert _invoke(echo, '{"text": "hi"}').content == '{"text":"hi","call":"c1"}'
+    failed = _invoke(boom, "{}")
+    assert failed.error == {"name": "QuotaError", "code": "QUOTA"}
+    assert failed.content == "Error: QuotaError: over quota"
+    timed = _invoke(slow, "")
+    assert timed.error == {"name": "TimeoutError", "code": "TOOL_TIMEOUT"}
+    bad = _invoke(echo, "not json")
+    assert bad.error == {"name": "ToolArgumentsError", "code": "INVALID_ARGUMENTS"}
+
+
+def test_bad_tool_definitions_are_refused() -> None:
+    with pytest.raises(AgentError, match="name"):
+        tool(name="bad name")(lambda: None)
+
+    def splat(*args: int) -> None:
+        """Splat."""
+
+    with pytest.raises(AgentError, match=r"\*args"):
+        tool(splat)
+
+    @tool
+    def twin() -> None:
+        """Twin."""
+
+    with pytest.raises(AgentError, match="two tools are named 'twin'"):
+        tool_table([twin, twin])
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "main.py").write_text("print('hi')\nTODO: fix\n")
+    (root / "README").write_text("readme TODO\n")
+    (tmp_path / "secret.txt").write_text("secret TODO\n")
+    os.symlink(tmp_path / "secret.txt", root / "link.txt")
+    return root
+
+
+def test_workspace_tools_read_list_glob_grep(workspace: Path) -> None:
+    read_file, list_dir, glob, grep = make_workspace_tools(workspace)
+    assert all(t.parallel_safe for t in (read_file, list_dir, glob, grep))
+    sliced = _invoke(read_file, '{"path": "src/main.py", "offset": 6}')
+    assert sliced.content == "'hi')\nTODO: fix\n"
+    assert _invoke(list_dir, "{}").content == "README\nlink.txt\nsrc/"
+    assert _invoke(glob, '{"pattern": "**/*.py"}').content == "src/main.py"
+    assert _invoke(grep, '{"pattern": "TODO"}').content == (
+        "README:1:readme TODO\nsrc/main.py:2:TODO: fix")
+
+
+@pytest.mark.parametrize("name, arguments", [
+    ("read_file", '{"path": "../secret.txt"}'),
+    ("read_file", '{"path": "link.txt"}'),
+    ("read_file", '{"path": "/etc/passwd"}'),
+    ("list_dir", '{"path": ".."}'),
+    ("glob", '{"pattern": "../*"}'),
+    ("grep", '{"pattern": "x", "path": "../"}'),
+])
+def test_workspace_tools_stay_inside_the_root(workspace: Path, name: str, arguments: str) -> None:
+    tools = {t.name: t for t in make_workspace_tools(workspace)}
+    outcome = _invoke(tools[name], arguments)
+    assert outcome.error == {"name": "OutsideRootError", "code": "OUTSIDE_ROOT"}
+    assert "secret" not in str(outcome.content).replace("secret.txt", "")
+
+
+def test_missing_file_is_a_not_found_result(workspace: Path) -> None:
+    read_file = make_workspace_tools(workspace)[0]
+    assert _invoke(read_file, '{"path": "nope.txt"}').error == {"name": "PathNotFoundError",
+                                                                 "code": "NOT_FOUND"}
+
+
+def test_shell_refuses_by_default_and_runs_when_approved(workspace: Path) -> None:
+    refused = _invoke(shell_tool(workspace), '{"command": "touch made"}')
+    assert refused.error == {"name": "ApprovalError", "code": "NOT_APPROVED"}
+    assert not (workspace / "made").exists()
+    asked: list[ShellRequest] = []
+
+    async def approve(request: ShellRequest) -> bool:
+        asked.append(request)
+        return True
+
+    ran = _invoke(shell_tool(workspace, approve=approve), '{"command": "echo out; exit 3"}')
+    assert ran.is_error and str(ran.content).startswith("exit status 3\n--- stdout\nout\n")
+    assert asked == [ShellRequest(command="echo out; exit 3", cwd=str(workspace.resolve()),
+                                  call_id="c1")]
+    timed = _invoke(shell_tool(workspace, approve=lambda r: True, timeout_ms=50),
+                    '{"command": "sleep 5"}')
+    assert timed.error == {"name": "TimeoutError", "code": "TOOL_TIMEOUT"}
