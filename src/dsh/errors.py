@@ -15,6 +15,7 @@ keeps where it happened in ``where`` (``seq=``, ``seed_index=``, ``path=``, ``li
     ├── ConfigError(ValueError)               the option or URL part that is wrong
     ├── PersistenceError
     │   ├── SessionBusyError                  holder pid, host, since
+    │   │   └── LeaseLostError                a fenced writer's lease was taken over
     │   ├── LogCorruptError                   path, line, byte_offset, seq
     │   ├── SessionFormatUnsupportedError     version found, versions read; says "upgrade"
     │   ├── UnknownEventTypeError             type and seq of a required unknown event
@@ -42,6 +43,7 @@ __all__ = [
     "ImportFormatError",
     "InvalidJsonError",
     "InvariantError",
+    "LeaseLostError",
     "LlmFailureError",
     "LogCorruptError",
     "PersistenceError",
@@ -142,6 +144,16 @@ class SessionBusyError(PersistenceError):
     """Another writer holds the session; ``where`` names the holder (pid, host, since)."""
 
     default_code = "SESSION_BUSY"
+
+
+class LeaseLostError(SessionBusyError):
+    """A write handle's lease expired and another writer took the session over (PostgreSQL).
+
+    Nothing of the refused batch was written; ``where`` names the new holder (pid, host, since,
+    epoch). Open the session again for writing once that holder is gone.
+    """
+
+    default_code = "LEASE_LOST"
 
 
 class LogCorruptError(PersistenceError):

@@ -1,7 +1,8 @@
 """Fixtures for the persistence tests: one contract suite runs on every backend.
 
 ``store`` is a :class:`dsh.persistence.coordinator.Persistence` over memory, raw JSONL, JSONL
-with Zstandard, and SQLite when ``dsh.persistence.sqlite`` imports (persistence spec §10.1).
+with Zstandard, SQLite and PostgreSQL (a throw-away schema; skipped, loudly, only when no server
+answers) (persistence spec §10.1).
 """
 
 from __future__ import annotations
@@ -10,37 +11,54 @@ import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dsh.persistence import open_store
 from dsh.persistence.coordinator import Persistence
+from dsh.testing.stores import (
+    BUNDLED_BACKENDS,
+    inject_torn_tail,
+    postgres_unreachable,
+    temporary_postgres_url,
+)
+from dsh.testing.stores import store_url as _store_url
 from tests.conftest import DSH_LOGS
+
+__all__ = ["BACKENDS", "HAS_SQLITE", "HYPOTHESIS_EXAMPLES", "inject_torn_tail", "store_url"]
 
 HAS_SQLITE = importlib.util.find_spec("dsh.persistence.sqlite") is not None
 
-BACKENDS = ["memory", "jsonl", "jsonl-zstd", "sqlite"]
+BACKENDS = list(BUNDLED_BACKENDS)
 
 HYPOTHESIS_EXAMPLES = int(os.environ.get("DSH_HYPOTHESIS_EXAMPLES", "25"))
 
 
+# The throw-away PostgreSQL schema of the running test, keyed by its tmp_path, so a test can
+# reopen "the same store" by URL.
+_PG_URLS: dict[Path, str] = {}
+
+
 def store_url(kind: str, tmp_path: Path) -> str:
-    if kind == "memory":
-        return "memory:"
-    if kind == "jsonl":
-        return f"jsonl://{tmp_path}/jsonl"
-    if kind == "jsonl-zstd":
-        return f"jsonl+zstd://{tmp_path}/jsonl-zstd"
-    return f"sqlite://{tmp_path}/store.db"
+    """The URL of this test's store of ``kind`` (PostgreSQL: its throw-away schema)."""
+    return _store_url(kind, tmp_path, postgres=_PG_URLS.get(tmp_path))
 
 
 @pytest.fixture(params=BACKENDS)
-def backend_kind(request: pytest.FixtureRequest) -> str:
+def backend_kind(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     kind: str = request.param
-    if kind == "sqlite" and not HAS_SQLITE:
-        pytest.skip("dsh.persistence.sqlite is not available yet")
-    return kind
+    if kind != "postgresql":
+        yield kind
+        return
+    reason = postgres_unreachable()
+    if reason is not None:
+        pytest.skip(f"SKIPPED LOUDLY: {reason}")
+    with temporary_postgres_url() as url:
+        _PG_URLS[tmp_path] = url
+        try:
+            yield kind
+        finally:
+            del _PG_URLS[tmp_path]
 
 
 @pytest.fixture
@@ -50,29 +68,6 @@ def store(backend_kind: str, tmp_path: Path) -> Iterator[Persistence]:
         yield persistence
     finally:
         persistence.close()
-
-
-def inject_torn_tail(persistence: Persistence, session_id: str) -> bool:
-    """Leave a never-committed partial record after the log; False if the backend cannot."""
-    backend: Any = persistence.backend
-    if hasattr(backend, "inject_torn_tail"):
-        backend.inject_torn_tail(session_id)
-        return True
-    path = getattr(backend, "locate", None)
-    if path is None:
-        return False
-    with backend.open(session_id, "read") as handle:
-        target = handle.path
-    if str(target).endswith(".zstd"):
-        import zstandard
-        frame = zstandard.ZstdCompressor(write_checksum=True).compress(
-            b'{"type":"turn/start","seq":999,"time":1,"data":{"turn":9}}\n')
-        torn = frame[:-7]
-    else:
-        torn = b'{"type":"request/header","seq":'
-    with open(target, "ab") as f:
-        f.write(torn)
-    return True
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@
 * ``jsonl+zstd:///abs/dir`` or ``jsonl:///abs/dir?compression=zstd`` — Zstandard frames (§4.6);
   ``?pack_chunks=false`` writes one event per line (§4.4);
 * ``sqlite:///abs/path.db`` or ``sqlite:relative.db`` — dsh's SQLite schema (§5);
+* ``postgresql://user@host/db?schema=name`` — many hosts, fenced writers (``postgres`` extra);
 * ``memory:`` — an in-process store for tests.
 
 Besides handles, the facade offers whole-session operations on stored logs:
@@ -76,7 +77,7 @@ def _url_path(url: str, scheme_len: int, rest: str) -> Path:
 
 
 def store_path(url: str) -> Path | None:
-    """The file (SQLite) or folder (JSONL) a store URL names, or None for ``memory:``.
+    """The file (SQLite) or folder (JSONL) a store URL names, or None (memory, PostgreSQL).
 
     Pure: nothing is opened or created, so a caller can tell whether a store exists yet.
 
@@ -85,15 +86,15 @@ def store_path(url: str) -> Path | None:
     """
     if not isinstance(url, str) or ":" not in url:
         raise ConfigError(f"store URL {url!r} has no scheme; expected jsonl:, jsonl+zstd:, "
-                          f"sqlite: or memory:", path=str(url))
+                          f"sqlite:, postgresql:// or memory:", path=str(url))
     scheme = url.split(":", 1)[0].lower()
     rest = url.split(":", 1)[1].split("?", 1)[0].split("#", 1)[0]
-    if scheme == "memory":
+    if scheme in ("memory", "postgresql", "postgres"):
         return None
     if scheme in ("jsonl", "jsonl+zstd", "sqlite"):
         return _url_path(url, len(scheme), rest)
     raise ConfigError(f"store URL {url!r}: unknown scheme {scheme!r}; expected jsonl, "
-                      f"jsonl+zstd, sqlite or memory", path=url)
+                      f"jsonl+zstd, sqlite, postgresql or memory", path=url)
 
 
 def open_backend(url: str) -> Backend:
@@ -112,7 +113,7 @@ def open_backend(url: str) -> Backend:
     """
     if not isinstance(url, str) or ":" not in url:
         raise ConfigError(f"store URL {url!r} has no scheme; expected jsonl:, jsonl+zstd:, "
-                          f"sqlite: or memory:", path=str(url))
+                          f"sqlite:, postgresql:// or memory:", path=str(url))
     parts = urlsplit(url)
     scheme = url.split(":", 1)[0].lower()
     rest = url.split(":", 1)[1].split("?", 1)[0].split("#", 1)[0]
@@ -123,6 +124,10 @@ def open_backend(url: str) -> Backend:
                               f"{sorted(query)}", path=url)
         from dsh.persistence.memory import MemoryBackend
         return MemoryBackend(url=url)
+    if scheme in ("postgresql", "postgres"):
+        # Imported lazily: psycopg is the optional ``postgres`` extra.
+        from dsh.persistence.postgres import open_postgres
+        return open_postgres(url)
     if scheme in ("jsonl", "jsonl+zstd"):
         compression: Literal["none", "zstd"] = "zstd" if scheme == "jsonl+zstd" else "none"
         pack_chunks = True
@@ -155,7 +160,7 @@ def open_backend(url: str) -> Backend:
         backend: Backend = sqlite_module.SqliteBackend(_url_path(url, len(scheme), rest))
         return backend
     raise ConfigError(f"store URL {url!r}: unknown scheme {scheme!r}; expected jsonl, "
-                      f"jsonl+zstd, sqlite or memory", path=url)
+                      f"jsonl+zstd, sqlite, postgresql or memory", path=url)
 
 
 def open_store(url: str) -> Persistence:

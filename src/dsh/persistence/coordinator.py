@@ -22,7 +22,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Protocol
@@ -840,6 +840,19 @@ class Persistence:
     def _flush_live(self, session: Any) -> None:
         for observer in list(self._observers.values()):
             observer.on_flush(session)
+
+    def tail(self, session_id: str, from_seq: int = 0, *,
+             poll_ms: int | None = None) -> AsyncIterator[Event]:
+        """Follow a stored session: its events from ``from_seq`` on, then each new commit.
+
+        An async iterator; no seq is skipped or repeated (see :mod:`dsh.persistence.tail`).
+        PostgreSQL wakes on ``NOTIFY``; other backends are read every ``poll_ms`` (ms).
+
+        Raises:
+            ConfigError, SessionNotFoundError, LogCorruptError.
+        """
+        from dsh.persistence.tail import tail
+        return tail(self.backend, session_id, from_seq, poll_ms=poll_ms)
 
     # live binding --------------------------------------------------------------------------
 

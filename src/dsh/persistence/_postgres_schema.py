@@ -1,0 +1,99 @@
+"""dsh's PostgreSQL layout, without I/O: the forward-only migrations and the statement texts.
+
+Invariants this module owns (DESIGN §3.10):
+
+* every table lives in one schema the store URL names (``?schema=``, default ``dsh``); nothing is
+  created outside it;
+* ``dsh_migrations`` lists every migration applied, once, in order; a database whose highest
+  version is above :data:`SCHEMA_VERSION` was written by a newer dsh and is refused, never
+  downgraded;
+* ``sessions.head_seq`` is the commit marker: the events of a session are exactly the rows with
+  ``seq < head_seq`` (chunk rows packed as in SQLite schema 17); a row at or after it was never
+  committed by a dsh append and is the PostgreSQL form of a torn tail;
+* the lease columns (owner, epoch, expiry on the database clock) are the only writer exclusion:
+  no session-level advisory lock is ever taken (they vanish on reconnect and break behind
+  PgBouncer). The one advisory lock, transaction-scoped, serialises migrations.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = [
+    "MIGRATIONS",
+    "MIGRATION_LOCK_KEY",
+    "SCHEMA_VERSION",
+    "Migration",
+    "quote_schema",
+    "valid_schema_name",
+]
+
+Migration = tuple[int, str, tuple[str, ...]]
+"""``(version, name, statements)``; ``{s}`` in a statement is the quoted schema name."""
+
+MIGRATIONS: Final[tuple[Migration, ...]] = (
+    (1, "store: sessions, events (SQLite schema 17 rows), store identity", (
+        """CREATE TABLE {s}.store_state (
+  singleton integer PRIMARY KEY CHECK (singleton = 1),
+  store_id  uuid NOT NULL
+)""",
+        "INSERT INTO {s}.store_state (singleton, store_id) VALUES (1, gen_random_uuid())",
+        """CREATE TABLE {s}.sessions (
+  id               text PRIMARY KEY CHECK (id <> ''),
+  ord              bigserial NOT NULL,
+  version          bigint NOT NULL,
+  created_at       bigint NOT NULL,
+  cwd              text,
+  parent_session   text,
+  seed_length      bigint,
+  origin           text,
+  delegation_depth bigint,
+  agent_preset     text,
+  incarnation      uuid NOT NULL,
+  revision         bigint NOT NULL DEFAULT 0,
+  head_seq         bigint NOT NULL DEFAULT 0 CHECK (head_seq >= 0)
+)""",
+        """CREATE TABLE {s}.events (
+  session_id        text NOT NULL REFERENCES {s}.sessions(id) ON DELETE CASCADE,
+  seq               bigint NOT NULL CHECK (seq >= 0),
+  type              text NOT NULL,
+  time              bigint NOT NULL,
+  data              text,
+  data_zstd         bytea,
+  source_event_seqs bytea,
+  surface_op        text,
+  ignorable         smallint CHECK (ignorable IS NULL OR ignorable IN (0, 1)),
+  CHECK ((data IS NULL) <> (data_zstd IS NULL)),
+  PRIMARY KEY (session_id, seq)
+)""",
+    )),
+    (2, "leases: one fenced writer per session across hosts", (
+        """ALTER TABLE {s}.sessions
+  ADD COLUMN lease_owner      uuid,
+  ADD COLUMN lease_epoch      bigint NOT NULL DEFAULT 0,
+  ADD COLUMN lease_expires_at timestamptz,
+  ADD COLUMN lease_pid        integer,
+  ADD COLUMN lease_host       text,
+  ADD COLUMN lease_since      bigint""",
+    )),
+)
+"""Forward-only migrations, applied in order under :data:`MIGRATION_LOCK_KEY`."""
+
+SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
+"""The highest migration this build knows; a store at a higher version is refused."""
+
+MIGRATION_LOCK_KEY: Final = 0x44534850
+"""First key of ``pg_advisory_xact_lock(key, hashtext(schema))`` (ASCII ``DSHP``)."""
+
+_SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def valid_schema_name(name: str) -> bool:
+    """Return whether ``name`` is a schema name dsh accepts: ``[a-z_][a-z0-9_]*``, ≤ 63 bytes."""
+    return bool(_SCHEMA_NAME.match(name))
+
+
+def quote_schema(name: str) -> str:
+    """Quote a schema name already checked by :func:`valid_schema_name`."""
+    return '"' + name + '"'

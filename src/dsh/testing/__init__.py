@@ -1,0 +1,33 @@
+"""Test kit for dsh backends: the conformance suite, log builders and store helpers.
+
+* :class:`BackendContract` (:mod:`dsh.testing.contract`) — the storage contract as a pytest
+  base class; subclass it with a ``make_store`` for your backend.
+* :mod:`dsh.testing.logs` — :class:`LogBuilder` and envelope helpers that make well-formed logs.
+* :mod:`dsh.testing.stores` — URLs of fresh bundled stores, PostgreSQL in a throw-away schema,
+  and torn-tail injection in each backend's own form.
+
+Needs pytest (the ``test`` extra); nothing under ``dsh`` imports this package.
+"""
+
+from dsh.testing.contract import BackendContract
+from dsh.testing.logs import LogBuilder, header, make, plain
+from dsh.testing.stores import (
+    BUNDLED_BACKENDS,
+    inject_torn_tail,
+    postgres_unreachable,
+    store_url,
+    temporary_postgres_url,
+)
+
+__all__ = [
+    "BUNDLED_BACKENDS",
+    "BackendContract",
+    "LogBuilder",
+    "header",
+    "inject_torn_tail",
+    "make",
+    "plain",
+    "postgres_unreachable",
+    "store_url",
+    "temporary_postgres_url",
+]
