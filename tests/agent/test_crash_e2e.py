@@ -59,7 +59,8 @@ CHILD = textwrap.dedent('''
 
     call = lambda name: ScriptedReply(text="working", tool_calls=(ScriptedCall(name=name),))
     providers = {
-        "request": lambda: ScriptedProvider([ScriptedStall()], on_request=lambda r: mark("request")),
+        "request": lambda: ScriptedProvider([ScriptedStall()],
+                                            on_request=lambda r: mark("request")),
         "stream": MidStream,
         "tool": lambda: ScriptedProvider([call("hang")]),
         "between": lambda: ScriptedProvider([call("quick"), ScriptedStall()]),
