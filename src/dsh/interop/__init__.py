@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from dsh.errors import ImportFormatError
-from dsh.interop._common import ImportedSession
+from dsh.interop._common import ImportedSession, mapping_errors
 from dsh.interop.anthropic import import_anthropic
 from dsh.interop.claude_code import import_claude_code
 from dsh.interop.codex import import_codex
@@ -68,7 +68,8 @@ def import_file(path: str | Path, format: str = "auto") -> list[ImportedSession]
 
     Raises:
         ImportFormatError: unknown ``format``; unreadable, empty, binary or truncated file;
-            content that is not the given format.
+            content that is not the given format; a record of a shape the importer does not
+            map (code ``IMPORT_UNMAPPED``, naming the line). Nothing else, for any bytes.
     """
     p = Path(path)
     if format == "auto":
@@ -78,4 +79,5 @@ def import_file(path: str | Path, format: str = "auto") -> list[ImportedSession]
         raise ImportFormatError(
             f"unknown transcript format {format!r}; expected auto or one of "
             f"{', '.join(FORMATS)}", path=str(p), format=format)
-    return importer(p)
+    with mapping_errors(p, format):
+        return importer(p)

@@ -22,12 +22,14 @@ import hashlib
 import json as _stdjson
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from dsh.errors import ImportFormatError, InvalidJsonError
-from dsh.json import loads, thaw
+from dsh.errors import DshError, EventRejectedError, ImportFormatError, InvalidJsonError
+from dsh.json import MAX_SAFE_INTEGER, loads, thaw
 
 if TYPE_CHECKING:
     from dsh.session.session import Session
@@ -37,9 +39,15 @@ __all__ = [
     "IMPORT_NAMESPACE",
     "IMPORT_SOURCE_TYPE",
     "TOOL_OUTCOME_UNKNOWN_TEXT",
+    "UNMAPPED_CODE",
+    "derived_id",
+    "usable_id",
     "EventBuilder",
     "ImportedSession",
     "JsonObj",
+    "json_text",
+    "mapping_errors",
+    "note_line",
     "parse_time",
     "read_json_document",
     "read_jsonl_records",
@@ -47,7 +55,9 @@ __all__ = [
     "source_event_data",
     "source_sha256",
     "stable_session_id",
+    "str_or_none",
     "text_blocks",
+    "token_count",
 ]
 
 JsonObj = dict[str, Any]
@@ -91,6 +101,8 @@ class ImportedSession:
         children: Subagent / sidechain sessions (their header names this one as parent).
         source_format: Format name, e.g. ``"claude-code"``.
         source_path: The file read (as given, resolved).
+        lines: Source line (1-based) each event was mapped from, by seq; None for events the
+            importer wrote itself (closers, ``import/source``). May be shorter than ``events``.
     """
 
     session_id: str
@@ -99,6 +111,7 @@ class ImportedSession:
     children: list[ImportedSession] = field(default_factory=list)
     source_format: str = ""
     source_path: str = ""
+    lines: list[int | None] = field(default_factory=list)
 
     def walk(self) -> Iterator[ImportedSession]:
         """Yield this session, then every descendant depth-first."""
@@ -110,15 +123,83 @@ class ImportedSession:
         """Build a live :class:`dsh.session.session.Session` seeded with :attr:`events`.
 
         The seed is validated like live appends (core spec §5.3); the Session adds the
-        ``session/end-seed`` marker (§5.5). Raises ``EventRejectedError`` when the seed is
-        refused (an importer bug: please report it with the source file).
+        ``session/end-seed`` marker (§5.5).
+
+        Raises:
+            ImportFormatError: the seed is refused, naming the source file and the line the
+                refused event came from. For a dsh log that is bad input (code
+                ``IMPORT_FORMAT``); for any other format the importer mapped input it does not
+                understand into a bad event (code ``IMPORT_UNMAPPED``: please report it with
+                the source file).
         """
         from dsh.session.session import Session  # lazy: interop sits above the core
 
         inherited = self.header.get("seedLength", 0)
-        return Session.create(self.session_id, seed=self.events, header=self.header,
-                              inherited_event_count=inherited if isinstance(inherited, int)
-                              else 0, clock=clock)
+        try:
+            return Session.create(self.session_id, seed=self.events, header=self.header,
+                                  inherited_event_count=inherited if isinstance(inherited, int)
+                                  else 0, clock=clock)
+        except EventRejectedError as exc:
+            index = exc.where.get("seed_index")
+            line = (self.lines[index] if isinstance(index, int) and 0 <= index < len(self.lines)
+                    else None)
+            where = f"the event mapped from line {line}" if line else "an imported event"
+            raise ImportFormatError(
+                f"{_kind(self.source_format)} transcript cannot become a dsh session: {where} is "
+                f"refused ({exc.message})",
+                code=None if self.source_format == "dsh" else UNMAPPED_CODE,
+                path=self.source_path or None, line=line, format=self.source_format) from exc
+
+
+# --- unexpected shapes --------------------------------------------------------------------
+
+UNMAPPED_CODE: Final = "IMPORT_UNMAPPED"
+"""``ImportFormatError.code`` of input an importer's mapping rules do not cover (fuzzing looks
+for it: every such case is a missing check in an importer)."""
+
+_LINE: ContextVar[int | None] = ContextVar("dsh_import_line", default=None)
+
+
+def note_line(line: int | None) -> None:
+    """Record the source line an importer is mapping (named by :func:`mapping_errors`)."""
+    _LINE.set(line)
+
+
+def current_line() -> int | None:
+    """The source line last given to :func:`note_line` in this import (None before any)."""
+    return _LINE.get()
+
+
+_UNEXPECTED: Final = (TypeError, ValueError, KeyError, AttributeError, IndexError,
+                      RecursionError, UnicodeError, OverflowError)
+
+
+@contextmanager
+def mapping_errors(path: Path, fmt: str) -> Iterator[None]:
+    """Turn a failure of an importer on input it does not expect into an ImportFormatError.
+
+    Every importer checks the shapes it relies on; this is the backstop for a shape no check
+    covers, so any bytes at all give a typed error naming the file and the line being mapped
+    (code :data:`UNMAPPED_CODE`) instead of a Python traceback.
+
+    Raises:
+        ImportFormatError: in place of the unexpected exception (chained to it).
+    """
+    token = _LINE.set(None)
+    try:
+        yield
+    except DshError:
+        raise
+    except _UNEXPECTED as exc:
+        line = _LINE.get()
+        at = f" at line {line}" if line else ""
+        raise ImportFormatError(
+            f"{_kind(fmt)} transcript has a record{at} this importer cannot map "
+            f"({type(exc).__name__}: {str(exc)[:200]}); check the record, or report it with "
+            "the file if it is valid", code=UNMAPPED_CODE, path=str(path), line=line,
+            format=fmt) from exc
+    finally:
+        _LINE.reset(token)
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -218,13 +299,41 @@ def source_event_data(path: Path, fmt: str) -> JsonObj:
             "importerVersion": IMPORTER_VERSION}
 
 
+MAX_RECORD_DEPTH: Final = 500
+"""Deepest JSON nesting a source record may have (arrays + objects). Real transcripts nest a few
+dozen levels; the mapping code walks values recursively, so deeper records are refused."""
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value (0 for a scalar), walked iteratively."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, dict):
+            current = list(current.values())
+        if isinstance(current, list):
+            depth += 1
+            deepest = max(deepest, depth)
+            stack.extend((item, depth) for item in current if isinstance(item, dict | list))
+    return deepest
+
+
 def _decode(text: bytes, path: Path, fmt: str, line: int) -> Any:
     try:
-        return thaw(loads(text))
+        value = thaw(loads(text))
     except InvalidJsonError as exc:
         raise ImportFormatError(
             f"{_kind(fmt)} record at line {line} is not valid JSON ({exc.message})",
             path=str(path), line=line, format=fmt) from exc
+    # Counting brackets bounds the depth from above, so the walk runs only on suspect records.
+    if text.count(b"[") + text.count(b"{") > MAX_RECORD_DEPTH and (
+            _depth(value) > MAX_RECORD_DEPTH):
+        raise ImportFormatError(
+            f"{_kind(fmt)} record at line {line} nests JSON deeper than {MAX_RECORD_DEPTH} "
+            "levels; no transcript format nests that deep, so the file is not a transcript "
+            "(or is damaged)", path=str(path), line=line, format=fmt)
+    return value
 
 
 def read_jsonl_records(path: Path, fmt: str) -> list[tuple[int, Any]]:
@@ -263,17 +372,47 @@ def read_json_document(path: Path, fmt: str) -> Any:
         ImportFormatError: unreadable/empty/binary file or malformed JSON.
     """
     raw = read_source_bytes(path, fmt)
+    note_line(1)
     return _decode(raw, path, fmt, 1)
 
 
-def stable_session_id(path: Path, fmt: str, own_id: object = None) -> str:
-    """The session id of an import: the source's own id when it has one, else a uuid5.
+_MAX_OWN_ID: Final = 200
+"""Longest source id kept as a session id (characters); longer ones get a derived id."""
 
-    The uuid5 is over ``"<format>:<resolved path>"`` so re-importing one file yields one id.
+
+def usable_id(value: object) -> str | None:
+    """``value`` when it can serve as a session id as it is, else None.
+
+    Usable: a non-empty string of at most :data:`_MAX_OWN_ID` printable characters that encodes
+    as UTF-8 (no lone surrogates), so every store can name a session by it.
     """
-    if isinstance(own_id, str) and own_id.strip():
-        return own_id
-    return str(uuid.uuid5(IMPORT_NAMESPACE, f"{fmt}:{path.resolve()}"))
+    if not isinstance(value, str) or not value.strip() or len(value) > _MAX_OWN_ID:
+        return None
+    if not value.isprintable():
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
+
+
+def derived_id(name: str) -> str:
+    """A uuid5 (in :data:`IMPORT_NAMESPACE`) of ``name``; lone surrogates are hashed as is."""
+    # uuid.uuid5 itself, but on bytes: it would refuse a lone surrogate (Python 3.11).
+    digest = hashlib.sha1(IMPORT_NAMESPACE.bytes + name.encode("utf-8", "surrogatepass"),
+                          usedforsecurity=False).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=5))
+
+
+def stable_session_id(path: Path, fmt: str, own_id: object = None) -> str:
+    """The session id of an import: the source's own id when usable, else a uuid5.
+
+    The uuid5 is over ``"<format>:<resolved path>"`` so re-importing one file yields one id; an
+    own id that no store could hold (see :func:`usable_id`) is replaced the same way (the raw
+    source record keeps it).
+    """
+    return usable_id(own_id) or derived_id(f"{fmt}:{path.resolve()}")
 
 
 def parse_time(value: object) -> int | None:
@@ -281,9 +420,12 @@ def parse_time(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
         # Numbers below 1e11 are seconds (1e11 s is year 5138; 1e11 ms is 1973).
-        ms = value * 1000 if abs(value) < 1e11 else value
-        return int(ms)
+        ms = int(value * 1000 if abs(value) < 1e11 else value)
+        # A time outside the JSON-safe epoch range cannot be a real stamp: ignore it.
+        return ms if 0 <= ms <= MAX_SAFE_INTEGER else None
     if isinstance(value, str) and value:
         text = value.strip().replace("Z", "+00:00")
         try:
@@ -295,8 +437,36 @@ def parse_time(value: object) -> int | None:
                 return None
         if when.tzinfo is None:
             when = when.replace(tzinfo=_dt.UTC)
-        return int(when.timestamp() * 1000)
+        try:
+            return parse_time(int(when.timestamp() * 1000))
+        except (OverflowError, OSError, ValueError):
+            return None  # a date the platform clock cannot place (year 1 in a far zone, …)
     return None
+
+
+def token_count(value: object) -> int:
+    """A source token count as a non-negative int; 0 when absent or not a usable count.
+
+    Accepts ints and integral floats (``12.0``) and decimal digit strings; negative, fractional,
+    boolean and other values count 0 (the raw usage stays in the kept source record).
+    """
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) < 16:
+        value = int(value.strip())
+    return value if isinstance(value, int) and 0 <= value <= MAX_SAFE_INTEGER else 0
+
+
+def json_text(value: object) -> str:
+    """Render a JSON value as text for a content block (lone surrogates kept as they are)."""
+    return _stdjson.dumps(value, ensure_ascii=False)
+
+
+def str_or_none(value: object) -> str | None:
+    """``value`` when it is a non-empty string, else None (ids and names in source records)."""
+    return value if isinstance(value, str) and value else None
 
 
 def text_blocks(value: object) -> list[JsonObj]:
@@ -317,9 +487,9 @@ def text_blocks(value: object) -> list[JsonObj]:
             elif isinstance(part, dict) and isinstance(part.get("text"), str):
                 out.append({"type": "text", "text": part["text"]})
             else:
-                out.append({"type": "text", "text": _stdjson.dumps(part, ensure_ascii=False)})
+                out.append({"type": "text", "text": json_text(part)})
         return out
-    return [{"type": "text", "text": _stdjson.dumps(value, ensure_ascii=False)}]
+    return [{"type": "text", "text": json_text(value)}]
 
 
 # --- the builder --------------------------------------------------------------------------
@@ -354,6 +524,7 @@ class EventBuilder:
         self.session_id = session_id
         self.path = path
         self.events: list[JsonObj] = []
+        self.lines: list[int | None] = []
         self.time = 0
         self._time_seen = False
         self.turn = 0
@@ -407,6 +578,7 @@ class EventBuilder:
         if ignorable:
             event["ignorable"] = True
         self.events.append(event)
+        self.lines.append(None if type == IMPORT_SOURCE_TYPE else _LINE.get())
         if surface_op == "append":
             self.nodes.append(event["seq"])
         return int(event["seq"])
@@ -531,8 +703,12 @@ class EventBuilder:
             self.close_step()
         if not self.step_open:
             self._open_step()
-        prov = provider or self.model[0]
-        mod = model or self.model[1]
+        for index, block in enumerate(content):
+            # A call the source left without an id still needs one to be answered (§5.3).
+            if block.get("type") == "tool-call" and not str_or_none(block.get("id")):
+                content[index] = {**block, "id": f"{self.session_id}:{self.seq}:call-{index}"}
+        prov = str_or_none(provider) or self.model[0]
+        mod = str_or_none(model) or self.model[1]
         self.model = (prov, mod)
         source: JsonObj = {"kind": "model", "provider": prov, "model": mod}
         if replay_state is not None:
@@ -698,6 +874,11 @@ class EventBuilder:
         if extra:
             header.update(extra)
         return header
+
+    def imported(self, header: JsonObj) -> ImportedSession:
+        """The :class:`ImportedSession` of these events under ``header`` (no children yet)."""
+        return ImportedSession(self.session_id, header, self.events, [], self.fmt,
+                               str(self.path.resolve()), self.lines)
 
     def fail(self, message: str, *, line: int | None = None) -> ImportFormatError:
         """Build an :class:`ImportFormatError` located at this builder's source."""

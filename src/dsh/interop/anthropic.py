@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Final
 
@@ -30,12 +31,15 @@ from dsh.interop._common import (
     EventBuilder,
     ImportedSession,
     JsonObj,
+    note_line,
     read_json_document,
     read_jsonl_records,
     read_source_bytes,
     stable_session_id,
     text_blocks,
+    token_count,
 )
+from dsh.json import MAX_SAFE_INTEGER
 
 __all__ = [
     "FORMAT",
@@ -130,15 +134,19 @@ def map_anthropic_conversation(b: EventBuilder, system: Any, messages: list[Any]
 
 
 def anthropic_usage(raw: object) -> JsonObj | None:
-    """Messages API ``usage`` as a dsh ``TokenUsage`` (cache reads/writes kept), or None."""
+    """Messages API ``usage`` as a dsh ``TokenUsage`` (cache reads/writes kept), or None.
+
+    Counts that are not usable numbers (text, negative, fractional) count 0; the raw usage
+    stays in the kept source record.
+    """
     if not isinstance(raw, dict):
         return None
-    usage: JsonObj = {"inputTokens": int(raw.get("input_tokens") or 0),
-                      "outputTokens": int(raw.get("output_tokens") or 0)}
-    if isinstance(raw.get("cache_read_input_tokens"), int):
-        usage["cacheReadTokens"] = raw["cache_read_input_tokens"]
-    if isinstance(raw.get("cache_creation_input_tokens"), int):
-        usage["cacheWriteTokens"] = raw["cache_creation_input_tokens"]
+    usage: JsonObj = {"inputTokens": token_count(raw.get("input_tokens")),
+                      "outputTokens": token_count(raw.get("output_tokens"))}
+    if raw.get("cache_read_input_tokens") is not None:
+        usage["cacheReadTokens"] = token_count(raw["cache_read_input_tokens"])
+    if raw.get("cache_creation_input_tokens") is not None:
+        usage["cacheWriteTokens"] = token_count(raw["cache_creation_input_tokens"])
     return usage
 
 
@@ -152,13 +160,18 @@ def _load_yaml(path: Path) -> Any:
             "the cassette to JSON", path=str(path), format=FORMAT) from exc
     loader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
     try:
-        return yaml.load(raw.decode("utf-8"), Loader=loader)
+        doc = yaml.load(raw.decode("utf-8"), Loader=loader)
+    except RecursionError as exc:
+        raise ImportFormatError(
+            "anthropic cassette nests too deep to be a cassette", path=str(path),
+            format=FORMAT) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise ImportFormatError(
             f"anthropic cassette is not valid YAML ({getattr(exc, 'problem', exc)})",
             path=str(path), line=(mark.line + 1) if mark is not None else None,
             format=FORMAT) from exc
+    return doc
 
 
 def _exchanges_from_cassette(doc: Any, path: Path) -> list[JsonObj]:
@@ -176,6 +189,8 @@ def _exchanges_from_cassette(doc: Any, path: Path) -> list[JsonObj]:
 
 def _session(path: Path, session_id: str, exchanges: list[JsonObj],
              line: int | None = None) -> ImportedSession:
+    if line is not None:
+        note_line(line)
     b = EventBuilder(FORMAT, session_id, path)
     b.model = ("anthropic", "unknown")
     for ex in exchanges:
@@ -191,7 +206,7 @@ def _session(path: Path, session_id: str, exchanges: list[JsonObj],
     map_anthropic_conversation(b, request.get("system"), request["messages"],
                                response if isinstance(response, dict) else None, line=line)
     b.finish()
-    return ImportedSession(session_id, b.header(), b.events, [], FORMAT, str(path.resolve()))
+    return b.imported(b.header())
 
 
 def _plain(value: Any) -> Any:
@@ -203,7 +218,9 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):
-        return int(value) if value.is_integer() else value
+        if not math.isfinite(value):
+            return str(value)
+        return int(value) if value.is_integer() and abs(value) <= MAX_SAFE_INTEGER else value
     return str(value)
 
 
@@ -225,6 +242,7 @@ def import_anthropic(path: Path) -> list[ImportedSession]:
         groups: dict[str, list[JsonObj]] = {}
         first_line: dict[str, int] = {}
         for line, rec in read_jsonl_records(path, FORMAT):
+            note_line(line)
             if not isinstance(rec, dict) or "request" not in rec:
                 raise ImportFormatError(
                     f"anthropic exchange at line {line} must be an object with a request",

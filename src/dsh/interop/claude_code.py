@@ -26,17 +26,21 @@ What is read (corpus README "Claude Code"):
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any, Final
 
 from dsh.interop._common import (
-    IMPORT_NAMESPACE,
     EventBuilder,
     ImportedSession,
     JsonObj,
+    derived_id,
+    note_line,
     read_jsonl_records,
+    stable_session_id,
+    str_or_none,
     text_blocks,
+    token_count,
+    usable_id,
 )
 from dsh.interop.anthropic import anthropic_blocks, anthropic_usage, result_blocks
 
@@ -56,6 +60,8 @@ def looks_like_claude_code(record: object) -> bool:
     if not isinstance(record, dict):
         return False
     kind = record.get("type")
+    if not isinstance(kind, str):
+        return False
     if kind in ("user", "assistant", "system", "progress"):
         return "uuid" in record and ("sessionId" in record or "parentUuid" in record)
     if kind == "summary":
@@ -92,15 +98,14 @@ def import_claude_code(path: Path) -> list[ImportedSession]:
     main_entries: list[tuple[int, JsonObj]] = []
     side_entries: list[tuple[int, JsonObj]] = []
     for line, r in entries:
-        if main_has_mainline and r.get("isSidechain") and "uuid" in r:
+        if main_has_mainline and r.get("isSidechain") and _uuid(r) is not None:
             side_entries.append((line, r))
         else:
             main_entries.append((line, r))
-    own_session = _first(entries, "sessionId")
+    own_session = usable_id(_first(entries, "sessionId"))
     agent_id = _first(entries, "agentId")
     if main_has_mainline or agent_id is None:
-        session_id = own_session or str(
-            uuid.uuid5(IMPORT_NAMESPACE, f"{FORMAT}:{path.resolve()}"))
+        session_id = stable_session_id(path, FORMAT, own_session)
         header_extra: JsonObj = {}
     else:
         session_id = _child_id(own_session or str(path.resolve()), f"agent-{agent_id}")
@@ -144,7 +149,7 @@ def _progress_agents(entries: list[tuple[int, JsonObj]]) -> dict[str, list[tuple
         inner = data.get("message")
         agent = data.get("agentId")
         if (data.get("type") != "agent_progress" or not isinstance(agent, str)
-                or not isinstance(inner, dict) or inner.get("type") not in _MESSAGE_TYPES):
+                or not isinstance(inner, dict) or inner.get("type") not in ("user", "assistant")):
             continue
         entry = dict(inner)
         entry.setdefault("uuid", f"{r.get('uuid')}:message")
@@ -165,7 +170,19 @@ def _first(entries: list[tuple[int, JsonObj]], key: str) -> str | None:
 
 
 def _child_id(parent: str, name: str) -> str:
-    return str(uuid.uuid5(IMPORT_NAMESPACE, f"{FORMAT}:{parent}:{name}"))
+    return derived_id(f"{FORMAT}:{parent}:{name}")
+
+
+def _uuid(record: JsonObj) -> str | None:
+    """A line's ``uuid`` when it is a usable string (damaged lines may hold anything)."""
+    return str_or_none(record.get("uuid"))
+
+
+def _response_key(record: JsonObj, line: int) -> str:
+    """The key merging the lines of one API response: ``message.id``, else the line's uuid."""
+    msg = record.get("message")
+    own = str_or_none(msg.get("id")) if isinstance(msg, dict) else None
+    return own or _uuid(record) or f"line-{line}"
 
 
 def _error(path: Path, line: int, message: str) -> Exception:
@@ -178,7 +195,7 @@ def _error(path: Path, line: int, message: str) -> Exception:
 def _sidechain_groups(
         side: list[tuple[int, JsonObj]]) -> list[tuple[str, list[tuple[int, JsonObj]]]]:
     """Group inline sidechain entries by the root their ``parentUuid`` chain reaches."""
-    by_uuid = {r["uuid"]: r for _, r in side}
+    by_uuid = {u: r for _, r in side if (u := _uuid(r)) is not None}
     roots: dict[str, str] = {}
 
     def root_of(u: str) -> str:
@@ -201,17 +218,17 @@ def _sidechain_groups(
 
     groups: dict[str, list[tuple[int, JsonObj]]] = {}
     for line, r in side:
-        groups.setdefault(root_of(r["uuid"]), []).append((line, r))
+        groups.setdefault(root_of(str(_uuid(r))), []).append((line, r))
     return list(groups.items())
 
 
 def _active_set(entries: list[tuple[int, JsonObj]]) -> set[str]:
     """Uuids of the model-visible branch, widened as described in the module docstring."""
-    by_uuid = {r["uuid"]: r for _, r in entries if isinstance(r.get("uuid"), str)}
+    by_uuid = {u: r for _, r in entries if (u := _uuid(r)) is not None}
     leaf = None
     for _, r in reversed(entries):
-        if r.get("type") in ("user", "assistant", "system") and isinstance(r.get("uuid"), str):
-            leaf = r["uuid"]
+        if r.get("type") in ("user", "assistant", "system") and _uuid(r) is not None:
+            leaf = _uuid(r)
             break
     chain: set[str] = set()
     cur = leaf
@@ -222,30 +239,35 @@ def _active_set(entries: list[tuple[int, JsonObj]]) -> set[str]:
         if nxt is None and node.get("subtype") == "compact_boundary":
             nxt = node.get("logicalParentUuid")
         cur = nxt
-    message_ids: set[object] = {
-        r["message"].get("id") for u, r in by_uuid.items()
-        if u in chain and r.get("type") == "assistant" and isinstance(r.get("message"), dict)}
+    message_ids = {_message_id(r) for u, r in by_uuid.items()
+                   if u in chain and r.get("type") == "assistant"}
     message_ids.discard(None)
-    call_ids: set[object] = set()
+    call_ids: set[str] = set()
     for u, r in by_uuid.items():
-        msg = r.get("message")
-        if r.get("type") == "assistant" and isinstance(msg, dict) and msg.get("id") in message_ids:
+        if r.get("type") == "assistant" and _message_id(r) in message_ids:
             chain.add(u)
     for u in chain:
         r = by_uuid[u]
         msg = r.get("message")
         if (r.get("type") == "assistant" and isinstance(msg, dict)
                 and isinstance(msg.get("content"), list)):
-            call_ids.update(b.get("id") for b in msg["content"]
-                            if isinstance(b, dict) and b.get("type") == "tool_use")
+            call_ids.update(b["id"] for b in msg["content"]
+                            if isinstance(b, dict) and b.get("type") == "tool_use"
+                            and isinstance(b.get("id"), str))
     for u, r in by_uuid.items():
         msg = r.get("message")
         if (r.get("type") == "user" and isinstance(msg, dict)
                 and isinstance(msg.get("content"), list)
                 and any(isinstance(b, dict) and b.get("type") == "tool_result"
-                        and b.get("tool_use_id") in call_ids for b in msg["content"])):
+                        and str_or_none(b.get("tool_use_id")) in call_ids
+                        for b in msg["content"])):
             chain.add(u)
     return chain
+
+
+def _message_id(record: JsonObj) -> str | None:
+    msg = record.get("message")
+    return str_or_none(msg.get("id")) if isinstance(msg, dict) else None
 
 
 def _user_text(content: object) -> str:
@@ -261,7 +283,7 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
            header_extra: JsonObj, *, linear: bool = False) -> ImportedSession:
     b = EventBuilder(FORMAT, session_id, path)
     b.model = ("anthropic", "unknown")
-    active = ({r["uuid"] for _, r in entries if isinstance(r.get("uuid"), str)} if linear
+    active = ({u for _, r in entries if (u := _uuid(r)) is not None} if linear
               else _active_set(entries))
     for _, r in entries:
         if r.get("timestamp"):
@@ -270,10 +292,11 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
     # Merge every active line of one API response (they may interleave with results).
     merged: dict[str, list[JsonObj]] = {}
     last_usage: dict[str, Any] = {}
-    for _, r in entries:
+    for line, r in entries:
+        note_line(line)
         msg = r.get("message")
-        if r.get("type") == "assistant" and r.get("uuid") in active and isinstance(msg, dict):
-            key = str(msg.get("id") or r["uuid"])
+        if r.get("type") == "assistant" and _uuid(r) in active and isinstance(msg, dict):
+            key = _response_key(r, line)
             merged.setdefault(key, []).extend(anthropic_blocks(msg.get("content")))
             if isinstance(msg.get("usage"), dict):
                 last_usage[key] = msg["usage"]
@@ -281,11 +304,12 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
     boundary: JsonObj | None = None
     cwd: object = None
     for line, r in entries:
+        note_line(line)
         kind = r["type"]
         b.at(r.get("timestamp"))
         if cwd is None and isinstance(r.get("cwd"), str):
             cwd = r["cwd"]
-        uid = r.get("uuid")
+        uid = _uuid(r)
         if kind in _MESSAGE_TYPES and uid not in active:
             b.ignorable("off-branch", r)
             continue
@@ -295,7 +319,7 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
             msg = r.get("message")
             if not isinstance(msg, dict):
                 raise _error(path, line, "assistant line lacks a message object")
-            key = str(msg.get("id") or uid)
+            key = _response_key(r, line)
             if key in emitted:
                 continue
             emitted.add(key)
@@ -315,7 +339,7 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
             b.ignorable("unknown", r)
     b.finish()
     header = b.header(cwd=cwd, extra=header_extra)
-    return ImportedSession(session_id, header, b.events, [], FORMAT, str(path.resolve()))
+    return b.imported(header)
 
 
 def _envelope(record: JsonObj) -> JsonObj:
@@ -332,14 +356,14 @@ def _user_entry(b: EventBuilder, r: JsonObj, line: int, path: Path,
     if not isinstance(msg, dict):
         raise _error(path, line, "user line lacks a message object")
     content = msg.get("content")
-    uid = r.get("uuid")
+    uid = _uuid(r)
     if r.get("isCompactSummary"):
         compact = (boundary or {}).get("compactMetadata")
         info: JsonObj = compact if isinstance(compact, dict) else {}
         text = _user_text(content)
         b.compaction([{"type": "text", "text": text}], summary=[{"type": "text", "text": text}],
                      compaction_id=str((boundary or {}).get("uuid") or uid),
-                     provider="anthropic", token_count=int(info.get("preTokens") or 0),
+                     provider="anthropic", token_count=token_count(info.get("preTokens")),
                      extra={"trigger": info["trigger"]} if isinstance(info.get("trigger"), str)
                      else None)
         return

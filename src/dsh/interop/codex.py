@@ -23,6 +23,7 @@ from dsh.interop._common import (
     EventBuilder,
     ImportedSession,
     JsonObj,
+    note_line,
     read_jsonl_records,
     stable_session_id,
     text_blocks,
@@ -44,11 +45,17 @@ def looks_like_codex(record: object) -> bool:
     """True for a Codex rollout line (envelope, legacy metadata, legacy item or state marker)."""
     if not isinstance(record, dict):
         return False
-    if record.get("type") in _ENVELOPE_TYPES and "payload" in record:
+    if _kind_of(record) in _ENVELOPE_TYPES and "payload" in record:
         return True
     if record.get("record_type") == "state":
         return True
     return "id" in record and "timestamp" in record and "instructions" in record
+
+
+def _kind_of(record: JsonObj) -> str | None:
+    """A record's ``type`` when it is a string (damaged records may hold anything)."""
+    kind = record.get("type")
+    return kind if isinstance(kind, str) else None
 
 
 def import_codex(path: Path) -> list[ImportedSession]:
@@ -80,12 +87,13 @@ def import_codex(path: Path) -> list[ImportedSession]:
     b.model = (provider, "unknown")
     state = _State(b)
     for line, r in records:
+        note_line(line)
         if not isinstance(r, dict):
             raise b.fail(f"codex line {line} must be a JSON object, found {type(r).__name__}",
                          line=line)
         if "timestamp" in r:
             b.at(r["timestamp"])
-        kind = r.get("type")
+        kind = _kind_of(r)
         payload = r.get("payload")
         if kind in _ENVELOPE_TYPES and "payload" in r:
             if not isinstance(payload, dict):
@@ -107,14 +115,13 @@ def import_codex(path: Path) -> list[ImportedSession]:
             b.ignorable("state", r)
         elif kind in _ITEM_TYPES:
             state.item(r, line, r)
-        elif kind is None and "id" in r and "timestamp" in r:
+        elif "type" not in r and "id" in r and "timestamp" in r:
             b.ignorable("session_meta", r)
         else:
             b.ignorable("unknown", r)
     state.flush()
     b.finish()
-    return [ImportedSession(session_id, b.header(cwd=cwd), b.events, [], FORMAT,
-                            str(path.resolve()))]
+    return [b.imported(b.header(cwd=cwd))]
 
 
 class _State:

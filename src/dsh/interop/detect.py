@@ -24,7 +24,12 @@ from typing import Any, Final
 import orjson
 
 from dsh.errors import ImportFormatError
-from dsh.interop._common import read_json_document, read_jsonl_records, read_source_bytes
+from dsh.interop._common import (
+    mapping_errors,
+    read_json_document,
+    read_jsonl_records,
+    read_source_bytes,
+)
 from dsh.interop.claude_code import looks_like_claude_code
 from dsh.interop.codex import looks_like_codex
 from dsh.interop.dsh_log import looks_like_dsh_header
@@ -55,8 +60,9 @@ def _uses_anthropic_blocks(messages: Any) -> bool:
         return False
     for m in messages:
         content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in
-                                             _ANTHROPIC_BLOCKS for b in content):
+        if isinstance(content, list) and any(
+                isinstance(b, dict) and isinstance(b.get("type"), str)
+                and b["type"] in _ANTHROPIC_BLOCKS for b in content):
             return True
     return False
 
@@ -69,6 +75,11 @@ def detect_format(path: Path) -> str:
             (``format`` in ``where`` is ``"auto"``).
     """
     path = Path(path)
+    with mapping_errors(path, "auto"):
+        return _detect(path)
+
+
+def _detect(path: Path) -> str:
     if path.suffix.lower() in (".yaml", ".yml"):
         read_source_bytes(path, "auto")
         return "anthropic"

@@ -76,6 +76,7 @@ def import_dsh_log(path: Path) -> list[ImportedSession]:
     time = created if isinstance(created, int) and created >= 0 else 0
     header["createdAt"] = time
     events: list[JsonObj] = []
+    lines: list[int | None] = []
     for line, rec in records[1:]:
         if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
             raise ImportFormatError(f"dsh log line {line} must be an event object with a type",
@@ -83,6 +84,7 @@ def import_dsh_log(path: Path) -> list[ImportedSession]:
         if rec["type"] in _ROW_TYPES:
             members = _expand_row(rec, path, line, len(events), time)
             events.extend(members)
+            lines.extend([line] * len(members))
             if members:
                 time = members[-1]["time"]
             continue
@@ -103,9 +105,10 @@ def import_dsh_log(path: Path) -> list[ImportedSession]:
         if isinstance(event["time"], int):
             time = event["time"]
         events.append(event)
+        lines.append(line)
     events.append({"type": IMPORT_SOURCE_TYPE, "seq": len(events), "time": time,
                    "data": source_event_data(path, FORMAT), "ignorable": True})
-    return [ImportedSession(session_id, header, events, [], FORMAT, str(path.resolve()))]
+    return [ImportedSession(session_id, header, events, [], FORMAT, str(path.resolve()), lines)]
 
 
 def _expand_row(rec: JsonObj, path: Path, line: int, next_seq: int, time: int) -> list[JsonObj]:

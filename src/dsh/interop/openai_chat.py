@@ -73,7 +73,8 @@ def map_openai_messages(b: EventBuilder, messages: list[Any], *, fmt: str = FORM
     head = True
     prompted = False
     for index, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in _ROLES:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or (
+                m["role"] not in _ROLES):
             found = m.get("role") if isinstance(m, dict) else type(m).__name__
             raise ImportFormatError(
                 f"{fmt} {what} {index} must be an object with role system/user/assistant/tool, "
@@ -104,7 +105,13 @@ def map_openai_messages(b: EventBuilder, messages: list[Any], *, fmt: str = FORM
             if isinstance(reasoning, str) and reasoning:
                 blocks.append({"type": "reasoning", "text": reasoning})
             blocks.extend(content)
-            for call in m.get("tool_calls") or []:
+            calls = m.get("tool_calls")
+            if calls is not None and not isinstance(calls, list):
+                raise ImportFormatError(
+                    f"{fmt} {what} {index} has tool_calls that is not a list (found "
+                    f"{type(calls).__name__})", path=str(b.path), line=line, format=fmt,
+                    json_path=f"$[{index}].tool_calls")
+            for call in calls or []:
                 if not isinstance(call, dict):
                     continue
                 raw_fn = call.get("function")
@@ -155,5 +162,4 @@ def import_openai_chat(path: Path) -> list[ImportedSession]:
             f"found {type(doc).__name__}", path=str(path), line=1, format=FORMAT)
     map_openai_messages(b, messages, line=1)
     b.finish()
-    return [ImportedSession(b.session_id, b.header(), b.events, [], FORMAT,
-                            str(path.resolve()))]
+    return [b.imported(b.header())]

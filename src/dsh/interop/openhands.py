@@ -28,6 +28,7 @@ from dsh.interop._common import (
     EventBuilder,
     ImportedSession,
     JsonObj,
+    note_line,
     read_json_document,
     read_jsonl_records,
     stable_session_id,
@@ -54,6 +55,7 @@ def import_openhands(path: Path) -> list[ImportedSession]:
     if path.suffix.lower() == ".jsonl":
         out = []
         for line, rec in read_jsonl_records(path, FORMAT):
+            note_line(line)
             if not isinstance(rec, dict) or not looks_like_openhands_events(rec.get("history")):
                 raise ImportFormatError(
                     f"openhands output line {line} must be an object with a history event list",
@@ -147,7 +149,7 @@ def _build(path: Path, session_id: str, events: list[Any], wrapper: JsonObj | No
         else:
             b.ignorable("action" if action is not None else "observation", event)
     b.finish()
-    return ImportedSession(session_id, b.header(), b.events, [], FORMAT, str(path.resolve()))
+    return b.imported(b.header())
 
 
 def _assistant_blocks(event: JsonObj, response: JsonObj | None) -> list[JsonObj]:
@@ -155,8 +157,9 @@ def _assistant_blocks(event: JsonObj, response: JsonObj | None) -> list[JsonObj]
     message: JsonObj = {}
     if response is not None:
         choices = response.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            message = choices[0].get("message") or {}
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict) and \
+                isinstance(choices[0].get("message"), dict):
+            message = choices[0]["message"]
     blocks: list[JsonObj] = []
     content = message.get("content")
     if isinstance(content, str) and content:

@@ -80,15 +80,18 @@ def import_swe_agent(path: Path) -> list[ImportedSession]:
     for key in ("environment", "info", "replay_config"):
         if key in doc:
             b.ignorable(key, {key: doc[key]})
-    for step in doc.get("trajectory") or []:
+    trajectory = doc.get("trajectory")
+    for step in trajectory if isinstance(trajectory, list) else []:
         b.ignorable("trajectory-step", step)
+    if trajectory is not None and not isinstance(trajectory, list):
+        b.ignorable("unknown", {"trajectory": trajectory})
     for key in doc:
         if key not in ("environment", "info", "replay_config", "trajectory", "history"):
             b.ignorable("unknown", {key: doc[key]})
     map_openai_messages(b, doc["history"], fmt=FORMAT, what="history message", line=1,
                         single_turn=True)
     _close(b, doc.get("info"))
-    return [ImportedSession(b.session_id, b.header(), b.events, [], FORMAT, str(path.resolve()))]
+    return [b.imported(b.header())]
 
 
 def _model_name(doc: dict[str, Any]) -> str | None:
@@ -139,5 +142,4 @@ def import_mini_swe_agent(path: Path) -> list[ImportedSession]:
     else:
         # The early form ends with the submission observation after the sentinel command.
         b.end_turn({"kind": "completed"})
-    return [ImportedSession(b.session_id, b.header(), b.events, [], MINI_FORMAT,
-                            str(path.resolve()))]
+    return [b.imported(b.header())]
