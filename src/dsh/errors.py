@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "AdapterError",
     "AgentError",
     "CompactionError",
     "ConfigError",
@@ -255,3 +256,15 @@ class AgentError(DshError):
     """
 
     default_code = "AGENT"
+
+
+class AdapterError(DshError, ValueError):
+    """A framework adapter refused its input or a call (``dsh.adapters``).
+
+    ``code`` is ``ADAPTER_ITEM`` (a framework item or message it cannot map: not an object,
+    no role or type, not JSON), ``ADAPTER_SESSION_ID`` (an empty or non-string id) or
+    ``ADAPTER_CLOSED`` (the adapter object was closed). ``where`` names the session and the
+    index of the item in the call.
+    """
+
+    default_code = "ADAPTER"

@@ -1,0 +1,387 @@
+"""dsh as the session memory of the OpenAI Agents SDK: :class:`DshSession`.
+
+``DshSession(session_id, store=URL)`` implements the SDK's ``Session`` protocol and behaves as
+the SDK's ``SQLiteSession`` does: ``get_items(limit)`` returns the latest ``limit`` items in
+order (``limit`` given beats ``session_settings.limit``; ``limit <= 0`` gives none), each
+``add_items`` batch is validated whole before anything is written and is durable when the call
+returns, ``pop_item`` returns and removes the newest item.
+
+Responses input items map onto core dsh events:
+
+* ``role`` user / system / developer messages → ``user/message`` / ``system/message``;
+* consecutive model output (assistant ``message``, ``reasoning``, ``function_call``, hosted
+  tool calls) → one ``assistant/message`` (text, reasoning, ``tool-call`` blocks; other items
+  as ``provider-raw`` blocks), then one ``tool/call`` per ``function_call``;
+* ``function_call_output`` → the ``tool/result`` answering that call (an output whose call is
+  not pending in the open step becomes a ``user/message`` instead, so pairing stays balanced);
+* any other input item (``*_output``, ``item_reference``, approvals) → a ``user/message``
+  holding it as a ``provider-raw`` block.
+
+Every item is also kept verbatim in its message's source (:data:`dsh.adapters._log.RECORD_KEY`),
+so ``get_items`` returns exactly what ``add_items`` received, field for field. Items come from
+the surface (the model view), so what dsh adds is seen too: a crash-repair ``tool/result``
+reads back as a ``function_call_output``, a compaction summary as a user message. ``pop_item``
+and ``clear_session`` append ``ignorable`` ``openai-agents/pop`` and ``openai-agents/clear``
+events: the log keeps every byte and readers that do not know them skip them. ``limit`` never
+separates a call from its output: an output whose call falls outside the window is left out.
+
+Needs ``pip install 'dsh-session[openai-agents]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from dsh.adapters._log import LiveLog, TurnShaper, message_of, records_of, text_of, with_records
+from dsh.errors import AdapterError
+from dsh.json import snapshot_json
+from dsh.messages import (
+    create_assistant_message,
+    create_system_message,
+    create_tool_result_message,
+    create_user_message,
+)
+from dsh.session.events import Event
+
+try:
+    from agents.memory import SessionABC, SessionSettings
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("dsh.adapters.openai_agents needs the OpenAI Agents SDK: "
+                      "pip install 'dsh-session[openai-agents]'") from exc
+
+if TYPE_CHECKING:
+    from agents import TResponseInputItem
+
+__all__ = ["FORMAT", "DshSession", "items_to_events", "surface_items"]
+
+FORMAT: Final = "openai-agents"
+"""The record format name of Responses input items in a message source."""
+
+POP_TYPE: Final = "openai-agents/pop"
+CLEAR_TYPE: Final = "openai-agents/clear"
+
+_TEXT_PARTS: Final = frozenset({"input_text", "output_text", "text", "summary_text",
+                                "reasoning_text"})
+_INPUT_ONLY: Final = frozenset({"item_reference", "mcp_approval_response"})
+
+
+def _kind(item: Mapping[str, Any]) -> str:
+    """``user``, ``system``, ``model``, ``call``, ``output`` or ``input`` (other input items)."""
+    itype = item.get("type")
+    role = item.get("role")
+    if itype in (None, "message") and isinstance(role, str):
+        if role == "user":
+            return "user"
+        if role in ("system", "developer"):
+            return "system"
+        return "model"
+    if itype == "function_call":
+        return "call"
+    if itype == "function_call_output":
+        return "output"
+    if isinstance(itype, str) and (itype.endswith("_output") or itype.endswith("_response")
+                                   or itype in _INPUT_ONLY):
+        return "input"
+    return "model"
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    """dsh blocks of a Responses ``content`` / ``output``: text parts as text, others raw."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        return [] if content is None else [{"type": "text", "text": json.dumps(content)}]
+    out: list[dict[str, Any]] = []
+    for part in content:
+        if isinstance(part, Mapping) and part.get("type") in _TEXT_PARTS \
+                and isinstance(part.get("text"), str):
+            out.append({"type": "text", "text": part["text"]})
+        elif isinstance(part, Mapping) and part.get("type") == "refusal":
+            out.append({"type": "text", "text": str(part.get("refusal", ""))})
+        else:
+            out.append({"type": "provider-raw", "provider": "openai", "block": part})
+    return out
+
+
+def _model_blocks(item: Mapping[str, Any]) -> list[dict[str, Any]]:
+    itype = item.get("type")
+    if itype in (None, "message"):
+        return _blocks(item.get("content"))
+    if itype == "reasoning":
+        parts = [*(item.get("summary") or []), *(item.get("content") or [])]
+        return [{"type": "reasoning", "text": text_of(_blocks(parts))}]
+    if itype == "function_call":
+        return [{"type": "tool-call", "id": str(item.get("call_id")),
+                 "name": str(item.get("name")), "arguments": str(item.get("arguments", ""))}]
+    return [{"type": "provider-raw", "provider": "openai", "block": item}]
+
+
+def _normalize(items: Any, session_id: str) -> list[dict[str, Any]]:
+    """Plain JSON copies of ``items`` (as ``SQLiteSession`` stores them), checked whole."""
+    if not isinstance(items, list):
+        raise AdapterError(f"add_items takes a list of items (got {type(items).__name__})",
+                           code="ADAPTER_ITEM", session_id=session_id)
+    out: list[dict[str, Any]] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, Mapping) or not (isinstance(item.get("type"), str)
+                                                 or isinstance(item.get("role"), str)):
+            raise AdapterError(f"item {index} of add_items is not a Responses input item (an "
+                               f"object with a type or a role); got {item!r:.80}; nothing was "
+                               f"written", code="ADAPTER_ITEM", session_id=session_id,
+                               line=index)
+        try:
+            plain = json.loads(json.dumps(item))
+            snapshot_json(plain)
+        except (TypeError, ValueError) as exc:
+            raise AdapterError(f"item {index} of add_items is not JSON dsh can store ({exc}); "
+                               f"nothing was written", code="ADAPTER_ITEM",
+                               session_id=session_id, line=index) from exc
+        out.append(plain)
+    return out
+
+
+def items_to_events(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *,
+                    model: str) -> list[Event]:
+    """Append ``items`` (plain JSON Responses input items) as core events; return them.
+
+    Args:
+        shaper: The live session's turn bracket.
+        items: Items already checked by the caller (objects with a type or role, lossless JSON).
+        model: Model name written into assistant message sources (provider ``openai``).
+
+    Returns:
+        The appended events, in order (bracket events included).
+
+    Rule: the mapping in this module's docstring; a batch whose last item is model output
+    with no call pending closes the turn (``turn/end {kind: "completed"}``).
+    """
+    before = shaper.session.seq
+    index = 0
+    while index < len(items):
+        item = items[index]
+        kind = _kind(item)
+        if kind in ("user", "system"):
+            message = {"content": _blocks(item.get("content")),
+                       "source": with_records({"kind": "user"} if kind == "user" else
+                                              {"kind": "plugin", "plugin": FORMAT,
+                                               "form": str(item.get("role"))},
+                                              FORMAT, [item])}
+            shaper.input(create_system_message(message) if kind == "system"
+                         else create_user_message(message), system=kind == "system")
+            index += 1
+        elif kind in ("model", "call"):
+            group = []
+            while index < len(items) and _kind(items[index]) in ("model", "call"):
+                group.append(items[index])
+                index += 1
+            blocks = [block for entry in group for block in _model_blocks(entry)]
+            message = create_assistant_message(content=blocks, provider="openai", model=model)
+            shaper.assistant({**message, "source": with_records(message["source"], FORMAT,
+                                                                group)})
+            for entry in group:
+                if entry.get("type") == "function_call":
+                    shaper.tool_call(str(entry.get("call_id")), str(entry.get("name")),
+                                     str(entry.get("arguments", "")))
+        else:
+            call_id = str(item.get("call_id")) if kind == "output" else ""
+            if kind == "output" and shaper.can_answer(call_id):
+                result = create_tool_result_message(call_id=call_id,
+                                                    content=_blocks(item.get("output")))
+                shaper.tool_result({**result, "source": with_records(result["source"], FORMAT,
+                                                                     [item])})
+            else:
+                blocks = (_blocks(item.get("output")) if kind == "output"
+                          else [{"type": "provider-raw", "provider": "openai", "block": item}])
+                shaper.input(create_user_message({"content": blocks, "source": with_records(
+                    {"kind": "plugin", "plugin": FORMAT, "form": str(item.get("type"))},
+                    FORMAT, [item])}))
+            index += 1
+    if items and _kind(items[-1]) == "model" and not shaper.pending:
+        shaper.end_turn()
+    return list(shaper.session.events[before + 1:])
+
+
+def _synthesized(event: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Items for a surface event dsh wrote itself (repair result, compaction summary, …)."""
+    message = message_of(event) or {}
+    content = message.get("content")
+    etype = event["type"]
+    if etype == "tool/result":
+        call_id = message.get("source", {}).get("callId")
+        return [{"type": "function_call_output", "call_id": call_id, "output": text_of(content)}]
+    if etype == "assistant/message":
+        items: list[dict[str, Any]] = []
+        text = text_of(content)
+        if text:
+            items.append({"role": "assistant", "content": text})
+        items.extend({"type": "function_call", "call_id": b.get("id"), "name": b.get("name"),
+                      "arguments": b.get("arguments")}
+                     for b in content or () if isinstance(b, Mapping)
+                     and b.get("type") == "tool-call")
+        return items
+    return [{"role": "system" if etype == "system/message" else "user",
+             "content": text_of(content)}]
+
+
+def surface_items(events: Sequence[Event], removed: set[tuple[int, int]],
+                  cleared_through: int) -> list[tuple[int, int, dict[str, Any]]]:
+    """``(seq, index, item)`` of the surface events, minus popped and cleared items.
+
+    Args:
+        events: Surface events in surface order.
+        removed: ``(seq, index)`` of popped items.
+        cleared_through: Items of events with seq up to this one were cleared (-1: none).
+    """
+    out: list[tuple[int, int, dict[str, Any]]] = []
+    for event in events:
+        seq = event["seq"]
+        if seq <= cleared_through:
+            continue
+        items = records_of(event, FORMAT)
+        for index, item in enumerate(items if items is not None else _synthesized(event)):
+            if (seq, index) not in removed:
+                out.append((seq, index, item))
+    return out
+
+
+def _without_split_pairs(window: list[tuple[int, int, dict[str, Any]]]
+                         ) -> list[tuple[int, int, dict[str, Any]]]:
+    """Drop leading outputs whose ``function_call`` is not inside the window."""
+    calls = {item.get("call_id") for _, _, item in window if item.get("type") == "function_call"}
+    start = 0
+    while start < len(window) and window[start][2].get("type") == "function_call_output" \
+            and window[start][2].get("call_id") not in calls:
+        start += 1
+    return window[start:]
+
+
+class DshSession(SessionABC):
+    """An OpenAI Agents SDK session stored as a dsh session log.
+
+    Args:
+        session_id: The SDK session id, used as the dsh session id (``dsh show ID``).
+        store: Store URL (``sqlite:///path.db``, ``jsonl:///dir``, ``memory:``); default
+            ``sqlite:///$DSH_HOME/sessions.db``, the store the ``dsh`` command reads.
+        session_settings: ``SessionSettings`` (or a dict of its fields); default
+            ``SessionSettings()``, whose ``limit`` ``get_items`` uses when given none.
+        model: Model name recorded in assistant message sources (dsh shows it).
+
+    The session is opened on first use and held for writing (exclusively, across processes)
+    until :meth:`close`; an interrupted turn left by a crashed process is repaired then.
+
+    Raises:
+        AdapterError: ``ADAPTER_SESSION_ID`` for an empty id; from the methods:
+            ``ADAPTER_ITEM`` for an item that is not a JSON object with a type or role,
+            ``ADAPTER_CLOSED`` after :meth:`close`.
+        SessionBusyError: another process (or object) holds the session for writing.
+    """
+
+    def __init__(self, session_id: str, store: str | None = None, *,
+                 session_settings: SessionSettings | Mapping[str, Any] | None = None,
+                 model: str = "unknown") -> None:
+        self._log = LiveLog(session_id, store)
+        self.session_id = session_id
+        self.session_settings = (SessionSettings(**session_settings)
+                                 if isinstance(session_settings, Mapping)
+                                 else session_settings or SessionSettings())
+        self.model = model
+        self._removed: set[tuple[int, int]] = set()
+        self._cleared_through = -1
+        self._marks_read = False
+
+    @property
+    def store_url(self) -> str:
+        """The store URL this session lives in."""
+        return self._log.store_url
+
+    def _shaper(self) -> TurnShaper:
+        shaper = self._log.open()
+        if not self._marks_read:
+            for event in shaper.session.events:
+                self._note_mark(event)
+            self._marks_read = True
+        return shaper
+
+    def _note_mark(self, event: Mapping[str, Any]) -> None:
+        data = event["data"]
+        if event["type"] == POP_TYPE:
+            self._removed.add((data["seq"], data["index"]))
+        elif event["type"] == CLEAR_TYPE:
+            self._cleared_through = data["through"]
+
+    def _visible(self) -> list[tuple[int, int, dict[str, Any]]]:
+        self._shaper()
+        return surface_items(list(self._log.surface_events()), self._removed,
+                             self._cleared_through)
+
+    def _get_sync(self, limit: int | None) -> list[TResponseInputItem]:
+        with self._log.lock:
+            if limit is not None and limit <= 0:
+                return []
+            visible = self._visible()
+            if limit is not None:
+                visible = _without_split_pairs(visible[-limit:])
+            return [item for _, _, item in visible]  # type: ignore[misc]
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` items in order (all when ``limit`` and the setting are None).
+
+        Args:
+            limit: Maximum count; None uses ``session_settings.limit``; ``<= 0`` returns ``[]``.
+
+        Returns:
+            Items as ``add_items`` received them (fresh copies), plus items for what dsh added
+            (crash-repair outputs, compaction summaries); a leading ``function_call_output``
+            whose call falls outside the window is left out.
+        """
+        effective = limit if limit is not None else self.session_settings.limit
+        return await asyncio.to_thread(self._get_sync, effective)
+
+    def _add_sync(self, items: list[dict[str, Any]]) -> None:
+        with self._log.lock:
+            items_to_events(self._shaper(), items, model=self.model)
+            self._log.flush()
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` as one batch; durable when this returns.
+
+        Raises:
+            AdapterError: ``ADAPTER_ITEM`` naming the first bad item; nothing is written.
+        """
+        plain = _normalize(items, self.session_id)
+        if self._log._closed:
+            self._log.open()  # raises ADAPTER_CLOSED, like SQLiteSession on a closed session
+        if plain:
+            await asyncio.to_thread(self._add_sync, plain)
+
+    def _pop_sync(self) -> TResponseInputItem | None:
+        with self._log.lock:
+            visible = self._visible()
+            if not visible:
+                return None
+            seq, index, item = visible[-1]
+            self._note_mark(self._shaper().mark(POP_TYPE, {"seq": seq, "index": index}))
+            self._log.flush()
+            return item  # type: ignore[return-value]
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item (None when empty); the log records the removal."""
+        return await asyncio.to_thread(self._pop_sync)
+
+    def _clear_sync(self) -> None:
+        with self._log.lock:
+            shaper = self._shaper()
+            shaper.end_turn()
+            self._note_mark(shaper.mark(CLEAR_TYPE, {"through": shaper.session.seq}))
+            self._log.flush()
+
+    async def clear_session(self) -> None:
+        """Hide every item so far from ``get_items``; the log keeps them (``dsh show``)."""
+        await asyncio.to_thread(self._clear_sync)
+
+    def close(self) -> None:
+        """Flush and release the session (the write lock); later calls raise ADAPTER_CLOSED."""
+        self._log.close()
