@@ -1,25 +1,25 @@
 """What the framework adapters share: the live session they write, its turn shape, records.
 
 A framework hands the adapter a flat list of messages; dsh wants them inside turns and steps
-(core spec §1.8). :class:`TurnShaper` keeps that bracket: a user message after model output
-closes the turn and opens the next one; model output after tool results opens the next step;
-a ``tool/result`` answers a ``tool/call`` of the open step. The shape is rebuilt from the log on
-every open, so a resumed (crash-repaired) or forked session continues where its log ends.
+(core spec §1.8). :class:`TurnShaper` infers that bracket and writes through dsh's recorder
+(:mod:`dsh.agent.recorder`), so an adapter cannot write a malformed log. A resumed
+(crash-repaired) or forked session continues with the next turn number.
 
-Each framework record is kept verbatim in the message's ``source`` under :data:`RECORD_KEY`
-(``{"format", "records": [...]}``; sources are extensible, core spec §2.3), so a reader gets
-back exactly what the framework wrote, while ``content`` holds dsh blocks for the model view.
+Each framework record is kept verbatim under :data:`RECORD_KEY` (``{"format", "records":
+[...]}``): in the message's ``source`` (sources are extensible, core spec §2.3), and for a
+``tool/result`` in its ``data.meta`` (tool-private data). A reader gets back exactly what the
+framework wrote, while ``content`` holds dsh blocks for the model view.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from dsh.agent.recorder import Recorder, StepRecorder, TurnRecorder
 from dsh.errors import AdapterError
 from dsh.json import thaw
 from dsh.persistence import Persistence, open_store
@@ -31,6 +31,7 @@ __all__ = [
     "RECORD_KEY",
     "LiveLog",
     "TurnShaper",
+    "closed_early",
     "default_store_url",
     "message_of",
     "records_of",
@@ -74,12 +75,20 @@ def records_of(event: Mapping[str, Any], fmt: str) -> list[Any] | None:
     message = message_of(event)
     if message is None:
         return None
-    source = message.get("source")
-    record = source.get(RECORD_KEY) if isinstance(source, Mapping) else None
+    holder = message.get("source")
+    if event["type"] == "tool/result":
+        holder = event["data"].get("meta")
+    record = holder.get(RECORD_KEY) if isinstance(holder, Mapping) else None
     if not isinstance(record, Mapping) or record.get("format") != fmt:
         return None
     records = record.get("records")
     return list(thaw(records)) if isinstance(records, Sequence) else None
+
+
+def closed_early(events: Sequence[Event], fmt: str) -> set[int]:
+    """Seqs of the results :class:`TurnShaper` synthesized when it closed a step early."""
+    kind = f"{fmt}/closed-early"
+    return {seq for event in events if event["type"] == kind for seq in event["data"]["seqs"]}
 
 
 def text_of(blocks: Any) -> str:
@@ -95,116 +104,105 @@ def text_of(blocks: Any) -> str:
     return "\n".join(parts)
 
 
-@dataclass
 class TurnShaper:
-    """The turn/step bracket of one live session, rebuilt from its log.
+    """Puts a framework's flat message list into turns and steps through dsh's recorder.
 
-    Attributes:
-        session: The live session appended to.
-        turn: Number of the last opened turn (0: none yet).
-        step: Number of the last opened step of that turn.
-        turn_open: A ``turn/start`` has no ``turn/end`` yet.
-        step_open: A ``step/start`` has no ``step/end`` yet.
-        phase: ``"input"`` (no model output yet in the step), ``"model"`` (model output last)
-            or ``"results"`` (tool results since the last model output).
-        pending: Call id -> seq of its ``tool/call`` in the open step, not yet answered.
+    Rules (the framework says nothing about turns, so they are inferred):
+
+    * a user message opens a turn, or joins the open step while it has no model output yet;
+      after model output it ends the turn (``completed``) and opens the next;
+    * model output opens a turn if none is open, and the next step when the open step already
+      has its assistant message;
+    * a tool result answers a pending ``tool/call`` of the open step;
+    * other input after model output goes into the next step.
+
+    Ending a step or turn answers calls left without a result (the recorder's rule), so the
+    model view never shows a call without its result. The framework never saw those results:
+    their seqs are logged in an ignorable ``<fmt>/closed-early {seqs}`` event, and readers
+    that give the framework its own records back leave them out (:func:`closed_early`).
+
+    Args:
+        recorder: The recorder of the live session (its log ends outside any turn).
+        fmt: The adapter's record format, the namespace of its custom event types.
     """
 
-    session: Session
-    turn: int = 0
-    step: int = 0
-    turn_open: bool = False
-    step_open: bool = False
-    phase: str = "input"
-    pending: dict[str, int] = field(default_factory=dict)
+    def __init__(self, recorder: Recorder, fmt: str) -> None:
+        self.recorder = recorder
+        self.fmt = fmt
+        self._turn: TurnRecorder | None = None
+        self._step: StepRecorder | None = None
 
-    @classmethod
-    def from_log(cls, session: Session) -> TurnShaper:
-        """Rebuild the bracket from ``session.events`` (one pass over the log)."""
-        shaper = cls(session)
-        for event in session.events:
-            shaper._track(event)
-        return shaper
+    def _closing(self, close: Callable[[], object]) -> None:
+        """Run ``close`` (a step or turn end) and log the results it had to synthesize."""
+        before = self.session.seq
+        close()
+        synthesized = [event["seq"] for event in self.session.events[before:]
+                       if event["type"] == "tool/result"]
+        if synthesized:
+            self.mark(f"{self.fmt}/closed-early", {"seqs": synthesized})
 
-    def _track(self, event: Event) -> None:
-        etype = event["type"]
-        data = event["data"]
-        if etype == "turn/start":
-            self.turn, self.step, self.turn_open, self.step_open = data["turn"], 0, True, False
-        elif etype == "turn/end":
-            self.turn_open = self.step_open = False
-            self.pending.clear()
-        elif etype == "step/start":
-            self.step, self.step_open, self.phase = data["step"], True, "input"
-            self.pending.clear()
-        elif etype == "step/end":
-            self.step_open = False
-            self.pending.clear()
-        elif etype == "tool/call" and isinstance(data, Mapping):
-            self.pending[str(data.get("callId"))] = event["seq"]
-        elif etype == "assistant/message":
-            self.phase = "model"
-        elif etype == "tool/result":
-            message = message_of(event)
-            source = message.get("source") if message is not None else None
-            if isinstance(source, Mapping):
-                self.pending.pop(str(source.get("callId")), None)
-            self.phase = "results"
+    @property
+    def session(self) -> Session:
+        """The live session recorded into."""
+        return self.recorder.session
 
-    def _append(self, etype: str, data: Any, **kwargs: Any) -> Event:
-        event = self.session.append(etype, data, **kwargs)
-        self._track(event)
-        return event
+    def _open_step(self, *, after_model: bool) -> StepRecorder:
+        if self._turn is None:
+            self._turn = self.recorder.turn()
+        if self._step is not None and after_model and self._step.assistant_event is not None:
+            self._closing(self._step.end)
+            self._step = None
+        if self._step is None:
+            self._step = self._turn.step()
+        return self._step
 
-    def _open_step(self) -> None:
-        if not self.turn_open:
-            self._append("turn/start", {"turn": self.turn + 1})
-        if not self.step_open:
-            self._append("step/start", {"turn": self.turn, "step": self.step + 1})
+    @property
+    def pending(self) -> tuple[str, ...]:
+        """Call ids of the open step's assistant message that have no result yet."""
+        return self._step.unanswered if self._step is not None else ()
 
-    def end_turn(self, kind: str = "completed") -> None:
-        """Close the open step and turn (``turn/end {reason: {kind}}``); nothing if none is open."""
-        if self.step_open:
-            self._append("step/end", {"turn": self.turn, "step": self.step})
-        if self.turn_open:
-            self._append("turn/end", {"turn": self.turn, "reason": {"kind": kind}})
+    def end_turn(self) -> None:
+        """End the open turn as ``completed`` (answering unanswered calls); no-op between turns."""
+        if self._turn is not None:
+            self._closing(self._turn.end)
+        self._turn = self._step = None
 
-    def input(self, message: Mapping[str, Any], *, system: bool = False) -> Event:
-        """Append a user (or system) message, opening a new turn after model output."""
-        if self.turn_open and (self.phase != "input" or not self.step_open):
+    def user(self, message: Mapping[str, Any]) -> Event:
+        """Append a whole user message (a turn's input)."""
+        if self._step is not None and self._step.assistant_event is not None:
             self.end_turn()
-        self._open_step()
-        return self._append("system/message" if system else "user/message", message,
-                            surface_op="append")
+        return self._open_step(after_model=False).user_message(message)
+
+    def input(self, message: Mapping[str, Any]) -> Event:
+        """Append a whole user message that is not a prompt (it stays in the open turn)."""
+        return self._open_step(after_model=True).user_message(message)
 
     def assistant(self, message: Mapping[str, Any]) -> Event:
-        """Append model output; after tool results (all answered) it opens the next step."""
-        if self.step_open and self.phase != "input" and not self.pending:
-            self._append("step/end", {"turn": self.turn, "step": self.step})
-        self._open_step()
-        return self._append("assistant/message",
-                            {"turn": self.turn, "step": self.step, "message": message},
-                            surface_op="append")
+        """Append a whole assistant message; its tool-call blocks are then :meth:`tool_call`."""
+        return self._open_step(after_model=True).assistant(message=message)
 
-    def tool_call(self, call_id: str, name: str, arguments: str) -> Event:
-        """Append ``tool/call`` for a call the last assistant message requested."""
-        return self._append("tool/call", {"turn": self.turn, "step": self.step, "callId": call_id,
-                                          "name": name, "arguments": arguments})
+    def tool_call(self, call_id: str) -> Event:
+        """Append ``tool/call`` for a tool-call block of the step's assistant message."""
+        assert self._step is not None
+        return self._step.tool_call(call_id)
 
     def can_answer(self, call_id: str) -> bool:
-        """True when ``call_id`` has a ``tool/call`` in the open step still unanswered."""
-        return self.step_open and call_id in self.pending
+        """True when ``call_id`` was called in the open step and has no result yet."""
+        return call_id in self.pending
 
-    def tool_result(self, message: Mapping[str, Any]) -> Event:
-        """Append the ``tool/result`` answering a pending call (check :meth:`can_answer`)."""
-        call_id = message["source"]["callId"]
-        return self._append("tool/result",
-                            {"turn": self.turn, "step": self.step, "message": message},
-                            surface_op="append", source_event_seqs=[self.pending[call_id]])
+    def tool_result(self, call_id: str, content: list[Any], *, records: Sequence[Any],
+                    fmt: str, is_error: bool = False) -> Event:
+        """Append the ``tool/result`` of ``call_id`` (check :meth:`can_answer` first).
+
+        The records are kept in ``data.meta`` (the recorder makes the message itself).
+        """
+        assert self._step is not None
+        return self._step.tool_result(call_id, content, is_error=is_error,
+                                      meta={RECORD_KEY: {"format": fmt, "records": list(records)}})
 
     def mark(self, etype: str, data: Mapping[str, Any]) -> Event:
         """Append an adapter operation (pop, clear) as an ``ignorable`` custom event."""
-        return self._append(etype, data, ignorable=True)
+        return self.recorder.custom(etype, dict(data))
 
 
 class LiveLog:
@@ -218,19 +216,21 @@ class LiveLog:
 
     Args:
         session_id: The dsh session id.
-        store: A store URL (``sqlite:///…``, ``jsonl:///…``, ``memory:``); default
+        store: A store URL (``sqlite:///…``, ``jsonl:///…``, ``memory:``); None:
             :func:`default_store_url`.
+        fmt: The adapter's record format (see :class:`TurnShaper`).
 
     Raises:
         AdapterError: (from :meth:`open`) the adapter was closed (``ADAPTER_CLOSED``).
         SessionBusyError: another writer holds the session.
     """
 
-    def __init__(self, session_id: str, store: str | None = None) -> None:
+    def __init__(self, session_id: str, store: str | None, fmt: str) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise AdapterError(f"session_id must be a non-empty string (got {session_id!r})",
                                code="ADAPTER_SESSION_ID")
         self.session_id = session_id
+        self.fmt = fmt
         self.store_url = store if store is not None else default_store_url()
         self.lock = threading.RLock()
         self._persistence: Persistence | None = None
@@ -256,7 +256,8 @@ class LiveLog:
                     persistence.close()
                     raise
                 self._persistence, self._store = persistence, store
-                self._shaper = TurnShaper.from_log(session)
+                self._shaper = TurnShaper(Recorder(session, store=store,
+                                                   flush_on_turn_end=False), self.fmt)
             return self._shaper
 
     @property
@@ -269,12 +270,6 @@ class LiveLog:
         with self.lock:
             if self._store is not None and self._shaper is not None:
                 self._store.flush(self._shaper.session)
-
-    def surface_events(self) -> Iterator[Event]:
-        """The events of the current surface nodes, in surface order (the model view)."""
-        session = self.session
-        for seq in session.surface.nodes:
-            yield session.event_at(seq)
 
     def close(self) -> None:
         """Flush, release the write handle and close the store; later use raises."""

@@ -8,7 +8,9 @@ returns, ``pop_item`` returns and removes the newest item.
 
 Responses input items map onto core dsh events:
 
-* ``role`` user / system / developer messages → ``user/message`` / ``system/message``;
+* ``role`` user messages → ``user/message``; system and developer messages too, with source
+  ``{kind: "plugin", plugin: "openai-agents", form: role}`` (as dsh's Codex importer keeps
+  developer messages);
 * consecutive model output (assistant ``message``, ``reasoning``, ``function_call``, hosted
   tool calls) → one ``assistant/message`` (text, reasoning, ``tool-call`` blocks; other items
   as ``provider-raw`` blocks), then one ``tool/call`` per ``function_call``;
@@ -38,12 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 from dsh.adapters._log import LiveLog, TurnShaper, message_of, records_of, text_of, with_records
 from dsh.errors import AdapterError
 from dsh.json import snapshot_json
-from dsh.messages import (
-    create_assistant_message,
-    create_system_message,
-    create_tool_result_message,
-    create_user_message,
-)
+from dsh.messages import create_assistant_message, create_user_message
 from dsh.session.events import Event
 
 try:
@@ -62,6 +59,7 @@ FORMAT: Final = "openai-agents"
 
 POP_TYPE: Final = "openai-agents/pop"
 CLEAR_TYPE: Final = "openai-agents/clear"
+CLOSED_EARLY_TYPE: Final = "openai-agents/closed-early"
 
 _TEXT_PARTS: Final = frozenset({"input_text", "output_text", "text", "summary_text",
                                 "reasoning_text"})
@@ -89,7 +87,7 @@ def _kind(item: Mapping[str, Any]) -> str:
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
-    """dsh blocks of a Responses ``content`` / ``output``: text parts as text, others raw."""
+    """The dsh blocks of a Responses ``content``/``output``: text parts as text, others raw."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if not isinstance(content, list):
@@ -164,13 +162,10 @@ def items_to_events(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *,
         item = items[index]
         kind = _kind(item)
         if kind in ("user", "system"):
-            message = {"content": _blocks(item.get("content")),
-                       "source": with_records({"kind": "user"} if kind == "user" else
-                                              {"kind": "plugin", "plugin": FORMAT,
-                                               "form": str(item.get("role"))},
-                                              FORMAT, [item])}
-            shaper.input(create_system_message(message) if kind == "system"
-                         else create_user_message(message), system=kind == "system")
+            source = ({"kind": "user"} if kind == "user" else
+                      {"kind": "plugin", "plugin": FORMAT, "form": str(item.get("role"))})
+            shaper.user(create_user_message({"content": _blocks(item.get("content")),
+                                             "source": with_records(source, FORMAT, [item])}))
             index += 1
         elif kind in ("model", "call"):
             group = []
@@ -183,15 +178,12 @@ def items_to_events(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *,
                                                                 group)})
             for entry in group:
                 if entry.get("type") == "function_call":
-                    shaper.tool_call(str(entry.get("call_id")), str(entry.get("name")),
-                                     str(entry.get("arguments", "")))
+                    shaper.tool_call(str(entry.get("call_id")))
         else:
             call_id = str(item.get("call_id")) if kind == "output" else ""
             if kind == "output" and shaper.can_answer(call_id):
-                result = create_tool_result_message(call_id=call_id,
-                                                    content=_blocks(item.get("output")))
-                shaper.tool_result({**result, "source": with_records(result["source"], FORMAT,
-                                                                     [item])})
+                shaper.tool_result(call_id, _blocks(item.get("output")), records=[item],
+                                   fmt=FORMAT)
             else:
                 blocks = (_blocks(item.get("output")) if kind == "output"
                           else [{"type": "provider-raw", "provider": "openai", "block": item}])
@@ -201,7 +193,7 @@ def items_to_events(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *,
             index += 1
     if items and _kind(items[-1]) == "model" and not shaper.pending:
         shaper.end_turn()
-    return list(shaper.session.events[before + 1:])
+    return list(shaper.session.events[before:])
 
 
 def _synthesized(event: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -226,25 +218,29 @@ def _synthesized(event: Mapping[str, Any]) -> list[dict[str, Any]]:
              "content": text_of(content)}]
 
 
-def surface_items(events: Sequence[Event], removed: set[tuple[int, int]],
-                  cleared_through: int) -> list[tuple[int, int, dict[str, Any]]]:
-    """``(seq, index, item)`` of the surface events, minus popped and cleared items.
+def surface_items(session: Any, removed: set[tuple[int, int]], cleared_through: int,
+                  limit: int | None = None) -> list[tuple[int, int, dict[str, Any]]]:
+    """``(seq, index, item)`` of the session's surface, minus popped and cleared items.
 
     Args:
-        events: Surface events in surface order.
-        removed: ``(seq, index)`` of popped items.
+        session: The live dsh session (its surface nodes are the model view, in order).
+        removed: ``(seq, index)`` of popped items and of results the framework never saw.
         cleared_through: Items of events with seq up to this one were cleared (-1: none).
+        limit: Only the latest ``limit`` items (walks back from the end); None: all.
     """
     out: list[tuple[int, int, dict[str, Any]]] = []
-    for event in events:
-        seq = event["seq"]
-        if seq <= cleared_through:
-            continue
+    for seq in reversed(session.surface.nodes):
+        if seq <= cleared_through or (limit is not None and len(out) >= limit):
+            break
+        event = session.event_at(seq)
         items = records_of(event, FORMAT)
-        for index, item in enumerate(items if items is not None else _synthesized(event)):
+        if items is None:
+            items = _synthesized(event)
+        for index in range(len(items) - 1, -1, -1):
             if (seq, index) not in removed:
-                out.append((seq, index, item))
-    return out
+                out.append((seq, index, items[index]))
+    out.reverse()
+    return out if limit is None else out[-limit:]
 
 
 def _without_split_pairs(window: list[tuple[int, int, dict[str, Any]]]
@@ -282,7 +278,7 @@ class DshSession(SessionABC):
     def __init__(self, session_id: str, store: str | None = None, *,
                  session_settings: SessionSettings | Mapping[str, Any] | None = None,
                  model: str = "unknown") -> None:
-        self._log = LiveLog(session_id, store)
+        self._log = LiveLog(session_id, store, FORMAT)
         self.session_id = session_id
         self.session_settings = (SessionSettings(**session_settings)
                                  if isinstance(session_settings, Mapping)
@@ -290,7 +286,7 @@ class DshSession(SessionABC):
         self.model = model
         self._removed: set[tuple[int, int]] = set()
         self._cleared_through = -1
-        self._marks_read = False
+        self._marks_seen = 0  # events scanned for marks
 
     @property
     def store_url(self) -> str:
@@ -298,11 +294,13 @@ class DshSession(SessionABC):
         return self._log.store_url
 
     def _shaper(self) -> TurnShaper:
+        """The open shaper, with the pops, clears and early closes logged so far taken in."""
         shaper = self._log.open()
-        if not self._marks_read:
-            for event in shaper.session.events:
+        events = shaper.session.events
+        if self._marks_seen < len(events):
+            for event in events[self._marks_seen:]:
                 self._note_mark(event)
-            self._marks_read = True
+            self._marks_seen = len(events)
         return shaper
 
     def _note_mark(self, event: Mapping[str, Any]) -> None:
@@ -311,19 +309,20 @@ class DshSession(SessionABC):
             self._removed.add((data["seq"], data["index"]))
         elif event["type"] == CLEAR_TYPE:
             self._cleared_through = data["through"]
+        elif event["type"] == CLOSED_EARLY_TYPE:
+            self._removed.update((seq, 0) for seq in data["seqs"])
 
-    def _visible(self) -> list[tuple[int, int, dict[str, Any]]]:
-        self._shaper()
-        return surface_items(list(self._log.surface_events()), self._removed,
-                             self._cleared_through)
+    def _visible(self, limit: int | None = None) -> list[tuple[int, int, dict[str, Any]]]:
+        shaper = self._shaper()
+        return surface_items(shaper.session, self._removed, self._cleared_through, limit)
 
     def _get_sync(self, limit: int | None) -> list[TResponseInputItem]:
         with self._log.lock:
             if limit is not None and limit <= 0:
                 return []
-            visible = self._visible()
+            visible = self._visible(limit)
             if limit is not None:
-                visible = _without_split_pairs(visible[-limit:])
+                visible = _without_split_pairs(visible)
             return [item for _, _, item in visible]  # type: ignore[misc]
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -337,7 +336,8 @@ class DshSession(SessionABC):
             (crash-repair outputs, compaction summaries); a leading ``function_call_output``
             whose call falls outside the window is left out.
         """
-        effective = limit if limit is not None else self.session_settings.limit
+        settings = self.session_settings
+        effective = limit if limit is not None or settings is None else settings.limit
         return await asyncio.to_thread(self._get_sync, effective)
 
     def _add_sync(self, items: list[dict[str, Any]]) -> None:
@@ -359,11 +359,11 @@ class DshSession(SessionABC):
 
     def _pop_sync(self) -> TResponseInputItem | None:
         with self._log.lock:
-            visible = self._visible()
+            visible = self._visible(1)
             if not visible:
                 return None
             seq, index, item = visible[-1]
-            self._note_mark(self._shaper().mark(POP_TYPE, {"seq": seq, "index": index}))
+            self._shaper().mark(POP_TYPE, {"seq": seq, "index": index})
             self._log.flush()
             return item  # type: ignore[return-value]
 
@@ -375,7 +375,7 @@ class DshSession(SessionABC):
         with self._log.lock:
             shaper = self._shaper()
             shaper.end_turn()
-            self._note_mark(shaper.mark(CLEAR_TYPE, {"through": shaper.session.seq}))
+            shaper.mark(CLEAR_TYPE, {"through": shaper.session.seq - 1})
             self._log.flush()
 
     async def clear_session(self) -> None:

@@ -1,0 +1,42 @@
+"""Adapter test helpers: the `dsh` command as a subprocess, SDK tracing off (no network)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The Agents SDK exports traces to the network by default; tests stay on this machine.
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    try:
+        from agents import set_tracing_disabled
+    except ImportError:
+        return
+    set_tracing_disabled(True)
+
+
+def dsh(*args: str) -> str:
+    """Run ``python -m dsh.cli ARGS`` and return its stdout (exit 0 required)."""
+    proc = subprocess.run([sys.executable, "-m", "dsh.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, f"dsh {' '.join(args)} failed:\n{proc.stderr}"
+    return proc.stdout
+
+
+def dsh_messages(session_id: str, store: str, fmt: str = "openai") -> list[dict[str, Any]]:
+    """``dsh messages ID --format FMT`` parsed."""
+    out = json.loads(dsh("messages", session_id, "--store", store, "--format", fmt))
+    assert isinstance(out, list)
+    return out
+
+
+def dsh_events(session_id: str, store: str) -> list[dict[str, Any]]:
+    """``dsh events ID`` parsed (one JSON object a line)."""
+    return [json.loads(line) for line in dsh("events", session_id, "--store", store).splitlines()
+            if line.strip()]

@@ -1,0 +1,282 @@
+"""DshSession on its own: SQLiteSession's observable behaviour, lossless items, appended ops.
+
+The behaviour cases mirror the SDK's own SQLiteSession tests (tests/memory/test_session.py and
+tests/memory/test_session_limit.py in openai/openai-agents-python), written anew here with
+DshSession in place of SQLiteSession, and run beside SQLiteSession where they compare.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import SQLiteSession
+from agents.memory import Session, SessionSettings
+
+from dsh.adapters.openai_agents import DshSession
+from dsh.errors import AdapterError, SessionBusyError
+from tests.adapters.conftest import dsh, dsh_events, dsh_messages
+
+RICH_ITEMS: list[dict[str, Any]] = [
+    {"role": "developer", "content": "Be terse."},
+    {"type": "message", "role": "user",
+     "content": [{"type": "input_text", "text": "look"},
+                 {"type": "input_image", "image_url": "data:image/png;base64,AAAA",
+                  "detail": "low"}]},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think"}],
+     "encrypted_content": "opaque=="},
+    {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "grep",
+     "arguments": "{\"q\": \"x\"}", "status": "completed"},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed",
+     "action": {"type": "search", "query": "dsh"}},
+    {"type": "function_call_output", "call_id": "call_1",
+     "output": [{"type": "input_text", "text": "a.py:1: x"}]},
+    {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+     "content": [{"type": "output_text", "text": "Found it.", "annotations": [],
+                  "logprobs": []}]},
+    {"type": "item_reference", "id": "msg_0"},
+    {"role": "user", "content": "Unicode: こんにちは 😊 Привет, quotes ' \" and DROP TABLE x;--",
+     "extra_field": {"nested": [1, 2.5, True, None]}},
+]
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'sessions.db'}"
+
+
+@pytest.fixture(params=["sqlite", "jsonl"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return sqlite_url(tmp_path)
+    return f"jsonl:///{tmp_path / 'logs'}"
+
+
+def test_implements_the_sdk_session_protocol(store: str) -> None:
+    session = DshSession("proto", store)
+    assert isinstance(session, Session)
+    assert isinstance(session.session_settings, SessionSettings)
+    assert session.session_settings.limit is None
+    assert DshSession("s2", store, session_settings=SessionSettings(limit=5)) \
+        .session_settings.limit == 5
+    assert DshSession("s3", store, session_settings={"limit": 3}).session_settings.limit == 3
+    session.close()
+
+
+def test_items_come_back_field_for_field_beside_sqlite(store: str, tmp_path: Path) -> None:
+    async def body() -> None:
+        ours = DshSession("rich", store)
+        theirs = SQLiteSession("rich", tmp_path / "sdk.db")
+        for s in (ours, theirs):
+            await s.add_items(RICH_ITEMS[:4])
+            await s.add_items(RICH_ITEMS[4:])
+        assert await ours.get_items() == await theirs.get_items() == RICH_ITEMS
+        ours.close()
+        # a fresh object (a new process would do the same) reads the stored log
+        again = DshSession("rich", store)
+        assert await again.get_items() == RICH_ITEMS
+        assert await again.get_items(limit=3) == await theirs.get_items(limit=3)
+        again.close()
+        theirs.close()
+    run(body())
+
+
+def test_items_map_onto_core_events(tmp_path: Path) -> None:
+    store = sqlite_url(tmp_path)
+
+    async def body() -> None:
+        session = DshSession("core", store, model="gpt-test")
+        await session.add_items(RICH_ITEMS[:8])
+        session.close()
+    run(body())
+    types = [e["type"] for e in dsh_events("core", store)]
+    assert types[:5] == ["turn/start", "step/start", "user/message", "user/message",
+                         "assistant/message"]
+    # one model response (reasoning, call, hosted search) is one assistant message, then the
+    # dispatched call, then its result; the final answer is the next step
+    assert types[5:] == ["tool/call", "tool/result", "step/end", "step/start",
+                         "assistant/message", "step/end", "step/start", "user/message"]
+    model_view = dsh_messages("core", store, "dsh")
+    assert [m["role"] for m in model_view] == ["user", "user", "assistant", "user", "assistant",
+                                               "user"]
+    blocks = model_view[2]["content"]
+    assert [b["type"] for b in blocks] == ["reasoning", "tool-call", "provider-raw"]
+    assert blocks[1] == {"type": "tool-call", "id": "call_1", "name": "grep",
+                         "arguments": "{\"q\": \"x\"}"}
+    assert model_view[2]["source"]["model"] == "gpt-test"
+    assert model_view[3]["content"][0]["toolCallId"] == "call_1"
+    assert model_view[3]["content"][0]["content"] == [{"type": "text", "text": "a.py:1: x"}]
+
+
+def test_pop_item_like_sqlite_and_appended(store: str, tmp_path: Path) -> None:
+    items = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there!"},
+             {"role": "user", "content": "How are you?"}]
+
+    async def body() -> None:
+        ours = DshSession("pop", store)
+        theirs = SQLiteSession("pop", tmp_path / "sdk.db")
+        for s in (ours, theirs):
+            assert await s.pop_item() is None
+            await s.add_items(items)
+        events_before = ours._log.session.events[:]
+        for _ in range(4):
+            assert await ours.pop_item() == await theirs.pop_item()
+            assert await ours.get_items() == await theirs.get_items()
+        assert await ours.get_items() == []
+        # the log kept every byte: the old events are unchanged and three pops were appended
+        after = ours._log.session.events
+        assert tuple(after[:len(events_before)]) == tuple(events_before)
+        assert [e["type"] for e in after[len(events_before):]] == ["openai-agents/pop"] * 3
+        assert all(e["ignorable"] for e in after[len(events_before):])
+        ours.close()
+        again = DshSession("pop", store)
+        assert await again.get_items() == []
+        await again.add_items([{"role": "user", "content": "after"}])
+        assert await again.get_items() == [{"role": "user", "content": "after"}]
+        again.close()
+        theirs.close()
+    run(body())
+
+
+def test_pop_only_touches_its_session(tmp_path: Path) -> None:
+    store = sqlite_url(tmp_path)
+
+    async def body() -> None:
+        one, two = DshSession("one", store), DshSession("two", store)
+        await one.add_items([{"role": "user", "content": "Session 1 message"}])
+        await two.add_items([{"role": "user", "content": "Session 2 message 1"},
+                             {"role": "user", "content": "Session 2 message 2"}])
+        assert (await two.pop_item() or {}).get("content") == "Session 2 message 2"
+        assert [i["content"] for i in await one.get_items()] == ["Session 1 message"]
+        assert [i["content"] for i in await two.get_items()] == ["Session 2 message 1"]
+        one.close()
+        two.close()
+    run(body())
+
+
+def test_limits_like_sqlite(store: str, tmp_path: Path) -> None:
+    items = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"Message {i}"}
+             for i in range(6)]
+
+    async def body() -> None:
+        ours = DshSession("limit", store)
+        theirs = SQLiteSession("limit", tmp_path / "sdk.db")
+        for s in (ours, theirs):
+            await s.add_items(items)
+        for limit in (None, 0, 1, 2, 4, 6, 10):
+            assert await ours.get_items(limit) == await theirs.get_items(limit), limit
+        # a negative limit gives nothing, like limit=0 (the SDK's newer SQLiteSession and its
+        # other backends; older SQLiteSession releases passed it to SQL's LIMIT: everything)
+        assert await ours.get_items(0) == [] and await ours.get_items(-1) == []
+        assert await ours.get_items(-5) == []
+        assert [i["content"] for i in await ours.get_items(2)] == ["Message 4", "Message 5"]
+        ours.close()
+        theirs.close()
+    run(body())
+
+
+def test_settings_limit_and_explicit_limit_beats_it(store: str) -> None:
+    async def body() -> None:
+        session = DshSession("settings", store, session_settings=SessionSettings(limit=3))
+        await session.add_items([{"role": "user", "content": f"Message {i}"} for i in range(10)])
+        assert [i["content"] for i in await session.get_items()] == \
+            ["Message 7", "Message 8", "Message 9"]
+        assert [i["content"] for i in await session.get_items(limit=2)] == \
+            ["Message 8", "Message 9"]
+        assert len(await session.get_items(limit=100)) == 10
+        assert await session.get_items(limit=0) == []
+        session.close()
+    run(body())
+
+
+def test_limit_never_separates_a_call_from_its_output(store: str) -> None:
+    call = {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "a.py"}
+    answer = {"role": "assistant", "content": "There is a.py."}
+
+    async def body() -> None:
+        session = DshSession("pairs", store)
+        await session.add_items([{"role": "user", "content": "ls"}, call, output, answer])
+        # the latest 2 would start with the output of a call left outside: it is left out
+        assert await session.get_items(limit=2) == [answer]
+        assert await session.get_items(limit=3) == [call, output, answer]
+        session.close()
+    run(body())
+
+
+def test_clear_session_hides_items_and_keeps_the_log(store: str, tmp_path: Path) -> None:
+    async def body() -> None:
+        session = DshSession("clear", store)
+        await session.add_items([{"role": "user", "content": "Hello"},
+                                 {"role": "assistant", "content": "Hi there!"}])
+        kept = session._log.session.seq
+        await session.clear_session()
+        assert await session.get_items() == []
+        assert await session.pop_item() is None
+        await session.add_items([{"role": "user", "content": "fresh"}])
+        assert await session.get_items() == [{"role": "user", "content": "fresh"}]
+        session.close()
+        assert kept < len(dsh_events("clear", store))
+    run(body())
+    assert "Hello" in dsh("show", "clear", "--store", store)
+
+
+def test_bad_batch_writes_nothing(store: str) -> None:
+    async def body() -> None:
+        session = DshSession("bad", store)
+        await session.add_items([{"role": "user", "content": "ok"}])
+        seq = session._log.session.seq
+        for bad in ([{"role": "user", "content": "fine"}, "not an item"],
+                    [{"role": "user", "content": "fine"}, {"content": "no role or type"}],
+                    [{"role": "user", "content": float("nan")}],
+                    [{"role": "user", "content": 2 ** 60}]):
+            with pytest.raises(AdapterError) as info:
+                await session.add_items(bad)  # type: ignore[arg-type]
+            assert info.value.code == "ADAPTER_ITEM"
+            assert "nothing was written" in info.value.message
+        assert session._log.session.seq == seq
+        assert await session.get_items() == [{"role": "user", "content": "ok"}]
+        with pytest.raises(AdapterError):
+            await session.add_items({"role": "user"})  # type: ignore[arg-type]
+        session.close()
+        with pytest.raises(AdapterError) as closed:
+            await session.add_items([{"role": "user", "content": "late"}])
+        assert closed.value.code == "ADAPTER_CLOSED"
+    run(body())
+    with pytest.raises(AdapterError):
+        DshSession("", store)
+
+
+def test_concurrent_threads_with_their_own_loops(tmp_path: Path) -> None:
+    session = DshSession("concurrent", sqlite_url(tmp_path))
+    items = [{"role": "user", "content": f"Message {i}"} for i in range(10)]
+
+    def add(item: dict[str, Any]) -> None:
+        asyncio.run(session.add_items([item]))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
+        list(pool.map(add, items))
+    got = run(session.get_items())
+    assert sorted(i["content"] for i in got) == sorted(i["content"] for i in items)
+    session.close()
+
+
+def test_one_writer_across_objects(tmp_path: Path) -> None:
+    store = sqlite_url(tmp_path)
+    first = DshSession("busy", store)
+    run(first.add_items([{"role": "user", "content": "mine"}]))
+    second = DshSession("busy", store)
+    with pytest.raises(SessionBusyError):
+        run(second.get_items())
+    first.close()
+    assert run(second.get_items()) == [{"role": "user", "content": "mine"}]
+    second.close()

@@ -1,0 +1,26 @@
+"""`import dsh` (and the adapters package) imports no framework; each extra is separate."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+FRAMEWORKS = ("agents", "langchain_core", "pydantic_ai", "openai", "pydantic")
+
+
+def imported_after(statement: str) -> set[str]:
+    code = (f"import sys; {statement}; "
+            f"print(' '.join(m for m in {FRAMEWORKS!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    return set(out.split())
+
+
+def test_import_dsh_pulls_no_framework() -> None:
+    assert imported_after("import dsh") == set()
+    assert imported_after("import dsh.adapters") == set()
+    assert imported_after("import dsh.adapters._log") == set()
+
+
+def test_each_adapter_imports_its_own_framework() -> None:
+    assert "agents" in imported_after("import dsh.adapters.openai_agents")
