@@ -63,6 +63,7 @@ from dsh.session import (
     fold_surface,
     interrupted_turn_closers,
     open_turn_closers,
+    register_event_type,
     tool_pairing_balanced_after,
     tool_pairing_balanced_before,
 )
@@ -112,6 +113,7 @@ __all__ = [
     "open_store",
     "open_turn_closers",
     "prune_session",
+    "register_event_type",
     "select_compactable_range",
     "tool_pairing_balanced_after",
     "tool_pairing_balanced_before",

@@ -148,7 +148,7 @@ def test_session_request_folds_advance_incrementally_and_skip_unrelated_events()
     assert s.request_header() == {"config": CONFIG, "system": "a"}
     assert s.request_context() == {"provider": "deepseek", "model": "v4",
                                    "contextWindow": 1000}
-    s.append("x/y", {})
+    s.append("session/title", {})
     s.append("request/context", {"provider": "deepseek", "model": "v5"})
     assert s.request_context() == {"provider": "deepseek", "model": "v5"}
     assert s.request_header() == {"config": CONFIG, "system": "a"}

@@ -234,7 +234,7 @@ def test_session_rejects_non_json_event_data_at_the_source(value: Any) -> None:
     # §16.1 "rejects non-JSON-serializable event data at the source (incl. sparse arrays)"
     s = fresh()
     with pytest.raises(EventRejectedError, match="non-JSON-serializable") as info:
-        s.append("acme/event", {"value": value})
+        s.append("feedback/record", {"value": value})
     assert info.value.code == "NON_JSON"
     assert s.events == ()
 
@@ -244,7 +244,7 @@ def test_session_rejects_a_cycle_in_event_data() -> None:
     loop: dict[str, Any] = {}
     loop["self"] = loop
     with pytest.raises(EventRejectedError, match="non-JSON-serializable"):
-        s.append("acme/event", loop)
+        s.append("feedback/record", loop)
     assert s.seq == 0
 
 
@@ -260,7 +260,7 @@ def test_session_rejects_a_surface_eligible_append_with_no_surface_op_marker() -
 @given(hostile_json())
 def test_session_accepts_dense_arrays_and_nested_plain_objects(value: Any) -> None:
     s = fresh()
-    event = s.append("acme/event", {"value": value, "nested": [[None, True], {"a": [False]}]})
+    event = s.append("feedback/record", {"value": value, "nested": [[None, True], {"a": [False]}]})
     assert event.data == {"value": value, "nested": [[None, True], {"a": [False]}]}
 
 
@@ -566,7 +566,7 @@ def test_session_time_is_integer_ms_and_never_decreases() -> None:
     times = iter([50, 40, 60.9, 10])
     header = {"version": 0, "id": "s", "createdAt": 1}
     s = Session.create("s", header=header, clock=lambda: next(times))  # type: ignore[arg-type]
-    stamped = [s.append("x/y", {}).time for _ in range(4)]
+    stamped = [s.append("session/title", {}).time for _ in range(4)]
     assert stamped == [50, 50, 60, 60]
     restored = Session.create("s", seed=s.events, clock=lambda: 1)
     assert restored.events[-1].time == 60
@@ -578,7 +578,7 @@ def test_session_append_returns_events_in_wire_key_order() -> None:
     event = s.append("user/message", user_message(), surface_op="append",
                      source_event_seqs=[0])
     assert list(event) == ["type", "seq", "time", "data", "sourceEventSeqs", "surfaceOp"]
-    assert list(s.append("x/y", None)) == ["type", "seq", "time", "data"]
+    assert list(s.append("session/title", None)) == ["type", "seq", "time", "data"]
 
 
 def test_session_request_header_delta_and_fallback_are_refused_as_legacy() -> None:
@@ -606,7 +606,7 @@ def test_session_observers_see_committed_events_and_failures_are_contained(
     s.observe(failing)
     s.observe(lambda session, event: seen.append((event.seq, -1)))
     with caplog.at_level(logging.ERROR, logger="dsh.session.session"):
-        event = s.append("x/y", {})
+        event = s.append("session/title", {})
     assert event.seq == 0
     assert seen == [(0, 1), (0, -1)]
     assert "observer" in caplog.text and "observer broke" in caplog.text
@@ -616,11 +616,11 @@ def test_session_contains_a_reentrant_observer_append_without_reordering(
         caplog: pytest.LogCaptureFixture) -> None:
     s = fresh()
     later: list[int] = []
-    s.observe(lambda session, event: session.append("x/inner", {}))
+    s.observe(lambda session, event: session.append("plan/mode", {}))
     s.observe(lambda session, event: later.append(event.seq))
     with caplog.at_level(logging.ERROR, logger="dsh.session.session"):
-        s.append("x/outer", {})
-    assert [e.type for e in s.events] == ["x/outer"]
+        s.append("goal/change", {})
+    assert [e.type for e in s.events] == ["goal/change"]
     assert later == [0]
     assert "session append cannot reenter while another append is being published" in caplog.text
 
@@ -629,9 +629,9 @@ def test_session_unsubscribed_observers_are_not_called() -> None:
     s = fresh()
     seen: list[int] = []
     stop = s.observe(lambda session, event: seen.append(event.seq))
-    s.append("x/y", {})
+    s.append("session/title", {})
     stop()
-    s.append("x/y", {})
+    s.append("session/title", {})
     assert seen == [0]
 
 
@@ -652,17 +652,17 @@ def test_session_runs_validation_on_one_frozen_candidate_before_commit_and_reset
     s.add_validator(validator)
     s.observe(lambda session, event: observed.append(event.seq))
     with pytest.raises(ValueError, match="vetoed"):
-        s.append("x/y", {})
+        s.append("session/title", {})
     assert s.events == () and observed == []
     veto[0] = False
-    assert s.append("x/y", {}).seq == 0
+    assert s.append("session/title", {}).seq == 0
     assert seen == [(0, 0), (0, 0)] and observed == [0]
 
 
 def test_session_does_not_apply_a_surface_transition_rejected_by_validation() -> None:
     s = fresh()
-    s.append("x/a", {})
-    s.append("x/b", {})
+    s.append("feedback/record", {})
+    s.append("hook/invoked", {})
     s.append("user/message", user_message(), surface_op="append")
     remove = s.add_validator(lambda session, event: (_ for _ in ()).throw(ValueError("no")))
     with pytest.raises(ValueError):

@@ -50,12 +50,12 @@ def test_store_creates_sessions_and_emits_created_and_event() -> None:
     rec = Recorder()
     store = make_store(rec)
     s = store.create("a")
-    s.append("x/y", {})
+    s.append("session/title", {})
     assert rec.calls == [("created", "a"), ("event", "a", 0)]
     assert store.get("a") is s and store.list() == [s]
     with pytest.raises(AttributeError):
         s.stray = 1  # type: ignore[attr-defined]  # slots: a stray attribute cannot hide the feed
-    s.append("x/y", {})
+    s.append("session/title", {})
     assert rec.calls[-1] == ("event", "a", 1)
 
 
@@ -191,7 +191,7 @@ def test_store_detaches_a_disposed_session_and_stops_publishing() -> None:
     s = store.create("a")
     store.dispose(s)
     assert store.get("a") is None
-    s.append("x/y", {})
+    s.append("session/title", {})
     assert s.seq == 1
     assert rec.calls == [("created", "a"), ("disposed", "a")]
     with pytest.raises(SessionNotFoundError, match="not live"):
@@ -213,7 +213,7 @@ def test_store_pairs_a_partial_announcement_with_disposal_during_rollback() -> N
     assert rec.calls == [("created", "a"), ("disposed", "a")]
     remove()
     s = store.create("a")
-    s.append("x/y", {})
+    s.append("session/title", {})
     assert rec.calls[-2:] == [("created", "a"), ("event", "a", 0)]
 
 
@@ -245,7 +245,7 @@ def test_store_contains_event_observer_failures_after_the_commit_point(
     store = make_store(Broken(), peer)
     s = store.create("a")
     with caplog.at_level(logging.ERROR, logger="dsh.session.store"):
-        event = s.append("x/y", {})
+        event = s.append("session/title", {})
     assert event.seq == 0 and s.seq == 1
     assert seen == [("broken sees it logged", True)]
     assert peer.calls[-1] == ("event", "a", 0)
@@ -256,14 +256,14 @@ def test_store_contains_a_reentrant_observer_append_without_reordering(
         caplog: pytest.LogCaptureFixture) -> None:
     class Reenter:
         def on_event(self, session: Session, event: Event) -> None:
-            session.append("x/inner", {})
+            session.append("plan/mode", {})
 
     peer = Recorder()
     store = make_store(Reenter(), peer)
     s = store.create("a")
     with caplog.at_level(logging.ERROR):
-        s.append("x/outer", {})
-    assert [e.type for e in s.events] == ["x/outer"]
+        s.append("goal/change", {})
+    assert [e.type for e in s.events] == ["goal/change"]
     assert peer.calls[-1] == ("event", "a", 0)
     assert "cannot reenter" in caplog.text
 
@@ -287,7 +287,7 @@ def test_store_defers_detach_through_observer_publication() -> None:
     store.observe(Detacher())
     store.observe(Peer())
     s = store.create("a")
-    s.append("x/y", {})
+    s.append("session/title", {})
     assert order == ["detach requested, live=True", "observe, live=True", "dispose, live=False"]
 
 

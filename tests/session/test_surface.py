@@ -282,7 +282,7 @@ def test_surface_picks_up_new_events_incrementally() -> None:
     s.append("turn/start", {"turn": 1})
     s.append("user/message", user_message(), surface_op="append")
     s.append("user/message", user_message(), surface_op="append")
-    s.append("x/log", {})
+    s.append("command/run", {})
     s.append("user/message", user_message(), surface_op="append")
     assert s.surface.nodes == [1, 2, 4]
 
@@ -292,7 +292,7 @@ def test_surface_replays_identically_from_a_seeded_log_with_markers() -> None:
     s.append("turn/start", {"turn": 1})
     for _ in range(2):
         s.append("user/message", user_message(), surface_op="append")
-    s.append("x/log", {})
+    s.append("command/run", {})
     s.append("user/message", user_message(), surface_op="append")
     replay = Session.create("s", seed=s.events)
     assert replay.surface.nodes == [1, 2, 4]
@@ -389,7 +389,7 @@ def test_derive_messages_injected_context_and_user_messages_appear_on_surface() 
 
 def test_session_append_records_source_event_seqs_and_surface_op_on_the_event() -> None:
     s = fresh()
-    s.append("x/chunk", {})
+    s.append("command/done", {})
     event = s.append("assistant/message", assistant_data(1, 1, [{"type": "text", "text": "a"}]),
                      surface_op="append", source_event_seqs=[0])
     assert event.source_event_seqs == [0] and event.surface_op == "append"

@@ -51,7 +51,12 @@ from dsh.persistence.api import (
     normalize_header,
 )
 from dsh.persistence.legacy import normalize_legacy_events
-from dsh.session.events import KNOWN_EVENT_TYPES, SESSION_FORMAT_VERSION, Event
+from dsh.session.events import (
+    KNOWN_EVENT_TYPES,
+    SESSION_FORMAT_VERSION,
+    Event,
+    unknown_type_hint,
+)
 from dsh.session.repair import interrupted_turn_closers
 
 __all__ = [
@@ -177,10 +182,15 @@ def read_pipeline(session_id: str, cold: ColdRead, *, path: str | None = None
         etype = event.get("type")
         if etype not in KNOWN_EVENT_TYPES and event.get("ignorable") is not True:
             raw = f" (raw log: {path})" if path else ""
+            guess = unknown_type_hint(etype) if isinstance(etype, str) else None
+            cause = (f"which looks like a typo of {guess!r}: the program that wrote this log "
+                     "appended a misspelt type that no dsh reads, and it is not marked "
+                     "ignorable" if guess else
+                     "which is unknown to this dsh and not marked ignorable; if a newer dsh "
+                     "wrote it, upgrade dsh to read it")
             raise UnknownEventTypeError(
                 f"stored session {session_id!r} holds event type {etype!r} at seq "
-                f"{event.get('seq')}, which is unknown to this dsh and not marked ignorable; "
-                f"upgrade dsh to read it{raw}", session_id=session_id, event_type=str(etype),
+                f"{event.get('seq')}, {cause}{raw}", session_id=session_id, event_type=str(etype),
                 seq=event.get("seq") if type(event.get("seq")) is int else None, path=path)
     try:
         closers = interrupted_turn_closers(events)

@@ -16,6 +16,7 @@ from dsh.session.events import (
     is_surface_eligible_type,
     is_surface_event,
     make_event,
+    register_event_type,
 )
 from dsh.session.header import (
     HEADER_KEYS,
@@ -113,6 +114,7 @@ __all__ = [
     "is_surface_event",
     "make_event",
     "make_header",
+    "register_event_type",
     "validate_header",
     "wall_clock_ms",
 ]

@@ -7,9 +7,11 @@ Attribute access gives the Python names. Events are immutable; nothing in them c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, NewType, TypeAlias
 
+from dsh.errors import ConfigError
 from dsh.json import FrozenDict, FrozenList, JsonValue, _untrack
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "SESSION_FORMAT_VERSION",
     "SURFACE_EVENT_TYPES",
     "Event",
+    "EventDataValidator",
     "SessionId",
     "as_event",
     "SurfaceOp",
@@ -27,6 +30,9 @@ __all__ = [
     "is_surface_eligible_type",
     "is_surface_event",
     "make_event",
+    "register_event_type",
+    "registered_event_type",
+    "unknown_type_hint",
 ]
 
 SESSION_FORMAT_VERSION: Final = 0
@@ -181,3 +187,73 @@ def is_replacement_surface_event(event: Event) -> bool:
     """True for a surface event whose ``surfaceOp`` is a replace (model-only copy, §7.1)."""
     op = event.get("surfaceOp")
     return event["type"] in SURFACE_EVENT_TYPES and op is not None and op != "append"
+
+
+# -- event types of your own ------------------------------------------------------------------
+
+EventDataValidator: TypeAlias = "Callable[[Any], object]"
+"""Called with the frozen ``data`` of an event about to be appended; raising refuses it."""
+
+_CUSTOM_TYPES: dict[str, EventDataValidator | None] = {}
+
+
+def register_event_type(type: str, validator: EventDataValidator | None = None
+                        ) -> Callable[[], None]:
+    """Declare an event type of your own so that :meth:`Session.append` accepts it.
+
+    dsh's readers refuse a log holding an event type they do not know, unless that event is
+    marked ``ignorable``. An appended event of a registered type is therefore always written
+    with ``ignorable: true``: every reader keeps and skips it (this process, the ``dsh``
+    command, a process that never registered the type, dsh in TypeScript). The registration is
+    process-wide; registering a type again replaces its validator.
+
+    Args:
+        type: ``"namespace/name"``, not one of dsh's own types (``KNOWN_EVENT_TYPES``).
+        validator: Called with the frozen ``data`` of each event of this type before it is
+            committed; raise (``ValueError``, ``TypeError``, an ``EventRejectedError``) to
+            refuse the append.
+
+    Returns:
+        A function that removes the registration (appends of the type are refused again).
+
+    Raises:
+        ConfigError: ``EVENT_TYPE_RESERVED`` for a dsh type, ``INVALID_EVENT_TYPE`` for a
+            name without a ``/`` separating two non-empty parts.
+    """
+    if type in KNOWN_EVENT_TYPES:
+        raise ConfigError(f"event type {type!r} is one of dsh's own types; it needs no "
+                          "registration and its data is checked by dsh",
+                          code="EVENT_TYPE_RESERVED", event_type=type)
+    namespace, sep, name = type.partition("/") if isinstance(type, str) else ("", "", "")
+    if not (sep and namespace.strip() and name.strip()):
+        raise ConfigError(f"event type {type!r} must look like 'namespace/name' (for example "
+                          "'myapp/checkpoint')", code="INVALID_EVENT_TYPE")
+    _CUSTOM_TYPES[type] = validator
+
+    def unregister() -> None:
+        if _CUSTOM_TYPES.get(type, _UNSET) is validator:
+            del _CUSTOM_TYPES[type]
+
+    return unregister
+
+
+_UNSET: Final[Any] = object()
+
+
+def registered_event_type(type: str) -> tuple[bool, EventDataValidator | None]:
+    """Return ``(registered, validator)`` for ``type`` (see :func:`register_event_type`)."""
+    validator = _CUSTOM_TYPES.get(type, _UNSET)
+    if validator is _UNSET:
+        return False, None
+    return True, validator
+
+
+def unknown_type_hint(type: str) -> str | None:
+    """The known or registered type that ``type`` looks like a typo of, or None.
+
+    Rule: the closest name by :func:`difflib.get_close_matches` with a similarity of at least
+    0.8 (``"step/strat"`` → ``"step/start"``; ``"myapp/note"`` → None).
+    """
+    close = difflib.get_close_matches(type, [*KNOWN_EVENT_TYPES, *_CUSTOM_TYPES], n=1,
+                                      cutoff=0.8)
+    return close[0] if close else None

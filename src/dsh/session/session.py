@@ -24,14 +24,17 @@ from itertools import islice
 from time import time_ns
 from typing import Any, Final, Literal, overload
 
-from dsh.errors import EventRejectedError, InvalidJsonError
+from dsh.errors import DshError, EventRejectedError, InvalidJsonError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, c_restore_specials, dumps, snapshot_json
 from dsh.session.events import (
     ENVELOPE_KEYS,
+    KNOWN_EVENT_TYPES,
     SURFACE_EVENT_TYPES,
     Event,
     as_event,
     is_append_surface_event,
+    registered_event_type,
+    unknown_type_hint,
 )
 from dsh.session.header import SessionHeader, validate_header
 from dsh.session.surface import Surface, SurfacePlan, derive_event_message
@@ -233,6 +236,55 @@ def _check_core_shape(etype: str, data: Any, seq: int, *, seed: bool = False) ->
                       f"it could not be read back", "SHAPE", seq=seq, event_type=etype)
 
 
+def _expected_shape(etype: str, data: Any) -> str:
+    """What a message event's data should look like, and what it held instead."""
+    found = (f"found keys {', '.join(sorted(map(str, data)))}" if isinstance(data, dict) and data
+             else f"found {'an empty object' if isinstance(data, dict) else _kind_of(data)}")
+    if etype in ("user/message", "system/message"):
+        role = "user" if etype == "user/message" else "system"
+        return (f" (expected data to be the message itself: {{id, role: {role!r}, content, "
+                f"source}}, e.g. from create_{role}_message(); {found})")
+    maker = "create_assistant_message" if etype == "assistant/message" else \
+        "create_tool_result_message"
+    return (f" (expected data {{turn, step, message}}: the turn and step numbers and the "
+            f"message from {maker}(), e.g. {{'turn': 1, 'step': 1, 'message': ...}}; {found})")
+
+
+def _kind_of(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
+def _made_call_ids(data: Any) -> list[str]:
+    message = data.get("message") if isinstance(data, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return []
+    return [block["id"] for block in content
+            if isinstance(block, dict) and block.get("type") == "tool-call"
+            and isinstance(block.get("id"), str)]
+
+
+def _unknown_type(etype: str, seq: int) -> EventRejectedError:
+    guess = unknown_type_hint(etype)
+    typo = f' (did you mean "{guess}"?)' if guess else ""
+    return _reject(f'unknown event type "{etype}"{typo} at seq {seq}: no dsh reader accepts '
+                   "it, so a log holding it could not be read back. For a type of your own, "
+                   f'register it with dsh.register_event_type("{etype}") or append it with '
+                   "ignorable=True", "UNKNOWN_EVENT_TYPE", seq=seq, event_type=etype)
+
+
+def _run_custom_validator(check: Callable[[Any], object], etype: str, data: Any,
+                          seq: int) -> None:
+    try:
+        check(data)
+    except DshError:
+        raise
+    except Exception as exc:  # the user's validator said no: refuse with its reason
+        raise _reject(f'appended {etype} at seq {seq} was refused by the validator registered '
+                      f"for its type: {exc}", "CUSTOM_EVENT_INVALID", seq=seq,
+                      event_type=etype) from exc
+
+
 def _check_message_shape(event: Any, index: int, appended: bool = False) -> None:
     """Message-event shape checks (core spec §5.3 ``assertMessageEventShape``), in order.
 
@@ -245,10 +297,12 @@ def _check_message_shape(event: Any, index: int, appended: bool = False) -> None
     else:
         message = data.get("message") if isinstance(data, dict) else None
     if not isinstance(message, dict):
-        raise _shape_error(event, index, appended, "lacks an identified message")
+        raise _shape_error(event, index, appended, "lacks an identified message"
+                           + _expected_shape(etype, data))
     message_id = message.get("id")
     if type(message_id) is not str or not message_id:
-        raise _shape_error(event, index, appended, "lacks an identified message")
+        raise _shape_error(event, index, appended, "lacks an identified message"
+                           + _expected_shape(etype, data))
     role = _ROLES[etype]
     if message.get("role") != role:
         raise _shape_error(event, index, appended, f'message must have role "{role}" (found '
@@ -502,6 +556,8 @@ class Session:
 
     __slots__ = (
         "__weakref__",
+        "_calls_made",
+        "_calls_scanned",
         "_clock",
         "_derived",
         "_derived_count",
@@ -613,6 +669,8 @@ class Session:
         self._rc_count = 0
         self._rc_value: FrozenDict | None = None
         self._store: object = None
+        self._calls_made: set[str] = set()
+        self._calls_scanned = 0
         if type(session_id) is not str or not session_id:
             raise _reject(f"session id must be a non-empty string (found {session_id!r})",
                           "HEADER")
@@ -832,7 +890,10 @@ class Session:
         """Validate, commit and publish one event; return the frozen event.
 
         Args:
-            type: Event type tag (not checked against the vocabulary, core spec §1.6).
+            type: Event type tag: one of dsh's types (``KNOWN_EVENT_TYPES``), a type
+                registered with :func:`dsh.register_event_type` (written ``ignorable``), or
+                any ``"namespace/name"`` with ``ignorable=True``. Anything else is refused,
+                because no reader would accept the log (dsh's own append does not check).
             data: JSON payload; copied and frozen.
             surface_op: ``"append"`` or ``{"op": "replace", "start": seq, "end": seq}``;
                 required for surface-eligible types, refused on others.
@@ -851,8 +912,21 @@ class Session:
                 turn or step that is not a positive integer, a malformed turn/end reason),
                 ``NON_JSON`` (data or surface metadata), ``LEGACY``,
                 ``REENTRANT_APPEND`` (called from an observer of this session's own append),
-                ``ENVELOPE`` (type not a string), ``SURFACE`` (core spec §7), or whatever a
-                validator raised. Nothing is committed on any failure.
+                ``ENVELOPE`` (type not a string), ``UNKNOWN_EVENT_TYPE`` (a type no reader
+                accepts; the message names the known type it looks like a typo of),
+                ``CUSTOM_EVENT_INVALID`` (a registered type's validator refused the data),
+                ``ORPHAN_TOOL_RESULT`` (a fresh ``tool/result`` for a call that no earlier
+                ``assistant/message`` of this session made), ``SURFACE`` (core spec §7), or
+                whatever a validator raised. Nothing is committed on any failure.
+
+        What append does not refuse, and why: the turn and step rules (turns and steps
+        opened one at a time and numbered 1, 2, …; assistant messages, tool calls and fresh
+        results inside the open step; a result answering a ``tool/call`` of the same step).
+        dsh keeps them out of ``Session`` (core spec §13.3) so that any log dsh writes can be
+        appended to here, and ``dsh verify`` reports them. To refuse them at append, attach
+        :class:`dsh.session.InvariantObserver` (``observer.attach(session)``) or append
+        through the agent recorder. A ``user/message`` outside a turn is accepted because it
+        is valid: dsh itself writes compaction checkpoints and imported context that way.
 
         Rule: core spec §6 (steps in that order).
         """
@@ -883,6 +957,14 @@ class Session:
                           seq=seq, event_type=str(type))
         if not isinstance(type, str):
             raise _reject(f"event type must be a string (found {type!r})", "ENVELOPE", seq=seq)
+        if type not in KNOWN_EVENT_TYPES and type not in _CORE_SHAPED:  # legacy: SHAPE
+            registered, check = registered_event_type(type)
+            if registered:
+                ignorable = True  # readers that never registered it keep and skip it
+                if check is not None:
+                    _run_custom_validator(check, type, snap, seq)
+            elif not ignorable:
+                raise _unknown_type(type, seq)
         now = self._clock()
         if now.__class__ is not int:
             now = int(now)
@@ -891,6 +973,8 @@ class Session:
         surface = self._surface
         if type in _CORE_SHAPED:
             _check_core_shape(type, snap, seq)
+            if type == "tool/result" and op == "append":
+                self._check_call_made(snap, seq)
         if sources is None:
             if op is None:
                 event = as_event({"type": type, "seq": seq, "time": now, "data": snap})
@@ -932,6 +1016,27 @@ class Session:
         if self._observers:
             self._publish(event)
         return event
+
+    def _check_call_made(self, data: Any, seq: int) -> None:
+        """Refuse a fresh tool result whose call no earlier assistant message made.
+
+        The call ids of assistant messages are collected incrementally, scanning each event
+        once, on the first tool result after them.
+        """
+        log = self._log
+        made = self._calls_made
+        for index in range(self._calls_scanned, len(log)):
+            event = log[index]
+            if event["type"] == "assistant/message":
+                made.update(_made_call_ids(event["data"]))
+        self._calls_scanned = len(log)
+        call_id = data["message"]["source"]["callId"]
+        if call_id not in made:
+            raise _reject(f"tool/result at seq {seq} answers call {call_id!r}, which no earlier "
+                          f"assistant message of session {self._id!r} made; append the "
+                          "assistant message with that tool call first (dsh verify would "
+                          "report this result as an orphan)", "ORPHAN_TOOL_RESULT", seq=seq,
+                          event_type="tool/result")
 
     def _publish(self, event: Event) -> None:
         self._publishing = True
