@@ -20,7 +20,7 @@ from typing import Annotated
 
 import typer
 
-from dsh.cli import cmd_edit, cmd_export, cmd_import, cmd_inspect, cmd_verify
+from dsh.cli import cmd_chat, cmd_edit, cmd_export, cmd_import, cmd_inspect, cmd_run, cmd_verify
 from dsh.cli._common import default_store_url
 from dsh.cli._errors import STATE, enable_debug, run
 from dsh.cli.cmd_import import examples_dir, user_log_dirs
@@ -51,6 +51,8 @@ app.command("fork")(cmd_edit.fork)
 app.command("compact")(cmd_edit.compact)
 app.command("export")(cmd_export.export)
 app.command("convert")(cmd_export.convert)
+app.command("run")(cmd_run.run_)
+app.command("chat")(cmd_chat.chat)
 
 
 def _version(value: bool) -> None:

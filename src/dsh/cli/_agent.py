@@ -1,0 +1,148 @@
+"""What ``dsh run`` and ``dsh chat`` share: provider options, tools, building the agent.
+
+Provider choice: ``--provider`` (default ``deepseek``), ``--model`` and ``--base-url`` override
+the preset's defaults (:data:`dsh.agent.providers.PROVIDERS`); the key is read from the
+preset's environment variable. ``--tools read`` gives the model the read-only workspace tools
+over the current directory, ``--tools shell`` adds ``shell``, whose every command is put to the
+person at the terminal first (refused when there is no terminal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Final
+
+import typer
+
+from dsh.agent import Agent
+from dsh.agent.builtin import ShellRequest, refuse_all, shell_tool, workspace_tools
+from dsh.agent.providers import PROVIDER_NAMES, create_provider
+from dsh.agent.tools import Tool
+from dsh.errors import SessionNotFoundError
+from dsh.session import SessionStore
+
+__all__ = [
+    "CONTEXT_WINDOWS",
+    "BaseUrlOption",
+    "ContextWindowOption",
+    "ModelOption",
+    "ProviderOption",
+    "SystemOption",
+    "TimeoutOption",
+    "Tools",
+    "ToolsOption",
+    "agent_options",
+    "ask_line",
+    "make_provider",
+    "open_agent",
+    "tools_for",
+]
+
+CONTEXT_WINDOWS: Final = {"deepseek": 128_000, "openai": 128_000, "anthropic": 200_000,
+                          "openai-compatible": 32_768}
+"""Context window assumed per ``--provider`` (tokens) when ``--context-window`` is not given;
+compaction runs when a request nears it, or when the server says it overflowed."""
+
+
+class Tools(enum.StrEnum):
+    """``--tools``: what the model may use."""
+
+    none = "none"
+    read = "read"
+    shell = "shell"
+
+
+ProviderOption = Annotated[str, typer.Option(
+    "--provider", metavar="NAME",
+    help=f"Model provider: {', '.join(PROVIDER_NAMES)}. Keys come from DEEPSEEK_API_KEY, "
+         "OPENAI_API_KEY or ANTHROPIC_API_KEY.")]
+ModelOption = Annotated[str | None, typer.Option(
+    "--model", metavar="ID", show_default=False,
+    help="Model id (default per provider: deepseek-flash, gpt-5-mini, claude-sonnet-4-5).")]
+BaseUrlOption = Annotated[str | None, typer.Option(
+    "--base-url", metavar="URL", show_default=False,
+    help="API root of an OpenAI-compatible server (vLLM, Ollama, OpenRouter) or a proxy.")]
+ToolsOption = Annotated[Tools, typer.Option(
+    "--tools", help="Tools for the model: read (read-only, current directory) or shell "
+                    "(read + shell commands you approve).")]
+SystemOption = Annotated[str | None, typer.Option(
+    "--system", metavar="TEXT", show_default=False, help="System prompt.")]
+TimeoutOption = Annotated[float, typer.Option(
+    "--timeout", metavar="SECONDS", min=0.1,
+    help="Give up on a model call after this many seconds without data (it is retried).")]
+ContextWindowOption = Annotated[int | None, typer.Option(
+    "--context-window", metavar="TOKENS", min=1024, show_default=False,
+    help="The model's context window (default per provider); compaction keeps requests "
+         "under it.")]
+
+
+async def ask_line(prompt: str) -> str:
+    """Ask the person at the terminal for one line without blocking the event loop.
+
+    Returns '' at end of input.
+    """
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[str] = loop.create_future()
+    fd = sys.stdin.fileno()
+
+    def ready() -> None:
+        if not done.done():
+            done.set_result(sys.stdin.readline())
+
+    loop.add_reader(fd, ready)
+    try:
+        return await done
+    finally:
+        loop.remove_reader(fd)
+
+
+async def _approve_at_terminal(request: ShellRequest) -> bool:
+    answer = await ask_line(f"run shell command in {request.cwd}?\n  $ {request.command}\n"
+                            f"[y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def tools_for(choice: Tools, root: Path) -> list[Tool]:
+    """The tools of ``--tools choice`` over ``root`` (shell approval at the terminal)."""
+    if choice is Tools.none:
+        return []
+    tools = workspace_tools(root)
+    if choice is Tools.shell:
+        approve = _approve_at_terminal if sys.stdin.isatty() else refuse_all
+        tools.append(shell_tool(root, approve=approve))
+    return tools
+
+
+def make_provider(name: str, model: str | None, base_url: str | None,
+                  timeout_s: float) -> Any:
+    """The provider of the command line options (see :func:`create_provider`)."""
+    return create_provider(name, model=model, base_url=base_url, read_timeout_s=timeout_s)
+
+
+async def open_agent(store: SessionStore, provider: Any, session_id: str | None, *,
+                     options: Mapping[str, Any]) -> tuple[Agent, bool]:
+    """The agent for ``session_id``: resumed when stored (repaired first), else new.
+
+    Returns:
+        ``(agent, resumed)``.
+    """
+    if session_id is not None:
+        try:
+            return await Agent.resume(store, session_id, provider, **options), True
+        except SessionNotFoundError:
+            pass  # a new session with the id asked for
+    return Agent.create(store, provider, session_id=session_id, **options), False
+
+
+def agent_options(provider: Any, *, system: str | None, tools: list[Tool],
+                  context_window: int | None) -> dict[str, Any]:
+    """The :class:`Agent` keyword options for a provider built by :func:`make_provider`."""
+    return {"config": {"provider": provider.name, "model": provider.model}, "system": system,
+            "tools": tools,
+            "context_window": context_window or CONTEXT_WINDOWS.get(provider.name)}
