@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final
+from uuid import uuid4
 
 import typer
 
@@ -137,7 +138,9 @@ async def open_agent(store: SessionStore, provider: Any, session_id: str | None,
             return await Agent.resume(store, session_id, provider, **options), True
         except SessionNotFoundError:
             pass  # a new session with the id asked for
-    return Agent.create(store, provider, session_id=session_id, **options), False
+    # A fresh UUID: the store's own minted ids only avoid sessions live in this process.
+    return Agent.create(store, provider, session_id=session_id or str(uuid4()),
+                        **options), False
 
 
 def agent_options(provider: Any, *, system: str | None, tools: list[Tool],

@@ -66,7 +66,7 @@ class LiveView:
         self.answer = answer
         self.text_open = False  # answer text printed since the last newline
         self.reasoning_open = False
-        self.calls: dict[str, str] = {}
+        self.interrupted = False  # the turn's interrupted message was announced
 
     def _note(self, text: str) -> None:
         self._end_lines()
@@ -93,11 +93,11 @@ class LiveView:
             self._chunk(data.get("chunk") or {})
         elif kind == "assistant/message" and data.get("interrupted"):
             self._note("[interrupted: the partial answer above is kept in the log]")
+            self.interrupted = True
         elif kind == "tool/call":
             name = str(data.get("name"))
-            self.calls[str(data.get("callId"))] = name
             self._note(f"⚙ {name}({_args(data.get('arguments'))})")
-        elif kind == "tool/result" and event.get("surfaceOp", {}).get("kind") != "replace":
+        elif kind == "tool/result" and event.get("surfaceOp") == "append":
             message = data.get("message") or {}
             error = data.get("error")
             text = short(_result_text(message), _RESULT_CHARS)
@@ -122,8 +122,11 @@ class LiveView:
             if what == "error":
                 error = reason.get("error") or {}
                 self._note(f"[turn failed: {error.get('code')}: {error.get('message')}]")
+            elif what == "aborted" and self.interrupted:
+                pass  # already said
             elif what not in ("completed", None):
                 self._note(f"[turn ended: {what}]")
+            self.interrupted = False
 
     def _chunk(self, chunk: Mapping[str, Any]) -> None:
         kind = chunk.get("type")

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Final
+from uuid import uuid4
 
 import typer
 
@@ -212,7 +213,8 @@ class _Chat:
             self.say(f"/fork takes a seq number (see /show), got {seq_text!r}")
             return
         parent = self.current.session
-        child = self.sessions.fork(parent, int(seq_text) if seq_text else None)
+        child = self.sessions.fork(parent, int(seq_text) if seq_text else None,
+                                   f"{parent.id}-fork-{uuid4().hex[:8]}")
         self.attach(Agent(child, self.llm, store=self.sessions, **self.options))
         self.say(f"forked {parent.id} at seq {child.header.seed_length - 1} as {child.id}; "
                  f"now continuing {child.id}")

@@ -80,22 +80,21 @@ def create_provider(name: str, *, model: str | None = None, base_url: str | None
     preset = PROVIDERS.get(name)
     if preset is None:
         raise ConfigError(f"unknown provider {name!r}; choose one of "
-                          f"{', '.join(PROVIDER_NAMES)}", code="PROVIDER", option="--provider")
+                          f"{', '.join(PROVIDER_NAMES)}", code="PROVIDER")
     env = os.environ if env is None else env
     base_url = base_url or preset.base_url
     model = model or preset.model
     if name == "openai-compatible" and not base_url:
         raise ConfigError("--provider openai-compatible needs --base-url, e.g. "
-                          "http://127.0.0.1:11434/v1 for Ollama", code="PROVIDER",
-                          option="--base-url")
+                          "http://127.0.0.1:11434/v1 for Ollama", code="PROVIDER")
     if model is None:
         raise ConfigError(f"--provider {name} needs --model (the server's model id)",
-                          code="PROVIDER", option="--model")
+                          code="PROVIDER")
     key = env.get(preset.key_variable, "").strip()
     if not key:
         if preset.key_required:
             raise ConfigError(f"no API key for --provider {name}: set {preset.key_variable}",
-                              code="MISSING_KEY", variable=preset.key_variable)
+                              code="MISSING_KEY")
         key = "not-needed"  # local servers ignore the key, the SDK insists on one
     if preset.protocol == "anthropic":
         return AnthropicProvider(model=model, api_key=key, base_url=base_url, name=name,

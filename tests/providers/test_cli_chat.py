@@ -1,0 +1,89 @@
+"""``dsh chat`` in a pseudo-terminal (pexpect): turns, a tool call, Ctrl+C mid-stream, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.providers.servers import ScriptedServer, Stall, Stream, openai_reply
+
+pexpect = pytest.importorskip("pexpect")
+
+STORY = "Once upon a time there was a log that never forgot"
+
+
+def spawn(tmp_path: Path, server: ScriptedServer, *args: str) -> Any:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "TERM": "dumb",
+                "COLUMNS": "100"})
+    return pexpect.spawn(sys.executable, ["-m", "dsh.cli", "chat", *args, "--tools", "read",
+                                          "--timeout", "60", "--provider", "openai-compatible",
+                                          "--model", "local-model", "--base-url",
+                                          server.base_url],
+                         env=env, cwd=str(tmp_path), encoding="utf-8", timeout=90)
+
+
+def test_chat_three_turns_ctrl_c_mid_stream_then_continue(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("remember the milk\n")
+    call = [("call_1", "read_file", '{"path": "notes.txt"}')]
+    server = ScriptedServer([
+        Stream(openai_reply("Hi! How can I help?")),
+        Stream(openai_reply("Let me look.", tool_calls=call)),
+        Stream(openai_reply("The note says: remember the milk.")),
+        Stall(openai_reply(STORY)[:3]),  # streams the story's start, then hangs
+        Stream(openai_reply("...and it lived durably ever after.")),
+    ])
+    with server:
+        chat = spawn(tmp_path, server)
+        chat.expect(r"session (\S+) ·")
+        session = chat.match.group(1)
+        chat.expect_exact("you> ")
+        chat.sendline("hello")
+        chat.expect_exact("Hi! How can I help?")
+        chat.expect_exact("you> ")
+        chat.sendline("what is in notes.txt?")
+        chat.expect_exact('read_file(path="notes.txt")')
+        chat.expect_exact("remember the milk")  # the result line
+        chat.expect_exact("The note says: remember the milk.")
+        chat.expect_exact("you> ")
+        chat.sendline("tell me a story")
+        chat.expect_exact(STORY)
+        chat.sendintr()  # Ctrl+C while the model is still streaming
+        chat.expect_exact("[interrupted")
+        chat.expect_exact("you> ")
+        chat.sendline("/exit")
+        chat.expect_exact(f"continue with: dsh chat {session}")
+        chat.expect(pexpect.EOF)
+        chat.close()
+        assert chat.exitstatus == 0
+
+        again = spawn(tmp_path, server, session)
+        again.expect_exact(STORY)  # the interrupted message is in the history shown
+        again.expect_exact("you> ")
+        again.sendline("go on")
+        again.expect_exact("...and it lived durably ever after.")
+        again.expect_exact("you> ")
+        again.sendline("/exit")
+        again.expect(pexpect.EOF)
+        again.close()
+        assert again.exitstatus == 0
+
+    last = server.requests[-1]["messages"]
+    assert {"role": "assistant", "content": STORY} in last
+    assert last[-1] == {"role": "user", "content": "go on"}
+    out = subprocess.run([sys.executable, "-m", "dsh.cli", "events", session],
+                         env={**os.environ, "DSH_HOME": str(tmp_path / "home")},
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    log = [json.loads(line) for line in out.splitlines()]
+    ends = [e["data"]["reason"]["kind"] for e in log if e["type"] == "turn/end"]
+    assert ends == ["completed", "completed", "aborted", "completed"]
+    interrupted = [e for e in log if e["type"] == "assistant/message"
+                   and e["data"].get("interrupted")]
+    assert [m["data"]["message"]["content"] for m in interrupted] == [
+        [{"type": "text", "text": STORY}]]

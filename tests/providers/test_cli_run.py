@@ -1,0 +1,106 @@
+"""``dsh run`` as a real process against a scripted model server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.providers.servers import (
+    Fail,
+    ScriptedServer,
+    Stream,
+    openai_error,
+    openai_reply,
+)
+
+DSH = [sys.executable, "-m", "dsh.cli"]
+
+
+def dsh(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    base.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)})
+    return subprocess.run([*DSH, *args], env={**base, **(env or {})}, capture_output=True,
+                          text=True, timeout=120, cwd=cwd or tmp_path)
+
+
+def local(server: ScriptedServer) -> list[str]:
+    return ["--provider", "openai-compatible", "--model", "local-model", "--base-url",
+            server.base_url]
+
+
+def session_of(result: subprocess.CompletedProcess[str]) -> str:
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("session ")
+    return first.split()[1]
+
+
+def events(tmp_path: Path, session: str) -> list[dict[str, Any]]:
+    out = dsh(tmp_path, "events", session)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def test_run_streams_the_answer_and_shows_tool_calls_on_stderr(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("remember the milk\n")
+    call = [("call_1", "read_file", '{"path": "notes.txt"}')]
+    with ScriptedServer([Stream(openai_reply("Let me look.", tool_calls=call)),
+                         Stream(openai_reply("The note says: remember the milk."))]) as server:
+        result = dsh(tmp_path, "run", "what is in notes.txt?", "--tools", "read",
+                     *local(server))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Let me look.\nThe note says: remember the milk.\n"
+    assert 'read_file(path="notes.txt")' in result.stderr
+    assert "remember the milk" in result.stderr  # the result line
+    kinds = [e["type"] for e in events(tmp_path, session_of(result))]
+    assert kinds.count("tool/call") == kinds.count("tool/result") == 1
+    assert kinds[-1] == "turn/end"
+
+
+def test_run_json_and_session_continues(tmp_path: Path) -> None:
+    with ScriptedServer([Stream(openai_reply("Paris.")),
+                         Stream(openai_reply("About 2.1 million."))]) as server:
+        first = dsh(tmp_path, "run", "capital of France?", "--json", *local(server))
+        assert first.returncode == 0, first.stderr
+        outcome = json.loads(first.stdout)
+        assert (outcome["text"], outcome["turn"], outcome["reason"]) == (
+            "Paris.", 1, {"kind": "completed"})
+        second = dsh(tmp_path, "run", "how many people live there?", "--session",
+                     outcome["session"], *local(server))
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == "About 2.1 million.\n"
+    assert "(resumed)" in second.stderr.splitlines()[0]
+    sent = server.requests[1]["messages"]
+    assert [m["content"] for m in sent] == [
+        "capital of France?", "Paris.", "how many people live there?"]
+    turns = [e["data"]["turn"] for e in events(tmp_path, outcome["session"])
+             if e["type"] == "turn/start"]
+    assert turns == [1, 2]
+
+
+def test_run_exit_status_follows_the_turn_end(tmp_path: Path) -> None:
+    refused = Fail(401, openai_error(401, "Incorrect API key provided",
+                                     type_="invalid_request_error", code="invalid_api_key"))
+    with ScriptedServer([Stream(openai_reply("cut", finish="length")), refused]) as server:
+        cut = dsh(tmp_path, "run", "write a novel", *local(server))
+        failed = dsh(tmp_path, "run", "again", *local(server))
+    assert cut.returncode == 3 and cut.stdout == "cut\n"
+    assert failed.returncode == 1
+    assert failed.stderr.splitlines()[-1].startswith("error[AUTHENTICATION]: ")
+    assert "HTTP 401" in failed.stderr
+
+
+def test_missing_key_is_one_line_naming_the_variable(tmp_path: Path) -> None:
+    for provider, variable in (("deepseek", "DEEPSEEK_API_KEY"),
+                               ("anthropic", "ANTHROPIC_API_KEY"),
+                               ("openai", "OPENAI_API_KEY")):
+        result = dsh(tmp_path, "run", "hi", "--provider", provider)
+        assert result.returncode == 1
+        assert result.stderr.splitlines() == [
+            f"error[MISSING_KEY]: no API key for --provider {provider}: set {variable}"]
+    unknown = dsh(tmp_path, "run", "hi", "--provider", "gemini")
+    assert unknown.returncode == 1 and "choose one of deepseek, openai" in unknown.stderr
