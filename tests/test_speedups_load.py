@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 import dsh.json as dj
 import dsh.persistence._jsonl_format as fmt
+import dsh.persistence._sqlite_schema as sqlite_schema
 import dsh.persistence.coordinator as coordinator
 import dsh.session.session as session_module
 from dsh.errors import DshError
@@ -413,3 +414,78 @@ def test_load_paths_without_the_accelerator_give_the_same_session(tmp_path: Path
         outputs.append(proc.stdout)
     assert outputs[0] == outputs[1]
     assert len(orjson.loads(outputs[0])[0]) >= 1
+
+
+# --- SQLite rows -----------------------------------------------------------------------------
+
+
+def rows_of(script: Any, schema: int) -> list[Any]:
+    session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
+    apply_script(session, script)
+    encoded = sqlite_schema.encode_batch(list(session.events), schema)
+    return [(k + 1, *row[:6], None if schema == 14 else row[6]) for k, row in enumerate(encoded)]
+
+
+def scan_outcome(rows: list[Any], schema: int, fast: bool) -> tuple[Any, ...]:
+    saved = sqlite_schema.c_decode_rows
+    if not fast:
+        sqlite_schema.c_decode_rows = None
+    try:
+        def run() -> Any:
+            result = sqlite_schema.scan_rows(rows, 0, schema, path="/x/store.db",
+                                             session_id="s")
+            return (deep_types(result.events), result.torn_seq, result.torn_rowid,
+                    result.torn_reason)
+        return outcome(run)
+    finally:
+        sqlite_schema.c_decode_rows = saved
+
+
+COLUMN_DAMAGE: list[tuple[int, Any]] = [
+    (1, -1), (1, True), (1, 2**53), (1, 3.0), (2, ""), (2, 7), (2, "text-chunks"),
+    (2, "tool-call-chunks"), (3, "5"), (3, 2**53), (4, b"\x28\xb5\x2f\xfd\x00"), (4, "{"),
+    (4, '{"n":12345678901234567890}'), (4, '"\\ud800"'), (4, "-0.0"), (4, 5), (4, None),
+    (5, b""), (5, b"\x80"), (5, b"\x02\x00"), (5, b"\x80\x00"), (5, b"\xff" * 9),
+    (5, b"\x04\x03"), (5, b"\x04\x06"), (5, "[1]"), (6, '"append"'), (6, '"other"'),
+    (6, '{"op":"replace","start":0,"end":0}'), (6, 3), (7, 0), (7, 1), (7, 2), (7, True),
+    (7, None),
+]
+
+
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(script=log_scripts(open_tail=None), schema=st.sampled_from([14, 17]),
+       damage=st.lists(st.tuples(st.floats(0, 1), st.sampled_from(COLUMN_DAMAGE)),
+                       max_size=2))
+def test_decode_rows_matches_python_on_random_and_damaged_rows(
+        script: Any, schema: int, damage: list[tuple[float, tuple[int, Any]]]) -> None:
+    rows = rows_of(script, schema)
+    for where, (column, value) in damage:
+        if rows:
+            i = min(len(rows) - 1, int(len(rows) * where))
+            rows[i] = (*rows[i][:column], value, *rows[i][column + 1:])
+    assert scan_outcome(rows, schema, True) == scan_outcome(rows, schema, False)
+
+
+def test_decode_rows_matches_python_on_packed_rows() -> None:
+    session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    for k in range(40):
+        session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {
+            "type": "text-delta", "index": 0, "text": f"w{k} "}})
+    for k in range(5):
+        session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {
+            "type": "tool-call-delta", "index": 1, "id": "c", "name": "f",
+            "argumentsDelta": f"{k}"}})
+    encoded = sqlite_schema.encode_batch(list(session.events), 17)
+    rows = [(k + 1, *row) for k, row in enumerate(encoded)]
+    assert [row[7] for row in rows] == [None, None, 0, 0]
+    fast = scan_outcome(rows, 17, True)
+    assert fast == scan_outcome(rows, 17, False)
+    assert fast[0] == "ok" and len(fast[1][0][1]) == 47
+    # the accelerator itself took all four rows
+    taken: list[Event] = []
+    assert dj.c_decode_rows(rows, 0, 0, orjson.loads, Event, taken, True, 1 << 20, 3,
+                            1024) == (4, 47)
+    assert len(taken) == 47

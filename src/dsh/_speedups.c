@@ -501,7 +501,7 @@ static PyObject *s_type, *s_seq, *s_time, *s_data, *s_seq0, *s_time0, *s_turn, *
     *s_fallback, *s_request_header, *s_request_header_delta, *s_mode_set, *s_steering,
     *s_turn_start, *s_turn_end, *s_user_message, *s_assistant_message, *s_tool_result,
     *s_end_seed, *s_completed, *s_blocked, *s_max_tokens, *s_interrupted, *s_aborted,
-    *s_disposed, *s_error_kind;
+    *s_disposed, *s_error_kind, *s_surface_op, *s_append, *s_source_event_seqs;
 
 static int
 intern_strings(void)
@@ -531,6 +531,8 @@ intern_strings(void)
     INTERN(s_blocked, "blocked") INTERN(s_max_tokens, "max-tokens")
     INTERN(s_interrupted, "interrupted") INTERN(s_aborted, "aborted")
     INTERN(s_disposed, "disposed") INTERN(s_error_kind, "error")
+    INTERN(s_surface_op, "surfaceOp") INTERN(s_append, "append")
+    INTERN(s_source_event_seqs, "sourceEventSeqs")
 #undef INTERN
     return 0;
 }
@@ -1091,6 +1093,278 @@ stored_prescan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nn)", legacy_at, unknown_at);
 }
 
+/* Decode a schema-17 varint provenance BLOB like decode_source_event_seqs; NULL with Fallback
+ * set wherever that function raises. */
+static PyObject *
+varint_seqs(PyObject *blob)
+{
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(blob);
+    Py_ssize_t size = PyBytes_GET_SIZE(blob), pos = 0, count = 0;
+    long long prev = 0;
+    PyObject *out = PyList_New(0), *list;
+    if (out == NULL) {
+        return NULL;
+    }
+    while (pos < size) {
+        unsigned long long n = 0;
+        int shift = 0;
+        long long value;
+        for (;;) {
+            unsigned char byte;
+            if (pos >= size || shift > 56) {
+                Py_DECREF(out);
+                return fallback();
+            }
+            byte = p[pos++];
+            n |= (unsigned long long)(byte & 0x7F) << shift;
+            if ((byte & 0x80) == 0) {
+                if (byte == 0 && shift > 0) {
+                    Py_DECREF(out);
+                    return fallback();
+                }
+                break;
+            }
+            shift += 7;
+        }
+        if (count == 0) {
+            if (n > (unsigned long long)max_safe) {
+                Py_DECREF(out);
+                return fallback();
+            }
+            value = (long long)n;
+        }
+        else {
+            if (n > 2ULL * (unsigned long long)max_safe) {
+                Py_DECREF(out);
+                return fallback();
+            }
+            value = n % 2 == 0 ? prev + (long long)(n / 2) : prev - (long long)((n + 1) / 2);
+        }
+        if (value < 0 || value > max_safe) {
+            Py_DECREF(out);
+            return fallback();
+        }
+        {
+            PyObject *v = PyLong_FromLongLong(value);
+            if (v == NULL || PyList_Append(out, v) < 0) {
+                Py_XDECREF(v);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(v);
+        }
+        prev = value;
+        count++;
+    }
+    list = new_frozen_list(count);
+    if (list == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    for (pos = 0; pos < count; pos++) {
+        PyList_SET_ITEM(list, pos, Py_NewRef(PyList_GET_ITEM(out, pos)));
+    }
+    Py_DECREF(out);
+    untrack_checked(list);
+    return list;
+}
+
+/* JSON text column -> frozen value, or NULL with Fallback (a long literal, a surrogate, any
+ * decode error or unusual value: Python's decoder judges it). */
+static PyObject *
+decode_text(PyObject *text, PyObject *loads, Py_ssize_t limit)
+{
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
+    PyObject *parsed, *frozen;
+    if (utf8 == NULL) {
+        PyErr_Clear();  /* lone surrogates */
+        return fallback();
+    }
+    if ((limit >= 0 && n > limit) || has_long_digit_run(utf8, n)) {
+        return fallback();
+    }
+    parsed = PyObject_CallOneArg(loads, text);
+    if (parsed == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            return NULL;
+        }
+        return fallback();
+    }
+    frozen = walk(parsed, 0, 1);
+    Py_DECREF(parsed);
+    return frozen;
+}
+
+/* One physical row -> new list of events, or NULL with Fallback set where
+ * dsh.persistence._sqlite_schema.decode_row must judge the row. */
+static PyObject *
+decode_one_row(PyObject *row, PyObject *loads, PyTypeObject *event_type, int varints,
+               Py_ssize_t packed_limit, Py_ssize_t min_members, Py_ssize_t max_members)
+{
+    PyObject *seq, *etype, *time, *data, *ses, *sop, *ign, *payload, *out;
+    if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 8) {
+        return fallback();
+    }
+    seq = PyTuple_GET_ITEM(row, 1);
+    etype = PyTuple_GET_ITEM(row, 2);
+    time = PyTuple_GET_ITEM(row, 3);
+    data = PyTuple_GET_ITEM(row, 4);
+    ses = PyTuple_GET_ITEM(row, 5);
+    sop = PyTuple_GET_ITEM(row, 6);
+    ign = PyTuple_GET_ITEM(row, 7);
+    if (!safe_int_at_least(seq, 0, NULL) || !PyUnicode_CheckExact(etype)
+            || PyUnicode_GET_LENGTH(etype) == 0 || !safe_int_at_least(time, -max_safe, NULL)
+            || !PyUnicode_CheckExact(data)) {
+        return fallback();
+    }
+    if (ign != Py_None) {
+        /* a packed row: ignorable = 0, a chunk tag, no surface fields, TEXT data */
+        long long flag;
+        PyObject *record;
+        int tool;
+        if (!safe_int_at_least(ign, 0, &flag) || flag != 0 || ses != Py_None || sop != Py_None
+                || !(str_is(etype, s_text_chunks) || str_is(etype, s_reasoning_chunks)
+                     || str_is(etype, s_tool_chunks))) {
+            return fallback();
+        }
+        tool = str_is(etype, s_tool_chunks);
+        payload = decode_text(data, loads, packed_limit);
+        if (payload == NULL) {
+            return NULL;
+        }
+        {
+            PyObject *kv[] = {s_type, etype, s_seq0, seq, s_time0, time, s_data, payload};
+            record = frozen_of(frozen_dict_type, kv, 4);
+        }
+        Py_DECREF(payload);
+        if (record == NULL) {
+            return NULL;
+        }
+        out = expand_row(record, event_type, tool);
+        Py_DECREF(record);
+        if (out != NULL && (PyList_GET_SIZE(out) < min_members
+                            || PyList_GET_SIZE(out) > max_members)) {
+            Py_DECREF(out);
+            return fallback();
+        }
+        return out;
+    }
+    if (sop != Py_None && !(PyUnicode_CheckExact(sop)
+                            && PyUnicode_CompareWithASCIIString(sop, "\"append\"") == 0)) {
+        return fallback();  /* a replace op: Python parses it */
+    }
+    if (ses != Py_None && !(varints && PyBytes_CheckExact(ses))) {
+        return fallback();
+    }
+    payload = decode_text(data, loads, -1);
+    if (payload == NULL) {
+        return NULL;
+    }
+    {
+        PyObject *seqs = NULL, *event, *kv[12];
+        Py_ssize_t pairs = 4;
+        kv[0] = s_type; kv[1] = etype; kv[2] = s_seq; kv[3] = seq; kv[4] = s_time;
+        kv[5] = time; kv[6] = s_data; kv[7] = payload;
+        if (ses != Py_None) {
+            seqs = varint_seqs(ses);
+            if (seqs == NULL) {
+                Py_DECREF(payload);
+                return NULL;
+            }
+            kv[2 * pairs] = s_source_event_seqs;
+            kv[2 * pairs + 1] = seqs;
+            pairs++;
+        }
+        if (sop != Py_None) {
+            kv[2 * pairs] = s_surface_op;
+            kv[2 * pairs + 1] = s_append;
+            pairs++;
+        }
+        event = frozen_of(event_type, kv, pairs);
+        Py_XDECREF(seqs);
+        Py_DECREF(payload);
+        if (event == NULL) {
+            return NULL;
+        }
+        out = PyList_New(1);
+        if (out == NULL) {
+            Py_DECREF(event);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, 0, event);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(decode_rows_doc,
+"decode_rows(rows, i, expected, loads, event_type, events, varints, packed_limit,\n"
+"            min_members, max_members, /) -> (i, expected)\n\n"
+"The common case of dsh.persistence._sqlite_schema.scan_rows: from index i, decode rows while\n"
+"each is a plain scalar row (TEXT data, surface op NULL or \"append\", provenance NULL or, with\n"
+"varints, a canonical varint BLOB) or a packed TEXT chunk row, and its events continue at seq\n"
+"expected. Events go to `events`. Stops before the first row Python must judge and returns\n"
+"its index and the next seq.");
+
+static PyObject *
+decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *rows, *loads, *events;
+    PyTypeObject *event_type;
+    Py_ssize_t i, n, packed_limit, min_members, max_members;
+    long long expected;
+    int varints;
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs != 10 || !PyList_CheckExact(args[0]) || !PyType_Check(args[4])
+            || !PyList_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "decode_rows(): bad arguments");
+        return NULL;
+    }
+    rows = args[0];
+    i = PyLong_AsSsize_t(args[1]);
+    expected = PyLong_AsLongLong(args[2]);
+    loads = args[3];
+    event_type = (PyTypeObject *)args[4];
+    events = args[5];
+    varints = PyObject_IsTrue(args[6]);
+    packed_limit = PyLong_AsSsize_t(args[7]);
+    min_members = PyLong_AsSsize_t(args[8]);
+    max_members = PyLong_AsSsize_t(args[9]);
+    if (PyErr_Occurred() || varints < 0) {
+        return NULL;
+    }
+    n = PyList_GET_SIZE(rows);
+    for (; i >= 0 && i < n; i++) {
+        PyObject *decoded = decode_one_row(PyList_GET_ITEM(rows, i), loads, event_type,
+                                           varints, packed_limit, min_members, max_members);
+        Py_ssize_t count, end;
+        long long first;
+        if (decoded == NULL) {
+            if (PyErr_ExceptionMatches(Fallback)) {
+                PyErr_Clear();
+                break;
+            }
+            return NULL;
+        }
+        count = PyList_GET_SIZE(decoded);
+        if (!safe_int_at_least(PyDict_GetItem(PyList_GET_ITEM(decoded, 0), s_seq), 0, &first)
+                || first != expected) {
+            Py_DECREF(decoded);
+            break;
+        }
+        end = PyList_GET_SIZE(events);
+        if (PyList_SetSlice(events, end, end, decoded) < 0) {
+            Py_DECREF(decoded);
+            return NULL;
+        }
+        Py_DECREF(decoded);
+        expected += count;
+    }
+    return Py_BuildValue("(nL)", i, expected);
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -1099,6 +1373,7 @@ static PyMethodDef methods[] = {
     {"scan_lines", (PyCFunction)(void (*)(void))scan_lines, METH_FASTCALL, scan_lines_doc},
     {"restore_specials", (PyCFunction)(void (*)(void))restore_specials, METH_FASTCALL,
      restore_specials_doc},
+    {"decode_rows", (PyCFunction)(void (*)(void))decode_rows, METH_FASTCALL, decode_rows_doc},
     {"stored_prescan", (PyCFunction)(void (*)(void))stored_prescan, METH_FASTCALL,
      stored_prescan_doc},
     {NULL, NULL, 0, NULL},

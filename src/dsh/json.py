@@ -270,6 +270,7 @@ _CFallback: Any = _speedups.Fallback if _speedups is not None else _Slow
 c_scan_lines: Any = _speedups.scan_lines if _speedups is not None else None
 c_restore_specials: Any = _speedups.restore_specials if _speedups is not None else None
 c_stored_prescan: Any = _speedups.stored_prescan if _speedups is not None else None
+c_decode_rows: Any = _speedups.decode_rows if _speedups is not None else None
 
 
 def _fast(v: Any, depth: int) -> Any:

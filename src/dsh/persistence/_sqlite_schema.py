@@ -24,9 +24,18 @@ from functools import cache
 from typing import Any, Final
 
 import zstandard
+from orjson import loads as _orjson_loads
 
 from dsh.errors import DshError, EventRejectedError, LogCorruptError
-from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, dumps, is_safe_int, loads
+from dsh.json import (
+    MAX_SAFE_INTEGER,
+    FrozenDict,
+    FrozenList,
+    c_decode_rows,
+    dumps,
+    is_safe_int,
+    loads,
+)
 from dsh.session.chunks import CHUNK_ROW_TAGS, decode_storage_record, pack_chunk_runs
 from dsh.session.events import ENVELOPE_KEYS, Event, as_event
 
@@ -473,8 +482,23 @@ def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
             break
     events: list[Event] = []
     expected = base
-    for i, row in enumerate(rows):
-        result = decode(i)
+    i = 0
+    count = len(rows)
+    fast_rows = rows if type(rows) is list else list(rows)
+    while i < count:
+        if c_decode_rows is not None:
+            # The C accelerator takes every ordinary row and stops before any row this loop
+            # must judge, so the rules (and every message) stay here.
+            i, expected = c_decode_rows(
+                fast_rows, i, expected, _orjson_loads, Event, events,
+                schema_version != LEGACY_SCHEMA_VERSION, MAX_PACKED_DATA_BYTES,
+                MIN_PACKED_ROW_MEMBERS, MAX_PACKED_ROW_MEMBERS)
+            if i >= count:
+                break
+        index = i
+        i += 1
+        row = rows[index]
+        result = decode(index)
         if isinstance(result, RowError):
             reason = str(result)
         elif result[0]["seq"] != expected:
@@ -484,11 +508,11 @@ def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
             events.extend(result)
             expected += len(result)
             continue
-        if i <= last_turn_end or i < len(rows) - 1:
+        if index <= last_turn_end or index < len(rows) - 1:
             # dsh tolerates any bad row after the last turn/end; a later row means the damage
             # is inside committed data, so (as for JSONL) refuse rather than hide those rows.
-            where = ("it precedes the last intact turn/end" if i <= last_turn_end
-                     else f"{len(rows) - 1 - i} later row(s) follow it")
+            where = ("it precedes the last intact turn/end" if index <= last_turn_end
+                     else f"{len(rows) - 1 - index} later row(s) follow it")
             raise LogCorruptError(
                 f"corrupt session log {session_id!r} in {path}: invalid committed physical row "
                 f"at seq {row[1]} ({reason}); {where}, so it is not a torn tail", path=path,
