@@ -7,7 +7,9 @@ zstd frame is torn (item 6).
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dsh.errors import LogCorruptError
+from dsh.json import dumps
 from dsh.persistence import open_store
 from dsh.persistence._jsonl_format import scan_zstd_frames
 from dsh.persistence.jsonl import JsonlBackend
@@ -201,3 +204,93 @@ def test_dsh_verify_lists_saved_cuts(tmp_path: Path) -> None:
                           env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert str(cut) in proc.stderr and "torn-tail repair cut" in proc.stderr
+
+
+# --- item 5: every committed raw JSONL byte is sealed ---------------------------------------
+
+def _raw_log(tmp_path: Path) -> tuple[JsonlBackend, Path]:
+    backend = JsonlBackend(tmp_path / "root")
+    _four_batches(backend)
+    return backend, tmp_path / "root" / SESSION_DIR / "session.jsonl"
+
+
+def test_raw_seal_has_one_record_per_durable_batch_from_byte_zero(tmp_path: Path) -> None:
+    from dsh.persistence._seal import read_seal
+
+    _, path = _raw_log(tmp_path)
+    seal = read_seal(path.with_name("session.jsonl.seal"))
+    assert seal is not None and len(seal.records) == 4
+    assert seal.records[0][0] == 0 and seal.end == path.stat().st_size
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(seal.records))
+
+
+def test_raw_every_committed_byte_flip_is_corruption(tmp_path: Path) -> None:
+    backend, path = _raw_log(tmp_path)
+    data = path.read_bytes()
+    rng = random.Random(8)
+    for pos in sorted(rng.sample(range(len(data)), 150)):
+        damaged = bytearray(data)
+        damaged[pos] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(damaged))
+        with backend.open("s") as handle, pytest.raises(LogCorruptError) as caught:
+            handle.read()
+        assert caught.value.where["path"] == str(path)
+        assert caught.value.where["byte_offset"] <= pos
+        assert isinstance(caught.value.where["line"], int)
+    path.write_bytes(data)
+
+
+def test_raw_sealed_bytes_cut_off_are_corruption_and_the_log_is_not_repaired(
+        tmp_path: Path) -> None:
+    _, path = _raw_log(tmp_path)
+    data = path.read_bytes()
+    last_line = data.rindex(b"\n", 0, len(data) - 1) + 1
+    path.write_bytes(data[:last_line])  # a whole committed record gone: no reader rule sees it
+    with pytest.raises(LogCorruptError, match="committed data was cut off"):
+        open_store(f"jsonl://{tmp_path}/root").load("s")
+    assert path.read_bytes() == data[:last_line]
+
+
+def test_raw_bytes_another_writer_appended_are_read_then_sealed(tmp_path: Path) -> None:
+    # dsh itself appends without a seal: the unsealed tail is read by the format rules, and
+    # the next write through us seals it together with its own batch
+    from dsh.persistence._seal import read_seal
+
+    backend, path = _raw_log(tmp_path)
+    with backend.open("s") as handle:
+        count = len(handle.read().events)
+    extra = dumps(make("todo/write", count, {})) + b"\n"
+    with open(path, "ab") as f:
+        f.write(extra)
+    with backend.open("s", "write") as handle:
+        assert len(handle.read().events) == count + 1
+        handle.append([make("todo/write", count + 1, {})])
+        handle.flush()
+    seal = read_seal(path.with_name("session.jsonl.seal"))
+    assert seal is not None and seal.end == path.stat().st_size and len(seal.records) == 5
+
+
+@pytest.mark.parametrize("tail", [b"\0" * 20, b"\x01\x02\x03", b"\0" * 7])
+def test_raw_seal_damaged_by_a_crash_is_ignored_and_rewritten(tmp_path: Path,
+                                                              tail: bytes) -> None:
+    from dsh.persistence._seal import read_seal
+
+    backend, path = _raw_log(tmp_path)
+    seal_path = path.with_name("session.jsonl.seal")
+    with open(seal_path, "ab") as f:
+        f.write(tail)
+    with backend.open("s", "write") as handle:
+        count = len(handle.read().events)
+        handle.append([make("todo/write", count, {})])
+        handle.flush()
+    seal = read_seal(seal_path)
+    assert seal is not None and seal.end == path.stat().st_size
+    assert seal_path.stat().st_size == 12 + 20 * len(seal.records)
+
+
+def test_raw_seal_that_is_not_a_seal_is_reported(tmp_path: Path) -> None:
+    backend, path = _raw_log(tmp_path)
+    path.with_name("session.jsonl.seal").write_bytes(b"garbage, not a seal at all")
+    with backend.open("s") as handle, pytest.raises(LogCorruptError) as caught:
+        handle.read()
+    assert caught.value.code == "SEAL_CORRUPT" and "move it aside" in caught.value.message

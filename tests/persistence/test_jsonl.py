@@ -582,6 +582,7 @@ def test_mismatched_header_identity_refused(tmp_path: Path) -> None:
     write_log(backend, [make("turn/start", 0, {"turn": 1})], "a")
     path = log_path(tmp_path, "a")
     path.write_bytes(path.read_bytes().replace(b'"id":"a"', b'"id":"b"', 1))
+    path.with_name("session.jsonl.seal").unlink()  # as if dsh wrote it (the seal would refuse)
     before = path.read_bytes()
     with backend.open("a", "write") as handle, \
             pytest.raises(LogCorruptError, match="identity mismatch"):

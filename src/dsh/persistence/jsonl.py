@@ -11,6 +11,8 @@ scanning rules live in :mod:`dsh.persistence._jsonl_format`; this module does th
   retry of the same batch leaves no seq gap and no duplicate;
 * a torn tail is truncated (and fsynced) before the first write through a write handle, after
   its bytes are saved beside the log (:mod:`dsh.persistence._salvage`);
+* raw logs get an integrity seal beside them (``session.jsonl.seal``, one crc32 record per
+  durable batch, :mod:`dsh.persistence._seal`); zstd frames carry their own checksums;
 * write handles hold ``<session dir>/session.lock`` (see :mod:`dsh.persistence._lock`), which
   dsh tolerates as an extra file in the session-owned directory (spec §10.6).
 """
@@ -50,6 +52,14 @@ from dsh.persistence._jsonl_format import (
 )
 from dsh.persistence._lock import SessionLock
 from dsh.persistence._salvage import list_cuts, save_cut
+from dsh.persistence._seal import (
+    Seal,
+    append_seal,
+    check_byte_seals,
+    crc_of,
+    read_seal,
+    reset_seal,
+)
 from dsh.persistence.api import ColdRead, HandleBase, OpenMode, TornTail, normalize_header
 from dsh.persistence.memory import validate_batch
 from dsh.session.events import SESSION_FORMAT_VERSION, Event
@@ -63,6 +73,7 @@ Compression = Literal["none", "zstd"]
 _RAW_NAME = "session.jsonl"
 _ZSTD_NAME = "session.jsonl.zstd"
 _LOCK_NAME = "session.lock"
+_SEAL_SUFFIX = ".seal"
 _HEADER_READ_CHUNK = 8192
 _TORN_FEED_CHUNK = 4096
 
@@ -206,13 +217,16 @@ class ParsedLog:
     committed: int
 
 
-def parse_log(data: bytes, *, compression: Compression, path: str) -> ParsedLog:
+def parse_log(data: bytes, *, compression: Compression, path: str,
+              seal: Seal | None = None) -> ParsedLog:
     """Parse a whole log file (raw or zstd) into its committed prefix (spec §4.3-§4.7).
 
     Args:
         data: The file bytes.
         compression: ``"none"`` or ``"zstd"``.
         path: Named in errors.
+        seal: Raw JSONL: the integrity seal read before ``data``; every sealed byte range is
+            checked first (see :mod:`dsh.persistence._seal`).
 
     Returns:
         ParsedLog: ``committed`` is the file length that stays (raw: after the last good line;
@@ -220,10 +234,13 @@ def parse_log(data: bytes, *, compression: Compression, path: str) -> ParsedLog:
 
     Raises:
         LogCorruptError: header-less, bad header, damage inside the committed region, a bad
-            zstd frame, a complete frame ending inside a record.
+            zstd frame, a complete frame ending inside a record, a sealed byte range cut off
+            or changed.
         SessionFormatUnsupportedError: a foreign format version.
     """
     if compression == "none":
+        if seal is not None:
+            check_byte_seals(data, seal, log_path=path)
         nl = data.find(b"\n")
         header_line = data if nl < 0 else data[:nl + 1]
         header = parse_header_strict(header_line, path=path)
@@ -290,6 +307,10 @@ class _Tail:
     # A failed write or fsync could not truncate its bytes away: the file's real end is past
     # ``size`` and nothing may be written (O_APPEND would land after them) until it is fixed.
     end_unknown: bool = False
+    # raw JSONL only: the valid seal records, and whether the seal file must be rewritten
+    # (first seal of this handle: a crash may have left a partial record after them)
+    seals: list[tuple[int, int, int]] | None = None
+    seal_rewrite: bool = True
 
 
 class JsonlHandle(HandleBase):
@@ -331,13 +352,19 @@ class JsonlHandle(HandleBase):
             if self._mode == "write" and self._tail is None:
                 self._tail = _Tail(False, 0, 0, None, 0, 0)
             return ColdRead(self._pending_header, (), None, f"unmaterialized:{self._id}")
+        raw = self._backend.compression == "none"
+        # The seal is read before the log: the log only grows under a writer, so every range
+        # the seal names is then inside the bytes read.
+        seal = read_seal(self._seal_path()) if raw else None
         data, revision = _stable_read(self.path, self._id)
-        parsed = parse_log(data, compression=self._backend.compression, path=str(self.path))
+        parsed = parse_log(data, compression=self._backend.compression, path=str(self.path),
+                           seal=seal)
         self._backend._check_identity(self._id, parsed.header, self.path)
         if self._mode == "write":
             self._pending_header = None
             self._tail = _Tail(True, len(parsed.events), len(data), parsed.torn,
-                               len(parsed.events), len(data))
+                               len(parsed.events), len(data),
+                               seals=(seal.records if seal is not None else []) if raw else None)
         events = parsed.events if offset == 0 else parsed.events[offset:]
         return ColdRead(parsed.header, tuple(events), parsed.torn, revision)
 
@@ -386,6 +413,7 @@ class JsonlHandle(HandleBase):
             tail.torn = None
             tail.durable_size = tail.size
             tail.durable_count = tail.count
+            self._seal()
 
     def _truncate_torn(self, torn: TornTail) -> None:
         # Idempotent: a failed write leaves ``tail.torn`` set, so a retry truncates again and
@@ -435,7 +463,7 @@ class JsonlHandle(HandleBase):
 
     def _append_fd(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
         return self._fd
 
     def _write(self, payload: bytes) -> None:
@@ -467,6 +495,9 @@ class JsonlHandle(HandleBase):
         tail.size = tail.durable_size = len(content)
         self._pending_header = None
         self._backend._forget_pending(self._id)
+        if self._backend.compression == "none":
+            tail.seals = []
+            self._seal(content)
 
     def flush(self) -> None:
         """Make appended bytes durable (fsync); on failure truncate back to the last durable state.
@@ -494,6 +525,42 @@ class JsonlHandle(HandleBase):
             raise
         tail.durable_size = tail.size
         tail.durable_count = tail.count
+        self._seal()
+
+    def _seal_path(self) -> Path:
+        return self.path.with_name(self.path.name + _SEAL_SUFFIX)
+
+    def _seal(self, content: bytes | None = None) -> None:
+        """Seal the durable bytes not sealed yet with one record (raw JSONL; see ``_seal``).
+
+        The bytes are read back from the file (after its fsync), so the seal covers exactly
+        what is stored, bytes another writer (dsh) added since the last record included. A
+        failure to write the seal does not fail the flush (the batch is durable): it is
+        logged, and the next flush seals the range again.
+        """
+        tail = self._tail
+        assert tail is not None
+        if tail.seals is None:
+            return
+        start = tail.seals[-1][1] if tail.seals else 0
+        end = tail.durable_size
+        if end <= start:
+            return
+        try:
+            if content is None:
+                content = os.pread(self._append_fd(), end - start, start)
+            record = (start, end, crc_of(content))
+            if tail.seal_rewrite:
+                reset_seal(self._seal_path(), b"", [*tail.seals, record])
+                tail.seal_rewrite = False
+            else:
+                append_seal(self._seal_path(), *record)
+        except OSError as exc:
+            tail.seal_rewrite = True
+            logger.warning("could not write the integrity seal %s of session %s (%s); the "
+                           "next flush retries", self._seal_path(), self._id, exc)
+            return
+        tail.seals.append(record)
 
     def close(self) -> None:
         """Close the file and release the write lock; idempotent."""

@@ -1,0 +1,178 @@
+"""Integrity seals: a sidecar of checksummed ranges covering every committed unit of a log.
+
+Raw JSONL and SQLite have no checksum of their own, and dsh's formats leave no room for one
+(an extra event per batch would change the log; an extra table makes dsh refuse the database).
+So the writer keeps a sidecar file beside the log (``session.jsonl.seal``; SQLite:
+``<db>.dsh-seals/<encoded id>.seal``), which dsh never opens:
+
+* layout: the 8-byte magic ``DSHSEAL1``, a 4-byte little-endian identity length, the identity
+  (SQLite: the session's ``incarnation``; JSONL: empty), then fixed 20-byte records
+  ``(start: u64, end: u64, crc32: u32)``, little-endian;
+* JSONL records are byte ranges of the log file, SQLite records are ``[first seq, end seq)``
+  ranges of physical rows; records are contiguous from 0, one per durable batch;
+* a record is appended only after the batch it seals is durable, without an fsync of its own.
+  A crash can therefore lose the last records or leave a partial or zero-filled one: those
+  are ignored, and the log's unsealed tail (bytes or rows after the last record) is read
+  under the format's own rules, then sealed by the next writer before it appends;
+* a sealed range whose bytes (rows) are missing or differ is :class:`LogCorruptError`.
+
+How a fast reader verifies (persistence perf path): read the seal *before* the log, then one
+``zlib.crc32(data[start:end])`` per record over the bytes it already holds; nothing is parsed.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from dsh.errors import LogCorruptError
+
+__all__ = ["Seal", "append_seal", "check_byte_seals", "crc_of", "read_seal", "reset_seal"]
+
+MAGIC: Final = b"DSHSEAL1"
+_RECORD: Final = struct.Struct("<QQI")
+_LEN: Final = struct.Struct("<I")
+_MAX_IDENTITY: Final = 1024
+
+crc_of = zlib.crc32
+"""The checksum of a sealed range: ``zlib.crc32`` of its exact bytes."""
+
+
+class Seal:
+    """The valid records of a seal file.
+
+    Attributes:
+        path: The seal file.
+        identity: What the file was written for (empty for JSONL).
+        records: ``(start, end, crc)`` ranges, contiguous from 0.
+    """
+
+    __slots__ = ("identity", "path", "records")
+
+    def __init__(self, path: Path, identity: bytes, records: list[tuple[int, int, int]]) -> None:
+        self.path = path
+        self.identity = identity
+        self.records = records
+
+    @property
+    def end(self) -> int:
+        """End of the sealed prefix (0 when nothing is sealed)."""
+        return self.records[-1][1] if self.records else 0
+
+
+def read_seal(path: Path) -> Seal | None:
+    """Read a seal file; ``None`` when it does not exist (or is empty).
+
+    Raises:
+        LogCorruptError: the file is not a seal (bad magic or identity length) or holds
+            records that are not contiguous from 0 (a damaged seal; it names the file and
+            record so the user can compare it with the log).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise LogCorruptError(f"integrity seal {path} cannot be opened ({exc.strerror}); a "
+                              f"symlink or a non-file is where the seal belongs", path=str(path),
+                              code="SEAL_UNREADABLE") from exc
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise LogCorruptError(f"integrity seal {path} cannot be read ({exc.strerror})",
+                              path=str(path), code="SEAL_UNREADABLE") from exc
+    if not data:
+        return None
+    head = len(MAGIC) + _LEN.size
+    if len(data) < head or not data.startswith(MAGIC):
+        if not data.strip(b"\0") or MAGIC.startswith(data):
+            return None  # a crash while the file was created
+        raise LogCorruptError(f"integrity seal {path} is damaged (no DSHSEAL1 magic); move it "
+                              f"aside to read the log unverified", path=str(path),
+                              byte_offset=0, code="SEAL_CORRUPT")
+    (length,) = _LEN.unpack_from(data, len(MAGIC))
+    if length > _MAX_IDENTITY or head + length > len(data):
+        raise LogCorruptError(f"integrity seal {path} is damaged (identity length {length}); "
+                              f"move it aside to read the log unverified", path=str(path),
+                              byte_offset=len(MAGIC), code="SEAL_CORRUPT")
+    identity = data[head:head + length]
+    records: list[tuple[int, int, int]] = []
+    pos = head + length
+    expected = 0
+    while pos + _RECORD.size <= len(data):
+        start, end, crc = _RECORD.unpack_from(data, pos)
+        if start != expected or end <= start:
+            if not data[pos:].strip(b"\0"):
+                break  # zero-filled tail of a crash
+            raise LogCorruptError(
+                f"integrity seal {path} is damaged: record at byte {pos} covers [{start}, {end}) "
+                f"but the previous one ended at {expected}; move it aside to read the log "
+                f"unverified", path=str(path), byte_offset=pos, code="SEAL_CORRUPT")
+        records.append((start, end, crc))
+        expected = end
+        pos += _RECORD.size
+    return Seal(path, identity, records)
+
+
+def check_byte_seals(data: bytes, seal: Seal, *, log_path: str) -> None:
+    """Check every sealed byte range of a JSONL log against ``data`` (the whole file).
+
+    Raises:
+        LogCorruptError: a sealed range ends past the file's end (committed bytes were cut) or
+            its crc32 differs (committed bytes changed); ``byte_offset`` and ``line`` (the
+            physical line where the range starts) name the place.
+    """
+    size = len(data)
+    for start, end, crc in seal.records:
+        if end > size:
+            raise LogCorruptError(
+                f"corrupt session log: {log_path} ends at byte {size}, but its integrity seal "
+                f"{seal.path} covers committed bytes up to {end}: committed data was cut off",
+                path=log_path, byte_offset=size, line=data.count(b"\n", 0, size) + 1)
+        if zlib.crc32(data[start:end]) != crc:
+            line = data.count(b"\n", 0, start) + 1
+            raise LogCorruptError(
+                f"corrupt session log: bytes {start}..{end} of {log_path} (from line {line}) "
+                f"differ from what was committed (crc32 mismatch with the integrity seal "
+                f"{seal.path})", path=log_path, byte_offset=start, line=line)
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    written = 0
+    while written < len(payload):
+        written += os.write(fd, view[written:])
+
+
+def reset_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, int]]) -> None:
+    """Replace the seal file atomically with ``records`` (temp file + rename, no fsync).
+
+    Raises:
+        OSError: the file could not be written (the old seal stays).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        _write_all(fd, MAGIC + _LEN.pack(len(identity)) + identity
+                   + b"".join(_RECORD.pack(*r) for r in records))
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def append_seal(path: Path, start: int, end: int, crc: int) -> None:
+    """Append one record ``[start, end)`` to an existing seal file (one ``write``).
+
+    Raises:
+        OSError: the record could not be written.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    try:
+        _write_all(fd, _RECORD.pack(start, end, crc))
+    finally:
+        os.close(fd)
