@@ -104,3 +104,19 @@ def test_missing_key_is_one_line_naming_the_variable(tmp_path: Path) -> None:
             f"error[MISSING_KEY]: no API key for --provider {provider}: set {variable}"]
     unknown = dsh(tmp_path, "run", "hi", "--provider", "gemini")
     assert unknown.returncode == 1 and "choose one of deepseek, openai" in unknown.stderr
+
+
+def test_readme_chat_lines_name_the_key_they_need(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Chat with your own key", 1)[1].split("\n## ", 1)[0]
+    lines = [line.strip() for line in section.splitlines() if line.startswith("    ")]
+    pairs = [(lines[i], lines[i + 1]) for i in range(len(lines) - 1)
+             if lines[i].startswith("export ") and lines[i + 1].startswith(".venv/bin/dsh chat")]
+    assert [p[0].split("=")[0] for p in pairs] == ["export DEEPSEEK_API_KEY",
+                                                   "export ANTHROPIC_API_KEY"]
+    for export, command in pairs:
+        variable = export.split()[1].split("=")[0]
+        # Without the key the command stops at once, naming the variable the line above sets.
+        result = dsh(tmp_path, *command.split()[1:])
+        assert result.returncode == 1
+        assert result.stderr.strip().endswith(f"set {variable}")
