@@ -25,6 +25,7 @@ CASES = {
                           "--scenario", "now", "--backend", "sqlite"],
     "import": ["bench.bench_import", "--events", "300", "--top", "1", "--runs", "1"],
     "ls": ["bench.bench_ls", "--sessions", "20", "--runs", "1"],
+    "agent": ["bench.bench_agent", "--turns", "3", "--runs", "1", "--nodes", "100"],
     # the peer is never looked for here: ours beside dsh-baseline.md
     "side-by-side": ["bench.side_by_side", "--sizes", "300", "--runs", "1", "--flush-events",
                      "300", "--derive-surface", "300", "--derive-runs", "1",

@@ -393,7 +393,14 @@ class SessionStore:
         return participated
 
     async def aflush(self, session: Session) -> bool:
-        """Async twin of :meth:`flush`: runs it in a worker thread, never blocking the loop."""
+        """Async twin of :meth:`flush`: runs it in a worker thread, never blocking the loop.
+
+        No thread is used when no observer takes part (a store without persistence), so the
+        agent loop's per-step barriers cost nothing there.
+        """
+        if not any(getattr(o, "on_flush", None) is not None for o in self._observers):
+            self._live_entry(session)
+            return False
         return await asyncio.to_thread(self.flush, session)
 
     def resume(self, session_id: str) -> Session:
