@@ -57,8 +57,8 @@ def default_store_url() -> str:
 StoreOption = Annotated[
     str | None,
     typer.Option("--store", metavar="URL", show_default=False,
-                 help="Store URL: sqlite:///path.db, jsonl:///dir, jsonl+zstd:///dir "
-                      "(default: sqlite:///$DSH_HOME/sessions.db)."),
+                 help="Store URL: sqlite:///path.db, jsonl:///dir, jsonl+zstd:///dir, "
+                      "postgresql://user@host/db?schema=name (default: sqlite:///$DSH_HOME/sessions.db)."),
 ]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print JSON (stable keys) instead of text."),

@@ -20,7 +20,16 @@ from typing import Annotated
 
 import typer
 
-from dsh.cli import cmd_chat, cmd_edit, cmd_export, cmd_import, cmd_inspect, cmd_run, cmd_verify
+from dsh.cli import (
+    cmd_chat,
+    cmd_edit,
+    cmd_export,
+    cmd_import,
+    cmd_inspect,
+    cmd_run,
+    cmd_store,
+    cmd_verify,
+)
 from dsh.cli._common import default_store_url
 from dsh.cli._errors import STATE, enable_debug, run
 from dsh.cli.cmd_import import examples_dir, user_log_dirs
@@ -53,6 +62,7 @@ app.command("export")(cmd_export.export)
 app.command("convert")(cmd_export.convert)
 app.command("run")(cmd_run.run_)
 app.command("chat")(cmd_chat.chat)
+app.command("migrate")(cmd_store.migrate)
 
 
 def _version(value: bool) -> None:

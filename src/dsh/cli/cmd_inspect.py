@@ -104,9 +104,16 @@ def events(
         "--type", metavar="T", show_default=False,
         help="Only events of this type (repeatable; globs such as 'compaction/*').")] = None,
     store: StoreOption = None,
+    follow: Annotated[bool, typer.Option(
+        "--follow", "-f", help="Keep printing new events as they are committed.")] = False,
 ) -> None:
     """Print the stored log as JSON lines, exactly as committed (dsh's wire format)."""
     from fnmatch import fnmatchcase
+
+    if follow:
+        from dsh.cli.cmd_store import follow_events
+        follow_events(store, session_id, from_seq, list(types or ()))
+        return
 
     with cli_store(store, create=False) as persistence:
         require_session(persistence, session_id)

@@ -90,7 +90,7 @@ CONNECT_TIMEOUT_S: Final = 10
 DEFAULT_TAIL_POLL_MS: Final = 1000
 """How long :meth:`PostgresBackend.tail` waits for a NOTIFY before looking anyway (ms)."""
 
-_DSH_OPTIONS: Final = ("schema", "lease_ms", "pool_size", "migrate")
+_DSH_OPTIONS: Final = ("schema", "lease_ms", "pool_size", "migrate", "reconnect_retries")
 _NOW_MS: Final = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 _CHUNK_TAGS_SQL: Final = "('text-chunks', 'reasoning-chunks', 'tool-call-chunks')"
 _SESSION_COLUMNS: Final = ("id, version, created_at, cwd, parent_session, seed_length, origin, "
@@ -111,8 +111,9 @@ def parse_postgres_url(url: str) -> tuple[str, dict[str, str]]:
     """Split a store URL into the libpq connection URL and dsh's own options.
 
     Args:
-        url: ``postgresql://user@host:port/db?schema=name&lease_ms=N&pool_size=N&migrate=B``
-            (``postgres://`` also accepted). Other query options go to libpq unchanged.
+        url: ``postgresql://user@host:port/db?schema=name&lease_ms=N&pool_size=N&migrate=B
+            &reconnect_retries=N`` (``postgres://`` also accepted). Other query options go to
+            libpq unchanged.
 
     Returns:
         ``(conninfo, options)``.
@@ -866,7 +867,7 @@ class PostgresBackend:
 
 
 def open_postgres(url: str) -> PostgresBackend:
-    """Open a ``postgresql://`` store URL (options: schema, lease_ms, pool_size, migrate).
+    """Open a ``postgresql://`` store URL (see :func:`parse_postgres_url` for the options).
 
     Raises:
         ConfigError: a bad option value.
@@ -881,5 +882,6 @@ def open_postgres(url: str) -> PostgresBackend:
         conninfo, schema=options.get("schema", DEFAULT_SCHEMA),
         lease_ms=_int_option(options, "lease_ms", DEFAULT_LEASE_MS, MIN_LEASE_MS, redact(url)),
         pool_size=_int_option(options, "pool_size", DEFAULT_POOL_SIZE, 1, redact(url)),
-        migrate=migrate in ("true", "1"), url=url)
+        migrate=migrate in ("true", "1"),
+        reconnect_retries=_int_option(options, "reconnect_retries", 1, 0, redact(url)), url=url)
 

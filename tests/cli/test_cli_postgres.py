@@ -1,0 +1,123 @@
+"""The `dsh` command on PostgreSQL stores: convert between every backend, the session commands,
+`events --follow`, `migrate` (issue 13). Skipped, saying so, only when no server answers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dsh.persistence import open_store
+from dsh.testing.logs import make
+from dsh.testing.stores import postgres_unreachable, temporary_postgres_url
+from tests.cli.test_cli import Dsh, interrupted_log, jsonl_store, long_log, stored_events
+
+_REASON = postgres_unreachable()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"SKIPPED LOUDLY: {_REASON}")
+
+
+@pytest.fixture
+def pg() -> Iterator[str]:
+    with temporary_postgres_url() as url:
+        yield url
+
+
+def _all_events(url: str) -> dict[str, list[object]]:
+    with open_store(url) as persistence:
+        ids = sorted(str(h["id"]) for h in persistence.list_headers())
+    return {sid: stored_events(url, sid) for sid in ids}
+
+
+def test_convert_through_every_backend_keeps_every_event(tmp_path: Path, pg: str) -> None:
+    dsh = Dsh(tmp_path)
+    source = f"sqlite://{tmp_path}/source.db"
+    dsh("import", "--examples", "--store", source)
+    original = _all_events(source)
+    assert len(original) >= 8 and sum(len(v) for v in original.values()) > 100
+    with temporary_postgres_url() as pg_again:
+        chain = [source, pg, f"jsonl+zstd://{tmp_path}/z", f"jsonl://{tmp_path}/raw", pg_again,
+                 f"sqlite://{tmp_path}/back.db"]
+        for src, dst in itertools.pairwise(chain):
+            outcome = dsh.json("convert", "--from", src, "--to", dst, "--json")
+            assert outcome["copied"] == len(original)
+            assert outcome["events"] == sum(len(v) for v in original.values())
+        assert _all_events(pg) == original
+        assert _all_events(pg_again) == original
+    assert _all_events(chain[-1]) == original
+
+
+def test_session_commands_work_on_postgresql(tmp_path: Path, pg: str) -> None:
+    dsh = Dsh(tmp_path)
+    files = jsonl_store(tmp_path / "files", {"crashed": interrupted_log(), "long": long_log()})
+    dsh("convert", "--from", files, "--to", pg)
+    rows = {r["id"]: r for r in dsh.json("ls", "--store", pg, "--json")}
+    assert set(rows) == {"crashed", "long"} and rows["long"]["events"] == 18
+    assert "turn 1 is still open" in dsh("show", "crashed", "--store", pg).stdout
+    resumed = dsh.json("resume", "crashed", "--store", pg, "--json")
+    assert [c["type"] for c in resumed["closers"]] == ["tool/result", "step/end", "turn/end"]
+    assert [e["seq"] for e in stored_events(pg, "crashed")] == list(range(8))
+    dsh("verify", "crashed", "--store", pg)
+    fork = dsh.json("fork", "long", "--at", "5", "--as", "child", "--store", pg, "--json")
+    assert fork["seedLength"] == 6
+    assert stored_events(pg, "child")[:6] == stored_events(pg, "long")[:6]
+    compacted = dsh.json("compact", "long", "--store", pg, "--json")
+    assert compacted["shadowedSeqs"] == [2, 3, 8, 9, 14]
+    assert [e["type"] for e in stored_events(pg, "long")[18:]] == [
+        "session/end-seed", "compaction/start", "compaction/summary", "user/message",
+        "compaction/end"]
+    dsh("verify", "long", "--store", pg)
+    assert len(dsh.event_lines("long", "--store", pg)) == 23
+
+
+def test_events_follow_prints_new_commits_as_they_land(tmp_path: Path, pg: str) -> None:
+    dsh = Dsh(tmp_path)
+    store = open_store(pg)
+    try:
+        store.create({"version": 0, "id": "live", "createdAt": 1})
+        handle = store.open("live", "write")
+        handle.append([make("session/title", 0, {"title": "zero"}),
+                       make("session/title", 1, {"title": "one"})])
+        proc = subprocess.Popen([sys.executable, "-m", "dsh.cli", "events", "live", "--follow",
+                                 "--from", "1", "--store", pg], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=dsh.env)
+        assert proc.stdout is not None
+
+        def line() -> dict[str, object]:
+            ready, _, _ = select.select([proc.stdout], [], [], 60)  # hang guard only
+            assert ready, "dsh events --follow printed nothing"
+            out: dict[str, object] = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+            return out
+
+        try:
+            assert line()["seq"] == 1
+            for seq in (2, 3, 4):
+                handle.append([make("session/title", seq, {"title": f"n{seq}"})])
+                got = line()
+                assert got["seq"] == seq and got["data"] == {"title": f"n{seq}"}
+            handle.append([make("session/title", 5, {"title": "a"}),
+                           make("session/title", 6, {"title": "b"})])
+            assert [line()["seq"], line()["seq"]] == [5, 6]
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+            proc.stdout.close()
+            assert proc.stderr is not None
+            err = proc.stderr.read()
+            proc.stderr.close()
+        assert proc.returncode == 130, err
+        handle.close()
+    finally:
+        store.close()
+
+
+def test_migrate_on_a_file_store_has_nothing_to_do(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    outcome = dsh.json("migrate", "--store", f"sqlite://{tmp_path}/x.db", "--json")
+    assert outcome["migrated"] is False and outcome["schemaVersion"] == 17

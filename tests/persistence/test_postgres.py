@@ -1,0 +1,323 @@
+"""PostgreSQL: fenced writers across real processes, migrations, connection loss (issue 13).
+
+Every test runs against the server at ``$DSH_TEST_POSTGRES_URL`` (default 127.0.0.1:5432) in a
+throw-away schema; the module is skipped, saying so, only when no server answers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from dsh.errors import (
+    ConfigError,
+    LeaseLostError,
+    PersistenceError,
+    SessionBusyError,
+    SessionFormatUnsupportedError,
+)
+from dsh.persistence import open_backend, open_store
+from dsh.persistence._postgres_schema import MIGRATIONS, SCHEMA_VERSION
+from dsh.persistence.postgres import PostgresBackend, parse_postgres_url
+from dsh.testing.logs import header, make
+from dsh.testing.stores import postgres_base_url, postgres_unreachable, temporary_postgres_url
+
+_REASON = postgres_unreachable()
+pytestmark = pytest.mark.skipif(_REASON is not None,
+                                reason=f"SKIPPED LOUDLY: {_REASON}")
+
+WORKER = Path(__file__).with_name("_pg_worker.py")
+ANSWER_WAIT_S = 120  # a hang guard for a stuck child, not a timing assertion
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with temporary_postgres_url(lease_ms=600) as url:
+        yield url
+
+
+def _schema(url: str) -> str:
+    return parse_postgres_url(url)[1]["schema"]
+
+
+def _sql(query: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(postgres_base_url(), autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+class Worker:
+    """One `_pg_worker.py` process: a host with its own connections and lease."""
+
+    def __init__(self, url: str, session_id: str = "s") -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        self.proc = subprocess.Popen([sys.executable, str(WORKER), url, session_id],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=env)
+        self.pid = self.proc.pid
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], ANSWER_WAIT_S)
+        assert ready, "worker did not answer"
+        result: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        return result
+
+    def __call__(self, line: str) -> dict[str, Any]:
+        self.send(line)
+        return self.answer()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        worker.stop()
+
+
+def _wait_until_lease_expired(url: str, session_id: str = "s") -> None:
+    # Waits on the database clock; the deadline only guards against a hang.
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    while time.monotonic() < deadline:
+        rows = _sql(f'SELECT lease_expires_at <= clock_timestamp() FROM "{_schema(url)}".sessions '
+                    "WHERE id = %s", session_id)
+        if rows and rows[0][0]:
+            return
+        time.sleep(0.05)
+    raise AssertionError("lease never expired")
+
+
+def _stored(url: str, session_id: str = "s") -> list[Any]:
+    backend = open_backend(url)
+    try:
+        with backend.open(session_id) as handle:
+            return list(handle.read().events)
+    finally:
+        backend.close()
+
+
+def _created(url: str, session_id: str = "s") -> None:
+    backend = open_backend(url)
+    try:
+        backend.create(header(session_id))
+    finally:
+        backend.close()
+
+
+def test_sigstopped_holder_past_its_lease_is_refused_after_takeover(
+        pg_url: str, workers: list[Worker]) -> None:
+    _created(pg_url)
+    first = Worker(pg_url)
+    workers.append(first)
+    assert first("open")["epoch"] == 1
+    assert first("append 3")["seqs"] == [0, 1, 2]
+    os.kill(first.pid, signal.SIGSTOP)
+    _wait_until_lease_expired(pg_url)
+    second = Worker(pg_url)
+    workers.append(second)
+    assert second("open")["epoch"] == 2
+    assert second("append 2")["seqs"] == [3, 4]
+    os.kill(first.pid, signal.SIGCONT)
+    refused = first("append 1")
+    assert refused["ok"] is False
+    assert refused["error"] == "LeaseLostError" and refused["code"] == "LEASE_LOST"
+    assert refused["where"]["epoch"] == 2 and refused["where"]["pid"] == second.pid
+    events = _stored(pg_url)
+    assert [e["seq"] for e in events] == [0, 1, 2, 3, 4]
+    owners = [e["data"]["title"].split(":")[0] for e in events]
+    assert owners == [str(first.pid)] * 3 + [str(second.pid)] * 2
+    assert second("append 1")["seqs"] == [5]
+
+
+def test_killed_holder_is_taken_over_only_after_expiry(workers: list[Worker]) -> None:
+    with temporary_postgres_url(lease_ms=4000) as url:
+        _created(url)
+        holder = Worker(url)
+        workers.append(holder)
+        holder("open")
+        holder("append 4")
+        holder.proc.send_signal(signal.SIGKILL)
+        holder.proc.wait()
+        backend = open_backend(url)
+        try:
+            with pytest.raises(SessionBusyError) as info:
+                backend.open("s", "write").close()
+            assert info.value.where["pid"] == holder.pid
+            assert info.value.where["epoch"] == 1
+            _wait_until_lease_expired(url)
+            with backend.open("s", "write") as handle:
+                assert handle.epoch == 2  # type: ignore[attr-defined]
+                assert len(handle.read().events) == 4
+                handle.append([make("session/title", 4, {"title": "after takeover"})])
+        finally:
+            backend.close()
+        assert [e["seq"] for e in _stored(url)] == [0, 1, 2, 3, 4]
+
+
+def _block_seq(url: str, seq: int) -> psycopg.Connection[Any]:
+    """Hold an uncommitted row at ``seq`` so a writer's batch stops there, mid-batch."""
+    conn = psycopg.connect(postgres_base_url())
+    conn.execute(f'INSERT INTO "{_schema(url)}".events (session_id, seq, type, time, data) '
+                 "VALUES ('s', %s, 'session/title', 1, '{}')", (seq,))
+    return conn
+
+
+def _terminate_waiting_writer(worker: Worker) -> int:
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    while time.monotonic() < deadline:
+        rows = _sql("SELECT pid FROM pg_stat_activity WHERE application_name = %s AND "
+                    "wait_event_type = 'Lock'", f"dsh pid {worker.pid}")
+        if rows:
+            assert _sql("SELECT pg_terminate_backend(%s)", rows[0][0]) == [(True,)]
+            return int(rows[0][0])
+        time.sleep(0.02)
+    raise AssertionError("the writer never reached the blocked row")
+
+
+@pytest.mark.parametrize("retries", [1, 0])
+def test_terminated_connection_mid_batch_is_all_or_nothing_and_recovers(
+        retries: int, workers: list[Worker]) -> None:
+    with temporary_postgres_url() as base:
+        url = f"{base}&reconnect_retries={retries}"
+        _created(url)
+        writer = Worker(url)
+        workers.append(writer)
+        writer("open")
+        writer("append 2")
+        blocker = _block_seq(url, 7)
+        writer.send("append 10")  # seqs 2..11; the insert of seq 7 waits on the blocker
+        _terminate_waiting_writer(writer)
+        # During the wait rows 2..6 were inserted in the writer's transaction: none is visible.
+        assert [e["seq"] for e in _stored(url)] == [0, 1]
+        blocker.rollback()
+        blocker.close()
+        answer = writer.answer()
+        if retries:
+            assert answer["ok"] is True and answer["seqs"] == list(range(2, 12))
+            assert answer["recovered"] == 1
+        else:
+            assert answer["ok"] is False and answer["code"] == "CONNECTION_LOST"
+            assert "nothing was written" in answer["message"]
+            assert [e["seq"] for e in _stored(url)] == [0, 1]
+            # the writer keeps its lease and recovers by sending the batch again
+            assert writer("append 10")["seqs"] == list(range(2, 12))
+        assert [e["seq"] for e in _stored(url)] == list(range(12))
+
+
+def test_hosts_starting_at_once_apply_each_migration_once() -> None:
+    with temporary_postgres_url() as url:
+        code = ("import sys; from dsh.persistence import open_backend; "
+                "b = open_backend(sys.argv[1]); print(b.schema_version); b.close()")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        procs = [subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE,
+                                  text=True, env=env) for _ in range(6)]
+        outputs = [p.communicate(timeout=ANSWER_WAIT_S)[0].strip() for p in procs]
+        assert [p.returncode for p in procs] == [0] * 6
+        assert outputs == [str(SCHEMA_VERSION)] * 6
+        schema = _schema(url)
+        assert _sql(f'SELECT version FROM "{schema}".dsh_migrations ORDER BY version') == [
+            (n,) for n, _, _ in MIGRATIONS]
+        assert _sql(f'SELECT count(*) FROM "{schema}".store_state') == [(1,)]
+
+
+def test_migrate_brings_an_older_schema_forward_and_refuses_a_newer_one() -> None:
+    with temporary_postgres_url() as url:
+        schema = _schema(url)
+        number, name, statements = MIGRATIONS[0]
+        _sql(f'CREATE SCHEMA "{schema}"')
+        _sql(f'CREATE TABLE "{schema}".dsh_migrations (version integer PRIMARY KEY, '
+             "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+        for statement in statements:
+            _sql(statement.replace("{s}", f'"{schema}"'))
+        _sql(f'INSERT INTO "{schema}".dsh_migrations (version, name) VALUES (%s, %s)',
+             number, name)
+        with pytest.raises(PersistenceError) as info:
+            open_backend(f"{url}&migrate=false")
+        assert info.value.code == "MIGRATION_REQUIRED"
+        assert "dsh migrate" in info.value.message
+        proc = subprocess.run([sys.executable, "-m", "dsh.cli", "migrate", "--store", url,
+                               "--json"], capture_output=True, text=True, timeout=ANSWER_WAIT_S,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["schemaVersion"] == SCHEMA_VERSION
+        backend = open_backend(f"{url}&migrate=false")
+        backend.create(header("s"))
+        with backend.open("s", "write") as handle:
+            assert handle.epoch == 1  # type: ignore[attr-defined]
+        backend.close()
+        _sql(f'INSERT INTO "{schema}".dsh_migrations (version, name) VALUES (99, %s)', "future")
+        with pytest.raises(SessionFormatUnsupportedError, match="upgrade dsh"):
+            open_backend(url)
+
+
+def test_busy_error_names_the_holder_and_read_handles_still_read(pg_url: str) -> None:
+    store = open_store(pg_url)
+    try:
+        store.create(header("s"))
+        with store.open("s", "write") as handle:
+            handle.append([make("session/title", 0, {"title": "x"})])
+            with pytest.raises(SessionBusyError) as info:
+                store.open("s", "write")
+            assert info.value.where["pid"] == os.getpid()
+            assert info.value.where["epoch"] == 1
+            assert not isinstance(info.value, LeaseLostError)
+            with store.open("s") as reader:
+                assert len(reader.read().events) == 1
+        with store.open("s", "write") as handle:
+            assert handle.epoch == 2  # type: ignore[attr-defined]
+    finally:
+        store.close()
+
+
+def test_lease_is_renewed_in_the_background(pg_url: str) -> None:
+    backend = open_backend(pg_url)
+    try:
+        backend.create(header("s"))
+        with backend.open("s", "write") as handle:
+            schema = _schema(pg_url)
+            first = _sql(f'SELECT lease_expires_at FROM "{schema}".sessions')[0][0]
+            deadline = time.monotonic() + ANSWER_WAIT_S
+            while _sql(f'SELECT lease_expires_at FROM "{schema}".sessions')[0][0] == first:
+                assert time.monotonic() < deadline, "lease was never renewed"
+                time.sleep(0.05)
+            time.sleep(1.2)  # two lease lengths: only the renewal keeps the lease ours
+            handle.append([make("session/title", 0, {"title": "still mine"})])
+    finally:
+        backend.close()
+
+
+def test_bad_postgres_options_are_config_errors() -> None:
+    base = postgres_base_url()
+    for option in ("lease_ms=5", "lease_ms=abc", "pool_size=0", "migrate=maybe",
+                   "schema=Bad-Name"):
+        with pytest.raises(ConfigError):
+            open_backend(f"{base}?{option}")
+    with pytest.raises(PersistenceError) as info:
+        PostgresBackend("postgresql://postgres@127.0.0.1:1/none")
+    assert info.value.code == "DATABASE_UNREACHABLE"
