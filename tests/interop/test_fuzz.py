@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from dsh.errors import ImportFormatError
 from dsh.interop import FORMATS, import_file
 from dsh.interop._common import UNMAPPED_CODE
+from dsh.verify import verify_events
 from tests.interop.helpers import CORPUS, EXAMPLES
 
 FUZZ_EXAMPLES = int(os.environ.get("DSH_FUZZ_EXAMPLES", "25"))
@@ -107,6 +108,7 @@ def _assert_typed_or_success(path: Path, fmt: str) -> None:
         for top in import_file(path, fmt):
             for imported in top.walk():
                 imported.to_session(clock=lambda: 0)
+                assert verify_events(imported.events, header=imported.header) == []
     except ImportFormatError as error:
         assert error.where.get("path") is not None, error
         assert error.code != UNMAPPED_CODE, f"an importer check is missing: {error}"

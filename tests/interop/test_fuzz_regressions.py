@@ -177,8 +177,20 @@ def test_dsh_log_event_refused_by_the_session_names_its_line(tmp_path: Path) -> 
     records = [json.loads(x) for x in lines]
     records[3]["data"] = {"turn": "one"}
     path = _jsonl(tmp_path, "log.jsonl", records)
-    [session] = import_file(path, "dsh")
-    with pytest.raises(ImportFormatError, match=r"the event mapped from line 4 is refused") as info:
-        session.to_session()
+    with pytest.raises(ImportFormatError, match=r"dsh log breaks a log rule at line 4") as info:
+        import_file(path, "dsh")
     assert info.value.code == "IMPORT_FORMAT"
     assert info.value.where["line"] == 4
+
+
+def test_refused_seed_names_the_source_line(tmp_path: Path) -> None:
+    """to_session names the line a refused event was mapped from."""
+    path = _jsonl(tmp_path, "s1.jsonl", [_claude()])
+    [session] = import_file(path, "claude-code")
+    message = next(e for e in session.events if e["type"] == "user/message")
+    message["data"]["source"] = {"kind": ""}
+    with pytest.raises(ImportFormatError, match=r"the event mapped from line 1 is refused "
+                       r"\(.*invalid source") as info:
+        session.to_session()
+    assert info.value.code == UNMAPPED_CODE
+    assert info.value.where["line"] == 1

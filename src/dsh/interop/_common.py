@@ -778,21 +778,29 @@ class EventBuilder:
         (DESIGN §3.2: only a system replace may cover it); its ``sourceEventSeqs`` list the
         start and summary events and every shadowed node. A finished turn is closed first (the
         compaction then sits between turns, ``turn: null``); otherwise the open step is closed
-        so no call is left pending across the cut. With an empty surface the message is
-        appended.
+        so no call is left pending across the cut. With nothing to shadow (the history it
+        summarised is not in the source) no bracket is written: the summary is appended as a
+        ``user/message`` (source ``{kind: "plugin", plugin: "import/<fmt>", form: "summary"}``)
+        after an ignorable ``import/<fmt>/compaction-without-history`` record.
         """
         if self.turn_finished():
             self.end_turn({"kind": "completed"})  # compacted between turns
         self.close_step()
         cid = compaction_id or f"{self.session_id}:compaction:{self.compactions + 1}"
-        turn = self.turn if self.turn_open else None
-        start_seq = self.emit("compaction/start", {"compactionId": cid, "turn": turn})
         shadow = list(self.nodes)
         if shadow and self.events[shadow[0]]["type"] == "system/message":
             shadow = shadow[1:]
+        if not shadow:
+            # A bracket must shadow at least one node (compaction rules), so keep the text only.
+            self.ignorable("compaction-without-history", {"compactionId": cid})
+            self.user(replacement, prompt=False, source={
+                "kind": "plugin", "plugin": f"import/{self.fmt}", "form": "summary"})
+            return
+        turn = self.turn if self.turn_open else None
+        start_seq = self.emit("compaction/start", {"compactionId": cid, "turn": turn})
         summary_data: JsonObj = {
             "compactionId": cid, "summary": summary if summary is not None else replacement,
-            "shadowedRange": ({"start": shadow[0], "end": shadow[-1]} if shadow else None),
+            "shadowedRange": {"start": shadow[0], "end": shadow[-1]},
             "shadowedSeqs": shadow, "shadowedTokenCount": token_count,
             "provider": provider or self.model[0], "model": model or self.model[1]}
         if extra:
@@ -800,15 +808,11 @@ class EventBuilder:
         summary_seq = self.emit("compaction/summary", summary_data)
         message = {"id": self.message_id(None), "role": "user", "content": replacement,
                    "source": {"kind": "plugin", "plugin": "compact", "compactionId": cid}}
-        if shadow:
-            op = {"op": "replace", "start": shadow[0], "end": shadow[-1]}
-            seq = self.emit("user/message", message, surface_op=op,
-                            source_event_seqs=[start_seq, summary_seq, *shadow])
-            first = self.nodes.index(shadow[0])
-            self.nodes[first:first + len(shadow)] = [seq]
-        else:
-            self.emit("user/message", message, surface_op="append",
-                      source_event_seqs=[start_seq, summary_seq])
+        op = {"op": "replace", "start": shadow[0], "end": shadow[-1]}
+        seq = self.emit("user/message", message, surface_op=op,
+                        source_event_seqs=[start_seq, summary_seq, *shadow])
+        first = self.nodes.index(shadow[0])
+        self.nodes[first:first + len(shadow)] = [seq]
         self.emit("compaction/end", {"compactionId": cid, "turn": turn})
         self.compactions += 1
 

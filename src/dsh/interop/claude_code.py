@@ -7,6 +7,10 @@ What is read (corpus README "Claude Code"):
   parallel tool calls awkwardly, so the branch is widened with every line sharing a
   ``message.id`` with a branch line and every ``tool_result`` answering a branch ``tool_use``.
   Message entries off that branch (rewinds, edits) are kept as ``import/claude-code/off-branch``.
+  A broken link (a ``parentUuid``/``logicalParentUuid`` naming no line, or a cycle) is common
+  in the field: the branch continues from the nearest earlier message line in file order, and
+  the repair is kept as an ignorable ``import/claude-code/chain-repair`` event, so an import
+  keeps every message and always verifies.
 * One ``assistant/message`` per API response: lines sharing ``message.id`` are merged (blocks in
   file order, the last line's ``usage``); ``tool_use`` → ``tool-call`` (arguments = the input
   as JSON text), ``thinking`` → ``reasoning`` (signature kept on the block), other blocks are
@@ -222,23 +226,42 @@ def _sidechain_groups(
     return list(groups.items())
 
 
-def _active_set(entries: list[tuple[int, JsonObj]]) -> set[str]:
-    """Uuids of the model-visible branch, widened as described in the module docstring."""
+def _active_set(entries: list[tuple[int, JsonObj]]) -> tuple[set[str], dict[str, JsonObj]]:
+    """Uuids of the model-visible branch (widened as the module docstring says), and repairs.
+
+    The branch follows parent links from the last message line while they are sound. A link
+    naming no line (or a line already on the branch: a cycle) is broken: the walk continues
+    from the nearest earlier message line (file order) not yet on the branch, so nothing before
+    the break is lost. Each repair is returned by the uuid of the line whose link was broken:
+    ``{"line", "uuid", "brokenLink": parentUuid|logicalParentUuid, "missing", "linkedTo"}``.
+    """
+    order = [(line, u) for line, r in entries if (u := _uuid(r)) is not None
+             and r.get("type") in ("user", "assistant", "system")]
     by_uuid = {u: r for _, r in entries if (u := _uuid(r)) is not None}
-    leaf = None
-    for _, r in reversed(entries):
-        if r.get("type") in ("user", "assistant", "system") and _uuid(r) is not None:
-            leaf = _uuid(r)
-            break
+    position = {u: i for i, (_, u) in enumerate(order)}
+    lines = dict((u, line) for line, u in order)
     chain: set[str] = set()
-    cur = leaf
-    while isinstance(cur, str) and cur in by_uuid and cur not in chain:
+    repairs: dict[str, JsonObj] = {}
+    cur = order[-1][1] if order else None
+    while cur is not None and cur not in chain:
         chain.add(cur)
         node = by_uuid[cur]
+        field_name = "parentUuid"
         nxt = node.get("parentUuid")
         if nxt is None and node.get("subtype") == "compact_boundary":
-            nxt = node.get("logicalParentUuid")
-        cur = nxt
+            field_name, nxt = "logicalParentUuid", node.get("logicalParentUuid")
+        if nxt is None:
+            break  # a root: the conversation starts here
+        if isinstance(nxt, str) and nxt in by_uuid and nxt not in chain:
+            cur = nxt
+            continue
+        back = position.get(cur, len(order)) - 1
+        while back >= 0 and order[back][1] in chain:
+            back -= 1
+        linked = order[back][1] if back >= 0 else None
+        repairs[cur] = {"line": lines.get(cur), "uuid": cur, "brokenLink": field_name,
+                        "missing": nxt, "linkedTo": linked}
+        cur = linked
     message_ids = {_message_id(r) for u, r in by_uuid.items()
                    if u in chain and r.get("type") == "assistant"}
     message_ids.discard(None)
@@ -262,7 +285,7 @@ def _active_set(entries: list[tuple[int, JsonObj]]) -> set[str]:
                         and str_or_none(b.get("tool_use_id")) in call_ids
                         for b in msg["content"])):
             chain.add(u)
-    return chain
+    return chain, repairs
 
 
 def _message_id(record: JsonObj) -> str | None:
@@ -283,8 +306,8 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
            header_extra: JsonObj, *, linear: bool = False) -> ImportedSession:
     b = EventBuilder(FORMAT, session_id, path)
     b.model = ("anthropic", "unknown")
-    active = ({u for _, r in entries if (u := _uuid(r)) is not None} if linear
-              else _active_set(entries))
+    active, repairs = (({u for _, r in entries if (u := _uuid(r)) is not None}, {}) if linear
+                       else _active_set(entries))
     for _, r in entries:
         if r.get("timestamp"):
             b.at(r["timestamp"])
@@ -310,6 +333,8 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
         if cwd is None and isinstance(r.get("cwd"), str):
             cwd = r["cwd"]
         uid = _uuid(r)
+        if uid in repairs:
+            b.ignorable("chain-repair", repairs[uid])
         if kind in _MESSAGE_TYPES and uid not in active:
             b.ignorable("off-branch", r)
             continue

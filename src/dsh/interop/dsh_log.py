@@ -108,7 +108,29 @@ def import_dsh_log(path: Path) -> list[ImportedSession]:
         lines.append(line)
     events.append({"type": IMPORT_SOURCE_TYPE, "seq": len(events), "time": time,
                    "data": source_event_data(path, FORMAT), "ignorable": True})
+    _refuse_invalid(path, header, events, lines)
     return [ImportedSession(session_id, header, events, [], FORMAT, str(path.resolve()), lines)]
+
+
+def _refuse_invalid(path: Path, header: JsonObj, events: list[JsonObj],
+                    lines: list[int | None]) -> None:
+    """Refuse a log that ``dsh verify`` would reject: an import never yields an invalid log.
+
+    Raises:
+        ImportFormatError: naming the line of the first violation's event and its rule.
+    """
+    from dsh.verify import verify_events  # lazy: the verifier pulls in compaction
+
+    violations = verify_events(events, header=header)
+    if not violations:
+        return
+    first = violations[0]
+    line = lines[first.seq] if first.seq is not None and 0 <= first.seq < len(lines) else None
+    at = f"line {line}" if line is not None else "its header"
+    more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+    raise ImportFormatError(
+        f"dsh log breaks a log rule at {at}: {first.rule}: {first.message}{more}; run dsh "
+        "verify on the source for the full list", path=str(path), line=line, format=FORMAT)
 
 
 def _expand_row(rec: JsonObj, path: Path, line: int, next_seq: int, time: int) -> list[JsonObj]:
