@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,3 +44,24 @@ def dsh_events(session_id: str, store: str) -> list[dict[str, Any]]:
     """``dsh events ID`` parsed (one JSON object a line)."""
     return [json.loads(line) for line in dsh("events", session_id, "--store", store).splitlines()
             if line.strip()]
+
+
+def sigkill_when_ready(argv: list[str], ready: Path) -> None:
+    """Start ``python ARGV``; once it creates ``ready``, SIGKILL it (a real crash)."""
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            if proc.poll() is not None:
+                assert proc.stderr is not None
+                raise AssertionError(f"child exited early: {proc.stderr.read().decode()}")
+            if time.monotonic() > deadline:
+                raise AssertionError("child never reached the kill point")
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL

@@ -7,11 +7,6 @@ the repair dsh appended must be visible in ``dsh show``.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,7 +18,7 @@ pytest.importorskip("agents")
 from agents import Agent, Runner
 
 from dsh.adapters.openai_agents import DshSession
-from tests.adapters.conftest import dsh, dsh_messages
+from tests.adapters.conftest import dsh, dsh_messages, sigkill_when_ready
 from tests.adapters.sdk_model import ScriptedModel, text_message
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -31,23 +26,7 @@ CHILD = Path(__file__).with_name("crash_child.py")
 
 def kill_child_when_ready(tmp_path: Path, store: str, session_id: str, mode: str) -> None:
     ready = tmp_path / f"{session_id}.ready"
-    proc = subprocess.Popen([sys.executable, str(CHILD), store, session_id, mode, str(ready)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while not ready.exists():
-            if proc.poll() is not None:
-                raise AssertionError(f"child exited early: {proc.stderr.read().decode()}")
-            if time.monotonic() > deadline:
-                raise AssertionError("child never reached the kill point")
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-        assert proc.stdout is not None and proc.stderr is not None
-        proc.stdout.close()
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL
+    sigkill_when_ready([str(CHILD), store, session_id, mode, str(ready)], ready)
 
 
 def answered_once(items: list[dict[str, Any]]) -> None:

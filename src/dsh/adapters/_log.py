@@ -31,7 +31,6 @@ __all__ = [
     "RECORD_KEY",
     "LiveLog",
     "TurnShaper",
-    "closed_early",
     "default_store_url",
     "message_of",
     "records_of",
@@ -85,12 +84,6 @@ def records_of(event: Mapping[str, Any], fmt: str) -> list[Any] | None:
     return list(thaw(records)) if isinstance(records, Sequence) else None
 
 
-def closed_early(events: Sequence[Event], fmt: str) -> set[int]:
-    """Seqs of the results :class:`TurnShaper` synthesized when it closed a step early."""
-    kind = f"{fmt}/closed-early"
-    return {seq for event in events if event["type"] == kind for seq in event["data"]["seqs"]}
-
-
 def text_of(blocks: Any) -> str:
     """The text of ``text`` blocks (and of nested tool-result content), joined by newlines."""
     parts: list[str] = []
@@ -118,8 +111,8 @@ class TurnShaper:
 
     Ending a step or turn answers calls left without a result (the recorder's rule), so the
     model view never shows a call without its result. The framework never saw those results:
-    their seqs are logged in an ignorable ``<fmt>/closed-early {seqs}`` event, and readers
-    that give the framework its own records back leave them out (:func:`closed_early`).
+    their seqs are logged in an ignorable ``<fmt>/closed-early {seqs}`` event, and
+    :meth:`LiveLog.view` leaves them out when it gives the framework its records back.
 
     Args:
         recorder: The recorder of the live session (its log ends outside any turn).
@@ -237,6 +230,9 @@ class LiveLog:
         self._store: SessionStore | None = None
         self._shaper: TurnShaper | None = None
         self._closed = False
+        self._removed: set[tuple[int, int]] = set()
+        self._cleared_through = -1
+        self._marks_seen = 0  # events already scanned for pop / clear / closed-early marks
 
     def open(self) -> TurnShaper:
         """Return the shaper of the live session, opening (creating or resuming) it first."""
@@ -264,6 +260,66 @@ class LiveLog:
     def session(self) -> Session:
         """The live dsh session (opened on first use)."""
         return self.open().session
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def _take_marks(self, session: Session) -> None:
+        events = session.events
+        if self._marks_seen >= len(events):
+            return
+        pop, clear, early = (f"{self.fmt}/pop", f"{self.fmt}/clear", f"{self.fmt}/closed-early")
+        for event in events[self._marks_seen:]:
+            kind, data = event["type"], event["data"]
+            if kind == pop:
+                self._removed.add((data["seq"], data["index"]))
+            elif kind == clear:
+                self._cleared_through = data["through"]
+            elif kind == early:
+                self._removed.update((seq, 0) for seq in data["seqs"])
+        self._marks_seen = len(events)
+
+    def view(self, decode: Callable[[Event], list[Any] | None],
+             synthesize: Callable[[Event], list[Any]], limit: int | None = None
+             ) -> list[tuple[int, int, Any]]:
+        """The framework's records along the surface (the model view), in order.
+
+        Args:
+            decode: The records an event was made from (thawed), or None when dsh or another
+                tool wrote it.
+            synthesize: Records standing for such an event (a repair result, a summary).
+            limit: Only the latest ``limit`` records (walks back from the end); None: all.
+
+        Returns:
+            ``(seq, index, record)`` triples, minus popped and cleared records and results the
+            framework never saw (``<fmt>/closed-early``).
+        """
+        session = self.session
+        self._take_marks(session)
+        out: list[tuple[int, int, Any]] = []
+        for seq in reversed(session.surface.nodes):
+            if seq <= self._cleared_through or (limit is not None and len(out) >= limit):
+                break
+            event = session.event_at(seq)
+            records = decode(event)
+            if records is None:
+                records = synthesize(event)
+            out.extend((seq, index, records[index]) for index in range(len(records) - 1, -1, -1)
+                       if (seq, index) not in self._removed)
+        out.reverse()
+        return out if limit is None else out[-limit:]
+
+    def pop(self, seq: int, index: int) -> None:
+        """Log that the record ``index`` of event ``seq`` was removed (``<fmt>/pop``)."""
+        self.open().mark(f"{self.fmt}/pop", {"seq": seq, "index": index})
+
+    def clear(self) -> None:
+        """End the open turn and log that every record so far was removed (``<fmt>/clear``)."""
+        shaper = self.open()
+        shaper.end_turn()
+        shaper.mark(f"{self.fmt}/clear", {"through": shaper.session.seq - 1})
 
     def flush(self) -> None:
         """The durability barrier: return once everything appended is stored."""

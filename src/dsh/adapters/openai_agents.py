@@ -52,14 +52,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 if TYPE_CHECKING:
     from agents import TResponseInputItem
 
-__all__ = ["FORMAT", "DshSession", "items_to_events", "surface_items"]
+__all__ = ["FORMAT", "DshSession", "items_to_events"]
 
 FORMAT: Final = "openai-agents"
 """The record format name of Responses input items in a message source."""
 
-POP_TYPE: Final = "openai-agents/pop"
-CLEAR_TYPE: Final = "openai-agents/clear"
-CLOSED_EARLY_TYPE: Final = "openai-agents/closed-early"
 
 _TEXT_PARTS: Final = frozenset({"input_text", "output_text", "text", "summary_text",
                                 "reasoning_text"})
@@ -218,29 +215,8 @@ def _synthesized(event: Mapping[str, Any]) -> list[dict[str, Any]]:
              "content": text_of(content)}]
 
 
-def surface_items(session: Any, removed: set[tuple[int, int]], cleared_through: int,
-                  limit: int | None = None) -> list[tuple[int, int, dict[str, Any]]]:
-    """``(seq, index, item)`` of the session's surface, minus popped and cleared items.
-
-    Args:
-        session: The live dsh session (its surface nodes are the model view, in order).
-        removed: ``(seq, index)`` of popped items and of results the framework never saw.
-        cleared_through: Items of events with seq up to this one were cleared (-1: none).
-        limit: Only the latest ``limit`` items (walks back from the end); None: all.
-    """
-    out: list[tuple[int, int, dict[str, Any]]] = []
-    for seq in reversed(session.surface.nodes):
-        if seq <= cleared_through or (limit is not None and len(out) >= limit):
-            break
-        event = session.event_at(seq)
-        items = records_of(event, FORMAT)
-        if items is None:
-            items = _synthesized(event)
-        for index in range(len(items) - 1, -1, -1):
-            if (seq, index) not in removed:
-                out.append((seq, index, items[index]))
-    out.reverse()
-    return out if limit is None else out[-limit:]
+def _decode(event: Event) -> list[Any] | None:
+    return records_of(event, FORMAT)
 
 
 def _without_split_pairs(window: list[tuple[int, int, dict[str, Any]]]
@@ -284,37 +260,14 @@ class DshSession(SessionABC):
                                  if isinstance(session_settings, Mapping)
                                  else session_settings or SessionSettings())
         self.model = model
-        self._removed: set[tuple[int, int]] = set()
-        self._cleared_through = -1
-        self._marks_seen = 0  # events scanned for marks
 
     @property
     def store_url(self) -> str:
         """The store URL this session lives in."""
         return self._log.store_url
 
-    def _shaper(self) -> TurnShaper:
-        """The open shaper, with the pops, clears and early closes logged so far taken in."""
-        shaper = self._log.open()
-        events = shaper.session.events
-        if self._marks_seen < len(events):
-            for event in events[self._marks_seen:]:
-                self._note_mark(event)
-            self._marks_seen = len(events)
-        return shaper
-
-    def _note_mark(self, event: Mapping[str, Any]) -> None:
-        data = event["data"]
-        if event["type"] == POP_TYPE:
-            self._removed.add((data["seq"], data["index"]))
-        elif event["type"] == CLEAR_TYPE:
-            self._cleared_through = data["through"]
-        elif event["type"] == CLOSED_EARLY_TYPE:
-            self._removed.update((seq, 0) for seq in data["seqs"])
-
-    def _visible(self, limit: int | None = None) -> list[tuple[int, int, dict[str, Any]]]:
-        shaper = self._shaper()
-        return surface_items(shaper.session, self._removed, self._cleared_through, limit)
+    def _visible(self, limit: int | None = None) -> list[tuple[int, int, Any]]:
+        return self._log.view(_decode, _synthesized, limit)
 
     def _get_sync(self, limit: int | None) -> list[TResponseInputItem]:
         with self._log.lock:
@@ -323,7 +276,7 @@ class DshSession(SessionABC):
             visible = self._visible(limit)
             if limit is not None:
                 visible = _without_split_pairs(visible)
-            return [item for _, _, item in visible]  # type: ignore[misc]
+            return [item for _, _, item in visible]
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items in order (all when ``limit`` and the setting are None).
@@ -342,7 +295,7 @@ class DshSession(SessionABC):
 
     def _add_sync(self, items: list[dict[str, Any]]) -> None:
         with self._log.lock:
-            items_to_events(self._shaper(), items, model=self.model)
+            items_to_events(self._log.open(), items, model=self.model)
             self._log.flush()
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -352,7 +305,7 @@ class DshSession(SessionABC):
             AdapterError: ``ADAPTER_ITEM`` naming the first bad item; nothing is written.
         """
         plain = _normalize(items, self.session_id)
-        if self._log._closed:
+        if self._log.closed:
             self._log.open()  # raises ADAPTER_CLOSED, like SQLiteSession on a closed session
         if plain:
             await asyncio.to_thread(self._add_sync, plain)
@@ -363,9 +316,9 @@ class DshSession(SessionABC):
             if not visible:
                 return None
             seq, index, item = visible[-1]
-            self._shaper().mark(POP_TYPE, {"seq": seq, "index": index})
+            self._log.pop(seq, index)
             self._log.flush()
-            return item  # type: ignore[return-value]
+            return item  # type: ignore[no-any-return]
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item (None when empty); the log records the removal."""
@@ -373,9 +326,7 @@ class DshSession(SessionABC):
 
     def _clear_sync(self) -> None:
         with self._log.lock:
-            shaper = self._shaper()
-            shaper.end_turn()
-            shaper.mark(CLEAR_TYPE, {"through": shaper.session.seq - 1})
+            self._log.clear()
             self._log.flush()
 
     async def clear_session(self) -> None:

@@ -1,0 +1,249 @@
+"""dsh as the message history of Pydantic AI agents: :class:`DshMessageHistory`.
+
+Load a session as ``message_history`` and record what a run added::
+
+    history = DshMessageHistory("chat-1", store="sqlite:///sessions.db")
+    result = agent.run_sync("Hi!", message_history=history.load())
+    history.record(result.new_messages())
+
+Messages go through ``ModelMessagesTypeAdapter`` (the JSON form Pydantic AI documents for
+storing histories) and map onto core dsh events:
+
+* a ``ModelRequest``'s ``system-prompt`` and ``user-prompt`` parts → ``user/message`` (system
+  prompts with source ``{kind: "plugin", plugin: "pydantic-ai", form: "system"}``), its
+  ``tool-return`` parts → the ``tool/result`` answering that call (an outcome other than
+  ``success`` marks it an error), other parts → a ``user/message`` holding their text;
+* a ``ModelResponse`` → one ``assistant/message`` (``text``, ``thinking`` as reasoning,
+  ``tool-call`` blocks, other parts as ``provider-raw``), then one ``tool/call`` per tool call.
+
+Each message is kept verbatim (on its first event), so :meth:`DshMessageHistory.load` returns
+exactly what was recorded; what dsh adds reads back too (a crash-repair result as a
+``ModelRequest`` with a ``tool-return`` part, a compaction summary as a user prompt). A recorded
+run ends its turn (``completed``) unless a tool call is left waiting (deferred tools).
+
+Needs ``pip install 'dsh-session[pydantic-ai]'``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from dsh.adapters._log import LiveLog, TurnShaper, message_of, records_of, text_of, with_records
+from dsh.errors import AdapterError
+from dsh.json import snapshot_json
+from dsh.messages import create_assistant_message, create_user_message
+from dsh.session.events import Event
+
+try:
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelRequest,
+        ModelResponse,
+    )
+    from pydantic_core import PydanticSerializationError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("dsh.adapters.pydantic_ai needs Pydantic AI: "
+                      "pip install 'dsh-session[pydantic-ai]'") from exc
+
+__all__ = ["FORMAT", "DshMessageHistory", "messages_to_events"]
+
+FORMAT: Final = "pydantic-ai"
+"""The record format name of Pydantic AI messages (``ModelMessagesTypeAdapter`` JSON)."""
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(c, str) for c in content):
+        return "\n".join(content)
+    return json.dumps(content)
+
+
+def _prompt_blocks(content: Any) -> list[dict[str, Any]]:
+    """The dsh blocks of a user prompt: strings as text, files and images raw."""
+    parts = content if isinstance(content, list) else [content]
+    return [{"type": "text", "text": p} if isinstance(p, str)
+            else {"type": "provider-raw", "provider": FORMAT, "block": p} for p in parts]
+
+
+def _response_blocks(parts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for part in parts:
+        kind = part.get("part_kind")
+        if kind == "text":
+            blocks.append({"type": "text", "text": str(part.get("content", ""))})
+        elif kind == "thinking":
+            blocks.append({"type": "reasoning", "text": str(part.get("content", ""))})
+        elif kind == "tool-call":
+            args = part.get("args")
+            blocks.append({"type": "tool-call", "id": str(part.get("tool_call_id")),
+                           "name": str(part.get("tool_name")),
+                           "arguments": args if isinstance(args, str) else json.dumps(args or {})})
+        else:
+            blocks.append({"type": "provider-raw", "provider": FORMAT, "block": part})
+    return blocks
+
+
+def _request_events(shaper: TurnShaper, record: dict[str, Any]) -> int:
+    """Append a request's parts; the first event carries the record. Returns events made."""
+    made = 0
+
+    def records() -> list[Any]:
+        return [record] if made == 0 else []
+
+    for part in record.get("parts") or ():
+        kind = part.get("part_kind")
+        call_id = str(part.get("tool_call_id"))
+        if kind in ("system-prompt", "user-prompt"):
+            source = ({"kind": "user"} if kind == "user-prompt" else
+                      {"kind": "plugin", "plugin": FORMAT, "form": "system"})
+            shaper.user(create_user_message({"content": _prompt_blocks(part.get("content")),
+                                             "source": with_records(source, FORMAT, records())}))
+        elif kind == "tool-return" and shaper.can_answer(call_id):
+            shaper.tool_result(call_id, [{"type": "text", "text": _text(part.get("content"))}],
+                               records=records(), fmt=FORMAT,
+                               is_error=part.get("outcome", "success") != "success")
+        else:
+            shaper.input(create_user_message({
+                "content": [{"type": "text", "text": _text(part.get("content"))}],
+                "source": with_records({"kind": "plugin", "plugin": FORMAT, "form": str(kind)},
+                                       FORMAT, records())}))
+        made += 1
+    if made == 0:  # a request with instructions only still needs a place for its record
+        shaper.input(create_user_message({"content": [], "source": with_records(
+            {"kind": "plugin", "plugin": FORMAT, "form": "request"}, FORMAT, [record])}))
+        made = 1
+    return made
+
+
+def messages_to_events(shaper: TurnShaper, records: Sequence[dict[str, Any]]) -> list[Event]:
+    """Append messages (``ModelMessagesTypeAdapter`` JSON records) as core events.
+
+    Returns:
+        The appended events, in order; the turn ends (``completed``) unless a call is pending.
+    """
+    before = shaper.session.seq
+    for record in records:
+        if record.get("kind") == "response":
+            parts = record.get("parts") or []
+            made = create_assistant_message(
+                content=_response_blocks(parts),
+                provider=str(record.get("provider_name") or FORMAT),
+                model=str(record.get("model_name") or "unknown"))
+            shaper.assistant({**made, "source": with_records(made["source"], FORMAT,
+                                                             [record])})
+            for part in parts:
+                if part.get("part_kind") == "tool-call":
+                    shaper.tool_call(str(part.get("tool_call_id")))
+        else:
+            _request_events(shaper, record)
+    if not shaper.pending:
+        shaper.end_turn()
+    return list(shaper.session.events[before:])
+
+
+def _decode(event: Event) -> list[Any] | None:
+    return records_of(event, FORMAT)
+
+
+def _synthesized(event: Event) -> list[Any]:
+    """Message records for an event dsh wrote itself (repair result, compaction summary)."""
+    message = message_of(event) or {}
+    content = message.get("content")
+    etype = event["type"]
+    if etype == "tool/result":
+        name = event["data"].get("error", {}).get("name", "tool")
+        return [{"kind": "request", "parts": [{
+            "part_kind": "tool-return", "tool_name": str(name), "content": text_of(content),
+            "tool_call_id": str(message["source"]["callId"]), "outcome": "failed"}]}]
+    if etype == "assistant/message":
+        return [{"kind": "response", "parts": [{"part_kind": "text",
+                                                "content": text_of(content)}]}]
+    kind = "system-prompt" if etype == "system/message" else "user-prompt"
+    return [{"kind": "request", "parts": [{"part_kind": kind, "content": text_of(content)}]}]
+
+
+class DshMessageHistory:
+    """A Pydantic AI message history stored as a dsh session log.
+
+    Args:
+        session_id: The dsh session id (``dsh show ID``).
+        store: Store URL (``sqlite:///path.db``, ``jsonl:///dir``, ``memory:``); default
+            ``sqlite:///$DSH_HOME/sessions.db``, the store the ``dsh`` command reads.
+
+    The session is opened on first use and held for writing (exclusively, across processes)
+    until :meth:`close`; an interrupted turn left by a crashed process is repaired then. Also a
+    context manager (closes on exit).
+
+    Raises:
+        AdapterError: ``ADAPTER_SESSION_ID`` for an empty id; from :meth:`record`
+            ``ADAPTER_ITEM`` when the messages do not serialize (nothing is written);
+            ``ADAPTER_CLOSED`` after :meth:`close`.
+        SessionBusyError: another process (or object) holds the session for writing.
+    """
+
+    def __init__(self, session_id: str, store: str | None = None) -> None:
+        self._log = LiveLog(session_id, store, FORMAT)
+        self.session_id = session_id
+
+    @property
+    def store_url(self) -> str:
+        """The store URL this history lives in."""
+        return self._log.store_url
+
+    def load(self) -> list[ModelMessage]:
+        """The history along dsh's model view, ready for ``agent.run(message_history=...)``."""
+        with self._log.lock:
+            records = [record for _, _, record in self._log.view(_decode, _synthesized)]
+        return ModelMessagesTypeAdapter.validate_python(records)
+
+    def record(self, messages: Sequence[ModelMessage]) -> list[Event]:
+        """Append a run's messages (``result.new_messages()``) as one batch; durable on return.
+
+        Returns:
+            The appended events.
+
+        Raises:
+            AdapterError: ``ADAPTER_ITEM`` when the messages do not serialize to JSON dsh can
+                store; nothing is written.
+        """
+        for index, message in enumerate(messages):
+            if not isinstance(message, ModelRequest | ModelResponse):
+                raise AdapterError(f"message {index} for session {self.session_id!r} is not a "
+                                   f"ModelRequest or ModelResponse (got "
+                                   f"{type(message).__name__}); nothing was written",
+                                   code="ADAPTER_ITEM", session_id=self.session_id, line=index)
+        try:
+            records: list[dict[str, Any]] = ModelMessagesTypeAdapter.dump_python(
+                list(messages), mode="json", warnings="error")
+            snapshot_json(records)
+        except (TypeError, ValueError, PydanticSerializationError) as exc:
+            raise AdapterError(f"messages for session {self.session_id!r} do not serialize to "
+                               f"JSON dsh can store ({exc}); nothing was written",
+                               code="ADAPTER_ITEM", session_id=self.session_id) from exc
+        with self._log.lock:
+            shaper = self._log.open()
+            if not records:
+                return []
+            events = messages_to_events(shaper, records)
+            self._log.flush()
+            return events
+
+    def clear(self) -> None:
+        """Hide every message so far from :meth:`load`; the log keeps them (``dsh show``)."""
+        with self._log.lock:
+            self._log.clear()
+            self._log.flush()
+
+    def close(self) -> None:
+        """Flush and release the session (the write lock); later calls raise ADAPTER_CLOSED."""
+        self._log.close()
+
+    def __enter__(self) -> DshMessageHistory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
