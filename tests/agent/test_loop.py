@@ -411,3 +411,34 @@ def test_inbox_is_rebuilt_from_the_log() -> None:
     assert rebuilt.inbox.next_step == ()
     with pytest.raises(AgentError, match="already in the inbox"):
         rebuilt.inbox.push("next-turn", rebuilt.inbox.next_turn[0])
+
+
+def test_before_step_refusal_ends_the_turn_blocked_without_step_events() -> None:
+    provider = ScriptedProvider([ScriptedReply(text="never")])
+    agent = make_agent(provider, before_step=lambda turn, step: False)
+    result = _run(agent.run("go"))
+    assert dict(result.reason) == {"kind": "blocked"} and result.steps == 0
+    assert types(agent.session) == ["agent/inbox/spliced", "turn/start", "agent/inbox/spliced",
+                                    "turn/end"]
+    assert provider.requests == []
+
+
+def test_aclose_aborts_a_running_turn_as_disposed_and_releases_the_session() -> None:
+    provider = ScriptedProvider([ScriptedStall(after_text="hi")])
+    store = SessionStore()
+    agent = make_agent(provider, store=store)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(agent.run("go"))
+        await provider.stalled.wait()
+        await agent.aclose()
+        assert task.done()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await agent.aclose()  # idempotent
+
+    _run(scenario())
+    assert agent.session.events[-1]["data"]["reason"] == {"kind": "aborted",
+                                                          "reason": {"kind": "disposed"}}
+    assert store.get("s1") is None
+    assert_verifies(agent.session)

@@ -166,6 +166,9 @@ class Agent:
         retry: Retry policy for retryable failures.
         request_hook: Called with each built request; may return a changed one (the
             request == projection check then catches any change to messages or header).
+        before_step: ``before_step(turn, step) -> bool``, asked after the step's inbox claim;
+            False ends the turn ``{kind: "blocked"}`` with no step events (the claimed input
+            is dropped, as in spec §8.2b).
         sleep: Awaitable sleep used for backoff (tests pass a fake).
 
     Raises:
@@ -182,6 +185,7 @@ class Agent:
                  compaction: CompactionPolicy | bool | None = None,
                  summarizer: Summarizer | None = None, retry: RetryPolicy | None = None,
                  request_hook: Callable[[LlmRequest], LlmRequest] | None = None,
+                 before_step: Callable[[int, int], bool] | None = None,
                  sleep: Callable[[float], Any] = asyncio.sleep) -> None:
         if type(max_steps) is not int or max_steps < 1:
             raise ConfigError(f"max_steps must be an integer >= 1, got {max_steps!r}")
@@ -208,6 +212,8 @@ class Agent:
         self._summarizer: Summarizer = summarizer or DigestSummarizer()
         self._retry = retry or RetryPolicy()
         self._hook = request_hook
+        self._before_step = before_step
+        self._cause: dict[str, Any] | None = None
         self._sleep = sleep
         self._recorder = Recorder(session, store=store, flush_on_turn_end=False)
         self._inbox = Inbox(lambda data: self._recorder._agent_event(INBOX_EVENT, data))
@@ -302,11 +308,36 @@ class Agent:
         """
         return self._inbox.push("next-step", as_user_message(message))
 
-    def cancel(self) -> bool:
-        """Cancel the active :meth:`run` (as cancelling its task); False when idle."""
+    def cancel(self, *, cause: Mapping[str, Any] | None = None) -> bool:
+        """Cancel the active :meth:`run` (as cancelling its task); False when idle.
+
+        Args:
+            cause: The abort cause recorded in ``turn/end {kind: "aborted", reason}``
+                (default ``{kind: "user"}``); the first cause of a run is kept.
+        """
         if self._task is None:
             return False
+        if self._cause is None:
+            self._cause = dict(cause) if cause is not None else {"kind": "user"}
         return self._task.cancel()
+
+    async def aclose(self) -> None:
+        """Stop the agent and release its session.
+
+        Cancels a running turn (cause ``{kind: "disposed"}``) and waits for it to end, then
+        flushes and disposes the session from its store (releasing write ownership).
+        Idempotent. Raises whatever the final flush raises.
+        """
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            self.cancel(cause={"kind": "disposed"})
+            await asyncio.wait([task])
+        store = self._store
+        if store is not None and store.get(self._session.id) is self._session:
+            try:
+                await store.aflush(self._session)
+            finally:
+                store.dispose(self._session)
 
     # the loop -------------------------------------------------------------------------------
 
@@ -334,6 +365,7 @@ class Agent:
             raise AgentError("nothing to run: pass a prompt or send() one first",
                              code="NOTHING_TO_RUN", session_id=self._session.id)
         self._task = asyncio.current_task()
+        self._cause = None
         try:
             result: TurnResult | None = None
             while self._inbox.has_work():
@@ -356,6 +388,10 @@ class Agent:
                 if first:
                     claimed[:0] = self._inbox.claim("next-turn", 1)
                 if not claimed and (first or decided):
+                    break
+                if self._before_step is not None and not self._before_step(turn.number,
+                                                                            steps + 1):
+                    turn.reason = {"kind": "blocked"}
                     break
                 if steps == self._max_steps:
                     raise AgentError(f"turn {turn.number} reached max_steps={self._max_steps} "
@@ -384,6 +420,8 @@ class Agent:
             raise
         finally:
             reason = turn_end_reason(error) if error is not None else None
+            if isinstance(error, asyncio.CancelledError) and self._cause is not None:
+                reason = {"kind": "aborted", "reason": self._cause}
             ended = turn.end(reason)
             try:
                 await self._recorder.aflush()

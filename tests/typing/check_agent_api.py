@@ -1,0 +1,62 @@
+"""Type-checked by mypy --strict (scripts/test): dsh.agent's public types as a user sees them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import assert_type
+
+from dsh import Event, SessionStore
+from dsh.agent import (
+    Agent,
+    LlmRequest,
+    Provider,
+    Recorder,
+    ScriptedProvider,
+    ScriptedReply,
+    StepRecorder,
+    Tool,
+    TurnRecorder,
+    TurnResult,
+    tool,
+)
+from dsh.json import FrozenDict
+from dsh.messages import StreamChunk
+
+
+class EchoProvider:
+    """A provider written against the protocol, without subclassing anything."""
+
+    async def stream(self, request: LlmRequest) -> AsyncIterator[StreamChunk]:
+        yield {"type": "text-delta", "index": 0, "text": request.model}
+        yield {"type": "finish", "reason": {"kind": "stop"}}
+
+
+@tool(parallel_safe=True)
+def add(a: int, b: int) -> int:
+    """Add.
+
+    Args:
+        a: First.
+        b: Second.
+    """
+    return a + b
+
+
+async def use_the_agent(store: SessionStore) -> None:
+    provider: Provider = EchoProvider()
+    assert_type(add, Tool)
+    agent = Agent.create(store, provider, config={"provider": "p", "model": "m"}, tools=[add])
+    result = await agent.run("hi")
+    assert_type(result, TurnResult)
+    assert_type(result.reason, FrozenDict)
+    resumed = await Agent.resume(store, "s1", ScriptedProvider([ScriptedReply(text="x")]),
+                                 config={"provider": "p", "model": "m"}, timeout_ms=1000)
+    assert_type(resumed, Agent)
+
+
+def use_the_recorder(store: SessionStore) -> None:
+    recorder = Recorder(store.create("typed-recorder"), store=store)
+    with recorder.turn() as turn, turn.step() as step:
+        assert_type(turn, TurnRecorder)
+        assert_type(step, StepRecorder)
+        assert_type(step.assistant("ok", provider="p", model="m"), Event)
