@@ -178,9 +178,13 @@ def openai_usage(prompt: int = 12, completion: int = 5, *, cached: int = 0,
 def openai_reply(text: str = "", *, reasoning: str = "",
                  tool_calls: Sequence[tuple[str, str, str]] = (),
                  usage: dict[str, Any] | None = None, finish: str | None = None,
-                 pieces: int = 2) -> list[tuple[str | None, Any]]:
+                 pieces: int = 2, reasoning_field: str = "reasoning_content",
+                 ) -> list[tuple[str | None, Any]]:
     """A Chat Completions stream: role chunk, reasoning deltas, text deltas, tool-call deltas
-    (parallel calls interleaved by ``index`` like the service does), finish, usage, ``[DONE]``."""
+    (parallel calls interleaved by ``index`` like the service does), finish, usage, ``[DONE]``.
+
+    DeepSeek sends reasoning as ``reasoning_content``; vLLM and OpenRouter as ``reasoning``.
+    """
     out: list[tuple[str | None, Any]] = [(None, _chunk({"role": "assistant", "content": ""}))]
 
     def split(s: str) -> list[str]:
@@ -188,7 +192,7 @@ def openai_reply(text: str = "", *, reasoning: str = "",
         return [s[i:i + step] for i in range(0, len(s), step)] or []
 
     for part in split(reasoning):
-        out.append((None, _chunk({"reasoning_content": part, "content": None})))
+        out.append((None, _chunk({reasoning_field: part, "content": None})))
     for part in split(text):
         out.append((None, _chunk({"content": part})))
     for i, (call_id, name, _) in enumerate(tool_calls):

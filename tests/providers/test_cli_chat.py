@@ -22,7 +22,9 @@ def spawn(tmp_path: Path, server: ScriptedServer, *args: str) -> Any:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "TERM": "dumb",
                 "COLUMNS": "100"})
-    return pexpect.spawn(sys.executable, ["-m", "dsh.cli", "chat", *args, "--tools", "read",
+    if "--tools" not in args:
+        args = (*args, "--tools", "read")
+    return pexpect.spawn(sys.executable, ["-m", "dsh.cli", "chat", *args,
                                           "--timeout", "60", "--provider", "openai-compatible",
                                           "--model", "local-model", "--base-url",
                                           server.base_url],
@@ -87,3 +89,39 @@ def test_chat_three_turns_ctrl_c_mid_stream_then_continue(tmp_path: Path) -> Non
                    and e["data"].get("interrupted")]
     assert [m["data"]["message"]["content"] for m in interrupted] == [
         [{"type": "text", "text": STORY}]]
+
+
+def test_chat_shell_commands_run_only_when_approved(tmp_path: Path) -> None:
+    marker = tmp_path / "approved.txt"
+    calls = [[("call_1", "shell", json.dumps({"command": f"echo yes > {marker.name}"}))],
+             [("call_2", "shell", json.dumps({"command": "rm -rf ./*"}))]]
+    server = ScriptedServer([
+        Stream(openai_reply("Writing the file.", tool_calls=calls[0])),
+        Stream(openai_reply("Done.")),
+        Stream(openai_reply("Cleaning up.", tool_calls=calls[1])),
+        Stream(openai_reply("Not allowed, leaving it.")),
+    ])
+    with server:
+        chat = spawn(tmp_path, server, "--tools", "shell")
+        chat.expect_exact("you> ")
+        chat.sendline("write the marker")
+        chat.expect_exact(f"$ echo yes > {marker.name}")
+        chat.expect_exact("[y/N] ")
+        chat.sendline("y")
+        chat.expect_exact("exit status 0")
+        chat.expect_exact("Done.")
+        chat.expect_exact("you> ")
+        chat.sendline("clean up")
+        chat.expect_exact("$ rm -rf ./*")
+        chat.expect_exact("[y/N] ")
+        chat.sendline("n")
+        chat.expect_exact("NOT_APPROVED")
+        chat.expect_exact("Not allowed, leaving it.")
+        chat.expect_exact("you> ")
+        chat.sendline("/exit")
+        chat.expect(pexpect.EOF)
+        chat.close()
+    assert chat.exitstatus == 0
+    assert marker.read_text() == "yes\n"  # approved command ran; the refused one did not
+    refused = [m for m in server.requests[3]["messages"] if m["role"] == "tool"]
+    assert "not approved" in refused[-1]["content"]

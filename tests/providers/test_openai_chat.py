@@ -98,6 +98,14 @@ def test_deepseek_reasoning_is_a_reasoning_block_and_replayed_only_on_tool_call_
     assert validate_conversation(sent, "openai") == []
 
 
+def test_reasoning_field_of_vllm_and_openrouter_is_a_reasoning_block() -> None:
+    reply = openai_reply("42", reasoning="six times seven", reasoning_field="reasoning")
+    with ScriptedServer([Stream(reply)]) as server:
+        response = assemble(drain(provider(server), request([user("6*7?")])))
+    assert [dict(b) for b in response.content] == [
+        {"type": "reasoning", "text": "six times seven"}, {"type": "text", "text": "42"}]
+
+
 def test_request_messages_equal_the_exported_model_view() -> None:
     view = [user("hello \ud800 there"), assistant({"type": "text", "text": "hi"}),
             user("and now")]
