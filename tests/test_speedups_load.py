@@ -489,3 +489,61 @@ def test_decode_rows_matches_python_on_packed_rows() -> None:
     assert dj.c_decode_rows(rows, 0, 0, orjson.loads, Event, taken, True, 1 << 20, 3,
                             1024) == (4, 47)
     assert len(taken) == 47
+
+
+# --- message shape ---------------------------------------------------------------------------
+
+
+def _set_path(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    """A thawed copy of ``value`` with ``path`` set to ``new`` (``...`` deletes the key)."""
+    out = dj.thaw(value)
+    node = out
+    for key in path[:-1]:
+        if (isinstance(node, dict) and key in node) or (
+                isinstance(node, list) and isinstance(key, int) and key < len(node)):
+            node = node[key]
+        else:
+            return out
+    last = path[-1]
+    if isinstance(node, dict):
+        if new is ...:
+            node.pop(last, None)
+        else:
+            node[last] = new
+    elif isinstance(node, list) and isinstance(last, int) and last < len(node):
+        node[last] = new
+    return out
+
+
+SHAPE_DAMAGE: list[tuple[tuple[Any, ...], Any]] = [
+    (("id",), ...), (("id",), ""), (("id",), 3), (("role",), "assistant"), (("role",), ...),
+    (("source",), ...), (("source",), []), (("source", "kind"), ""), (("source", "kind"), 1),
+    (("source", "kind"), "user"), (("source", "provider"), ...), (("source", "model"), ""),
+    (("source", "callId"), ...), (("source", "callId"), "other"), (("content",), {}),
+    (("content",), []), (("content", 0, "type"), "text"), (("content", 0, "content"), "x"),
+    (("content", 0, "toolCallId"), ...), (("content", 0), "block"), (("content", 1), {}),
+]
+
+
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(script=log_scripts(open_tail=False),
+       damage=st.lists(st.sampled_from(SHAPE_DAMAGE), max_size=2))
+def test_message_shape_ok_agrees_with_the_python_check(
+        script: Any, damage: list[tuple[tuple[Any, ...], Any]]) -> None:
+    session = Session.create("s", clock=StepClock())
+    apply_script(session, script)
+    for event in session.events:
+        if event["type"] not in SURFACE_EVENT_TYPES:
+            continue
+        wrapped = event["type"] in ("assistant/message", "tool/result")
+        data: Any = event["data"]
+        for path, new in damage:
+            data = _set_path(data, ("message", *path) if wrapped else path, new)
+        candidate = as_event({**event, "data": dj.snapshot_json(data)})
+        try:
+            session_module._check_message_shape(candidate, 0)
+            accepted = True
+        except DshError:
+            accepted = False
+        assert dj.c_message_shape_ok(candidate) is accepted, candidate

@@ -501,7 +501,9 @@ static PyObject *s_type, *s_seq, *s_time, *s_data, *s_seq0, *s_time0, *s_turn, *
     *s_fallback, *s_request_header, *s_request_header_delta, *s_mode_set, *s_steering,
     *s_turn_start, *s_turn_end, *s_user_message, *s_assistant_message, *s_tool_result,
     *s_end_seed, *s_completed, *s_blocked, *s_max_tokens, *s_interrupted, *s_aborted,
-    *s_disposed, *s_error_kind, *s_surface_op, *s_append, *s_source_event_seqs;
+    *s_disposed, *s_error_kind, *s_surface_op, *s_append, *s_source_event_seqs,
+    *s_user, *s_system, *s_assistant, *s_system_message, *s_model, *s_provider, *s_tool,
+    *s_tool_result_block, *s_tool_call_id;
 
 static int
 intern_strings(void)
@@ -533,6 +535,10 @@ intern_strings(void)
     INTERN(s_disposed, "disposed") INTERN(s_error_kind, "error")
     INTERN(s_surface_op, "surfaceOp") INTERN(s_append, "append")
     INTERN(s_source_event_seqs, "sourceEventSeqs")
+    INTERN(s_user, "user") INTERN(s_system, "system") INTERN(s_assistant, "assistant")
+    INTERN(s_system_message, "system/message") INTERN(s_model, "model")
+    INTERN(s_provider, "provider") INTERN(s_tool, "tool")
+    INTERN(s_tool_result_block, "tool-result") INTERN(s_tool_call_id, "toolCallId")
 #undef INTERN
     return 0;
 }
@@ -1365,6 +1371,96 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nL)", i, expected);
 }
 
+static inline int
+non_empty_str(PyObject *value)
+{
+    return value != NULL && PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) > 0;
+}
+
+PyDoc_STRVAR(message_shape_ok_doc,
+"message_shape_ok(event, /) -> bool\n\n"
+"True when dsh.session.session._check_message_shape would accept this surface event: an\n"
+"identified message with the type's role, a source with a kind (model + provider + model for\n"
+"assistant/message; tool + callId for tool/result, whose content is one tool-result block\n"
+"naming that call) and array content. False: the Python check runs and names the problem.");
+
+static PyObject *
+message_shape_ok(PyObject *module, PyObject *event)
+{
+    PyObject *etype, *data, *message, *source, *kind, *content, *role;
+    int assistant, tool, cmp;
+    if (!PyDict_Check(event)) {
+        Py_RETURN_FALSE;
+    }
+    etype = PyDict_GetItem(event, s_type);
+    data = PyDict_GetItem(event, s_data);
+    if (etype == NULL || data == NULL || !PyUnicode_CheckExact(etype)) {
+        Py_RETURN_FALSE;
+    }
+    assistant = str_is(etype, s_assistant_message);
+    tool = str_is(etype, s_tool_result);
+    if (str_is(etype, s_user_message)) {
+        message = data;
+        role = s_user;
+    }
+    else if (str_is(etype, s_system_message)) {
+        message = data;
+        role = s_system;
+    }
+    else if (assistant || tool) {
+        message = PyDict_Check(data) ? PyDict_GetItem(data, s_message) : NULL;
+        role = assistant ? s_assistant : s_user;
+    }
+    else {
+        Py_RETURN_FALSE;
+    }
+    if (message == NULL || !PyDict_Check(message)
+            || !non_empty_str(PyDict_GetItem(message, s_id))) {
+        Py_RETURN_FALSE;
+    }
+    if (!str_is(PyDict_GetItem(message, s_role), role)) {
+        Py_RETURN_FALSE;
+    }
+    source = PyDict_GetItem(message, s_source);
+    if (source == NULL || !PyDict_Check(source)) {
+        Py_RETURN_FALSE;
+    }
+    kind = PyDict_GetItem(source, s_kind);
+    content = PyDict_GetItem(message, s_content);
+    if (!non_empty_str(kind) || content == NULL || !PyList_Check(content)) {
+        Py_RETURN_FALSE;
+    }
+    if (assistant) {
+        if (!str_is(kind, s_model) || !non_empty_str(PyDict_GetItem(source, s_provider))
+                || !non_empty_str(PyDict_GetItem(source, s_model))) {
+            Py_RETURN_FALSE;
+        }
+    }
+    else if (tool) {
+        PyObject *call_id = PyDict_GetItem(source, s_call_id), *block, *inner, *named;
+        if (!str_is(kind, s_tool) || !non_empty_str(call_id) || PyList_GET_SIZE(content) != 1) {
+            Py_RETURN_FALSE;
+        }
+        block = PyList_GET_ITEM(content, 0);
+        if (!PyDict_Check(block) || !str_is(PyDict_GetItem(block, s_type), s_tool_result_block)) {
+            Py_RETURN_FALSE;
+        }
+        inner = PyDict_GetItem(block, s_content);
+        named = PyDict_GetItem(block, s_tool_call_id);
+        if (inner == NULL || !PyList_Check(inner) || named == NULL) {
+            Py_RETURN_FALSE;
+        }
+        cmp = PyObject_RichCompareBool(named, call_id, Py_EQ);
+        if (cmp < 0) {
+            return NULL;
+        }
+        if (!cmp) {
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -1374,6 +1470,7 @@ static PyMethodDef methods[] = {
     {"restore_specials", (PyCFunction)(void (*)(void))restore_specials, METH_FASTCALL,
      restore_specials_doc},
     {"decode_rows", (PyCFunction)(void (*)(void))decode_rows, METH_FASTCALL, decode_rows_doc},
+    {"message_shape_ok", message_shape_ok, METH_O, message_shape_ok_doc},
     {"stored_prescan", (PyCFunction)(void (*)(void))stored_prescan, METH_FASTCALL,
      stored_prescan_doc},
     {NULL, NULL, 0, NULL},

@@ -271,6 +271,7 @@ c_scan_lines: Any = _speedups.scan_lines if _speedups is not None else None
 c_restore_specials: Any = _speedups.restore_specials if _speedups is not None else None
 c_stored_prescan: Any = _speedups.stored_prescan if _speedups is not None else None
 c_decode_rows: Any = _speedups.decode_rows if _speedups is not None else None
+c_message_shape_ok: Any = _speedups.message_shape_ok if _speedups is not None else None
 
 
 def _fast(v: Any, depth: int) -> Any:

@@ -25,7 +25,14 @@ from time import time_ns
 from typing import Any, Final, Literal, overload
 
 from dsh.errors import DshError, EventRejectedError, InvalidJsonError
-from dsh.json import MAX_SAFE_INTEGER, FrozenDict, c_restore_specials, dumps, snapshot_json
+from dsh.json import (
+    MAX_SAFE_INTEGER,
+    FrozenDict,
+    c_message_shape_ok,
+    c_restore_specials,
+    dumps,
+    snapshot_json,
+)
 from dsh.session.events import (
     ENVELOPE_KEYS,
     KNOWN_EVENT_TYPES,
@@ -157,6 +164,15 @@ def _check_request_header_shape(event: Any, index: int) -> None:
 
 _ROLES: Final = {"assistant/message": "assistant", "system/message": "system",
                  "user/message": "user", "tool/result": "user"}
+
+
+def _never_ok(event: Any) -> bool:
+    return False
+
+
+# True when _check_message_shape would pass (one C call); else that check runs and names why.
+_message_shape_ok: Callable[[Any], bool] = (
+    c_message_shape_ok if c_message_shape_ok is not None else _never_ok)
 
 
 def _shape_error(event: Any, index: int, appended: bool, problem: str) -> EventRejectedError:
@@ -770,7 +786,8 @@ class Session:
                                            and event.get("ignorable", True) is True))):
                 _seed_slow_checks(event, index)
             if etype in SURFACE_EVENT_TYPES:
-                _check_message_shape(event, index)
+                if not _message_shape_ok(event):
+                    _check_message_shape(event, index)
                 message_cache[index] = derive_event_message(event)
                 if size == 5 and event.get("surfaceOp") == "append":
                     nodes_append(index)
