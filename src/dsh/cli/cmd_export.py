@@ -151,7 +151,8 @@ def convert(
     source: Annotated[str, typer.Option("--from", metavar="URL", show_default=False,
                                         help="Store to read.")],
     target: Annotated[str, typer.Option("--to", metavar="URL", show_default=False,
-                                        help="Store to write.")],
+                                        help="Store to write; sqlite:///new.db?schema=14 creates "
+                                             "a file the published dsh SQLite backend reads.")],
     json_: JsonOption = False,
 ) -> None:
     """Copy every session of one store into another (any backends); each copy is verified."""

@@ -6,7 +6,8 @@
 * ``jsonl:///abs/dir`` — dsh's JSONL layout, raw (persistence spec §4);
 * ``jsonl+zstd:///abs/dir`` or ``jsonl:///abs/dir?compression=zstd`` — Zstandard frames (§4.6);
   ``?pack_chunks=false`` writes one event per line (§4.4);
-* ``sqlite:///abs/path.db`` or ``sqlite:relative.db`` — dsh's SQLite schema (§5);
+* ``sqlite:///abs/path.db`` or ``sqlite:relative.db`` — dsh's SQLite schema (§5); a new file
+  is schema 17, or with ``?schema=14`` the layout the published dsh SQLite backend reads;
 * ``postgresql://user@host/db?schema=name`` — many hosts, fenced writers (``postgres`` extra);
 * ``memory:`` — an in-process store for tests.
 
@@ -102,7 +103,8 @@ def open_backend(url: str) -> Backend:
 
     Args:
         url: ``jsonl:///dir``, ``jsonl+zstd:///dir``, ``jsonl:///dir?compression=zstd``,
-            ``sqlite:///path.db``, ``sqlite:relative.db`` or ``memory:``.
+            ``sqlite:///path.db``, ``sqlite:relative.db`` (``?schema=14`` creates a new file
+            in the published dsh's schema 14) or ``memory:``.
 
     Returns:
         Backend: the opened backend.
@@ -152,12 +154,17 @@ def open_backend(url: str) -> Backend:
         return JsonlBackend(_url_path(url, len(scheme), rest), compression=compression,
                             pack_chunks=pack_chunks, url=url)
     if scheme == "sqlite":
+        schema = query.pop("schema", "17")
         if query:
             raise ConfigError(f"store URL {url!r}: unknown option(s) {sorted(query)} for "
-                              f"sqlite:", path=url)
+                              f"sqlite: (it takes schema=17 or schema=14)", path=url)
+        if schema not in ("14", "17"):
+            raise ConfigError(f"store URL {url!r}: schema={schema!r} is not 17 (default) or 14 "
+                              f"(readable by the published dsh SQLite backend)", path=url)
         # Imported lazily: the SQLite backend is optional at import time.
         sqlite_module = importlib.import_module("dsh.persistence.sqlite")
-        backend: Backend = sqlite_module.SqliteBackend(_url_path(url, len(scheme), rest))
+        backend: Backend = sqlite_module.SqliteBackend(_url_path(url, len(scheme), rest),
+                                                       schema=int(schema))
         return backend
     raise ConfigError(f"store URL {url!r}: unknown scheme {scheme!r}; expected jsonl, "
                       f"jsonl+zstd, sqlite, postgresql or memory", path=url)

@@ -54,6 +54,7 @@ from dsh.persistence._sqlite_schema import (
     LEGACY_SCHEMA_VERSION,
     MAX_PACKED_ROW_MEMBERS,
     READABLE_SCHEMA_VERSIONS,
+    SCHEMA_14_DDL,
     SCHEMA_17_DDL,
     SCHEMA_VERSION,
     Row,
@@ -202,8 +203,10 @@ def _header_row(header: Mapping[str, object]) -> tuple[Any, ...]:
 class _Connection:
     """One opened, validated SQLite connection (persistence spec §5.3)."""
 
-    def __init__(self, path: Path, *, journal_mode: JournalMode, busy_timeout_ms: int) -> None:
+    def __init__(self, path: Path, *, journal_mode: JournalMode, busy_timeout_ms: int,
+                 create_schema: int = SCHEMA_VERSION) -> None:
         self.path = str(path)
+        self._create_schema = create_schema
         started = time.monotonic()
         try:
             self.conn = sqlite3.connect(
@@ -265,13 +268,15 @@ class _Connection:
                         f"identity (user_version 0, application_id {app_id}, {objects} schema "
                         f"objects); it is not a dsh session store", code="FOREIGN_DATABASE",
                         path=self.path)
-                for statement in SCHEMA_17_DDL:
+                # A pristine file: schema 17 by default; 14 when asked, for the published dsh.
+                version = self._create_schema
+                for statement in (SCHEMA_17_DDL if version == SCHEMA_VERSION
+                                  else SCHEMA_14_DDL):
                     conn.execute(statement)
                 conn.execute("INSERT INTO persistence_state (singleton, store_id) VALUES (1, ?)",
                              (str(uuid.uuid4()),))
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                version = SCHEMA_VERSION
+                conn.execute(f"PRAGMA user_version = {version}")
                 app_id = APPLICATION_ID
             self._check_version(version)
             if app_id != APPLICATION_ID:
@@ -379,17 +384,22 @@ class SqliteBackend:
         journal_mode: ``wal`` (default, dsh's), ``delete``, ``truncate`` or ``persist``.
         busy_timeout_ms: How long a statement waits for another connection's lock (ms,
             0 to 2^31 - 1; default 5000 like dsh).
+        schema: The schema a *new* file is created with: 17 (default, dsh's repository head)
+            or 14 (the layout the published ``dsh-session-persistence-sqlite`` 0.0.1-rc.1
+            reads: scalar rows, JSON text columns, no packing). An existing file keeps its
+            own schema whatever this says.
 
     Raises:
         ConfigError: a bad option or a path that fails the filesystem preconditions (§5.2).
 
     The database is opened lazily on the first operation (spec §5.3). A file created here is
-    schema 17; schema-14 files (published dsh 0.0.1-rc.1) are read and appended to in their own
-    scalar layout and never migrated.
+    schema 17 unless ``schema=14``; schema-14 files (published dsh 0.0.1-rc.1) are read and
+    appended to in their own scalar layout and never migrated.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, journal_mode: JournalMode = "wal",
-                 busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
+                 busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+                 schema: int = SCHEMA_VERSION) -> None:
         if str(path) == ":memory:" or str(path).startswith("file:"):
             raise ConfigError(f"SQLite path must be a plain file path, got {str(path)!r}; "
                               f"in-memory databases cannot hold cross-process write locks",
@@ -401,6 +411,11 @@ class SqliteBackend:
                 or not 0 <= busy_timeout_ms <= MAX_BUSY_TIMEOUT_MS):
             raise ConfigError(f"busy_timeout_ms must be an integer in [0, {MAX_BUSY_TIMEOUT_MS}],"
                               f" got {busy_timeout_ms!r}")
+        if type(schema) is not int or schema not in READABLE_SCHEMA_VERSIONS:
+            raise ConfigError(f"schema must be {SCHEMA_VERSION} (default) or "
+                              f"{LEGACY_SCHEMA_VERSION} (readable by the published dsh SQLite "
+                              f"backend), got {schema!r}", path=str(path))
+        self.schema = schema
         self.path = Path(os.path.abspath(path))
         self.journal_mode: JournalMode = journal_mode
         self.busy_timeout_ms = busy_timeout_ms
@@ -418,7 +433,7 @@ class SqliteBackend:
 
     def _connect(self) -> _Connection:
         return _Connection(self.path, journal_mode=self.journal_mode,
-                           busy_timeout_ms=self.busy_timeout_ms)
+                           busy_timeout_ms=self.busy_timeout_ms, create_schema=self.schema)
 
     @contextlib.contextmanager
     def _shared(self) -> Iterator[_Connection]:
