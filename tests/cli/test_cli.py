@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from dsh.interop._common import IMPORTER_VERSION
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "src" / "dsh" / "examples"
 COMMANDS = ["import", "ls", "show", "events", "messages", "verify", "resume", "fork", "compact",
@@ -636,7 +638,7 @@ def test_import_records_its_source_and_ls_shows_it(tmp_path: Path) -> None:
     assert event["ignorable"] is True
     assert event["data"] == {"format": "claude-code", "path": str(source),
                              "sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
-                             "importerVersion": 1}
+                             "importerVersion": IMPORTER_VERSION}
     [row] = dsh.json("ls", "--json")
     assert row["sourceFormat"] == "claude-code"
     url = jsonl_store(tmp_path / "jsonl-store", {"native": _turn(0, 1, "Hi.", "Hello.")})

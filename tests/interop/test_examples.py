@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dsh.interop import detect_format, import_file, to_anthropic, to_openai, validate_conversation
+from dsh.interop._common import IMPORTER_VERSION
 from dsh.session.repair import interrupted_turn_closers
 from tests.interop.helpers import EXAMPLES, facts, live
 
@@ -129,7 +130,7 @@ def test_examples_import_records_the_source_once(name: str) -> None:
     assert "surfaceOp" not in source
     assert source["data"] == {"format": fmt, "path": str(path),
                               "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                              "importerVersion": 1}
+                              "importerVersion": IMPORTER_VERSION}
     # Seq 0 for the mapped formats (stamped like the first mapped event); last for dsh logs,
     # whose own seqs are kept.
     expected_seq = len(imported.events) - 1 if fmt == "dsh" else 0

@@ -63,6 +63,12 @@ StoreOption = Annotated[
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print JSON (stable keys) instead of text."),
 ]
+TargetModelOption = Annotated[str | None, typer.Option(
+    "--target-model", metavar="MODEL", show_default=False,
+    help="The model the request is for: reasoning (signed thinking) made by any other model "
+         "is left out, as the provider would refuse it.")]
+"""``--target-model`` of ``dsh messages`` and ``dsh export``."""
+
 SessionArg = Annotated[str, typer.Argument(metavar="ID", help="Session id (see `dsh ls`).",
                                            show_default=False)]
 
@@ -147,15 +153,18 @@ def restored_session(read: Inspection, *, with_closers: bool = True) -> Any:
                            inherited_event_count=read.header.get("seedLength") or 0)
 
 
-def model_view(read: Inspection, fmt: str) -> Any:
-    """The derived messages (after in-memory repair of an open turn) in ``fmt``."""
+def model_view(read: Inspection, fmt: str, target_model: str | None = None) -> Any:
+    """The derived messages (after in-memory repair of an open turn) in ``fmt``.
+
+    ``target_model`` (provider formats only) leaves out reasoning made by other models.
+    """
     messages = restored_session(read).derive_messages()
     if fmt == "openai":
         from dsh.interop import to_openai
 
-        return to_openai(messages)
+        return to_openai(messages, target_model=target_model)
     if fmt == "anthropic":
         from dsh.interop import to_anthropic
 
-        return to_anthropic(messages)
+        return to_anthropic(messages, target_model=target_model)
     return messages

@@ -18,6 +18,7 @@ from dsh.cli._common import (
     JsonOption,
     SessionArg,
     StoreOption,
+    TargetModelOption,
     cli_store,
     json_mode,
     model_view,
@@ -67,6 +68,7 @@ def export(
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", metavar="FILE", show_default=False,
         help="Write to FILE instead of stdout.")] = None,
+    target_model: TargetModelOption = None,
     store: StoreOption = None,
 ) -> None:
     """Export a session: a provider request (openai, anthropic) or the dsh JSONL log."""
@@ -77,7 +79,7 @@ def export(
     if format is ExportFormat.dsh_jsonl:
         data = _dsh_jsonl(read)
     else:
-        view = model_view(read, str(format.value))
+        view = model_view(read, str(format.value), target_model)
         if isinstance(view, list):  # a Chat Completions request body, like Anthropic's
             view = {"messages": view}
         text = json.dumps(view, ensure_ascii=False, indent=2) + "\n"

@@ -17,6 +17,7 @@ from dsh.cli._common import (
     JsonOption,
     SessionArg,
     StoreOption,
+    TargetModelOption,
     cli_store,
     json_mode,
     model_view,
@@ -138,6 +139,7 @@ def messages(
     session_id: SessionArg,
     format: Annotated[MessageFormat, typer.Option(
         "--format", help="dsh messages, or a provider's request shape.")] = MessageFormat.dsh,
+    target_model: TargetModelOption = None,
     store: StoreOption = None,
 ) -> None:
     """Print what the model sees: the messages derived from the log's surface, as JSON.
@@ -146,5 +148,5 @@ def messages(
     """
     with cli_store(store, create=False) as persistence:
         read = read_session(persistence, session_id)
-    render.write_json(model_view(read, str(format.value)))
+    render.write_json(model_view(read, str(format.value), target_model))
 

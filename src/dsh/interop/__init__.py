@@ -6,7 +6,8 @@ Public entry points (what the CLI calls):
   ``anthropic``, ``openhands``, ``swe-agent``, ``mini-swe-agent``, ``dsh``).
 * :func:`import_file` — ``path, format="auto" -> list[ImportedSession]`` (a session's
   subagents are in its ``children``); :meth:`ImportedSession.to_session` seeds a Session.
-* :func:`to_openai`, :func:`to_anthropic` — derived messages to provider requests.
+* :func:`to_openai`, :func:`to_anthropic` — derived messages to provider requests
+  (``target_model=`` leaves out reasoning of other models: :func:`without_foreign_reasoning`).
 * :func:`validate_conversation` — problems of a provider conversation (empty when valid).
 
 Every importer is a pure mapping from one file to events (issue 5 mapping rules); bad input
@@ -26,7 +27,12 @@ from dsh.interop.claude_code import import_claude_code
 from dsh.interop.codex import import_codex
 from dsh.interop.detect import FORMATS, detect_format
 from dsh.interop.dsh_log import import_dsh_log
-from dsh.interop.export import to_anthropic, to_openai, validate_conversation
+from dsh.interop.export import (
+    to_anthropic,
+    to_openai,
+    validate_conversation,
+    without_foreign_reasoning,
+)
 from dsh.interop.openai_chat import import_openai_chat
 from dsh.interop.openhands import import_openhands
 from dsh.interop.swe_agent import import_mini_swe_agent, import_swe_agent
@@ -40,6 +46,7 @@ __all__ = [
     "to_anthropic",
     "to_openai",
     "validate_conversation",
+    "without_foreign_reasoning",
 ]
 
 IMPORTERS: Final[dict[str, Callable[[Path], list[ImportedSession]]]] = {

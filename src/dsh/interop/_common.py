@@ -67,7 +67,7 @@ IMPORT_SOURCE_TYPE: Final = "import/source"
 """Type of the one ignorable event per imported session naming its source file (ours; an
 ignorable event that dsh readers skip, core spec §1.6)."""
 
-IMPORTER_VERSION: Final = 1
+IMPORTER_VERSION: Final = 2
 """Version of the importers' mapping rules, written into ``import/source``; bumped whenever the
 same source file would map to different events."""
 

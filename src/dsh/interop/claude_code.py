@@ -22,6 +22,9 @@ What is read (corpus README "Claude Code"):
   ``user/message`` holds the summary text the model continued from.
 * Sidechains: inline ``isSidechain`` entries (1.0.x) and ``<sessionId>/subagents/agent-*.jsonl``
   files (2.1.x) become child sessions (header ``parentSession``, ``origin: "subagent"``).
+* A ``summary`` line (Claude Code's title of a conversation) becomes a ``session/title``
+  ``{title}`` event; the one whose ``leafUuid`` is on the model-visible branch wins, else the
+  last one.
 * ``progress``, ``file-history-snapshot``, ``queue-operation``, ``summary`` and ``system`` lines
   are kept as ignorable ``import/claude-code/<type>`` events; every mapped message line is also
   kept, minus its ``message.content`` (which the mapped event holds), as an ignorable
@@ -324,6 +327,7 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
             if isinstance(msg.get("usage"), dict):
                 last_usage[key] = msg["usage"]
     emitted: set[str] = set()
+    title_line = _title_line(entries, active)
     boundary: JsonObj | None = None
     cwd: object = None
     for line, r in entries:
@@ -360,11 +364,22 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
             b.ignorable("system", r)
         elif kind in _KNOWN_TYPES:
             b.ignorable(kind, r)
+            if line == title_line:
+                b.emit("session/title", {"title": r["summary"]})
         else:
             b.ignorable("unknown", r)
     b.finish()
     header = b.header(cwd=cwd, extra=header_extra)
     return b.imported(header)
+
+
+def _title_line(entries: list[tuple[int, JsonObj]], active: set[str]) -> int | None:
+    """The line of the ``summary`` that titles the session (module docstring), or None."""
+    titles = [(line, r) for line, r in entries if r.get("type") == "summary"
+              and isinstance(r.get("summary"), str) and r["summary"].strip()]
+    on_branch = [line for line, r in titles if str_or_none(r.get("leafUuid")) in active]
+    candidates = on_branch or [line for line, _ in titles]
+    return candidates[-1] if candidates else None
 
 
 def _envelope(record: JsonObj) -> JsonObj:

@@ -2,7 +2,9 @@
 
 ``response_item`` lines are the model view (corpus README "OpenAI Codex CLI rollouts"):
 consecutive model outputs (``reasoning``, assistant ``message``, ``function_call`` /
-``custom_tool_call``) form one ``assistant/message``; ``function_call_output`` answers a call;
+``custom_tool_call``) form one ``assistant/message`` (reasoning kept whole:
+:func:`reasoning_block`); ``function_call_output`` answers a call with the output's text
+(:func:`tool_output`);
 user/developer messages are inputs (``<environment_context>``-style injected context and
 developer messages are kept with a ``{kind:"plugin", plugin:"codex"}`` source). ``event_msg``
 copies are not replayed (they would double-count) but kept as ignorable events;
@@ -29,7 +31,7 @@ from dsh.interop._common import (
     text_blocks,
 )
 
-__all__ = ["FORMAT", "import_codex", "looks_like_codex"]
+__all__ = ["FORMAT", "import_codex", "looks_like_codex", "reasoning_block", "tool_output"]
 
 FORMAT: Final = "codex"
 _ENVELOPE_TYPES: Final = frozenset({"session_meta", "turn_context", "response_item", "event_msg",
@@ -155,14 +157,7 @@ class _State:
                     source["form"] = "instructions"
                 b.user(blocks, message_id=item.get("id"), prompt=False, source=source)
         elif kind == "reasoning":
-            raw_summary = item.get("summary")
-            summary: list[Any] = raw_summary if isinstance(raw_summary, list) else []
-            text = "\n\n".join(s.get("text", "") for s in summary
-                               if isinstance(s, dict) and isinstance(s.get("text"), str))
-            block: JsonObj = {"type": "reasoning", "text": text}
-            if isinstance(item.get("encrypted_content"), str):
-                block["encryptedContent"] = item["encrypted_content"]
-            self.blocks.append(block)
+            self.blocks.append(reasoning_block(item))
         elif kind in ("function_call", "custom_tool_call"):
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
@@ -175,13 +170,8 @@ class _State:
         elif kind in ("function_call_output", "custom_tool_call_output"):
             self.flush()
             call_id = str(item.get("call_id", ""))
-            output = item.get("output")
-            is_error = False
-            if isinstance(output, dict):
-                is_error = output.get("success") is False
-                output = output.get("content", output)
-            b.tool_result(call_id, text_blocks(output if output is not None else ""),
-                          is_error=is_error)
+            content, is_error, meta = tool_output(item.get("output"))
+            b.tool_result(call_id, content, is_error=is_error, meta=meta)
         else:
             b.ignorable("response_item", raw)
 
@@ -202,6 +192,64 @@ class _State:
             replacement = summary or [{"type": "text", "text": ""}]
         b.compaction(replacement, summary=summary,
                      extra={"rawOutput": history} if isinstance(history, list) else None)
+
+
+def _texts(parts: object) -> list[str]:
+    return [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)] \
+        if isinstance(parts, list) else []
+
+
+def reasoning_block(item: JsonObj) -> JsonObj:
+    """A Responses API ``reasoning`` item as one dsh ``reasoning`` block, nothing dropped.
+
+    ``text`` is the full reasoning (``content`` texts joined by blank lines) when the item has
+    it, else the ``summary`` texts; ``summary`` (the summary texts) is kept beside a full
+    ``text``; ``encrypted_content`` → ``encryptedContent``; the item ``id`` → ``itemId`` (a
+    replay of encrypted reasoning names it). Parts that are not text are kept raw under
+    ``rawContent`` / ``rawSummary``.
+    """
+    summary, content = item.get("summary"), item.get("content")
+    summary_texts, content_texts = _texts(summary), _texts(content)
+    block: JsonObj = {"type": "reasoning",
+                      "text": "\n\n".join(content_texts or summary_texts)}
+    if content_texts and summary_texts:
+        block["summary"] = summary_texts
+    if isinstance(item.get("encrypted_content"), str):
+        block["encryptedContent"] = item["encrypted_content"]
+    if isinstance(item.get("id"), str):
+        block["itemId"] = item["id"]
+    for key, raw, texts in (("rawContent", content, content_texts),
+                            ("rawSummary", summary, summary_texts)):
+        if raw not in (None, []) and (not isinstance(raw, list) or len(texts) != len(raw)):
+            block[key] = raw
+    return block
+
+
+def tool_output(output: object) -> tuple[list[JsonObj], bool, JsonObj | None]:
+    """A ``function_call_output`` ``output`` as (result blocks, is_error, meta).
+
+    Codex writes the output as JSON text: ``{"output": text, "metadata": {exit_code, …}}`` for
+    shell calls, or a list of ``{"text": …}`` parts for MCP tools. The text becomes the result
+    (what ``dsh show`` and the model see); the rest goes to ``meta.codex``. Other output is
+    kept as it is; an object with ``success: false`` is an error.
+    """
+    if isinstance(output, dict):
+        return (text_blocks(output.get("content", output)), output.get("success") is False,
+                None)
+    if isinstance(output, str) and output[:1] in ("{", "["):
+        try:
+            parsed = json.loads(output)
+        except (ValueError, RecursionError):
+            parsed = None
+        if isinstance(parsed, dict) and isinstance(parsed.get("output"), str):
+            rest = {k: v for k, v in parsed.items() if k != "output"}
+            return text_blocks(parsed["output"]), False, {"codex": rest} if rest else None
+        if isinstance(parsed, list) and parsed and all(
+                isinstance(p, dict) and isinstance(p.get("text"), str) for p in parsed):
+            extra = [{k: v for k, v in p.items() if k != "text"} for p in parsed]
+            meta = {"codex": {"parts": extra}} if any(extra) else None
+            return [{"type": "text", "text": p["text"]} for p in parsed], False, meta
+    return text_blocks(output if output is not None else ""), False, None
 
 
 def _content_blocks(content: Any) -> list[JsonObj]:

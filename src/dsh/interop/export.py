@@ -15,6 +15,9 @@ Conversions shared by both exporters (chosen so the output is always a valid req
 * Lone surrogates in any string become U+FFFD in the provider output only (the log keeps them).
 * ``image`` blocks become a short text placeholder naming the attachment (the log holds only an
   attachment reference, not the bytes).
+* With ``target_model`` (the model the request is for), reasoning produced by any other model
+  is left out (:func:`without_foreign_reasoning`): a thinking signature or encrypted reasoning
+  is valid only for the model that made it (Anthropic answers a foreign one with a 400).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from typing import Any, Final
 
 from dsh.errors import ConfigError
 
-__all__ = ["MISSING_RESULT_TEXT", "to_anthropic", "to_openai", "validate_conversation"]
+__all__ = ["MISSING_RESULT_TEXT", "to_anthropic", "to_openai", "validate_conversation",
+           "without_foreign_reasoning"]
 
 MISSING_RESULT_TEXT: Final = "No result was recorded for this tool call (the session was cut off)."
 """Text of the synthetic result answering an unanswered call in an export."""
@@ -72,17 +76,57 @@ def _orphan_text(block: Mapping[str, Any]) -> str:
     return f"[tool result for call {block.get('toolCallId')}]" + (f"\n{body}" if body else "")
 
 
+def _is_reasoning(block: object) -> bool:
+    """A reasoning block, or Anthropic's redacted thinking kept raw by the importers."""
+    if not isinstance(block, Mapping):
+        return False
+    raw = block.get("block")
+    return block.get("type") == "reasoning" or (
+        block.get("type") == "provider-raw" and isinstance(raw, Mapping)
+        and raw.get("type") == "redacted_thinking")
+
+
+def without_foreign_reasoning(messages: Sequence[Mapping[str, Any]],
+                              target_model: str) -> list[Mapping[str, Any]]:
+    """Return ``messages`` without the reasoning of assistant messages from other models.
+
+    Rule: reasoning belongs to the model that produced it. An assistant message whose
+    ``source.model`` is not ``target_model`` loses its ``reasoning`` blocks (signed thinking,
+    encrypted reasoning, plain reasoning text) and raw ``redacted_thinking`` blocks; its text
+    and tool calls stay. Other messages, and messages with nothing to drop, are passed through
+    as the same objects.
+
+    Args:
+        messages: Derived messages (module docstring).
+        target_model: The model id the request will be sent to, e.g. ``"claude-sonnet-4-5"``.
+
+    Returns:
+        A new list of the same length and order.
+    """
+    out: list[Mapping[str, Any]] = []
+    for m in messages:
+        source = m.get("source")
+        own = isinstance(source, Mapping) and source.get("model") == target_model
+        content = m.get("content") or []
+        if m.get("role") == "assistant" and not own and any(_is_reasoning(b) for b in content):
+            m = {**m, "content": [b for b in content if not _is_reasoning(b)]}
+        out.append(m)
+    return out
+
+
 # --- OpenAI Chat Completions ------------------------------------------------------------------
 
 
-def to_openai(messages: Sequence[Mapping[str, Any]], *,
-              include_reasoning: bool = False) -> list[dict[str, Any]]:
+def to_openai(messages: Sequence[Mapping[str, Any]], *, include_reasoning: bool = False,
+              target_model: str | None = None) -> list[dict[str, Any]]:
     """Convert derived messages to an OpenAI Chat Completions ``messages`` list.
 
     Args:
         messages: Derived messages (see module docstring).
         include_reasoning: Put ``reasoning`` text in ``reasoning_content`` (DeepSeek-style);
             by default reasoning is dropped because Chat Completions has no field for it.
+        target_model: The model the request is for: reasoning of other models is left out
+            (:func:`without_foreign_reasoning`); None keeps all.
 
     Returns:
         ``[{"role": "system"|"user"|"assistant"|"tool", ...}]``: assistant tool calls as
@@ -91,6 +135,8 @@ def to_openai(messages: Sequence[Mapping[str, Any]], *,
         user text and unanswered calls get a synthetic result (module docstring);
         ``provider-raw`` blocks are dropped.
     """
+    if target_model is not None:
+        messages = without_foreign_reasoning(messages, target_model)
     out: list[dict[str, Any]] = []
     outstanding: list[str] = []
 
@@ -156,8 +202,15 @@ def _tool_input(arguments: Any) -> Any:
     return value if isinstance(value, dict) else {"_value": value}
 
 
-def to_anthropic(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def to_anthropic(messages: Sequence[Mapping[str, Any]], *,
+                 target_model: str | None = None) -> dict[str, Any]:
     """Convert derived messages to an Anthropic Messages request fragment.
+
+    Args:
+        messages: Derived messages (see module docstring).
+        target_model: The model the request is for: signed thinking and redacted thinking of
+            other models are left out (:func:`without_foreign_reasoning`; replaying them is a
+            400); None keeps all.
 
     Returns:
         ``{"system": str, "messages": [...]}`` (``system`` only when a system message exists;
@@ -172,6 +225,8 @@ def to_anthropic(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         text has no ``content``. If the conversation would start with an assistant turn, a
         user message ``[earlier conversation not included]`` is put first.
     """
+    if target_model is not None:
+        messages = without_foreign_reasoning(messages, target_model)
     system: list[str] = []
     turns: list[tuple[str, list[dict[str, Any]]]] = []
     outstanding: list[str] = []
