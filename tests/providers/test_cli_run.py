@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 from tests.providers.servers import (
     Fail,
     ScriptedServer,
+    Stall,
     Stream,
     openai_error,
     openai_reply,
@@ -120,3 +122,53 @@ def test_readme_chat_lines_name_the_key_they_need(tmp_path: Path) -> None:
         result = dsh(tmp_path, *command.split()[1:])
         assert result.returncode == 1
         assert result.stderr.strip().endswith(f"set {variable}")
+
+
+def test_ctrl_c_mid_stream_keeps_the_partial_answer_and_exits_130(tmp_path: Path) -> None:
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env = {**base, "DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)}
+    with ScriptedServer([Stall(openai_reply("Once upon a time")[:3])]) as server:
+        child = subprocess.Popen([*DSH, "run", "a story", *local(server)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert child.stdout is not None
+        streamed = b""
+        while b"time" not in streamed:  # wait until the stream is visibly under way
+            piece = os.read(child.stdout.fileno(), 100)
+            assert piece, "dsh run ended before streaming"
+            streamed += piece
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    assert child.returncode == 130
+    assert b"[interrupted" in err
+    log = events(tmp_path, err.decode().split()[1])
+    (message,) = [e for e in log if e["type"] == "assistant/message"]
+    assert message["data"]["interrupted"] is True
+    assert message["data"]["message"]["content"] == [{"type": "text", "text": "Once upon a time"}]
+    assert log[-1]["data"]["reason"] == {"kind": "aborted", "reason": {"kind": "user"}}
+
+
+def test_kill_9_mid_stream_then_the_session_continues(tmp_path: Path) -> None:
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env = {**base, "DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)}
+    with ScriptedServer([Stall(openai_reply("Half an ans")[:3]),
+                         Stream(openai_reply("A whole answer."))]) as server:
+        child = subprocess.Popen([*DSH, "run", "question one", *local(server)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert child.stdout is not None and child.stderr is not None
+        streamed = b""
+        while b"ans" not in streamed:
+            piece = os.read(child.stdout.fileno(), 100)
+            assert piece, "dsh run ended before streaming"
+            streamed += piece
+        child.kill()  # SIGKILL: no handler runs, nothing is flushed on the way out
+        _, err = child.communicate(timeout=60)
+        session = err.decode().split()[1]
+        again = dsh(tmp_path, "run", "question two", "--session", session, *local(server))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "A whole answer.\n"
+    log = events(tmp_path, session)
+    ends = [e["data"]["reason"]["kind"] for e in log if e["type"] == "turn/end"]
+    assert ends == ["interrupted", "completed"]  # crash repair closed turn 1 on resume
+    # The second request is valid for the server: the first prompt, then the second.
+    sent = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "user"]
+    assert sent == ["question one", "question two"]
