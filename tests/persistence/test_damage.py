@@ -22,6 +22,7 @@ from dsh.persistence import open_store
 from dsh.persistence._jsonl_format import scan_zstd_frames
 from dsh.persistence.jsonl import JsonlBackend
 from dsh.persistence.sqlite import SqliteBackend
+from dsh.session.events import Event
 
 from ._logs import LogBuilder, header, make
 
@@ -294,3 +295,121 @@ def test_raw_seal_that_is_not_a_seal_is_reported(tmp_path: Path) -> None:
     with backend.open("s") as handle, pytest.raises(LogCorruptError) as caught:
         handle.read()
     assert caught.value.code == "SEAL_CORRUPT" and "move it aside" in caught.value.message
+
+
+# --- items 4, 5, 7: SQLite reads prove they saw every committed row -------------------------
+
+def _sqlite_log(tmp_path: Path, turns: int = 4) -> tuple[Path, list[Event]]:
+    import sqlite3
+
+    root = tmp_path / "db"
+    root.mkdir(mode=0o700)
+    db = root / "store.db"
+    backend = SqliteBackend(db)
+    builder = LogBuilder()
+    for i in range(turns):
+        builder.completed_turn(f"prompt {i}")
+    events = list(builder.events)
+    backend.create(header("s"))
+    with backend.open("s", "write") as handle:
+        for k in range(0, len(events), 50):
+            handle.append(events[k:k + 50])
+    backend.close()
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return db, events
+
+
+def _read_sqlite(db: Path) -> list[Event]:
+    backend = SqliteBackend(db)
+    try:
+        with backend.open("s") as handle:
+            return list(handle.read().events)
+    finally:
+        backend.close()
+
+
+def test_sqlite_damaged_events_index_is_corruption_never_a_short_log(tmp_path: Path) -> None:
+    import sqlite3
+
+    db, events = _sqlite_log(tmp_path, turns=100)
+    conn = sqlite3.connect(db)
+    leaves = [p for (p,) in conn.execute(
+        "SELECT pageno FROM dbstat WHERE name = 'sqlite_autoindex_events_1' "
+        "AND pagetype = 'leaf'")]
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    assert len(leaves) >= 2
+    original = db.read_bytes()
+    rng = random.Random(4)
+    outcomes: list[str] = []
+    for page in leaves[:2]:
+        for _ in range(15):
+            damaged = bytearray(original)
+            damaged[(page - 1) * page_size + rng.randrange(8, page_size)] ^= 1 << rng.randrange(8)
+            db.write_bytes(bytes(damaged))
+            try:
+                read = _read_sqlite(db)
+            except LogCorruptError as exc:
+                assert exc.where["path"] == str(db)
+                outcomes.append("missing" if "are missing" in exc.message else "corrupt")
+                continue
+            assert read == events  # a flip the read survives changes nothing
+            outcomes.append("full")
+    assert "missing" in outcomes  # the seal caught rows a damaged index hid
+
+
+def test_sqlite_edited_row_columns_are_corruption(tmp_path: Path) -> None:
+    import sqlite3
+
+    for index, statement in enumerate((
+            "UPDATE events SET time = time + 1 WHERE seq = 7",
+            "UPDATE events SET type = 'session/title' WHERE seq = 2",
+            "UPDATE events SET data = replace(data, 'prompt 1', 'prompt 9')",
+            "DELETE FROM events WHERE seq = (SELECT max(seq) FROM events)")):
+        (tmp_path / str(index)).mkdir()
+        db, _ = _sqlite_log(tmp_path / str(index))
+        conn = sqlite3.connect(db)
+        conn.execute(statement)
+        conn.commit()
+        conn.close()
+        with pytest.raises(LogCorruptError) as caught:
+            _read_sqlite(db)
+        assert caught.value.where["session_id"] == "s", statement
+
+
+def test_sqlite_append_over_hidden_rows_is_corruption_not_a_stale_writer(tmp_path: Path) -> None:
+    import sqlite3
+
+    db, events = _sqlite_log(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM events WHERE seq >= 20")
+    conn.commit()
+    conn.close()
+    backend = SqliteBackend(db)
+    with backend.open("s", "write") as handle, pytest.raises(LogCorruptError) as caught:
+        handle.append([make("todo/write", len(events), {})])
+    assert caught.value.where["seq"] == 20 and "committed" in caught.value.message
+    backend.close()
+
+
+def test_sqlite_damaged_store_identity_is_corruption(tmp_path: Path) -> None:
+    import sqlite3
+
+    db, _ = _sqlite_log(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE persistence_state SET store_id = 'not-a-uuid'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(LogCorruptError, match="quick_check says: ok"):
+        _read_sqlite(db)
+
+
+def test_sqlite_malformed_file_is_corruption(tmp_path: Path) -> None:
+    db, _ = _sqlite_log(tmp_path)
+    data = bytearray(db.read_bytes())
+    data[4096:8192] = b"\xff" * 4096  # page 2 destroyed
+    db.write_bytes(bytes(data))
+    with pytest.raises(LogCorruptError):
+        _read_sqlite(db)

@@ -25,13 +25,14 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
 from dsh.errors import LogCorruptError
 
-__all__ = ["Seal", "append_seal", "check_byte_seals", "crc_of", "read_seal", "reset_seal"]
+__all__ = ["Seal", "append_seal", "check_byte_seals", "check_row_seals", "crc_of", "read_seal",
+           "reset_seal", "rows_crc"]
 
 MAGIC: Final = b"DSHSEAL1"
 _RECORD: Final = struct.Struct("<QQI")
@@ -176,3 +177,60 @@ def append_seal(path: Path, start: int, end: int, crc: int) -> None:
         _write_all(fd, _RECORD.pack(start, end, crc))
     finally:
         os.close(fd)
+
+
+def _canonical(row: Sequence[object]) -> bytes:
+    # repr is exact and stable for the column types SQLite returns here (int, str, bytes,
+    # None); bool is folded to int because the driver returns 0/1 for what was bound as bool.
+    values = tuple(int(v) if isinstance(v, bool) else v for v in row)
+    return repr(values).encode("utf-8", "surrogatepass")
+
+
+def rows_crc(rows: Sequence[Sequence[object]], crc: int = 0) -> int:
+    """The checksum of SQLite event rows, chained from ``crc``.
+
+    Rows are ``(seq, type, time, data, source_event_seqs, surface_op, ignorable)`` in seq
+    order (schema 14 rows read ``ignorable`` as ``None``).
+    """
+    for row in rows:
+        crc = zlib.crc32(_canonical(row), crc)
+    return crc
+
+
+def check_row_seals(rows: Sequence[Sequence[object]], seal: Seal, *, base: int,
+                    describe: Callable[[], str], where: str, session_id: str) -> None:
+    """Check the sealed row ranges of one session against the rows a read returned.
+
+    Args:
+        rows: Rows ``(rowid, seq, type, time, data, source_event_seqs, surface_op,
+            ignorable)`` ordered by seq, starting at seq ``base``.
+        seal: The session's seal (records are ``[first seq, end seq)`` of whole batches).
+        base: The first seq read; records starting before it are not checked.
+        describe: Returns ``PRAGMA quick_check``'s answer, run only when a check fails.
+        where: The database path, named in errors.
+        session_id: Named in errors.
+
+    Raises:
+        LogCorruptError: a sealed batch's rows are missing (a damaged index hides them, or
+            rows were deleted) or differ from what was committed; names session and seq.
+    """
+    index = 0
+    count = len(rows)
+    for start, end, crc in seal.records:
+        if start < base:
+            continue
+        while index < count and rows[index][1] < start:  # type: ignore[operator]
+            index += 1
+        first = index
+        while index < count and rows[index][1] < end:  # type: ignore[operator]
+            index += 1
+        found = rows_crc([row[1:] for row in rows[first:index]])
+        if found == crc:
+            continue
+        missing = index == count and (not rows or rows[-1][1] < end - 1)  # type: ignore[operator]
+        what = ("are missing: the read returned fewer rows than were committed" if missing
+                else "differ from what was committed (crc32 mismatch)")
+        raise LogCorruptError(
+            f"corrupt session log {session_id!r} in {where}: the rows of seq {start}..{end - 1} "
+            f"{what} according to the integrity seal {seal.path}; PRAGMA quick_check says: "
+            f"{describe()}", path=where, session_id=session_id, seq=start)

@@ -49,6 +49,7 @@ from dsh.errors import (
 from dsh.json import FrozenDict, FrozenList, is_safe_int
 from dsh.persistence._lock import SessionLock
 from dsh.persistence._salvage import list_cuts, save_cut
+from dsh.persistence._seal import append_seal, check_row_seals, read_seal, reset_seal, rows_crc
 from dsh.persistence._sqlite_schema import (
     APPLICATION_ID,
     LEGACY_SCHEMA_VERSION,
@@ -91,6 +92,8 @@ JOURNAL_RETRY_PACING_MS: Final = 10
 SYNCHRONOUS_FULL: Final = 2
 _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6
+_SQLITE_CORRUPT: Final = 11
+_SQLITE_NOTADB: Final = 26
 _MAX_LOCK_NAME_BYTES: Final = 200
 _FROZEN: Final = (FrozenDict, FrozenList)
 OWNER_WAIT_MS: Final = 100
@@ -116,13 +119,32 @@ _PACKED_PREDECESSORS: Final = (
 
 
 def _fail(exc: sqlite3.Error, action: str, path: str, session_id: str | None = None) -> NoReturn:
-    """Re-raise a driver error as a :class:`PersistenceError` naming the action and file."""
+    """Re-raise a driver error as a :class:`PersistenceError` naming the action and file.
+
+    SQLite's own corruption reports (``SQLITE_CORRUPT``, ``SQLITE_NOTADB``, text that is not
+    UTF-8) become :class:`LogCorruptError`.
+    """
     code = getattr(exc, "sqlite_errorcode", None)
+    if (code is not None and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)) \
+            or "could not decode to utf-8" in str(exc).lower():
+        raise LogCorruptError(
+            f"SQLite {action} failed for {path}: {exc}; the database file is damaged (run "
+            f"`sqlite3 {path} 'PRAGMA integrity_check'` to see where)", path=path,
+            session_id=session_id) from exc
     busy = code is not None and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
     raise PersistenceError(
         f"SQLite {action} failed for {path}: {exc}"
         + ("; another connection held the database past the busy timeout" if busy else ""),
         code="DATABASE_BUSY" if busy else "SQLITE", path=path, session_id=session_id) from exc
+
+
+def _quick_check(conn: sqlite3.Connection) -> str:
+    """``PRAGMA quick_check``'s answer (at most 5 lines), for corruption messages."""
+    try:
+        lines = [str(r[0]) for r in conn.execute("PRAGMA quick_check(5)").fetchall()]
+    except sqlite3.Error as exc:
+        return f"quick_check itself failed ({exc})"
+    return "; ".join(lines) or "no answer"
 
 
 def _check_owned(path: Path, info: os.stat_result, kind: str, is_kind: Callable[[int], bool],
@@ -244,10 +266,12 @@ class _Connection:
         except sqlite3.Error as exc:
             _fail(exc, "open", self.path)
         if row is None or not is_uuid(row[0]):
-            raise PersistenceError(
+            # The application id, version and schema are dsh's (checked above): damage.
+            raise LogCorruptError(
                 f"SQLite database {self.path} has no valid store identity (persistence_state "
-                f"holds {None if row is None else row[0]!r}, expected a UUID)",
-                code="FOREIGN_DATABASE", path=self.path)
+                f"holds {None if row is None else row[0]!r}, expected a UUID), though its "
+                f"schema is dsh's: the file is damaged; PRAGMA quick_check says: "
+                f"{_quick_check(conn)}", path=self.path)
         info = os.stat(self.path)
         self.store_identity = f"file:{info.st_dev}:{info.st_ino}:store:{row[0]}"
 
@@ -262,6 +286,12 @@ class _Connection:
                 "SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite\\_%' "
                 "ESCAPE '\\'").fetchone()[0]
             if version == 0:
+                if (app_id != 0 or objects) and self._has_dsh_schema():
+                    raise LogCorruptError(
+                        f"SQLite database {self.path} has an unversioned schema or application "
+                        f"identity (user_version 0, application_id {app_id}) yet holds exactly "
+                        f"dsh's schema: its header is damaged (or another program rewrote it); "
+                        f"PRAGMA quick_check says: {_quick_check(conn)}", path=self.path)
                 if app_id != 0 or objects:
                     raise PersistenceError(
                         f"SQLite database {self.path} has an unversioned schema or application "
@@ -279,6 +309,12 @@ class _Connection:
                 conn.execute(f"PRAGMA user_version = {version}")
                 app_id = APPLICATION_ID
             self._check_version(version)
+            if app_id != APPLICATION_ID and self._has_dsh_schema():
+                raise LogCorruptError(
+                    f"SQLite database {self.path} has application id {app_id}, expected "
+                    f"{APPLICATION_ID}, yet holds exactly dsh's schema {version}: its header "
+                    f"is damaged (or another program rewrote it); PRAGMA quick_check says: "
+                    f"{_quick_check(conn)}", path=self.path)
             if app_id != APPLICATION_ID:
                 raise PersistenceError(
                     f"SQLite database {self.path} has application id {app_id}, expected "
@@ -292,6 +328,11 @@ class _Connection:
                 conn.execute("ROLLBACK")
             raise
         return int(version)
+
+    def _has_dsh_schema(self) -> bool:
+        """Whether the schema objects are exactly dsh's of schema 14 or 17."""
+        found = schema_objects(self.conn)
+        return any(found == canonical_schema_objects(v) for v in READABLE_SCHEMA_VERSIONS)
 
     def _check_version(self, version: int) -> None:
         if version in READABLE_SCHEMA_VERSIONS:
@@ -421,6 +462,7 @@ class SqliteBackend:
         self.busy_timeout_ms = busy_timeout_ms
         self.lock_dir = self.path.with_name(self.path.name + ".dsh-locks")
         self.cut_dir = self.path.with_name(self.path.name + ".dsh-cuts")
+        self.seal_dir = self.path.with_name(self.path.name + ".dsh-seals")
         _check_path(self.path)
         self._conn: _Connection | None = None
         self._mutex = threading.Lock()
@@ -581,6 +623,9 @@ class SqliteBackend:
         return save_cut(self.cut_dir, _cut_stem(session_id),
                         "".join(line + "\n" for line in lines).encode("ascii"))
 
+    def _seal_path(self, session_id: str) -> Path:
+        return self.seal_dir / f"{_cut_stem(session_id)}.seal"
+
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding rows a torn-tail repair cut from this session.
 
@@ -637,6 +682,10 @@ class SqliteHandle(HandleBase):
         self._path = str(backend.path)
         self._torn_seq: int | None = None
         self._committed_revision: int | None = None
+        # write handles: the valid seal records (None until loaded), and whether the next
+        # seal write replaces the file (the first one does: a crash may have left garbage)
+        self._seals: list[tuple[int, int, int]] | None = None
+        self._seal_rewrite = True
         self._closed = False
         self._c = backend._connect()
         try:
@@ -663,9 +712,31 @@ class SqliteHandle(HandleBase):
         except sqlite3.Error as exc:
             _fail(exc, "read", self._path, self._id)
         if row is None:
+            self._refuse_hidden_session()
             raise SessionNotFoundError(f"session {self._id!r} is not stored in {self._path}",
                                        session_id=self._id, path=self._path)
         return decode_session_row(row, path=self._path)
+
+    def _refuse_hidden_session(self) -> None:
+        """Raise if the session exists though its index lookup found no row (damage).
+
+        Checked only on the not-found path, by a scan of ``sessions`` that bypasses the index.
+
+        Raises:
+            LogCorruptError: the row exists.
+        """
+        conn = self._c.conn
+        try:
+            hidden = conn.execute("SELECT count(*) FROM sessions NOT INDEXED WHERE id = ?",
+                                  (self._id,)).fetchone()[0]
+        except sqlite3.Error as exc:
+            _fail(exc, "read", self._path, self._id)
+        if hidden:
+            raise LogCorruptError(
+                f"corrupt session store {self._path}: the index lookup of session "
+                f"{self._id!r} finds no row, but a scan of the sessions table finds it (a "
+                f"damaged index); PRAGMA quick_check says: {_quick_check(conn)}",
+                path=self._path, session_id=self._id)
 
     def _check_header_version(self, header: FrozenDict) -> None:
         version = header["version"]
@@ -741,6 +812,9 @@ class SqliteHandle(HandleBase):
             raise ConfigError(f"read offset must be a non-negative safe integer event seq, got "
                               f"{offset!r}", session_id=self._id)
         conn = self._c.conn
+        # read before the rows: the log only grows under a writer, so every sealed batch is
+        # then among the rows read
+        seal = read_seal(self._backend._seal_path(self._id))
         try:
             conn.execute("BEGIN")
             try:
@@ -752,8 +826,15 @@ class SqliteHandle(HandleBase):
         except sqlite3.Error as exc:
             _fail(exc, "read", self._path, self._id)
         self._check_header_version(header)
+        if seal is not None and seal.identity != incarnation.encode():
+            seal = None  # written for an earlier session of the same id
         scan = scan_rows(rows, base, self._c.schema_version, path=self._path,
                          session_id=self._id)
+        if seal is not None:  # after the scan, whose errors name the row more precisely
+            check_row_seals(rows, seal, base=base, describe=lambda: _quick_check(conn),
+                            where=self._path, session_id=self._id)
+        if self._mode == "write":
+            self._seals = seal.records if seal is not None else []
         events = scan.events
         if base < offset:
             events = [e for e in events if e["seq"] >= offset]
@@ -854,14 +935,24 @@ class SqliteHandle(HandleBase):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 c.recheck_ownership()
-                found = conn.execute("SELECT revision FROM sessions WHERE id = ?",
+                found = conn.execute("SELECT revision, incarnation FROM sessions WHERE id = ?",
                                      (self._id,)).fetchone()
                 if found is None:
+                    self._refuse_hidden_session()
                     raise SessionNotFoundError(
                         f"session {self._id!r} metadata row is missing in {self._path}",
                         session_id=self._id, path=self._path)
                 revision = found[0]
                 next_seq = self._stored_next_seq(revision == self._committed_revision)
+                sealed_end = self._sealed_end(str(found[1]))
+                if next_seq < sealed_end or (first > next_seq
+                                             and _quick_check(conn) != "ok"):
+                    raise LogCorruptError(
+                        f"corrupt session log {self._id!r} in {self._path}: the stored log "
+                        f"continues at seq {next_seq}, but {max(sealed_end, first)} events were "
+                        f"committed; committed rows are missing or hidden by a damaged index; "
+                        f"PRAGMA quick_check says: {_quick_check(conn)}", path=self._path,
+                        session_id=self._id, seq=next_seq)
                 if first != next_seq:
                     raise PersistenceError(
                         f"append seq mismatch for session {self._id!r} in {self._path}: append "
@@ -869,6 +960,11 @@ class SqliteHandle(HandleBase):
                         f"moved the log (stale writer), nothing was written",
                         code="SEQ_MISMATCH",
                         session_id=self._id, seq=first, path=self._path)
+                # the rows another writer (dsh) added since the last seal are sealed with ours
+                gap = conn.execute(
+                    f"SELECT {_LEGACY_ROW_COLUMNS if legacy else _ROW_COLUMNS} FROM events "
+                    f"WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
+                    (self._id, sealed_end, first)).fetchall() if sealed_end < first else []
                 if legacy:
                     conn.executemany(_INSERT_EVENT_14, [(self._id, *r[:6]) for r in rows])
                 else:
@@ -883,8 +979,41 @@ class SqliteHandle(HandleBase):
                 raise
         except sqlite3.Error as exc:
             _fail(exc, "append", self._path, self._id)
+        stored = [(*r[:6], None) for r in rows] if legacy else rows
+        crc = rows_crc(stored, rows_crc([row[1:] for row in gap]))
+        self._seal((sealed_end, first + len(events), crc), str(found[1]))
         logger.debug("appended %d events (%d rows) to session %s", len(events), len(rows),
                      self._id)
+
+    def _sealed_end(self, incarnation: str) -> int:
+        """End seq of the sealed prefix (loads the seal on a handle's first append)."""
+        if self._seals is None:
+            seal = read_seal(self._backend._seal_path(self._id))
+            valid = seal is not None and seal.identity == incarnation.encode()
+            self._seals = seal.records if seal is not None and valid else []
+        return self._seals[-1][1] if self._seals else 0
+
+    def _seal(self, record: tuple[int, int, int], incarnation: str) -> None:
+        """Record a committed batch in the seal; a failure is logged, never raised.
+
+        The batch is durable when this runs; a seal that could not be written leaves the
+        rows unsealed (read by the format rules) and the next append seals them again.
+        """
+        assert self._seals is not None
+        path = self._backend._seal_path(self._id)
+        try:
+            if self._seal_rewrite:
+                path.parent.mkdir(mode=0o700, exist_ok=True)
+                reset_seal(path, incarnation.encode(), [*self._seals, record])
+                self._seal_rewrite = False
+            else:
+                append_seal(path, *record)
+        except OSError as exc:
+            self._seal_rewrite = True
+            logger.warning("could not write the integrity seal %s of session %s (%s); the "
+                           "next append retries", path, self._id, exc)
+            return
+        self._seals.append(record)
 
     def _admit(self, events: Sequence[Event]) -> Sequence[Event]:
         """Check a batch is contiguous lossless JSON before any I/O (spec §3.7, §10.1).
