@@ -25,6 +25,8 @@ CASES = {
                           "--scenario", "now", "--backend", "sqlite"],
     "import": ["bench.bench_import", "--events", "300", "--top", "1", "--runs", "1"],
     "ls": ["bench.bench_ls", "--sessions", "20", "--runs", "1"],
+    "postgres": ["bench.bench_postgres", "--events", "300", "--turns", "3", "--runs", "1",
+                 "--peers", "none"],
     "agent": ["bench.bench_agent", "--turns", "3", "--runs", "1", "--nodes", "100"],
     # the peer is never looked for here: ours beside dsh-baseline.md
     "side-by-side": ["bench.side_by_side", "--sizes", "300", "--runs", "1", "--flush-events",
@@ -37,6 +39,11 @@ CASES = {
 def test_bench_script_runs_and_prints_a_table(case: str, tmp_path: Path) -> None:
     if case == "import" and not (shared_path() / "corpus").is_dir():
         pytest.skip(f"corpus not found under {shared_path()} (set DSH_SHARED)")
+    if case == "postgres":
+        from dsh.testing.stores import postgres_unreachable
+        reason = postgres_unreachable()
+        if reason is not None:
+            pytest.skip(f"SKIPPED LOUDLY: {reason}")
     proc = subprocess.run([sys.executable, "-m", *CASES[case], "--dir", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

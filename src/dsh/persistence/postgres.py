@@ -373,12 +373,11 @@ class PostgresHandle(HandleBase):
             if found is None:
                 raise SessionNotFoundError(f"session {self._id!r} is not stored in {b.url}",
                                            session_id=self._id, path=b.url)
-            head, owner, epoch = int(found[0]), found[1], int(found[2])
+            head, owner, epoch, beyond = int(found[0]), found[1], int(found[2]), found[3]
             if owner != lease.token or epoch != lease.epoch:
                 lease.lost = b._lease_lost(self._id, lease.epoch, conn)
                 raise lease.lost
-            beyond = conn.execute(b._sql_beyond_head, (self._id, head)).fetchone()
-            if beyond is not None:
+            if beyond:
                 if self._torn_seen != head:
                     raise LogCorruptError(
                         f"session {self._id!r} in {b.url} has rows after its head {head}; "
@@ -396,8 +395,8 @@ class PostgresHandle(HandleBase):
             if rows:
                 with conn.cursor() as cur:
                     cur.executemany(b._sql_insert, [(self._id, *_bind(r)) for r in rows])
-            conn.execute(b._sql_advance, (head + count, b.lease_ms, self._id))
-            conn.execute(b._sql_notify, (_channel_payload(self._id),))
+            conn.execute(b._sql_advance, (head + count, b.lease_ms, self._id,
+                                          _channel_payload(self._id)))
         self._torn_seen = None
 
     def _settle(self, first: int | None, count: int) -> str:
@@ -547,21 +546,23 @@ class PostgresBackend:
         self._sql_packed_before = (
             f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s AND ignorable = 0 "
             f"AND type IN {_CHUNK_TAGS_SQL} AND seq >= %s AND seq < %s ORDER BY seq")
-        self._sql_lock_row = (f"SELECT head_seq, lease_owner::text, lease_epoch FROM "
-                              f"{s}.sessions WHERE id = %s FOR NO KEY UPDATE")
+        # One round trip: lock the row, read the fence, and see whether rows lie past the head.
+        self._sql_lock_row = (
+            f"SELECT head_seq, lease_owner::text, lease_epoch, EXISTS (SELECT 1 FROM {s}.events "
+            f"e WHERE e.session_id = t.id AND e.seq >= t.head_seq) FROM {s}.sessions t "
+            "WHERE id = %s FOR NO KEY UPDATE OF t")
         self._sql_lease_row = (f"SELECT head_seq, lease_owner::text, lease_epoch FROM "
                                f"{s}.sessions WHERE id = %s")
-        self._sql_beyond_head = (f"SELECT 1 FROM {s}.events WHERE session_id = %s AND seq >= %s "
-                                 "LIMIT 1")
         self._sql_delete_beyond = f"DELETE FROM {s}.events WHERE session_id = %s AND seq >= %s"
         self._sql_insert = (
             f"INSERT INTO {s}.events (session_id, seq, type, time, data, data_zstd, "
             "source_event_seqs, surface_op, ignorable) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
             "%s)")
+        # Advancing the head, extending the lease and the NOTIFY (sent at commit) in one statement.
         self._sql_advance = (
             f"UPDATE {s}.sessions SET head_seq = %s, revision = revision + 1, lease_expires_at = "
-            "clock_timestamp() + %s * interval '1 millisecond' WHERE id = %s")
-        self._sql_notify = f"SELECT pg_notify('{self.channel}', %s)"
+            "clock_timestamp() + %s * interval '1 millisecond' WHERE id = %s "
+            f"RETURNING pg_notify('{self.channel}', %s)")
 
     # migrations ------------------------------------------------------------------------
 

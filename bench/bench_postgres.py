@@ -1,0 +1,394 @@
+"""PostgreSQL beside SQLite, and beside LangGraph's PostgresSaver and Google ADK's
+DatabaseSessionService on the same server, in one run (issue 13).
+
+Run: ``python -m bench.bench_postgres [--events 100000] [--turns 300] [--runs 3]
+[--peers all|langgraph,adk|none] [--server postgresql://postgres@127.0.0.1:5432/postgres]
+[--dir DIR]``.
+
+The run creates a database ``dsh_bench_<random>`` on the server and drops it at the end.
+
+* **append+flush**: a ``SessionStore`` bound to ``open_store(url)`` appends ``--events`` events
+  of the ``msg`` workload (write-behind batches), then one flush. SQLite file vs PostgreSQL.
+* **per-turn durable commit**: ``--turns`` turns of the ``msg`` workload (11 events, 4 on the
+  surface), ``store.flush`` after every ``turn/end``: median and p95 ms per commit. Peers do
+  the same conversation: LangGraph, a ``StateGraph(MessagesState)`` with one node answering,
+  compiled with ``PostgresSaver``, one ``invoke`` per turn (user message in, assistant out,
+  checkpointed); ADK, ``DatabaseSessionService`` on ``postgresql+psycopg``, a user event and a
+  model event appended per turn.
+* **cold load**: a fresh process imports the libraries (timed apart), then opens the store and
+  loads the session (timed): ours
+  ``open_store(url).load(id)`` + ``Session.restore`` of ``--events`` events and of the
+  ``--turns`` session; LangGraph ``graph.get_state(config)``; ADK ``get_session``.
+
+Each figure is the median of ``--runs`` fresh processes, the systems interleaved. Peers missing
+from the environment are reported as not installed (extra ``bench-peers``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.bench_write import header_lines, medians, run_child, select, write_session
+from bench.workloads import ANSWER, USER_TEXT, build, now_ms, peak_rss_mb
+
+MODULE = "bench.bench_postgres"
+PEERS = ("langgraph", "adk")
+DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def _ours_url(kind: str, root: Path, pg: str, schema: str) -> str:
+    return f"sqlite://{root}/store.db" if kind == "sqlite" else f"{pg}?schema={schema}"
+
+
+def _drop_schema(pg: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _per_turn_stats(times: list[float]) -> dict[str, float]:
+    ordered = sorted(times)
+    return {"commit_median_ms": statistics.median(ordered),
+            "commit_p95_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))],
+            "total_ms": sum(ordered)}
+
+
+# --- children: ours ----------------------------------------------------------------------------
+
+
+def child_write(kind: str, events: int, pg: str, parent_dir: str | None) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="dsh-bench-pg-", dir=parent_dir))
+    schema = f"w_{uuid.uuid4().hex[:10]}"
+    try:
+        out = write_session(_ours_url(kind, root, pg, schema), "msg", events)
+        out.pop("flush_ms")
+        out["rate"] = out["events"] / (out["total_ms"] / 1000)
+        out["rss"] = peak_rss_mb()
+        return out
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        if kind == "postgresql":
+            _drop_schema(pg, schema)
+
+
+def child_turns(kind: str, turns: int, pg: str, parent_dir: str | None) -> dict[str, Any]:
+    from dsh.persistence import open_store
+    from dsh.session.store import SessionStore
+
+    root = Path(tempfile.mkdtemp(prefix="dsh-bench-pg-", dir=parent_dir))
+    schema = f"t_{uuid.uuid4().hex[:10]}"
+    try:
+        persistence = open_store(_ours_url(kind, root, pg, schema))
+        store = SessionStore(persistence=persistence)
+        session = store.create("bench")
+        from bench.workloads import msg_turn, start
+        start(session)
+        times = []
+        for turn in range(1, turns + 1):
+            t0 = now_ms()
+            msg_turn(session, turn)
+            store.flush(session)
+            times.append(now_ms() - t0)
+        persistence.close()
+        return _per_turn_stats(times)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        if kind == "postgresql":
+            _drop_schema(pg, schema)
+
+
+def _imports(*modules: str) -> float:
+    """Import ``modules``; return the ms it took (kept apart from the load figure)."""
+    import importlib
+
+    t0 = now_ms()
+    for module in modules:
+        importlib.import_module(module)
+    return now_ms() - t0
+
+
+def child_load(url: str, session_id: str) -> dict[str, Any]:
+    import_ms = _imports("dsh.persistence", "dsh.session.session", "dsh.persistence.coordinator",
+                         *(["dsh.persistence.postgres"] if url.startswith("postgresql") else
+                           ["dsh.persistence.sqlite"]))
+    from dsh.persistence import open_store
+    from dsh.session.session import Session
+
+    t0 = now_ms()
+    persistence = open_store(url)
+    loaded = persistence.load(session_id)
+    session = Session.restore(session_id, loaded.events, loaded.header)
+    load_ms = now_ms() - t0
+    count = len(session.events)
+    persistence.close()
+    return {"load_ms": load_ms, "import_ms": import_ms, "events": count, "rss": peak_rss_mb()}
+
+
+def seed_ours(kind: str, pg: str, root: Path, events: int | None, turns: int | None) -> str:
+    """Write one session for the load runs; return its store URL."""
+    from dsh.persistence import open_store
+    from dsh.session.store import SessionStore
+
+    schema = f"l_{uuid.uuid4().hex[:10]}"
+    folder = root / schema
+    folder.mkdir()
+    url = _ours_url(kind, folder, pg, schema)
+    persistence = open_store(url)
+    store = SessionStore(persistence=persistence)
+    session = store.create("bench")
+    if events is not None:
+        build(session, "msg", events)
+    else:
+        from bench.workloads import msg_turn, start
+        start(session)
+        for turn in range(1, (turns or 0) + 1):
+            msg_turn(session, turn)
+    store.flush(session)
+    persistence.close()
+    return url
+
+
+# --- children: peers ---------------------------------------------------------------------------
+
+
+def _langgraph_graph(pg: str) -> tuple[Any, Any]:
+    from langchain_core.messages import AIMessage
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(content=ANSWER)]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", answer)
+    builder.add_edge(START, "model")
+    manager = PostgresSaver.from_conn_string(pg)
+    saver = manager.__enter__()
+    saver.setup()
+    return builder.compile(checkpointer=saver), manager
+
+
+def child_langgraph_turns(pg: str, turns: int, thread: str) -> dict[str, Any]:
+    from langchain_core.messages import HumanMessage
+
+    graph, manager = _langgraph_graph(pg)
+    config = {"configurable": {"thread_id": thread}}
+    times = []
+    for _ in range(turns):
+        t0 = now_ms()
+        graph.invoke({"messages": [HumanMessage(content=USER_TEXT)]}, config)
+        times.append(now_ms() - t0)
+    manager.__exit__(None, None, None)
+    return _per_turn_stats(times)
+
+
+def child_langgraph_load(pg: str, thread: str) -> dict[str, Any]:
+    import_ms = _imports("langchain_core.messages", "langgraph.checkpoint.postgres",
+                         "langgraph.graph")
+    t0 = now_ms()
+    graph, manager = _langgraph_graph(pg)
+    state = graph.get_state({"configurable": {"thread_id": thread}})
+    count = len(state.values["messages"])
+    load_ms = now_ms() - t0
+    manager.__exit__(None, None, None)
+    return {"load_ms": load_ms, "import_ms": import_ms, "events": count, "rss": peak_rss_mb()}
+
+
+def _adk_url(pg: str) -> str:
+    return pg.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+async def _adk_turns(pg: str, turns: int, sid: str) -> dict[str, Any]:
+    from google.adk.events import Event
+    from google.adk.sessions import DatabaseSessionService
+    from google.genai import types
+
+    service = DatabaseSessionService(db_url=_adk_url(pg))
+    session = await service.create_session(app_name="bench", user_id="u", session_id=sid)
+    times = []
+    for _ in range(turns):
+        t0 = now_ms()
+        for author, role, text in (("user", "user", USER_TEXT), ("model", "model", ANSWER)):
+            event = Event(author=author, invocation_id=str(uuid.uuid4()),
+                          content=types.Content(role=role, parts=[types.Part(text=text)]))
+            await service.append_event(session, event)
+        times.append(now_ms() - t0)
+    return _per_turn_stats(times)
+
+
+async def _adk_load(pg: str, sid: str) -> dict[str, Any]:
+    import_ms = _imports("google.adk.sessions", "sqlalchemy", "psycopg")
+    from google.adk.sessions import DatabaseSessionService
+
+    t0 = now_ms()
+    service = DatabaseSessionService(db_url=_adk_url(pg))
+    session = await service.get_session(app_name="bench", user_id="u", session_id=sid)
+    load_ms = now_ms() - t0
+    assert session is not None
+    return {"load_ms": load_ms, "import_ms": import_ms, "events": len(session.events),
+            "rss": peak_rss_mb()}
+
+
+def peer_available(peer: str) -> bool:
+    import importlib.util
+
+    module = "langgraph.checkpoint.postgres" if peer == "langgraph" else "google.adk.sessions"
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    what, kind = args.what, args.kind
+    if what == "write":
+        return child_write(kind, args.events, args.pg, args.dir)
+    if what == "turns" and kind in ("sqlite", "postgresql"):
+        return child_turns(kind, args.turns, args.pg, args.dir)
+    if what == "turns" and kind == "langgraph":
+        return child_langgraph_turns(args.pg, args.turns, args.target)
+    if what == "turns" and kind == "adk":
+        return asyncio.run(_adk_turns(args.pg, args.turns, args.target))
+    if what == "load" and kind in ("sqlite", "postgresql"):
+        return child_load(args.target, "bench")
+    if what == "load" and kind == "langgraph":
+        return child_langgraph_load(args.pg, args.target)
+    if what == "load" and kind == "adk":
+        return asyncio.run(_adk_load(args.pg, args.target))
+    raise SystemExit(f"unknown child {what} {kind}")
+
+
+# --- parent -------------------------------------------------------------------------------------
+
+
+def _run(what: str, kind: str, args: argparse.Namespace, target: str = "") -> dict[str, Any]:
+    extra = ["--dir", args.dir] if args.dir else []
+    return run_child(MODULE, ["--what", what, "--kind", kind, "--pg", args.pg, "--events",
+                              str(args.events), "--turns", str(args.turns), "--target",
+                              target, *extra])
+
+
+def _create_database(server: str) -> tuple[str, str]:
+    import psycopg
+
+    name = f"dsh_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = server.rsplit("/", 1)[0]
+    return name, f"{base}/{name}"
+
+
+def _drop_database(server: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=3, help="fresh processes per cell")
+    parser.add_argument("--peers", default="all", help="all, none or langgraph,adk")
+    parser.add_argument("--server", default=DEFAULT_SERVER)
+    parser.add_argument("--dir", default=None, help="where the temporary SQLite stores go")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--what", help=argparse.SUPPRESS)
+    parser.add_argument("--kind", help=argparse.SUPPRESS)
+    parser.add_argument("--pg", help=argparse.SUPPRESS)
+    parser.add_argument("--target", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    peers = [] if args.peers == "none" else select(args.peers, PEERS)
+    from dsh.testing.stores import postgres_unreachable
+
+    reason = postgres_unreachable(args.server)
+    if reason is not None:
+        raise SystemExit(f"bench_postgres needs a PostgreSQL server: {reason}")
+    name, args.pg = _create_database(args.server)
+    root = Path(tempfile.mkdtemp(prefix="dsh-bench-pg-seed-", dir=args.dir))
+    try:
+        report(args, peers, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        _drop_database(args.server, name)
+
+
+def report(args: argparse.Namespace, peers: list[str], root: Path) -> None:
+    ours = ("sqlite", "postgresql")
+    present = [p for p in peers if peer_available(p)]
+    write: dict[str, list[dict[str, Any]]] = {k: [] for k in ours}
+    turns: dict[str, list[dict[str, Any]]] = {k: [] for k in (*ours, *present)}
+    for run in range(args.runs):
+        for kind in ours:
+            write[kind].append(_run("write", kind, args))
+        for kind in (*ours, *present):
+            turns[kind].append(_run("turns", kind, args, target=f"bench-turns-{run}"))
+    big = {k: seed_ours(k, args.pg, root, args.events, None) for k in ours}
+    small = {k: seed_ours(k, args.pg, root, None, args.turns) for k in ours}
+    load_big: dict[str, list[dict[str, Any]]] = {k: [] for k in ours}
+    load_small: dict[str, list[dict[str, Any]]] = {k: [] for k in (*ours, *present)}
+    for _ in range(args.runs):
+        for kind in ours:
+            load_big[kind].append(_run("load", kind, args, target=big[kind]))
+            load_small[kind].append(_run("load", kind, args, target=small[kind]))
+        for kind in present:
+            load_small[kind].append(_run("load", kind, args, target="bench-turns-0"))
+
+    header_lines(f"PostgreSQL beside SQLite and peers (median of {args.runs} fresh processes)")
+    print(f"| measure | SQLite | PostgreSQL | {' | '.join(_label(p) for p in present)} |"
+          if present else "| measure | SQLite | PostgreSQL |")
+    print("|---" * (3 + len(present)) + "|")
+    w = {k: medians(v) for k, v in write.items()}
+    _row(f"append+flush {args.events:,} events, ms", [w[k]["total_ms"] for k in ours], present)
+    _row(f"append+flush {args.events:,} events, events/s",
+         [w[k]["rate"] for k in ours], present, fmt="{:,.0f}")
+    t = {k: medians(v) for k, v in turns.items()}
+    _row(f"per-turn durable commit, median ms ({args.turns} turns)",
+         [t[k]["commit_median_ms"] for k in (*ours, *present)], [], fmt="{:.2f}")
+    _row("per-turn durable commit, p95 ms",
+         [t[k]["commit_p95_ms"] for k in (*ours, *present)], [], fmt="{:.2f}")
+    lb = {k: medians(v) for k, v in load_big.items()}
+    _row(f"cold load {args.events:,} events, ms", [lb[k]["load_ms"] for k in ours], present)
+    _row(f"cold load {args.events:,} events, peak RSS MB", [lb[k]["rss"] for k in ours], present)
+    ls = {k: medians(v) for k, v in load_small.items()}
+    _row(f"cold load of the {args.turns}-turn session, ms",
+         [ls[k]["load_ms"] for k in (*ours, *present)], [], fmt="{:.1f}")
+    _row("imports before the load (not in the load figure), ms",
+         [ls[k]["import_ms"] for k in (*ours, *present)], [], fmt="{:.0f}")
+    _row("items loaded (events / messages)",
+         [ls[k]["events"] for k in (*ours, *present)], [], fmt="{:,.0f}")
+    missing = [p for p in peers if p not in present]
+    print()
+    print(f"A turn is 11 dsh events (4 on the surface); LangGraph checkpoints a user and an "
+          f"assistant message per invoke, ADK appends a user and a model event. "
+          f"Peers run only the per-turn and load rows ({args.turns} turns).")
+    if missing:
+        print(f"Not installed (pip install 'dsh-session[bench-peers]'): "
+              f"{', '.join(_label(p) for p in missing)}.")
+
+
+def _label(peer: str) -> str:
+    return "LangGraph PostgresSaver" if peer == "langgraph" else "ADK DatabaseSessionService"
+
+
+def _row(label: str, values: list[float], blank: list[str], fmt: str = "{:,.0f}") -> None:
+    cells = [fmt.format(v) for v in values] + ["—"] * len(blank)
+    print(f"| {label} | {' | '.join(cells)} |")
+
+
+if __name__ == "__main__":
+    main()
