@@ -783,8 +783,12 @@ decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_ty
         return NULL;
     }
     tag = PyDict_GetItem(frozen, s_type);
-    if (tag != NULL && PyUnicode_CheckExact(tag)
-            && (str_is(tag, s_text_chunks) || str_is(tag, s_reasoning_chunks)
+    if (tag == NULL || !PyUnicode_CheckExact(tag)) {
+        /* not an event record: Python judges it (torn tail or corruption) */
+        Py_DECREF(frozen);
+        return fallback();
+    }
+    if ((str_is(tag, s_text_chunks) || str_is(tag, s_reasoning_chunks)
                 || str_is(tag, s_tool_chunks))) {
         out = expand_row(frozen, event_type, str_is(tag, s_tool_chunks));
         Py_DECREF(frozen);

@@ -110,6 +110,10 @@ def _as_events(events: Iterable[Mapping[str, Any]]) -> tuple[list[Event], list[V
             return out, [Violation(index, INVALID_LOG,
                                    f"event at index {index} is not a JSON object "
                                    f"({type(event).__name__})")]
+        if type(frozen.get("type")) is not str:
+            return out, [Violation(index, INVALID_LOG,
+                                   f"event at index {index} has a type that is not a string "
+                                   f"({frozen.get('type')!r})")]
         out.append(Event(frozen))
     return out, []
 

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from dsh.errors import LogCorruptError
+from dsh.errors import DshError, LogCorruptError
 from dsh.json import dumps
 from dsh.persistence import open_store
 from dsh.persistence._jsonl_format import scan_zstd_frames
 from dsh.persistence.jsonl import JsonlBackend
 from dsh.persistence.sqlite import SqliteBackend
 from dsh.session.events import Event
+from dsh.session.store import SessionStore
 
 from ._logs import LogBuilder, header, make
 
@@ -412,4 +413,84 @@ def test_sqlite_malformed_file_is_corruption(tmp_path: Path) -> None:
     data[4096:8192] = b"\xff" * 4096  # page 2 destroyed
     db.write_bytes(bytes(data))
     with pytest.raises(LogCorruptError):
+        _read_sqlite(db)
+
+
+# --- item 8: store readers never raise an untyped error -------------------------------------
+
+_HEADER = b'{"type":"session","version":0,"id":"s","createdAt":1,"delegationDepth":0}\n'
+_OPEN_TURN = (b'{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}\n'
+              b'{"type":"step/start","seq":1,"time":1,"data":{"turn":1,"step":1}}\n')
+
+
+def _every_reader(root: Path) -> list[str]:
+    """Run every read path over the session ``s``; return the outcome of each."""
+    outcomes = []
+    for op in ("read", "inspect", "list", "load", "resume"):
+        persistence = open_store(f"jsonl://{root}")
+        try:
+            if op == "read":
+                persistence.read("s")
+            elif op == "inspect":
+                persistence.inspect("s")
+            elif op == "list":
+                persistence.list()
+            elif op == "load":
+                persistence.load("s")
+            else:
+                persistence.resume(SessionStore(persistence), "s")
+            outcomes.append("ok")
+        except DshError as exc:
+            outcomes.append(exc.code)
+        finally:
+            persistence.close()
+    return outcomes
+
+
+@pytest.mark.parametrize("body", [
+    b'{"type":1,"seq":0,"time":1,"data":{}}\n',
+    b'{"type":["todo/write"],"seq":0,"time":1,"data":{}}\n',
+    b'{"type":{"x":1},"seq":0,"time":1,"data":{},"ignorable":true}\n',
+    _OPEN_TURN + b'{"type":"tool/call","seq":2,"time":1,"data":{"turn":1,"step":1,'
+                 b'"callId":["c"],"name":"x","arguments":"{}"}}\n',
+    _OPEN_TURN + b'{"type":"tool/result","seq":2,"time":1,"data":{"turn":1,"step":1,'
+                 b'"message":{"id":"r","role":"user","content":[],"source":{"kind":"tool",'
+                 b'"callId":{"a":1}}}}}\n',
+    b'{"type":"todo/write","seq":0,"time":1,"data":' + b"[" * 50_000 + b"]" * 50_000 + b"}\n",
+    b'{"type":"todo/write","seq":0,"time":1,"data":' + b'{"a":' * 30_000 + b"1"
+    + b"}" * 30_000 + b"}\n",
+], ids=["type-int", "type-list", "type-object", "callid-list", "result-callid-object",
+        "deep-array", "deep-object"])
+def test_hostile_records_give_typed_errors_or_success(tmp_path: Path, body: bytes) -> None:
+    folder = tmp_path / "root" / "_no-cwd" / "s"
+    folder.mkdir(parents=True)
+    (folder / "session.jsonl").write_bytes(_HEADER + body)
+    outcomes = _every_reader(tmp_path / "root")
+    assert len(outcomes) == 5  # every reader returned or raised a DshError
+
+
+def test_record_with_a_non_string_type_is_not_an_event(tmp_path: Path) -> None:
+    from dsh.persistence.jsonl import parse_log
+
+    data = _HEADER + b'{"type":["a"],"seq":0,"time":1,"data":{}}\n' \
+        + b'{"type":"todo/write","seq":0,"time":1,"data":{}}\n'
+    with pytest.raises(LogCorruptError, match="type is not a string") as caught:
+        parse_log(data, compression="none", path="p")
+    assert caught.value.where["line"] == 2
+
+
+def test_verify_reports_a_non_string_type_as_a_violation() -> None:
+    from dsh.verify import verify_events
+
+    found = verify_events([{"type": ["a"], "seq": 0, "time": 1, "data": {}}])
+    assert [v.rule for v in found] == ["INVALID_LOG"] and "not a string" in found[0].message
+
+
+def test_sqlite_damaged_schema_text_is_corruption(tmp_path: Path) -> None:
+    db, _ = _sqlite_log(tmp_path)
+    data = bytearray(db.read_bytes())
+    at = data.index(b"delegation_depth INTEGER") + len("delegation_depth IN")
+    data[at] = 0xC5  # not UTF-8: SQLite's own error message quotes it
+    db.write_bytes(bytes(data))
+    with pytest.raises(LogCorruptError, match="damaged"):
         _read_sqlite(db)

@@ -388,6 +388,8 @@ class Scanner:
             if not isinstance(record, Event) or not is_safe_int(record.get("seq")) \
                     or record["seq"] < 0:
                 return f"line {line} is not an event record (no non-negative integer seq)"
+            if type(record.get("type")) is not str:
+                return f"line {line} is not an event record (its type is not a string)"
         return records
 
     def _line(self, raw: bytes, offset: int) -> None:

@@ -118,12 +118,20 @@ _PACKED_PREDECESSORS: Final = (
     "AND seq >= ? AND seq < ? ORDER BY seq")
 
 
-def _fail(exc: sqlite3.Error, action: str, path: str, session_id: str | None = None) -> NoReturn:
+def _fail(exc: sqlite3.Error | UnicodeDecodeError, action: str, path: str,
+          session_id: str | None = None) -> NoReturn:
     """Re-raise a driver error as a :class:`PersistenceError` naming the action and file.
 
     SQLite's own corruption reports (``SQLITE_CORRUPT``, ``SQLITE_NOTADB``, text that is not
     UTF-8) become :class:`LogCorruptError`.
     """
+    if isinstance(exc, UnicodeDecodeError):
+        # the driver could not decode SQLite's own message: it quotes damaged schema text
+        text = bytes(exc.object).decode("utf-8", "replace")
+        raise LogCorruptError(
+            f"SQLite {action} failed for {path}: {text}; the database file is damaged (run "
+            f"`sqlite3 {path} 'PRAGMA integrity_check'` to see where)", path=path,
+            session_id=session_id) from exc
     code = getattr(exc, "sqlite_errorcode", None)
     if (code is not None and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)) \
             or "could not decode to utf-8" in str(exc).lower():
@@ -263,7 +271,7 @@ class _Connection:
                                        code="SQLITE", path=self.path)
             row = conn.execute(
                 "SELECT store_id FROM persistence_state WHERE singleton = 1").fetchone()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
             _fail(exc, "open", self.path)
         if row is None or not is_uuid(row[0]):
             # The application id, version and schema are dsh's (checked above): damage.

@@ -205,7 +205,7 @@ def decode_storage_record(value: JsonValue) -> list[Event | JsonValue]:
     if not isinstance(value, dict):
         return [value]
     tag = value.get("type")
-    if tag not in CHUNK_ROW_TAGS:
+    if type(tag) is not str or tag not in CHUNK_ROW_TAGS:  # a list or object is unhashable
         return [value if isinstance(value, Event) else as_event(value)]
     if value.keys() != _ROW_KEYS:
         extra = sorted(set(value.keys()) ^ _ROW_KEYS)

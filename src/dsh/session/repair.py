@@ -207,7 +207,9 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event
                     pending[call_id] = _Pending(step, name if type(name) is str else None)
         elif kind == "tool/call":
             data = _data(event)
-            entry = pending.get(data.get("callId"))  # type: ignore[arg-type]  # any key is fine
+            call_id = data.get("callId")
+            # a non-string id (a list or object is not even hashable) matches no call
+            entry = pending.get(call_id) if type(call_id) is str else None
             if entry is not None:
                 entry.call_seq = seq
                 name = data.get("name")
@@ -216,7 +218,8 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event
         elif kind == "tool/result":
             source = _message(event).get("source")
             call_id = source.get("callId") if isinstance(source, dict) else None
-            pending.pop(call_id, None)  # type: ignore[arg-type]  # non-str ids match nothing
+            if type(call_id) is str:  # non-string ids match nothing
+                pending.pop(call_id, None)
     if open_turn is None or not events:
         return ()
     last = events[-1]
