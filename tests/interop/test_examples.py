@@ -117,6 +117,10 @@ def test_codex_example_compacted_uses_replacement_history() -> None:
     assert last[-1]["data"]["reason"] == {"kind": "aborted", "reason": {"kind": "user"}}
 
 
+UNTIMED = {"anthropic", "openai-chat", "swe-agent", "mini-swe-agent"}
+"""Formats whose files carry no timestamps: the importer says so in ``import/source``."""
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_examples_import_records_the_source_once(name: str) -> None:
     """One ignorable `import/source` per session: format, path as given, sha256, version."""
@@ -128,9 +132,10 @@ def test_examples_import_records_the_source_once(name: str) -> None:
     [source] = sources
     assert source["ignorable"] is True
     assert "surfaceOp" not in source
+    untimed = {"timestamps": False} if fmt in UNTIMED else {}
     assert source["data"] == {"format": fmt, "path": str(path),
                               "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                              "importerVersion": IMPORTER_VERSION}
+                              "importerVersion": IMPORTER_VERSION, **untimed}
     # Seq 0 for the mapped formats (stamped like the first mapped event); last for dsh logs,
     # whose own seqs are kept.
     expected_seq = len(imported.events) - 1 if fmt == "dsh" else 0

@@ -211,15 +211,15 @@ def test_fork_rejects_open_turn_slices_when_asked_to(at: str) -> None:
 
 
 def test_fork_closes_an_open_turn_with_forked_closers_after_the_inherited_marker() -> None:
-    # seed ch. 28: prefix + end-seed {inherited: true} + openTurnClosers(prefix, forked)
+    # seed ch. 28: prefix + end-seed {inherited: true} + openTurnClosers(prefix, forked), and
+    # exactly one end-seed after the cut (issue 9 item 17): no plain one after the closers
     store = make_store()
     parent, marks = _open_turn_parent(store)
     cut = marks["tool/call"]
     child = store.fork(parent, cut, "c")
     types = [e.type for e in child.events[cut + 1:]]
-    assert types == ["session/end-seed", "tool/result", "step/end", "turn/end",
-                     "session/end-seed"]
-    marker, result, step_end, turn_end, plain = child.events[cut + 1:]
+    assert types == ["session/end-seed", "tool/result", "step/end", "turn/end"]
+    marker, result, step_end, turn_end = child.events[cut + 1:]
     assert marker.data == {"inherited": True}
     assert all(e.time == parent.events[cut].time for e in (marker, result, step_end, turn_end))
     assert [e.seq for e in child.events] == list(range(child.seq))
@@ -227,7 +227,6 @@ def test_fork_closes_an_open_turn_with_forked_closers_after_the_inherited_marker
     assert result.source_event_seqs == [cut]
     assert result.data["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
     assert turn_end.data == {"turn": 2, "reason": {"kind": "forked"}}
-    assert plain.data == {}
     assert child.header.seed_length == cut + 1 == child.inherited_event_count
     assert child.first_live_seq == cut + 5
     # the parent is untouched and can still complete the call
@@ -296,7 +295,11 @@ def test_fork_child_restores_from_its_own_log_and_header() -> None:
     child = store.fork(parent, marks["tool/call"], "c")
     restored = Session.restore("c", child.events, child.header,
                                inherited_event_count=child.header.seed_length or 0)
-    assert restored.seq == child.seq  # already ends with an end-seed
+    # the fork seed ends with its closers; restoring it marks the new lifecycle, as for any
+    # resumed session, with a plain end-seed
+    assert restored.seq == child.seq + 1
+    assert restored.events[-1] == {"type": "session/end-seed", "seq": child.seq,
+                                   "time": restored.events[-1].time, "data": {}}
     assert restored.derive_messages() == child.derive_messages()
 
 

@@ -51,7 +51,10 @@ def _rows(persistence: Persistence) -> tuple[list[render.SessionRow], list[DshEr
             continue  # created but never written: not a session yet (persistence spec §2.1)
         rows.append(render.session_row(read.header, events,
                                        source_format=source_format(events)))
-    rows.sort(key=lambda r: (-r.last_activity_ms, r.id))
+    # Most recent activity first; sessions whose source had no timestamps carry only the time
+    # the importer stamped, so they follow, ordered by what they hold (title, then id).
+    rows.sort(key=lambda r: (0, -r.last_activity_ms, r.id) if r.timed
+              else (1, 0, (r.title or "").casefold(), r.id))
     return rows, unreadable
 
 
@@ -68,7 +71,8 @@ def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
         render.write_json([row.to_json() for row in rows])
     elif rows:
         console = stdout_console()
-        console.print(render.render_sessions_table(rows, width=console.width), markup=False,
+        width = console.width if console.is_terminal else None  # piped: whole values
+        console.print(render.render_sessions_table(rows, width=width), markup=False,
                       highlight=False)
     elif not unreadable:
         stderr_console().print("no sessions in the store; `dsh import` adds some")

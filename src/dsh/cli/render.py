@@ -134,16 +134,19 @@ class SessionRow:
 
     Attributes:
         id: Session id.
-        title: Last ``session/title``, else the first user prompt (first line, 80 characters),
+        title: Last ``session/title``, else the first user prompt (its first line, whole),
             else None.
         turns: Number of ``turn/start`` events.
         events: Committed events.
-        last_activity_ms: ``time`` of the last event, else header ``createdAt`` (epoch ms).
+        last_activity_ms: The later of the last event's ``time`` and header ``createdAt``
+            (epoch ms): creating a fork is activity, though its events are inherited.
         parent_session: Header ``parentSession`` (fork lineage) or None.
         seed_length: Header ``seedLength`` (events inherited from the parent) or None.
         source_format: Where the log came from: ``dsh`` for a native log, else the importer's
             format name (``claude-code``, ``codex``, …).
         created_at_ms: Header ``createdAt`` (epoch ms).
+        timed: False for an imported session whose source had no timestamps (the importer
+            stamped every event with one time and said so in ``import/source``).
     """
 
     id: str
@@ -155,6 +158,7 @@ class SessionRow:
     seed_length: int | None
     source_format: str
     created_at_ms: int
+    timed: bool = True
 
     @property
     def lineage(self) -> str:
@@ -179,12 +183,12 @@ class SessionRow:
             "seedLength": self.seed_length,
             "lineage": None if self.parent_session is None else self.lineage,
             "sourceFormat": self.source_format,
+            "timed": self.timed,
         }
 
 
-def _first_line(text: str, limit: int = 80) -> str:
-    line = " ".join(text.strip().split("\n", 1)[0].split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+def _first_line(text: str) -> str:
+    return " ".join(text.strip().split("\n", 1)[0].split())
 
 
 def _message_text(content: Any) -> str:
@@ -196,6 +200,20 @@ def _message_text(content: Any) -> str:
     return "\n".join(block["text"] for block in content
                      if isinstance(block, Mapping) and block.get("type") == "text"
                      and isinstance(block.get("text"), str))
+
+
+def _timed(events: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a session's times are real, not one stamp for a source without timestamps.
+
+    False when its ``import/source`` says ``timestamps: false`` and nothing was appended since
+    (a later append carries a real time).
+    """
+    for event in events:
+        if event["type"] == "import/source":
+            data = event.get("data")
+            untimed = isinstance(data, Mapping) and data.get("timestamps") is False
+            return not untimed or events[-1]["time"] != event["time"]
+    return True
 
 
 def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], *,
@@ -228,16 +246,18 @@ def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], 
                 if text.strip():
                     first_prompt = _first_line(text)
     created = int(header.get("createdAt", 0))
+    last = int(events[-1]["time"]) if events else created
     return SessionRow(
         id=str(header["id"]),
         title=_first_line(title) if title else first_prompt,
         turns=turns,
         events=len(events),
-        last_activity_ms=int(events[-1]["time"]) if events else created,
+        last_activity_ms=max(last, created),
         parent_session=header.get("parentSession"),
         seed_length=header.get("seedLength"),
         source_format=source_format,
         created_at_ms=created,
+        timed=_timed(events),
     )
 
 
@@ -245,15 +265,17 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
-def render_sessions_table(rows: Sequence[SessionRow], *, width: int = 120) -> str:
+def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120) -> str:
     """Return the ``dsh ls`` table as text: id, title, turns, events, activity, lineage, source.
 
     Plain columns, not a rich table: every column is always shown (rich drops columns it cannot
-    fit). Ids, numbers and dates are never cut; the title (12 to 48 characters) takes the width
-    left on the line and lineage is cut at 30, both with an ellipsis. A narrow screen gets
-    lines longer than the screen rather than missing data.
+    fit). Ids, numbers, dates and lineage (it names a parent id) are never cut. On a terminal
+    (``width`` its columns) the title takes the width left on the line, 12 to 48 characters,
+    cut with an ellipsis; ``width=None`` (output piped to a program) prints every title whole.
+    A narrow screen gets lines longer than the screen rather than missing data. A session
+    whose source had no timestamps shows ``-`` as its last activity.
     """
-    lineages = [_cut(r.lineage, 30) for r in rows]
+    lineages = [r.lineage for r in rows]
     widths = {
         "ID": max([2, *(len(r.id) for r in rows)]),
         "TURNS": max([5, *(len(str(r.turns)) for r in rows)]),
@@ -264,10 +286,11 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int = 120) -> st
     }
     fixed = sum(widths.values()) + 2 * 6
     longest = max([5, *(len(r.title or "-") for r in rows)])
-    title_width = max(12, min(48, longest, width - fixed))
+    title_width = longest if width is None else max(12, min(48, longest, width - fixed))
     header = ["ID", "TITLE", "TURNS", "EVENTS", "LAST ACTIVITY (UTC)", "LINEAGE", "SOURCE"]
     cells = [header] + [[r.id, _cut(r.title or "-", title_width), str(r.turns), str(r.events),
-                         format_ms(r.last_activity_ms), lineage, r.source_format]
+                         format_ms(r.last_activity_ms if r.timed else None), lineage,
+                         r.source_format]
                         for r, lineage in zip(rows, lineages, strict=True)]
     sizes = [widths["ID"], title_width, widths["TURNS"], widths["EVENTS"], 19,
              widths["LINEAGE"], widths["SOURCE"]]

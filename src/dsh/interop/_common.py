@@ -870,6 +870,8 @@ class EventBuilder:
                 stamp = 0
             for event in self.events:
                 event["time"] = stamp
+                if event["type"] == IMPORT_SOURCE_TYPE:  # dsh ls orders such sessions apart
+                    event["data"] = {**event["data"], "timestamps": False}
             self.time = stamp
             self._time_seen = True  # later source times may only move the clock forward
         header: JsonObj = {"version": 0, "id": self.session_id, "createdAt": self.first_time()}

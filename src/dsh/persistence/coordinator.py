@@ -754,8 +754,8 @@ class Persistence:
 
         Returns:
             str: the child's id. Its stored log is the parent's events ``0..boundary``, then
-            ``session/end-seed {inherited: true}``, any ``forked`` closers and the plain
-            ``session/end-seed``; its header has ``parentSession`` and ``seedLength =
+            ``session/end-seed {inherited: true}`` and any ``forked`` closers (exactly one
+            end-seed after the cut); its header has ``parentSession`` and ``seedLength =
             boundary + 1``.
 
         Raises:

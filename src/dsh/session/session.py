@@ -706,7 +706,11 @@ class Session:
         self._check_seeded(seed is not None, inherited, markers)
         self._inherited_event_count = inherited
         self._first_live_seq = len(self._log)
-        if seed is not None and (not self._log or self._log[-1]["type"] != _END_SEED):
+        # A fork seed already marks its cut with the inherited end-seed; the closers of a turn
+        # left open at the cut follow it and are part of the seed (seed ch. 28 buildForkSeed),
+        # so a second, plain end-seed is added only to a seed without that marker.
+        if seed is not None and not (mode == "snapshot" and markers) and (
+                not self._log or self._log[-1]["type"] != _END_SEED):
             self.append(_END_SEED, {})
 
     def _snapshot_header(self, header: Mapping[str, Any] | None) -> SessionHeader:

@@ -508,7 +508,7 @@ class SessionStore:
         Returns:
             The announced child. Its log is the parent's events ``0..boundary`` (copies), then
             ``session/end-seed {inherited: true}`` stamped with the boundary event's time, then
-            any closers (and, when closers follow, a plain ``session/end-seed {}``). Its header
+            any closers (the marker is the only end-seed after the cut). Its header
             has ``parentSession``, ``seedLength = boundary + 1``, the parent's ``cwd`` and a new
             ``createdAt``. An empty parent gives a child whose log is ``[session/end-seed {}]``
             with ``seedLength`` 0.
