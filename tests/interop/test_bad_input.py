@@ -109,7 +109,8 @@ def test_import_unknown_format_name_is_refused(tmp_path: Path) -> None:
 def test_detect_unknown_json_is_refused(tmp_path: Path, doc: object) -> None:
     path = tmp_path / "unknown.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ImportFormatError, match="cannot tell the transcript format") as info:
+    with pytest.raises(ImportFormatError, match=r"not a supported transcript format \(a JSON "
+                       r".*; supported: claude-code, codex, .*gemini-cli") as info:
         detect_format(path)
     assert info.value.where["format"] == "auto"
 
@@ -117,7 +118,7 @@ def test_detect_unknown_json_is_refused(tmp_path: Path, doc: object) -> None:
 def test_detect_unknown_jsonl_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "unknown.jsonl"
     path.write_text('{"a": 1}\n{"b": 2}\n')
-    with pytest.raises(ImportFormatError, match="cannot tell") as info:
+    with pytest.raises(ImportFormatError, match="not a supported transcript format") as info:
         import_file(path)
     assert info.value.where["line"] == 1
 

@@ -30,8 +30,12 @@ FUZZ_EXAMPLES = int(os.environ.get("DSH_FUZZ_EXAMPLES", "25"))
 _CORPUS_LIMIT = 300_000  # bytes: big corpus files make each example slow, not more thorough
 
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
 def _seeds(fmt: str) -> list[Path]:
-    found = sorted(p for p in (EXAMPLES / fmt).glob("*") if p.is_file())
+    found = sorted(p for root in (EXAMPLES, FIXTURES) for p in (root / fmt).glob("*")
+                   if p.is_file())
     if (CORPUS / fmt).is_dir():
         found += sorted(p for p in (CORPUS / fmt).rglob("*") if p.is_file()
                         and p.suffix in (".json", ".jsonl", ".traj")

@@ -62,17 +62,23 @@ def test_codex_reasoning_with_only_a_summary_and_odd_parts(tmp_path: Path) -> No
                                         {"type": "image", "url": "x"}]}
 
 
-def test_claude_code_thinking_keeps_its_signature_and_redacted_thinking(tmp_path: Path) -> None:
+def _thinking_transcript(tmp_path: Path, session: str, *extra: dict[str, Any]) -> Path:
+    """A Claude Code prompt answered with signed thinking (and ``extra`` blocks) then text."""
+    content = [{"type": "thinking", "thinking": "hmm", "signature": "SIG"}, *extra,
+               {"type": "text", "text": "done"}]
     lines = [
-        {"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": "s1",
+        {"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": session,
          "message": {"role": "user", "content": "think"}},
-        {"type": "assistant", "uuid": "a1", "parentUuid": "u1", "sessionId": "s1",
+        {"type": "assistant", "uuid": "a1", "parentUuid": "u1", "sessionId": session,
          "message": {"id": "m1", "role": "assistant", "model": "claude-opus-4-1",
-                     "content": [{"type": "thinking", "thinking": "hmm", "signature": "SIG"},
-                                 {"type": "redacted_thinking", "data": "REDACTED"},
-                                 {"type": "text", "text": "done"}]}}]
-    path = tmp_path / "s1.jsonl"
+                     "content": content}}]
+    path = tmp_path / f"{session}.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def test_claude_code_thinking_keeps_its_signature_and_redacted_thinking(tmp_path: Path) -> None:
+    path = _thinking_transcript(tmp_path, "s1", {"type": "redacted_thinking", "data": "REDACTED"})
     assert _assistant_blocks(path, "claude-code") == [
         {"type": "reasoning", "text": "hmm", "signature": "SIG"},
         {"type": "provider-raw", "provider": "anthropic",
@@ -197,16 +203,7 @@ def test_without_foreign_reasoning_passes_untouched_messages_through() -> None:
 
 def test_cli_messages_and_export_take_target_model(tmp_path: Path) -> None:
     dsh = Dsh(tmp_path)
-    lines = [
-        {"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": "think-1",
-         "message": {"role": "user", "content": "think"}},
-        {"type": "assistant", "uuid": "a1", "parentUuid": "u1", "sessionId": "think-1",
-         "message": {"id": "m1", "role": "assistant", "model": "claude-opus-4-1",
-                     "content": [{"type": "thinking", "thinking": "hmm", "signature": "SIG"},
-                                 {"type": "text", "text": "done"}]}}]
-    path = tmp_path / "think-1.jsonl"
-    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    dsh("import", str(path))
+    dsh("import", str(_thinking_transcript(tmp_path, "think-1")))
     same = dsh.json("messages", "think-1", "--format", "anthropic", "--target-model",
                     "claude-opus-4-1")
     other = dsh.json("export", "think-1", "--format", "anthropic", "--target-model",

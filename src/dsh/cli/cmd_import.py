@@ -41,6 +41,8 @@ class ImportFormat(enum.StrEnum):
     openai_chat = "openai-chat"
     anthropic = "anthropic"
     openhands = "openhands"
+    openhands_resolver = "openhands-resolver"
+    gemini_cli = "gemini-cli"
     swe_agent = "swe-agent"
     mini_swe_agent = "mini-swe-agent"
     dsh = "dsh"
@@ -130,7 +132,7 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
     except ImportFormatError as error:
         # Found by walking a folder: a file that is not a transcript at all is ignored; one
         # that is JSON records with damage (a torn last line, a bad line) failed.
-        damaged = "line" in error.where and "cannot tell the transcript format" not in str(error)
+        damaged = "line" in error.where and "not a supported transcript format" not in str(error)
         if explicit or damaged:
             report.failed.append((shown, _reason(error)))
         else:

@@ -3,7 +3,8 @@
 Public entry points (what the CLI calls):
 
 * :func:`detect_format` — format name of a file (``claude-code``, ``codex``, ``openai-chat``,
-  ``anthropic``, ``openhands``, ``swe-agent``, ``mini-swe-agent``, ``dsh``).
+  ``anthropic``, ``openhands``, ``openhands-resolver``, ``gemini-cli``, ``swe-agent``,
+  ``mini-swe-agent``, ``dsh``).
 * :func:`import_file` — ``path, format="auto" -> list[ImportedSession]`` (a session's
   subagents are in its ``children``); :meth:`ImportedSession.to_session` seeds a Session.
 * :func:`to_openai`, :func:`to_anthropic` — derived messages to provider requests
@@ -33,8 +34,10 @@ from dsh.interop.export import (
     validate_conversation,
     without_foreign_reasoning,
 )
+from dsh.interop.gemini_cli import import_gemini_cli
 from dsh.interop.openai_chat import import_openai_chat
 from dsh.interop.openhands import import_openhands
+from dsh.interop.openhands_resolver import import_openhands_resolver
 from dsh.interop.swe_agent import import_mini_swe_agent, import_swe_agent
 
 __all__ = [
@@ -55,6 +58,8 @@ IMPORTERS: Final[dict[str, Callable[[Path], list[ImportedSession]]]] = {
     "openai-chat": import_openai_chat,
     "anthropic": import_anthropic,
     "openhands": import_openhands,
+    "openhands-resolver": import_openhands_resolver,
+    "gemini-cli": import_gemini_cli,
     "swe-agent": import_swe_agent,
     "mini-swe-agent": import_mini_swe_agent,
     "dsh": import_dsh_log,

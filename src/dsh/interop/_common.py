@@ -58,6 +58,7 @@ __all__ = [
     "str_or_none",
     "text_blocks",
     "token_count",
+    "token_usage",
 ]
 
 JsonObj = dict[str, Any]
@@ -457,6 +458,21 @@ def token_count(value: object) -> int:
     if isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) < 16:
         value = int(value.strip())
     return value if isinstance(value, int) and 0 <= value <= MAX_SAFE_INTEGER else 0
+
+
+def token_usage(raw: object, fields: dict[str, str]) -> JsonObj | None:
+    """A provider's usage object as a dsh ``TokenUsage``, or None when ``raw`` is no object.
+
+    Args:
+        raw: The source usage, e.g. ``{"input_tokens": 10, "output_tokens": 2}``.
+        fields: dsh key → source key, e.g. ``{"inputTokens": "input_tokens", …}``.
+            ``inputTokens`` and ``outputTokens`` are always written; other keys only when the
+            source has them. Counts go through :func:`token_count` (unusable counts are 0).
+    """
+    if not isinstance(raw, dict):
+        return None
+    return {key: token_count(raw.get(source)) for key, source in fields.items()
+            if key in ("inputTokens", "outputTokens") or raw.get(source) is not None}
 
 
 def json_text(value: object) -> str:

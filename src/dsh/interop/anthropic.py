@@ -37,7 +37,7 @@ from dsh.interop._common import (
     read_source_bytes,
     stable_session_id,
     text_blocks,
-    token_count,
+    token_usage,
 )
 from dsh.json import MAX_SAFE_INTEGER
 
@@ -139,15 +139,9 @@ def anthropic_usage(raw: object) -> JsonObj | None:
     Counts that are not usable numbers (text, negative, fractional) count 0; the raw usage
     stays in the kept source record.
     """
-    if not isinstance(raw, dict):
-        return None
-    usage: JsonObj = {"inputTokens": token_count(raw.get("input_tokens")),
-                      "outputTokens": token_count(raw.get("output_tokens"))}
-    if raw.get("cache_read_input_tokens") is not None:
-        usage["cacheReadTokens"] = token_count(raw["cache_read_input_tokens"])
-    if raw.get("cache_creation_input_tokens") is not None:
-        usage["cacheWriteTokens"] = token_count(raw["cache_creation_input_tokens"])
-    return usage
+    return token_usage(raw, {"inputTokens": "input_tokens", "outputTokens": "output_tokens",
+                             "cacheReadTokens": "cache_read_input_tokens",
+                             "cacheWriteTokens": "cache_creation_input_tokens"})
 
 
 def _load_yaml(path: Path) -> Any:

@@ -5,15 +5,19 @@ Rules, first match wins:
 * ``.yaml`` / ``.yml`` → ``anthropic`` (VCR cassette of Messages API traffic).
 * JSONL (more than one JSON line, or a ``.jsonl`` file): first record a dsh header → ``dsh``;
   any Codex record (envelope, legacy metadata/state) → ``codex``; any Claude Code record →
-  ``claude-code``; ``{cassette|request, response}`` exchanges → ``anthropic``; objects with an
-  OpenHands ``history`` → ``openhands``.
-* One JSON document: a V0 event list or ``{history: events}`` → ``openhands``; an object with
+  ``claude-code``; ``{cassette|request, response}`` exchanges → ``anthropic``; resolver
+  records (``history`` beside ``git_patch``/``issue``/…) → ``openhands-resolver``; objects with
+  an OpenHands ``history`` → ``openhands``.
+* One JSON document: a V0 event list or ``{history: events}`` → ``openhands``; a resolver
+  record → ``openhands-resolver``; ``{sessionId|projectHash, messages}`` whose messages are
+  typed ``user``/``gemini``/… → ``gemini-cli``; an object with
   ``history`` + ``trajectory``/``info``/``environment`` (or only ``history`` of chat messages)
   → ``swe-agent``; mini-swe-agent markers (``mswea_bash_command``, ``<returncode>``) or a
   ``trajectory_format`` wrapper → ``mini-swe-agent``; ``interactions`` → ``anthropic``; a
   request body or message list using Anthropic block types (``tool_use``, ``tool_result``,
-  ``thinking``) or a top-level ``system`` → ``anthropic``; any other message list / body with
-  ``messages`` → ``openai-chat``.
+  ``thinking``) or a top-level ``system`` → ``anthropic``; any other list / body of messages
+  with a ``role`` → ``openai-chat``.
+* Nothing matching: ``ImportFormatError`` "not a supported transcript format (supported: …)".
 """
 
 from __future__ import annotations
@@ -33,13 +37,15 @@ from dsh.interop._common import (
 from dsh.interop.claude_code import looks_like_claude_code
 from dsh.interop.codex import looks_like_codex
 from dsh.interop.dsh_log import looks_like_dsh_header
+from dsh.interop.gemini_cli import looks_like_gemini_cli
 from dsh.interop.openhands import looks_like_openhands_events
+from dsh.interop.openhands_resolver import looks_like_resolver_output
 from dsh.interop.swe_agent import looks_like_mini_swe_agent
 
 __all__ = ["FORMATS", "detect_format"]
 
-FORMATS: Final = ("claude-code", "codex", "openai-chat", "anthropic", "openhands", "swe-agent",
-                  "mini-swe-agent", "dsh")
+FORMATS: Final = ("claude-code", "codex", "openai-chat", "anthropic", "openhands",
+                  "openhands-resolver", "gemini-cli", "swe-agent", "mini-swe-agent", "dsh")
 """Every format name :func:`dsh.interop.import_file` accepts (besides ``"auto"``)."""
 
 _ANTHROPIC_BLOCKS: Final = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
@@ -96,9 +102,9 @@ def _detect(path: Path) -> str:
         if found is not None:
             return found
         raise ImportFormatError(
-            "cannot tell the transcript format of this JSONL file (first record keys: "
-            f"{sorted(first)[:8] if isinstance(first, dict) else type(first).__name__}); pass "
-            "--format", path=str(path), line=records[0][0], format="auto")
+            f"not a supported transcript format (JSONL whose first record is a JSON "
+            f"{_shape(first)}; supported: {', '.join(FORMATS)}); pass --format if it is one "
+            "of them", path=str(path), line=records[0][0], format="auto")
     return _document_format(path)
 
 
@@ -132,6 +138,8 @@ def _jsonl_format(values: list[Any]) -> str | None:
         return "claude-code"
     if all(isinstance(r, dict) and "request" in r and "response" in r for r in values):
         return "anthropic"
+    if all(looks_like_resolver_output(r) for r in values):
+        return "openhands-resolver"
     if all(isinstance(r, dict) and looks_like_openhands_events(r.get("history"))
            for r in values):
         return "openhands"
@@ -143,6 +151,10 @@ def _document_format(path: Path) -> str:
     doc = read_json_document(path, "auto")
     if looks_like_openhands_events(doc):
         return "openhands"
+    if looks_like_resolver_output(doc):
+        return "openhands-resolver"
+    if looks_like_gemini_cli(doc):
+        return "gemini-cli"
     if isinstance(doc, dict):
         if looks_like_openhands_events(doc.get("history")):
             return "openhands"
@@ -154,7 +166,7 @@ def _document_format(path: Path) -> str:
             return "mini-swe-agent"
         if "interactions" in doc:
             return "anthropic"
-        if isinstance(doc.get("messages"), list):
+        if _chat_messages(doc.get("messages")):
             if "system" in doc or _uses_anthropic_blocks(doc["messages"]):
                 return "anthropic"
             return "openai-chat"
@@ -165,5 +177,19 @@ def _document_format(path: Path) -> str:
             return "anthropic"
         return "openai-chat"
     raise ImportFormatError(
-        f"cannot tell the transcript format of this JSON document ({type(doc).__name__}); "
-        "pass --format", path=str(path), line=1, format="auto")
+        f"not a supported transcript format (a JSON {_shape(doc)}; supported: "
+        f"{', '.join(FORMATS)}); pass --format if it is one of them", path=str(path), line=1,
+        format="auto")
+
+
+def _chat_messages(value: object) -> bool:
+    """A non-empty list of objects that all have a string ``role`` (a chat message list)."""
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)
+
+
+def _shape(doc: object) -> str:
+    """A few words on what a JSON value is, for the "not supported" message."""
+    if isinstance(doc, dict):
+        return f"object with keys {sorted(doc)[:8]}"
+    return "array" if isinstance(doc, list) else type(doc).__name__

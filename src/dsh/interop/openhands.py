@@ -35,7 +35,7 @@ from dsh.interop._common import (
     text_blocks,
 )
 
-__all__ = ["FORMAT", "import_openhands", "looks_like_openhands_events"]
+__all__ = ["FORMAT", "build_v0_session", "import_openhands", "looks_like_openhands_events"]
 
 FORMAT: Final = "openhands"
 
@@ -62,13 +62,13 @@ def import_openhands(path: Path) -> list[ImportedSession]:
                     path=str(path), line=line, format=FORMAT)
             key = rec.get("instance_id")
             sid = stable_session_id(path, f"{FORMAT}:{line}:{key}")
-            out.append(_build(path, sid, rec["history"], rec, line))
+            out.append(build_v0_session(path, sid, rec["history"], rec, line))
         return out
     doc = read_json_document(path, FORMAT)
     if isinstance(doc, dict) and looks_like_openhands_events(doc.get("history")):
-        return [_build(path, stable_session_id(path, FORMAT), doc["history"], doc, 1)]
+        return [build_v0_session(path, stable_session_id(path, FORMAT), doc["history"], doc, 1)]
     if looks_like_openhands_events(doc):
-        return [_build(path, stable_session_id(path, FORMAT), doc, None, 1)]
+        return [build_v0_session(path, stable_session_id(path, FORMAT), doc, None, 1)]
     raise ImportFormatError(
         "openhands document must be a list of V0 events (id + action/observation) or an "
         "object with such a history", path=str(path), line=1, format=FORMAT)
@@ -82,9 +82,20 @@ def _response_of(event: JsonObj) -> JsonObj | None:
     return response if isinstance(response, dict) else None
 
 
-def _build(path: Path, session_id: str, events: list[Any], wrapper: JsonObj | None,
-           line: int) -> ImportedSession:
-    b = EventBuilder(FORMAT, session_id, path)
+def build_v0_session(path: Path, session_id: str, events: list[Any], wrapper: JsonObj | None,
+                     line: int, *, fmt: str = FORMAT) -> ImportedSession:
+    """Map one V0 event list (module docstring) to a session.
+
+    Args:
+        path: The source file (for ``import/source`` and errors).
+        session_id: The session id.
+        events: V0 event objects in order (``id``, ``source``, ``action``/``observation``).
+        wrapper: The record holding the list (kept minus ``history`` as ``…/output``), or None.
+        line: Source line of the record (1 for a JSON document).
+        fmt: Format name written into ``import/source`` and the ignorable event types.
+    """
+    note_line(line)
+    b = EventBuilder(fmt, session_id, path)
     b.model = ("openhands", "unknown")
     if wrapper is not None:
         b.at(next((e.get("timestamp") for e in events if e.get("timestamp")), None))
@@ -180,8 +191,10 @@ def _assistant_blocks(event: JsonObj, response: JsonObj | None) -> list[JsonObj]
                            else json.dumps(args, ensure_ascii=False)})
         return blocks
     # No raw response: rebuild the one call from the action itself.
-    meta = event.get("tool_call_metadata") or {}
-    thought = (event.get("args") or {}).get("thought")
+    raw_meta = event.get("tool_call_metadata")
+    meta: JsonObj = raw_meta if isinstance(raw_meta, dict) else {}
+    raw_args = event.get("args")
+    thought = raw_args.get("thought") if isinstance(raw_args, dict) else None
     if not blocks and isinstance(thought, str) and thought:
         blocks.append({"type": "text", "text": thought})
     blocks.append({"type": "tool-call", "id": str(meta.get("tool_call_id", "")),
