@@ -21,7 +21,7 @@ import typer
 
 from dsh.agent import Agent
 from dsh.agent.builtin import ShellRequest, refuse_all, shell_tool, workspace_tools
-from dsh.agent.providers import PROVIDER_NAMES, create_provider
+from dsh.agent.providers import PROVIDER_NAMES
 from dsh.agent.tools import Tool
 from dsh.errors import SessionNotFoundError
 from dsh.session import SessionStore
@@ -38,7 +38,6 @@ __all__ = [
     "ToolsOption",
     "agent_options",
     "ask_line",
-    "make_provider",
     "open_agent",
     "tools_for",
 ]
@@ -120,12 +119,6 @@ def tools_for(choice: Tools, root: Path) -> list[Tool]:
     return tools
 
 
-def make_provider(name: str, model: str | None, base_url: str | None,
-                  timeout_s: float) -> Any:
-    """The provider of the command line options (see :func:`create_provider`)."""
-    return create_provider(name, model=model, base_url=base_url, read_timeout_s=timeout_s)
-
-
 async def open_agent(store: SessionStore, provider: Any, session_id: str | None, *,
                      options: Mapping[str, Any]) -> tuple[Agent, bool]:
     """The agent for ``session_id``: resumed when stored (repaired first), else new.
@@ -145,7 +138,7 @@ async def open_agent(store: SessionStore, provider: Any, session_id: str | None,
 
 def agent_options(provider: Any, *, system: str | None, tools: list[Tool],
                   context_window: int | None) -> dict[str, Any]:
-    """The :class:`Agent` keyword options for a provider built by :func:`make_provider`."""
+    """The :class:`Agent` keyword options for a provider built by ``create_provider``."""
     return {"config": {"provider": provider.name, "model": provider.model}, "system": system,
             "tools": tools,
             "context_window": context_window or CONTEXT_WINDOWS.get(provider.name)}

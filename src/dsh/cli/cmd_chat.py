@@ -26,6 +26,7 @@ import typer
 
 import dsh
 from dsh.agent import Agent
+from dsh.agent.providers import create_provider
 from dsh.cli import render
 from dsh.cli._agent import (
     BaseUrlOption,
@@ -37,7 +38,6 @@ from dsh.cli._agent import (
     Tools,
     ToolsOption,
     agent_options,
-    make_provider,
     open_agent,
     tools_for,
 )
@@ -70,7 +70,7 @@ def chat(
     store: StoreOption = None,
 ) -> None:
     """Chat with a model in the terminal; the conversation is a session you can resume."""
-    llm = make_provider(provider, model, base_url, timeout)
+    llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
     options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
                             context_window=context_window)
     loop = asyncio.new_event_loop()

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final
 import typer
 
 import dsh
+from dsh.agent.providers import create_provider
 from dsh.cli import render
 from dsh.cli._agent import (
     BaseUrlOption,
@@ -30,7 +31,6 @@ from dsh.cli._agent import (
     Tools,
     ToolsOption,
     agent_options,
-    make_provider,
     open_agent,
     tools_for,
 )
@@ -64,7 +64,7 @@ def run_(
     Exit status: 0 completed, 1 error, 3 stopped at the token limit, 130 interrupted.
     """
     json_mode(json_)
-    llm = make_provider(provider, model, base_url, timeout)
+    llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
     options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
                             context_window=context_window)
     with dsh.open(store or default_store_url()) as sessions:
