@@ -19,7 +19,7 @@ import pytest
 import dsh
 from dsh.agent import Agent, LlmRequest, RetryPolicy
 from dsh.agent.builtin import workspace_tools
-from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider, without_foreign_thinking
+from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider
 from dsh.compaction import CompactionPolicy
 from dsh.errors import LlmFailureError
 from dsh.interop.export import to_anthropic, to_openai, validate_conversation
@@ -73,7 +73,7 @@ def _openai_export(view: list[Any], model: str) -> Any:
 
 
 def _anthropic_export(view: list[Any], model: str) -> Any:
-    body = to_anthropic(without_foreign_thinking(view, model))
+    body = to_anthropic(view, target_model=model)
     system = SYSTEM + ("\n\n" + body["system"] if "system" in body else "")
     return {"system": system, "messages": body["messages"]}
 

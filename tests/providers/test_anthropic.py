@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsh.agent.providers import AnthropicProvider, create_provider, without_foreign_thinking
+from dsh.agent.providers import AnthropicProvider, create_provider
 from dsh.errors import LlmFailureError
 from dsh.interop.export import to_anthropic, validate_conversation
 from tests.providers.helpers import (
@@ -97,8 +97,7 @@ def test_thinking_signed_by_another_model_is_not_sent() -> None:
         drain(provider(server), areq(view))
     sent = server.requests[0]["messages"]
     assert sent[1]["content"] == [{"type": "text", "text": "answer"}]
-    assert sent == to_anthropic(without_foreign_thinking([plain(m) for m in view],
-                                                          MODEL))["messages"]
+    assert sent == to_anthropic([plain(m) for m in view], target_model=MODEL)["messages"]
 
 
 def test_reasoning_effort_turns_thinking_on_and_drops_temperature() -> None:

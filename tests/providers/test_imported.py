@@ -20,7 +20,7 @@ import pytest
 
 import dsh
 from dsh.agent import Agent, LlmRequest
-from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider, without_foreign_thinking
+from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider
 from dsh.interop.export import to_anthropic, to_openai, validate_conversation
 from tests.providers.helpers import plain
 from tests.providers.servers import ScriptedServer, Stream, anthropic_reply, openai_reply
@@ -106,8 +106,7 @@ def test_claude_thinking_is_replayed_only_to_the_model_that_signed_it(tmp_path: 
             views = continue_on(url, session_id, provider, model)
         (body,) = server.requests
         assert validate_conversation(body, "anthropic") == []
-        assert body["messages"] == to_anthropic(
-            without_foreign_thinking(views[0], model))["messages"]
+        assert body["messages"] == to_anthropic(views[0], target_model=model)["messages"]
         sent[model] = [b for m in body["messages"] for b in m["content"]
                        if isinstance(b, dict) and b["type"] in ("thinking", "redacted_thinking")]
     assert sent["claude-opus-4-6"]  # the signing model gets its thinking back

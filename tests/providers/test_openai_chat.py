@@ -78,11 +78,17 @@ def test_deepseek_reasoning_is_a_reasoning_block_and_replayed_only_on_tool_call_
     view = [user("q1"),
             assistant({"type": "reasoning", "text": "plan a call"},
                       {"type": "tool-call", "id": "c1", "name": "read_file",
-                       "arguments": '{"path": "x"}'}, provider="deepseek"),
+                       "arguments": '{"path": "x"}'}, provider="deepseek", model="deepseek-flash"),
             result("c1", "file body"),
             assistant({"type": "reasoning", "text": "just answer"},
-                      {"type": "text", "text": "done"}, provider="deepseek"),
-            user("q2")]
+                      {"type": "text", "text": "done"}, provider="deepseek",
+                      model="deepseek-flash"),
+            user("q2"),
+            assistant({"type": "reasoning", "text": "another model's thoughts"},
+                      {"type": "tool-call", "id": "c2", "name": "read_file",
+                       "arguments": '{"path": "y"}'}, provider="openai", model="gpt-test"),
+            result("c2", "other body"),
+            user("q3")]
     with ScriptedServer([Stream(openai_reply("ok", reasoning="think hard"))]) as server:
         p = create_provider("deepseek", base_url=server.base_url,
                             env={"DEEPSEEK_API_KEY": "sk-ds"})
@@ -94,6 +100,7 @@ def test_deepseek_reasoning_is_a_reasoning_block_and_replayed_only_on_tool_call_
     assistants = [m for m in sent if m["role"] == "assistant"]
     assert assistants[0]["reasoning_content"] == "plan a call"  # called tools: required
     assert "reasoning_content" not in assistants[1]  # no tools: DeepSeek ignores it
+    assert "reasoning_content" not in assistants[2]  # another model's reasoning stays home
     assert sent[0] == {"role": "system", "content": "Be brief."}
     assert validate_conversation(sent, "openai") == []
 

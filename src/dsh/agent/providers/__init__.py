@@ -6,7 +6,7 @@ Each sits on its official SDK, imported only when a provider is created (extras
 
 from __future__ import annotations
 
-from dsh.agent.providers.anthropic import AnthropicProvider, without_foreign_thinking
+from dsh.agent.providers.anthropic import AnthropicProvider
 from dsh.agent.providers.config import (
     PROVIDER_NAMES,
     PROVIDERS,
@@ -26,5 +26,4 @@ __all__ = [
     "ReasoningReplay",
     "create_provider",
     "openai_usage",
-    "without_foreign_thinking",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from typing import Any, Final, Literal
 
 from dsh.agent.provider import LlmRequest
@@ -45,35 +45,6 @@ def _sdk() -> Any:
     except ImportError as exc:
         raise ConfigError("the Anthropic provider needs the anthropic package: "
                           "pip install 'dsh-session[anthropic]'", code="MISSING_EXTRA") from exc
-
-
-def _signed(block: Mapping[str, Any]) -> bool:
-    if block.get("type") == "reasoning":
-        return isinstance(block.get("signature"), str)
-    raw = block.get("block")
-    return (block.get("type") == "provider-raw" and isinstance(raw, Mapping)
-            and raw.get("type") == "redacted_thinking")
-
-
-def without_foreign_thinking(messages: Sequence[Mapping[str, Any]],
-                             model: str) -> list[Mapping[str, Any]]:
-    """Return ``messages`` without signed thinking produced by a model other than ``model``.
-
-    A thinking signature (and a ``redacted_thinking`` block) is valid only for the model that
-    produced it; Anthropic refuses it from any other. Messages without such blocks are passed
-    through as they are (same objects).
-    """
-    out: list[Mapping[str, Any]] = []
-    for m in messages:
-        source = m.get("source")
-        foreign = m.get("role") == "assistant" and not (
-            isinstance(source, Mapping) and source.get("model") == model)
-        content = m.get("content") or []
-        if foreign and any(isinstance(b, Mapping) and _signed(b) for b in content):
-            m = {**m, "content": [b for b in content
-                                  if not (isinstance(b, Mapping) and _signed(b))]}
-        out.append(m)
-    return out
 
 
 class AnthropicProvider:
@@ -114,11 +85,11 @@ class AnthropicProvider:
     def request_messages(self, request: LlmRequest) -> dict[str, Any]:
         """``{"system"?, "messages"}`` for ``request``: its model view in Messages form.
 
-        ``to_anthropic`` of the view without thinking signed by another model
-        (:func:`without_foreign_thinking`); the header's system prompt goes first in
-        ``system``, before any system messages of the view.
+        ``to_anthropic(view, target_model=model)``: thinking signed by another model is left
+        out; the header's system prompt goes first in ``system``, before any system messages
+        of the view.
         """
-        body = to_anthropic(without_foreign_thinking(request.messages, request.model))
+        body = to_anthropic(request.messages, target_model=request.model)
         if request.system:
             system = replace_lone_surrogates(request.system)
             body = {"system": system + ("\n\n" + body["system"] if "system" in body else ""),

@@ -112,11 +112,13 @@ class OpenAIChatProvider:
 
         Returns:
             ``[{"role": "system", "content": system}?] + to_openai(request.messages, ...)``,
-            with ``reasoning_content`` kept per :attr:`reasoning_replay` and lone surrogates
-            replaced by U+FFFD.
+            with ``reasoning_content`` kept per :attr:`reasoning_replay` (only the request's
+            model's own) and lone surrogates replaced by U+FFFD.
         """
-        messages = to_openai(request.messages,
-                             include_reasoning=self.reasoning_replay != "never")
+        replay = self.reasoning_replay != "never"
+        # Reasoning goes back only to the model that produced it.
+        messages = to_openai(request.messages, include_reasoning=replay,
+                             target_model=request.model if replay else None)
         if self.reasoning_replay == "tool-calls":
             for m in messages:
                 if m["role"] == "assistant" and "tool_calls" not in m:
