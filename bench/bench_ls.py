@@ -1,13 +1,18 @@
-"""``dsh ls`` on a SQLite store of many small sessions: the real CLI, in a subprocess.
+"""``dsh ls`` on a store of many small sessions: the real CLI, in a subprocess.
 
-Run: ``python -m bench.bench_ls [--sessions 1000] [--turns 1] [--runs 5] [--dir DIR]``.
+Run: ``python -m bench.bench_ls [--sessions 1000] [--turns 1] [--runs 5] [--backend sqlite|jsonl]
+[--dir DIR]``.
 
-The parent creates a SQLite store holding ``--sessions`` sessions of ``--turns`` msg turns each
+The parent creates a SQLite (or JSONL) store holding ``--sessions`` sessions of ``--turns`` msg
+turns each
 (12 events a turn-1 session: the ``request/header`` and one 11-event turn), written with
 ``Persistence.create`` + one write handle per session. Then it runs
 ``[sys.executable, "-m", "dsh.cli", "ls", "--store", URL]`` ``--runs`` times and reports the median
 wall time (interpreter start, imports, listing, rendering) and the median peak RSS of the CLI
 process (from ``os.wait4``). The same command on an empty store is timed as the fixed cost.
+It also times ``Persistence.list_entries()`` (what ``ls`` lists from: the SQLite tables or the
+JSONL listing index) in a fresh process without the CLI: **listing ms**. The first ``ls`` of a
+JSONL store builds its index (each log read once); the runs after it are the median.
 dsh publishes no ``ls`` figure.
 """
 
@@ -45,6 +50,20 @@ def make_store(url: str, sessions: int, turns: int) -> None:
         persistence.close()
 
 
+def listing_child(url: str) -> float:
+    """In this fresh process: open the store and time ``list_entries()`` (ms)."""
+    from dsh.persistence import open_store
+
+    persistence = open_store(url)
+    t0 = now_ms()
+    _, errors = persistence.list_entries()
+    elapsed = now_ms() - t0
+    persistence.close()
+    if errors:
+        raise SystemExit(f"listing {url} failed: {errors[0]}")
+    return elapsed
+
+
 def run_ls(url: str) -> tuple[float, float, int]:
     """Run ``dsh ls --store url`` once; return (wall ms, peak RSS MB, stdout lines).
 
@@ -77,37 +96,49 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--turns", type=int, default=1, help="msg turns per session")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--backend", default="sqlite", choices=("sqlite", "jsonl"))
     parser.add_argument("--dir", default=None, help="where the temporary store goes")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(listing_child(args.child))
+        return
     work = Path(tempfile.mkdtemp(prefix="dsh-bench-ls-", dir=args.dir))
     rows = []
     try:
         for label, count in (("empty store", 0), (f"{args.sessions:,} sessions", args.sessions)):
             folder = work / f"s{count}"
             folder.mkdir()
-            url = f"sqlite://{folder.resolve()}/store.db"
+            url = (f"sqlite://{folder.resolve()}/store.db" if args.backend == "sqlite"
+                   else f"jsonl://{folder.resolve()}/store")
+            (folder / "store").mkdir()  # JSONL: an empty store is an empty root
             t0 = now_ms()
             make_store(url, count, args.turns)
             setup_ms = now_ms() - t0
+            first = run_ls(url)  # JSONL: builds the listing index
             runs = [run_ls(url) for _ in range(args.runs)]
+            listing = statistics.median(float(subprocess.run(
+                [sys.executable, "-m", "bench.bench_ls", "--child", url], check=True,
+                capture_output=True, text=True).stdout) for _ in range(args.runs))
             rows.append((label, setup_ms, dir_bytes(folder),
                          statistics.median(r[0] for r in runs),
-                         statistics.median(r[1] for r in runs), runs[0][2]))
+                         statistics.median(r[1] for r in runs), runs[0][2], first[0], listing))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    header_lines(f"ls: `python -m dsh.cli ls --store sqlite:///…` (median of {args.runs} "
+    header_lines(f"ls: `python -m dsh.cli ls --store {args.backend}:…` (median of {args.runs} "
                  f"processes), sessions of {1 + 11 * args.turns} events")
-    print("| store | store bytes | write the store ms | dsh ls ms | per session ms | peak RSS "
-          "| output lines | dsh |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| store | store bytes | write the store ms | first ls ms | dsh ls ms "
+          "| per session ms | listing ms | peak RSS | output lines | dsh |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     base = rows[0][3]
-    for label, setup_ms, size, wall, rss, lines in rows:
+    for label, setup_ms, size, wall, rss, lines, first_ms, listing in rows:
         count = args.sessions if label != "empty store" else 0
         per = f"{(wall - base) / count:.3f}" if count else "—"
-        print(f"| {label} | {size:,} | {setup_ms:.0f} | {wall:.0f} | {per} | {rss:.0f} MB "
-              f"| {lines} | n/a |")
+        print(f"| {label} | {size:,} | {setup_ms:.0f} | {first_ms:.0f} | {wall:.0f} | {per} "
+              f"| {listing:.0f} | {rss:.0f} MB | {lines} | n/a |")
     print("\nper session ms: (ls ms - empty-store ls ms) / sessions. Wall time includes the "
-          "interpreter start and imports. dsh publishes no ls figure.")
+          "interpreter start and imports; listing ms is `Persistence.list_entries()` alone. "
+          "dsh publishes no ls figure.")
 
 
 if __name__ == "__main__":

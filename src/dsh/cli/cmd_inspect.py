@@ -34,23 +34,12 @@ if TYPE_CHECKING:
     from dsh.persistence import Persistence
 
 def _rows(persistence: Persistence) -> tuple[list[render.SessionRow], list[DshError]]:
-    """Rows of every readable session (newest activity first) and the errors of the others."""
-    rows: list[render.SessionRow] = []
-    unreadable: list[DshError] = []
-    for header in persistence.list_headers():
-        sid = str(header["id"])
-        try:
-            read = persistence.read(sid)
-        except DshError as error:
-            # One damaged log must not hide the others; it is reported and sets exit 1.
-            error.where.setdefault("session_id", sid)
-            unreadable.append(error)
-            continue
-        events = read.stored_events
-        if not events:
-            continue  # created but never written: not a session yet (persistence spec §2.1)
-        rows.append(render.session_row(read.header, events,
-                                       source_format=source_format(events)))
+    """Rows of every readable session (newest activity first) and the errors of the others.
+
+    From the store's listing index (``Persistence.list_entries``): unchanged logs are not read.
+    """
+    entries, unreadable = persistence.list_entries()
+    rows = [render.entry_row(entry) for entry in entries]
     # Most recent activity first; sessions whose source had no timestamps carry only the time
     # the importer stamped, so they follow, ordered by what they hold (title, then id).
     rows.sort(key=lambda r: (0, -r.last_activity_ms, r.id) if r.timed

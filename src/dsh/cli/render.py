@@ -15,12 +15,15 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from dsh.json import dumps
+
+if TYPE_CHECKING:
+    from dsh.persistence.listing import ListingEntry
 
 __all__ = [
     "COMPACT_PLUGIN",
@@ -258,6 +261,24 @@ def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], 
         source_format=source_format,
         created_at_ms=created,
         timed=_timed(events),
+    )
+
+
+def entry_row(entry: ListingEntry) -> SessionRow:
+    """The ``dsh ls`` row of a listing entry (the same row :func:`session_row` builds)."""
+    created = int(entry.header.get("createdAt", 0))
+    return SessionRow(
+        id=entry.id,
+        title=_first_line(entry.title) if entry.title else (
+            _first_line(entry.first_prompt) if entry.first_prompt else None),
+        turns=entry.turns,
+        events=entry.events,
+        last_activity_ms=max(entry.last_activity_ms, created),
+        parent_session=entry.header.get("parentSession"),
+        seed_length=entry.header.get("seedLength"),
+        source_format=entry.source_format,
+        created_at_ms=created,
+        timed=entry.timed,
     )
 
 

@@ -51,6 +51,7 @@ from dsh.persistence.api import (
     normalize_header,
 )
 from dsh.persistence.legacy import normalize_legacy_events
+from dsh.persistence.listing import ListingEntry, jsonl_entries, sqlite_entries, summarize
 from dsh.session.events import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
@@ -74,6 +75,9 @@ MAX_BATCH_WINDOW_MS = 2_147_483_647
 """Largest batching window accepted (persistence spec §2.1 ``MAX_WRITE_BATCH_DELAY_MS``)."""
 
 _TITLE_CHARS = 80
+
+_Entries = list[ListingEntry]
+_Errors = list[DshError]
 
 
 class _SessionLike(Protocol):
@@ -678,6 +682,49 @@ class Persistence:
             out.append(SessionSummary(sid, cold.header, len(events), events[-1]["time"],
                                       _title(events)))
         return out
+
+    def list_entries(self) -> tuple[_Entries, _Errors]:
+        """What ``dsh ls`` shows of every stored session with at least one event, fast.
+
+        SQLite answers from its tables and JSONL from its listing index (a sidecar kept beside
+        the logs, an entry rebuilt from a full read when its log changed), so an unchanged
+        store is listed without reading any log; other backends read every log.
+
+        Returns:
+            The entries (order is the backend's), and one error per session whose log could
+            not be read (``where["session_id"]`` names it); one damaged log never hides the
+            others.
+
+        Raises:
+            PersistenceError: the store itself cannot be listed (its directory or database).
+
+        Rule: persistence spec §2.1 (``list``); an entry equals :func:`summarize` of a full
+        read of an intact log.
+        """
+        def full(session_id: str) -> tuple[FrozenDict, tuple[Event, ...]]:
+            read = self.read(session_id)
+            return read.header, read.stored_events
+
+        kind = type(self.backend).__name__
+        if kind == "JsonlBackend":
+            return jsonl_entries(self.backend, full)
+        entries: _Entries = []
+        errors: _Errors = []
+        todo: Sequence[str]
+        if kind == "SqliteBackend":
+            entries, todo = sqlite_entries(self.backend)
+        else:
+            todo = [str(h["id"]) for h in self.backend.list_headers()]
+        for sid in todo:
+            try:
+                header, events = full(sid)
+            except DshError as error:
+                error.where.setdefault("session_id", sid)
+                errors.append(error)
+                continue
+            if events:
+                entries.append(summarize(header, events))
+        return entries, errors
 
     # reading -----------------------------------------------------------------------------
 

@@ -1,0 +1,212 @@
+"""``Persistence.list_entries``: listing from the store's own index, equal to a full read.
+
+SQLite answers from its tables; JSONL from the ``.dsh-listing.json`` sidecar, whose entry for a
+log is used only while the log's stat signature is unchanged and is rebuilt otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dsh.errors import DshError
+from dsh.persistence import open_store
+from dsh.persistence.coordinator import Persistence
+from dsh.persistence.listing import INDEX_NAME, ListingEntry, summarize
+from dsh.session.session import Session
+from dsh.session.store import SessionStore
+from tests.strategies import StepClock, apply_script, examples, log_scripts
+
+URLS = {
+    "jsonl": "jsonl://{root}/store",
+    "jsonl-zstd": "jsonl+zstd://{root}/store",
+    "sqlite": "sqlite://{root}/store.db",
+    "sqlite-14": "sqlite://{root}/store.db?schema=14",
+    "memory": "memory:",
+}
+
+
+def user(text: str, kind: str = "user", n: int = 0) -> dict[str, Any]:
+    return {"id": f"u{n}-{text[:3]}", "role": "user", "source": {"kind": kind},
+            "content": [{"type": "text", "text": text}]}
+
+
+def write(persistence: Persistence, sid: str, build: Any) -> None:
+    store = SessionStore(persistence=persistence, clock=StepClock())
+    session = store.create(sid)
+    build(session)
+    store.flush(session)
+    store.dispose(session)
+
+
+def titled(session: Session) -> None:
+    session.append("turn/start", {"turn": 1})
+    session.append("user/message", user("   "), surface_op="append")  # blank: not a prompt
+    session.append("user/message", user("ctx", kind="plugin", n=1) | {"source": {
+        "kind": "plugin", "plugin": "notes", "form": "notice", "summary": "n"}},
+        surface_op="append")
+    session.append("user/message", user("First line\nsecond line", n=2), surface_op="append")
+    session.append("session/title", {"title": "A title"})
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    session.append("turn/start", {"turn": 2})
+    session.append("session/title", {"title": "Later title"})
+    session.append("turn/end", {"turn": 2, "reason": {"kind": "completed"}})
+
+
+def prompt_only(session: Session) -> None:
+    session.append("turn/start", {"turn": 1})
+    session.append("user/message", user("x" * 5000), surface_op="append")
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+
+
+def full_entries(persistence: Persistence) -> dict[str, ListingEntry]:
+    out = {}
+    for header in persistence.list_headers():
+        read = persistence.read(str(header["id"]))
+        if read.stored_events:
+            out[str(header["id"])] = summarize(read.header, read.stored_events)
+    return out
+
+
+def listed(persistence: Persistence) -> dict[str, ListingEntry]:
+    entries, errors = persistence.list_entries()
+    assert errors == []
+    return {e.id: e for e in entries}
+
+
+@pytest.mark.parametrize("kind", sorted(URLS))
+def test_entries_equal_a_full_read(tmp_path: Path, kind: str) -> None:
+    with open_store(URLS[kind].format(root=tmp_path)) as persistence:
+        write(persistence, "titled", titled)
+        write(persistence, "prompt", prompt_only)
+        persistence.create({"version": 0, "id": "empty", "createdAt": 5})  # never written
+        got = listed(persistence)
+        assert got == full_entries(persistence)
+        assert sorted(got) == ["prompt", "titled"]
+        t = got["titled"]
+        assert (t.title, t.first_prompt, t.turns, t.events) == (
+            "Later title", "First line", 2, 9)
+        assert len(got["prompt"].first_prompt or "") == 5000
+        assert got["prompt"].title is None
+
+
+@settings(max_examples=examples(25), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(scripts=st.lists(log_scripts(open_tail=None), min_size=1, max_size=3),
+       kind=st.sampled_from(["jsonl", "sqlite", "sqlite-14"]))
+def test_entries_equal_a_full_read_on_random_logs(tmp_path_factory: Any, scripts: list[Any],
+                                                  kind: str) -> None:
+    root = tmp_path_factory.mktemp("listing")
+    with open_store(URLS[kind].format(root=root)) as persistence:
+        for i, script in enumerate(scripts):
+            write(persistence, f"s{i}", lambda s, script=script: apply_script(s, script))
+        assert listed(persistence) == full_entries(persistence)
+
+
+def test_jsonl_unchanged_logs_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    url = URLS["jsonl"].format(root=tmp_path)
+    with open_store(url) as persistence:
+        for i in range(3):
+            write(persistence, f"s{i}", titled)
+        first = listed(persistence)
+    assert (tmp_path / "store" / INDEX_NAME).is_file()
+    reads: list[str] = []
+    original = Persistence.read
+
+    def counting(self: Persistence, session_id: str) -> Any:
+        reads.append(session_id)
+        return original(self, session_id)
+
+    monkeypatch.setattr(Persistence, "read", counting)
+    with open_store(url) as persistence:
+        assert listed(persistence) == first
+        assert reads == []
+        # one session grows: only its log is read again, and its entry follows
+        store = SessionStore(persistence=persistence, clock=StepClock(10**12))
+        session = store.resume("s1")
+        session.append("turn/start", {"turn": 3})
+        session.append("turn/end", {"turn": 3, "reason": {"kind": "completed"}})
+        store.flush(session)
+        store.dispose(session)
+        reads.clear()
+        again = listed(persistence)
+        assert reads == ["s1"]
+        assert again["s1"].turns == 3 and again["s1"].events == first["s1"].events + 3
+        assert again == full_entries(persistence)
+
+
+@pytest.mark.parametrize("damage", ["delete", "garbage", "wrong-shape", "truncate"])
+def test_jsonl_index_damage_is_rebuilt(tmp_path: Path, damage: str) -> None:
+    url = URLS["jsonl"].format(root=tmp_path)
+    index = tmp_path / "store" / INDEX_NAME
+    with open_store(url) as persistence:
+        write(persistence, "a", titled)
+        expected = listed(persistence)
+    if damage == "delete":
+        index.unlink()
+    elif damage == "garbage":
+        index.write_bytes(b"\x00not json")
+    elif damage == "wrong-shape":
+        index.write_text('{"version": 1, "logs": {"x/a": {"sig": [1], "entry": {"id": 3}}}}')
+    else:
+        index.write_bytes(index.read_bytes()[:20])
+    with open_store(url) as persistence:
+        assert listed(persistence) == expected
+    assert index.read_bytes().startswith(b'{"version":2')
+
+
+def test_jsonl_index_entry_of_a_replaced_log_is_not_trusted(tmp_path: Path) -> None:
+    # same size and a restored mtime still differ in ctime/inode: the entry is rebuilt
+    url = URLS["jsonl"].format(root=tmp_path)
+    with open_store(url) as persistence:
+        write(persistence, "a", titled)
+        listed(persistence)
+    log = next((tmp_path / "store").rglob("session.jsonl"))
+    st = os.stat(log)
+    data = log.read_bytes().replace(b"Later title", b"Other title")
+    log.unlink()
+    log.write_bytes(data)
+    os.utime(log, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with open_store(url) as persistence:
+        entries, errors = persistence.list_entries()
+    # re-read, not served from the index: the integrity seal names the changed bytes
+    assert entries == [] and len(errors) == 1 and "integrity seal" in errors[0].message
+    seal = log.with_name(log.name + ".seal")
+    seal.unlink()
+    with open_store(url) as persistence:
+        assert listed(persistence)["a"].title == "Other title"
+
+
+def test_a_damaged_log_is_reported_and_the_others_listed(tmp_path: Path) -> None:
+    for kind in ("jsonl", "sqlite"):
+        root = tmp_path / kind
+        root.mkdir()
+        with open_store(URLS[kind].format(root=root)) as persistence:
+            write(persistence, "good", titled)
+            write(persistence, "bad", titled)
+        if kind == "jsonl":
+            log = next(p for p in (root / "store").rglob("session.jsonl") if "bad" in str(p))
+            lines = log.read_bytes().split(b"\n")
+            lines[3] = b"{broken"
+            log.write_bytes(b"\n".join(lines))
+        else:
+            import sqlite3
+
+            conn = sqlite3.connect(root / "store.db")
+            conn.execute("UPDATE events SET data = '{broken' WHERE session_id = 'bad' AND "
+                         "seq = (SELECT max(seq) FROM events WHERE session_id = 'bad')")
+            conn.commit()
+            conn.close()
+        with open_store(URLS[kind].format(root=root)) as persistence:
+            entries, errors = persistence.list_entries()
+        assert [e.id for e in entries] == ["good"] or (
+            kind == "sqlite" and sorted(e.id for e in entries) == ["bad", "good"])
+        if kind == "jsonl":
+            assert len(errors) == 1 and isinstance(errors[0], DshError)
+            assert errors[0].where["session_id"] == "bad"
