@@ -36,8 +36,8 @@ def user(text: str, kind: str = "user", n: int = 0) -> dict[str, Any]:
             "content": [{"type": "text", "text": text}]}
 
 
-def write(persistence: Persistence, sid: str, build: Any) -> None:
-    store = SessionStore(persistence=persistence, clock=StepClock())
+def write(persistence: Persistence, sid: str, build: Any, step: int = 1) -> None:
+    store = SessionStore(persistence=persistence, clock=StepClock(step=step))
     session = store.create(sid)
     build(session)
     store.flush(session)
@@ -210,3 +210,26 @@ def test_a_damaged_log_is_reported_and_the_others_listed(tmp_path: Path) -> None
         if kind == "jsonl":
             assert len(errors) == 1 and isinstance(errors[0], DshError)
             assert errors[0].where["session_id"] == "bad"
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite", "memory"])
+def test_imported_sessions_carry_format_and_timedness(tmp_path: Path, kind: str) -> None:
+    def imported(timestamps: bool, appended: bool) -> Any:
+        def build(session: Session) -> None:
+            session.append("import/source", {"format": "claude-code", "path": "/x.jsonl",
+                                              "timestamps": timestamps}, ignorable=True)
+            session.append("import/source", {"format": "codex"}, ignorable=True)
+            if appended:
+                session.append("turn/start", {"turn": 1})
+        return build
+
+    with open_store(URLS[kind].format(root=tmp_path)) as persistence:
+        # an importer stamps every event of a timestamp-less source with one time
+        write(persistence, "stamped", imported(False, False), step=0)
+        write(persistence, "stamped-then-live", imported(False, True))
+        write(persistence, "real", imported(True, False))
+        got = listed(persistence)
+        assert got == full_entries(persistence)
+    assert {sid: (e.source_format, e.timed) for sid, e in got.items()} == {
+        "stamped": ("claude-code", False), "stamped-then-live": ("claude-code", True),
+        "real": ("claude-code", True)}
