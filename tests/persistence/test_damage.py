@@ -494,3 +494,98 @@ def test_sqlite_damaged_schema_text_is_corruption(tmp_path: Path) -> None:
     db.write_bytes(bytes(data))
     with pytest.raises(LogCorruptError, match="damaged"):
         _read_sqlite(db)
+
+
+# --- item 10: one id rule on every backend ---------------------------------------------------
+
+_BAD_IDS = {"too-long-ascii": "a" * 256, "too-long-encoded": "é" * 52,
+            "lone-surrogate": "id-\ud800"}
+_GOOD_IDS = {"longest-ascii": "a" * 255, "longest-encoded": "é" * 51, "pair": "id-\U0001f600"}
+
+
+@pytest.mark.parametrize("name", sorted(_BAD_IDS))
+def test_ids_no_backend_can_store_are_refused_alike(backend_kind: str, tmp_path: Path,
+                                                    name: str) -> None:
+    from dsh.errors import ConfigError, EventRejectedError
+
+    from .conftest import store_url
+
+    sid = _BAD_IDS[name]
+    persistence = open_store(store_url(backend_kind, tmp_path))
+    try:
+        with pytest.raises(EventRejectedError) as caught:
+            persistence.create(header(sid))
+        assert caught.value.code == "HEADER" and "storable on every backend" in caught.value.message
+        assert persistence.exists(sid) is False
+        if backend_kind != "memory":
+            with pytest.raises(ConfigError) as refused:
+                persistence.open(sid)
+            assert refused.value.code == "INVALID_ID"
+    finally:
+        persistence.close()
+
+
+@pytest.mark.parametrize("name", sorted(_GOOD_IDS))
+def test_ids_at_the_limit_are_stored_on_every_backend(backend_kind: str, tmp_path: Path,
+                                                      name: str) -> None:
+    from .conftest import store_url
+
+    sid = _GOOD_IDS[name]
+    persistence = open_store(store_url(backend_kind, tmp_path))
+    try:
+        persistence.create(header(sid))
+        with persistence.open(sid, "write") as handle:
+            handle.read()
+            handle.append([make("todo/write", 0, {})])
+            handle.flush()
+        with persistence.open(sid) as handle:
+            assert len(handle.read().events) == 1
+    finally:
+        persistence.close()
+
+
+# --- item 11: no symlink where a store file or folder belongs; folders 0700 ------------------
+
+def test_store_root_and_project_folders_are_private(tmp_path: Path) -> None:
+    _raw_log(tmp_path)
+    root = tmp_path / "root"
+    for folder in (root, root / SESSION_DIR.parent, root / SESSION_DIR):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    for name in ("session.jsonl", "session.lock", "session.jsonl.seal"):
+        assert (root / SESSION_DIR / name).stat().st_mode & 0o777 == 0o600, name
+
+
+@pytest.mark.parametrize("where", ["session folder", "session log", "project folder",
+                                   "lock file"])
+def test_jsonl_symlinks_in_the_store_are_refused(tmp_path: Path, where: str) -> None:
+    from dsh.errors import PersistenceError
+
+    backend, path = _raw_log(tmp_path)
+    outside = tmp_path / "outside"
+    victim = {"session folder": path.parent, "session log": path,
+              "project folder": path.parent.parent, "lock file": path.with_name("session.lock")
+              }[where]
+    victim.rename(outside)
+    victim.symlink_to(outside)
+    before = outside.stat().st_mtime_ns
+    with pytest.raises(PersistenceError) as caught:
+        with JsonlBackend(tmp_path / "root").open("s", "write") as handle:
+            handle.read()
+            handle.append([make("todo/write", 24, {})])
+    assert caught.value.code == "SYMLINK" and str(victim) in caught.value.message
+    assert outside.stat().st_mtime_ns == before
+
+
+def test_sqlite_symlinked_lock_folder_is_refused(tmp_path: Path) -> None:
+    from dsh.errors import PersistenceError
+
+    db, _ = _sqlite_log(tmp_path)
+    locks = db.with_name("store.db.dsh-locks")
+    outside = tmp_path / "elsewhere"
+    locks.rename(outside)
+    locks.symlink_to(outside)
+    backend = SqliteBackend(db)
+    with pytest.raises(PersistenceError) as caught:
+        backend.open("s", "write")
+    assert caught.value.code == "SYMLINK"
+    backend.close()

@@ -25,6 +25,7 @@ from types import TracebackType
 from filelock import FileLock, Timeout
 
 from dsh.errors import SessionBusyError
+from dsh.persistence._paths import mkdir_private, refuse_symlink
 
 __all__ = ["SessionLock"]
 
@@ -59,7 +60,9 @@ class SessionLock:
         self.path = lock_path
         self.owner_path = lock_path.with_name(lock_path.name + ".owner")
         self.session_id = session_id
-        lock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        mkdir_private(lock_path.parent, "a lock folder")
+        refuse_symlink(lock_path, "a lock file")
+        refuse_symlink(self.owner_path, "a lock owner file")
         key = str(lock_path.parent.resolve() / lock_path.name)
         self._key = key
         self.since = int(time.time() * 1000)
@@ -73,7 +76,7 @@ class SessionLock:
                 self._busy(holder, in_process=True)
             _held[key] = info
         self._lock = FileLock(
-            str(lock_path), timeout=0, thread_local=False, is_singleton=False,
+            str(lock_path), timeout=0, mode=0o600, thread_local=False, is_singleton=False,
             preserve_lock_file=True)
         try:
             self._lock.acquire(timeout=0, blocking=False)
@@ -88,7 +91,9 @@ class SessionLock:
         self._released = False
         try:
             tmp = self.owner_path.with_name(self.owner_path.name + f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(info), encoding="utf-8")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(json.dumps(info))
             os.replace(tmp, self.owner_path)
         except BaseException:
             self.release()  # never keep a lock whose holder cannot be named

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEADER_KEYS",
+    "MAX_ID_SEGMENT_BYTES",
     "Backend",
     "ColdRead",
     "Handle",
@@ -36,7 +37,9 @@ __all__ = [
     "OpenMode",
     "SessionSummary",
     "TornTail",
+    "check_session_id",
     "normalize_header",
+    "session_id_problem",
 ]
 
 OpenMode = Literal["read", "write"]
@@ -270,6 +273,47 @@ class KeepsCuts(Protocol):
         ...
 
 
+MAX_ID_SEGMENT_BYTES = 255
+"""Longest storage form of a session id (its JSONL folder name; most file systems' limit)."""
+
+
+def session_id_problem(session_id: str) -> str | None:
+    """Why ``session_id`` cannot name a session on every backend, or ``None`` when it can.
+
+    One rule for all backends, so a session can move between them (``dsh convert``): the id
+    is a non-empty string, valid Unicode (no lone surrogate: SQLite and PostgreSQL store
+    UTF-8), and its path-segment encoding (the JSONL folder name, persistence spec §4.2: a
+    non-``[A-Za-z0-9._-]`` UTF-16 unit takes 5 bytes) is at most 255 bytes.
+    """
+    from dsh.persistence._jsonl_format import encode_segment
+
+    if not session_id:
+        return "it is empty"
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"it holds a lone surrogate at index {exc.start}"
+    size = len(encode_segment(session_id))
+    if size > MAX_ID_SEGMENT_BYTES:
+        return (f"its folder name would be {size} bytes, over {MAX_ID_SEGMENT_BYTES}; characters "
+                f"outside A-Z a-z 0-9 . _ - take 5 bytes each")
+    return None
+
+
+def check_session_id(session_id: str) -> None:
+    """Refuse an id no backend can store (see :func:`session_id_problem`).
+
+    Raises:
+        ConfigError: code ``INVALID_ID``, saying why.
+    """
+    problem = session_id_problem(session_id) if type(session_id) is str else "not a string"
+    if problem is not None:
+        from dsh.errors import ConfigError
+
+        raise ConfigError(f"session id {session_id!r} cannot name a stored session: {problem}",
+                          code="INVALID_ID")
+
+
 def normalize_header(header: Mapping[str, object]) -> FrozenDict:
     """Validate a ``SessionHeader`` for storage and return its known keys, frozen, in order.
 
@@ -303,6 +347,9 @@ def normalize_header(header: Mapping[str, object]) -> FrozenDict:
     sid = header.get("id")
     if type(sid) is not str or not sid:
         raise bad("id", "a non-empty string", sid)
+    problem = session_id_problem(sid)
+    if problem is not None:
+        raise bad("id", f"storable on every backend ({problem})", sid)
     out["id"] = sid
     created = header.get("createdAt")
     if not is_safe_int(created) or created < 0:  # type: ignore[operator]

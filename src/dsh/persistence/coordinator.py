@@ -48,7 +48,9 @@ from dsh.persistence.api import (
     OpenMode,
     SessionSummary,
     TornTail,
+    check_session_id,
     normalize_header,
+    session_id_problem,
 )
 from dsh.persistence.legacy import normalize_legacy_events
 from dsh.persistence.listing import ListingEntry, jsonl_entries, sqlite_entries, summarize
@@ -637,12 +639,18 @@ class Persistence:
         self.backend.create(normalize_header(header))
 
     def open(self, session_id: str, mode: OpenMode = "read") -> Handle:
-        """Open a handle (see ``Backend.open``)."""
+        """Open a handle (see ``Backend.open``).
+
+        Raises:
+            ConfigError: code ``INVALID_ID``: no backend can store this id (one rule for all,
+                see :func:`dsh.persistence.api.session_id_problem`).
+        """
+        check_session_id(session_id)
         return self.backend.open(session_id, mode)
 
     def exists(self, session_id: str) -> bool:
-        """Return whether the session is stored (or created) in the backend."""
-        return self.backend.exists(session_id)
+        """Return whether the session is stored (or created); an unstorable id never is."""
+        return session_id_problem(session_id) is None and self.backend.exists(session_id)
 
     def list_headers(self) -> list[FrozenDict]:
         """Headers of every stored session, without reading any log.

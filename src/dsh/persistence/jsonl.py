@@ -20,9 +20,11 @@ scanning rules live in :mod:`dsh.persistence._jsonl_format`; this module does th
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import secrets
+import stat
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +53,7 @@ from dsh.persistence._jsonl_format import (
     scan_zstd_frames,
 )
 from dsh.persistence._lock import SessionLock
+from dsh.persistence._paths import mkdir_private, refuse_symlink
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
@@ -60,7 +63,15 @@ from dsh.persistence._seal import (
     read_seal,
     reset_seal,
 )
-from dsh.persistence.api import ColdRead, HandleBase, OpenMode, TornTail, normalize_header
+from dsh.persistence.api import (
+    ColdRead,
+    HandleBase,
+    OpenMode,
+    TornTail,
+    check_session_id,
+    normalize_header,
+    session_id_problem,
+)
 from dsh.persistence.memory import validate_batch
 from dsh.session.events import SESSION_FORMAT_VERSION, Event
 
@@ -91,15 +102,26 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _mkdir_durable(path: Path) -> None:
-    """``mkdir`` (mode 0700) and fsync the parent so the new entry survives a crash (§4.8)."""
+def _is_file(path: Path) -> bool:
+    """``Path.is_file`` that answers False for a name too long to exist (a 255-byte id)."""
     try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        if not path.is_dir():
-            raise
-        return
-    _fsync_dir(path.parent)
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return False
+        raise
+
+
+def _mkdir_durable(path: Path, what: str) -> None:
+    """``mkdir`` (mode 0700) and fsync the parent so the new entry survives a crash (§4.8).
+
+    Raises:
+        PersistenceError: code ``SYMLINK`` / ``NOT_A_DIRECTORY`` (see ``mkdir_private``).
+    """
+    if mkdir_private(path, what):
+        _fsync_dir(path.parent)
 
 
 def _stable_read(path: Path, session_id: str) -> tuple[bytes, str]:
@@ -107,7 +129,7 @@ def _stable_read(path: Path, session_id: str) -> tuple[bytes, str]:
     for _ in range(50):
         try:
             before = os.stat(path)
-            with open(path, "rb") as f:
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
                 data = f.read()
             after = os.stat(path)
         except FileNotFoundError:
@@ -635,7 +657,10 @@ class JsonlBackend:
                 entries = list(it)
         except FileNotFoundError:
             return []
-        return [Path(e.path) for e in entries if e.is_dir()]
+        for entry in entries:
+            if entry.is_symlink():
+                refuse_symlink(Path(entry.path), "a project folder")
+        return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
 
     def _check_encoding(self) -> None:
         """Refuse a root holding artifacts of the other compression (spec §4.9)."""
@@ -662,13 +687,15 @@ class JsonlBackend:
         hits: list[Path] = []
         for project in self._project_dirs():
             for flat in (project / f"{segment}.jsonl", project / f"{segment}.jsonl.zstd"):
-                if flat.is_file():
+                if _is_file(flat):
                     raise PersistenceError(f"unsupported flat-file layout: {flat} (sessions "
                                            f"live in <project>/<id>/{self._name})",
                                            code="FLAT_LAYOUT", path=str(flat))
             candidate = project / segment / self._name
+            refuse_symlink(candidate.parent, "a session folder")
+            refuse_symlink(candidate, "a session log")
             try:
-                os.stat(candidate)
+                os.lstat(candidate)
             except FileNotFoundError:
                 if (project / segment / self._opposite).exists():
                     self._mismatch(project / segment / self._opposite)
@@ -719,10 +746,10 @@ class JsonlBackend:
         if (session_dir / self._opposite).exists():
             self._mismatch(session_dir / self._opposite)
         if not self.root.is_dir():
-            self.root.parent.mkdir(parents=True, exist_ok=True)
-        _mkdir_durable(self.root)
-        _mkdir_durable(session_dir.parent)
-        _mkdir_durable(session_dir)
+            mkdir_private(self.root.parent, "the store's parent folder")
+        _mkdir_durable(self.root, "its root folder")
+        _mkdir_durable(session_dir.parent, "a project folder")
+        _mkdir_durable(session_dir, "a session folder")
         if final.exists():
             raise SessionExistsError(f"refusing to materialize session {session_id!r}: a log "
                                      f"already exists on disk at {final}", path=str(final),
@@ -778,12 +805,14 @@ class JsonlBackend:
         """Open a session (see ``Backend.open``); write handles take the session lock.
 
         Raises:
+            ConfigError: code ``INVALID_ID``: no backend can store this id.
             SessionNotFoundError: neither on disk nor created in this backend.
             SessionBusyError: another writer holds the session (pid, host, since).
         """
         if mode not in ("read", "write"):
             raise PersistenceError(f"open mode must be 'read' or 'write', got {mode!r}",
                                    code="BAD_MODE", session_id=session_id)
+        check_session_id(session_id)
         path = self._find(session_id)
         with self._mutex:
             pending = self._pending.get(session_id) if path is None else None
@@ -795,11 +824,14 @@ class JsonlBackend:
         return JsonlHandle(self, session_id, mode, target, pending, lock)
 
     def exists(self, session_id: str) -> bool:
-        """Return whether the session is pending here or has a log on disk."""
+        """Return whether the session is pending here or has a log on disk.
+
+        An id no backend can store (see ``session_id_problem``) is never stored.
+        """
         with self._mutex:
             if session_id in self._pending:
                 return True
-        return self._find(session_id) is not None
+        return session_id_problem(session_id) is None and self._find(session_id) is not None
 
     def _read_header(self, path: Path) -> FrozenDict | None:
         """Read only the header of a log for listing (spec §4.9)."""
@@ -848,9 +880,12 @@ class JsonlBackend:
                                         or entry.name.endswith(".jsonl.zstd")):
                     raise PersistenceError(f"unsupported flat-file layout: {entry.path}",
                                            code="FLAT_LAYOUT", path=entry.path)
-                if not entry.is_dir():
+                if entry.is_symlink():
+                    refuse_symlink(Path(entry.path), "a session folder")
+                if not entry.is_dir(follow_symlinks=False):
                     continue
                 path = Path(entry.path) / self._name
+                refuse_symlink(path, "a session log")
                 try:
                     header = self._read_header(path)
                 except FileNotFoundError:

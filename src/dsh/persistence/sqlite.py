@@ -48,6 +48,7 @@ from dsh.errors import (
 )
 from dsh.json import FrozenDict, FrozenList, is_safe_int
 from dsh.persistence._lock import SessionLock
+from dsh.persistence._paths import mkdir_private
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import append_seal, check_row_seals, read_seal, reset_seal, rows_crc
 from dsh.persistence._sqlite_schema import (
@@ -68,7 +69,15 @@ from dsh.persistence._sqlite_schema import (
     scan_rows,
     schema_objects,
 )
-from dsh.persistence.api import ColdRead, HandleBase, OpenMode, TornTail, normalize_header
+from dsh.persistence.api import (
+    ColdRead,
+    HandleBase,
+    OpenMode,
+    TornTail,
+    check_session_id,
+    normalize_header,
+    session_id_problem,
+)
 from dsh.persistence.memory import validate_batch
 from dsh.session.events import SESSION_FORMAT_VERSION, Event
 
@@ -538,7 +547,12 @@ class SqliteBackend:
         logger.debug("created session %s in %s", values[0], self.path)
 
     def exists(self, session_id: str) -> bool:
-        """Return whether a session row with this id is stored."""
+        """Return whether a session row with this id is stored.
+
+        An id no backend can store (see ``session_id_problem``) is never stored.
+        """
+        if session_id_problem(session_id) is not None:
+            return False
         with self._shared() as c:
             try:
                 return c.conn.execute("SELECT 1 FROM sessions WHERE id = ?",
@@ -572,9 +586,11 @@ class SqliteBackend:
             SessionBusyError: ``"write"`` and another thread or process holds the session
                 (``where``: pid, host, since in epoch ms).
             SessionNotFoundError: no such session.
+            ConfigError: code ``INVALID_ID``: no backend can store this id.
         """
         if mode not in ("read", "write"):
             raise ConfigError(f"open mode must be 'read' or 'write', got {mode!r}")
+        check_session_id(session_id)
         if self._closed:
             raise PersistenceError(f"SQLite backend for {self.path} is closed", code="CLOSED",
                                    path=str(self.path))
@@ -627,7 +643,7 @@ class SqliteBackend:
                  "ignorable")
         lines = [std_json.dumps(dict(zip(names, map(plain, row), strict=False)),
                                 ensure_ascii=True) for row in rows]
-        self.cut_dir.mkdir(mode=0o700, exist_ok=True)
+        mkdir_private(self.cut_dir, "saved torn rows")
         return save_cut(self.cut_dir, _cut_stem(session_id),
                         "".join(line + "\n" for line in lines).encode("ascii"))
 
@@ -1011,7 +1027,7 @@ class SqliteHandle(HandleBase):
         path = self._backend._seal_path(self._id)
         try:
             if self._seal_rewrite:
-                path.parent.mkdir(mode=0o700, exist_ok=True)
+                mkdir_private(path.parent, "integrity seals")
                 reset_seal(path, incarnation.encode(), [*self._seals, record])
                 self._seal_rewrite = False
             else:

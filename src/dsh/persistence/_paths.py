@@ -1,0 +1,59 @@
+"""Store-owned paths: private folders, and no symlink where a store file or folder belongs.
+
+A symlink placed where a session folder, log, lock or sidecar should be would send writes
+outside the store (or into another session), so every store-owned path is checked with
+``lstat`` (files are also opened with ``O_NOFOLLOW``). Only the store root itself may be a
+symlink: it is named by the user. Folders the store creates are mode 0700 (persistence spec
+§4.2), parents included.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from dsh.errors import PersistenceError
+
+__all__ = ["mkdir_private", "refuse_symlink"]
+
+
+def refuse_symlink(path: Path, what: str) -> None:
+    """Raise if ``path`` is a symlink (a missing path is fine).
+
+    Raises:
+        PersistenceError: code ``SYMLINK``, naming the link, its target and what belongs
+            there.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise PersistenceError(
+            f"refusing the symlink {path} (to {os.readlink(path)}) where the store keeps {what}: "
+            f"a link there would send writes outside the store; replace it with the real "
+            f"{what}", code="SYMLINK", path=str(path))
+
+
+def mkdir_private(path: Path, what: str) -> bool:
+    """Create ``path`` (and missing parents) with mode 0700; return whether it was created.
+
+    Raises:
+        PersistenceError: code ``SYMLINK``: ``path`` is a symlink; code ``NOT_A_DIRECTORY``:
+            it exists and is not a directory.
+        OSError: the folder could not be created.
+    """
+    refuse_symlink(path, what)
+    try:
+        path.mkdir(mode=0o700)
+    except FileNotFoundError:
+        mkdir_private(path.parent, "a store folder")
+        return mkdir_private(path, what)
+    except FileExistsError:
+        refuse_symlink(path, what)  # lost a race with a link
+        if not path.is_dir():
+            raise PersistenceError(f"{path} is not a directory, but the store keeps {what} "
+                                   f"there", code="NOT_A_DIRECTORY", path=str(path)) from None
+        return False
+    return True
