@@ -560,7 +560,7 @@ def test_store_root_and_project_folders_are_private(tmp_path: Path) -> None:
 def test_jsonl_symlinks_in_the_store_are_refused(tmp_path: Path, where: str) -> None:
     from dsh.errors import PersistenceError
 
-    backend, path = _raw_log(tmp_path)
+    _, path = _raw_log(tmp_path)
     outside = tmp_path / "outside"
     victim = {"session folder": path.parent, "session log": path,
               "project folder": path.parent.parent, "lock file": path.with_name("session.lock")
@@ -568,10 +568,10 @@ def test_jsonl_symlinks_in_the_store_are_refused(tmp_path: Path, where: str) -> 
     victim.rename(outside)
     victim.symlink_to(outside)
     before = outside.stat().st_mtime_ns
-    with pytest.raises(PersistenceError) as caught:
-        with JsonlBackend(tmp_path / "root").open("s", "write") as handle:
-            handle.read()
-            handle.append([make("todo/write", 24, {})])
+    with pytest.raises(PersistenceError) as caught, \
+            JsonlBackend(tmp_path / "root").open("s", "write") as handle:
+        handle.read()
+        handle.append([make("todo/write", 24, {})])
     assert caught.value.code == "SYMLINK" and str(victim) in caught.value.message
     assert outside.stat().st_mtime_ns == before
 
