@@ -547,3 +547,18 @@ def test_message_shape_ok_agrees_with_the_python_check(
         except DshError:
             accepted = False
         assert dj.c_message_shape_ok(candidate) is accepted, candidate
+
+
+def test_load_passes_store_each_short_string_value_once() -> None:
+    line = orjson.dumps({"type": "x/y", "seq": 0, "time": 1, "data": {
+        "role": "user", "long": "z" * 40}})
+    body = b"".join(line.replace(b'"seq":0', b'"seq":%d' % i) + b"\n" for i in range(3))
+    scanner = fmt.Scanner(path="p", start_offset=0)
+    scanner.feed(body)
+    events = scanner.finish().events
+    assert len(events) == 3
+    assert events[0]["type"] is events[2]["type"]
+    assert events[0]["data"]["role"] is events[1]["data"]["role"]
+    # long values are left alone (ids, texts): sharing them would rarely pay
+    assert events[0]["data"]["long"] is not events[1]["data"]["long"]
+    assert events[0]["data"]["long"] == events[1]["data"]["long"]

@@ -176,13 +176,40 @@ new_frozen_list(Py_ssize_t n)
 
 static PyObject *walk(PyObject *v, int depth, int parsed);
 
+/* While a load pass runs (scan_lines, decode_rows): one object per distinct short string
+ * value, so the thousands of "text", "user", "turn/start", model and tool names of a log are
+ * stored once (orjson already shares keys, not values). NULL outside a load pass. */
+static PyObject *str_cache = NULL;
+#define STR_CACHE_MAX_LEN 32
+#define STR_CACHE_MAX_SIZE 65536
+
+static inline PyObject *
+shared_str(PyObject *x)
+{
+    PyObject *found;
+    if (str_cache == NULL || PyUnicode_GET_LENGTH(x) > STR_CACHE_MAX_LEN) {
+        return Py_NewRef(x);
+    }
+    if (PyDict_GET_SIZE(str_cache) < STR_CACHE_MAX_SIZE) {
+        found = PyDict_SetDefault(str_cache, x, x);
+    }
+    else {
+        found = PyDict_GetItemWithError(str_cache, x);
+    }
+    if (found == NULL) {
+        PyErr_Clear();
+        return Py_NewRef(x);
+    }
+    return Py_NewRef(found);
+}
+
 /* Walk one child; NULL on error. Strings, None and bools take the inline path. */
 static inline PyObject *
 child(PyObject *x, int depth, int parsed)
 {
     PyTypeObject *t = Py_TYPE(x);
     if (t == &PyUnicode_Type && (parsed || PyUnicode_IS_ASCII(x))) {
-        return Py_NewRef(x);
+        return parsed ? shared_str(x) : Py_NewRef(x);
     }
     if (x == Py_None || t == &PyBool_Type) {
         return Py_NewRef(x);
@@ -862,6 +889,10 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     base = (const char *)view.buf;
+    str_cache = PyDict_New();
+    if (str_cache == NULL) {
+        goto done;
+    }
     if (pos < 0 || pos > view.len) {
         PyErr_SetString(PyExc_ValueError, "scan_lines(): pos out of range");
         goto done;
@@ -919,6 +950,7 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     result = Py_BuildValue("(nnL)", pos, line, expected);
 done:
+    Py_CLEAR(str_cache);
     PyBuffer_Release(&view);
     return result;
 }
@@ -1346,6 +1378,10 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     n = PyList_GET_SIZE(rows);
+    str_cache = PyDict_New();
+    if (str_cache == NULL) {
+        return NULL;
+    }
     for (; i >= 0 && i < n; i++) {
         PyObject *decoded = decode_one_row(PyList_GET_ITEM(rows, i), loads, event_type,
                                            varints, packed_limit, min_members, max_members);
@@ -1356,6 +1392,7 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 PyErr_Clear();
                 break;
             }
+            Py_CLEAR(str_cache);
             return NULL;
         }
         count = PyList_GET_SIZE(decoded);
@@ -1367,11 +1404,13 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         end = PyList_GET_SIZE(events);
         if (PyList_SetSlice(events, end, end, decoded) < 0) {
             Py_DECREF(decoded);
+            Py_CLEAR(str_cache);
             return NULL;
         }
         Py_DECREF(decoded);
         expected += count;
     }
+    Py_CLEAR(str_cache);
     return Py_BuildValue("(nL)", i, expected);
 }
 
