@@ -324,7 +324,8 @@ def test_import_json_summary_has_stable_keys(tmp_path: Path) -> None:
     summary = dsh.json("import", str(source), "--json")
     assert summary == {"imported": [{"path": str(source), "session": "native-1",
                                      "format": "dsh"}],
-                       "skipped": [], "failed": [], "ignored": []}
+                       "updated": [], "superseded": [], "skipped": [], "failed": [],
+                       "ignored": []}
 
 
 def test_ls_json_rows_have_the_stable_keys(imported: Imported) -> None:
@@ -638,6 +639,7 @@ def test_import_records_its_source_and_ls_shows_it(tmp_path: Path) -> None:
     assert event["ignorable"] is True
     assert event["data"] == {"format": "claude-code", "path": str(source),
                              "sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+                             "size": source.stat().st_size,
                              "importerVersion": IMPORTER_VERSION}
     [row] = dsh.json("ls", "--json")
     assert row["sourceFormat"] == "claude-code"

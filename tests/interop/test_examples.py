@@ -135,6 +135,7 @@ def test_examples_import_records_the_source_once(name: str) -> None:
     untimed = {"timestamps": False} if fmt in UNTIMED else {}
     assert source["data"] == {"format": fmt, "path": str(path),
                               "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                              "size": path.stat().st_size,
                               "importerVersion": IMPORTER_VERSION, **untimed}
     # Seq 0 for the mapped formats (stamped like the first mapped event); last for dsh logs,
     # whose own seqs are kept.

@@ -14,6 +14,7 @@ from dsh import (
     ConfigError,
     DshError,
     ImportFormatError,
+    Session,
 )
 from dsh.cli import render
 from dsh.cli._common import (
@@ -30,6 +31,7 @@ from dsh.cli._errors import EXIT_FAILED
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dsh.interop import ImportedSession
     from dsh.persistence import Persistence
 
 class ImportFormat(enum.StrEnum):
@@ -101,11 +103,19 @@ class ImportReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     ignored: list[tuple[str, str]] = field(default_factory=list)
+    updated: list[tuple[str, str, int]] = field(default_factory=list)
+    superseded: list[tuple[str, str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--json`` summary with stable keys."""
+        """The ``--json`` summary with stable keys.
+
+        ``updated``: events appended to a session whose source grew; ``superseded``: a source
+        that changed where it was imported, imported again as a new session (``by``).
+        """
         return {
             "imported": [{"path": p, "session": s, "format": f} for p, s, f in self.imported],
+            "updated": [{"path": p, "session": s, "appended": n} for p, s, n in self.updated],
+            "superseded": [{"path": p, "session": s, "by": n} for p, s, n in self.superseded],
             "skipped": [{"path": p, "session": s} for p, s in self.skipped],
             "failed": [{"path": p, "reason": r} for p, r in self.failed],
             "ignored": [{"path": p, "reason": r} for p, r in self.ignored],
@@ -150,8 +160,10 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
         sid = imported.session_id
         stored = _stored_count(persistence, sid) if persistence.exists(sid) else None
         if stored:
-            report.skipped.append((shown, sid))
-            continue
+            newer = _reimport(persistence, imported, shown, report)
+            if newer is None:
+                continue
+            imported, session, sid, stored = newer, newer.to_session(), newer.session_id, None
         try:
             if stored is None:
                 persistence.create(session.header)
@@ -163,6 +175,39 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
             report.failed.append((shown, f"{sid}: {_reason(error)}"))
             return
         report.imported.append((shown, sid, imported.source_format or detected))
+
+
+def _reimport(persistence: Persistence, fresh: ImportedSession, shown: str,
+              report: ImportReport) -> ImportedSession | None:
+    """A source imported before: append what it gained, or give the superseding session.
+
+    Returns the session still to write (a changed source under a new id, not yet stored), or
+    None when this is done (skipped, appended or already superseded).
+    """
+    from dsh.interop.reimport import APPEND, SAME, plan_reimport, superseding
+
+    sid = fresh.session_id
+    read = persistence.read(sid)
+    plan = plan_reimport(read.stored_events, fresh)
+    if plan.kind == SAME:
+        report.skipped.append((shown, sid))
+        return None
+    if plan.kind == APPEND:
+        # Validated as one log with what is stored (seed rules), then appended as Events.
+        known = len(read.stored_events)
+        grown = Session.create(sid, seed=[*read.stored_events, *plan.events],
+                               header=read.header,
+                               inherited_event_count=read.header.get("seedLength") or 0)
+        with persistence.open(sid, "write") as handle:
+            handle.append(grown.events[known:known + len(plan.events)])
+            handle.flush()
+        report.updated.append((shown, sid, len(plan.events) - 1))
+        return None
+    newer = superseding(fresh, sid, plan.changed_at)
+    if persistence.exists(newer.session_id):
+        return _reimport(persistence, newer, shown, report)  # imported so before: compare
+    report.superseded.append((shown, sid, newer.session_id))
+    return newer
 
 
 def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
@@ -227,9 +272,10 @@ def import_(
 ) -> None:
     """Import transcripts of other agents (and dsh logs) into the store.
 
-    Re-importing is idempotent: a source file maps to a stable session id, and sessions already
-    in the store are skipped. A file that fails leaves nothing behind in the store. Exit 1 when
-    a file failed.
+    Re-importing is idempotent: a source file maps to a stable session id; a session already in
+    the store is skipped, gets the records its source gained appended, or (when the part
+    imported before changed) the source is imported as a new session that names the old one.
+    A file that fails leaves nothing behind in the store. Exit 1 when a file failed.
     """
     json_mode(json_)
     err = stderr_console()
@@ -244,7 +290,8 @@ def import_(
         render.write_json(report.to_json())
     else:
         stdout_console().print(render.render_import_summary(
-            report.imported, report.skipped, report.failed, report.ignored))
+            report.imported, report.skipped, report.failed, report.ignored, report.updated,
+            report.superseded))
     if report.failed:
         raise typer.Exit(EXIT_FAILED)
 

@@ -646,7 +646,9 @@ def render_violations(violations: Sequence[Violation]) -> Text:
 def render_import_summary(imported: Sequence[tuple[str, str, str]],
                           skipped: Sequence[tuple[str, str]],
                           failed: Sequence[tuple[str, str]],
-                          ignored: Sequence[tuple[str, str]] = ()) -> Group:
+                          ignored: Sequence[tuple[str, str]] = (),
+                          updated: Sequence[tuple[str, str, int]] = (),
+                          superseded: Sequence[tuple[str, str, str]] = ()) -> Group:
     """Return the ``dsh import`` summary: one line per file, then the counts.
 
     Args:
@@ -654,8 +656,17 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
         skipped: ``(path, session id)`` per session already in the store.
         failed: ``(path, reason)`` per file that could not be imported (nothing was written).
         ignored: ``(path, reason)`` per file found in a folder that is not a transcript.
+        updated: ``(path, session id, events appended)`` per session whose source grew.
+        superseded: ``(path, old id, new id)`` per source that changed where it was imported.
     """
     parts: list[RenderableType] = []
+    for path, session_id, count in updated:
+        parts.append(Text.assemble(("updated   ", "green"),
+                                   f"{session_id}  +{count} events (the source grew)  {path}"))
+    for path, old, new in superseded:
+        parts.append(Text.assemble(("changed   ", "yellow"),
+                                   f"{old}  its source changed where it was imported; "
+                                   f"kept, and imported again as {new}  {path}"))
     for path, session_id, fmt in imported:
         parts.append(Text.assemble(("imported  ", "green"), f"{session_id}  ({fmt})  {path}"))
     for path, session_id in skipped:
@@ -669,5 +680,7 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
               f"{len(failed)} failed")
     if ignored:
         counts += f", {len(ignored)} ignored (not transcripts)"
+    if updated:
+        counts += f", {len(updated)} updated (source grew)"
     parts.append(Text(counts, style="bold"))
     return Group(*parts)

@@ -291,12 +291,20 @@ def source_event_data(path: Path, fmt: str) -> JsonObj:
     """Return the data of an ``import/source`` event.
 
     Shape: ``{"format": <format name>, "path": <path as given to the importer>, "sha256": <hex
-    digest of the file's bytes>, "importerVersion": IMPORTER_VERSION}``.
+    digest of the file's bytes>, "size": <bytes covered>, "importerVersion":
+    IMPORTER_VERSION}``; a re-import that appends to a grown source records the same again
+    (:mod:`dsh.interop.reimport`).
 
     Raises:
         ImportFormatError: the file cannot be read.
     """
-    return {"format": fmt, "path": str(path), "sha256": source_sha256(path),
+    digest = source_sha256(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ImportFormatError(f"cannot read transcript: {exc.strerror or exc}",
+                                path=str(path), format=fmt) from exc
+    return {"format": fmt, "path": str(path), "sha256": digest, "size": size,
             "importerVersion": IMPORTER_VERSION}
 
 
