@@ -369,6 +369,14 @@ class _Connection:
         if found != expected:
             extra = sorted({o[1] for o in found} ^ {o[1] for o in expected}) or sorted(
                 {o[1] for o in set(found) ^ set(expected)})
+            if [o[:3] for o in found] == [o[:3] for o in expected]:
+                # the same objects, only their stored SQL text differs: damage (or an edit)
+                raise LogCorruptError(
+                    f"SQLite database {self.path} does not contain the required schema objects "
+                    f"of schema {version}: the stored definition of {', '.join(extra)} differs "
+                    f"from dsh's, so the schema text is damaged (or was edited); PRAGMA "
+                    f"quick_check says: {_quick_check(self.conn)}", code="SCHEMA_MISMATCH",
+                    path=self.path)
             raise PersistenceError(
                 f"SQLite database {self.path} does not contain the required schema objects of "
                 f"schema {version} (differs in {', '.join(extra)}); dsh refuses any other table, "
