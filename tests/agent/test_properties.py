@@ -131,3 +131,59 @@ def test_random_conversations_verify_and_requests_equal_the_projection(
         offline = Session.create("offline", seed=events[:seq]).derive_messages()
         assert [dumps(m) for m in request.messages] == [dumps(m) for m in offline]
     assert agent.invariant_stats.checks == len(dispatched)
+
+
+ops = st.lists(st.sampled_from([
+    "turn", "end_turn", "step", "end_step", "user", "request", "chunk", "discard",
+    "assistant_text", "assistant_calls", "call_c1", "call_c2", "result_c1", "result_c2",
+    "result_x", "custom", "custom_core"]), max_size=40)
+
+
+@settings(max_examples=EXAMPLES * 4, deadline=None)
+@given(ops)
+def test_any_sequence_of_recorder_calls_leaves_a_well_formed_log(sequence: list[str]) -> None:
+    from dsh.agent import Recorder
+
+    session = SessionStore().create("r")
+    recorder = Recorder(session)
+    turn: Any = None
+    step: Any = None
+    calls = [{"type": "tool-call", "id": "c1", "name": "a", "arguments": "{}"},
+             {"type": "tool-call", "id": "c2", "name": "b", "arguments": "{}"}]
+    for op in sequence:
+        try:
+            if op == "turn":
+                turn = recorder.turn()
+            elif op == "end_turn" and turn is not None:
+                turn.end()
+            elif op == "step" and turn is not None:
+                step = turn.step()
+            elif op == "end_step" and step is not None:
+                step.end()
+            elif op == "user":
+                (step.user_message("u") if step is not None else recorder.user_message("u"))
+            elif step is None:
+                continue
+            elif op == "request":
+                step.request({"provider": "p", "model": "m"})
+            elif op == "chunk":
+                step.chunk({"type": "text-delta", "index": 0, "text": "t"})
+            elif op == "discard":
+                step.discard_attempt()
+            elif op == "assistant_text":
+                step.assistant("hi", provider="p", model="m")
+            elif op == "assistant_calls":
+                step.assistant(calls, provider="p", model="m")
+            elif op.startswith("call_"):
+                step.tool_call(op[5:])
+            elif op.startswith("result_"):
+                step.tool_result(op[7:], "r")
+            elif op == "custom":
+                recorder.custom("test/note", {"n": 1})
+            elif op == "custom_core":
+                recorder.custom("tool/result", {})
+        except AgentError as error:
+            assert error.code == "RECORDER"
+    if turn is not None:
+        turn.end()
+    assert_verifies(session)

@@ -11,10 +11,10 @@ One :meth:`Agent.run` drives turns while the inbox has work (persistence spec §
    the ``assistant/message`` citing this attempt's chunks, or a retry (retryable failures with
    backoff, recorded as ``llm/retry``; a context overflow compacts and retries once);
 3. tool calls in model order: ``tool/call``, the **tool checkpoint**, the body; parallel-safe
-   calls share a rolling pool (default 10), the others are barriers; ``tool/result``\\ s strictly
-   in model order; ``step/end`` always;
-4. ``turn/end`` with completed / max-tokens / error / aborted, then a flush, so a finished turn
-   is durable when :meth:`Agent.run` returns.
+   calls share a rolling pool (default 10), the others are barriers; every ``tool/result``
+   strictly in model order; ``step/end`` always;
+4. ``turn/end`` with completed / max-tokens / blocked / error / aborted, then a flush, so a
+   finished turn is durable when :meth:`Agent.run` returns (a flush dsh does not take here).
 
 Cancelling the task awaiting :meth:`Agent.run` records what was visibly streamed as an
 ``interrupted`` assistant message (text and reasoning only), cancels and drains started tools,
@@ -297,7 +297,10 @@ class Agent:
         return self._task is not None
 
     def send(self, prompt: str | Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> Event:
-        """Queue a prompt for a later turn (``next-turn``); returns the splice event."""
+        """Queue a prompt for a later turn (``next-turn``); returns the splice event.
+
+        Call it from the event loop's thread (the session is not thread-safe).
+        """
         return self._inbox.push("next-turn", as_user_message(prompt))
 
     def steer(self, message: str | Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> Event:
