@@ -536,6 +536,9 @@ class Agent:
 
     def _note_retry(self, step: StepRecorder, retry: int, delay_ms: int,
                     failure: LlmFailureError, cause: str) -> None:
+        logger.warning("session %r turn %d step %d: model call failed (%s, %s); retry %d in %d "
+                       "ms", self._session.id, step.turn, step.number, failure.code, cause,
+                       retry + 1, delay_ms)
         self._recorder._agent_event(RETRY_EVENT, {
             "turn": step.turn, "step": step.number, "attempt": retry + 1, "delayMs": delay_ms,
             "cause": cause, "failure": failure.failure})
