@@ -412,7 +412,7 @@ class Agent:
                         turn.reason = {"kind": "max-tokens"}  # sticky; no tool runs
                         decided = True
                     elif response.tool_calls:
-                        await self._run_tools(turn, step, response.tool_calls)
+                        await self._run_tools(step, response.tool_calls)
                         decided = False
                     else:
                         decided = True
@@ -614,10 +614,9 @@ class Agent:
                               step=step.number)
         return await found.invoke(call["arguments"], context)
 
-    async def _run_tools(self, turn: TurnRecorder, step: StepRecorder,
+    async def _run_tools(self, step: StepRecorder,
                          calls: Sequence[Mapping[str, Any]]) -> None:
         """Run calls in a rolling pool; exclusive calls are barriers; commit in model order."""
-        del turn
         outcomes: dict[int, ToolOutput] = {}
         running: dict[asyncio.Task[ToolOutput], int] = {}
         committed = 0

@@ -108,14 +108,13 @@ def turn_end_reason(error: BaseException | None) -> dict[str, Any]:
 
 
 class _Scan:
-    """Turn/step state read from a log (tolerant: it only tracks what it needs)."""
+    """Turn state read from a log: the last turn number and the open turn (tolerant)."""
 
-    __slots__ = ("last_turn", "open_step", "open_turn")
+    __slots__ = ("last_turn", "open_turn")
 
     def __init__(self) -> None:
         self.last_turn = 0
         self.open_turn: int | None = None
-        self.open_step: int | None = None
 
     def feed(self, events: Sequence[Event]) -> None:
         for event in events:
@@ -125,14 +124,8 @@ class _Scan:
                 if type(turn) is int:
                     self.last_turn = max(self.last_turn, turn)
                     self.open_turn = turn
-                self.open_step = None
             elif kind == "turn/end":
-                self.open_turn = self.open_step = None
-            elif kind == "step/start":
-                step = event["data"].get("step")
-                self.open_step = step if type(step) is int else None
-            elif kind == "step/end":
-                self.open_step = None
+                self.open_turn = None
 
 
 class Recorder:
