@@ -125,3 +125,48 @@ def test_chat_shell_commands_run_only_when_approved(tmp_path: Path) -> None:
     assert marker.read_text() == "yes\n"  # approved command ran; the refused one did not
     refused = [m for m in server.requests[3]["messages"] if m["role"] == "tool"]
     assert "not approved" in refused[-1]["content"]
+
+
+def test_chat_show_compact_and_fork(tmp_path: Path) -> None:
+    long = "The parser fails on nested brackets because the tokenizer drops the close. " * 25
+    server = ScriptedServer([
+        Stream(openai_reply(f"First answer. {long}")),
+        Stream(openai_reply(f"Second answer. {long}")),
+        Stream(openai_reply("Answer in the branch.")),
+    ])
+    with server:
+        chat = spawn(tmp_path, server)
+        chat.expect(r"session (\S+) ·")
+        session = chat.match.group(1)
+        for prompt in ("first question", "second question"):
+            chat.expect_exact("you> ")
+            chat.sendline(f"{prompt} {long}")
+        chat.expect_exact("Second answer.")
+        chat.expect_exact("you> ")
+        chat.sendline("/show")
+        chat.expect_exact("user  #4")
+        chat.expect_exact("── turn 2")
+        chat.expect_exact("you> ")
+        chat.sendline("/compact")
+        chat.expect(r"compacted seqs \d+–\d+ into one checkpoint")
+        chat.expect_exact("you> ")
+        chat.sendline("/fork 4")  # seq 4 is the first prompt (/show lists "user  #4")
+        chat.expect(rf"forked {session} at seq 4 as ({session}-fork-\w+)")
+        child = chat.match.group(1)
+        chat.expect_exact("you> ")
+        chat.sendline("a question in the branch")
+        chat.expect_exact("Answer in the branch.")
+        chat.expect_exact("you> ")
+        chat.sendline("/nope")
+        chat.expect_exact("unknown command /nope")
+        chat.expect_exact("you> ")
+        chat.sendline("/exit")
+        chat.expect_exact(f"continue with: dsh chat {child}")
+        chat.expect(pexpect.EOF)
+        chat.close()
+    assert chat.exitstatus == 0
+    branch = server.requests[2]["messages"]
+    # The branch: the inherited first prompt (its turn closed at the cut), then the new one.
+    assert [m["role"] for m in branch] == ["user", "user"]
+    assert branch[0]["content"].startswith("first question")
+    assert branch[1]["content"] == "a question in the branch"
