@@ -760,6 +760,19 @@ expand_row(PyObject *row, PyTypeObject *event_type, int tool)
     return out;
 }
 
+/* [item], stealing the reference to item; NULL (item released) on failure. */
+static PyObject *
+one_item_list(PyObject *item)
+{
+    PyObject *out = PyList_New(1);
+    if (out == NULL) {
+        Py_DECREF(item);
+        return NULL;
+    }
+    PyList_SET_ITEM(out, 0, item);
+    return out;
+}
+
 /* 1 when data holds a run of 19 or more ASCII digits (a literal that may pass 64 bits; the
  * same conservative test as dsh.json's `\d{19}` scan). */
 static int
@@ -830,14 +843,8 @@ decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_ty
         }
         Py_DECREF(frozen);
         untrack_checked(event);
-        out = PyList_New(1);
-        if (out == NULL) {
-            Py_DECREF(event);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, 0, event);
+        return one_item_list(event);
     }
-    return out;
 }
 
 PyDoc_STRVAR(scan_lines_doc,
@@ -1326,17 +1333,8 @@ decode_one_row(PyObject *row, PyObject *loads, PyTypeObject *event_type, int var
         event = frozen_of(event_type, kv, pairs);
         Py_XDECREF(seqs);
         Py_DECREF(payload);
-        if (event == NULL) {
-            return NULL;
-        }
-        out = PyList_New(1);
-        if (out == NULL) {
-            Py_DECREF(event);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, 0, event);
+        return event == NULL ? NULL : one_item_list(event);
     }
-    return out;
 }
 
 PyDoc_STRVAR(decode_rows_doc,

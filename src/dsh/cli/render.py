@@ -9,6 +9,7 @@ exact wire bytes of :func:`dsh.json.dumps`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -205,63 +206,22 @@ def _message_text(content: Any) -> str:
                      and isinstance(block.get("text"), str))
 
 
-def _timed(events: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether a session's times are real, not one stamp for a source without timestamps.
-
-    False when its ``import/source`` says ``timestamps: false`` and nothing was appended since
-    (a later append carries a real time).
-    """
-    for event in events:
-        if event["type"] == "import/source":
-            data = event.get("data")
-            untimed = isinstance(data, Mapping) and data.get("timestamps") is False
-            return not untimed or events[-1]["time"] != event["time"]
-    return True
-
-
 def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], *,
                 source_format: str) -> SessionRow:
     """Build the ``dsh ls`` row of one session from its header and committed events.
+
+    The same row as the listing index gives (:func:`entry_row` of
+    :func:`dsh.persistence.listing.summarize`).
 
     Args:
         header: The stored ``SessionHeader`` wire object (``id``, ``createdAt``, …).
         events: Its committed events (wire objects), seq order.
         source_format: Format name recorded for the session (``dsh`` when native).
     """
-    title: str | None = None
-    first_prompt: str | None = None
-    turns = 0
-    for event in events:
-        kind = event["type"]
-        if kind == "turn/start":
-            turns += 1
-        elif kind == "session/title":
-            data = event["data"]
-            if isinstance(data, Mapping) and isinstance(data.get("title"), str):
-                title = data["title"]
-        elif (kind == "user/message" and first_prompt is None
-              and event.get("surfaceOp") == "append"):
-            data = event["data"]
-            source = data.get("source") if isinstance(data, Mapping) else None
-            # The first prompt is what a person typed, not injected context.
-            if not isinstance(source, Mapping) or source.get("kind") in (None, "user"):
-                text = _message_text(data.get("content") if isinstance(data, Mapping) else None)
-                if text.strip():
-                    first_prompt = _first_line(text)
-    created = int(header.get("createdAt", 0))
-    last = int(events[-1]["time"]) if events else created
-    return SessionRow(
-        id=str(header["id"]),
-        title=_first_line(title) if title else first_prompt,
-        turns=turns,
-        events=len(events),
-        last_activity_ms=max(last, created),
-        parent_session=header.get("parentSession"),
-        seed_length=header.get("seedLength"),
-        source_format=source_format,
-        created_at_ms=created,
-        timed=_timed(events),
-    )
+    from dsh.persistence.listing import summarize
+
+    return dataclasses.replace(entry_row(summarize(header, events)),
+                               source_format=source_format)
 
 
 def entry_row(entry: ListingEntry) -> SessionRow:
