@@ -9,6 +9,7 @@ view against the log before each call).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,9 @@ import pytest
 import dsh
 from dsh.agent import Agent, LlmRequest, RetryPolicy
 from dsh.agent.builtin import workspace_tools
-from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider
-from dsh.compaction import CompactionPolicy
+from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider, provider_summarizer
+from dsh.compaction import CompactionPolicy, acompact_now
+from dsh.compaction.summarizers import COMPACTION_INSTRUCTION
 from dsh.errors import LlmFailureError
 from dsh.interop.export import to_anthropic, to_openai, validate_conversation
 from dsh.verify import verify_events
@@ -233,4 +235,36 @@ def test_context_overflow_compacts_then_the_retry_succeeds(wire: Wire, tmp_path:
     overflowed, retried = server.requests[-2:]
     assert len(retried["messages"]) < len(overflowed["messages"])
     run.assert_wire_equals_log()
+    run.close()
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_the_model_summarizer_writes_the_checkpoint(wire: Wire, tmp_path: Path) -> None:
+    long = "We traced the crash to the cache eviction path in store.py. " * 30
+    summary = "Summary: the crash is in cache eviction (store.py); fix pending."
+    script: list[Behaviour] = [Stream(wire.reply(f"{long} ({n})")) for n in range(2)]
+    script.append(Stream(wire.reply(summary)))
+    with ScriptedServer(script) as server:
+        run = Run(wire, server, tmp_path)
+        summarizer = provider_summarizer(run.provider, provider_name=run.provider.name,
+                                         model=wire.model)
+
+        async def go() -> Any:
+            try:
+                for n in range(2):
+                    await run.agent.run(f"question {n}: {long}")
+                return await acompact_now(run.agent.session, summarizer=summarizer)
+            finally:
+                await run.provider.aclose()
+
+        result = asyncio.run(go())
+    assert result is not None
+    asked = server.requests[2]["messages"][-1]
+    text = asked["content"] if wire.name == "openai" else asked["content"][-1]["text"]
+    assert text == COMPACTION_INSTRUCTION
+    (recorded,) = run.events("compaction/summary")
+    assert (recorded["data"]["provider"], recorded["data"]["model"]) == (run.provider.name,
+                                                                         wire.model)
+    view = run.agent.session.derive_messages()
+    assert summary in json.dumps([plain(m) for m in view])
     run.close()

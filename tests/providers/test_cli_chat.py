@@ -132,6 +132,7 @@ def test_chat_show_compact_and_fork(tmp_path: Path) -> None:
     server = ScriptedServer([
         Stream(openai_reply(f"First answer. {long}")),
         Stream(openai_reply(f"Second answer. {long}")),
+        Stream(openai_reply("Checkpoint: the tokenizer drops closing brackets.")),
         Stream(openai_reply("Answer in the branch.")),
     ])
     with server:
@@ -147,8 +148,11 @@ def test_chat_show_compact_and_fork(tmp_path: Path) -> None:
         chat.expect_exact("user  #4")
         chat.expect_exact("── turn 2")
         chat.expect_exact("you> ")
-        chat.sendline("/compact")
+        chat.sendline("/compact model")  # the chat's model writes the checkpoint
         chat.expect(r"compacted seqs \d+–\d+ into one checkpoint")
+        chat.expect_exact("you> ")
+        chat.sendline("/show")
+        chat.expect_exact("Checkpoint: the tokenizer drops closing brackets.")
         chat.expect_exact("you> ")
         chat.sendline("/fork 4")  # seq 4 is the first prompt (/show lists "user  #4")
         chat.expect(rf"forked {session} at seq 4 as ({session}-fork-\w+)")
@@ -165,7 +169,7 @@ def test_chat_show_compact_and_fork(tmp_path: Path) -> None:
         chat.expect(pexpect.EOF)
         chat.close()
     assert chat.exitstatus == 0
-    branch = server.requests[2]["messages"]
+    branch = server.requests[3]["messages"]
     # The branch: the inherited first prompt (its turn closed at the cut), then the new one.
     assert [m["role"] for m in branch] == ["user", "user"]
     assert branch[0]["content"].startswith("first question")

@@ -8,8 +8,8 @@ imported from Claude Code or Codex, on whichever provider you choose: its recent
 shown first.
 
 Commands at the prompt: ``/show`` (the transcript so far), ``/fork [SEQ]`` (continue in a
-child session that inherits events 0..SEQ, default all), ``/compact`` (summarise older
-history into a checkpoint now), ``/exit``.
+child session that inherits events 0..SEQ, default all), ``/compact [model]`` (summarise
+older history into a checkpoint now: the offline digest, or the chat's model), ``/exit``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import typer
 
 import dsh
 from dsh.agent import Agent
-from dsh.agent.providers import create_provider
+from dsh.agent.providers import create_provider, provider_summarizer
 from dsh.cli import render
 from dsh.cli._agent import (
     BaseUrlOption,
@@ -43,7 +43,7 @@ from dsh.cli._agent import (
 )
 from dsh.cli._common import StoreOption, default_store_url, source_format, stderr_console
 from dsh.cli._live import LiveView
-from dsh.compaction import compact_now
+from dsh.compaction import acompact_now
 from dsh.compaction.summarizers import DigestSummarizer
 from dsh.errors import DshError
 
@@ -53,7 +53,8 @@ PROMPT: Final = "you> "
 HISTORY_ITEMS: Final = 20
 """Transcript entries shown when a stored session is continued."""
 
-_HELP: Final = "commands: /show, /fork [SEQ], /compact, /exit (Ctrl+C cancels a turn)"
+_HELP: Final = ("commands: /show, /fork [SEQ], /compact [model], /exit "
+                 "(Ctrl+C cancels a turn)")
 
 
 def chat(
@@ -193,7 +194,7 @@ class _Chat:
             elif name == "/fork":
                 self.fork(rest.strip())
             elif name == "/compact":
-                self.compact()
+                self.compact(rest.strip())
             else:
                 self.say(f"unknown command {name}; {_HELP}")
         except DshError as error:
@@ -219,10 +220,22 @@ class _Chat:
         self.say(f"forked {parent.id} at seq {child.header.seed_length - 1} as {child.id}; "
                  f"now continuing {child.id}")
 
-    def compact(self) -> None:
+    def compact(self, how: str) -> None:
+        if how not in ("", "model"):
+            self.say(f"/compact takes nothing (offline digest) or 'model', got {how!r}")
+            return
         session = self.current.session
-        result = compact_now(session, summarizer=DigestSummarizer(),
-                             flush=lambda: self.sessions.flush(session))
+        if how == "model":
+            summarizer: Any = provider_summarizer(self.llm, provider_name=self.llm.name,
+                                                  model=self.llm.model)
+        else:
+            summarizer = DigestSummarizer()
+
+        async def flush() -> None:
+            await self.sessions.aflush(session)
+
+        result = self.loop.run_until_complete(
+            acompact_now(session, summarizer=summarizer, flush=flush))
         if result is None:
             self.say("nothing to compact yet")
         else:

@@ -15,6 +15,7 @@ from dsh.agent.providers.config import (
     create_provider,
 )
 from dsh.agent.providers.openai_chat import OpenAIChatProvider, ReasoningReplay, openai_usage
+from dsh.agent.providers.summarizer import provider_summarizer
 
 __all__ = [
     "PROVIDERS",
@@ -26,4 +27,5 @@ __all__ = [
     "ReasoningReplay",
     "create_provider",
     "openai_usage",
+    "provider_summarizer",
 ]
