@@ -154,8 +154,8 @@ def _parse(parser: Callable[[JsonValue], JsonValue] | None, value: JsonValue, wh
     try:
         return parser(value)
     except (ValueError, TypeError, DshError) as exc:
-        raise ConfigError(f"projection {key!r}: {what} does not match its schema ({exc}); "
-                          "rule: core spec §14.2", code="PROJECTION_SCHEMA") from exc
+        raise ConfigError(f"projection {key!r}: {what} does not match its schema ({exc})",
+        code="PROJECTION_SCHEMA") from exc
 
 
 class ProjectionRegistry:
@@ -195,7 +195,7 @@ class ProjectionRegistry:
             raise ConfigError(
                 f"projection {definition.key!r} is registered with stateVersion "
                 f"{unit.definition.state_version}; refusing stateVersion {version} while it is "
-                "live (core spec §14.2)", code="PROJECTION_VERSION_CONFLICT")
+                "live", code="PROJECTION_VERSION_CONFLICT")
         unit.refs += 1
         disposed = False
 

@@ -176,20 +176,18 @@ def _pairing(events: Sequence[Event]) -> list[Violation]:
             elif call_id is not None and call_id in answered:
                 found.append(Violation(seq, DUPLICATE_TOOL_RESULT,
                                        f"tool/result at seq {seq} answers call {call_id!r} a "
-                                       "second time; each tool call gets exactly one result "
-                                       "(core spec §11)"))
+                                       "second time; each tool call gets exactly one result"))
             else:
                 found.append(Violation(seq, ORPHAN_TOOL_RESULT,
                                        f"tool/result at seq {seq} answers call {call_id!r}, "
-                                       "which no earlier assistant message on the surface made "
-                                       "(core spec §11)"))
+                                       "which no earlier assistant message on the surface made"))
         elif kind == "tool/result":
             pending.pop(str(_answered_id(event)), None)
     for call_id, seq in sorted(pending.items(), key=lambda item: item[1]):
         found.append(Violation(seq, UNANSWERED_TOOL_CALL,
                                f"tool call {call_id!r} of the assistant message at seq {seq} "
                                "has no result and no open turn to repair it; a provider would "
-                               "refuse the next request (core spec §11)"))
+                               "refuse the next request"))
     return found
 
 
@@ -224,7 +222,7 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
             seq = event.get("seq")
             found.append(Violation(seq if type(seq) is int else None, UNKNOWN_EVENT_TYPE,
                                    f"event type {etype!r} at seq {seq} is unknown to this dsh "
-                                   "and not marked ignorable (core spec §1.6)"))
+                                   "and not marked ignorable"))
     if header is None:
         stored = _default_header(log)
     else:

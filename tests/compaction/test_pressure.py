@@ -98,7 +98,7 @@ def test_pressure_bounds_retries_when_a_shrinking_checkpoint_remains_above_thres
     with pytest.raises(CompactionError, match="after 2 compaction attempts") as info:
         compact_if_needed(session, summarizer=Shrinking(), context_window=total // 3, owner=5,
                           policy=CompactionPolicy(retain_tokens=0))
-    assert info.value.code == "pressure"
+    assert info.value.code == "PRESSURE"
     assert [e.type for e in session.events].count("compaction/end") == 2
 
 
@@ -117,4 +117,4 @@ def test_pressure_refuses_while_a_live_lock_is_held() -> None:
     session.append("compaction/start", {"compactionId": "x", "turn": 3})
     with pytest.raises(CompactionError) as info:
         compact_if_needed(session, summarizer=Fixed(), context_window=10, owner=3)
-    assert info.value.code == "busy"
+    assert info.value.code == "BUSY"

@@ -94,7 +94,7 @@ def test_compaction_keeps_conversation_valid_transcript_complete_and_fold_equal(
             try:
                 compact_now(session, summarizer=summarizers[op[1]], retain_tokens=op[2])
             except CompactionError as exc:
-                assert exc.code == "summary"
+                assert exc.code == "SUMMARY"
         elif op[0] == "explicit":
             nodes = list(session.surface.nodes)
             if nodes:
@@ -102,7 +102,7 @@ def test_compaction_keeps_conversation_valid_transcript_complete_and_fold_equal(
                 try:
                     compact_surface_region(session, start, end, summarizer=Short())
                 except CompactionError as exc:
-                    assert exc.code in ("range", "unbalanced", "summary")
+                    assert exc.code in ("RANGE", "UNBALANCED", "SUMMARY")
         else:
             prune_session(session, PrunerConfig(threshold_chars=op[1] + 39, head_chars=op[1] // 2,
                                                 tail_chars=op[1] - op[1] // 2))

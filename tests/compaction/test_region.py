@@ -140,7 +140,7 @@ def test_region_rejects_a_replace_over_a_system_head_before_writing_anything() -
     before = session.seq
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, head.seq, session.surface.nodes[-1], summarizer=Fixed())
-    assert info.value.code == "range"
+    assert info.value.code == "RANGE"
     assert session.seq == before
     # The session's own surface rule agrees: a user/message replace over node 0 is refused.
     with pytest.raises(EventRejectedError):
@@ -157,7 +157,7 @@ def test_region_explicit_range_splitting_a_tool_pair_is_refused() -> None:
     tool_result(session, 1, 1, "c1", "out " * 50)
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, u.seq, a.seq, summarizer=Fixed())
-    assert info.value.code == "unbalanced"
+    assert info.value.code == "UNBALANCED"
     assert session.seq == 3
 
 
@@ -167,15 +167,15 @@ def test_region_requires_an_open_turn_and_an_idle_compaction_bracket() -> None:
     start, end = span_of(session)
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=Fixed(), owner=3)
-    assert info.value.code == "owner"
+    assert info.value.code == "OWNER"
     session.append("turn/start", {"turn": 3})
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=Fixed(), owner=4)
-    assert info.value.code == "owner"
+    assert info.value.code == "OWNER"
     session.append("compaction/start", {"compactionId": "other", "turn": 3})
     with pytest.raises(CompactionError, match="compaction already in progress") as info:
         compact_surface_region(session, start, end, summarizer=Fixed(), owner=3)
-    assert info.value.code == "busy"
+    assert info.value.code == "BUSY"
     session.append("compaction/end", {"compactionId": "other", "turn": 3})
     result = compact_surface_region(session, start, end, summarizer=Fixed(), owner=3)
     assert session.events[result.start_seq].data["turn"] == 3
@@ -189,7 +189,7 @@ def test_region_rejects_a_session_with_no_turn_boundary_at_all_for_automatic_com
     user(session, "again")
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, u.seq, u.seq, summarizer=Fixed("x"), owner=1)
-    assert info.value.code == "owner"
+    assert info.value.code == "OWNER"
     assert session.seq == 2
 
 
@@ -201,10 +201,10 @@ def test_region_refuses_an_open_turn_in_the_log_for_manual_compaction() -> None:
     before = session.seq
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=Fixed())
-    assert info.value.code == "busy"
+    assert info.value.code == "BUSY"
     with pytest.raises(CompactionError) as info:
         compact_now(session, summarizer=Fixed())
-    assert info.value.code == "busy"
+    assert info.value.code == "BUSY"
     assert session.seq == before
 
 
@@ -215,7 +215,7 @@ def test_region_reports_a_live_unmatched_bracket_as_busy_without_summarizing() -
     start, end = span_of(session)
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=summarizer)
-    assert info.value.code == "busy"
+    assert info.value.code == "BUSY"
     assert summarizer.calls == []
 
 
@@ -271,7 +271,7 @@ def test_region_records_summarizer_failures_without_mutating_the_surface(
     before = session.seq
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=Boom(exc), compaction_id="c")
-    assert info.value.code == "summary"
+    assert info.value.code == "SUMMARY"
     assert info.value.__cause__ is exc
     assert types_from(session, before) == ["compaction/start", "compaction/end"]
     end_data = session.events[-1].data
@@ -295,7 +295,7 @@ def test_region_rejects_a_non_shrinking_framed_summary() -> None:
     user(session, "tail")
     with pytest.raises(CompactionError, match="summary is not smaller") as info:
         compact_surface_region(session, u.seq, u.seq, summarizer=Fixed("s" * 800))
-    assert info.value.code == "summary"
+    assert info.value.code == "SUMMARY"
     assert types_from(session, 2) == ["compaction/start", "compaction/end"]
     assert "not smaller" in session.events[-1].data["error"]
 
@@ -310,7 +310,7 @@ def test_region_refuses_a_span_too_small_for_any_checkpoint_before_the_lock() ->
     summarizer = Fixed("x")
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, u.seq, u.seq, summarizer=summarizer)
-    assert info.value.code == "summary"
+    assert info.value.code == "SUMMARY"
     assert info.value.message == (
         f"compaction span [{u.seq}, {u.seq}] is too small to be worth compacting: its 1 surface "
         "node holds ~60 tokens, but a checkpoint (framing plus a minimal summary) costs ~104, so "
@@ -319,7 +319,7 @@ def test_region_refuses_a_span_too_small_for_any_checkpoint_before_the_lock() ->
     assert summarizer.calls == []
     with pytest.raises(CompactionError) as again:
         compact_now(session, summarizer=summarizer)
-    assert again.value.code == "summary"
+    assert again.value.code == "SUMMARY"
     assert session.seq == 2
 
 
@@ -360,7 +360,7 @@ def test_region_rejects_concurrent_surface_appends_before_committing_the_replace
     before = session.seq
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=Fixed(hook=hook), owner=3)
-    assert info.value.code == "changed"
+    assert info.value.code == "CHANGED"
     assert types_from(session, before) == ["compaction/start", "user/message",
                                            "compaction/end"]
 
@@ -385,7 +385,7 @@ def test_region_rejects_a_selected_span_whose_middle_node_was_replaced_during_su
                                                        tail_chars=10))
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=Fixed(hook=hook))
-    assert info.value.code == "changed"
+    assert info.value.code == "CHANGED"
     assert session.events[-1].type == "compaction/end"
     assert "changed" in session.events[-1].data["error"]
 
@@ -405,7 +405,7 @@ def test_region_classifies_a_failing_compaction_end_as_commit_failure_and_leaves
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=Fixed(),
                                flush=lambda: flushed.append(1))
-    assert info.value.code == "commit"
+    assert info.value.code == "COMMIT"
     # the success close failed: no second attempt, the start stays unmatched, no flush
     assert types_from(session, before) == ["compaction/start", "compaction/summary",
                                            "user/message"]
@@ -422,7 +422,7 @@ def test_region_keeps_a_failed_error_close_as_the_commit_failure_and_does_not_fl
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=Boom(RuntimeError("x")),
                                flush=lambda: flushed.append(1))
-    assert info.value.code == "commit"
+    assert info.value.code == "COMMIT"
     assert session.events[-1].type == "compaction/start"
     assert flushed == []
 
@@ -435,7 +435,7 @@ def test_region_classifies_a_commit_body_failure_and_records_one_error_close() -
     before = session.seq
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=Fixed())
-    assert info.value.code == "commit"
+    assert info.value.code == "COMMIT"
     assert types_from(session, before) == ["compaction/start", "compaction/end"]
     assert "veto" in session.events[-1].data["error"]
 
@@ -451,7 +451,7 @@ def test_region_keeps_a_commit_failure_when_the_durability_checkpoint_also_fails
 
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=Fixed(), flush=bad_flush)
-    assert info.value.code == "commit"
+    assert info.value.code == "COMMIT"
     assert any("fsync failed" in note for note in info.value.__notes__)
 
 
@@ -464,7 +464,7 @@ def test_region_classifies_a_durability_failure_after_the_standalone_bracket_com
 
     with pytest.raises(CompactionError) as info:
         compact_surface_region(session, start, end, summarizer=Fixed(), flush=bad_flush)
-    assert info.value.code == "persistence"
+    assert info.value.code == "PERSISTENCE"
     assert session.events[-1].type == "compaction/end"
     assert "error" not in session.events[-1].data
 
@@ -510,7 +510,7 @@ def test_region_lets_a_pre_aborted_signal_win_before_reservation() -> None:
                                                 signal=signal)):
         with pytest.raises(CompactionError) as info:
             call()
-        assert info.value.code == "cancelled"
+        assert info.value.code == "CANCELLED"
     assert session.seq == len(long_session(2).events)
     assert summarizer.calls == []
 
@@ -523,7 +523,7 @@ def test_region_aborts_before_committing_when_cancellation_lands_after_summariza
     before = session.seq
     with pytest.raises(CompactionError) as info:
         compact_now(session, summarizer=Fixed(hook=signal.set), signal=signal)
-    assert info.value.code == "cancelled"
+    assert info.value.code == "CANCELLED"
     assert types_from(session, before) == ["compaction/start", "compaction/end"]
     assert "cancelled" in session.events[-1].data["error"]
 
@@ -645,7 +645,7 @@ def test_async_region_summarizer_raising_cancelled_error_is_code_cancelled() -> 
 
     with pytest.raises(CompactionError) as info:
         asyncio.run(acompact_surface_region(session, start, end, summarizer=Gives()))
-    assert info.value.code == "cancelled"
+    assert info.value.code == "CANCELLED"
     assert session.events[-1].type == "compaction/end"
     assert [e.type for e in session.events].count("compaction/end") == 1
 

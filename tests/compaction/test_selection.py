@@ -71,7 +71,7 @@ def test_select_rejects_a_priced_surface_that_is_not_the_current_positional_surf
     user(session, "one more")
     with pytest.raises(CompactionError) as info:
         select_compactable_range(session, retain_tokens=0, measurement=stale)
-    assert info.value.code == "changed"
+    assert info.value.code == "CHANGED"
 
 
 def test_select_never_covers_a_system_message_head() -> None:
@@ -91,7 +91,7 @@ def test_validate_span_rejects_a_span_over_the_system_head() -> None:
     u = user(session, "hello")
     with pytest.raises(CompactionError) as info:
         validate_span(session, head.seq, u.seq)
-    assert info.value.code == "range"
+    assert info.value.code == "RANGE"
     assert validate_span(session, u.seq, u.seq).seqs == (u.seq,)
 
 
@@ -104,7 +104,7 @@ def test_validate_span_rejects_missing_seqs(which: str) -> None:
     with pytest.raises(CompactionError, match=f"{which} seq {start if which == 'start' else end}"
                        " not found in surface") as info:
         validate_span(session, start, end)
-    assert info.value.code == "range"
+    assert info.value.code == "RANGE"
 
 
 def test_validate_span_rejects_reversed_and_tool_unbalanced_positional_boundaries() -> None:
@@ -112,13 +112,13 @@ def test_validate_span_rejects_reversed_and_tool_unbalanced_positional_boundarie
     session, u, a, injected, r, final = _open_call_session()
     with pytest.raises(CompactionError, match="is after end seq") as info:
         validate_span(session, a.seq, u.seq)
-    assert info.value.code == "range"
+    assert info.value.code == "RANGE"
     with pytest.raises(CompactionError, match="is not a balanced boundary") as info:
         validate_span(session, u.seq, a.seq)  # end falls between the call and its result
-    assert info.value.code == "unbalanced"
+    assert info.value.code == "UNBALANCED"
     with pytest.raises(CompactionError, match="is not a balanced boundary") as info:
         validate_span(session, injected.seq, final.seq)  # start inside the open pair
-    assert info.value.code == "unbalanced"
+    assert info.value.code == "UNBALANCED"
     span = validate_span(session, u.seq, r.seq)
     assert span.seqs == (u.seq, a.seq, injected.seq, r.seq)
     assert (span.start_index, span.end_index) == (0, 3)

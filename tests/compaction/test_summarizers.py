@@ -144,7 +144,7 @@ def test_llm_summarizer_rejects_empty_output(reply: Any) -> None:
     # §10.11 "rejects empty or reasoning-only successful output".
     with pytest.raises(CompactionError) as info:
         LlmSummarizer(complete=lambda m: reply).summarize(CONVERSATION)
-    assert info.value.code == "summary"
+    assert info.value.code == "SUMMARY"
 
 
 def test_llm_summarizer_async_uses_acomplete_or_a_thread() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,9 +57,11 @@ def default_store_url() -> str:
 
 StoreOption = Annotated[
     str | None,
-    typer.Option("--store", metavar="URL", show_default=False,
-                 help="Store URL: sqlite:///path.db, jsonl:///dir, jsonl+zstd:///dir, "
-                      "postgresql://user@host/db?schema=name (default: sqlite:///$DSH_HOME/sessions.db)."),
+    typer.Option("--store", metavar="STORE", show_default=False,
+                 help="Where sessions are kept: a path (a SQLite file such as ./sessions.db, "
+                      "or a folder such as ./logs/ for JSONL) or a URL (sqlite:///path.db, "
+                      "jsonl:///dir, jsonl+zstd:///dir, postgresql://user@host/db). Default: "
+                      "$DSH_HOME/sessions.db."),
 ]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print JSON (stable keys) instead of text."),
@@ -69,7 +72,9 @@ TargetModelOption = Annotated[str | None, typer.Option(
          "is left out, as the provider would refuse it.")]
 """``--target-model`` of ``dsh messages`` and ``dsh export``."""
 
-SessionArg = Annotated[str, typer.Argument(metavar="ID", help="Session id (see `dsh ls`).",
+SessionArg = Annotated[str, typer.Argument(metavar="ID",
+                                           help="Session id, or a unique prefix of one (see "
+                                                "'dsh ls').",
                                            show_default=False)]
 
 
@@ -89,17 +94,61 @@ def cli_store(url: str | None, *, create: bool = True) -> Iterator[Persistence]:
     Raises:
         ConfigError: code STORE_NOT_FOUND for such a URL.
     """
+    url = store_url(url) if url is not None else None
     if url is not None and not create:
         location = store_path(url)
         if location is not None and not location.exists():
             raise ConfigError(f"no store at {url!r} ({location} does not exist); check the URL, "
-                              f"or create one with `dsh import --store {url}`",
+                              f"or create an empty store with 'dsh init --store {url}'",
                               code="STORE_NOT_FOUND")
+    if url is not None:
+        _refuse_foreign_file(url)
     persistence = open_store(url or default_store_url())
     try:
         yield persistence
     finally:
         persistence.close()
+
+
+_SCHEMES: Final = ("sqlite:", "jsonl:", "jsonl+zstd:", "memory:", "postgresql:", "postgres:")
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+
+
+def store_url(value: str) -> str:
+    """The store URL ``--store`` names: a URL as given, or a plain path made one.
+
+    Rule: a value starting with a known scheme is a URL. Otherwise it is a path: a folder
+    (existing, or written with a trailing ``/``) is a JSONL store, anything else a SQLite file;
+    ``./sessions.db`` → ``sqlite:///abs/sessions.db``, ``./logs/`` → ``jsonl:///abs/logs``.
+    """
+    if value.lower().startswith(_SCHEMES) or re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", value):
+        return value  # a URL (an unknown scheme is reported as such by the URL parser)
+    path = Path(value).expanduser()
+    scheme = "jsonl" if value.endswith(("/", os.sep)) or path.is_dir() else "sqlite"
+    return f"{scheme}://" + quote(str(path.resolve()))
+
+
+def _refuse_foreign_file(url: str) -> None:
+    """Refuse a SQLite URL naming an existing file that is not a SQLite database.
+
+    Raises:
+        ConfigError: code ``NOT_A_SQLITE_DATABASE`` naming the file and what it starts with.
+    """
+    if not url.lower().startswith("sqlite:"):
+        return
+    location = store_path(url)
+    if location is None or not location.is_file():
+        return
+    try:
+        with location.open("rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError:
+        return  # the backend reports what is wrong with opening it
+    if head and head != _SQLITE_MAGIC:
+        raise ConfigError(f"{location} is not a SQLite database (it starts with {head[:8]!r}); "
+                          "pass the path of a dsh SQLite store, a folder for a JSONL store, or "
+                          "a new file name to create one", code="NOT_A_SQLITE_DATABASE",
+                          path=str(location))
 
 
 def stdout_console() -> Console:
@@ -110,11 +159,35 @@ def stderr_console() -> Console:
     return render.make_console(stderr=True)
 
 
-def require_session(persistence: Persistence, session_id: str) -> None:
-    if not persistence.exists(session_id):
+def require_session(persistence: Persistence, session_id: str) -> str:
+    """Resolve what a person typed to a stored session id and return it.
+
+    Rule: an exact id wins; else a prefix of exactly one stored id is that id (like git).
+
+    Raises:
+        SessionNotFoundError: ``AMBIGUOUS_SESSION_ID`` for a prefix of several ids (they are
+            listed); ``SESSION_NOT_FOUND`` otherwise, suggesting the closest stored id.
+    """
+    if persistence.exists(session_id):
+        return session_id
+    ids = sorted(str(h["id"]) for h in persistence.list_headers())
+    matches = [sid for sid in ids if sid.startswith(session_id)] if session_id else []
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        shown = ", ".join(matches[:10]) + (f" and {len(matches) - 10} more"
+                                           if len(matches) > 10 else "")
         raise SessionNotFoundError(
-            f"no session {session_id!r} in store {persistence.url}; `dsh ls` lists the ids",
+            f"session id prefix {session_id!r} matches {len(matches)} sessions in store "
+            f"{persistence.url}: {shown}; type more of the id", code="AMBIGUOUS_SESSION_ID",
             session_id=session_id)
+    import difflib
+
+    close = difflib.get_close_matches(session_id, ids, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise SessionNotFoundError(
+        f"no session {session_id!r} in store {persistence.url}; {hint}'dsh ls' lists the ids",
+        session_id=session_id)
 
 
 SOURCE_EVENT_TYPE: Final = "import/source"
@@ -139,11 +212,10 @@ def read_session(persistence: Persistence, session_id: str) -> Inspection:
     """Read a stored session through the cold-read pipeline, without writing anything.
 
     Raises:
-        SessionNotFoundError: no such session.
+        SessionNotFoundError: no such session (a unique id prefix is accepted).
         LogCorruptError, SessionFormatUnsupportedError, UnknownEventTypeError: unreadable log.
     """
-    require_session(persistence, session_id)
-    return persistence.read(session_id)
+    return persistence.read(require_session(persistence, session_id))
 
 
 def restored_session(read: Inspection, *, with_closers: bool = True) -> Any:
@@ -156,13 +228,16 @@ def restored_session(read: Inspection, *, with_closers: bool = True) -> Any:
 def model_view(read: Inspection, fmt: str, target_model: str | None = None) -> Any:
     """The derived messages (after in-memory repair of an open turn) in ``fmt``.
 
-    ``target_model`` (provider formats only) leaves out reasoning made by other models.
+    ``dsh``: the list of dsh messages. A provider format gives its request body, the one shape
+    ``dsh messages`` and ``dsh export`` both print: ``{"messages": [...]}`` for OpenAI Chat
+    Completions, ``{"system"?, "messages"}`` for Anthropic Messages. ``target_model``
+    (provider formats only) leaves out reasoning made by other models.
     """
     messages = restored_session(read).derive_messages()
     if fmt == "openai":
         from dsh.interop import to_openai
 
-        return to_openai(messages, target_model=target_model)
+        return {"messages": to_openai(messages, target_model=target_model)}
     if fmt == "anthropic":
         from dsh.interop import to_anthropic
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -76,6 +77,9 @@ def _named_in(value: str, message: str) -> bool:
             or (("/" in value or len(value) >= 16) and value in message))
 
 
+_BACKTICKED: Final = re.compile(r"``?([^`]+?)``?")
+
+
 def format_error_line(error: DshError) -> str:
     """Return ``error[CODE]: message`` plus the location fields not already in the message.
 
@@ -84,7 +88,8 @@ def format_error_line(error: DshError) -> str:
     Returns:
         One line (newlines in the message are folded into spaces).
     """
-    message = " ".join(str(error.message).split())
+    # Library messages quote commands and names in backticks; a terminal shows them as quotes.
+    message = _BACKTICKED.sub(r"'\1'", " ".join(str(error.message).split()))
     extra = [f"{key}={value}" for key, value in error.where.items()
              if not _named_in(str(value), message) or isinstance(value, int)]
     suffix = f" ({', '.join(extra)})" if extra else ""
@@ -121,6 +126,14 @@ class Runnable(Protocol):
         ...
 
 
+def _reader_gone() -> int:
+    # The reader went away ('dsh events X | head'): not an error of ours. Point stdout at
+    # devnull so the interpreter's final flush does not fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_OK
+
+
 def run(command: Runnable, argv: Sequence[str] | None = None, *,
         prog_name: str = "dsh") -> int:
     """Run ``command`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status.
@@ -148,11 +161,12 @@ def run(command: Runnable, argv: Sequence[str] | None = None, *,
         sys.stderr.write("error[INTERRUPTED]: interrupted\n")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # The reader went away (`dsh events X | head`): not an error of ours. Point stdout at
-        # devnull so the interpreter's final flush does not fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_OK
+        return _reader_gone()
+    except SystemExit as exit_:
+        # typer turns a broken pipe into exit 1 inside its own handler; the pipe is the cause.
+        if isinstance(exit_.__context__, BrokenPipeError):
+            return _reader_gone()
+        raise
     except Exception as error:  # the last line of defence: report a bug, never a traceback
         sys.stderr.write(
             f"error[BUG]: unexpected {type(error).__name__}: {' '.join(str(error).split())}; "

@@ -32,6 +32,7 @@ from dsh.cli import (
 )
 from dsh.cli._common import default_store_url
 from dsh.cli._errors import STATE, enable_debug, run
+from dsh.cli._help import tidy_help
 from dsh.cli.cmd_import import examples_dir, user_log_dirs
 
 __all__ = ["app", "default_store_url", "examples_dir", "main", "user_log_dirs"]
@@ -49,6 +50,7 @@ app = typer.Typer(
 )
 
 # The command table, in the order `dsh --help` lists them.
+app.command("init")(cmd_store.init)
 app.command("import")(cmd_import.import_)
 app.command("ls")(cmd_inspect.ls)
 app.command("show")(cmd_inspect.show)
@@ -106,5 +108,5 @@ def main(argv: Sequence[str] | None = None) -> None:
         # errors get it too; the root option exists for --help.
         enable_debug()
         args = [a for a in args[:end] if a != "--debug"] + args[end:]
-    raise SystemExit(run(typer.main.get_command(app), args))
+    raise SystemExit(run(tidy_help(typer.main.get_command(app)), args))
 

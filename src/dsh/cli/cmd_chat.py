@@ -41,7 +41,7 @@ from dsh.cli._agent import (
     open_agent,
     tools_for,
 )
-from dsh.cli._common import StoreOption, default_store_url, source_format, stderr_console
+from dsh.cli._common import StoreOption, default_store_url, source_format, stderr_console, store_url
 from dsh.cli._live import LiveView
 from dsh.compaction import acompact_now
 from dsh.compaction.summarizers import DigestSummarizer
@@ -59,7 +59,7 @@ _HELP: Final = ("commands: /show, /fork [SEQ], /compact [model], /exit "
 
 def chat(
     session: Annotated[str | None, typer.Argument(
-        metavar="[ID]", show_default=False,
+        metavar="ID", show_default=False,
         help="Session to continue (see `dsh ls`); default a new session.")] = None,
     tools: ToolsOption = Tools.none,
     provider: ProviderOption = "deepseek",
@@ -76,7 +76,7 @@ def chat(
                             context_window=context_window)
     loop = asyncio.new_event_loop()
     try:
-        with dsh.open(store or default_store_url()) as sessions:
+        with dsh.open(store_url(store) if store else default_store_url()) as sessions:
             _Chat(loop, sessions, llm, options).main(session)
     finally:
         loop.run_until_complete(llm.aclose())

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dsh import (
+    CompactionError,
     DigestSummarizer,
     SessionForkError,
     SessionStore,
@@ -39,7 +40,7 @@ def resume(session_id: SessionArg, store: StoreOption = None, json_: JsonOption 
     """
     json_mode(json_)
     with cli_store(store) as persistence:
-        require_session(persistence, session_id)
+        session_id = require_session(persistence, session_id)
         inspection = persistence.load(session_id)
     closers = list(inspection.closers)
     torn = inspection.torn.reason if inspection.torn is not None else None
@@ -77,7 +78,7 @@ def fork(
     """
     json_mode(json_)
     with cli_store(store) as persistence:
-        require_session(persistence, session_id)
+        session_id = require_session(persistence, session_id)
         try:
             child_id = persistence.fork(session_id, at, as_)
         except SessionForkError as error:
@@ -145,7 +146,22 @@ def compact(
                                       flush=flush)
 
     with cli_store(store) as persistence:
-        rehearsal = run_on(restored_session(read_session(persistence, session_id)), None)
+        read = read_session(persistence, session_id)
+        session_id = str(read.header["id"])
+        try:
+            rehearsal = run_on(restored_session(read), None)
+        except CompactionError as error:
+            if error.code != "SUMMARY":
+                raise
+            # Too small to be worth a checkpoint, or a summary that would not shrink it: a
+            # finding, not a failure; nothing was written.
+            reason = " ".join(error.message.split()).removesuffix("; nothing was written")
+            if json_:
+                render.write_json({"id": session_id, "compacted": False, "reason": reason})
+            else:
+                stdout_console().print(f"{session_id}: nothing worth compacting: {reason}",
+                                       markup=False)
+            return
         result = None
         if rehearsal is not None:
             sessions = SessionStore(persistence=persistence)

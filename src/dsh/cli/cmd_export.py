@@ -80,8 +80,6 @@ def export(
         data = _dsh_jsonl(read)
     else:
         view = model_view(read, str(format.value), target_model)
-        if isinstance(view, list):  # a Chat Completions request body, like Anthropic's
-            view = {"messages": view}
         text = json.dumps(view, ensure_ascii=False, indent=2) + "\n"
         data = text.encode("utf-8", errors="backslashreplace")
     if output is None:

@@ -259,7 +259,7 @@ def _default_roots(examples: bool, err: Console) -> list[Path]:
 
 def import_(
     paths: Annotated[list[Path] | None, typer.Argument(
-        metavar="[PATH...]", show_default=False,
+        metavar="PATH", show_default=False,
         help="Files or folders to import. Without a path: your own Claude Code and Codex logs "
              "(~/.claude/projects, ~/.codex/sessions).")] = None,
     examples: Annotated[bool, typer.Option(

@@ -64,7 +64,8 @@ def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
         console.print(render.render_sessions_table(rows, width=width), markup=False,
                       highlight=False)
     elif not unreadable:
-        stderr_console().print("no sessions in the store; `dsh import` adds some")
+        stderr_console().print("no sessions in the store; 'dsh import' adds some (try "
+                               "'dsh import --examples')")
     for error in unreadable:
         sys.stderr.write(format_error_line(error) + "\n")
     if unreadable:
@@ -110,7 +111,7 @@ def events(
         return
 
     with cli_store(store, create=False) as persistence:
-        require_session(persistence, session_id)
+        session_id = require_session(persistence, session_id)
         with persistence.open(session_id, "read") as handle:
             stored = handle.read(from_seq).events
     selected: Iterable[Event] = stored

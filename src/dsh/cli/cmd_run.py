@@ -34,7 +34,7 @@ from dsh.cli._agent import (
     open_agent,
     tools_for,
 )
-from dsh.cli._common import JsonOption, StoreOption, default_store_url, json_mode
+from dsh.cli._common import JsonOption, StoreOption, default_store_url, json_mode, store_url
 from dsh.cli._live import LiveView
 
 __all__ = ["EXIT_MAX_TOKENS", "run_"]
@@ -67,7 +67,7 @@ def run_(
     llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
     options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
                             context_window=context_window)
-    with dsh.open(store or default_store_url()) as sessions:
+    with dsh.open(store_url(store) if store else default_store_url()) as sessions:
         outcome = asyncio.run(_run(sessions, llm, session, prompt, options, json_))
     if json_:
         render.write_json(outcome)

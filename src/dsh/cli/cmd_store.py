@@ -1,4 +1,4 @@
-"""``dsh migrate`` and ``dsh events --follow``: store upkeep and live reading."""
+"""``dsh init``, ``dsh migrate`` and ``dsh events --follow``: store upkeep and live reading."""
 
 from __future__ import annotations
 
@@ -10,9 +10,47 @@ from typing import Annotated
 import typer
 
 from dsh.cli import render
-from dsh.cli._common import JsonOption, cli_store, json_mode, require_session, stdout_console
+from dsh.cli._common import (
+    JsonOption,
+    StoreOption,
+    cli_store,
+    json_mode,
+    require_session,
+    stdout_console,
+    store_url,
+)
+from dsh.errors import ConfigError
+from dsh.persistence import store_path
 
-__all__ = ["follow_events", "migrate"]
+__all__ = ["follow_events", "init", "migrate"]
+
+
+def init(store: StoreOption = None, json_: JsonOption = False) -> None:
+    """Create an empty store (a SQLite file, a JSONL folder) ready for sessions.
+
+    An existing store is left as it is and reported, with its session count.
+    """
+    json_mode(json_)
+    location = store_path(store_url(store)) if store is not None else None
+    existed = location.exists() if location is not None else False
+    with cli_store(store) as persistence:
+        # SQLite creates its file on open; a JSONL folder is made here so it exists at once.
+        if location is not None and not location.exists() \
+                and not persistence.url.lower().startswith("sqlite"):
+            try:
+                location.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot create the store folder {location}: "
+                                  f"{exc.strerror or exc}", path=str(location)) from exc
+        sessions = len(persistence.list_headers())
+        outcome = {"store": persistence.url, "created": not existed, "sessions": sessions}
+    if json_:
+        render.write_json(outcome)
+        return
+    stdout_console().print(
+        f"created an empty store at {outcome['store']}" if not existed else
+        f"{outcome['store']} already exists ({render.plural(sessions, 'session')}); left as "
+        "it is", markup=False)
 
 
 def migrate(
@@ -53,7 +91,7 @@ def follow_events(store: str | None, session_id: str, from_seq: int,
         SessionNotFoundError: no such session.
     """
     with cli_store(store, create=False) as persistence:
-        require_session(persistence, session_id)
+        session_id = require_session(persistence, session_id)
 
         async def run() -> None:
             async for event in persistence.tail(session_id, from_seq):

@@ -18,6 +18,7 @@ from dsh.cli._common import (
     json_mode,
     require_session,
     stderr_console,
+    stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED
 
@@ -53,15 +54,15 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str]
                                  message=error.message)]
     if read.torn is not None:
         notes.append(f"{session_id}: torn tail after the committed log ({read.torn.reason}); "
-                     "`dsh resume` truncates it")
+                     "'dsh resume' truncates it")
     if read.closers:
-        notes.append(f"{session_id}: the last turn is open (interrupted); `dsh resume` closes it")
+        notes.append(f"{session_id}: the last turn is open (interrupted); 'dsh resume' closes it")
     return [render.Violation(session_id=session_id, seq=v.seq, rule=v.rule, message=v.message)
             for v in verify_events(read.stored_events, header=read.header)]
 
 
 def verify(
-    session_id: Annotated[str | None, typer.Argument(metavar="[ID]", show_default=False,
+    session_id: Annotated[str | None, typer.Argument(metavar="ID", show_default=False,
                                                      help="Session to verify.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Verify every session.")] = False,
     store: StoreOption = None,
@@ -81,8 +82,7 @@ def verify(
         if all_:
             ids = sorted(str(h["id"]) for h in persistence.list_headers())
         else:
-            require_session(persistence, str(session_id))
-            ids = [str(session_id)]
+            ids = [require_session(persistence, str(session_id))]
         for sid in ids:
             found.extend(_verify(persistence, sid, notes))
     if json_:
@@ -96,9 +96,12 @@ def verify(
     for note in notes:
         err.print(f"note: {note}", markup=False)
     broken = len({v.session_id for v in found})
-    err.print(f"verified {render.plural(len(ids), 'session')}: "
-              + (f"{render.plural(len(found), 'violation')} in "
-                 f"{render.plural(broken, 'session')}" if found else "all valid"))
+    # The verdict is the command's result: stdout (the JSON document carries it with --json).
+    if not json_:
+        stdout_console().print(f"verified {render.plural(len(ids), 'session')}: "
+                               + (f"{render.plural(len(found), 'violation')} in "
+                                  f"{render.plural(broken, 'session')}" if found
+                                  else "all valid"), markup=False)
     if found:
         raise typer.Exit(EXIT_FAILED)
 

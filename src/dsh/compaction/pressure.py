@@ -144,7 +144,7 @@ def compact_if_needed(session: SessionLike, *, summarizer: Summarizer, context_w
         if len(results) == attempts:
             raise CompactionError(
                 f"still above threshold after {attempts} compaction attempts "
-                f"(~{measurement.total_tokens} tokens > {threshold})", code="pressure")
+                f"(~{measurement.total_tokens} tokens > {threshold})", code="PRESSURE")
         span = select_compactable_range(session, retain_tokens=retain, measurement=measurement)
         if span is None:
             break

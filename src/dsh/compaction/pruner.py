@@ -57,13 +57,12 @@ class PrunerConfig:
         for name, low in (("threshold_chars", 1), ("head_chars", 0), ("tail_chars", 0)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
-                raise ConfigError(f"pruner {name} must be an integer >= {low}, got {value!r} "
-                                  "(persistence spec §9.11)")
+                raise ConfigError(f"pruner {name} must be an integer >= {low}, got {value!r}")
         budget = self.head_chars + len(PRUNE_MARKER) + self.tail_chars
         if budget > self.threshold_chars:
             raise ConfigError(
                 f"pruner head_chars + marker ({len(PRUNE_MARKER)}) + tail_chars = {budget} exceeds "
-                f"threshold_chars {self.threshold_chars} (persistence spec §9.11)")
+                f"threshold_chars {self.threshold_chars}")
 
 
 def _text_length(blocks: Sequence[Any]) -> int:

@@ -230,7 +230,7 @@ def assert_compaction_inactive(state: CompactionLockState, stage: str = "compact
     if start is not None:
         raise CompactionError(
             f"{stage}: compaction already in progress; the session compaction lock is already "
-            f"active (unmatched compaction/start at seq {start.seq})", code="busy", seq=start.seq)
+            f"active (unmatched compaction/start at seq {start.seq})", code="BUSY", seq=start.seq)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -276,7 +276,7 @@ class _Region:
 
     def _cancelled(self, when: str) -> CompactionError:
         return CompactionError(f"compaction {self.compaction_id} was cancelled {when}",
-                               code="cancelled")
+                               code="CANCELLED")
 
     def _ids(self) -> dict[str, JsonValue]:
         ids: dict[str, JsonValue] = {"compactionId": self.compaction_id}
@@ -295,12 +295,12 @@ class _Region:
         if self.owner is None and state.open_turn is not None:
             raise CompactionError(
                 f"manual compaction requires an idle session, but turn {state.open_turn} is "
-                "open (persistence spec §9.3 step 4)", code="busy")
+                "open", code="BUSY")
         if self.owner is not None and state.open_turn != self.owner:
             found = "no open turn" if state.open_turn is None else f"open turn {state.open_turn}"
             raise CompactionError(
                 f"automatic compaction for turn {self.owner} must run inside that open turn; "
-                f"found {found} (persistence spec §9.3 step 4)", code="owner")
+                f"found {found}", code="OWNER")
         # Read-only, last before the lock: a span no checkpoint can undercut is refused here
         # rather than logged as a failed attempt (persistence spec §9.3 step 7).
         check_span_size(session, self.span)
@@ -331,8 +331,8 @@ class _Region:
                 provider=provider if isinstance(provider, str) else "dsh",
                 model=model if isinstance(model, str) else type(summarizer).__name__)
         raise CompactionError(
-            f"a summarizer must return str or SummaryResult, got {type(produced).__name__} "
-            "(persistence spec §9.8)", code="summary")
+            f"a summarizer must return str or SummaryResult, got {type(produced).__name__}",
+            code="SUMMARY")
 
     def commit(self, produced: object, summarizer: object) -> CompactionResult:
         """Steps 7-10: frame, shrink check, cancellation and stability checks, three appends."""
@@ -347,8 +347,8 @@ class _Region:
         if checkpoint_tokens >= self.shadowed_tokens:
             raise CompactionError(
                 f"summary is not smaller than the shadowed content: checkpoint ~{checkpoint_tokens}"
-                f" tokens vs {self.shadowed_tokens} shadowed (persistence spec §9.3 step 7)",
-                code="summary")
+                f" tokens vs {self.shadowed_tokens} shadowed",
+                code="SUMMARY")
         if self.signal is not None and self.signal.is_set():
             raise self._cancelled("after summarization, before commit")
         self._check_stability()
@@ -396,19 +396,19 @@ class _Region:
             if tuple(session.surface.nodes) != self.snapshot:
                 raise CompactionError(
                     "the surface changed while the summary was written (whole-surface "
-                    "stability, persistence spec §9.3 step 9); nothing was replaced",
-                    code="changed")
+                    "stability); nothing was replaced",
+                    code="CHANGED")
             return
         try:
             span = validate_span(session, self.start, self.end)
         except CompactionError as exc:
             raise CompactionError(
                 f"the selected span changed while the summary was written ({exc.message}); "
-                "nothing was replaced", code="changed") from exc
+                "nothing was replaced", code="CHANGED") from exc
         if span.seqs != self.span.seqs:
             raise CompactionError(
                 "the selected span changed while the summary was written (its nodes differ); "
-                "nothing was replaced (persistence spec §9.3 step 9)", code="changed")
+                "nothing was replaced", code="CHANGED")
 
     def fail(self, exc: BaseException) -> BaseException:
         """Step 11: classify, make exactly one error-close attempt, return what to raise."""
@@ -416,11 +416,11 @@ class _Region:
             error: BaseException = exc
         elif self.stage in ("commit", "close"):
             error = CompactionError(f"compaction {self.compaction_id} failed while committing: "
-                                    f"{_error_text(exc)}", code="commit")
+                                    f"{_error_text(exc)}", code="COMMIT")
         elif isinstance(exc, asyncio.CancelledError):
             error = self._cancelled("while the summary was written")
         elif isinstance(exc, Exception):
-            error = CompactionError(f"the summarizer failed: {_error_text(exc)}", code="summary")
+            error = CompactionError(f"the summarizer failed: {_error_text(exc)}", code="SUMMARY")
         else:
             error = exc  # KeyboardInterrupt, SystemExit: close the bracket, then let it go
         if error is not exc:
@@ -438,7 +438,7 @@ class _Region:
                 f"compaction {self.compaction_id} failed ({_error_text(exc)}) and its error "
                 f"close could not be appended ({_error_text(close_exc)}); the compaction/start at "
                 f"seq {self.start_event.seq if self.start_event else '?'} stays unmatched",
-                code="commit")
+                code="COMMIT")
             failure.__cause__ = close_exc
             return failure
         self.close_appended = True
@@ -447,7 +447,7 @@ class _Region:
 
 def _flush_error(exc: BaseException) -> CompactionError:
     error = CompactionError(f"the compaction committed but the flush afterwards failed: "
-                            f"{_error_text(exc)}", code="persistence")
+                            f"{_error_text(exc)}", code="PERSISTENCE")
     error.__cause__ = exc
     return error
 
@@ -583,8 +583,8 @@ def _manual_gate(session: SessionLike) -> None:
     assert_compaction_inactive(state, "compact now")
     if state.open_turn is not None:
         raise CompactionError(
-            f"manual compaction requires an idle session, but turn {state.open_turn} is open "
-            "(persistence spec §9.9)", code="busy")
+            f"manual compaction requires an idle session, but turn {state.open_turn} is open",
+            code="BUSY")
 
 
 def _manual_span(session: SessionLike, retain_tokens: int,
@@ -592,7 +592,7 @@ def _manual_span(session: SessionLike, retain_tokens: int,
     """The read-only prologue both manual entry points share: cancelled? idle? which span?"""
     if signal is not None and signal.is_set():
         raise CompactionError("manual compaction was cancelled before it started",
-                              code="cancelled")
+                              code="CANCELLED")
     _manual_gate(session)
     return select_compactable_range(session, retain_tokens=retain_tokens)
 

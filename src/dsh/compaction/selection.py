@@ -118,8 +118,8 @@ def check_span_size(session: _Session, span: Span) -> int:
             f"its {nodes} surface {'node holds' if nodes == 1 else 'nodes hold'} ~{shadowed} "
             f"tokens, but "
             f"a checkpoint (framing plus a minimal summary) costs ~{needed}, so the span needs "
-            f"more than {needed} tokens (persistence spec §9.3 step 7); nothing was written",
-            code="summary", seq=span.start)
+            f"more than {needed} tokens; nothing was written",
+            code="SUMMARY", seq=span.start)
     return shadowed
 
 
@@ -162,28 +162,28 @@ def validate_span(session: _Session, start: int, end: int) -> Span:
         except ValueError:
             raise CompactionError(
                 f"compaction range {name} seq {seq} not found in surface (a compaction names "
-                "current surface nodes, persistence spec §9.3)", code="range", seq=seq) from None
+                "current surface nodes)", code="RANGE", seq=seq) from None
     start_index, end_index = positions
     if start_index > end_index:
         raise CompactionError(
             f"compaction range start seq {start} (index {start_index}) is after end seq {end} "
-            f"(index {end_index}); rule: persistence spec §9.3", code="range", seq=start)
+            f"(index {end_index})", code="RANGE", seq=start)
     if start_index < head_position(session):
         raise CompactionError(
             f"compaction range [{start}, {end}] covers the system/message at surface node 0; only "
-            "a system/message replacing that node alone may shadow it (seed ch. 28)",
-            code="range", seq=start)
+            "a system/message replacing that node alone may shadow it",
+            code="RANGE", seq=start)
     cuts = balanced_cuts(session)
     if not cuts[start_index]:
         raise CompactionError(
             f"compaction range start seq {start} is not a balanced boundary: the cut before it "
-            "separates a tool call from its result (persistence spec §9.10)",
-            code="unbalanced", seq=start)
+            "separates a tool call from its result",
+            code="UNBALANCED", seq=start)
     if not cuts[end_index + 1]:
         raise CompactionError(
             f"compaction range end seq {end} is not a balanced boundary: the cut after it "
-            "separates a tool call from its result (persistence spec §9.10)",
-            code="unbalanced", seq=end)
+            "separates a tool call from its result",
+            code="UNBALANCED", seq=end)
     return Span(start, end, start_index, end_index, tuple(nodes[start_index:end_index + 1]),
                 surface.replace_generation)
 
@@ -225,8 +225,7 @@ def select_compactable_range(session: _Session, *, retain_tokens: int,
         raise CompactionError(
             "the priced surface is not the session's current surface (measured "
             f"{len(measurement.seqs)} nodes at generation {measurement.replace_generation}, "
-            f"surface has {len(nodes)} at generation {surface.replace_generation}); "
-            "rule: persistence spec §9.5", code="changed")
+            f"surface has {len(nodes)} at generation {surface.replace_generation})", code="CHANGED")
     count = len(measurement.seqs)
     if count == 0:
         return None

@@ -167,10 +167,10 @@ class SummaryResult:
     def __post_init__(self) -> None:
         if not self.summary or not any(t.strip() for t in self.summary):
             raise CompactionError("a summary must hold non-blank text; the summarizer returned "
-                                  "none (persistence spec §9.8)", code="summary")
+                                  "none", code="SUMMARY")
         if self.llm_stream_call and self.raw_output is None:
-            raise CompactionError("a summary marked llm_stream_call needs its raw_output "
-                                  "(persistence spec §9.2)", code="summary")
+            raise CompactionError("a summary marked llm_stream_call needs its raw_output",
+            code="SUMMARY")
 
 
 @runtime_checkable
@@ -443,8 +443,8 @@ class LlmSummarizer:
     def _result(self, text: object) -> SummaryResult:
         if not isinstance(text, str) or not text.strip():
             raise CompactionError(
-                f"the summarization model returned no text summary (got {type(text).__name__}); "
-                "rule: persistence spec §9.8", code="summary")
+                f"the summarization model returned no text summary (got {type(text).__name__})",
+                code="SUMMARY")
         return SummaryResult(summary=(text,), provider=self.provider, model=self.model,
                              raw_output=FrozenList([FrozenDict({"type": "text", "text": text})]),
                              max_tokens=self.max_tokens)

@@ -107,7 +107,7 @@ class _Pending:
 def _malformed(event: Event, what: str) -> EventRejectedError:
     return EventRejectedError(
         f"cannot compute turn closers: {event.get('type')} at seq {event.get('seq')} has "
-        f"{what}; expected a valid committed log (core spec §9.1)",
+        f"{what}; expected a valid committed log",
         code="MALFORMED_EVENT", seq=event.get("seq"), event_type=event.get("type"))
 
 

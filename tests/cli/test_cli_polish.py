@@ -1,0 +1,119 @@
+"""The command line's rough edges a new user hit (issue 9 items 11-16), run as real processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import COMMANDS, Dsh
+
+INTERRUPTED = "22222222-2222-4333-8444-555555555555"
+COMPACTED = "33333333-2222-4333-8444-555555555555"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Dsh:
+    dsh = Dsh(tmp_path_factory.mktemp("demo"))
+    dsh("import", "--examples")
+    return dsh
+
+
+def test_compact_with_nothing_worth_compacting_says_so_and_exits_0(demo: Dsh) -> None:
+    before = demo.event_lines(COMPACTED)
+    proc = demo("compact", COMPACTED)
+    assert proc.stdout.startswith(f"{COMPACTED}: nothing worth compacting: compaction span ")
+    assert "too small to be worth compacting" in proc.stdout and proc.stderr == ""
+    assert "§" not in proc.stdout and "spec" not in proc.stdout
+    assert demo.json("compact", COMPACTED, "--json")["compacted"] is False
+    assert demo.event_lines(COMPACTED) == before  # nothing written
+
+
+def test_error_codes_are_upper_snake_and_errors_cite_no_spec() -> None:
+    from dsh import CompactionError, Session, compact_surface_region
+    from dsh.compaction import DigestSummarizer
+
+    session = Session.create("s")
+    with pytest.raises(CompactionError) as refused:
+        compact_surface_region(session, 0, 3, summarizer=DigestSummarizer())
+    assert re.fullmatch(r"[A-Z][A-Z0-9_]*", refused.value.code)
+    assert "§" not in refused.value.message and "spec" not in refused.value.message
+    source = "\n".join(p.read_text(encoding="utf-8")
+                       for p in Path(__file__).parents[2].joinpath("src", "dsh").rglob("*.py"))
+    assert re.findall(r'code="([^"]+)"', source)
+    assert [c for c in re.findall(r'code="([^"]+)"', source)
+            if not re.fullmatch(r"[A-Z][A-Z0-9_]*", c)] == []
+
+
+def test_help_is_for_people(demo: Dsh) -> None:
+    for command in ["", *COMMANDS, "init"]:
+        text = demo(*([command] if command else []), "--help").stdout
+        assert "<bool>" not in text and "<str>" not in text, command
+        assert "[[" not in text and "{ID}" not in text, command
+        assert "§" not in text and "seed ch." not in text and "`" not in text, command
+    usage = demo("import", "--help").stdout
+    assert "Usage: dsh import [OPTIONS] [PATH]..." in usage
+    assert "Usage: dsh show [OPTIONS] ID" in demo("show", "--help").stdout
+    # a paragraph is re-wrapped whole: no line of it ends mid-sentence before a short line
+    compact = demo("compact", "--help").stdout
+    assert "summary that would not shrink it" in " ".join(compact.split())
+    assert "\n summary that\n" not in compact
+
+
+def test_messages_and_export_print_the_same_request_body(demo: Dsh) -> None:
+    for fmt in ("openai", "anthropic"):
+        messages = demo("messages", COMPACTED, "--format", fmt).stdout
+        assert messages == demo("export", COMPACTED, "--format", fmt).stdout
+        assert "messages" in json.loads(messages)
+
+
+def test_verify_all_prints_its_verdict_on_stdout(demo: Dsh) -> None:
+    proc = demo("verify", "--all")
+    assert proc.stdout.splitlines()[-1].endswith("sessions: all valid")
+    assert "note:" in proc.stderr  # notes stay diagnostics
+
+
+def test_events_into_head_exits_0_quietly(demo: Dsh) -> None:
+    for _ in range(3):  # the pipe closes at a different moment each time
+        shell = subprocess.run(
+            f"{sys.executable} -m dsh.cli events 77777777 | head -1 >/dev/null; "
+            "echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", env=demo.env,
+            capture_output=True, text=True, check=True, timeout=60)
+        assert shell.stdout == "0\n" and shell.stderr == ""
+
+
+def test_unique_prefix_works_as_an_id_ambiguous_lists_missing_suggests(demo: Dsh) -> None:
+    assert demo("show", "2222").stdout.startswith(f"session {INTERRUPTED} ")
+    assert demo.json("messages", "3333") == demo.json("messages", COMPACTED)
+    ambiguous = demo("show", "2", check=1).stderr
+    assert ambiguous.startswith("error[AMBIGUOUS_SESSION_ID]: session id prefix '2' matches ")
+    assert INTERRUPTED in ambiguous and "type more of the id" in ambiguous
+    missing = demo("show", INTERRUPTED[:-1] + "x", check=1).stderr
+    assert missing.startswith("error[SESSION_NOT_FOUND]: ")
+    assert f"did you mean '{INTERRUPTED}'?" in missing
+
+
+def test_store_takes_plain_paths_and_init_creates_an_empty_store(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    db, logs = tmp_path / "sessions.db", tmp_path / "logs"
+    assert dsh("init", "--store", str(db)).stdout == f"created an empty store at sqlite://{db}\n"
+    assert db.is_file()
+    assert dsh("init", "--store", f"{logs}/").stdout == f"created an empty store at jsonl://{logs}\n"
+    assert logs.is_dir()
+    assert "already exists (0 sessions)" in dsh("init", "--store", str(db)).stdout
+    assert dsh("ls", "--store", str(db)).stdout == ""
+    dsh("import", "--examples", "--store", f"{logs}/")
+    assert len(dsh.json("ls", "--json", "--store", str(logs))) == 12
+    assert dsh.json("ls", "--json", "--store", str(db)) == []
+
+
+def test_a_file_that_is_not_sqlite_says_so(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("shopping list\n", encoding="utf-8")
+    proc = Dsh(tmp_path)("ls", "--store", str(notes), check=1)
+    assert proc.stderr.startswith(f"error[NOT_A_SQLITE_DATABASE]: {notes} is not a SQLite "
+                                  "database (it starts with b'shopping')")
