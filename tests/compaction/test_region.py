@@ -256,7 +256,7 @@ def test_region_second_compaction_while_one_is_open_is_busy() -> None:
         errors.append(info.value)
 
     compact_surface_region(session, start, end, summarizer=Fixed(hook=nested))
-    assert [e.code for e in errors] == ["busy"]
+    assert [e.code for e in errors] == ["BUSY"]
 
 
 @pytest.mark.parametrize("exc", [RuntimeError("model down"), ValueError()])
@@ -314,7 +314,7 @@ def test_region_refuses_a_span_too_small_for_any_checkpoint_before_the_lock() ->
     assert info.value.message == (
         f"compaction span [{u.seq}, {u.seq}] is too small to be worth compacting: its 1 surface "
         "node holds ~60 tokens, but a checkpoint (framing plus a minimal summary) costs ~104, so "
-        "the span needs more than 104 tokens (persistence spec §9.3 step 7); nothing was written")
+        "the span needs more than 104 tokens; nothing was written")
     assert session.seq == 2
     assert summarizer.calls == []
     with pytest.raises(CompactionError) as again:
@@ -674,7 +674,7 @@ def test_async_region_excludes_a_concurrent_compaction_of_one_session() -> None:
         await first
         return info.value.code
 
-    assert asyncio.run(main()) == "busy"
+    assert asyncio.run(main()) == "BUSY"
     assert [e.type for e in session.events].count("compaction/start") == 1
 
 
