@@ -254,6 +254,12 @@ def test_repair_rejects_a_log_that_is_not_contiguous_from_seq_zero() -> None:
     assert "found seq 2 at index 1" in info.value.message
     with pytest.raises(EventRejectedError, match="found seq 1 at index 0"):
         interrupted_turn_closers([ev("turn/start", 1, {"turn": 1})])
+    # equal to the index but not an int: still a gap (True == 1, 1.0 == 1)
+    for odd in (True, 1.0):
+        bad = [ev("turn/start", 0, {"turn": 1}), {**ev("step/start", 1, {"turn": 1, "step": 1}),
+                                                  "seq": odd}]
+        with pytest.raises(EventRejectedError, match=f"found seq {odd!r} at index 1"):
+            interrupted_turn_closers(bad)
 
 
 def test_repair_rejects_an_unknown_cause() -> None:

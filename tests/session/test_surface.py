@@ -78,6 +78,9 @@ def test_fold_surface_accepts_an_explicit_empty_source_list_on_an_assistant_mess
     ([ev(0), ev(1, sources=[0.5])], "densely contain non-negative safe integers"),
     ([ev(0), ev(1, sources=[-1])], "densely contain non-negative safe integers"),
     ([ev(0), ev(1, sources=[1])], "must reference earlier events: 1 >= current seq 1"),
+    ([ev(0), ev(1), ev(2, sources=[0, True])], "densely contain non-negative safe integers"),
+    ([ev(0), ev(1), ev(2, sources=[0, 0])], "must not contain duplicates"),
+    ([ev(0), ev(1), ev(2, sources=[0, 5])], "must reference earlier events: 5 >= current seq 2"),
     ([ev(0), ev(2)], "seq 2 is not contiguous; expected 1"),
     ([ev(0), ev(1), ev(2, op=replace(0, 1), sources=[0])], "missing 1"),
 ])

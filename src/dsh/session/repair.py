@@ -11,6 +11,7 @@ One algorithm serves both causes; they differ only in the model-facing wording a
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any, Final, Literal, TypeAlias
 
@@ -126,6 +127,7 @@ def _message(event: Event) -> Any:
 
 
 _TURN_BOUNDARIES: Final = frozenset({"turn/start", "turn/end"})
+_get_seq: Final = operator.methodcaller("get", "seq")
 
 
 def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event, ...]:
@@ -157,7 +159,9 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event
     """
     if cause not in _CAUSES:
         raise ConfigError(f"closer cause must be 'interrupted' or 'forked', got {cause!r}")
-    for index, event in enumerate(events):
+    seqs = list(map(_get_seq, events))  # C-speed: the common case is a contiguous log
+    contiguous = seqs == list(range(len(seqs))) and (not seqs or set(map(type, seqs)) == {int})
+    for index, event in enumerate(() if contiguous else events):
         seq = event.get("seq")
         if type(seq) is not int or seq != index:
             raise EventRejectedError(
