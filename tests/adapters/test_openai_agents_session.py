@@ -43,6 +43,7 @@ RICH_ITEMS: list[dict[str, Any]] = [
     {"type": "item_reference", "id": "msg_0"},
     {"role": "user", "content": "Unicode: こんにちは 😊 Привет, quotes ' \" and DROP TABLE x;--",
      "extra_field": {"nested": [1, 2.5, True, None]}},
+    {"role": "user", "content": "a lone surrogate \ud83d survives"},
 ]
 
 
@@ -95,7 +96,7 @@ def test_items_map_onto_core_events(tmp_path: Path) -> None:
 
     async def body() -> None:
         session = DshSession("core", store, model="gpt-test")
-        await session.add_items(RICH_ITEMS[:8])
+        await session.add_items(RICH_ITEMS[:8])  # the last two are plain user messages
         session.close()
     run(body())
     types = [e["type"] for e in dsh_events("core", store)]

@@ -13,15 +13,18 @@ framework wrote, while ``content`` holds dsh blocks for the model view.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
+
 from dsh.agent.recorder import Recorder, StepRecorder, TurnRecorder
 from dsh.errors import AdapterError
-from dsh.json import thaw
+from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.persistence import Persistence, open_store
 from dsh.session.events import Event
 from dsh.session.session import Session
@@ -65,8 +68,8 @@ def message_of(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def records_of(event: Mapping[str, Any], fmt: str) -> list[Any] | None:
-    """The framework records (thawed copies) a surface event was made from, or None.
+def records_of(event: Mapping[str, Any], fmt: str) -> Sequence[Any] | None:
+    """The framework records (frozen, as stored) a surface event was made from, or None.
 
     None when the event carries no record of format ``fmt``: it was written by dsh itself (a
     crash-repair result, a compaction summary) or by another tool.
@@ -81,7 +84,23 @@ def records_of(event: Mapping[str, Any], fmt: str) -> list[Any] | None:
     if not isinstance(record, Mapping) or record.get("format") != fmt:
         return None
     records = record.get("records")
-    return list(thaw(records)) if isinstance(records, Sequence) else None
+    return records if isinstance(records, Sequence) else None
+
+
+def _encode(record: Any) -> bytes | None:
+    """``record`` as JSON bytes, or None when orjson cannot hold it (a lone surrogate)."""
+    try:
+        return orjson.dumps(record)
+    except orjson.JSONEncodeError:
+        return None
+
+
+def _copy(event: Event, index: int, fmt: str,
+          synthesize: Callable[[Event], Sequence[Any]]) -> Any:
+    """A fresh plain copy of record ``index`` of ``event`` (the path for unencodable ones)."""
+    records = records_of(event, fmt)
+    record = (records if records is not None else synthesize(event))[index]
+    return thaw(record) if isinstance(record, FrozenDict | FrozenList) else copy.deepcopy(record)
 
 
 def text_of(blocks: Any) -> str:
@@ -233,6 +252,7 @@ class LiveLog:
         self._removed: set[tuple[int, int]] = set()
         self._cleared_through = -1
         self._marks_seen = 0  # events already scanned for pop / clear / closed-early marks
+        self._encoded: dict[int, tuple[bytes | None, ...]] = {}  # seq -> its records as JSON
 
     def open(self) -> TurnShaper:
         """Return the shaper of the live session, opening (creating or resuming) it first."""
@@ -281,35 +301,44 @@ class LiveLog:
                 self._removed.update((seq, 0) for seq in data["seqs"])
         self._marks_seen = len(events)
 
-    def view(self, decode: Callable[[Event], list[Any] | None],
-             synthesize: Callable[[Event], list[Any]], limit: int | None = None
+    def view(self, synthesize: Callable[[Event], Sequence[Any]], limit: int | None = None
              ) -> list[tuple[int, int, Any]]:
         """The framework's records along the surface (the model view), in order.
 
         Args:
-            decode: The records an event was made from (thawed), or None when dsh or another
-                tool wrote it.
-            synthesize: Records standing for such an event (a repair result, a summary).
+            synthesize: Records standing for an event that holds none of this format (dsh
+                or another tool wrote it: a repair result, a compaction summary).
             limit: Only the latest ``limit`` records (walks back from the end); None: all.
 
         Returns:
-            ``(seq, index, record)`` triples, minus popped and cleared records and results the
-            framework never saw (``<fmt>/closed-early``).
+            ``(seq, index, record)`` triples with fresh plain copies of the records, minus
+            popped and cleared records and results the framework never saw
+            (``<fmt>/closed-early``). Each event's records are encoded once and cached (events
+            never change), so a call costs one JSON parse of the records it returns.
         """
         session = self.session
         self._take_marks(session)
-        out: list[tuple[int, int, Any]] = []
+        picked: list[tuple[int, int, bytes | None]] = []
         for seq in reversed(session.surface.nodes):
-            if seq <= self._cleared_through or (limit is not None and len(out) >= limit):
+            if seq <= self._cleared_through or (limit is not None and len(picked) >= limit):
                 break
-            event = session.event_at(seq)
-            records = decode(event)
-            if records is None:
-                records = synthesize(event)
-            out.extend((seq, index, records[index]) for index in range(len(records) - 1, -1, -1)
-                       if (seq, index) not in self._removed)
-        out.reverse()
-        return out if limit is None else out[-limit:]
+            encoded = self._encoded.get(seq)
+            if encoded is None:
+                event = session.event_at(seq)
+                records = records_of(event, self.fmt)
+                encoded = self._encoded[seq] = tuple(
+                    _encode(r) for r in (records if records is not None else synthesize(event)))
+            picked.extend((seq, index, encoded[index])
+                          for index in range(len(encoded) - 1, -1, -1)
+                          if (seq, index) not in self._removed)
+        picked.reverse()
+        if limit is not None:
+            picked = picked[-limit:]
+        fast = iter(orjson.loads(b"[" + b",".join(b for _, _, b in picked if b is not None)
+                                 + b"]"))
+        return [(seq, index, next(fast) if encoded is not None
+                 else _copy(session.event_at(seq), index, self.fmt, synthesize))
+                for seq, index, encoded in picked]
 
     def pop(self, seq: int, index: int) -> None:
         """Log that the record ``index`` of event ``seq`` was removed (``<fmt>/pop``)."""

@@ -28,7 +28,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from dsh.adapters._log import LiveLog, TurnShaper, message_of, records_of, text_of, with_records
+from dsh.adapters._log import LiveLog, TurnShaper, message_of, text_of, with_records
 from dsh.errors import AdapterError
 from dsh.json import snapshot_json
 from dsh.messages import create_assistant_message, create_user_message
@@ -126,10 +126,6 @@ def messages_to_events(shaper: TurnShaper, messages: Sequence[BaseMessage],
     return list(shaper.session.events[before:])
 
 
-def _decode(event: Event) -> list[Any] | None:
-    return records_of(event, FORMAT)
-
-
 def _synthesized(event: Event) -> list[Any]:
     """Message records for an event dsh wrote itself (repair result, compaction summary)."""
     message = message_of(event) or {}
@@ -193,7 +189,7 @@ class DshChatMessageHistory(BaseChatMessageHistory):
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The history along dsh's model view: what was added, plus what dsh added."""
         with self._log.lock:
-            records = [record for _, _, record in self._log.view(_decode, _synthesized)]
+            records = [record for _, _, record in self._log.view(_synthesized)]
         return messages_from_dict(records)
 
     async def aget_messages(self) -> list[BaseMessage]:

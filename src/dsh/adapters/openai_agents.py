@@ -37,7 +37,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from dsh.adapters._log import LiveLog, TurnShaper, message_of, records_of, text_of, with_records
+from dsh.adapters._log import LiveLog, TurnShaper, message_of, text_of, with_records
 from dsh.errors import AdapterError
 from dsh.json import snapshot_json
 from dsh.messages import create_assistant_message, create_user_message
@@ -215,10 +215,6 @@ def _synthesized(event: Mapping[str, Any]) -> list[dict[str, Any]]:
              "content": text_of(content)}]
 
 
-def _decode(event: Event) -> list[Any] | None:
-    return records_of(event, FORMAT)
-
-
 def _without_split_pairs(window: list[tuple[int, int, dict[str, Any]]]
                          ) -> list[tuple[int, int, dict[str, Any]]]:
     """Drop leading outputs whose ``function_call`` is not inside the window."""
@@ -267,7 +263,7 @@ class DshSession(SessionABC):
         return self._log.store_url
 
     def _visible(self, limit: int | None = None) -> list[tuple[int, int, Any]]:
-        return self._log.view(_decode, _synthesized, limit)
+        return self._log.view(_synthesized, limit)
 
     def _get_sync(self, limit: int | None) -> list[TResponseInputItem]:
         with self._log.lock:

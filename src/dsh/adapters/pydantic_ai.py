@@ -30,7 +30,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from dsh.adapters._log import LiveLog, TurnShaper, message_of, records_of, text_of, with_records
+from dsh.adapters._log import LiveLog, TurnShaper, message_of, text_of, with_records
 from dsh.errors import AdapterError
 from dsh.json import snapshot_json
 from dsh.messages import create_assistant_message, create_user_message
@@ -145,10 +145,6 @@ def messages_to_events(shaper: TurnShaper, records: Sequence[dict[str, Any]]) ->
     return list(shaper.session.events[before:])
 
 
-def _decode(event: Event) -> list[Any] | None:
-    return records_of(event, FORMAT)
-
-
 def _synthesized(event: Event) -> list[Any]:
     """Message records for an event dsh wrote itself (repair result, compaction summary)."""
     message = message_of(event) or {}
@@ -197,7 +193,7 @@ class DshMessageHistory:
     def load(self) -> list[ModelMessage]:
         """The history along dsh's model view, ready for ``agent.run(message_history=...)``."""
         with self._log.lock:
-            records = [record for _, _, record in self._log.view(_decode, _synthesized)]
+            records = [record for _, _, record in self._log.view(_synthesized)]
         return ModelMessagesTypeAdapter.validate_python(records)
 
     def record(self, messages: Sequence[ModelMessage]) -> list[Event]:

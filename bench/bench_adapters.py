@@ -1,0 +1,147 @@
+"""OpenAI Agents SDK sessions: DshSession beside the SDK's SQLiteSession, per turn.
+
+Each session is prefilled with N Responses items (turns of user message, function_call,
+function_call_output, assistant message), then a fresh process opens it and runs what the
+SDK's Runner does per turn: ``get_items()`` (the whole history, no limit), ``add_items`` of the
+prompt, ``add_items`` of the turn's items. Reported: the cold first ``get_items`` of the fresh
+process (DshSession resumes the log there), the median per-turn time, ``get_items(limit=20)``,
+and peak RSS. Both sessions run in the same invocation, interleaved, median of ``--runs``
+fresh processes.
+
+Run: ``python -m bench.bench_adapters [--sizes 100,10000,100000] [--turns 10] [--runs 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.workloads import machine, now_ms, peak_rss_mb, ratio
+
+PREFILL_BATCH = 1_000  # items per add_items while prefilling (speed, not measured)
+
+
+def turn_items(n: int) -> list[dict[str, Any]]:
+    """The four items of turn ``n``: prompt, call, output, answer."""
+    call_id = f"call_{n}"
+    return [
+        {"role": "user", "content": f"Turn {n}: what is in src/module_{n}.py?"},
+        {"type": "function_call", "id": f"fc_{n}", "call_id": call_id, "name": "read_file",
+         "arguments": json.dumps({"path": f"src/module_{n}.py"}), "status": "completed"},
+        {"type": "function_call_output", "call_id": call_id,
+         "output": f"def f_{n}():\n    return {n}\n" * 4},
+        {"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": f"module_{n} defines f_{n}.",
+                      "annotations": []}]},
+    ]
+
+
+def make_session(kind: str, root: Path) -> Any:
+    if kind == "dsh":
+        from dsh.adapters.openai_agents import DshSession
+        return DshSession("bench", f"sqlite:///{root / 'dsh.db'}")
+    from agents import SQLiteSession
+    return SQLiteSession("bench", root / "sdk.db")
+
+
+async def prefill(kind: str, root: Path, items: int) -> None:
+    session = make_session(kind, root)
+    batch: list[dict[str, Any]] = []
+    for n in range(items // 4):
+        batch.extend(turn_items(n))
+        if len(batch) >= PREFILL_BATCH:
+            await session.add_items(batch)
+            batch = []
+    if batch:
+        await session.add_items(batch)
+    session.close()
+
+
+async def measure(kind: str, root: Path, items: int, turns: int) -> dict[str, float]:
+    session = make_session(kind, root)
+    t0 = now_ms()
+    history = await session.get_items()
+    cold = now_ms() - t0
+    assert len(history) == items // 4 * 4, (kind, len(history))
+    per_turn: list[float] = []
+    for n in range(items // 4, items // 4 + turns):
+        new = turn_items(n)
+        t0 = now_ms()
+        await session.get_items()
+        await session.add_items(new[:1])
+        await session.add_items(new[1:])
+        per_turn.append(now_ms() - t0)
+    t0 = now_ms()
+    recent = await session.get_items(limit=20)
+    limited = now_ms() - t0
+    assert len(recent) == 20 or items < 20
+    session.close()
+    return {"cold": cold, "turn": statistics.median(per_turn), "limit20": limited,
+            "rss": peak_rss_mb()}
+
+
+def child(kind: str, root: Path, items: int, turns: int, phase: str) -> None:
+    if phase == "prefill":
+        asyncio.run(prefill(kind, root, items))
+        print("{}")
+    else:
+        print(json.dumps(asyncio.run(measure(kind, root, items, turns))))
+
+
+def run_child(kind: str, root: Path, items: int, turns: int, phase: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-m", "bench.bench_adapters", "--child", kind,
+                          "--root", str(root), "--sizes", str(items), "--turns", str(turns),
+                          "--phase", phase], check=True, capture_output=True, text=True).stdout
+    result: dict[str, float] = json.loads(out)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="100,10000,100000")
+    parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=3, help="fresh processes; medians shown")
+    parser.add_argument("--dir", default=None, help="parent of the temporary stores")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--phase", default="measure", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.child:
+        child(args.child, Path(args.root), sizes[0], args.turns, args.phase)
+        return
+    print(f"# adapters: OpenAI Agents SDK session per turn (get_items + 2 add_items), DshSession "
+          f"(SQLite store) beside SQLiteSession, median of {args.runs} processes — {machine()}")
+    print("| items | session | cold get_items ms | per-turn ms | get_items(limit=20) ms "
+          "| peak RSS | per-turn vs SQLiteSession |")
+    print("|---|---|---|---|---|---|---|")
+    for items in sizes:
+        results: dict[str, list[dict[str, float]]] = {"dsh": [], "sqlite": []}
+        for _ in range(args.runs):
+            for kind in ("dsh", "sqlite"):  # interleaved: both see the same machine noise
+                root = Path(tempfile.mkdtemp(prefix="bench-adapters-", dir=args.dir))
+                try:
+                    run_child(kind, root, items, args.turns, "prefill")
+                    results[kind].append(run_child(kind, root, items, args.turns, "measure"))
+                finally:
+                    shutil.rmtree(root, ignore_errors=True)
+        med = {kind: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+               for kind, runs in results.items()}
+        for kind, label in (("dsh", "DshSession"), ("sqlite", "SQLiteSession")):
+            r = med[kind]
+            vs = (ratio(r["turn"], med["sqlite"]["turn"], higher_is_better=False)
+                  if kind == "dsh" else "—")
+            print(f"| {items:,} | {label} | {r['cold']:.1f} | {r['turn']:.2f} | "
+                  f"{r['limit20']:.2f} | {r['rss']:.0f} MB | {vs} |")
+
+
+if __name__ == "__main__":
+    main()
