@@ -1,12 +1,12 @@
 """OpenAI Agents SDK sessions: DshSession beside the SDK's SQLiteSession, per turn.
 
 Each session is prefilled with N Responses items (turns of user message, function_call,
-function_call_output, assistant message), then a fresh process opens it and runs what the
-SDK's Runner does per turn: ``get_items()`` (the whole history, no limit), ``add_items`` of the
-prompt, ``add_items`` of the turn's items. Reported: the cold first ``get_items`` of the fresh
-process (DshSession resumes the log there), the median per-turn time, ``get_items(limit=20)``,
-and peak RSS. Both sessions run in the same invocation, interleaved, median of ``--runs``
-fresh processes.
+function_call_output, assistant message), then a fresh process (modules already imported)
+opens it and runs what the SDK's Runner does per turn: ``get_items()`` (the whole history, no
+limit), ``add_items`` of the prompt, ``add_items`` of the turn's items. Reported: the cold
+first ``get_items`` of the fresh process (DshSession resumes the log there), the median
+per-turn time, ``get_items(limit=20)``, and peak RSS. Both sessions run in the same
+invocation, interleaved, median of ``--runs`` fresh processes.
 
 Run: ``python -m bench.bench_adapters [--sizes 100,10000,100000] [--turns 10] [--runs 3]``.
 """
@@ -46,6 +46,8 @@ def turn_items(n: int) -> list[dict[str, Any]]:
 
 def make_session(kind: str, root: Path) -> Any:
     if kind == "dsh":
+        import dsh.persistence.coordinator
+        import dsh.persistence.sqlite  # noqa: F401 (the store imports it lazily: time the open)
         from dsh.adapters.openai_agents import DshSession
         return DshSession("bench", f"sqlite:///{root / 'dsh.db'}")
     from agents import SQLiteSession

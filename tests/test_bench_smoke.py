@@ -27,6 +27,7 @@ CASES = {
     "ls": ["bench.bench_ls", "--sessions", "20", "--runs", "1"],
     "postgres": ["bench.bench_postgres", "--events", "300", "--turns", "3", "--runs", "1",
                  "--peers", "none"],
+    "adapters": ["bench.bench_adapters", "--sizes", "40", "--turns", "2", "--runs", "1"],
     "agent": ["bench.bench_agent", "--turns", "3", "--runs", "1", "--nodes", "100"],
     # the peer is never looked for here: ours beside dsh-baseline.md
     "side-by-side": ["bench.side_by_side", "--sizes", "300", "--runs", "1", "--flush-events",

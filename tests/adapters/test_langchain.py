@@ -97,6 +97,9 @@ def test_bad_batch_writes_nothing(tmp_path: Path) -> None:
     assert info.value.code == "ADAPTER_ITEM"
     with pytest.raises(AdapterError):
         history.add_messages([HumanMessage(content="x", additional_kwargs={"f": float("inf")})])
+    with pytest.raises(AdapterError):
+        history.add_messages([HumanMessage(content="y"), AIMessage(content="", tool_calls=[
+            {"id": "same", "name": "a", "args": {}}, {"id": "same", "name": "b", "args": {}}])])
     assert history._log.session.seq == seq
     assert [m.content for m in history.messages] == ["ok"]
     history.close()

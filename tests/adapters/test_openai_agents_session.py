@@ -239,7 +239,10 @@ def test_bad_batch_writes_nothing(store: str) -> None:
         for bad in ([{"role": "user", "content": "fine"}, "not an item"],
                     [{"role": "user", "content": "fine"}, {"content": "no role or type"}],
                     [{"role": "user", "content": float("nan")}],
-                    [{"role": "user", "content": 2 ** 60}]):
+                    [{"role": "user", "content": 2 ** 60}],
+                    [{"type": "function_call", "call_id": "", "name": "x", "arguments": ""}],
+                    [{"type": "function_call", "call_id": "d", "name": "x", "arguments": ""},
+                     {"type": "function_call", "call_id": "d", "name": "y", "arguments": ""}]):
             with pytest.raises(AdapterError) as info:
                 await session.add_items(bad)  # type: ignore[arg-type]
             assert info.value.code == "ADAPTER_ITEM"

@@ -42,7 +42,9 @@ __all__ = [
 ]
 
 RECORD_KEY: Final = "adapterRecord"
-"""Key of a message source holding the framework records the message was made from."""
+"""Key holding the framework records a message was made from: in the message's ``source``,
+for a ``tool/result`` in ``data.meta``."""
+
 
 def default_store_url() -> str:
     """``sqlite:///<$DSH_HOME or ~/.dsh>/sessions.db``, the store the ``dsh`` command reads."""

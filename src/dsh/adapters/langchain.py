@@ -76,6 +76,12 @@ def _record(message: Any, index: int, session_id: str) -> dict[str, Any]:
         raise AdapterError(f"message {index} is not a LangChain BaseMessage (got "
                            f"{type(message).__name__}); nothing was written",
                            code="ADAPTER_ITEM", session_id=session_id, line=index)
+    if isinstance(message, AIMessage):
+        ids = [call.get("id") for call in message.tool_calls if call.get("id")]
+        if len(ids) != len(set(ids)) or not all(call.get("name") for call in message.tool_calls):
+            raise AdapterError(f"message {index} (ai) has tool calls with a repeated id or no "
+                               f"name ({ids}); nothing was written", code="ADAPTER_ITEM",
+                               session_id=session_id, line=index)
     try:
         record: dict[str, Any] = json.loads(json.dumps(message_to_dict(message)))
         snapshot_json(record)

@@ -120,6 +120,7 @@ def _normalize(items: Any, session_id: str) -> list[dict[str, Any]]:
         raise AdapterError(f"add_items takes a list of items (got {type(items).__name__})",
                            code="ADAPTER_ITEM", session_id=session_id)
     out: list[dict[str, Any]] = []
+    calls: dict[str, int] = {}  # call id -> item index: the recorder refuses a repeated id
     for index, item in enumerate(items):
         if not isinstance(item, Mapping) or not (isinstance(item.get("type"), str)
                                                  or isinstance(item.get("role"), str)):
@@ -134,6 +135,17 @@ def _normalize(items: Any, session_id: str) -> list[dict[str, Any]]:
             raise AdapterError(f"item {index} of add_items is not JSON dsh can store ({exc}); "
                                f"nothing was written", code="ADAPTER_ITEM",
                                session_id=session_id, line=index) from exc
+        if plain.get("type") == "function_call":
+            call_id, name = plain.get("call_id"), plain.get("name")
+            if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
+                raise AdapterError(f"item {index} of add_items is a function_call without a "
+                                   f"call_id or name; nothing was written", code="ADAPTER_ITEM",
+                                   session_id=session_id, line=index)
+            if call_id in calls:
+                raise AdapterError(f"item {index} of add_items repeats function_call call_id "
+                                   f"{call_id!r} of item {calls[call_id]}; nothing was written",
+                                   code="ADAPTER_ITEM", session_id=session_id, line=index)
+            calls[call_id] = index
         out.append(plain)
     return out
 

@@ -220,6 +220,13 @@ class DshMessageHistory:
             raise AdapterError(f"messages for session {self.session_id!r} do not serialize to "
                                f"JSON dsh can store ({exc}); nothing was written",
                                code="ADAPTER_ITEM", session_id=self.session_id) from exc
+        for index, record in enumerate(records):
+            ids = [p.get("tool_call_id") for p in record.get("parts") or ()
+                   if p.get("part_kind") == "tool-call"]
+            if record.get("kind") == "response" and len(ids) != len(set(ids)):
+                raise AdapterError(f"message {index} for session {self.session_id!r} repeats a "
+                                   f"tool_call_id ({ids}); nothing was written",
+                                   code="ADAPTER_ITEM", session_id=self.session_id, line=index)
         with self._log.lock:
             shaper = self._log.open()
             if not records:
