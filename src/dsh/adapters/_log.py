@@ -14,6 +14,7 @@ framework wrote, while ``content`` holds dsh blocks for the model view.
 from __future__ import annotations
 
 import copy
+import gc
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -265,6 +266,8 @@ class LiveLog:
                                    session_id=self.session_id)
             if self._shaper is None:
                 persistence = open_store(self.store_url)
+                collecting = gc.isenabled()
+                gc.disable()  # the cold read builds the log's containers: see view()
                 try:
                     store = SessionStore(persistence=persistence)
                     session = (store.resume(self.session_id)
@@ -273,6 +276,9 @@ class LiveLog:
                 except BaseException:
                     persistence.close()
                     raise
+                finally:
+                    if collecting:
+                        gc.enable()
                 self._persistence, self._store = persistence, store
                 self._shaper = TurnShaper(Recorder(session, store=store,
                                                    flush_on_turn_end=False), self.fmt)
@@ -320,9 +326,22 @@ class LiveLog:
         """
         session = self.session
         self._take_marks(session)
+        # The records are fresh containers by the hundred thousand: a collection pass in
+        # between would walk them all again and again (seconds at 100k), so none runs here.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._view(session, synthesize, limit)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _view(self, session: Session, synthesize: Callable[[Event], Sequence[Any]],
+              limit: int | None) -> list[tuple[int, int, Any]]:
         picked: list[tuple[int, int, bytes | None]] = []
+        removed, cleared = self._removed, self._cleared_through
         for seq in reversed(session.surface.nodes):
-            if seq <= self._cleared_through or (limit is not None and len(picked) >= limit):
+            if seq <= cleared or (limit is not None and len(picked) >= limit):
                 break
             encoded = self._encoded.get(seq)
             if encoded is None:
@@ -330,13 +349,13 @@ class LiveLog:
                 records = records_of(event, self.fmt)
                 encoded = self._encoded[seq] = tuple(
                     _encode(r) for r in (records if records is not None else synthesize(event)))
-            picked.extend((seq, index, encoded[index])
-                          for index in range(len(encoded) - 1, -1, -1)
-                          if (seq, index) not in self._removed)
+            for index in range(len(encoded) - 1, -1, -1):
+                if not removed or (seq, index) not in removed:
+                    picked.append((seq, index, encoded[index]))
         picked.reverse()
         if limit is not None:
             picked = picked[-limit:]
-        fast = iter(orjson.loads(b"[" + b",".join(b for _, _, b in picked if b is not None)
+        fast = iter(orjson.loads(b"[" + b",".join([b for _, _, b in picked if b is not None])
                                  + b"]"))
         return [(seq, index, next(fast) if encoded is not None
                  else _copy(session.event_at(seq), index, self.fmt, synthesize))
