@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,12 @@ from dsh.errors import AdapterError
 from tests.adapters.conftest import dsh, dsh_events, dsh_messages, sigkill_when_ready
 
 
+def run(agent: Agent[None, str], prompt: str, **kwargs: Any) -> Any:
+    # asyncio.run closes its loop; Agent.run_sync leaves one open for the rest of the session,
+    # whose collection later warns inside some other test
+    return asyncio.run(agent.run(prompt, **kwargs))
+
+
 def url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'sessions.db'}"
 
@@ -48,9 +55,9 @@ def test_test_model_multi_turn_round_trip(tmp_path: Path) -> None:
     agent = weather_agent(TestModel())
     with DshMessageHistory("tm", store) as history:
         assert history.load() == []
-        first = agent.run_sync("Weather?", message_history=history.load())
+        first = run(agent, "Weather?", message_history=history.load())
         history.record(first.new_messages())
-        second = agent.run_sync("And tomorrow?", message_history=history.load())
+        second = run(agent, "And tomorrow?", message_history=history.load())
         history.record(second.new_messages())
         # what the second run worked from, plus what it added, is what load gives back
         assert history.load() == second.all_messages()
@@ -82,9 +89,9 @@ def test_function_model_tools_then_dsh_show_and_messages(tmp_path: Path) -> None
         [TextPart("Paris and Oslo: 18 C.")],
         [TextPart("Yes, both.")]]))
     with DshMessageHistory("fm", store) as history:
-        history.record(agent.run_sync("Paris and Oslo?",
+        history.record(run(agent, "Paris and Oslo?",
                                       message_history=history.load()).new_messages())
-        last = agent.run_sync("Both the same?", message_history=history.load())
+        last = run(agent, "Both the same?", message_history=history.load())
         history.record(last.new_messages())
         assert history.load() == last.all_messages()
     events = dsh_events("fm", store)
@@ -128,7 +135,7 @@ time.sleep(600)
         part = repaired.parts[0]
         assert isinstance(part, ToolReturnPart) and part.tool_call_id == "r1"
         assert "outcome is unknown" in str(part.content)
-        result = agent.run_sync("Did it?", message_history=loaded)
+        result = run(agent, "Did it?", message_history=loaded)
         assert result.output == "I will check whether it restarted."
         again.record(result.new_messages())
     shown = dsh("show", "crash", "--store", store)
