@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 from urllib.parse import quote
@@ -15,6 +17,7 @@ import typer
 from dsh import (
     ConfigError,
     Session,
+    SessionBusyError,
     SessionNotFoundError,
     open_store,
 )
@@ -83,13 +86,78 @@ def json_mode(value: bool) -> bool:
     return value
 
 
+DEFAULT_WAIT_S: Final = 5.0
+"""How long a command waits for a session another process is writing (seconds)."""
+
+WaitOption = Annotated[
+    float, typer.Option("--wait", metavar="SECONDS", min=0, show_default=False,
+                        help="How long to wait for a session that another process is "
+                             "writing before giving up (default: 5 seconds)."),
+]
+
+
+def _ago(since_ms: int) -> str:
+    seconds = max(0, int(time.time() - since_ms / 1000))
+    if seconds < 120:
+        return f"{seconds} s ago"
+    if seconds < 7200:
+        return f"{seconds // 60} min ago"
+    return f"{seconds // 3600} h ago"
+
+
+def busy_for_people(error: SessionBusyError, waited_s: float) -> SessionBusyError:
+    """The busy error as a person needs it: who holds the session, since when, what to do.
+
+    ``since`` (epoch ms) is shown in local time and as how long ago; the message is one line
+    and carries everything, so no location fields are appended to it.
+    """
+    where = error.where
+    sid, pid, host, since = (where.get("session_id"), where.get("pid"), where.get("host"),
+                             where.get("since"))
+    holder = "another process" + (f" (pid {pid}" + (f" on {host}" if host else "") + ")"
+                                  if pid is not None else "")
+    when = ""
+    if isinstance(since, int):
+        local = datetime.fromtimestamp(since / 1000).astimezone()
+        stamp = local.strftime("%H:%M:%S %Z" if local.date() == datetime.now().date()
+                               else "%Y-%m-%d %H:%M:%S %Z")
+        when = f" since {stamp} ({_ago(since)})"
+    return SessionBusyError(
+        f"session {sid!r} is being written by {holder}{when}; waited {waited_s:g} s for it. "
+        "Let that process finish (or stop it), then run the command again, or wait longer "
+        "with --wait SECONDS", code=error.code, session_id=str(sid) if sid else None)
+
+
+def _wait_for_writers(persistence: Persistence, wait_s: float) -> None:
+    """Make the store's write opens wait up to ``wait_s`` for another process's writer."""
+    backend = persistence.backend
+    original = backend.open
+
+    def open_waiting(session_id: str, mode: Any = "read") -> Any:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return original(session_id, mode)
+            except SessionBusyError as error:
+                # A writer in this process never lets go while we wait; another one may.
+                if "this process" in error.message or time.monotonic() >= deadline:
+                    raise busy_for_people(error, wait_s) from error
+                time.sleep(0.05)
+
+    backend.open = open_waiting  # type: ignore[method-assign]
+
+
 @contextmanager
-def cli_store(url: str | None, *, create: bool = True) -> Iterator[Persistence]:
+def cli_store(url: str | None, *, create: bool = True,
+              wait: float = DEFAULT_WAIT_S) -> Iterator[Persistence]:
     """Open the store a command works on (``--store`` or the default) and close it after.
 
     Closing drains any write-behind writer, so a command's writes are durable on return. A
     read-only command (``create=False``) given an explicit URL that names nothing on disk fails
     instead of creating an empty store at a mistyped path.
+
+    A session another process is writing is waited for, up to ``wait`` seconds, before the
+    command fails with :func:`busy_for_people`'s message.
 
     Raises:
         ConfigError: code STORE_NOT_FOUND for such a URL.
@@ -104,6 +172,7 @@ def cli_store(url: str | None, *, create: bool = True) -> Iterator[Persistence]:
     if url is not None:
         _refuse_foreign_file(url)
     persistence = open_store(url or default_store_url())
+    _wait_for_writers(persistence, wait)
     try:
         yield persistence
     finally:

@@ -18,9 +18,11 @@ from dsh import (
 )
 from dsh.cli import render
 from dsh.cli._common import (
+    DEFAULT_WAIT_S,
     JsonOption,
     SessionArg,
     StoreOption,
+    WaitOption,
     cli_store,
     json_mode,
     read_session,
@@ -32,14 +34,15 @@ from dsh.cli._common import (
 if TYPE_CHECKING:
     from dsh.compaction import CompactionResult
 
-def resume(session_id: SessionArg, store: StoreOption = None, json_: JsonOption = False) -> None:
+def resume(session_id: SessionArg, store: StoreOption = None,
+           wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
     """Commit the repair of an interrupted turn: results for unanswered calls, step, turn end.
 
     Takes the session's write lock, truncates a torn tail, appends the closers and flushes; a
     balanced log is left untouched (persistence spec §3.10 ``load``).
     """
     json_mode(json_)
-    with cli_store(store) as persistence:
+    with cli_store(store, wait=wait) as persistence:
         session_id = require_session(persistence, session_id)
         inspection = persistence.load(session_id)
     closers = list(inspection.closers)
@@ -69,6 +72,7 @@ def fork(
         "--as", metavar="NEW", show_default=False,
         help="Child session id (default: <ID>-fork-<n>).")] = None,
     store: StoreOption = None,
+    wait: WaitOption = DEFAULT_WAIT_S,
     json_: JsonOption = False,
 ) -> None:
     """Fork a session: the child inherits events 0..SEQ and continues on its own.
@@ -77,7 +81,7 @@ def fork(
     parent's log is not changed.
     """
     json_mode(json_)
-    with cli_store(store) as persistence:
+    with cli_store(store, wait=wait) as persistence:
         session_id = require_session(persistence, session_id)
         try:
             child_id = persistence.fork(session_id, at, as_)
@@ -125,6 +129,7 @@ def compact(
         "--summarizer", help="How to write the checkpoint (digest: offline, deterministic).")
     ] = SummarizerName.digest,
     store: StoreOption = None,
+    wait: WaitOption = DEFAULT_WAIT_S,
     json_: JsonOption = False,
 ) -> None:
     """Compact a span of the model surface into one checkpoint message.
@@ -145,7 +150,7 @@ def compact(
         return compact_surface_region(session, span[0], span[1], summarizer=digest,
                                       flush=flush)
 
-    with cli_store(store) as persistence:
+    with cli_store(store, wait=wait) as persistence:
         read = read_session(persistence, session_id)
         session_id = str(read.header["id"])
         try:

@@ -18,9 +18,11 @@ from dsh import (
 )
 from dsh.cli import render
 from dsh.cli._common import (
+    DEFAULT_WAIT_S,
     TRANSCRIPT_SUFFIXES,
     JsonOption,
     StoreOption,
+    WaitOption,
     cli_store,
     json_mode,
     stderr_console,
@@ -268,6 +270,7 @@ def import_(
     format: Annotated[ImportFormat, typer.Option(
         "--format", help="Source format; auto detects it per file.")] = ImportFormat.auto,
     store: StoreOption = None,
+    wait: WaitOption = DEFAULT_WAIT_S,
     json_: JsonOption = False,
 ) -> None:
     """Import transcripts of other agents (and dsh logs) into the store.
@@ -284,7 +287,7 @@ def import_(
                                  param_hint="'PATH' / '--examples'")
     if not paths:
         paths = _default_roots(examples, err)
-    with cli_store(store) as persistence:
+    with cli_store(store, wait=wait) as persistence:
         report = _import_paths(persistence, paths, str(format.value), err)
     if json_:
         render.write_json(report.to_json())
