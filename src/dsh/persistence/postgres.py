@@ -169,6 +169,8 @@ class _Lease:
     def _renew_loop(self) -> None:
         interval = self.backend.lease_ms / 3000
         while not self._stop.wait(interval):
+            if self.backend._closed:
+                return  # the pool is gone; the lease expires on its own
             try:
                 renewed = self.backend._renew(self.session_id, self.token, self.epoch)
             except PersistenceError as exc:

@@ -451,3 +451,44 @@ class BackendContract:
 
         with pytest.raises(ConfigError):
             asyncio.run(first(-1))
+
+    def test_revision_stable_until_the_log_changes(self, store: Persistence) -> None:
+        """§2.1 listSnapshots: equal across observations of an unchanged log, new after append."""
+        builder = LogBuilder()
+        builder.completed_turn()
+        _store_log(store, builder)
+        with store.open("s") as handle:
+            first = handle.read().revision
+            assert handle.read().revision == first
+        with store.open("s", "write") as handle:
+            handle.append([make("turn/start", 6, {"turn": 2}, time=builder.events[-1].time)])
+            handle.flush()
+        with store.open("s") as handle:
+            assert handle.read().revision != first
+
+    def test_headers_and_exists_without_reading_logs(self, store: Persistence) -> None:
+        """§2.1 list: one header per stored session; exists() follows create()."""
+        assert not store.exists("a")
+        store.create(header("a"))
+        store.create(header("b", parentSession="a"))
+        assert store.exists("a") and store.exists("b") and not store.exists("c")
+        with store.open("a", "write") as handle:
+            handle.append([make("turn/start", 0, {"turn": 1})])
+            handle.flush()
+        with store.open("b", "write") as handle:
+            handle.append([make("turn/start", 0, {"turn": 1})])
+            handle.flush()
+        headers = {h["id"]: h for h in store.list_headers()}
+        assert set(headers) == {"a", "b"}
+        assert headers["b"]["parentSession"] == "a"
+
+    def test_closed_handle_refuses_reads_and_appends(self, store: Persistence) -> None:
+        """A closed handle raises a PersistenceError; closing twice is harmless."""
+        store.create(header("s"))
+        handle = store.open("s", "write")
+        handle.close()
+        handle.close()
+        with pytest.raises(PersistenceError):
+            handle.append([make("turn/start", 0, {"turn": 1})])
+        with pytest.raises(PersistenceError):
+            handle.read()
