@@ -194,3 +194,14 @@ def test_refused_seed_names_the_source_line(tmp_path: Path) -> None:
         session.to_session()
     assert info.value.code == UNMAPPED_CODE
     assert info.value.where["line"] == 1
+
+
+@pytest.mark.parametrize("own", ["x" * 300, "é" * 60, "tab\there"])
+def test_claude_code_session_id_no_store_can_name_gets_a_derived_id(tmp_path: Path,
+                                                                    own: str) -> None:
+    from dsh.persistence.api import session_id_problem
+
+    path = _jsonl(tmp_path, "s.jsonl", [_claude(session=own)])
+    [session] = _seed(import_file(path, "claude-code"))
+    assert session.session_id != own
+    assert session_id_problem(session.session_id) is None

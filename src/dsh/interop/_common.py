@@ -385,25 +385,17 @@ def read_json_document(path: Path, fmt: str) -> Any:
     return _decode(raw, path, fmt, 1)
 
 
-_MAX_OWN_ID: Final = 200
-"""Longest source id kept as a session id (characters); longer ones get a derived id."""
-
-
 def usable_id(value: object) -> str | None:
     """``value`` when it can serve as a session id as it is, else None.
 
-    Usable: a non-empty string of at most :data:`_MAX_OWN_ID` printable characters that encodes
-    as UTF-8 (no lone surrogates), so every store can name a session by it.
+    Usable: a non-blank string of printable characters that every store can name a session by
+    (:func:`dsh.persistence.api.session_id_problem`: valid Unicode, a short enough folder name).
     """
-    if not isinstance(value, str) or not value.strip() or len(value) > _MAX_OWN_ID:
+    from dsh.persistence.api import session_id_problem  # lazy: only when an id is checked
+
+    if not isinstance(value, str) or not value.strip() or not value.isprintable():
         return None
-    if not value.isprintable():
-        return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    return value
+    return value if session_id_problem(value) is None else None
 
 
 def derived_id(name: str) -> str:
