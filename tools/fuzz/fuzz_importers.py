@@ -12,8 +12,9 @@ Usage (from the repository root, with ``pip install atheris``)::
     python tools/fuzz/fuzz_importers.py --seed-corpus CORPUS_DIR  # write seeds, then fuzz it
     python tools/fuzz/fuzz_importers.py --replay FILE...           # re-check saved crashes
 
-``--seed-corpus`` fills the folder with the bundled example transcripts (and the shared
-corpus when ``DSH_SHARED`` or ``../shared`` has one), each prefixed with its format byte.
+``--seed-corpus`` fills the folder with the bundled example transcripts, the test fixtures (and
+the shared corpus when ``DSH_SHARED`` or ``../shared`` has one), each prefixed with its format
+byte.
 A failure is raised as ``AssertionError`` so atheris saves the input as ``crash-*``.
 """
 
@@ -59,7 +60,8 @@ def seed_corpus(folder: Path) -> int:
     """Write every example transcript into ``folder`` prefixed with its format byte."""
     folder.mkdir(parents=True, exist_ok=True)
     shared = Path(os.environ.get("DSH_SHARED", REPO.parent / "shared")) / "corpus"
-    roots = [REPO / "src" / "dsh" / "examples" / "transcripts", shared]
+    roots = [REPO / "src" / "dsh" / "examples" / "transcripts", REPO / "tests" / "interop" /
+             "fixtures", shared]
     count = 0
     for root in roots:
         for source in sorted(root.rglob("*")) if root.is_dir() else []:

@@ -166,11 +166,6 @@ def note_line(line: int | None) -> None:
     _LINE.set(line)
 
 
-def current_line() -> int | None:
-    """The source line last given to :func:`note_line` in this import (None before any)."""
-    return _LINE.get()
-
-
 _UNEXPECTED: Final = (TypeError, ValueError, KeyError, AttributeError, IndexError,
                       RecursionError, UnicodeError, OverflowError)
 

@@ -191,5 +191,5 @@ def _chat_messages(value: object) -> bool:
 def _shape(doc: object) -> str:
     """A few words on what a JSON value is, for the "not supported" message."""
     if isinstance(doc, dict):
-        return f"object with keys {sorted(doc)[:8]}"
+        return f"object with keys {[key[:40] for key in sorted(doc)[:8]]}"
     return "array" if isinstance(doc, list) else type(doc).__name__
