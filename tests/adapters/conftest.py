@@ -34,10 +34,11 @@ def dsh(*args: str) -> str:
 
 
 def dsh_messages(session_id: str, store: str, fmt: str = "openai") -> list[dict[str, Any]]:
-    """``dsh messages ID --format FMT`` parsed."""
+    """The messages of ``dsh messages ID --format FMT`` (provider formats print a body)."""
     out = json.loads(dsh("messages", session_id, "--store", store, "--format", fmt))
-    assert isinstance(out, list)
-    return out
+    messages = out["messages"] if fmt != "dsh" else out
+    assert isinstance(messages, list)
+    return messages
 
 
 def dsh_events(session_id: str, store: str) -> list[dict[str, Any]]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import select
+import queue
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,11 +89,19 @@ def test_events_follow_prints_new_commits_as_they_land(tmp_path: Path, pg: str) 
                                  "--from", "1", "--store", pg], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=dsh.env)
         assert proc.stdout is not None
+        # A reader thread, not select(): one readline may buffer several lines, and select on the
+        # pipe would then wait for bytes that were already read.
+        lines: queue.Queue[str] = queue.Queue()
+        reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout],  # type: ignore[union-attr]
+                                  daemon=True)
+        reader.start()
 
         def line() -> dict[str, object]:
-            ready, _, _ = select.select([proc.stdout], [], [], 60)  # hang guard only
-            assert ready, "dsh events --follow printed nothing"
-            out: dict[str, object] = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+            try:
+                text = lines.get(timeout=60)  # hang guard only
+            except queue.Empty:
+                raise AssertionError("dsh events --follow printed nothing") from None
+            out: dict[str, object] = json.loads(text)
             return out
 
         try:
@@ -106,7 +115,12 @@ def test_events_follow_prints_new_commits_as_they_land(tmp_path: Path, pg: str) 
             assert [line()["seq"], line()["seq"]] == [5, 6]
         finally:
             proc.send_signal(signal.SIGINT)
-            proc.wait(60)
+            try:
+                proc.wait(60)
+            finally:
+                proc.kill()  # no-op when it has exited; never leave it running
+                proc.wait()
+            reader.join(10)  # the pipe is at EOF now; join before closing it under the thread
             proc.stdout.close()
             assert proc.stderr is not None
             err = proc.stderr.read()

@@ -41,6 +41,17 @@ def session_of(result: subprocess.CompletedProcess[str]) -> str:
     return first.split()[1]
 
 
+def finish(child: subprocess.Popen[bytes]) -> bytes:
+    """Wait for ``child`` to exit and return its stderr; a hang kills it (never left running)."""
+    try:
+        _, err = child.communicate(timeout=180)  # hang guard only
+    except subprocess.TimeoutExpired:
+        child.kill()
+        _, err = child.communicate()
+        raise AssertionError(f"dsh run did not exit; stderr: {err.decode()[-2000:]}") from None
+    return err
+
+
 def events(tmp_path: Path, session: str) -> list[dict[str, Any]]:
     out = dsh(tmp_path, "events", session)
     assert out.returncode == 0, out.stderr
@@ -137,7 +148,7 @@ def test_ctrl_c_mid_stream_keeps_the_partial_answer_and_exits_130(tmp_path: Path
             assert piece, "dsh run ended before streaming"
             streamed += piece
         child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=60)
+        err = finish(child)
     assert child.returncode == 130
     assert b"[interrupted" in err
     log = events(tmp_path, err.decode().split()[1])
@@ -161,7 +172,7 @@ def test_kill_9_mid_stream_then_the_session_continues(tmp_path: Path) -> None:
             assert piece, "dsh run ended before streaming"
             streamed += piece
         child.kill()  # SIGKILL: no handler runs, nothing is flushed on the way out
-        _, err = child.communicate(timeout=60)
+        err = finish(child)
         session = err.decode().split()[1]
         again = dsh(tmp_path, "run", "question two", "--session", session, *local(server))
     assert again.returncode == 0, again.stderr
