@@ -1012,7 +1012,7 @@ class SqliteHandle(HandleBase):
         except sqlite3.Error as exc:
             _fail(exc, "append", self._path, self._id)
         stored = [(*r[:6], None) for r in rows] if legacy else rows
-        crc = rows_crc(stored, rows_crc([row[1:] for row in gap]))
+        crc = rows_crc([*(row[1:] for row in gap), *stored])
         self._seal((sealed_end, first + len(events), crc), str(found[1]))
         logger.debug("appended %d events (%d rows) to session %s", len(events), len(rows),
                      self._id)

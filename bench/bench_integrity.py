@@ -1,0 +1,127 @@
+"""Cost of the integrity seals (issue 8 item 5): append+flush and cold load, with and without.
+
+Run: ``python -m bench.bench_integrity [--events 20000] [--batch 50] [--runs 5]``.
+
+For raw JSONL and SQLite, each figure is the median of ``--runs`` fresh processes, the two
+variants interleaved: ``sealed`` is the shipped code; ``unsealed`` replaces the handles' seal
+writer with a no-op (append+flush) or removes the seal files before reading (cold load).
+Workload: ``--events`` events of completed turns written as batches of ``--batch`` events,
+each batch appended and flushed (one durable batch per agent step); the cold load is
+``open_store(url).read(id)`` (the read pipeline, all events). Prints a markdown table with the
+ratio sealed / unsealed (1.00 = free).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_CHILD = "bench.bench_integrity"
+
+
+def _events(n: int) -> list[object]:
+    from dsh.session.session import Session
+
+    session = Session.create("s", header={"version": 0, "id": "s", "createdAt": 1,
+                                         "cwd": "/w/p"})
+    turn = 0
+    while len(session.events) < n:
+        turn += 1
+        session.append("turn/start", {"turn": turn})
+        session.append("step/start", {"turn": turn, "step": 1})
+        session.append("user/message", {
+            "id": f"u{turn}", "role": "user", "source": {"kind": "user"},
+            "content": [{"type": "text", "text": f"question {turn} " * 20}]},
+            surface_op="append")
+        session.append("step/end", {"turn": turn, "step": 1})
+        session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+    return list(session.events[:n])
+
+
+def _child(op: str, kind: str, variant: str, location: str, n: int, batch: int) -> float:
+    from dsh.persistence import open_store
+
+    url = f"jsonl://{location}" if kind == "jsonl" else f"sqlite://{location}/store.db"
+    if variant == "unsealed":
+        from dsh.persistence.jsonl import JsonlHandle
+        from dsh.persistence.sqlite import SqliteHandle
+
+        JsonlHandle._seal = lambda self, content=None: None  # type: ignore[method-assign]
+        SqliteHandle._seal = lambda self, record, incarnation: None  # type: ignore[method-assign]
+        for seal in Path(location).rglob("*.seal"):
+            seal.unlink()
+    persistence = open_store(url)
+    if op == "write":
+        events = _events(n)
+        persistence.create({"version": 0, "id": "s", "createdAt": 1, "cwd": "/w/p"})
+        started = time.perf_counter()
+        with persistence.open("s", "write") as handle:
+            for k in range(0, n, batch):
+                handle.append(events[k:k + batch])  # type: ignore[arg-type]
+                handle.flush()
+        elapsed = time.perf_counter() - started
+    else:
+        started = time.perf_counter()
+        read = persistence.read("s")
+        elapsed = time.perf_counter() - started
+        assert len(read.stored_events) == n
+    persistence.close()
+    return elapsed * 1000
+
+
+def _run(op: str, kind: str, variant: str, location: Path, n: int, batch: int) -> float:
+    out = subprocess.run([sys.executable, "-m", _CHILD, "--child", op, kind, variant,
+                          str(location), str(n), str(batch)], capture_output=True, text=True,
+                         check=True)
+    return float(json.loads(out.stdout)["ms"])
+
+
+def main() -> None:
+    """Parse arguments, run the interleaved measurements, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        op, kind, variant, location, n, batch = args.child
+        print(json.dumps({"ms": _child(op, kind, variant, location, int(n), int(batch))}))
+        return
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in ("jsonl", "sqlite"):
+            times: dict[tuple[str, str], list[float]] = {}
+            for run in range(args.runs):
+                for variant in ("sealed", "unsealed"):
+                    location = Path(tmp) / f"{kind}-{variant}-{run}"
+                    location.mkdir(mode=0o700)
+                    times.setdefault(("write", variant), []).append(
+                        _run("write", kind, variant, location, args.events, args.batch))
+                    times.setdefault(("load", variant), []).append(
+                        _run("load", kind, variant, location, args.events, args.batch))
+                    shutil.rmtree(location)
+            for op in ("write", "load"):
+                sealed = statistics.median(times[(op, "sealed")])
+                unsealed = statistics.median(times[(op, "unsealed")])
+                rows.append((kind, op, sealed, unsealed, sealed / unsealed))
+    print(f"# integrity seals: {args.events:,} events, batches of {args.batch} appended and "
+          f"flushed, median of {args.runs} fresh processes")
+    print("| backend | operation | sealed ms | unsealed ms | sealed / unsealed |")
+    print("|---|---|---|---|---|")
+    names = {"write": f"append+flush ({args.events // args.batch} batches)",
+             "load": "cold read (all events)"}
+    for kind, op, sealed, unsealed, ratio in rows:
+        print(f"| {'raw JSONL' if kind == 'jsonl' else 'SQLite'} | {names[op]} | {sealed:.0f} | "
+              f"{unsealed:.0f} | {ratio:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
