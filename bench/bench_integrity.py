@@ -3,8 +3,8 @@
 Run: ``python -m bench.bench_integrity [--events 20000] [--batch 50] [--runs 5]``.
 
 For raw JSONL and SQLite, each figure is the median of ``--runs`` fresh processes, the two
-variants interleaved: ``sealed`` is the shipped code; ``unsealed`` replaces the handles' seal
-writer with a no-op (append+flush) or removes the seal files before reading (cold load).
+variants interleaved: ``sealed`` is the shipped code; ``unsealed`` skips the checksums and the
+seal file writes (append+flush) and removes the seal files before reading (cold load).
 Workload: ``--events`` events of completed turns written as batches of ``--batch`` events,
 each batch appended and flushed (one durable batch per agent step); the cold load is
 ``open_store(url).read(id)`` (the read pipeline, all events). Prints a markdown table with the
@@ -50,11 +50,15 @@ def _child(op: str, kind: str, variant: str, location: str, n: int, batch: int) 
 
     url = f"jsonl://{location}" if kind == "jsonl" else f"sqlite://{location}/store.db"
     if variant == "unsealed":
+        import dsh.persistence.sqlite as sqlite_module
         from dsh.persistence.jsonl import JsonlHandle
         from dsh.persistence.sqlite import SqliteHandle
 
+        # no checksum, no seal file; the in-memory record keeps the append path unchanged
         JsonlHandle._seal = lambda self, content=None: None  # type: ignore[method-assign]
-        SqliteHandle._seal = lambda self, record, incarnation: None  # type: ignore[method-assign]
+        SqliteHandle._seal = (  # type: ignore[method-assign]
+            lambda self, record, incarnation: self._seals.append(record))
+        sqlite_module.rows_crc = lambda rows: 0
         for seal in Path(location).rglob("*.seal"):
             seal.unlink()
     persistence = open_store(url)

@@ -558,7 +558,7 @@ class JsonlHandle(HandleBase):
         The bytes are read back from the file (after its fsync), so the seal covers exactly
         what is stored, bytes another writer (dsh) added since the last record included. A
         failure to write the seal does not fail the flush (the batch is durable): it is
-        logged, and the next flush seals the range again.
+        logged, and the next flush rewrites the seal file with every record.
         """
         tail = self._tail
         assert tail is not None
@@ -578,10 +578,10 @@ class JsonlHandle(HandleBase):
             else:
                 append_seal(self._seal_path(), *record)
         except OSError as exc:
+            # kept in memory: the next seal write rewrites the whole file, this record included
             tail.seal_rewrite = True
             logger.warning("could not write the integrity seal %s of session %s (%s); the "
                            "next flush retries", self._seal_path(), self._id, exc)
-            return
         tail.seals.append(record)
 
     def close(self) -> None:

@@ -1029,7 +1029,8 @@ class SqliteHandle(HandleBase):
         """Record a committed batch in the seal; a failure is logged, never raised.
 
         The batch is durable when this runs; a seal that could not be written leaves the
-        rows unsealed (read by the format rules) and the next append seals them again.
+        rows unsealed on disk (read by the format rules) until the next append rewrites the
+        seal file with every record.
         """
         assert self._seals is not None
         path = self._backend._seal_path(self._id)
@@ -1041,10 +1042,10 @@ class SqliteHandle(HandleBase):
             else:
                 append_seal(path, *record)
         except OSError as exc:
+            # kept in memory: the next seal write rewrites the whole file, this record included
             self._seal_rewrite = True
             logger.warning("could not write the integrity seal %s of session %s (%s); the "
                            "next append retries", path, self._id, exc)
-            return
         self._seals.append(record)
 
     def _admit(self, events: Sequence[Event]) -> Sequence[Event]:
