@@ -222,6 +222,12 @@ def lock_file_name(session_id: str) -> str:
     return encoded + ".lock"
 
 
+def _seal_identity(incarnation: str) -> bytes:
+    # the checksum scheme's version + the session's incarnation: a seal of an older scheme
+    # or of an earlier session with the same id is ignored (and rewritten), never trusted
+    return b"rows2:" + incarnation.encode()
+
+
 def _cut_stem(session_id: str) -> str:
     return lock_file_name(session_id).removesuffix(".lock")
 
@@ -858,7 +864,7 @@ class SqliteHandle(HandleBase):
         except sqlite3.Error as exc:
             _fail(exc, "read", self._path, self._id)
         self._check_header_version(header)
-        if seal is not None and seal.identity != incarnation.encode():
+        if seal is not None and seal.identity != _seal_identity(incarnation):
             seal = None  # written for an earlier session of the same id
         scan = scan_rows(rows, base, self._c.schema_version, path=self._path,
                          session_id=self._id)
@@ -1021,7 +1027,7 @@ class SqliteHandle(HandleBase):
         """End seq of the sealed prefix (loads the seal on a handle's first append)."""
         if self._seals is None:
             seal = read_seal(self._backend._seal_path(self._id))
-            valid = seal is not None and seal.identity == incarnation.encode()
+            valid = seal is not None and seal.identity == _seal_identity(incarnation)
             self._seals = seal.records if seal is not None and valid else []
         return self._seals[-1][1] if self._seals else 0
 
@@ -1037,7 +1043,7 @@ class SqliteHandle(HandleBase):
         try:
             if self._seal_rewrite:
                 mkdir_private(path.parent, "integrity seals")
-                reset_seal(path, incarnation.encode(), [*self._seals, record])
+                reset_seal(path, _seal_identity(incarnation), [*self._seals, record])
                 self._seal_rewrite = False
             else:
                 append_seal(path, *record)
