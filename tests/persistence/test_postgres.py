@@ -321,3 +321,17 @@ def test_bad_postgres_options_are_config_errors() -> None:
     with pytest.raises(PersistenceError) as info:
         PostgresBackend("postgresql://postgres@127.0.0.1:1/none")
     assert info.value.code == "DATABASE_UNREACHABLE"
+
+
+def test_ids_follow_the_rule_every_backend_shares(pg_url: str) -> None:
+    backend = open_backend(pg_url)
+    try:
+        for bad in ("bad\ud800id", "x" * 300):
+            assert backend.exists(bad) is False
+            with pytest.raises(ConfigError) as info:
+                backend.open(bad, "write")
+            assert info.value.code == "INVALID_ID"
+        backend.create(header("ok-id"))
+        assert backend.exists("ok-id")
+    finally:
+        backend.close()

@@ -66,7 +66,15 @@ from dsh.persistence._sqlite_schema import (
     scan_rows,
 )
 from dsh.persistence._sqlite_schema import SCHEMA_VERSION as ROW_FORMAT
-from dsh.persistence.api import ColdRead, HandleBase, OpenMode, TornTail, normalize_header
+from dsh.persistence.api import (
+    ColdRead,
+    HandleBase,
+    OpenMode,
+    TornTail,
+    check_session_id,
+    normalize_header,
+    session_id_problem,
+)
 from dsh.persistence.memory import validate_batch
 from dsh.persistence.tail import follow
 from dsh.session.events import SESSION_FORMAT_VERSION, Event
@@ -692,7 +700,12 @@ class PostgresBackend:
                                      session_id=h["id"], path=self._url) from exc
 
     def exists(self, session_id: str) -> bool:
-        """Return whether a session row with this id is stored."""
+        """Return whether a session row with this id is stored.
+
+        An id no backend can store (see ``session_id_problem``) is never stored.
+        """
+        if session_id_problem(session_id) is not None:
+            return False
         with self._conn("lookup", session_id) as conn:
             return conn.execute(f"SELECT 1 FROM {self._s}.sessions WHERE id = %s",
                                 (session_id,)).fetchone() is not None
@@ -713,7 +726,8 @@ class PostgresBackend:
         """Open a stored session; ``"write"`` takes the lease (epoch + 1) before anything else.
 
         Raises:
-            ConfigError: ``mode`` is not ``"read"`` or ``"write"``.
+            ConfigError: ``mode`` is not ``"read"`` or ``"write"``, or (code INVALID_ID) an id
+                no backend can store (the id rule shared by every backend).
             SessionBusyError: ``"write"`` while another handle (any host) holds an unexpired
                 lease; ``where`` names it (pid, host, since ms, epoch, expires_in_ms).
             SessionNotFoundError: no such session.
@@ -721,6 +735,7 @@ class PostgresBackend:
         """
         if mode not in ("read", "write"):
             raise ConfigError(f"open mode must be 'read' or 'write', got {mode!r}")
+        check_session_id(session_id)
         if mode == "read":
             if not self.exists(session_id):
                 raise SessionNotFoundError(f"session {session_id!r} is not stored in "
