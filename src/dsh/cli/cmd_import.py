@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import enum
+import signal
+import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -28,7 +31,7 @@ from dsh.cli._common import (
     stderr_console,
     stdout_console,
 )
-from dsh.cli._errors import EXIT_FAILED
+from dsh.cli._errors import EXIT_FAILED, STATE
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -108,6 +111,18 @@ class ImportReport:
     updated: list[tuple[str, str, int]] = field(default_factory=list)
     superseded: list[tuple[str, str, str]] = field(default_factory=list)
 
+    def _lists(self) -> tuple[list[Any], ...]:
+        return (self.imported, self.skipped, self.failed, self.ignored, self.updated,
+                self.superseded)
+
+    def sizes(self) -> tuple[int, ...]:
+        """How many outcomes of each kind are recorded (to print only what comes next)."""
+        return tuple(len(entries) for entries in self._lists())
+
+    def since(self, sizes: tuple[int, ...]) -> tuple[list[Any], ...]:
+        """The outcomes of each kind recorded after :meth:`sizes` returned ``sizes``."""
+        return tuple(entries[size:] for entries, size in zip(self._lists(), sizes, strict=True))
+
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` summary with stable keys.
 
@@ -158,6 +173,33 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
     except DshError as error:
         report.failed.append((shown, _reason(error)))
         return
+    with _uninterrupted():
+        _write_file(persistence, built, shown, detected, report)
+
+
+@contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Defer Ctrl+C until a file's sessions are written, so none is left half-imported.
+
+    Reading and validating a file stay interruptible (nothing is written then); the writes of
+    one file (create, append, flush per session) finish first, then the interrupt is raised.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def _write_file(persistence: Persistence, built: list[tuple[ImportedSession, Session]],
+                shown: str, detected: str, report: ImportReport) -> None:
+    """Write the validated sessions of one file (the report gets one outcome each)."""
     for imported, session in built:
         sid = imported.session_id
         stored = _stored_count(persistence, sid) if persistence.exists(sid) else None
@@ -221,14 +263,27 @@ def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
     for path, explicit in files:
         if explicit and not path.exists():
             raise ConfigError(f"cannot import {path}: no such file or folder", path=str(path))
+    out = None if STATE.json else stdout_console()
+    done = 0
     with Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.description}"), console=console, transient=True,
                   disable=len(files) < 2 or not console.is_terminal) as progress:
         task = progress.add_task("", total=len(files))
-        for path, explicit in files:
-            progress.update(task, description=path.name)
-            _import_one(persistence, path, fmt, explicit, report)
-            progress.advance(task)
+        try:
+            for path, explicit in files:
+                progress.update(task, description=path.name)
+                before = report.sizes()
+                _import_one(persistence, path, fmt, explicit, report)
+                done += 1
+                if out is not None:  # each file's outcome as it happens, above the bar
+                    out.print(render.render_import_summary(*report.since(before),
+                                                           counts=False))
+                progress.advance(task)
+        except KeyboardInterrupt:
+            console.print(f"interrupted after {done} of {render.plural(len(files), 'file')}: "
+                          "what is listed above was imported; the file being read when "
+                          "interrupted left nothing behind", markup=False, highlight=False)
+            raise
     return report
 
 
@@ -292,9 +347,8 @@ def import_(
     if json_:
         render.write_json(report.to_json())
     else:
-        stdout_console().print(render.render_import_summary(
-            report.imported, report.skipped, report.failed, report.ignored, report.updated,
-            report.superseded))
+        stdout_console().print(render.render_import_counts(
+            report.imported, report.skipped, report.failed, report.ignored, report.updated))
     if report.failed:
         raise typer.Exit(EXIT_FAILED)
 

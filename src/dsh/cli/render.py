@@ -608,7 +608,8 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
                           failed: Sequence[tuple[str, str]],
                           ignored: Sequence[tuple[str, str]] = (),
                           updated: Sequence[tuple[str, str, int]] = (),
-                          superseded: Sequence[tuple[str, str, str]] = ()) -> Group:
+                          superseded: Sequence[tuple[str, str, str]] = (), *,
+                          counts: bool = True) -> Group:
     """Return the ``dsh import`` summary: one line per file, then the counts.
 
     Args:
@@ -618,6 +619,8 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
         ignored: ``(path, reason)`` per file found in a folder that is not a transcript.
         updated: ``(path, session id, events appended)`` per session whose source grew.
         superseded: ``(path, old id, new id)`` per source that changed where it was imported.
+        counts: End with the counts line (``dsh import`` prints the lines of each file as it
+            goes, then only the counts).
     """
     parts: list[RenderableType] = []
     for path, session_id, count in updated:
@@ -636,11 +639,18 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
         parts.append(Text.assemble(("failed    ", "bold red"), f"{path}: {reason}"))
     for path, reason in ignored:
         parts.append(Text.assemble(("ignored   ", "dim"), f"{path}: {reason}"))
-    counts = (f"{len(imported)} imported, {len(skipped)} skipped (already imported), "
-              f"{len(failed)} failed")
-    if ignored:
-        counts += f", {len(ignored)} ignored (not transcripts)"
-    if updated:
-        counts += f", {len(updated)} updated (source grew)"
-    parts.append(Text(counts, style="bold"))
+    if counts:
+        parts.append(render_import_counts(imported, skipped, failed, ignored, updated))
     return Group(*parts)
+
+
+def render_import_counts(imported: Sequence[Any], skipped: Sequence[Any], failed: Sequence[Any],
+                         ignored: Sequence[Any] = (), updated: Sequence[Any] = ()) -> Text:
+    """Return the last line of ``dsh import``: how many sessions each outcome had."""
+    line = (f"{len(imported)} imported, {len(skipped)} skipped (already imported), "
+            f"{len(failed)} failed")
+    if ignored:
+        line += f", {len(ignored)} ignored (not transcripts)"
+    if updated:
+        line += f", {len(updated)} updated (source grew)"
+    return Text(line, style="bold")
