@@ -50,7 +50,7 @@ def test_verify_dangling_call_at_rest_is_unanswered_tool_call() -> None:
     assert verify_events(events, header=header("s")) == [Violation(
         9, "UNANSWERED_TOOL_CALL",
         "tool call 'call_1' of the assistant message at seq 9 has no result and no open turn "
-        "to repair it; a provider would refuse the next request (core spec §11)")]
+        "to repair it; a provider would refuse the next request")]
 
 
 def test_verify_orphan_result_is_reported_by_pairing_and_invariants() -> None:
@@ -83,7 +83,7 @@ def test_verify_unknown_type_not_ignorable() -> None:
     found = verify_events(events, header=header("s"))
     assert found[0] == Violation(14, "UNKNOWN_EVENT_TYPE",
                                  "event type 'weird/thing' at seq 14 is unknown to this dsh and "
-                                 "not marked ignorable (core spec §1.6)")
+                                 "not marked ignorable")
 
 
 def test_verify_restore_refusal_names_the_seq() -> None:
