@@ -89,9 +89,13 @@ def test_events_into_head_exits_0_quietly(demo: Dsh) -> None:
 def test_unique_prefix_works_as_an_id_ambiguous_lists_missing_suggests(demo: Dsh) -> None:
     assert demo("show", "2222").stdout.startswith(f"session {INTERRUPTED} ")
     assert demo.json("messages", "3333") == demo.json("messages", COMPACTED)
-    ambiguous = demo("show", "2", check=1).stderr
-    assert ambiguous.startswith("error[AMBIGUOUS_SESSION_ID]: session id prefix '2' matches ")
-    assert INTERRUPTED in ambiguous and "type more of the id" in ambiguous
+    ids = [row["id"] for row in demo.json("ls", "--json")]
+    prefix = next(p for p in "0123456789abcdef" if sum(i.startswith(p) for i in ids) >= 2)
+    ambiguous = demo("show", prefix, check=1).stderr
+    assert ambiguous.startswith(f"error[AMBIGUOUS_SESSION_ID]: session id prefix '{prefix}' "
+                                "matches ")
+    assert all(i in ambiguous for i in ids if i.startswith(prefix))
+    assert "type more of the id" in ambiguous
     missing = demo("show", INTERRUPTED[:-1] + "x", check=1).stderr
     assert missing.startswith("error[SESSION_NOT_FOUND]: ")
     assert f"did you mean '{INTERRUPTED}'?" in missing
