@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A non-interactive shell starts background jobs with SIGINT ignored, and an ignored signal stays
+# ignored across exec: the CLI children of the Ctrl+C tests would never see their SIGINT. A
+# handler here is reset to the default in every child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 DSH_LOGS = REPO / "tests" / "fixtures" / "dsh-logs"
 """Logs and stores written by the real dsh, with its own answers in ``expected/`` (our own

@@ -78,9 +78,6 @@ def test_session_commands_work_on_postgresql(tmp_path: Path, pg: str) -> None:
     assert len(dsh.event_lines("long", "--store", pg)) == 23
 
 
-# Failed twice in full runs on a heavily loaded machine (the child did not exit within 60 s of
-# SIGINT) and never in 40 runs alone or under CPU load; rerun while that is investigated.
-@pytest.mark.flaky(reruns=2)
 def test_events_follow_prints_new_commits_as_they_land(tmp_path: Path, pg: str) -> None:
     dsh = Dsh(tmp_path)
     store = open_store(pg)
