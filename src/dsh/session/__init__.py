@@ -26,6 +26,7 @@ from dsh.session.header import (
     validate_header,
 )
 from dsh.session.invariants import InvariantObserver, InvariantTrace, Violation, check_log
+from dsh.session.paging import PAGE_EVENTS, EventSource, PagedLog
 from dsh.session.pairing import (
     PairingSession,
     balanced_cuts,
@@ -40,6 +41,7 @@ from dsh.session.repair import (
     interrupted_turn_closers,
     open_turn_closers,
 )
+from dsh.session.restore_state import RestoreFold, RestoreState
 from dsh.session.session import (
     Clock,
     EventLog,
@@ -65,6 +67,7 @@ __all__ = [
     "CHUNK_ROW_TAGS",
     "CORE_EVENT_TYPES",
     "MIN_RUN",
+    "PAGE_EVENTS",
     "TOOL_NOT_STARTED",
     "TOOL_OUTCOME_UNKNOWN",
     "CloseCause",
@@ -89,8 +92,12 @@ __all__ = [
     "Clock",
     "Event",
     "EventLog",
+    "EventSource",
     "OpenTurnPolicy",
+    "PagedLog",
     "Persistence",
+    "RestoreFold",
+    "RestoreState",
     "Session",
     "SessionHeader",
     "SessionId",

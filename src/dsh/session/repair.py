@@ -130,7 +130,8 @@ _TURN_BOUNDARIES: Final = frozenset({"turn/start", "turn/end"})
 _get_seq: Final = operator.methodcaller("get", "seq")
 
 
-def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event, ...]:
+def open_turn_closers(events: Sequence[Event], cause: CloseCause, *,
+                      base_seq: int = 0) -> tuple[Event, ...]:
     """Return the events that close the log's open final turn, or ``()`` when none is open.
 
     Scan (core spec §9.1): ``turn/start`` opens a turn and clears the pending calls; ``turn/end``
@@ -142,6 +143,9 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event
     Args:
         events: A committed log, contiguous from seq 0; it may end inside a turn.
         cause: ``"interrupted"`` (crash repair) or ``"forked"`` (fork cut point).
+        base_seq: The seq of ``events[0]`` when ``events`` is the end of a longer log (an
+            O(tail) resume); the window must then start at or before the log's last
+            ``turn/start`` or ``turn/end``, and the answer is that of the whole log.
 
     Returns:
         Frozen events with seqs ``last.seq + 1, …`` and the last event's ``time``: one error
@@ -160,13 +164,14 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event
     if cause not in _CAUSES:
         raise ConfigError(f"closer cause must be 'interrupted' or 'forked', got {cause!r}")
     seqs = list(map(_get_seq, events))  # C-speed: the common case is a contiguous log
-    contiguous = seqs == list(range(len(seqs))) and (not seqs or set(map(type, seqs)) == {int})
-    for index, event in enumerate(() if contiguous else events):
+    contiguous = seqs == list(range(base_seq, base_seq + len(seqs))) and (
+        not seqs or set(map(type, seqs)) == {int})
+    for index, event in enumerate(() if contiguous else events, base_seq):
         seq = event.get("seq")
         if type(seq) is not int or seq != index:
             raise EventRejectedError(
-                f"cannot compute turn closers: the log must be contiguous from seq 0, found seq "
-                f"{seq!r} at index {index} (expected {index})",
+                f"cannot compute turn closers: the log must be contiguous from seq "
+                f"{base_seq}, found seq {seq!r} at index {index} (expected {index})",
                 code="SEQ_GAP", seq=index, event_type=event.get("type"))
     # Every turn/start and turn/end resets the scan state, so the scan may begin at the last
     # turn boundary: repairing a long balanced log costs one backward look, not a full pass.
@@ -180,7 +185,7 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event
     pending: dict[str, _Pending] = {}
     for index in range(start, len(events)):
         event = events[index]
-        seq = index
+        seq = base_seq + index
         kind = event.get("type")
         if kind == "turn/start":
             open_turn = _data(event).get("turn")
@@ -228,7 +233,7 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause) -> tuple[Event
         return ()
     last = events[-1]
     time = last.get("time")
-    next_seq = len(events)
+    next_seq = base_seq + len(events)
     closers: list[Event] = []
     for call_id, entry in pending.items():
         started = entry.call_seq is not None

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from time import time_ns
-from typing import Any, Final, Literal, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
 from dsh.errors import DshError, EventRejectedError, InvalidJsonError
 from dsh.json import (
@@ -44,6 +44,10 @@ from dsh.session.events import (
     unknown_type_hint,
 )
 from dsh.session.header import SessionHeader, validate_header
+from dsh.session.paging import EventSource, PagedLog
+
+if TYPE_CHECKING:
+    from dsh.session.restore_state import RestoreState
 from dsh.session.surface import Surface, SurfacePlan, derive_event_message
 
 __all__ = [
@@ -74,6 +78,9 @@ _MIN_TIME: Final = -MAX_SAFE_INTEGER
 _APPEND: Final = SurfacePlan(-1, -1, -1)  # marker: push the new seq, nothing to validate
 _END_SEED: Final = "session/end-seed"
 
+_Log = list[Event] | PagedLog
+"""A session's log: a resident list, or a paged one after an O(tail) resume."""
+
 
 def wall_clock_ms() -> int:
     """Return the wall-clock time in integer epoch milliseconds (the default session clock)."""
@@ -92,20 +99,20 @@ def _non_empty_str(value: object) -> bool:
     return type(value) is str and value != ""
 
 
-def _specials(seed: Sequence[Event], specials: list[int], log: list[Event]
+def _specials(seed: Sequence[Event], specials: list[int], log: _Log, base: int
               ) -> Iterator[tuple[int, Event]]:
     """Yield only the seed events restore admission must look at; append the others to log.
 
     ``specials`` (from the C accelerator) leaves out plain log-only events, for which the
     admission loop would do nothing but append. The events between two specials are appended
     before the later one is yielded, and the rest after the last, so ``log`` is always the
-    seed prefix when the loop body runs.
+    seed prefix when the loop body runs. Yielded positions are ``base`` + the seed index.
     """
     prev = 0
     for index in specials:
         if index > prev:
             log.extend(seed[prev:index])
-        yield index, seed[index]
+        yield base + index, seed[index]
         prev = index + 1
     if prev < len(seed):
         log.extend(seed[prev:])
@@ -510,7 +517,7 @@ class EventLog(Sequence[Event]):
 
     __slots__ = ("_len", "_log")
 
-    def __init__(self, log: list[Event], length: int) -> None:
+    def __init__(self, log: _Log, length: int) -> None:
         self._log = log
         self._len = length
 
@@ -573,6 +580,7 @@ class Session:
     __slots__ = (
         "__weakref__",
         "_calls_made",
+        "_calls_prefix",
         "_calls_scanned",
         "_clock",
         "_derived",
@@ -665,9 +673,80 @@ class Session:
         session._build(seed, header, inherited_event_count, "restore")
         return session
 
+    @classmethod
+    def restore_paged(cls, session_id: str, header: Mapping[str, Any], state: RestoreState,
+                      source: EventSource, tail: Sequence[Event], *,
+                      inherited_event_count: int = 0, clock: Clock | None = None) -> Session:
+        """Restore from a checkpointed prefix plus its tail: the O(tail) twin of :meth:`restore`.
+
+        The events before the cut stay in storage and are paged in from ``source`` when asked
+        for (``events``, ``event_at``, fork, compaction, a tool-result rewrite check); what a
+        restore derives from them comes from ``state``. The surface's own events are paged in
+        once here, so :meth:`derive_messages` reads no storage afterwards.
+
+        Args:
+            session_id: Non-empty session id.
+            header: The full stored header (validated as by :meth:`restore`).
+            state: The restore state of seqs ``0 .. len(source) - 1``
+                (``state.event_count == len(source)``).
+            source: Serves the events before the cut.
+            tail: The stored events from the cut on (seq ``len(source)`` first), repair
+                closers included, validated here exactly as :meth:`restore` validates a seed.
+            inherited_event_count: As for :meth:`restore`.
+            clock: Epoch-ms clock (default: wall clock).
+
+        Returns:
+            A session equal to ``Session.restore(id, prefix + tail, header, ...)`` in events,
+            surface, folds, ``first_live_seq`` and what its next appends accept or refuse,
+            provided ``state`` is the state of that prefix (persistence verifies the checkpoint
+            carrying it against the stored bytes).
+
+        Raises:
+            EventRejectedError: as :meth:`restore`, for the header and the tail; ``SEED`` when
+                ``state`` does not cover exactly ``len(source)`` events.
+            LogCorruptError: the source served events that are not the prefix.
+
+        Rule: as :meth:`restore`; DESIGN §3.12 (checkpoints are derived, never the truth).
+        """
+        session = cls.__new__(cls)
+        session._setup(session_id, clock)
+        if not _is_count(inherited_event_count):
+            raise _reject(f"session {session_id!r}: inherited_event_count must be a "
+                          f"non-negative safe integer (found {inherited_event_count!r})", "SEED",
+                          session_id=session_id)
+        cut = len(source)
+        if state.event_count != cut or cut < 1:
+            raise _reject(f"session {session_id!r}: restore state covers {state.event_count} "
+                          f"events but the paged prefix holds {cut}", "SEED",
+                          session_id=session_id)
+        session._header = session._restore_header(header)
+        log = session._log = PagedLog(source)
+        surface = session._surface
+        surface._nodes.extend(state.nodes)
+        surface._replace_generation = state.replace_generation
+        session._derived_generation = state.replace_generation
+        session._rh_value, session._rh_count = state.request_header, cut
+        session._rc_value, session._rc_count = state.request_context, cut
+        session._calls_scanned = cut
+        session._calls_prefix = cut
+        session._last_time = state.last_time
+        cache = session._message_cache
+        for seq in sorted(seq for seq in state.nodes if seq < cut):
+            with contextlib.suppress(KeyError, TypeError):  # as append: derive decides later
+                cache[seq] = derive_event_message(log[seq])
+        markers = state.inherited_markers + session._admit_seed(
+            tail, inherited_event_count, copy=False, base=cut)
+        session._check_seeded(True, inherited_event_count, markers)
+        session._inherited_event_count = inherited_event_count
+        session._first_live_seq = len(log)
+        last_type = tail[-1]["type"] if tail else state.last_type
+        if last_type != _END_SEED:
+            session.append(_END_SEED, {})
+        return session
+
     def _setup(self, session_id: str, clock: Clock | None) -> None:
         self._clock: Clock = clock or wall_clock_ms
-        self._log: list[Event] = []
+        self._log: _Log = []
         self._events_cache: EventLog | None = None
         self._surface = Surface()
         self._last_time = _NO_TIME
@@ -687,6 +766,7 @@ class Session:
         self._store: object = None
         self._calls_made: set[str] = set()
         self._calls_scanned = 0
+        self._calls_prefix = 0  # paged log: calls before this seq are scanned only on a miss
         if type(session_id) is not str or not session_id:
             raise _reject(f"session id must be a non-empty string (found {session_id!r})",
                           "HEADER")
@@ -740,7 +820,8 @@ class Session:
             raise _reject(f"session {self._id!r} header is not losslessly JSON-serializable: "
                           f"{exc.message}", "HEADER", session_id=self._id) from exc
 
-    def _admit_seed(self, seed: Iterable[Any], inherited: int, *, copy: bool) -> int:
+    def _admit_seed(self, seed: Iterable[Any], inherited: int, *, copy: bool,
+                    base: int = 0) -> int:
         """Run the seed pipeline of core spec §5.3; return inherited markers after the cut.
 
         The common case (a 4-key envelope, a plain surface append) takes an inlined fast path;
@@ -753,11 +834,12 @@ class Session:
         nodes_append = surface._nodes.append
         message_cache = self._message_cache
         markers = 0
-        items: Iterable[tuple[int, Any]] = enumerate(seed)
+        items: Iterable[tuple[int, Any]] = enumerate(seed, base)
         if not copy and c_restore_specials is not None and isinstance(seed, list | tuple) \
                 and type(seed) in (list, tuple):
             # Plain log-only events need nothing but appending: the C pass leaves them out.
-            items = _specials(seed, c_restore_specials(seed, Event, SURFACE_EVENT_TYPES), log)
+            items = _specials(seed, c_restore_specials(seed, Event, SURFACE_EVENT_TYPES), log,
+                              base)
         for index, raw in items:
             if copy:
                 try:
@@ -1052,6 +1134,12 @@ class Session:
                 made.update(_made_call_ids(event["data"]))
         self._calls_scanned = len(log)
         call_id = data["message"]["source"]["callId"]
+        if call_id not in made and self._calls_prefix:
+            # A paged log scans its prefix once, on the first result the tail cannot place.
+            for event in islice(log, self._calls_prefix):
+                if event["type"] == "assistant/message":
+                    made.update(_made_call_ids(event["data"]))
+            self._calls_prefix = 0
         if call_id not in made:
             raise _reject(f"tool/result at seq {seq} answers call {call_id!r}, which no earlier "
                           f"assistant message of session {self._id!r} made; append the "

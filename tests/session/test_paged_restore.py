@@ -1,0 +1,211 @@
+"""A paged restore (restore state + tail + a page-in source) equals a full restore.
+
+Rule: DESIGN §3.12 (checkpoints are derived, never the truth); the core stays free of I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from dsh.errors import EventRejectedError, LogCorruptError
+from dsh.session import PAGE_EVENTS, PagedLog, RestoreFold, RestoreState, Session
+from dsh.session.events import Event
+from dsh.session.repair import interrupted_turn_closers, open_turn_closers
+from tests.strategies import (
+    StepClock,
+    apply_script,
+    assistant_data,
+    examples,
+    log_scripts,
+    tool_call_block,
+    tool_result_data,
+)
+
+
+class ListSource:
+    """An EventSource over a list, counting reads (a stand-in for storage)."""
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self.events = list(events)
+        self.reads: list[tuple[int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def read(self, start: int, stop: int) -> Sequence[Event]:
+        self.reads.append((start, stop))
+        return self.events[start:stop]
+
+
+def _log(script: Any) -> list[Event]:
+    session = apply_script(Session.create("s", clock=StepClock()), script)
+    return list(session.events)
+
+
+def _full(events: Sequence[Event]) -> Session:
+    closers = interrupted_turn_closers(events)
+    return Session.restore("s", [*events, *closers], {"version": 0, "id": "s",
+                                                      "createdAt": 1}, clock=StepClock(5))
+
+
+def _paged(events: Sequence[Event], cut: int) -> tuple[Session, ListSource]:
+    state = RestoreFold(0)
+    state.feed(events[:cut])
+    source = ListSource(events[:cut])
+    tail = list(events[cut:])
+    st_ = state.state()
+    window_start = cut
+    if not any(e["type"] in ("turn/start", "turn/end") for e in tail) and st_.turn_open:
+        window_start = st_.turn_boundary
+    window = [*events[window_start:cut], *tail]
+    closers = open_turn_closers(window, "interrupted", base_seq=window_start)
+    session = Session.restore_paged("s", {"version": 0, "id": "s", "createdAt": 1}, st_,
+                                    source, [*tail, *closers], clock=StepClock(5))
+    return session, source
+
+
+def _same(a: Session, b: Session) -> None:
+    assert len(a.events) == len(b.events)
+    assert a.events == b.events
+    assert list(a.events) == list(b.events)
+    assert a.events[3:-2] == b.events[3:-2]
+    assert a.events[::-3] == b.events[::-3]
+    assert list(a.surface.nodes) == list(b.surface.nodes)
+    assert a.surface.replace_generation == b.surface.replace_generation
+    assert a.derive_messages() == b.derive_messages()
+    assert a.request_header() == b.request_header()
+    assert a.request_context() == b.request_context()
+    assert a.first_live_seq == b.first_live_seq
+    assert a.transcript_events() == b.transcript_events()
+
+
+_LATE_CALL = assistant_data(99, 1, [tool_call_block("late")])
+_LATE_RESULT = tool_result_data(99, 1, "late")
+_RESULTS = {cid: tool_result_data(1, 1, cid) for cid in ("call-1-1-0", "never-made")}
+
+
+def _next_appends(session: Session) -> list[object]:
+    """Appends a resumed session may see next; each outcome (event or refusal code)."""
+    out: list[object] = []
+
+    def attempt(kind: str, data: Any, **kw: Any) -> None:
+        try:
+            out.append(dict(session.append(kind, data, **kw)))
+        except EventRejectedError as exc:
+            out.append(exc.code)
+
+    attempt("tool/result", _RESULTS["call-1-1-0"], surface_op="append")
+    attempt("tool/result", _RESULTS["never-made"], surface_op="append")
+    nodes = list(session.surface.nodes)
+    if nodes:
+        attempt("user/message", {"id": "sum", "role": "user", "source": {
+            "kind": "plugin", "plugin": "compact", "compactionId": "c"},
+            "content": [{"type": "text", "text": "summary"}]},
+            surface_op={"op": "replace", "start": nodes[0], "end": nodes[-1]},
+            source_event_seqs=nodes)
+    attempt("turn/start", {"turn": 99})
+    attempt("assistant/message", _LATE_CALL, surface_op="append")
+    attempt("tool/result", _LATE_RESULT, surface_op="append")
+    return out
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(script=log_scripts(open_tail=None, max_actions=6), data=st.data())
+def test_paged_restore_equals_full_restore(script: Any, data: st.DataObject) -> None:
+    events = _log(script)
+    assume(events)
+    cut = data.draw(st.integers(1, len(events)))
+    full = _full(events)
+    paged, _ = _paged(events, cut)
+    _same(paged, full)
+    assert _next_appends(paged) == _next_appends(full)
+    _same(paged, full)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(script=log_scripts(open_tail=None, max_actions=6), data=st.data())
+def test_restore_fold_equals_the_session_state(script: Any, data: st.DataObject) -> None:
+    events = _log(script)
+    assume(events)
+    cut = data.draw(st.integers(1, len(events)))
+    fold = RestoreFold(0)
+    fold.feed(events[:cut])
+    fold.feed(events[:cut])  # a retried batch is skipped
+    state = fold.state()
+    prefix = Session.restore("s", events[:cut], {"version": 0, "id": "s", "createdAt": 1})
+    # of_session sees the end-seed the restore appended, so compare it before that marker
+    assert RestoreFold.of_session(prefix).state().nodes == state.nodes
+    assert state.event_count == cut
+    assert list(prefix.surface.nodes) == list(state.nodes)
+    assert prefix.request_header() == state.request_header
+    assert RestoreState.from_wire(state.to_wire()) == state
+
+
+def _long_log(turns: int) -> list[Event]:
+    session = Session.create("s", clock=StepClock())
+    for turn in range(1, turns + 1):
+        session.append("turn/start", {"turn": turn})
+        session.append("step/start", {"turn": turn, "step": 1})
+        session.append("user/message", {"id": f"u{turn}", "role": "user", "source": {
+            "kind": "user"}, "content": [{"type": "text", "text": "hi"}]}, surface_op="append")
+        session.append("assistant/message", assistant_data(turn, 1, [
+            tool_call_block(f"c{turn}")]), surface_op="append")
+        session.append("tool/result", tool_result_data(turn, 1, f"c{turn}"),
+                       surface_op="append")
+        session.append("step/end", {"turn": turn, "step": 1})
+        session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+    return list(session.events)
+
+
+def test_paged_log_keeps_few_pages_resident() -> None:
+    events = _long_log(2000)
+    cut = len(events) - 3
+    session, _source = _paged(events, cut)
+    assert isinstance(session._log, PagedLog)
+    assert session.events == _full(events).events
+    assert session._log.resident_events <= 8 * PAGE_EVENTS + 10
+    assert session.event_at(5) == events[5]
+
+
+def test_paged_restore_reads_only_the_surface_pages() -> None:
+    events = _long_log(2000)
+    _session, source = _paged(events, len(events) - 1)
+    # every surface node lives somewhere in the log here, so only derive reads pages
+    pages = {start for start, _ in source.reads}
+    assert pages == {n * PAGE_EVENTS for n in range((len(events) - 1) // PAGE_EVENTS + 1)}
+
+
+def test_paged_old_call_is_found_by_a_prefix_scan() -> None:
+    events = _long_log(300)
+    session, _ = _paged(events, len(events))
+    # a second result for a call answered long ago: accepted, as after a full read
+    event = session.append("tool/result", tool_result_data(1, 1, "c1"), surface_op="append")
+    assert event["seq"] == len(events) + 1
+    with pytest.raises(EventRejectedError) as info:
+        session.append("tool/result", tool_result_data(1, 1, "nope"), surface_op="append")
+    assert info.value.code == "ORPHAN_TOOL_RESULT"
+
+
+def test_paged_source_serving_other_events_is_refused() -> None:
+    events = _long_log(10)
+    state = RestoreFold(0)
+    state.feed(events)
+    source = ListSource([*events[1:], events[0]])
+    with pytest.raises(LogCorruptError):
+        Session.restore_paged("s", {"version": 0, "id": "s", "createdAt": 1}, state.state(),
+                              source, [])
+
+
+def test_paged_restore_refuses_a_state_of_another_length() -> None:
+    events = _long_log(3)
+    state = RestoreFold(0)
+    state.feed(events[:5])
+    with pytest.raises(EventRejectedError) as info:
+        Session.restore_paged("s", {"version": 0, "id": "s", "createdAt": 1}, state.state(),
+                              ListSource(events[:6]), events[6:])
+    assert info.value.code == "SEED"
