@@ -23,6 +23,8 @@ keeps where it happened in ``where`` (``seq=``, ``seed_index=``, ``path=``, ``li
     ├── CompactionError                       code: busy | cancelled | changed | summary |
     │                                         commit | persistence | range | unbalanced |
     │                                         owner | pressure
+    ├── AdapterError(ValueError)              code ADAPTER_ITEM | ADAPTER_SESSION_ID | ...
+    │   └── AdapterClosedError(RuntimeError)  code ADAPTER_CLOSED: used after close()
     ├── ImportFormatError                     source path, line, format
     ├── LlmFailureError                       a model call failed: failure {message, code,
     │                                         status?}, retryable, context_overflow
@@ -35,6 +37,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "AdapterClosedError",
     "AdapterError",
     "AgentError",
     "CompactionError",
@@ -268,3 +271,13 @@ class AdapterError(DshError, ValueError):
     """
 
     default_code = "ADAPTER"
+
+
+class AdapterClosedError(AdapterError, RuntimeError):
+    """An adapter object was used after its ``close()`` (code ``ADAPTER_CLOSED``).
+
+    Also a ``RuntimeError``, as the frameworks' own stores raise for a closed session (the
+    Agents SDK's ``SQLiteSession``), so existing handlers keep working.
+    """
+
+    default_code = "ADAPTER_CLOSED"

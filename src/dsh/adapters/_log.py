@@ -24,7 +24,7 @@ from typing import Any, Final
 import orjson
 
 from dsh.agent.recorder import Recorder, StepRecorder, TurnRecorder
-from dsh.errors import AdapterError
+from dsh.errors import AdapterClosedError, AdapterError
 from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.persistence import Persistence, open_store
 from dsh.session.events import Event
@@ -234,18 +234,20 @@ class LiveLog:
         store: A store URL (``sqlite:///…``, ``jsonl:///…``, ``memory:``); None:
             :func:`default_store_url`.
         fmt: The adapter's record format (see :class:`TurnShaper`).
+        owner: The adapter's class name, for messages ("DshSession is closed").
 
     Raises:
-        AdapterError: (from :meth:`open`) the adapter was closed (``ADAPTER_CLOSED``).
+        AdapterClosedError: (from :meth:`open`) the adapter was closed (``ADAPTER_CLOSED``).
         SessionBusyError: another writer holds the session.
     """
 
-    def __init__(self, session_id: str, store: str | None, fmt: str) -> None:
+    def __init__(self, session_id: str, store: str | None, fmt: str, owner: str) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise AdapterError(f"session_id must be a non-empty string (got {session_id!r})",
                                code="ADAPTER_SESSION_ID")
         self.session_id = session_id
         self.fmt = fmt
+        self.owner = owner
         self.store_url = store if store is not None else default_store_url()
         self.lock = threading.RLock()
         self._persistence: Persistence | None = None
@@ -261,9 +263,9 @@ class LiveLog:
         """Return the shaper of the live session, opening (creating or resuming) it first."""
         with self.lock:
             if self._closed:
-                raise AdapterError(f"session {self.session_id!r} was closed; make a new adapter "
-                                   f"object to use it again", code="ADAPTER_CLOSED",
-                                   session_id=self.session_id)
+                raise AdapterClosedError(f"{self.owner} is closed (session {self.session_id!r}); "
+                                         f"make a new {self.owner} to use the session again",
+                                         session_id=self.session_id)
             if self._shaper is None:
                 persistence = open_store(self.store_url)
                 collecting = gc.isenabled()

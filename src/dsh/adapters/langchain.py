@@ -182,7 +182,7 @@ class DshChatMessageHistory(BaseChatMessageHistory):
 
     def __init__(self, session_id: str, store: str | None = None, *,
                  model: str = "unknown") -> None:
-        self._log = LiveLog(session_id, store, FORMAT)
+        self._log = LiveLog(session_id, store, FORMAT, type(self).__name__)
         self.session_id = session_id
         self.model = model
 

@@ -27,6 +27,14 @@ and ``clear_session`` append ``ignorable`` ``openai-agents/pop`` and ``openai-ag
 events: the log keeps every byte and readers that do not know them skip them. ``limit`` never
 separates a call from its output: an output whose call falls outside the window is left out.
 
+Where this differs from ``SQLiteSession`` (on purpose; the SDK's own session tests, run
+against DshSession in ``tests/adapters/sdk_session_tests``, show each): a negative ``limit``
+gives no items (``SQLiteSession`` passes it to SQL's ``LIMIT`` and gives every item); a
+``limit`` window that starts on a ``function_call_output`` drops that output
+(``SQLiteSession`` returns it, and the SDK's Runner drops it from the model input, so the
+model sees the same either way). A closed session raises :class:`dsh.errors.AdapterClosedError`,
+a ``RuntimeError`` as ``SQLiteSession``'s is.
+
 Needs ``pip install 'dsh-session[openai-agents]'``.
 """
 
@@ -48,6 +56,11 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("dsh.adapters.openai_agents needs the OpenAI Agents SDK: "
                       "pip install 'dsh-session[openai-agents]'") from exc
+try:  # the SDK's own check of a settings dict (names the unknown fields), where it has one
+    from agents.memory.session_settings import coerce_session_settings
+except ImportError:  # pragma: no cover - SDK releases before it: the dataclass checks alone
+    def coerce_session_settings(value: SessionSettings | dict[str, Any]) -> SessionSettings:
+        return value if isinstance(value, SessionSettings) else SessionSettings(**value)
 
 if TYPE_CHECKING:
     from agents import TResponseInputItem
@@ -262,9 +275,9 @@ class DshSession(SessionABC):
     def __init__(self, session_id: str, store: str | None = None, *,
                  session_settings: SessionSettings | Mapping[str, Any] | None = None,
                  model: str = "unknown") -> None:
-        self._log = LiveLog(session_id, store, FORMAT)
+        self._log = LiveLog(session_id, store, FORMAT, type(self).__name__)
         self.session_id = session_id
-        self.session_settings = (SessionSettings(**session_settings)
+        self.session_settings = (coerce_session_settings(dict(session_settings))
                                  if isinstance(session_settings, Mapping)
                                  else session_settings or SessionSettings())
         self.model = model
@@ -290,7 +303,8 @@ class DshSession(SessionABC):
         """Return the latest ``limit`` items in order (all when ``limit`` and the setting are None).
 
         Args:
-            limit: Maximum count; None uses ``session_settings.limit``; ``<= 0`` returns ``[]``.
+            limit: Maximum count; None uses ``session_settings.limit``; ``<= 0`` returns ``[]``
+                (``SQLiteSession`` returns every item for a negative limit).
 
         Returns:
             Items as ``add_items`` received them (fresh copies), plus items for what dsh added

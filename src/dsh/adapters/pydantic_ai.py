@@ -182,7 +182,7 @@ class DshMessageHistory:
     """
 
     def __init__(self, session_id: str, store: str | None = None) -> None:
-        self._log = LiveLog(session_id, store, FORMAT)
+        self._log = LiveLog(session_id, store, FORMAT, type(self).__name__)
         self.session_id = session_id
 
     @property
