@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from dsh.errors import DshError, LogCorruptError
+from dsh.errors import LogCorruptError
 from dsh.json import dumps
 from dsh.persistence import open_store
 from dsh.persistence._jsonl_format import scan_zstd_frames
 from dsh.persistence.jsonl import JsonlBackend
 from dsh.persistence.sqlite import SqliteBackend
 from dsh.session.events import Event
-from dsh.session.store import SessionStore
+from dsh.testing.damage import read_every_way
 
 from ._logs import LogBuilder, header, make
 
@@ -423,30 +423,6 @@ _OPEN_TURN = (b'{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}\n'
               b'{"type":"step/start","seq":1,"time":1,"data":{"turn":1,"step":1}}\n')
 
 
-def _every_reader(root: Path) -> list[str]:
-    """Run every read path over the session ``s``; return the outcome of each."""
-    outcomes = []
-    for op in ("read", "inspect", "list", "load", "resume"):
-        persistence = open_store(f"jsonl://{root}")
-        try:
-            if op == "read":
-                persistence.read("s")
-            elif op == "inspect":
-                persistence.inspect("s")
-            elif op == "list":
-                persistence.list()
-            elif op == "load":
-                persistence.load("s")
-            else:
-                persistence.resume(SessionStore(persistence), "s")
-            outcomes.append("ok")
-        except DshError as exc:
-            outcomes.append(exc.code)
-        finally:
-            persistence.close()
-    return outcomes
-
-
 @pytest.mark.parametrize("body", [
     b'{"type":1,"seq":0,"time":1,"data":{}}\n',
     b'{"type":["todo/write"],"seq":0,"time":1,"data":{}}\n',
@@ -465,8 +441,8 @@ def test_hostile_records_give_typed_errors_or_success(tmp_path: Path, body: byte
     folder = tmp_path / "root" / "_no-cwd" / "s"
     folder.mkdir(parents=True)
     (folder / "session.jsonl").write_bytes(_HEADER + body)
-    outcomes = _every_reader(tmp_path / "root")
-    assert len(outcomes) == 5  # every reader returned or raised a DshError
+    outcomes = read_every_way(f"jsonl://{tmp_path / 'root'}")
+    assert len(outcomes) == 6  # every reader returned or raised a DshError
 
 
 def test_record_with_a_non_string_type_is_not_an_event(tmp_path: Path) -> None:

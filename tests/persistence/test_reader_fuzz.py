@@ -24,33 +24,33 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh.errors import DshError, LogCorruptError
+from dsh.errors import LogCorruptError
 from dsh.persistence import open_store
 from dsh.persistence.jsonl import JsonlBackend
 from dsh.persistence.sqlite import SqliteBackend
 from dsh.session.events import Event
-from dsh.session.store import SessionStore
+from dsh.testing.damage import (
+    EDIT_KINDS,
+    STORE_KINDS,
+    Edit,
+    StoreKind,
+    apply_edits,
+    fuzz_events,
+    read_every_way,
+    store_url_of,
+)
 
-from ._logs import LogBuilder, header
+from ._logs import header
 
 EXAMPLES = int(os.environ.get("DSH_FUZZ_EXAMPLES", "40"))
 SESSION = Path("--workspace-demo-app--") / "s"
-KINDS = ("jsonl", "jsonl-zstd", "sqlite")
-URL = {"jsonl": "jsonl://{}", "jsonl-zstd": "jsonl+zstd://{}", "sqlite": "sqlite://{}"}
+KINDS = STORE_KINDS
 
 
-def _events() -> list[Event]:
-    builder = LogBuilder()
-    for i in range(3):
-        builder.completed_turn(f"prompt {i}", chunks=4 if i == 1 else 0)
-    builder.open_turn()
-    return list(builder.events)
+EVENTS = fuzz_events()
 
 
-EVENTS = _events()
-
-
-def _store(kind: str, root: Path) -> Path:
+def _store(kind: StoreKind, root: Path) -> Path:
     """Store EVENTS in 4 batches; return the log file (SQLite: the database)."""
     if kind == "sqlite":
         root.mkdir(mode=0o700, parents=True)
@@ -73,7 +73,7 @@ def _store(kind: str, root: Path) -> Path:
 _TEMPLATES: dict[str, tuple[Path, bytes, dict[str, bytes]]] = {}
 
 
-def _template(kind: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes,
+def _template(kind: StoreKind, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes,
                                                                               dict[str, bytes]]:
     """A stored log per kind: its root, file bytes and sidecar files (name → bytes)."""
     if kind not in _TEMPLATES:
@@ -85,7 +85,7 @@ def _template(kind: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
     return _TEMPLATES[kind]
 
 
-def _place(kind: str, root: Path, data: bytes, sidecars: dict[str, bytes]) -> Path:
+def _place(kind: StoreKind, root: Path, data: bytes, sidecars: dict[str, bytes]) -> Path:
     if kind == "sqlite":
         root.mkdir(mode=0o700, parents=True)
         path = root / "store.db"
@@ -101,33 +101,9 @@ def _place(kind: str, root: Path, data: bytes, sidecars: dict[str, bytes]) -> Pa
     return path
 
 
-def _all_readers(kind: str, root: Path) -> list[str]:
+def _all_readers(kind: StoreKind, root: Path) -> list[str]:
     """Every read path over session ``s``; returns the outcomes (ok or an error code)."""
-    location = root / "store.db" if kind == "sqlite" else root
-    outcomes: list[str] = []
-    for op in ("list_headers", "list", "read", "inspect", "load", "resume"):
-        persistence = open_store(URL[kind].format(location))
-        try:
-            if op == "list_headers":
-                persistence.list_headers()
-            elif op == "list":
-                persistence.list()
-            elif op == "read":
-                persistence.read("s")
-            elif op == "inspect":
-                persistence.inspect("s")
-            elif op == "load":
-                persistence.load("s")
-            else:
-                store = SessionStore(persistence)
-                persistence.resume(store, "s")
-                store.close()
-            outcomes.append("ok")
-        except DshError as exc:
-            outcomes.append(exc.code)
-        finally:
-            persistence.close()
-    return outcomes
+    return read_every_way(store_url_of(kind, root))
 
 
 # --- property: typed error or success, for any bytes -------------------------------------------
@@ -136,35 +112,19 @@ _FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
                  suppress_health_check=[HealthCheck.function_scoped_fixture,
                                         HealthCheck.too_slow])
 
-_edits = st.lists(st.tuples(st.floats(0, 1), st.sampled_from(["flip", "nul", "cut", "insert"]),
+_edits = st.lists(st.tuples(st.floats(0, 1), st.sampled_from(EDIT_KINDS),
                             st.binary(min_size=1, max_size=8)), min_size=1, max_size=4)
-
-
-def _apply(data: bytes, edits: list[tuple[float, str, bytes]]) -> bytes:
-    out = bytearray(data)
-    for where, how, blob in edits:
-        pos = min(int(where * len(out)), max(len(out) - 1, 0))
-        if how == "flip" and out:
-            out[pos] ^= blob[0] or 1
-        elif how == "nul":
-            out[pos:pos + len(blob)] = b"\0" * len(blob)
-        elif how == "cut":
-            del out[pos:]
-        else:
-            out[pos:pos] = blob
-    return bytes(out)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @_FUZZ
 @given(edits=_edits)
-def test_damaged_logs_give_typed_errors_or_success(kind: str, edits: list[tuple[float, str,
-                                                                                  bytes]],
+def test_damaged_logs_give_typed_errors_or_success(kind: StoreKind, edits: list[Edit],
                                                    tmp_path_factory: pytest.TempPathFactory
                                                    ) -> None:
     _, data, sidecars = _template(kind, tmp_path_factory)
     root = tmp_path_factory.mktemp("fuzz") / "store"
-    _place(kind, root, _apply(data, edits), sidecars)
+    _place(kind, root, apply_edits(data, edits), sidecars)
     assert len(_all_readers(kind, root)) == 6
 
 
@@ -182,7 +142,7 @@ _jsonish = st.recursive(
 @_FUZZ
 @given(records=st.lists(_jsonish, min_size=1, max_size=5), tail=st.binary(max_size=6))
 def test_arbitrary_records_give_typed_errors_or_success(
-        kind: str, records: list[object], tail: bytes,
+        kind: StoreKind, records: list[object], tail: bytes,
         tmp_path_factory: pytest.TempPathFactory) -> None:
     import json
 
@@ -197,10 +157,9 @@ def test_arbitrary_records_give_typed_errors_or_success(
 
 # --- corruption sweep: exactly a committed prefix, or LogCorruptError ---------------------------
 
-def _load_checked(kind: str, root: Path, damaged: bytes, path: Path) -> list[Event] | None:
+def _load_checked(kind: StoreKind, root: Path, damaged: bytes, path: Path) -> list[Event] | None:
     """Load; check the result is a prefix of EVENTS and that no committed byte vanished."""
-    location = root / "store.db" if kind == "sqlite" else root
-    persistence = open_store(URL[kind].format(location))
+    persistence = open_store(store_url_of(kind, root))
     try:
         loaded = persistence.load("s")
     except LogCorruptError:
@@ -221,7 +180,7 @@ def _load_checked(kind: str, root: Path, damaged: bytes, path: Path) -> list[Eve
     return stored
 
 
-def _sweep_cases(kind: str, data: bytes) -> list[bytes]:
+def _sweep_cases(kind: StoreKind, data: bytes) -> list[bytes]:
     rng = random.Random(f"sweep-{kind}")
     cases: list[bytes] = []
     if kind != "sqlite":
@@ -245,7 +204,7 @@ def _sweep_cases(kind: str, data: bytes) -> list[bytes]:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_corruption_sweep_never_returns_altered_or_missing_events(
-        kind: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+        kind: StoreKind, tmp_path_factory: pytest.TempPathFactory) -> None:
     _, data, sidecars = _template(kind, tmp_path_factory)
     base = tmp_path_factory.mktemp(f"sweep-{kind}")
     full = corrupt = prefix = 0

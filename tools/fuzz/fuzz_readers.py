@@ -32,23 +32,30 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
-from dsh.errors import DshError  # noqa: E402  (after the path setup above)
-from dsh.persistence import open_store  # noqa: E402
-from dsh.session.store import SessionStore  # noqa: E402
+from dsh.persistence import open_store  # noqa: E402  (after the path setup above)
+from dsh.testing.damage import (  # noqa: E402
+    STORE_KINDS,
+    StoreKind,
+    apply_edits,
+    fuzz_events,
+    random_edits,
+    read_every_way,
+    store_url_of,
+)
 
-KINDS = ("jsonl", "jsonl-zstd", "sqlite")
+KINDS = STORE_KINDS
 """Backend chosen by the first input byte, modulo this list's length."""
 
 _WORK = Path(tempfile.mkdtemp(prefix="dsh-fuzz-readers-"))
 _SESSION = Path("--w-p--") / "s"
 
 
-def _layout(kind: str, root: Path) -> tuple[Path, str]:
+def _layout(kind: StoreKind, root: Path) -> tuple[Path, str]:
+    """The log file of layout ``kind`` under ``root``, and its store URL."""
     if kind == "sqlite":
-        return root / "store.db", f"sqlite://{root}/store.db"
+        return root / "store.db", store_url_of(kind, root)
     name = "session.jsonl.zstd" if kind == "jsonl-zstd" else "session.jsonl"
-    scheme = "jsonl+zstd" if kind == "jsonl-zstd" else "jsonl"
-    return root / _SESSION / name, f"{scheme}://{root}"
+    return root / _SESSION / name, store_url_of(kind, root)
 
 
 def check(data: bytes) -> str:
@@ -68,49 +75,21 @@ def check(data: bytes) -> str:
     path.parent.mkdir(mode=0o700, parents=True)
     path.write_bytes(body)
     path.chmod(0o600)
-    first = "ok"
-    for op in ("list_headers", "list", "read", "inspect", "load", "resume"):
-        persistence = open_store(url)
-        try:
-            if op == "list_headers":
-                persistence.list_headers()
-            elif op == "list":
-                persistence.list()
-            elif op == "read":
-                persistence.read("s")
-            elif op == "inspect":
-                persistence.inspect("s")
-            elif op == "load":
-                persistence.load("s")
-                if kind != "sqlite":
-                    cut = b"".join(p.read_bytes() for p in path.parent.glob("*.torn-*"))
-                    now = path.read_bytes()
-                    kept = len(body) - len(cut)
-                    assert body.endswith(cut) and now.startswith(body[:kept]), \
-                        "load removed committed bytes without saving them"
-            else:
-                store = SessionStore(persistence)
-                persistence.resume(store, "s")
-                store.close()
-        except DshError as exc:
-            first = exc.code if first == "ok" else first
-        except BaseException as exc:  # the property: nothing but DshError
-            raise AssertionError(f"{kind} {op}: untyped {exc!r}") from exc
-        finally:
-            persistence.close()
-    return first
+    try:
+        outcomes = read_every_way(url)
+    except BaseException as exc:  # the property: nothing but DshError
+        raise AssertionError(f"{kind}: untyped {exc!r}") from exc
+    if kind != "sqlite":
+        cut = b"".join(p.read_bytes() for p in path.parent.glob("*.torn-*"))
+        kept = len(body) - len(cut)
+        assert body.endswith(cut) and path.read_bytes().startswith(body[:kept]), \
+            "a read removed committed bytes without saving them"
+    return next((outcome for outcome in outcomes if outcome != "ok"), "ok")
 
 
 def _seeds() -> list[bytes]:
     """Real logs of each backend (prefixed with their backend byte)."""
-    sys.path.insert(0, str(REPO))
-    from tests.persistence._logs import LogBuilder
-
-    builder = LogBuilder()
-    for i in range(3):
-        builder.completed_turn(f"prompt {i}", chunks=4 if i == 1 else 0)
-    builder.open_turn()
-    events = list(builder.events)
+    events = fuzz_events()
     out = []
     for index, kind in enumerate(KINDS):
         root = _WORK / f"seed-{kind}"
@@ -132,19 +111,8 @@ def _seeds() -> list[bytes]:
 
 
 def _mutate(seed: bytes, rng: random.Random) -> bytes:
-    data = bytearray(seed)
-    for _ in range(rng.randrange(1, 4)):
-        pos = rng.randrange(1, len(data))
-        how = rng.randrange(4)
-        if how == 0:
-            data[pos] ^= 1 << rng.randrange(8)
-        elif how == 1:
-            data[pos:pos + rng.randrange(1, 64)] = b"\0" * len(data[pos:pos + 64])
-        elif how == 2:
-            del data[pos:]
-        else:
-            data[pos:pos] = rng.randbytes(rng.randrange(1, 8))
-    return bytes(data)
+    """The seed's backend byte, then its file with the CI fuzz's kinds of edits (random)."""
+    return seed[:1] + apply_edits(seed[1:], random_edits(rng))
 
 
 def main() -> None:

@@ -5,6 +5,7 @@
 * :mod:`dsh.testing.logs` — :class:`LogBuilder` and envelope helpers that make well-formed logs.
 * :mod:`dsh.testing.stores` — URLs of fresh bundled stores, PostgreSQL in a throw-away schema,
   and torn-tail injection in each backend's own form.
+* :mod:`dsh.testing.damage` — byte edits of stored logs and every read path, for reader fuzzing.
 
 Needs pytest (the ``test`` extra); nothing under ``dsh`` imports this package.
 """
