@@ -24,7 +24,8 @@ keeps where it happened in ``where`` (``seq=``, ``seed_index=``, ``path=``, ``li
     │                                         commit | persistence | range | unbalanced |
     │                                         owner | pressure
     ├── AdapterError(ValueError)              code ADAPTER_ITEM | ADAPTER_SESSION_ID | ...
-    │   └── AdapterClosedError(RuntimeError)  code ADAPTER_CLOSED: used after close()
+    │   ├── AdapterClosedError(RuntimeError)  code ADAPTER_CLOSED: used after close()
+    │   └── AdapterLookupError(LookupError)   code ADAPTER_ENTRY: a stored entry is missing
     ├── ImportFormatError                     source path, line, format
     ├── LlmFailureError                       a model call failed: failure {message, code,
     │                                         status?}, retryable, context_overflow
@@ -39,6 +40,7 @@ from typing import ClassVar
 __all__ = [
     "AdapterClosedError",
     "AdapterError",
+    "AdapterLookupError",
     "AgentError",
     "CompactionError",
     "ConfigError",
@@ -281,3 +283,13 @@ class AdapterClosedError(AdapterError, RuntimeError):
     """
 
     default_code = "ADAPTER_CLOSED"
+
+
+class AdapterLookupError(AdapterError, LookupError):
+    """An adapter was asked for a stored item it does not have (code ``ADAPTER_ENTRY``).
+
+    Also a ``LookupError``, which is what a framework's store contract promises for a missing
+    entry (Pydantic AI's ``ConversationStore.read_entry``).
+    """
+
+    default_code = "ADAPTER_ENTRY"

@@ -13,19 +13,17 @@ pytest.importorskip("pydantic_ai")
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
-    ModelMessage,
     ModelRequest,
-    ModelResponse,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from dsh.adapters.pydantic_ai import DshMessageHistory
 from dsh.errors import AdapterError
+from tests.adapters._pydantic import scripted, url, weather_agent
 from tests.adapters.conftest import dsh, dsh_events, dsh_messages, sigkill_when_ready
 
 
@@ -35,19 +33,8 @@ def run(agent: Agent[None, str], prompt: str, **kwargs: Any) -> Any:
     return asyncio.run(agent.run(prompt, **kwargs))
 
 
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'sessions.db'}"
 
 
-def weather_agent(model: Any) -> Agent[None, str]:
-    agent = Agent(model, system_prompt="Answer in one line.")
-
-    @agent.tool_plain
-    def get_weather(city: str) -> str:
-        """The weather of a city."""
-        return f"{city}: 18 C"
-
-    return agent
 
 
 def test_test_model_multi_turn_round_trip(tmp_path: Path) -> None:
@@ -74,11 +61,6 @@ def test_test_model_multi_turn_round_trip(tmp_path: Path) -> None:
     dsh("verify", "tm", "--store", store)
 
 
-def scripted(replies: list[list[Any]]) -> FunctionModel:
-    """A FunctionModel answering with the next scripted parts on each request."""
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        return ModelResponse(parts=replies.pop(0), model_name="scripted")
-    return FunctionModel(respond)
 
 
 def test_function_model_tools_then_dsh_show_and_messages(tmp_path: Path) -> None:

@@ -239,13 +239,17 @@ class LiveLog:
             :func:`default_store_url`.
         fmt: The adapter's record format (see :class:`TurnShaper`).
         owner: The adapter's class name, for messages ("DshSession is closed").
+        persistence: An open store to use (and leave open) instead of opening ``store``: the
+            sessions of one conversation store share it (a ``memory:`` URL names a new store
+            each time it is opened).
 
     Raises:
         AdapterClosedError: (from :meth:`open`) the adapter was closed (``ADAPTER_CLOSED``).
         SessionBusyError: another writer holds the session.
     """
 
-    def __init__(self, session_id: str, store: str | None, fmt: str, owner: str) -> None:
+    def __init__(self, session_id: str, store: str | None, fmt: str, owner: str, *,
+                 persistence: Persistence | None = None) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise AdapterError(f"session_id must be a non-empty string (got {session_id!r})",
                                code="ADAPTER_SESSION_ID")
@@ -255,6 +259,7 @@ class LiveLog:
         self.store_url = store if store is not None else default_store_url()
         self.lock = threading.RLock()
         self._persistence: Persistence | None = None
+        self._shared = persistence
         self._store: SessionStore | None = None
         self._shaper: TurnShaper | None = None
         self._closed = False
@@ -271,7 +276,7 @@ class LiveLog:
                                          f"make a new {self.owner} to use the session again",
                                          session_id=self.session_id)
             if self._shaper is None:
-                persistence = open_store(self.store_url)
+                persistence = self._shared or open_store(self.store_url)
                 collecting = gc.isenabled()
                 gc.disable()  # the cold read builds the log's containers: see view()
                 try:
@@ -280,7 +285,8 @@ class LiveLog:
                                if persistence.exists(self.session_id)
                                else store.create(self.session_id))
                 except BaseException:
-                    persistence.close()
+                    if self._shared is None:
+                        persistence.close()
                     raise
                 finally:
                     if collecting:
@@ -398,4 +404,5 @@ class LiveLog:
                     store.flush(shaper.session)
                     store.dispose(shaper.session)
             finally:
-                persistence.close()
+                if self._shared is None:
+                    persistence.close()

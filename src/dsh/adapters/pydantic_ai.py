@@ -48,7 +48,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("dsh.adapters.pydantic_ai needs Pydantic AI: "
                       "pip install 'dsh-session[pydantic-ai]'") from exc
 
-__all__ = ["FORMAT", "DshMessageHistory", "messages_to_events"]
+__all__ = ["FORMAT", "DshMessageHistory", "message_events", "messages_to_events"]
 
 FORMAT: Final = "pydantic-ai"
 """The record format name of Pydantic AI messages (``ModelMessagesTypeAdapter`` JSON)."""
@@ -87,12 +87,12 @@ def _response_blocks(parts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     return blocks
 
 
-def _request_events(shaper: TurnShaper, record: dict[str, Any]) -> int:
-    """Append a request's parts; the first event carries the record. Returns events made."""
-    made = 0
+def _request_events(shaper: TurnShaper, record: dict[str, Any]) -> Event:
+    """Append a request's parts; the first event carries the record, and is returned."""
+    holder: Event | None = None
 
     def records() -> list[Any]:
-        return [record] if made == 0 else []
+        return [record] if holder is None else []
 
     for part in record.get("parts") or ():
         kind = part.get("part_kind")
@@ -100,23 +100,47 @@ def _request_events(shaper: TurnShaper, record: dict[str, Any]) -> int:
         if kind in ("system-prompt", "user-prompt"):
             source = ({"kind": "user"} if kind == "user-prompt" else
                       {"kind": "plugin", "plugin": FORMAT, "form": "system"})
-            shaper.user(create_user_message({"content": _prompt_blocks(part.get("content")),
-                                             "source": with_records(source, FORMAT, records())}))
+            event = shaper.user(create_user_message({
+                "content": _prompt_blocks(part.get("content")),
+                "source": with_records(source, FORMAT, records())}))
         elif kind == "tool-return" and shaper.can_answer(call_id):
-            shaper.tool_result(call_id, [{"type": "text", "text": _text(part.get("content"))}],
-                               records=records(), fmt=FORMAT,
-                               is_error=part.get("outcome", "success") != "success")
+            event = shaper.tool_result(
+                call_id, [{"type": "text", "text": _text(part.get("content"))}],
+                records=records(), fmt=FORMAT,
+                is_error=part.get("outcome", "success") != "success")
         else:
-            shaper.input(create_user_message({
+            event = shaper.input(create_user_message({
                 "content": [{"type": "text", "text": _text(part.get("content"))}],
                 "source": with_records({"kind": "plugin", "plugin": FORMAT, "form": str(kind)},
                                        FORMAT, records())}))
-        made += 1
-    if made == 0:  # a request with instructions only still needs a place for its record
-        shaper.input(create_user_message({"content": [], "source": with_records(
+        holder = holder or event
+    if holder is None:  # a request with instructions only still needs a place for its record
+        holder = shaper.input(create_user_message({"content": [], "source": with_records(
             {"kind": "plugin", "plugin": FORMAT, "form": "request"}, FORMAT, [record])}))
-        made = 1
-    return made
+    return holder
+
+
+def message_events(shaper: TurnShaper, record: dict[str, Any]) -> tuple[int, int]:
+    """Append one message (a ``ModelMessagesTypeAdapter`` JSON record) as core events.
+
+    Returns:
+        ``(holder, last)``: the seq of the event that keeps the record verbatim, and the seq of
+        the message's last event (its ``tool/call`` events included). The turn is left open.
+    """
+    if record.get("kind") == "response":
+        parts = record.get("parts") or []
+        made = create_assistant_message(
+            content=_response_blocks(parts),
+            provider=str(record.get("provider_name") or FORMAT),
+            model=str(record.get("model_name") or "unknown"))
+        holder = shaper.assistant({**made, "source": with_records(made["source"], FORMAT,
+                                                                  [record])})
+        for part in parts:
+            if part.get("part_kind") == "tool-call":
+                shaper.tool_call(str(part.get("tool_call_id")))
+    else:
+        holder = _request_events(shaper, record)
+    return holder["seq"], shaper.session.seq - 1
 
 
 def messages_to_events(shaper: TurnShaper, records: Sequence[dict[str, Any]]) -> list[Event]:
@@ -127,19 +151,7 @@ def messages_to_events(shaper: TurnShaper, records: Sequence[dict[str, Any]]) ->
     """
     before = shaper.session.seq
     for record in records:
-        if record.get("kind") == "response":
-            parts = record.get("parts") or []
-            made = create_assistant_message(
-                content=_response_blocks(parts),
-                provider=str(record.get("provider_name") or FORMAT),
-                model=str(record.get("model_name") or "unknown"))
-            shaper.assistant({**made, "source": with_records(made["source"], FORMAT,
-                                                             [record])})
-            for part in parts:
-                if part.get("part_kind") == "tool-call":
-                    shaper.tool_call(str(part.get("tool_call_id")))
-        else:
-            _request_events(shaper, record)
+        message_events(shaper, record)
     if not shaper.pending:
         shaper.end_turn()
     return list(shaper.session.events[before:])
