@@ -26,3 +26,5 @@ def test_each_adapter_imports_its_own_framework() -> None:
     assert "agents" in imported_after("import dsh.adapters.openai_agents")
     assert "langchain_core" in imported_after("import dsh.adapters.langchain")
     assert "pydantic_ai" in imported_after("import dsh.adapters.pydantic_ai")
+    assert "pydantic_ai" in imported_after("import dsh.adapters.pydantic_ai_store")
+    assert "agents" not in imported_after("import dsh.adapters.pydantic_ai_store")
