@@ -18,12 +18,13 @@ Example counts: ``settings(max_examples=examples(25))`` reads ``DSH_HYPOTHESIS_E
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
 
+from dsh.errors import EventRejectedError
 from dsh.json import MAX_SAFE_INTEGER
 from dsh.session.session import Session
 
@@ -122,6 +123,43 @@ def completed_turn(session: Session, turn: int, *, text: str = "hi",
                        surface_op="append", source_event_seqs=[call.seq])
     session.append("step/end", {"turn": turn, "step": 1})
     session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+
+
+# --- what a resumed session accepts next ---------------------------------------------------
+
+_LATE_CALL = assistant_data(99, 1, [tool_call_block("late")])
+_LATE_RESULT = tool_result_data(99, 1, "late")
+_SUMMARY = {"id": "sum", "role": "user", "source": {"kind": "plugin", "plugin": "compact",
+                                                    "compactionId": "c"},
+            "content": [{"type": "text", "text": "summary"}]}
+_RESULTS = {cid: tool_result_data(1, 1, cid) for cid in ("call-1-1-0", "never-made")}
+
+
+def probe_appends(session: Session) -> list[object]:
+    """Appends a resumed session may see next; each outcome (event or refusal code).
+
+    A second result for an early call (accepted only if that call was made), an orphan
+    result (refused), a compaction replace, and a new turn with a call and its result.
+    """
+    out: list[object] = []
+
+    def attempt(kind: str, data: Any, **kw: Any) -> None:
+        try:
+            out.append(dict(session.append(kind, data, **kw)))
+        except EventRejectedError as exc:
+            out.append(exc.code)
+
+    attempt("tool/result", _RESULTS["call-1-1-0"], surface_op="append")
+    attempt("tool/result", _RESULTS["never-made"], surface_op="append")
+    nodes = list(session.surface.nodes)
+    if len(nodes) > 1:
+        attempt("user/message", _SUMMARY,
+                surface_op={"op": "replace", "start": nodes[1], "end": nodes[-1]},
+                source_event_seqs=nodes[1:])
+    attempt("turn/start", {"turn": 99})
+    attempt("assistant/message", _LATE_CALL, surface_op="append")
+    attempt("tool/result", _LATE_RESULT, surface_op="append")
+    return out
 
 
 # --- hostile JSON ---------------------------------------------------------------------------
@@ -342,8 +380,12 @@ class _Player:
                  source_event_seqs=[target.seq])
 
 
-def apply_script(session: Session, script: Script) -> Session:
-    """Append the events of ``script`` to ``session`` through ``Session.append``."""
+def apply_script(session: Session, script: Script,
+                 after: Callable[[], object] | None = None) -> Session:
+    """Append the events of ``script`` to ``session`` through ``Session.append``.
+
+    ``after()`` (e.g. a flush) runs after each action, so a store sees many batches.
+    """
     player = _Player(session)
     if script.system_head and not session.surface.nodes:
         session.append("system/message", system_message(), surface_op="append")
@@ -364,4 +406,6 @@ def apply_script(session: Session, script: Script) -> Session:
             player.compact(action)
         elif action.kind == "rewrite":
             player.rewrite(action)
+        if after is not None:
+            after()
     return session

@@ -22,6 +22,7 @@ from tests.strategies import (
     assistant_data,
     examples,
     log_scripts,
+    probe_appends,
     tool_call_block,
     tool_result_data,
 )
@@ -84,36 +85,6 @@ def _same(a: Session, b: Session) -> None:
     assert a.transcript_events() == b.transcript_events()
 
 
-_LATE_CALL = assistant_data(99, 1, [tool_call_block("late")])
-_LATE_RESULT = tool_result_data(99, 1, "late")
-_RESULTS = {cid: tool_result_data(1, 1, cid) for cid in ("call-1-1-0", "never-made")}
-
-
-def _next_appends(session: Session) -> list[object]:
-    """Appends a resumed session may see next; each outcome (event or refusal code)."""
-    out: list[object] = []
-
-    def attempt(kind: str, data: Any, **kw: Any) -> None:
-        try:
-            out.append(dict(session.append(kind, data, **kw)))
-        except EventRejectedError as exc:
-            out.append(exc.code)
-
-    attempt("tool/result", _RESULTS["call-1-1-0"], surface_op="append")
-    attempt("tool/result", _RESULTS["never-made"], surface_op="append")
-    nodes = list(session.surface.nodes)
-    if nodes:
-        attempt("user/message", {"id": "sum", "role": "user", "source": {
-            "kind": "plugin", "plugin": "compact", "compactionId": "c"},
-            "content": [{"type": "text", "text": "summary"}]},
-            surface_op={"op": "replace", "start": nodes[0], "end": nodes[-1]},
-            source_event_seqs=nodes)
-    attempt("turn/start", {"turn": 99})
-    attempt("assistant/message", _LATE_CALL, surface_op="append")
-    attempt("tool/result", _LATE_RESULT, surface_op="append")
-    return out
-
-
 @settings(max_examples=examples(40), deadline=None)
 @given(script=log_scripts(open_tail=None, max_actions=6), data=st.data())
 def test_paged_restore_equals_full_restore(script: Any, data: st.DataObject) -> None:
@@ -123,7 +94,7 @@ def test_paged_restore_equals_full_restore(script: Any, data: st.DataObject) -> 
     full = _full(events)
     paged, _ = _paged(events, cut)
     _same(paged, full)
-    assert _next_appends(paged) == _next_appends(full)
+    assert probe_appends(paged) == probe_appends(full)
     _same(paged, full)
 
 

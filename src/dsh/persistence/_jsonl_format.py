@@ -429,6 +429,11 @@ class Scanner:
         self._expected += len(decoded)
         result.committed = end
 
+    @property
+    def accepted(self) -> int:
+        """Events accepted so far (the seq the next record must start at)."""
+        return len(self._result.events)
+
     def feed(self, data: bytes) -> None:
         """Scan ``data`` (the next bytes of logical text); complete lines are processed now.
 

@@ -40,6 +40,7 @@ from dsh.errors import (
     WriteFailedError,
 )
 from dsh.json import FrozenDict, c_stored_prescan, json_equal
+from dsh.persistence import checkpoint as ck
 from dsh.persistence._jsonl_format import format_version_refusal
 from dsh.persistence.api import (
     Backend,
@@ -60,7 +61,9 @@ from dsh.session.events import (
     Event,
     unknown_type_hint,
 )
-from dsh.session.repair import interrupted_turn_closers
+from dsh.session.repair import interrupted_turn_closers, open_turn_closers
+from dsh.session.restore_state import RestoreFold, RestoreState
+from dsh.session.session import Session
 
 __all__ = [
     "MAX_BATCH_WINDOW_MS",
@@ -207,10 +210,22 @@ def read_pipeline(session_id: str, cold: ColdRead, *, path: str | None = None
     return events, closers
 
 
+@dataclass(frozen=True, slots=True)
+class _Resumed:
+    """What a checkpointed resume hands the writer: the state and the checkpoint's extent."""
+
+    state: RestoreState
+    checkpoint_count: int
+    checkpoint_bytes: int
+
+
+def _plain_records(events: Sequence[Event]) -> bool:
+    """True when no stored record needs legacy normalisation (a C pass; False without C)."""
+    return c_stored_prescan is not None and c_stored_prescan(events, KNOWN_EVENT_TYPES)[0] < 0
+
+
 def _restore(session_id: str, seed: Sequence[Event], header: FrozenDict) -> Any:
     """``Session.restore`` with validation failures reported as corruption (spec §3.8 step 3)."""
-    from dsh.session.session import Session
-
     inherited = header.get("seedLength") or 0
     try:
         return Session.restore(session_id, seed, header, inherited_event_count=inherited)
@@ -267,13 +282,20 @@ class _SessionWriter:
     pauses automatic writes until the next event or flush, is logged, and is raised by the next
     :meth:`flush`. Events with ``seq`` below the cursor (already stored) are dropped, so a
     retried batch never duplicates.
+
+    With a ``fold`` (backends that keep projection checkpoints), every durable batch is folded
+    into the restore state, and a checkpoint is written at the first flush after
+    ``CHECKPOINT_EVERY_EVENTS`` events or ``CHECKPOINT_EVERY_BYTES`` bytes since the last one.
     """
 
     def __init__(self, session: _SessionLike, handle: Handle, cursor: int,
-                 config: WriteBehind, backend_url: str) -> None:
+                 config: WriteBehind, backend_url: str, fold: RestoreFold | None = None,
+                 last_checkpoint: tuple[int, int] = (0, 0)) -> None:
         self.session = session
         self.handle = handle
         self.cursor = cursor
+        self._fold = fold
+        self._last_checkpoint = last_checkpoint  # (event count, durable bytes) of the last one
         self._window = config.batch_window_ms / 1000.0
         self._url = backend_url
         self._cond = threading.Condition(threading.Lock())
@@ -441,6 +463,34 @@ class _SessionWriter:
         self.handle.append(fresh)
         self.handle.flush()
         self.cursor = fresh[-1]["seq"] + 1
+        if self._fold is not None:
+            self._fold.feed(fresh)
+            self._maybe_checkpoint(self._fold)
+
+    def _maybe_checkpoint(self, fold: RestoreFold) -> None:
+        """Write a projection checkpoint of the durable prefix when one is due.
+
+        Never fails the flush: the batch is durable and the checkpoint is only derived, so a
+        failure to write one is logged (WARNING) and the next due flush tries again.
+        """
+        if fold.event_count != self.cursor:
+            return  # events before the fold's start are not all durable yet
+        count, size = self._last_checkpoint
+        durable = getattr(self.handle, "durable_bytes", 0)
+        if self.cursor - count < ck.CHECKPOINT_EVERY_EVENTS \
+                and durable - size < ck.CHECKPOINT_EVERY_BYTES:
+            return
+        try:
+            anchor = self.handle.checkpoint_anchor()  # type: ignore[attr-defined]  # optional
+            if anchor is None or anchor.event_count != self.cursor:
+                return
+            data = ck.encode_checkpoint(ck.Checkpoint(anchor=anchor, state=fold.state()))
+            self.handle.write_checkpoint(data)  # type: ignore[attr-defined]  # optional API
+        except (OSError, DshError, ValueError) as exc:
+            log.warning("session %r: could not write its projection checkpoint (%r); resumes "
+                        "read the whole log until the next one", self.session.id, exc)
+            return
+        self._last_checkpoint = (anchor.event_count, anchor.byte_offset)
 
 
 class PersistenceObserver:
@@ -456,15 +506,16 @@ class PersistenceObserver:
         self._persistence = persistence
         self.store = store
         self._writers: dict[int, _SessionWriter] = {}
-        self._adopting: dict[str, tuple[Handle, int]] = {}
+        self._adopting: dict[str, tuple[Handle, int, _Resumed | None, bool]] = {}
         self._publishing: set[int] = set()  # resumed sessions whose announcement is running
         self._mutex = threading.RLock()
 
     # resume hand-off ---------------------------------------------------------------------
 
-    def _adopt(self, session_id: str, handle: Handle, cursor: int) -> None:
+    def _adopt(self, session_id: str, handle: Handle, cursor: int,
+               resumed: _Resumed | None = None, foldable: bool = True) -> None:
         with self._mutex:
-            self._adopting[session_id] = (handle, cursor)
+            self._adopting[session_id] = (handle, cursor, resumed, foldable)
 
     def _drop_adoption(self, session_id: str) -> Handle | None:
         with self._mutex:
@@ -503,12 +554,23 @@ class PersistenceObserver:
             if id(session) in self._writers:
                 return
             adopted = self._adopting.pop(sid, None)
+            resumed: _Resumed | None = None
             if adopted is not None:
-                handle, cursor = adopted
+                handle, cursor, resumed, foldable = adopted
             else:
                 handle, cursor = self._claim(session)
+                foldable = cursor == 0  # an adopted stored prefix may hold legacy records
+            fold = None
+            last = (0, 0)
+            # Checkpoints only for logs whose stored records are the events themselves: a
+            # legacy record would page in differently from its normalised event.
+            if foldable and hasattr(handle, "checkpoint_anchor") and isinstance(session, Session):
+                base = resumed.state if resumed is not None else None
+                fold = RestoreFold.of_session(session, base)
+                if resumed is not None:
+                    last = (resumed.checkpoint_count, resumed.checkpoint_bytes)
             writer = _SessionWriter(session, handle, cursor, self._persistence.write_behind,
-                                    backend.url)
+                                    backend.url, fold, last)
             self._writers[id(session)] = writer
             self._persistence._live[sid] = session
         writer.enqueue(session.events[cursor:])
@@ -607,7 +669,7 @@ class PersistenceObserver:
                 writer.abandon()
             if self._persistence._live.get(writer.session.id) is writer.session:
                 del self._persistence._live[writer.session.id]
-        for handle, _ in adopting:
+        for handle, *_ in adopting:
             handle.close()
         return errors
 
@@ -906,6 +968,45 @@ class Persistence:
         for observer in list(self._observers.values()):
             observer.on_flush(session)
 
+    def checkpoint(self, session_id: str) -> bool:
+        """Write a projection checkpoint of a stored session now, from a full, validated read.
+
+        Writers keep checkpoints by themselves (see :mod:`dsh.persistence.checkpoint`); this
+        gives one to a log written without them (by dsh, an import, an older version), so its
+        next resume reads only the tail. Nothing in the log is written.
+
+        Returns:
+            True when one was written; False when the backend keeps none, or the log is empty,
+            has a torn tail, or holds legacy records (those always read in full).
+
+        Raises:
+            SessionBusyError: the session is live in this process (``SESSION_LIVE``) or held by
+                another writer.
+            SessionNotFoundError, LogCorruptError, SessionFormatUnsupportedError,
+            UnknownEventTypeError: the log cannot be read or does not validate.
+        """
+        if self._live_session(session_id) is not None:
+            raise SessionBusyError(f"cannot checkpoint session {session_id!r} while it is live "
+                                   "in this process; its writer keeps its checkpoints",
+                                   code="SESSION_LIVE", session_id=session_id)
+        with self.backend.open(session_id, "write") as handle:
+            anchor_of = getattr(handle, "checkpoint_anchor", None)
+            if anchor_of is None:
+                return False
+            cold = handle.read(0)
+            events, closers = read_pipeline(session_id, cold, path=_raw_path(handle))
+            _restore(session_id, events + closers, cold.header)
+            if not cold.events or cold.torn is not None or not _plain_records(cold.events):
+                return False
+            fold = RestoreFold(cold.header.get("seedLength") or 0)
+            fold.feed(cold.events)
+            anchor = anchor_of()
+            if anchor is None or anchor.event_count != len(cold.events):
+                return False
+            handle.write_checkpoint(  # type: ignore[attr-defined]  # with checkpoint_anchor
+                ck.encode_checkpoint(ck.Checkpoint(anchor=anchor, state=fold.state())))
+        return True
+
     def tail(self, session_id: str, from_seq: int = 0, *,
              poll_ms: int | None = None) -> AsyncIterator[Event]:
         """Follow a stored session: its events from ``from_seq`` on, then each new commit.
@@ -968,15 +1069,23 @@ class Persistence:
         try:
             if on_handle is not None:
                 on_handle(handle)
-            cold = handle.read(0)
-            events, closers = read_pipeline(session_id, cold, path=_raw_path(handle))
-            seed = events + closers
-            session = self._prepare(store, session_id, seed, cold.header)
-            if closers or cold.torn is not None:
+            paged = self._resume_from_checkpoint(store, session_id, handle)
+            if paged is not None:
+                session, cursor, closers, resumed = paged
+                repair, foldable = bool(closers), True
+            else:
+                cold = handle.read(0)
+                events, closers = read_pipeline(session_id, cold, path=_raw_path(handle))
+                seed = events + closers
+                session = self._prepare(store, session_id, seed, cold.header)
+                cursor, resumed = len(seed), None
+                repair = bool(closers) or cold.torn is not None
+                foldable = _plain_records(cold.events)
+            if repair:
                 handle.append(closers)
                 handle.flush()
             observer = self._observer_for(store)
-            observer._adopt(session_id, handle, len(seed))
+            observer._adopt(session_id, handle, cursor, resumed, foldable)
             observer._publishing.add(id(session))
             try:
                 self._publish(store, session)
@@ -988,6 +1097,63 @@ class Persistence:
             handle.close()
             raise
         return session
+
+    @staticmethod
+    def _resume_from_checkpoint(store: Any, session_id: str, handle: Handle
+                                ) -> tuple[Any, int, tuple[Event, ...], _Resumed] | None:
+        """Restore through the log's projection checkpoint, reading only its tail; or None.
+
+        The tail goes through the same pipeline as a full read (identity, version, vocabulary,
+        closers over the open turn, restore validation). Any doubt (no checkpoint, a stale or
+        damaged one, a legacy or unknown event in the tail, a tail that does not validate)
+        returns None and the caller reads the whole log, which gives the same session or the
+        precise error. Nothing is written here.
+
+        Returns:
+            ``(session, cursor, closers, resumed)``: the prepared session, the seq the writer
+            continues from once the closers are written, and the checkpoint's state.
+        """
+        read = getattr(handle, "read_checkpointed", None)
+        prepare = getattr(store, "prepare_paged", None)
+        if read is None or prepare is None:
+            return None
+        try:
+            checkpoint, cold, source = read()
+            state = checkpoint.state
+            tail = cold.events
+            header = cold.header
+            if header.get("id") != session_id or header.get("version") != SESSION_FORMAT_VERSION:
+                raise ck.CheckpointRefused("header")
+            if c_stored_prescan is None:
+                raise ck.CheckpointRefused("no-prescan")  # the pure-Python build reads in full
+            legacy_at, unknown_at = c_stored_prescan(tail, KNOWN_EVENT_TYPES)
+            if legacy_at >= 0:
+                raise ck.CheckpointRefused("legacy")
+            for event in tail[unknown_at:unknown_at + 1]:
+                if event.get("type") not in KNOWN_EVENT_TYPES \
+                        and event.get("ignorable") is not True:
+                    raise ck.CheckpointRefused("unknown-type")
+            cut = len(source)
+            if state.turn_open and not any(
+                    e["type"] in ("turn/start", "turn/end") for e in tail):
+                window: Sequence[Event] = [*source.read(state.turn_boundary, cut), *tail]
+                base = state.turn_boundary
+            else:
+                window, base = tail, cut
+            closers = open_turn_closers(window, "interrupted", base_seq=base)
+            session = prepare(session_id, header=header, state=state, source=source,
+                              tail=tail + closers,
+                              inherited_event_count=header.get("seedLength") or 0)
+        except ck.CheckpointRefused as exc:
+            ck.note_refusal(session_id, exc.reason)
+            return None
+        except DshError as exc:
+            ck.note_refusal(session_id, f"invalid:{exc.code}")
+            return None
+        ck.stats["used"] += 1
+        anchor = checkpoint.anchor
+        return (session, cut + len(tail) + len(closers), closers,
+                _Resumed(state, anchor.event_count, anchor.byte_offset))
 
     @staticmethod
     def _prepare(store: Any, session_id: str, seed: tuple[Event, ...],

@@ -27,7 +27,7 @@ import secrets
 import stat
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -35,12 +35,15 @@ import zstandard
 
 from dsh.errors import (
     ConfigError,
+    DshError,
     LogCorruptError,
     PersistenceError,
     SessionExistsError,
     SessionNotFoundError,
 )
-from dsh.json import FrozenDict
+from dsh.json import FrozenDict, loads
+from dsh.persistence import _jsonl_checkpoint as jck
+from dsh.persistence import checkpoint as ck
 from dsh.persistence._jsonl_format import (
     ZSTD_MAGIC,
     Scanner,
@@ -73,6 +76,7 @@ from dsh.persistence.api import (
     session_id_problem,
 )
 from dsh.persistence.memory import validate_batch
+from dsh.session.chunks import decode_storage_record
 from dsh.session.events import SESSION_FORMAT_VERSION, Event
 
 __all__ = ["JsonlBackend", "JsonlHandle", "parse_log"]
@@ -85,6 +89,7 @@ _RAW_NAME = "session.jsonl"
 _ZSTD_NAME = "session.jsonl.zstd"
 _LOCK_NAME = "session.lock"
 _SEAL_SUFFIX = ".seal"
+_CKPT_SUFFIX = ".ckpt"
 _HEADER_READ_CHUNK = 8192
 _TORN_FEED_CHUNK = 4096
 
@@ -231,12 +236,39 @@ def _decompress_torn(partial: bytes) -> bytes:
 
 @dataclass(slots=True)
 class ParsedLog:
-    """A parsed log file: header, committed events, torn tail, committed byte length."""
+    """A parsed log file: header, committed events, torn tail, committed byte length.
+
+    ``header_end`` is the file offset after the header (line or frame); ``index`` holds
+    ``(seq, file offset)`` of record (frame) starts inside the committed prefix, sparse
+    (see :func:`dsh.persistence._jsonl_checkpoint.note_index`), first ``(0, header_end)``.
+    """
 
     header: FrozenDict
     events: list[Event]
     torn: TornTail | None
     committed: int
+    header_end: int = 0
+    index: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _sample_raw_index(data: bytes, header_end: int, committed: int) -> list[tuple[int, int]]:
+    """Record starts every ``INDEX_EVERY_BYTES`` of a raw log (one record decoded per entry)."""
+    index = [(0, header_end)]
+    pos = header_end
+    while True:
+        nl = data.find(b"\n", pos + ck.INDEX_EVERY_BYTES, committed)
+        if nl < 0 or nl + 1 >= committed:
+            return index
+        start = nl + 1
+        end = data.find(b"\n", start, committed)
+        try:
+            first = decode_storage_record(loads(data[start:end]))[0]
+        except DshError:
+            return index  # the scan accepted this line; stop sampling rather than guess
+        seq = first.get("seq") if isinstance(first, dict) else None
+        if type(seq) is int and seq > index[-1][0]:
+            index.append((seq, start))
+        pos = start
 
 
 def parse_log(data: bytes, *, compression: Compression, path: str,
@@ -273,7 +305,8 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
         if result.committed < len(data):
             torn = TornTail(result.committed, result.issue_line,
                             result.reason or "uncommitted tail")
-        return ParsedLog(header, result.events, torn, result.committed)
+        return ParsedLog(header, result.events, torn, result.committed, len(header_line),
+                         _sample_raw_index(data, len(header_line), result.committed))
     frames, torn_start = scan_zstd_frames(data, path=path)
     if torn_start is not None:
         _refuse_damaged_frame(data, torn_start, path)
@@ -289,9 +322,11 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
     scanner = Scanner(path=path, start_offset=len(plain))
     logical = len(plain)
     frame_starts: list[tuple[int, int]] = []  # (logical offset, file offset) per frame
+    index = [(0, end)]
     for start, end in frames[1:]:
         text = _decompress_frame(data[start:end], start, path)
         frame_starts.append((logical, start))
+        jck.note_index(index, scanner.accepted, start)
         scanner.feed(text)
         logical += len(text)
     partial = scanner.finish()
@@ -302,8 +337,9 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
             f"corrupt session log: complete frame contains a torn JSONL record (frame at byte "
             f"{file_offset}, {partial.reason}) in {path}", path=path, byte_offset=file_offset,
             line=partial.issue_line)
+    header_end = index[0][1]
     if torn_start is None:
-        return ParsedLog(header, partial.events, None, len(data))
+        return ParsedLog(header, partial.events, None, len(data), header_end, index)
     committed_count = len(partial.events)
     # The same scanner continues (it stopped clean at a record boundary), so duplicate seqs
     # in the torn frame are still named with both lines.
@@ -313,7 +349,7 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
     reason = (f"torn final Zstandard frame at byte {torn_start} ({len(data) - torn_start} "
               f"bytes); {len(recovered)} complete event(s) recovered from it")
     torn = TornTail(torn_start, tail.issue_line, reason, recovered)
-    return ParsedLog(header, list(tail.events), torn, torn_start)
+    return ParsedLog(header, list(tail.events), torn, torn_start, header_end, index)
 
 
 @dataclass(slots=True)
@@ -333,6 +369,10 @@ class _Tail:
     # (first seal of this handle: a crash may have left a partial record after them)
     seals: list[tuple[int, int, int]] | None = None
     seal_rewrite: bool = True
+    # the page-in index of the stored prefix, and the header's extent and digest (checkpoints)
+    index: list[tuple[int, int]] = field(default_factory=list)
+    header_end: int = 0
+    header_digest: str = ""
 
 
 class JsonlHandle(HandleBase):
@@ -386,7 +426,9 @@ class JsonlHandle(HandleBase):
             self._pending_header = None
             self._tail = _Tail(True, len(parsed.events), len(data), parsed.torn,
                                len(parsed.events), len(data),
-                               seals=(seal.records if seal is not None else []) if raw else None)
+                               seals=(seal.records if seal is not None else []) if raw else None,
+                               index=parsed.index, header_end=parsed.header_end,
+                               header_digest=ck.digest(data[:parsed.header_end]))
         events = parsed.events if offset == 0 else parsed.events[offset:]
         return ColdRead(parsed.header, tuple(events), parsed.torn, revision)
 
@@ -425,7 +467,9 @@ class JsonlHandle(HandleBase):
             payload = encode_records(records, pack_chunks=self._backend.pack_chunks)
             if self._backend.compression == "zstd":
                 payload = self._backend._compress(payload)
+            start = tail.size
             self._write(payload)
+            jck.note_index(tail.index, records[0]["seq"], start)
             tail.count += len(batch)
         if torn is not None:
             # The repair is made durable at once: until then the recovered events of a torn
@@ -455,6 +499,7 @@ class JsonlHandle(HandleBase):
         os.ftruncate(fd, torn.byte_offset)
         os.fsync(fd)
         tail.size = tail.durable_size = torn.byte_offset
+        tail.index = [entry for entry in tail.index if entry[1] < torn.byte_offset]
 
     def _restore_end(self) -> None:
         """Cut the bytes a failed rollback left after ``tail.size``, or refuse to write.
@@ -515,6 +560,12 @@ class JsonlHandle(HandleBase):
         tail.materialized = True
         tail.count = tail.durable_count = len(batch)
         tail.size = tail.durable_size = len(content)
+        if self._backend.compression == "zstd":
+            tail.header_end = scan_zstd_frames(content, path=str(self.path), max_frames=1)[0][0][1]
+        else:
+            tail.header_end = content.index(b"\n") + 1
+        tail.header_digest = ck.digest(content[:tail.header_end])
+        tail.index = [(0, tail.header_end)]
         self._pending_header = None
         self._backend._forget_pending(self._id)
         if self._backend.compression == "none":
@@ -544,6 +595,7 @@ class JsonlHandle(HandleBase):
                 tail.end_unknown = True
             tail.size = tail.durable_size
             tail.count = tail.durable_count
+            tail.index = [entry for entry in tail.index if entry[1] <= tail.durable_size]
             raise
         tail.durable_size = tail.size
         tail.durable_count = tail.count
@@ -551,6 +603,53 @@ class JsonlHandle(HandleBase):
 
     def _seal_path(self) -> Path:
         return self.path.with_name(self.path.name + _SEAL_SUFFIX)
+
+    # --- projection checkpoints (see dsh.persistence.checkpoint) ------------------------
+
+    def checkpoint_path(self) -> Path:
+        """The checkpoint sidecar beside the log (``session.jsonl.ckpt``)."""
+        return self.path.with_name(self.path.name + _CKPT_SUFFIX)
+
+    @property
+    def durable_bytes(self) -> int:
+        """File bytes made durable through this handle's view of the log (0 before a read)."""
+        return self._tail.durable_size if self._tail is not None else 0
+
+    def checkpoint_anchor(self) -> ck.Anchor | None:
+        """The anchor of the durable prefix, or None when none can be given now."""
+        self._check_open()
+        return jck.anchor_of(self)
+
+    def write_checkpoint(self, data: bytes) -> None:
+        """Replace the checkpoint sidecar with ``data`` (atomic; see ``write_checkpoint_file``).
+
+        Raises:
+            OSError: it could not be written.
+        """
+        ck.write_checkpoint_file(self.checkpoint_path(), data)
+
+    def read_checkpointed(self) -> tuple[ck.Checkpoint, ColdRead, jck.JsonlPrefixSource]:
+        """Read through the checkpoint: its state, the events after its cut, a page-in source.
+
+        On success a write handle is ready to append, as after ``read(0)``.
+        The returned ``ColdRead.events`` are the tail (first seq ``checkpoint.state
+        .event_count``); it never has a torn tail (that case is a refusal).
+
+        Raises:
+            CheckpointRefused: no usable checkpoint (the caller reads in full).
+        """
+        self._check_open()
+        if self._pending_header is not None and not self.path.exists():
+            raise ck.CheckpointRefused("absent")
+        kind = jck.backend_kind(self._backend.compression)
+        checkpoint = ck.decode_checkpoint(ck.read_checkpoint_file(self.checkpoint_path()),
+                                          session_id=self._id, backend=kind)
+        header, events, revision = jck.load_tail(self, checkpoint)
+        anchor = checkpoint.anchor
+        source = jck.JsonlPrefixSource(self.path, self._backend.compression,
+                                       anchor.event_count, anchor.byte_offset, anchor.index)
+        assert isinstance(header, FrozenDict)  # parse_header_strict returns one
+        return checkpoint, ColdRead(header, tuple(events), None, revision), source
 
     def _seal(self, content: bytes | None = None) -> None:
         """Seal the durable bytes not sealed yet with one record (raw JSONL; see ``_seal``).

@@ -26,6 +26,8 @@ from typing import Any, Final, Literal, Protocol
 from dsh.errors import ConfigError, SessionExistsError, SessionForkError, SessionNotFoundError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict
 from dsh.session.events import Event
+from dsh.session.paging import EventSource
+from dsh.session.restore_state import RestoreState
 from dsh.session.session import Clock, Session, wall_clock_ms
 
 __all__ = [
@@ -212,6 +214,27 @@ class SessionStore:
                 full[key] = meta[key]
         return Session.create(sid, seed=seed, header=full,
                               inherited_event_count=inherited_event_count, clock=self._clock)
+
+    def prepare_paged(self, session_id: str, *, header: Mapping[str, Any], state: RestoreState,
+                      source: EventSource, tail: Sequence[Event],
+                      inherited_event_count: int = 0) -> Session:
+        """Build a stored session from its checkpointed prefix and tail, without publishing it.
+
+        The O(tail) twin of ``prepare(seed_source="persistence")``: see
+        :meth:`Session.restore_paged` for the arguments and what is equal to a full restore.
+
+        Raises:
+            SessionExistsError: the id is live.
+            EventRejectedError: the header or tail is invalid, or ``state`` does not cover
+                ``len(source)`` events.
+        """
+        self._check_open()
+        if session_id in self._entries:
+            raise SessionExistsError(f'session "{session_id}" already exists',
+                                     session_id=session_id)
+        return Session.restore_paged(session_id, header, state, source, tail,
+                                     inherited_event_count=inherited_event_count,
+                                     clock=self._clock)
 
     def enter(self, session: Session) -> Callable[[], None]:
         """Register ``session`` as live; return an idempotent ``detach`` function.

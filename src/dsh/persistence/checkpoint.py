@@ -1,0 +1,246 @@
+"""The projection checkpoint: derived restore state tied to the exact bytes it covers.
+
+A checkpoint lets a resume read only the log's tail (DESIGN §3.12). It holds a
+:class:`~dsh.session.restore_state.RestoreState` (what a restore derives from the prefix) and an
+:class:`Anchor` naming the prefix it was derived from: backend, session id and incarnation, the
+covered event count and byte offset (SQLite: physical rows), digests of the stored header and of
+the last bytes (rows) before the cut, a digest of the integrity-seal records over the prefix,
+and a sparse ``seq -> byte offset`` index for paging events in.
+
+Invariants this module owns:
+
+* a checkpoint is never the truth: a missing, unparsable, foreign-version, other-session or
+  stale one is refused here or by the backend's check (:class:`CheckpointRefused`), and the
+  caller does the full read, which gives the same answer; a refusal is a DEBUG log line and a
+  :data:`stats` count, never an error to the user;
+* it lives in a sidecar beside the log, never inside dsh's files (dsh refuses extra SQLite
+  tables and extra events would change its logs); it is replaced atomically (temp file +
+  rename) and, like the seals, not fsynced: a lost checkpoint only costs a full read;
+* its body is covered by its own SHA-256, so flipped or truncated bytes are refused.
+
+PostgreSQL keeps the full read: its rows are read by seq range already, and a sidecar on one
+host would not serve the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any, Final
+
+from dsh.errors import InvalidJsonError
+from dsh.json import MAX_SAFE_INTEGER, dumps, loads, thaw
+from dsh.persistence._seal import _write_all as write_all
+from dsh.session.restore_state import RestoreState
+
+__all__ = [
+    "CHECKPOINT_EVERY_BYTES",
+    "CHECKPOINT_EVERY_EVENTS",
+    "CHECKPOINT_FORMAT",
+    "INDEX_EVERY_BYTES",
+    "INDEX_EVERY_EVENTS",
+    "Anchor",
+    "Checkpoint",
+    "CheckpointRefused",
+    "decode_checkpoint",
+    "digest",
+    "encode_checkpoint",
+    "note_refusal",
+    "read_checkpoint_file",
+    "stats",
+    "write_checkpoint_file",
+]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT: Final = 1
+"""Version of the checkpoint file layout and of the restore state it carries."""
+
+LIBRARY_TAG: Final = "dsh-python/0.1"
+"""The writer; a checkpoint written by another tag is refused (its derivation may differ)."""
+
+CHECKPOINT_EVERY_EVENTS = 4096
+"""A checkpoint is written at the first flush at least this many events after the last one."""
+
+CHECKPOINT_EVERY_BYTES = 4 * 1024 * 1024
+"""... or at least this many log bytes after it (whichever comes first)."""
+
+INDEX_EVERY_EVENTS = 256
+"""The page-in index gets an entry at a batch start at least this many events after the last."""
+
+INDEX_EVERY_BYTES = 256 * 1024
+"""... or at least this many bytes after it."""
+
+DIGEST_TAIL_BYTES: Final = 4096
+"""How many bytes before the cut the tail digest covers (JSONL)."""
+
+_MAGIC: Final = b"DSHCKPT1 "
+
+stats: Counter[str] = Counter()
+"""Process-wide counts: ``written``, ``used``, ``refused`` and ``refused:<reason>`` (tests)."""
+
+
+class CheckpointRefused(Exception):
+    """The checkpoint cannot be used; ``reason`` says why (the caller reads in full)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def note_refusal(session_id: str, reason: str) -> None:
+    """Count and log (DEBUG) a refused checkpoint of ``session_id``."""
+    stats["refused"] += 1
+    stats[f"refused:{reason.split(':')[0]}"] += 1
+    logger.debug("session %s: checkpoint not used (%s); reading the whole log", session_id,
+                 reason)
+
+
+def digest(data: bytes) -> str:
+    """The hex SHA-256 of ``data`` (the digest every anchor field uses)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Anchor:
+    """What ties a checkpoint to the stored prefix it was derived from.
+
+    Attributes:
+        backend: ``"jsonl"``, ``"jsonl-zstd"`` or ``"sqlite"``.
+        session_id: The session.
+        incarnation: The stored log's identity (JSONL: the header digest; SQLite: the
+            session's incarnation column).
+        event_count: Events covered (seqs ``0 .. event_count - 1``).
+        byte_offset: JSONL: file bytes covered (a batch boundary); SQLite: physical rows.
+        header_digest: Digest of the stored header (JSONL: the header line or frame).
+        tail_digest: Digest of the last bytes (rows) before the cut.
+        seal_digest: Digest of the integrity-seal records over the prefix ("" when none).
+        index: ``(seq, byte offset)`` of record starts, ascending, first ``(0, header end)``.
+    """
+
+    backend: str
+    session_id: str
+    incarnation: str
+    event_count: int
+    byte_offset: int
+    header_digest: str
+    tail_digest: str
+    seal_digest: str
+    index: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    """An anchor and the restore state of the prefix it names."""
+
+    anchor: Anchor
+    state: RestoreState
+
+
+def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
+    """Return the sidecar bytes: magic, the body's SHA-256, newline, the JSON body."""
+    anchor = checkpoint.anchor
+    body = dumps({
+        "format": CHECKPOINT_FORMAT, "library": LIBRARY_TAG, "backend": anchor.backend,
+        "sessionId": anchor.session_id, "incarnation": anchor.incarnation,
+        "eventCount": anchor.event_count, "byteOffset": anchor.byte_offset,
+        "headerDigest": anchor.header_digest, "tailDigest": anchor.tail_digest,
+        "sealDigest": anchor.seal_digest, "index": [list(pair) for pair in anchor.index],
+        "state": checkpoint.state.to_wire(),
+    })
+    return _MAGIC + digest(body).encode() + b"\n" + body
+
+
+def _field(body: dict[str, Any], key: str, kind: type) -> Any:
+    value: Any = body.get(key)
+    if type(value) is not kind or (type(value) is int and not 0 <= value <= MAX_SAFE_INTEGER):
+        raise CheckpointRefused(f"bad-field:{key}")
+    return value
+
+
+def decode_checkpoint(data: bytes, *, session_id: str, backend: str) -> Checkpoint:
+    """Parse and check sidecar bytes written by :func:`encode_checkpoint`.
+
+    Raises:
+        CheckpointRefused: damaged (digest), unparsable, another format or library version,
+            another session or backend, or a field of the wrong shape.
+    """
+    head, nl, body_bytes = data.partition(b"\n")
+    if not nl or not head.startswith(_MAGIC):
+        raise CheckpointRefused("not-a-checkpoint")
+    if head[len(_MAGIC):] != digest(body_bytes).encode():
+        raise CheckpointRefused("digest")
+    try:
+        body = thaw(loads(body_bytes))
+    except InvalidJsonError:
+        raise CheckpointRefused("unparsable") from None
+    if not isinstance(body, dict):
+        raise CheckpointRefused("unparsable")
+    if body.get("format") != CHECKPOINT_FORMAT or body.get("library") != LIBRARY_TAG:
+        raise CheckpointRefused("version")
+    if body.get("sessionId") != session_id:
+        raise CheckpointRefused("other-session")
+    if body.get("backend") != backend:
+        raise CheckpointRefused("other-backend")
+    raw_index = body.get("index")
+    if not isinstance(raw_index, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(type(x) is int and x >= 0 for x in p)
+            for p in raw_index):
+        raise CheckpointRefused("bad-field:index")
+    index = tuple((p[0], p[1]) for p in raw_index)
+    if any(b[0] <= a[0] or b[1] <= a[1] for a, b in pairwise(index)):
+        raise CheckpointRefused("bad-field:index")
+    try:
+        state = RestoreState.from_wire(body.get("state"))
+    except ValueError:
+        raise CheckpointRefused("bad-field:state") from None
+    anchor = Anchor(backend=backend, session_id=session_id,
+                    incarnation=_field(body, "incarnation", str),
+                    event_count=_field(body, "eventCount", int),
+                    byte_offset=_field(body, "byteOffset", int),
+                    header_digest=_field(body, "headerDigest", str),
+                    tail_digest=_field(body, "tailDigest", str),
+                    seal_digest=_field(body, "sealDigest", str), index=index)
+    if anchor.event_count != state.event_count:
+        raise CheckpointRefused("bad-field:eventCount")
+    return Checkpoint(anchor=anchor, state=state)
+
+
+def read_checkpoint_file(path: Path) -> bytes:
+    """Return the sidecar's bytes.
+
+    Raises:
+        CheckpointRefused: ``absent`` (no file) or ``unreadable`` (not a regular file, I/O).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise CheckpointRefused("absent") from None
+    except OSError:
+        raise CheckpointRefused("unreadable") from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+    except OSError:
+        raise CheckpointRefused("unreadable") from None
+
+
+def write_checkpoint_file(path: Path, data: bytes) -> None:
+    """Replace the sidecar atomically (temp file + rename; no fsync, as the seals).
+
+    Raises:
+        OSError: it could not be written (the old checkpoint stays; it is only derived).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    stats["written"] += 1

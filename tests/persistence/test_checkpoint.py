@@ -1,0 +1,294 @@
+"""Projection checkpoints: a checkpointed resume equals a full read, and any doubt falls back.
+
+Each case builds a store through the write-behind writer (which keeps checkpoints), copies it,
+removes the checkpoint from the copy, resumes both and compares everything a caller can see:
+events (paged in), surface, messages, header folds, closers, the next appends (refusals
+included) and what is stored afterwards. Rule: DESIGN §3.12; persistence spec §3.8 (the
+pipeline), seed ch. 28 (resume).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import dsh.session.paging as paging
+from dsh.persistence import checkpoint as ck
+from dsh.persistence import open_store
+from dsh.persistence.coordinator import Persistence
+from dsh.session import PagedLog, Session, SessionStore
+from tests.strategies import (
+    Script,
+    StepClock,
+    apply_script,
+    assistant_data,
+    completed_turn,
+    examples,
+    log_scripts,
+    probe_appends,
+    system_message,
+    tool_call_block,
+)
+
+KINDS = ["jsonl", "jsonl-zstd", "jsonl-unpacked"]
+
+
+def url_of(kind: str, root: Path) -> str:
+    if kind == "jsonl":
+        return f"jsonl://{root}"
+    if kind == "jsonl-zstd":
+        return f"jsonl+zstd://{root}"
+    if kind == "jsonl-unpacked":
+        return f"jsonl://{root}?pack_chunks=false"
+    raise ValueError(kind)
+
+
+@pytest.fixture(autouse=True)
+def small_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checkpoint at every flush, index every batch, page 4 events: every boundary is hit."""
+    monkeypatch.setattr(ck, "CHECKPOINT_EVERY_EVENTS", 1)
+    monkeypatch.setattr(ck, "INDEX_EVERY_EVENTS", 1)
+    monkeypatch.setattr(paging, "PAGE_EVENTS", 4)
+
+
+def build(url: str, script: Script) -> None:
+    with SessionStore(persistence=open_store(url), clock=StepClock()) as store:
+        session = store.session("s")
+        apply_script(session, script, lambda: store.flush(session))
+
+
+def copy_without_checkpoint(root: Path, to: Path) -> None:
+    shutil.copytree(root, to)
+    for ckpt in to.rglob("*.ckpt"):
+        ckpt.unlink()
+
+
+def snapshot(session: Session) -> dict[str, Any]:
+    events = session.events
+    return {"events": list(events), "len": len(events), "slice": events[2:-1],
+            "rev": events[::-2], "last": events[-1], "nodes": list(session.surface.nodes),
+            "gen": session.surface.replace_generation, "messages": session.derive_messages(),
+            "header": session.request_header(), "context": session.request_context(),
+            "first_live": session.first_live_seq, "inherited": session.inherited_event_count,
+            "transcript": session.transcript_events()}
+
+
+def resume_and_continue(url: str) -> tuple[dict[str, Any], list[object], dict[str, Any], bool]:
+    with SessionStore(persistence=open_store(url), clock=StepClock(2_000_000_000_000)) as store:
+        session = store.resume("s")
+        paged = isinstance(session._log, PagedLog)
+        before = snapshot(session)
+        outcomes = probe_appends(session)
+        after = snapshot(session)
+    return before, outcomes, after, paged
+
+
+def stored(url: str) -> list[Any]:
+    with open_store(url) as persistence:
+        return list(persistence.read("s").events)
+
+
+def assert_equivalent(root: Path, kind: str, *, expect_paged: bool = True) -> None:
+    full_root = root.parent / (root.name + "-full")
+    copy_without_checkpoint(root, full_root)
+    used = ck.stats["used"]
+    paged = resume_and_continue(url_of(kind, root))
+    full = resume_and_continue(url_of(kind, full_root))
+    assert paged[3] is expect_paged and ck.stats["used"] == used + expect_paged
+    assert full[3] is False
+    assert paged[:3] == full[:3]
+    assert stored(url_of(kind, root)) == stored(url_of(kind, full_root))
+
+
+@settings(max_examples=examples(25), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=log_scripts(open_tail=None, max_actions=6), kind=st.sampled_from(KINDS))
+def test_checkpointed_resume_equals_the_full_read(script: Script, kind: str) -> None:
+    assume(script.actions)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "store"
+        build(url_of(kind, root), script)
+        assume(list(root.rglob("session.jsonl*")))  # a script that appended nothing
+        assert list(root.rglob("*.ckpt")), "the writer keeps a checkpoint"
+        assert_equivalent(root, kind)
+
+
+def long_store(kind: str, root: Path, turns: int = 30, *, open_turn: bool = False) -> None:
+    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
+        session = store.session("s")
+        session.append("system/message", system_message(), surface_op="append")
+        for turn in range(1, turns + 1):
+            completed_turn(session, turn, call_ids=[f"c{turn}"])
+            store.flush(session)
+        if open_turn:
+            session.append("turn/start", {"turn": turns + 1})
+            session.append("step/start", {"turn": turns + 1, "step": 1})
+            store.flush(session)
+            session.append("assistant/message", assistant_data(turns + 1, 1, [
+                tool_call_block("open-call")]), surface_op="append")
+            store.flush(session)
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    value: str = request.param
+    return value
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "store"
+
+
+def ckpt_file(root: Path) -> Path:
+    (found,) = root.rglob("*.ckpt")
+    return found
+
+
+def log_file(root: Path) -> Path:
+    (found,) = [p for p in root.rglob("session.jsonl*") if p.suffix not in (".seal", ".ckpt")]
+    return found
+
+
+def test_open_turn_is_closed_as_after_a_full_read(kind: str, root: Path) -> None:
+    long_store(kind, root, open_turn=True)
+    assert_equivalent(root, kind)
+
+
+def test_open_turn_started_before_the_checkpoint(kind: str, root: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    long_store(kind, root, open_turn=True)
+    # a checkpoint cut inside the open turn: repair must read back to the turn/start
+    with open_store(url_of(kind, root)) as persistence:
+        assert persistence.checkpoint("s")
+    assert_equivalent(root, kind)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "garbage"])
+def test_damaged_checkpoint_is_refused(kind: str, root: Path, damage: str) -> None:
+    long_store(kind, root)
+    path = ckpt_file(root)
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x20
+    elif damage == "truncate":
+        del data[len(data) - 7:]
+    elif damage == "empty":
+        data = bytearray()
+    else:
+        data = bytearray(b"DSHCKPT1 nonsense\n{}")
+    path.write_bytes(bytes(data))
+    reasons = {"flip": "digest", "truncate": "digest", "empty": "not-a-checkpoint",
+               "garbage": "digest"}
+    refused = ck.stats[f"refused:{reasons[damage]}"]
+    assert_equivalent(root, kind, expect_paged=False)
+    assert ck.stats[f"refused:{reasons[damage]}"] == refused + 1
+
+
+def test_checkpoint_of_another_session_is_refused(kind: str, root: Path) -> None:
+    long_store(kind, root)
+    other = root.parent / "other"
+    long_store(kind, other, turns=31)
+    shutil.copy(ckpt_file(other), ckpt_file(root))
+    assert_equivalent(root, kind, expect_paged=False)
+
+
+def test_checkpoint_of_a_replaced_log_is_refused(kind: str, root: Path) -> None:
+    long_store(kind, root)
+    saved = ckpt_file(root).read_bytes()
+    shutil.rmtree(root)
+    long_store(kind, root, turns=32)  # same id and clock: same header, other content
+    ckpt_file(root).write_bytes(saved)
+    assert_equivalent(root, kind, expect_paged=False)
+
+
+def test_checkpoint_behind_the_log_is_used(kind: str, root: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    long_store(kind, root)
+    monkeypatch.setattr(ck, "CHECKPOINT_EVERY_EVENTS", 10**9)
+    monkeypatch.setattr(ck, "CHECKPOINT_EVERY_BYTES", 10**12)
+    saved = ckpt_file(root).read_bytes()
+    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
+        session = store.resume("s")
+        completed_turn(session, 77)  # an older writer: appends without a new checkpoint
+    assert ckpt_file(root).read_bytes() == saved
+    assert_equivalent(root, kind)
+
+
+def test_checkpoint_past_a_truncated_log_is_refused(root: Path) -> None:
+    long_store("jsonl", root)
+    path = log_file(root)
+    data = path.read_bytes()
+    cut = data.rindex(b"\n", 0, len(data) - 1) + 1  # drop the last record
+    path.write_bytes(data[:cut])
+    path.with_name("session.jsonl.seal").unlink()  # as if cut before the seal was written
+    assert_equivalent(root, "jsonl", expect_paged=False)
+
+
+def test_torn_tail_after_the_checkpoint_reads_in_full(kind: str, root: Path) -> None:
+    long_store(kind, root, open_turn=True)
+    with open_store(url_of(kind, root)) as persistence:
+        from dsh.testing.stores import inject_torn_tail
+
+        assert inject_torn_tail(persistence, "s")
+    refused = ck.stats["refused:torn-tail"]
+    assert_equivalent(root, kind, expect_paged=False)
+    assert ck.stats["refused:torn-tail"] == refused + 1
+
+
+def test_paged_session_keeps_the_log_out_of_memory(kind: str, root: Path) -> None:
+    long_store(kind, root, turns=60)
+    with SessionStore(persistence=open_store(url_of(kind, root))) as store:
+        session = store.resume("s")
+        log = session._log
+        assert isinstance(log, PagedLog)
+        assert log.cut > 300
+        assert log.resident_events < 60  # tail + a few 4-event pages
+        assert session.event_at(7)["seq"] == 7
+        child = store.fork(session, 100)
+        assert list(child.events)[:101] == list(session.events)[:101]
+
+
+def test_fork_and_compaction_after_a_paged_resume(kind: str, root: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import itertools
+    import uuid
+
+    from dsh.compaction import DigestSummarizer, compact_now
+
+    long_store(kind, root, turns=20)
+    full_root = root.parent / "full"
+    copy_without_checkpoint(root, full_root)
+    answers = []
+    for url in (url_of(kind, root), url_of(kind, full_root)):
+        ids = itertools.count()
+        monkeypatch.setattr(uuid, "uuid4", lambda ids=ids: f"id-{next(ids)}")  # same ids twice
+        with SessionStore(persistence=open_store(url), clock=StepClock(3)) as store:
+            session = store.resume("s")
+            child = store.fork(session, 50, "child")
+            assert compact_now(session, summarizer=DigestSummarizer()) is not None
+            answers.append((list(child.events), snapshot(session)))
+    assert answers[0] == answers[1]
+
+
+def test_checkpoint_command_gives_a_checkpoint_to_a_log_without_one(kind: str,
+                                                                     root: Path) -> None:
+    long_store(kind, root)
+    ckpt_file(root).unlink()
+    with open_store(url_of(kind, root)) as persistence:
+        assert persistence.checkpoint("s") is True
+    assert_equivalent(root, kind)
+
+
+def test_persistence_without_checkpoints_still_resumes(tmp_path: Path) -> None:
+    with SessionStore(persistence=Persistence(open_store("memory:").backend)) as store:
+        session = store.session("s")
+        completed_turn(session, 1)
+        assert not isinstance(session._log, PagedLog)
