@@ -37,7 +37,7 @@ from tests.strategies import (
     tool_call_block,
 )
 
-KINDS = ["jsonl", "jsonl-zstd", "jsonl-unpacked"]
+KINDS = ["jsonl", "jsonl-zstd", "jsonl-unpacked", "sqlite"]
 
 
 def url_of(kind: str, root: Path) -> str:
@@ -47,6 +47,9 @@ def url_of(kind: str, root: Path) -> str:
         return f"jsonl+zstd://{root}"
     if kind == "jsonl-unpacked":
         return f"jsonl://{root}?pack_chunks=false"
+    if kind == "sqlite":
+        root.mkdir(parents=True, exist_ok=True)
+        return f"sqlite://{root}/store.db"
     raise ValueError(kind)
 
 
@@ -269,7 +272,7 @@ def test_fork_and_compaction_after_a_paged_resume(kind: str, root: Path,
     answers = []
     for url in (url_of(kind, root), url_of(kind, full_root)):
         ids = itertools.count()
-        monkeypatch.setattr(uuid, "uuid4", lambda ids=ids: f"id-{next(ids)}")  # same ids twice
+        monkeypatch.setattr(uuid, "uuid4", lambda ids=ids: uuid.UUID(int=next(ids), version=4))
         with SessionStore(persistence=open_store(url), clock=StepClock(3)) as store:
             session = store.resume("s")
             child = store.fork(session, 50, "child")

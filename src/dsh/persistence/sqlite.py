@@ -47,6 +47,8 @@ from dsh.errors import (
     SessionNotFoundError,
 )
 from dsh.json import FrozenDict, FrozenList, is_safe_int
+from dsh.persistence import _sqlite_checkpoint as sck
+from dsh.persistence import checkpoint as ck
 from dsh.persistence._lock import SessionLock
 from dsh.persistence._paths import mkdir_private
 from dsh.persistence._salvage import list_cuts, save_cut
@@ -494,6 +496,7 @@ class SqliteBackend:
         self.lock_dir = self.path.with_name(self.path.name + ".dsh-locks")
         self.cut_dir = self.path.with_name(self.path.name + ".dsh-cuts")
         self.seal_dir = self.path.with_name(self.path.name + ".dsh-seals")
+        self.checkpoint_dir = self.path.with_name(self.path.name + ".dsh-checkpoints")
         _check_path(self.path)
         self._conn: _Connection | None = None
         self._mutex = threading.Lock()
@@ -724,6 +727,8 @@ class SqliteHandle(HandleBase):
         # seal write replaces the file (the first one does: a crash may have left garbage)
         self._seals: list[tuple[int, int, int]] | None = None
         self._seal_rewrite = True
+        # the committed prefix last read or written: (event count, incarnation, last row digest)
+        self._durable: tuple[int, str, str] | None = None
         self._closed = False
         self._c = backend._connect()
         try:
@@ -883,6 +888,8 @@ class SqliteHandle(HandleBase):
             logger.warning("session %s in %s has a torn tail at seq %s (rowid %s)", self._id,
                            self._path, scan.torn_seq, scan.torn_rowid)
         self._torn_seq = scan.torn_seq
+        if offset == 0 and torn is None and rows:
+            self._durable = (len(events), incarnation, sck.last_row_digest(rows[-1][1:]))
         return ColdRead(header=header, events=tuple(events), torn=torn,
                         revision=self._revision(incarnation, revision))
 
@@ -1020,6 +1027,7 @@ class SqliteHandle(HandleBase):
         stored = [(*r[:6], None) for r in rows] if legacy else rows
         crc = rows_crc([*(row[1:] for row in gap), *stored])
         self._seal((sealed_end, first + len(events), crc), str(found[1]))
+        self._durable = (first + len(events), str(found[1]), sck.last_row_digest(stored[-1]))
         logger.debug("appended %d events (%d rows) to session %s", len(events), len(rows),
                      self._id)
 
@@ -1053,6 +1061,42 @@ class SqliteHandle(HandleBase):
             logger.warning("could not write the integrity seal %s of session %s (%s); the "
                            "next append retries", path, self._id, exc)
         self._seals.append(record)
+
+    # --- projection checkpoints (see dsh.persistence.checkpoint) ------------------------
+
+    def checkpoint_path(self) -> Path:
+        """The checkpoint sidecar: ``<db>.dsh-checkpoints/<encoded id>.ckpt``."""
+        return self._backend.checkpoint_dir / f"{_cut_stem(self._id)}.ckpt"
+
+    def checkpoint_anchor(self) -> ck.Anchor | None:
+        """The anchor of the committed prefix last read or written here, or None."""
+        self._ensure_open()
+        return sck.anchor_of(self)
+
+    def write_checkpoint(self, data: bytes) -> None:
+        """Replace the checkpoint sidecar with ``data`` (atomic, like the seals).
+
+        Raises:
+            OSError: it could not be written.
+        """
+        path = self.checkpoint_path()
+        mkdir_private(path.parent, "projection checkpoints")
+        ck.write_checkpoint_file(path, data)
+
+    def read_checkpointed(self) -> tuple[ck.Checkpoint, ColdRead, sck.SqlitePrefixSource]:
+        """Read through the checkpoint: its state, the events after its cut, a page-in source.
+
+        On success a write handle is ready to append, as after ``read(0)``; the returned
+        events are the tail (first seq ``checkpoint.state.event_count``), never torn.
+
+        Raises:
+            CheckpointRefused: no usable checkpoint (the caller reads in full).
+        """
+        self._ensure_open()
+        checkpoint = ck.decode_checkpoint(ck.read_checkpoint_file(self.checkpoint_path()),
+                                          session_id=self._id, backend="sqlite")
+        cold, source = sck.load_tail(self, checkpoint)
+        return checkpoint, cold, source
 
     def _admit(self, events: Sequence[Event]) -> Sequence[Event]:
         """Check a batch is contiguous lossless JSON before any I/O (spec §3.7, §10.1).
