@@ -83,9 +83,10 @@ def snapshot(session: Session) -> dict[str, Any]:
             "transcript": session.transcript_events()}
 
 
-def resume_and_continue(url: str) -> tuple[dict[str, Any], list[object], dict[str, Any], bool]:
+def resume_and_continue(url: str, sid: str = "s"
+                        ) -> tuple[dict[str, Any], list[object], dict[str, Any], bool]:
     with SessionStore(persistence=open_store(url), clock=StepClock(2_000_000_000_000)) as store:
-        session = store.resume("s")
+        session = store.resume(sid)
         paged = isinstance(session._log, PagedLog)
         before = snapshot(session)
         outcomes = probe_appends(session)
@@ -93,21 +94,27 @@ def resume_and_continue(url: str) -> tuple[dict[str, Any], list[object], dict[st
     return before, outcomes, after, paged
 
 
-def stored(url: str) -> list[Any]:
+def stored(url: str, sid: str = "s") -> list[Any]:
     with open_store(url) as persistence:
-        return list(persistence.read("s").events)
+        return list(persistence.read(sid).events)
+
+
+def assert_same_resume(paged_url: str, full_url: str, sid: str = "s", *,
+                       expect_paged: bool = True) -> None:
+    """Resume ``sid`` from both stores, append the same probes, compare all that is seen."""
+    used = ck.stats["used"]
+    paged = resume_and_continue(paged_url, sid)
+    full = resume_and_continue(full_url, sid)
+    assert paged[3] is expect_paged and ck.stats["used"] == used + expect_paged
+    assert full[3] is False
+    assert paged[:3] == full[:3]
+    assert stored(paged_url, sid) == stored(full_url, sid)
 
 
 def assert_equivalent(root: Path, kind: str, *, expect_paged: bool = True) -> None:
     full_root = root.parent / (root.name + "-full")
     copy_without_checkpoint(root, full_root)
-    used = ck.stats["used"]
-    paged = resume_and_continue(url_of(kind, root))
-    full = resume_and_continue(url_of(kind, full_root))
-    assert paged[3] is expect_paged and ck.stats["used"] == used + expect_paged
-    assert full[3] is False
-    assert paged[:3] == full[:3]
-    assert stored(url_of(kind, root)) == stored(url_of(kind, full_root))
+    assert_same_resume(url_of(kind, root), url_of(kind, full_root), expect_paged=expect_paged)
 
 
 @settings(max_examples=examples(25), deadline=None,
@@ -123,10 +130,12 @@ def test_checkpointed_resume_equals_the_full_read(script: Script, kind: str) -> 
         assert_equivalent(root, kind)
 
 
-def long_store(kind: str, root: Path, turns: int = 30, *, open_turn: bool = False) -> None:
+def long_store(kind: str, root: Path, turns: int = 30, *, open_turn: bool = False,
+               system: bool = True) -> None:
     with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
         session = store.session("s")
-        session.append("system/message", system_message(), surface_op="append")
+        if system:  # the published dsh 0.1.x does not know system/message
+            session.append("system/message", system_message(), surface_op="append")
         for turn in range(1, turns + 1):
             completed_turn(session, turn, call_ids=[f"c{turn}"])
             store.flush(session)
@@ -295,3 +304,85 @@ def test_persistence_without_checkpoints_still_resumes(tmp_path: Path) -> None:
         session = store.session("s")
         completed_turn(session, 1)
         assert not isinstance(session._log, PagedLog)
+
+
+def _verify_json(url: str) -> dict[str, Any]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DSH_HOME": str(Path(tempfile.mkdtemp()))}
+    proc = subprocess.run([sys.executable, "-m", "dsh.cli", "verify", "s", "--store", url,
+                           "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+def test_verify_reports_a_consistent_checkpoint(kind: str, root: Path) -> None:
+    long_store(kind, root)
+    report = _verify_json(url_of(kind, root))
+    check = report["checkpoints"]["s"]
+    assert check["status"] == "consistent"
+    assert check["eventCount"] == 1 + 30 * 8  # every event: the last flush wrote one
+    assert report["violations"] == []
+
+
+def test_verify_warns_of_a_checkpoint_a_resume_would_ignore(kind: str, root: Path) -> None:
+    long_store(kind, root)
+    path = ckpt_file(root)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 1
+    path.write_bytes(bytes(data))
+    report = _verify_json(url_of(kind, root))
+    check = report["checkpoints"]["s"]
+    assert check["status"] == "ignored"
+    assert "a resume ignores it and reads the whole log" in check["message"]
+    assert report["violations"] == []  # derived data: a warning, never a violation
+    assert any("does not match the log (digest)" in note for note in report["notes"])
+
+
+def test_verify_reports_an_absent_checkpoint(kind: str, root: Path) -> None:
+    long_store(kind, root)
+    ckpt_file(root).unlink()
+    assert _verify_json(url_of(kind, root))["checkpoints"]["s"]["status"] == "absent"
+
+
+def test_verify_finds_a_checkpoint_whose_state_is_wrong(root: Path) -> None:
+    from dataclasses import replace
+
+    long_store("jsonl", root)
+    path = ckpt_file(root)
+    checkpoint = ck.decode_checkpoint(path.read_bytes(), session_id="s", backend="jsonl")
+    wrong = replace(checkpoint.state, nodes=checkpoint.state.nodes[:-1])
+    path.write_bytes(ck.encode_checkpoint(replace(checkpoint, state=wrong)))
+    check = _verify_json(url_of("jsonl", root))["checkpoints"]["s"]
+    assert check["status"] == "ignored"
+    assert "restore state differs" in check["message"]
+
+
+def test_published_dsh_reads_a_folder_holding_a_checkpoint(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+
+    peer = Path(os.environ.get("DSH_NODE_DIR") or "/tmp/dsh-node")
+    node = peer / "nodebin" / "node_modules" / "node" / "bin" / "node"
+    if not node.is_file() or not (peer / "app" / "export.mjs").is_file():
+        pytest.skip("SKIPPED LOUDLY: the published dsh is not set up (run "
+                    "../shared/peers/dsh-node/setup.sh /tmp/dsh-node or set DSH_NODE_DIR)")
+    root = tmp_path / "store"
+    long_store("jsonl", root, open_turn=True, system=False)
+    assert ckpt_file(root).is_file() and list(root.rglob("session.jsonl.seal"))
+    with open_store(url_of("jsonl", root)) as persistence:
+        ours = [dict(e) for e in persistence.read("s").stored_events]
+    out = tmp_path / "export"
+    proc = subprocess.run([str(node), str(peer / "app" / "export.mjs"), "jsonl", str(root),
+                           str(out)], capture_output=True, text=True, cwd=peer / "app",
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    view = json.loads((out / "s.json").read_text())
+    # dsh closes the open turn in memory with its own wording; the stored log is the same
+    assert view["events"][:len(ours)] == ours
+    assert view["events"][-1]["type"] == "turn/end"

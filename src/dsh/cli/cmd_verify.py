@@ -33,12 +33,13 @@ def _where_seq(error: DshError) -> int | None:
     return None
 
 
-def _verify(persistence: Persistence, session_id: str, notes: list[str]
-            ) -> list[render.Violation]:
+def _verify(persistence: Persistence, session_id: str, notes: list[str],
+            checkpoints: dict[str, dict[str, object]]) -> list[render.Violation]:
     """Check one stored session: the read pipeline, then :func:`dsh.verify.verify_events`.
 
     Rules: persistence spec §3.8 (read pipeline: a refusal is one violation with its error
-    code); then every rule of :func:`dsh.verify.verify_events`.
+    code); then every rule of :func:`dsh.verify.verify_events`. The projection checkpoint is
+    checked against the full read (a note; a bad one is a warning, never a violation).
     """
     from dsh.persistence.api import KeepsCuts
     from dsh.verify import verify_events
@@ -57,6 +58,11 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str]
                      "'dsh resume' truncates it")
     if read.closers:
         notes.append(f"{session_id}: the last turn is open (interrupted); 'dsh resume' closes it")
+    check = persistence.check_checkpoint(session_id, read)
+    checkpoints[session_id] = {"status": check.status, "eventCount": check.event_count,
+                               "message": check.message}
+    if check.status != "absent":
+        notes.append(f"{session_id}: {check.message}")
     return [render.Violation(session_id=session_id, seq=v.seq, rule=v.rule, message=v.message)
             for v in verify_events(read.stored_events, header=read.header)]
 
@@ -70,13 +76,15 @@ def verify(
 ) -> None:
     """Check envelopes, surface, tool pairing and log invariants; exit 1 on any violation.
 
-    Prints one line per violation: session, seq, rule, message.
+    Prints one line per violation: session, seq, rule, message. Also checks each projection
+    checkpoint against the full read (a note; a mismatch is a warning: a resume ignores it).
     """
     json_mode(json_)
     if (session_id is None) == (not all_):
         raise typer.BadParameter("give a session ID or --all (not both)",
                                  param_hint="'ID' / '--all'")
     notes: list[str] = []
+    checkpoints: dict[str, dict[str, object]] = {}
     found: list[render.Violation] = []
     with cli_store(store, create=False) as persistence:
         if all_:
@@ -84,10 +92,10 @@ def verify(
         else:
             ids = [require_session(persistence, str(session_id))]
         for sid in ids:
-            found.extend(_verify(persistence, sid, notes))
+            found.extend(_verify(persistence, sid, notes, checkpoints))
     if json_:
         render.write_json({"sessions": len(ids), "violations": [v.to_json() for v in found],
-                           "notes": notes})
+                           "notes": notes, "checkpoints": checkpoints})
     else:
         for violation in found:
             sys.stdout.write(violation.line() + "\n")

@@ -46,8 +46,9 @@ def _header_digest(header: FrozenDict, incarnation: str) -> str:
 def anchor_of(handle: SqliteHandle) -> ck.Anchor | None:
     """The anchor of the committed prefix this handle last wrote or read, or None."""
     durable = handle._durable
-    if durable is None or durable[0] < 1 or handle._seals is None:
-        return None
+    if durable is None or durable[0] < 1 or handle._seals is None \
+            or handle._c.schema_version != 17:
+        return None  # schema 14 files (dsh 0.1.x) keep the full read
     count, incarnation, tail_digest = durable
     header, found, _ = handle._session_row()
     if found != incarnation:

@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -36,7 +37,8 @@ from typing import Any, Final
 from dsh.errors import InvalidJsonError
 from dsh.json import MAX_SAFE_INTEGER, dumps, loads, thaw
 from dsh.persistence._seal import _write_all as write_all
-from dsh.session.restore_state import RestoreState
+from dsh.session.events import Event
+from dsh.session.restore_state import RestoreFold, RestoreState
 
 __all__ = [
     "CHECKPOINT_EVERY_BYTES",
@@ -46,7 +48,9 @@ __all__ = [
     "INDEX_EVERY_EVENTS",
     "Anchor",
     "Checkpoint",
+    "CheckpointCheck",
     "CheckpointRefused",
+    "check_checkpoint",
     "decode_checkpoint",
     "digest",
     "encode_checkpoint",
@@ -244,3 +248,70 @@ def write_checkpoint_file(path: Path, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     stats["written"] += 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointCheck:
+    """What ``dsh verify`` found of one session's projection checkpoint.
+
+    Attributes:
+        status: ``"absent"`` (none, or the backend keeps none), ``"consistent"`` (it matches
+            the full read exactly), or ``"ignored"`` (a resume would not use it).
+        event_count: Events it covers (0 when absent or unreadable).
+        message: One sentence for the user (what was found, what a resume does).
+    """
+
+    status: str
+    event_count: int
+    message: str
+
+
+def check_checkpoint(handle: Any, events: Sequence[Event], inherited: int) -> CheckpointCheck:
+    """Check a session's checkpoint against its full read: anchor, state, tail and every page.
+
+    Args:
+        handle: An open handle of the session (``read_checkpointed`` when the backend keeps
+            checkpoints).
+        events: The stored events of a full read (before any repair closers).
+        inherited: The header's ``seedLength`` or 0.
+
+    Returns:
+        The verdict; never raises for a bad checkpoint (it is derived data, not the log).
+    """
+    read = getattr(handle, "read_checkpointed", None)
+    if read is None:
+        return CheckpointCheck(status="absent", event_count=0,
+                               message="this backend keeps no projection checkpoints")
+    try:
+        checkpoint, cold, source = read()
+    except CheckpointRefused as exc:
+        if exc.reason == "absent":
+            return CheckpointCheck(status="absent", event_count=0,
+                                   message="no projection checkpoint; a resume reads the whole "
+                                           "log (it is written at the next flush that is due)")
+        return CheckpointCheck(status="ignored", event_count=0, message=_ignored(exc.reason))
+    count = checkpoint.state.event_count
+    fold = RestoreFold(inherited)
+    fold.feed(events[:count])
+    problem = None
+    if tuple(cold.events) != tuple(events[count:]):
+        problem = "its tail differs from the log's"
+    elif fold.state() != checkpoint.state:
+        problem = "its restore state differs from the one the log derives"
+    else:
+        for start in range(0, count, 4096):
+            if tuple(source.read(start, min(count, start + 4096))) != tuple(
+                    events[start:min(count, start + 4096)]):
+                problem = f"events paged in from seq {start} differ from the log's"
+                break
+    if problem is not None:
+        return CheckpointCheck(status="ignored", event_count=count, message=_ignored(problem))
+    return CheckpointCheck(status="consistent", event_count=count,
+                           message=f"projection checkpoint covers {count} events and matches "
+                                   "the full read; a resume reads only the events after it")
+
+
+def _ignored(reason: str) -> str:
+    return (f"warning: the projection checkpoint does not match the log ({reason}); a resume "
+            "ignores it and reads the whole log, so nothing is lost (the next due flush "
+            "replaces it)")

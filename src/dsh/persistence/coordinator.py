@@ -1007,6 +1007,26 @@ class Persistence:
                 ck.encode_checkpoint(ck.Checkpoint(anchor=anchor, state=fold.state())))
         return True
 
+    def check_checkpoint(self, session_id: str, read: Inspection | None = None
+                         ) -> ck.CheckpointCheck:
+        """Check the session's projection checkpoint against a full read (``dsh verify``).
+
+        Args:
+            session_id: A stored session.
+            read: Its :meth:`read`, when the caller already has one.
+
+        Returns:
+            The verdict: absent, consistent, or ignored (with why); a bad checkpoint is never
+            an error, since a resume ignores it.
+
+        Raises:
+            SessionNotFoundError, LogCorruptError, ...: the log itself cannot be read.
+        """
+        full = read if read is not None else self.read(session_id)
+        with self.backend.open(session_id, "read") as handle:
+            return ck.check_checkpoint(handle, full.stored_events,
+                                       full.header.get("seedLength") or 0)
+
     def tail(self, session_id: str, from_seq: int = 0, *,
              poll_ms: int | None = None) -> AsyncIterator[Event]:
         """Follow a stored session: its events from ``from_seq`` on, then each new commit.
