@@ -237,7 +237,6 @@ def test_bad_batch_writes_nothing(store: str) -> None:
         await session.add_items([{"role": "user", "content": "ok"}])
         seq = session._log.session.seq
         for bad in ([{"role": "user", "content": "fine"}, "not an item"],
-                    [{"role": "user", "content": "fine"}, {"content": "no role or type"}],
                     [{"role": "user", "content": float("nan")}],
                     [{"role": "user", "content": 2 ** 60}],
                     [{"type": "function_call", "call_id": "", "name": "x", "arguments": ""}],
@@ -284,3 +283,19 @@ def test_one_writer_across_objects(tmp_path: Path) -> None:
     first.close()
     assert run(second.get_items()) == [{"role": "user", "content": "mine"}]
     second.close()
+
+
+def test_objects_that_are_no_responses_item_are_kept_opaque(store: str) -> None:
+    # what the SDK's EncryptedSession hands the session it wraps, as SQLiteSession keeps it
+    envelope = {"__enc__": 1, "v": 1, "kid": "hkdf-v1", "payload": "gAAAAABr"}
+
+    async def body() -> None:
+        session = DshSession("opaque", store)
+        await session.add_items([{"role": "user", "content": "hi"}, envelope])
+        assert await session.get_items() == [{"role": "user", "content": "hi"}, envelope]
+        kinds = [(e["type"], e["data"].get("source", {}).get("form"))
+                 for e in session._log.session.events if e["type"] == "user/message"]
+        assert kinds == [("user/message", None), ("user/message", "opaque")]
+        assert await session.pop_item() == envelope
+        session.close()
+    run(body())

@@ -25,10 +25,14 @@ FILES = {  # SDK path -> vendored name
     "tests/memory/test_session_limit.py": "test_session_limit.py",
     "tests/test_tool_batch_failure_history.py": "test_tool_batch_failure_history.py",
     "tests/test_native_tool_failure_history.py": "test_native_tool_failure_history.py",
+    "tests/test_tool_failure_boundaries.py": "test_tool_failure_boundaries.py",
+    "tests/test_soft_cancel.py": "test_soft_cancel.py",
+    "tests/test_max_turns.py": "test_max_turns.py",
     # helpers the two files above import (not collected: their names do not start with test_)
     "tests/model_test_helpers.py": "model_test_helpers.py",
     "tests/test_computer_tool_lifecycle.py": "sdk_computer_tool_lifecycle.py",
     "tests/utils/hitl.py": "utils/hitl.py",
+    "tests/utils/simple_session.py": "utils/simple_session.py",
 }
 EXCERPTS = {  # SDK path -> (vendored name, the top-level classes taken, with the file's imports)
     # the whole file imports further SDK test modules (MCP, apply_patch) that sessions never use
@@ -38,6 +42,7 @@ PACKAGE = "tests.adapters.sdk_session_tests"
 SUBSTITUTE = f"from {PACKAGE}._substitute import SQLiteSession  # dsh: DshSession\n"
 PATCHES: list[tuple[str, str]] = [  # (regex, replacement), applied to every file in order
     (r"from tests\.test_responses import", f"from {PACKAGE}.sdk_responses import"),
+    (r"from \.test_responses import", "from .sdk_responses import"),
     (r"from tests\.memory\.test_session import", f"from {PACKAGE}.test_session import"),
     (r"from \.test_computer_tool_lifecycle import", "from .sdk_computer_tool_lifecycle import"),
     (r"from \.test_tool_custom_data import", "from .sdk_tool_custom_data import"),
@@ -79,10 +84,10 @@ def vendor(sdist: Path, out: Path) -> None:
             text = re.sub(pattern, replacement, text, flags=re.MULTILINE)
         if uses:
             # After the last top-level import: the module's own names stay where they were.
-            imports = list(re.finditer(r"^(from|import) [^\n]*(\((?s:.*?)\)|)\n", text,
-                                       flags=re.MULTILINE))
-            end = imports[-1].end()
-            text = text[:end] + SUBSTITUTE + text[end:]
+            last = max(node.end_lineno or 0 for node in ast.parse(text).body
+                       if isinstance(node, ast.Import | ast.ImportFrom))
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[:last]) + SUBSTITUTE + "".join(lines[last:])
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(header(version, sdk_path, notice, classes) + text)
         print(f"{sdk_path} -> {out / name}")

@@ -16,8 +16,10 @@ Responses input items map onto core dsh events:
   as ``provider-raw`` blocks), then one ``tool/call`` per ``function_call``;
 * ``function_call_output`` → the ``tool/result`` answering that call (an output whose call is
   not pending in the open step becomes a ``user/message`` instead, so pairing stays balanced);
-* any other input item (``*_output``, ``item_reference``, approvals) → a ``user/message``
-  holding it as a ``provider-raw`` block.
+* any other input item (``*_output``, ``item_reference``, approvals), and any object that is
+  no Responses item at all (no ``type``, no ``role``: the envelopes the SDK's
+  ``EncryptedSession`` stores in the session it wraps) → a ``user/message`` holding it as a
+  ``provider-raw`` block.
 
 Every item is also kept verbatim in its message's source (:data:`dsh.adapters._log.RECORD_KEY`),
 so ``get_items`` returns exactly what ``add_items`` received, field for field. Items come from
@@ -80,6 +82,8 @@ def _kind(item: Mapping[str, Any]) -> str:
     """``user``, ``system``, ``model``, ``call``, ``output`` or ``input`` (other input items)."""
     itype = item.get("type")
     role = item.get("role")
+    if itype is None and not isinstance(role, str):
+        return "input"  # not a Responses item (an EncryptedSession envelope, say): kept opaque
     if itype in (None, "message") and isinstance(role, str):
         if role == "user":
             return "user"
@@ -135,12 +139,10 @@ def _normalize(items: Any, session_id: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     calls: dict[str, int] = {}  # call id -> item index: the recorder refuses a repeated id
     for index, item in enumerate(items):
-        if not isinstance(item, Mapping) or not (isinstance(item.get("type"), str)
-                                                 or isinstance(item.get("role"), str)):
-            raise AdapterError(f"item {index} of add_items is not a Responses input item (an "
-                               f"object with a type or a role); got {item!r:.80}; nothing was "
-                               f"written", code="ADAPTER_ITEM", session_id=session_id,
-                               line=index)
+        if not isinstance(item, Mapping):
+            raise AdapterError(f"item {index} of add_items is not a JSON object (a Responses "
+                               f"input item); got {item!r:.80}; nothing was written",
+                               code="ADAPTER_ITEM", session_id=session_id, line=index)
         try:
             plain = json.loads(json.dumps(item))
             snapshot_json(plain)
@@ -169,7 +171,7 @@ def items_to_events(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *,
 
     Args:
         shaper: The live session's turn bracket.
-        items: Items already checked by the caller (objects with a type or role, lossless JSON).
+        items: Items already checked by the caller (JSON objects, lossless).
         model: Model name written into assistant message sources (provider ``openai``).
 
     Returns:
@@ -210,7 +212,8 @@ def items_to_events(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *,
                 blocks = (_blocks(item.get("output")) if kind == "output"
                           else [{"type": "provider-raw", "provider": "openai", "block": item}])
                 shaper.input(create_user_message({"content": blocks, "source": with_records(
-                    {"kind": "plugin", "plugin": FORMAT, "form": str(item.get("type"))},
+                    {"kind": "plugin", "plugin": FORMAT,
+                     "form": str(item.get("type") or "opaque")},
                     FORMAT, [item])}))
             index += 1
     if items and _kind(items[-1]) == "model" and not shaper.pending:
@@ -267,7 +270,7 @@ class DshSession(SessionABC):
 
     Raises:
         AdapterError: ``ADAPTER_SESSION_ID`` for an empty id; from the methods:
-            ``ADAPTER_ITEM`` for an item that is not a JSON object with a type or role,
+            ``ADAPTER_ITEM`` for an item that is not a lossless JSON object,
             ``ADAPTER_CLOSED`` after :meth:`close`.
         SessionBusyError: another process (or object) holds the session for writing.
     """
