@@ -88,3 +88,41 @@ def test_close_releases_write_ownership_and_refuses_new_sessions(tmp_path: Path)
         # the open turn was closed by the resume's crash repair, after the stored turn/start
         assert [e["type"] for e in resumed.events][:1] == ["turn/start"]
         assert resumed.events[-2]["type"] == "turn/end"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "jsonl"])
+def test_append_after_close_is_refused_and_the_stored_log_is_unchanged(tmp_path: Path,
+                                                                       backend: str) -> None:
+    # Found by a new user: the append returned an event that no store would ever hold.
+    url = _urls(tmp_path)[backend]
+    with dsh.open(url) as store:
+        session = store.session("demo")
+        _turn(session, 1)
+    with pytest.raises(ConfigError) as caught:
+        session.append("myapp/note", {"n": 1}, ignorable=True)
+    assert caught.value.code == "STORE_CLOSED"
+    assert "open the store again" in caught.value.message
+    assert session.seq == len(TURN_TYPES)  # the refused event was not committed
+    with dsh.open(url) as store:
+        resumed = store.session("demo")
+        assert [e["type"] for e in resumed.events] == [*TURN_TYPES, "session/end-seed"]
+        resumed.append("myapp/note", {"n": 1}, ignorable=True)  # the resumed one appends
+    assert _stored_types(url, "demo")[-1] == "myapp/note"
+
+
+def test_append_after_dispose_from_a_persisted_store_is_refused(tmp_path: Path) -> None:
+    with dsh.open(_urls(tmp_path)["sqlite"]) as store:
+        session = store.session("demo")
+        store.dispose(session)
+        with pytest.raises(ConfigError) as caught:
+            _turn(session, 1)
+        assert caught.value.code == "SESSION_DISPOSED"
+        assert store.session("demo").seq == 1  # resumed: nothing was stored, then its end-seed
+
+
+def test_a_detached_in_memory_session_keeps_working() -> None:
+    store = dsh.SessionStore()
+    session = store.create("demo")
+    store.dispose(session)
+    _turn(session, 1)
+    assert session.seq == len(TURN_TYPES)

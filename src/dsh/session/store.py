@@ -370,6 +370,9 @@ class SessionStore:
         if entry.unsubscribe is not None:
             entry.unsubscribe()
             entry.unsubscribe = None
+        if self._persistence is not None:
+            # Nothing would save a later append: refuse it rather than keep it only in memory.
+            session.add_validator(self._refuse_detached)
         if entry.announced:
             for observer in self._observers:
                 try:
@@ -378,11 +381,22 @@ class SessionStore:
                     logger.exception("session %r: on_disposed observer %r failed", session.id,
                                      observer)
 
+    def _refuse_detached(self, session: Session, event: Event) -> None:
+        why = "its store was closed" if self._closed else "it was disposed from its store"
+        raise ConfigError(
+            f'session "{session.id}" can no longer be appended to: {why}, so the {event["type"]} '
+            f"at seq {event['seq']} would not be saved; open the store again and resume the "
+            "session (store.session(id))", code="STORE_CLOSED" if self._closed else
+            "SESSION_DISPOSED", session_id=session.id, seq=event["seq"])
+
     def dispose(self, session: Session) -> None:
         """Remove a live session from the store and send ``on_disposed`` if it was announced.
 
         Deferred until the end of the publication when called while the session's announcement
-        or append is being published. The Session object keeps working, detached.
+        or append is being published. The Session object stays readable, detached; in a store
+        with persistence attached (:func:`dsh.open`) a later append is refused with
+        ``SESSION_DISPOSED`` (``STORE_CLOSED`` after :meth:`close`), because nothing would save
+        it. Without persistence it keeps working in memory.
 
         Raises:
             SessionNotFoundError: the session is not live in this store (``SESSION_NOT_LIVE``).
