@@ -21,6 +21,7 @@ from typing import Any, Final, Protocol
 import typer
 
 from dsh import DshError
+from dsh.cli.render import printable
 
 __all__ = [
     "EXIT_BUG",
@@ -86,14 +87,15 @@ def format_error_line(error: DshError) -> str:
     Args:
         error: Any ``DshError``; ``error.where`` holds seq, path, line, byte_offset, ….
     Returns:
-        One line (newlines in the message are folded into spaces).
+        One line (newlines in the message are folded into spaces, control characters are
+        shown as escapes).
     """
     # Library messages quote commands and names in backticks; a terminal shows them as quotes.
     message = _BACKTICKED.sub(r"'\1'", " ".join(str(error.message).split()))
     extra = [f"{key}={value}" for key, value in error.where.items()
              if not _named_in(str(value), message) or isinstance(value, int)]
     suffix = f" ({', '.join(extra)})" if extra else ""
-    return f"error[{error.code}]: {message}{suffix}"
+    return printable(f"error[{error.code}]: {message}{suffix}")
 
 
 def _print_dsh_error(error: DshError) -> None:

@@ -98,7 +98,7 @@ def verify(
                            "notes": notes, "checkpoints": checkpoints})
     else:
         for violation in found:
-            sys.stdout.write(violation.line() + "\n")
+            sys.stdout.write(render.printable(violation.line()) + "\n")
         sys.stdout.flush()
     err = stderr_console()
     for note in notes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from rich.console import Console, Group, RenderableType
+from rich.segment import Segment
 from rich.text import Text
 
 from dsh.json import dumps
@@ -35,6 +37,7 @@ __all__ = [
     "format_ms",
     "make_console",
     "plural",
+    "printable",
     "render_import_summary",
     "render_sessions_table",
     "render_transcript",
@@ -62,17 +65,53 @@ _PIPE_WIDTH: Final = 120
 unset (rich would otherwise squeeze tables into 80 columns)."""
 
 
+# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides and
+# isolates ("Trojan Source"): a log holds text from models, tools and imported transcripts,
+# and none of it may move the cursor, retitle the window or reorder what a person reads.
+_UNPRINTABLE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """Return ``text`` with terminal control characters shown as escapes (``\\x1b``).
+
+    Tab and newline are kept; every other C0 control, DEL, the C1 controls and the Unicode
+    bidirectional overrides are replaced by their ``\\xNN`` / ``\\uNNNN`` spelling, so session
+    text can never drive the terminal it is printed on.
+    """
+    return _UNPRINTABLE.sub(_escape_char, text) if _UNPRINTABLE.search(text) else text
+
+
+class _SafeConsole(Console):
+    """A rich console that escapes control characters in the text it prints.
+
+    Rich's own control segments (colours come from styles, cursor moves are ``control``
+    segments) pass through; only text is escaped, whichever renderable it came from.
+    """
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else Segment(printable(segment.text), segment.style)
+            for segment in buffer)
+
+
 def make_console(*, stderr: bool = False) -> Console:
     """Return a rich console on stdout (or stderr) that colours only a terminal.
 
     ``soft_wrap`` keeps long lines whole when the output is piped; ``highlight`` is off so user
-    text is never recoloured. ``NO_COLOR`` and ``TERM=dumb`` are honoured by rich. Piped output
+    text is never recoloured; control characters in text are printed as escapes
+    (:func:`printable`). ``NO_COLOR`` and ``TERM=dumb`` are honoured by rich. Piped output
     is laid out 120 columns wide unless ``COLUMNS`` says otherwise.
     """
     stream = sys.stderr if stderr else sys.stdout
     piped = not (hasattr(stream, "isatty") and stream.isatty())
     width = _PIPE_WIDTH if piped and "COLUMNS" not in os.environ else None
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False, width=width)
+    return _SafeConsole(stderr=stderr, highlight=False, soft_wrap=True, emoji=False,
+                        width=width)
 
 
 def _to_plain(value: Any) -> Any:

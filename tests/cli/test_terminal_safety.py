@@ -1,0 +1,100 @@
+"""Session text never drives the terminal it is printed on (`dsh show`, `dsh ls`, errors).
+
+A log holds text from models, tools and imported transcripts: an escape sequence in it must be
+printed as an escape (``\\x1b``), on a pipe and on a real terminal (a pty) alike.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dsh
+from dsh import create_user_message
+from dsh.cli.render import printable
+from tests.cli.test_cli import Dsh
+
+HOSTILE = "\x1b]0;pwned-title\x07\x1b[2Jhello \u202egnp.exe\u202c\r\x9b31m"
+# rich itself drops BEL and CR from text; every other control is shown escaped
+HOSTILE_SHOWN = "\\x1b]0;pwned-title\\x1b[2Jhello \\u202egnp.exe\\u202c"
+
+
+@pytest.fixture
+def hostile_store(tmp_path: Path) -> tuple[Dsh, str]:
+    url = f"sqlite:{tmp_path / 'sessions.db'}"
+    with dsh.open(url) as store:
+        session = store.session("ansi")
+        session.append("turn/start", {"turn": 1})
+        session.append("user/message", create_user_message(
+            {"content": [{"type": "text", "text": HOSTILE}], "source": {"kind": "user"}}),
+            surface_op="append")
+    return Dsh(tmp_path), url
+
+
+def test_printable_escapes_controls_and_keeps_text() -> None:
+    assert printable("plain\ttext\nnext line é ✓") == "plain\ttext\nnext line é ✓"
+    assert printable("\x1b[2J\x00\x7f\x9b\u2066") == "\\x1b[2J\\x00\\x7f\\x9b\\u2066"
+
+
+@pytest.mark.parametrize("command", ["show", "ls"])
+def test_piped_output_holds_no_control_character(hostile_store: tuple[Dsh, str],
+                                                 command: str) -> None:
+    cli, url = hostile_store
+    args = [command, "ansi"] if command == "show" else [command]
+    out = cli(*args, "--store", url).stdout
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out and "\x9b" not in out
+    assert "\\x1b]0;pwned-title" in out
+    if command == "show":
+        assert HOSTILE_SHOWN in out
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str]) -> bytes:
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "dsh.cli", *args], stdout=follower,
+                            stderr=follower, stdin=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    chunks = []
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 60)
+            if not ready:
+                break
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed its end
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, b"".join(chunks)[-2000:]
+    return b"".join(chunks)
+
+
+def test_a_terminal_gets_colour_but_no_escape_from_the_session(
+        hostile_store: tuple[Dsh, str]) -> None:
+    cli, url = hostile_store
+    env = {key: value for key, value in cli.env.items() if key != "NO_COLOR"}
+    env["TERM"] = "xterm-256color"
+    for args in (["show", "ansi", "--store", url], ["ls", "--store", url]):
+        out = _on_a_terminal(args, env)
+        if args[0] == "show":
+            assert b"\x1b[" in out  # rich coloured it: this really was a terminal
+        assert b"\x1b]0;" not in out and b"\x1b[2J" not in out and b"\x07" not in out
+        assert "\u202e".encode() not in out and b"\xc2\x9b" not in out
+        assert b"\\x1b]0;pwned-title" in out
+
+
+def test_an_error_naming_hostile_input_is_escaped(tmp_path: Path) -> None:
+    cli = Dsh(tmp_path)
+    proc = cli("show", "no\x1b[2Jsuch", "--store", f"sqlite:{tmp_path / 'x.db'}", check=None)
+    assert proc.returncode != 0
+    assert "\x1b" not in proc.stderr and "error[" in proc.stderr
