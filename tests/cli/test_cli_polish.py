@@ -121,3 +121,16 @@ def test_a_file_that_is_not_sqlite_says_so(tmp_path: Path) -> None:
     proc = Dsh(tmp_path)("ls", "--store", str(notes), check=1)
     assert proc.stderr.startswith(f"error[NOT_A_SQLITE_DATABASE]: {notes} is not a SQLite "
                                   "database (it starts with b'shopping')")
+
+
+def test_an_empty_store_option_is_refused_not_taken_as_the_current_folder(tmp_path: Path) -> None:
+    cli = Dsh(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    for command in (["import", "--examples"], ["ls"]):
+        proc = subprocess.run([sys.executable, "-m", "dsh.cli", *command, "--store", ""],
+                              capture_output=True, text=True, env=cli.env, cwd=work, timeout=120,
+                              check=False)
+        assert proc.returncode == 1
+        assert proc.stderr.splitlines()[-1].startswith("error[STORE_EMPTY]: --store is empty")
+    assert list(work.iterdir()) == []  # nothing written where it ran

@@ -82,11 +82,12 @@ def test_run_json_and_session_continues(tmp_path: Path) -> None:
         outcome = json.loads(first.stdout)
         assert (outcome["text"], outcome["turn"], outcome["reason"]) == (
             "Paris.", 1, {"kind": "completed"})
+        # a unique prefix names the session, as everywhere in the CLI
         second = dsh(tmp_path, "run", "how many people live there?", "--session",
-                     outcome["session"], *local(server))
+                     outcome["session"][:8], *local(server))
     assert second.returncode == 0, second.stderr
     assert second.stdout == "About 2.1 million.\n"
-    assert "(resumed)" in second.stderr.splitlines()[0]
+    assert second.stderr.splitlines()[0] == f"session {outcome['session']} (resumed)"
     sent = server.requests[1]["messages"]
     assert [m["content"] for m in sent] == [
         "capital of France?", "Paris.", "how many people live there?"]

@@ -23,7 +23,9 @@ from dsh.agent import Agent
 from dsh.agent.builtin import ShellRequest, refuse_all, shell_tool, workspace_tools
 from dsh.agent.providers import PROVIDER_NAMES
 from dsh.agent.tools import Tool
+from dsh.cli._common import require_session
 from dsh.errors import SessionNotFoundError
+from dsh.persistence import Persistence
 from dsh.session import SessionStore
 
 __all__ = [
@@ -123,14 +125,25 @@ async def open_agent(store: SessionStore, provider: Any, session_id: str | None,
                      options: Mapping[str, Any]) -> tuple[Agent, bool]:
     """The agent for ``session_id``: resumed when stored (repaired first), else new.
 
+    Rule: as everywhere in the CLI, an exact id wins, else a prefix of exactly one stored id is
+    that id; a name matching nothing starts a new session with that id.
+
     Returns:
         ``(agent, resumed)``.
+
+    Raises:
+        SessionNotFoundError: ``AMBIGUOUS_SESSION_ID`` for a prefix of several stored ids.
     """
     if session_id is not None:
+        persistence = store.persistence
         try:
+            if isinstance(persistence, Persistence):  # the CLI's stores come from dsh.open
+                session_id = require_session(persistence, session_id)
             return await Agent.resume(store, session_id, provider, **options), True
-        except SessionNotFoundError:
-            pass  # a new session with the id asked for
+        except SessionNotFoundError as exc:
+            if exc.code == "AMBIGUOUS_SESSION_ID":
+                raise
+            # else a new session with the id asked for
     # A fresh UUID: the store's own minted ids only avoid sessions live in this process.
     return Agent.create(store, provider, session_id=session_id or str(uuid4()),
                         **options), False

@@ -189,7 +189,14 @@ def store_url(value: str) -> str:
     Rule: a value starting with a known scheme is a URL. Otherwise it is a path: a folder
     (existing, or written with a trailing ``/``) is a JSONL store, anything else a SQLite file;
     ``./sessions.db`` → ``sqlite:///abs/sessions.db``, ``./logs/`` → ``jsonl:///abs/logs``.
+
+    Raises:
+        ConfigError: the value is empty or blank (code ``STORE_EMPTY``).
     """
+    if not value.strip():
+        # An unset shell variable (--store "$STORE") must not mean the current folder.
+        raise ConfigError("--store is empty; pass a path (./sessions.db, ./logs/) or a URL, or "
+                          "leave --store out to use $DSH_HOME/sessions.db", code="STORE_EMPTY")
     if value.lower().startswith(_SCHEMES) or re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", value):
         return value  # a URL (an unknown scheme is reported as such by the URL parser)
     path = Path(value).expanduser()
