@@ -134,3 +134,16 @@ def test_an_empty_store_option_is_refused_not_taken_as_the_current_folder(tmp_pa
         assert proc.returncode == 1
         assert proc.stderr.splitlines()[-1].startswith("error[STORE_EMPTY]: --store is empty")
     assert list(work.iterdir()) == []  # nothing written where it ran
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("command", [["ls"], ["events", INTERRUPTED]])
+def test_a_full_output_device_is_an_output_error_not_a_bug(demo: Dsh, command: list[str]) -> None:
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "dsh.cli", *command], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=demo.env, timeout=120,
+                              check=False)
+    assert proc.returncode == 1
+    assert proc.stderr == ("error[OUTPUT_FAILED]: the output could not be written: No space "
+                           "left on device; free space on its device or send the output "
+                           "elsewhere\n")

@@ -8,6 +8,7 @@ Tracebacks and DEBUG logging appear only with ``--debug``.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -128,12 +129,29 @@ class Runnable(Protocol):
         ...
 
 
-def _reader_gone() -> int:
-    # The reader went away ('dsh events X | head'): not an error of ours. Point stdout at
-    # devnull so the interpreter's final flush does not fail again.
+_OUTPUT_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+"""errno values of an OSError that means the output stream's device is full or failing."""
+
+
+def _discard_stdout() -> None:
+    # Point stdout at devnull so the interpreter's final flush does not fail again.
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
+
+
+def _reader_gone() -> int:
+    # The reader went away ('dsh events X | head'): not an error of ours.
+    _discard_stdout()
     return EXIT_OK
+
+
+def _bug(error: BaseException) -> int:
+    sys.stderr.write(
+        f"error[BUG]: unexpected {type(error).__name__}: {' '.join(str(error).split())}; "
+        "this is a bug in dsh, rerun with --debug for the traceback and report it\n")
+    if STATE.debug:
+        traceback.print_exception(error, file=sys.stderr)
+    return EXIT_BUG
 
 
 def run(command: Runnable, argv: Sequence[str] | None = None, *,
@@ -169,13 +187,17 @@ def run(command: Runnable, argv: Sequence[str] | None = None, *,
         if isinstance(exit_.__context__, BrokenPipeError):
             return _reader_gone()
         raise
+    except OSError as error:
+        if error.errno not in _OUTPUT_FULL:
+            return _bug(error)
+        # Library I/O failures arrive as DshErrors; a full disk or device here is the output.
+        sys.stderr.write(f"error[OUTPUT_FAILED]: the output could not be written: "
+                         f"{error.strerror or error}; free space on its device or send the "
+                         "output elsewhere\n")
+        _discard_stdout()
+        return EXIT_FAILED
     except Exception as error:  # the last line of defence: report a bug, never a traceback
-        sys.stderr.write(
-            f"error[BUG]: unexpected {type(error).__name__}: {' '.join(str(error).split())}; "
-            "this is a bug in dsh, rerun with --debug for the traceback and report it\n")
-        if STATE.debug:
-            traceback.print_exception(error, file=sys.stderr)
-        return EXIT_BUG
+        return _bug(error)
     if result == EXIT_INTERRUPTED:
         # typer turns Ctrl-C inside a command into Exit(130).
         sys.stderr.write("error[INTERRUPTED]: interrupted\n")
