@@ -147,3 +147,15 @@ def test_a_full_output_device_is_an_output_error_not_a_bug(demo: Dsh, command: l
     assert proc.stderr == ("error[OUTPUT_FAILED]: the output could not be written: No space "
                            "left on device; free space on its device or send the output "
                            "elsewhere\n")
+
+
+def test_convert_to_schema_14_refuses_an_imported_session_before_writing_it(
+        demo: Dsh, tmp_path: Path) -> None:
+    target = tmp_path / "private"
+    target.mkdir(mode=0o700)
+    url = f"sqlite:{target / 'old.db'}?schema=14"
+    proc = demo("convert", "--from", str(demo.home / "sessions.db"), "--to", url, check=1)
+    assert proc.stderr.startswith("error[UNSTORABLE_IN_TARGET]: session '")
+    assert "its import/source event at seq 0 is ignorable" in proc.stderr
+    assert "convert into a JSONL folder" in proc.stderr
+    assert demo.json("ls", "--json", "--store", str(target / "old.db")) == []  # nothing half-made

@@ -407,7 +407,7 @@ def test_sqlite_rejects_invalid_paths_during_service_initialization(tmp_path: Pa
     private.mkdir(mode=0o700)
     (private / "s.db").touch()
     os.chmod(private / "s.db", 0o644)
-    with pytest.raises(ConfigError, match="no group or other permissions"):
+    with pytest.raises(ConfigError, match=r"no group or other permissions.*fix it with 'chmod 6"):
         SqliteBackend(private / "s.db")
     with pytest.raises(ConfigError, match="busy_timeout_ms"):
         SqliteBackend(private / "t.db", busy_timeout_ms=-1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
     from dsh.json import FrozenDict
     from dsh.persistence import Inspection, Persistence
+    from dsh.session import Event
 
 class ExportFormat(enum.StrEnum):
     """``--format`` of ``dsh export``."""
@@ -103,11 +105,33 @@ def _same_header(a: FrozenDict, b: FrozenDict) -> bool:
     return json_equal(plain(a), plain(b))
 
 
+_PUBLISHED_DSH_SQLITE_SCHEMA: Final = 14
+"""The SQLite schema the published dsh writes: it has no column for ``ignorable``."""
+
+
+def _check_storable(target: Persistence, session_id: str, events: Sequence[Event]) -> None:
+    """Refuse, before anything is created, a session the target's layout cannot hold."""
+    if not (target.url.startswith("sqlite:")
+            and getattr(target.backend, "schema_version", None) == _PUBLISHED_DSH_SQLITE_SCHEMA):
+        return
+    ignorable = next((e for e in events if e.get("ignorable") is True), None)
+    if ignorable is not None:
+        raise PersistenceError(
+            f"session {session_id!r} cannot be converted into the schema-14 file "
+            f"{target.url}: its {ignorable['type']} event at seq {ignorable['seq']} is "
+            "ignorable, and the published dsh's layout cannot store that (imported and adapter "
+            "sessions always have such events); convert into a JSONL folder, which the published "
+            "dsh reads, or a schema-17 SQLite file (leave out ?schema=14)",
+            code="UNSTORABLE_IN_TARGET", session_id=session_id, seq=ignorable["seq"])
+
+
 def _copy_store(source: Persistence, target: Persistence, console: Console) -> dict[str, Any]:
     """Copy every session (header, then all events in one batch) and verify each copy.
 
     Raises:
-        PersistenceError: code ``CONVERT_MISMATCH`` when a copy does not read back equal.
+        PersistenceError: code ``CONVERT_MISMATCH`` when a copy does not read back equal;
+            ``UNSTORABLE_IN_TARGET`` (before the session is created there) when the target's
+            layout cannot hold one of its events.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -129,6 +153,7 @@ def _copy_store(source: Persistence, target: Persistence, console: Console) -> d
                         "an empty store", code="CONVERT_CONFLICT", session_id=sid)
                 skipped += 1
             else:
+                _check_storable(target, sid, cold.events)
                 target.create(cold.header)
                 with target.open(sid, "write") as handle:
                     handle.append(cold.events)

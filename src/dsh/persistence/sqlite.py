@@ -175,8 +175,13 @@ def _check_owned(path: Path, info: os.stat_result, kind: str, is_kind: Callable[
         raise ConfigError(f"SQLite {kind} {path} must be owned by uid {os.getuid()}, found uid "
                           f"{info.st_uid}", path=str(path))
     if info.st_mode & forbidden_mode:
-        raise ConfigError(f"SQLite {kind} {path} {mode_rule}, found mode "
-                          f"{stat.S_IMODE(info.st_mode):o}", path=str(path))
+        mode = stat.S_IMODE(info.st_mode)
+        # A shared folder (/tmp) must not be chmod-ed: the way out there is another folder.
+        fix = (f"fix it with 'chmod {mode & ~forbidden_mode:o} {path}'"
+               if stat.S_ISREG(info.st_mode)
+               else "keep the database in a folder only you can write to")
+        raise ConfigError(f"SQLite {kind} {path} {mode_rule}, found mode {mode:o}; {fix}",
+                          path=str(path))
 
 
 def _check_path(path: Path) -> None:
