@@ -1502,6 +1502,47 @@ message_shape_ok(PyObject *module, PyObject *event)
     Py_RETURN_TRUE;
 }
 
+PyDoc_STRVAR(gather_messages_doc,
+"gather_messages(nodes, start, cache, out, /) -> int\n\n"
+"Append to the list out, in order, the cached message of each seq in nodes[start:] (a list\n"
+"of ints), skipping the None entries (nodes that project nothing). Stops at the first seq\n"
+"the dict cache does not hold and returns its index (len(nodes) when all were found): the\n"
+"caller projects that node in Python and calls again. The reference is the Python loop of\n"
+"dsh.session.session.Session.derive_messages.");
+
+static PyObject *
+gather_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *nodes, *cache, *out, *message;
+    Py_ssize_t start, index, count;
+    if (nargs != 4 || !PyList_Check(args[0]) || !PyDict_Check(args[2])
+            || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "gather_messages(list, int, dict, list)");
+        return NULL;
+    }
+    nodes = args[0];
+    cache = args[2];
+    out = args[3];
+    start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    count = PyList_GET_SIZE(nodes);
+    for (index = start < 0 ? 0 : start; index < count; index++) {
+        message = PyDict_GetItemWithError(cache, PyList_GET_ITEM(nodes, index));
+        if (message == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            break;
+        }
+        if (message != Py_None && PyList_Append(out, message) < 0) {
+            return NULL;
+        }
+    }
+    return PyLong_FromSsize_t(index);
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -1514,6 +1555,8 @@ static PyMethodDef methods[] = {
     {"message_shape_ok", message_shape_ok, METH_O, message_shape_ok_doc},
     {"stored_prescan", (PyCFunction)(void (*)(void))stored_prescan, METH_FASTCALL,
      stored_prescan_doc},
+    {"gather_messages", (PyCFunction)(void (*)(void))gather_messages, METH_FASTCALL,
+     gather_messages_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 
+import dsh.session.session as session_module
 from dsh.session.session import Session
 from dsh.session.surface import derive_event_message
 from tests.strategies import (
@@ -59,6 +61,25 @@ def test_derived_cache_returns_a_fresh_list_per_call_sharing_frozen_messages() -
     assert len(first) == 1 and len(second) == 2
     assert first is not second and first[0] is second[0]
     assert s.derive_messages() is not s.derive_messages()
+
+
+def test_derived_cache_gathers_uncached_and_null_nodes_as_the_python_loop_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    s = fresh()
+    completed_turn(s, 1, call_ids=["c1"])
+    s.append("assistant/message", assistant_data(1, 2, []), surface_op="append")  # -> None
+    s.append("user/message", user_message("x"), surface_op="append")
+    expected = scratch(s)
+    assert len(expected) == len(s.surface.nodes) - 1
+    cached = s.derive_messages()
+    s._message_cache.clear()  # nothing cached: the C pass stops at every node
+    s._derived_count = 0
+    s._derived.clear()
+    uncached = s.derive_messages()
+    monkeypatch.setattr(session_module, "c_gather_messages", None)
+    python = Session.create("p", seed=s.events).derive_messages()
+    assert cached == uncached == python == expected
+    assert all(a is b for a, b in zip(cached, uncached, strict=True))
 
 
 def test_derived_cache_projects_one_appended_event_as_the_full_derivation_does() -> None:

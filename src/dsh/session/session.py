@@ -28,6 +28,7 @@ from dsh.errors import DshError, EventRejectedError, InvalidJsonError
 from dsh.json import (
     MAX_SAFE_INTEGER,
     FrozenDict,
+    c_gather_messages,
     c_message_shape_ok,
     c_restore_specials,
     dumps,
@@ -1192,9 +1193,11 @@ class Session:
     def derive_messages(self) -> list[FrozenDict]:
         """Return the model-visible messages, in surface order, as a fresh list.
 
-        Elements are the frozen messages stored in the log (shared, never copied). Incremental:
-        only nodes added since the last call are projected, unless ``replace_generation``
-        changed, which rebuilds from scratch. Rule: core spec §7.8.
+        Elements are the frozen messages stored in the log (shared, never copied); the list is
+        the caller's (reordering it is harmless; a held list never grows). Incremental: only
+        nodes added since the last call are projected, unless ``replace_generation`` changed,
+        which rebuilds from scratch; the gathering runs in the C accelerator when it is built.
+        Rule: core spec §7.8.
         """
         surface = self._surface
         nodes = surface._nodes
@@ -1203,21 +1206,31 @@ class Session:
             self._derived_count = 0
             self._derived_generation = surface._replace_generation
         count = len(nodes)
-        if self._derived_count < count:
+        index = self._derived_count
+        if index < count:
             # Each event is projected once per lifetime (events are immutable), so a rebuild after
             # a replace costs one cache lookup per node rather than a projection.
-            log = self._log
             out = self._derived
             cache = self._message_cache
-            for index in range(self._derived_count, count):
-                seq = nodes[index]
-                if seq in cache:
-                    message = cache[seq]
-                else:
-                    message = cache[seq] = derive_event_message(log[seq])
-                if message is not None:
-                    out.append(message)
-            self._derived_count = count
+            log = self._log
+            gather = c_gather_messages if type(nodes) is list else None
+            try:
+                while index < count:
+                    if gather is not None:
+                        index = gather(nodes, index, cache, out)  # stops at an uncached node
+                        if index == count:
+                            break
+                    seq = nodes[index]
+                    if seq in cache:
+                        message = cache[seq]
+                    else:
+                        message = cache[seq] = derive_event_message(log[seq])
+                    if message is not None:
+                        out.append(message)
+                    index += 1
+            finally:
+                # should a projection raise, what was gathered stays counted exactly once
+                self._derived_count = index
         return list(self._derived)
 
     def derive_event_message(self, event: Event) -> FrozenDict | None:
