@@ -562,3 +562,49 @@ def test_load_passes_store_each_short_string_value_once() -> None:
     # long values are left alone (ids, texts): sharing them would rarely pay
     assert events[0]["data"]["long"] is not events[1]["data"]["long"]
     assert events[0]["data"]["long"] == events[1]["data"]["long"]
+
+
+_COLUMN = st.one_of(st.none(), st.integers(-1000, 1000), st.text(), st.binary(max_size=8),
+                    st.booleans(), st.floats(allow_nan=False))
+_INT_COLUMN = st.one_of(_COLUMN, st.integers(-2**63, 2**63 - 1), st.integers(2**63, 2**70))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(rows=st.lists(st.one_of(
+    st.tuples(st.integers(0, 2**53), st.text(min_size=1), st.integers(-2**53, 2**53),
+              st.one_of(st.text(), st.binary()), st.one_of(st.none(), st.binary(), st.text()),
+              st.one_of(st.none(), st.text()), st.one_of(st.none(), st.sampled_from([0, 1]))),
+    st.tuples(_INT_COLUMN, _COLUMN, _INT_COLUMN, _COLUMN, _COLUMN, _COLUMN, _COLUMN)),
+    max_size=6))
+def test_rows_text_matches_the_python_join_or_leaves_the_row_to_it(rows: list[Any]) -> None:
+    # the SQLite seal checksum text (persistence/_seal.py): C when it can, else the Python join
+    from dsh.persistence._seal import rows_crc, rows_text
+
+    try:
+        python: Any = rows_text(rows)
+    except (TypeError, ValueError, OverflowError) as exc:  # rows no read returns
+        python = type(exc)
+    try:
+        c: Any = dj.c_rows_text(rows)
+    except dj.CFallback:
+        c = python  # left to Python: rows_crc takes the Python join
+    assert c == python
+    if not isinstance(python, type):
+        import zlib
+        assert rows_crc(rows) == zlib.crc32(python)
+
+
+def test_rows_text_joins_metadata_then_payloads_of_real_rows() -> None:
+    from dsh.persistence._seal import rows_text
+
+    rows = [(0, "turn/start", 5, '{"turn":1}', None, None, None),
+            (1, "assistant/chunk", 6, b"\x28\xb5", b"\x01\xff", '"append"', 1),
+            (2, "user/message", 7, "é\ud800", "[0]", None, True)]
+    expected = ("0\x1fturn/start\x1f5\x1fNone\x1fNone\x1fNone\x1e"
+                "1\x1fassistant/chunk\x1f6\x1f\"append\"\x1f1\x1f01ff\x1e"
+                "2\x1fuser/message\x1f7\x1fNone\x1f1\x1f[0]\x1d"
+                '{"turn":1}\x1e\x0028b5\x1eé\ud800').encode("utf-8", "surrogatepass")
+    assert rows_text(rows) == expected
+    assert dj.c_rows_text(rows[:2]) == rows_text(rows[:2])
+    with pytest.raises(dj.CFallback):
+        dj.c_rows_text(rows)  # a lone surrogate: Python encodes it (surrogatepass)

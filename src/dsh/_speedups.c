@@ -1543,6 +1543,195 @@ gather_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(index);
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The SQLite seal checksum text (dsh.persistence._seal.rows_crc): a growable byte buffer.
+ */
+
+static int
+fallback_int(void)
+{
+    PyErr_SetNone(Fallback);
+    return -1;
+}
+
+typedef struct {
+    char *data;
+    Py_ssize_t size, capacity;
+} Buf;
+
+static int
+buf_put(Buf *b, const char *bytes, Py_ssize_t n)
+{
+    if (b->size + n > b->capacity) {
+        Py_ssize_t want = (b->size + n) * 2 + 256;
+        char *grown = PyMem_Realloc(b->data, (size_t)want);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = grown;
+        b->capacity = want;
+    }
+    memcpy(b->data + b->size, bytes, (size_t)n);
+    b->size += n;
+    return 0;
+}
+
+/* str (UTF-8; a lone surrogate -> Fallback, Python encodes it with surrogatepass) */
+static int
+buf_str(Buf *b, PyObject *s)
+{
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(s, &n);
+    if (utf8 == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+            return fallback_int();
+        }
+        return -1;
+    }
+    return buf_put(b, utf8, n);
+}
+
+static int
+buf_hex(Buf *b, PyObject *bytes)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(bytes);
+    Py_ssize_t i, n = PyBytes_GET_SIZE(bytes);
+    char pair[2];
+    for (i = 0; i < n; i++) {
+        pair[0] = digits[p[i] >> 4];
+        pair[1] = digits[p[i] & 15];
+        if (buf_put(b, pair, 2) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* f"{v}" of an exact int (not bool) within long long; else Fallback */
+static int
+buf_int(Buf *b, PyObject *v)
+{
+    char text[32];
+    int overflow, n;
+    long long value;
+    if (!PyLong_CheckExact(v)) {
+        return fallback_int();
+    }
+    value = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (value == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return fallback_int();
+    }
+    n = snprintf(text, sizeof text, "%lld", value);
+    return buf_put(b, text, n);
+}
+
+/* f"{v}" of a str or None; else Fallback */
+static int
+buf_text_or_none(Buf *b, PyObject *v)
+{
+    if (v == Py_None) {
+        return buf_put(b, "None", 4);
+    }
+    if (PyUnicode_CheckExact(v)) {
+        return buf_str(b, v);
+    }
+    return fallback_int();
+}
+
+static int
+buf_meta(Buf *b, PyObject *row)
+{
+    PyObject *ignorable, *sources;
+    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 7) {
+        return fallback_int();
+    }
+    ignorable = PyTuple_GET_ITEM(row, 6);
+    sources = PyTuple_GET_ITEM(row, 4);
+    if (buf_int(b, PyTuple_GET_ITEM(row, 0)) < 0 || buf_put(b, "\x1f", 1) < 0
+            || buf_text_or_none(b, PyTuple_GET_ITEM(row, 1)) < 0 || buf_put(b, "\x1f", 1) < 0
+            || buf_int(b, PyTuple_GET_ITEM(row, 2)) < 0 || buf_put(b, "\x1f", 1) < 0
+            || buf_text_or_none(b, PyTuple_GET_ITEM(row, 5)) < 0 || buf_put(b, "\x1f", 1) < 0) {
+        return -1;
+    }
+    if (ignorable == Py_None) {
+        if (buf_put(b, "None", 4) < 0) {
+            return -1;
+        }
+    }
+    else if (PyBool_Check(ignorable)) {
+        if (buf_put(b, ignorable == Py_True ? "1" : "0", 1) < 0) {
+            return -1;
+        }
+    }
+    else if (buf_int(b, ignorable) < 0) {
+        return -1;
+    }
+    if (buf_put(b, "\x1f", 1) < 0) {
+        return -1;
+    }
+    if (PyBytes_CheckExact(sources)) {
+        return buf_hex(b, sources);
+    }
+    return buf_text_or_none(b, sources);
+}
+
+static int
+buf_payload(Buf *b, PyObject *row)
+{
+    PyObject *data = PyTuple_GET_ITEM(row, 3);
+    if (PyUnicode_CheckExact(data)) {
+        return buf_str(b, data);
+    }
+    if (PyBytes_CheckExact(data)) {
+        return buf_put(b, "\x00", 1) < 0 ? -1 : buf_hex(b, data);
+    }
+    return fallback_int();
+}
+
+PyDoc_STRVAR(rows_text_doc,
+"rows_text(rows, /) -> bytes\n\n"
+"The UTF-8 text dsh.persistence._seal.rows_crc checksums for a list of SQLite event rows\n"
+"(seq, type, time, data, source_event_seqs, surface_op, ignorable): every row's metadata\n"
+"joined by \\x1e, then \\x1d, then every payload joined by \\x1e. Raises Fallback for any\n"
+"value outside the column types a read returns (or a string holding a lone surrogate): the\n"
+"Python join, the reference, then runs.");
+
+static PyObject *
+rows_text(PyObject *module, PyObject *rows)
+{
+    Buf b = {NULL, 0, 0};
+    Py_ssize_t i, n;
+    PyObject *out;
+    if (!PyList_CheckExact(rows)) {
+        PyErr_SetNone(Fallback);
+        return NULL;
+    }
+    n = PyList_GET_SIZE(rows);
+    for (i = 0; i < n; i++) {
+        if ((i > 0 && buf_put(&b, "\x1e", 1) < 0) || buf_meta(&b, PyList_GET_ITEM(rows, i)) < 0) {
+            goto fail;
+        }
+    }
+    if (buf_put(&b, "\x1d", 1) < 0) {
+        goto fail;
+    }
+    for (i = 0; i < n; i++) {
+        if ((i > 0 && buf_put(&b, "\x1e", 1) < 0)
+                || buf_payload(&b, PyList_GET_ITEM(rows, i)) < 0) {
+            goto fail;
+        }
+    }
+    out = PyBytes_FromStringAndSize(b.data, b.size);
+    PyMem_Free(b.data);
+    return out;
+fail:
+    PyMem_Free(b.data);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -1555,6 +1744,7 @@ static PyMethodDef methods[] = {
     {"message_shape_ok", message_shape_ok, METH_O, message_shape_ok_doc},
     {"stored_prescan", (PyCFunction)(void (*)(void))stored_prescan, METH_FASTCALL,
      stored_prescan_doc},
+    {"rows_text", rows_text, METH_O, rows_text_doc},
     {"gather_messages", (PyCFunction)(void (*)(void))gather_messages, METH_FASTCALL,
      gather_messages_doc},
     {NULL, NULL, 0, NULL},

@@ -272,6 +272,9 @@ c_restore_specials: Any = _speedups.restore_specials if _speedups is not None el
 c_stored_prescan: Any = _speedups.stored_prescan if _speedups is not None else None
 c_decode_rows: Any = _speedups.decode_rows if _speedups is not None else None
 c_message_shape_ok: Any = _speedups.message_shape_ok if _speedups is not None else None
+# raised by a c_* pass that leaves the value to its caller's Python reference
+CFallback: Any = _CFallback
+c_rows_text: Any = _speedups.rows_text if _speedups is not None else None
 c_gather_messages: Any = _speedups.gather_messages if _speedups is not None else None
 
 

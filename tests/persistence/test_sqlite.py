@@ -589,6 +589,35 @@ def test_sqlite_rejects_a_stale_physical_append_without_replacing_the_winning_ta
     backend.close()
 
 
+@pytest.mark.parametrize("change", ["append", "delete-silently"])
+def test_sqlite_append_after_our_own_append_still_sees_another_connections_commit(
+        tmp_path: Path, change: str) -> None:
+    """§5.8 step 4: our last commit's tail is reused only while ``PRAGMA data_version`` says
+    no other connection committed; any other commit (even one that leaves the revision
+    alone) sends the next append through the full re-derivation."""
+    backend = backend_with(tmp_path, events=prefix()[:2])
+    with backend.open("s1", "write") as handle:
+        handle.append([user(2, "mine")])  # our commit: the handle knows the tail now
+        conn = raw(db_path(tmp_path))
+        if change == "append":
+            conn.execute("INSERT INTO events VALUES ('s1', 3, 'user/message', ?, ?, NULL, "
+                         "'\"append\"', NULL)", (T0, json.dumps(dict(user(3)["data"]))))
+            conn.execute("UPDATE sessions SET revision = revision + 1")
+        else:
+            conn.execute("DELETE FROM events WHERE seq = 2")
+        conn.commit()
+        conn.close()
+        if change == "append":
+            with pytest.raises(PersistenceError, match="append starts at seq 3, stored next "
+                               "seq is 4") as info:
+                handle.append([user(3, "mine")])
+            assert info.value.code == "SEQ_MISMATCH"
+        else:
+            with pytest.raises(LogCorruptError, match="committed rows are missing"):
+                handle.append([user(3, "mine")])
+    backend.close()
+
+
 def test_sqlite_revision_is_stable_until_a_change_and_differs_across_stores(
         tmp_path: Path) -> None:
     """§2.1 listSnapshots revision: equal while unchanged; new after append; per store."""

@@ -728,6 +728,10 @@ class SqliteHandle(HandleBase):
         self._path = str(backend.path)
         self._torn_seq: int | None = None
         self._committed_revision: int | None = None
+        # after our last commit: (PRAGMA data_version, revision, incarnation, next seq). While
+        # data_version stays put no other connection has committed, so the stored tail, the
+        # session row and the schema are exactly as that commit left them.
+        self._quiet: tuple[int, int, str, int] | None = None
         # write handles: the valid seal records (None until loaded), and whether the next
         # seal write replaces the file (the first one does: a crash may have left garbage)
         self._seals: list[tuple[int, int, int]] | None = None
@@ -859,6 +863,7 @@ class SqliteHandle(HandleBase):
         if not is_safe_int(offset) or offset < 0:
             raise ConfigError(f"read offset must be a non-negative safe integer event seq, got "
                               f"{offset!r}", session_id=self._id)
+        self._quiet = None  # the next append re-derives the stored tail in full
         conn = self._c.conn
         # read before the rows: the log only grows under a writer, so every sealed batch is
         # then among the rows read
@@ -984,16 +989,22 @@ class SqliteHandle(HandleBase):
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                c.recheck_ownership()
-                found = conn.execute("SELECT revision, incarnation FROM sessions WHERE id = ?",
-                                     (self._id,)).fetchone()
-                if found is None:
-                    self._refuse_hidden_session()
-                    raise SessionNotFoundError(
-                        f"session {self._id!r} metadata row is missing in {self._path}",
-                        session_id=self._id, path=self._path)
-                revision = found[0]
-                next_seq = self._stored_next_seq(revision == self._committed_revision)
+                data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+                quiet, self._quiet = self._quiet, None
+                if quiet is not None and quiet[0] == data_version:
+                    found = (quiet[1], quiet[2])  # nothing committed since our last append
+                    revision, next_seq = quiet[1], quiet[3]
+                else:
+                    c.recheck_ownership()
+                    found = conn.execute("SELECT revision, incarnation FROM sessions WHERE "
+                                         "id = ?", (self._id,)).fetchone()
+                    if found is None:
+                        self._refuse_hidden_session()
+                        raise SessionNotFoundError(
+                            f"session {self._id!r} metadata row is missing in {self._path}",
+                            session_id=self._id, path=self._path)
+                    revision = found[0]
+                    next_seq = self._stored_next_seq(revision == self._committed_revision)
                 sealed_end = self._sealed_end(str(found[1]))
                 if next_seq < sealed_end or (first > next_seq
                                              and _quick_check(conn) != "ok"):
@@ -1023,6 +1034,7 @@ class SqliteHandle(HandleBase):
                              (revision + 1, self._id))
                 conn.execute("COMMIT")
                 self._committed_revision = revision + 1
+                self._quiet = (data_version, revision + 1, str(found[1]), first + len(events))
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
