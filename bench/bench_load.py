@@ -24,6 +24,8 @@ import importlib
 import json
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,37 @@ def child(url: str, mode: str) -> dict[str, Any]:
             "derive_ms": t3 - t2, "events": events, "rss": peak_rss_mb()}
 
 
+def load_child(backend: str, mode: str, root: Path) -> dict[str, Any]:
+    """One fresh process of ours loading the store of ``backend`` under ``root`` (``mode``:
+    ``resume`` or ``load``); returns its JSON result (see :func:`child`)."""
+    return run_child("bench.bench_load", ["--url", store_url(backend, root), "--mode", mode])
+
+
+Cell = tuple[Path, Callable[[Path], dict[str, Any]]]
+"""A master store directory and the fresh-process run that loads a copy of it."""
+
+
+def interleaved_runs(cells: Sequence[Cell], scratch: Path, runs: int) -> list[list[dict[str, Any]]]:
+    """``runs`` rounds; each round copies every cell's master to ``scratch`` and runs it there.
+
+    A fresh copy per run (a resume appends its end-seed marker); cells alternate within a
+    round (ours, dsh, ours, dsh, ...), so load on the machine falls on both alike.
+
+    Returns:
+        One list of results per cell, in run order.
+    """
+    results: list[list[dict[str, Any]]] = [[] for _ in cells]
+    for _ in range(runs):
+        for (master, run), out in zip(cells, results, strict=True):
+            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.copytree(master, scratch)
+            try:
+                out.append(run(scratch))
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -118,16 +151,8 @@ def main() -> None:
                     master.mkdir()
                     write_session(store_url(backend, master), workload, size, SESSION_ID)
                     for mode in modes:
-                        runs = []
-                        for i in range(args.runs):
-                            # a fresh copy per run: resume appends its end-seed marker
-                            run_root = work / f"run-{i}"
-                            shutil.copytree(master, run_root)
-                            try:
-                                runs.append(run_child("bench.bench_load", [
-                                    "--url", store_url(backend, run_root), "--mode", mode]))
-                            finally:
-                                shutil.rmtree(run_root, ignore_errors=True)
+                        [runs] = interleaved_runs([(master, partial(load_child, backend, mode))],
+                                                  work / "run", args.runs)
                         rows.append((backend, workload, size, mode, medians(runs)))
                     shutil.rmtree(master, ignore_errors=True)
     finally:

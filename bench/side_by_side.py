@@ -36,10 +36,11 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.bench_load import DSH_LOAD_MS, DSH_LOAD_RSS_100K
+from bench.bench_load import DSH_LOAD_MS, DSH_LOAD_RSS_100K, Cell, interleaved_runs, load_child
 from bench.bench_write import (
     BACKENDS,
     WORKLOADS,
@@ -88,6 +89,11 @@ class Peer:
         result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
         return result
 
+    def load(self, backend: str, op: str, root: Path) -> dict[str, Any]:
+        """A fresh dsh process running ``op`` (load or prepare) on the store under ``root``."""
+        return self.run("bench.mjs", "load", DSH_KIND[backend], dsh_location(backend, root),
+                        SESSION_ID, op)
+
     def version(self) -> str:
         """``node --version`` and the pinned dsh-session version."""
         node = subprocess.run([str(self.node), "--version"], capture_output=True,
@@ -103,11 +109,6 @@ class Peer:
 def dsh_location(backend: str, root: Path) -> str:
     """Where the dsh driver keeps a store of ``backend`` under ``root``."""
     return str(root / "store.db") if backend == "sqlite" else str(root / "store")
-
-
-def copy_master(master: Path, run_root: Path) -> None:
-    shutil.rmtree(run_root, ignore_errors=True)
-    shutil.copytree(master, run_root)
 
 
 class Table:
@@ -146,10 +147,6 @@ def fmt(value: float | None) -> str:
     return f"{value:.3f}"
 
 
-def ours_load(url: str, mode: str) -> dict[str, Any]:
-    return run_child("bench.bench_load", ["--url", url, "--mode", mode])
-
-
 def cold_rows(table: Table, peer: Peer | None, work: Path, args: argparse.Namespace,
               sections: Sequence[str]) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -169,19 +166,12 @@ def cold_rows(table: Table, peer: Peer | None, work: Path, args: argparse.Namesp
                     peer.run("bench.mjs", "write", DSH_KIND[backend],
                              dsh_location(backend, dsh_master), workload, str(size), "end")
                 for mode in modes:
-                    ours_runs: list[dict[str, Any]] = []
-                    dsh_runs: list[dict[str, Any]] = []
                     op = "load" if mode == "load" else "prepare"
-                    for _ in range(args.runs):
-                        run_root = work / "run"
-                        copy_master(ours_master, run_root)
-                        ours_runs.append(ours_load(store_url(backend, run_root), mode))
-                        if peer is not None:
-                            copy_master(dsh_master, run_root)
-                            dsh_runs.append(peer.run("bench.mjs", "load", DSH_KIND[backend],
-                                                     dsh_location(backend, run_root),
-                                                     SESSION_ID, op))
-                        shutil.rmtree(run_root, ignore_errors=True)
+                    cells: list[Cell] = [(ours_master, partial(load_child, backend, mode))]
+                    if peer is not None:
+                        cells.append((dsh_master, partial(peer.load, backend, op)))
+                    ours_runs, *dsh_side = interleaved_runs(cells, work / "run", args.runs)
+                    dsh_runs = dsh_side[0] if dsh_side else []
                     ours = medians(ours_runs)
                     if peer is not None:
                         theirs = medians(dsh_runs)

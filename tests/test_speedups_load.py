@@ -608,3 +608,35 @@ def test_rows_text_joins_metadata_then_payloads_of_real_rows() -> None:
     assert dj.c_rows_text(rows[:2]) == rows_text(rows[:2])
     with pytest.raises(dj.CFallback):
         dj.c_rows_text(rows)  # a lone surrogate: Python encodes it (surrogatepass)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(seqs=st.lists(st.one_of(st.integers(-2, 12), st.booleans(), st.floats(0, 12),
+                               st.none(), st.integers(2**63, 2**64)), max_size=12),
+       base=st.integers(-2, 3), as_tuple=st.booleans())
+def test_seqs_contiguous_is_true_exactly_when_every_seq_is_its_index(
+        seqs: list[Any], base: int, as_tuple: bool) -> None:
+    # the contiguity pre-check of open_turn_closers (core spec §9.1): False sends the log
+    # through the Python loop, which names the first bad seq
+    events: Any = [{"type": "x/y", "seq": s} if s is not None else {"type": "x/y"}
+                   for s in seqs]
+    expected = all(type(s) is int and s == base + i for i, s in enumerate(seqs))
+    assert dj.c_seqs_contiguous(tuple(events) if as_tuple else events, base) is expected
+
+
+def test_open_turn_closers_name_the_same_gap_with_and_without_the_accelerator(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import dsh.session.repair as repair
+    from dsh.errors import EventRejectedError
+
+    log = [as_event({"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}),
+           as_event({"type": "step/start", "seq": 2, "time": 1, "data": {"turn": 1, "step": 1}})]
+    found = []
+    for accelerated in (True, False):
+        if not accelerated:
+            monkeypatch.setattr(repair, "c_seqs_contiguous", None)
+        with pytest.raises(EventRejectedError) as info:
+            repair.open_turn_closers(log, "interrupted")
+        found.append((info.value.message, info.value.code, dict(info.value.where)))
+        assert repair.open_turn_closers(log[:1], "interrupted")[-1]["type"] == "turn/end"
+    assert found[0] == found[1] and found[0][1] == "SEQ_GAP"

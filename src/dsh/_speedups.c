@@ -1732,6 +1732,51 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(seqs_contiguous_doc,
+"seqs_contiguous(events, base, /) -> bool\n\n"
+"True when every item of the list or tuple events is a dict whose \"seq\" is an exact int\n"
+"equal to base + its index. False at the first one that is not: the caller's Python loop\n"
+"(dsh.session.repair.open_turn_closers) then names it.");
+
+static PyObject *
+seqs_contiguous(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject **items, *seq;
+    Py_ssize_t i, n;
+    long long base, value;
+    int overflow;
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs != 2 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
+            || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "seqs_contiguous(list | tuple, int)");
+        return NULL;
+    }
+    base = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+    if (overflow || (base == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    n = PySequence_Fast_GET_SIZE(args[0]);
+    items = PySequence_Fast_ITEMS(args[0]);
+    for (i = 0; i < n; i++) {
+        if (!PyDict_Check(items[i])) {
+            Py_RETURN_FALSE;
+        }
+        seq = PyDict_GetItem(items[i], s_seq);
+        if (seq == NULL || !PyLong_CheckExact(seq)) {
+            Py_RETURN_FALSE;
+        }
+        value = PyLong_AsLongLongAndOverflow(seq, &overflow);
+        if (overflow || value != base + i) {
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -1745,6 +1790,8 @@ static PyMethodDef methods[] = {
     {"stored_prescan", (PyCFunction)(void (*)(void))stored_prescan, METH_FASTCALL,
      stored_prescan_doc},
     {"rows_text", rows_text, METH_O, rows_text_doc},
+    {"seqs_contiguous", (PyCFunction)(void (*)(void))seqs_contiguous, METH_FASTCALL,
+     seqs_contiguous_doc},
     {"gather_messages", (PyCFunction)(void (*)(void))gather_messages, METH_FASTCALL,
      gather_messages_doc},
     {NULL, NULL, 0, NULL},

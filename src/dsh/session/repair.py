@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Final, Literal, TypeAlias
 
 from dsh.errors import ConfigError, EventRejectedError
-from dsh.json import FrozenDict, FrozenList
+from dsh.json import FrozenDict, FrozenList, c_seqs_contiguous
 from dsh.session.events import Event
 
 __all__ = [
@@ -163,9 +163,12 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause, *,
     """
     if cause not in _CAUSES:
         raise ConfigError(f"closer cause must be 'interrupted' or 'forked', got {cause!r}")
-    seqs = list(map(_get_seq, events))  # C-speed: the common case is a contiguous log
-    contiguous = seqs == list(range(base_seq, base_seq + len(seqs))) and (
-        not seqs or set(map(type, seqs)) == {int})
+    if c_seqs_contiguous is not None and type(events) in (list, tuple):
+        contiguous = c_seqs_contiguous(events, base_seq)
+    else:
+        seqs = list(map(_get_seq, events))  # C-speed builtins: a contiguous log is the norm
+        contiguous = seqs == list(range(base_seq, base_seq + len(seqs))) and (
+            not seqs or set(map(type, seqs)) == {int})
     for index, event in enumerate(() if contiguous else events, base_seq):
         seq = event.get("seq")
         if type(seq) is not int or seq != index:
