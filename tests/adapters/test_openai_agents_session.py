@@ -299,3 +299,27 @@ def test_objects_that_are_no_responses_item_are_kept_opaque(store: str) -> None:
         assert await session.pop_item() == envelope
         session.close()
     run(body())
+
+
+def test_a_checkpointed_session_is_read_whole(tmp_path: Path) -> None:
+    # get_items() hands the SDK every item: one whole read beats paging the prefix in per walk
+    from dsh.persistence import checkpoint
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    items = [item for n in range(1_200) for item in (
+        {"role": "user", "content": f"q{n}"},
+        {"type": "function_call", "call_id": f"c{n}", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"c{n}", "output": f"r{n}"},
+        {"role": "assistant", "content": f"a{n}"})]
+
+    async def body() -> None:
+        first = DshSession("big", store)
+        await first.add_items(items)
+        first.close()
+        declined = checkpoint.stats["refused:adapter"]
+        again = DshSession("big", store)
+        assert await again.get_items() == items
+        assert checkpoint.stats["refused:adapter"] == declined + 1
+        again.close()
+    run(body())
+    assert list((tmp_path / "sessions.db.dsh-checkpoints").iterdir())  # one was there to use
