@@ -159,3 +159,18 @@ def test_convert_to_schema_14_refuses_an_imported_session_before_writing_it(
     assert "its import/source event at seq 0 is ignorable" in proc.stderr
     assert "convert into a JSONL folder" in proc.stderr
     assert demo.json("ls", "--json", "--store", str(target / "old.db")) == []  # nothing half-made
+
+
+def test_import_says_when_a_folder_holds_no_transcript_or_a_file_is_a_store(
+        demo: Dsh, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = demo("import", str(empty))
+    assert f"note: {empty} holds no transcript file (looked for .json, .jsonl" in proc.stderr
+    store = demo.home / "sessions.db"
+    failed = demo("import", str(store), "--json", check=None)
+    reasons = [f["reason"] for f in json.loads(failed.stdout)["failed"]]
+    assert reasons == [f"this is a SQLite database, not a transcript; if it is a dsh store, read "
+                       f"it with --store {store}, or copy its sessions with 'dsh convert --from "
+                       f"{store} --to STORE'"]
+    assert "a unique prefix of its id will do" in demo("verify", "--help").stdout

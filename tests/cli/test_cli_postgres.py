@@ -126,6 +126,7 @@ def test_events_follow_prints_new_commits_as_they_land(tmp_path: Path, pg: str) 
             err = proc.stderr.read()
             proc.stderr.close()
         assert proc.returncode == 130, f"exit {proc.returncode} after SIGINT; stderr: {err}"
+        assert err == ""  # Ctrl-C is how following ends: not an error
     finally:
         handle.close()
         store.close()

@@ -102,9 +102,12 @@ def test_validate_span_rejects_missing_seqs(which: str) -> None:
     first = session.surface.nodes[0]
     start, end = (9001, first) if which == "start" else (first, 9002)
     with pytest.raises(CompactionError, match=f"{which} seq {start if which == 'start' else end}"
-                       " not found in surface") as info:
+                       " is not a current surface node") as info:
         validate_span(session, start, end)
     assert info.value.code == "RANGE"
+    nodes = session.surface.nodes
+    assert f"which are #{nodes[0]}, #{nodes[1]}," in info.value.message
+    assert f"#{nodes[-1]} ('dsh show' prints their #seq)" in info.value.message
 
 
 def test_validate_span_rejects_reversed_and_tool_unbalanced_positional_boundaries() -> None:

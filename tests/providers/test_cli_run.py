@@ -184,3 +184,21 @@ def test_kill_9_mid_stream_then_the_session_continues(tmp_path: Path) -> None:
     # The second request is valid for the server: the first prompt, then the second.
     sent = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "user"]
     assert sent == ["question one", "question two"]
+
+
+def test_shell_tools_without_a_terminal_say_every_command_will_be_refused(tmp_path: Path) -> None:
+    call = [("call_1", "shell", json.dumps({"command": "echo hi"}))]
+    with ScriptedServer([Stream(openai_reply("Running it.", tool_calls=call)),
+                         Stream(openai_reply("It was refused."))]) as server:
+        base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        base.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)})
+        result = subprocess.run([*DSH, "run", "say hi", "--tools", "shell", *local(server)],
+                                env=base, input="y\n", capture_output=True, text=True,
+                                timeout=120, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stderr
+    assert ("note: stdin is not a terminal, so no shell command can be approved: each one the "
+            "model asks for is refused (NOT_APPROVED)") in result.stderr
+    sid = next(line.split()[1] for line in result.stderr.splitlines()
+               if line.startswith("session "))
+    results = [e for e in events(tmp_path, sid) if e["type"] == "tool/result"]
+    assert [r["data"]["error"]["code"] for r in results] == ["NOT_APPROVED"]

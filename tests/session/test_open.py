@@ -126,3 +126,11 @@ def test_a_detached_in_memory_session_keeps_working() -> None:
     store.dispose(session)
     _turn(session, 1)
     assert session.seq == len(TURN_TYPES)
+
+
+@pytest.mark.parametrize(("given", "shown"), [("plain.db", "'sqlite:plain.db'"),
+                                              ("./logs/", "'jsonl:./logs'")])
+def test_a_plain_path_is_refused_with_the_url_to_write_instead(given: str, shown: str) -> None:
+    with pytest.raises(ConfigError, match="has no scheme") as caught:
+        dsh.open(given)
+    assert f"(for this path: {shown};" in caught.value.message

@@ -20,7 +20,13 @@ from uuid import uuid4
 import typer
 
 from dsh.agent import Agent
-from dsh.agent.builtin import ShellRequest, refuse_all, shell_tool, workspace_tools
+from dsh.agent.builtin import (
+    ShellApproval,
+    ShellRequest,
+    refuse_all,
+    shell_tool,
+    workspace_tools,
+)
 from dsh.agent.providers import PROVIDER_NAMES
 from dsh.agent.tools import Tool
 from dsh.cli._common import require_session
@@ -116,7 +122,13 @@ def tools_for(choice: Tools, root: Path) -> list[Tool]:
         return []
     tools = workspace_tools(root)
     if choice is Tools.shell:
-        approve = _approve_at_terminal if sys.stdin.isatty() else refuse_all
+        approve: ShellApproval
+        if sys.stdin.isatty():
+            approve = _approve_at_terminal
+        else:
+            approve = refuse_all
+            sys.stderr.write("note: stdin is not a terminal, so no shell command can be "
+                             "approved: each one the model asks for is refused (NOT_APPROVED)\n")
         tools.append(shell_tool(root, approve=approve))
     return tools
 

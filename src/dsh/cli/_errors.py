@@ -53,10 +53,13 @@ class CliState:
     Attributes:
         debug: ``--debug`` was given: show tracebacks, log at DEBUG to stderr.
         json: the running command was given ``--json``: errors print as a JSON object.
+        interrupt_ends: Ctrl-C is how the running command normally ends (``events --follow``):
+            exit 130 without the ``error[INTERRUPTED]`` line.
     """
 
     debug: bool = False
     json: bool = False
+    interrupt_ends: bool = False
 
 
 STATE: Final = CliState()
@@ -133,6 +136,11 @@ _OUTPUT_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.
 """errno values of an OSError that means the output stream's device is full or failing."""
 
 
+def _say_interrupted() -> None:
+    if not STATE.interrupt_ends:
+        sys.stderr.write("error[INTERRUPTED]: interrupted\n")
+
+
 def _discard_stdout() -> None:
     # Point stdout at devnull so the interpreter's final flush does not fail again.
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -171,14 +179,14 @@ def run(command: Runnable, argv: Sequence[str] | None = None, *,
         return EXIT_FAILED
     except typer.Abort:
         # click turns Ctrl-C / EOF at a prompt into Abort.
-        sys.stderr.write("error[INTERRUPTED]: interrupted\n")
+        _say_interrupted()
         return EXIT_INTERRUPTED
     except typer.TyperException as error:  # click's ClickException / UsageError (vendored)
         _print_usage_error(error)
         code = getattr(error, "exit_code", EXIT_USAGE)
         return code if isinstance(code, int) else EXIT_USAGE
     except KeyboardInterrupt:
-        sys.stderr.write("error[INTERRUPTED]: interrupted\n")
+        _say_interrupted()
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _reader_gone()
@@ -200,7 +208,7 @@ def run(command: Runnable, argv: Sequence[str] | None = None, *,
         return _bug(error)
     if result == EXIT_INTERRUPTED:
         # typer turns Ctrl-C inside a command into Exit(130).
-        sys.stderr.write("error[INTERRUPTED]: interrupted\n")
+        _say_interrupted()
     if isinstance(result, int):
         return result
     return EXIT_OK

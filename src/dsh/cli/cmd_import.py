@@ -263,23 +263,41 @@ def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
     for path, explicit in files:
         if explicit and not path.exists():
             raise ConfigError(f"cannot import {path}: no such file or folder", path=str(path))
+    for path in paths:
+        if path.is_dir() and not any(found.parent.is_relative_to(path) for found, _ in files):
+            console.print(f"note: {path} holds no transcript file (looked for "
+                          f"{', '.join(sorted(TRANSCRIPT_SUFFIXES))} outside hidden folders)",
+                          markup=False, highlight=False)
     out = None if STATE.json else stdout_console()
     done = 0
     with Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.description}"), console=console, transient=True,
                   disable=len(files) < 2 or not console.is_terminal) as progress:
         task = progress.add_task("", total=len(files))
+        shown = report.sizes()
+
+        def show_outcome() -> None:
+            # Each file's outcome as it happens, above the bar; never twice, never half: an
+            # interrupt waits until the line is out and counted.
+            nonlocal shown, done
+            with _uninterrupted():
+                if report.sizes() != shown:
+                    done += 1
+                    if out is not None:
+                        out.print(render.render_import_summary(*report.since(shown),
+                                                               counts=False))
+                    shown = report.sizes()
+
         try:
             for path, explicit in files:
                 progress.update(task, description=path.name)
-                before = report.sizes()
                 _import_one(persistence, path, fmt, explicit, report)
-                done += 1
-                if out is not None:  # each file's outcome as it happens, above the bar
-                    out.print(render.render_import_summary(*report.since(before),
-                                                           counts=False))
+                show_outcome()
                 progress.advance(task)
         except KeyboardInterrupt:
+            # An interrupt deferred while a file was written arrives once it is complete:
+            # that file's outcome is recorded, so it is listed like the others.
+            show_outcome()
             console.print(f"interrupted after {done} of {render.plural(len(files), 'file')}: "
                           "what is listed above was imported; the file being read when "
                           "interrupted left nothing behind", markup=False, highlight=False)

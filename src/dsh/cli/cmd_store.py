@@ -19,6 +19,7 @@ from dsh.cli._common import (
     stdout_console,
     store_url,
 )
+from dsh.cli._errors import STATE
 from dsh.errors import ConfigError
 from dsh.persistence import store_path
 
@@ -84,8 +85,8 @@ def follow_events(store: str | None, session_id: str, from_seq: int,
                   patterns: Sequence[str]) -> None:
     """Print the session's events from ``from_seq`` on as JSON lines, then each new commit.
 
-    Runs until interrupted (Ctrl-C exits 130, as every command does). PostgreSQL wakes on
-    ``NOTIFY``; file stores are read every 200 ms.
+    Runs until interrupted: Ctrl-C, the normal way to stop, exits 130 without an error line.
+    PostgreSQL wakes on ``NOTIFY``; file stores are read every 200 ms.
 
     Raises:
         SessionNotFoundError: no such session.
@@ -98,4 +99,5 @@ def follow_events(store: str | None, session_id: str, from_seq: int,
                 if not patterns or any(fnmatchcase(event["type"], p) for p in patterns):
                     render.write_json_lines([event])
 
+        STATE.interrupt_ends = True
         asyncio.run(run())

@@ -68,8 +68,9 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
 
 
 def verify(
-    session_id: Annotated[str | None, typer.Argument(metavar="ID", show_default=False,
-                                                     help="Session to verify.")] = None,
+    session_id: Annotated[str | None, typer.Argument(
+        metavar="ID", show_default=False,
+        help="Session to verify (a unique prefix of its id will do).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Verify every session.")] = False,
     store: StoreOption = None,
     json_: JsonOption = False,

@@ -161,8 +161,9 @@ def validate_span(session: _Session, start: int, end: int) -> Span:
             positions.append(nodes.index(seq))
         except ValueError:
             raise CompactionError(
-                f"compaction range {name} seq {seq} not found in surface (a compaction names "
-                "current surface nodes)", code="RANGE", seq=seq) from None
+                f"compaction range {name} seq {seq} is not a current surface node; a "
+                f"compaction names current surface nodes, which are {_seq_list(nodes)} ('dsh "
+                "show' prints their #seq)", code="RANGE", seq=seq) from None
     start_index, end_index = positions
     if start_index > end_index:
         raise CompactionError(
@@ -245,3 +246,14 @@ def select_compactable_range(session: _Session, *, retain_tokens: int,
     if keep <= head:
         return None
     return nodes[head], nodes[keep - 1]
+
+
+def _seq_list(nodes: Sequence[int], shown: int = 12) -> str:
+    """``#4, #6, … #90`` (the first and last few node seqs; ``none`` for an empty surface)."""
+    if not nodes:
+        return "none"
+    if len(nodes) <= shown:
+        return ", ".join(f"#{seq}" for seq in nodes)
+    half = shown // 2
+    return (", ".join(f"#{seq}" for seq in nodes[:half]) + f", … ({len(nodes) - shown} more) "
+            + ", ".join(f"#{seq}" for seq in nodes[-half:]))

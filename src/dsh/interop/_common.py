@@ -210,7 +210,8 @@ def read_source_bytes(path: Path, fmt: str) -> bytes:
     """Return the file's bytes, refusing unreadable, empty and binary files.
 
     Raises:
-        ImportFormatError: the file cannot be read, is empty, holds NUL bytes or is not UTF-8.
+        ImportFormatError: the file cannot be read, is empty, is a SQLite database, holds NUL
+            bytes or is not UTF-8.
     """
     try:
         raw = path.read_bytes()
@@ -222,6 +223,11 @@ def read_source_bytes(path: Path, fmt: str) -> bytes:
         raise ImportFormatError(
             f"{_kind(fmt)} transcript is empty; expected at least one record", path=str(path),
             line=1, format=fmt)
+    if raw.startswith(b"SQLite format 3\x00"):
+        raise ImportFormatError(
+            "this is a SQLite database, not a transcript; if it is a dsh store, read it with "
+            f"--store {path}, or copy its sessions with 'dsh convert --from {path} --to STORE'",
+            path=str(path), format=fmt)
     if b"\x00" in raw:
         raise ImportFormatError(
             f"{_kind(fmt)} transcript holds NUL bytes; expected UTF-8 JSON text, found binary data",

@@ -86,8 +86,7 @@ def store_path(url: str) -> Path | None:
         ConfigError: the URL has no scheme, an unknown scheme, a host, or no path.
     """
     if not isinstance(url, str) or ":" not in url:
-        raise ConfigError(f"store URL {url!r} has no scheme; expected jsonl:, jsonl+zstd:, "
-                          f"sqlite:, postgresql:// or memory:", path=str(url))
+        raise _no_scheme(url)
     scheme = url.split(":", 1)[0].lower()
     rest = url.split(":", 1)[1].split("?", 1)[0].split("#", 1)[0]
     if scheme in ("memory", "postgresql", "postgres"):
@@ -96,6 +95,17 @@ def store_path(url: str) -> Path | None:
         return _url_path(url, len(scheme), rest)
     raise ConfigError(f"store URL {url!r}: unknown scheme {scheme!r}; expected jsonl, "
                       f"jsonl+zstd, sqlite, postgresql or memory", path=url)
+
+
+def _no_scheme(url: object) -> ConfigError:
+    hint = ""
+    if isinstance(url, str) and url.strip():
+        # The CLI takes plain paths; the library wants the backend said, so show how.
+        kind = "jsonl" if url.endswith("/") else "sqlite"
+        hint = (f" (for this path: '{kind}:{url.rstrip('/') if kind == 'jsonl' else url}'; a "
+                "SQLite file takes sqlite:PATH, a JSONL folder jsonl:PATH)")
+    return ConfigError(f"store URL {url!r} has no scheme; expected jsonl:, jsonl+zstd:, "
+                       f"sqlite:, postgresql:// or memory:{hint}", path=str(url))
 
 
 def open_backend(url: str) -> Backend:
@@ -114,8 +124,7 @@ def open_backend(url: str) -> Backend:
             message names the part.
     """
     if not isinstance(url, str) or ":" not in url:
-        raise ConfigError(f"store URL {url!r} has no scheme; expected jsonl:, jsonl+zstd:, "
-                          f"sqlite:, postgresql:// or memory:", path=str(url))
+        raise _no_scheme(url)
     parts = urlsplit(url)
     scheme = url.split(":", 1)[0].lower()
     rest = url.split(":", 1)[1].split("?", 1)[0].split("#", 1)[0]
