@@ -386,3 +386,31 @@ def test_published_dsh_reads_a_folder_holding_a_checkpoint(tmp_path: Path) -> No
     # dsh closes the open turn in memory with its own wording; the stored log is the same
     assert view["events"][:len(ours)] == ours
     assert view["events"][-1]["type"] == "turn/end"
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl-unpacked"])
+def test_one_large_batch_is_indexed_inside_so_a_page_in_reads_about_a_page(
+        kind: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A log written in a few big batches (write-behind, an import) must not leave the page-in
+    # source one index entry per batch: each page would re-scan the whole batch.
+    from dsh.persistence import jsonl as jsonl_module
+
+    monkeypatch.setattr(jsonl_module, "_APPEND_SAMPLE_BYTES", 512)
+    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
+        session = store.session("s")
+        for turn in range(1, 41):
+            completed_turn(session, turn, call_ids=[f"c{turn}"])
+        store.flush(session)  # one batch (the window never elapsed)
+        session.append("user/message", {"id": "u-last", "role": "user", "source": {
+            "kind": "user"}, "content": [{"type": "text", "text": "x"}]}, surface_op="append")
+        store.flush(session)
+    anchor = ck.decode_checkpoint(ck.read_checkpoint_file(ckpt_file(root)), session_id="s",
+                                  backend="jsonl").anchor
+    seqs = [seq for seq, _ in anchor.index]
+    assert len(seqs) > 10 and seqs == sorted(set(seqs))
+    data = log_file(root).read_bytes()
+    for seq, offset in anchor.index:  # every entry is the start of the line holding seq
+        assert offset == 0 or data[offset - 1:offset] == b"\n"
+        assert f'"seq":{seq},'.encode() in data[offset:data.index(b"\n", offset)] or \
+            f'"seq0":{seq},'.encode() in data[offset:data.index(b"\n", offset)]
+    assert_equivalent(root, kind)

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 import zstandard
 
@@ -253,10 +253,28 @@ class ParsedLog:
 
 def _sample_raw_index(data: bytes, header_end: int, committed: int) -> list[tuple[int, int]]:
     """Record starts every ``INDEX_EVERY_BYTES`` of a raw log (one record decoded per entry)."""
-    index = [(0, header_end)]
-    pos = header_end
+    return [(0, header_end),
+            *_sample_lines(data, header_end, committed, ck.INDEX_EVERY_BYTES, after_seq=0)]
+
+
+_APPEND_SAMPLE_BYTES: Final = 32 * 1024
+"""Sampling step inside one large appended batch: ``note_index`` keeps the entries that are
+``INDEX_EVERY_EVENTS`` apart, so a page-in after a checkpointed resume scans about a page."""
+
+
+def _sample_lines(data: bytes, pos: int, committed: int, step: int, *,
+                  after_seq: int) -> list[tuple[int, int]]:
+    """``(first seq, offset)`` of the line starting after each ``step`` bytes of ``data[pos:]``.
+
+    Only seqs above ``after_seq`` (the seq at ``pos``) and rising are kept.
+
+    The lines were accepted (a read) or just encoded (an append); a line that does not decode
+    ends the sampling rather than guess.
+    """
+    index: list[tuple[int, int]] = []
+    last = after_seq
     while True:
-        nl = data.find(b"\n", pos + ck.INDEX_EVERY_BYTES, committed)
+        nl = data.find(b"\n", pos + step, committed)
         if nl < 0 or nl + 1 >= committed:
             return index
         start = nl + 1
@@ -264,10 +282,11 @@ def _sample_raw_index(data: bytes, header_end: int, committed: int) -> list[tupl
         try:
             first = decode_storage_record(loads(data[start:end]))[0]
         except DshError:
-            return index  # the scan accepted this line; stop sampling rather than guess
+            return index
         seq = first.get("seq") if isinstance(first, dict) else None
-        if type(seq) is int and seq > index[-1][0]:
+        if type(seq) is int and seq > last:
             index.append((seq, start))
+            last = seq
         pos = start
 
 
@@ -470,6 +489,10 @@ class JsonlHandle(HandleBase):
             start = tail.size
             self._write(payload)
             jck.note_index(tail.index, records[0]["seq"], start)
+            if self._backend.compression == "none":
+                for seq, offset in _sample_lines(payload, 0, len(payload), _APPEND_SAMPLE_BYTES,
+                                                 after_seq=records[0]["seq"]):
+                    jck.note_index(tail.index, seq, start + offset)
             tail.count += len(batch)
         if torn is not None:
             # The repair is made durable at once: until then the recovered events of a torn
@@ -566,6 +589,10 @@ class JsonlHandle(HandleBase):
             tail.header_end = content.index(b"\n") + 1
         tail.header_digest = ck.digest(content[:tail.header_end])
         tail.index = [(0, tail.header_end)]
+        if self._backend.compression == "none":
+            for seq, offset in _sample_lines(content, tail.header_end, len(content),
+                                             _APPEND_SAMPLE_BYTES, after_seq=0):
+                jck.note_index(tail.index, seq, offset)
         self._pending_header = None
         self._backend._forget_pending(self._id)
         if self._backend.compression == "none":
