@@ -25,6 +25,7 @@ import argparse
 import importlib
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,8 @@ def main() -> None:
                         help=f"all or {', '.join(BACKENDS)}")
     parser.add_argument("--variants", default="balanced,open")
     parser.add_argument("--cache", default="/tmp/dsh-bench-ckpt")
+    parser.add_argument("--dir", default=None,
+                        help="build into a temporary folder here instead of the cache (removed)")
     parser.add_argument("--full-read-up-to", type=int, default=100_000)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -155,8 +158,22 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.url)))
         return
-    cache = Path(args.cache)
-    rows = []
+    temporary = Path(tempfile.mkdtemp(prefix="dsh-bench-ckpt-", dir=args.dir)) \
+        if args.dir else None
+    cache = temporary or Path(args.cache)
+    try:
+        rows = _measure(args, cache)
+    finally:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+    _print(rows, args.runs)
+
+
+Row = tuple[str, int, str, dict[str, Any], dict[str, float], dict[str, float] | None]
+
+
+def _measure(args: argparse.Namespace, cache: Path) -> list[Row]:
+    rows: list[Row] = []
     for backend in select(args.backend, list(BACKENDS)):
         for size in (int(s) for s in args.sizes.split(",")):
             for variant in args.variants.split(","):
@@ -165,7 +182,11 @@ def main() -> None:
                 full = (_runs(master, backend, max(1, args.runs // 2), checkpoint=False)
                         if size <= args.full_read_up_to else None)
                 rows.append((backend, size, variant, facts, paged, full))
-    header_lines(f"resume through the projection checkpoint (median of {args.runs} fresh "
+    return rows
+
+
+def _print(rows: list[Row], runs: int) -> None:
+    header_lines(f"resume through the projection checkpoint (median of {runs} fresh "
                  "processes)")
     print("| backend | events | variant | surface nodes | compactions | resume ms | RSS above "
           "idle MB | first derive ms | checkpoint used | full-read resume ms | full-read RSS MB |")
