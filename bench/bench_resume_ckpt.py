@@ -14,7 +14,8 @@ parameters (never in CI); each measured run resumes a fresh copy in a fresh proc
 A child reports: ``resume_ms`` (``open_store`` + ``SessionStore.resume``: ownership, checkpoint
 check, tail read, closers written, published), ``rss_mb`` (peak RSS minus the RSS of the same
 interpreter with dsh imported, before the resume), ``derive_ms`` (the first
-``derive_messages``), ``paged`` (whether the checkpoint was used). With ``--full-read-up-to N``
+``derive_messages``), ``paged`` (whether the checkpoint was used), ``tail`` (events read
+after the checkpoint's cut, closers and end-seed included). With ``--full-read-up-to N``
 sessions up to N events are also resumed with the checkpoint removed (the full read), for
 comparison.
 """
@@ -106,6 +107,8 @@ def child(url: str) -> dict[str, Any]:
     result = {"resume_ms": t1 - t0, "rss_mb": rss, "derive_ms": t2 - t1,
               "events": len(session.events), "messages": len(messages),
               "paged": int(isinstance(session._log, PagedLog)),
+              "tail": len(session.events) - (session._log.cut
+                                             if isinstance(session._log, PagedLog) else 0),
               "refused": sum(v for k, v in ck.stats.items() if k == "refused")}
     store.close()
     return result
@@ -145,7 +148,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--backend", default="jsonl-packed,sqlite",
+    parser.add_argument("--backend", default="all",
                         help=f"all or {', '.join(BACKENDS)}")
     parser.add_argument("--variants", default="balanced,open")
     parser.add_argument("--cache", default="/tmp/dsh-bench-ckpt")
@@ -188,14 +191,16 @@ def _measure(args: argparse.Namespace, cache: Path) -> list[Row]:
 def _print(rows: list[Row], runs: int) -> None:
     header_lines(f"resume through the projection checkpoint (median of {runs} fresh "
                  "processes)")
-    print("| backend | events | variant | surface nodes | compactions | resume ms | RSS above "
-          "idle MB | first derive ms | checkpoint used | full-read resume ms | full-read RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| backend | events | variant | surface nodes | compactions | tail read | resume ms "
+          "| RSS above idle MB | first derive ms | checkpoint used | full-read resume ms "
+          "| full-read RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for backend, _size, variant, facts, paged, full in rows:
         full_ms = f"{full['resume_ms']:.0f}" if full else "-"
         full_rss = f"{full['rss_mb']:.0f}" if full else "-"
         print(f"| {backend} | {facts['events']:,} | {variant} | {facts['surface']} | "
-              f"{facts['compactions']} | {paged['resume_ms']:.1f} | {paged['rss_mb']:.1f} | "
+              f"{facts['compactions']} | {paged['tail']:.0f} | {paged['resume_ms']:.1f} | "
+              f"{paged['rss_mb']:.1f} | "
               f"{paged['derive_ms']:.1f} | {'yes' if paged['paged'] == 1 else 'NO'} | "
               f"{full_ms} | {full_rss} |")
 
