@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 import orjson
 
@@ -51,6 +51,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointCheck",
     "CheckpointRefused",
+    "KeepsCheckpoints",
     "check_checkpoint",
     "decode_checkpoint",
     "digest",
@@ -145,6 +146,28 @@ class Checkpoint:
 
     anchor: Anchor
     state: RestoreState
+
+
+@runtime_checkable
+class KeepsCheckpoints(Protocol):
+    """A handle whose backend keeps projection checkpoints (JSONL, SQLite schema 17)."""
+
+    @property
+    def durable_bytes(self) -> int:
+        """Log bytes made durable through the handle (0 when the backend counts none)."""
+        ...
+
+    def checkpoint_anchor(self) -> Anchor | None:
+        """The anchor of the durable prefix, or None when none can be given now."""
+        ...
+
+    def write_checkpoint(self, data: bytes) -> None:
+        """Replace the sidecar with ``data`` atomically (``OSError`` on failure)."""
+        ...
+
+    def read_checkpointed(self) -> tuple[Checkpoint, Any, Any]:
+        """``(checkpoint, tail ColdRead, EventSource)``, or raise :class:`CheckpointRefused`."""
+        ...
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
@@ -281,12 +304,11 @@ def check_checkpoint(handle: Any, events: Sequence[Event], inherited: int) -> Ch
     Returns:
         The verdict; never raises for a bad checkpoint (it is derived data, not the log).
     """
-    read = getattr(handle, "read_checkpointed", None)
-    if read is None:
+    if not isinstance(handle, KeepsCheckpoints):
         return CheckpointCheck(status="absent", event_count=0,
                                message="this backend keeps no projection checkpoints")
     try:
-        checkpoint, cold, source = read()
+        checkpoint, cold, source = handle.read_checkpointed()
     except CheckpointRefused as exc:
         if exc.reason == "absent":
             return CheckpointCheck(status="absent", event_count=0,

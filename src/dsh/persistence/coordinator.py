@@ -473,19 +473,19 @@ class _SessionWriter:
         Never fails the flush: the batch is durable and the checkpoint is only derived, so a
         failure to write one is logged (WARNING) and the next due flush tries again.
         """
-        if fold.event_count != self.cursor:
+        handle = self.handle
+        if fold.event_count != self.cursor or not isinstance(handle, ck.KeepsCheckpoints):
             return  # events before the fold's start are not all durable yet
         count, size = self._last_checkpoint
-        durable = getattr(self.handle, "durable_bytes", 0)
         if self.cursor - count < ck.CHECKPOINT_EVERY_EVENTS \
-                and durable - size < ck.CHECKPOINT_EVERY_BYTES:
+                and handle.durable_bytes - size < ck.CHECKPOINT_EVERY_BYTES:
             return
         try:
-            anchor = self.handle.checkpoint_anchor()  # type: ignore[attr-defined]  # optional
+            anchor = handle.checkpoint_anchor()
             if anchor is None or anchor.event_count != self.cursor:
                 return
             data = ck.encode_checkpoint(ck.Checkpoint(anchor=anchor, state=fold.state()))
-            self.handle.write_checkpoint(data)  # type: ignore[attr-defined]  # optional API
+            handle.write_checkpoint(data)
         except (OSError, DshError, ValueError) as exc:
             log.warning("session %r: could not write its projection checkpoint (%r); resumes "
                         "read the whole log until the next one", self.session.id, exc)
@@ -564,7 +564,8 @@ class PersistenceObserver:
             last = (0, 0)
             # Checkpoints only for logs whose stored records are the events themselves: a
             # legacy record would page in differently from its normalised event.
-            if foldable and hasattr(handle, "checkpoint_anchor") and isinstance(session, Session):
+            if foldable and isinstance(handle, ck.KeepsCheckpoints) \
+                    and isinstance(session, Session):
                 base = resumed.state if resumed is not None else None
                 fold = RestoreFold.of_session(session, base)
                 if resumed is not None:
@@ -990,8 +991,7 @@ class Persistence:
                                    "in this process; its writer keeps its checkpoints",
                                    code="SESSION_LIVE", session_id=session_id)
         with self.backend.open(session_id, "write") as handle:
-            anchor_of = getattr(handle, "checkpoint_anchor", None)
-            if anchor_of is None:
+            if not isinstance(handle, ck.KeepsCheckpoints):
                 return False
             cold = handle.read(0)
             events, closers = read_pipeline(session_id, cold, path=_raw_path(handle))
@@ -1000,10 +1000,10 @@ class Persistence:
                 return False
             fold = RestoreFold(cold.header.get("seedLength") or 0)
             fold.feed(cold.events)
-            anchor = anchor_of()
+            anchor = handle.checkpoint_anchor()
             if anchor is None or anchor.event_count != len(cold.events):
                 return False
-            handle.write_checkpoint(  # type: ignore[attr-defined]  # with checkpoint_anchor
+            handle.write_checkpoint(
                 ck.encode_checkpoint(ck.Checkpoint(anchor=anchor, state=fold.state())))
         return True
 
@@ -1133,12 +1133,11 @@ class Persistence:
             ``(session, cursor, closers, resumed)``: the prepared session, the seq the writer
             continues from once the closers are written, and the checkpoint's state.
         """
-        read = getattr(handle, "read_checkpointed", None)
         prepare = getattr(store, "prepare_paged", None)
-        if read is None or prepare is None:
+        if not isinstance(handle, ck.KeepsCheckpoints) or prepare is None:
             return None
         try:
-            checkpoint, cold, source = read()
+            checkpoint, cold, source = handle.read_checkpointed()
             state = checkpoint.state
             tail = cold.events
             header = cold.header

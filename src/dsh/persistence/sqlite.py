@@ -1085,6 +1085,11 @@ class SqliteHandle(HandleBase):
         """The checkpoint sidecar: ``<db>.dsh-checkpoints/<encoded id>.ckpt``."""
         return self._backend.checkpoint_dir / f"{_cut_stem(self._id)}.ckpt"
 
+    @property
+    def durable_bytes(self) -> int:
+        """0: SQLite checkpoints are due by events only (rows are not counted in bytes)."""
+        return 0
+
     def checkpoint_anchor(self) -> ck.Anchor | None:
         """The anchor of the committed prefix last read or written here, or None."""
         self._ensure_open()
