@@ -10,6 +10,7 @@ pipeline), seed ch. 28 (resume).
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -414,3 +415,29 @@ def test_one_large_batch_is_indexed_inside_so_a_page_in_reads_about_a_page(
         assert f'"seq":{seq},'.encode() in data[offset:data.index(b"\n", offset)] or \
             f'"seq0":{seq},'.encode() in data[offset:data.index(b"\n", offset)]
     assert_equivalent(root, kind)
+
+
+def test_sqlite_page_in_starting_inside_a_packed_row_reads_from_that_row(root: Path) -> None:
+    # a page boundary (4 events here) falls inside a 30-member packed chunk row: the page-in
+    # starts at the row holding it, found by seq, and yields exactly the events asked for
+    with SessionStore(persistence=open_store(url_of("sqlite", root)), clock=StepClock()) as store:
+        session = store.session("s")
+        session.append("turn/start", {"turn": 1})
+        session.append("step/start", {"turn": 1, "step": 1})
+        session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {
+            "type": "block-start", "index": 0, "blockType": "text"}})
+        for i in range(30):
+            session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {
+                "type": "text-delta", "index": 0, "text": f"t{i} "}})
+        session.append("assistant/message", assistant_data(1, 1, [
+            {"type": "text", "text": "".join(f"t{i} " for i in range(30))}]),
+            surface_op="append")
+        session.append("step/end", {"turn": 1, "step": 1})
+        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        store.flush(session)
+        completed_turn(session, 2, call_ids=["c2"])
+        store.flush(session)
+    packed = sqlite3.connect(root / "store.db").execute(
+        "SELECT count(*) FROM events WHERE seq > 3 AND seq < 33").fetchone()[0]
+    assert packed < 5  # the run is stored packed
+    assert_equivalent(root, "sqlite")

@@ -20,7 +20,7 @@ from dsh.errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, dumps
 from dsh.persistence import checkpoint as ck
 from dsh.persistence._seal import check_row_seals, read_seal, rows_crc
-from dsh.persistence._sqlite_schema import MAX_PACKED_ROW_MEMBERS, scan_rows
+from dsh.persistence._sqlite_schema import scan_rows
 from dsh.persistence.api import ColdRead
 from dsh.session.events import Event
 
@@ -155,16 +155,18 @@ class SqlitePrefixSource:
 
         if start >= stop:
             return []
-        low = max(0, start - (MAX_PACKED_ROW_MEMBERS - 1))  # a packed row covering start
         try:
             with self._mutex:
                 if self._conn is None:
                     self._conn = sqlite3.connect(f"{self._path.as_uri()}?mode=ro", uri=True,
                                                  check_same_thread=False,
                                                  isolation_level=None)
+                # from the row holding start: the last row at or before it (a packed row
+                # is keyed by its first member), not a packed row's worth of rows earlier
                 rows = self._conn.execute(
-                    f"SELECT {_ROW_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? AND "
-                    "seq < ? ORDER BY seq", (self._id, low, stop)).fetchall()
+                    f"SELECT {_ROW_COLUMNS} FROM events WHERE session_id = ? AND seq >= "
+                    "coalesce((SELECT max(seq) FROM events WHERE session_id = ? AND seq <= ?), "
+                    "0) AND seq < ? ORDER BY seq", (self._id, self._id, start, stop)).fetchall()
             events: list[Event] = []
             if rows:
                 scan = scan_rows(rows, rows[0][1], 17, path=str(self._path),
