@@ -563,8 +563,10 @@ class EventLog(Sequence[Event]):
 class Session:
     """One session: an append-only, in-memory log of frozen events and what derives from it.
 
-    Build one with :meth:`create` (snapshot mode: the seed is validated and copied) or
-    :meth:`restore` (restore mode: owned, already frozen events are validated without a copy).
+    Build one with :meth:`create` (snapshot mode: the seed is validated and copied),
+    :meth:`restore` (restore mode: owned, already frozen events are validated without a copy)
+    or :meth:`restore_paged` (an O(tail) resume: the events before a checkpoint's cut stay in
+    storage and are paged in on demand; everything else behaves as after :meth:`restore`).
 
     Attributes:
         id: The session id (``header.id``).
