@@ -199,19 +199,31 @@ def test_settings_limit_and_explicit_limit_beats_it(store: str) -> None:
     run(body())
 
 
-def test_limit_never_separates_a_call_from_its_output(store: str) -> None:
+def test_a_limit_window_is_sqlite_sessions_and_the_model_view_keeps_pairs(
+        store: str, tmp_path: Path) -> None:
     call = {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"}
     output = {"type": "function_call_output", "call_id": "c1", "output": "a.py"}
     answer = {"role": "assistant", "content": "There is a.py."}
+    items = [{"role": "user", "content": "ls"}, call, output, answer]
 
     async def body() -> None:
         session = DshSession("pairs", store)
-        await session.add_items([{"role": "user", "content": "ls"}, call, output, answer])
-        # the latest 2 would start with the output of a call left outside: it is left out
-        assert await session.get_items(limit=2) == [answer]
-        assert await session.get_items(limit=3) == [call, output, answer]
+        theirs = SQLiteSession("pairs", tmp_path / "sdk.db")
+        await session.add_items(items)
+        await theirs.add_items(items)
+        # The latest 2 start with an output whose call is cut off, exactly as SQLiteSession
+        # gives them: the SDK's Runner drops such an output from the model input.
+        for limit in (2, 3):
+            assert await session.get_items(limit=limit) == await theirs.get_items(limit=limit)
+        assert await session.get_items(limit=2) == [output, answer]
         session.close()
+        theirs.close()
     run(body())
+    # dsh's own model view of the same session keeps the call with its result
+    sent = dsh_messages("pairs", store, "dsh")
+    calls = [b for m in sent for b in m["content"] if b.get("type") == "tool-call"]
+    results = [b for m in sent for b in m["content"] if b.get("type") == "tool-result"]
+    assert [c["id"] for c in calls] == [r["toolCallId"] for r in results] == ["c1"]
 
 
 def test_clear_session_hides_items_and_keeps_the_log(store: str, tmp_path: Path) -> None:

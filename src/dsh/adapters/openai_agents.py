@@ -26,16 +26,15 @@ so ``get_items`` returns exactly what ``add_items`` received, field for field. I
 the surface (the model view), so what dsh adds is seen too: a crash-repair ``tool/result``
 reads back as a ``function_call_output``, a compaction summary as a user message. ``pop_item``
 and ``clear_session`` append ``ignorable`` ``openai-agents/pop`` and ``openai-agents/clear``
-events: the log keeps every byte and readers that do not know them skip them. ``limit`` never
-separates a call from its output: an output whose call falls outside the window is left out.
+events: the log keeps every byte and readers that do not know them skip them. A ``limit``
+window is ``SQLiteSession``'s: it may start with a ``function_call_output`` whose call it cut
+off, which the SDK's Runner leaves out of the model input (the SDK's own limit test checks
+that on DshSession); dsh's own model view never splits a call from its output.
 
-Where this differs from ``SQLiteSession`` (on purpose; the SDK's own session tests, run
-against DshSession in ``tests/adapters/sdk_session_tests``, show each): a negative ``limit``
-gives no items (``SQLiteSession`` passes it to SQL's ``LIMIT`` and gives every item); a
-``limit`` window that starts on a ``function_call_output`` drops that output
-(``SQLiteSession`` returns it, and the SDK's Runner drops it from the model input, so the
-model sees the same either way). A closed session raises :class:`dsh.errors.AdapterClosedError`,
-a ``RuntimeError`` as ``SQLiteSession``'s is.
+Where this differs from ``SQLiteSession``: a negative ``limit`` gives no items
+(``SQLiteSession`` passes it to SQL's ``LIMIT`` and gives every item; no SDK test asks for
+either). A closed session raises :class:`dsh.errors.AdapterClosedError`, a ``RuntimeError`` as
+``SQLiteSession``'s is.
 
 Needs ``pip install 'dsh-session[openai-agents]'``.
 """
@@ -243,17 +242,6 @@ def _synthesized(event: Mapping[str, Any]) -> list[dict[str, Any]]:
              "content": text_of(content)}]
 
 
-def _without_split_pairs(window: list[tuple[int, int, dict[str, Any]]]
-                         ) -> list[tuple[int, int, dict[str, Any]]]:
-    """Drop leading outputs whose ``function_call`` is not inside the window."""
-    calls = {item.get("call_id") for _, _, item in window if item.get("type") == "function_call"}
-    start = 0
-    while start < len(window) and window[start][2].get("type") == "function_call_output" \
-            and window[start][2].get("call_id") not in calls:
-        start += 1
-    return window[start:]
-
-
 class DshSession(SessionABC):
     """An OpenAI Agents SDK session stored as a dsh session log.
 
@@ -297,10 +285,7 @@ class DshSession(SessionABC):
         with self._log.lock:
             if limit is not None and limit <= 0:
                 return []
-            visible = self._visible(limit)
-            if limit is not None:
-                visible = _without_split_pairs(visible)
-            return [item for _, _, item in visible]
+            return [item for _, _, item in self._visible(limit)]
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items in order (all when ``limit`` and the setting are None).
@@ -311,8 +296,10 @@ class DshSession(SessionABC):
 
         Returns:
             Items as ``add_items`` received them (fresh copies), plus items for what dsh added
-            (crash-repair outputs, compaction summaries); a leading ``function_call_output``
-            whose call falls outside the window is left out.
+            (crash-repair outputs, compaction summaries). As with ``SQLiteSession``, a window
+            may start with a ``function_call_output`` whose call it cut off; the SDK's Runner
+            leaves such an output out of the model input (the SDK's own session-limit test
+            checks this against DshSession), and dsh's own model view never splits a pair.
         """
         settings = self.session_settings
         effective = limit if limit is not None or settings is None else settings.limit

@@ -4,9 +4,6 @@ Their ``@pytest.mark.asyncio`` tests run through pytest-asyncio. A test is skipp
 when it checks SQLiteSession's own machinery rather than a session's observable behaviour:
 its sqlite3 connections, tables and locks, which DshSession does not have. Each is named with
 the reason; everything else in the vendored files runs unchanged against DshSession.
-
-:data:`DEVIATIONS` are tests whose assertion contradicts a rule dsh keeps on purpose; they are
-strict xfails, so the day DshSession passes one the suite says so.
 """
 
 from __future__ import annotations
@@ -39,14 +36,6 @@ NOT_APPLICABLE: dict[str, str] = {
         _SQLITE_INTERNALS,
 }
 
-DEVIATIONS: dict[str, str] = {
-    "test_session_limit_drops_unmatched_history_function_call_output":
-        "get_items(limit=2) on [user, call, output, answer] gives [answer]: dsh's limit never "
-        "hands out a function_call_output without its function_call (SQLiteSession gives "
-        "[output, answer] and leaves the Runner to drop the output); the model input the test "
-        "then checks is the same",
-}
-
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
@@ -56,6 +45,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if name in NOT_APPLICABLE:
             item.add_marker(pytest.mark.skip(reason=f"SQLiteSession-specific: "
                                                     f"{NOT_APPLICABLE[name]}"))
-        elif name in DEVIATIONS:
-            item.add_marker(pytest.mark.xfail(strict=True, raises=AssertionError,
-                                              reason=f"dsh rule: {DEVIATIONS[name]}"))
