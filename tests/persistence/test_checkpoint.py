@@ -101,15 +101,20 @@ def stored(url: str, sid: str = "s") -> list[Any]:
 
 
 def assert_same_resume(paged_url: str, full_url: str, sid: str = "s", *,
-                       expect_paged: bool = True) -> None:
-    """Resume ``sid`` from both stores, append the same probes, compare all that is seen."""
+                       expect_paged: bool | None = True) -> bool:
+    """Resume ``sid`` from both stores, append the same probes, compare all that is seen.
+
+    ``expect_paged`` None accepts either path; returns whether the checkpoint was used.
+    """
     used = ck.stats["used"]
     paged = resume_and_continue(paged_url, sid)
     full = resume_and_continue(full_url, sid)
-    assert paged[3] is expect_paged and ck.stats["used"] == used + expect_paged
+    if expect_paged is not None:
+        assert paged[3] is expect_paged and ck.stats["used"] == used + expect_paged
     assert full[3] is False
     assert paged[:3] == full[:3]
     assert stored(paged_url, sid) == stored(full_url, sid)
+    return paged[3]
 
 
 def assert_equivalent(root: Path, kind: str, *, expect_paged: bool = True) -> None:
