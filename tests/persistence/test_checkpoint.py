@@ -446,3 +446,15 @@ def test_sqlite_page_in_starting_inside_a_packed_row_reads_from_that_row(root: P
         "SELECT count(*) FROM events WHERE seq > 3 AND seq < 33").fetchone()[0]
     assert packed < 5  # the run is stored packed
     assert_equivalent(root, "sqlite")
+
+
+def test_fork_child_resumes_through_its_checkpoint(kind: str, root: Path) -> None:
+    long_store(kind, root, turns=20, open_turn=True)
+    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock(7)) as store:
+        parent = store.resume("s")
+        child = store.fork(parent, 150, "child")  # a cut inside turn 19: forked closers
+        completed_turn(child, 40)
+        store.flush(child)
+    full_root = root.parent / "full"
+    copy_without_checkpoint(root, full_root)
+    assert assert_same_resume(url_of(kind, root), url_of(kind, full_root), "child")
