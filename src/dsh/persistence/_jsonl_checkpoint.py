@@ -198,6 +198,10 @@ class JsonlPrefixSource:
         self._cut_offset = cut_offset
         self._seqs = [seq for seq, _ in index]
         self._offsets = [offset for _, offset in index]
+        # the events of the last span scanned (first seq, events): pages are read in order
+        # (a restore pages the surface in sorted), and one span or zstd frame (a whole batch)
+        # holds many pages, so each span is decoded once, not once per page
+        self._span: tuple[int, list[Event]] = (0, [])
 
     def __len__(self) -> int:
         return self._cut
@@ -211,6 +215,9 @@ class JsonlPrefixSource:
         """
         if start >= stop:
             return []
+        span_seq, span = self._span
+        if span_seq <= start and stop <= span_seq + len(span):
+            return span[start - span_seq:stop - span_seq]
         first = bisect.bisect_right(self._seqs, start) - 1
         last = bisect.bisect_left(self._seqs, stop)
         seq = self._seqs[first]
@@ -225,6 +232,7 @@ class JsonlPrefixSource:
                 os.close(fd)
             text = _decode_frames(data, offset, path) if self._zstd else data
             events = _scan(text, path=path, offset=offset, seq=seq)
+            self._span = (seq, events)
         except (OSError, ck.CheckpointRefused, DshError) as exc:
             raise LogCorruptError(f"events {start}..{stop - 1} of {path} could not be paged in "
                                   f"({exc}); the log changed after the session was resumed, "
