@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from dsh.errors import DshError
 from dsh.persistence import open_store
 from dsh.persistence.coordinator import Persistence
-from dsh.persistence.listing import INDEX_NAME, ListingEntry, summarize
+from dsh.persistence.listing import INDEX_NAME, JOURNAL_NAME, ListingEntry, summarize
 from dsh.session.session import Session
 from dsh.session.store import SessionStore
 from tests.strategies import StepClock, apply_script, examples, log_scripts
@@ -108,14 +108,8 @@ def test_entries_equal_a_full_read_on_random_logs(tmp_path_factory: Any, scripts
         assert listed(persistence) == full_entries(persistence)
 
 
-def test_jsonl_unchanged_logs_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                           ) -> None:
-    url = URLS["jsonl"].format(root=tmp_path)
-    with open_store(url) as persistence:
-        for i in range(3):
-            write(persistence, f"s{i}", titled)
-        first = listed(persistence)
-    assert (tmp_path / "store" / INDEX_NAME).is_file()
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of every full session read from now on."""
     reads: list[str] = []
     original = Persistence.read
 
@@ -124,10 +118,22 @@ def test_jsonl_unchanged_logs_are_not_read(tmp_path: Path, monkeypatch: pytest.M
         return original(self, session_id)
 
     monkeypatch.setattr(Persistence, "read", counting)
+    return reads
+
+
+def test_jsonl_unchanged_logs_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    url = URLS["jsonl"].format(root=tmp_path)
+    with open_store(url) as persistence:
+        for i in range(3):
+            write(persistence, f"s{i}", titled)
+        first = listed(persistence)
+    assert (tmp_path / "store" / INDEX_NAME).is_file()
+    reads = count_reads(monkeypatch)
     with open_store(url) as persistence:
         assert listed(persistence) == first
         assert reads == []
-        # one session grows: only its log is read again, and its entry follows
+        # one session grows: its writer keeps its entry at flush, so no log is read
         store = SessionStore(persistence=persistence, clock=StepClock(10**12))
         session = store.resume("s1")
         session.append("turn/start", {"turn": 3})
@@ -136,9 +142,51 @@ def test_jsonl_unchanged_logs_are_not_read(tmp_path: Path, monkeypatch: pytest.M
         store.dispose(session)
         reads.clear()
         again = listed(persistence)
-        assert reads == ["s1"]
+        assert reads == []
         assert again["s1"].turns == 3 and again["s1"].events == first["s1"].events + 3
         assert again == full_entries(persistence)
+        # without its journal line (lost, deleted) a grown log is read again
+        session = store.resume("s2")
+        session.append("turn/start", {"turn": 3})
+        store.flush(session)
+        store.dispose(session)
+        (tmp_path / "store" / JOURNAL_NAME).unlink()
+        reads.clear()
+        grown = listed(persistence)["s2"]
+        assert reads == ["s2"]
+        assert grown == full_entries(persistence)["s2"]
+
+
+def test_jsonl_writers_keep_the_listing_at_flush_so_a_first_listing_reads_no_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = URLS["jsonl"].format(root=tmp_path)
+    with open_store(url) as persistence:
+        for i in range(4):
+            write(persistence, f"s{i}", titled if i % 2 else prompt_only)
+    assert (tmp_path / "store" / JOURNAL_NAME).is_file()
+    assert not (tmp_path / "store" / INDEX_NAME).exists()
+    reads = count_reads(monkeypatch)
+    with open_store(url) as persistence:
+        got = listed(persistence)
+        assert reads == []
+        assert got == full_entries(persistence)
+    # merged into the index, the journal emptied
+    assert (tmp_path / "store" / INDEX_NAME).is_file()
+    assert (tmp_path / "store" / JOURNAL_NAME).read_bytes() == b""
+
+
+def test_jsonl_listing_journal_torn_or_stale_lines_fall_back_to_a_read(tmp_path: Path) -> None:
+    url = URLS["jsonl"].format(root=tmp_path)
+    with open_store(url) as persistence:
+        write(persistence, "a", titled)
+        write(persistence, "b", prompt_only)
+    journal = tmp_path / "store" / JOURNAL_NAME
+    lines = journal.read_bytes().split(b"\n")
+    # a torn last line and an entry whose signature no longer matches its log
+    stale = lines[0].replace(b'"sig":[', b'"sig":[1')
+    journal.write_bytes(b"\n".join([stale, *lines[1:-1]]) + b"\n" + lines[-2][:30])
+    with open_store(url) as persistence:
+        assert listed(persistence) == full_entries(persistence)
 
 
 @pytest.mark.parametrize("damage", ["delete", "garbage", "wrong-shape", "truncate"])

@@ -75,6 +75,7 @@ from dsh.persistence.api import (
     normalize_header,
     session_id_problem,
 )
+from dsh.persistence.listing import EntryFold, JsonlIndex, note_flushed, signature
 from dsh.persistence.memory import validate_batch
 from dsh.session.chunks import decode_storage_record
 from dsh.session.events import SESSION_FORMAT_VERSION, Event
@@ -408,6 +409,14 @@ class JsonlHandle(HandleBase):
         self._fd: int | None = None
         self._tail: _Tail | None = None
         self._closed = False
+        # the listing entry kept at flush (listing.EntryFold): the log's signature when it was
+        # read, the fold once known, the events appended since the last flush; off for good
+        # once the entry cannot be known (a torn tail, no index entry, a failed fsync)
+        self._listing_base: list[int] | None = None
+        self._listing: EntryFold | None = None
+        self._listing_pending: list[Event] = []
+        self._listing_off = False
+        self._listing_where: tuple[Path, str] | None = None
 
 
 
@@ -443,6 +452,7 @@ class JsonlHandle(HandleBase):
         self._backend._check_identity(self._id, parsed.header, self.path)
         if self._mode == "write":
             self._pending_header = None
+            self._listing_reset(parsed.torn is None)
             self._tail = _Tail(True, len(parsed.events), len(data), parsed.torn,
                                len(parsed.events), len(data),
                                seals=(seal.records if seal is not None else []) if raw else None,
@@ -481,6 +491,7 @@ class JsonlHandle(HandleBase):
             return
         if torn is not None:
             self._truncate_torn(torn)
+            self._listing_off = True
         records = list(torn.recovered) + batch if torn is not None else batch
         if records:
             payload = encode_records(records, pack_chunks=self._backend.pack_chunks)
@@ -489,6 +500,8 @@ class JsonlHandle(HandleBase):
             start = tail.size
             self._write(payload)
             jck.note_index(tail.index, records[0]["seq"], start)
+            if not self._listing_off:
+                self._listing_pending.extend(batch)
             if self._backend.compression == "none":
                 for seq, offset in _sample_lines(payload, 0, len(payload), _APPEND_SAMPLE_BYTES,
                                                  after_seq=records[0]["seq"]):
@@ -589,6 +602,15 @@ class JsonlHandle(HandleBase):
             tail.header_end = content.index(b"\n") + 1
         tail.header_digest = ck.digest(content[:tail.header_end])
         tail.index = [(0, tail.header_end)]
+        try:  # the header as a read gives it back (known keys, delegationDepth always present)
+            header = parse_header_strict(encode_header_line(self._pending_header),
+                                         path=str(self.path))
+        except DshError:  # a foreign format version: a read refuses it, the listing reports it
+            self._listing_off = True
+        else:
+            self._listing = EntryFold.start(header)
+            self._listing_pending = list(batch)
+            self._listing_off = False
         if self._backend.compression == "none":
             for seq, offset in _sample_lines(content, tail.header_end, len(content),
                                              _APPEND_SAMPLE_BYTES, after_seq=0):
@@ -598,6 +620,7 @@ class JsonlHandle(HandleBase):
         if self._backend.compression == "none":
             tail.seals = []
             self._seal(content)
+        self._note_listing()  # the published file is durable (see _publish)
 
     def flush(self) -> None:
         """Make appended bytes durable (fsync); on failure truncate back to the last durable state.
@@ -623,10 +646,56 @@ class JsonlHandle(HandleBase):
             tail.size = tail.durable_size
             tail.count = tail.durable_count
             tail.index = [entry for entry in tail.index if entry[1] <= tail.durable_size]
+            self._listing_off = True
+            self._listing_pending = []
             raise
         tail.durable_size = tail.size
         tail.durable_count = tail.count
         self._seal()
+        self._note_listing()
+
+    # --- the listing entry kept at flush (see dsh.persistence.listing) ------------------
+
+    def _listing_reset(self, known: bool) -> None:
+        """A (re)read: the entry is looked up for the log as read, at the next flush."""
+        self._listing = None
+        self._listing_pending = []
+        self._listing_off = not known
+        try:
+            self._listing_base = signature(os.stat(self.path)) if known else None
+        except OSError:
+            self._listing_base, self._listing_off = None, True
+
+    def _listing_key(self) -> tuple[Path, str]:
+        where = self._listing_where
+        if where is None:  # once per handle: pathlib costs more than the rest of a note
+            where = self._listing_where = (
+                Path(self._backend.root), f"{self.path.parent.parent.name}/{self.path.parent.name}")
+        return where
+
+    def _note_listing(self) -> None:
+        """Fold the flushed events into the listing entry and journal it (cheap: one line)."""
+        pending, self._listing_pending = self._listing_pending, []
+        if self._listing_off:
+            return
+        root, key = self._listing_key()
+        fold = self._listing
+        if fold is None:
+            found = (JsonlIndex(root).lookup(key, self._listing_base)
+                     if self._listing_base is not None else None)
+            if found is None:
+                self._listing_off = True
+                return
+            fold = self._listing = EntryFold.resume(found)
+        if not fold.extend(pending):
+            self._listing_off = True
+            return
+        try:
+            sig = signature(os.stat(self.path))
+        except OSError:
+            self._listing_off = True
+            return
+        note_flushed(root, key, sig, fold.entry)
 
     def _seal_path(self) -> Path:
         return self.path.with_name(self.path.name + _SEAL_SUFFIX)
@@ -672,6 +741,8 @@ class JsonlHandle(HandleBase):
         checkpoint = ck.decode_checkpoint(ck.read_checkpoint_file(self.checkpoint_path()),
                                           session_id=self._id, backend=kind)
         header, events, revision = jck.load_tail(self, checkpoint)
+        if self._mode == "write":
+            self._listing_reset(True)  # load_tail refuses a torn tail
         anchor = checkpoint.anchor
         source = jck.JsonlPrefixSource(self.path, self._backend.compression,
                                        anchor.event_count, anchor.byte_offset, anchor.index)

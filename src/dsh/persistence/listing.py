@@ -13,6 +13,11 @@ O(total events); this module answers from data kept apart from the logs:
   signature matches is not opened; a missing, stale or unreadable index entry is rebuilt from
   a full read of that one log, and the index is rewritten (atomically) when anything changed.
   The index is a cache, never the truth: deleting it only costs one full read per log.
+  Writers keep it at flush: a JSONL write handle folds what it flushed into the entry it
+  started from (:class:`EntryFold`) and appends one line to ``.dsh-listing.journal``; the next
+  listing merges the journal (later lines win) into the index. A writer that cannot know the
+  entry (a log read with a torn tail, no matching index entry) writes nothing: the listing
+  then reads that log in full, as before.
 
 Rule: persistence spec §2.1 (``list``); summaries equal what a full read gives
 (``tests/persistence/test_listing.py`` compares them).
@@ -25,7 +30,7 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,13 +39,16 @@ import orjson
 from dsh.errors import DshError
 from dsh.json import FrozenDict, snapshot_json
 
-__all__ = ["INDEX_NAME", "JsonlIndex", "ListingEntry", "jsonl_entries", "sqlite_entries",
-           "summarize"]
+__all__ = ["INDEX_NAME", "JOURNAL_NAME", "EntryFold", "JsonlIndex", "ListingEntry",
+           "jsonl_entries", "note_flushed", "sqlite_entries", "summarize"]
 
 log = logging.getLogger("dsh.persistence")
 
 INDEX_NAME: Final = ".dsh-listing.json"
 """The JSONL listing sidecar in the store root (a cache; safe to delete)."""
+
+JOURNAL_NAME: Final = ".dsh-listing.journal"
+"""Entries JSONL writers noted at flush since the index was last written (a cache too)."""
 
 _INDEX_VERSION: Final = 2
 SOURCE_EVENT_TYPE: Final = "import/source"
@@ -73,6 +81,9 @@ class ListingEntry:
     first_prompt: str | None
     source_format: str
     timed: bool = True
+
+
+_FIELDS: Final = tuple(f.name for f in fields(ListingEntry))
 
 
 def _message_text(content: Any) -> str:
@@ -112,33 +123,101 @@ def _source_format(event: Mapping[str, Any]) -> str:
 
 def summarize(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> ListingEntry:
     """The listing entry of a session from its header and committed events (one pass)."""
-    title: str | None = None
-    prompt: str | None = None
-    source: str | None = None
-    untimed_at: int | None = None  # time of a timestamp-less import/source
-    turns = 0
-    for event in events:
-        kind = event["type"]
-        if kind == "turn/start":
-            turns += 1
-        elif kind == "session/title":
-            data = event["data"]
-            if isinstance(data, Mapping) and isinstance(data.get("title"), str):
-                title = data["title"]
-        elif kind == "user/message" and prompt is None:
-            prompt = _prompt_of(event)
-        elif kind == SOURCE_EVENT_TYPE and source is None:
-            source = _source_format(event)
-            if _untimed(event):
-                untimed_at = int(event["time"])
     frozen = header if isinstance(header, FrozenDict) else snapshot_json(header)
-    last = int(events[-1]["time"]) if events else int(header.get("createdAt", 0))
-    return ListingEntry(str(header["id"]), frozen, len(events), last, turns, title, prompt,
-                        source or "dsh", untimed_at is None or last != untimed_at)
+    start = ListingEntry(str(header["id"]), frozen, 0, int(header.get("createdAt", 0)), 0,
+                         None, None, "dsh")
+    fold = EntryFold(start, False)
+    fold.extend(events)  # never False: it starts knowing no import/source was seen
+    return fold.entry
+
+
+class EntryFold:
+    """The listing entry of one log, kept up to date by its writer as batches become durable.
+
+    It continues :func:`summarize`'s one pass from a known entry, so :attr:`entry` always
+    equals what a full read of the durable log would summarise.
+
+    Args:
+        entry: The entry of the log as it stands (a fresh session: ``summarize(header, [])``).
+        source_seen: Whether an ``import/source`` was among those events; None when unknown
+            (an entry whose source is ``"dsh"`` may or may not have seen one).
+    """
+
+    __slots__ = ("_source_seen", "_untimed_at", "entry")
+
+    def __init__(self, entry: ListingEntry, source_seen: bool | None) -> None:
+        self.entry = entry
+        self._source_seen = source_seen
+        # a timestamp-less import/source stamps every event with one time: the entry is
+        # untimed exactly while the last time is still that stamp (times never decrease)
+        self._untimed_at = None if entry.timed else entry.last_activity_ms
+
+    @classmethod
+    def start(cls, header: Mapping[str, Any]) -> EntryFold:
+        """The fold of a session that has no events yet."""
+        return cls(summarize(header, ()), False)
+
+    @classmethod
+    def resume(cls, entry: ListingEntry) -> EntryFold:
+        """The fold continuing an index entry read back for the log as it stands."""
+        return cls(entry, True if entry.source_format != "dsh" else None)
+
+    def extend(self, events: Sequence[Mapping[str, Any]]) -> bool:
+        """Fold durable events (in seq order) in; False when the entry cannot be known.
+
+        False means an ``import/source`` arrived while it is unknown whether an earlier one
+        was seen (the first one decides the source): the caller stops keeping the entry.
+        """
+        if not events:
+            return True
+        e = self.entry
+        title, prompt, source, turns = e.title, e.first_prompt, e.source_format, e.turns
+        seen, untimed_at = self._source_seen, self._untimed_at
+        for event in events:
+            kind = event["type"]
+            if kind == "turn/start":
+                turns += 1
+            elif kind == "session/title":
+                data = event["data"]
+                if isinstance(data, Mapping) and isinstance(data.get("title"), str):
+                    title = data["title"]
+            elif kind == "user/message" and prompt is None:
+                prompt = _prompt_of(event)
+            elif kind == SOURCE_EVENT_TYPE and not seen:
+                if seen is None:
+                    return False
+                seen = True
+                source = _source_format(event)
+                if _untimed(event):
+                    untimed_at = int(event["time"])
+        last = int(events[-1]["time"])
+        self.entry = ListingEntry(e.id, e.header, e.events + len(events), last, turns, title,
+                                  prompt, source, untimed_at is None or last != untimed_at)
+        self._source_seen, self._untimed_at = seen, untimed_at
+        return True
+
+
+def note_flushed(root: Path, key: str, sig: list[int], entry: ListingEntry) -> None:
+    """Append one ``(key, sig, entry)`` line to the store's listing journal (one write).
+
+    A failure is logged and ignored: the index is a cache, and the listing then reads the
+    log in full.
+    """
+    line = orjson.dumps({"key": key, "sig": sig, "entry": _to_json(entry)}) + b"\n"
+    try:
+        fd = os.open(os.path.join(root, JOURNAL_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                     0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.info("listing journal in %s not written (%s); listing reads the log", root, exc)
 
 
 def _to_json(entry: ListingEntry) -> dict[str, Any]:
-    return asdict(entry)
+    # by hand: dataclasses.asdict deep-copies the header, a cost on every JSONL flush
+    return {field: getattr(entry, field) for field in _FIELDS}
 
 
 def _from_json(value: Any) -> ListingEntry | None:
@@ -175,9 +254,12 @@ class JsonlIndex:
 
     def __init__(self, root: Path) -> None:
         self.path = root / INDEX_NAME
+        self.journal = root / JOURNAL_NAME
         self._entries: dict[str, tuple[list[int], ListingEntry]] = {}
         self._changed = False
+        self._journaled = False
         self._load()
+        self._load_journal()
 
     def _load(self) -> None:
         try:
@@ -199,6 +281,28 @@ class JsonlIndex:
             entry = _from_json(item.get("entry"))
             if entry is not None and isinstance(sig, list) and all(type(v) is int for v in sig):
                 self._entries[key] = (sig, entry)
+
+    def _load_journal(self) -> None:
+        try:
+            data = self.journal.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.info("listing journal %s unreadable (%s); its logs are read", self.journal, exc)
+            return
+        self._journaled = bool(data)
+        for line in data.split(b"\n"):
+            try:
+                item = orjson.loads(line) if line else None
+            except orjson.JSONDecodeError:
+                continue  # a line a writer was still writing: that log is read in full
+            if not isinstance(item, dict) or type(item.get("key")) is not str:
+                continue
+            sig = item.get("sig")
+            entry = _from_json(item.get("entry"))
+            if entry is not None and isinstance(sig, list) and all(type(v) is int for v in sig):
+                self._entries[item["key"]] = (sig, entry)
+                self._changed = True
 
     def lookup(self, key: str, sig: list[int]) -> ListingEntry | None:
         """The entry of the log ``key`` (a root-relative path) if its signature still matches."""
@@ -236,6 +340,10 @@ class JsonlIndex:
                 os.close(fd)
             os.replace(tmp, self.path)
             self._changed = False
+            if self._journaled:
+                # merged above; a line a writer adds meanwhile is lost, so its log is read
+                os.truncate(self.journal, 0)
+                self._journaled = False
         except OSError as exc:
             log.info("listing index %s not written (%s); listing still works", self.path, exc)
             with contextlib.suppress(OSError):
