@@ -281,3 +281,24 @@ def test_imported_sessions_carry_format_and_timedness(tmp_path: Path, kind: str)
     assert {sid: (e.source_format, e.timed) for sid, e in got.items()} == {
         "stamped": ("claude-code", False), "stamped-then-live": ("claude-code", True),
         "real": ("claude-code", True)}
+
+
+def test_jsonl_writer_stops_keeping_the_entry_once_bytes_it_did_not_write_appear(
+        tmp_path: Path) -> None:
+    # another program (the published dsh knows no lock files) grew the log: the writer's fold
+    # no longer describes it, so it notes nothing more and the listing reads the log
+    url = URLS["jsonl"].format(root=tmp_path)
+    journal = tmp_path / "store" / JOURNAL_NAME
+    with open_store(url) as persistence:
+        store = SessionStore(persistence=persistence, clock=StepClock())
+        session = store.create("a")
+        titled(session)
+        store.flush(session)
+        noted = journal.read_bytes().count(b"\n")
+        log = next((tmp_path / "store").rglob("session.jsonl"))
+        with log.open("ab") as f:
+            f.write(b"\n")  # a blank line: still a readable log, but not our bytes
+        session.append("turn/start", {"turn": 2})
+        store.flush(session)
+        assert journal.read_bytes().count(b"\n") == noted
+        store.dispose(session)

@@ -691,11 +691,15 @@ class JsonlHandle(HandleBase):
             self._listing_off = True
             return
         try:
-            sig = signature(os.stat(self.path))
+            st = os.stat(self.path)
         except OSError:
             self._listing_off = True
             return
-        note_flushed(root, key, sig, fold.entry)
+        tail = self._tail
+        if tail is None or st.st_size != tail.durable_size:
+            self._listing_off = True  # bytes we did not write (dsh, another program)
+            return
+        note_flushed(root, key, signature(st), fold.entry)
 
     def _seal_path(self) -> Path:
         return self.path.with_name(self.path.name + _SEAL_SUFFIX)
