@@ -15,7 +15,7 @@ import bisect
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from dsh.errors import DshError, LogCorruptError
 from dsh.persistence import checkpoint as ck
@@ -44,6 +44,10 @@ def note_index(index: list[tuple[int, int]], seq: int, offset: int) -> None:
                                                     or offset - last_offset
                                                     >= ck.INDEX_EVERY_BYTES):
         index.append((seq, offset))
+
+
+_READ_AHEAD_EVENTS: Final = 1024
+"""Events read past a page-in's end (about four pages), kept as the span for the next ones."""
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:
@@ -219,7 +223,9 @@ class JsonlPrefixSource:
         if span_seq <= start and stop <= span_seq + len(span):
             return span[start - span_seq:stop - span_seq]
         first = bisect.bisect_right(self._seqs, start) - 1
-        last = bisect.bisect_left(self._seqs, stop)
+        # read ahead: the next pages are usually asked for next (a span boundary inside a
+        # page would otherwise make two reads scan it)
+        last = bisect.bisect_left(self._seqs, stop + _READ_AHEAD_EVENTS)
         seq = self._seqs[first]
         offset = self._offsets[first]
         end = self._offsets[last] if last < len(self._offsets) else self._cut_offset

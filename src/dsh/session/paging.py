@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol, overload
 
 from dsh.errors import LogCorruptError
+from dsh.json import c_seqs_contiguous
 from dsh.session.events import Event
 
 __all__ = ["PAGE_EVENTS", "EventSource", "PagedLog"]
@@ -96,8 +97,10 @@ class PagedLog(Sequence[Event]):
         start = number * PAGE_EVENTS
         stop = min(self._cut, start + PAGE_EVENTS)
         page = self._source.read(start, stop)
-        if len(page) != stop - start or any(
-                event.get("seq") != start + offset for offset, event in enumerate(page)):
+        if len(page) != stop - start or not (
+                c_seqs_contiguous(page, start) if c_seqs_contiguous is not None
+                and type(page) in (list, tuple) else
+                all(event.get("seq") == start + offset for offset, event in enumerate(page))):
             raise LogCorruptError(f"paged-in events {start}..{stop - 1} do not match the log "
                                   f"they were cut from (got {len(page)} events); the log "
                                   "changed under the session, resume it again",

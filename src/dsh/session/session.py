@@ -734,8 +734,9 @@ class Session:
         session._calls_prefix = cut
         session._last_time = state.last_time
         cache = session._message_cache
+        undecided = contextlib.suppress(KeyError, TypeError)  # as append: derive decides later
         for seq in sorted(seq for seq in state.nodes if seq < cut):
-            with contextlib.suppress(KeyError, TypeError):  # as append: derive decides later
+            with undecided:  # one reusable manager, not one per node
                 cache[seq] = derive_event_message(log[seq])
         markers = state.inherited_markers + session._admit_seed(
             tail, inherited_event_count, copy=False, base=cut)
