@@ -302,3 +302,18 @@ def test_jsonl_writer_stops_keeping_the_entry_once_bytes_it_did_not_write_appear
         store.flush(session)
         assert journal.read_bytes().count(b"\n") == noted
         store.dispose(session)
+
+
+def test_jsonl_listing_journal_stops_growing_at_its_cap_until_a_listing_merges_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dsh.persistence.listing as listing
+
+    monkeypatch.setattr(listing, "JOURNAL_MAX_BYTES", 1)
+    url = URLS["jsonl"].format(root=tmp_path)
+    journal = tmp_path / "store" / JOURNAL_NAME
+    with open_store(url) as persistence:
+        write(persistence, "a", titled)
+        write(persistence, "b", titled)
+        assert journal.read_bytes().count(b"\n") == 1  # the first line reached the cap
+        assert listed(persistence) == full_entries(persistence)  # "b" is read in full
+        assert journal.read_bytes() == b""

@@ -15,7 +15,8 @@ O(total events); this module answers from data kept apart from the logs:
   The index is a cache, never the truth: deleting it only costs one full read per log.
   Writers keep it at flush: a JSONL write handle folds what it flushed into the entry it
   started from (:class:`EntryFold`) and appends one line to ``.dsh-listing.journal``; the next
-  listing merges the journal (later lines win) into the index. A writer that cannot know the
+  listing merges the journal (later lines win) into the index and empties it (writers stop
+  adding lines past ``JOURNAL_MAX_BYTES`` until then). A writer that cannot know the
   entry (a log read with a torn tail, no matching index entry) writes nothing: the listing
   then reads that log in full, as before.
 
@@ -49,6 +50,9 @@ INDEX_NAME: Final = ".dsh-listing.json"
 
 JOURNAL_NAME: Final = ".dsh-listing.journal"
 """Entries JSONL writers noted at flush since the index was last written (a cache too)."""
+
+JOURNAL_MAX_BYTES: Final = 8 * 1024 * 1024
+"""Writers stop adding journal lines past this size until a listing merges the journal."""
 
 _INDEX_VERSION: Final = 2
 SOURCE_EVENT_TYPE: Final = "import/source"
@@ -208,7 +212,9 @@ def note_flushed(root: Path, key: str, sig: list[int], entry: ListingEntry) -> N
         fd = os.open(os.path.join(root, JOURNAL_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                      0o600)
         try:
-            os.write(fd, line)
+            # bounded while nobody lists: past the cap the listing reads the newest logs
+            if os.fstat(fd).st_size < JOURNAL_MAX_BYTES:
+                os.write(fd, line)
         finally:
             os.close(fd)
     except OSError as exc:
