@@ -458,3 +458,18 @@ def test_fork_child_resumes_through_its_checkpoint(kind: str, root: Path) -> Non
     full_root = root.parent / "full"
     copy_without_checkpoint(root, full_root)
     assert assert_same_resume(url_of(kind, root), url_of(kind, full_root), "child")
+
+
+@pytest.mark.parametrize("context", ["deepseek/v4", [1, 2], 5])
+def test_request_context_that_is_not_an_object_survives_the_checkpoint(
+        kind: str, root: Path, context: object) -> None:
+    # Found by a tester: the fold kept only objects, the session keeps any JSON value.
+    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
+        session = store.session("s")
+        session.append("turn/start", {"turn": 1})
+        session.append("request/context", context)
+        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        assert session.request_context() == context
+    assert_equivalent(root, kind)
+    with SessionStore(persistence=open_store(url_of(kind, root))) as store:
+        assert store.resume("s").request_context() == context

@@ -180,3 +180,41 @@ def test_paged_restore_refuses_a_state_of_another_length() -> None:
         Session.restore_paged("s", {"version": 0, "id": "s", "createdAt": 1}, state.state(),
                               ListSource(events[:6]), events[6:])
     assert info.value.code == "SEED"
+
+
+def test_paged_log_read_from_many_threads_answers_every_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by a tester: one thread evicted a page between another's lookup and its LRU move.
+    import random
+    import sys
+    import threading
+
+    from dsh.session import paging
+
+    monkeypatch.setattr(paging, "PAGE_EVENTS", 4)
+    events = _long_log(200)  # 1,400 events in 4-event pages: far more than the 32 cached
+    session, _source = _paged(events, len(events) - 3)
+    errors: list[str] = []
+    wrong: list[int] = []
+
+    def reader(seed: int) -> None:
+        pick = random.Random(seed)
+        try:
+            for _ in range(3000):
+                seq = pick.randrange(len(events))
+                if session.events[seq] is not events[seq] and session.events[seq] != events[seq]:
+                    wrong.append(seq)
+        except Exception as exc:  # collected: the assertion below names it
+            errors.append(repr(exc))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and wrong == []

@@ -7,11 +7,14 @@ itself stays free of I/O. Invariants this module owns:
 * the events before the cut never change (only the single writer appends, and only after it),
   so a page read once is the answer forever; pages are kept in a small LRU, never all of them;
 * every paged-in event is checked to carry the seq of its position, so a source that serves
-  the wrong bytes is refused (``LogCorruptError``) rather than answered with a wrong event.
+  the wrong bytes is refused (``LogCorruptError``) rather than answered with a wrong event;
+* page-ins are serialised by one lock: readers on several threads share the page cache and
+  the source, neither of which is safe to use from two threads at once.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol, overload
@@ -56,13 +59,14 @@ class PagedLog(Sequence[Event]):
         source: Serves seqs ``0 .. len(source) - 1``.
     """
 
-    __slots__ = ("_cut", "_pages", "_source", "_tail")
+    __slots__ = ("_cut", "_lock", "_pages", "_source", "_tail")
 
     def __init__(self, source: EventSource) -> None:
         self._source = source
         self._cut = len(source)
         self._tail: list[Event] = []
         self._pages: OrderedDict[int, Sequence[Event]] = OrderedDict()
+        self._lock = threading.Lock()
 
     @property
     def cut(self) -> int:
@@ -72,7 +76,8 @@ class PagedLog(Sequence[Event]):
     @property
     def resident_events(self) -> int:
         """Events held in memory now: the tail plus the cached pages (for tests and benches)."""
-        return len(self._tail) + sum(len(page) for page in self._pages.values())
+        with self._lock:
+            return len(self._tail) + sum(len(page) for page in self._pages.values())
 
     def __len__(self) -> int:
         return self._cut + len(self._tail)
@@ -90,6 +95,10 @@ class PagedLog(Sequence[Event]):
         self._tail.extend(events)
 
     def _page(self, number: int) -> Sequence[Event]:
+        with self._lock:
+            return self._page_locked(number)
+
+    def _page_locked(self, number: int) -> Sequence[Event]:
         page = self._pages.get(number)
         if page is not None:
             self._pages.move_to_end(number)

@@ -56,7 +56,8 @@ class RestoreState:
         nodes: Surface node seqs in model order.
         replace_generation: Committed surface replacements.
         request_header: The canonical request header folded so far, or None.
-        request_context: The latest ``request/context`` data, or None.
+        request_context: The latest ``request/context`` data (as :meth:`Session.request_context`
+            returns it: normally an object, but any JSON value the log holds), or None.
         inherited_markers: ``session/end-seed {inherited: true}`` events at or after the fork
             cut (``seedLength``); a restore refuses more than one.
         turn_boundary: Seq of the last ``turn/start`` or ``turn/end``, or -1 when none.
@@ -119,7 +120,8 @@ class RestoreState:
                    nodes=tuple(nodes),
                    replace_generation=_count(value["replaceGeneration"], "replaceGeneration"),
                    request_header=_optional_map(value["requestHeader"], "requestHeader"),
-                   request_context=_optional_map(value["requestContext"], "requestContext"),
+                   # any JSON value: Session.request_context returns the data as it is
+                   request_context=snapshot_json(value["requestContext"]),
                    inherited_markers=_count(value["inheritedMarkers"], "inheritedMarkers"),
                    turn_boundary=boundary, turn_open=value["turnOpen"])
 
@@ -231,7 +233,8 @@ class RestoreFold:
                 self._rh = canonical_header(event["data"]["header"])
             elif etype == "request/context":
                 data = event["data"]
-                self._rc = data if isinstance(data, FrozenDict) else None
+                # As Session.request_context: the data as it is, whatever its JSON kind.
+                self._rc = data if isinstance(data, FrozenDict) else snapshot_json(data)
             elif etype in _TURN_BOUNDARIES:
                 self._boundary = seq
                 self._open = etype == "turn/start"
