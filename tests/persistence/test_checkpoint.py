@@ -312,7 +312,7 @@ def test_persistence_without_checkpoints_still_resumes(tmp_path: Path) -> None:
         assert not isinstance(session._log, PagedLog)
 
 
-def _verify_json(url: str) -> dict[str, Any]:
+def _verify_json(url: str, *, exit_code: int = 0) -> dict[str, Any]:
     import json
     import os
     import subprocess
@@ -321,7 +321,7 @@ def _verify_json(url: str) -> dict[str, Any]:
     env = {**os.environ, "DSH_HOME": str(Path(tempfile.mkdtemp()))}
     proc = subprocess.run([sys.executable, "-m", "dsh.cli", "verify", "s", "--store", url,
                            "--json"], capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == exit_code, proc.stderr
     out: dict[str, Any] = json.loads(proc.stdout)
     return out
 
@@ -363,9 +363,32 @@ def test_verify_finds_a_checkpoint_whose_state_is_wrong(root: Path) -> None:
     checkpoint = ck.decode_checkpoint(path.read_bytes(), session_id="s", backend="jsonl")
     wrong = replace(checkpoint.state, nodes=checkpoint.state.nodes[:-1])
     path.write_bytes(ck.encode_checkpoint(replace(checkpoint, state=wrong)))
-    check = _verify_json(url_of("jsonl", root))["checkpoints"]["s"]
-    assert check["status"] == "ignored"
+    # A resume's cheap checks accept it (the log is unchanged), so this is a violation.
+    out = _verify_json(url_of("jsonl", root), exit_code=1)
+    check = out["checkpoints"]["s"]
+    assert check["status"] == "misleading"
     assert "restore state differs" in check["message"]
+    assert f"delete {path} and the next resume reads the whole log" in check["message"]
+    assert [(v["rule"], v["seq"]) for v in out["violations"]] == [("CHECKPOINT_MISMATCH", None)]
+
+
+def test_verify_flags_a_prefix_edit_a_resume_would_not_see(kind: str, root: Path) -> None:
+    # A checkpointed resume checks the prefix cheaply (size, header, the last bytes before
+    # the cut, the seal records): an edit further back is found by the full read verify does.
+    if kind == "jsonl-zstd":
+        pytest.skip("a zstd frame checksum catches the edit when its page is read")
+    long_store(kind, root)
+    if kind == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(root / "store.db") as db:
+            db.execute("UPDATE events SET data = replace(data, 'c1', 'x1') WHERE seq < 20")
+    else:
+        log = log_file(root)
+        text = log.read_bytes()
+        log.write_bytes(text.replace(b'"c1"', b'"x1"', 1))
+    out = _verify_json(url_of(kind, root), exit_code=1)
+    assert out["violations"]  # the full read refuses the edited bytes
 
 
 def test_published_dsh_reads_a_folder_holding_a_checkpoint(tmp_path: Path) -> None:

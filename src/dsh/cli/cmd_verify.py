@@ -39,7 +39,8 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
 
     Rules: persistence spec §3.8 (read pipeline: a refusal is one violation with its error
     code); then every rule of :func:`dsh.verify.verify_events`. The projection checkpoint is
-    checked against the full read (a note; a bad one is a warning, never a violation).
+    checked against the full read: a note, a warning when a resume would ignore it, and a
+    ``CHECKPOINT_MISMATCH`` violation when a resume would use it yet it does not match.
     """
     from dsh.persistence.api import KeepsCuts
     from dsh.verify import verify_events
@@ -61,10 +62,13 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     check = persistence.check_checkpoint(session_id, read)
     checkpoints[session_id] = {"status": check.status, "eventCount": check.event_count,
                                "message": check.message}
-    if check.status != "absent":
+    found = [render.Violation(session_id=session_id, seq=None, rule="CHECKPOINT_MISMATCH",
+                              message=check.message)] if check.status == "misleading" else []
+    if check.status in ("consistent", "ignored"):
         notes.append(f"{session_id}: {check.message}")
-    return [render.Violation(session_id=session_id, seq=v.seq, rule=v.rule, message=v.message)
-            for v in verify_events(read.stored_events, header=read.header)]
+    return found + [render.Violation(session_id=session_id, seq=v.seq, rule=v.rule,
+                                     message=v.message)
+                    for v in verify_events(read.stored_events, header=read.header)]
 
 
 def verify(
@@ -78,7 +82,8 @@ def verify(
     """Check envelopes, surface, tool pairing and log invariants; exit 1 on any violation.
 
     Prints one line per violation: session, seq, rule, message. Also checks each projection
-    checkpoint against the full read (a note; a mismatch is a warning: a resume ignores it).
+    checkpoint against the full read (a note; a warning when a resume ignores it; a violation
+    when a resume would use it although the log changed under it).
     """
     json_mode(json_)
     if (session_id is None) == (not all_):

@@ -16,7 +16,11 @@ Invariants this module owns:
 * it lives in a sidecar beside the log, never inside dsh's files (dsh refuses extra SQLite
   tables and extra events would change its logs); it is replaced atomically (temp file +
   rename) and, like the seals, not fsynced: a lost checkpoint only costs a full read;
-* its body is covered by its own SHA-256, so flipped or truncated bytes are refused.
+* its body is covered by its own SHA-256, so flipped or truncated bytes are refused;
+* the anchor checks are cheap on purpose (they read a few KiB, not the prefix): bytes changed
+  inside the covered prefix, or a zstd log replaced by one with the same header, size and
+  final bytes, pass them; :func:`check_checkpoint` (``dsh verify``, a full read) reports such
+  a checkpoint as ``misleading``.
 
 PostgreSQL keeps the full read: its rows are read by seq range already, and a sidecar on one
 host would not serve the others.
@@ -161,6 +165,10 @@ class KeepsCheckpoints(Protocol):
         """The anchor of the durable prefix, or None when none can be given now."""
         ...
 
+    def checkpoint_path(self) -> Path:
+        """The checkpoint sidecar file."""
+        ...
+
     def write_checkpoint(self, data: bytes) -> None:
         """Replace the sidecar with ``data`` atomically (``OSError`` on failure)."""
         ...
@@ -282,7 +290,11 @@ class CheckpointCheck:
 
     Attributes:
         status: ``"absent"`` (none, or the backend keeps none), ``"consistent"`` (it matches
-            the full read exactly), or ``"ignored"`` (a resume would not use it).
+            the full read exactly), ``"ignored"`` (a resume would not use it), or
+            ``"misleading"`` (a resume's cheap checks accept it, yet it does not match the
+            full read: the log was changed inside the prefix it covers, or replaced by one
+            whose header, size and final bytes are the same; ``dsh verify`` reports it as a
+            violation, and deleting the file makes resumes read the whole log).
         event_count: Events it covers (0 when absent or unreadable).
         message: One sentence for the user (what was found, what a resume does).
     """
@@ -330,7 +342,13 @@ def check_checkpoint(handle: Any, events: Sequence[Event], inherited: int) -> Ch
                 problem = f"events paged in from seq {start} differ from the log's"
                 break
     if problem is not None:
-        return CheckpointCheck(status="ignored", event_count=count, message=_ignored(problem))
+        # read_checkpointed accepted it: a resume would use it, and see another session.
+        return CheckpointCheck(
+            status="misleading", event_count=count,
+            message=f"the projection checkpoint passes a resume's checks but does not match "
+                    f"the log ({problem}): the log changed inside the {count} events it "
+                    f"covers, so a resume would not see the stored log; delete "
+                    f"{handle.checkpoint_path()} and the next resume reads the whole log")
     return CheckpointCheck(status="consistent", event_count=count,
                            message=f"projection checkpoint covers {count} events and matches "
                                    "the full read; a resume reads only the events after it")
