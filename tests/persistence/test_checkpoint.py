@@ -496,3 +496,16 @@ def test_request_context_that_is_not_an_object_survives_the_checkpoint(
     assert_equivalent(root, kind)
     with SessionStore(persistence=open_store(url_of(kind, root))) as store:
         assert store.resume("s").request_context() == context
+
+
+def test_a_checkpoint_temp_file_left_by_a_killed_writer_is_removed(kind: str, root: Path) -> None:
+    long_store(kind, root, turns=3)
+    path = ckpt_file(root)
+    left = path.with_name(f".{path.name}.999999.tmp")  # a writer killed before its rename
+    left.write_bytes(b"half a checkpoint")
+    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
+        session = store.resume("s")
+        completed_turn(session, 4, call_ids=["c4"])
+        store.flush(session)
+    assert not left.exists()
+    assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []

@@ -34,6 +34,7 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from glob import escape as glob_escape
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
@@ -271,16 +272,27 @@ def read_checkpoint_file(path: Path) -> bytes:
 def write_checkpoint_file(path: Path, data: bytes) -> None:
     """Replace the sidecar atomically (temp file + rename; no fsync, as the seals).
 
+    Only the session's single writer calls this, so any other temp file of this sidecar was
+    left by a writer killed between write and rename: it is removed. A failed write removes
+    its own temp file.
+
     Raises:
         OSError: it could not be written (the old checkpoint stays; it is only derived).
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    for stale in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+        if stale != tmp:
+            stale.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
-        write_all(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            write_all(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     stats["written"] += 1
 
 
