@@ -313,9 +313,12 @@ def test_objects_that_are_no_responses_item_are_kept_opaque(store: str) -> None:
     run(body())
 
 
-def test_a_checkpointed_session_is_read_whole(tmp_path: Path) -> None:
+def test_a_checkpointed_session_is_read_whole(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # get_items() hands the SDK every item: one whole read beats paging the prefix in per walk
     from dsh.persistence import checkpoint
+
+    monkeypatch.setattr(checkpoint, "DENSE_SURFACE_PAGES", 2.0)  # the adapter's own refusal
 
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
     items = [item for n in range(1_200) for item in (

@@ -56,8 +56,13 @@ def url_of(kind: str, root: Path) -> str:
 
 @pytest.fixture(autouse=True)
 def small_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Checkpoint at every flush, index every batch, page 4 events: every boundary is hit."""
+    """Checkpoint at every flush, index every batch, page 4 events: every boundary is hit.
+
+    Small logs have their surface on most pages, so the dense-surface full read is off here
+    (tested on its own below).
+    """
     monkeypatch.setattr(ck, "CHECKPOINT_EVERY_EVENTS", 1)
+    monkeypatch.setattr(ck, "DENSE_SURFACE_PAGES", 2.0)
     monkeypatch.setattr(ck, "INDEX_EVERY_EVENTS", 1)
     monkeypatch.setattr(paging, "PAGE_EVENTS", 4)
 
@@ -509,3 +514,13 @@ def test_a_checkpoint_temp_file_left_by_a_killed_writer_is_removed(kind: str, ro
         store.flush(session)
     assert not left.exists()
     assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_surface_spread_over_the_log_is_resumed_by_a_full_read(
+        kind: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Paging nearly every page in to derive the messages costs more than one sequential read.
+    monkeypatch.setattr(ck, "DENSE_SURFACE_PAGES", 0.5)
+    long_store(kind, root)  # no compaction: a node in every 4-event page
+    refused = ck.stats["refused:dense-surface"]
+    assert_equivalent(root, kind, expect_paged=False)
+    assert ck.stats["refused:dense-surface"] == refused + 1

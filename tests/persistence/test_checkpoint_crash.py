@@ -29,8 +29,10 @@ CHECKPOINTING_CHILD = ("from dsh.persistence import checkpoint as ck\n"
 def test_sigkill_then_checkpointed_resume_equals_the_full_read(
         tmp_path: Path, scheme: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import tests.persistence.test_crash_sigkill as crash
+    from dsh.persistence import checkpoint as ck
 
     monkeypatch.setattr(crash, "CHILD", CHECKPOINTING_CHILD)
+    monkeypatch.setattr(ck, "DENSE_SURFACE_PAGES", 2.0)  # small uncompacted logs: still paged
     rng = random.Random(int(os.environ.get("DSH_CRASH_SEED", "20261201")))
     store = tmp_path / "store"
     store.mkdir(mode=0o700)

@@ -50,6 +50,7 @@ __all__ = [
     "CHECKPOINT_EVERY_BYTES",
     "CHECKPOINT_EVERY_EVENTS",
     "CHECKPOINT_FORMAT",
+    "DENSE_SURFACE_PAGES",
     "INDEX_EVERY_BYTES",
     "INDEX_EVERY_EVENTS",
     "Anchor",
@@ -64,6 +65,7 @@ __all__ = [
     "note_refusal",
     "read_checkpoint_file",
     "stats",
+    "surface_is_dense",
     "write_checkpoint_file",
 ]
 
@@ -86,6 +88,24 @@ INDEX_EVERY_EVENTS = 256
 
 INDEX_EVERY_BYTES = 256 * 1024
 """... or at least this many bytes after it."""
+
+DENSE_SURFACE_PAGES = 0.5
+"""A resume reads in full when the surface has a node in more than this fraction of the pages
+before the cut: deriving its messages would page in nearly the whole log anyway, and one
+sequential read of it is cheaper (an uncompacted session; the checkpoint pays off once
+compaction has shadowed most of the log)."""
+
+
+def surface_is_dense(state: RestoreState, page_events: int) -> bool:
+    """Whether the surface is spread over most of the log before the cut.
+
+    True when ``state``'s nodes lie in more than :data:`DENSE_SURFACE_PAGES` of the
+    ``page_events``-event pages before its cut.
+    """
+    pages = -(-state.event_count // page_events)
+    touched = len({seq // page_events for seq in state.nodes})
+    return pages > 0 and touched > DENSE_SURFACE_PAGES * pages
+
 
 DIGEST_TAIL_BYTES: Final = 4096
 """How many bytes before the cut the tail digest covers (JSONL)."""

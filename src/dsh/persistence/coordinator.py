@@ -55,6 +55,7 @@ from dsh.persistence.api import (
 )
 from dsh.persistence.legacy import normalize_legacy_events
 from dsh.persistence.listing import ListingEntry, jsonl_entries, sqlite_entries, summarize
+from dsh.session import paging
 from dsh.session.events import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
@@ -1139,6 +1140,8 @@ class Persistence:
         try:
             checkpoint, cold, source = handle.read_checkpointed()
             state = checkpoint.state
+            if ck.surface_is_dense(state, paging.PAGE_EVENTS):
+                raise ck.CheckpointRefused("dense-surface")
             tail = cold.events
             header = cold.header
             if header.get("id") != session_id or header.get("version") != SESSION_FORMAT_VERSION:
