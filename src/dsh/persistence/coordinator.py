@@ -1140,7 +1140,8 @@ class Persistence:
         try:
             checkpoint, cold, source = handle.read_checkpointed()
             state = checkpoint.state
-            if ck.surface_is_dense(state, paging.PAGE_EVENTS):
+            if checkpoint.anchor.backend == "jsonl-zstd" \
+                    and ck.surface_is_dense(state, paging.PAGE_EVENTS):
                 raise ck.CheckpointRefused("dense-surface")
             tail = cold.events
             header = cold.header
