@@ -371,12 +371,13 @@ def test_restore_specials_names_only_events_that_need_a_look() -> None:
     session.append("user/message", {**MSG, "content": [{"type": "text", "text": "hi"}]},
                    surface_op="append")
     session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
-    events = [*session.events, make("session/end-seed", 4, {})]
+    session.append("request/context", {"provider": "p", "model": "m"})
+    events = [*session.events, make("session/end-seed", 5, {})]
     specials = dj.c_restore_specials(events, Event, SURFACE_EVENT_TYPES)
-    # request/header (0), the surface message (2) and the end-seed marker (4)
-    assert specials == [0, 2, 4]
+    # request/header (0), the surface message (2), request/context (4), the end-seed (5)
+    assert specials == [0, 2, 4, 5]
     shifted = [*events[:1], as_event({**events[1], "seq": 7}), *events[2:]]
-    assert dj.c_restore_specials(shifted, Event, SURFACE_EVENT_TYPES) == [0, 1, 2, 4]
+    assert dj.c_restore_specials(shifted, Event, SURFACE_EVENT_TYPES) == [0, 1, 2, 4, 5]
 
 
 def test_load_paths_without_the_accelerator_give_the_same_session(tmp_path: Path) -> None:

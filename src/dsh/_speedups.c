@@ -525,7 +525,8 @@ static PyObject *s_type, *s_seq, *s_time, *s_data, *s_seq0, *s_time0, *s_turn, *
     *s_assistant_chunk, *s_text_chunks, *s_reasoning_chunks, *s_tool_chunks, *s_text_delta,
     *s_reasoning_delta, *s_tool_delta, *s_reason, *s_kind, *s_trigger, *s_message, *s_role,
     *s_content, *s_source, *s_provenance, *s_call_id, *s_is_error, *s_error, *s_ignorable,
-    *s_fallback, *s_request_header, *s_request_header_delta, *s_mode_set, *s_steering,
+    *s_fallback, *s_request_header, *s_request_header_delta, *s_request_context, *s_mode_set,
+    *s_steering,
     *s_turn_start, *s_turn_end, *s_user_message, *s_assistant_message, *s_tool_result,
     *s_end_seed, *s_completed, *s_blocked, *s_max_tokens, *s_interrupted, *s_aborted,
     *s_disposed, *s_error_kind, *s_surface_op, *s_append, *s_source_event_seqs,
@@ -553,6 +554,7 @@ intern_strings(void)
     INTERN(s_is_error, "isError") INTERN(s_error, "error") INTERN(s_ignorable, "ignorable")
     INTERN(s_fallback, "fallback") INTERN(s_request_header, "request/header")
     INTERN(s_request_header_delta, "request/header-delta") INTERN(s_mode_set, "mode/set")
+    INTERN(s_request_context, "request/context")
     INTERN(s_steering, "steering/message") INTERN(s_turn_start, "turn/start")
     INTERN(s_turn_end, "turn/end") INTERN(s_user_message, "user/message")
     INTERN(s_assistant_message, "assistant/message") INTERN(s_tool_result, "tool/result")
@@ -966,7 +968,8 @@ PyDoc_STRVAR(restore_specials_doc,
 "restore_specials(seed, event_type, surface_types, /) -> list[int]\n\n"
 "Indices of the seed events that Session.restore's admission loop must look at: all but\n"
 "plain log-only events (exact Event, exactly type/seq/time/data, str type outside\n"
-"surface_types and not request/header, request/header-delta or session/end-seed, seq equal\n"
+"surface_types and not request/header, request/header-delta, request/context or\n"
+"session/end-seed, seq equal\n"
 "to the index, int time within +-(2**53 - 1)), which need nothing but appending.");
 
 static PyObject *
@@ -1007,7 +1010,8 @@ restore_specials(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     && safe_int_at_least(time, -max_safe, NULL)
                     && PyDict_GetItem(ev, s_data) != NULL
                     && !str_is(etype, s_request_header) && !str_is(etype, s_end_seed)
-                    && !str_is(etype, s_request_header_delta)) {
+                    && !str_is(etype, s_request_header_delta)
+                    && !str_is(etype, s_request_context)) {
                 int contained = PySet_Contains(surface_types, etype);
                 if (contained < 0) {
                     Py_DECREF(out);

@@ -175,3 +175,23 @@ def test_session_request_header_is_frozen() -> None:
     assert s.request_context() == context.data
     with pytest.raises(TypeError):
         s.request_context()["model"] = "x"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("mode", ["restore", "create"])
+def test_a_restored_log_answers_its_request_folds_without_a_scan(mode: str) -> None:
+    # Admission notes the last request/header and request/context, so the folds are primed.
+    live = Session("s", clock=StepClock())
+    for model in ("m1", "m2"):
+        live.append("request/header", {"header": {"config": {"provider": "p", "model": model}},
+                                       "reason": "initial"})
+        live.append("request/context", {"provider": "p", "model": model})
+        live.append("turn/start", {"turn": 1 if model == "m1" else 2})
+    seed = list(live.events)
+    header = {"version": 0, "id": "s", "createdAt": 1}
+    session = (Session.restore("s", seed, header) if mode == "restore"
+               else Session.create("s", seed=seed, header=header))
+    assert session.request_header() == live.request_header()
+    assert session.request_header()["config"]["model"] == "m2"
+    assert session.request_context() == {"provider": "p", "model": "m2"}
+    session.append("request/context", {"provider": "p", "model": "m3"})  # still incremental
+    assert session.request_context() == {"provider": "p", "model": "m3"}

@@ -1101,7 +1101,8 @@ class Persistence:
                 session = self._prepare(store, session_id, seed, cold.header)
                 cursor, resumed = len(seed), None
                 repair = bool(closers) or cold.torn is not None
-                foldable = _plain_records(cold.events)
+                # The pipeline hands back the stored tuple itself when nothing was normalised.
+                foldable = events is cold.events or _plain_records(cold.events)
             if repair:
                 handle.append(closers)
                 handle.flush()

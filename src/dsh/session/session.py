@@ -838,6 +838,7 @@ class Session:
         nodes_append = surface._nodes.append
         message_cache = self._message_cache
         markers = 0
+        last_header = last_context = -1  # primes the request folds: no second pass over the log
         items: Iterable[tuple[int, Any]] = enumerate(seed, base)
         if not copy and c_restore_specials is not None and isinstance(seed, list | tuple) \
                 and type(seed) in (list, tuple):
@@ -897,6 +898,9 @@ class Session:
                     _check_request_header_shape(event, index)
                     if _is_legacy_header(etype, event["data"]):
                         raise _legacy_error(etype, seed_index=index)
+                    last_header = index
+                elif etype == "request/context":
+                    last_context = index
                 elif etype == _END_SEED and index >= inherited:
                     data = event["data"]
                     if isinstance(data, dict) and data.get("inherited") is True:
@@ -910,6 +914,14 @@ class Session:
             log_append(event)
         if log:
             self._last_time = log[-1]["time"]
+        if base == 0 and self._rh_count == 0 and self._rc_count == 0:
+            # What request_header() and request_context() would find by scanning it all.
+            if last_header >= 0:
+                self._rh_value = _header_of(log[last_header])
+            if last_context >= 0:
+                data = log[last_context]["data"]
+                self._rc_value = data if isinstance(data, FrozenDict) else snapshot_json(data)
+            self._rh_count = self._rc_count = len(log)
         return markers
 
     def _check_seeded(self, seeded_input: bool, inherited: int, markers: int) -> None:
