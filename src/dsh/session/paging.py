@@ -119,6 +119,21 @@ class PagedLog(Sequence[Event]):
             self._pages.popitem(last=False)
         return page
 
+    def items_at(self, seqs: Iterable[int]) -> Iterator[tuple[int, Event]]:
+        """Yield ``(seq, event)`` for ascending ``seqs`` below the cut, each page read once.
+
+        Raises:
+            LogCorruptError: a page does not match the log (see the module invariants).
+        """
+        size = PAGE_EVENTS
+        number, page = -1, None
+        for seq in seqs:
+            if seq // size != number:
+                number = seq // size
+                page = self._page(number)
+            assert page is not None
+            yield seq, page[seq - number * size]
+
     def _range(self, start: int, stop: int) -> list[Event]:
         out: list[Event] = []
         cut = self._cut

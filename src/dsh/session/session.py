@@ -735,9 +735,9 @@ class Session:
         session._last_time = state.last_time
         cache = session._message_cache
         undecided = contextlib.suppress(KeyError, TypeError)  # as append: derive decides later
-        for seq in sorted(seq for seq in state.nodes if seq < cut):
+        for seq, event in log.items_at(sorted(seq for seq in state.nodes if seq < cut)):
             with undecided:  # one reusable manager, not one per node
-                cache[seq] = derive_event_message(log[seq])
+                cache[seq] = derive_event_message(event)
         markers = state.inherited_markers + session._admit_seed(
             tail, inherited_event_count, copy=False, base=cut)
         session._check_seeded(True, inherited_event_count, markers)
