@@ -8,13 +8,14 @@ itself stays free of I/O. Invariants this module owns:
   so a page read once is the answer forever; pages are kept in a small LRU, never all of them;
 * every paged-in event is checked to carry the seq of its position, so a source that serves
   the wrong bytes is refused (``LogCorruptError``) rather than answered with a wrong event;
-* page-ins are serialised by one lock: readers on several threads share the page cache and
-  the source, neither of which is safe to use from two threads at once.
+* readers on several threads share the page cache without a lock (the core never blocks):
+  a page another reader evicts meanwhile is still the right page, only its LRU place is lost;
+  sources guard their own state.
 """
 
 from __future__ import annotations
 
-import threading
+import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol, overload
@@ -59,14 +60,13 @@ class PagedLog(Sequence[Event]):
         source: Serves seqs ``0 .. len(source) - 1``.
     """
 
-    __slots__ = ("_cut", "_lock", "_pages", "_source", "_tail")
+    __slots__ = ("_cut", "_pages", "_source", "_tail")
 
     def __init__(self, source: EventSource) -> None:
         self._source = source
         self._cut = len(source)
         self._tail: list[Event] = []
         self._pages: OrderedDict[int, Sequence[Event]] = OrderedDict()
-        self._lock = threading.Lock()
 
     @property
     def cut(self) -> int:
@@ -76,8 +76,8 @@ class PagedLog(Sequence[Event]):
     @property
     def resident_events(self) -> int:
         """Events held in memory now: the tail plus the cached pages (for tests and benches)."""
-        with self._lock:
-            return len(self._tail) + sum(len(page) for page in self._pages.values())
+        # list() of the values is one C call: no other thread runs inside it
+        return len(self._tail) + sum(map(len, list(self._pages.values())))
 
     def __len__(self) -> int:
         return self._cut + len(self._tail)
@@ -95,13 +95,11 @@ class PagedLog(Sequence[Event]):
         self._tail.extend(events)
 
     def _page(self, number: int) -> Sequence[Event]:
-        with self._lock:
-            return self._page_locked(number)
-
-    def _page_locked(self, number: int) -> Sequence[Event]:
-        page = self._pages.get(number)
+        pages = self._pages
+        page = pages.get(number)
         if page is not None:
-            self._pages.move_to_end(number)
+            with contextlib.suppress(KeyError):  # evicted by another reader meanwhile
+                pages.move_to_end(number)
             return page
         start = number * PAGE_EVENTS
         stop = min(self._cut, start + PAGE_EVENTS)
@@ -114,9 +112,12 @@ class PagedLog(Sequence[Event]):
                                   f"they were cut from (got {len(page)} events); the log "
                                   "changed under the session, resume it again",
                                   seq=start)
-        self._pages[number] = page
-        if len(self._pages) > _CACHED_PAGES:
-            self._pages.popitem(last=False)
+        pages[number] = page
+        while len(pages) > _CACHED_PAGES:
+            try:
+                pages.popitem(last=False)
+            except KeyError:  # another reader emptied it meanwhile
+                break
         return page
 
     def items_at(self, seqs: Iterable[int]) -> Iterator[tuple[int, Event]]:
