@@ -175,8 +175,8 @@ class RestoreFold:
 
         Args:
             session: A session not being appended to during the call.
-            base: The state the session was restored from when it was paged in (its boundary
-                and markers are then taken from it instead of reading the paged prefix).
+            base: The state the session was restored from when it was paged in (its turn
+                boundary is then taken from it instead of reading the paged prefix).
         """
         fold = cls(session.inherited_event_count)
         events = session.events
@@ -200,12 +200,10 @@ class RestoreFold:
             fold._open = window[index]["type"] == "turn/start"
         elif base is not None:
             fold._boundary, fold._open = base.turn_boundary, base.turn_open
-        markers = base.inherited_markers if base is not None else 0
-        skip = max(0, session.inherited_event_count - floor)
-        for event in window[skip:]:
-            if event["type"] == _END_SEED and _is_inherited_marker(event):
-                markers += 1
-        fold._markers = markers
+        # The seed's markers were counted when it was admitted; only appends since can add one.
+        fold._markers = session._seed_markers + sum(
+            1 for event in events[session.first_live_seq:]
+            if event["type"] == _END_SEED and _is_inherited_marker(event))
         return fold
 
     @property

@@ -603,6 +603,7 @@ class Session:
         "_rc_value",
         "_rh_count",
         "_rh_value",
+        "_seed_markers",
         "_store",
         "_surface",
         "_validators",
@@ -741,6 +742,7 @@ class Session:
         markers = state.inherited_markers + session._admit_seed(
             tail, inherited_event_count, copy=False, base=cut)
         session._check_seeded(True, inherited_event_count, markers)
+        session._seed_markers = markers
         session._inherited_event_count = inherited_event_count
         session._first_live_seq = len(log)
         last_type = tail[-1]["type"] if tail else state.last_type
@@ -756,6 +758,7 @@ class Session:
         self._last_time = _NO_TIME
         self._first_live_seq = 0
         self._inherited_event_count = 0
+        self._seed_markers = 0  # inherited end-seed markers after the cut, in the seed
         self._observers: tuple[EventObserver, ...] = ()
         self._validators: tuple[EventValidator, ...] = ()
         self._publishing = False
@@ -788,6 +791,7 @@ class Session:
             markers = self._admit_seed(seed, inherited, copy=True) if seed is not None else 0
             self._header = self._snapshot_header(header)
         self._check_seeded(seed is not None, inherited, markers)
+        self._seed_markers = markers
         self._inherited_event_count = inherited
         self._first_live_seq = len(self._log)
         # A fork seed already marks its cut with the inherited end-seed; the closers of a turn
