@@ -157,7 +157,7 @@ def test_convert_to_schema_14_refuses_an_imported_session_before_writing_it(
     proc = demo("convert", "--from", str(demo.home / "sessions.db"), "--to", url, check=1)
     assert proc.stderr.startswith("error[UNSTORABLE_IN_TARGET]: session '")
     assert "its import/source event at seq 0 is ignorable" in proc.stderr
-    assert "convert into a JSONL folder" in proc.stderr
+    assert "put this session in a JSONL folder" in proc.stderr
     assert demo.json("ls", "--json", "--store", str(target / "old.db")) == []  # nothing half-made
 
 

@@ -96,7 +96,7 @@ def test_schema_14_refuses_what_its_layout_cannot_hold(tmp_path: Path) -> None:
         note = as_event({"type": "x/plugin-note", "seq": 0, "time": 1, "data": FrozenDict(),
                          "ignorable": True})
         with backend.open("s", "write") as handle, pytest.raises(
-                EventRejectedError, match="cannot be stored in a schema-14 SQLite file"):
+                EventRejectedError, match="is ignorable, and a schema-14 SQLite file"):
             handle.append([note])
         with backend.open("s", "read") as handle:
             assert handle.read(0).events == ()  # nothing was written

@@ -12,6 +12,7 @@ import typer
 
 from dsh import (
     ConfigError,
+    EventRejectedError,
     PersistenceError,
 )
 from dsh.cli import render
@@ -105,24 +106,18 @@ def _same_header(a: FrozenDict, b: FrozenDict) -> bool:
     return json_equal(plain(a), plain(b))
 
 
-_PUBLISHED_DSH_SQLITE_SCHEMA: Final = 14
-"""The SQLite schema the published dsh writes: it has no column for ``ignorable``."""
-
-
 def _check_storable(target: Persistence, session_id: str, events: Sequence[Event]) -> None:
     """Refuse, before anything is created, a session the target's layout cannot hold."""
-    if not (target.url.startswith("sqlite:")
-            and getattr(target.backend, "schema_version", None) == _PUBLISHED_DSH_SQLITE_SCHEMA):
+    check = getattr(target.backend, "check_storable", None)
+    if check is None:
         return
-    ignorable = next((e for e in events if e.get("ignorable") is True), None)
-    if ignorable is not None:
+    try:
+        check(events)
+    except EventRejectedError as exc:
         raise PersistenceError(
-            f"session {session_id!r} cannot be converted into the schema-14 file "
-            f"{target.url}: its {ignorable['type']} event at seq {ignorable['seq']} is "
-            "ignorable, and the published dsh's layout cannot store that (imported and adapter "
-            "sessions always have such events); convert into a JSONL folder, which the published "
-            "dsh reads, or a schema-17 SQLite file (leave out ?schema=14)",
-            code="UNSTORABLE_IN_TARGET", session_id=session_id, seq=ignorable["seq"])
+            f"session {session_id!r} cannot be converted into {target.url}: {exc.message}",
+            code="UNSTORABLE_IN_TARGET", session_id=session_id,
+            seq=exc.where.get("seq")) from exc
 
 
 def _copy_store(source: Persistence, target: Persistence, console: Console) -> dict[str, Any]:

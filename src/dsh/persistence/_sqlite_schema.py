@@ -569,11 +569,11 @@ def _scalar_row(event: Event, schema_version: int) -> EncodedRow:
     if schema_version == LEGACY_SCHEMA_VERSION:
         if event.get("ignorable") is True:
             raise EventRejectedError(
-                f"the ignorable {event['type']} event at seq {event['seq']} cannot be stored in "
-                "a schema-14 SQLite file (the published dsh's layout has no ignorable column, "
-                "and it refuses unknown types); keep this session in a schema-17 file (the "
-                "default) or a JSONL folder, which the published dsh reads", code="ENVELOPE",
-                seq=event["seq"], event_type=event["type"])
+                f"its {event['type']} event at seq {event['seq']} is ignorable, and a schema-14 "
+                "SQLite file (the published dsh's layout, whose reader refuses unknown types) "
+                "has no column for that; put this session in a JSONL folder, which the "
+                "published dsh reads, or a schema-17 SQLite file (the default: leave out "
+                "?schema=14)", code="ENVELOPE", seq=event["seq"], event_type=event["type"])
         return (event["seq"], event["type"], event["time"], text.decode("utf-8"),
                 None if seqs is None else dumps(seqs).decode("utf-8"),
                 None if op is None else dumps(op).decode("utf-8"), None)

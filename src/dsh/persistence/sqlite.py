@@ -532,6 +532,15 @@ class SqliteBackend:
         with self._shared() as c:
             return c.schema_version
 
+    def check_storable(self, events: Sequence[Event]) -> None:
+        """Refuse, writing nothing, events this file's schema cannot hold (what append would).
+
+        Raises:
+            EventRejectedError: as :func:`encode_batch` for this schema (code ``ENVELOPE``),
+                e.g. an ignorable event for a schema-14 file.
+        """
+        encode_batch(events, self.schema_version)
+
     def create(self, header: Mapping[str, object]) -> None:
         """Store a new session with ``header`` and no events (persistence spec §2.1 ``create``).
 
