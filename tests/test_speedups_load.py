@@ -506,7 +506,7 @@ def _set_path(value: Any, path: tuple[Any, ...], new: Any) -> Any:
         else:
             return out
     last = path[-1]
-    if isinstance(node, dict):
+    if isinstance(node, dict) and isinstance(last, str):  # an int key is no JSON: skip it
         if new is ...:
             node.pop(last, None)
         else:
