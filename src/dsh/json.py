@@ -277,6 +277,7 @@ CFallback: Any = _CFallback
 c_rows_text: Any = _speedups.rows_text if _speedups is not None else None
 c_seqs_contiguous: Any = _speedups.seqs_contiguous if _speedups is not None else None
 c_gather_messages: Any = _speedups.gather_messages if _speedups is not None else None
+c_hand_out_messages: Any = _speedups.hand_out_messages if _speedups is not None else None
 
 
 def _fast(v: Any, depth: int) -> Any:

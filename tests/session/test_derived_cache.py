@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dsh.session.session as session_module
+from dsh.json import FrozenDict
 from dsh.session.session import Session
 from dsh.session.surface import derive_event_message
 from tests.strategies import (
@@ -114,3 +119,51 @@ def test_derived_cache_equals_scratch_for_generated_logs_read_at_every_step(scri
     apply_script(s, script)
     assert s.derive_messages() == scratch(s)
     assert len(derived_at) == s.seq
+
+
+# what a caller does with a list derive_messages returned before dropping it (or keeping it)
+_USES = ("drop", "hold", "reverse", "pop", "append", "clear", "swap")
+
+
+def _same(a: Any, b: Any) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(log_scripts(open_tail=None), st.lists(st.sampled_from(_USES), min_size=1, max_size=12))
+def test_derived_lists_are_fresh_whatever_callers_did_with_the_last_one(
+        script: Any, uses: list[str]) -> None:
+    # The C hand-out extends the list handed out last once its caller dropped it: a held list
+    # must never change or come back, and a reordered, shortened, grown or element-swapped one
+    # must never come back with its changes. Each result is checked against the pure-Python
+    # path (a plain copy) read at the same moment.
+    s = fresh()
+    held: list[tuple[list[Any], tuple[Any, ...]]] = []
+    cycle = itertools.cycle(uses)
+
+    def use(session: Session, event: Any) -> None:
+        derived = session.derive_messages()
+        with mock.patch.object(session_module, "c_hand_out_messages", None):
+            reference = session.derive_messages()
+        assert _same(derived, reference) and derived is not reference
+        assert all(derived is not h for h, _ in held)
+        what = next(cycle)
+        if what == "hold":
+            held.append((derived, tuple(derived)))
+        elif what == "reverse":
+            derived.reverse()
+        elif what == "pop" and derived:
+            derived.pop()
+        elif what == "append":
+            derived.append(FrozenDict(role="user", content=[]))
+        elif what == "clear":
+            derived.clear()
+        elif what == "swap" and derived:
+            derived[0] = FrozenDict(derived[0])  # equal, but not the log's message
+
+    s.observe(use)
+    apply_script(s, script)
+    s.derive_messages()  # the last list handed out is dropped here, then extended below
+    last = s.derive_messages()
+    assert last == scratch(s) and _same(last, s._derived)
+    assert all(_same(h, snapshot) for h, snapshot in held)

@@ -29,6 +29,7 @@ from dsh.json import (
     MAX_SAFE_INTEGER,
     FrozenDict,
     c_gather_messages,
+    c_hand_out_messages,
     c_message_shape_ok,
     c_restore_specials,
     dumps,
@@ -589,6 +590,7 @@ class Session:
         "_derived",
         "_derived_count",
         "_derived_generation",
+        "_derived_handed",
         "_events_cache",
         "_first_live_seq",
         "_header",
@@ -765,6 +767,9 @@ class Session:
         self._derived: list[FrozenDict] = []
         self._derived_count = 0
         self._derived_generation = 0
+        # [the list derive_messages handed out last]: the C path extends it again once its
+        # caller has dropped it (see c_hand_out_messages); one extra list of references
+        self._derived_handed: list[list[FrozenDict]] = [[]]
         self._message_cache: dict[int, FrozenDict | None] = {}
         self._rh_count = 0
         self._rh_value: FrozenDict | None = None
@@ -1216,7 +1221,10 @@ class Session:
         the caller's (reordering it is harmless; a held list never grows). Incremental: only
         nodes added since the last call are projected, unless ``replace_generation`` changed,
         which rebuilds from scratch; the gathering runs in the C accelerator when it is built.
-        Rule: core spec §7.8.
+        With it, a list its caller has dropped, unchanged or only shortened, is extended and
+        handed out again (no one else can reach it, so it is as fresh as a copy); this saves
+        copying every reference when the previous result is gone, and costs one list of
+        references held by the session. Rule: core spec §7.8.
         """
         surface = self._surface
         nodes = surface._nodes
@@ -1250,6 +1258,10 @@ class Session:
             finally:
                 # should a projection raise, what was gathered stays counted exactly once
                 self._derived_count = index
+        if c_hand_out_messages is not None:
+            # equal to the copy below; extends the list handed out last if no one holds it
+            handed: list[FrozenDict] = c_hand_out_messages(self._derived, self._derived_handed)
+            return handed
         return list(self._derived)
 
     def derive_event_message(self, event: Event) -> FrozenDict | None:
