@@ -6,8 +6,8 @@ Three C passes shortcut the cold read (DESIGN §3.3; persistence spec §4.7, §3
   seq continuity); it stops before any line the Python scanner must judge;
 * ``stored_prescan``: finds the first event legacy normalisation could touch and the first
   unknown, non-ignorable type, so a log without either skips both Python passes;
-* ``restore_specials``: the seed events ``Session.restore`` must look at; plain log-only
-  events are appended without the per-event loop.
+* ``admit_plain``: the common case of ``Session.restore``'s admission; plain log-only events
+  and plain surface appends are admitted without the per-event Python loop.
 
 Each test runs the same input through both paths (the accelerator patched out for the Python
 one) and requires exactly the same result: events (values, types, key order), scan positions,
@@ -236,6 +236,48 @@ def test_scan_lines_events_are_untracked_events() -> None:
         events[0]["seq"] = 9
 
 
+@settings(max_examples=examples(200), deadline=None)
+@given(pad=st.integers(0, 40), digits=st.integers(1, 24), where=st.sampled_from(
+    ["number", "string", "key", "negative"]), tail=st.integers(0, 25))
+def test_scan_lines_leaves_every_long_digit_run_to_python(pad: int, digits: int, where: str,
+                                                          tail: int) -> None:
+    # A literal of 19+ digits may not fit 64 bits (orjson would round it): the C pass must
+    # see every such run wherever it falls, and hand the line to Python.
+    run = "9" * digits
+    text = "x" * pad
+    value = {"number": run, "string": f'"{run}"', "key": "1", "negative": f"-{run}"}[where]
+    key = f'"{text}{run}"' if where == "key" else f'"{text}"'
+    line = (f'{{"type":"x/y","seq":0,"time":1,"data":{{{key}:{value},'
+            f'"t":"{"y" * tail}"}}}}').encode()
+    fast, slow = both_scans(line + b"\n")
+    assert fast == slow
+    # past 2**53 - 1 a number is refused (an exact error in both); text is always fine
+    assert fast[0] == ("ok" if where in ("string", "key") or digits < 16 else "error")
+
+
+def test_scan_lines_freezes_parsed_trees_in_place_and_values_stay_right() -> None:
+    record = {"type": "x/y", "seq": 0, "time": 5, "data": {
+        "f": 2.0, "g": 2.5, "list": [1.0, {"deep": [3.0, "text"]}, []], "empty": {},
+        "short": "turn/start", "again": "turn/start"}}
+    scanner = fmt.Scanner(path="p", start_offset=0)
+    scanner.feed(orjson.dumps(record) + b"\n")
+    (event,) = scanner.finish().events
+    assert type(event) is Event
+    data = event["data"]
+    assert deep_types(data) == deep_types(FrozenDict({
+        "f": 2, "g": 2.5, "list": dj.FrozenList([1, FrozenDict({"deep": dj.FrozenList(
+            [3, "text"])}), dj.FrozenList()]), "empty": FrozenDict(),
+        "short": "turn/start", "again": "turn/start"}))
+    assert data["short"] is data["again"]  # one object per short string value
+    with pytest.raises(TypeError):
+        data["list"].append(1)
+    with pytest.raises(TypeError):
+        data["list"][1]["deep"][0] = 9
+    del scanner, event
+    import gc
+    gc.collect()  # retyped containers free as their frozen type: no crash, no leak of types
+
+
 # --- legacy / vocabulary prescan -------------------------------------------------------------
 
 
@@ -321,9 +363,9 @@ def test_read_pipeline_matches_python_with_and_without_prescan(picks: list[Event
 
 
 def restore_outcome(seed: Any, header: Any, fast: bool) -> tuple[Any, ...]:
-    saved = session_module.c_restore_specials
+    saved = session_module.c_admit_plain
     if not fast:
-        session_module.c_restore_specials = None
+        session_module.c_admit_plain = None
     try:
         def run() -> Any:
             restored = Session.restore("s", seed, header, clock=StepClock())
@@ -331,7 +373,7 @@ def restore_outcome(seed: Any, header: Any, fast: bool) -> tuple[Any, ...]:
                     deep_types(restored.derive_messages()), restored.header)
         return outcome(run)
     finally:
-        session_module.c_restore_specials = saved
+        session_module.c_admit_plain = saved
 
 
 @settings(max_examples=examples(60), deadline=None,
@@ -341,7 +383,10 @@ def restore_outcome(seed: Any, header: Any, fast: bool) -> tuple[Any, ...]:
         ("seq", 99), ("seq", True), ("time", 2**53), ("time", "1"), ("type", 3),
         ("type", "request/header-delta"), ("type", "session/end-seed"), ("extra", 1),
         ("ignorable", True), ("data", None), ("drop", "data"), ("type", "user/message"),
-        ("plain", None)]))))
+        ("plain", None), ("surfaceOp", "append"), ("sourceEventSeqs", []),
+        ("sourceEventSeqs", [0, 0]), ("sourceEventSeqs", [0, 1]), ("sourceEventSeqs", [99]),
+        ("sourceEventSeqs", [True]), ("sourceEventSeqs", [-1]), ("sourceEventSeqs", {}),
+        ("sourceEventSeqs", list(range(70))), ("drop", "surfaceOp")]))))
 def test_restore_matches_python_with_and_without_specials(script: Any, damage: Any) -> None:
     session = Session.create("s", clock=StepClock())
     apply_script(session, script)
@@ -351,7 +396,7 @@ def test_restore_matches_python_with_and_without_specials(script: Any, damage: A
         key, value = damage[1]
         fields = dict(seed[i])
         if key == "drop":
-            del fields[value]
+            fields.pop(value, None)
         elif key == "plain":
             seed[i] = fields  # a plain dict, not an Event
         else:
@@ -364,7 +409,7 @@ def test_restore_matches_python_with_and_without_specials(script: Any, damage: A
         assert fast == restore_outcome(container, header, False)
 
 
-def test_restore_specials_names_only_events_that_need_a_look() -> None:
+def test_admit_plain_stops_at_each_event_that_needs_a_look() -> None:
     session = Session.create("s", clock=StepClock())
     session.append("request/header", {"header": {"config": {"provider": "p", "model": "m"}},
                                       "reason": "initial"})
@@ -374,11 +419,24 @@ def test_restore_specials_names_only_events_that_need_a_look() -> None:
     session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
     session.append("request/context", {"provider": "p", "model": "m"})
     events = [*session.events, make("session/end-seed", 5, {})]
-    specials = dj.c_restore_specials(events, Event, SURFACE_EVENT_TYPES)
-    # request/header (0), the surface message (2), request/context (4), the end-seed (5)
-    assert specials == [0, 2, 4, 5]
+
+    def stops(seed: list[Event], base: int = 0) -> tuple[list[int], list[int], dict[int, Any]]:
+        nodes: list[int] = []
+        cache: dict[int, Any] = {}
+        found, pos = [], 0
+        while (stop := dj.c_admit_plain(seed, pos, base, Event, SURFACE_EVENT_TYPES, nodes,
+                                        cache)) < len(seed):
+            found.append(stop)
+            pos = stop + 1
+        return found, nodes, cache
+
+    # request/header (0), request/context (4) and the end-seed (5) need Python; the plain
+    # surface append (2) is admitted with its node and message
+    assert stops(events) == ([0, 4, 5], [2], {2: events[2]["data"]})
     shifted = [*events[:1], as_event({**events[1], "seq": 7}), *events[2:]]
-    assert dj.c_restore_specials(shifted, Event, SURFACE_EVENT_TYPES) == [0, 1, 2, 4, 5]
+    assert stops(shifted)[0] == [0, 1, 4, 5]
+    assert stops(events[2:4], base=2) == ([], [2], {2: events[2]["data"]})
+    assert stops(events[2:4], base=0)[0] == [0, 1]  # seqs must be base + index
 
 
 def test_load_paths_without_the_accelerator_give_the_same_session(tmp_path: Path) -> None:

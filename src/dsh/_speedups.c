@@ -429,6 +429,148 @@ walk(PyObject *v, int depth, int parsed)
     return fallback();
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Freezing in place. A tree that orjson.loads has just returned belongs to the load pass
+ * alone: the frozen tree can be that same tree, its dicts and lists retyped to FrozenDict /
+ * FrozenList (and the record to Event) instead of copied. Retyping is sound only when the
+ * frozen type has exactly the base type's layout and deallocation (a heap subclass with
+ * __slots__ = (), no finalizer); retype_ok says whether configure() found that, and the copying
+ * walk runs otherwise. Only a container whose one reference is its parent's (or the caller's)
+ * is retyped; anything shared is copied. On Fallback the half-frozen tree is discarded: the
+ * callers re-decode from the original bytes.
+ */
+
+static int retype_ok = 0;
+
+static int
+same_layout(PyTypeObject *t, PyTypeObject *base)
+{
+#ifdef Py_GIL_DISABLED
+    (void)t;
+    (void)base;
+    return 0;  /* objects' type words are shared state there: always copy */
+#else
+    return PyType_IsSubtype(t, base) && untrackable_type(t)
+        && (t->tp_flags & Py_TPFLAGS_HEAPTYPE) && t->tp_itemsize == base->tp_itemsize
+        && t->tp_weaklistoffset == base->tp_weaklistoffset && t->tp_free == base->tp_free
+        && t->tp_finalize == NULL && t->tp_del == NULL;
+#endif
+}
+
+/* obj (an exact dict/list or an instance of a same-layout subclass) becomes a `to`. */
+static inline void
+retype(PyObject *obj, PyTypeObject *to)
+{
+    PyTypeObject *from = Py_TYPE(obj);
+    Py_INCREF(to);  /* instances of heap types own a reference to their type */
+    Py_SET_TYPE(obj, to);
+    if (from->tp_flags & Py_TPFLAGS_HEAPTYPE) {
+        Py_DECREF(from);
+    }
+}
+
+static PyObject *own_walk(PyObject *v, int depth);
+
+/* The parsed dict d (owned by its parent alone) frozen in place; new reference or NULL. */
+static PyObject *
+own_dict(PyObject *d, int depth)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    int all_untracked = 1;
+    if (depth > FAST_DEPTH) {
+        return fallback();
+    }
+    while (PyDict_Next(d, &pos, &key, &value)) {
+        PyObject *snap;
+        if (!PyUnicode_CheckExact(key)) {
+            return fallback();
+        }
+        snap = own_walk(value, depth + 1);
+        if (snap == NULL) {
+            return NULL;
+        }
+        /* replacing the value of a present key neither resizes nor reorders the dict */
+        if (snap != value && PyDict_SetItem(d, key, snap) < 0) {
+            Py_DECREF(snap);
+            return NULL;
+        }
+        if (all_untracked && is_tracked(snap)) {
+            all_untracked = 0;
+        }
+        Py_DECREF(snap);
+    }
+    retype(d, frozen_dict_type);
+    if (all_untracked) {
+        PyObject_GC_UnTrack(d);
+    }
+    return Py_NewRef(d);
+}
+
+/* The parsed list l (owned by its parent alone) frozen in place; new reference or NULL. */
+static PyObject *
+own_list(PyObject *l, int depth)
+{
+    Py_ssize_t i, n = PyList_GET_SIZE(l);
+    int all_untracked = 1;
+    if (depth > FAST_DEPTH) {
+        return fallback();
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(l, i);
+        PyObject *snap = own_walk(item, depth + 1);
+        if (snap == NULL) {
+            return NULL;
+        }
+        if (snap != item) {
+            PyList_SET_ITEM(l, i, snap);  /* steals snap; the slot held the only ref to item */
+            Py_DECREF(item);
+        }
+        else {
+            Py_DECREF(snap);
+        }
+        if (all_untracked && is_tracked(PyList_GET_ITEM(l, i))) {
+            all_untracked = 0;
+        }
+    }
+    retype(l, frozen_list_type);
+    if (all_untracked) {
+        PyObject_GC_UnTrack(l);
+    }
+    return Py_NewRef(l);
+}
+
+/* Like walk(v, depth, 1), but containers only this tree references are frozen in place. */
+static PyObject *
+own_walk(PyObject *v, int depth)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyUnicode_Type) {
+        return shared_str(v);
+    }
+    if (v == Py_None || t == &PyBool_Type) {
+        return Py_NewRef(v);
+    }
+    if (retype_ok && Py_REFCNT(v) == 1) {
+        if (t == &PyDict_Type) {
+            return own_dict(v, depth);
+        }
+        if (t == &PyList_Type) {
+            return own_list(v, depth);
+        }
+    }
+    return walk(v, depth, 1);
+}
+
+/* Freeze what orjson.loads returned, stealing `parsed`; new reference or NULL (Fallback). */
+static PyObject *
+freeze_owned(PyObject *parsed)
+{
+    PyObject *frozen = own_walk(parsed, 0);
+    Py_DECREF(parsed);
+    return frozen;
+}
+
 PyDoc_STRVAR(configure_doc,
 "configure(frozen_dict_type, frozen_list_type, max_safe_int, /) -> None\n\n"
 "Bind the frozen container types and the safe-integer bound (2**53 - 1). dsh.json calls\n"
@@ -460,6 +602,8 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(frozen_dict_type, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(frozen_list_type, (PyTypeObject *)Py_NewRef(args[1]));
     max_safe = bound;
+    retype_ok = same_layout(frozen_dict_type, &PyDict_Type)
+        && same_layout(frozen_list_type, &PyList_Type);
     Py_RETURN_NONE;
 }
 
@@ -777,19 +921,34 @@ one_item_list(PyObject *item)
 
 /* 1 when data holds a run of 19 or more ASCII digits (a literal that may pass 64 bits; the
  * same conservative test as dsh.json's `\d{19}` scan). */
+static inline int
+is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
 static int
 has_long_digit_run(const char *p, Py_ssize_t n)
 {
-    Py_ssize_t i, run = 0;
-    for (i = 0; i < n; i++) {
-        if (p[i] >= '0' && p[i] <= '9') {
-            if (++run >= 19) {
-                return 1;
-            }
+    /* Any run of 19 covers p[i + 18] for the first i it could start at: probe there and skip
+     * 19 bytes when it is no digit (text mostly), else measure the run around the probe. */
+    Py_ssize_t i = 0;
+    while (i + 18 < n) {
+        Py_ssize_t lo = i + 18, hi = i + 18;
+        if (!is_digit(p[lo])) {
+            i += 19;
+            continue;
         }
-        else {
-            run = 0;
+        while (lo > i && is_digit(p[lo - 1])) {
+            lo--;
         }
+        while (hi + 1 < n && is_digit(p[hi + 1])) {
+            hi++;
+        }
+        if (hi - lo + 1 >= 19) {
+            return 1;
+        }
+        i = hi + 1;  /* a run containing no later probe position ends before hi + 1 */
     }
     return 0;
 }
@@ -797,13 +956,15 @@ has_long_digit_run(const char *p, Py_ssize_t n)
 /* Decode one record line into a new list of events, or NULL with Fallback set when Python
  * must judge the line (any error, any unusual value), or NULL with another error. */
 static PyObject *
-decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_type)
+decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_type,
+            int event_retype)
 {
     PyObject *raw, *parsed, *frozen, *tag, *out;
     if (n == 0 || has_long_digit_run(p, n)) {
         return fallback();
     }
-    raw = PyBytes_FromStringAndSize(p, n);
+    /* a view, not a copy of the line: orjson reads any buffer */
+    raw = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
     if (raw == NULL) {
         return NULL;
     }
@@ -819,8 +980,7 @@ decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_ty
         Py_DECREF(parsed);
         return fallback();
     }
-    frozen = walk(parsed, 0, 1);
-    Py_DECREF(parsed);
+    frozen = freeze_owned(parsed);
     if (frozen == NULL) {
         return NULL;
     }
@@ -835,6 +995,10 @@ decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_ty
         out = expand_row(frozen, event_type, str_is(tag, s_tool_chunks));
         Py_DECREF(frozen);
         return out;
+    }
+    if (event_retype && Py_REFCNT(frozen) == 1 && Py_TYPE(frozen) == frozen_dict_type) {
+        retype(frozen, event_type);
+        return one_item_list(frozen);
     }
     {
         PyObject *event = PyDict_Type.tp_new(event_type, empty_tuple, NULL);
@@ -869,6 +1033,7 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *loads, *events, *first_seqs, *first_lines, *result = NULL;
     PyTypeObject *event_type;
     const char *base;
+    int event_retype;
 
     if (!configured()) {
         return NULL;
@@ -891,6 +1056,7 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     event_type = (PyTypeObject *)args[5];
+    event_retype = retype_ok && same_layout(event_type, &PyDict_Type);
     events = args[6];
     first_seqs = args[7];
     first_lines = args[8];
@@ -914,7 +1080,7 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (nl == NULL) {
             break;
         }
-        decoded = decode_line(start, nl - start, loads, event_type);
+        decoded = decode_line(start, nl - start, loads, event_type, event_retype);
         if (decoded == NULL) {
             if (PyErr_ExceptionMatches(Fallback)) {
                 PyErr_Clear();
@@ -962,75 +1128,6 @@ done:
     Py_CLEAR(str_cache);
     PyBuffer_Release(&view);
     return result;
-}
-
-PyDoc_STRVAR(restore_specials_doc,
-"restore_specials(seed, event_type, surface_types, /) -> list[int]\n\n"
-"Indices of the seed events that Session.restore's admission loop must look at: all but\n"
-"plain log-only events (exact Event, exactly type/seq/time/data, str type outside\n"
-"surface_types and not request/header, request/header-delta, request/context or\n"
-"session/end-seed, seq equal\n"
-"to the index, int time within +-(2**53 - 1)), which need nothing but appending.");
-
-static PyObject *
-restore_specials(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    PyObject *seed, *surface_types, *out;
-    PyTypeObject *event_type;
-    Py_ssize_t i, n;
-    PyObject **items;
-
-    if (!configured()) {
-        return NULL;
-    }
-    if (nargs != 3 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
-            || !PyType_Check(args[1]) || !PyAnySet_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "restore_specials(list | tuple, type, frozenset)");
-        return NULL;
-    }
-    seed = args[0];
-    event_type = (PyTypeObject *)args[1];
-    surface_types = args[2];
-    n = PySequence_Fast_GET_SIZE(seed);
-    items = PySequence_Fast_ITEMS(seed);
-    out = PyList_New(0);
-    if (out == NULL) {
-        return NULL;
-    }
-    for (i = 0; i < n; i++) {
-        PyObject *ev = items[i], *etype, *seq, *time;
-        long long s;
-        int plain = 0;
-        if (Py_TYPE(ev) == event_type && PyDict_GET_SIZE(ev) == 4) {
-            etype = PyDict_GetItem(ev, s_type);
-            seq = PyDict_GetItem(ev, s_seq);
-            time = PyDict_GetItem(ev, s_time);
-            if (etype != NULL && PyUnicode_CheckExact(etype)
-                    && safe_int_at_least(seq, 0, &s) && s == i
-                    && safe_int_at_least(time, -max_safe, NULL)
-                    && PyDict_GetItem(ev, s_data) != NULL
-                    && !str_is(etype, s_request_header) && !str_is(etype, s_end_seed)
-                    && !str_is(etype, s_request_header_delta)
-                    && !str_is(etype, s_request_context)) {
-                int contained = PySet_Contains(surface_types, etype);
-                if (contained < 0) {
-                    Py_DECREF(out);
-                    return NULL;
-                }
-                plain = !contained;
-            }
-        }
-        if (!plain) {
-            PyObject *index = PyLong_FromSsize_t(i);
-            if (index == NULL || PyList_Append(out, index) < 0) {
-                Py_XDECREF(index);
-                Py_DECREF(out);
-                return NULL;
-            }
-            Py_DECREF(index);
-        }
-    }
-    return out;
 }
 
 /* 1 when dsh.persistence.legacy.normalize_legacy_events would return `ev` unchanged without
@@ -1229,7 +1326,7 @@ decode_text(PyObject *text, PyObject *loads, Py_ssize_t limit)
 {
     Py_ssize_t n;
     const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
-    PyObject *parsed, *frozen;
+    PyObject *parsed;
     if (utf8 == NULL) {
         PyErr_Clear();  /* lone surrogates */
         return fallback();
@@ -1244,9 +1341,7 @@ decode_text(PyObject *text, PyObject *loads, Py_ssize_t limit)
         }
         return fallback();
     }
-    frozen = walk(parsed, 0, 1);
-    Py_DECREF(parsed);
-    return frozen;
+    return freeze_owned(parsed);
 }
 
 /* One physical row -> new list of events, or NULL with Fallback set where
@@ -1429,18 +1524,19 @@ PyDoc_STRVAR(message_shape_ok_doc,
 "assistant/message; tool + callId for tool/result, whose content is one tool-result block\n"
 "naming that call) and array content. False: the Python check runs and names the problem.");
 
-static PyObject *
-message_shape_ok(PyObject *module, PyObject *event)
+/* 1 when the shape is fine, 0 when Python must look, -1 on error. */
+static int
+shape_ok(PyObject *event)
 {
     PyObject *etype, *data, *message, *source, *kind, *content, *role;
     int assistant, tool, cmp;
     if (!PyDict_Check(event)) {
-        Py_RETURN_FALSE;
+        return 0;
     }
     etype = PyDict_GetItem(event, s_type);
     data = PyDict_GetItem(event, s_data);
     if (etype == NULL || data == NULL || !PyUnicode_CheckExact(etype)) {
-        Py_RETURN_FALSE;
+        return 0;
     }
     assistant = str_is(etype, s_assistant_message);
     tool = str_is(etype, s_tool_result);
@@ -1457,53 +1553,195 @@ message_shape_ok(PyObject *module, PyObject *event)
         role = assistant ? s_assistant : s_user;
     }
     else {
-        Py_RETURN_FALSE;
+        return 0;
     }
     if (message == NULL || !PyDict_Check(message)
             || !non_empty_str(PyDict_GetItem(message, s_id))) {
-        Py_RETURN_FALSE;
+        return 0;
     }
     if (!str_is(PyDict_GetItem(message, s_role), role)) {
-        Py_RETURN_FALSE;
+        return 0;
     }
     source = PyDict_GetItem(message, s_source);
     if (source == NULL || !PyDict_Check(source)) {
-        Py_RETURN_FALSE;
+        return 0;
     }
     kind = PyDict_GetItem(source, s_kind);
     content = PyDict_GetItem(message, s_content);
     if (!non_empty_str(kind) || content == NULL || !PyList_Check(content)) {
-        Py_RETURN_FALSE;
+        return 0;
     }
     if (assistant) {
         if (!str_is(kind, s_model) || !non_empty_str(PyDict_GetItem(source, s_provider))
                 || !non_empty_str(PyDict_GetItem(source, s_model))) {
-            Py_RETURN_FALSE;
+            return 0;
         }
     }
     else if (tool) {
         PyObject *call_id = PyDict_GetItem(source, s_call_id), *block, *inner, *named;
         if (!str_is(kind, s_tool) || !non_empty_str(call_id) || PyList_GET_SIZE(content) != 1) {
-            Py_RETURN_FALSE;
+            return 0;
         }
         block = PyList_GET_ITEM(content, 0);
         if (!PyDict_Check(block) || !str_is(PyDict_GetItem(block, s_type), s_tool_result_block)) {
-            Py_RETURN_FALSE;
+            return 0;
         }
         inner = PyDict_GetItem(block, s_content);
         named = PyDict_GetItem(block, s_tool_call_id);
         if (inner == NULL || !PyList_Check(inner) || named == NULL) {
-            Py_RETURN_FALSE;
+            return 0;
         }
         cmp = PyObject_RichCompareBool(named, call_id, Py_EQ);
         if (cmp < 0) {
-            return NULL;
+            return -1;
         }
         if (!cmp) {
-            Py_RETURN_FALSE;
+            return 0;
         }
     }
-    Py_RETURN_TRUE;
+    return 1;
+}
+
+static PyObject *
+message_shape_ok(PyObject *module, PyObject *event)
+{
+    int ok = shape_ok(event);
+    if (ok < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(ok);
+}
+
+/* 1 when sources is what an append's provenance check accepts at once: a list of exact
+ * ints in [0, seq) without duplicates (empty only on assistant/message); 0 otherwise (Python
+ * judges, and names any problem). Long lists are left to Python's set-based check. */
+static int
+plain_sources(PyObject *sources, long long seq, int assistant)
+{
+    Py_ssize_t k, m, n;
+    long long values[64];
+    if (!PyList_Check(sources)) {
+        return 0;
+    }
+    n = PyList_GET_SIZE(sources);
+    if (n > 64 || (n == 0 && !assistant)) {
+        return 0;
+    }
+    for (k = 0; k < n; k++) {
+        if (!safe_int_at_least(PyList_GET_ITEM(sources, k), 0, &values[k]) || values[k] >= seq) {
+            return 0;
+        }
+        for (m = 0; m < k; m++) {
+            if (values[m] == values[k]) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(admit_plain_doc,
+"admit_plain(seed, start, base, event_type, surface_types, nodes, cache, /) -> int\n\n"
+"The common case of Session.restore's admission loop, from index start of the seed (a list\n"
+"or tuple of events whose seqs start at base): plain log-only events (an exact event_type,\n"
+"exactly type/seq/time/data, a str type outside surface_types other than request/header,\n"
+"request/header-delta, request/context and session/end-seed, seq base + index, an int time\n"
+"within +-(2**53 - 1)) need nothing; plain surface appends (such an envelope plus\n"
+"surfaceOp \"append\" and optionally sourceEventSeqs that need no check, a message shape\n"
+"message_shape_ok accepts) append their seq to the list nodes and their projected message\n"
+"(or None) to the dict cache under the seq. Returns the index of the first other event\n"
+"(len(seed) when none): the caller admits it in Python and calls again after it.");
+
+static PyObject *
+admit_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *seed, *surface_types, *nodes, *cache, **items;
+    PyTypeObject *event_type;
+    Py_ssize_t i, n, start, base;
+
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs != 7 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
+            || !PyType_Check(args[3]) || !PyAnySet_Check(args[4])
+            || !PyList_CheckExact(args[5]) || !PyDict_CheckExact(args[6])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "admit_plain(list | tuple, int, int, type, frozenset, list, dict)");
+        return NULL;
+    }
+    start = PyLong_AsSsize_t(args[1]);
+    base = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    seed = args[0];
+    event_type = (PyTypeObject *)args[3];
+    surface_types = args[4];
+    nodes = args[5];
+    cache = args[6];
+    n = PySequence_Fast_GET_SIZE(seed);
+    items = PySequence_Fast_ITEMS(seed);
+    for (i = start < 0 ? 0 : start; i < n; i++) {
+        PyObject *ev = items[i], *etype, *seq, *data, *op, *sources = NULL, *message;
+        Py_ssize_t size;
+        long long s;
+        int surface, ok;
+        if (Py_TYPE(ev) != event_type) {
+            break;
+        }
+        size = PyDict_GET_SIZE(ev);
+        etype = PyDict_GetItem(ev, s_type);
+        seq = PyDict_GetItem(ev, s_seq);
+        data = PyDict_GetItem(ev, s_data);
+        if (size < 4 || size > 6 || etype == NULL || !PyUnicode_CheckExact(etype)
+                || !safe_int_at_least(seq, 0, &s) || s != (long long)base + i
+                || !safe_int_at_least(PyDict_GetItem(ev, s_time), -max_safe, NULL)
+                || data == NULL) {
+            break;
+        }
+        surface = PySet_Contains(surface_types, etype);
+        if (surface < 0) {
+            return NULL;
+        }
+        if (size == 4) {
+            if (surface || str_is(etype, s_request_header) || str_is(etype, s_end_seed)
+                    || str_is(etype, s_request_header_delta)
+                    || str_is(etype, s_request_context)) {
+                break;
+            }
+            continue;
+        }
+        op = PyDict_GetItem(ev, s_surface_op);
+        if (size == 6) {
+            sources = PyDict_GetItem(ev, s_source_event_seqs);
+        }
+        if (!surface || !str_is(op, s_append) || (size == 6 && (sources == NULL
+                || !plain_sources(sources, s, str_is(etype, s_assistant_message))))) {
+            break;
+        }
+        ok = shape_ok(ev);
+        if (ok < 0) {
+            return NULL;
+        }
+        if (!ok) {
+            break;
+        }
+        /* what derive_event_message projects; the shape check made these lookups safe */
+        if (str_is(etype, s_user_message) || str_is(etype, s_system_message)) {
+            message = data;
+        }
+        else {
+            message = PyDict_GetItem(data, s_message);
+            if (str_is(etype, s_assistant_message)
+                    && PyList_GET_SIZE(PyDict_GetItem(message, s_content)) == 0) {
+                message = Py_None;
+            }
+        }
+        if (PyDict_SetItem(cache, seq, message) < 0 || PyList_Append(nodes, seq) < 0) {
+            return NULL;
+        }
+    }
+    return PyLong_FromSsize_t(i);
 }
 
 PyDoc_STRVAR(gather_messages_doc,
@@ -1840,8 +2078,7 @@ static PyMethodDef methods[] = {
     {"snapshot", snapshot, METH_O, snapshot_doc},
     {"untrack", untrack, METH_O, untrack_doc},
     {"scan_lines", (PyCFunction)(void (*)(void))scan_lines, METH_FASTCALL, scan_lines_doc},
-    {"restore_specials", (PyCFunction)(void (*)(void))restore_specials, METH_FASTCALL,
-     restore_specials_doc},
+    {"admit_plain", (PyCFunction)(void (*)(void))admit_plain, METH_FASTCALL, admit_plain_doc},
     {"decode_rows", (PyCFunction)(void (*)(void))decode_rows, METH_FASTCALL, decode_rows_doc},
     {"message_shape_ok", message_shape_ok, METH_O, message_shape_ok_doc},
     {"stored_prescan", (PyCFunction)(void (*)(void))stored_prescan, METH_FASTCALL,

@@ -268,7 +268,7 @@ _CFallback: Any = _speedups.Fallback if _speedups is not None else _Slow
 # Load-path accelerators for the layers above (None without the accelerator: their pure-Python
 # loops are the reference). See _speedups.c for what each one takes and where it stops.
 c_scan_lines: Any = _speedups.scan_lines if _speedups is not None else None
-c_restore_specials: Any = _speedups.restore_specials if _speedups is not None else None
+c_admit_plain: Any = _speedups.admit_plain if _speedups is not None else None
 c_stored_prescan: Any = _speedups.stored_prescan if _speedups is not None else None
 c_decode_rows: Any = _speedups.decode_rows if _speedups is not None else None
 c_message_shape_ok: Any = _speedups.message_shape_ok if _speedups is not None else None

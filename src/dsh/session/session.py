@@ -28,10 +28,10 @@ from dsh.errors import DshError, EventRejectedError, InvalidJsonError
 from dsh.json import (
     MAX_SAFE_INTEGER,
     FrozenDict,
+    c_admit_plain,
     c_gather_messages,
     c_hand_out_messages,
     c_message_shape_ok,
-    c_restore_specials,
     dumps,
     snapshot_json,
 )
@@ -101,23 +101,25 @@ def _non_empty_str(value: object) -> bool:
     return type(value) is str and value != ""
 
 
-def _specials(seed: Sequence[Event], specials: list[int], log: _Log, base: int
-              ) -> Iterator[tuple[int, Event]]:
-    """Yield only the seed events restore admission must look at; append the others to log.
+def _unplain(seed: Sequence[Event], base: int, log: _Log, nodes: list[int],
+             cache: dict[int, FrozenDict | None]) -> Iterator[tuple[int, Event]]:
+    """Yield only the seed events restore admission must look at; admit the others in C.
 
-    ``specials`` (from the C accelerator) leaves out plain log-only events, for which the
-    admission loop would do nothing but append. The events between two specials are appended
-    before the later one is yielded, and the rest after the last, so ``log`` is always the
-    seed prefix when the loop body runs. Yielded positions are ``base`` + the seed index.
+    The C accelerator admits plain log-only events (they need nothing but appending) and plain
+    surface appends (a node and its cached message) up to the next event it leaves to the
+    admission loop; those are appended to ``log`` before that event is yielded, so ``log``
+    and ``nodes`` always hold the seed prefix when the loop body runs. Yielded positions are
+    ``base`` + the seed index.
     """
-    prev = 0
-    for index in specials:
-        if index > prev:
-            log.extend(seed[prev:index])
-        yield base + index, seed[index]
-        prev = index + 1
-    if prev < len(seed):
-        log.extend(seed[prev:])
+    pos, count = 0, len(seed)
+    while pos < count:
+        stop = c_admit_plain(seed, pos, base, Event, SURFACE_EVENT_TYPES, nodes, cache)
+        if stop > pos:
+            log.extend(seed[pos:stop])
+        if stop >= count:
+            return
+        yield base + stop, seed[stop]
+        pos = stop + 1
 
 
 # --- seed checks (core spec §5.3) -----------------------------------------------------------
@@ -849,11 +851,9 @@ class Session:
         markers = 0
         last_header = last_context = -1  # primes the request folds: no second pass over the log
         items: Iterable[tuple[int, Any]] = enumerate(seed, base)
-        if not copy and c_restore_specials is not None and isinstance(seed, list | tuple) \
+        if not copy and c_admit_plain is not None and isinstance(seed, list | tuple) \
                 and type(seed) in (list, tuple):
-            # Plain log-only events need nothing but appending: the C pass leaves them out.
-            items = _specials(seed, c_restore_specials(seed, Event, SURFACE_EVENT_TYPES), log,
-                              base)
+            items = _unplain(seed, base, log, surface._nodes, message_cache)
         for index, raw in items:
             if copy:
                 try:
