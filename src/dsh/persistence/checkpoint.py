@@ -90,12 +90,13 @@ INDEX_EVERY_BYTES = 256 * 1024
 """... or at least this many bytes after it."""
 
 DENSE_SURFACE_PAGES = 0.5
-"""A zstd resume reads in full when the surface has a node in more than this fraction of the
+"""A JSONL resume reads in full when the surface has a node in more than this fraction of the
 pages before the cut (an uncompacted session): deriving its messages would page nearly the
-whole log in, each page-in decompressing whole batch frames, and one sequential read is
-cheaper (100k msg events: 580-620 ms against 680-720 ms). Raw JSONL and SQLite page in for less
-than a full read costs, so they keep the checkpoint (460-540 ms against 580-660 ms; SQLite
-430-440 ms against 730-745 ms)."""
+whole log in, and each page-in scans its span of the file (zstd: decompresses whole batch
+frames) and frees the events again when the page is evicted, so one sequential read is cheaper
+(100k msg events, raw: about 350-400 ms against 500-570 ms; zstd: 580-620 ms against 680-720
+ms). SQLite fetches a page's rows by seq for less than a full read costs, so it keeps the
+checkpoint (430-440 ms against 730-745 ms); see ``KeepsCheckpoints.pages_in_cheaply``."""
 
 
 def surface_is_dense(state: RestoreState, page_events: int) -> bool:
@@ -190,6 +191,14 @@ class KeepsCheckpoints(Protocol):
 
     def checkpoint_path(self) -> Path:
         """The checkpoint sidecar file."""
+        ...
+
+    @property
+    def pages_in_cheaply(self) -> bool:
+        """Whether paging the whole prefix in costs less than one sequential read of it.
+
+        When False, a resume whose surface is dense (:func:`surface_is_dense`) reads in full.
+        """
         ...
 
     def write_checkpoint(self, data: bytes) -> None:

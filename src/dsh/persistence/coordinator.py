@@ -1141,8 +1141,7 @@ class Persistence:
         try:
             checkpoint, cold, source = handle.read_checkpointed()
             state = checkpoint.state
-            if checkpoint.anchor.backend == "jsonl-zstd" \
-                    and ck.surface_is_dense(state, paging.PAGE_EVENTS):
+            if not handle.pages_in_cheaply and ck.surface_is_dense(state, paging.PAGE_EVENTS):
                 raise ck.CheckpointRefused("dense-surface")
             tail = cold.events
             header = cold.header

@@ -706,6 +706,14 @@ class JsonlHandle(HandleBase):
 
     # --- projection checkpoints (see dsh.persistence.checkpoint) ------------------------
 
+    @property
+    def pages_in_cheaply(self) -> bool:
+        """False: a page-in scans (zstd: decompresses) a span of the file.
+
+        See ``dsh.persistence.checkpoint.DENSE_SURFACE_PAGES``.
+        """
+        return False
+
     def checkpoint_path(self) -> Path:
         """The checkpoint sidecar beside the log (``session.jsonl.ckpt``)."""
         return self.path.with_name(self.path.name + _CKPT_SUFFIX)

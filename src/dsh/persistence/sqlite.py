@@ -1090,6 +1090,11 @@ class SqliteHandle(HandleBase):
 
     # --- projection checkpoints (see dsh.persistence.checkpoint) ------------------------
 
+    @property
+    def pages_in_cheaply(self) -> bool:
+        """True: a page-in is one indexed range query over the events table."""
+        return True
+
     def checkpoint_path(self) -> Path:
         """The checkpoint sidecar: ``<db>.dsh-checkpoints/<encoded id>.ckpt``."""
         return self._backend.checkpoint_dir / f"{_cut_stem(self._id)}.ckpt"
