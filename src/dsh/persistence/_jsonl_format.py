@@ -434,28 +434,33 @@ class Scanner:
         """Events accepted so far (the seq the next record must start at)."""
         return len(self._result.events)
 
-    def feed(self, data: bytes) -> None:
-        """Scan ``data`` (the next bytes of logical text); complete lines are processed now.
+    def feed(self, data: bytes, start: int = 0) -> None:
+        """Scan ``data[start:]`` (the next bytes of logical text); complete lines are processed now.
+
+        ``start`` skips a prefix without copying the rest (a whole log file after its header
+        line is tens of MB).
 
         Raises:
             LogCorruptError: corruption inside the committed region (see the class rules).
         """
-        if not data:
+        if start >= len(data):
             return
-        buf = self._tail + data if self._tail else data
-        base = self._tail_offset
-        pos = 0
+        if self._tail:
+            buf, pos = self._tail + data[start:], 0
+        else:
+            buf, pos = data, start
+        base = self._tail_offset - pos
         find = buf.find
         result = self._result
         while True:
             if c_scan_lines is not None and self._issue is None:
                 # The C accelerator takes every ordinary line; it stops before any line this
                 # loop must judge (and before a trailing fragment), so the rules stay here.
-                start = pos
+                began = pos
                 pos, result.lines, self._expected = c_scan_lines(
                     buf, pos, self._expected, result.lines, _orjson_loads, Event,
                     result.events, self._record_seqs, self._record_lines)
-                if pos != start:
+                if pos != began:
                     result.committed = base + pos
             nl = find(b"\n", pos)
             if nl < 0:

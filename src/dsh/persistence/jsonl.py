@@ -317,7 +317,7 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
         header_line = data if nl < 0 else data[:nl + 1]
         header = parse_header_strict(header_line, path=path)
         scanner = Scanner(path=path, start_offset=len(header_line))
-        scanner.feed(data[len(header_line):])
+        scanner.feed(data, len(header_line))
         result = scanner.finish()
         if seal is not None:  # after the scan, whose errors name the record more precisely
             check_byte_seals(data, seal, log_path=path)
