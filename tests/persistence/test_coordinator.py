@@ -20,7 +20,7 @@ from dsh.errors import (
     WriteFailedError,
 )
 from dsh.json import dumps, loads
-from dsh.persistence import open_store
+from dsh.persistence import coordinator, open_store
 from dsh.persistence.coordinator import (
     MAX_BATCH_WINDOW_MS,
     Persistence,
@@ -129,6 +129,57 @@ def test_short_window_writes_in_background_without_flush(tmp_path: Path) -> None
     session = store.create("a", header={"cwd": CWD})
     turn(session, 1)
     wait_until(lambda: len(stored_events(persistence, "a")) == 6)
+    store.dispose(session)
+    persistence.close()
+
+
+def test_per_turn_flushes_do_not_wake_the_writer_thread(tmp_path: Path) -> None:
+    # DESIGN §3.4: a flush that finds the writer idle writes on its own thread, and the next
+    # turn's first event arms a window that ends after the writer's current sleep, so the
+    # writer thread is not woken (a wake-up costs a thread switch inside the producer's turn)
+    persistence = Persistence(open_store(f"sqlite://{tmp_path}/s.db").backend,
+                              write_behind=WriteBehind(batch_window_ms=600_000))
+    store = SessionStore(persistence)
+    session = store.create("a", header={"cwd": CWD})
+    turn(session, 1)
+    store.flush(session)
+    writer = writer_of(persistence, store, session)
+    wakes: list[float | None] = []
+    real_wait = writer._cond.wait
+
+    def counting(timeout: float | None = None) -> bool:
+        wakes.append(timeout)
+        return bool(real_wait(timeout))
+
+    writer._cond.wait = counting
+    for n in range(2, 12):
+        turn(session, n)
+        store.flush(session)
+    assert wakes == []
+    assert len(stored_events(persistence, "a")) == 66
+    store.dispose(session)
+    persistence.close()
+
+
+def test_idle_writer_writes_at_its_window_whether_polling_or_asleep(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # §10.5 the window still ends the batch when the writer was not woken by the event that
+    # armed it (it polls one window at a time), and after the idle polling stops (asleep
+    # until an event wakes it)
+    monkeypatch.setattr(coordinator, "_IDLE_POLL_S", 0.5)
+    persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
+                              write_behind=WriteBehind(batch_window_ms=60))
+    store = SessionStore(persistence)
+    session = store.create("a", header={"cwd": CWD})
+    writer = writer_of(persistence, store, session)
+    turn(session, 1)
+    store.flush(session)
+    wait_until(lambda: writer._wake_at is not None and not writer._pending)  # polling
+    turn(session, 2)
+    wait_until(lambda: len(stored_events(persistence, "a")) == 12)
+    wait_until(lambda: writer._wake_at is None, timeout=5.0)  # polling ended: asleep
+    turn(session, 3)
+    wait_until(lambda: len(stored_events(persistence, "a")) == 18)
     store.dispose(session)
     persistence.close()
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from dsh.errors import (
     ConfigError,
@@ -81,6 +81,10 @@ MAX_BATCH_WINDOW_MS = 2_147_483_647
 """Largest batching window accepted (persistence spec §2.1 ``MAX_WRITE_BATCH_DELAY_MS``)."""
 
 _TITLE_CHARS = 80
+_IDLE_POLL_S = 2.0
+"""How long after its last armed window an idle writer keeps sleeping one window at a time."""
+_MIN_POLL_S = 0.05
+"""Shortest window worth an idle poll (shorter ones wake the writer per armed window)."""
 
 _Entries = list[ListingEntry]
 _Errors = list[DshError]
@@ -287,6 +291,14 @@ class _SessionWriter:
     With a ``fold`` (backends that keep projection checkpoints), every durable batch is folded
     into the restore state, and a checkpoint is written at the first flush after
     ``CHECKPOINT_EVERY_EVENTS`` events or ``CHECKPOINT_EVERY_BYTES`` bytes since the last one.
+
+    Waking the writer thread costs a thread switch (and, on a busy machine, a wait for a CPU)
+    that lands in the producer's next append or flush. So for up to ``_IDLE_POLL_S`` after the
+    last armed window an idle writer sleeps one window at a time instead of indefinitely, and
+    the event that arms a window wakes it only when that sleep would end after the new
+    deadline: a session flushed every turn, faster than its window, then costs no wake-up per
+    turn. A flush that finds the writer idle writes on its own thread and wakes nobody (barriers
+    wait on their own condition, so the end of a write wakes only them).
     """
 
     def __init__(self, session: _SessionLike, handle: Handle, cursor: int,
@@ -296,12 +308,20 @@ class _SessionWriter:
         self.handle = handle
         self.cursor = cursor
         self._fold = fold
+        # checked once: a runtime Protocol isinstance walks the protocol's members each call
+        self._keeps_checkpoints = isinstance(handle, ck.KeepsCheckpoints)
         self._last_checkpoint = last_checkpoint  # (event count, durable bytes) of the last one
         self._window = config.batch_window_ms / 1000.0
         self._url = backend_url
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # the writer thread waits here for work
+        self._settled = threading.Condition(lock)  # flush barriers wait here for a write's end
         self._pending: list[Event] = []
         self._deadline: float | None = None
+        self._armed = float("-inf")  # the last deadline armed (kept after it is written)
+        self._wake_at: float | None = None  # when the writer's current wait ends (None: never)
+        # idle polling pays only when a window outlasts a poll's own wake-up cost
+        self._poll = self._window if self._window >= _MIN_POLL_S else None
         self._paused = False
         self._active = False
         self._barriers = 0
@@ -323,15 +343,18 @@ class _SessionWriter:
             if self._barriers:
                 self._cond.notify_all()
                 return
-            # Wake the writer only when its deadline changes: a waiting writer already sleeps
-            # until the armed deadline, and waking it per event costs a context switch each.
+            # Wake the writer only when it would otherwise sleep past the new deadline: a
+            # waiting writer already sleeps until the armed deadline (or one idle poll), and
+            # waking it costs a context switch each (see the class docstring).
             if self._paused:
                 self._paused = False  # a fresh window after a failure (spec §3.5)
-                self._deadline = time.monotonic() + self._window
+                self._deadline = self._armed = time.monotonic() + self._window
                 self._cond.notify_all()
             elif self._deadline is None:
-                self._deadline = time.monotonic() + self._window
-                self._cond.notify_all()
+                self._deadline = self._armed = deadline = time.monotonic() + self._window
+                wake = self._wake_at
+                if wake is None or wake > deadline:
+                    self._cond.notify_all()
 
     def has_work(self) -> bool:
         with self._cond:
@@ -371,7 +394,8 @@ class _SessionWriter:
                     self._write_batch(batch, background=False)
                 finally:
                     self._cond.acquire()
-            self._cond.notify_all()
+            # No wake-up for the writer: events queued during the write above already woke it
+            # (barriers > 0), and with nothing to take it has nothing to do.
             try:
                 while self._pending or self._active:
                     if self._fail_count != failures_before:
@@ -381,7 +405,7 @@ class _SessionWriter:
                             f"writing session {self.session.id!r} to {self._url} failed "
                             f"({last!r}); its events are kept for the next flush",
                             session_id=self.session.id) from last
-                    self._cond.wait()
+                    self._settled.wait()
             finally:
                 self._barriers -= 1
 
@@ -411,20 +435,29 @@ class _SessionWriter:
     def _take(self) -> tuple[list[Event], bool] | None:
         """Wait for a due batch; None when stopping."""
         with self._cond:
-            while True:
-                if self._stop and not self._barriers:
-                    return None
-                if self._pending and not self._paused:
-                    now = time.monotonic()
-                    if self._barriers or (self._deadline is not None and now >= self._deadline):
-                        batch, self._pending = self._pending, []
-                        self._deadline = None
-                        self._active = True
-                        return batch, self._barriers == 0
-                    timeout = None if self._deadline is None else self._deadline - now
+            try:
+                while True:
+                    if self._stop and not self._barriers:
+                        return None
+                    timeout: float | None = None
+                    if self._pending and not self._paused:
+                        now = time.monotonic()
+                        if self._barriers or (self._deadline is not None
+                                              and now >= self._deadline):
+                            batch, self._pending = self._pending, []
+                            self._deadline = None
+                            self._active = True
+                            return batch, self._barriers == 0
+                        if self._deadline is not None:
+                            timeout = self._deadline - now
+                    elif self._poll is not None and not self._paused:
+                        now = time.monotonic()
+                        if now - self._armed < _IDLE_POLL_S:
+                            timeout = self._poll  # idle, but recently busy: one window
+                    self._wake_at = None if timeout is None else now + timeout
                     self._cond.wait(timeout)
-                else:
-                    self._cond.wait()
+            finally:
+                self._wake_at = None
 
     def _run(self) -> None:
         while True:
@@ -455,7 +488,7 @@ class _SessionWriter:
                                 "flush", self.session.id, self._url, error,
                                 len(self._pending))
                     self._failure = error
-            self._cond.notify_all()
+            self._settled.notify_all()  # the barriers; the writer thread needs no wake-up
 
     def _write(self, batch: list[Event]) -> None:
         fresh = [event for event in batch if event["seq"] >= self.cursor]
@@ -474,9 +507,9 @@ class _SessionWriter:
         Never fails the flush: the batch is durable and the checkpoint is only derived, so a
         failure to write one is logged (WARNING) and the next due flush tries again.
         """
-        handle = self.handle
-        if fold.event_count != self.cursor or not isinstance(handle, ck.KeepsCheckpoints):
+        if fold.event_count != self.cursor or not self._keeps_checkpoints:
             return  # events before the fold's start are not all durable yet
+        handle = cast(ck.KeepsCheckpoints, self.handle)  # the check cached at __init__
         count, size = self._last_checkpoint
         if self.cursor - count < ck.CHECKPOINT_EVERY_EVENTS \
                 and handle.durable_bytes - size < ck.CHECKPOINT_EVERY_BYTES:
