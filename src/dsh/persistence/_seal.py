@@ -32,8 +32,8 @@ from typing import Any, Final
 from dsh.errors import LogCorruptError
 from dsh.json import CFallback, c_rows_text
 
-__all__ = ["Seal", "append_seal", "check_byte_seals", "check_row_seals", "crc_of", "read_seal",
-           "reset_seal", "rows_crc", "rows_text"]
+__all__ = ["Seal", "append_seal", "append_seal_to", "check_byte_seals", "check_row_seals",
+           "crc_of", "open_seal_appender", "read_seal", "reset_seal", "rows_crc", "rows_text"]
 
 MAGIC: Final = b"DSHSEAL1"
 _RECORD: Final = struct.Struct("<QQI")
@@ -173,11 +173,33 @@ def append_seal(path: Path, start: int, end: int, crc: int) -> None:
     Raises:
         OSError: the record could not be written.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    fd = open_seal_appender(path)
     try:
-        _write_all(fd, _RECORD.pack(start, end, crc))
+        append_seal_to(fd, start, end, crc)
     finally:
         os.close(fd)
+
+
+def open_seal_appender(path: Path) -> int:
+    """An append-only descriptor of an existing seal file, for :func:`append_seal_to`.
+
+    A writer that seals every batch keeps it open (the caller closes it), saving an open and
+    a close per batch.
+
+    Raises:
+        OSError: the file is missing, a symlink, or cannot be opened for writing.
+    """
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+
+
+def append_seal_to(fd: int, start: int, end: int, crc: int) -> None:
+    """Append one record ``[start, end)`` through a descriptor from :func:`open_seal_appender`.
+
+    Raises:
+        OSError: the record could not be written (the seal may end in a partial record,
+            which readers ignore).
+    """
+    _write_all(fd, _RECORD.pack(start, end, crc))
 
 
 def rows_crc(rows: Sequence[Sequence[Any]]) -> int:

@@ -76,7 +76,7 @@ def load_tail(handle: SqliteHandle, checkpoint: ck.Checkpoint
         raise ck.CheckpointRefused("schema")  # schema 14 keeps the full read
     conn = handle._c.conn
     try:
-        seal = read_seal(handle._backend._seal_path(handle._id))
+        seal = read_seal(handle._seal_file)
         conn.execute("BEGIN")
         try:
             header, incarnation, revision = handle._session_row()

@@ -52,7 +52,14 @@ from dsh.persistence import checkpoint as ck
 from dsh.persistence._lock import SessionLock
 from dsh.persistence._paths import mkdir_private
 from dsh.persistence._salvage import list_cuts, save_cut
-from dsh.persistence._seal import append_seal, check_row_seals, read_seal, reset_seal, rows_crc
+from dsh.persistence._seal import (
+    append_seal_to,
+    check_row_seals,
+    open_seal_appender,
+    read_seal,
+    reset_seal,
+    rows_crc,
+)
 from dsh.persistence._sqlite_schema import (
     APPLICATION_ID,
     LEGACY_SCHEMA_VERSION,
@@ -747,6 +754,8 @@ class SqliteHandle(HandleBase):
         self._seal_rewrite = True
         # the committed prefix last read or written: (event count, incarnation, last row digest)
         self._durable: tuple[int, str, str] | None = None
+        self._seal_file = backend._seal_path(session_id)
+        self._seal_fd: int | None = None  # kept open between appends (see _seal)
         self._closed = False
         self._c = backend._connect()
         try:
@@ -876,7 +885,7 @@ class SqliteHandle(HandleBase):
         conn = self._c.conn
         # read before the rows: the log only grows under a writer, so every sealed batch is
         # then among the rows read
-        seal = read_seal(self._backend._seal_path(self._id))
+        seal = read_seal(self._seal_file)
         try:
             conn.execute("BEGIN")
             try:
@@ -1060,7 +1069,7 @@ class SqliteHandle(HandleBase):
     def _sealed_end(self, incarnation: str) -> int:
         """End seq of the sealed prefix (loads the seal on a handle's first append)."""
         if self._seals is None:
-            seal = read_seal(self._backend._seal_path(self._id))
+            seal = read_seal(self._seal_file)
             valid = seal is not None and seal.identity == _seal_identity(incarnation)
             self._seals = seal.records if seal is not None and valid else []
         return self._seals[-1][1] if self._seals else 0
@@ -1073,20 +1082,36 @@ class SqliteHandle(HandleBase):
         seal file with every record.
         """
         assert self._seals is not None
-        path = self._backend._seal_path(self._id)
+        path = self._seal_file
         try:
             if self._seal_rewrite:
+                self._close_seal_fd()  # the rewrite replaces the file it points to
                 mkdir_private(path.parent, "integrity seals")
                 reset_seal(path, _seal_identity(incarnation), [*self._seals, record])
                 self._seal_rewrite = False
             else:
-                append_seal(path, *record)
+                # one descriptor for the handle's life (an open and a close less per batch):
+                # the write lock keeps every other writer of this seal away, so the file stays
+                # the one opened. A seal moved aside meanwhile takes the records with it; the
+                # next handle finds none and seals the rows again from seq 0.
+                if self._seal_fd is None:
+                    self._seal_fd = open_seal_appender(path)
+                append_seal_to(self._seal_fd, *record)
         except OSError as exc:
             # kept in memory: the next seal write rewrites the whole file, this record included
+            self._close_seal_fd()
             self._seal_rewrite = True
             logger.warning("could not write the integrity seal %s of session %s (%s); the "
                            "next append retries", path, self._id, exc)
         self._seals.append(record)
+
+    def _close_seal_fd(self) -> None:
+        fd, self._seal_fd = self._seal_fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError as exc:  # the records were written; a failed close loses nothing
+                logger.debug("closing the integrity seal %s failed: %s", self._seal_file, exc)
 
     # --- projection checkpoints (see dsh.persistence.checkpoint) ------------------------
 
@@ -1177,6 +1202,7 @@ class SqliteHandle(HandleBase):
             return
         self._closed = True
         try:
+            self._close_seal_fd()
             self._c.close()
         finally:
             if self._lock is not None:
