@@ -34,7 +34,7 @@ import dsh.persistence._sqlite_schema as sqlite_schema
 import dsh.persistence.coordinator as coordinator
 import dsh.session.session as session_module
 from dsh.errors import DshError
-from dsh.json import FrozenDict
+from dsh.json import FrozenDict, FrozenList, dumps
 from dsh.persistence.api import ColdRead
 from dsh.persistence.legacy import normalize_legacy_events
 from dsh.session.events import KNOWN_EVENT_TYPES, SURFACE_EVENT_TYPES, Event, as_event
@@ -549,6 +549,120 @@ def test_decode_rows_matches_python_on_packed_rows() -> None:
     assert dj.c_decode_rows(rows, 0, 0, orjson.loads, Event, taken, True, 1 << 20, 3,
                             1024) == (4, 47)
     assert len(taken) == 47
+
+
+# --- SQLite append rows (encode_batch) -------------------------------------------------------
+
+
+def encode_outcome(events: list[Any], schema: int, fast: bool) -> tuple[Any, ...]:
+    """encode_batch's rows with their column types, or its error; C path on or patched out."""
+    saved = sqlite_schema.c_encode_rows
+    if not fast:
+        sqlite_schema.c_encode_rows = None
+    try:
+        def run() -> Any:
+            rows = sqlite_schema.encode_batch(events, schema)
+            return [tuple((type(v).__name__, v) for v in row) for row in rows]
+        return outcome(run)
+    finally:
+        sqlite_schema.c_encode_rows = saved
+
+
+def c_rows(events: list[Any], schema: int) -> Any:
+    return dj.c_encode_rows(events, schema, orjson.dumps, sqlite_schema._encode_data,
+                            sqlite_schema.ZSTD_DATA_THRESHOLD_BYTES)
+
+
+BIG_TEXT = "a long tool output line\n" * 400  # about 9.6 kB: stored as a zstd frame
+ENVELOPE_DAMAGE: list[tuple[str, Any]] = [
+    ("seq", -1), ("seq", True), ("seq", 2**53), ("seq", 3.0), ("time", 2**53), ("time", -2**53),
+    ("time", "5"), ("type", ""), ("type", 7), ("type", "assistant/chunk"), ("ignorable", True),
+    ("ignorable", False), ("ignorable", None), ("extra", 1), ("data", ...), ("data", 5),
+    ("data", "text"), ("data", {"plain": "dict"}), ("data", FrozenDict(bad="\ud800")),
+    ("data", FrozenDict(text=BIG_TEXT)), ("data", FrozenDict(n=12345678901234567890)),
+    ("surfaceOp", "append"), ("surfaceOp", "\ud800"), ("surfaceOp", 3), ("surfaceOp", None),
+    ("surfaceOp", FrozenDict(op="replace", start=0, end=1)),
+    ("sourceEventSeqs", FrozenList([0, 5, 2, 2**53 - 1])), ("sourceEventSeqs", FrozenList([])),
+    ("sourceEventSeqs", FrozenList([-1])), ("sourceEventSeqs", FrozenList([True])),
+    ("sourceEventSeqs", FrozenList([1.0])), ("sourceEventSeqs", FrozenList([2**53])),
+    ("sourceEventSeqs", [3, 1]), ("sourceEventSeqs", (3, 1)), ("sourceEventSeqs", "12"),
+    ("sourceEventSeqs", None), ("plain", None),
+]
+
+
+def damaged(event: Event, key: str, value: Any) -> Any:
+    """``event`` with ``key`` set to ``value`` (``...`` deletes it; key ``plain``: a dict)."""
+    fields = dict(event)
+    if key == "plain":
+        return fields
+    if value is ...:
+        fields.pop(key, None)
+    else:
+        fields[key] = value
+    return Event(fields)
+
+
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(script=log_scripts(open_tail=None), schema=st.sampled_from([14, 17]),
+       damage=st.lists(st.tuples(st.floats(0, 1), st.sampled_from(ENVELOPE_DAMAGE)),
+                       max_size=2))
+def test_encode_rows_matches_python_on_random_and_damaged_batches(
+        script: Any, schema: int, damage: list[tuple[float, tuple[str, Any]]]) -> None:
+    # the append path's row encoding (persistence spec §5.6): C when it can, else Python
+    session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
+    apply_script(session, script)
+    events: list[Any] = list(session.events)
+    for where, (key, value) in damage:
+        i = min(len(events) - 1, int(len(events) * where))
+        events[i] = damaged(events[i], key, value)
+    fast = encode_outcome(events, schema, True)
+    assert fast == encode_outcome(events, schema, False)
+    try:
+        taken = c_rows(events, schema)
+    except dj.CFallback:
+        return  # left to Python, which gave the outcome compared above
+    assert fast == ("ok", [tuple((type(v).__name__, v) for v in row) for row in taken])
+
+
+def test_encode_rows_takes_a_turn_of_real_events_in_both_schemas() -> None:
+    session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
+    session.append("turn/start", {"turn": 1})
+    session.append("user/message", {"id": "u1", "role": "user", "source": {"kind": "user"},
+                                    "content": [{"type": "text", "text": "héllo \u2028"}]},
+                   surface_op="append")
+    call = session.append("assistant/message", {"turn": 1, "message": {
+        "id": "a1", "role": "assistant", "source": {"kind": "model", "provider": "p",
+                                                    "model": "m"},
+        "content": [{"type": "tool-call", "id": "c1", "name": "read", "arguments": "{}"}]}},
+        surface_op="append")
+    session.append("tool/result", {"turn": 1, "message": {
+        "id": "t1", "role": "user", "source": {"kind": "tool", "callId": "c1"},
+        "content": [{"type": "tool-result", "toolCallId": "c1",
+                     "content": [{"type": "text", "text": BIG_TEXT}]}]}},
+        surface_op="append", source_event_seqs=[call.seq, 0])
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    events = list(session.events)
+    rows17 = c_rows(events, 17)  # no Fallback: the accelerator encoded every event
+    assert rows17 == sqlite_schema._encode_batch(events, 17)
+    assert rows17[1][3] == '{"id":"u1","role":"user","source":{"kind":"user"},"content":' \
+        '[{"type":"text","text":"héllo \u2028"}]}'
+    assert rows17[1][5] == '"append"'
+    assert rows17[3][4] == b"\x02\x03"  # seq 2, then ZigZag(0 - 2) = 3
+    assert isinstance(rows17[3][3], bytes)  # the 9.6 kB payload as a zstd frame
+    assert sqlite_schema._decompress(rows17[3][3], None) == dumps(events[3]["data"])
+    rows14 = c_rows(events, 14)
+    assert rows14 == sqlite_schema._encode_batch(events, 14)
+    assert rows14[3][4] == "[2,0]" and isinstance(rows14[3][3], str)
+    assert [row[6] for row in rows14] == [None] * 5
+    # an ignorable event is schema 17's 1; schema 14 has no column: Python names the refusal
+    marked = [*events, Event({**events[0], "seq": 5, "ignorable": True})]
+    assert c_rows(marked, 17)[5][6] == 1
+    with pytest.raises(dj.CFallback):
+        c_rows(marked, 14)
+    refused = encode_outcome(marked, 14, True)
+    assert refused[0] == "error" and "schema-14" in refused[2]
+    assert refused == encode_outcome(marked, 14, False)
 
 
 # --- message shape ---------------------------------------------------------------------------

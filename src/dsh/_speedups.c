@@ -2027,6 +2027,252 @@ fail:
     return NULL;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The SQLite append path: one batch of scalar events -> the rows encode_batch returns
+ * (dsh.persistence._sqlite_schema, persistence spec §5.6). Python's encode_batch stays the
+ * reference and runs alone for anything below that raises Fallback.
+ */
+
+/* 1 when every key of the envelope is one of the seven names encode_batch accepts. */
+static int
+envelope_keys_ok(PyObject *event)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(event, &pos, &key, &value)) {
+        if (!(str_is(key, s_type) || str_is(key, s_seq) || str_is(key, s_time)
+                || str_is(key, s_data) || str_is(key, s_surface_op)
+                || str_is(key, s_source_event_seqs) || str_is(key, s_ignorable))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static inline int
+is_frozen_container(PyObject *value)
+{
+    return PyObject_TypeCheck(value, frozen_dict_type)
+        || PyObject_TypeCheck(value, frozen_list_type);
+}
+
+/* dumps(value).decode("utf-8") of dsh.json for a frozen container or an exact str: orjson's
+ * bytes as str. Anything else, or any orjson error (a lone surrogate: dsh.json escapes it
+ * itself), -> Fallback. */
+static PyObject *
+dumps_text(PyObject *dumps, PyObject *value, PyObject **bytes_out)
+{
+    PyObject *bytes, *text;
+    if (!is_frozen_container(value) && !PyUnicode_CheckExact(value)) {
+        return fallback();
+    }
+    bytes = PyObject_CallOneArg(dumps, value);
+    if (bytes == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            return NULL;
+        }
+        PyErr_Clear();
+        return fallback();
+    }
+    if (!PyBytes_CheckExact(bytes)) {
+        Py_DECREF(bytes);
+        return fallback();
+    }
+    if (bytes_out != NULL) {
+        *bytes_out = bytes;  /* the caller decides (zstd above the threshold) */
+        return Py_NewRef(Py_None);
+    }
+    text = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes), "strict");
+    Py_DECREF(bytes);
+    return text;
+}
+
+/* encode_source_event_seqs (schema 17): LEB128 first value, ZigZag deltas after it. */
+static PyObject *
+encode_varint_seqs(PyObject *seqs)
+{
+    Py_ssize_t i, n;
+    PyObject **items, *out;
+    unsigned char *buf, *p;
+    long long prev = 0, value;
+    unsigned long long z;
+    if (!PyList_Check(seqs) && !PyTuple_Check(seqs)) {
+        return fallback();
+    }
+    n = PySequence_Fast_GET_SIZE(seqs);
+    items = PySequence_Fast_ITEMS(seqs);
+    buf = PyMem_Malloc((size_t)(n * 10 + 1));
+    if (buf == NULL) {
+        return PyErr_NoMemory();
+    }
+    p = buf;
+    for (i = 0; i < n; i++) {
+        if (!safe_int_at_least(items[i], 0, &value)) {
+            PyMem_Free(buf);
+            return fallback();
+        }
+        if (i == 0) {
+            z = (unsigned long long)value;
+        }
+        else if (value >= prev) {
+            z = (unsigned long long)(value - prev) * 2;
+        }
+        else {
+            z = (unsigned long long)(prev - value) * 2 - 1;
+        }
+        prev = value;
+        while (z >= 0x80) {
+            *p++ = (unsigned char)((z & 0x7F) | 0x80);
+            z >>= 7;
+        }
+        *p++ = (unsigned char)z;
+    }
+    out = PyBytes_FromStringAndSize((const char *)buf, p - buf);
+    PyMem_Free(buf);
+    return out;
+}
+
+/* One event -> (seq, type, time, data, source_event_seqs, surface_op, ignorable). */
+static PyObject *
+encode_scalar(PyObject *event, int legacy, PyObject *dumps, PyObject *big, Py_ssize_t threshold)
+{
+    PyObject *type, *seq, *time, *data, *seqs, *op, *ignorable;
+    PyObject *bytes = NULL, *data_col = NULL, *seqs_col = NULL, *op_col = NULL, *row;
+    if (!PyDict_Check(event) || !envelope_keys_ok(event)) {
+        return fallback();
+    }
+    type = PyDict_GetItemWithError(event, s_type);
+    seq = PyDict_GetItemWithError(event, s_seq);
+    time = PyDict_GetItemWithError(event, s_time);
+    data = PyDict_GetItemWithError(event, s_data);
+    ignorable = PyDict_GetItemWithError(event, s_ignorable);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (type == NULL || !PyUnicode_CheckExact(type) || PyUnicode_GET_LENGTH(type) == 0
+            || !safe_int_at_least(seq, 0, NULL) || !safe_int_at_least(time, -max_safe, NULL)
+            || data == NULL || (ignorable != NULL && ignorable != Py_True)
+            || (ignorable != NULL && legacy)
+            || (!legacy && str_is(type, s_assistant_chunk))) {
+        /* encode_batch's own checks name it, or it packs the chunk runs of schema 17 */
+        return fallback();
+    }
+    seqs = PyDict_GetItemWithError(event, s_source_event_seqs);
+    op = PyDict_GetItemWithError(event, s_surface_op);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (legacy) {
+        data_col = dumps_text(dumps, data, NULL);
+    }
+    else {
+        PyObject *none = dumps_text(dumps, data, &bytes);
+        if (none != NULL) {
+            Py_DECREF(none);
+            if (PyBytes_GET_SIZE(bytes) >= threshold) {
+                data_col = PyObject_CallOneArg(big, bytes);  /* zstd when it is smaller */
+            }
+            else {
+                data_col = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(bytes),
+                                                PyBytes_GET_SIZE(bytes), "strict");
+            }
+            Py_DECREF(bytes);
+        }
+    }
+    if (data_col == NULL) {
+        return NULL;
+    }
+    if (seqs == NULL || seqs == Py_None) {
+        seqs_col = Py_NewRef(Py_None);
+    }
+    else {
+        seqs_col = legacy ? dumps_text(dumps, seqs, NULL) : encode_varint_seqs(seqs);
+    }
+    if (seqs_col == NULL) {
+        Py_DECREF(data_col);
+        return NULL;
+    }
+    op_col = (op == NULL || op == Py_None) ? Py_NewRef(Py_None) : dumps_text(dumps, op, NULL);
+    if (op_col == NULL) {
+        Py_DECREF(data_col);
+        Py_DECREF(seqs_col);
+        return NULL;
+    }
+    row = PyTuple_New(7);
+    if (row == NULL) {
+        Py_DECREF(data_col);
+        Py_DECREF(seqs_col);
+        Py_DECREF(op_col);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(row, 0, Py_NewRef(seq));
+    PyTuple_SET_ITEM(row, 1, Py_NewRef(type));
+    PyTuple_SET_ITEM(row, 2, Py_NewRef(time));
+    PyTuple_SET_ITEM(row, 3, data_col);
+    PyTuple_SET_ITEM(row, 4, seqs_col);
+    PyTuple_SET_ITEM(row, 5, op_col);
+    PyTuple_SET_ITEM(row, 6, ignorable == Py_True ? PyLong_FromLong(1) : Py_NewRef(Py_None));
+    if (PyTuple_GET_ITEM(row, 6) == NULL) {
+        Py_DECREF(row);
+        return NULL;
+    }
+    return row;
+}
+
+PyDoc_STRVAR(encode_rows_doc,
+"encode_rows(events, schema_version, dumps, encode_large, threshold, /) -> list[tuple]\n\n"
+"The rows dsh.persistence._sqlite_schema.encode_batch returns for a batch of scalar events:\n"
+"(seq, type, time, data, source_event_seqs, surface_op, ignorable) each, data as JSON text\n"
+"(schema 17: encode_large(json_bytes) for data of threshold bytes or more, which compresses\n"
+"it when that is smaller). events is a list or tuple of dicts; schema_version is 14 (JSON\n"
+"text columns) or 17 (varint provenance BLOB, ignorable 1 or NULL); dumps is orjson.dumps.\n"
+"Raises Fallback for anything encode_batch must judge or shape itself: an envelope its fast\n"
+"check does not pass, an assistant/chunk event in schema 17 (chunk packing), an ignorable\n"
+"event in schema 14, a payload that is not a frozen container (or a str surfaceOp), a\n"
+"provenance value that is not a non-negative safe int, or any dumps error.");
+
+static PyObject *
+encode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *events, *out, *row, **items;
+    Py_ssize_t i, n, threshold;
+    long schema;
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs != 5 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
+            || !PyLong_CheckExact(args[1]) || !PyCallable_Check(args[2])
+            || !PyCallable_Check(args[3]) || !PyLong_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_rows(list | tuple, int, callable, callable, int)");
+        return NULL;
+    }
+    schema = PyLong_AsLong(args[1]);
+    threshold = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if ((schema != 14 && schema != 17) || threshold < 0) {
+        return fallback();  /* encode_batch's own reading of the arguments */
+    }
+    events = args[0];
+    n = PySequence_Fast_GET_SIZE(events);
+    items = PySequence_Fast_ITEMS(events);
+    out = PyList_New(n);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        row = encode_scalar(items[i], schema == 14, args[2], args[3], threshold);
+        if (row == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, row);
+    }
+    return out;
+}
+
 PyDoc_STRVAR(seqs_contiguous_doc,
 "seqs_contiguous(events, base, /) -> bool\n\n"
 "True when every item of the list or tuple events is a dict whose \"seq\" is an exact int\n"
@@ -2084,6 +2330,7 @@ static PyMethodDef methods[] = {
     {"stored_prescan", (PyCFunction)(void (*)(void))stored_prescan, METH_FASTCALL,
      stored_prescan_doc},
     {"rows_text", rows_text, METH_O, rows_text_doc},
+    {"encode_rows", (PyCFunction)(void (*)(void))encode_rows, METH_FASTCALL, encode_rows_doc},
     {"seqs_contiguous", (PyCFunction)(void (*)(void))seqs_contiguous, METH_FASTCALL,
      seqs_contiguous_doc},
     {"gather_messages", (PyCFunction)(void (*)(void))gather_messages, METH_FASTCALL,

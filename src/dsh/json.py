@@ -275,6 +275,7 @@ c_message_shape_ok: Any = _speedups.message_shape_ok if _speedups is not None el
 # raised by a c_* pass that leaves the value to its caller's Python reference
 CFallback: Any = _CFallback
 c_rows_text: Any = _speedups.rows_text if _speedups is not None else None
+c_encode_rows: Any = _speedups.encode_rows if _speedups is not None else None
 c_seqs_contiguous: Any = _speedups.seqs_contiguous if _speedups is not None else None
 c_gather_messages: Any = _speedups.gather_messages if _speedups is not None else None
 c_hand_out_messages: Any = _speedups.hand_out_messages if _speedups is not None else None

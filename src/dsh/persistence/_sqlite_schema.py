@@ -24,14 +24,17 @@ from functools import cache
 from typing import Any, Final
 
 import zstandard
+from orjson import dumps as _orjson_dumps
 from orjson import loads as _orjson_loads
 
 from dsh.errors import DshError, EventRejectedError, LogCorruptError
 from dsh.json import (
     MAX_SAFE_INTEGER,
+    CFallback,
     FrozenDict,
     FrozenList,
     c_decode_rows,
+    c_encode_rows,
     dumps,
     is_safe_int,
     loads,
@@ -664,7 +667,22 @@ def encode_batch(events: Sequence[Event], schema_version: int) -> list[EncodedRo
             ``seq``/``time``/``type``, missing ``data``, bad ``sourceEventSeqs``, or an ignorable
             event in a schema-14 file.
         InvalidJsonError: a payload is not lossless JSON.
+
+    The C accelerator encodes a batch of scalar events in one pass (the same rows); this
+    Python code is the reference and runs for everything it leaves (chunk packing, errors).
     """
+    if c_encode_rows is not None and type(events) in (list, tuple):
+        try:
+            rows: list[EncodedRow] = c_encode_rows(events, schema_version, _orjson_dumps,
+                                                   _encode_data, ZSTD_DATA_THRESHOLD_BYTES)
+            return rows
+        except CFallback:
+            pass
+    return _encode_batch(events, schema_version)
+
+
+def _encode_batch(events: Sequence[Event], schema_version: int) -> list[EncodedRow]:
+    """:func:`encode_batch` in pure Python (the accelerator's reference)."""
     for event in events:
         _check_envelope(event)
     if schema_version == LEGACY_SCHEMA_VERSION:
