@@ -46,7 +46,7 @@ from dsh.errors import (
     SessionFormatUnsupportedError,
     SessionNotFoundError,
 )
-from dsh.json import FrozenDict, FrozenList, is_safe_int
+from dsh.json import FrozenDict, FrozenList, c_seqs_contiguous, is_safe_int
 from dsh.persistence import _sqlite_checkpoint as sck
 from dsh.persistence import checkpoint as ck
 from dsh.persistence._lock import SessionLock
@@ -1060,7 +1060,7 @@ class SqliteHandle(HandleBase):
         except sqlite3.Error as exc:
             _fail(exc, "append", self._path, self._id)
         stored = [(*r[:6], None) for r in rows] if legacy else rows
-        crc = rows_crc([*(row[1:] for row in gap), *stored])
+        crc = rows_crc([*(row[1:] for row in gap), *stored] if gap else stored)
         self._seal((sealed_end, first + len(events), crc), str(found[1]))
         self._durable = (first + len(events), str(found[1]), sck.last_row_digest(stored[-1]))
         logger.debug("appended %d events (%d rows) to session %s", len(events), len(rows),
@@ -1177,7 +1177,10 @@ class SqliteHandle(HandleBase):
                 session_id=self._id)
         if not all(type(e) is Event and isinstance(e.get("data"), _FROZEN) for e in events):
             return validate_batch(events, first, self._id)
-        for i, event in enumerate(events):
+        if c_seqs_contiguous is not None and type(events) in (list, tuple) \
+                and c_seqs_contiguous(events, first):
+            return events
+        for i, event in enumerate(events):  # the reference check, naming the first bad seq
             if event["seq"] != first + i:
                 raise PersistenceError(
                     f"append seq mismatch for session {self._id!r}: expected seq {first + i} "
