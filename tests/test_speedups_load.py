@@ -19,6 +19,8 @@ from __future__ import annotations
 import importlib
 import operator
 import os
+import sys
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -613,7 +615,7 @@ def test_encode_rows_matches_python_on_random_and_damaged_batches(
     session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
     apply_script(session, script)
     events: list[Any] = list(session.events)
-    for where, (key, value) in damage:
+    for where, (key, value) in damage if events else ():
         i = min(len(events) - 1, int(len(events) * where))
         events[i] = damaged(events[i], key, value)
     fast = encode_outcome(events, schema, True)
@@ -663,6 +665,38 @@ def test_encode_rows_takes_a_turn_of_real_events_in_both_schemas() -> None:
     refused = encode_outcome(marked, 14, True)
     assert refused[0] == "error" and "schema-14" in refused[2]
     assert refused == encode_outcome(marked, 14, False)
+
+
+def test_encode_rows_gives_back_every_reference_it_takes() -> None:
+    # success, the zstd callback and each fallback exit leave the inputs' refcounts as found
+    kind = "".join(["tool/", "result"])  # a fresh, non-interned string
+    data = FrozenDict(message=FrozenDict(text="x" * 5000))
+    good = Event({"type": kind, "seq": 3, "time": 9, "data": data, "surfaceOp": "append",
+                  "sourceEventSeqs": FrozenList([1, 2])})
+    bad_seqs = Event({**good, "sourceEventSeqs": FrozenList([1, -2])})
+    bad_op = Event({**good, "surfaceOp": "\ud800"})
+    marked = Event({**good, "ignorable": True})
+    def churn(n: int) -> None:
+        for _ in range(n):
+            c_rows([good, good], 17)
+            c_rows([good], 14)
+            for batch, schema in (([good, bad_seqs], 17), ([bad_op], 17), ([marked], 14)):
+                with pytest.raises(dj.CFallback):
+                    c_rows(batch, schema)
+
+    churn(500)  # warm caches and free lists
+    before = (sys.getrefcount(kind), sys.getrefcount(data))
+    tracemalloc.start()
+    try:
+        churn(500)
+        first = tracemalloc.take_snapshot()
+        churn(3_000)
+        second = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    assert (sys.getrefcount(kind), sys.getrefcount(data)) == before
+    growth = sum(stat.size_diff for stat in second.compare_to(first, "filename"))
+    assert growth < 64 * 1024, growth  # no row, column or varint buffer is kept
 
 
 # --- message shape ---------------------------------------------------------------------------
