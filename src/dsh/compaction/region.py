@@ -25,7 +25,6 @@ failed), ``persistence`` (committed, but the flush afterwards failed) and ``pres
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import uuid
 import weakref
@@ -412,6 +411,8 @@ class _Region:
 
     def fail(self, exc: BaseException) -> BaseException:
         """Step 11: classify, make exactly one error-close attempt, return what to raise."""
+        import asyncio  # not at the top: `import dsh` stays free of asyncio (~25 ms)
+
         if isinstance(exc, CompactionError):
             error: BaseException = exc
         elif self.stage in ("commit", "close"):
@@ -540,6 +541,8 @@ async def acompact_surface_region(session: SessionLike, start: int, end: int, *,
     ``CancelledError`` by itself gives ``CompactionError`` code ``cancelled``. ``flush`` may
     return an awaitable.
     """
+    import asyncio  # not at the top: `import dsh` stays free of asyncio (~25 ms)
+
     tx = _Region(session, start, end, owner=owner, stability=stability,
                  source_command_id=source_command_id, compaction_id=compaction_id,
                  signal=signal, provider=provider, model=model)

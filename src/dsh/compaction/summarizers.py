@@ -14,7 +14,6 @@ Invariants this module owns (persistence spec §9.2, §9.8; DESIGN §3.9):
 
 from __future__ import annotations
 
-import asyncio
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -460,4 +459,6 @@ class LlmSummarizer:
         request = self.request(messages)
         if self.acomplete is not None:
             return self._result(await self.acomplete(request))
+        import asyncio  # not at the top: `import dsh` stays free of asyncio (~25 ms)
+
         return self._result(await asyncio.to_thread(self.complete, request))

@@ -18,7 +18,6 @@ live id with an open turn is refused, ``inspect`` of a live id returns the live 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -655,6 +654,8 @@ class PersistenceObserver:
 
     async def aflush(self, session: _SessionLike) -> None:
         """:meth:`on_flush` run in a worker thread, so the asyncio loop keeps running."""
+        import asyncio  # not at the top: `import dsh` stays free of asyncio (~25 ms)
+
         await asyncio.to_thread(self.on_flush, session)
 
     def on_disposed(self, session: _SessionLike) -> None:

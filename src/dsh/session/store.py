@@ -15,7 +15,6 @@ Invariants this module owns (core spec §10, §14.1; seed ch. 28):
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import logging
 import weakref
@@ -438,6 +437,8 @@ class SessionStore:
         if not any(getattr(o, "on_flush", None) is not None for o in self._observers):
             self._live_entry(session)
             return False
+        import asyncio  # not at the top: `import dsh` stays free of asyncio (~25 ms)
+
         return await asyncio.to_thread(self.flush, session)
 
     def resume(self, session_id: str) -> Session:
