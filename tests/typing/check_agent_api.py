@@ -19,6 +19,13 @@ from dsh.agent import (
     TurnResult,
     tool,
 )
+from dsh.agent.providers import (
+    AnthropicProvider,
+    OpenAIChatProvider,
+    create_provider,
+    provider_summarizer,
+)
+from dsh.compaction import LlmSummarizer
 from dsh.json import FrozenDict
 from dsh.messages import StreamChunk
 
@@ -60,3 +67,10 @@ def use_the_recorder(store: SessionStore) -> None:
         assert_type(turn, TurnRecorder)
         assert_type(step, StepRecorder)
         assert_type(step.assistant("ok", provider="p", model="m"), Event)
+
+
+def use_the_providers() -> None:
+    # dsh.agent and dsh.agent.providers load these lazily (PEP 562); their types stay exact.
+    provider = create_provider("openai", env={"OPENAI_API_KEY": "k"})
+    assert_type(provider, OpenAIChatProvider | AnthropicProvider)
+    assert_type(provider_summarizer(provider, provider_name="openai", model="m"), LlmSummarizer)

@@ -6,36 +6,47 @@ log it produces is well formed by construction (persistence spec §8.4).
 
 from __future__ import annotations
 
-from dsh.agent.builtin import ShellApproval, ShellRequest, refuse_all, shell_tool, workspace_tools
-from dsh.agent.inbox import Inbox, InboxTarget
-from dsh.agent.loop import Agent, InvariantStats, RetryPolicy, TurnResult
-from dsh.agent.provider import (
-    RETRYABLE_FAILURE_CODES,
-    FinishKind,
-    LlmRequest,
-    LlmResponse,
-    Provider,
-    StreamAssembler,
-    failure_error,
-)
-from dsh.agent.recorder import (
-    ABORTED_BEFORE_DISPATCH,
-    ABORTED_BEFORE_DISPATCH_TEXT,
-    Recorder,
-    StepRecorder,
-    TurnRecorder,
-    turn_end_reason,
-)
-from dsh.agent.scripted import (
-    ScriptedCall,
-    ScriptedFailure,
-    ScriptedProvider,
-    ScriptedReply,
-    ScriptedStall,
-    ScriptStep,
-)
-from dsh.agent.tools import DEFAULT_TOOL_TIMEOUT_MS, Tool, ToolContext, ToolOutput, tool
+import importlib
+from typing import TYPE_CHECKING
+
 from dsh.errors import AgentError, LlmFailureError
+
+if TYPE_CHECKING:
+    from dsh.agent.builtin import (
+        ShellApproval,
+        ShellRequest,
+        refuse_all,
+        shell_tool,
+        workspace_tools,
+    )
+    from dsh.agent.inbox import Inbox, InboxTarget
+    from dsh.agent.loop import Agent, InvariantStats, RetryPolicy, TurnResult
+    from dsh.agent.provider import (
+        RETRYABLE_FAILURE_CODES,
+        FinishKind,
+        LlmRequest,
+        LlmResponse,
+        Provider,
+        StreamAssembler,
+        failure_error,
+    )
+    from dsh.agent.recorder import (
+        ABORTED_BEFORE_DISPATCH,
+        ABORTED_BEFORE_DISPATCH_TEXT,
+        Recorder,
+        StepRecorder,
+        TurnRecorder,
+        turn_end_reason,
+    )
+    from dsh.agent.scripted import (
+        ScriptedCall,
+        ScriptedFailure,
+        ScriptedProvider,
+        ScriptedReply,
+        ScriptedStall,
+        ScriptStep,
+    )
+    from dsh.agent.tools import DEFAULT_TOOL_TIMEOUT_MS, Tool, ToolContext, ToolOutput, tool
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",
@@ -76,3 +87,32 @@ __all__ = [
     "turn_end_reason",
     "workspace_tools",
 ]
+
+# PEP 562: each name loads its module on first use, so importing a light submodule (the CLI's
+# `dsh.agent.providers.config`) does not load the loop, its tools and asyncio.
+_LAZY: dict[str, str] = {name: module for module, names in {
+    "dsh.agent.builtin": ("ShellApproval", "ShellRequest", "refuse_all", "shell_tool",
+                          "workspace_tools"),
+    "dsh.agent.inbox": ("Inbox", "InboxTarget"),
+    "dsh.agent.loop": ("Agent", "InvariantStats", "RetryPolicy", "TurnResult"),
+    "dsh.agent.provider": ("RETRYABLE_FAILURE_CODES", "FinishKind", "LlmRequest", "LlmResponse",
+                           "Provider", "StreamAssembler", "failure_error"),
+    "dsh.agent.recorder": ("ABORTED_BEFORE_DISPATCH", "ABORTED_BEFORE_DISPATCH_TEXT", "Recorder",
+                           "StepRecorder", "TurnRecorder", "turn_end_reason"),
+    "dsh.agent.scripted": ("ScriptedCall", "ScriptedFailure", "ScriptedProvider", "ScriptedReply",
+                           "ScriptedStall", "ScriptStep"),
+    "dsh.agent.tools": ("DEFAULT_TOOL_TIMEOUT_MS", "Tool", "ToolContext", "ToolOutput", "tool"),
+}.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -5,34 +5,31 @@ the preset's defaults (:data:`dsh.agent.providers.PROVIDERS`); the key is read f
 preset's environment variable. ``--tools read`` gives the model the read-only workspace tools
 over the current directory, ``--tools shell`` adds ``shell``, whose every command is put to the
 person at the terminal first (refused when there is no terminal).
+
+The agent loop, its tools and asyncio are imported by the functions that use them: the option
+types here are read whenever the CLI starts (``dsh ls`` included).
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 from uuid import uuid4
 
 import typer
 
-from dsh.agent import Agent
-from dsh.agent.builtin import (
-    ShellApproval,
-    ShellRequest,
-    refuse_all,
-    shell_tool,
-    workspace_tools,
-)
 from dsh.agent.providers import PROVIDER_NAMES
-from dsh.agent.tools import Tool
 from dsh.cli._common import require_session
 from dsh.errors import SessionNotFoundError
-from dsh.persistence import Persistence
-from dsh.session import SessionStore
+
+if TYPE_CHECKING:
+    from dsh.agent import Agent
+    from dsh.agent.builtin import ShellRequest
+    from dsh.agent.tools import Tool
+    from dsh.session import SessionStore
 
 __all__ = [
     "CONTEXT_WINDOWS",
@@ -93,6 +90,8 @@ async def ask_line(prompt: str) -> str:
 
     Returns '' at end of input.
     """
+    import asyncio
+
     sys.stderr.write(prompt)
     sys.stderr.flush()
     loop = asyncio.get_running_loop()
@@ -118,6 +117,8 @@ async def _approve_at_terminal(request: ShellRequest) -> bool:
 
 def tools_for(choice: Tools, root: Path) -> list[Tool]:
     """The tools of ``--tools choice`` over ``root`` (shell approval at the terminal)."""
+    from dsh.agent.builtin import ShellApproval, refuse_all, shell_tool, workspace_tools
+
     if choice is Tools.none:
         return []
     tools = workspace_tools(root)
@@ -146,6 +147,9 @@ async def open_agent(store: SessionStore, provider: Any, session_id: str | None,
     Raises:
         SessionNotFoundError: ``AMBIGUOUS_SESSION_ID`` for a prefix of several stored ids.
     """
+    from dsh.agent import Agent
+    from dsh.persistence import Persistence
+
     if session_id is not None:
         persistence = store.persistence
         try:

@@ -14,19 +14,17 @@ older history into a checkpoint now: the offline digest, or the chat's model), `
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 from uuid import uuid4
 
 import typer
 
 import dsh
-from dsh.agent import Agent
-from dsh.agent.providers import create_provider, provider_summarizer
+from dsh.agent.providers import create_provider
 from dsh.cli import render
 from dsh.cli._agent import (
     BaseUrlOption,
@@ -46,6 +44,11 @@ from dsh.cli._live import LiveView
 from dsh.compaction import acompact_now
 from dsh.compaction.summarizers import DigestSummarizer
 from dsh.errors import DshError
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from dsh.agent import Agent
 
 __all__ = ["HISTORY_ITEMS", "PROMPT", "chat"]
 
@@ -71,6 +74,8 @@ def chat(
     store: StoreOption = None,
 ) -> None:
     """Chat with a model in the terminal; the conversation is a session you can resume."""
+    import asyncio  # here: the CLI starts (`dsh ls`) without asyncio and the agent loop
+
     llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
     options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
                             context_window=context_window)
@@ -160,6 +165,8 @@ class _Chat:
             return line
 
     def turn(self, prompt: str) -> None:
+        import asyncio
+
         task = self.loop.create_task(self.current.run(prompt))
         presses = 0
 
@@ -213,6 +220,8 @@ class _Chat:
         if seq_text and not seq_text.isdigit():
             self.say(f"/fork takes a seq number (see /show), got {seq_text!r}")
             return
+        from dsh.agent import Agent
+
         parent = self.current.session
         child = self.sessions.fork(parent, int(seq_text) if seq_text else None,
                                    f"{parent.id}-fork-{uuid4().hex[:8]}")
@@ -226,6 +235,8 @@ class _Chat:
             return
         session = self.current.session
         if how == "model":
+            from dsh.agent.providers import provider_summarizer
+
             summarizer: Any = provider_summarizer(self.llm, provider_name=self.llm.name,
                                                   model=self.llm.model)
         else:

@@ -11,7 +11,6 @@ the log keeps what was streamed, marked interrupted).
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Final
@@ -63,6 +62,8 @@ def run_(
 
     Exit status: 0 completed, 1 error, 3 stopped at the token limit, 130 interrupted.
     """
+    import asyncio  # here: the CLI starts (`dsh ls`) without asyncio and the agent loop
+
     json_mode(json_)
     llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
     options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from typing import Annotated
@@ -98,6 +97,8 @@ def follow_events(store: str | None, session_id: str, from_seq: int,
             async for event in persistence.tail(session_id, from_seq):
                 if not patterns or any(fnmatchcase(event["type"], p) for p in patterns):
                     render.write_json_lines([event])
+
+        import asyncio  # here: the CLI starts (`dsh ls`) without asyncio
 
         STATE.interrupt_ends = True
         asyncio.run(run())

@@ -6,7 +6,9 @@ Each sits on its official SDK, imported only when a provider is created (extras
 
 from __future__ import annotations
 
-from dsh.agent.providers.anthropic import AnthropicProvider
+import importlib
+from typing import TYPE_CHECKING
+
 from dsh.agent.providers.config import (
     PROVIDER_NAMES,
     PROVIDERS,
@@ -14,8 +16,11 @@ from dsh.agent.providers.config import (
     ProviderPreset,
     create_provider,
 )
-from dsh.agent.providers.openai_chat import OpenAIChatProvider, ReasoningReplay, openai_usage
-from dsh.agent.providers.summarizer import provider_summarizer
+
+if TYPE_CHECKING:
+    from dsh.agent.providers.anthropic import AnthropicProvider
+    from dsh.agent.providers.openai_chat import OpenAIChatProvider, ReasoningReplay, openai_usage
+    from dsh.agent.providers.summarizer import provider_summarizer
 
 __all__ = [
     "PROVIDERS",
@@ -29,3 +34,26 @@ __all__ = [
     "openai_usage",
     "provider_summarizer",
 ]
+
+# PEP 562: the provider classes load on first use (they pull the agent loop's provider protocol
+# and dsh.interop's exporters); the presets above are what `dsh --help` needs.
+_LAZY: dict[str, str] = {
+    "AnthropicProvider": "dsh.agent.providers.anthropic",
+    "OpenAIChatProvider": "dsh.agent.providers.openai_chat",
+    "ReasoningReplay": "dsh.agent.providers.openai_chat",
+    "openai_usage": "dsh.agent.providers.openai_chat",
+    "provider_summarizer": "dsh.agent.providers.summarizer",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

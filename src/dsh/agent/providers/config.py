@@ -2,7 +2,8 @@
 
 ``create_provider("deepseek")`` is what ``dsh run`` and ``dsh chat`` call for ``--provider``,
 ``--model`` and ``--base-url``. Keys come only from the environment (never from the command
-line, where they would end up in shell history).
+line, where they would end up in shell history). The provider classes are imported by
+:func:`create_provider` itself, so the CLI can name the presets without loading them.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-from dsh.agent.providers.anthropic import AnthropicProvider
-from dsh.agent.providers.openai_chat import OpenAIChatProvider
 from dsh.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dsh.agent.providers.anthropic import AnthropicProvider
+    from dsh.agent.providers.openai_chat import OpenAIChatProvider
 
 __all__ = ["PROVIDER_NAMES", "PROVIDERS", "ProviderName", "ProviderPreset", "create_provider"]
 
@@ -97,9 +100,11 @@ def create_provider(name: str, *, model: str | None = None, base_url: str | None
                               code="MISSING_KEY")
         key = "not-needed"  # local servers ignore the key, the SDK insists on one
     if preset.protocol == "anthropic":
+        from dsh.agent.providers.anthropic import AnthropicProvider
         return AnthropicProvider(model=model, api_key=key, base_url=base_url, name=name,
                                  read_timeout_s=read_timeout_s,
                                  connect_timeout_s=connect_timeout_s)
+    from dsh.agent.providers.openai_chat import OpenAIChatProvider
     return OpenAIChatProvider(
         model=model, api_key=key, base_url=base_url, name=name,
         reasoning_replay="tool-calls" if name == "deepseek" else "never",
