@@ -22,8 +22,6 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from filelock import FileLock, Timeout
-
 from dsh.errors import SessionBusyError
 from dsh.persistence._paths import mkdir_private, refuse_symlink
 
@@ -57,6 +55,9 @@ class SessionLock:
     """
 
     def __init__(self, lock_path: Path, session_id: str) -> None:
+        # Imported here: reading a store (`dsh ls`) takes no lock and skips its ~10 ms import.
+        from filelock import FileLock, Timeout
+
         self.path = lock_path
         self.owner_path = lock_path.with_name(lock_path.name + ".owner")
         self.session_id = session_id
