@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import dsh
 from dsh import create_user_message
@@ -93,3 +97,85 @@ def test_fork_mid_turn_leaves_exactly_one_end_seed_after_the_cut(tmp_path: Path)
                                           "turn/end"]
     assert after[0]["data"] == {"inherited": True}
     assert json.loads(dsh_("verify", "mid", "--json").stdout)["violations"] == []
+
+
+LS_PROBE = """
+import json, sys
+from dsh.cli import main
+try:
+    main(["ls", "--store", sys.argv[1]])
+except SystemExit as exit:
+    assert exit.code == 0, exit.code
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in
+                ("asyncio", "anthropic", "openai", "httpx", "rich", "filelock")
+                or m in ("dsh.agent.loop", "dsh.interop"))
+sys.stderr.write(json.dumps(loaded))
+"""
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "jsonl"])
+def test_ls_piped_loads_no_asyncio_rich_lock_or_sdk(tmp_path: Path, scheme: str) -> None:
+    # `dsh ls` over 5,000 sessions is mostly interpreter start (bench/bench_ls.py): the agent
+    # loop, asyncio, rich, filelock and the SDKs are for other commands.
+    url = f"{scheme}://{tmp_path / ('s.db' if scheme == 'sqlite' else 'store')}"
+    with dsh.open(url) as store:
+        session = store.session("probe")
+        session.append("turn/start", {"turn": 1})
+        session.append("user/message", create_user_message(
+            {"content": [{"type": "text", "text": "hello"}], "source": {"kind": "user"}}),
+            surface_op="append")
+    env = {**Dsh(tmp_path).env}
+    for run in ("first", "again"):  # JSONL: the first builds the listing index
+        proc = subprocess.run([sys.executable, "-c", LS_PROBE, url], capture_output=True,
+                              text=True, env=env, check=True)
+        assert json.loads(proc.stderr) == [], run
+        assert proc.stdout.splitlines()[1].startswith("probe  hello  ")
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _printed(text: str, *, plain: bool) -> str:
+    from dsh.cli import render
+
+    out, saved = io.StringIO(), sys.stdout
+    sys.stdout = out
+    try:
+        if plain:
+            render.print_text(text)
+        else:
+            render.make_console().print(text, markup=False, highlight=False)
+    finally:
+        sys.stdout = saved
+    return out.getvalue()
+
+
+def test_plain_ls_output_is_what_the_rich_console_prints(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsh.cli import render
+
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    pipe = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", pipe)
+    assert render.plain_stream() is pipe
+    monkeypatch.setattr(sys, "stdout", _Tty())
+    assert render.plain_stream() is None  # a terminal: rich decides width and colour
+    monkeypatch.setattr(sys, "stdout", pipe)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert render.plain_stream() is None  # rich would treat the pipe as a terminal
+    monkeypatch.delenv("FORCE_COLOR")
+    monkeypatch.setenv("TTY_COMPATIBLE", "0")
+    assert render.plain_stream() is None
+    monkeypatch.delenv("TTY_COMPATIBLE")
+    monkeypatch.undo()
+
+    table = ("ID    TITLE\nid-1  wide 漢字 ✓ … :smile: [bold]not markup[/bold] \\[x]\n"
+             "id-2  inner   spaces kept   x")
+    assert _printed(table, plain=True) == table + "\n" == _printed(table, plain=False)
+    # a tab or a control character: rich prints it (tab expanded, controls escaped or dropped)
+    hostile = table + "\ttab\x1b[2J\r\x07 \u202e"
+    assert _printed(hostile, plain=True) == _printed(hostile, plain=False)
+    assert "\\x1b[2J" in _printed(hostile, plain=True) and "\t" not in _printed(hostile, plain=True)

@@ -24,7 +24,6 @@ from dsh.cli._common import (
     read_session,
     require_session,
     source_format,
-    stderr_console,
     stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED, format_error_line
@@ -58,14 +57,17 @@ def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
         rows, unreadable = _rows(persistence)
     if json_:
         render.write_json([row.to_json() for row in rows])
+    elif rows and render.plain_stream() is not None:
+        # Piped to a program: whole values, printed without loading rich (5,000 rows: ~60 ms).
+        render.print_text(render.render_sessions_table(rows, width=None))
     elif rows:
         console = stdout_console()
         width = console.width if console.is_terminal else None  # piped: whole values
         console.print(render.render_sessions_table(rows, width=width), markup=False,
                       highlight=False)
     elif not unreadable:
-        stderr_console().print("no sessions in the store; 'dsh import' adds some (try "
-                               "'dsh import --examples')")
+        render.print_text("no sessions in the store; 'dsh import' adds some (try "
+                          "'dsh import --examples')", stderr=True)
     for error in unreadable:
         sys.stderr.write(format_error_line(error) + "\n")
     if unreadable:

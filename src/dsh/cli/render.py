@@ -4,7 +4,8 @@ Everything here is a pure function of already-loaded data (headers, events, rows
 store. Human output goes through :mod:`rich` (colour only when the stream is a terminal); user
 text is always wrapped in :class:`rich.text.Text`, never parsed as markup. Machine output is JSON:
 ``--json`` documents through :func:`write_json`, raw logs through :func:`write_json_lines` (the
-exact wire bytes of :func:`dsh.json.dumps`).
+exact wire bytes of :func:`dsh.json.dumps`). rich is imported by the functions that use it
+(~30 ms): ``dsh ls`` piped to a program prints its plain table without it (:func:`plain_stream`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, Final
 
-from rich.console import Console, Group, RenderableType
-from rich.segment import Segment
-from rich.text import Text
-
 from dsh.json import dumps
 
 if TYPE_CHECKING:
+    from rich.console import Console, Group, RenderableType
+    from rich.text import Text
+
     from dsh.persistence.listing import ListingEntry
 
 __all__ = [
@@ -36,7 +36,9 @@ __all__ = [
     "Violation",
     "format_ms",
     "make_console",
+    "plain_stream",
     "plural",
+    "print_text",
     "printable",
     "render_import_summary",
     "render_sessions_table",
@@ -86,19 +88,6 @@ def printable(text: str) -> str:
     return _UNPRINTABLE.sub(_escape_char, text) if _UNPRINTABLE.search(text) else text
 
 
-class _SafeConsole(Console):
-    """A rich console that escapes control characters in the text it prints.
-
-    Rich's own control segments (colours come from styles, cursor moves are ``control``
-    segments) pass through; only text is escaped, whichever renderable it came from.
-    """
-
-    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-        return super()._render_buffer(
-            segment if segment.control else Segment(printable(segment.text), segment.style)
-            for segment in buffer)
-
-
 def make_console(*, stderr: bool = False) -> Console:
     """Return a rich console on stdout (or stderr) that colours only a terminal.
 
@@ -107,11 +96,50 @@ def make_console(*, stderr: bool = False) -> Console:
     (:func:`printable`). ``NO_COLOR`` and ``TERM=dumb`` are honoured by rich. Piped output
     is laid out 120 columns wide unless ``COLUMNS`` says otherwise.
     """
+    from dsh.cli._console import SafeConsole
+
     stream = sys.stderr if stderr else sys.stdout
     piped = not (hasattr(stream, "isatty") and stream.isatty())
     width = _PIPE_WIDTH if piped and "COLUMNS" not in os.environ else None
-    return _SafeConsole(stderr=stderr, highlight=False, soft_wrap=True, emoji=False,
-                        width=width)
+    return SafeConsole(stderr=stderr, highlight=False, soft_wrap=True, emoji=False,
+                       width=width)
+
+
+def plain_stream(*, stderr: bool = False) -> IO[str] | None:
+    """Return stdout (or stderr) when rich would not treat it as a terminal, else None.
+
+    Rule: the stream is not a TTY (``isatty()`` answers False), neither ``FORCE_COLOR`` nor
+    ``TTY_COMPATIBLE`` is set (rich reads both) and this is not IPython or Jupyter (rich
+    renders there itself). On such a stream a :func:`make_console` prints plain text
+    unchanged, so :func:`print_text` may write it without rich. Any doubt answers None.
+    """
+    import builtins
+
+    stream = sys.stderr if stderr else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    if (stream is None or isatty is None or hasattr(stream, "rich_proxied_file")
+            or "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ
+            or hasattr(builtins, "get_ipython")):
+        return None
+    try:
+        return None if isatty() else stream
+    except ValueError:  # a closed stream: let rich decide
+        return None
+
+
+def print_text(text: str, *, stderr: bool = False) -> None:
+    """Print ``text`` and a newline as ``make_console().print(text, markup=False)`` does.
+
+    Rule: where :func:`plain_stream` gives a stream and ``text`` holds no tab and nothing
+    :func:`printable` would escape, rich's soft-wrapped output is ``text`` itself (no wrap, no
+    crop, no style), so it is written and flushed directly; otherwise the console prints it.
+    """
+    stream = plain_stream(stderr=stderr)
+    if stream is not None and "\t" not in text and not _UNPRINTABLE.search(text):
+        stream.write(text + "\n")
+        stream.flush()
+        return
+    make_console(stderr=stderr).print(text, markup=False, highlight=False)
 
 
 def _to_plain(value: Any) -> Any:
@@ -509,6 +537,8 @@ def _indent(text: str, prefix: str = "  ") -> str:
 
 def _render_blocks(blocks: Sequence[Mapping[str, Any]], full: bool, *,
                    clip_text: bool) -> Iterator[Text]:
+    from rich.text import Text
+
     for block in blocks:
         kind = block["type"]
         if kind == "text":
@@ -532,6 +562,8 @@ def _render_blocks(blocks: Sequence[Mapping[str, Any]], full: bool, *,
 
 
 def _render_item(item: TranscriptItem, full: bool) -> Iterator[RenderableType]:
+    from rich.text import Text
+
     kind = item["kind"]
     seq = item["seq"]
     if kind == "turn":
@@ -595,6 +627,9 @@ def render_transcript(header: Mapping[str, Any], items: Sequence[TranscriptItem]
 
     Tool results and checkpoint summaries are clipped to 12 lines unless ``full``.
     """
+    from rich.console import Group
+    from rich.text import Text
+
     parts: list[RenderableType] = []
     title = Text(f"session {row.id}", style="bold")
     if row.title:
@@ -639,6 +674,8 @@ class Violation:
 
 def render_violations(violations: Sequence[Violation]) -> Text:
     """Return one line per violation, in the order found."""
+    from rich.text import Text
+
     return Text("\n".join(v.line() for v in violations))
 
 
@@ -661,6 +698,9 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
         counts: End with the counts line (``dsh import`` prints the lines of each file as it
             goes, then only the counts).
     """
+    from rich.console import Group
+    from rich.text import Text
+
     parts: list[RenderableType] = []
     for path, session_id, count in updated:
         parts.append(Text.assemble(("updated   ", "green"),
@@ -686,6 +726,8 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
 def render_import_counts(imported: Sequence[Any], skipped: Sequence[Any], failed: Sequence[Any],
                          ignored: Sequence[Any] = (), updated: Sequence[Any] = ()) -> Text:
     """Return the last line of ``dsh import``: how many sessions each outcome had."""
+    from rich.text import Text
+
     line = (f"{len(imported)} imported, {len(skipped)} skipped (already imported), "
             f"{len(failed)} failed")
     if ignored:
