@@ -1,19 +1,25 @@
-"""``dsh ls`` on a store of many small sessions: the real CLI, in a subprocess.
+"""``dsh ls`` on a store of many small sessions: the real CLI, in fresh subprocesses.
 
-Run: ``python -m bench.bench_ls [--sessions 1000] [--turns 1] [--runs 5] [--backend sqlite|jsonl]
-[--dir DIR]``.
+Run: ``python -m bench.bench_ls [--sessions 1000] [--turns 1] [--runs 5]
+[--backend sqlite|jsonl|both] [--dir DIR]``.
 
-The parent creates a SQLite (or JSONL) store holding ``--sessions`` sessions of ``--turns`` msg
-turns each
-(12 events a turn-1 session: the ``request/header`` and one 11-event turn), written with
-``Persistence.create`` + one write handle per session. Then it runs
+The parent creates a SQLite and/or JSONL store holding ``--sessions`` sessions of ``--turns``
+msg turns each (12 events a turn-1 session: the ``request/header`` and one 11-event turn),
+written with ``Persistence.create`` + one write handle per session. Then it runs
 ``[sys.executable, "-m", "dsh.cli", "ls", "--store", URL]`` ``--runs`` times and reports the median
-wall time (interpreter start, imports, listing, rendering) and the median peak RSS of the CLI
-process (from ``os.wait4``). The same command on an empty store is timed as the fixed cost.
-It also times ``Persistence.list_entries()`` (what ``ls`` lists from: the SQLite tables or the
-JSONL listing index) in a fresh process without the CLI: **listing ms**. The first ``ls`` of a
-JSONL store builds its index (each log read once); the runs after it are the median.
-dsh publishes no ``ls`` figure.
+wall time (interpreter start, imports, listing, rendering, exit), the median CPU time (user +
+system: less sensitive than wall to other processes on the cores) and the median peak RSS of the
+CLI process (both from ``os.wait4``). The same command on an empty store is timed as the fixed
+cost. It also times ``Persistence.list_entries()`` (what ``ls`` lists from: the SQLite tables or
+the JSONL listing index) in a fresh process without the CLI: **listing ms**; and, once,
+**start + imports**: a fresh process that only imports what ``dsh ls`` imports before it lists
+(``dsh.cli.app``, and typer's option parser, which brings pydantic in typer ≥ 0.2x) and exits.
+The first ``ls`` of a JSONL store builds its index (each log read once); the runs after it are
+the median.
+
+The children keep compiled bytecode as an installed package does: ``PYTHONDONTWRITEBYTECODE``
+is dropped from their environment and ``PYTHONPYCACHEPREFIX`` points into the temporary folder
+(otherwise every run would compile dsh's sources again, ~0.15 s). dsh publishes no ``ls`` figure.
 """
 
 from __future__ import annotations
@@ -64,17 +70,21 @@ def listing_child(url: str) -> float:
     return elapsed
 
 
-def run_ls(url: str) -> tuple[float, float, int]:
-    """Run ``dsh ls --store url`` once; return (wall ms, peak RSS MB, stdout lines).
+def child_env(work: Path) -> dict[str, str]:
+    """The environment of every timed child: bytecode cached under ``work`` (see the docstring)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": str(work / "pycache"), "COLUMNS": "200"}
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, float, bytes]:
+    """Run ``argv`` once; return (wall ms, CPU ms, peak RSS MB, stdout).
 
     Raises:
-        SystemExit: the CLI exited non-zero (its stderr is shown).
+        SystemExit: the child exited non-zero (its stderr is shown).
     """
     with tempfile.TemporaryFile() as err:
         t0 = now_ms()
-        proc = subprocess.Popen([sys.executable, "-m", "dsh.cli", "ls", "--store", url],
-                                stdout=subprocess.PIPE, stderr=err,
-                                env={**os.environ, "COLUMNS": "200"})
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=env)
         assert proc.stdout is not None
         out = proc.stdout.read()
         # wait4 reaps the child and gives its own rusage (RUSAGE_CHILDREN would be the max
@@ -85,9 +95,22 @@ def run_ls(url: str) -> tuple[float, float, int]:
         proc.stdout.close()
         if proc.returncode != 0:
             err.seek(0)
-            raise SystemExit(f"dsh ls --store {url} failed (exit {proc.returncode}):\n"
+            raise SystemExit(f"{' '.join(argv)} failed (exit {proc.returncode}):\n"
                              f"{err.read().decode(errors='replace')}")
-    return wall, usage.ru_maxrss / 1024, out.count(b"\n")
+    return wall, (usage.ru_utime + usage.ru_stime) * 1000, usage.ru_maxrss / 1024, out
+
+
+def run_ls(url: str, env: dict[str, str]) -> tuple[float, float, float, int]:
+    """Run ``dsh ls --store url`` once; return (wall ms, CPU ms, peak RSS MB, stdout lines)."""
+    wall, cpu, rss, out = timed([sys.executable, "-m", "dsh.cli", "ls", "--store", url], env)
+    return wall, cpu, rss, out.count(b"\n")
+
+
+# What `dsh ls` imports before it lists: the CLI, and typer's option parser (pydantic, in typer
+# >= 0.2x; imported when the first non-flag option is parsed).
+IMPORTS = ("import importlib.util, dsh.cli.app\n"
+           "if importlib.util.find_spec('typer._adapters'):\n"
+           "    import typer._adapters")
 
 
 def main() -> None:
@@ -96,49 +119,70 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--turns", type=int, default=1, help="msg turns per session")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--backend", default="sqlite", choices=("sqlite", "jsonl"))
+    parser.add_argument("--backend", default="sqlite", choices=("sqlite", "jsonl", "both"))
     parser.add_argument("--dir", default=None, help="where the temporary store goes")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(listing_child(args.child))
         return
+    backends = ("sqlite", "jsonl") if args.backend == "both" else (args.backend,)
     work = Path(tempfile.mkdtemp(prefix="dsh-bench-ls-", dir=args.dir))
+    env = child_env(work)
     rows = []
     try:
-        for label, count in (("empty store", 0), (f"{args.sessions:,} sessions", args.sessions)):
-            folder = work / f"s{count}"
-            folder.mkdir()
-            url = (f"sqlite://{folder.resolve()}/store.db" if args.backend == "sqlite"
-                   else f"jsonl://{folder.resolve()}/store")
-            (folder / "store").mkdir()  # JSONL: an empty store is an empty root
-            t0 = now_ms()
-            make_store(url, count, args.turns)
-            setup_ms = now_ms() - t0
-            first = run_ls(url)  # JSONL: builds the listing index
-            runs = [run_ls(url) for _ in range(args.runs)]
-            listing = statistics.median(float(subprocess.run(
-                [sys.executable, "-m", "bench.bench_ls", "--child", url], check=True,
-                capture_output=True, text=True).stdout) for _ in range(args.runs))
-            rows.append((label, setup_ms, dir_bytes(folder),
-                         statistics.median(r[0] for r in runs),
-                         statistics.median(r[1] for r in runs), runs[0][2], first[0], listing))
+        for backend in backends:
+            for label, count in (("empty store", 0), (f"{args.sessions:,} sessions",
+                                                      args.sessions)):
+                folder = work / f"{backend}-{count}"
+                folder.mkdir()
+                url = (f"sqlite://{folder.resolve()}/store.db" if backend == "sqlite"
+                       else f"jsonl://{folder.resolve()}/store")
+                (folder / "store").mkdir()  # JSONL: an empty store is an empty root
+                t0 = now_ms()
+                make_store(url, count, args.turns)
+                setup_ms = now_ms() - t0
+                first = run_ls(url, env)  # JSONL: builds the listing index; compiles bytecode
+                runs = [run_ls(url, env) for _ in range(args.runs)]
+                listing = statistics.median(float(subprocess.run(
+                    [sys.executable, "-m", "bench.bench_ls", "--child", url], check=True,
+                    capture_output=True, text=True, env=env).stdout) for _ in range(args.runs))
+                rows.append((backend, count, label, setup_ms, dir_bytes(folder),
+                             statistics.median(r[0] for r in runs),
+                             statistics.median(r[1] for r in runs),
+                             statistics.median(r[2] for r in runs), runs[0][3], first[0],
+                             listing))
+        imports = [timed([sys.executable, "-c", IMPORTS], env) for _ in range(args.runs)]
+        bare = [timed([sys.executable, "-c", "pass"], env) for _ in range(args.runs)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    header_lines(f"ls: `python -m dsh.cli ls --store {args.backend}:…` (median of {args.runs} "
-                 f"processes), sessions of {1 + 11 * args.turns} events")
-    print("| store | store bytes | write the store ms | first ls ms | dsh ls ms "
-          "| per session ms | listing ms | peak RSS | output lines | dsh |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    base = rows[0][3]
-    for label, setup_ms, size, wall, rss, lines, first_ms, listing in rows:
-        count = args.sessions if label != "empty store" else 0
-        per = f"{(wall - base) / count:.3f}" if count else "—"
-        print(f"| {label} | {size:,} | {setup_ms:.0f} | {first_ms:.0f} | {wall:.0f} | {per} "
-              f"| {listing:.0f} | {rss:.0f} MB | {lines} | n/a |")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    header_lines(f"ls: `python -m dsh.cli ls --store {'|'.join(backends)}:…` (median of "
+                 f"{args.runs} processes), sessions of {1 + 11 * args.turns} events")
+    print(f"load average at the end: {load}\n")
+    print("| backend | store | store bytes | write the store ms | first ls ms | dsh ls ms "
+          "| CPU ms | per session ms | listing ms | peak RSS | output lines | dsh |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    base: dict[str, float] = {}
+    for backend, count, label, setup_ms, size, wall, cpu, rss, lines, first_ms, listing in rows:
+        if not count:
+            base[backend] = wall
+        per = f"{(wall - base[backend]) / count:.3f}" if count else "—"
+        print(f"| {backend} | {label} | {size:,} | {setup_ms:.0f} | {first_ms:.0f} | {wall:.0f} "
+              f"| {cpu:.0f} | {per} | {listing:.0f} | {rss:.0f} MB | {lines} | n/a |")
+    start_ms = statistics.median(r[0] for r in imports)
+    start_cpu = statistics.median(r[1] for r in imports)
+    bare_ms = statistics.median(r[0] for r in bare)
+    print(f"\nstart + imports (a fresh process importing what `dsh ls` imports, then exiting): "
+          f"{start_ms:.0f} ms wall, {start_cpu:.0f} ms CPU (a bare `python -c pass`: "
+          f"{bare_ms:.0f} ms).")
+    for backend, count, _, _, _, wall, _, _, _, _, _ in rows:
+        if count:
+            print(f"{backend}: start + imports are {100 * start_ms / wall:.0f}% of the "
+                  f"{count:,}-session ls ({wall:.0f} ms).")
     print("\nper session ms: (ls ms - empty-store ls ms) / sessions. Wall time includes the "
-          "interpreter start and imports; listing ms is `Persistence.list_entries()` alone. "
-          "dsh publishes no ls figure.")
+          "interpreter start, imports and exit; listing ms is `Persistence.list_entries()` "
+          "alone. dsh publishes no ls figure.")
 
 
 if __name__ == "__main__":
