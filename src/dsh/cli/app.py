@@ -13,6 +13,7 @@ by the commands that need them.
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -93,6 +94,10 @@ def _root(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point: run ``dsh`` and exit with its status (STYLE §12)."""
+    # One short process: what the imports built lives until it exits. Taking those objects out
+    # of the cyclic collector's reach spares the full collection that would traverse them all
+    # while a command allocates (`dsh ls` over 5,000 sessions: ~30-50 ms) and the one at exit.
+    gc.freeze()
     for stream in (sys.stdout, sys.stderr):
         # Logs may hold lone surrogates (dsh writes them); show them escaped, never crash.
         reconfigure = getattr(stream, "reconfigure", None)
