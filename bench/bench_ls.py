@@ -107,8 +107,10 @@ def run_ls(url: str, env: dict[str, str]) -> tuple[float, float, float, int]:
 
 
 # What `dsh ls` imports before it lists: the CLI, and typer's option parser (pydantic, in typer
-# >= 0.2x; imported when the first non-flag option is parsed).
-IMPORTS = ("import importlib.util, dsh.cli.app\n"
+# >= 0.2x; imported when the first non-flag option is parsed); gc.freeze() in between, as
+# dsh.cli.app.main does.
+IMPORTS = ("import gc, importlib.util, dsh.cli.app\n"
+           "gc.freeze()\n"
            "if importlib.util.find_spec('typer._adapters'):\n"
            "    import typer._adapters")
 
