@@ -385,8 +385,10 @@ def test_verify_flags_a_prefix_edit_a_resume_would_not_see(kind: str, root: Path
     long_store(kind, root)
     if kind == "sqlite":
         import sqlite3
+        from contextlib import closing
 
-        with sqlite3.connect(root / "store.db") as db:
+        # sqlite3's own context manager commits but does not close
+        with closing(sqlite3.connect(root / "store.db")) as db, db:
             db.execute("UPDATE events SET data = replace(data, 'c1', 'x1') WHERE seq < 20")
     else:
         log = log_file(root)

@@ -3,6 +3,7 @@ read pipeline, §3.10 ``inspect`` writes nothing; core spec §10 and seed ch. 28
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,7 @@ def _parent_bytes(persistence: Persistence, kind: str, sid: str) -> Any:
     """The parent's stored form, byte for byte: its JSONL file, or its SQLite rows."""
     if kind == "sqlite":
         db = Path(persistence.url.removeprefix("sqlite://"))
-        with sqlite3.connect(db) as conn:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
             rows = conn.execute("SELECT * FROM events WHERE session_id = ? ORDER BY seq",
                                 (sid,)).fetchall()
             meta = conn.execute("SELECT * FROM sessions WHERE id = ?", (sid,)).fetchall()

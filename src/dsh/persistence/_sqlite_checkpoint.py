@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -161,6 +162,9 @@ class SqlitePrefixSource:
                     self._conn = sqlite3.connect(f"{self._path.as_uri()}?mode=ro", uri=True,
                                                  check_same_thread=False,
                                                  isolation_level=None)
+                    # the session may outlive its store: the connection lives as long as this
+                    # source and is closed with it (not left to the collector, which warns)
+                    weakref.finalize(self, self._conn.close)
                 # from the row holding start: the last row at or before it (a packed row
                 # is keyed by its first member), not a packed row's worth of rows earlier
                 rows = self._conn.execute(
