@@ -36,11 +36,29 @@ if dj._speedups is None:
     # CI must build it (setup.py); a plain checkout without a compiler runs the Python paths.
     if os.environ.get("CI") and not os.environ.get("DSH_NO_SPEEDUPS"):
         importlib.import_module("dsh._speedups")  # raises: the CI build lost the extension
+        pytest.fail("dsh._speedups is built but out of date (see the RuntimeWarning of "
+                    "dsh.json): CI must run this build's accelerator", pytrace=False)
     pytest.skip("SKIPPED LOUDLY: dsh._speedups is not built (run `pip install -e .` with a C "
                 "compiler) or DSH_NO_SPEEDUPS is set; the pure-Python paths are in use",
                 allow_module_level=True)
 
 sp = dj._speedups
+
+
+def test_an_accelerator_built_from_an_older_dsh_is_not_used(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the build is optional: a failed rebuild leaves the last module, which may lack functions
+    stale = type(sys)("dsh._speedups")
+    for name in dj._SPEEDUPS_API:
+        if name != "admit_plain":
+            setattr(stale, name, getattr(sp, name))
+    stale.__file__ = "/old/_speedups.so"
+    monkeypatch.setattr(importlib, "import_module", lambda name: stale)
+    with pytest.warns(RuntimeWarning, match=r"/old/_speedups.so\) was built from an older "
+                      r"dsh and lacks admit_plain; dsh runs without it"):
+        assert dj._load_speedups() is None
+    monkeypatch.setattr(stale, "admit_plain", sp.admit_plain, raising=False)
+    assert dj._load_speedups() is stale
 
 
 # --- the two paths ---------------------------------------------------------------------------

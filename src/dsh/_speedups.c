@@ -1,12 +1,14 @@
 /*
- * dsh._speedups: optional C accelerator for dsh.json (DESIGN §3.5-§3.6, core spec §4).
+ * dsh._speedups: optional C accelerator (DESIGN §3.5-§3.6, core spec §4). Every function is
+ * mirrored by pure-Python code that runs when this module is missing and stays the reference
+ * (the tests compare both):
  *
- * Three jobs, all mirrored by pure-Python code in dsh/json.py that runs when this module
- * is missing:
- *
- *   freeze_parsed(obj)  orjson's dict/list tree -> FrozenDict/FrozenList tree (numbers checked)
- *   snapshot(obj)       caller data -> frozen copy (the fast path of snapshot_json)
- *   untrack(obj)        take one frozen container out of the cyclic GC
+ *   freezing (dsh.json)   freeze_parsed, snapshot, untrack: orjson trees and caller data ->
+ *                         FrozenDict/FrozenList trees, numbers checked, out of the cyclic GC
+ *   the load path         scan_lines (JSONL records), decode_rows (SQLite rows), stored_prescan,
+ *                         message_shape_ok, admit_plain (restore admission), seqs_contiguous
+ *   the session           gather_messages, hand_out_messages (derive_messages)
+ *   the SQLite write path rows_text (seal checksum text), encode_rows (a batch's rows)
  *
  * Anything unusual (an unsafe int, NaN, +-inf, -0.0, a non-str key, a string holding a
  * surrogate, an unknown type, nesting deeper than FAST_DEPTH, a cycle) raises the private

@@ -35,6 +35,7 @@ import importlib
 import math
 import os
 import re
+import warnings
 from json.decoder import scanstring  # type: ignore[attr-defined]  # C scanner, untyped
 from typing import Any, Final, NoReturn, SupportsIndex, TypeAlias
 
@@ -134,13 +135,31 @@ class FrozenList(list[Any]):
         return list.__getitem__(self, index)
 
 
+_SPEEDUPS_API: Final = (
+    "configure", "freeze_parsed", "snapshot", "untrack", "Fallback", "scan_lines",
+    "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
+    "encode_rows", "seqs_contiguous", "gather_messages", "hand_out_messages")
+"""What this dsh calls in ``dsh._speedups``."""
+
+
 def _load_speedups() -> Any:
-    """Return the configured C accelerator, or None when it is not built or is disabled."""
+    """Return the configured C accelerator, or None when it is not built or is disabled.
+
+    A module built from an older ``_speedups.c`` (the build is optional, so a failed rebuild
+    leaves the last one in place) is not used: a ``RuntimeWarning`` names what it lacks.
+    """
     if os.environ.get("DSH_NO_SPEEDUPS"):
         return None
     try:
         module = importlib.import_module("dsh._speedups")
     except ImportError:  # optional build (setup.py): the pure-Python paths below take over
+        return None
+    missing = [name for name in _SPEEDUPS_API if not hasattr(module, name)]
+    if missing:
+        warnings.warn(f"dsh._speedups ({module.__file__}) was built from an older dsh and "
+                      f"lacks {', '.join(missing)}; dsh runs without it (slower). Reinstall "
+                      "dsh (pip install -e . in a checkout) to rebuild it.", RuntimeWarning,
+                      stacklevel=2)
         return None
     module.configure(FrozenDict, FrozenList, MAX_SAFE_INTEGER)
     return module
