@@ -1015,16 +1015,43 @@ decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_ty
     }
 }
 
+static int legacy_plain(PyObject *ev);
+
+/* The stored_prescan verdict on one event: record its index in *legacy_at / *unknown_at when
+ * it is the first of its kind. -1 on error. */
+static int
+prescan_one(PyObject *ev, Py_ssize_t index, PyObject *known, Py_ssize_t *legacy_at,
+            Py_ssize_t *unknown_at)
+{
+    if (*legacy_at < 0 && !legacy_plain(ev)) {
+        *legacy_at = index;
+    }
+    if (*unknown_at < 0) {
+        PyObject *etype = PyDict_GetItem(ev, s_type);
+        int found = etype != NULL && PyUnicode_CheckExact(etype)
+            ? PySet_Contains(known, etype) : 0;
+        if (found < 0) {
+            return -1;
+        }
+        if (!found && PyDict_GetItem(ev, s_ignorable) != Py_True) {
+            *unknown_at = index;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(scan_lines_doc,
-"scan_lines(buf, pos, expected, line, loads, event_type, events, first_seqs, first_lines, /)\n"
-"    -> (pos, line, expected)\n\n"
+"scan_lines(buf, pos, expected, line, loads, event_type, events, first_seqs, first_lines,\n"
+"           known_types, prescan, /) -> (pos, line, expected)\n\n"
 "The common case of the JSONL scanner (dsh.persistence._jsonl_format.Scanner): from byte pos\n"
 "of buf, decode complete lines while each is a well-formed record (orjson `loads`, numbers\n"
 "checked, frozen, chunk rows expanded) whose events are Events with seqs expected,\n"
 "expected + 1, ... Their events go to `events`, each line's first seq and line number to\n"
 "`first_seqs` / `first_lines`. Stops before the first line without a newline or that Python\n"
 "must judge (malformed, a long number, a surrogate, a bad row, a seq that does not\n"
-"continue), and returns where it stopped, the last line number used and the next seq.");
+"continue), and returns where it stopped, the last line number used and the next seq.\n"
+"prescan is [legacy_at, unknown_at] over `events` as stored_prescan(events, known_types)\n"
+"would answer for the events added here (updated in place while they are still hot).");
 
 static PyObject *
 scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1032,16 +1059,17 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer view;
     Py_ssize_t pos, line;
     long long expected;
-    PyObject *loads, *events, *first_seqs, *first_lines, *result = NULL;
+    PyObject *loads, *events, *first_seqs, *first_lines, *known, *prescan, *result = NULL;
     PyTypeObject *event_type;
     const char *base;
     int event_retype;
+    Py_ssize_t legacy_at, unknown_at;
 
     if (!configured()) {
         return NULL;
     }
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "scan_lines() takes exactly 9 arguments");
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "scan_lines() takes exactly 11 arguments");
         return NULL;
     }
     pos = PyLong_AsSsize_t(args[1]);
@@ -1053,8 +1081,16 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     loads = args[4];
     if (!PyType_Check(args[5]) || !PyType_IsSubtype((PyTypeObject *)args[5], frozen_dict_type)
             || !PyList_CheckExact(args[6]) || !PyList_CheckExact(args[7])
-            || !PyList_CheckExact(args[8])) {
+            || !PyList_CheckExact(args[8]) || !PyAnySet_Check(args[9])
+            || !PyList_CheckExact(args[10]) || PyList_GET_SIZE(args[10]) != 2) {
         PyErr_SetString(PyExc_TypeError, "scan_lines(): bad argument types");
+        return NULL;
+    }
+    known = args[9];
+    prescan = args[10];
+    legacy_at = PyLong_AsSsize_t(PyList_GET_ITEM(prescan, 0));
+    unknown_at = PyLong_AsSsize_t(PyList_GET_ITEM(prescan, 1));
+    if (PyErr_Occurred()) {
         return NULL;
     }
     event_type = (PyTypeObject *)args[5];
@@ -1116,6 +1152,16 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(seq_o);
         Py_DECREF(line_o);
         k = PyList_GET_SIZE(events);
+        if (legacy_at < 0 || unknown_at < 0) {
+            Py_ssize_t m;
+            for (m = 0; m < count; m++) {
+                if (prescan_one(PyList_GET_ITEM(decoded, m), k + m, known, &legacy_at,
+                                &unknown_at) < 0) {
+                    Py_DECREF(decoded);
+                    goto done;
+                }
+            }
+        }
         if (PyList_SetSlice(events, k, k, decoded) < 0) {
             Py_DECREF(decoded);
             goto done;
@@ -1124,6 +1170,17 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         expected += count;
         line += 1;
         pos = (nl - base) + 1;
+    }
+    {
+        PyObject *legacy_o = PyLong_FromSsize_t(legacy_at);
+        PyObject *unknown_o = PyLong_FromSsize_t(unknown_at);
+        if (legacy_o == NULL || unknown_o == NULL) {
+            Py_XDECREF(legacy_o);
+            Py_XDECREF(unknown_o);
+            goto done;
+        }
+        PyList_SetItem(prescan, 0, legacy_o);  /* steals */
+        PyList_SetItem(prescan, 1, unknown_o);
     }
     result = Py_BuildValue("(nnL)", pos, line, expected);
 done:
@@ -1227,19 +1284,8 @@ stored_prescan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return Py_BuildValue("(nn)", legacy_at < 0 ? i : legacy_at,
                                  unknown_at < 0 ? i : unknown_at);
         }
-        if (legacy_at < 0 && !legacy_plain(ev)) {
-            legacy_at = i;
-        }
-        if (unknown_at < 0) {
-            PyObject *etype = PyDict_GetItem(ev, s_type);
-            int known = etype != NULL && PyUnicode_CheckExact(etype)
-                ? PySet_Contains(args[1], etype) : 0;
-            if (known < 0) {
-                return NULL;
-            }
-            if (!known && PyDict_GetItem(ev, s_ignorable) != Py_True) {
-                unknown_at = i;
-            }
+        if (prescan_one(ev, i, args[1], &legacy_at, &unknown_at) < 0) {
+            return NULL;
         }
     }
     return Py_BuildValue("(nn)", legacy_at, unknown_at);

@@ -29,7 +29,7 @@ from dsh.errors import (
 )
 from dsh.json import FrozenDict, c_scan_lines, dumps, is_safe_int, loads
 from dsh.session.chunks import decode_storage_record, pack_chunk_runs
-from dsh.session.events import SESSION_FORMAT_VERSION, Event
+from dsh.session.events import KNOWN_EVENT_TYPES, SESSION_FORMAT_VERSION, Event
 
 __all__ = [
     "HEADER_TAG",
@@ -290,6 +290,10 @@ class _Issue:
     reason: str
 
 
+_PRESCAN_VOID: Final = [0, 0]
+"""Passed once the prescan is void: both 'found' already, so the C pass records nothing."""
+
+
 @dataclass(slots=True)
 class ScanResult:
     r"""What :class:`Scanner` found.
@@ -302,6 +306,9 @@ class ScanResult:
         issue_offset: Its byte offset (or of the trailing fragment), or None.
         reason: Why the tail is not committed, or None when ``committed == end``.
         lines: Physical line number of the last complete line seen.
+        prescan: ``(legacy_at, unknown_at)`` over ``events``, as the read pipeline's prescan
+            (``dsh._speedups.stored_prescan``) would answer, found while each event was
+            decoded; None when some line took the Python path (the pipeline then looks).
     """
 
     events: list[Event] = field(default_factory=list)
@@ -311,6 +318,7 @@ class ScanResult:
     issue_offset: int | None = None
     reason: str | None = None
     lines: int = 1
+    prescan: tuple[int, int] | None = None
 
 
 def _has_turn_end(records: Sequence[Any]) -> bool:
@@ -354,6 +362,8 @@ class Scanner:
         # first seq and physical line of every accepted record, for duplicate-seq errors
         self._record_seqs: list[int] = []
         self._record_lines: list[int] = []
+        # what the C pass found for the read pipeline's prescan; void once Python decodes
+        self._prescan: list[int] | None = [-1, -1]
 
     def _corrupt(self, message: str, *, line: int, offset: int, seq: int | None = None,
                  cause: BaseException | None = None) -> LogCorruptError:
@@ -425,6 +435,7 @@ class Scanner:
                 return
         self._record_seqs.append(first)
         self._record_lines.append(line)
+        self._prescan = None
         result.events.extend(decoded)
         self._expected += len(decoded)
         result.committed = end
@@ -459,7 +470,8 @@ class Scanner:
                 began = pos
                 pos, result.lines, self._expected = c_scan_lines(
                     buf, pos, self._expected, result.lines, _orjson_loads, Event,
-                    result.events, self._record_seqs, self._record_lines)
+                    result.events, self._record_seqs, self._record_lines, KNOWN_EVENT_TYPES,
+                    self._prescan if self._prescan is not None else _PRESCAN_VOID)
                 if pos != began:
                     result.committed = base + pos
             nl = find(b"\n", pos)
@@ -474,6 +486,8 @@ class Scanner:
     def finish(self) -> ScanResult:
         """Close the scan and return the prefix; a leftover fragment is a torn tail."""
         result = self._result
+        result.prescan = (self._prescan[0], self._prescan[1]) if self._prescan is not None \
+            else None
         if self._issue is not None:
             result.issue_line = self._issue.line
             result.issue_offset = self._issue.byte_offset

@@ -86,12 +86,19 @@ class ColdRead:
         torn: ``None`` or the uncommitted tail after the prefix (truncated before the next
             write through a write handle).
         revision: Opaque string; equal revisions mean the stored bytes did not change.
+        prescan: Optional, for backends that decode in C: ``(legacy_at, unknown_at)``, the
+            index in ``events`` of the first event legacy normalisation could touch and of
+            the first unknown type not marked ignorable (-1: none), exactly as
+            ``dsh._speedups.stored_prescan(events, KNOWN_EVENT_TYPES)`` answers. Found while
+            decoding, it spares the read pipeline a pass over the events; None: the
+            pipeline looks itself.
     """
 
     header: FrozenDict
     events: tuple[Event, ...]
     torn: TornTail | None
     revision: str
+    prescan: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

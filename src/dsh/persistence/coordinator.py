@@ -186,8 +186,11 @@ def read_pipeline(session_id: str, cold: ColdRead, *, path: str | None = None
     version = header.get("version")
     if version != SESSION_FORMAT_VERSION or type(version) is not int:
         raise format_version_refusal(session_id, version, path=path)
-    legacy_at, unknown_at = (c_stored_prescan(cold.events, KNOWN_EVENT_TYPES)
-                             if c_stored_prescan is not None else (0, 0))
+    if cold.prescan is not None:
+        legacy_at, unknown_at = cold.prescan  # found while the backend decoded them
+    else:
+        legacy_at, unknown_at = (c_stored_prescan(cold.events, KNOWN_EVENT_TYPES)
+                                 if c_stored_prescan is not None else (0, 0))
     # Without a legacy shape (found in one C pass) the events stay the very same objects.
     events = (normalize_legacy_events(cold.events, session_id) if legacy_at >= 0
               else tuple(cold.events))

@@ -250,6 +250,7 @@ class ParsedLog:
     committed: int
     header_end: int = 0
     index: list[tuple[int, int]] = field(default_factory=list)
+    prescan: tuple[int, int] | None = None
 
 
 def _sample_raw_index(data: bytes, header_end: int, committed: int) -> list[tuple[int, int]]:
@@ -326,7 +327,8 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
             torn = TornTail(result.committed, result.issue_line,
                             result.reason or "uncommitted tail")
         return ParsedLog(header, result.events, torn, result.committed, len(header_line),
-                         _sample_raw_index(data, len(header_line), result.committed))
+                         _sample_raw_index(data, len(header_line), result.committed),
+                         result.prescan)
     frames, torn_start = scan_zstd_frames(data, path=path)
     if torn_start is not None:
         _refuse_damaged_frame(data, torn_start, path)
@@ -359,7 +361,8 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
             line=partial.issue_line)
     header_end = index[0][1]
     if torn_start is None:
-        return ParsedLog(header, partial.events, None, len(data), header_end, index)
+        return ParsedLog(header, partial.events, None, len(data), header_end, index,
+                         partial.prescan)
     committed_count = len(partial.events)
     # The same scanner continues (it stopped clean at a record boundary), so duplicate seqs
     # in the torn frame are still named with both lines.
@@ -458,8 +461,10 @@ class JsonlHandle(HandleBase):
                                seals=(seal.records if seal is not None else []) if raw else None,
                                index=parsed.index, header_end=parsed.header_end,
                                header_digest=ck.digest(data[:parsed.header_end]))
-        events = parsed.events if offset == 0 else parsed.events[offset:]
-        return ColdRead(parsed.header, tuple(events), parsed.torn, revision)
+        if offset == 0:
+            return ColdRead(parsed.header, tuple(parsed.events), parsed.torn, revision,
+                            parsed.prescan)
+        return ColdRead(parsed.header, tuple(parsed.events[offset:]), parsed.torn, revision)
 
     def append(self, events: Sequence[Event]) -> None:
         """Append one atomic batch (see ``Handle.append``).
