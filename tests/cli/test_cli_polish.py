@@ -115,6 +115,15 @@ def test_store_takes_plain_paths_and_init_creates_an_empty_store(tmp_path: Path)
     assert dsh.json("ls", "--json", "--store", str(db)) == []
 
 
+def test_init_of_the_default_store_tells_new_from_existing(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    default = dsh.home.resolve() / "sessions.db"
+    assert dsh("init").stdout == f"created an empty store at sqlite://{default}\n"
+    dsh("import", "--examples")
+    assert dsh("init").stdout == (f"sqlite://{default} already exists (12 sessions); left as "
+                                  "it is\n")
+
+
 def test_a_file_that_is_not_sqlite_says_so(tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("shopping list\n", encoding="utf-8")

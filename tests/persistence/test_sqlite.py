@@ -37,6 +37,7 @@ from dsh.errors import (
 )
 from dsh.json import FrozenDict, snapshot_json
 from dsh.persistence import _sqlite_schema as schema
+from dsh.persistence import open_store
 from dsh.persistence._sqlite_schema import (
     APPLICATION_ID,
     MAX_PACKED_DATA_BYTES,
@@ -1339,3 +1340,17 @@ def test_sqlite_bad_row_followed_by_intact_rows_is_corruption_not_a_torn_tail(
         handle.read()
     assert info.value.where["seq"] == 2 and "2 later row(s) follow it" in info.value.message
     backend.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="needs root to give a folder to another uid")
+def test_a_database_folder_owned_by_someone_else_says_what_to_do(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, 12345, -1)
+    with pytest.raises(ConfigError) as caught:
+        open_store(f"sqlite:{shared}/sessions.db").list_headers()
+    assert caught.value.message == (
+        f"SQLite directory {shared} must be owned by you (uid 0), found uid 12345: another "
+        "user could replace or read it; keep the database in a folder of your own (mkdir "
+        "one, e.g. under your home; the default store is ~/.dsh/sessions.db)")

@@ -13,6 +13,7 @@ from dsh.cli._common import (
     JsonOption,
     StoreOption,
     cli_store,
+    default_store_url,
     json_mode,
     require_session,
     stdout_console,
@@ -31,8 +32,9 @@ def init(store: StoreOption = None, json_: JsonOption = False) -> None:
     An existing store is left as it is and reported, with its session count.
     """
     json_mode(json_)
-    location = store_path(store_url(store)) if store is not None else None
-    existed = location.exists() if location is not None else False
+    location = store_path(store_url(store) if store is not None else default_store_url())
+    # a database store (PostgreSQL) has no path to look at: its sessions say whether it was new
+    existed: bool | None = location.exists() if location is not None else None
     with cli_store(store) as persistence:
         # SQLite creates its file on open; a JSONL folder is made here so it exists at once.
         if location is not None and not location.exists() \
@@ -43,6 +45,8 @@ def init(store: StoreOption = None, json_: JsonOption = False) -> None:
                 raise ConfigError(f"cannot create the store folder {location}: "
                                   f"{exc.strerror or exc}", path=str(location)) from exc
         sessions = len(persistence.list_headers())
+        if existed is None:
+            existed = sessions > 0
         outcome = {"store": persistence.url, "created": not existed, "sessions": sessions}
     if json_:
         render.write_json(outcome)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from dsh.errors import SessionBusyError
+from dsh.errors import PersistenceError, SessionBusyError
 from dsh.persistence._paths import mkdir_private, refuse_symlink
 
 __all__ = ["SessionLock"]
@@ -85,6 +85,15 @@ class SessionLock:
             with _held_mutex:
                 _held.pop(key, None)
             self._busy(_read_owner(self.owner_path), in_process=False)
+        except OSError as exc:  # after Timeout, which is one: a folder we may not write in
+            with _held_mutex:
+                _held.pop(key, None)
+            raise PersistenceError(
+                f"cannot take the write lock {lock_path} of session {session_id!r}: "
+                f"{exc.strerror or exc}; writing to a session needs write access to its "
+                f"folder {lock_path.parent} (commands that only read it, such as dsh show, "
+                "do not)", code="LOCK_UNAVAILABLE", session_id=session_id,
+                path=str(lock_path)) from exc
         except BaseException:
             with _held_mutex:
                 _held.pop(key, None)

@@ -179,8 +179,12 @@ def _check_owned(path: Path, info: os.stat_result, kind: str, is_kind: Callable[
     if stat.S_ISLNK(info.st_mode) or not is_kind(info.st_mode):
         raise ConfigError(f"SQLite {kind} {path} {kind_rule}", path=str(path))
     if info.st_uid != os.getuid():
-        raise ConfigError(f"SQLite {kind} {path} must be owned by uid {os.getuid()}, found uid "
-                          f"{info.st_uid}", path=str(path))
+        fix = ("keep the database in a folder of your own (mkdir one, e.g. under your "
+               "home; the default store is ~/.dsh/sessions.db)" if stat.S_ISDIR(info.st_mode)
+               else "use a database file of your own")
+        raise ConfigError(f"SQLite {kind} {path} must be owned by you (uid {os.getuid()}), "
+                          f"found uid {info.st_uid}: another user could replace or read it; "
+                          f"{fix}", path=str(path))
     if info.st_mode & forbidden_mode:
         mode = stat.S_IMODE(info.st_mode)
         # A shared folder (/tmp) must not be chmod-ed: the way out there is another folder.
