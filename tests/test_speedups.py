@@ -53,12 +53,16 @@ def test_an_accelerator_built_from_an_older_dsh_is_not_used(
         if name != "admit_plain":
             setattr(stale, name, getattr(sp, name))
     stale.__file__ = "/old/_speedups.so"
+    stale.API_VERSION = sp.API_VERSION
     monkeypatch.setattr(importlib, "import_module", lambda name: stale)
-    with pytest.warns(RuntimeWarning, match=r"/old/_speedups.so\) was built from an older "
+    with pytest.warns(RuntimeWarning, match=r"/old/_speedups.so\) was built from another "
                       r"dsh and lacks admit_plain; dsh runs without it"):
         assert dj._load_speedups() is None
     monkeypatch.setattr(stale, "admit_plain", sp.admit_plain, raising=False)
     assert dj._load_speedups() is stale
+    stale.API_VERSION = 1  # same names, other arguments: not called either
+    with pytest.warns(RuntimeWarning, match=r"has API version 1, not 2; dsh runs without it"):
+        assert dj._load_speedups() is None
 
 
 # --- the two paths ---------------------------------------------------------------------------

@@ -2429,6 +2429,12 @@ PyInit__speedups(void)
         Py_DECREF(module);
         return NULL;
     }
+    /* dsh.json uses the module only when this matches: bump it whenever a function's
+     * arguments or results change, so a stale build (the build is optional) is not called */
+    if (PyModule_AddIntConstant(module, "API_VERSION", 2) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
     if (PyModule_AddIntConstant(module, "FAST_DEPTH", FAST_DEPTH) < 0) {
         Py_DECREF(module);
         return NULL;

@@ -141,6 +141,9 @@ _SPEEDUPS_API: Final = (
     "encode_rows", "seqs_contiguous", "gather_messages", "hand_out_messages")
 """What this dsh calls in ``dsh._speedups``."""
 
+_SPEEDUPS_API_VERSION: Final = 2
+"""The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
+
 
 def _load_speedups() -> Any:
     """Return the configured C accelerator, or None when it is not built or is disabled.
@@ -155,11 +158,13 @@ def _load_speedups() -> Any:
     except ImportError:  # optional build (setup.py): the pure-Python paths below take over
         return None
     missing = [name for name in _SPEEDUPS_API if not hasattr(module, name)]
-    if missing:
-        warnings.warn(f"dsh._speedups ({module.__file__}) was built from an older dsh and "
-                      f"lacks {', '.join(missing)}; dsh runs without it (slower). Reinstall "
-                      "dsh (pip install -e . in a checkout) to rebuild it.", RuntimeWarning,
-                      stacklevel=2)
+    version = getattr(module, "API_VERSION", None)
+    if missing or version != _SPEEDUPS_API_VERSION:
+        lacks = (f"lacks {', '.join(missing)}" if missing else
+                 f"has API version {version}, not {_SPEEDUPS_API_VERSION}")
+        warnings.warn(f"dsh._speedups ({module.__file__}) was built from another dsh and "
+                      f"{lacks}; dsh runs without it (slower). Reinstall dsh (pip install -e "
+                      ". in a checkout) to rebuild it.", RuntimeWarning, stacklevel=2)
         return None
     module.configure(FrozenDict, FrozenList, MAX_SAFE_INTEGER)
     return module
