@@ -6,6 +6,7 @@ log is used only while the log's stat signature is unchanged and is rebuilt othe
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -317,3 +318,28 @@ def test_jsonl_listing_journal_stops_growing_at_its_cap_until_a_listing_merges_i
         assert journal.read_bytes().count(b"\n") == 1  # the first line reached the cap
         assert listed(persistence) == full_entries(persistence)  # "b" is read in full
         assert journal.read_bytes() == b""
+
+
+def test_jsonl_listing_journal_is_merged_by_the_writer_that_takes_it_past_the_fold_size(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every writer's first flush reads the journal back: it must not grow without a listing
+    import dsh.persistence.listing as listing
+
+    monkeypatch.setattr(listing, "JOURNAL_FOLD_BYTES", 1500)
+    url = URLS["jsonl"].format(root=tmp_path)
+    journal = tmp_path / "store" / JOURNAL_NAME
+    index = tmp_path / "store" / INDEX_NAME
+    with open_store(url) as persistence:
+        store = SessionStore(persistence=persistence, clock=StepClock())
+        session = store.create("a")
+        sizes = []
+        for turn in range(1, 12):
+            session.append("turn/start", {"turn": turn})
+            session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+            store.flush(session)
+            sizes.append(journal.stat().st_size)
+        store.dispose(session)
+        assert max(sizes) < 1500 + 1000  # merged whenever it passed the fold size
+        assert any(b < a for a, b in itertools.pairwise(sizes))  # ...which happened
+        assert index.is_file()
+        assert listed(persistence) == full_entries(persistence)

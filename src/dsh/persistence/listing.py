@@ -15,8 +15,10 @@ O(total events); this module answers from data kept apart from the logs:
   The index is a cache, never the truth: deleting it only costs one full read per log.
   Writers keep it at flush: a JSONL write handle folds what it flushed into the entry it
   started from (:class:`EntryFold`) and appends one line to ``.dsh-listing.journal``; the next
-  listing merges the journal (later lines win) into the index and empties it (writers stop
-  adding lines past ``JOURNAL_MAX_BYTES`` until then). A writer that cannot know the
+  listing merges the journal (later lines win) into the index and empties it; so does the
+  writer whose line takes the journal past ``JOURNAL_FOLD_BYTES`` (every writer's first flush
+  reads the journal back to find its entry: it must stay short while nobody lists), and writers
+  stop adding lines past ``JOURNAL_MAX_BYTES`` should folding fail. A writer that cannot know the
   entry (a log read with a torn tail, no matching index entry) writes nothing: the listing
   then reads that log in full, as before.
 
@@ -53,6 +55,10 @@ JOURNAL_NAME: Final = ".dsh-listing.journal"
 
 JOURNAL_MAX_BYTES: Final = 8 * 1024 * 1024
 """Writers stop adding journal lines past this size until a listing merges the journal."""
+
+JOURNAL_FOLD_BYTES: Final = 128 * 1024
+"""A writer whose line takes the journal past this size merges it into the index (about one
+flush in 200 of one session; a resume's first flush reads the whole journal back)."""
 
 _INDEX_VERSION: Final = 2
 SOURCE_EVENT_TYPE: Final = "import/source"
@@ -212,13 +218,17 @@ def note_flushed(root: Path, key: str, sig: list[int], entry: ListingEntry) -> N
         fd = os.open(os.path.join(root, JOURNAL_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                      0o600)
         try:
+            size = os.fstat(fd).st_size
             # bounded while nobody lists: past the cap the listing reads the newest logs
-            if os.fstat(fd).st_size < JOURNAL_MAX_BYTES:
+            if size < JOURNAL_MAX_BYTES:
                 os.write(fd, line)
         finally:
             os.close(fd)
     except OSError as exc:
         log.info("listing journal in %s not written (%s); listing reads the log", root, exc)
+        return
+    if size < JOURNAL_FOLD_BYTES <= size + len(line):
+        JsonlIndex(Path(root)).save()  # merges the journal and empties it (errors: logged)
 
 
 def _to_json(entry: ListingEntry) -> dict[str, Any]:
