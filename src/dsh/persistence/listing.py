@@ -227,7 +227,7 @@ def note_flushed(root: Path, key: str, sig: list[int], entry: ListingEntry) -> N
     except OSError as exc:
         log.info("listing journal in %s not written (%s); listing reads the log", root, exc)
         return
-    if size < JOURNAL_FOLD_BYTES <= size + len(line):
+    if size + len(line) >= JOURNAL_FOLD_BYTES:
         JsonlIndex(Path(root)).save()  # merges the journal and empties it (errors: logged)
 
 
