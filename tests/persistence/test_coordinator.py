@@ -184,6 +184,61 @@ def test_idle_writer_writes_at_its_window_whether_polling_or_asleep(
     persistence.close()
 
 
+def test_events_queued_during_a_flush_written_on_its_thread_wait_for_that_write(
+        tmp_path: Path) -> None:
+    # §3.3: one write of a handle at a time. Events appended (say on the asyncio loop, while
+    # aflush runs in a worker) during a flush that writes on its own thread used to be taken
+    # by the writer thread at once: a second append overlapping the first (a seq mismatch,
+    # a spurious WriteFailedError) and a later barrier returning before they were durable
+    persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
+                              write_behind=WriteBehind(batch_window_ms=600_000))
+    store = SessionStore(persistence)
+    session = store.create("a", header={"cwd": CWD})
+    turn(session, 1)
+    store.flush(session)
+    writer = writer_of(persistence, store, session)
+    real_append = writer.handle.append
+    writing: list[str] = []
+    overlaps: list[list[str]] = []
+    inline_started, release = threading.Event(), threading.Event()
+
+    def slow_append(events: Any) -> None:
+        name = threading.current_thread().name
+        if writing:
+            overlaps.append([*writing, name])
+        writing.append(name)
+        try:
+            if name == "flusher":
+                inline_started.set()
+                release.wait(10)
+            real_append(events)
+        finally:
+            writing.remove(name)
+
+    writer.handle.append = slow_append
+    turn(session, 2)
+    errors: list[BaseException] = []
+
+    def flusher() -> None:
+        try:
+            store.flush(session)
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=flusher, name="flusher")
+    thread.start()
+    assert inline_started.wait(10)
+    turn(session, 3)  # queued while the flush writes turn 2 on its own thread
+    time.sleep(0.2)  # room for a writer thread that (wrongly) takes them at once
+    release.set()
+    thread.join()
+    store.flush(session)  # a barrier after turn 3 was queued: it is durable on return
+    assert (errors, overlaps, writing) == ([], [], [])
+    assert len(stored_events(persistence, "a")) == 18
+    store.dispose(session)
+    persistence.close()
+
+
 def _fail_once(writer: Any) -> threading.Event:
     called = threading.Event()
     real_append = writer.handle.append

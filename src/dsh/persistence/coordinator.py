@@ -396,8 +396,8 @@ class _SessionWriter:
                     self._write_batch(batch, background=False)
                 finally:
                     self._cond.acquire()
-            # No wake-up for the writer: events queued during the write above already woke it
-            # (barriers > 0), and with nothing to take it has nothing to do.
+            # No wake-up for the writer here: the end of the write above woke it if events were
+            # queued meanwhile, and with nothing to take it has nothing to do.
             try:
                 while self._pending or self._active:
                     if self._fail_count != failures_before:
@@ -443,15 +443,19 @@ class _SessionWriter:
                         return None
                     timeout: float | None = None
                     if self._pending and not self._paused:
-                        now = time.monotonic()
-                        if self._barriers or (self._deadline is not None
-                                              and now >= self._deadline):
-                            batch, self._pending = self._pending, []
-                            self._deadline = None
-                            self._active = True
-                            return batch, self._barriers == 0
-                        if self._deadline is not None:
-                            timeout = self._deadline - now
+                        # A flush writing on its own thread is _active: a second write of the
+                        # same handle would overlap it (and end its barrier early); the end of
+                        # that write wakes this thread (see _write_batch).
+                        if not self._active:
+                            now = time.monotonic()
+                            if self._barriers or (self._deadline is not None
+                                                  and now >= self._deadline):
+                                batch, self._pending = self._pending, []
+                                self._deadline = None
+                                self._active = True
+                                return batch, self._barriers == 0
+                            if self._deadline is not None:
+                                timeout = self._deadline - now
                     elif self._poll is not None and not self._paused:
                         now = time.monotonic()
                         if now - self._armed < _IDLE_POLL_S:
@@ -490,7 +494,11 @@ class _SessionWriter:
                                 "flush", self.session.id, self._url, error,
                                 len(self._pending))
                     self._failure = error
-            self._settled.notify_all()  # the barriers; the writer thread needs no wake-up
+            self._settled.notify_all()  # the barriers
+            if self._pending and not self._paused:
+                # events queued during this write: a writer thread that waited for its end
+                # takes them (none waits after a write of its own, nor in the per-turn case)
+                self._cond.notify_all()
 
     def _write(self, batch: list[Event]) -> None:
         fresh = [event for event in batch if event["seq"] >= self.cursor]
