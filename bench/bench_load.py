@@ -72,6 +72,7 @@ def child(url: str, mode: str) -> dict[str, Any]:
     importlib.import_module("dsh.persistence.coordinator")
     importlib.import_module("dsh.persistence.sqlite" if url.startswith("sqlite")
                             else "dsh.persistence.jsonl")
+    importlib.import_module("filelock")  # the write lock imports it when a resume takes one
     t1 = now_ms()
     persistence = open_store(url)
     if mode == "resume":

@@ -96,7 +96,8 @@ whole log in, and each page-in scans its span of the file (zstd: decompresses wh
 frames) and frees the events again when the page is evicted, so one sequential read is cheaper
 (100k msg events, raw: about 350-400 ms against 500-570 ms; zstd: 580-620 ms against 680-720
 ms). SQLite fetches a page's rows by seq for less than a full read costs, so it keeps the
-checkpoint (430-440 ms against 730-745 ms); see ``KeepsCheckpoints.pages_in_cheaply``."""
+checkpoint (430-440 ms against 730-745 ms). The JSONL handle refuses such a checkpoint in
+``read_checkpointed``, before it reads the tail."""
 
 
 def surface_is_dense(state: RestoreState, page_events: int) -> bool:
@@ -193,20 +194,16 @@ class KeepsCheckpoints(Protocol):
         """The checkpoint sidecar file."""
         ...
 
-    @property
-    def pages_in_cheaply(self) -> bool:
-        """Whether paging the whole prefix in costs less than one sequential read of it.
-
-        When False, a resume whose surface is dense (:func:`surface_is_dense`) reads in full.
-        """
-        ...
-
     def write_checkpoint(self, data: bytes) -> None:
         """Replace the sidecar with ``data`` atomically (``OSError`` on failure)."""
         ...
 
-    def read_checkpointed(self) -> tuple[Checkpoint, Any, Any]:
-        """``(checkpoint, tail ColdRead, EventSource)``, or raise :class:`CheckpointRefused`."""
+    def read_checkpointed(self, *, dense: bool = False) -> tuple[Checkpoint, Any, Any]:
+        """``(checkpoint, tail ColdRead, EventSource)``, or raise :class:`CheckpointRefused`.
+
+        A backend whose page-ins cost more than its full read refuses a checkpoint whose
+        surface is dense (``dense-surface``) unless ``dense`` (``dsh verify`` checks it).
+        """
         ...
 
 
@@ -363,7 +360,7 @@ def check_checkpoint(handle: Any, events: Sequence[Event], inherited: int) -> Ch
         return CheckpointCheck(status="absent", event_count=0,
                                message="this backend keeps no projection checkpoints")
     try:
-        checkpoint, cold, source = handle.read_checkpointed()
+        checkpoint, cold, source = handle.read_checkpointed(dense=True)
     except CheckpointRefused as exc:
         if exc.reason == "absent":
             return CheckpointCheck(status="absent", event_count=0,

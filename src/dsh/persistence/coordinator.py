@@ -54,7 +54,6 @@ from dsh.persistence.api import (
 )
 from dsh.persistence.legacy import normalize_legacy_events
 from dsh.persistence.listing import ListingEntry, jsonl_entries, sqlite_entries, summarize
-from dsh.session import paging
 from dsh.session.events import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
@@ -1186,8 +1185,6 @@ class Persistence:
         try:
             checkpoint, cold, source = handle.read_checkpointed()
             state = checkpoint.state
-            if not handle.pages_in_cheaply and ck.surface_is_dense(state, paging.PAGE_EVENTS):
-                raise ck.CheckpointRefused("dense-surface")
             tail = cold.events
             header = cold.header
             if header.get("id") != session_id or header.get("version") != SESSION_FORMAT_VERSION:

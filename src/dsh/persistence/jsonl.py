@@ -79,6 +79,7 @@ from dsh.persistence.listing import EntryFold, JsonlIndex, note_flushed, signatu
 from dsh.persistence.memory import validate_batch
 from dsh.session.chunks import decode_storage_record
 from dsh.session.events import SESSION_FORMAT_VERSION, Event
+from dsh.session.paging import PAGE_EVENTS
 
 __all__ = ["JsonlBackend", "JsonlHandle", "parse_log"]
 
@@ -711,14 +712,6 @@ class JsonlHandle(HandleBase):
 
     # --- projection checkpoints (see dsh.persistence.checkpoint) ------------------------
 
-    @property
-    def pages_in_cheaply(self) -> bool:
-        """False: a page-in scans (zstd: decompresses) a span of the file.
-
-        See ``dsh.persistence.checkpoint.DENSE_SURFACE_PAGES``.
-        """
-        return False
-
     def checkpoint_path(self) -> Path:
         """The checkpoint sidecar beside the log (``session.jsonl.ckpt``)."""
         return self.path.with_name(self.path.name + _CKPT_SUFFIX)
@@ -741,8 +734,12 @@ class JsonlHandle(HandleBase):
         """
         ck.write_checkpoint_file(self.checkpoint_path(), data)
 
-    def read_checkpointed(self) -> tuple[ck.Checkpoint, ColdRead, jck.JsonlPrefixSource]:
+    def read_checkpointed(self, *, dense: bool = False
+                          ) -> tuple[ck.Checkpoint, ColdRead, jck.JsonlPrefixSource]:
         """Read through the checkpoint: its state, the events after its cut, a page-in source.
+
+        A surface spread over most of the log is refused (``dense-surface``: paging it all in
+        costs more than the full read) unless ``dense``.
 
         On success a write handle is ready to append, as after ``read(0)``.
         The returned ``ColdRead.events`` are the tail (first seq ``checkpoint.state
@@ -757,6 +754,9 @@ class JsonlHandle(HandleBase):
         kind = jck.backend_kind(self._backend.compression)
         checkpoint = ck.decode_checkpoint(ck.read_checkpoint_file(self.checkpoint_path()),
                                           session_id=self._id, backend=kind)
+        if not dense and ck.surface_is_dense(checkpoint.state, PAGE_EVENTS):
+            # decided before the tail is read: the full read the caller falls back to reads it
+            raise ck.CheckpointRefused("dense-surface")
         header, events, revision = jck.load_tail(self, checkpoint)
         if self._mode == "write":
             self._listing_reset(True)  # load_tail refuses a torn tail

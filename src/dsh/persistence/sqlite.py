@@ -1119,11 +1119,6 @@ class SqliteHandle(HandleBase):
 
     # --- projection checkpoints (see dsh.persistence.checkpoint) ------------------------
 
-    @property
-    def pages_in_cheaply(self) -> bool:
-        """True: a page-in is one indexed range query over the events table."""
-        return True
-
     def checkpoint_path(self) -> Path:
         """The checkpoint sidecar: ``<db>.dsh-checkpoints/<encoded id>.ckpt``."""
         return self._backend.checkpoint_dir / f"{_cut_stem(self._id)}.ckpt"
@@ -1148,8 +1143,12 @@ class SqliteHandle(HandleBase):
         mkdir_private(path.parent, "projection checkpoints")
         ck.write_checkpoint_file(path, data)
 
-    def read_checkpointed(self) -> tuple[ck.Checkpoint, ColdRead, sck.SqlitePrefixSource]:
+    def read_checkpointed(self, *, dense: bool = False
+                          ) -> tuple[ck.Checkpoint, ColdRead, sck.SqlitePrefixSource]:
         """Read through the checkpoint: its state, the events after its cut, a page-in source.
+
+        ``dense`` changes nothing here: a page-in is one indexed range query, cheaper than the
+        full read even when the surface spans the whole log.
 
         On success a write handle is ready to append, as after ``read(0)``; the returned
         events are the tail (first seq ``checkpoint.state.event_count``), never torn.
