@@ -187,6 +187,9 @@ def test_cli_usage_error_exits_2_with_one_error_line(tmp_path: Path) -> None:
     assert proc.stdout == ""
     assert proc.stderr == ("error[USAGE]: No such option: --no-such-option; run 'dsh ls --help' "
                            "for the options\n")
+    typo = Dsh(tmp_path)("lss", check=2)
+    assert typo.stderr == ("error[USAGE]: No such command 'lss'. Did you mean 'ls'? Run "
+                           "'dsh --help' for the options\n")
 
 
 def test_cli_read_only_command_refuses_a_store_url_naming_nothing(tmp_path: Path) -> None:

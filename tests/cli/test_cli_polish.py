@@ -183,3 +183,16 @@ def test_import_says_when_a_folder_holds_no_transcript_or_a_file_is_a_store(
                        f"it with --store {store}, or copy its sessions with 'dsh convert --from "
                        f"{store} --to STORE'"]
     assert "a unique prefix of its id will do" in demo("verify", "--help").stdout
+
+
+def test_a_misspelt_store_scheme_is_named_not_taken_as_a_file_name(tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    proc = dsh("ls", "--store", "sqlit:foo.db", check=1)
+    assert proc.stderr.splitlines()[-1] == (
+        "error[STORE_SCHEME]: --store 'sqlit:foo.db': unknown store scheme 'sqlit'; did you "
+        "mean 'sqlite:'? (a file whose name holds a colon: write it as ./sqlit:foo.db)")
+    assert not (tmp_path / "sqlit:foo.db").exists()
+    # not a near miss of any scheme: still a plain path (a SQLite file that does not exist yet)
+    from dsh.cli._common import store_url
+
+    assert store_url("notes:2026.db") == f"sqlite://{Path.cwd()}/notes%3A2026.db"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import time
@@ -191,7 +192,8 @@ def store_url(value: str) -> str:
     ``./sessions.db`` → ``sqlite:///abs/sessions.db``, ``./logs/`` → ``jsonl:///abs/logs``.
 
     Raises:
-        ConfigError: the value is empty or blank (code ``STORE_EMPTY``).
+        ConfigError: the value is empty or blank (code ``STORE_EMPTY``), or it starts with a
+            near miss of a scheme and names no existing file (code ``STORE_SCHEME``).
     """
     if not value.strip():
         # An unset shell variable (--store "$STORE") must not mean the current folder.
@@ -200,6 +202,15 @@ def store_url(value: str) -> str:
     if value.lower().startswith(_SCHEMES) or re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", value):
         return value  # a URL (an unknown scheme is reported as such by the URL parser)
     path = Path(value).expanduser()
+    typo = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", value)
+    if typo is not None and not path.exists():
+        near = difflib.get_close_matches(typo.group(1).lower(),
+                                         [scheme.rstrip(":") for scheme in _SCHEMES], n=1,
+                                         cutoff=0.75)
+        if near:  # sqlit:foo.db is a misspelt URL far more often than a file named so
+            raise ConfigError(f"--store {value!r}: unknown store scheme {typo.group(1)!r}; did "
+                              f"you mean '{near[0]}:'? (a file whose name holds a colon: "
+                              f"write it as ./{value})", code="STORE_SCHEME")
     scheme = "jsonl" if value.endswith(("/", os.sep)) or path.is_dir() else "sqlite"
     return f"{scheme}://" + quote(str(path.resolve()))
 

@@ -117,9 +117,11 @@ def _print_usage_error(error: typer.TyperException) -> None:
         return  # bare `dsh`: the help was already printed
     ctx = getattr(error, "ctx", None)
     hint = ""
-    if ctx is not None:
-        hint = f"; run '{ctx.command_path} --help' for the options"
     message = message.replace("Value error, ", "").rstrip(".")
+    if ctx is not None:
+        # after a question (click's "Did you mean 'ls'?") a new sentence, not a "; "
+        hint = (f" Run '{ctx.command_path} --help' for the options" if message.endswith("?")
+                else f"; run '{ctx.command_path} --help' for the options")
     sys.stderr.write(f"error[USAGE]: {message}{hint}\n")  # one line (STYLE §12)
 
 
