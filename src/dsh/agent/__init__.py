@@ -6,9 +6,9 @@ log it produces is well formed by construction (persistence spec §8.4).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from dsh._lazy import lazy_exports
 from dsh.errors import AgentError, LlmFailureError
 
 if TYPE_CHECKING:
@@ -105,14 +105,4 @@ _LAZY: dict[str, str] = {name: module for module, names in {
 }.items() for name in names}
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)

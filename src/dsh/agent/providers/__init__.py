@@ -6,9 +6,9 @@ Each sits on its official SDK, imported only when a provider is created (extras
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from dsh._lazy import lazy_exports
 from dsh.agent.providers.config import (
     PROVIDER_NAMES,
     PROVIDERS,
@@ -46,14 +46,4 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
