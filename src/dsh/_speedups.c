@@ -1051,7 +1051,8 @@ PyDoc_STRVAR(scan_lines_doc,
 "must judge (malformed, a long number, a surrogate, a bad row, a seq that does not\n"
 "continue), and returns where it stopped, the last line number used and the next seq.\n"
 "prescan is [legacy_at, unknown_at] over `events` as stored_prescan(events, known_types)\n"
-"would answer for the events added here (updated in place while they are still hot).");
+"would answer for the events added here (updated in place while they are still hot), or\n"
+"None (nothing noted).");
 
 static PyObject *
 scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1082,16 +1083,20 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!PyType_Check(args[5]) || !PyType_IsSubtype((PyTypeObject *)args[5], frozen_dict_type)
             || !PyList_CheckExact(args[6]) || !PyList_CheckExact(args[7])
             || !PyList_CheckExact(args[8]) || !PyAnySet_Check(args[9])
-            || !PyList_CheckExact(args[10]) || PyList_GET_SIZE(args[10]) != 2) {
+            || !(args[10] == Py_None
+                 || (PyList_CheckExact(args[10]) && PyList_GET_SIZE(args[10]) == 2))) {
         PyErr_SetString(PyExc_TypeError, "scan_lines(): bad argument types");
         return NULL;
     }
     known = args[9];
     prescan = args[10];
-    legacy_at = PyLong_AsSsize_t(PyList_GET_ITEM(prescan, 0));
-    unknown_at = PyLong_AsSsize_t(PyList_GET_ITEM(prescan, 1));
-    if (PyErr_Occurred()) {
-        return NULL;
+    legacy_at = unknown_at = 0;  /* None: nothing to note (both count as found) */
+    if (prescan != Py_None) {
+        legacy_at = PyLong_AsSsize_t(PyList_GET_ITEM(prescan, 0));
+        unknown_at = PyLong_AsSsize_t(PyList_GET_ITEM(prescan, 1));
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
     }
     event_type = (PyTypeObject *)args[5];
     event_retype = retype_ok && same_layout(event_type, &PyDict_Type);
@@ -1171,7 +1176,7 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         line += 1;
         pos = (nl - base) + 1;
     }
-    {
+    if (prescan != Py_None) {
         PyObject *legacy_o = PyLong_FromSsize_t(legacy_at);
         PyObject *unknown_o = PyLong_FromSsize_t(unknown_at);
         if (legacy_o == NULL || unknown_o == NULL) {

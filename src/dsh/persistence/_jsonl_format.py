@@ -290,10 +290,6 @@ class _Issue:
     reason: str
 
 
-_PRESCAN_VOID: Final = [0, 0]
-"""Passed once the prescan is void: both 'found' already, so the C pass records nothing."""
-
-
 @dataclass(slots=True)
 class ScanResult:
     r"""What :class:`Scanner` found.
@@ -471,7 +467,7 @@ class Scanner:
                 pos, result.lines, self._expected = c_scan_lines(
                     buf, pos, self._expected, result.lines, _orjson_loads, Event,
                     result.events, self._record_seqs, self._record_lines, KNOWN_EVENT_TYPES,
-                    self._prescan if self._prescan is not None else _PRESCAN_VOID)
+                    self._prescan)
                 if pos != began:
                     result.committed = base + pos
             nl = find(b"\n", pos)
