@@ -162,9 +162,9 @@ def child_peer(turns: int, parent_dir: str | None) -> dict[str, Any]:
 
 
 def child_invariant(nodes: int) -> dict[str, Any]:
+    from dsh._messages import create_assistant_message, create_user_message
     from dsh.agent import Agent, LlmRequest, ScriptedProvider
-    from dsh.agent.loop import _Built
-    from dsh.messages import create_assistant_message, create_user_message
+    from dsh.agent._loop import _Built
     from dsh.session import SessionStore
 
     session = SessionStore().create("bench")

@@ -50,7 +50,7 @@ def dsh_after_replace(surface: float) -> float:
 
 def _region_span(session: Any) -> tuple[int, int]:
     from dsh.compaction import head_position
-    from dsh.session.pairing import balanced_cuts
+    from dsh.session._pairing import balanced_cuts
 
     nodes = session.surface.nodes
     cuts = balanced_cuts(session)
@@ -63,7 +63,7 @@ def _region_span(session: Any) -> tuple[int, int]:
 
 def child(scenario: str, events: int, backend: str, parent_dir: str | None) -> dict[str, Any]:
     from dsh.compaction import DigestSummarizer, compact_now, compact_surface_region
-    from dsh.session.session import Session
+    from dsh.session._session import Session
 
     root: Path | None = None
     persistence = None
@@ -72,7 +72,7 @@ def child(scenario: str, events: int, backend: str, parent_dir: str | None) -> d
         session = Session.create("bench")
     else:
         from dsh.persistence import open_store
-        from dsh.session.store import SessionStore
+        from dsh.session._store import SessionStore
 
         root = Path(tempfile.mkdtemp(prefix="dsh-bench-compaction-", dir=parent_dir))
         persistence = open_store(store_url(backend, root))

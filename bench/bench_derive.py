@@ -38,7 +38,7 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
 
 
 def measure(surface_events: int) -> list[float]:
-    from dsh.session.session import Session
+    from dsh.session._session import Session
 
     session = Session.create("bench")
     build(session, "msg", surface_events * 11 // 4)

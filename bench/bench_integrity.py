@@ -27,7 +27,7 @@ _CHILD = "bench.bench_integrity"
 
 
 def _events(n: int) -> list[object]:
-    from dsh.session.session import Session
+    from dsh.session._session import Session
 
     session = Session.create("s", header={"version": 0, "id": "s", "createdAt": 1,
                                          "cwd": "/w/p"})
@@ -50,9 +50,9 @@ def _child(op: str, kind: str, variant: str, location: str, n: int, batch: int) 
 
     url = f"jsonl://{location}" if kind == "jsonl" else f"sqlite://{location}/store.db"
     if variant == "unsealed":
-        import dsh.persistence.sqlite as sqlite_module
-        from dsh.persistence.jsonl import JsonlHandle
-        from dsh.persistence.sqlite import SqliteHandle
+        import dsh.persistence.sqlite._backend as sqlite_module
+        from dsh.persistence.jsonl._backend import JsonlHandle
+        from dsh.persistence.sqlite._backend import SqliteHandle
 
         # no checksum, no seal file; the in-memory record keeps the append path unchanged
         JsonlHandle._seal = lambda self, content=None: None  # type: ignore[method-assign]

@@ -64,14 +64,14 @@ SESSION_ID = "bench"
 def child(url: str, mode: str) -> dict[str, Any]:
     t0 = now_ms()
     from dsh.persistence import open_store
-    from dsh.session.session import Session
-    from dsh.session.store import SessionStore
+    from dsh.session._session import Session
+    from dsh.session._store import SessionStore
 
     # open_store imports the facade and the backend lazily: import them here so module loading
     # is counted in import_ms, not in the load time.
-    importlib.import_module("dsh.persistence.coordinator")
-    importlib.import_module("dsh.persistence.sqlite" if url.startswith("sqlite")
-                            else "dsh.persistence.jsonl")
+    importlib.import_module("dsh.persistence._coordinator")
+    importlib.import_module("dsh.persistence.sqlite._backend" if url.startswith("sqlite")
+                            else "dsh.persistence.jsonl._backend")
     importlib.import_module("filelock")  # the write lock imports it when a resume takes one
     t1 = now_ms()
     persistence = open_store(url)

@@ -13,7 +13,7 @@ CLI process (both from ``os.wait4``). The same command on an empty store is time
 cost. It also times ``Persistence.list_entries()`` (what ``ls`` lists from: the SQLite tables or
 the JSONL listing index) in a fresh process without the CLI: **listing ms**; and, once,
 **start + imports**: a fresh process that only imports what ``dsh ls`` imports before it lists
-(``dsh.cli.app``, and typer's option parser, which brings pydantic in typer ≥ 0.2x) and exits.
+(``dsh.cli._app``, and typer's option parser, which brings pydantic in typer ≥ 0.2x) and exits.
 The first ``ls`` of a JSONL store builds its index (each log read once); the runs after it are
 the median.
 
@@ -40,7 +40,7 @@ from bench.workloads import build, now_ms
 def make_store(url: str, sessions: int, turns: int) -> None:
     """Write ``sessions`` small msg sessions (``turns`` turns each) into the store at ``url``."""
     from dsh.persistence import open_store
-    from dsh.session.session import Session
+    from dsh.session._session import Session
 
     events = 1 + 11 * turns
     persistence = open_store(url)
@@ -108,8 +108,8 @@ def run_ls(url: str, env: dict[str, str]) -> tuple[float, float, float, int]:
 
 # What `dsh ls` imports before it lists: the CLI, and typer's option parser (pydantic, in typer
 # >= 0.2x; imported when the first non-flag option is parsed); gc.freeze() in between, as
-# dsh.cli.app.main does.
-IMPORTS = ("import gc, importlib.util, dsh.cli.app\n"
+# dsh.cli._app.main does.
+IMPORTS = ("import gc, importlib.util, dsh.cli._app\n"
            "gc.freeze()\n"
            "if importlib.util.find_spec('typer._adapters'):\n"
            "    import typer._adapters")

@@ -18,7 +18,7 @@ DSH = {"chunks": (146_700, 158), "stream": (130_000, 160), "msg": (86_800, 246)}
 
 
 def run_one(workload: str, events: int) -> dict[str, float]:
-    from dsh.session.session import Session
+    from dsh.session._session import Session
 
     session = Session.create("bench")
     t0 = now_ms()

@@ -82,7 +82,7 @@ def child_write(kind: str, events: int, pg: str, parent_dir: str | None) -> dict
 
 def child_turns(kind: str, turns: int, pg: str, parent_dir: str | None) -> dict[str, Any]:
     from dsh.persistence import open_store
-    from dsh.session.store import SessionStore
+    from dsh.session._store import SessionStore
 
     root = Path(tempfile.mkdtemp(prefix="dsh-bench-pg-", dir=parent_dir))
     schema = f"t_{uuid.uuid4().hex[:10]}"
@@ -117,11 +117,11 @@ def _imports(*modules: str) -> float:
 
 
 def child_load(url: str, session_id: str) -> dict[str, Any]:
-    import_ms = _imports("dsh.persistence", "dsh.session.session", "dsh.persistence.coordinator",
-                         *(["dsh.persistence.postgres"] if url.startswith("postgresql") else
-                           ["dsh.persistence.sqlite"]))
+    import_ms = _imports("dsh.persistence", "dsh.session._session", "dsh.persistence._coordinator",
+                         "dsh.persistence.postgres._backend" if url.startswith("postgresql")
+                         else "dsh.persistence.sqlite._backend")
     from dsh.persistence import open_store
-    from dsh.session.session import Session
+    from dsh.session._session import Session
 
     t0 = now_ms()
     persistence = open_store(url)
@@ -136,7 +136,7 @@ def child_load(url: str, session_id: str) -> dict[str, Any]:
 def seed_ours(kind: str, pg: str, root: Path, events: int | None, turns: int | None) -> str:
     """Write one session for the load runs; return its store URL."""
     from dsh.persistence import open_store
-    from dsh.session.store import SessionStore
+    from dsh.session._store import SessionStore
 
     schema = f"l_{uuid.uuid4().hex[:10]}"
     folder = root / schema
@@ -313,7 +313,7 @@ def main() -> None:
         print(json.dumps(child(args)))
         return
     peers = [] if args.peers == "none" else select(args.peers, PEERS)
-    from dsh.testing.stores import postgres_unreachable
+    from dsh.testing._stores import postgres_unreachable
 
     reason = postgres_unreachable(args.server)
     if reason is not None:

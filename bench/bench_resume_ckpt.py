@@ -53,7 +53,7 @@ def build(url: str, events: int, *, open_turn: bool) -> dict[str, Any]:
     """Write one compacting msg session of at least ``events`` events; return build facts."""
     from dsh.compaction import CompactionPolicy, DigestSummarizer, compact_now, measure_surface
     from dsh.persistence import open_store
-    from dsh.session.store import SessionStore
+    from dsh.session._store import SessionStore
 
     policy = CompactionPolicy()
     threshold = policy.threshold_tokens(CONTEXT_WINDOW)
@@ -89,14 +89,14 @@ def build(url: str, events: int, *, open_turn: bool) -> dict[str, Any]:
 
 
 def child(url: str) -> dict[str, Any]:
-    from dsh.persistence import checkpoint as ck
+    from dsh.persistence import _restore_point as ck
     from dsh.persistence import open_store
-    from dsh.session.paging import PagedLog
-    from dsh.session.store import SessionStore
+    from dsh.session._paging import PagedLog
+    from dsh.session._store import SessionStore
 
-    importlib.import_module("dsh.persistence.coordinator")
-    importlib.import_module("dsh.persistence.sqlite" if url.startswith("sqlite")
-                            else "dsh.persistence.jsonl")
+    importlib.import_module("dsh.persistence._coordinator")
+    importlib.import_module("dsh.persistence.sqlite._backend" if url.startswith("sqlite")
+                            else "dsh.persistence.jsonl._backend")
     idle = _rss_mb("VmRSS")
     t0 = now_ms()
     store = SessionStore(persistence=open_store(url))

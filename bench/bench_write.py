@@ -150,7 +150,7 @@ def write_session(url: str, workload: str, events: int, session_id: str = "bench
     the list ``flush_ms`` of every per-turn flush. The store is closed before returning.
     """
     from dsh.persistence import open_store
-    from dsh.session.store import SessionStore
+    from dsh.session._store import SessionStore
 
     persistence = open_store(url)
     store = SessionStore(persistence=persistence)

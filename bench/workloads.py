@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dsh.session.session import Session
+    from dsh.session._session import Session
 
 USER_TEXT = "Please look at src/server.ts and explain how a request flows through it."  # 74 chars
 TOOL_OUT = (

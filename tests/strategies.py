@@ -7,7 +7,7 @@
   streamed chunks, assistant tool calls with ``tool/call`` + ``tool/result``, injected user
   messages, plugin log-only events, compaction-style ``user/message`` replaces, content-only
   ``tool/result`` rewrites, a ``system/message`` head, and optionally an open final turn.
-  :func:`apply_script` plays a script onto a :class:`~dsh.session.session.Session` through
+  :func:`apply_script` plays a script onto a :class:`~dsh.session._session.Session` through
   ``append`` (so every event is validated exactly as live events are).
 * Plain builders (:func:`user_message`, :func:`assistant_data`, :func:`tool_result_data`) and
   :class:`StepClock`, used directly by example tests.
@@ -24,9 +24,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from dsh.errors import EventRejectedError
+from dsh._errors import EventRejectedError
 from dsh.json import MAX_SAFE_INTEGER
-from dsh.session.session import Session
+from dsh.session._session import Session
 
 # --- settings -------------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ def test_session_core_imports_no_io_module() -> None:
 def test_every_public_name_has_a_docstring() -> None:
     # STYLE §10: walk dsh.__all__ (and each subpackage's) for docstrings.
     missing = []
-    for module_name in ["dsh", "dsh.json", "dsh.errors", "dsh.session", "dsh.persistence",
+    for module_name in ["dsh", "dsh.json", "dsh._errors", "dsh.session", "dsh.persistence",
                         "dsh.compaction", "dsh.interop", "dsh.agent.providers"]:
         module = importlib.import_module(module_name)
         for name in getattr(module, "__all__", []):
@@ -48,8 +48,7 @@ def test_every_public_name_has_a_docstring() -> None:
 
 
 def test_dsh_errors_all_derive_from_dsh_error() -> None:
-    from dsh import errors
-
+    from dsh import _errors as errors
     for name in errors.__all__:
         assert issubclass(getattr(errors, name), errors.DshError), name
     assert dsh.__doc__

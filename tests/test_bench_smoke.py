@@ -43,7 +43,7 @@ def test_bench_script_runs_and_prints_a_table(case: str, tmp_path: Path) -> None
     if case == "import" and not (shared_path() / "corpus").is_dir():
         pytest.skip(f"corpus not found under {shared_path()} (set DSH_SHARED)")
     if case == "postgres":
-        from dsh.testing.stores import postgres_unreachable
+        from dsh.testing._stores import postgres_unreachable
         reason = postgres_unreachable()
         if reason is not None:
             pytest.skip(f"SKIPPED LOUDLY: {reason}")

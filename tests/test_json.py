@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dsh.errors import InvalidJsonError
+from dsh._errors import InvalidJsonError
 from dsh.json import (
     MAX_SAFE_INTEGER,
     FrozenDict,
@@ -23,7 +23,7 @@ from dsh.json import (
     snapshot_json,
     thaw,
 )
-from dsh.session.events import Event
+from dsh.session._events import Event
 
 DEEP = 20_000
 
@@ -398,7 +398,7 @@ def test_json_snapshot_of_a_huge_int_raises_invalid_json_not_value_error() -> No
 def test_json_event_pickles_as_an_event() -> None:
     import pickle
 
-    from dsh.session.events import Event, make_event
+    from dsh.session._events import Event, make_event
 
     event = make_event("turn/start", 0, 1, snapshot_json({"turn": 1}))
     again = pickle.loads(pickle.dumps(event))

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh.errors import ConfigError
+from dsh._errors import ConfigError
 from dsh.json import JsonValue
 from dsh.projection import ProjectionDefinition, ProjectionRegistry
-from dsh.session.events import Event
-from dsh.session.session import Session
+from dsh.session._events import Event
+from dsh.session._session import Session
 
 
 def count_users(state: JsonValue, event: Event) -> JsonValue:

@@ -24,9 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dsh.json as dj
-from dsh.errors import InvalidJsonError
+from dsh._errors import InvalidJsonError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, dumps, loads, snapshot_json
-from dsh.session.events import Event
+from dsh.session._events import Event
 from tests.conftest import DSH_LOGS, REPO
 from tests.strategies import examples, hostile_json
 

@@ -31,16 +31,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dsh.json as dj
-import dsh.persistence._jsonl_format as fmt
-import dsh.persistence._sqlite_schema as sqlite_schema
-import dsh.persistence.coordinator as coordinator
-import dsh.session.session as session_module
-from dsh.errors import DshError
+import dsh.persistence._coordinator as coordinator
+import dsh.persistence.jsonl._format as fmt
+import dsh.persistence.sqlite._schema as sqlite_schema
+import dsh.session._session as session_module
+from dsh._errors import DshError
 from dsh.json import FrozenDict, FrozenList, dumps
-from dsh.persistence.api import ColdRead
-from dsh.persistence.legacy import normalize_legacy_events
-from dsh.session.events import KNOWN_EVENT_TYPES, SURFACE_EVENT_TYPES, Event, as_event
-from dsh.session.session import Session
+from dsh.persistence._contract import ColdRead
+from dsh.persistence._legacy import normalize_legacy_events
+from dsh.session._events import KNOWN_EVENT_TYPES, SURFACE_EVENT_TYPES, Event, as_event
+from dsh.session._session import Session
 from tests.conftest import shared_path
 from tests.strategies import StepClock, apply_script, examples, log_scripts
 
@@ -501,7 +501,7 @@ def test_load_paths_without_the_accelerator_give_the_same_session(tmp_path: Path
     import sys
 
     from dsh.persistence import open_store
-    from dsh.session.store import SessionStore
+    from dsh.session._store import SessionStore
 
     url = f"jsonl://{tmp_path}/store"
     with open_store(url) as persistence:
@@ -888,8 +888,8 @@ def test_seqs_contiguous_is_true_exactly_when_every_seq_is_its_index(
 
 def test_open_turn_closers_name_the_same_gap_with_and_without_the_accelerator(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import dsh.session.repair as repair
-    from dsh.errors import EventRejectedError
+    import dsh.session._repair as repair
+    from dsh._errors import EventRejectedError
 
     log = [as_event({"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}),
            as_event({"type": "step/start", "seq": 2, "time": 1, "data": {"turn": 1, "step": 1}})]

@@ -1,4 +1,4 @@
-"""`dsh.verify.verify_events`: one list of violations over every rule a stored log must keep
+"""`dsh._verify.verify_events`: one list of violations over every rule a stored log must keep
 (core spec §1.6 vocabulary, §5.2-§5.5 restore, §7.10 surface, §9.2 repair, §11 tool pairing,
 §13.2 invariants; persistence spec §9.4 compaction brackets)."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsh._verify import RULES, Violation, verify_events
 from dsh.json import thaw
-from dsh.session.events import Event
-from dsh.verify import RULES, Violation, verify_events
+from dsh.session._events import Event
 from tests.persistence._logs import LogBuilder, header, make, tool_result
 
 

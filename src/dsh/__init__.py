@@ -13,17 +13,7 @@ block drains every write to disk). :class:`Session` alone is an in-memory log;
 
 from __future__ import annotations
 
-from dsh.compaction import (
-    DigestSummarizer,
-    LlmSummarizer,
-    PrunerConfig,
-    Summarizer,
-    compact_now,
-    compact_surface_region,
-    prune_session,
-    select_compactable_range,
-)
-from dsh.errors import (
+from dsh._errors import (
     CompactionError,
     ConfigError,
     DshError,
@@ -41,15 +31,25 @@ from dsh.errors import (
     UnknownEventTypeError,
     WriteFailedError,
 )
-from dsh.messages import (
+from dsh._messages import (
     create_assistant_message,
     create_message,
     create_system_message,
     create_tool_result_message,
     create_user_message,
 )
+from dsh.compaction import (
+    DigestSummarizer,
+    LlmSummarizer,
+    PrunerConfig,
+    Summarizer,
+    compact_now,
+    compact_surface_region,
+    prune_session,
+    select_compactable_range,
+)
 from dsh.persistence import open_store
-from dsh.persistence.sessions import open
+from dsh.persistence._sessions import open
 from dsh.session import (
     SESSION_FORMAT_VERSION,
     TOOL_NOT_STARTED,

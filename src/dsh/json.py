@@ -41,7 +41,7 @@ from typing import Any, Final, NoReturn, SupportsIndex, TypeAlias
 
 import orjson
 
-from dsh.errors import InvalidJsonError
+from dsh._errors import InvalidJsonError
 
 __all__ = [
     "MAX_SAFE_INTEGER",

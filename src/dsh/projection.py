@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from dsh.errors import ConfigError, DshError
+from dsh._errors import ConfigError, DshError
 from dsh.json import JsonValue, is_safe_int, thaw
-from dsh.session.events import Event
+from dsh.session._events import Event
 
 __all__ = [
     "ChangeListener",

@@ -18,8 +18,8 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_core.tools import tool
 
+from dsh._errors import AdapterError
 from dsh.adapters.langchain import DshChatMessageHistory
-from dsh.errors import AdapterError
 from tests.adapters.conftest import dsh, dsh_events, dsh_messages
 
 CONVERSATION: list[BaseMessage] = [

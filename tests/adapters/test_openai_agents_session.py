@@ -19,8 +19,8 @@ pytest.importorskip("agents")
 from agents import SQLiteSession
 from agents.memory import Session, SessionSettings
 
+from dsh._errors import AdapterError, SessionBusyError
 from dsh.adapters.openai_agents import DshSession
-from dsh.errors import AdapterError, SessionBusyError
 from tests.adapters.conftest import dsh, dsh_events, dsh_messages
 
 RICH_ITEMS: list[dict[str, Any]] = [
@@ -316,8 +316,7 @@ def test_objects_that_are_no_responses_item_are_kept_opaque(store: str) -> None:
 def test_a_checkpointed_session_is_read_whole(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     # get_items() hands the SDK every item: one whole read beats paging the prefix in per walk
-    from dsh.persistence import checkpoint
-
+    from dsh.persistence import _restore_point as checkpoint
     monkeypatch.setattr(checkpoint, "DENSE_SURFACE_PAGES", 2.0)  # the adapter's own refusal
 
     store = f"sqlite:///{tmp_path / 'sessions.db'}"

@@ -21,8 +21,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.test import TestModel
 
+from dsh._errors import AdapterError
 from dsh.adapters.pydantic_ai import DshMessageHistory
-from dsh.errors import AdapterError
 from tests.adapters._pydantic import scripted, url, weather_agent
 from tests.adapters.conftest import dsh, dsh_events, dsh_messages, sigkill_when_ready
 

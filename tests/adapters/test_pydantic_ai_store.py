@@ -17,8 +17,8 @@ from pydantic_ai.conversation_store import ConversationConflict, InMemoryConvers
 from pydantic_ai.messages import ModelMessage, TextPart, ToolCallPart
 from pydantic_ai.models.test import TestModel
 
+from dsh._errors import AdapterLookupError
 from dsh.adapters.pydantic_ai_store import DshConversationStore
-from dsh.errors import AdapterLookupError
 from tests.adapters._pydantic import scripted, url, weather_agent
 from tests.adapters.conftest import dsh, dsh_events, dsh_messages
 

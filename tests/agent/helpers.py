@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsh._verify import verify_events
 from dsh.agent import Agent, Provider, tool
 from dsh.session import Session, SessionStore
-from dsh.verify import verify_events
 
 CONFIG = {"provider": "scripted", "model": "m1"}
 

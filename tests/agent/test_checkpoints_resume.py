@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from dsh._errors import SessionBusyError
 from dsh.agent import (
     ABORTED_BEFORE_DISPATCH,
     Agent,
@@ -21,9 +22,8 @@ from dsh.agent import (
     tool,
 )
 from dsh.compaction import CompactionPolicy
-from dsh.errors import SessionBusyError
 from dsh.persistence import open_backend, open_store
-from dsh.persistence.coordinator import Persistence
+from dsh.persistence._coordinator import Persistence
 from dsh.session import SessionStore
 from tests.agent.helpers import CONFIG, assert_verifies, make_agent, types
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from dsh._verify import verify_events
 from dsh.agent import Agent, ScriptedProvider, ScriptedReply
 from dsh.persistence import open_store
 from dsh.session import SessionStore
-from dsh.verify import verify_events
 
 CHILD = textwrap.dedent('''
     import asyncio, sys, time

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from dsh._errors import InvariantError
 from dsh.agent import (
     ABORTED_BEFORE_DISPATCH,
     AgentError,
@@ -20,7 +21,6 @@ from dsh.agent import (
     ScriptedStall,
     tool,
 )
-from dsh.errors import InvariantError
 from dsh.session import SessionStore
 from tests.agent.helpers import assert_verifies, compact_types, make_agent, types
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from dsh._errors import ConfigError, DshError
+from dsh._messages import create_user_message
 from dsh.agent import (
     LlmFailureError,
     LlmRequest,
@@ -20,9 +22,7 @@ from dsh.agent import (
     StreamAssembler,
     failure_error,
 )
-from dsh.errors import ConfigError, DshError
 from dsh.json import snapshot_json
-from dsh.messages import create_user_message
 
 
 def _request(messages: tuple[Any, ...] = ()) -> LlmRequest:

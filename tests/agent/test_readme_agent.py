@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from dsh import open_store
-from dsh.verify import verify_events
+from dsh._verify import verify_events
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")

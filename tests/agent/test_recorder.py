@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from dsh._verify import verify_events
 from dsh.agent import ABORTED_BEFORE_DISPATCH, AgentError, Recorder
 from dsh.persistence import open_store
 from dsh.session import Session, SessionStore
-from dsh.verify import verify_events
 
 CONFIG = {"provider": "scripted", "model": "m1"}
 CALL = {"type": "tool-call", "id": "c1", "name": "ls", "arguments": '{"path":"src"}'}

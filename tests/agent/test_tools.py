@@ -11,7 +11,7 @@ import pytest
 
 from dsh.agent import AgentError, ShellRequest, ToolContext, ToolOutput, shell_tool, tool
 from dsh.agent import workspace_tools as make_workspace_tools
-from dsh.agent.tools import tool_table
+from dsh.agent._tools import tool_table
 
 CTX = ToolContext(session_id="s1", call_id="c1", turn=1, step=1)
 

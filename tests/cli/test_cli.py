@@ -619,7 +619,7 @@ def test_handler_unexpected_exception_is_one_bug_line() -> None:
 
 
 def test_handler_dsh_error_line_names_code_and_where() -> None:
-    from dsh.errors import LogCorruptError
+    from dsh._errors import LogCorruptError
 
     error = LogCorruptError("seq gap, expected 2, got 4", seq=4, path="/x/s.jsonl")
     assert _run_raising(error) == (
@@ -725,7 +725,7 @@ def test_import_folder_gives_each_bad_file_its_outcome_and_imports_the_rest(
     # Issue 5 bad input: an empty file, a truncated last line, a binary file and a 50 MB
     # transcript in one folder: each gets its own outcome, nothing half-imported is left, the
     # good ones import.
-    from dsh.cli.app import examples_dir
+    from dsh.cli._app import examples_dir
 
     folder = tmp_path / "in"
     folder.mkdir()

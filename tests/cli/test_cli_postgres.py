@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from dsh.persistence import open_store
-from dsh.testing.logs import make
-from dsh.testing.stores import postgres_unreachable, temporary_postgres_url
+from dsh.testing._logs import make
+from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 from tests.cli.test_cli import Dsh, interrupted_log, jsonl_store, long_log, stored_events
 
 _REASON = postgres_unreachable()

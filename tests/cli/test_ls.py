@@ -45,8 +45,7 @@ def test_ls_piped_prints_whole_titles_and_lineage(tmp_path: Path) -> None:
 
 
 def test_ls_terminal_layout_cuts_only_titles(tmp_path: Path) -> None:
-    from dsh.cli import render
-
+    from dsh.cli import _render as render
     url = _store_with_long_values(tmp_path)
     with dsh.open(url) as store:
         store.fork(store.session(PARENT), 1, "child")
@@ -108,7 +107,7 @@ except SystemExit as exit:
     assert exit.code == 0, exit.code
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in
                 ("asyncio", "anthropic", "openai", "httpx", "rich", "filelock")
-                or m in ("dsh.agent.loop", "dsh.interop"))
+                or m in ("dsh.agent._loop", "dsh.interop"))
 sys.stderr.write(json.dumps(loaded))
 """
 
@@ -138,8 +137,7 @@ class _Tty(io.StringIO):
 
 
 def _printed(text: str, *, plain: bool) -> str:
-    from dsh.cli import render
-
+    from dsh.cli import _render as render
     out, saved = io.StringIO(), sys.stdout
     sys.stdout = out
     try:
@@ -154,8 +152,7 @@ def _printed(text: str, *, plain: bool) -> str:
 
 def test_plain_ls_output_is_what_the_rich_console_prints(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from dsh.cli import render
-
+    from dsh.cli import _render as render
     monkeypatch.delenv("FORCE_COLOR", raising=False)
     monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
     pipe = io.StringIO()

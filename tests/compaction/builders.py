@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from dsh.json import loads
-from dsh.session.events import Event
+from dsh.session._events import Event
 
 _ids = itertools.count()
 
 
 def new_session(session_id: str = "s") -> Any:
-    from dsh.session.session import Session
+    from dsh.session._session import Session
 
     return Session.create(session_id)
 

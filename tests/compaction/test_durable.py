@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dsh.compaction.region import compact_now, session_compaction_state
-from dsh.errors import CompactionError
+from dsh._errors import CompactionError
+from dsh.compaction._region import compact_now, session_compaction_state
 from dsh.persistence import open_store
-from dsh.session.store import SessionStore
+from dsh.session._store import SessionStore
 from tests.compaction.builders import turn
 from tests.compaction.test_region import Fixed
 

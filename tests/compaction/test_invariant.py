@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from dsh.compaction.brackets import CompactionInvariant, check_compaction_log
-from dsh.compaction.region import compact_now, compact_surface_region
-from dsh.compaction.selection import select_compactable_range
-from dsh.errors import InvariantError
-from dsh.session.events import Event
-from dsh.session.session import Session
+from dsh._errors import InvariantError
+from dsh.compaction._brackets import CompactionInvariant, check_compaction_log
+from dsh.compaction._region import compact_now, compact_surface_region
+from dsh.compaction._selection import select_compactable_range
+from dsh.session._events import Event
+from dsh.session._session import Session
 from tests.compaction.builders import long_session, new_session, user
 from tests.compaction.test_region import Boom, Fixed
 
@@ -194,8 +194,8 @@ def test_invariant_rejects_a_summary_twice_a_bad_range_and_a_summaryless_success
                                   "compaction/prune"])
 def test_compaction_events_are_log_only(kind: str) -> None:
     # §10.10 "compaction/* events merge into SessionEventMap and are log-only".
-    from dsh.errors import EventRejectedError
-    from dsh.session.events import KNOWN_EVENT_TYPES
+    from dsh._errors import EventRejectedError
+    from dsh.session._events import KNOWN_EVENT_TYPES
 
     assert kind in KNOWN_EVENT_TYPES
     session = new_session()

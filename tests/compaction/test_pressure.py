@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dsh.compaction.pressure import CompactionPolicy, compact_if_needed
-from dsh.compaction.pruner import PrunerConfig
-from dsh.compaction.tokens import measure_surface
-from dsh.errors import CompactionError, ConfigError
+from dsh._errors import CompactionError, ConfigError
+from dsh.compaction._pressure import CompactionPolicy, compact_if_needed
+from dsh.compaction._pruner import PrunerConfig
+from dsh.compaction._tokens import measure_surface
 from tests.compaction.builders import long_session, new_session, turn, user
 from tests.compaction.test_region import Fixed
 

@@ -15,17 +15,17 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh.compaction.brackets import check_compaction_log
-from dsh.compaction.pruner import PrunerConfig, prune_session
-from dsh.compaction.region import (
+from dsh._errors import CompactionError
+from dsh.compaction._brackets import check_compaction_log
+from dsh.compaction._pruner import PrunerConfig, prune_session
+from dsh.compaction._region import (
     compact_now,
     compact_surface_region,
     inspect_compaction_state,
     session_compaction_state,
 )
-from dsh.compaction.summarizers import DigestSummarizer
-from dsh.errors import CompactionError
-from dsh.session.surface import fold_surface
+from dsh.compaction._summarizers import DigestSummarizer
+from dsh.session._surface import fold_surface
 from tests.compaction.builders import new_session, turn, user
 
 EXAMPLES = int(os.environ.get("DSH_HYPOTHESIS_EXAMPLES", "20"))

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from dsh.compaction.pruner import PRUNE_MARKER, PrunerConfig, prune_content, prune_session
-from dsh.compaction.tokens import estimate_event_tokens
-from dsh.errors import ConfigError
+from dsh._errors import ConfigError
+from dsh.compaction._pruner import PRUNE_MARKER, PrunerConfig, prune_content, prune_session
+from dsh.compaction._tokens import estimate_event_tokens
 from dsh.json import json_equal
-from dsh.session.session import Session
-from dsh.session.surface import fold_surface
+from dsh.session._session import Session
+from dsh.session._surface import fold_surface
 from tests.compaction.builders import long_session, new_session, s5_events, turn
 
 

@@ -9,26 +9,26 @@ from typing import Any
 
 import pytest
 
-from dsh.compaction.pruner import PrunerConfig, prune_session
-from dsh.compaction.region import (
+from dsh._errors import CompactionError, EventRejectedError
+from dsh.compaction._pruner import PrunerConfig, prune_session
+from dsh.compaction._region import (
     acompact_surface_region,
     compact_now,
     compact_surface_region,
     inspect_compaction_state,
     session_compaction_state,
 )
-from dsh.compaction.selection import minimal_checkpoint_tokens, select_compactable_range
-from dsh.compaction.summarizers import (
+from dsh.compaction._selection import minimal_checkpoint_tokens, select_compactable_range
+from dsh.compaction._summarizers import (
     CHECKPOINT_CLOSE_TAG,
     CHECKPOINT_OPEN_TAG,
     CHECKPOINT_PREAMBLE,
     DigestSummarizer,
     SummaryResult,
 )
-from dsh.compaction.tokens import estimate_event_tokens, estimate_message_tokens
-from dsh.errors import CompactionError, EventRejectedError
-from dsh.session.session import Session
-from dsh.session.surface import fold_surface
+from dsh.compaction._tokens import estimate_event_tokens, estimate_message_tokens
+from dsh.session._session import Session
+from dsh.session._surface import fold_surface
 from tests.compaction.builders import (
     assistant,
     long_session,
@@ -735,8 +735,8 @@ def test_region_reproduces_the_s5_compaction_bracket(dsh_logs: Any) -> None:
 
 
 def test_async_compact_now_selects_and_commits_with_an_llm_summarizer() -> None:
-    from dsh.compaction.region import acompact_now
-    from dsh.compaction.summarizers import COMPACTION_INSTRUCTION, LlmSummarizer
+    from dsh.compaction._region import acompact_now
+    from dsh.compaction._summarizers import COMPACTION_INSTRUCTION, LlmSummarizer
 
     seen: list[list[Any]] = []
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dsh.compaction.selection import head_position, select_compactable_range, validate_span
-from dsh.compaction.tokens import measure_surface
-from dsh.errors import CompactionError
+from dsh._errors import CompactionError
+from dsh.compaction._selection import head_position, select_compactable_range, validate_span
+from dsh.compaction._tokens import measure_surface
 from tests.compaction.builders import (
     assistant,
     long_session,

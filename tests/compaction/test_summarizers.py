@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from dsh.compaction.summarizers import (
+from dsh._errors import CompactionError
+from dsh.compaction._summarizers import (
     CHECKPOINT_CLOSE_TAG,
     CHECKPOINT_OPEN_TAG,
     CHECKPOINT_SECTIONS,
@@ -23,7 +24,6 @@ from dsh.compaction.summarizers import (
     frame_checkpoint_content,
     is_checkpoint_source,
 )
-from dsh.errors import CompactionError
 from tests.compaction.builders import s5_events
 
 

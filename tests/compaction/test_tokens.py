@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsh.compaction.tokens import (
+from dsh.compaction._tokens import (
     estimate_block_tokens,
     estimate_event_tokens,
     estimate_message_tokens,

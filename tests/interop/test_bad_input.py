@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.errors import ImportFormatError
+from dsh._errors import ImportFormatError
 from dsh.interop import FORMATS, detect_format, import_file
 from tests.interop.helpers import EXAMPLES
 

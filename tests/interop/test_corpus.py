@@ -21,9 +21,9 @@ from dsh.interop import (
     to_openai,
     validate_conversation,
 )
-from dsh.session.invariants import check_log
-from dsh.session.repair import interrupted_turn_closers
-from dsh.session.session import Session
+from dsh.session._invariants import check_log
+from dsh.session._repair import interrupted_turn_closers
+from dsh.session._session import Session
 from tests.conftest import DSH_LOGS
 from tests.interop.helpers import corpus_dir, facts, live
 

@@ -11,7 +11,7 @@ import pytest
 
 from dsh.interop import detect_format, import_file, to_anthropic, to_openai, validate_conversation
 from dsh.interop._common import IMPORTER_VERSION
-from dsh.session.repair import interrupted_turn_closers
+from dsh.session._repair import interrupted_turn_closers
 from tests.interop.helpers import EXAMPLES, facts, live
 
 EXPECTED: dict[str, tuple[str, dict[str, Any]]] = {

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh.interop import to_anthropic, to_openai, validate_conversation
-from dsh.interop.export import MISSING_RESULT_TEXT
-from dsh.session.session import Session
+from dsh.interop._export import MISSING_RESULT_TEXT
+from dsh.session._session import Session
 
 EXAMPLES = int(os.environ.get("DSH_HYPOTHESIS_EXAMPLES", "60"))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dsh.errors import ImportFormatError
+from dsh._errors import ImportFormatError
 from dsh.interop import import_file
 from dsh.interop._common import MAX_RECORD_DEPTH, UNMAPPED_CODE, EventBuilder, ImportedSession
 from tests.interop.helpers import EXAMPLES
@@ -199,7 +199,7 @@ def test_refused_seed_names_the_source_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize("own", ["x" * 300, "é" * 60, "tab\there"])
 def test_claude_code_session_id_no_store_can_name_gets_a_derived_id(tmp_path: Path,
                                                                     own: str) -> None:
-    from dsh.persistence.api import session_id_problem
+    from dsh.persistence._contract import session_id_problem
 
     path = _jsonl(tmp_path, "s.jsonl", [_claude(session=own)])
     [session] = _seed(import_file(path, "claude-code"))

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from dsh.errors import ImportFormatError
+from dsh._errors import ImportFormatError
+from dsh._verify import verify_events
 from dsh.interop import FORMATS, detect_format, import_file, to_anthropic, to_openai
 from dsh.interop import validate_conversation as problems
-from dsh.verify import verify_events
 from tests.cli.test_cli import Dsh
 from tests.interop.helpers import facts, live
 

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsh.interop import import_file, to_anthropic, to_openai, validate_conversation
-from dsh.session.invariants import check_log
-from dsh.session.repair import interrupted_turn_closers
-from dsh.session.session import Session
+from dsh.session._invariants import check_log
+from dsh.session._repair import interrupted_turn_closers
+from dsh.session._session import Session
 from tests.interop.helpers import CORPUS, EXAMPLES
 
 EXAMPLE_COUNT = int(os.environ.get("DSH_HYPOTHESIS_EXAMPLES", "30"))
@@ -65,7 +65,7 @@ def test_import_any_line_cut_of_a_transcript_is_a_valid_log(tmp_path: Path,
         _check(cut, fmt)
     except Exception as exc:
         # Only a prefix with no message line at all may be refused, and only clearly.
-        from dsh.errors import ImportFormatError
+        from dsh._errors import ImportFormatError
         assert isinstance(exc, ImportFormatError), exc
 
 

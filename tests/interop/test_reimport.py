@@ -1,6 +1,6 @@
 """Importing a source again (issue 9 item 9): a grown transcript appends its new records, an
 unchanged one is skipped, one changed where it was imported becomes a new session naming the
-old one. Checked on the planner (``dsh.interop.reimport``), on real line cuts of the corpus
+old one. Checked on the planner (``dsh.interop._reimport``), on real line cuts of the corpus
 and examples (property), and through ``dsh import``."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh.errors import ImportFormatError
+from dsh._errors import ImportFormatError
+from dsh._verify import verify_events
 from dsh.interop import ImportedSession, import_file
-from dsh.interop.reimport import APPEND, CHANGED, SAME, plan_reimport, superseding
-from dsh.session.session import Session
-from dsh.verify import verify_events
+from dsh.interop._reimport import APPEND, CHANGED, SAME, plan_reimport, superseding
+from dsh.session._session import Session
 from tests.cli.test_cli import Dsh
 from tests.interop.helpers import CORPUS, EXAMPLES
 

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh.errors import ImportFormatError
+from dsh._errors import ImportFormatError
+from dsh._verify import verify_events
 from dsh.interop import import_file
 from dsh.interop._common import UNMAPPED_CODE, ImportedSession
-from dsh.verify import verify_events
 from tests.interop.helpers import CORPUS, EXAMPLES, live
 
 FUZZ_EXAMPLES = int(os.environ.get("DSH_FUZZ_EXAMPLES", "25"))

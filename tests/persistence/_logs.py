@@ -1,6 +1,6 @@
-"""The log builders now ship in :mod:`dsh.testing.logs`; re-exported for the older tests."""
+"""The log builders now ship in :mod:`dsh.testing._logs`; re-exported for the older tests."""
 
-from dsh.testing.logs import (
+from dsh.testing._logs import (
     CREATED_AT,
     CWD,
     LogBuilder,

@@ -20,9 +20,9 @@ import sys
 import time
 from typing import Any
 
-from dsh.errors import LeaseLostError, SessionBusyError
+from dsh._errors import LeaseLostError, SessionBusyError
 from dsh.persistence import open_backend
-from dsh.session.events import Event
+from dsh.session._events import Event
 
 
 def _batch(next_seq: int, size: int) -> list[Event]:

@@ -17,9 +17,9 @@ import os
 import sys
 from typing import Any
 
-from dsh.errors import DshError
+from dsh._errors import DshError
 from dsh.persistence import open_backend
-from dsh.session.events import Event
+from dsh.session._events import Event
 
 
 def main() -> None:

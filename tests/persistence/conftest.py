@@ -1,6 +1,6 @@
 """Fixtures for the persistence tests: one contract suite runs on every backend.
 
-``store`` is a :class:`dsh.persistence.coordinator.Persistence` over memory, raw JSONL, JSONL
+``store`` is a :class:`dsh.persistence._coordinator.Persistence` over memory, raw JSONL, JSONL
 with Zstandard, SQLite and PostgreSQL (a throw-away schema; skipped, loudly, only when no server
 answers) (persistence spec §10.1).
 """
@@ -15,19 +15,19 @@ from pathlib import Path
 import pytest
 
 from dsh.persistence import open_store
-from dsh.persistence.coordinator import Persistence
-from dsh.testing.stores import (
+from dsh.persistence._coordinator import Persistence
+from dsh.testing._stores import (
     BUNDLED_BACKENDS,
     inject_torn_tail,
     postgres_unreachable,
     temporary_postgres_url,
 )
-from dsh.testing.stores import store_url as _store_url
+from dsh.testing._stores import store_url as _store_url
 from tests.conftest import DSH_LOGS
 
 __all__ = ["BACKENDS", "HAS_SQLITE", "HYPOTHESIS_EXAMPLES", "inject_torn_tail", "store_url"]
 
-HAS_SQLITE = importlib.util.find_spec("dsh.persistence.sqlite") is not None
+HAS_SQLITE = importlib.util.find_spec("dsh.persistence.sqlite._backend") is not None
 
 BACKENDS = list(BUNDLED_BACKENDS)
 

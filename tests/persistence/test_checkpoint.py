@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import dsh.session.paging as paging
-from dsh.persistence import checkpoint as ck
+import dsh.session._paging as paging
+from dsh.persistence import _restore_point as ck
 from dsh.persistence import open_store
-from dsh.persistence.coordinator import Persistence
+from dsh.persistence._coordinator import Persistence
 from dsh.session import PagedLog, Session, SessionStore
 from tests.strategies import (
     Script,
@@ -258,7 +258,7 @@ def test_checkpoint_past_a_truncated_log_is_refused(root: Path) -> None:
 def test_torn_tail_after_the_checkpoint_reads_in_full(kind: str, root: Path) -> None:
     long_store(kind, root, open_turn=True)
     with open_store(url_of(kind, root)) as persistence:
-        from dsh.testing.stores import inject_torn_tail
+        from dsh.testing._stores import inject_torn_tail
 
         assert inject_torn_tail(persistence, "s")
     refused = ck.stats["refused:torn-tail"]
@@ -429,8 +429,7 @@ def test_one_large_batch_is_indexed_inside_so_a_page_in_reads_about_a_page(
         kind: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A log written in a few big batches (write-behind, an import) must not leave the page-in
     # source one index entry per batch: each page would re-scan the whole batch.
-    from dsh.persistence import jsonl as jsonl_module
-
+    from dsh.persistence.jsonl import _backend as jsonl_module
     monkeypatch.setattr(jsonl_module, "_APPEND_SAMPLE_BYTES", 512)
     with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
         session = store.session("s")

@@ -21,7 +21,7 @@ from tests.persistence.test_checkpoint import assert_same_resume, copy_without_c
 from tests.persistence.test_crash_sigkill import CHILD, RUNS
 from tests.persistence.test_crash_sigkill import _run_and_kill as run_and_kill
 
-CHECKPOINTING_CHILD = ("from dsh.persistence import checkpoint as ck\n"
+CHECKPOINTING_CHILD = ("from dsh.persistence import _restore_point as ck\n"
                        "ck.CHECKPOINT_EVERY_EVENTS = 1\n" + CHILD)
 
 
@@ -29,8 +29,7 @@ CHECKPOINTING_CHILD = ("from dsh.persistence import checkpoint as ck\n"
 def test_sigkill_then_checkpointed_resume_equals_the_full_read(
         tmp_path: Path, scheme: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import tests.persistence.test_crash_sigkill as crash
-    from dsh.persistence import checkpoint as ck
-
+    from dsh.persistence import _restore_point as ck
     monkeypatch.setattr(crash, "CHILD", CHECKPOINTING_CHILD)
     monkeypatch.setattr(ck, "DENSE_SURFACE_PAGES", 2.0)  # small uncompacted logs: still paged
     rng = random.Random(int(os.environ.get("DSH_CRASH_SEED", "20261201")))

@@ -19,8 +19,8 @@ import pytest
 
 from dsh.json import thaw
 from dsh.persistence import open_store
-from dsh.session.session import Session
-from dsh.session.store import SessionStore
+from dsh.session._session import Session
+from dsh.session._store import SessionStore
 
 MAIN_STORES = [("jsonl/main", "jsonl"), ("jsonl-unpacked/main", "jsonl"),
                ("jsonl-zstd/main", "jsonl+zstd")]

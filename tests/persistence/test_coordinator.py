@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dsh.errors import (
+from dsh._errors import (
     ConfigError,
     PersistenceError,
     SessionBusyError,
@@ -20,14 +20,15 @@ from dsh.errors import (
     WriteFailedError,
 )
 from dsh.json import dumps, loads
-from dsh.persistence import coordinator, open_store
-from dsh.persistence.coordinator import (
+from dsh.persistence import _coordinator as coordinator
+from dsh.persistence import open_store
+from dsh.persistence._coordinator import (
     MAX_BATCH_WINDOW_MS,
     Persistence,
     PersistenceObserver,
     WriteBehind,
 )
-from dsh.session.store import SessionStore
+from dsh.session._store import SessionStore
 
 from ._logs import CWD, LogBuilder, assistant, header, plain, user
 from .conftest import inject_torn_tail, store_url

@@ -4,7 +4,7 @@ persistence spec §4.8, seed ch. 28 resume).
 A child process appends turns (with tool calls and chunk runs) through a ``SessionStore`` bound
 to a JSONL store and prints the last seq after every ``flush``. The parent kills it with SIGKILL
 at a random moment, then resumes the session: every flushed event is present, the log loads,
-and the repaired log passes ``dsh.session.invariants.check_log``. Repeated ``DSH_CRASH_RUNS``
+and the repaired log passes ``dsh.session._invariants.check_log``. Repeated ``DSH_CRASH_RUNS``
 times (default 17) on each backend (JSONL raw, JSONL zstd, SQLite), resuming the same store each
 time; ``DSH_CRASH_RUNS=50`` gives the issue's 50 random moments per backend.
 """
@@ -24,16 +24,16 @@ import pytest
 
 from dsh.json import thaw
 from dsh.persistence import open_store
-from dsh.session.invariants import check_log
-from dsh.session.store import SessionStore
+from dsh.session._invariants import check_log
+from dsh.session._store import SessionStore
 
 RUNS = int(os.environ.get("DSH_CRASH_RUNS", "17"))  # 3 backends × 17 ≈ 50 kills in CI
 
 CHILD = textwrap.dedent("""
     import sys
     from dsh.persistence import open_store
-    from dsh.persistence.coordinator import Persistence, WriteBehind
-    from dsh.session.store import SessionStore
+    from dsh.persistence._coordinator import Persistence, WriteBehind
+    from dsh.session._store import SessionStore
 
     url = sys.argv[1]
     persistence = Persistence(open_store(url).backend, write_behind=WriteBehind(5))

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from dsh.errors import LogCorruptError
+from dsh._errors import LogCorruptError
 from dsh.json import dumps
 from dsh.persistence import open_store
-from dsh.persistence._jsonl_format import scan_zstd_frames
-from dsh.persistence.jsonl import JsonlBackend
-from dsh.persistence.sqlite import SqliteBackend
-from dsh.session.events import Event
-from dsh.testing.damage import read_every_way
+from dsh.persistence.jsonl._backend import JsonlBackend
+from dsh.persistence.jsonl._format import scan_zstd_frames
+from dsh.persistence.sqlite._backend import SqliteBackend
+from dsh.session._events import Event
+from dsh.testing._damage import read_every_way
 
 from ._logs import LogBuilder, header, make
 
@@ -446,7 +446,7 @@ def test_hostile_records_give_typed_errors_or_success(tmp_path: Path, body: byte
 
 
 def test_record_with_a_non_string_type_is_not_an_event(tmp_path: Path) -> None:
-    from dsh.persistence.jsonl import parse_log
+    from dsh.persistence.jsonl._backend import parse_log
 
     data = _HEADER + b'{"type":["a"],"seq":0,"time":1,"data":{}}\n' \
         + b'{"type":"todo/write","seq":0,"time":1,"data":{}}\n'
@@ -456,7 +456,7 @@ def test_record_with_a_non_string_type_is_not_an_event(tmp_path: Path) -> None:
 
 
 def test_verify_reports_a_non_string_type_as_a_violation() -> None:
-    from dsh.verify import verify_events
+    from dsh._verify import verify_events
 
     found = verify_events([{"type": ["a"], "seq": 0, "time": 1, "data": {}}])
     assert [v.rule for v in found] == ["INVALID_LOG"] and "not a string" in found[0].message
@@ -482,7 +482,7 @@ _GOOD_IDS = {"longest-ascii": "a" * 255, "longest-encoded": "é" * 51, "pair": "
 @pytest.mark.parametrize("name", sorted(_BAD_IDS))
 def test_ids_no_backend_can_store_are_refused_alike(backend_kind: str, tmp_path: Path,
                                                     name: str) -> None:
-    from dsh.errors import ConfigError, EventRejectedError
+    from dsh._errors import ConfigError, EventRejectedError
 
     from .conftest import store_url
 
@@ -534,7 +534,7 @@ def test_store_root_and_project_folders_are_private(tmp_path: Path) -> None:
 @pytest.mark.parametrize("where", ["session folder", "session log", "project folder",
                                    "lock file"])
 def test_jsonl_symlinks_in_the_store_are_refused(tmp_path: Path, where: str) -> None:
-    from dsh.errors import PersistenceError
+    from dsh._errors import PersistenceError
 
     _, path = _raw_log(tmp_path)
     outside = tmp_path / "outside"
@@ -553,7 +553,7 @@ def test_jsonl_symlinks_in_the_store_are_refused(tmp_path: Path, where: str) -> 
 
 
 def test_sqlite_symlinked_lock_folder_is_refused(tmp_path: Path) -> None:
-    from dsh.errors import PersistenceError
+    from dsh._errors import PersistenceError
 
     db, _ = _sqlite_log(tmp_path)
     locks = db.with_name("store.db.dsh-locks")

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from dsh.errors import DshError, PersistenceError, WriteFailedError
+from dsh._errors import DshError, PersistenceError, WriteFailedError
 from dsh.persistence import open_store
-from dsh.persistence.jsonl import JsonlBackend, parse_log
-from dsh.session.events import Event
-from dsh.session.store import SessionStore
+from dsh.persistence.jsonl._backend import JsonlBackend, parse_log
+from dsh.session._events import Event
+from dsh.session._store import SessionStore
 
 from ._logs import CWD, LogBuilder, header, plain, user
 

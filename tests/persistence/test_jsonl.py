@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import zstandard
 
-from dsh.errors import (
+from dsh._errors import (
     InvalidJsonError,
     LogCorruptError,
     PersistenceError,
@@ -25,9 +25,9 @@ from dsh.errors import (
 )
 from dsh.json import dumps, loads
 from dsh.persistence import open_backend, open_store
-from dsh.persistence._jsonl_format import encode_segment, project_key
-from dsh.persistence.jsonl import JsonlBackend
-from dsh.session.events import Event
+from dsh.persistence.jsonl._backend import JsonlBackend
+from dsh.persistence.jsonl._format import encode_segment, project_key
+from dsh.session._events import Event
 
 from ._logs import CWD, LogBuilder, header, make, plain
 
@@ -464,7 +464,7 @@ def zstd_backend(tmp_path: Path) -> JsonlBackend:
 
 
 def frames_of(path: Path) -> list[bytes]:
-    from dsh.persistence._jsonl_format import scan_zstd_frames
+    from dsh.persistence.jsonl._format import scan_zstd_frames
     data = path.read_bytes()
     frames, torn = scan_zstd_frames(data, path=str(path))
     assert torn is None
@@ -594,8 +594,8 @@ def test_mismatched_header_identity_refused(tmp_path: Path) -> None:
 
 CHILD = textwrap.dedent("""
     import sys, time
-    from dsh.persistence.jsonl import JsonlBackend
-    from dsh.session.events import Event
+    from dsh.persistence.jsonl._backend import JsonlBackend
+    from dsh.session._events import Event
     backend = JsonlBackend(sys.argv[1])
     handle = backend.open("s", "write")
     n = len(handle.read().events)

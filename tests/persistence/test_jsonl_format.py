@@ -12,9 +12,9 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh.errors import LogCorruptError
+from dsh._errors import LogCorruptError
 from dsh.json import snapshot_json
-from dsh.persistence._jsonl_format import (
+from dsh.persistence.jsonl._format import (
     Scanner,
     encode_header_line,
     encode_records,
@@ -22,7 +22,7 @@ from dsh.persistence._jsonl_format import (
     parse_header_strict,
     scan_zstd_frames,
 )
-from dsh.session.events import Event
+from dsh.session._events import Event
 
 from .conftest import HYPOTHESIS_EXAMPLES
 

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh.errors import DshError
+from dsh._errors import DshError
 from dsh.persistence import open_store
-from dsh.persistence.coordinator import Persistence
-from dsh.persistence.listing import INDEX_NAME, JOURNAL_NAME, ListingEntry, summarize
-from dsh.session.session import Session
-from dsh.session.store import SessionStore
+from dsh.persistence._coordinator import Persistence
+from dsh.persistence._listing import INDEX_NAME, JOURNAL_NAME, ListingEntry, summarize
+from dsh.session._session import Session
+from dsh.session._store import SessionStore
 from tests.strategies import StepClock, apply_script, examples, log_scripts
 
 URLS = {
@@ -307,7 +307,7 @@ def test_jsonl_writer_stops_keeping_the_entry_once_bytes_it_did_not_write_appear
 
 def test_jsonl_listing_journal_stops_growing_at_its_cap_until_a_listing_merges_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dsh.persistence.listing as listing
+    import dsh.persistence._listing as listing
 
     monkeypatch.setattr(listing, "JOURNAL_MAX_BYTES", 1)
     url = URLS["jsonl"].format(root=tmp_path)
@@ -323,7 +323,7 @@ def test_jsonl_listing_journal_stops_growing_at_its_cap_until_a_listing_merges_i
 def test_jsonl_listing_journal_is_merged_by_the_writer_that_takes_it_past_the_fold_size(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # every writer's first flush reads the journal back: it must not grow without a listing
-    import dsh.persistence.listing as listing
+    import dsh.persistence._listing as listing
 
     monkeypatch.setattr(listing, "JOURNAL_FOLD_BYTES", 1500)
     url = URLS["jsonl"].format(root=tmp_path)

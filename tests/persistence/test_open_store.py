@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from dsh.errors import ConfigError
+from dsh._errors import ConfigError
 from dsh.persistence import open_backend, open_store
-from dsh.persistence.jsonl import JsonlBackend
-from dsh.persistence.memory import MemoryBackend
+from dsh.persistence._memory import MemoryBackend
+from dsh.persistence.jsonl._backend import JsonlBackend
 
 from .conftest import HAS_SQLITE
 
@@ -49,7 +49,7 @@ def test_open_store_rejects_bad_urls_naming_the_part(url: str, part: str) -> Non
     assert part in str(info.value)
 
 
-@pytest.mark.skipif(not HAS_SQLITE, reason="dsh.persistence.sqlite not available")
+@pytest.mark.skipif(not HAS_SQLITE, reason="dsh.persistence.sqlite._backend not available")
 def test_open_store_sqlite_absolute_and_relative(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     absolute = open_store(f"sqlite://{tmp_path}/a.db")

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from dsh.errors import (
+from dsh._errors import (
     LogCorruptError,
     SessionBusyError,
     SessionForkError,
     SessionNotFoundError,
 )
 from dsh.persistence import Inspection, Persistence, open_store
-from dsh.session.store import SessionStore
+from dsh.session._store import SessionStore
 
 from ._logs import CWD, LogBuilder, header, plain
 from .conftest import inject_torn_tail, store_url

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from dsh.errors import (
+from dsh._errors import (
     ConfigError,
     LeaseLostError,
     PersistenceError,
@@ -28,10 +28,10 @@ from dsh.errors import (
     SessionFormatUnsupportedError,
 )
 from dsh.persistence import open_backend, open_store
-from dsh.persistence._postgres_schema import MIGRATIONS, SCHEMA_VERSION
-from dsh.persistence.postgres import PostgresBackend, parse_postgres_url
-from dsh.testing.logs import header, make
-from dsh.testing.stores import postgres_base_url, postgres_unreachable, temporary_postgres_url
+from dsh.persistence.postgres._backend import PostgresBackend, parse_postgres_url
+from dsh.persistence.postgres._schema import MIGRATIONS, SCHEMA_VERSION
+from dsh.testing._logs import header, make
+from dsh.testing._stores import postgres_base_url, postgres_unreachable, temporary_postgres_url
 
 _REASON = postgres_unreachable()
 pytestmark = pytest.mark.skipif(_REASON is not None,

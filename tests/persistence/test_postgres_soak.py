@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from dsh.persistence import open_backend
-from dsh.testing.logs import header
-from dsh.testing.stores import postgres_unreachable, temporary_postgres_url
+from dsh.testing._logs import header
+from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 
 _REASON = postgres_unreachable()
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"SKIPPED LOUDLY: {_REASON}")

@@ -2,7 +2,7 @@
 
 * Property (hypothesis): for any bytes where a raw JSONL, zstd JSONL or SQLite log belongs,
   every read path (``read``, ``inspect``, ``list``, ``list_headers``, ``load``, ``resume``)
-  either succeeds or raises a :class:`~dsh.errors.DshError`, never anything else.
+  either succeeds or raises a :class:`~dsh._errors.DshError`, never anything else.
 * Corruption sweep per backend: every truncation offset of the last records, random byte flips
   and NUL runs over a stored log: the load returns exactly a committed prefix or raises
   ``LogCorruptError``, never altered or missing events silently, and no load ever removes a
@@ -24,12 +24,12 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh.errors import LogCorruptError
+from dsh._errors import LogCorruptError
 from dsh.persistence import open_store
-from dsh.persistence.jsonl import JsonlBackend
-from dsh.persistence.sqlite import SqliteBackend
-from dsh.session.events import Event
-from dsh.testing.damage import (
+from dsh.persistence.jsonl._backend import JsonlBackend
+from dsh.persistence.sqlite._backend import SqliteBackend
+from dsh.session._events import Event
+from dsh.testing._damage import (
     EDIT_KINDS,
     STORE_KINDS,
     Edit,

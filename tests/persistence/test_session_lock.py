@@ -8,7 +8,7 @@ from pathlib import Path
 import filelock
 import pytest
 
-from dsh.errors import PersistenceError
+from dsh._errors import PersistenceError
 from dsh.persistence._lock import SessionLock
 
 

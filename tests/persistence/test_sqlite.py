@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh.errors import (
+from dsh._errors import (
     ConfigError,
     EventRejectedError,
     InvalidJsonError,
@@ -36,9 +36,11 @@ from dsh.errors import (
     SessionNotFoundError,
 )
 from dsh.json import FrozenDict, snapshot_json
-from dsh.persistence import _sqlite_schema as schema
 from dsh.persistence import open_store
-from dsh.persistence._sqlite_schema import (
+from dsh.persistence._contract import Backend, ColdRead, Handle
+from dsh.persistence.sqlite import _schema as schema
+from dsh.persistence.sqlite._backend import SqliteBackend, lock_file_name
+from dsh.persistence.sqlite._schema import (
     APPLICATION_ID,
     MAX_PACKED_DATA_BYTES,
     SCHEMA_17_DDL,
@@ -49,9 +51,7 @@ from dsh.persistence._sqlite_schema import (
     normalize_sql,
     schema_objects,
 )
-from dsh.persistence.api import Backend, ColdRead, Handle
-from dsh.persistence.sqlite import SqliteBackend, lock_file_name
-from dsh.session.events import Event, make_event
+from dsh.session._events import Event, make_event
 
 EXAMPLES = int(os.environ.get("DSH_HYPOTHESIS_EXAMPLES", "25"))
 T0 = 1_796_030_745_501
@@ -711,10 +711,10 @@ def test_sqlite_second_write_handle_in_another_thread_gets_session_busy(tmp_path
 CHILD = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[3])
-from dsh.errors import SessionBusyError
+from dsh._errors import SessionBusyError
 from dsh.json import snapshot_json
-from dsh.persistence.sqlite import SqliteBackend
-from dsh.session.events import make_event
+from dsh.persistence.sqlite._backend import SqliteBackend
+from dsh.session._events import make_event
 
 backend = SqliteBackend(sys.argv[1])
 role = sys.argv[2]

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from dsh.persistence._sqlite_schema import (
+from dsh.persistence.sqlite._backend import SqliteBackend
+from dsh.persistence.sqlite._schema import (
     LEGACY_SCHEMA_VERSION,
     canonical_schema_objects,
     schema_objects,
 )
-from dsh.persistence.sqlite import SqliteBackend
 from tests.conftest import DSH_LOGS
 
 SQLITE_DIR = DSH_LOGS / "sqlite"
@@ -59,7 +59,7 @@ def _cases() -> list[tuple[str, str]]:
 
 
 def _restore(session_id: str, events: Any, header: Any) -> Any:
-    session_mod = pytest.importorskip("dsh.session.session")
+    session_mod = pytest.importorskip("dsh.session._session")
     return session_mod.Session.restore(session_id, list(events), header,
                                        inherited_event_count=header.get("seedLength", 0))
 
@@ -186,6 +186,6 @@ def test_sqlite_fixture_schema_14_resume_appends_closers_in_the_published_layout
 
 def _events_from_json(items: list[dict[str, Any]]) -> list[Any]:
     from dsh.json import snapshot_json
-    from dsh.session.events import Event
+    from dsh.session._events import Event
 
     return [Event(snapshot_json(item)) for item in items]

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from dsh.errors import ConfigError, EventRejectedError
+from dsh._errors import ConfigError, EventRejectedError
 from dsh.json import FrozenDict
 from dsh.persistence import open_store
-from dsh.persistence._sqlite_schema import canonical_schema_objects, schema_objects
-from dsh.persistence.sqlite import SqliteBackend
-from dsh.session.events import as_event
-from dsh.session.store import SessionStore
+from dsh.persistence.sqlite._backend import SqliteBackend
+from dsh.persistence.sqlite._schema import canonical_schema_objects, schema_objects
+from dsh.session._events import as_event
+from dsh.session._store import SessionStore
 from tests.strategies import StepClock
 
 

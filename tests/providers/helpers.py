@@ -6,13 +6,13 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from dsh.agent.provider import LlmRequest, StreamAssembler
-from dsh.json import snapshot_json
-from dsh.messages import (
+from dsh._messages import (
     create_assistant_message,
     create_tool_result_message,
     create_user_message,
 )
+from dsh.agent._provider import LlmRequest, StreamAssembler
+from dsh.json import snapshot_json
 
 READ_TOOL = {"name": "read_file", "description": "Read a file.",
              "parameters": {"type": "object", "properties": {"path": {"type": "string"}},

@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 
 import dsh
+from dsh._errors import LlmFailureError
+from dsh._verify import verify_events
 from dsh.agent import Agent, LlmRequest, RetryPolicy
-from dsh.agent.builtin import workspace_tools
+from dsh.agent._builtin import workspace_tools
 from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider, provider_summarizer
 from dsh.compaction import CompactionPolicy, acompact_now
-from dsh.compaction.summarizers import COMPACTION_INSTRUCTION
-from dsh.errors import LlmFailureError
-from dsh.interop.export import to_anthropic, to_openai, validate_conversation
-from dsh.verify import verify_events
+from dsh.compaction._summarizers import COMPACTION_INSTRUCTION
+from dsh.interop._export import to_anthropic, to_openai, validate_conversation
 from tests.providers.helpers import plain
 from tests.providers.servers import (
     ANTHROPIC_OVERFLOW,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from dsh._errors import LlmFailureError
 from dsh.agent.providers import AnthropicProvider, create_provider
-from dsh.errors import LlmFailureError
-from dsh.interop.export import to_anthropic, validate_conversation
+from dsh.interop._export import to_anthropic, validate_conversation
 from tests.providers.helpers import (
     READ_TOOL,
     assemble,
@@ -146,7 +146,7 @@ def test_failures_are_typed(behaviour: object, code: str, retryable: bool,
 
 
 def test_missing_key_names_the_variable() -> None:
-    from dsh.errors import ConfigError
+    from dsh._errors import ConfigError
     with pytest.raises(ConfigError, match="set ANTHROPIC_API_KEY"):
         create_provider("anthropic", env={"OPENAI_API_KEY": "x"})
     made = create_provider("anthropic", env={"ANTHROPIC_API_KEY": "k"})

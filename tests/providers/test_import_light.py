@@ -10,10 +10,12 @@ import pytest
 
 import dsh.agent
 import dsh.agent.providers
-from dsh.agent.providers import anthropic, openai_chat, summarizer
+from dsh.agent.providers import _anthropic as anthropic
+from dsh.agent.providers import _openai_chat as openai_chat
+from dsh.agent.providers import _summarizer as summarizer
 
-HEAVY = ("asyncio", "anthropic", "openai", "httpx", "httpx2", "dsh.agent.loop",
-         "dsh.agent.providers.anthropic", "dsh.interop", "filelock", "rich")
+HEAVY = ("asyncio", "anthropic", "openai", "httpx", "httpx2", "dsh.agent._loop",
+         "dsh.agent.providers._anthropic", "dsh.interop", "filelock", "rich")
 
 
 def imported_after(code: str, modules: tuple[str, ...] = HEAVY) -> list[str]:
@@ -30,8 +32,8 @@ def test_import_dsh_imports_no_provider_sdk_and_no_asyncio() -> None:
 
 
 def test_the_first_use_of_a_lazy_name_loads_its_module() -> None:
-    assert imported_after("import dsh.agent; dsh.agent.Agent") == ["asyncio", "dsh.agent.loop"]
-    assert "dsh.agent.providers.anthropic" in imported_after(
+    assert imported_after("import dsh.agent; dsh.agent.Agent") == ["asyncio", "dsh.agent._loop"]
+    assert "dsh.agent.providers._anthropic" in imported_after(
         "from dsh.agent.providers import AnthropicProvider")
 
 

@@ -21,7 +21,7 @@ import pytest
 import dsh
 from dsh.agent import Agent, LlmRequest
 from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider
-from dsh.interop.export import to_anthropic, to_openai, validate_conversation
+from dsh.interop._export import to_anthropic, to_openai, validate_conversation
 from tests.providers.helpers import plain
 from tests.providers.servers import ScriptedServer, Stream, anthropic_reply, openai_reply
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from dsh._errors import LlmFailureError
 from dsh.agent.providers import OpenAIChatProvider, create_provider
-from dsh.errors import LlmFailureError
-from dsh.interop.export import to_openai, validate_conversation
+from dsh.interop._export import to_openai, validate_conversation
 from tests.providers.helpers import (
     READ_TOOL,
     assemble,
@@ -177,7 +177,7 @@ def test_stream_without_finish_reason_is_retryable() -> None:
 
 
 def test_missing_key_names_the_variable() -> None:
-    from dsh.errors import ConfigError
+    from dsh._errors import ConfigError
     with pytest.raises(ConfigError, match="set DEEPSEEK_API_KEY") as info:
         create_provider("deepseek", env={})
     assert info.value.code == "MISSING_KEY"

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from dsh.json import MAX_SAFE_INTEGER, snapshot_json
-from dsh.session.events import Event
+from dsh.session._events import Event
 
 MAX_EXAMPLES = int(os.environ.get("DSH_HYPOTHESIS_EXAMPLES", "60"))
 BASE_TIME = 1_700_000_000_000

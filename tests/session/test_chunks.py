@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from dsh.errors import EventRejectedError
+from dsh._errors import EventRejectedError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, dumps, loads, snapshot_json
-from dsh.session.chunks import MIN_RUN, decode_storage_record, pack_chunk_runs
-from dsh.session.events import Event
+from dsh.session._chunks import MIN_RUN, decode_storage_record, pack_chunk_runs
+from dsh.session._events import Event
 from tests.conftest import DSH_LOGS
 from tests.session._log_strategies import MAX_EXAMPLES, chunk_batches, ev
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from dsh.json import loads, thaw
-from dsh.session.chunks import decode_storage_record
-from dsh.session.events import Event
-from dsh.session.invariants import check_log
-from dsh.session.repair import interrupted_turn_closers
+from dsh.session._chunks import decode_storage_record
+from dsh.session._events import Event
+from dsh.session._invariants import check_log
+from dsh.session._repair import interrupted_turn_closers
 from tests.conftest import DSH_LOGS
 
 SESSIONS = ["s2a-crash-after-tool-call", "s2b-crash-before-tool-call", "s2c-crash-mid-stream"]

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dsh.session.session as session_module
+import dsh.session._session as session_module
 from dsh.json import FrozenDict
-from dsh.session.session import Session
-from dsh.session.surface import derive_event_message
+from dsh.session._session import Session
+from dsh.session._surface import derive_event_message
 from tests.strategies import (
     StepClock,
     apply_script,

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from dsh.errors import EventRejectedError
+from dsh._errors import EventRejectedError
 from dsh.json import FrozenDict, json_equal, loads, thaw
-from dsh.session.events import Event
-from dsh.session.session import Session
-from dsh.session.surface import fold_surface
+from dsh.session._events import Event
+from dsh.session._session import Session
+from dsh.session._surface import fold_surface
 from tests.conftest import DSH_LOGS
 
 LOGS = DSH_LOGS
@@ -102,7 +102,7 @@ def test_dsh_fixture_s4_equals_our_fork_of_s1_at_134() -> None:
     by_name = {p.parent.name: p for p in UNPACKED}
     if "s1-normal" not in by_name or "s4-fork-of-s1" not in by_name:
         pytest.skip("s1-normal / s4-fork-of-s1 fixtures not present")
-    from dsh.session.store import SessionStore
+    from dsh.session._store import SessionStore
 
     s1_header, s1_events = read_jsonl(by_name["s1-normal"])
     s4_header, s4_events = read_jsonl(by_name["s4-fork-of-s1"])

@@ -1,6 +1,6 @@
 """SessionStore.fork: prefix seeds, inherited marker, forked closers, refusals (§10, §16.3, ch. 28).
 
-The closers themselves come from ``dsh.session.repair`` (tested there); here we check that fork
+The closers themselves come from ``dsh.session._repair`` (tested there); here we check that fork
 puts them after the inherited marker with contiguous seqs and the boundary's time.
 """
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh.errors import SessionForkError
+from dsh._errors import SessionForkError
 from dsh.json import thaw
-from dsh.session.session import Session
-from dsh.session.store import SessionStore
+from dsh.session._session import Session
+from dsh.session._store import SessionStore
 from tests.strategies import (
     StepClock,
     apply_script,
@@ -269,7 +269,7 @@ def test_fork_mints_a_child_id_when_omitted() -> None:
 
 
 def test_fork_rejects_an_unknown_open_turn_policy() -> None:
-    from dsh.errors import ConfigError
+    from dsh._errors import ConfigError
 
     store = make_store()
     parent_with_turns(store, 1)

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from dsh.errors import InvariantError
-from dsh.session.events import Event
-from dsh.session.invariants import (
+from dsh._errors import InvariantError
+from dsh.session._events import Event
+from dsh.session._invariants import (
     INVARIANT_PREFIX,
     InvariantObserver,
     InvariantTrace,
@@ -16,7 +16,7 @@ from dsh.session.invariants import (
     Violation,
     check_log,
 )
-from dsh.session.repair import interrupted_turn_closers
+from dsh.session._repair import interrupted_turn_closers
 from tests.session._log_strategies import LogBuilder, ev
 
 
@@ -332,7 +332,7 @@ def test_invariants_observer_forgets_disposed_sessions() -> None:
 
 def _real_session(session_id: str) -> Any:
     session_module = pytest.importorskip(
-        "dsh.session.session", reason="SKIPPED LOUDLY: dsh.session.session not written yet")
+        "dsh.session._session", reason="SKIPPED LOUDLY: dsh.session._session not written yet")
     return session_module.Session.create(session_id)
 
 

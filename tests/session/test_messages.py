@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from dsh.errors import InvalidJsonError
-from dsh.json import FrozenDict, dumps
-from dsh.messages import (
+from dsh._errors import InvalidJsonError
+from dsh._messages import (
     create_assistant_message,
     create_message,
     create_system_message,
@@ -17,7 +16,8 @@ from dsh.messages import (
     create_user_message,
     new_message_id,
 )
-from dsh.session.session import Session
+from dsh.json import FrozenDict, dumps
+from dsh.session._session import Session
 
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 

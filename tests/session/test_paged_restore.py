@@ -12,10 +12,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dsh.errors import EventRejectedError, LogCorruptError
+from dsh._errors import EventRejectedError, LogCorruptError
 from dsh.session import PAGE_EVENTS, PagedLog, RestoreFold, RestoreState, Session
-from dsh.session.events import Event
-from dsh.session.repair import interrupted_turn_closers, open_turn_closers
+from dsh.session._events import Event
+from dsh.session._repair import interrupted_turn_closers, open_turn_closers
 from tests.strategies import (
     StepClock,
     apply_script,
@@ -189,8 +189,7 @@ def test_paged_log_read_from_many_threads_answers_every_read(
     import sys
     import threading
 
-    from dsh.session import paging
-
+    from dsh.session import _paging as paging
     monkeypatch.setattr(paging, "PAGE_EVENTS", 4)
     events = _long_log(200)  # 1,400 events in 4-event pages: far more than the 32 cached
     session, _source = _paged(events, len(events) - 3)

@@ -7,9 +7,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from dsh.errors import EventRejectedError
-from dsh.session.events import Event
-from dsh.session.pairing import (
+from dsh._errors import EventRejectedError
+from dsh.session._events import Event
+from dsh.session._pairing import (
     balanced_cuts,
     tool_pairing_balanced_after,
     tool_pairing_balanced_before,
@@ -266,7 +266,7 @@ def test_pairing_caches_are_per_session() -> None:
 
 def test_pairing_against_the_real_session() -> None:
     session_module = pytest.importorskip(
-        "dsh.session.session", reason="SKIPPED LOUDLY: dsh.session.session not written yet")
+        "dsh.session._session", reason="SKIPPED LOUDLY: dsh.session._session not written yet")
     session = session_module.Session.create("pairing-test")
     session.append("user/message", {"id": "u", "role": "user", "source": {"kind": "user"},
                                     "content": [{"type": "text", "text": "go"}]},

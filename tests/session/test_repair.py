@@ -6,18 +6,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh.errors import ConfigError, EventRejectedError
+from dsh._errors import ConfigError, EventRejectedError
 from dsh.json import dumps, loads
-from dsh.session.events import Event
-from dsh.session.invariants import check_log
-from dsh.session.repair import (
+from dsh.session._events import Event
+from dsh.session._invariants import check_log
+from dsh.session._repair import (
     TOOL_NOT_STARTED,
     TOOL_OUTCOME_UNKNOWN,
     closer_text,
     interrupted_turn_closers,
     open_turn_closers,
 )
-from dsh.session.surface import fold_surface
+from dsh.session._surface import fold_surface
 from tests.session._log_strategies import MAX_EXAMPLES, LogBuilder, ev, well_formed_logs
 
 

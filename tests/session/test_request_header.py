@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from dsh.errors import EventRejectedError
+from dsh._errors import EventRejectedError
 from dsh.json import FrozenDict, snapshot_json
-from dsh.session.events import Event
-from dsh.session.session import (
+from dsh.session._events import Event
+from dsh.session._session import (
     Session,
     call_config_equals,
     canonical_header,

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from dsh.errors import EventRejectedError
+from dsh._errors import EventRejectedError
 from dsh.json import FrozenDict, FrozenList, thaw
-from dsh.session.events import Event
-from dsh.session.header import SessionHeader
-from dsh.session.session import EventLog, Session
+from dsh.session._events import Event
+from dsh.session._header import SessionHeader
+from dsh.session._session import EventLog, Session
 from tests.strategies import (
     StepClock,
     apply_script,
@@ -605,7 +605,7 @@ def test_session_observers_see_committed_events_and_failures_are_contained(
     s.observe(lambda session, event: seen.append((event.seq, session.seq)))
     s.observe(failing)
     s.observe(lambda session, event: seen.append((event.seq, -1)))
-    with caplog.at_level(logging.ERROR, logger="dsh.session.session"):
+    with caplog.at_level(logging.ERROR, logger="dsh.session._session"):
         event = s.append("session/title", {})
     assert event.seq == 0
     assert seen == [(0, 1), (0, -1)]
@@ -618,7 +618,7 @@ def test_session_contains_a_reentrant_observer_append_without_reordering(
     later: list[int] = []
     s.observe(lambda session, event: session.append("plan/mode", {}))
     s.observe(lambda session, event: later.append(event.seq))
-    with caplog.at_level(logging.ERROR, logger="dsh.session.session"):
+    with caplog.at_level(logging.ERROR, logger="dsh.session._session"):
         s.append("goal/change", {})
     assert [e.type for e in s.events] == ["goal/change"]
     assert later == [0]
@@ -791,7 +791,7 @@ def test_session_seq_is_zero_based_contiguous_and_replay_reproduces_derivation(
 def test_header_cwd_uses_nodes_is_absolute_rule(path: str, platform: str,
                                                 expected: bool) -> None:
     # §5.1: Node's path.isAbsolute, not os.path.isabs (they differ on Windows).
-    from dsh.session.header import is_absolute_path
+    from dsh.session._header import is_absolute_path
 
     assert is_absolute_path(path, platform=platform) is expected
 

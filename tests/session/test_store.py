@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from dsh.errors import (
+from dsh._errors import (
     ConfigError,
     EventRejectedError,
     SessionExistsError,
     SessionNotFoundError,
 )
-from dsh.session.events import Event
-from dsh.session.session import Session
-from dsh.session.store import SessionStore
+from dsh.session._events import Event
+from dsh.session._session import Session
+from dsh.session._store import SessionStore
 from tests.strategies import StepClock, completed_turn, user_message
 
 
@@ -244,7 +244,7 @@ def test_store_contains_event_observer_failures_after_the_commit_point(
     peer = Recorder()
     store = make_store(Broken(), peer)
     s = store.create("a")
-    with caplog.at_level(logging.ERROR, logger="dsh.session.store"):
+    with caplog.at_level(logging.ERROR, logger="dsh.session._store"):
         event = s.append("session/title", {})
     assert event.seq == 0 and s.seq == 1
     assert seen == [("broken sees it logged", True)]
@@ -304,7 +304,7 @@ def test_store_contains_disposed_listener_failures_per_observer(
     detach()
     assert peer.calls == []
     s = store.create("a")
-    with caplog.at_level(logging.ERROR, logger="dsh.session.store"):
+    with caplog.at_level(logging.ERROR, logger="dsh.session._store"):
         store.dispose(s)
     assert peer.calls == [("created", "a"), ("disposed", "a")]
     assert "on_disposed observer" in caplog.text

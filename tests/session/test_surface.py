@@ -7,17 +7,17 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from dsh.errors import EventRejectedError
+from dsh._errors import EventRejectedError
 from dsh.json import snapshot_json
-from dsh.session.events import (
+from dsh.session._events import (
     Event,
     is_append_surface_event,
     is_replacement_surface_event,
     is_surface_eligible_type,
     is_surface_event,
 )
-from dsh.session.session import Session
-from dsh.session.surface import Surface, SurfaceReplacement, derive_event_message, fold_surface
+from dsh.session._session import Session
+from dsh.session._surface import Surface, SurfaceReplacement, derive_event_message, fold_surface
 from tests.strategies import (
     StepClock,
     apply_script,

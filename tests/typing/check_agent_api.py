@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from typing import assert_type
 
 from dsh import Event, SessionStore
+from dsh._messages import StreamChunk
 from dsh.agent import (
     Agent,
     LlmRequest,
@@ -27,7 +28,6 @@ from dsh.agent.providers import (
 )
 from dsh.compaction import LlmSummarizer
 from dsh.json import FrozenDict
-from dsh.messages import StreamChunk
 
 
 class EchoProvider:

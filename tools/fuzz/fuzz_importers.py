@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
-from dsh.errors import ImportFormatError  # noqa: E402  (after the path setup above)
+from dsh._errors import ImportFormatError  # noqa: E402  (after the path setup above)
 from dsh.interop import FORMATS, import_file  # noqa: E402
 from dsh.interop._common import UNMAPPED_CODE  # noqa: E402
 

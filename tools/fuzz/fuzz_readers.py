@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
 from dsh.persistence import open_store  # noqa: E402  (after the path setup above)
-from dsh.testing.damage import (  # noqa: E402
+from dsh.testing._damage import (  # noqa: E402
     STORE_KINDS,
     StoreKind,
     apply_edits,

@@ -2,7 +2,7 @@
 
 A framework hands the adapter a flat list of messages; dsh wants them inside turns and steps
 (core spec §1.8). :class:`TurnShaper` infers that bracket and writes through dsh's recorder
-(:mod:`dsh.agent.recorder`), so an adapter cannot write a malformed log. A resumed
+(:mod:`dsh.agent._recorder`), so an adapter cannot write a malformed log. A resumed
 (crash-repaired) or forked session continues with the next turn number.
 
 Each framework record is kept verbatim under :data:`RECORD_KEY` (``{"format", "records":
@@ -23,16 +23,16 @@ from typing import Any, Final
 
 import orjson
 
-from dsh.agent.recorder import Recorder, StepRecorder, TurnRecorder
-from dsh.errors import AdapterClosedError, AdapterError
+from dsh._errors import AdapterClosedError, AdapterError
+from dsh.agent._recorder import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.persistence import Persistence, open_store
-from dsh.persistence.checkpoint import CheckpointRefused
-from dsh.session.events import Event
-from dsh.session.paging import EventSource
-from dsh.session.restore_state import RestoreState
-from dsh.session.session import Session
-from dsh.session.store import SessionStore
+from dsh.persistence._restore_point import CheckpointRefused
+from dsh.session._events import Event
+from dsh.session._paging import EventSource
+from dsh.session._restore_state import RestoreState
+from dsh.session._session import Session
+from dsh.session._store import SessionStore
 
 __all__ = [
     "RECORD_KEY",

@@ -33,7 +33,7 @@ that on DshSession); dsh's own model view never splits a call from its output.
 
 Where this differs from ``SQLiteSession``: a negative ``limit`` gives no items
 (``SQLiteSession`` passes it to SQL's ``LIMIT`` and gives every item; no SDK test asks for
-either). A closed session raises :class:`dsh.errors.AdapterClosedError`, a ``RuntimeError`` as
+either). A closed session raises :class:`dsh._errors.AdapterClosedError`, a ``RuntimeError`` as
 ``SQLiteSession``'s is.
 
 Needs ``pip install 'dsh-session[openai-agents]'``.
@@ -46,11 +46,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from dsh._errors import AdapterError
+from dsh._messages import create_assistant_message, create_user_message
 from dsh.adapters._log import LiveLog, TurnShaper, message_of, text_of, with_records
-from dsh.errors import AdapterError
 from dsh.json import snapshot_json
-from dsh.messages import create_assistant_message, create_user_message
-from dsh.session.events import Event
+from dsh.session._events import Event
 
 try:
     from agents.memory import SessionABC, SessionSettings

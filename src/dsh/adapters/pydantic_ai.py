@@ -30,11 +30,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from dsh._errors import AdapterError
+from dsh._messages import create_assistant_message, create_user_message
 from dsh.adapters._log import LiveLog, TurnShaper, message_of, text_of, with_records
-from dsh.errors import AdapterError
 from dsh.json import snapshot_json
-from dsh.messages import create_assistant_message, create_user_message
-from dsh.session.events import Event
+from dsh.session._events import Event
 
 try:
     from pydantic_ai.messages import (

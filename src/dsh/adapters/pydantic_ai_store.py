@@ -40,12 +40,12 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
+from dsh._errors import AdapterError, AdapterLookupError, SessionNotFoundError
 from dsh.adapters._log import LiveLog, default_store_url, records_of
 from dsh.adapters.pydantic_ai import FORMAT, message_events
-from dsh.errors import AdapterError, AdapterLookupError, SessionNotFoundError
 from dsh.json import snapshot_json, thaw
 from dsh.persistence import Persistence, open_store
-from dsh.session.events import Event
+from dsh.session._events import Event
 
 try:
     from pydantic import TypeAdapter

@@ -1,6 +1,6 @@
 """The agent loop of dsh: provider protocol, scripted provider, recorder, tools, loop, resume.
 
-Everything the loop writes goes through one recording path (:mod:`dsh.agent.recorder`), so the
+Everything the loop writes goes through one recording path (:mod:`dsh.agent._recorder`), so the
 log it produces is well formed by construction (persistence spec §8.4).
 """
 
@@ -8,20 +8,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dsh._errors import AgentError, LlmFailureError
 from dsh._lazy import lazy_exports
-from dsh.errors import AgentError, LlmFailureError
 
 if TYPE_CHECKING:
-    from dsh.agent.builtin import (
+    from dsh.agent._builtin import (
         ShellApproval,
         ShellRequest,
         refuse_all,
         shell_tool,
         workspace_tools,
     )
-    from dsh.agent.inbox import Inbox, InboxTarget
-    from dsh.agent.loop import Agent, InvariantStats, RetryPolicy, TurnResult
-    from dsh.agent.provider import (
+    from dsh.agent._inbox import Inbox, InboxTarget
+    from dsh.agent._loop import Agent, InvariantStats, RetryPolicy, TurnResult
+    from dsh.agent._provider import (
         RETRYABLE_FAILURE_CODES,
         FinishKind,
         LlmRequest,
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         StreamAssembler,
         failure_error,
     )
-    from dsh.agent.recorder import (
+    from dsh.agent._recorder import (
         ABORTED_BEFORE_DISPATCH,
         ABORTED_BEFORE_DISPATCH_TEXT,
         Recorder,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         TurnRecorder,
         turn_end_reason,
     )
-    from dsh.agent.scripted import (
+    from dsh.agent._scripted import (
         ScriptedCall,
         ScriptedFailure,
         ScriptedProvider,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         ScriptedStall,
         ScriptStep,
     )
-    from dsh.agent.tools import DEFAULT_TOOL_TIMEOUT_MS, Tool, ToolContext, ToolOutput, tool
+    from dsh.agent._tools import DEFAULT_TOOL_TIMEOUT_MS, Tool, ToolContext, ToolOutput, tool
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",
@@ -89,19 +89,19 @@ __all__ = [
 ]
 
 # PEP 562: each name loads its module on first use, so importing a light submodule (the CLI's
-# `dsh.agent.providers.config`) does not load the loop, its tools and asyncio.
+# `dsh.agent.providers._config`) does not load the loop, its tools and asyncio.
 _LAZY: dict[str, str] = {name: module for module, names in {
-    "dsh.agent.builtin": ("ShellApproval", "ShellRequest", "refuse_all", "shell_tool",
+    "dsh.agent._builtin": ("ShellApproval", "ShellRequest", "refuse_all", "shell_tool",
                           "workspace_tools"),
-    "dsh.agent.inbox": ("Inbox", "InboxTarget"),
-    "dsh.agent.loop": ("Agent", "InvariantStats", "RetryPolicy", "TurnResult"),
-    "dsh.agent.provider": ("RETRYABLE_FAILURE_CODES", "FinishKind", "LlmRequest", "LlmResponse",
+    "dsh.agent._inbox": ("Inbox", "InboxTarget"),
+    "dsh.agent._loop": ("Agent", "InvariantStats", "RetryPolicy", "TurnResult"),
+    "dsh.agent._provider": ("RETRYABLE_FAILURE_CODES", "FinishKind", "LlmRequest", "LlmResponse",
                            "Provider", "StreamAssembler", "failure_error"),
-    "dsh.agent.recorder": ("ABORTED_BEFORE_DISPATCH", "ABORTED_BEFORE_DISPATCH_TEXT", "Recorder",
+    "dsh.agent._recorder": ("ABORTED_BEFORE_DISPATCH", "ABORTED_BEFORE_DISPATCH_TEXT", "Recorder",
                            "StepRecorder", "TurnRecorder", "turn_end_reason"),
-    "dsh.agent.scripted": ("ScriptedCall", "ScriptedFailure", "ScriptedProvider", "ScriptedReply",
+    "dsh.agent._scripted": ("ScriptedCall", "ScriptedFailure", "ScriptedProvider", "ScriptedReply",
                            "ScriptedStall", "ScriptStep"),
-    "dsh.agent.tools": ("DEFAULT_TOOL_TIMEOUT_MS", "Tool", "ToolContext", "ToolOutput", "tool"),
+    "dsh.agent._tools": ("DEFAULT_TOOL_TIMEOUT_MS", "Tool", "ToolContext", "ToolOutput", "tool"),
 }.items() for name in names}
 
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from dsh.cli.app import main
+from dsh.cli._app import main
 
 __all__ = ["main"]

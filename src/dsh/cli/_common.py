@@ -22,7 +22,7 @@ from dsh import (
     SessionNotFoundError,
     open_store,
 )
-from dsh.cli import render
+from dsh.cli import _render as render
 from dsh.cli._errors import STATE
 from dsh.persistence import store_path
 

@@ -1,7 +1,7 @@
 """The CLI's rich console: control characters in printed text are shown as escapes.
 
 A module of its own so that rich is imported only when a console is made
-(:func:`dsh.cli.render.make_console`), not whenever the CLI starts.
+(:func:`dsh.cli._render.make_console`), not whenever the CLI starts.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from rich.console import Console
 from rich.segment import Segment
 
-from dsh.cli.render import printable
+from dsh.cli._render import printable
 
 __all__ = ["SafeConsole"]
 

@@ -1,6 +1,6 @@
 """The `dsh` command's one top-level handler: exit statuses and the single error line (STYLE §12).
 
-Exit statuses: 0 success; 1 a :class:`~dsh.errors.DshError` or problems found (``verify``); 2 a
+Exit statuses: 0 success; 1 a :class:`~dsh._errors.DshError` or problems found (``verify``); 2 a
 usage error (click's convention); 130 Ctrl-C. A ``DshError`` prints ``error[CODE]: message`` on
 stderr (a JSON object under ``--json``); any other exception prints one line calling it a bug.
 Tracebacks and DEBUG logging appear only with ``--debug``.
@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 import typer
 
 from dsh import DshError
-from dsh.cli.render import printable
+from dsh.cli._render import printable
 
 __all__ = [
     "EXIT_BUG",

@@ -11,14 +11,14 @@ price only. Node prices (what dsh logs as ``shadowedTokenCount``) are exact.
 
 from __future__ import annotations
 
-from dsh.compaction.brackets import (
+from dsh.compaction._brackets import (
     CompactionInvariant,
     CompactionTraceState,
     CompactionViolation,
     check_compaction_log,
 )
-from dsh.compaction.pressure import CompactionPolicy, PressureOutcome, compact_if_needed
-from dsh.compaction.pruner import (
+from dsh.compaction._pressure import CompactionPolicy, PressureOutcome, compact_if_needed
+from dsh.compaction._pruner import (
     PRUNE_MARKER,
     PrunedResult,
     PrunerConfig,
@@ -26,7 +26,7 @@ from dsh.compaction.pruner import (
     prune_content,
     prune_session,
 )
-from dsh.compaction.region import (
+from dsh.compaction._region import (
     CancelSignal,
     CompactionLockState,
     CompactionResult,
@@ -39,13 +39,13 @@ from dsh.compaction.region import (
     inspect_compaction_state,
     session_compaction_state,
 )
-from dsh.compaction.selection import (
+from dsh.compaction._selection import (
     Span,
     head_position,
     select_compactable_range,
     validate_span,
 )
-from dsh.compaction.summarizers import (
+from dsh.compaction._summarizers import (
     CHECKPOINT_PREAMBLE,
     CHECKPOINT_SECTIONS,
     COMPACTION_INSTRUCTION,
@@ -59,7 +59,7 @@ from dsh.compaction.summarizers import (
     frame_checkpoint_content,
     is_checkpoint_source,
 )
-from dsh.compaction.tokens import (
+from dsh.compaction._tokens import (
     PricedNode,
     SurfaceMeasurement,
     estimate_block_tokens,

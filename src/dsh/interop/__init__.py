@@ -12,7 +12,7 @@ Public entry points (what the CLI calls):
 * :func:`validate_conversation` — problems of a provider conversation (empty when valid).
 
 Every importer is a pure mapping from one file to events (issue 5 mapping rules); bad input
-raises :class:`dsh.errors.ImportFormatError` with ``path``, ``line`` and ``format``.
+raises :class:`dsh._errors.ImportFormatError` with ``path``, ``line`` and ``format``.
 """
 
 from __future__ import annotations
@@ -21,24 +21,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from dsh.errors import ImportFormatError
+from dsh._errors import ImportFormatError
+from dsh.interop._anthropic import import_anthropic
+from dsh.interop._claude_code import import_claude_code
+from dsh.interop._codex import import_codex
 from dsh.interop._common import ImportedSession, mapping_errors
-from dsh.interop.anthropic import import_anthropic
-from dsh.interop.claude_code import import_claude_code
-from dsh.interop.codex import import_codex
-from dsh.interop.detect import FORMATS, detect_format
-from dsh.interop.dsh_log import import_dsh_log
-from dsh.interop.export import (
+from dsh.interop._detect import FORMATS, detect_format
+from dsh.interop._dsh_log import import_dsh_log
+from dsh.interop._export import (
     to_anthropic,
     to_openai,
     validate_conversation,
     without_foreign_reasoning,
 )
-from dsh.interop.gemini_cli import import_gemini_cli
-from dsh.interop.openai_chat import import_openai_chat
-from dsh.interop.openhands import import_openhands
-from dsh.interop.openhands_resolver import import_openhands_resolver
-from dsh.interop.swe_agent import import_mini_swe_agent, import_swe_agent
+from dsh.interop._gemini_cli import import_gemini_cli
+from dsh.interop._openai_chat import import_openai_chat
+from dsh.interop._openhands import import_openhands
+from dsh.interop._openhands_resolver import import_openhands_resolver
+from dsh.interop._swe_agent import import_mini_swe_agent, import_swe_agent
 
 __all__ = [
     "FORMATS",

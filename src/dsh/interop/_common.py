@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from dsh.errors import DshError, EventRejectedError, ImportFormatError, InvalidJsonError
+from dsh._errors import DshError, EventRejectedError, ImportFormatError, InvalidJsonError
 from dsh.json import MAX_SAFE_INTEGER, loads, thaw
 
 if TYPE_CHECKING:
-    from dsh.session.session import Session
+    from dsh.session._session import Session
 
 __all__ = [
     "IMPORTER_VERSION",
@@ -121,7 +121,7 @@ class ImportedSession:
             yield from child.walk()
 
     def to_session(self, *, clock: Any = None) -> Session:
-        """Build a live :class:`dsh.session.session.Session` seeded with :attr:`events`.
+        """Build a live :class:`dsh.session._session.Session` seeded with :attr:`events`.
 
         The seed is validated like live appends (core spec §5.3); the Session adds the
         ``session/end-seed`` marker (§5.5).
@@ -133,7 +133,7 @@ class ImportedSession:
                 understand into a bad event (code ``IMPORT_UNMAPPED``: please report it with
                 the source file).
         """
-        from dsh.session.session import Session  # lazy: interop sits above the core
+        from dsh.session._session import Session  # lazy: interop sits above the core
 
         inherited = self.header.get("seedLength", 0)
         try:
@@ -294,7 +294,7 @@ def source_event_data(path: Path, fmt: str) -> JsonObj:
     Shape: ``{"format": <format name>, "path": <path as given to the importer>, "sha256": <hex
     digest of the file's bytes>, "size": <bytes covered>, "importerVersion":
     IMPORTER_VERSION}``; a re-import that appends to a grown source records the same again
-    (:mod:`dsh.interop.reimport`).
+    (:mod:`dsh.interop._reimport`).
 
     Raises:
         ImportFormatError: the file cannot be read.
@@ -390,9 +390,9 @@ def usable_id(value: object) -> str | None:
     """``value`` when it can serve as a session id as it is, else None.
 
     Usable: a non-blank string of printable characters that every store can name a session by
-    (:func:`dsh.persistence.api.session_id_problem`: valid Unicode, a short enough folder name).
+    (:func:`session_id_problem`: valid Unicode, a short enough folder name).
     """
-    from dsh.persistence.api import session_id_problem  # lazy: only when an id is checked
+    from dsh.persistence._contract import session_id_problem  # lazy: only when an id is checked
 
     if not isinstance(value, str) or not value.strip() or not value.isprintable():
         return None

@@ -1,7 +1,7 @@
 """Persistence: backends behind one handle contract, write-behind, cold load and resume.
 
 ``open_store(url)`` names a store by URL (DESIGN §3.8) and returns the
-:class:`~dsh.persistence.coordinator.Persistence` facade over the matching backend:
+:class:`~dsh.persistence._coordinator.Persistence` facade over the matching backend:
 
 * ``jsonl:///abs/dir`` — dsh's JSONL layout, raw (persistence spec §4);
 * ``jsonl+zstd:///abs/dir`` or ``jsonl:///abs/dir?compression=zstd`` — Zstandard frames (§4.6);
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from dsh.errors import ConfigError
-from dsh.persistence.api import (
+from dsh._errors import ConfigError
+from dsh.persistence._contract import (
     Backend,
     ColdRead,
     Handle,
@@ -37,7 +37,7 @@ from dsh.persistence.api import (
 )
 
 if TYPE_CHECKING:
-    from dsh.persistence.coordinator import Inspection, Persistence, WriteBehind
+    from dsh.persistence._coordinator import Inspection, Persistence, WriteBehind
 
 __all__ = [
     "Backend",
@@ -133,11 +133,11 @@ def open_backend(url: str) -> Backend:
         if query:
             raise ConfigError(f"store URL {url!r}: memory: takes no options, found "
                               f"{sorted(query)}", path=url)
-        from dsh.persistence.memory import MemoryBackend
+        from dsh.persistence._memory import MemoryBackend
         return MemoryBackend(url=url)
     if scheme in ("postgresql", "postgres"):
         # Imported lazily: psycopg is the optional ``postgres`` extra.
-        from dsh.persistence.postgres import open_postgres
+        from dsh.persistence.postgres._backend import open_postgres
         return open_postgres(url)
     if scheme in ("jsonl", "jsonl+zstd"):
         compression: Literal["none", "zstd"] = "zstd" if scheme == "jsonl+zstd" else "none"
@@ -159,7 +159,7 @@ def open_backend(url: str) -> Backend:
             else:
                 raise ConfigError(f"store URL {url!r}: unknown option {key!r}; jsonl stores "
                                   f"take compression and pack_chunks", path=url)
-        from dsh.persistence.jsonl import JsonlBackend
+        from dsh.persistence.jsonl._backend import JsonlBackend
         return JsonlBackend(_url_path(url, len(scheme), rest), compression=compression,
                             pack_chunks=pack_chunks, url=url)
     if scheme == "sqlite":
@@ -171,7 +171,7 @@ def open_backend(url: str) -> Backend:
             raise ConfigError(f"store URL {url!r}: schema={schema!r} is not 17 (default) or 14 "
                               f"(readable by the published dsh SQLite backend)", path=url)
         # Imported lazily: the SQLite backend is optional at import time.
-        sqlite_module = importlib.import_module("dsh.persistence.sqlite")
+        sqlite_module = importlib.import_module("dsh.persistence.sqlite._backend")
         backend: Backend = sqlite_module.SqliteBackend(_url_path(url, len(scheme), rest),
                                                        schema=int(schema))
         return backend
@@ -185,17 +185,17 @@ def open_store(url: str) -> Persistence:
     Raises:
         ConfigError: the URL is malformed (see :func:`open_backend`).
     """
-    from dsh.persistence.coordinator import Persistence
+    from dsh.persistence._coordinator import Persistence
     return Persistence(open_backend(url))
 
 
 def __getattr__(name: str) -> object:
     # Lazy re-exports keep `import dsh.persistence` free of the session-layer imports.
     if name in ("Inspection", "Persistence", "WriteBehind"):
-        from dsh.persistence import coordinator
+        from dsh.persistence import _coordinator as coordinator
         return getattr(coordinator, name)
     if not name.startswith("__"):
-        # `dsh.persistence.coordinator.Persistence` works without importing the submodule
+        # `dsh.persistence._coordinator.Persistence` works without importing the submodule
         # first, as help() and tab completion expect.
         try:
             return importlib.import_module(f"{__name__}.{name}")

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from dsh.errors import PersistenceError, SessionBusyError
+from dsh._errors import PersistenceError, SessionBusyError
 from dsh.persistence._paths import mkdir_private, refuse_symlink
 
 __all__ = ["SessionLock"]

@@ -13,7 +13,7 @@ import os
 import stat
 from pathlib import Path
 
-from dsh.errors import PersistenceError
+from dsh._errors import PersistenceError
 
 __all__ = ["mkdir_private", "refuse_symlink"]
 

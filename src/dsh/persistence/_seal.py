@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from dsh.errors import LogCorruptError
+from dsh._errors import LogCorruptError
 from dsh.json import CFallback, c_rows_text
 
 __all__ = ["Seal", "append_seal", "append_seal_to", "check_byte_seals", "check_row_seals",

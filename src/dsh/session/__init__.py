@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dsh.session.chunks import CHUNK_ROW_TAGS, MIN_RUN, decode_storage_record, pack_chunk_runs
-from dsh.session.events import (
+from dsh.session._chunks import CHUNK_ROW_TAGS, MIN_RUN, decode_storage_record, pack_chunk_runs
+from dsh.session._events import (
     CORE_EVENT_TYPES,
     ENVELOPE_KEYS,
     KNOWN_EVENT_TYPES,
@@ -18,22 +18,22 @@ from dsh.session.events import (
     make_event,
     register_event_type,
 )
-from dsh.session.header import (
+from dsh.session._header import (
     HEADER_KEYS,
     SessionHeader,
     is_absolute_path,
     make_header,
     validate_header,
 )
-from dsh.session.invariants import InvariantObserver, InvariantTrace, Violation, check_log
-from dsh.session.paging import PAGE_EVENTS, EventSource, PagedLog
-from dsh.session.pairing import (
+from dsh.session._invariants import InvariantObserver, InvariantTrace, Violation, check_log
+from dsh.session._paging import PAGE_EVENTS, EventSource, PagedLog
+from dsh.session._pairing import (
     PairingSession,
     balanced_cuts,
     tool_pairing_balanced_after,
     tool_pairing_balanced_before,
 )
-from dsh.session.repair import (
+from dsh.session._repair import (
     TOOL_NOT_STARTED,
     TOOL_OUTCOME_UNKNOWN,
     CloseCause,
@@ -41,8 +41,8 @@ from dsh.session.repair import (
     interrupted_turn_closers,
     open_turn_closers,
 )
-from dsh.session.restore_state import RestoreFold, RestoreState
-from dsh.session.session import (
+from dsh.session._restore_state import RestoreFold, RestoreState
+from dsh.session._session import (
     Clock,
     EventLog,
     Session,
@@ -52,8 +52,8 @@ from dsh.session.session import (
     header_equals,
     wall_clock_ms,
 )
-from dsh.session.store import OpenTurnPolicy, Persistence, SessionStore, StoreObserver
-from dsh.session.surface import (
+from dsh.session._store import OpenTurnPolicy, Persistence, SessionStore, StoreObserver
+from dsh.session._surface import (
     Surface,
     SurfaceFold,
     SurfaceNodes,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dsh._lazy import lazy_exports
-from dsh.agent.providers.config import (
+from dsh.agent.providers._config import (
     PROVIDER_NAMES,
     PROVIDERS,
     ProviderName,
@@ -18,9 +18,9 @@ from dsh.agent.providers.config import (
 )
 
 if TYPE_CHECKING:
-    from dsh.agent.providers.anthropic import AnthropicProvider
-    from dsh.agent.providers.openai_chat import OpenAIChatProvider, ReasoningReplay, openai_usage
-    from dsh.agent.providers.summarizer import provider_summarizer
+    from dsh.agent.providers._anthropic import AnthropicProvider
+    from dsh.agent.providers._openai_chat import OpenAIChatProvider, ReasoningReplay, openai_usage
+    from dsh.agent.providers._summarizer import provider_summarizer
 
 __all__ = [
     "PROVIDERS",
@@ -38,11 +38,11 @@ __all__ = [
 # PEP 562: the provider classes load on first use (they pull the agent loop's provider protocol
 # and dsh.interop's exporters); the presets above are what `dsh --help` needs.
 _LAZY: dict[str, str] = {
-    "AnthropicProvider": "dsh.agent.providers.anthropic",
-    "OpenAIChatProvider": "dsh.agent.providers.openai_chat",
-    "ReasoningReplay": "dsh.agent.providers.openai_chat",
-    "openai_usage": "dsh.agent.providers.openai_chat",
-    "provider_summarizer": "dsh.agent.providers.summarizer",
+    "AnthropicProvider": "dsh.agent.providers._anthropic",
+    "OpenAIChatProvider": "dsh.agent.providers._openai_chat",
+    "ReasoningReplay": "dsh.agent.providers._openai_chat",
+    "openai_usage": "dsh.agent.providers._openai_chat",
+    "provider_summarizer": "dsh.agent.providers._summarizer",
 }
 
 

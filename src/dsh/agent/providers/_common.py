@@ -16,8 +16,8 @@ from email.utils import parsedate_to_datetime
 from types import ModuleType
 from typing import Any, Final
 
-from dsh.errors import LlmFailureError
-from dsh.messages import StreamChunk
+from dsh._errors import LlmFailureError
+from dsh._messages import StreamChunk
 
 __all__ = ["failure_from_sdk", "replace_lone_surrogates", "retry_after_ms", "stream_sdk"]
 

@@ -1,0 +1,253 @@
+"""Verify a session log: every rule a log must keep, as one list of violations.
+
+:func:`verify_events` runs, over one log, in this order:
+
+1. vocabulary: every type is known or the event is ``ignorable: true`` (core spec §1.6);
+2. envelope, header and seed validation by ``Session.restore`` (core spec §5.2-§5.5): it stops
+   at the first refusal, so this part gives at most one violation, naming the seq;
+3. the surface fold (core spec §7.10): the first refused surface op (skipped when step 2
+   already refused the same seq);
+4. tool pairing by call id over the model surface after in-memory crash repair (core spec
+   §9.2, §11): every ``tool-call`` block of an assistant message is answered by exactly one
+   ``tool/result``, no result answers an unknown or already answered call. Repair closers
+   answer the calls of an interrupted last turn, so a call still unanswered is one left
+   dangling at rest: a provider would refuse the next request;
+5. the log invariants (:func:`dsh.session._invariants.check_log`, core spec §13.2);
+6. the compaction bracket rules (:func:`dsh.compaction.check_compaction_log`, persistence spec
+   §9.4), reported with a ``COMPACTION_`` prefix.
+
+Rule codes are stable upper-snake names: those of :data:`RULES` plus the codes of the
+invariant companion (``TURN_NUMBER``, ``UNPAIRED_RESULT``, …) and the ``EventRejectedError``
+codes of ``Session.restore`` (``ENVELOPE``, ``HEADER``, ``SEED``, ``SURFACE``, …).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from dsh._errors import DshError, EventRejectedError
+from dsh.compaction import check_compaction_log
+from dsh.json import FrozenDict, snapshot_json
+from dsh.session._events import KNOWN_EVENT_TYPES, SESSION_FORMAT_VERSION, Event
+from dsh.session._invariants import check_log
+from dsh.session._repair import interrupted_turn_closers
+from dsh.session._session import Session
+from dsh.session._surface import fold_surface
+
+__all__ = [
+    "DUPLICATE_TOOL_RESULT",
+    "INVALID_LOG",
+    "ORPHAN_TOOL_RESULT",
+    "REPAIR",
+    "RULES",
+    "UNANSWERED_TOOL_CALL",
+    "UNKNOWN_EVENT_TYPE",
+    "Violation",
+    "verify_events",
+]
+
+UNKNOWN_EVENT_TYPE: Final = "UNKNOWN_EVENT_TYPE"
+"""An event type this dsh does not know, not marked ``ignorable`` (core spec §1.6)."""
+
+INVALID_LOG: Final = "INVALID_LOG"
+"""An event is not a JSON object dsh can hold (restore could not even start)."""
+
+REPAIR: Final = "REPAIR"
+"""The crash repair of the last turn failed: the open turn's events are malformed (§9)."""
+
+UNANSWERED_TOOL_CALL: Final = "UNANSWERED_TOOL_CALL"
+"""A tool call on the surface has no result, and no repair closer would give it one (§11)."""
+
+ORPHAN_TOOL_RESULT: Final = "ORPHAN_TOOL_RESULT"
+"""A ``tool/result`` on the surface answers a call id no earlier assistant message made."""
+
+DUPLICATE_TOOL_RESULT: Final = "DUPLICATE_TOOL_RESULT"
+"""A second ``tool/result`` on the surface for a call that was already answered."""
+
+RULES: Final = frozenset({UNKNOWN_EVENT_TYPE, INVALID_LOG, REPAIR, UNANSWERED_TOOL_CALL,
+                          ORPHAN_TOOL_RESULT, DUPLICATE_TOOL_RESULT})
+"""The rule codes this module defines itself (the other codes come from the checks it runs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule of a log.
+
+    Attributes:
+        seq: Seq of the offending event; None when the problem is not tied to one event (the
+            header).
+        rule: Stable upper-snake rule code (see the module docstring).
+        message: One sentence: the rule, found vs expected, where.
+    """
+
+    seq: int | None
+    rule: str
+    message: str
+
+
+def _where_seq(error: DshError) -> int | None:
+    for key in ("seq", "seed_index"):
+        value = error.where.get(key)
+        if type(value) is int:
+            return value
+    return None
+
+
+def _as_events(events: Iterable[Mapping[str, Any]]) -> tuple[list[Event], list[Violation]]:
+    out: list[Event] = []
+    for index, event in enumerate(events):
+        if type(event) is Event:
+            out.append(event)
+            continue
+        try:
+            frozen = snapshot_json(event)
+        except DshError as error:
+            return out, [Violation(index, INVALID_LOG,
+                                   f"event at index {index} is not valid JSON: {error.message}")]
+        if not isinstance(frozen, FrozenDict):
+            return out, [Violation(index, INVALID_LOG,
+                                   f"event at index {index} is not a JSON object "
+                                   f"({type(event).__name__})")]
+        if type(frozen.get("type")) is not str:
+            return out, [Violation(index, INVALID_LOG,
+                                   f"event at index {index} has a type that is not a string "
+                                   f"({frozen.get('type')!r})")]
+        out.append(Event(frozen))
+    return out, []
+
+
+def _default_header(events: Sequence[Event]) -> FrozenDict:
+    first = events[0].get("time") if events else 0
+    created = first if type(first) is int and first >= 0 else 0
+    return FrozenDict({"version": SESSION_FORMAT_VERSION, "id": "verify", "createdAt": created})
+
+
+def _call_ids(event: Event) -> list[str]:
+    data = event.get("data")
+    message = data.get("message") if isinstance(data, Mapping) else None
+    content = message.get("content") if isinstance(message, Mapping) else None
+    return [str(block.get("id")) for block in content or ()
+            if isinstance(block, Mapping) and block.get("type") == "tool-call"]
+
+
+def _answered_id(event: Event) -> str | None:
+    data = event.get("data")
+    message = data.get("message") if isinstance(data, Mapping) else None
+    if not isinstance(message, Mapping):
+        return None
+    for block in message.get("content") or ():
+        if isinstance(block, Mapping) and block.get("type") == "tool-result":
+            return str(block.get("toolCallId"))
+    source = message.get("source")
+    call_id = source.get("callId") if isinstance(source, Mapping) else None
+    return str(call_id) if call_id is not None else None
+
+
+def _pairing(events: Sequence[Event]) -> list[Violation]:
+    """Pair tool calls and results by id over the surface of ``events`` + repair closers."""
+    try:
+        closers = interrupted_turn_closers(events)
+    except EventRejectedError as error:
+        return [Violation(_where_seq(error), REPAIR,
+                          f"the crash repair of the last turn failed: {error.message}")]
+    log = [*events, *closers]
+    try:
+        nodes = fold_surface(log).nodes
+    except EventRejectedError:
+        return []  # reported by the surface check
+    repaired = len(events)
+    pending: dict[str, int] = {}
+    answered: set[str] = set()
+    found: list[Violation] = []
+    for seq in nodes:
+        event = log[seq]
+        kind = event.get("type")
+        if kind == "assistant/message":
+            for made in _call_ids(event):
+                pending[made] = seq
+                answered.discard(made)
+        elif kind == "tool/result" and seq < repaired:
+            call_id = _answered_id(event)
+            if call_id is not None and call_id in pending:
+                del pending[call_id]
+                answered.add(call_id)
+            elif call_id is not None and call_id in answered:
+                found.append(Violation(seq, DUPLICATE_TOOL_RESULT,
+                                       f"tool/result at seq {seq} answers call {call_id!r} a "
+                                       "second time; each tool call gets exactly one result"))
+            else:
+                found.append(Violation(seq, ORPHAN_TOOL_RESULT,
+                                       f"tool/result at seq {seq} answers call {call_id!r}, "
+                                       "which no earlier assistant message on the surface made"))
+        elif kind == "tool/result":
+            pending.pop(str(_answered_id(event)), None)
+    for call_id, seq in sorted(pending.items(), key=lambda item: item[1]):
+        found.append(Violation(seq, UNANSWERED_TOOL_CALL,
+                               f"tool call {call_id!r} of the assistant message at seq {seq} "
+                               "has no result and no open turn to repair it; a provider would "
+                               "refuse the next request"))
+    return found
+
+
+def verify_events(events: Iterable[Mapping[str, Any]], *,
+                  header: Mapping[str, Any] | None = None) -> list[Violation]:
+    """Check one session log and return every violation found (empty when valid).
+
+    Args:
+        events: The stored log in seq order: :class:`~dsh.session._events.Event` objects (or
+            plain wire objects, which are validated and frozen first), without repair closers
+            and without a trailing in-memory ``session/end-seed``.
+        header: The stored ``SessionHeader`` wire object; omitted: a minimal version-0 header
+            (id ``verify``, ``createdAt`` the first event's time). Its ``seedLength`` is the
+            inherited event count of a fork.
+
+    Returns:
+        list[Violation]: in check order (vocabulary, restore, surface, tool pairing,
+        invariants, compaction brackets); each check's violations in log order. Restore and
+        surface give at most one each (their validation stops at the first refusal).
+
+    Raises:
+        Nothing for a bad log: every problem is a violation.
+
+    Rules: core spec §1.6, §5.2-§5.5, §7.10, §9.2, §11, §13.2; persistence spec §9.4.
+    """
+    log, found = _as_events(events)
+    if found:
+        return found
+    for event in log:
+        etype = event.get("type")
+        if etype not in KNOWN_EVENT_TYPES and event.get("ignorable") is not True:
+            seq = event.get("seq")
+            found.append(Violation(seq if type(seq) is int else None, UNKNOWN_EVENT_TYPE,
+                                   f"event type {etype!r} at seq {seq} is unknown to this dsh "
+                                   "and not marked ignorable"))
+    if header is None:
+        stored = _default_header(log)
+    else:
+        try:
+            frozen = snapshot_json(header)
+        except DshError as error:
+            return [*found, Violation(None, "HEADER", f"the session header is not valid JSON: "
+                                                      f"{error.message}")]
+        stored = frozen if isinstance(frozen, FrozenDict) else FrozenDict(frozen)
+    seed_length = stored.get("seedLength")
+    restore_seq: int | None = -1
+    try:
+        Session.restore(str(stored.get("id") or "verify"), log, stored,
+                        inherited_event_count=seed_length if type(seed_length) is int else 0)
+    except DshError as error:
+        restore_seq = _where_seq(error)
+        found.append(Violation(restore_seq, error.code, " ".join(error.message.split())))
+    try:
+        fold_surface(log)
+    except DshError as error:
+        seq = _where_seq(error)
+        if seq != restore_seq:
+            found.append(Violation(seq, error.code, " ".join(error.message.split())))
+    found.extend(_pairing(log))
+    found.extend(Violation(v.seq, v.rule, v.message) for v in check_log(log))
+    found.extend(Violation(v.seq, f"COMPACTION_{v.rule}", v.message)
+                 for v in check_compaction_log(log))
+    return found

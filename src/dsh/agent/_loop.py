@@ -1,0 +1,734 @@
+"""The agent loop: turns and steps of a model with tools, every step durable and checked.
+
+One :meth:`Agent.run` drives turns while the inbox has work (persistence spec §8.2):
+
+1. ``turn/start`` (numbered after the log's last turn, also across resumes);
+2. per step: claim the inbox (all steering; one prompt on the first step), compaction under
+   pressure (owner = the turn), ``step/start``, one ``user/message`` per claimed message, then
+   per attempt ``request/header``/``request/context`` when they changed, the **dispatch
+   checkpoint** (a flush barrier: a failure ends the turn before the provider is called), the
+   **request == projection** check, the stream (one ``assistant/chunk`` per chunk), and either
+   the ``assistant/message`` citing this attempt's chunks, or a retry (retryable failures with
+   backoff, recorded as ``llm/retry``; a context overflow compacts and retries once);
+3. tool calls in model order: ``tool/call``, the **tool checkpoint**, the body; parallel-safe
+   calls share a rolling pool (default 10), the others are barriers; every ``tool/result``
+   strictly in model order; ``step/end`` always;
+4. ``turn/end`` with completed / max-tokens / blocked / error / aborted, then a flush, so a
+   finished turn is durable when :meth:`Agent.run` returns (a flush dsh does not take here).
+
+Cancelling the task awaiting :meth:`Agent.run` records what was visibly streamed as an
+``interrupted`` assistant message (text and reasoning only), cancels and drains started tools,
+pairs calls that never started with ABORTED_BEFORE_DISPATCH results, then ``step/end`` and
+``turn/end {aborted}`` (persistence spec §8.2, last paragraph).
+
+:meth:`Agent.resume` follows seed ch. 28: write ownership first, cold read, closers through the
+same handle, restore, publish; the backend work runs in a daemon thread so a call that never
+returns is abandoned on cancellation or timeout and its handle closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import operator
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from dsh._errors import AgentError, CompactionError, ConfigError, InvariantError, LlmFailureError
+from dsh.agent._inbox import INBOX_EVENT, Inbox
+from dsh.agent._provider import LlmRequest, LlmResponse, Provider, StreamAssembler
+from dsh.agent._recorder import (
+    ABORTED_BEFORE_DISPATCH,
+    ABORTED_BEFORE_DISPATCH_TEXT,
+    Recorder,
+    StepRecorder,
+    TurnRecorder,
+    as_user_message,
+    turn_end_reason,
+)
+from dsh.agent._tools import Tool, ToolContext, ToolOutput, tool_table
+from dsh.compaction import CompactionPolicy, compact_if_needed, compact_surface_region
+from dsh.compaction._selection import select_compactable_range
+from dsh.compaction._summarizers import DigestSummarizer, Summarizer
+from dsh.json import FrozenDict, dumps
+from dsh.session import Event, Session, SessionStore, header_equals
+
+__all__ = [
+    "RETRY_EVENT",
+    "Agent",
+    "InvariantStats",
+    "RetryPolicy",
+    "TurnResult",
+]
+
+logger = logging.getLogger(__name__)
+
+RETRY_EVENT: Final = "llm/retry"
+
+_DRAIN_TIMEOUT_S: Final = 5.0
+"""How long a cancelled turn waits for started tool bodies to settle (seconds)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How retryable model failures are retried within a step.
+
+    Attributes:
+        max_retries: Retries per step after the first attempt (>= 0; default 3).
+        base_delay_ms: First backoff in ms; doubles each retry (default 500).
+        max_delay_ms: Backoff ceiling in ms (default 30000); a provider's
+            ``retry_after_ms`` hint is used instead when given, capped the same way.
+
+    Raises:
+        ConfigError: a negative value or ``base_delay_ms > max_delay_ms``.
+    """
+
+    max_retries: int = 3
+    base_delay_ms: int = 500
+    max_delay_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if min(self.max_retries, self.base_delay_ms, self.max_delay_ms) < 0 or (
+                self.base_delay_ms > self.max_delay_ms):
+            raise ConfigError(f"retry policy out of range: {self!r} (values >= 0, base <= max)")
+
+    def delay_ms(self, retry: int, hint_ms: int | None) -> int:
+        """Backoff before retry number ``retry`` (0-based), in ms."""
+        wanted = hint_ms if hint_ms is not None else self.base_delay_ms * (2 ** retry)
+        return min(max(0, wanted), self.max_delay_ms)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnResult:
+    """How a turn ended.
+
+    Attributes:
+        turn: Turn number.
+        reason: The ``turn/end`` reason, e.g. ``{"kind": "completed"}``.
+        steps: Steps the turn ran.
+        text: Text of the turn's last assistant message ('' when none).
+    """
+
+    turn: int
+    reason: FrozenDict
+    steps: int
+    text: str
+
+
+@dataclass(slots=True)
+class InvariantStats:
+    """What the request == projection check cost (for ``bench/``).
+
+    Attributes:
+        checks: Requests checked.
+        fast: Checks decided by identity and surface generation (O(1)).
+        total_ns: Time spent checking, in ns.
+    """
+
+    checks: int = 0
+    fast: int = 0
+    total_ns: int = 0
+
+
+@dataclass(slots=True)
+class _Built:
+    """What a request was built from: the exact derivation it carries."""
+
+    messages: tuple[FrozenDict, ...]
+    generation: int
+    node_count: int
+
+
+def _text_of(content: Sequence[Mapping[str, Any]]) -> str:
+    return "".join(b["text"] for b in content if b.get("type") == "text")
+
+
+class Agent:
+    """An agent over one live session: a provider, tools, an inbox, and the loop.
+
+    Args:
+        session: The live session (from ``store.create`` or :meth:`resume`).
+        provider: The model backend (:class:`~dsh.agent._provider.Provider`).
+        store: The store the session is live in; its persistence makes the checkpoints
+            durable (without one, checkpoints are no-ops).
+        config: ``{provider, model, reasoningEffort?, temperature?, maxTokens?, stop?}``.
+        system: System prompt.
+        tools: Tools the model may call.
+        max_steps: Steps per turn before the turn ends with ``MAX_STEPS`` (>= 1; default 32).
+        max_parallel_tool_calls: Size of the rolling pool of parallel-safe calls (default 10).
+        context_window: The model's context window in tokens; enables compaction.
+        compaction: Pressure policy (default :class:`~dsh.compaction.CompactionPolicy`);
+            ``None`` with a context window uses the default; pass ``False`` to disable.
+        summarizer: Summarizer for compaction (default the offline digest).
+        retry: Retry policy for retryable failures.
+        request_hook: Called with each built request; may return a changed one (the
+            request == projection check then catches any change to messages or header).
+        before_step: ``before_step(turn, step) -> bool``, asked after the step's inbox claim;
+            False ends the turn ``{kind: "blocked"}`` with no step events (the claimed input
+            is dropped, as in spec §8.2b).
+        sleep: Awaitable sleep used for backoff (tests pass a fake).
+
+    Raises:
+        ConfigError: a bad ``max_steps``/``max_parallel_tool_calls`` or a config without
+            provider and model.
+        AgentError: code ``TOOL`` for tools with the same name; ``RECORDER`` when the session
+            ends inside an open turn.
+    """
+
+    def __init__(self, session: Session, provider: Provider, *,
+                 store: SessionStore | None = None, config: Mapping[str, Any],
+                 system: str | None = None, tools: Sequence[Tool] = (), max_steps: int = 32,
+                 max_parallel_tool_calls: int = 10, context_window: int | None = None,
+                 compaction: CompactionPolicy | bool | None = None,
+                 summarizer: Summarizer | None = None, retry: RetryPolicy | None = None,
+                 request_hook: Callable[[LlmRequest], LlmRequest] | None = None,
+                 before_step: Callable[[int, int], bool] | None = None,
+                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+        if type(max_steps) is not int or max_steps < 1:
+            raise ConfigError(f"max_steps must be an integer >= 1, got {max_steps!r}")
+        if type(max_parallel_tool_calls) is not int or max_parallel_tool_calls < 1:
+            raise ConfigError(f"max_parallel_tool_calls must be an integer >= 1, got "
+                              f"{max_parallel_tool_calls!r}")
+        if not config.get("provider") or not config.get("model"):
+            raise ConfigError(f"config needs a provider and a model, got {dict(config)!r}")
+        self._session = session
+        self._provider = provider
+        self._store = store
+        self._config = dict(config)
+        self._system = system
+        self._tools = tool_table(tools)
+        self._declarations = [t.declaration() for t in tools]
+        self._max_steps = max_steps
+        self._pool = max_parallel_tool_calls
+        self._window = context_window
+        if compaction is False or context_window is None:
+            self._policy: CompactionPolicy | None = None
+        else:
+            self._policy = compaction if isinstance(compaction, CompactionPolicy) \
+                else CompactionPolicy()
+        self._summarizer: Summarizer = summarizer or DigestSummarizer()
+        self._retry = retry or RetryPolicy()
+        self._hook = request_hook
+        self._before_step = before_step
+        self._cause: dict[str, Any] | None = None
+        self._sleep = sleep
+        self._recorder = Recorder(session, store=store, flush_on_turn_end=False)
+        self._inbox = Inbox(lambda data: self._recorder._agent_event(INBOX_EVENT, data))
+        seed_length = session.header.seed_length or 0
+        self._inbox.replay(session.events[seed_length:])
+        self._task: asyncio.Task[Any] | None = None
+        self.invariant_stats = InvariantStats()
+
+    # construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, store: SessionStore, provider: Provider, *, session_id: str | None = None,
+               **options: Any) -> Agent:
+        """Create a new session in ``store`` and an agent over it (options as the class).
+
+        Raises:
+            SessionExistsError: the id is live; whatever the store's persistence raises for an
+                id already stored.
+        """
+        return cls(store.create(session_id), provider, store=store, **options)
+
+    @classmethod
+    async def resume(cls, store: SessionStore, session_id: str, provider: Provider, *,
+                     timeout_ms: int | None = None, **options: Any) -> Agent:
+        """Resume a stored session and build an agent over it (seed ch. 28; spec §7).
+
+        Order: take write ownership (open the write handle), read cold through it, append the
+        closers of an interrupted turn through the same handle, restore, publish into
+        ``store``; then rebuild the inbox from the logged splices. The backend work runs in
+        a daemon thread; on cancellation or timeout the call is abandoned, the write handle
+        closed (so a later resume of the id succeeds) and a session that still arrives later
+        is disposed.
+
+        Args:
+            store: A store with persistence.
+            session_id: The stored session.
+            provider: The model backend.
+            timeout_ms: Give up after this many ms (None: wait).
+            **options: As the class.
+
+        Raises:
+            ConfigError: ``store`` has no persistence (code ``NO_PERSISTENCE``).
+            SessionBusyError: the id is live (``SESSION_LIVE``) or another writer holds it.
+            SessionNotFoundError, LogCorruptError, SessionFormatUnsupportedError: as the
+                persistence layer.
+            AgentError: code ``RESUME_TIMEOUT`` after ``timeout_ms``.
+            asyncio.CancelledError: the caller cancelled.
+        """
+        persistence = store.persistence
+        if persistence is None:
+            raise ConfigError("cannot resume: the store has no persistence (pass "
+                              "persistence=open_store(url) to SessionStore)",
+                              code="NO_PERSISTENCE", session_id=session_id)
+        session = await _resume_in_thread(store, persistence, session_id, timeout_ms)
+        try:
+            return cls(session, provider, store=store, **options)
+        except BaseException:
+            store.dispose(session)
+            raise
+
+    # state ----------------------------------------------------------------------------------
+
+    @property
+    def session(self) -> Session:
+        """The live session."""
+        return self._session
+
+    @property
+    def recorder(self) -> Recorder:
+        """The recorder every event of this agent goes through."""
+        return self._recorder
+
+    @property
+    def inbox(self) -> Inbox:
+        """The pending prompts and steering messages."""
+        return self._inbox
+
+    @property
+    def running(self) -> bool:
+        """True while :meth:`run` is active."""
+        return self._task is not None
+
+    def send(self, prompt: str | Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> Event:
+        """Queue a prompt for a later turn (``next-turn``); returns the splice event.
+
+        Call it from the event loop's thread (the session is not thread-safe).
+        """
+        return self._inbox.push("next-turn", as_user_message(prompt))
+
+    def steer(self, message: str | Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> Event:
+        """Queue steering for the next step (``next-step``); returns the splice event.
+
+        It enters as a ``user/message`` after the next ``step/start``, so it never lands
+        between a tool call and its result.
+        """
+        return self._inbox.push("next-step", as_user_message(message))
+
+    def cancel(self, *, cause: Mapping[str, Any] | None = None) -> bool:
+        """Cancel the active :meth:`run` (as cancelling its task); False when idle.
+
+        Args:
+            cause: The abort cause recorded in ``turn/end {kind: "aborted", reason}``
+                (default ``{kind: "user"}``); the first cause of a run is kept.
+        """
+        if self._task is None:
+            return False
+        if self._cause is None:
+            self._cause = dict(cause) if cause is not None else {"kind": "user"}
+        return self._task.cancel()
+
+    async def aclose(self) -> None:
+        """Stop the agent and release its session.
+
+        Cancels a running turn (cause ``{kind: "disposed"}``) and waits for it to end, then
+        flushes and disposes the session from its store (releasing write ownership).
+        Idempotent. Raises whatever the final flush raises.
+        """
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            self.cancel(cause={"kind": "disposed"})
+            await asyncio.wait([task])
+        store = self._store
+        if store is not None and store.get(self._session.id) is self._session:
+            try:
+                await store.aflush(self._session)
+            finally:
+                store.dispose(self._session)
+
+    # the loop -------------------------------------------------------------------------------
+
+    async def run(self, prompt: str | Sequence[Mapping[str, Any]] | Mapping[str, Any] |
+                  None = None) -> TurnResult:
+        """Queue ``prompt`` (if given) and run turns until the inbox is empty.
+
+        Returns:
+            The last turn's :class:`TurnResult` (completed, max-tokens).
+
+        Raises:
+            AgentError: ``NOT_IDLE`` when a run is active; ``NOTHING_TO_RUN`` without a
+                prompt or pending input; ``MAX_STEPS`` when a turn hit the step limit.
+            LlmFailureError: the model failed (after retries); the turn ended with it.
+            InvariantError: a request differed from the log's projection.
+            asyncio.CancelledError: the run was cancelled; the turn ended ``aborted``.
+            Exception: a checkpoint (flush) failure; the turn ended with an error first.
+        """
+        if self._task is not None:
+            raise AgentError("the agent is already running; await the active run or cancel "
+                             "it", code="NOT_IDLE", session_id=self._session.id)
+        if prompt is not None:
+            self.send(prompt)
+        if not self._inbox.has_work():
+            raise AgentError("nothing to run: pass a prompt or send() one first",
+                             code="NOTHING_TO_RUN", session_id=self._session.id)
+        self._task = asyncio.current_task()
+        self._cause = None
+        try:
+            result: TurnResult | None = None
+            while self._inbox.has_work():
+                result = await self._turn()
+            assert result is not None
+            return result
+        finally:
+            self._task = None
+
+    async def _turn(self) -> TurnResult:
+        turn = self._recorder.turn()
+        steps = 0
+        text = ""
+        error: BaseException | None = None
+        try:
+            decided = False
+            while True:
+                first = steps == 0
+                claimed = self._inbox.claim("next-step")
+                if first:
+                    claimed[:0] = self._inbox.claim("next-turn", 1)
+                if not claimed and (first or decided):
+                    break
+                if self._before_step is not None and not self._before_step(turn.number,
+                                                                            steps + 1):
+                    turn.reason = {"kind": "blocked"}
+                    break
+                if steps == self._max_steps:
+                    raise AgentError(f"turn {turn.number} reached max_steps={self._max_steps} "
+                                     f"without finishing", code="MAX_STEPS",
+                                     session_id=self._session.id)
+                self._compact_under_pressure(turn.number)
+                step = turn.step()
+                steps += 1
+                try:
+                    for message in claimed:
+                        step.user_message(message)
+                    response = await self._request(turn, step)
+                    text = _text_of(response.content) or text
+                    if response.finish == "max-tokens":
+                        turn.reason = {"kind": "max-tokens"}  # sticky; no tool runs
+                        decided = True
+                    elif response.tool_calls:
+                        await self._run_tools(step, response.tool_calls)
+                        decided = False
+                    else:
+                        decided = True
+                finally:
+                    step.end()
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            reason = turn_end_reason(error) if error is not None else None
+            if isinstance(error, asyncio.CancelledError) and self._cause is not None:
+                reason = {"kind": "aborted", "reason": self._cause}
+            ended = turn.end(reason)
+            try:
+                await self._recorder.aflush()
+            except Exception:
+                if error is None:
+                    raise
+                logger.exception("session %r: flush after turn %d failed", self._session.id,
+                                  turn.number)
+        assert ended is not None
+        return TurnResult(turn=turn.number, reason=ended["data"]["reason"], steps=steps,
+                          text=text)
+
+    # requests -------------------------------------------------------------------------------
+
+    def _build(self, step: StepRecorder) -> tuple[LlmRequest, _Built]:
+        header = step.request(self._config, system=self._system, tools=self._declarations,
+                              context_window=self._window)
+        session = self._session
+        messages = tuple(session.derive_messages())
+        surface = session.surface
+        built = _Built(messages, surface.replace_generation, len(surface.nodes))
+        request = LlmRequest(session_id=session.id, messages=messages, header=header,
+                             context_window=self._window)
+        if self._hook is not None:
+            request = self._hook(request)
+        return request, built
+
+    def check_request(self, request: LlmRequest, built: _Built | None = None) -> None:
+        """Check that ``request`` equals the log's projection right now (spec §8.3).
+
+        Exact fast path: the request carries the very tuple derived at a surface generation
+        and node count that are still current (the derivation is a pure function of them).
+        Otherwise messages are compared one by one (identity, else compact JSON).
+
+        Raises:
+            InvariantError: the session id, a message, or the header differs; the message
+                names the first difference.
+        """
+        started = time.perf_counter_ns()
+        stats = self.invariant_stats
+        stats.checks += 1
+        session = self._session
+        try:
+            if request.session_id != session.id:
+                self._diverged(f"request session id {request.session_id!r} is not the live "
+                               f"session {session.id!r}")
+            latest = session.request_header()
+            if latest is None:
+                self._diverged("the log has no request/header before the request")
+            elif request.header is not latest and not header_equals(request.header, latest):
+                self._diverged("the request header differs from the latest logged "
+                               "request/header")
+            surface = session.surface
+            if built is not None and request.messages is built.messages and (
+                    surface.replace_generation == built.generation
+                    and len(surface.nodes) == built.node_count):
+                stats.fast += 1
+                return
+            derived = session.derive_messages()
+            if len(derived) != len(request.messages):
+                self._diverged(f"the request has {len(request.messages)} messages, the log's "
+                               f"projection {len(derived)}")
+            if all(map(operator.is_, request.messages, derived)):
+                return  # the very frozen messages of the log (C-speed identity walk)
+            for index, (ours, theirs) in enumerate(zip(request.messages, derived,
+                                                       strict=True)):
+                if ours is not theirs and dumps(ours) != dumps(theirs):
+                    self._diverged(f"request message {index} differs from the projection "
+                                   f"(message id {theirs.get('id')!r})")
+        finally:
+            stats.total_ns += time.perf_counter_ns() - started
+
+    def _diverged(self, what: str) -> None:
+        raise InvariantError(f"request == projection violated in session {self._session.id!r}: "
+                             f"{what}; the request must be exactly what the log derives",
+                             code="REQUEST_DIVERGED", session_id=self._session.id)
+
+    async def _checkpoint(self) -> None:
+        """The durability barrier (persistence spec §6): everything appended is stored."""
+        await self._recorder.aflush()
+
+    async def _request(self, turn: TurnRecorder, step: StepRecorder) -> LlmResponse:
+        retries = 0
+        compacted = False
+        while True:
+            request, built = self._build(step)
+            await self._checkpoint()  # a failure ends the turn before dispatch
+            self.check_request(request, built)
+            try:
+                response = await self._stream(step, request)
+            except LlmFailureError as failure:
+                step.discard_attempt()
+                if failure.context_overflow and not compacted and self._compact_for_overflow(
+                        turn.number):
+                    compacted = True
+                    self._note_retry(step, retries, 0, failure, "context-overflow")
+                    continue
+                if not failure.retryable or retries >= self._retry.max_retries:
+                    raise
+                delay = self._retry.delay_ms(retries, failure.retry_after_ms)
+                self._note_retry(step, retries, delay, failure, "retryable")
+                retries += 1
+                await self._sleep(delay / 1000)
+                continue
+            step.assistant(list(response.content), provider=request.provider,
+                           model=request.model, usage=response.usage,  # type: ignore[arg-type]
+                           replay_state=response.replay_state)
+            return response
+
+    def _note_retry(self, step: StepRecorder, retry: int, delay_ms: int,
+                    failure: LlmFailureError, cause: str) -> None:
+        logger.warning("session %r turn %d step %d: model call failed (%s, %s); retry %d in %d "
+                       "ms", self._session.id, step.turn, step.number, failure.code, cause,
+                       retry + 1, delay_ms)
+        self._recorder._agent_event(RETRY_EVENT, {
+            "turn": step.turn, "step": step.number, "attempt": retry + 1, "delayMs": delay_ms,
+            "cause": cause, "failure": failure.failure})
+
+    async def _stream(self, step: StepRecorder, request: LlmRequest) -> LlmResponse:
+        assembler = StreamAssembler()
+        stream = self._provider.stream(request)
+        try:
+            async for chunk in stream:
+                step.chunk(chunk)
+                assembler.feed(chunk)
+            return assembler.response()
+        except asyncio.CancelledError:
+            visible = assembler.visible_content()
+            if visible:
+                step.assistant(list(visible), provider=request.provider, model=request.model,
+                               usage=assembler.usage,  # type: ignore[arg-type]
+                               interrupted=True)
+            raise
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
+
+    # compaction -----------------------------------------------------------------------------
+
+    def _compact_under_pressure(self, turn: int) -> None:
+        if self._policy is None or self._window is None:
+            return
+        try:
+            compact_if_needed(self._session, summarizer=self._summarizer,
+                              context_window=self._window, owner=turn, policy=self._policy)
+        except CompactionError as exc:
+            # The request still goes out; an overflow then gets its own compaction attempt.
+            logger.warning("session %r turn %d: automatic compaction did not run (%s: %s)",
+                           self._session.id, turn, exc.code, exc.message)
+
+    def _compact_for_overflow(self, turn: int) -> bool:
+        if self._policy is None or self._window is None:
+            return False
+        retain = self._policy.retain_budget(self._window)
+        span = select_compactable_range(self._session, retain_tokens=retain)
+        if span is None:
+            return False
+        try:
+            compact_surface_region(self._session, span[0], span[1], summarizer=self._summarizer,
+                                   owner=turn, stability="whole-surface")
+        except CompactionError as exc:
+            logger.warning("session %r turn %d: compaction after a context overflow failed "
+                           "(%s: %s)", self._session.id, turn, exc.code, exc.message)
+            return False
+        return True
+
+    # tools ----------------------------------------------------------------------------------
+
+    async def _dispatch(self, step: StepRecorder, call: Mapping[str, Any]) -> ToolOutput:
+        """Checkpoint, then run one tool body (the call's ``tool/call`` is already logged)."""
+        try:
+            await self._checkpoint()
+        except asyncio.CancelledError:
+            return ToolOutput(content=ABORTED_BEFORE_DISPATCH_TEXT,
+                              error={"name": "AbortError", "code": ABORTED_BEFORE_DISPATCH})
+        except Exception as exc:  # the body never runs without a durable tool/call
+            return ToolOutput(content=f"Error: tool call not dispatched: the checkpoint "
+                                      f"failed ({type(exc).__name__}: {exc})",
+                              error={"name": type(exc).__name__, "code": "CHECKPOINT_FAILED"})
+        found = self._tools.get(call["name"])
+        if found is None:
+            return ToolOutput(content=f"Error: there is no tool named {call['name']!r}; "
+                                      f"available: {sorted(self._tools)}",
+                              error={"name": "UnknownToolError", "code": "UNKNOWN_TOOL"})
+        context = ToolContext(session_id=self._session.id, call_id=call["id"], turn=step.turn,
+                              step=step.number)
+        return await found.invoke(call["arguments"], context)
+
+    async def _run_tools(self, step: StepRecorder,
+                         calls: Sequence[Mapping[str, Any]]) -> None:
+        """Run calls in a rolling pool; exclusive calls are barriers; commit in model order."""
+        outcomes: dict[int, ToolOutput] = {}
+        running: dict[asyncio.Task[ToolOutput], int] = {}
+        committed = 0
+
+        def commit_ready() -> None:
+            nonlocal committed
+            while committed in outcomes:
+                output = outcomes.pop(committed)
+                step.tool_result(calls[committed]["id"], output.content,
+                                 is_error=output.is_error, error=output.error, meta=output.meta)
+                committed += 1
+
+        async def settle(wait_all: bool) -> None:
+            done, _ = await asyncio.wait(
+                running, return_when=asyncio.ALL_COMPLETED if wait_all else
+                asyncio.FIRST_COMPLETED)
+            for task in done:
+                outcomes[running.pop(task)] = task.result()
+            commit_ready()
+
+        try:
+            for index, call in enumerate(calls):
+                found = self._tools.get(call["name"])
+                exclusive = found is not None and not found.parallel_safe
+                while running and (exclusive or len(running) >= self._pool):
+                    await settle(wait_all=exclusive)
+                step.tool_call(call["id"])
+                task = asyncio.create_task(self._dispatch(step, call))
+                running[task] = index
+                if exclusive:
+                    await settle(wait_all=True)
+            while running:
+                await settle(wait_all=True)
+        except asyncio.CancelledError:
+            await self._drain(running, outcomes)
+            commit_ready()
+            raise
+
+    async def _drain(self, running: dict[asyncio.Task[ToolOutput], int],
+                     outcomes: dict[int, ToolOutput]) -> None:
+        """Cancel started bodies and wait for them (at most 5 s).
+
+        Calls that never started are left to ``step/end``, which pairs them with
+        ABORTED_BEFORE_DISPATCH results.
+        """
+        for task in running:
+            task.cancel()
+        done, pending = await asyncio.wait(running, timeout=_DRAIN_TIMEOUT_S) if running \
+            else (set(), set())
+        for task in done:
+            index = running[task]
+            if task.cancelled() or task.exception() is not None:
+                outcomes[index] = ToolOutput(
+                    content="Error: tool call aborted while running; it may have had effects",
+                    error={"name": "AbortError", "code": "ABORTED"})
+            else:
+                outcomes[index] = task.result()
+        for task in pending:
+            outcomes[running[task]] = ToolOutput(
+                content="Error: tool call aborted and did not stop in time; it may still be "
+                        "running and may have had effects",
+                error={"name": "AbortError", "code": "ABORTED"})
+
+
+async def _resume_in_thread(store: SessionStore, persistence: Any, session_id: str,
+                            timeout_ms: int | None) -> Session:
+    loop = asyncio.get_running_loop()
+    arrived: asyncio.Future[Session] = loop.create_future()
+    handles: list[Any] = []
+    abandoned = threading.Event()
+
+    def deliver(session: Session | None, error: BaseException | None) -> None:
+        if abandoned.is_set():
+            if session is not None:  # arrived after the caller gave up: release it at once
+                store.dispose(session)
+            return
+        if error is not None:
+            arrived.set_exception(error)
+        else:
+            arrived.set_result(session)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            session = persistence.resume(store, session_id, on_handle=handles.append)
+        except BaseException as exc:  # delivered to the awaiting caller (or dropped if it left)
+            _call_soon(loop, deliver, None, exc)
+        else:
+            _call_soon(loop, deliver, session, None)
+
+    threading.Thread(target=work, name=f"dsh-resume-{session_id}", daemon=True).start()
+    try:
+        if timeout_ms is None:
+            return await arrived
+        async with asyncio.timeout(timeout_ms / 1000):
+            return await arrived
+    except (asyncio.CancelledError, TimeoutError) as exc:
+        abandoned.set()
+        for handle in handles:
+            try:
+                handle.close()  # releases write ownership so a later resume succeeds
+            except Exception:
+                logger.exception("closing the write handle of abandoned resume %r failed",
+                                 session_id)
+        if isinstance(exc, TimeoutError):
+            raise AgentError(f"resume of session {session_id!r} did not finish within "
+                             f"{timeout_ms} ms; it was abandoned and its handle closed",
+                             code="RESUME_TIMEOUT", session_id=session_id) from exc
+        raise
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the loop is closed: nobody waits for this resume any more
+        logger.debug("resume finished after its event loop closed")

@@ -1,0 +1,255 @@
+"""``dsh chat [ID]``: talk to a model in the terminal; every turn is a durable session log.
+
+The answer streams as the log records it; tool calls and results show as one line each; a
+``shell`` command runs only when you answer ``y``. Ctrl+C while the model works cancels the
+turn (the log keeps what was streamed, marked interrupted); a second Ctrl+C, or Ctrl+C / Ctrl+D
+at the prompt, ends the chat. ``dsh chat ID`` continues any stored session, including one
+imported from Claude Code or Codex, on whichever provider you choose: its recent history is
+shown first.
+
+Commands at the prompt: ``/show`` (the transcript so far), ``/fork [SEQ]`` (continue in a
+child session that inherits events 0..SEQ, default all), ``/compact [model]`` (summarise
+older history into a checkpoint now: the offline digest, or the chat's model), ``/exit``.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final
+from uuid import uuid4
+
+import typer
+
+import dsh
+from dsh._errors import DshError
+from dsh.agent.providers import create_provider
+from dsh.cli import _render as render
+from dsh.cli._agent import (
+    BaseUrlOption,
+    ContextWindowOption,
+    ModelOption,
+    ProviderOption,
+    SystemOption,
+    TimeoutOption,
+    Tools,
+    ToolsOption,
+    agent_options,
+    open_agent,
+    tools_for,
+)
+from dsh.cli._common import StoreOption, default_store_url, source_format, stderr_console, store_url
+from dsh.cli._live import LiveView
+from dsh.compaction import acompact_now
+from dsh.compaction._summarizers import DigestSummarizer
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from dsh.agent import Agent
+
+__all__ = ["HISTORY_ITEMS", "PROMPT", "chat"]
+
+PROMPT: Final = "you> "
+HISTORY_ITEMS: Final = 20
+"""Transcript entries shown when a stored session is continued."""
+
+_HELP: Final = ("commands: /show, /fork [SEQ], /compact [model], /exit "
+                 "(Ctrl+C cancels a turn)")
+
+
+def chat(
+    session: Annotated[str | None, typer.Argument(
+        metavar="ID", show_default=False,
+        help="Session to continue (see `dsh ls`); default a new session.")] = None,
+    tools: ToolsOption = Tools.none,
+    provider: ProviderOption = "deepseek",
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    system: SystemOption = None,
+    timeout: TimeoutOption = 120.0,
+    context_window: ContextWindowOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Chat with a model in the terminal; the conversation is a session you can resume."""
+    import asyncio  # here: the CLI starts (`dsh ls`) without asyncio and the agent loop
+
+    llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
+    options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
+                            context_window=context_window)
+    loop = asyncio.new_event_loop()
+    try:
+        with dsh.open(store_url(store) if store else default_store_url()) as sessions:
+            _Chat(loop, sessions, llm, options).main(session)
+    finally:
+        loop.run_until_complete(llm.aclose())
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+class _Chat:
+    """The read-eval-print loop over one event loop.
+
+    The SDK client keeps its connections on that loop; prompts are read between turns, turns
+    run on it.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sessions: Any, llm: Any,
+                 options: dict[str, Any]) -> None:
+        self.loop = loop
+        self.sessions = sessions
+        self.llm = llm
+        self.options = options
+        self.err = sys.stderr
+        self.agent: Agent | None = None
+        self.stop_view: Callable[[], None] | None = None
+        self.view = LiveView(sys.stdout, sys.stderr, color=sys.stderr.isatty())
+        self.quit = False
+        self.last_was_interrupt = False
+
+    def say(self, text: str) -> None:
+        self.err.write(text + "\n")
+        self.err.flush()
+
+    def attach(self, agent: Agent) -> None:
+        if self.stop_view is not None:
+            self.stop_view()
+        self.agent = agent
+        self.stop_view = agent.session.observe(self.view)
+
+    def main(self, session_id: str | None) -> None:
+        agent, resumed = self.loop.run_until_complete(
+            open_agent(self.sessions, self.llm, session_id, options=self.options))
+        self.attach(agent)
+        if resumed:
+            self.show(HISTORY_ITEMS)
+        self.say(f"session {agent.session.id} · {self.llm.name} {self.llm.model} · {_HELP}")
+        while not self.quit:
+            line = self.read()
+            if line is None:
+                break
+            text = line.strip()
+            if not text:
+                continue
+            if text.startswith("/"):
+                self.command(text)
+            else:
+                self.turn(text)
+        if self.stop_view is not None:
+            self.stop_view()
+        self.say(f"bye · continue with: dsh chat {self.current.session.id}")
+
+    @property
+    def current(self) -> Agent:
+        assert self.agent is not None
+        return self.agent
+
+    def read(self) -> str | None:
+        """One prompt line; None to end the chat (Ctrl+D, or a second Ctrl+C in a row)."""
+        while True:
+            try:
+                line = input(PROMPT)
+            except EOFError:
+                self.say("")
+                return None
+            except KeyboardInterrupt:
+                if self.last_was_interrupt:
+                    self.say("")
+                    return None
+                self.last_was_interrupt = True
+                self.say("\n(Ctrl+C again or /exit to quit)")
+                continue
+            self.last_was_interrupt = False
+            return line
+
+    def turn(self, prompt: str) -> None:
+        import asyncio
+
+        task = self.loop.create_task(self.current.run(prompt))
+        presses = 0
+
+        def on_interrupt() -> None:
+            nonlocal presses
+            presses += 1
+            if presses == 1:
+                task.cancel()
+            else:
+                self.quit = True  # leave once the cancelled turn is recorded
+
+        self.loop.add_signal_handler(signal.SIGINT, on_interrupt)
+        try:
+            self.loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            self.last_was_interrupt = True
+        except DshError as error:  # the turn ended with it; the chat goes on
+            self.say(f"error[{error.code}]: {' '.join(error.message.split())}")
+        finally:
+            self.loop.remove_signal_handler(signal.SIGINT)
+            self.view.close()
+        if presses == 0:
+            self.last_was_interrupt = False
+
+    def command(self, text: str) -> None:
+        name, _, rest = text.partition(" ")
+        try:
+            if name == "/exit":
+                self.quit = True
+            elif name == "/show":
+                self.show(None)
+            elif name == "/fork":
+                self.fork(rest.strip())
+            elif name == "/compact":
+                self.compact(rest.strip())
+            else:
+                self.say(f"unknown command {name}; {_HELP}")
+        except DshError as error:
+            self.say(f"error[{error.code}]: {' '.join(error.message.split())}")
+
+    def show(self, last: int | None) -> None:
+        session = self.current.session
+        events = list(session.events)
+        items = render.transcript_items(events)
+        if last is not None:
+            items = items[-last:]
+        row = render.session_row(session.header, events, source_format=source_format(events))
+        stderr_console().print(render.render_transcript(session.header, items, row=row))
+
+    def fork(self, seq_text: str) -> None:
+        if seq_text and not seq_text.isdigit():
+            self.say(f"/fork takes a seq number (see /show), got {seq_text!r}")
+            return
+        from dsh.agent import Agent
+
+        parent = self.current.session
+        child = self.sessions.fork(parent, int(seq_text) if seq_text else None,
+                                   f"{parent.id}-fork-{uuid4().hex[:8]}")
+        self.attach(Agent(child, self.llm, store=self.sessions, **self.options))
+        self.say(f"forked {parent.id} at seq {child.header.seed_length - 1} as {child.id}; "
+                 f"now continuing {child.id}")
+
+    def compact(self, how: str) -> None:
+        if how not in ("", "model"):
+            self.say(f"/compact takes nothing (offline digest) or 'model', got {how!r}")
+            return
+        session = self.current.session
+        if how == "model":
+            from dsh.agent.providers import provider_summarizer
+
+            summarizer: Any = provider_summarizer(self.llm, provider_name=self.llm.name,
+                                                  model=self.llm.model)
+        else:
+            summarizer = DigestSummarizer()
+
+        async def flush() -> None:
+            await self.sessions.aflush(session)
+
+        result = self.loop.run_until_complete(
+            acompact_now(session, summarizer=summarizer, flush=flush))
+        if result is None:
+            self.say("nothing to compact yet")
+        else:
+            self.say(f"compacted seqs {result.shadowed_range[0]}–{result.shadowed_range[1]} "
+                     f"into one checkpoint ({result.shadowed_token_count} → "
+                     f"{result.checkpoint_token_count} tokens)")

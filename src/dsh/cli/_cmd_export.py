@@ -1,0 +1,189 @@
+"""``dsh export`` (one session for a provider, or as dsh JSONL) and ``dsh convert``."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final
+
+import typer
+
+from dsh import (
+    ConfigError,
+    EventRejectedError,
+    PersistenceError,
+)
+from dsh.cli import _render as render
+from dsh.cli._common import (
+    JsonOption,
+    SessionArg,
+    StoreOption,
+    TargetModelOption,
+    cli_store,
+    json_mode,
+    model_view,
+    read_session,
+    stderr_console,
+    stdout_console,
+)
+from dsh.json import dumps, json_equal
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dsh.json import FrozenDict
+    from dsh.persistence import Inspection, Persistence
+    from dsh.session import Event
+
+class ExportFormat(enum.StrEnum):
+    """``--format`` of ``dsh export``."""
+
+    openai = "openai"
+    anthropic = "anthropic"
+    dsh_jsonl = "dsh-jsonl"
+
+
+_JSONL_HEADER_KEYS: Final = ("version", "id", "createdAt", "cwd", "parentSession", "seedLength",
+                             "origin", "delegationDepth", "agentPreset")
+
+
+def _dsh_jsonl(read: Inspection) -> bytes:
+    """The stored log as one raw dsh JSONL file: header line, then one event per line.
+
+    Header key order and the always-present ``delegationDepth`` follow persistence spec §4.3.
+    """
+    header: dict[str, Any] = {"type": "session"}
+    for key in _JSONL_HEADER_KEYS:
+        if key == "delegationDepth":
+            header[key] = read.header.get(key) or 0
+        elif read.header.get(key) is not None:
+            header[key] = read.header[key]
+    return b"".join([dumps(header) + b"\n",
+                     *(dumps(e) + b"\n" for e in read.stored_events)])
+
+
+def export(
+    session_id: SessionArg,
+    format: Annotated[ExportFormat, typer.Option("--format", help="Output format.",
+                                                 show_default=False)],
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", metavar="FILE", show_default=False,
+        help="Write to FILE instead of stdout.")] = None,
+    target_model: TargetModelOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Export a session: a provider request (openai, anthropic) or the dsh JSONL log."""
+    import json
+
+    with cli_store(store, create=False) as persistence:
+        read = read_session(persistence, session_id)
+    if format is ExportFormat.dsh_jsonl:
+        data = _dsh_jsonl(read)
+    else:
+        view = model_view(read, str(format.value), target_model)
+        text = json.dumps(view, ensure_ascii=False, indent=2) + "\n"
+        data = text.encode("utf-8", errors="backslashreplace")
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        output.write_bytes(data)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the export to {output}: {exc.strerror or exc}",
+                          path=str(output)) from exc
+    stderr_console().print(f"wrote {len(data)} bytes to {output}", markup=False)
+
+
+def _same_header(a: FrozenDict, b: FrozenDict) -> bool:
+    # Backends differ only in how they store a top-level delegationDepth (JSONL writes 0,
+    # SQLite leaves it NULL; persistence spec §4.3, dsh-logs README).
+    def plain(header: FrozenDict) -> dict[str, Any]:
+        return {k: v for k, v in header.items() if not (k == "delegationDepth" and not v)}
+
+    return json_equal(plain(a), plain(b))
+
+
+def _check_storable(target: Persistence, session_id: str, events: Sequence[Event]) -> None:
+    """Refuse, before anything is created, a session the target's layout cannot hold."""
+    check = getattr(target.backend, "check_storable", None)
+    if check is None:
+        return
+    try:
+        check(events)
+    except EventRejectedError as exc:
+        raise PersistenceError(
+            f"session {session_id!r} cannot be converted into {target.url}: {exc.message}",
+            code="UNSTORABLE_IN_TARGET", session_id=session_id,
+            seq=exc.where.get("seq")) from exc
+
+
+def _copy_store(source: Persistence, target: Persistence, console: Console) -> dict[str, Any]:
+    """Copy every session (header, then all events in one batch) and verify each copy.
+
+    Raises:
+        PersistenceError: code ``CONVERT_MISMATCH`` when a copy does not read back equal;
+            ``UNSTORABLE_IN_TARGET`` (before the session is created there) when the target's
+            layout cannot hold one of its events.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    ids = sorted(str(h["id"]) for h in source.list_headers())
+    copied = skipped = event_count = 0
+    with Progress(TextColumn("copying"), BarColumn(), MofNCompleteColumn(), console=console,
+                  transient=True, disable=len(ids) < 2 or not console.is_terminal) as progress:
+        task = progress.add_task("", total=len(ids))
+        for sid in ids:
+            with source.open(sid, "read") as handle:
+                cold = handle.read(0)
+            if target.exists(sid):
+                with target.open(sid, "read") as handle:
+                    present = handle.read(0)
+                if not json_equal(list(present.events), list(cold.events)):
+                    raise PersistenceError(
+                        f"session {sid!r} already exists in {target.url} with a different log "
+                        f"({len(present.events)} vs {len(cold.events)} events); convert into "
+                        "an empty store", code="CONVERT_CONFLICT", session_id=sid)
+                skipped += 1
+            else:
+                _check_storable(target, sid, cold.events)
+                target.create(cold.header)
+                with target.open(sid, "write") as handle:
+                    handle.append(cold.events)
+                    handle.flush()
+                with target.open(sid, "read") as handle:
+                    back = handle.read(0)
+                if not (json_equal(list(back.events), list(cold.events))
+                        and _same_header(back.header, cold.header)):
+                    raise PersistenceError(
+                        f"session {sid!r} did not read back equal from {target.url} after the "
+                        "copy", code="CONVERT_MISMATCH", session_id=sid)
+                copied += 1
+                event_count += len(cold.events)
+            progress.advance(task)
+    return {"from": source.url, "to": target.url, "sessions": len(ids), "copied": copied,
+            "skipped": skipped, "events": event_count}
+
+
+def convert(
+    source: Annotated[str, typer.Option("--from", metavar="URL", show_default=False,
+                                        help="Store to read.")],
+    target: Annotated[str, typer.Option("--to", metavar="URL", show_default=False,
+                                        help="Store to write; sqlite:///new.db?schema=14 creates "
+                                             "a file the published dsh SQLite backend reads.")],
+    json_: JsonOption = False,
+) -> None:
+    """Copy every session of one store into another (any backends); each copy is verified."""
+    json_mode(json_)
+    with cli_store(source, create=False) as reader, cli_store(target) as writer:
+        outcome = _copy_store(reader, writer, stderr_console())
+    if json_:
+        render.write_json(outcome)
+        return
+    stdout_console().print(f"copied {render.plural(outcome['copied'], 'session')} "
+                           f"({render.plural(outcome['events'], 'event')}) from "
+                           f"{outcome['from']} to {outcome['to']}; skipped "
+                           f"{outcome['skipped']} already present; every copy read back equal",
+                           markup=False)

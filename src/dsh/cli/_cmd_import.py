@@ -1,0 +1,372 @@
+"""``dsh import``: transcripts of other agents (and dsh logs) into the store."""
+
+from __future__ import annotations
+
+import enum
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from dsh import (
+    ConfigError,
+    DshError,
+    ImportFormatError,
+    Session,
+)
+from dsh.cli import _render as render
+from dsh.cli._common import (
+    DEFAULT_WAIT_S,
+    TRANSCRIPT_SUFFIXES,
+    JsonOption,
+    StoreOption,
+    WaitOption,
+    cli_store,
+    json_mode,
+    stderr_console,
+    stdout_console,
+)
+from dsh.cli._errors import EXIT_FAILED, STATE
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dsh.interop import ImportedSession
+    from dsh.persistence import Persistence
+
+class ImportFormat(enum.StrEnum):
+    """``--format`` of ``dsh import``: a source format, or ``auto`` to detect it per file."""
+
+    auto = "auto"
+    claude_code = "claude-code"
+    codex = "codex"
+    openai_chat = "openai-chat"
+    anthropic = "anthropic"
+    openhands = "openhands"
+    openhands_resolver = "openhands-resolver"
+    gemini_cli = "gemini-cli"
+    swe_agent = "swe-agent"
+    mini_swe_agent = "mini-swe-agent"
+    dsh = "dsh"
+
+
+def examples_dir() -> Path | None:
+    """Return the bundled example transcripts (package data ``dsh/examples/transcripts``).
+
+    Found through :mod:`importlib.resources` only, so an editable and a regular install give
+    the same folder. Returns None when this install ships no examples (or they are inside a
+    zip archive, which ``dsh import`` cannot walk).
+    """
+    from importlib.resources import files
+
+    bundled = files("dsh").joinpath("examples", "transcripts")
+    if not bundled.is_dir():
+        return None
+    path = Path(str(bundled))
+    return path if path.is_dir() else None
+
+
+def user_log_dirs() -> list[Path]:
+    """Return the user's own agent log folders that hold files: Claude Code's and Codex's."""
+    home = Path.home()
+    candidates = [home / ".claude" / "projects", home / ".codex" / "sessions"]
+    return [path for path in candidates
+            if path.is_dir() and any(p.is_file() for p in path.rglob("*.jsonl"))]
+
+
+def _is_claude_subagent(path: Path) -> bool:
+    # <sid>/subagents/agent-*.jsonl is imported as a child of <sid>.jsonl next to that folder.
+    if path.parent.name != "subagents":
+        return False
+    session_dir = path.parent.parent
+    return (session_dir.parent / f"{session_dir.name}.jsonl").is_file()
+
+
+def _walk(paths: Sequence[Path]) -> Iterator[tuple[Path, bool]]:
+    """Yield ``(file, explicit)``: given files as is, folders walked in sorted order."""
+    for path in paths:
+        if path.is_dir():
+            for found in sorted(path.rglob("*")):
+                if (found.is_file() and found.suffix.lower() in TRANSCRIPT_SUFFIXES
+                        and not any(part.startswith(".") for part in found.relative_to(path).parts)
+                        and not _is_claude_subagent(found)):
+                    yield found, False
+        else:
+            yield path, True
+
+
+@dataclass(slots=True)
+class ImportReport:
+    """What ``dsh import`` did, per file (``--json`` keys: imported, skipped, failed, ignored)."""
+
+    imported: list[tuple[str, str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    ignored: list[tuple[str, str]] = field(default_factory=list)
+    updated: list[tuple[str, str, int]] = field(default_factory=list)
+    superseded: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def _lists(self) -> tuple[list[Any], ...]:
+        return (self.imported, self.skipped, self.failed, self.ignored, self.updated,
+                self.superseded)
+
+    def sizes(self) -> tuple[int, ...]:
+        """How many outcomes of each kind are recorded (to print only what comes next)."""
+        return tuple(len(entries) for entries in self._lists())
+
+    def since(self, sizes: tuple[int, ...]) -> tuple[list[Any], ...]:
+        """The outcomes of each kind recorded after :meth:`sizes` returned ``sizes``."""
+        return tuple(entries[size:] for entries, size in zip(self._lists(), sizes, strict=True))
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` summary with stable keys.
+
+        ``updated``: events appended to a session whose source grew; ``superseded``: a source
+        that changed where it was imported, imported again as a new session (``by``).
+        """
+        return {
+            "imported": [{"path": p, "session": s, "format": f} for p, s, f in self.imported],
+            "updated": [{"path": p, "session": s, "appended": n} for p, s, n in self.updated],
+            "superseded": [{"path": p, "session": s, "by": n} for p, s, n in self.superseded],
+            "skipped": [{"path": p, "session": s} for p, s in self.skipped],
+            "failed": [{"path": p, "reason": r} for p, r in self.failed],
+            "ignored": [{"path": p, "reason": r} for p, r in self.ignored],
+        }
+
+
+def _reason(error: DshError) -> str:
+    return " ".join(error.message.split())
+
+
+def _stored_count(persistence: Persistence, session_id: str) -> int:
+    with persistence.open(session_id, "read") as handle:
+        return len(handle.read(0).events)
+
+
+def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
+                report: ImportReport) -> None:
+    """Import one file; all of its sessions are validated before anything is written."""
+    from dsh.interop import detect_format, import_file
+
+    shown = str(path)
+    try:
+        detected = detect_format(path) if fmt == "auto" else fmt
+    except ImportFormatError as error:
+        # Found by walking a folder: a file that is not a transcript at all is ignored; one
+        # that is JSON records with damage (a torn last line, a bad line) failed.
+        damaged = "line" in error.where and "not a supported transcript format" not in str(error)
+        if explicit or damaged:
+            report.failed.append((shown, _reason(error)))
+        else:
+            report.ignored.append((shown, _reason(error)))
+        return
+    try:
+        sessions = [s for top in import_file(path, detected) for s in top.walk()]
+        # Validate every session of the file first (seed rules, core spec §5.3), so a bad file
+        # writes nothing at all.
+        built = [(s, s.to_session()) for s in sessions]
+    except DshError as error:
+        report.failed.append((shown, _reason(error)))
+        return
+    with _uninterrupted():
+        _write_file(persistence, built, shown, detected, report)
+
+
+@contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Defer Ctrl+C until a file's sessions are written, so none is left half-imported.
+
+    Reading and validating a file stay interruptible (nothing is written then); the writes of
+    one file (create, append, flush per session) finish first, then the interrupt is raised.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def _write_file(persistence: Persistence, built: list[tuple[ImportedSession, Session]],
+                shown: str, detected: str, report: ImportReport) -> None:
+    """Write the validated sessions of one file (the report gets one outcome each)."""
+    for imported, session in built:
+        sid = imported.session_id
+        stored = _stored_count(persistence, sid) if persistence.exists(sid) else None
+        if stored:
+            newer = _reimport(persistence, imported, shown, report)
+            if newer is None:
+                continue
+            imported, session, sid, stored = newer, newer.to_session(), newer.session_id, None
+        try:
+            if stored is None:
+                persistence.create(session.header)
+            # The importer's events exactly (the Session added only its end-seed marker).
+            with persistence.open(sid, "write") as handle:
+                handle.append(session.events[: len(imported.events)])
+                handle.flush()
+        except DshError as error:
+            report.failed.append((shown, f"{sid}: {_reason(error)}"))
+            return
+        report.imported.append((shown, sid, imported.source_format or detected))
+
+
+def _reimport(persistence: Persistence, fresh: ImportedSession, shown: str,
+              report: ImportReport) -> ImportedSession | None:
+    """A source imported before: append what it gained, or give the superseding session.
+
+    Returns the session still to write (a changed source under a new id, not yet stored), or
+    None when this is done (skipped, appended or already superseded).
+    """
+    from dsh.interop._reimport import APPEND, SAME, plan_reimport, superseding
+
+    sid = fresh.session_id
+    read = persistence.read(sid)
+    plan = plan_reimport(read.stored_events, fresh)
+    if plan.kind == SAME:
+        report.skipped.append((shown, sid))
+        return None
+    if plan.kind == APPEND:
+        # Validated as one log with what is stored (seed rules), then appended as Events.
+        known = len(read.stored_events)
+        grown = Session.create(sid, seed=[*read.stored_events, *plan.events],
+                               header=read.header,
+                               inherited_event_count=read.header.get("seedLength") or 0)
+        with persistence.open(sid, "write") as handle:
+            handle.append(grown.events[known:known + len(plan.events)])
+            handle.flush()
+        report.updated.append((shown, sid, len(plan.events) - 1))
+        return None
+    newer = superseding(fresh, sid, plan.changed_at)
+    if persistence.exists(newer.session_id):
+        return _reimport(persistence, newer, shown, report)  # imported so before: compare
+    report.superseded.append((shown, sid, newer.session_id))
+    return newer
+
+
+def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
+                  console: Console) -> ImportReport:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    report = ImportReport()
+    files = list(_walk(paths))
+    for path, explicit in files:
+        if explicit and not path.exists():
+            raise ConfigError(f"cannot import {path}: no such file or folder", path=str(path))
+    for path in paths:
+        if path.is_dir() and not any(found.parent.is_relative_to(path) for found, _ in files):
+            console.print(f"note: {path} holds no transcript file (looked for "
+                          f"{', '.join(sorted(TRANSCRIPT_SUFFIXES))} outside hidden folders)",
+                          markup=False, highlight=False)
+    out = None if STATE.json else stdout_console()
+    done = 0
+    with Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.description}"), console=console, transient=True,
+                  disable=len(files) < 2 or not console.is_terminal) as progress:
+        task = progress.add_task("", total=len(files))
+        shown = report.sizes()
+
+        def show_outcome() -> None:
+            # Each file's outcome as it happens, above the bar; never twice, never half: an
+            # interrupt waits until the line is out and counted.
+            nonlocal shown, done
+            with _uninterrupted():
+                if report.sizes() != shown:
+                    done += 1
+                    if out is not None:
+                        out.print(render.render_import_summary(*report.since(shown),
+                                                               counts=False))
+                    shown = report.sizes()
+
+        try:
+            for path, explicit in files:
+                progress.update(task, description=path.name)
+                _import_one(persistence, path, fmt, explicit, report)
+                show_outcome()
+                progress.advance(task)
+        except KeyboardInterrupt:
+            # An interrupt deferred while a file was written arrives once it is complete:
+            # that file's outcome is recorded, so it is listed like the others.
+            show_outcome()
+            console.print(f"interrupted after {done} of {render.plural(len(files), 'file')}: "
+                          "what is listed above was imported; the file being read when "
+                          "interrupted left nothing behind", markup=False, highlight=False)
+            raise
+    return report
+
+
+def _default_roots(examples: bool, err: Console) -> list[Path]:
+    """What ``dsh import`` reads without a path: the bundled examples, or the user's own logs.
+
+    Raises:
+        ConfigError: code ``NOTHING_TO_IMPORT`` when there is nothing of the kind asked for.
+    """
+    if examples:
+        bundled = examples_dir()
+        if bundled is None:
+            raise ConfigError("this install has no bundled examples (they are package data "
+                              "of dsh); reinstall dsh, or pass a file or folder to import",
+                              code="NOTHING_TO_IMPORT")
+        err.print(f"importing the bundled examples from {bundled}", markup=False,
+                  highlight=False)
+        return [bundled]
+    roots = user_log_dirs()
+    if not roots:
+        home = Path.home()
+        raise ConfigError(f"nothing to import: no Claude Code or Codex logs in "
+                          f"{home / '.claude' / 'projects'} or {home / '.codex' / 'sessions'}; "
+                          "pass a file or folder, or try the bundled examples with "
+                          "'dsh import --examples'", code="NOTHING_TO_IMPORT")
+    err.print(f"importing your agent logs from {', '.join(map(str, roots))}", markup=False,
+              highlight=False)
+    return roots
+
+
+def import_(
+    paths: Annotated[list[Path] | None, typer.Argument(
+        metavar="PATH", show_default=False,
+        help="Files or folders to import. Without a path: your own Claude Code and Codex logs "
+             "(~/.claude/projects, ~/.codex/sessions).")] = None,
+    examples: Annotated[bool, typer.Option(
+        "--examples", help="Import the transcripts bundled with dsh (a demo), nothing else.")
+    ] = False,
+    format: Annotated[ImportFormat, typer.Option(
+        "--format", help="Source format; auto detects it per file.")] = ImportFormat.auto,
+    store: StoreOption = None,
+    wait: WaitOption = DEFAULT_WAIT_S,
+    json_: JsonOption = False,
+) -> None:
+    """Import transcripts of other agents (and dsh logs) into the store.
+
+    Re-importing is idempotent: a source file maps to a stable session id; a session already in
+    the store is skipped, gets the records its source gained appended, or (when the part
+    imported before changed) the source is imported as a new session that names the old one.
+    A file that fails leaves nothing behind in the store. Exit 1 when a file failed.
+    """
+    json_mode(json_)
+    err = stderr_console()
+    if examples and paths:
+        raise typer.BadParameter("give paths or --examples, not both",
+                                 param_hint="'PATH' / '--examples'")
+    if not paths:
+        paths = _default_roots(examples, err)
+    with cli_store(store, wait=wait) as persistence:
+        report = _import_paths(persistence, paths, str(format.value), err)
+    if json_:
+        render.write_json(report.to_json())
+    else:
+        stdout_console().print(render.render_import_counts(
+            report.imported, report.skipped, report.failed, report.ignored, report.updated))
+    if report.failed:
+        raise typer.Exit(EXIT_FAILED)
+

@@ -1,0 +1,148 @@
+"""``dsh ls``, ``show``, ``events``, ``messages``: read-only views of stored sessions."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from dsh import (
+    DshError,
+)
+from dsh.cli import _render as render
+from dsh.cli._common import (
+    JsonOption,
+    SessionArg,
+    StoreOption,
+    TargetModelOption,
+    cli_store,
+    json_mode,
+    model_view,
+    read_session,
+    require_session,
+    source_format,
+    stdout_console,
+)
+from dsh.cli._errors import EXIT_FAILED, format_error_line
+
+if TYPE_CHECKING:
+    from dsh import Event
+    from dsh.persistence import Persistence
+
+def _rows(persistence: Persistence) -> tuple[list[render.SessionRow], list[DshError]]:
+    """Rows of every readable session (newest activity first) and the errors of the others.
+
+    From the store's listing index (``Persistence.list_entries``): unchanged logs are not read.
+    """
+    entries, unreadable = persistence.list_entries()
+    rows = [render.entry_row(entry) for entry in entries]
+    # Most recent activity first; sessions whose source had no timestamps carry only the time
+    # the importer stamped, so they follow, ordered by what they hold (title, then id).
+    rows.sort(key=lambda r: (0, -r.last_activity_ms, r.id) if r.timed
+              else (1, 0, (r.title or "").casefold(), r.id))
+    return rows, unreadable
+
+
+def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
+    """List the sessions in the store, most recent activity first.
+
+    A session whose log cannot be read is reported on stderr (one ``error[CODE]`` line each,
+    `dsh verify` tells more) and makes the exit status 1; the others are still listed.
+    """
+    json_mode(json_)
+    with cli_store(store, create=False) as persistence:
+        rows, unreadable = _rows(persistence)
+    if json_:
+        render.write_json([row.to_json() for row in rows])
+    elif rows and render.plain_stream() is not None:
+        # Piped to a program: whole values, printed without loading rich (5,000 rows: ~60 ms).
+        render.print_text(render.render_sessions_table(rows, width=None))
+    elif rows:
+        console = stdout_console()
+        width = console.width if console.is_terminal else None  # piped: whole values
+        console.print(render.render_sessions_table(rows, width=width), markup=False,
+                      highlight=False)
+    elif not unreadable:
+        render.print_text("no sessions in the store; 'dsh import' adds some (try "
+                          "'dsh import --examples')", stderr=True)
+    for error in unreadable:
+        sys.stderr.write(format_error_line(error) + "\n")
+    if unreadable:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def show(
+    session_id: SessionArg,
+    full: Annotated[bool, typer.Option("--full", help="Do not clip long tool results.")] = False,
+    store: StoreOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Show a session as a transcript: messages, tool calls with results, checkpoints, repairs."""
+    json_mode(json_)
+    with cli_store(store, create=False) as persistence:
+        read = read_session(persistence, session_id)
+    events = read.stored_events
+    row = render.session_row(read.header, events, source_format=source_format(events))
+    items = render.transcript_items(events)
+    if json_:
+        render.write_json({"session": row.to_json(), "header": read.header, "items": items})
+        return
+    stdout_console().print(render.render_transcript(read.header, items, row=row, full=full))
+
+
+def events(
+    session_id: SessionArg,
+    from_seq: Annotated[int, typer.Option("--from", metavar="SEQ", min=0,
+                                          help="First seq to print.")] = 0,
+    types: Annotated[list[str] | None, typer.Option(
+        "--type", metavar="T", show_default=False,
+        help="Only events of this type (repeatable; globs such as 'compaction/*').")] = None,
+    store: StoreOption = None,
+    follow: Annotated[bool, typer.Option(
+        "--follow", "-f", help="Keep printing new events as they are committed.")] = False,
+) -> None:
+    """Print the stored log as JSON lines, exactly as committed (dsh's wire format)."""
+    from fnmatch import fnmatchcase
+
+    if follow:
+        from dsh.cli._cmd_store import follow_events
+        follow_events(store, session_id, from_seq, list(types or ()))
+        return
+
+    with cli_store(store, create=False) as persistence:
+        session_id = require_session(persistence, session_id)
+        with persistence.open(session_id, "read") as handle:
+            stored = handle.read(from_seq).events
+    selected: Iterable[Event] = stored
+    if types:
+        patterns = list(types)
+        selected = (e for e in stored if any(fnmatchcase(e["type"], p) for p in patterns))
+    render.write_json_lines(selected)
+
+
+class MessageFormat(enum.StrEnum):
+    """``--format`` of ``dsh messages``."""
+
+    dsh = "dsh"
+    openai = "openai"
+    anthropic = "anthropic"
+
+
+def messages(
+    session_id: SessionArg,
+    format: Annotated[MessageFormat, typer.Option(
+        "--format", help="dsh messages, or a provider's request shape.")] = MessageFormat.dsh,
+    target_model: TargetModelOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Print what the model sees: the messages derived from the log's surface, as JSON.
+
+    An interrupted turn is shown as the repair would close it (nothing is written).
+    """
+    with cli_store(store, create=False) as persistence:
+        read = read_session(persistence, session_id)
+    render.write_json(model_view(read, str(format.value), target_model))
+

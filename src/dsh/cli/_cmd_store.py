@@ -1,0 +1,108 @@
+"""``dsh init``, ``dsh migrate`` and ``dsh events --follow``: store upkeep and live reading."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
+from typing import Annotated
+
+import typer
+
+from dsh._errors import ConfigError
+from dsh.cli import _render as render
+from dsh.cli._common import (
+    JsonOption,
+    StoreOption,
+    cli_store,
+    default_store_url,
+    json_mode,
+    require_session,
+    stdout_console,
+    store_url,
+)
+from dsh.cli._errors import STATE
+from dsh.persistence import store_path
+
+__all__ = ["follow_events", "init", "migrate"]
+
+
+def init(store: StoreOption = None, json_: JsonOption = False) -> None:
+    """Create an empty store (a SQLite file, a JSONL folder) ready for sessions.
+
+    An existing store is left as it is and reported, with its session count.
+    """
+    json_mode(json_)
+    location = store_path(store_url(store) if store is not None else default_store_url())
+    # a database store (PostgreSQL) has no path to look at: its sessions say whether it was new
+    existed: bool | None = location.exists() if location is not None else None
+    with cli_store(store) as persistence:
+        # SQLite creates its file on open; a JSONL folder is made here so it exists at once.
+        if location is not None and not location.exists() \
+                and not persistence.url.lower().startswith("sqlite"):
+            try:
+                location.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot create the store folder {location}: "
+                                  f"{exc.strerror or exc}", path=str(location)) from exc
+        sessions = len(persistence.list_headers())
+        if existed is None:
+            existed = sessions > 0
+        outcome = {"store": persistence.url, "created": not existed, "sessions": sessions}
+    if json_:
+        render.write_json(outcome)
+        return
+    stdout_console().print(
+        f"created an empty store at {outcome['store']}" if not existed else
+        f"{outcome['store']} already exists ({render.plural(sessions, 'session')}); left as "
+        "it is", markup=False)
+
+
+def migrate(
+    store: Annotated[str, typer.Option("--store", metavar="URL", show_default=False,
+                                       help="Store URL to bring to this build's schema.")],
+    json_: JsonOption = False,
+) -> None:
+    """Apply pending schema migrations (forward only; safe from many hosts at once).
+
+    PostgreSQL stores carry versioned migrations; SQLite and JSONL stores have nothing to
+    migrate and are reported as they are.
+    """
+    json_mode(json_)
+    with cli_store(store) as persistence:
+        backend = persistence.backend
+        run = getattr(backend, "migrate", None)
+        version = run() if run is not None else getattr(backend, "schema_version", None)
+        outcome = {"store": persistence.url, "schemaVersion": version,
+                   "migrated": run is not None}
+    if json_:
+        render.write_json(outcome)
+        return
+    if run is None:
+        stdout_console().print(f"{outcome['store']}: nothing to migrate (schema version "
+                               f"{version if version is not None else 'n/a'})", markup=False)
+    else:
+        stdout_console().print(f"{outcome['store']}: at schema version {version}", markup=False)
+
+
+def follow_events(store: str | None, session_id: str, from_seq: int,
+                  patterns: Sequence[str]) -> None:
+    """Print the session's events from ``from_seq`` on as JSON lines, then each new commit.
+
+    Runs until interrupted: Ctrl-C, the normal way to stop, exits 130 without an error line.
+    PostgreSQL wakes on ``NOTIFY``; file stores are read every 200 ms.
+
+    Raises:
+        SessionNotFoundError: no such session.
+    """
+    with cli_store(store, create=False) as persistence:
+        session_id = require_session(persistence, session_id)
+
+        async def run() -> None:
+            async for event in persistence.tail(session_id, from_seq):
+                if not patterns or any(fnmatchcase(event["type"], p) for p in patterns):
+                    render.write_json_lines([event])
+
+        import asyncio  # here: the CLI starts (`dsh ls`) without asyncio
+
+        STATE.interrupt_ends = True
+        asyncio.run(run())

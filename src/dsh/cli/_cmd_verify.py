@@ -1,0 +1,121 @@
+"""``dsh verify``: the read pipeline and every log invariant, per session."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from dsh import (
+    DshError,
+)
+from dsh.cli import _render as render
+from dsh.cli._common import (
+    JsonOption,
+    StoreOption,
+    cli_store,
+    json_mode,
+    require_session,
+    stderr_console,
+    stdout_console,
+)
+from dsh.cli._errors import EXIT_FAILED
+
+if TYPE_CHECKING:
+    from dsh.persistence import Persistence
+
+def _where_seq(error: DshError) -> int | None:
+    for key in ("seq", "seed_index"):
+        value = error.where.get(key)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _verify(persistence: Persistence, session_id: str, notes: list[str],
+            checkpoints: dict[str, dict[str, object]]) -> list[render.Violation]:
+    """Check one stored session: the read pipeline, then :func:`dsh._verify.verify_events`.
+
+    Rules: persistence spec §3.8 (read pipeline: a refusal is one violation with its error
+    code); then every rule of :func:`dsh._verify.verify_events`. The projection checkpoint is
+    checked against the full read: a note, a warning when a resume would ignore it, and a
+    ``CHECKPOINT_MISMATCH`` violation when a resume would use it yet it does not match.
+    """
+    from dsh._verify import verify_events
+    from dsh.persistence._contract import KeepsCuts
+
+    backend = persistence.backend
+    if isinstance(backend, KeepsCuts):
+        notes.extend(f"{session_id}: {cut} holds what a torn-tail repair cut from the log; "
+                     "inspect it, then delete it" for cut in backend.saved_cuts(session_id))
+    try:
+        read = persistence.read(session_id)
+    except DshError as error:
+        return [render.Violation(session_id=session_id, seq=_where_seq(error), rule=error.code,
+                                 message=error.message)]
+    if read.torn is not None:
+        notes.append(f"{session_id}: torn tail after the committed log ({read.torn.reason}); "
+                     "'dsh resume' truncates it")
+    if read.closers:
+        notes.append(f"{session_id}: the last turn is open (interrupted); 'dsh resume' closes it")
+    check = persistence.check_checkpoint(session_id, read)
+    checkpoints[session_id] = {"status": check.status, "eventCount": check.event_count,
+                               "message": check.message}
+    found = [render.Violation(session_id=session_id, seq=None, rule="CHECKPOINT_MISMATCH",
+                              message=check.message)] if check.status == "misleading" else []
+    if check.status in ("consistent", "ignored"):
+        notes.append(f"{session_id}: {check.message}")
+    return found + [render.Violation(session_id=session_id, seq=v.seq, rule=v.rule,
+                                     message=v.message)
+                    for v in verify_events(read.stored_events, header=read.header)]
+
+
+def verify(
+    session_id: Annotated[str | None, typer.Argument(
+        metavar="ID", show_default=False,
+        help="Session to verify (a unique prefix of its id will do).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Verify every session.")] = False,
+    store: StoreOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Check envelopes, surface, tool pairing and log invariants; exit 1 on any violation.
+
+    Prints one line per violation: session, seq, rule, message. Also checks each projection
+    checkpoint against the full read (a note; a warning when a resume ignores it; a violation
+    when a resume would use it although the log changed under it).
+    """
+    json_mode(json_)
+    if (session_id is None) == (not all_):
+        raise typer.BadParameter("give a session ID or --all (not both)",
+                                 param_hint="'ID' / '--all'")
+    notes: list[str] = []
+    checkpoints: dict[str, dict[str, object]] = {}
+    found: list[render.Violation] = []
+    with cli_store(store, create=False) as persistence:
+        if all_:
+            ids = sorted(str(h["id"]) for h in persistence.list_headers())
+        else:
+            ids = [require_session(persistence, str(session_id))]
+        for sid in ids:
+            found.extend(_verify(persistence, sid, notes, checkpoints))
+    if json_:
+        render.write_json({"sessions": len(ids), "violations": [v.to_json() for v in found],
+                           "notes": notes, "checkpoints": checkpoints})
+    else:
+        for violation in found:
+            sys.stdout.write(render.printable(violation.line()) + "\n")
+        sys.stdout.flush()
+    err = stderr_console()
+    for note in notes:
+        err.print(f"note: {note}", markup=False)
+    broken = len({v.session_id for v in found})
+    # The verdict is the command's result: stdout (the JSON document carries it with --json).
+    if not json_:
+        stdout_console().print(f"verified {render.plural(len(ids), 'session')}: "
+                               + (f"{render.plural(len(found), 'violation')} in "
+                                  f"{render.plural(broken, 'session')}" if found
+                                  else "all valid"), markup=False)
+    if found:
+        raise typer.Exit(EXIT_FAILED)
+

@@ -1,0 +1,438 @@
+"""Claude Code transcripts (``~/.claude/projects/<cwd>/<sessionId>.jsonl``) into dsh events.
+
+What is read (corpus README "Claude Code"):
+
+* The model-visible thread is the ``parentUuid`` path from the last message entry back to the
+  root (a ``compact_boundary`` continues through ``logicalParentUuid``). Claude Code chains
+  parallel tool calls awkwardly, so the branch is widened with every line sharing a
+  ``message.id`` with a branch line and every ``tool_result`` answering a branch ``tool_use``.
+  Message entries off that branch (rewinds, edits) are kept as ``import/claude-code/off-branch``.
+  A broken link (a ``parentUuid``/``logicalParentUuid`` naming no line, or a cycle) is common
+  in the field: the branch continues from the nearest earlier message line in file order, and
+  the repair is kept as an ignorable ``import/claude-code/chain-repair`` event, so an import
+  keeps every message and always verifies.
+* One ``assistant/message`` per API response: lines sharing ``message.id`` are merged (blocks in
+  file order, the last line's ``usage``); ``tool_use`` → ``tool-call`` (arguments = the input
+  as JSON text), ``thinking`` → ``reasoning`` (signature kept on the block), other blocks are
+  kept as ``{"type": "provider-raw", "provider": "anthropic", "block": …}``.
+* ``tool_result`` blocks → ``tool/result`` (``toolUseResult`` UI data goes to ``meta``).
+* ``[Request interrupted by user…]`` → that text as a user message, then ``turn/end`` aborted
+  ``{kind: "user"}``.
+* ``compact_boundary`` + the ``isCompactSummary`` entry → a compaction whose replacing
+  ``user/message`` holds the summary text the model continued from.
+* Sidechains: inline ``isSidechain`` entries (1.0.x) and ``<sessionId>/subagents/agent-*.jsonl``
+  files (2.1.x) become child sessions (header ``parentSession``, ``origin: "subagent"``).
+* A ``summary`` line (Claude Code's title of a conversation) becomes a ``session/title``
+  ``{title}`` event; the one whose ``leafUuid`` is on the model-visible branch wins, else the
+  last one.
+* ``progress``, ``file-history-snapshot``, ``queue-operation``, ``summary`` and ``system`` lines
+  are kept as ignorable ``import/claude-code/<type>`` events; every mapped message line is also
+  kept, minus its ``message.content`` (which the mapped event holds), as an ignorable
+  ``import/claude-code/envelope`` event (uuid, parentUuid, timestamp, requestId, usage, …).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+from dsh.interop._anthropic import anthropic_blocks, anthropic_usage, result_blocks
+from dsh.interop._common import (
+    EventBuilder,
+    ImportedSession,
+    JsonObj,
+    derived_id,
+    note_line,
+    read_jsonl_records,
+    stable_session_id,
+    str_or_none,
+    text_blocks,
+    token_count,
+    usable_id,
+)
+
+__all__ = ["FORMAT", "import_claude_code", "looks_like_claude_code"]
+
+FORMAT: Final = "claude-code"
+_MESSAGE_TYPES: Final = frozenset({"user", "assistant"})
+_INTERRUPT_PREFIX: Final = "[Request interrupted by user"
+_NOT_TYPED_PREFIXES: Final = ("<local-command-stdout>", "<local-command-caveat>",
+                              "<local-command-stderr>")
+_KNOWN_TYPES: Final = frozenset({"user", "assistant", "system", "progress", "summary",
+                                 "file-history-snapshot", "queue-operation"})
+
+
+def looks_like_claude_code(record: object) -> bool:
+    """True when a decoded JSONL record has the shape of a Claude Code transcript line."""
+    if not isinstance(record, dict):
+        return False
+    kind = record.get("type")
+    if not isinstance(kind, str):
+        return False
+    if kind in ("user", "assistant", "system", "progress"):
+        return "uuid" in record and ("sessionId" in record or "parentUuid" in record)
+    if kind == "summary":
+        return "leafUuid" in record
+    return kind in ("file-history-snapshot", "queue-operation") and (
+        "messageId" in record or "operation" in record)
+
+
+def import_claude_code(path: Path) -> list[ImportedSession]:
+    """Import one Claude Code transcript (and its subagent files) as dsh sessions.
+
+    Args:
+        path: The ``<sessionId>.jsonl`` file (or a subagent ``agent-*.jsonl`` file).
+
+    Returns:
+        One session; inline sidechains and ``<stem>/subagents/agent-*.jsonl`` files are its
+        ``children``.
+
+    Raises:
+        ImportFormatError: unreadable/empty/binary file, a non-JSON or torn line, a line that is
+            not a JSON object, or a file without any Claude Code record.
+    """
+    records = read_jsonl_records(path, FORMAT)
+    for line, record in records:
+        if not isinstance(record, dict) or not isinstance(record.get("type"), str):
+            raise _error(path, line, "record must be a JSON object with a string type, found "
+                         f"{type(record).__name__}")
+    if not any(looks_like_claude_code(r) for _, r in records):
+        raise _error(path, records[0][0], "no Claude Code transcript record found (expected "
+                     "user/assistant lines with uuid and sessionId)")
+    entries = [(line, r) for line, r in records]
+    main_has_mainline = any(r.get("type") in _MESSAGE_TYPES and not r.get("isSidechain")
+                            for _, r in entries)
+    main_entries: list[tuple[int, JsonObj]] = []
+    side_entries: list[tuple[int, JsonObj]] = []
+    for line, r in entries:
+        if main_has_mainline and r.get("isSidechain") and _uuid(r) is not None:
+            side_entries.append((line, r))
+        else:
+            main_entries.append((line, r))
+    own_session = usable_id(_first(entries, "sessionId"))
+    agent_id = _first(entries, "agentId")
+    if main_has_mainline or agent_id is None:
+        session_id = stable_session_id(path, FORMAT, own_session)
+        header_extra: JsonObj = {}
+    else:
+        session_id = _child_id(own_session or str(path.resolve()), f"agent-{agent_id}")
+        header_extra = {"origin": "subagent", "delegationDepth": 1}
+        if own_session:
+            header_extra["parentSession"] = own_session
+    session = _build(main_entries, path, session_id, header_extra)
+    for root_uuid, group in _sidechain_groups(side_entries):
+        child_id = _child_id(session_id, f"sidechain-{root_uuid}")
+        session.children.append(_build(group, path, child_id, {
+            "parentSession": session_id, "origin": "subagent", "delegationDepth": 1}))
+    sub_dir = path.with_suffix("") / "subagents"
+    filed: set[str] = set()
+    if main_has_mainline and sub_dir.is_dir():
+        for sub in sorted(sub_dir.glob("agent-*.jsonl")):
+            child = import_claude_code(sub)[0]
+            child.header["parentSession"] = session_id
+            session.children.append(child)
+            filed.add(sub.stem[len("agent-"):])
+    for agent, group in _progress_agents(main_entries).items():
+        if agent in filed:
+            continue
+        child_id = _child_id(session_id, f"agent-{agent}")
+        session.children.append(_build(group, path, child_id, {
+            "parentSession": session_id, "origin": "subagent", "delegationDepth": 1},
+            linear=True))
+    return [session]
+
+
+def _progress_agents(entries: list[tuple[int, JsonObj]]) -> dict[str, list[tuple[int, JsonObj]]]:
+    """Rebuild subagent transcripts mirrored into ``agent_progress`` lines (2.1.x).
+
+    Each progress line's ``data.message`` is one subagent message entry; they are linear (no
+    usable ``parentUuid``), in file order, grouped by ``data.agentId``.
+    """
+    agents: dict[str, list[tuple[int, JsonObj]]] = {}
+    for line, r in entries:
+        data = r.get("data")
+        if r.get("type") != "progress" or not isinstance(data, dict):
+            continue
+        inner = data.get("message")
+        agent = data.get("agentId")
+        if (data.get("type") != "agent_progress" or not isinstance(agent, str)
+                or not isinstance(inner, dict) or inner.get("type") not in ("user", "assistant")):
+            continue
+        entry = dict(inner)
+        entry.setdefault("uuid", f"{r.get('uuid')}:message")
+        entry.setdefault("timestamp", r.get("timestamp"))
+        entry.setdefault("cwd", r.get("cwd"))
+        entry["isSidechain"] = True
+        entry["agentId"] = agent
+        agents.setdefault(agent, []).append((line, entry))
+    return agents
+
+
+def _first(entries: list[tuple[int, JsonObj]], key: str) -> str | None:
+    for _, r in entries:
+        value = r.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _child_id(parent: str, name: str) -> str:
+    return derived_id(f"{FORMAT}:{parent}:{name}")
+
+
+def _uuid(record: JsonObj) -> str | None:
+    """A line's ``uuid`` when it is a usable string (damaged lines may hold anything)."""
+    return str_or_none(record.get("uuid"))
+
+
+def _response_key(record: JsonObj, line: int) -> str:
+    """The key merging the lines of one API response: ``message.id``, else the line's uuid."""
+    msg = record.get("message")
+    own = str_or_none(msg.get("id")) if isinstance(msg, dict) else None
+    return own or _uuid(record) or f"line-{line}"
+
+
+def _error(path: Path, line: int, message: str) -> Exception:
+    from dsh._errors import ImportFormatError
+
+    return ImportFormatError(f"claude-code {message} at line {line}", path=str(path), line=line,
+                             format=FORMAT)
+
+
+def _sidechain_groups(
+        side: list[tuple[int, JsonObj]]) -> list[tuple[str, list[tuple[int, JsonObj]]]]:
+    """Group inline sidechain entries by the root their ``parentUuid`` chain reaches."""
+    by_uuid = {u: r for _, r in side if (u := _uuid(r)) is not None}
+    roots: dict[str, str] = {}
+
+    def root_of(u: str) -> str:
+        seen: list[str] = []
+        cur = u
+        while True:
+            if cur in roots:
+                found = roots[cur]
+                break
+            parent = by_uuid[cur].get("parentUuid")
+            if not isinstance(parent, str) or parent not in by_uuid or parent in seen:
+                found = cur
+                break
+            seen.append(cur)
+            cur = parent
+        for s in seen:
+            roots[s] = found
+        roots[u] = found
+        return found
+
+    groups: dict[str, list[tuple[int, JsonObj]]] = {}
+    for line, r in side:
+        groups.setdefault(root_of(str(_uuid(r))), []).append((line, r))
+    return list(groups.items())
+
+
+def _active_set(entries: list[tuple[int, JsonObj]]) -> tuple[set[str], dict[str, JsonObj]]:
+    """Uuids of the model-visible branch (widened as the module docstring says), and repairs.
+
+    The branch follows parent links from the last message line while they are sound. A link
+    naming no line (or a line already on the branch: a cycle) is broken: the walk continues
+    from the nearest earlier message line (file order) not yet on the branch, so nothing before
+    the break is lost. Each repair is returned by the uuid of the line whose link was broken:
+    ``{"line", "uuid", "brokenLink": parentUuid|logicalParentUuid, "missing", "linkedTo"}``.
+    """
+    order = [(line, u) for line, r in entries if (u := _uuid(r)) is not None
+             and r.get("type") in ("user", "assistant", "system")]
+    by_uuid = {u: r for _, r in entries if (u := _uuid(r)) is not None}
+    position = {u: i for i, (_, u) in enumerate(order)}
+    lines = dict((u, line) for line, u in order)
+    chain: set[str] = set()
+    repairs: dict[str, JsonObj] = {}
+    cur = order[-1][1] if order else None
+    while cur is not None and cur not in chain:
+        chain.add(cur)
+        node = by_uuid[cur]
+        field_name = "parentUuid"
+        nxt = node.get("parentUuid")
+        if nxt is None and node.get("subtype") == "compact_boundary":
+            field_name, nxt = "logicalParentUuid", node.get("logicalParentUuid")
+        if nxt is None:
+            break  # a root: the conversation starts here
+        if isinstance(nxt, str) and nxt in by_uuid and nxt not in chain:
+            cur = nxt
+            continue
+        back = position.get(cur, len(order)) - 1
+        while back >= 0 and order[back][1] in chain:
+            back -= 1
+        linked = order[back][1] if back >= 0 else None
+        repairs[cur] = {"line": lines.get(cur), "uuid": cur, "brokenLink": field_name,
+                        "missing": nxt, "linkedTo": linked}
+        cur = linked
+    message_ids = {_message_id(r) for u, r in by_uuid.items()
+                   if u in chain and r.get("type") == "assistant"}
+    message_ids.discard(None)
+    call_ids: set[str] = set()
+    for u, r in by_uuid.items():
+        if r.get("type") == "assistant" and _message_id(r) in message_ids:
+            chain.add(u)
+    for u in chain:
+        r = by_uuid[u]
+        msg = r.get("message")
+        if (r.get("type") == "assistant" and isinstance(msg, dict)
+                and isinstance(msg.get("content"), list)):
+            call_ids.update(b["id"] for b in msg["content"]
+                            if isinstance(b, dict) and b.get("type") == "tool_use"
+                            and isinstance(b.get("id"), str))
+    for u, r in by_uuid.items():
+        msg = r.get("message")
+        if (r.get("type") == "user" and isinstance(msg, dict)
+                and isinstance(msg.get("content"), list)
+                and any(isinstance(b, dict) and b.get("type") == "tool_result"
+                        and str_or_none(b.get("tool_use_id")) in call_ids
+                        for b in msg["content"])):
+            chain.add(u)
+    return chain, repairs
+
+
+def _message_id(record: JsonObj) -> str | None:
+    msg = record.get("message")
+    return str_or_none(msg.get("id")) if isinstance(msg, dict) else None
+
+
+def _user_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content
+                       if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return ""
+
+
+def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
+           header_extra: JsonObj, *, linear: bool = False) -> ImportedSession:
+    b = EventBuilder(FORMAT, session_id, path)
+    b.model = ("anthropic", "unknown")
+    active, repairs = (({u for _, r in entries if (u := _uuid(r)) is not None}, {}) if linear
+                       else _active_set(entries))
+    for _, r in entries:
+        if r.get("timestamp"):
+            b.at(r["timestamp"])
+            break
+    # Merge every active line of one API response (they may interleave with results).
+    merged: dict[str, list[JsonObj]] = {}
+    last_usage: dict[str, Any] = {}
+    for line, r in entries:
+        note_line(line)
+        msg = r.get("message")
+        if r.get("type") == "assistant" and _uuid(r) in active and isinstance(msg, dict):
+            key = _response_key(r, line)
+            merged.setdefault(key, []).extend(anthropic_blocks(msg.get("content")))
+            if isinstance(msg.get("usage"), dict):
+                last_usage[key] = msg["usage"]
+    emitted: set[str] = set()
+    title_line = _title_line(entries, active)
+    boundary: JsonObj | None = None
+    cwd: object = None
+    for line, r in entries:
+        note_line(line)
+        kind = r["type"]
+        b.at(r.get("timestamp"))
+        if cwd is None and isinstance(r.get("cwd"), str):
+            cwd = r["cwd"]
+        uid = _uuid(r)
+        if uid in repairs:
+            b.ignorable("chain-repair", repairs[uid])
+        if kind in _MESSAGE_TYPES and uid not in active:
+            b.ignorable("off-branch", r)
+            continue
+        if kind in _MESSAGE_TYPES:
+            b.ignorable("envelope", _envelope(r))
+        if kind == "assistant":
+            msg = r.get("message")
+            if not isinstance(msg, dict):
+                raise _error(path, line, "assistant line lacks a message object")
+            key = _response_key(r, line)
+            if key in emitted:
+                continue
+            emitted.add(key)
+            model = msg.get("model") if isinstance(msg.get("model"), str) else None
+            b.assistant(merged[key], provider="anthropic", model=model, message_id=key,
+                        usage=anthropic_usage(last_usage.get(key)))
+        elif kind == "user":
+            _user_entry(b, r, line, path, boundary)
+            if r.get("isCompactSummary"):
+                boundary = None
+        elif kind == "system" and r.get("subtype") == "compact_boundary" and uid in active:
+            boundary = r
+            b.ignorable("system", r)
+        elif kind in _KNOWN_TYPES:
+            b.ignorable(kind, r)
+            if line == title_line:
+                b.emit("session/title", {"title": r["summary"]})
+        else:
+            b.ignorable("unknown", r)
+    b.finish()
+    header = b.header(cwd=cwd, extra=header_extra)
+    return b.imported(header)
+
+
+def _title_line(entries: list[tuple[int, JsonObj]], active: set[str]) -> int | None:
+    """The line of the ``summary`` that titles the session (module docstring), or None."""
+    titles = [(line, r) for line, r in entries if r.get("type") == "summary"
+              and isinstance(r.get("summary"), str) and r["summary"].strip()]
+    on_branch = [line for line, r in titles if str_or_none(r.get("leafUuid")) in active]
+    candidates = on_branch or [line for line, _ in titles]
+    return candidates[-1] if candidates else None
+
+
+def _envelope(record: JsonObj) -> JsonObj:
+    """A mapped line without its message content (the content lives in the mapped event)."""
+    msg = record.get("message")
+    if not isinstance(msg, dict):
+        return record
+    return {**record, "message": {k: v for k, v in msg.items() if k != "content"}}
+
+
+def _user_entry(b: EventBuilder, r: JsonObj, line: int, path: Path,
+                boundary: JsonObj | None) -> None:
+    msg = r.get("message")
+    if not isinstance(msg, dict):
+        raise _error(path, line, "user line lacks a message object")
+    content = msg.get("content")
+    uid = _uuid(r)
+    if r.get("isCompactSummary"):
+        compact = (boundary or {}).get("compactMetadata")
+        info: JsonObj = compact if isinstance(compact, dict) else {}
+        text = _user_text(content)
+        b.compaction([{"type": "text", "text": text}], summary=[{"type": "text", "text": text}],
+                     compaction_id=str((boundary or {}).get("uuid") or uid),
+                     provider="anthropic", token_count=token_count(info.get("preTokens")),
+                     extra={"trigger": info["trigger"]} if isinstance(info.get("trigger"), str)
+                     else None)
+        return
+    if isinstance(content, list) and any(isinstance(x, dict) and x.get("type") == "tool_result"
+                                         for x in content):
+        rest: list[JsonObj] = []
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                sidecar: JsonObj = {"uuid": uid}
+                if "toolUseResult" in r:
+                    sidecar["toolUseResult"] = r["toolUseResult"]
+                b.tool_result(str(block.get("tool_use_id", "")),
+                              result_blocks(block.get("content")),
+                              is_error=bool(block.get("is_error")),
+                              message_id=f"{uid}:{block.get('tool_use_id')}",
+                              meta={"claudeCode": sidecar})
+            else:
+                rest.append(block)
+        if rest:
+            b.user(result_blocks(rest), message_id=f"{uid}:text", prompt=False,
+                   source={"kind": "plugin", "plugin": "claude-code"})
+        return
+    text = _user_text(content)
+    blocks = text_blocks(content) if isinstance(content, str) else result_blocks(content)
+    if text.startswith(_INTERRUPT_PREFIX):
+        b.user(blocks, message_id=uid, prompt=False, in_step=False,
+               source={"kind": "plugin", "plugin": "claude-code"})
+        b.abort_turn()
+        return
+    typed = not r.get("isMeta") and not text.lstrip().startswith(_NOT_TYPED_PREFIXES)
+    source: JsonObj = {"kind": "user"} if typed else {"kind": "plugin", "plugin": "claude-code"}
+    b.user(blocks, message_id=uid, prompt=typed, source=source)

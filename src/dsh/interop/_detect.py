@@ -1,0 +1,195 @@
+"""Which transcript format a file holds, decided from its content (and extension for YAML).
+
+Rules, first match wins:
+
+* ``.yaml`` / ``.yml`` → ``anthropic`` (VCR cassette of Messages API traffic).
+* JSONL (more than one JSON line, or a ``.jsonl`` file): first record a dsh header → ``dsh``;
+  any Codex record (envelope, legacy metadata/state) → ``codex``; any Claude Code record →
+  ``claude-code``; ``{cassette|request, response}`` exchanges → ``anthropic``; resolver
+  records (``history`` beside ``git_patch``/``issue``/…) → ``openhands-resolver``; objects with
+  an OpenHands ``history`` → ``openhands``.
+* One JSON document: a V0 event list or ``{history: events}`` → ``openhands``; a resolver
+  record → ``openhands-resolver``; ``{sessionId|projectHash, messages}`` whose messages are
+  typed ``user``/``gemini``/… → ``gemini-cli``; an object with
+  ``history`` + ``trajectory``/``info``/``environment`` (or only ``history`` of chat messages)
+  → ``swe-agent``; mini-swe-agent markers (``mswea_bash_command``, ``<returncode>``) or a
+  ``trajectory_format`` wrapper → ``mini-swe-agent``; ``interactions`` → ``anthropic``; a
+  request body or message list using Anthropic block types (``tool_use``, ``tool_result``,
+  ``thinking``) or a top-level ``system`` → ``anthropic``; any other list / body of messages
+  with a ``role`` → ``openai-chat``.
+* Nothing matching: ``ImportFormatError`` "not a supported transcript format (supported: …)".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from dsh._errors import ImportFormatError
+from dsh.interop._claude_code import looks_like_claude_code
+from dsh.interop._codex import looks_like_codex
+from dsh.interop._common import (
+    mapping_errors,
+    read_json_document,
+    read_jsonl_records,
+    read_source_bytes,
+)
+from dsh.interop._dsh_log import looks_like_dsh_header
+from dsh.interop._gemini_cli import looks_like_gemini_cli
+from dsh.interop._openhands import looks_like_openhands_events
+from dsh.interop._openhands_resolver import looks_like_resolver_output
+from dsh.interop._swe_agent import looks_like_mini_swe_agent
+
+__all__ = ["FORMATS", "detect_format"]
+
+FORMATS: Final = ("claude-code", "codex", "openai-chat", "anthropic", "openhands",
+                  "openhands-resolver", "gemini-cli", "swe-agent", "mini-swe-agent", "dsh")
+"""Every format name :func:`dsh.interop.import_file` accepts (besides ``"auto"``)."""
+
+_ANTHROPIC_BLOCKS: Final = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+
+
+def _is_jsonl(path: Path, raw: bytes) -> bool:
+    if path.suffix.lower() == ".jsonl":
+        return True
+    if path.suffix.lower() in (".json", ".traj"):
+        return False
+    lines = [ln for ln in raw.split(b"\n") if ln.strip()]
+    return len(lines) > 1 and lines[0].lstrip().startswith(b"{") and lines[0].rstrip().endswith(
+        b"}")
+
+
+def _uses_anthropic_blocks(messages: Any) -> bool:
+    if not isinstance(messages, list):
+        return False
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list) and any(
+                isinstance(b, dict) and isinstance(b.get("type"), str)
+                and b["type"] in _ANTHROPIC_BLOCKS for b in content):
+            return True
+    return False
+
+
+def detect_format(path: Path) -> str:
+    """Return the format name of ``path`` (one of :data:`FORMATS`).
+
+    Raises:
+        ImportFormatError: unreadable/empty/binary/non-JSON file, or JSON of no known format
+            (``format`` in ``where`` is ``"auto"``).
+    """
+    path = Path(path)
+    with mapping_errors(path, "auto"):
+        return _detect(path)
+
+
+def _detect(path: Path) -> str:
+    if path.suffix.lower() in (".yaml", ".yml"):
+        read_source_bytes(path, "auto")
+        return "anthropic"
+    raw = read_source_bytes(path, "auto")
+    if _is_jsonl(path, raw):
+        head = _head_records(raw)
+        if head is not None:
+            found = _jsonl_format(head)
+            if found is not None:
+                return found
+        records = read_jsonl_records(path, "auto")
+        first = records[0][1]
+        found = _jsonl_format([r for _, r in records])
+        if found is not None:
+            return found
+        raise ImportFormatError(
+            f"not a supported transcript format (JSONL whose first record is a JSON "
+            f"{_shape(first)}; supported: {', '.join(FORMATS)}); pass --format if it is one "
+            "of them", path=str(path), line=records[0][0], format="auto")
+    return _document_format(path)
+
+
+_HEAD_LINES: Final = 256
+
+
+def _head_records(raw: bytes) -> list[Any] | None:
+    """The first records of a JSONL file, or None when any of them does not parse.
+
+    Deciding on the head keeps detection O(1) in the file size; a head that is not clean JSON
+    takes the full read, which reports the bad line exactly.
+    """
+    out: list[Any] = []
+    for line in raw.split(b"\n", _HEAD_LINES)[:_HEAD_LINES]:
+        if not line.strip():
+            continue
+        try:
+            out.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            return None
+    return out or None
+
+
+def _jsonl_format(values: list[Any]) -> str | None:
+    """The format of a list of JSONL records, or None when no rule matches (module rules)."""
+    if looks_like_dsh_header(values[0]):
+        return "dsh"
+    if any(looks_like_codex(r) for r in values):
+        return "codex"
+    if any(looks_like_claude_code(r) for r in values):
+        return "claude-code"
+    if all(isinstance(r, dict) and "request" in r and "response" in r for r in values):
+        return "anthropic"
+    if all(looks_like_resolver_output(r) for r in values):
+        return "openhands-resolver"
+    if all(isinstance(r, dict) and looks_like_openhands_events(r.get("history"))
+           for r in values):
+        return "openhands"
+    return None
+
+
+def _document_format(path: Path) -> str:
+    """The format of a single JSON document (module rules)."""
+    doc = read_json_document(path, "auto")
+    if looks_like_openhands_events(doc):
+        return "openhands"
+    if looks_like_resolver_output(doc):
+        return "openhands-resolver"
+    if looks_like_gemini_cli(doc):
+        return "gemini-cli"
+    if isinstance(doc, dict):
+        if looks_like_openhands_events(doc.get("history")):
+            return "openhands"
+        if isinstance(doc.get("history"), list) and (
+                {"trajectory", "info", "environment"} & set(doc) or all(
+                    isinstance(m, dict) and "role" in m for m in doc["history"])):
+            return "swe-agent"
+        if looks_like_mini_swe_agent(doc):
+            return "mini-swe-agent"
+        if "interactions" in doc:
+            return "anthropic"
+        if _chat_messages(doc.get("messages")):
+            if "system" in doc or _uses_anthropic_blocks(doc["messages"]):
+                return "anthropic"
+            return "openai-chat"
+    if isinstance(doc, list) and doc and all(isinstance(m, dict) and "role" in m for m in doc):
+        if looks_like_mini_swe_agent(doc):
+            return "mini-swe-agent"
+        if _uses_anthropic_blocks(doc):
+            return "anthropic"
+        return "openai-chat"
+    raise ImportFormatError(
+        f"not a supported transcript format (a JSON {_shape(doc)}; supported: "
+        f"{', '.join(FORMATS)}); pass --format if it is one of them", path=str(path), line=1,
+        format="auto")
+
+
+def _chat_messages(value: object) -> bool:
+    """A non-empty list of objects that all have a string ``role`` (a chat message list)."""
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)
+
+
+def _shape(doc: object) -> str:
+    """A few words on what a JSON value is, for the "not supported" message."""
+    if isinstance(doc, dict):
+        return f"object with keys {[key[:40] for key in sorted(doc)[:8]]}"
+    return "array" if isinstance(doc, list) else type(doc).__name__

@@ -1,0 +1,171 @@
+"""A dsh JSONL session log (or a dsh test snapshot of one) read as is.
+
+Line 1 is the header ``{"type": "session", "version": 0, "id", "createdAt", …}``; every later
+line is an event or a packed chunk row (``text-chunks`` / ``reasoning-chunks`` /
+``tool-call-chunks``, core spec §12) which is expanded into its ``assistant/chunk`` members.
+Real logs carry ``seq``/``time`` (kept); dsh's snapshot files drop them, so seq is assigned by
+position after expansion and time is the previous event's time (the header's ``createdAt`` at
+first). Templated snapshot values (``{{sessionId}}``, ``{{cwd}}``) are replaced: the id by the
+stable import id, the cwd dropped. No legacy conversion happens here (persistence owns it).
+The log's own seqs are kept, so the ``import/source`` event goes last (ignorable events are
+free-standing, core spec §1.6), stamped with the last event's time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+from dsh._errors import ImportFormatError
+from dsh.interop._common import (
+    IMPORT_SOURCE_TYPE,
+    ImportedSession,
+    JsonObj,
+    read_jsonl_records,
+    source_event_data,
+    stable_session_id,
+)
+
+__all__ = ["FORMAT", "import_dsh_log", "looks_like_dsh_header"]
+
+FORMAT: Final = "dsh"
+_ROW_TYPES: Final = {"text-chunks": "text-delta", "reasoning-chunks": "reasoning-delta",
+                     "tool-call-chunks": "tool-call-delta"}
+_EVENT_KEYS: Final = frozenset({"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs",
+                                "ignorable"})
+_HEADER_KEYS: Final = ("version", "id", "createdAt", "cwd", "parentSession", "seedLength",
+                       "origin", "delegationDepth", "agentPreset")
+
+
+def looks_like_dsh_header(record: object) -> bool:
+    """True for a dsh JSONL header line ``{"type": "session", "version": …, "id": …}``."""
+    return (isinstance(record, dict) and record.get("type") == "session"
+            and "version" in record and "id" in record)
+
+
+def _templated(value: object) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def import_dsh_log(path: Path) -> list[ImportedSession]:
+    """Import one dsh JSONL log as one session (events kept verbatim, rows expanded).
+
+    Raises:
+        ImportFormatError: unreadable/empty/binary file, torn or non-JSON line, a first line
+            that is not a version-0 header, an event with keys outside the envelope, or a
+            malformed chunk row.
+    """
+    records = read_jsonl_records(path, FORMAT)
+    first_line, header_rec = records[0]
+    if not looks_like_dsh_header(header_rec):
+        raise ImportFormatError(
+            "dsh log must start with a session header {\"type\": \"session\", \"version\", "
+            f"\"id\"}} at line {first_line}", path=str(path), line=first_line, format=FORMAT)
+    if header_rec.get("version") != 0:
+        raise ImportFormatError(
+            f"dsh log header version is {header_rec.get('version')!r}; this reader imports "
+            "version 0", path=str(path), line=first_line, format=FORMAT)
+    header: JsonObj = {k: header_rec[k] for k in _HEADER_KEYS if k in header_rec}
+    own = header.get("id")
+    session_id = stable_session_id(path, FORMAT, None if _templated(own) else own)
+    header["id"] = session_id
+    for key in ("cwd", "parentSession"):
+        if _templated(header.get(key)):
+            del header[key]
+    created = header.get("createdAt")
+    time = created if isinstance(created, int) and created >= 0 else 0
+    header["createdAt"] = time
+    events: list[JsonObj] = []
+    lines: list[int | None] = []
+    for line, rec in records[1:]:
+        if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
+            raise ImportFormatError(f"dsh log line {line} must be an event object with a type",
+                                    path=str(path), line=line, format=FORMAT)
+        if rec["type"] in _ROW_TYPES:
+            members = _expand_row(rec, path, line, len(events), time)
+            events.extend(members)
+            lines.extend([line] * len(members))
+            if members:
+                time = members[-1]["time"]
+            continue
+        extra = set(rec) - _EVENT_KEYS
+        if extra:
+            raise ImportFormatError(
+                f"dsh event at line {line} has keys outside the envelope: {sorted(extra)}",
+                path=str(path), line=line, format=FORMAT)
+        event: JsonObj = {"type": rec["type"], "seq": rec.get("seq", len(events)),
+                          "time": rec.get("time", time), "data": rec.get("data")}
+        for key in ("sourceEventSeqs", "surfaceOp", "ignorable"):
+            if key in rec:
+                event[key] = rec[key]
+        if event["seq"] != len(events):
+            raise ImportFormatError(
+                f"dsh event at line {line} has seq {event['seq']}; expected {len(events)}",
+                path=str(path), line=line, format=FORMAT)
+        if isinstance(event["time"], int):
+            time = event["time"]
+        events.append(event)
+        lines.append(line)
+    events.append({"type": IMPORT_SOURCE_TYPE, "seq": len(events), "time": time,
+                   "data": source_event_data(path, FORMAT), "ignorable": True})
+    _refuse_invalid(path, header, events, lines)
+    return [ImportedSession(session_id, header, events, [], FORMAT, str(path.resolve()), lines)]
+
+
+def _refuse_invalid(path: Path, header: JsonObj, events: list[JsonObj],
+                    lines: list[int | None]) -> None:
+    """Refuse a log that ``dsh verify`` would reject: an import never yields an invalid log.
+
+    Raises:
+        ImportFormatError: naming the line of the first violation's event and its rule.
+    """
+    from dsh._verify import verify_events  # lazy: the verifier pulls in compaction
+
+    violations = verify_events(events, header=header)
+    if not violations:
+        return
+    first = violations[0]
+    line = lines[first.seq] if first.seq is not None and 0 <= first.seq < len(lines) else None
+    at = f"line {line}" if line is not None else "its header"
+    more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+    raise ImportFormatError(
+        f"dsh log breaks a log rule at {at}: {first.rule}: {first.message}{more}; run dsh "
+        "verify on the source for the full list", path=str(path), line=line, format=FORMAT)
+
+
+def _expand_row(rec: JsonObj, path: Path, line: int, next_seq: int, time: int) -> list[JsonObj]:
+    """Expand one packed chunk row into ``assistant/chunk`` events (core spec §12.5)."""
+    data = rec.get("data")
+    tag = rec["type"]
+    payload_key = "args" if tag == "tool-call-chunks" else "texts"
+    payload: Any = data.get(payload_key) if isinstance(data, dict) else None
+    dts: Any = data.get("dt") if isinstance(data, dict) else None
+    if (not isinstance(data, dict) or not isinstance(payload, list) or not payload
+            or not all(isinstance(p, str) for p in payload) or not isinstance(dts, list)
+            or len(dts) != len(payload) - 1 or not all(isinstance(d, int) for d in dts)):
+        raise ImportFormatError(
+            f"malformed {tag} storage row at line {line}: needs data.{payload_key} (non-empty "
+            "strings) and data.dt (one integer gap fewer)", path=str(path), line=line,
+            format=FORMAT)
+    seq = rec.get("seq0", next_seq)
+    when = rec.get("time0", time)
+    if seq != next_seq:
+        raise ImportFormatError(
+            f"{tag} storage row at line {line} starts at seq {seq}; expected {next_seq}",
+            path=str(path), line=line, format=FORMAT)
+    out: list[JsonObj] = []
+    for k, piece in enumerate(payload):
+        if k:
+            when += dts[k - 1]
+        chunk: JsonObj = {"type": _ROW_TYPES[tag], "index": data.get("index")}
+        if tag == "tool-call-chunks":
+            chunk["id"] = data.get("id")
+            if "name" in data:
+                chunk["name"] = data["name"]
+            chunk["argumentsDelta"] = piece
+        else:
+            chunk["text"] = piece
+        out.append({"type": "assistant/chunk", "seq": seq + k, "time": when,
+                    "data": {"turn": data.get("turn"), "step": data.get("step"),
+                             "chunk": chunk}})
+    return out

@@ -1,0 +1,382 @@
+"""The storage contract every persistence backend implements (DESIGN §3.3, seed ch. 28).
+
+A backend stores sessions: one header (the ``SessionHeader`` wire object, persistence spec §1.2)
+and one append-only event log per session id. Access goes through a :class:`Handle` opened in
+``"read"`` or ``"write"`` mode. A write handle is exclusive inside the process and across
+processes (a ``filelock`` lock file beside the data, never a table inside a SQLite file); a
+second writer gets :class:`~dsh._errors.SessionBusyError` naming the holder.
+
+Shapes:
+
+* header: a ``FrozenDict`` with dsh's camelCase keys (``version``, ``id``, ``createdAt``,
+  ``cwd``?, ``parentSession``?, ``seedLength``?, ``origin``?, ``delegationDepth``?,
+  ``agentPreset``?). Backends store and return only the known keys.
+* events: :class:`~dsh.session._events.Event` objects (frozen wire objects), chunk storage rows
+  already expanded, seq contiguous from 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Literal, Protocol, Self, runtime_checkable
+
+from dsh.json import FrozenDict
+
+if TYPE_CHECKING:
+    from dsh.session._events import Event
+
+__all__ = [
+    "HEADER_KEYS",
+    "MAX_ID_SEGMENT_BYTES",
+    "Backend",
+    "ColdRead",
+    "Handle",
+    "KeepsCuts",
+    "OpenMode",
+    "SessionSummary",
+    "TornTail",
+    "check_session_id",
+    "normalize_header",
+    "session_id_problem",
+]
+
+OpenMode = Literal["read", "write"]
+"""``"read"``: shared, never writes. ``"write"``: exclusive across threads and processes."""
+
+HEADER_KEYS: tuple[str, ...] = (
+    "version", "id", "createdAt", "cwd", "parentSession", "seedLength", "origin",
+    "delegationDepth", "agentPreset",
+)
+"""The ``SessionHeader`` keys a backend stores, in dsh's order (persistence spec §1.2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """An uncommitted tail found after the valid committed prefix (persistence spec §4.7, §5.9).
+
+    Attributes:
+        byte_offset: JSONL: bytes of the file that stay (the tail starts here; for zstd the
+            start of the torn frame). SQLite: ``None``.
+        line: JSONL: 1-based event line (header excluded) of the first bad record, or ``None``
+            when the tail is a bare fragment after the last full line. SQLite: the rowid of the
+            first bad row.
+        reason: One sentence: what was found (unterminated record, unparsable line, seq gap…).
+        recovered: Events recovered from a torn zstd frame (persistence spec §4.7). They are
+            also the last events of ``ColdRead.events``, and the next write re-writes them
+            (after truncating) in the same batch. Empty for raw JSONL and SQLite.
+    """
+
+    byte_offset: int | None
+    line: int | None
+    reason: str
+    recovered: tuple[Event, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ColdRead:
+    """What a cold read of one stored session returns (persistence spec §3.8, seed ch. 28).
+
+    Attributes:
+        header: The stored header (``FrozenDict`` wire object, known keys only).
+        events: The valid committed prefix with ``seq >= offset`` of the read, chunk rows
+            expanded, in seq order. Not yet normalised, vocabulary-checked or repaired — that is
+            the read pipeline's job (:mod:`dsh.persistence._coordinator`).
+        torn: ``None`` or the uncommitted tail after the prefix (truncated before the next
+            write through a write handle).
+        revision: Opaque string; equal revisions mean the stored bytes did not change.
+        prescan: Optional, for backends that decode in C: ``(legacy_at, unknown_at)``, the
+            index in ``events`` of the first event legacy normalisation could touch and of
+            the first unknown type not marked ignorable (-1: none), exactly as
+            ``dsh._speedups.stored_prescan(events, KNOWN_EVENT_TYPES)`` answers. Found while
+            decoding, it spares the read pipeline a pass over the events; None: the
+            pipeline looks itself.
+    """
+
+    header: FrozenDict
+    events: tuple[Event, ...]
+    torn: TornTail | None
+    revision: str
+    prescan: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One row of ``Persistence.list()`` (persistence spec §2.1 ``list``).
+
+    Attributes:
+        id: Session id.
+        header: Stored header.
+        event_count: Committed events (torn tail excluded).
+        last_activity_ms: ``time`` of the last committed event, else header ``createdAt``
+            (epoch ms).
+        title: Last ``session/title`` title, else the text of the first ``user/message``
+            (first 80 characters), else ``None``.
+    """
+
+    id: str
+    header: FrozenDict
+    event_count: int
+    last_activity_ms: int
+    title: str | None
+
+
+@runtime_checkable
+class Handle(Protocol):
+    """An open session in one backend (seed ch. 28, DESIGN §3.3).
+
+    A handle is used from one thread at a time. ``"write"`` handles hold the session's
+    exclusive lock until :meth:`close`.
+    """
+
+    @property
+    def session_id(self) -> str:
+        """The session id this handle was opened for."""
+        ...
+
+    @property
+    def mode(self) -> OpenMode:
+        """``"read"`` or ``"write"``."""
+        ...
+
+    def read(self, offset: int = 0) -> ColdRead:
+        """Read the stored header and the committed events with ``seq >= offset``.
+
+        Args:
+            offset: First event seq wanted (an event seq, not a byte offset), ``>= 0``.
+
+        Returns:
+            ColdRead: header, events (chunk rows expanded), torn tail or ``None``, revision.
+
+        Raises:
+            ConfigError: ``offset`` is not a non-negative integer.
+            LogCorruptError: the committed region is damaged (path, line, byte offset).
+            SessionFormatUnsupportedError: the stored format version is not 0.
+            SessionNotFoundError: the session vanished.
+        """
+        ...
+
+    def append(self, events: Sequence[Event]) -> None:
+        """Append one atomic batch (one JSONL write or zstd frame, one SQLite transaction).
+
+        The first event's seq must equal the stored event count; seqs must be contiguous.
+        Events are validated as lossless JSON first (nothing is written on failure). A torn
+        tail is truncated before the first write; events recovered from a torn zstd frame
+        (``TornTail.recovered``) are re-written in the same batch, ahead of ``events``. An empty
+        batch writes no events but still truncates a torn tail (that is how a repair without
+        closers is committed).
+
+        Raises:
+            PersistenceError: the handle is read-only or closed, or seq does not continue the
+                stored tail (``LogCorruptError`` when the stored log itself is damaged).
+            InvalidJsonError: an event holds a value that is not lossless JSON.
+            OSError: the write failed; partial bytes were rolled back.
+        """
+        ...
+
+    def flush(self) -> None:
+        """Durability barrier: everything appended so far is on stable storage on return.
+
+        Raises:
+            OSError: the sync failed; the batches appended since the last successful flush
+                were removed again (file and seq count), so re-appending them continues the
+                seq exactly (JSONL; a backend whose ``append`` is already durable never fails
+                here).
+        """
+        ...
+
+    def close(self) -> None:
+        """Flush-free release of the handle and its lock; idempotent."""
+        ...
+
+    def __enter__(self) -> Handle:
+        """Return ``self``."""
+        ...
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        """Close the handle."""
+        ...
+
+
+class HandleBase:
+    """Shared plumbing of the bundled handles: identity properties and ``with`` support.
+
+    Subclasses set ``_id`` and ``_mode`` and implement ``close()``.
+    """
+
+    _id: str
+    _mode: OpenMode
+
+    @property
+    def session_id(self) -> str:
+        """The session id."""
+        return self._id
+
+    @property
+    def mode(self) -> OpenMode:
+        """``"read"`` or ``"write"``."""
+        return self._mode
+
+    def close(self) -> None:  # pragma: no cover - every subclass overrides it
+        """Release the handle."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One storage location holding many sessions (persistence spec §2.2, seed ch. 28)."""
+
+    @property
+    def url(self) -> str:
+        """The store URL this backend was opened from (``jsonl:///dir``, ``sqlite:///x.db``…)."""
+        ...
+
+    def create(self, header: Mapping[str, object]) -> None:
+        """Store a new session with ``header`` and no events.
+
+        Raises:
+            SessionExistsError: a session with ``header["id"]`` is already stored.
+            EventRejectedError: the header is not a valid ``SessionHeader``.
+        """
+        ...
+
+    def open(self, session_id: str, mode: OpenMode = "read") -> Handle:
+        """Open a stored session.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionBusyError: ``mode == "write"`` and another writer holds it (pid, host, since).
+        """
+        ...
+
+    def exists(self, session_id: str) -> bool:
+        """Return whether a session with this id is stored."""
+        ...
+
+    def list_headers(self) -> Iterator[FrozenDict]:
+        """Yield the header of every stored session (order: backend's own)."""
+        ...
+
+    def close(self) -> None:
+        """Release backend resources (connections, caches); idempotent."""
+        ...
+
+
+@runtime_checkable
+class KeepsCuts(Protocol):
+    """A backend that saves what a torn-tail repair cuts beside the log (DESIGN §3.11)."""
+
+    def saved_cuts(self, session_id: str) -> list[str]:
+        """Paths of the files holding bytes or rows cut from this session, oldest first."""
+        ...
+
+
+MAX_ID_SEGMENT_BYTES = 255
+"""Longest storage form of a session id (its JSONL folder name; most file systems' limit)."""
+
+
+def session_id_problem(session_id: str) -> str | None:
+    """Why ``session_id`` cannot name a session on every backend, or ``None`` when it can.
+
+    One rule for all backends, so a session can move between them (``dsh convert``): the id
+    is a non-empty string, valid Unicode (no lone surrogate: SQLite and PostgreSQL store
+    UTF-8), and its path-segment encoding (the JSONL folder name, persistence spec §4.2: a
+    non-``[A-Za-z0-9._-]`` UTF-16 unit takes 5 bytes) is at most 255 bytes.
+    """
+    from dsh.persistence.jsonl._format import encode_segment
+
+    if not session_id:
+        return "it is empty"
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"it holds a lone surrogate at index {exc.start}"
+    size = len(encode_segment(session_id))
+    if size > MAX_ID_SEGMENT_BYTES:
+        return (f"its folder name would be {size} bytes, over {MAX_ID_SEGMENT_BYTES}; characters "
+                f"outside A-Z a-z 0-9 . _ - take 5 bytes each")
+    return None
+
+
+def check_session_id(session_id: str) -> None:
+    """Refuse an id no backend can store (see :func:`session_id_problem`).
+
+    Raises:
+        ConfigError: code ``INVALID_ID``, saying why.
+    """
+    problem = session_id_problem(session_id) if type(session_id) is str else "not a string"
+    if problem is not None:
+        from dsh._errors import ConfigError
+
+        raise ConfigError(f"session id {session_id!r} cannot name a stored session: {problem}",
+                          code="INVALID_ID")
+
+
+def normalize_header(header: Mapping[str, object]) -> FrozenDict:
+    """Validate a ``SessionHeader`` for storage and return its known keys, frozen, in order.
+
+    Rules (persistence spec §1.2, §3.6): a mapping; ``version`` an integer (a foreign version is
+    stored as given and refused on load, like dsh); ``id`` a non-empty string; ``createdAt`` a
+    non-negative safe integer (epoch ms); ``cwd`` an absolute path string; ``parentSession`` and
+    ``agentPreset`` strings; ``seedLength`` and ``delegationDepth`` non-negative safe integers;
+    ``origin`` exactly ``"subagent"``. Absent and ``None`` optional fields are dropped; unknown
+    keys are dropped (backends reconstruct only the known keys).
+
+    Raises:
+        EventRejectedError: code ``HEADER``, naming the field and the value found.
+    """
+    from pathlib import PurePosixPath, PureWindowsPath
+
+    from dsh._errors import EventRejectedError
+    from dsh.json import is_safe_int
+
+    def bad(field: str, expected: str, found: object) -> EventRejectedError:
+        return EventRejectedError(
+            f"session header {field} must be {expected}, got {found!r}", code="HEADER",
+            json_path=f"$.{field}")
+
+    if not isinstance(header, Mapping):
+        raise bad("(header)", "a mapping", type(header).__name__)
+    out: dict[str, object] = {}
+    version = header.get("version")
+    if not is_safe_int(version):
+        raise bad("version", "an integer", version)
+    out["version"] = version
+    sid = header.get("id")
+    if type(sid) is not str or not sid:
+        raise bad("id", "a non-empty string", sid)
+    problem = session_id_problem(sid)
+    if problem is not None:
+        raise bad("id", f"storable on every backend ({problem})", sid)
+    out["id"] = sid
+    created = header.get("createdAt")
+    if not is_safe_int(created) or created < 0:  # type: ignore[operator]
+        raise bad("createdAt", "a non-negative safe integer (epoch ms)", created)
+    out["createdAt"] = created
+    for key in HEADER_KEYS[3:]:
+        value = header.get(key)
+        if value is None:
+            continue
+        if key == "cwd":
+            if type(value) is not str or not (PurePosixPath(value).is_absolute()
+                                              or PureWindowsPath(value).is_absolute()):
+                raise bad(key, "an absolute path", value)
+        elif key in ("parentSession", "agentPreset"):
+            if type(value) is not str:
+                raise bad(key, "a string", value)
+        elif key in ("seedLength", "delegationDepth"):
+            if not is_safe_int(value) or value < 0:  # type: ignore[operator]
+                raise bad(key, "a non-negative safe integer", value)
+        elif key == "origin" and value != "subagent":
+            raise bad(key, '"subagent"', value)
+        out[key] = value
+    return FrozenDict(out)

@@ -1,0 +1,516 @@
+"""Listing without reading logs: one summary per session from a per-store index.
+
+``dsh ls`` needs, per session, the header, the committed event count, the last event time, the
+number of turns, the title (last ``session/title``, else the first prompt a person typed) and
+where the log came from (the first ``import/source`` format). Reading every log for that costs
+O(total events); this module answers from data kept apart from the logs:
+
+* SQLite (:func:`sqlite_entries`): a few aggregate queries over the store's own tables (the
+  sessions rows, the last row of every session, and the rows of the few event types a summary
+  needs); only those rows are decoded.
+* JSONL (:class:`JsonlIndex`): a sidecar file ``.dsh-listing.json`` in the store root maps each
+  log to its summary and the log's stat signature (size, mtime, ctime, inode). A log whose
+  signature matches is not opened; a missing, stale or unreadable index entry is rebuilt from
+  a full read of that one log, and the index is rewritten (atomically) when anything changed.
+  The index is a cache, never the truth: deleting it only costs one full read per log.
+  Writers keep it at flush: a JSONL write handle folds what it flushed into the entry it
+  started from (:class:`EntryFold`) and appends one line to ``.dsh-listing.journal``; the next
+  listing merges the journal (later lines win) into the index and empties it; so does the
+  writer whose line takes the journal past ``JOURNAL_FOLD_BYTES`` (every writer's first flush
+  reads the journal back to find its entry: it must stay short while nobody lists), and writers
+  stop adding lines past ``JOURNAL_MAX_BYTES`` should folding fail. A writer that cannot know the
+  entry (a log read with a torn tail, no matching index entry) writes nothing: the listing
+  then reads that log in full, as before.
+
+Rule: persistence spec §2.1 (``list``); summaries equal what a full read gives
+(``tests/persistence/test_listing.py`` compares them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from dsh._errors import DshError
+from dsh.json import FrozenDict, snapshot_json
+
+__all__ = ["INDEX_NAME", "JOURNAL_NAME", "EntryFold", "JsonlIndex", "ListingEntry",
+           "jsonl_entries", "note_flushed", "sqlite_entries", "summarize"]
+
+log = logging.getLogger("dsh.persistence")
+
+INDEX_NAME: Final = ".dsh-listing.json"
+"""The JSONL listing sidecar in the store root (a cache; safe to delete)."""
+
+JOURNAL_NAME: Final = ".dsh-listing.journal"
+"""Entries JSONL writers noted at flush since the index was last written (a cache too)."""
+
+JOURNAL_MAX_BYTES: Final = 8 * 1024 * 1024
+"""Writers stop adding journal lines past this size until a listing merges the journal."""
+
+JOURNAL_FOLD_BYTES: Final = 128 * 1024
+"""A writer whose line takes the journal past this size merges it into the index (about one
+flush in 200 of one session; a resume's first flush reads the whole journal back)."""
+
+_INDEX_VERSION: Final = 2
+SOURCE_EVENT_TYPE: Final = "import/source"
+
+
+@dataclass(frozen=True, slots=True)
+class ListingEntry:
+    """What ``dsh ls`` shows of one session, as a full read would compute it.
+
+    Attributes:
+        id: Session id.
+        header: The stored header (wire ``SessionHeader``).
+        events: Committed events (a torn tail excluded).
+        last_activity_ms: ``time`` of the last committed event, else header ``createdAt``.
+        turns: Number of ``turn/start`` events.
+        title: The last ``session/title`` title (raw), or None.
+        first_prompt: First line of the text of the first ``user/message`` appended to the
+            surface that a person typed (source kind ``user`` or none; non-blank), or None.
+        source_format: The first ``import/source`` event's ``format``, else ``"dsh"``.
+        timed: False when that ``import/source`` says ``timestamps: false`` and nothing was
+            appended after it (its times are one stamp, not real activity).
+    """
+
+    id: str
+    header: FrozenDict
+    events: int
+    last_activity_ms: int
+    turns: int
+    title: str | None
+    first_prompt: str | None
+    source_format: str
+    timed: bool = True
+
+
+_FIELDS: Final = tuple(f.name for f in fields(ListingEntry))
+
+
+def _message_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(block["text"] for block in content
+                     if isinstance(block, Mapping) and block.get("type") == "text"
+                     and isinstance(block.get("text"), str))
+
+
+def _prompt_of(event: Mapping[str, Any]) -> str | None:
+    """The first-prompt text of a ``user/message`` event, or None if it does not qualify."""
+    if event.get("surfaceOp") != "append":
+        return None
+    data = event.get("data")
+    source = data.get("source") if isinstance(data, Mapping) else None
+    # The first prompt is what a person typed, not injected context.
+    if isinstance(source, Mapping) and source.get("kind") not in (None, "user"):
+        return None
+    text = _message_text(data.get("content") if isinstance(data, Mapping) else None)
+    return text.strip().split("\n", 1)[0] if text.strip() else None
+
+
+def _untimed(event: Mapping[str, Any]) -> bool:
+    """An ``import/source`` whose source had no timestamps (every event got one stamp)."""
+    data = event.get("data")
+    return isinstance(data, Mapping) and data.get("timestamps") is False
+
+
+def _source_format(event: Mapping[str, Any]) -> str:
+    data = event.get("data")
+    fmt = data.get("format") if isinstance(data, Mapping) else None
+    return fmt if isinstance(fmt, str) and fmt else "dsh"
+
+
+def summarize(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> ListingEntry:
+    """The listing entry of a session from its header and committed events (one pass)."""
+    frozen = header if isinstance(header, FrozenDict) else snapshot_json(header)
+    start = ListingEntry(str(header["id"]), frozen, 0, int(header.get("createdAt", 0)), 0,
+                         None, None, "dsh")
+    fold = EntryFold(start, False)
+    fold.extend(events)  # never False: it starts knowing no import/source was seen
+    return fold.entry
+
+
+class EntryFold:
+    """The listing entry of one log, kept up to date by its writer as batches become durable.
+
+    It continues :func:`summarize`'s one pass from a known entry, so :attr:`entry` always
+    equals what a full read of the durable log would summarise.
+
+    Args:
+        entry: The entry of the log as it stands (a fresh session: ``summarize(header, [])``).
+        source_seen: Whether an ``import/source`` was among those events; None when unknown
+            (an entry whose source is ``"dsh"`` may or may not have seen one).
+    """
+
+    __slots__ = ("_source_seen", "_untimed_at", "entry")
+
+    def __init__(self, entry: ListingEntry, source_seen: bool | None) -> None:
+        self.entry = entry
+        self._source_seen = source_seen
+        # a timestamp-less import/source stamps every event with one time: the entry is
+        # untimed exactly while the last time is still that stamp (times never decrease)
+        self._untimed_at = None if entry.timed else entry.last_activity_ms
+
+    @classmethod
+    def start(cls, header: Mapping[str, Any]) -> EntryFold:
+        """The fold of a session that has no events yet."""
+        return cls(summarize(header, ()), False)
+
+    @classmethod
+    def resume(cls, entry: ListingEntry) -> EntryFold:
+        """The fold continuing an index entry read back for the log as it stands."""
+        return cls(entry, True if entry.source_format != "dsh" else None)
+
+    def extend(self, events: Sequence[Mapping[str, Any]]) -> bool:
+        """Fold durable events (in seq order) in; False when the entry cannot be known.
+
+        False means an ``import/source`` arrived while it is unknown whether an earlier one
+        was seen (the first one decides the source): the caller stops keeping the entry.
+        """
+        if not events:
+            return True
+        e = self.entry
+        title, prompt, source, turns = e.title, e.first_prompt, e.source_format, e.turns
+        seen, untimed_at = self._source_seen, self._untimed_at
+        for event in events:
+            kind = event["type"]
+            if kind == "turn/start":
+                turns += 1
+            elif kind == "session/title":
+                data = event["data"]
+                if isinstance(data, Mapping) and isinstance(data.get("title"), str):
+                    title = data["title"]
+            elif kind == "user/message" and prompt is None:
+                prompt = _prompt_of(event)
+            elif kind == SOURCE_EVENT_TYPE and not seen:
+                if seen is None:
+                    return False
+                seen = True
+                source = _source_format(event)
+                if _untimed(event):
+                    untimed_at = int(event["time"])
+        last = int(events[-1]["time"])
+        self.entry = ListingEntry(e.id, e.header, e.events + len(events), last, turns, title,
+                                  prompt, source, untimed_at is None or last != untimed_at)
+        self._source_seen, self._untimed_at = seen, untimed_at
+        return True
+
+
+def note_flushed(root: Path, key: str, sig: list[int], entry: ListingEntry) -> None:
+    """Append one ``(key, sig, entry)`` line to the store's listing journal (one write).
+
+    A failure is logged and ignored: the index is a cache, and the listing then reads the
+    log in full.
+    """
+    line = orjson.dumps({"key": key, "sig": sig, "entry": _to_json(entry)}) + b"\n"
+    try:
+        fd = os.open(os.path.join(root, JOURNAL_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                     0o600)
+        try:
+            size = os.fstat(fd).st_size
+            # bounded while nobody lists: past the cap the listing reads the newest logs
+            if size < JOURNAL_MAX_BYTES:
+                os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.info("listing journal in %s not written (%s); listing reads the log", root, exc)
+        return
+    if size + len(line) >= JOURNAL_FOLD_BYTES:
+        JsonlIndex(Path(root)).save()  # merges the journal and empties it (errors: logged)
+
+
+def _to_json(entry: ListingEntry) -> dict[str, Any]:
+    # by hand: dataclasses.asdict deep-copies the header, a cost on every JSONL flush
+    return {field: getattr(entry, field) for field in _FIELDS}
+
+
+def _from_json(value: Any) -> ListingEntry | None:
+    """An entry from its index form, or None when it is not exactly that form."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        entry = ListingEntry(**value)
+    except TypeError:
+        return None
+    ints = (entry.events, entry.last_activity_ms, entry.turns)
+    if not all(type(v) is int for v in ints) or type(entry.id) is not str \
+            or type(entry.timed) is not bool \
+            or not isinstance(entry.header, dict) or entry.header.get("id") != entry.id \
+            or type(entry.source_format) is not str \
+            or not all(v is None or type(v) is str for v in (entry.title, entry.first_prompt)):
+        return None
+    return ListingEntry(entry.id, snapshot_json(entry.header), entry.events,
+                        entry.last_activity_ms, entry.turns, entry.title, entry.first_prompt,
+                        entry.source_format, entry.timed)
+
+
+def signature(st: os.stat_result) -> list[int]:
+    """What identifies one state of a log file: size, mtime ns, ctime ns, inode, device."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+class JsonlIndex:
+    """The JSONL listing sidecar of one store root (see the module docstring).
+
+    Args:
+        root: The store root; the index is ``root / .dsh-listing.json``.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / INDEX_NAME
+        self.journal = root / JOURNAL_NAME
+        self._entries: dict[str, tuple[list[int], ListingEntry]] = {}
+        self._changed = False
+        self._journaled = False
+        self._load()
+        self._load_journal()
+
+    def _load(self) -> None:
+        try:
+            raw = orjson.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return
+        except (OSError, orjson.JSONDecodeError) as exc:
+            log.info("listing index %s unreadable (%s); it is rebuilt", self.path, exc)
+            self._changed = True
+            return
+        if not isinstance(raw, dict) or raw.get("version") != _INDEX_VERSION \
+                or not isinstance(raw.get("logs"), dict):
+            self._changed = True
+            return
+        for key, item in raw["logs"].items():
+            if not isinstance(item, dict):
+                continue
+            sig = item.get("sig")
+            entry = _from_json(item.get("entry"))
+            if entry is not None and isinstance(sig, list) and all(type(v) is int for v in sig):
+                self._entries[key] = (sig, entry)
+
+    def _load_journal(self) -> None:
+        try:
+            data = self.journal.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.info("listing journal %s unreadable (%s); its logs are read", self.journal, exc)
+            return
+        self._journaled = bool(data)
+        for line in data.split(b"\n"):
+            try:
+                item = orjson.loads(line) if line else None
+            except orjson.JSONDecodeError:
+                continue  # a line a writer was still writing: that log is read in full
+            if not isinstance(item, dict) or type(item.get("key")) is not str:
+                continue
+            sig = item.get("sig")
+            entry = _from_json(item.get("entry"))
+            if entry is not None and isinstance(sig, list) and all(type(v) is int for v in sig):
+                self._entries[item["key"]] = (sig, entry)
+                self._changed = True
+
+    def lookup(self, key: str, sig: list[int]) -> ListingEntry | None:
+        """The entry of the log ``key`` (a root-relative path) if its signature still matches."""
+        found = self._entries.get(key)
+        return found[1] if found is not None and found[0] == sig else None
+
+    def put(self, key: str, sig: list[int], entry: ListingEntry) -> None:
+        """Record the entry of log ``key`` as of signature ``sig``."""
+        self._entries[key] = (sig, entry)
+        self._changed = True
+
+    def retain(self, keys: Iterable[str]) -> None:
+        """Forget logs not in ``keys`` (deleted sessions)."""
+        keep = set(keys)
+        for key in list(self._entries):
+            if key not in keep:
+                del self._entries[key]
+                self._changed = True
+
+    def save(self) -> None:
+        """Write the index atomically if it changed; a read-only store just keeps no index."""
+        if not self._changed:
+            return
+        payload = orjson.dumps({"version": _INDEX_VERSION, "logs": {
+            key: {"sig": sig, "entry": _to_json(entry)}
+            for key, (sig, entry) in sorted(self._entries.items())}})
+        tmp = self.path.with_name(f"{self.path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            self._changed = False
+            if self._journaled:
+                # merged above; a line a writer adds meanwhile is lost, so its log is read
+                os.truncate(self.journal, 0)
+                self._journaled = False
+        except OSError as exc:
+            log.info("listing index %s not written (%s); listing still works", self.path, exc)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+# --- the backends ----------------------------------------------------------------------------
+
+ReadFn = Callable[[str], tuple[FrozenDict, Sequence[Mapping[str, Any]]]]
+"""``read(session_id) -> (header, committed events)``: the full read of one session."""
+
+
+def jsonl_entries(backend: Any, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
+    """Entries of every JSONL session: from the index where a log is unchanged, else a read.
+
+    Args:
+        backend: A :class:`~dsh.persistence.jsonl._backend.JsonlBackend`.
+        read: The full read of one session (the cold-read pipeline).
+
+    Returns:
+        The entries of sessions with at least one event, and the errors of logs that could
+        not be read (each with ``where["session_id"]``), in directory order.
+    """
+    root = Path(backend.root)
+    index = JsonlIndex(root)
+    entries: list[ListingEntry] = []
+    errors: list[DshError] = []
+    seen: list[str] = []
+    backend._check_encoding()
+    for project in backend._project_dirs():
+        with os.scandir(project) as it:
+            dirs = [e for e in it if e.is_dir()]
+        # Strings, not Paths, per log: pathlib would be a third of a 5,000-session listing.
+        prefix = f"{project.name}/"
+        for entry in dirs:
+            path = os.path.join(entry.path, backend._name)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            key = prefix + entry.name
+            sig = signature(st)
+            seen.append(key)
+            cached = index.lookup(key, sig)
+            if cached is None:
+                try:
+                    header = backend._read_header(Path(path))
+                    sid = str(header["id"]) if header is not None else entry.name
+                    stored_header, events = read(sid)
+                except DshError as error:
+                    # One damaged log must not hide the others; the caller reports it.
+                    error.where.setdefault("session_id", entry.name)
+                    errors.append(error)
+                    continue
+                cached = summarize(stored_header, events)
+                # Record it only if the log did not move while it was read.
+                with contextlib.suppress(OSError):
+                    if signature(os.stat(path)) == sig:
+                        index.put(key, sig, cached)
+            if cached.events:
+                entries.append(cached)
+    index.retain(seen)
+    index.save()
+    return entries, errors
+
+
+def sqlite_entries(backend: Any) -> tuple[list[ListingEntry], list[str]]:
+    """Entries of every SQLite session from a few queries over the store's tables.
+
+    The sessions rows give the headers; the last physical row of each session gives the event
+    count and last time (a packed row: its last member); the rows of ``turn/start``,
+    ``session/title``, appended ``user/message`` and ``import/source`` give the rest. Only those
+    rows are decoded, never a whole log.
+
+    Returns:
+        The entries of sessions with at least one event, and the ids of sessions whose needed
+        rows do not decode (a torn or damaged tail): the caller reads those in full, which
+        names the damage or excludes the torn row exactly as a read does.
+
+    Raises:
+        LogCorruptError: a sessions row is invalid.
+        PersistenceError: the database failed.
+    """
+    from dsh.persistence.sqlite._schema import RowError, decode_row, decode_session_row
+
+    with backend._shared() as c:
+        conn = c.conn
+        version = c.schema_version
+        row_columns = ("{p}rowid, {p}seq, {p}type, {p}time, {p}data, {p}source_event_seqs, "
+                       "{p}surface_op, " + ("NULL" if version == 14 else "{p}ignorable"))
+        conn.execute("BEGIN")
+        try:
+            sessions = conn.execute(
+                "SELECT id, version, created_at, cwd, parent_session, seed_length, origin, "
+                "delegation_depth, agent_preset, incarnation, revision FROM sessions "
+                "ORDER BY rowid").fetchall()
+            last_rows = conn.execute(
+                f"SELECT e.session_id, {row_columns.format(p='e.')} FROM events AS e JOIN "
+                "(SELECT session_id, max(seq) AS last FROM events GROUP BY session_id) AS t "
+                "ON e.session_id = t.session_id AND e.seq = t.last").fetchall()
+            turns = dict(conn.execute("SELECT session_id, count(*) FROM events WHERE type = "
+                                      "'turn/start' GROUP BY session_id").fetchall())
+            special = conn.execute(
+                f"SELECT session_id, {row_columns.format(p='')} FROM events WHERE type IN "
+                f"('session/title', '{SOURCE_EVENT_TYPE}') OR (type = 'user/message' AND "
+                "surface_op = '\"append\"') ORDER BY session_id, seq").fetchall()
+        finally:
+            conn.execute("COMMIT")
+    path = str(backend.path)
+    last: dict[str, Any] = {}
+    titles: dict[str, str] = {}
+    prompts: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    untimed_at: dict[str, int] = {}
+    damaged: set[str] = set()
+    for sid, *row in last_rows:
+        try:
+            last[sid] = decode_row(tuple(row), version)[-1]
+        except RowError:
+            damaged.add(sid)
+    for sid, *row in special:
+        kind = row[2]
+        if sid in damaged or (kind == "user/message" and sid in prompts) or (
+                kind == SOURCE_EVENT_TYPE and sid in sources):
+            continue
+        try:
+            event = decode_row(tuple(row), version)[0]
+        except RowError:
+            damaged.add(sid)
+            continue
+        if kind == "session/title":
+            data = event["data"]
+            if isinstance(data, Mapping) and isinstance(data.get("title"), str):
+                titles[sid] = data["title"]
+        elif kind == SOURCE_EVENT_TYPE:
+            sources[sid] = _source_format(event)
+            if _untimed(event):
+                untimed_at[sid] = int(event["time"])
+        else:
+            prompt = _prompt_of(event)
+            if prompt is not None:
+                prompts[sid] = prompt
+    out: list[ListingEntry] = []
+    for row in sessions:
+        header = decode_session_row(row, path=path)[0]
+        sid = str(header["id"])
+        final = last.get(sid)
+        if sid in damaged or final is None:
+            continue
+        last_time = int(final["time"])
+        out.append(ListingEntry(sid, header, int(final["seq"]) + 1, last_time,
+                                turns.get(sid, 0), titles.get(sid), prompts.get(sid),
+                                sources.get(sid, "dsh"), untimed_at.get(sid) != last_time))
+    return out, sorted(damaged)

@@ -1,0 +1,1149 @@
+"""dsh's JSONL backend on disk: layout, atomic first write, appends with rollback, torn tails.
+
+On-disk format (persistence spec §4): ``<root>/<project dir>/<encoded id>/session.jsonl`` (raw)
+or ``session.jsonl.zstd`` (one checksummed Zstandard frame per batch). The pure encoding and
+scanning rules live in :mod:`dsh.persistence.jsonl._format`; this module does the file work:
+
+* first materialization is atomic and never overwrites (temp file + fsync + ``link`` +
+  directory fsync, spec §4.8); creation is lazy (nothing on disk before the first event);
+* an append is one ``write`` (raw) or one frame (zstd); a failed write is truncated back, and a
+  failed ``flush`` (fsync) truncates back to the last durable size and forgets the batch, so a
+  retry of the same batch leaves no seq gap and no duplicate;
+* a torn tail is truncated (and fsynced) before the first write through a write handle, after
+  its bytes are saved beside the log (:mod:`dsh.persistence._salvage`);
+* raw logs get an integrity seal beside them (``session.jsonl.seal``, one crc32 record per
+  durable batch, :mod:`dsh.persistence._seal`); zstd frames carry their own checksums;
+* write handles hold ``<session dir>/session.lock`` (see :mod:`dsh.persistence._lock`), which
+  dsh tolerates as an extra file in the session-owned directory (spec §10.6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import secrets
+import stat
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+import zstandard
+
+from dsh._errors import (
+    ConfigError,
+    DshError,
+    LogCorruptError,
+    PersistenceError,
+    SessionExistsError,
+    SessionNotFoundError,
+)
+from dsh.json import FrozenDict, loads
+from dsh.persistence import _restore_point as ck
+from dsh.persistence._contract import (
+    ColdRead,
+    HandleBase,
+    OpenMode,
+    TornTail,
+    check_session_id,
+    normalize_header,
+    session_id_problem,
+)
+from dsh.persistence._listing import EntryFold, JsonlIndex, note_flushed, signature
+from dsh.persistence._lock import SessionLock
+from dsh.persistence._memory import validate_batch
+from dsh.persistence._paths import mkdir_private, refuse_symlink
+from dsh.persistence._salvage import list_cuts, save_cut
+from dsh.persistence._seal import (
+    Seal,
+    append_seal,
+    check_byte_seals,
+    crc_of,
+    read_seal,
+    reset_seal,
+)
+from dsh.persistence.jsonl import _restore_point as jck
+from dsh.persistence.jsonl._format import (
+    ZSTD_MAGIC,
+    Scanner,
+    encode_header_line,
+    encode_records,
+    encode_segment,
+    parse_header_lenient,
+    parse_header_strict,
+    project_dir_name,
+    scan_zstd_frames,
+)
+from dsh.session._chunks import decode_storage_record
+from dsh.session._events import SESSION_FORMAT_VERSION, Event
+from dsh.session._paging import PAGE_EVENTS
+
+__all__ = ["JsonlBackend", "JsonlHandle", "parse_log"]
+
+logger = logging.getLogger(__name__)
+
+Compression = Literal["none", "zstd"]
+
+_RAW_NAME = "session.jsonl"
+_ZSTD_NAME = "session.jsonl.zstd"
+_LOCK_NAME = "session.lock"
+_SEAL_SUFFIX = ".seal"
+_CKPT_SUFFIX = ".ckpt"
+_HEADER_READ_CHUNK = 8192
+_TORN_FEED_CHUNK = 4096
+
+
+def _revision(st: os.stat_result) -> str:
+    # persistence spec §4.9: opaque, compared for equality within one process
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _is_file(path: Path) -> bool:
+    """``Path.is_file`` that answers False for a name too long to exist (a 255-byte id)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return False
+        raise
+
+
+def _mkdir_durable(path: Path, what: str) -> None:
+    """``mkdir`` (mode 0700) and fsync the parent so the new entry survives a crash (§4.8).
+
+    Raises:
+        PersistenceError: code ``SYMLINK`` / ``NOT_A_DIRECTORY`` (see ``mkdir_private``).
+    """
+    if mkdir_private(path, what):
+        _fsync_dir(path.parent)
+
+
+def _stable_read(path: Path, session_id: str) -> tuple[bytes, str]:
+    """Read with stat → read → stat until both stats agree (persistence spec §4.7)."""
+    for _ in range(50):
+        try:
+            before = os.stat(path)
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+                data = f.read()
+            after = os.stat(path)
+        except FileNotFoundError:
+            raise SessionNotFoundError(f'session "{session_id}" not found (its log {path} '
+                                       f"vanished)", session_id=session_id,
+                                       path=str(path)) from None
+        rev = _revision(after)
+        if _revision(before) == rev and len(data) == after.st_size:
+            return data, rev
+    raise PersistenceError(f"log {path} kept changing while it was read (50 attempts); "
+                           f"another writer is active", code="UNSTABLE_READ", path=str(path))
+
+
+_ZSTD = threading.local()  # zstandard (de)compressor contexts are not thread-safe
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    dctx: zstandard.ZstdDecompressor | None = getattr(_ZSTD, "dctx", None)
+    if dctx is None:
+        dctx = _ZSTD.dctx = zstandard.ZstdDecompressor()
+    return dctx
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    # persistence spec §4.6: default level 3, content checksum on, no dictionary
+    cctx: zstandard.ZstdCompressor | None = getattr(_ZSTD, "cctx", None)
+    if cctx is None:
+        cctx = _ZSTD.cctx = zstandard.ZstdCompressor(level=3, write_checksum=True)
+    return cctx
+
+
+def _decompress_frame(frame: bytes, start: int, path: str) -> bytes:
+    # Every frame dsh and we write carries a content checksum (spec §4.6), which libzstd
+    # verifies on decompression: it is the integrity check of every committed zstd byte.
+    if not frame[4] & 0x04:
+        raise LogCorruptError(f"corrupt session log: frame at byte {start} carries no content "
+                              f"checksum (dsh always writes one) in {path}", path=path,
+                              byte_offset=start)
+    try:
+        dobj = _decompressor().decompressobj()
+        out = dobj.decompress(frame)
+    except zstandard.ZstdError as exc:
+        raise LogCorruptError(f"corrupt session log: frame at byte {start} failed validation "
+                              f"({exc}) in {path}", path=path, byte_offset=start) from exc
+    if not dobj.eof:
+        raise LogCorruptError(f"corrupt session log: frame at byte {start} failed validation "
+                              f"(incomplete frame) in {path}", path=path, byte_offset=start)
+    return out
+
+
+_MAGIC_BYTES = ZSTD_MAGIC.to_bytes(4, "little")
+
+
+def _refuse_damaged_frame(data: bytes, torn_start: int, path: str) -> None:
+    """Refuse a "torn" frame that complete frames follow: it is damage, not a crash.
+
+    One write puts one whole frame at the end of the file, so a crash leaves at most one
+    incomplete frame, and nothing after it but zeros. A damaged header or block-size field of
+    a middle frame makes the walker run past later frames; if any later position starts a
+    complete frame whose content checksum verifies, the incomplete-looking frame is damage
+    in committed data (truncating there would delete every later frame).
+
+    Raises:
+        LogCorruptError: naming the damaged frame's byte offset and where the next frame is.
+    """
+    pos = data.find(_MAGIC_BYTES, torn_start + 1)
+    while pos >= 0:
+        try:
+            frames, _ = scan_zstd_frames(data[pos:], path=path, max_frames=1)
+        except LogCorruptError:
+            frames = []
+        if frames:
+            start, end = frames[0]
+            try:
+                _decompress_frame(data[pos + start:pos + end], pos, path)
+            except LogCorruptError:
+                pass
+            else:
+                raise LogCorruptError(
+                    f"corrupt session log: frame at byte {torn_start} is damaged (it reads as "
+                    f"incomplete, but a complete frame follows at byte {pos}) in {path}",
+                    path=path, byte_offset=torn_start)
+        pos = data.find(_MAGIC_BYTES, pos + 1)
+
+
+def _decompress_torn(partial: bytes) -> bytes:
+    """Plaintext a torn final frame yields before its end or first error (spec §4.6)."""
+    dobj = _decompressor().decompressobj()
+    out: list[bytes] = []
+    for pos in range(0, len(partial), _TORN_FEED_CHUNK):
+        try:
+            out.append(dobj.decompress(partial[pos:pos + _TORN_FEED_CHUNK]))
+        except zstandard.ZstdError:
+            break
+        if dobj.eof:
+            break
+    return b"".join(out)
+
+
+@dataclass(slots=True)
+class ParsedLog:
+    """A parsed log file: header, committed events, torn tail, committed byte length.
+
+    ``header_end`` is the file offset after the header (line or frame); ``index`` holds
+    ``(seq, file offset)`` of record (frame) starts inside the committed prefix, sparse
+    (see :func:`dsh.persistence.jsonl._restore_point.note_index`), first ``(0, header_end)``.
+    """
+
+    header: FrozenDict
+    events: list[Event]
+    torn: TornTail | None
+    committed: int
+    header_end: int = 0
+    index: list[tuple[int, int]] = field(default_factory=list)
+    prescan: tuple[int, int] | None = None
+
+
+def _sample_raw_index(data: bytes, header_end: int, committed: int) -> list[tuple[int, int]]:
+    """Record starts every ``INDEX_EVERY_BYTES`` of a raw log (one record decoded per entry)."""
+    return [(0, header_end),
+            *_sample_lines(data, header_end, committed, ck.INDEX_EVERY_BYTES, after_seq=0)]
+
+
+_APPEND_SAMPLE_BYTES: Final = 32 * 1024
+"""Sampling step inside one large appended batch: ``note_index`` keeps the entries that are
+``INDEX_EVERY_EVENTS`` apart, so a page-in after a checkpointed resume scans about a page."""
+
+
+def _sample_lines(data: bytes, pos: int, committed: int, step: int, *,
+                  after_seq: int) -> list[tuple[int, int]]:
+    """``(first seq, offset)`` of the line starting after each ``step`` bytes of ``data[pos:]``.
+
+    Only seqs above ``after_seq`` (the seq at ``pos``) and rising are kept.
+
+    The lines were accepted (a read) or just encoded (an append); a line that does not decode
+    ends the sampling rather than guess.
+    """
+    index: list[tuple[int, int]] = []
+    last = after_seq
+    while True:
+        nl = data.find(b"\n", pos + step, committed)
+        if nl < 0 or nl + 1 >= committed:
+            return index
+        start = nl + 1
+        end = data.find(b"\n", start, committed)
+        try:
+            first = decode_storage_record(loads(data[start:end]))[0]
+        except DshError:
+            return index
+        seq = first.get("seq") if isinstance(first, dict) else None
+        if type(seq) is int and seq > last:
+            index.append((seq, start))
+            last = seq
+        pos = start
+
+
+def parse_log(data: bytes, *, compression: Compression, path: str,
+              seal: Seal | None = None) -> ParsedLog:
+    """Parse a whole log file (raw or zstd) into its committed prefix (spec §4.3-§4.7).
+
+    Args:
+        data: The file bytes.
+        compression: ``"none"`` or ``"zstd"``.
+        path: Named in errors.
+        seal: Raw JSONL: the integrity seal read before ``data``; every sealed byte range is
+            checked first (see :mod:`dsh.persistence._seal`).
+
+    Returns:
+        ParsedLog: ``committed`` is the file length that stays (raw: after the last good line;
+        zstd: the start of a torn final frame, else the file length).
+
+    Raises:
+        LogCorruptError: header-less, bad header, damage inside the committed region, a bad
+            zstd frame, a complete frame ending inside a record, a sealed byte range cut off
+            or changed.
+        SessionFormatUnsupportedError: a foreign format version.
+    """
+    if compression == "none":
+        nl = data.find(b"\n")
+        header_line = data if nl < 0 else data[:nl + 1]
+        header = parse_header_strict(header_line, path=path)
+        scanner = Scanner(path=path, start_offset=len(header_line))
+        scanner.feed(data, len(header_line))
+        result = scanner.finish()
+        if seal is not None:  # after the scan, whose errors name the record more precisely
+            check_byte_seals(data, seal, log_path=path)
+        torn = None
+        if result.committed < len(data):
+            torn = TornTail(result.committed, result.issue_line,
+                            result.reason or "uncommitted tail")
+        return ParsedLog(header, result.events, torn, result.committed, len(header_line),
+                         _sample_raw_index(data, len(header_line), result.committed),
+                         result.prescan)
+    frames, torn_start = scan_zstd_frames(data, path=path)
+    if torn_start is not None:
+        _refuse_damaged_frame(data, torn_start, path)
+    if not frames:
+        raise LogCorruptError(f"corrupt session log: empty or header-less Zstandard session log "
+                              f"{path}", path=path, byte_offset=0)
+    start, end = frames[0]
+    plain = _decompress_frame(data[start:end], start, path)
+    if not plain.endswith(b"\n") or plain.count(b"\n") != 1:
+        raise LogCorruptError(f"corrupt session log: first frame is not exactly one header line "
+                              f"in {path}", path=path, byte_offset=0, line=1)
+    header = parse_header_strict(plain, path=path)
+    scanner = Scanner(path=path, start_offset=len(plain))
+    logical = len(plain)
+    frame_starts: list[tuple[int, int]] = []  # (logical offset, file offset) per frame
+    index = [(0, end)]
+    for start, end in frames[1:]:
+        text = _decompress_frame(data[start:end], start, path)
+        frame_starts.append((logical, start))
+        jck.note_index(index, scanner.accepted, start)
+        scanner.feed(text)
+        logical += len(text)
+    partial = scanner.finish()
+    if partial.committed != logical or partial.reason is not None:
+        where = partial.issue_offset if partial.issue_offset is not None else partial.committed
+        file_offset = next((f for lg, f in reversed(frame_starts) if lg <= where), 0)
+        raise LogCorruptError(
+            f"corrupt session log: complete frame contains a torn JSONL record (frame at byte "
+            f"{file_offset}, {partial.reason}) in {path}", path=path, byte_offset=file_offset,
+            line=partial.issue_line)
+    header_end = index[0][1]
+    if torn_start is None:
+        return ParsedLog(header, partial.events, None, len(data), header_end, index,
+                         partial.prescan)
+    committed_count = len(partial.events)
+    # The same scanner continues (it stopped clean at a record boundary), so duplicate seqs
+    # in the torn frame are still named with both lines.
+    scanner.feed(_decompress_torn(data[torn_start:]))
+    tail = scanner.finish()
+    recovered = tuple(tail.events[committed_count:])
+    reason = (f"torn final Zstandard frame at byte {torn_start} ({len(data) - torn_start} "
+              f"bytes); {len(recovered)} complete event(s) recovered from it")
+    torn = TornTail(torn_start, tail.issue_line, reason, recovered)
+    return ParsedLog(header, list(tail.events), torn, torn_start, header_end, index)
+
+
+@dataclass(slots=True)
+class _Tail:
+    """What a write handle knows about the stored log (valid while it holds the lock)."""
+
+    materialized: bool
+    count: int  # events the next append continues (recovered torn-frame events included)
+    size: int  # file bytes written, durable or not
+    torn: TornTail | None
+    durable_count: int
+    durable_size: int
+    # A failed write or fsync could not truncate its bytes away: the file's real end is past
+    # ``size`` and nothing may be written (O_APPEND would land after them) until it is fixed.
+    end_unknown: bool = False
+    # raw JSONL only: the valid seal records, and whether the seal file must be rewritten
+    # (first seal of this handle: a crash may have left a partial record after them)
+    seals: list[tuple[int, int, int]] | None = None
+    seal_rewrite: bool = True
+    # the page-in index of the stored prefix, and the header's extent and digest (checkpoints)
+    index: list[tuple[int, int]] = field(default_factory=list)
+    header_end: int = 0
+    header_digest: str = ""
+
+
+class JsonlHandle(HandleBase):
+    """A handle on one JSONL session (contract: :class:`~dsh.persistence._contract.Handle`)."""
+
+    def __init__(self, backend: JsonlBackend, session_id: str, mode: OpenMode, path: Path,
+                 pending_header: FrozenDict | None, lock: SessionLock | None) -> None:
+        self._backend = backend
+        self._id = session_id
+        self._mode: OpenMode = mode
+        self.path = path
+        self._pending_header = pending_header
+        self._lock = lock
+        self._fd: int | None = None
+        self._tail: _Tail | None = None
+        self._closed = False
+        # the listing entry kept at flush (listing.EntryFold): the log's signature when it was
+        # read, the fold once known, the events appended since the last flush; off for good
+        # once the entry cannot be known (a torn tail, no index entry, a failed fsync)
+        self._listing_base: list[int] | None = None
+        self._listing: EntryFold | None = None
+        self._listing_pending: list[Event] = []
+        self._listing_off = False
+        self._listing_where: tuple[Path, str] | None = None
+
+
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PersistenceError(f"handle for session {self._id!r} is closed",
+                                   code="HANDLE_CLOSED", session_id=self._id)
+
+    def read(self, offset: int = 0) -> ColdRead:
+        """Read header and committed events with ``seq >= offset`` (see ``Handle.read``).
+
+        Raises:
+            LogCorruptError: see :func:`parse_log`; also a header whose id or cwd does not
+                identify this file ("stored session identity mismatch").
+            SessionFormatUnsupportedError: a foreign format version (with the raw log path).
+            SessionNotFoundError: the log vanished.
+        """
+        self._check_open()
+        if type(offset) is not int or offset < 0:
+            raise ConfigError(f"read offset must be a non-negative integer event seq, got "
+                              f"{offset!r}", session_id=self._id)
+        if self._pending_header is not None and not self.path.exists():
+            if self._mode == "write" and self._tail is None:
+                self._tail = _Tail(False, 0, 0, None, 0, 0)
+            return ColdRead(self._pending_header, (), None, f"unmaterialized:{self._id}")
+        raw = self._backend.compression == "none"
+        # The seal is read before the log: the log only grows under a writer, so every range
+        # the seal names is then inside the bytes read.
+        seal = read_seal(self._seal_path()) if raw else None
+        data, revision = _stable_read(self.path, self._id)
+        parsed = parse_log(data, compression=self._backend.compression, path=str(self.path),
+                           seal=seal)
+        self._backend._check_identity(self._id, parsed.header, self.path)
+        if self._mode == "write":
+            self._pending_header = None
+            self._listing_reset(parsed.torn is None)
+            self._tail = _Tail(True, len(parsed.events), len(data), parsed.torn,
+                               len(parsed.events), len(data),
+                               seals=(seal.records if seal is not None else []) if raw else None,
+                               index=parsed.index, header_end=parsed.header_end,
+                               header_digest=ck.digest(data[:parsed.header_end]))
+        if offset == 0:
+            return ColdRead(parsed.header, tuple(parsed.events), parsed.torn, revision,
+                            parsed.prescan)
+        return ColdRead(parsed.header, tuple(parsed.events[offset:]), parsed.torn, revision)
+
+    def append(self, events: Sequence[Event]) -> None:
+        """Append one atomic batch (see ``Handle.append``).
+
+        Raises:
+            PersistenceError: read handle, closed handle, seq mismatch (``SEQ_MISMATCH``).
+            InvalidJsonError: an event is not lossless JSON (``json_path`` names the field).
+            SessionExistsError: first materialization found a log already on disk.
+            OSError: the write failed; partial bytes were truncated away.
+        """
+        self._check_open()
+        if self._mode != "write":
+            raise PersistenceError(f"cannot append to session {self._id!r} through a read "
+                                   f"handle; open it with mode 'write'", code="READ_ONLY",
+                                   session_id=self._id)
+        if self._tail is None:
+            self.read(0)
+        tail = self._tail
+        assert tail is not None
+        batch = validate_batch(events, tail.count, self._id)
+        torn = tail.torn
+        if not batch and torn is None:
+            return
+        if tail.end_unknown:
+            self._restore_end()
+        if not tail.materialized:
+            if batch:
+                self._materialize(batch)
+            return
+        if torn is not None:
+            self._truncate_torn(torn)
+            self._listing_off = True
+        records = list(torn.recovered) + batch if torn is not None else batch
+        if records:
+            payload = encode_records(records, pack_chunks=self._backend.pack_chunks)
+            if self._backend.compression == "zstd":
+                payload = self._backend._compress(payload)
+            start = tail.size
+            self._write(payload)
+            jck.note_index(tail.index, records[0]["seq"], start)
+            if not self._listing_off:
+                self._listing_pending.extend(batch)
+            if self._backend.compression == "none":
+                for seq, offset in _sample_lines(payload, 0, len(payload), _APPEND_SAMPLE_BYTES,
+                                                 after_seq=records[0]["seq"]):
+                    jck.note_index(tail.index, seq, start + offset)
+            tail.count += len(batch)
+        if torn is not None:
+            # The repair is made durable at once: until then the recovered events of a torn
+            # frame exist nowhere on disk, and a later fsync failure must not lose them.
+            if records:
+                self._backend._os_fsync(self._append_fd())
+            tail.torn = None
+            tail.durable_size = tail.size
+            tail.durable_count = tail.count
+            self._seal()
+
+    def _truncate_torn(self, torn: TornTail) -> None:
+        # Idempotent: a failed write leaves ``tail.torn`` set, so a retry truncates again and
+        # re-writes the recovered events (persistence spec §4.8 repair).
+        tail = self._tail
+        assert tail is not None and torn.byte_offset is not None
+        fd = self._append_fd()
+        with open(self.path, "rb") as f:
+            f.seek(torn.byte_offset)
+            cut = f.read()
+        if cut:
+            # Saved first: if the torn judgement is wrong, the bytes still exist (DESIGN §3.11).
+            saved = save_cut(self.path.parent, self.path.name, cut)
+            logger.warning("torn tail of session %s (%d bytes at byte %d of %s) saved to %s "
+                           "before truncating", self._id, len(cut), torn.byte_offset,
+                           self.path, saved)
+        os.ftruncate(fd, torn.byte_offset)
+        os.fsync(fd)
+        tail.size = tail.durable_size = torn.byte_offset
+        tail.index = [entry for entry in tail.index if entry[1] < torn.byte_offset]
+
+    def _restore_end(self) -> None:
+        """Cut the bytes a failed rollback left after ``tail.size``, or refuse to write.
+
+        Those bytes are this handle's own unacknowledged batch (it holds the session lock), so
+        removing them loses nothing that was acknowledged; writing after them would store the
+        batch twice (a duplicate seq that no reader accepts).
+
+        Raises:
+            PersistenceError: code ``LOG_END_UNKNOWN``: the truncation failed again; nothing is
+                written through this handle until a retry succeeds.
+        """
+        tail = self._tail
+        assert tail is not None
+        fd = self._append_fd()
+        try:
+            if os.fstat(fd).st_size != tail.size:
+                self._backend._os_ftruncate(fd, tail.size)
+                self._backend._os_fsync(fd)
+        except OSError as exc:
+            raise PersistenceError(
+                f"session {self._id!r}: an earlier failed write left unacknowledged bytes after "
+                f"byte {tail.size} of {self.path}, and removing them failed again ({exc}); "
+                f"nothing more is written through this handle until that succeeds (free disk "
+                f"space, then retry the flush)", code="LOG_END_UNKNOWN", session_id=self._id,
+                path=str(self.path), byte_offset=tail.size) from exc
+        tail.end_unknown = False
+
+    def _append_fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
+        return self._fd
+
+    def _write(self, payload: bytes) -> None:
+        tail = self._tail
+        assert tail is not None
+        fd = self._append_fd()
+        before = tail.size
+        view = memoryview(payload)
+        try:
+            written = 0
+            while written < len(payload):
+                written += self._backend._os_write(fd, view[written:])
+        except BaseException:
+            # persistence spec §4.8: roll back partial bytes so a retry leaves no seq gap
+            try:
+                self._backend._os_ftruncate(fd, before)
+            except OSError:
+                tail.end_unknown = True
+            raise
+        tail.size = before + len(payload)
+
+    def _materialize(self, batch: list[Event]) -> None:
+        tail = self._tail
+        assert tail is not None and self._pending_header is not None
+        content = self._backend._initial_content(self._pending_header, batch)
+        self._backend._publish(self.path, content, self._id)
+        tail.materialized = True
+        tail.count = tail.durable_count = len(batch)
+        tail.size = tail.durable_size = len(content)
+        if self._backend.compression == "zstd":
+            tail.header_end = scan_zstd_frames(content, path=str(self.path), max_frames=1)[0][0][1]
+        else:
+            tail.header_end = content.index(b"\n") + 1
+        tail.header_digest = ck.digest(content[:tail.header_end])
+        tail.index = [(0, tail.header_end)]
+        try:  # the header as a read gives it back (known keys, delegationDepth always present)
+            header = parse_header_strict(encode_header_line(self._pending_header),
+                                         path=str(self.path))
+        except DshError:  # a foreign format version: a read refuses it, the listing reports it
+            self._listing_off = True
+        else:
+            self._listing = EntryFold.start(header)
+            self._listing_pending = list(batch)
+            self._listing_off = False
+        if self._backend.compression == "none":
+            for seq, offset in _sample_lines(content, tail.header_end, len(content),
+                                             _APPEND_SAMPLE_BYTES, after_seq=0):
+                jck.note_index(tail.index, seq, offset)
+        self._pending_header = None
+        self._backend._forget_pending(self._id)
+        if self._backend.compression == "none":
+            tail.seals = []
+            self._seal(content)
+        self._note_listing()  # the published file is durable (see _publish)
+
+    def flush(self) -> None:
+        """Make appended bytes durable (fsync); on failure truncate back to the last durable state.
+
+        Raises:
+            OSError: fsync failed; the un-synced batches were removed from the file and from
+                this handle's count, so re-appending them continues the seq exactly.
+        """
+        self._check_open()
+        tail = self._tail
+        if tail is None or self._fd is None or tail.size == tail.durable_size:
+            if tail is not None:
+                tail.durable_count = tail.count
+            return
+        try:
+            self._backend._os_fsync(self._fd)
+        except BaseException:
+            try:
+                self._backend._os_ftruncate(self._fd, tail.durable_size)
+                os.fsync(self._fd)
+            except OSError:
+                tail.end_unknown = True
+            tail.size = tail.durable_size
+            tail.count = tail.durable_count
+            tail.index = [entry for entry in tail.index if entry[1] <= tail.durable_size]
+            self._listing_off = True
+            self._listing_pending = []
+            raise
+        tail.durable_size = tail.size
+        tail.durable_count = tail.count
+        self._seal()
+        self._note_listing()
+
+    # --- the listing entry kept at flush (see dsh.persistence._listing) ------------------
+
+    def _listing_reset(self, known: bool) -> None:
+        """A (re)read: the entry is looked up for the log as read, at the next flush."""
+        self._listing = None
+        self._listing_pending = []
+        self._listing_off = not known
+        try:
+            self._listing_base = signature(os.stat(self.path)) if known else None
+        except OSError:
+            self._listing_base, self._listing_off = None, True
+
+    def _listing_key(self) -> tuple[Path, str]:
+        where = self._listing_where
+        if where is None:  # once per handle: pathlib costs more than the rest of a note
+            where = self._listing_where = (
+                Path(self._backend.root), f"{self.path.parent.parent.name}/{self.path.parent.name}")
+        return where
+
+    def _note_listing(self) -> None:
+        """Fold the flushed events into the listing entry and journal it (cheap: one line)."""
+        pending, self._listing_pending = self._listing_pending, []
+        if self._listing_off:
+            return
+        root, key = self._listing_key()
+        fold = self._listing
+        if fold is None:
+            found = (JsonlIndex(root).lookup(key, self._listing_base)
+                     if self._listing_base is not None else None)
+            if found is None:
+                self._listing_off = True
+                return
+            fold = self._listing = EntryFold.resume(found)
+        if not fold.extend(pending):
+            self._listing_off = True
+            return
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self._listing_off = True
+            return
+        tail = self._tail
+        if tail is None or st.st_size != tail.durable_size:
+            self._listing_off = True  # bytes we did not write (dsh, another program)
+            return
+        note_flushed(root, key, signature(st), fold.entry)
+
+    def _seal_path(self) -> Path:
+        return self.path.with_name(self.path.name + _SEAL_SUFFIX)
+
+    # --- projection checkpoints (see dsh.persistence._restore_point) ------------------------
+
+    def checkpoint_path(self) -> Path:
+        """The checkpoint sidecar beside the log (``session.jsonl.ckpt``)."""
+        return self.path.with_name(self.path.name + _CKPT_SUFFIX)
+
+    @property
+    def durable_bytes(self) -> int:
+        """File bytes made durable through this handle's view of the log (0 before a read)."""
+        return self._tail.durable_size if self._tail is not None else 0
+
+    def checkpoint_anchor(self) -> ck.Anchor | None:
+        """The anchor of the durable prefix, or None when none can be given now."""
+        self._check_open()
+        return jck.anchor_of(self)
+
+    def write_checkpoint(self, data: bytes) -> None:
+        """Replace the checkpoint sidecar with ``data`` (atomic; see ``write_checkpoint_file``).
+
+        Raises:
+            OSError: it could not be written.
+        """
+        ck.write_checkpoint_file(self.checkpoint_path(), data)
+
+    def read_checkpointed(self, *, dense: bool = False
+                          ) -> tuple[ck.Checkpoint, ColdRead, jck.JsonlPrefixSource]:
+        """Read through the checkpoint: its state, the events after its cut, a page-in source.
+
+        A surface spread over most of the log is refused (``dense-surface``: paging it all in
+        costs more than the full read) unless ``dense``.
+
+        On success a write handle is ready to append, as after ``read(0)``.
+        The returned ``ColdRead.events`` are the tail (first seq ``checkpoint.state
+        .event_count``); it never has a torn tail (that case is a refusal).
+
+        Raises:
+            CheckpointRefused: no usable checkpoint (the caller reads in full).
+        """
+        self._check_open()
+        if self._pending_header is not None and not self.path.exists():
+            raise ck.CheckpointRefused("absent")
+        kind = jck.backend_kind(self._backend.compression)
+        checkpoint = ck.decode_checkpoint(ck.read_checkpoint_file(self.checkpoint_path()),
+                                          session_id=self._id, backend=kind)
+        if not dense and ck.surface_is_dense(checkpoint.state, PAGE_EVENTS):
+            # decided before the tail is read: the full read the caller falls back to reads it
+            raise ck.CheckpointRefused("dense-surface")
+        header, events, revision = jck.load_tail(self, checkpoint)
+        if self._mode == "write":
+            self._listing_reset(True)  # load_tail refuses a torn tail
+        anchor = checkpoint.anchor
+        source = jck.JsonlPrefixSource(self.path, self._backend.compression,
+                                       anchor.event_count, anchor.byte_offset, anchor.index)
+        assert isinstance(header, FrozenDict)  # parse_header_strict returns one
+        return checkpoint, ColdRead(header, tuple(events), None, revision), source
+
+    def _seal(self, content: bytes | None = None) -> None:
+        """Seal the durable bytes not sealed yet with one record (raw JSONL; see ``_seal``).
+
+        The bytes are read back from the file (after its fsync), so the seal covers exactly
+        what is stored, bytes another writer (dsh) added since the last record included. A
+        failure to write the seal does not fail the flush (the batch is durable): it is
+        logged, and the next flush rewrites the seal file with every record.
+        """
+        tail = self._tail
+        assert tail is not None
+        if tail.seals is None:
+            return
+        start = tail.seals[-1][1] if tail.seals else 0
+        end = tail.durable_size
+        if end <= start:
+            return
+        try:
+            if content is None:
+                content = os.pread(self._append_fd(), end - start, start)
+            record = (start, end, crc_of(content))
+            if tail.seal_rewrite:
+                reset_seal(self._seal_path(), b"", [*tail.seals, record])
+                tail.seal_rewrite = False
+            else:
+                append_seal(self._seal_path(), *record)
+        except OSError as exc:
+            # kept in memory: the next seal write rewrites the whole file, this record included
+            tail.seal_rewrite = True
+            logger.warning("could not write the integrity seal %s of session %s (%s); the "
+                           "next flush retries", self._seal_path(), self._id, exc)
+        tail.seals.append(record)
+
+    def close(self) -> None:
+        """Close the file and release the write lock; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+
+
+class JsonlBackend:
+    """dsh's JSONL store under one root directory (contract: ``api.Backend``; spec §4).
+
+    Args:
+        root: Store directory; relative paths resolve against the current directory now.
+        compression: ``"none"`` (``session.jsonl``) or ``"zstd"`` (``session.jsonl.zstd``).
+        pack_chunks: Pack ``assistant/chunk`` delta runs into chunk rows (spec §4.4).
+        url: The store URL, for diagnostics.
+
+    Raises:
+        ConfigError: bad compression, or ``root`` exists and is not a directory.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, compression: Compression = "none",
+                 pack_chunks: bool = True, url: str | None = None) -> None:
+        if compression not in ("none", "zstd"):
+            raise ConfigError(f"jsonl compression must be 'none' or 'zstd', got "
+                              f"{compression!r}")
+        self.root = Path(os.path.abspath(os.fspath(root)))
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(f"jsonl store root {self.root} exists and is not a directory",
+                              path=str(self.root))
+        self.compression: Compression = compression
+        self.pack_chunks = pack_chunks
+        self._url = url or (f"jsonl+zstd://{self.root}" if compression == "zstd"
+                            else f"jsonl://{self.root}")
+        self._name = _ZSTD_NAME if compression == "zstd" else _RAW_NAME
+        self._opposite = _RAW_NAME if compression == "zstd" else _ZSTD_NAME
+        self._pending: dict[str, FrozenDict] = {}
+        self._mutex = threading.Lock()
+        self._encoding_checked = False
+        # indirections so tests can inject I/O faults
+        self._os_write = os.write
+        self._os_fsync = os.fsync
+        self._os_ftruncate = os.ftruncate
+
+    @property
+    def url(self) -> str:
+        """The store URL."""
+        return self._url
+
+    # --- layout -------------------------------------------------------------------------
+
+    def locate(self, header: Mapping[str, object]) -> Path:
+        """Absolute log path of a header's ``(cwd, id)``, without I/O (spec §4.2)."""
+        cwd = header.get("cwd")
+        sid = header.get("id")
+        if not isinstance(sid, str):
+            raise LogCorruptError("header id cannot name a storage path", code="INVALID_ID")
+        project = project_dir_name(cwd if isinstance(cwd, str) else None)
+        return self.root / project / encode_segment(sid) / self._name
+
+    def _project_dirs(self) -> list[Path]:
+        try:
+            with os.scandir(self.root) as it:
+                entries = list(it)
+        except FileNotFoundError:
+            return []
+        for entry in entries:
+            if entry.is_symlink():
+                refuse_symlink(Path(entry.path), "a project folder")
+        return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+
+    def _check_encoding(self) -> None:
+        """Refuse a root holding artifacts of the other compression (spec §4.9)."""
+        if self._encoding_checked:
+            return
+        for project in self._project_dirs():
+            with os.scandir(project) as it:
+                entries = list(it)
+            for entry in entries:
+                if entry.is_dir() and os.path.exists(os.path.join(entry.path, self._opposite)):
+                    self._mismatch(Path(entry.path) / self._opposite)
+        self._encoding_checked = True
+
+    def _mismatch(self, found: Path) -> None:
+        raise PersistenceError(
+            f"jsonl store {self.root} holds {found.name} ({found}), but this backend is "
+            f"configured for compression {self.compression!r}; use a separate root or select "
+            f"the matching compression mode", code="ENCODING_MISMATCH", path=str(found))
+
+    def _find(self, session_id: str) -> Path | None:
+        """The log of ``session_id`` in any project directory, or None (spec §4.9)."""
+        self._check_encoding()
+        segment = encode_segment(session_id)
+        hits: list[Path] = []
+        for project in self._project_dirs():
+            for flat in (project / f"{segment}.jsonl", project / f"{segment}.jsonl.zstd"):
+                if _is_file(flat):
+                    raise PersistenceError(f"unsupported flat-file layout: {flat} (sessions "
+                                           f"live in <project>/<id>/{self._name})",
+                                           code="FLAT_LAYOUT", path=str(flat))
+            candidate = project / segment / self._name
+            refuse_symlink(candidate.parent, "a session folder")
+            refuse_symlink(candidate, "a session log")
+            try:
+                os.lstat(candidate)
+            except FileNotFoundError:
+                if (project / segment / self._opposite).exists():
+                    self._mismatch(project / segment / self._opposite)
+                continue
+            hits.append(candidate)
+        if len(hits) > 1:
+            raise LogCorruptError(f"duplicate JSONL session id {session_id!r} appears in "
+                                  f"multiple project directories: {', '.join(map(str, hits))}",
+                                  code="DUPLICATE_ID", session_id=session_id)
+        return hits[0] if hits else None
+
+    def _check_identity(self, session_id: str, header: FrozenDict, path: Path) -> None:
+        """Header id and ``(cwd, id)`` must identify this very file (spec §4.9)."""
+        if header["id"] != session_id:
+            raise LogCorruptError(f"stored session identity mismatch: requested id "
+                                  f"{session_id!r} does not match header id {header['id']!r} "
+                                  f"in {path}", path=str(path), session_id=session_id, line=1)
+        expected = self.locate(header)
+        try:
+            same = os.path.samefile(expected, path)
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise LogCorruptError(f"stored session identity mismatch: header id {header['id']!r} "
+                                  f"and cwd {header.get('cwd')!r} identify {expected}, not "
+                                  f"{path}", path=str(path), session_id=session_id, line=1)
+
+    def _forget_pending(self, session_id: str) -> None:
+        with self._mutex:
+            self._pending.pop(session_id, None)
+
+    # --- writing ------------------------------------------------------------------------
+
+    def _compress(self, payload: bytes) -> bytes:
+        return _compressor().compress(payload)
+
+    def _initial_content(self, header: FrozenDict, batch: Sequence[Event]) -> bytes:
+        head = encode_header_line(header)
+        body = encode_records(batch, pack_chunks=self.pack_chunks)
+        if self.compression == "zstd":
+            # frame 1 = header line only; frame 2 = the first batch (never merged, §4.6)
+            return self._compress(head) + self._compress(body)
+        return head + body
+
+    def _publish(self, final: Path, content: bytes, session_id: str) -> None:
+        """Atomic, no-overwrite first materialization (persistence spec §4.8 steps 1-7)."""
+        session_dir = final.parent
+        if (session_dir / self._opposite).exists():
+            self._mismatch(session_dir / self._opposite)
+        if not self.root.is_dir():
+            mkdir_private(self.root.parent, "the store's parent folder")
+        _mkdir_durable(self.root, "its root folder")
+        _mkdir_durable(session_dir.parent, "a project folder")
+        _mkdir_durable(session_dir, "a session folder")
+        if final.exists():
+            raise SessionExistsError(f"refusing to materialize session {session_id!r}: a log "
+                                     f"already exists on disk at {final}", path=str(final),
+                                     session_id=session_id)
+        tmp = final.with_name(f"{final.name}.{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            try:
+                view = memoryview(content)
+                written = 0
+                while written < len(content):
+                    written += self._os_write(fd, view[written:])
+                self._os_fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                raise SessionExistsError(
+                    f"refusing to materialize session {session_id!r}: a log already exists on "
+                    f"disk at {final}", path=str(final), session_id=session_id) from None
+            _fsync_dir(session_dir)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    # --- contract -----------------------------------------------------------------------
+
+    def create(self, header: Mapping[str, object]) -> None:
+        """Register a session; the file appears with its first event (lazy, spec §3.6, §4.8).
+
+        Raises:
+            EventRejectedError: the header is not a valid ``SessionHeader``.
+            SessionExistsError: the id is pending in this backend or has a log in any project
+                directory.
+        """
+        frozen = normalize_header(header)
+        sid = frozen["id"]
+        with self._mutex:
+            if sid in self._pending:
+                raise SessionExistsError(f"session {sid!r} already exists in this backend",
+                                         session_id=sid)
+        if self._find(sid) is not None:
+            raise SessionExistsError(f"session {sid!r} already has a persisted log on disk; "
+                                     f"load or resume it instead of creating", session_id=sid)
+        with self._mutex:
+            if sid in self._pending:
+                raise SessionExistsError(f"session {sid!r} already exists in this backend",
+                                         session_id=sid)
+            self._pending[sid] = frozen
+
+    def open(self, session_id: str, mode: OpenMode = "read") -> JsonlHandle:
+        """Open a session (see ``Backend.open``); write handles take the session lock.
+
+        Raises:
+            ConfigError: code ``INVALID_ID``: no backend can store this id.
+            SessionNotFoundError: neither on disk nor created in this backend.
+            SessionBusyError: another writer holds the session (pid, host, since).
+        """
+        if mode not in ("read", "write"):
+            raise PersistenceError(f"open mode must be 'read' or 'write', got {mode!r}",
+                                   code="BAD_MODE", session_id=session_id)
+        check_session_id(session_id)
+        path = self._find(session_id)
+        with self._mutex:
+            pending = self._pending.get(session_id) if path is None else None
+        if path is None and pending is None:
+            raise SessionNotFoundError(f'session "{session_id}" not found in {self.root}',
+                                       session_id=session_id)
+        target = path if path is not None else self.locate(pending or {})
+        lock = SessionLock(target.parent / _LOCK_NAME, session_id) if mode == "write" else None
+        return JsonlHandle(self, session_id, mode, target, pending, lock)
+
+    def exists(self, session_id: str) -> bool:
+        """Return whether the session is pending here or has a log on disk.
+
+        An id no backend can store (see ``session_id_problem``) is never stored.
+        """
+        with self._mutex:
+            if session_id in self._pending:
+                return True
+        return session_id_problem(session_id) is None and self._find(session_id) is not None
+
+    def _read_header(self, path: Path) -> FrozenDict | None:
+        """Read only the header of a log for listing (spec §4.9)."""
+        data = b""
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(_HEADER_READ_CHUNK)
+                data += chunk
+                if self.compression == "none":
+                    nl = data.find(b"\n")
+                    if nl >= 0:
+                        return parse_header_lenient(data[:nl + 1], path=str(path))
+                else:
+                    frames, _ = scan_zstd_frames(data, path=str(path), max_frames=1)
+                    if frames:
+                        start, end = frames[0]
+                        try:
+                            plain = _decompressor().decompressobj().decompress(data[start:end])
+                        except zstandard.ZstdError as exc:
+                            raise LogCorruptError(f"corrupt session log: header frame failed "
+                                                  f"validation in {path}", path=str(path),
+                                                  byte_offset=0) from exc
+                        if not plain.endswith(b"\n") or plain.count(b"\n") != 1:
+                            raise LogCorruptError(f"corrupt session log: first frame is not "
+                                                  f"exactly one header line in {path}",
+                                                  path=str(path), byte_offset=0)
+                        return parse_header_lenient(plain, path=str(path))
+                if not chunk:
+                    return None
+
+    def list_headers(self) -> Iterator[FrozenDict]:
+        """Yield the header of every materialized session, reading headers only (spec §4.9).
+
+        Raises:
+            PersistenceError: flat-file layout, encoding mismatch.
+            LogCorruptError: a header whose ``(cwd, id)`` does not identify its file, or one id
+                in several project directories.
+        """
+        self._check_encoding()
+        seen: dict[str, Path] = {}
+        for project in self._project_dirs():
+            with os.scandir(project) as it:
+                entries = list(it)
+            for entry in entries:
+                if entry.is_file() and (entry.name.endswith(".jsonl")
+                                        or entry.name.endswith(".jsonl.zstd")):
+                    raise PersistenceError(f"unsupported flat-file layout: {entry.path}",
+                                           code="FLAT_LAYOUT", path=entry.path)
+                if entry.is_symlink():
+                    refuse_symlink(Path(entry.path), "a session folder")
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                path = Path(entry.path) / self._name
+                refuse_symlink(path, "a session log")
+                try:
+                    header = self._read_header(path)
+                except FileNotFoundError:
+                    continue
+                if header is None:
+                    # Not silently skipped: list the folder's id, so reading it reports the
+                    # damage (`dsh ls` / `dsh verify --all` name it) instead of hiding it.
+                    logger.warning("session log %s has no readable header", path)
+                    yield FrozenDict({"version": SESSION_FORMAT_VERSION, "id": entry.name,
+                                      "createdAt": 0})
+                    continue
+                self._check_identity(header["id"], header, path)
+                if header["id"] in seen:
+                    raise LogCorruptError(f"duplicate JSONL session id {header['id']!r} appears "
+                                          f"in multiple project directories: {seen[header['id']]}"
+                                          f", {path}", code="DUPLICATE_ID",
+                                          session_id=header["id"])
+                seen[header["id"]] = path
+                yield header
+
+    def read_raw(self, session_id: str) -> str | None:
+        """The decoded artifact text (zstd: complete frames only), or None (spec §4.9)."""
+        path = self._find(session_id)
+        if path is None:
+            return None
+        data, _ = _stable_read(path, session_id)
+        if self.compression == "zstd":
+            frames, _ = scan_zstd_frames(data, path=str(path))
+            data = b"".join(_decompress_frame(data[s:e], s, str(path)) for s, e in frames)
+        nl = data.find(b"\n")
+        header = parse_header_lenient(data[:nl + 1] if nl >= 0 else data, path=str(path))
+        if header is None or header["id"] != session_id:
+            raise LogCorruptError(f"corrupt session log: invalid header line in {path}",
+                                  path=str(path), line=1)
+        return data.decode("utf-8")
+
+    def saved_cuts(self, session_id: str) -> list[str]:
+        """Paths of the files holding bytes a torn-tail repair cut from this session's log.
+
+        Each is ``<log>.torn-<UTC time>-<pid>`` beside the log, oldest first; empty when the
+        session is unknown or nothing was ever cut.
+        """
+        path = self._find(session_id)
+        return [] if path is None else [str(p) for p in list_cuts(path.parent, path.name)]
+
+    def close(self) -> None:
+        """Nothing held at backend level (handles own their files); idempotent."""

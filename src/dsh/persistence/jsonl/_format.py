@@ -1,0 +1,574 @@
+r"""dsh's JSONL format as pure functions over bytes: no disk, so every rule is fuzzable.
+
+Covers persistence spec §4.2 (path encoding), §4.3 (header line), §4.4-§4.5 (record lines,
+chunk-row packing), §4.6 (the Zstandard frame walker) and §4.7 (the committed-region scanner).
+
+Line numbers in this module are physical lines of the logical text, 1-based, the header being
+line 1 (so an editor's line number finds the record). Byte offsets are offsets into the logical
+text (raw: the file; zstd: the decompressed text).
+
+Framing is ``\\n`` only: a record may legally hold U+2028, U+2029, U+0085, ``\\x0b``, ``\\x0c``,
+``\\x1c``-``\\x1e`` or ``\\r`` raw, so ``str.splitlines`` must never be used (DESIGN §3.6).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json as std_json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from orjson import loads as _orjson_loads
+
+from dsh._errors import (
+    EventRejectedError,
+    InvalidJsonError,
+    LogCorruptError,
+    SessionFormatUnsupportedError,
+)
+from dsh.json import FrozenDict, c_scan_lines, dumps, is_safe_int, loads
+from dsh.session._chunks import decode_storage_record, pack_chunk_runs
+from dsh.session._events import KNOWN_EVENT_TYPES, SESSION_FORMAT_VERSION, Event
+
+__all__ = [
+    "HEADER_TAG",
+    "RETIRED_HEADER_KEYS",
+    "ZSTD_MAGIC",
+    "ScanResult",
+    "Scanner",
+    "encode_header_line",
+    "encode_records",
+    "encode_segment",
+    "format_version_refusal",
+    "parse_header_lenient",
+    "parse_header_strict",
+    "project_dir_name",
+    "project_key",
+    "scan_zstd_frames",
+]
+
+HEADER_TAG: Final = "session"
+"""``type`` of the header line: a bare tag, never an event type (persistence spec §4.3)."""
+
+RETIRED_HEADER_KEYS: Final = ("sandboxMode", "approvalPolicy")
+"""Header keys that make a header invalid (persistence spec §4.3)."""
+
+ZSTD_MAGIC: Final = 0xFD2FB528
+"""Magic number of a standard Zstandard frame (RFC 8878; persistence spec §4.6)."""
+
+_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_PROJECT_KEY_MAX: Final = 251
+
+
+# --- path encoding (§4.2) ------------------------------------------------------------------
+
+def _code_units(text: str) -> list[int]:
+    raw = text.encode("utf-16-le", "surrogatepass")
+    return [raw[i] | (raw[i + 1] << 8) for i in range(0, len(raw), 2)]
+
+
+def encode_segment(text: str) -> str:
+    """Encode a session id as one path segment, injectively over UTF-16 (persistence spec §4.2).
+
+    Every UTF-16 code unit outside ``[A-Za-z0-9._-]`` (``~`` included) becomes ``~XXXX``
+    (uppercase hex); the whole ids ``.`` and ``..`` become ``~002E`` and ``~002E~002E``.
+
+    Raises:
+        LogCorruptError: ``text`` is empty (an empty id cannot name a storage path).
+    """
+    if not text:
+        raise LogCorruptError("cannot encode an empty path segment: a session id must be "
+                              "non-empty to name a storage path", code="INVALID_ID")
+    if text == ".":
+        return "~002E"
+    if text == "..":
+        return "~002E~002E"
+    if text.isascii() and all(ch in _SAFE for ch in text):
+        return text
+    out: list[str] = []
+    for unit in _code_units(text):
+        ch = chr(unit)
+        out.append(ch if unit < 128 and ch in _SAFE else f"~{unit:04X}")
+    return "".join(out)
+
+
+def project_key(cwd: str) -> str:
+    r"""Readable, lossy project directory name ``--<slug>--`` for a cwd (persistence spec §4.2).
+
+    Runs of ``/``, ``\\``, ``:`` become one ``-``; safe characters stay; other UTF-16 code units
+    become ``~XXXX``; leading ``-`` are stripped; empty → ``root``; at most 251 slug characters.
+
+    Raises:
+        LogCorruptError: ``cwd`` is empty.
+    """
+    if not cwd:
+        raise LogCorruptError("cannot encode an empty project path", code="INVALID_CWD")
+    out: list[str] = []
+    in_separator = False
+    for unit in _code_units(cwd):
+        ch = chr(unit)
+        if ch in "/\\:":
+            if not in_separator:
+                out.append("-")
+                in_separator = True
+            continue
+        in_separator = False
+        out.append(ch if unit < 128 and ch in _SAFE else f"~{unit:04X}")
+    slug = "".join(out).lstrip("-") or "root"
+    return f"--{slug[:_PROJECT_KEY_MAX]}--"
+
+
+def project_dir_name(cwd: str | None) -> str:
+    """``_no-cwd`` when the header has no cwd, else :func:`project_key` (persistence spec §4.2)."""
+    return "_no-cwd" if cwd is None else project_key(cwd)
+
+
+# --- header line (§4.3, §1.8) ----------------------------------------------------------------
+
+def encode_header_line(header: Mapping[str, Any]) -> bytes:
+    r"""Encode the header line, ``\\n`` included, in dsh's key order (persistence spec §4.3).
+
+    ``type: "session"``, ``version``, ``id``, ``createdAt``, ``cwd``?, ``parentSession``?,
+    ``seedLength``?, ``origin``?, ``delegationDepth`` (always; 0 when absent), ``agentPreset``?.
+    Absent optional fields are omitted, never ``null``.
+    """
+    line: dict[str, Any] = {"type": HEADER_TAG, "version": header["version"],
+                            "id": header["id"], "createdAt": header["createdAt"]}
+    for key in ("cwd", "parentSession", "seedLength", "origin"):
+        if header.get(key) is not None:
+            line[key] = header[key]
+    depth = header.get("delegationDepth")
+    line["delegationDepth"] = 0 if depth is None else depth
+    if header.get("agentPreset") is not None:
+        line["agentPreset"] = header["agentPreset"]
+    return dumps(line) + b"\n"
+
+
+def format_version_refusal(session_id: object, version: object, *,
+                           path: str | None = None) -> SessionFormatUnsupportedError:
+    """Build the refusal for a foreign format version, naming the direction (spec §1.8).
+
+    Newer (``version > 0``): the log is intact and this dsh must be upgraded. Older or not an
+    integer: no upgrade path ships. Neither says the log is corrupt.
+    """
+    sid = session_id if isinstance(session_id, str) else std_json.dumps(session_id)
+    raw = f" (raw log: {path})" if path else ""
+    if isinstance(version, int | float) and not isinstance(version, bool) \
+            and version > SESSION_FORMAT_VERSION:
+        message = (f'session "{sid}" uses log format v{version}, newer than the '
+                   f"v{SESSION_FORMAT_VERSION} this dsh reads; the log is not damaged, upgrade "
+                   f"dsh to open it{raw}")
+        code = "FORMAT_NEWER"
+    else:
+        message = (f'session "{sid}" uses log format v{version}, older than the '
+                   f"v{SESSION_FORMAT_VERSION} this dsh reads, and no upgrade path for it ships "
+                   f"with this dsh{raw}")
+        code = "FORMAT_OLDER"
+    return SessionFormatUnsupportedError(
+        message, code=code, session_id=sid, path=path,
+        version=version if isinstance(version, int) and not isinstance(version, bool) else None)
+
+
+def _header_shape_error(obj: Mapping[str, Any]) -> str | None:
+    """Return why ``obj`` is not an acceptable header line object, or None (spec §4.3)."""
+    for key in RETIRED_HEADER_KEYS:
+        if key in obj:
+            return f"header carries retired policy baseline fields ({key})"
+    if obj.get("type") != HEADER_TAG:
+        return "first line is not a session header (type is not \"session\")"
+    version = obj.get("version")
+    if type(version) not in (int, float):
+        return "header version is not a number"
+    if type(obj.get("id")) is not str:
+        return "header id is not a string"
+    for key in ("createdAt", "delegationDepth"):
+        value = obj.get(key)
+        if not isinstance(value, int) or not is_safe_int(value) or value < 0:
+            return f"header {key} must be a non-negative safe integer, got {value!r}"
+    if "origin" in obj and obj["origin"] != "subagent":
+        return f"header origin must be \"subagent\", got {obj['origin']!r}"
+    if "agentPreset" in obj and type(obj["agentPreset"]) is not str:
+        return "header agentPreset must be a string"
+    for key in ("cwd", "parentSession"):
+        if key in obj and type(obj[key]) is not str:
+            return f"header {key} must be a string"
+    if "seedLength" in obj and (not is_safe_int(obj["seedLength"]) or obj["seedLength"] < 0):
+        return "header seedLength must be a non-negative safe integer"
+    return None
+
+
+def _header_from_line(obj: Mapping[str, Any]) -> FrozenDict:
+    """Rebuild the known header keys from an accepted header line object."""
+    out: dict[str, Any] = {"version": obj["version"], "id": obj["id"],
+                           "createdAt": obj["createdAt"]}
+    for key in ("cwd", "parentSession", "seedLength", "origin", "delegationDepth",
+                "agentPreset"):
+        if key in obj:
+            out[key] = obj[key]
+    return FrozenDict(out)
+
+
+def parse_header_strict(line: bytes, *, path: str) -> FrozenDict:
+    r"""Parse a targeted read's header line; the version refusal comes first (spec §1.8, §4.3).
+
+    Args:
+        line: The first line including its ``\\n``.
+        path: The log path, named in errors.
+
+    Returns:
+        FrozenDict: the header with known keys only (``delegationDepth`` always present).
+
+    Raises:
+        LogCorruptError: empty or header-less log, not JSON, not an object, wrong shape.
+        SessionFormatUnsupportedError: an object whose numeric ``version`` is not 0 (checked
+            before any other shape rule, so an alien future header still says "upgrade").
+    """
+    if not line.endswith(b"\n") or b"\n" in line[:-1] or len(line) <= 1:
+        raise LogCorruptError(f"empty or header-less session log: {path} has no complete "
+                              f"header line", path=path, line=1, byte_offset=0)
+    try:
+        obj = loads(line[:-1])
+    except InvalidJsonError as exc:
+        raise LogCorruptError(f"corrupt session log: header line is not valid JSON ({exc}) "
+                              f"in {path}", path=path, line=1, byte_offset=0) from exc
+    if not isinstance(obj, dict):
+        raise LogCorruptError(f"corrupt session log: first line is not a session header in "
+                              f"{path}", path=path, line=1, byte_offset=0)
+    version = obj.get("version")
+    if type(version) in (int, float) and version != SESSION_FORMAT_VERSION:
+        raise format_version_refusal(obj.get("id"), version, path=path)
+    problem = _header_shape_error(obj)
+    if problem is not None:
+        raise LogCorruptError(f"corrupt session log: {problem} in {path}", path=path, line=1,
+                              byte_offset=0)
+    return _header_from_line(obj)
+
+
+def parse_header_lenient(line: bytes, *, path: str) -> FrozenDict | None:
+    """Parse a header line for listing: ``None`` for no header, no version check (spec §4.3).
+
+    Raises:
+        LogCorruptError: only for the retired policy fields.
+    """
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        obj = loads(line[:-1])
+    except InvalidJsonError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    problem = _header_shape_error(obj)
+    if problem is not None and problem.startswith("header carries retired"):
+        raise LogCorruptError(f"corrupt session log: {problem} in {path}", path=path, line=1)
+    if problem is not None:
+        return None
+    return _header_from_line(obj)
+
+
+# --- record lines (§4.4) ---------------------------------------------------------------------
+
+def encode_records(events: Sequence[Event], *, pack_chunks: bool) -> bytes:
+    r"""Encode one durable batch: one record per line, the batch ending with ``\\n`` (spec §4.4).
+
+    With ``pack_chunks`` runs of at least 3 eligible ``assistant/chunk`` deltas become one
+    chunk row; rows never span batches. Returns ``b""`` for an empty batch.
+    """
+    if not events:
+        return b""
+    records: Sequence[Any] = pack_chunk_runs(events) if pack_chunks else events
+    return b"\n".join([dumps(record) for record in records]) + b"\n"
+
+
+# --- the committed-region scanner (§4.7) -----------------------------------------------------
+
+@dataclass(slots=True)
+class _Issue:
+    line: int
+    byte_offset: int
+    reason: str
+
+
+@dataclass(slots=True)
+class ScanResult:
+    r"""What :class:`Scanner` found.
+
+    Attributes:
+        events: The contiguous valid prefix (chunk rows expanded).
+        committed: Logical-text offset just after the last accepted line's ``\\n``.
+        end: Logical-text offset just after all the bytes fed.
+        issue_line: Physical line of the first bad record, or None.
+        issue_offset: Its byte offset (or of the trailing fragment), or None.
+        reason: Why the tail is not committed, or None when ``committed == end``.
+        lines: Physical line number of the last complete line seen.
+        prescan: ``(legacy_at, unknown_at)`` over ``events``, as the read pipeline's prescan
+            (``dsh._speedups.stored_prescan``) would answer, found while each event was
+            decoded; None when some line took the Python path (the pipeline then looks).
+    """
+
+    events: list[Event] = field(default_factory=list)
+    committed: int = 0
+    end: int = 0
+    issue_line: int | None = None
+    issue_offset: int | None = None
+    reason: str | None = None
+    lines: int = 1
+    prescan: tuple[int, int] | None = None
+
+
+def _has_turn_end(records: Sequence[Any]) -> bool:
+    return any(isinstance(r, dict) and r.get("type") == "turn/end" for r in records)
+
+
+class Scanner:
+    r"""The committed-region scanner: feed logical text after the header, read the prefix.
+
+    Rules (persistence spec §4.7, tightened per the port's brief):
+
+    * every complete line (``\\n``-terminated; an empty line counts) is parsed with
+      :func:`dsh.json.loads` and expanded with ``decode_storage_record``; each event's ``seq``
+      must equal the number of events accepted so far;
+    * a line that is JSON but holds a value no JavaScript reader can represent (bare ``NaN``,
+      ``Infinity``, ``1e400``, an unsafe integer) is corruption at once, never a torn tail;
+    * a record whose seq was already accepted is corruption naming both lines;
+    * the first bad record (unparsable, malformed chunk row, not an event, seq gap) starts a
+      suspect tail. A seq-gap record holding a ``turn/end`` is corruption at once (dsh). Any
+      later complete line that parses and decodes means the bad record lies inside committed
+      data: corruption naming its line and byte offset (dsh only refuses when that later
+      record holds a ``turn/end`` and otherwise drops complete records; the port refuses
+      rather than deleting them);
+    * a trailing fragment without ``\\n`` is a torn tail.
+
+    Args:
+        path: Named in errors.
+        start_offset: Logical offset of the first byte fed (the header length).
+        start_line: Physical line number of the header (1) or of the last line already seen.
+        start_seq: Events already accepted (0 unless continuing a previous scan).
+    """
+
+    def __init__(self, *, path: str, start_offset: int, start_line: int = 1,
+                 start_seq: int = 0) -> None:
+        self.path = path
+        self._result = ScanResult(committed=start_offset, end=start_offset, lines=start_line)
+        self._expected = start_seq
+        self._issue: _Issue | None = None
+        self._tail = b""
+        self._tail_offset = start_offset
+        # first seq and physical line of every accepted record, for duplicate-seq errors
+        self._record_seqs: list[int] = []
+        self._record_lines: list[int] = []
+        # what the C pass found for the read pipeline's prescan; void once Python decodes
+        self._prescan: list[int] | None = [-1, -1]
+
+    def _corrupt(self, message: str, *, line: int, offset: int, seq: int | None = None,
+                 cause: BaseException | None = None) -> LogCorruptError:
+        err = LogCorruptError(f"corrupt session log: {message} in {self.path}", path=self.path,
+                              line=line, byte_offset=offset, seq=seq)
+        err.__cause__ = cause
+        return err
+
+    def _line_of_seq(self, seq: int) -> int:
+        index = bisect.bisect_right(self._record_seqs, seq) - 1
+        return self._record_lines[index] if index >= 0 else 0
+
+    def _decode(self, raw: bytes, line: int, offset: int) -> list[Any] | str:
+        """Return the decoded records of one line, or the reason it is unusable."""
+        try:
+            value = loads(raw)
+        except InvalidJsonError as exc:
+            try:
+                std_json.loads(raw)
+            except ValueError:
+                return f"unparsable committed event at line {line}"
+            # Complete JSON whose values JavaScript cannot represent: written by a bad writer,
+            # never by an interrupted one, so it is not a torn tail.
+            raise self._corrupt(f"line {line} is JSON a JavaScript reader cannot represent "
+                                f"({exc.message})", line=line, offset=offset,
+                                cause=exc) from exc
+        try:
+            records = decode_storage_record(value)
+        except EventRejectedError as exc:
+            return f"unparsable committed event at line {line} ({exc.message})"
+        for record in records:
+            if not isinstance(record, Event) or not is_safe_int(record.get("seq")) \
+                    or record["seq"] < 0:
+                return f"line {line} is not an event record (no non-negative integer seq)"
+            if type(record.get("type")) is not str:
+                return f"line {line} is not an event record (its type is not a string)"
+        return records
+
+    def _line(self, raw: bytes, offset: int) -> None:
+        result = self._result
+        result.lines += 1
+        line = result.lines
+        end = offset + len(raw) + 1
+        decoded = self._decode(raw, line, offset)
+        if self._issue is not None:
+            if isinstance(decoded, str):
+                return
+            issue = self._issue
+            raise self._corrupt(
+                f"{issue.reason} at byte {issue.byte_offset}, but the complete record at "
+                f"line {line} follows it, so the damage is inside committed data",
+                line=issue.line, offset=issue.byte_offset)
+        if isinstance(decoded, str):
+            self._issue = _Issue(line, offset, decoded)
+            return
+        first = decoded[0]["seq"]
+        if first < self._expected:
+            raise self._corrupt(
+                f"seq {first} appears on line {self._line_of_seq(first)} and again on line "
+                f"{line}", line=line, offset=offset, seq=first)
+        for k, record in enumerate(decoded):
+            if record["seq"] != self._expected + k:
+                reason = (f"seq gap in committed region at line {line} (expected "
+                          f"{self._expected + k}, got {record['seq']})")
+                if _has_turn_end(decoded):
+                    raise self._corrupt(reason, line=line, offset=offset,
+                                        seq=self._expected + k)
+                self._issue = _Issue(line, offset, reason)
+                return
+        self._record_seqs.append(first)
+        self._record_lines.append(line)
+        self._prescan = None
+        result.events.extend(decoded)
+        self._expected += len(decoded)
+        result.committed = end
+
+    @property
+    def accepted(self) -> int:
+        """Events accepted so far (the seq the next record must start at)."""
+        return len(self._result.events)
+
+    def feed(self, data: bytes, start: int = 0) -> None:
+        """Scan ``data[start:]`` (the next bytes of logical text); complete lines are processed now.
+
+        ``start`` skips a prefix without copying the rest (a whole log file after its header
+        line is tens of MB).
+
+        Raises:
+            LogCorruptError: corruption inside the committed region (see the class rules).
+        """
+        if start >= len(data):
+            return
+        if self._tail:
+            buf, pos = self._tail + data[start:], 0
+        else:
+            buf, pos = data, start
+        base = self._tail_offset - pos
+        find = buf.find
+        result = self._result
+        while True:
+            if c_scan_lines is not None and self._issue is None:
+                # The C accelerator takes every ordinary line; it stops before any line this
+                # loop must judge (and before a trailing fragment), so the rules stay here.
+                began = pos
+                pos, result.lines, self._expected = c_scan_lines(
+                    buf, pos, self._expected, result.lines, _orjson_loads, Event,
+                    result.events, self._record_seqs, self._record_lines, KNOWN_EVENT_TYPES,
+                    self._prescan)
+                if pos != began:
+                    result.committed = base + pos
+            nl = find(b"\n", pos)
+            if nl < 0:
+                break
+            self._line(buf[pos:nl], base + pos)
+            pos = nl + 1
+        self._tail = buf[pos:]
+        self._tail_offset = base + pos
+        self._result.end = base + len(buf)
+
+    def finish(self) -> ScanResult:
+        """Close the scan and return the prefix; a leftover fragment is a torn tail."""
+        result = self._result
+        result.prescan = (self._prescan[0], self._prescan[1]) if self._prescan is not None \
+            else None
+        if self._issue is not None:
+            result.issue_line = self._issue.line
+            result.issue_offset = self._issue.byte_offset
+            result.reason = self._issue.reason
+        elif self._tail:
+            result.issue_offset = self._tail_offset
+            result.reason = (f"unterminated final record ({len(self._tail)} bytes without a "
+                             f"newline) at byte {self._tail_offset}")
+        return result
+
+
+# --- Zstandard frame walker (§4.6) -----------------------------------------------------------
+
+def scan_zstd_frames(data: bytes, *, path: str, max_frames: int | None = None
+                     ) -> tuple[list[tuple[int, int]], int | None]:
+    """Walk concatenated Zstandard frames structurally, before any decompression (spec §4.6).
+
+    Args:
+        data: The file bytes.
+        path: Named in errors.
+        max_frames: Stop after this many complete frames (listing uses 1).
+
+    Returns:
+        tuple: ``(frames, torn_start)``: ``[start, end)`` of every complete frame, and the start
+        of an incomplete final frame or ``None``.
+
+    Raises:
+        LogCorruptError: a bad magic number (this also rejects skippable frames), a reserved
+            frame-header bit, or a reserved block type; ``byte_offset`` names the spot.
+
+    A run of NUL bytes where a frame should start is reported as ``torn_start`` (a crash that
+    extended the file without writing). ``torn_start`` is only a structural guess: a damaged
+    size field of a middle frame also looks incomplete, so the caller must check that no
+    complete frame follows (see ``dsh.persistence.jsonl._backend.parse_log``).
+    """
+    frames: list[tuple[int, int]] = []
+    size = len(data)
+    pos = 0
+    while pos < size:
+        if max_frames is not None and len(frames) >= max_frames:
+            break
+        start = pos
+        if size - pos < 4:
+            return frames, start
+        magic = int.from_bytes(data[pos:pos + 4], "little")
+        if magic != ZSTD_MAGIC:
+            if not data[pos:].strip(b"\0"):
+                # A crash that extended the file but wrote no data leaves zeros: a torn tail.
+                return frames, start
+            raise LogCorruptError(f"corrupt session log: invalid frame magic at byte {pos} in "
+                                  f"{path}", path=path, byte_offset=pos)
+        pos += 4
+        if pos >= size:
+            return frames, start
+        descriptor = data[pos]
+        pos += 1
+        if descriptor & 0x18:
+            raise LogCorruptError(f"corrupt session log: reserved frame-header bit set at byte "
+                                  f"{pos - 1} in {path}", path=path, byte_offset=pos - 1)
+        fcs_flag = descriptor >> 6
+        single_segment = bool(descriptor & 0x20)
+        has_checksum = bool(descriptor & 0x04)
+        dict_bytes = (0, 1, 2, 4)[descriptor & 0x03]
+        fcs_bytes = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+        pos += (0 if single_segment else 1) + dict_bytes + fcs_bytes
+        if pos > size:
+            return frames, start
+        while True:
+            if pos + 3 > size:
+                return frames, start
+            block = int.from_bytes(data[pos:pos + 3], "little")
+            last = block & 1
+            block_type = (block >> 1) & 3
+            block_size = block >> 3
+            if block_type == 3:
+                raise LogCorruptError(f"corrupt session log: reserved block type at byte {pos} "
+                                      f"in {path}", path=path, byte_offset=pos)
+            pos += 3 + (1 if block_type == 1 else block_size)
+            if pos > size:
+                return frames, start
+            if last:
+                break
+        if has_checksum:
+            pos += 4
+            if pos > size:
+                return frames, start
+        frames.append((start, pos))
+    return frames, None

@@ -1,0 +1,247 @@
+"""JSONL projection checkpoints: the anchor of a durable prefix, the tail read, the page-in source.
+
+The sidecar is ``session.jsonl.ckpt`` (``session.jsonl.zstd.ckpt``) in the session folder,
+beside the seal; dsh ignores it. Anchors sit at batch boundaries (raw: a record start; zstd: a
+frame start). A checkpointed read checks, before trusting the checkpoint: the file still holds
+the covered bytes, the header bytes and the last :data:`DIGEST_TAIL_BYTES` before the cut
+digest as recorded, and the seal records over the prefix digest as recorded; the tail after the
+cut must then read cleanly (no torn tail, every seal record over it intact). Anything else is a
+:class:`CheckpointRefused` and the caller reads the whole log.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from dsh._errors import DshError, LogCorruptError
+from dsh.persistence import _restore_point as ck
+from dsh.persistence._seal import crc_of, read_seal
+from dsh.persistence.jsonl._format import Scanner, parse_header_strict, scan_zstd_frames
+from dsh.session._events import Event
+
+if TYPE_CHECKING:
+    from dsh.persistence.jsonl._backend import JsonlHandle
+
+__all__ = ["JsonlPrefixSource", "anchor_of", "backend_kind", "load_tail", "note_index"]
+
+
+def backend_kind(compression: str) -> str:
+    """The anchor's backend name for a JSONL compression."""
+    return "jsonl-zstd" if compression == "zstd" else "jsonl"
+
+
+def note_index(index: list[tuple[int, int]], seq: int, offset: int) -> None:
+    """Add ``(seq, offset)`` (a batch start) when far enough from the last entry."""
+    if not index:
+        index.append((seq, offset))
+        return
+    last_seq, last_offset = index[-1]
+    if seq > last_seq and offset > last_offset and (seq - last_seq >= ck.INDEX_EVERY_EVENTS
+                                                    or offset - last_offset
+                                                    >= ck.INDEX_EVERY_BYTES):
+        index.append((seq, offset))
+
+
+_READ_AHEAD_EVENTS: Final = 1024
+"""Events read past a page-in's end (about four pages), kept as the span for the next ones."""
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    out = bytearray()
+    while len(out) < size:
+        chunk = os.pread(fd, size - len(out), offset + len(out))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def _seal_digest(records: Sequence[tuple[int, int, int]], end: int) -> str:
+    return ck.digest(b"".join(f"{s}:{e}:{c};".encode() for s, e, c in records if e <= end))
+
+
+def anchor_of(handle: JsonlHandle) -> ck.Anchor | None:
+    """The anchor of the handle's durable prefix, or None when none can be given now.
+
+    None when nothing is durable, a torn tail or unknown end is pending, or the header is
+    unknown (a handle that never read nor materialized the log).
+    """
+    tail = handle._tail
+    if tail is None or not tail.materialized or tail.torn is not None or tail.end_unknown \
+            or tail.durable_count < 1 or not tail.header_digest:
+        return None
+    end = tail.durable_size
+    start = max(tail.header_end, end - ck.DIGEST_TAIL_BYTES)
+    last = _pread(handle._append_fd(), end - start, start)
+    seals = tail.seals
+    return ck.Anchor(
+        backend=backend_kind(handle._backend.compression), session_id=handle._id,
+        incarnation=tail.header_digest, event_count=tail.durable_count, byte_offset=end,
+        header_digest=tail.header_digest, tail_digest=ck.digest(last),
+        seal_digest=_seal_digest(seals, end) if seals is not None else "",
+        index=tuple(entry for entry in tail.index if entry[0] < tail.durable_count
+                    and entry[1] < end))
+
+
+def _decode_frames(data: bytes, base: int, path: str) -> bytes:
+    """Plaintext of the complete frames in ``data`` (file offset ``base``); refuse a torn one."""
+    from dsh.persistence.jsonl._backend import _decompress_frame
+
+    frames, torn = scan_zstd_frames(data, path=path)
+    if torn is not None:
+        raise ck.CheckpointRefused("torn-tail")
+    return b"".join(_decompress_frame(data[s:e], base + s, path) for s, e in frames)
+
+
+def _scan(text: bytes, *, path: str, offset: int, seq: int) -> list[Event]:
+    scanner = Scanner(path=path, start_offset=offset, start_seq=seq)
+    scanner.feed(text)
+    result = scanner.finish()
+    if result.reason is not None:
+        raise ck.CheckpointRefused("torn-tail")
+    return result.events
+
+
+def load_tail(handle: JsonlHandle, checkpoint: ck.Checkpoint
+              ) -> tuple[object, list[Event], str]:
+    """Check ``checkpoint`` against the file and read the events after its cut.
+
+    On success the handle's write state is set as a full read would set it.
+
+    Returns:
+        ``(header, tail events, revision)``.
+
+    Raises:
+        CheckpointRefused: the file does not hold the prefix the checkpoint covers (``size``,
+            ``header``, ``tail-digest``, ``seal``), or its tail does not read cleanly
+            (``torn-tail``, ``corrupt-tail``).
+    """
+    from dsh.persistence.jsonl._backend import _revision, _Tail
+
+    anchor = checkpoint.anchor
+    path = handle.path
+    zstd = handle._backend.compression == "zstd"
+    if not anchor.index or anchor.index[0][0] != 0:
+        raise ck.CheckpointRefused("bad-field:index")
+    header_end = anchor.index[0][1]
+    cut = anchor.byte_offset
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        raise ck.CheckpointRefused("unreadable") from None
+    try:
+        before = os.fstat(fd)
+        if before.st_size < cut or header_end >= cut:
+            raise ck.CheckpointRefused("size")
+        head = _pread(fd, header_end, 0)
+        if ck.digest(head) != anchor.header_digest:
+            raise ck.CheckpointRefused("header")
+        start = max(header_end, cut - ck.DIGEST_TAIL_BYTES)
+        if ck.digest(_pread(fd, cut - start, start)) != anchor.tail_digest:
+            raise ck.CheckpointRefused("tail-digest")
+        seal = read_seal(handle._seal_path()) if not zstd else None
+        data = _pread(fd, before.st_size - cut, cut)
+        after = os.fstat(fd)
+    except DshError:
+        raise ck.CheckpointRefused("seal") from None
+    finally:
+        os.close(fd)
+    revision = _revision(after)
+    if _revision(before) != revision or len(data) != after.st_size - cut:
+        raise ck.CheckpointRefused("unstable")
+    records = seal.records if seal is not None else []
+    if not zstd:
+        if _seal_digest(records, cut) != anchor.seal_digest:
+            raise ck.CheckpointRefused("seal")
+        for s, e, crc in records:
+            if e > cut and (s < cut or e > after.st_size or crc_of(data[s - cut:e - cut]) != crc):
+                raise ck.CheckpointRefused("seal")
+    text_path = str(path)
+    try:
+        if zstd:
+            header = parse_header_strict(_decode_frames(head, 0, text_path), path=text_path)
+            events = _scan(_decode_frames(data, cut, text_path), path=text_path, offset=cut,
+                           seq=anchor.event_count)
+        else:
+            header = parse_header_strict(head, path=text_path)
+            events = _scan(data, path=text_path, offset=cut, seq=anchor.event_count)
+        handle._backend._check_identity(handle._id, header, path)
+    except DshError:
+        raise ck.CheckpointRefused("corrupt-tail") from None
+    index = list(anchor.index)
+    note_index(index, anchor.event_count, cut)
+    count = anchor.event_count + len(events)
+    handle._pending_header = None
+    handle._tail = _Tail(True, count, after.st_size, None, count, after.st_size,
+                         seals=list(records) if not zstd else None, index=index,
+                         header_end=header_end, header_digest=anchor.header_digest)
+    return header, events, revision
+
+
+class JsonlPrefixSource:
+    """Pages in the events before a checkpoint's cut from the JSONL file, by byte offset.
+
+    Args:
+        path: The log file.
+        compression: ``"none"`` or ``"zstd"``.
+        cut: Events served (seqs ``0 .. cut - 1``).
+        cut_offset: The file offset of the cut (a batch boundary).
+        index: ``(seq, offset)`` of record (frame) starts before the cut, from ``(0, header
+            end)``; a read starts at the entry at or before its first seq.
+    """
+
+    def __init__(self, path: Path, compression: str, cut: int, cut_offset: int,
+                 index: Sequence[tuple[int, int]]) -> None:
+        self._path = path
+        self._zstd = compression == "zstd"
+        self._cut = cut
+        self._cut_offset = cut_offset
+        self._seqs = [seq for seq, _ in index]
+        self._offsets = [offset for _, offset in index]
+        # the events of the last span scanned (first seq, events): pages are read in order
+        # (a restore pages the surface in sorted), and one span or zstd frame (a whole batch)
+        # holds many pages, so each span is decoded once, not once per page
+        self._span: tuple[int, list[Event]] = (0, [])
+
+    def __len__(self) -> int:
+        return self._cut
+
+    def read(self, start: int, stop: int) -> Sequence[Event]:
+        """Return the events ``start <= seq < stop`` (see ``EventSource``).
+
+        Raises:
+            LogCorruptError: the bytes before the cut no longer decode to those events (the
+                file was changed under the session).
+        """
+        if start >= stop:
+            return []
+        span_seq, span = self._span
+        if span_seq <= start and stop <= span_seq + len(span):
+            return span[start - span_seq:stop - span_seq]
+        first = bisect.bisect_right(self._seqs, start) - 1
+        # read ahead: the next pages are usually asked for next (a span boundary inside a
+        # page would otherwise make two reads scan it)
+        last = bisect.bisect_left(self._seqs, stop + _READ_AHEAD_EVENTS)
+        seq = self._seqs[first]
+        offset = self._offsets[first]
+        end = self._offsets[last] if last < len(self._offsets) else self._cut_offset
+        path = str(self._path)
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                data = _pread(fd, end - offset, offset)
+            finally:
+                os.close(fd)
+            text = _decode_frames(data, offset, path) if self._zstd else data
+            events = _scan(text, path=path, offset=offset, seq=seq)
+            self._span = (seq, events)
+        except (OSError, ck.CheckpointRefused, DshError) as exc:
+            raise LogCorruptError(f"events {start}..{stop - 1} of {path} could not be paged in "
+                                  f"({exc}); the log changed after the session was resumed, "
+                                  "resume it again", path=path, byte_offset=offset,
+                                  seq=start) from exc
+        return events[start - seq:stop - seq]

@@ -1,0 +1,905 @@
+"""PostgreSQL persistence backend: many hosts, one fenced writer per session, live tailing.
+
+Invariants this module owns (DESIGN §3.3, §3.10):
+
+* the store lives in one schema (``?schema=``, default ``dsh``) migrated forward-only by
+  :mod:`dsh.persistence.postgres._schema`; several hosts starting at once apply each migration
+  exactly once (a transaction-scoped advisory lock serialises them);
+* events are stored as SQLite schema-17 rows (chunk runs of one batch packed, ``data`` of 4 KiB
+  or more zstd-compressed when smaller), primary key ``(session_id, seq)``; ``head_seq`` on the
+  session row is the commit marker;
+* write ownership is a lease on the session row: owner token, epoch, expiry on the database
+  clock. Opening for write succeeds only when the lease is free or expired and bumps the epoch;
+  every append batch is one transaction that locks the session row and commits only when owner,
+  epoch and the expected head seq all match, else it is refused (:class:`LeaseLostError`,
+  ``SEQ_MISMATCH``) with nothing written. A background thread renews the lease; a paused or
+  partitioned former holder is refused, never merged. No session-level advisory lock is used;
+* every commit sends ``NOTIFY`` on the schema's channel (payload: md5 of the session id), so
+  :meth:`PostgresBackend.tail` follows a session without polling, never skipping or repeating
+  a seq;
+* a connection lost in the middle of an append is settled on a fresh connection: the head
+  either moved by exactly the batch under our epoch (it is in) or did not move (it is out and
+  is sent again, once by default). Anything else is refused.
+
+psycopg 3 and psycopg_pool are imported here only (extra ``dsh-session[postgres]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, NoReturn
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from dsh._errors import (
+    ConfigError,
+    LeaseLostError,
+    LogCorruptError,
+    PersistenceError,
+    SessionBusyError,
+    SessionExistsError,
+    SessionFormatUnsupportedError,
+    SessionNotFoundError,
+)
+from dsh.json import FrozenDict, is_safe_int
+from dsh.persistence._contract import (
+    ColdRead,
+    HandleBase,
+    OpenMode,
+    TornTail,
+    check_session_id,
+    normalize_header,
+    session_id_problem,
+)
+from dsh.persistence._memory import validate_batch
+from dsh.persistence._tail import follow
+from dsh.persistence.jsonl._format import format_version_refusal
+from dsh.persistence.postgres._schema import (
+    MIGRATION_LOCK_KEY,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    quote_schema,
+    valid_schema_name,
+)
+from dsh.persistence.sqlite._schema import (
+    MAX_PACKED_ROW_MEMBERS,
+    RowError,
+    decode_row,
+    decode_session_row,
+    encode_batch,
+    scan_rows,
+)
+from dsh.persistence.sqlite._schema import SCHEMA_VERSION as ROW_FORMAT
+from dsh.session._events import SESSION_FORMAT_VERSION, Event
+
+__all__ = [
+    "DEFAULT_LEASE_MS",
+    "DEFAULT_SCHEMA",
+    "PostgresBackend",
+    "PostgresHandle",
+    "parse_postgres_url",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SCHEMA: Final = "dsh"
+DEFAULT_LEASE_MS: Final = 15_000
+"""Lease length (ms); renewed every third of it while the write handle is open."""
+MIN_LEASE_MS: Final = 100
+DEFAULT_POOL_SIZE: Final = 4
+CONNECT_TIMEOUT_S: Final = 10
+DEFAULT_TAIL_POLL_MS: Final = 1000
+"""How long :meth:`PostgresBackend.tail` waits for a NOTIFY before looking anyway (ms)."""
+
+_DSH_OPTIONS: Final = ("schema", "lease_ms", "pool_size", "migrate", "reconnect_retries")
+_NOW_MS: Final = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+_CHUNK_TAGS_SQL: Final = "('text-chunks', 'reasoning-chunks', 'tool-call-chunks')"
+_SESSION_COLUMNS: Final = ("id, version, created_at, cwd, parent_session, seed_length, origin, "
+                           "delegation_depth, agent_preset, incarnation::text, revision, head_seq")
+_ROW_COLUMNS: Final = "seq, type, time, data, data_zstd, source_event_seqs, surface_op, ignorable"
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ConfigError("postgresql:// stores need psycopg 3; install dsh-session[postgres]"
+                          ) from exc
+    return psycopg
+
+
+def parse_postgres_url(url: str) -> tuple[str, dict[str, str]]:
+    """Split a store URL into the libpq connection URL and dsh's own options.
+
+    Args:
+        url: ``postgresql://user@host:port/db?schema=name&lease_ms=N&pool_size=N&migrate=B
+            &reconnect_retries=N`` (``postgres://`` also accepted). Other query options go to
+            libpq unchanged.
+
+    Returns:
+        ``(conninfo, options)``.
+
+    Raises:
+        ConfigError: not a ``postgresql://`` URL.
+    """
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("postgresql", "postgres"):
+        raise ConfigError(f"store URL {redact(url)!r} is not a postgresql:// URL", path=redact(url))
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in query if k in _DSH_OPTIONS}
+    rest = [(k, v) for k, v in query if k not in _DSH_OPTIONS]
+    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
+    return conninfo, ours
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for messages and ``Backend.url``)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit((parts.scheme, f"{user}:***@{netloc[1]}", parts.path, parts.query,
+                       parts.fragment))
+
+
+def _int_option(options: Mapping[str, str], key: str, default: int, low: int, url: str) -> int:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) < low:
+        raise ConfigError(f"store URL {url!r}: {key}={raw!r} must be an integer >= {low}",
+                          path=url)
+    return int(raw)
+
+
+class _Lease:
+    """This handle's claim on a session row: token, epoch, and the renewal thread."""
+
+    def __init__(self, backend: PostgresBackend, session_id: str, token: str, epoch: int) -> None:
+        self.backend = backend
+        self.session_id = session_id
+        self.token = token
+        self.epoch = epoch
+        self.lost: LeaseLostError | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+                                        name=f"dsh-lease-{session_id[:32]}")
+        self._thread.start()
+
+    def _renew_loop(self) -> None:
+        interval = self.backend.lease_ms / 3000
+        while not self._stop.wait(interval):
+            if self.backend._closed:
+                return  # the pool is gone; the lease expires on its own
+            try:
+                renewed = self.backend._renew(self.session_id, self.token, self.epoch)
+            except PersistenceError as exc:
+                # The database is unreachable: keep trying; an expired lease is refused at the
+                # next append (fencing), so nothing can be merged meanwhile.
+                logger.warning("lease renewal of session %s failed: %s", self.session_id, exc)
+                continue
+            if not renewed:
+                self.lost = self.backend._lease_lost(self.session_id, self.epoch)
+                logger.warning("%s", self.lost.message)
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+class PostgresHandle(HandleBase):
+    """An open session of a :class:`PostgresBackend` (contract: :class:`~.api.Handle`).
+
+    Used from one thread at a time; connections come from the backend's pool per operation. A
+    ``"write"`` handle holds the session's lease (see :attr:`epoch`) until :meth:`close`.
+    """
+
+    def __init__(self, backend: PostgresBackend, session_id: str, mode: OpenMode,
+                 lease: _Lease | None) -> None:
+        self._backend = backend
+        self._id = session_id
+        self._mode: OpenMode = mode
+        self._lease = lease
+        self._torn_seen: int | None = None
+        self._closed = False
+        self.recovered_connection_losses = 0
+        """Appends whose connection was lost mid-batch and were settled (in, or sent again)."""
+
+    @property
+    def epoch(self) -> int | None:
+        """The fencing epoch of this write handle's lease, or ``None`` for a read handle."""
+        return None if self._lease is None else self._lease.epoch
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise PersistenceError(f"handle for session {self._id!r} is closed",
+                                   code="HANDLE_CLOSED", session_id=self._id,
+                                   path=self._backend.url)
+
+    def read(self, offset: int = 0) -> ColdRead:
+        """Read the header and the committed events with ``seq >= offset`` (one snapshot).
+
+        Committed means ``seq < head_seq``; rows at or after the head are reported as the torn
+        tail (a write handle that saw it removes it before its next append). Suffix reads start
+        at the packed row covering ``offset``.
+
+        Args:
+            offset: First event seq wanted, a non-negative integer.
+
+        Returns:
+            ColdRead: header, events (packed rows expanded), torn tail
+            (``TornTail(byte_offset=None, line=<first row seq>, reason)``) or ``None``, and
+            revision ``postgresql:<store uuid>:incarnation:<uuid>:revision:<n>``.
+
+        Raises:
+            ConfigError: ``offset`` is not a non-negative integer.
+            LogCorruptError: a committed row does not decode or the rows do not reach the head.
+            SessionFormatUnsupportedError: the header version is not 0.
+            SessionNotFoundError: the session row is gone.
+            PersistenceError: the database failed (code POSTGRES).
+        """
+        self._ensure_open()
+        if not is_safe_int(offset) or offset < 0:
+            raise ConfigError(f"read offset must be a non-negative safe integer event seq, got "
+                              f"{offset!r}", session_id=self._id)
+        b = self._backend
+        with b._conn("read", self._id) as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
+            if srow is None:
+                raise SessionNotFoundError(f"session {self._id!r} is not stored in {b.url}",
+                                           session_id=self._id, path=b.url)
+            head = int(srow[11])
+            base = self._suffix_base(conn, offset, head)
+            rows = conn.execute(b._sql_rows_from, (self._id, base)).fetchall()
+        header, incarnation, revision = decode_session_row(srow[:11], path=b.url)
+        self._check_header_version(header)
+        committed = [_row(r) for r in rows if r[0] < head]
+        torn_rows = [r for r in rows if r[0] >= head]
+        scan = scan_rows(committed, base, ROW_FORMAT, path=b.url, session_id=self._id)
+        reached = scan.events[-1]["seq"] + 1 if scan.events else base
+        if scan.torn_seq is not None or (reached < head and offset < head):
+            seq = scan.torn_seq if scan.torn_seq is not None else reached
+            raise LogCorruptError(
+                f"corrupt session log {self._id!r} in {b.url}: committed rows end at seq "
+                f"{reached} but the head is {head}"
+                + (f" ({scan.torn_reason})" if scan.torn_reason else "")
+                + "; rows below the head were changed outside dsh", path=b.url, seq=seq,
+                session_id=self._id)
+        events = [e for e in scan.events if e["seq"] >= offset]
+        torn = None
+        self._torn_seen = None
+        if torn_rows:
+            first = int(torn_rows[0][0])
+            torn = TornTail(byte_offset=None, line=first,
+                            reason=f"{len(torn_rows)} row(s) from seq {first} lie at or after "
+                                   f"the committed head {head} (not written by a dsh append)")
+            self._torn_seen = head
+            logger.warning("session %s in %s has a torn tail at seq %s", self._id, b.url, first)
+        return ColdRead(header=header, events=tuple(events), torn=torn,
+                        revision=f"postgresql:{b.store_id}:incarnation:{incarnation}:"
+                                 f"revision:{revision}")
+
+    def _suffix_base(self, conn: Any, offset: int, head: int) -> int:
+        """Lower ``offset`` to a packed row that covers it (as SQLite schema 17 does)."""
+        if offset == 0 or offset >= head:
+            return offset
+        base = offset
+        for row in conn.execute(self._backend._sql_packed_before,
+                                (self._id, max(0, offset - (MAX_PACKED_ROW_MEMBERS - 1)),
+                                 offset)):
+            try:
+                covers = decode_row(_row(row), ROW_FORMAT)[-1]["seq"] >= offset
+            except RowError:
+                covers = True  # fail closed: the scan names the damaged row
+            if covers:
+                base = min(base, int(row[0]))
+        return base
+
+    def _check_header_version(self, header: FrozenDict) -> None:
+        if header["version"] != SESSION_FORMAT_VERSION:
+            raise format_version_refusal(self._id, header["version"], path=self._backend.url)
+
+    def append(self, events: Sequence[Event]) -> None:
+        """Append one batch as one fenced, durable transaction.
+
+        The session row is locked; the batch commits only when this handle still owns the
+        lease (same owner token and epoch) and the first seq equals the stored head. The commit
+        extends the lease and sends ``NOTIFY``. A connection lost mid-batch is settled (see
+        the module notes) and reported in the log; :attr:`recovered_connection_losses` counts
+        them.
+
+        Args:
+            events: Events in seq order, contiguous; empty commits only a torn-tail removal.
+
+        Raises:
+            LeaseLostError: the lease was taken over (``where``: new holder pid, host, since,
+                epoch); nothing was written.
+            PersistenceError: read-only or closed handle (READ_ONLY / HANDLE_CLOSED), a batch
+                that does not continue the stored head (SEQ_MISMATCH), or the database failed
+                and the outcome could not be settled (CONNECTION_LOST / POSTGRES).
+            LogCorruptError: rows after the head that :meth:`read` did not report.
+            EventRejectedError: an envelope a row cannot hold (code ENVELOPE).
+            InvalidJsonError: a payload is not lossless JSON.
+            SessionNotFoundError: the session row is gone.
+        """
+        self._ensure_open()
+        if self._mode != "write" or self._lease is None:
+            raise PersistenceError(f"cannot append to session {self._id!r} through a read "
+                                   f"handle; open it with mode 'write'", code="READ_ONLY",
+                                   session_id=self._id, path=self._backend.url)
+        if self._lease.lost is not None:
+            raise self._lease.lost
+        if not events and self._torn_seen is None:
+            return
+        first = events[0].get("seq") if events else None
+        if events:
+            if type(first) is not int or first < 0:
+                raise PersistenceError(
+                    f"append seq mismatch for session {self._id!r}: expected a non-negative "
+                    f"integer seq at batch index 0, got {first!r}", code="SEQ_MISMATCH",
+                    session_id=self._id)
+            events = validate_batch(events, first, self._id)
+        rows = encode_batch(events, ROW_FORMAT)
+        psycopg = _psycopg()
+        attempts = self._backend.reconnect_retries + 1
+        for attempt in range(attempts):
+            try:
+                self._commit(first, len(events), rows)
+                return
+            except psycopg.OperationalError as exc:
+                outcome = self._settle(first, len(events))
+                self.recovered_connection_losses += 1
+                if outcome == "in":
+                    logger.warning("append to session %s: connection lost after the commit "
+                                   "(%s); the batch is in", self._id, exc)
+                    return
+                if attempt + 1 < attempts:
+                    logger.warning("append to session %s: connection lost mid-batch (%s); "
+                                   "nothing was written, sending the batch again", self._id, exc)
+                    continue
+                raise PersistenceError(
+                    f"append to session {self._id!r} in {self._backend.url}: the connection was "
+                    f"lost mid-batch ({exc}); nothing was written, append the batch again",
+                    code="CONNECTION_LOST", session_id=self._id, seq=first) from exc
+
+    def _commit(self, first: int | None, count: int, rows: list[Any]) -> None:
+        b = self._backend
+        lease = self._lease
+        assert lease is not None
+        with b._conn("append", self._id, passthrough=("OperationalError",)) as conn, \
+                conn.transaction():
+            found = conn.execute(b._sql_lock_row, (self._id,)).fetchone()
+            if found is None:
+                raise SessionNotFoundError(f"session {self._id!r} is not stored in {b.url}",
+                                           session_id=self._id, path=b.url)
+            head, owner, epoch, beyond = int(found[0]), found[1], int(found[2]), found[3]
+            if owner != lease.token or epoch != lease.epoch:
+                lease.lost = b._lease_lost(self._id, lease.epoch, conn)
+                raise lease.lost
+            if beyond:
+                if self._torn_seen != head:
+                    raise LogCorruptError(
+                        f"session {self._id!r} in {b.url} has rows after its head {head}; "
+                        f"read() it through this write handle before appending so the torn "
+                        f"tail can be removed", path=b.url, seq=head, session_id=self._id)
+                conn.execute(b._sql_delete_beyond, (self._id, head))
+                logger.warning("removed torn tail of session %s in %s from seq %s", self._id,
+                               b.url, head)
+            if first is not None and first != head:
+                raise PersistenceError(
+                    f"append seq mismatch for session {self._id!r} in {b.url}: append starts "
+                    f"at seq {first}, stored head is {head}; another writer moved the log "
+                    f"(stale writer), nothing was written", code="SEQ_MISMATCH",
+                    session_id=self._id, seq=first, path=b.url)
+            if rows:
+                with conn.cursor() as cur:
+                    cur.executemany(b._sql_insert, [(self._id, *_bind(r)) for r in rows])
+            conn.execute(b._sql_advance, (head + count, b.lease_ms, self._id,
+                                          _channel_payload(self._id)))
+        self._torn_seen = None
+
+    def _settle(self, first: int | None, count: int) -> str:
+        """Settle a batch whose connection was lost: ``"in"`` or ``"out"``, else raise.
+
+        In: the head moved by exactly the batch and our lease (owner, epoch) still holds, so
+        only we can have written it. Out: the head did not move.
+        """
+        assert self._lease is not None
+        b = self._backend
+        with b._conn("settle", self._id) as conn:
+            found = conn.execute(b._sql_lease_row, (self._id,)).fetchone()
+        if found is None:
+            raise SessionNotFoundError(f"session {self._id!r} is not stored in {b.url}",
+                                       session_id=self._id, path=b.url)
+        head, owner, epoch = int(found[0]), found[1], int(found[2])
+        if owner != self._lease.token or epoch != self._lease.epoch:
+            self._lease.lost = b._lease_lost(self._id, self._lease.epoch)
+            raise self._lease.lost
+        if first is None:
+            return "out"
+        if head == first + count:
+            return "in"
+        if head == first:
+            return "out"
+        raise PersistenceError(
+            f"append to session {self._id!r} in {b.url}: after a lost connection the head is "
+            f"{head}, neither {first} (batch out) nor {first + count} (batch in)",
+            code="CONNECTION_LOST", session_id=self._id, seq=first)
+
+    def flush(self) -> None:
+        """Durability barrier; a no-op, as every :meth:`append` returns after a durable commit.
+
+        Raises:
+            PersistenceError: the handle is closed (code HANDLE_CLOSED).
+        """
+        self._ensure_open()
+
+    def close(self) -> None:
+        """Stop renewing and release the lease (kept epoch, no owner); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._lease is not None:
+            self._lease.stop()
+            if self._lease.lost is None:
+                try:
+                    self._backend._release(self._id, self._lease.token, self._lease.epoch)
+                except PersistenceError as exc:
+                    # The lease then expires on its own; the next writer waits for that.
+                    logger.warning("could not release the lease of session %s: %s", self._id,
+                                   exc)
+
+
+def _row(r: Sequence[Any]) -> tuple[Any, ...]:
+    """A fetched row as the SQLite row tuple the shared codec reads."""
+    seq, type_, time_, text, blob, ses, sop, ign = r
+    return (seq, seq, type_, time_, text if text is not None else bytes(blob),
+            None if ses is None else bytes(ses), sop, ign)
+
+
+def _bind(r: Sequence[Any]) -> tuple[Any, ...]:
+    seq, type_, time_, data, ses, sop, ign = r
+    text, blob = (None, data) if isinstance(data, bytes) else (data, None)
+    return (seq, type_, time_, text, blob, ses, sop, ign)
+
+
+def _channel_payload(session_id: str) -> str:
+    # NOTIFY payloads are limited to 8000 bytes; an id of any length hashes to 32 characters.
+    return hashlib.md5(session_id.encode("utf-8", "surrogatepass"),
+                       usedforsecurity=False).hexdigest()
+
+
+class PostgresBackend:
+    """dsh sessions in a PostgreSQL schema, shared by any number of hosts.
+
+    Usage::
+
+        backend = PostgresBackend("postgresql://postgres@127.0.0.1:5432/test", schema="dsh")
+        backend.create({"version": 0, "id": "s1", "createdAt": 1796030745501})
+        with backend.open("s1", "write") as handle:   # takes the lease, epoch + 1
+            handle.append(events)                     # one fenced, durable transaction
+
+    Args:
+        conninfo: libpq connection URL or string (no dsh options).
+        schema: Schema holding the tables (``[a-z_][a-z0-9_]*``); created by migration 1.
+        lease_ms: Lease length in ms (>= 100); a holder that stops renewing for that long can
+            be taken over.
+        pool_size: Most pooled connections (>= 1).
+        migrate: Apply pending migrations on open (default); with ``False`` a store behind the
+            current version is refused until ``dsh migrate`` runs.
+        reconnect_retries: How often an append whose connection was lost with the batch out
+            is sent again (default 1).
+        url: The store URL to report (password redacted).
+
+    Raises:
+        ConfigError: a bad option, or psycopg is not installed.
+        PersistenceError: the server cannot be reached (code DATABASE_UNREACHABLE) or the
+            schema is behind and ``migrate`` is false (code MIGRATION_REQUIRED).
+        SessionFormatUnsupportedError: the schema was migrated by a newer dsh.
+    """
+
+    def __init__(self, conninfo: str, *, schema: str = DEFAULT_SCHEMA,
+                 lease_ms: int = DEFAULT_LEASE_MS, pool_size: int = DEFAULT_POOL_SIZE,
+                 migrate: bool = True, reconnect_retries: int = 1, url: str | None = None
+                 ) -> None:
+        if not valid_schema_name(schema):
+            raise ConfigError(f"PostgreSQL schema name {schema!r} must match "
+                              f"[a-z_][a-z0-9_]* (at most 63 characters)")
+        if type(lease_ms) is not int or lease_ms < MIN_LEASE_MS:
+            raise ConfigError(f"lease_ms must be an integer >= {MIN_LEASE_MS}, got {lease_ms!r}")
+        if type(pool_size) is not int or pool_size < 1:
+            raise ConfigError(f"pool_size must be an integer >= 1, got {pool_size!r}")
+        if type(reconnect_retries) is not int or reconnect_retries < 0:
+            raise ConfigError(f"reconnect_retries must be an integer >= 0, got "
+                              f"{reconnect_retries!r}")
+        self.conninfo = conninfo
+        self.schema = schema
+        self.lease_ms = lease_ms
+        self.reconnect_retries = reconnect_retries
+        self._url = redact(url or f"{conninfo}{'&' if '?' in conninfo else '?'}schema={schema}")
+        self._closed = False
+        self._prepare_sql()
+        psycopg = _psycopg()
+        try:
+            with psycopg.connect(conninfo, autocommit=True,
+                                 connect_timeout=CONNECT_TIMEOUT_S) as conn:
+                self.schema_version = self._migrate(conn, apply=migrate)
+                row = conn.execute(f"SELECT store_id::text FROM {self._s}.store_state").fetchone()
+        except psycopg.OperationalError as exc:
+            raise PersistenceError(
+                f"cannot reach PostgreSQL for store {self._url}: {exc}".strip(),
+                code="DATABASE_UNREACHABLE", path=self._url) from exc
+        self.store_id: str = row[0]
+        from psycopg_pool import ConnectionPool
+        self._pool = ConnectionPool(
+            conninfo, min_size=1, max_size=pool_size, open=True, timeout=CONNECT_TIMEOUT_S,
+            kwargs={"autocommit": True, "application_name": f"dsh pid {os.getpid()}"},
+            name=f"dsh-{schema}")
+
+    def _prepare_sql(self) -> None:
+        s = self._s = quote_schema(self.schema)
+        self.channel = f"dsh_{self.schema}"[:63]
+        self._sql_session_row = f"SELECT {_SESSION_COLUMNS} FROM {s}.sessions WHERE id = %s"
+        self._sql_rows_from = (f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s "
+                               "AND seq >= %s ORDER BY seq")
+        self._sql_packed_before = (
+            f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s AND ignorable = 0 "
+            f"AND type IN {_CHUNK_TAGS_SQL} AND seq >= %s AND seq < %s ORDER BY seq")
+        # One round trip: lock the row, read the fence, and see whether rows lie past the head.
+        self._sql_lock_row = (
+            f"SELECT head_seq, lease_owner::text, lease_epoch, EXISTS (SELECT 1 FROM {s}.events "
+            f"e WHERE e.session_id = t.id AND e.seq >= t.head_seq) FROM {s}.sessions t "
+            "WHERE id = %s FOR NO KEY UPDATE OF t")
+        self._sql_lease_row = (f"SELECT head_seq, lease_owner::text, lease_epoch FROM "
+                               f"{s}.sessions WHERE id = %s")
+        self._sql_delete_beyond = f"DELETE FROM {s}.events WHERE session_id = %s AND seq >= %s"
+        self._sql_insert = (
+            f"INSERT INTO {s}.events (session_id, seq, type, time, data, data_zstd, "
+            "source_event_seqs, surface_op, ignorable) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
+            "%s)")
+        # Advancing the head, extending the lease and the NOTIFY (sent at commit) in one statement.
+        self._sql_advance = (
+            f"UPDATE {s}.sessions SET head_seq = %s, revision = revision + 1, lease_expires_at = "
+            "clock_timestamp() + %s * interval '1 millisecond' WHERE id = %s "
+            f"RETURNING pg_notify('{self.channel}', %s)")
+
+    # migrations ------------------------------------------------------------------------
+
+    def _applied_version(self, conn: Any) -> int | None:
+        found = conn.execute("SELECT to_regclass(%s)", (f"{self._s}.dsh_migrations",)).fetchone()
+        if found[0] is None:
+            return None
+        row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {self._s}.dsh_migrations"
+                           ).fetchone()
+        return int(row[0])
+
+    def _migrate(self, conn: Any, *, apply: bool, target: int = SCHEMA_VERSION) -> int:
+        """Bring the schema to ``target`` (forward only); return the version now applied."""
+        version = self._applied_version(conn)
+        if version is not None and version >= target:
+            self._refuse_newer(version)
+            return version
+        if not apply:
+            raise PersistenceError(
+                f"PostgreSQL store {self._url} is at schema version {version or 0}, this build "
+                f"needs {target}; run `dsh migrate --store URL` first", code="MIGRATION_REQUIRED",
+                path=self._url)
+        with conn.transaction():
+            # Serialises hosts starting at once; released at commit, never held by a session.
+            conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                         (MIGRATION_LOCK_KEY, self.schema))
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self._s}")
+            conn.execute(f"""CREATE TABLE IF NOT EXISTS {self._s}.dsh_migrations (
+  version    integer PRIMARY KEY,
+  name       text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)""")
+            version = self._applied_version(conn) or 0
+            self._refuse_newer(version)
+            for number, name, statements in MIGRATIONS:
+                if version < number <= target:
+                    for statement in statements:
+                        conn.execute(statement.replace("{s}", self._s))
+                    conn.execute(f"INSERT INTO {self._s}.dsh_migrations (version, name) "
+                                 "VALUES (%s, %s)", (number, name))
+                    logger.info("applied PostgreSQL migration %s (%s) to %s", number, name,
+                                self._url)
+                    version = number
+        return version
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise SessionFormatUnsupportedError(
+                f"PostgreSQL store {self._url} is at schema version {version}, newer than this "
+                f"build's {SCHEMA_VERSION}; upgrade dsh to open it", path=self._url,
+                version=version)
+
+    def migrate(self) -> int:
+        """Apply pending migrations now (``dsh migrate``); return the schema version.
+
+        Safe to run from many hosts at once: each migration is applied exactly once.
+
+        Raises:
+            SessionFormatUnsupportedError: the store is newer than this build.
+            PersistenceError: the database failed.
+        """
+        with self._conn("migrate", None) as conn:
+            self.schema_version = self._migrate(conn, apply=True)
+        return self.schema_version
+
+    # plumbing --------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The store URL (password redacted)."""
+        return self._url
+
+    @contextlib.contextmanager
+    def _conn(self, action: str, session_id: str | None, *, passthrough: tuple[str, ...] = ()
+              ) -> Iterator[Any]:
+        """A pooled connection; driver errors become :class:`PersistenceError`.
+
+        ``passthrough`` names psycopg error classes (``"OperationalError"``) raised as they are,
+        for callers that handle them.
+        """
+        if self._closed:
+            raise PersistenceError(f"PostgreSQL backend for {self._url} is closed", code="CLOSED",
+                                   path=self._url)
+        psycopg = _psycopg()
+        from psycopg_pool import PoolTimeout
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise PersistenceError(f"PostgreSQL {action} for {self._url}: no connection within "
+                                   f"{CONNECT_TIMEOUT_S} s ({exc})", code="DATABASE_UNREACHABLE",
+                                   path=self._url, session_id=session_id) from exc
+        except psycopg.Error as exc:
+            if any(isinstance(exc, getattr(psycopg.errors, name)) for name in passthrough):
+                raise
+            self._fail(exc, action, session_id)
+
+    def _fail(self, exc: Exception, action: str, session_id: str | None) -> NoReturn:
+        raise PersistenceError(f"PostgreSQL {action} failed for {self._url}: {exc}",
+                               code="POSTGRES", path=self._url, session_id=session_id) from exc
+
+    # sessions --------------------------------------------------------------------------
+
+    def create(self, header: Mapping[str, object]) -> None:
+        """Store a new session with ``header``, no events and a free lease.
+
+        Raises:
+            SessionExistsError: a session with ``header["id"]`` is already stored.
+            EventRejectedError: the header is not a valid ``SessionHeader`` (code HEADER).
+            PersistenceError: the database failed.
+        """
+        h = normalize_header(header)
+        psycopg = _psycopg()
+        try:
+            with self._conn("create", h["id"], passthrough=("UniqueViolation",)) as conn:
+                conn.execute(
+                    f"INSERT INTO {self._s}.sessions (id, version, created_at, cwd, "
+                    "parent_session, seed_length, origin, delegation_depth, agent_preset, "
+                    "incarnation) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    (h["id"], h["version"], h["createdAt"], h.get("cwd"), h.get("parentSession"),
+                     h.get("seedLength"), h.get("origin"), h.get("delegationDepth"),
+                     h.get("agentPreset"), uuid.uuid4()))
+        except psycopg.errors.UniqueViolation as exc:
+            raise SessionExistsError(f"session {h['id']!r} already exists in {self._url}",
+                                     session_id=h["id"], path=self._url) from exc
+
+    def exists(self, session_id: str) -> bool:
+        """Return whether a session row with this id is stored.
+
+        An id no backend can store (see ``session_id_problem``) is never stored.
+        """
+        if session_id_problem(session_id) is not None:
+            return False
+        with self._conn("lookup", session_id) as conn:
+            return conn.execute(f"SELECT 1 FROM {self._s}.sessions WHERE id = %s",
+                                (session_id,)).fetchone() is not None
+
+    def list_headers(self) -> Iterator[FrozenDict]:
+        """Yield every stored header in creation order, without reading events.
+
+        Raises:
+            LogCorruptError: a session row is invalid.
+        """
+        with self._conn("list", None) as conn:
+            rows = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM {self._s}.sessions ORDER BY ord"
+                                ).fetchall()
+        for row in rows:
+            yield decode_session_row(row[:11], path=self._url)[0]
+
+    def open(self, session_id: str, mode: OpenMode = "read") -> PostgresHandle:
+        """Open a stored session; ``"write"`` takes the lease (epoch + 1) before anything else.
+
+        Raises:
+            ConfigError: ``mode`` is not ``"read"`` or ``"write"``, or (code INVALID_ID) an id
+                no backend can store (the id rule shared by every backend).
+            SessionBusyError: ``"write"`` while another handle (any host) holds an unexpired
+                lease; ``where`` names it (pid, host, since ms, epoch, expires_in_ms).
+            SessionNotFoundError: no such session.
+            PersistenceError: the database failed.
+        """
+        if mode not in ("read", "write"):
+            raise ConfigError(f"open mode must be 'read' or 'write', got {mode!r}")
+        check_session_id(session_id)
+        if mode == "read":
+            if not self.exists(session_id):
+                raise SessionNotFoundError(f"session {session_id!r} is not stored in "
+                                           f"{self._url}", session_id=session_id, path=self._url)
+            return PostgresHandle(self, session_id, mode, None)
+        token = str(uuid.uuid4())
+        with self._conn("open", session_id) as conn:
+            row = conn.execute(
+                f"UPDATE {self._s}.sessions SET lease_owner = %s, lease_epoch = lease_epoch + 1, "
+                "lease_expires_at = clock_timestamp() + %s * interval '1 millisecond', "
+                f"lease_pid = %s, lease_host = %s, lease_since = {_NOW_MS} WHERE id = %s AND "
+                "(lease_owner IS NULL OR lease_expires_at <= clock_timestamp()) "
+                "RETURNING lease_epoch",
+                (token, self.lease_ms, os.getpid(), socket.gethostname(), session_id)).fetchone()
+            if row is None:
+                raise self._busy(conn, session_id)
+        logger.debug("took the lease of session %s at epoch %s", session_id, row[0])
+        return PostgresHandle(self, session_id, mode, _Lease(self, session_id, token, int(row[0])))
+
+    def _holder(self, conn: Any, session_id: str) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = conn.execute(
+            f"SELECT lease_pid, lease_host, lease_since, lease_epoch, "
+            "greatest(0, (extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)"
+            f"::bigint), lease_owner IS NULL FROM {self._s}.sessions WHERE id = %s",
+            (session_id,)).fetchone()
+        return row
+
+    def _busy(self, conn: Any, session_id: str) -> SessionBusyError | SessionNotFoundError:
+        found = self._holder(conn, session_id)
+        if found is None:
+            return SessionNotFoundError(f"session {session_id!r} is not stored in {self._url}",
+                                        session_id=session_id, path=self._url)
+        pid, host, since, epoch, expires_in, _free = found
+        return SessionBusyError(
+            f"session {session_id!r} in {self._url} is held for writing by pid {pid} on host "
+            f"{host} (since {since} ms, lease epoch {epoch}, expires in {expires_in} ms unless "
+            f"renewed); only one writer at a time, retry after that holder closes or its lease "
+            f"expires", session_id=session_id, pid=pid, host=host, since=since, epoch=epoch,
+            expires_in_ms=expires_in)
+
+    def _lease_lost(self, session_id: str, epoch: int, conn: Any = None) -> LeaseLostError:
+        if conn is None:
+            with self._conn("lease check", session_id) as fresh:
+                found = self._holder(fresh, session_id)
+        else:
+            found = self._holder(conn, session_id)
+        pid, host, since, now_epoch, _expires, free = found or (None, None, None, None, 0, True)
+        holder = ("nobody holds it now" if free else
+                  f"pid {pid} on host {host} holds it since {since} ms")
+        return LeaseLostError(
+            f"lease of session {session_id!r} in {self._url} was lost: this writer had epoch "
+            f"{epoch}, the session is at epoch {now_epoch} ({holder}); nothing of the refused "
+            f"batch was written, open the session for writing again", session_id=session_id,
+            pid=None if free else pid, host=None if free else host,
+            since=None if free else since, epoch=now_epoch)
+
+    def _renew(self, session_id: str, token: str, epoch: int) -> bool:
+        with self._conn("lease renewal", session_id) as conn:
+            cur = conn.execute(
+                f"UPDATE {self._s}.sessions SET lease_expires_at = clock_timestamp() + "
+                "%s * interval '1 millisecond' WHERE id = %s AND lease_owner = %s AND "
+                "lease_epoch = %s", (self.lease_ms, session_id, token, epoch))
+            return bool(cur.rowcount == 1)
+
+    def _release(self, session_id: str, token: str, epoch: int) -> None:
+        with self._conn("lease release", session_id) as conn:
+            conn.execute(f"UPDATE {self._s}.sessions SET lease_owner = NULL, "
+                         "lease_expires_at = NULL WHERE id = %s AND lease_owner = %s AND "
+                         "lease_epoch = %s", (session_id, token, epoch))
+
+    # live readers ----------------------------------------------------------------------
+
+    async def tail(self, session_id: str, from_seq: int = 0, *,
+                   poll_ms: int = DEFAULT_TAIL_POLL_MS) -> AsyncIterator[Event]:
+        """Yield the session's committed events from ``from_seq`` on, then each new one.
+
+        ``LISTEN`` starts before the first read, so no commit falls between; each wake-up
+        (a ``NOTIFY`` or ``poll_ms`` without one) reads from the next expected seq. Runs until
+        the consumer stops iterating.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            LogCorruptError: the stored log skipped a seq.
+            PersistenceError: the database failed.
+        """
+        psycopg = _psycopg()
+        if not self.exists(session_id):
+            raise SessionNotFoundError(f"session {session_id!r} is not stored in {self._url}",
+                                       session_id=session_id, path=self._url)
+        try:
+            aconn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise PersistenceError(f"cannot reach PostgreSQL for store {self._url}: {exc}",
+                                   code="DATABASE_UNREACHABLE", path=self._url) from exc
+
+        async def wait() -> None:
+            # Any commit in the schema wakes us (at most one read too many); poll_ms bounds a
+            # missed or late notification.
+            async for _ in aconn.notifies(timeout=poll_ms / 1000, stop_after=1):
+                pass
+
+        try:
+            await aconn.execute(f'LISTEN "{self.channel}"')
+            handle = PostgresHandle(self, session_id, "read", None)
+            async for event in follow(handle, from_seq, wait):
+                yield event
+        except psycopg.Error as exc:
+            self._fail(exc, "tail", session_id)
+        finally:
+            await aconn.close()
+
+    def inject_torn_tail(self, session_id: str) -> None:
+        """Test hook: a row with invalid JSON at the head, as external damage would leave.
+
+        No dsh append can leave such a row (each batch is one transaction); it plays the part
+        of a foreign or buggy writer. Raises SessionNotFoundError for an unknown id.
+        """
+        with self._conn("torn-tail injection", session_id) as conn:
+            row = conn.execute(f"SELECT head_seq FROM {self._s}.sessions WHERE id = %s",
+                               (session_id,)).fetchone()
+            if row is None:
+                raise SessionNotFoundError(f"session {session_id!r} is not stored in "
+                                           f"{self._url}", session_id=session_id)
+            conn.execute(f"INSERT INTO {self._s}.events (session_id, seq, type, time, data) "
+                         "VALUES (%s, %s, 'request/header', 0, '{\"header\":')",
+                         (session_id, row[0]))
+
+    def drop(self) -> None:
+        """Drop the whole schema (every session in it) and close; for tests and tear-down."""
+        with self._conn("drop", None) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {self._s} CASCADE")
+        self.close()
+
+    def close(self) -> None:
+        """Close the pool (open handles stop working); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.close()
+
+    def __enter__(self) -> PostgresBackend:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def open_postgres(url: str) -> PostgresBackend:
+    """Open a ``postgresql://`` store URL (see :func:`parse_postgres_url` for the options).
+
+    Raises:
+        ConfigError: a bad option value.
+        PersistenceError: the server cannot be reached.
+    """
+    conninfo, options = parse_postgres_url(url)
+    migrate = options.get("migrate", "true").lower()
+    if migrate not in ("true", "false", "1", "0"):
+        raise ConfigError(f"store URL {redact(url)!r}: migrate={migrate!r} is not a boolean",
+                          path=redact(url))
+    return PostgresBackend(
+        conninfo, schema=options.get("schema", DEFAULT_SCHEMA),
+        lease_ms=_int_option(options, "lease_ms", DEFAULT_LEASE_MS, MIN_LEASE_MS, redact(url)),
+        pool_size=_int_option(options, "pool_size", DEFAULT_POOL_SIZE, 1, redact(url)),
+        migrate=migrate in ("true", "1"),
+        reconnect_retries=_int_option(options, "reconnect_retries", 1, 0, redact(url)), url=url)
+

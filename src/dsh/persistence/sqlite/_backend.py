@@ -1,0 +1,1216 @@
+"""SQLite persistence backend: dsh's database file, read at schema 14 or 17, created at 17.
+
+Invariants this module owns (persistence spec §5, DESIGN §3.3):
+
+* a file we create has dsh's layout: ``application_id`` 0x44534850, ``user_version``
+  17, dsh's STRICT tables and nothing else (write locks live beside the file, in
+  ``<db>.dsh-locks/``, never inside it);
+* every ``append`` is one ``BEGIN IMMEDIATE`` transaction that re-derives the stored tail and
+  refuses a batch that does not continue it (a stale writer, ours or dsh's), so nothing is ever
+  duplicated or overwritten; it commits with ``synchronous = FULL``, so a returned append is
+  durable and ``flush()`` has nothing left to do;
+* a write handle is exclusive across threads and processes (``filelock`` + ``.owner`` sidecar);
+* a torn tail (an undecodable row after the last intact ``turn/end``) is deleted only by a write
+  handle that saw it in :meth:`SqliteHandle.read`, after re-checking it under the write lock.
+
+Durability choice: dsh sets ``synchronous = FULL`` (persistence spec §5.3 step 7, §11) and so do
+we. In WAL mode FULL syncs the WAL at every commit, making each append durable when it returns;
+``NORMAL`` would only sync at checkpoints, and a durable ``flush()`` would then need a full
+checkpoint, which costs more than the per-commit WAL sync it saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json as std_json
+import logging
+import os
+import sqlite3
+import stat
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal, NoReturn
+from urllib.parse import quote
+
+from dsh._errors import (
+    ConfigError,
+    LogCorruptError,
+    PersistenceError,
+    SessionBusyError,
+    SessionExistsError,
+    SessionFormatUnsupportedError,
+    SessionNotFoundError,
+)
+from dsh.json import FrozenDict, FrozenList, c_seqs_contiguous, is_safe_int
+from dsh.persistence import _restore_point as ck
+from dsh.persistence._contract import (
+    ColdRead,
+    HandleBase,
+    OpenMode,
+    TornTail,
+    check_session_id,
+    normalize_header,
+    session_id_problem,
+)
+from dsh.persistence._lock import SessionLock
+from dsh.persistence._memory import validate_batch
+from dsh.persistence._paths import mkdir_private
+from dsh.persistence._salvage import list_cuts, save_cut
+from dsh.persistence._seal import (
+    append_seal_to,
+    check_row_seals,
+    open_seal_appender,
+    read_seal,
+    reset_seal,
+    rows_crc,
+)
+from dsh.persistence.sqlite import _restore_point as sck
+from dsh.persistence.sqlite._schema import (
+    APPLICATION_ID,
+    LEGACY_SCHEMA_VERSION,
+    MAX_PACKED_ROW_MEMBERS,
+    READABLE_SCHEMA_VERSIONS,
+    SCHEMA_14_DDL,
+    SCHEMA_17_DDL,
+    SCHEMA_VERSION,
+    Row,
+    RowError,
+    canonical_schema_objects,
+    decode_row,
+    decode_session_row,
+    encode_batch,
+    is_uuid,
+    scan_rows,
+    schema_objects,
+)
+from dsh.session._events import SESSION_FORMAT_VERSION, Event
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT_MS",
+    "JOURNAL_MODES",
+    "JournalMode",
+    "SqliteBackend",
+    "SqliteHandle",
+]
+
+logger = logging.getLogger(__name__)
+
+JournalMode = Literal["wal", "delete", "truncate", "persist"]
+JOURNAL_MODES: Final = ("wal", "delete", "truncate", "persist")
+DEFAULT_BUSY_TIMEOUT_MS: Final = 5000
+"""SQLite busy timeout (ms) for every connection (persistence spec §5.1)."""
+MAX_BUSY_TIMEOUT_MS: Final = 2_147_483_647
+JOURNAL_RETRY_PACING_MS: Final = 10
+"""Pause between ``PRAGMA journal_mode`` attempts that met ``SQLITE_BUSY`` (spec §5.3 step 6)."""
+SYNCHRONOUS_FULL: Final = 2
+_SQLITE_BUSY: Final = 5
+_SQLITE_LOCKED: Final = 6
+_SQLITE_CORRUPT: Final = 11
+_SQLITE_NOTADB: Final = 26
+_MAX_LOCK_NAME_BYTES: Final = 200
+_FROZEN: Final = (FrozenDict, FrozenList)
+OWNER_WAIT_MS: Final = 100
+"""Longest wait (ms) for a new holder's ``.owner`` sidecar so a busy error can name it."""
+
+_ROW_COLUMNS: Final = "rowid, seq, type, time, data, source_event_seqs, surface_op, ignorable"
+_LEGACY_ROW_COLUMNS: Final = "rowid, seq, type, time, data, source_event_seqs, surface_op, NULL"
+_SESSION_COLUMNS: Final = ("id, version, created_at, cwd, parent_session, seed_length, origin, "
+                           "delegation_depth, agent_preset, incarnation, revision")
+_INSERT_EVENT_17: Final = (
+    "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, "
+    "ignorable) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_EVENT_14: Final = (
+    "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)")
+_OWNERSHIP_COOKIE: Final = (
+    "SELECT s.schema_version, u.user_version, a.application_id FROM pragma_schema_version AS s, "
+    "pragma_user_version AS u, pragma_application_id AS a")
+_PACKED_PREDECESSORS: Final = (
+    f"SELECT {_ROW_COLUMNS} FROM events WHERE session_id = ? AND ignorable = 0 "
+    "AND type IN ('text-chunks', 'reasoning-chunks', 'tool-call-chunks') "
+    "AND seq >= ? AND seq < ? ORDER BY seq")
+
+
+def _fail(exc: sqlite3.Error | UnicodeDecodeError, action: str, path: str,
+          session_id: str | None = None) -> NoReturn:
+    """Re-raise a driver error as a :class:`PersistenceError` naming the action and file.
+
+    SQLite's own corruption reports (``SQLITE_CORRUPT``, ``SQLITE_NOTADB``, text that is not
+    UTF-8) become :class:`LogCorruptError`.
+    """
+    if isinstance(exc, UnicodeDecodeError):
+        # the driver could not decode SQLite's own message: it quotes damaged schema text
+        text = bytes(exc.object).decode("utf-8", "replace")
+        raise LogCorruptError(
+            f"SQLite {action} failed for {path}: {text}; the database file is damaged (run "
+            f"`sqlite3 {path} 'PRAGMA integrity_check'` to see where)", path=path,
+            session_id=session_id) from exc
+    code = getattr(exc, "sqlite_errorcode", None)
+    if (code is not None and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)) \
+            or "could not decode to utf-8" in str(exc).lower():
+        raise LogCorruptError(
+            f"SQLite {action} failed for {path}: {exc}; the database file is damaged (run "
+            f"`sqlite3 {path} 'PRAGMA integrity_check'` to see where)", path=path,
+            session_id=session_id) from exc
+    busy = code is not None and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    raise PersistenceError(
+        f"SQLite {action} failed for {path}: {exc}"
+        + ("; another connection held the database past the busy timeout" if busy else ""),
+        code="DATABASE_BUSY" if busy else "SQLITE", path=path, session_id=session_id) from exc
+
+
+def _quick_check(conn: sqlite3.Connection) -> str:
+    """``PRAGMA quick_check``'s answer (at most 5 lines), for corruption messages."""
+    try:
+        lines = [str(r[0]) for r in conn.execute("PRAGMA quick_check(5)").fetchall()]
+    except sqlite3.Error as exc:
+        return f"quick_check itself failed ({exc})"
+    return "; ".join(lines) or "no answer"
+
+
+def _check_owned(path: Path, info: os.stat_result, kind: str, is_kind: Callable[[int], bool],
+                 forbidden_mode: int, kind_rule: str, mode_rule: str) -> None:
+    """One §5.2 precondition set: the right kind (never a symlink), ours, no forbidden bits."""
+    if stat.S_ISLNK(info.st_mode) or not is_kind(info.st_mode):
+        raise ConfigError(f"SQLite {kind} {path} {kind_rule}", path=str(path))
+    if info.st_uid != os.getuid():
+        fix = ("keep the database in a folder of your own (mkdir one, e.g. under your "
+               "home; the default store is ~/.dsh/sessions.db)" if stat.S_ISDIR(info.st_mode)
+               else "use a database file of your own")
+        raise ConfigError(f"SQLite {kind} {path} must be owned by you (uid {os.getuid()}), "
+                          f"found uid {info.st_uid}: another user could replace or read it; "
+                          f"{fix}", path=str(path))
+    if info.st_mode & forbidden_mode:
+        mode = stat.S_IMODE(info.st_mode)
+        # A shared folder (/tmp) must not be chmod-ed: the way out there is another folder.
+        fix = (f"fix it with 'chmod {mode & ~forbidden_mode:o} {path}'"
+               if stat.S_ISREG(info.st_mode)
+               else "keep the database in a folder only you can write to")
+        raise ConfigError(f"SQLite {kind} {path} {mode_rule}, found mode {mode:o}; {fix}",
+                          path=str(path))
+
+
+def _check_path(path: Path) -> None:
+    """Enforce dsh's filesystem preconditions and create the file 0600 (persistence spec §5.2).
+
+    Raises:
+        ConfigError: the parent is a symlink, not a directory, not ours, or group/world
+            writable; the file is not a regular file, not ours, or readable by others.
+    """
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = os.lstat(parent)
+    except OSError as exc:
+        raise ConfigError(f"cannot prepare the SQLite directory {parent}: {exc}",
+                          path=str(parent)) from exc
+    _check_owned(parent, info, "directory", stat.S_ISDIR, 0o022,
+                 "must be a real directory, not a symlink or file",
+                 "must not be group or world writable")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ConfigError(f"cannot create SQLite database {path}: {exc}", path=str(path)) from exc
+    else:
+        os.close(fd)
+    _check_owned(path, os.lstat(path), "database", stat.S_ISREG, 0o077,
+                 "must be a regular file, not a symlink or directory",
+                 "must have no group or other permissions (dsh refuses it otherwise)")
+
+
+def lock_file_name(session_id: str) -> str:
+    """The lock file name of ``session_id`` inside ``<db>.dsh-locks/``.
+
+    The id is percent-encoded (no ``/`` or ``.``-only names survive); an encoding longer than
+    200 bytes is shortened to a prefix plus its SHA-256 so it stays a valid file name.
+    """
+    encoded = quote(session_id, safe="")
+    if encoded.startswith("."):
+        encoded = "%2E" + encoded[1:]
+    if len(encoded) > _MAX_LOCK_NAME_BYTES:
+        digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+        encoded = f"{encoded[:100]}~{digest}"
+    return encoded + ".lock"
+
+
+def _seal_identity(incarnation: str) -> bytes:
+    # the checksum scheme's version + the session's incarnation: a seal of an older scheme
+    # or of an earlier session with the same id is ignored (and rewritten), never trusted
+    return b"rows2:" + incarnation.encode()
+
+
+def _cut_stem(session_id: str) -> str:
+    return lock_file_name(session_id).removesuffix(".lock")
+
+
+def _header_row(header: Mapping[str, object]) -> tuple[Any, ...]:
+    """Validate a ``SessionHeader`` and return its ``sessions`` columns (spec §1.2, §5.4).
+
+    A foreign ``version`` is stored as given and refused on read, like dsh (spec §1.8).
+
+    Raises:
+        EventRejectedError: code HEADER, naming the field.
+    """
+    h = normalize_header(header)
+    return (h["id"], h["version"], h["createdAt"], h.get("cwd"), h.get("parentSession"),
+            h.get("seedLength"), h.get("origin"), h.get("delegationDepth"), h.get("agentPreset"))
+
+
+class _Connection:
+    """One opened, validated SQLite connection (persistence spec §5.3)."""
+
+    def __init__(self, path: Path, *, journal_mode: JournalMode, busy_timeout_ms: int,
+                 create_schema: int = SCHEMA_VERSION) -> None:
+        self.path = str(path)
+        self._create_schema = create_schema
+        started = time.monotonic()
+        try:
+            self.conn = sqlite3.connect(
+                self.path, timeout=busy_timeout_ms / 1000, isolation_level=None,
+                check_same_thread=False)
+        except sqlite3.Error as exc:
+            _fail(exc, "open", self.path)
+        try:
+            self._configure(journal_mode, busy_timeout_ms, started)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _configure(self, journal_mode: JournalMode, busy_timeout_ms: int, started: float) -> None:
+        conn = self.conn
+        try:
+            conn.execute("PRAGMA trusted_schema = OFF")
+            if conn.execute("PRAGMA trusted_schema").fetchone()[0] != 0:
+                raise PersistenceError(f"SQLite refused trusted_schema = OFF for {self.path}",
+                                       code="SQLITE", path=self.path)
+            conn.execute("PRAGMA mmap_size = 0")
+            mmap = conn.execute("PRAGMA mmap_size").fetchone()
+            if mmap is not None and mmap[0] != 0:
+                raise PersistenceError(f"SQLite refused mmap_size = 0 for {self.path}",
+                                       code="SQLITE", path=self.path)
+            conn.execute("PRAGMA foreign_keys = ON")
+            self.schema_version = self._validate_or_initialize()
+            self._set_journal_mode(journal_mode, started + busy_timeout_ms / 1000)
+            conn.execute("PRAGMA synchronous = FULL")
+            if conn.execute("PRAGMA synchronous").fetchone()[0] != SYNCHRONOUS_FULL:
+                raise PersistenceError(f"SQLite refused synchronous = FULL for {self.path}",
+                                       code="SQLITE", path=self.path)
+            row = conn.execute(
+                "SELECT store_id FROM persistence_state WHERE singleton = 1").fetchone()
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            _fail(exc, "open", self.path)
+        if row is None or not is_uuid(row[0]):
+            # The application id, version and schema are dsh's (checked above): damage.
+            raise LogCorruptError(
+                f"SQLite database {self.path} has no valid store identity (persistence_state "
+                f"holds {None if row is None else row[0]!r}, expected a UUID), though its "
+                f"schema is dsh's: the file is damaged; PRAGMA quick_check says: "
+                f"{_quick_check(conn)}", path=self.path)
+        info = os.stat(self.path)
+        self.store_identity = f"file:{info.st_dev}:{info.st_ino}:store:{row[0]}"
+
+    def _validate_or_initialize(self) -> int:
+        """Check (or, for a pristine file, create) dsh's schema inside ``BEGIN IMMEDIATE``."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            objects = conn.execute(
+                "SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite\\_%' "
+                "ESCAPE '\\'").fetchone()[0]
+            if version == 0:
+                if (app_id != 0 or objects) and self._has_dsh_schema():
+                    raise LogCorruptError(
+                        f"SQLite database {self.path} has an unversioned schema or application "
+                        f"identity (user_version 0, application_id {app_id}) yet holds exactly "
+                        f"dsh's schema: its header is damaged (or another program rewrote it); "
+                        f"PRAGMA quick_check says: {_quick_check(conn)}", path=self.path)
+                if app_id != 0 or objects:
+                    raise PersistenceError(
+                        f"SQLite database {self.path} has an unversioned schema or application "
+                        f"identity (user_version 0, application_id {app_id}, {objects} schema "
+                        f"objects); it is not a dsh session store", code="FOREIGN_DATABASE",
+                        path=self.path)
+                # A pristine file: schema 17 by default; 14 when asked, for the published dsh.
+                version = self._create_schema
+                for statement in (SCHEMA_17_DDL if version == SCHEMA_VERSION
+                                  else SCHEMA_14_DDL):
+                    conn.execute(statement)
+                conn.execute("INSERT INTO persistence_state (singleton, store_id) VALUES (1, ?)",
+                             (str(uuid.uuid4()),))
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {version}")
+                app_id = APPLICATION_ID
+            self._check_version(version)
+            if app_id != APPLICATION_ID and self._has_dsh_schema():
+                raise LogCorruptError(
+                    f"SQLite database {self.path} has application id {app_id}, expected "
+                    f"{APPLICATION_ID}, yet holds exactly dsh's schema {version}: its header "
+                    f"is damaged (or another program rewrote it); PRAGMA quick_check says: "
+                    f"{_quick_check(conn)}", path=self.path)
+            if app_id != APPLICATION_ID:
+                raise PersistenceError(
+                    f"SQLite database {self.path} has application id {app_id}, expected "
+                    f"{APPLICATION_ID}; it is not a dsh session store", code="FOREIGN_DATABASE",
+                    path=self.path)
+            self._check_objects(version)
+            self._cookie = self._ownership_cookie()
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        return int(version)
+
+    def _has_dsh_schema(self) -> bool:
+        """Whether the schema objects are exactly dsh's of schema 14 or 17."""
+        found = schema_objects(self.conn)
+        return any(found == canonical_schema_objects(v) for v in READABLE_SCHEMA_VERSIONS)
+
+    def _check_version(self, version: int) -> None:
+        if version in READABLE_SCHEMA_VERSIONS:
+            return
+        if version > SCHEMA_VERSION:
+            advice = "it was written by a newer dsh; upgrade dsh to open it"
+        else:
+            advice = "no upgrade path from that older schema ships with this build"
+        raise SessionFormatUnsupportedError(
+            f"SQLite database {self.path} has schema version {version}, incompatible with this "
+            f"build (reads {LEGACY_SCHEMA_VERSION} and {SCHEMA_VERSION}); {advice}",
+            path=self.path, version=version)
+
+    def _check_objects(self, version: int) -> None:
+        found = schema_objects(self.conn)
+        expected = canonical_schema_objects(version)
+        if found != expected:
+            extra = sorted({o[1] for o in found} ^ {o[1] for o in expected}) or sorted(
+                {o[1] for o in set(found) ^ set(expected)})
+            if [o[:3] for o in found] == [o[:3] for o in expected]:
+                # the same objects, only their stored SQL text differs: damage (or an edit)
+                raise LogCorruptError(
+                    f"SQLite database {self.path} does not contain the required schema objects "
+                    f"of schema {version}: the stored definition of {', '.join(extra)} differs "
+                    f"from dsh's, so the schema text is damaged (or was edited); PRAGMA "
+                    f"quick_check says: {_quick_check(self.conn)}", code="SCHEMA_MISMATCH",
+                    path=self.path)
+            raise PersistenceError(
+                f"SQLite database {self.path} does not contain the required schema objects of "
+                f"schema {version} (differs in {', '.join(extra)}); dsh refuses any other table, "
+                f"index, trigger, view or column", code="SCHEMA_MISMATCH", path=self.path)
+
+    def _ownership_cookie(self) -> tuple[int, int, int]:
+        # One statement instead of three pragmas: this runs inside every mutation.
+        row = self.conn.execute(_OWNERSHIP_COOKIE).fetchone()
+        return int(row[0]), int(row[1]), int(row[2])
+
+    def recheck_ownership(self) -> None:
+        """Inside ``BEGIN IMMEDIATE``: app id, user_version and schema unchanged (spec §5.5).
+
+        The full object comparison runs only when the schema cookie moved since it last passed.
+
+        Raises:
+            PersistenceError: code SCHEMA_MISMATCH naming what changed before the mutation.
+        """
+        cookie = self._ownership_cookie()
+        if cookie == self._cookie:
+            return
+        _, version, app_id = cookie
+        if app_id != APPLICATION_ID:
+            raise PersistenceError(
+                f"SQLite database {self.path} application id changed before mutation (found "
+                f"{app_id}, expected {APPLICATION_ID})", code="SCHEMA_MISMATCH", path=self.path)
+        if version != self.schema_version:
+            raise PersistenceError(
+                f"SQLite database {self.path} schema changed before mutation (user_version "
+                f"{version}, expected {self.schema_version})", code="SCHEMA_MISMATCH",
+                path=self.path)
+        self._check_objects(self.schema_version)
+        self._cookie = cookie
+
+    def _set_journal_mode(self, mode: JournalMode, deadline: float) -> None:
+        """``PRAGMA journal_mode``, retried on SQLITE_BUSY every ≤10 ms until ``deadline``."""
+        while True:
+            try:
+                found = self.conn.execute(f"PRAGMA journal_mode = {mode}").fetchone()[0]
+                break
+            except sqlite3.OperationalError as exc:
+                code = getattr(exc, "sqlite_errorcode", None)
+                remaining = deadline - time.monotonic()
+                if code is None or code & 0xFF != _SQLITE_BUSY or remaining <= 0:
+                    raise
+                time.sleep(min(JOURNAL_RETRY_PACING_MS / 1000, remaining))
+        if str(found).lower() != mode:
+            raise PersistenceError(
+                f"SQLite database {self.path} kept journal mode {found!r}, expected {mode!r}",
+                code="SQLITE", path=self.path)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class SqliteBackend:
+    """dsh's SQLite session store in one database file (persistence spec §5).
+
+    Usage::
+
+        backend = SqliteBackend("/home/me/.dsh/sessions.db")
+        backend.create({"version": 0, "id": "s1", "createdAt": 1796030745501})
+        with backend.open("s1", "write") as handle:
+            handle.append(events)   # one durable transaction
+            handle.flush()          # already durable: synchronous = FULL
+
+    Args:
+        path: Database file. Its parent is created 0700 and must be ours and not group/world
+            writable; the file is created 0600 (dsh refuses anything looser). ``:memory:`` is
+            not supported: write locks need a file to sit beside.
+        journal_mode: ``wal`` (default, dsh's), ``delete``, ``truncate`` or ``persist``.
+        busy_timeout_ms: How long a statement waits for another connection's lock (ms,
+            0 to 2^31 - 1; default 5000 like dsh).
+        schema: The schema a *new* file is created with: 17 (default, dsh's repository head)
+            or 14 (the layout the published ``dsh-session-persistence-sqlite`` 0.0.1-rc.1
+            reads: scalar rows, JSON text columns, no packing). An existing file keeps its
+            own schema whatever this says.
+
+    Raises:
+        ConfigError: a bad option or a path that fails the filesystem preconditions (§5.2).
+
+    The database is opened lazily on the first operation (spec §5.3). A file created here is
+    schema 17 unless ``schema=14``; schema-14 files (published dsh 0.0.1-rc.1) are read and
+    appended to in their own scalar layout and never migrated.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, journal_mode: JournalMode = "wal",
+                 busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+                 schema: int = SCHEMA_VERSION) -> None:
+        if str(path) == ":memory:" or str(path).startswith("file:"):
+            raise ConfigError(f"SQLite path must be a plain file path, got {str(path)!r}; "
+                              f"in-memory databases cannot hold cross-process write locks",
+                              path=str(path))
+        if journal_mode not in JOURNAL_MODES:
+            raise ConfigError(f"journal_mode must be one of {', '.join(JOURNAL_MODES)}, got "
+                              f"{journal_mode!r}")
+        if (type(busy_timeout_ms) is not int
+                or not 0 <= busy_timeout_ms <= MAX_BUSY_TIMEOUT_MS):
+            raise ConfigError(f"busy_timeout_ms must be an integer in [0, {MAX_BUSY_TIMEOUT_MS}],"
+                              f" got {busy_timeout_ms!r}")
+        if type(schema) is not int or schema not in READABLE_SCHEMA_VERSIONS:
+            raise ConfigError(f"schema must be {SCHEMA_VERSION} (default) or "
+                              f"{LEGACY_SCHEMA_VERSION} (readable by the published dsh SQLite "
+                              f"backend), got {schema!r}", path=str(path))
+        self.schema = schema
+        self.path = Path(os.path.abspath(path))
+        self.journal_mode: JournalMode = journal_mode
+        self.busy_timeout_ms = busy_timeout_ms
+        self.lock_dir = self.path.with_name(self.path.name + ".dsh-locks")
+        self.cut_dir = self.path.with_name(self.path.name + ".dsh-cuts")
+        self.seal_dir = self.path.with_name(self.path.name + ".dsh-seals")
+        self.checkpoint_dir = self.path.with_name(self.path.name + ".dsh-checkpoints")
+        _check_path(self.path)
+        self._conn: _Connection | None = None
+        self._mutex = threading.Lock()
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """``sqlite:///<absolute path>``."""
+        return f"sqlite://{self.path}"
+
+    def _connect(self) -> _Connection:
+        return _Connection(self.path, journal_mode=self.journal_mode,
+                           busy_timeout_ms=self.busy_timeout_ms, create_schema=self.schema)
+
+    @contextlib.contextmanager
+    def _shared(self) -> Iterator[_Connection]:
+        with self._mutex:
+            if self._closed:
+                raise PersistenceError(f"SQLite backend for {self.path} is closed",
+                                       code="CLOSED", path=str(self.path))
+            if self._conn is None:
+                self._conn = self._connect()
+            yield self._conn
+
+    @property
+    def schema_version(self) -> int:
+        """``user_version`` of the file: 17 (created here or by dsh's head) or 14 (published)."""
+        with self._shared() as c:
+            return c.schema_version
+
+    def check_storable(self, events: Sequence[Event]) -> None:
+        """Refuse, writing nothing, events this file's schema cannot hold (what append would).
+
+        Raises:
+            EventRejectedError: as :func:`encode_batch` for this schema (code ``ENVELOPE``),
+                e.g. an ignorable event for a schema-14 file.
+        """
+        encode_batch(events, self.schema_version)
+
+    def create(self, header: Mapping[str, object]) -> None:
+        """Store a new session with ``header`` and no events (persistence spec §2.1 ``create``).
+
+        The row gets a fresh incarnation UUID and revision 0, like dsh's first materialization.
+        Keys other than the nine ``SessionHeader`` fields are not stored (spec §1.2).
+
+        Raises:
+            SessionExistsError: a session with ``header["id"]`` is already stored.
+            EventRejectedError: the header is not a valid ``SessionHeader`` (code HEADER).
+            PersistenceError: the database failed or its schema changed (code SCHEMA_MISMATCH).
+        """
+        values = _header_row(header)
+        with self._shared() as c:
+            conn = c.conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    c.recheck_ownership()
+                    if conn.execute("SELECT 1 FROM sessions WHERE id = ?",
+                                    (values[0],)).fetchone():
+                        raise SessionExistsError(
+                            f"session {values[0]!r} already exists in {self.path}",
+                            session_id=values[0], path=str(self.path))
+                    conn.execute(
+                        f"INSERT INTO sessions ({_SESSION_COLUMNS}) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
+                        (*values, str(uuid.uuid4())))
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                _fail(exc, "create", str(self.path), values[0])
+        logger.debug("created session %s in %s", values[0], self.path)
+
+    def exists(self, session_id: str) -> bool:
+        """Return whether a session row with this id is stored.
+
+        An id no backend can store (see ``session_id_problem``) is never stored.
+        """
+        if session_id_problem(session_id) is not None:
+            return False
+        with self._shared() as c:
+            try:
+                return c.conn.execute("SELECT 1 FROM sessions WHERE id = ?",
+                                      (session_id,)).fetchone() is not None
+            except sqlite3.Error as exc:
+                _fail(exc, "lookup", str(self.path), session_id)
+
+    def list_headers(self) -> Iterator[FrozenDict]:
+        """Yield every stored header in row order, without reading events (spec §5.12).
+
+        Raises:
+            LogCorruptError: a session row is invalid (spec §5.6).
+        """
+        with self._shared() as c:
+            try:
+                rows = c.conn.execute(
+                    f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY rowid").fetchall()
+            except sqlite3.Error as exc:
+                _fail(exc, "list", str(self.path))
+        for row in rows:
+            yield decode_session_row(row, path=str(self.path))[0]
+
+    def open(self, session_id: str, mode: OpenMode = "read") -> SqliteHandle:
+        """Open a stored session for ``"read"`` or exclusive ``"write"``.
+
+        Write ownership is taken first (seed ch. 28: before any read), with a non-blocking
+        lock on ``<db>.dsh-locks/<percent-encoded id>.lock``.
+
+        Raises:
+            ConfigError: ``mode`` is not ``"read"`` or ``"write"``.
+            SessionBusyError: ``"write"`` and another thread or process holds the session
+                (``where``: pid, host, since in epoch ms).
+            SessionNotFoundError: no such session.
+            ConfigError: code ``INVALID_ID``: no backend can store this id.
+        """
+        if mode not in ("read", "write"):
+            raise ConfigError(f"open mode must be 'read' or 'write', got {mode!r}")
+        check_session_id(session_id)
+        if self._closed:
+            raise PersistenceError(f"SQLite backend for {self.path} is closed", code="CLOSED",
+                                   path=str(self.path))
+        lock = self._take_lock(session_id) if mode == "write" else None
+        try:
+            return SqliteHandle(self, session_id, mode, lock)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+
+    def inject_torn_tail(self, session_id: str) -> None:
+        """Test hook: add a row with invalid JSON after the last row (spec §10.2 injector).
+
+        Plays the part of external damage after the committed log (normal SQLite operation
+        never leaves a torn row). Raises SessionNotFoundError for an unknown id.
+        """
+        with self.open(session_id) as handle:
+            events = handle.read().events
+        next_seq = events[-1]["seq"] + 1 if events else 0
+        time_ms = events[-1]["time"] if events else 0
+        with self._shared() as c:
+            try:
+                c.conn.execute("BEGIN IMMEDIATE")
+                c.conn.execute(
+                    "INSERT INTO events (session_id, seq, type, time, data) "
+                    "VALUES (?, ?, 'request/header', ?, '{\"header\":')",
+                    (session_id, next_seq, time_ms))
+                c.conn.execute("UPDATE sessions SET revision = revision + 1 WHERE id = ?",
+                               (session_id,))
+                c.conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    c.conn.execute("ROLLBACK")
+                _fail(exc, "torn-tail injection", str(self.path), session_id)
+
+    def _save_cut(self, session_id: str, rows: Sequence[Row]) -> Path:
+        """Save rows a torn-tail repair is about to delete, one JSON object a line.
+
+        The file is ``<db>.dsh-cuts/<encoded id>.torn-<UTC time>-<pid>`` (folder 0700); the
+        columns are those of ``events`` (BLOB values as ``{"hex": ...}``).
+
+        Raises:
+            OSError: the file could not be written (then nothing is deleted).
+        """
+        def plain(value: object) -> object:
+            return {"hex": value.hex()} if isinstance(value, bytes) else value
+
+        names = ("rowid", "seq", "type", "time", "data", "source_event_seqs", "surface_op",
+                 "ignorable")
+        lines = [std_json.dumps(dict(zip(names, map(plain, row), strict=False)),
+                                ensure_ascii=True) for row in rows]
+        mkdir_private(self.cut_dir, "saved torn rows")
+        return save_cut(self.cut_dir, _cut_stem(session_id),
+                        "".join(line + "\n" for line in lines).encode("ascii"))
+
+    def _seal_path(self, session_id: str) -> Path:
+        return self.seal_dir / f"{_cut_stem(session_id)}.seal"
+
+    def saved_cuts(self, session_id: str) -> list[str]:
+        """Paths of the files holding rows a torn-tail repair cut from this session.
+
+        Oldest first (``<db>.dsh-cuts/<encoded id>.torn-<UTC time>-<pid>``); empty when none.
+        """
+        return [str(p) for p in list_cuts(self.cut_dir, _cut_stem(session_id))]
+
+    def _take_lock(self, session_id: str) -> SessionLock:
+        """Acquire the session's write lock without waiting for its holder.
+
+        A holder writes its ``.owner`` sidecar just after acquiring; a refusal that could not
+        name the holder yet is retried for up to :data:`OWNER_WAIT_MS` so the error says who.
+        """
+        path = self.lock_dir / lock_file_name(session_id)
+        deadline = time.monotonic() + OWNER_WAIT_MS / 1000
+        while True:
+            try:
+                return SessionLock(path, session_id)
+            except SessionBusyError as exc:
+                if "pid" in exc.where or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.002)
+
+    def close(self) -> None:
+        """Close the backend's own connection (handles keep theirs); idempotent."""
+        with self._mutex:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> SqliteBackend:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class SqliteHandle(HandleBase):
+    """An open session of a :class:`SqliteBackend` (DESIGN §3.3, seed ch. 28).
+
+    Used from one thread at a time; it owns one SQLite connection. A ``"write"`` handle holds
+    the session's exclusive lock until :meth:`close`. Obtain it from
+    :meth:`SqliteBackend.open`.
+    """
+
+    def __init__(self, backend: SqliteBackend, session_id: str, mode: OpenMode,
+                 lock: SessionLock | None) -> None:
+        self._backend = backend
+        self._id = session_id
+        self._mode: OpenMode = mode
+        self._lock = lock
+        self._path = str(backend.path)
+        self._torn_seq: int | None = None
+        self._committed_revision: int | None = None
+        # after our last commit: (PRAGMA data_version, revision, incarnation, next seq). While
+        # data_version stays put no other connection has committed, so the stored tail, the
+        # session row and the schema are exactly as that commit left them.
+        self._quiet: tuple[int, int, str, int] | None = None
+        # write handles: the valid seal records (None until loaded), and whether the next
+        # seal write replaces the file (the first one does: a crash may have left garbage)
+        self._seals: list[tuple[int, int, int]] | None = None
+        self._seal_rewrite = True
+        # the committed prefix last read or written: (event count, incarnation, last row digest)
+        self._durable: tuple[int, str, str] | None = None
+        self._seal_file = backend._seal_path(session_id)
+        self._seal_fd: int | None = None  # kept open between appends (see _seal)
+        self._closed = False
+        self._c = backend._connect()
+        try:
+            self._session_row()
+        except BaseException:
+            self._c.close()
+            raise
+
+    @property
+    def session_id(self) -> str:
+        """The session id this handle was opened for."""
+        return self._id
+
+
+    @property
+    def schema_version(self) -> int:
+        """``user_version`` of the file: 14 or 17."""
+        return self._c.schema_version
+
+    def _session_row(self) -> tuple[FrozenDict, str, int]:
+        try:
+            row = self._c.conn.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
+                                       (self._id,)).fetchone()
+        except sqlite3.Error as exc:
+            _fail(exc, "read", self._path, self._id)
+        if row is None:
+            self._refuse_hidden_session()
+            raise SessionNotFoundError(f"session {self._id!r} is not stored in {self._path}",
+                                       session_id=self._id, path=self._path)
+        return decode_session_row(row, path=self._path)
+
+    def _refuse_hidden_session(self) -> None:
+        """Raise if the session exists though its index lookup found no row (damage).
+
+        Checked only on the not-found path, by a scan of ``sessions`` that bypasses the index.
+
+        Raises:
+            LogCorruptError: the row exists.
+        """
+        conn = self._c.conn
+        try:
+            hidden = conn.execute("SELECT count(*) FROM sessions NOT INDEXED WHERE id = ?",
+                                  (self._id,)).fetchone()[0]
+        except sqlite3.Error as exc:
+            _fail(exc, "read", self._path, self._id)
+        if hidden:
+            raise LogCorruptError(
+                f"corrupt session store {self._path}: the index lookup of session "
+                f"{self._id!r} finds no row, but a scan of the sessions table finds it (a "
+                f"damaged index); PRAGMA quick_check says: {_quick_check(conn)}",
+                path=self._path, session_id=self._id)
+
+    def _check_header_version(self, header: FrozenDict) -> None:
+        version = header["version"]
+        if version == SESSION_FORMAT_VERSION:
+            return
+        if version > SESSION_FORMAT_VERSION:
+            advice = (f"it was written by a newer harness (v{version}, this build reads "
+                      f"v{SESSION_FORMAT_VERSION}); upgrade dsh to open it")
+        else:
+            advice = (f"its format v{version} is older than v{SESSION_FORMAT_VERSION} and no "
+                      f"upgrade path ships with this build")
+        raise SessionFormatUnsupportedError(
+            f"session {self._id!r} in {self._path} cannot be read: {advice}",
+            session_id=self._id, path=self._path, version=version)
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise PersistenceError(f"handle for session {self._id!r} is closed",
+                                   code="HANDLE_CLOSED",
+                                   session_id=self._id, path=self._path)
+
+    def _rows_from(self, base: int) -> list[Row]:
+        columns = _LEGACY_ROW_COLUMNS if self._c.schema_version == LEGACY_SCHEMA_VERSION \
+            else _ROW_COLUMNS
+        rows: list[Row] = self._c.conn.execute(
+            f"SELECT {columns} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
+            (self._id, base)).fetchall()
+        return rows
+
+    def _suffix_base(self, from_seq: int) -> int:
+        """Lower ``from_seq`` to any packed row that may cover it (spec §5.10)."""
+        if from_seq == 0 or self._c.schema_version == LEGACY_SCHEMA_VERSION:
+            return from_seq
+        base = from_seq
+        for row in self._c.conn.execute(
+                _PACKED_PREDECESSORS,
+                (self._id, max(0, from_seq - (MAX_PACKED_ROW_MEMBERS - 1)), from_seq)):
+            try:
+                covers = decode_row(row, SCHEMA_VERSION)[-1]["seq"] >= from_seq
+            except RowError:
+                covers = True  # fail closed: the scan will expose the damaged row
+            if covers:
+                base = min(base, row[1])
+        return base
+
+    def _revision(self, incarnation: str, revision: int) -> str:
+        return f"{self._c.store_identity}:incarnation:{incarnation}:revision:{revision}"
+
+    def read(self, offset: int = 0) -> ColdRead:
+        """Read the header and the committed events with ``seq >= offset`` (spec §5.9, §5.10).
+
+        One consistent snapshot (a read transaction). Schema-17 suffix reads start at the
+        packed row covering ``offset`` without scanning earlier history.
+
+        Args:
+            offset: First event seq wanted (an event seq), a non-negative integer.
+
+        Returns:
+            ColdRead: header (known keys, NULL columns omitted), events (packed rows expanded),
+            ``torn`` (``TornTail(byte_offset=None, line=<rowid>, reason)``) or ``None``, and
+            revision ``file:<dev>:<ino>:store:<uuid>:incarnation:<uuid>:revision:<n>``.
+
+        Raises:
+            ConfigError: ``offset`` is not a non-negative integer.
+            LogCorruptError: an undecodable row precedes the last intact ``turn/end``, or a
+                session row is invalid.
+            SessionFormatUnsupportedError: the header version is not 0.
+            SessionNotFoundError: the session row is gone.
+            PersistenceError: the database failed (code SQLITE / DATABASE_BUSY / CLOSED).
+        """
+        self._ensure_open()
+        if not is_safe_int(offset) or offset < 0:
+            raise ConfigError(f"read offset must be a non-negative safe integer event seq, got "
+                              f"{offset!r}", session_id=self._id)
+        self._quiet = None  # the next append re-derives the stored tail in full
+        conn = self._c.conn
+        # read before the rows: the log only grows under a writer, so every sealed batch is
+        # then among the rows read
+        seal = read_seal(self._seal_file)
+        try:
+            conn.execute("BEGIN")
+            try:
+                header, incarnation, revision = self._session_row()
+                base = self._suffix_base(offset)
+                rows = self._rows_from(base)
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _fail(exc, "read", self._path, self._id)
+        self._check_header_version(header)
+        if seal is not None and seal.identity != _seal_identity(incarnation):
+            seal = None  # written for an earlier session of the same id
+        scan = scan_rows(rows, base, self._c.schema_version, path=self._path,
+                         session_id=self._id)
+        if seal is not None:  # after the scan, whose errors name the row more precisely
+            check_row_seals(rows, seal, base=base, describe=lambda: _quick_check(conn),
+                            where=self._path, session_id=self._id)
+        if self._mode == "write":
+            self._seals = seal.records if seal is not None else []
+        events = scan.events
+        if base < offset:
+            events = [e for e in events if e["seq"] >= offset]
+        torn = None
+        if scan.torn_seq is not None:
+            torn = TornTail(byte_offset=None, line=scan.torn_rowid,
+                            reason=scan.torn_reason or "torn row")
+            logger.warning("session %s in %s has a torn tail at seq %s (rowid %s)", self._id,
+                           self._path, scan.torn_seq, scan.torn_rowid)
+        self._torn_seq = scan.torn_seq
+        if offset == 0 and torn is None and rows:
+            self._durable = (len(events), incarnation, sck.last_row_digest(rows[-1][1:]))
+        return ColdRead(header=header, events=tuple(events), torn=torn,
+                        revision=self._revision(incarnation, revision))
+
+    def _stored_next_seq(self, unchanged_since_our_commit: bool) -> int:
+        """Inside ``BEGIN IMMEDIATE``: the seq the stored log continues at (spec §5.8 step 4).
+
+        Always decodes the last two rows. When the session's revision moved since this
+        handle's last commit (another writer, or our first append), it also looks back for a
+        packed row that may cover them, as dsh does (§5.10); when it did not, the rows are the
+        ones we wrote and that ~1000-row look-back is skipped. A torn tail is deleted only if
+        this handle's last :meth:`read` reported the same one and a full re-scan under the
+        write lock still finds it.
+        """
+        conn = self._c.conn
+        legacy = self._c.schema_version == LEGACY_SCHEMA_VERSION
+        columns = _LEGACY_ROW_COLUMNS if legacy else _ROW_COLUMNS
+        tail: list[Row] = conn.execute(
+            f"SELECT {columns} FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 2",
+            (self._id,)).fetchall()
+        if not tail:
+            return 0
+        tail.reverse()
+        if not is_safe_int(tail[0][1]):
+            base = 0
+        elif unchanged_since_our_commit:
+            base = tail[0][1]
+        else:
+            base = self._suffix_base(tail[0][1])
+        rows = tail if base == tail[0][1] else self._rows_from(base)
+        scan = scan_rows(rows, base, self._c.schema_version, path=self._path,
+                         session_id=self._id)
+        if scan.torn_seq is None and len(scan.events) > 0:
+            return int(scan.events[-1]["seq"]) + 1
+        full = scan_rows(self._rows_from(0), 0, self._c.schema_version, path=self._path,
+                         session_id=self._id)
+        if full.torn_seq is None:
+            return len(full.events)
+        if self._torn_seq != full.torn_seq:
+            raise LogCorruptError(
+                f"session {self._id!r} in {self._path} has an invalid physical tail at seq "
+                f"{full.torn_seq} ({full.torn_reason}); read() it through this write handle "
+                f"before appending so the torn tail can be removed", path=self._path,
+                seq=full.torn_seq, session_id=self._id)
+        saved = self._backend._save_cut(self._id, conn.execute(
+            f"SELECT {columns} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
+            (self._id, full.torn_seq)).fetchall())
+        conn.execute("DELETE FROM events WHERE session_id = ? AND seq >= ?",
+                     (self._id, full.torn_seq))
+        logger.warning("removed torn tail of session %s in %s from seq %s (rows saved to %s)",
+                       self._id, self._path, full.torn_seq, saved)
+        self._torn_seq = None
+        return len(full.events)
+
+    def append(self, events: Sequence[Event]) -> None:
+        """Append one batch as one durable ``BEGIN IMMEDIATE`` transaction (spec §5.8).
+
+        The stored tail is re-derived inside the transaction; the first event's seq must equal
+        the stored next seq (a stale writer — another process or dsh itself — is refused and
+        nothing is written). Schema 17 packs chunk runs of this batch (§5.7); schema 14 writes
+        one JSON-text row per event. On return the batch is durable (synchronous = FULL).
+
+        Args:
+            events: Events in seq order, contiguous; empty is a no-op.
+
+        Raises:
+            PersistenceError: read-only or closed handle (code READ_ONLY / HANDLE_CLOSED), a
+                batch that is not contiguous or does not continue the stored tail (code
+                SEQ_MISMATCH), or the database failed.
+            LogCorruptError: the stored tail is damaged and was not seen by :meth:`read`.
+            EventRejectedError: an envelope a row cannot hold (code ENVELOPE).
+            InvalidJsonError: a payload is not lossless JSON.
+            SessionNotFoundError: the session row is gone.
+        """
+        self._ensure_open()
+        if self._mode != "write":
+            raise PersistenceError(f"cannot append to session {self._id!r} through a read "
+                                   f"handle; open it with mode 'write'", code="READ_ONLY",
+                                   session_id=self._id, path=self._path)
+        if not events:
+            return
+        events = self._admit(events)
+        first = int(events[0]["seq"])
+        rows = encode_batch(events, self._c.schema_version)
+        c = self._c
+        conn = c.conn
+        legacy = c.schema_version == LEGACY_SCHEMA_VERSION
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+                quiet, self._quiet = self._quiet, None
+                if quiet is not None and quiet[0] == data_version:
+                    found = (quiet[1], quiet[2])  # nothing committed since our last append
+                    revision, next_seq = quiet[1], quiet[3]
+                else:
+                    c.recheck_ownership()
+                    found = conn.execute("SELECT revision, incarnation FROM sessions WHERE "
+                                         "id = ?", (self._id,)).fetchone()
+                    if found is None:
+                        self._refuse_hidden_session()
+                        raise SessionNotFoundError(
+                            f"session {self._id!r} metadata row is missing in {self._path}",
+                            session_id=self._id, path=self._path)
+                    revision = found[0]
+                    next_seq = self._stored_next_seq(revision == self._committed_revision)
+                sealed_end = self._sealed_end(str(found[1]))
+                if next_seq < sealed_end or (first > next_seq
+                                             and _quick_check(conn) != "ok"):
+                    raise LogCorruptError(
+                        f"corrupt session log {self._id!r} in {self._path}: the stored log "
+                        f"continues at seq {next_seq}, but {max(sealed_end, first)} events were "
+                        f"committed; committed rows are missing or hidden by a damaged index; "
+                        f"PRAGMA quick_check says: {_quick_check(conn)}", path=self._path,
+                        session_id=self._id, seq=next_seq)
+                if first != next_seq:
+                    raise PersistenceError(
+                        f"append seq mismatch for session {self._id!r} in {self._path}: append "
+                        f"starts at seq {first}, stored next seq is {next_seq}; another writer "
+                        f"moved the log (stale writer), nothing was written",
+                        code="SEQ_MISMATCH",
+                        session_id=self._id, seq=first, path=self._path)
+                # the rows another writer (dsh) added since the last seal are sealed with ours
+                gap = conn.execute(
+                    f"SELECT {_LEGACY_ROW_COLUMNS if legacy else _ROW_COLUMNS} FROM events "
+                    f"WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
+                    (self._id, sealed_end, first)).fetchall() if sealed_end < first else []
+                if legacy:
+                    conn.executemany(_INSERT_EVENT_14, [(self._id, *r[:6]) for r in rows])
+                else:
+                    conn.executemany(_INSERT_EVENT_17, [(self._id, *r) for r in rows])
+                conn.execute("UPDATE sessions SET revision = ? WHERE id = ?",
+                             (revision + 1, self._id))
+                conn.execute("COMMIT")
+                self._committed_revision = revision + 1
+                self._quiet = (data_version, revision + 1, str(found[1]), first + len(events))
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            _fail(exc, "append", self._path, self._id)
+        stored = [(*r[:6], None) for r in rows] if legacy else rows
+        crc = rows_crc([*(row[1:] for row in gap), *stored] if gap else stored)
+        self._seal((sealed_end, first + len(events), crc), str(found[1]))
+        self._durable = (first + len(events), str(found[1]), sck.last_row_digest(stored[-1]))
+        logger.debug("appended %d events (%d rows) to session %s", len(events), len(rows),
+                     self._id)
+
+    def _sealed_end(self, incarnation: str) -> int:
+        """End seq of the sealed prefix (loads the seal on a handle's first append)."""
+        if self._seals is None:
+            seal = read_seal(self._seal_file)
+            valid = seal is not None and seal.identity == _seal_identity(incarnation)
+            self._seals = seal.records if seal is not None and valid else []
+        return self._seals[-1][1] if self._seals else 0
+
+    def _seal(self, record: tuple[int, int, int], incarnation: str) -> None:
+        """Record a committed batch in the seal; a failure is logged, never raised.
+
+        The batch is durable when this runs; a seal that could not be written leaves the
+        rows unsealed on disk (read by the format rules) until the next append rewrites the
+        seal file with every record.
+        """
+        assert self._seals is not None
+        path = self._seal_file
+        try:
+            if self._seal_rewrite:
+                self._close_seal_fd()  # the rewrite replaces the file it points to
+                mkdir_private(path.parent, "integrity seals")
+                reset_seal(path, _seal_identity(incarnation), [*self._seals, record])
+                self._seal_rewrite = False
+            else:
+                # one descriptor for the handle's life (an open and a close less per batch):
+                # the write lock keeps every other writer of this seal away, so the file stays
+                # the one opened. A seal moved aside meanwhile takes the records with it; the
+                # next handle finds none and seals the rows again from seq 0.
+                if self._seal_fd is None:
+                    self._seal_fd = open_seal_appender(path)
+                append_seal_to(self._seal_fd, *record)
+        except OSError as exc:
+            # kept in memory: the next seal write rewrites the whole file, this record included
+            self._close_seal_fd()
+            self._seal_rewrite = True
+            logger.warning("could not write the integrity seal %s of session %s (%s); the "
+                           "next append retries", path, self._id, exc)
+        self._seals.append(record)
+
+    def _close_seal_fd(self) -> None:
+        fd, self._seal_fd = self._seal_fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError as exc:  # the records were written; a failed close loses nothing
+                logger.debug("closing the integrity seal %s failed: %s", self._seal_file, exc)
+
+    # --- projection checkpoints (see dsh.persistence._restore_point) ------------------------
+
+    def checkpoint_path(self) -> Path:
+        """The checkpoint sidecar: ``<db>.dsh-checkpoints/<encoded id>.ckpt``."""
+        return self._backend.checkpoint_dir / f"{_cut_stem(self._id)}.ckpt"
+
+    @property
+    def durable_bytes(self) -> int:
+        """0: SQLite checkpoints are due by events only (rows are not counted in bytes)."""
+        return 0
+
+    def checkpoint_anchor(self) -> ck.Anchor | None:
+        """The anchor of the committed prefix last read or written here, or None."""
+        self._ensure_open()
+        return sck.anchor_of(self)
+
+    def write_checkpoint(self, data: bytes) -> None:
+        """Replace the checkpoint sidecar with ``data`` (atomic, like the seals).
+
+        Raises:
+            OSError: it could not be written.
+        """
+        path = self.checkpoint_path()
+        mkdir_private(path.parent, "projection checkpoints")
+        ck.write_checkpoint_file(path, data)
+
+    def read_checkpointed(self, *, dense: bool = False
+                          ) -> tuple[ck.Checkpoint, ColdRead, sck.SqlitePrefixSource]:
+        """Read through the checkpoint: its state, the events after its cut, a page-in source.
+
+        ``dense`` changes nothing here: a page-in is one indexed range query, cheaper than the
+        full read even when the surface spans the whole log.
+
+        On success a write handle is ready to append, as after ``read(0)``; the returned
+        events are the tail (first seq ``checkpoint.state.event_count``), never torn.
+
+        Raises:
+            CheckpointRefused: no usable checkpoint (the caller reads in full).
+        """
+        self._ensure_open()
+        checkpoint = ck.decode_checkpoint(ck.read_checkpoint_file(self.checkpoint_path()),
+                                          session_id=self._id, backend="sqlite")
+        cold, source = sck.load_tail(self, checkpoint)
+        return checkpoint, cold, source
+
+    def _admit(self, events: Sequence[Event]) -> Sequence[Event]:
+        """Check a batch is contiguous lossless JSON before any I/O (spec §3.7, §10.1).
+
+        Events built by ``Session`` (``Event`` with frozen containers) were validated at the
+        door and are trusted; anything else is snapshot-validated, naming the bad field.
+
+        Raises:
+            PersistenceError: code SEQ_MISMATCH: event ``i`` does not carry ``first + i``.
+            InvalidJsonError: a value is not lossless JSON (``json_path`` like ``$[0].data.v``).
+        """
+        first = events[0].get("seq") if isinstance(events[0], Mapping) else None
+        if type(first) is not int or first < 0:
+            raise PersistenceError(
+                f"append seq mismatch for session {self._id!r}: expected a non-negative integer "
+                f"seq at batch index 0, got {first!r}", code="SEQ_MISMATCH",
+                session_id=self._id)
+        if not all(type(e) is Event and isinstance(e.get("data"), _FROZEN) for e in events):
+            return validate_batch(events, first, self._id)
+        if c_seqs_contiguous is not None and type(events) in (list, tuple) \
+                and c_seqs_contiguous(events, first):
+            return events
+        for i, event in enumerate(events):  # the reference check, naming the first bad seq
+            if event["seq"] != first + i:
+                raise PersistenceError(
+                    f"append seq mismatch for session {self._id!r}: expected seq {first + i} "
+                    f"at batch index {i}, got {event['seq']!r}", code="SEQ_MISMATCH",
+                    session_id=self._id, seq=event["seq"])
+        return events
+
+    def flush(self) -> None:
+        """Durability barrier; a no-op because every :meth:`append` commit is already durable.
+
+        Each append committed with ``synchronous = FULL`` (the WAL is synced at commit), so
+        nothing is pending when this runs.
+
+        Raises:
+            PersistenceError: the handle is closed (code CLOSED).
+        """
+        self._ensure_open()
+
+    def close(self) -> None:
+        """Close the connection and release the write lock; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._close_seal_fd()
+            self._c.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+

@@ -1,0 +1,759 @@
+"""dsh's SQLite physical format, without I/O: DDL, schema checks, row codec, committed scan.
+
+Invariants this module owns (persistence spec §5.4 to §5.10):
+
+* the schema objects of a file are exactly dsh's (schema 17 for new files, schema 14 as the
+  published dsh 0.0.1-rc.1 writes it); we never add tables, indexes, triggers or views;
+* a physical row decodes to one event (scalar row) or to 3…1024 ``assistant/chunk`` events
+  (packed row, schema 17 only); packed ``data`` stays ≤ 1 MiB uncompressed;
+* ``data`` of 4096 bytes or more is stored as one Zstandard frame (level 3) only when smaller;
+* a row that fails to decode after the last intact ``turn/end`` row is a removable torn tail;
+  before it, the log is corrupt (the committed-region rule, §5.9).
+
+Functions here take plain values (rows as tuples) so they can be fuzzed without a database.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final
+
+import zstandard
+from orjson import dumps as _orjson_dumps
+from orjson import loads as _orjson_loads
+
+from dsh._errors import DshError, EventRejectedError, LogCorruptError
+from dsh.json import (
+    MAX_SAFE_INTEGER,
+    CFallback,
+    FrozenDict,
+    FrozenList,
+    c_decode_rows,
+    c_encode_rows,
+    dumps,
+    is_safe_int,
+    loads,
+)
+from dsh.session._chunks import CHUNK_ROW_TAGS, decode_storage_record, pack_chunk_runs
+from dsh.session._events import ENVELOPE_KEYS, Event, as_event
+
+__all__ = [
+    "APPLICATION_ID",
+    "LEGACY_SCHEMA_VERSION",
+    "MAX_PACKED_DATA_BYTES",
+    "MAX_PACKED_ROW_MEMBERS",
+    "MIN_PACKED_ROW_MEMBERS",
+    "READABLE_SCHEMA_VERSIONS",
+    "SCHEMA_14_DDL",
+    "SCHEMA_17_DDL",
+    "SCHEMA_VERSION",
+    "ZSTD_DATA_THRESHOLD_BYTES",
+    "Row",
+    "RowError",
+    "ScanResult",
+    "canonical_schema_objects",
+    "decode_row",
+    "decode_source_event_seqs",
+    "decode_session_row",
+    "encode_batch",
+    "encode_source_event_seqs",
+    "is_uuid",
+    "normalize_sql",
+    "scan_rows",
+    "schema_objects",
+]
+
+SCHEMA_VERSION: Final = 17
+"""``PRAGMA user_version`` of files we create (dsh repository head, persistence spec §5.1)."""
+
+LEGACY_SCHEMA_VERSION: Final = 14
+"""``PRAGMA user_version`` written by the published ``dsh-session-persistence-sqlite`` 0.0.1-rc.1:
+one scalar row per event, JSON text columns, no ``ignorable`` column."""
+
+READABLE_SCHEMA_VERSIONS: Final = frozenset({LEGACY_SCHEMA_VERSION, SCHEMA_VERSION})
+
+APPLICATION_ID: Final = 0x44534850
+"""``PRAGMA application_id``: ASCII ``DSHP`` = 1146308688 (persistence spec §5.1)."""
+
+ZSTD_DATA_THRESHOLD_BYTES: Final = 4096
+ZSTD_LEVEL: Final = 3
+MIN_PACKED_ROW_MEMBERS: Final = 3
+MAX_PACKED_ROW_MEMBERS: Final = 1024
+MAX_PACKED_DATA_BYTES: Final = 1_048_576
+
+# The statement texts must equal dsh's schema.sql up to whitespace (persistence spec §5.5): dsh
+# compares whitespace-normalised sqlite_schema text and refuses any other object.
+SCHEMA_17_DDL: Final[tuple[str, ...]] = (
+    """CREATE TABLE persistence_state (
+  singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+  store_id  TEXT NOT NULL
+) STRICT""",
+    """CREATE TABLE sessions (
+  id               TEXT PRIMARY KEY,
+  version          INTEGER NOT NULL,
+  created_at       INTEGER NOT NULL,
+  cwd              TEXT,
+  parent_session   TEXT,
+  seed_length      INTEGER,
+  origin           TEXT,
+  delegation_depth INTEGER,
+  agent_preset     TEXT,
+  incarnation      TEXT NOT NULL,
+  revision         INTEGER NOT NULL
+) STRICT""",
+    """CREATE TABLE events (
+  session_id        TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  seq               INTEGER NOT NULL,
+  type              TEXT NOT NULL,
+  time              INTEGER NOT NULL,
+  data              ANY NOT NULL,
+  source_event_seqs ANY,
+  surface_op        TEXT,
+  ignorable         INTEGER CHECK (ignorable IS NULL OR ignorable IN (0, 1)),
+  PRIMARY KEY (session_id, seq)
+) STRICT""",
+)
+"""dsh's schema 17 (``resources/sql/schema.sql``), one statement per item."""
+
+SCHEMA_14_DDL: Final[tuple[str, ...]] = (
+    """CREATE TABLE persistence_state (
+  singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+  store_id  TEXT NOT NULL
+) STRICT""",
+    """CREATE TABLE sessions (
+  id               TEXT PRIMARY KEY,
+  version          INTEGER NOT NULL,
+  created_at       INTEGER NOT NULL,
+  cwd              TEXT,
+  parent_session   TEXT,
+  seed_length      INTEGER,
+  origin           TEXT,
+  delegation_depth INTEGER,
+  agent_preset    TEXT,
+  incarnation      TEXT NOT NULL,
+  revision         INTEGER NOT NULL
+) STRICT""",
+    """CREATE TABLE events (
+  session_id        TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  seq               INTEGER NOT NULL,
+  type              TEXT NOT NULL,
+  time              INTEGER NOT NULL,
+  data              TEXT NOT NULL,
+  source_event_seqs TEXT,
+  surface_op        TEXT,
+  PRIMARY KEY (session_id, seq)
+) STRICT""",
+)
+"""The schema the published dsh SQLite backend (0.0.1-rc.1) writes, as found in
+``shared/dsh-logs/sqlite/*.sqlite``; read and appended to, never created."""
+
+_WS: Final = re.compile(r"\s+")
+_UUID: Final = re.compile(
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE)
+
+SchemaObject = tuple[str, str, str, str]
+"""``(type, name, tbl_name, normalised sql)`` of one ``sqlite_schema`` row."""
+
+
+def normalize_sql(sql: str | None) -> str:
+    """Collapse whitespace runs to one space and trim (dsh's comparison form, spec §5.5)."""
+    return _WS.sub(" ", sql or "").strip()
+
+
+def is_uuid(value: object) -> bool:
+    """True for an 8-4-4-4-12 hex UUID, version 1 to 8, variant 8/9/a/b (persistence spec §5.3)."""
+    return isinstance(value, str) and _UUID.match(value) is not None
+
+
+def schema_objects(conn: sqlite3.Connection) -> tuple[SchemaObject, ...]:
+    """Return the user schema objects of ``conn`` (names not starting ``sqlite_``), sorted.
+
+    Rule: persistence spec §5.5 (ordered by type then name, sql whitespace-normalised).
+    """
+    rows = conn.execute(
+        "SELECT type, name, tbl_name, sql FROM sqlite_schema "
+        "WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY type, name").fetchall()
+    return tuple((str(t), str(n), str(tb), normalize_sql(s)) for t, n, tb, s in rows)
+
+
+@cache
+def canonical_schema_objects(version: int) -> tuple[SchemaObject, ...]:
+    """Return what :func:`schema_objects` yields for a pristine file of schema ``version``.
+
+    Built by running the DDL in a fresh in-memory database with foreign keys on, as dsh does.
+
+    Raises:
+        KeyError: ``version`` is neither 14 nor 17.
+    """
+    ddl = {SCHEMA_VERSION: SCHEMA_17_DDL, LEGACY_SCHEMA_VERSION: SCHEMA_14_DDL}[version]
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")
+        for statement in ddl:
+            conn.execute(statement)
+        return schema_objects(conn)
+    finally:
+        conn.close()
+
+
+# --- row primitives -------------------------------------------------------------------------
+
+Row = tuple[int, Any, Any, Any, Any, Any, Any, Any]
+"""``(rowid, seq, type, time, data, source_event_seqs, surface_op, ignorable)`` as selected;
+schema 14 selects ``NULL`` for ``ignorable``."""
+
+
+class RowError(Exception):
+    """A physical row that does not decode; the scan turns it into torn or corrupt (§5.9)."""
+
+
+def encode_source_event_seqs(seqs: Sequence[int]) -> bytes:
+    """Encode provenance seqs as dsh's varint BLOB (persistence spec §5.6).
+
+    The first value is an unsigned LEB128 varint; each later value ``v`` after ``p`` is the
+    ZigZag of ``v - p``: ``(v - p) * 2`` when ``v >= p``, else ``(p - v) * 2 - 1``. ``[]`` is an
+    empty BLOB.
+
+    Raises:
+        EventRejectedError: a value is not a non-negative safe integer (code ENVELOPE).
+    """
+    out = bytearray()
+    prev = 0
+    for i, value in enumerate(seqs):
+        if not is_safe_int(value) or value < 0:
+            raise EventRejectedError(
+                f"sourceEventSeqs values must be non-negative safe integers, got {value!r} at "
+                f"index {i}", code="ENVELOPE", json_path=f"$.sourceEventSeqs[{i}]")
+        if i == 0:
+            n = value
+        elif value >= prev:
+            n = (value - prev) * 2
+        else:
+            n = (prev - value) * 2 - 1
+        prev = value
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+    return bytes(out)
+
+
+def decode_source_event_seqs(blob: bytes) -> FrozenList:
+    """Decode a varint provenance BLOB (persistence spec §5.6).
+
+    Raises:
+        RowError: truncated or non-canonical varint (a final ``0x00`` after a continuation),
+            a shift beyond 56 bits, a value out of range, or a decoded seq outside
+            ``[0, 2^53 - 1]``.
+    """
+    values: list[int] = []
+    pos = 0
+    size = len(blob)
+    prev = 0
+    while pos < size:
+        n = 0
+        shift = 0
+        while True:
+            if pos >= size:
+                raise RowError("truncated varint in source_event_seqs")
+            byte = blob[pos]
+            pos += 1
+            if shift > 56:
+                raise RowError("varint in source_event_seqs is longer than 57 bits")
+            n |= (byte & 0x7F) << shift
+            if byte & 0x80 == 0:
+                if byte == 0 and shift > 0:
+                    raise RowError("non-canonical varint in source_event_seqs")
+                break
+            shift += 7
+        if not values:
+            if n > MAX_SAFE_INTEGER:
+                raise RowError(f"source_event_seqs first value {n} exceeds 2^53 - 1")
+            value = n
+        else:
+            if n > 2 * MAX_SAFE_INTEGER:
+                raise RowError(f"source_event_seqs delta {n} is out of range")
+            value = prev + n // 2 if n % 2 == 0 else prev - (n + 1) // 2
+        if value < 0 or value > MAX_SAFE_INTEGER:
+            raise RowError(f"source_event_seqs value {value} is outside [0, 2^53 - 1]")
+        values.append(value)
+        prev = value
+    return FrozenList(values)
+
+
+_COMPRESSOR: Final = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=False)
+_DECOMPRESSOR: Final = zstandard.ZstdDecompressor()
+
+
+def _encode_data(text: bytes) -> str | bytes:
+    """TEXT below 4096 bytes; else a zstd frame if strictly smaller (persistence spec §5.6)."""
+    if len(text) >= ZSTD_DATA_THRESHOLD_BYTES:
+        frame = _COMPRESSOR.compress(text)
+        if len(frame) < len(text):
+            return frame
+    return text.decode("utf-8")
+
+
+def _decompress(blob: bytes, limit: int | None) -> bytes:
+    """Decode exactly one zstd frame; with ``limit``, refuse output beyond ``limit`` bytes.
+
+    The frame's content-size field is not trusted for allocation (spec §5.13 item 3).
+    """
+    try:
+        declared = zstandard.frame_content_size(blob)
+        if limit is not None:
+            if declared > limit:
+                raise RowError(f"compressed data declares {declared} bytes, over the {limit} "
+                               f"byte packed-row limit")
+            if declared < 0:
+                # Unknown size: the bounded one-shot decoder fails rather than grow past limit.
+                try:
+                    _DECOMPRESSOR.decompress(blob, max_output_size=limit)
+                except zstandard.ZstdError as exc:
+                    raise RowError(f"compressed data does not decode within the {limit} byte "
+                                   f"packed-row limit: {exc}") from exc
+        obj = _DECOMPRESSOR.decompressobj()
+        out = obj.decompress(blob)
+    except zstandard.ZstdError as exc:
+        raise RowError(f"data is not a valid Zstandard frame: {exc}") from exc
+    if not obj.eof or obj.unused_data:
+        raise RowError("data is not exactly one complete Zstandard frame")
+    if limit is not None and len(out) > limit:
+        raise RowError(f"decompressed data exceeds the {limit} byte packed-row limit")
+    return out
+
+
+def _data_text(data: object, *, limit: int | None, allow_blob: bool) -> str | bytes:
+    if isinstance(data, str):
+        if limit is not None and len(data) > limit // 4 and len(data.encode("utf-8")) > limit:
+            raise RowError(f"packed data exceeds the {limit} byte limit before JSON decoding")
+        return data
+    if isinstance(data, bytes) and allow_blob:
+        return _decompress(data, limit)
+    raise RowError(f"data must be {'TEXT or BLOB' if allow_blob else 'TEXT'}, "
+                   f"got {type(data).__name__}")
+
+
+def _parse(text: str | bytes, what: str) -> Any:
+    try:
+        return loads(text)
+    except DshError as exc:
+        raise RowError(f"{what} is not lossless JSON: {exc.message}") from exc
+    except UnicodeDecodeError as exc:
+        raise RowError(f"{what} is not valid UTF-8: {exc}") from exc
+
+
+def decode_row(row: Row, schema_version: int) -> list[Event]:
+    """Decode one physical row into its logical events (persistence spec §5.6).
+
+    Args:
+        row: ``(rowid, seq, type, time, data, source_event_seqs, surface_op, ignorable)``.
+        schema_version: 17 (varint/zstd/packed vocabulary) or 14 (JSON text columns only).
+
+    Returns:
+        One event for a scalar row; the members of a packed row (``ignorable = 0``).
+
+    Raises:
+        RowError: a wrong column type or value, undecodable data, a malformed packed row.
+    """
+    _rowid, seq, type_, time, data, ses, sop, ign = row
+    if (ign is None and ses is None and type(data) is str and type(seq) is int
+            and 0 <= seq <= MAX_SAFE_INTEGER and type(time) is int
+            and -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER and type(type_) is str and type_
+            and (sop is None or type(sop) is str)):
+        # Fast path for the common row: plain scalar event, JSON text data, no provenance.
+        try:
+            payload = loads(data)
+        except DshError as exc:
+            raise RowError(f"data is not lossless JSON: {exc.message}") from exc
+        if sop is None:
+            return [as_event({"type": type_, "seq": seq, "time": time, "data": payload})]
+        op = "append" if sop == '"append"' else _parse(sop, "surface_op")
+        return [as_event({"type": type_, "seq": seq, "time": time, "data": payload,
+                       "surfaceOp": op})]
+    if not is_safe_int(seq) or seq < 0:
+        raise RowError(f"seq must be a non-negative safe integer, got {seq!r}")
+    if not isinstance(type_, str) or not type_:
+        raise RowError(f"type must be non-empty text, got {type_!r}")
+    if not is_safe_int(time):
+        raise RowError(f"time must be a safe integer, got {time!r}")
+    if sop is not None and not isinstance(sop, str):
+        raise RowError(f"surface_op must be TEXT or NULL, got {type(sop).__name__}")
+    legacy = schema_version == LEGACY_SCHEMA_VERSION
+    if ign is not None and (ign not in (0, 1) or type(ign) is not int):
+        raise RowError(f"ignorable must be NULL, 0 or 1, got {ign!r}")
+    if ign == 0:
+        if type_ not in CHUNK_ROW_TAGS:
+            raise RowError(f"packed discriminator requires a chunk tag, got type {type_!r}")
+        if ses is not None or sop is not None:
+            raise RowError("packed surface fields must be null")
+        payload = _parse(_data_text(data, limit=MAX_PACKED_DATA_BYTES, allow_blob=True), "data")
+        try:
+            members = decode_storage_record(
+                FrozenDict({"type": type_, "seq0": seq, "time0": time, "data": payload}))
+        except DshError as exc:
+            raise RowError(exc.message) from exc
+        if not MIN_PACKED_ROW_MEMBERS <= len(members) <= MAX_PACKED_ROW_MEMBERS:
+            raise RowError(f"packed row holds {len(members)} members, expected "
+                           f"{MIN_PACKED_ROW_MEMBERS} to {MAX_PACKED_ROW_MEMBERS}")
+        return members  # tagged rows decode to Events only
+    fields: dict[str, Any] = {
+        "type": type_, "seq": seq, "time": time,
+        "data": _parse(_data_text(data, limit=None, allow_blob=not legacy), "data"),
+    }
+    if ses is not None:
+        if legacy:
+            if not isinstance(ses, str):
+                raise RowError(f"source_event_seqs must be TEXT or NULL, got {type(ses).__name__}")
+            seqs = _parse(ses, "source_event_seqs")
+            if not isinstance(seqs, list) or not all(
+                    is_safe_int(v) and v >= 0 for v in seqs):
+                raise RowError("source_event_seqs must be a JSON array of non-negative integers")
+        else:
+            if not isinstance(ses, bytes):
+                raise RowError(f"source_event_seqs must be a BLOB or NULL, got "
+                               f"{type(ses).__name__}")
+            seqs = decode_source_event_seqs(ses)
+        fields["sourceEventSeqs"] = seqs
+    if sop is not None:
+        fields["surfaceOp"] = "append" if sop == '"append"' else _parse(sop, "surface_op")
+    if ign == 1:
+        fields["ignorable"] = True
+    return [as_event(fields)]
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """The outcome of :func:`scan_rows`.
+
+    Attributes:
+        events: The valid committed logical events, contiguous from the scan base.
+        torn_seq: Physical ``seq`` of the first removable row, or ``None`` (no torn tail).
+        torn_rowid: ``rowid`` of that row, or ``None``.
+        torn_reason: Why that row is torn (one sentence), or ``None``.
+    """
+
+    events: list[Event]
+    torn_seq: int | None
+    torn_rowid: int | None
+    torn_reason: str | None
+
+
+def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
+              session_id: str) -> ScanResult:
+    """Decode physical rows with dsh's committed-region rule (persistence spec §5.9).
+
+    Args:
+        rows: Rows of one session ordered by ``seq``, starting at physical seq ``base``.
+        base: The logical seq the first row must start at (0 for a full read).
+        schema_version: 14 or 17.
+        path: Database path, named in errors.
+        session_id: Named in errors.
+
+    Returns:
+        ScanResult: the preserved events, and the removable row when the *final* row fails to
+        decode or breaks contiguity (and lies after the last intact ``turn/end``).
+
+    Raises:
+        LogCorruptError: such a row lies at or before the last intact ``turn/end`` row, or any
+            row follows it — stricter than dsh, which drops the later rows (``where``: path,
+            seq, session_id).
+    """
+    decoded: dict[int, list[Event] | RowError] = {}
+
+    def decode(i: int) -> list[Event] | RowError:
+        if i not in decoded:
+            try:
+                decoded[i] = decode_row(rows[i], schema_version)
+            except RowError as exc:
+                decoded[i] = exc
+        return decoded[i]
+
+    last_turn_end = -1
+    for i in range(len(rows) - 1, -1, -1):
+        # Only scalar rows can hold a turn/end; skip packed rows without decoding them.
+        if rows[i][2] != "turn/end" or rows[i][7] == 0:
+            continue
+        result = decode(i)
+        if not isinstance(result, RowError):
+            last_turn_end = i
+            break
+    events: list[Event] = []
+    expected = base
+    i = 0
+    count = len(rows)
+    fast_rows = rows if type(rows) is list else list(rows)
+    while i < count:
+        if c_decode_rows is not None:
+            # The C accelerator takes every ordinary row and stops before any row this loop
+            # must judge, so the rules (and every message) stay here.
+            i, expected = c_decode_rows(
+                fast_rows, i, expected, _orjson_loads, Event, events,
+                schema_version != LEGACY_SCHEMA_VERSION, MAX_PACKED_DATA_BYTES,
+                MIN_PACKED_ROW_MEMBERS, MAX_PACKED_ROW_MEMBERS)
+            if i >= count:
+                break
+        index = i
+        i += 1
+        row = rows[index]
+        result = decode(index)
+        if isinstance(result, RowError):
+            reason = str(result)
+        elif result[0]["seq"] != expected:
+            reason = (f"row starts at seq {result[0]['seq']}, expected {expected} "
+                      f"(a gap or an overlapping row)")
+        else:
+            events.extend(result)
+            expected += len(result)
+            continue
+        if index <= last_turn_end or index < len(rows) - 1:
+            # dsh tolerates any bad row after the last turn/end; a later row means the damage
+            # is inside committed data, so (as for JSONL) refuse rather than hide those rows.
+            where = ("it precedes the last intact turn/end" if index <= last_turn_end
+                     else f"{len(rows) - 1 - index} later row(s) follow it")
+            raise LogCorruptError(
+                f"corrupt session log {session_id!r} in {path}: invalid committed physical row "
+                f"at seq {row[1]} ({reason}); {where}, so it is not a torn tail", path=path,
+                seq=row[1] if is_safe_int(row[1]) else None, session_id=session_id)
+        return ScanResult(events, row[1] if is_safe_int(row[1]) else None, row[0],
+                          f"physical row at seq {row[1]} does not continue the log: {reason}")
+    return ScanResult(events, None, None, None)
+
+
+# --- writing --------------------------------------------------------------------------------
+
+EncodedRow = tuple[int, str, int, str | bytes, bytes | str | None, str | None, int | None]
+"""``(seq, type, time, data, source_event_seqs, surface_op, ignorable)`` ready to bind."""
+
+
+def _check_envelope(event: Event) -> None:
+    get = event.get
+    type_, seq, time = get("type"), get("seq"), get("time")
+    # Fast path for well-formed envelopes (the common case: events from Session.append).
+    if (event.keys() <= ENVELOPE_KEYS and type(type_) is str and type_
+            and type(seq) is int and 0 <= seq <= MAX_SAFE_INTEGER
+            and type(time) is int and -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER
+            and "data" in event and get("ignorable", True) is True):
+        return
+    extra = set(event.keys()) - ENVELOPE_KEYS
+    if extra:
+        raise EventRejectedError(
+            f"event envelope has keys {sorted(extra)} that are not part of the envelope; a "
+            f"SQLite row cannot hold them", code="ENVELOPE", seq=event.get("seq"),
+            event_type=event.get("type"))
+    type_ = event.get("type")
+    if not isinstance(type_, str) or not type_:
+        raise EventRejectedError(f"event type must be a non-empty string, got {type_!r}",
+                                 code="ENVELOPE", seq=event.get("seq"))
+    if not is_safe_int(event.get("seq")) or event["seq"] < 0:
+        raise EventRejectedError(f"event seq must be a non-negative safe integer, got "
+                                 f"{event.get('seq')!r}", code="ENVELOPE", event_type=type_)
+    if not is_safe_int(event.get("time")):
+        raise EventRejectedError(f"event time must be a safe integer, got {event.get('time')!r}",
+                                 code="ENVELOPE", seq=event["seq"], event_type=type_)
+    if "data" not in event:
+        raise EventRejectedError("event data is required", code="ENVELOPE", seq=event["seq"],
+                                 event_type=type_)
+    if "ignorable" in event and event["ignorable"] is not True:
+        raise EventRejectedError(f"ignorable must be literally true when present, got "
+                                 f"{event['ignorable']!r}", code="ENVELOPE", seq=event["seq"],
+                                 event_type=type_)
+
+
+def _scalar_row(event: Event, schema_version: int) -> EncodedRow:
+    seqs = event.get("sourceEventSeqs")
+    op = event.get("surfaceOp")
+    text = dumps(event["data"])
+    if schema_version == LEGACY_SCHEMA_VERSION:
+        if event.get("ignorable") is True:
+            raise EventRejectedError(
+                f"its {event['type']} event at seq {event['seq']} is ignorable, and a schema-14 "
+                "SQLite file (the published dsh's layout, whose reader refuses unknown types) "
+                "has no column for that; put this session in a JSONL folder, which the "
+                "published dsh reads, or a schema-17 SQLite file (the default: leave out "
+                "?schema=14)", code="ENVELOPE", seq=event["seq"], event_type=event["type"])
+        return (event["seq"], event["type"], event["time"], text.decode("utf-8"),
+                None if seqs is None else dumps(seqs).decode("utf-8"),
+                None if op is None else dumps(op).decode("utf-8"), None)
+    return (event["seq"], event["type"], event["time"], _encode_data(text),
+            None if seqs is None else encode_source_event_seqs(seqs),
+            None if op is None else dumps(op).decode("utf-8"),
+            1 if event.get("ignorable") is True else None)
+
+
+def _slice_row_data(data: FrozenDict, start: int, stop: int) -> dict[str, Any]:
+    """Members ``[start, stop)`` of a packed row's data, keys in the row's own order."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "dt":
+            out[key] = list(value[start:stop - 1])
+        elif key in ("texts", "args"):
+            out[key] = list(value[start:stop])
+        else:
+            out[key] = value
+    return out
+
+
+def _partition_packed(row: FrozenDict, originals: Sequence[Event]) -> Iterable[EncodedRow]:
+    """Split one packed run into rows of ≤ 1024 members and ≤ 1 MiB data (spec §5.7)."""
+    data = row["data"]
+    members = len(data["texts"] if "texts" in data else data["args"])
+    dt = data["dt"]
+    times = [row["time0"]]
+    for gap in dt:
+        times.append(times[-1] + gap)
+    seq0 = row["seq0"]
+    encoded: dict[tuple[int, int], bytes] = {}
+
+    def text_of(start: int, stop: int) -> bytes:
+        key = (start, stop)
+        if key not in encoded:
+            encoded[key] = dumps(_slice_row_data(data, start, stop))
+        return encoded[key]
+
+    def fits(start: int, stop: int) -> bool:
+        return len(text_of(start, stop)) <= MAX_PACKED_DATA_BYTES
+
+    def packed(start: int, stop: int) -> EncodedRow:
+        return (seq0 + start, row["type"], times[start], _encode_data(text_of(start, stop)),
+                None, None, 0)
+
+    pos = 0
+    while members - pos >= MIN_PACKED_ROW_MEMBERS:
+        size = min(MAX_PACKED_ROW_MEMBERS, members - pos)
+        if fits(pos, pos + size):
+            yield packed(pos, pos + size)
+            pos += size
+            continue
+        lo, hi, best = MIN_PACKED_ROW_MEMBERS, size - 1, 0
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if fits(pos, pos + mid):
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        if best:
+            yield packed(pos, pos + best)
+            pos += best
+        else:
+            yield _scalar_row(originals[pos], SCHEMA_VERSION)
+            pos += 1
+    while pos < members:
+        yield _scalar_row(originals[pos], SCHEMA_VERSION)
+        pos += 1
+
+
+def encode_batch(events: Sequence[Event], schema_version: int) -> list[EncodedRow]:
+    """Encode one durable append batch into physical rows (persistence spec §5.6, §5.7).
+
+    Schema 17 packs runs of eligible ``assistant/chunk`` deltas of this batch (never across
+    batches) into rows of 3…1024 members and ≤ 1 MiB data; schema 14 writes one scalar row per
+    event with JSON text columns, as the published dsh does.
+
+    Args:
+        events: The batch in seq order (contiguity is the caller's check).
+        schema_version: 14 or 17.
+
+    Returns:
+        Rows ``(seq, type, time, data, source_event_seqs, surface_op, ignorable)``.
+
+    Raises:
+        EventRejectedError: an envelope a row cannot hold (code ENVELOPE): extra keys, bad
+            ``seq``/``time``/``type``, missing ``data``, bad ``sourceEventSeqs``, or an ignorable
+            event in a schema-14 file.
+        InvalidJsonError: a payload is not lossless JSON.
+
+    The C accelerator encodes a batch of scalar events in one pass (the same rows); this
+    Python code is the reference and runs for everything it leaves (chunk packing, errors).
+    """
+    if c_encode_rows is not None and type(events) in (list, tuple):
+        try:
+            rows: list[EncodedRow] = c_encode_rows(events, schema_version, _orjson_dumps,
+                                                   _encode_data, ZSTD_DATA_THRESHOLD_BYTES)
+            return rows
+        except CFallback:
+            pass
+    return _encode_batch(events, schema_version)
+
+
+def _encode_batch(events: Sequence[Event], schema_version: int) -> list[EncodedRow]:
+    """:func:`encode_batch` in pure Python (the accelerator's reference)."""
+    for event in events:
+        _check_envelope(event)
+    if schema_version == LEGACY_SCHEMA_VERSION:
+        return [_scalar_row(event, schema_version) for event in events]
+    if not any(event["type"] == "assistant/chunk" for event in events):
+        return [_scalar_row(event, schema_version) for event in events]  # nothing to pack
+    first_seq = events[0]["seq"] if events else 0
+    rows: list[EncodedRow] = []
+    for record in pack_chunk_runs(events):
+        if "seq0" in record and record.get("type") in CHUNK_ROW_TAGS:
+            start = record["seq0"] - first_seq
+            count = len(record["data"]["texts"] if "texts" in record["data"]
+                        else record["data"]["args"])
+            rows.extend(_partition_packed(record, events[start:start + count]))
+        else:
+            rows.append(_scalar_row(record, schema_version))  # type: ignore[arg-type]  # an Event
+    return rows
+
+
+# --- session rows ---------------------------------------------------------------------------
+
+SessionRow = tuple[Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any]
+"""``(id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth,
+agent_preset, incarnation, revision)``."""
+
+
+def decode_session_row(row: SessionRow, *, path: str) -> tuple[FrozenDict, str, int]:
+    """Validate a ``sessions`` row and rebuild its header (persistence spec §5.6).
+
+    Returns:
+        ``(header, incarnation, revision)``; the header has dsh's camelCase keys in
+        ``HEADER_KEYS`` order and omits NULL columns.
+
+    Raises:
+        LogCorruptError: an invalid column (empty id, negative created_at, relative cwd, origin
+            other than ``subagent``, negative seed_length/delegation_depth, non-UUID
+            incarnation, negative revision).
+    """
+    (id_, version, created_at, cwd, parent, seed_length, origin, depth, preset, incarnation,
+     revision) = row
+
+    def bad(column: str, value: object, rule: str) -> LogCorruptError:
+        return LogCorruptError(
+            f"invalid durable metadata for session {id_!r} in {path}: column {column} must be "
+            f"{rule}, got {value!r}", path=path, session_id=id_ if isinstance(id_, str) else None)
+
+    if not isinstance(id_, str) or not id_:
+        raise bad("id", id_, "non-empty text")
+    if not is_safe_int(version):
+        raise bad("version", version, "a safe integer")
+    if not is_safe_int(created_at) or created_at < 0:
+        raise bad("created_at", created_at, "a non-negative safe integer")
+    if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd)):
+        raise bad("cwd", cwd, "an absolute path or NULL")
+    if parent is not None and not isinstance(parent, str):
+        raise bad("parent_session", parent, "text or NULL")
+    if seed_length is not None and (not is_safe_int(seed_length) or seed_length < 0):
+        raise bad("seed_length", seed_length, "a non-negative integer or NULL")
+    if origin is not None and origin != "subagent":
+        raise bad("origin", origin, "'subagent' or NULL")
+    if depth is not None and (not is_safe_int(depth) or depth < 0):
+        raise bad("delegation_depth", depth, "a non-negative integer or NULL")
+    if preset is not None and not isinstance(preset, str):
+        raise bad("agent_preset", preset, "text or NULL")
+    if not is_uuid(incarnation):
+        raise bad("incarnation", incarnation, "a UUID")
+    if not is_safe_int(revision) or revision < 0:
+        raise bad("revision", revision, "a non-negative integer")
+    header: dict[str, Any] = {"version": version, "id": id_, "createdAt": created_at}
+    for key, value in (("cwd", cwd), ("parentSession", parent), ("seedLength", seed_length),
+                       ("origin", origin), ("delegationDepth", depth), ("agentPreset", preset)):
+        if value is not None:
+            header[key] = value
+    return FrozenDict(header), incarnation, revision

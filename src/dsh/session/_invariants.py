@@ -1,0 +1,412 @@
+"""The session-log invariant companion: turn/step nesting and tool call/result pairing.
+
+Optional: the Session itself enforces none of this (core spec §13.3). A trace validates an event
+against the state left by the committed events before it and returns a staged transition without
+changing anything; the transition is applied only once the event is committed. Rules (§13.2):
+
+* seqs strictly increase;
+* turns open one at a time, numbered 1, 2, … and close in order, never with a step open;
+* steps open one at a time inside the open turn, numbered 1, 2, … per turn;
+* chunks, assistant messages, tool calls and fresh tool results name the open turn and step;
+* a fresh tool result answers a ``tool/call`` of the same step (a synthetic not-started result
+  is exempt); a tool-result replacement only needs some open turn;
+* ``todo/write``, ``request/header`` and ``request/context`` happen inside a turn.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Protocol
+
+from dsh._errors import InvariantError
+from dsh.session._events import Event
+
+__all__ = [
+    "INVARIANT_PREFIX",
+    "InvariantObserver",
+    "InvariantTrace",
+    "ObservableSession",
+    "TraceSession",
+    "TraceState",
+    "Transition",
+    "Violation",
+    "check_log",
+]
+
+INVARIANT_PREFIX: Final = "session-log invariant violated: "
+"""Prefix of every :class:`~dsh._errors.InvariantError` message raised here (core spec §13)."""
+
+_TURN_ENCLOSED: Final = frozenset({"todo/write", "request/header", "request/context"})
+_STEP_SCOPED: Final = frozenset({"assistant/chunk", "assistant/message", "tool/call"})
+
+
+@dataclass(frozen=True, slots=True)
+class TraceState:
+    """The trace of one session after some prefix of its log (core spec §13.1).
+
+    Attributes:
+        last_seq: Seq of the last applied event (-1 before any).
+        open_turn: Number of the open turn, or None.
+        open_step: Number of the open step, or None.
+        next_turn: Number the next ``turn/start`` must carry.
+        next_step: Number the next ``step/start`` of the open turn must carry.
+        pending_calls: Call ids with a ``tool/call`` in the open step and no result yet.
+    """
+
+    last_seq: int = -1
+    open_turn: Any = None
+    open_step: Any = None
+    next_turn: int = 1
+    next_step: int = 1
+    pending_calls: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A validated, not yet applied change of a trace: ``event`` leads to ``state``."""
+
+    event: Event
+    state: TraceState
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule found by :func:`check_log`.
+
+    Attributes:
+        seq: Seq of the offending event.
+        rule: Stable rule id, e.g. ``TURN_NUMBER`` or ``UNPAIRED_RESULT``.
+        message: One sentence: the rule, found vs expected.
+    """
+
+    seq: int
+    rule: str
+    message: str
+
+
+class _Broken(Exception):
+    """Internal: one rule failed; carries the rule id and the message."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.message = message
+
+
+def _field(event: Event, key: str) -> Any:
+    data = event.get("data")
+    return data.get(key) if isinstance(data, dict) else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    # bool is never a number (core spec §4.4 item 1); None equals only None
+    return type(a) is type(b) and a == b
+
+
+def _fmt(value: Any) -> str:
+    return "null" if value is None else repr(value) if type(value) is not int else str(value)
+
+
+def _require_open_step(event: Event, state: TraceState) -> None:
+    turn, step = _field(event, "turn"), _field(event, "step")
+    if not (_same(turn, state.open_turn) and _same(step, state.open_step)) \
+            or state.open_turn is None or state.open_step is None:
+        raise _Broken("STEP_MISMATCH",
+                      f"{event.get('type')} names turn {_fmt(turn)}/step {_fmt(step)} but open is "
+                      f"turn {_fmt(state.open_turn)}/step {_fmt(state.open_step)}")
+
+
+def _is_not_started_result(event: Event) -> bool:
+    message = _field(event, "message")
+    error = _field(event, "error")
+    content = message.get("content") if isinstance(message, dict) else None
+    first = content[0] if isinstance(content, list) and content else None
+    return (isinstance(first, dict) and first.get("isError") is True
+            and isinstance(error, dict) and error.get("code") == "TOOL_NOT_STARTED")
+
+
+def _result_call_id(event: Event) -> Any:
+    message = _field(event, "message")
+    source = message.get("source") if isinstance(message, dict) else None
+    return source.get("callId") if isinstance(source, dict) else None
+
+
+def _check(state: TraceState, event: Event) -> None:
+    """Raise _Broken for the first rule ``event`` breaks after ``state`` (core spec §13.2)."""
+    seq = event.get("seq")
+    if type(seq) is not int or seq <= state.last_seq:
+        raise _Broken("SEQ_ORDER",
+                      f"seq must strictly increase: saw {_fmt(seq)} after {state.last_seq}")
+    kind = event.get("type")
+    if kind == "turn/start":
+        turn = _field(event, "turn")
+        if state.open_turn is not None:
+            raise _Broken("TURN_NESTED", f"turn/start {_fmt(turn)} while turn "
+                                         f"{_fmt(state.open_turn)} is still open")
+        if not _same(turn, state.next_turn):
+            raise _Broken("TURN_NUMBER",
+                          f"turn/start expected turn {state.next_turn}, got {_fmt(turn)}")
+    elif kind == "turn/end":
+        turn = _field(event, "turn")
+        if state.open_turn is None or not _same(turn, state.open_turn):
+            raise _Broken("TURN_MISMATCH", f"turn/end {_fmt(turn)} does not match open turn "
+                                           f"{_fmt(state.open_turn)}")
+        if state.open_step is not None:
+            raise _Broken("TURN_END_OPEN_STEP", f"turn/end {_fmt(turn)} while step "
+                                                f"{_fmt(state.open_step)} is still open")
+    elif kind == "step/start":
+        turn, step = _field(event, "turn"), _field(event, "step")
+        if state.open_turn is None or not _same(turn, state.open_turn):
+            raise _Broken("STEP_OUTSIDE_TURN", f"step/start in turn {_fmt(turn)} but open turn "
+                                               f"is {_fmt(state.open_turn)}")
+        if state.open_step is not None:
+            raise _Broken("STEP_NESTED", f"step/start {_fmt(step)} while step "
+                                         f"{_fmt(state.open_step)} is still open")
+        if not _same(step, state.next_step):
+            raise _Broken("STEP_NUMBER", f"step/start expected step {state.next_step} in turn "
+                                         f"{_fmt(turn)}, got {_fmt(step)}")
+    elif kind == "step/end" or kind in _STEP_SCOPED:
+        _require_open_step(event, state)
+    elif kind == "tool/result":
+        if event.get("surfaceOp") != "append":
+            # a content rewrite the surface already validated: only turn enclosure matters
+            if state.open_turn is None:
+                raise _Broken("REPLACEMENT_OUTSIDE_TURN", "tool/result surface replacement "
+                                                          "appended outside any open turn")
+            return
+        _require_open_step(event, state)
+        call_id = _result_call_id(event)
+        if call_id not in state.pending_calls and not _is_not_started_result(event):
+            raise _Broken("UNPAIRED_RESULT", f"tool/result for {_fmt(call_id)} with no prior "
+                                             "tool/call in this step")
+    elif kind in _TURN_ENCLOSED and state.open_turn is None:
+        raise _Broken("OUTSIDE_TURN", f"{kind} appended outside any open turn (core execution "
+                                      "events must be turn-enclosed)")
+
+
+def _effect(state: TraceState, event: Event) -> TraceState:
+    """Return the state after ``event``, assuming its checks passed.
+
+    Each effect restates the event's own claim (e.g. ``next_turn = turn + 1``); on a valid log
+    that equals the spec's counter arithmetic, and after a violation it lets :func:`check_log`
+    resynchronise instead of reporting every later event.
+    """
+    seq = event.get("seq")
+    last_seq = seq if type(seq) is int and seq > state.last_seq else state.last_seq
+    kind = event.get("type")
+    if kind == "turn/start":
+        return TraceState(last_seq, _field(event, "turn"), None, state.next_turn, 1, frozenset())
+    if kind == "turn/end":
+        turn = _field(event, "turn")
+        next_turn = turn + 1 if type(turn) is int else state.next_turn + 1
+        return TraceState(last_seq, None, None, next_turn, 1, frozenset())
+    if kind == "step/start":
+        return replace(state, last_seq=last_seq, open_step=_field(event, "step"))
+    if kind == "step/end":
+        step = _field(event, "step")
+        next_step = step + 1 if type(step) is int else state.next_step + 1
+        return replace(state, last_seq=last_seq, open_step=None, next_step=next_step,
+                       pending_calls=frozenset())
+    if kind == "tool/call":
+        call_id = _field(event, "callId")
+        if type(call_id) is str:
+            return replace(state, last_seq=last_seq, pending_calls=state.pending_calls | {call_id})
+    elif kind == "tool/result" and event.get("surfaceOp") == "append":
+        call_id = _result_call_id(event)
+        if call_id in state.pending_calls:
+            return replace(state, last_seq=last_seq,
+                           pending_calls=state.pending_calls - {call_id})
+    return replace(state, last_seq=last_seq)
+
+
+class InvariantTrace:
+    """The invariant trace of one session: validate before commit, apply after.
+
+    ``validate`` never changes the trace, so a later veto of the append leaves no trace;
+    ``apply`` (or ``commit``) records a committed event.
+    Rule: core spec §13.1-§13.3.
+    """
+
+    __slots__ = ("_state",)
+
+    def __init__(self) -> None:
+        self._state = TraceState()
+
+    @property
+    def state(self) -> TraceState:
+        """The state after the applied events."""
+        return self._state
+
+    def validate(self, event: Event) -> Transition:
+        """Check ``event`` as the next committed event; return the staged transition.
+
+        Raises:
+            InvariantError: the first rule of core spec §13.2 it breaks; the message starts with
+                :data:`INVARIANT_PREFIX`; ``where`` has ``seq``, ``event_type`` and ``rule``.
+        """
+        try:
+            _check(self._state, event)
+        except _Broken as broken:
+            seq = event.get("seq")
+            raise InvariantError(INVARIANT_PREFIX + broken.message, code="INVARIANT",
+                                 seq=seq if type(seq) is int else None,
+                                 event_type=event.get("type"), rule=broken.rule) from None
+        return Transition(event, _effect(self._state, event))
+
+    def commit(self, transition: Transition) -> None:
+        """Apply a transition :meth:`validate` returned for the current state."""
+        self._state = transition.state
+
+    def apply(self, event: Event) -> None:
+        """Validate ``event`` and apply it (a committed event).
+
+        Raises:
+            InvariantError: as :meth:`validate`; the trace is then unchanged.
+        """
+        self._state = self.validate(event).state
+
+    def replay(self, events: Iterable[Event]) -> None:
+        """Apply every event of ``events`` in order.
+
+        Raises:
+            InvariantError: at the first violation; the events before it stay applied.
+        """
+        for event in events:
+            self.apply(event)
+
+
+def check_log(events: Iterable[Event]) -> list[Violation]:
+    """Check a whole log and return every violation, in log order (for ``dsh verify``).
+
+    After a violation the trace resynchronises on the offending event's own claim (its turn,
+    step, call) so one defect is reported once rather than at every later event.
+
+    Args:
+        events: A log in seq order (any prefix, e.g. a stored log with its seed).
+
+    Returns:
+        One :class:`Violation` per offending event (its first broken rule); empty when valid.
+    Rule: core spec §13.2.
+    """
+    state = TraceState()
+    violations: list[Violation] = []
+    for event in events:
+        try:
+            _check(state, event)
+        except _Broken as broken:
+            seq = event.get("seq")
+            violations.append(Violation(seq if type(seq) is int else -1, broken.rule,
+                                        broken.message))
+        state = _effect(state, event)
+    return violations
+
+
+class TraceSession(Protocol):
+    """What the observer needs of a session: its log (the store's ``Session`` matches)."""
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """The committed log, including seed and end-seed."""
+        ...
+
+
+class ObservableSession(TraceSession, Protocol):
+    """A session with pre-commit validators and post-commit observers (``Session`` matches)."""
+
+    def add_validator(self, callback: Callable[[Any, Event], object]) -> Callable[[], None]:
+        """Run ``callback(session, candidate)`` before each commit; raising vetoes the append."""
+        ...
+
+    def observe(self, callback: Callable[[Any, Event], object]) -> Callable[[], None]:
+        """Run ``callback(session, event)`` after each commit."""
+        ...
+
+
+class InvariantObserver:
+    """A ``SessionStore`` observer that keeps one :class:`InvariantTrace` per session.
+
+    ``on_created`` replays the new session's whole log and raises :class:`InvariantError` to
+    veto the creation; ``validate`` is the pre-commit check the store's append path calls;
+    ``on_event`` applies a committed event; ``on_disposed`` forgets the session. A session it
+    has not seen created (the observer was added later) is replayed from its log on first use.
+    Rule: core spec §13.3.
+    """
+
+    def __init__(self) -> None:
+        self._traces: weakref.WeakKeyDictionary[Any, InvariantTrace] = weakref.WeakKeyDictionary()
+
+    def attach(self, session: ObservableSession) -> Callable[[], None]:
+        """Guard one session directly: replay it, then validate and apply its every append.
+
+        Returns:
+            A function that detaches the hooks and forgets the session's trace.
+
+        Raises:
+            InvariantError: the session's existing log breaks a rule (nothing is attached).
+        """
+        self.on_created(session)
+        remove_validator = session.add_validator(self.validate)
+        unobserve = session.observe(self.on_event)
+
+        def detach() -> None:
+            remove_validator()
+            unobserve()
+            self.on_disposed(session)
+
+        return detach
+
+    def trace(self, session: TraceSession) -> InvariantTrace:
+        """Return the session's trace, replaying its log when it has none yet.
+
+        Raises:
+            InvariantError: the existing log breaks a rule.
+        """
+        trace = self._traces.get(session)
+        if trace is None:
+            trace = InvariantTrace()
+            trace.replay(session.events)
+            self._traces[session] = trace
+        return trace
+
+    def validate(self, session: TraceSession, event: Event) -> Transition:
+        """Pre-commit hook: check ``event`` as the session's next event; change nothing.
+
+        Raises:
+            InvariantError: the event breaks a rule; the store must reject the append.
+        """
+        return self.trace(session).validate(event)
+
+    def on_created(self, session: TraceSession) -> None:
+        """Replay the new session's whole log into a fresh trace.
+
+        Raises:
+            InvariantError: the seed breaks a rule (the store rolls the creation back).
+        """
+        trace = InvariantTrace()
+        trace.replay(session.events)
+        self._traces[session] = trace
+
+    def on_event(self, session: TraceSession, event: Event) -> None:
+        """Apply a committed event to the session's trace.
+
+        Raises:
+            InvariantError: the event breaks a rule (it was committed without the pre-commit
+                check); the trace stays at the previous event.
+        """
+        trace = self._traces.get(session)
+        if trace is None:
+            # first sight of this session: its log already holds ``event``
+            trace = InvariantTrace()
+            trace.replay(e for e in session.events if e.get("seq", -1) <= event.get("seq", -1))
+            self._traces[session] = trace
+            return
+        trace.apply(event)
+
+    def on_flush(self, session: TraceSession) -> None:
+        """Nothing to make durable."""
+
+    def on_disposed(self, session: TraceSession) -> None:
+        """Forget the session's trace."""
+        self._traces.pop(session, None)

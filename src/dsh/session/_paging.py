@@ -1,0 +1,185 @@
+"""Paged-in logs: a session log whose events before a cut live in storage, not in memory.
+
+After an O(tail) resume (DESIGN §3.12) the core holds only the tail; the events before the cut
+are read on demand from an :class:`EventSource` that persistence hands to it, so ``session/``
+itself stays free of I/O. Invariants this module owns:
+
+* the events before the cut never change (only the single writer appends, and only after it),
+  so a page read once is the answer forever; pages are kept in a small LRU, never all of them;
+* every paged-in event is checked to carry the seq of its position, so a source that serves
+  the wrong bytes is refused (``LogCorruptError``) rather than answered with a wrong event;
+* readers on several threads share the page cache without a lock (the core never blocks):
+  a page another reader evicts meanwhile is still the right page, only its LRU place is lost;
+  sources guard their own state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Final, Protocol, overload
+
+from dsh._errors import LogCorruptError
+from dsh.json import c_seqs_contiguous
+from dsh.session._events import Event
+
+__all__ = ["PAGE_EVENTS", "EventSource", "PagedLog"]
+
+PAGE_EVENTS: Final = 256
+"""Events per page read from a source (one read serves a whole page)."""
+
+_CACHED_PAGES: Final = 32  # resident pages at most: O(pages) memory, not O(log)
+
+
+class EventSource(Protocol):
+    """Where the events before an O(tail) resume's cut are read from (storage, by seq).
+
+    ``len(source)`` is the cut: the source serves seqs ``0 .. len - 1`` and never changes.
+    ``read(start, stop)`` returns the events with ``start <= seq < stop`` in seq order
+    (``0 <= start <= stop <= len``). It may raise a ``DshError`` (the log became unreadable).
+    It is called from whichever thread reads the session, possibly while the writer appends
+    after the cut.
+    """
+
+    def __len__(self) -> int:
+        """The number of events the source serves (the cut)."""
+
+    def read(self, start: int, stop: int) -> Sequence[Event]:
+        """Return the events with ``start <= seq < stop``, in order."""
+
+
+class PagedLog(Sequence[Event]):
+    """A log list whose first ``cut`` events are paged in from a source; the rest are held.
+
+    It offers what ``Session`` uses of its ``list`` (``len``, indexing with negatives, slices
+    returning lists, iteration, ``append``, ``extend``), so the session code is the same for a
+    resident and a paged log. Appends go to the resident tail.
+
+    Args:
+        source: Serves seqs ``0 .. len(source) - 1``.
+    """
+
+    __slots__ = ("_cut", "_pages", "_source", "_tail")
+
+    def __init__(self, source: EventSource) -> None:
+        self._source = source
+        self._cut = len(source)
+        self._tail: list[Event] = []
+        self._pages: OrderedDict[int, Sequence[Event]] = OrderedDict()
+
+    @property
+    def cut(self) -> int:
+        """Events served by the source (seqs below it are paged in)."""
+        return self._cut
+
+    @property
+    def resident_events(self) -> int:
+        """Events held in memory now: the tail plus the cached pages (for tests and benches)."""
+        # list() of the values is one C call: no other thread runs inside it
+        return len(self._tail) + sum(map(len, list(self._pages.values())))
+
+    def __len__(self) -> int:
+        return self._cut + len(self._tail)
+
+    def append(self, event: Event) -> None:
+        """Append one event after the last (to the resident tail)."""
+        self._tail.append(event)
+
+    def appender(self) -> Callable[[Event], None]:
+        """The tail's own ``append`` (a bulk admission skips one call per event)."""
+        return self._tail.append
+
+    def extend(self, events: Iterable[Event]) -> None:
+        """Append events after the last, in order."""
+        self._tail.extend(events)
+
+    def _page(self, number: int) -> Sequence[Event]:
+        pages = self._pages
+        page = pages.get(number)
+        if page is not None:
+            with contextlib.suppress(KeyError):  # evicted by another reader meanwhile
+                pages.move_to_end(number)
+            return page
+        start = number * PAGE_EVENTS
+        stop = min(self._cut, start + PAGE_EVENTS)
+        page = self._source.read(start, stop)
+        if len(page) != stop - start or not (
+                c_seqs_contiguous(page, start) if c_seqs_contiguous is not None
+                and type(page) in (list, tuple) else
+                all(event.get("seq") == start + offset for offset, event in enumerate(page))):
+            raise LogCorruptError(f"paged-in events {start}..{stop - 1} do not match the log "
+                                  f"they were cut from (got {len(page)} events); the log "
+                                  "changed under the session, resume it again",
+                                  seq=start)
+        pages[number] = page
+        while len(pages) > _CACHED_PAGES:
+            try:
+                pages.popitem(last=False)
+            except KeyError:  # another reader emptied it meanwhile
+                break
+        return page
+
+    def items_at(self, seqs: Iterable[int]) -> Iterator[tuple[int, Event]]:
+        """Yield ``(seq, event)`` for ascending ``seqs`` below the cut, each page read once.
+
+        Raises:
+            LogCorruptError: a page does not match the log (see the module invariants).
+        """
+        size = PAGE_EVENTS
+        number, page = -1, None
+        for seq in seqs:
+            if seq // size != number:
+                number = seq // size
+                page = self._page(number)
+            assert page is not None
+            yield seq, page[seq - number * size]
+
+    def _range(self, start: int, stop: int) -> list[Event]:
+        out: list[Event] = []
+        cut = self._cut
+        index = start
+        while index < min(stop, cut):
+            number = index // PAGE_EVENTS
+            base = number * PAGE_EVENTS
+            page = self._page(number)
+            end = min(stop, base + len(page))
+            out.extend(page[index - base:end - base])
+            index = end
+        if stop > cut:
+            out.extend(self._tail[max(0, start - cut):stop - cut])
+        return out
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Event]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | list[Event]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step == 1:
+                return self._range(start, stop) if start < stop else []
+            low, high = (start, stop) if step > 0 else (stop + 1, start + 1)
+            if low >= high:
+                return []
+            return self._range(low, high)[start - low::step]
+        length = self._cut + len(self._tail)
+        if index < 0:
+            index += length
+        if not 0 <= index < length:
+            raise IndexError(f"event index {index} out of range (log holds {length})")
+        if index >= self._cut:
+            return self._tail[index - self._cut]
+        number = index // PAGE_EVENTS
+        return self._page(number)[index - number * PAGE_EVENTS]
+
+    def __iter__(self) -> Iterator[Event]:
+        for number in range((self._cut + PAGE_EVENTS - 1) // PAGE_EVENTS):
+            yield from self._page(number)
+        # A tail that grows while it is iterated is seen to its end, as a list iterator would.
+        yield from self._tail
+
+    def __repr__(self) -> str:
+        return f"PagedLog(cut={self._cut}, tail={len(self._tail)})"

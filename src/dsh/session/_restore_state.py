@@ -1,0 +1,262 @@
+"""Restore state: what a restore derives from a log prefix, as a value a checkpoint can carry.
+
+A :class:`RestoreState` is the part of ``Session.restore`` that depends on the events before a
+cut: the surface (node seqs, replace generation), the request-header and request-context folds,
+the inherited end-seed markers after the fork cut, the last turn boundary (where crash repair
+must start reading), and the last event's type and time. :class:`RestoreFold` computes it
+incrementally from committed events, as a writer sees them, with no access to the log.
+
+Invariants this module owns: ``RestoreFold`` fed the events ``0 .. n-1`` yields exactly the state
+a full ``Session.restore`` of those events holds (tested against it); the wire form round-trips
+and is validated field by field, so a damaged checkpoint is refused, never half-used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from dsh.json import MAX_SAFE_INTEGER, FrozenDict, snapshot_json
+from dsh.session._events import SURFACE_EVENT_TYPES, Event
+from dsh.session._session import Session, canonical_header
+from dsh.session._surface import SurfacePlan
+
+__all__ = ["RestoreFold", "RestoreState"]
+
+_END_SEED: Final = "session/end-seed"
+_TURN_BOUNDARIES: Final = ("turn/start", "turn/end")
+
+
+def _count(value: object, what: str) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_SAFE_INTEGER:
+        raise ValueError(f"restore state field {what} must be a non-negative safe integer "
+                         f"(found {value!r})")
+    return value
+
+
+def _optional_map(value: object, what: str) -> FrozenDict | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"restore state field {what} must be an object or null")
+    frozen = snapshot_json(value)
+    assert isinstance(frozen, FrozenDict)  # a dict snapshots to a FrozenDict
+    return frozen
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RestoreState:
+    """The restore-relevant state of a log prefix of ``event_count`` events.
+
+    Attributes:
+        event_count: Events covered (seqs ``0 .. event_count - 1``); at least 1.
+        last_time: The ``time`` of event ``event_count - 1`` (epoch ms).
+        last_type: Its type (a restore appends a plain end-seed unless it is one).
+        nodes: Surface node seqs in model order.
+        replace_generation: Committed surface replacements.
+        request_header: The canonical request header folded so far, or None.
+        request_context: The latest ``request/context`` data (as :meth:`Session.request_context`
+            returns it: normally an object, but any JSON value the log holds), or None.
+        inherited_markers: ``session/end-seed {inherited: true}`` events at or after the fork
+            cut (``seedLength``); a restore refuses more than one.
+        turn_boundary: Seq of the last ``turn/start`` or ``turn/end``, or -1 when none.
+        turn_open: True when that boundary is a ``turn/start`` (repair reads from it).
+    """
+
+    event_count: int
+    last_time: int
+    last_type: str
+    nodes: tuple[int, ...]
+    replace_generation: int
+    request_header: FrozenDict | None
+    request_context: FrozenDict | None
+    inherited_markers: int
+    turn_boundary: int
+    turn_open: bool
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the JSON object form (camelCase keys), for :meth:`from_wire`."""
+        return {"eventCount": self.event_count, "lastTime": self.last_time,
+                "lastType": self.last_type, "nodes": list(self.nodes),
+                "replaceGeneration": self.replace_generation,
+                "requestHeader": self.request_header, "requestContext": self.request_context,
+                "inheritedMarkers": self.inherited_markers, "turnBoundary": self.turn_boundary,
+                "turnOpen": self.turn_open}
+
+    @classmethod
+    def from_wire(cls, value: object) -> RestoreState:
+        """Validate and build a state from :meth:`to_wire` output.
+
+        Raises:
+            ValueError: a field is missing, extra, or of the wrong type or range.
+        """
+        if not isinstance(value, Mapping):
+            raise ValueError("restore state must be an object")
+        keys = {"eventCount", "lastTime", "lastType", "nodes", "replaceGeneration",
+                "requestHeader", "requestContext", "inheritedMarkers", "turnBoundary",
+                "turnOpen"}
+        if set(value) != keys:
+            raise ValueError(f"restore state keys differ: {sorted(set(value) ^ keys)}")
+        count = _count(value["eventCount"], "eventCount")
+        if count < 1:
+            raise ValueError("restore state covers no event")
+        last_time = value["lastTime"]
+        if type(last_time) is not int or abs(last_time) > MAX_SAFE_INTEGER:
+            raise ValueError("restore state field lastTime must be a safe integer")
+        if type(value["lastType"]) is not str:
+            raise ValueError("restore state field lastType must be a string")
+        nodes = value["nodes"]
+        if not isinstance(nodes, list) or any(
+                type(n) is not int or not 0 <= n < count for n in nodes):
+            raise ValueError("restore state field nodes must be seqs below eventCount")
+        boundary = value["turnBoundary"]
+        if type(boundary) is not int or not -1 <= boundary < count:
+            raise ValueError("restore state field turnBoundary must be -1 or a seq")
+        if type(value["turnOpen"]) is not bool or (value["turnOpen"] and boundary < 0):
+            raise ValueError("restore state field turnOpen must be a boolean (false without "
+                             "a boundary)")
+        return cls(event_count=count, last_time=last_time, last_type=value["lastType"],
+                   nodes=tuple(nodes),
+                   replace_generation=_count(value["replaceGeneration"], "replaceGeneration"),
+                   request_header=_optional_map(value["requestHeader"], "requestHeader"),
+                   # any JSON value: Session.request_context returns the data as it is
+                   request_context=snapshot_json(value["requestContext"]),
+                   inherited_markers=_count(value["inheritedMarkers"], "inheritedMarkers"),
+                   turn_boundary=boundary, turn_open=value["turnOpen"])
+
+
+class RestoreFold:
+    """Fold committed events into a :class:`RestoreState`, one batch at a time.
+
+    Events must be fed in seq order, each exactly once; events already covered (seq below
+    :attr:`event_count`) are skipped, so a retried batch is harmless. The fold does not
+    validate: it only ever sees events a session already accepted.
+
+    Args:
+        inherited: The session's inherited event count (its header ``seedLength`` or 0).
+    """
+
+    __slots__ = ("_boundary", "_count", "_gen", "_inherited", "_last_time", "_last_type",
+                 "_markers", "_nodes", "_open", "_rc", "_rh")
+
+    def __init__(self, inherited: int = 0) -> None:
+        self._inherited = inherited
+        self._count = 0
+        self._last_time = 0
+        self._last_type = ""
+        self._nodes: list[int] = []
+        self._gen = 0
+        self._rh: FrozenDict | None = None
+        self._rc: FrozenDict | None = None
+        self._markers = 0
+        self._boundary = -1
+        self._open = False
+
+    @classmethod
+    def of_state(cls, state: RestoreState, inherited: int) -> RestoreFold:
+        """A fold that continues after ``state``."""
+        fold = cls(inherited)
+        fold._count = state.event_count
+        fold._last_time = state.last_time
+        fold._last_type = state.last_type
+        fold._nodes = list(state.nodes)
+        fold._gen = state.replace_generation
+        fold._rh = state.request_header
+        fold._rc = state.request_context
+        fold._markers = state.inherited_markers
+        fold._boundary = state.turn_boundary
+        fold._open = state.turn_open
+        return fold
+
+    @classmethod
+    def of_session(cls, session: Session, base: RestoreState | None = None) -> RestoreFold:
+        """A fold holding the state of ``session``'s whole current log, taken from its folds.
+
+        Args:
+            session: A session not being appended to during the call.
+            base: The state the session was restored from when it was paged in (its turn
+                boundary is then taken from it instead of reading the paged prefix).
+        """
+        fold = cls(session.inherited_event_count)
+        events = session.events
+        count = len(events)
+        fold._count = count
+        if count:
+            last = events[count - 1]
+            fold._last_time = last["time"]
+            fold._last_type = last["type"]
+        fold._nodes = list(session.surface.nodes)
+        fold._gen = session.surface.replace_generation
+        fold._rh = session.request_header()
+        fold._rc = session.request_context()
+        floor = base.event_count if base is not None else 0
+        window = events[floor:]  # a paged log serves its tail without paging anything in
+        index = len(window) - 1
+        while index >= 0 and window[index]["type"] not in _TURN_BOUNDARIES:
+            index -= 1
+        if index >= 0:
+            fold._boundary = floor + index
+            fold._open = window[index]["type"] == "turn/start"
+        elif base is not None:
+            fold._boundary, fold._open = base.turn_boundary, base.turn_open
+        # The seed's markers were counted when it was admitted; only appends since can add one.
+        fold._markers = session._seed_markers + sum(
+            1 for event in events[session.first_live_seq:]
+            if event["type"] == _END_SEED and _is_inherited_marker(event))
+        return fold
+
+    @property
+    def event_count(self) -> int:
+        """Events folded so far."""
+        return self._count
+
+    def feed(self, events: Sequence[Event]) -> None:
+        """Fold ``events`` (seq order; those below :attr:`event_count` are skipped)."""
+        nodes = self._nodes
+        for event in events:
+            seq = event["seq"]
+            if seq < self._count:
+                continue
+            etype = event["type"]
+            if etype in SURFACE_EVENT_TYPES:
+                op = event.get("surfaceOp")
+                if op == "append":
+                    nodes.append(seq)
+                elif isinstance(op, dict):
+                    plan = SurfacePlan(seq, nodes.index(op["start"]), nodes.index(op["end"]))
+                    nodes[plan.start_index:plan.end_index + 1] = [seq]
+                    self._gen += 1
+            elif etype == "request/header":
+                self._rh = canonical_header(event["data"]["header"])
+            elif etype == "request/context":
+                data = event["data"]
+                # As Session.request_context: the data as it is, whatever its JSON kind.
+                self._rc = data if isinstance(data, FrozenDict) else snapshot_json(data)
+            elif etype in _TURN_BOUNDARIES:
+                self._boundary = seq
+                self._open = etype == "turn/start"
+            elif etype == _END_SEED and seq >= self._inherited and _is_inherited_marker(event):
+                self._markers += 1
+            self._count = seq + 1
+            self._last_time = event["time"]
+            self._last_type = etype
+
+    def state(self) -> RestoreState:
+        """The state of the events folded so far.
+
+        Raises:
+            ValueError: nothing was folded yet.
+        """
+        if self._count < 1:
+            raise ValueError("a restore state needs at least one event")
+        return RestoreState(event_count=self._count, last_time=self._last_time,
+                            last_type=self._last_type, nodes=tuple(self._nodes),
+                            replace_generation=self._gen, request_header=self._rh,
+                            request_context=self._rc, inherited_markers=self._markers,
+                            turn_boundary=self._boundary, turn_open=self._open)
+
+
+def _is_inherited_marker(event: Event) -> bool:
+    data = event["data"]
+    return isinstance(data, dict) and data.get("inherited") is True
