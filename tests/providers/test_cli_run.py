@@ -120,9 +120,9 @@ def test_missing_key_is_one_line_naming_the_variable(tmp_path: Path) -> None:
     assert unknown.returncode == 1 and "choose one of deepseek, openai" in unknown.stderr
 
 
-def test_readme_chat_lines_name_the_key_they_need(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Chat with your own key", 1)[1].split("\n## ", 1)[0]
+def test_cli_doc_chat_lines_name_the_key_they_need(tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = doc.split("## Chat with your own key", 1)[1].split("\n## ", 1)[0]
     lines = [line.strip() for line in section.splitlines() if line.startswith("    ")]
     pairs = [(lines[i], lines[i + 1]) for i in range(len(lines) - 1)
              if lines[i].startswith("export ") and lines[i + 1].startswith(".venv/bin/dsh chat")]
