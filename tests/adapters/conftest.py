@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,19 +48,21 @@ def dsh_events(session_id: str, store: str) -> list[dict[str, Any]]:
             if line.strip()]
 
 
-def sigkill_when_ready(argv: list[str], ready: Path) -> None:
-    """Start ``python ARGV``; once it creates ``ready``, SIGKILL it (a real crash)."""
+def sigkill_when_ready(argv: list[str], ready: Path | Callable[[], bool]) -> None:
+    """Start ``python ARGV``; once it creates ``ready`` (or ``ready()`` is true), SIGKILL it."""
+    is_ready = ready.exists if isinstance(ready, Path) else ready
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, env=env)
     try:
-        deadline = time.monotonic() + 120
-        while not ready.exists():
+        deadline = time.monotonic() + 120  # a hang guard, not a timing assertion
+        while not is_ready():
             if proc.poll() is not None:
                 assert proc.stderr is not None
                 raise AssertionError(f"child exited early: {proc.stderr.read().decode()}")
             if time.monotonic() > deadline:
                 raise AssertionError("child never reached the kill point")
-            time.sleep(0.05)
+            time.sleep(0.02)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()

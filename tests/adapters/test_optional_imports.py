@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-FRAMEWORKS = ("agents", "langchain_core", "pydantic_ai", "openai", "pydantic")
+FRAMEWORKS = ("agents", "langchain_core", "langgraph", "langchain", "pydantic_ai", "openai",
+              "pydantic")
 
 
 def imported_after(statement: str) -> set[str]:
@@ -28,3 +29,5 @@ def test_each_adapter_imports_its_own_framework() -> None:
     assert "pydantic_ai" in imported_after("import dsh.adapters.pydantic_ai")
     assert "pydantic_ai" in imported_after("import dsh.adapters.pydantic_ai_store")
     assert "agents" not in imported_after("import dsh.adapters.pydantic_ai_store")
+    langgraph = imported_after("import dsh.adapters.langgraph")
+    assert "langgraph" in langgraph and "langchain" not in langgraph

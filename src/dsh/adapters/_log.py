@@ -17,13 +17,15 @@ import copy
 import gc
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 
-from dsh._errors import AdapterClosedError, AdapterError
+from dsh._errors import AdapterClosedError, AdapterError, SessionBusyError
+from dsh._messages import create_assistant_message
 from dsh.agent._recorder import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.persistence import Persistence, open_store
@@ -35,15 +37,136 @@ from dsh.session._session import Session
 from dsh.session._store import SessionStore
 
 __all__ = [
+    "DEFAULT_WAIT_S",
     "RECORD_KEY",
+    "REMOVAL_PLUGIN",
     "LiveLog",
     "TurnShaper",
     "default_store_url",
+    "is_removal",
     "message_of",
     "records_of",
+    "remove_from_surface",
     "text_of",
+    "wait_for_writer",
     "with_records",
 ]
+
+_T = TypeVar("_T")
+
+DEFAULT_WAIT_S: Final = 5.0
+"""How long an adapter waits for a session another process is writing (seconds), as the CLI."""
+
+REMOVAL_PLUGIN: Final = "surface-removal"
+"""``source.plugin`` of the empty ``assistant/message`` that takes removed messages off the
+surface (see :func:`remove_from_surface`)."""
+
+
+def _holder(error: SessionBusyError) -> str:
+    where = error.where
+    pid, host, since = where.get("pid"), where.get("host"), where.get("since")
+    text = "another process"
+    if pid is not None:
+        text += f" (pid {pid}" + (f" on {host}" if host else "") + ")"
+    if isinstance(since, int):
+        text += f" since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since / 1000))}"
+    return text
+
+
+def wait_for_writer(open_session: Callable[[], _T], wait_s: float) -> _T:
+    """Call ``open_session`` until the session's other writer lets go, for up to ``wait_s``.
+
+    Returns:
+        What ``open_session`` returned.
+
+    Raises:
+        SessionBusyError: still held after ``wait_s`` seconds (or held by this process, which
+            never lets go while we wait); the message names the holder (pid, host, since) and
+            how long was waited.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return open_session()
+        except SessionBusyError as error:
+            if "this process" in error.message or time.monotonic() >= deadline:
+                sid = error.where.get("session_id")
+                raise SessionBusyError(
+                    f"session {sid!r} is being written by {_holder(error)}; waited {wait_s:g} s "
+                    f"for it. Let that process finish (or stop it), or pass a longer wait=",
+                    code=error.code, session_id=str(sid) if sid else None) from error
+            time.sleep(0.05)
+
+
+def is_removal(event: Mapping[str, Any]) -> bool:
+    """True for the empty ``assistant/message`` replace that :func:`remove_from_surface` writes."""
+    if event["type"] != "assistant/message" or event.get("surfaceOp") in (None, "append"):
+        return False
+    message = event["data"].get("message")
+    source = message.get("source") if isinstance(message, Mapping) else None
+    return isinstance(source, Mapping) and source.get("plugin") == REMOVAL_PLUGIN
+
+
+def remove_from_surface(shaper: TurnShaper, seqs: Sequence[int], *, form: str,
+                        replacement: Mapping[str, Any] | None = None) -> list[Event]:
+    """Take the surface nodes ``seqs`` off the model view; the log keeps their bytes.
+
+    Each run of consecutive surface nodes among ``seqs`` is shadowed by one ``assistant/message``
+    replace whose content is empty, which projects no message (core: an assistant message with
+    empty content derives none), citing the nodes it shadows in ``sourceEventSeqs``. Each sits
+    in a turn and step of its own, so the log keeps its turn/step invariants. With
+    ``replacement`` (one run only), that assistant message stands in for the run instead (a pop
+    of one record out of a grouped event). A ``system/message`` at surface node 0 stays: only a
+    system message may shadow it.
+
+    Args:
+        shaper: The live session's turn bracket; its open turn is ended first.
+        seqs: Surface node seqs to remove (others are ignored).
+        form: Why (``clear``, ``pop``, ``langgraph-state``...), kept in the source.
+        replacement: An assistant message to put in place of the run instead of nothing.
+
+    Returns:
+        The appended events (turn and step brackets included).
+
+    Rule: docs/adapters.md#cleared-means-cleared
+    """
+    session = shaper.session
+    nodes = session.surface.nodes
+    wanted = set(seqs)
+    runs: list[list[int]] = []
+    previous = -2
+    for position, seq in enumerate(nodes):
+        if seq not in wanted or (position == 0 and session.event_at(seq)["type"]
+                                 == "system/message"):
+            continue
+        if position == previous + 1 and runs:
+            runs[-1].append(seq)
+        else:
+            runs.append([seq])
+        previous = position
+    if not runs:
+        return []
+    if replacement is not None and len(runs) != 1:
+        raise AdapterError(f"a replacement stands in for one run of surface nodes; got "
+                           f"{len(runs)}", code="ADAPTER_ITEM", session_id=session.id)
+    shaper.end_turn()
+    before = session.seq
+    recorder = shaper.recorder
+    turn = recorder.turn()
+    for run in runs:
+        step = turn.step()
+        made = replacement or create_assistant_message(content=[], provider="dsh",
+                                                       model="none")
+        source = {**made["source"], "kind": "plugin", "plugin": REMOVAL_PLUGIN, "form": form,
+                  "removed": list(run)}
+        session.append("assistant/message",
+                       {"turn": turn.number, "step": step.number,
+                        "message": {**made, "source": source}},
+                       surface_op={"op": "replace", "start": run[0], "end": run[-1]},
+                       source_event_seqs=list(run))
+        step.end()
+    turn.end()
+    return list(session.events[before:])
 
 RECORD_KEY: Final = "adapterRecord"
 """Key holding the framework records a message was made from: in the message's ``source``,
@@ -260,14 +383,16 @@ class LiveLog:
         persistence: An open store to use (and leave open) instead of opening ``store``: the
             sessions of one conversation store share it (a ``memory:`` URL names a new store
             each time it is opened).
+        wait: Seconds :meth:`open` waits for a session another process is writing.
 
     Raises:
         AdapterClosedError: (from :meth:`open`) the adapter was closed (``ADAPTER_CLOSED``).
-        SessionBusyError: another writer holds the session.
+        SessionBusyError: another writer still holds the session after ``wait`` seconds (the
+            message names it).
     """
 
     def __init__(self, session_id: str, store: str | None, fmt: str, owner: str, *,
-                 persistence: Persistence | None = None) -> None:
+                 persistence: Persistence | None = None, wait: float = DEFAULT_WAIT_S) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise AdapterError(f"session_id must be a non-empty string (got {session_id!r})",
                                code="ADAPTER_SESSION_ID")
@@ -276,6 +401,7 @@ class LiveLog:
         self.owner = owner
         self.store_url = store if store is not None else default_store_url()
         self.lock = threading.RLock()
+        self.wait = wait
         self._persistence: Persistence | None = None
         self._shared = persistence
         self._store: SessionStore | None = None
@@ -299,9 +425,9 @@ class LiveLog:
                 gc.disable()  # the cold read builds the log's containers: see view()
                 try:
                     store = _WholeLogStore(persistence=persistence)
-                    session = (store.resume(self.session_id)
-                               if persistence.exists(self.session_id)
-                               else store.create(self.session_id))
+                    session = wait_for_writer(lambda: (
+                        store.resume(self.session_id) if persistence.exists(self.session_id)
+                        else store.create(self.session_id)), self.wait)
                 except BaseException:
                     if self._shared is None:
                         persistence.close()

@@ -49,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("dsh.adapters.langchain needs langchain-core: "
                       "pip install 'dsh-session[langchain]'") from exc
 
-__all__ = ["FORMAT", "DshChatMessageHistory", "messages_to_events"]
+__all__ = ["FORMAT", "DshChatMessageHistory", "message_record", "messages_to_events", "model_of"]
 
 FORMAT: Final = "langchain"
 """The record format name of LangChain messages (``message_to_dict`` form)."""
@@ -71,7 +71,13 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _record(message: Any, index: int, session_id: str) -> dict[str, Any]:
+def message_record(message: Any, index: int, session_id: str) -> dict[str, Any]:
+    """The ``message_to_dict`` record of ``message`` as plain JSON, checked.
+
+    Raises:
+        AdapterError: ``ADAPTER_ITEM`` naming ``index`` when ``message`` is not a
+            ``BaseMessage``, repeats a tool call id, or does not serialize to JSON.
+    """
     if not isinstance(message, BaseMessage):
         raise AdapterError(f"message {index} is not a LangChain BaseMessage (got "
                            f"{type(message).__name__}); nothing was written",
@@ -90,6 +96,19 @@ def _record(message: Any, index: int, session_id: str) -> dict[str, Any]:
                            f"({exc}); nothing was written", code="ADAPTER_ITEM",
                            session_id=session_id, line=index) from exc
     return record
+
+
+def model_of(message: AIMessage, default: str) -> tuple[str, str]:
+    """``(provider, model)`` an ``AIMessage`` says it came from (its ``response_metadata``).
+
+    LangChain chat models put ``model_provider`` and ``model_name`` (or ``model``) there; a
+    message without them gives ``("langchain", default)``.
+    """
+    meta = message.response_metadata or {}
+    provider = meta.get("model_provider")
+    name = meta.get("model_name") or meta.get("model")
+    return (provider if isinstance(provider, str) and provider else FORMAT,
+            name if isinstance(name, str) and name else default)
 
 
 def messages_to_events(shaper: TurnShaper, messages: Sequence[BaseMessage],
@@ -113,7 +132,8 @@ def messages_to_events(shaper: TurnShaper, messages: Sequence[BaseMessage],
             blocks = _blocks(message.content) + [
                 {"type": "tool-call", "id": call_id, "name": call["name"],
                  "arguments": json.dumps(call.get("args", {}))} for call_id, call in calls]
-            made = create_assistant_message(content=blocks, provider=FORMAT, model=model)
+            provider, name = model_of(message, model)
+            made = create_assistant_message(content=blocks, provider=provider, model=name)
             shaper.assistant({**made, "source": with_records(made["source"], FORMAT,
                                                              [record])})
             for call_id, _ in calls:
@@ -208,7 +228,7 @@ class DshChatMessageHistory(BaseChatMessageHistory):
         Raises:
             AdapterError: ``ADAPTER_ITEM`` naming the first bad message; nothing is written.
         """
-        records = [_record(m, i, self.session_id) for i, m in enumerate(messages)]
+        records = [message_record(m, i, self.session_id) for i, m in enumerate(messages)]
         with self._log.lock:
             shaper = self._log.open()
             if records:

@@ -1,0 +1,63 @@
+"""The LangChain ``create_agent`` middleware of :class:`dsh.adapters.langgraph.DshSaver`.
+
+Kept apart so that ``dsh.adapters.langgraph`` needs only LangGraph; this module needs the
+``langchain`` package (``create_agent``'s home).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from langchain.agents.middleware import AgentMiddleware
+
+if TYPE_CHECKING:
+    from dsh.adapters.langgraph import DshSaver
+
+__all__ = ["DshMiddleware"]
+
+
+class DshMiddleware(AgentMiddleware):
+    """Makes an agent's prompt, answers and tool calls durable as the run goes.
+
+    Args:
+        saver: The checkpointer the agent runs with.
+    """
+
+    def __init__(self, saver: DshSaver) -> None:
+        super().__init__()
+        self.saver = saver
+
+    def _record(self, request: Any, response: Any = None) -> None:
+        thread_id = self.saver._running_thread()
+        if thread_id is None:
+            return
+        messages = list(request.state.get("messages") or request.messages)
+        if response is not None:
+            messages.extend(getattr(response, "result", None) or ())
+        self.saver.record_messages(thread_id, messages)
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        """Prompt durable before the call, answer and tool calls durable after it."""
+        self._record(request)
+        response = handler(request)
+        self._record(request, response)
+        return response
+
+    async def awrap_model_call(self, request: Any,
+                               handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        """Async :meth:`wrap_model_call`."""
+        await asyncio.to_thread(self._record, request)
+        response = await handler(request)
+        await asyncio.to_thread(self._record, request, response)
+        return response
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        """See :meth:`DshSaver.wrap_tool_call`."""
+        return self.saver.wrap_tool_call(request, handler)
+
+    async def awrap_tool_call(self, request: Any,
+                              handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        """See :meth:`DshSaver.awrap_tool_call`."""
+        return await self.saver.awrap_tool_call(request, handler)

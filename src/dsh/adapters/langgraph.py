@@ -1,0 +1,860 @@
+"""dsh as LangGraph's checkpointer: :class:`DshSaver` (sync and async ``BaseCheckpointSaver``).
+
+Each LangGraph thread is a dsh session (``dsh show THREAD_ID``); what a graph saves is appended
+to it as events:
+
+* ``put`` appends one ignorable ``langgraph/checkpoint`` event: the checkpoint's id, parent,
+  namespace, timestamp, channel versions, versions seen, metadata, and only the channel values
+  whose version changed (``new_versions``). A list value that extends the list stored for the
+  channel before it (``add_messages`` state) is stored as the items it adds
+  (``{"d": base version, "k": kept count, "a": [added items]}``), so a thread's storage grows
+  with its messages, not with the whole state at every super-step;
+* ``put_writes`` appends one ignorable ``langgraph/writes`` event (task id, task path, the
+  writes); a write LangGraph sends again (same task and index) is not stored twice;
+* the root namespace's ``messages`` channel is projected onto the surface as core events
+  (``user/message``, ``assistant/message`` with ``tool/call``, ``tool/result``, each keeping the
+  LangChain message verbatim as :mod:`dsh.adapters.langchain` does), so ``dsh show``,
+  ``dsh messages`` and exports show the conversation; messages leaving the state (a
+  ``RemoveMessage``, an ``update_state`` fork from an earlier checkpoint, ``delete_thread``)
+  leave the model view by a surface removal (:func:`dsh.adapters._log.remove_from_surface`);
+* ``delete_thread``, ``delete_for_runs`` and ``prune`` append ignorable ``langgraph/drop``
+  events: the dropped checkpoints no longer load or list, and the log keeps every byte;
+  ``copy_thread`` is a dsh fork of the thread's session (``dsh show`` names its parent).
+
+Values go through the saver's ``serde`` (LangGraph's ``JsonPlusSerializer`` by default) except
+plain JSON (strings, integers, booleans, None, and lists and string-keyed dicts of them), which
+is stored as JSON.
+
+Durable inside a run: LangGraph hands a checkpointer the model's answer only after the model
+node ends, on a background thread, and may run the tool node before that write lands. For an
+agent built with LangChain's ``create_agent``, add ``middleware=[saver.middleware()]``: the
+prompt is durable before the model is called, the answer and every tool call before any tool
+body runs, and a call whose body may have run when the process died is answered with dsh's
+outcome-unknown result instead of being run again. A hand-built graph passes
+``wrap_tool_call=saver.wrap_tool_call`` to its ``ToolNode`` for the same guarantee on tools.
+
+Needs ``pip install 'dsh-session[langgraph]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import bisect
+import random
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final
+
+from dsh._errors import AdapterError, SessionNotFoundError
+from dsh.adapters._log import (
+    DEFAULT_WAIT_S,
+    LiveLog,
+    default_store_url,
+    records_of,
+    remove_from_surface,
+    text_of,
+    wait_for_writer,
+)
+from dsh.adapters.langchain import FORMAT as LANGCHAIN_FORMAT
+from dsh.adapters.langchain import message_record, messages_to_events
+from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, thaw
+from dsh.persistence import Persistence, open_store
+from dsh.session import Event
+
+try:
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        PendingWrite,
+        get_checkpoint_id,
+        get_serializable_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.config import get_config
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("dsh.adapters.langgraph needs LangGraph: "
+                      "pip install 'dsh-session[langgraph]'") from exc
+
+__all__ = ["CHECKPOINT_EVENT", "DROP_EVENT", "FORMAT", "WRITES_EVENT", "DshSaver"]
+
+FORMAT: Final = "langgraph"
+"""The namespace of the saver's events."""
+CHECKPOINT_EVENT: Final = f"{FORMAT}/checkpoint"
+"""One ``put``: a checkpoint and the channel values that changed."""
+WRITES_EVENT: Final = f"{FORMAT}/writes"
+"""One ``put_writes``: a task's pending writes against a checkpoint."""
+DROP_EVENT: Final = f"{FORMAT}/drop"
+"""Checkpoints that no longer load: ``{"all": true}`` (delete_thread) or ``{"ns", "ids"}``."""
+
+_MESSAGES: Final = "messages"
+_TOP_LEVEL: Final = frozenset({"v", "id", "ts", "channel_values", "channel_versions",
+                               "versions_seen"})
+
+
+# -- values -------------------------------------------------------------------------------------
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """True when ``value`` is JSON that reads back as the same Python value and types."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
+    if depth > 64:
+        return False
+    if kind is list:
+        return all(_plain(item, depth + 1) for item in value)
+    if kind is dict:
+        return all(type(key) is str and _plain(item, depth + 1)
+                   for key, item in value.items())
+    return False
+
+
+class _Codec:
+    """Values to JSON-storable form and back, through the saver's serde."""
+
+    def __init__(self, serde: SerializerProtocol) -> None:
+        self.serde = serde
+
+    def encode(self, value: Any) -> dict[str, Any]:
+        if _plain(value):
+            return {"j": value}
+        kind, blob = self.serde.dumps_typed(value)
+        return {"t": kind, "b": base64.b64encode(blob).decode("ascii")}
+
+    def decode(self, stored: Mapping[str, Any]) -> Any:
+        if "j" in stored:
+            value = stored["j"]
+            return thaw(value) if isinstance(value, FrozenDict | FrozenList) else value
+        return self.serde.loads_typed((stored["t"], base64.b64decode(stored["b"])))
+
+
+def _extends(value: list[Any], base: list[Any]) -> bool:
+    if len(value) < len(base):
+        return False
+    return all(new is old or new == old for new, old in zip(value, base, strict=False))
+
+
+# -- the index of one thread ----------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Checkpoint:
+    """Where one checkpoint is in the log, and its pending writes."""
+
+    seq: int
+    parent: str | None
+    metadata: dict[str, Any]
+    writes: dict[tuple[str, int], tuple[str, str, Mapping[str, Any]]] = field(
+        default_factory=dict)  # (task, idx) -> (task path, channel, stored value)
+
+
+@dataclass(slots=True)
+class _Namespace:
+    checkpoints: dict[str, _Checkpoint] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # ids, ascending
+
+    def add(self, checkpoint_id: str, entry: _Checkpoint) -> None:
+        if checkpoint_id not in self.checkpoints:
+            bisect.insort(self.order, checkpoint_id)
+        self.checkpoints[checkpoint_id] = entry
+
+    def drop(self, checkpoint_id: str) -> None:
+        if self.checkpoints.pop(checkpoint_id, None) is not None:
+            self.order.remove(checkpoint_id)
+
+
+class _Thread:
+    """What the saver knows of one thread: its checkpoints, blobs, projected messages."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self.namespaces: dict[str, _Namespace] = {}
+        self.blobs: dict[tuple[str, str, Any], Mapping[str, Any]] = {}
+        self.latest: dict[tuple[str, str], tuple[Any, Any]] = {}  # (ns, ch) -> (version, value)
+        self.projected: dict[str, int] = {}  # LangChain message id -> seq of its event
+        self.answered: dict[str, int] = {}  # tool call id -> seq of its tool/result
+        self.surface_ids: list[str] = []  # projected message ids along the surface
+        self.seen = 0
+
+    def reset(self) -> None:
+        self.namespaces.clear()
+        self.blobs.clear()
+        self.latest.clear()
+
+    def fold(self, events: Sequence[Event]) -> None:
+        """Take in the events appended since the last fold."""
+        for event in events[self.seen:]:
+            kind = event["type"]
+            if kind == CHECKPOINT_EVENT:
+                self._checkpoint(event)
+            elif kind == WRITES_EVENT:
+                data = event["data"]
+                entry = self.namespaces.get(data["ns"], _Namespace()).checkpoints.get(data["cp"])
+                if entry is not None:
+                    for idx, channel, stored in data["w"]:
+                        key = (data["task"], idx)
+                        if idx < 0 or key not in entry.writes:
+                            entry.writes[key] = (data["path"], channel, stored)
+            elif kind == DROP_EVENT:
+                data = event["data"]
+                if data.get("all"):
+                    self.reset()
+                else:
+                    space = self.namespaces.get(data["ns"])
+                    for checkpoint_id in data["ids"] if space is not None else ():
+                        space.drop(checkpoint_id)  # type: ignore[union-attr]
+            elif kind == "tool/result":
+                message = event["data"]["message"]
+                self.answered[str(message["source"].get("callId"))] = event["seq"]
+            records = (records_of(event, LANGCHAIN_FORMAT)
+                       if kind in ("user/message", "assistant/message", "tool/result") else None)
+            if records:
+                message_id = records[0].get("data", {}).get("id")
+                if isinstance(message_id, str):
+                    self.projected[message_id] = event["seq"]
+        self.seen = len(events)
+
+    def _checkpoint(self, event: Event) -> None:
+        data = event["data"]
+        ns = data["ns"]
+        for channel, stored in data["values"].items():
+            self.blobs[(ns, channel, data["versions"][channel])] = stored
+        self.namespaces.setdefault(ns, _Namespace()).add(
+            data["id"], _Checkpoint(event["seq"], data["parent"], data["meta"]))
+
+
+# -- the saver -------------------------------------------------------------------------------------
+
+def _configurable(config: RunnableConfig) -> Mapping[str, Any]:
+    conf = config.get("configurable") or {}
+    if not isinstance(conf.get("thread_id"), str | int) or conf.get("thread_id") == "":
+        raise AdapterError("a LangGraph config needs configurable.thread_id (the dsh session "
+                           f"id); got {dict(conf)!r}", code="ADAPTER_SESSION_ID")
+    return conf
+
+
+class DshSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer whose threads are dsh sessions (see the module docstring).
+
+    Args:
+        store: Store URL (``sqlite:///path.db``, ``jsonl:///dir``, ``postgresql://…``,
+            ``memory:``); default ``sqlite:///$DSH_HOME/sessions.db``, the store the ``dsh``
+            command reads.
+        serde: LangGraph serializer for values that are not plain JSON (default: LangGraph's).
+        wait: Seconds to wait for a thread another process is writing before giving up with
+            :class:`~dsh.SessionBusyError` naming that process (default 5, as the CLI).
+        erase_on_delete: Hand ``delete_thread`` to dsh's erasure (the bytes go too) instead of
+            hiding the thread. Refused with ``ADAPTER_ERASE_UNAVAILABLE`` until dsh has erasure.
+
+    A thread this saver writes is held for writing (exclusively, across processes) until
+    :meth:`close`; reading a thread it does not write takes no lock. Usable as ``with`` and
+    ``async with`` (closes on exit), as :meth:`from_url` returns it.
+
+    Raises:
+        AdapterError: ``ADAPTER_SESSION_ID`` for a config without a thread id.
+        SessionBusyError: a thread to write is held by another process past ``wait``.
+    """
+
+    def __init__(self, store: str | None = None, *, serde: SerializerProtocol | None = None,
+                 wait: float = DEFAULT_WAIT_S, erase_on_delete: bool = False) -> None:
+        super().__init__(serde=serde)
+        if erase_on_delete:
+            raise AdapterError("erase_on_delete needs dsh's erasure, which this dsh does not "
+                               "have yet; delete_thread hides the thread and keeps its bytes",
+                               code="ADAPTER_ERASE_UNAVAILABLE")
+        self.store_url = store if store is not None else default_store_url()
+        self.wait = wait
+        self._persistence: Persistence = open_store(self.store_url)
+        self._codec = _Codec(self.serde)
+        self._logs: dict[str, LiveLog] = {}
+        self._threads: dict[str, _Thread] = {}
+        self._lock = threading.RLock()
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> DshSaver:
+        """A saver on the store at ``url``; use it as ``with DshSaver.from_url(url) as saver``."""
+        return cls(url, **options)
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush and release every thread this saver writes, then close the store."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            logs, self._logs = list(self._logs.values()), {}
+            try:
+                for log in logs:
+                    log.close()
+            finally:
+                self._persistence.close()
+
+    def __enter__(self) -> DshSaver:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    async def __aenter__(self) -> DshSaver:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await asyncio.to_thread(self.close)
+
+    # -- threads ---------------------------------------------------------------------------------
+
+    def _writer(self, thread_id: str) -> LiveLog:
+        log = self._logs.get(thread_id)
+        if log is None:
+            log = LiveLog(thread_id, self.store_url, FORMAT, type(self).__name__,
+                          persistence=self._persistence)
+            wait_for_writer(log.open, self.wait)
+            self._logs[thread_id] = log
+            self._threads.pop(thread_id, None)  # refolded from the live log
+        return log
+
+    def _thread(self, thread_id: str, *, write: bool = False) -> _Thread | None:
+        """The thread's index, folded up to its last event; None when nothing is stored."""
+        if write:
+            events: Sequence[Event] = self._writer(thread_id).session.events
+        elif thread_id in self._logs:
+            events = self._logs[thread_id].session.events
+        else:
+            try:
+                # with the closers a resume would commit: a call cut off by a crash reads
+                # as answered (outcome unknown), as it will once the thread is written
+                events = self._persistence.read(thread_id).events
+            except SessionNotFoundError:
+                return None
+            thread = self._threads.get(thread_id)
+            if thread is not None and thread.seen > len(events):
+                thread = None  # another writer's log: fold it afresh
+            if thread is None:
+                thread = self._threads[thread_id] = _Thread(thread_id)
+            thread.fold(events)
+            return thread
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            thread = self._threads[thread_id] = _Thread(thread_id)
+        thread.fold(events)
+        return thread
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _value(self, thread: _Thread, ns: str, channel: str, version: Any,
+               memo: dict[tuple[str, str, Any], Any]) -> Any:
+        """The value of ``channel`` at ``version``, rebuilding list deltas from their bases."""
+        key = (ns, channel, version)
+        chain: list[tuple[tuple[str, str, Any], Mapping[str, Any]]] = []
+        value: Any = _MISSING
+        while True:
+            if key in memo:
+                value = memo[key]
+                break
+            latest = thread.latest.get((ns, channel))
+            if latest is not None and latest[0] == key[2]:
+                value = latest[1]
+                break
+            stored = thread.blobs.get(key)
+            if stored is None:
+                value = _MISSING
+                break
+            if "d" in stored:
+                chain.append((key, stored))
+                key = (ns, channel, stored["d"])
+                continue
+            value = _MISSING if "e" in stored else self._codec.decode(stored)
+            memo[key] = value
+            break
+        for link_key, stored in reversed(chain):
+            base = value if isinstance(value, list) else []
+            value = base[:stored["k"]] + [self._codec.decode(item) for item in stored["a"]]
+            memo[link_key] = value
+        return value
+
+    def _tuple(self, thread: _Thread, ns: str, checkpoint_id: str,
+               memo: dict[tuple[str, str, Any], Any]) -> CheckpointTuple:
+        entry = thread.namespaces[ns].checkpoints[checkpoint_id]
+        events = self._events(thread.thread_id)
+        data = events[entry.seq]["data"]
+        values: dict[str, Any] = {}
+        for channel, version in data["versions"].items():
+            value = self._value(thread, ns, channel, version, memo)
+            if value is not _MISSING:
+                values[channel] = list(value) if isinstance(value, list) else value
+        if ns == "" and isinstance(values.get(_MESSAGES), list):
+            values[_MESSAGES] = self._answered_calls(thread, values[_MESSAGES])
+        checkpoint: dict[str, Any] = {
+            "v": data["v"], "id": checkpoint_id, "ts": data["ts"], "channel_values": values,
+            "channel_versions": thaw(data["versions"]), "versions_seen": thaw(data["seen"])}
+        for key, stored in data["rest"].items():
+            checkpoint[key] = self._codec.decode(stored)
+        conf = {"thread_id": thread.thread_id, "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id}
+        parent: RunnableConfig | None = None
+        if entry.parent is not None:
+            parent = {"configurable": {"thread_id": thread.thread_id, "checkpoint_ns": ns,
+                                       "checkpoint_id": entry.parent}}
+        writes = sorted(entry.writes.items(), key=lambda item: (item[1][0], *item[0]))
+        pending: list[PendingWrite] = [(task, channel, self._codec.decode(stored))
+                                       for (task, _), (_, channel, stored) in writes]
+        return CheckpointTuple({"configurable": conf}, checkpoint,  # type: ignore[arg-type]
+                               self._codec.decode(entry.metadata), parent, pending)
+
+    def _result_of(self, thread: _Thread, call_id: str) -> ToolMessage | None:
+        """The result dsh's log holds for tool call ``call_id`` as a ToolMessage, or None."""
+        seq = thread.answered.get(call_id)
+        if seq is None:
+            return None
+        event = self._events(thread.thread_id)[seq]
+        message = event["data"]["message"]
+        content = message["content"]
+        failed = bool(content and content[0].get("isError"))
+        return ToolMessage(content=text_of(content), tool_call_id=call_id,
+                           status="error" if failed else "success", id=f"dsh-{call_id}")
+
+    def _answered_calls(self, thread: _Thread, messages: list[Any]) -> list[Any]:
+        """``messages`` plus the answers dsh's log holds and the state lacks.
+
+        Each AIMessage call that the state never got an answer to but dsh's log did (crash
+        repair: outcome unknown) gets that result as a ToolMessage after it, so the graph
+        resumes with the result dsh recorded instead of running the call again.
+        """
+        have = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        out: list[Any] = []
+        pending: list[ToolMessage] = []
+        for message in messages:
+            if pending and not isinstance(message, ToolMessage):
+                out.extend(pending)
+                pending = []
+            out.append(message)
+            if isinstance(message, AIMessage):
+                for call in message.tool_calls:
+                    call_id = call.get("id")
+                    if isinstance(call_id, str) and call_id not in have:
+                        result = self._result_of(thread, call_id)
+                        if result is not None:
+                            result.name = call.get("name")
+                            pending.append(result)
+        out.extend(pending)
+        return out
+
+    def _events(self, thread_id: str) -> Sequence[Event]:
+        log = self._logs.get(thread_id)
+        if log is not None:
+            return log.session.events
+        return self._persistence.read(thread_id).events
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its ``checkpoint_id``, else the thread's latest).
+
+        Returns:
+            The tuple with the full channel values and the pending writes (in LangGraph's
+            ``writes_sort_key`` order), or None when the thread or checkpoint is not stored.
+        """
+        conf = _configurable(config)
+        with self._lock:
+            thread = self._thread(str(conf["thread_id"]))
+            space = thread.namespaces.get(conf.get("checkpoint_ns", "")) if thread else None
+            if thread is None or space is None or not space.order:
+                return None
+            checkpoint_id = get_checkpoint_id(config) or space.order[-1]
+            if checkpoint_id not in space.checkpoints:
+                return None
+            return self._tuple(thread, conf.get("checkpoint_ns", ""), checkpoint_id, {})
+
+    def _listed(self, config: RunnableConfig | None, filter: dict[str, Any] | None,
+                before: RunnableConfig | None, limit: int | None) -> list[CheckpointTuple]:
+        with self._lock:
+            if config is None:
+                thread_ids = [str(header["id"]) for header in self._persistence.list_headers()]
+            else:
+                thread_ids = [str(_configurable(config)["thread_id"])]
+            wanted_ns = (config.get("configurable") or {}).get("checkpoint_ns") \
+                if config else None
+            wanted_id = get_checkpoint_id(config) if config else None
+            before_id = get_checkpoint_id(before) if before else None
+            out: list[CheckpointTuple] = []
+            for thread_id in thread_ids:
+                thread = self._thread(thread_id)
+                if thread is None:
+                    continue
+                memo: dict[tuple[str, str, Any], Any] = {}
+                for ns, space in thread.namespaces.items():
+                    if wanted_ns is not None and ns != wanted_ns:
+                        continue
+                    for checkpoint_id in reversed(space.order):
+                        if limit is not None and len(out) >= limit:
+                            return out
+                        if wanted_id is not None and checkpoint_id != wanted_id:
+                            continue
+                        if before_id is not None and checkpoint_id >= before_id:
+                            continue
+                        if filter:
+                            metadata = self._codec.decode(space.checkpoints[checkpoint_id]
+                                                          .metadata)
+                            if any(metadata.get(k) != v for k, v in filter.items()):
+                                continue
+                        out.append(self._tuple(thread, ns, checkpoint_id, memo))
+            return out
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None
+             ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first, of ``config``'s thread (every thread for None).
+
+        Only the namespace ``config`` names (when it names one), only those whose metadata has
+        every ``filter`` item, older than ``before``, at most ``limit``.
+        """
+        yield from self._listed(config, filter, before, limit)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        """Append the checkpoint (changed channel values only); durable when this returns.
+
+        Returns:
+            The config naming the stored checkpoint (thread, namespace, id).
+        """
+        conf = _configurable(config)
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        with self._lock:
+            log = self._writer(thread_id)
+            thread = self._thread(thread_id, write=True)
+            assert thread is not None
+            values = checkpoint["channel_values"]
+            stored: dict[str, Any] = {}
+            for channel in new_versions:
+                if channel not in values:
+                    stored[channel] = {"e": 1}
+                    continue
+                value = values[channel]
+                previous = thread.latest.get((ns, channel))
+                if (type(value) is list and previous is not None
+                        and type(previous[1]) is list and previous[1]
+                        and (ns, channel, previous[0]) in thread.blobs
+                        and _extends(value, previous[1])):
+                    stored[channel] = {"d": previous[0], "k": len(previous[1]),
+                                       "a": [self._codec.encode(item)
+                                             for item in value[len(previous[1]):]]}
+                else:
+                    stored[channel] = self._codec.encode(value)
+            if ns == "" and isinstance(values.get(_MESSAGES), list):
+                self._project(log, thread, values[_MESSAGES])
+            meta = get_serializable_checkpoint_metadata(config, metadata)
+            rest = {key: self._codec.encode(value) for key, value in checkpoint.items()
+                    if key not in _TOP_LEVEL}
+            log.open().mark(CHECKPOINT_EVENT, {
+                "ns": ns, "id": checkpoint["id"], "parent": conf.get("checkpoint_id"),
+                "ts": checkpoint["ts"], "v": checkpoint["v"],
+                "versions": dict(checkpoint["channel_versions"]),
+                "seen": {node: dict(seen) for node, seen in checkpoint["versions_seen"].items()},
+                "meta": self._codec.encode(meta), "values": stored, "rest": rest})
+            log.flush()
+            thread.fold(log.session.events)
+            for channel, version in new_versions.items():
+                if channel in values:
+                    thread.latest[(ns, channel)] = (version, values[channel])
+                else:
+                    thread.latest.pop((ns, channel), None)
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                 "checkpoint_id": checkpoint["id"]}}
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                   task_id: str, task_path: str = "") -> None:
+        """Append a task's writes against the checkpoint ``config`` names; durable on return.
+
+        A regular write already stored for the same task and index is not stored again; a
+        special one (error, interrupt, …) replaces it, as LangGraph's own savers do.
+        """
+        conf = _configurable(config)
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        checkpoint_id = conf.get("checkpoint_id")
+        with self._lock:
+            log = self._writer(thread_id)
+            thread = self._thread(thread_id, write=True)
+            assert thread is not None
+            entry = thread.namespaces.get(ns, _Namespace()).checkpoints.get(str(checkpoint_id))
+            rows = []
+            for index, (channel, value) in enumerate(writes):
+                idx = WRITES_IDX_MAP.get(channel, index)
+                if entry is not None and idx >= 0 and (task_id, idx) in entry.writes:
+                    continue
+                rows.append([idx, channel, self._codec.encode(value)])
+                if ns == "" and channel == _MESSAGES:
+                    added = value if isinstance(value, list) else [value]
+                    self._project(log, thread, added, only_new=True)
+            if not rows:
+                return
+            log.open().mark(WRITES_EVENT, {"ns": ns, "cp": checkpoint_id, "task": task_id,
+                                           "path": task_path, "w": rows})
+            log.flush()
+            thread.fold(log.session.events)
+
+    def _project(self, log: LiveLog, thread: _Thread, messages: Sequence[Any], *,
+                 only_new: bool = False) -> None:
+        """Put the state's messages on the surface: new ones appended, gone ones removed."""
+        wanted = [m for m in messages if isinstance(m, BaseMessage) and isinstance(m.id, str)]
+        if not only_new:
+            ids = {m.id for m in wanted}
+            gone = [message_id for message_id in thread.surface_ids if message_id not in ids]
+            if gone:
+                shaper = log.open()
+                shaper.end_turn()
+                seqs = [thread.projected[message_id] for message_id in gone]
+                remove_from_surface(shaper, seqs, form="langgraph-state")
+                for message_id in gone:
+                    thread.projected.pop(message_id, None)
+                thread.surface_ids = [i for i in thread.surface_ids if i not in set(gone)]
+        fresh = []
+        for message in wanted:
+            if message.id in thread.projected:
+                continue
+            answered = (thread.answered.get(message.tool_call_id)
+                        if isinstance(message, ToolMessage) else None)
+            if answered is not None:  # dsh already holds this call's result (its repair)
+                thread.projected[message.id] = answered  # type: ignore[index]
+                continue
+            fresh.append(message)
+        if not fresh:
+            return
+        shaper = log.open()
+        records = [message_record(m, i, thread.thread_id) for i, m in enumerate(fresh)]
+        messages_to_events(shaper, fresh, records, model="unknown")
+        thread.fold(shaper.session.events)
+        thread.surface_ids.extend(m.id for m in fresh)  # type: ignore[misc]
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Hide every checkpoint and write of the thread; its log keeps the bytes.
+
+        Its messages leave the model view (a surface removal); a later ``put`` starts afresh.
+        A thread that is not stored is left alone.
+        """
+        thread_id = str(thread_id)
+        with self._lock:
+            if thread_id not in self._logs and not self._persistence.exists(thread_id):
+                return
+            log = self._writer(thread_id)
+            thread = self._thread(thread_id, write=True)
+            assert thread is not None
+            self._project(log, thread, [])
+            log.open().mark(DROP_EVENT, {"all": True})
+            log.flush()
+            thread.fold(log.session.events)
+
+    def _drop(self, thread_id: str, keep: Callable[[str, str, _Checkpoint], bool]) -> None:
+        thread = self._thread(thread_id)
+        if thread is None:
+            return
+        drops = {ns: [cid for cid in space.order if not keep(ns, cid, space.checkpoints[cid])]
+                 for ns, space in thread.namespaces.items()}
+        drops = {ns: ids for ns, ids in drops.items() if ids}
+        if not drops:
+            return
+        log = self._writer(thread_id)
+        for ns, ids in drops.items():
+            log.open().mark(DROP_EVENT, {"ns": ns, "ids": ids})
+        log.flush()
+        thread = self._thread(thread_id, write=True)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Hide the checkpoints (and their writes) whose metadata ``run_id`` is in ``run_ids``."""
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        with self._lock:
+            for header in self._persistence.list_headers():
+                self._drop(str(header["id"]), lambda _ns, _cid, entry: self._codec.decode(
+                    entry.metadata).get("run_id") not in wanted)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Hide old checkpoints: ``keep_latest`` keeps each namespace's newest one.
+
+        ``delete`` hides the whole thread, as :meth:`delete_thread`.
+
+        Raises:
+            AdapterError: ``ADAPTER_PRUNE_STRATEGY`` for another strategy.
+        """
+        if strategy not in ("keep_latest", "delete"):
+            raise AdapterError(f"prune strategy must be 'keep_latest' or 'delete' (got "
+                               f"{strategy!r})", code="ADAPTER_PRUNE_STRATEGY")
+        with self._lock:
+            for thread_id in map(str, thread_ids):
+                if strategy == "delete":
+                    self.delete_thread(thread_id)
+                    continue
+                thread = self._thread(thread_id)
+                if thread is None:
+                    continue
+                latest = {ns: space.order[-1] for ns, space in thread.namespaces.items()
+                          if space.order}
+                self._drop(thread_id, _is_newest(latest))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread as a dsh fork of its session (the child names its parent).
+
+        A source that is not stored leaves the target alone.
+
+        Raises:
+            SessionForkError: the target session already exists.
+        """
+        source, target = str(source_thread_id), str(target_thread_id)
+        with self._lock:
+            log = self._logs.pop(source, None)
+            if log is not None:
+                log.close()  # a stored fork reads the parent as stored: release it first
+                self._threads.pop(source, None)
+            if not self._persistence.exists(source):
+                return
+            self._persistence.fork(source, None, target)
+
+    # -- durable inside a run -------------------------------------------------------------------
+
+    def _running_thread(self) -> str | None:
+        """The thread id of the graph run calling us, when it runs in the root namespace."""
+        try:
+            conf = get_config().get("configurable") or {}
+        except RuntimeError:
+            return None  # called outside a graph run
+        thread_id = conf.get("thread_id")
+        if thread_id is None or "|" in str(conf.get("checkpoint_ns", "")):
+            return None
+        return str(thread_id)
+
+    def record_messages(self, thread_id: str, messages: Sequence[Any]) -> None:
+        """Make the state's ``messages`` durable on the thread's surface now (new ones only).
+
+        The middleware calls this before the model is asked and before any tool body runs.
+        """
+        with self._lock:
+            log = self._writer(thread_id)
+            thread = self._thread(thread_id, write=True)
+            assert thread is not None
+            self._project(log, thread, messages, only_new=True)
+            log.flush()
+
+    def _before_tool(self, request: Any) -> ToolMessage | None:
+        """Record the call before its body runs; the recorded result if dsh has one."""
+        thread_id = self._running_thread()
+        call = request.tool_call
+        call_id = call.get("id")
+        if thread_id is None or not isinstance(call_id, str):
+            return None
+        with self._lock:
+            self.record_messages(thread_id, _state_messages(request.state))
+            thread = self._thread(thread_id, write=True)
+            assert thread is not None
+            result = self._result_of(thread, call_id)
+        if result is not None:
+            result.name = call.get("name")
+        return result
+
+    def wrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:
+        """For ``ToolNode(wrap_tool_call=...)``: the call is durable before its body runs.
+
+        A call dsh already has a result for (a crash repair's outcome-unknown one) is answered
+        with that result and not run again.
+        """
+        recorded = self._before_tool(request)
+        return recorded if recorded is not None else execute(request)
+
+    async def awrap_tool_call(self, request: Any,
+                              execute: Callable[[Any], Awaitable[Any]]) -> Any:
+        """Async :meth:`wrap_tool_call`."""
+        recorded = await asyncio.to_thread(self._before_tool, request)
+        return recorded if recorded is not None else await execute(request)
+
+    def middleware(self) -> Any:
+        """A LangChain ``create_agent`` middleware keeping the run durable as it goes.
+
+        Before each model call the prompt (the state's messages) is durable; after it the
+        model's answer and its tool calls; before each tool body :meth:`wrap_tool_call` runs.
+        Add it with ``create_agent(..., checkpointer=saver, middleware=[saver.middleware()])``.
+        """
+        from dsh.adapters._langgraph_middleware import DshMiddleware
+        return DshMiddleware(self)
+
+    # -- version ids ---------------------------------------------------------------------------
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """A version id greater than ``current``: a zero-padded counter and a random tail."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int):
+            number = current
+        else:
+            number = int(str(current).split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    # -- async twins -------------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async :meth:`get_tuple` (in a worker thread)."""
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None
+                    ) -> AsyncIterator[CheckpointTuple]:
+        """Async :meth:`list` (the listing is read in a worker thread)."""
+        for item in await asyncio.to_thread(self._listed, config, filter, before, limit):
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
+                   metadata: CheckpointMetadata, new_versions: ChannelVersions
+                   ) -> RunnableConfig:
+        """Async :meth:`put` (in a worker thread)."""
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                          task_id: str, task_path: str = "") -> None:
+        """Async :meth:`put_writes` (in a worker thread)."""
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async :meth:`delete_thread` (in a worker thread)."""
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async :meth:`delete_for_runs` (in a worker thread)."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async :meth:`copy_thread` (in a worker thread)."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async :meth:`prune` (in a worker thread)."""
+        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
+
+
+_MISSING: Final[Any] = object()
+
+
+def _is_newest(newest: Mapping[str, str]) -> Callable[[str, str, _Checkpoint], bool]:
+    """A keep-predicate for :meth:`DshSaver._drop`: each namespace's newest checkpoint."""
+    return lambda ns, checkpoint_id, _entry: newest.get(ns) == checkpoint_id
+
+
+def _state_messages(state: Any) -> list[Any]:
+    """The messages of a graph state (a dict, a list of messages, or an object with them)."""
+    if isinstance(state, dict):
+        found = state.get(_MESSAGES)
+    elif isinstance(state, list):
+        found = state
+    else:
+        found = getattr(state, _MESSAGES, None)
+    return list(found) if isinstance(found, list) else []

@@ -1,0 +1,63 @@
+"""Child process of the kill tests: one framework's agent on a dsh adapter, killed by the parent.
+
+``python kill_child.py FRAMEWORK STORE SESSION BASE_URL READY_FILE``. The model is the parent's
+local OpenAI-protocol server at BASE_URL (Chat Completions, streamed), which the parent scripts.
+The ``deploy`` tool's body writes READY_FILE and never returns; ``read_file`` returns at once.
+The same module gives the parent the agent for the next run (:func:`run`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+PROMPT = "Read app.toml, then deploy to prod"
+READY: Path | None = None
+
+
+def read_file(path: str) -> str:
+    """Read a file."""
+    return f"contents of {path}"
+
+
+def deploy(target: str) -> str:
+    """Deploy to a target; the parent kills the process inside this body."""
+    if READY is None:
+        return f"deployed to {target}"
+    READY.write_text("in tool body")
+    while True:
+        time.sleep(1)
+
+
+def run_langgraph(store: str, session: str, base_url: str, prompt: str) -> Any:
+    from langchain.agents import create_agent
+    from langchain_openai import ChatOpenAI
+
+    from dsh.adapters.langgraph import DshSaver
+
+    model = ChatOpenAI(model="gpt-test", base_url=base_url, api_key="test", streaming=True,
+                       max_retries=0)
+    with DshSaver.from_url(store) as saver:
+        agent = create_agent(model, tools=[read_file, deploy], checkpointer=saver,
+                             middleware=[saver.middleware()])
+        return agent.invoke({"messages": [{"role": "user", "content": prompt}]},
+                            {"configurable": {"thread_id": session}})
+
+
+RUNNERS = {"langgraph": run_langgraph}
+
+
+def run(framework: str, store: str, session: str, base_url: str, prompt: str) -> Any:
+    """Run one agent turn of ``framework`` on ``session`` and return its result."""
+    return RUNNERS[framework](store, session, base_url, prompt)
+
+
+if __name__ == "__main__":
+    framework, store, session, base_url, ready = sys.argv[1:6]
+    READY = Path(ready)
+    run(framework, store, session, base_url, PROMPT)
+    raise SystemExit("the run ended: the parent should have killed it")

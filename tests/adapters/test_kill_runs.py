@@ -1,0 +1,80 @@
+"""SIGKILL inside a framework's run (real child processes, a local OpenAI-protocol server).
+
+For each adapter and each kill point — inside a tool body, during a streamed model answer,
+between two tool calls — the next run's model request (captured by the server) must hold the
+user's prompt, the calls made, and dsh's outcome-unknown result for a call whose body may have
+run; ``dsh verify`` passes on the session afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adapters.conftest import dsh, sigkill_when_ready
+from tests.adapters.kill_child import PROMPT, run
+from tests.providers.servers import ScriptedServer, Stall, Stream, openai_reply
+
+CHILD = Path(__file__).with_name("kill_child.py")
+
+FRAMEWORKS = ["langgraph"]
+
+
+def _texts(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``(role, text)`` of a Chat Completions request's messages (calls as ``call:name``)."""
+    out = []
+    for message in messages:
+        if message.get("tool_calls"):
+            out.extend(("call", call["function"]["name"]) for call in message["tool_calls"])
+        content = message.get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        if content:
+            out.append((message["role"], text))
+    return out
+
+
+READ = ("call_read", "read_file", '{"path": "app.toml"}')
+DEPLOY = ("call_deploy", "deploy", '{"target": "prod"}')
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("point", ["tool body", "streamed answer", "between calls"])
+def test_kill_then_the_next_run_sees_prompt_calls_and_outcome(
+        framework: str, point: str, tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    ready = tmp_path / "ready"
+    with ScriptedServer() as server:
+        base = server.base_url + "/v1"
+        if point == "tool body":
+            server.add(Stream(openai_reply(tool_calls=[READ])),
+                       Stream(openai_reply(tool_calls=[DEPLOY])))
+            sigkill_when_ready([str(CHILD), framework, store, "s", base, str(ready)], ready.exists)
+        elif point == "streamed answer":
+            server.add(Stall(openai_reply("I will read the")[:2]))
+            sigkill_when_ready([str(CHILD), framework, store, "s", base, str(ready)],
+                  lambda: len(server.requests) >= 1)
+        else:
+            server.add(Stream(openai_reply(tool_calls=[READ])), Stall([]))
+            sigkill_when_ready([str(CHILD), framework, store, "s", base, str(ready)],
+                  lambda: len(server.requests) >= 2)
+        killed_requests = len(server.requests)
+        server.add(Stream(openai_reply("Not deployed; I will check first.")))
+        run(framework, store, "s", base, "Did it deploy?")
+        sent = server.requests[killed_requests]["messages"]
+    texts = _texts(sent)
+    assert texts[0] == ("user", PROMPT)
+    assert texts[-1] == ("user", "Did it deploy?")
+    if point == "streamed answer":
+        assert texts == [("user", PROMPT), ("user", "Did it deploy?")]
+    elif point == "between calls":
+        assert texts == [("user", PROMPT), ("call", "read_file"),
+                         ("tool", "contents of app.toml"), ("user", "Did it deploy?")]
+    else:
+        assert texts[:4] == [("user", PROMPT), ("call", "read_file"),
+                             ("tool", "contents of app.toml"), ("call", "deploy")]
+        assert texts[4][0] == "tool" and "outcome is unknown" in texts[4][1]
+        assert len(texts) == 6
+    dsh("verify", "s", "--store", store)
