@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
@@ -28,6 +27,7 @@ from dsh.cli._common import (
     stderr_console,
     stdout_console,
 )
+from dsh.cli._standards import write_output, write_standard
 from dsh.json import dumps, json_equal
 
 if TYPE_CHECKING:
@@ -43,6 +43,11 @@ class ExportFormat(enum.StrEnum):
     openai = "openai"
     anthropic = "anthropic"
     dsh_jsonl = "dsh-jsonl"
+    atif = "atif"
+
+
+_STANDARD: Final = frozenset({ExportFormat.atif})
+"""Formats written from the whole history (docs/standards.md), not from the model view."""
 
 
 _JSONL_HEADER_KEYS: Final = ("version", "id", "createdAt", "cwd", "parentSession", "seedLength",
@@ -72,29 +77,58 @@ def export(
         "--output", "-o", metavar="FILE", show_default=False,
         help="Write to FILE instead of stdout.")] = None,
     target_model: TargetModelOption = None,
+    install: Annotated[bool, typer.Option(
+        "--install", help="claude-code, codex: write the file where that agent lists its "
+                          "sessions (~/.claude/projects/<slug>/, ~/.codex/sessions/Y/M/D/).")
+                       ] = False,
     store: StoreOption = None,
 ) -> None:
-    """Export a session: a provider request (openai, anthropic) or the dsh JSONL log."""
+    """Export a session: a provider request, the dsh JSONL log, or a standard format.
+
+    openai, anthropic: the request body of the model view; dsh-jsonl: the log itself; atif:
+    an ATIF trajectory of the whole history (docs/standards.md).
+    """
     import json
 
     with cli_store(store, create=False) as persistence:
         read = read_session(persistence, session_id)
+        log = stored_log(persistence, read) if format in _STANDARD else None
+    if log is not None:
+
+        write_standard(log, str(format.value), output, install=install)
+        return
+    if install:
+        raise ConfigError(f"--install is for --format claude-code or codex, not {format.value}")
     if format is ExportFormat.dsh_jsonl:
         data = _dsh_jsonl(read)
     else:
         view = model_view(read, str(format.value), target_model)
         text = json.dumps(view, ensure_ascii=False, indent=2) + "\n"
         data = text.encode("utf-8", errors="backslashreplace")
-    if output is None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-        return
-    try:
-        output.write_bytes(data)
-    except OSError as exc:
-        raise ConfigError(f"cannot write the export to {output}: {exc.strerror or exc}",
-                          path=str(output)) from exc
-    stderr_console().print(f"wrote {len(data)} bytes to {output}", markup=False)
+    write_output(data, output)
+
+
+def stored_log(persistence: Persistence, read: Inspection) -> Any:
+    """The stored session as a :class:`dsh.interop.SessionLog`, with its subagent sessions.
+
+    Children are the sessions of the store whose header names it as ``parentSession``. Events
+    are the stored log plus its in-memory repair closers (an interrupted turn reads closed);
+    nothing is written.
+    """
+    from dsh.interop import SessionLog
+
+    by_parent: dict[str, list[str]] = {}
+    for h in persistence.list_headers():
+        if isinstance(h.get("parentSession"), str):
+            by_parent.setdefault(str(h["parentSession"]), []).append(str(h["id"]))
+
+    def build(current: Inspection, seen: frozenset[str]) -> SessionLog:
+        sid = str(current.header["id"])
+        kids = sorted(k for k in by_parent.get(sid, ()) if k not in seen)
+        return SessionLog(current.header, current.events,
+                          tuple(build(persistence.read(k), seen | {k}) for k in kids))
+
+    return build(read, frozenset({str(read.header["id"])}))
 
 
 def _same_header(a: FrozenDict, b: FrozenDict) -> bool:

@@ -23,6 +23,7 @@ from typing import Final
 
 from dsh._errors import ImportFormatError
 from dsh.interop._anthropic import import_anthropic
+from dsh.interop._atif import ATIF_VERSION, import_atif, to_atif, validate_atif
 from dsh.interop._claude_code import import_claude_code
 from dsh.interop._codex import import_codex
 from dsh.interop._common import ImportedSession, mapping_errors
@@ -35,19 +36,25 @@ from dsh.interop._export import (
     without_foreign_reasoning,
 )
 from dsh.interop._gemini_cli import import_gemini_cli
+from dsh.interop._history import LogLike, SessionLog
 from dsh.interop._openai_chat import import_openai_chat
 from dsh.interop._openhands import import_openhands
 from dsh.interop._openhands_resolver import import_openhands_resolver
 from dsh.interop._swe_agent import import_mini_swe_agent, import_swe_agent
 
 __all__ = [
+    "ATIF_VERSION",
     "FORMATS",
     "IMPORTERS",
     "ImportedSession",
+    "LogLike",
+    "SessionLog",
     "detect_format",
     "import_file",
     "to_anthropic",
+    "to_atif",
     "to_openai",
+    "validate_atif",
     "validate_conversation",
     "without_foreign_reasoning",
 ]
@@ -63,6 +70,7 @@ IMPORTERS: Final[dict[str, Callable[[Path], list[ImportedSession]]]] = {
     "swe-agent": import_swe_agent,
     "mini-swe-agent": import_mini_swe_agent,
     "dsh": import_dsh_log,
+    "atif": import_atif,
 }
 """Format name -> importer ``(path) -> list[ImportedSession]``."""
 

@@ -128,10 +128,10 @@ class ImportedSession:
 
         Raises:
             ImportFormatError: the seed is refused, naming the source file and the line the
-                refused event came from. For a dsh log that is bad input (code
-                ``IMPORT_FORMAT``); for any other format the importer mapped input it does not
-                understand into a bad event (code ``IMPORT_UNMAPPED``: please report it with
-                the source file).
+                refused event came from. For a dsh log (or the dsh blocks an ATIF export
+                keeps) that is bad input (code ``IMPORT_FORMAT``); for any other format the
+                importer mapped input it does not understand into a bad event (code
+                ``IMPORT_UNMAPPED``: please report it with the source file).
         """
         from dsh.session._session import Session  # lazy: interop sits above the core
 
@@ -148,8 +148,13 @@ class ImportedSession:
             raise ImportFormatError(
                 f"{_kind(self.source_format)} transcript cannot become a dsh session: {where} is "
                 f"refused ({exc.message})",
-                code=None if self.source_format == "dsh" else UNMAPPED_CODE,
+                code=None if self.source_format in _NATIVE else UNMAPPED_CODE,
                 path=self.source_path or None, line=line, format=self.source_format) from exc
+
+
+_NATIVE: Final = frozenset({"dsh", "atif"})
+"""Formats whose files may carry dsh events or messages verbatim (a dsh log; the ``extra.dsh``
+of an ATIF export): a refused seed is bad input there, not an importer gap."""
 
 
 # --- unexpected shapes --------------------------------------------------------------------
@@ -788,8 +793,14 @@ class EventBuilder:
     def compaction(self, replacement: list[JsonObj], *, summary: list[JsonObj] | None = None,
                    compaction_id: str | None = None, provider: str | None = None,
                    model: str | None = None, token_count: int = 0,
-                   extra: JsonObj | None = None) -> None:
+                   extra: JsonObj | None = None, shadow: list[int] | None = None,
+                   message_id: object = None, source: JsonObj | None = None) -> int:
         """Write a compaction: start, summary, a replacing ``user/message``, end (§7.6).
+
+        Returns the seq of the replacing message (of the appended summary when nothing is
+        shadowed). ``shadow`` (a run of current surface nodes) narrows what is replaced, as a
+        compaction that keeps the recent tail does; ``message_id`` and ``source`` keep the
+        replacing message's own (a re-import of a dsh export).
 
         The replacement shadows every current surface node except a leading ``system/message``
         (DESIGN §3.2: only a system replace may cover it); its ``sourceEventSeqs`` list the
@@ -804,15 +815,14 @@ class EventBuilder:
             self.end_turn({"kind": "completed"})  # compacted between turns
         self.close_step()
         cid = compaction_id or f"{self.session_id}:compaction:{self.compactions + 1}"
-        shadow = list(self.nodes)
+        shadow = list(self.nodes) if shadow is None else list(shadow)
         if shadow and self.events[shadow[0]]["type"] == "system/message":
             shadow = shadow[1:]
         if not shadow:
             # A bracket must shadow at least one node (compaction rules), so keep the text only.
             self.ignorable("compaction-without-history", {"compactionId": cid})
-            self.user(replacement, prompt=False, source={
+            return self.user(replacement, prompt=False, source={
                 "kind": "plugin", "plugin": f"import/{self.fmt}", "form": "summary"})
-            return
         turn = self.turn if self.turn_open else None
         start_seq = self.emit("compaction/start", {"compactionId": cid, "turn": turn})
         summary_data: JsonObj = {
@@ -823,8 +833,9 @@ class EventBuilder:
         if extra:
             summary_data.update(extra)
         summary_seq = self.emit("compaction/summary", summary_data)
-        message = {"id": self.message_id(None), "role": "user", "content": replacement,
-                   "source": {"kind": "plugin", "plugin": "compact", "compactionId": cid}}
+        message = {"id": self.message_id(message_id), "role": "user", "content": replacement,
+                   "source": source or {"kind": "plugin", "plugin": "compact",
+                                        "compactionId": cid}}
         op = {"op": "replace", "start": shadow[0], "end": shadow[-1]}
         seq = self.emit("user/message", message, surface_op=op,
                         source_event_seqs=[start_seq, summary_seq, *shadow])
@@ -832,6 +843,7 @@ class EventBuilder:
         self.nodes[first:first + len(shadow)] = [seq]
         self.emit("compaction/end", {"compactionId": cid, "turn": turn})
         self.compactions += 1
+        return seq
 
     # -- end of input
 

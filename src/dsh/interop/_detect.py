@@ -8,7 +8,8 @@ Rules, first match wins:
   ``claude-code``; ``{cassette|request, response}`` exchanges → ``anthropic``; resolver
   records (``history`` beside ``git_patch``/``issue``/…) → ``openhands-resolver``; objects with
   an OpenHands ``history`` → ``openhands``.
-* One JSON document: a V0 event list or ``{history: events}`` → ``openhands``; a resolver
+* One JSON document: ``schema_version`` ``ATIF-…`` with ``steps`` → ``atif``; a V0 event
+  list or ``{history: events}`` → ``openhands``; a resolver
   record → ``openhands-resolver``; ``{sessionId|projectHash, messages}`` whose messages are
   typed ``user``/``gemini``/… → ``gemini-cli``; an object with
   ``history`` + ``trajectory``/``info``/``environment`` (or only ``history`` of chat messages)
@@ -28,6 +29,7 @@ from typing import Any, Final
 import orjson
 
 from dsh._errors import ImportFormatError
+from dsh.interop._atif import looks_like_atif
 from dsh.interop._claude_code import looks_like_claude_code
 from dsh.interop._codex import looks_like_codex
 from dsh.interop._common import (
@@ -45,7 +47,7 @@ from dsh.interop._swe_agent import looks_like_mini_swe_agent
 __all__ = ["FORMATS", "detect_format"]
 
 FORMATS: Final = ("claude-code", "codex", "openai-chat", "anthropic", "openhands",
-                  "openhands-resolver", "gemini-cli", "swe-agent", "mini-swe-agent", "dsh")
+                  "openhands-resolver", "gemini-cli", "swe-agent", "mini-swe-agent", "dsh", "atif")
 """Every format name :func:`dsh.interop.import_file` accepts (besides ``"auto"``)."""
 
 _ANTHROPIC_BLOCKS: Final = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
@@ -149,6 +151,8 @@ def _jsonl_format(values: list[Any]) -> str | None:
 def _document_format(path: Path) -> str:
     """The format of a single JSON document (module rules)."""
     doc = read_json_document(path, "auto")
+    if looks_like_atif(doc):
+        return "atif"
     if looks_like_openhands_events(doc):
         return "openhands"
     if looks_like_resolver_output(doc):

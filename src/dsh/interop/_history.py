@@ -1,0 +1,182 @@
+"""The history of a session as the standard-format exporters walk it.
+
+A trajectory format (ATIF, Inspect, a Claude Code or Codex file) records every message in the
+order it entered the model's view, not only the view left at the end. :func:`history` walks a
+log's events once and yields one :class:`Entry` per message that entered the view:
+
+* an append (``surfaceOp: "append"``) is an entry at its own place;
+* a *rewrite* — a ``replace`` of exactly one node by an event of the same type, as the tool-result
+  pruner and a system-prompt change write — is not an entry of its own: the rewritten node's
+  entry carries the newest message instead (the view holds that one);
+* any other ``replace`` (a compaction's checkpoint message) is an entry whose ``shadows`` names
+  the first and last message ids it took the place of.
+
+Applying the entries in order — append each message, and for an entry with ``shadows`` remove the
+run of view messages from the first id to the last before appending it — gives exactly
+``Session.derive_messages()`` of the log. Rule: docs/standards.md#what-the-exports-hold.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["Entry", "LogLike", "SessionLog", "history", "iso_time", "replay_view", "usage_of"]
+
+
+class LogLike(Protocol):
+    """What an exporter reads: a header, the events, the subagent sessions (children).
+
+    :class:`dsh.interop.ImportedSession` and :class:`SessionLog` are.
+    """
+
+    @property
+    def header(self) -> Mapping[str, Any]: ...
+
+    @property
+    def events(self) -> Sequence[Mapping[str, Any]]: ...
+
+    @property
+    def children(self) -> Sequence[LogLike]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLog:
+    """A session as the exporters read it (a :class:`LogLike`).
+
+    Attributes:
+        header: The session header (``id``, ``createdAt`` epoch ms, ``cwd``?, …).
+        events: Its wire events in seq order (a stored log with its repair closers, so an
+            interrupted turn reads closed).
+        children: Its subagent sessions (``parentSession`` = this id), each a SessionLog.
+    """
+
+    header: Mapping[str, Any]
+    events: Sequence[Mapping[str, Any]]
+    children: Sequence[SessionLog] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One message that entered the model's view.
+
+    Attributes:
+        seq: Seq of the event that appended it (for a rewritten node: the original append).
+        event: The event whose message this is (the newest rewrite of the node).
+        message: The message ``{id, role, content, source}``.
+        shadows: ``(first id, last id)`` of the view run a checkpoint message replaced, else
+            None.
+        time: Epoch ms of the appending event.
+    """
+
+    seq: int
+    event: Mapping[str, Any]
+    message: Mapping[str, Any]
+    shadows: tuple[str, str] | None
+    time: int
+
+
+def _message(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    etype = event.get("type")
+    data = event.get("data")
+    if not isinstance(data, Mapping):
+        return None
+    if etype in ("user/message", "system/message"):
+        return data
+    if etype in ("assistant/message", "tool/result"):
+        message = data.get("message")
+        if isinstance(message, Mapping) and message.get("content"):
+            return message
+    return None
+
+
+def history(events: Sequence[Mapping[str, Any]]) -> Iterator[Entry]:
+    """Yield the entries of ``events`` in log order (module docstring).
+
+    Args:
+        events: Wire events ``{type, seq, time, data, surfaceOp?, …}`` in seq order.
+    """
+    by_seq = {int(e["seq"]): e for e in events if isinstance(e.get("seq"), int)}
+    newest: dict[int, Mapping[str, Any]] = {}
+    rewrites: set[int] = set()
+    rewrites_to: dict[int, int] = {}  # a rewrite's seq -> the node it rewrote first
+    for event in events:
+        op = event.get("surfaceOp")
+        if not (isinstance(op, Mapping) and op.get("op") == "replace"):
+            continue
+        start, end = op.get("start"), op.get("end")
+        target = by_seq.get(start) if start == end and isinstance(start, int) else None
+        if target is not None and target.get("type") == event.get("type") and event.get(
+                "type") in ("tool/result", "system/message"):
+            root = rewrites_to.get(int(start), int(start))  # type: ignore[arg-type]
+            newest[root] = event
+            rewrites.add(int(event["seq"]))
+            rewrites_to[int(event["seq"])] = root
+    # ids of the messages each node shows now (a rewrite shows its own id)
+    for event in events:
+        seq = event.get("seq")
+        op = event.get("surfaceOp")
+        if op is None or not isinstance(seq, int) or seq in rewrites:
+            continue
+        shown = newest.get(seq, event)
+        message = _message(shown)
+        if message is None:
+            continue
+        shadows = None
+        if isinstance(op, Mapping):
+            first = _shown_id(by_seq, newest, rewrites_to, op.get("start"))
+            last = _shown_id(by_seq, newest, rewrites_to, op.get("end"))
+            if first is None or last is None:
+                continue
+            shadows = (first, last)
+        yield Entry(seq, shown, message, shadows, int(event.get("time") or 0))
+
+
+def _shown_id(by_seq: Mapping[int, Mapping[str, Any]],
+              newest: Mapping[int, Mapping[str, Any]], rewrites_to: Mapping[int, int],
+              seq: object) -> str | None:
+    """Id of the message the surface node ``seq`` shows (its newest rewrite's)."""
+    if not isinstance(seq, int) or seq not in by_seq:
+        return None
+    root = rewrites_to.get(seq, seq)
+    message = _message(newest.get(root, by_seq[seq])) or _message(by_seq[seq])
+    return str(message["id"]) if message is not None else None
+
+
+def replay_view(entries: Sequence[Entry]) -> list[Mapping[str, Any]]:
+    """The view the entries leave: appends, and checkpoint messages replacing their run.
+
+    Raises:
+        ValueError: a ``shadows`` id is not in the view (a log the walk did not come from).
+    """
+    view: list[Mapping[str, Any]] = []
+    for entry in entries:
+        if entry.shadows is not None:
+            ids = [str(m["id"]) for m in view]
+            first, last = ids.index(entry.shadows[0]), ids.index(entry.shadows[1])
+            view[first:last + 1] = [entry.message]
+        else:
+            view.append(entry.message)
+    return view
+
+
+def usage_of(event: Mapping[str, Any]) -> dict[str, int]:
+    """An assistant event's token usage ``{inputTokens, outputTokens, cacheReadTokens?, …}``.
+
+    Counts are disjoint (cached input is not in ``inputTokens``); an event without usage gives
+    ``{}``.
+    """
+    data = event.get("data")
+    usage = data.get("usage") if isinstance(data, Mapping) else None
+    if not isinstance(usage, Mapping):
+        return {}
+    return {str(k): int(v) for k, v in usage.items()
+            if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def iso_time(ms: int) -> str:
+    """Epoch ms as ISO 8601 UTC with milliseconds and a ``Z``, e.g. ``2025-01-02T03:04:05.678Z``."""
+    when = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"

@@ -1,0 +1,60 @@
+"""Sessions the standard-format tests run over: every corpus and bundled-example import, and the
+dsh-written stores in tests/fixtures (read with their repair closers, as `dsh export` reads)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dsh.interop import ImportedSession, SessionLog, import_file
+from dsh.json import thaw
+from tests.conftest import DSH_LOGS
+from tests.interop.helpers import CORPUS, EXAMPLES
+
+
+def transcript_files() -> list[str]:
+    """Names (relative to the shared folder or the examples) of every transcript file."""
+    names = []
+    if (CORPUS / "MANIFEST.json").is_file():
+        manifest = json.loads((CORPUS / "MANIFEST.json").read_text())
+        names += [f"corpus/{f['file']}" for f in manifest["files"]
+                  if "/subagents/" not in f["file"]]
+    names += [f"examples/{p.relative_to(EXAMPLES)}" for p in sorted(EXAMPLES.rglob("*.*"))]
+    return sorted(names)
+
+
+def transcript_path(name: str) -> Path:
+    kind, rest = name.split("/", 1)
+    return (CORPUS if kind == "corpus" else EXAMPLES) / rest
+
+
+def imported(name: str) -> list[ImportedSession]:
+    return import_file(transcript_path(name))
+
+
+def fixture_logs(tmp: Path) -> Iterator[tuple[str, SessionLog]]:
+    """The sessions of the dsh-written JSONL store (copied first: reading may repair)."""
+    from dsh.persistence import open_store
+
+    root = tmp / "dsh-logs"
+    shutil.copytree(DSH_LOGS / "jsonl" / "main", root)
+    with open_store(f"jsonl://{root}") as store:
+        for header in sorted(store.list_headers(), key=lambda h: str(h["id"])):
+            read = store.read(str(header["id"]))
+            yield str(header["id"]), SessionLog(read.header, read.events)
+
+
+def view(log: Any) -> list[str]:
+    """The model view of a session (header + events), as canonical JSON per message."""
+    from dsh.session import Session
+
+    if isinstance(log, ImportedSession):
+        return [json.dumps(thaw(m), sort_keys=True)
+                for m in log.to_session(clock=lambda: 0).derive_messages()]
+    events = list(log.events)
+    session = Session.restore(str(log.header["id"]), events, log.header,
+                              inherited_event_count=log.header.get("seedLength") or 0)
+    return [json.dumps(thaw(m), sort_keys=True) for m in session.derive_messages()]
