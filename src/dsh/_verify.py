@@ -30,11 +30,15 @@ from typing import Any, Final
 from dsh._errors import DshError, EventRejectedError
 from dsh.compaction import check_compaction_log
 from dsh.json import FrozenDict, snapshot_json
-from dsh.session._events import KNOWN_EVENT_TYPES, SESSION_FORMAT_VERSION, Event
-from dsh.session._invariants import check_log
-from dsh.session._repair import interrupted_turn_closers
-from dsh.session._session import Session
-from dsh.session._surface import fold_surface
+from dsh.session import (
+    KNOWN_EVENT_TYPES,
+    SESSION_FORMAT_VERSION,
+    Event,
+    Session,
+    check_log,
+    fold_surface,
+    interrupted_turn_closers,
+)
 
 __all__ = [
     "DUPLICATE_TOOL_RESULT",

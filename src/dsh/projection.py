@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from dsh._errors import ConfigError, DshError
 from dsh.json import JsonValue, is_safe_int, thaw
-from dsh.session._events import Event
+from dsh.session import Event
 
 __all__ = [
     "ChangeListener",

@@ -26,15 +26,10 @@ import orjson
 
 from dsh._errors import AdapterClosedError, AdapterError, SessionBusyError
 from dsh._messages import create_assistant_message
-from dsh.agent._recorder import Recorder, StepRecorder, TurnRecorder
+from dsh.agent import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
-from dsh.persistence import Persistence, open_store
-from dsh.persistence._restore_point import CheckpointRefused
-from dsh.session._events import Event
-from dsh.session._paging import EventSource
-from dsh.session._restore_state import RestoreState
-from dsh.session._session import Session
-from dsh.session._store import SessionStore
+from dsh.persistence import CheckpointRefused, Persistence, open_store
+from dsh.session import Event, EventSource, RestoreState, Session, SessionStore
 
 __all__ = [
     "DEFAULT_WAIT_S",

@@ -32,7 +32,7 @@ from dsh._errors import AdapterError
 from dsh._messages import create_assistant_message, create_user_message
 from dsh.adapters._log import LiveLog, TurnShaper, message_of, text_of, with_records
 from dsh.json import snapshot_json
-from dsh.session._events import Event
+from dsh.session import Event
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory

@@ -45,7 +45,7 @@ from dsh.adapters._log import LiveLog, default_store_url, records_of
 from dsh.adapters.pydantic_ai import FORMAT, message_events
 from dsh.json import snapshot_json, thaw
 from dsh.persistence import Persistence, open_store
-from dsh.session._events import Event
+from dsh.session import Event
 
 try:
     from pydantic import TypeAdapter

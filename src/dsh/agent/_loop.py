@@ -50,9 +50,14 @@ from dsh.agent._recorder import (
     turn_end_reason,
 )
 from dsh.agent._tools import Tool, ToolContext, ToolOutput, tool_table
-from dsh.compaction import CompactionPolicy, compact_if_needed, compact_surface_region
-from dsh.compaction._selection import select_compactable_range
-from dsh.compaction._summarizers import DigestSummarizer, Summarizer
+from dsh.compaction import (
+    CompactionPolicy,
+    DigestSummarizer,
+    Summarizer,
+    compact_if_needed,
+    compact_surface_region,
+    select_compactable_range,
+)
 from dsh.json import FrozenDict, dumps
 from dsh.session import Event, Session, SessionStore, header_equals
 

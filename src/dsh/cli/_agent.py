@@ -26,9 +26,7 @@ from dsh.agent.providers import PROVIDER_NAMES
 from dsh.cli._common import require_session
 
 if TYPE_CHECKING:
-    from dsh.agent import Agent
-    from dsh.agent._builtin import ShellRequest
-    from dsh.agent._tools import Tool
+    from dsh.agent import Agent, ShellRequest, Tool
     from dsh.session import SessionStore
 
 __all__ = [
@@ -117,7 +115,7 @@ async def _approve_at_terminal(request: ShellRequest) -> bool:
 
 def tools_for(choice: Tools, root: Path) -> list[Tool]:
     """The tools of ``--tools choice`` over ``root`` (shell approval at the terminal)."""
-    from dsh.agent._builtin import ShellApproval, refuse_all, shell_tool, workspace_tools
+    from dsh.agent import ShellApproval, refuse_all, shell_tool, workspace_tools
 
     if choice is Tools.none:
         return []

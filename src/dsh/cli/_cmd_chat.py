@@ -42,8 +42,7 @@ from dsh.cli._agent import (
 )
 from dsh.cli._common import StoreOption, default_store_url, source_format, stderr_console, store_url
 from dsh.cli._live import LiveView
-from dsh.compaction import acompact_now
-from dsh.compaction._summarizers import DigestSummarizer
+from dsh.compaction import DigestSummarizer, acompact_now
 
 if TYPE_CHECKING:
     import asyncio

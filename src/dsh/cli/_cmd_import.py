@@ -228,15 +228,15 @@ def _reimport(persistence: Persistence, fresh: ImportedSession, shown: str,
     Returns the session still to write (a changed source under a new id, not yet stored), or
     None when this is done (skipped, appended or already superseded).
     """
-    from dsh.interop._reimport import APPEND, SAME, plan_reimport, superseding
+    from dsh.interop import plan_reimport, superseding
 
     sid = fresh.session_id
     read = persistence.read(sid)
     plan = plan_reimport(read.stored_events, fresh)
-    if plan.kind == SAME:
+    if plan.kind == "same":
         report.skipped.append((shown, sid))
         return None
-    if plan.kind == APPEND:
+    if plan.kind == "append":
         # Validated as one log with what is stored (seed rules), then appended as Events.
         known = len(read.stored_events)
         grown = Session.create(sid, seed=[*read.stored_events, *plan.events],

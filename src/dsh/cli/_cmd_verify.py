@@ -43,7 +43,7 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     ``CHECKPOINT_MISMATCH`` violation when a resume would use it yet it does not match.
     """
     from dsh._verify import verify_events
-    from dsh.persistence._contract import KeepsCuts
+    from dsh.persistence import KeepsCuts
 
     backend = persistence.backend
     if isinstance(backend, KeepsCuts):

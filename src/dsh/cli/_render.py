@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from rich.console import Console, Group, RenderableType
     from rich.text import Text
 
-    from dsh.persistence._listing import ListingEntry
+    from dsh.persistence import ListingEntry
 
 __all__ = [
     "COMPACT_PLUGIN",
@@ -278,14 +278,14 @@ def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], 
     """Build the ``dsh ls`` row of one session from its header and committed events.
 
     The same row as the listing index gives (:func:`entry_row` of
-    :func:`dsh.persistence._listing.summarize`).
+    :func:`dsh.persistence.summarize`).
 
     Args:
         header: The stored ``SessionHeader`` wire object (``id``, ``createdAt``, …).
         events: Its committed events (wire objects), seq order.
         source_format: Format name recorded for the session (``dsh`` when native).
     """
-    from dsh.persistence._listing import summarize
+    from dsh.persistence import summarize
 
     return dataclasses.replace(entry_row(summarize(header, events)),
                                source_format=source_format)

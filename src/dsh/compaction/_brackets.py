@@ -14,8 +14,7 @@ from dsh._errors import InvariantError
 from dsh.compaction._summarizers import (
     is_checkpoint_source,
 )
-from dsh.session._events import Event
-from dsh.session._invariants import Violation
+from dsh.session import Event, Violation
 
 __all__ = ["CompactionInvariant", "CompactionTraceState", "CompactionViolation",
            "check_compaction_log"]

@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol
 from dsh._errors import ConfigError
 from dsh.compaction._tokens import estimate_event_tokens
 from dsh.json import FrozenDict, FrozenList, JsonValue
-from dsh.session._events import Event
+from dsh.session import Event
 
 __all__ = [
     "PRUNE_MARKER",

@@ -51,8 +51,7 @@ from dsh.compaction._summarizers import (
 )
 from dsh.compaction._tokens import estimate_message_tokens, node_prices
 from dsh.json import FrozenDict, FrozenList, JsonValue
-from dsh.session._events import Event
-from dsh.session._surface import derive_event_message
+from dsh.session import Event, derive_event_message
 
 __all__ = [
     "CancelSignal",

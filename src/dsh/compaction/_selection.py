@@ -32,8 +32,7 @@ from dsh.compaction._tokens import (
     measure_surface,
     node_prices,
 )
-from dsh.session._events import Event
-from dsh.session._pairing import balanced_cuts
+from dsh.session import Event, balanced_cuts
 
 __all__ = [
     "MINIMAL_SUMMARY",

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from dsh.json import JsonValue, dumps
-from dsh.session._events import Event
-from dsh.session._surface import derive_event_message
+from dsh.session import Event, derive_event_message
 
 __all__ = [
     "BLOCK_OVERHEAD_TOKENS",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from dsh._errors import ImportFormatError
-from dsh.interop._anthropic import import_anthropic
+from dsh.interop._anthropic import anthropic_usage, import_anthropic
 from dsh.interop._atif import ATIF_VERSION, import_atif, to_atif, validate_atif
 from dsh.interop._claude_code import import_claude_code
 from dsh.interop._codex import import_codex
@@ -40,10 +40,15 @@ from dsh.interop._history import LogLike, SessionLog
 from dsh.interop._openai_chat import import_openai_chat
 from dsh.interop._openhands import import_openhands
 from dsh.interop._openhands_resolver import import_openhands_resolver
+from dsh.interop._reimport import ReimportPlan, plan_reimport, superseding
 from dsh.interop._swe_agent import import_mini_swe_agent, import_swe_agent
 
 __all__ = [
     "ATIF_VERSION",
+    "ReimportPlan",
+    "anthropic_usage",
+    "plan_reimport",
+    "superseding",
     "FORMATS",
     "IMPORTERS",
     "ImportedSession",

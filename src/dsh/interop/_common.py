@@ -32,7 +32,7 @@ from dsh._errors import DshError, EventRejectedError, ImportFormatError, Invalid
 from dsh.json import MAX_SAFE_INTEGER, loads, thaw
 
 if TYPE_CHECKING:
-    from dsh.session._session import Session
+    from dsh.session import Session
 
 __all__ = [
     "IMPORTER_VERSION",
@@ -133,7 +133,7 @@ class ImportedSession:
                 importer mapped input it does not understand into a bad event (code
                 ``IMPORT_UNMAPPED``: please report it with the source file).
         """
-        from dsh.session._session import Session  # lazy: interop sits above the core
+        from dsh.session import Session  # lazy: interop sits above the core
 
         inherited = self.header.get("seedLength", 0)
         try:
@@ -397,7 +397,7 @@ def usable_id(value: object) -> str | None:
     Usable: a non-blank string of printable characters that every store can name a session by
     (:func:`session_id_problem`: valid Unicode, a short enough folder name).
     """
-    from dsh.persistence._contract import session_id_problem  # lazy: only when an id is checked
+    from dsh.persistence import session_id_problem  # lazy: only when an id is checked
 
     if not isinstance(value, str) or not value.strip() or not value.isprintable():
         return None

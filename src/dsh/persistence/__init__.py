@@ -31,19 +31,26 @@ from dsh.persistence._contract import (
     Backend,
     ColdRead,
     Handle,
+    KeepsCuts,
     OpenMode,
     SessionSummary,
     TornTail,
+    session_id_problem,
 )
 
 if TYPE_CHECKING:
     from dsh.persistence._coordinator import Inspection, Persistence, WriteBehind
+    from dsh.persistence._listing import ListingEntry, summarize
+    from dsh.persistence._restore_point import CheckpointRefused
 
 __all__ = [
     "Backend",
+    "CheckpointRefused",
     "ColdRead",
     "Handle",
     "Inspection",
+    "KeepsCuts",
+    "ListingEntry",
     "OpenMode",
     "Persistence",
     "SessionSummary",
@@ -51,8 +58,15 @@ __all__ = [
     "WriteBehind",
     "open_backend",
     "open_store",
+    "session_id_problem",
     "store_path",
+    "summarize",
 ]
+
+_LAZY = {"Inspection": "_coordinator", "Persistence": "_coordinator",
+         "WriteBehind": "_coordinator", "ListingEntry": "_listing", "summarize": "_listing",
+         "CheckpointRefused": "_restore_point"}
+"""Names loaded on first use: ``import dsh.persistence`` stays free of the session layer."""
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
@@ -191,9 +205,8 @@ def open_store(url: str) -> Persistence:
 
 def __getattr__(name: str) -> object:
     # Lazy re-exports keep `import dsh.persistence` free of the session-layer imports.
-    if name in ("Inspection", "Persistence", "WriteBehind"):
-        from dsh.persistence import _coordinator as coordinator
-        return getattr(coordinator, name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     if not name.startswith("__"):
         # `dsh.persistence._coordinator.Persistence` works without importing the submodule
         # first, as help() and tab completion expect.

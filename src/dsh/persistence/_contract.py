@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, Self, runtime_checkable
 from dsh.json import FrozenDict
 
 if TYPE_CHECKING:
-    from dsh.session._events import Event
+    from dsh.session import Event
 
 __all__ = [
     "HEADER_KEYS",

@@ -54,15 +54,17 @@ from dsh.persistence._contract import (
 from dsh.persistence._legacy import normalize_legacy_events
 from dsh.persistence._listing import ListingEntry, jsonl_entries, sqlite_entries, summarize
 from dsh.persistence.jsonl._format import format_version_refusal
-from dsh.session._events import (
+from dsh.session import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
     Event,
+    RestoreFold,
+    RestoreState,
+    Session,
+    interrupted_turn_closers,
+    open_turn_closers,
     unknown_type_hint,
 )
-from dsh.session._repair import interrupted_turn_closers, open_turn_closers
-from dsh.session._restore_state import RestoreFold, RestoreState
-from dsh.session._session import Session
 
 __all__ = [
     "MAX_BATCH_WINDOW_MS",
@@ -933,7 +935,7 @@ class Persistence:
         Rule: core spec §10 and seed ch. 28 (fork); persistence spec §3.10 (reads write
         nothing to the parent).
         """
-        from dsh.session._store import SessionStore
+        from dsh.session import SessionStore
 
         if self._live_session(source_id) is not None:
             raise SessionBusyError(f"cannot fork stored session {source_id!r} while it is live "

@@ -15,7 +15,7 @@ from typing import Any
 
 from dsh._errors import LogCorruptError
 from dsh.json import is_safe_int, snapshot_json
-from dsh.session._events import Event
+from dsh.session import Event
 
 __all__ = ["legacy_message_id", "normalize_legacy_events"]
 

@@ -26,7 +26,7 @@ from dsh._errors import (
 )
 from dsh.json import FrozenDict, snapshot_json
 from dsh.persistence._contract import ColdRead, HandleBase, OpenMode, TornTail, normalize_header
-from dsh.session._events import Event
+from dsh.session import Event
 
 __all__ = ["MemoryBackend", "MemoryHandle"]
 

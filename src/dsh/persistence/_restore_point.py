@@ -43,8 +43,7 @@ import orjson
 
 from dsh.json import MAX_SAFE_INTEGER, dumps
 from dsh.persistence._seal import _write_all as write_all
-from dsh.session._events import Event
-from dsh.session._restore_state import RestoreFold, RestoreState
+from dsh.session import Event, RestoreFold, RestoreState
 
 __all__ = [
     "CHECKPOINT_EVERY_BYTES",

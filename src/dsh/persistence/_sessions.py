@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dsh.persistence import open_backend
 from dsh.persistence._coordinator import Persistence, WriteBehind
-from dsh.session import SessionStore
-from dsh.session._session import Clock
+from dsh.session import Clock, SessionStore
 
 __all__ = ["open"]
 

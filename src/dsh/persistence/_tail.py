@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from dsh._errors import ConfigError, LogCorruptError
 from dsh.persistence._contract import Backend, Handle
-from dsh.session._events import Event
+from dsh.session import Event
 
 __all__ = ["DEFAULT_POLL_MS", "follow", "tail"]
 

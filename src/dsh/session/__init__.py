@@ -11,12 +11,14 @@ from dsh.session._events import (
     SURFACE_EVENT_TYPES,
     Event,
     SessionId,
+    as_event,
     is_append_surface_event,
     is_replacement_surface_event,
     is_surface_eligible_type,
     is_surface_event,
     make_event,
     register_event_type,
+    unknown_type_hint,
 )
 from dsh.session._header import (
     HEADER_KEYS,
@@ -122,6 +124,8 @@ __all__ = [
     "make_event",
     "make_header",
     "register_event_type",
+    "unknown_type_hint",
+    "as_event",
     "validate_header",
     "wall_clock_ms",
 ]

@@ -5,7 +5,7 @@ database runs the very same tests. Subclass :class:`BackendContract` in a pytest
 how to open a fresh store::
 
     import pytest
-    from dsh.persistence._coordinator import Persistence
+    from dsh.persistence import Persistence
     from dsh.testing import BackendContract
 
     class TestMyBackend(BackendContract):
@@ -47,8 +47,8 @@ from dsh._errors import (
     UnknownEventTypeError,
 )
 from dsh.json import thaw
-from dsh.persistence._coordinator import Persistence
-from dsh.session._session import Session
+from dsh.persistence import Persistence
+from dsh.session import Session
 from dsh.testing import _stores as stores
 from dsh.testing._logs import LogBuilder, header, make, plain
 

@@ -16,8 +16,7 @@ from typing import Final, Literal
 
 from dsh._errors import DshError
 from dsh.persistence import open_store
-from dsh.session._events import Event
-from dsh.session._store import SessionStore
+from dsh.session import Event, SessionStore
 from dsh.testing._logs import LogBuilder
 
 __all__ = ["EDIT_KINDS", "READ_PATHS", "STORE_KINDS", "Edit", "apply_edits", "fuzz_events",

@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dsh.json import FrozenDict
-from dsh.session._events import Event
-from dsh.session._session import EventLog, Session
+from dsh.session import Event, EventLog, Session
 
 CWD = "/workspace/demo-app"
 CREATED_AT = 1_767_225_600_000

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from dsh.persistence._coordinator import Persistence
+from dsh.persistence import Persistence
 
 __all__ = [
     "BUNDLED_BACKENDS",

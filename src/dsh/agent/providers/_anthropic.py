@@ -22,8 +22,7 @@ from dsh._errors import ConfigError, LlmFailureError
 from dsh._messages import StreamChunk, TokenUsage
 from dsh.agent._provider import LlmRequest
 from dsh.agent.providers._common import replace_lone_surrogates, stream_sdk
-from dsh.interop._anthropic import anthropic_usage
-from dsh.interop._export import to_anthropic
+from dsh.interop import anthropic_usage, to_anthropic
 
 __all__ = ["DEFAULT_MAX_TOKENS", "THINKING_BUDGET_TOKENS", "AnthropicProvider"]
 

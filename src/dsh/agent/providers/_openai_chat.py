@@ -21,7 +21,7 @@ from dsh._errors import ConfigError, LlmFailureError
 from dsh._messages import StreamChunk, TokenUsage, ToolCallDeltaChunk
 from dsh.agent._provider import LlmRequest
 from dsh.agent.providers._common import replace_lone_surrogates, stream_sdk
-from dsh.interop._export import to_openai
+from dsh.interop import to_openai
 
 __all__ = ["OpenAIChatProvider", "ReasoningReplay", "openai_usage"]
 

@@ -8,13 +8,12 @@ system prompt) and the reply's text becomes the checkpoint. It is awaitable only
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dsh._errors import ConfigError
 from dsh.agent._provider import LlmRequest, Provider, StreamAssembler
 from dsh.compaction import LlmSummarizer
-from dsh.compaction._summarizers import Message
 from dsh.json import snapshot_json
 
 __all__ = ["provider_summarizer"]
@@ -41,7 +40,7 @@ def provider_summarizer(provider: Provider, *, provider_name: str, model: str,
     header = snapshot_json({"config": {"provider": provider_name, "model": model,
                                        "maxTokens": max_tokens}})
 
-    async def acomplete(messages: list[Message]) -> str:
+    async def acomplete(messages: list[Mapping[str, Any]]) -> str:
         request = LlmRequest(session_id="compaction", header=header,
                              messages=tuple(snapshot_json(m) for m in messages))
         assembler = StreamAssembler()
@@ -50,7 +49,7 @@ def provider_summarizer(provider: Provider, *, provider_name: str, model: str,
         content: Sequence[Any] = assembler.response().content
         return "".join(b["text"] for b in content if b["type"] == "text")
 
-    def complete(messages: list[Message]) -> str:
+    def complete(messages: list[Mapping[str, Any]]) -> str:
         raise ConfigError("the model summarizer streams on the event loop: compact with "
                           "acompact_now or acompact_surface_region", code="ASYNC_ONLY")
 

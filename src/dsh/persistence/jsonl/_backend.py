@@ -77,9 +77,7 @@ from dsh.persistence.jsonl._format import (
     project_dir_name,
     scan_zstd_frames,
 )
-from dsh.session._chunks import decode_storage_record
-from dsh.session._events import SESSION_FORMAT_VERSION, Event
-from dsh.session._paging import PAGE_EVENTS
+from dsh.session import PAGE_EVENTS, SESSION_FORMAT_VERSION, Event, decode_storage_record
 
 __all__ = ["JsonlBackend", "JsonlHandle", "parse_log"]
 

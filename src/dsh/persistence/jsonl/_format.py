@@ -28,8 +28,13 @@ from dsh._errors import (
     SessionFormatUnsupportedError,
 )
 from dsh.json import FrozenDict, c_scan_lines, dumps, is_safe_int, loads
-from dsh.session._chunks import decode_storage_record, pack_chunk_runs
-from dsh.session._events import KNOWN_EVENT_TYPES, SESSION_FORMAT_VERSION, Event
+from dsh.session import (
+    KNOWN_EVENT_TYPES,
+    SESSION_FORMAT_VERSION,
+    Event,
+    decode_storage_record,
+    pack_chunk_runs,
+)
 
 __all__ = [
     "HEADER_TAG",

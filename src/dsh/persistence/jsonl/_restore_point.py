@@ -21,7 +21,7 @@ from dsh._errors import DshError, LogCorruptError
 from dsh.persistence import _restore_point as ck
 from dsh.persistence._seal import crc_of, read_seal
 from dsh.persistence.jsonl._format import Scanner, parse_header_strict, scan_zstd_frames
-from dsh.session._events import Event
+from dsh.session import Event
 
 if TYPE_CHECKING:
     from dsh.persistence.jsonl._backend import JsonlHandle

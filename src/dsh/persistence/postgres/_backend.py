@@ -77,7 +77,7 @@ from dsh.persistence.sqlite._schema import (
     scan_rows,
 )
 from dsh.persistence.sqlite._schema import SCHEMA_VERSION as ROW_FORMAT
-from dsh.session._events import SESSION_FORMAT_VERSION, Event
+from dsh.session import SESSION_FORMAT_VERSION, Event
 
 __all__ = [
     "DEFAULT_LEASE_MS",

@@ -88,7 +88,7 @@ from dsh.persistence.sqlite._schema import (
     scan_rows,
     schema_objects,
 )
-from dsh.session._events import SESSION_FORMAT_VERSION, Event
+from dsh.session import SESSION_FORMAT_VERSION, Event
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT_MS",

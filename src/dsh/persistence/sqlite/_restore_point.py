@@ -23,7 +23,7 @@ from dsh.persistence import _restore_point as ck
 from dsh.persistence._contract import ColdRead
 from dsh.persistence._seal import check_row_seals, read_seal, rows_crc
 from dsh.persistence.sqlite._schema import scan_rows
-from dsh.session._events import Event
+from dsh.session import Event
 
 if TYPE_CHECKING:
     from dsh.persistence.sqlite._backend import SqliteHandle

@@ -39,8 +39,14 @@ from dsh.json import (
     is_safe_int,
     loads,
 )
-from dsh.session._chunks import CHUNK_ROW_TAGS, decode_storage_record, pack_chunk_runs
-from dsh.session._events import ENVELOPE_KEYS, Event, as_event
+from dsh.session import (
+    CHUNK_ROW_TAGS,
+    ENVELOPE_KEYS,
+    Event,
+    as_event,
+    decode_storage_record,
+    pack_chunk_runs,
+)
 
 __all__ = [
     "APPLICATION_ID",
