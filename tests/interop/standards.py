@@ -58,3 +58,17 @@ def view(log: Any) -> list[str]:
     session = Session.restore(str(log.header["id"]), events, log.header,
                               inherited_event_count=log.header.get("seedLength") or 0)
     return [json.dumps(thaw(m), sort_keys=True) for m in session.derive_messages()]
+
+
+def cli(store: Path) -> Any:
+    """A runner of `python -m dsh.cli ARGS --store STORE` that returns stdout (exit 0 asserted)."""
+    import subprocess
+    import sys
+
+    def run(*args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "dsh.cli", *args, "--store", str(store)],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    return run

@@ -161,17 +161,10 @@ def test_atif_import_refuses_a_document_without_steps(tmp_path: Path) -> None:
 
 
 def test_cli_exports_atif_and_imports_it_back_as_a_verified_session(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     from tests.interop.helpers import EXAMPLES
+    from tests.interop.standards import cli
 
-    def dsh(*args: str) -> str:
-        proc = subprocess.run([sys.executable, "-m", "dsh.cli", *args, "--store",
-                               str(tmp_path / "s.db")], capture_output=True, text=True,
-                              timeout=120, check=False)
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout
+    dsh = cli(tmp_path / "s.db")
 
     dsh("import", str(EXAMPLES / "claude-code" / "long-debugging.jsonl"))
     [row] = json.loads(dsh("ls", "--json"))

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         ScriptedStall,
         ScriptStep,
     )
+    from dsh.agent._telemetry import Telemetry
     from dsh.agent._tools import DEFAULT_TOOL_TIMEOUT_MS, Tool, ToolContext, ToolOutput, tool
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolOutput",
+    "Telemetry",
     "TurnRecorder",
     "TurnResult",
     "failure_error",
@@ -101,6 +103,7 @@ _LAZY: dict[str, str] = {name: module for module, names in {
                            "StepRecorder", "TurnRecorder", "turn_end_reason"),
     "dsh.agent._scripted": ("ScriptedCall", "ScriptedFailure", "ScriptedProvider", "ScriptedReply",
                            "ScriptedStall", "ScriptStep"),
+    "dsh.agent._telemetry": ("Telemetry",),
     "dsh.agent._tools": ("DEFAULT_TOOL_TIMEOUT_MS", "Tool", "ToolContext", "ToolOutput", "tool"),
 }.items() for name in names}
 

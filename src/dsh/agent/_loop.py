@@ -49,6 +49,7 @@ from dsh.agent._recorder import (
     as_user_message,
     turn_end_reason,
 )
+from dsh.agent._telemetry import Telemetry, default_telemetry
 from dsh.agent._tools import Tool, ToolContext, ToolOutput, tool_table
 from dsh.compaction import (
     CompactionPolicy,
@@ -175,6 +176,9 @@ class Agent:
             False ends the turn ``{kind: "blocked"}`` with no step events (the claimed input
             is dropped, as in spec §8.2b).
         sleep: Awaitable sleep used for backoff (tests pass a fake).
+        telemetry: OpenTelemetry spans of the run (:class:`~dsh.agent.Telemetry`); None
+            emits through the global tracer provider when the application set one up, False
+            never (docs/standards.md#opentelemetry).
 
     Raises:
         ConfigError: a bad ``max_steps``/``max_parallel_tool_calls`` or a config without
@@ -191,7 +195,8 @@ class Agent:
                  summarizer: Summarizer | None = None, retry: RetryPolicy | None = None,
                  request_hook: Callable[[LlmRequest], LlmRequest] | None = None,
                  before_step: Callable[[int, int], bool] | None = None,
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Any] = asyncio.sleep,
+                 telemetry: Telemetry | bool | None = None) -> None:
         if type(max_steps) is not int or max_steps < 1:
             raise ConfigError(f"max_steps must be an integer >= 1, got {max_steps!r}")
         if type(max_parallel_tool_calls) is not int or max_parallel_tool_calls < 1:
@@ -226,6 +231,8 @@ class Agent:
         self._inbox.replay(session.events[seed_length:])
         self._task: asyncio.Task[Any] | None = None
         self.invariant_stats = InvariantStats()
+        spans = default_telemetry(telemetry)
+        self.stop_telemetry = spans.attach(session) if spans is not None else None
 
     # construction ---------------------------------------------------------------------------
 

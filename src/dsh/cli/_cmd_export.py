@@ -43,10 +43,11 @@ class ExportFormat(enum.StrEnum):
     openai = "openai"
     anthropic = "anthropic"
     dsh_jsonl = "dsh-jsonl"
+    otel = "otel"
     atif = "atif"
 
 
-_STANDARD: Final = frozenset({ExportFormat.atif})
+_STANDARD: Final = frozenset({ExportFormat.otel, ExportFormat.atif})
 """Formats written from the whole history (docs/standards.md), not from the model view."""
 
 
@@ -77,6 +78,9 @@ def export(
         "--output", "-o", metavar="FILE", show_default=False,
         help="Write to FILE instead of stdout.")] = None,
     target_model: TargetModelOption = None,
+    content: Annotated[bool, typer.Option(
+        "--content", help="otel: record message content on the spans (prompts, answers, tool "
+                          "arguments and results); left out by default.")] = False,
     install: Annotated[bool, typer.Option(
         "--install", help="claude-code, codex: write the file where that agent lists its "
                           "sessions (~/.claude/projects/<slug>/, ~/.codex/sessions/Y/M/D/).")
@@ -85,8 +89,9 @@ def export(
 ) -> None:
     """Export a session: a provider request, the dsh JSONL log, or a standard format.
 
-    openai, anthropic: the request body of the model view; dsh-jsonl: the log itself; atif:
-    an ATIF trajectory of the whole history (docs/standards.md).
+    openai, anthropic: the request body of the model view; dsh-jsonl: the log itself; otel:
+    its OpenTelemetry GenAI spans as OTLP/JSON; atif: an ATIF trajectory of the whole history
+    (docs/standards.md).
     """
     import json
 
@@ -95,7 +100,7 @@ def export(
         log = stored_log(persistence, read) if format in _STANDARD else None
     if log is not None:
 
-        write_standard(log, str(format.value), output, install=install)
+        write_standard(log, str(format.value), output, install=install, content=content)
         return
     if install:
         raise ConfigError(f"--install is for --format claude-code or codex, not {format.value}")

@@ -23,7 +23,7 @@ def _json_bytes(value: Any, *, lines: bool = False) -> bytes:
     return text.encode("utf-8", errors="backslashreplace")
 
 
-def render(log: Any, fmt: str) -> tuple[bytes, Path | None]:
+def render(log: Any, fmt: str, *, content: bool = False) -> tuple[bytes, Path | None]:
     """The bytes of ``log`` in ``fmt`` and the path ``--install`` would write them to.
 
     Raises:
@@ -33,17 +33,20 @@ def render(log: Any, fmt: str) -> tuple[bytes, Path | None]:
 
     if fmt == "atif":
         return _json_bytes(interop.to_atif(log)), None
+    if fmt == "otel":
+        return _json_bytes(interop.to_otlp_json(log, capture_content=content)), None
     raise ConfigError(f"unknown export format {fmt!r}")
 
 
-def write_standard(log: Any, fmt: str, output: Path | None, *, install: bool) -> None:
+def write_standard(log: Any, fmt: str, output: Path | None, *, install: bool,
+                   content: bool = False) -> None:
     """Write ``log`` in ``fmt`` to ``output``, stdout, or (``install``) the agent's folder.
 
     Raises:
         ConfigError: ``--install`` with a format that has no install place, with ``-o``, or a
             file that cannot be written (naming it).
     """
-    data, place = render(log, fmt)
+    data, place = render(log, fmt, content=content)
     if install:
         if place is None:
             raise ConfigError(f"--install is for --format claude-code or codex, not {fmt}")

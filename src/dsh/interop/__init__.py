@@ -40,6 +40,7 @@ from dsh.interop._history import LogLike, SessionLog
 from dsh.interop._openai_chat import import_openai_chat
 from dsh.interop._openhands import import_openhands
 from dsh.interop._openhands_resolver import import_openhands_resolver
+from dsh.interop._otel import SpanMapper, SpanRecord, span_records, to_otlp_json
 from dsh.interop._reimport import ReimportPlan, plan_reimport, superseding
 from dsh.interop._swe_agent import import_mini_swe_agent, import_swe_agent
 
@@ -54,11 +55,15 @@ __all__ = [
     "ImportedSession",
     "LogLike",
     "SessionLog",
+    "SpanMapper",
+    "SpanRecord",
     "detect_format",
     "import_file",
+    "span_records",
     "to_anthropic",
     "to_atif",
     "to_openai",
+    "to_otlp_json",
     "validate_atif",
     "validate_conversation",
     "without_foreign_reasoning",
