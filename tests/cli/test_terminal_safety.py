@@ -17,7 +17,7 @@ import pytest
 
 import dsh
 from dsh import create_user_message
-from dsh.cli._render import printable
+from dsh.transcript import printable
 from tests.cli.test_cli import Dsh
 
 HOSTILE = "\x1b]0;pwned-title\x07\x1b[2Jhello \u202egnp.exe\u202c\r\x9b31m"

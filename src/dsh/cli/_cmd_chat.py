@@ -43,6 +43,7 @@ from dsh.cli._agent import (
 from dsh.cli._common import StoreOption, default_store_url, source_format, stderr_console, store_url
 from dsh.cli._live import LiveView
 from dsh.compaction import DigestSummarizer, acompact_now
+from dsh.transcript import build as build_transcript
 
 if TYPE_CHECKING:
     import asyncio
@@ -209,7 +210,7 @@ class _Chat:
     def show(self, last: int | None) -> None:
         session = self.current.session
         events = list(session.events)
-        items = render.transcript_items(events)
+        items = render.show_entries(build_transcript(events, header=session.header))
         if last is not None:
             items = items[-last:]
         row = render.session_row(session.header, events, source_format=source_format(events))

@@ -27,6 +27,7 @@ from dsh.cli._common import (
     stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED, format_error_line
+from dsh.transcript import build as build_transcript
 
 if TYPE_CHECKING:
     from dsh import Event
@@ -86,11 +87,12 @@ def show(
         read = read_session(persistence, session_id)
     events = read.stored_events
     row = render.session_row(read.header, events, source_format=source_format(events))
-    items = render.transcript_items(events)
+    entries = render.show_entries(build_transcript(events, header=read.header))
     if json_:
-        render.write_json({"session": row.to_json(), "header": read.header, "items": items})
+        render.write_json({"session": row.to_json(), "header": read.header,
+                           "items": [entry.to_json() for entry in entries]})
         return
-    stdout_console().print(render.render_transcript(read.header, items, row=row, full=full))
+    stdout_console().print(render.render_transcript(read.header, entries, row=row, full=full))
 
 
 def events(

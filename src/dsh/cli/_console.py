@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from rich.console import Console
 from rich.segment import Segment
 
-from dsh.cli._render import printable
+from dsh.transcript import printable
 
 __all__ = ["SafeConsole"]
 

@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 import typer
 
 from dsh import DshError
-from dsh.cli._render import printable
+from dsh.transcript import printable
 
 __all__ = [
     "EXIT_BUG",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,28 @@ from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from dsh.json import dumps
+from dsh.transcript import (
+    SHOW_KINDS,
+    Block,
+    Checkpoint,
+    CompactionFailed,
+    Entry,
+    ForkCut,
+    ImageBlock,
+    Message,
+    OpenTurn,
+    ReasoningBlock,
+    Replacement,
+    TextBlock,
+    ToolCallBlock,
+    ToolResult,
+    ToolResultBlock,
+    Transcript,
+    TurnEnd,
+    TurnStart,
+    has_unprintable,
+    printable,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console, Group, RenderableType
@@ -29,10 +50,7 @@ if TYPE_CHECKING:
     from dsh.persistence import ListingEntry
 
 __all__ = [
-    "COMPACT_PLUGIN",
-    "REPAIR_CODES",
     "SessionRow",
-    "TranscriptItem",
     "Violation",
     "format_ms",
     "make_console",
@@ -45,16 +63,10 @@ __all__ = [
     "render_transcript",
     "render_violations",
     "session_row",
-    "transcript_items",
+    "show_entries",
     "write_json",
     "write_json_lines",
 ]
-
-COMPACT_PLUGIN: Final = "compact"
-"""``source.plugin`` of a compaction checkpoint message (persistence spec §9.1)."""
-
-REPAIR_CODES: Final = frozenset({"TOOL_OUTCOME_UNKNOWN", "TOOL_NOT_STARTED"})
-"""``tool/result.data.error.code`` of a synthetic repair result (core spec §9.2)."""
 
 _TOOL_RESULT_PREVIEW_LINES: Final = 12
 """Lines of a tool result (or checkpoint summary) ``dsh show`` prints without ``--full``."""
@@ -67,27 +79,6 @@ _PIPE_WIDTH: Final = 120
 unset (rich would otherwise squeeze tables into 80 columns)."""
 
 
-# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides and
-# isolates ("Trojan Source"): a log holds text from models, tools and imported transcripts,
-# and none of it may move the cursor, retitle the window or reorder what a person reads.
-_UNPRINTABLE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """Return ``text`` with terminal control characters shown as escapes (``\\x1b``).
-
-    Tab and newline are kept; every other C0 control, DEL, the C1 controls and the Unicode
-    bidirectional overrides are replaced by their ``\\xNN`` / ``\\uNNNN`` spelling, so session
-    text can never drive the terminal it is printed on.
-    """
-    return _UNPRINTABLE.sub(_escape_char, text) if _UNPRINTABLE.search(text) else text
-
-
 def make_console(*, stderr: bool = False) -> Console:
     """Return a rich console on stdout (or stderr) that colours only a terminal.
 
@@ -96,7 +87,7 @@ def make_console(*, stderr: bool = False) -> Console:
     (:func:`printable`). ``NO_COLOR`` and ``TERM=dumb`` are honoured by rich. Piped output
     is laid out 120 columns wide unless ``COLUMNS`` says otherwise.
     """
-    from dsh.cli._console import SafeConsole
+    from dsh.cli._console import SafeConsole  # rich is imported with it (~30 ms)
 
     stream = sys.stderr if stderr else sys.stdout
     piped = not (hasattr(stream, "isatty") and stream.isatty())
@@ -135,7 +126,7 @@ def print_text(text: str, *, stderr: bool = False) -> None:
     crop, no style), so it is written and flushed directly; otherwise the console prints it.
     """
     stream = plain_stream(stderr=stderr)
-    if stream is not None and "\t" not in text and not _UNPRINTABLE.search(text):
+    if stream is not None and "\t" not in text and not has_unprintable(text):
         stream.write(text + "\n")
         stream.flush()
         return
@@ -262,17 +253,6 @@ def _first_line(text: str) -> str:
     return " ".join(text.strip().split("\n", 1)[0].split())
 
 
-def _message_text(content: Any) -> str:
-    """Concatenate the ``text`` blocks of a content list (or a plain string)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(block["text"] for block in content
-                     if isinstance(block, Mapping) and block.get("type") == "text"
-                     and isinstance(block.get("text"), str))
-
-
 def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], *,
                 source_format: str) -> SessionRow:
     """Build the ``dsh ls`` row of one session from its header and committed events.
@@ -353,170 +333,14 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120
 
 # -- transcripts (dsh show) ------------------------------------------------------------------
 
-TranscriptItem = dict[str, Any]
-"""One entry of a transcript: ``{"kind": ..., "seq": ..., ...}`` (see :func:`transcript_items`)."""
+def show_entries(transcript: Transcript) -> list[Entry]:
+    """The entries ``dsh show`` prints, in log order.
 
-
-def _blocks(content: Any) -> list[dict[str, Any]]:
-    """Simplify content blocks for display: text/reasoning/tool-call/tool-result/image/other."""
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    out: list[dict[str, Any]] = []
-    for block in content if isinstance(content, list) else []:
-        if not isinstance(block, Mapping):
-            continue
-        kind = block.get("type")
-        if kind in ("text", "reasoning"):
-            out.append({"type": kind, "text": block.get("text", "")})
-        elif kind == "tool-call":
-            out.append({"type": "tool-call", "id": block.get("id"), "name": block.get("name"),
-                        "arguments": block.get("arguments")})
-        elif kind == "tool-result":
-            out.append({"type": "tool-result", "toolCallId": block.get("toolCallId"),
-                        "isError": block.get("isError") is True,
-                        "text": _message_text(block.get("content")),
-                        "blocks": _blocks(block.get("content"))})
-        elif kind == "image":
-            attachment = block.get("attachment")
-            media = attachment.get("mediaType") if isinstance(attachment, Mapping) else None
-            out.append({"type": "image", "mediaType": media})
-        else:
-            out.append({"type": str(kind)})
-    return out
-
-
-def _replace_range(op: Any) -> tuple[int, int] | None:
-    if isinstance(op, Mapping) and op.get("op") == "replace":
-        return int(op["start"]), int(op["end"])
-    return None
-
-
-def transcript_items(events: Sequence[Mapping[str, Any]]) -> list[TranscriptItem]:
-    """Turn a log into transcript entries, in log order.
-
-    Kinds: ``turn`` (a ``turn/start``), ``message`` (an append-origin surface event, ``role``
-    user/assistant/tool/system, ``blocks``; tool results carry ``callId``, ``toolName``,
-    ``isError`` and ``repair`` (the code of a crash-repair result) or ``synthetic`` (the error
-    code of a result an importer supplied because the transcript recorded none); assistant messages
-    ``interrupted``), ``checkpoint`` (a compaction replacement: ``replaces`` [start, end] seqs,
-    ``shadowedSeqs``, ``summary`` text), ``replacement`` (any other replace, e.g. a pruned tool
-    result), ``turn-end`` (only when the reason is not ``completed``: ``reason``, and
-    ``repaired`` for ``interrupted``), ``fork`` (an inherited ``session/end-seed``),
-    ``compaction-failed`` (a ``compaction/end`` with ``error``) and ``open-turn`` (the log ends
-    inside a turn: it needs ``dsh resume``).
-
-    Args:
-        events: Committed events (wire objects) in seq order.
-    Rule: append-origin surface events are the transcript (core spec §7.1 ``isAppendSurfaceEvent``).
+    Those of :data:`dsh.transcript.SHOW_KINDS`, less the turn ends whose reason is ``completed``.
     """
-    items: list[TranscriptItem] = []
-    tool_names: dict[str, str] = {}
-    open_turn: int | None = None
-    for event in events:
-        kind = event["type"]
-        seq = event["seq"]
-        data = event.get("data")
-        data = data if isinstance(data, Mapping) else {}
-        op = event.get("surfaceOp")
-        if kind == "turn/start":
-            open_turn = data.get("turn")
-            items.append({"kind": "turn", "seq": seq, "turn": open_turn, "time": event["time"]})
-        elif kind == "turn/end":
-            open_turn = None
-            reason = data.get("reason")
-            reason_kind = reason.get("kind") if isinstance(reason, Mapping) else None
-            if reason_kind != "completed":
-                item: TranscriptItem = {"kind": "turn-end", "seq": seq, "turn": data.get("turn"),
-                                        "reason": reason_kind}
-                if reason_kind == "error" and isinstance(reason, Mapping):
-                    error = reason.get("error")
-                    if isinstance(error, Mapping):
-                        item["error"] = error.get("message")
-                if reason_kind == "aborted" and isinstance(reason, Mapping):
-                    cause = reason.get("reason")
-                    if isinstance(cause, Mapping):
-                        item["cause"] = cause.get("kind")
-                item["repaired"] = reason_kind in ("interrupted", "forked")
-                items.append(item)
-        elif kind == "tool/call":
-            tool_names[str(data.get("callId"))] = str(data.get("name"))
-        elif kind == "session/end-seed" and data.get("inherited") is True:
-            items.append({"kind": "fork", "seq": seq, "inheritedEvents": seq})
-        elif kind == "compaction/end" and data.get("error") is not None:
-            items.append({"kind": "compaction-failed", "seq": seq,
-                          "error": str(data.get("error"))})
-        elif kind in ("user/message", "assistant/message", "tool/result", "system/message"):
-            replaced = _replace_range(op)
-            if replaced is not None:
-                items.append(_replacement_item(event, data, replaced))
-            elif op == "append":
-                items.append(_message_item(event, data, tool_names))
-    if open_turn is not None:
-        items.append({"kind": "open-turn", "seq": events[-1]["seq"], "turn": open_turn})
-    return items
-
-
-def _message_item(event: Mapping[str, Any], data: Mapping[str, Any],
-                  tool_names: dict[str, str]) -> TranscriptItem:
-    kind = event["type"]
-    message = data if kind in ("user/message", "system/message") else data.get("message")
-    message = message if isinstance(message, Mapping) else {}
-    role = {"assistant/message": "assistant", "tool/result": "tool",
-            "system/message": "system"}.get(kind, "user")
-    blocks = _blocks(message.get("content"))
-    item: TranscriptItem = {"kind": "message", "seq": event["seq"], "role": role,
-                            "blocks": blocks}
-    source = message.get("source")
-    if isinstance(source, Mapping) and source.get("kind") not in (None, "user", "tool", "model"):
-        # Injected context (a plugin, an importer, a subagent report): say who put it there.
-        plugin = source.get("plugin")
-        item["source"] = f"{source.get('kind')} {plugin}" if plugin else source.get("kind")
-    if kind == "assistant/message":
-        for block in blocks:
-            if block["type"] == "tool-call":
-                tool_names.setdefault(str(block["id"]), str(block["name"]))
-        if isinstance(source, Mapping) and source.get("model"):
-            item["model"] = f"{source.get('provider')}/{source.get('model')}"
-        if data.get("interrupted") is True:
-            item["interrupted"] = True
-    elif kind == "tool/result":
-        call_id = source.get("callId") if isinstance(source, Mapping) else None
-        result = next((b for b in blocks if b["type"] == "tool-result"), None)
-        item["callId"] = call_id
-        item["toolName"] = tool_names.get(str(call_id))
-        item["isError"] = bool(result and result["isError"])
-        error = data.get("error")
-        code = error.get("code") if isinstance(error, Mapping) else None
-        meta = data.get("meta")
-        imported = meta.get("import") if isinstance(meta, Mapping) else None
-        if isinstance(imported, Mapping) and imported.get("synthetic") is True:
-            # The importer supplied this result: the transcript recorded none (or an abort).
-            item["synthetic"] = code if isinstance(code, str) else "IMPORTED"
-        elif code in REPAIR_CODES:
-            item["repair"] = code
-    return item
-
-
-def _replacement_item(event: Mapping[str, Any], data: Mapping[str, Any],
-                      replaced: tuple[int, int]) -> TranscriptItem:
-    kind = event["type"]
-    message = data if kind in ("user/message", "system/message") else data.get("message")
-    message = message if isinstance(message, Mapping) else {}
-    source = message.get("source")
-    shadowed = event.get("sourceEventSeqs")
-    is_checkpoint = (isinstance(source, Mapping) and source.get("kind") == "plugin"
-                     and source.get("plugin") == COMPACT_PLUGIN)
-    if is_checkpoint:
-        text = _message_text(message.get("content"))
-        start, _, rest = text.partition("<compacted-summary>")
-        summary = rest.partition("</compacted-summary>")[0] if rest else start
-        # sourceEventSeqs = [compaction/start, compaction/summary, *shadowed] (spec §9.2).
-        shadowed_seqs = list(shadowed[2:]) if isinstance(shadowed, list) else []
-        return {"kind": "checkpoint", "seq": event["seq"], "replaces": list(replaced),
-                "shadowedSeqs": shadowed_seqs, "summary": summary.strip("\n")}
-    what = "pruned tool result" if kind == "tool/result" else f"replacement {kind}"
-    return {"kind": "replacement", "seq": event["seq"], "replaces": list(replaced),
-            "what": what, "blocks": _blocks(message.get("content"))}
+    return [entry for entry in transcript.entries
+            if entry.kind in SHOW_KINDS
+            and not (isinstance(entry, TurnEnd) and entry.reason == "completed")]
 
 
 _ROLE_STYLE: Final = {"user": "bold green", "assistant": "bold blue", "tool": "bold magenta",
@@ -535,97 +359,100 @@ def _indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line for line in text.split("\n"))
 
 
-def _render_blocks(blocks: Sequence[Mapping[str, Any]], full: bool, *,
-                   clip_text: bool) -> Iterator[Text]:
+def _render_blocks(blocks: Sequence[Block], full: bool, *, clip_text: bool) -> Iterator[Text]:
     from rich.text import Text
 
     for block in blocks:
-        kind = block["type"]
-        if kind == "text":
-            body = _clip(block["text"], full) if clip_text else block["text"].rstrip("\n")
+        if isinstance(block, TextBlock):
+            body = _clip(block.text, full) if clip_text else block.text.rstrip("\n")
             yield Text(_indent(body))
-        elif kind == "reasoning":
-            yield Text(_indent("(reasoning) " + _clip(block["text"], full)), style="dim italic")
-        elif kind == "tool-call":
+        elif isinstance(block, ReasoningBlock):
+            yield Text(_indent("(reasoning) " + _clip(block.text, full)), style="dim italic")
+        elif isinstance(block, ToolCallBlock):
             line = Text("  → ", style="magenta")
-            line.append(str(block["name"]), style="bold magenta")
-            line.append(" " + _clip(str(block.get("arguments") or ""), full, 3), style="magenta")
-            line.append(f"  [{block['id']}]", style="dim")
+            line.append(str(block.name), style="bold magenta")
+            line.append(" " + _clip(str(block.arguments or ""), full, 3), style="magenta")
+            line.append(f"  [{block.id}]", style="dim")
             yield line
-        elif kind == "tool-result":
-            yield Text(_indent(_clip(block["text"], full), "  │ "),
-                       style="red" if block["isError"] else "")
-        elif kind == "image":
-            yield Text(f"  [image {block.get('mediaType') or '?'}]", style="dim")
+        elif isinstance(block, ToolResultBlock):
+            yield Text(_indent(_clip(block.text, full), "  │ "),
+                       style="red" if block.is_error else "")
+        elif isinstance(block, ImageBlock):
+            yield Text(f"  [image {block.media_type or '?'}]", style="dim")
         else:
-            yield Text(f"  [{kind} block]", style="dim")
+            yield Text(f"  [{block.type} block]", style="dim")
 
 
-def _render_item(item: TranscriptItem, full: bool) -> Iterator[RenderableType]:
+def _render_entry(entry: Entry, full: bool) -> Iterator[RenderableType]:
     from rich.text import Text
 
-    kind = item["kind"]
-    seq = item["seq"]
-    if kind == "turn":
-        yield Text(f"── turn {item['turn']} ", style="bold").append("─" * 40, style="dim")
-    elif kind == "message":
-        role = item["role"]
+    seq = entry.seq
+    if isinstance(entry, TurnStart):
+        yield Text(f"── turn {entry.turn} ", style="bold").append("─" * 40, style="dim")
+    elif isinstance(entry, Message | ToolResult):
+        role = "tool" if isinstance(entry, ToolResult) else entry.role
         head = Text(role, style=_ROLE_STYLE.get(role, "bold"))
         head.append(f"  #{seq}", style="dim")
-        if role == "tool":
-            head.append(f"  {item.get('toolName') or 'tool'} [{item.get('callId')}]")
-            if item.get("synthetic"):
-                head.append(f"  SUPPLIED BY IMPORT ({item['synthetic']}: the transcript has "
+        if isinstance(entry, ToolResult):
+            head.append(f"  {entry.tool_name or 'tool'} [{entry.call_id}]")
+            if entry.synthetic:
+                head.append(f"  SUPPLIED BY IMPORT ({entry.synthetic}: the transcript has "
                             "no result)", style="bold yellow")
-            elif item.get("repair"):
-                head.append(f"  REPAIRED ({item['repair']})", style="bold yellow")
-            elif item.get("isError"):
+            elif entry.repair:
+                head.append(f"  REPAIRED ({entry.repair})", style="bold yellow")
+            elif entry.is_error:
                 head.append("  error", style="bold red")
-        if item.get("model"):
-            head.append(f"  {item['model']}", style="dim")
-        if item.get("source"):
-            head.append(f"  ({item['source']})", style="dim")
-        if item.get("interrupted"):
+        else:
+            if entry.model:
+                head.append(f"  {entry.model}", style="dim")
+        origin = entry.origin if isinstance(entry, Message) else None
+        if origin:
+            head.append(f"  ({origin})", style="dim")
+        if isinstance(entry, Message) and entry.interrupted:
             head.append("  INTERRUPTED (partial output)", style="bold yellow")
         yield head
-        yield from _render_blocks(item["blocks"], full, clip_text=role == "tool")
-    elif kind == "checkpoint":
-        start, end = item["replaces"]
+        yield from _render_blocks(entry.blocks, full, clip_text=role == "tool")
+    elif isinstance(entry, Checkpoint):
+        start, end = entry.replaces
         yield Text(f"⟲ compaction checkpoint  #{seq}  replaces #{start}–#{end} "
-                   f"({plural(len(item['shadowedSeqs']), 'message')})", style="bold cyan")
-        yield Text(_indent(_clip(item["summary"], full)), style="cyan")
-    elif kind == "replacement":
-        start, end = item["replaces"]
+                   f"({plural(len(entry.shadowed_seqs), 'message')})", style="bold cyan")
+        yield Text(_indent(_clip(entry.summary, full)), style="cyan")
+    elif isinstance(entry, Replacement):
+        start, end = entry.replaces
         span = f"#{start}" if start == end else f"#{start}–#{end}"
-        yield Text(f"✂ {item['what']}  #{seq}  replaces {span}", style="bold cyan")
-    elif kind == "turn-end":
-        reason = item["reason"]
+        yield Text(f"✂ {entry.what}  #{seq}  replaces {span}", style="bold cyan")
+    elif isinstance(entry, TurnEnd):
+        reason = entry.reason
         if reason == "interrupted":
-            text = f"⚠ turn {item['turn']} interrupted; closed by crash repair  #{seq}"
+            text = f"⚠ turn {entry.turn} interrupted; closed by crash repair  #{seq}"
         elif reason == "forked":
-            text = f"⚠ turn {item['turn']} was open at the fork cut; closed in this fork  #{seq}"
+            text = f"⚠ turn {entry.turn} was open at the fork cut; closed in this fork  #{seq}"
         elif reason == "aborted":
-            text = f"⚠ turn {item['turn']} aborted ({item.get('cause') or 'unknown'})  #{seq}"
+            text = f"⚠ turn {entry.turn} aborted ({entry.cause or 'unknown'})  #{seq}"
         elif reason == "error":
-            text = f"⚠ turn {item['turn']} failed: {item.get('error') or 'error'}  #{seq}"
+            text = f"⚠ turn {entry.turn} failed: {entry.error or 'error'}  #{seq}"
         else:
-            text = f"⚠ turn {item['turn']} ended: {reason}  #{seq}"
+            text = f"⚠ turn {entry.turn} ended: {reason}  #{seq}"
         yield Text(text, style="bold yellow")
-    elif kind == "fork":
+    elif isinstance(entry, ForkCut):
         yield Text(f"── forked here: events #0–#{seq - 1} are inherited from the parent "
                    f"(end-seed #{seq}) ──", style="bold cyan")
-    elif kind == "compaction-failed":
-        yield Text(f"⚠ compaction failed  #{seq}: {item['error']}", style="bold yellow")
-    elif kind == "open-turn":
-        yield Text(f"⚠ turn {item['turn']} is still open: the log ends mid-turn (last #{seq}); "
+    elif isinstance(entry, CompactionFailed):
+        yield Text(f"⚠ compaction failed  #{seq}: {entry.error}", style="bold yellow")
+    elif isinstance(entry, OpenTurn):
+        yield Text(f"⚠ turn {entry.turn} is still open: the log ends mid-turn (last #{seq}); "
                    "`dsh resume` closes it", style="bold yellow")
 
 
-def render_transcript(header: Mapping[str, Any], items: Sequence[TranscriptItem], *,
+def render_transcript(header: Mapping[str, Any], entries: Sequence[Entry], *,
                       row: SessionRow, full: bool = False) -> Group:
-    """Return the human transcript of ``dsh show``: a header block, then each item.
+    """Return the human transcript of ``dsh show``: a header block, then each entry.
 
-    Tool results and checkpoint summaries are clipped to 12 lines unless ``full``.
+    Args:
+        header: The session's stored header.
+        entries: The entries to print (:func:`show_entries` of the session's transcript).
+        row: The session's ``dsh ls`` row (title, counts, lineage).
+        full: Print tool results and checkpoint summaries whole (else 12 lines each).
     """
     from rich.console import Group
     from rich.text import Text
@@ -644,8 +471,8 @@ def render_transcript(header: Mapping[str, Any], items: Sequence[TranscriptItem]
     if row.parent_session:
         facts.append(row.lineage)
     parts.append(Text(" · ".join(facts), style="dim"))
-    for item in items:
-        parts.extend(_render_item(item, full))
+    for entry in entries:
+        parts.extend(_render_entry(entry, full))
     return Group(*parts)
 
 

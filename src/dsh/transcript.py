@@ -1,0 +1,1230 @@
+"""The transcript: a session as a person reads it, built from its log (``dsh show``, ``dsh view``).
+
+The log is the truth; the model's view of it is the surface; the transcript is the third view,
+the one a person reads: turns and steps, the messages that were appended (user, assistant,
+system), reasoning, tool calls paired with their results, compaction checkpoints with the span
+they shadow, crash repairs, retries, inbox steering, fork cut points, and the log-only events a
+reader would otherwise never see (ignorable ones, unknown types). Every renderer uses this one
+model: the terminal transcript of ``dsh show``, the browser viewer and the exporters.
+
+Shapes. :func:`build` turns a log (any random-access sequence of events whose index is the
+seq: a tuple, a session's log, a paged log) into a :class:`Transcript` of one seq range, so a
+big session is shown a page at a time: only the events of the page, a bounded look back (to the
+start of the turn the page opens in, for turn, step and tool-name context) and a bounded look
+ahead (to pair the page's tool calls with results that follow it) are read. :class:`TranscriptFold`
+is the same fold fed event by event, for a log that grows (a live view) or is streamed from
+storage. :func:`model_request` gives what the model was sent at any seq: the messages derived
+from the surface as it stood then, and the request header and context folded so far.
+
+Invariants this module owns:
+
+* entries come in seq order and each names the seq of the event it shows (``seq``), so any
+  entry links back to its event;
+* only append-origin surface events are messages; a replace is a :class:`Checkpoint` (a
+  compaction checkpoint message) or a :class:`Replacement` (a pruned tool result, any other
+  rewrite), never a second copy of the message it shadows;
+* building never raises on a well-formed log and never reads past ``stop + lookahead`` or
+  before ``start - lookback``; malformed payloads (a block that is not an object, a missing
+  field) are shown as what they are, not refused: the read pipeline decides what a log is.
+
+Session text is untrusted: models, tools and imported transcripts wrote it. :func:`printable`
+shows terminal control characters and bidirectional overrides as escapes; an HTML renderer
+escapes markup as well.
+
+Rule: docs/rules.md#the-surface (append-origin events are the transcript; replaces shadow a
+surface range); docs/rules.md#repair (closers); docs/rules.md#fork (the cut point).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, TypeAlias
+
+from dsh.json import FrozenDict, JsonValue
+from dsh.session import (
+    KNOWN_EVENT_TYPES,
+    TOOL_NOT_STARTED,
+    TOOL_OUTCOME_UNKNOWN,
+    Event,
+    derive_event_message,
+    fold_request_header,
+    fold_surface,
+)
+
+__all__ = [
+    "COMPACT_PLUGIN",
+    "DEFAULT_LOOKAHEAD",
+    "DEFAULT_LOOKBACK",
+    "REPAIR_CODES",
+    "Block",
+    "Checkpoint",
+    "CompactionFailed",
+    "Entry",
+    "ForkCut",
+    "HeaderChange",
+    "ImageBlock",
+    "InboxChange",
+    "LogEvent",
+    "Message",
+    "ModelRequest",
+    "OpenTurn",
+    "OtherBlock",
+    "ReasoningBlock",
+    "Replacement",
+    "Retry",
+    "Step",
+    "StepStart",
+    "TextBlock",
+    "ToolCallBlock",
+    "ToolResult",
+    "ToolResultBlock",
+    "Transcript",
+    "TranscriptFold",
+    "Turn",
+    "TurnEnd",
+    "TurnStart",
+    "SHOW_KINDS",
+    "blocks_of",
+    "build",
+    "entries_at",
+    "group_turns",
+    "has_unprintable",
+    "iter_pages",
+    "model_request",
+    "printable",
+]
+
+COMPACT_PLUGIN: Final = "compact"
+"""``source.plugin`` of a compaction checkpoint message (docs/events.md#compactionsummary)."""
+
+REPAIR_CODES: Final = frozenset({TOOL_OUTCOME_UNKNOWN, TOOL_NOT_STARTED})
+"""``tool/result.data.error.code`` of a result written by crash repair or a fork's closers."""
+
+DEFAULT_LOOKBACK: Final = 4096
+"""Events :func:`build` reads before a page at most, looking for the ``turn/start`` it opens in."""
+
+DEFAULT_LOOKAHEAD: Final = 512
+"""Events :func:`build` reads after a page at most, looking for the results of its tool calls."""
+
+_MAX_CALLS: Final = 8192
+"""Tool calls a fold remembers (name and seq, for their results); older ones are forgotten."""
+
+_MESSAGE_TYPES: Final = ("user/message", "assistant/message", "tool/result", "system/message")
+
+
+# -- text safety -------------------------------------------------------------------------------
+
+# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides and
+# isolates ("Trojan Source"): a log holds text from models, tools and imported transcripts,
+# and none of it may move a terminal's cursor, retitle its window or reorder what a person reads.
+_UNPRINTABLE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """Return ``text`` with control characters and bidi overrides shown as escapes (``\\x1b``).
+
+    Tab and newline are kept; every other C0 control, DEL, the C1 controls and the Unicode
+    bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) are
+    replaced by their ``\\xNN`` / ``\\uNNNN`` spelling, so session text can never drive the
+    terminal it is printed on nor reorder the text around it. Markup is not touched: an HTML
+    renderer escapes it too.
+    """
+    return _UNPRINTABLE.sub(_escape_char, text) if _UNPRINTABLE.search(text) else text
+
+
+def has_unprintable(text: str) -> bool:
+    """Whether :func:`printable` would change ``text``."""
+    return _UNPRINTABLE.search(text) is not None
+
+
+# -- content blocks ----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextBlock:
+    """Visible text of a message."""
+
+    kind: ClassVar[str] = "text"
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"type": "text", "text"}`` (the ``dsh show --json`` block)."""
+        return {"type": "text", "text": self.text}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningBlock:
+    """The model's reasoning (a renderer shows it collapsed)."""
+
+    kind: ClassVar[str] = "reasoning"
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"type": "reasoning", "text"}``."""
+        return {"type": "reasoning", "text": self.text}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallBlock:
+    """A tool call the assistant made.
+
+    Attributes:
+        id: The call id (``toolCallId`` of its result), None when the block has none.
+        name: The tool's name, None when the block has none.
+        arguments: The model's raw argument text (normally a JSON string; kept as found).
+        result_seq: Seq of the ``tool/result`` that answers it, when :func:`build` saw it (in
+            the page or its look ahead); None otherwise (a fold never knows it yet).
+    """
+
+    kind: ClassVar[str] = "tool-call"
+    id: str | None
+    name: str | None
+    arguments: JsonValue
+    result_seq: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"type": "tool-call", "id", "name", "arguments"}``."""
+        return {"type": "tool-call", "id": self.id, "name": self.name,
+                "arguments": self.arguments}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageBlock:
+    """An image attachment; the log holds its description, a renderer may show its data.
+
+    Attributes:
+        media_type: ``image/png`` and the like, or None.
+        width: Pixels, or None.
+        height: Pixels, or None.
+        name: File name, or None.
+        data: The attachment's base64 data when the block carries it (``attachment.data``),
+            else None.
+    """
+
+    kind: ClassVar[str] = "image"
+    media_type: str | None
+    width: int | None = None
+    height: int | None = None
+    name: str | None = None
+    data: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"type": "image", "mediaType"}``."""
+        return {"type": "image", "mediaType": self.media_type}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OtherBlock:
+    """A block of another type (``provider-raw``, a type this dsh does not know), kept whole."""
+
+    kind: ClassVar[str] = "other"
+    type: str
+    raw: JsonValue = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"type": <its type>}``."""
+        return {"type": self.type}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResultBlock:
+    """The ``tool-result`` block of a tool's answer.
+
+    Attributes:
+        tool_call_id: The call it answers.
+        is_error: True when the result is an error.
+        text: Its text blocks joined with newlines.
+        blocks: Its nested blocks.
+    """
+
+    kind: ClassVar[str] = "tool-result"
+    tool_call_id: str | None
+    is_error: bool
+    text: str
+    blocks: tuple[Block, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"type": "tool-result", "toolCallId", "isError", "text", "blocks"}``."""
+        return {"type": "tool-result", "toolCallId": self.tool_call_id,
+                "isError": self.is_error, "text": self.text,
+                "blocks": [b.to_json() for b in self.blocks]}
+
+
+Block: TypeAlias = (TextBlock | ReasoningBlock | ToolCallBlock | ToolResultBlock | ImageBlock
+                    | OtherBlock)
+"""One content block as shown."""
+
+
+def _text_of(content: Any) -> str:
+    """Concatenate the ``text`` blocks of a content list (or return a plain string)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(block["text"] for block in content
+                     if isinstance(block, Mapping) and block.get("type") == "text"
+                     and isinstance(block.get("text"), str))
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def blocks_of(content: Any, result_seqs: Mapping[str, int] | None = None) -> tuple[Block, ...]:
+    """Return a message's content as shown blocks (a plain string is one text block).
+
+    Args:
+        content: A message's ``content`` (a list of block objects, or a string).
+        result_seqs: ``call id -> tool/result seq``, to link tool calls to their results.
+
+    Returns:
+        One block per content block that is an object, in order; anything else is skipped.
+    """
+    if isinstance(content, str):
+        return (TextBlock(text=content),)
+    out: list[Block] = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind in ("text", "reasoning"):
+            text = block.get("text", "")
+            text = text if isinstance(text, str) else str(text)
+            out.append(TextBlock(text=text) if kind == "text" else ReasoningBlock(text=text))
+        elif kind == "tool-call":
+            call_id = block.get("id")
+            out.append(ToolCallBlock(
+                id=call_id if isinstance(call_id, str) else None,
+                name=_str_or_none(block.get("name")), arguments=block.get("arguments"),
+                result_seq=result_seqs.get(call_id) if result_seqs and isinstance(
+                    call_id, str) else None))
+        elif kind == "tool-result":
+            nested = block.get("content")
+            out.append(ToolResultBlock(
+                tool_call_id=_str_or_none(block.get("toolCallId")),
+                is_error=block.get("isError") is True, text=_text_of(nested),
+                blocks=blocks_of(nested)))
+        elif kind == "image":
+            attachment = block.get("attachment")
+            attachment = attachment if isinstance(attachment, Mapping) else {}
+            out.append(ImageBlock(
+                media_type=_str_or_none(attachment.get("mediaType")),
+                width=_int_or_none(attachment.get("width")),
+                height=_int_or_none(attachment.get("height")),
+                name=_str_or_none(attachment.get("name")),
+                data=_str_or_none(attachment.get("data"))))
+        else:
+            out.append(OtherBlock(type=str(kind), raw=block))
+    return tuple(out)
+
+
+# -- entries -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnStart:
+    """A ``turn/start``: turn ``turn`` opens (its first event)."""
+
+    kind: ClassVar[str] = "turn"
+    seq: int
+    time: int
+    turn: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "turn", "seq", "turn", "time"}``."""
+        return {"kind": "turn", "seq": self.seq, "turn": self.turn, "time": self.time}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnEnd:
+    """A ``turn/end``: how the turn closed.
+
+    Attributes:
+        reason: The reason's ``kind``: ``completed``, ``aborted``, ``blocked``, ``error``,
+            ``max-tokens``, ``interrupted`` (crash repair) or ``forked`` (a fork cut inside the
+            turn); None when the event has no reason object.
+        error: For ``error``: the error's message.
+        cause: For ``aborted``: the cause's kind (``user``, ``parent``, ``hook``, ...).
+        repaired: True for ``interrupted`` and ``forked``: the closer was written by repair or
+            fork, not by the run.
+        usage: Token usage summed over the turn's assistant messages the fold saw
+            (``inputTokens``, ``outputTokens``, ...), or None when none carried usage.
+    """
+
+    kind: ClassVar[str] = "turn-end"
+    seq: int
+    time: int
+    turn: int | None
+    reason: str | None
+    error: str | None = None
+    cause: str | None = None
+    repaired: bool = False
+    usage: Mapping[str, int] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "turn-end", "seq", "turn", "reason", ["error"], ["cause"], "repaired"}``."""
+        out: dict[str, Any] = {"kind": "turn-end", "seq": self.seq, "turn": self.turn,
+                               "reason": self.reason}
+        if self.error is not None:
+            out["error"] = self.error
+        if self.cause is not None:
+            out["cause"] = self.cause
+        out["repaired"] = self.repaired
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStart:
+    """A ``step/start``: step ``step`` of turn ``turn`` opens (one model call and its tools)."""
+
+    kind: ClassVar[str] = "step"
+    seq: int
+    time: int
+    turn: int | None
+    step: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "step", "seq", "turn", "step"}``."""
+        return {"kind": "step", "seq": self.seq, "turn": self.turn, "step": self.step}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """An appended ``user/message``, ``assistant/message`` or ``system/message``.
+
+    Attributes:
+        role: ``user``, ``assistant`` or ``system``.
+        blocks: Its content as shown.
+        origin: Who injected it when it is not a person's or a model's message: the source
+            kind and plugin (``plugin compact``, ``import``), else None.
+        model: ``provider/model`` of an assistant message, or None.
+        interrupted: True for the visible prefix of a cancelled stream.
+        usage: The provider's token counts of an assistant message, or None.
+        turn: The turn it belongs to (the fold's open turn), or None outside turns.
+        step: The step it belongs to, or None.
+        request_seq: For an assistant message: the seq at which the messages its model call
+            was sent are derived (the event before its first stream chunk, or before it when it
+            cites none); see :func:`model_request`. None for other roles.
+        message_id: The message's ``id``.
+    """
+
+    kind: ClassVar[str] = "message"
+    seq: int
+    time: int
+    role: str
+    blocks: tuple[Block, ...]
+    origin: str | None = None
+    model: str | None = None
+    interrupted: bool = False
+    usage: Mapping[str, int] | None = None
+    turn: int | None = None
+    step: int | None = None
+    request_seq: int | None = None
+    message_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``dsh show --json`` item (``source``, ``model``, ``interrupted`` when set)."""
+        out: dict[str, Any] = {"kind": "message", "seq": self.seq, "role": self.role,
+                               "blocks": [b.to_json() for b in self.blocks]}
+        if self.origin is not None:
+            out["source"] = self.origin
+        if self.model is not None:
+            out["model"] = self.model
+        if self.interrupted:
+            out["interrupted"] = True
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResult:
+    """An appended ``tool/result``: a tool's answer, paired with its call.
+
+    Attributes:
+        call_id: The call it answers (``source.callId``).
+        tool_name: The tool's name from the call (its ``tool/call`` or the assistant's block),
+            None when the call is not in what was read.
+        call_seq: Seq of its ``tool/call`` (or of the assistant message that asked for it),
+            None when not in what was read.
+        is_error: True when its result block is an error.
+        blocks: Its content as shown (one ``tool-result`` block, normally).
+        error_code: ``data.error.code`` (``TOOL_OUTCOME_UNKNOWN``, ``ABORTED_BEFORE_DISPATCH``,
+            ``TOOL_TIMEOUT``, ...), or None.
+        repair: The code when crash repair or a fork's closers wrote it (``TOOL_OUTCOME_UNKNOWN``:
+            the call may have run; ``TOOL_NOT_STARTED``), else None.
+        synthetic: For a result an importer supplied because the transcript recorded none: its
+            error code, or ``IMPORTED``; else None.
+        turn: The turn, or None.
+        step: The step, or None.
+    """
+
+    kind: ClassVar[str] = "tool-result"
+    seq: int
+    time: int
+    call_id: str | None
+    tool_name: str | None
+    call_seq: int | None
+    is_error: bool
+    blocks: tuple[Block, ...]
+    error_code: str | None = None
+    repair: str | None = None
+    synthetic: str | None = None
+    turn: int | None = None
+    step: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``dsh show --json`` item: a ``message`` of role ``tool``.
+
+        Keys: ``kind``, ``seq``, ``role``, ``blocks``, ``callId``, ``toolName``, ``isError``,
+        then ``synthetic`` or ``repair`` when set.
+        """
+        out: dict[str, Any] = {"kind": "message", "seq": self.seq, "role": "tool",
+                               "blocks": [b.to_json() for b in self.blocks],
+                               "callId": self.call_id, "toolName": self.tool_name,
+                               "isError": self.is_error}
+        if self.synthetic is not None:
+            out["synthetic"] = self.synthetic
+        elif self.repair is not None:
+            out["repair"] = self.repair
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    """A compaction checkpoint: a summary that shadows a surface span from the model.
+
+    Attributes:
+        replaces: ``(start, end)``: the seqs of the first and last surface node it shadows.
+        shadowed_seqs: The seqs of every message it shadows (the span a reader may expand).
+        summary: The summary text (inside ``<compacted-summary>`` when the message has it).
+        compaction_start_seq: Seq of its ``compaction/start``, or None when not cited.
+        summary_seq: Seq of its ``compaction/summary``, or None when not cited.
+    """
+
+    kind: ClassVar[str] = "checkpoint"
+    seq: int
+    time: int
+    replaces: tuple[int, int]
+    shadowed_seqs: tuple[int, ...]
+    summary: str
+    compaction_start_seq: int | None = None
+    summary_seq: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "checkpoint", "seq", "replaces", "shadowedSeqs", "summary"}``."""
+        return {"kind": "checkpoint", "seq": self.seq, "replaces": list(self.replaces),
+                "shadowedSeqs": list(self.shadowed_seqs), "summary": self.summary}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replacement:
+    """Any other surface replace (a pruned tool result, a rewritten message).
+
+    Attributes:
+        replaces: ``(start, end)`` seqs of the surface nodes it shadows.
+        what: ``pruned tool result`` or ``replacement <type>``.
+        blocks: The replacing content.
+    """
+
+    kind: ClassVar[str] = "replacement"
+    seq: int
+    time: int
+    replaces: tuple[int, int]
+    what: str
+    blocks: tuple[Block, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "replacement", "seq", "replaces", "what", "blocks"}``."""
+        return {"kind": "replacement", "seq": self.seq, "replaces": list(self.replaces),
+                "what": self.what, "blocks": [b.to_json() for b in self.blocks]}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForkCut:
+    """The fork cut point: events ``0 .. seq - 1`` were inherited from the parent session.
+
+    Attributes:
+        inherited_events: Events copied from the parent (equal to ``seq``).
+    """
+
+    kind: ClassVar[str] = "fork"
+    seq: int
+    time: int
+    inherited_events: int
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "fork", "seq", "inheritedEvents"}``."""
+        return {"kind": "fork", "seq": self.seq, "inheritedEvents": self.inherited_events}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionFailed:
+    """A ``compaction/end`` with an error: the attempt failed, nothing was shadowed."""
+
+    kind: ClassVar[str] = "compaction-failed"
+    seq: int
+    time: int
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "compaction-failed", "seq", "error"}``."""
+        return {"kind": "compaction-failed", "seq": self.seq, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenTurn:
+    """The log ends inside turn ``turn`` (its last event is ``seq``): a resume closes it."""
+
+    kind: ClassVar[str] = "open-turn"
+    seq: int
+    time: int
+    turn: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "open-turn", "seq", "turn"}``."""
+        return {"kind": "open-turn", "seq": self.seq, "turn": self.turn}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retry:
+    """An ``llm/retry``: a model call failed and is tried again.
+
+    Attributes:
+        attempt: The attempt number that failed, or None.
+        delay_ms: The pause before the next attempt (ms), or None.
+        cause: ``retryable`` or ``context-overflow``, or None.
+        message: The failure's message, or None.
+        code: The failure's code, or None.
+    """
+
+    kind: ClassVar[str] = "retry"
+    seq: int
+    time: int
+    turn: int | None
+    step: int | None
+    attempt: int | None
+    delay_ms: int | None
+    cause: str | None
+    message: str | None
+    code: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "retry", "seq", "turn", "step", "attempt", "delayMs", "cause", ...}``."""
+        return {"kind": "retry", "seq": self.seq, "turn": self.turn, "step": self.step,
+                "attempt": self.attempt, "delayMs": self.delay_ms, "cause": self.cause,
+                "message": self.message, "code": self.code}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InboxChange:
+    """An ``agent/inbox/spliced``: a prompt queued or claimed, or steering for the next step.
+
+    Attributes:
+        target: ``next-turn`` (prompts) or ``next-step`` (steering), or what the event says.
+        inserted: The text of each inserted message.
+        removed: Messages removed (claimed or cancelled).
+        outcome: ``canceled`` for a cancellation, else None.
+    """
+
+    kind: ClassVar[str] = "inbox"
+    seq: int
+    time: int
+    target: str | None
+    inserted: tuple[str, ...]
+    removed: int
+    outcome: str | None
+
+    @property
+    def steering(self) -> bool:
+        """True when the change steers the running turn (``next-step``)."""
+        return self.target == "next-step"
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "inbox", "seq", "target", "inserted", "removed", "outcome"}``."""
+        return {"kind": "inbox", "seq": self.seq, "target": self.target,
+                "inserted": list(self.inserted), "removed": self.removed,
+                "outcome": self.outcome}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeaderChange:
+    """A ``request/header``: the request header every following model call is sent with.
+
+    Attributes:
+        reason: ``initial``, ``resume`` or ``change``, or None.
+        provider: ``config.provider``, or None.
+        model: ``config.model``, or None.
+        tools: Names of the declared tools.
+    """
+
+    kind: ClassVar[str] = "request-header"
+    seq: int
+    time: int
+    reason: str | None
+    provider: str | None
+    model: str | None
+    tools: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "request-header", "seq", "reason", "provider", "model", "tools"}``."""
+        return {"kind": "request-header", "seq": self.seq, "reason": self.reason,
+                "provider": self.provider, "model": self.model, "tools": list(self.tools)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogEvent:
+    """A log-only event a reader would not otherwise see: ignorable, or of an unknown type.
+
+    An importer's raw record, an adapter's note, a plugin's event this dsh does not know.
+
+    Attributes:
+        type: The event type.
+        ignorable: True when the event is marked ``ignorable``.
+        known: True when the type is in dsh's vocabulary.
+        data: The event's payload (frozen), for a renderer that shows it.
+    """
+
+    kind: ClassVar[str] = "event"
+    seq: int
+    time: int
+    type: str
+    ignorable: bool
+    known: bool
+    data: JsonValue = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "event", "seq", "type", "ignorable", "known"}``."""
+        return {"kind": "event", "seq": self.seq, "type": self.type,
+                "ignorable": self.ignorable, "known": self.known}
+
+
+Entry: TypeAlias = (TurnStart | TurnEnd | StepStart | Message | ToolResult | Checkpoint
+                    | Replacement | ForkCut | CompactionFailed | OpenTurn | Retry | InboxChange
+                    | HeaderChange | LogEvent)
+"""One entry of a transcript; ``entry.kind`` names its class, ``entry.seq`` its event."""
+
+SHOW_KINDS: Final = frozenset({"turn", "message", "tool-result", "checkpoint", "replacement",
+                               "turn-end", "fork", "compaction-failed", "open-turn"})
+"""The entry kinds ``dsh show`` prints (a turn end only when not ``completed``)."""
+
+
+# -- the fold ----------------------------------------------------------------------------------
+
+def _replace_range(op: Any) -> tuple[int, int] | None:
+    if isinstance(op, Mapping) and op.get("op") == "replace":
+        start, end = op.get("start"), op.get("end")
+        if type(start) is int and type(end) is int:
+            return start, end
+    return None
+
+
+def _message_of(event: Mapping[str, Any], data: Mapping[str, Any]) -> Mapping[str, Any]:
+    kind = event["type"]
+    message = data if kind in ("user/message", "system/message") else data.get("message")
+    return message if isinstance(message, Mapping) else {}
+
+
+def _add_usage(total: dict[str, int], usage: Mapping[str, Any]) -> None:
+    for key, value in usage.items():
+        if type(value) is int:
+            total[key] = total.get(key, 0) + value
+
+
+def _result_call_id(event: Mapping[str, Any]) -> str | None:
+    data = event.get("data")
+    message = data.get("message") if isinstance(data, Mapping) else None
+    source = message.get("source") if isinstance(message, Mapping) else None
+    call_id = source.get("callId") if isinstance(source, Mapping) else None
+    return call_id if isinstance(call_id, str) else None
+
+
+class TranscriptFold:
+    """The transcript fold, fed a log's events in seq order; each feed returns new entries.
+
+    The state it keeps is bounded by one turn: the open turn and step, the tool calls of the
+    turn not answered yet (call id to name and seq), and the turn's usage. Feed it a whole log,
+    a page after a look back, or each event a live session commits.
+
+    Args:
+        result_seqs: ``call id -> seq of its tool/result``, known ahead (:func:`build` scans
+            the page for them) to link each :class:`ToolCallBlock` to its answer.
+        emit_from: Entries of events with a smaller seq are folded but not returned (the look
+            back of a page).
+        seed_length: The header's ``seedLength`` (events a fork inherited): the
+            ``session/end-seed`` at that seq is the cut point even when it is not marked
+            ``inherited`` (dsh 0.1 writes a plain one).
+    """
+
+    __slots__ = ("_calls", "_emit_from", "_last", "_results", "_seed_length", "_step", "_turn",
+                 "_turn_open", "_usage")
+
+    def __init__(self, *, result_seqs: Mapping[str, int] | None = None,
+                 emit_from: int = 0, seed_length: int | None = None) -> None:
+        self._results = result_seqs
+        self._emit_from = emit_from
+        self._seed_length = seed_length
+        self._turn: int | None = None
+        self._turn_open = False
+        self._step: int | None = None
+        self._calls: dict[str, tuple[str, int]] = {}
+        self._usage: dict[str, int] = {}
+        self._last: tuple[int, int] | None = None
+
+    @property
+    def open_turn(self) -> int | None:
+        """The number of the turn open after the last event fed, or None."""
+        return self._turn if self._turn_open else None
+
+    def open_turn_entry(self) -> OpenTurn | None:
+        """An :class:`OpenTurn` at the last event fed when the log so far ends inside a turn."""
+        if not self._turn_open or self._last is None:
+            return None
+        seq, time = self._last
+        return OpenTurn(seq=seq, time=time, turn=self._turn)
+
+    def feed(self, events: Iterable[Mapping[str, Any]]) -> list[Entry]:
+        """Fold ``events`` (the next ones, in seq order) and return the entries they make."""
+        out: list[Entry] = []
+        for event in events:
+            entry = self._one(event)
+            if entry is not None and entry.seq >= self._emit_from:
+                out.append(entry)
+        return out
+
+    def _one(self, event: Mapping[str, Any]) -> Entry | None:
+        kind = event.get("type")
+        seq = event.get("seq")
+        seq = seq if type(seq) is int else -1
+        time = event.get("time")
+        time = time if type(time) is int else 0
+        self._last = (seq, time)
+        data = event.get("data")
+        data = data if isinstance(data, Mapping) else {}
+        if kind == "turn/start":
+            turn = data.get("turn")
+            self._turn = turn if type(turn) is int else None
+            self._turn_open = True
+            self._step = None
+            self._usage = {}
+            return TurnStart(seq=seq, time=time, turn=self._turn)
+        if kind == "turn/end":
+            self._turn_open = False
+            reason = data.get("reason")
+            reason = reason if isinstance(reason, Mapping) else {}
+            reason_kind = _str_or_none(reason.get("kind"))
+            error = cause = None
+            if reason_kind == "error":
+                detail = reason.get("error")
+                error = _str_or_none(detail.get("message")) if isinstance(
+                    detail, Mapping) else None
+            elif reason_kind == "aborted":
+                detail = reason.get("reason")
+                cause = _str_or_none(detail.get("kind")) if isinstance(detail, Mapping) else None
+            turn = data.get("turn")
+            usage = FrozenDict(self._usage) if self._usage else None
+            self._usage = {}
+            return TurnEnd(seq=seq, time=time, turn=turn if type(turn) is int else None,
+                           reason=reason_kind, error=error, cause=cause,
+                           repaired=reason_kind in ("interrupted", "forked"), usage=usage)
+        if kind == "step/start":
+            step = data.get("step")
+            self._step = step if type(step) is int else None
+            return StepStart(seq=seq, time=time, turn=self._turn, step=self._step)
+        if kind == "tool/call":
+            call_id = data.get("callId")
+            if isinstance(call_id, str):
+                self._remember(call_id, str(data.get("name")), seq, replace=True)
+            return None
+        if kind in _MESSAGE_TYPES:
+            replaced = _replace_range(event.get("surfaceOp"))
+            if replaced is not None:
+                return self._replacement(event, data, replaced, seq, time)
+            if event.get("surfaceOp") == "append":
+                return self._message(event, data, seq, time)
+            return None
+        if kind == "session/end-seed":
+            if data.get("inherited") is True or (seq == self._seed_length and seq > 0):
+                return ForkCut(seq=seq, time=time, inherited_events=seq)
+            return None
+        if kind == "compaction/end":
+            if data.get("error") is not None:
+                return CompactionFailed(seq=seq, time=time, error=str(data.get("error")))
+            return None
+        if kind == "llm/retry":
+            failure = data.get("failure")
+            failure = failure if isinstance(failure, Mapping) else {}
+            return Retry(seq=seq, time=time, turn=self._turn, step=self._step,
+                         attempt=_int_or_none(data.get("attempt")),
+                         delay_ms=_int_or_none(data.get("delayMs")),
+                         cause=_str_or_none(data.get("cause")),
+                         message=_str_or_none(failure.get("message")),
+                         code=_str_or_none(failure.get("code")))
+        if kind == "agent/inbox/spliced":
+            inserted = data.get("inserted")
+            texts = tuple(_text_of(m.get("content")) for m in inserted
+                          if isinstance(m, Mapping)) if isinstance(inserted, list) else ()
+            removed = data.get("removedCount")
+            return InboxChange(seq=seq, time=time, target=_str_or_none(data.get("target")),
+                               inserted=texts, removed=removed if type(removed) is int else 0,
+                               outcome=_str_or_none(data.get("outcome")))
+        if kind == "request/header":
+            header = data.get("header")
+            header = header if isinstance(header, Mapping) else {}
+            config = header.get("config")
+            config = config if isinstance(config, Mapping) else {}
+            tools = header.get("tools")
+            names = tuple(str(t.get("name")) for t in tools if isinstance(t, Mapping)) \
+                if isinstance(tools, list) else ()
+            return HeaderChange(seq=seq, time=time, reason=_str_or_none(data.get("reason")),
+                                provider=_str_or_none(config.get("provider")),
+                                model=_str_or_none(config.get("model")), tools=names)
+        known = kind in KNOWN_EVENT_TYPES
+        ignorable = event.get("ignorable") is True
+        if ignorable or not known:
+            return LogEvent(seq=seq, time=time, type=str(kind), ignorable=ignorable,
+                            known=known, data=event.get("data"))
+        return None
+
+    def _remember(self, call_id: str, name: str, seq: int, *, replace: bool) -> None:
+        calls = self._calls
+        if not replace and call_id in calls:
+            return
+        calls[call_id] = (name, seq)
+        if len(calls) > _MAX_CALLS:  # a live fold runs for as long as its page is shown
+            for old in list(calls)[:_MAX_CALLS // 2]:
+                del calls[old]
+
+    def _message(self, event: Mapping[str, Any], data: Mapping[str, Any], seq: int,
+                 time: int) -> Message | ToolResult:
+        kind = event["type"]
+        message = _message_of(event, data)
+        blocks = blocks_of(message.get("content"), self._results)
+        source = message.get("source")
+        source = source if isinstance(source, Mapping) else {}
+        origin = None
+        if source.get("kind") not in (None, "user", "tool", "model"):
+            # Injected context (a plugin, an importer, a subagent report): say who put it there.
+            plugin = source.get("plugin")
+            origin = f"{source.get('kind')} {plugin}" if plugin else str(source.get("kind"))
+        if kind == "tool/result":
+            call_id = source.get("callId")
+            call_id = call_id if isinstance(call_id, str) else None
+            call = self._calls.get(call_id) if call_id is not None else None
+            result = next((b for b in blocks if isinstance(b, ToolResultBlock)), None)
+            error = data.get("error")
+            code = _str_or_none(error.get("code")) if isinstance(error, Mapping) else None
+            meta = data.get("meta")
+            imported = meta.get("import") if isinstance(meta, Mapping) else None
+            synthetic = repair = None
+            if isinstance(imported, Mapping) and imported.get("synthetic") is True:
+                # The importer supplied this result: the transcript recorded none (or an abort).
+                synthetic = code if code is not None else "IMPORTED"
+            elif code in REPAIR_CODES:
+                repair = code
+            return ToolResult(seq=seq, time=time, call_id=call_id,
+                              tool_name=call[0] if call else None,
+                              call_seq=call[1] if call else None,
+                              is_error=bool(result and result.is_error), blocks=blocks,
+                              error_code=code, repair=repair, synthetic=synthetic,
+                              turn=self._turn if self._turn_open else None, step=self._step)
+        role = {"assistant/message": "assistant", "system/message": "system"}.get(kind, "user")
+        model = usage = request_seq = None
+        interrupted = False
+        if kind == "assistant/message":
+            for block in blocks:
+                if isinstance(block, ToolCallBlock) and block.id is not None:
+                    self._remember(block.id, str(block.name), seq, replace=False)
+            if source.get("model"):
+                model = f"{source.get('provider')}/{source.get('model')}"
+            interrupted = data.get("interrupted") is True
+            raw_usage = data.get("usage")
+            if isinstance(raw_usage, Mapping):
+                usage = raw_usage
+                _add_usage(self._usage, raw_usage)
+            cited = event.get("sourceEventSeqs")
+            firsts = [s for s in cited if type(s) is int] if isinstance(cited, list) else []
+            request_seq = max(0, (min(firsts) if firsts else seq) - 1)
+        message_id = message.get("id")
+        return Message(seq=seq, time=time, role=role, blocks=blocks, origin=origin, model=model,
+                       interrupted=interrupted, usage=usage,
+                       turn=self._turn if self._turn_open else None,
+                       step=self._step if self._turn_open else None, request_seq=request_seq,
+                       message_id=message_id if isinstance(message_id, str) else None)
+
+    @staticmethod
+    def _replacement(event: Mapping[str, Any], data: Mapping[str, Any],
+                     replaced: tuple[int, int], seq: int, time: int) -> Checkpoint | Replacement:
+        kind = event["type"]
+        message = _message_of(event, data)
+        source = message.get("source")
+        cited = event.get("sourceEventSeqs")
+        cited = [s for s in cited if type(s) is int] if isinstance(cited, list) else []
+        if (isinstance(source, Mapping) and source.get("kind") == "plugin"
+                and source.get("plugin") == COMPACT_PLUGIN):
+            text = _text_of(message.get("content"))
+            start, _, rest = text.partition("<compacted-summary>")
+            summary = rest.partition("</compacted-summary>")[0] if rest else start
+            # sourceEventSeqs = [compaction/start, compaction/summary, *shadowed]
+            # (docs/events.md#compactionsummary)
+            return Checkpoint(seq=seq, time=time, replaces=replaced,
+                              shadowed_seqs=tuple(cited[2:]), summary=summary.strip("\n"),
+                              compaction_start_seq=cited[0] if cited else None,
+                              summary_seq=cited[1] if len(cited) > 1 else None)
+        what = "pruned tool result" if kind == "tool/result" else f"replacement {kind}"
+        return Replacement(seq=seq, time=time, replaces=replaced, what=what,
+                           blocks=blocks_of(message.get("content")))
+
+
+# -- turns and steps ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """The entries of one step of a turn (``step`` None: before the turn's first step)."""
+
+    step: int | None
+    entries: tuple[Entry, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Turn:
+    """The entries of one turn, grouped by step (``turn`` None: entries outside any turn).
+
+    Attributes:
+        turn: The turn number, or None for entries between turns (a seed, a fork cut, a title).
+        start: Its :class:`TurnStart`, or None when the page opens inside the turn.
+        end: Its :class:`TurnEnd`, or None when it is open or the page ends inside it.
+        steps: The entries between start and end, by step.
+    """
+
+    turn: int | None
+    start: TurnStart | None
+    end: TurnEnd | None
+    steps: tuple[Step, ...]
+
+    @property
+    def entries(self) -> tuple[Entry, ...]:
+        """Every entry of the turn in seq order, its start and end included."""
+        inner = tuple(e for s in self.steps for e in s.entries)
+        return (*((self.start,) if self.start else ()), *inner,
+                *((self.end,) if self.end else ()))
+
+
+def group_turns(entries: Sequence[Entry]) -> tuple[Turn, ...]:
+    """Group entries (in seq order) into turns and steps."""
+    turns: list[Turn] = []
+    start: TurnStart | None = None
+    number: int | None = None
+    steps: list[Step] = []
+    step_no: int | None = None
+    step_entries: list[Entry] = []
+    inside = False
+
+    def close_step() -> None:
+        nonlocal step_entries
+        if step_entries:
+            steps.append(Step(step=step_no, entries=tuple(step_entries)))
+        step_entries = []
+
+    def close_turn(end: TurnEnd | None) -> None:
+        nonlocal steps, start, number, step_no
+        close_step()
+        if steps or start is not None or end is not None:
+            turns.append(Turn(turn=number, start=start, end=end, steps=tuple(steps)))
+        steps, start, number, step_no = [], None, None, None
+
+    for entry in entries:
+        if isinstance(entry, TurnStart):
+            close_turn(None)
+            start, number, inside = entry, entry.turn, True
+        elif isinstance(entry, TurnEnd):
+            if not inside and number is None:
+                number = entry.turn
+            close_turn(entry)
+            inside = False
+        elif isinstance(entry, StepStart):
+            close_step()
+            step_no = entry.step
+            if not inside and number is None:
+                number = entry.turn
+            step_entries.append(entry)
+        else:
+            turn_of = getattr(entry, "turn", None)
+            if not inside and number is None and turn_of is not None:
+                number = turn_of  # the page opens inside this turn
+                inside = True
+            step_entries.append(entry)
+    close_turn(None)
+    return tuple(turns)
+
+
+# -- pages -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Transcript:
+    """The transcript of the seqs ``start .. stop - 1`` of one log.
+
+    Attributes:
+        start: First seq covered.
+        stop: One past the last seq covered (``<= event_count``).
+        event_count: Events in the log read.
+        entries: The entries, in seq order.
+        complete: True when the page reaches the end of the log (``stop == event_count``); then
+            an open last turn is shown as an :class:`OpenTurn` entry.
+    """
+
+    start: int
+    stop: int
+    event_count: int
+    entries: tuple[Entry, ...]
+
+    @property
+    def complete(self) -> bool:
+        """True when the page ends at the log's last event."""
+        return self.stop >= self.event_count
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        """The entries grouped by turn and step (:func:`group_turns`)."""
+        return group_turns(self.entries)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The entries as JSON objects (``entry.to_json()`` each), in seq order."""
+        return [entry.to_json() for entry in self.entries]
+
+
+def _turn_start_before(events: Sequence[Mapping[str, Any]], start: int, lookback: int) -> int:
+    """Where the fold of a page starting at ``start`` begins: its turn's start, if near."""
+    low = max(0, start - lookback)
+    for index in range(start - 1, low - 1, -1):
+        kind = events[index].get("type")
+        if kind == "turn/start":
+            return index
+        if kind == "turn/end":
+            return index + 1
+    return low
+
+
+def build(events: Sequence[Mapping[str, Any]], *, start: int = 0, stop: int | None = None,
+          lookback: int = DEFAULT_LOOKBACK, lookahead: int = DEFAULT_LOOKAHEAD,
+          header: Mapping[str, Any] | None = None) -> Transcript:
+    """Return the transcript of the events with ``start <= seq < stop``.
+
+    Args:
+        events: A log whose element at index ``i`` is the event with seq ``i`` (a tuple, a
+            list, a session's log, a paged log: only the slices named below are read).
+        start: First seq (clamped to ``0 .. len(events)``).
+        stop: One past the last seq (default: the end of the log; clamped).
+        lookback: Events before ``start`` read at most to find the ``turn/start`` the page opens
+            in (turn and step numbers, tool names of calls made before the page).
+        lookahead: Events after ``stop`` read at most to find the results of the page's calls.
+        header: The session's header; a fork's ``seedLength`` marks its cut point.
+
+    Returns:
+        The page. When it reaches the end of the log and the last turn is open, the last entry
+        is an :class:`OpenTurn`.
+    """
+    count = len(events)
+    start = max(0, min(start, count))
+    stop = count if stop is None else max(start, min(stop, count))
+    begin = _turn_start_before(events, start, max(0, lookback)) if start else 0
+    ahead_stop = min(count, stop + max(0, lookahead))
+    window = events[begin:ahead_stop]
+    results: dict[str, int] = {}
+    for event in window[start - begin:]:
+        if event.get("type") == "tool/result" and event.get("surfaceOp") == "append":
+            call_id = _result_call_id(event)
+            if call_id is not None:
+                results.setdefault(call_id, event["seq"])
+    seed_length = header.get("seedLength") if header is not None else None
+    fold = TranscriptFold(result_seqs=results, emit_from=start,
+                          seed_length=seed_length if type(seed_length) is int else None)
+    entries = fold.feed(window[:stop - begin])
+    if stop == count:
+        tail = fold.open_turn_entry()
+        if tail is not None:
+            entries.append(tail)
+    return Transcript(start=start, stop=stop, event_count=count, entries=tuple(entries))
+
+
+def entries_at(events: Sequence[Mapping[str, Any]], seqs: Iterable[int]) -> tuple[Entry, ...]:
+    """Return the entries of the events at ``seqs`` (the span a checkpoint shadows, say).
+
+    Each event is folded alone: tool results carry no tool name, messages no turn.
+    """
+    fold = TranscriptFold()
+    out: list[Entry] = []
+    for seq in seqs:
+        if 0 <= seq < len(events):
+            out.extend(fold.feed((events[seq],)))
+    return tuple(out)
+
+
+def iter_pages(events: Sequence[Mapping[str, Any]], *, page_events: int = 1000,
+               header: Mapping[str, Any] | None = None) -> Iterator[Transcript]:
+    """Yield the transcript of ``events`` a page of ``page_events`` events at a time."""
+    for start in range(0, max(len(events), 1), page_events):
+        yield build(events, start=start, stop=start + page_events, header=header)
+
+
+# -- what the model was sent -------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """What the model was sent with the log as it stood at seq ``seq``.
+
+    Attributes:
+        seq: The last event folded (the messages are derived from events ``0 .. seq``).
+        messages: ``(seq, message)`` for each message the surface projected then, in model
+            order: the seq of the event that projects it, and the frozen message itself.
+        header: The canonical request header folded so far (model, tools, parameters), or None.
+        context: The latest ``request/context`` data (provider, model, window), or None.
+    """
+
+    seq: int
+    messages: tuple[tuple[int, FrozenDict], ...]
+    header: FrozenDict | None
+    context: FrozenDict | None
+
+
+def model_request(events: Sequence[Event], seq: int) -> ModelRequest:
+    """Return the messages and request header the model was sent as of seq ``seq``.
+
+    The surface is folded from seq 0 through ``seq`` (as a session that had appended exactly
+    those events holds it), each node projected to its message, and the request header and
+    context folded over the same events.
+
+    Args:
+        events: A log whose element at index ``i`` has seq ``i``.
+        seq: The last event that counts, ``0 <= seq < len(events)``.
+
+    Raises:
+        IndexError: ``seq`` is not a seq of the log.
+        EventRejectedError: the prefix does not fold (a malformed surface op), as the online
+            surface would have refused it.
+
+    Rule: docs/rules.md#deriving-messages; docs/rules.md#header-folds.
+    """
+    if not 0 <= seq < len(events):
+        raise IndexError(f"seq {seq} is not in the log (it holds {len(events)} events)")
+    prefix = events[:seq + 1]
+    nodes = fold_surface(prefix).nodes
+    messages: list[tuple[int, FrozenDict]] = []
+    for node in nodes:
+        message = derive_event_message(prefix[node])
+        if message is not None:
+            messages.append((node, message))
+    context: FrozenDict | None = None
+    for event in prefix:
+        if event["type"] == "request/context":
+            data = event["data"]
+            context = data if isinstance(data, FrozenDict) else None
+    return ModelRequest(seq=seq, messages=tuple(messages),
+                        header=fold_request_header(prefix), context=context)

@@ -1,0 +1,224 @@
+"""The transcript model (dsh.transcript): what a person reads, built from real logs, by page."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import dsh
+from dsh import transcript as tr
+from dsh.persistence import open_store
+from dsh.testing import LogBuilder
+from dsh.testing._logs import assistant, tool_result, user
+
+SHARED = Path(os.environ.get("DSH_SHARED", Path(__file__).resolve().parents[1] / ".." / "shared"))
+LOGS = SHARED / "dsh-logs"
+
+pytestmark = pytest.mark.skipif(not LOGS.is_dir(), reason=f"dsh-logs not found at {LOGS}")
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("logs")
+    shutil.copytree(LOGS / "jsonl", root / "jsonl")
+    yield root
+
+
+def _read(root: Path, store: str, session_id: str) -> dsh.persistence.Inspection:
+    with open_store(f"jsonl:{root / 'jsonl' / store}") as persistence:
+        return persistence.read(session_id)
+
+
+def test_transcript_shows_a_compaction_checkpoint_with_the_span_it_shadows(stores: Path) -> None:
+    events = _read(stores, "main", "s5-compaction").stored_events
+    page = tr.build(events)
+    checkpoints = [e for e in page.entries if isinstance(e, tr.Checkpoint)]
+    assert len(checkpoints) >= 1
+    checkpoint = checkpoints[0]
+    assert checkpoint.summary
+    assert checkpoint.shadowed_seqs
+    assert events[checkpoint.compaction_start_seq]["type"] == "compaction/start"
+    assert events[checkpoint.summary_seq]["type"] == "compaction/summary"
+    start, end = checkpoint.replaces
+    assert checkpoint.shadowed_seqs[0] == start and checkpoint.shadowed_seqs[-1] == end
+    shadowed = tr.entries_at(events, checkpoint.shadowed_seqs)
+    assert [e.seq for e in shadowed] == list(checkpoint.shadowed_seqs)
+    assert all(isinstance(e, tr.Message | tr.ToolResult) for e in shadowed)
+
+
+def test_transcript_marks_the_crash_repair_of_a_tool_that_may_have_run(stores: Path) -> None:
+    read = _read(stores, "crash-before-resume", "s2a-crash-after-tool-call")
+    assert read.closers  # the repair the next resume writes, in memory only
+    page = tr.build(read.events)
+    repaired = [e for e in page.entries if isinstance(e, tr.ToolResult) and e.repair]
+    assert [(e.repair, e.error_code, e.is_error) for e in repaired] == [
+        ("TOOL_OUTCOME_UNKNOWN", "TOOL_OUTCOME_UNKNOWN", True)]
+    ends = [e for e in page.entries if isinstance(e, tr.TurnEnd)]
+    assert (ends[-1].reason, ends[-1].repaired) == ("interrupted", True)
+    assert repaired[0].tool_name is not None and repaired[0].call_seq is not None
+    # without the closers the log ends inside the turn: the last entry says so
+    stored = tr.build(read.stored_events)
+    assert isinstance(stored.entries[-1], tr.OpenTurn)
+    assert stored.entries[-1].seq == len(read.stored_events) - 1
+
+
+def test_transcript_marks_a_call_that_never_started(stores: Path) -> None:
+    read = _read(stores, "crash-before-resume", "s2b-crash-before-tool-call")
+    codes = [e.repair for e in tr.build(read.events).entries if isinstance(e, tr.ToolResult)
+             and e.repair]
+    assert codes and set(codes) == {"TOOL_NOT_STARTED"}
+
+
+def test_transcript_of_a_fork_shows_the_cut(stores: Path) -> None:
+    read = _read(stores, "main", "s4-fork-of-s1")
+    # dsh 0.1 ends a fork's seed with a plain end-seed: the header's seedLength names the cut
+    entries = tr.build(read.stored_events, header=read.header).entries
+    cuts = [e for e in entries if isinstance(e, tr.ForkCut)]
+    assert [(c.seq, c.inherited_events) for c in cuts] == [(read.header["seedLength"],) * 2]
+    assert not any(isinstance(e, tr.ForkCut) for e in tr.build(read.stored_events).entries)
+
+
+def test_tool_calls_are_paired_with_their_results(stores: Path) -> None:
+    events = _read(stores, "main", "s1-normal").stored_events
+    entries = tr.build(events).entries
+    calls = [b for e in entries if isinstance(e, tr.Message) for b in e.blocks
+             if isinstance(b, tr.ToolCallBlock)]
+    results = {e.seq: e for e in entries if isinstance(e, tr.ToolResult)}
+    assert calls and len(calls) == len(results)
+    for call in calls:
+        assert call.result_seq in results
+        answer = results[call.result_seq]
+        assert (answer.call_id, answer.tool_name) == (call.id, call.name)
+        assert events[answer.call_seq]["type"] == "tool/call"
+
+
+@pytest.mark.parametrize("session_id", ["s1-normal", "s4-fork-of-s1", "s5-compaction"])
+@pytest.mark.parametrize("page_events", [1, 7, 50, 256])
+def test_pages_put_together_equal_the_whole_transcript(stores: Path, session_id: str,
+                                                       page_events: int) -> None:
+    events = _read(stores, "main", session_id).stored_events
+    header = _read(stores, "main", session_id).header
+    whole = tr.build(events, header=header).entries
+    paged = [entry for page in tr.iter_pages(events, page_events=page_events, header=header)
+             for entry in page.entries]
+    assert paged == list(whole)
+
+
+def test_a_page_reads_only_its_window(stores: Path) -> None:
+    events = _read(stores, "main", "s5-compaction").stored_events
+
+    class Counting(list[object]):
+        read: set[int] = set()  # noqa: RUF012
+
+        def __getitem__(self, index):  # type: ignore[no-untyped-def]
+            got = super().__getitem__(index)
+            if isinstance(index, slice):
+                self.read.update(range(*index.indices(len(self))))
+            else:
+                self.read.add(index)
+            return got
+
+    log = Counting(events)
+    page = tr.build(log, start=200, stop=220, lookback=30, lookahead=10)  # type: ignore[arg-type]
+    assert min(log.read) >= 170 and max(log.read) < 230
+    assert [e.seq for e in page.entries] == sorted(e.seq for e in page.entries)
+    assert all(200 <= e.seq < 220 for e in page.entries)
+
+
+def test_the_fold_fed_event_by_event_gives_the_entries_of_a_whole_build(stores: Path) -> None:
+    events = _read(stores, "main", "s5-compaction").stored_events
+    fold = tr.TranscriptFold()
+    fed = [entry for event in events for entry in fold.feed([event])]
+    whole = tr.build(events).entries
+
+    def unlinked(entry: tr.Entry) -> tr.Entry:
+        # a fold cannot know a call's result before it comes: build links it, the fold does not
+        if isinstance(entry, tr.Message):
+            import dataclasses
+            blocks = tuple(dataclasses.replace(b, result_seq=None)
+                           if isinstance(b, tr.ToolCallBlock) else b for b in entry.blocks)
+            return dataclasses.replace(entry, blocks=blocks)
+        return entry
+
+    assert fed == [unlinked(e) for e in whole]
+
+
+def test_model_request_is_what_a_session_holding_that_prefix_derives(stores: Path) -> None:
+    events = _read(stores, "main", "s5-compaction").stored_events
+    answers = [e for e in tr.build(events).entries
+               if isinstance(e, tr.Message) and e.role == "assistant"]
+    assert answers
+    for answer in answers[::3]:
+        assert answer.request_seq is not None
+        request = tr.model_request(events, answer.request_seq)
+        live = dsh.Session.create("s", seed=events[:answer.request_seq + 1],
+                                  header={"version": 0, "id": "s", "createdAt": 0})
+        assert [m for _, m in request.messages] == live.derive_messages()
+        assert request.header == live.request_header()
+        assert [seq for seq, _ in request.messages] == [
+            s for s in live.surface.nodes if dsh.derive_event_message(events[s]) is not None]
+    with pytest.raises(IndexError):
+        tr.model_request(events, len(events))
+
+
+def test_retries_steering_headers_and_ignorable_events_are_entries() -> None:
+    log = LogBuilder("s")
+    log.add("agent/inbox/spliced", {"target": "next-turn", "start": 0, "inserted": [
+        user("first prompt", "q1")]}, ignorable=True)
+    log.add("turn/start", {"turn": 1})
+    log.add("step/start", {"turn": 1, "step": 1})
+    log.add("user/message", user("first prompt", "u1"), surface_op="append")
+    log.add("request/header", {"reason": "initial", "header": {
+        "config": {"provider": "deepseek", "model": "deepseek-chat"},
+        "tools": [{"name": "bash", "description": "run", "parameters": {}}]}})
+    log.add("llm/retry", {"turn": 1, "step": 1, "attempt": 1, "delayMs": 500,
+                          "cause": "retryable", "failure": {"message": "overloaded",
+                                                            "code": "RATE_LIMIT"}},
+            ignorable=True)
+    log.add("agent/inbox/spliced", {"target": "next-step", "start": 0, "inserted": [
+        user("use ls instead", "q2")]}, ignorable=True)
+    log.add("myapp/note", {"x": 1}, ignorable=True)
+    log.add("assistant/message", {**assistant(1, 1, "ok", "a1", [("c1", "bash")]),
+                                  "usage": {"inputTokens": 10, "outputTokens": 3}},
+            surface_op="append")
+    log.add("tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "bash",
+                          "arguments": "{}"})
+    log.add("tool/result", {**tool_result(1, 1, "c1", "cancelled"),
+                            "error": {"name": "bash", "code": "ABORTED_BEFORE_DISPATCH"}},
+            surface_op="append", source_event_seqs=[9])
+    log.add("step/end", {"turn": 1, "step": 1})
+    log.add("turn/end", {"turn": 1, "reason": {"kind": "aborted", "reason": {"kind": "user"}}})
+    entries = tr.build(log.events).entries
+    kinds = [e.kind for e in entries]
+    assert kinds == ["inbox", "turn", "step", "message", "request-header", "retry", "inbox",
+                     "event", "message", "tool-result", "turn-end"]
+    inbox, steer = (e for e in entries if isinstance(e, tr.InboxChange))
+    assert (inbox.steering, steer.steering, steer.inserted) == (False, True, ("use ls instead",))
+    header = next(e for e in entries if isinstance(e, tr.HeaderChange))
+    assert (header.model, header.tools) == ("deepseek-chat", ("bash",))
+    retry = next(e for e in entries if isinstance(e, tr.Retry))
+    assert (retry.attempt, retry.delay_ms, retry.code) == (1, 500, "RATE_LIMIT")
+    note = next(e for e in entries if isinstance(e, tr.LogEvent))
+    assert (note.type, note.ignorable, note.known) == ("myapp/note", True, False)
+    result = next(e for e in entries if isinstance(e, tr.ToolResult))
+    assert (result.error_code, result.repair, result.tool_name) == (
+        "ABORTED_BEFORE_DISPATCH", None, "bash")
+    end = entries[-1]
+    assert isinstance(end, tr.TurnEnd)
+    assert (end.reason, end.cause, end.repaired, dict(end.usage or {})) == (
+        "aborted", "user", False, {"inputTokens": 10, "outputTokens": 3})
+    answer = next(e for e in entries if isinstance(e, tr.Message) and e.role == "assistant")
+    assert (answer.turn, answer.step, answer.request_seq) == (1, 1, 7)
+    (turn_none, turn_one) = tr.group_turns(entries)
+    assert turn_none.turn is None and [e.kind for e in turn_none.entries] == ["inbox"]
+    assert turn_one.turn == 1 and turn_one.end is end and turn_one.entries == tuple(entries[1:])
+
+
+def test_printable_shows_controls_and_bidi_overrides_as_escapes() -> None:
+    text = "ok\tline\n\x1b[31mred\x07 \u202eevil\u2066 \x9b"
+    assert tr.printable(text) == "ok\tline\n\\x1b[31mred\\x07 \\u202eevil\\u2066 \\x9b"
+    assert tr.printable("<b>plain</b>") == "<b>plain</b>"
