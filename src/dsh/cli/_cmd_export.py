@@ -45,9 +45,10 @@ class ExportFormat(enum.StrEnum):
     dsh_jsonl = "dsh-jsonl"
     otel = "otel"
     atif = "atif"
+    inspect = "inspect"
 
 
-_STANDARD: Final = frozenset({ExportFormat.otel, ExportFormat.atif})
+_STANDARD: Final = frozenset({ExportFormat.otel, ExportFormat.atif, ExportFormat.inspect})
 """Formats written from the whole history (docs/standards.md), not from the model view."""
 
 
@@ -90,8 +91,8 @@ def export(
     """Export a session: a provider request, the dsh JSONL log, or a standard format.
 
     openai, anthropic: the request body of the model view; dsh-jsonl: the log itself; otel:
-    its OpenTelemetry GenAI spans as OTLP/JSON; atif: an ATIF trajectory of the whole history
-    (docs/standards.md).
+    its OpenTelemetry GenAI spans as OTLP/JSON; atif, inspect: an ATIF trajectory or an Inspect
+    AI eval log of the whole history (docs/standards.md).
     """
     import json
 

@@ -33,6 +33,8 @@ def render(log: Any, fmt: str, *, content: bool = False) -> tuple[bytes, Path | 
 
     if fmt == "atif":
         return _json_bytes(interop.to_atif(log)), None
+    if fmt == "inspect":
+        return _json_bytes(interop.to_inspect_log(log)), None
     if fmt == "otel":
         return _json_bytes(interop.to_otlp_json(log, capture_content=content)), None
     raise ConfigError(f"unknown export format {fmt!r}")

@@ -37,6 +37,7 @@ from dsh.interop._export import (
 )
 from dsh.interop._gemini_cli import import_gemini_cli
 from dsh.interop._history import LogLike, SessionLog
+from dsh.interop._inspect import to_inspect_log
 from dsh.interop._openai_chat import import_openai_chat
 from dsh.interop._openhands import import_openhands
 from dsh.interop._openhands_resolver import import_openhands_resolver
@@ -62,6 +63,7 @@ __all__ = [
     "span_records",
     "to_anthropic",
     "to_atif",
+    "to_inspect_log",
     "to_openai",
     "to_otlp_json",
     "validate_atif",

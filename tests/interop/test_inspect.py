@@ -1,0 +1,77 @@
+"""Inspect AI eval logs: `inspect_ai.log.read_eval_log` reads the export of every transcript, one
+sample per session, with the model view's messages and tool calls (docs/standards.md#inspect-ai)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inspect_ai.log import read_eval_log
+
+from dsh.interop import to_inspect_log
+from tests.interop.standards import cli, fixture_logs, imported, transcript_files, view
+
+
+def _read(doc: dict[str, Any], path: Path) -> Any:
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Inspect's own, on import paths
+        return read_eval_log(str(path))
+
+
+def _check(log: Any, sessions: list[Any]) -> None:
+    assert [s.id for s in log.samples] == [s.header["id"] for s in sessions]
+    for sample, session in zip(log.samples, sessions, strict=True):
+        messages = [json.loads(m) for m in view(session)]
+        assert len(sample.messages) == len(messages)
+        assert [m.role for m in sample.messages] == [
+            "tool" if m["source"].get("kind") == "tool" else m["role"] for m in messages]
+        want_calls = [b["id"] for m in messages for b in m["content"] if b["type"] == "tool-call"]
+        got_calls = [c.id for m in sample.messages if m.role == "assistant"
+                     for c in m.tool_calls or []]
+        assert got_calls == want_calls
+        results = [m.tool_call_id for m in sample.messages if m.role == "tool"]
+        assert results == [m["source"]["callId"] for m in messages
+                           if m["source"].get("kind") == "tool"]
+        answers = sum(1 for e in session.events if e["type"] == "assistant/message"
+                      and e["data"]["message"]["content"])
+        assert sum(1 for e in sample.events if e.event == "model") == answers
+        history_calls = sum(1 for e in session.events if e["type"] == "assistant/message"
+                            for b in e["data"]["message"]["content"]
+                            if b["type"] == "tool-call")
+        assert sum(1 for e in sample.events if e.event == "tool") == history_calls
+
+
+@pytest.mark.parametrize("name", transcript_files())
+def test_read_eval_log_reads_the_export_of_every_transcript(name: str, tmp_path: Path) -> None:
+    for top in imported(name):
+        log = _read(to_inspect_log(top), tmp_path / "log.json")
+        assert log.status == "success"
+        _check(log, list(top.walk()))
+
+
+def test_read_eval_log_reads_the_export_of_dsh_written_stores(tmp_path: Path) -> None:
+    for name, session in fixture_logs(tmp_path):
+        log = _read(to_inspect_log(session), tmp_path / f"{name}.json")
+        _check(log, [session])
+        usage = log.samples[0].model_usage
+        assert usage and all(u.output_tokens > 0 for u in usage.values())
+
+
+def test_cli_exports_an_eval_log_inspect_reads(tmp_path: Path) -> None:
+    from tests.interop.helpers import EXAMPLES
+
+    dsh = cli(tmp_path / "s.db")
+    dsh("import", str(EXAMPLES / "claude-code" / "long-debugging.jsonl"))
+    [row] = json.loads(dsh("ls", "--json"))
+    out = tmp_path / "eval.json"
+    dsh("export", "--format", "inspect", row["id"], "-o", str(out))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        log = read_eval_log(str(out))
+    [sample] = log.samples
+    assert sample.id == row["id"]
+    assert len(sample.messages) == len(json.loads(dsh("messages", row["id"])))
