@@ -530,7 +530,8 @@ class Replacement:
 
     Attributes:
         replaces: ``(start, end)`` seqs of the surface nodes it shadows.
-        what: ``pruned tool result`` or ``replacement <type>``.
+        what: ``pruned tool result``, ``replacement <type>``, or ``REMOVED from the model
+            view (<why>)`` for an adapter's surface removal (a clear, a pop).
         blocks: The replacing content.
     """
 
@@ -979,6 +980,10 @@ class TranscriptFold:
                               compaction_start_seq=cited[0] if cited else None,
                               summary_seq=cited[1] if len(cited) > 1 else None)
         what = "pruned tool result" if kind == "tool/result" else f"replacement {kind}"
+        removal = source.get("removal") if isinstance(source, Mapping) else None
+        if isinstance(removal, Mapping) and not message.get("content"):
+            # an adapter's clear / pop / dropped state (docs/adapters.md#cleared-means-cleared)
+            what = f"REMOVED from the model view ({removal.get('form')})"
         return Replacement(seq=seq, time=time, replaces=replaced, what=what,
                            blocks=blocks_of(message.get("content")))
 

@@ -34,6 +34,7 @@ def deploy(target: str) -> str:
 
 
 def run_langgraph(store: str, session: str, base_url: str, prompt: str) -> Any:
+    """LangChain's ``create_agent`` with the LangGraph saver and its middleware."""
     from langchain.agents import create_agent
     from langchain_openai import ChatOpenAI
 
@@ -48,7 +49,65 @@ def run_langgraph(store: str, session: str, base_url: str, prompt: str) -> Any:
                             {"configurable": {"thread_id": session}})
 
 
-RUNNERS = {"langgraph": run_langgraph}
+def run_openai_agents(store: str, session_id: str, base_url: str, prompt: str) -> Any:
+    import asyncio
+
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+
+    from dsh.adapters.openai_agents import DshSession
+
+    set_tracing_disabled(True)
+
+    async def main() -> Any:
+        client = AsyncOpenAI(base_url=base_url, api_key="test", max_retries=0)
+        model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=client)
+        agent = Agent(name="ops", model=model,
+                      tools=[function_tool(read_file), function_tool(deploy)])
+        session = DshSession(session_id, store)
+        try:
+            result = Runner.run_streamed(agent, prompt, session=session,
+                                         hooks=session.run_hooks())
+            async for _ in result.stream_events():
+                pass
+            return result.final_output
+        finally:
+            session.close()
+    return asyncio.run(main())
+
+
+def run_pydantic_ai(store: str, session_id: str, base_url: str, prompt: str) -> Any:
+    """A Pydantic AI agent on a DshMessageHistory with its capability (streamed requests)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from dsh.adapters.pydantic_ai import DshMessageHistory
+
+    model = OpenAIChatModel("gpt-test", provider=OpenAIProvider(base_url=base_url,
+                                                                api_key="test"))
+    agent = Agent(model, tools=[read_file, deploy], retries=0)
+
+    async def drain(_ctx: Any, events: Any) -> None:
+        async for _ in events:
+            pass
+
+    with DshMessageHistory(session_id, store) as history:
+        result = agent.run_sync(prompt, message_history=history.load(),
+                                capabilities=[history.capability()],
+                                event_stream_handler=drain)
+        history.record(result.new_messages())
+        return result.output
+
+
+RUNNERS = {"langgraph": run_langgraph, "openai-agents": run_openai_agents,
+           "pydantic-ai": run_pydantic_ai}
 
 
 def run(framework: str, store: str, session: str, base_url: str, prompt: str) -> Any:

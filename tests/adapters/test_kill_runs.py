@@ -20,7 +20,7 @@ from tests.providers.servers import ScriptedServer, Stall, Stream, openai_reply
 
 CHILD = Path(__file__).with_name("kill_child.py")
 
-FRAMEWORKS = ["langgraph"]
+FRAMEWORKS = ["langgraph", "openai-agents", "pydantic-ai"]
 
 
 def _texts(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:

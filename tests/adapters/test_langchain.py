@@ -19,6 +19,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_core.tools import tool
 
 from dsh._errors import AdapterError
+from dsh.adapters._log import is_removal
 from dsh.adapters.langchain import DshChatMessageHistory
 from tests.adapters.conftest import dsh, dsh_events, dsh_messages
 
@@ -76,7 +77,8 @@ def test_async_methods_and_clear(tmp_path: Path) -> None:
         before = len(history._log.session.events)
         await history.aclear()
         assert await history.aget_messages() == []
-        assert history._log.session.events[before]["type"] == "langchain/clear"
+        removal = [e for e in history._log.session.events[before:] if is_removal(e)]
+        assert len(removal) == 1 and history._log.session.derive_messages() == []
         history.add_user_message("again")
         history.add_ai_message("yes")
         assert [m.content for m in history.messages] == ["again", "yes"]

@@ -20,6 +20,7 @@ from agents import SQLiteSession
 from agents.memory import Session, SessionSettings
 
 from dsh._errors import AdapterError, SessionBusyError
+from dsh.adapters._log import is_removal
 from dsh.adapters.openai_agents import DshSession
 from tests.adapters.conftest import dsh, dsh_events, dsh_messages
 
@@ -133,11 +134,13 @@ def test_pop_item_like_sqlite_and_appended(store: str, tmp_path: Path) -> None:
             assert await ours.pop_item() == await theirs.pop_item()
             assert await ours.get_items() == await theirs.get_items()
         assert await ours.get_items() == []
-        # the log kept every byte: the old events are unchanged and three pops were appended
+        # the log kept every byte: the old events are unchanged; each pop is a surface
+        # removal, so nothing popped reaches the model view any more
         after = ours._log.session.events
         assert tuple(after[:len(events_before)]) == tuple(events_before)
-        assert [e["type"] for e in after[len(events_before):]] == ["openai-agents/pop"] * 3
-        assert all(e["ignorable"] for e in after[len(events_before):])
+        removals = [e for e in after[len(events_before):] if is_removal(e)]
+        assert [len(e["sourceEventSeqs"]) for e in removals] == [1, 1, 1]
+        assert ours._log.session.derive_messages() == []
         ours.close()
         again = DshSession("pop", store)
         assert await again.get_items() == []

@@ -34,7 +34,7 @@ from dsh.session import Event, EventSource, RestoreState, Session, SessionStore
 __all__ = [
     "DEFAULT_WAIT_S",
     "RECORD_KEY",
-    "REMOVAL_PLUGIN",
+    "REMOVAL_MODEL",
     "LiveLog",
     "TurnShaper",
     "default_store_url",
@@ -52,9 +52,10 @@ _T = TypeVar("_T")
 DEFAULT_WAIT_S: Final = 5.0
 """How long an adapter waits for a session another process is writing (seconds), as the CLI."""
 
-REMOVAL_PLUGIN: Final = "surface-removal"
-"""``source.plugin`` of the empty ``assistant/message`` that takes removed messages off the
-surface (see :func:`remove_from_surface`)."""
+REMOVAL_MODEL: Final = "surface-removal"
+"""``source.model`` (provider ``dsh``) of the empty ``assistant/message`` that takes removed
+messages off the surface; its ``source.removal`` says why and what (see
+:func:`remove_from_surface`)."""
 
 
 def _holder(error: SessionBusyError) -> str:
@@ -99,7 +100,8 @@ def is_removal(event: Mapping[str, Any]) -> bool:
         return False
     message = event["data"].get("message")
     source = message.get("source") if isinstance(message, Mapping) else None
-    return isinstance(source, Mapping) and source.get("plugin") == REMOVAL_PLUGIN
+    return (isinstance(source, Mapping) and source.get("provider") == "dsh"
+            and source.get("model") == REMOVAL_MODEL and "removal" in source)
 
 
 def remove_from_surface(shaper: TurnShaper, seqs: Sequence[int], *, form: str,
@@ -150,10 +152,11 @@ def remove_from_surface(shaper: TurnShaper, seqs: Sequence[int], *, form: str,
     turn = recorder.turn()
     for run in runs:
         step = turn.step()
-        made = replacement or create_assistant_message(content=[], provider="dsh",
-                                                       model="none")
-        source = {**made["source"], "kind": "plugin", "plugin": REMOVAL_PLUGIN, "form": form,
-                  "removed": list(run)}
+        if replacement is not None:
+            made, source = replacement, {**replacement["source"], "replaces": list(run)}
+        else:
+            made = create_assistant_message(content=[], provider="dsh", model=REMOVAL_MODEL)
+            source = {**made["source"], "removal": {"form": form, "removed": list(run)}}
         session.append("assistant/message",
                        {"turn": turn.number, "step": step.number,
                         "message": {**made, "source": source}},
@@ -326,6 +329,17 @@ class TurnShaper:
         assert self._step is not None
         return self._step.tool_call(call_id)
 
+    def dispatch(self, call_id: str) -> Event | None:
+        """Append ``tool/call`` for ``call_id`` unless it is recorded (or answered) already.
+
+        Returns:
+            The appended event, or None when there was nothing to record.
+        """
+        step = self._step
+        if step is None or call_id not in step.unanswered or call_id in step.dispatched:
+            return None
+        return step.tool_call(call_id)
+
     def can_answer(self, call_id: str) -> bool:
         """True when ``call_id`` was called in the open step and has no result yet."""
         return call_id in self.pending
@@ -337,6 +351,7 @@ class TurnShaper:
         The records are kept in ``data.meta`` (the recorder makes the message itself).
         """
         assert self._step is not None
+        self.dispatch(call_id)
         return self._step.tool_result(call_id, content, is_error=is_error,
                                       meta={RECORD_KEY: {"format": fmt, "records": list(records)}})
 
@@ -404,6 +419,7 @@ class LiveLog:
         self._closed = False
         self._removed: set[tuple[int, int]] = set()
         self._cleared_through = -1
+        self._overrides: dict[int, Sequence[Any]] = {}  # seq -> the records that stand for it
         self._marks_seen = 0  # events already scanned for pop / clear / closed-early marks
         self._encoded: dict[int, tuple[bytes | None, ...]] = {}  # seq -> its records as JSON
 
@@ -450,11 +466,15 @@ class LiveLog:
         if self._marks_seen >= len(events):
             return
         pop, clear, early = (f"{self.fmt}/pop", f"{self.fmt}/clear", f"{self.fmt}/closed-early")
+        records = f"{self.fmt}/records"
         for event in events[self._marks_seen:]:
             kind, data = event["type"], event["data"]
-            if kind == pop:
+            if kind == records:
+                self._overrides[data["seq"]] = data["records"]
+                self._encoded.pop(data["seq"], None)
+            elif kind == pop:  # logs written before pops became surface removals
                 self._removed.add((data["seq"], data["index"]))
-            elif kind == clear:
+            elif kind == clear:  # likewise clears
                 self._cleared_through = data["through"]
             elif kind == early:
                 self._removed.update((seq, 0) for seq in data["seqs"])
@@ -497,9 +517,10 @@ class LiveLog:
             encoded = self._encoded.get(seq)
             if encoded is None:
                 event = session.event_at(seq)
-                records = records_of(event, self.fmt)
-                encoded = self._encoded[seq] = tuple(
-                    _encode(r) for r in (records if records is not None else synthesize(event)))
+                records = self._overrides.get(seq) or records_of(event, self.fmt)
+                if records is None:
+                    records = () if is_removal(event) else synthesize(event)
+                encoded = self._encoded[seq] = tuple(_encode(r) for r in records)
             for index in range(len(encoded) - 1, -1, -1):
                 if not removed or (seq, index) not in removed:
                     picked.append((seq, index, encoded[index]))
@@ -512,15 +533,47 @@ class LiveLog:
                  else _copy(session.event_at(seq), index, self.fmt, synthesize))
                 for seq, index, encoded in picked]
 
-    def pop(self, seq: int, index: int) -> None:
-        """Log that the record ``index`` of event ``seq`` was removed (``<fmt>/pop``)."""
-        self.open().mark(f"{self.fmt}/pop", {"seq": seq, "index": index})
+    def records_at(self, seq: int) -> list[Any]:
+        """The records event ``seq`` stands for now (plain copies; [] for none)."""
+        session = self.session
+        self._take_marks(session)
+        found = self._overrides.get(seq) or records_of(session.event_at(seq), self.fmt) or ()
+        return [thaw(r) if isinstance(r, FrozenDict | FrozenList) else r for r in found]
+
+    def supersede(self, seq: int, records: Sequence[Any]) -> None:
+        """Log that event ``seq`` stands for ``records`` from now on (``<fmt>/records``).
+
+        For a framework that hands over its own copy of items dsh recorded earlier from a
+        hook: the model view keeps the event, the framework reads its own copy back.
+        """
+        self.open().mark(f"{self.fmt}/records", {"seq": seq, "records": list(records)})
+
+    def pop(self, seq: int, index: int,
+            rebuild: Callable[[list[Any]], Mapping[str, Any]] | None = None) -> None:
+        """Take record ``index`` of event ``seq`` off the model view (a surface removal).
+
+        An event holding other records too is replaced by ``rebuild(the other records)``
+        (an assistant message), when given; otherwise the whole event leaves the surface.
+        Rule: docs/adapters.md#cleared-means-cleared
+        """
+        shaper = self.open()
+        rest = self.records_at(seq)
+        if rebuild is not None and len(rest) > 1 and 0 <= index < len(rest):
+            del rest[index]
+            remove_from_surface(shaper, [seq], form="pop", replacement=rebuild(rest))
+        else:
+            remove_from_surface(shaper, [seq], form="pop")
 
     def clear(self) -> None:
-        """End the open turn and log that every record so far was removed (``<fmt>/clear``)."""
+        """End the open turn and take every message so far off the model view.
+
+        The messages leave the surface (one removal, :func:`remove_from_surface`); the log
+        keeps their bytes, ``dsh show`` marks them removed.
+        Rule: docs/adapters.md#cleared-means-cleared
+        """
         shaper = self.open()
         shaper.end_turn()
-        shaper.mark(f"{self.fmt}/clear", {"through": shaper.session.seq - 1})
+        remove_from_surface(shaper, list(shaper.session.surface.nodes), form="clear")
 
     def flush(self) -> None:
         """The durability barrier: return once everything appended is stored."""

@@ -48,11 +48,20 @@ from typing import TYPE_CHECKING, Any, Final
 
 from dsh._errors import AdapterError
 from dsh._messages import create_assistant_message, create_user_message
-from dsh.adapters._log import LiveLog, TurnShaper, message_of, text_of, with_records
+from dsh.adapters._log import (
+    DEFAULT_WAIT_S,
+    LiveLog,
+    TurnShaper,
+    message_of,
+    remove_from_surface,
+    text_of,
+    with_records,
+)
 from dsh.json import snapshot_json
 from dsh.session import Event
 
 try:
+    from agents import RunHooks
     from agents.memory import SessionABC, SessionSettings
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("dsh.adapters.openai_agents needs the OpenAI Agents SDK: "
@@ -66,7 +75,7 @@ except ImportError:  # pragma: no cover - SDK releases before it: the dataclass 
 if TYPE_CHECKING:
     from agents import TResponseInputItem
 
-__all__ = ["FORMAT", "DshSession", "items_to_events"]
+__all__ = ["FORMAT", "DshRunHooks", "DshSession", "items_to_events"]
 
 FORMAT: Final = "openai-agents"
 """The record format name of Responses input items in a message source."""
@@ -164,14 +173,25 @@ def _normalize(items: Any, session_id: str) -> list[dict[str, Any]]:
     return out
 
 
+def _assistant_of(group: Sequence[Mapping[str, Any]], *, model: str,
+                  provider: str = "openai") -> dict[str, Any]:
+    """The ``assistant/message`` message of consecutive model items, keeping them as records."""
+    blocks = [block for entry in group for block in _model_blocks(entry)]
+    message = create_assistant_message(content=blocks, provider=provider, model=model)
+    return {**message, "source": with_records(message["source"], FORMAT, group)}
+
+
 def items_to_events(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *,
-                    model: str) -> list[Event]:
+                    model: str, dispatch: bool = True, provider: str = "openai") -> list[Event]:
     """Append ``items`` (plain JSON Responses input items) as core events; return them.
 
     Args:
         shaper: The live session's turn bracket.
         items: Items already checked by the caller (JSON objects, lossless).
-        model: Model name written into assistant message sources (provider ``openai``).
+        model: Model name written into assistant message sources.
+        dispatch: Append ``tool/call`` for each ``function_call`` at once (False: the run
+            hooks append it when the tool body starts, see :meth:`DshSession.run_hooks`).
+        provider: Provider written into assistant message sources.
 
     Returns:
         The appended events, in order (bracket events included).
@@ -195,11 +215,8 @@ def items_to_events(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *,
             while index < len(items) and _kind(items[index]) in ("model", "call"):
                 group.append(items[index])
                 index += 1
-            blocks = [block for entry in group for block in _model_blocks(entry)]
-            message = create_assistant_message(content=blocks, provider="openai", model=model)
-            shaper.assistant({**message, "source": with_records(message["source"], FORMAT,
-                                                                group)})
-            for entry in group:
+            shaper.assistant(_assistant_of(group, model=model, provider=provider))
+            for entry in group if dispatch else ():
                 if entry.get("type") == "function_call":
                     shaper.tool_call(str(entry.get("call_id")))
         else:
@@ -265,13 +282,75 @@ class DshSession(SessionABC):
 
     def __init__(self, session_id: str, store: str | None = None, *,
                  session_settings: SessionSettings | Mapping[str, Any] | None = None,
-                 model: str = "unknown") -> None:
-        self._log = LiveLog(session_id, store, FORMAT, type(self).__name__)
+                 model: str = "unknown", provider: str = "openai",
+                 wait: float = DEFAULT_WAIT_S) -> None:
+        self._log = LiveLog(session_id, store, FORMAT, type(self).__name__, wait=wait)
         self.session_id = session_id
         self.session_settings = (coerce_session_settings(dict(session_settings))
                                  if isinstance(session_settings, Mapping)
                                  else session_settings or SessionSettings())
         self.model = model
+        self.provider = provider
+        self._provisional: tuple[int, list[dict[str, Any]]] | None = None
+
+    def run_hooks(self) -> DshRunHooks:
+        """Run hooks that make the model's answer and each tool call durable as they happen.
+
+        Pass them with the session: ``Runner.run(agent, text, session=session,
+        hooks=session.run_hooks())``. Without them the SDK hands a step's items to the session
+        only after its tool bodies ran, so a crash inside one leaves no trace of the call.
+        """
+        return DshRunHooks(self)
+
+    def _record_answer(self, items: list[dict[str, Any]], model: str) -> None:
+        """The model's output, durable before any of its tools runs (from the run hooks)."""
+        with self._log.lock:
+            shaper = self._log.open()
+            self._settle()
+            if not items:
+                return
+            before = shaper.session.seq
+            items_to_events(shaper, items, model=model, dispatch=False, provider=self.provider)
+            made = [e for e in shaper.session.events[before:]
+                    if e["type"] == "assistant/message"]
+            self._provisional = (made[-1]["seq"], items) if made else None
+            if shaper.pending:
+                self._log.flush()
+
+    def _record_dispatch(self, call_id: str) -> None:
+        """A tool body is about to run: its ``tool/call``, durable (from the run hooks)."""
+        with self._log.lock:
+            shaper = self._log.open()
+            if shaper.dispatch(call_id) is not None:
+                self._log.flush()
+
+    def _settle(self) -> None:
+        """Forget a hook-recorded answer the SDK did not hand over (nothing to match)."""
+        self._provisional = None
+
+    def _take_provisional(self, shaper: TurnShaper, items: list[dict[str, Any]]
+                          ) -> list[dict[str, Any]]:
+        """Match the batch's leading model items with the hook-recorded answer.
+
+        Returns:
+            The items still to write. Matched items are not written again; when the SDK's
+            copies differ from the hook's, ``openai-agents/records`` makes them the ones
+            ``get_items`` returns. An answer the batch does not carry leaves the model view.
+        """
+        if self._provisional is None:
+            return items
+        seq, recorded = self._provisional
+        self._provisional = None
+        head = items[:len(recorded)]
+        if [_item_key(i) for i in head] == [_item_key(i) for i in recorded]:
+            if head != recorded:
+                self._log.supersede(seq, head)
+            rest = items[len(recorded):]
+            if not rest and not shaper.pending:
+                shaper.end_turn()
+            return rest
+        remove_from_surface(shaper, [seq], form="superseded")
+        return items
 
     @property
     def store_url(self) -> str:
@@ -307,7 +386,10 @@ class DshSession(SessionABC):
 
     def _add_sync(self, items: list[dict[str, Any]]) -> None:
         with self._log.lock:
-            items_to_events(self._log.open(), items, model=self.model)
+            shaper = self._log.open()
+            items = self._take_provisional(shaper, items)
+            if items:
+                items_to_events(shaper, items, model=self.model, provider=self.provider)
             self._log.flush()
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -328,23 +410,81 @@ class DshSession(SessionABC):
             if not visible:
                 return None
             seq, index, item = visible[-1]
-            self._log.pop(seq, index)
+            self._settle()
+            self._log.pop(seq, index, rebuild=lambda rest: _assistant_of(
+                rest, model=self.model, provider=self.provider))
             self._log.flush()
             return item  # type: ignore[no-any-return]
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item (None when empty); the log records the removal."""
+        """Remove and return the newest item (None when empty): it leaves the model view.
+
+        Rule: docs/adapters.md#cleared-means-cleared
+        """
         return await asyncio.to_thread(self._pop_sync)
 
     def _clear_sync(self) -> None:
         with self._log.lock:
+            self._settle()
             self._log.clear()
             self._log.flush()
 
     async def clear_session(self) -> None:
-        """Hide every item so far from ``get_items``; the log keeps them (``dsh show``)."""
+        """Take every item so far off the model view; the log keeps them (``dsh show``).
+
+        Rule: docs/adapters.md#cleared-means-cleared
+        """
         await asyncio.to_thread(self._clear_sync)
 
     def close(self) -> None:
         """Flush and release the session (the write lock); later calls raise ADAPTER_CLOSED."""
         self._log.close()
+
+
+def _item_key(item: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What identifies a model output item across the SDK's copies of it."""
+    return (item.get("type"), item.get("role"), item.get("call_id") or item.get("id"))
+
+
+def _model_name(agent: Any, default: str) -> tuple[str, str]:
+    """``(provider, model)`` of an SDK agent's model (a name or a ``Model`` object)."""
+    model = getattr(agent, "model", None)
+    if isinstance(model, str) and model:
+        if "/" in model:
+            provider, _, name = model.partition("/")
+            return provider, name
+        return "openai", model
+    held = getattr(model, "model", None)
+    if isinstance(held, str) and held:
+        return "openai", held
+    return "openai", default
+
+
+class DshRunHooks(RunHooks[Any]):
+    """The SDK run hooks of a :class:`DshSession` (see :meth:`DshSession.run_hooks`).
+
+    ``on_llm_end`` appends the model's answer (its ``assistant/message``) and flushes it;
+    ``on_tool_start`` appends the call's ``tool/call`` and flushes it, before the tool body
+    runs. When the SDK later hands the same items to ``add_items`` they are not written again.
+    A process killed inside a tool body leaves a log whose repair answers that call with an
+    outcome-unknown result, and calls whose bodies never started with an aborted one.
+
+    Args:
+        session: The session the run uses.
+    """
+
+    def __init__(self, session: DshSession) -> None:
+        self.session = session
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        """Record the model's answer, durable before any of its tools runs."""
+        items = json.loads(json.dumps(response.to_input_items(), default=str))
+        provider, model = _model_name(agent, self.session.model)
+        self.session.provider = provider
+        await asyncio.to_thread(self.session._record_answer, items, model)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        """Record the ``tool/call`` of the call about to run, durable before its body."""
+        call_id = getattr(context, "tool_call_id", None)
+        if isinstance(call_id, str) and call_id:
+            await asyncio.to_thread(self.session._record_dispatch, call_id)

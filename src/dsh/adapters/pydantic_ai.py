@@ -1,10 +1,17 @@
 """dsh as the message history of Pydantic AI agents: :class:`DshMessageHistory`.
 
-Load a session as ``message_history`` and record what a run added::
+Load a session as ``message_history``, let the run record itself as it goes, and hand over
+what it added::
 
     history = DshMessageHistory("chat-1", store="sqlite:///sessions.db")
-    result = agent.run_sync("Hi!", message_history=history.load())
+    result = agent.run_sync("Hi!", message_history=history.load(),
+                            capabilities=[history.capability()])
     history.record(result.new_messages())
+
+The capability (:meth:`DshMessageHistory.capability`) makes the run durable inside: the prompt
+before the model is asked, the model's answer and its tool calls before any tool body runs,
+each tool result before the next model request. ``record`` then writes only what the capability
+did not (and nothing twice). Without the capability a run is recorded when ``record`` is called.
 
 Messages go through ``ModelMessagesTypeAdapter`` (the JSON form Pydantic AI documents for
 storing histories) and map onto core dsh events:
@@ -26,17 +33,26 @@ Needs ``pip install 'dsh-session[pydantic-ai]'``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from dsh._errors import AdapterError
 from dsh._messages import create_assistant_message, create_user_message
-from dsh.adapters._log import LiveLog, TurnShaper, message_of, text_of, with_records
+from dsh.adapters._log import (
+    DEFAULT_WAIT_S,
+    LiveLog,
+    TurnShaper,
+    message_of,
+    text_of,
+    with_records,
+)
 from dsh.json import snapshot_json
 from dsh.session import Event
 
 try:
+    from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import (
         ModelMessage,
         ModelMessagesTypeAdapter,
@@ -48,7 +64,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("dsh.adapters.pydantic_ai needs Pydantic AI: "
                       "pip install 'dsh-session[pydantic-ai]'") from exc
 
-__all__ = ["FORMAT", "DshMessageHistory", "message_events", "messages_to_events"]
+__all__ = ["FORMAT", "DshCapability", "DshMessageHistory", "message_events",
+           "messages_to_events"]
 
 FORMAT: Final = "pydantic-ai"
 """The record format name of Pydantic AI messages (``ModelMessagesTypeAdapter`` JSON)."""
@@ -193,9 +210,40 @@ class DshMessageHistory:
         SessionBusyError: another process (or object) holds the session for writing.
     """
 
-    def __init__(self, session_id: str, store: str | None = None) -> None:
-        self._log = LiveLog(session_id, store, FORMAT, type(self).__name__)
+    def __init__(self, session_id: str, store: str | None = None, *,
+                 wait: float = DEFAULT_WAIT_S) -> None:
+        self._log = LiveLog(session_id, store, FORMAT, type(self).__name__, wait=wait)
         self.session_id = session_id
+        self._known = 0  # messages of the run's history already in the log
+        self._in_run: list[tuple[int, dict[str, Any]]] = []  # (holder seq, record) this run
+
+    def capability(self) -> DshCapability:
+        """A Pydantic AI capability that records the run as it goes (see the module docstring).
+
+        Pass it per run: ``agent.run(..., message_history=history.load(),
+        capabilities=[history.capability()])``.
+        """
+        return DshCapability(self)
+
+    def _record_live(self, messages: Sequence[ModelMessage]) -> None:
+        """Append the run's messages past those already in the log; durable on return."""
+        fresh = list(messages[self._known:])
+        if not fresh:
+            return
+        records = self._dump(fresh)
+        with self._log.lock:
+            shaper = self._log.open()
+            for record in records:
+                holder, _ = message_events(shaper, record)
+                self._in_run.append((holder, record))
+            self._known = len(messages)
+            self._log.flush()
+
+    def _dispatch(self, call_id: str) -> None:
+        """A tool body is about to run: its ``tool/call``, durable."""
+        with self._log.lock:
+            if self._log.open().dispatch(call_id) is not None:
+                self._log.flush()
 
     @property
     def store_url(self) -> str:
@@ -206,17 +254,41 @@ class DshMessageHistory:
         """The history along dsh's model view, ready for ``agent.run(message_history=...)``."""
         with self._log.lock:
             records = [record for _, _, record in self._log.view(_synthesized)]
+            self._known, self._in_run = len(records), []
         return ModelMessagesTypeAdapter.validate_python(records)
 
     def record(self, messages: Sequence[ModelMessage]) -> list[Event]:
         """Append a run's messages (``result.new_messages()``) as one batch; durable on return.
 
+        Messages the run's capability already recorded are not written again (one whose
+        content changed since is superseded by its final form, ``pydantic-ai/records``).
+
         Returns:
-            The appended events.
+            The appended events (the turn ends ``completed`` unless a call is left waiting).
 
         Raises:
             AdapterError: ``ADAPTER_ITEM`` when the messages do not serialize to JSON dsh can
                 store; nothing is written.
+        """
+        records = self._dump(messages)
+        with self._log.lock:
+            shaper = self._log.open()
+            in_run, self._in_run = self._in_run, []
+            matched = 0
+            for (holder, recorded), record in zip(in_run, records, strict=False):
+                if record != recorded:  # the run changed it after the capability saw it
+                    self._log.supersede(holder, [record])
+                matched += 1
+            events = list(messages_to_events(shaper, records[matched:]))
+            self._known += len(records) - matched
+            self._log.flush()
+            return events
+
+    def _dump(self, messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
+        """The messages as ``ModelMessagesTypeAdapter`` JSON records, checked.
+
+        Raises:
+            AdapterError: ``ADAPTER_ITEM``, see :meth:`record`.
         """
         for index, message in enumerate(messages):
             if not isinstance(message, ModelRequest | ModelResponse):
@@ -239,16 +311,13 @@ class DshMessageHistory:
                 raise AdapterError(f"message {index} for session {self.session_id!r} repeats a "
                                    f"tool_call_id ({ids}); nothing was written",
                                    code="ADAPTER_ITEM", session_id=self.session_id, line=index)
-        with self._log.lock:
-            shaper = self._log.open()
-            if not records:
-                return []
-            events = messages_to_events(shaper, records)
-            self._log.flush()
-            return events
+        return records
 
     def clear(self) -> None:
-        """Hide every message so far from :meth:`load`; the log keeps them (``dsh show``)."""
+        """Take every message so far off the model view; the log keeps them (``dsh show``).
+
+        Rule: docs/adapters.md#cleared-means-cleared
+        """
         with self._log.lock:
             self._log.clear()
             self._log.flush()
@@ -262,3 +331,40 @@ class DshMessageHistory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class DshCapability(AbstractCapability[Any]):
+    """Records a Pydantic AI run into a :class:`DshMessageHistory` as it goes.
+
+    Before each model request the run's new messages (the prompt, tool results) are appended
+    and flushed; after it the model's response (its tool calls become tool-call blocks); before
+    each tool body its ``tool/call``. A process killed anywhere in the run leaves a log whose
+    resume gives the next run the prompt, the calls and an outcome-unknown result for a call
+    whose body may have run.
+
+    Args:
+        history: The history the run was loaded from.
+    """
+
+    def __init__(self, history: DshMessageHistory) -> None:
+        self.history = history
+
+    async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
+        """Make the run's messages so far durable before the model is asked."""
+        await asyncio.to_thread(self.history._record_live, list(ctx.messages))
+        return request_context
+
+    async def after_model_request(self, ctx: Any, *, request_context: Any,
+                                  response: ModelResponse) -> ModelResponse:
+        """Make the model's response durable before anything acts on it."""
+        messages = list(ctx.messages)
+        if not messages or messages[-1] is not response:
+            messages.append(response)
+        await asyncio.to_thread(self.history._record_live, messages)
+        return response
+
+    async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any,
+                                handler: Any) -> Any:
+        """Record the call's ``tool/call`` (durable), then run its body."""
+        await asyncio.to_thread(self.history._dispatch, str(call.tool_call_id))
+        return await handler(args)

@@ -386,6 +386,11 @@ class StepRecorder:
         return self._assistant
 
     @property
+    def dispatched(self) -> tuple[str, ...]:
+        """Call ids with a ``tool/call`` recorded and no result yet, in record order."""
+        return tuple(self._called)
+
+    @property
     def unanswered(self) -> tuple[str, ...]:
         """Call ids the assistant made that have no result yet, in model order."""
         return tuple(c for c in self._offered if c not in self._answered)
