@@ -46,9 +46,12 @@ class ExportFormat(enum.StrEnum):
     otel = "otel"
     atif = "atif"
     inspect = "inspect"
+    claude_code = "claude-code"
+    codex = "codex"
 
 
-_STANDARD: Final = frozenset({ExportFormat.otel, ExportFormat.atif, ExportFormat.inspect})
+_STANDARD: Final = frozenset({ExportFormat.otel, ExportFormat.atif, ExportFormat.inspect,
+                              ExportFormat.claude_code, ExportFormat.codex})
 """Formats written from the whole history (docs/standards.md), not from the model view."""
 
 
@@ -92,7 +95,8 @@ def export(
 
     openai, anthropic: the request body of the model view; dsh-jsonl: the log itself; otel:
     its OpenTelemetry GenAI spans as OTLP/JSON; atif, inspect: an ATIF trajectory or an Inspect
-    AI eval log of the whole history (docs/standards.md).
+    AI eval log of the whole history; claude-code, codex: a session file that agent resumes
+    (--install puts it where the agent lists its sessions) (docs/standards.md).
     """
     import json
 
@@ -100,7 +104,6 @@ def export(
         read = read_session(persistence, session_id)
         log = stored_log(persistence, read) if format in _STANDARD else None
     if log is not None:
-
         write_standard(log, str(format.value), output, install=install, content=content)
         return
     if install:

@@ -23,21 +23,42 @@ def _json_bytes(value: Any, *, lines: bool = False) -> bytes:
     return text.encode("utf-8", errors="backslashreplace")
 
 
-def render(log: Any, fmt: str, *, content: bool = False) -> tuple[bytes, Path | None]:
-    """The bytes of ``log`` in ``fmt`` and the path ``--install`` would write them to.
+def render(log: Any, fmt: str, output: Path | None, *, install: bool,
+           content: bool = False) -> dict[Path | None, bytes]:
+    """The files ``log`` becomes in ``fmt``: path (None: stdout) → bytes.
+
+    ``install`` (claude-code, codex) names the file where that agent lists its sessions; a
+    claude-code file written to a path gets its subagent files beside it.
 
     Raises:
-        ConfigError: an unknown format.
+        ConfigError: an unknown format; ``--install`` with another format or with ``-o``.
     """
     from dsh import interop
 
+    if install and fmt not in ("claude-code", "codex"):
+        raise ConfigError(f"--install is for --format claude-code or codex, not {fmt}")
+    if install and output is not None:
+        raise ConfigError("--install chooses the file itself; leave out -o")
+    cwd = str(log.header.get("cwd") or Path.cwd())
+    if fmt == "claude-code":
+        main = interop.claude_code_install_path(log, Path.home(), cwd=cwd) if install \
+            else output
+        if main is None:
+            return {None: _json_bytes(interop.to_claude_code(log, cwd=cwd), lines=True)}
+        return {path: _json_bytes(lines, lines=True) for path, lines in
+                interop.claude_code_files(log, main, cwd=cwd).items()}
+    if fmt == "codex":
+        path = interop.codex_install_path(log, Path.home()) if install else output
+        return {path: _json_bytes(interop.to_codex(log, cwd=cwd), lines=True)}
     if fmt == "atif":
-        return _json_bytes(interop.to_atif(log)), None
-    if fmt == "inspect":
-        return _json_bytes(interop.to_inspect_log(log)), None
-    if fmt == "otel":
-        return _json_bytes(interop.to_otlp_json(log, capture_content=content)), None
-    raise ConfigError(f"unknown export format {fmt!r}")
+        doc = interop.to_atif(log)
+    elif fmt == "inspect":
+        doc = interop.to_inspect_log(log)
+    elif fmt == "otel":
+        doc = interop.to_otlp_json(log, capture_content=content)
+    else:
+        raise ConfigError(f"unknown export format {fmt!r}")
+    return {output: _json_bytes(doc)}
 
 
 def write_standard(log: Any, fmt: str, output: Path | None, *, install: bool,
@@ -45,22 +66,16 @@ def write_standard(log: Any, fmt: str, output: Path | None, *, install: bool,
     """Write ``log`` in ``fmt`` to ``output``, stdout, or (``install``) the agent's folder.
 
     Raises:
-        ConfigError: ``--install`` with a format that has no install place, with ``-o``, or a
-            file that cannot be written (naming it).
+        ConfigError: see :func:`render`; a folder or file that cannot be written (naming it).
     """
-    data, place = render(log, fmt, content=content)
-    if install:
-        if place is None:
-            raise ConfigError(f"--install is for --format claude-code or codex, not {fmt}")
-        if output is not None:
-            raise ConfigError("--install chooses the file itself; leave out -o")
-        output = place
-        try:
-            output.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create {output.parent}: {exc.strerror or exc}",
-                              path=str(output.parent)) from exc
-    write_output(data, output)
+    for path, data in render(log, fmt, output, install=install, content=content).items():
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot create {path.parent}: {exc.strerror or exc}",
+                                  path=str(path.parent)) from exc
+        write_output(data, path)
 
 
 def write_output(data: bytes, output: Path | None) -> None:

@@ -36,6 +36,15 @@ from dsh.interop._export import (
     without_foreign_reasoning,
 )
 from dsh.interop._gemini_cli import import_gemini_cli
+from dsh.interop._handoff import (
+    claude_code_files,
+    claude_code_install_path,
+    claude_project_slug,
+    codex_install_path,
+    handoff_session_id,
+    to_claude_code,
+    to_codex,
+)
 from dsh.interop._history import LogLike, SessionLog
 from dsh.interop._inspect import to_inspect_log
 from dsh.interop._openai_chat import import_openai_chat
@@ -58,11 +67,18 @@ __all__ = [
     "SessionLog",
     "SpanMapper",
     "SpanRecord",
+    "claude_code_files",
+    "claude_code_install_path",
+    "claude_project_slug",
+    "codex_install_path",
     "detect_format",
+    "handoff_session_id",
     "import_file",
     "span_records",
     "to_anthropic",
     "to_atif",
+    "to_claude_code",
+    "to_codex",
     "to_inspect_log",
     "to_openai",
     "to_otlp_json",

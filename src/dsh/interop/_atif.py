@@ -43,7 +43,7 @@ from dsh.interop._common import (
     str_or_none,
     token_count,
 )
-from dsh.interop._history import Entry, LogLike, history, iso_time, usage_of
+from dsh.interop._history import Entry, LogLike, block_text, history, iso_time, usage_of
 
 __all__ = ["ATIF_VERSION", "FORMAT", "import_atif", "looks_like_atif", "to_atif",
            "validate_atif"]
@@ -91,17 +91,8 @@ def _image_source(block: Mapping[str, Any]) -> JsonObj | None:
 
 
 def _block_text(block: Mapping[str, Any]) -> str:
-    kind = block.get("type")
-    if kind == "text":
-        return str(block.get("text", ""))
-    if kind == "image":
-        att = block.get("attachment")
-        name = (att.get("name") or att.get("attachmentId")) if isinstance(att, Mapping) else None
-        return f"[image {name}]" if name else "[image]"
-    if kind == "provider-raw":
-        raw = block.get("block")
-        if isinstance(raw, Mapping) and isinstance(raw.get("text"), str):
-            return str(raw["text"])
+    if block.get("type") in ("text", "image", "provider-raw"):
+        return block_text(block)
     return json.dumps(dict(block), ensure_ascii=False, default=str)
 
 

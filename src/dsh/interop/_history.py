@@ -23,7 +23,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Entry", "LogLike", "SessionLog", "history", "iso_time", "replay_view", "usage_of"]
+__all__ = ["Entry", "LogLike", "SessionLog", "block_text", "history", "iso_time", "replay_view",
+           "usage_of"]
 
 
 class LogLike(Protocol):
@@ -180,3 +181,23 @@ def iso_time(ms: int) -> str:
     """Epoch ms as ISO 8601 UTC with milliseconds and a ``Z``, e.g. ``2025-01-02T03:04:05.678Z``."""
     when = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC)
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def block_text(block: Mapping[str, Any]) -> str:
+    """The text a content block shows in a text-only format ('' for none).
+
+    ``text``: its text; ``image``: ``[image <name>]`` (the log keeps a reference, not the
+    bytes); ``provider-raw``: the raw block's ``text`` when it has one.
+    """
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind == "image":
+        att = block.get("attachment")
+        name = (att.get("name") or att.get("attachmentId")) if isinstance(att, Mapping) else None
+        return f"[image {name}]" if name else "[image]"
+    if kind == "provider-raw":
+        raw = block.get("block")
+        if isinstance(raw, Mapping) and isinstance(raw.get("text"), str):
+            return str(raw["text"])
+    return ""
