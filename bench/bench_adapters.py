@@ -47,7 +47,7 @@ def turn_items(n: int) -> list[dict[str, Any]]:
 
 def make_session(kind: str, root: Path) -> Any:
     if kind == "dsh":
-        import dsh.persistence._coordinator
+        import dsh.persistence._facade
         import dsh.persistence.sqlite._backend  # noqa: F401 (the store imports it lazily: time the open)
         from dsh.adapters.openai_agents import DshSession
         return DshSession("bench", f"sqlite:///{root / 'dsh.db'}")

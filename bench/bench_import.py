@@ -155,7 +155,7 @@ def child(path: Path, store: bool, parent_dir: str | None) -> dict[str, Any]:
         from dsh.persistence import open_store
 
         # open_store imports the facade and the backend lazily; keep that out of the timing
-        importlib.import_module("dsh.persistence._coordinator")
+        importlib.import_module("dsh.persistence._facade")
         importlib.import_module("dsh.persistence.sqlite._backend")
         root = Path(tempfile.mkdtemp(prefix="dsh-bench-import-", dir=parent_dir))
         try:

@@ -69,7 +69,7 @@ def child(url: str, mode: str) -> dict[str, Any]:
 
     # open_store imports the facade and the backend lazily: import them here so module loading
     # is counted in import_ms, not in the load time.
-    importlib.import_module("dsh.persistence._coordinator")
+    importlib.import_module("dsh.persistence._facade")
     importlib.import_module("dsh.persistence.sqlite._backend" if url.startswith("sqlite")
                             else "dsh.persistence.jsonl._backend")
     importlib.import_module("filelock")  # the write lock imports it when a resume takes one

@@ -117,7 +117,7 @@ def _imports(*modules: str) -> float:
 
 
 def child_load(url: str, session_id: str) -> dict[str, Any]:
-    import_ms = _imports("dsh.persistence", "dsh.session._session", "dsh.persistence._coordinator",
+    import_ms = _imports("dsh.persistence", "dsh.session._session", "dsh.persistence._facade",
                          "dsh.persistence.postgres._backend" if url.startswith("postgresql")
                          else "dsh.persistence.sqlite._backend")
     from dsh.persistence import open_store

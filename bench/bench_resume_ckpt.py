@@ -1,4 +1,4 @@
-"""O(tail) resume through the projection checkpoint: a 100k and a 1M-event msg session.
+"""O(tail) resume through the restore point: a 100k and a 1M-event msg session.
 
 Run: ``python -m bench.bench_resume_ckpt [--sizes 100000,1000000] [--runs 5]
 [--backend jsonl-packed,sqlite] [--cache /tmp/dsh-bench-ckpt] [--full-read-up-to 100000]``.
@@ -11,12 +11,12 @@ window, ``compact_now`` (digest summarizer) keeps the newest 16%. Two variants: 
 resume writes closers). Stores are built once and cached under ``--cache`` keyed by their
 parameters (never in CI); each measured run resumes a fresh copy in a fresh process.
 
-A child reports: ``resume_ms`` (``open_store`` + ``SessionStore.resume``: ownership, checkpoint
+A child reports: ``resume_ms`` (``open_store`` + ``SessionStore.resume``: ownership, restore point
 check, tail read, closers written, published), ``rss_mb`` (peak RSS minus the RSS of the same
 interpreter with dsh imported, before the resume), ``derive_ms`` (the first
-``derive_messages``), ``paged`` (whether the checkpoint was used), ``tail`` (events read
-after the checkpoint's cut, closers and end-seed included). With ``--full-read-up-to N``
-sessions up to N events are also resumed with the checkpoint removed (the full read), for
+``derive_messages``), ``paged`` (whether the restore point was used), ``tail`` (events read
+after the restore point's cut, closers and end-seed included). With ``--full-read-up-to N``
+sessions up to N events are also resumed with the restore point removed (the full read), for
 comparison.
 """
 
@@ -89,12 +89,12 @@ def build(url: str, events: int, *, open_turn: bool) -> dict[str, Any]:
 
 
 def child(url: str) -> dict[str, Any]:
-    from dsh.persistence import _restore_point as ck
+    from dsh.persistence import _restore_point as rp
     from dsh.persistence import open_store
     from dsh.session._paging import PagedLog
     from dsh.session._store import SessionStore
 
-    importlib.import_module("dsh.persistence._coordinator")
+    importlib.import_module("dsh.persistence._facade")
     importlib.import_module("dsh.persistence.sqlite._backend" if url.startswith("sqlite")
                             else "dsh.persistence.jsonl._backend")
     idle = _rss_mb("VmRSS")
@@ -110,7 +110,7 @@ def child(url: str) -> dict[str, Any]:
               "paged": int(isinstance(session._log, PagedLog)),
               "tail": len(session.events) - (session._log.cut
                                              if isinstance(session._log, PagedLog) else 0),
-              "refused": sum(v for k, v in ck.stats.items() if k == "refused")}
+              "refused": sum(v for k, v in rp.stats.items() if k == "refused")}
     store.close()
     return result
 
@@ -127,13 +127,13 @@ def _cached(cache: Path, backend: str, size: int, variant: str) -> tuple[Path, d
     return root, facts
 
 
-def _runs(master: Path, backend: str, runs: int, *, checkpoint: bool) -> dict[str, float]:
+def _runs(master: Path, backend: str, runs: int, *, restore_point: bool) -> dict[str, float]:
     out = []
     for i in range(runs):
         run_root = master.parent / f"{master.name}.run{i}"
         shutil.rmtree(run_root, ignore_errors=True)
         shutil.copytree(master, run_root)
-        if not checkpoint:
+        if not restore_point:
             for path in run_root.rglob("*.ckpt"):
                 path.unlink()
         # the copy on disk, as a log is after a restart: else the resume's first fsync (the
@@ -185,18 +185,18 @@ def _measure(args: argparse.Namespace, cache: Path) -> list[Row]:
         for size in (int(s) for s in args.sizes.split(",")):
             for variant in args.variants.split(","):
                 master, facts = _cached(cache, backend, size, variant)
-                paged = _runs(master, backend, args.runs, checkpoint=True)
-                full = (_runs(master, backend, max(1, args.runs // 2), checkpoint=False)
+                paged = _runs(master, backend, args.runs, restore_point=True)
+                full = (_runs(master, backend, max(1, args.runs // 2), restore_point=False)
                         if size <= args.full_read_up_to else None)
                 rows.append((backend, size, variant, facts, paged, full))
     return rows
 
 
 def _print(rows: list[Row], runs: int) -> None:
-    header_lines(f"resume through the projection checkpoint (median of {runs} fresh "
+    header_lines(f"resume through the restore point (median of {runs} fresh "
                  "processes)")
     print("| backend | events | variant | surface nodes | compactions | tail read | resume ms "
-          "| RSS above idle MB | first derive ms | checkpoint used | full-read resume ms "
+          "| RSS above idle MB | first derive ms | restore point used | full-read resume ms "
           "| full-read RSS MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for backend, _size, variant, facts, paged, full in rows:

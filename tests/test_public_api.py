@@ -41,10 +41,10 @@ def test_help_shows_no_private_parameters() -> None:
 
 
 def test_help_of_a_submodule_class_works_in_a_fresh_interpreter() -> None:
-    # `help(dsh.persistence._coordinator.Persistence)` right after `import dsh`, with no import
+    # `help(dsh.persistence._facade.Persistence)` right after `import dsh`, with no import
     # of the submodule first: the attribute must resolve (it raised AttributeError before).
     script = ("import dsh, pydoc\n"
-              "print(pydoc.render_doc(dsh.persistence._coordinator.Persistence, renderer="
+              "print(pydoc.render_doc(dsh.persistence._facade.Persistence, renderer="
               "pydoc.plaintext).splitlines()[2])\n"
               "print(dsh.persistence.jsonl._backend.__name__)\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

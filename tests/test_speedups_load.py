@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dsh.json as dj
-import dsh.persistence._coordinator as coordinator
+import dsh.persistence._read as read_module
 import dsh.persistence.jsonl._format as fmt
 import dsh.persistence.sqlite._schema as sqlite_schema
 import dsh.session._session as session_module
@@ -402,16 +402,16 @@ def test_read_pipeline_matches_python_with_and_without_prescan(picks: list[Event
     cold = ColdRead(header, tuple(events), None, "r")
 
     def run() -> Any:
-        got, closers = coordinator.read_pipeline("s", cold)
+        got, closers = read_module.read_pipeline("s", cold)
         return deep_types(list(got)), deep_types(list(closers))
 
     fast = outcome(run)
-    saved = coordinator.c_stored_prescan
-    coordinator.c_stored_prescan = None
+    saved = read_module.c_stored_prescan
+    read_module.c_stored_prescan = None
     try:
         slow = outcome(run)
     finally:
-        coordinator.c_stored_prescan = saved
+        read_module.c_stored_prescan = saved
     assert fast == slow
 
 

@@ -316,11 +316,11 @@ def test_objects_that_are_no_responses_item_are_kept_opaque(store: str) -> None:
     run(body())
 
 
-def test_a_checkpointed_session_is_read_whole(tmp_path: Path,
+def test_a_session_with_a_restore_point_is_read_whole(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     # get_items() hands the SDK every item: one whole read beats paging the prefix in per walk
-    from dsh.persistence import _restore_point as checkpoint
-    monkeypatch.setattr(checkpoint, "DENSE_SURFACE_PAGES", 2.0)  # the adapter's own refusal
+    from dsh.persistence import _restore_point as restore_point
+    monkeypatch.setattr(restore_point, "DENSE_SURFACE_PAGES", 2.0)  # the adapter's own refusal
 
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
     items = [item for n in range(1_200) for item in (
@@ -333,10 +333,10 @@ def test_a_checkpointed_session_is_read_whole(tmp_path: Path,
         first = DshSession("big", store)
         await first.add_items(items)
         first.close()
-        declined = checkpoint.stats["refused:adapter"]
+        declined = restore_point.stats["refused:adapter"]
         again = DshSession("big", store)
         assert await again.get_items() == items
-        assert checkpoint.stats["refused:adapter"] == declined + 1
+        assert restore_point.stats["refused:adapter"] == declined + 1
         again.close()
     run(body())
     assert list((tmp_path / "sessions.db.dsh-checkpoints").iterdir())  # one was there to use

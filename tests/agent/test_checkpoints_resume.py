@@ -22,8 +22,7 @@ from dsh.agent import (
     tool,
 )
 from dsh.compaction import CompactionPolicy
-from dsh.persistence import open_backend, open_store
-from dsh.persistence._coordinator import Persistence
+from dsh.persistence import Persistence, open_backend, open_store
 from dsh.session import SessionStore
 from tests.agent.helpers import CONFIG, assert_verifies, make_agent, types
 

@@ -1,6 +1,6 @@
 """Fixtures for the persistence tests: one contract suite runs on every backend.
 
-``store`` is a :class:`dsh.persistence._coordinator.Persistence` over memory, raw JSONL, JSONL
+``store`` is a :class:`dsh.persistence.Persistence` over memory, raw JSONL, JSONL
 with Zstandard, SQLite and PostgreSQL (a throw-away schema; skipped, loudly, only when no server
 answers) (persistence spec §10.1).
 """
@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.persistence import open_store
-from dsh.persistence._coordinator import Persistence
+from dsh.persistence import Persistence, open_store
 from dsh.testing._stores import (
     BUNDLED_BACKENDS,
     inject_torn_tail,

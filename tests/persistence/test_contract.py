@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dsh.persistence._coordinator import Persistence
+from dsh.persistence import Persistence
 from dsh.testing import BackendContract
 
 

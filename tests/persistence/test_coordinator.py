@@ -20,14 +20,11 @@ from dsh._errors import (
     WriteFailedError,
 )
 from dsh.json import dumps, loads
-from dsh.persistence import _coordinator as coordinator
+from dsh.persistence import _write_behind as write_behind
 from dsh.persistence import open_store
-from dsh.persistence._coordinator import (
-    MAX_BATCH_WINDOW_MS,
-    Persistence,
-    PersistenceObserver,
-    WriteBehind,
-)
+from dsh.persistence._facade import Persistence
+from dsh.persistence._observer import PersistenceObserver
+from dsh.persistence._write_behind import MAX_BATCH_WINDOW_MS, WriteBehind
 from dsh.session._store import SessionStore
 
 from ._logs import CWD, LogBuilder, assistant, header, plain, user
@@ -167,7 +164,7 @@ def test_idle_writer_writes_at_its_window_whether_polling_or_asleep(
     # §10.5 the window still ends the batch when the writer was not woken by the event that
     # armed it (it polls one window at a time), and after the idle polling stops (asleep
     # until an event wakes it)
-    monkeypatch.setattr(coordinator, "_IDLE_POLL_S", 0.5)
+    monkeypatch.setattr(write_behind, "IDLE_POLL_S", 0.5)
     persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
                               write_behind=WriteBehind(batch_window_ms=60))
     store = SessionStore(persistence)

@@ -32,7 +32,7 @@ RUNS = int(os.environ.get("DSH_CRASH_RUNS", "17"))  # 3 backends × 17 ≈ 50 ki
 CHILD = textwrap.dedent("""
     import sys
     from dsh.persistence import open_store
-    from dsh.persistence._coordinator import Persistence, WriteBehind
+    from dsh.persistence import Persistence, WriteBehind
     from dsh.session._store import SessionStore
 
     url = sys.argv[1]

@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsh._errors import DshError
-from dsh.persistence import open_store
-from dsh.persistence._coordinator import Persistence
+from dsh.persistence import Persistence, open_store
 from dsh.persistence._listing import INDEX_NAME, JOURNAL_NAME, ListingEntry, summarize
 from dsh.session._session import Session
 from dsh.session._store import SessionStore

@@ -28,7 +28,7 @@ from dsh._errors import AdapterClosedError, AdapterError, SessionBusyError
 from dsh._messages import create_assistant_message
 from dsh.agent import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
-from dsh.persistence import CheckpointRefused, Persistence, open_store
+from dsh.persistence import Persistence, RestorePointRefused, open_store
 from dsh.session import Event, EventSource, RestoreState, Session, SessionStore
 
 __all__ = [
@@ -361,18 +361,18 @@ class TurnShaper:
 
 
 class _WholeLogStore(SessionStore):
-    """A SessionStore that declines the checkpointed resume, so the log is read whole.
+    """A SessionStore that declines the resume from a restore point, so the log is read whole.
 
     An adapter hands the framework every record on its first call (``get_items()``, ``load``),
     so it touches every event anyway: one whole read does that in one pass, while paging the
-    prefix in behind a checkpoint reads it again for each walk (7x slower at 10k items).
+    prefix in behind a restore point reads it again for each walk (7x slower at 10k items).
     """
 
     def prepare_paged(self, session_id: str, *, header: Mapping[str, Any], state: RestoreState,
                       source: EventSource, tail: Sequence[Event],
                       inherited_event_count: int = 0) -> Session:
         """Decline (the resume then reads the whole log); see the class docstring."""
-        raise CheckpointRefused("adapter: the whole log is read")
+        raise RestorePointRefused("adapter: the whole log is read")
 
 
 class LiveLog:

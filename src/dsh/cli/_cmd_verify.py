@@ -34,13 +34,13 @@ def _where_seq(error: DshError) -> int | None:
 
 
 def _verify(persistence: Persistence, session_id: str, notes: list[str],
-            checkpoints: dict[str, dict[str, object]]) -> list[render.Violation]:
+            restore_points: dict[str, dict[str, object]]) -> list[render.Violation]:
     """Check one stored session: the read pipeline, then :func:`dsh._verify.verify_events`.
 
     Rules: persistence spec §3.8 (read pipeline: a refusal is one violation with its error
-    code); then every rule of :func:`dsh._verify.verify_events`. The projection checkpoint is
+    code); then every rule of :func:`dsh._verify.verify_events`. The restore point is
     checked against the full read: a note, a warning when a resume would ignore it, and a
-    ``CHECKPOINT_MISMATCH`` violation when a resume would use it yet it does not match.
+    ``RESTORE_POINT_MISMATCH`` violation when a resume would use it yet it does not match.
     """
     from dsh._verify import verify_events
     from dsh.persistence import KeepsCuts
@@ -59,10 +59,10 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
                      "'dsh resume' truncates it")
     if read.closers:
         notes.append(f"{session_id}: the last turn is open (interrupted); 'dsh resume' closes it")
-    check = persistence.check_checkpoint(session_id, read)
-    checkpoints[session_id] = {"status": check.status, "eventCount": check.event_count,
+    check = persistence.check_restore_point(session_id, read)
+    restore_points[session_id] = {"status": check.status, "eventCount": check.event_count,
                                "message": check.message}
-    found = [render.Violation(session_id=session_id, seq=None, rule="CHECKPOINT_MISMATCH",
+    found = [render.Violation(session_id=session_id, seq=None, rule="RESTORE_POINT_MISMATCH",
                               message=check.message)] if check.status == "misleading" else []
     if check.status in ("consistent", "ignored"):
         notes.append(f"{session_id}: {check.message}")
@@ -82,7 +82,7 @@ def verify(
     """Check envelopes, surface, tool pairing and log invariants; exit 1 on any violation.
 
     Prints one line per violation: session, seq, rule, message. Also checks each projection
-    checkpoint against the full read (a note; a warning when a resume ignores it; a violation
+    restore point against the full read (a note; a warning when a resume ignores it; a violation
     when a resume would use it although the log changed under it).
     """
     json_mode(json_)
@@ -90,7 +90,7 @@ def verify(
         raise typer.BadParameter("give a session ID or --all (not both)",
                                  param_hint="'ID' / '--all'")
     notes: list[str] = []
-    checkpoints: dict[str, dict[str, object]] = {}
+    restore_points: dict[str, dict[str, object]] = {}
     found: list[render.Violation] = []
     with cli_store(store, create=False) as persistence:
         if all_:
@@ -98,10 +98,10 @@ def verify(
         else:
             ids = [require_session(persistence, str(session_id))]
         for sid in ids:
-            found.extend(_verify(persistence, sid, notes, checkpoints))
+            found.extend(_verify(persistence, sid, notes, restore_points))
     if json_:
         render.write_json({"sessions": len(ids), "violations": [v.to_json() for v in found],
-                           "notes": notes, "checkpoints": checkpoints})
+                           "notes": notes, "restorePoints": restore_points})
     else:
         for violation in found:
             sys.stdout.write(render.printable(violation.line()) + "\n")

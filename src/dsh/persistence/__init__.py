@@ -1,7 +1,7 @@
 """Persistence: backends behind one handle contract, write-behind, cold load and resume.
 
 ``open_store(url)`` names a store by URL (DESIGN §3.8) and returns the
-:class:`~dsh.persistence._coordinator.Persistence` facade over the matching backend:
+:class:`~dsh.persistence._facade.Persistence` facade over the matching backend:
 
 * ``jsonl:///abs/dir`` — dsh's JSONL layout, raw (persistence spec §4);
 * ``jsonl+zstd:///abs/dir`` or ``jsonl:///abs/dir?compression=zstd`` — Zstandard frames (§4.6);
@@ -39,13 +39,14 @@ from dsh.persistence._contract import (
 )
 
 if TYPE_CHECKING:
-    from dsh.persistence._coordinator import Inspection, Persistence, WriteBehind
+    from dsh.persistence._facade import Persistence
     from dsh.persistence._listing import ListingEntry, summarize
-    from dsh.persistence._restore_point import CheckpointRefused
+    from dsh.persistence._read import Inspection
+    from dsh.persistence._restore_point import RestorePointRefused
+    from dsh.persistence._write_behind import WriteBehind
 
 __all__ = [
     "Backend",
-    "CheckpointRefused",
     "ColdRead",
     "Handle",
     "Inspection",
@@ -53,6 +54,7 @@ __all__ = [
     "ListingEntry",
     "OpenMode",
     "Persistence",
+    "RestorePointRefused",
     "SessionSummary",
     "TornTail",
     "WriteBehind",
@@ -63,9 +65,9 @@ __all__ = [
     "summarize",
 ]
 
-_LAZY = {"Inspection": "_coordinator", "Persistence": "_coordinator",
-         "WriteBehind": "_coordinator", "ListingEntry": "_listing", "summarize": "_listing",
-         "CheckpointRefused": "_restore_point"}
+_LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write_behind",
+         "ListingEntry": "_listing", "summarize": "_listing",
+         "RestorePointRefused": "_restore_point"}
 """Names loaded on first use: ``import dsh.persistence`` stays free of the session layer."""
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -199,7 +201,7 @@ def open_store(url: str) -> Persistence:
     Raises:
         ConfigError: the URL is malformed (see :func:`open_backend`).
     """
-    from dsh.persistence._coordinator import Persistence
+    from dsh.persistence._facade import Persistence
     return Persistence(open_backend(url))
 
 
@@ -208,7 +210,7 @@ def __getattr__(name: str) -> object:
     if name in _LAZY:
         return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     if not name.startswith("__"):
-        # `dsh.persistence._coordinator.Persistence` works without importing the submodule
+        # `dsh.persistence._facade.Persistence` works without importing the submodule
         # first, as help() and tab completion expect.
         try:
             return importlib.import_module(f"{__name__}.{name}")

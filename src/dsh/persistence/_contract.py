@@ -82,7 +82,7 @@ class ColdRead:
         header: The stored header (``FrozenDict`` wire object, known keys only).
         events: The valid committed prefix with ``seq >= offset`` of the read, chunk rows
             expanded, in seq order. Not yet normalised, vocabulary-checked or repaired — that is
-            the read pipeline's job (:mod:`dsh.persistence._coordinator`).
+            the read pipeline's job (:mod:`dsh.persistence._read`).
         torn: ``None`` or the uncommitted tail after the prefix (truncated before the next
             write through a write handle).
         revision: Opaque string; equal revisions mean the stored bytes did not change.

@@ -1,6 +1,6 @@
-"""The projection checkpoint: derived restore state tied to the exact bytes it covers.
+"""The restore point: derived restore state tied to the exact bytes it covers.
 
-A checkpoint lets a resume read only the log's tail (DESIGN §3.12). It holds a
+A restore point lets a resume read only the log's tail (DESIGN §3.12). It holds a
 :class:`~dsh.session._restore_state.RestoreState` (what a restore derives from the prefix) and an
 :class:`Anchor` naming the prefix it was derived from: backend, session id and incarnation, the
 covered event count and byte offset (SQLite: physical rows), digests of the stored header and of
@@ -9,18 +9,18 @@ and a sparse ``seq -> byte offset`` index for paging events in.
 
 Invariants this module owns:
 
-* a checkpoint is never the truth: a missing, unparsable, foreign-version, other-session or
-  stale one is refused here or by the backend's check (:class:`CheckpointRefused`), and the
+* a restore point is never the truth: a missing, unparsable, foreign-version, other-session or
+  stale one is refused here or by the backend's check (:class:`RestorePointRefused`), and the
   caller does the full read, which gives the same answer; a refusal is a DEBUG log line and a
   :data:`stats` count, never an error to the user;
 * it lives in a sidecar beside the log, never inside dsh's files (dsh refuses extra SQLite
   tables and extra events would change its logs); it is replaced atomically (temp file +
-  rename) and, like the seals, not fsynced: a lost checkpoint only costs a full read;
+  rename) and, like the seals, not fsynced: a lost restore point only costs a full read;
 * its body is covered by its own SHA-256, so flipped or truncated bytes are refused;
 * the anchor checks are cheap on purpose (they read a few KiB, not the prefix): bytes changed
   inside the covered prefix, or a zstd log replaced by one with the same header, size and
-  final bytes, pass them; :func:`check_checkpoint` (``dsh verify``, a full read) reports such
-  a checkpoint as ``misleading``.
+  final bytes, pass them; :func:`check_restore_point` (``dsh verify``, a full read) reports such
+  a restore point as ``misleading``.
 
 PostgreSQL keeps the full read: its rows are read by seq range already, and a sidecar on one
 host would not serve the others.
@@ -46,40 +46,40 @@ from dsh.persistence._seal import _write_all as write_all
 from dsh.session import Event, RestoreFold, RestoreState
 
 __all__ = [
-    "CHECKPOINT_EVERY_BYTES",
-    "CHECKPOINT_EVERY_EVENTS",
-    "CHECKPOINT_FORMAT",
+    "RESTORE_POINT_EVERY_BYTES",
+    "RESTORE_POINT_EVERY_EVENTS",
+    "RESTORE_POINT_FORMAT",
     "DENSE_SURFACE_PAGES",
     "INDEX_EVERY_BYTES",
     "INDEX_EVERY_EVENTS",
     "Anchor",
-    "Checkpoint",
-    "CheckpointCheck",
-    "CheckpointRefused",
-    "KeepsCheckpoints",
-    "check_checkpoint",
-    "decode_checkpoint",
+    "RestorePoint",
+    "RestorePointCheck",
+    "RestorePointRefused",
+    "KeepsRestorePoints",
+    "check_restore_point",
+    "decode_restore_point",
     "digest",
-    "encode_checkpoint",
+    "encode_restore_point",
     "note_refusal",
-    "read_checkpoint_file",
+    "read_restore_point_file",
     "stats",
     "surface_is_dense",
-    "write_checkpoint_file",
+    "write_restore_point_file",
 ]
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_FORMAT: Final = 1
-"""Version of the checkpoint file layout and of the restore state it carries."""
+RESTORE_POINT_FORMAT: Final = 1
+"""Version of the restore point file layout and of the restore state it carries."""
 
 LIBRARY_TAG: Final = "dsh-python/0.1"
-"""The writer; a checkpoint written by another tag is refused (its derivation may differ)."""
+"""The writer; a restore point written by another tag is refused (its derivation may differ)."""
 
-CHECKPOINT_EVERY_EVENTS = 2048
-"""A checkpoint is written at the first flush at least this many events after the last one."""
+RESTORE_POINT_EVERY_EVENTS = 2048
+"""A restore point is written at the first flush at least this many events after the last one."""
 
-CHECKPOINT_EVERY_BYTES = 2 * 1024 * 1024
+RESTORE_POINT_EVERY_BYTES = 2 * 1024 * 1024
 """... or at least this many log bytes after it (whichever comes first)."""
 
 INDEX_EVERY_EVENTS = 256
@@ -95,8 +95,8 @@ whole log in, and each page-in scans its span of the file (zstd: decompresses wh
 frames) and frees the events again when the page is evicted, so one sequential read is cheaper
 (100k msg events, raw: about 350-400 ms against 500-570 ms; zstd: 580-620 ms against 680-720
 ms). SQLite fetches a page's rows by seq for less than a full read costs, so it keeps the
-checkpoint (430-440 ms against 730-745 ms). The JSONL handle refuses such a checkpoint in
-``read_checkpointed``, before it reads the tail."""
+restore point (430-440 ms against 730-745 ms). The JSONL handle refuses such a restore point in
+``read_from_restore_point``, before it reads the tail."""
 
 
 def surface_is_dense(state: RestoreState, page_events: int) -> bool:
@@ -119,8 +119,8 @@ stats: Counter[str] = Counter()
 """Process-wide counts: ``written``, ``used``, ``refused`` and ``refused:<reason>`` (tests)."""
 
 
-class CheckpointRefused(Exception):
-    """The checkpoint cannot be used; ``reason`` says why (the caller reads in full)."""
+class RestorePointRefused(Exception):
+    """The restore point cannot be used; ``reason`` says why (the caller reads in full)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -128,10 +128,10 @@ class CheckpointRefused(Exception):
 
 
 def note_refusal(session_id: str, reason: str) -> None:
-    """Count and log (DEBUG) a refused checkpoint of ``session_id``."""
+    """Count and log (DEBUG) a refused restore point of ``session_id``."""
     stats["refused"] += 1
     stats[f"refused:{reason.split(':')[0]}"] += 1
-    logger.debug("session %s: checkpoint not used (%s); reading the whole log", session_id,
+    logger.debug("session %s: restore point not used (%s); reading the whole log", session_id,
                  reason)
 
 
@@ -142,7 +142,7 @@ def digest(data: bytes) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Anchor:
-    """What ties a checkpoint to the stored prefix it was derived from.
+    """What ties a restore point to the stored prefix it was derived from.
 
     Attributes:
         backend: ``"jsonl"``, ``"jsonl-zstd"`` or ``"sqlite"``.
@@ -169,7 +169,7 @@ class Anchor:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Checkpoint:
+class RestorePoint:
     """An anchor and the restore state of the prefix it names."""
 
     anchor: Anchor
@@ -177,45 +177,45 @@ class Checkpoint:
 
 
 @runtime_checkable
-class KeepsCheckpoints(Protocol):
-    """A handle whose backend keeps projection checkpoints (JSONL, SQLite schema 17)."""
+class KeepsRestorePoints(Protocol):
+    """A handle whose backend keeps restore points (JSONL, SQLite schema 17)."""
 
     @property
     def durable_bytes(self) -> int:
         """Log bytes made durable through the handle (0 when the backend counts none)."""
         ...
 
-    def checkpoint_anchor(self) -> Anchor | None:
+    def restore_point_anchor(self) -> Anchor | None:
         """The anchor of the durable prefix, or None when none can be given now."""
         ...
 
-    def checkpoint_path(self) -> Path:
-        """The checkpoint sidecar file."""
+    def restore_point_path(self) -> Path:
+        """The restore point sidecar file."""
         ...
 
-    def write_checkpoint(self, data: bytes) -> None:
+    def write_restore_point(self, data: bytes) -> None:
         """Replace the sidecar with ``data`` atomically (``OSError`` on failure)."""
         ...
 
-    def read_checkpointed(self, *, dense: bool = False) -> tuple[Checkpoint, Any, Any]:
-        """``(checkpoint, tail ColdRead, EventSource)``, or raise :class:`CheckpointRefused`.
+    def read_from_restore_point(self, *, dense: bool = False) -> tuple[RestorePoint, Any, Any]:
+        """``(restore point, tail ColdRead, EventSource)``, or raise :class:`RestorePointRefused`.
 
-        A backend whose page-ins cost more than its full read refuses a checkpoint whose
+        A backend whose page-ins cost more than its full read refuses a restore point whose
         surface is dense (``dense-surface``) unless ``dense`` (``dsh verify`` checks it).
         """
         ...
 
 
-def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
+def encode_restore_point(restore_point: RestorePoint) -> bytes:
     """Return the sidecar bytes: magic, the body's SHA-256, newline, the JSON body."""
-    anchor = checkpoint.anchor
+    anchor = restore_point.anchor
     body = dumps({
-        "format": CHECKPOINT_FORMAT, "library": LIBRARY_TAG, "backend": anchor.backend,
+        "format": RESTORE_POINT_FORMAT, "library": LIBRARY_TAG, "backend": anchor.backend,
         "sessionId": anchor.session_id, "incarnation": anchor.incarnation,
         "eventCount": anchor.event_count, "byteOffset": anchor.byte_offset,
         "headerDigest": anchor.header_digest, "tailDigest": anchor.tail_digest,
         "sealDigest": anchor.seal_digest, "index": [list(pair) for pair in anchor.index],
-        "state": checkpoint.state.to_wire(),
+        "state": restore_point.state.to_wire(),
     })
     return _MAGIC + digest(body).encode() + b"\n" + body
 
@@ -223,48 +223,48 @@ def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
 def _field(body: dict[str, Any], key: str, kind: type) -> Any:
     value: Any = body.get(key)
     if type(value) is not kind or (type(value) is int and not 0 <= value <= MAX_SAFE_INTEGER):
-        raise CheckpointRefused(f"bad-field:{key}")
+        raise RestorePointRefused(f"bad-field:{key}")
     return value
 
 
-def decode_checkpoint(data: bytes, *, session_id: str, backend: str) -> Checkpoint:
-    """Parse and check sidecar bytes written by :func:`encode_checkpoint`.
+def decode_restore_point(data: bytes, *, session_id: str, backend: str) -> RestorePoint:
+    """Parse and check sidecar bytes written by :func:`encode_restore_point`.
 
     Raises:
-        CheckpointRefused: damaged (digest), unparsable, another format or library version,
+        RestorePointRefused: damaged (digest), unparsable, another format or library version,
             another session or backend, or a field of the wrong shape.
     """
     head, nl, body_bytes = data.partition(b"\n")
     if not nl or not head.startswith(_MAGIC):
-        raise CheckpointRefused("not-a-checkpoint")
+        raise RestorePointRefused("not-a-restore-point")
     if head[len(_MAGIC):] != digest(body_bytes).encode():
-        raise CheckpointRefused("digest")
+        raise RestorePointRefused("digest")
     try:
         # plain containers at once (the digest already vouched for the bytes); the state's
         # header maps are snapshotted by RestoreState.from_wire
         body = orjson.loads(body_bytes)
     except orjson.JSONDecodeError:
-        raise CheckpointRefused("unparsable") from None
+        raise RestorePointRefused("unparsable") from None
     if not isinstance(body, dict):
-        raise CheckpointRefused("unparsable")
-    if body.get("format") != CHECKPOINT_FORMAT or body.get("library") != LIBRARY_TAG:
-        raise CheckpointRefused("version")
+        raise RestorePointRefused("unparsable")
+    if body.get("format") != RESTORE_POINT_FORMAT or body.get("library") != LIBRARY_TAG:
+        raise RestorePointRefused("version")
     if body.get("sessionId") != session_id:
-        raise CheckpointRefused("other-session")
+        raise RestorePointRefused("other-session")
     if body.get("backend") != backend:
-        raise CheckpointRefused("other-backend")
+        raise RestorePointRefused("other-backend")
     raw_index = body.get("index")
     if not isinstance(raw_index, list) or not all(
             isinstance(p, list) and len(p) == 2 and all(type(x) is int and x >= 0 for x in p)
             for p in raw_index):
-        raise CheckpointRefused("bad-field:index")
+        raise RestorePointRefused("bad-field:index")
     index = tuple((p[0], p[1]) for p in raw_index)
     if any(b[0] <= a[0] or b[1] <= a[1] for a, b in pairwise(index)):
-        raise CheckpointRefused("bad-field:index")
+        raise RestorePointRefused("bad-field:index")
     try:
         state = RestoreState.from_wire(body.get("state"))
     except ValueError:
-        raise CheckpointRefused("bad-field:state") from None
+        raise RestorePointRefused("bad-field:state") from None
     anchor = Anchor(backend=backend, session_id=session_id,
                     incarnation=_field(body, "incarnation", str),
                     event_count=_field(body, "eventCount", int),
@@ -273,30 +273,30 @@ def decode_checkpoint(data: bytes, *, session_id: str, backend: str) -> Checkpoi
                     tail_digest=_field(body, "tailDigest", str),
                     seal_digest=_field(body, "sealDigest", str), index=index)
     if anchor.event_count != state.event_count:
-        raise CheckpointRefused("bad-field:eventCount")
-    return Checkpoint(anchor=anchor, state=state)
+        raise RestorePointRefused("bad-field:eventCount")
+    return RestorePoint(anchor=anchor, state=state)
 
 
-def read_checkpoint_file(path: Path) -> bytes:
+def read_restore_point_file(path: Path) -> bytes:
     """Return the sidecar's bytes.
 
     Raises:
-        CheckpointRefused: ``absent`` (no file) or ``unreadable`` (not a regular file, I/O).
+        RestorePointRefused: ``absent`` (no file) or ``unreadable`` (not a regular file, I/O).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
-        raise CheckpointRefused("absent") from None
+        raise RestorePointRefused("absent") from None
     except OSError:
-        raise CheckpointRefused("unreadable") from None
+        raise RestorePointRefused("unreadable") from None
     try:
         with os.fdopen(fd, "rb") as f:
             return f.read()
     except OSError:
-        raise CheckpointRefused("unreadable") from None
+        raise RestorePointRefused("unreadable") from None
 
 
-def write_checkpoint_file(path: Path, data: bytes) -> None:
+def write_restore_point_file(path: Path, data: bytes) -> None:
     """Replace the sidecar atomically (temp file + rename; no fsync, as the seals).
 
     Only the session's single writer calls this, so any other temp file of this sidecar was
@@ -304,7 +304,7 @@ def write_checkpoint_file(path: Path, data: bytes) -> None:
     its own temp file.
 
     Raises:
-        OSError: it could not be written (the old checkpoint stays; it is only derived).
+        OSError: it could not be written (the old restore point stays; it is only derived).
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     for stale in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
@@ -324,8 +324,8 @@ def write_checkpoint_file(path: Path, data: bytes) -> None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CheckpointCheck:
-    """What ``dsh verify`` found of one session's projection checkpoint.
+class RestorePointCheck:
+    """What ``dsh verify`` found of one session's restore point.
 
     Attributes:
         status: ``"absent"`` (none, or the backend keeps none), ``"consistent"`` (it matches
@@ -343,36 +343,36 @@ class CheckpointCheck:
     message: str
 
 
-def check_checkpoint(handle: Any, events: Sequence[Event], inherited: int) -> CheckpointCheck:
-    """Check a session's checkpoint against its full read: anchor, state, tail and every page.
+def check_restore_point(handle: Any, events: Sequence[Event], inherited: int) -> RestorePointCheck:
+    """Check a session's restore point against its full read: anchor, state, tail and every page.
 
     Args:
-        handle: An open handle of the session (``read_checkpointed`` when the backend keeps
-            checkpoints).
+        handle: An open handle of the session (``read_from_restore_point`` when the backend keeps
+            restore points).
         events: The stored events of a full read (before any repair closers).
         inherited: The header's ``seedLength`` or 0.
 
     Returns:
-        The verdict; never raises for a bad checkpoint (it is derived data, not the log).
+        The verdict; never raises for a bad restore point (it is derived data, not the log).
     """
-    if not isinstance(handle, KeepsCheckpoints):
-        return CheckpointCheck(status="absent", event_count=0,
-                               message="this backend keeps no projection checkpoints")
+    if not isinstance(handle, KeepsRestorePoints):
+        return RestorePointCheck(status="absent", event_count=0,
+                               message="this backend keeps no restore points")
     try:
-        checkpoint, cold, source = handle.read_checkpointed(dense=True)
-    except CheckpointRefused as exc:
+        restore_point, cold, source = handle.read_from_restore_point(dense=True)
+    except RestorePointRefused as exc:
         if exc.reason == "absent":
-            return CheckpointCheck(status="absent", event_count=0,
-                                   message="no projection checkpoint; a resume reads the whole "
+            return RestorePointCheck(status="absent", event_count=0,
+                                   message="no restore point; a resume reads the whole "
                                            "log (it is written at the next flush that is due)")
-        return CheckpointCheck(status="ignored", event_count=0, message=_ignored(exc.reason))
-    count = checkpoint.state.event_count
+        return RestorePointCheck(status="ignored", event_count=0, message=_ignored(exc.reason))
+    count = restore_point.state.event_count
     fold = RestoreFold(inherited)
     fold.feed(events[:count])
     problem = None
     if tuple(cold.events) != tuple(events[count:]):
         problem = "its tail differs from the log's"
-    elif fold.state() != checkpoint.state:
+    elif fold.state() != restore_point.state:
         problem = "its restore state differs from the one the log derives"
     else:
         for start in range(0, count, 4096):
@@ -381,19 +381,19 @@ def check_checkpoint(handle: Any, events: Sequence[Event], inherited: int) -> Ch
                 problem = f"events paged in from seq {start} differ from the log's"
                 break
     if problem is not None:
-        # read_checkpointed accepted it: a resume would use it, and see another session.
-        return CheckpointCheck(
+        # read_from_restore_point accepted it: a resume would use it, and see another session.
+        return RestorePointCheck(
             status="misleading", event_count=count,
-            message=f"the projection checkpoint passes a resume's checks but does not match "
+            message=f"the restore point passes a resume's checks but does not match "
                     f"the log ({problem}): the log changed inside the {count} events it "
                     f"covers, so a resume would not see the stored log; delete "
-                    f"{handle.checkpoint_path()} and the next resume reads the whole log")
-    return CheckpointCheck(status="consistent", event_count=count,
-                           message=f"projection checkpoint covers {count} events and matches "
+                    f"{handle.restore_point_path()} and the next resume reads the whole log")
+    return RestorePointCheck(status="consistent", event_count=count,
+                           message=f"restore point covers {count} events and matches "
                                    "the full read; a resume reads only the events after it")
 
 
 def _ignored(reason: str) -> str:
-    return (f"warning: the projection checkpoint does not match the log ({reason}); a resume "
+    return (f"warning: the restore point does not match the log ({reason}); a resume "
             "ignores it and reads the whole log, so nothing is lost (the next due flush "
             "replaces it)")

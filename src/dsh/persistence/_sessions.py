@@ -7,7 +7,8 @@ and must close the right one; here the store owns its persistence and closing it
 from __future__ import annotations
 
 from dsh.persistence import open_backend
-from dsh.persistence._coordinator import Persistence, WriteBehind
+from dsh.persistence._facade import Persistence
+from dsh.persistence._write_behind import WriteBehind
 from dsh.session import Clock, SessionStore
 
 __all__ = ["open"]

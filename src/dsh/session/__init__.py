@@ -54,7 +54,7 @@ from dsh.session._session import (
     header_equals,
     wall_clock_ms,
 )
-from dsh.session._store import OpenTurnPolicy, Persistence, SessionStore, StoreObserver
+from dsh.session._store import OpenTurnPolicy, PersistencePort, SessionStore, StoreObserver
 from dsh.session._surface import (
     Surface,
     SurfaceFold,
@@ -97,7 +97,7 @@ __all__ = [
     "EventSource",
     "OpenTurnPolicy",
     "PagedLog",
-    "Persistence",
+    "PersistencePort",
     "RestoreFold",
     "RestoreState",
     "Session",

@@ -1,4 +1,4 @@
-"""Restore state: what a restore derives from a log prefix, as a value a checkpoint can carry.
+"""Restore state: what a restore derives from a log prefix, as a value a restore point can carry.
 
 A :class:`RestoreState` is the part of ``Session.restore`` that depends on the events before a
 cut: the surface (node seqs, replace generation), the request-header and request-context folds,
@@ -8,7 +8,7 @@ incrementally from committed events, as a writer sees them, with no access to th
 
 Invariants this module owns: ``RestoreFold`` fed the events ``0 .. n-1`` yields exactly the state
 a full ``Session.restore`` of those events holds (tested against it); the wire form round-trips
-and is validated field by field, so a damaged checkpoint is refused, never half-used.
+and is validated field by field, so a damaged restore point is refused, never half-used.
 """
 
 from __future__ import annotations

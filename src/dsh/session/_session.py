@@ -568,7 +568,7 @@ class Session:
 
     Build one with :meth:`create` (snapshot mode: the seed is validated and copied),
     :meth:`restore` (restore mode: owned, already frozen events are validated without a copy)
-    or :meth:`restore_paged` (an O(tail) resume: the events before a checkpoint's cut stay in
+    or :meth:`restore_paged` (an O(tail) resume: the events before a restore point's cut stay in
     storage and are paged in on demand; everything else behaves as after :meth:`restore`).
 
     Attributes:
@@ -685,7 +685,7 @@ class Session:
     def restore_paged(cls, session_id: str, header: Mapping[str, Any], state: RestoreState,
                       source: EventSource, tail: Sequence[Event], *,
                       inherited_event_count: int = 0, clock: Clock | None = None) -> Session:
-        """Restore from a checkpointed prefix plus its tail: the O(tail) twin of :meth:`restore`.
+        """Restore from the prefix behind a restore point plus its tail: O(tail) :meth:`restore`.
 
         The events before the cut stay in storage and are paged in from ``source`` when asked
         for (``events``, ``event_at``, fork, compaction, a tool-result rewrite check); what a
@@ -706,7 +706,7 @@ class Session:
         Returns:
             A session equal to ``Session.restore(id, prefix + tail, header, ...)`` in events,
             surface, folds, ``first_live_seq`` and what its next appends accept or refuse,
-            provided ``state`` is the state of that prefix (persistence verifies the checkpoint
+            provided ``state`` is the state of that prefix (persistence verifies the restore point
             carrying it against the stored bytes).
 
         Raises:
@@ -714,7 +714,7 @@ class Session:
                 ``state`` does not cover exactly ``len(source)`` events.
             LogCorruptError: the source served events that are not the prefix.
 
-        Rule: as :meth:`restore`; DESIGN §3.12 (checkpoints are derived, never the truth).
+        Rule: as :meth:`restore`; DESIGN §3.12 (restore points are derived, never the truth).
         """
         session = cls.__new__(cls)
         session._setup(session_id, clock)

@@ -31,7 +31,7 @@ from dsh.session._session import Clock, Session, wall_clock_ms
 
 __all__ = [
     "OpenTurnPolicy",
-    "Persistence",
+    "PersistencePort",
     "SessionStore",
     "StoreObserver",
 ]
@@ -55,11 +55,13 @@ class StoreObserver(Protocol):
     """
 
 
-class Persistence(Protocol):
-    """A persistence attachment: ``bind(store)`` returns an observer; ``resume`` rebuilds.
+class PersistencePort(Protocol):
+    """What a store needs from its persistence attachment (the core's side of the contract).
 
-    Optional methods the store uses when present: ``exists(session_id) -> bool`` (for
-    :meth:`SessionStore.session`) and ``close()`` (called by :meth:`SessionStore.close`).
+    ``dsh.persistence.Persistence`` (the facade over one backend) implements it; the core never
+    imports it. ``bind(store)`` returns the observer that writes the store's sessions behind,
+    ``resume`` rebuilds a stored session into the store, ``exists`` answers
+    :meth:`SessionStore.session`, and ``close`` is called by :meth:`SessionStore.close`.
     """
 
     def bind(self, store: SessionStore) -> Any:
@@ -67,6 +69,12 @@ class Persistence(Protocol):
 
     def resume(self, store: SessionStore, session_id: str) -> Session:
         """Load, repair and publish the stored session ``session_id`` into ``store``."""
+
+    def exists(self, session_id: str) -> bool:
+        """Return whether ``session_id`` is stored (a stored session is resumed, not created)."""
+
+    def close(self) -> None:
+        """Drain the bound stores' writers and release the storage; idempotent."""
 
 
 _OPEN_STORES: weakref.WeakSet[SessionStore] = weakref.WeakSet()
@@ -131,7 +139,7 @@ class SessionStore:
     Rule: core spec §14.1; seed ch. 28 for fork and resume.
     """
 
-    def __init__(self, persistence: Persistence | None = None, *,
+    def __init__(self, persistence: PersistencePort | None = None, *,
                  clock: Clock | None = None) -> None:
         self._entries: dict[str, _Entry] = {}
         self._counter = 0
@@ -144,7 +152,7 @@ class SessionStore:
             _OPEN_STORES.add(self)
 
     @property
-    def persistence(self) -> Persistence | None:
+    def persistence(self) -> PersistencePort | None:
         """The persistence attachment given at construction, or None."""
         return self._persistence
 
@@ -217,7 +225,7 @@ class SessionStore:
     def prepare_paged(self, session_id: str, *, header: Mapping[str, Any], state: RestoreState,
                       source: EventSource, tail: Sequence[Event],
                       inherited_event_count: int = 0) -> Session:
-        """Build a stored session from its checkpointed prefix and tail, without publishing it.
+        """Build a stored session from a restore point's prefix and its tail, without publishing it.
 
         The O(tail) twin of ``prepare(seed_source="persistence")``: see
         :meth:`Session.restore_paged` for the arguments and what is equal to a full restore.
@@ -473,8 +481,7 @@ class SessionStore:
         live = self.get(session_id)
         if live is not None:
             return live
-        exists = getattr(self._persistence, "exists", None)
-        if exists is not None and exists(session_id):
+        if self._persistence is not None and self._persistence.exists(session_id):
             return self.resume(session_id)
         return self.create(session_id, header=header)
 
@@ -514,10 +521,9 @@ class SessionStore:
             except Exception as exc:  # collected: the other sessions are still drained
                 failures.append(exc)
             self.dispose(live)
-        close = getattr(self._persistence, "close", None)
-        if close is not None:
+        if self._persistence is not None:
             try:
-                close()
+                self._persistence.close()
             except Exception as exc:  # collected like the flushes; the first is raised
                 failures.append(exc)
         if failures:

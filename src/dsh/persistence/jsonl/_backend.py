@@ -42,7 +42,7 @@ from dsh._errors import (
     SessionNotFoundError,
 )
 from dsh.json import FrozenDict, loads
-from dsh.persistence import _restore_point as ck
+from dsh.persistence import _restore_point as rp
 from dsh.persistence._contract import (
     ColdRead,
     HandleBase,
@@ -65,7 +65,7 @@ from dsh.persistence._seal import (
     read_seal,
     reset_seal,
 )
-from dsh.persistence.jsonl import _restore_point as jck
+from dsh.persistence.jsonl import _restore_point as jrp
 from dsh.persistence.jsonl._format import (
     ZSTD_MAGIC,
     Scanner,
@@ -255,12 +255,13 @@ class ParsedLog:
 def _sample_raw_index(data: bytes, header_end: int, committed: int) -> list[tuple[int, int]]:
     """Record starts every ``INDEX_EVERY_BYTES`` of a raw log (one record decoded per entry)."""
     return [(0, header_end),
-            *_sample_lines(data, header_end, committed, ck.INDEX_EVERY_BYTES, after_seq=0)]
+            *_sample_lines(data, header_end, committed, rp.INDEX_EVERY_BYTES, after_seq=0)]
 
 
 _APPEND_SAMPLE_BYTES: Final = 32 * 1024
 """Sampling step inside one large appended batch: ``note_index`` keeps the entries that are
-``INDEX_EVERY_EVENTS`` apart, so a page-in after a checkpointed resume scans about a page."""
+``INDEX_EVERY_EVENTS`` apart, so a page-in after a resume from a restore point scans about
+a page."""
 
 
 def _sample_lines(data: bytes, pos: int, committed: int, step: int, *,
@@ -347,7 +348,7 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
     for start, end in frames[1:]:
         text = _decompress_frame(data[start:end], start, path)
         frame_starts.append((logical, start))
-        jck.note_index(index, scanner.accepted, start)
+        jrp.note_index(index, scanner.accepted, start)
         scanner.feed(text)
         logical += len(text)
     partial = scanner.finish()
@@ -391,7 +392,7 @@ class _Tail:
     # (first seal of this handle: a crash may have left a partial record after them)
     seals: list[tuple[int, int, int]] | None = None
     seal_rewrite: bool = True
-    # the page-in index of the stored prefix, and the header's extent and digest (checkpoints)
+    # the page-in index of the stored prefix, and the header's extent and digest (restore points)
     index: list[tuple[int, int]] = field(default_factory=list)
     header_end: int = 0
     header_digest: str = ""
@@ -459,7 +460,7 @@ class JsonlHandle(HandleBase):
                                len(parsed.events), len(data),
                                seals=(seal.records if seal is not None else []) if raw else None,
                                index=parsed.index, header_end=parsed.header_end,
-                               header_digest=ck.digest(data[:parsed.header_end]))
+                               header_digest=rp.digest(data[:parsed.header_end]))
         if offset == 0:
             return ColdRead(parsed.header, tuple(parsed.events), parsed.torn, revision,
                             parsed.prescan)
@@ -503,13 +504,13 @@ class JsonlHandle(HandleBase):
                 payload = self._backend._compress(payload)
             start = tail.size
             self._write(payload)
-            jck.note_index(tail.index, records[0]["seq"], start)
+            jrp.note_index(tail.index, records[0]["seq"], start)
             if not self._listing_off:
                 self._listing_pending.extend(batch)
             if self._backend.compression == "none":
                 for seq, offset in _sample_lines(payload, 0, len(payload), _APPEND_SAMPLE_BYTES,
                                                  after_seq=records[0]["seq"]):
-                    jck.note_index(tail.index, seq, start + offset)
+                    jrp.note_index(tail.index, seq, start + offset)
             tail.count += len(batch)
         if torn is not None:
             # The repair is made durable at once: until then the recovered events of a torn
@@ -604,7 +605,7 @@ class JsonlHandle(HandleBase):
             tail.header_end = scan_zstd_frames(content, path=str(self.path), max_frames=1)[0][0][1]
         else:
             tail.header_end = content.index(b"\n") + 1
-        tail.header_digest = ck.digest(content[:tail.header_end])
+        tail.header_digest = rp.digest(content[:tail.header_end])
         tail.index = [(0, tail.header_end)]
         try:  # the header as a read gives it back (known keys, delegationDepth always present)
             header = parse_header_strict(encode_header_line(self._pending_header),
@@ -618,7 +619,7 @@ class JsonlHandle(HandleBase):
         if self._backend.compression == "none":
             for seq, offset in _sample_lines(content, tail.header_end, len(content),
                                              _APPEND_SAMPLE_BYTES, after_seq=0):
-                jck.note_index(tail.index, seq, offset)
+                jrp.note_index(tail.index, seq, offset)
         self._pending_header = None
         self._backend._forget_pending(self._id)
         if self._backend.compression == "none":
@@ -708,10 +709,10 @@ class JsonlHandle(HandleBase):
     def _seal_path(self) -> Path:
         return self.path.with_name(self.path.name + _SEAL_SUFFIX)
 
-    # --- projection checkpoints (see dsh.persistence._restore_point) ------------------------
+    # --- restore points (see dsh.persistence._restore_point) ------------------------
 
-    def checkpoint_path(self) -> Path:
-        """The checkpoint sidecar beside the log (``session.jsonl.ckpt``)."""
+    def restore_point_path(self) -> Path:
+        """The restore point sidecar beside the log (``session.jsonl.ckpt``)."""
         return self.path.with_name(self.path.name + _CKPT_SUFFIX)
 
     @property
@@ -719,50 +720,51 @@ class JsonlHandle(HandleBase):
         """File bytes made durable through this handle's view of the log (0 before a read)."""
         return self._tail.durable_size if self._tail is not None else 0
 
-    def checkpoint_anchor(self) -> ck.Anchor | None:
+    def restore_point_anchor(self) -> rp.Anchor | None:
         """The anchor of the durable prefix, or None when none can be given now."""
         self._check_open()
-        return jck.anchor_of(self)
+        return jrp.anchor_of(self)
 
-    def write_checkpoint(self, data: bytes) -> None:
-        """Replace the checkpoint sidecar with ``data`` (atomic; see ``write_checkpoint_file``).
+    def write_restore_point(self, data: bytes) -> None:
+        """Replace the restore point sidecar with ``data`` (atomic, ``write_restore_point_file``).
 
         Raises:
             OSError: it could not be written.
         """
-        ck.write_checkpoint_file(self.checkpoint_path(), data)
+        rp.write_restore_point_file(self.restore_point_path(), data)
 
-    def read_checkpointed(self, *, dense: bool = False
-                          ) -> tuple[ck.Checkpoint, ColdRead, jck.JsonlPrefixSource]:
-        """Read through the checkpoint: its state, the events after its cut, a page-in source.
+    def read_from_restore_point(self, *, dense: bool = False
+                          ) -> tuple[rp.RestorePoint, ColdRead, jrp.JsonlPrefixSource]:
+        """Read through the restore point: its state, the events after its cut, a page-in source.
 
         A surface spread over most of the log is refused (``dense-surface``: paging it all in
         costs more than the full read) unless ``dense``.
 
         On success a write handle is ready to append, as after ``read(0)``.
-        The returned ``ColdRead.events`` are the tail (first seq ``checkpoint.state
+        The returned ``ColdRead.events`` are the tail (first seq ``restore_point.state
         .event_count``); it never has a torn tail (that case is a refusal).
 
         Raises:
-            CheckpointRefused: no usable checkpoint (the caller reads in full).
+            RestorePointRefused: no usable restore point (the caller reads in full).
         """
         self._check_open()
         if self._pending_header is not None and not self.path.exists():
-            raise ck.CheckpointRefused("absent")
-        kind = jck.backend_kind(self._backend.compression)
-        checkpoint = ck.decode_checkpoint(ck.read_checkpoint_file(self.checkpoint_path()),
-                                          session_id=self._id, backend=kind)
-        if not dense and ck.surface_is_dense(checkpoint.state, PAGE_EVENTS):
+            raise rp.RestorePointRefused("absent")
+        kind = jrp.backend_kind(self._backend.compression)
+        restore_point = rp.decode_restore_point(
+            rp.read_restore_point_file(self.restore_point_path()), session_id=self._id,
+            backend=kind)
+        if not dense and rp.surface_is_dense(restore_point.state, PAGE_EVENTS):
             # decided before the tail is read: the full read the caller falls back to reads it
-            raise ck.CheckpointRefused("dense-surface")
-        header, events, revision = jck.load_tail(self, checkpoint)
+            raise rp.RestorePointRefused("dense-surface")
+        header, events, revision = jrp.load_tail(self, restore_point)
         if self._mode == "write":
             self._listing_reset(True)  # load_tail refuses a torn tail
-        anchor = checkpoint.anchor
-        source = jck.JsonlPrefixSource(self.path, self._backend.compression,
+        anchor = restore_point.anchor
+        source = jrp.JsonlPrefixSource(self.path, self._backend.compression,
                                        anchor.event_count, anchor.byte_offset, anchor.index)
         assert isinstance(header, FrozenDict)  # parse_header_strict returns one
-        return checkpoint, ColdRead(header, tuple(events), None, revision), source
+        return restore_point, ColdRead(header, tuple(events), None, revision), source
 
     def _seal(self, content: bytes | None = None) -> None:
         """Seal the durable bytes not sealed yet with one record (raw JSONL; see ``_seal``).

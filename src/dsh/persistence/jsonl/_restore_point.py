@@ -1,12 +1,12 @@
-"""JSONL projection checkpoints: the anchor of a durable prefix, the tail read, the page-in source.
+"""JSONL restore points: the anchor of a durable prefix, the tail read, the page-in source.
 
 The sidecar is ``session.jsonl.ckpt`` (``session.jsonl.zstd.ckpt``) in the session folder,
 beside the seal; dsh ignores it. Anchors sit at batch boundaries (raw: a record start; zstd: a
-frame start). A checkpointed read checks, before trusting the checkpoint: the file still holds
-the covered bytes, the header bytes and the last :data:`DIGEST_TAIL_BYTES` before the cut
+frame start). A read from a restore point checks, before trusting it: the file still holds the
+covered bytes, the header bytes and the last :data:`DIGEST_TAIL_BYTES` before the cut
 digest as recorded, and the seal records over the prefix digest as recorded; the tail after the
 cut must then read cleanly (no torn tail, every seal record over it intact). Anything else is a
-:class:`CheckpointRefused` and the caller reads the whole log.
+:class:`RestorePointRefused` and the caller reads the whole log.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from dsh._errors import DshError, LogCorruptError
-from dsh.persistence import _restore_point as ck
+from dsh.persistence import _restore_point as rp
 from dsh.persistence._seal import crc_of, read_seal
 from dsh.persistence.jsonl._format import Scanner, parse_header_strict, scan_zstd_frames
 from dsh.session import Event
@@ -40,9 +40,9 @@ def note_index(index: list[tuple[int, int]], seq: int, offset: int) -> None:
         index.append((seq, offset))
         return
     last_seq, last_offset = index[-1]
-    if seq > last_seq and offset > last_offset and (seq - last_seq >= ck.INDEX_EVERY_EVENTS
+    if seq > last_seq and offset > last_offset and (seq - last_seq >= rp.INDEX_EVERY_EVENTS
                                                     or offset - last_offset
-                                                    >= ck.INDEX_EVERY_BYTES):
+                                                    >= rp.INDEX_EVERY_BYTES):
         index.append((seq, offset))
 
 
@@ -61,10 +61,10 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
 
 
 def _seal_digest(records: Sequence[tuple[int, int, int]], end: int) -> str:
-    return ck.digest(b"".join(f"{s}:{e}:{c};".encode() for s, e, c in records if e <= end))
+    return rp.digest(b"".join(f"{s}:{e}:{c};".encode() for s, e, c in records if e <= end))
 
 
-def anchor_of(handle: JsonlHandle) -> ck.Anchor | None:
+def anchor_of(handle: JsonlHandle) -> rp.Anchor | None:
     """The anchor of the handle's durable prefix, or None when none can be given now.
 
     None when nothing is durable, a torn tail or unknown end is pending, or the header is
@@ -75,13 +75,13 @@ def anchor_of(handle: JsonlHandle) -> ck.Anchor | None:
             or tail.durable_count < 1 or not tail.header_digest:
         return None
     end = tail.durable_size
-    start = max(tail.header_end, end - ck.DIGEST_TAIL_BYTES)
+    start = max(tail.header_end, end - rp.DIGEST_TAIL_BYTES)
     last = _pread(handle._append_fd(), end - start, start)
     seals = tail.seals
-    return ck.Anchor(
+    return rp.Anchor(
         backend=backend_kind(handle._backend.compression), session_id=handle._id,
         incarnation=tail.header_digest, event_count=tail.durable_count, byte_offset=end,
-        header_digest=tail.header_digest, tail_digest=ck.digest(last),
+        header_digest=tail.header_digest, tail_digest=rp.digest(last),
         seal_digest=_seal_digest(seals, end) if seals is not None else "",
         index=tuple(entry for entry in tail.index if entry[0] < tail.durable_count
                     and entry[1] < end))
@@ -93,7 +93,7 @@ def _decode_frames(data: bytes, base: int, path: str) -> bytes:
 
     frames, torn = scan_zstd_frames(data, path=path)
     if torn is not None:
-        raise ck.CheckpointRefused("torn-tail")
+        raise rp.RestorePointRefused("torn-tail")
     return b"".join(_decompress_frame(data[s:e], base + s, path) for s, e in frames)
 
 
@@ -102,13 +102,13 @@ def _scan(text: bytes, *, path: str, offset: int, seq: int) -> list[Event]:
     scanner.feed(text)
     result = scanner.finish()
     if result.reason is not None:
-        raise ck.CheckpointRefused("torn-tail")
+        raise rp.RestorePointRefused("torn-tail")
     return result.events
 
 
-def load_tail(handle: JsonlHandle, checkpoint: ck.Checkpoint
+def load_tail(handle: JsonlHandle, restore_point: rp.RestorePoint
               ) -> tuple[object, list[Event], str]:
-    """Check ``checkpoint`` against the file and read the events after its cut.
+    """Check ``restore point`` against the file and read the events after its cut.
 
     On success the handle's write state is set as a full read would set it.
 
@@ -116,50 +116,50 @@ def load_tail(handle: JsonlHandle, checkpoint: ck.Checkpoint
         ``(header, tail events, revision)``.
 
     Raises:
-        CheckpointRefused: the file does not hold the prefix the checkpoint covers (``size``,
+        RestorePointRefused: the file does not hold the prefix the restore point covers (``size``,
             ``header``, ``tail-digest``, ``seal``), or its tail does not read cleanly
             (``torn-tail``, ``corrupt-tail``).
     """
     from dsh.persistence.jsonl._backend import _revision, _Tail
 
-    anchor = checkpoint.anchor
+    anchor = restore_point.anchor
     path = handle.path
     zstd = handle._backend.compression == "zstd"
     if not anchor.index or anchor.index[0][0] != 0:
-        raise ck.CheckpointRefused("bad-field:index")
+        raise rp.RestorePointRefused("bad-field:index")
     header_end = anchor.index[0][1]
     cut = anchor.byte_offset
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
-        raise ck.CheckpointRefused("unreadable") from None
+        raise rp.RestorePointRefused("unreadable") from None
     try:
         before = os.fstat(fd)
         if before.st_size < cut or header_end >= cut:
-            raise ck.CheckpointRefused("size")
+            raise rp.RestorePointRefused("size")
         head = _pread(fd, header_end, 0)
-        if ck.digest(head) != anchor.header_digest:
-            raise ck.CheckpointRefused("header")
-        start = max(header_end, cut - ck.DIGEST_TAIL_BYTES)
-        if ck.digest(_pread(fd, cut - start, start)) != anchor.tail_digest:
-            raise ck.CheckpointRefused("tail-digest")
+        if rp.digest(head) != anchor.header_digest:
+            raise rp.RestorePointRefused("header")
+        start = max(header_end, cut - rp.DIGEST_TAIL_BYTES)
+        if rp.digest(_pread(fd, cut - start, start)) != anchor.tail_digest:
+            raise rp.RestorePointRefused("tail-digest")
         seal = read_seal(handle._seal_path()) if not zstd else None
         data = _pread(fd, before.st_size - cut, cut)
         after = os.fstat(fd)
     except DshError:
-        raise ck.CheckpointRefused("seal") from None
+        raise rp.RestorePointRefused("seal") from None
     finally:
         os.close(fd)
     revision = _revision(after)
     if _revision(before) != revision or len(data) != after.st_size - cut:
-        raise ck.CheckpointRefused("unstable")
+        raise rp.RestorePointRefused("unstable")
     records = seal.records if seal is not None else []
     if not zstd:
         if _seal_digest(records, cut) != anchor.seal_digest:
-            raise ck.CheckpointRefused("seal")
+            raise rp.RestorePointRefused("seal")
         for s, e, crc in records:
             if e > cut and (s < cut or e > after.st_size or crc_of(data[s - cut:e - cut]) != crc):
-                raise ck.CheckpointRefused("seal")
+                raise rp.RestorePointRefused("seal")
     text_path = str(path)
     try:
         if zstd:
@@ -171,7 +171,7 @@ def load_tail(handle: JsonlHandle, checkpoint: ck.Checkpoint
             events = _scan(data, path=text_path, offset=cut, seq=anchor.event_count)
         handle._backend._check_identity(handle._id, header, path)
     except DshError:
-        raise ck.CheckpointRefused("corrupt-tail") from None
+        raise rp.RestorePointRefused("corrupt-tail") from None
     index = list(anchor.index)
     note_index(index, anchor.event_count, cut)
     count = anchor.event_count + len(events)
@@ -183,7 +183,7 @@ def load_tail(handle: JsonlHandle, checkpoint: ck.Checkpoint
 
 
 class JsonlPrefixSource:
-    """Pages in the events before a checkpoint's cut from the JSONL file, by byte offset.
+    """Pages in the events before a restore point's cut from the JSONL file, by byte offset.
 
     Args:
         path: The log file.
@@ -239,7 +239,7 @@ class JsonlPrefixSource:
             text = _decode_frames(data, offset, path) if self._zstd else data
             events = _scan(text, path=path, offset=offset, seq=seq)
             self._span = (seq, events)
-        except (OSError, ck.CheckpointRefused, DshError) as exc:
+        except (OSError, rp.RestorePointRefused, DshError) as exc:
             raise LogCorruptError(f"events {start}..{stop - 1} of {path} could not be paged in "
                                   f"({exc}); the log changed after the session was resumed, "
                                   "resume it again", path=path, byte_offset=offset,

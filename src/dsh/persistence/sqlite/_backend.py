@@ -47,7 +47,7 @@ from dsh._errors import (
     SessionNotFoundError,
 )
 from dsh.json import FrozenDict, FrozenList, c_seqs_contiguous, is_safe_int
-from dsh.persistence import _restore_point as ck
+from dsh.persistence import _restore_point as rp
 from dsh.persistence._contract import (
     ColdRead,
     HandleBase,
@@ -69,7 +69,7 @@ from dsh.persistence._seal import (
     reset_seal,
     rows_crc,
 )
-from dsh.persistence.sqlite import _restore_point as sck
+from dsh.persistence.sqlite import _restore_point as srp
 from dsh.persistence.sqlite._schema import (
     APPLICATION_ID,
     LEGACY_SCHEMA_VERSION,
@@ -512,7 +512,7 @@ class SqliteBackend:
         self.lock_dir = self.path.with_name(self.path.name + ".dsh-locks")
         self.cut_dir = self.path.with_name(self.path.name + ".dsh-cuts")
         self.seal_dir = self.path.with_name(self.path.name + ".dsh-seals")
-        self.checkpoint_dir = self.path.with_name(self.path.name + ".dsh-checkpoints")
+        self.restore_point_dir = self.path.with_name(self.path.name + ".dsh-checkpoints")
         _check_path(self.path)
         self._conn: _Connection | None = None
         self._mutex = threading.Lock()
@@ -921,7 +921,7 @@ class SqliteHandle(HandleBase):
                            self._path, scan.torn_seq, scan.torn_rowid)
         self._torn_seq = scan.torn_seq
         if offset == 0 and torn is None and rows:
-            self._durable = (len(events), incarnation, sck.last_row_digest(rows[-1][1:]))
+            self._durable = (len(events), incarnation, srp.last_row_digest(rows[-1][1:]))
         return ColdRead(header=header, events=tuple(events), torn=torn,
                         revision=self._revision(incarnation, revision))
 
@@ -1066,7 +1066,7 @@ class SqliteHandle(HandleBase):
         stored = [(*r[:6], None) for r in rows] if legacy else rows
         crc = rows_crc([*(row[1:] for row in gap), *stored] if gap else stored)
         self._seal((sealed_end, first + len(events), crc), str(found[1]))
-        self._durable = (first + len(events), str(found[1]), sck.last_row_digest(stored[-1]))
+        self._durable = (first + len(events), str(found[1]), srp.last_row_digest(stored[-1]))
         logger.debug("appended %d events (%d rows) to session %s", len(events), len(rows),
                      self._id)
 
@@ -1117,50 +1117,51 @@ class SqliteHandle(HandleBase):
             except OSError as exc:  # the records were written; a failed close loses nothing
                 logger.debug("closing the integrity seal %s failed: %s", self._seal_file, exc)
 
-    # --- projection checkpoints (see dsh.persistence._restore_point) ------------------------
+    # --- restore points (see dsh.persistence._restore_point) ------------------------
 
-    def checkpoint_path(self) -> Path:
-        """The checkpoint sidecar: ``<db>.dsh-checkpoints/<encoded id>.ckpt``."""
-        return self._backend.checkpoint_dir / f"{_cut_stem(self._id)}.ckpt"
+    def restore_point_path(self) -> Path:
+        """The restore point sidecar: ``<db>.dsh-checkpoints/<encoded id>.ckpt``."""
+        return self._backend.restore_point_dir / f"{_cut_stem(self._id)}.ckpt"
 
     @property
     def durable_bytes(self) -> int:
-        """0: SQLite checkpoints are due by events only (rows are not counted in bytes)."""
+        """0: SQLite restore points are due by events only (rows are not counted in bytes)."""
         return 0
 
-    def checkpoint_anchor(self) -> ck.Anchor | None:
+    def restore_point_anchor(self) -> rp.Anchor | None:
         """The anchor of the committed prefix last read or written here, or None."""
         self._ensure_open()
-        return sck.anchor_of(self)
+        return srp.anchor_of(self)
 
-    def write_checkpoint(self, data: bytes) -> None:
-        """Replace the checkpoint sidecar with ``data`` (atomic, like the seals).
+    def write_restore_point(self, data: bytes) -> None:
+        """Replace the restore point sidecar with ``data`` (atomic, like the seals).
 
         Raises:
             OSError: it could not be written.
         """
-        path = self.checkpoint_path()
-        mkdir_private(path.parent, "projection checkpoints")
-        ck.write_checkpoint_file(path, data)
+        path = self.restore_point_path()
+        mkdir_private(path.parent, "restore points")
+        rp.write_restore_point_file(path, data)
 
-    def read_checkpointed(self, *, dense: bool = False
-                          ) -> tuple[ck.Checkpoint, ColdRead, sck.SqlitePrefixSource]:
-        """Read through the checkpoint: its state, the events after its cut, a page-in source.
+    def read_from_restore_point(self, *, dense: bool = False
+                          ) -> tuple[rp.RestorePoint, ColdRead, srp.SqlitePrefixSource]:
+        """Read through the restore point: its state, the events after its cut, a page-in source.
 
         ``dense`` changes nothing here: a page-in is one indexed range query, cheaper than the
         full read even when the surface spans the whole log.
 
         On success a write handle is ready to append, as after ``read(0)``; the returned
-        events are the tail (first seq ``checkpoint.state.event_count``), never torn.
+        events are the tail (first seq ``restore_point.state.event_count``), never torn.
 
         Raises:
-            CheckpointRefused: no usable checkpoint (the caller reads in full).
+            RestorePointRefused: no usable restore point (the caller reads in full).
         """
         self._ensure_open()
-        checkpoint = ck.decode_checkpoint(ck.read_checkpoint_file(self.checkpoint_path()),
-                                          session_id=self._id, backend="sqlite")
-        cold, source = sck.load_tail(self, checkpoint)
-        return checkpoint, cold, source
+        restore_point = rp.decode_restore_point(
+            rp.read_restore_point_file(self.restore_point_path()), session_id=self._id,
+            backend="sqlite")
+        cold, source = srp.load_tail(self, restore_point)
+        return restore_point, cold, source
 
     def _admit(self, events: Sequence[Event]) -> Sequence[Event]:
         """Check a batch is contiguous lossless JSON before any I/O (spec §3.7, §10.1).

@@ -1,8 +1,8 @@
-"""SQLite projection checkpoints: the anchor of a committed prefix, the tail read, page-in by seq.
+"""SQLite restore points: the anchor of a committed prefix, the tail read, page-in by seq.
 
 The sidecar is ``<db>.dsh-checkpoints/<encoded id>.ckpt`` (dsh refuses extra tables, so it
 stays outside the database, like the seals). The cut is an event seq at a batch boundary (a
-packed row never spans batches). Before a checkpoint is trusted: the session row's incarnation
+packed row never spans batches). Before a restore point is trusted: the session row's incarnation
 and header digest as recorded, the last row before the cut checksums as recorded (the seal's
 row checksum), the seal records over the prefix digest as recorded, no packed row straddles the
 cut, and the rows after the cut decode cleanly with every seal record over them intact.
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, dumps
-from dsh.persistence import _restore_point as ck
+from dsh.persistence import _restore_point as rp
 from dsh.persistence._contract import ColdRead
 from dsh.persistence._seal import check_row_seals, read_seal, rows_crc
 from dsh.persistence.sqlite._schema import scan_rows
@@ -37,14 +37,14 @@ def last_row_digest(row: Sequence[Any]) -> str:
 
 
 def _seal_digest(records: Sequence[tuple[int, int, int]], end: int) -> str:
-    return ck.digest(b"".join(f"{s}:{e}:{c};".encode() for s, e, c in records if e <= end))
+    return rp.digest(b"".join(f"{s}:{e}:{c};".encode() for s, e, c in records if e <= end))
 
 
 def _header_digest(header: FrozenDict, incarnation: str) -> str:
-    return ck.digest(dumps(header) + b"\n" + incarnation.encode())
+    return rp.digest(dumps(header) + b"\n" + incarnation.encode())
 
 
-def anchor_of(handle: SqliteHandle) -> ck.Anchor | None:
+def anchor_of(handle: SqliteHandle) -> rp.Anchor | None:
     """The anchor of the committed prefix this handle last wrote or read, or None."""
     durable = handle._durable
     if durable is None or durable[0] < 1 or handle._seals is None \
@@ -54,27 +54,27 @@ def anchor_of(handle: SqliteHandle) -> ck.Anchor | None:
     header, found, _ = handle._session_row()
     if found != incarnation:
         return None
-    return ck.Anchor(backend="sqlite", session_id=handle._id, incarnation=incarnation,
+    return rp.Anchor(backend="sqlite", session_id=handle._id, incarnation=incarnation,
                      event_count=count, byte_offset=count,
                      header_digest=_header_digest(header, incarnation), tail_digest=tail_digest,
                      seal_digest=_seal_digest(handle._seals, count))
 
 
-def load_tail(handle: SqliteHandle, checkpoint: ck.Checkpoint
+def load_tail(handle: SqliteHandle, restore_point: rp.RestorePoint
               ) -> tuple[ColdRead, SqlitePrefixSource]:
-    """Check ``checkpoint`` against the database and read the events after its cut.
+    """Check ``restore point`` against the database and read the events after its cut.
 
     Raises:
-        CheckpointRefused: the stored prefix is not the one the checkpoint covers
+        RestorePointRefused: the stored prefix is not the one the restore point covers
             (``incarnation``, ``header``, ``tail-digest``, ``seal``, ``straddle``), or the tail
             does not read cleanly (``torn-tail``, ``corrupt-tail``).
     """
     from dsh.persistence.sqlite._backend import _ROW_COLUMNS, _seal_identity
 
-    anchor = checkpoint.anchor
+    anchor = restore_point.anchor
     cut = anchor.event_count
     if handle._c.schema_version != 17:
-        raise ck.CheckpointRefused("schema")  # schema 14 keeps the full read
+        raise rp.RestorePointRefused("schema")  # schema 14 keeps the full read
     conn = handle._c.conn
     try:
         seal = read_seal(handle._seal_file)
@@ -88,20 +88,20 @@ def load_tail(handle: SqliteHandle, checkpoint: ck.Checkpoint
         finally:
             conn.execute("COMMIT")
     except (sqlite3.Error, DshError):
-        raise ck.CheckpointRefused("unreadable") from None
+        raise rp.RestorePointRefused("unreadable") from None
     if incarnation != anchor.incarnation:
-        raise ck.CheckpointRefused("incarnation")
+        raise rp.RestorePointRefused("incarnation")
     if _header_digest(header, incarnation) != anchor.header_digest:
-        raise ck.CheckpointRefused("header")
+        raise rp.RestorePointRefused("header")
     if last is None or last_row_digest(last[1:]) != anchor.tail_digest:
-        raise ck.CheckpointRefused("tail-digest")
+        raise rp.RestorePointRefused("tail-digest")
     if base != cut:
-        raise ck.CheckpointRefused("straddle")
+        raise rp.RestorePointRefused("straddle")
     if seal is not None and seal.identity != _seal_identity(incarnation):
         seal = None
     records = seal.records if seal is not None else []
     if _seal_digest(records, cut) != anchor.seal_digest:
-        raise ck.CheckpointRefused("seal")
+        raise rp.RestorePointRefused("seal")
     try:
         handle._check_header_version(header)
         scan = scan_rows(rows, cut, 17, path=handle._path, session_id=handle._id)
@@ -109,9 +109,9 @@ def load_tail(handle: SqliteHandle, checkpoint: ck.Checkpoint
             check_row_seals(rows, seal, base=cut, describe=lambda: "not run",
                             where=handle._path, session_id=handle._id)
     except DshError:
-        raise ck.CheckpointRefused("corrupt-tail") from None
+        raise rp.RestorePointRefused("corrupt-tail") from None
     if scan.torn_seq is not None:
-        raise ck.CheckpointRefused("torn-tail")
+        raise rp.RestorePointRefused("torn-tail")
     events = scan.events
     if handle._mode == "write":
         handle._seals = list(records)
@@ -125,7 +125,7 @@ def load_tail(handle: SqliteHandle, checkpoint: ck.Checkpoint
 
 
 class SqlitePrefixSource:
-    """Pages in the events before a checkpoint's cut from the database, by seq.
+    """Pages in the events before a restore point's cut from the database, by seq.
 
     It keeps one read-only connection of its own (the write handle's belongs to the writer
     thread), opened on the first read and used under a lock.

@@ -1,7 +1,7 @@
-"""Projection checkpoints: a checkpointed resume equals a full read, and any doubt falls back.
+"""Restore points: a resume from a restore point equals a full read, and any doubt falls back.
 
-Each case builds a store through the write-behind writer (which keeps checkpoints), copies it,
-removes the checkpoint from the copy, resumes both and compares everything a caller can see:
+Each case builds a store through the write-behind writer (which keeps restore points), copies it,
+removes the restore point from the copy, resumes both and compares everything a caller can see:
 events (paged in), surface, messages, header folds, closers, the next appends (refusals
 included) and what is stored afterwards. Rule: DESIGN §3.12; persistence spec §3.8 (the
 pipeline), seed ch. 28 (resume).
@@ -21,9 +21,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import dsh.session._paging as paging
-from dsh.persistence import _restore_point as ck
-from dsh.persistence import open_store
-from dsh.persistence._coordinator import Persistence
+from dsh.persistence import Persistence, open_store
+from dsh.persistence import _restore_point as rp
 from dsh.session import PagedLog, Session, SessionStore
 from tests.strategies import (
     Script,
@@ -55,15 +54,15 @@ def url_of(kind: str, root: Path) -> str:
 
 
 @pytest.fixture(autouse=True)
-def small_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Checkpoint at every flush, index every batch, page 4 events: every boundary is hit.
+def small_restore_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restore point at every flush, index every batch, page 4 events: every boundary is hit.
 
     Small logs have their surface on most pages, so the dense-surface full read is off here
     (tested on its own below).
     """
-    monkeypatch.setattr(ck, "CHECKPOINT_EVERY_EVENTS", 1)
-    monkeypatch.setattr(ck, "DENSE_SURFACE_PAGES", 2.0)
-    monkeypatch.setattr(ck, "INDEX_EVERY_EVENTS", 1)
+    monkeypatch.setattr(rp, "RESTORE_POINT_EVERY_EVENTS", 1)
+    monkeypatch.setattr(rp, "DENSE_SURFACE_PAGES", 2.0)
+    monkeypatch.setattr(rp, "INDEX_EVERY_EVENTS", 1)
     monkeypatch.setattr(paging, "PAGE_EVENTS", 4)
 
 
@@ -73,7 +72,7 @@ def build(url: str, script: Script) -> None:
         apply_script(session, script, lambda: store.flush(session))
 
 
-def copy_without_checkpoint(root: Path, to: Path) -> None:
+def copy_without_restore_point(root: Path, to: Path) -> None:
     shutil.copytree(root, to)
     for ckpt in to.rglob("*.ckpt"):
         ckpt.unlink()
@@ -109,13 +108,13 @@ def assert_same_resume(paged_url: str, full_url: str, sid: str = "s", *,
                        expect_paged: bool | None = True) -> bool:
     """Resume ``sid`` from both stores, append the same probes, compare all that is seen.
 
-    ``expect_paged`` None accepts either path; returns whether the checkpoint was used.
+    ``expect_paged`` None accepts either path; returns whether the restore point was used.
     """
-    used = ck.stats["used"]
+    used = rp.stats["used"]
     paged = resume_and_continue(paged_url, sid)
     full = resume_and_continue(full_url, sid)
     if expect_paged is not None:
-        assert paged[3] is expect_paged and ck.stats["used"] == used + expect_paged
+        assert paged[3] is expect_paged and rp.stats["used"] == used + expect_paged
     assert full[3] is False
     assert paged[:3] == full[:3]
     assert stored(paged_url, sid) == stored(full_url, sid)
@@ -124,20 +123,20 @@ def assert_same_resume(paged_url: str, full_url: str, sid: str = "s", *,
 
 def assert_equivalent(root: Path, kind: str, *, expect_paged: bool = True) -> None:
     full_root = root.parent / (root.name + "-full")
-    copy_without_checkpoint(root, full_root)
+    copy_without_restore_point(root, full_root)
     assert_same_resume(url_of(kind, root), url_of(kind, full_root), expect_paged=expect_paged)
 
 
 @settings(max_examples=examples(25), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(script=log_scripts(open_tail=None, max_actions=6), kind=st.sampled_from(KINDS))
-def test_checkpointed_resume_equals_the_full_read(script: Script, kind: str) -> None:
+def test_resume_from_a_restore_point_equals_the_full_read(script: Script, kind: str) -> None:
     assume(script.actions)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "store"
         build(url_of(kind, root), script)
         assume(list(root.rglob("session.jsonl*")))  # a script that appended nothing
-        assert list(root.rglob("*.ckpt")), "the writer keeps a checkpoint"
+        assert list(root.rglob("*.ckpt")), "the writer keeps a restore point"
         assert_equivalent(root, kind)
 
 
@@ -185,17 +184,17 @@ def test_open_turn_is_closed_as_after_a_full_read(kind: str, root: Path) -> None
     assert_equivalent(root, kind)
 
 
-def test_open_turn_started_before_the_checkpoint(kind: str, root: Path,
+def test_open_turn_started_before_the_restore_point(kind: str, root: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     long_store(kind, root, open_turn=True)
-    # a checkpoint cut inside the open turn: repair must read back to the turn/start
+    # a restore point cut inside the open turn: repair must read back to the turn/start
     with open_store(url_of(kind, root)) as persistence:
-        assert persistence.checkpoint("s")
+        assert persistence.write_restore_point("s")
     assert_equivalent(root, kind)
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "garbage"])
-def test_damaged_checkpoint_is_refused(kind: str, root: Path, damage: str) -> None:
+def test_damaged_restore_point_is_refused(kind: str, root: Path, damage: str) -> None:
     long_store(kind, root)
     path = ckpt_file(root)
     data = bytearray(path.read_bytes())
@@ -208,14 +207,14 @@ def test_damaged_checkpoint_is_refused(kind: str, root: Path, damage: str) -> No
     else:
         data = bytearray(b"DSHCKPT1 nonsense\n{}")
     path.write_bytes(bytes(data))
-    reasons = {"flip": "digest", "truncate": "digest", "empty": "not-a-checkpoint",
+    reasons = {"flip": "digest", "truncate": "digest", "empty": "not-a-restore-point",
                "garbage": "digest"}
-    refused = ck.stats[f"refused:{reasons[damage]}"]
+    refused = rp.stats[f"refused:{reasons[damage]}"]
     assert_equivalent(root, kind, expect_paged=False)
-    assert ck.stats[f"refused:{reasons[damage]}"] == refused + 1
+    assert rp.stats[f"refused:{reasons[damage]}"] == refused + 1
 
 
-def test_checkpoint_of_another_session_is_refused(kind: str, root: Path) -> None:
+def test_restore_point_of_another_session_is_refused(kind: str, root: Path) -> None:
     long_store(kind, root)
     other = root.parent / "other"
     long_store(kind, other, turns=31)
@@ -223,7 +222,7 @@ def test_checkpoint_of_another_session_is_refused(kind: str, root: Path) -> None
     assert_equivalent(root, kind, expect_paged=False)
 
 
-def test_checkpoint_of_a_replaced_log_is_refused(kind: str, root: Path) -> None:
+def test_restore_point_of_a_replaced_log_is_refused(kind: str, root: Path) -> None:
     long_store(kind, root)
     saved = ckpt_file(root).read_bytes()
     shutil.rmtree(root)
@@ -232,20 +231,20 @@ def test_checkpoint_of_a_replaced_log_is_refused(kind: str, root: Path) -> None:
     assert_equivalent(root, kind, expect_paged=False)
 
 
-def test_checkpoint_behind_the_log_is_used(kind: str, root: Path,
+def test_restore_point_behind_the_log_is_used(kind: str, root: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     long_store(kind, root)
-    monkeypatch.setattr(ck, "CHECKPOINT_EVERY_EVENTS", 10**9)
-    monkeypatch.setattr(ck, "CHECKPOINT_EVERY_BYTES", 10**12)
+    monkeypatch.setattr(rp, "RESTORE_POINT_EVERY_EVENTS", 10**9)
+    monkeypatch.setattr(rp, "RESTORE_POINT_EVERY_BYTES", 10**12)
     saved = ckpt_file(root).read_bytes()
     with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
         session = store.resume("s")
-        completed_turn(session, 77)  # an older writer: appends without a new checkpoint
+        completed_turn(session, 77)  # an older writer: appends without a new restore point
     assert ckpt_file(root).read_bytes() == saved
     assert_equivalent(root, kind)
 
 
-def test_checkpoint_past_a_truncated_log_is_refused(root: Path) -> None:
+def test_restore_point_past_a_truncated_log_is_refused(root: Path) -> None:
     long_store("jsonl", root)
     path = log_file(root)
     data = path.read_bytes()
@@ -255,15 +254,15 @@ def test_checkpoint_past_a_truncated_log_is_refused(root: Path) -> None:
     assert_equivalent(root, "jsonl", expect_paged=False)
 
 
-def test_torn_tail_after_the_checkpoint_reads_in_full(kind: str, root: Path) -> None:
+def test_torn_tail_after_the_restore_point_reads_in_full(kind: str, root: Path) -> None:
     long_store(kind, root, open_turn=True)
     with open_store(url_of(kind, root)) as persistence:
         from dsh.testing._stores import inject_torn_tail
 
         assert inject_torn_tail(persistence, "s")
-    refused = ck.stats["refused:torn-tail"]
+    refused = rp.stats["refused:torn-tail"]
     assert_equivalent(root, kind, expect_paged=False)
-    assert ck.stats["refused:torn-tail"] == refused + 1
+    assert rp.stats["refused:torn-tail"] == refused + 1
 
 
 def test_paged_session_keeps_the_log_out_of_memory(kind: str, root: Path) -> None:
@@ -288,7 +287,7 @@ def test_fork_and_compaction_after_a_paged_resume(kind: str, root: Path,
 
     long_store(kind, root, turns=20)
     full_root = root.parent / "full"
-    copy_without_checkpoint(root, full_root)
+    copy_without_restore_point(root, full_root)
     answers = []
     for url in (url_of(kind, root), url_of(kind, full_root)):
         ids = itertools.count()
@@ -301,16 +300,16 @@ def test_fork_and_compaction_after_a_paged_resume(kind: str, root: Path,
     assert answers[0] == answers[1]
 
 
-def test_checkpoint_command_gives_a_checkpoint_to_a_log_without_one(kind: str,
+def test_write_restore_point_gives_one_to_a_log_without_one(kind: str,
                                                                      root: Path) -> None:
     long_store(kind, root)
     ckpt_file(root).unlink()
     with open_store(url_of(kind, root)) as persistence:
-        assert persistence.checkpoint("s") is True
+        assert persistence.write_restore_point("s") is True
     assert_equivalent(root, kind)
 
 
-def test_persistence_without_checkpoints_still_resumes(tmp_path: Path) -> None:
+def test_persistence_without_restore_points_still_resumes(tmp_path: Path) -> None:
     with SessionStore(persistence=Persistence(open_store("memory:").backend)) as store:
         session = store.session("s")
         completed_turn(session, 1)
@@ -331,54 +330,54 @@ def _verify_json(url: str, *, exit_code: int = 0) -> dict[str, Any]:
     return out
 
 
-def test_verify_reports_a_consistent_checkpoint(kind: str, root: Path) -> None:
+def test_verify_reports_a_consistent_restore_point(kind: str, root: Path) -> None:
     long_store(kind, root)
     report = _verify_json(url_of(kind, root))
-    check = report["checkpoints"]["s"]
+    check = report["restorePoints"]["s"]
     assert check["status"] == "consistent"
     assert check["eventCount"] == 1 + 30 * 8  # every event: the last flush wrote one
     assert report["violations"] == []
 
 
-def test_verify_warns_of_a_checkpoint_a_resume_would_ignore(kind: str, root: Path) -> None:
+def test_verify_warns_of_a_restore_point_a_resume_would_ignore(kind: str, root: Path) -> None:
     long_store(kind, root)
     path = ckpt_file(root)
     data = bytearray(path.read_bytes())
     data[-3] ^= 1
     path.write_bytes(bytes(data))
     report = _verify_json(url_of(kind, root))
-    check = report["checkpoints"]["s"]
+    check = report["restorePoints"]["s"]
     assert check["status"] == "ignored"
     assert "a resume ignores it and reads the whole log" in check["message"]
     assert report["violations"] == []  # derived data: a warning, never a violation
     assert any("does not match the log (digest)" in note for note in report["notes"])
 
 
-def test_verify_reports_an_absent_checkpoint(kind: str, root: Path) -> None:
+def test_verify_reports_an_absent_restore_point(kind: str, root: Path) -> None:
     long_store(kind, root)
     ckpt_file(root).unlink()
-    assert _verify_json(url_of(kind, root))["checkpoints"]["s"]["status"] == "absent"
+    assert _verify_json(url_of(kind, root))["restorePoints"]["s"]["status"] == "absent"
 
 
-def test_verify_finds_a_checkpoint_whose_state_is_wrong(root: Path) -> None:
+def test_verify_finds_a_restore_point_whose_state_is_wrong(root: Path) -> None:
     from dataclasses import replace
 
     long_store("jsonl", root)
     path = ckpt_file(root)
-    checkpoint = ck.decode_checkpoint(path.read_bytes(), session_id="s", backend="jsonl")
-    wrong = replace(checkpoint.state, nodes=checkpoint.state.nodes[:-1])
-    path.write_bytes(ck.encode_checkpoint(replace(checkpoint, state=wrong)))
+    restore_point = rp.decode_restore_point(path.read_bytes(), session_id="s", backend="jsonl")
+    wrong = replace(restore_point.state, nodes=restore_point.state.nodes[:-1])
+    path.write_bytes(rp.encode_restore_point(replace(restore_point, state=wrong)))
     # A resume's cheap checks accept it (the log is unchanged), so this is a violation.
     out = _verify_json(url_of("jsonl", root), exit_code=1)
-    check = out["checkpoints"]["s"]
+    check = out["restorePoints"]["s"]
     assert check["status"] == "misleading"
     assert "restore state differs" in check["message"]
     assert f"delete {path} and the next resume reads the whole log" in check["message"]
-    assert [(v["rule"], v["seq"]) for v in out["violations"]] == [("CHECKPOINT_MISMATCH", None)]
+    assert [(v["rule"], v["seq"]) for v in out["violations"]] == [("RESTORE_POINT_MISMATCH", None)]
 
 
 def test_verify_flags_a_prefix_edit_a_resume_would_not_see(kind: str, root: Path) -> None:
-    # A checkpointed resume checks the prefix cheaply (size, header, the last bytes before
+    # A resume from a restore point checks the prefix cheaply (size, header, the last bytes before
     # the cut, the seal records): an edit further back is found by the full read verify does.
     if kind == "jsonl-zstd":
         pytest.skip("a zstd frame checksum catches the edit when its page is read")
@@ -398,7 +397,7 @@ def test_verify_flags_a_prefix_edit_a_resume_would_not_see(kind: str, root: Path
     assert out["violations"]  # the full read refuses the edited bytes
 
 
-def test_published_dsh_reads_a_folder_holding_a_checkpoint(tmp_path: Path) -> None:
+def test_published_dsh_reads_a_folder_holding_a_restore_point(tmp_path: Path) -> None:
     import json
     import os
     import subprocess
@@ -439,7 +438,7 @@ def test_one_large_batch_is_indexed_inside_so_a_page_in_reads_about_a_page(
         session.append("user/message", {"id": "u-last", "role": "user", "source": {
             "kind": "user"}, "content": [{"type": "text", "text": "x"}]}, surface_op="append")
         store.flush(session)
-    anchor = ck.decode_checkpoint(ck.read_checkpoint_file(ckpt_file(root)), session_id="s",
+    anchor = rp.decode_restore_point(rp.read_restore_point_file(ckpt_file(root)), session_id="s",
                                   backend="jsonl").anchor
     seqs = [seq for seq, _ in anchor.index]
     assert len(seqs) > 10 and seqs == sorted(set(seqs))
@@ -477,7 +476,7 @@ def test_sqlite_page_in_starting_inside_a_packed_row_reads_from_that_row(root: P
     assert_equivalent(root, "sqlite")
 
 
-def test_fork_child_resumes_through_its_checkpoint(kind: str, root: Path) -> None:
+def test_fork_child_resumes_through_its_restore_point(kind: str, root: Path) -> None:
     long_store(kind, root, turns=20, open_turn=True)
     with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock(7)) as store:
         parent = store.resume("s")
@@ -485,12 +484,12 @@ def test_fork_child_resumes_through_its_checkpoint(kind: str, root: Path) -> Non
         completed_turn(child, 40)
         store.flush(child)
     full_root = root.parent / "full"
-    copy_without_checkpoint(root, full_root)
+    copy_without_restore_point(root, full_root)
     assert assert_same_resume(url_of(kind, root), url_of(kind, full_root), "child")
 
 
 @pytest.mark.parametrize("context", ["deepseek/v4", [1, 2], 5])
-def test_request_context_that_is_not_an_object_survives_the_checkpoint(
+def test_request_context_that_is_not_an_object_survives_the_restore_point(
         kind: str, root: Path, context: object) -> None:
     # Found by a tester: the fold kept only objects, the session keeps any JSON value.
     with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
@@ -504,11 +503,12 @@ def test_request_context_that_is_not_an_object_survives_the_checkpoint(
         assert store.resume("s").request_context() == context
 
 
-def test_a_checkpoint_temp_file_left_by_a_killed_writer_is_removed(kind: str, root: Path) -> None:
+def test_a_restore_point_temp_file_left_by_a_killed_writer_is_removed(kind: str,
+                                                                      root: Path) -> None:
     long_store(kind, root, turns=3)
     path = ckpt_file(root)
     left = path.with_name(f".{path.name}.999999.tmp")  # a writer killed before its rename
-    left.write_bytes(b"half a checkpoint")
+    left.write_bytes(b"half a restore point")
     with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
         session = store.resume("s")
         completed_turn(session, 4, call_ids=["c4"])
@@ -521,9 +521,9 @@ def test_a_jsonl_surface_spread_over_the_log_is_resumed_by_a_full_read(
         kind: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # JSONL: paging nearly every span in to derive the messages (and freeing it again) costs
     # more than one read; SQLite fetches the pages by seq for less.
-    monkeypatch.setattr(ck, "DENSE_SURFACE_PAGES", 0.5)
+    monkeypatch.setattr(rp, "DENSE_SURFACE_PAGES", 0.5)
     long_store(kind, root)  # no compaction: a node in every 4-event page
-    refused = ck.stats["refused:dense-surface"]
+    refused = rp.stats["refused:dense-surface"]
     jsonl = kind.startswith("jsonl")
     assert_equivalent(root, kind, expect_paged=not jsonl)
-    assert ck.stats["refused:dense-surface"] == refused + jsonl
+    assert rp.stats["refused:dense-surface"] == refused + jsonl

@@ -1,6 +1,6 @@
 """Checkpointed resumes of real input equal full reads: dsh's own logs and the corpus.
 
-dsh's logs get their checkpoint from ``Persistence.checkpoint`` (a full, validated read
+dsh's logs get their restore point from ``Persistence.write_restore_point`` (a full, validated read
 folded into a restore state); imported corpus sessions get theirs from the writer at their
 first flush. Rule: DESIGN §3.12; DESIGN §4 (interop, real input).
 """
@@ -18,8 +18,8 @@ from dsh.persistence import open_store
 from dsh.session import SessionStore
 from tests.conftest import DSH_LOGS
 from tests.interop.helpers import corpus_dir
-from tests.persistence.test_checkpoint import assert_same_resume, copy_without_checkpoint
-from tests.persistence.test_checkpoint import small_checkpoints as small_checkpoints
+from tests.persistence.test_restore_point import assert_same_resume, copy_without_restore_point
+from tests.persistence.test_restore_point import small_restore_points as small_restore_points
 from tests.strategies import StepClock
 
 DSH_STORES = [("jsonl/main", "jsonl"), ("jsonl-unpacked/main", "jsonl"),
@@ -28,7 +28,7 @@ DSH_STORES = [("jsonl/main", "jsonl"), ("jsonl-unpacked/main", "jsonl"),
 
 
 @pytest.mark.parametrize(("store", "scheme"), DSH_STORES)
-def test_checkpointed_resume_of_dsh_logs_equals_the_full_read(tmp_path: Path, store: str,
+def test_resume_from_a_restore_point_of_dsh_logs_equals_the_full_read(tmp_path: Path, store: str,
                                                               scheme: str) -> None:
     source = DSH_LOGS / store
     paged, full = tmp_path / "paged", tmp_path / "full"
@@ -42,16 +42,16 @@ def test_checkpointed_resume_of_dsh_logs_equals_the_full_read(tmp_path: Path, st
         paged_url, full_url = f"{scheme}://{paged}", f"{scheme}://{full}"
     with open_store(paged_url) as persistence:
         ids = sorted(str(h["id"]) for h in persistence.list_headers())
-        written = [sid for sid in ids if persistence.checkpoint(sid)]
+        written = [sid for sid in ids if persistence.write_restore_point(sid)]
         schema = getattr(persistence.backend, "schema_version", 17)
     if source.is_file():
         full.mkdir(mode=0o700)
         shutil.copy(paged / source.name, full / "x.db")
         (full / "x.db").chmod(0o600)
     else:
-        copy_without_checkpoint(paged, full)
+        copy_without_restore_point(paged, full)
     # schema-14 SQLite files (what dsh 0.1.x writes) keep the full read
-    assert bool(written) is (schema == 17), "each other store takes checkpoints"
+    assert bool(written) is (schema == 17), "each other store takes restore points"
     for sid in ids:
         assert_same_resume(paged_url, full_url, sid, expect_paged=sid in written)
 
@@ -61,7 +61,8 @@ def _corpus_files() -> list[str]:
     return sorted(f["file"] for f in manifest["files"] if "/subagents/" not in f["file"])
 
 
-def test_checkpointed_resume_of_corpus_sessions_equals_the_full_read(tmp_path: Path) -> None:
+def test_resume_from_a_restore_point_of_corpus_sessions_equals_the_full_read(
+        tmp_path: Path) -> None:
     paged, full = tmp_path / "paged", tmp_path / "full"
     count = 0
     with SessionStore(persistence=open_store(f"jsonl://{paged}"), clock=StepClock()) as store:
@@ -78,7 +79,7 @@ def test_checkpointed_resume_of_corpus_sessions_equals_the_full_read(tmp_path: P
                                            if isinstance(inherited, int) else 0)
                     store.flush(session)
                     count += 1
-    copy_without_checkpoint(paged, full)
+    copy_without_restore_point(paged, full)
     assert count >= 20
     with open_store(f"jsonl://{paged}") as persistence:
         ids = sorted(str(h["id"]) for h in persistence.list_headers())

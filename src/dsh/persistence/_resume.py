@@ -1,0 +1,237 @@
+"""Resume: a stored session back into a live store, through its restore point when it can.
+
+The order (seed ch. 28; persistence spec §7): take write ownership first (open the session for
+writing: a concurrent resume anywhere gets ``SessionBusyError``), read cold through that
+handle, rebuild and validate in memory, commit the crash repair through the same handle, then
+publish the session into the store, whose observer takes the handle over
+(:meth:`~dsh.persistence._write_behind.PersistenceObserver.adopt`).
+
+Two ways to read, one result:
+
+* through the log's restore point (:mod:`dsh.persistence._restore_point`): only the events after
+  its cut are read; the session pages earlier events in on demand. Any doubt (no restore point,
+  a stale or damaged one, a legacy or unknown event in the tail, a tail that does not
+  validate) gives up, counted and logged at DEBUG, and
+* the whole log through the read pipeline (:mod:`dsh.persistence._read`), which gives the same
+  session or the precise error.
+
+Also here: writing a restore point for a stored log on request (:func:`write_restore_point`) and
+checking one against a full read for ``dsh verify`` (:func:`check_restore_point`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from dsh._errors import DshError, EventRejectedError
+from dsh.json import FrozenDict, c_stored_prescan
+from dsh.persistence import _restore_point as rp
+from dsh.persistence._contract import Backend, Handle
+from dsh.persistence._observer import Adoption, PersistenceObserver
+from dsh.persistence._read import (
+    Inspection,
+    corrupt_on_rejection,
+    plain_records,
+    raw_path,
+    read_pipeline,
+    restore_validated,
+)
+from dsh.session import (
+    KNOWN_EVENT_TYPES,
+    SESSION_FORMAT_VERSION,
+    Event,
+    RestoreFold,
+    Session,
+    SessionStore,
+    open_turn_closers,
+)
+
+__all__ = ["check_restore_point", "resume", "write_restore_point"]
+
+
+def resume(backend: Backend, store: SessionStore, session_id: str,
+           observer_of: Callable[[SessionStore], PersistenceObserver], *,
+           on_handle: Callable[[Handle], object] | None = None) -> Session:
+    """Resume ``session_id`` into ``store`` (see the module).
+
+    ``observer_of(store)`` gives the store's write-behind observer (binding it when needed) once
+    the session is ready to publish.
+
+    1. open the session for writing (exclusive); ``on_handle(handle)`` then sees the handle;
+    2. read through the restore point, else read the whole log through the pipeline;
+       closers = the interrupted turn's;
+    3. rebuild (``store.prepare_paged`` / ``store.prepare``: validation, the plain
+       ``session/end-seed`` appended in memory) - before any write, so an invalid log is
+       refused untouched;
+    4. commit the repair through the same handle (truncate a torn tail, append the closers,
+       flush);
+    5. hand the handle to the store's observer and publish (``enter`` + ``announce``); its
+       writer then writes the suffix (the end-seed marker).
+
+    Returns:
+        The published session.
+
+    Raises:
+        SessionBusyError: another writer holds the id.
+        SessionNotFoundError, LogCorruptError, SessionFormatUnsupportedError,
+        UnknownEventTypeError: the log cannot be read or does not validate.
+        Exception: an ``on_created`` veto of the publication (the handle is closed).
+    """
+    handle = backend.open(session_id, "write")
+    observer: PersistenceObserver | None = None
+    try:
+        if on_handle is not None:
+            on_handle(handle)
+        paged = _from_restore_point(store, session_id, handle)
+        if paged is not None:
+            session, adoption, closers = paged
+            repair = bool(closers)
+        else:
+            cold = handle.read(0)
+            events, closers = read_pipeline(session_id, cold, path=raw_path(handle))
+            seed = events + closers
+            session = _prepare(store, session_id, seed, cold.header)
+            repair = bool(closers) or cold.torn is not None
+            # The pipeline hands back the stored tuple itself when nothing was normalised.
+            adoption = Adoption(handle, len(seed), foldable=events is cold.events
+                                or plain_records(cold.events))
+        if repair:
+            handle.append(closers)
+            handle.flush()
+        observer = observer_of(store)
+        observer.adopt(session_id, adoption)
+        with observer.publishing(session):
+            _publish(store, session)
+    except BaseException:
+        if observer is not None:
+            observer.drop_adoption(session_id)
+        handle.close()
+        raise
+    return session
+
+
+def _from_restore_point(store: SessionStore, session_id: str, handle: Handle
+                        ) -> tuple[Session, Adoption, tuple[Event, ...]] | None:
+    """Restore through the log's restore point, reading only its tail; or None.
+
+    The tail goes through the same checks as a full read (identity, version, vocabulary,
+    closers over the open turn, restore validation). Nothing is written here.
+
+    Returns:
+        ``(session, adoption, closers)``: the prepared session, the hand-off for its writer
+        (cursor past the closers, the restore point's state and extent), and the closers the
+        caller commits.
+    """
+    if not isinstance(handle, rp.KeepsRestorePoints):
+        return None
+    try:
+        point, cold, source = handle.read_from_restore_point()
+        state = point.state
+        tail = cold.events
+        header = cold.header
+        if header.get("id") != session_id or header.get("version") != SESSION_FORMAT_VERSION:
+            raise rp.RestorePointRefused("header")
+        if c_stored_prescan is None:
+            raise rp.RestorePointRefused("no-prescan")  # the pure-Python build reads in full
+        legacy_at, unknown_at = c_stored_prescan(tail, KNOWN_EVENT_TYPES)
+        if legacy_at >= 0:
+            raise rp.RestorePointRefused("legacy")
+        for event in tail[unknown_at:unknown_at + 1]:
+            if event.get("type") not in KNOWN_EVENT_TYPES \
+                    and event.get("ignorable") is not True:
+                raise rp.RestorePointRefused("unknown-type")
+        cut = len(source)
+        if state.turn_open and not any(
+                e["type"] in ("turn/start", "turn/end") for e in tail):
+            window: Sequence[Event] = [*source.read(state.turn_boundary, cut), *tail]
+            base = state.turn_boundary
+        else:
+            window, base = tail, cut
+        closers = open_turn_closers(window, "interrupted", base_seq=base)
+        session = store.prepare_paged(session_id, header=header, state=state, source=source,
+                                      tail=tail + closers,
+                                      inherited_event_count=header.get("seedLength") or 0)
+    except rp.RestorePointRefused as exc:
+        rp.note_refusal(session_id, exc.reason)
+        return None
+    except DshError as exc:
+        rp.note_refusal(session_id, f"invalid:{exc.code}")
+        return None
+    rp.stats["used"] += 1
+    anchor = point.anchor
+    adoption = Adoption(handle, cut + len(tail) + len(closers), resumed=state,
+                        restore_point_count=anchor.event_count,
+                        restore_point_bytes=anchor.byte_offset)
+    return session, adoption, closers
+
+
+def _prepare(store: SessionStore, session_id: str, seed: tuple[Event, ...],
+             header: FrozenDict) -> Session:
+    """Restore through ``store.prepare`` (its clock, its live-id check).
+
+    Raises:
+        LogCorruptError: the log does not validate.
+        SessionExistsError: the id is live in ``store``.
+    """
+    try:
+        return store.prepare(session_id, seed=seed, header=header,
+                             inherited_event_count=header.get("seedLength") or 0,
+                             seed_source="persistence")
+    except EventRejectedError as exc:
+        raise corrupt_on_rejection(session_id, exc) from exc
+
+
+def _publish(store: SessionStore, session: Session) -> None:
+    """Enter and announce ``session``; a veto detaches it again and is raised."""
+    detach = store.enter(session)
+    try:
+        store.announce(session)
+    except BaseException:
+        detach()
+        raise
+
+
+def write_restore_point(backend: Backend, session_id: str) -> bool:
+    """Write a restore point of a stored, non-live session from a full, validated read.
+
+    Returns:
+        True when one was written; False when the backend keeps none, or the log is empty,
+        has a torn tail, or holds legacy records (those always read in full).
+
+    Raises:
+        SessionBusyError: another writer holds the id.
+        SessionNotFoundError, LogCorruptError, SessionFormatUnsupportedError,
+        UnknownEventTypeError: the log cannot be read or does not validate.
+    """
+    with backend.open(session_id, "write") as handle:
+        if not isinstance(handle, rp.KeepsRestorePoints):
+            return False
+        cold = handle.read(0)
+        events, closers = read_pipeline(session_id, cold, path=raw_path(handle))
+        restore_validated(session_id, events + closers, cold.header)
+        if not cold.events or cold.torn is not None or not plain_records(cold.events):
+            return False
+        fold = RestoreFold(cold.header.get("seedLength") or 0)
+        fold.feed(cold.events)
+        anchor = handle.restore_point_anchor()
+        if anchor is None or anchor.event_count != len(cold.events):
+            return False
+        handle.write_restore_point(
+            rp.encode_restore_point(rp.RestorePoint(anchor=anchor, state=fold.state())))
+    return True
+
+
+def check_restore_point(backend: Backend, session_id: str, full: Inspection
+                        ) -> rp.RestorePointCheck:
+    """Check the session's restore point against ``full``, a full read of the session.
+
+    Returns:
+        The verdict (absent, consistent, ignored with why, or misleading); a bad restore point
+        is never an error, since a resume ignores it.
+
+    Raises:
+        SessionNotFoundError: the session vanished.
+    """
+    with backend.open(session_id, "read") as handle:
+        return rp.check_restore_point(handle, full.stored_events,
+                                      full.header.get("seedLength") or 0)
