@@ -55,6 +55,8 @@ from dsh.session import (
 
 __all__ = [
     "COMPACT_PLUGIN",
+    "ApprovalAnswer",
+    "ApprovalAsked",
     "DEFAULT_LOOKAHEAD",
     "DEFAULT_LOOKBACK",
     "REPAIR_CODES",
@@ -72,6 +74,7 @@ __all__ = [
     "OpenTurn",
     "OtherBlock",
     "ReasoningBlock",
+    "Recovery",
     "Replacement",
     "Retry",
     "Step",
@@ -707,13 +710,97 @@ class LogEvent:
                 "ignorable": self.ignorable, "known": self.known}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalAsked:
+    """An ``approval/requested``: a call waits for a person's yes (docs/effects.md).
+
+    Attributes:
+        call_id: The waiting call.
+        tool_name: Its tool.
+        reason: ``tool`` (the tool needs a yes for every call) or ``in-doubt`` (an
+            irreversible call a crash interrupted: yes runs it again).
+        deadline: Epoch ms after which it counts as denied, or None.
+    """
+
+    kind: ClassVar[str] = "approval"
+    seq: int
+    time: int
+    call_id: str | None
+    tool_name: str | None
+    reason: str | None
+    deadline: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "approval", "seq", "callId", "toolName", "reason", "deadline"}``."""
+        return {"kind": "approval", "seq": self.seq, "callId": self.call_id,
+                "toolName": self.tool_name, "reason": self.reason, "deadline": self.deadline}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalAnswer:
+    """An ``approval/answered``: a person's (or the deadline's) answer.
+
+    Attributes:
+        call_id: The call answered.
+        decision: ``approved`` or ``denied``.
+        by: Who answered (``deadline`` when it passed unanswered).
+        note: The remark kept with the answer, or None.
+    """
+
+    kind: ClassVar[str] = "approval-answer"
+    seq: int
+    time: int
+    call_id: str | None
+    decision: str | None
+    by: str | None
+    note: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "approval-answer", "seq", "callId", "decision", "by", "note"}``."""
+        return {"kind": "approval-answer", "seq": self.seq, "callId": self.call_id,
+                "decision": self.decision, "by": self.by, "note": self.note}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recovery:
+    """A ``tool/recovery``: what a resumed agent decided for an interrupted or answered call.
+
+    Attributes:
+        call_id: The call.
+        tool_name: Its tool.
+        effect: The effect class the decision used.
+        decision: ``run``, ``reconcile``, ``in-doubt``, ``not-started`` or ``deny``.
+        cause: ``interrupted`` or ``approval``.
+        attempt: The run number a ``run`` starts, or None.
+        reason: Why a follow-up decision was taken, or None.
+    """
+
+    kind: ClassVar[str] = "recovery"
+    seq: int
+    time: int
+    call_id: str | None
+    tool_name: str | None
+    effect: str | None
+    decision: str | None
+    cause: str | None
+    attempt: int | None
+    reason: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "recovery", "seq", "callId", "toolName", "effect", "decision", ...}``."""
+        return {"kind": "recovery", "seq": self.seq, "callId": self.call_id,
+                "toolName": self.tool_name, "effect": self.effect, "decision": self.decision,
+                "cause": self.cause, "attempt": self.attempt, "reason": self.reason}
+
+
 Entry: TypeAlias = (TurnStart | TurnEnd | StepStart | Message | ToolResult | Checkpoint
                     | Replacement | ForkCut | CompactionFailed | OpenTurn | Retry | InboxChange
-                    | HeaderChange | LogEvent)
+                    | HeaderChange | ApprovalAsked | ApprovalAnswer | Recovery | LogEvent)
 """One entry of a transcript; ``entry.kind`` names its class, ``entry.seq`` its event."""
 
 SHOW_KINDS: Final = frozenset({"turn", "message", "tool-result", "checkpoint", "replacement",
-                               "turn-end", "fork", "compaction-failed", "open-turn"})
+                               "turn-end", "fork", "compaction-failed", "open-turn",
+                               "approval", "approval-answer", "recovery"})
 """The entry kinds ``dsh show`` prints (a turn end only when not ``completed``)."""
 
 
@@ -876,6 +963,24 @@ class TranscriptFold:
             return InboxChange(seq=seq, time=time, target=_str_or_none(data.get("target")),
                                inserted=texts, removed=removed if type(removed) is int else 0,
                                outcome=_str_or_none(data.get("outcome")))
+        if kind == "approval/requested":
+            return ApprovalAsked(seq=seq, time=time, call_id=_str_or_none(data.get("callId")),
+                                 tool_name=_str_or_none(data.get("name")),
+                                 reason=_str_or_none(data.get("reason")),
+                                 deadline=_int_or_none(data.get("deadline")))
+        if kind == "approval/answered":
+            return ApprovalAnswer(seq=seq, time=time, call_id=_str_or_none(data.get("callId")),
+                                  decision=_str_or_none(data.get("decision")),
+                                  by=_str_or_none(data.get("by")),
+                                  note=_str_or_none(data.get("note")))
+        if kind == "tool/recovery":
+            return Recovery(seq=seq, time=time, call_id=_str_or_none(data.get("callId")),
+                            tool_name=_str_or_none(data.get("name")),
+                            effect=_str_or_none(data.get("effect")),
+                            decision=_str_or_none(data.get("decision")),
+                            cause=_str_or_none(data.get("cause")),
+                            attempt=_int_or_none(data.get("attempt")),
+                            reason=_str_or_none(data.get("reason")))
         if kind == "request/header":
             header = data.get("header")
             header = header if isinstance(header, Mapping) else {}
@@ -980,6 +1085,10 @@ class TranscriptFold:
                               compaction_start_seq=cited[0] if cited else None,
                               summary_seq=cited[1] if len(cited) > 1 else None)
         what = "pruned tool result" if kind == "tool/result" else f"replacement {kind}"
+        if kind == "tool/result" and "tool result middle pruned" not in _text_of(
+                message.get("content")):
+            # a resumed agent's recovered outcome or an approval's answer (docs/effects.md)
+            what = "rewritten tool result"
         removal = source.get("removal") if isinstance(source, Mapping) else None
         if isinstance(removal, Mapping) and not message.get("content"):
             # an adapter's clear / pop / dropped state (docs/adapters.md#cleared-means-cleared)

@@ -2,11 +2,15 @@
 
 :func:`workspace_tools` returns ``read_file``, ``list_dir``, ``glob`` and ``grep``. Every path
 they take is resolved (symlinks followed) and must stay inside the root; anything else is an
-error result with code ``OUTSIDE_ROOT``. They never write and are parallel-safe.
+error result with code ``OUTSIDE_ROOT``. They never write, are parallel-safe and declare the
+effect class ``read_only`` (a crash-interrupted call simply runs again).
 
-:func:`shell_tool` runs a command with ``/bin/sh`` in the root, but only after the approval
-callback says yes; the default callback refuses (code ``NOT_APPROVED``), so a non-interactive
-agent never runs a command nobody approved.
+:func:`shell_tool` runs a command with ``/bin/sh`` in the root, but only after a yes: from the
+approval callback (the default callback refuses, code ``NOT_APPROVED``, so a non-interactive
+agent never runs a command nobody approved), or, with ``approve="durable"``, from a person
+answering a durable ``approval/requested`` (``dsh approve``) in any process, later. A command
+can do anything, so the tool is ``irreversible`` unless told otherwise (Rule:
+docs/effects.md#effect-classes).
 """
 
 from __future__ import annotations
@@ -21,10 +25,10 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from dsh._errors import ConfigError, DshError
-from dsh.agent._tools import Tool, ToolContext, ToolOutput, tool
+from dsh.agent._tools import Tool, ToolContext, ToolEffect, ToolOutput, tool
 
 __all__ = [
     "MAX_READ_BYTES",
@@ -83,7 +87,7 @@ def workspace_tools(root: str | os.PathLike[str]) -> list[Tool]:
     """
     base = _root(root)
 
-    @tool(name="read_file", parallel_safe=True)
+    @tool(name="read_file", parallel_safe=True, effect="read_only")
     def read_file(path: str, offset: int = 0, limit: int = MAX_READ_BYTES) -> str:
         """Read a UTF-8 text file of the workspace (at most 256 KiB per call).
 
@@ -100,7 +104,7 @@ def workspace_tools(root: str | os.PathLike[str]) -> list[Tool]:
             data = handle.read(max(0, min(limit, MAX_READ_BYTES)))
         return data.decode("utf-8", errors="replace")
 
-    @tool(name="list_dir", parallel_safe=True)
+    @tool(name="list_dir", parallel_safe=True, effect="read_only")
     def list_dir(path: str = ".") -> str:
         """List a directory of the workspace: one entry a line, directories end with '/'.
 
@@ -114,7 +118,7 @@ def workspace_tools(root: str | os.PathLike[str]) -> list[Tool]:
         more = len(names) - _MAX_ENTRIES
         return "\n".join(names[:_MAX_ENTRIES]) + (f"\n... {more} more" if more > 0 else "")
 
-    @tool(name="glob", parallel_safe=True)
+    @tool(name="glob", parallel_safe=True, effect="read_only")
     def glob(pattern: str) -> str:
         """Find workspace files matching a glob pattern such as 'src/**/*.py'.
 
@@ -132,7 +136,7 @@ def workspace_tools(root: str | os.PathLike[str]) -> list[Tool]:
                 break
         return "\n".join(found)
 
-    @tool(name="grep", parallel_safe=True)
+    @tool(name="grep", parallel_safe=True, effect="read_only")
     def grep(pattern: str, path: str = ".", include: str = "*") -> str:
         """Search workspace files for a regular expression; lines as 'file:line:text'.
 
@@ -188,21 +192,32 @@ def refuse_all(request: ShellRequest) -> bool:
     return False
 
 
-def shell_tool(root: str | os.PathLike[str], *, approve: ShellApproval = refuse_all,
-               timeout_ms: int = 60_000) -> Tool:
-    """Return an opt-in ``shell`` tool whose every call needs ``approve`` to return True.
+def shell_tool(root: str | os.PathLike[str], *,
+               approve: ShellApproval | Literal["durable"] = refuse_all,
+               timeout_ms: int = 60_000, effect: ToolEffect = "irreversible") -> Tool:
+    """Return an opt-in ``shell`` tool whose every call needs a yes before it runs.
 
     Args:
         root: Working directory of the commands.
-        approve: Approval callback (default :func:`refuse_all`).
+        approve: Approval callback (default :func:`refuse_all`), asked in the running process;
+            or ``"durable"``: each call records ``approval/requested`` and the turn ends until
+            a person answers with ``dsh approve`` / ``dsh deny`` (any process, any time before
+            the agent's deadline); the next resumed run carries on from the answer.
         timeout_ms: Kill the command after this many ms.
+        effect: The effect class (default ``irreversible``: a command the crash interrupted is
+            never run again on its own); say ``read_only`` or ``idempotent`` only for a
+            workspace whose commands are so.
 
     Raises:
-        ConfigError: ``root`` is not a directory.
+        ConfigError: ``root`` is not a directory, or ``approve`` is neither callable nor
+            ``"durable"``.
     """
     base = _root(root)
+    durable = approve == "durable"
+    if not durable and not callable(approve):
+        raise ConfigError(f"shell_tool approve must be a callback or 'durable', got {approve!r}")
 
-    @tool(name="shell", timeout_ms=None)
+    @tool(name="shell", timeout_ms=None, effect=effect, needs_approval=durable)
     async def shell(command: str, ctx: ToolContext) -> ToolOutput:
         """Run a shell command in the workspace; returns exit status, stdout and stderr.
 
@@ -210,7 +225,12 @@ def shell_tool(root: str | os.PathLike[str], *, approve: ShellApproval = refuse_
             command: The command line for /bin/sh.
             ctx: The call's context (given by the loop, not by the model).
         """
-        decision = approve(ShellRequest(command=command, cwd=str(base), call_id=ctx.call_id))
+        if durable:
+            decision: object = True  # the loop ran this body only after a recorded yes
+        else:
+            assert callable(approve)
+            decision = approve(ShellRequest(command=command, cwd=str(base),
+                                            call_id=ctx.call_id))
         if inspect.isawaitable(decision):
             decision = await decision
         if decision is not True:

@@ -10,9 +10,11 @@ One :meth:`Agent.run` drives turns while the inbox has work (persistence spec §
    **request == projection** check, the stream (one ``assistant/chunk`` per chunk), and either
    the ``assistant/message`` citing this attempt's chunks, or a retry (retryable failures with
    backoff, recorded as ``llm/retry``; a context overflow compacts and retries once);
-3. tool calls in model order: ``tool/call``, the **tool checkpoint**, the body; parallel-safe
-   calls share a rolling pool (default 10), the others are barriers; every ``tool/result``
-   strictly in model order; ``step/end`` always;
+3. tool calls in model order: ``tool/call`` (with the tool's effect class and the call's
+   idempotency key), the **tool checkpoint**, the body; parallel-safe calls share a rolling
+   pool (default 10), the others are barriers; every ``tool/result`` strictly in model order;
+   a call of a tool that ``needs_approval`` records ``approval/requested`` and a waiting result
+   instead of running, and the turn ends ``blocked`` after the step; ``step/end`` always;
 4. ``turn/end`` with completed / max-tokens / blocked / error / aborted, then a flush, so a
    finished turn is durable when :meth:`Agent.run` returns (a flush dsh does not take here).
 
@@ -20,6 +22,12 @@ Cancelling the task awaiting :meth:`Agent.run` records what was visibly streamed
 ``interrupted`` assistant message (text and reasoning only), cancels and drains started tools,
 pairs calls that never started with ABORTED_BEFORE_DISPATCH results, then ``step/end`` and
 ``turn/end {aborted}`` (persistence spec §8.2, last paragraph).
+
+A turn first carries out what the log says is owed (Rule: docs/effects.md#resume-decisions):
+calls a crash interrupted run again, are reconciled or stay in doubt by their effect class, and
+answered approvals run or tell the model no; each decision is a ``tool/recovery`` event, and
+the model learns an outcome as a rewrite of the call's result. ``run()`` without a prompt
+continues an interrupted turn or one whose approvals were answered.
 
 :meth:`Agent.resume` follows seed ch. 28: write ownership first, cold read, closers through the
 same handle, restore, publish; the backend work runs in a daemon thread so a call that never
@@ -35,9 +43,21 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 from dsh._errors import AgentError, CompactionError, ConfigError, InvariantError, LlmFailureError
+from dsh.agent._effects import (
+    APPROVAL_ANSWERED,
+    APPROVAL_REQUESTED,
+    RECOVERY_EVENT,
+    Action,
+    CallRecord,
+    EffectLedger,
+    PendingApproval,
+    format_ms,
+    idempotency_key,
+)
+from dsh.agent._failpoints import failpoint
 from dsh.agent._inbox import INBOX_EVENT, Inbox
 from dsh.agent._provider import LlmRequest, LlmResponse, Provider, StreamAssembler
 from dsh.agent._recorder import (
@@ -47,6 +67,7 @@ from dsh.agent._recorder import (
     StepRecorder,
     TurnRecorder,
     as_user_message,
+    text_blocks,
     turn_end_reason,
 )
 from dsh.agent._telemetry import Telemetry, default_telemetry
@@ -76,6 +97,22 @@ RETRY_EVENT: Final = "llm/retry"
 
 _DRAIN_TIMEOUT_S: Final = 5.0
 """How long a cancelled turn waits for started tool bodies to settle (seconds)."""
+
+DEFAULT_APPROVAL_TIMEOUT_MS: Final = 24 * 60 * 60 * 1000
+"""How long an approval waits for an answer before it counts as denied (24 hours, in ms)."""
+
+
+@runtime_checkable
+class _KnowsWriterEpoch(Protocol):
+    """A persistence attachment that can name its write handle's fencing epoch."""
+
+    def writer_epoch(self, session_id: str) -> int: ...
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,12 +153,15 @@ class TurnResult:
         reason: The ``turn/end`` reason, e.g. ``{"kind": "completed"}``.
         steps: Steps the turn ran.
         text: Text of the turn's last assistant message ('' when none).
+        pending_approvals: Call ids waiting for a person's answer when the turn ended (a
+            ``blocked`` turn waits for them; answer with ``dsh approve`` / ``dsh deny``).
     """
 
     turn: int
     reason: FrozenDict
     steps: int
     text: str
+    pending_approvals: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -179,6 +219,9 @@ class Agent:
         telemetry: OpenTelemetry spans of the run (:class:`~dsh.agent.Telemetry`); None
             emits through the global tracer provider when the application set one up, False
             never (docs/standards.md#opentelemetry).
+        approval_timeout_ms: How long an ``approval/requested`` waits before it counts as
+            denied (ms; default 24 hours).
+        clock: Epoch-ms clock for approval deadlines (default: wall clock).
 
     Raises:
         ConfigError: a bad ``max_steps``/``max_parallel_tool_calls`` or a config without
@@ -196,7 +239,9 @@ class Agent:
                  request_hook: Callable[[LlmRequest], LlmRequest] | None = None,
                  before_step: Callable[[int, int], bool] | None = None,
                  sleep: Callable[[float], Any] = asyncio.sleep,
-                 telemetry: Telemetry | bool | None = None) -> None:
+                 telemetry: Telemetry | bool | None = None,
+                 approval_timeout_ms: int = DEFAULT_APPROVAL_TIMEOUT_MS,
+                 clock: Callable[[], int] | None = None) -> None:
         if type(max_steps) is not int or max_steps < 1:
             raise ConfigError(f"max_steps must be an integer >= 1, got {max_steps!r}")
         if type(max_parallel_tool_calls) is not int or max_parallel_tool_calls < 1:
@@ -204,6 +249,9 @@ class Agent:
                               f"{max_parallel_tool_calls!r}")
         if not config.get("provider") or not config.get("model"):
             raise ConfigError(f"config needs a provider and a model, got {dict(config)!r}")
+        if type(approval_timeout_ms) is not int or approval_timeout_ms < 1:
+            raise ConfigError(f"approval_timeout_ms must be an integer >= 1, got "
+                              f"{approval_timeout_ms!r}")
         self._session = session
         self._provider = provider
         self._store = store
@@ -233,6 +281,11 @@ class Agent:
         self.invariant_stats = InvariantStats()
         spans = default_telemetry(telemetry)
         self.stop_telemetry = spans.attach(session) if spans is not None else None
+        self._approval_timeout_ms = approval_timeout_ms
+        self._clock = clock or _wall_clock_ms
+        self._ledger = EffectLedger()
+        self._epoch: int | None = None
+        self._blocked = False
 
     # construction ---------------------------------------------------------------------------
 
@@ -308,6 +361,56 @@ class Agent:
         """True while :meth:`run` is active."""
         return self._task is not None
 
+    def pending_approvals(self) -> list[PendingApproval]:
+        """Approvals of this session nobody answered yet, in request order.
+
+        Rule: docs/effects.md#durable-approvals.
+        """
+        ledger = self._fed_ledger()
+        return ledger.pending_approvals()
+
+    def _fed_ledger(self) -> EffectLedger:
+        ledger = self._ledger
+        events = self._session.events
+        if ledger.seen < len(events):
+            ledger.feed(events[ledger.seen:])
+        return ledger
+
+    def _writer_epoch(self) -> int:
+        """The fencing epoch of this session's writer (0 without a fencing backend)."""
+        if self._epoch is None:
+            persistence = self._store.persistence if self._store is not None else None
+            self._epoch = persistence.writer_epoch(self._session.id) \
+                if isinstance(persistence, _KnowsWriterEpoch) else 0
+        return self._epoch
+
+    def _plan(self) -> tuple[list[Action], list[PendingApproval]]:
+        ledger = self._fed_ledger()
+        effects = {name: (t.effect, t.reconcile is not None) for name, t in self._tools.items()}
+        actions, unserved = ledger.plan(now_ms=self._clock(), effects=effects)
+        for record in unserved:
+            logger.warning("session %r: call %s of tool %r was interrupted but this agent has "
+                           "no such tool; it is left as the repair answered it",
+                           self._session.id, record.call_id, record.name)
+        waiting = [p for p in ledger.pending_approvals()
+                   if not any(a.record.call_id == p.call_id for a in actions)]
+        return actions, waiting
+
+    def _continuable(self) -> bool:
+        """The log's last turn was interrupted and the model has not answered its results."""
+        events = self._session.events
+        for index in range(len(events) - 1, -1, -1):
+            event = events[index]
+            if event["type"] == "turn/end":
+                reason = event["data"].get("reason")
+                if not (isinstance(reason, Mapping) and reason.get("kind") == "interrupted"):
+                    return False
+                messages = self._session.derive_messages()
+                return bool(messages) and messages[-1].get("role") != "assistant"
+            if event["type"] == "turn/start":
+                return False
+        return False
+
     def send(self, prompt: str | Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> Event:
         """Queue a prompt for a later turn (``next-turn``); returns the splice event.
 
@@ -360,12 +463,18 @@ class Agent:
                   None = None) -> TurnResult:
         """Queue ``prompt`` (if given) and run turns until the inbox is empty.
 
+        Without a prompt it continues what the log leaves open: an interrupted turn (the
+        model answers the recovered results), or answered approvals (carried out first).
+
         Returns:
-            The last turn's :class:`TurnResult` (completed, max-tokens).
+            The last turn's :class:`TurnResult` (completed, max-tokens, or blocked on
+            approvals: see ``pending_approvals``).
 
         Raises:
-            AgentError: ``NOT_IDLE`` when a run is active; ``NOTHING_TO_RUN`` without a
-                prompt or pending input; ``MAX_STEPS`` when a turn hit the step limit.
+            AgentError: ``NOT_IDLE`` when a run is active; ``AWAITING_APPROVAL`` without a
+                prompt when only unanswered approvals are left (they are named);
+                ``NOTHING_TO_RUN`` without a prompt or anything to continue; ``MAX_STEPS``
+                when a turn hit the step limit.
             LlmFailureError: the model failed (after retries); the turn ended with it.
             InvariantError: a request differed from the log's projection.
             asyncio.CancelledError: the run was cancelled; the turn ended ``aborted``.
@@ -376,33 +485,51 @@ class Agent:
                              "it", code="NOT_IDLE", session_id=self._session.id)
         if prompt is not None:
             self.send(prompt)
-        if not self._inbox.has_work():
+        actions, waiting = self._plan()
+        continuing = bool(actions) or self._continuable()
+        if not self._inbox.has_work() and not continuing:
+            if waiting:
+                names = ", ".join(f"{p.call_id} ({p.name}, until {format_ms(p.deadline_ms)})"
+                                  for p in waiting)
+                raise AgentError(f"nothing to run until a person answers: {names}; answer with "
+                                 f"'dsh approve {self._session.id} CALL_ID' or 'dsh deny ...'",
+                                 code="AWAITING_APPROVAL", session_id=self._session.id)
             raise AgentError("nothing to run: pass a prompt or send() one first",
                              code="NOTHING_TO_RUN", session_id=self._session.id)
         self._task = asyncio.current_task()
         self._cause = None
         try:
             result: TurnResult | None = None
-            while self._inbox.has_work():
-                result = await self._turn()
+            while self._inbox.has_work() or continuing:
+                result = await self._turn(actions, continuing)
+                actions, continuing = [], False
+                if result.reason.get("kind") == "blocked" and result.pending_approvals:
+                    break  # nothing more runs until a person answers
             assert result is not None
             return result
         finally:
             self._task = None
 
-    async def _turn(self) -> TurnResult:
+    async def _turn(self, actions: Sequence[Action] = (), continuing: bool = False
+                    ) -> TurnResult:
         turn = self._recorder.turn()
         steps = 0
         text = ""
         error: BaseException | None = None
+        self._blocked = False
         try:
+            if actions:
+                await self._recover(turn, actions)
             decided = False
             while True:
                 first = steps == 0
+                if self._blocked:
+                    turn.reason = {"kind": "blocked"}
+                    break
                 claimed = self._inbox.claim("next-step")
                 if first:
                     claimed[:0] = self._inbox.claim("next-turn", 1)
-                if not claimed and (first or decided):
+                if not claimed and ((first and not continuing) or decided):
                     break
                 if self._before_step is not None and not self._before_step(turn.number,
                                                                             steps + 1):
@@ -446,8 +573,9 @@ class Agent:
                 logger.exception("session %r: flush after turn %d failed", self._session.id,
                                   turn.number)
         assert ended is not None
+        waiting = tuple(p.call_id for p in self.pending_approvals())
         return TurnResult(turn=turn.number, reason=ended["data"]["reason"], steps=steps,
-                          text=text)
+                          text=text, pending_approvals=waiting)
 
     # requests -------------------------------------------------------------------------------
 
@@ -606,7 +734,8 @@ class Agent:
 
     # tools ----------------------------------------------------------------------------------
 
-    async def _dispatch(self, step: StepRecorder, call: Mapping[str, Any]) -> ToolOutput:
+    async def _dispatch(self, step: StepRecorder, call: Mapping[str, Any],
+                        recorded: Event) -> ToolOutput:
         """Checkpoint, then run one tool body (the call's ``tool/call`` is already logged)."""
         try:
             await self._checkpoint()
@@ -622,9 +751,14 @@ class Agent:
             return ToolOutput(content=f"Error: there is no tool named {call['name']!r}; "
                                       f"available: {sorted(self._tools)}",
                               error={"name": "UnknownToolError", "code": "UNKNOWN_TOOL"})
+        key = recorded["data"].get("idempotencyKey")
         context = ToolContext(session_id=self._session.id, call_id=call["id"], turn=step.turn,
-                              step=step.number)
-        return await found.invoke(call["arguments"], context)
+                              step=step.number, idempotency_key=key if isinstance(key, str)
+                              else "", effect=found.effect)
+        failpoint("tool.before-body")
+        output = await found.invoke(call["arguments"], context)
+        failpoint("tool.after-body")
+        return output
 
     async def _run_tools(self, step: StepRecorder,
                          calls: Sequence[Mapping[str, Any]]) -> None:
@@ -652,11 +786,16 @@ class Agent:
         try:
             for index, call in enumerate(calls):
                 found = self._tools.get(call["name"])
+                if found is not None and found.needs_approval:
+                    outcomes[index] = self._ask_approval(step, call, found)
+                    commit_ready()
+                    continue
                 exclusive = found is not None and not found.parallel_safe
                 while running and (exclusive or len(running) >= self._pool):
                     await settle(wait_all=exclusive)
-                step.tool_call(call["id"])
-                task = asyncio.create_task(self._dispatch(step, call))
+                recorded = step.tool_call(call["id"], effect=found.effect if found else None,
+                                          epoch=self._writer_epoch())
+                task = asyncio.create_task(self._dispatch(step, call, recorded))
                 running[task] = index
                 if exclusive:
                     await settle(wait_all=True)
@@ -666,6 +805,171 @@ class Agent:
             await self._drain(running, outcomes)
             commit_ready()
             raise
+
+    def _ask_approval(self, step: StepRecorder, call: Mapping[str, Any],
+                      found: Tool) -> ToolOutput:
+        """Record ``approval/requested`` and the call; return the waiting result (not run)."""
+        deadline = self._clock() + self._approval_timeout_ms
+        request = self._recorder._agent_event(APPROVAL_REQUESTED, {
+            "callId": call["id"], "turn": step.turn, "step": step.number, "name": found.name,
+            "arguments": call["arguments"], "effect": found.effect, "reason": "tool",
+            "deadline": deadline})
+        step.tool_call(call["id"], effect=found.effect, epoch=self._writer_epoch())
+        self._blocked = True
+        return ToolOutput(
+            content=f"This call waits for a person's approval and has not run. If it is "
+                    f"approved it runs and this result is replaced by its output; if it is "
+                    f"denied, or not answered by {format_ms(deadline)}, this result says so.",
+            meta={"approval": {"requestedSeq": request["seq"], "deadline": deadline}})
+
+    # recovery -------------------------------------------------------------------------------
+
+    async def _recover(self, turn: TurnRecorder, actions: Sequence[Action]) -> None:
+        """Carry out what the log says is owed, before the turn's first step.
+
+        Rule: docs/effects.md#resume-decisions.
+        """
+        on_surface = set(self._session.surface.nodes)
+        for action in actions:
+            await self._carry_out(turn, action, on_surface)
+        await self._checkpoint()
+
+    def _decide(self, turn: TurnRecorder, action: Action, decision: str,
+                reason: str | None = None) -> Event:
+        record = action.record
+        key = record.key
+        if key is None and decision == "run":
+            # A call approved before its tool/call became durable: this decision is its record.
+            key = idempotency_key(self._session.id, self._session.seq, self._writer_epoch(),
+                                  created_at=self._session.header.created_at)
+        data: dict[str, Any] = {
+            "callId": record.call_id, "callSeq": record.call_seq, "name": record.name,
+            "effect": action.effect, "idempotencyKey": key, "decision": decision,
+            "cause": action.cause, "turn": turn.number}
+        if decision == "run":
+            data["attempt"] = action.attempt
+        if reason is not None:
+            data["reason"] = reason
+        return self._recorder._agent_event(RECOVERY_EVENT, data)
+
+    def _rewrite(self, turn: TurnRecorder, record: CallRecord, content: list[Any],
+                 on_surface: set[int], sources: Sequence[int]) -> None:
+        result = record.result
+        if result is None or result["seq"] not in on_surface:
+            logger.warning("session %r: the result of call %s is no longer on the model's "
+                           "surface (compacted); its recovered outcome stays in the log only",
+                           self._session.id, record.call_id)
+            return
+        event = turn.rewrite_result(result, content, sources=sources)
+        on_surface.discard(result["seq"])
+        on_surface.add(event["seq"])
+        record.result = event
+
+    async def _run_again(self, record: CallRecord, attempt: int, key: str | None) -> ToolOutput:
+        found = self._tools[record.name]
+        context = ToolContext(session_id=self._session.id, call_id=record.call_id,
+                              turn=record.turn, step=record.step,
+                              idempotency_key=key or "", effect=found.effect, attempt=attempt)
+        return await found.invoke(record.arguments, context)
+
+    async def _carry_out(self, turn: TurnRecorder, action: Action,
+                         on_surface: set[int]) -> None:
+        record = action.record
+        kind = action.kind
+        if kind == "expire":
+            assert record.awaiting is not None
+            request = record.awaiting
+            record.answer = self._recorder._agent_event(APPROVAL_ANSWERED, {
+                "callId": record.call_id, "requestedSeq": request["seq"],
+                "decision": "denied", "by": "deadline", "reason": _answered_reason(record),
+                "note": "nobody answered before the deadline "
+                        f"{format_ms(request['data']['deadline'])}"})
+            record.awaiting = None
+            kind = "deny"
+        if kind == "not-started":
+            self._decide(turn, action, "not-started")
+            return
+        if kind == "in-doubt":
+            self._ask_in_doubt(turn, action)
+            return
+        if kind == "deny":
+            answer = record.answer
+            assert answer is not None
+            decision = self._decide(turn, action, "deny")
+            by, note = answer["data"].get("by"), answer["data"].get("note")
+            said = f"{by}" + (f" ({note})" if note else "")
+            if _answered_reason(record) == "in-doubt":
+                text = (f"This call was not run again: {said} declined. Its first run was "
+                        f"interrupted, so whether it took effect is still unknown; check the "
+                        f"external state before relying on it.")
+            elif by == "deadline":
+                text = f"This call did not run: {note}, which counts as a denial."
+            else:
+                text = f"This call did not run: approval was denied by {said}."
+            self._rewrite(turn, record, [{"type": "text", "text": text}], on_surface,
+                          [answer["seq"], decision["seq"]])
+            return
+        found = self._tools.get(record.name)
+        assert found is not None  # plan() leaves calls of missing tools unserved
+        sources: list[int] = []
+        if kind == "reconcile":
+            decision = self._decide(turn, action, "reconcile")
+            sources.append(decision["seq"])
+            await self._checkpoint()
+            failpoint("recovery.decided")
+            try:
+                seen = await found.areconcile(record.key or "")
+            except Exception as exc:  # the look-up failed: nothing is known, ask a person
+                logger.warning("session %r: reconcile of call %s failed (%s: %s); it stays in "
+                               "doubt", self._session.id, record.call_id, type(exc).__name__,
+                               exc)
+                self._ask_in_doubt(turn, action, reason=f"reconcile failed: {exc}")
+                return
+            if seen is not None:
+                failpoint("recovery.after-action")
+                self._rewrite(turn, record, [
+                    {"type": "text", "text": "The session stopped while this call ran; looking "
+                                             "its idempotency key up found that it took effect. "
+                                             "Its result:"},
+                    *text_blocks(seen.content)], on_surface, sources)
+                return
+            lead = ("The session stopped while this call ran; looking its idempotency key up "
+                    "found no effect, so it was run once more after the restart. Its result:")
+            reason: str | None = "reconcile found no effect"
+        elif action.cause == "approval":
+            by = record.answer["data"].get("by") if record.answer is not None else None
+            if _answered_reason(record) == "in-doubt":
+                lead = (f"The session stopped while this call ran and its outcome was unknown; "
+                        f"{by} approved running it again. Its result:")
+            else:
+                lead = f"Approved by {by}. Its result:"
+            reason = None
+            if record.answer is not None:
+                sources.append(record.answer["seq"])
+        else:
+            lead = ("The session stopped while this call ran, so its outcome was unknown; it was "
+                    "run again after the restart" + (" with the same idempotency key" if
+                                                     action.effect == "idempotent" else "")
+                    + ". Its result:")
+            reason = None
+        decision = self._decide(turn, action, "run", reason)
+        sources.append(decision["seq"])
+        await self._checkpoint()
+        failpoint("recovery.decided")
+        output = await self._run_again(record, action.attempt,
+                                       decision["data"].get("idempotencyKey"))
+        failpoint("recovery.after-action")
+        self._rewrite(turn, record, [{"type": "text", "text": lead},
+                                     *text_blocks(output.content)], on_surface, sources)
+
+    def _ask_in_doubt(self, turn: TurnRecorder, action: Action,
+                      reason: str | None = None) -> None:
+        record = action.record
+        self._decide(turn, action, "in-doubt", reason)
+        self._recorder._agent_event(APPROVAL_REQUESTED, {
+            "callId": record.call_id, "turn": record.turn, "step": record.step,
+            "name": record.name, "arguments": record.arguments, "effect": action.effect,
+            "reason": "in-doubt", "deadline": self._clock() + self._approval_timeout_ms})
 
     async def _drain(self, running: dict[asyncio.Task[ToolOutput], int],
                      outcomes: dict[int, ToolOutput]) -> None:
@@ -691,6 +995,13 @@ class Agent:
                 content="Error: tool call aborted and did not stop in time; it may still be "
                         "running and may have had effects",
                 error={"name": "AbortError", "code": "ABORTED"})
+
+
+def _answered_reason(record: CallRecord) -> str:
+    """Why the call's latest approval was asked: ``tool`` or ``in-doubt``."""
+    request = record.awaiting or record.last_request
+    reason = request["data"].get("reason") if request is not None else None
+    return reason if isinstance(reason, str) else "tool"
 
 
 async def _resume_in_thread(store: SessionStore, persistence: Any, session_id: str,

@@ -22,6 +22,8 @@ Invariants it owns, so that a malformed log cannot be written through it (persis
   the assistant made has a result (calls never dispatched get ABORTED_BEFORE_DISPATCH, calls
   dispatched without an answer TOOL_OUTCOME_UNKNOWN), so the model view never shows a tool call
   without its result, and no user message lands between a call and its result;
+* a ``tool/result`` rewrite (a replace of one current result node, content only) is appended
+  only through :meth:`TurnRecorder.rewrite_result`, inside an open turn;
 * ``request/header`` is logged on the first request of a recorder (``initial`` / ``resume``)
   and on a change; ``request/context`` when provider, model or window changes;
 * event types outside dsh's vocabulary are written ``ignorable``; core types only through
@@ -38,6 +40,7 @@ from typing import Any, Final
 
 from dsh._errors import AgentError, LlmFailureError
 from dsh._messages import create_assistant_message, create_tool_result_message, create_user_message
+from dsh.agent._effects import idempotency_key
 from dsh.json import FrozenDict, JsonValue, snapshot_json
 from dsh.session import (
     CORE_EVENT_TYPES,
@@ -70,8 +73,9 @@ ABORTED_BEFORE_DISPATCH_TEXT: Final = "Error: tool call aborted before dispatch"
 """The model-facing text of that result (persistence spec §6)."""
 
 _RESERVED: Final = CORE_EVENT_TYPES | {
-    "agent/inbox/spliced", "llm/retry", "compaction/start", "compaction/summary",
-    "compaction/end", "compaction/prune", "system/message"}
+    "agent/inbox/spliced", "llm/retry", "llm/request", "compaction/start", "compaction/summary",
+    "compaction/end", "compaction/prune", "system/message", "tool/recovery",
+    "approval/requested", "approval/answered"}
 
 
 def text_blocks(content: str | Sequence[Mapping[str, Any]]) -> list[Any]:
@@ -333,6 +337,42 @@ class TurnRecorder:
         if self._ended:
             raise AgentError(f"turn {self.number} has ended", code="RECORDER")
 
+    def rewrite_result(self, result: Event, content: str | Sequence[Mapping[str, Any]], *,
+                       sources: Sequence[int] = ()) -> Event:
+        """Give the model a new content for a current ``tool/result`` node (a surface replace).
+
+        The replacement keeps everything of ``result`` but the result block's ``content``
+        (core rule: a tool-result rewrite may change only content), so its turn, step, call
+        id, ``isError``, ``error`` and ``meta`` stay; the log keeps the original.
+
+        Args:
+            result: A ``tool/result`` event that is a current surface node.
+            content: The new text or content blocks the model sees for the call.
+            sources: Further seqs the rewrite rests on (a decision, an answer).
+
+        Returns:
+            The appended ``tool/result`` with ``surfaceOp {op: replace, start = end = its
+            seq}`` and ``sourceEventSeqs [its seq, *sources]``.
+
+        Raises:
+            AgentError: code ``RECORDER`` when the turn has ended or a step is open.
+            EventRejectedError: ``result`` is not a current surface node.
+        Rule: docs/effects.md#resume-decisions (how the model learns a recovered outcome).
+        """
+        self._check_open()
+        if self._step is not None:
+            raise AgentError(f"turn {self.number}: rewrite results between steps, not inside "
+                             f"step {self._step.number}", code="RECORDER")
+        data = result["data"]
+        message = data["message"]
+        blocks = list(message["content"])
+        blocks[0] = {**blocks[0], "content": text_blocks(content)}
+        new_data = {**data, "message": {**message, "content": blocks}}
+        seq = result["seq"]
+        return self._recorder._append(
+            "tool/result", new_data, surface_op={"op": "replace", "start": seq, "end": seq},
+            source_event_seqs=[seq, *(s for s in sources if s != seq)])
+
     def end(self, reason: Mapping[str, Any] | None = None) -> Event | None:
         """Append ``turn/end {turn, reason}`` (default: :attr:`reason`, else completed).
 
@@ -548,13 +588,17 @@ class StepRecorder:
         return event
 
     def tool_call(self, call_id: str, name: str | None = None,
-                  arguments: str | None = None) -> Event:
+                  arguments: str | None = None, *, effect: str | None = None,
+                  epoch: int = 0) -> Event:
         """Append ``tool/call {turn, step, callId, name, arguments}`` before a tool body runs.
 
         Args:
             call_id: A call id of the step's assistant message.
             name: Tool name (default: the assistant's).
             arguments: Raw JSON argument text (default: the assistant's).
+            effect: The tool's effect class; when given, the call also records ``effect`` and
+                its ``idempotencyKey`` (from the session id, this event's seq and ``epoch``).
+            epoch: The writer's fencing epoch (0 for backends without one).
 
         Raises:
             AgentError: code ``RECORDER`` when the assistant made no such call or it was
@@ -569,9 +613,16 @@ class StepRecorder:
             raise AgentError(f"turn {self.turn} step {self.number}: tool call {call_id!r} is "
                              f"already recorded", code="RECORDER")
         block = self._block(call_id)
-        event = self._recorder._append("tool/call", {
+        data: dict[str, Any] = {
             **self._where(), "callId": call_id, "name": name or self._offered[call_id],
-            "arguments": arguments if arguments is not None else block.get("arguments", "")})
+            "arguments": arguments if arguments is not None else block.get("arguments", "")}
+        if effect is not None:
+            session = self._recorder._session
+            self._recorder._sync()
+            data["effect"] = effect
+            data["idempotencyKey"] = idempotency_key(session.id, session.seq, epoch,
+                                                     created_at=session.header.created_at)
+        event = self._recorder._append("tool/call", data)
         self._called[call_id] = event["seq"]
         return event
 

@@ -16,6 +16,13 @@ Outcome rules (persistence spec §8.2h):
   unknown tool ``UNKNOWN_TOOL``, a body over its ``timeout_ms`` ``TOOL_TIMEOUT``;
 * ``parallel_safe`` tools may run together in the loop's rolling pool; the others are
   exclusive (a barrier: nothing else runs while they do).
+
+Effect classes (what a crash may repeat; Rule: docs/effects.md#effect-classes): every tool
+declares one of :data:`TOOL_EFFECTS`. ``read_only`` changes nothing; ``idempotent`` may run
+twice with the same :attr:`ToolContext.idempotency_key` and change things once;
+``reconcilable`` can look up by that key whether a run took effect (``reconcile(key)``);
+``irreversible`` (the default) must never run twice on its own. A tool marked
+``needs_approval`` runs only after a person said yes (a durable ``approval/requested``).
 """
 
 from __future__ import annotations
@@ -27,14 +34,17 @@ import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar, overload
+from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args, overload
 
 from dsh._errors import AgentError
 from dsh.json import FrozenDict, JsonValue, snapshot_json
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUT_MS",
+    "TOOL_EFFECTS",
+    "Reconcile",
     "Tool",
+    "ToolEffect",
     "ToolContext",
     "ToolOutput",
     "tool",
@@ -42,6 +52,12 @@ __all__ = [
 
 DEFAULT_TOOL_TIMEOUT_MS: Final = 120_000
 """Per-call timeout of a tool body unless its ``timeout_ms`` says otherwise (2 minutes)."""
+
+ToolEffect: TypeAlias = Literal["read_only", "idempotent", "reconcilable", "irreversible"]
+"""What running a tool twice does (Rule: docs/effects.md#effect-classes)."""
+
+TOOL_EFFECTS: Final[tuple[ToolEffect, ...]] = get_args(ToolEffect)
+"""The four effect classes, safest first."""
 
 _NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -55,14 +71,24 @@ class ToolContext:
     Attributes:
         session_id: The session the call belongs to.
         call_id: The provider's call id.
-        turn: Turn number.
-        step: Step number.
+        turn: Turn number of the step that made the call.
+        step: Step number of the step that made the call.
+        idempotency_key: The call's stable key (``dsh-`` and 40 hex digits), derived from the
+            session id, the ``tool/call`` seq and the writer's epoch when the call was
+            recorded; the same on every run of this call, also after a crash and resume.
+            Pass it to the API the tool changes (an ``Idempotency-Key`` header, a unique
+            column). Empty only for a context built by hand.
+        effect: The tool's effect class.
+        attempt: 1 for the first run; 2, 3, ... when resume runs the call again.
     """
 
     session_id: str
     call_id: str
     turn: int
     step: int
+    idempotency_key: str = ""
+    effect: ToolEffect = "irreversible"
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +106,11 @@ class ToolOutput:
     is_error: bool = False
     error: Mapping[str, str] | None = None
     meta: JsonValue = None
+
+
+Reconcile: TypeAlias = Callable[[str], ToolOutput | Awaitable[ToolOutput | None] | None]
+"""``reconcile(idempotency_key) -> ToolOutput | None`` (sync or async): the outcome of the run
+made with that key when it took effect, else None (it did not happen; the call may run)."""
 
 
 def _arg_docs(doc: str) -> tuple[str, dict[str, str]]:
@@ -111,6 +142,9 @@ class Tool:
         fn: The body (sync functions run in a worker thread).
         parallel_safe: May run concurrently with other parallel-safe calls.
         timeout_ms: Per-call timeout in ms (None: no limit).
+        effect: The effect class (:data:`ToolEffect`; default ``irreversible``).
+        reconcile: The look-up of a ``reconcilable`` tool (None for the other classes).
+        needs_approval: Every call waits for a person's durable yes before it runs.
     """
 
     name: str
@@ -119,6 +153,9 @@ class Tool:
     fn: Callable[..., Any]
     parallel_safe: bool = False
     timeout_ms: int | None = DEFAULT_TOOL_TIMEOUT_MS
+    effect: ToolEffect = "irreversible"
+    reconcile: Reconcile | None = field(default=None, repr=False, compare=False)
+    needs_approval: bool = False
     _validate: Callable[[str], dict[str, Any]] = field(repr=False, compare=False)
     _context_param: str | None = field(default=None, repr=False, compare=False)
 
@@ -163,6 +200,26 @@ class Tool:
         return as_output(value)
 
 
+    async def areconcile(self, key: str) -> ToolOutput | None:
+        """Ask a ``reconcilable`` tool whether the run made with ``key`` took effect.
+
+        Returns:
+            The outcome that run had (recorded as the call's result), or None when it did not
+            take effect. Any other returned value is made a :class:`ToolOutput` as a body's.
+
+        Raises:
+            AgentError: code ``TOOL`` when the tool has no ``reconcile``.
+            Exception: whatever ``reconcile`` raises (the caller records the failure).
+        """
+        if self.reconcile is None:
+            raise AgentError(f"tool {self.name!r} ({self.effect}) has no reconcile function",
+                             code="TOOL")
+        found = self.reconcile(key)
+        if inspect.isawaitable(found):
+            found = await found
+        return None if found is None else as_output(found)
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:2000]
 
@@ -183,14 +240,29 @@ def as_output(value: object) -> ToolOutput:
         return ToolOutput(content=str(value))
 
 
+def _check_effect(tool_name: str, effect: object, reconcile: object) -> None:
+    if effect not in TOOL_EFFECTS:
+        raise AgentError(f"tool {tool_name!r}: effect must be one of {', '.join(TOOL_EFFECTS)}, "
+                         f"got {effect!r}", code="TOOL")
+    if (effect == "reconcilable") != (reconcile is not None):
+        raise AgentError(f"tool {tool_name!r}: a reconcilable tool needs reconcile=, and only a "
+                         f"reconcilable one takes it (effect {effect!r}, reconcile "
+                         f"{'given' if reconcile is not None else 'missing'})", code="TOOL")
+    if reconcile is not None and not callable(reconcile):
+        raise AgentError(f"tool {tool_name!r}: reconcile must be callable, got "
+                         f"{type(reconcile).__name__}", code="TOOL")
+
+
 def _build(fn: Callable[..., Any], name: str | None, description: str | None,
-           parallel_safe: bool, timeout_ms: int | None) -> Tool:
+           parallel_safe: bool, timeout_ms: int | None, effect: ToolEffect,
+           reconcile: Reconcile | None, needs_approval: bool) -> Tool:
     import pydantic  # imported here: `import dsh` stays free of it
 
     tool_name = name or fn.__name__
     if not _NAME.match(tool_name):
         raise AgentError(f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'",
                          code="TOOL")
+    _check_effect(tool_name, effect, reconcile)
     if timeout_ms is not None and (type(timeout_ms) is not int or timeout_ms < 1):
         raise AgentError(f"tool {tool_name!r}: timeout_ms must be a positive integer or None, "
                          f"got {timeout_ms!r}", code="TOOL")
@@ -223,7 +295,8 @@ def _build(fn: Callable[..., Any], name: str | None, description: str | None,
 
     return Tool(name=tool_name, description=description or summary or tool_name,
                 parameters=snapshot_json(schema),
-                fn=fn, parallel_safe=parallel_safe, timeout_ms=timeout_ms,
+                fn=fn, parallel_safe=parallel_safe, timeout_ms=timeout_ms, effect=effect,
+                reconcile=reconcile, needs_approval=bool(needs_approval),
                 _validate=validate, _context_param=context_param)
 
 
@@ -241,14 +314,17 @@ def tool(fn: Callable[..., Any], /) -> Tool: ...
 
 @overload
 def tool(*, name: str | None = None, description: str | None = None,
-         parallel_safe: bool = False,
-         timeout_ms: int | None = DEFAULT_TOOL_TIMEOUT_MS) -> Callable[[Callable[..., Any]], Tool]:
+         parallel_safe: bool = False, timeout_ms: int | None = DEFAULT_TOOL_TIMEOUT_MS,
+         effect: ToolEffect = "irreversible", reconcile: Reconcile | None = None,
+         needs_approval: bool = False) -> Callable[[Callable[..., Any]], Tool]:
     ...
 
 
 def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
          description: str | None = None, parallel_safe: bool = False,
          timeout_ms: int | None = DEFAULT_TOOL_TIMEOUT_MS,
+         effect: ToolEffect = "irreversible", reconcile: Reconcile | None = None,
+         needs_approval: bool = False,
          ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` from a typed function; use as ``@tool`` or ``@tool(...)``.
 
@@ -260,17 +336,27 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
         description: Description (default: the docstring's first paragraph).
         parallel_safe: May run concurrently with other parallel-safe calls (read-only tools).
         timeout_ms: Per-call timeout in ms (default 120000; None: no limit).
+        effect: What running it twice does: ``read_only``, ``idempotent`` (use
+            ``ctx.idempotency_key``), ``reconcilable`` (give ``reconcile``) or
+            ``irreversible`` (the default). Resume decides from it whether a call a crash
+            interrupted runs again (Rule: docs/effects.md#resume-decisions).
+        reconcile: ``reconcile(idempotency_key) -> ToolOutput | None`` (sync or async), for a
+            ``reconcilable`` tool only: the outcome of the run made with that key, or None.
+        needs_approval: Each call waits for a person's durable yes (``dsh approve``) before
+            its body runs (Rule: docs/effects.md#durable-approvals).
 
     Returns:
         The tool, or a decorator making one.
 
     Raises:
-        AgentError: code ``TOOL`` for a bad name, timeout, ``*args``/``**kwargs``, or type
-            hints that cannot be resolved or described as JSON Schema.
+        AgentError: code ``TOOL`` for a bad name, timeout, effect or reconcile,
+            ``*args``/``**kwargs``, or type hints that cannot be resolved or described as
+            JSON Schema.
     """
     def make(body: Callable[..., Any]) -> Tool:
         try:
-            return _build(body, name, description, parallel_safe, timeout_ms)
+            return _build(body, name, description, parallel_safe, timeout_ms, effect,
+                          reconcile, needs_approval)
         except AgentError:
             raise
         except Exception as exc:  # pydantic refuses a type it cannot describe

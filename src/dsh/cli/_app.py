@@ -22,6 +22,9 @@ from typing import Annotated
 import typer
 
 from dsh.cli import (
+    _cmd_approve as cmd_approve,
+)
+from dsh.cli import (
     _cmd_chat as cmd_chat,
 )
 from dsh.cli import (
@@ -79,6 +82,8 @@ app.command("export")(cmd_export.export)
 app.command("convert")(cmd_export.convert)
 app.command("run")(cmd_run.run_)
 app.command("chat")(cmd_chat.chat)
+app.command("approve")(cmd_approve.approve)
+app.command("deny")(cmd_approve.deny)
 app.command("migrate")(cmd_store.migrate)
 
 

@@ -22,6 +22,8 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from dsh.json import dumps
 from dsh.transcript import (
     SHOW_KINDS,
+    ApprovalAnswer,
+    ApprovalAsked,
     Block,
     Checkpoint,
     CompactionFailed,
@@ -31,6 +33,7 @@ from dsh.transcript import (
     Message,
     OpenTurn,
     ReasoningBlock,
+    Recovery,
     Replacement,
     TextBlock,
     ToolCallBlock,
@@ -421,6 +424,8 @@ def _render_entry(entry: Entry, full: bool) -> Iterator[RenderableType]:
         start, end = entry.replaces
         span = f"#{start}" if start == end else f"#{start}–#{end}"
         yield Text(f"✂ {entry.what}  #{seq}  replaces {span}", style="bold cyan")
+        if entry.what == "rewritten tool result":
+            yield from _render_blocks(entry.blocks, full, clip_text=True)
     elif isinstance(entry, TurnEnd):
         reason = entry.reason
         if reason == "interrupted":
@@ -442,6 +447,38 @@ def _render_entry(entry: Entry, full: bool) -> Iterator[RenderableType]:
     elif isinstance(entry, OpenTurn):
         yield Text(f"⚠ turn {entry.turn} is still open: the log ends mid-turn (last #{seq}); "
                    "`dsh resume` closes it", style="bold yellow")
+    else:
+        yield from _render_effect(entry, full)
+
+
+def _render_effect(entry: Entry, full: bool) -> Iterator[RenderableType]:
+    """The effect entries (docs/effects.md): approvals, answers, resume decisions."""
+    from rich.text import Text
+
+    seq = entry.seq
+    if isinstance(entry, ApprovalAsked):
+        why = "in doubt after a crash: yes runs it again" if entry.reason == "in-doubt" \
+            else "needs a person's yes"
+        until = f"until {format_ms(entry.deadline)} UTC" if entry.deadline else ""
+        yield Text(f"? approval asked  #{seq}  {entry.tool_name} [{entry.call_id}]  {why}; "
+                   f"dsh approve / dsh deny {entry.call_id} {until}".rstrip(),
+                   style="bold yellow")
+    elif isinstance(entry, ApprovalAnswer):
+        note = f": {entry.note}" if entry.note else ""
+        yield Text(f"✓ approval {entry.decision} by {entry.by}  #{seq}  [{entry.call_id}]{note}",
+                   style="bold green" if entry.decision == "approved" else "bold yellow")
+    elif isinstance(entry, Recovery):
+        what = {"run": f"ran it again (attempt {entry.attempt})",
+                "reconcile": "asked the tool whether it took effect",
+                "in-doubt": "left it in doubt and asked a person",
+                "not-started": "left it: it never started",
+                "deny": "told the model it was denied"}.get(str(entry.decision),
+                                                           str(entry.decision))
+        if entry.cause == "approval" and entry.decision == "run" and entry.attempt == 1:
+            what = "ran it after the approval"
+        reason = f" ({entry.reason})" if entry.reason else ""
+        yield Text(f"↻ resume decided  #{seq}  {entry.tool_name} [{entry.call_id}] "
+                   f"{entry.effect}: {what}{reason}", style="bold cyan")
 
 
 def render_transcript(header: Mapping[str, Any], entries: Sequence[Entry], *,

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_ID_SEGMENT_BYTES",
     "Backend",
     "ColdRead",
+    "Fenced",
     "Handle",
     "KeepsCuts",
     "OpenMode",
@@ -268,6 +269,20 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release backend resources (connections, caches); idempotent."""
+        ...
+
+
+@runtime_checkable
+class Fenced(Protocol):
+    """A write handle with a fencing epoch (PostgreSQL's lease): a declared capability.
+
+    The epoch grows each time a writer takes the session; a batch from an older epoch is
+    refused. Backends without one (a file lock cannot be taken over) count as epoch 0.
+    """
+
+    @property
+    def epoch(self) -> int | None:
+        """The fencing epoch of this write handle, or None for a read handle."""
         ...
 
 

@@ -36,6 +36,7 @@ from dsh.persistence import _read, _resume
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._contract import (
     Backend,
+    Fenced,
     Handle,
     OpenMode,
     SessionSummary,
@@ -393,6 +394,21 @@ class Persistence:
             observer = PersistenceObserver(self.backend, self.write_behind, self._live, store)
             self._observers[id(store)] = observer
         return observer
+
+    def writer_epoch(self, session_id: str) -> int:
+        """The fencing epoch of this process's write handle on ``session_id``.
+
+        Returns:
+            The PostgreSQL lease epoch of the live writer; 0 for a backend whose handles
+            declare no epoch (:class:`~dsh.persistence._contract.Fenced`), or when no session
+            of that id is written through this facade.
+        """
+        for observer in list(self._observers.values()):
+            handle = observer.handle_of(session_id)
+            if handle is not None:
+                epoch = handle.epoch if isinstance(handle, Fenced) else None
+                return epoch if epoch is not None else 0
+        return 0
 
     def resume(self, store: SessionStore, session_id: str, *,
                on_handle: Callable[[Handle], object] | None = None) -> Session:

@@ -128,6 +128,14 @@ class PersistenceObserver:
         finally:
             self._publishing.discard(id(session))
 
+    def handle_of(self, session_id: str) -> Handle | None:
+        """The write handle of the live session ``session_id`` this observer writes, or None."""
+        with self._mutex:
+            for writer in self._writers.values():
+                if writer.session.id == session_id:
+                    return writer.handle
+        return None
+
     @property
     def idle(self) -> bool:
         """True when no session writer is bound (a failed final drain keeps its writer)."""

@@ -1,0 +1,130 @@
+"""Durable approvals: answer a call that waits for a person, from any process or host.
+
+A tool that needs a yes (``needs_approval``, the shell tool with ``approve="durable"``, or an
+irreversible call a crash left in doubt) records ``approval/requested {callId, name, arguments,
+effect, reason, deadline}`` and the agent's turn ends ``blocked``; the process may exit.
+:func:`approve` and :func:`deny` record the answer as ``approval/answered`` through the
+session's one writer (write ownership, as every writer: a busy session is refused, never
+merged), and the next resumed :meth:`~dsh.agent.Agent.run` carries it out.
+
+Invariants this module owns (Rule: docs/effects.md#durable-approvals):
+
+* an answer names the ``approval/requested`` it answers (``requestedSeq``) and only the
+  latest unanswered request of a call can be answered;
+* an answer given at or after the request's deadline is recorded as a denial by ``deadline``
+  (and an approval is refused with ``APPROVAL_EXPIRED`` after that record is durable);
+* the answer is durable (flushed) when the call returns.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from dsh._errors import AgentError
+from dsh.agent._effects import APPROVAL_ANSWERED, EffectLedger, PendingApproval, format_ms
+from dsh.session import Event, Session, SessionStore
+
+__all__ = ["approve", "deny", "pending_approvals"]
+
+
+def _default_by() -> str:
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no login name in this environment (containers)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def pending_approvals(session: Session) -> list[PendingApproval]:
+    """The approvals of ``session`` nobody answered yet, in request order.
+
+    Args:
+        session: A live or restored session (a detached one from a stored log works too).
+    """
+    ledger = EffectLedger()
+    ledger.feed(session.events)
+    return ledger.pending_approvals()
+
+
+def _answer(store: SessionStore, session_id: str, call_id: str,
+            decision: Literal["approved", "denied"], by: str | None, note: str | None,
+            clock: Callable[[], int] | None) -> Event:
+    live = store.get(session_id)
+    session = live if live is not None else store.resume(session_id)
+    try:
+        ledger = EffectLedger()
+        ledger.feed(session.events)
+        record = ledger.records.get(call_id)
+        if record is None or record.awaiting is None:
+            waiting = ", ".join(p.call_id for p in ledger.pending_approvals()) or "none"
+            raise AgentError(f"session {session_id!r} has no approval waiting for call "
+                             f"{call_id!r} (waiting: {waiting})", code="NO_PENDING_APPROVAL",
+                             session_id=session_id, call_id=call_id)
+        request = record.awaiting
+        deadline = request["data"].get("deadline")
+        now = (clock or (lambda: time.time_ns() // 1_000_000))()
+        expired = type(deadline) is int and now >= deadline
+        data: dict[str, object] = {
+            "callId": call_id, "requestedSeq": request["seq"],
+            "decision": "denied" if expired else decision,
+            "by": "deadline" if expired else (by or _default_by()),
+            "reason": request["data"].get("reason") or "tool"}
+        if expired:
+            data["note"] = f"nobody answered before the deadline {format_ms(deadline)}"
+        elif note:
+            data["note"] = note
+        event = session.append(APPROVAL_ANSWERED, data, ignorable=True)
+        store.flush(session)
+    finally:
+        if live is None:
+            store.dispose(session)
+    if expired and decision == "approved":
+        raise AgentError(f"the approval of call {call_id!r} in session {session_id!r} expired at "
+                         f"{format_ms(deadline)}; it was recorded as denied (seq {event['seq']})",
+                         code="APPROVAL_EXPIRED", session_id=session_id, call_id=call_id,
+                         seq=event["seq"])
+    return event
+
+
+def approve(store: SessionStore, session_id: str, call_id: str, *, by: str | None = None,
+            note: str | None = None, clock: Callable[[], int] | None = None) -> Event:
+    """Record a person's yes to the call waiting in ``session_id``; the next run carries it out.
+
+    A session live in ``store`` is appended to in place (call it from the thread that runs
+    its agent); otherwise the stored session is resumed for writing, the answer appended and
+    flushed, and the session released.
+
+    Args:
+        store: A store with persistence (``dsh.open(url)``).
+        session_id: The session.
+        call_id: The call id named in its ``approval/requested``.
+        by: Who answered (default ``user@host``).
+        note: A remark kept with the answer and shown to the model on a denial.
+        clock: Epoch-ms clock (default: wall clock), for the deadline.
+
+    Returns:
+        The durable ``approval/answered`` event.
+
+    Raises:
+        AgentError: ``NO_PENDING_APPROVAL`` when the call has no unanswered request (the
+            waiting ones are named); ``APPROVAL_EXPIRED`` when the deadline had passed: the
+            denial by ``deadline`` was recorded instead.
+        SessionBusyError: another writer holds the session (try again when it is done).
+        SessionNotFoundError: no such session.
+    Rule: docs/effects.md#durable-approvals.
+    """
+    return _answer(store, session_id, call_id, "approved", by, note, clock)
+
+
+def deny(store: SessionStore, session_id: str, call_id: str, *, by: str | None = None,
+         note: str | None = None, clock: Callable[[], int] | None = None) -> Event:
+    """Record a person's no to the call waiting in ``session_id``; the next run tells the model.
+
+    Arguments, ownership and errors as :func:`approve` (a denial after the deadline is
+    recorded as the deadline's, without an error).
+    """
+    return _answer(store, session_id, call_id, "denied", by, note, clock)

@@ -1,0 +1,36 @@
+"""Named points in the loop where a crash test may stop the process (test support only).
+
+The fault-injection suite kills an agent at every point around a tool call: it installs a hook
+with :func:`set_failpoint_hook` in the child process, the hook reports the point it reached
+(writes a marker) and blocks, and the parent SIGKILLs the child. Without a hook every point is
+a no-op costing one global read.
+
+Points (in the order a call passes them):
+
+* ``tool.before-body``: the ``tool/call`` is durable, the body has not started;
+* ``tool.after-body``: the body returned, its ``tool/result`` is not appended yet;
+* ``recovery.decided``: a resumed agent's ``tool/recovery`` decision is durable, nothing done;
+* ``recovery.after-action``: the re-run, reconcile or answer is done, the rewritten result not
+  appended yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+__all__ = ["failpoint", "set_failpoint_hook"]
+
+_hook: Callable[[str], None] | None = None
+
+
+def set_failpoint_hook(hook: Callable[[str], None] | None) -> None:
+    """Install ``hook(point)`` (called at every point reached), or remove it with None."""
+    global _hook
+    _hook = hook
+
+
+def failpoint(point: str) -> None:
+    """Report reaching ``point`` to the installed hook, if any."""
+    hook = _hook
+    if hook is not None:
+        hook(point)
