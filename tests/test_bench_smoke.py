@@ -31,6 +31,8 @@ CASES = {
     "agent": ["bench.bench_agent", "--turns", "3", "--runs", "1", "--nodes", "100"],
     "resume-checkpoint": ["bench.bench_resume_ckpt", "--sizes", "3000", "--runs", "1",
                           "--backend", "jsonl-packed,sqlite", "--variants", "open"],
+    "effects": ["bench.bench_effects", "--kills", "2", "--classes", "idempotent,irreversible"],
+    "cache": ["bench.bench_cache", "--turns", "3", "--wires", "openai"],
     # the peer is never looked for here: ours beside dsh-baseline.md
     "side-by-side": ["bench.side_by_side", "--sizes", "300", "--runs", "1", "--flush-events",
                      "300", "--derive-surface", "300", "--derive-runs", "1",

@@ -91,6 +91,7 @@ __all__ = [
     "SHOW_KINDS",
     "blocks_of",
     "build",
+    "cached_share",
     "entries_at",
     "group_turns",
     "has_unprintable",
@@ -418,6 +419,8 @@ class Message:
             was sent are derived (the event before its first stream chunk, or before it when it
             cites none); see :func:`model_request`. None for other roles.
         message_id: The message's ``id``.
+        request: The fingerprint of the request an assistant message answers (``{tools,
+            system, messages, prefix, sharedMessages}``), or None.
     """
 
     kind: ClassVar[str] = "message"
@@ -433,9 +436,23 @@ class Message:
     step: int | None = None
     request_seq: int | None = None
     message_id: str | None = None
+    request: Mapping[str, Any] | None = None
+
+    @property
+    def cached_share(self) -> float | None:
+        """Share of the request's input tokens the provider's prompt cache served, or None.
+
+        ``cacheReadTokens / (inputTokens + cacheReadTokens + cacheWriteTokens)`` of
+        :attr:`usage` (docs/effects.md#cache-keeping-compaction).
+        """
+        return cached_share(self.usage)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``dsh show --json`` item (``source``, ``model``, ``interrupted`` when set)."""
+        """The ``dsh show --json`` item (``source``, ``model``, ``interrupted`` when set).
+
+        An assistant message with usage adds ``usage`` and ``cachedShare``; one with a request
+        fingerprint adds ``request``.
+        """
         out: dict[str, Any] = {"kind": "message", "seq": self.seq, "role": self.role,
                                "blocks": [b.to_json() for b in self.blocks]}
         if self.origin is not None:
@@ -444,6 +461,11 @@ class Message:
             out["model"] = self.model
         if self.interrupted:
             out["interrupted"] = True
+        if self.usage is not None:
+            out["usage"] = dict(self.usage)
+            out["cachedShare"] = self.cached_share
+        if self.request is not None:
+            out["request"] = dict(self.request)
         return out
 
 
@@ -510,6 +532,9 @@ class Checkpoint:
         summary: The summary text (inside ``<compacted-summary>`` when the message has it).
         compaction_start_seq: Seq of its ``compaction/start``, or None when not cited.
         summary_seq: Seq of its ``compaction/summary``, or None when not cited.
+        summary_usage: The token usage of the summary request (a model summarizer's), or
+            None.
+        summary_request: The summary request's fingerprint, or None.
     """
 
     kind: ClassVar[str] = "checkpoint"
@@ -520,11 +545,29 @@ class Checkpoint:
     summary: str
     compaction_start_seq: int | None = None
     summary_seq: int | None = None
+    summary_usage: Mapping[str, Any] | None = None
+    summary_request: Mapping[str, Any] | None = None
+
+    @property
+    def summary_cached_share(self) -> float | None:
+        """Share of the summary request's input tokens served by the prompt cache, or None."""
+        return cached_share(self.summary_usage)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"kind": "checkpoint", "seq", "replaces", "shadowedSeqs", "summary"}``."""
-        return {"kind": "checkpoint", "seq": self.seq, "replaces": list(self.replaces),
-                "shadowedSeqs": list(self.shadowed_seqs), "summary": self.summary}
+        """``{"kind": "checkpoint", "seq", "replaces", "shadowedSeqs", "summary"}``.
+
+        Adds ``summaryUsage``, ``summaryCachedShare`` and ``summaryRequest`` when the summary
+        request reported them.
+        """
+        out: dict[str, Any] = {"kind": "checkpoint", "seq": self.seq,
+                               "replaces": list(self.replaces),
+                               "shadowedSeqs": list(self.shadowed_seqs), "summary": self.summary}
+        if self.summary_usage is not None:
+            out["summaryUsage"] = dict(self.summary_usage)
+            out["summaryCachedShare"] = self.summary_cached_share
+        if self.summary_request is not None:
+            out["summaryRequest"] = dict(self.summary_request)
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -820,6 +863,25 @@ def _message_of(event: Mapping[str, Any], data: Mapping[str, Any]) -> Mapping[st
     return message if isinstance(message, Mapping) else {}
 
 
+def cached_share(usage: Mapping[str, Any] | None) -> float | None:
+    """The share of a request's input tokens read from the provider's prompt cache, or None.
+
+    Args:
+        usage: A dsh ``TokenUsage`` (disjoint buckets: ``inputTokens`` uncached,
+            ``cacheReadTokens``, ``cacheWriteTokens``).
+
+    Returns:
+        ``cacheReadTokens / (inputTokens + cacheReadTokens + cacheWriteTokens)`` in [0, 1];
+        None without usage or input tokens. Rule: docs/effects.md#cache-keeping-compaction.
+    """
+    if not isinstance(usage, Mapping):
+        return None
+    counts = [usage.get(key) for key in ("inputTokens", "cacheReadTokens", "cacheWriteTokens")]
+    fresh, read, write = (c if type(c) is int and c > 0 else 0 for c in counts)
+    total = fresh + read + write
+    return read / total if total else None
+
+
 def _add_usage(total: dict[str, int], usage: Mapping[str, Any]) -> None:
     for key, value in usage.items():
         if type(value) is int:
@@ -851,8 +913,8 @@ class TranscriptFold:
             ``inherited`` (dsh 0.1 writes a plain one).
     """
 
-    __slots__ = ("_calls", "_emit_from", "_last", "_results", "_seed_length", "_step", "_turn",
-                 "_turn_open", "_usage")
+    __slots__ = ("_calls", "_emit_from", "_last", "_results", "_seed_length", "_step",
+                 "_summary", "_turn", "_turn_open", "_usage")
 
     def __init__(self, *, result_seqs: Mapping[str, int] | None = None,
                  emit_from: int = 0, seed_length: int | None = None) -> None:
@@ -865,6 +927,7 @@ class TranscriptFold:
         self._calls: dict[str, tuple[str, int]] = {}
         self._usage: dict[str, int] = {}
         self._last: tuple[int, int] | None = None
+        self._summary: tuple[int, Mapping[str, Any]] | None = None  # the last compaction/summary
 
     @property
     def open_turn(self) -> int | None:
@@ -934,13 +997,16 @@ class TranscriptFold:
         if kind in _MESSAGE_TYPES:
             replaced = _replace_range(event.get("surfaceOp"))
             if replaced is not None:
-                return self._replacement(event, data, replaced, seq, time)
+                return self._replacement(event, data, replaced, seq, time, self._summary)
             if event.get("surfaceOp") == "append":
                 return self._message(event, data, seq, time)
             return None
         if kind == "session/end-seed":
             if data.get("inherited") is True or (seq == self._seed_length and seq > 0):
                 return ForkCut(seq=seq, time=time, inherited_events=seq)
+            return None
+        if kind == "compaction/summary":
+            self._summary = (seq, data)
             return None
         if kind == "compaction/end":
             if data.get("error") is not None:
@@ -1059,15 +1125,19 @@ class TranscriptFold:
             firsts = [s for s in cited if type(s) is int] if isinstance(cited, list) else []
             request_seq = max(0, (min(firsts) if firsts else seq) - 1)
         message_id = message.get("id")
+        fingerprint = data.get("request") if kind == "assistant/message" else None
         return Message(seq=seq, time=time, role=role, blocks=blocks, origin=origin, model=model,
                        interrupted=interrupted, usage=usage,
+                       request=fingerprint if isinstance(fingerprint, Mapping) else None,
                        turn=self._turn if self._turn_open else None,
                        step=self._step if self._turn_open else None, request_seq=request_seq,
                        message_id=message_id if isinstance(message_id, str) else None)
 
     @staticmethod
     def _replacement(event: Mapping[str, Any], data: Mapping[str, Any],
-                     replaced: tuple[int, int], seq: int, time: int) -> Checkpoint | Replacement:
+                     replaced: tuple[int, int], seq: int, time: int,
+                     summary: tuple[int, Mapping[str, Any]] | None = None,
+                     ) -> Checkpoint | Replacement:
         kind = event["type"]
         message = _message_of(event, data)
         source = message.get("source")
@@ -1077,13 +1147,18 @@ class TranscriptFold:
                 and source.get("plugin") == COMPACT_PLUGIN):
             text = _text_of(message.get("content"))
             start, _, rest = text.partition("<compacted-summary>")
-            summary = rest.partition("</compacted-summary>")[0] if rest else start
+            text_summary = rest.partition("</compacted-summary>")[0] if rest else start
             # sourceEventSeqs = [compaction/start, compaction/summary, *shadowed]
             # (docs/events.md#compactionsummary)
+            summary_seq = cited[1] if len(cited) > 1 else None
+            told = summary[1] if summary is not None and summary[0] == summary_seq else {}
+            usage, request = told.get("usage"), told.get("request")
             return Checkpoint(seq=seq, time=time, replaces=replaced,
-                              shadowed_seqs=tuple(cited[2:]), summary=summary.strip("\n"),
+                              shadowed_seqs=tuple(cited[2:]), summary=text_summary.strip("\n"),
                               compaction_start_seq=cited[0] if cited else None,
-                              summary_seq=cited[1] if len(cited) > 1 else None)
+                              summary_seq=summary_seq,
+                              summary_usage=usage if isinstance(usage, Mapping) else None,
+                              summary_request=request if isinstance(request, Mapping) else None)
         what = "pruned tool result" if kind == "tool/result" else f"replacement {kind}"
         if kind == "tool/result" and "tool result middle pruned" not in _text_of(
                 message.get("content")):

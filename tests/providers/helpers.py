@@ -68,3 +68,17 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return value
+
+
+def without_cache_mark(messages: Any) -> Any:
+    """Anthropic messages as the export gives them: the provider's one ``cache_control`` mark
+    (on the last content block) taken off, after checking it is there and nowhere else."""
+    marked = [(i, j) for i, m in enumerate(messages) if isinstance(m.get("content"), list)
+              for j, b in enumerate(m["content"]) if "cache_control" in b]
+    assert marked == [(len(messages) - 1, len(messages[-1]["content"]) - 1)], marked
+    assert messages[-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    out = [dict(m) for m in messages]
+    last = out[-1]
+    block = {k: v for k, v in last["content"][-1].items() if k != "cache_control"}
+    last["content"] = [*last["content"][:-1], block]
+    return out

@@ -10,13 +10,18 @@ connection is a protocol error on the client side and not a silently short body.
 
 Builders below produce the event lists of OpenAI Chat Completions chunks and Anthropic Messages
 events the way the services emit them (shapes checked against the SDKs' own types and docs).
+
+:class:`PrefixCache` imitates the providers' prompt caching: a :class:`Dynamic` behaviour asks it
+for each request's usage, which counts as cached the longest prefix of the request already seen,
+by the provider's rules, and reports it in the provider's usage fields.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -54,7 +59,14 @@ class Stall:
     events: list[tuple[str | None, Any]]
 
 
-Behaviour = Stream | Fail | Cut | Stall
+@dataclass
+class Dynamic:
+    """Build the behaviour from the parsed request body when the request arrives."""
+
+    make: Callable[[Any], Stream | Fail | Cut | Stall]
+
+
+Behaviour = Stream | Fail | Cut | Stall | Dynamic
 
 
 class ScriptedServer:
@@ -128,6 +140,8 @@ def _handler_for(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             body = json.loads(raw) if raw else None
             behaviour = server._next(self.path, {k.lower(): v for k, v in self.headers.items()},
                                      body)
+            if isinstance(behaviour, Dynamic):
+                behaviour = behaviour.make(body)
             if isinstance(behaviour, Fail):
                 payload = json.dumps(behaviour.body).encode()
                 self.send_response(behaviour.status)
@@ -301,3 +315,135 @@ ANTHROPIC_RATE_LIMIT = anthropic_error("rate_limit_error", "Number of request to
                                        "exceeded your per-minute rate limit")
 ANTHROPIC_OVERLOADED = anthropic_error("overloaded_error", "Overloaded")
 ANTHROPIC_SERVER_ERROR = anthropic_error("api_error", "Internal server error")
+
+
+# --- prompt caching -----------------------------------------------------------------------------
+
+
+def _tokens(size_bytes: int) -> int:
+    """The server's token count of ``size_bytes`` bytes of prompt (4 bytes a token)."""
+    return -(-size_bytes // 4)
+
+
+def _unit(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True).encode()
+
+
+def _shared_bytes(units: Sequence[bytes], seen: Sequence[bytes]) -> int:
+    """Bytes of the longest common prefix of two prompts given as units (unit-wise, then bytes)."""
+    total = 0
+    for ours, theirs in zip(units, seen, strict=False):
+        if ours == theirs:
+            total += len(ours)
+            continue
+        limit = min(len(ours), len(theirs))
+        same = 0
+        while same < limit and ours[same] == theirs[same]:
+            same += 1
+        return total + same
+    return total
+
+
+class PrefixCache:
+    """The providers' prompt caching, imitated over the requests one server has seen.
+
+    * OpenAI (automatic): the prompt is the tools, then the messages; the cached part is the
+      longest prefix (in bytes, 4 a token) shared with any earlier prompt, counted in 128-token
+      increments and only from 1024 tokens on; ``prompt_tokens`` is the whole prompt and
+      ``prompt_tokens_details.cached_tokens`` the cached part.
+    * Anthropic (explicit ``cache_control``): the prompt is a list of blocks (each tool, the
+      system text, every content block of every message); a block marked ``cache_control``
+      writes the prefix ending with it (from 1024 tokens on); a request reads the longest
+      written prefix that ends at one of its marks or up to 20 blocks before one. Usage:
+      ``input_tokens`` (after the read and written parts), ``cache_read_input_tokens``,
+      ``cache_creation_input_tokens``. The marks themselves are not part of the bytes.
+    """
+
+    MIN_TOKENS = 1024
+    OPENAI_STEP_TOKENS = 128
+    LOOKBACK_BLOCKS = 20
+
+    def __init__(self) -> None:
+        self._openai: list[list[bytes]] = []
+        self._written: set[str] = set()
+        self.log: list[dict[str, int]] = []  # per request: total and cached tokens
+
+    def openai_usage(self, body: Any, completion_tokens: int = 20) -> dict[str, Any]:
+        """Usage of one Chat Completions request (and remember its prompt)."""
+        units = [_unit(t) for t in body.get("tools") or ()] + [
+            _unit(m) for m in body.get("messages") or ()]
+        total = _tokens(sum(len(u) for u in units))
+        shared = max((_shared_bytes(units, seen) for seen in self._openai), default=0)
+        cached = shared // 4 // self.OPENAI_STEP_TOKENS * self.OPENAI_STEP_TOKENS
+        if cached < self.MIN_TOKENS:
+            cached = 0
+        self._openai.append(units)
+        self.log.append({"total": total, "cached": cached})
+        return openai_usage(total, completion_tokens, cached=cached)
+
+    @staticmethod
+    def _anthropic_blocks(body: Any) -> list[tuple[bytes, bool]]:
+        """``(bytes, marked)`` per block, in prompt order, without the ``cache_control`` marks."""
+        out: list[tuple[bytes, bool]] = []
+
+        def add(value: Any, prefix: str = "") -> None:
+            marked = isinstance(value, dict) and "cache_control" in value
+            if marked:
+                value = {k: v for k, v in value.items() if k != "cache_control"}
+            out.append((prefix.encode() + _unit(value), marked))
+
+        for tool in body.get("tools") or ():
+            add(tool)
+        system = body.get("system")
+        for block in [system] if isinstance(system, str) else system or ():
+            add(block, "system:")
+        for message in body.get("messages") or ():
+            content = message.get("content")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+            for index, block in enumerate(blocks or ()):
+                add(block, f"{message.get('role')}:" if index == 0 else "")
+        return out
+
+    def anthropic_usage(self, body: Any, output_tokens: int = 20) -> dict[str, Any]:
+        """Usage of one Messages request (and write the prefixes its marks end)."""
+        blocks = self._anthropic_blocks(body)
+        chain: list[str] = []
+        ends: list[int] = []
+        digest = hashlib.sha256()
+        size = 0
+        for data, _ in blocks:
+            digest.update(data)
+            chain.append(digest.copy().hexdigest())
+            size += len(data)
+            ends.append(_tokens(size))
+        total = ends[-1] if ends else 0
+        marks = [i for i, (_, marked) in enumerate(blocks) if marked]
+        read = 0
+        for mark in marks:
+            for index in range(mark, max(-1, mark - self.LOOKBACK_BLOCKS - 1), -1):
+                if chain[index] in self._written:
+                    read = max(read, ends[index])
+                    break
+        last = marks[-1] if marks else -1
+        written = ends[last] if last >= 0 and ends[last] >= self.MIN_TOKENS else 0
+        for mark in marks:
+            if ends[mark] >= self.MIN_TOKENS:
+                self._written.add(chain[mark])
+        creation = max(0, written - read)
+        self.log.append({"total": total, "cached": read})
+        return anthropic_usage(total - read - creation, output_tokens, cache_read=read,
+                               cache_write=creation)
+
+
+def openai_cached(cache: PrefixCache, text: str = "",
+                  tool_calls: Sequence[tuple[str, str, str]] = ()) -> Dynamic:
+    """A Chat Completions reply whose usage the cache computes from the request."""
+    return Dynamic(lambda body: Stream(openai_reply(text, tool_calls=tool_calls,
+                                                    usage=cache.openai_usage(body))))
+
+
+def anthropic_cached(cache: PrefixCache, text: str = "",
+                     tool_uses: Sequence[tuple[str, str, str]] = ()) -> Dynamic:
+    """A Messages reply whose usage the cache computes from the request."""
+    return Dynamic(lambda body: Stream(anthropic_reply(text, tool_uses=tool_uses,
+                                                       usage=cache.anthropic_usage(body))))

@@ -26,7 +26,7 @@ from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider, provider_
 from dsh.compaction import CompactionPolicy, acompact_now
 from dsh.compaction._summarizers import COMPACTION_INSTRUCTION
 from dsh.interop._export import to_anthropic, to_openai, validate_conversation
-from tests.providers.helpers import plain
+from tests.providers.helpers import plain, without_cache_mark
 from tests.providers.servers import (
     ANTHROPIC_OVERFLOW,
     ANTHROPIC_RATE_LIMIT,
@@ -67,7 +67,9 @@ class Wire:
         """What of a request body the export must equal."""
         if self.name == "openai":
             return body["messages"]
-        return {k: body[k] for k in ("system", "messages") if k in body}
+        sent = {k: body[k] for k in ("system", "messages") if k in body}
+        sent["messages"] = without_cache_mark(sent["messages"])
+        return sent
 
 
 def _openai_export(view: list[Any], model: str) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dsh._errors import LlmFailureError
@@ -16,6 +18,7 @@ from tests.providers.helpers import (
     request,
     result,
     user,
+    without_cache_mark,
 )
 from tests.providers.servers import (
     ANTHROPIC_OVERFLOW,
@@ -77,7 +80,8 @@ def test_replayed_turn_sends_back_own_thinking_and_merges_user_content() -> None
     with ScriptedServer([Stream(anthropic_reply("Summary."))]) as server:
         drain(provider(server), areq(view))
     sent = server.requests[0]
-    assert sent["messages"] == to_anthropic([plain(m) for m in view])["messages"]
+    assert without_cache_mark(sent["messages"]) == to_anthropic([plain(m) for m in view])[
+        "messages"]
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
     assert sent["messages"][1]["content"][0] == {"type": "thinking", "thinking": "t",
                                                  "signature": "sig-own"}
@@ -97,7 +101,8 @@ def test_thinking_signed_by_another_model_is_not_sent() -> None:
         drain(provider(server), areq(view))
     sent = server.requests[0]["messages"]
     assert sent[1]["content"] == [{"type": "text", "text": "answer"}]
-    assert sent == to_anthropic([plain(m) for m in view], target_model=MODEL)["messages"]
+    assert without_cache_mark(sent) == to_anthropic([plain(m) for m in view],
+                                                    target_model=MODEL)["messages"]
 
 
 def test_reasoning_effort_turns_thinking_on_and_drops_temperature() -> None:
@@ -108,6 +113,19 @@ def test_reasoning_effort_turns_thinking_on_and_drops_temperature() -> None:
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 8192}
     assert body["max_tokens"] == 8192 + 1024 and "temperature" not in body
     assert body["stop_sequences"] == ["END"]
+
+
+def test_the_last_content_block_carries_the_prompt_cache_mark_unless_turned_off() -> None:
+    view = [user("q"), assistant({"type": "text", "text": "a"}, provider="anthropic",
+                                 model=MODEL), user("q2")]
+    with ScriptedServer([Stream(anthropic_reply("ok")), Stream(anthropic_reply("ok"))]) as server:
+        drain(provider(server), areq(view))
+        drain(AnthropicProvider(model=MODEL, api_key="k", base_url=server.base_url,
+                                prompt_cache=False), areq(view))
+    marked, plain_body = server.requests
+    assert marked["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert without_cache_mark(marked["messages"]) == plain_body["messages"]
+    assert "cache_control" not in json.dumps(plain_body)
 
 
 def test_lone_surrogates_become_replacement_characters_on_the_wire() -> None:

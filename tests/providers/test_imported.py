@@ -22,7 +22,7 @@ import dsh
 from dsh.agent import Agent, LlmRequest
 from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider
 from dsh.interop._export import to_anthropic, to_openai, validate_conversation
-from tests.providers.helpers import plain
+from tests.providers.helpers import plain, without_cache_mark
 from tests.providers.servers import ScriptedServer, Stream, anthropic_reply, openai_reply
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_codex_session_continues_on_an_anthropic_server(name: str, tmp_path: Pat
         views = continue_on(url, session_id, provider, "claude-test")
     (body,) = server.requests
     assert validate_conversation(body, "anthropic") == []
-    assert body["messages"] == to_anthropic(views[0])["messages"]
+    assert without_cache_mark(body["messages"]) == to_anthropic(views[0])["messages"]
     blocks = [b for m in body["messages"] for b in m["content"] if isinstance(b, dict)]
     assert not [b for b in blocks if b["type"] in ("thinking", "redacted_thinking")]
     assert [b["type"] for b in body["messages"][-1]["content"]][-1] == "text"
@@ -106,7 +106,8 @@ def test_claude_thinking_is_replayed_only_to_the_model_that_signed_it(tmp_path: 
             views = continue_on(url, session_id, provider, model)
         (body,) = server.requests
         assert validate_conversation(body, "anthropic") == []
-        assert body["messages"] == to_anthropic(views[0], target_model=model)["messages"]
+        assert without_cache_mark(body["messages"]) == to_anthropic(
+            views[0], target_model=model)["messages"]
         sent[model] = [b for m in body["messages"] for b in m["content"]
                        if isinstance(b, dict) and b["type"] in ("thinking", "redacted_thinking")]
     assert sent["claude-opus-4-6"]  # the signing model gets its thinking back

@@ -43,9 +43,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from dsh._errors import AgentError, CompactionError, ConfigError, InvariantError, LlmFailureError
+from dsh.agent._cache import Fingerprints, ModelSummarizer
 from dsh.agent._effects import (
     APPROVAL_ANSWERED,
     APPROVAL_REQUESTED,
@@ -73,15 +74,15 @@ from dsh.agent._recorder import (
 from dsh.agent._telemetry import Telemetry, default_telemetry
 from dsh.agent._tools import Tool, ToolContext, ToolOutput, tool_table
 from dsh.compaction import (
+    AsyncSummarizer,
     CompactionPolicy,
     DigestSummarizer,
     Summarizer,
-    compact_if_needed,
-    compact_surface_region,
-    select_compactable_range,
+    acompact_if_needed,
+    acompact_surface_region,
 )
-from dsh.json import FrozenDict, dumps
-from dsh.session import Event, Session, SessionStore, header_equals
+from dsh.json import FrozenDict, dumps, snapshot_json
+from dsh.session import Event, Session, SessionStore, canonical_header, header_equals
 
 __all__ = [
     "RETRY_EVENT",
@@ -206,9 +207,15 @@ class Agent:
         max_steps: Steps per turn before the turn ends with ``MAX_STEPS`` (>= 1; default 32).
         max_parallel_tool_calls: Size of the rolling pool of parallel-safe calls (default 10).
         context_window: The model's context window in tokens; enables compaction.
-        compaction: Pressure policy (default :class:`~dsh.compaction.CompactionPolicy`);
-            ``None`` with a context window uses the default; pass ``False`` to disable.
-        summarizer: Summarizer for compaction (default the offline digest).
+        compaction: Pressure policy (default :class:`~dsh.compaction.CompactionPolicy`, with
+            ``keep_cache=True`` when the summarizer is ``"model"``); ``None`` with a context
+            window uses the default; pass ``False`` to disable.
+        summarizer: Summarizer for compaction under pressure and on overflow: the offline
+            digest (default, ``"digest"``), ``"model"`` (this agent's provider writes the
+            checkpoint: with ``keep_cache`` as a continuation of the last request, so the
+            provider's prompt cache serves it; docs/effects.md#cache-keeping-compaction), or
+            any :class:`~dsh.compaction.Summarizer` / ``AsyncSummarizer`` (awaited, never
+            blocking the event loop).
         retry: Retry policy for retryable failures.
         request_hook: Called with each built request; may return a changed one (the
             request == projection check then catches any change to messages or header).
@@ -235,7 +242,8 @@ class Agent:
                  system: str | None = None, tools: Sequence[Tool] = (), max_steps: int = 32,
                  max_parallel_tool_calls: int = 10, context_window: int | None = None,
                  compaction: CompactionPolicy | bool | None = None,
-                 summarizer: Summarizer | None = None, retry: RetryPolicy | None = None,
+                 summarizer: Summarizer | AsyncSummarizer | Literal["digest", "model"] | None
+                 = None, retry: RetryPolicy | None = None,
                  request_hook: Callable[[LlmRequest], LlmRequest] | None = None,
                  before_step: Callable[[int, int], bool] | None = None,
                  sleep: Callable[[float], Any] = asyncio.sleep,
@@ -262,12 +270,16 @@ class Agent:
         self._max_steps = max_steps
         self._pool = max_parallel_tool_calls
         self._window = context_window
+        model_summary = summarizer == "model"
         if compaction is False or context_window is None:
             self._policy: CompactionPolicy | None = None
         else:
             self._policy = compaction if isinstance(compaction, CompactionPolicy) \
-                else CompactionPolicy()
-        self._summarizer: Summarizer = summarizer or DigestSummarizer()
+                else CompactionPolicy(keep_cache=model_summary)
+        self._summarizer: Summarizer | AsyncSummarizer | None = (
+            None if model_summary else DigestSummarizer()
+            if summarizer is None or summarizer == "digest" else summarizer)  # type: ignore[assignment]
+        self._fingerprints = Fingerprints()
         self._retry = retry or RetryPolicy()
         self._hook = request_hook
         self._before_step = before_step
@@ -539,7 +551,7 @@ class Agent:
                     raise AgentError(f"turn {turn.number} reached max_steps={self._max_steps} "
                                      f"without finishing", code="MAX_STEPS",
                                      session_id=self._session.id)
-                self._compact_under_pressure(turn.number)
+                await self._compact_under_pressure(turn.number)
                 step = turn.step()
                 steps += 1
                 try:
@@ -653,12 +665,13 @@ class Agent:
             request, built = self._build(step)
             await self._checkpoint()  # a failure ends the turn before dispatch
             self.check_request(request, built)
+            fingerprint = self._fingerprints.of(request)
             try:
                 response = await self._stream(step, request)
             except LlmFailureError as failure:
                 step.discard_attempt()
-                if failure.context_overflow and not compacted and self._compact_for_overflow(
-                        turn.number):
+                if failure.context_overflow and not compacted and \
+                        await self._compact_for_overflow(turn.number):
                     compacted = True
                     self._note_retry(step, retries, 0, failure, "context-overflow")
                     continue
@@ -671,7 +684,7 @@ class Agent:
                 continue
             step.assistant(list(response.content), provider=request.provider,
                            model=request.model, usage=response.usage,  # type: ignore[arg-type]
-                           replay_state=response.replay_state)
+                           replay_state=response.replay_state, request=fingerprint)
             return response
 
     def _note_retry(self, step: StepRecorder, retry: int, delay_ms: int,
@@ -705,28 +718,52 @@ class Agent:
 
     # compaction -----------------------------------------------------------------------------
 
-    def _compact_under_pressure(self, turn: int) -> None:
+    def _header_now(self) -> FrozenDict:
+        """The latest logged request header, else the one this agent would log."""
+        logged = self._session.request_header()
+        if logged is not None:
+            return logged
+        raw: dict[str, Any] = {"config": dict(self._config)}
+        if self._system:
+            raw["system"] = self._system
+        if self._declarations:
+            raw["tools"] = self._declarations
+        header: FrozenDict = canonical_header(snapshot_json(raw))
+        return header
+
+    def _pressure_summarizer(self, *, continuation: bool) -> Summarizer | AsyncSummarizer:
+        if self._summarizer is not None:
+            return self._summarizer
+        return ModelSummarizer(self._provider, self._session, self._header_now(),
+                               continuation=continuation, fingerprints=self._fingerprints)
+
+    async def _compact_under_pressure(self, turn: int) -> None:
         if self._policy is None or self._window is None:
             return
+        summarizer = self._pressure_summarizer(continuation=self._policy.keep_cache)
         try:
-            compact_if_needed(self._session, summarizer=self._summarizer,
-                              context_window=self._window, owner=turn, policy=self._policy)
-        except CompactionError as exc:
+            await acompact_if_needed(self._session, summarizer=summarizer,
+                                     context_window=self._window, owner=turn,
+                                     policy=self._policy)
+        except (CompactionError, LlmFailureError) as exc:
             # The request still goes out; an overflow then gets its own compaction attempt.
             logger.warning("session %r turn %d: automatic compaction did not run (%s: %s)",
                            self._session.id, turn, exc.code, exc.message)
 
-    def _compact_for_overflow(self, turn: int) -> bool:
+    async def _compact_for_overflow(self, turn: int) -> bool:
         if self._policy is None or self._window is None:
             return False
         retain = self._policy.retain_budget(self._window)
-        span = select_compactable_range(self._session, retain_tokens=retain)
+        span = self._policy.select(self._session, retain_tokens=retain)
         if span is None:
             return False
+        # The whole view did not fit: a model summary gets the span alone.
+        summarizer = self._pressure_summarizer(continuation=False)
         try:
-            compact_surface_region(self._session, span[0], span[1], summarizer=self._summarizer,
-                                   owner=turn, stability="whole-surface")
-        except CompactionError as exc:
+            await acompact_surface_region(self._session, span[0], span[1],
+                                          summarizer=summarizer, owner=turn,
+                                          stability="whole-surface")
+        except (CompactionError, LlmFailureError) as exc:
             logger.warning("session %r turn %d: compaction after a context overflow failed "
                            "(%s: %s)", self._session.id, turn, exc.code, exc.message)
             return False

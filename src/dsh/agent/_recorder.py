@@ -531,7 +531,8 @@ class StepRecorder:
     def assistant(self, content: str | Sequence[Mapping[str, Any]] | None = None, *,
                   message: Mapping[str, Any] | None = None, provider: str | None = None,
                   model: str | None = None, usage: Mapping[str, int] | None = None,
-                  replay_state: JsonValue = None, interrupted: bool = False) -> Event:
+                  replay_state: JsonValue = None, interrupted: bool = False,
+                  request: JsonValue = None) -> Event:
         """Append the step's one ``assistant/message``, citing this attempt's chunk seqs.
 
         Args:
@@ -542,6 +543,8 @@ class StepRecorder:
             usage: Token usage ``{inputTokens, outputTokens, ...}``.
             replay_state: Adapter replay state for the message source.
             interrupted: Marks a cancelled stream's visible prefix (``interrupted: true``).
+            request: The fingerprint of the request this message answers (``{tools, system,
+                messages, prefix, sharedMessages}``; docs/effects.md#cache-keeping-compaction).
 
         Raises:
             AgentError: code ``RECORDER`` for a second assistant message in the step, for
@@ -581,6 +584,8 @@ class StepRecorder:
             data["usage"] = dict(usage)
         if interrupted:
             data["interrupted"] = True
+        if request is not None:
+            data["request"] = request
         event = self._recorder._append("assistant/message", data, surface_op="append",
                                        source_event_seqs=list(self._chunk_seqs))
         self._assistant = event

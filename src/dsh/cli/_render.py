@@ -386,6 +386,16 @@ def _render_blocks(blocks: Sequence[Block], full: bool, *, clip_text: bool) -> I
             yield Text(f"  [{block.type} block]", style="dim")
 
 
+def _cache_note(usage: Mapping[str, Any] | None, share: float | None) -> str:
+    """``cache 93% of 12.3k input tokens`` for a request's usage, or '' without one."""
+    if share is None or usage is None:
+        return ""
+    total = sum(v for k, v in usage.items() if type(v) is int
+                and k in ("inputTokens", "cacheReadTokens", "cacheWriteTokens"))
+    size = f"{total / 1000:.1f}k" if total >= 1000 else str(total)
+    return f"cache {share:.0%} of {size} input tokens"
+
+
 def _render_entry(entry: Entry, full: bool) -> Iterator[RenderableType]:
     from rich.text import Text
 
@@ -408,6 +418,9 @@ def _render_entry(entry: Entry, full: bool) -> Iterator[RenderableType]:
         else:
             if entry.model:
                 head.append(f"  {entry.model}", style="dim")
+            cache = _cache_note(entry.usage, entry.cached_share)
+            if cache:
+                head.append(f"  {cache}", style="dim")
         origin = entry.origin if isinstance(entry, Message) else None
         if origin:
             head.append(f"  ({origin})", style="dim")
@@ -419,6 +432,9 @@ def _render_entry(entry: Entry, full: bool) -> Iterator[RenderableType]:
         start, end = entry.replaces
         yield Text(f"⟲ compaction checkpoint  #{seq}  replaces #{start}–#{end} "
                    f"({plural(len(entry.shadowed_seqs), 'message')})", style="bold cyan")
+        cache = _cache_note(entry.summary_usage, entry.summary_cached_share)
+        if cache:
+            yield Text(f"  summary request: {cache}", style="dim cyan")
         yield Text(_indent(_clip(entry.summary, full)), style="cyan")
     elif isinstance(entry, Replacement):
         start, end = entry.replaces

@@ -17,7 +17,12 @@ from dsh.compaction._brackets import (
     CompactionViolation,
     check_compaction_log,
 )
-from dsh.compaction._pressure import CompactionPolicy, PressureOutcome, compact_if_needed
+from dsh.compaction._pressure import (
+    CompactionPolicy,
+    PressureOutcome,
+    acompact_if_needed,
+    compact_if_needed,
+)
 from dsh.compaction._pruner import (
     PRUNE_MARKER,
     PrunedResult,
@@ -42,6 +47,7 @@ from dsh.compaction._region import (
 from dsh.compaction._selection import (
     Span,
     head_position,
+    select_cache_keeping_range,
     select_compactable_range,
     validate_span,
 )
@@ -98,6 +104,7 @@ __all__ = [
     "Summarizer",
     "SummaryResult",
     "SurfaceMeasurement",
+    "acompact_if_needed",
     "acompact_now",
     "acompact_surface_region",
     "assert_compaction_inactive",
@@ -121,6 +128,7 @@ __all__ = [
     "node_prices",
     "prune_content",
     "prune_session",
+    "select_cache_keeping_range",
     "select_compactable_range",
     "session_compaction_state",
     "utf16_length",

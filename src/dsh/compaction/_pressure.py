@@ -1,29 +1,33 @@
 """Automatic compaction under context pressure (persistence spec §9.7, §9.9).
 
 A :class:`CompactionPolicy` says when an open turn's surface is too large for its context
-window; :func:`compact_if_needed` then compacts through the region transaction, retrying as the
-policy allows, and reports a :class:`PressureOutcome`.
+window; :func:`compact_if_needed` (or :func:`acompact_if_needed`, whose summarizer may be
+awaited) then compacts through the region transaction, retrying as the policy allows, and
+reports a :class:`PressureOutcome`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dsh._errors import CompactionError, ConfigError
 from dsh.compaction._pruner import PrunerConfig, PruneResult, SessionLike, prune_session
 from dsh.compaction._region import (
+    AsyncFlush,
     CancelSignal,
     CompactionResult,
+    acompact_surface_region,
     assert_compaction_inactive,
     compact_surface_region,
     session_compaction_state,
 )
-from dsh.compaction._selection import select_compactable_range
-from dsh.compaction._summarizers import Summarizer
-from dsh.compaction._tokens import measure_surface
+from dsh.compaction._selection import select_cache_keeping_range, select_compactable_range
+from dsh.compaction._summarizers import AsyncSummarizer, Summarizer
+from dsh.compaction._tokens import SurfaceMeasurement, measure_surface
 
-__all__ = ["CompactionPolicy", "PressureOutcome", "compact_if_needed"]
+__all__ = ["CompactionPolicy", "PressureOutcome", "acompact_if_needed", "compact_if_needed"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +42,11 @@ class CompactionPolicy:
         retain_tokens: Absolute tail budget (>= 0), exclusive with ``retain_ratio``; must stay
             below the threshold once the window is known.
         compaction_retries: Extra compactions while still above the threshold (>= 0; default 1).
+        keep_cache: Spend the retained budget on the head instead of the tail: keep the longest
+            prefix that fits and compact everything after it, so the next request shares that
+            prefix with the ones before (the provider's prompt cache serves it). Default False:
+            the head is compacted and the tail kept (Rule:
+            docs/effects.md#cache-keeping-compaction).
     Raises:
         ConfigError: a value out of range or both retention fields given.
     """
@@ -46,6 +55,7 @@ class CompactionPolicy:
     retain_ratio: float | None = None
     retain_tokens: int | None = None
     compaction_retries: int = 1
+    keep_cache: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold_ratio <= 1:
@@ -90,6 +100,13 @@ class CompactionPolicy:
         assert ratio is not None
         return math.floor(context_window * ratio)
 
+    def select(self, session: SessionLike, *, retain_tokens: int,
+               measurement: SurfaceMeasurement | None = None) -> tuple[int, int] | None:
+        """The span an automatic compaction replaces: cache-keeping or head-anchored."""
+        chooser: Callable[..., tuple[int, int] | None] = (
+            select_cache_keeping_range if self.keep_cache else select_compactable_range)
+        return chooser(session, retain_tokens=retain_tokens, measurement=measurement)
+
 
 @dataclass(frozen=True, slots=True)
 class PressureOutcome:
@@ -129,29 +146,80 @@ def compact_if_needed(session: SessionLike, *, summarizer: Summarizer, context_w
             every attempt), or any code of :func:`compact_surface_region`.
         ConfigError: ``retain_tokens`` not below the threshold.
     """
-    policy = policy or CompactionPolicy()
-    assert_compaction_inactive(session_compaction_state(session), "automatic compaction")
-    threshold = policy.threshold_tokens(context_window)
-    retain = policy.retain_budget(context_window)
-    before = measure_surface(session).total_tokens
-    if before <= threshold:
+    pressure = _Pressure(session, context_window, policy or CompactionPolicy(), pruner)
+    if not pressure.above():
         return None
-    pruned = prune_session(session, pruner) if pruner is not None else None
-    measurement = measure_surface(session)
-    results: list[CompactionResult] = []
-    attempts = policy.compaction_retries + 1
-    while measurement.total_tokens > threshold:
-        if len(results) == attempts:
+    while (span := pressure.next_span()) is not None:
+        pressure.done(compact_surface_region(session, span[0], span[1], summarizer=summarizer,
+                                             owner=owner, stability="whole-surface",
+                                             signal=signal))
+    return pressure.outcome()
+
+
+async def acompact_if_needed(session: SessionLike, *, summarizer: Summarizer | AsyncSummarizer,
+                             context_window: int, owner: int,
+                             policy: CompactionPolicy | None = None,
+                             pruner: PrunerConfig | None = None,
+                             signal: CancelSignal | None = None,
+                             flush: AsyncFlush | None = None) -> PressureOutcome | None:
+    """Async twin of :func:`compact_if_needed` (the summarizer never blocks the event loop).
+
+    An ``asummarize`` is awaited (a model asked on the loop), a plain ``summarize`` runs in a
+    worker thread. ``flush`` (e.g. ``store.aflush``) runs after each compaction's close.
+    Arguments, order, results and errors otherwise as :func:`compact_if_needed`; cancellation
+    propagates.
+    """
+    pressure = _Pressure(session, context_window, policy or CompactionPolicy(), pruner)
+    if not pressure.above():
+        return None
+    while (span := pressure.next_span()) is not None:
+        pressure.done(await acompact_surface_region(
+            session, span[0], span[1], summarizer=summarizer, owner=owner,
+            stability="whole-surface", signal=signal, flush=flush))
+    return pressure.outcome()
+
+
+class _Pressure:
+    """The steps both entry points share: measure, prune, choose spans, count attempts."""
+
+    def __init__(self, session: SessionLike, context_window: int, policy: CompactionPolicy,
+                 pruner: PrunerConfig | None) -> None:
+        assert_compaction_inactive(session_compaction_state(session), "automatic compaction")
+        self.session = session
+        self.policy = policy
+        self.pruner = pruner
+        self.threshold = policy.threshold_tokens(context_window)
+        self.retain = policy.retain_budget(context_window)
+        self.before = measure_surface(session).total_tokens
+        self.pruned: PruneResult | None = None
+        self.measurement = measure_surface(session)
+        self.results: list[CompactionResult] = []
+
+    def above(self) -> bool:
+        if self.before <= self.threshold:
+            return False
+        if self.pruner is not None:
+            self.pruned = prune_session(self.session, self.pruner)
+        self.measurement = measure_surface(self.session)
+        return True
+
+    def next_span(self) -> tuple[int, int] | None:
+        if self.measurement.total_tokens <= self.threshold:
+            return None
+        attempts = self.policy.compaction_retries + 1
+        if len(self.results) == attempts:
             raise CompactionError(
                 f"still above threshold after {attempts} compaction attempts "
-                f"(~{measurement.total_tokens} tokens > {threshold})", code="PRESSURE")
-        span = select_compactable_range(session, retain_tokens=retain, measurement=measurement)
-        if span is None:
-            break
-        results.append(compact_surface_region(session, span[0], span[1], summarizer=summarizer,
-                                              owner=owner, stability="whole-surface",
-                                              signal=signal))
-        measurement = measure_surface(session)
-    return PressureOutcome(before, measurement.total_tokens, pruned, tuple(results))
+                f"(~{self.measurement.total_tokens} tokens > {self.threshold})", code="PRESSURE")
+        return self.policy.select(self.session, retain_tokens=self.retain,
+                                  measurement=self.measurement)
+
+    def done(self, result: CompactionResult) -> None:
+        self.results.append(result)
+        self.measurement = measure_surface(self.session)
+
+    def outcome(self) -> PressureOutcome:
+        return PressureOutcome(self.before, self.measurement.total_tokens, self.pruned,
+                               tuple(self.results))
 
 

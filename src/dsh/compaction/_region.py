@@ -368,6 +368,8 @@ class _Region:
             summary_data["maxTokens"] = result.max_tokens
         if result.usage is not None:
             summary_data["usage"] = result.usage
+        if result.request is not None:
+            summary_data["request"] = result.request
         session = self.session
         self.stage = "commit"
         summary_event = session.append("compaction/summary", FrozenDict(summary_data))

@@ -9,7 +9,9 @@ Invariants this module owns (persistence spec §9.5, §9.10; core spec §11; see
 * a ``system/message`` at surface node 0 is never inside a span (only a system replace of that
   one node may shadow it, seed ch. 28);
 * automatic selection is head-anchored and keeps a token budget at the tail; the tail cut moves
-  toward the head until it is balanced.
+  toward the head until it is balanced; the cache-keeping selection spends that budget on the
+  head instead (the longest balanced prefix that fits stays, everything after it is
+  compacted), so the next request shares that prefix with the ones before.
 
 Errors are :class:`dsh._errors.CompactionError` with these codes: ``range`` (a seq is not on the
 surface, the span is reversed, or it covers a ``system/message`` head), ``unbalanced`` (a cut of
@@ -40,6 +42,7 @@ __all__ = [
     "check_span_size",
     "head_position",
     "minimal_checkpoint_tokens",
+    "select_cache_keeping_range",
     "select_compactable_range",
     "validate_span",
 ]
@@ -216,16 +219,8 @@ def select_compactable_range(session: _Session, *, retain_tokens: int,
     """
     if retain_tokens < 0:
         raise ConfigError(f"retain_tokens must be >= 0, got {retain_tokens}")
-    surface = session.surface
-    nodes = surface.nodes
-    if measurement is None:
-        measurement = measure_surface(session)
-    elif (measurement.replace_generation != surface.replace_generation
-          or measurement.seqs != tuple(nodes)):
-        raise CompactionError(
-            "the priced surface is not the session's current surface (measured "
-            f"{len(measurement.seqs)} nodes at generation {measurement.replace_generation}, "
-            f"surface has {len(nodes)} at generation {surface.replace_generation})", code="CHANGED")
+    nodes = session.surface.nodes
+    measurement = _checked_measurement(session, measurement)
     count = len(measurement.seqs)
     if count == 0:
         return None
@@ -245,6 +240,78 @@ def select_compactable_range(session: _Session, *, retain_tokens: int,
     if keep <= head:
         return None
     return nodes[head], nodes[keep - 1]
+
+
+def _checked_measurement(session: _Session,
+                         measurement: SurfaceMeasurement | None) -> SurfaceMeasurement:
+    surface = session.surface
+    nodes = surface.nodes
+    if measurement is None:
+        return measure_surface(session)
+    if (measurement.replace_generation != surface.replace_generation
+            or measurement.seqs != tuple(nodes)):
+        raise CompactionError(
+            "the priced surface is not the session's current surface (measured "
+            f"{len(measurement.seqs)} nodes at generation {measurement.replace_generation}, "
+            f"surface has {len(nodes)} at generation {surface.replace_generation})", code="CHANGED")
+    return measurement
+
+
+def select_cache_keeping_range(session: _Session, *, retain_tokens: int,
+                               measurement: SurfaceMeasurement | None = None
+                               ) -> tuple[int, int] | None:
+    """Choose the span that keeps the longest head: ``retain_tokens`` spent on the prefix.
+
+    Providers cache request prefixes; a compaction that replaces the head makes the next request
+    a cache miss. This selection keeps the longest balanced prefix of the surface whose tokens
+    fit ``retain_tokens`` (a ``system/message`` head always stays) and compacts everything after
+    it, through the last balanced cut (normally the newest node). The next request then starts
+    with that prefix, which every earlier request (and a summary request sent as their
+    continuation) already had. A span too small to be worth a checkpoint is not chosen.
+
+    Args:
+        session: The session to compact.
+        retain_tokens: Estimated tokens of the head to keep (>= 0).
+        measurement: A priced surface; measured now when omitted.
+
+    Returns:
+        ``(start_seq, end_seq)``, or ``None`` when nothing after the kept head can be compacted.
+
+    Raises:
+        CompactionError: code ``changed`` when ``measurement`` does not describe the current
+            surface; ``ConfigError`` for a negative budget.
+    Rule: docs/effects.md#cache-keeping-compaction; persistence spec §9.5 (balanced cuts).
+    """
+    if retain_tokens < 0:
+        raise ConfigError(f"retain_tokens must be >= 0, got {retain_tokens}")
+    measurement = _checked_measurement(session, measurement)
+    nodes = session.surface.nodes
+    prices = measurement.prices
+    count = len(prices)
+    head = head_position(session)
+    if count <= head:
+        return None
+    cuts = balanced_cuts(session)
+    keep = head
+    kept_tokens = sum(prices[:head])
+    best = head if cuts[head] else None
+    for position in range(head, count):
+        kept_tokens += prices[position]
+        if kept_tokens > retain_tokens:
+            break
+        keep = position + 1
+        if cuts[keep]:
+            best = keep
+    if best is None:
+        return None
+    end = count
+    while end > best and not cuts[end]:
+        end -= 1
+    if end <= best:
+        return None
+    if sum(prices[best:end]) <= minimal_checkpoint_tokens():
+        return None
+    return nodes[best], nodes[end - 1]
 
 
 def _seq_list(nodes: Sequence[int], shown: int = 12) -> str:

@@ -152,7 +152,10 @@ class SummaryResult:
         llm_stream_call: True when exactly one provider call produced it; then ``raw_output``
             is required (persistence spec §9.2).
         max_tokens: Generation cap used, if any.
-        usage: Provider ``TokenUsage``, if any.
+        usage: Provider ``TokenUsage``, if any (its cache-read and cache-write counts tell how
+            much of the summary request the provider's prompt cache served).
+        request: The summary request's fingerprint (``{tools, system, messages, prefix,
+            sharedMessages}``, docs/effects.md#cache-keeping-compaction), if any.
     """
 
     summary: tuple[str, ...]
@@ -162,6 +165,7 @@ class SummaryResult:
     llm_stream_call: bool = False
     max_tokens: int | None = None
     usage: JsonValue = None
+    request: JsonValue = None
 
     def __post_init__(self) -> None:
         if not self.summary or not any(t.strip() for t in self.summary):

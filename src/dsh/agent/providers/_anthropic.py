@@ -60,6 +60,10 @@ class AnthropicProvider:
         thinking_budget_tokens: Turn extended thinking on with this budget (tokens) for every
             request; otherwise it is on only when the header sets ``reasoningEffort``
             (:data:`THINKING_BUDGET_TOKENS`).
+        prompt_cache: Mark the last content block of every request with ``cache_control``
+            (ephemeral), so the provider caches the whole prompt and the next request reads
+            it back (Anthropic looks for a cached prefix at the mark and up to 20 blocks
+            before it); False sends no mark (docs/effects.md#cache-keeping-compaction).
         client: An existing ``AsyncAnthropic`` to use instead of building one.
 
     The SDK's own retries are off: the loop retries retryable failures itself and records each
@@ -72,11 +76,12 @@ class AnthropicProvider:
     def __init__(self, *, model: str, api_key: str, base_url: str | None = None,
                  name: str = "anthropic", read_timeout_s: float = 120.0,
                  connect_timeout_s: float = 10.0, thinking_budget_tokens: int | None = None,
-                 client: Any = None) -> None:
+                 prompt_cache: bool = True, client: Any = None) -> None:
         self._sdk = _sdk()
         self.name = name
         self.model = model
         self.thinking_budget_tokens = thinking_budget_tokens
+        self.prompt_cache = prompt_cache
         self.client = client or self._sdk.AsyncAnthropic(
             api_key=api_key, base_url=base_url, max_retries=0,
             timeout=self._sdk.Timeout(read_timeout_s, connect=connect_timeout_s))
@@ -101,11 +106,15 @@ class AnthropicProvider:
         Header fields map as ``maxTokens`` → ``max_tokens`` (default
         :data:`DEFAULT_MAX_TOKENS`), ``temperature`` (not sent with thinking on, which
         requires the default), ``stop`` → ``stop_sequences``, ``reasoningEffort`` →
-        ``thinking`` budget; tools become ``{name, description, input_schema}``.
+        ``thinking`` budget; tools become ``{name, description, input_schema}``. With
+        :attr:`prompt_cache`, the last content block carries ``cache_control: {type:
+        ephemeral}``.
         """
         config = request.config
         body: dict[str, Any] = {"model": request.model, **self.request_messages(request),
                                 "stream": True}
+        if self.prompt_cache:
+            _mark_last_block(body["messages"])
         budget = self.thinking_budget_tokens or THINKING_BUDGET_TOKENS.get(
             str(config.get("reasoningEffort")))
         max_tokens = config.get("maxTokens") or DEFAULT_MAX_TOKENS
@@ -152,6 +161,19 @@ class AnthropicProvider:
         if state.usage is not None:
             yield {"type": "usage", "usage": state.usage}
         yield {"type": "finish", "reason": {"kind": _STOP.get(state.stop_reason or "", "stop")}}
+
+
+def _mark_last_block(messages: list[dict[str, Any]]) -> None:
+    """Put the cache mark on the last content block of the last message (in place)."""
+    if not messages:
+        return
+    last = messages[-1]
+    content = last.get("content")
+    if isinstance(content, str):
+        last["content"] = [{"type": "text", "text": content,
+                            "cache_control": {"type": "ephemeral"}}]
+    elif isinstance(content, list) and content and isinstance(content[-1], dict):
+        content[-1] = {**content[-1], "cache_control": {"type": "ephemeral"}}
 
 
 class _Block:
