@@ -447,3 +447,104 @@ def anthropic_cached(cache: PrefixCache, text: str = "",
     """A Messages reply whose usage the cache computes from the request."""
     return Dynamic(lambda body: Stream(anthropic_reply(text, tool_uses=tool_uses,
                                                        usage=cache.anthropic_usage(body))))
+
+
+# --- OpenAI Responses events --------------------------------------------------------------------
+
+
+def responses_usage(input_tokens: int = 20, output_tokens: int = 7, *, cached: int = 0,
+                    reasoning: int = 0) -> dict[str, Any]:
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens_details": {"reasoning_tokens": reasoning}}
+
+
+def _response(status: str, output: list[Any], usage: dict[str, Any] | None,
+              model: str, incomplete: str | None = None,
+              error: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"id": "resp_test", "object": "response", "created_at": 1764547200,
+            "status": status, "model": model, "output": output, "parallel_tool_calls": True,
+            "tool_choice": "auto", "tools": [], "usage": usage, "error": error,
+            "incomplete_details": {"reason": incomplete} if incomplete else None,
+            "instructions": None, "metadata": {}, "temperature": None, "top_p": None}
+
+
+def responses_reply(text: str = "", *, reasoning: str = "", encrypted: str = "",
+                    tool_calls: Sequence[tuple[str, str, str]] = (),
+                    usage: dict[str, Any] | None = None, incomplete: str | None = None,
+                    model: str = "gpt-test", pieces: int = 2) -> list[tuple[str | None, Any]]:
+    """A Responses stream: response.created, a reasoning item (summary deltas, encrypted
+    content), a message item (output_text deltas), function_call items (argument deltas), then
+    response.completed (or response.incomplete with ``incomplete``), as the API emits them."""
+    seq = iter(range(10_000))
+    out: list[tuple[str | None, Any]] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        out.append((kind, {"type": kind, "sequence_number": next(seq), **fields}))
+
+    def split(s: str) -> list[str]:
+        step = max(1, -(-len(s) // pieces))
+        return [s[i:i + step] for i in range(0, len(s), step)]
+
+    emit("response.created", response=_response("in_progress", [], None, model))
+    items: list[dict[str, Any]] = []
+    index = 0
+    if reasoning:
+        rid = "rs_1"
+        emit("response.output_item.added", output_index=index,
+             item={"type": "reasoning", "id": rid, "summary": []})
+        for part in split(reasoning):
+            emit("response.reasoning_summary_text.delta", item_id=rid, output_index=index,
+                 summary_index=0, delta=part)
+        item = {"type": "reasoning", "id": rid,
+                "summary": [{"type": "summary_text", "text": reasoning}]}
+        if encrypted:
+            item["encrypted_content"] = encrypted
+        emit("response.output_item.done", output_index=index, item=item)
+        items.append(item)
+        index += 1
+    if text:
+        mid = "msg_1"
+        emit("response.output_item.added", output_index=index,
+             item={"type": "message", "id": mid, "role": "assistant", "status": "in_progress",
+                   "content": []})
+        for part in split(text):
+            emit("response.output_text.delta", item_id=mid, output_index=index,
+                 content_index=0, delta=part, logprobs=[])
+        item = {"type": "message", "id": mid, "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        emit("response.output_item.done", output_index=index, item=item)
+        items.append(item)
+        index += 1
+    for call_id, name, args in tool_calls:
+        fid = f"fc_{index}"
+        emit("response.output_item.added", output_index=index,
+             item={"type": "function_call", "id": fid, "call_id": call_id, "name": name,
+                   "arguments": "", "status": "in_progress"})
+        for part in split(args):
+            emit("response.function_call_arguments.delta", item_id=fid, output_index=index,
+                 delta=part)
+        item = {"type": "function_call", "id": fid, "call_id": call_id, "name": name,
+                "arguments": args, "status": "completed"}
+        emit("response.output_item.done", output_index=index, item=item)
+        items.append(item)
+        index += 1
+    final = usage or responses_usage()
+    if incomplete:
+        emit("response.incomplete",
+             response=_response("incomplete", items, final, model, incomplete=incomplete))
+    else:
+        emit("response.completed", response=_response("completed", items, final, model))
+    return out
+
+
+def responses_failed(code: str, message: str, model: str = "gpt-test"
+                     ) -> list[tuple[str | None, Any]]:
+    """A Responses stream that fails after it was created (``response.failed``)."""
+    return [("response.created", {"type": "response.created", "sequence_number": 0,
+                                  "response": _response("in_progress", [], None, model)}),
+            ("response.failed", {"type": "response.failed", "sequence_number": 1,
+                                 "response": _response("failed", [], None, model,
+                                                       error={"code": code,
+                                                              "message": message})})]

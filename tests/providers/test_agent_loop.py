@@ -22,7 +22,13 @@ from dsh._errors import LlmFailureError
 from dsh._verify import verify_events
 from dsh.agent import Agent, LlmRequest, RetryPolicy
 from dsh.agent._builtin import workspace_tools
-from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider, provider_summarizer
+from dsh.agent.providers import (
+    AnthropicProvider,
+    OpenAIChatProvider,
+    OpenAIResponsesProvider,
+    provider_summarizer,
+    responses_input,
+)
 from dsh.compaction import CompactionPolicy, acompact_now
 from dsh.compaction._summarizers import COMPACTION_INSTRUCTION
 from dsh.interop._export import to_anthropic, to_openai, validate_conversation
@@ -44,6 +50,7 @@ from tests.providers.servers import (
     anthropic_reply,
     openai_error,
     openai_reply,
+    responses_reply,
 )
 
 SYSTEM = "You are terse."
@@ -67,9 +74,20 @@ class Wire:
         """What of a request body the export must equal."""
         if self.name == "openai":
             return body["messages"]
+        if self.name == "responses":
+            return {k: body[k] for k in ("instructions", "input") if k in body}
         sent = {k: body[k] for k in ("system", "messages") if k in body}
         sent["messages"] = without_cache_mark(sent["messages"])
         return sent
+
+    def items(self, body: dict[str, Any]) -> list[Any]:
+        """The conversation a request body carries: its messages, or its input items."""
+        return list(body["input"] if self.name == "responses" else body["messages"])
+
+    def text_of(self, item: Any) -> str:
+        """The text of one conversation entry of a request body."""
+        content = item["content"]
+        return content if isinstance(content, str) else content[-1]["text"]
 
 
 def _openai_export(view: list[Any], model: str) -> Any:
@@ -99,7 +117,21 @@ ANTHROPIC = Wire(
     Fail(400, ANTHROPIC_OVERFLOW),
     Fail(401, anthropic_error("authentication_error", "invalid x-api-key")),
     _anthropic_export, "claude-test")
-WIRES = [pytest.param(OPENAI, id="openai"), pytest.param(ANTHROPIC, id="anthropic")]
+def _responses_export(view: list[Any], model: str) -> Any:
+    return {"instructions": SYSTEM, "input": responses_input(view, target_model=model)}
+
+
+RESPONSES = Wire(
+    "responses", lambda url: OpenAIResponsesProvider(model="gpt-test", api_key="k", base_url=url,
+                                                     read_timeout_s=1.0),
+    lambda text="", calls=(), **kw: responses_reply(text, tool_calls=calls, **kw),
+    Fail(429, OPENAI_RATE_LIMIT, {"retry-after": "1"}), Fail(500, OPENAI_SERVER_ERROR),
+    Fail(400, OPENAI_OVERFLOW),
+    Fail(401, openai_error(401, "Incorrect API key provided", type_="invalid_request_error",
+                           code="invalid_api_key")),
+    _responses_export, "gpt-test")
+WIRES = [pytest.param(OPENAI, id="openai"), pytest.param(ANTHROPIC, id="anthropic"),
+         pytest.param(RESPONSES, id="responses")]
 
 
 class Run:
@@ -142,7 +174,8 @@ class Run:
         assert len(self.server.requests) == len(self.views)
         for body, view in zip(self.server.requests, self.views, strict=True):
             assert self.wire.sent(body) == self.wire.export(view, self.wire.model)
-            assert validate_conversation(body["messages"], self.wire.name) == []
+            if self.wire.name != "responses":
+                assert validate_conversation(body["messages"], self.wire.name) == []
 
     def events(self, kind: str) -> list[Any]:
         return [e for e in self.agent.session.events if e["type"] == kind]
@@ -174,9 +207,13 @@ def test_parallel_tool_calls_then_answer(wire: Wire, tmp_path: Path) -> None:
     usage = run.events("assistant/message")[0]["data"]["usage"]
     assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0
     # The second request carries the calls and their results, in the receiver's format.
-    second = server.requests[1]["messages"]
+    second = wire.items(server.requests[1])
     if wire.name == "openai":
         assert [m["role"] for m in second[-3:]] == ["assistant", "tool", "tool"]
+    elif wire.name == "responses":
+        assert [(i.get("type"), i.get("call_id")) for i in second[-4:]] == [
+            ("function_call", "call_1"), ("function_call", "call_2"),
+            ("function_call_output", "call_1"), ("function_call_output", "call_2")]
     else:
         assert [b["type"] for b in second[-1]["content"]] == ["tool_result", "tool_result"]
     run.assert_wire_equals_log()
@@ -235,7 +272,7 @@ def test_context_overflow_compacts_then_the_retry_succeeds(wire: Wire, tmp_path:
     assert retry["data"]["failure"]["code"] == "CONTEXT_OVERFLOW"
     assert len(run.events("compaction/start")) == len(run.events("compaction/end")) == 1
     overflowed, retried = server.requests[-2:]
-    assert len(retried["messages"]) < len(overflowed["messages"])
+    assert len(wire.items(retried)) < len(wire.items(overflowed))
     run.assert_wire_equals_log()
     run.close()
 
@@ -261,12 +298,40 @@ def test_the_model_summarizer_writes_the_checkpoint(wire: Wire, tmp_path: Path) 
 
         result = asyncio.run(go())
     assert result is not None
-    asked = server.requests[2]["messages"][-1]
-    text = asked["content"] if wire.name == "openai" else asked["content"][-1]["text"]
-    assert text == COMPACTION_INSTRUCTION
+    asked = wire.items(server.requests[2])[-1]
+    assert wire.text_of(asked) == COMPACTION_INSTRUCTION
     (recorded,) = run.events("compaction/summary")
     assert (recorded["data"]["provider"], recorded["data"]["model"]) == (run.provider.name,
                                                                          wire.model)
     view = run.agent.session.derive_messages()
     assert summary in json.dumps([plain(m) for m in view])
+    run.close()
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_cancelling_a_stream_records_what_was_visible_and_closes_the_connection(
+        wire: Wire, tmp_path: Path) -> None:
+    partial = wire.reply("Half of an answer that never ends")
+    visible = 3 if wire.name == "openai" else 4  # created/role event, then two text deltas
+    with ScriptedServer([Stall(partial[:visible])]) as server:
+        run = Run(wire, server, tmp_path)
+
+        async def go() -> None:
+            task = asyncio.create_task(run.agent.run("start"))
+            while not run.events("assistant/chunk") or not any(
+                    e["data"]["chunk"]["type"] == "text-delta"
+                    for e in run.events("assistant/chunk")):
+                await asyncio.sleep(0.01)  # until the first streamed text is in the log
+            run.agent.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await run.provider.aclose()
+
+        asyncio.run(go())
+    (message,) = run.events("assistant/message")
+    assert message["data"]["interrupted"] is True
+    assert message["data"]["message"]["content"][0]["type"] == "text"
+    assert message["data"]["message"]["content"][0]["text"].startswith("Half")
+    (end,) = run.events("turn/end")
+    assert end["data"]["reason"] == {"kind": "aborted", "reason": {"kind": "user"}}
     run.close()

@@ -15,6 +15,10 @@ checkpoint. This module keeps the prefix (Rule: docs/effects.md#cache-keeping-co
   request, every current message, then the summary instruction, so all but the instruction
   and the newest messages are read from the cache; its fingerprint and usage go into
   ``compaction/summary``;
+* a provider that compacts on its side (:class:`RemoteCompactor`: the Responses API's
+  ``/responses/compact``, where the server offers it) is asked first, with the span; its opaque
+  compaction item rides in the checkpoint message as a ``provider-raw`` block that provider
+  sends back, and the kept user messages are the checkpoint's readable text;
 * the compaction keeps the longest head it can (``CompactionPolicy(keep_cache=True)``,
   :func:`dsh.compaction.select_cache_keeping_range`), so the first request after it shares
   that head with everything sent before.
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 from dsh._errors import CompactionError, ConfigError
 from dsh.agent._provider import LlmRequest, Provider, StreamAssembler
@@ -35,10 +39,31 @@ from dsh.compaction import COMPACTION_INSTRUCTION, SummaryResult
 from dsh.json import FrozenDict, JsonValue, dumps, snapshot_json
 from dsh.session import Session
 
-__all__ = ["Fingerprints", "ModelSummarizer", "continuation_instruction"]
+__all__ = ["Fingerprints", "ModelSummarizer", "RemoteCompactor", "continuation_instruction"]
 
 _HEX: Final = 16
 _INSTRUCTION_SOURCE: Final = FrozenDict({"kind": "plugin", "plugin": "dsh-compaction"})
+
+
+@runtime_checkable
+class RemoteCompactor(Protocol):
+    """A provider that compacts a conversation on its side (a declared capability).
+
+    ``compact(request)`` returns the server's compacted output (an object with ``output``
+    items, the last a ``compaction`` item with ``encrypted_content``, and ``usage``), or None
+    when the server does not offer it; ``compaction_provider`` names the ``provider-raw``
+    blocks it reads back; ``compaction_usage(usage)`` maps its usage to dsh ``TokenUsage``.
+    """
+
+    compaction_provider: str
+
+    async def compact(self, request: LlmRequest) -> Any | None: ...
+
+    def compaction_usage(self, usage: Any) -> Mapping[str, int]: ...
+
+
+def _field(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, Mapping) else getattr(value, key, None)
 
 
 def _digest(value: object) -> str:
@@ -181,6 +206,51 @@ class ModelSummarizer:
         return LlmRequest(session_id=self._session.id, messages=(*view, instruction),
                           header=header)
 
+    async def _remote(self, span: Sequence[Mapping[str, Any]]) -> SummaryResult | None:
+        """The provider's own compaction of the span, or None (none offered)."""
+        provider = self._provider
+        if not isinstance(provider, RemoteCompactor) or not span:
+            return None
+        header: dict[str, Any] = {"config": dict(self._header["config"])}
+        if self._header.get("system"):
+            header["system"] = self._header["system"]
+        request = LlmRequest(session_id=self._session.id,
+                             messages=tuple(snapshot_json(m) for m in span),
+                             header=snapshot_json(header))
+        compacted = await provider.compact(request)
+        if compacted is None:
+            return None
+        items: list[dict[str, Any]] = []
+        for item in _field(compacted, "output") or ():
+            kind = _field(item, "type")
+            if kind == "message":
+                texts = [_field(p, "text") for p in _field(item, "content") or ()]
+                items.append({"type": "message", "role": _field(item, "role"),
+                              "texts": [t for t in texts if isinstance(t, str) and t]})
+            elif kind == "compaction":
+                items.append({"type": "compaction", "id": _field(item, "id"),
+                              "encrypted_content": _field(item, "encrypted_content")})
+        kept = [t for i in items if i["type"] == "message" for t in i["texts"]]
+        found = next((i for i in items if i["type"] == "compaction"), None)
+        if found is None or not isinstance(found["encrypted_content"], str):
+            raise CompactionError("the provider's compaction returned no compaction item",
+                                  code="SUMMARY")
+        text = (f"The earlier conversation was compacted by the provider ({self.provider} "
+                f"/responses/compact); the provider keeps its content in the attached item. "
+                f"Its user messages were:\n" + "\n".join(f"- {t}" for t in kept))
+        usage = _field(compacted, "usage")
+        block = {"type": "compaction", "encrypted_content": found["encrypted_content"]}
+        if isinstance(found["id"], str):
+            block["id"] = found["id"]
+        return SummaryResult(
+            summary=(text,), provider=self.provider, model=self.model,
+            raw_output=snapshot_json(items),
+            usage=snapshot_json(dict(provider.compaction_usage(usage))) if usage else None,
+            request=snapshot_json(self._fingerprints.of(request, remember=False)),
+            blocks=snapshot_json([{"type": "provider-raw",
+                                   "provider": provider.compaction_provider,
+                                   "block": block}]))
+
     async def asummarize(self, messages: Sequence[Mapping[str, Any]], *,
                          previous: str | None = None) -> SummaryResult:
         """Ask the model for the checkpoint of ``messages`` (the span); cancellation propagates.
@@ -189,6 +259,9 @@ class ModelSummarizer:
             LlmFailureError: the model call failed (the compaction records its failure).
             CompactionError: code ``SUMMARY`` when the reply holds no text.
         """
+        remote = await self._remote(messages)
+        if remote is not None:
+            return remote
         request = self._request(messages)
         fingerprint = self._fingerprints.of(request, remember=False)
         assembler = StreamAssembler()

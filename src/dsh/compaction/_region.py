@@ -337,6 +337,8 @@ class _Region:
         assert self.span is not None and self.start_event is not None
         result = self._result(produced, summarizer)
         content = frame_checkpoint_content(result.summary)
+        if isinstance(result.blocks, list | tuple) and result.blocks:
+            content = FrozenList([*content, *result.blocks])
         replacement = FrozenDict({"content": content,
                                   "source": checkpoint_source(self.compaction_id,
                                                               self.source_command_id),

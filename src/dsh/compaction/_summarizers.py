@@ -156,6 +156,8 @@ class SummaryResult:
             much of the summary request the provider's prompt cache served).
         request: The summary request's fingerprint (``{tools, system, messages, prefix,
             sharedMessages}``, docs/effects.md#cache-keeping-compaction), if any.
+        blocks: Content blocks the checkpoint message carries after its framed summary (a
+            provider's opaque compaction item as a ``provider-raw`` block), if any.
     """
 
     summary: tuple[str, ...]
@@ -166,6 +168,7 @@ class SummaryResult:
     max_tokens: int | None = None
     usage: JsonValue = None
     request: JsonValue = None
+    blocks: JsonValue = None
 
     def __post_init__(self) -> None:
         if not self.summary or not any(t.strip() for t in self.summary):

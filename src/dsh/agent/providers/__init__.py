@@ -1,4 +1,4 @@
-"""Real model providers behind the agent loop: OpenAI-compatible Chat Completions and Anthropic.
+"""Real model providers behind the agent loop: OpenAI Chat Completions, OpenAI Responses, Anthropic.
 
 Each sits on its official SDK, imported only when a provider is created (extras
 ``dsh-session[openai]`` and ``dsh-session[anthropic]``), so ``import dsh`` stays light.
@@ -20,6 +20,11 @@ from dsh.agent.providers._config import (
 if TYPE_CHECKING:
     from dsh.agent.providers._anthropic import AnthropicProvider
     from dsh.agent.providers._openai_chat import OpenAIChatProvider, ReasoningReplay, openai_usage
+    from dsh.agent.providers._openai_responses import (
+        OpenAIResponsesProvider,
+        responses_input,
+        responses_usage,
+    )
     from dsh.agent.providers._summarizer import provider_summarizer
 
 __all__ = [
@@ -27,12 +32,15 @@ __all__ = [
     "PROVIDER_NAMES",
     "AnthropicProvider",
     "OpenAIChatProvider",
+    "OpenAIResponsesProvider",
     "ProviderName",
     "ProviderPreset",
     "ReasoningReplay",
     "create_provider",
     "openai_usage",
     "provider_summarizer",
+    "responses_input",
+    "responses_usage",
 ]
 
 # PEP 562: the provider classes load on first use (they pull the agent loop's provider protocol
@@ -43,6 +51,9 @@ _LAZY: dict[str, str] = {
     "ReasoningReplay": "dsh.agent.providers._openai_chat",
     "openai_usage": "dsh.agent.providers._openai_chat",
     "provider_summarizer": "dsh.agent.providers._summarizer",
+    "OpenAIResponsesProvider": "dsh.agent.providers._openai_responses",
+    "responses_input": "dsh.agent.providers._openai_responses",
+    "responses_usage": "dsh.agent.providers._openai_responses",
 }
 
 
