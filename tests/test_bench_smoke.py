@@ -33,6 +33,8 @@ CASES = {
                           "--backend", "jsonl-packed,sqlite", "--variants", "open"],
     "effects": ["bench.bench_effects", "--kills", "2", "--classes", "idempotent,irreversible"],
     "cache": ["bench.bench_cache", "--turns", "3", "--wires", "openai"],
+    "view": ["bench.bench_view", "--sizes", "300", "--sessions", "5", "--runs", "1",
+             "--backends", "jsonl,sqlite"],
     # the peer is never looked for here: ours beside dsh-baseline.md
     "side-by-side": ["bench.side_by_side", "--sizes", "300", "--runs", "1", "--flush-events",
                      "300", "--derive-surface", "300", "--derive-runs", "1",

@@ -222,3 +222,24 @@ def test_printable_shows_controls_and_bidi_overrides_as_escapes() -> None:
     text = "ok\tline\n\x1b[31mred\x07 \u202eevil\u2066 \x9b"
     assert tr.printable(text) == "ok\tline\n\\x1b[31mred\\x07 \\u202eevil\\u2066 \\x9b"
     assert tr.printable("<b>plain</b>") == "<b>plain</b>"
+
+
+def test_turn_end_carries_the_cost_the_log_records() -> None:
+    # importers keep a source's cost in an ignorable record (openai-chat: {..., "cost": 0.02})
+    log = LogBuilder("s")
+    log.add("import/openai-chat/request", {"cost": 0.023172, "kwargs": {}}, ignorable=True)
+    log.completed_turn("one")
+    log.add("import/claude-code/assistant", {"costUSD": 0.5}, ignorable=True)
+    log.add("import/claude-code/assistant", {"costUSD": 0.25}, ignorable=True)
+    log.completed_turn("two")
+    log.completed_turn("three")
+    ends = [e for e in tr.build(log.events).entries if isinstance(e, tr.TurnEnd)]
+    assert [e.cost for e in ends] == [0.023172, 0.75, None]
+
+
+def test_model_request_can_project_only_the_last_messages(stores: Path) -> None:
+    events = _read(stores, "main", "s5-compaction").stored_events
+    whole = tr.model_request(events, len(events) - 1)
+    tail = tr.model_request(events, len(events) - 1, last=2)
+    assert tail.nodes == whole.nodes and tail.header == whole.header
+    assert tail.messages == whole.messages[-2:]

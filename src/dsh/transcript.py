@@ -48,9 +48,10 @@ from dsh.session import (
     TOOL_NOT_STARTED,
     TOOL_OUTCOME_UNKNOWN,
     Event,
+    RestoreState,
+    Surface,
     derive_event_message,
     fold_request_header,
-    fold_surface,
 )
 
 __all__ = [
@@ -362,6 +363,9 @@ class TurnEnd:
             fork, not by the run.
         usage: Token usage summed over the turn's assistant messages the fold saw
             (``inputTokens``, ``outputTokens``, ...), or None when none carried usage.
+        cost: The cost the log records for the turn (the sum of the numeric ``cost`` or
+            ``costUSD`` fields of events since the previous turn's end, as importers keep them
+            from their source; in the source's currency, normally US dollars), or None.
     """
 
     kind: ClassVar[str] = "turn-end"
@@ -373,6 +377,7 @@ class TurnEnd:
     cause: str | None = None
     repaired: bool = False
     usage: Mapping[str, int] | None = None
+    cost: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """``{"kind": "turn-end", "seq", "turn", "reason", ["error"], ["cause"], "repaired"}``."""
@@ -913,7 +918,7 @@ class TranscriptFold:
             ``inherited`` (dsh 0.1 writes a plain one).
     """
 
-    __slots__ = ("_calls", "_emit_from", "_last", "_results", "_seed_length", "_step",
+    __slots__ = ("_calls", "_cost", "_emit_from", "_last", "_results", "_seed_length", "_step",
                  "_summary", "_turn", "_turn_open", "_usage")
 
     def __init__(self, *, result_seqs: Mapping[str, int] | None = None,
@@ -926,6 +931,7 @@ class TranscriptFold:
         self._step: int | None = None
         self._calls: dict[str, tuple[str, int]] = {}
         self._usage: dict[str, int] = {}
+        self._cost: float | None = None
         self._last: tuple[int, int] | None = None
         self._summary: tuple[int, Mapping[str, Any]] | None = None  # the last compaction/summary
 
@@ -959,6 +965,10 @@ class TranscriptFold:
         self._last = (seq, time)
         data = event.get("data")
         data = data if isinstance(data, Mapping) else {}
+        for key in ("cost", "costUSD"):
+            value = data.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                self._cost = (self._cost or 0.0) + value
         if kind == "turn/start":
             turn = data.get("turn")
             self._turn = turn if type(turn) is int else None
@@ -981,10 +991,11 @@ class TranscriptFold:
                 cause = _str_or_none(detail.get("kind")) if isinstance(detail, Mapping) else None
             turn = data.get("turn")
             usage = FrozenDict(self._usage) if self._usage else None
-            self._usage = {}
+            cost, self._usage, self._cost = self._cost, {}, None
             return TurnEnd(seq=seq, time=time, turn=turn if type(turn) is int else None,
                            reason=reason_kind, error=error, cause=cause,
-                           repaired=reason_kind in ("interrupted", "forked"), usage=usage)
+                           repaired=reason_kind in ("interrupted", "forked"), usage=usage,
+                           cost=cost)
         if kind == "step/start":
             step = data.get("step")
             self._step = step if type(step) is int else None
@@ -1371,28 +1382,35 @@ class ModelRequest:
 
     Attributes:
         seq: The last event folded (the messages are derived from events ``0 .. seq``).
-        messages: ``(seq, message)`` for each message the surface projected then, in model
-            order: the seq of the event that projects it, and the frozen message itself.
+        nodes: The surface then: the seq of each event that projects a message, in model order.
+        messages: ``(seq, message)`` for each node's message, in model order: all of them, or
+            the last ``last`` nodes' when :func:`model_request` was asked for fewer (a node
+            whose event projects no message, an empty assistant reply, is left out).
         header: The canonical request header folded so far (model, tools, parameters), or None.
         context: The latest ``request/context`` data (provider, model, window), or None.
     """
 
     seq: int
+    nodes: tuple[int, ...]
     messages: tuple[tuple[int, FrozenDict], ...]
     header: FrozenDict | None
     context: FrozenDict | None
 
 
-def model_request(events: Sequence[Event], seq: int) -> ModelRequest:
+def model_request(events: Sequence[Event], seq: int, *, last: int | None = None,
+                  restore: RestoreState | None = None) -> ModelRequest:
     """Return the messages and request header the model was sent as of seq ``seq``.
 
-    The surface is folded from seq 0 through ``seq`` (as a session that had appended exactly
-    those events holds it), each node projected to its message, and the request header and
-    context folded over the same events.
+    The surface is folded through ``seq`` (as a session that had appended exactly those events
+    holds it), each node projected to its message, and the request header and context folded
+    over the same events. Events are read one at a time, so a paged log stays bounded.
 
     Args:
         events: A log whose element at index ``i`` has seq ``i``.
         seq: The last event that counts, ``0 <= seq < len(events)``.
+        last: Project only the last ``last`` nodes (the rest are counted in ``nodes``).
+        restore: The restore state of a prefix of ``events`` (a restore point's): when it ends
+            at or before ``seq`` the fold starts from it instead of from seq 0.
 
     Raises:
         IndexError: ``seq`` is not a seq of the log.
@@ -1403,17 +1421,29 @@ def model_request(events: Sequence[Event], seq: int) -> ModelRequest:
     """
     if not 0 <= seq < len(events):
         raise IndexError(f"seq {seq} is not in the log (it holds {len(events)} events)")
-    prefix = events[:seq + 1]
-    nodes = fold_surface(prefix).nodes
-    messages: list[tuple[int, FrozenDict]] = []
-    for node in nodes:
-        message = derive_event_message(prefix[node])
-        if message is not None:
-            messages.append((node, message))
+    surface = Surface()
+    header: FrozenDict | None = None
     context: FrozenDict | None = None
-    for event in prefix:
-        if event["type"] == "request/context":
+    begin = 0
+    if restore is not None and 0 < restore.event_count <= seq + 1:
+        surface = Surface.resume(restore.nodes, restore.replace_generation)
+        header, context, begin = restore.request_header, restore.request_context, \
+            restore.event_count
+    for index in range(begin, seq + 1):
+        event = events[index]
+        surface.apply(surface.plan(event, index, events))
+        kind = event["type"]
+        if kind == "request/header":
+            header = fold_request_header((event,), header)
+        elif kind == "request/context":
             data = event["data"]
             context = data if isinstance(data, FrozenDict) else None
-    return ModelRequest(seq=seq, messages=tuple(messages),
-                        header=fold_request_header(prefix), context=context)
+    nodes = tuple(surface.nodes)
+    chosen = nodes if last is None else nodes[max(0, len(nodes) - last):]
+    messages: list[tuple[int, FrozenDict]] = []
+    for node in chosen:
+        message = derive_event_message(events[node])
+        if message is not None:
+            messages.append((node, message))
+    return ModelRequest(seq=seq, nodes=nodes, messages=tuple(messages), header=header,
+                        context=context)

@@ -48,6 +48,9 @@ from dsh.cli import (
 from dsh.cli import (
     _cmd_verify as cmd_verify,
 )
+from dsh.cli import (
+    _cmd_view as cmd_view,
+)
 from dsh.cli._cmd_import import examples_dir, user_log_dirs
 from dsh.cli._common import default_store_url
 from dsh.cli._errors import STATE, enable_debug, run
@@ -84,6 +87,7 @@ app.command("run")(cmd_run.run_)
 app.command("chat")(cmd_chat.chat)
 app.command("approve")(cmd_approve.approve)
 app.command("deny")(cmd_approve.deny)
+app.command("view")(cmd_view.view)
 app.command("migrate")(cmd_store.migrate)
 
 

@@ -15,6 +15,7 @@ Besides handles, the facade offers whole-session operations on stored logs:
 ``Persistence.list_headers()`` (headers only), ``list()`` (summaries), ``read(id)`` (the cold
 read pipeline, nothing written: an :class:`Inspection` with the closers kept apart),
 ``inspect(id)`` (the same plus full restore validation; a live id gives its snapshot),
+``read_pages(persistence, id)`` (the same events, paged in through the restore point: O(tail)),
 ``load(id)`` (commits the crash repair), ``fork(source_id, boundary, child_id)`` (a stored child
 of a stored parent; the parent is not written) and ``resume(store, id)``.
 """
@@ -41,6 +42,7 @@ from dsh.persistence._contract import (
 if TYPE_CHECKING:
     from dsh.persistence._facade import Persistence
     from dsh.persistence._listing import ListingEntry, summarize
+    from dsh.persistence._pages import StoredPages, read_pages
     from dsh.persistence._read import Inspection
     from dsh.persistence._restore_point import RestorePointRefused
     from dsh.persistence._write_behind import WriteBehind
@@ -56,10 +58,12 @@ __all__ = [
     "Persistence",
     "RestorePointRefused",
     "SessionSummary",
+    "StoredPages",
     "TornTail",
     "WriteBehind",
     "open_backend",
     "open_store",
+    "read_pages",
     "session_id_problem",
     "store_path",
     "summarize",
@@ -67,7 +71,8 @@ __all__ = [
 
 _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write_behind",
          "ListingEntry": "_listing", "summarize": "_listing",
-         "RestorePointRefused": "_restore_point"}
+         "RestorePointRefused": "_restore_point", "StoredPages": "_pages",
+         "read_pages": "_pages"}
 """Names loaded on first use: ``import dsh.persistence`` stays free of the session layer."""
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}

@@ -107,8 +107,9 @@ class RestoreState:
         if type(value["lastType"]) is not str:
             raise ValueError("restore state field lastType must be a string")
         nodes = value["nodes"]
-        if not isinstance(nodes, list) or any(
-                type(n) is not int or not 0 <= n < count for n in nodes):
+        # the common case in C-speed builtins (an uncompacted 1M-event log has ~270k nodes)
+        if not isinstance(nodes, list) or (nodes and not (
+                set(map(type, nodes)) == {int} and min(nodes) >= 0 and max(nodes) < count)):
             raise ValueError("restore state field nodes must be seqs below eventCount")
         boundary = value["turnBoundary"]
         if type(boundary) is not int or not -1 <= boundary < count:

@@ -217,6 +217,18 @@ class Surface:
         self._view = SurfaceNodes(self._nodes)
         self._replace_generation = 0
 
+    @classmethod
+    def resume(cls, nodes: Sequence[int], replace_generation: int) -> Surface:
+        """A surface holding ``nodes`` after ``replace_generation`` replaces (a restore state's).
+
+        The state of a log prefix, as :class:`~dsh.session.RestoreState` carries it; the events
+        after that prefix are then planned and applied as usual.
+        """
+        surface = cls()
+        surface._nodes.extend(nodes)
+        surface._replace_generation = replace_generation
+        return surface
+
     @property
     def nodes(self) -> SurfaceNodes:
         """The current node seqs in model order (read-only, live, stable identity)."""

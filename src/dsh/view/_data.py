@@ -1,0 +1,383 @@
+"""What the viewer reads of a store: the one seam between ``dsh view`` and the library.
+
+Every read of the viewer goes through :class:`ViewStore`: the listing (the store's listing
+index, never the logs), one session opened by page (:func:`dsh.persistence.read_pages`: O(tail)
+through its restore point), the store's ``tail`` for live pages, fork families and the common
+prefix of two branches. Nothing here writes to the store or takes a writer's lock.
+
+Invariants this module owns: a page of a session costs the events of the page (plus the
+transcript's bounded look back and ahead), not the log; a damaged session never raises out of
+:meth:`ViewStore.open_session` without the error that names the damage (file, line, seq).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from dsh import DshError, Event, SessionNotFoundError
+from dsh.json import FrozenDict, loads
+from dsh.persistence import Persistence, StoredPages, open_store, read_pages
+from dsh.session import RestoreState, decode_storage_record
+
+__all__ = ["Damage", "OpenSession", "SessionInfo", "ViewStore"]
+
+_FULL_READ_TTL_S: Final = 5.0
+"""How long a session read in full (no restore point) is kept for the next page (seconds)."""
+
+_FULL_READ_CACHE: Final = 2
+"""Sessions read in full kept at once (the page being read and the one before)."""
+
+_LISTING_TTL_S: Final = 5.0
+"""How long a listing is reused (seconds): one page view asks for it several times."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionInfo:
+    """One session as the listing shows it (no log is read to make it).
+
+    Attributes:
+        id: Session id.
+        title: Last ``session/title``, else the first prompt's first line, else None.
+        source: ``dsh`` for a native log, else the importer's format name.
+        cwd: Header ``cwd``, or None.
+        created_ms: Header ``createdAt`` (epoch ms).
+        last_activity_ms: Time of the last event (epoch ms; the later of it and ``created_ms``).
+        events: Committed events.
+        turns: ``turn/start`` events.
+        parent: Header ``parentSession`` (the session it was forked from), or None.
+        seed_length: Header ``seedLength`` (events inherited from the parent), or None.
+        timed: False when the source had no timestamps.
+    """
+
+    id: str
+    title: str | None
+    source: str
+    cwd: str | None
+    created_ms: int
+    last_activity_ms: int
+    events: int
+    turns: int
+    parent: str | None
+    seed_length: int | None
+    timed: bool
+
+    @property
+    def cut_seq(self) -> int | None:
+        """The last parent seq a fork inherited (``seed_length - 1``), or None."""
+        return self.seed_length - 1 if self.parent and self.seed_length else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Damage:
+    """Why a session (or a page of it) cannot be read: the error and where it is.
+
+    Attributes:
+        code: The error's stable code (``LOG_CORRUPT``, ``UNKNOWN_EVENT_TYPE``, ...).
+        message: Its one-sentence message.
+        path: The file (or database) holding the damage, when known.
+        line: The line of the file, when known.
+        seq: The seq of the damaged event, when known.
+    """
+
+    code: str
+    message: str
+    path: str | None
+    line: int | None
+    seq: int | None
+
+    @classmethod
+    def of(cls, error: DshError) -> Damage:
+        """The damage an error names."""
+        where = error.where
+        path, line, seq = where.get("path"), where.get("line"), where.get("seq")
+        return cls(code=error.code, message=error.message,
+                   path=path if isinstance(path, str) else None,
+                   line=line if type(line) is int else None,
+                   seq=seq if type(seq) is int else None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenSession:
+    """One session opened for viewing.
+
+    Attributes:
+        id: Session id.
+        header: The stored header (from the header store when the log cannot be read).
+        events: The committed events, element ``i`` at seq ``i`` (paged in where the log has a
+            restore point); for a damaged log, the events readable before the damage.
+        closers: The crash-repair closers a resume would append (full reads only).
+        torn: True when the log ends in a torn tail (left on disk; a resume cuts it).
+        paged: True when the events are paged in from storage.
+        damage: Why the log cannot be read in full, or None.
+        restore: The restore point's state of the paged prefix (for model views), or None.
+    """
+
+    id: str
+    header: Mapping[str, Any]
+    events: Sequence[Event]
+    closers: tuple[Event, ...]
+    torn: bool
+    paged: bool
+    damage: Damage | None = None
+    restore: RestoreState | None = None
+
+
+class ViewStore:
+    """The store a viewer shows, opened read-only by URL.
+
+    Args:
+        url: A store URL (``sqlite:///path.db``, ``jsonl:///dir``, ``postgresql://...``).
+
+    Raises:
+        ConfigError: the URL is malformed.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._persistence: Persistence = open_store(url)
+        self.url = url
+        self._lock = threading.Lock()
+        self._listing_lock = threading.Lock()  # one listing at a time; the others wait for it
+        self._full: OrderedDict[str, tuple[float, StoredPages]] = OrderedDict()
+        self._listing: tuple[float, list[SessionInfo], list[DshError]] | None = None
+
+    def close(self) -> None:
+        """Close the store's backend."""
+        self._persistence.close()
+
+    # -- listing ---------------------------------------------------------------------------
+
+    def listing(self) -> tuple[list[SessionInfo], list[DshError]]:
+        """Every session with at least one event, and the errors of those that cannot be read.
+
+        From the store's listing index (SQLite tables, the JSONL index beside the logs); an
+        unchanged log is not read. Order: most recent activity first.
+        """
+        with self._listing_lock:
+            with self._lock:
+                cached = self._listing
+                if cached is not None and time.monotonic() - cached[0] < _LISTING_TTL_S:
+                    return cached[1], cached[2]
+            return self._list()
+
+    def _list(self) -> tuple[list[SessionInfo], list[DshError]]:
+        entries, errors = self._persistence.list_entries()
+        infos = []
+        for entry in entries:
+            header = entry.header
+            created = header.get("createdAt")
+            created = created if type(created) is int else 0
+            title = entry.title or entry.first_prompt
+            parent = header.get("parentSession")
+            seed = header.get("seedLength")
+            cwd = header.get("cwd")
+            infos.append(SessionInfo(
+                id=entry.id, title=" ".join(title.split()) if title else None,
+                source=entry.source_format, cwd=cwd if isinstance(cwd, str) else None,
+                created_ms=created, last_activity_ms=max(entry.last_activity_ms, created),
+                events=entry.events, turns=entry.turns,
+                parent=parent if isinstance(parent, str) else None,
+                seed_length=seed if type(seed) is int else None, timed=entry.timed))
+        infos.sort(key=lambda i: (-i.last_activity_ms, i.id))
+        with self._lock:
+            self._listing = (time.monotonic(), infos, errors)
+        return infos, errors
+
+    def info(self, session_id: str, *, read: bool = True) -> SessionInfo | None:
+        """The listing row of ``session_id``, or None when it is not listed.
+
+        Args:
+            session_id: The session.
+            read: List the store when no listing is at hand; False answers only from the
+                last listing made (a session page must not wait for the whole store's listing:
+                SQLite computes it from its tables, 2.8 s beside a 1M-event session).
+        """
+        if read:
+            infos, _ = self.listing()
+        else:
+            with self._lock:
+                infos = self._listing[1] if self._listing is not None else []
+        return next((i for i in infos if i.id == session_id), None)
+
+    def exists(self, session_id: str) -> bool:
+        """Whether the store holds ``session_id`` (an id no backend can store never is)."""
+        return self._persistence.exists(session_id)
+
+    def header(self, session_id: str) -> FrozenDict | None:
+        """The stored header of ``session_id`` (no log read), or None."""
+        for header in self._persistence.list_headers():
+            if header.get("id") == session_id:
+                return header
+        return None
+
+    # -- one session -----------------------------------------------------------------------
+
+    def open_session(self, session_id: str) -> OpenSession:
+        """Open ``session_id`` for viewing, by page where it can.
+
+        A log that cannot be read is still opened: its header, the events readable before
+        the damage (raw JSONL logs), and :attr:`OpenSession.damage` naming it.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        if not self.exists(session_id):
+            raise SessionNotFoundError(f"no session {session_id!r} in store {self.url}",
+                                       session_id=session_id)
+        now = time.monotonic()
+        with self._lock:
+            hit = self._full.get(session_id)
+            if hit is not None and now - hit[0] < _FULL_READ_TTL_S:
+                return _opened(session_id, hit[1])
+        try:
+            pages = read_pages(self._persistence, session_id)
+        except SessionNotFoundError:
+            raise
+        except DshError as error:
+            return self._damaged(session_id, error)
+        if not pages.paged:
+            with self._lock:
+                self._full[session_id] = (time.monotonic(), pages)
+                self._full.move_to_end(session_id)
+                while len(self._full) > _FULL_READ_CACHE:
+                    self._full.popitem(last=False)
+        return _opened(session_id, pages)
+
+    def _damaged(self, session_id: str, error: DshError) -> OpenSession:
+        damage = Damage.of(error)
+        header = self.header(session_id) or FrozenDict({"id": session_id})
+        events: Sequence[Event] = ()
+        if damage.path and damage.line and damage.path.endswith(".jsonl"):
+            events = readable_prefix(Path(damage.path), damage.line)
+        return OpenSession(id=session_id, header=header, events=events, closers=(),
+                           torn=False, paged=False, damage=damage)
+
+    def tail(self, session_id: str, from_seq: int) -> AsyncIterator[Event]:
+        """The store's tail of ``session_id`` from ``from_seq`` on (every backend).
+
+        Raises:
+            ConfigError, SessionNotFoundError, LogCorruptError: see ``Persistence.tail``.
+        """
+        return self._persistence.tail(session_id, from_seq)
+
+    # -- trees -----------------------------------------------------------------------------
+
+    def family(self, session_id: str) -> tuple[SessionInfo | None, dict[str, list[SessionInfo]]]:
+        """The fork tree ``session_id`` belongs to: its root and each id's children.
+
+        Returns:
+            ``(root, children)``: the oldest listed ancestor (None when the session is not
+            listed) and ``parent id -> children`` (oldest first) for the whole store.
+        """
+        infos, _ = self.listing()
+        by_id = {i.id: i for i in infos}
+        children: dict[str, list[SessionInfo]] = {}
+        for info in infos:
+            if info.parent is not None:
+                children.setdefault(info.parent, []).append(info)
+        for kids in children.values():
+            kids.sort(key=lambda i: (i.created_ms, i.id))
+        node = by_id.get(session_id)
+        seen = set()
+        while node is not None and node.parent is not None and node.parent in by_id \
+                and node.id not in seen:
+            seen.add(node.id)
+            node = by_id[node.parent]
+        return node, children
+
+
+def _opened(session_id: str, pages: StoredPages) -> OpenSession:
+    return OpenSession(id=session_id, header=pages.header, events=pages.events,
+                       closers=pages.closers, torn=pages.torn is not None, paged=pages.paged,
+                       restore=pages.restore)
+
+
+def readable_prefix(path: Path, bad_line: int, *, limit_bytes: int = 256 * 1024 * 1024
+                    ) -> tuple[Event, ...]:
+    """The events of a raw JSONL log before its damaged line ``bad_line`` (1-based).
+
+    Each line before it is decoded on its own (a packed chunk row gives its members); the
+    prefix stops at the first line that does not decode or whose seq is not the next one.
+    Returns () when the file cannot be read or is larger than ``limit_bytes``.
+    """
+    try:
+        if path.stat().st_size > limit_bytes:
+            return ()
+        data = path.read_bytes()
+    except OSError:
+        return ()
+    events: list[Event] = []
+    for number, line in enumerate(data.split(b"\n")[1:bad_line - 1], start=2):
+        del number
+        try:
+            decoded = decode_storage_record(loads(line))
+        except (DshError, ValueError):
+            break
+        ok = True
+        for item in decoded:
+            if not isinstance(item, Event) or item.get("seq") != len(events):
+                ok = False
+                break
+            events.append(item)
+        if not ok:
+            break
+    return tuple(events)
+
+
+def common_prefix(a: Sequence[Event], b: Sequence[Event], *, hint: int | None = None,
+                  limit: int = 200_000) -> int:
+    """The number of leading events two logs share (equal type, time, data, envelope).
+
+    Args:
+        a: One log (element ``i`` at seq ``i``).
+        b: The other.
+        hint: Where they are expected to part (a fork's ``seedLength``): checked first, so a
+            fork's prefix costs one comparison, not the prefix's length.
+        limit: Events compared at most when there is no usable hint.
+    """
+    count = min(len(a), len(b))
+    if hint is not None and 0 < hint <= count and a[hint - 1] == b[hint - 1] and (
+            hint == count or a[hint] != b[hint]):
+        return hint
+    index = 0
+    while index < min(count, limit) and a[index] == b[index]:
+        index += 1
+    return index
+
+
+def iter_text(events: Sequence[Event], start: int = 0) -> Iterator[tuple[int, str, str]]:
+    """Yield ``(seq, role, text)`` of each appended message from ``start`` on (for search)."""
+    for seq in range(start, len(events)):
+        event = events[seq]
+        kind = event["type"]
+        if kind not in ("user/message", "assistant/message", "tool/result", "system/message"):
+            continue
+        data = event["data"]
+        message = data if kind in ("user/message", "system/message") else (
+            data.get("message") if isinstance(data, Mapping) else None)
+        if not isinstance(message, Mapping):
+            continue
+        role = "tool" if kind == "tool/result" else str(message.get("role"))
+        yield seq, role, _all_text(message.get("content"))
+
+
+def _all_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind in ("text", "reasoning") and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        elif kind == "tool-call":
+            parts.append(f"{block.get('name')} {block.get('arguments')}")
+        elif kind == "tool-result":
+            parts.append(_all_text(block.get("content")))
+    return "\n".join(parts)

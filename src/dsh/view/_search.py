@@ -1,0 +1,140 @@
+"""Search for the viewer: one session's messages, and the store's sessions.
+
+Until the store keeps a search index, this is a scan: case-insensitive substring matching over
+the text of appended messages (text, reasoning, tool calls and results), page by page through
+the paged read, and over the listing (id, title, cwd, source) for the whole store. The store
+search is bounded: it stops at ``limit`` hits or after ``budget_events`` events read, and says
+so. A store index replaces :func:`search_store`'s scan behind the same signature.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from dsh import DshError, Event
+from dsh.view._data import ViewStore, iter_text
+
+__all__ = ["Hit", "StoreResults", "search_session", "search_store"]
+
+_SNIPPET_CHARS: Final = 80
+"""Characters of context shown each side of a match."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hit:
+    """One match.
+
+    Attributes:
+        session_id: The session.
+        seq: The event holding the match, or None for a match in the listing (title, id, cwd).
+        role: ``user``, ``assistant``, ``tool``, ``system``, or the listing field matched.
+        before: Text before the match (at most :data:`_SNIPPET_CHARS`).
+        match: The matched text, as written.
+        after: Text after it.
+    """
+
+    session_id: str
+    seq: int | None
+    role: str
+    before: str
+    match: str
+    after: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreResults:
+    """A store-wide search's hits and how far it looked.
+
+    Attributes:
+        hits: The matches, listing matches first, then messages by session.
+        sessions_searched: Sessions whose messages were read.
+        sessions_total: Sessions in the store.
+        complete: False when the search stopped at its limit or budget before the end.
+    """
+
+    hits: tuple[Hit, ...]
+    sessions_searched: int
+    sessions_total: int
+    complete: bool
+
+
+def _snippet(session_id: str, seq: int | None, role: str, text: str, at: int, size: int) -> Hit:
+    start = max(0, at - _SNIPPET_CHARS)
+    end = min(len(text), at + size + _SNIPPET_CHARS)
+    return Hit(session_id=session_id, seq=seq, role=role,
+               before=("…" if start else "") + " ".join(text[start:at].split(" ")),
+               match=text[at:at + size],
+               after=text[at + size:end] + ("…" if end < len(text) else ""))
+
+
+def search_session(session_id: str, events: Sequence[Event], query: str, *,
+                   limit: int = 200) -> tuple[Hit, ...]:
+    """The matches of ``query`` in one session's appended messages, in seq order.
+
+    Args:
+        session_id: The session's id (named in each hit).
+        events: Its log (element ``i`` at seq ``i``; a paged log is read page by page).
+        query: Text to find, case-insensitively; blank finds nothing.
+        limit: Hits returned at most (one per message).
+    """
+    needle = query.strip().casefold()
+    if not needle:
+        return ()
+    hits: list[Hit] = []
+    for seq, role, text in iter_text(events):
+        at = text.casefold().find(needle)
+        if at >= 0:
+            hits.append(_snippet(session_id, seq, role, text, at, len(needle)))
+            if len(hits) >= limit:
+                break
+    return tuple(hits)
+
+
+def search_store(store: ViewStore, query: str, *, limit: int = 100,
+                 budget_events: int = 2_000_000, budget_s: float = 10.0) -> StoreResults:
+    """The matches of ``query`` across the store: the listing first, then the messages.
+
+    Sessions are searched most recent first; each contributes at most 3 message hits. A session
+    that cannot be read is skipped here (the session page names its damage).
+
+    Args:
+        store: The store.
+        query: Text to find, case-insensitively; blank finds nothing.
+        limit: Hits returned at most.
+        budget_events: Events read at most before the search stops (``complete`` False).
+        budget_s: Seconds spent at most reading messages.
+    """
+    needle = query.strip().casefold()
+    infos, _ = store.listing()
+    if not needle:
+        return StoreResults(hits=(), sessions_searched=0, sessions_total=len(infos),
+                            complete=True)
+    hits: list[Hit] = []
+    for info in infos:
+        for role, value in (("id", info.id), ("title", info.title or ""),
+                            ("cwd", info.cwd or ""), ("source", info.source)):
+            at = value.casefold().find(needle)
+            if at >= 0:
+                hits.append(_snippet(info.id, None, role, value, at, len(needle)))
+                break
+        if len(hits) >= limit:
+            return StoreResults(hits=tuple(hits), sessions_searched=0,
+                                sessions_total=len(infos), complete=False)
+    read = searched = 0
+    deadline = time.monotonic() + budget_s
+    for info in infos:
+        if read >= budget_events or time.monotonic() > deadline or len(hits) >= limit:
+            return StoreResults(hits=tuple(hits), sessions_searched=searched,
+                                sessions_total=len(infos), complete=False)
+        try:
+            events = store.open_session(info.id).events
+        except DshError:
+            continue
+        searched += 1
+        read += len(events)
+        hits.extend(search_session(info.id, events, query, limit=3))
+    return StoreResults(hits=tuple(hits[:limit]), sessions_searched=searched,
+                        sessions_total=len(infos), complete=len(hits) <= limit)

@@ -1,0 +1,68 @@
+"""Reading a stored session by page (read_pages): the same events as a full read, O(tail)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import dsh
+from dsh import transcript
+from dsh.persistence import open_store, read_pages
+from dsh.testing._logs import assistant, tool_result, user
+
+
+def _write(url: str, turns: int) -> None:
+    with dsh.open(url) as store:
+        s = store.session("big")
+        for turn in range(1, turns + 1):
+            s.append("turn/start", {"turn": turn})
+            s.append("step/start", {"turn": turn, "step": 1})
+            s.append("user/message", user(f"question {turn}", f"u{turn}"), surface_op="append")
+            s.append("assistant/message", assistant(turn, 1, f"calling {turn}", f"a{turn}",
+                                                    [(f"c{turn}", "bash")]),
+                     surface_op="append")
+            s.append("tool/call", {"turn": turn, "step": 1, "callId": f"c{turn}",
+                                   "name": "bash", "arguments": "{}"})
+            s.append("tool/result", tool_result(turn, 1, f"c{turn}", f"out {turn}"),
+                     surface_op="append", source_event_seqs=[s.seq - 1])
+            s.append("step/end", {"turn": turn, "step": 1})
+            s.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+            if turn % 50 == 0:
+                store.flush(s)
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_read_pages_pages_a_log_with_a_restore_point_and_serves_the_full_read(
+        tmp_path: Path, backend: str) -> None:
+    url = f"jsonl:{tmp_path / 'j'}" if backend == "jsonl" else f"sqlite:{tmp_path / 's.db'}"
+    _write(url, 700)  # 5,600 events: the writer keeps a restore point every 2,048
+    with open_store(url) as persistence:
+        full = persistence.read("big")
+        pages = read_pages(persistence, "big")
+        assert pages.paged and pages.restore is not None
+        assert 0 < pages.restore.event_count < len(full.stored_events)
+        assert pages.header == full.header
+        assert len(pages.events) == len(full.stored_events)
+        assert list(pages.events[2000:2100]) == list(full.stored_events[2000:2100])
+        assert list(pages.events) == list(full.stored_events)
+        # the model view from the restore point equals the fold from seq 0
+        last = len(full.stored_events) - 1
+        for seq in (last, pages.restore.event_count - 1, 1234):
+            from_zero = transcript.model_request(full.stored_events, seq)
+            resumed = transcript.model_request(pages.events, seq, restore=pages.restore)
+            assert resumed == from_zero
+        tail = transcript.model_request(pages.events, last, last=3, restore=pages.restore)
+        assert [seq for seq, _ in tail.messages] == list(tail.nodes[-3:])
+        # pages of the paged log are the pages of the full read
+        page = transcript.build(pages.events, start=3000, stop=3500)
+        assert page == transcript.build(full.stored_events, start=3000, stop=3500)
+
+
+def test_read_pages_reads_in_full_without_a_restore_point(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 's.db'}"
+    _write(url, 3)
+    with open_store(url) as persistence:
+        pages = read_pages(persistence, "big")
+        assert not pages.paged and pages.restore is None
+        assert tuple(pages.events) == persistence.read("big").stored_events

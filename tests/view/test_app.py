@@ -1,0 +1,168 @@
+"""The viewer's pages over real stores, through its ASGI app (no browser): content and safety."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette")
+from starlette.testclient import TestClient
+
+from dsh import ConfigError
+from dsh.view import ViewStore, create_app, is_loopback, serve
+from dsh.view._app import CSP
+from tests.view import stores
+
+pytestmark = pytest.mark.skipif(not stores.LOGS.is_dir(), reason="dsh-logs not found")
+
+TOKEN = "test-token-1234"
+
+
+@pytest.fixture(scope="module")
+def store_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("store")
+    stores.copy_dsh_logs(root)
+    url = f"jsonl:{root}"
+    stores.write_hostile(url)
+    stores.write_damaged(url, root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def client(store_root: Path) -> Iterator[TestClient]:
+    store = ViewStore(f"jsonl:{store_root}")
+    with TestClient(create_app(store, token=TOKEN)) as c:
+        assert c.get(f"/?token={TOKEN}").status_code == 200  # sets the cookie
+        yield c
+    store.close()
+
+
+def test_every_page_needs_the_token_and_carries_a_strict_csp(store_root: Path) -> None:
+    store = ViewStore(f"jsonl:{store_root}")
+    with TestClient(create_app(store, token=TOKEN)) as c:
+        refused = c.get("/s/s1-normal")
+        assert refused.status_code == 403 and "needs its token" in refused.text
+        assert c.get("/?token=wrong").status_code == 403
+        ok = c.get(f"/?token={TOKEN}")
+        assert ok.status_code == 200
+        assert ok.headers["content-security-policy"] == CSP
+        assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
+        assert ok.headers["x-content-type-options"] == "nosniff"
+        assert "HttpOnly" in ok.headers["set-cookie"]
+        assert c.get("/s/s1-normal").status_code == 200  # the cookie carries the token now
+        assert c.get("/static/view.js").headers["content-security-policy"] == CSP
+    store.close()
+
+
+def test_pages_hold_no_inline_script_or_style_and_load_nothing_from_elsewhere(
+        client: TestClient) -> None:
+    for path in ("/", "/s/s5-compaction", "/s/s4-fork-of-s1/tree", "/s/hostile"):
+        html = client.get(path).text
+        assert re.findall(r"<script\b[^>]*>", html) == ['<script src="/static/view.js" defer>']
+        assert "<style" not in html and " style=" not in html and " on" + "click" not in html
+        assert not re.search(r"(src|href)=\"(https?:)?//", html)
+
+
+def test_session_list_shows_each_session_with_its_lineage(client: TestClient) -> None:
+    html = client.get("/").text
+    for sid in ("s1-normal", "s4-fork-of-s1", "s5-compaction", "s2a-crash-after-tool-call",
+                "hostile"):
+        assert f'href="/s/{sid}"' in html
+    assert "fork of s1-normal @134" in html
+    assert "cannot be listed" in html  # the damaged log is named, the others still listed
+    filtered = client.get("/?q=fork").text
+    assert 'href="/s/s4-fork-of-s1"' in filtered and 'href="/s/s5-compaction"' not in filtered
+
+
+def test_injected_markup_and_terminal_escapes_are_shown_as_text(client: TestClient) -> None:
+    html = client.get("/s/hostile").text
+    assert "&lt;script&gt;alert(&#39;xss-script&#39;)&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=&#34;alert(&#39;xss-img&#39;)&#34;&gt;" in html
+    assert "javascript:" not in re.sub(r"&lt;a href=&#34;javascript:", "", html)
+    assert "<img src=x" not in html and "alert('xss" not in html
+    assert "\\x1b[2J" in html and "\\u202eevil" in html
+    assert "\x1b" not in html and "\u202e" not in html
+    # the 10 MB line is clipped, with a way to all of it
+    assert len(html) < 200_000
+    assert "show all (0 more lines, 10,481,760 more characters)" in html
+
+
+def test_missing_session_and_route_are_404_pages_that_link_back(client: TestClient) -> None:
+    for path in ("/s/no-such-session", "/s/s1-normal/e/99999", "/nowhere"):
+        page = client.get(path)
+        assert page.status_code == 404
+        assert 'href="/"' in page.text and "Not found" in page.text
+
+
+def test_damaged_session_shows_what_is_readable_and_names_the_damage(
+        client: TestClient, store_root: Path) -> None:
+    page = client.get("/s/damaged")
+    assert page.status_code == 200
+    html = page.text
+    assert 'id="damage"' in html and "LOG_CORRUPT" in html
+    path = next(store_root.rglob("damaged/session.jsonl"))
+    assert str(path) in html and "line: 9" in html
+    assert "question 1" in html and "answer 1" in html  # the events before the damage
+    assert "question 2" not in html
+
+
+def test_raw_event_and_permalinks(client: TestClient) -> None:
+    html = client.get("/s/s1-normal").text
+    seq = int(re.findall(r'<article class="entry k-message role-user" id="seq-(\d+)"', html)[0])
+    assert f'href="#seq-{seq}"' in html
+    raw = client.get(f"/s/s1-normal/e/{seq}")
+    assert f"&#34;seq&#34;: {seq}" in raw.text and "user/message" in raw.text
+    as_json = client.get(f"/s/s1-normal/e/{seq}?format=json").json()
+    assert (as_json["seq"], as_json["type"]) == (seq, "user/message")
+    # a seq on another page is served by the page holding it
+    assert f'id="seq-{seq}"' in client.get(f"/s/s1-normal?at={seq}").text
+
+
+def test_model_view_at_a_request_shows_its_messages_and_header(client: TestClient) -> None:
+    page = client.get("/s/s1-normal").text
+    match = re.search(r'data-src="(/s/s1-normal/model/(\d+)\?answer=(\d+)&amp;fragment=1)"', page)
+    assert match
+    fragment = client.get(match.group(1).replace("&amp;", "&")).text
+    assert f"Request as of #{match.group(2)}" in fragment
+    assert "deepseek" in fragment and "<dt>tools</dt>" in fragment
+    assert 'class="msg role-user"' in fragment and "usage" in fragment
+
+
+def test_store_search_and_session_search_find_message_text(client: TestClient) -> None:
+    hits = client.get("/search?q=TypeScript").text
+    assert '<mark>TypeScript</mark>' in hits and "s1-normal" in hits
+    inner = client.get("/s/s1-normal/search?q=src/index.ts").text
+    assert re.search(r'href="/s/s1-normal\?at=\d+#seq-\d+"', inner)
+
+
+def test_fork_tree_and_diff_of_two_branches(client: TestClient) -> None:
+    tree = client.get("/s/s4-fork-of-s1/tree").text
+    assert 'href="/s/s1-normal"' in tree and "cut at #134" in tree
+    diff = client.get("/diff?a=s1-normal&b=s4-fork-of-s1").text
+    assert '<strong id="common">135</strong>' in diff
+
+
+def test_a_non_loopback_host_is_refused_without_a_token(tmp_path: Path) -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")
+    with pytest.raises(ConfigError) as refused:
+        serve(f"sqlite:{tmp_path / 'x.db'}", host="0.0.0.0", open_browser=False)
+    assert refused.value.code == "VIEW_TOKEN_REQUIRED"
+    proc = subprocess.run([sys.executable, "-m", "dsh.cli", "view", "--host", "0.0.0.0",
+                           "--no-browser", "--store", f"sqlite:{tmp_path / 'x.db'}"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "error[VIEW_TOKEN_REQUIRED]" in proc.stderr
+
+
+def test_import_dsh_loads_no_web_stack() -> None:
+    script = ("import sys, dsh, dsh.transcript\n"
+              "print(sorted(m for m in ('starlette', 'uvicorn', 'jinja2', 'dsh.view') "
+              "if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out.strip() == "[]"

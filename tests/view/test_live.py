@@ -1,0 +1,77 @@
+"""Live pages on every backend: the server-sent events a page subscribes to follow the store."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dsh.testing import postgres_unreachable, temporary_postgres_url
+
+pytest.importorskip("starlette")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def _url(backend: str, tmp_path: Path) -> Iterator[str]:
+    if backend == "postgres":
+        reason = postgres_unreachable()
+        if reason is not None:
+            pytest.skip(reason)
+        with temporary_postgres_url() as url:
+            yield url
+    elif backend == "jsonl":
+        yield f"jsonl:{tmp_path / 'j'}"
+    else:
+        yield f"sqlite:{tmp_path / 's.db'}"
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite", "postgres"])
+def test_live_stream_sends_each_committed_turn_as_rendered_entries(tmp_path: Path,
+                                                                   backend: str) -> None:
+    with _url(backend, tmp_path) as url:
+        writer = subprocess.Popen([sys.executable, "-m", "tests.view.live_writer", url, "w1"],
+                                  cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True)
+        assert writer.stdin is not None and writer.stdout is not None
+        server = None
+        try:
+            assert writer.stdout.readline().strip() == "ready"
+            server = subprocess.Popen([sys.executable, "-m", "dsh.cli", "view", "--store", url,
+                                       "--no-browser", "--port", "0"], stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True)
+            assert server.stdout is not None
+            line = server.stdout.readline().strip()
+            base, token = line.split("/?token=")
+            stream = urllib.request.urlopen(f"{base}/s/w1/live?from=6&token={token}",
+                                            timeout=30)
+            writer.stdin.write("<b>streamed answer</b>\n")
+            writer.stdin.flush()
+            assert writer.stdout.readline().strip() == "flushed"
+            seen: list[str] = []
+            for raw in stream:
+                text = raw.decode()
+                seen.append(text)
+                if text.startswith("data: 12"):
+                    break
+            events = "".join(seen)
+            assert "event: entries" in events and "id: 11" in events
+            assert "&lt;b&gt;streamed answer&lt;/b&gt;" in events
+            assert "<b>streamed" not in events
+            assert 'id="seq-6"' in events and "Turn 2" in events
+            stream.close()
+        finally:
+            writer.stdin.close()
+            writer.wait(timeout=30)
+            writer.stdout.close()
+            if server is not None:
+                server.send_signal(signal.SIGINT)
+                server.wait(timeout=30)
+                if server.stdout is not None:
+                    server.stdout.close()
