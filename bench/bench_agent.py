@@ -49,7 +49,7 @@ def _url(backend: str, root: Path) -> str | None:
 
 def child_loop(backend: str, turns: int, parent_dir: str | None) -> dict[str, Any]:
     from dsh.agent import Agent, ScriptedCall, ScriptedProvider, ScriptedReply, tool
-    from dsh.persistence import open_store
+    from dsh.persistence import Persistence, open_backend
     from dsh.session import SessionStore
 
     @tool(parallel_safe=True)
@@ -64,7 +64,7 @@ def child_loop(backend: str, turns: int, parent_dir: str | None) -> dict[str, An
 
     root = Path(tempfile.mkdtemp(prefix="dsh-bench-agent-", dir=parent_dir))
     url = _url(backend, root)
-    persistence = open_store(url) if url else None
+    persistence = Persistence(open_backend(url)) if url else None
     store = SessionStore(persistence=persistence)
     flushes = 0
     if persistence is not None:

@@ -71,11 +71,11 @@ def child(scenario: str, events: int, backend: str, parent_dir: str | None) -> d
     if backend == "none":
         session = Session.create("bench")
     else:
-        from dsh.persistence import open_store
+        from dsh.persistence import Persistence, open_backend
         from dsh.session._store import SessionStore
 
         root = Path(tempfile.mkdtemp(prefix="dsh-bench-compaction-", dir=parent_dir))
-        persistence = open_store(store_url(backend, root))
+        persistence = Persistence(open_backend(store_url(backend, root)))
         store = SessionStore(persistence=persistence)
         session = store.create("bench")
     try:

@@ -152,15 +152,15 @@ def child(path: Path, store: bool, parent_dir: str | None) -> dict[str, Any]:
                            "bytes": size, "detect_ms": t1 - t0, "import_ms": t2 - t1,
                            "build_ms": t3 - t2, "total_ms": t3 - t0}
     if store:
-        from dsh.persistence import open_store
+        from dsh.persistence import Persistence, open_backend
 
-        # open_store imports the facade and the backend lazily; keep that out of the timing
+        # dsh.open imports the facade and the backend lazily; keep that out of the timing
         importlib.import_module("dsh.persistence._facade")
         importlib.import_module("dsh.persistence.sqlite._backend")
         root = Path(tempfile.mkdtemp(prefix="dsh-bench-import-", dir=parent_dir))
         try:
             t4 = now_ms()
-            persistence = open_store(f"sqlite://{root.resolve()}/store.db")
+            persistence = Persistence(open_backend(f"sqlite://{root.resolve()}/store.db"))
             for imported, session in built:
                 persistence.create(session.header)
                 # the importer's events exactly, as `dsh import` writes them

@@ -7,8 +7,8 @@ variants interleaved: ``sealed`` is the shipped code; ``unsealed`` skips the che
 seal file writes (append+flush) and removes the seal files before reading (cold load).
 Workload: ``--events`` events of completed turns written as batches of ``--batch`` events,
 each batch appended and flushed (one durable batch per agent step); the cold load is
-``open_store(url).read(id)`` (the read pipeline, all events). Prints a markdown table with the
-ratio sealed / unsealed (1.00 = free).
+``dsh.open(url).persistence.read(id)`` (the read pipeline, all events). Prints a markdown table
+with the ratio sealed / unsealed (1.00 = free).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _events(n: int) -> list[object]:
 
 
 def _child(op: str, kind: str, variant: str, location: str, n: int, batch: int) -> float:
-    from dsh.persistence import open_store
+    from dsh.persistence import Persistence, open_backend
 
     url = f"jsonl://{location}" if kind == "jsonl" else f"sqlite://{location}/store.db"
     if variant == "unsealed":
@@ -61,7 +61,7 @@ def _child(op: str, kind: str, variant: str, location: str, n: int, batch: int) 
         sqlite_module.rows_crc = lambda rows: 0
         for seal in Path(location).rglob("*.seal"):
             seal.unlink()
-    persistence = open_store(url)
+    persistence = Persistence(open_backend(url))
     if op == "write":
         events = _events(n)
         persistence.create({"version": 0, "id": "s", "createdAt": 1, "cwd": "/w/p"})

@@ -7,11 +7,11 @@ The parent writes one session per backend, workload and size with the write path
 ``bench.bench_write`` (``SessionStore`` + write-behind + one flush). Each measured run copies that
 store into a fresh directory and starts a fresh process with a fresh store object, which times:
 
-* ``resume`` (default): ``open_store(url)`` + ``SessionStore(persistence=...)`` +
+* ``resume`` (default): ``dsh.open(url)`` + ``SessionStore(persistence=...)`` +
   ``store.resume(id)``: write ownership, cold read, pipeline, ``Session.restore``, published
   and writable. This is "time to a usable Session".
-* ``load``: ``open_store(url).load(id)`` (read, pipeline, validation; an ``Inspection``) followed
-  by ``Session.restore`` of its events, a detached session.
+* ``load``: ``dsh.open(url).persistence.load(id)`` (read, pipeline, validation; an
+  ``Inspection``) followed by ``Session.restore`` of its events, a detached session.
 
 Also printed: the time to import dsh in the child (not part of the load figure), the first
 ``derive_messages`` on the loaded session, and the child's peak RSS (a load-only process).
@@ -63,18 +63,18 @@ SESSION_ID = "bench"
 
 def child(url: str, mode: str) -> dict[str, Any]:
     t0 = now_ms()
-    from dsh.persistence import open_store
+    from dsh.persistence import Persistence, open_backend
     from dsh.session._session import Session
     from dsh.session._store import SessionStore
 
-    # open_store imports the facade and the backend lazily: import them here so module loading
+    # dsh.open imports the facade and the backend lazily: import them here so module loading
     # is counted in import_ms, not in the load time.
     importlib.import_module("dsh.persistence._facade")
     importlib.import_module("dsh.persistence.sqlite._backend" if url.startswith("sqlite")
                             else "dsh.persistence.jsonl._backend")
     importlib.import_module("filelock")  # the write lock imports it when a resume takes one
     t1 = now_ms()
-    persistence = open_store(url)
+    persistence = Persistence(open_backend(url))
     if mode == "resume":
         store = SessionStore(persistence=persistence)
         session = store.resume(SESSION_ID)
@@ -172,7 +172,7 @@ def main() -> None:
               f"| {f'{d_rss:.0f} MB' if d_rss else '—'} "
               f"| {ratio(r['load_ms'], d_ms, higher_is_better=False) if d_ms else 'n/a'} "
               f"| {ratio(r['rss'], d_rss, higher_is_better=False) if d_rss else 'n/a'} |")
-    print("\nload ms: open_store + (resume | load + Session.restore), excluding the interpreter "
+    print("\nload ms: dsh.open + (resume | load + Session.restore), excluding the interpreter "
           "start and `import dsh` (shown apart). dsh: Node 24, its RSS includes ≈58 MB of "
           "runtime; ours includes the CPython interpreter.")
 

@@ -39,11 +39,11 @@ from bench.workloads import build, now_ms
 
 def make_store(url: str, sessions: int, turns: int) -> None:
     """Write ``sessions`` small msg sessions (``turns`` turns each) into the store at ``url``."""
-    from dsh.persistence import open_store
+    from dsh.persistence import Persistence, open_backend
     from dsh.session._session import Session
 
     events = 1 + 11 * turns
-    persistence = open_store(url)
+    persistence = Persistence(open_backend(url))
     try:
         for i in range(sessions):
             session = Session.create(f"ls-{i:05d}")
@@ -58,9 +58,9 @@ def make_store(url: str, sessions: int, turns: int) -> None:
 
 def listing_child(url: str) -> float:
     """In this fresh process: open the store and time ``list_entries()`` (ms)."""
-    from dsh.persistence import open_store
+    from dsh.persistence import Persistence, open_backend
 
-    persistence = open_store(url)
+    persistence = Persistence(open_backend(url))
     t0 = now_ms()
     _, errors = persistence.list_entries()
     elapsed = now_ms() - t0

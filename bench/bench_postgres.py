@@ -7,7 +7,7 @@ Run: ``python -m bench.bench_postgres [--events 100000] [--turns 300] [--runs 3]
 
 The run creates a database ``dsh_bench_<random>`` on the server and drops it at the end.
 
-* **append+flush**: a ``SessionStore`` bound to ``open_store(url)`` appends ``--events`` events
+* **append+flush**: a ``SessionStore`` bound to ``dsh.open(url)`` appends ``--events`` events
   of the ``msg`` workload (write-behind batches), then one flush. SQLite file vs PostgreSQL.
 * **per-turn durable commit**: ``--turns`` turns of the ``msg`` workload (11 events, 4 on the
   surface), ``store.flush`` after every ``turn/end``: median and p95 ms per commit. Peers do
@@ -17,7 +17,7 @@ The run creates a database ``dsh_bench_<random>`` on the server and drops it at 
   model event appended per turn.
 * **cold load**: a fresh process imports the libraries (timed apart), then opens the store and
   loads the session (timed): ours
-  ``open_store(url).load(id)`` + ``Session.restore`` of ``--events`` events and of the
+  ``dsh.open(url).persistence.load(id)`` + ``Session.restore`` of ``--events`` events and of the
   ``--turns`` session; LangGraph ``graph.get_state(config)``; ADK ``get_session``.
 
 Each figure is the median of ``--runs`` fresh processes, the systems interleaved. Peers missing
@@ -81,13 +81,13 @@ def child_write(kind: str, events: int, pg: str, parent_dir: str | None) -> dict
 
 
 def child_turns(kind: str, turns: int, pg: str, parent_dir: str | None) -> dict[str, Any]:
-    from dsh.persistence import open_store
+    from dsh.persistence import Persistence, open_backend
     from dsh.session._store import SessionStore
 
     root = Path(tempfile.mkdtemp(prefix="dsh-bench-pg-", dir=parent_dir))
     schema = f"t_{uuid.uuid4().hex[:10]}"
     try:
-        persistence = open_store(_ours_url(kind, root, pg, schema))
+        persistence = Persistence(open_backend(_ours_url(kind, root, pg, schema)))
         store = SessionStore(persistence=persistence)
         session = store.create("bench")
         from bench.workloads import msg_turn, start
@@ -120,11 +120,11 @@ def child_load(url: str, session_id: str) -> dict[str, Any]:
     import_ms = _imports("dsh.persistence", "dsh.session._session", "dsh.persistence._facade",
                          "dsh.persistence.postgres._backend" if url.startswith("postgresql")
                          else "dsh.persistence.sqlite._backend")
-    from dsh.persistence import open_store
+    from dsh.persistence import Persistence, open_backend
     from dsh.session._session import Session
 
     t0 = now_ms()
-    persistence = open_store(url)
+    persistence = Persistence(open_backend(url))
     loaded = persistence.load(session_id)
     session = Session.restore(session_id, loaded.events, loaded.header)
     load_ms = now_ms() - t0
@@ -135,14 +135,14 @@ def child_load(url: str, session_id: str) -> dict[str, Any]:
 
 def seed_ours(kind: str, pg: str, root: Path, events: int | None, turns: int | None) -> str:
     """Write one session for the load runs; return its store URL."""
-    from dsh.persistence import open_store
+    from dsh.persistence import Persistence, open_backend
     from dsh.session._store import SessionStore
 
     schema = f"l_{uuid.uuid4().hex[:10]}"
     folder = root / schema
     folder.mkdir()
     url = _ours_url(kind, folder, pg, schema)
-    persistence = open_store(url)
+    persistence = Persistence(open_backend(url))
     store = SessionStore(persistence=persistence)
     session = store.create("bench")
     if events is not None:

@@ -11,7 +11,7 @@ window, ``compact_now`` (digest summarizer) keeps the newest 16%. Two variants: 
 resume writes closers). Stores are built once and cached under ``--cache`` keyed by their
 parameters (never in CI); each measured run resumes a fresh copy in a fresh process.
 
-A child reports: ``resume_ms`` (``open_store`` + ``SessionStore.resume``: ownership, restore point
+A child reports: ``resume_ms`` (``dsh.open`` + ``SessionStore.resume``: ownership, restore point
 check, tail read, closers written, published), ``rss_mb`` (peak RSS minus the RSS of the same
 interpreter with dsh imported, before the resume), ``derive_ms`` (the first
 ``derive_messages``), ``paged`` (whether the restore point was used), ``tail`` (events read
@@ -51,9 +51,8 @@ def _rss_mb(field: str) -> float:
 
 def build(url: str, events: int, *, open_turn: bool) -> dict[str, Any]:
     """Write one compacting msg session of at least ``events`` events; return build facts."""
+    import dsh
     from dsh.compaction import CompactionPolicy, DigestSummarizer, compact_now, measure_surface
-    from dsh.persistence import open_store
-    from dsh.session._store import SessionStore
 
     policy = CompactionPolicy()
     threshold = policy.threshold_tokens(CONTEXT_WINDOW)
@@ -61,7 +60,8 @@ def build(url: str, events: int, *, open_turn: bool) -> dict[str, Any]:
     summarizer = DigestSummarizer()
     compactions = 0
     t0 = now_ms()
-    with SessionStore(persistence=open_store(url)) as store:
+    with dsh.open(url) as opened:
+        store = opened.sessions
         session = store.create(SESSION_ID)
         start(session)
         turn = 0
@@ -89,18 +89,17 @@ def build(url: str, events: int, *, open_turn: bool) -> dict[str, Any]:
 
 
 def child(url: str) -> dict[str, Any]:
+    import dsh
     from dsh.persistence import _restore_point as rp
-    from dsh.persistence import open_store
     from dsh.session._paging import PagedLog
-    from dsh.session._store import SessionStore
 
     importlib.import_module("dsh.persistence._facade")
     importlib.import_module("dsh.persistence.sqlite._backend" if url.startswith("sqlite")
                             else "dsh.persistence.jsonl._backend")
     idle = _rss_mb("VmRSS")
     t0 = now_ms()
-    store = SessionStore(persistence=open_store(url))
-    session = store.resume(SESSION_ID)
+    store = dsh.open(url)
+    session = store.sessions.resume(SESSION_ID)  # as before: no exists() look first
     t1 = now_ms()
     rss = _rss_mb("VmHWM") - idle
     messages = session.derive_messages()

@@ -3,7 +3,7 @@
 Run: ``python -m bench.bench_write [--events 100000] [--runs 5] [--backend all|jsonl-packed|
 jsonl-unpacked|jsonl-zstd|sqlite] [--workload all|msg|stream] [--per-turn] [--dir DIR]``.
 
-* default (workload 3): a ``SessionStore`` bound to ``open_store(url)`` creates the session, the
+* default (workload 3): a ``SessionStore`` bound to ``dsh.open(url)`` creates the session, the
   workload appends N events (write-behind runs in its thread meanwhile), then one
   ``store.flush``. Reports append ms, append+flush ms, events/s (N / append+flush), bytes on
   disk after ``Persistence.close`` and the process's peak RSS.
@@ -144,15 +144,15 @@ def fmt_rate(rate: float) -> str:
 
 def write_session(url: str, workload: str, events: int, session_id: str = "bench",
                   *, per_turn: bool = False) -> dict[str, Any]:
-    """Write one workload session through ``SessionStore`` + ``open_store(url)``.
+    """Write one workload session through ``SessionStore`` + ``dsh.open(url)``.
 
     Returns timings in ms (``append_ms``, ``total_ms``), ``events`` and, with ``per_turn``,
     the list ``flush_ms`` of every per-turn flush. The store is closed before returning.
     """
-    from dsh.persistence import open_store
+    from dsh.persistence import Persistence, open_backend
     from dsh.session._store import SessionStore
 
-    persistence = open_store(url)
+    persistence = Persistence(open_backend(url))
     store = SessionStore(persistence=persistence)
     session = store.create(session_id)
     flush_ms: list[float] = []

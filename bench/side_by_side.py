@@ -11,10 +11,10 @@ figures of ``../shared/bench/dsh-baseline.md`` (another day, another run: ratios
 Rows (ratio > 1 means ours is better: dsh time ÷ ours, dsh RSS ÷ ours):
 
 * ``load``: cold load in a fresh process, every backend × workload × size. Each side loads the
-  session its own writer produced (same workload shapes). Ours: ``open_store(url).load(id)``
-  (read, pipeline, full restore validation, repair commit); dsh: ``sessionPersistence.load(id)``.
-  With it, the load-only process's
-  RSS at the largest size (ours: peak ``VmHWM``; dsh: ``process.memoryUsage().rss`` at exit,
+  session its own writer produced (same workload shapes). Ours:
+  ``dsh.open(url).persistence.load(id)`` (read, pipeline, full restore validation, repair
+  commit); dsh: ``sessionPersistence.load(id)``. With it, the load-only process's RSS at the
+  largest size (ours: peak ``VmHWM``; dsh: ``process.memoryUsage().rss`` at exit,
   both including the runtime).
 * ``resume``: restart to a usable session. Ours: ``SessionStore.resume``; dsh: ``prepare``.
 * ``flush``: the median cost of one SQLite flush when flushing after every msg turn.

@@ -12,7 +12,7 @@ import dsh
 def test_dir_of_dsh_lists_only_the_public_api() -> None:
     assert dir(dsh) == sorted([*dsh.__all__, "__version__"])
     assert "persistence" not in dir(dsh) and "session" not in dir(dsh)
-    assert "open" in dir(dsh) and "SessionStore" in dir(dsh)
+    assert "open" in dir(dsh) and "Store" in dir(dsh) and "SessionStore" not in dir(dsh)
 
 
 def _public_callables() -> list[tuple[str, object]]:

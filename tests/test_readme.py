@@ -55,10 +55,10 @@ def test_readme_library_example_prints_what_its_comment_says(tmp_path: Path) -> 
                            capture_output=True, text=True, check=True, timeout=60).stdout
             for _ in range(2)]
     assert runs == ["['user', 'assistant']\n"] * 2  # the second run resumed the first
-    from dsh import open_store
+    import dsh
 
-    with open_store(f"sqlite:{tmp_path / '.dsh-demo' / 'library.db'}") as persistence:
-        types = [e["type"] for e in persistence.read("demo").stored_events]
+    with dsh.open(f"sqlite:{tmp_path / '.dsh-demo' / 'library.db'}") as store:
+        types = [e["type"] for e in store.read("demo").stored_events]
     assert types.count("turn/start") == 2 and types.count("assistant/message") == 2
 
 

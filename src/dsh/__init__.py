@@ -5,13 +5,16 @@ person reads is another view of it (the transcript). Crashes are repaired by app
 a fork copies a prefix and marks the cut, and compaction shadows a surface range with a summary
 while the log keeps every byte. Persistence (JSONL, SQLite) sits behind one handle contract.
 
-Start with ``with dsh.open("sqlite:///path/sessions.db") as store:`` (a :class:`SessionStore`
-bound to a store URL; ``store.session(id)`` resumes or creates a :class:`Session`; leaving the
-block drains every write to disk). :class:`Session` alone is an in-memory log;
-:func:`open_store` gives the persistence facade for whole-store operations.
+Start with ``with dsh.open("sqlite:///path/sessions.db") as store:``: a :class:`Store`, the
+one object to hold. ``store.session(id)`` resumes or creates a :class:`Session`,
+``store.recorder(id)`` logs your own loop, ``await store.agent(id, provider=..., config=...)``
+runs dsh's; ``store.read``, ``store.list`` and ``store.tail`` look at stored logs; leaving the
+block drains every write to disk. :class:`Session` alone is an in-memory log.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from dsh._errors import (
     CompactionError,
@@ -38,6 +41,7 @@ from dsh._messages import (
     create_tool_result_message,
     create_user_message,
 )
+from dsh._store import Store, open
 from dsh.compaction import (
     DigestSummarizer,
     LlmSummarizer,
@@ -48,8 +52,7 @@ from dsh.compaction import (
     prune_session,
     select_compactable_range,
 )
-from dsh.persistence import open_store
-from dsh.persistence._sessions import open
+from dsh.persistence import WriteBehind
 from dsh.session import (
     SESSION_FORMAT_VERSION,
     TOOL_NOT_STARTED,
@@ -57,7 +60,7 @@ from dsh.session import (
     Event,
     Session,
     SessionHeader,
-    SessionStore,
+    Violation,
     check_log,
     derive_event_message,
     fold_surface,
@@ -67,6 +70,10 @@ from dsh.session import (
     tool_pairing_balanced_after,
     tool_pairing_balanced_before,
 )
+
+if TYPE_CHECKING:  # the deprecated names, typed as before (see __getattr__)
+    from dsh.persistence import open_store as open_store
+    from dsh.session import SessionStore as SessionStore
 
 __version__ = "0.1.0"
 
@@ -94,9 +101,11 @@ __all__ = [
     "SessionFormatUnsupportedError",
     "SessionHeader",
     "SessionNotFoundError",
-    "SessionStore",
+    "Store",
     "Summarizer",
     "UnknownEventTypeError",
+    "Violation",
+    "WriteBehind",
     "WriteFailedError",
     "check_log",
     "compact_now",
@@ -110,7 +119,6 @@ __all__ = [
     "fold_surface",
     "interrupted_turn_closers",
     "open",
-    "open_store",
     "open_turn_closers",
     "prune_session",
     "register_event_type",
@@ -125,6 +133,30 @@ for _name in __all__:
     if isinstance(_obj, type) and _obj.__module__.startswith("dsh."):
         _obj.__module__ = "dsh"
 del _name, _obj
+
+
+_DEPRECATED = {
+    "open_store": "dsh.open(url) (a dsh.Store; store.persistence is the facade open_store gave)",
+    "SessionStore": "dsh.open(url) (a dsh.Store; dsh.open('memory:') for an in-memory one)",
+}
+"""Names kept for one release, each with its replacement (a DeprecationWarning names it)."""
+
+
+def __getattr__(name: str) -> object:
+    replacement = _DEPRECATED.get(name)
+    if replacement is None:
+        raise AttributeError(f"module 'dsh' has no attribute {name!r}")
+    if name == "open_store":  # warns when called
+        from dsh.persistence import open_store
+
+        return open_store
+    import warnings
+
+    warnings.warn(f"dsh.{name} is deprecated; use {replacement}", DeprecationWarning,
+                  stacklevel=2)
+    from dsh.session import SessionStore
+
+    return SessionStore
 
 
 def __dir__() -> list[str]:

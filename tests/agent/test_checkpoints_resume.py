@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import dsh
 from dsh._errors import SessionBusyError
 from dsh.agent import (
     ABORTED_BEFORE_DISPATCH,
@@ -22,7 +23,7 @@ from dsh.agent import (
     tool,
 )
 from dsh.compaction import CompactionPolicy
-from dsh.persistence import Persistence, open_backend, open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.session import SessionStore
 from tests.agent.helpers import CONFIG, assert_verifies, make_agent, types
 
@@ -171,8 +172,8 @@ def test_pressure_compacts_before_a_step_with_the_turn_as_owner() -> None:
 
 
 def _stored_turn(url: str) -> None:
-    with open_store(url) as persistence:
-        store = SessionStore(persistence=persistence)
+    with dsh.open(url) as opened:
+        store = opened.sessions
         agent = make_agent(ScriptedProvider([ScriptedReply(text="one")]), store=store)
         asyncio.run(agent.run("first"))
 
@@ -182,9 +183,9 @@ def test_resume_continues_numbering_and_logs_a_resume_header(tmp_path: Path,
                                                              scheme: str) -> None:
     url = f"jsonl://{tmp_path}" if scheme == "jsonl" else f"sqlite://{tmp_path}/s.db"
     _stored_turn(url)
-    with open_store(url) as persistence:
-        stored = persistence.read("s1").stored_events
-        store = SessionStore(persistence=persistence)
+    with dsh.open(url) as opened:
+        stored = opened.read("s1").stored_events
+        store = opened.sessions
         provider = ScriptedProvider([ScriptedReply(text="two")])
 
         async def scenario() -> Agent:
@@ -206,8 +207,8 @@ def test_resume_continues_numbering_and_logs_a_resume_header(tmp_path: Path,
 
 
 def test_resume_of_a_live_session_is_refused(tmp_path: Path) -> None:
-    with open_store(f"jsonl://{tmp_path}") as persistence:
-        store = SessionStore(persistence=persistence)
+    with dsh.open(f"jsonl://{tmp_path}") as opened:
+        store = opened.sessions
         agent = make_agent(ScriptedProvider([ScriptedReply(text="one")]), store=store)
         asyncio.run(agent.run("first"))
         with pytest.raises(SessionBusyError, match="while it is live"):
@@ -222,13 +223,13 @@ def test_resume_without_persistence_is_refused() -> None:
 
 def test_pending_prompt_survives_persist_and_resume(tmp_path: Path) -> None:
     url = f"jsonl://{tmp_path}"
-    with open_store(url) as persistence:
-        store = SessionStore(persistence=persistence)
+    with dsh.open(url) as opened:
+        store = opened.sessions
         agent = make_agent(ScriptedProvider(), store=store)
         agent.send("do it later")
         store.flush(agent.session)
-    with open_store(url) as persistence:
-        store = SessionStore(persistence=persistence)
+    with dsh.open(url) as opened:
+        store = opened.sessions
         provider = ScriptedProvider([ScriptedReply(text="done")])
 
         async def scenario() -> Any:

@@ -20,17 +20,15 @@ from typing import Any
 
 import pytest
 
+import dsh
 from dsh._verify import verify_events
 from dsh.agent import Agent, ScriptedProvider, ScriptedReply
-from dsh.persistence import open_store
-from dsh.session import SessionStore
 
 CHILD = textwrap.dedent('''
     import asyncio, sys, time
     from pathlib import Path
-    from dsh.agent import Agent, ScriptedCall, ScriptedProvider, ScriptedReply, ScriptedStall, tool
-    from dsh.persistence import open_store
-    from dsh.session import SessionStore
+    import dsh
+    from dsh.agent import ScriptedCall, ScriptedProvider, ScriptedReply, ScriptedStall, tool
 
     url, point, marker = sys.argv[1:4]
 
@@ -67,9 +65,9 @@ CHILD = textwrap.dedent('''
     }
 
     async def main():
-        store = SessionStore(persistence=open_store(url))
-        agent = Agent.create(store, providers[point](), session_id="crash",
-                             config={"provider": "scripted", "model": "m1"}, tools=[hang, quick])
+        store = dsh.open(url)
+        agent = await store.agent("crash", provider=providers[point](), tools=[hang, quick],
+                                  config={"provider": "scripted", "model": "m1"})
         if point == "between":
             def stop(session, event):
                 if event["type"] == "tool/result":
@@ -122,8 +120,8 @@ def test_sigkill_then_resume_matches_the_crash_scenarios(tmp_path: Path, scheme:
                                                          point: str) -> None:
     url = _url(scheme, tmp_path)
     _kill_at(url, point, tmp_path)
-    with open_store(url) as persistence:
-        stored = persistence.read("crash")
+    with dsh.open(url) as store:
+        stored = store.read("crash")
         events = [*stored.stored_events, *stored.closers]
         kinds = _types(events)
         prefix = ["agent/inbox/spliced", "turn/start", "agent/inbox/spliced", "step/start",
@@ -148,12 +146,11 @@ def test_sigkill_then_resume_matches_the_crash_scenarios(tmp_path: Path, scheme:
         assert events[-1]["data"]["reason"] == {"kind": "interrupted"}
         assert verify_events(events, header=stored.header) == []
 
-        store = SessionStore(persistence=persistence)
         provider = ScriptedProvider([ScriptedReply(text="continuing")])
 
         async def resume_and_continue() -> Agent:
-            agent = await Agent.resume(store, "crash", provider,
-                                       config={"provider": "scripted", "model": "m1"})
+            agent = await store.agent("crash", provider=provider,
+                                      config={"provider": "scripted", "model": "m1"})
             assert agent.session.events[len(events)]["type"] == "session/end-seed"
             await agent.run("go on")
             return agent
@@ -168,5 +165,5 @@ def test_sigkill_then_resume_matches_the_crash_scenarios(tmp_path: Path, scheme:
         turns = [e["data"]["turn"] for e in agent.session.events if e["type"] == "turn/start"]
         assert turns == [1, 2]
         store.flush(agent.session)
-        final = persistence.read(agent.session.id)
+        final = store.read(agent.session.id)
         assert verify_events(final.stored_events, header=final.header) == []

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dsh import open_store
+import dsh
 from dsh._verify import verify_events
 from tests.conftest import REPO
 
@@ -31,7 +31,7 @@ def test_readme_agent_example_crashes_then_resumes(tmp_path: Path) -> None:
                             text=True, timeout=120, check=True)
     assert second.stdout == ("2 The deploy may have run; I will check before retrying.\n"
                              "['TOOL_OUTCOME_UNKNOWN']\n")
-    with open_store(f"sqlite:{tmp_path / '.dsh-demo' / 'agent.db'}") as persistence:
-        stored = persistence.read("deploy")
+    with dsh.open(f"sqlite:{tmp_path / '.dsh-demo' / 'agent.db'}") as store:
+        stored = store.read("deploy")
     assert verify_events(stored.stored_events, header=stored.header) == []
     assert [e["type"] for e in stored.stored_events].count("turn/end") == 2

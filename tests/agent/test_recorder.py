@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+import dsh
 from dsh._verify import verify_events
 from dsh.agent import ABORTED_BEFORE_DISPATCH, AgentError, Recorder
-from dsh.persistence import open_store
 from dsh.session import Session, SessionStore
 
 CONFIG = {"provider": "scripted", "model": "m1"}
@@ -54,13 +54,11 @@ def test_recorded_turn_has_dsh_event_order_and_verifies() -> None:
 
 def test_turn_numbering_continues_across_a_resume(tmp_path: Path) -> None:
     url = f"jsonl://{tmp_path}"
-    with open_store(url) as persistence:
-        store = SessionStore(persistence=persistence)
-        _one_tool_turn(Recorder(store.create("s1"), store=store))
-    with open_store(url) as persistence:
-        store = SessionStore(persistence=persistence)
-        session = store.resume("s1")
-        recorder = Recorder(session, store=store)
+    with dsh.open(url) as store:
+        _one_tool_turn(store.recorder("s1"))
+    with dsh.open(url) as store:
+        recorder = store.recorder("s1")
+        session = recorder.session
         assert recorder.next_turn == 2
         start = session.seq
         with recorder.turn() as t, t.step() as s:
@@ -72,8 +70,8 @@ def test_turn_numbering_continues_across_a_resume(tmp_path: Path) -> None:
         assert header["data"]["reason"] == "resume"
         # the context did not change, so it is not logged again
         assert "request/context" not in _types(session, start)
-    with open_store(url) as persistence:
-        inspection = persistence.inspect("s1")
+    with dsh.open(url) as store:
+        inspection = store.inspect("s1")
         assert verify_events(inspection.stored_events, header=inspection.header) == []
 
 
@@ -192,9 +190,8 @@ def test_custom_events_are_ignorable_and_core_types_refused() -> None:
 
 def test_turn_end_flushes_to_the_store(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path}/s.db"
-    with open_store(url) as persistence:
-        store = SessionStore(persistence=persistence)
-        _one_tool_turn(Recorder(store.create("s1"), store=store))
+    with dsh.open(url) as store:
+        _one_tool_turn(store.recorder("s1"))
         # read through a second handle while the writer is still open: the turn is on disk
-        stored = persistence.read("s1").stored_events
+        stored = store.read("s1").stored_events
         assert [e["type"] for e in stored][-1] == "turn/end"

@@ -167,10 +167,10 @@ def jsonl_store(root: Path, sessions: dict[str, list[dict[str, Any]]]) -> str:
 
 def stored_events(url: str, session_id: str) -> list[dict[str, Any]]:
     """Read a stored log in-process (cheaper than another subprocess when only checking data)."""
+    import dsh
     from dsh.json import thaw
-    from dsh.persistence import open_store
 
-    with open_store(url) as persistence, persistence.open(session_id, "read") as handle:
+    with dsh.open(url) as store, store.persistence.open(session_id, "read") as handle:
         return [thaw(e) for e in handle.read(0).events]
 
 
@@ -441,17 +441,15 @@ def test_resume_closes_the_interrupted_turn(tmp_path: Path) -> None:
 
 def test_resume_of_an_interrupted_import_closes_it(store: Dsh, imported: Imported) -> None:
     # Importers leave a transcript's unfinished last turn open for `dsh resume` (core spec §9).
-    from dsh.persistence import open_store
+    import dsh
 
     def last_turn_event(events: list[Any]) -> str:
         return [e["type"] for e in events if e["type"] in ("turn/start", "turn/end")][-1]
 
-    with open_store(f"sqlite://{store.home / 'sessions.db'}") as persistence:
-        open_ids = []
-        for row in imported.rows:
-            with persistence.open(row["id"], "read") as handle:
-                if last_turn_event(list(handle.read(0).events)) == "turn/start":
-                    open_ids.append(row["id"])
+    with dsh.open(f"sqlite://{store.home / 'sessions.db'}") as opened:
+        open_ids = [row["id"] for row in imported.rows
+                    if last_turn_event(list(opened.read(row["id"]).stored_events))
+                    == "turn/start"]
     assert open_ids
     outcome = store.json("resume", open_ids[0], "--json")
     assert outcome["closers"][-1]["type"] == "turn/end"
@@ -557,7 +555,7 @@ def test_export_provider_formats_validate(imported: Imported, fmt: str) -> None:
 
 def test_convert_jsonl_sqlite_jsonl_keeps_events_equal(imported: Imported,
                                                        tmp_path: Path) -> None:
-    from dsh.persistence import open_store
+    from dsh import open as dsh_open
 
     dsh = Dsh(tmp_path)
     default = f"sqlite://{imported.dsh.home / 'sessions.db'}"
@@ -571,12 +569,9 @@ def test_convert_jsonl_sqlite_jsonl_keeps_events_equal(imported: Imported,
     assert proc.stdout.startswith(f"copied {count} sessions (")
 
     def logs(url: str) -> dict[str, list[Any]]:
-        with open_store(url) as persistence:
-            out: dict[str, list[Any]] = {}
-            for row in imported.rows:
-                with persistence.open(row["id"], "read") as handle:
-                    out[row["id"]] = list(handle.read(0).events)
-            return out
+        with dsh_open(url) as store:
+            return {row["id"]: list(store.read(row["id"]).stored_events)
+                    for row in imported.rows}
 
     original = logs(default)
     assert sum(len(v) for v in original.values()) == sum(r["events"] for r in imported.rows)
@@ -703,13 +698,14 @@ def test_ls_keeps_every_column_on_a_narrow_screen(imported: Imported, tmp_path: 
 
 def test_cli_shows_a_lone_surrogate_escaped_instead_of_crashing(tmp_path: Path) -> None:
     # dsh logs may hold lone surrogates; `ls` and `show` must not die on them (adversarial report).
-    from dsh import SessionStore, create_user_message, open_store
+    from dsh import create_user_message
+    from dsh import open as dsh_open
 
     folder = tmp_path / "db"
     folder.mkdir(mode=0o700)
     url = f"sqlite://{folder / 's.db'}"
-    store = SessionStore(persistence=open_store(url))
-    session = store.create("s1")
+    store = dsh_open(url)
+    session = store.session("s1")
     session.append("user/message", create_user_message({
         "content": [{"type": "text", "text": "a\ud800b"}], "source": {"kind": "user"}}),
         surface_op="append")
@@ -767,12 +763,12 @@ def test_import_folder_gives_each_bad_file_its_outcome_and_imports_the_rest(
 
 def test_ls_and_verify_report_a_jsonl_session_whose_header_is_garbage(tmp_path: Path) -> None:
     # No silent skip (adversarial report): listing found the folder, reading it names the damage.
-    from dsh import SessionStore, open_store
+    from dsh import open as dsh_open
 
     url = f"jsonl://{tmp_path / 'store'}"
-    store = SessionStore(persistence=open_store(url))
+    store = dsh_open(url)
     for sid in ("good", "bad"):
-        session = store.create(sid)
+        session = store.session(sid)
         session.append("turn/start", {"turn": 1})
         session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
         store.flush(session)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.persistence import open_store
+from dsh import open as dsh_open
 from dsh.testing._logs import make
 from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 from tests.cli.test_cli import Dsh, interrupted_log, jsonl_store, long_log, stored_events
@@ -32,8 +32,8 @@ def pg() -> Iterator[str]:
 
 
 def _all_events(url: str) -> dict[str, list[object]]:
-    with open_store(url) as persistence:
-        ids = sorted(str(h["id"]) for h in persistence.list_headers())
+    with dsh_open(url) as store:
+        ids = sorted(str(h["id"]) for h in store.persistence.list_headers())
     return {sid: stored_events(url, sid) for sid in ids}
 
 
@@ -80,7 +80,7 @@ def test_session_commands_work_on_postgresql(tmp_path: Path, pg: str) -> None:
 
 def test_events_follow_prints_new_commits_as_they_land(tmp_path: Path, pg: str) -> None:
     dsh = Dsh(tmp_path)
-    store = open_store(pg)
+    store = dsh_open(pg).persistence
     store.create({"version": 0, "id": "live", "createdAt": 1})
     handle = store.open("live", "write")
     try:

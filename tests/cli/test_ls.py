@@ -48,11 +48,11 @@ def test_ls_terminal_layout_cuts_only_titles(tmp_path: Path) -> None:
     from dsh.cli import _render as render
     url = _store_with_long_values(tmp_path)
     with dsh.open(url) as store:
-        store.fork(store.session(PARENT), 1, "child")
+        store.fork(PARENT, 1, child_id="child")
     Dsh(tmp_path)  # the private HOME
-    with dsh.open_store(url) as persistence:
-        rows = [render.session_row(persistence.read(sid).header,
-                                   persistence.read(sid).stored_events, source_format="dsh")
+    with dsh.open(url) as store:
+        rows = [render.session_row(store.read(sid).header, store.read(sid).stored_events,
+                                   source_format="dsh")
                 for sid in ("child", PARENT)]
     table = render.render_sessions_table(rows, width=80)
     assert LONG not in table and LONG[:11] + "…" in table

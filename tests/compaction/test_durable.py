@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
+import dsh
 from dsh._errors import CompactionError
 from dsh.compaction._region import compact_now, session_compaction_state
-from dsh.persistence import open_store
-from dsh.session._store import SessionStore
 from tests.compaction.builders import turn
 from tests.compaction.test_region import Fixed
 
@@ -26,8 +25,8 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def test_compaction_survives_reload_and_an_orphan_lock_is_stale_after_resume(url: str) -> None:
-    store = SessionStore(persistence=open_store(url))
-    session = store.create("c1")
+    store = dsh.open(url)
+    session = store.session("c1")
     for number in range(1, 4):
         turn(session, number, f"request {number} " * 30, answer="answer " * 30)
     result = compact_now(session, summarizer=Fixed(), flush=lambda: store.flush(session))
@@ -40,8 +39,8 @@ def test_compaction_survives_reload_and_an_orphan_lock_is_stale_after_resume(url
         compact_now(session, summarizer=Fixed())
     store.dispose(session)
 
-    again = SessionStore(persistence=open_store(url))
-    resumed = again.resume("c1")
+    again = dsh.open(url)
+    resumed = again.session("c1")
     assert [e.type for e in resumed.events[-2:]] == ["compaction/start", "session/end-seed"]
     assert resumed.derive_messages() == messages
     assert list(resumed.surface.nodes) == nodes

@@ -37,12 +37,12 @@ def imported(name: str) -> list[ImportedSession]:
 
 def fixture_logs(tmp: Path) -> Iterator[tuple[str, SessionLog]]:
     """The sessions of the dsh-written JSONL store (copied first: reading may repair)."""
-    from dsh.persistence import open_store
+    import dsh
 
     root = tmp / "dsh-logs"
     shutil.copytree(DSH_LOGS / "jsonl" / "main", root)
-    with open_store(f"jsonl://{root}") as store:
-        for header in sorted(store.list_headers(), key=lambda h: str(h["id"])):
+    with dsh.open(f"jsonl://{root}") as store:
+        for header in sorted(store.persistence.list_headers(), key=lambda h: str(h["id"])):
             read = store.read(str(header["id"]))
             yield str(header["id"]), SessionLog(read.header, read.events)
 

@@ -154,7 +154,7 @@ class Run:
             self.delays.append(seconds)
 
         self.agent = Agent.create(
-            self.store, self.provider, session_id="s1", system=SYSTEM, request_hook=hook,
+            self.store.sessions, self.provider, session_id="s1", system=SYSTEM, request_hook=hook,
             sleep=sleep, config={"provider": self.provider.name, "model": wire.model},
             **options)
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import dsh
-from dsh.agent import Agent, LlmRequest
+from dsh.agent import LlmRequest
 from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider
 from dsh.interop._export import to_anthropic, to_openai, validate_conversation
 from tests.providers.helpers import plain, without_cache_mark
@@ -52,8 +52,8 @@ def continue_on(url: str, session_id: str, provider: Any, model: str) -> list[An
 
     async def go() -> None:
         with dsh.open(url) as store:
-            agent = await Agent.resume(store, session_id, provider, request_hook=hook,
-                                       config={"provider": provider.name, "model": model})
+            agent = await store.agent(session_id, provider=provider, request_hook=hook,
+                                      config={"provider": provider.name, "model": model})
             try:
                 await agent.run("Please continue where we left off.")
             finally:

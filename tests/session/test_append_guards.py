@@ -18,7 +18,6 @@ from dsh import (
     create_assistant_message,
     create_tool_result_message,
     create_user_message,
-    open_store,
     register_event_type,
 )
 
@@ -86,8 +85,8 @@ def test_a_registered_type_is_validated_and_written_ignorable(registered: list[A
         with pytest.raises(EventRejectedError, match='did you mean "myapp/checkpoint"'):
             session.append("myapp/checkpont", {"label": "v2"})
     # another reader that never registered the type keeps and skips it
-    with open_store(url) as persistence:
-        [stored] = persistence.read("s").stored_events
+    with dsh.open(url) as store:
+        [stored] = store.read("s").stored_events
     assert stored["type"] == "myapp/checkpoint" and stored["ignorable"] is True
 
 
@@ -148,7 +147,7 @@ def test_reader_says_an_unknown_stored_type_looks_like_a_typo(tmp_path: Path) ->
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps({"type": "step/strat", "seq": 1, "time": 2**41,
                             "data": {"turn": 1, "step": 1}}) + "\n")
-    with open_store(f"jsonl://{root}") as persistence, \
+    with dsh.open(f"jsonl://{root}") as store, \
             pytest.raises(UnknownEventTypeError) as refused:
-        persistence.read("t")
+        store.read("t")
     assert "'step/strat' at seq 1, which looks like a typo of 'step/start'" in str(refused.value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import assert_type
 
-from dsh import Event, SessionStore
+from dsh import Event, Store
 from dsh._messages import StreamChunk
 from dsh.agent import (
     Agent,
@@ -28,6 +28,7 @@ from dsh.agent.providers import (
 )
 from dsh.compaction import LlmSummarizer
 from dsh.json import FrozenDict
+from dsh.session import SessionStore
 
 
 class EchoProvider:
@@ -49,20 +50,27 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-async def use_the_agent(store: SessionStore) -> None:
+async def use_the_agent(store: Store) -> None:
     provider: Provider = EchoProvider()
     assert_type(add, Tool)
-    agent = Agent.create(store, provider, config={"provider": "p", "model": "m"}, tools=[add])
+    agent = await store.agent(provider=provider, config={"provider": "p", "model": "m"},
+                              tools=[add])
     result = await agent.run("hi")
     assert_type(result, TurnResult)
     assert_type(result.reason, FrozenDict)
-    resumed = await Agent.resume(store, "s1", ScriptedProvider([ScriptedReply(text="x")]),
-                                 config={"provider": "p", "model": "m"}, timeout_ms=1000)
+    resumed = await store.agent("s1", provider=ScriptedProvider([ScriptedReply(text="x")]),
+                                config={"provider": "p", "model": "m"}, timeout_ms=1000)
     assert_type(resumed, Agent)
 
 
-def use_the_recorder(store: SessionStore) -> None:
-    recorder = Recorder(store.create("typed-recorder"), store=store)
+def use_the_core_store(store: SessionStore) -> None:
+    agent = Agent.create(store, EchoProvider(), config={"provider": "p", "model": "m"})
+    assert_type(agent, Agent)
+
+
+def use_the_recorder(store: Store) -> None:
+    recorder = store.recorder("typed-recorder")
+    assert_type(recorder, Recorder)
     with recorder.turn() as turn, turn.step() as step:
         assert_type(turn, TurnRecorder)
         assert_type(step, StepRecorder)

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import assert_type
 
 import dsh
-from dsh import Event, Session, SessionStore
+from dsh import Event, Session, Store
 from dsh.json import FrozenDict, snapshot_json
+from dsh.persistence import Inspection, ListingEntry
 from dsh.session import EventLog
 
 
-def use_the_api(store: SessionStore) -> None:
-    session = store.create("typed")
+def use_the_api(store: Store) -> None:
+    session = store.session("typed")
     assert_type(session, Session)
     event = session.append("turn/start", {"turn": 1})
     assert_type(event, Event)
@@ -21,6 +22,15 @@ def use_the_api(store: SessionStore) -> None:
     assert_type(session.derive_messages(), list[FrozenDict])
     closers = dsh.interrupted_turn_closers(session.events)
     assert_type(closers, tuple[Event, ...])
-    child = store.fork(session, 0, "typed-child", open_turn="close")
-    assert_type(child, Session)
+    child = store.fork(session.id, 0, child_id="typed-child", open_turn="close")
+    assert_type(child, str)
+    assert_type(store.read(child), Inspection)
+    assert_type(store.list(), list[ListingEntry])
+    store.flush(session)
     snapshot_json({"ok": [1, 2, 3]})
+
+
+def use_the_front_door() -> None:
+    with dsh.open("memory:") as store:
+        assert_type(store, Store)
+        assert_type(store.session("s"), Session)

@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
-from dsh.persistence import open_store  # noqa: E402  (after the path setup above)
+from dsh.persistence import Persistence, open_backend  # noqa: E402  (after the path setup above)
 from dsh.testing._damage import (  # noqa: E402
     STORE_KINDS,
     StoreKind,
@@ -95,7 +95,7 @@ def _seeds() -> list[bytes]:
         root = _WORK / f"seed-{kind}"
         root.mkdir(mode=0o700)
         path, url = _layout(kind, root)
-        persistence = open_store(url)
+        persistence = Persistence(open_backend(url))
         persistence.create({"version": 0, "id": "s", "createdAt": 1, "cwd": "/w/p"})
         with persistence.open("s", "write") as handle:
             for k in range(0, len(events), 9):

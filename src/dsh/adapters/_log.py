@@ -28,7 +28,7 @@ from dsh._errors import AdapterClosedError, AdapterError, SessionBusyError
 from dsh._messages import create_assistant_message
 from dsh.agent import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
-from dsh.persistence import Persistence, RestorePointRefused, open_store
+from dsh.persistence import Persistence, RestorePointRefused, open_backend
 from dsh.session import Event, EventSource, RestoreState, Session, SessionStore
 
 __all__ = [
@@ -431,7 +431,7 @@ class LiveLog:
                                          f"make a new {self.owner} to use the session again",
                                          session_id=self.session_id)
             if self._shaper is None:
-                persistence = self._shared or open_store(self.store_url)
+                persistence = self._shared or Persistence(open_backend(self.store_url))
                 collecting = gc.isenabled()
                 gc.disable()  # the cold read builds the log's containers: see view()
                 try:

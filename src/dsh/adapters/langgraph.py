@@ -61,7 +61,7 @@ from dsh.adapters._log import (
 from dsh.adapters.langchain import FORMAT as LANGCHAIN_FORMAT
 from dsh.adapters.langchain import message_record, messages_to_events
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, thaw
-from dsh.persistence import Persistence, open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.session import Event
 
 try:
@@ -273,7 +273,7 @@ class DshSaver(BaseCheckpointSaver[str]):
                                code="ADAPTER_ERASE_UNAVAILABLE")
         self.store_url = store if store is not None else default_store_url()
         self.wait = wait
-        self._persistence: Persistence = open_store(self.store_url)
+        self._persistence: Persistence = Persistence(open_backend(self.store_url))
         self._codec = _Codec(self.serde)
         self._logs: dict[str, LiveLog] = {}
         self._threads: dict[str, _Thread] = {}

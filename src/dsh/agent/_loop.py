@@ -67,7 +67,9 @@ from dsh.agent._recorder import (
     Recorder,
     StepRecorder,
     TurnRecorder,
+    append_agent_event,
     as_user_message,
+    core_store,
     text_blocks,
     turn_end_reason,
 )
@@ -262,7 +264,7 @@ class Agent:
                               f"{approval_timeout_ms!r}")
         self._session = session
         self._provider = provider
-        self._store = store
+        self._store = core_store(store, "await store.agent(session_id, provider=..., config=...)")
         self._config = dict(config)
         self._system = system
         self._tools = tool_table(tools)
@@ -285,8 +287,8 @@ class Agent:
         self._before_step = before_step
         self._cause: dict[str, Any] | None = None
         self._sleep = sleep
-        self._recorder = Recorder(session, store=store, flush_on_turn_end=False)
-        self._inbox = Inbox(lambda data: self._recorder._agent_event(INBOX_EVENT, data))
+        self._recorder = Recorder(session, store=self._store, flush_on_turn_end=False)
+        self._inbox = Inbox(lambda data: append_agent_event(self._recorder, INBOX_EVENT, data))
         seed_length = session.header.seed_length or 0
         self._inbox.replay(session.events[seed_length:])
         self._task: asyncio.Task[Any] | None = None
@@ -310,7 +312,10 @@ class Agent:
             SessionExistsError: the id is live; whatever the store's persistence raises for an
                 id already stored.
         """
-        return cls(store.create(session_id), provider, store=store, **options)
+        core = core_store(store, "await store.agent(session_id, provider=..., config=...)")
+        if core is None:
+            raise ConfigError("Agent.create needs a store to create the session in (dsh.open(url))")
+        return cls(core.create(session_id), provider, store=core, **options)
 
     @classmethod
     async def resume(cls, store: SessionStore, session_id: str, provider: Provider, *,
@@ -339,16 +344,17 @@ class Agent:
             AgentError: code ``RESUME_TIMEOUT`` after ``timeout_ms``.
             asyncio.CancelledError: the caller cancelled.
         """
-        persistence = store.persistence
-        if persistence is None:
-            raise ConfigError("cannot resume: the store has no persistence (pass "
-                              "persistence=open_store(url) to SessionStore)",
+        core = core_store(store, "await store.agent(session_id, provider=..., config=...)")
+        persistence = core.persistence if core is not None else None
+        if core is None or persistence is None:
+            raise ConfigError("cannot resume: the store has no persistence (open it with "
+                              "dsh.open(url))",
                               code="NO_PERSISTENCE", session_id=session_id)
-        session = await _resume_in_thread(store, persistence, session_id, timeout_ms)
+        session = await _resume_in_thread(core, persistence, session_id, timeout_ms)
         try:
-            return cls(session, provider, store=store, **options)
+            return cls(session, provider, store=core, **options)
         except BaseException:
-            store.dispose(session)
+            core.dispose(session)
             raise
 
     # state ----------------------------------------------------------------------------------
@@ -692,7 +698,7 @@ class Agent:
         logger.warning("session %r turn %d step %d: model call failed (%s, %s); retry %d in %d "
                        "ms", self._session.id, step.turn, step.number, failure.code, cause,
                        retry + 1, delay_ms)
-        self._recorder._agent_event(RETRY_EVENT, {
+        append_agent_event(self._recorder, RETRY_EVENT, {
             "turn": step.turn, "step": step.number, "attempt": retry + 1, "delayMs": delay_ms,
             "cause": cause, "failure": failure.failure})
 

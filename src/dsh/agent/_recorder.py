@@ -132,6 +132,25 @@ class _Scan:
                 self.open_turn = None
 
 
+def core_store(store: Any, replacement: str) -> SessionStore | None:
+    """The core session store behind what a caller passed as ``store``.
+
+    A :class:`~dsh.session.SessionStore` (or None) is taken as it is. A ``dsh.Store`` (from
+    ``dsh.open``) was a SessionStore before it became the front door: its ``sessions`` are
+    taken, with a DeprecationWarning naming ``replacement``, for one release.
+    """
+    if store is None or isinstance(store, SessionStore):
+        return store
+    sessions = getattr(store, "sessions", None)
+    if not isinstance(sessions, SessionStore):
+        return store  # type: ignore[no-any-return]  # a duck-typed store, as before
+    import warnings
+
+    warnings.warn(f"passing a dsh.Store where the core SessionStore is meant is deprecated; "
+                  f"use {replacement}", DeprecationWarning, stacklevel=3)
+    return sessions
+
+
 class Recorder:
     """Record turns of one session; the writer behind :class:`~dsh.agent.Agent`.
 
@@ -150,7 +169,7 @@ class Recorder:
     def __init__(self, session: Session, *, store: SessionStore | None = None,
                  flush_on_turn_end: bool = True) -> None:
         self._session = session
-        self._store = store
+        self._store = core_store(store, "store.recorder(session_id)")
         self._flush_on_turn_end = flush_on_turn_end
         self._scan = _Scan()
         self._scan.feed(session.events)
@@ -251,10 +270,6 @@ class Recorder:
                              code="RECORDER", session_id=self._session.id)
         return self._append(type, data, ignorable=True)
 
-    def _agent_event(self, type: str, data: JsonValue) -> Event:
-        """Append a log-only event of the agent's own (inbox splices, retries), ignorable."""
-        return self._append(type, data, ignorable=True)
-
     def flush(self) -> bool:
         """The durability barrier: wait until everything appended is stored.
 
@@ -271,6 +286,14 @@ class Recorder:
         if self._store is None:
             return False
         return await self._store.aflush(self._session)
+
+
+def append_agent_event(recorder: Recorder, type: str, data: JsonValue) -> Event:
+    """Append a log-only event of the agent loop's own (inbox splices, retries), ignorable.
+
+    The loop's way past :meth:`Recorder.custom`, which refuses dsh's own types.
+    """
+    return recorder._append(type, data, ignorable=True)
 
 
 def as_user_message(content: str | Sequence[Mapping[str, Any]] | Mapping[str, Any], *,

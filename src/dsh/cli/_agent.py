@@ -26,8 +26,8 @@ from dsh.agent.providers import PROVIDER_NAMES
 from dsh.cli._common import require_session
 
 if TYPE_CHECKING:
+    from dsh import Store
     from dsh.agent import Agent, ShellRequest, Tool
-    from dsh.session import SessionStore
 
 __all__ = [
     "CONTEXT_WINDOWS",
@@ -132,7 +132,7 @@ def tools_for(choice: Tools, root: Path) -> list[Tool]:
     return tools
 
 
-async def open_agent(store: SessionStore, provider: Any, session_id: str | None, *,
+async def open_agent(store: Store, provider: Any, session_id: str | None, *,
                      options: Mapping[str, Any]) -> tuple[Agent, bool]:
     """The agent for ``session_id``: resumed when stored (repaired first), else new.
 
@@ -145,22 +145,17 @@ async def open_agent(store: SessionStore, provider: Any, session_id: str | None,
     Raises:
         SessionNotFoundError: ``AMBIGUOUS_SESSION_ID`` for a prefix of several stored ids.
     """
-    from dsh.agent import Agent
-    from dsh.persistence import Persistence
-
     if session_id is not None:
-        persistence = store.persistence
         try:
-            if isinstance(persistence, Persistence):  # the CLI's stores come from dsh.open
-                session_id = require_session(persistence, session_id)
-            return await Agent.resume(store, session_id, provider, **options), True
+            session_id = require_session(store, session_id)
         except SessionNotFoundError as exc:
             if exc.code == "AMBIGUOUS_SESSION_ID":
                 raise
             # else a new session with the id asked for
-    # A fresh UUID: the store's own minted ids only avoid sessions live in this process.
-    return Agent.create(store, provider, session_id=session_id or str(uuid4()),
-                        **options), False
+    resumed = session_id is not None and store.exists(session_id)
+    # A fresh UUID for a new session: ids minted by the store only avoid live sessions.
+    agent = await store.agent(session_id or str(uuid4()), provider=provider, **options)
+    return agent, resumed
 
 
 def agent_options(provider: Any, *, system: str | None, tools: list[Tool],

@@ -48,6 +48,7 @@ from dsh.transcript import build as build_transcript
 if TYPE_CHECKING:
     import asyncio
 
+    from dsh import Store
     from dsh.agent import Agent
 
 __all__ = ["HISTORY_ITEMS", "PROMPT", "chat"]
@@ -96,7 +97,7 @@ class _Chat:
     run on it.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sessions: Any, llm: Any,
+    def __init__(self, loop: asyncio.AbstractEventLoop, sessions: Store, llm: Any,
                  options: dict[str, Any]) -> None:
         self.loop = loop
         self.sessions = sessions
@@ -220,13 +221,14 @@ class _Chat:
         if seq_text and not seq_text.isdigit():
             self.say(f"/fork takes a seq number (see /show), got {seq_text!r}")
             return
-        from dsh.agent import Agent
-
         parent = self.current.session
-        child = self.sessions.fork(parent, int(seq_text) if seq_text else None,
-                                   f"{parent.id}-fork-{uuid4().hex[:8]}")
-        self.attach(Agent(child, self.llm, store=self.sessions, **self.options))
-        self.say(f"forked {parent.id} at seq {child.header.seed_length - 1} as {child.id}; "
+        child_id = self.sessions.fork(parent.id, int(seq_text) if seq_text else None,
+                                      child_id=f"{parent.id}-fork-{uuid4().hex[:8]}")
+        agent = self.loop.run_until_complete(
+            self.sessions.agent(child_id, provider=self.llm, **self.options))
+        self.attach(agent)
+        child = agent.session
+        self.say(f"forked {parent.id} at seq {(child.header.seed_length or 0) - 1} as {child.id}; "
                  f"now continuing {child.id}")
 
     def compact(self, how: str) -> None:

@@ -12,7 +12,6 @@ from dsh import (
     CompactionError,
     DigestSummarizer,
     SessionForkError,
-    SessionStore,
     compact_now,
     compact_surface_region,
 )
@@ -42,9 +41,9 @@ def resume(session_id: SessionArg, store: StoreOption = None,
     balanced log is left untouched (persistence spec §3.10 ``load``).
     """
     json_mode(json_)
-    with cli_store(store, wait=wait) as persistence:
-        session_id = require_session(persistence, session_id)
-        inspection = persistence.load(session_id)
+    with cli_store(store, wait=wait) as sessions:
+        session_id = require_session(sessions, session_id)
+        inspection = sessions.persistence.load(session_id)
     closers = list(inspection.closers)
     torn = inspection.torn.reason if inspection.torn is not None else None
     if json_:
@@ -81,16 +80,16 @@ def fork(
     parent's log is not changed.
     """
     json_mode(json_)
-    with cli_store(store, wait=wait) as persistence:
-        session_id = require_session(persistence, session_id)
+    with cli_store(store, wait=wait) as sessions:
+        session_id = require_session(sessions, session_id)
         try:
-            child_id = persistence.fork(session_id, at, as_)
+            child_id = sessions.fork(session_id, at, child_id=as_)
         except SessionForkError as error:
             if error.code != "SESSION_ALREADY_EXISTS":
                 raise
             raise SessionForkError(f"{error.message}; choose another id with --as",
                                    code=error.code, **error.where) from error
-        child = persistence.read(child_id)
+        child = sessions.read(child_id)
         seed_length = child.header.get("seedLength")
         events = len(child.stored_events)
         outcome: dict[str, Any] = {"id": child_id, "parent": session_id,
@@ -150,8 +149,8 @@ def compact(
         return compact_surface_region(session, span[0], span[1], summarizer=digest,
                                       flush=flush)
 
-    with cli_store(store, wait=wait) as persistence:
-        read = read_session(persistence, session_id)
+    with cli_store(store, wait=wait) as sessions:
+        read = read_session(sessions, session_id)
         session_id = str(read.header["id"])
         try:
             rehearsal = run_on(restored_session(read), None)
@@ -169,8 +168,7 @@ def compact(
             return
         result = None
         if rehearsal is not None:
-            sessions = SessionStore(persistence=persistence)
-            session = sessions.resume(session_id)
+            session = sessions.session(session_id)
 
             def flush() -> None:
                 sessions.flush(session)

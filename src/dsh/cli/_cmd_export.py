@@ -100,9 +100,9 @@ def export(
     """
     import json
 
-    with cli_store(store, create=False) as persistence:
-        read = read_session(persistence, session_id)
-        log = stored_log(persistence, read) if format in _STANDARD else None
+    with cli_store(store, create=False) as sessions:
+        read = read_session(sessions, session_id)
+        log = stored_log(sessions.persistence, read) if format in _STANDARD else None
     if log is not None:
         write_standard(log, str(format.value), output, install=install, content=content)
         return
@@ -221,7 +221,7 @@ def convert(
     """Copy every session of one store into another (any backends); each copy is verified."""
     json_mode(json_)
     with cli_store(source, create=False) as reader, cli_store(target) as writer:
-        outcome = _copy_store(reader, writer, stderr_console())
+        outcome = _copy_store(reader.persistence, writer.persistence, stderr_console())
     if json_:
         render.write_json(outcome)
         return

@@ -360,8 +360,8 @@ def import_(
                                  param_hint="'PATH' / '--examples'")
     if not paths:
         paths = _default_roots(examples, err)
-    with cli_store(store, wait=wait) as persistence:
-        report = _import_paths(persistence, paths, str(format.value), err)
+    with cli_store(store, wait=wait) as sessions:
+        report = _import_paths(sessions.persistence, paths, str(format.value), err)
     if json_:
         render.write_json(report.to_json())
     else:

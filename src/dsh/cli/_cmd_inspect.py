@@ -30,15 +30,15 @@ from dsh.cli._errors import EXIT_FAILED, format_error_line
 from dsh.transcript import build as build_transcript
 
 if TYPE_CHECKING:
-    from dsh import Event
-    from dsh.persistence import Persistence
+    from dsh import Event, Store
 
-def _rows(persistence: Persistence) -> tuple[list[render.SessionRow], list[DshError]]:
+def _rows(sessions: Store) -> tuple[list[render.SessionRow], list[DshError]]:
     """Rows of every readable session (newest activity first) and the errors of the others.
 
-    From the store's listing index (``Persistence.list_entries``): unchanged logs are not read.
+    From the store's listing index (``Store.list``): unchanged logs are not read.
     """
-    entries, unreadable = persistence.list_entries()
+    unreadable: list[DshError] = []
+    entries = sessions.list(errors=unreadable)
     rows = [render.entry_row(entry) for entry in entries]
     # Most recent activity first; sessions whose source had no timestamps carry only the time
     # the importer stamped, so they follow, ordered by what they hold (title, then id).
@@ -54,8 +54,8 @@ def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
     `dsh verify` tells more) and makes the exit status 1; the others are still listed.
     """
     json_mode(json_)
-    with cli_store(store, create=False) as persistence:
-        rows, unreadable = _rows(persistence)
+    with cli_store(store, create=False) as sessions:
+        rows, unreadable = _rows(sessions)
     if json_:
         render.write_json([row.to_json() for row in rows])
     elif rows and render.plain_stream() is not None:
@@ -83,8 +83,8 @@ def show(
 ) -> None:
     """Show a session as a transcript: messages, tool calls with results, checkpoints, repairs."""
     json_mode(json_)
-    with cli_store(store, create=False) as persistence:
-        read = read_session(persistence, session_id)
+    with cli_store(store, create=False) as sessions:
+        read = read_session(sessions, session_id)
     events = read.stored_events
     row = render.session_row(read.header, events, source_format=source_format(events))
     entries = render.show_entries(build_transcript(events, header=read.header))
@@ -114,9 +114,9 @@ def events(
         follow_events(store, session_id, from_seq, list(types or ()))
         return
 
-    with cli_store(store, create=False) as persistence:
-        session_id = require_session(persistence, session_id)
-        with persistence.open(session_id, "read") as handle:
+    with cli_store(store, create=False) as sessions:
+        session_id = require_session(sessions, session_id)
+        with sessions.persistence.open(session_id, "read") as handle:
             stored = handle.read(from_seq).events
     selected: Iterable[Event] = stored
     if types:
@@ -144,7 +144,7 @@ def messages(
 
     An interrupted turn is shown as the repair would close it (nothing is written).
     """
-    with cli_store(store, create=False) as persistence:
-        read = read_session(persistence, session_id)
+    with cli_store(store, create=False) as sessions:
+        read = read_session(sessions, session_id)
     render.write_json(model_view(read, str(format.value), target_model))
 

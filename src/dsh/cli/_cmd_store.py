@@ -35,7 +35,8 @@ def init(store: StoreOption = None, json_: JsonOption = False) -> None:
     location = store_path(store_url(store) if store is not None else default_store_url())
     # a database store (PostgreSQL) has no path to look at: its sessions say whether it was new
     existed: bool | None = location.exists() if location is not None else None
-    with cli_store(store) as persistence:
+    with cli_store(store) as opened:
+        persistence = opened.persistence
         # SQLite creates its file on open; a JSONL folder is made here so it exists at once.
         if location is not None and not location.exists() \
                 and not persistence.url.lower().startswith("sqlite"):
@@ -68,7 +69,8 @@ def migrate(
     migrate and are reported as they are.
     """
     json_mode(json_)
-    with cli_store(store) as persistence:
+    with cli_store(store) as opened:
+        persistence = opened.persistence
         backend = persistence.backend
         run = getattr(backend, "migrate", None)
         version = run() if run is not None else getattr(backend, "schema_version", None)
@@ -94,11 +96,11 @@ def follow_events(store: str | None, session_id: str, from_seq: int,
     Raises:
         SessionNotFoundError: no such session.
     """
-    with cli_store(store, create=False) as persistence:
-        session_id = require_session(persistence, session_id)
+    with cli_store(store, create=False) as sessions:
+        session_id = require_session(sessions, session_id)
 
         async def run() -> None:
-            async for event in persistence.tail(session_id, from_seq):
+            async for event in sessions.tail(session_id, from_seq):
                 if not patterns or any(fnmatchcase(event["type"], p) for p in patterns):
                     render.write_json_lines([event])
 

@@ -92,11 +92,12 @@ def verify(
     notes: list[str] = []
     restore_points: dict[str, dict[str, object]] = {}
     found: list[render.Violation] = []
-    with cli_store(store, create=False) as persistence:
+    with cli_store(store, create=False) as sessions:
+        persistence = sessions.persistence
         if all_:
             ids = sorted(str(h["id"]) for h in persistence.list_headers())
         else:
-            ids = [require_session(persistence, str(session_id))]
+            ids = [require_session(sessions, str(session_id))]
         for sid in ids:
             found.extend(_verify(persistence, sid, notes, restore_points))
     if json_:

@@ -20,8 +20,9 @@ from dsh import (
     Session,
     SessionBusyError,
     SessionNotFoundError,
-    open_store,
+    Store,
 )
+from dsh import open as open_url
 from dsh.cli import _render as render
 from dsh.cli._errors import STATE
 from dsh.persistence import store_path
@@ -150,7 +151,7 @@ def _wait_for_writers(persistence: Persistence, wait_s: float) -> None:
 
 @contextmanager
 def cli_store(url: str | None, *, create: bool = True,
-              wait: float = DEFAULT_WAIT_S) -> Iterator[Persistence]:
+              wait: float = DEFAULT_WAIT_S) -> Iterator[Store]:
     """Open the store a command works on (``--store`` or the default) and close it after.
 
     Closing drains any write-behind writer, so a command's writes are durable on return. A
@@ -172,12 +173,12 @@ def cli_store(url: str | None, *, create: bool = True,
                               code="STORE_NOT_FOUND")
     if url is not None:
         _refuse_foreign_file(url)
-    persistence = open_store(url or default_store_url())
-    _wait_for_writers(persistence, wait)
+    sessions = open_url(url or default_store_url())
+    _wait_for_writers(sessions.persistence, wait)
     try:
-        yield persistence
+        yield sessions
     finally:
-        persistence.close()
+        sessions.close()
 
 
 _SCHEMES: Final = ("sqlite:", "jsonl:", "jsonl+zstd:", "memory:", "postgresql:", "postgres:")
@@ -246,7 +247,7 @@ def stderr_console() -> Console:
     return render.make_console(stderr=True)
 
 
-def require_session(persistence: Persistence, session_id: str) -> str:
+def require_session(sessions: Store, session_id: str) -> str:
     """Resolve what a person typed to a stored session id and return it.
 
     Rule: an exact id wins; else a prefix of exactly one stored id is that id (like git).
@@ -255,9 +256,9 @@ def require_session(persistence: Persistence, session_id: str) -> str:
         SessionNotFoundError: ``AMBIGUOUS_SESSION_ID`` for a prefix of several ids (they are
             listed); ``SESSION_NOT_FOUND`` otherwise, suggesting the closest stored id.
     """
-    if persistence.exists(session_id):
+    if sessions.exists(session_id):
         return session_id
-    ids = sorted(str(h["id"]) for h in persistence.list_headers())
+    ids = sorted(str(h["id"]) for h in sessions.persistence.list_headers())
     matches = [sid for sid in ids if sid.startswith(session_id)] if session_id else []
     if len(matches) == 1:
         return matches[0]
@@ -266,14 +267,14 @@ def require_session(persistence: Persistence, session_id: str) -> str:
                                            if len(matches) > 10 else "")
         raise SessionNotFoundError(
             f"session id prefix {session_id!r} matches {len(matches)} sessions in store "
-            f"{persistence.url}: {shown}; type more of the id", code="AMBIGUOUS_SESSION_ID",
+            f"{sessions.url}: {shown}; type more of the id", code="AMBIGUOUS_SESSION_ID",
             session_id=session_id)
     import difflib
 
     close = difflib.get_close_matches(session_id, ids, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise SessionNotFoundError(
-        f"no session {session_id!r} in store {persistence.url}; {hint}'dsh ls' lists the ids",
+        f"no session {session_id!r} in store {sessions.url}; {hint}'dsh ls' lists the ids",
         session_id=session_id)
 
 
@@ -295,14 +296,14 @@ def source_format(events: Iterable[Event]) -> str:
     return "dsh"
 
 
-def read_session(persistence: Persistence, session_id: str) -> Inspection:
+def read_session(sessions: Store, session_id: str) -> Inspection:
     """Read a stored session through the cold-read pipeline, without writing anything.
 
     Raises:
         SessionNotFoundError: no such session (a unique id prefix is accepted).
         LogCorruptError, SessionFormatUnsupportedError, UnknownEventTypeError: unreadable log.
     """
-    return persistence.read(require_session(persistence, session_id))
+    return sessions.read(require_session(sessions, session_id))
 
 
 def restored_session(read: Inspection, *, with_closers: bool = True) -> Any:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from dsh._errors import DshError
-from dsh.persistence import open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.session import Event, SessionStore
 from dsh.testing._logs import LogBuilder
 
@@ -101,7 +101,7 @@ def read_every_way(url: str, session_id: str = "s") -> list[str]:
     """
     outcomes: list[str] = []
     for op in READ_PATHS:
-        persistence = open_store(url)
+        persistence = Persistence(open_backend(url))
         try:
             if op == "resume":
                 store = SessionStore(persistence)

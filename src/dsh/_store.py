@@ -1,0 +1,398 @@
+"""The front door: :func:`open` a store by URL and hold one :class:`Store`.
+
+A :class:`Store` joins the two halves a user would otherwise hold apart: the live sessions of
+this process (the core's session store, no I/O) and the persistence facade over the backend the
+URL names (write-behind, cold reads, resume, listing, fork of stored logs). Closing it drains
+every live session to disk and closes the backend.
+
+The agent layer (``dsh.agent``) and asyncio load only when a method that needs them runs, so
+``import dsh`` stays light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+from dsh._errors import DshError, SessionForkError, SessionNotFoundError
+from dsh.persistence import Inspection, ListingEntry, Persistence, WriteBehind, open_backend
+from dsh.session import Clock, Event, Session, SessionStore
+
+if TYPE_CHECKING:
+    from dsh.agent import Agent, Provider, Recorder, Tool
+
+__all__ = ["Store", "open"]
+
+
+class Store:
+    """One store of sessions, named by a URL: the object a dsh user holds.
+
+    Made by :func:`dsh.open`. ``store.session(id)`` gives a session to append to (resumed
+    from disk, or new); appends are written behind and :meth:`flush` is the durability
+    barrier; :meth:`read`, :meth:`inspect`, :meth:`tail` and :meth:`list` look at stored logs
+    without writing; :meth:`fork` branches a session; :meth:`recorder` and :meth:`agent` put a
+    recorder or an agent loop over a session. Use it as a context manager (``with`` or
+    ``async with``): leaving the block drains every live session and closes the backend.
+    A store never closed is drained at interpreter exit.
+
+    Rule: docs/architecture.md#the-front-door.
+    """
+
+    __slots__ = ("_persistence", "_sessions")
+
+    def __init__(self, url: str, *, write_behind: WriteBehind | None = None,
+                 clock: Clock | None = None) -> None:
+        self._persistence = Persistence(open_backend(url), write_behind=write_behind)
+        self._sessions = SessionStore(persistence=self._persistence, clock=clock)
+
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else ""
+        return f"<dsh.Store {self.url!r}{state}>"
+
+    # what it is -------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The store URL it was opened with."""
+        return self._persistence.url
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` (or :meth:`aclose`) ran."""
+        return self._sessions.closed
+
+    @property
+    def persistence(self) -> Persistence:
+        """The persistence facade: handles, stored-session creation, repair, restore points.
+
+        The level of ``dsh.persistence``'s backend contract, for tools that copy or import
+        whole logs; a session's appends never need it.
+        """
+        return self._persistence
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The live sessions of this store (the core's session store, bound to persistence).
+
+        What :class:`dsh.agent.Agent` and :class:`dsh.agent.Recorder` take as ``store``;
+        :meth:`agent` and :meth:`recorder` pass it for you.
+        """
+        return self._sessions
+
+    # sessions ---------------------------------------------------------------------------
+
+    def session(self, session_id: str, *, header: Mapping[str, Any] | None = None) -> Session:
+        """Return session ``session_id`` ready to append to: live, resumed, or new.
+
+        The live session when this store holds it; else the stored log resumed (its write
+        lock taken, an interrupted last turn closed by appending); else a new session created
+        with ``header`` (``cwd``, ``origin``, ... ; ``createdAt`` defaults to now).
+
+        Raises:
+            SessionBusyError: another writer (thread or process) holds the session.
+            ConfigError: the store is closed (``STORE_CLOSED``) or the id cannot be stored
+                (``INVALID_ID``).
+            LogCorruptError, SessionFormatUnsupportedError: the stored log cannot be resumed.
+
+        Rule: docs/rules.md#resume.
+        """
+        return self._sessions.session(session_id, header=header)
+
+    def flush(self, session: Session | str | None = None) -> None:
+        """Wait until everything appended (to ``session``, or to every live one) is stored.
+
+        Args:
+            session: A live session or its id; None: every live session of this store.
+
+        Raises:
+            SessionNotFoundError: ``session`` is not live here (``SESSION_NOT_LIVE``).
+            WriteFailedError: the backend failed to write (the events stay in memory; the
+                first failure is raised after every session was tried).
+        """
+        failures: list[Exception] = []
+        for live in self._targets(session):
+            try:
+                self._sessions.flush(live)
+            except Exception as exc:  # collected: the other sessions are still flushed
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
+    async def aflush(self, session: Session | str | None = None) -> None:
+        """Async twin of :meth:`flush`: the writes wait in a worker thread, not the loop.
+
+        Raises:
+            As :meth:`flush`.
+        """
+        failures: list[Exception] = []
+        for live in self._targets(session):
+            try:
+                await self._sessions.aflush(live)
+            except Exception as exc:  # collected: the other sessions are still flushed
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
+    def dispose(self, session: Session | str) -> None:
+        """Let a live session go: its writes are drained to disk and its write lock released.
+
+        For a process that serves many sessions one after another. The Session object stays
+        readable; an append to it is refused (``SESSION_DISPOSED``), since nothing would save
+        it; ``store.session(id)`` resumes it again.
+
+        Raises:
+            SessionNotFoundError: ``session`` is not live here (``SESSION_NOT_LIVE``).
+            WriteFailedError: the final drain failed (the store retries it at close).
+        """
+        for live in self._targets(session):
+            self._sessions.dispose(live)
+
+    def _targets(self, session: Session | str | None) -> list[Session]:
+        if session is None:
+            return self._sessions.list()
+        if isinstance(session, str):
+            live = self._sessions.get(session)
+            if live is None:
+                raise SessionNotFoundError(f"session {session!r} is not live in this store "
+                                           f"({self.url}); open it with store.session(id)",
+                                           code="SESSION_NOT_LIVE", session_id=session)
+            return [live]
+        return [session]
+
+    # reading stored logs ----------------------------------------------------------------
+
+    def read(self, session_id: str) -> Inspection:
+        """Read a stored session as it is on disk; nothing is written or locked.
+
+        Returns:
+            ``Inspection``: ``header``, ``stored_events`` (the committed log), ``closers``
+            (what a resume would append to an interrupted last turn, in memory only),
+            ``events`` (both), ``torn`` (a torn tail left on disk, or None). A session live
+            in this store is read as stored: its unflushed events are not seen.
+
+        Raises:
+            SessionNotFoundError: no such stored session.
+            LogCorruptError, SessionFormatUnsupportedError, UnknownEventTypeError: the log
+                cannot be read (the error names the file or row and the seq).
+
+        Rule: docs/rules.md#repair.
+        """
+        return self._persistence.read(session_id)
+
+    def inspect(self, session_id: str) -> Inspection:
+        """As :meth:`read`, plus the full restore validation; a live id gives its snapshot.
+
+        Raises:
+            As :meth:`read`; ``EventRejectedError`` or ``InvariantError`` when the stored
+            log would not restore.
+        """
+        return self._persistence.inspect(session_id)
+
+    def exists(self, session_id: str) -> bool:
+        """Whether ``session_id`` is stored (or live and created); an unstorable id never is."""
+        return self._sessions.get(session_id) is not None or self._persistence.exists(
+            session_id)
+
+    def list(self, *, errors: list[DshError] | None = None) -> list[ListingEntry]:
+        """What ``dsh ls`` shows of every stored session with at least one event.
+
+        SQLite answers from its tables, JSONL from its listing index (kept at flush), so an
+        unchanged store is listed without reading any log.
+
+        Args:
+            errors: When given, the error of each session whose log cannot be read is appended
+                to it (its ``where["session_id"]`` names the session) and the others are
+                listed; when None, the first such error is raised.
+
+        Returns:
+            One ``ListingEntry`` per session (``id``, ``header``, ``events``, ``turns``,
+            ``last_activity_ms``, ``title``, ``first_prompt``, ``source_format``), newest
+            activity first.
+
+        Raises:
+            PersistenceError: the store itself cannot be listed.
+            DshError: with ``errors`` None, the first unreadable log's error.
+        """
+        entries, unreadable = self._persistence.list_entries()
+        if unreadable:
+            if errors is None:
+                raise unreadable[0]
+            errors.extend(unreadable)
+        return sorted(entries, key=lambda e: (-e.last_activity_ms, e.id))
+
+    def tail(self, session_id: str, from_seq: int = 0, *,
+             poll_ms: int | None = None) -> AsyncIterator[Event]:
+        """Follow a stored session: its events from ``from_seq`` on, then each new commit.
+
+        An async iterator (``async for event in store.tail(id)``) that runs until the consumer
+        stops; no seq is skipped or repeated. PostgreSQL wakes on a notification, the other
+        backends look every ``poll_ms`` (ms, default 200).
+
+        Raises:
+            ConfigError: a negative ``from_seq`` or a bad ``poll_ms``.
+            SessionNotFoundError, LogCorruptError: while iterating.
+        """
+        return self._persistence.tail(session_id, from_seq, poll_ms=poll_ms)
+
+    # fork -------------------------------------------------------------------------------
+
+    def fork(self, source_id: str, boundary: int | None = None, *,
+             child_id: str | None = None,
+             open_turn: Literal["close", "reject"] = "close") -> str:
+        """Branch session ``source_id`` at seq ``boundary`` into a new stored session.
+
+        The child's log is the parent's events ``0..boundary``, a ``session/end-seed
+        {inherited: true}`` marker and, for a cut inside an open turn, closers with cause
+        ``forked``; its header names the parent (``parentSession``, ``seedLength``). The
+        parent is not written. A parent live in this store is forked from its live log (the
+        child becomes live here too); a stored one is read from disk.
+
+        Args:
+            source_id: The parent.
+            boundary: Inclusive seq of the cut; None: the parent's last event.
+            child_id: The child's id; None: ``<source_id>-fork-<n>``, the smallest ``n >= 1``
+                not taken.
+            open_turn: ``"close"`` a turn left open at the cut, or ``"reject"`` such a cut.
+
+        Returns:
+            The child's id; ``store.session(child_id)`` appends to it.
+
+        Raises:
+            SessionForkError: ``SESSION_ALREADY_EXISTS``, ``INVALID_BOUNDARY``, ``OPEN_TURN``.
+            SessionNotFoundError, LogCorruptError: the parent cannot be read.
+            WriteFailedError: the child could not be written.
+
+        Rule: docs/rules.md#fork.
+        """
+        if self._sessions.get(source_id) is None:
+            return self._persistence.fork(source_id, boundary, child_id, open_turn=open_turn)
+        if child_id is None:
+            number = 1
+            while self.exists(f"{source_id}-fork-{number}"):
+                number += 1
+            child_id = f"{source_id}-fork-{number}"
+        elif self._persistence.exists(child_id):
+            raise SessionForkError(f'session "{child_id}" already exists in {self.url}',
+                                   code="SESSION_ALREADY_EXISTS", session_id=child_id)
+        child = self._sessions.fork(source_id, boundary, child_id, open_turn=open_turn)
+        self._sessions.flush(child)
+        return child.id
+
+    # recording and agents ---------------------------------------------------------------
+
+    def recorder(self, session_id: str, *, header: Mapping[str, Any] | None = None,
+                 flush_on_turn_end: bool = True) -> Recorder:
+        """A :class:`dsh.agent.Recorder` over ``store.session(session_id)``, bound to this store.
+
+        The way to log your own agent loop: ``with rec.turn() as turn, turn.step() as step``;
+        each recorded turn is flushed when it ends (``flush_on_turn_end``).
+
+        Raises:
+            As :meth:`session`; ``AgentError`` (``RECORDER``) when the log ends inside an open
+            turn no resume closed.
+        """
+        from dsh.agent import Recorder
+
+        return Recorder(self.session(session_id, header=header), store=self._sessions,
+                        flush_on_turn_end=flush_on_turn_end)
+
+    async def agent(self, session_id: str | None = None, *, provider: Provider,
+                    config: Mapping[str, Any], tools: Sequence[Tool] = (),
+                    **options: Any) -> Agent:
+        """An agent loop over session ``session_id``: the stored one resumed, or a new one.
+
+        A session live in this store is taken as it is; a stored one is resumed off the event
+        loop (write lock, cold read, the closers of an interrupted turn appended, the inbox
+        rebuilt); an unknown id, or None (a new ``uuid4`` id), creates one.
+
+        Args:
+            session_id: The session; None: a new one.
+            provider: The model backend (``dsh.agent.Provider``: one ``stream`` method).
+            config: The request config ``{provider, model, reasoningEffort?, temperature?,
+                maxTokens?, stop?}`` (logged as the ``request/header``).
+            tools: Tools the model may call (``dsh.agent.tool``).
+            **options: The other options of :class:`dsh.agent.Agent` (``system``,
+                ``max_steps``, ``context_window``, ``timeout_ms`` for the resume, ...).
+
+        Raises:
+            SessionBusyError: another writer holds the session, or it is live here already.
+            ConfigError: a bad option; the store is closed.
+            LogCorruptError, SessionFormatUnsupportedError: the stored log cannot be resumed.
+        """
+        import uuid
+
+        from dsh.agent import Agent
+
+        settings = {"config": config, "tools": tools, **options}
+        live = self._sessions.get(session_id) if session_id is not None else None
+        if session_id is not None and live is None and self._persistence.exists(session_id):
+            return await Agent.resume(self._sessions, session_id, provider, **settings)
+        settings.pop("timeout_ms", None)
+        if live is not None:
+            return Agent(live, provider, store=self._sessions, **settings)
+        return Agent.create(self._sessions, provider, session_id=session_id or str(uuid.uuid4()),
+                            **settings)
+
+    # teardown ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Drain every live session to disk, release its write lock, close the backend.
+
+        Every step is attempted even when one fails; idempotent.
+
+        Raises:
+            WriteFailedError: a drain failed (the first failure; the events stay in memory).
+        """
+        self._sessions.close()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`: the drain runs in a worker thread.
+
+        Raises:
+            As :meth:`close`.
+        """
+        import asyncio  # not at the top: `import dsh` stays free of asyncio
+
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
+def open(url: str, *, write_behind: WriteBehind | None = None,
+         clock: Clock | None = None) -> Store:
+    """Open the store at ``url``: the one object to hold (see :class:`Store`).
+
+    Use it as a context manager: ``with dsh.open("sqlite:sessions.db") as store:``; leaving
+    the block drains every live session to disk and closes the backend. Nothing is written
+    until a session is created or appended to.
+
+    Args:
+        url: ``sqlite:///abs/path.db`` or ``sqlite:relative.db``; ``jsonl:///dir`` (or
+            ``jsonl:relative/dir``), ``jsonl+zstd:///dir``; ``postgresql://user@host/db``
+            (the ``postgres`` extra); ``memory:`` (this process only).
+        write_behind: Batching of background writes (``WriteBehind(batch_window_ms=200)``).
+        clock: Epoch-ms clock for new sessions and their events (default: wall clock).
+
+    Returns:
+        The open :class:`Store`.
+
+    Raises:
+        ConfigError: the URL is malformed, names an unknown scheme or option, or a path that
+            cannot hold a store (the message names the part).
+
+    Rule: docs/formats.md#store-urls.
+    """
+    return Store(url, write_behind=write_behind, clock=clock)
