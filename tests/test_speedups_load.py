@@ -500,11 +500,11 @@ def test_load_paths_without_the_accelerator_give_the_same_session(tmp_path: Path
     import subprocess
     import sys
 
-    from dsh.persistence import open_store
+    from dsh.persistence import Persistence, open_backend
     from dsh.session._store import SessionStore
 
     url = f"jsonl://{tmp_path}/store"
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         store = SessionStore(persistence=persistence)
         live = store.create("s")
         for turn in (1, 2):
@@ -519,8 +519,8 @@ def test_load_paths_without_the_accelerator_give_the_same_session(tmp_path: Path
             live.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
         store.flush(live)
         store.dispose(live)
-    code = ("import sys, orjson; from dsh.persistence import open_store; "
-            "p = open_store(sys.argv[1]); i = p.read('s'); "
+    code = ("import sys, orjson; from dsh.persistence import Persistence, open_backend; "
+            "p = Persistence(open_backend(sys.argv[1])); i = p.read('s'); "
             "print(orjson.dumps([list(i.events), list(i.closers)]).decode()); p.close()")
     outputs = []
     for env_extra in ({}, {"DSH_NO_SPEEDUPS": "1"}):

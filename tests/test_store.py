@@ -305,3 +305,14 @@ def test_the_second_ways_still_work_for_a_release_and_name_the_front_door(
             agent = Agent.create(store, ScriptedProvider([]), session_id="g",  # type: ignore[arg-type]
                                  config=CONFIG)
         assert store.sessions.get("g") is agent.session
+
+
+def test_open_store_is_a_deprecated_alias_naming_dsh_open(tmp_path: Path) -> None:
+    from dsh.persistence import Persistence, open_store
+
+    with pytest.warns(DeprecationWarning, match=r"use dsh\.open\(url\)") as caught:
+        facade = open_store(_urls(tmp_path)["sqlite"])
+    assert isinstance(facade, Persistence) and caught[0].filename == __file__
+    facade.close()
+    with pytest.warns(DeprecationWarning, match=r"use dsh\.open\(url\)"):
+        dsh.open_store("memory:").close()

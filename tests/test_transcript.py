@@ -11,7 +11,7 @@ import pytest
 
 import dsh
 from dsh import transcript as tr
-from dsh.persistence import open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.testing import LogBuilder
 from dsh.testing._logs import assistant, tool_result, user
 
@@ -29,7 +29,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def _read(root: Path, store: str, session_id: str) -> dsh.persistence.Inspection:
-    with open_store(f"jsonl:{root / 'jsonl' / store}") as persistence:
+    with Persistence(open_backend(f"jsonl:{root / 'jsonl' / store}")) as persistence:
         return persistence.read(session_id)
 
 

@@ -42,6 +42,7 @@ from dsh._messages import (
     create_user_message,
 )
 from dsh._store import Store, open
+from dsh._version import __version__ as __version__
 from dsh.compaction import (
     DigestSummarizer,
     LlmSummarizer,
@@ -75,7 +76,6 @@ if TYPE_CHECKING:  # the deprecated names, typed as before (see __getattr__)
     from dsh.persistence import open_store as open_store
     from dsh.session import SessionStore as SessionStore
 
-__version__ = "0.1.0"
 
 __all__ = [
     "SESSION_FORMAT_VERSION",

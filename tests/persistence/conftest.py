@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.persistence import Persistence, open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.testing._stores import (
     BUNDLED_BACKENDS,
     inject_torn_tail,
@@ -62,7 +62,7 @@ def backend_kind(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 @pytest.fixture
 def store(backend_kind: str, tmp_path: Path) -> Iterator[Persistence]:
-    persistence = open_store(store_url(backend_kind, tmp_path))
+    persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)))
     try:
         yield persistence
     finally:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from dsh.json import thaw
-from dsh.persistence import open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.session._session import Session
 from dsh.session._store import SessionStore
 
@@ -41,7 +41,7 @@ def session_ids(dsh_logs: Path, store: str) -> list[str]:
 @pytest.mark.parametrize(("store", "scheme"), MAIN_STORES)
 def test_dsh_main_store_loads_with_dsh_surface_and_messages(
         dsh_logs: Path, store: str, scheme: str) -> None:
-    persistence = open_store(f"{scheme}://{dsh_logs / store}")
+    persistence = Persistence(open_backend(f"{scheme}://{dsh_logs / store}"))
     ids = session_ids(dsh_logs, store)
     assert ids == ["s1-normal", "s4-fork-of-s1", "s5-compaction"]
     for sid in ids:
@@ -67,7 +67,7 @@ def test_dsh_crash_store_inspect_matches_dsh_inspect(
     copy = tmp_path / "crash"
     shutil.copytree(source, copy)
     before = {p: p.read_bytes() for p in copy.rglob("session.jsonl*")}
-    persistence = open_store(f"{scheme}://{copy}")
+    persistence = Persistence(open_backend(f"{scheme}://{copy}"))
     for sid in session_ids(dsh_logs, f"{store}/crash-before-resume"):
         want = expected(dsh_logs, f"{store}/crash-before-resume", sid)
         view = persistence.inspect(sid)
@@ -108,8 +108,8 @@ def test_resuming_dsh_crash_copy_writes_dsh_tail(
         dsh_logs: Path, store: str, scheme: str, tmp_path: Path) -> None:
     copy = tmp_path / "crash"
     shutil.copytree(dsh_logs / store / "crash-before-resume", copy)
-    persistence = open_store(f"{scheme}://{copy}")
-    reference = open_store(f"{scheme}://{dsh_logs / store / 'crash-after-resume'}")
+    persistence = Persistence(open_backend(f"{scheme}://{copy}"))
+    reference = Persistence(open_backend(f"{scheme}://{dsh_logs / store / 'crash-after-resume'}"))
     for sid in session_ids(dsh_logs, f"{store}/crash-before-resume"):
         with persistence.open(sid) as handle:
             stored = len(handle.read().events)

@@ -20,9 +20,8 @@ from dsh._errors import (
     WriteFailedError,
 )
 from dsh.json import dumps, loads
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence import _write_behind as write_behind
-from dsh.persistence import open_store
-from dsh.persistence._facade import Persistence
 from dsh.persistence._observer import PersistenceObserver
 from dsh.persistence._write_behind import MAX_BATCH_WINDOW_MS, WriteBehind
 from dsh.session._store import SessionStore
@@ -78,14 +77,14 @@ def test_write_behind_is_frozen_with_default_window() -> None:
 def test_live_session_persists_through_store_and_survives_reload(
         backend_kind: str, tmp_path: Path) -> None:
     # §10.2 "persists a live session driven through the store, surviving reload"
-    persistence = open_store(store_url(backend_kind, tmp_path))
+    persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
     turn(session, 1)
     turn(session, 2)
     store.flush(session)
     if backend_kind != "memory":
-        fresh = open_store(store_url(backend_kind, tmp_path))
+        fresh = Persistence(open_backend(store_url(backend_kind, tmp_path)))
         assert stored_events(fresh, "a") == plain(session.events)
         fresh.close()
     assert stored_events(persistence, "a") == plain(session.events)
@@ -95,7 +94,7 @@ def test_live_session_persists_through_store_and_survives_reload(
 
 def test_fixed_window_holds_events_until_flush(tmp_path: Path) -> None:
     # §10.5 "uses one fixed window from the first queued event"; flush is the barrier
-    persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -121,7 +120,7 @@ def test_fixed_window_holds_events_until_flush(tmp_path: Path) -> None:
 
 def test_short_window_writes_in_background_without_flush(tmp_path: Path) -> None:
     # §10.5 background writes happen when the window expires
-    persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=1))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -135,7 +134,7 @@ def test_per_turn_flushes_do_not_wake_the_writer_thread(tmp_path: Path) -> None:
     # DESIGN §3.4: a flush that finds the writer idle writes on its own thread, and the next
     # turn's first event arms a window that ends after the writer's current sleep, so the
     # writer thread is not woken (a wake-up costs a thread switch inside the producer's turn)
-    persistence = Persistence(open_store(f"sqlite://{tmp_path}/s.db").backend,
+    persistence = Persistence(open_backend(f"sqlite://{tmp_path}/s.db"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -165,7 +164,7 @@ def test_idle_writer_writes_at_its_window_whether_polling_or_asleep(
     # armed it (it polls one window at a time), and after the idle polling stops (asleep
     # until an event wakes it)
     monkeypatch.setattr(write_behind, "IDLE_POLL_S", 0.5)
-    persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=60))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -188,7 +187,7 @@ def test_events_queued_during_a_flush_written_on_its_thread_wait_for_that_write(
     # aflush runs in a worker) during a flush that writes on its own thread used to be taken
     # by the writer thread at once: a second append overlapping the first (a seq mismatch,
     # a spurious WriteFailedError) and a later barrier returning before they were durable
-    persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -258,7 +257,7 @@ def test_injected_enospc_raised_by_next_flush_then_log_completes(
         backend_kind: str, tmp_path: Path, window: int, caplog: pytest.LogCaptureFixture) -> None:
     # brief issue 3: an I/O error during a (background or barrier) write: next flush raises
     # WriteFailedError, events are kept, later appends still reach disk, no duplicate seq
-    persistence = Persistence(open_store(store_url(backend_kind, tmp_path)).backend,
+    persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)),
                               write_behind=WriteBehind(batch_window_ms=window))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -284,7 +283,7 @@ def test_injected_enospc_raised_by_next_flush_then_log_completes(
 
 def test_aflush_does_not_block_the_event_loop(tmp_path: Path) -> None:
     # DESIGN §3.4: async wrappers never block the loop
-    persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -315,7 +314,7 @@ def test_aflush_does_not_block_the_event_loop(tmp_path: Path) -> None:
 
 def test_dispose_drains_buffered_events_and_releases_the_writer(tmp_path: Path) -> None:
     # §10.2 "session disposal drains buffered events before retiring ownership"
-    persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -330,19 +329,19 @@ def test_dispose_drains_buffered_events_and_releases_the_writer(tmp_path: Path) 
 
 def test_close_drains_live_sessions(tmp_path: Path) -> None:
     # §10.2 "HMR: dispose drains remaining buffers" (backend teardown)
-    persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
     turn(session, 1)
     persistence.close()
-    fresh = open_store(f"jsonl://{tmp_path}/r")
+    fresh = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     assert len(stored_events(fresh, "a")) == 6
 
 
 def test_fork_child_persists_seed_once(tmp_path: Path) -> None:
     # §10.2 "fork: a seeded new session persists its seed once"
-    persistence = open_store(f"jsonl://{tmp_path}/r")
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     store = SessionStore(persistence)
     parent = store.create("p", header={"cwd": CWD})
     turn(parent, 1)
@@ -361,7 +360,7 @@ def test_fork_child_persists_seed_once(tmp_path: Path) -> None:
 
 def test_new_session_colliding_with_stored_log_is_vetoed(tmp_path: Path) -> None:
     # §10.2 "a NEW live session colliding on a persisted id is rejected, not silently adopted"
-    persistence = open_store(f"jsonl://{tmp_path}/r")
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
     turn(session, 1)
@@ -378,7 +377,7 @@ def test_new_session_colliding_with_stored_log_is_vetoed(tmp_path: Path) -> None
 def test_resume_closes_interrupted_turn_then_publishes_with_end_seed(
         backend_kind: str, tmp_path: Path) -> None:
     # §10.13 / seed ch. 28: write ownership first, cold read, closers durably, restore, publish
-    persistence = open_store(store_url(backend_kind, tmp_path))
+    persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)))
     builder = LogBuilder("s")
     builder.completed_turn()
     builder.tool_call_turn("call_7", recorded=True)
@@ -409,7 +408,7 @@ def test_resume_closes_interrupted_turn_then_publishes_with_end_seed(
 
 def test_resume_of_torn_jsonl_truncates_then_appends_closers(tmp_path: Path) -> None:
     # brief issue 3: resume truncates the torn tail, then appends closers; every line parses
-    persistence = open_store(f"jsonl://{tmp_path}/r")
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     builder = LogBuilder("s")
     builder.completed_turn()
     builder.tool_call_turn("call_1", recorded=True)
@@ -435,7 +434,7 @@ def test_resume_of_torn_jsonl_truncates_then_appends_closers(tmp_path: Path) -> 
 def test_live_session_is_never_read_as_stored(tmp_path: Path) -> None:
     # §10.2 "rejects crash-repair load while a live session owns the persisted prefix";
     # §10.3 "inspects an open live turn without balancing it"
-    persistence = open_store(f"jsonl://{tmp_path}/r")
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
     turn(session, 1)
@@ -454,7 +453,7 @@ def test_live_session_is_never_read_as_stored(tmp_path: Path) -> None:
 
 def test_resume_refuses_to_publish_over_live_id_and_releases_handle(tmp_path: Path) -> None:
     # §10.13 "resume setup rejection publishes nothing, unwinds, and releases the identity"
-    persistence = open_store(f"jsonl://{tmp_path}/r")
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     builder = LogBuilder("s")
     builder.completed_turn()
     persistence.create(header("s"))
@@ -478,7 +477,7 @@ def test_resume_refuses_to_publish_over_live_id_and_releases_handle(tmp_path: Pa
 
 def test_pipeline_runs_legacy_normalisation(tmp_path: Path) -> None:
     # §10.2 "loads pre-react-loop session logs into resumable current sessions"
-    persistence = open_store("memory:")
+    persistence = Persistence(open_backend("memory:"))
     persistence.create(header("s"))
     from ._logs import make
     legacy = [
@@ -506,7 +505,7 @@ def test_dumps_roundtrip_helper_is_compact() -> None:
 def test_recreated_session_with_stored_prefix_appends_only_the_suffix(tmp_path: Path) -> None:
     # §10.2 "resume: a re-created session seeded with the loaded log does not re-append its seed
     # and continues the seq"; "HMR adoption does NOT crash-repair an active open turn"
-    persistence = open_store(f"jsonl://{tmp_path}/r")
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     builder = LogBuilder("s")
     builder.completed_turn()
     builder.open_turn()
@@ -534,7 +533,7 @@ def test_recreated_session_with_stored_prefix_appends_only_the_suffix(tmp_path: 
 def test_live_session_claims_created_but_empty_stored_session(backend_kind: str,
                                                              tmp_path: Path) -> None:
     # §10.2 "a live session claims cursor-0 ownerless state created via the public API"
-    persistence = open_store(store_url(backend_kind, tmp_path))
+    persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)))
     persistence.create(header("s"))
     store = SessionStore(persistence)
     session = store.create("s", header=header("s"))
@@ -547,7 +546,7 @@ def test_live_session_claims_created_but_empty_stored_session(backend_kind: str,
 
 def test_concurrent_flushes_share_one_barrier(tmp_path: Path) -> None:
     # §10.5 "makes concurrent flushes one immediate barrier that drains admitted tails"
-    persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -574,7 +573,7 @@ def test_concurrent_flushes_share_one_barrier(tmp_path: Path) -> None:
 def test_failed_fsync_in_background_is_retried_without_gap(tmp_path: Path) -> None:
     # §4.8 + DESIGN §3.4: an fsync failure removes the batch from the file; the writer keeps it
     # and the next flush raises, then the log completes with no duplicate or missing seq
-    persistence = Persistence(open_store(f"jsonl://{tmp_path}/r").backend,
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})

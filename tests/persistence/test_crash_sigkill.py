@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from dsh.json import thaw
-from dsh.persistence import open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.session._invariants import check_log
 from dsh.session._store import SessionStore
 
@@ -31,12 +31,12 @@ RUNS = int(os.environ.get("DSH_CRASH_RUNS", "17"))  # 3 backends × 17 ≈ 50 ki
 
 CHILD = textwrap.dedent("""
     import sys
-    from dsh.persistence import open_store
+    from dsh.persistence import Persistence, open_backend
     from dsh.persistence import Persistence, WriteBehind
     from dsh.session._store import SessionStore
 
     url = sys.argv[1]
-    persistence = Persistence(open_store(url).backend, write_behind=WriteBehind(5))
+    persistence = Persistence(open_backend(url), write_behind=WriteBehind(5))
     store = SessionStore(persistence)
     if persistence.exists("crash"):
         session = store.resume("crash")
@@ -110,7 +110,7 @@ def test_sigkill_never_loses_flushed_events(tmp_path: Path, scheme: str) -> None
     for _ in range(RUNS):
         flushed = _run_and_kill(url, rng)
         assert flushed >= 0
-        persistence = open_store(url)
+        persistence = Persistence(open_backend(url))
         inspected = persistence.inspect("crash")
         assert len(inspected.events) - len(inspected.closers) >= flushed + 1
         store = SessionStore(persistence)

@@ -18,7 +18,7 @@ import pytest
 
 from dsh._errors import LogCorruptError
 from dsh.json import dumps
-from dsh.persistence import open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence.jsonl._backend import JsonlBackend
 from dsh.persistence.jsonl._format import scan_zstd_frames
 from dsh.persistence.sqlite._backend import SqliteBackend
@@ -76,7 +76,7 @@ def test_zstd_damaged_middle_frame_header_is_corruption_and_nothing_is_truncated
             assert caught.value.where["path"] == str(path)
             assert isinstance(caught.value.where["byte_offset"], int)
             with pytest.raises(LogCorruptError):
-                open_store(url).load("s")  # load would truncate a torn tail
+                Persistence(open_backend(url)).load("s")  # load would truncate a torn tail
             assert path.read_bytes() == bytes(damaged), (pos, bit)
     assert _cuts(path.parent) == []
 
@@ -153,7 +153,7 @@ def test_raw_torn_tail_is_saved_beside_the_log_before_truncation(tmp_path: Path)
     fragment = b'{"type":"turn/start","seq":24,"ti'
     path.write_bytes(committed + fragment)
     assert backend.saved_cuts("s") == []
-    resumed = open_store(f"jsonl://{tmp_path}/root").load("s")
+    resumed = Persistence(open_backend(f"jsonl://{tmp_path}/root")).load("s")
     assert resumed.torn is not None
     assert path.read_bytes() == committed
     [cut] = _cuts(path.parent)
@@ -169,7 +169,7 @@ def test_zstd_torn_frame_is_saved_beside_the_log(tmp_path: Path) -> None:
     committed = path.read_bytes()
     frame = zstandard.ZstdCompressor(write_checksum=True).compress(b'{"type":"turn/st')
     path.write_bytes(committed + frame[:-3])
-    open_store(f"jsonl+zstd://{tmp_path}/root").load("s")
+    Persistence(open_backend(f"jsonl+zstd://{tmp_path}/root")).load("s")
     assert path.read_bytes() == committed
     [cut] = _cuts(path.parent)
     assert cut.read_bytes() == frame[:-3]
@@ -198,7 +198,7 @@ def test_dsh_verify_lists_saved_cuts(tmp_path: Path) -> None:
     _four_batches(backend)
     path = tmp_path / "root" / SESSION_DIR / "session.jsonl"
     path.write_bytes(path.read_bytes() + b'{"type":"tu')
-    open_store(f"jsonl://{tmp_path}/root").load("s")
+    Persistence(open_backend(f"jsonl://{tmp_path}/root")).load("s")
     [cut] = _cuts(path.parent)
     env = {**os.environ, "DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path / "home")}
     proc = subprocess.run([sys.executable, "-m", "dsh.cli", "verify", "s", "--store",
@@ -249,7 +249,7 @@ def test_raw_sealed_bytes_cut_off_are_corruption_and_the_log_is_not_repaired(
     last_line = data.rindex(b"\n", 0, len(data) - 1) + 1
     path.write_bytes(data[:last_line])  # a whole committed record gone: no reader rule sees it
     with pytest.raises(LogCorruptError, match="committed data was cut off"):
-        open_store(f"jsonl://{tmp_path}/root").load("s")
+        Persistence(open_backend(f"jsonl://{tmp_path}/root")).load("s")
     assert path.read_bytes() == data[:last_line]
 
 
@@ -487,7 +487,7 @@ def test_ids_no_backend_can_store_are_refused_alike(backend_kind: str, tmp_path:
     from .conftest import store_url
 
     sid = _BAD_IDS[name]
-    persistence = open_store(store_url(backend_kind, tmp_path))
+    persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)))
     try:
         with pytest.raises(EventRejectedError) as caught:
             persistence.create(header(sid))
@@ -507,7 +507,7 @@ def test_ids_at_the_limit_are_stored_on_every_backend(backend_kind: str, tmp_pat
     from .conftest import store_url
 
     sid = _GOOD_IDS[name]
-    persistence = open_store(store_url(backend_kind, tmp_path))
+    persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)))
     try:
         persistence.create(header(sid))
         with persistence.open(sid, "write") as handle:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from dsh._errors import DshError, PersistenceError, WriteFailedError
-from dsh.persistence import open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence.jsonl._backend import JsonlBackend, parse_log
 from dsh.session._events import Event
 from dsh.session._store import SessionStore
@@ -214,7 +214,7 @@ def _turn(session: Any, n: int) -> None:
 
 def test_write_behind_reports_every_failure_and_resumes(tmp_path: Path) -> None:
     # through the store: a failed write is raised by flush, the next flush completes it
-    persistence = open_store(f"jsonl://{tmp_path}/root")
+    persistence = Persistence(open_backend(f"jsonl://{tmp_path}/root"))
     backend = persistence.backend
     assert isinstance(backend, JsonlBackend)
     store = SessionStore(persistence)

@@ -24,7 +24,7 @@ from dsh._errors import (
     SessionFormatUnsupportedError,
 )
 from dsh.json import dumps, loads
-from dsh.persistence import open_backend, open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence.jsonl._backend import JsonlBackend
 from dsh.persistence.jsonl._format import encode_segment, project_key
 from dsh.session._events import Event
@@ -222,7 +222,7 @@ def test_torn_37_byte_tail_after_tool_call_is_reported_and_dropped(tmp_path: Pat
     assert cold.torn is not None
     assert cold.torn.byte_offset == good_size
     assert "37 bytes" in cold.torn.reason
-    store = open_store(f"jsonl://{tmp_path}/root")
+    store = Persistence(open_backend(f"jsonl://{tmp_path}/root"))
     inspected = store.inspect("s")
     assert [e.type for e in inspected.closers] == ["tool/result", "step/end", "turn/end"]
     assert path.stat().st_size == good_size + 37  # inspect writes nothing
@@ -505,7 +505,7 @@ def test_zstd_torn_frame_events_recovered_and_reencoded(tmp_path: Path) -> None:
     assert [e.seq for e in cold.events] == [0, 1, 2]
     assert cold.torn is not None and cold.torn.byte_offset == len(committed)
     assert [e.seq for e in cold.torn.recovered] == [2]
-    loaded = open_store(f"jsonl+zstd://{tmp_path}/root").load("s")
+    loaded = Persistence(open_backend(f"jsonl+zstd://{tmp_path}/root")).load("s")
     assert [e.type for e in loaded.closers] == ["step/end", "turn/end"]
     data = path.read_bytes()
     assert data.startswith(committed)

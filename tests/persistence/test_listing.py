@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsh._errors import DshError
-from dsh.persistence import Persistence, open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence._listing import INDEX_NAME, JOURNAL_NAME, ListingEntry, summarize
 from dsh.session._session import Session
 from dsh.session._store import SessionStore
@@ -81,7 +81,7 @@ def listed(persistence: Persistence) -> dict[str, ListingEntry]:
 
 @pytest.mark.parametrize("kind", sorted(URLS))
 def test_entries_equal_a_full_read(tmp_path: Path, kind: str) -> None:
-    with open_store(URLS[kind].format(root=tmp_path)) as persistence:
+    with Persistence(open_backend(URLS[kind].format(root=tmp_path))) as persistence:
         write(persistence, "titled", titled)
         write(persistence, "prompt", prompt_only)
         persistence.create({"version": 0, "id": "empty", "createdAt": 5})  # never written
@@ -102,7 +102,7 @@ def test_entries_equal_a_full_read(tmp_path: Path, kind: str) -> None:
 def test_entries_equal_a_full_read_on_random_logs(tmp_path_factory: Any, scripts: list[Any],
                                                   kind: str) -> None:
     root = tmp_path_factory.mktemp("listing")
-    with open_store(URLS[kind].format(root=root)) as persistence:
+    with Persistence(open_backend(URLS[kind].format(root=root))) as persistence:
         for i, script in enumerate(scripts):
             write(persistence, f"s{i}", lambda s, script=script: apply_script(s, script))
         assert listed(persistence) == full_entries(persistence)
@@ -124,13 +124,13 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_jsonl_unchanged_logs_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                            ) -> None:
     url = URLS["jsonl"].format(root=tmp_path)
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         for i in range(3):
             write(persistence, f"s{i}", titled)
         first = listed(persistence)
     assert (tmp_path / "store" / INDEX_NAME).is_file()
     reads = count_reads(monkeypatch)
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         assert listed(persistence) == first
         assert reads == []
         # one session grows: its writer keeps its entry at flush, so no log is read
@@ -160,13 +160,13 @@ def test_jsonl_unchanged_logs_are_not_read(tmp_path: Path, monkeypatch: pytest.M
 def test_jsonl_writers_keep_the_listing_at_flush_so_a_first_listing_reads_no_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = URLS["jsonl"].format(root=tmp_path)
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         for i in range(4):
             write(persistence, f"s{i}", titled if i % 2 else prompt_only)
     assert (tmp_path / "store" / JOURNAL_NAME).is_file()
     assert not (tmp_path / "store" / INDEX_NAME).exists()
     reads = count_reads(monkeypatch)
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         got = listed(persistence)
         assert reads == []
         assert got == full_entries(persistence)
@@ -177,7 +177,7 @@ def test_jsonl_writers_keep_the_listing_at_flush_so_a_first_listing_reads_no_log
 
 def test_jsonl_listing_journal_torn_or_stale_lines_fall_back_to_a_read(tmp_path: Path) -> None:
     url = URLS["jsonl"].format(root=tmp_path)
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         write(persistence, "a", titled)
         write(persistence, "b", prompt_only)
     journal = tmp_path / "store" / JOURNAL_NAME
@@ -185,7 +185,7 @@ def test_jsonl_listing_journal_torn_or_stale_lines_fall_back_to_a_read(tmp_path:
     # a torn last line and an entry whose signature no longer matches its log
     stale = lines[0].replace(b'"sig":[', b'"sig":[1')
     journal.write_bytes(b"\n".join([stale, *lines[1:-1]]) + b"\n" + lines[-2][:30])
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         assert listed(persistence) == full_entries(persistence)
 
 
@@ -193,7 +193,7 @@ def test_jsonl_listing_journal_torn_or_stale_lines_fall_back_to_a_read(tmp_path:
 def test_jsonl_index_damage_is_rebuilt(tmp_path: Path, damage: str) -> None:
     url = URLS["jsonl"].format(root=tmp_path)
     index = tmp_path / "store" / INDEX_NAME
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         write(persistence, "a", titled)
         expected = listed(persistence)
     if damage == "delete":
@@ -204,7 +204,7 @@ def test_jsonl_index_damage_is_rebuilt(tmp_path: Path, damage: str) -> None:
         index.write_text('{"version": 1, "logs": {"x/a": {"sig": [1], "entry": {"id": 3}}}}')
     else:
         index.write_bytes(index.read_bytes()[:20])
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         assert listed(persistence) == expected
     assert index.read_bytes().startswith(b'{"version":2')
 
@@ -212,7 +212,7 @@ def test_jsonl_index_damage_is_rebuilt(tmp_path: Path, damage: str) -> None:
 def test_jsonl_index_entry_of_a_replaced_log_is_not_trusted(tmp_path: Path) -> None:
     # same size and a restored mtime still differ in ctime/inode: the entry is rebuilt
     url = URLS["jsonl"].format(root=tmp_path)
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         write(persistence, "a", titled)
         listed(persistence)
     log = next((tmp_path / "store").rglob("session.jsonl"))
@@ -221,13 +221,13 @@ def test_jsonl_index_entry_of_a_replaced_log_is_not_trusted(tmp_path: Path) -> N
     log.unlink()
     log.write_bytes(data)
     os.utime(log, ns=(st.st_atime_ns, st.st_mtime_ns))
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         entries, errors = persistence.list_entries()
     # re-read, not served from the index: the integrity seal names the changed bytes
     assert entries == [] and len(errors) == 1 and "integrity seal" in errors[0].message
     seal = log.with_name(log.name + ".seal")
     seal.unlink()
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         assert listed(persistence)["a"].title == "Other title"
 
 
@@ -235,7 +235,7 @@ def test_a_damaged_log_is_reported_and_the_others_listed(tmp_path: Path) -> None
     for kind in ("jsonl", "sqlite"):
         root = tmp_path / kind
         root.mkdir()
-        with open_store(URLS[kind].format(root=root)) as persistence:
+        with Persistence(open_backend(URLS[kind].format(root=root))) as persistence:
             write(persistence, "good", titled)
             write(persistence, "bad", titled)
         if kind == "jsonl":
@@ -251,7 +251,7 @@ def test_a_damaged_log_is_reported_and_the_others_listed(tmp_path: Path) -> None
                          "seq = (SELECT max(seq) FROM events WHERE session_id = 'bad')")
             conn.commit()
             conn.close()
-        with open_store(URLS[kind].format(root=root)) as persistence:
+        with Persistence(open_backend(URLS[kind].format(root=root))) as persistence:
             entries, errors = persistence.list_entries()
         assert [e.id for e in entries] == ["good"] or (
             kind == "sqlite" and sorted(e.id for e in entries) == ["bad", "good"])
@@ -271,7 +271,7 @@ def test_imported_sessions_carry_format_and_timedness(tmp_path: Path, kind: str)
                 session.append("turn/start", {"turn": 1})
         return build
 
-    with open_store(URLS[kind].format(root=tmp_path)) as persistence:
+    with Persistence(open_backend(URLS[kind].format(root=tmp_path))) as persistence:
         # an importer stamps every event of a timestamp-less source with one time
         write(persistence, "stamped", imported(False, False), step=0)
         write(persistence, "stamped-then-live", imported(False, True))
@@ -289,7 +289,7 @@ def test_jsonl_writer_stops_keeping_the_entry_once_bytes_it_did_not_write_appear
     # no longer describes it, so it notes nothing more and the listing reads the log
     url = URLS["jsonl"].format(root=tmp_path)
     journal = tmp_path / "store" / JOURNAL_NAME
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         store = SessionStore(persistence=persistence, clock=StepClock())
         session = store.create("a")
         titled(session)
@@ -311,7 +311,7 @@ def test_jsonl_listing_journal_stops_growing_at_its_cap_until_a_listing_merges_i
     monkeypatch.setattr(listing, "JOURNAL_MAX_BYTES", 1)
     url = URLS["jsonl"].format(root=tmp_path)
     journal = tmp_path / "store" / JOURNAL_NAME
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         write(persistence, "a", titled)
         write(persistence, "b", titled)
         assert journal.read_bytes().count(b"\n") == 1  # the first line reached the cap
@@ -328,7 +328,7 @@ def test_jsonl_listing_journal_is_merged_by_the_writer_that_takes_it_past_the_fo
     url = URLS["jsonl"].format(root=tmp_path)
     journal = tmp_path / "store" / JOURNAL_NAME
     index = tmp_path / "store" / INDEX_NAME
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         store = SessionStore(persistence=persistence, clock=StepClock())
         session = store.create("a")
         sizes = []

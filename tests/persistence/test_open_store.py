@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dsh._errors import ConfigError
-from dsh.persistence import open_backend, open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence._memory import MemoryBackend
 from dsh.persistence.jsonl._backend import JsonlBackend
 
@@ -26,7 +26,7 @@ def test_open_store_jsonl_variants(tmp_path: Path) -> None:
 
 
 def test_open_store_memory_and_facade() -> None:
-    store = open_store("memory:")
+    store = Persistence(open_backend("memory:"))
     assert isinstance(store.backend, MemoryBackend)
     assert store.url == "memory:"
     store.close()
@@ -52,11 +52,11 @@ def test_open_store_rejects_bad_urls_naming_the_part(url: str, part: str) -> Non
 @pytest.mark.skipif(not HAS_SQLITE, reason="dsh.persistence.sqlite._backend not available")
 def test_open_store_sqlite_absolute_and_relative(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    absolute = open_store(f"sqlite://{tmp_path}/a.db")
+    absolute = Persistence(open_backend(f"sqlite://{tmp_path}/a.db"))
     absolute.create({"version": 0, "id": "s", "createdAt": 1})
     absolute.close()
     monkeypatch.chdir(tmp_path)
-    relative = open_store("sqlite:rel.db")
+    relative = Persistence(open_backend("sqlite:rel.db"))
     relative.create({"version": 0, "id": "s", "createdAt": 1})
     relative.close()
     assert (tmp_path / "rel.db").exists()

@@ -16,7 +16,7 @@ from dsh._errors import (
     SessionForkError,
     SessionNotFoundError,
 )
-from dsh.persistence import Inspection, Persistence, open_store
+from dsh.persistence import Inspection, Persistence, open_backend
 from dsh.session._store import SessionStore
 
 from ._logs import CWD, LogBuilder, header, plain
@@ -83,7 +83,7 @@ def test_read_of_a_missing_session_is_not_found(store: Persistence) -> None:
 
 def test_read_keeps_a_log_that_restore_refuses(tmp_path: Path) -> None:
     """§3.8: read runs the pipeline only; inspect's full restore validation refuses this log."""
-    persistence = open_store(store_url("jsonl", tmp_path))
+    persistence = Persistence(open_backend(store_url("jsonl", tmp_path)))
     builder = LogBuilder("s")
     builder.completed_turn()
     _write(persistence, builder)
@@ -135,7 +135,7 @@ def _parent_bytes(persistence: Persistence, kind: str, sid: str) -> Any:
 def test_fork_of_a_stored_session_leaves_the_parent_byte_for_byte(
         kind: str, tmp_path: Path) -> None:
     """Core spec §10, seed ch. 28: the cut inside the open turn is closed in the child only."""
-    persistence = open_store(store_url(kind, tmp_path))
+    persistence = Persistence(open_backend(store_url(kind, tmp_path)))
     builder = _interrupted()
     _write(persistence, builder)
     before = _parent_bytes(persistence, kind, "s")
@@ -146,7 +146,7 @@ def test_fork_of_a_stored_session_leaves_the_parent_byte_for_byte(
     assert _parent_bytes(persistence, kind, "s") == before
     persistence.close()
 
-    reopened = open_store(store_url(kind, tmp_path))
+    reopened = Persistence(open_backend(store_url(kind, tmp_path)))
     assert _parent_bytes(reopened, kind, "s") == before
     child = reopened.read("child")
     assert child.header["parentSession"] == "s"

@@ -27,7 +27,7 @@ from dsh._errors import (
     SessionBusyError,
     SessionFormatUnsupportedError,
 )
-from dsh.persistence import open_backend, open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence.postgres._backend import PostgresBackend, parse_postgres_url
 from dsh.persistence.postgres._schema import MIGRATIONS, SCHEMA_VERSION
 from dsh.testing._logs import header, make
@@ -277,7 +277,7 @@ def test_migrate_brings_an_older_schema_forward_and_refuses_a_newer_one() -> Non
 
 
 def test_busy_error_names_the_holder_and_read_handles_still_read(pg_url: str) -> None:
-    store = open_store(pg_url)
+    store = Persistence(open_backend(pg_url))
     try:
         store.create(header("s"))
         with store.open("s", "write") as handle:

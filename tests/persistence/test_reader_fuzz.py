@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsh._errors import LogCorruptError
-from dsh.persistence import open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence.jsonl._backend import JsonlBackend
 from dsh.persistence.sqlite._backend import SqliteBackend
 from dsh.session._events import Event
@@ -159,7 +159,7 @@ def test_arbitrary_records_give_typed_errors_or_success(
 
 def _load_checked(kind: StoreKind, root: Path, damaged: bytes, path: Path) -> list[Event] | None:
     """Load; check the result is a prefix of EVENTS and that no committed byte vanished."""
-    persistence = open_store(store_url_of(kind, root))
+    persistence = Persistence(open_backend(store_url_of(kind, root)))
     try:
         loaded = persistence.load("s")
     except LogCorruptError:

@@ -20,10 +20,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import dsh
 import dsh.session._paging as paging
-from dsh.persistence import Persistence, open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence import _restore_point as rp
-from dsh.session import PagedLog, Session, SessionStore
+from dsh.session import PagedLog, Session
 from tests.strategies import (
     Script,
     StepClock,
@@ -67,7 +68,7 @@ def small_restore_points(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def build(url: str, script: Script) -> None:
-    with SessionStore(persistence=open_store(url), clock=StepClock()) as store:
+    with dsh.open(url, clock=StepClock()).sessions as store:
         session = store.session("s")
         apply_script(session, script, lambda: store.flush(session))
 
@@ -90,7 +91,7 @@ def snapshot(session: Session) -> dict[str, Any]:
 
 def resume_and_continue(url: str, sid: str = "s"
                         ) -> tuple[dict[str, Any], list[object], dict[str, Any], bool]:
-    with SessionStore(persistence=open_store(url), clock=StepClock(2_000_000_000_000)) as store:
+    with dsh.open(url, clock=StepClock(2_000_000_000_000)).sessions as store:
         session = store.resume(sid)
         paged = isinstance(session._log, PagedLog)
         before = snapshot(session)
@@ -100,7 +101,7 @@ def resume_and_continue(url: str, sid: str = "s"
 
 
 def stored(url: str, sid: str = "s") -> list[Any]:
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         return list(persistence.read(sid).events)
 
 
@@ -142,7 +143,7 @@ def test_resume_from_a_restore_point_equals_the_full_read(script: Script, kind: 
 
 def long_store(kind: str, root: Path, turns: int = 30, *, open_turn: bool = False,
                system: bool = True) -> None:
-    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
+    with dsh.open(url_of(kind, root), clock=StepClock()).sessions as store:
         session = store.session("s")
         if system:  # the published dsh 0.1.x does not know system/message
             session.append("system/message", system_message(), surface_op="append")
@@ -188,7 +189,7 @@ def test_open_turn_started_before_the_restore_point(kind: str, root: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     long_store(kind, root, open_turn=True)
     # a restore point cut inside the open turn: repair must read back to the turn/start
-    with open_store(url_of(kind, root)) as persistence:
+    with Persistence(open_backend(url_of(kind, root))) as persistence:
         assert persistence.write_restore_point("s")
     assert_equivalent(root, kind)
 
@@ -237,7 +238,7 @@ def test_restore_point_behind_the_log_is_used(kind: str, root: Path,
     monkeypatch.setattr(rp, "RESTORE_POINT_EVERY_EVENTS", 10**9)
     monkeypatch.setattr(rp, "RESTORE_POINT_EVERY_BYTES", 10**12)
     saved = ckpt_file(root).read_bytes()
-    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
+    with dsh.open(url_of(kind, root), clock=StepClock()).sessions as store:
         session = store.resume("s")
         completed_turn(session, 77)  # an older writer: appends without a new restore point
     assert ckpt_file(root).read_bytes() == saved
@@ -256,7 +257,7 @@ def test_restore_point_past_a_truncated_log_is_refused(root: Path) -> None:
 
 def test_torn_tail_after_the_restore_point_reads_in_full(kind: str, root: Path) -> None:
     long_store(kind, root, open_turn=True)
-    with open_store(url_of(kind, root)) as persistence:
+    with Persistence(open_backend(url_of(kind, root))) as persistence:
         from dsh.testing._stores import inject_torn_tail
 
         assert inject_torn_tail(persistence, "s")
@@ -267,7 +268,7 @@ def test_torn_tail_after_the_restore_point_reads_in_full(kind: str, root: Path) 
 
 def test_paged_session_keeps_the_log_out_of_memory(kind: str, root: Path) -> None:
     long_store(kind, root, turns=60)
-    with SessionStore(persistence=open_store(url_of(kind, root))) as store:
+    with dsh.open(url_of(kind, root)).sessions as store:
         session = store.resume("s")
         log = session._log
         assert isinstance(log, PagedLog)
@@ -292,7 +293,7 @@ def test_fork_and_compaction_after_a_paged_resume(kind: str, root: Path,
     for url in (url_of(kind, root), url_of(kind, full_root)):
         ids = itertools.count()
         monkeypatch.setattr(uuid, "uuid4", lambda ids=ids: uuid.UUID(int=next(ids), version=4))
-        with SessionStore(persistence=open_store(url), clock=StepClock(3)) as store:
+        with dsh.open(url, clock=StepClock(3)).sessions as store:
             session = store.resume("s")
             child = store.fork(session, 50, "child")
             assert compact_now(session, summarizer=DigestSummarizer()) is not None
@@ -304,13 +305,13 @@ def test_write_restore_point_gives_one_to_a_log_without_one(kind: str,
                                                                      root: Path) -> None:
     long_store(kind, root)
     ckpt_file(root).unlink()
-    with open_store(url_of(kind, root)) as persistence:
+    with Persistence(open_backend(url_of(kind, root))) as persistence:
         assert persistence.write_restore_point("s") is True
     assert_equivalent(root, kind)
 
 
 def test_persistence_without_restore_points_still_resumes(tmp_path: Path) -> None:
-    with SessionStore(persistence=Persistence(open_store("memory:").backend)) as store:
+    with dsh.open("memory:").sessions as store:
         session = store.session("s")
         completed_turn(session, 1)
         assert not isinstance(session._log, PagedLog)
@@ -410,7 +411,7 @@ def test_published_dsh_reads_a_folder_holding_a_restore_point(tmp_path: Path) ->
     root = tmp_path / "store"
     long_store("jsonl", root, open_turn=True, system=False)
     assert ckpt_file(root).is_file() and list(root.rglob("session.jsonl.seal"))
-    with open_store(url_of("jsonl", root)) as persistence:
+    with Persistence(open_backend(url_of("jsonl", root))) as persistence:
         ours = [dict(e) for e in persistence.read("s").stored_events]
     out = tmp_path / "export"
     proc = subprocess.run([str(node), str(peer / "app" / "export.mjs"), "jsonl", str(root),
@@ -430,7 +431,7 @@ def test_one_large_batch_is_indexed_inside_so_a_page_in_reads_about_a_page(
     # source one index entry per batch: each page would re-scan the whole batch.
     from dsh.persistence.jsonl import _backend as jsonl_module
     monkeypatch.setattr(jsonl_module, "_APPEND_SAMPLE_BYTES", 512)
-    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
+    with dsh.open(url_of(kind, root), clock=StepClock()).sessions as store:
         session = store.session("s")
         for turn in range(1, 41):
             completed_turn(session, turn, call_ids=[f"c{turn}"])
@@ -453,7 +454,7 @@ def test_one_large_batch_is_indexed_inside_so_a_page_in_reads_about_a_page(
 def test_sqlite_page_in_starting_inside_a_packed_row_reads_from_that_row(root: Path) -> None:
     # a page boundary (4 events here) falls inside a 30-member packed chunk row: the page-in
     # starts at the row holding it, found by seq, and yields exactly the events asked for
-    with SessionStore(persistence=open_store(url_of("sqlite", root)), clock=StepClock()) as store:
+    with dsh.open(url_of("sqlite", root), clock=StepClock()).sessions as store:
         session = store.session("s")
         session.append("turn/start", {"turn": 1})
         session.append("step/start", {"turn": 1, "step": 1})
@@ -478,7 +479,7 @@ def test_sqlite_page_in_starting_inside_a_packed_row_reads_from_that_row(root: P
 
 def test_fork_child_resumes_through_its_restore_point(kind: str, root: Path) -> None:
     long_store(kind, root, turns=20, open_turn=True)
-    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock(7)) as store:
+    with dsh.open(url_of(kind, root), clock=StepClock(7)).sessions as store:
         parent = store.resume("s")
         child = store.fork(parent, 150, "child")  # a cut inside turn 19: forked closers
         completed_turn(child, 40)
@@ -492,14 +493,14 @@ def test_fork_child_resumes_through_its_restore_point(kind: str, root: Path) -> 
 def test_request_context_that_is_not_an_object_survives_the_restore_point(
         kind: str, root: Path, context: object) -> None:
     # Found by a tester: the fold kept only objects, the session keeps any JSON value.
-    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
+    with dsh.open(url_of(kind, root), clock=StepClock()).sessions as store:
         session = store.session("s")
         session.append("turn/start", {"turn": 1})
         session.append("request/context", context)
         session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
         assert session.request_context() == context
     assert_equivalent(root, kind)
-    with SessionStore(persistence=open_store(url_of(kind, root))) as store:
+    with dsh.open(url_of(kind, root)).sessions as store:
         assert store.resume("s").request_context() == context
 
 
@@ -509,7 +510,7 @@ def test_a_restore_point_temp_file_left_by_a_killed_writer_is_removed(kind: str,
     path = ckpt_file(root)
     left = path.with_name(f".{path.name}.999999.tmp")  # a writer killed before its rename
     left.write_bytes(b"half a restore point")
-    with SessionStore(persistence=open_store(url_of(kind, root)), clock=StepClock()) as store:
+    with dsh.open(url_of(kind, root), clock=StepClock()).sessions as store:
         session = store.resume("s")
         completed_turn(session, 4, call_ids=["c4"])
         store.flush(session)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import dsh
 from dsh.interop import detect_format, import_file
-from dsh.persistence import open_store
-from dsh.session import SessionStore
+from dsh.persistence import Persistence, open_backend
 from tests.conftest import DSH_LOGS
 from tests.interop.helpers import corpus_dir
 from tests.persistence.test_restore_point import assert_same_resume, copy_without_restore_point
@@ -40,7 +40,7 @@ def test_resume_from_a_restore_point_of_dsh_logs_equals_the_full_read(tmp_path: 
     else:
         shutil.copytree(source, paged)
         paged_url, full_url = f"{scheme}://{paged}", f"{scheme}://{full}"
-    with open_store(paged_url) as persistence:
+    with Persistence(open_backend(paged_url)) as persistence:
         ids = sorted(str(h["id"]) for h in persistence.list_headers())
         written = [sid for sid in ids if persistence.write_restore_point(sid)]
         schema = getattr(persistence.backend, "schema_version", 17)
@@ -65,7 +65,7 @@ def test_resume_from_a_restore_point_of_corpus_sessions_equals_the_full_read(
         tmp_path: Path) -> None:
     paged, full = tmp_path / "paged", tmp_path / "full"
     count = 0
-    with SessionStore(persistence=open_store(f"jsonl://{paged}"), clock=StepClock()) as store:
+    with dsh.open(f"jsonl://{paged}", clock=StepClock()).sessions as store:
         for name in _corpus_files():
             path = corpus_dir() / name
             if detect_format(path) is None:
@@ -81,7 +81,7 @@ def test_resume_from_a_restore_point_of_corpus_sessions_equals_the_full_read(
                     count += 1
     copy_without_restore_point(paged, full)
     assert count >= 20
-    with open_store(f"jsonl://{paged}") as persistence:
+    with Persistence(open_backend(f"jsonl://{paged}")) as persistence:
         ids = sorted(str(h["id"]) for h in persistence.list_headers())
     assert len(ids) == count
     for sid in ids:

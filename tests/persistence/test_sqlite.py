@@ -36,7 +36,7 @@ from dsh._errors import (
     SessionNotFoundError,
 )
 from dsh.json import FrozenDict, snapshot_json
-from dsh.persistence import open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence._contract import Backend, ColdRead, Handle
 from dsh.persistence.sqlite import _schema as schema
 from dsh.persistence.sqlite._backend import SqliteBackend, lock_file_name
@@ -1349,7 +1349,7 @@ def test_a_database_folder_owned_by_someone_else_says_what_to_do(tmp_path: Path)
     shared.mkdir()
     os.chown(shared, 12345, -1)
     with pytest.raises(ConfigError) as caught:
-        open_store(f"sqlite:{shared}/sessions.db").list_headers()
+        Persistence(open_backend(f"sqlite:{shared}/sessions.db")).list_headers()
     assert caught.value.message == (
         f"SQLite directory {shared} must be owned by you (uid 0), found uid 12345: another "
         "user could replace or read it; keep the database in a folder of your own (mkdir "

@@ -18,7 +18,7 @@ import pytest
 
 from dsh._errors import ConfigError, EventRejectedError
 from dsh.json import FrozenDict
-from dsh.persistence import open_store
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence.sqlite._backend import SqliteBackend
 from dsh.persistence.sqlite._schema import canonical_schema_objects, schema_objects
 from dsh.session._events import as_event
@@ -27,7 +27,7 @@ from tests.strategies import StepClock
 
 
 def write_stream_session(url: str, session_id: str = "s14") -> list[dict[str, object]]:
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         store = SessionStore(persistence=persistence, clock=StepClock())
         session = store.create(session_id)
         session.append("turn/start", {"turn": 1})
@@ -65,7 +65,7 @@ def test_schema_14_url_creates_the_published_layout(tmp_path: Path) -> None:
     assert [r[1] for r in rows] == [e["type"] for e in events]
     assert {r[2] for r in rows} == {"text"}
     assert [r[3] for r in rows if r[1] == "assistant/message"] == ["text"]
-    with open_store(f"sqlite://{db}") as persistence:
+    with Persistence(open_backend(f"sqlite://{db}")) as persistence:
         assert [dict(e) for e in persistence.read("s14").stored_events] == events
 
 
@@ -83,7 +83,7 @@ def test_schema_option_only_applies_to_a_new_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("option", ["schema=15", "schema=abc", "schema="])
 def test_bad_schema_option_is_a_config_error(tmp_path: Path, option: str) -> None:
     with pytest.raises(ConfigError, match="is not 17 \\(default\\) or 14"):
-        open_store(f"sqlite://{tmp_path}/store.db?{option}")
+        Persistence(open_backend(f"sqlite://{tmp_path}/store.db?{option}"))
     with pytest.raises(ConfigError, match="schema must be 17"):
         SqliteBackend(tmp_path / "x.db", schema=15)
     assert not (tmp_path / "store.db").exists()
@@ -146,5 +146,5 @@ def test_dsh_convert_writes_schema_14(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 14
     finally:
         conn.close()
-    with open_store(f"sqlite://{target}") as persistence:
+    with Persistence(open_backend(f"sqlite://{target}")) as persistence:
         assert [dict(e) for e in persistence.read("s14").stored_events] == events

@@ -47,7 +47,7 @@ class Telemetry:
         except ImportError as exc:
             raise ConfigError("agent telemetry needs the OpenTelemetry API: pip install "
                               "'dsh-session[otel]'", code="MISSING_EXTRA") from exc
-        from dsh import __version__
+        from dsh._version import __version__
 
         self._trace = trace
         provider = tracer_provider or trace.get_tracer_provider()

@@ -327,7 +327,7 @@ class _Exporter:
     def trajectory(self) -> JsonObj:
         for entry in history(self.log.events):
             self.entry(entry)
-        from dsh import __version__
+        from dsh._version import __version__
 
         header = _plain(self.log.header)
         agent: JsonObj = {"name": _AGENT_NAME, "version": __version__}

@@ -477,7 +477,7 @@ def to_otlp_json(log: LogLike, *, capture_content: bool = False) -> dict[str, An
         epoch ns). Each session is one trace (trace id derived from the session id, span ids
         from the span's place in the log), so exporting twice gives the same document.
     """
-    from dsh import __version__
+    from dsh._version import __version__
 
     return {"resourceSpans": [{
         "resource": {"attributes": _attributes({"service.name": AGENT_NAME})},

@@ -1,7 +1,8 @@
 """Persistence: backends behind one handle contract, write-behind, cold load and resume.
 
-``open_store(url)`` names a store by URL (DESIGN §3.8) and returns the
-:class:`~dsh.persistence._facade.Persistence` facade over the matching backend:
+A store is named by a URL (DESIGN §3.8) and opened with ``dsh.open(url)``; its
+``store.persistence`` is the :class:`~dsh.persistence._facade.Persistence` facade over the
+backend the URL names (``Persistence(open_backend(url))`` builds one alone):
 
 * ``jsonl:///abs/dir`` — dsh's JSONL layout, raw (persistence spec §4);
 * ``jsonl+zstd:///abs/dir`` or ``jsonl:///abs/dir?compression=zstd`` — Zstandard frames (§4.6);
@@ -201,11 +202,19 @@ def open_backend(url: str) -> Backend:
 
 
 def open_store(url: str) -> Persistence:
-    """Open a store by URL and return its :class:`Persistence` facade (DESIGN §3.8).
+    """Deprecated: use ``dsh.open(url)``, whose ``store.persistence`` is this facade.
+
+    Kept for one release; returns the :class:`Persistence` facade over the backend the URL
+    names, as before (``Persistence(open_backend(url))``).
 
     Raises:
         ConfigError: the URL is malformed (see :func:`open_backend`).
     """
+    import warnings
+
+    warnings.warn("dsh.persistence.open_store(url) is deprecated; use dsh.open(url) (a "
+                  "dsh.Store; store.persistence is the facade open_store gave)",
+                  DeprecationWarning, stacklevel=2)
     from dsh.persistence._facade import Persistence
     return Persistence(open_backend(url))
 

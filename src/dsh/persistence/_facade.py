@@ -1,6 +1,6 @@
 """The persistence facade: one backend plus the read pipeline, write-behind and resume.
 
-:class:`Persistence` is what ``dsh.persistence.open_store`` returns and what a
+:class:`Persistence` is what a ``dsh.Store`` holds (``store.persistence``) and what a
 ``SessionStore`` is attached to (it implements the core's ``PersistencePort``). It owns no
 algorithm of its own; each concern lives in its room and the facade routes to it:
 
