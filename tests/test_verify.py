@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsh._verify import RULES, Violation, verify_events
+from dsh import Violation
+from dsh._verify import RULES, verify_events
 from dsh.json import thaw
 from dsh.session._events import Event
 from tests.persistence._logs import LogBuilder, header, make, tool_result

@@ -24,7 +24,6 @@ codes of ``Session.restore`` (``ENVELOPE``, ``HEADER``, ``SEED``, ``SURFACE``, โ
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from dsh._errors import DshError, EventRejectedError
@@ -35,22 +34,11 @@ from dsh.session import (
     SESSION_FORMAT_VERSION,
     Event,
     Session,
+    Violation,
     check_log,
     fold_surface,
     interrupted_turn_closers,
 )
-
-__all__ = [
-    "DUPLICATE_TOOL_RESULT",
-    "INVALID_LOG",
-    "ORPHAN_TOOL_RESULT",
-    "REPAIR",
-    "RULES",
-    "UNANSWERED_TOOL_CALL",
-    "UNKNOWN_EVENT_TYPE",
-    "Violation",
-    "verify_events",
-]
 
 UNKNOWN_EVENT_TYPE: Final = "UNKNOWN_EVENT_TYPE"
 """An event type this dsh does not know, not marked ``ignorable`` (core spec ยง1.6)."""
@@ -73,22 +61,6 @@ DUPLICATE_TOOL_RESULT: Final = "DUPLICATE_TOOL_RESULT"
 RULES: Final = frozenset({UNKNOWN_EVENT_TYPE, INVALID_LOG, REPAIR, UNANSWERED_TOOL_CALL,
                           ORPHAN_TOOL_RESULT, DUPLICATE_TOOL_RESULT})
 """The rule codes this module defines itself (the other codes come from the checks it runs)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One broken rule of a log.
-
-    Attributes:
-        seq: Seq of the offending event; None when the problem is not tied to one event (the
-            header).
-        rule: Stable upper-snake rule code (see the module docstring).
-        message: One sentence: the rule, found vs expected, where.
-    """
-
-    seq: int | None
-    rule: str
-    message: str
 
 
 def _where_seq(error: DshError) -> int | None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dsh import (
     DshError,
+    Violation,
 )
 from dsh.cli import _render as render
 from dsh.cli._common import (
@@ -34,7 +36,7 @@ def _where_seq(error: DshError) -> int | None:
 
 
 def _verify(persistence: Persistence, session_id: str, notes: list[str],
-            restore_points: dict[str, dict[str, object]]) -> list[render.Violation]:
+            restore_points: dict[str, dict[str, object]]) -> list[Violation]:
     """Check one stored session: the read pipeline, then :func:`dsh._verify.verify_events`.
 
     Rules: persistence spec §3.8 (read pipeline: a refusal is one violation with its error
@@ -52,8 +54,7 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     try:
         read = persistence.read(session_id)
     except DshError as error:
-        return [render.Violation(session_id=session_id, seq=_where_seq(error), rule=error.code,
-                                 message=error.message)]
+        return [Violation(_where_seq(error), error.code, error.message, session_id)]
     if read.torn is not None:
         notes.append(f"{session_id}: torn tail after the committed log ({read.torn.reason}); "
                      "'dsh resume' truncates it")
@@ -62,12 +63,11 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     check = persistence.check_restore_point(session_id, read)
     restore_points[session_id] = {"status": check.status, "eventCount": check.event_count,
                                "message": check.message}
-    found = [render.Violation(session_id=session_id, seq=None, rule="RESTORE_POINT_MISMATCH",
-                              message=check.message)] if check.status == "misleading" else []
+    found = [Violation(None, "RESTORE_POINT_MISMATCH", check.message, session_id)
+             ] if check.status == "misleading" else []
     if check.status in ("consistent", "ignored"):
         notes.append(f"{session_id}: {check.message}")
-    return found + [render.Violation(session_id=session_id, seq=v.seq, rule=v.rule,
-                                     message=v.message)
+    return found + [replace(v, session_id=session_id)
                     for v in verify_events(read.stored_events, header=read.header)]
 
 
@@ -91,7 +91,7 @@ def verify(
                                  param_hint="'ID' / '--all'")
     notes: list[str] = []
     restore_points: dict[str, dict[str, object]] = {}
-    found: list[render.Violation] = []
+    found: list[Violation] = []
     with cli_store(store, create=False) as sessions:
         persistence = sessions.persistence
         if all_:

@@ -50,11 +50,11 @@ if TYPE_CHECKING:
     from rich.console import Console, Group, RenderableType
     from rich.text import Text
 
+    from dsh import Violation
     from dsh.persistence import ListingEntry
 
 __all__ = [
     "SessionRow",
-    "Violation",
     "format_ms",
     "make_console",
     "plain_stream",
@@ -530,27 +530,6 @@ def render_transcript(header: Mapping[str, Any], entries: Sequence[Entry], *,
 
 
 # -- verify and import -----------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Violation:
-    """One problem ``dsh verify`` found: session, seq (None when not tied to one), rule, message."""
-
-    session_id: str
-    seq: int | None
-    rule: str
-    message: str
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"session", "seq", "rule", "message"}`` for ``--json``."""
-        return {"session": self.session_id, "seq": self.seq, "rule": self.rule,
-                "message": self.message}
-
-    def line(self) -> str:
-        """``<session> seq <N> <RULE>: <message>`` (``seq -`` when there is no seq)."""
-        seq = "-" if self.seq is None else str(self.seq)
-        message = " ".join(self.message.split())
-        return f"{self.session_id} seq {seq} {self.rule}: {message}"
-
 
 def render_violations(violations: Sequence[Violation]) -> Text:
     """Return one line per violation, in the order found."""

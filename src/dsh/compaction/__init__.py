@@ -14,7 +14,6 @@ from __future__ import annotations
 from dsh.compaction._brackets import (
     CompactionInvariant,
     CompactionTraceState,
-    CompactionViolation,
     check_compaction_log,
 )
 from dsh.compaction._pressure import (
@@ -91,7 +90,6 @@ __all__ = [
     "CompactionPolicy",
     "CompactionResult",
     "CompactionTraceState",
-    "CompactionViolation",
     "DigestSummarizer",
     "LlmSummarizer",
     "PressureOutcome",

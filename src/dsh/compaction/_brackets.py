@@ -16,8 +16,7 @@ from dsh.compaction._summarizers import (
 )
 from dsh.session import Event, Violation
 
-__all__ = ["CompactionInvariant", "CompactionTraceState", "CompactionViolation",
-           "check_compaction_log"]
+__all__ = ["CompactionInvariant", "CompactionTraceState", "check_compaction_log"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +38,6 @@ class CompactionTraceState:
 
     open_turn: int | None = None
     bracket: _Bracket | None = None
-
-
-CompactionViolation = Violation
-"""One broken bracket rule found by :func:`check_compaction_log`: the invariant companion's
-:class:`~dsh.session._invariants.Violation` (``seq``, ``rule``, ``message``) with rules ``ID``,
-``NESTED``, ``OWNER``, ``UNENCLOSED``, ``SUMMARY``, ``CROSSING`` or ``CHECKPOINT``."""
 
 
 class _Broken(Exception):
@@ -154,7 +147,7 @@ def _cleared_orphans(events: Sequence[Event]) -> frozenset[int]:
     return frozenset(cleared)
 
 
-def check_compaction_log(events: Sequence[Event]) -> list[CompactionViolation]:
+def check_compaction_log(events: Sequence[Event]) -> list[Violation]:
     """Replay ``events`` under the compaction bracket rules and list every violation.
 
     Rules (persistence spec §9.4): ids are non-empty and consistent across start, summary,
@@ -165,15 +158,19 @@ def check_compaction_log(events: Sequence[Event]) -> list[CompactionViolation]:
     ``turn/end`` never cross an open bracket, except an orphan a later ``session/end-seed``
     clears (repair boundaries inside inherited history); a checkpoint ``user/message`` names the
     open transaction. After a violation the event is skipped and replay continues.
+
+    Returns:
+        One :class:`~dsh.session.Violation` per broken rule, with rules ``ID``, ``NESTED``,
+        ``OWNER``, ``UNENCLOSED``, ``SUMMARY``, ``CROSSING`` or ``CHECKPOINT``.
     """
     tolerated = _cleared_orphans(events)
     state = CompactionTraceState()
-    found: list[CompactionViolation] = []
+    found: list[Violation] = []
     for event in events:
         try:
             state = _step(state, event, tolerated)
         except _Broken as broken:
-            found.append(CompactionViolation(event["seq"], broken.rule, str(broken)))
+            found.append(Violation(event["seq"], broken.rule, str(broken)))
     return found
 
 

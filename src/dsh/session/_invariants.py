@@ -73,17 +73,31 @@ class Transition:
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """One broken rule found by :func:`check_log`.
+    """One broken rule of a log (from :func:`check_log`, ``dsh verify``, the compaction check).
 
     Attributes:
-        seq: Seq of the offending event.
-        rule: Stable rule id, e.g. ``TURN_NUMBER`` or ``UNPAIRED_RESULT``.
-        message: One sentence: the rule, found vs expected.
+        seq: Seq of the offending event; None when the problem is not tied to one event (the
+            header, a restore point, an event without an integer seq).
+        rule: Stable upper-snake rule code, e.g. ``TURN_NUMBER`` or ``UNPAIRED_RESULT``.
+        message: One sentence: the rule, found vs expected, where.
+        session_id: The session, when the check spans several (``dsh verify --all``).
     """
 
-    seq: int
+    seq: int | None
     rule: str
     message: str
+    session_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"session", "seq", "rule", "message"}`` (``session`` None when not set)."""
+        return {"session": self.session_id, "seq": self.seq, "rule": self.rule,
+                "message": self.message}
+
+    def line(self) -> str:
+        """``[<session> ]seq <N> <RULE>: <message>`` on one line (``seq -`` without a seq)."""
+        seq = "-" if self.seq is None else str(self.seq)
+        where = f"{self.session_id} " if self.session_id is not None else ""
+        return f"{where}seq {seq} {self.rule}: {' '.join(self.message.split())}"
 
 
 class _Broken(Exception):
@@ -297,7 +311,7 @@ def check_log(events: Iterable[Event]) -> list[Violation]:
             _check(state, event)
         except _Broken as broken:
             seq = event.get("seq")
-            violations.append(Violation(seq if type(seq) is int else -1, broken.rule,
+            violations.append(Violation(seq if type(seq) is int else None, broken.rule,
                                         broken.message))
         state = _effect(state, event)
     return violations
