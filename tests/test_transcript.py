@@ -12,8 +12,7 @@ import pytest
 import dsh
 from dsh import transcript as tr
 from dsh.persistence import Persistence, open_backend
-from dsh.testing import LogBuilder
-from dsh.testing._logs import assistant, tool_result, user
+from dsh.testing import LogBuilder, assistant, tool_result, user
 
 SHARED = Path(os.environ.get("DSH_SHARED", Path(__file__).resolve().parents[1] / ".." / "shared"))
 LOGS = SHARED / "dsh-logs"

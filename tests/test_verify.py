@@ -10,7 +10,7 @@ from dsh import Violation
 from dsh._verify import RULES, verify_events
 from dsh.json import thaw
 from dsh.session._events import Event
-from tests.persistence._logs import LogBuilder, header, make, tool_result
+from dsh.testing import LogBuilder, header, make, tool_result
 
 
 def _answered() -> list[Event]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dsh import open as dsh_open
-from dsh.testing._logs import make
+from dsh.testing import make
 from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 from tests.cli.test_cli import Dsh, interrupted_log, jsonl_store, long_log, stored_events
 

@@ -25,8 +25,8 @@ from dsh.persistence import _write_behind as write_behind
 from dsh.persistence._observer import PersistenceObserver
 from dsh.persistence._write_behind import MAX_BATCH_WINDOW_MS, WriteBehind
 from dsh.session._store import SessionStore
+from dsh.testing import CWD, LogBuilder, assistant, header, plain, user
 
-from ._logs import CWD, LogBuilder, assistant, header, plain, user
 from .conftest import inject_torn_tail, store_url
 
 
@@ -479,7 +479,7 @@ def test_pipeline_runs_legacy_normalisation(tmp_path: Path) -> None:
     # §10.2 "loads pre-react-loop session logs into resumable current sessions"
     persistence = Persistence(open_backend("memory:"))
     persistence.create(header("s"))
-    from ._logs import make
+    from dsh.testing import make
     legacy = [
         make("turn/start", 0, {"turn": 1, "trigger": {"kind": "user"}}),
         make("user/message", 1, {"content": [{"type": "text", "text": "hi"}],

@@ -23,9 +23,8 @@ from dsh.persistence.jsonl._backend import JsonlBackend
 from dsh.persistence.jsonl._format import scan_zstd_frames
 from dsh.persistence.sqlite._backend import SqliteBackend
 from dsh.session._events import Event
+from dsh.testing import LogBuilder, header, make
 from dsh.testing._damage import read_every_way
-
-from ._logs import LogBuilder, header, make
 
 SESSION_DIR = Path("--workspace-demo-app--") / "s"
 

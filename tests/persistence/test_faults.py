@@ -24,8 +24,7 @@ from dsh.persistence import Persistence, open_backend
 from dsh.persistence.jsonl._backend import JsonlBackend, parse_log
 from dsh.session._events import Event
 from dsh.session._store import SessionStore
-
-from ._logs import CWD, LogBuilder, header, plain, user
+from dsh.testing import CWD, LogBuilder, header, plain, user
 
 CALLS = int(os.environ.get("DSH_FAULT_CALLS", "4"))
 KINDS = ("write_enospc", "write_eio", "write_short_enospc", "fsync_eio", "ftruncate_eio")

@@ -28,8 +28,7 @@ from dsh.persistence import Persistence, open_backend
 from dsh.persistence.jsonl._backend import JsonlBackend
 from dsh.persistence.jsonl._format import encode_segment, project_key
 from dsh.session._events import Event
-
-from ._logs import CWD, LogBuilder, header, make, plain
+from dsh.testing import CWD, LogBuilder, header, make, plain
 
 PROJECT = "--workspace-demo-app--"
 

@@ -18,8 +18,8 @@ from dsh._errors import (
 )
 from dsh.persistence import Inspection, Persistence, open_backend
 from dsh.session._store import SessionStore
+from dsh.testing import CWD, LogBuilder, header, plain
 
-from ._logs import CWD, LogBuilder, header, plain
 from .conftest import inject_torn_tail, store_url
 
 

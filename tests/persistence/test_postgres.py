@@ -30,7 +30,7 @@ from dsh._errors import (
 from dsh.persistence import Persistence, open_backend
 from dsh.persistence.postgres._backend import PostgresBackend, parse_postgres_url
 from dsh.persistence.postgres._schema import MIGRATIONS, SCHEMA_VERSION
-from dsh.testing._logs import header, make
+from dsh.testing import header, make
 from dsh.testing._stores import postgres_base_url, postgres_unreachable, temporary_postgres_url
 
 _REASON = postgres_unreachable()

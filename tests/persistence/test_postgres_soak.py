@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dsh.persistence import open_backend
-from dsh.testing._logs import header
+from dsh.testing import header
 from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 
 _REASON = postgres_unreachable()

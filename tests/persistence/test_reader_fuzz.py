@@ -29,6 +29,7 @@ from dsh.persistence import Persistence, open_backend
 from dsh.persistence.jsonl._backend import JsonlBackend
 from dsh.persistence.sqlite._backend import SqliteBackend
 from dsh.session._events import Event
+from dsh.testing import header
 from dsh.testing._damage import (
     EDIT_KINDS,
     STORE_KINDS,
@@ -39,8 +40,6 @@ from dsh.testing._damage import (
     read_every_way,
     store_url_of,
 )
-
-from ._logs import header
 
 EXAMPLES = int(os.environ.get("DSH_FUZZ_EXAMPLES", "40"))
 SESSION = Path("--workspace-demo-app--") / "s"

@@ -1,4 +1,4 @@
-"""Event builders and hypothesis strategies for the repair, invariant and chunk-row tests."""
+"""Hypothesis strategies for the repair, invariant and chunk-row tests (logs: dsh.testing)."""
 
 from __future__ import annotations
 
@@ -7,90 +7,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from dsh.json import MAX_SAFE_INTEGER, snapshot_json
-from dsh.session._events import Event
+from dsh.json import MAX_SAFE_INTEGER
+from dsh.session import Event
+from dsh.testing import LogBuilder, make
 
 MAX_EXAMPLES = int(os.environ.get("DSH_HYPOTHESIS_EXAMPLES", "60"))
-BASE_TIME = 1_700_000_000_000
-
-
-def ev(type_: str, seq: int, data: Any, *, time: int | None = None, **extra: Any) -> Event:
-    """One frozen event in append key order (``type, seq, time, data``, then extras)."""
-    fields: dict[str, Any] = {"type": type_, "seq": seq,
-                              "time": BASE_TIME + seq if time is None else time, "data": data}
-    fields.update(extra)
-    return Event(snapshot_json(fields))
-
-
-class LogBuilder:
-    """Appends events with contiguous seqs; every helper returns the new event."""
-
-    def __init__(self, start: int = 0) -> None:
-        self.events: list[Event] = []
-        self.start = start
-
-    @property
-    def seq(self) -> int:
-        return self.start + len(self.events)
-
-    def add(self, type_: str, data: Any, **extra: Any) -> Event:
-        event = ev(type_, self.seq, data, **extra)
-        self.events.append(event)
-        return event
-
-    def turn_start(self, turn: int) -> Event:
-        return self.add("turn/start", {"turn": turn})
-
-    def turn_end(self, turn: int, kind: str = "completed") -> Event:
-        return self.add("turn/end", {"turn": turn, "reason": {"kind": kind}})
-
-    def step_start(self, turn: int, step: int) -> Event:
-        return self.add("step/start", {"turn": turn, "step": step})
-
-    def step_end(self, turn: int, step: int) -> Event:
-        return self.add("step/end", {"turn": turn, "step": step})
-
-    def user(self, text: str = "hi", **extra: Any) -> Event:
-        return self.add("user/message", {"id": f"u{self.seq}", "role": "user",
-                                         "source": {"kind": "user"},
-                                         "content": [{"type": "text", "text": text}]},
-                        surfaceOp=extra.pop("surfaceOp", "append"), **extra)
-
-    def assistant(self, turn: int, step: int, calls: list[tuple[str, str]] | None = None,
-                  text: str = "ok", **extra: Any) -> Event:
-        content: list[Any] = [{"type": "text", "text": text}] if text else []
-        content += [{"type": "tool-call", "id": cid, "name": name, "arguments": "{}"}
-                    for cid, name in calls or []]
-        return self.add("assistant/message",
-                        {"turn": turn, "step": step,
-                         "message": {"id": f"a{self.seq}", "role": "assistant",
-                                     "source": {"kind": "model", "provider": "p", "model": "m"},
-                                     "content": content}},
-                        surfaceOp=extra.pop("surfaceOp", "append"), **extra)
-
-    def tool_call(self, turn: int, step: int, call_id: str, name: str = "bash") -> Event:
-        return self.add("tool/call", {"turn": turn, "step": step, "callId": call_id,
-                                      "name": name, "arguments": "{}"})
-
-    def tool_result(self, turn: int, step: int, call_id: str, text: str = "done",
-                    call_seq: int | None = None, surface_op: Any = "append",
-                    error: Any = None, is_error: bool = False) -> Event:
-        data: dict[str, Any] = {
-            "turn": turn, "step": step,
-            "message": {"id": f"r{self.seq}", "role": "user",
-                        "source": {"kind": "tool", "callId": call_id},
-                        "content": [{"type": "tool-result", "toolCallId": call_id,
-                                     "isError": is_error,
-                                     "content": [{"type": "text", "text": text}]}]}}
-        if error is not None:
-            data["error"] = error
-        extra: dict[str, Any] = {"surfaceOp": surface_op}
-        if call_seq is not None:
-            extra["sourceEventSeqs"] = [call_seq]
-        return self.add("tool/result", data, **extra)
-
-    def chunk(self, turn: int, step: int, chunk: Any) -> Event:
-        return self.add("assistant/chunk", {"turn": turn, "step": step, "chunk": chunk})
 
 
 # --- well-formed logs, as the agent loop writes them (core spec §1.8) ---------------------
@@ -99,7 +20,7 @@ class LogBuilder:
 @st.composite
 def well_formed_logs(draw: st.DrawFn) -> list[Event]:
     """A complete, invariant-valid log: turns of steps with chunks, calls and results."""
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     turns = draw(st.integers(0, 3))
     call_no = 0
     for turn in range(1, turns + 1):
@@ -177,10 +98,10 @@ def chunk_batches(draw: st.DrawFn) -> list[Event]:
             elif kind == "odd":
                 chunk = {"type": "text-delta", "index": index, "text": text, "extra": True}
             else:
-                events.append(ev("turn/start", seq, {"turn": 1}, time=time))
+                events.append(make("turn/start", seq, {"turn": 1}, time=time))
                 seq += 1
                 continue
-            events.append(ev("assistant/chunk", seq,
+            events.append(make("assistant/chunk", seq,
                              {"turn": turn, "step": step, "chunk": chunk}, time=time))
             seq += 1
     return events

@@ -12,13 +12,14 @@ from dsh._errors import EventRejectedError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, dumps, loads, snapshot_json
 from dsh.session._chunks import MIN_RUN, decode_storage_record, pack_chunk_runs
 from dsh.session._events import Event
+from dsh.testing import make
 from tests.conftest import DSH_LOGS
-from tests.session._log_strategies import MAX_EXAMPLES, chunk_batches, ev
+from tests.session._log_strategies import MAX_EXAMPLES, chunk_batches
 
 
 def text_delta(seq: int, time: int, text: str, *, turn: int = 1, step: int = 1, index: int = 0,
                kind: str = "text-delta") -> Event:
-    return ev("assistant/chunk", seq, {"turn": turn, "step": step,
+    return make("assistant/chunk", seq, {"turn": turn, "step": step,
                                        "chunk": {"type": kind, "index": index, "text": text}},
               time=time)
 
@@ -29,7 +30,7 @@ def tool_delta(seq: int, time: int, args: str, *, call_id: str = "call-1",
     if name is not None:
         chunk["name"] = name
     chunk["argumentsDelta"] = args
-    return ev("assistant/chunk", seq, {"turn": 1, "step": 1, "chunk": chunk}, time=time)
+    return make("assistant/chunk", seq, {"turn": 1, "step": 1, "chunk": chunk}, time=time)
 
 
 def roundtrip(records: list[Any]) -> list[Any]:
@@ -93,13 +94,13 @@ def test_chunks_leaves_runs_shorter_than_three_events_verbatim() -> None:
 
 def test_chunks_leaves_non_delta_chunks_and_non_chunk_events_verbatim_between_runs() -> None:
     # §16.6 "leaves non-delta chunks and non-chunk events verbatim between runs" - 4 records
-    start = ev("assistant/chunk", 0, {"turn": 1, "step": 1,
+    start = make("assistant/chunk", 0, {"turn": 1, "step": 1,
                                       "chunk": {"type": "block-start", "index": 0,
                                                 "blockType": "text"}})
     deltas = [text_delta(1 + i, 9, f"d{i}") for i in range(3)]
-    end = ev("assistant/chunk", 4, {"turn": 1, "step": 1, "chunk": {
+    end = make("assistant/chunk", 4, {"turn": 1, "step": 1, "chunk": {
         "type": "block-end", "index": 0, "block": {"type": "text", "text": "d0d1d2"}}})
-    step_end = ev("step/end", 5, {"turn": 1, "step": 1})
+    step_end = make("step/end", 5, {"turn": 1, "step": 1})
     rows = pack_chunk_runs([start, *deltas, end, step_end])
     assert len(rows) == 4
     assert rows[0] is start and rows[2] is end and rows[3] is step_end

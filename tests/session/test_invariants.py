@@ -17,7 +17,7 @@ from dsh.session._invariants import (
     check_log,
 )
 from dsh.session._repair import interrupted_turn_closers
-from tests.session._log_strategies import LogBuilder, ev
+from dsh.testing import LogBuilder, make
 
 
 def rejects(trace: InvariantTrace, event: Event, fragment: str) -> InvariantError:
@@ -38,7 +38,7 @@ def applied(*events: Event) -> InvariantTrace:
 
 
 def well_formed() -> LogBuilder:
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.user("outside any turn")
     log.turn_start(1)
     log.step_start(1, 1)
@@ -73,9 +73,9 @@ def test_invariants_accepts_a_well_formed_turn_step_and_tool_sequence() -> None:
 
 def test_invariants_validate_does_not_advance_the_trace_until_applied() -> None:
     # §16.8 "does not advance committed trace state when a later dispatch listener vetoes"
-    trace = applied(ev("turn/start", 0, {"turn": 1}))
+    trace = applied(make("turn/start", 0, {"turn": 1}))
     before = trace.state
-    transition = trace.validate(ev("step/start", 1, {"turn": 1, "step": 1}))
+    transition = trace.validate(make("step/start", 1, {"turn": 1, "step": 1}))
     assert trace.state is before  # vetoed later: never committed, nothing changed
     assert transition.state.open_step == 1
     trace.commit(transition)
@@ -84,88 +84,88 @@ def test_invariants_validate_does_not_advance_the_trace_until_applied() -> None:
 
 def test_invariants_rejects_non_monotonic_event_sequence_numbers() -> None:
     # §16.8 "rejects non-monotonic event sequence numbers"
-    trace = applied(ev("plan/mode", 0, {}), ev("plan/mode", 1, {}))
-    error = rejects(trace, ev("plan/mode", 1, {}), "seq must strictly increase: saw 1 after 1")
+    trace = applied(make("plan/mode", 0, {}), make("plan/mode", 1, {}))
+    error = rejects(trace, make("plan/mode", 1, {}), "seq must strictly increase: saw 1 after 1")
     assert error.where == {"seq": 1, "event_type": "plan/mode", "rule": "SEQ_ORDER"}
-    rejects(trace, ev("plan/mode", 0, {}), "saw 0 after 1")
-    trace.apply(ev("plan/mode", 5, {}))  # gaps are the Session's business, not the trace's
+    rejects(trace, make("plan/mode", 0, {}), "saw 0 after 1")
+    trace.apply(make("plan/mode", 5, {}))  # gaps are the Session's business, not the trace's
     assert trace.state.last_seq == 5
 
 
 def test_invariants_enforces_turn_numbering_and_core_execution_enclosure() -> None:
     # §16.8 "enforces turn numbering and core execution enclosure"
-    trace = applied(ev("turn/start", 0, {"turn": 1}))
-    rejects(trace, ev("turn/start", 1, {"turn": 2}), "turn/start 2 while turn 1 is still open")
-    rejects(trace, ev("turn/end", 1, {"turn": 2, "reason": {"kind": "completed"}}),
+    trace = applied(make("turn/start", 0, {"turn": 1}))
+    rejects(trace, make("turn/start", 1, {"turn": 2}), "turn/start 2 while turn 1 is still open")
+    rejects(trace, make("turn/end", 1, {"turn": 2, "reason": {"kind": "completed"}}),
             "turn/end 2 does not match open turn 1")
     for kind, data in (("todo/write", {"todos": []}),
                        ("request/header", {"header": {}, "reason": "initial"}),
                        ("request/context", {"provider": "p", "model": "m"})):
-        trace.validate(ev(kind, 1, data))  # inside a turn: fine
-    trace.apply(ev("turn/end", 1, {"turn": 1, "reason": {"kind": "completed"}}))
-    rejects(trace, ev("turn/start", 2, {"turn": 3}), "turn/start expected turn 2, got 3")
-    trace.validate(ev("user/message", 2, {"id": "u"}, surfaceOp="append"))
-    rejects(trace, ev("request/context", 2, {"provider": "p", "model": "m"}),
+        trace.validate(make(kind, 1, data))  # inside a turn: fine
+    trace.apply(make("turn/end", 1, {"turn": 1, "reason": {"kind": "completed"}}))
+    rejects(trace, make("turn/start", 2, {"turn": 3}), "turn/start expected turn 2, got 3")
+    trace.validate(make("user/message", 2, {"id": "u"}, surfaceOp="append"))
+    rejects(trace, make("request/context", 2, {"provider": "p", "model": "m"}),
             "request/context appended outside any open turn (core execution events must be "
             "turn-enclosed)")
-    rejects(trace, ev("todo/write", 2, {"todos": []}), "todo/write appended outside")
-    trace.validate(ev("plugin/unknown", 2, None))  # plugin types are unconstrained here
-    rejects(trace, ev("turn/end", 2, {"turn": 1, "reason": {}}),
+    rejects(trace, make("todo/write", 2, {"todos": []}), "todo/write appended outside")
+    trace.validate(make("plugin/unknown", 2, None))  # plugin types are unconstrained here
+    rejects(trace, make("turn/end", 2, {"turn": 1, "reason": {}}),
             "turn/end 1 does not match open turn null")
 
 
 def test_invariants_enforces_open_step_identity_and_numbering() -> None:
     # §16.8 "enforces open-step identity and numbering"
-    trace = applied(ev("turn/start", 0, {"turn": 1}))
-    rejects(trace, ev("step/start", 1, {"turn": 2, "step": 1}),
+    trace = applied(make("turn/start", 0, {"turn": 1}))
+    rejects(trace, make("step/start", 1, {"turn": 2, "step": 1}),
             "step/start in turn 2 but open turn is 1")
-    rejects(trace, ev("step/start", 1, {"turn": 1, "step": 2}),
+    rejects(trace, make("step/start", 1, {"turn": 1, "step": 2}),
             "step/start expected step 1 in turn 1, got 2")
-    trace.apply(ev("step/start", 1, {"turn": 1, "step": 1}))
-    rejects(trace, ev("step/start", 2, {"turn": 1, "step": 2}),
+    trace.apply(make("step/start", 1, {"turn": 1, "step": 1}))
+    rejects(trace, make("step/start", 2, {"turn": 1, "step": 2}),
             "step/start 2 while step 1 is still open")
-    rejects(trace, ev("turn/end", 2, {"turn": 1, "reason": {"kind": "completed"}}),
+    rejects(trace, make("turn/end", 2, {"turn": 1, "reason": {"kind": "completed"}}),
             "turn/end 1 while step 1 is still open")
-    rejects(trace, ev("step/end", 2, {"turn": 1, "step": 2}),
+    rejects(trace, make("step/end", 2, {"turn": 1, "step": 2}),
             "step/end names turn 1/step 2 but open is turn 1/step 1")
-    rejects(trace, LogBuilder(2).assistant(1, 2),
+    rejects(trace, LogBuilder(checked=False, start=2).assistant(1, 2),
             "assistant/message names turn 1/step 2 but open is turn 1/step 1")
-    trace.apply(ev("step/end", 2, {"turn": 1, "step": 1}))
-    rejects(trace, ev("step/start", 3, {"turn": 1, "step": 3}),
+    trace.apply(make("step/end", 2, {"turn": 1, "step": 1}))
+    rejects(trace, make("step/start", 3, {"turn": 1, "step": 3}),
             "step/start expected step 2 in turn 1, got 3")
-    trace.apply(ev("step/start", 3, {"turn": 1, "step": 2}))
+    trace.apply(make("step/start", 3, {"turn": 1, "step": 2}))
 
 
 def test_invariants_requires_step_scoped_stream_and_tool_events_to_name_the_open_step() -> None:
     # §16.8 "requires step-scoped stream and tool events to name the open step"
-    trace = applied(ev("turn/start", 0, {"turn": 1}))
-    rejects(trace, ev("assistant/chunk", 1, {"turn": 1, "step": 1, "chunk": {}}),
+    trace = applied(make("turn/start", 0, {"turn": 1}))
+    rejects(trace, make("assistant/chunk", 1, {"turn": 1, "step": 1, "chunk": {}}),
             "assistant/chunk names turn 1/step 1 but open is turn 1/step null")
-    rejects(trace, ev("tool/call", 1, {"turn": 1, "step": 1, "callId": "c"}),
+    rejects(trace, make("tool/call", 1, {"turn": 1, "step": 1, "callId": "c"}),
             "open is turn 1/step null")
-    trace.apply(ev("step/start", 1, {"turn": 1, "step": 1}))
-    result = LogBuilder(2).tool_result(1, 1, "c1")
+    trace.apply(make("step/start", 1, {"turn": 1, "step": 1}))
+    result = LogBuilder(checked=False, start=2).tool_result(1, 1, "c1")
     error = rejects(trace, result, "tool/result for 'c1' with no prior tool/call in this step")
     assert error.where["rule"] == "UNPAIRED_RESULT"
 
 
 def test_invariants_keeps_fresh_tool_result_appends_open_step_checked() -> None:
     # §16.8 "keeps fresh tool-result appends open-step checked"
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.assistant(1, 1, [("c1", "bash")])
     log.tool_call(1, 1, "c1")
     log.step_end(1, 1)
     trace = applied(*log.events)
-    rejects(trace, LogBuilder(5).tool_result(1, 1, "c1"),
+    rejects(trace, LogBuilder(checked=False, start=5).tool_result(1, 1, "c1"),
             "tool/result names turn 1/step 1 but open is turn 1/step null")
 
 
 def test_invariants_treats_a_validated_tool_result_replacement_as_a_turn_enclosed_rewrite(
 ) -> None:
     # §16.8 "treats a validated tool-result replacement as a turn-enclosed rewrite"
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.assistant(1, 1, [("c1", "bash")])
@@ -176,8 +176,8 @@ def test_invariants_treats_a_validated_tool_result_replacement_as_a_turn_enclose
     log.turn_start(2)
     # the rewrite keeps turn 1/step 1 and is appended in turn 2 with no step open
     log.add("tool/result", original.data,
-            surfaceOp={"op": "replace", "start": original.seq, "end": original.seq},
-            sourceEventSeqs=[original.seq])
+            surface_op={"op": "replace", "start": original.seq, "end": original.seq},
+            source_event_seqs=[original.seq])
     assert check_log(log.events) == []
     trace = applied(*log.events)
     assert trace.state.pending_calls == frozenset()
@@ -185,15 +185,15 @@ def test_invariants_treats_a_validated_tool_result_replacement_as_a_turn_enclose
 
 def test_invariants_rejects_a_tool_result_replacement_outside_a_turn() -> None:
     # §16.8 "rejects a tool-result replacement outside a turn"
-    trace = applied(ev("plan/mode", 0, {}))
-    replacement = LogBuilder(1).tool_result(1, 1, "c1",
+    trace = applied(make("plan/mode", 0, {}))
+    replacement = LogBuilder(checked=False, start=1).tool_result(1, 1, "c1",
                                             surface_op={"op": "replace", "start": 0, "end": 0})
     rejects(trace, replacement, "tool/result surface replacement appended outside any open turn")
 
 
 def test_invariants_allows_not_started_repair_results_and_unresolved_calls_at_step_end() -> None:
     # §16.8 "allows not-started repair results and unresolved calls at step end"
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.assistant(1, 1, [("c1", "bash"), ("c2", "bash")])
@@ -205,7 +205,7 @@ def test_invariants_allows_not_started_repair_results_and_unresolved_calls_at_st
     assert check_log(log.events) == []
     # a not-started code without isError is not exempt
     trace = applied(*log.events[:4])
-    not_exempt = LogBuilder(4).tool_result(1, 1, "c1",
+    not_exempt = LogBuilder(checked=False, start=4).tool_result(1, 1, "c1",
                                            error={"name": "X", "code": "TOOL_NOT_STARTED"})
     rejects(trace, not_exempt,
             "tool/result for 'c1' with no prior tool/call")
@@ -213,7 +213,7 @@ def test_invariants_allows_not_started_repair_results_and_unresolved_calls_at_st
 
 def test_invariants_does_not_let_a_result_in_a_later_step_satisfy_an_earlier_call() -> None:
     # §16.8 "does not let a result in a later step satisfy an earlier call"
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.assistant(1, 1, [("c1", "bash")])
@@ -227,19 +227,19 @@ def test_invariants_does_not_let_a_result_in_a_later_step_satisfy_an_earlier_cal
 
 def test_invariants_accepts_end_seed_whether_or_not_a_turn_is_open() -> None:
     # §16.8 "accepts end-seed whether or not a turn is open"
-    trace = applied(ev("session/end-seed", 0, {}), ev("turn/start", 1, {"turn": 1}),
-                    ev("session/end-seed", 2, {"inherited": True}))
+    trace = applied(make("session/end-seed", 0, {}), make("turn/start", 1, {"turn": 1}),
+                    make("session/end-seed", 2, {"inherited": True}))
     assert trace.state.open_turn == 1  # the marker leaves the turn open
-    trace.apply(ev("turn/end", 3, {"turn": 1, "reason": {"kind": "forked"}}))
+    trace.apply(make("turn/end", 3, {"turn": 1, "reason": {"kind": "forked"}}))
 
 
 def test_invariants_never_treats_a_bool_as_a_turn_number() -> None:
     trace = InvariantTrace()
-    rejects(trace, ev("turn/start", 0, {"turn": True}), "turn/start expected turn 1, got True")
+    rejects(trace, make("turn/start", 0, {"turn": True}), "turn/start expected turn 1, got True")
 
 
 def test_invariants_check_log_reports_each_defect_once_and_resynchronises() -> None:
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.turn_end(1)
     log.turn_start(3)  # skipped a number
@@ -277,17 +277,17 @@ def test_invariants_observer_replays_seeded_sessions_and_tracks_each_session_ind
 ) -> None:
     # §16.8 "replays seeded sessions and tracks each session independently"
     observer = InvariantObserver()
-    bad = FakeSession([ev("turn/start", 0, {"turn": 2})])
+    bad = FakeSession([make("turn/start", 0, {"turn": 2})])
     with pytest.raises(InvariantError, match="turn/start expected turn 1, got 2"):
         observer.on_created(bad)  # the store rolls the creation back
-    a = FakeSession([ev("turn/start", 0, {"turn": 1})])
+    a = FakeSession([make("turn/start", 0, {"turn": 1})])
     b = FakeSession([])
     observer.on_created(a)
     observer.on_created(b)
-    a.commit(observer, ev("step/start", 1, {"turn": 1, "step": 1}))
-    b.commit(observer, ev("turn/start", 0, {"turn": 1}))
+    a.commit(observer, make("step/start", 1, {"turn": 1, "step": 1}))
+    b.commit(observer, make("turn/start", 0, {"turn": 1}))
     with pytest.raises(InvariantError, match="step/start expected step 1 in turn 1, got 2"):
-        b.commit(observer, ev("step/start", 1, {"turn": 1, "step": 2}))
+        b.commit(observer, make("step/start", 1, {"turn": 1, "step": 2}))
     assert len(b.events) == 1  # vetoed before the commit
     assert observer.trace(a).state.open_step == 1
     assert observer.trace(b).state.open_step is None
@@ -295,25 +295,25 @@ def test_invariants_observer_replays_seeded_sessions_and_tracks_each_session_ind
 
 def test_invariants_observer_rebuilds_trace_state_for_sessions_that_already_exist() -> None:
     # §16.8 "rebuilds trace state for sessions that exist when the companion reloads"
-    session = FakeSession([ev("turn/start", 0, {"turn": 1}),
-                           ev("step/start", 1, {"turn": 1, "step": 1})])
+    session = FakeSession([make("turn/start", 0, {"turn": 1}),
+                           make("step/start", 1, {"turn": 1, "step": 1})])
     observer = InvariantObserver()  # installed after the session was created
     with pytest.raises(InvariantError, match="step/start 2 while step 1 is still open"):
-        observer.validate(session, ev("step/start", 2, {"turn": 1, "step": 2}))
-    session.commit(observer, ev("step/end", 2, {"turn": 1, "step": 1}))
+        observer.validate(session, make("step/start", 2, {"turn": 1, "step": 2}))
+    session.commit(observer, make("step/end", 2, {"turn": 1, "step": 1}))
     assert observer.trace(session).state.next_step == 2
 
 
 def test_invariants_observer_applies_committed_events_seen_first_post_commit() -> None:
     # §16.8 "applies the committed transition after another postcommit observer throws": the
     # transition is applied by on_event whatever other observers did
-    session = FakeSession([ev("turn/start", 0, {"turn": 1})])
+    session = FakeSession([make("turn/start", 0, {"turn": 1})])
     observer = InvariantObserver()
-    event = ev("step/start", 1, {"turn": 1, "step": 1})
+    event = make("step/start", 1, {"turn": 1, "step": 1})
     session._events.append(event)
     observer.on_event(session, event)  # first sight: replays the log up to the event
     assert observer.trace(session).state.open_step == 1
-    other = ev("step/end", 2, {"turn": 1, "step": 1})
+    other = make("step/end", 2, {"turn": 1, "step": 1})
     session._events.append(other)
     observer.on_event(session, other)
     assert observer.trace(session).state.open_step is None
@@ -322,7 +322,7 @@ def test_invariants_observer_applies_committed_events_seen_first_post_commit() -
 def test_invariants_observer_forgets_disposed_sessions() -> None:
     # §16.8 "removes all listeners when the companion is disposed" (per-session form)
     observer = InvariantObserver()
-    session = FakeSession([ev("turn/start", 0, {"turn": 1})])
+    session = FakeSession([make("turn/start", 0, {"turn": 1})])
     observer.on_created(session)
     observer.on_flush(session)
     observer.on_disposed(session)

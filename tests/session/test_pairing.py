@@ -14,7 +14,7 @@ from dsh.session._pairing import (
     tool_pairing_balanced_after,
     tool_pairing_balanced_before,
 )
-from tests.session._log_strategies import LogBuilder, ev
+from dsh.testing import LogBuilder, make
 
 
 class FakeSurface:
@@ -26,8 +26,8 @@ class FakeSurface:
 class FakeSession:
     """A log plus a hand-driven surface; counts every read of ``events``."""
 
-    def __init__(self) -> None:
-        self.log = LogBuilder()
+    def __init__(self, events: list[Event] | None = None) -> None:
+        self.log = LogBuilder(checked=False, events=events)
         self.surface = FakeSurface()
         self.event_reads = 0
 
@@ -53,8 +53,8 @@ class FakeSession:
     def replace(self, start_index: int, end_index: int) -> int:
         nodes = self.surface.nodes
         shadowed = nodes[start_index:end_index + 1]
-        event = self.log.user(surfaceOp={"op": "replace", "start": shadowed[0],
-                                         "end": shadowed[-1]}, sourceEventSeqs=shadowed)
+        event = self.log.user(surface_op={"op": "replace", "start": shadowed[0],
+                                          "end": shadowed[-1]}, source_event_seqs=shadowed)
         nodes[start_index:end_index + 1] = [event.seq]
         self.surface.replace_generation += 1
         return event.seq
@@ -156,7 +156,14 @@ def test_pairing_rejects_missing_seqs_before_and_after_including_an_empty_surfac
 def test_pairing_does_no_event_reads_for_unchanged_or_log_only_growth() -> None:
     # §16.14 "does no event reads for unchanged or log-only growth, folds only appended nodes,
     # and rebuilds on replace" [read counting]
-    s = FakeSession()
+    class CountingList(list[Event]):
+        gets: ClassVar[list[int]] = []
+
+        def __getitem__(self, index: Any) -> Any:
+            CountingList.gets.append(index)
+            return list.__getitem__(self, index)
+
+    s = FakeSession(CountingList())
     first = s.user()
     assert before(s, first) is True
     assert s.event_reads == 1
@@ -165,15 +172,7 @@ def test_pairing_does_no_event_reads_for_unchanged_or_log_only_growth() -> None:
     s.log.add("todo/write", {"todos": []})
     assert after(s, first) is True
     assert s.event_reads == 1  # unchanged surface, log-only growth: no reads
-
-    class CountingList(list[Event]):
-        gets: ClassVar[list[int]] = []
-
-        def __getitem__(self, index: Any) -> Any:
-            CountingList.gets.append(index)
-            return list.__getitem__(self, index)
-
-    s.log.events = CountingList(s.log.events)
+    CountingList.gets.clear()  # from here on, count which events are read
     call = s.assistant("c1")
     assert after(s, call) is False
     assert s.event_reads == 2
@@ -225,7 +224,7 @@ def test_pairing_retries_an_orphan_result_in_an_appended_tail_without_partial_co
             after(s, neutral)
     # nothing of the failed tail was committed: once the slot holds a neutral event, the fold
     # starts again right after the first node and gets every balance right
-    s.log.events[orphan] = ev("user/message", orphan, {"id": "x", "role": "user",
+    s.log.events[orphan] = make("user/message", orphan, {"id": "x", "role": "user",
                                                        "source": {"kind": "user"},
                                                        "content": []}, surfaceOp="append")
     assert balanced_cuts(s) == (True, True, True, True)
@@ -248,7 +247,7 @@ def test_pairing_throws_when_a_surface_seq_has_no_matching_event_or_indexes_the_
     t = FakeSession()
     t.user()
     t.log.add("plan/mode", {})
-    t.log.events[1] = ev("plan/mode", 7, {})  # slot 1 holds an event claiming seq 7
+    t.log.events[1] = make("plan/mode", 7, {})  # slot 1 holds an event claiming seq 7
     t.surface.nodes.append(1)
     with pytest.raises(EventRejectedError, match="surface seq 1 has no matching session event"):
         before(t, 0)

@@ -18,7 +18,8 @@ from dsh.session._repair import (
     open_turn_closers,
 )
 from dsh.session._surface import fold_surface
-from tests.session._log_strategies import MAX_EXAMPLES, LogBuilder, ev, well_formed_logs
+from dsh.testing import LogBuilder, make
+from tests.session._log_strategies import MAX_EXAMPLES, well_formed_logs
 
 
 def _text(event: Event) -> str:
@@ -26,7 +27,7 @@ def _text(event: Event) -> str:
 
 
 def _open_step_with_call(record_call: bool) -> LogBuilder:
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.assistant(1, 1, [("call-a", "bash")])
@@ -40,7 +41,7 @@ def _open_step_with_call(record_call: bool) -> LogBuilder:
 
 def test_repair_returns_nothing_for_a_balanced_log_ending_on_turn_end() -> None:
     # §16.4 "returns nothing for a balanced log (ends on turn/end)"
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.user()
@@ -59,7 +60,7 @@ def test_repair_returns_nothing_for_an_empty_log() -> None:
 
 def test_repair_closes_an_open_turn_with_no_open_step() -> None:
     # §16.4 "closes an open turn with no open step (turn/end {interrupted} only)"
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     last = log.user()
     closers = interrupted_turn_closers(log.events)
@@ -69,7 +70,7 @@ def test_repair_closes_an_open_turn_with_no_open_step() -> None:
 
 def test_repair_closes_an_open_step_before_the_turn() -> None:
     # §16.4 "closes an open step before the turn (step/end then turn/end)" - seqs 2, 3
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     closers = interrupted_turn_closers(log.events)
@@ -121,7 +122,7 @@ def test_repair_does_not_synthesize_a_result_after_the_owning_step_already_close
 
 def test_repair_synthesizes_results_only_for_the_still_open_turn() -> None:
     # §16.4 "synthesizes results only for the still-open turn, not a committed earlier turn"
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.assistant(1, 1, [("call-old", "bash")])
@@ -139,7 +140,7 @@ def test_repair_synthesizes_results_only_for_the_still_open_turn() -> None:
 def test_repair_synthesizes_a_result_for_each_of_multiple_unanswered_calls_in_log_order() -> None:
     # §16.4 "synthesizes a result for each of multiple unanswered calls, in log order"
     # (call-a is answered, so only call-b and call-c remain, in registration order)
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.assistant(1, 1, [("call-a", "bash"), ("call-b", "grep"), ("call-c", "bash")])
@@ -174,7 +175,7 @@ def test_repair_synthesized_tool_result_carries_surface_op_and_source_event_seqs
 
 def test_repair_handles_tool_call_without_a_matching_assistant_message_entry() -> None:
     # §16.4 "handles tool/call without a matching assistant/message entry gracefully"
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.tool_call(1, 1, "call-orphan")
@@ -225,7 +226,7 @@ def test_repair_closers_are_frozen_events() -> None:
 
 def test_repair_re_registered_call_keeps_its_position_and_forgets_its_tool_call() -> None:
     # §9.1: re-registering an id overwrites its entry, keeps the map position, drops callSeq
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.assistant(1, 1, [("call-a", "bash"), ("call-b", "bash")])
@@ -240,23 +241,23 @@ def test_repair_a_replacement_tool_result_also_answers_its_call() -> None:
     # §9.1: tool/result deletes its callId whatever the surfaceOp
     log = _open_step_with_call(record_call=True)
     first = log.tool_result(1, 1, "call-a", call_seq=3)
-    log.add("tool/result", first.data, surfaceOp={"op": "replace", "start": 4, "end": 4},
-            sourceEventSeqs=[4])
+    log.add("tool/result", first.data, surface_op={"op": "replace", "start": 4, "end": 4},
+            source_event_seqs=[4])
     assert [c.type for c in interrupted_turn_closers(log.events)] == ["step/end", "turn/end"]
 
 
 def test_repair_rejects_a_log_that_is_not_contiguous_from_seq_zero() -> None:
-    events = [ev("turn/start", 0, {"turn": 1}), ev("step/start", 2, {"turn": 1, "step": 1})]
+    events = [make("turn/start", 0, {"turn": 1}), make("step/start", 2, {"turn": 1, "step": 1})]
     with pytest.raises(EventRejectedError) as info:
         interrupted_turn_closers(events)
     assert info.value.code == "SEQ_GAP"
     assert info.value.where["seq"] == 1
     assert "found seq 2 at index 1" in info.value.message
     with pytest.raises(EventRejectedError, match="found seq 1 at index 0"):
-        interrupted_turn_closers([ev("turn/start", 1, {"turn": 1})])
+        interrupted_turn_closers([make("turn/start", 1, {"turn": 1})])
     # equal to the index but not an int: still a gap (True == 1, 1.0 == 1)
     for odd in (True, 1.0):
-        bad = [ev("turn/start", 0, {"turn": 1}), {**ev("step/start", 1, {"turn": 1, "step": 1}),
+        bad = [make("turn/start", 0, {"turn": 1}), {**make("step/start", 1, {"turn": 1, "step": 1}),
                                                   "seq": odd}]
         with pytest.raises(EventRejectedError, match=f"found seq {odd!r} at index 1"):
             interrupted_turn_closers(bad)
@@ -268,8 +269,8 @@ def test_repair_rejects_an_unknown_cause() -> None:
 
 
 def test_repair_rejects_an_assistant_message_without_content() -> None:
-    events = [ev("turn/start", 0, {"turn": 1}),
-              ev("assistant/message", 1, {"turn": 1, "step": 1, "message": {}},
+    events = [make("turn/start", 0, {"turn": 1}),
+              make("assistant/message", 1, {"turn": 1, "step": 1, "message": {}},
                  surfaceOp="append")]
     with pytest.raises(EventRejectedError) as info:
         interrupted_turn_closers(events)
@@ -281,7 +282,7 @@ def test_repair_rejects_an_assistant_message_without_content() -> None:
 
 
 def test_forked_closers_differ_from_interrupted_only_in_wording_ids_and_reason() -> None:
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.assistant(1, 1, [("call-a", "bash"), ("call-b", "grep")])
@@ -316,12 +317,12 @@ def test_closer_text_without_a_tool_name_still_names_the_call() -> None:
 
 
 def test_repair_tool_call_name_is_used_when_the_request_had_none() -> None:
-    log = LogBuilder()
+    log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
     log.add("assistant/message", {"turn": 1, "step": 1, "message": {
         "id": "a", "role": "assistant", "source": {"kind": "model", "provider": "p", "model": "m"},
-        "content": [{"type": "tool-call", "id": "c1", "arguments": "{}"}]}}, surfaceOp="append")
+        "content": [{"type": "tool-call", "id": "c1", "arguments": "{}"}]}}, surface_op="append")
     log.tool_call(1, 1, "c1", "web_fetch")
     assert '"web_fetch" tool call c1' in _text(interrupted_turn_closers(log.events)[0])
 

@@ -2,7 +2,9 @@
 
 * :class:`BackendContract` (:mod:`dsh.testing._contract`) — the storage contract as a pytest
   base class; subclass it with a ``make_store`` for your backend.
-* :mod:`dsh.testing._logs` — :class:`LogBuilder` and envelope helpers that make well-formed logs.
+* :class:`LogBuilder` — the one log builder: well-formed logs through a real ``Session``, or
+  raw envelopes (``checked=False``); :func:`make` one raw event, :func:`header` a header,
+  :func:`user`, :func:`assistant`, :func:`tool_result` event data, :func:`plain` for equality.
 * :mod:`dsh.testing._stores` — URLs of fresh bundled stores, PostgreSQL in a throw-away schema,
   and torn-tail injection in each backend's own form.
 * :mod:`dsh.testing._damage` — byte edits of stored logs and every read path, for reader fuzzing.
@@ -11,7 +13,19 @@ Needs pytest (the ``test`` extra); nothing under ``dsh`` imports this package.
 """
 
 from dsh.testing._contract import BackendContract
-from dsh.testing._logs import LogBuilder, header, make, plain
+from dsh.testing._logs import (
+    CREATED_AT,
+    CWD,
+    LogBuilder,
+    assistant,
+    fixed_clock,
+    frozen,
+    header,
+    make,
+    plain,
+    tool_result,
+    user,
+)
 from dsh.testing._stores import (
     BUNDLED_BACKENDS,
     inject_torn_tail,
@@ -22,8 +36,13 @@ from dsh.testing._stores import (
 
 __all__ = [
     "BUNDLED_BACKENDS",
+    "CREATED_AT",
+    "CWD",
     "BackendContract",
     "LogBuilder",
+    "assistant",
+    "fixed_clock",
+    "frozen",
     "header",
     "inject_torn_tail",
     "make",
@@ -31,4 +50,6 @@ __all__ = [
     "postgres_unreachable",
     "store_url",
     "temporary_postgres_url",
+    "tool_result",
+    "user",
 ]
