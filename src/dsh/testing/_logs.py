@@ -278,13 +278,13 @@ def plain(events: Any) -> list[dict[str, Any]]:
 
 
 def make(type_: str, seq: int, data: Any, time: int = CREATED_AT, **extra: Any) -> Event:
-    """One raw envelope, frozen (no session rules applied), e.g. for seq or vocabulary tests.
+    """One raw envelope, nothing checked or frozen (values a reader must refuse stay as given).
 
     ``extra`` keys are written as given (wire spelling: ``surfaceOp``, ``sourceEventSeqs``).
     """
     fields: dict[str, Any] = {"type": type_, "seq": seq, "time": time, "data": data}
     fields.update(extra)
-    return Event(snapshot_json(fields))
+    return Event(fields)
 
 
 def frozen(value: Any) -> Any:
