@@ -9,8 +9,9 @@ Terms:
 * a *private* module path is one with a ``_``-prefixed component (dunders aside); it may be
   imported only by modules inside the package that contains that component;
 * an import edge goes from a file to the file of the module it names (``from pkg import name``
-  names ``pkg.name`` when that is a module, else ``pkg``); function-level imports count, imports
-  under ``if TYPE_CHECKING:`` do not (they never run).
+  names ``pkg.name`` when that is a module, else ``pkg``); function-level imports count, and so
+  do imports under ``if TYPE_CHECKING:`` (two files that name each other are one design unit
+  even when one side only annotates with the other).
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ def _absolute(importer: str, node: ast.ImportFrom) -> str:
 
 
 @cache
-def imports(name: str, *, runtime_only: bool = True) -> tuple[Import, ...]:
-    """The dsh imports of module ``name`` (function-level ones included)."""
+def imports(name: str, *, runtime_only: bool = False) -> tuple[Import, ...]:
+    """The dsh imports of module ``name`` (function-level ones included; ``runtime_only``
+    leaves out those under ``if TYPE_CHECKING:``)."""
     nodes = _runtime_nodes(tree(name)) if runtime_only else ast.walk(tree(name))
     found: list[Import] = []
     for node in nodes:

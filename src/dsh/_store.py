@@ -36,7 +36,7 @@ class Store:
     ``async with``): leaving the block drains every live session and closes the backend.
     A store never closed is drained at interpreter exit.
 
-    Rule: docs/architecture.md#the-front-door.
+    Rule: docs/stores.md#opening-a-store.
     """
 
     __slots__ = ("_persistence", "_sessions")
@@ -393,6 +393,6 @@ def open(url: str, *, write_behind: WriteBehind | None = None,
         ConfigError: the URL is malformed, names an unknown scheme or option, or a path that
             cannot hold a store (the message names the part).
 
-    Rule: docs/formats.md#store-urls.
+    Rule: docs/stores.md#store-urls.
     """
     return Store(url, write_behind=write_behind, clock=clock)

@@ -151,12 +151,11 @@ def warm_up() -> None:
 def child(url: str, session_id: str, klass: str, server: str, stage: str, kill_at: str,
           fd: int) -> None:
     """Run one stage of a trial in this process; block forever at ``kill_at``."""
+    import dsh
     from dsh import SessionBusyError
     from dsh._errors import AgentError
     from dsh.agent import Agent, ScriptedCall, ScriptedProvider, ScriptedReply
     from dsh.agent._failpoints import set_failpoint_hook
-    from dsh.persistence import open_store
-    from dsh.session import SessionStore
 
     def hook(point: str) -> None:
         if point == kill_at:
@@ -169,7 +168,7 @@ def child(url: str, session_id: str, klass: str, server: str, stage: str, kill_a
     done = [ScriptedReply(text="done")] * 4
 
     async def main() -> None:
-        store = SessionStore(persistence=open_store(url))
+        store = dsh.open(url).sessions
         try:
             if stage == "first":
                 provider = ScriptedProvider([ScriptedReply(text="calling", tool_calls=(
@@ -301,8 +300,8 @@ def run_trial(spawn: Spawn, url: str, server: str, session_id: str, klass: str, 
 
 def check_trial(trial: Trial, url: str, server: str, session_id: str) -> Trial:
     """Fill the counts of ``trial`` from the server and the stored log."""
+    import dsh
     from dsh.agent._effects import EffectLedger
-    from dsh.persistence import open_store
     from dsh.session import Session
 
     label = f"{session_id}/c1"
@@ -313,11 +312,8 @@ def check_trial(trial: Trial, url: str, server: str, session_id: str) -> Trial:
     trial.duplicates = max(0, trial.applied - 1)
     if trial.klass == "irreversible":
         trial.reruns = max(0, trial.started - 1)
-    persistence = open_store(url)
-    try:
-        read = persistence.read(session_id)
-    finally:
-        persistence.close()
+    with dsh.open(url) as store:
+        read = store.read(session_id)
     session = Session.restore(session_id, read.events, read.header,
                               inherited_event_count=read.header.get("seedLength") or 0)
     answered: set[str] = set()

@@ -99,14 +99,11 @@ def _recorded_and_final_epochs(url: str, session_id: str) -> tuple[int, int]:
     """The epoch the call's key was derived from, and the session's lease epoch at the end."""
     import psycopg
 
+    import dsh
     from dsh.agent import idempotency_key
-    from dsh.persistence import open_store
 
-    persistence = open_store(url)
-    try:
-        read = persistence.read(session_id)
-    finally:
-        persistence.close()
+    with dsh.open(url) as store:
+        read = store.read(session_id)
     events, created_at = read.events, read.header["createdAt"]
     call = next(e for e in events if e["type"] == "tool/call")
     reruns = [e for e in events if e["type"] == "tool/recovery"]

@@ -22,7 +22,6 @@ import dsh
 from dsh.agent import (
     Agent,
     AgentError,
-    Recorder,
     ScriptedCall,
     ScriptedProvider,
     ScriptedReply,
@@ -113,8 +112,8 @@ def _crash_inside(url: str, name: str, *, recorded: bool = True, sid: str = "s1"
     """Write a session whose turn stops after ``name``'s tool/call (or before it)."""
     found = next(t for t in TOOLS if t.name == name)
     with dsh.open(url) as store:
-        session = store.create(sid)
-        recorder = Recorder(session, store=store)
+        recorder = store.recorder(sid)
+        session = recorder.session
         turn = recorder.turn()
         step = turn.step()
         step.user_message("go")
@@ -132,7 +131,7 @@ async def _resume(url: str, replies: int = 1, **options: Any) -> tuple[Agent, An
     store = dsh.open(url)
     provider = ScriptedProvider([ScriptedReply(text="done")] * replies)
     options.setdefault("tools", TOOLS)
-    agent = await Agent.resume(store, "s1", provider, config=CONFIG, **options)
+    agent = await store.agent("s1", provider=provider, config=CONFIG, **options)
     return agent, store
 
 
@@ -213,7 +212,7 @@ def test_the_tool_call_records_its_effect_and_key_and_the_body_receives_that_key
                 ScriptedReply(tool_calls=(ScriptedCall(name="pay", arguments={"amount": 5},
                                                        id="c1"),)),
                 ScriptedReply(text="paid")])
-            agent = Agent.create(store, provider, session_id="s1", config=CONFIG, tools=TOOLS)
+            agent = await store.agent("s1", provider=provider, config=CONFIG, tools=TOOLS)
             await agent.run("pay")
             await agent.aclose()
             return list(agent.session.events)
@@ -227,11 +226,8 @@ def test_the_tool_call_records_its_effect_and_key_and_the_body_receives_that_key
 
 
 def _created_at(url: str) -> int:
-    persistence = dsh.open_store(url)
-    try:
-        return int(persistence.read("s1").header["createdAt"])
-    finally:
-        persistence.close()
+    with dsh.open(url) as store:
+        return int(store.read("s1").header["createdAt"])
 
 
 # --- resume decisions --------------------------------------------------------------------------
@@ -340,7 +336,7 @@ def _blocked_run(url: str, clock: Any = None) -> Any:
         with dsh.open(url) as store:
             provider = ScriptedProvider([ScriptedReply(text="wiring", tool_calls=(
                 ScriptedCall(name="wire", arguments={"amount": 5}, id="c1"),))])
-            agent = Agent.create(store, provider, session_id="s1", config=CONFIG,
+            agent = await store.agent("s1", provider=provider, config=CONFIG,
                                  tools=TOOLS, approval_timeout_ms=60_000,
                                  **({"clock": clock} if clock else {}))
             result = await agent.run("wire 5")
@@ -356,7 +352,7 @@ def test_a_tool_that_needs_approval_records_the_request_and_ends_the_turn_blocke
     assert result.reason == {"kind": "blocked"} and result.pending_approvals == ("c1",)
     assert runs == []
     with dsh.open(url) as store:
-        session = store.resume("s1")
+        session = store.session("s1")
         request = next(e for e in session.events if e["type"] == "approval/requested")
         assert request["ignorable"] is True
         assert dict(request["data"]) == {"callId": "c1", "turn": 1, "step": 1, "name": "wire",
@@ -430,13 +426,13 @@ APPROVAL_CHILD = textwrap.dedent('''
             if stage == "ask":
                 provider = ScriptedProvider([ScriptedReply(text="wiring", tool_calls=(
                     ScriptedCall(name="wire", arguments={"amount": 5}, id="c1"),))])
-                agent = Agent.create(store, provider, session_id="s1", config=CONFIG,
+                agent = await store.agent("s1", provider=provider, config=CONFIG,
                                      tools=TOOLS)
                 result = await agent.run("wire 5")
                 print(result.reason["kind"], ",".join(result.pending_approvals))
             else:
                 provider = ScriptedProvider([ScriptedReply(text="wired, thanks")])
-                agent = await Agent.resume(store, "s1", provider, config=CONFIG, tools=TOOLS)
+                agent = await store.agent("s1", provider=provider, config=CONFIG, tools=TOOLS)
                 result = await agent.run()
                 print(result.reason["kind"], result.text, runs)
             await agent.aclose()
@@ -478,7 +474,7 @@ def test_an_approval_answered_by_another_process_is_carried_out_by_a_third(
     rewritten = next(i for i in shown["items"] if i["kind"] == "replacement")
     assert rewritten["what"] == "rewritten tool result"
     with dsh.open(url) as store:
-        session = store.resume("s1")
+        session = store.session("s1")
         kinds = [e["type"] for e in session.events]
         assert kinds.count("approval/requested") == 1 and kinds.count("tool/recovery") == 1
         store.dispose(session)

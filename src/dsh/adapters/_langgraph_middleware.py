@@ -7,13 +7,23 @@ Kept apart so that ``dsh.adapters.langgraph`` needs only LangGraph; this module 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 from langchain.agents.middleware import AgentMiddleware
 
-if TYPE_CHECKING:
-    from dsh.adapters.langgraph import DshSaver
+
+class _Saver(Protocol):
+    """What the middleware uses of :class:`dsh.adapters.langgraph.DshSaver`."""
+
+    def current_thread(self) -> str | None: ...
+
+    def record_messages(self, thread_id: str, messages: Sequence[Any]) -> None: ...
+
+    def wrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any: ...
+
+    async def awrap_tool_call(self, request: Any,
+                              execute: Callable[[Any], Awaitable[Any]]) -> Any: ...
 
 __all__ = ["DshMiddleware"]
 
@@ -25,12 +35,12 @@ class DshMiddleware(AgentMiddleware):
         saver: The checkpointer the agent runs with.
     """
 
-    def __init__(self, saver: DshSaver) -> None:
+    def __init__(self, saver: _Saver) -> None:
         super().__init__()
         self.saver = saver
 
     def _record(self, request: Any, response: Any = None) -> None:
-        thread_id = self.saver._running_thread()
+        thread_id = self.saver.current_thread()
         if thread_id is None:
             return
         messages = list(request.state.get("messages") or request.messages)

@@ -724,8 +724,11 @@ class DshSaver(BaseCheckpointSaver[str]):
 
     # -- durable inside a run -------------------------------------------------------------------
 
-    def _running_thread(self) -> str | None:
-        """The thread id of the graph run calling us, when it runs in the root namespace."""
+    def current_thread(self) -> str | None:
+        """The thread id of the graph run calling us, when it runs in the root namespace.
+
+        None outside a graph run, and inside a subgraph (its checkpoints are its own).
+        """
         try:
             conf = get_config().get("configurable") or {}
         except RuntimeError:
@@ -749,7 +752,7 @@ class DshSaver(BaseCheckpointSaver[str]):
 
     def _before_tool(self, request: Any) -> ToolMessage | None:
         """Record the call before its body runs; the recorded result if dsh has one."""
-        thread_id = self._running_thread()
+        thread_id = self.current_thread()
         call = request.tool_call
         call_id = call.get("id")
         if thread_id is None or not isinstance(call_id, str):

@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from dsh._errors import AgentError
+from dsh._errors import AgentError, ConfigError
 from dsh.agent._effects import APPROVAL_ANSWERED, EffectLedger, PendingApproval, format_ms
+from dsh.agent._recorder import HoldsSessions, core_store
 from dsh.session import Event, Session, SessionStore
 
 __all__ = ["approve", "deny", "pending_approvals"]
@@ -50,9 +51,13 @@ def pending_approvals(session: Session) -> list[PendingApproval]:
     return ledger.pending_approvals()
 
 
-def _answer(store: SessionStore, session_id: str, call_id: str,
+def _answer(given: SessionStore | HoldsSessions, session_id: str, call_id: str,
             decision: Literal["approved", "denied"], by: str | None, note: str | None,
             clock: Callable[[], int] | None) -> Event:
+    store = core_store(given, None)
+    if store is None:
+        raise ConfigError("an approval needs a store with persistence (dsh.open(url))",
+                          code="NO_PERSISTENCE", session_id=session_id)
     live = store.get(session_id)
     session = live if live is not None else store.resume(session_id)
     try:
@@ -90,8 +95,9 @@ def _answer(store: SessionStore, session_id: str, call_id: str,
     return event
 
 
-def approve(store: SessionStore, session_id: str, call_id: str, *, by: str | None = None,
-            note: str | None = None, clock: Callable[[], int] | None = None) -> Event:
+def approve(store: SessionStore | HoldsSessions, session_id: str, call_id: str, *,
+            by: str | None = None, note: str | None = None,
+            clock: Callable[[], int] | None = None) -> Event:
     """Record a person's yes to the call waiting in ``session_id``; the next run carries it out.
 
     A session live in ``store`` is appended to in place (call it from the thread that runs
@@ -99,7 +105,7 @@ def approve(store: SessionStore, session_id: str, call_id: str, *, by: str | Non
     flushed, and the session released.
 
     Args:
-        store: A store with persistence (``dsh.open(url)``).
+        store: The ``dsh.Store`` from ``dsh.open(url)`` (or its core ``store.sessions``).
         session_id: The session.
         call_id: The call id named in its ``approval/requested``.
         by: Who answered (default ``user@host``).
@@ -120,8 +126,9 @@ def approve(store: SessionStore, session_id: str, call_id: str, *, by: str | Non
     return _answer(store, session_id, call_id, "approved", by, note, clock)
 
 
-def deny(store: SessionStore, session_id: str, call_id: str, *, by: str | None = None,
-         note: str | None = None, clock: Callable[[], int] | None = None) -> Event:
+def deny(store: SessionStore | HoldsSessions, session_id: str, call_id: str, *,
+         by: str | None = None, note: str | None = None,
+         clock: Callable[[], int] | None = None) -> Event:
     """Record a person's no to the call waiting in ``session_id``; the next run tells the model.
 
     Arguments, ownership and errors as :func:`approve` (a denial after the deadline is

@@ -853,7 +853,7 @@ class Agent:
                       found: Tool) -> ToolOutput:
         """Record ``approval/requested`` and the call; return the waiting result (not run)."""
         deadline = self._clock() + self._approval_timeout_ms
-        request = self._recorder._agent_event(APPROVAL_REQUESTED, {
+        request = append_agent_event(self._recorder, APPROVAL_REQUESTED, {
             "callId": call["id"], "turn": step.turn, "step": step.number, "name": found.name,
             "arguments": call["arguments"], "effect": found.effect, "reason": "tool",
             "deadline": deadline})
@@ -893,7 +893,7 @@ class Agent:
             data["attempt"] = action.attempt
         if reason is not None:
             data["reason"] = reason
-        return self._recorder._agent_event(RECOVERY_EVENT, data)
+        return append_agent_event(self._recorder, RECOVERY_EVENT, data)
 
     def _rewrite(self, turn: TurnRecorder, record: CallRecord, content: list[Any],
                  on_surface: set[int], sources: Sequence[int]) -> None:
@@ -922,7 +922,7 @@ class Agent:
         if kind == "expire":
             assert record.awaiting is not None
             request = record.awaiting
-            record.answer = self._recorder._agent_event(APPROVAL_ANSWERED, {
+            record.answer = append_agent_event(self._recorder, APPROVAL_ANSWERED, {
                 "callId": record.call_id, "requestedSeq": request["seq"],
                 "decision": "denied", "by": "deadline", "reason": _answered_reason(record),
                 "note": "nobody answered before the deadline "
@@ -1009,7 +1009,7 @@ class Agent:
                       reason: str | None = None) -> None:
         record = action.record
         self._decide(turn, action, "in-doubt", reason)
-        self._recorder._agent_event(APPROVAL_REQUESTED, {
+        append_agent_event(self._recorder, APPROVAL_REQUESTED, {
             "callId": record.call_id, "turn": record.turn, "step": record.step,
             "name": record.name, "arguments": record.arguments, "effect": action.effect,
             "reason": "in-doubt", "deadline": self._clock() + self._approval_timeout_ms})

@@ -36,7 +36,7 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from dsh._errors import AgentError, LlmFailureError
 from dsh._messages import create_assistant_message, create_tool_result_message, create_user_message
@@ -132,18 +132,30 @@ class _Scan:
                 self.open_turn = None
 
 
-def core_store(store: Any, replacement: str) -> SessionStore | None:
+class HoldsSessions(Protocol):
+    """What the agent layer takes from a ``dsh.Store``: its core session store."""
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The live sessions, bound to the store's persistence."""
+        ...
+
+
+def core_store(store: Any, replacement: str | None) -> SessionStore | None:
     """The core session store behind what a caller passed as ``store``.
 
-    A :class:`~dsh.session.SessionStore` (or None) is taken as it is. A ``dsh.Store`` (from
-    ``dsh.open``) was a SessionStore before it became the front door: its ``sessions`` are
-    taken, with a DeprecationWarning naming ``replacement``, for one release.
+    A :class:`~dsh.session.SessionStore` (or None) is taken as it is; a ``dsh.Store`` (from
+    ``dsh.open``) gives its ``sessions``. Where the core store is the documented argument
+    (``replacement`` names the front-door way), a ``dsh.Store`` still works for one release,
+    with a DeprecationWarning: it was a SessionStore before it became the front door.
     """
     if store is None or isinstance(store, SessionStore):
         return store
     sessions = getattr(store, "sessions", None)
     if not isinstance(sessions, SessionStore):
         return store  # type: ignore[no-any-return]  # a duck-typed store, as before
+    if replacement is None:
+        return sessions
     import warnings
 
     warnings.warn(f"passing a dsh.Store where the core SessionStore is meant is deprecated; "

@@ -12,7 +12,6 @@ from typing import Annotated, Literal
 
 import typer
 
-from dsh import SessionStore
 from dsh.cli import _render as render
 from dsh.cli._common import (
     DEFAULT_WAIT_S,
@@ -45,11 +44,10 @@ def _answer(decision: Literal["approved", "denied"], session_id: str, call_id: s
     from dsh.agent import deny as deny_call
 
     json_mode(json_)
-    with cli_store(store, create=False, wait=wait) as persistence:
-        session_id = require_session(persistence, session_id)
-        sessions = SessionStore(persistence=persistence)
+    with cli_store(store, create=False, wait=wait) as sessions:
+        session_id = require_session(sessions, session_id)
         answer = approve_call if decision == "approved" else deny_call
-        event = answer(sessions, session_id, call_id, by=by, note=note)
+        event = answer(sessions.sessions, session_id, call_id, by=by, note=note)
     data = event["data"]
     if json_:
         render.write_json({"id": session_id, "callId": call_id, "seq": event["seq"],

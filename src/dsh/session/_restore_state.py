@@ -202,7 +202,7 @@ class RestoreFold:
         elif base is not None:
             fold._boundary, fold._open = base.turn_boundary, base.turn_open
         # The seed's markers were counted when it was admitted; only appends since can add one.
-        fold._markers = session._seed_markers + sum(
+        fold._markers = session.seed_marker_count + sum(
             1 for event in events[session.first_live_seq:]
             if event["type"] == _END_SEED and _is_inherited_marker(event))
         return fold

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from time import time_ns
-from typing import TYPE_CHECKING, Any, Final, Literal, overload
+from typing import Any, Final, Literal, Protocol, overload
 
 from dsh._errors import DshError, EventRejectedError, InvalidJsonError
 from dsh.json import (
@@ -47,9 +47,6 @@ from dsh.session._events import (
 )
 from dsh.session._header import SessionHeader, validate_header
 from dsh.session._paging import EventSource, PagedLog
-
-if TYPE_CHECKING:
-    from dsh.session._restore_state import RestoreState
 from dsh.session._surface import Surface, SurfacePlan, derive_event_message
 
 __all__ = [
@@ -512,6 +509,54 @@ def fold_request_header(events: Iterable[Event],
 # --- the session ----------------------------------------------------------------------------
 
 
+
+class PrefixState(Protocol):
+    """What :meth:`Session.restore_paged` reads of the state of a log prefix.
+
+    ``dsh.session.RestoreState`` (what restore points carry) is one; the attributes mean what
+    it documents.
+    """
+
+    @property
+    def event_count(self) -> int:
+        """Events covered (seqs ``0 .. event_count - 1``)."""
+        ...
+
+    @property
+    def last_time(self) -> int:
+        """The ``time`` of the last covered event (epoch ms)."""
+        ...
+
+    @property
+    def last_type(self) -> str:
+        """The type of the last covered event."""
+        ...
+
+    @property
+    def nodes(self) -> Sequence[int]:
+        """Surface node seqs in model order."""
+        ...
+
+    @property
+    def replace_generation(self) -> int:
+        """Committed surface replacements."""
+        ...
+
+    @property
+    def request_header(self) -> FrozenDict | None:
+        """The canonical request header folded so far, or None."""
+        ...
+
+    @property
+    def request_context(self) -> FrozenDict | None:
+        """The latest ``request/context`` data, or None."""
+        ...
+
+    @property
+    def inherited_markers(self) -> int:
+        """Inherited end-seed markers at or after the fork cut."""
+        ...
+
 class EventLog(Sequence[Event]):
     """A snapshot of a session's first ``len`` events: immutable, shares the log, O(1) to take.
 
@@ -601,6 +646,7 @@ class Session:
         "_last_time",
         "_log",
         "_message_cache",
+        "_nodes",
         "_observers",
         "_publishing",
         "_rc_count",
@@ -608,7 +654,6 @@ class Session:
         "_rh_count",
         "_rh_value",
         "_seed_markers",
-        "_store",
         "_surface",
         "_validators",
     )
@@ -682,7 +727,7 @@ class Session:
         return session
 
     @classmethod
-    def restore_paged(cls, session_id: str, header: Mapping[str, Any], state: RestoreState,
+    def restore_paged(cls, session_id: str, header: Mapping[str, Any], state: PrefixState,
                       source: EventSource, tail: Sequence[Event], *,
                       inherited_event_count: int = 0, clock: Clock | None = None) -> Session:
         """Restore from the prefix behind a restore point plus its tail: O(tail) :meth:`restore`.
@@ -729,9 +774,8 @@ class Session:
                           session_id=session_id)
         session._header = session._restore_header(header)
         log = session._log = PagedLog(source)
-        surface = session._surface
-        surface._nodes.extend(state.nodes)
-        surface._replace_generation = state.replace_generation
+        session._nodes.extend(state.nodes)
+        session._surface = Surface(session._nodes, state.replace_generation)
         session._derived_generation = state.replace_generation
         session._rh_value, session._rh_count = state.request_header, cut
         session._rc_value, session._rc_count = state.request_context, cut
@@ -758,7 +802,8 @@ class Session:
         self._clock: Clock = clock or wall_clock_ms
         self._log: _Log = []
         self._events_cache: EventLog | None = None
-        self._surface = Surface()
+        self._nodes: list[int] = []  # the surface's node list, appended to on the hot path
+        self._surface = Surface(self._nodes)
         self._last_time = _NO_TIME
         self._first_live_seq = 0
         self._inherited_event_count = 0
@@ -777,7 +822,6 @@ class Session:
         self._rh_value: FrozenDict | None = None
         self._rc_count = 0
         self._rc_value: FrozenDict | None = None
-        self._store: object = None
         self._calls_made: set[str] = set()
         self._calls_scanned = 0
         self._calls_prefix = 0  # paged log: calls before this seq are scanned only on a miss
@@ -846,14 +890,14 @@ class Session:
         log = self._log
         log_append = log.appender() if isinstance(log, PagedLog) else log.append
         surface = self._surface
-        nodes_append = surface._nodes.append
+        nodes_append = self._nodes.append
         message_cache = self._message_cache
         markers = 0
         last_header = last_context = -1  # primes the request folds: no second pass over the log
         items: Iterable[tuple[int, Any]] = enumerate(seed, base)
         if not copy and c_admit_plain is not None and isinstance(seed, list | tuple) \
                 and type(seed) in (list, tuple):
-            items = _unplain(seed, base, log, surface._nodes, message_cache)
+            items = _unplain(seed, base, log, self._nodes, message_cache)
         for index, raw in items:
             if copy:
                 try:
@@ -1001,6 +1045,15 @@ class Session:
         return self._inherited_event_count
 
     @property
+    def seed_marker_count(self) -> int:
+        """Inherited ``session/end-seed`` markers the seed held at or after the fork cut.
+
+        Counted when the seed was admitted (a restore refuses more than one), so a restore
+        state can be taken from a paged session without paging its prefix in.
+        """
+        return self._seed_markers
+
+    @property
     def surface(self) -> Surface:
         """The surface state (same object on every read)."""
         return self._surface
@@ -1134,7 +1187,7 @@ class Session:
         self._last_time = now
         if step is not None:
             if step is _APPEND:
-                surface._nodes.append(seq)
+                self._nodes.append(seq)
             else:
                 surface.apply(step)
             # Project now, while the event is hot in the CPU cache: derive_messages() then only
@@ -1226,12 +1279,12 @@ class Session:
         copying every reference when the previous result is gone, and costs one list of
         references held by the session. Rule: core spec §7.8.
         """
-        surface = self._surface
-        nodes = surface._nodes
-        if surface._replace_generation != self._derived_generation:
+        nodes = self._nodes
+        generation = self._surface.replace_generation
+        if generation != self._derived_generation:
             self._derived = []
             self._derived_count = 0
-            self._derived_generation = surface._replace_generation
+            self._derived_generation = generation
         count = len(nodes)
         index = self._derived_count
         if index < count:

@@ -77,6 +77,9 @@ class PersistencePort(Protocol):
         """Drain the bound stores' writers and release the storage; idempotent."""
 
 
+_ATTACHED: weakref.WeakKeyDictionary[Session, SessionStore] = weakref.WeakKeyDictionary()
+"""The store each session object is live in (at most one; a session leaves when detached)."""
+
 _OPEN_STORES: weakref.WeakSet[SessionStore] = weakref.WeakSet()
 """Stores with a persistence attachment that were not closed yet (drained at exit)."""
 
@@ -256,12 +259,12 @@ class SessionStore:
         sid = session.id
         if sid in self._entries:
             raise SessionExistsError(f'session "{sid}" already exists', session_id=sid)
-        if session._store is not None:
+        if session in _ATTACHED:
             raise ConfigError(f'session "{sid}" is already attached to a store; detach it first',
                               code="SESSION_ATTACHED", session_id=sid)
         entry = _Entry(session)
         self._entries[sid] = entry
-        session._store = self
+        _ATTACHED[session] = self
 
         def publish(live: Session, event: Event) -> None:
             self._publish_event(entry, event)
@@ -373,7 +376,7 @@ class SessionStore:
         if self._entries.get(session.id) is not entry:
             return  # a stale detach never removes a later entry with the same id
         del self._entries[session.id]
-        session._store = None
+        _ATTACHED.pop(session, None)
         if entry.unsubscribe is not None:
             entry.unsubscribe()
             entry.unsubscribe = None

@@ -208,14 +208,20 @@ class Surface:
     :meth:`plan` validates one candidate and returns a :class:`SurfacePlan` without changing
     anything; :meth:`apply` commits it. ``nodes`` is a :class:`SurfaceNodes` view whose identity
     is stable across appends. Rule: core spec §7.2, §7.3, §7.9.
+
+    Args:
+        node_list: The list the node seqs live in. A session passes a list of its own and
+            appends a plain surface append to it directly on its hot path (the same list, so
+            :meth:`apply` and the view see it); default a new, empty list.
+        replace_generation: The generation to start from (a restore's).
     """
 
     __slots__ = ("_nodes", "_replace_generation", "_view")
 
-    def __init__(self) -> None:
-        self._nodes: list[int] = []
+    def __init__(self, node_list: list[int] | None = None, replace_generation: int = 0) -> None:
+        self._nodes: list[int] = [] if node_list is None else node_list
         self._view = SurfaceNodes(self._nodes)
-        self._replace_generation = 0
+        self._replace_generation = replace_generation
 
     @classmethod
     def resume(cls, nodes: Sequence[int], replace_generation: int) -> Surface:
