@@ -8,7 +8,7 @@ import pytest
 
 import dsh
 from dsh import transcript
-from dsh.persistence import open_store, read_pages
+from dsh.persistence import Persistence, open_backend, read_pages
 from dsh.testing._logs import assistant, tool_result, user
 
 
@@ -37,7 +37,7 @@ def test_read_pages_pages_a_log_with_a_restore_point_and_serves_the_full_read(
         tmp_path: Path, backend: str) -> None:
     url = f"jsonl:{tmp_path / 'j'}" if backend == "jsonl" else f"sqlite:{tmp_path / 's.db'}"
     _write(url, 700)  # 5,600 events: the writer keeps a restore point every 2,048
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         full = persistence.read("big")
         pages = read_pages(persistence, "big")
         assert pages.paged and pages.restore is not None
@@ -62,7 +62,7 @@ def test_read_pages_pages_a_log_with_a_restore_point_and_serves_the_full_read(
 def test_read_pages_reads_in_full_without_a_restore_point(tmp_path: Path) -> None:
     url = f"sqlite:{tmp_path / 's.db'}"
     _write(url, 3)
-    with open_store(url) as persistence:
+    with Persistence(open_backend(url)) as persistence:
         pages = read_pages(persistence, "big")
         assert not pages.paged and pages.restore is None
         assert tuple(pages.events) == persistence.read("big").stored_events

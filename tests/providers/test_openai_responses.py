@@ -195,8 +195,8 @@ def _compacting_run(tmp_path: Path, compact: Any) -> tuple[ScriptedServer, list[
     server = ScriptedServer([Dynamic(answer) for _ in range(12)])
     with server, dsh.open(f"sqlite:///{tmp_path}/s.db") as store:
         p = provider(server)
-        agent = Agent.create(store, p, session_id="s1", config={"provider": "openai",
-                                                              "model": "gpt-test"},
+        agent = Agent.create(store.sessions, p, session_id="s1",
+                             config={"provider": "openai", "model": "gpt-test"},
                              system="Be brief.", context_window=2_000, summarizer="model")
 
         async def go() -> None:

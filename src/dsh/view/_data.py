@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from dsh import DshError, Event, SessionNotFoundError
 from dsh.json import FrozenDict, loads
-from dsh.persistence import Persistence, StoredPages, open_store, read_pages
+from dsh.persistence import Persistence, StoredPages, open_backend, read_pages
 from dsh.session import RestoreState, decode_storage_record
 
 __all__ = ["Damage", "OpenSession", "SessionInfo", "ViewStore"]
@@ -139,7 +139,7 @@ class ViewStore:
     """
 
     def __init__(self, url: str) -> None:
-        self._persistence: Persistence = open_store(url)
+        self._persistence: Persistence = Persistence(open_backend(url))
         self.url = url
         self._lock = threading.Lock()
         self._listing_lock = threading.Lock()  # one listing at a time; the others wait for it
