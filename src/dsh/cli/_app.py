@@ -22,6 +22,9 @@ from typing import Annotated
 import typer
 
 from dsh.cli import (
+    _cmd_acp as cmd_acp,
+)
+from dsh.cli import (
     _cmd_approve as cmd_approve,
 )
 from dsh.cli import (
@@ -88,6 +91,7 @@ app.command("chat")(cmd_chat.chat)
 app.command("approve")(cmd_approve.approve)
 app.command("deny")(cmd_approve.deny)
 app.command("view")(cmd_view.view)
+app.command("acp")(cmd_acp.acp)
 app.command("migrate")(cmd_store.migrate)
 
 

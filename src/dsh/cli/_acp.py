@@ -1,0 +1,316 @@
+"""An Agent Client Protocol agent over a dsh store and dsh's agent loop (``dsh acp``).
+
+An editor (Zed, JetBrains, any ACP client) starts ``dsh acp`` and speaks JSON-RPC on its stdio.
+Every session it creates or continues is an ordinary dsh session in the store (``dsh show``
+it). Rule: docs/standards.md#agent-client-protocol.
+
+* ``session/new`` creates a session (header ``cwd`` = the editor's folder);
+* ``session/prompt`` runs one turn of the agent loop; what the log records streams back as
+  ``session/update`` notifications while it happens (text and reasoning deltas, a tool call when
+  its ``tool/call`` is logged, its result when the ``tool/result`` is), and the stop reason
+  follows the ``turn/end`` reason (``end_turn``, ``max_tokens``, ``cancelled``);
+* ``session/cancel`` cancels the running turn: the loop records what streamed, aborts the tools
+  and ends the turn ``aborted`` before the prompt answers ``cancelled``;
+* ``session/load`` resumes a stored session (an interrupted turn is closed first) and replays
+  its history, in log order, as ``session/update`` notifications before it answers;
+* ``session/resume`` resumes without the replay; ``session/fork`` forks the session (the
+  child inherits every event; the live session when it is open here, else the stored log) and
+  answers the child's id; ``session/list`` lists the store's
+  sessions (``cwd``, title, last activity), optionally of one folder.
+
+The ``agent-client-protocol`` package (extra ``acp``) is imported by this module only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
+from uuid import uuid4
+
+from acp import (
+    PROTOCOL_VERSION,
+    InitializeResponse,
+    LoadSessionResponse,
+    NewSessionResponse,
+    PromptResponse,
+    RequestError,
+    start_tool_call,
+    text_block,
+    tool_content,
+    update_agent_message_text,
+    update_agent_thought_text,
+    update_tool_call,
+    update_user_message_text,
+)
+from acp.schema import (
+    AgentCapabilities,
+    ForkSessionResponse,
+    Implementation,
+    ListSessionsResponse,
+    ResumeSessionResponse,
+    SessionCapabilities,
+    SessionForkCapabilities,
+    SessionInfo,
+    SessionListCapabilities,
+    SessionResumeCapabilities,
+)
+
+from dsh._errors import DshError
+
+if TYPE_CHECKING:
+    from dsh.agent import Agent
+    from dsh.session import Event, Session, SessionStore
+
+__all__ = ["DshAcpAgent", "history_updates", "live_updates"]
+
+logger = logging.getLogger(__name__)
+
+StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+_STOP: Final[dict[str, StopReason]] = {"completed": "end_turn", "max-tokens": "max_tokens",
+                                       "aborted": "cancelled", "blocked": "refusal"}
+
+AgentFactory = Callable[["SessionStore", "Session", str], "Agent"]
+"""``(store, live session, cwd) -> Agent``: the loop over a session (provider, tools, window)."""
+
+
+def _text(blocks: Any) -> str:
+    return "".join(str(b.get("text", "")) for b in blocks or []
+                   if isinstance(b, Mapping) and b.get("type") == "text")
+
+
+def _result_update(data: Mapping[str, Any]) -> Any:
+    message = data.get("message") if isinstance(data.get("message"), Mapping) else {}
+    assert isinstance(message, Mapping)
+    [block] = [b for b in message.get("content") or [] if isinstance(b, Mapping)] or [{}]
+    source = message.get("source") if isinstance(message.get("source"), Mapping) else {}
+    call_id = str(source.get("callId")) if isinstance(source, Mapping) else ""
+    return update_tool_call(call_id, status="failed" if block.get("isError") else "completed",
+                            content=[tool_content(text_block(_text(block.get("content"))))],
+                            raw_output=_text(block.get("content")))
+
+
+def live_updates(event: Mapping[str, Any]) -> list[Any]:
+    """The ``session/update`` payloads one committed event streams to the editor (in order).
+
+    ``assistant/chunk`` text and reasoning deltas, ``tool/call`` (a pending tool call),
+    ``tool/result`` (its completion with the result text); nothing for other events.
+    """
+    etype = event.get("type")
+    data = event.get("data") if isinstance(event.get("data"), Mapping) else {}
+    assert isinstance(data, Mapping)
+    if etype == "assistant/chunk":
+        chunk = data.get("chunk") if isinstance(data.get("chunk"), Mapping) else {}
+        assert isinstance(chunk, Mapping)
+        if chunk.get("type") == "text-delta" and chunk.get("text"):
+            return [update_agent_message_text(str(chunk["text"]))]
+        if chunk.get("type") == "reasoning-delta" and chunk.get("text"):
+            return [update_agent_thought_text(str(chunk["text"]))]
+        return []
+    if etype == "tool/call":
+        return [start_tool_call(str(data.get("callId")), str(data.get("name", "")),
+                                kind="other", status="in_progress",
+                                raw_input=str(data.get("arguments", "")))]
+    if etype == "tool/result":
+        return [_result_update(data)]
+    return []
+
+
+def history_updates(events: Any) -> list[Any]:
+    """The ``session/update`` payloads replaying a stored log's history, in log order.
+
+    Each user message that entered the model's view is a user message chunk; each answer its
+    reasoning, text and tool calls (pending); each tool result completes its call.
+    """
+    out: list[Any] = []
+    for event in events:
+        if event.get("ignorable") or event.get("surfaceOp") is None:
+            continue
+        etype = event["type"]
+        data = event["data"]
+        if etype == "user/message" and _text(data.get("content")):
+            out.append(update_user_message_text(_text(data.get("content"))))
+        elif etype == "assistant/message":
+            for block in data["message"].get("content") or []:
+                kind = block.get("type")
+                if kind == "reasoning" and block.get("text"):
+                    out.append(update_agent_thought_text(str(block["text"])))
+                elif kind == "text" and block.get("text"):
+                    out.append(update_agent_message_text(str(block["text"])))
+                elif kind == "tool-call":
+                    out.append(start_tool_call(str(block.get("id")), str(block.get("name", "")),
+                                               kind="other", status="pending",
+                                               raw_input=str(block.get("arguments", ""))))
+        elif etype == "tool/result":
+            out.append(_result_update(data))
+    return out
+
+
+class DshAcpAgent:
+    """The ACP agent: one dsh store, one agent loop per open session.
+
+    Args:
+        store: The store sessions live in (``dsh.open(url)``); its persistence is used for
+            listing, loading and forking.
+        make_agent: Builds the loop over a live session (provider, tools for ``cwd``, window).
+        resume_agent: ``async (store, session_id, cwd) -> Agent``: resumes a stored session.
+    """
+
+    def __init__(self, store: SessionStore, make_agent: AgentFactory,
+                 resume_agent: Callable[[SessionStore, str, str], Any]) -> None:
+        self._store = store
+        self._make = make_agent
+        self._resume = resume_agent
+        self._agents: dict[str, Agent] = {}
+        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._conn: Any = None
+
+    def on_connect(self, conn: Any) -> None:
+        """Keep the client connection (``session/update`` goes through it)."""
+        self._conn = conn
+
+    async def initialize(self, protocol_version: int, client_capabilities: Any = None,
+                         client_info: Any = None, **kwargs: Any) -> InitializeResponse:
+        """Answer with dsh's capabilities: load, list, fork and resume."""
+        from dsh import __version__
+
+        sessions = SessionCapabilities(list=SessionListCapabilities(),
+                                       fork=SessionForkCapabilities(),
+                                       resume=SessionResumeCapabilities())
+        return InitializeResponse(
+            protocol_version=min(protocol_version, PROTOCOL_VERSION),
+            agent_capabilities=AgentCapabilities(load_session=True,
+                                                 session_capabilities=sessions),
+            agent_info=Implementation(name="dsh", title="dsh", version=__version__))
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> None:
+        """No authentication: the provider key comes from dsh's environment."""
+        return None
+
+    async def new_session(self, cwd: str, mcp_servers: Any = None,
+                          **kwargs: Any) -> NewSessionResponse:
+        """Create a session in the store whose header names ``cwd``."""
+        session_id = str(uuid4())
+        session = self._store.create(session_id, header={"cwd": cwd})
+        self._agents[session_id] = self._make(self._store, session, cwd)
+        return NewSessionResponse(session_id=session_id)
+
+    async def _open(self, session_id: str, cwd: str) -> Agent:
+        agent = self._agents.get(session_id)
+        if agent is None:
+            try:
+                agent = await self._resume(self._store, session_id, cwd)
+            except DshError as exc:
+                raise RequestError.resource_not_found(session_id) from exc
+            self._agents[session_id] = agent
+        return agent
+
+    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
+                           **kwargs: Any) -> LoadSessionResponse:
+        """Resume ``session_id`` and replay its history as updates before answering."""
+        agent = await self._open(session_id, cwd)
+        for update in history_updates(list(agent.session.events)):
+            await self._conn.session_update(session_id=session_id, update=update)
+        return LoadSessionResponse()
+
+    async def resume_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
+                             **kwargs: Any) -> ResumeSessionResponse:
+        """Resume ``session_id`` without replaying it."""
+        await self._open(session_id, cwd)
+        return ResumeSessionResponse()
+
+    async def fork_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
+                           **kwargs: Any) -> ForkSessionResponse:
+        """Fork the stored log of ``session_id`` (every event inherited); answer the child."""
+        persistence: Any = self._store.persistence  # the facade dsh.open gives (fork, list)
+        if persistence is None:
+            raise RequestError.internal_error({"reason": "the store has no persistence"})
+        name = f"{session_id}-fork-{uuid4().hex[:8]}"
+        if session_id in self._agents:  # live here: fork the live session through its store
+            live = self._store.fork(session_id, None, name)
+            self._agents[name] = self._make(self._store, live, cwd)
+            return ForkSessionResponse(session_id=name)
+        try:
+            child = await asyncio.to_thread(persistence.fork, session_id, None, name)
+        except DshError as exc:
+            raise RequestError.resource_not_found(session_id) from exc
+        return ForkSessionResponse(session_id=str(child))
+
+    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None,
+                            **kwargs: Any) -> ListSessionsResponse:
+        """Every stored session (of ``cwd`` when given), newest activity first."""
+        import datetime as dt
+
+        persistence: Any = self._store.persistence
+        rows = await asyncio.to_thread(persistence.list) if persistence else []
+        out = []
+        for row in rows:
+            header = row.header
+            where = str(header.get("cwd") or "")
+            if cwd is not None and where != cwd:
+                continue
+            when = dt.datetime.fromtimestamp(row.last_activity_ms / 1000, tz=dt.UTC)
+            out.append(SessionInfo(session_id=str(header["id"]), cwd=where or "/",
+                                   title=row.title, updated_at=when.isoformat()))
+        return ListSessionsResponse(sessions=out)
+
+    async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
+        """Run one turn; stream what the log records; answer the turn's stop reason."""
+        agent = self._agents.get(session_id)
+        if agent is None:
+            raise RequestError.resource_not_found(session_id)
+        text = "\n".join(getattr(block, "text", "") for block in prompt
+                         if getattr(block, "type", None) == "text")
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        def observe(session: Session, event: Event) -> None:
+            for update in live_updates(event):
+                queue.put_nowait(update)
+
+        async def pump() -> None:
+            while True:
+                update = await queue.get()
+                if update is None:
+                    return
+                await self._conn.session_update(session_id=session_id, update=update)
+
+        sender = asyncio.create_task(pump())
+        stop = agent.session.observe(observe)
+        task = asyncio.create_task(agent.run(text))
+        self._running[session_id] = task
+        try:
+            result = await task
+            reason = str(result.reason.get("kind"))
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # this request itself was cancelled
+            reason = "aborted"
+        except DshError as exc:
+            logger.warning("session %s: the turn failed: %s", session_id, exc)
+            reason = "error"
+        finally:
+            self._running.pop(session_id, None)
+            stop()
+            queue.put_nowait(None)
+            await sender
+        if reason == "error":
+            raise RequestError.internal_error({"reason": "the model call failed; see dsh show "
+                                                         f"{session_id}"})
+        return PromptResponse(stop_reason=_STOP.get(reason, "end_turn"))
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        """Cancel the running turn of ``session_id`` (nothing when none runs)."""
+        task = self._running.get(session_id)
+        if task is not None:
+            task.cancel()
+
+    async def close(self) -> None:
+        """Cancel running turns and let them end (their logs are closed properly)."""
+        for task in list(self._running.values()):
+            task.cancel()
+        for task in list(self._running.values()):
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                logger.debug("a turn ended while dsh acp shut down", exc_info=True)

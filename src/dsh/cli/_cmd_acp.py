@@ -1,0 +1,89 @@
+"""``dsh acp``: an Agent Client Protocol agent on stdio, backed by the store and the agent loop.
+
+An editor starts ``dsh acp [--provider … --model … --base-url …] [--tools read]`` and speaks
+ACP on its stdin/stdout; diagnostics go to stderr. See :mod:`dsh.cli._acp` for the methods.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import dsh
+from dsh.cli._agent import (
+    BaseUrlOption,
+    ContextWindowOption,
+    ModelOption,
+    ProviderOption,
+    SystemOption,
+    TimeoutOption,
+    Tools,
+    ToolsOption,
+    agent_options,
+    tools_for,
+)
+from dsh.cli._common import StoreOption, default_store_url, store_url
+
+__all__ = ["acp"]
+
+
+def acp(
+    tools: ToolsOption = Tools.none,
+    provider: ProviderOption = "deepseek",
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    system: SystemOption = None,
+    timeout: TimeoutOption = 120.0,
+    context_window: ContextWindowOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Run an Agent Client Protocol agent on stdio for an editor (Zed, JetBrains…).
+
+    new, load, resume, fork, list, prompt and cancel work on the store's sessions
+    (docs/standards.md).
+
+    --tools read gives the model the read-only tools over each session's folder; shell
+    commands are refused (an editor session has no terminal to approve them at).
+    """
+    import asyncio
+
+    from dsh._errors import ConfigError
+
+    try:
+        from dsh.cli._acp import DshAcpAgent
+    except ImportError as exc:
+        raise ConfigError("dsh acp needs the agent-client-protocol package: pip install "
+                          "'dsh-session[acp]'", code="MISSING_EXTRA") from exc
+    from dsh.agent.providers import create_provider
+
+    llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
+
+    def options(cwd: str) -> dict[str, Any]:
+        choice = Tools.read if tools is Tools.shell else tools  # no terminal to approve at
+        return agent_options(llm, system=system, tools=tools_for(choice, Path(cwd)),
+                             context_window=context_window)
+
+    def make(sessions: Any, session: Any, cwd: str) -> Any:
+        from dsh.agent import Agent
+
+        return Agent(session, llm, store=sessions, **options(cwd))
+
+    async def resume(sessions: Any, session_id: str, cwd: str) -> Any:
+        from dsh.agent import Agent
+
+        return await Agent.resume(sessions, session_id, llm, **options(cwd))
+
+    async def serve() -> None:
+        from acp import run_agent
+
+        with dsh.open(store_url(store) if store else default_store_url()) as sessions:
+            agent = DshAcpAgent(sessions, make, resume)
+            try:
+                await run_agent(cast(Any, agent), use_unstable_protocol=True)
+            finally:
+                await agent.close()
+                await llm.aclose()
+
+    sys.stderr.write("dsh acp: speaking the Agent Client Protocol on stdin/stdout\n")
+    asyncio.run(serve())

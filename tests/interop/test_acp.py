@@ -1,0 +1,147 @@
+"""`dsh acp` driven as an editor drives it: the agent-client-protocol package's client side over
+stdio, against the local OpenAI-compatible test server; the sessions it writes are ordinary dsh
+sessions that verify (docs/standards.md#agent-client-protocol)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
+
+from tests.interop.standards import cli
+from tests.providers.servers import ScriptedServer, Stall, Stream, openai_reply
+
+
+class Editor:
+    """The client side: keeps every session/update, answers no permission requests."""
+
+    def __init__(self) -> None:
+        self.updates: list[tuple[str, Any]] = []
+        self.streaming = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append((session_id, update))
+        if update.session_update == "agent_message_chunk":
+            self.streaming.set()
+
+    async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("dsh acp asked for a permission it should not need")
+
+    def of(self, session_id: str) -> list[Any]:
+        return [u for sid, u in self.updates if sid == session_id]
+
+
+def _kinds(updates: list[Any]) -> list[str]:
+    out: list[str] = []
+    for u in updates:
+        kind = u.session_update
+        if kind.endswith("_chunk") and out and out[-1] == kind:
+            continue  # a run of streamed deltas
+        out.append(kind)
+    return out
+
+
+def _chunks(updates: list[Any], kind: str) -> str:
+    return "".join(u.content.text for u in updates if u.session_update == kind)
+
+
+def _args(server: ScriptedServer, store: Path) -> list[str]:
+    return ["-m", "dsh.cli", "acp", "--provider", "openai-compatible", "--model", "m1",
+            "--base-url", server.base_url, "--tools", "read", "--store", str(store)]
+
+
+def test_an_editor_creates_prompts_cancels_lists_loads_forks_and_resumes(tmp_path: Path) -> None:
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("hello from a\n", encoding="utf-8")
+    store = tmp_path / "sessions.db"
+    server = ScriptedServer([
+        Stream(openai_reply("reading", tool_calls=[("call_1", "read_file",
+                                                    '{"path": "a.txt"}')])),
+        Stream(openai_reply("it says hello")),
+        Stall(openai_reply("partial answer")[:3]),
+    ])
+
+    async def first_editor() -> tuple[str, Editor]:
+        editor = Editor()
+        async with spawn_agent_process(editor, sys.executable, *_args(server, store),
+                                       use_unstable_protocol=True) as (conn, _process):
+            hello = await conn.initialize(protocol_version=PROTOCOL_VERSION)
+            caps = hello.agent_capabilities
+            assert caps.load_session is True
+            assert caps.session_capabilities.fork is not None
+            assert caps.session_capabilities.resume is not None
+            assert caps.session_capabilities.list is not None
+            new = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            sid = new.session_id
+            done = await conn.prompt(session_id=sid, prompt=[text_block("what is in a.txt?")])
+            assert done.stop_reason == "end_turn"
+            # cancel a turn whose model stream stalls after its first words
+            editor.streaming.clear()
+            prompt = asyncio.create_task(conn.prompt(session_id=sid,
+                                                     prompt=[text_block("and again?")]))
+            await asyncio.wait_for(editor.streaming.wait(), 60)
+            await conn.cancel(session_id=sid)
+            cancelled = await asyncio.wait_for(prompt, 60)
+            assert cancelled.stop_reason == "cancelled"
+            listed = await conn.list_sessions()
+            assert [(s.session_id, s.cwd) for s in listed.sessions] == [(sid, str(workspace))]
+        return sid, editor
+
+    with server:
+        sid, editor = asyncio.run(first_editor())
+    live = editor.of(sid)
+    assert _kinds(live) == ["agent_message_chunk", "tool_call", "tool_call_update",
+                            "agent_message_chunk"]
+    call = next(u for u in live if u.session_update == "tool_call")
+    assert (call.tool_call_id, call.title, call.status) == ("call_1", "read_file", "in_progress")
+    result = next(u for u in live if u.session_update == "tool_call_update")
+    assert result.status == "completed"
+    assert "hello from a" in result.content[0].content.text
+    assert _chunks(live, "agent_message_chunk") == "readingit says hellopartial answer"
+    # the model saw the file's text: the second request carries the tool result
+    assert "hello from a" in json.dumps(server.requests[1]["messages"])
+
+    server2 = ScriptedServer([Stream(openai_reply("forked answer"))])
+
+    async def second_editor() -> tuple[str, Editor]:
+        editor = Editor()
+        async with spawn_agent_process(editor, sys.executable, *_args(server2, store),
+                                       use_unstable_protocol=True) as (conn, _process):
+            await conn.initialize(protocol_version=PROTOCOL_VERSION)
+            await conn.load_session(cwd=str(workspace), session_id=sid, mcp_servers=[])
+            fork = await conn.fork_session(cwd=str(workspace), session_id=sid)
+            child = fork.session_id
+            assert child != sid
+            await conn.resume_session(cwd=str(workspace), session_id=child)
+            done = await conn.prompt(session_id=child, prompt=[text_block("one more")])
+            assert done.stop_reason == "end_turn"
+            listed = {s.session_id for s in (await conn.list_sessions(cwd=str(workspace))
+                                             ).sessions}
+            assert listed == {sid, child}
+        return child, editor
+
+    with server2:
+        child, editor2 = asyncio.run(second_editor())
+    replay = editor2.of(sid)  # the history, in log order, before load answered
+    assert _kinds(replay) == ["user_message_chunk", "agent_message_chunk", "tool_call",
+                              "tool_call_update", "agent_message_chunk", "user_message_chunk",
+                              "agent_message_chunk"]
+    assert _chunks(replay, "user_message_chunk") == "what is in a.txt?and again?"
+    assert _chunks(replay, "agent_message_chunk") == "readingit says hellopartial answer"
+    assert _chunks(editor2.of(child), "agent_message_chunk") == "forked answer"
+    # the forked turn's request carries the whole inherited history
+    assert "hello from a" in json.dumps(server2.requests[0]["messages"])
+
+    dsh = cli(store)
+    for session in (sid, child):
+        dsh("verify", session)
+    parent = json.loads(dsh("show", sid, "--json"))
+    assert parent["header"]["cwd"] == str(workspace)
+    ends = [json.loads(line)["data"]["reason"]["kind"]
+            for line in dsh("events", sid, "--type", "turn/end").splitlines()]
+    assert ends == ["completed", "aborted"]
