@@ -60,8 +60,9 @@ from acp.schema import (
 from dsh._errors import DshError
 
 if TYPE_CHECKING:
+    from dsh import Store
     from dsh.agent import Agent
-    from dsh.session import Event, Session, SessionStore
+    from dsh.session import Event, Session
 
 __all__ = ["DshAcpAgent", "history_updates", "live_updates"]
 
@@ -71,8 +72,9 @@ StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "
 _STOP: Final[dict[str, StopReason]] = {"completed": "end_turn", "max-tokens": "max_tokens",
                                        "aborted": "cancelled", "blocked": "refusal"}
 
-AgentFactory = Callable[["SessionStore", "Session", str], "Agent"]
-"""``(store, live session, cwd) -> Agent``: the loop over a session (provider, tools, window)."""
+AgentOptions = Callable[[str], dict[str, Any]]
+"""``cwd -> options``: the :class:`dsh.agent.Agent` options for a session in that folder
+(``config``, ``tools``, ``system``, ``context_window``)."""
 
 
 def _text(blocks: Any) -> str:
@@ -151,17 +153,15 @@ class DshAcpAgent:
     """The ACP agent: one dsh store, one agent loop per open session.
 
     Args:
-        store: The store sessions live in (``dsh.open(url)``); its persistence is used for
-            listing, loading and forking.
-        make_agent: Builds the loop over a live session (provider, tools for ``cwd``, window).
-        resume_agent: ``async (store, session_id, cwd) -> Agent``: resumes a stored session.
+        store: The store sessions live in (``dsh.open(url)``).
+        provider: The model backend every session's loop uses.
+        options: The loop's options for a session's folder.
     """
 
-    def __init__(self, store: SessionStore, make_agent: AgentFactory,
-                 resume_agent: Callable[[SessionStore, str, str], Any]) -> None:
+    def __init__(self, store: Store, provider: Any, options: AgentOptions) -> None:
         self._store = store
-        self._make = make_agent
-        self._resume = resume_agent
+        self._provider = provider
+        self._options = options
         self._agents: dict[str, Agent] = {}
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._conn: Any = None
@@ -192,17 +192,26 @@ class DshAcpAgent:
                           **kwargs: Any) -> NewSessionResponse:
         """Create a session in the store whose header names ``cwd``."""
         session_id = str(uuid4())
-        session = self._store.create(session_id, header={"cwd": cwd})
-        self._agents[session_id] = self._make(self._store, session, cwd)
+        self._agents[session_id] = self._live(session_id, cwd, {"cwd": cwd})
         return NewSessionResponse(session_id=session_id)
+
+    def _live(self, session_id: str, cwd: str, header: Mapping[str, Any] | None) -> Agent:
+        """The loop over ``session_id`` live in this store (created with ``header`` if new)."""
+        from dsh.agent import Agent
+
+        session = self._store.session(session_id, header=header)
+        return Agent(session, self._provider, store=self._store.sessions, **self._options(cwd))
 
     async def _open(self, session_id: str, cwd: str) -> Agent:
         agent = self._agents.get(session_id)
         if agent is None:
+            if not self._store.exists(session_id):
+                raise RequestError.resource_not_found(session_id)
             try:
-                agent = await self._resume(self._store, session_id, cwd)
+                agent = await self._store.agent(session_id, provider=self._provider,
+                                                **self._options(cwd))
             except DshError as exc:
-                raise RequestError.resource_not_found(session_id) from exc
+                raise RequestError.internal_error({"reason": exc.message}) from exc
             self._agents[session_id] = agent
         return agent
 
@@ -222,19 +231,22 @@ class DshAcpAgent:
 
     async def fork_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                            **kwargs: Any) -> ForkSessionResponse:
-        """Fork the stored log of ``session_id`` (every event inherited); answer the child."""
-        persistence: Any = self._store.persistence  # the facade dsh.open gives (fork, list)
-        if persistence is None:
-            raise RequestError.internal_error({"reason": "the store has no persistence"})
+        """Fork ``session_id`` with every event inherited; answer the child's id.
+
+        A session open here is forked from its live log (the child is live here too, with its
+        own loop); a stored one from disk, off the event loop.
+        """
         name = f"{session_id}-fork-{uuid4().hex[:8]}"
-        if session_id in self._agents:  # live here: fork the live session through its store
-            live = self._store.fork(session_id, None, name)
-            self._agents[name] = self._make(self._store, live, cwd)
-            return ForkSessionResponse(session_id=name)
+        live = session_id in self._agents
         try:
-            child = await asyncio.to_thread(persistence.fork, session_id, None, name)
+            if live:
+                child = self._store.fork(session_id, child_id=name)
+            else:
+                child = await asyncio.to_thread(self._store.fork, session_id, child_id=name)
         except DshError as exc:
             raise RequestError.resource_not_found(session_id) from exc
+        if live:
+            self._agents[child] = self._live(child, cwd, None)
         return ForkSessionResponse(session_id=str(child))
 
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None,
@@ -242,8 +254,7 @@ class DshAcpAgent:
         """Every stored session (of ``cwd`` when given), newest activity first."""
         import datetime as dt
 
-        persistence: Any = self._store.persistence
-        rows = await asyncio.to_thread(persistence.list) if persistence else []
+        rows = await asyncio.to_thread(self._store.list)
         out = []
         for row in rows:
             header = row.header
@@ -252,7 +263,8 @@ class DshAcpAgent:
                 continue
             when = dt.datetime.fromtimestamp(row.last_activity_ms / 1000, tz=dt.UTC)
             out.append(SessionInfo(session_id=str(header["id"]), cwd=where or "/",
-                                   title=row.title, updated_at=when.isoformat()))
+                                   title=row.title or row.first_prompt,
+                                   updated_at=when.isoformat()))
         return ListSessionsResponse(sessions=out)
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:

@@ -64,21 +64,11 @@ def acp(
         return agent_options(llm, system=system, tools=tools_for(choice, Path(cwd)),
                              context_window=context_window)
 
-    def make(sessions: Any, session: Any, cwd: str) -> Any:
-        from dsh.agent import Agent
-
-        return Agent(session, llm, store=sessions, **options(cwd))
-
-    async def resume(sessions: Any, session_id: str, cwd: str) -> Any:
-        from dsh.agent import Agent
-
-        return await Agent.resume(sessions, session_id, llm, **options(cwd))
-
     async def serve() -> None:
         from acp import run_agent
 
         with dsh.open(store_url(store) if store else default_store_url()) as sessions:
-            agent = DshAcpAgent(sessions, make, resume)
+            agent = DshAcpAgent(sessions, llm, options)
             try:
                 await run_agent(cast(Any, agent), use_unstable_protocol=True)
             finally:
