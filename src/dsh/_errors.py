@@ -37,31 +37,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = [
-    "AdapterClosedError",
-    "AdapterError",
-    "AdapterLookupError",
-    "AgentError",
-    "CompactionError",
-    "ConfigError",
-    "DshError",
-    "EventRejectedError",
-    "ImportFormatError",
-    "InvalidJsonError",
-    "InvariantError",
-    "LeaseLostError",
-    "LlmFailureError",
-    "LogCorruptError",
-    "PersistenceError",
-    "SessionBusyError",
-    "SessionExistsError",
-    "SessionForkError",
-    "SessionFormatUnsupportedError",
-    "SessionNotFoundError",
-    "UnknownEventTypeError",
-    "WriteFailedError",
-]
-
 Where = int | str | None
 
 

@@ -10,8 +10,6 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["lazy_exports"]
-
 
 def lazy_exports(package: str, namespace: dict[str, Any], names: Mapping[str, str],
                  public: Iterable[str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:

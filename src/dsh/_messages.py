@@ -14,44 +14,6 @@ from uuid import uuid4
 
 from dsh.json import FrozenDict, JsonValue, snapshot_json
 
-__all__ = [
-    "AssistantMessage",
-    "BlockEndChunk",
-    "BlockStartChunk",
-    "ContentBlock",
-    "FinishChunk",
-    "FinishReason",
-    "ImageAttachmentRef",
-    "ImageBlock",
-    "LlmFailure",
-    "Message",
-    "MessageSource",
-    "ModelMessageSource",
-    "PluginMessageSource",
-    "ReasoningBlock",
-    "ReasoningDeltaChunk",
-    "StreamChunk",
-    "SystemMessage",
-    "TextBlock",
-    "TextDeltaChunk",
-    "TokenUsage",
-    "ToolCallBlock",
-    "ToolCallDeltaChunk",
-    "ToolMessageSource",
-    "ToolResultBlock",
-    "ToolResultMessage",
-    "UsageChunk",
-    "UserMessage",
-    "UserMessageSource",
-    "create_assistant_message",
-    "create_message",
-    "create_system_message",
-    "create_tool_result_message",
-    "create_user_message",
-    "new_message_id",
-]
-
-
 # --- content blocks (core spec §2.4) --------------------------------------------------------
 
 

@@ -22,8 +22,6 @@ from dsh.session import Clock, Event, Session, SessionStore
 if TYPE_CHECKING:
     from dsh.agent import Agent, Provider, Recorder, Tool
 
-__all__ = ["Store", "open"]
-
 
 class Store:
     """One store of sessions, named by a URL: the object a dsh user holds.

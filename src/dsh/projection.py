@@ -26,14 +26,6 @@ from dsh._errors import ConfigError, DshError
 from dsh.json import JsonValue, is_safe_int, thaw
 from dsh.session import Event
 
-__all__ = [
-    "ChangeListener",
-    "ProjectionDefinition",
-    "ProjectionRegistry",
-    "ProjectionRestore",
-    "ProjectionScope",
-]
-
 logger = logging.getLogger(__name__)
 
 ChangeListener = Callable[[Any, str, JsonValue, int], None]

@@ -721,7 +721,7 @@ def test_import_folder_gives_each_bad_file_its_outcome_and_imports_the_rest(
     # Issue 5 bad input: an empty file, a truncated last line, a binary file and a 50 MB
     # transcript in one folder: each gets its own outcome, nothing half-imported is left, the
     # good ones import.
-    from dsh.cli._app import examples_dir
+    from dsh.cli._cmd_import import examples_dir
 
     folder = tmp_path / "in"
     folder.mkdir()

@@ -25,8 +25,6 @@ class _Saver(Protocol):
     async def awrap_tool_call(self, request: Any,
                               execute: Callable[[Any], Awaitable[Any]]) -> Any: ...
 
-__all__ = ["DshMiddleware"]
-
 
 class DshMiddleware(AgentMiddleware):
     """Makes an agent's prompt, answers and tool calls durable as the run goes.

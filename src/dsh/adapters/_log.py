@@ -31,22 +31,6 @@ from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.persistence import Persistence, RestorePointRefused, open_backend
 from dsh.session import Event, EventSource, RestoreState, Session, SessionStore
 
-__all__ = [
-    "DEFAULT_WAIT_S",
-    "RECORD_KEY",
-    "REMOVAL_MODEL",
-    "LiveLog",
-    "TurnShaper",
-    "default_store_url",
-    "is_removal",
-    "message_of",
-    "records_of",
-    "remove_from_surface",
-    "text_of",
-    "wait_for_writer",
-    "with_records",
-]
-
 _T = TypeVar("_T")
 
 DEFAULT_WAIT_S: Final = 5.0

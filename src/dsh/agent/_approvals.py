@@ -29,8 +29,6 @@ from dsh.agent._effects import APPROVAL_ANSWERED, EffectLedger, PendingApproval,
 from dsh.agent._recorder import HoldsSessions, core_store
 from dsh.session import Event, Session, SessionStore
 
-__all__ = ["approve", "deny", "pending_approvals"]
-
 
 def _default_by() -> str:
     try:

@@ -30,17 +30,6 @@ from typing import Final, Literal
 from dsh._errors import ConfigError, DshError
 from dsh.agent._tools import Tool, ToolContext, ToolEffect, ToolOutput, tool
 
-__all__ = [
-    "MAX_READ_BYTES",
-    "OutsideRootError",
-    "PathNotFoundError",
-    "ShellApproval",
-    "ShellRequest",
-    "refuse_all",
-    "shell_tool",
-    "workspace_tools",
-]
-
 MAX_READ_BYTES: Final = 256 * 1024
 """Largest slice ``read_file`` returns in one call (bytes); ask again with ``offset``."""
 

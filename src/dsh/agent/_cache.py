@@ -39,8 +39,6 @@ from dsh.compaction import COMPACTION_INSTRUCTION, SummaryResult
 from dsh.json import FrozenDict, JsonValue, dumps, snapshot_json
 from dsh.session import Session
 
-__all__ = ["Fingerprints", "ModelSummarizer", "RemoteCompactor", "continuation_instruction"]
-
 _HEX: Final = 16
 _INSTRUCTION_SOURCE: Final = FrozenDict({"kind": "plugin", "plugin": "dsh-compaction"})
 

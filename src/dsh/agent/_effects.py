@@ -35,20 +35,6 @@ from typing import Any, Final, Literal, TypeAlias
 from dsh.agent._tools import TOOL_EFFECTS, ToolEffect
 from dsh.session import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, Event
 
-__all__ = [
-    "APPROVAL_ANSWERED",
-    "APPROVAL_REQUESTED",
-    "EFFECT_EVENT_TYPES",
-    "RECOVERY_EVENT",
-    "Action",
-    "ActionKind",
-    "CallRecord",
-    "EffectLedger",
-    "PendingApproval",
-    "format_ms",
-    "idempotency_key",
-]
-
 RECOVERY_EVENT: Final = "tool/recovery"
 """A resumed agent's decision about one interrupted or approved call (ignorable, log-only)."""
 

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["failpoint", "set_failpoint_hook"]
-
 _hook: Callable[[str], None] | None = None
 
 

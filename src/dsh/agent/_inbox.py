@@ -20,8 +20,6 @@ from dsh._errors import AgentError
 from dsh.json import FrozenDict
 from dsh.session import Event
 
-__all__ = ["INBOX_EVENT", "Inbox", "InboxTarget"]
-
 logger = logging.getLogger(__name__)
 
 INBOX_EVENT: Final = "agent/inbox/spliced"

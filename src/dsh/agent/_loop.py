@@ -86,14 +86,6 @@ from dsh.compaction import (
 from dsh.json import FrozenDict, dumps, snapshot_json
 from dsh.session import Event, Session, SessionStore, canonical_header, header_equals
 
-__all__ = [
-    "RETRY_EVENT",
-    "Agent",
-    "InvariantStats",
-    "RetryPolicy",
-    "TurnResult",
-]
-
 logger = logging.getLogger(__name__)
 
 RETRY_EVENT: Final = "llm/retry"
@@ -114,8 +106,6 @@ class _KnowsWriterEpoch(Protocol):
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

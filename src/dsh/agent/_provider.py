@@ -30,16 +30,6 @@ from dsh._errors import LlmFailureError
 from dsh._messages import StreamChunk, TokenUsage
 from dsh.json import FrozenDict, JsonValue, snapshot_json
 
-__all__ = [
-    "RETRYABLE_FAILURE_CODES",
-    "FinishKind",
-    "LlmRequest",
-    "LlmResponse",
-    "Provider",
-    "StreamAssembler",
-    "failure_error",
-]
-
 FinishKind = Literal["stop", "tool-calls", "max-tokens", "aborted", "error"]
 """The ``kind`` of a ``finish`` chunk's reason (core spec §2.6)."""
 

@@ -53,17 +53,6 @@ from dsh.session import (
     header_equals,
 )
 
-__all__ = [
-    "ABORTED_BEFORE_DISPATCH",
-    "ABORTED_BEFORE_DISPATCH_TEXT",
-    "Recorder",
-    "StepRecorder",
-    "TurnRecorder",
-    "as_user_message",
-    "text_blocks",
-    "turn_end_reason",
-]
-
 logger = logging.getLogger(__name__)
 
 ABORTED_BEFORE_DISPATCH: Final = "ABORTED_BEFORE_DISPATCH"

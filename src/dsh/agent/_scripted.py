@@ -22,15 +22,6 @@ from dsh._messages import StreamChunk, TokenUsage
 from dsh.agent._provider import LlmRequest
 from dsh.json import JsonValue
 
-__all__ = [
-    "ScriptStep",
-    "ScriptedCall",
-    "ScriptedFailure",
-    "ScriptedProvider",
-    "ScriptedReply",
-    "ScriptedStall",
-]
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScriptedCall:
@@ -227,7 +218,6 @@ class ScriptedProvider:
         finish = reply.finish or ("tool-calls" if reply.tool_calls else "stop")
         chunks.append({"type": "finish", "reason": {"kind": finish}})
         return chunks
-
 
 
 def _estimate_usage(request: LlmRequest, reply: ScriptedReply) -> TokenUsage:

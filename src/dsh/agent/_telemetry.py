@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from dsh.interop import SpanRecord
     from dsh.session import Event, Session
 
-__all__ = ["Telemetry", "default_telemetry"]
 
 INSTRUMENTATION: str = "dsh.agent"
 

@@ -39,17 +39,6 @@ from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args, overload
 from dsh._errors import AgentError
 from dsh.json import FrozenDict, JsonValue, snapshot_json
 
-__all__ = [
-    "DEFAULT_TOOL_TIMEOUT_MS",
-    "TOOL_EFFECTS",
-    "Reconcile",
-    "Tool",
-    "ToolEffect",
-    "ToolContext",
-    "ToolOutput",
-    "tool",
-]
-
 DEFAULT_TOOL_TIMEOUT_MS: Final = 120_000
 """Per-call timeout of a tool body unless its ``timeout_ms`` says otherwise (2 minutes)."""
 

@@ -29,21 +29,6 @@ if TYPE_CHECKING:
     from dsh import Store
     from dsh.agent import Agent, ShellRequest, Tool
 
-__all__ = [
-    "CONTEXT_WINDOWS",
-    "BaseUrlOption",
-    "ContextWindowOption",
-    "ModelOption",
-    "ProviderOption",
-    "SystemOption",
-    "TimeoutOption",
-    "Tools",
-    "ToolsOption",
-    "agent_options",
-    "ask_line",
-    "open_agent",
-    "tools_for",
-]
 
 CONTEXT_WINDOWS: Final = {"deepseek": 128_000, "openai": 128_000, "anthropic": 200_000,
                           "openai-compatible": 32_768}

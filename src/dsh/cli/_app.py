@@ -54,12 +54,8 @@ from dsh.cli import (
 from dsh.cli import (
     _cmd_view as cmd_view,
 )
-from dsh.cli._cmd_import import examples_dir, user_log_dirs
-from dsh.cli._common import default_store_url
 from dsh.cli._errors import STATE, enable_debug, run
 from dsh.cli._help import tidy_help
-
-__all__ = ["app", "default_store_url", "examples_dir", "main", "user_log_dirs"]
 
 app = typer.Typer(
     name="dsh",

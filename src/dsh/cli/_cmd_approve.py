@@ -25,8 +25,6 @@ from dsh.cli._common import (
     stdout_console,
 )
 
-__all__ = ["approve", "deny"]
-
 CallArg = Annotated[str, typer.Argument(metavar="CALL_ID", show_default=False,
                                         help="The waiting call's id (see 'dsh show ID').")]
 NoteOption = Annotated[str | None, typer.Option(

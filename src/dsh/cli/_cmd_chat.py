@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from dsh import Store
     from dsh.agent import Agent
 
-__all__ = ["HISTORY_ITEMS", "PROMPT", "chat"]
 
 PROMPT: Final = "you> "
 HISTORY_ITEMS: Final = 20

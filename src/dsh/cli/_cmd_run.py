@@ -36,8 +36,6 @@ from dsh.cli._agent import (
 from dsh.cli._common import JsonOption, StoreOption, default_store_url, json_mode, store_url
 from dsh.cli._live import LiveView
 
-__all__ = ["EXIT_MAX_TOKENS", "run_"]
-
 EXIT_MAX_TOKENS: Final = 3
 """Exit status of ``dsh run`` when the answer stopped at the model's token limit."""
 

@@ -23,8 +23,6 @@ from dsh.cli._common import (
 from dsh.cli._errors import STATE
 from dsh.persistence import store_path
 
-__all__ = ["follow_events", "init", "migrate"]
-
 
 def init(store: StoreOption = None, json_: JsonOption = False) -> None:
     """Create an empty store (a SQLite file, a JSONL folder) ready for sessions.

@@ -23,6 +23,7 @@ from dsh.cli._common import (
     stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED
+from dsh.transcript import printable
 
 if TYPE_CHECKING:
     from dsh.persistence import Persistence
@@ -105,7 +106,7 @@ def verify(
                            "notes": notes, "restorePoints": restore_points})
     else:
         for violation in found:
-            sys.stdout.write(render.printable(violation.line()) + "\n")
+            sys.stdout.write(printable(violation.line()) + "\n")
         sys.stdout.flush()
     err = stderr_console()
     for note in notes:

@@ -13,8 +13,6 @@ from rich.segment import Segment
 
 from dsh.transcript import printable
 
-__all__ = ["SafeConsole"]
-
 
 class SafeConsole(Console):
     """A rich console that escapes control characters in the text it prints.

@@ -24,20 +24,6 @@ import typer
 from dsh import DshError
 from dsh.transcript import printable
 
-__all__ = [
-    "EXIT_BUG",
-    "EXIT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "STATE",
-    "CliState",
-    "Runnable",
-    "enable_debug",
-    "format_error_line",
-    "run",
-]
-
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 """A ``DshError``, or the command found problems (``verify`` violations, failed imports)."""

@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-__all__ = ["tidy_help", "tidy_text"]
-
 _CITATION: Final = re.compile(
     r"\s*\((?:[^()]*?(?:spec|seed ch\.|STYLE|DESIGN)\s*§?[^()]*)\)|\s*\(seed ch\. \d+\)")
 _BACKTICKS: Final = re.compile(r"``?([^`]+?)``?")

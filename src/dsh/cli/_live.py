@@ -12,8 +12,6 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, TextIO
 
-__all__ = ["LiveView", "short"]
-
 _DIM: Final = "\x1b[2m"
 _RESET: Final = "\x1b[0m"
 _ARGS_CHARS: Final = 80

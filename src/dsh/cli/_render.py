@@ -43,7 +43,6 @@ from dsh.transcript import (
     TurnEnd,
     TurnStart,
     has_unprintable,
-    printable,
 )
 
 if TYPE_CHECKING:
@@ -53,23 +52,6 @@ if TYPE_CHECKING:
     from dsh import Violation
     from dsh.persistence import ListingEntry
 
-__all__ = [
-    "SessionRow",
-    "format_ms",
-    "make_console",
-    "plain_stream",
-    "plural",
-    "print_text",
-    "printable",
-    "render_import_summary",
-    "render_sessions_table",
-    "render_transcript",
-    "render_violations",
-    "session_row",
-    "show_entries",
-    "write_json",
-    "write_json_lines",
-]
 
 _TOOL_RESULT_PREVIEW_LINES: Final = 12
 """Lines of a tool result (or checkpoint summary) ``dsh show`` prints without ``--full``."""

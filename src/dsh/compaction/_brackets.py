@@ -16,8 +16,6 @@ from dsh.compaction._summarizers import (
 )
 from dsh.session import Event, Violation
 
-__all__ = ["CompactionInvariant", "CompactionTraceState", "check_compaction_log"]
-
 
 @dataclass(frozen=True, slots=True)
 class _Bracket:

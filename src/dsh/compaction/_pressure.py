@@ -27,8 +27,6 @@ from dsh.compaction._selection import select_cache_keeping_range, select_compact
 from dsh.compaction._summarizers import AsyncSummarizer, Summarizer
 from dsh.compaction._tokens import SurfaceMeasurement, measure_surface
 
-__all__ = ["CompactionPolicy", "PressureOutcome", "acompact_if_needed", "compact_if_needed"]
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionPolicy:

@@ -23,15 +23,6 @@ from dsh.compaction._tokens import estimate_event_tokens
 from dsh.json import FrozenDict, FrozenList, JsonValue
 from dsh.session import Event
 
-__all__ = [
-    "PRUNE_MARKER",
-    "PrunedResult",
-    "PruneResult",
-    "PrunerConfig",
-    "prune_content",
-    "prune_session",
-]
-
 PRUNE_MARKER: Final = "\n\n[... tool result middle pruned ...]\n\n"
 """Inserted where the middle of a tool result was removed (39 code points, §9.11)."""
 

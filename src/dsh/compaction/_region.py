@@ -53,20 +53,6 @@ from dsh.compaction._tokens import estimate_message_tokens, node_prices
 from dsh.json import FrozenDict, FrozenList, JsonValue
 from dsh.session import Event, derive_event_message
 
-__all__ = [
-    "CancelSignal",
-    "CompactionLockState",
-    "CompactionResult",
-    "Stability",
-    "acompact_now",
-    "acompact_surface_region",
-    "assert_compaction_inactive",
-    "compact_now",
-    "compact_surface_region",
-    "inspect_compaction_state",
-    "session_compaction_state",
-]
-
 Stability = Literal["whole-surface", "selected-span"]
 """What must stay unchanged while the summarizer runs (persistence spec §9.3 step 9):
 ``whole-surface`` (default for automatic) — every surface node; ``selected-span`` (default for

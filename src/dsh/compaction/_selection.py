@@ -36,17 +36,6 @@ from dsh.compaction._tokens import (
 )
 from dsh.session import Event, balanced_cuts
 
-__all__ = [
-    "MINIMAL_SUMMARY",
-    "Span",
-    "check_span_size",
-    "head_position",
-    "minimal_checkpoint_tokens",
-    "select_cache_keeping_range",
-    "select_compactable_range",
-    "validate_span",
-]
-
 
 class _Session(Protocol):
     @property

@@ -23,24 +23,6 @@ from typing import Any, Final, Protocol, runtime_checkable
 from dsh._errors import CompactionError
 from dsh.json import FrozenDict, FrozenList, JsonValue, loads
 
-__all__ = [
-    "CHECKPOINT_CLOSE_TAG",
-    "CHECKPOINT_OPEN_TAG",
-    "CHECKPOINT_PREAMBLE",
-    "CHECKPOINT_SECTIONS",
-    "COMPACTION_INSTRUCTION",
-    "AsyncSummarizer",
-    "DigestSummarizer",
-    "LlmSummarizer",
-    "Message",
-    "SummaryResult",
-    "Summarizer",
-    "checkpoint_source",
-    "extract_checkpoint_summary",
-    "frame_checkpoint_content",
-    "is_checkpoint_source",
-]
-
 Message = Mapping[str, Any]
 """A provider message as derived from the surface: ``{"role", "content": [blocks], ...}``."""
 

@@ -27,24 +27,6 @@ from typing import Any, Final, Protocol
 from dsh.json import JsonValue, dumps
 from dsh.session import Event, derive_event_message
 
-__all__ = [
-    "BLOCK_OVERHEAD_TOKENS",
-    "CHARS_PER_TOKEN",
-    "MESSAGE_OVERHEAD_TOKENS",
-    "PricedNode",
-    "SurfaceMeasurement",
-    "estimate_block_tokens",
-    "estimate_event_tokens",
-    "estimate_json_tokens",
-    "estimate_message_tokens",
-    "estimate_system_tokens",
-    "estimate_text_tokens",
-    "estimate_tools_tokens",
-    "measure_surface",
-    "node_prices",
-    "utf16_length",
-]
-
 CHARS_PER_TOKEN: Final = 4
 """UTF-16 code units per estimated token (persistence spec §11: "4 UTF-16 units per token")."""
 

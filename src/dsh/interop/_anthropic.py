@@ -41,15 +41,6 @@ from dsh.interop._common import (
 )
 from dsh.json import MAX_SAFE_INTEGER
 
-__all__ = [
-    "FORMAT",
-    "anthropic_blocks",
-    "anthropic_usage",
-    "import_anthropic",
-    "map_anthropic_conversation",
-    "result_blocks",
-]
-
 FORMAT: Final = "anthropic"
 
 

@@ -45,9 +45,6 @@ from dsh.interop._common import (
 )
 from dsh.interop._history import Entry, LogLike, block_text, history, iso_time, usage_of
 
-__all__ = ["ATIF_VERSION", "FORMAT", "import_atif", "looks_like_atif", "to_atif",
-           "validate_atif"]
-
 FORMAT: Final = "atif"
 ATIF_VERSION: Final = "ATIF-v1.8"
 """The ``schema_version`` dsh writes (the version the published ``atif`` models describe)."""

@@ -51,8 +51,6 @@ from dsh.interop._common import (
     usable_id,
 )
 
-__all__ = ["FORMAT", "import_claude_code", "looks_like_claude_code"]
-
 FORMAT: Final = "claude-code"
 _MESSAGE_TYPES: Final = frozenset({"user", "assistant"})
 _INTERRUPT_PREFIX: Final = "[Request interrupted by user"

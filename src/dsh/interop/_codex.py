@@ -31,8 +31,6 @@ from dsh.interop._common import (
     text_blocks,
 )
 
-__all__ = ["FORMAT", "import_codex", "looks_like_codex", "reasoning_block", "tool_output"]
-
 FORMAT: Final = "codex"
 _ENVELOPE_TYPES: Final = frozenset({"session_meta", "turn_context", "response_item", "event_msg",
                                     "compacted"})

@@ -34,32 +34,6 @@ from dsh.json import MAX_SAFE_INTEGER, loads, thaw
 if TYPE_CHECKING:
     from dsh.session import Session
 
-__all__ = [
-    "IMPORTER_VERSION",
-    "IMPORT_NAMESPACE",
-    "IMPORT_SOURCE_TYPE",
-    "TOOL_OUTCOME_UNKNOWN_TEXT",
-    "UNMAPPED_CODE",
-    "derived_id",
-    "usable_id",
-    "EventBuilder",
-    "ImportedSession",
-    "JsonObj",
-    "json_text",
-    "mapping_errors",
-    "note_line",
-    "parse_time",
-    "read_json_document",
-    "read_jsonl_records",
-    "read_source_bytes",
-    "source_event_data",
-    "source_sha256",
-    "stable_session_id",
-    "str_or_none",
-    "text_blocks",
-    "token_count",
-    "token_usage",
-]
 
 JsonObj = dict[str, Any]
 """A plain (thawed) JSON object as the importers handle it."""

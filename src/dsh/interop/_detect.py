@@ -44,8 +44,6 @@ from dsh.interop._openhands import looks_like_openhands_events
 from dsh.interop._openhands_resolver import looks_like_resolver_output
 from dsh.interop._swe_agent import looks_like_mini_swe_agent
 
-__all__ = ["FORMATS", "detect_format"]
-
 FORMATS: Final = ("claude-code", "codex", "openai-chat", "anthropic", "openhands",
                   "openhands-resolver", "gemini-cli", "swe-agent", "mini-swe-agent", "dsh", "atif")
 """Every format name :func:`dsh.interop.import_file` accepts (besides ``"auto"``)."""

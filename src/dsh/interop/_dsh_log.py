@@ -26,8 +26,6 @@ from dsh.interop._common import (
     stable_session_id,
 )
 
-__all__ = ["FORMAT", "import_dsh_log", "looks_like_dsh_header"]
-
 FORMAT: Final = "dsh"
 _ROW_TYPES: Final = {"text-chunks": "text-delta", "reasoning-chunks": "reasoning-delta",
                      "tool-call-chunks": "tool-call-delta"}

@@ -29,9 +29,6 @@ from typing import Any, Final
 
 from dsh._errors import ConfigError
 
-__all__ = ["MISSING_RESULT_TEXT", "to_anthropic", "to_openai", "validate_conversation",
-           "without_foreign_reasoning"]
-
 MISSING_RESULT_TEXT: Final = "No result was recorded for this tool call (the session was cut off)."
 """Text of the synthetic result answering an unanswered call in an export."""
 

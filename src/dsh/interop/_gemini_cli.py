@@ -38,8 +38,6 @@ from dsh.interop._common import (
     token_usage,
 )
 
-__all__ = ["FORMAT", "import_gemini_cli", "looks_like_gemini_cli"]
-
 FORMAT: Final = "gemini-cli"
 _NOTICE_TYPES: Final = ("info", "error", "warning")
 _USAGE: Final = {"inputTokens": "input", "outputTokens": "output", "cacheReadTokens": "cached",

@@ -33,9 +33,6 @@ from typing import Any, Final
 
 from dsh.interop._history import Entry, LogLike, block_text, history, iso_time, usage_of
 
-__all__ = ["claude_code_files", "claude_code_install_path", "claude_project_slug",
-           "codex_install_path", "handoff_session_id", "to_claude_code", "to_codex"]
-
 _NAMESPACE: Final = uuid.UUID("0b7d0e8e-8c1e-5d53-9a0c-2f0f6c1d4e21")
 """uuid5 namespace of the ids dsh writes into another agent's files (ours; any fixed UUID)."""
 

@@ -23,9 +23,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Entry", "LogLike", "SessionLog", "block_text", "history", "iso_time", "replay_view",
-           "usage_of"]
-
 
 class LogLike(Protocol):
     """What an exporter reads: a header, the events, the subagent sessions (children).

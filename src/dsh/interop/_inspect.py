@@ -24,8 +24,6 @@ from typing import Any, Final
 
 from dsh.interop._history import Entry, LogLike, history, iso_time, usage_of
 
-__all__ = ["to_inspect_log"]
-
 _STOP: Final = {"tool-calls": "tool_calls", "max-tokens": "max_tokens", "stop": "stop"}
 _TOOL_ERRORS: Final = {"TOOL_TIMEOUT": "timeout", "NOT_APPROVED": "approval",
                        "NOT_FOUND": "file_not_found", "OUTSIDE_ROOT": "permission",

@@ -31,8 +31,6 @@ from dsh.interop._common import (
     stable_session_id,
 )
 
-__all__ = ["FORMAT", "import_openai_chat", "map_openai_messages", "openai_content_blocks"]
-
 FORMAT: Final = "openai-chat"
 _ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 

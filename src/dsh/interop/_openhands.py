@@ -35,8 +35,6 @@ from dsh.interop._common import (
     text_blocks,
 )
 
-__all__ = ["FORMAT", "build_v0_session", "import_openhands", "looks_like_openhands_events"]
-
 FORMAT: Final = "openhands"
 
 

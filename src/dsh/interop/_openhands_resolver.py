@@ -34,8 +34,6 @@ from dsh.interop._common import (
 )
 from dsh.interop._openhands import build_v0_session
 
-__all__ = ["FORMAT", "import_openhands_resolver", "looks_like_resolver_output"]
-
 FORMAT: Final = "openhands-resolver"
 _RESOLVER_KEYS: Final = frozenset({"git_patch", "base_commit", "issue", "instruction",
                                    "issue_type", "comment_success"})

@@ -33,8 +33,6 @@ from typing import Any, Final, Literal
 
 from dsh.interop._history import LogLike, usage_of
 
-__all__ = ["SpanMapper", "SpanRecord", "span_records", "to_otlp_json"]
-
 AGENT_NAME: Final = "dsh"
 SCOPE: Final = "dsh"
 

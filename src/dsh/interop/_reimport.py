@@ -26,8 +26,6 @@ from typing import Any, Final, Literal
 from dsh.interop._common import IMPORT_SOURCE_TYPE, ImportedSession, JsonObj, derived_id
 from dsh.json import json_equal, thaw
 
-__all__ = ["APPEND", "CHANGED", "SAME", "ReimportPlan", "plan_reimport", "superseding"]
-
 SAME: Final = "same"
 APPEND: Final = "append"
 CHANGED: Final = "changed"

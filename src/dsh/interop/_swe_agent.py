@@ -29,9 +29,6 @@ from dsh.interop._common import (
 )
 from dsh.interop._openai_chat import map_openai_messages
 
-__all__ = ["FORMAT", "MINI_FORMAT", "import_mini_swe_agent", "import_swe_agent",
-           "looks_like_mini_swe_agent"]
-
 FORMAT: Final = "swe-agent"
 MINI_FORMAT: Final = "mini-swe-agent"
 _MINI_MARKERS: Final = ("mswea_bash_command", "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",

@@ -20,13 +20,6 @@ from dsh._errors import EventRejectedError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, JsonValue, is_safe_int
 from dsh.session._events import Event, as_event
 
-__all__ = [
-    "CHUNK_ROW_TAGS",
-    "MIN_RUN",
-    "decode_storage_record",
-    "pack_chunk_runs",
-]
-
 MIN_RUN: Final = 3
 """Fewest consecutive deltas that pack into one row (core spec §12.2; decoding is layout-blind)."""
 

@@ -14,27 +14,6 @@ from typing import Any, Final, Literal, NewType, TypeAlias
 from dsh._errors import ConfigError
 from dsh.json import FrozenDict, FrozenList, JsonValue, _untrack
 
-__all__ = [
-    "CORE_EVENT_TYPES",
-    "ENVELOPE_KEYS",
-    "KNOWN_EVENT_TYPES",
-    "SESSION_FORMAT_VERSION",
-    "SURFACE_EVENT_TYPES",
-    "Event",
-    "EventDataValidator",
-    "SessionId",
-    "as_event",
-    "SurfaceOp",
-    "is_append_surface_event",
-    "is_replacement_surface_event",
-    "is_surface_eligible_type",
-    "is_surface_event",
-    "make_event",
-    "register_event_type",
-    "registered_event_type",
-    "unknown_type_hint",
-]
-
 SESSION_FORMAT_VERSION: Final = 0
 """The one format version this dsh reads and writes (core spec §1.2)."""
 

@@ -14,14 +14,6 @@ from dsh._errors import EventRejectedError
 from dsh.json import FrozenDict, is_safe_int
 from dsh.session._events import SESSION_FORMAT_VERSION
 
-__all__ = [
-    "HEADER_KEYS",
-    "SessionHeader",
-    "is_absolute_path",
-    "make_header",
-    "validate_header",
-]
-
 HEADER_KEYS: Final = ("version", "id", "createdAt", "cwd", "parentSession", "seedLength",
                       "origin", "delegationDepth", "agentPreset")
 """The known header keys in dsh's header-line order (persistence spec §4.1)."""

@@ -23,18 +23,6 @@ from typing import Any, Final, Protocol
 from dsh._errors import InvariantError
 from dsh.session._events import Event
 
-__all__ = [
-    "INVARIANT_PREFIX",
-    "InvariantObserver",
-    "InvariantTrace",
-    "ObservableSession",
-    "TraceSession",
-    "TraceState",
-    "Transition",
-    "Violation",
-    "check_log",
-]
-
 INVARIANT_PREFIX: Final = "session-log invariant violated: "
 """Prefix of every :class:`~dsh._errors.InvariantError` message raised here (core spec §13)."""
 

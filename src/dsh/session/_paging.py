@@ -24,8 +24,6 @@ from dsh._errors import LogCorruptError
 from dsh.json import c_seqs_contiguous
 from dsh.session._events import Event
 
-__all__ = ["PAGE_EVENTS", "EventSource", "PagedLog"]
-
 PAGE_EVENTS: Final = 256
 """Events per page read from a source (one read serves a whole page)."""
 

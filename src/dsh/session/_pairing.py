@@ -20,14 +20,6 @@ from typing import Any, Protocol
 from dsh._errors import EventRejectedError
 from dsh.session._events import Event
 
-__all__ = [
-    "PairingSession",
-    "PairingSurface",
-    "balanced_cuts",
-    "tool_pairing_balanced_after",
-    "tool_pairing_balanced_before",
-]
-
 
 class PairingSurface(Protocol):
     """The surface state pairing reads: current node seqs and the replacement generation."""

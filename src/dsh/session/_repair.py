@@ -19,15 +19,6 @@ from dsh._errors import ConfigError, EventRejectedError
 from dsh.json import FrozenDict, FrozenList, c_seqs_contiguous
 from dsh.session._events import Event
 
-__all__ = [
-    "TOOL_NOT_STARTED",
-    "TOOL_OUTCOME_UNKNOWN",
-    "CloseCause",
-    "closer_text",
-    "interrupted_turn_closers",
-    "open_turn_closers",
-]
-
 TOOL_NOT_STARTED: Final = "TOOL_NOT_STARTED"
 """Error code of a synthetic result for a call with no ``tool/call`` record (core spec §9.2)."""
 

@@ -22,8 +22,6 @@ from dsh.session._events import SURFACE_EVENT_TYPES, Event
 from dsh.session._session import Session, canonical_header
 from dsh.session._surface import SurfacePlan
 
-__all__ = ["RestoreFold", "RestoreState"]
-
 _END_SEED: Final = "session/end-seed"
 _TURN_BOUNDARIES: Final = ("turn/start", "turn/end")
 

@@ -49,18 +49,6 @@ from dsh.session._header import SessionHeader, validate_header
 from dsh.session._paging import EventSource, PagedLog
 from dsh.session._surface import Surface, SurfacePlan, derive_event_message
 
-__all__ = [
-    "Clock",
-    "EventObserver",
-    "EventValidator",
-    "Session",
-    "call_config_equals",
-    "canonical_header",
-    "fold_request_header",
-    "header_equals",
-    "wall_clock_ms",
-]
-
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
@@ -507,7 +495,6 @@ def fold_request_header(events: Iterable[Event],
 
 
 # --- the session ----------------------------------------------------------------------------
-
 
 
 class PrefixState(Protocol):

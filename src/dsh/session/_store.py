@@ -29,13 +29,6 @@ from dsh.session._paging import EventSource
 from dsh.session._restore_state import RestoreState
 from dsh.session._session import Clock, Session, wall_clock_ms
 
-__all__ = [
-    "OpenTurnPolicy",
-    "PersistencePort",
-    "SessionStore",
-    "StoreObserver",
-]
-
 logger = logging.getLogger(__name__)
 
 OpenTurnPolicy = Literal["close", "reject"]

@@ -22,16 +22,6 @@ from dsh._errors import EventRejectedError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, json_equal
 from dsh.session._events import SURFACE_EVENT_TYPES, Event
 
-__all__ = [
-    "Surface",
-    "SurfaceFold",
-    "SurfaceNodes",
-    "SurfacePlan",
-    "SurfaceReplacement",
-    "derive_event_message",
-    "fold_surface",
-]
-
 _MISSING: Final = object()
 
 

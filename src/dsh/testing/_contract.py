@@ -52,8 +52,6 @@ from dsh.session import Session
 from dsh.testing import _stores as stores
 from dsh.testing._logs import LogBuilder, header, make, plain
 
-__all__ = ["BackendContract"]
-
 
 def _store_log(store: Persistence, builder: LogBuilder, sid: str = "s") -> None:
     store.create(header(sid))

@@ -19,9 +19,6 @@ from dsh.persistence import Persistence, open_backend
 from dsh.session import Event, SessionStore
 from dsh.testing._logs import LogBuilder
 
-__all__ = ["EDIT_KINDS", "READ_PATHS", "STORE_KINDS", "Edit", "apply_edits", "fuzz_events",
-           "random_edits", "read_every_way", "store_url_of"]
-
 StoreKind = Literal["jsonl", "jsonl-zstd", "sqlite"]
 STORE_KINDS: Final[tuple[StoreKind, ...]] = ("jsonl", "jsonl-zstd", "sqlite")
 """The file-backed layouts a reader is fuzzed on."""

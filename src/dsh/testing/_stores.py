@@ -16,16 +16,6 @@ from typing import Any, Final
 
 from dsh.persistence import Persistence
 
-__all__ = [
-    "BUNDLED_BACKENDS",
-    "DEFAULT_POSTGRES_URL",
-    "inject_torn_tail",
-    "postgres_base_url",
-    "postgres_unreachable",
-    "store_url",
-    "temporary_postgres_url",
-]
-
 BUNDLED_BACKENDS: Final = ("memory", "jsonl", "jsonl-zstd", "sqlite", "postgresql")
 DEFAULT_POSTGRES_URL: Final = "postgresql://postgres@127.0.0.1:5432/test"
 

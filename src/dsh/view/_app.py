@@ -51,8 +51,6 @@ from dsh.view._data import Damage, OpenSession, SessionInfo, ViewStore, common_p
 from dsh.view._html import render, warm
 from dsh.view._search import search_session, search_store
 
-__all__ = ["COOKIE", "CSP", "PAGE_EVENTS", "create_app"]
-
 logger = logging.getLogger(__name__)
 
 PAGE_EVENTS: Final = 500

@@ -25,8 +25,6 @@ from dsh.json import FrozenDict, loads
 from dsh.persistence import Persistence, StoredPages, open_backend, read_pages
 from dsh.session import RestoreState, decode_storage_record
 
-__all__ = ["Damage", "OpenSession", "SessionInfo", "ViewStore"]
-
 _FULL_READ_TTL_S: Final = 5.0
 """How long a session read in full (no restore point) is kept for the next page (seconds)."""
 

@@ -24,9 +24,6 @@ import markupsafe
 from dsh.json import thaw
 from dsh.transcript import printable
 
-__all__ = ["CLIP_CHARS", "CLIP_LINES", "Clip", "clip", "render", "session_rows", "session_url",
-           "warm"]
-
 CLIP_CHARS: Final = 4000
 """Characters of one text shown before "show all"."""
 

@@ -17,8 +17,6 @@ from typing import Final
 from dsh import DshError, Event
 from dsh.view._data import ViewStore, iter_text
 
-__all__ = ["Hit", "StoreResults", "search_session", "search_store"]
-
 _SNIPPET_CHARS: Final = 80
 """Characters of context shown each side of a match."""
 

@@ -17,8 +17,6 @@ from urllib.parse import quote
 
 from dsh import ConfigError
 
-__all__ = ["check_bind", "is_loopback", "new_token", "serve", "viewer_url"]
-
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""

@@ -24,8 +24,6 @@ from dsh.agent._provider import LlmRequest
 from dsh.agent.providers._common import replace_lone_surrogates, stream_sdk
 from dsh.interop import anthropic_usage, to_anthropic
 
-__all__ = ["DEFAULT_MAX_TOKENS", "THINKING_BUDGET_TOKENS", "AnthropicProvider"]
-
 DEFAULT_MAX_TOKENS: Final = 8192
 """``max_tokens`` sent when the header's config has no ``maxTokens`` (Anthropic requires it)."""
 

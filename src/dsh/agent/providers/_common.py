@@ -19,8 +19,6 @@ from typing import Any, Final
 from dsh._errors import LlmFailureError
 from dsh._messages import StreamChunk
 
-__all__ = ["failure_from_sdk", "replace_lone_surrogates", "retry_after_ms", "stream_sdk"]
-
 _LONE: Final = re.compile("[\ud800-\udfff]")
 
 # How each provider says "the request did not fit the context window" (OpenAI, DeepSeek,

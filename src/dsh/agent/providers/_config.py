@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from dsh.agent.providers._anthropic import AnthropicProvider
     from dsh.agent.providers._openai_chat import OpenAIChatProvider
 
-__all__ = ["PROVIDER_NAMES", "PROVIDERS", "ProviderName", "ProviderPreset", "create_provider"]
 
 ProviderName = Literal["openai", "anthropic", "deepseek", "openai-compatible"]
 

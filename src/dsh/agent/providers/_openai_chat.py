@@ -23,8 +23,6 @@ from dsh.agent._provider import LlmRequest
 from dsh.agent.providers._common import replace_lone_surrogates, stream_sdk
 from dsh.interop import to_openai
 
-__all__ = ["OpenAIChatProvider", "ReasoningReplay", "openai_usage"]
-
 ReasoningReplay = Literal["never", "tool-calls", "always"]
 """Which earlier assistant messages carry their reasoning back as ``reasoning_content``:
 ``never`` (OpenAI, most servers), ``tool-calls`` (DeepSeek thinking mode: required on assistant

@@ -37,9 +37,6 @@ from dsh._messages import StreamChunk, TokenUsage
 from dsh.agent._provider import LlmRequest
 from dsh.agent.providers._common import failure_from_sdk, replace_lone_surrogates, stream_sdk
 
-__all__ = ["COMPACTION_PROVIDER", "OpenAIResponsesProvider", "responses_input",
-           "responses_usage"]
-
 COMPACTION_PROVIDER: Final = "openai-responses"
 """``provider`` of the ``provider-raw`` block that carries a ``/responses/compact`` item."""
 

@@ -16,8 +16,6 @@ from dsh.agent._provider import LlmRequest, Provider, StreamAssembler
 from dsh.compaction import LlmSummarizer
 from dsh.json import snapshot_json
 
-__all__ = ["provider_summarizer"]
-
 
 def provider_summarizer(provider: Provider, *, provider_name: str, model: str,
                         max_tokens: int = 8192) -> LlmSummarizer:
