@@ -1,18 +1,96 @@
-"""What a library user sees at the prompt: ``dir(dsh)``, ``help()`` (issue 9 item 18)."""
+"""The public surface is pinned: what each public module exports is in tests/public_api.txt.
+
+A change to a public module's exports (a new name, a removed one) fails here until the snapshot
+is updated on purpose: ``DSH_UPDATE_PUBLIC_API=1 pytest tests/test_public_api.py`` rewrites it,
+and the diff is reviewed with the change. Rule: docs/architecture.md#public-modules.
+"""
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import inspect
+import os
 import subprocess
 import sys
+import types
+from pathlib import Path
 
 import dsh
+from tests.architecture import PUBLIC_MODULES
+
+SNAPSHOT = Path(__file__).with_name("public_api.txt")
+
+
+def exported(module_name: str) -> list[str]:
+    """The names a public module exports: its ``__all__``, else its public non-module names."""
+    module = importlib.import_module(module_name)
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [n for n, v in vars(module).items()
+                 if not n.startswith("_") and not isinstance(v, types.ModuleType)
+                 and n != "annotations"]
+    return sorted(names)
+
+
+def surface() -> str:
+    """The snapshot text: one ``[module]`` section per public module, one name a line."""
+    lines: list[str] = []
+    for module_name in PUBLIC_MODULES:
+        lines.append(f"[{module_name}]")
+        lines.extend(exported(module_name))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def test_the_public_surface_matches_the_snapshot() -> None:
+    now = surface()
+    if os.environ.get("DSH_UPDATE_PUBLIC_API") == "1":
+        SNAPSHOT.write_text(now, encoding="utf-8")
+    pinned = SNAPSHOT.read_text(encoding="utf-8")
+    diff = "\n".join(difflib.unified_diff(pinned.splitlines(), now.splitlines(),
+                                          "tests/public_api.txt", "the code", lineterm=""))
+    assert now == pinned, ("the public surface changed; if on purpose, run "
+                           "DSH_UPDATE_PUBLIC_API=1 pytest tests/test_public_api.py and commit "
+                           f"the snapshot with the change:\n{diff}")
+
+
+def test_every_public_name_and_public_member_has_a_docstring() -> None:
+    missing, undocumented = [], []
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in exported(module_name):
+            if not hasattr(module, name):
+                missing.append(f"{module_name}.{name}")
+                continue
+            obj = getattr(module, name)
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and not inspect.getdoc(obj):
+                undocumented.append(f"{module_name}.{name}")
+            if inspect.isclass(obj):
+                undocumented.extend(f"{module_name}.{name}.{attr}"
+                                    for attr, value in vars(obj).items()
+                                    if not attr.startswith("_") and _undocumented(value))
+    assert missing == [] and undocumented == []
+
+
+def _undocumented(value: object) -> bool:
+    if isinstance(value, property):
+        return not (value.fget and value.fget.__doc__)
+    if isinstance(value, staticmethod | classmethod):
+        value = value.__func__
+    return inspect.isfunction(value) and not value.__doc__
 
 
 def test_dir_of_dsh_lists_only_the_public_api() -> None:
     assert dir(dsh) == sorted([*dsh.__all__, "__version__"])
     assert "persistence" not in dir(dsh) and "session" not in dir(dsh)
     assert "open" in dir(dsh) and "Store" in dir(dsh) and "SessionStore" not in dir(dsh)
+
+
+def test_public_classes_print_as_dsh_names() -> None:
+    # Errors and the main classes print as dsh.X in tracebacks.
+    assert repr(dsh.Store) == "<class 'dsh.Store'>"
+    assert dsh.SessionBusyError.__module__ == dsh.Session.__module__ == "dsh"
 
 
 def _public_callables() -> list[tuple[str, object]]:

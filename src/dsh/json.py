@@ -65,6 +65,11 @@ JsonValue: TypeAlias = Any
 
 
 def _frozen(self: object, *args: object, **kwargs: object) -> NoReturn:
+    """Refused: a frozen JSON value never changes (make a changed copy instead).
+
+    Raises:
+        TypeError: always.
+    """
     raise TypeError(f"{type(self).__name__} is immutable: accepted session data cannot change")
 
 

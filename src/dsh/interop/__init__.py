@@ -13,6 +13,9 @@ Public entry points (what the CLI calls):
 
 Every importer is a pure mapping from one file to events (issue 5 mapping rules); bad input
 raises :class:`dsh._errors.ImportFormatError` with ``path``, ``line`` and ``format``.
+
+The public names are ``__all__``; a name imported here as ``name as name`` and left out of it
+(``plan_reimport``, ``anthropic_usage``, ...) is for dsh's own packages, not public API.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from pathlib import Path
 from typing import Final
 
 from dsh._errors import ImportFormatError
-from dsh.interop._anthropic import anthropic_usage, import_anthropic
+
+# For dsh's own packages (the CLI's re-import, the providers' usage mapping), not public API.
+from dsh.interop._anthropic import anthropic_usage as anthropic_usage
+from dsh.interop._anthropic import import_anthropic
 from dsh.interop._atif import ATIF_VERSION, import_atif, to_atif, validate_atif
 from dsh.interop._claude_code import import_claude_code
 from dsh.interop._codex import import_codex
@@ -51,15 +57,13 @@ from dsh.interop._openai_chat import import_openai_chat
 from dsh.interop._openhands import import_openhands
 from dsh.interop._openhands_resolver import import_openhands_resolver
 from dsh.interop._otel import SpanMapper, SpanRecord, span_records, to_otlp_json
-from dsh.interop._reimport import ReimportPlan, plan_reimport, superseding
+from dsh.interop._reimport import ReimportPlan as ReimportPlan
+from dsh.interop._reimport import plan_reimport as plan_reimport
+from dsh.interop._reimport import superseding as superseding
 from dsh.interop._swe_agent import import_mini_swe_agent, import_swe_agent
 
 __all__ = [
     "ATIF_VERSION",
-    "ReimportPlan",
-    "anthropic_usage",
-    "plan_reimport",
-    "superseding",
     "FORMATS",
     "IMPORTERS",
     "ImportedSession",

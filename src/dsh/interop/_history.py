@@ -31,13 +31,19 @@ class LogLike(Protocol):
     """
 
     @property
-    def header(self) -> Mapping[str, Any]: ...
+    def header(self) -> Mapping[str, Any]:
+        """The session header (wire ``SessionHeader``)."""
+        ...
 
     @property
-    def events(self) -> Sequence[Mapping[str, Any]]: ...
+    def events(self) -> Sequence[Mapping[str, Any]]:
+        """The log, seq order."""
+        ...
 
     @property
-    def children(self) -> Sequence[LogLike]: ...
+    def children(self) -> Sequence[LogLike]:
+        """The subagent sessions, each a log of its own."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,10 @@ read pipeline, nothing written: an :class:`Inspection` with the closers kept apa
 ``read_pages(persistence, id)`` (the same events, paged in through the restore point: O(tail)),
 ``load(id)`` (commits the crash repair), ``fork(source_id, boundary, child_id)`` (a stored child
 of a stored parent; the parent is not written) and ``resume(store, id)``.
+
+The public names are ``__all__`` (the backend contract); a name imported here as
+``name as name`` and left out of it (``summarize``, ``session_id_problem``, ...) is for dsh's
+own packages, not public API.
 """
 
 from __future__ import annotations
@@ -33,19 +37,20 @@ from dsh.persistence._contract import (
     Backend,
     ColdRead,
     Handle,
-    KeepsCuts,
     OpenMode,
     SessionSummary,
     TornTail,
-    session_id_problem,
 )
+from dsh.persistence._contract import KeepsCuts as KeepsCuts  # for dsh's own packages
+from dsh.persistence._contract import session_id_problem as session_id_problem
 
 if TYPE_CHECKING:
     from dsh.persistence._facade import Persistence
-    from dsh.persistence._listing import ListingEntry, summarize
+    from dsh.persistence._listing import ListingEntry
+    from dsh.persistence._listing import summarize as summarize
     from dsh.persistence._pages import StoredPages, read_pages
     from dsh.persistence._read import Inspection
-    from dsh.persistence._restore_point import RestorePointRefused
+    from dsh.persistence._restore_point import RestorePointRefused as RestorePointRefused
     from dsh.persistence._write_behind import WriteBehind
 
 __all__ = [
@@ -53,11 +58,9 @@ __all__ = [
     "ColdRead",
     "Handle",
     "Inspection",
-    "KeepsCuts",
     "ListingEntry",
     "OpenMode",
     "Persistence",
-    "RestorePointRefused",
     "SessionSummary",
     "StoredPages",
     "TornTail",
@@ -65,9 +68,7 @@ __all__ = [
     "open_backend",
     "open_store",
     "read_pages",
-    "session_id_problem",
     "store_path",
-    "summarize",
 ]
 
 _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write_behind",
