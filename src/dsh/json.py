@@ -219,10 +219,6 @@ else:
         return lst
 
 
-EMPTY_DICT: Final = FrozenDict()
-EMPTY_LIST: Final = FrozenList()
-
-
 def is_safe_int(value: object) -> bool:
     """Return True for an ``int`` (never a ``bool``) within ±(2^53 − 1) (``Number.isSafeInteger``).
 

@@ -385,10 +385,18 @@ def test_store_resume_delegates_to_the_persistence_attachment() -> None:
             calls.append(("resume", session_id))
             return store.create(session_id, seed=[])
 
+        def exists(self, session_id: str) -> bool:
+            return False
+
+        def close(self) -> None:
+            calls.append("close")
+
     store = SessionStore(Backend())
     s = store.resume("a")
     assert calls == ["bind", ("resume", "a")]
     assert store.get("a") is s and [e.type for e in s.events] == ["session/end-seed"]
+    store.close()
+    assert calls[-1] == "close"
 
 
 def test_store_prepare_from_persistence_restores_without_copying() -> None:

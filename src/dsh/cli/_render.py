@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from rich.console import Console, Group, RenderableType
     from rich.text import Text
 
-    from dsh import Violation
     from dsh.persistence import ListingEntry
 
 
@@ -512,13 +511,6 @@ def render_transcript(header: Mapping[str, Any], entries: Sequence[Entry], *,
 
 
 # -- verify and import -----------------------------------------------------------------------
-
-def render_violations(violations: Sequence[Violation]) -> Text:
-    """Return one line per violation, in the order found."""
-    from rich.text import Text
-
-    return Text("\n".join(v.line() for v in violations))
-
 
 def render_import_summary(imported: Sequence[tuple[str, str, str]],
                           skipped: Sequence[tuple[str, str]],

@@ -528,12 +528,10 @@ class EventBuilder:
         self.step = 0
         self.step_open = False
         self.step_answered = False  # the open step already has its assistant message
-        self.turn_has_response = False
         self.pending: dict[str, _Call] = {}
         self.nodes: list[int] = []
         self.user_prompts = 0
         self.tool_calls = 0
-        self.tool_results = 0
         self.compactions = 0
         self.model: tuple[str, str] = (fmt, "unknown")
         self._source_written = False
@@ -604,7 +602,6 @@ class EventBuilder:
         self.turn += 1
         self.step = 0
         self.turn_open = True
-        self.turn_has_response = False
         self.emit("turn/start", {"turn": self.turn})
 
     def _open_step(self) -> None:
@@ -716,7 +713,6 @@ class EventBuilder:
             data["usage"] = usage
         seq = self.emit("assistant/message", data, surface_op="append")
         self.step_answered = True
-        self.turn_has_response = True
         for block in content:
             if block.get("type") == "tool-call":
                 call_id = str(block["id"])
@@ -758,7 +754,6 @@ class EventBuilder:
             data["error"] = error
         if meta is not None:
             data["meta"] = meta
-        self.tool_results += 1
         return self.emit("tool/result", data, surface_op="append",
                          source_event_seqs=[call.call_seq])
 

@@ -149,23 +149,6 @@ def _shown_id(by_seq: Mapping[int, Mapping[str, Any]],
     return str(message["id"]) if message is not None else None
 
 
-def replay_view(entries: Sequence[Entry]) -> list[Mapping[str, Any]]:
-    """The view the entries leave: appends, and checkpoint messages replacing their run.
-
-    Raises:
-        ValueError: a ``shadows`` id is not in the view (a log the walk did not come from).
-    """
-    view: list[Mapping[str, Any]] = []
-    for entry in entries:
-        if entry.shadows is not None:
-            ids = [str(m["id"]) for m in view]
-            first, last = ids.index(entry.shadows[0]), ids.index(entry.shadows[1])
-            view[first:last + 1] = [entry.message]
-        else:
-            view.append(entry.message)
-    return view
-
-
 def usage_of(event: Mapping[str, Any]) -> dict[str, int]:
     """An assistant event's token usage ``{inputTokens, outputTokens, cacheReadTokens?, …}``.
 

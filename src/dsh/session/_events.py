@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal, NewType, TypeAlias
+from typing import Any, Final, NewType, TypeAlias
 
 from dsh._errors import ConfigError
 from dsh.json import FrozenDict, FrozenList, JsonValue, _untrack
@@ -19,8 +19,6 @@ SESSION_FORMAT_VERSION: Final = 0
 
 SessionId = NewType("SessionId", str)
 
-SurfaceOp: TypeAlias = "Literal['append'] | FrozenDict"
-"""``"append"`` or ``{"op": "replace", "start": seq, "end": seq}`` (core spec §7.1)."""
 
 ENVELOPE_KEYS: Final = frozenset(
     {"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"})

@@ -153,22 +153,6 @@ class RestoreFold:
         self._open = False
 
     @classmethod
-    def of_state(cls, state: RestoreState, inherited: int) -> RestoreFold:
-        """A fold that continues after ``state``."""
-        fold = cls(inherited)
-        fold._count = state.event_count
-        fold._last_time = state.last_time
-        fold._last_type = state.last_type
-        fold._nodes = list(state.nodes)
-        fold._gen = state.replace_generation
-        fold._rh = state.request_header
-        fold._rc = state.request_context
-        fold._markers = state.inherited_markers
-        fold._boundary = state.turn_boundary
-        fold._open = state.turn_open
-        return fold
-
-    @classmethod
     def of_session(cls, session: Session, base: RestoreState | None = None) -> RestoreFold:
         """A fold holding the state of ``session``'s whole current log, taken from its folds.
 
