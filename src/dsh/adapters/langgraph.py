@@ -182,7 +182,6 @@ class _Thread:
         self.latest: dict[tuple[str, str], tuple[Any, Any]] = {}  # (ns, ch) -> (version, value)
         self.projected: dict[str, int] = {}  # LangChain message id -> seq of its event
         self.answered: dict[str, int] = {}  # tool call id -> seq of its tool/result
-        self.surface_ids: list[str] = []  # projected message ids along the surface
         self.seen = 0
 
     def reset(self) -> None:
@@ -611,15 +610,14 @@ class DshSaver(BaseCheckpointSaver[str]):
         wanted = [m for m in messages if isinstance(m, BaseMessage) and isinstance(m.id, str)]
         if not only_new:
             ids = {m.id for m in wanted}
-            gone = [message_id for message_id in thread.surface_ids if message_id not in ids]
+            on_surface = set(log.session.surface.nodes)
+            gone = [(message_id, seq) for message_id, seq in thread.projected.items()
+                    if seq in on_surface and message_id not in ids]
             if gone:
-                shaper = log.open()
-                shaper.end_turn()
-                seqs = [thread.projected[message_id] for message_id in gone]
-                remove_from_surface(shaper, seqs, form="langgraph-state")
-                for message_id in gone:
-                    thread.projected.pop(message_id, None)
-                thread.surface_ids = [i for i in thread.surface_ids if i not in set(gone)]
+                remove_from_surface(log.open(), [seq for _, seq in gone],
+                                    form="langgraph-state")
+                for message_id, _ in gone:
+                    del thread.projected[message_id]
         fresh = []
         for message in wanted:
             if message.id in thread.projected:
@@ -636,7 +634,6 @@ class DshSaver(BaseCheckpointSaver[str]):
         records = [message_record(m, i, thread.thread_id) for i, m in enumerate(fresh)]
         messages_to_events(shaper, fresh, records, model="unknown")
         thread.fold(shaper.session.events)
-        thread.surface_ids.extend(m.id for m in fresh)  # type: ignore[misc]
 
     def delete_thread(self, thread_id: str) -> None:
         """Hide every checkpoint and write of the thread; its log keeps the bytes.

@@ -1,0 +1,148 @@
+"""Cleared means cleared: what a framework clears, pops or drops never reaches a model again.
+
+For each adapter, a secret goes into the session, the framework removes it (SDK
+``clear_session`` / ``pop_item``, LangChain ``clear()``, LangGraph ``delete_thread`` and a
+``RemoveMessage``, Pydantic AI ``clear()``), and then the next model request — captured by a local
+OpenAI-protocol server — holds none of it, from the framework and from ``dsh run --session``;
+``dsh show`` marks the removal and the log still holds the bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.adapters.conftest import dsh
+from tests.adapters.kill_child import run
+from tests.providers.servers import ScriptedServer, Stream, openai_reply
+
+SECRET = "hunter2-4f9a"
+
+
+def _no_secret(server: ScriptedServer) -> None:
+    assert server.requests, "the model was asked"
+    assert SECRET not in json.dumps(server.requests[-1])
+
+
+def _dsh_run_sends_no_secret(store: str, session: str, server: ScriptedServer) -> None:
+    server.add(Stream(openai_reply("ok")))
+    env = {**os.environ, "OPENAI_API_KEY": "test", "DSH_HOME": str(Path(store[10:]).parent)}
+    proc = subprocess.run([sys.executable, "-m", "dsh.cli", "run", "--session", session,
+                           "--store", store, "--provider", "openai-compatible", "--base-url",
+                           server.base_url + "/v1", "--model", "gpt-test", "what did I say?"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    _no_secret(server)
+
+
+def _shown_removed(store: str, session: str) -> None:
+    shown = dsh("show", session, "--store", store)
+    assert "REMOVED from the model view" in shown
+    assert SECRET in shown  # the log kept the bytes: dsh show still shows what was removed
+    dsh("verify", session, "--store", store)
+
+
+def test_sdk_clear_session_and_pop_item(tmp_path: Path) -> None:
+    from dsh.adapters.openai_agents import DshSession
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+
+    async def fill() -> None:
+        for sid in ("cleared", "popped"):
+            session = DshSession(sid, store)
+            await session.add_items([{"role": "user", "content": f"my password is {SECRET}"},
+                                     {"role": "assistant", "content": "noted"}])
+            if sid == "cleared":
+                await session.clear_session()
+            else:
+                await session.add_items([{"role": "user", "content": f"again: {SECRET}"}])
+                assert (await session.pop_item() or {})["content"] == f"again: {SECRET}"
+                await session.pop_item()
+                await session.pop_item()
+            assert await session.get_items() == []
+            session.close()
+    asyncio.run(fill())
+    with ScriptedServer() as server:
+        for sid in ("cleared", "popped"):
+            server.add(Stream(openai_reply("hello")))
+            run("openai-agents", store, sid, server.base_url + "/v1", "hi")
+            _no_secret(server)
+            _dsh_run_sends_no_secret(store, sid, server)
+            _shown_removed(store, sid)
+
+
+def test_langchain_history_clear(tmp_path: Path) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    from dsh.adapters.langchain import DshChatMessageHistory
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    history = DshChatMessageHistory("lc", store)
+    history.add_messages([HumanMessage(f"my password is {SECRET}"), AIMessage("noted")])
+    history.clear()
+    history.add_user_message("hi")
+    with ScriptedServer() as server:
+        server.add(Stream(openai_reply("hello")))
+        model = ChatOpenAI(model="gpt-test", base_url=server.base_url + "/v1", api_key="test",
+                           streaming=True, max_retries=0)
+        history.add_message(model.invoke(history.messages))
+        history.close()
+        _no_secret(server)
+        _dsh_run_sends_no_secret(store, "lc", server)
+    _shown_removed(store, "lc")
+
+
+def test_langgraph_remove_message_and_delete_thread(tmp_path: Path) -> None:
+    from langchain_core.messages import RemoveMessage
+
+    from dsh.adapters.langgraph import DshSaver
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with ScriptedServer() as server:
+        base = server.base_url + "/v1"
+        server.add(Stream(openai_reply("noted")), Stream(openai_reply("noted")))
+        run("langgraph", store, "removed", base, f"my password is {SECRET}")
+        run("langgraph", store, "deleted", base, f"my password is {SECRET}")
+        from langchain.agents import create_agent
+        from langchain_openai import ChatOpenAI
+
+        with DshSaver.from_url(store) as saver:
+            agent = create_agent(ChatOpenAI(model="gpt-test", base_url=base, api_key="test"),
+                                 tools=[], checkpointer=saver)
+            config: Any = {"configurable": {"thread_id": "removed"}}
+            secret_ids = [m.id for m in agent.get_state(config).values["messages"]
+                          if SECRET in str(m.content)]
+            assert secret_ids
+            agent.update_state(config, {"messages": [RemoveMessage(id=i) for i in secret_ids]})
+            saver.delete_thread("deleted")
+        for sid in ("removed", "deleted"):
+            server.add(Stream(openai_reply("hello")))
+            run("langgraph", store, sid, base, "hi")
+            _no_secret(server)
+            _dsh_run_sends_no_secret(store, sid, server)
+            _shown_removed(store, sid)
+
+
+def test_pydantic_ai_history_clear(tmp_path: Path) -> None:
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+    from dsh.adapters.pydantic_ai import DshMessageHistory
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with DshMessageHistory("pa", store) as history:
+        history.record([ModelRequest(parts=[UserPromptPart(f"my password is {SECRET}")]),
+                        ModelResponse(parts=[TextPart("noted")])])
+        history.clear()
+        assert history.load() == []
+    with ScriptedServer() as server:
+        server.add(Stream(openai_reply("hello")))
+        run("pydantic-ai", store, "pa", server.base_url + "/v1", "hi")
+        _no_secret(server)
+        _dsh_run_sends_no_secret(store, "pa", server)
+    _shown_removed(store, "pa")
