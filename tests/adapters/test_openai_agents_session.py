@@ -293,10 +293,13 @@ def test_one_writer_across_objects(tmp_path: Path) -> None:
     first = DshSession("busy", store)
     run(first.add_items([{"role": "user", "content": "mine"}]))
     second = DshSession("busy", store)
-    with pytest.raises(SessionBusyError):
-        run(second.get_items())
-    first.close()
+    # reads never take the write lock; a write waits, then names the holder
     assert run(second.get_items()) == [{"role": "user", "content": "mine"}]
+    with pytest.raises(SessionBusyError, match=r"'busy' is being written by another process"):
+        run(second.add_items([{"role": "user", "content": "theirs"}]))
+    first.close()
+    run(second.add_items([{"role": "user", "content": "theirs"}]))
+    assert [i["content"] for i in run(second.get_items())] == ["mine", "theirs"]
     second.close()
 
 
@@ -335,8 +338,11 @@ def test_a_session_with_a_restore_point_is_read_whole(tmp_path: Path,
         first.close()
         declined = restore_point.stats["refused:adapter"]
         again = DshSession("big", store)
-        assert await again.get_items() == items
+        assert await again.get_items() == items  # a read: no resume, no lock
+        assert restore_point.stats["refused:adapter"] == declined
+        await again.add_items([{"role": "user", "content": "more"}])  # the write resumes
         assert restore_point.stats["refused:adapter"] == declined + 1
+        assert (await again.get_items())[:-1] == items
         again.close()
     run(body())
     assert list((tmp_path / "sessions.db.dsh-checkpoints").iterdir())  # one was there to use

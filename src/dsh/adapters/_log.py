@@ -24,7 +24,12 @@ from typing import Any, Final, TypeVar
 
 import orjson
 
-from dsh._errors import AdapterClosedError, AdapterError, SessionBusyError
+from dsh._errors import (
+    AdapterClosedError,
+    AdapterError,
+    SessionBusyError,
+    SessionNotFoundError,
+)
 from dsh._messages import create_assistant_message
 from dsh.agent import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
@@ -359,6 +364,57 @@ class _WholeLogStore(SessionStore):
         raise RestorePointRefused("adapter: the whole log is read")
 
 
+class _Marks:
+    """What an adapter's own events say about the model view of its records.
+
+    ``<fmt>/records {seq, records}`` (records standing for an earlier event), and from logs
+    written before removals went onto the surface: ``<fmt>/pop {seq, index}``,
+    ``<fmt>/clear {through}``; ``<fmt>/closed-early {seqs}`` (results the framework never saw).
+    """
+
+    def __init__(self, fmt: str) -> None:
+        self.kinds = (f"{fmt}/records", f"{fmt}/pop", f"{fmt}/clear", f"{fmt}/closed-early")
+        self.removed: set[tuple[int, int]] = set()
+        self.cleared_through = -1
+        self.overrides: dict[int, Sequence[Any]] = {}
+        self.seen = 0
+
+    def feed(self, events: Sequence[Event]) -> None:
+        """Take in the events past those already seen."""
+        if self.seen >= len(events):
+            return
+        records, pop, clear, early = self.kinds
+        for event in events[self.seen:]:
+            kind = event["type"]
+            if kind not in self.kinds:
+                continue
+            data = event["data"]
+            if kind == records:
+                self.overrides[data["seq"]] = data["records"]
+            elif kind == pop:
+                self.removed.add((data["seq"], data["index"]))
+            elif kind == clear:
+                self.cleared_through = data["through"]
+            elif kind == early:
+                self.removed.update((seq, 0) for seq in data["seqs"])
+        self.seen = len(events)
+
+
+def _surface_nodes(events: Sequence[Event]) -> list[int]:
+    """The surface node seqs of a validated log (appends and replaces, in order)."""
+    nodes: list[int] = []
+    for event in events:
+        op = event.get("surfaceOp")
+        if op is None:
+            continue
+        if op == "append":
+            nodes.append(event["seq"])
+        else:
+            start, end = nodes.index(op["start"]), nodes.index(op["end"])
+            nodes[start:end + 1] = [event["seq"]]
+    return nodes
+
+
 class LiveLog:
     """One framework session's dsh session, opened for writing on first use.
 
@@ -401,10 +457,8 @@ class LiveLog:
         self._store: SessionStore | None = None
         self._shaper: TurnShaper | None = None
         self._closed = False
-        self._removed: set[tuple[int, int]] = set()
-        self._cleared_through = -1
-        self._overrides: dict[int, Sequence[Any]] = {}  # seq -> the records that stand for it
-        self._marks_seen = 0  # events already scanned for pop / clear / closed-early marks
+        self._marks = _Marks(fmt)
+        self._reader: Persistence | None = None  # the store a read before any write opened
         self._encoded: dict[int, tuple[bytes | None, ...]] = {}  # seq -> its records as JSON
 
     def open(self) -> TurnShaper:
@@ -415,7 +469,9 @@ class LiveLog:
                                          f"make a new {self.owner} to use the session again",
                                          session_id=self.session_id)
             if self._shaper is None:
-                persistence = self._shared or Persistence(open_backend(self.store_url))
+                persistence = (self._shared or self._reader
+                               or Persistence(open_backend(self.store_url)))
+                self._reader = None
                 collecting = gc.isenabled()
                 gc.disable()  # the cold read builds the log's containers: see view()
                 try:
@@ -445,25 +501,6 @@ class LiveLog:
         """True after :meth:`close`."""
         return self._closed
 
-    def _take_marks(self, session: Session) -> None:
-        events = session.events
-        if self._marks_seen >= len(events):
-            return
-        pop, clear, early = (f"{self.fmt}/pop", f"{self.fmt}/clear", f"{self.fmt}/closed-early")
-        records = f"{self.fmt}/records"
-        for event in events[self._marks_seen:]:
-            kind, data = event["type"], event["data"]
-            if kind == records:
-                self._overrides[data["seq"]] = data["records"]
-                self._encoded.pop(data["seq"], None)
-            elif kind == pop:  # logs written before pops became surface removals
-                self._removed.add((data["seq"], data["index"]))
-            elif kind == clear:  # likewise clears
-                self._cleared_through = data["through"]
-            elif kind == early:
-                self._removed.update((seq, 0) for seq in data["seqs"])
-        self._marks_seen = len(events)
-
     def view(self, synthesize: Callable[[Event], Sequence[Any]], limit: int | None = None
              ) -> list[tuple[int, int, Any]]:
         """The framework's records along the surface (the model view), in order.
@@ -479,32 +516,59 @@ class LiveLog:
             (``<fmt>/closed-early``). Each event's records are encoded once and cached (events
             never change), so a call costs one JSON parse of the records it returns.
         """
-        session = self.session
-        self._take_marks(session)
         # The records are fresh containers by the hundred thousand: a collection pass in
         # between would walk them all again and again (seconds at 100k), so none runs here.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._view(session, synthesize, limit)
+            with self.lock:
+                if self._shaper is None and not self._closed:
+                    cold = self._cold_read()
+                    if cold is None:
+                        return []
+                    marks = _Marks(self.fmt)
+                    marks.feed(cold)
+                    # a fresh cache: the closers at the end are what a resume would write,
+                    # and a writer still alive elsewhere writes other events at those seqs
+                    return self._view(_surface_nodes(cold), cold.__getitem__, marks, {},
+                                      synthesize, limit)
+                session = self.session
+                self._marks.feed(session.events)
+                return self._view(session.surface.nodes, session.event_at, self._marks,
+                                  self._encoded, synthesize, limit)
         finally:
             if collecting:
                 gc.enable()
 
-    def _view(self, session: Session, synthesize: Callable[[Event], Sequence[Any]],
+    def _cold_read(self) -> Sequence[Event] | None:
+        """The stored log as a resume would see it (repair closers included); no lock taken.
+
+        None when the session is not stored yet.
+        """
+        persistence = self._shared or self._reader
+        if persistence is None:
+            persistence = self._reader = Persistence(open_backend(self.store_url))
+        try:
+            return persistence.read(self.session_id).events
+        except SessionNotFoundError:
+            return None
+
+    def _view(self, nodes: Sequence[int], event_at: Callable[[int], Event], marks: _Marks,
+              cache: dict[int, tuple[bytes | None, ...]],
+              synthesize: Callable[[Event], Sequence[Any]],
               limit: int | None) -> list[tuple[int, int, Any]]:
         picked: list[tuple[int, int, bytes | None]] = []
-        removed, cleared = self._removed, self._cleared_through
-        for seq in reversed(session.surface.nodes):
+        removed, cleared = marks.removed, marks.cleared_through
+        for seq in reversed(nodes):
             if seq <= cleared or (limit is not None and len(picked) >= limit):
                 break
-            encoded = self._encoded.get(seq)
+            encoded = cache.get(seq) if seq not in marks.overrides else None
             if encoded is None:
-                event = session.event_at(seq)
-                records = self._overrides.get(seq) or records_of(event, self.fmt)
+                event = event_at(seq)
+                records = marks.overrides.get(seq) or records_of(event, self.fmt)
                 if records is None:
                     records = () if is_removal(event) else synthesize(event)
-                encoded = self._encoded[seq] = tuple(_encode(r) for r in records)
+                encoded = cache[seq] = tuple(_encode(r) for r in records)
             for index in range(len(encoded) - 1, -1, -1):
                 if not removed or (seq, index) not in removed:
                     picked.append((seq, index, encoded[index]))
@@ -514,14 +578,15 @@ class LiveLog:
         fast = iter(orjson.loads(b"[" + b",".join([b for _, _, b in picked if b is not None])
                                  + b"]"))
         return [(seq, index, next(fast) if encoded is not None
-                 else _copy(session.event_at(seq), index, self.fmt, synthesize))
+                 else _copy(event_at(seq), index, self.fmt, synthesize))
                 for seq, index, encoded in picked]
 
     def records_at(self, seq: int) -> list[Any]:
         """The records event ``seq`` stands for now (plain copies; [] for none)."""
         session = self.session
-        self._take_marks(session)
-        found = self._overrides.get(seq) or records_of(session.event_at(seq), self.fmt) or ()
+        self._marks.feed(session.events)
+        found = (self._marks.overrides.get(seq) or records_of(session.event_at(seq), self.fmt)
+                 or ())
         return [thaw(r) if isinstance(r, FrozenDict | FrozenList) else r for r in found]
 
     def supersede(self, seq: int, records: Sequence[Any]) -> None:
@@ -573,6 +638,9 @@ class LiveLog:
             self._closed = True
             persistence, store, shaper = self._persistence, self._store, self._shaper
             self._persistence = self._store = self._shaper = None
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
             if persistence is None:
                 return
             try:

@@ -30,7 +30,14 @@ from typing import Any, Final
 
 from dsh._errors import AdapterError
 from dsh._messages import create_assistant_message, create_user_message
-from dsh.adapters._log import LiveLog, TurnShaper, message_of, text_of, with_records
+from dsh.adapters._log import (
+    DEFAULT_WAIT_S,
+    LiveLog,
+    TurnShaper,
+    message_of,
+    text_of,
+    with_records,
+)
 from dsh.json import snapshot_json
 from dsh.session import Event
 
@@ -188,7 +195,9 @@ class DshChatMessageHistory(BaseChatMessageHistory):
         session_id: The dsh session id (``dsh show ID``).
         store: Store URL (``sqlite:///path.db``, ``jsonl:///dir``, ``memory:``); default
             ``sqlite:///$DSH_HOME/sessions.db``, the store the ``dsh`` command reads.
-        model: Model name recorded in assistant message sources (provider ``langchain``).
+        model: Model name recorded for an ``AIMessage`` whose ``response_metadata`` names none
+            (LangChain chat models put ``model_provider`` and ``model_name`` there).
+        wait: Seconds to wait for a session another process is writing (default 5).
 
     The session is opened on first use and held for writing (exclusively, across processes)
     until :meth:`close`; an interrupted turn left by a crashed process is repaired then.
@@ -201,8 +210,8 @@ class DshChatMessageHistory(BaseChatMessageHistory):
     """
 
     def __init__(self, session_id: str, store: str | None = None, *,
-                 model: str = "unknown") -> None:
-        self._log = LiveLog(session_id, store, FORMAT, type(self).__name__)
+                 model: str = "unknown", wait: float = DEFAULT_WAIT_S) -> None:
+        self._log = LiveLog(session_id, store, FORMAT, type(self).__name__, wait=wait)
         self.session_id = session_id
         self.model = model
 

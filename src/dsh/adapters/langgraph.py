@@ -56,7 +56,6 @@ from dsh.adapters._log import (
     records_of,
     remove_from_surface,
     text_of,
-    wait_for_writer,
 )
 from dsh.adapters.langchain import FORMAT as LANGCHAIN_FORMAT
 from dsh.adapters.langchain import message_record, messages_to_events
@@ -319,8 +318,8 @@ class DshSaver(BaseCheckpointSaver[str]):
         log = self._logs.get(thread_id)
         if log is None:
             log = LiveLog(thread_id, self.store_url, FORMAT, type(self).__name__,
-                          persistence=self._persistence)
-            wait_for_writer(log.open, self.wait)
+                          persistence=self._persistence, wait=self.wait)
+            log.open()
             self._logs[thread_id] = log
             self._threads.pop(thread_id, None)  # refolded from the live log
         return log

@@ -268,7 +268,11 @@ class DshSession(SessionABC):
             ``sqlite:///$DSH_HOME/sessions.db``, the store the ``dsh`` command reads.
         session_settings: ``SessionSettings`` (or a dict of its fields); default
             ``SessionSettings()``, whose ``limit`` ``get_items`` uses when given none.
-        model: Model name recorded in assistant message sources (dsh shows it).
+        model: Model name recorded in assistant message sources (dsh shows it) when the run
+            hooks are not used; with them the agent's own model is recorded.
+        provider: Provider recorded beside ``model``.
+        wait: Seconds a write waits for a session another process is writing (default 5, as
+            the CLI); reads never wait (they take no lock).
 
     The session is opened on first use and held for writing (exclusively, across processes)
     until :meth:`close`; an interrupted turn left by a crashed process is repaired then.
