@@ -1,4 +1,6 @@
-"""OpenAI Agents SDK sessions: DshSession beside the SDK's SQLiteSession, per turn.
+"""Each adapter beside the framework's own store, in one run.
+
+1. OpenAI Agents SDK sessions: DshSession beside the SDK's SQLiteSession, per turn.
 
 Each session is prefilled with N Responses items (turns of user message, function_call,
 function_call_output, assistant message), then a fresh process (modules already imported)
@@ -8,7 +10,13 @@ first ``get_items`` of the fresh process (DshSession resumes the log there), the
 per-turn time, ``get_items(limit=20)``, and peak RSS. Both sessions run in the same
 invocation, interleaved, median of ``--runs`` fresh processes.
 
-Run: ``python -m bench.bench_adapters [--sizes 100,10000,100000] [--turns 10] [--runs 3]``.
+2. LangGraph checkpointers: DshSaver beside SqliteSaver (and PostgresSaver on a dsh PostgreSQL
+store, when a server answers): a ``--saver-turns`` thread written as a chat graph writes it;
+per turn, ``get_tuple`` (warm and in a fresh process), ``list(limit=10)``, a whole ``list``,
+peak RSS and bytes on disk (see :mod:`bench.bench_saver`).
+
+Run: ``python -m bench.bench_adapters [--sizes 100,10000,100000] [--turns 10] [--runs 3]
+[--saver-turns 1000]``.
 """
 
 from __future__ import annotations
@@ -120,6 +128,8 @@ def main() -> None:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--phase", default="measure", help=argparse.SUPPRESS)
+    parser.add_argument("--saver-turns", type=int, default=1000,
+                        help="turns of the LangGraph thread (0: skip the savers)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.child:
@@ -148,6 +158,33 @@ def main() -> None:
                   if kind == "dsh" else "—")
             print(f"| {items:,} | {label} | {r['cold']:.1f} | {r['turn']:.2f} | "
                   f"{r['limit20']:.2f} | {r['rss']:.0f} MB | {vs} |")
+    if args.saver_turns:
+        savers(args.saver_turns, args.runs)
+
+
+def savers(turns: int, runs: int) -> None:
+    """The LangGraph saver table: each figure, then ours against theirs (≥ 1.0: ours ahead)."""
+    from bench.bench_saver import compare
+    rows = dict(compare(turns, runs))
+    print()
+    print(f"# adapters: LangGraph checkpointers, a {turns:,}-turn thread (2 checkpoints + 1 "
+          f"pending write a turn, add_messages state), median of {runs} processes")
+    print("| saver | per turn ms | get_tuple ms | cold get_tuple ms | list(limit=10) ms "
+          "| list all ms | peak RSS | bytes on disk |")
+    print("|---|---|---|---|---|---|---|---|")
+    names = {"dsh": "DshSaver (dsh SQLite)", "sqlite": "SqliteSaver",
+             "dsh-postgres": "DshSaver (dsh PostgreSQL)", "postgres": "PostgresSaver"}
+    for kind, r in rows.items():
+        print(f"| {names[kind]} | {r['turn']:.2f} | {r['get_tuple']:.2f} | "
+              f"{r['cold_get_tuple']:.1f} | {r['list10']:.1f} | {r['list_all']:.0f} | "
+              f"{r['rss']:.0f} MB | {r['bytes'] / 1e6:.1f} MB |")
+    for ours, theirs in (("dsh", "sqlite"), ("dsh-postgres", "postgres")):
+        if ours in rows and theirs in rows:
+            a, b = rows[ours], rows[theirs]
+            parts = [f"{key} {ratio(a[key], b[key], higher_is_better=False)}"
+                     for key in ("turn", "get_tuple", "cold_get_tuple", "list10", "list_all",
+                                 "rss", "bytes")]
+            print(f"| {names[ours]} vs {names[theirs]} | " + ", ".join(parts) + " |")
 
 
 if __name__ == "__main__":

@@ -174,13 +174,15 @@ def with_records(source: Mapping[str, Any], fmt: str, records: Sequence[Any]) ->
 
 def message_of(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The message of a surface event (``data`` or ``data.message``), else None."""
+    # dict checks, not Mapping: stored events are frozen dicts, and this runs once per item
+    # of a cold read (the abc check was a fifth of it)
     etype = event["type"]
     data = event["data"]
     if etype in ("user/message", "system/message"):
-        return data if isinstance(data, Mapping) else None
-    if etype in ("assistant/message", "tool/result") and isinstance(data, Mapping):
+        return data if isinstance(data, dict) else None
+    if etype in ("assistant/message", "tool/result") and isinstance(data, dict):
         message = data.get("message")
-        return message if isinstance(message, Mapping) else None
+        return message if isinstance(message, dict) else None
     return None
 
 
@@ -196,11 +198,11 @@ def records_of(event: Mapping[str, Any], fmt: str) -> Sequence[Any] | None:
     holder = message.get("source")
     if event["type"] == "tool/result":
         holder = event["data"].get("meta")
-    record = holder.get(RECORD_KEY) if isinstance(holder, Mapping) else None
-    if not isinstance(record, Mapping) or record.get("format") != fmt:
+    record = holder.get(RECORD_KEY) if isinstance(holder, dict) else None
+    if not isinstance(record, dict) or record.get("format") != fmt:
         return None
     records = record.get("records")
-    return records if isinstance(records, Sequence) else None
+    return records if isinstance(records, list) else None
 
 
 def _encode(record: Any) -> bytes | None:
