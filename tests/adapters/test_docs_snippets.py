@@ -1,0 +1,96 @@
+"""Every Python snippet of docs/adapters.md runs, as written, against a local model server.
+
+The snippets name a ``model`` (and a ``get_weather`` tool) the way a user's own code has them;
+the test supplies both: the framework's OpenAI model class pointed at a local server speaking
+the Chat Completions protocol, which answers a tool call first and then text.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adapters.conftest import dsh
+from tests.providers.servers import Fail, ScriptedServer
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "adapters.md"
+SNIPPETS = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+
+
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def completion(text: str = "", call: tuple[str, str] | None = None) -> Fail:
+    """A whole (not streamed) Chat Completions answer: a 200 with the JSON body."""
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if call is not None:
+        message["tool_calls"] = [{"id": "call_w", "type": "function",
+                                  "function": {"name": call[0], "arguments": call[1]}}]
+    return Fail(200, {"id": "chatcmpl-doc", "object": "chat.completion",
+                      "created": int(time.time()), "model": "gpt-test",
+                      "choices": [{"index": 0, "message": message, "logprobs": None,
+                                   "finish_reason": "tool_calls" if call else "stop"}],
+                      "usage": {"prompt_tokens": 9, "completion_tokens": 3,
+                                "total_tokens": 12}})
+
+
+def model_for(snippet: str, base_url: str) -> Any:
+    if "from agents import" in snippet:
+        from agents import OpenAIChatCompletionsModel, set_tracing_disabled
+        from openai import AsyncOpenAI
+        set_tracing_disabled(True)
+        return OpenAIChatCompletionsModel(
+            model="gpt-test", openai_client=AsyncOpenAI(base_url=base_url, api_key="test"))
+    if "pydantic_ai" in snippet:
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+        return OpenAIChatModel("gpt-test", provider=OpenAIProvider(base_url=base_url,
+                                                                   api_key="test"))
+    from langchain_openai import ChatOpenAI
+    return ChatOpenAI(model="gpt-test", base_url=base_url, api_key="test", max_retries=0)
+
+
+def test_the_page_has_a_snippet_per_framework() -> None:
+    text = "\n".join(SNIPPETS)
+    for name in ("DshSession", "run_hooks()", "DshSaver.from_url", "saver.middleware()",
+                 "wrap_tool_call=saver.wrap_tool_call", "DshChatMessageHistory",
+                 "history.capability()"):
+        assert name in text
+
+
+# The frameworks' own HTTP clients (made by the test's `model`) are left to the collector, as a
+# user's script leaves them; their sockets' ResourceWarnings are the frameworks', not ours.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("index", range(len(SNIPPETS)))
+def test_snippet_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    snippet = SNIPPETS[index]
+    monkeypatch.chdir(tmp_path)
+    with ScriptedServer() as server:
+        uses_tools = "get_weather" in snippet
+        if uses_tools:
+            server.add(completion(call=("get_weather", '{"city": "Paris"}')))
+        server.add(completion("Done."))
+        namespace: dict[str, Any] = {"model": model_for(snippet, server.base_url + "/v1"),
+                                     "get_weather": get_weather, "__name__": "snippet"}
+        exec(compile(snippet, f"{DOC}:snippet {index}", "exec"), namespace)
+        namespace.clear()
+        gc.collect()
+        if "from agents import" in snippet or "pydantic_ai" in snippet or uses_tools:
+            assert len(server.requests) == (2 if uses_tools else 1)
+    stores = sorted(tmp_path.glob("*.db"))
+    assert stores, "the snippet stored its session"
+    listed = dsh("ls", "--store", f"sqlite:///{stores[0]}")
+    assert listed.strip()
+    if uses_tools:
+        session = re.search(r'"thread_id": "([^"]+)"', snippet)
+        assert session is not None
+        shown = dsh("show", session.group(1), "--store", f"sqlite:///{stores[0]}")
+        assert "sunny in Paris" in shown and "get_weather" in shown
