@@ -31,7 +31,7 @@ SAVERS = ("dsh", "sqlite", "postgres")
 
 def _saver(kind: str, root: Path, pg: str | None) -> Any:
     if kind.startswith("dsh"):  # the store imports its backend lazily: time the reads only
-        import dsh.persistence._coordinator
+        import dsh.persistence._facade
         import dsh.persistence.postgres._backend
         import dsh.persistence.sqlite._backend  # noqa: F401
     if kind == "dsh":
