@@ -98,10 +98,13 @@ def run_pydantic_ai(store: str, session_id: str, base_url: str, prompt: str) -> 
         async for _ in events:
             pass
 
+    import asyncio
+
     with DshMessageHistory(session_id, store) as history:
-        result = agent.run_sync(prompt, message_history=history.load(),
-                                capabilities=[history.capability()],
-                                event_stream_handler=drain)
+        # asyncio.run, not run_sync: run_sync leaves its event loop open for the collector
+        result = asyncio.run(agent.run(prompt, message_history=history.load(),
+                                       capabilities=[history.capability()],
+                                       event_stream_handler=drain))
         history.record(result.new_messages())
         return result.output
 

@@ -7,8 +7,10 @@ the Chat Completions protocol, which answers a tool call first and then text.
 
 from __future__ import annotations
 
-import gc
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -65,24 +67,21 @@ def test_the_page_has_a_snippet_per_framework() -> None:
         assert name in text
 
 
-# The frameworks' own HTTP clients (made by the test's `model`) are left to the collector, as a
-# user's script leaves them; their sockets' ResourceWarnings are the frameworks', not ours.
-@pytest.mark.filterwarnings("ignore::ResourceWarning")
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
-def test_snippet_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snippet_runs(index: int, tmp_path: Path) -> None:
+    # each snippet runs in a fresh process, as a user's script would (the frameworks leave
+    # their event loops and HTTP clients to the end of the process)
     snippet = SNIPPETS[index]
-    monkeypatch.chdir(tmp_path)
     with ScriptedServer() as server:
         uses_tools = "get_weather" in snippet
         if uses_tools:
             server.add(completion(call=("get_weather", '{"city": "Paris"}')))
         server.add(completion("Done."))
-        namespace: dict[str, Any] = {"model": model_for(snippet, server.base_url + "/v1"),
-                                     "get_weather": get_weather, "__name__": "snippet"}
-        exec(compile(snippet, f"{DOC}:snippet {index}", "exec"), namespace)
-        namespace.clear()
-        gc.collect()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        proc = subprocess.run([sys.executable, "-m", "tests.adapters.test_docs_snippets",
+                               str(index), server.base_url + "/v1"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
         if "from agents import" in snippet or "pydantic_ai" in snippet or uses_tools:
             assert len(server.requests) == (2 if uses_tools else 1)
     stores = sorted(tmp_path.glob("*.db"))
@@ -94,3 +93,10 @@ def test_snippet_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert session is not None
         shown = dsh("show", session.group(1), "--store", f"sqlite:///{stores[0]}")
         assert "sunny in Paris" in shown and "get_weather" in shown
+
+
+if __name__ == "__main__":  # the child: run snippet N with the model at BASE_URL
+    number, base_url = int(sys.argv[1]), sys.argv[2]
+    code = SNIPPETS[number]
+    exec(compile(code, f"{DOC}:snippet {number}", "exec"),
+         {"model": model_for(code, base_url), "get_weather": get_weather, "__name__": "snippet"})
