@@ -552,7 +552,9 @@ class DshSaver(BaseCheckpointSaver[str]):
                 else:
                     stored[channel] = self._codec.encode(value)
             if ns == "" and isinstance(values.get(_MESSAGES), list):
-                self._project(log, thread, values[_MESSAGES])
+                self._project(log, thread, values[_MESSAGES],
+                              gone=self._left_state(thread, conf.get("checkpoint_id"),
+                                                    values[_MESSAGES]))
             meta = get_serializable_checkpoint_metadata(config, metadata)
             rest = {key: self._codec.encode(value) for key, value in checkpoint.items()
                     if key not in _TOP_LEVEL}
@@ -595,7 +597,7 @@ class DshSaver(BaseCheckpointSaver[str]):
                 rows.append([idx, channel, self._codec.encode(value)])
                 if ns == "" and channel == _MESSAGES:
                     added = value if isinstance(value, list) else [value]
-                    self._project(log, thread, added, only_new=True)
+                    self._project(log, thread, added)
             if not rows:
                 return
             log.open().mark(WRITES_EVENT, {"ns": ns, "cp": checkpoint_id, "task": task_id,
@@ -604,18 +606,17 @@ class DshSaver(BaseCheckpointSaver[str]):
             thread.fold(log.session.events)
 
     def _project(self, log: LiveLog, thread: _Thread, messages: Sequence[Any], *,
-                 only_new: bool = False) -> None:
-        """Put the state's messages on the surface: new ones appended, gone ones removed."""
+                 gone: Sequence[str] = ()) -> None:
+        """Put the state's messages on the surface: new ones appended, ``gone`` ids removed."""
         wanted = [m for m in messages if isinstance(m, BaseMessage) and isinstance(m.id, str)]
-        if not only_new:
-            ids = {m.id for m in wanted}
+        if gone:
             on_surface = set(log.session.surface.nodes)
-            gone = [(message_id, seq) for message_id, seq in thread.projected.items()
-                    if seq in on_surface and message_id not in ids]
-            if gone:
-                remove_from_surface(log.open(), [seq for _, seq in gone],
+            leaving = [(message_id, thread.projected[message_id]) for message_id in gone
+                       if thread.projected.get(message_id) in on_surface]
+            if leaving:
+                remove_from_surface(log.open(), [seq for _, seq in leaving],
                                     form="langgraph-state")
-                for message_id, _ in gone:
+                for message_id, _ in leaving:
                     del thread.projected[message_id]
         fresh = []
         for message in wanted:
@@ -634,6 +635,27 @@ class DshSaver(BaseCheckpointSaver[str]):
         messages_to_events(shaper, fresh, records, model="unknown")
         thread.fold(shaper.session.events)
 
+    def _left_state(self, thread: _Thread, parent: Any, messages: Sequence[Any]
+                    ) -> Sequence[str]:
+        """Ids of the parent checkpoint's messages that ``messages`` no longer holds.
+
+        Only a checkpoint that does not extend its parent's list (a ``RemoveMessage``, an
+        ``update_state`` from an earlier checkpoint) takes messages off the surface; messages
+        the middleware recorded ahead of any checkpoint are never "gone" (LangGraph may hand
+        over an older checkpoint after them).
+        """
+        space = thread.namespaces.get("")
+        entry = space.checkpoints.get(str(parent)) if space is not None and parent else None
+        if entry is None:
+            return []
+        version = self._events(thread.thread_id)[entry.seq]["data"]["versions"].get(_MESSAGES)
+        before = self._value(thread, "", _MESSAGES, version, {}) if version is not None else None
+        if not isinstance(before, list) or _extends([*messages], before):
+            return []
+        ids = {m.id for m in messages if isinstance(m, BaseMessage)}
+        return [m.id for m in before
+                if isinstance(m, BaseMessage) and isinstance(m.id, str) and m.id not in ids]
+
     def delete_thread(self, thread_id: str) -> None:
         """Hide every checkpoint and write of the thread; its log keeps the bytes.
 
@@ -647,7 +669,7 @@ class DshSaver(BaseCheckpointSaver[str]):
             log = self._writer(thread_id)
             thread = self._thread(thread_id, write=True)
             assert thread is not None
-            self._project(log, thread, [])
+            self._project(log, thread, [], gone=list(thread.projected))
             log.open().mark(DROP_EVENT, {"all": True})
             log.flush()
             thread.fold(log.session.events)
@@ -743,7 +765,7 @@ class DshSaver(BaseCheckpointSaver[str]):
             log = self._writer(thread_id)
             thread = self._thread(thread_id, write=True)
             assert thread is not None
-            self._project(log, thread, messages, only_new=True)
+            self._project(log, thread, messages)
             log.flush()
 
     def _before_tool(self, request: Any) -> ToolMessage | None:
