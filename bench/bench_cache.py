@@ -4,7 +4,7 @@ Run: ``python -m bench.bench_cache [--turns 48] [--wires openai,anthropic]``.
 
 An agent reads ~2 KB pages of notes (one tool call and one answer per turn) until automatic
 compaction runs with the model summarizer, three times in 48 turns, against a local server that
-imitates the providers' prompt caching (``tests/providers/servers.py``: OpenAI's automatic
+imitates the providers' prompt caching (``tests/agent/providers/servers.py``: OpenAI's automatic
 prefix cache in 128-token steps from 1,024 tokens; Anthropic's ``cache_control`` marks with
 their 20-block look-back). For each compaction: the share of the summary request's input tokens
 served from the cache, and of the first request after it; then the share over every request.
@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tests.providers.cache_run import run_cache
+from tests.agent.providers.cache_run import run_cache
 
 from bench.bench_write import header_lines
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.adapters.conftest import dsh, sigkill_when_ready
 from tests.adapters.kill_child import PROMPT, run
-from tests.providers.servers import ScriptedServer, Stall, Stream, openai_reply
+from tests.agent.providers.servers import ScriptedServer, Stall, Stream, openai_reply
 
 CHILD = Path(__file__).with_name("kill_child.py")
 

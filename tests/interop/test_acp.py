@@ -13,7 +13,7 @@ from typing import Any
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 
 from tests.interop.standards import cli
-from tests.providers.servers import ScriptedServer, Stall, Stream, openai_reply
+from tests.agent.providers.servers import ScriptedServer, Stall, Stream, openai_reply
 
 
 class Editor:

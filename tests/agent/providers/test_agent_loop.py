@@ -32,8 +32,8 @@ from dsh.agent.providers import (
 from dsh.compaction import CompactionPolicy, acompact_now
 from dsh.compaction._summarizers import COMPACTION_INSTRUCTION
 from dsh.interop._export import to_anthropic, to_openai, validate_conversation
-from tests.providers.helpers import plain, without_cache_mark
-from tests.providers.servers import (
+from tests.agent.providers.helpers import plain, without_cache_mark
+from tests.agent.providers.servers import (
     ANTHROPIC_OVERFLOW,
     ANTHROPIC_RATE_LIMIT,
     ANTHROPIC_SERVER_ERROR,

@@ -9,7 +9,7 @@ import pytest
 from dsh._errors import LlmFailureError
 from dsh.agent.providers import AnthropicProvider, create_provider
 from dsh.interop._export import to_anthropic, validate_conversation
-from tests.providers.helpers import (
+from tests.agent.providers.helpers import (
     READ_TOOL,
     assemble,
     assistant,
@@ -20,7 +20,7 @@ from tests.providers.helpers import (
     user,
     without_cache_mark,
 )
-from tests.providers.servers import (
+from tests.agent.providers.servers import (
     ANTHROPIC_OVERFLOW,
     ANTHROPIC_OVERLOADED,
     ANTHROPIC_RATE_LIMIT,

@@ -22,10 +22,10 @@ import dsh
 from dsh.agent import LlmRequest
 from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider
 from dsh.interop._export import to_anthropic, to_openai, validate_conversation
-from tests.providers.helpers import plain, without_cache_mark
-from tests.providers.servers import ScriptedServer, Stream, anthropic_reply, openai_reply
+from tests.agent.providers.helpers import plain, without_cache_mark
+from tests.agent.providers.servers import ScriptedServer, Stream, anthropic_reply, openai_reply
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "src" / "dsh" / "examples" / "transcripts"
 CORPUS = Path(os.environ.get("DSH_SHARED", REPO.parent / "shared")) / "corpus"
 

@@ -17,7 +17,7 @@ import dsh
 from dsh._errors import LlmFailureError
 from dsh.agent import Agent
 from dsh.agent.providers import OpenAIResponsesProvider, responses_input
-from tests.providers.helpers import (
+from tests.agent.providers.helpers import (
     READ_TOOL,
     assemble,
     assistant,
@@ -26,7 +26,7 @@ from tests.providers.helpers import (
     result,
     user,
 )
-from tests.providers.servers import (
+from tests.agent.providers.servers import (
     OPENAI_OVERFLOW,
     OPENAI_RATE_LIMIT,
     OPENAI_SERVER_ERROR,

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.providers.cache_run import run_cache
+from tests.agent.providers.cache_run import run_cache
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("wire", ["openai", "anthropic"])

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.providers.servers import (
+from tests.agent.providers.servers import (
     Fail,
     ScriptedServer,
     Stall,

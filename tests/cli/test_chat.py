@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.providers.servers import ScriptedServer, Stall, Stream, openai_reply
+from tests.agent.providers.servers import ScriptedServer, Stall, Stream, openai_reply
 
 pexpect = pytest.importorskip("pexpect")
 

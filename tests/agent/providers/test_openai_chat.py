@@ -8,7 +8,7 @@ import pytest
 from dsh._errors import LlmFailureError
 from dsh.agent.providers import OpenAIChatProvider, create_provider
 from dsh.interop._export import to_openai, validate_conversation
-from tests.providers.helpers import (
+from tests.agent.providers.helpers import (
     READ_TOOL,
     assemble,
     assistant,
@@ -18,7 +18,7 @@ from tests.providers.helpers import (
     result,
     user,
 )
-from tests.providers.servers import (
+from tests.agent.providers.servers import (
     DEEPSEEK_OVERFLOW,
     OPENAI_OVERFLOW,
     OPENAI_RATE_LIMIT,

@@ -1,10 +1,10 @@
 """An agent run long enough to compact twice, against a server that imitates prompt caching.
 
-Shared by ``tests/providers/test_cache_keeping.py`` and ``bench/bench_cache.py``. The model is
-a :class:`~tests.providers.servers.ScriptedServer` whose replies are built per request
-(:class:`~tests.providers.servers.Dynamic`): a user prompt gets a tool call, a tool result gets
+Shared by ``tests/agent/providers/test_cache_keeping.py`` and ``bench/bench_cache.py``. The model is
+a :class:`~tests.agent.providers.servers.ScriptedServer` whose replies are built per request
+(:class:`~tests.agent.providers.servers.Dynamic`): a user prompt gets a tool call, a tool result gets
 a short answer, the compaction instruction gets a checkpoint text; every reply's usage comes
-from a :class:`~tests.providers.servers.PrefixCache`. The tool returns ~2 KB of text, so the
+from a :class:`~tests.agent.providers.servers.PrefixCache`. The tool returns ~2 KB of text, so the
 context grows until automatic compaction (the model summarizer) runs, twice.
 """
 
@@ -21,7 +21,7 @@ from dsh.agent import Agent, ToolContext, tool
 from dsh.agent.providers import AnthropicProvider, OpenAIChatProvider
 from dsh.compaction import COMPACTION_INSTRUCTION, CompactionPolicy
 from dsh.transcript import cached_share
-from tests.providers.servers import (
+from tests.agent.providers.servers import (
     Dynamic,
     PrefixCache,
     ScriptedServer,
@@ -111,7 +111,7 @@ def run_cache(wire: str, tmp_path: Path, *, keep_cache: bool, turns: int = 48,
                                          base_url=server.base_url)
             model = "claude-test"
         agent = Agent.create(
-            store, provider, session_id="cache", system=SYSTEM, tools=[read_notes],
+            store.sessions, provider, session_id="cache", system=SYSTEM, tools=[read_notes],
             config={"provider": provider.name, "model": model}, context_window=window,
             summarizer="model", max_steps=8,
             compaction=CompactionPolicy(threshold_ratio=0.8, retain_ratio=0.5,
