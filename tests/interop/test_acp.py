@@ -12,8 +12,8 @@ from typing import Any
 
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 
-from tests.interop.standards import cli
 from tests.agent.providers.servers import ScriptedServer, Stall, Stream, openai_reply
+from tests.interop.standards import cli
 
 
 class Editor:

@@ -1,11 +1,12 @@
 """An agent run long enough to compact twice, against a server that imitates prompt caching.
 
-Shared by ``tests/agent/providers/test_cache_keeping.py`` and ``bench/bench_cache.py``. The model is
-a :class:`~tests.agent.providers.servers.ScriptedServer` whose replies are built per request
-(:class:`~tests.agent.providers.servers.Dynamic`): a user prompt gets a tool call, a tool result gets
-a short answer, the compaction instruction gets a checkpoint text; every reply's usage comes
-from a :class:`~tests.agent.providers.servers.PrefixCache`. The tool returns ~2 KB of text, so the
-context grows until automatic compaction (the model summarizer) runs, twice.
+Shared by ``tests/agent/providers/test_cache_keeping.py`` and ``bench/bench_cache.py``. The
+model is a :class:`~tests.agent.providers.servers.ScriptedServer` whose replies are built per
+request (:class:`~tests.agent.providers.servers.Dynamic`): a user prompt gets a tool call, a
+tool result gets a short answer, the compaction instruction gets a checkpoint text; every
+reply's usage comes from a :class:`~tests.agent.providers.servers.PrefixCache`. The tool
+returns ~2 KB of text, so the context grows until automatic compaction (the model summarizer)
+runs, twice.
 """
 
 from __future__ import annotations
