@@ -19,7 +19,7 @@ from typing import Any
 
 from tests.adapters.conftest import dsh
 from tests.adapters.kill_child import run
-from tests.providers.servers import ScriptedServer, Stream, openai_reply
+from tests.agent.providers.servers import ScriptedServer, Stream, openai_reply
 
 SECRET = "hunter2-4f9a"
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.adapters.conftest import dsh
-from tests.providers.servers import Fail, ScriptedServer
+from tests.agent.providers.servers import Fail, ScriptedServer
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "adapters.md"
 SNIPPETS = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
