@@ -40,7 +40,9 @@ from typing import Any, Final
 import orjson
 
 from dsh._errors import DshError
-from dsh.json import FrozenDict, snapshot_json
+from dsh.json import FrozenDict, snapshot_json, thaw
+from dsh.json import dumps as json_dumps
+from dsh.json import loads as json_loads
 
 __all__ = ["INDEX_NAME", "JOURNAL_NAME", "EntryFold", "JsonlIndex", "ListingEntry",
            "jsonl_entries", "note_flushed", "sqlite_entries", "summarize"]
@@ -207,13 +209,35 @@ class EntryFold:
         return True
 
 
+def _encode(value: Any) -> bytes:
+    """JSON bytes of an index or journal item; lone surrogates (valid in dsh logs) escaped."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:  # a lone surrogate in a title or a header: dsh's codec
+        # escapes it; a frozen top level is encoded as is (the stat signature's nanosecond
+        # times are beyond what a snapshot accepts, and this is our own data)
+        return json_dumps(FrozenDict(value))
+
+
+def _decode(data: bytes) -> Any:
+    """An index or journal item; raises ``orjson.JSONDecodeError`` when it is not JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        try:  # dsh's codec reads the lone surrogates _encode escaped
+            return thaw(json_loads(data))
+        except DshError:
+            pass
+        raise
+
+
 def note_flushed(root: Path, key: str, sig: list[int], entry: ListingEntry) -> None:
     """Append one ``(key, sig, entry)`` line to the store's listing journal (one write).
 
     A failure is logged and ignored: the index is a cache, and the listing then reads the
     log in full.
     """
-    line = orjson.dumps({"key": key, "sig": sig, "entry": _to_json(entry)}) + b"\n"
+    line = _encode({"key": key, "sig": sig, "entry": _to_json(entry)}) + b"\n"
     try:
         fd = os.open(os.path.join(root, JOURNAL_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                      0o600)
@@ -279,7 +303,7 @@ class JsonlIndex:
 
     def _load(self) -> None:
         try:
-            raw = orjson.loads(self.path.read_bytes())
+            raw = _decode(self.path.read_bytes())
         except FileNotFoundError:
             return
         except (OSError, orjson.JSONDecodeError) as exc:
@@ -309,7 +333,7 @@ class JsonlIndex:
         self._journaled = bool(data)
         for line in data.split(b"\n"):
             try:
-                item = orjson.loads(line) if line else None
+                item = _decode(line) if line else None
             except orjson.JSONDecodeError:
                 continue  # a line a writer was still writing: that log is read in full
             if not isinstance(item, dict) or type(item.get("key")) is not str:
@@ -342,7 +366,7 @@ class JsonlIndex:
         """Write the index atomically if it changed; a read-only store just keeps no index."""
         if not self._changed:
             return
-        payload = orjson.dumps({"version": _INDEX_VERSION, "logs": {
+        payload = _encode({"version": _INDEX_VERSION, "logs": {
             key: {"sig": sig, "entry": _to_json(entry)}
             for key, (sig, entry) in sorted(self._entries.items())}})
         tmp = self.path.with_name(f"{self.path.name}.{secrets.token_hex(6)}.tmp")

@@ -19,10 +19,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 from dsh._errors import SessionExistsError, WriteFailedError
 from dsh.json import json_equal
 from dsh.persistence import _restore_point as rp
+from dsh.persistence._after_commit import AfterCommitFailure
 from dsh.persistence._contract import Backend, Handle
 from dsh.persistence._write_behind import SessionWriter, WriteBehind
 from dsh.session import Event, RestoreFold, RestoreState, Session
@@ -183,7 +185,8 @@ class PersistenceObserver:
                 fold = RestoreFold.of_session(session, adopted.resumed)
             writer = SessionWriter(session, adopted.handle, adopted.cursor, self._config,
                                    self._backend.url, fold,
-                                   (adopted.restore_point_count, adopted.restore_point_bytes))
+                                   (adopted.restore_point_count, adopted.restore_point_bytes),
+                                   report=partial(self._report_after_commit, session))
             self._writers[id(session)] = writer
             self._live.add(session)
         writer.enqueue(session.events[adopted.cursor:])
@@ -215,6 +218,16 @@ class PersistenceObserver:
             handle.close()
             raise
         return handle, len(stored)
+
+    def _report_after_commit(self, session: Session, failure: AfterCommitFailure) -> None:
+        """Tell the store's observers that a step after a durable commit failed.
+
+        Each observer's optional ``on_after_commit_failure(session, failure)`` is called (see
+        ``docs/rules.md#commit-means-committed``); the batch stays committed whatever they do.
+        """
+        notify = getattr(self.store, "notify", None)
+        if notify is not None:
+            notify(session, "on_after_commit_failure", failure)
 
     def on_event(self, session: Session, event: Event) -> None:
         """Queue one committed event for the write-behind batch."""

@@ -21,12 +21,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from dsh._errors import ConfigError, DshError, WriteFailedError
+from dsh._errors import ConfigError, WriteFailedError
 from dsh.persistence import _restore_point as rp
+from dsh.persistence._after_commit import AfterCommit, AfterCommitFailure, take_failures
 from dsh.persistence._contract import Handle
 from dsh.session import Event, RestoreFold, Session
 
@@ -82,6 +83,11 @@ class SessionWriter:
     into the restore state, and a restore point is written at the first flush after
     ``RESTORE_POINT_EVERY_EVENTS`` events or ``RESTORE_POINT_EVERY_BYTES`` bytes since the last one.
 
+    Once ``handle.flush()`` returns, the batch is committed: the cursor moves past it first, and
+    what follows (the restore fold, the restore point) can no longer fail the write. Their
+    failures, and those the handle recorded (seal, listing journal), are handed to ``report``
+    (an :class:`AfterCommitFailure` each) after the write (docs/rules.md#commit-means-committed).
+
     Waking the writer thread costs a thread switch (and, on a busy machine, a wait for a CPU)
     that lands in the producer's next append or flush. So for up to ``IDLE_POLL_S`` after the
     last armed window an idle writer sleeps one window at a time instead of indefinitely, and
@@ -93,8 +99,11 @@ class SessionWriter:
 
     def __init__(self, session: Session, handle: Handle, cursor: int,
                  config: WriteBehind, backend_url: str, fold: RestoreFold | None = None,
-                 last_restore_point: tuple[int, int] = (0, 0)) -> None:
+                 last_restore_point: tuple[int, int] = (0, 0),
+                 report: Callable[[AfterCommitFailure], None] | None = None) -> None:
         self.session = session
+        self._report = report
+        self._after_commit = AfterCommit(session.id)
         self.handle = handle
         self.cursor = cursor
         self._fold = fold
@@ -295,10 +304,33 @@ class SessionWriter:
             return
         self.handle.append(fresh)
         self.handle.flush()
+        # Durable from here on: nothing below may fail this write, or the batch would be sent
+        # again and refused as SEQ_MISMATCH (docs/rules.md#commit-means-committed).
         self.cursor = fresh[-1]["seq"] + 1
-        if self._fold is not None:
-            self._fold.feed(fresh)
-            self._maybe_write_restore_point(self._fold)
+        fold = self._fold
+        if fold is not None:
+            try:
+                fold.feed(fresh)
+            except Exception as exc:
+                # the fold no longer matches the log: no more restore points from this writer
+                self._fold = None
+                self._after_commit.failed("restore-fold", exc, "no restore point is written "
+                                          "until the session is resumed again")
+            else:
+                self._maybe_write_restore_point(fold)
+        self._report_after_commit()
+
+    def _report_after_commit(self) -> None:
+        """Hand the post-commit failures of the handle and of this writer to ``report``."""
+        failures = [*take_failures(self.handle), *self._after_commit.take()]
+        if not failures or self._report is None:
+            return
+        for failure in failures:
+            try:
+                self._report(failure)
+            except Exception:  # a reporting observer never fails the durable batch either
+                log.exception("session %r: reporting a post-commit failure (%s) failed",
+                              self.session.id, failure.step)
 
     def _maybe_write_restore_point(self, fold: RestoreFold) -> None:
         """Write a restore point of the durable prefix when one is due.
@@ -319,8 +351,8 @@ class SessionWriter:
                 return
             data = rp.encode_restore_point(rp.RestorePoint(anchor=anchor, state=fold.state()))
             handle.write_restore_point(data)
-        except (OSError, DshError, ValueError) as exc:
-            log.warning("session %r: could not write its restore point (%r); resumes "
-                        "read the whole log until the next one", self.session.id, exc)
+        except Exception as exc:  # derived data: a failure never fails the durable batch
+            self._after_commit.failed("restore-point", exc, "resumes read the whole log until "
+                                      "the next due flush writes one")
             return
         self._last_restore_point = (anchor.event_count, anchor.byte_offset)

@@ -45,6 +45,8 @@ class StoreObserver(Protocol):
     * ``on_event(session, event)``: an append committed; failures are logged and contained.
     * ``on_flush(session)``: durability barrier; block until durable, raise on failure.
     * ``on_disposed(session)``: an announced session left the store; failures are logged.
+    * ``on_after_commit_failure(session, failure)``: a step after a durable commit (seal,
+      listing journal, restore point) failed; the batch stays committed; failures are logged.
     """
 
 
@@ -332,6 +334,20 @@ class SessionStore:
     def list(self) -> list[Session]:
         """Return the live sessions in creation order (a fresh list)."""
         return [entry.session for entry in self._entries.values()]
+
+    def notify(self, session: Session, hook: str, *args: Any) -> None:
+        """Call every observer's optional ``hook(session, *args)``; failures are logged.
+
+        For news an observer may want but the store does not act on, such as a post-commit
+        step that failed (``on_after_commit_failure(session, failure)``, see
+        ``docs/rules.md#commit-means-committed``). Nothing an observer does here is raised.
+        """
+        for observer in list(self._observers):
+            try:
+                _call(observer, hook, session, *args)
+            except Exception:
+                logger.exception("session %r: %s observer %r failed", session.id, hook,
+                                 observer)
 
     def _live_entry(self, session: Session) -> _Entry:
         entry = self._entries.get(session.id)

@@ -43,6 +43,7 @@ from dsh._errors import (
 )
 from dsh.json import FrozenDict, loads
 from dsh.persistence import _restore_point as rp
+from dsh.persistence._after_commit import AfterCommit
 from dsh.persistence._contract import (
     ColdRead,
     HandleBase,
@@ -420,8 +421,8 @@ class JsonlHandle(HandleBase):
         self._listing_pending: list[Event] = []
         self._listing_off = False
         self._listing_where: tuple[Path, str] | None = None
-
-
+        # post-commit steps (seal, listing journal): contained and reported, never raised
+        self.after_commit = AfterCommit(session_id)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -625,7 +626,7 @@ class JsonlHandle(HandleBase):
         if self._backend.compression == "none":
             tail.seals = []
             self._seal(content)
-        self._note_listing()  # the published file is durable (see _publish)
+        self._note_listing_safely()  # the published file is durable (see _publish)
 
     def flush(self) -> None:
         """Make appended bytes durable (fsync); on failure truncate back to the last durable state.
@@ -656,8 +657,10 @@ class JsonlHandle(HandleBase):
             raise
         tail.durable_size = tail.size
         tail.durable_count = tail.count
+        # durable from here on: nothing below may fail this flush (docs/rules.md#commit-means-
+        # committed)
         self._seal()
-        self._note_listing()
+        self._note_listing_safely()
 
     # --- the listing entry kept at flush (see dsh.persistence._listing) ------------------
 
@@ -677,6 +680,16 @@ class JsonlHandle(HandleBase):
             where = self._listing_where = (
                 Path(self._backend.root), f"{self.path.parent.parent.name}/{self.path.parent.name}")
         return where
+
+    def _note_listing_safely(self) -> None:
+        """:meth:`_note_listing` after a durable write: a failure turns the journal off."""
+
+        def off() -> None:
+            self._listing_off = True
+            self._listing_pending = []
+
+        self.after_commit.run("listing", self._note_listing,
+                              "the listing reads this log in full until it is rebuilt", off)
 
     def _note_listing(self) -> None:
         """Fold the flushed events into the listing entry and journal it (cheap: one line)."""
@@ -786,16 +799,20 @@ class JsonlHandle(HandleBase):
             if content is None:
                 content = os.pread(self._append_fd(), end - start, start)
             record = (start, end, crc_of(content))
+        except Exception as exc:  # not sealed now: the next flush seals these bytes too
+            self.after_commit.failed("seal", exc, "the next flush seals these bytes")
+            return
+        try:
             if tail.seal_rewrite:
                 reset_seal(self._seal_path(), b"", [*tail.seals, record])
                 tail.seal_rewrite = False
             else:
                 append_seal(self._seal_path(), *record)
-        except OSError as exc:
+        except Exception as exc:  # the batch is durable: a seal failure never fails it
             # kept in memory: the next seal write rewrites the whole file, this record included
             tail.seal_rewrite = True
-            logger.warning("could not write the integrity seal %s of session %s (%s); the "
-                           "next flush retries", self._seal_path(), self._id, exc)
+            self.after_commit.failed("seal", exc, f"the next flush rewrites the integrity "
+                                                  f"seal {self._seal_path()} whole")
         tail.seals.append(record)
 
     def close(self) -> None:

@@ -48,6 +48,7 @@ from dsh._errors import (
 )
 from dsh.json import FrozenDict, FrozenList, c_seqs_contiguous, is_safe_int
 from dsh.persistence import _restore_point as rp
+from dsh.persistence._after_commit import AfterCommit
 from dsh.persistence._contract import (
     ColdRead,
     HandleBase,
@@ -760,6 +761,8 @@ class SqliteHandle(HandleBase):
         self._durable: tuple[int, str, str] | None = None
         self._seal_file = backend._seal_path(session_id)
         self._seal_fd: int | None = None  # kept open between appends (see _seal)
+        # post-commit steps (seal, restore-point anchor): contained and reported, never raised
+        self.after_commit = AfterCommit(session_id)
         self._closed = False
         self._c = backend._connect()
         try:
@@ -1063,10 +1066,27 @@ class SqliteHandle(HandleBase):
                 raise
         except sqlite3.Error as exc:
             _fail(exc, "append", self._path, self._id)
+        # COMMITted: nothing below may fail this append (docs/rules.md#commit-means-committed)
+        incarnation = str(found[1])
         stored = [(*r[:6], None) for r in rows] if legacy else rows
-        crc = rows_crc([*(row[1:] for row in gap), *stored] if gap else stored)
-        self._seal((sealed_end, first + len(events), crc), str(found[1]))
-        self._durable = (first + len(events), str(found[1]), srp.last_row_digest(stored[-1]))
+
+        def seal() -> None:
+            crc = rows_crc([*(row[1:] for row in gap), *stored] if gap else stored)
+            self._seal((sealed_end, first + len(events), crc), incarnation)
+
+        def unsealed() -> None:  # the next append rewrites the seal; until then these rows
+            self._seal_rewrite = True  # are read unsealed (by the format rules)
+
+        def anchor() -> None:
+            self._durable = (first + len(events), incarnation, srp.last_row_digest(stored[-1]))
+
+        def no_anchor() -> None:
+            self._durable = None
+
+        self.after_commit.run("seal", seal, f"the next append rewrites the integrity seal "
+                                            f"{self._seal_file} whole", unsealed)
+        self.after_commit.run("anchor", anchor, "no restore point is written until the next "
+                                                "read or append gives an anchor", no_anchor)
         logger.debug("appended %d events (%d rows) to session %s", len(events), len(rows),
                      self._id)
 
@@ -1101,12 +1121,12 @@ class SqliteHandle(HandleBase):
                 if self._seal_fd is None:
                     self._seal_fd = open_seal_appender(path)
                 append_seal_to(self._seal_fd, *record)
-        except OSError as exc:
+        except Exception as exc:  # the batch is committed: a seal failure never fails it
             # kept in memory: the next seal write rewrites the whole file, this record included
             self._close_seal_fd()
             self._seal_rewrite = True
-            logger.warning("could not write the integrity seal %s of session %s (%s); the "
-                           "next append retries", path, self._id, exc)
+            self.after_commit.failed("seal", exc, f"the next append rewrites the integrity "
+                                                  f"seal {path} whole")
         self._seals.append(record)
 
     def _close_seal_fd(self) -> None:
