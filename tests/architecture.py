@@ -30,7 +30,7 @@ PUBLIC_MODULES = ("dsh", "dsh.agent", "dsh.agent.providers", "dsh.adapters",
                   "dsh.adapters.langchain", "dsh.adapters.langgraph",
                   "dsh.adapters.openai_agents", "dsh.adapters.pydantic_ai",
                   "dsh.adapters.pydantic_ai_store", "dsh.interop", "dsh.json",
-                  "dsh.persistence", "dsh.testing", "dsh.transcript")
+                  "dsh.persistence", "dsh.rights", "dsh.testing", "dsh.transcript")
 """Every module a user imports (docs/architecture.md#public-modules); everything else is a
 private module (``_name``) or a package interface for dsh's own packages."""
 

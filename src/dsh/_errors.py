@@ -29,8 +29,10 @@ keeps where it happened in ``where`` (``seq=``, ``seed_index=``, ``path=``, ``li
     ├── ImportFormatError                     source path, line, format
     ├── LlmFailureError                       a model call failed: failure {message, code,
     │                                         status?}, retryable, context_overflow
-    └── AgentError                            the agent loop refused or stopped: code
-                                              MAX_STEPS | NOT_IDLE | TOOL | APPROVAL | ...
+    ├── AgentError                            the agent loop refused or stopped: code
+    │                                         MAX_STEPS | NOT_IDLE | TOOL | APPROVAL | ...
+    └── RightsError                           quarantine, redaction, erasure refused: code
+                                              NOT_IN_VIEW | NOT_A_MESSAGE | NO_SUCH_SEQ | ...
 """
 
 from __future__ import annotations
@@ -268,3 +270,17 @@ class AdapterLookupError(AdapterError, LookupError):
     """
 
     default_code = "ADAPTER_ENTRY"
+
+
+class RightsError(DshError):
+    """Quarantine, redaction or erasure refused (``dsh.rights``, docs/forgetting.md).
+
+    ``code`` is ``NO_SUCH_SEQ`` (a seq the log does not hold), ``NOT_A_MESSAGE`` (the event is
+    not a message the model can see), ``NOT_IN_VIEW`` (the message is not on the model view:
+    a compaction or another replace shadows it), ``NOT_QUARANTINED`` (an unquarantine of a
+    message that is not quarantined), ``OPEN_TURN`` (another writer left a turn open between
+    the repair and this operation) or ``NOTHING_SELECTED``; ``where`` names the session and
+    the seq.
+    """
+
+    default_code = "RIGHTS"

@@ -40,6 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, TypeAlias
 
 from dsh.json import FrozenDict, JsonValue
@@ -893,6 +894,10 @@ def _add_usage(total: dict[str, int], usage: Mapping[str, Any]) -> None:
             total[key] = total.get(key, 0) + value
 
 
+def _utc(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def _result_call_id(event: Mapping[str, Any]) -> str | None:
     data = event.get("data")
     message = data.get("message") if isinstance(data, Mapping) else None
@@ -918,8 +923,8 @@ class TranscriptFold:
             ``inherited`` (dsh 0.1 writes a plain one).
     """
 
-    __slots__ = ("_calls", "_cost", "_emit_from", "_last", "_results", "_seed_length", "_step",
-                 "_summary", "_turn", "_turn_open", "_usage")
+    __slots__ = ("_calls", "_cost", "_emit_from", "_last", "_quarantine", "_results",
+                 "_seed_length", "_step", "_summary", "_turn", "_turn_open", "_usage")
 
     def __init__(self, *, result_seqs: Mapping[str, int] | None = None,
                  emit_from: int = 0, seed_length: int | None = None) -> None:
@@ -934,6 +939,7 @@ class TranscriptFold:
         self._cost: float | None = None
         self._last: tuple[int, int] | None = None
         self._summary: tuple[int, Mapping[str, Any]] | None = None  # the last compaction/summary
+        self._quarantine: dict[int, str] = {}  # placeholder/restoring seq -> what it is
 
     @property
     def open_turn(self) -> int | None:
@@ -1008,7 +1014,12 @@ class TranscriptFold:
         if kind in _MESSAGE_TYPES:
             replaced = _replace_range(event.get("surfaceOp"))
             if replaced is not None:
-                return self._replacement(event, data, replaced, seq, time, self._summary)
+                made = self._replacement(event, data, replaced, seq, time, self._summary)
+                what = self._quarantine.pop(seq, None)
+                return made if what is None else Replacement(
+                    seq=seq, time=time, replaces=replaced, what=what,
+                    blocks=() if what.startswith("QUARANTINED") else made.blocks
+                    if isinstance(made, Replacement) else ())
             if event.get("surfaceOp") == "append":
                 return self._message(event, data, seq, time)
             return None
@@ -1069,12 +1080,37 @@ class TranscriptFold:
             return HeaderChange(seq=seq, time=time, reason=_str_or_none(data.get("reason")),
                                 provider=_str_or_none(config.get("provider")),
                                 model=_str_or_none(config.get("model")), tools=names)
+        if kind in ("quarantine/apply", "quarantine/release"):
+            self._note_quarantine(kind, data, time)
         known = kind in KNOWN_EVENT_TYPES
         ignorable = event.get("ignorable") is True
         if ignorable or not known:
             return LogEvent(seq=seq, time=time, type=str(kind), ignorable=ignorable,
                             known=known, data=event.get("data"))
         return None
+
+    def _note_quarantine(self, kind: str, data: Mapping[str, Any], time: int) -> None:
+        """Remember what the replaces a quarantine record announces are.
+
+        When, why and by whom, for the transcript (docs/forgetting.md#quarantine).
+        """
+        items = data.get("items")
+        reason, by = _str_or_none(data.get("reason")), _str_or_none(data.get("by"))
+        # session text: never let it drive a terminal (docs/view.md#the-transcript-model)
+        reason, by = (printable(reason) if reason else None), (printable(by) if by else None)
+        for item in items if isinstance(items, list) else ():
+            if not isinstance(item, Mapping) or type(item.get("seq")) is not int:
+                continue
+            if kind == "quarantine/apply" and type(item.get("placeholder")) is int:
+                why = f"; reason: {reason}" if reason else ""
+                who = f" by {by}" if by else ""
+                self._quarantine[item["placeholder"]] = (
+                    f"QUARANTINED #{item['seq']} (withheld from the model view at "
+                    f"{_utc(time)} UTC{who}{why})")
+            elif kind == "quarantine/release" and type(item.get("restored")) is int:
+                self._quarantine[item["restored"]] = (
+                    f"unquarantined #{item['seq']} (back on the model view"
+                    + (f", by {by}" if by else "") + ")")
 
     def _remember(self, call_id: str, name: str, seq: int, *, replace: bool) -> None:
         calls = self._calls

@@ -37,6 +37,9 @@ from dsh.cli import (
     _cmd_export as cmd_export,
 )
 from dsh.cli import (
+    _cmd_forget as cmd_forget,
+)
+from dsh.cli import (
     _cmd_import as cmd_import,
 )
 from dsh.cli import (
@@ -80,6 +83,8 @@ app.command("verify")(cmd_verify.verify)
 app.command("resume")(cmd_edit.resume)
 app.command("fork")(cmd_edit.fork)
 app.command("compact")(cmd_edit.compact)
+app.command("quarantine")(cmd_forget.quarantine)
+app.command("unquarantine")(cmd_forget.unquarantine)
 app.command("export")(cmd_export.export)
 app.command("convert")(cmd_export.convert)
 app.command("run")(cmd_run.run_)
