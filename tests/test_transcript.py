@@ -242,3 +242,57 @@ def test_model_request_can_project_only_the_last_messages(stores: Path) -> None:
     tail = tr.model_request(events, len(events) - 1, last=2)
     assert tail.nodes == whole.nodes and tail.header == whole.header
     assert tail.messages == whole.messages[-2:]
+
+
+def _tool_log(turns: int, *, open_last: bool = False) -> LogBuilder:
+    log = LogBuilder("s")
+    for number in range(1, turns + 1):
+        call_id = f"call_{number}"
+        log.tool_call_turn(call_id)
+        if number < turns or not open_last:
+            log.close_tool(call_id)
+    return log
+
+
+@pytest.mark.parametrize("open_last", [False, True])
+def test_iter_entries_streams_the_entries_build_gives(open_last: bool) -> None:
+    events = _tool_log(60, open_last=open_last).events
+    whole = tr.build(events).entries
+    assert tuple(tr.iter_entries(events, first_page=3, page_events=16)) == whole
+    assert isinstance(whole[-1], tr.OpenTurn) is open_last
+    # a range opening inside a turn: the turn's number and the calls' names come from the look back
+    for start, stop in ((0, 7), (100, 230), (301, None), (len(events) - 2, None)):
+        assert tuple(tr.iter_entries(events, start=start, stop=stop, first_page=5)) \
+            == tr.build(events, start=start, stop=stop).entries
+    results = [e for e in tr.iter_entries(events, start=101) if isinstance(e, tr.ToolResult)]
+    assert results and all(r.tool_name == "bash" for r in results)
+
+
+def test_iter_entries_reads_only_as_far_as_it_is_consumed() -> None:
+    events = _tool_log(200).events
+    read: list[int] = []
+
+    class Counting(tuple):  # type: ignore[type-arg]
+        def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+            if isinstance(index, slice):
+                read.append(index.stop)
+            return super().__getitem__(index)
+
+    counted = Counting(events)
+    first = next(iter(tr.iter_entries(counted, first_page=10, lookahead=5)))
+    assert isinstance(first, tr.TurnStart) and max(read) <= 15  # one page and its look ahead
+
+
+def test_last_entries_and_turn_span() -> None:
+    events = _tool_log(300).events
+    whole = tr.build(events).entries
+    assert tr.last_entries(events, 5) == whole[-5:]
+    messages = tr.last_entries(events, 7, keep=lambda e: e.kind == "message")
+    assert messages == tuple(e for e in whole if e.kind == "message")[-7:]
+    assert tr.last_entries(events, 10**6) == whole and tr.last_entries(events, 0) == ()
+    start, stop = tr.turn_span(events, 123)  # type: ignore[misc]
+    assert events[start]["type"] == "turn/start" and events[start]["data"]["turn"] == 123
+    assert events[stop]["data"]["turn"] == 124 and events[stop - 1]["type"] == "turn/end"
+    assert tr.turn_span(events, 300)[1] == len(events)  # type: ignore[index]
+    assert tr.turn_span(events, 1)[0] == 0  # type: ignore[index]
+    assert tr.turn_span(events, 301) is None and tr.turn_span(events, 0) is None

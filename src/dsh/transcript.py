@@ -38,7 +38,7 @@ surface range); docs/rules.md#repair (closers); docs/rules.md#fork (the cut poin
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, TypeAlias
@@ -97,7 +97,10 @@ __all__ = [
     "entries_at",
     "group_turns",
     "has_unprintable",
+    "turn_span",
+    "iter_entries",
     "iter_pages",
+    "last_entries",
     "model_request",
     "printable",
 ]
@@ -1408,6 +1411,148 @@ def iter_pages(events: Sequence[Mapping[str, Any]], *, page_events: int = 1000,
     """Yield the transcript of ``events`` a page of ``page_events`` events at a time."""
     for start in range(0, max(len(events), 1), page_events):
         yield build(events, start=start, stop=start + page_events, header=header)
+
+
+def iter_entries(events: Sequence[Mapping[str, Any]], *, start: int = 0, stop: int | None = None,
+                 page_events: int = 1000, first_page: int = 100,
+                 lookback: int = DEFAULT_LOOKBACK, lookahead: int = DEFAULT_LOOKAHEAD,
+                 header: Mapping[str, Any] | None = None) -> Iterator[Entry]:
+    """Yield the entries of the events with ``start <= seq < stop`` as they are folded.
+
+    The streaming form of :func:`build`: one fold runs over the range a page at a time (the
+    first page ``first_page`` events, then doubling up to ``page_events``), so the first
+    entries come after a small page is read and memory holds one page, not the log. Each
+    page's tool calls are linked to results up to ``lookahead`` events after it, as a page of
+    :func:`build` is. Stopping the iteration stops the reading (``dsh show | head``).
+
+    Args:
+        events: A log whose element at index ``i`` is the event with seq ``i``.
+        start: First seq (clamped to ``0 .. len(events)``); the fold begins at the start of the
+            turn it opens in when that is at most ``lookback`` events before it.
+        stop: One past the last seq (default: the end of the log; clamped).
+        page_events: Events read at once at most (at least 1).
+        first_page: Events of the first page (at least 1).
+        lookback: As for :func:`build`.
+        lookahead: As for :func:`build`.
+        header: The session's header; a fork's ``seedLength`` marks its cut point.
+
+    Yields:
+        The entries in seq order; when the range reaches the end of the log and the last turn
+        is open, an :class:`OpenTurn` last. The entries equal ``build(events, start=start,
+        stop=stop, ...).entries`` whenever every result follows its call within ``lookahead``.
+    """
+    count = len(events)
+    start = max(0, min(start, count))
+    stop = count if stop is None else max(start, min(stop, count))
+    begin = _turn_start_before(events, start, max(0, lookback)) if start else 0
+    results: dict[str, int] = {}
+    seed_length = header.get("seedLength") if header is not None else None
+    fold = TranscriptFold(result_seqs=results, emit_from=start,
+                          seed_length=seed_length if type(seed_length) is int else None)
+    if begin < start:
+        fold.feed(events[begin:start])
+    scanned = start
+    size = max(1, first_page)
+    at = start
+    while at < stop:
+        end = min(stop, at + size)
+        ahead = min(count, end + max(0, lookahead))
+        if ahead > scanned:
+            for event in events[scanned:ahead]:
+                if event.get("type") == "tool/result" and event.get("surfaceOp") == "append":
+                    call_id = _result_call_id(event)
+                    if call_id is not None:
+                        results.setdefault(call_id, event["seq"])
+            scanned = ahead
+        yield from fold.feed(events[at:end])
+        at = end
+        size = min(max(1, page_events), size * 2)
+    if stop == count:
+        tail = fold.open_turn_entry()
+        if tail is not None:
+            yield tail
+
+
+def last_entries(events: Sequence[Mapping[str, Any]], count: int, *,
+                 keep: Callable[[Entry], bool] | None = None,
+                 header: Mapping[str, Any] | None = None) -> tuple[Entry, ...]:
+    """Return the last ``count`` entries of the log (those ``keep`` accepts), in seq order.
+
+    Pages are built backwards from the end of the log, each twice as long as the one before,
+    until ``count`` entries are found or the log's start is reached, so the cost follows how far
+    back the entries are, not the log's length (``dsh show --last N``).
+
+    Args:
+        events: A log whose element at index ``i`` is the event with seq ``i``.
+        count: Entries wanted (0 or less: none).
+        keep: Which entries count (default: all).
+        header: The session's header (a fork's cut point).
+    """
+    if count <= 0:
+        return ()
+    total = len(events)
+    size = max(64, count * 4)
+    while True:
+        start = max(0, total - size)
+        page = build(events, start=start, header=header).entries
+        chosen = [entry for entry in page if keep is None or keep(entry)]
+        if len(chosen) >= count or start == 0:
+            return tuple(chosen[-count:])
+        size *= 2
+
+
+def _turn_at(events: Sequence[Mapping[str, Any]], seq: int) -> tuple[int, int | None]:
+    """The last ``turn/start`` at or before ``seq``: its seq and turn number, or (-1, None)."""
+    for index in range(seq, -1, -1):
+        event = events[index]
+        if event.get("type") == "turn/start":
+            data = event.get("data")
+            turn = data.get("turn") if isinstance(data, Mapping) else None
+            return index, turn if type(turn) is int else None
+    return -1, None
+
+
+def _next_turn_start(events: Sequence[Mapping[str, Any]], after: int) -> int:
+    for index in range(after + 1, len(events)):
+        if events[index].get("type") == "turn/start":
+            return index
+    return len(events)
+
+
+def turn_span(events: Sequence[Mapping[str, Any]], turn: int) -> tuple[int, int] | None:
+    """Return ``(start, stop)``: the seqs of turn ``turn``, from its ``turn/start`` to the next.
+
+    Turn numbers grow with seq in a log dsh writes, so the turn is found by bisection over the
+    log (each probe reads back to the nearest ``turn/start``); a log whose numbers do not grow
+    is searched from its start. ``stop`` is the next ``turn/start`` or the end of the log.
+
+    Args:
+        events: A log whose element at index ``i`` is the event with seq ``i``.
+        turn: The turn number (``turn/start.data.turn``).
+
+    Returns:
+        The span, or None when no ``turn/start`` carries that number.
+    """
+    low, high = 0, len(events)
+    while low < high:  # the first seq whose turn is >= `turn`
+        mid = (low + high) // 2
+        _, number = _turn_at(events, mid)
+        if number is not None and number >= turn:
+            high = mid
+        else:
+            low = mid + 1
+    if low < len(events):
+        at, number = _turn_at(events, low)
+        if number == turn and at >= 0:
+            return at, _next_turn_start(events, at)
+    for index in range(len(events)):  # numbers that do not grow with seq: scan
+        event = events[index]
+        if event.get("type") == "turn/start":
+            data = event.get("data")
+            if isinstance(data, Mapping) and data.get("turn") == turn \
+                    and type(data.get("turn")) is int:
+                return index, _next_turn_start(events, index)
+    return None
 
 
 # -- what the model was sent -------------------------------------------------------------------

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import enum
 import sys
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
 from dsh import (
     DshError,
+    SessionNotFoundError,
 )
 from dsh.cli import _render as render
 from dsh.cli._common import (
@@ -27,7 +28,8 @@ from dsh.cli._common import (
     stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED, format_error_line
-from dsh.transcript import build as build_transcript
+from dsh.persistence import read_pages
+from dsh.transcript import Entry, iter_entries, last_entries, turn_span
 
 if TYPE_CHECKING:
     from dsh import Event, Store
@@ -75,24 +77,80 @@ def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
+_PAGE_ENTRIES: Final = 200
+"""Entries ``dsh show`` prints at once: the first batch is out before the rest is read."""
+
+
 def show(
     session_id: SessionArg,
     full: Annotated[bool, typer.Option("--full", help="Do not clip long tool results.")] = False,
+    last: Annotated[int | None, typer.Option(
+        "--last", metavar="N", min=1, show_default=False,
+        help="Only the last N entries (messages, tool results, checkpoints, ...).")] = None,
+    from_seq: Annotated[int | None, typer.Option(
+        "--from", metavar="SEQ", min=0, show_default=False,
+        help="Only the entries of events from this seq on.")] = None,
+    turn: Annotated[int | None, typer.Option(
+        "--turn", metavar="N", min=0, show_default=False,
+        help="Only turn N.")] = None,
     store: StoreOption = None,
     json_: JsonOption = False,
 ) -> None:
-    """Show a session as a transcript: messages, tool calls with results, checkpoints, repairs."""
+    """Show a session as a transcript: messages, tool calls with results, checkpoints, repairs.
+
+    The transcript is read and printed a page at a time, so the first screen of a big session
+    comes at once and ``dsh show ID | head`` stops reading when ``head`` has enough.
+    """
     json_mode(json_)
+    if sum(option is not None for option in (last, from_seq, turn)) > 1:
+        raise typer.BadParameter("pass at most one of --last, --from and --turn",
+                                 param_hint="'--last' / '--from' / '--turn'")
     with cli_store(store, create=False) as sessions:
-        read = read_session(sessions, session_id)
-    events = read.stored_events
-    row = render.session_row(read.header, events, source_format=source_format(events))
-    entries = render.show_entries(build_transcript(events, header=read.header))
-    if json_:
-        render.write_json({"session": row.to_json(), "header": read.header,
-                           "items": [entry.to_json() for entry in entries]})
-        return
-    stdout_console().print(render.render_transcript(read.header, entries, row=row, full=full))
+        sid = require_session(sessions, session_id)
+        pages = read_pages(sessions.persistence, sid)
+        events, header = pages.events, pages.header
+        if pages.paged:
+            row = render.paged_session_row(header, events)
+        else:
+            row = render.session_row(header, events, source_format=source_format(events))
+        entries = _chosen_entries(events, header, sid, last=last, from_seq=from_seq, turn=turn)
+        if json_:
+            render.write_json({"session": row.to_json(), "header": header,
+                               "items": [entry.to_json() for entry in entries]})
+            return
+        console = stdout_console()
+        console.print(render.render_show_head(header, row))
+        batch: list[Entry] = []
+        for entry in entries:
+            batch.append(entry)
+            if len(batch) >= _PAGE_ENTRIES:
+                console.print(render.render_entries(batch, full=full))
+                batch = []
+        if batch:
+            console.print(render.render_entries(batch, full=full))
+
+
+def _chosen_entries(events: Sequence[Event], header: Mapping[str, Any], session_id: str, *,
+                    last: int | None, from_seq: int | None, turn: int | None
+                    ) -> Iterable[Entry]:
+    """The entries ``dsh show`` prints for the options given, lazily where it can.
+
+    Raises:
+        SessionNotFoundError: code ``TURN_NOT_FOUND`` when ``turn`` names no turn of the log.
+    """
+    if last is not None:
+        return last_entries(events, last, keep=render.shown, header=header)
+    start, stop = (from_seq or 0), None
+    if turn is not None:
+        span = turn_span(events, turn)
+        if span is None:
+            raise SessionNotFoundError(
+                f"session {session_id!r} has no turn {turn}; 'dsh ls' gives its number of "
+                "turns, 'dsh show ID --last 20' shows its end", code="TURN_NOT_FOUND",
+                session_id=session_id)
+        start, stop = span
+    return (entry for entry in iter_entries(events, start=start, stop=stop, header=header)
+            if render.shown(entry))
 
 
 def events(

@@ -255,6 +255,30 @@ def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], 
                                source_format=source_format)
 
 
+def paged_session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], *,
+                      head: int = 256) -> SessionRow:
+    """The row of a session read by page, without reading its whole log.
+
+    Rule (docs/cli.md#dsh-show): the title and source come from the first ``head`` events (a
+    title set later is not seen), the turns are the number of the last ``turn/start`` (turns are
+    numbered from 1), the events and the last activity from the log's length and last event.
+    """
+    from dsh.persistence import summarize
+
+    first = summarize(header, events[:head])
+    turns = first.turns
+    for index in range(len(events) - 1, head - 1, -1):
+        event = events[index]
+        if event.get("type") == "turn/start":
+            data = event.get("data")
+            number = data.get("turn") if isinstance(data, Mapping) else None
+            turns = max(turns, number) if type(number) is int else turns
+            break
+    last = int(events[-1]["time"]) if len(events) else first.last_activity_ms
+    return entry_row(dataclasses.replace(first, events=len(events), turns=turns,
+                                         last_activity_ms=max(last, first.last_activity_ms)))
+
+
 def entry_row(entry: ListingEntry) -> SessionRow:
     """The ``dsh ls`` row of a listing entry (the same row :func:`session_row` builds)."""
     created = int(entry.header.get("createdAt", 0))
@@ -322,9 +346,7 @@ def show_entries(transcript: Transcript) -> list[Entry]:
 
     Those of :data:`dsh.transcript.SHOW_KINDS`, less the turn ends whose reason is ``completed``.
     """
-    return [entry for entry in transcript.entries
-            if entry.kind in SHOW_KINDS
-            and not (isinstance(entry, TurnEnd) and entry.reason == "completed")]
+    return [entry for entry in transcript.entries if shown(entry)]
 
 
 _ROLE_STYLE: Final = {"user": "bold green", "assistant": "bold blue", "tool": "bold magenta",
@@ -478,6 +500,40 @@ def _render_effect(entry: Entry, full: bool) -> Iterator[RenderableType]:
                    f"{entry.effect}: {what}{reason}", style="bold cyan")
 
 
+def render_show_head(header: Mapping[str, Any], row: SessionRow) -> Group:
+    """The header block ``dsh show`` prints first: the session's id and title, then its facts.
+
+    Args:
+        header: The session's stored header.
+        row: The session's ``dsh ls`` row (title, counts, lineage).
+    """
+    from rich.console import Group
+    from rich.text import Text
+
+    title = Text(f"session {row.id}", style="bold")
+    if row.title:
+        title.append(f"  {row.title}")
+    facts = [plural(row.events, "event"), plural(row.turns, "turn"),
+             f"source {row.source_format}",
+             f"created {format_ms(row.created_at_ms)} UTC",
+             f"last activity {format_ms(row.last_activity_ms)} UTC"]
+    if header.get("cwd"):
+        facts.append(f"cwd {header['cwd']}")
+    if row.parent_session:
+        facts.append(row.lineage)
+    return Group(title, Text(" · ".join(facts), style="dim"))
+
+
+def render_entries(entries: Iterable[Entry], *, full: bool = False) -> Group:
+    """The renderables of ``entries`` (a batch of :func:`show_entries`), for one print."""
+    from rich.console import Group
+
+    parts: list[RenderableType] = []
+    for entry in entries:
+        parts.extend(_render_entry(entry, full))
+    return Group(*parts)
+
+
 def render_transcript(header: Mapping[str, Any], entries: Sequence[Entry], *,
                       row: SessionRow, full: bool = False) -> Group:
     """Return the human transcript of ``dsh show``: a header block, then each entry.
@@ -489,25 +545,14 @@ def render_transcript(header: Mapping[str, Any], entries: Sequence[Entry], *,
         full: Print tool results and checkpoint summaries whole (else 12 lines each).
     """
     from rich.console import Group
-    from rich.text import Text
 
-    parts: list[RenderableType] = []
-    title = Text(f"session {row.id}", style="bold")
-    if row.title:
-        title.append(f"  {row.title}")
-    parts.append(title)
-    facts = [plural(row.events, "event"), plural(row.turns, "turn"),
-             f"source {row.source_format}",
-             f"created {format_ms(row.created_at_ms)} UTC",
-             f"last activity {format_ms(row.last_activity_ms)} UTC"]
-    if header.get("cwd"):
-        facts.append(f"cwd {header['cwd']}")
-    if row.parent_session:
-        facts.append(row.lineage)
-    parts.append(Text(" · ".join(facts), style="dim"))
-    for entry in entries:
-        parts.extend(_render_entry(entry, full))
-    return Group(*parts)
+    return Group(render_show_head(header, row), render_entries(entries, full=full))
+
+
+def shown(entry: Entry) -> bool:
+    """Whether ``dsh show`` prints ``entry`` (the rule of :func:`show_entries`)."""
+    return entry.kind in SHOW_KINDS and not (isinstance(entry, TurnEnd)
+                                             and entry.reason == "completed")
 
 
 # -- verify and import -----------------------------------------------------------------------
