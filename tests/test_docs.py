@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from collections import defaultdict
 from pathlib import Path
 
@@ -191,3 +193,79 @@ def test_every_error_class_has_a_section_in_the_error_reference() -> None:
     missing = sorted(cls.__name__ for cls in classes if cls.__name__.lower() not in sections
                      and f"`{cls.__name__}`" not in reference)
     assert missing == []
+
+
+# --- citations in the code point into docs/ ----------------------------------------------------
+
+_CODE_FILES = ("*.py", "*.pyi", "*.c")
+_DOC_REF = re.compile(r"docs/([\w.-]+\.md)(?:#([\w-]+))?")
+# Built from pieces so that this file does not match its own patterns.
+_SECTION = chr(0xA7)
+_OUTSIDE = re.compile("|".join([rf"spec {_SECTION}", rf"DESIGN {_SECTION}", rf"STYLE {_SECTION}",
+                                "seed" + " ch", rf"{_SECTION}\s*\d"]))
+_ISSUE = re.compile(r"\bissues?\s+#?\d+|\((?:see\s+)?#\d+\)|\bPR\s*#\d+", re.IGNORECASE)
+
+
+def _code_files() -> list[Path]:
+    return sorted(path for top in ("src", "tests") for pattern in _CODE_FILES
+                  for path in (REPO / top).rglob(pattern) if "fixtures" not in path.parts)
+
+
+def _comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
+    """The comments and string-statement texts of a Python file, with their first line."""
+    source = path.read_text(encoding="utf-8")
+    if path.suffix == ".c":
+        return [(1, source)]
+    found = [(token.start[0], token.string)
+             for token in tokenize.generate_tokens(io.StringIO(source).readline)
+             if token.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, str):
+            found.append((node.lineno, node.value.value))
+    return found
+
+
+def test_every_docs_reference_in_the_code_names_an_existing_page_and_heading() -> None:
+    headings = {page.name: anchors(page) for page in DOCS.glob("*.md")}
+    broken, count = [], 0
+    for path in _code_files():
+        text = path.read_text(encoding="utf-8")
+        for match in _DOC_REF.finditer(text):
+            count += 1
+            page, anchor = match.groups()
+            line = text.count("\n", 0, match.start()) + 1
+            where = f"{path.relative_to(REPO)}:{line}: {match.group(0)}"
+            if page not in headings:
+                broken.append(f"{where}: no page docs/{page}")
+            elif anchor and anchor not in headings[page]:
+                broken.append(f"{where}: docs/{page} has no heading with that anchor")
+    assert count > 300  # the citations are there to be checked
+    assert broken == []
+
+
+def test_no_code_cites_a_document_outside_the_repository() -> None:
+    found = [f"{path.relative_to(REPO)}:{text.count(chr(10), 0, match.start()) + 1}: "
+             f"{match.group(0)!r}"
+             for path in _code_files()
+             for text in [path.read_text(encoding="utf-8")]
+             for match in _OUTSIDE.finditer(text)]
+    assert found == [], "cite a heading of docs/ (docs/<page>.md#<anchor>) instead"
+
+
+def test_no_comment_or_docstring_cites_an_issue_number() -> None:
+    found = [f"{path.relative_to(REPO)}:{line}: {match.group(0)!r}"
+             for path in _code_files()
+             for line, text in _comments_and_docstrings(path)
+             for match in _ISSUE.finditer(text)]
+    assert found == [], "say what the test checks, not which issue asked for it"
+
+
+def test_the_citation_checks_catch_what_they_look_for() -> None:
+    assert _OUTSIDE.search("(core spec " + _SECTION + "9.2)")
+    assert _OUTSIDE.search("(" + _SECTION + "4.6)")
+    assert _OUTSIDE.search("(seed" + " ch. 28)")
+    assert not _OUTSIDE.search("(docs/rules.md#repair)")
+    assert _ISSUE.search("(issue 9 item 20)") and _ISSUE.search("see #19") is None
+    assert _ISSUE.search("(see #19)") and not _ISSUE.search("events #0-#4")
+    assert _DOC_REF.fullmatch("docs/rules.md#request--projection")

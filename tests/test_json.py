@@ -1,4 +1,4 @@
-"""Lossless JSON: core spec §16.5 (json.spec.ts), §4; DESIGN §3.5-§3.6."""
+"""Lossless JSON: docs/formats.md#lossless-json, docs/rules.md#immutability."""
 
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def rejected(value: Any, path: str = "$") -> InvalidJsonError:
 
 
 def test_json_copies_the_complete_scalar_vocabulary_and_rejects_unsupported_scalars() -> None:
-    # §16.5 "copies the complete JSON scalar vocabulary and rejects unsupported scalars"
+    # docs/formats.md#lossless-json "copies the complete JSON scalar vocabulary and rejects
+    # unsupported scalars"
     for value in (None, True, False, "", "text", 1.25, 0, -7, 0.0):
         assert snapshot_json(value) == value
         assert type(snapshot_json(value)) is type(value) or type(value) is float
@@ -80,7 +81,7 @@ def test_json_rejects_negative_zero_with_its_json_path() -> None:
 
 
 def test_json_rejects_integers_beyond_the_safe_range() -> None:
-    # §4.4 item 1: a JavaScript reader would round them
+    # docs/formats.md#lossless-json: a JavaScript reader would round them
     for ok in (MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER, 0):
         assert snapshot_json(ok) == ok
     rejected(MAX_SAFE_INTEGER + 1)
@@ -90,7 +91,7 @@ def test_json_rejects_integers_beyond_the_safe_range() -> None:
 
 
 def test_json_normalises_integral_floats_to_int() -> None:
-    # §4.4 item 8: dsh writes 5, not 5.0
+    # docs/formats.md#lossless-json: dsh writes 5, not 5.0
     assert type(snapshot_json(5.0)) is int
     assert snapshot_json([2.0, 2.5]) == [2, 2.5]
     assert type(snapshot_json([2.0])[0]) is int
@@ -100,7 +101,7 @@ def test_json_normalises_integral_floats_to_int() -> None:
 
 
 def test_json_bool_is_never_a_number() -> None:
-    # §4.4 items 1 and 9
+    # docs/formats.md#lossless-json
     assert json_equal(True, 1) is False
     assert json_equal(False, 0) is False
     assert json_equal([True], [1]) is False
@@ -117,7 +118,8 @@ def test_json_bool_is_never_a_number() -> None:
 
 
 def test_json_recognizes_supported_scalars_and_rejects_every_lossy_scalar_case() -> None:
-    # §16.5 "recognizes supported scalars and rejects every lossy scalar case" (isJsonValue)
+    # docs/formats.md#lossless-json "recognizes supported scalars and rejects every lossy scalar
+    # case" (isJsonValue)
     assert [is_json(v) for v in (None, True, "s", 1, 1.5)] == [True] * 5
     assert [is_json(v) for v in (-0.0, math.nan, math.inf, -math.inf, 2**53, b"", 1j)] == \
         [False] * 7
@@ -127,7 +129,8 @@ def test_json_recognizes_supported_scalars_and_rejects_every_lossy_scalar_case()
 
 
 def test_json_recursively_detaches_dense_arrays_and_plain_objects() -> None:
-    # §16.5 "recursively detaches dense arrays and plain or null-prototype objects"
+    # docs/formats.md#lossless-json "recursively detaches dense arrays and plain or null-prototype
+    # objects"
     shared = {"x": [1, 2]}
     source = {"a": shared, "b": shared, "c": [shared]}
     snap = snapshot_json(source)
@@ -142,8 +145,9 @@ def test_json_recursively_detaches_dense_arrays_and_plain_objects() -> None:
 
 
 def test_json_accepts_deeply_nested_valid_json_without_using_the_call_stack() -> None:
-    # §16.5 "accepts deeply nested valid JSON without using the JavaScript call stack" (5,000)
-    # and DESIGN §3.6 (20,000 levels must work), for every entry point
+    # docs/formats.md#lossless-json "accepts deeply nested valid JSON without using the JavaScript
+    # call stack" (5,000) and docs/formats.md#lossless-json (20,000 levels must work), for every
+    # entry point
     for depth in (5_000, DEEP):
         for value in (nested_lists(depth), nested_dicts(depth)):
             snap = snapshot_json(value)
@@ -166,8 +170,9 @@ def test_json_accepts_deeply_nested_valid_json_without_using_the_call_stack() ->
 
 
 def test_json_rejects_exotic_containers_cycles_and_invalid_children() -> None:
-    # §16.5 "rejects exotic containers, sparse or decorated arrays, cycles, and invalid
-    # children" - Python analogues (§4.4 item 2): tuples, sets, bytes, subclasses, objects
+    # docs/formats.md#lossless-json "rejects exotic containers, sparse or decorated arrays, cycles,
+    # and invalid children" - Python analogues (docs/formats.md#lossless-json): tuples, sets, bytes,
+    # subclasses, objects
 
     class ListSub(list[Any]):
         pass
@@ -195,7 +200,7 @@ def test_json_rejects_exotic_containers_cycles_and_invalid_children() -> None:
 
 
 def test_json_rejects_non_string_keys() -> None:
-    # §4.4 item 3: JSON would stringify them silently
+    # docs/formats.md#lossless-json: JSON would stringify them silently
     for key in (1, 1.5, None, True, (1,)):
         error = rejected({key: 1})
         assert "not a string" in error.message
@@ -203,7 +208,8 @@ def test_json_rejects_non_string_keys() -> None:
 
 
 def test_json_preserves_a_literal_proto_key() -> None:
-    # §16.5 "preserves a literal __proto__ JSON key without changing the snapshot prototype"
+    # docs/formats.md#lossless-json "preserves a literal __proto__ JSON key without changing the
+    # snapshot prototype"
     snap = loads(b'{"__proto__":{"x":1},"a":2}')
     assert list(snap) == ["__proto__", "a"]
     assert type(snap) is FrozenDict
@@ -211,21 +217,23 @@ def test_json_preserves_a_literal_proto_key() -> None:
 
 
 def test_json_accepts_dense_arrays_and_plain_objects() -> None:
-    # §16.5 "accepts dense arrays and plain objects, including null-prototype records"
+    # docs/formats.md#lossless-json "accepts dense arrays and plain objects, including
+    # null-prototype records"
     assert is_json([1, "a", None, [], {}]) is True
     assert is_json({"a": {"b": [True]}}) is True
     assert is_json(snapshot_json({"frozen": [1]})) is True
 
 
 def test_json_rejects_invalid_children_exotic_objects_and_cycles_in_is_json() -> None:
-    # §16.5 "rejects sparse or decorated arrays, invalid children, exotic objects, and cycles"
+    # docs/formats.md#lossless-json "rejects sparse or decorated arrays, invalid children, exotic
+    # objects, and cycles"
     cycle: dict[str, Any] = {}
     cycle["self"] = cycle
     assert [is_json(v) for v in ([(1,)], {"a": {1}}, cycle, [object()])] == [False] * 4
 
 
 def test_json_accepts_its_own_frozen_containers_and_keeps_event_types() -> None:
-    # §4.4 item 10: seeds are often other sessions' frozen events
+    # docs/formats.md#lossless-json: seeds are often other sessions' frozen events
     frozen = snapshot_json({"a": [1, {"b": 2}]})
     assert snapshot_json(frozen) == frozen
     event = Event(snapshot_json({"type": "turn/start", "seq": 0, "time": 1,
@@ -236,7 +244,8 @@ def test_json_accepts_its_own_frozen_containers_and_keeps_event_types() -> None:
 
 
 def test_json_snapshot_preserves_key_order() -> None:
-    # §4.2: the copy follows the source's insertion order (Python has no integer-key hoisting)
+    # docs/formats.md#lossless-json: the copy follows the source's insertion order (Python has no
+    # integer-key hoisting)
     snap = snapshot_json({"z": 1, "a": 2, "10": 3, "2": 4})
     assert list(snap) == ["z", "a", "10", "2"]
     assert dumps(snap) == b'{"z":1,"a":2,"10":3,"2":4}'
@@ -246,7 +255,7 @@ def test_json_snapshot_preserves_key_order() -> None:
 
 
 def test_json_mutation_of_frozen_containers_raises_type_error() -> None:
-    # §4.3: tests assert the TypeError
+    # docs/rules.md#immutability: tests assert the TypeError
     snap = snapshot_json({"d": {"k": 1}, "l": [1, 2, 3]})
     d, lst = snap["d"], snap["l"]
     dict_mutations = [
@@ -298,7 +307,7 @@ def test_json_thaw_returns_plain_mutable_copies() -> None:
 
 
 def test_json_lone_surrogates_survive_dumps_and_loads_as_valid_utf8() -> None:
-    # §4.4 item 1, §15.6: dsh writes lone surrogates; our bytes must stay valid UTF-8
+    # docs/formats.md#lossless-json: dsh writes lone surrogates; our bytes must stay valid UTF-8
     value = snapshot_json({"k\udc00": ["a\ud800b", "\udfff", "tail\ud83d"]})
     wire = dumps(value)
     wire.decode("utf-8")  # strict: raises if the bytes were not valid UTF-8
@@ -320,7 +329,7 @@ def test_json_a_valid_escaped_surrogate_pair_decodes_to_one_code_point() -> None
 
 
 def test_json_records_split_on_newline_bytes_only() -> None:
-    # DESIGN §3.6: U+2028, U+2029, U+0085, VT, FF, FS.. stay inside one record
+    # docs/formats.md#lossless-json: U+2028, U+2029, U+0085, VT, FF, FS.. stay inside one record
     tricky = "a\u2028b\u2029c\u0085d\x0be\x0cf\x1cg\x1dh\x1ei\rj\nk"
     records = [snapshot_json({"t": tricky}), snapshot_json(["\u2028"]), snapshot_json("x")]
     blob = b"".join(dumps(r) + b"\n" for r in records)

@@ -1,6 +1,7 @@
 """The optional C accelerator ``dsh._speedups`` against the pure-Python reference in dsh.json.
 
-Rules: core spec §4.1-§4.4 (the accepted value domain, snapshots, freezing) and DESIGN §3.6
+Rules: docs/formats.md#lossless-json, docs/rules.md#immutability (the accepted value domain,
+    snapshots, freezing) and docs/formats.md#lossless-json
 (one-pass snapshots, orjson decoding): the C path must give exactly the values, container
 types, key order and error messages of the Python path; it only adds speed and keeps frozen
 containers out of the cyclic GC (they are immutable, so they cannot form a cycle).
@@ -145,7 +146,8 @@ def nested_lists(depth: int, leaf: Any = None) -> list[Any]:
 
 
 def test_speedups_extension_is_built_and_configured() -> None:
-    # DESIGN §3.6: the accelerator is wired into both doors (snapshot_json and loads)
+    # docs/formats.md#lossless-json: the accelerator is wired into both doors (snapshot_json and
+    # loads)
     assert sp.__file__.endswith((".so", ".pyd"))
     assert dj._c_snapshot is sp.snapshot
     assert dj._c_freeze_parsed is sp.freeze_parsed
@@ -194,12 +196,14 @@ def _json_with(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 @settings(max_examples=examples(100), deadline=None)
 @given(value=st.one_of(hostile_json(), _json_with(_numbers)))
 def test_speedups_snapshot_matches_python_on_generated_json(value: Any) -> None:
-    # core spec §4.2: validate + copy + freeze; integral floats -> int; surrogate pairs joined
+    # docs/formats.md#lossless-json: validate + copy + freeze; integral floats -> int; surrogate
+    # pairs joined
     c = snapshot_json(value)
     assert_same(c, py_snapshot(value))
     assert_untracked(c)
     if isinstance(c, dict | list):
-        assert snapshot_json(c) is c  # a frozen snapshot is reused as-is (§4.4 item 10)
+        # a frozen snapshot is reused as-is (docs/formats.md#lossless-json)
+        assert snapshot_json(c) is c
     else:
         assert_same(snapshot_json(c), c)
 
@@ -207,7 +211,8 @@ def test_speedups_snapshot_matches_python_on_generated_json(value: Any) -> None:
 @settings(max_examples=examples(100), deadline=None)
 @given(value=_json_with(st.one_of(_numbers, _bad, st.text(max_size=4), st.none())))
 def test_speedups_snapshot_errors_match_python(value: Any) -> None:
-    # core spec §4.4: the same InvalidJsonError message and json_path whichever path runs
+    # docs/formats.md#lossless-json: the same InvalidJsonError message and json_path whichever path
+    # runs
     c, p = outcome(snapshot_json, value), outcome(py_snapshot, value)
     assert c[0] == p[0]
     if c[0] == "ok":
@@ -219,7 +224,8 @@ def test_speedups_snapshot_errors_match_python(value: Any) -> None:
 @settings(max_examples=examples(100), deadline=None)
 @given(value=st.one_of(hostile_json(), _json_with(_numbers)))
 def test_speedups_loads_matches_python_on_generated_json(value: Any) -> None:
-    # DESIGN §3.6: decoding freezes orjson's tree; -0.0 and floats like 5.0 as the Python path
+    # docs/formats.md#lossless-json: decoding freezes orjson's tree; -0.0 and floats like 5.0 as the
+    # Python path
     wire = dumps(snapshot_json(value))
     try:
         orjson.loads(wire)
@@ -246,7 +252,7 @@ def _shared_records() -> list[tuple[str, bytes]]:
 
 
 def test_speedups_match_python_on_every_dsh_log_record() -> None:
-    # core spec §4.4 item 11 on logs written by the real dsh (tests/fixtures/dsh-logs)
+    # docs/formats.md#lossless-json on logs written by the real dsh (tests/fixtures/dsh-logs)
     records = _shared_records()
     assert len(records) > 100
     for _where, line in records:
@@ -267,7 +273,8 @@ def test_speedups_match_python_on_every_dsh_log_record() -> None:
 
 
 def test_speedups_frozen_containers_are_not_gc_tracked() -> None:
-    # DESIGN §3.6: frozen values are immutable and acyclic, so the cyclic GC need not walk them
+    # docs/formats.md#lossless-json: frozen values are immutable and acyclic, so the cyclic GC need
+    # not walk them
     value = {"a": [1, {"b": [2.0, "x"]}, []], "c": {}, "d": "\u00e9"}
     for frozen in (snapshot_json(value), loads(orjson.dumps(value)),
                    sp.freeze_parsed(orjson.loads(orjson.dumps(value)))):
@@ -301,7 +308,7 @@ def test_speedups_untrack_refuses_what_could_hide_a_cycle() -> None:
 
 
 def test_speedups_frozen_results_still_refuse_mutation() -> None:
-    # core spec §4.3: accepted values cannot change
+    # docs/rules.md#immutability: accepted values cannot change
     d = loads(b'{"a":[1,{"b":2}]}')
     lst = d["a"]
     mutators: list[Callable[[], Any]] = [
@@ -319,7 +326,8 @@ def test_speedups_frozen_results_still_refuse_mutation() -> None:
 
 
 def test_speedups_reuse_rules_for_frozen_input() -> None:
-    # §4.4 item 10: frozen input that needs no change is shared; anything else is rebuilt
+    # docs/formats.md#lossless-json: frozen input that needs no change is shared; anything else is
+    # rebuilt
     frozen = snapshot_json({"a": [1, 2]})
     assert snapshot_json(frozen) is frozen
     tracked = FrozenDict({"a": FrozenList([1, "x"]), "b": None})
@@ -367,7 +375,7 @@ def _cycle() -> list[Any]:
      "$" + "[0]" * DEEP),
 ])
 def test_speedups_errors_keep_their_messages(value: Any, message: str, path: str) -> None:
-    # core spec §4.4 items 2-8: one sentence naming the rule, the found value and the JSON path
+    # docs/formats.md#lossless-json: one sentence naming the rule, the found value and the JSON path
     for run in (snapshot_json, py_snapshot):
         with pytest.raises(InvalidJsonError) as info:
             run(value)
@@ -382,7 +390,7 @@ def test_speedups_errors_keep_their_messages(value: Any, message: str, path: str
     (b'[1,[-0.0]]', "-0.0 at $[1][0] would be written as 0"),
 ])
 def test_speedups_loads_errors_keep_their_messages(wire: bytes, message: str) -> None:
-    # core spec §4.4 item 11: refusals on decode name the spot
+    # docs/formats.md#lossless-json: refusals on decode name the spot
     with pytest.raises(InvalidJsonError) as info:
         loads(wire)
     assert info.value.message == message
@@ -392,7 +400,8 @@ def test_speedups_loads_errors_keep_their_messages(wire: bytes, message: str) ->
 
 
 def test_speedups_deep_and_wide_values_match() -> None:
-    # DESIGN §3.6: 20,000 levels work on every door (the C path hands depth > 200 to the walk)
+    # docs/formats.md#lossless-json: 20,000 levels work on every door (the C path hands depth > 200
+    # to the walk)
     for value in (nested_lists(DEEP, 1.0), nested_lists(201, 2.0), nested_lists(200, 3.0),
                   list(range(10_000)), {str(i): [i, float(i)] for i in range(2_000)}):
         c = snapshot_json(value)

@@ -1,6 +1,8 @@
 """The load-path accelerators of ``dsh._speedups`` against the pure-Python reference loops.
 
-Three C passes shortcut the cold read (DESIGN §3.3; persistence spec §4.7, §3.8; core spec §5.3):
+Three C passes shortcut the cold read (docs/stores.md#the-backend-contract,
+docs/formats.md#reading-the-committed-region, docs/rules.md#the-read-pipeline,
+docs/rules.md#seed-validation):
 
 * ``scan_lines``: the JSONL scanner's ordinary lines (decode, freeze, chunk-row expansion,
   seq continuity); it stops before any line the Python scanner must judge;
@@ -665,7 +667,7 @@ def damaged(event: Event, key: str, value: Any) -> Any:
                        max_size=2))
 def test_encode_rows_matches_python_on_random_and_damaged_batches(
         script: Any, schema: int, damage: list[tuple[float, tuple[str, Any]]]) -> None:
-    # the append path's row encoding (persistence spec §5.6): C when it can, else Python
+    # the append path's row encoding (docs/formats.md#schema-17): C when it can, else Python
     session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
     apply_script(session, script)
     events: list[Any] = list(session.events)
@@ -878,7 +880,7 @@ def test_rows_text_joins_metadata_then_payloads_of_real_rows() -> None:
        base=st.integers(-2, 3), as_tuple=st.booleans())
 def test_seqs_contiguous_is_true_exactly_when_every_seq_is_its_index(
         seqs: list[Any], base: int, as_tuple: bool) -> None:
-    # the contiguity pre-check of open_turn_closers (core spec §9.1): False sends the log
+    # the contiguity pre-check of open_turn_closers (docs/rules.md#closers): False sends the log
     # through the Python loop, which names the first bad seq
     events: Any = [{"type": "x/y", "seq": s} if s is not None else {"type": "x/y"}
                    for s in seqs]
@@ -905,7 +907,8 @@ def test_open_turn_closers_name_the_same_gap_with_and_without_the_accelerator(
 
 
 def test_hand_out_messages_extends_only_a_dropped_unchanged_list() -> None:
-    # derive_messages' hand-out (core spec §7.8: a fresh list per call, sharing the messages)
+    # derive_messages' hand-out (docs/rules.md#deriving-messages: a fresh list per call, sharing the
+    # messages)
     a, b, c = FrozenDict(n=1), FrozenDict(n=2), FrozenDict(n=3)
     derived = [a, b]
     box: list[Any] = [[]]

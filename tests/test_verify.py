@@ -1,6 +1,8 @@
 """`dsh._verify.verify_events`: one list of violations over every rule a stored log must keep
-(core spec §1.6 vocabulary, §5.2-§5.5 restore, §7.10 surface, §9.2 repair, §11 tool pairing,
-§13.2 invariants; persistence spec §9.4 compaction brackets)."""
+(docs/events.md#known-types-and-ignorable-events vocabulary, docs/formats.md#the-session-header,
+docs/rules.md#seed-validation, docs/rules.md#the-end-seed-marker restore, docs/rules.md#the-surface
+surface, docs/rules.md#closers repair, docs/rules.md#tool-pairing tool pairing,
+docs/rules.md#turns-and-steps invariants; docs/rules.md#compaction-brackets compaction brackets)."""
 
 from __future__ import annotations
 
@@ -38,12 +40,15 @@ def test_verify_valid_log_has_no_violation() -> None:
 
 
 def test_verify_interrupted_turn_is_not_a_violation() -> None:
-    """§9.2: the repair closers would answer the open turn's call."""
+    """docs/rules.md#closers: the repair closers would answer the open turn's call."""
     assert verify_events(_interrupted(), header=header("s")) == []
 
 
 def test_verify_dangling_call_at_rest_is_unanswered_tool_call() -> None:
-    """§11: a closed turn whose assistant call never got a result; no repair would answer it."""
+    """A closed turn whose assistant call never got a result; no repair would answer it.
+
+    Rule: docs/rules.md#tool-pairing.
+    """
     events = _interrupted()
     n = len(events)
     events += [make("step/end", n, {"turn": 2, "step": 1}),
@@ -76,7 +81,10 @@ def test_verify_second_result_for_one_call_is_duplicate() -> None:
 
 
 def test_verify_unknown_type_not_ignorable() -> None:
-    """§1.6: unknown types must be marked ignorable; an ignorable one is fine."""
+    """Unknown types must be marked ignorable; an ignorable one is fine.
+
+    Rule: docs/events.md#known-types-and-ignorable-events.
+    """
     events = _answered()
     fine = [*events, make("import/source", 14, {"format": "x"}, ignorable=True)]
     assert verify_events(fine, header=header("s")) == []
@@ -88,7 +96,10 @@ def test_verify_unknown_type_not_ignorable() -> None:
 
 
 def test_verify_restore_refusal_names_the_seq() -> None:
-    """§5.3: restore stops at the first bad envelope; one violation, at that seq."""
+    """Restore stops at the first bad envelope; one violation, at that seq.
+
+    Rule: docs/rules.md#seed-validation.
+    """
     events = [*_answered()[:3], make("turn/start", 5, {"turn": 1})]
     found = verify_events(events, header=header("s"))
     assert found[0] == Violation(3, "SEQ_NOT_CONTIGUOUS",
@@ -104,7 +115,7 @@ def test_verify_bad_header_is_one_violation() -> None:
 
 
 def test_verify_compaction_bracket_rule_is_prefixed() -> None:
-    """Persistence spec §9.4: a turn may not start inside an open standalone bracket."""
+    """docs/rules.md#compaction-brackets: a turn may not start inside an open standalone bracket."""
     events = _answered()
     events += [make("compaction/start", 14, {"compactionId": "c1", "turn": None}),
                make("turn/start", 15, {"turn": 3})]

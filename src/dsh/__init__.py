@@ -129,7 +129,7 @@ __all__ = [
     "tool_pairing_balanced_before",
 ]
 
-# Errors and the main classes print as dsh.X in tracebacks (STYLE §1).
+# Errors and the main classes print as dsh.X in tracebacks (docs/architecture.md#public-modules).
 for _name in __all__:
     _obj = globals()[_name]
     if isinstance(_obj, type) and _obj.__module__.startswith("dsh."):

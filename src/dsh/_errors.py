@@ -7,7 +7,7 @@ keeps where it happened in ``where`` (``seq=``, ``seed_index=``, ``path=``, ``li
     DshError
     ├── InvalidJsonError(ValueError)          json_path, e.g. $.data.content[3].text
     ├── EventRejectedError(ValueError)        rule code, event type, seq or seed_index
-    │   └── InvariantError                    code INVARIANT (core spec §13)
+    │   └── InvariantError                    code INVARIANT (docs/rules.md#turns-and-steps)
     ├── SessionForkError                      code: SESSION_ALREADY_EXISTS | SESSION_NOT_FOUND |
     │                                         SESSION_NOT_LIVE | INVALID_BOUNDARY | OPEN_TURN
     ├── SessionNotFoundError(LookupError)
@@ -67,13 +67,19 @@ class DshError(Exception):
 
 
 class InvalidJsonError(DshError, ValueError):
-    """A value is not lossless JSON (core spec §4); ``where["json_path"]`` names the spot."""
+    """A value is not lossless JSON; ``where["json_path"]`` names the spot.
+
+    Rule: docs/formats.md#lossless-json.
+    """
 
     default_code = "INVALID_JSON"
 
 
 class EventRejectedError(DshError, ValueError):
-    """An event, seed or header was refused before anything was committed (core spec §5–§7).
+    """An event, seed or header was refused before anything was committed.
+
+    Rules: docs/rules.md#what-append-refuses, docs/rules.md#seed-validation,
+    docs/rules.md#the-surface.
 
     ``code`` names the rule (for example ``SEQ_NOT_CONTIGUOUS``, ``SURFACE``, ``ENVELOPE``,
     ``HEADER``, ``NON_JSON``, ``LEGACY``, ``REENTRANT_APPEND``); ``where`` carries ``seq`` or
@@ -84,13 +90,16 @@ class EventRejectedError(DshError, ValueError):
 
 
 class InvariantError(EventRejectedError):
-    """The optional session-log invariant companion vetoed an event (core spec §13)."""
+    """The optional session-log invariant companion vetoed an event.
+
+    Rule: docs/rules.md#turns-and-steps.
+    """
 
     default_code = "INVARIANT"
 
 
 class SessionForkError(DshError):
-    """``SessionStore.fork`` refused (core spec §10, seed ch. 28).
+    """``SessionStore.fork`` refused (docs/rules.md#fork).
 
     ``code`` is one of ``SESSION_ALREADY_EXISTS``, ``SESSION_NOT_FOUND``, ``SESSION_NOT_LIVE``,
     ``INVALID_BOUNDARY``, ``OPEN_TURN``.
@@ -118,7 +127,7 @@ class ConfigError(DshError, ValueError):
 
 
 class PersistenceError(DshError):
-    """Base of the storage errors (persistence spec §1)."""
+    """Base of the storage errors (docs/rules.md#persistence)."""
 
     default_code = "PERSISTENCE"
 
@@ -164,7 +173,7 @@ class WriteFailedError(PersistenceError):
 
 
 class CompactionError(DshError):
-    """A compaction failed or was refused (persistence spec §9, seed ch. 28).
+    """A compaction failed or was refused (docs/rules.md#compaction).
 
     ``code`` is ``busy`` (another compaction holds the lock, or an open turn blocks a manual one),
     ``cancelled``, ``changed`` (the surface moved under the summarizer), ``summary`` (empty or
@@ -184,7 +193,9 @@ class ImportFormatError(DshError):
 
 
 class LlmFailureError(DshError):
-    """A model call failed; raised by providers, handled by the agent loop (persistence spec §8.2f).
+    """A model call failed; raised by providers, handled by the agent loop.
+
+    Rule: docs/agent.md#retries-and-context-overflow.
 
     Args:
         message: What failed, in one sentence (provider, model, HTTP status when known).
@@ -217,7 +228,7 @@ class LlmFailureError(DshError):
 
     @property
     def failure(self) -> dict[str, object]:
-        """The failure as the wire ``LlmFailure`` mapping (core spec §2.5)."""
+        """The failure as the wire ``LlmFailure`` mapping (docs/events.md#messages)."""
         out: dict[str, object] = {"message": self.message, "code": self.code}
         if self.status is not None:
             out["status"] = self.status
@@ -229,7 +240,7 @@ class LlmFailureError(DshError):
 
 
 class AgentError(DshError):
-    """The agent loop refused a call or could not go on (persistence spec §8).
+    """The agent loop refused a call or could not go on (docs/agent.md#the-agent-loop).
 
     ``code`` is ``MAX_STEPS`` (the turn reached its step limit), ``NOT_IDLE`` (a second run
     while one is active), ``SESSION_CLOSED`` (the agent was closed), ``TOOL`` (a tool

@@ -1,9 +1,9 @@
 """The message model: messages, content blocks, stream chunks, token usage, and constructors.
 
-Shapes are dsh's wire shapes (core spec §2), written as ``TypedDict`` classes with the
-camelCase keys of the wire format. The constructors return frozen values
+Shapes are dsh's wire shapes (docs/events.md#the-message-model), written as ``TypedDict`` classes
+with the camelCase keys of the wire format. The constructors return frozen values
 (:class:`~dsh.json.FrozenDict`) whose key order matches what dsh's own constructors produce, so
-logs written here look like dsh's. Fresh message ids are ``str(uuid4())`` (core spec §2.1).
+logs written here look like dsh's. Fresh message ids are ``str(uuid4())`` (docs/events.md#messages).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from uuid import uuid4
 
 from dsh.json import FrozenDict, JsonValue, snapshot_json
 
-# --- content blocks (core spec §2.4) --------------------------------------------------------
+# --- content blocks (docs/events.md#content-blocks) -----------------------------------------------
 
 
 class TextBlock(TypedDict):
@@ -75,10 +75,13 @@ class ToolResultBlock(TypedDict):
 
 ContentBlock: TypeAlias = (
     TextBlock | ReasoningBlock | ImageBlock | ToolCallBlock | ToolResultBlock | Mapping[str, Any])
-"""One block of message content; unknown block types are kept verbatim (core spec §2.4)."""
+"""One block of message content; unknown block types are kept verbatim.
+
+Rule: docs/events.md#content-blocks.
+"""
 
 
-# --- sources (core spec §2.3) ---------------------------------------------------------------
+# --- sources (docs/events.md#messages) ------------------------------------------------------------
 
 
 class UserMessageSource(TypedDict):
@@ -114,10 +117,13 @@ class ToolMessageSource(TypedDict):
 MessageSource: TypeAlias = (
     UserMessageSource | PluginMessageSource | ModelMessageSource | ToolMessageSource
     | Mapping[str, Any])
-"""Producer attribution, discriminated by ``kind``; plugin kinds are opaque (core spec §2.3)."""
+"""Producer attribution, discriminated by ``kind``; plugin kinds are opaque.
+
+Rule: docs/events.md#messages.
+"""
 
 
-# --- messages (core spec §2.2) --------------------------------------------------------------
+# --- messages (docs/events.md#messages) -----------------------------------------------------------
 
 
 class Message(TypedDict):
@@ -157,7 +163,10 @@ class ToolResultMessage(TypedDict):
 
 
 class SystemMessage(TypedDict):
-    """A message with role ``system``; the ``data`` of a ``system/message`` event (seed ch. 28)."""
+    """A message with role ``system``; the ``data`` of a ``system/message`` event.
+
+    Rule: docs/rules.md#the-system-head.
+    """
 
     id: str
     role: Literal["system"]
@@ -165,7 +174,7 @@ class SystemMessage(TypedDict):
     source: MessageSource
 
 
-# --- usage and stream chunks (core spec §2.5, §2.6) ------------------------------------------
+# --- usage and stream chunks (docs/events.md#messages, docs/events.md#stream-chunks) --------------
 
 
 class TokenUsage(TypedDict):
@@ -255,14 +264,17 @@ class FinishChunk(TypedDict):
 StreamChunk: TypeAlias = (
     BlockStartChunk | TextDeltaChunk | ReasoningDeltaChunk | ToolCallDeltaChunk | BlockEndChunk
     | UsageChunk | FinishChunk)
-"""One raw provider stream chunk, carried by ``assistant/chunk`` (core spec §2.6)."""
+"""One raw provider stream chunk, carried by ``assistant/chunk`` (docs/events.md#stream-chunks)."""
 
 
-# --- constructors (core spec §2.7) ----------------------------------------------------------
+# --- constructors (docs/events.md#messages) -------------------------------------------------------
 
 
 def new_message_id() -> str:
-    """Return a fresh message id: UUID v4 text, like ``crypto.randomUUID()`` (core spec §2.1)."""
+    """Return a fresh message id: UUID v4 text, like ``crypto.randomUUID()``.
+
+    Rule: docs/events.md#messages.
+    """
     return str(uuid4())
 
 
@@ -276,8 +288,8 @@ def create_message(message: Mapping[str, Any]) -> FrozenDict:
         A :class:`FrozenDict` with the input's keys in order, then ``id`` (a new UUID v4).
 
     Raises:
-        InvalidJsonError: the input is not lossless JSON (core spec §4).
-    Rule: core spec §2.7 ``createMessage``.
+        InvalidJsonError: the input is not lossless JSON (docs/formats.md#lossless-json).
+    Rule: docs/events.md#messages.
     """
     fields = {k: v for k, v in message.items() if k != "id"}
     fields["id"] = new_message_id()
@@ -289,7 +301,7 @@ def create_user_message(message: Mapping[str, Any]) -> FrozenDict:
 
     Raises:
         InvalidJsonError: the input is not lossless JSON.
-    Rule: core spec §2.7 ``createUserMessage`` (key order content, source, role, id).
+    Rule: docs/events.md#messages (key order content, source, role, id).
     """
     fields = {k: v for k, v in message.items() if k not in ("role", "id")}
     fields["role"] = "user"
@@ -299,7 +311,8 @@ def create_user_message(message: Mapping[str, Any]) -> FrozenDict:
 def create_system_message(message: Mapping[str, Any]) -> FrozenDict:
     """Return a frozen system message: the input, ``role: "system"``, then a fresh ``id``.
 
-    The ``data`` of a ``system/message`` event, the protected surface head (seed ch. 28).
+    The ``data`` of a ``system/message`` event, the protected surface head
+    (docs/rules.md#the-system-head).
 
     Raises:
         InvalidJsonError: the input is not lossless JSON.
@@ -325,7 +338,7 @@ def create_assistant_message(*, content: list[Any], provider: str, model: str,
 
     Raises:
         InvalidJsonError: content or replay state is not lossless JSON.
-    Rule: core spec §2.7 ``createAssistantMessage``.
+    Rule: docs/events.md#messages.
     """
     source: dict[str, Any] = {"kind": "model", "provider": provider, "model": model}
     if replay_state is not None:
@@ -343,7 +356,7 @@ def create_tool_result_message(*, call_id: str, content: list[Any],
 
     Raises:
         InvalidJsonError: content is not lossless JSON.
-    Rule: core spec §2.7 ``createToolResultMessage``.
+    Rule: docs/events.md#messages.
     """
     return create_user_message({
         "source": {"kind": "tool", "callId": call_id},

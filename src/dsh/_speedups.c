@@ -1,5 +1,5 @@
 /*
- * dsh._speedups: optional C accelerator (DESIGN §3.5-§3.6, core spec §4). Every function is
+ * dsh._speedups: optional C accelerator (docs/rules.md#immutability, docs/formats.md#lossless-json). Every function is
  * mirrored by pure-Python code that runs when this module is missing and stays the reference
  * (the tests compare both):
  *
@@ -659,7 +659,7 @@ untrack(PyObject *module, PyObject *obj)
 }
 
 /* ---------------------------------------------------------------------------------------
- * Record decoding and seed pre-scans (the load path, DESIGN §3.3 / persistence spec §4).
+ * Record decoding and seed pre-scans (the load path, docs/stores.md#the-backend-contract, docs/formats.md#jsonl).
  *
  * Each function below does the common case in one C pass and stops (or reports an index)
  * wherever Python has something to judge; the Python code it shortcuts stays the reference,
@@ -2082,7 +2082,7 @@ fail:
 
 /* ---------------------------------------------------------------------------------------
  * The SQLite append path: one batch of scalar events -> the rows encode_batch returns
- * (dsh.persistence._sqlite_schema, persistence spec §5.6). Python's encode_batch stays the
+ * (dsh.persistence._sqlite_schema, docs/formats.md#schema-17). Python's encode_batch stays the
  * reference and runs alone for anything below that raises Fallback.
  */
 

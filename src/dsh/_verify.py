@@ -2,19 +2,22 @@
 
 :func:`verify_events` runs, over one log, in this order:
 
-1. vocabulary: every type is known or the event is ``ignorable: true`` (core spec §1.6);
-2. envelope, header and seed validation by ``Session.restore`` (core spec §5.2-§5.5): it stops
-   at the first refusal, so this part gives at most one violation, naming the seq;
-3. the surface fold (core spec §7.10): the first refused surface op (skipped when step 2
+1. vocabulary: every type is known or the event is ``ignorable: true``
+   (docs/events.md#known-types-and-ignorable-events);
+2. envelope, header and seed validation by ``Session.restore`` (docs/formats.md#the-session-header,
+   docs/rules.md#seed-validation, docs/rules.md#the-end-seed-marker): it stops at the first refusal,
+   so this part gives at most one violation, naming the seq;
+3. the surface fold (docs/rules.md#the-surface): the first refused surface op (skipped when step 2
    already refused the same seq);
-4. tool pairing by call id over the model surface after in-memory crash repair (core spec
-   §9.2, §11): every ``tool-call`` block of an assistant message is answered by exactly one
-   ``tool/result``, no result answers an unknown or already answered call. Repair closers
-   answer the calls of an interrupted last turn, so a call still unanswered is one left
+4. tool pairing by call id over the model surface after in-memory crash repair
+   (docs/rules.md#closers, docs/rules.md#tool-pairing): every ``tool-call`` block of an assistant
+   message is answered by exactly one ``tool/result``, no result answers an unknown or already
+   answered call. Repair closers answer the calls of an interrupted last turn, so a call still
+   unanswered is one left
    dangling at rest: a provider would refuse the next request;
-5. the log invariants (:func:`dsh.session._invariants.check_log`, core spec §13.2);
-6. the compaction bracket rules (:func:`dsh.compaction.check_compaction_log`, persistence spec
-   §9.4), reported with a ``COMPACTION_`` prefix.
+5. the log invariants (:func:`dsh.session._invariants.check_log`, docs/rules.md#turns-and-steps);
+6. the compaction bracket rules (:func:`dsh.compaction.check_compaction_log`,
+   docs/rules.md#compaction-brackets), reported with a ``COMPACTION_`` prefix.
 
 Rule codes are stable upper-snake names: those of :data:`RULES` plus the codes of the
 invariant companion (``TURN_NUMBER``, ``UNPAIRED_RESULT``, …) and the ``EventRejectedError``
@@ -41,16 +44,25 @@ from dsh.session import (
 )
 
 UNKNOWN_EVENT_TYPE: Final = "UNKNOWN_EVENT_TYPE"
-"""An event type this dsh does not know, not marked ``ignorable`` (core spec §1.6)."""
+"""An event type this dsh does not know, not marked ``ignorable``.
+
+Rule: docs/events.md#known-types-and-ignorable-events.
+"""
 
 INVALID_LOG: Final = "INVALID_LOG"
 """An event is not a JSON object dsh can hold (restore could not even start)."""
 
 REPAIR: Final = "REPAIR"
-"""The crash repair of the last turn failed: the open turn's events are malformed (§9)."""
+"""The crash repair of the last turn failed: the open turn's events are malformed.
+
+Rule: docs/rules.md#repair.
+"""
 
 UNANSWERED_TOOL_CALL: Final = "UNANSWERED_TOOL_CALL"
-"""A tool call on the surface has no result, and no repair closer would give it one (§11)."""
+"""A tool call on the surface has no result, and no repair closer would give it one.
+
+Rule: docs/rules.md#tool-pairing.
+"""
 
 ORPHAN_TOOL_RESULT: Final = "ORPHAN_TOOL_RESULT"
 """A ``tool/result`` on the surface answers a call id no earlier assistant message made."""
@@ -187,7 +199,10 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
     Raises:
         Nothing for a bad log: every problem is a violation.
 
-    Rules: core spec §1.6, §5.2-§5.5, §7.10, §9.2, §11, §13.2; persistence spec §9.4.
+    Rules: docs/events.md#known-types-and-ignorable-events, docs/formats.md#the-session-header,
+        docs/rules.md#seed-validation, docs/rules.md#the-end-seed-marker, docs/rules.md#the-surface,
+        docs/rules.md#closers, docs/rules.md#tool-pairing, docs/rules.md#turns-and-steps,
+        docs/rules.md#compaction-brackets.
     """
     log, found = _as_events(events)
     if found:

@@ -1,6 +1,6 @@
 """Lossless JSON: one-pass validate-and-copy snapshots, frozen containers, a dsh-compatible codec.
 
-Invariants this module owns (core spec §4, DESIGN §3.5–§3.6):
+Invariants this module owns (docs/formats.md#lossless-json, docs/rules.md#immutability):
 
 * a snapshot holds only ``None``, ``bool``, ``str``, ``int`` within ±(2^53 − 1), finite non-
   negative-zero ``float``, :class:`FrozenList` and :class:`FrozenDict` with ``str`` keys;
@@ -222,7 +222,7 @@ else:
 def is_safe_int(value: object) -> bool:
     """Return True for an ``int`` (never a ``bool``) within ±(2^53 − 1) (``Number.isSafeInteger``).
 
-    Rule: core spec §4.4 item 8. Integral floats are normalised to ``int`` at every door
+    Rule: docs/formats.md#lossless-json. Integral floats are normalised to ``int`` at every door
     (snapshot and decode), so this predicate only needs the ``int`` branch.
     """
     return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
@@ -368,7 +368,7 @@ def snapshot_json(value: object) -> JsonValue:
     Raises:
         InvalidJsonError: NaN, ±inf, -0.0, an integer beyond ±(2^53 − 1), a non-``str`` key, a
             tuple, set, bytes or other object, or a cycle; ``where["json_path"]`` names the spot.
-    Rule: core spec §4.1–§4.4; DESIGN §3.6.
+    Rule: docs/formats.md#lossless-json, docs/rules.md#immutability.
     """
     if _c_snapshot is not None:
         try:
@@ -473,7 +473,10 @@ def _snapshot_walk(value: Any) -> JsonValue:
 
 
 def is_json(value: object) -> bool:
-    """Return True when :func:`snapshot_json` would accept ``value`` (core spec §4.2)."""
+    """Return True when :func:`snapshot_json` would accept ``value``.
+
+    Rule: docs/formats.md#lossless-json.
+    """
     try:
         snapshot_json(value)
     except InvalidJsonError:
@@ -482,7 +485,7 @@ def is_json(value: object) -> bool:
 
 
 def json_equal(a: object, b: object) -> bool:
-    """Deep JSON equality where ``True`` is never ``1`` (core spec §4.4 item 9).
+    """Deep JSON equality where ``True`` is never ``1`` (docs/formats.md#lossless-json).
 
     ``1 == 1.0`` stays true, as in JavaScript's single number type. Iterative.
     """
@@ -631,7 +634,7 @@ def loads(data: bytes | str) -> JsonValue:
     Raises:
         InvalidJsonError: malformed JSON; ``NaN``, ``Infinity`` or an overflowing number such as
             ``1e400``; an integer beyond ±(2^53 − 1) (a JavaScript reader would round it).
-    Rule: core spec §4.4 item 11; DESIGN §3.6. Escaped lone surrogates stay lone surrogates;
+    Rule: docs/formats.md#lossless-json. Escaped lone surrogates stay lone surrogates;
     an escaped valid pair decodes to one code point.
     """
     try:
@@ -773,7 +776,7 @@ def dumps(value: JsonValue) -> bytes:
 
     Raises:
         InvalidJsonError: a non-frozen value holds something :func:`snapshot_json` refuses.
-    Rule: core spec §15.6; DESIGN §3.6.
+    Rule: docs/formats.md#lossless-json.
     """
     if not isinstance(value, FrozenDict | FrozenList):
         value = snapshot_json(value)

@@ -1,4 +1,8 @@
-"""Checkpoint barriers (spec §6), compaction in the loop (§9.9), resume (§7, seed ch. 28)."""
+"""Checkpoint barriers, compaction in the loop, resume.
+
+Rules: docs/agent.md#durability-checkpoints, docs/rules.md#automatic-compaction,
+docs/rules.md#resume.
+"""
 
 from __future__ import annotations
 

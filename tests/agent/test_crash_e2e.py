@@ -1,5 +1,6 @@
 """SIGKILL end to end: a child process runs the real loop and is killed at a failpoint; a fresh
-process resumes and continues (persistence spec §6 crash scenarios; seed ch. 28).
+process resumes and continues (docs/agent.md#durability-checkpoints crash scenarios;
+docs/rules.md#resume).
 
 Failpoints: ``request`` (the provider writes the marker at dispatch and hangs), ``stream`` (after
 three streamed chunks), ``tool`` (inside a tool body), ``between`` (right after a tool result is

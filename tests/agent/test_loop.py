@@ -1,4 +1,8 @@
-"""The agent loop, step by step (persistence spec §8.2, §8.3, §6; seed ch. 28)."""
+"""The agent loop, step by step.
+
+Rule: docs/agent.md#the-turn, docs/rules.md#request--projection,
+    docs/agent.md#durability-checkpoints, docs/rules.md#resume.
+"""
 
 from __future__ import annotations
 

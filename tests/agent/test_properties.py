@@ -1,5 +1,6 @@
 """Property: random scripted conversations always leave a log that verifies, and every request
-equalled the log's projection at dispatch (persistence spec §8.3, §8.4).
+equalled the log's projection at dispatch (docs/rules.md#request--projection,
+docs/agent.md#the-recorder).
 
 Conversations mix text, tool calls, parallel calls, tool errors, retryable and fatal provider
 errors, steering while tools run, and cancellation at a random event. Example count:

@@ -1,4 +1,7 @@
-"""The provider protocol and the scripted provider (persistence spec §1.5, §8.2d-g)."""
+"""The provider protocol and the scripted provider.
+
+Rule: docs/events.md#the-message-model, docs/agent.md#providers.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The recorder: the one writing path of turns, steps, messages and tool calls (spec §8.4)."""
+"""The recorder: the one writing path of turns, steps, messages and tool calls.
+
+Rule: docs/agent.md#the-recorder.
+"""
 
 from __future__ import annotations
 

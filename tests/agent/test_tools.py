@@ -1,4 +1,7 @@
-"""@tool schemas and outcomes, built-in workspace tools, the approved shell (spec §8.2h)."""
+"""@tool schemas and outcomes, built-in workspace tools, the approved shell.
+
+Rule: docs/agent.md#tool-execution.
+"""
 
 from __future__ import annotations
 

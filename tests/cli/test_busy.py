@@ -1,4 +1,4 @@
-"""A session another process is writing: commands wait, then say who holds it (issue 9 item 7).
+"""A session another process is writing: commands wait, then say who holds it.
 
 The holder is a real process with the session open for writing; it lets go when the test
 creates a file, so no assertion depends on timing.

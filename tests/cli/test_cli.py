@@ -1,9 +1,9 @@
 """The `dsh` command, driven as a real subprocess (`python -m dsh.cli`) against stores in tmp_path.
 
-Each test names the CLI behaviour of the issue it checks (STYLE §12: exit 0/1/2/130, results on
-stdout, one `error[CODE]: message` line on stderr, `--json` with stable keys). Every subprocess
-costs about a second of interpreter and import time, so tests share one imported store and
-read outputs once.
+Each test names the CLI behaviour of the issue it checks (docs/cli.md#exit-status-and-errors: exit
+0/1/2/130, results on stdout, one `error[CODE]: message` line on stderr, `--json` with stable keys).
+Every subprocess costs about a second of interpreter and import time, so tests share one imported
+store and read outputs once.
 """
 
 from __future__ import annotations
@@ -94,7 +94,9 @@ def store(imported: Imported, tmp_path: Path) -> Dsh:
     return dsh
 
 
-# -- hand-written logs (core spec §1.3 shapes; JSONL layout of persistence spec §4.2-§4.4) ---
+# -- hand-written logs (docs/events.md#core-events shapes; JSONL layout of
+# docs/formats.md#layout-and-path-encoding, docs/formats.md#header-line,
+# docs/formats.md#record-lines)
 
 def _event(seq: int, type: str, data: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"type": type, "seq": seq, "time": T0 + seq, "data": data, **extra}
@@ -135,14 +137,20 @@ def interrupted_log() -> list[dict[str, Any]]:
 
 
 def bad_log() -> list[dict[str, Any]]:
-    """Turn numbers jump from 1 to 3: an invariant violation at seq 6 (core spec §13.2)."""
+    """Turn numbers jump from 1 to 3: an invariant violation at seq 6.
+
+    Rule: docs/rules.md#turns-and-steps.
+    """
     return [*_turn(0, 1, "Hello.", "Hi."),
             _event(6, "turn/start", {"turn": 3}),
             _event(7, "turn/end", {"turn": 3, "reason": {"kind": "completed"}})]
 
 
 def long_log() -> list[dict[str, Any]]:
-    """Three long turns: a digest checkpoint is much smaller than turns 1-2 (spec §9.3 step 7)."""
+    """Three long turns: a digest checkpoint is much smaller than turns 1-2.
+
+    Rule: docs/rules.md#the-transaction.
+    """
     events: list[dict[str, Any]] = []
     for turn in (1, 2, 3):
         events += _turn(len(events), turn, f"Request {turn}: " + "explain the layout. " * 60,
@@ -282,7 +290,7 @@ def test_import_without_path_finds_the_users_claude_code_logs(tmp_path: Path) ->
 
 def test_import_examples_imports_only_the_bundled_examples_beside_user_logs(
         tmp_path: Path) -> None:
-    # Issue 9 item 1: with the user's own Claude Code logs present, --examples still imports
+    # with the user's own Claude Code logs present, --examples still imports
     # exactly the bundled examples, and a path with --examples is a usage error.
     dsh = Dsh(tmp_path)
     project = tmp_path / "user-home" / ".claude" / "projects" / "-home-demo-app"
@@ -385,7 +393,10 @@ def test_verify_all_on_the_imported_store_exits_0(imported: Imported) -> None:
 
 
 def gap_log() -> list[dict[str, Any]]:
-    """Seq 1 is missing: the stored log itself is corrupt (persistence spec §4.7)."""
+    """Seq 1 is missing: the stored log itself is corrupt.
+
+    Rule: docs/formats.md#reading-the-committed-region.
+    """
     return [_event(0, "turn/start", {"turn": 1}),
             _event(2, "turn/end", {"turn": 1, "reason": {"kind": "completed"}})]
 
@@ -440,7 +451,8 @@ def test_resume_closes_the_interrupted_turn(tmp_path: Path) -> None:
 
 
 def test_resume_of_an_interrupted_import_closes_it(store: Dsh, imported: Imported) -> None:
-    # Importers leave a transcript's unfinished last turn open for `dsh resume` (core spec §9).
+    # Importers leave a transcript's unfinished last turn open for `dsh resume`
+    # (docs/rules.md#repair).
     import dsh
 
     def last_turn_event(events: list[Any]) -> str:
@@ -489,10 +501,10 @@ def test_compact_writes_a_checkpoint(tmp_path: Path) -> None:
     dsh = Dsh(tmp_path)
     url = jsonl_store(tmp_path / "jsonl-store", {"long": long_log()})
     outcome = dsh.json("compact", "long", "--store", url, "--json")
-    # Resume appends the end-seed (18), then the transaction (persistence spec §9.2).
+    # Resume appends the end-seed (18), then the transaction (docs/rules.md#the-checkpoint-message).
     assert (outcome["startSeq"], outcome["summarySeq"], outcome["checkpointSeq"],
             outcome["endSeq"]) == (19, 20, 21, 22)
-    # Retain budget 0 keeps only the newest node, turn 3's answer (persistence spec §9.5).
+    # Retain budget 0 keeps only the newest node, turn 3's answer (docs/rules.md#span-selection).
     assert outcome["shadowedSeqs"] == [2, 3, 8, 9, 14]
     assert outcome["checkpointTokenCount"] < outcome["shadowedTokenCount"]
     added = stored_events(url, "long")[18:]
@@ -718,9 +730,9 @@ def test_cli_shows_a_lone_surrogate_escaped_instead_of_crashing(tmp_path: Path) 
 
 def test_import_folder_gives_each_bad_file_its_outcome_and_imports_the_rest(
         tmp_path: Path) -> None:
-    # Issue 5 bad input: an empty file, a truncated last line, a binary file and a 50 MB
-    # transcript in one folder: each gets its own outcome, nothing half-imported is left, the
-    # good ones import.
+    # Bad input (docs/interop.md#bad-input): an empty file, a truncated last line, a binary file and
+    # a 50 MB transcript in one folder: each gets its own outcome, nothing half-imported is left,
+    # the good ones import.
     from dsh.cli._cmd_import import examples_dir
 
     folder = tmp_path / "in"

@@ -1,4 +1,4 @@
-"""The command line's rough edges a new user hit (issue 9 items 11-16), run as real processes."""
+"""The command line's rough edges a new user hit, run as real processes."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_help_is_for_people(demo: Dsh) -> None:
         text = demo(*([command] if command else []), "--help").stdout
         assert "<bool>" not in text and "<str>" not in text, command
         assert "[[" not in text and "{ID}" not in text, command
-        assert "§" not in text and "seed ch." not in text and "`" not in text, command
+        assert "§" not in text and "docs/" not in text and "`" not in text, command
     usage = demo("import", "--help").stdout
     assert "Usage: dsh import [OPTIONS] [PATH]..." in usage
     assert "Usage: dsh show [OPTIONS] ID" in demo("show", "--help").stdout

@@ -1,5 +1,5 @@
 """The `dsh` command on PostgreSQL stores: convert between every backend, the session commands,
-`events --follow`, `migrate` (issue 13). Skipped, saying so, only when no server answers."""
+`events --follow`, `migrate`. Skipped, saying so, only when no server answers."""
 
 from __future__ import annotations
 

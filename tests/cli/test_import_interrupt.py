@@ -1,4 +1,4 @@
-"""Ctrl+C during ``dsh import`` (issue 9 item 8): outcomes as they happen, nothing half-written."""
+"""Ctrl+C during ``dsh import``: outcomes as they happen, nothing half-written."""
 
 from __future__ import annotations
 

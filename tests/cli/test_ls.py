@@ -1,4 +1,4 @@
-"""``dsh ls`` as a person and as a pipe read it (issue 9 items 10 and 17)."""
+"""``dsh ls`` as a person and as a pipe read it."""
 
 from __future__ import annotations
 

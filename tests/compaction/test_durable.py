@@ -1,7 +1,8 @@
 """Compaction through a real store: the lock is durable and a resume makes an orphan stale.
 
-Seed ch. 28: ``compaction/start`` is the durable lock; a failed or interrupted compaction
-leaves it visible; resume appends ``session/end-seed``, after which the orphan no longer blocks.
+docs/rules.md#compaction: ``compaction/start`` is the durable lock; a failed or interrupted
+compaction leaves it visible; resume appends ``session/end-seed``, after which the orphan no longer
+blocks.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Compaction bracket invariants (persistence spec §9.4; §10.10 ``invariant.spec.ts``)."""
+"""Compaction bracket invariants (docs/rules.md#compaction-brackets)."""
 
 from __future__ import annotations
 
@@ -193,7 +193,8 @@ def test_invariant_rejects_a_summary_twice_a_bad_range_and_a_summaryless_success
 @pytest.mark.parametrize("kind", ["compaction/start", "compaction/summary", "compaction/end",
                                   "compaction/prune"])
 def test_compaction_events_are_log_only(kind: str) -> None:
-    # §10.10 "compaction/* events merge into SessionEventMap and are log-only".
+    # docs/rules.md#compaction-brackets "compaction/* events merge into SessionEventMap and are
+    # log-only".
     from dsh._errors import EventRejectedError
     from dsh.session._events import KNOWN_EVENT_TYPES
 

@@ -1,4 +1,7 @@
-"""Automatic pressure compaction (persistence spec §9.7, §9.9; §10.11 pressure lines)."""
+"""Automatic pressure compaction.
+
+Rule: docs/rules.md#automatic-compaction, docs/rules.md#compaction.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ def open_turn(session, number: int) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_policy_uses_low_friction_defaults() -> None:
-    # §10.11 "uses low-friction service-wide defaults": 0.8 / 0.16 / retries 1.
+    # docs/rules.md#compaction "uses low-friction service-wide defaults": 0.8 / 0.16 / retries 1.
     policy = CompactionPolicy()
     assert (policy.threshold_ratio, policy.effective_retain_ratio,
             policy.compaction_retries) == (0.8, 0.16, 1)

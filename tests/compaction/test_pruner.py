@@ -1,4 +1,4 @@
-"""Tool-result pruner (persistence spec §9.11, §10.12 ``tool-result-pruner.spec.ts``)."""
+"""Tool-result pruner (docs/rules.md#the-tool-result-pruner)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def t(value: str) -> dict[str, str]:
 
 
 def test_pruner_resolves_detached_immutable_defaults_and_partial_overrides() -> None:
-    # §10.12 "resolves detached immutable defaults and partial overrides": 8192/4096/1024.
+    # docs/rules.md#the-tool-result-pruner "resolves detached immutable defaults and partial
+    # overrides": 8192/4096/1024.
     config = PrunerConfig()
     assert (config.threshold_chars, config.head_chars, config.tail_chars) == (8192, 4096, 1024)
     assert PrunerConfig(head_chars=10).tail_chars == 1024
@@ -35,7 +36,8 @@ def test_pruner_resolves_detached_immutable_defaults_and_partial_overrides() -> 
 ])
 def test_pruner_rejects_invalid_scalars_and_an_output_budget_above_threshold(
         kwargs: dict[str, object]) -> None:
-    # §10.12 "rejects stale keys, invalid scalars, and an output budget above threshold".
+    # docs/rules.md#the-tool-result-pruner "rejects stale keys, invalid scalars, and an output
+    # budget above threshold".
     with pytest.raises(ConfigError):
         PrunerConfig(**kwargs)  # type: ignore[arg-type]
     with pytest.raises(TypeError):

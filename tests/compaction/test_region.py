@@ -1,4 +1,8 @@
-"""The region transaction (persistence spec §9.2-§9.4, §10.11; seed ch. 28)."""
+"""The region transaction.
+
+Rule: docs/rules.md#the-checkpoint-message, docs/rules.md#the-transaction, docs/rules.md#the-lock,
+    docs/rules.md#compaction.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ SHORT = "## Primary Request and Intent\n- inspect modules\n\n## Current Work\n- 
 
 
 class Fixed:
-    """A model-independent custom summarizer (§10.11 last region line)."""
+    """A model-independent custom summarizer (docs/rules.md#compaction last region line)."""
 
     provider = "test"
     model = "fixed"
@@ -80,7 +84,8 @@ def types_from(session: Session, seq: int) -> list[str]:
 
 def test_region_lands_a_framed_replayable_checkpoint_with_exact_source_seqs_and_token_price(
 ) -> None:
-    # §10.11 "lands a framed, replayable checkpoint with exact source seqs and token price".
+    # docs/rules.md#compaction "lands a framed, replayable checkpoint with exact source seqs and
+    # token price".
     session = long_session(3)
     start, end = span_of(session)
     nodes = list(session.surface.nodes)
@@ -133,7 +138,8 @@ def test_region_summarizer_input_is_the_shadowed_messages_in_surface_order() -> 
 
 
 def test_region_rejects_a_replace_over_a_system_head_before_writing_anything() -> None:
-    # Seed ch. 28: a replace covering a system/message at node 0 must be a system/message.
+    # docs/rules.md#the-system-head: a replace covering a system/message at node 0 must be a
+    # system/message.
     session = new_session()
     head = system(session, "You are helpful.")
     turn(session, 1, "hello " * 40, answer="hi " * 40)
@@ -162,7 +168,7 @@ def test_region_explicit_range_splitting_a_tool_pair_is_refused() -> None:
 
 
 def test_region_requires_an_open_turn_and_an_idle_compaction_bracket() -> None:
-    # §10.11 "requires an open turn and an idle compaction bracket".
+    # docs/rules.md#compaction "requires an open turn and an idle compaction bracket".
     session = long_session(2)
     start, end = span_of(session)
     with pytest.raises(CompactionError) as info:
@@ -194,7 +200,7 @@ def test_region_rejects_a_session_with_no_turn_boundary_at_all_for_automatic_com
 
 
 def test_region_refuses_an_open_turn_in_the_log_for_manual_compaction() -> None:
-    # §10.11 manual "refuses an open turn in the log" -> busy.
+    # docs/rules.md#compaction manual "refuses an open turn in the log" -> busy.
     session = long_session(2)
     session.append("turn/start", {"turn": 3})
     start, end = span_of(session)
@@ -220,8 +226,8 @@ def test_region_reports_a_live_unmatched_bracket_as_busy_without_summarizing() -
 
 
 def test_region_ignores_an_unmatched_bracket_inherited_before_a_later_end_seed_marker() -> None:
-    # §10.11 "ignores an unmatched bracket inherited before a later end-seed marker"; the
-    # issue's "same after an end-seed (resume) -> allowed".
+    # docs/rules.md#compaction "ignores an unmatched bracket inherited before a later end-seed
+    # marker", and the same after an end-seed written by a resume is allowed.
     session = long_session(2)
     session.append("compaction/start", {"compactionId": "orphan", "turn": None})
     resumed = Session.restore(session.id, session.events, session.header)
@@ -262,8 +268,8 @@ def test_region_second_compaction_while_one_is_open_is_busy() -> None:
 @pytest.mark.parametrize("exc", [RuntimeError("model down"), ValueError()])
 def test_region_records_summarizer_failures_without_mutating_the_surface(
         exc: Exception) -> None:
-    # §10.11 "records summarizer failures without mutating the surface" and "stringifies
-    # non-Error failures in the durable end bracket" (the error is always a string).
+    # docs/rules.md#compaction "records summarizer failures without mutating the surface" and
+    # "stringifies non-Error failures in the durable end bracket" (the error is always a string).
     session = long_session(2)
     nodes, generation = list(session.surface.nodes), session.surface.replace_generation
     messages = session.derive_messages()
@@ -287,9 +293,9 @@ def test_region_records_summarizer_failures_without_mutating_the_surface(
 
 
 def test_region_rejects_a_non_shrinking_framed_summary() -> None:
-    # §10.11 "rejects a non-shrinking framed summary under the conversation meter". The span
-    # (800 chars: 200 + 4 + 4 = 208 tokens) passes the size pre-check; the summary does not
-    # shrink it, which is only known after the lock.
+    # docs/rules.md#compaction "rejects a non-shrinking framed summary under the conversation
+    # meter". The span (800 chars: 200 + 4 + 4 = 208 tokens) passes the size pre-check; the summary
+    # does not shrink it, which is only known after the lock.
     session = new_session()
     u = user(session, "q" * 800)
     user(session, "tail")
@@ -301,8 +307,8 @@ def test_region_rejects_a_non_shrinking_framed_summary() -> None:
 
 
 def test_region_refuses_a_span_too_small_for_any_checkpoint_before_the_lock() -> None:
-    # §9.3 step 7 checked early: the minimal checkpoint (framing + a one-character summary)
-    # costs 104 tokens; a 60-token span can never be undercut, so nothing is written.
+    # docs/rules.md#the-transaction checked early: the minimal checkpoint (framing + a one-character
+    # summary) costs 104 tokens; a 60-token span can never be undercut, so nothing is written.
     assert minimal_checkpoint_tokens() == 104
     session = new_session()
     u = user(session, "q" * 208)  # 52 + 4 block + 4 message = 60 tokens
@@ -378,7 +384,8 @@ def test_region_manual_tolerates_appends_outside_the_selected_span() -> None:
 
 def test_region_rejects_a_selected_span_whose_middle_node_was_replaced_during_summarization(
 ) -> None:
-    # §10.11 manual "rejects a selected span whose middle node was replaced ..." -> changed.
+    # docs/rules.md#compaction manual "rejects a selected span whose middle node was replaced ..."
+    # -> changed.
     session = long_session(2)
     start, end = span_of(session)
     hook = lambda: prune_session(session, PrunerConfig(threshold_chars=100, head_chars=10,  # noqa: E731
@@ -651,7 +658,7 @@ def test_async_region_summarizer_raising_cancelled_error_is_code_cancelled() -> 
 
 
 def test_async_region_excludes_a_concurrent_compaction_of_one_session() -> None:
-    # §10.11 "excludes concurrent automatic and manual compaction of one session".
+    # docs/rules.md#compaction "excludes concurrent automatic and manual compaction of one session".
     session = long_session(3)
     start, end = span_of(session)
     gate = asyncio.Event

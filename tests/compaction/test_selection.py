@@ -1,4 +1,7 @@
-"""Span selection (persistence spec §9.5, §9.10; seed ch. 28 node-0 protection)."""
+"""Span selection (node-0 protection).
+
+Rule: docs/rules.md#span-selection, docs/rules.md#tool-pairing, docs/rules.md#compaction.
+"""
 
 from __future__ import annotations
 
@@ -32,9 +35,9 @@ def _open_call_session():  # type: ignore[no-untyped-def]
 
 
 def test_select_rounds_a_retention_cut_head_ward_to_preserve_tool_call_result_pairing() -> None:
-    # §10.11 "rounds a retention cut head-ward to preserve tool-call/result pairing": with a
-    # budget that keeps only the result and the final answer, the cut would fall between the
-    # call and its result; it moves to before the assistant message that made the call.
+    # docs/rules.md#compaction "rounds a retention cut head-ward to preserve tool-call/result
+    # pairing": with a budget that keeps only the result and the final answer, the cut would fall
+    # between the call and its result; it moves to before the assistant message that made the call.
     session, u, _a, _injected, r, final = _open_call_session()
     measurement = measure_surface(session)
     prices = dict((n.seq, n.tokens) for n in measurement.nodes)
@@ -65,7 +68,8 @@ def test_select_returns_none_for_an_empty_surface_or_a_budget_covering_everythin
 
 
 def test_select_rejects_a_priced_surface_that_is_not_the_current_positional_surface() -> None:
-    # §10.11 "rejects a priced surface that is not the current positional surface".
+    # docs/rules.md#compaction "rejects a priced surface that is not the current positional
+    # surface".
     session = long_session(1)
     stale = measure_surface(session)
     user(session, "one more")
@@ -75,7 +79,7 @@ def test_select_rejects_a_priced_surface_that_is_not_the_current_positional_surf
 
 
 def test_select_never_covers_a_system_message_head() -> None:
-    # Seed ch. 28: a system/message at node 0 is never shadowed by a compaction.
+    # docs/rules.md#the-system-head: a system/message at node 0 is never shadowed by a compaction.
     session = new_session()
     head = system(session, "You are a careful agent.")
     turn(session, 1, "first request " * 20, answer="first answer " * 20)
@@ -97,7 +101,7 @@ def test_validate_span_rejects_a_span_over_the_system_head() -> None:
 
 @pytest.mark.parametrize("which", ["start", "end"])
 def test_validate_span_rejects_missing_seqs(which: str) -> None:
-    # §10.11 "rejects %s" (start missing 9001, end missing 9002).
+    # docs/rules.md#compaction "rejects %s" (start missing 9001, end missing 9002).
     session = long_session(1)
     first = session.surface.nodes[0]
     start, end = (9001, first) if which == "start" else (first, 9002)
@@ -111,7 +115,7 @@ def test_validate_span_rejects_missing_seqs(which: str) -> None:
 
 
 def test_validate_span_rejects_reversed_and_tool_unbalanced_positional_boundaries() -> None:
-    # §10.11 "rejects reversed and tool-unbalanced positional boundaries".
+    # docs/rules.md#compaction "rejects reversed and tool-unbalanced positional boundaries".
     session, u, a, injected, r, final = _open_call_session()
     with pytest.raises(CompactionError, match="is after end seq") as info:
         validate_span(session, a.seq, u.seq)

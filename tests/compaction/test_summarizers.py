@@ -1,4 +1,4 @@
-"""Summarizers (persistence spec §9.2, §9.8; DESIGN §3.9 offline default)."""
+"""Summarizers (docs/rules.md#the-checkpoint-message offline default)."""
 
 from __future__ import annotations
 
@@ -118,7 +118,8 @@ def test_summarizer_protocols_are_runtime_checkable() -> None:
 
 
 def test_llm_summarizer_replays_the_conversation_and_appends_the_instruction_last() -> None:
-    # §10.11 "replays the conversation prefix and appends the instruction as the final message".
+    # docs/rules.md#compaction "replays the conversation prefix and appends the instruction as the
+    # final message".
     seen: list[list[Any]] = []
 
     def complete(messages: list[Any]) -> str:
@@ -141,7 +142,7 @@ def test_llm_summarizer_replays_the_conversation_and_appends_the_instruction_las
 
 @pytest.mark.parametrize("reply", ["", "   \n", None])
 def test_llm_summarizer_rejects_empty_output(reply: Any) -> None:
-    # §10.11 "rejects empty or reasoning-only successful output".
+    # docs/rules.md#compaction "rejects empty or reasoning-only successful output".
     with pytest.raises(CompactionError) as info:
         LlmSummarizer(complete=lambda m: reply).summarize(CONVERSATION)
     assert info.value.code == "SUMMARY"
@@ -158,7 +159,8 @@ def test_llm_summarizer_async_uses_acomplete_or_a_thread() -> None:
 
 
 def test_summary_result_requires_raw_output_for_one_llm_stream_call() -> None:
-    # §10.11 "requires complete raw output when a subclass marks one local LLM stream call".
+    # docs/rules.md#compaction "requires complete raw output when a subclass marks one local LLM
+    # stream call".
     with pytest.raises(CompactionError):
         SummaryResult(summary=("x",), provider="p", model="m", llm_stream_call=True)
     with pytest.raises(CompactionError):

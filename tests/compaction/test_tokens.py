@@ -1,4 +1,4 @@
-"""Token estimates (persistence spec §9.6; calibrated on the s5-compaction fixture)."""
+"""Token estimates (docs/rules.md#token-estimates; calibrated on the s5-compaction fixture)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from tests.compaction.builders import long_session, s5_events
 
 
 def test_utf16_length_counts_code_units_like_javascript() -> None:
-    # §1.1: astral code points are two UTF-16 units; a lone surrogate is one.
+    # docs/formats.md#lossless-json: astral code points are two UTF-16 units; a lone surrogate is
+    # one.
     assert utf16_length("abc") == 3
     assert utf16_length("é✓") == 2
     assert utf16_length("😀") == 2
@@ -25,8 +26,8 @@ def test_utf16_length_counts_code_units_like_javascript() -> None:
 
 
 def test_block_prices_follow_the_heuristic() -> None:
-    # §9.6: text = ceil(len/4) + 4; tool-call = ceil(name/4) + ceil(args/4) + 4;
-    # tool-result = nested + 4; unknown = 4 + ceil(JSON/4).
+    # docs/rules.md#token-estimates: text = ceil(len/4) + 4; tool-call = ceil(name/4) + ceil(args/4)
+    # + 4; tool-result = nested + 4; unknown = 4 + ceil(JSON/4).
     assert estimate_block_tokens({"type": "text", "text": "12345"}) == 2 + 4
     assert estimate_block_tokens({"type": "reasoning", "text": "😀😀"}) == 1 + 4
     assert estimate_block_tokens({"type": "tool-call", "id": "c", "name": "bash",

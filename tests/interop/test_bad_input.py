@@ -1,4 +1,4 @@
-"""Bad input gives a clear ImportFormatError naming path, line and format (issue 5)."""
+"""Bad input gives a clear ImportFormatError naming path, line and format."""
 
 from __future__ import annotations
 

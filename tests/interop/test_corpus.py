@@ -1,9 +1,12 @@
-"""Every corpus transcript imports, seeds a Session, repairs and exports (DESIGN §4 "Real input").
+"""Every corpus transcript imports, seeds a Session, repairs and exports.
+
+Rule: docs/testing.md#what-the-tests-cover.
 
 The facts below were read from the source files by hand (counting lines/blocks in each file, not
 by running the importer): typed user prompts, tool calls, recorded tool results, compactions,
 subagent children, turns, and how the last turn ended (``None`` + open = cut off mid-turn, left
-open for ``interrupted_turn_closers``, core spec §9). Issue 5 mapping rules.
+open for ``interrupted_turn_closers``, docs/rules.md#repair). Mapping:
+docs/interop.md#mapping-rules.
 """
 
 from __future__ import annotations
@@ -143,12 +146,16 @@ def test_corpus_import_pins_source_facts(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_corpus_import_seeds_session_and_exports_validate(name: str) -> None:
-    """Seeds validate like live appends (core spec §5.3); both exports are valid requests."""
+    """Seeds validate like live appends; both exports are valid requests.
+
+    Rule: docs/rules.md#seed-validation.
+    """
     for top in import_file(corpus_dir() / name):
         for imported in top.walk():
             session = imported.to_session(clock=lambda: 0)
             assert session.first_live_seq == len(imported.events)
-            if not name.startswith("dsh/"):  # our own output must satisfy §13.2
+            # our own output must satisfy docs/rules.md#turns-and-steps
+            if not name.startswith("dsh/"):
                 assert check_log(session.events) == []
             messages = session.derive_messages()
             assert validate_conversation(to_openai(messages), "openai") == []
@@ -157,7 +164,7 @@ def test_corpus_import_seeds_session_and_exports_validate(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_corpus_import_open_turn_repairs_cleanly(name: str) -> None:
-    """An import cut mid-turn is left open; repair closers complete it (core spec §9.2)."""
+    """An import cut mid-turn is left open; repair closers complete it (docs/rules.md#closers)."""
     for top in import_file(corpus_dir() / name):
         for imported in top.walk():
             closers = interrupted_turn_closers(
@@ -199,7 +206,10 @@ def _lines(name: str) -> list[dict[str, Any]]:
 
 
 def test_claude_code_import_keeps_every_ui_record_as_ignorable() -> None:
-    """Progress, snapshots, queue ops and system lines stay in the log verbatim (§1.6)."""
+    """Progress, snapshots, queue ops and system lines stay in the log verbatim.
+
+    Rule: docs/events.md#known-types-and-ignorable-events.
+    """
     name = "claude-code/spotter-tool-heavy-queued-interrupts.jsonl"
     [session] = import_file(corpus_dir() / name)
     kept = [e["data"] for e in session.events if e.get("ignorable")]
@@ -236,7 +246,10 @@ def test_claude_code_import_follows_parallel_results_off_the_parent_chain() -> N
 
 
 def test_claude_code_import_compaction_replaces_the_shadowed_surface() -> None:
-    """compact_boundary + isCompactSummary -> start, summary, replace user/message, end (§7.6)."""
+    """compact_boundary + isCompactSummary -> start, summary, replace user/message, end.
+
+    Rule: docs/rules.md#surface-ops.
+    """
     name = "claude-code/spotter-compaction/258c7280-ae70-4798-800f-63464d01a85d.jsonl"
     [imported] = import_file(corpus_dir() / name)
     ev = imported.events
@@ -292,7 +305,7 @@ def test_swe_agent_import_pairs_reused_call_ids_in_order() -> None:
 
 
 def test_dsh_log_import_expands_packed_chunk_rows() -> None:
-    """Snapshot rows expand by position so sourceEventSeqs line up (core spec §12.5)."""
+    """Snapshot rows expand by position so sourceEventSeqs line up (docs/formats.md#chunk-rows)."""
     [session] = import_file(corpus_dir() / "dsh/acp-subagent-fork-in-process/session.jsonl")
     first = next(e for e in session.events if e["type"] == "assistant/message")
     assert first["sourceEventSeqs"][0] == 9

@@ -1,5 +1,6 @@
 """The hand-written example transcripts in ``src/dsh/examples/transcripts`` (one or more per
-format, including interrupted and compacted ones) import with exact events (issue 5 mapping
+format, including interrupted and compacted ones) import with exact events
+(docs/interop.md#mapping-rules;
 rules)."""
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def test_examples_import_detect_seed_and_export(name: str) -> None:
 
 
 def test_claude_code_example_interrupted_is_repairable_like_a_crash() -> None:
-    """Cut while ``ls build`` runs: the open turn gets dsh's closers (core spec §9.2)."""
+    """Cut while ``ls build`` runs: the open turn gets dsh's closers (docs/rules.md#closers)."""
     [imported] = import_file(EXAMPLES / "claude-code" / "interrupted.jsonl")
     ev = live(imported)
     assert [e["type"] for e in ev[6:9]] == ["step/end", "user/message", "turn/end"]

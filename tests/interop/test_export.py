@@ -1,5 +1,6 @@
 """Exporters of derived messages to OpenAI Chat Completions and Anthropic Messages, and the
-conversation checker (issue 5 exporter rules; messages per core spec §2, §7.8)."""
+conversation checker (docs/interop.md#exporters; messages per docs/events.md#the-message-model,
+docs/rules.md#deriving-messages)."""
 
 from __future__ import annotations
 

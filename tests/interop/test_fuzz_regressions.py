@@ -1,4 +1,4 @@
-"""Reproducers of the untyped importer failures found by fuzzing (issue 8 item 9), pinned.
+"""Reproducers of the untyped importer failures found by fuzzing, pinned.
 
 Each case once raised a bare Python exception (unhashable list, ``int()`` of text, recursion,
 ``UnicodeEncodeError``); now it imports, or fails with an ``ImportFormatError`` naming the file,

@@ -1,5 +1,6 @@
-"""Gemini CLI recordings and OpenHands resolver output, and unknown formats named (issue 9
-item 21). The fixtures in ``fixtures/`` are our own, written after the published formats."""
+"""Gemini CLI recordings and OpenHands resolver output, and unknown formats named
+(docs/interop.md#importers). The fixtures in ``fixtures/`` are our own, written after the published
+formats."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Properties of the importers: any line-boundary cut of a real transcript, and any Chat
 Completions conversation, imports into a log that seeds a Session, satisfies the invariants
-(core spec §13.2), repairs with the crash closers (§9) and exports to valid requests."""
+(docs/rules.md#turns-and-steps), repairs with the crash closers (docs/rules.md#repair) and exports
+to valid requests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reasoning kept losslessly (issue 9 item 20), Claude Code titles and Codex tool output text
+"""Reasoning kept losslessly, Claude Code titles and Codex tool output text
 (item 17), and exports for another model (item 22)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Importing a source again (issue 9 item 9): a grown transcript appends its new records, an
+"""Importing a source again: a grown transcript appends its new records, an
 unchanged one is skipped, one changed where it was imported becomes a new session naming the
 old one. Checked on the planner (``dsh.interop._reimport``), on real line cuts of the corpus
 and examples (property), and through ``dsh import``."""

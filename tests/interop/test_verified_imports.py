@@ -1,4 +1,4 @@
-"""An import never produces a log that fails ``dsh verify`` (issue 9 item 19).
+"""An import never produces a log that fails ``dsh verify``.
 
 Broken Claude Code parent chains are followed as far as they are sound and the rest is
 recovered in file order (recorded as ``import/claude-code/chain-repair``); a compaction whose

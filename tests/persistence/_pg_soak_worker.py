@@ -1,4 +1,4 @@
-"""One soak host: random sessions, random batches, random crashes and pauses (issue 13).
+"""One soak host: random sessions, random batches, random crashes and pauses.
 
 ``python _pg_soak_worker.py URL SECONDS SESSIONS SEED OUT`` writes to random sessions of the
 store until SECONDS pass, then writes a JSON report to OUT: every acknowledged event (session,

@@ -1,4 +1,4 @@
-"""A writer process standing for one host, driven line by line over stdin (issue 13 tests).
+"""A writer process standing for one host, driven line by line over stdin.
 
 ``python _pg_worker.py URL SESSION`` then commands, one per line; each answers one JSON line:
 

@@ -2,7 +2,7 @@
 
 ``store`` is a :class:`dsh.persistence.Persistence` over memory, raw JSONL, JSONL
 with Zstandard, SQLite and PostgreSQL (a throw-away schema; skipped, loudly, only when no server
-answers) (persistence spec §10.1).
+answers) (docs/stores.md#the-backend-contract).
 """
 
 from __future__ import annotations

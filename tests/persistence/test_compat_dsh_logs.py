@@ -1,4 +1,6 @@
-"""Logs written by the real dsh load here with dsh's own answers (DESIGN §3.1; dsh-logs/README).
+"""Logs written by the real dsh load here with dsh's own answers.
+
+Rule: docs/compatibility.md#what-is-shared; the fixtures are described in their dsh-logs/README.
 
 * every session of ``jsonl/main``, ``jsonl-unpacked/main`` and ``jsonl-zstd/main`` loads with the
   surface nodes, replace generation and derived messages of ``expected/<store>/<id>.json``;
@@ -75,7 +77,7 @@ def test_dsh_crash_store_inspect_matches_dsh_inspect(
         stored = len(ours) - len(view.closers)
         assert len(view.closers) >= 2
         assert ours[:stored] == want["events"][:stored], sid
-        # closers: same facts as dsh's, wording is ours (seed ch. 28 texts)
+        # closers: same facts as dsh's, wording is ours (docs/rules.md#closers texts)
         assert [_tail_facts(e) for e in ours[stored:]] == \
             [_tail_facts(e) for e in want["events"][stored:]], sid
     assert {p: p.read_bytes() for p in copy.rglob("session.jsonl*")} == before

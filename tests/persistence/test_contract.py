@@ -1,7 +1,7 @@
 """The backend conformance suite (``dsh.testing.BackendContract``) on every bundled backend.
 
 The ``store`` fixture of ``conftest.py`` runs each contract test on memory, JSONL, JSONL+zstd,
-SQLite and PostgreSQL (persistence spec §10.1, §10.2; issue 13).
+SQLite and PostgreSQL (docs/stores.md#the-backend-contract, docs/rules.md#persistence).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Write-behind, flush barrier, live binding, load/inspect of live ids and resume (persistence
-spec §3, §7, §10.2, §10.5, §10.13; seed ch. 28; DESIGN §3.4)."""
+docs/rules.md#persistence, docs/rules.md#resume,
+docs/rules.md#write-behind-and-the-flush-barrier)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def wait_until(predicate: Any, timeout: float = 10.0) -> None:
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, MAX_BATCH_WINDOW_MS + 1, "200"])
 def test_write_behind_rejects_invalid_window(bad: Any) -> None:
-    # §10.3 "rejects invalid write batch delay %s" (0, 1.5, max+1)
+    # docs/rules.md#persistence "rejects invalid write batch delay %s" (0, 1.5, max+1)
     with pytest.raises(ConfigError, match="batch_window_ms"):
         WriteBehind(batch_window_ms=bad)
 
@@ -76,7 +77,7 @@ def test_write_behind_is_frozen_with_default_window() -> None:
 
 def test_live_session_persists_through_store_and_survives_reload(
         backend_kind: str, tmp_path: Path) -> None:
-    # §10.2 "persists a live session driven through the store, surviving reload"
+    # docs/rules.md#persistence "persists a live session driven through the store, surviving reload"
     persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -93,7 +94,8 @@ def test_live_session_persists_through_store_and_survives_reload(
 
 
 def test_fixed_window_holds_events_until_flush(tmp_path: Path) -> None:
-    # §10.5 "uses one fixed window from the first queued event"; flush is the barrier
+    # docs/rules.md#write-behind-and-the-flush-barrier "uses one fixed window from the first queued
+    # event"; flush is the barrier
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
@@ -119,7 +121,8 @@ def test_fixed_window_holds_events_until_flush(tmp_path: Path) -> None:
 
 
 def test_short_window_writes_in_background_without_flush(tmp_path: Path) -> None:
-    # §10.5 background writes happen when the window expires
+    # docs/rules.md#write-behind-and-the-flush-barrier background writes happen when the window
+    # expires
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=1))
     store = SessionStore(persistence)
@@ -131,9 +134,10 @@ def test_short_window_writes_in_background_without_flush(tmp_path: Path) -> None
 
 
 def test_per_turn_flushes_do_not_wake_the_writer_thread(tmp_path: Path) -> None:
-    # DESIGN §3.4: a flush that finds the writer idle writes on its own thread, and the next
-    # turn's first event arms a window that ends after the writer's current sleep, so the
-    # writer thread is not woken (a wake-up costs a thread switch inside the producer's turn)
+    # docs/rules.md#write-behind-and-the-flush-barrier: a flush that finds the writer idle writes on
+    # its own thread, and the next turn's first event arms a window that ends after the writer's
+    # current sleep, so the writer thread is not woken (a wake-up costs a thread switch inside the
+    # producer's turn)
     persistence = Persistence(open_backend(f"sqlite://{tmp_path}/s.db"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
@@ -160,9 +164,9 @@ def test_per_turn_flushes_do_not_wake_the_writer_thread(tmp_path: Path) -> None:
 
 def test_idle_writer_writes_at_its_window_whether_polling_or_asleep(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # §10.5 the window still ends the batch when the writer was not woken by the event that
-    # armed it (it polls one window at a time), and after the idle polling stops (asleep
-    # until an event wakes it)
+    # docs/rules.md#write-behind-and-the-flush-barrier the window still ends the batch when the
+    # writer was not woken by the event that armed it (it polls one window at a time), and after the
+    # idle polling stops (asleep until an event wakes it)
     monkeypatch.setattr(write_behind, "IDLE_POLL_S", 0.5)
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=60))
@@ -183,10 +187,10 @@ def test_idle_writer_writes_at_its_window_whether_polling_or_asleep(
 
 def test_events_queued_during_a_flush_written_on_its_thread_wait_for_that_write(
         tmp_path: Path) -> None:
-    # §3.3: one write of a handle at a time. Events appended (say on the asyncio loop, while
-    # aflush runs in a worker) during a flush that writes on its own thread used to be taken
-    # by the writer thread at once: a second append overlapping the first (a seq mismatch,
-    # a spurious WriteFailedError) and a later barrier returning before they were durable
+    # docs/rules.md#persistence: one write of a handle at a time. Events appended (say on the
+    # asyncio loop, while aflush runs in a worker) during a flush that writes on its own thread used
+    # to be taken by the writer thread at once: a second append overlapping the first (a seq
+    # mismatch, a spurious WriteFailedError) and a later barrier returning before they were durable
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
@@ -255,7 +259,7 @@ def _fail_once(writer: Any) -> threading.Event:
 @pytest.mark.parametrize("window", [1, 600_000])
 def test_injected_enospc_raised_by_next_flush_then_log_completes(
         backend_kind: str, tmp_path: Path, window: int, caplog: pytest.LogCaptureFixture) -> None:
-    # brief issue 3: an I/O error during a (background or barrier) write: next flush raises
+    # an I/O error during a (background or barrier) write: next flush raises
     # WriteFailedError, events are kept, later appends still reach disk, no duplicate seq
     persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)),
                               write_behind=WriteBehind(batch_window_ms=window))
@@ -282,7 +286,7 @@ def test_injected_enospc_raised_by_next_flush_then_log_completes(
 
 
 def test_aflush_does_not_block_the_event_loop(tmp_path: Path) -> None:
-    # DESIGN §3.4: async wrappers never block the loop
+    # docs/rules.md#write-behind-and-the-flush-barrier: async wrappers never block the loop
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
@@ -313,7 +317,7 @@ def test_aflush_does_not_block_the_event_loop(tmp_path: Path) -> None:
 
 
 def test_dispose_drains_buffered_events_and_releases_the_writer(tmp_path: Path) -> None:
-    # §10.2 "session disposal drains buffered events before retiring ownership"
+    # docs/rules.md#persistence "session disposal drains buffered events before retiring ownership"
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
@@ -328,7 +332,7 @@ def test_dispose_drains_buffered_events_and_releases_the_writer(tmp_path: Path) 
 
 
 def test_close_drains_live_sessions(tmp_path: Path) -> None:
-    # §10.2 "HMR: dispose drains remaining buffers" (backend teardown)
+    # docs/rules.md#persistence "HMR: dispose drains remaining buffers" (backend teardown)
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
@@ -340,7 +344,7 @@ def test_close_drains_live_sessions(tmp_path: Path) -> None:
 
 
 def test_fork_child_persists_seed_once(tmp_path: Path) -> None:
-    # §10.2 "fork: a seeded new session persists its seed once"
+    # docs/rules.md#persistence "fork: a seeded new session persists its seed once"
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     store = SessionStore(persistence)
     parent = store.create("p", header={"cwd": CWD})
@@ -359,7 +363,8 @@ def test_fork_child_persists_seed_once(tmp_path: Path) -> None:
 
 
 def test_new_session_colliding_with_stored_log_is_vetoed(tmp_path: Path) -> None:
-    # §10.2 "a NEW live session colliding on a persisted id is rejected, not silently adopted"
+    # docs/rules.md#persistence "a NEW live session colliding on a persisted id is rejected, not
+    # silently adopted"
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -376,7 +381,7 @@ def test_new_session_colliding_with_stored_log_is_vetoed(tmp_path: Path) -> None
 
 def test_resume_closes_interrupted_turn_then_publishes_with_end_seed(
         backend_kind: str, tmp_path: Path) -> None:
-    # §10.13 / seed ch. 28: write ownership first, cold read, closers durably, restore, publish
+    # docs/rules.md#resume: write ownership first, cold read, closers durably, restore, publish
     persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)))
     builder = LogBuilder("s")
     builder.completed_turn()
@@ -407,7 +412,7 @@ def test_resume_closes_interrupted_turn_then_publishes_with_end_seed(
 
 
 def test_resume_of_torn_jsonl_truncates_then_appends_closers(tmp_path: Path) -> None:
-    # brief issue 3: resume truncates the torn tail, then appends closers; every line parses
+    # resume truncates the torn tail, then appends closers; every line parses
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     builder = LogBuilder("s")
     builder.completed_turn()
@@ -432,8 +437,8 @@ def test_resume_of_torn_jsonl_truncates_then_appends_closers(tmp_path: Path) -> 
 
 
 def test_live_session_is_never_read_as_stored(tmp_path: Path) -> None:
-    # §10.2 "rejects crash-repair load while a live session owns the persisted prefix";
-    # §10.3 "inspects an open live turn without balancing it"
+    # docs/rules.md#persistence "rejects crash-repair load while a live session owns the persisted
+    # prefix"; docs/rules.md#persistence "inspects an open live turn without balancing it"
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     store = SessionStore(persistence)
     session = store.create("a", header={"cwd": CWD})
@@ -452,7 +457,8 @@ def test_live_session_is_never_read_as_stored(tmp_path: Path) -> None:
 
 
 def test_resume_refuses_to_publish_over_live_id_and_releases_handle(tmp_path: Path) -> None:
-    # §10.13 "resume setup rejection publishes nothing, unwinds, and releases the identity"
+    # docs/rules.md#resume "resume setup rejection publishes nothing, unwinds, and releases the
+    # identity"
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     builder = LogBuilder("s")
     builder.completed_turn()
@@ -476,7 +482,7 @@ def test_resume_refuses_to_publish_over_live_id_and_releases_handle(tmp_path: Pa
 
 
 def test_pipeline_runs_legacy_normalisation(tmp_path: Path) -> None:
-    # §10.2 "loads pre-react-loop session logs into resumable current sessions"
+    # docs/rules.md#persistence "loads pre-react-loop session logs into resumable current sessions"
     persistence = Persistence(open_backend("memory:"))
     persistence.create(header("s"))
     from dsh.testing import make
@@ -503,8 +509,9 @@ def test_dumps_roundtrip_helper_is_compact() -> None:
 
 
 def test_recreated_session_with_stored_prefix_appends_only_the_suffix(tmp_path: Path) -> None:
-    # §10.2 "resume: a re-created session seeded with the loaded log does not re-append its seed
-    # and continues the seq"; "HMR adoption does NOT crash-repair an active open turn"
+    # docs/rules.md#persistence "resume: a re-created session seeded with the loaded log does not
+    # re-append its seed and continues the seq"; "HMR adoption does NOT crash-repair an active open
+    # turn"
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"))
     builder = LogBuilder("s")
     builder.completed_turn()
@@ -532,7 +539,8 @@ def test_recreated_session_with_stored_prefix_appends_only_the_suffix(tmp_path: 
 
 def test_live_session_claims_created_but_empty_stored_session(backend_kind: str,
                                                              tmp_path: Path) -> None:
-    # §10.2 "a live session claims cursor-0 ownerless state created via the public API"
+    # docs/rules.md#persistence "a live session claims cursor-0 ownerless state created via the
+    # public API"
     persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)))
     persistence.create(header("s"))
     store = SessionStore(persistence)
@@ -545,7 +553,8 @@ def test_live_session_claims_created_but_empty_stored_session(backend_kind: str,
 
 
 def test_concurrent_flushes_share_one_barrier(tmp_path: Path) -> None:
-    # §10.5 "makes concurrent flushes one immediate barrier that drains admitted tails"
+    # docs/rules.md#write-behind-and-the-flush-barrier "makes concurrent flushes one immediate
+    # barrier that drains admitted tails"
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)
@@ -571,8 +580,9 @@ def test_concurrent_flushes_share_one_barrier(tmp_path: Path) -> None:
 
 
 def test_failed_fsync_in_background_is_retried_without_gap(tmp_path: Path) -> None:
-    # §4.8 + DESIGN §3.4: an fsync failure removes the batch from the file; the writer keeps it
-    # and the next flush raises, then the log completes with no duplicate or missing seq
+    # docs/formats.md#writing + docs/rules.md#write-behind-and-the-flush-barrier: an fsync failure
+    # removes the batch from the file; the writer keeps it and the next flush raises, then the log
+    # completes with no duplicate or missing seq
     persistence = Persistence(open_backend(f"jsonl://{tmp_path}/r"),
                               write_behind=WriteBehind(batch_window_ms=600_000))
     store = SessionStore(persistence)

@@ -1,12 +1,14 @@
-"""SIGKILL crash test: a writer killed at random moments loses nothing it flushed (DESIGN §3.4,
-persistence spec §4.8, seed ch. 28 resume).
+"""SIGKILL crash test: a writer killed at random moments loses nothing it flushed.
+
+Rule: docs/rules.md#write-behind-and-the-flush-barrier, docs/formats.md#writing,
+    docs/rules.md#resume.
 
 A child process appends turns (with tool calls and chunk runs) through a ``SessionStore`` bound
 to a JSONL store and prints the last seq after every ``flush``. The parent kills it with SIGKILL
 at a random moment, then resumes the session: every flushed event is present, the log loads,
 and the repaired log passes ``dsh.session._invariants.check_log``. Repeated ``DSH_CRASH_RUNS``
 times (default 17) on each backend (JSONL raw, JSONL zstd, SQLite), resuming the same store each
-time; ``DSH_CRASH_RUNS=50`` gives the issue's 50 random moments per backend.
+time; ``DSH_CRASH_RUNS=50`` gives 50 random moments per backend.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Damage never deletes or hides committed events (issue 8): reproducers as regression tests.
+"""Damage never deletes or hides committed events: reproducers as regression tests.
 
 zstd middle-frame damage is corruption, never a torn tail (item 1); what a repair cuts is saved
 beside the log first and ``dsh verify`` lists it (item 2); a NUL-filled tail after the last

@@ -1,4 +1,4 @@
-"""Fault injection on the JSONL writer (issue 8 item 3 and "keep the campaign").
+"""Fault injection on the JSONL writer.
 
 ENOSPC, EIO, a short write followed by ENOSPC, a failing fsync and a failing ftruncate, alone
 and in every pair, at each of the first calls of a writer that stores 4 batches and retries

@@ -1,5 +1,7 @@
-"""JSONL backend: dsh's on-disk format, torn tails, corruption, locking (persistence spec §4, §10.6,
-§10.7) and the bad-input cases of the port's brief (issue 3)."""
+"""JSONL backend: dsh's on-disk format, torn tails, corruption, locking and bad input.
+
+Rule: docs/formats.md#jsonl, docs/formats.md#zstandard-files.
+"""
 
 from __future__ import annotations
 
@@ -65,10 +67,10 @@ def two_hundred_ending_in_tool_call() -> LogBuilder:
     return builder
 
 
-# --- path encoding (§4.2, §10.6 format helpers) ---------------------------------------------
+# --- path encoding (docs/formats.md#layout-and-path-encoding) -------------------------------------
 
 def test_encode_segment_neutralizes_traversal_and_separators() -> None:
-    # §10.6 "encodeSegment neutralizes traversal, separators, and absolute paths"
+    # docs/formats.md#jsonl "encodeSegment neutralizes traversal, separators, and absolute paths"
     assert encode_segment("..") == "~002E~002E"
     assert encode_segment(".") == "~002E"
     assert encode_segment("a/b") == "a~002Fb"
@@ -78,7 +80,7 @@ def test_encode_segment_neutralizes_traversal_and_separators() -> None:
 
 
 def test_encode_segment_injective_over_utf16() -> None:
-    # §10.6 "encodeSegment is injective over UTF-16, incl. lone surrogates"
+    # docs/formats.md#jsonl "encodeSegment is injective over UTF-16, incl. lone surrogates"
     assert encode_segment("\ud800") == "~D800"
     assert encode_segment("\udc00") == "~DC00"
     assert encode_segment("~002F") != encode_segment("/")
@@ -91,7 +93,7 @@ def test_encode_segment_rejects_empty() -> None:
 
 
 def test_project_key_examples() -> None:
-    # §10.6 "projectKey normalizes project paths into bounded readable names"
+    # docs/formats.md#jsonl "projectKey normalizes project paths into bounded readable names"
     assert project_key("/home/alice/src/app") == "--home-alice-src-app--"
     assert project_key("C:\\work\\agent") == "--C-work-agent--"
     assert project_key("/") == "--root--"
@@ -101,10 +103,11 @@ def test_project_key_examples() -> None:
         project_key("")
 
 
-# --- header line (§4.3) ------------------------------------------------------------------------
+# --- header line (docs/formats.md#header-line) ----------------------------------------------------
 
 def test_header_line_key_order_and_delegation_depth(tmp_path: Path) -> None:
-    # §4.11 writer MUST 2: type, version, id, createdAt, cwd?, …, delegationDepth always
+    # docs/formats.md#jsonl writer MUST 2: type, version, id, createdAt, cwd?, …, delegationDepth
+    # always
     backend = raw_backend(tmp_path)
     builder = LogBuilder()
     builder.completed_turn()
@@ -115,7 +118,7 @@ def test_header_line_key_order_and_delegation_depth(tmp_path: Path) -> None:
 
 
 def test_lazy_materialization_writes_nothing_before_first_event(tmp_path: Path) -> None:
-    # §10.6 "lazy materialization: create() writes no file until the first append"
+    # docs/formats.md#jsonl "lazy materialization: create() writes no file until the first append"
     backend = raw_backend(tmp_path)
     backend.create(header("s"))
     assert not log_path(tmp_path).exists()
@@ -129,7 +132,8 @@ def test_lazy_materialization_writes_nothing_before_first_event(tmp_path: Path) 
 
 
 def test_future_header_refused_as_unsupported_not_corrupt(tmp_path: Path) -> None:
-    # §10.6 "refuses a structurally foreign future header as unsupported, not corrupt"
+    # docs/formats.md#jsonl "refuses a structurally foreign future header as unsupported, not
+    # corrupt"
     path = log_path(tmp_path)
     path.parent.mkdir(parents=True)
     path.write_bytes(b'{"type":"session","version":42,"id":"s"}\n')
@@ -142,7 +146,7 @@ def test_future_header_refused_as_unsupported_not_corrupt(tmp_path: Path) -> Non
 
 
 def test_non_object_header_is_corruption(tmp_path: Path) -> None:
-    # §10.6 "keeps a non-object header line a corruption, not a format refusal"
+    # docs/formats.md#jsonl "keeps a non-object header line a corruption, not a format refusal"
     path = log_path(tmp_path)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"42\n")
@@ -152,7 +156,7 @@ def test_non_object_header_is_corruption(tmp_path: Path) -> None:
 
 
 def test_foreign_version_names_stringified_id(tmp_path: Path) -> None:
-    # §10.6 "names a foreign-version header by its stringified non-string id"
+    # docs/formats.md#jsonl "names a foreign-version header by its stringified non-string id"
     path = log_path(tmp_path)
     path.parent.mkdir(parents=True)
     path.write_bytes(b'{"type":"session","version":42,"id":123}\n')
@@ -163,7 +167,7 @@ def test_foreign_version_names_stringified_id(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("field", ["sandboxMode", "approvalPolicy"])
 def test_retired_header_field_rejected(tmp_path: Path, field: str) -> None:
-    # §10.6 "rejects the retired %s header field"
+    # docs/formats.md#jsonl "rejects the retired %s header field"
     path = log_path(tmp_path)
     path.parent.mkdir(parents=True)
     head = {"type": "session", "version": 0, "id": "s", "createdAt": 1, "cwd": CWD,
@@ -174,10 +178,11 @@ def test_retired_header_field_rejected(tmp_path: Path, field: str) -> None:
         list(backend.list_headers())
 
 
-# --- records, packing (§4.4) ---------------------------------------------------------------
+# --- records, packing (docs/formats.md#record-lines) ----------------------------------------------
 
 def test_delta_run_packs_into_one_row_by_default(tmp_path: Path) -> None:
-    # §10.6 "writes a delta run as one text-chunks row by default and loads back identical"
+    # docs/formats.md#jsonl "writes a delta run as one text-chunks row by default and loads back
+    # identical"
     builder = LogBuilder()
     builder.open_turn()
     builder.chunks(5)
@@ -192,7 +197,8 @@ def test_delta_run_packs_into_one_row_by_default(tmp_path: Path) -> None:
 
 
 def test_pack_chunks_false_writes_one_event_per_line(tmp_path: Path) -> None:
-    # §10.6 "packChunks: false writes one event per line and still loads identical events"
+    # docs/formats.md#jsonl "packChunks: false writes one event per line and still loads identical
+    # events"
     builder = LogBuilder()
     builder.open_turn()
     builder.chunks(5)
@@ -203,10 +209,10 @@ def test_pack_chunks_false_writes_one_event_per_line(tmp_path: Path) -> None:
     assert body == [dumps(e) for e in builder.events]
 
 
-# --- torn tails and corruption (§4.7, brief issue 3) --------------------------------------------
+# --- torn tails and corruption (docs/formats.md#reading-the-committed-region) ---------------------
 
 def test_torn_37_byte_tail_after_tool_call_is_reported_and_dropped(tmp_path: Path) -> None:
-    # brief issue 3: cut after 37 bytes without newline after 200 good events ending at tool/call
+    # cut after 37 bytes without newline after 200 good events ending at tool/call
     builder = two_hundred_ending_in_tool_call()
     backend = raw_backend(tmp_path)
     write_log(backend, builder.events)
@@ -236,7 +242,7 @@ def test_torn_37_byte_tail_after_tool_call_is_reported_and_dropped(tmp_path: Pat
 
 
 def test_write_after_torn_tail_takes_the_uncommitted_seq_on_its_own_line(tmp_path: Path) -> None:
-    # brief issue 3: resume-for-write after a torn tail, then append, takes seq 200 on its line
+    # resume-for-write after a torn tail, then append, takes seq 200 on its line
     builder = two_hundred_ending_in_tool_call()
     backend = raw_backend(tmp_path)
     write_log(backend, builder.events)
@@ -253,7 +259,7 @@ def test_write_after_torn_tail_takes_the_uncommitted_seq_on_its_own_line(tmp_pat
 
 
 def test_special_line_characters_round_trip_one_physical_line_per_record(tmp_path: Path) -> None:
-    # brief issue 3 / DESIGN §3.6: \n framing only, never splitlines
+    # docs/formats.md#lossless-json: \n framing only, never splitlines
     text = "a\u2028b\u2029c\u0085d\x0be\x0cf\x1cg\x1dh\x1ei\rj\nk"
     backend = raw_backend(tmp_path)
     events = [make("todo/write", i, {"todos": [{"content": text, "status": "pending"}]})
@@ -267,7 +273,7 @@ def test_special_line_characters_round_trip_one_physical_line_per_record(tmp_pat
 
 
 def test_raw_u2028_from_another_writer_loads(tmp_path: Path) -> None:
-    # brief issue 3: a raw U+2028 (not escaped) in a file written elsewhere loads
+    # a raw U+2028 (not escaped) in a file written elsewhere loads
     path = log_path(tmp_path)
     path.parent.mkdir(parents=True)
     head = b'{"type":"session","version":0,"id":"s","createdAt":1,"cwd":"/workspace/demo-app",' \
@@ -281,7 +287,7 @@ def test_raw_u2028_from_another_writer_loads(tmp_path: Path) -> None:
 
 
 def test_lone_surrogates_round_trip_and_file_stays_utf8(tmp_path: Path) -> None:
-    # DESIGN §3.6: lone surrogates are escaped so the file is valid UTF-8
+    # docs/formats.md#lossless-json: lone surrogates are escaped so the file is valid UTF-8
     text = "lone \ud800 and \udfff end"
     backend = raw_backend(tmp_path)
     write_log(backend, [make("todo/write", 0, {"t": text})])
@@ -295,7 +301,7 @@ def test_lone_surrogates_round_trip_and_file_stays_utf8(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", [b"NaN", b"Infinity", b"-Infinity", b"1e400",
                                  b"9007199254740993"])
 def test_stored_non_lossless_number_refused_naming_line(tmp_path: Path, bad: bytes) -> None:
-    # brief issue 3: bare NaN / Infinity / 1e400 (and unsafe ints) are refused, naming the line
+    # bare NaN / Infinity / 1e400 (and unsafe ints) are refused, naming the line
     backend = raw_backend(tmp_path)
     write_log(backend, [make("todo/write", 0, {"v": 1})])
     path = log_path(tmp_path)
@@ -308,7 +314,7 @@ def test_stored_non_lossless_number_refused_naming_line(tmp_path: Path, bad: byt
 
 
 def test_unsafe_integer_refused_at_append_with_field_path(tmp_path: Path) -> None:
-    # brief issue 3: 9007199254740993 refused at append with the field path
+    # 9007199254740993 refused at append with the field path
     backend = raw_backend(tmp_path)
     backend.create(header("s"))
     with backend.open("s", "write") as handle:
@@ -319,7 +325,7 @@ def test_unsafe_integer_refused_at_append_with_field_path(tmp_path: Path) -> Non
 
 
 def test_duplicate_seq_on_two_lines_names_both_lines(tmp_path: Path) -> None:
-    # brief issue 3: the same seq on two lines fails naming both lines
+    # the same seq on two lines fails naming both lines
     backend = raw_backend(tmp_path)
     write_log(backend, [make("todo/write", 0, {}), make("todo/write", 1, {})])
     path = log_path(tmp_path)
@@ -331,7 +337,8 @@ def test_duplicate_seq_on_two_lines_names_both_lines(tmp_path: Path) -> None:
 
 
 def test_bad_record_followed_by_complete_record_is_corruption(tmp_path: Path) -> None:
-    # brief issue 3 / §4.7: damage followed by a later parsed record (here a turn/end) is fatal
+    # docs/formats.md#reading-the-committed-region: damage followed by a later parsed record (here a
+    # turn/end) is fatal
     builder = LogBuilder()
     builder.completed_turn()
     backend = raw_backend(tmp_path)
@@ -349,7 +356,8 @@ def test_bad_record_followed_by_complete_record_is_corruption(tmp_path: Path) ->
 
 
 def test_seq_gap_with_turn_end_is_corruption(tmp_path: Path) -> None:
-    # §10.6 "rejects a seq gap BEFORE a later committed turn/end (committed data damaged)"
+    # docs/formats.md#jsonl "rejects a seq gap BEFORE a later committed turn/end (committed data
+    # damaged)"
     backend = raw_backend(tmp_path)
     write_log(backend, [make("turn/start", 0, {"turn": 1})])
     with open(log_path(tmp_path), "ab") as f:
@@ -361,7 +369,7 @@ def test_seq_gap_with_turn_end_is_corruption(tmp_path: Path) -> None:
 
 
 def test_final_seq_gap_is_a_tolerated_torn_tail(tmp_path: Path) -> None:
-    # §10.6 "tolerates a seq gap AFTER a turn/end (uncommitted tail)"
+    # docs/formats.md#jsonl "tolerates a seq gap AFTER a turn/end (uncommitted tail)"
     backend = raw_backend(tmp_path)
     first = [make("turn/start", 0, {"turn": 1}),
              make("turn/end", 1, {"turn": 1, "reason": {"kind": "completed"}})]
@@ -376,7 +384,7 @@ def test_final_seq_gap_is_a_tolerated_torn_tail(tmp_path: Path) -> None:
 
 
 def test_header_only_log_preserves_nothing(tmp_path: Path) -> None:
-    # §10.6 "a header-only log (no event lines at all) preserves nothing"
+    # docs/formats.md#jsonl "a header-only log (no event lines at all) preserves nothing"
     path = log_path(tmp_path)
     path.parent.mkdir(parents=True)
     path.write_bytes(b'{"type":"session","version":0,"id":"s","createdAt":1,'
@@ -386,10 +394,10 @@ def test_header_only_log_preserves_nothing(tmp_path: Path) -> None:
     assert cold.events == () and cold.torn is None
 
 
-# --- write failures (§4.8) -------------------------------------------------------------------
+# --- write failures (docs/formats.md#writing) -----------------------------------------------------
 
 def test_failed_write_truncates_partial_bytes_so_retry_has_no_gap(tmp_path: Path) -> None:
-    # §10.6 "a failed appendLines truncates partial bytes so a retry has no seq gap"
+    # docs/formats.md#jsonl "a failed appendLines truncates partial bytes so a retry has no seq gap"
     backend = raw_backend(tmp_path)
     write_log(backend, [make("todo/write", 0, {})])
     path = log_path(tmp_path)
@@ -415,7 +423,8 @@ def test_failed_write_truncates_partial_bytes_so_retry_has_no_gap(tmp_path: Path
 
 
 def test_failed_fsync_rolls_back_to_last_durable_state(tmp_path: Path) -> None:
-    # §10.7 "rolls back a checksummed append frame when fsync fails" (raw and zstd)
+    # docs/formats.md#zstandard-files "rolls back a checksummed append frame when fsync fails" (raw
+    # and zstd)
     for compression, name in (("none", "session.jsonl"), ("zstd", "session.jsonl.zstd")):
         root = tmp_path / compression
         backend = JsonlBackend(root, compression=compression)  # type: ignore[arg-type]
@@ -442,7 +451,7 @@ def test_failed_fsync_rolls_back_to_last_durable_state(tmp_path: Path) -> None:
 
 
 def test_materialization_refuses_existing_log(tmp_path: Path) -> None:
-    # §4.8 step 4/6: first materialization never overwrites
+    # docs/formats.md#writing: first materialization never overwrites
     backend = raw_backend(tmp_path)
     backend.create(header("s"))
     with backend.open("s", "write") as handle:
@@ -456,7 +465,7 @@ def test_materialization_refuses_existing_log(tmp_path: Path) -> None:
     assert [p.name for p in log_path(tmp_path).parent.iterdir() if p.suffix == ".tmp"] == []
 
 
-# --- zstd (§4.6, §10.7) ----------------------------------------------------------------------
+# --- zstd (docs/formats.md#zstandard-files) -------------------------------------------------------
 
 def zstd_backend(tmp_path: Path) -> JsonlBackend:
     return JsonlBackend(tmp_path / "root", compression="zstd")
@@ -472,8 +481,8 @@ def frames_of(path: Path) -> list[bytes]:
 
 
 def test_zstd_header_frame_then_one_frame_per_batch(tmp_path: Path) -> None:
-    # §10.7 "writes .jsonl.zstd with one header frame and one first-batch frame"; "appends one
-    # frame per durable batch without rewriting prior bytes"
+    # docs/formats.md#zstandard-files "writes .jsonl.zstd with one header frame and one first-batch
+    # frame"; "appends one frame per durable batch without rewriting prior bytes"
     backend = zstd_backend(tmp_path)
     write_log(backend, [make("todo/write", 0, {}), make("todo/write", 1, {})])
     path = log_path(tmp_path, name="session.jsonl.zstd")
@@ -488,7 +497,8 @@ def test_zstd_header_frame_then_one_frame_per_batch(tmp_path: Path) -> None:
 
 
 def test_zstd_torn_frame_events_recovered_and_reencoded(tmp_path: Path) -> None:
-    # §10.7 "preserves complete records from a torn frame and re-encodes them with closers"
+    # docs/formats.md#zstandard-files "preserves complete records from a torn frame and re-encodes
+    # them with closers"
     backend = zstd_backend(tmp_path)
     builder = LogBuilder()
     builder.open_turn()
@@ -514,7 +524,8 @@ def test_zstd_torn_frame_events_recovered_and_reencoded(tmp_path: Path) -> None:
 
 
 def test_zstd_frame_torn_in_header_is_dropped(tmp_path: Path) -> None:
-    # §10.7 "drops a frame torn in its header before it has produced plaintext"
+    # docs/formats.md#zstandard-files "drops a frame torn in its header before it has produced
+    # plaintext"
     backend = zstd_backend(tmp_path)
     write_log(backend, [make("todo/write", 0, {})])
     path = log_path(tmp_path, name="session.jsonl.zstd")
@@ -529,7 +540,7 @@ def test_zstd_frame_torn_in_header_is_dropped(tmp_path: Path) -> None:
 
 
 def test_zstd_complete_frame_with_torn_record_is_corruption(tmp_path: Path) -> None:
-    # §10.7 "rejects a complete frame containing a torn JSONL record"
+    # docs/formats.md#zstandard-files "rejects a complete frame containing a torn JSONL record"
     backend = zstd_backend(tmp_path)
     write_log(backend, [make("todo/write", 0, {})])
     path = log_path(tmp_path, name="session.jsonl.zstd")
@@ -541,7 +552,8 @@ def test_zstd_complete_frame_with_torn_record_is_corruption(tmp_path: Path) -> N
 
 
 def test_zstd_checksum_corruption_and_bad_magic(tmp_path: Path) -> None:
-    # §10.7 "rejects ... checksum-corrupt ... frames"; "invalid frame magic"
+    # docs/formats.md#zstandard-files "rejects ... checksum-corrupt ... frames"; "invalid frame
+    # magic"
     backend = zstd_backend(tmp_path)
     write_log(backend, [make("todo/write", 0, {})])
     path = log_path(tmp_path, name="session.jsonl.zstd")
@@ -557,14 +569,16 @@ def test_zstd_checksum_corruption_and_bad_magic(tmp_path: Path) -> None:
 
 
 def test_opposite_encoding_root_is_refused(tmp_path: Path) -> None:
-    # §10.7 "rejects roots owned by the opposite encoding in both directions"
+    # docs/formats.md#zstandard-files "rejects roots owned by the opposite encoding in both
+    # directions"
     write_log(raw_backend(tmp_path), [make("todo/write", 0, {})])
     with pytest.raises(PersistenceError, match="matching compression mode"):
         zstd_backend(tmp_path).open("s")
 
 
 def test_flat_file_layout_rejected(tmp_path: Path) -> None:
-    # §10.6 "rejects the obsolete flat-file layout instead of ignoring stored sessions"
+    # docs/formats.md#jsonl "rejects the obsolete flat-file layout instead of ignoring stored
+    # sessions"
     project = tmp_path / "root" / PROJECT
     project.mkdir(parents=True)
     (project / "s.jsonl").write_bytes(b"{}\n")
@@ -576,7 +590,7 @@ def test_flat_file_layout_rejected(tmp_path: Path) -> None:
 
 
 def test_mismatched_header_identity_refused(tmp_path: Path) -> None:
-    # §10.6 "rejects a mismatched header before repairing either session log"
+    # docs/formats.md#jsonl "rejects a mismatched header before repairing either session log"
     backend = raw_backend(tmp_path)
     write_log(backend, [make("turn/start", 0, {"turn": 1})], "a")
     path = log_path(tmp_path, "a")
@@ -589,7 +603,7 @@ def test_mismatched_header_identity_refused(tmp_path: Path) -> None:
     assert path.read_bytes() == before
 
 
-# --- exclusive writers across processes (DESIGN §3.3) -------------------------------------------
+# --- exclusive writers across processes (docs/stores.md#the-backend-contract) ---------------------
 
 CHILD = textwrap.dedent("""
     import sys, time
@@ -607,7 +621,7 @@ CHILD = textwrap.dedent("""
 
 
 def test_second_writer_in_another_process_gets_busy(tmp_path: Path) -> None:
-    # DESIGN §3.3: cross-process exclusion; nothing duplicated
+    # docs/stores.md#the-backend-contract: cross-process exclusion; nothing duplicated
     backend = raw_backend(tmp_path)
     write_log(backend, [make("todo/write", 0, {})])
     with subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "root")],
@@ -641,8 +655,8 @@ def test_event_is_frozen_after_read(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd CLI not installed")
 def test_zstd_file_decodes_with_standard_zstd_tool(tmp_path: Path) -> None:
-    # §10.7 compat "round-trips concatenated checksummed frames through the built-in API";
-    # dsh-logs README: `zstd -dc` on the file yields the JSONL text
+    # docs/formats.md#zstandard-files compat "round-trips concatenated checksummed frames through
+    # the built-in API"; dsh-logs README: `zstd -dc` on the file yields the JSONL text
     backend = zstd_backend(tmp_path)
     builder = LogBuilder()
     builder.open_turn()

@@ -1,4 +1,7 @@
-"""Property tests of the pure JSONL format code, no disk (persistence spec §4.2, §4.4, §4.6, §4.7).
+"""Property tests of the pure JSONL format code, no disk.
+
+Rule: docs/formats.md#layout-and-path-encoding, docs/formats.md#record-lines,
+    docs/formats.md#zstandard-files, docs/formats.md#reading-the-committed-region.
 
 Example counts: ``DSH_HYPOTHESIS_EXAMPLES`` (default 25).
 """
@@ -62,7 +65,8 @@ def scan(text: bytes) -> Any:
 @given(logs(), st.booleans(), st.lists(st.integers(1, 40), max_size=4))
 def test_format_records_round_trip_in_any_chunking(events: list[Event], pack: bool,
                                                    cuts: list[int]) -> None:
-    # §4.4 packing is lossless; §4.7 the scanner is chunking-blind; one physical line per record
+    # docs/formats.md#record-lines packing is lossless; docs/formats.md#reading-the-committed-region
+    # the scanner is chunking-blind; one physical line per record
     body = encode_records(events, pack_chunks=pack)
     header = encode_header_line(HEADER)
     scanner = Scanner(path="mem", start_offset=len(header))
@@ -83,7 +87,8 @@ def test_format_records_round_trip_in_any_chunking(events: list[Event], pack: bo
 @given(logs(), st.booleans(), st.data())
 def test_format_any_truncation_is_a_torn_tail_never_an_error(events: list[Event], pack: bool,
                                                              data: Any) -> None:
-    # §4.7: a crash can only cut the final record; the prefix up to the last newline survives
+    # docs/formats.md#reading-the-committed-region: a crash can only cut the final record; the
+    # prefix up to the last newline survives
     body = encode_records(events, pack_chunks=pack)
     cut = data.draw(st.integers(0, len(body)))
     result = scan(body[:cut])
@@ -102,7 +107,7 @@ def test_format_duplicate_seq_names_both_lines() -> None:
 
 
 def test_format_header_requires_exactly_one_line() -> None:
-    # §10.6 "requires exactly one newline-terminated header record"
+    # docs/formats.md#jsonl "requires exactly one newline-terminated header record"
     for bad in (b"", b'{"type":"session"}', b"\n"):
         with pytest.raises(LogCorruptError):
             parse_header_strict(bad, path="mem")
@@ -112,7 +117,8 @@ def test_format_header_requires_exactly_one_line() -> None:
 @given(st.lists(st.binary(max_size=300), min_size=1, max_size=4), st.data())
 def test_format_zstd_walker_splits_frames_and_finds_torn_start(payloads: list[bytes],
                                                                data: Any) -> None:
-    # §4.6 structural frame scanner: complete frames, then the start of a torn one
+    # docs/formats.md#zstandard-files structural frame scanner: complete frames, then the start of a
+    # torn one
     cctx = zstandard.ZstdCompressor(level=3, write_checksum=True)
     frames = [cctx.compress(p) for p in payloads]
     blob = b"".join(frames)
@@ -138,7 +144,7 @@ def test_format_zstd_walker_rejects_skippable_frames() -> None:
 @settings(max_examples=HYPOTHESIS_EXAMPLES, deadline=None)
 @given(st.text(min_size=1, max_size=8), st.text(min_size=1, max_size=8))
 def test_format_encode_segment_is_injective(a: str, b: str) -> None:
-    # §4.2 "encodeSegment is injective over UTF-16"
+    # docs/formats.md#layout-and-path-encoding "encodeSegment is injective over UTF-16"
     if a != b:
         assert encode_segment(a) != encode_segment(b)
     assert "/" not in encode_segment(a) and encode_segment(a) not in (".", "..")

@@ -1,4 +1,4 @@
-"""Store URLs (DESIGN §3.8): ``jsonl:``, ``jsonl+zstd:``, ``sqlite:``, ``memory:``."""
+"""Store URLs (docs/stores.md#store-urls): ``jsonl:``, ``jsonl+zstd:``, ``sqlite:``, ``memory:``."""
 
 from __future__ import annotations
 

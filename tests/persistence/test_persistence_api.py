@@ -1,5 +1,6 @@
-"""The public read/list/fork API of ``Persistence`` (persistence spec §2.1 ``list``, §3.8 cold
-read pipeline, §3.10 ``inspect`` writes nothing; core spec §10 and seed ch. 28 for fork)."""
+"""The public read/list/fork API of ``Persistence``: listing, the cold read pipeline (a read
+writes nothing) and fork (docs/stores.md#opening-a-store, docs/rules.md#the-read-pipeline,
+docs/rules.md#fork)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,10 @@ def _interrupted() -> LogBuilder:
 
 def test_read_returns_stored_events_and_closers_apart_without_writing(
         store: Persistence) -> None:
-    """§3.10: inspect-style read; the interrupted turn's closers stay in memory."""
+    """Inspect-style read; the interrupted turn's closers stay in memory.
+
+    Rule: docs/rules.md#the-read-pipeline.
+    """
     builder = _interrupted()
     _write(store, builder)
     before = _stored(store, "s")
@@ -63,7 +67,7 @@ def test_read_returns_stored_events_and_closers_apart_without_writing(
 
 
 def test_read_reports_a_torn_tail_and_leaves_it(store: Persistence) -> None:
-    """§3.8: the torn tail is reported; only load/resume truncate it."""
+    """docs/rules.md#the-read-pipeline: the torn tail is reported; only load/resume truncate it."""
     builder = LogBuilder("s")
     builder.completed_turn()
     _write(store, builder)
@@ -82,7 +86,10 @@ def test_read_of_a_missing_session_is_not_found(store: Persistence) -> None:
 
 
 def test_read_keeps_a_log_that_restore_refuses(tmp_path: Path) -> None:
-    """§3.8: read runs the pipeline only; inspect's full restore validation refuses this log."""
+    """Read runs the pipeline only; inspect's full restore validation refuses this log.
+
+    Rule: docs/rules.md#the-read-pipeline.
+    """
     persistence = Persistence(open_backend(store_url("jsonl", tmp_path)))
     builder = LogBuilder("s")
     builder.completed_turn()
@@ -104,8 +111,9 @@ def test_read_keeps_a_log_that_restore_refuses(tmp_path: Path) -> None:
 
 def test_list_headers_names_every_created_session_without_reading_logs(
         store: Persistence) -> None:
-    """§2.1: headers come from the backend (a created, empty session: SQLite and memory list
-    it, JSONL writes its file only with the first event); list() keeps sessions with events."""
+    """Headers come from the backend (a created, empty session: SQLite and memory list it, JSONL
+    writes its file only with the first event); list() keeps sessions with events
+    (docs/rules.md#listing)."""
     _write(store, _interrupted(), "a")
     store.create(header("b"))
     headers = sorted(store.list_headers(), key=lambda h: h["id"])
@@ -134,7 +142,7 @@ def _parent_bytes(persistence: Persistence, kind: str, sid: str) -> Any:
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
 def test_fork_of_a_stored_session_leaves_the_parent_byte_for_byte(
         kind: str, tmp_path: Path) -> None:
-    """Core spec §10, seed ch. 28: the cut inside the open turn is closed in the child only."""
+    """The cut inside the open turn is closed in the child only (docs/rules.md#fork)."""
     persistence = Persistence(open_backend(store_url(kind, tmp_path)))
     builder = _interrupted()
     _write(persistence, builder)
@@ -178,7 +186,7 @@ def test_fork_defaults_to_the_last_event_and_numbers_the_child(store: Persistenc
 
 
 def test_fork_refusals_write_nothing(store: Persistence) -> None:
-    """Seed ch. 28 order: existing child, bad boundary, open turn with reject."""
+    """docs/rules.md#resume: existing child, bad boundary, open turn with reject."""
     builder = _interrupted()
     _write(store, builder)
     store.create(header("taken"))

@@ -1,4 +1,4 @@
-"""PostgreSQL: fenced writers across real processes, migrations, connection loss (issue 13).
+"""PostgreSQL: fenced writers across real processes, migrations, connection loss.
 
 Every test runs against the server at ``$DSH_TEST_POSTGRES_URL`` (default 127.0.0.1:5432) in a
 throw-away schema; the module is skipped, saying so, only when no server answers.

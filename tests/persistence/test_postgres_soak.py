@@ -1,4 +1,4 @@
-"""Soak: 8 host processes × 100 sessions with random take-overs, crashes and pauses (issue 13).
+"""Soak: 8 host processes × 100 sessions with random take-overs, crashes and pauses.
 
 Runs for ``$DSH_SOAK_SECONDS`` (default 4; 60 for the full soak) and then checks every session:
 its log is contiguous from seq 0, no seq is stored twice, and every acknowledged append is

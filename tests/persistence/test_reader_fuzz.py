@@ -1,4 +1,4 @@
-"""The damage campaign kept as tests (issue 8): every store reader, any bytes at all.
+"""The damage campaign kept as tests: every store reader, any bytes at all.
 
 * Property (hypothesis): for any bytes where a raw JSONL, zstd JSONL or SQLite log belongs,
   every read path (``read``, ``inspect``, ``list``, ``list_headers``, ``load``, ``resume``)

@@ -3,8 +3,8 @@
 Each case builds a store through the write-behind writer (which keeps restore points), copies it,
 removes the restore point from the copy, resumes both and compares everything a caller can see:
 events (paged in), surface, messages, header folds, closers, the next appends (refusals
-included) and what is stored afterwards. Rule: DESIGN §3.12; persistence spec §3.8 (the
-pipeline), seed ch. 28 (resume).
+included) and what is stored afterwards. Rule: docs/rules.md#restore-points-are-never-the-truth,
+docs/rules.md#the-read-pipeline (the pipeline), docs/rules.md#resume (resume).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ at a random moment (possibly while a restore point or a batch is half written), 
 through the restore point and another copy without it: both give exactly the same session, repair
 closers and next appends included. The original store is then resumed by the next child, so
 later rounds start from a resume from a restore point. ``DSH_CRASH_RUNS`` scales the rounds.
-Rule: DESIGN §3.12 (any doubt means a full read, same answer); seed ch. 28 (resume).
+Rule: docs/rules.md#restore-points-are-never-the-truth (any doubt means a full read, same answer);
+    docs/rules.md#resume (resume).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 dsh's logs get their restore point from ``Persistence.write_restore_point`` (a full, validated read
 folded into a restore state); imported corpus sessions get theirs from the writer at their
-first flush. Rule: DESIGN §3.12; DESIGN §4 (interop, real input).
+first flush. Rule: docs/rules.md#restore-points-are-never-the-truth,
+docs/testing.md#what-the-tests-cover (interop, real input).
 """
 
 from __future__ import annotations

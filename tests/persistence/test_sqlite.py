@@ -1,8 +1,9 @@
 """SQLite backend: dsh's schema-17 file, exclusive writers, stale-tail checks, packing, torn tails.
 
-Tests are named after the lines of persistence spec §10.8 (SQLite) and §10.1 (shared contract)
-that apply to a handle-based backend, plus DESIGN §3.3 (a write handle is exclusive across
-threads and processes). Real files, real sqlite3, real subprocesses.
+Tests are named after the lines of docs/formats.md#sqlite (SQLite) and
+docs/stores.md#the-backend-contract (shared contract) that apply to a handle-based backend, plus
+docs/stores.md#the-backend-contract (a write handle is exclusive across threads and processes). Real
+files, real sqlite3, real subprocesses.
 """
 
 from __future__ import annotations
@@ -155,7 +156,10 @@ def insert_row(path: Path, seq: int, type_: str, data: Any, *, sources: Any = No
 # --- protocol and schema ------------------------------------------------------------------
 
 def test_sqlite_backend_and_handle_implement_the_persistence_protocols(tmp_path: Path) -> None:
-    """DESIGN §3.3: SqliteBackend is a Backend and its handles are Handles."""
+    """SqliteBackend is a Backend and its handles are Handles.
+
+    Rule: docs/stores.md#the-backend-contract.
+    """
     backend = backend_with(tmp_path)
     try:
         assert isinstance(backend, Backend)
@@ -168,7 +172,7 @@ def test_sqlite_backend_and_handle_implement_the_persistence_protocols(tmp_path:
 
 
 def test_sqlite_uses_the_shared_persistence_application_identity(tmp_path: Path) -> None:
-    """§10.8 `uses the shared persistence application identity`; §5.3 step 5, §5.4, §5.5.
+    """The file carries the shared persistence application identity (docs/formats.md#schema-17).
 
     A file we create has application_id 0x44534850, user_version 17, synchronous FULL-ready
     WAL, a UUID store id, passes integrity_check, and holds exactly dsh's schema objects.
@@ -199,7 +203,10 @@ def test_sqlite_uses_the_shared_persistence_application_identity(tmp_path: Path)
 
 def test_sqlite_keeps_a_fresh_database_unopened_until_the_first_persistence_operation(
         tmp_path: Path) -> None:
-    """§10.8 lazy open: construction validates the path and creates an empty 0600 file only."""
+    """Construction validates the path and creates an empty 0600 file only.
+
+    Rule: docs/formats.md#sqlite (lazy open).
+    """
     path = db_path(tmp_path)
     backend = SqliteBackend(path)
     assert path.stat().st_size == 0
@@ -210,7 +217,10 @@ def test_sqlite_keeps_a_fresh_database_unopened_until_the_first_persistence_oper
 
 
 def test_sqlite_accepts_every_configured_journal_mode(tmp_path: Path) -> None:
-    """§10.8 `accepts every configured journal mode`: wal, delete, truncate, persist."""
+    """Wal, delete, truncate, persist.
+
+    Rule: docs/formats.md#sqlite (accepts every configured journal mode).
+    """
     for mode in ("wal", "delete", "truncate", "persist"):
         sub = tmp_path / mode
         sub.mkdir(mode=0o700)
@@ -242,7 +252,7 @@ def _hold_shared_lock(path: Path, seconds: float, ready: threading.Event) -> Non
 
 def test_sqlite_retries_a_busy_journal_mode_transition_within_its_retry_budget(
         tmp_path: Path) -> None:
-    """§10.8 `retries a busy journal-mode transition`: SQLITE_BUSY retried until it clears."""
+    """A busy journal-mode switch is retried until SQLITE_BUSY clears (docs/formats.md#sqlite)."""
     SqliteBackend(db_path(tmp_path), journal_mode="delete").schema_version  # noqa: B018
     ready = threading.Event()
     holder = threading.Thread(target=_hold_shared_lock, args=(db_path(tmp_path), 0.15, ready))
@@ -258,7 +268,10 @@ def test_sqlite_retries_a_busy_journal_mode_transition_within_its_retry_budget(
 
 def test_sqlite_does_not_retry_journal_failures_outside_the_available_busy_budget(
         tmp_path: Path) -> None:
-    """§10.8: with no budget left the busy journal switch fails as DATABASE_BUSY."""
+    """With no budget left the busy journal switch fails as DATABASE_BUSY.
+
+    Rule: docs/formats.md#sqlite.
+    """
     SqliteBackend(db_path(tmp_path), journal_mode="delete").schema_version  # noqa: B018
     ready = threading.Event()
     holder = threading.Thread(target=_hold_shared_lock, args=(db_path(tmp_path), 0.5, ready))
@@ -276,7 +289,10 @@ def test_sqlite_does_not_retry_journal_failures_outside_the_available_busy_budge
 
 
 def test_sqlite_rejects_an_older_sqlite_physical_schema(tmp_path: Path) -> None:
-    """§10.8 `rejects an older SQLite physical schema`: user_version 16 is incompatible."""
+    """An older physical schema is refused: user_version 16 is incompatible.
+
+    Rule: docs/formats.md#sqlite.
+    """
     backend_with(tmp_path).close()
     conn = raw(db_path(tmp_path))
     conn.execute("PRAGMA user_version = 16")
@@ -287,7 +303,10 @@ def test_sqlite_rejects_an_older_sqlite_physical_schema(tmp_path: Path) -> None:
 
 
 def test_sqlite_refuses_a_newer_schema_and_says_to_upgrade(tmp_path: Path) -> None:
-    """§5.3 step 5 / §1.8: a newer schema is not damage; the message says upgrade dsh."""
+    """A newer schema is not damage; the message says upgrade dsh.
+
+    Rule: docs/formats.md#files-and-connections, docs/formats.md#the-session-header.
+    """
     backend_with(tmp_path).close()
     conn = raw(db_path(tmp_path))
     conn.execute("PRAGMA user_version = 18")
@@ -299,7 +318,10 @@ def test_sqlite_refuses_a_newer_schema_and_says_to_upgrade(tmp_path: Path) -> No
 
 def test_sqlite_rejects_unversioned_incompatible_and_foreign_application_databases(
         tmp_path: Path) -> None:
-    """§10.8: the three open-time identity checks of §5.3 step 5."""
+    """The three open-time identity checks of docs/formats.md#files-and-connections.
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#files-and-connections.
+    """
     unversioned = tmp_path / "a"
     unversioned.mkdir(mode=0o700)
     conn = raw(db_path(unversioned))
@@ -336,7 +358,10 @@ def test_sqlite_rejects_unversioned_incompatible_and_foreign_application_databas
 ])
 def test_sqlite_rejects_changed_columns_and_non_strict_owned_tables(
         tmp_path: Path, change: str) -> None:
-    """§10.8 / §5.5: any extra object or changed column is not dsh's schema."""
+    """Any extra object or changed column is not dsh's schema.
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#schema-17.
+    """
     backend_with(tmp_path).close()
     conn = raw(db_path(tmp_path))
     conn.execute(change)
@@ -346,7 +371,7 @@ def test_sqlite_rejects_changed_columns_and_non_strict_owned_tables(
 
 
 def test_sqlite_rejects_a_non_strict_events_table(tmp_path: Path) -> None:
-    """§5.5: the same columns without STRICT are refused."""
+    """docs/formats.md#schema-17: the same columns without STRICT are refused."""
     path = db_path(tmp_path)
     conn = raw(path)
     for statement in SCHEMA_17_DDL:
@@ -368,7 +393,10 @@ def test_sqlite_rejects_a_non_strict_events_table(tmp_path: Path) -> None:
 ])
 def test_sqlite_rejects_schema_ownership_changes_observed_at_mutation_time(
         tmp_path: Path, change: str, message: str) -> None:
-    """§10.8 / §5.5: app id, version and schema are re-checked inside BEGIN IMMEDIATE."""
+    """App id, version and schema are re-checked inside BEGIN IMMEDIATE.
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#schema-17.
+    """
     backend = backend_with(tmp_path)
     with backend.open("s1", "write") as handle:
         handle.append(prefix()[:1])
@@ -383,7 +411,10 @@ def test_sqlite_rejects_schema_ownership_changes_observed_at_mutation_time(
 
 
 def test_sqlite_rejects_missing_and_empty_store_identities(tmp_path: Path) -> None:
-    """§10.8 / §5.3 step 8: persistence_state must hold a UUID store id."""
+    """Persistence_state must hold a UUID store id.
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#files-and-connections.
+    """
     backend_with(tmp_path).close()
     conn = raw(db_path(tmp_path))
     conn.execute("UPDATE persistence_state SET store_id = ''")
@@ -398,7 +429,10 @@ def test_sqlite_rejects_missing_and_empty_store_identities(tmp_path: Path) -> No
 
 
 def test_sqlite_rejects_invalid_paths_during_service_initialization(tmp_path: Path) -> None:
-    """§10.8 / §5.2: parent must be ours and not group/world writable; file must be private."""
+    """Parent must be ours and not group/world writable; file must be private.
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#file-modes-and-symlinks.
+    """
     open_dir = tmp_path / "shared"
     open_dir.mkdir()
     os.chmod(open_dir, 0o777)
@@ -415,7 +449,10 @@ def test_sqlite_rejects_invalid_paths_during_service_initialization(tmp_path: Pa
 
 
 def test_sqlite_rejects_non_files_and_symbolic_links(tmp_path: Path) -> None:
-    """§10.8 / §5.2: a directory or a symlink at the database path is refused."""
+    """A directory or a symlink at the database path is refused.
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#file-modes-and-symlinks.
+    """
     folder = tmp_path / "db"
     folder.mkdir(mode=0o700)
     (folder / "dir.db").mkdir()
@@ -431,7 +468,10 @@ def test_sqlite_rejects_non_files_and_symbolic_links(tmp_path: Path) -> None:
 
 def test_sqlite_validates_creation_time_and_restores_every_optional_header_field(
         tmp_path: Path) -> None:
-    """§10.8: every header column round-trips; an invalid createdAt is refused (§1.2, §5.6)."""
+    """docs/formats.md#sqlite: every header column round-trips; an invalid createdAt is refused.
+
+    Rule: docs/formats.md#the-session-header, docs/formats.md#schema-17.
+    """
     backend = SqliteBackend(db_path(tmp_path))
     full = {"version": 0, "id": "child", "createdAt": T0, "cwd": "/w", "parentSession": "p",
             "seedLength": 135, "origin": "subagent", "delegationDepth": 2, "agentPreset": "coder"}
@@ -454,7 +494,10 @@ def test_sqlite_validates_creation_time_and_restores_every_optional_header_field
 
 def test_sqlite_create_refuses_an_existing_id_and_open_refuses_a_missing_one(
         tmp_path: Path) -> None:
-    """§2.1 create rejects a duplicate id; open of an unknown id is SessionNotFoundError."""
+    """Create rejects a duplicate id; open of an unknown id is SessionNotFoundError.
+
+    Rule: docs/stores.md#the-backend-contract.
+    """
     backend = backend_with(tmp_path)
     with pytest.raises(SessionExistsError, match="'s1' already exists"):
         backend.create({"version": 0, "id": "s1", "createdAt": T0})
@@ -474,7 +517,10 @@ def test_sqlite_create_refuses_an_existing_id_and_open_refuses_a_missing_one(
 ])
 def test_sqlite_rejects_invalid_durable_metadata_before_exposing_a_session_header(
         tmp_path: Path, column: str, value: Any) -> None:
-    """§10.8 / §5.6: an invalid sessions row is corruption on open, read and list."""
+    """An invalid sessions row is corruption on open, read and list.
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#schema-17.
+    """
     backend_with(tmp_path).close()
     conn = raw(db_path(tmp_path))
     conn.execute(f"UPDATE sessions SET {column} = ?", (value,))
@@ -488,7 +534,10 @@ def test_sqlite_rejects_invalid_durable_metadata_before_exposing_a_session_heade
 
 
 def test_sqlite_refuses_a_session_header_from_a_newer_format_version(tmp_path: Path) -> None:
-    """§1.8: header version 1 is SessionFormatUnsupportedError saying to upgrade."""
+    """Header version 1 is SessionFormatUnsupportedError saying to upgrade.
+
+    Rule: docs/formats.md#the-session-header.
+    """
     backend_with(tmp_path, events=prefix()).close()
     conn = raw(db_path(tmp_path))
     conn.execute("UPDATE sessions SET version = 1")
@@ -503,7 +552,10 @@ def test_sqlite_refuses_a_session_header_from_a_newer_format_version(tmp_path: P
 # --- append, read, revisions ---------------------------------------------------------------
 
 def test_sqlite_appends_durably_and_reads_back_equal_events(tmp_path: Path) -> None:
-    """§10.1 contract: append then read returns the same events; revision moves per append."""
+    """Append then read returns the same events; revision moves per append.
+
+    Rule: docs/stores.md#the-backend-contract (contract).
+    """
     message = {"role": "assistant", "content": [], "id": "a",
                "source": {"kind": "model", "provider": "p", "model": "m"}}
     events = [*prefix(),
@@ -527,7 +579,10 @@ def test_sqlite_appends_durably_and_reads_back_equal_events(tmp_path: Path) -> N
 
 
 def test_sqlite_keeps_empty_mutations_inert(tmp_path: Path) -> None:
-    """§10.8 `keeps empty mutations inert`: an empty append writes nothing, revision unchanged."""
+    """An empty append writes nothing, revision unchanged.
+
+    Rule: docs/formats.md#sqlite (keeps empty mutations inert).
+    """
     backend = backend_with(tmp_path, events=prefix())
     before = read_all(backend).revision
     with backend.open("s1", "write") as handle:
@@ -538,7 +593,10 @@ def test_sqlite_keeps_empty_mutations_inert(tmp_path: Path) -> None:
 
 
 def test_sqlite_append_refuses_read_only_closed_and_gapped_batches(tmp_path: Path) -> None:
-    """§2.1 append is contiguous and needs a write handle; a closed handle refuses all calls."""
+    """Append is contiguous and needs a write handle; a closed handle refuses all calls.
+
+    Rule: docs/stores.md#the-backend-contract.
+    """
     backend = backend_with(tmp_path, events=prefix())
     with backend.open("s1") as reader:
         with pytest.raises(PersistenceError, match="through a read handle") as info:
@@ -565,7 +623,9 @@ def test_sqlite_append_refuses_read_only_closed_and_gapped_batches(tmp_path: Pat
 
 def test_sqlite_rejects_a_stale_physical_append_without_replacing_the_winning_tail(
         tmp_path: Path) -> None:
-    """§10.8 `rejects a stale physical append`: the tail is re-derived in BEGIN IMMEDIATE.
+    """The tail is re-derived in BEGIN IMMEDIATE.
+
+    Rule: docs/formats.md#sqlite (rejects a stale physical append).
 
     The other writer is dsh itself (raw SQL, as another process that knows no lock files).
     """
@@ -593,9 +653,9 @@ def test_sqlite_rejects_a_stale_physical_append_without_replacing_the_winning_ta
 @pytest.mark.parametrize("change", ["append", "delete-silently"])
 def test_sqlite_append_after_our_own_append_still_sees_another_connections_commit(
         tmp_path: Path, change: str) -> None:
-    """§5.8 step 4: our last commit's tail is reused only while ``PRAGMA data_version`` says
-    no other connection committed; any other commit (even one that leaves the revision
-    alone) sends the next append through the full re-derivation."""
+    """docs/formats.md#appends-and-reads: our last commit's tail is reused only while ``PRAGMA
+    data_version`` says no other connection committed; any other commit (even one that leaves the
+    revision alone) sends the next append through the full re-derivation."""
     backend = backend_with(tmp_path, events=prefix()[:2])
     with backend.open("s1", "write") as handle:
         handle.append([user(2, "mine")])  # our commit: the handle knows the tail now
@@ -621,7 +681,10 @@ def test_sqlite_append_after_our_own_append_still_sees_another_connections_commi
 
 def test_sqlite_revision_is_stable_until_a_change_and_differs_across_stores(
         tmp_path: Path) -> None:
-    """§2.1 listSnapshots revision: equal while unchanged; new after append; per store."""
+    """Equal while unchanged; new after append; per store.
+
+    Rule: docs/stores.md#opening-a-store (listSnapshots revision).
+    """
     one = backend_with(tmp_path, events=prefix())
     first, second = read_all(one).revision, read_all(one).revision
     other_dir = tmp_path / "other"
@@ -637,7 +700,10 @@ def test_sqlite_revision_is_stable_until_a_change_and_differs_across_stores(
 
 
 def test_sqlite_round_trips_lone_surrogates_and_hostile_text(tmp_path: Path) -> None:
-    """DESIGN §3.6: lone surrogates survive a round trip; the stored text stays valid UTF-8."""
+    """Lone surrogates survive a round trip; the stored text stays valid UTF-8.
+
+    Rule: docs/formats.md#lossless-json.
+    """
     text = "a\ud800b\udfffc \u2028 \x00 \"q\" \\ 😀 \U0010ffff"
     big = text * 400  # ≥ 4096 bytes: stored compressed
     events = [user(0, text), user(1, big),
@@ -663,7 +729,10 @@ def test_sqlite_round_trips_lone_surrogates_and_hostile_text(tmp_path: Path) -> 
 # --- exclusive writers ----------------------------------------------------------------------
 
 def test_sqlite_second_write_handle_in_another_thread_gets_session_busy(tmp_path: Path) -> None:
-    """DESIGN §3.3: two threads race for the write handle; one wins, one gets SessionBusyError."""
+    """Two threads race for the write handle; one wins, one gets SessionBusyError.
+
+    Rule: docs/stores.md#the-backend-contract.
+    """
     backend = backend_with(tmp_path, events=prefix())
     barrier = threading.Barrier(2)
     outcomes: list[Any] = []
@@ -746,7 +815,10 @@ def _spawn(path: Path, role: str) -> subprocess.Popen[str]:
 
 def test_sqlite_second_writer_process_gets_session_busy_naming_the_holder(
         tmp_path: Path) -> None:
-    """DESIGN §3.3: a writer in another process excludes ours; nothing is duplicated."""
+    """A writer in another process excludes ours; nothing is duplicated.
+
+    Rule: docs/stores.md#the-backend-contract.
+    """
     backend = backend_with(tmp_path, events=prefix())
     child = _spawn(db_path(tmp_path), "hold")
     try:
@@ -774,7 +846,10 @@ def test_sqlite_second_writer_process_gets_session_busy_naming_the_holder(
 
 
 def test_sqlite_writer_in_this_process_excludes_a_writer_process(tmp_path: Path) -> None:
-    """DESIGN §3.3: the child process is refused and is told our pid and host."""
+    """The child process is refused and is told our pid and host.
+
+    Rule: docs/stores.md#the-backend-contract.
+    """
     backend = backend_with(tmp_path, events=prefix())
     with backend.open("s1", "write"):
         child = _spawn(db_path(tmp_path), "try")
@@ -787,7 +862,10 @@ def test_sqlite_writer_in_this_process_excludes_a_writer_process(tmp_path: Path)
 
 
 def test_sqlite_lock_of_a_killed_writer_process_is_released(tmp_path: Path) -> None:
-    """DESIGN §3.3: SIGKILL of the holder frees the session (OS lock), no stale lock remains."""
+    """SIGKILL of the holder frees the session (OS lock); no stale lock remains.
+
+    Rule: docs/rules.md#one-writer-per-session.
+    """
     backend = backend_with(tmp_path, events=prefix())
     child = _spawn(db_path(tmp_path), "hold")
     assert child.stdout is not None
@@ -825,7 +903,10 @@ def _hold_write_lock(path: Path, seconds: float) -> subprocess.Popen[str]:
 
 def test_sqlite_waits_for_a_competing_process_within_the_configured_busy_timeout(
         tmp_path: Path) -> None:
-    """§10.8: another process holds BEGIN IMMEDIATE for 100 ms; our append still succeeds."""
+    """Another process holds BEGIN IMMEDIATE for 100 ms; our append still succeeds.
+
+    Rule: docs/formats.md#sqlite.
+    """
     backend = backend_with(tmp_path, events=prefix(), busy_timeout_ms=1000)
     with backend.open("s1", "write") as handle:
         holder = _hold_write_lock(db_path(tmp_path), 0.1)
@@ -838,7 +919,10 @@ def test_sqlite_waits_for_a_competing_process_within_the_configured_busy_timeout
 
 
 def test_sqlite_reports_database_busy_past_the_busy_timeout(tmp_path: Path) -> None:
-    """§5.1 busy timeout: a lock held longer fails as DATABASE_BUSY and writes nothing."""
+    """A lock held longer fails as DATABASE_BUSY and writes nothing.
+
+    Rule: docs/formats.md#files-and-connections (busy timeout).
+    """
     backend = backend_with(tmp_path, events=prefix(), busy_timeout_ms=50)
     with backend.open("s1", "write") as handle:
         holder = _hold_write_lock(db_path(tmp_path), 0.4)
@@ -854,11 +938,14 @@ def test_sqlite_reports_database_busy_past_the_busy_timeout(tmp_path: Path) -> N
     backend.close()
 
 
-# --- packing (§5.7) -------------------------------------------------------------------------
+# --- packing (docs/formats.md#schema-17) ----------------------------------------------------------
 
 def test_sqlite_packs_each_append_once_without_rewriting_earlier_rows_and_seeks_inside_packed_rows(
         tmp_path: Path) -> None:
-    """§10.8: appends of 3, 1, then 100 events → 7 physical rows (1 packed); seek reads exact."""
+    """Appends of 3, 1, then 100 events → 7 physical rows (1 packed); seek reads exact.
+
+    Rule: docs/formats.md#sqlite.
+    """
     events = [*prefix(), chunk(3, {"type": "block-start", "index": 0, "blockType": "text"})]
     events += [delta(seq, f"w{seq} ", time=T0 + seq) for seq in range(4, 102)]
     events += [chunk(102, {"type": "block-end", "index": 0,
@@ -884,7 +971,7 @@ def test_sqlite_packs_each_append_once_without_rewriting_earlier_rows_and_seeks_
 
 
 def test_sqlite_bounds_paced_stream_rows_without_rewriting_committed_rows(tmp_path: Path) -> None:
-    """§10.8 `bounds paced-stream WAL extent`: 1,000 deltas in 40-event appends.
+    """docs/formats.md#sqlite `bounds paced-stream WAL extent`: 1,000 deltas in 40-event appends.
 
     Every row is inserted once (rowids of earlier rows never change), each batch packs only its
     own run, and no packed data exceeds 1 MiB.
@@ -916,7 +1003,7 @@ def test_sqlite_bounds_paced_stream_rows_without_rewriting_committed_rows(tmp_pa
 
 def test_sqlite_stores_a_100_member_run_in_one_row_and_restores_every_logical_event(
         tmp_path: Path) -> None:
-    """§10.8 compression.spec: a 100-member run is one packed row."""
+    """docs/formats.md#sqlite compression.spec: a 100-member run is one packed row."""
     events = [delta(seq, f"{seq} ", time=T0 + seq * 3) for seq in range(100)]
     backend = backend_with(tmp_path, events=events)
     assert rows_of(db_path(tmp_path)) == [(1, 0, "text-chunks", 0)]
@@ -926,7 +1013,10 @@ def test_sqlite_stores_a_100_member_run_in_one_row_and_restores_every_logical_ev
 
 def test_sqlite_partitions_long_and_large_runs_within_schema_owned_row_limits(
         tmp_path: Path) -> None:
-    """§10.8 / §5.7: >1024 members or >1 MiB split; remainders under 3 members stay scalar."""
+    """>1024 members or >1 MiB split; remainders under 3 members stay scalar.
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#schema-17.
+    """
     long_run = [delta(seq, "x") for seq in range(2050)]
     backend = backend_with(tmp_path, events=long_run)
     rows = rows_of(db_path(tmp_path))
@@ -958,7 +1048,10 @@ def test_sqlite_partitions_long_and_large_runs_within_schema_owned_row_limits(
 
 def test_sqlite_packs_every_owned_kind_and_preserves_optional_tool_call_names(
         tmp_path: Path) -> None:
-    """§10.8: text, reasoning and tool-call runs pack; name kept or absent exactly."""
+    """Text, reasoning and tool-call runs pack; name kept or absent exactly.
+
+    Rule: docs/formats.md#sqlite.
+    """
     events = [delta(s, "r", kind="reasoning-delta") for s in range(3)]
     events += [delta(s, "t", index=1) for s in range(3, 6)]
     events += [tool_delta(s, '{"a"', name="read_file") for s in range(6, 9)]
@@ -976,7 +1069,10 @@ def test_sqlite_packs_every_owned_kind_and_preserves_optional_tool_call_names(
 
 def test_sqlite_keeps_every_off_format_delta_scalar_and_splits_incompatible_runs(
         tmp_path: Path) -> None:
-    """§10.8 / §4.4: only whitelisted shapes pack; index/kind changes split runs."""
+    """Only whitelisted shapes pack; index/kind changes split runs.
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#record-lines.
+    """
     odd = chunk(2, {"type": "text-delta", "index": 0, "text": "x", "extra": 1})
     events = [delta(0), delta(1), odd, delta(3), delta(4, index=1), delta(5, index=1),
               delta(6, index=1), delta(7, kind="reasoning-delta", index=1)]
@@ -992,7 +1088,7 @@ def test_sqlite_keeps_every_off_format_delta_scalar_and_splits_incompatible_runs
 @pytest.mark.parametrize("tag", ["text-chunks", "reasoning-chunks", "tool-call-chunks"])
 def test_sqlite_preserves_an_ignorable_logical_event_named_as_a_storage_tag_as_a_scalar_row(
         tmp_path: Path, tag: str) -> None:
-    """§10.8: the discriminator is the ignorable column, not the type name."""
+    """docs/formats.md#sqlite: the discriminator is the ignorable column, not the type name."""
     event = ev(tag, 0, {"seq0": 1, "texts": ["a"]}, ignorable=True)
     backend = backend_with(tmp_path, events=[event])
     assert rows_of(db_path(tmp_path)) == [(1, 0, tag, 1)]
@@ -1003,7 +1099,10 @@ def test_sqlite_preserves_an_ignorable_logical_event_named_as_a_storage_tag_as_a
 
 def test_sqlite_compresses_large_data_and_delta_encodes_complete_provenance_arrays(
         tmp_path: Path) -> None:
-    """§10.8 / §5.6: ≥4 KiB data becomes a zstd BLOB; provenance is a varint BLOB."""
+    """≥4 KiB data becomes a zstd BLOB; provenance is a varint BLOB.
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#schema-17.
+    """
     sources = [*list(range(5, 40)), 2, 2 ** 40]
     message = ev("assistant/message", 40, {"turn": 1, "text": "z" * 5000},
                  surface_op="append", sources=sources)
@@ -1022,7 +1121,10 @@ def test_sqlite_compresses_large_data_and_delta_encodes_complete_provenance_arra
 
 def test_sqlite_keeps_large_data_as_text_when_its_zstandard_frame_is_not_smaller(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """§10.8 compression-unprofitable: a frame that is not smaller is not stored."""
+    """A frame that is not smaller is not stored.
+
+    Rule: docs/formats.md#sqlite (compression-unprofitable).
+    """
 
     class NoGain:
         def compress(self, data: bytes) -> bytes:
@@ -1042,7 +1144,10 @@ def test_sqlite_keeps_large_data_as_text_when_its_zstandard_frame_is_not_smaller
 # --- provenance varints ---------------------------------------------------------------------
 
 def test_sqlite_round_trips_empty_descending_and_maximum_safe_provenance_deltas() -> None:
-    """§10.8 / §5.6: [] is an empty BLOB; descending lists and 2^53-1 round-trip."""
+    """[] is an empty BLOB; descending lists and 2^53-1 round-trip.
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#schema-17.
+    """
     cases = [[], [0], [7, 3, 1, 0], [2**53 - 1, 0, 2**53 - 1], [300, 301, 302]]
     for seqs in cases:
         assert list(decode_source_event_seqs(encode_source_event_seqs(seqs))) == seqs
@@ -1059,7 +1164,7 @@ def test_sqlite_provenance_varint_round_trips_any_safe_sequence(seqs: list[int])
 
 @pytest.mark.parametrize("bad", [-1, 0.5, 2**53, True])
 def test_sqlite_rejects_invalid_provenance_sequence_before_encoding(bad: Any) -> None:
-    """§10.8 `rejects invalid provenance sequence %s before encoding` (-1, 0.5)."""
+    """docs/formats.md#sqlite `rejects invalid provenance sequence %s before encoding` (-1, 0.5)."""
     with pytest.raises(EventRejectedError, match="non-negative safe integers"):
         encode_source_event_seqs([1, bad])
 
@@ -1072,16 +1177,19 @@ def test_sqlite_rejects_invalid_provenance_sequence_before_encoding(bad: Any) ->
     (bytes([3, 9]), "outside"),
 ])
 def test_sqlite_rejects_malformed_delta_encoded_values(blob: bytes, message: str) -> None:
-    """§10.8 `rejects malformed ... delta-encoded values`."""
+    """docs/formats.md#sqlite `rejects malformed ... delta-encoded values`."""
     with pytest.raises(RowError, match=message):
         decode_source_event_seqs(blob)
 
 
-# --- torn tails and corruption (§5.9) --------------------------------------------------------
+# --- torn tails and corruption (docs/formats.md#appends-and-reads) --------------------------------
 
 def test_sqlite_distinguishes_removable_and_committed_physical_corruption(
         tmp_path: Path) -> None:
-    """§10.8: a bad row after the last turn/end is torn; before it, the log is corrupt."""
+    """A bad row after the last turn/end is torn; before it, the log is corrupt.
+
+    Rule: docs/formats.md#sqlite.
+    """
     backend = backend_with(tmp_path, events=prefix() + closing(3))
     insert_row(db_path(tmp_path), 5, "turn/start", "{not json")
     cold = read_all(backend)
@@ -1097,7 +1205,10 @@ def test_sqlite_distinguishes_removable_and_committed_physical_corruption(
 
 
 def test_sqlite_rejects_malformed_physical_tail_rows_before_appending(tmp_path: Path) -> None:
-    """§10.8: an unseen torn tail refuses the append; after read() it is re-checked, removed."""
+    """An unseen torn tail refuses the append; after read() it is re-checked, removed.
+
+    Rule: docs/formats.md#sqlite.
+    """
     backend = backend_with(tmp_path, events=prefix())
     insert_row(db_path(tmp_path), 3, "step/end", "[broken")
     with backend.open("s1", "write") as handle:
@@ -1114,7 +1225,10 @@ def test_sqlite_rejects_malformed_physical_tail_rows_before_appending(tmp_path: 
 
 def test_sqlite_rejects_a_stale_repair_without_deleting_a_newer_winning_tail(
         tmp_path: Path) -> None:
-    """§10.8 `rejects a stale repair`: the torn tail seen by read() changed under the lock."""
+    """The torn tail seen by read() changed under the lock.
+
+    Rule: docs/formats.md#sqlite (rejects a stale repair).
+    """
     backend = backend_with(tmp_path, events=prefix())
     insert_row(db_path(tmp_path), 3, "step/end", "[broken")
     with backend.open("s1", "write") as handle:
@@ -1135,7 +1249,7 @@ def test_sqlite_rejects_a_stale_repair_without_deleting_a_newer_winning_tail(
 
 def test_sqlite_treats_a_malformed_packed_tail_as_one_removable_physical_row(
         tmp_path: Path) -> None:
-    """§10.8: a bad packed row is torn as a whole; the torn marker is that row."""
+    """docs/formats.md#sqlite: a bad packed row is torn as a whole; the torn marker is that row."""
     backend = backend_with(tmp_path, events=prefix())
     insert_row(db_path(tmp_path), 3, "text-chunks",
                '{"turn":1,"step":1,"index":0,"dt":[0],"texts":["a","b","c"]}', ignorable=0)
@@ -1156,7 +1270,10 @@ def test_sqlite_treats_a_malformed_packed_tail_as_one_removable_physical_row(
 ])
 def test_sqlite_rejects_malformed_sqlite_row_primitives_generically(
         tmp_path: Path, column_values: dict[str, Any], message: str) -> None:
-    """§10.8 / §5.6: wrong column types or values do not decode (here: a torn final row)."""
+    """Wrong column types or values do not decode (here: a torn final row).
+
+    Rule: docs/formats.md#sqlite, docs/formats.md#schema-17.
+    """
     backend = backend_with(tmp_path, events=prefix())
     values = dict(column_values)
     insert_row(db_path(tmp_path), 3, "step/end", values.pop("data"), **values)
@@ -1166,7 +1283,7 @@ def test_sqlite_rejects_malformed_sqlite_row_primitives_generically(
 
 
 def test_sqlite_rejects_surface_columns_on_packed_rows(tmp_path: Path) -> None:
-    """§10.8 `rejects surface columns on packed rows`."""
+    """docs/formats.md#sqlite `rejects surface columns on packed rows`."""
     backend = backend_with(tmp_path, events=prefix())
     insert_row(db_path(tmp_path), 3, "text-chunks",
                '{"turn":1,"step":1,"index":0,"dt":[0,0],"texts":["a","b","c"]}',
@@ -1178,7 +1295,7 @@ def test_sqlite_rejects_surface_columns_on_packed_rows(tmp_path: Path) -> None:
 
 def test_sqlite_rejects_an_oversized_packed_data_column_before_json_decoding(
         tmp_path: Path) -> None:
-    """§10.8: packed TEXT over 1 MiB is refused without parsing it."""
+    """docs/formats.md#sqlite: packed TEXT over 1 MiB is refused without parsing it."""
     backend = backend_with(tmp_path, events=prefix())
     insert_row(db_path(tmp_path), 3, "text-chunks", "x" * (MAX_PACKED_DATA_BYTES + 1),
                ignorable=0)
@@ -1188,7 +1305,10 @@ def test_sqlite_rejects_an_oversized_packed_data_column_before_json_decoding(
 
 
 def test_sqlite_bounds_packed_data_while_decompressing(tmp_path: Path) -> None:
-    """§10.8: a packed BLOB that inflates past 1 MiB is refused (with or without a size field)."""
+    """A packed BLOB that inflates past 1 MiB is refused (with or without a size field).
+
+    Rule: docs/formats.md#sqlite.
+    """
     import zstandard
 
     body = json.dumps({"turn": 1, "step": 1, "index": 0, "dt": [0, 0],
@@ -1207,8 +1327,8 @@ def test_sqlite_bounds_packed_data_while_decompressing(tmp_path: Path) -> None:
 
 def test_sqlite_includes_a_packed_predecessor_when_an_overlapping_scalar_tail_hides_it(
         tmp_path: Path) -> None:
-    """§10.8 / §5.10: a scalar row overlapping a packed row is exposed to contiguity checks,
-    and a malformed packed predecessor fails closed (empty suffix)."""
+    """docs/formats.md#appends-and-reads: a scalar row overlapping a packed row is exposed to
+    contiguity checks, and a malformed packed predecessor fails closed (empty suffix)."""
     events = prefix() + [delta(seq, "t") for seq in range(3, 13)]
     backend = backend_with(tmp_path, events=events)
     insert_row(db_path(tmp_path), 8, "assistant/chunk",
@@ -1226,7 +1346,10 @@ def test_sqlite_includes_a_packed_predecessor_when_an_overlapping_scalar_tail_hi
 
 
 def test_sqlite_read_offset_must_be_a_non_negative_integer(tmp_path: Path) -> None:
-    """§2.1 readFrom: fromSeq must be a non-negative safe integer; past the end is empty."""
+    """FromSeq must be a non-negative safe integer; past the end is empty.
+
+    Rule: docs/stores.md#opening-a-store (readFrom).
+    """
     backend = backend_with(tmp_path, events=prefix())
     with backend.open("s1") as handle:
         for bad in (-1, 1.0, "2"):
@@ -1238,7 +1361,7 @@ def test_sqlite_read_offset_must_be_a_non_negative_integer(tmp_path: Path) -> No
     backend.close()
 
 
-# --- random logs (§10.8 differential, reduced to a round trip) -------------------------------
+# --- random logs (docs/formats.md#sqlite differential, reduced to a round trip) -------------------
 
 @st.composite
 def batched_logs(draw: st.DrawFn) -> tuple[list[Event], list[int]]:
@@ -1274,7 +1397,10 @@ def batched_logs(draw: st.DrawFn) -> tuple[list[Event], list[int]]:
 @given(batched_logs())
 def test_sqlite_round_trips_randomized_logical_logs_and_append_partitions(
         tmp_path_factory: pytest.TempPathFactory, case: tuple[list[Event], list[int]]) -> None:
-    """§10.8 differential (reduced): any log, any batch partition, any suffix reads back exactly."""
+    """Any log, any batch partition, any suffix reads back exactly.
+
+    Rule: docs/formats.md#sqlite (differential (reduced)).
+    """
     events, cuts = case
     backend = backend_with(tmp_path_factory.mktemp("rand"))
     bounds = [0, *[c for c in cuts if c < len(events)], len(events)]
@@ -1288,7 +1414,10 @@ def test_sqlite_round_trips_randomized_logical_logs_and_append_partitions(
 
 
 def test_sqlite_canonical_schema_objects_match_a_file_we_create(tmp_path: Path) -> None:
-    """§5.5: our DDL produces exactly the canonical object set dsh validates against."""
+    """Our DDL produces exactly the canonical object set dsh validates against.
+
+    Rule: docs/formats.md#schema-17.
+    """
     backend_with(tmp_path).close()
     conn = raw(db_path(tmp_path))
     try:
@@ -1299,7 +1428,7 @@ def test_sqlite_canonical_schema_objects_match_a_file_we_create(tmp_path: Path) 
 
 
 def test_sqlite_frozen_events_come_back_frozen(tmp_path: Path) -> None:
-    """DESIGN §3.5: events read from SQLite are immutable Event objects."""
+    """docs/rules.md#immutability: events read from SQLite are immutable Event objects."""
     backend = backend_with(tmp_path, events=prefix())
     event = read_all(backend).events[2]
     assert isinstance(event, Event) and isinstance(event["data"], FrozenDict)
@@ -1309,7 +1438,10 @@ def test_sqlite_frozen_events_come_back_frozen(tmp_path: Path) -> None:
 
 
 def test_sqlite_append_exposes_a_scalar_row_overlapping_a_packed_tail(tmp_path: Path) -> None:
-    """§5.8 step 4 / §5.10: the tail check sees an overlapping row and refuses to append."""
+    """The tail check sees an overlapping row and refuses to append.
+
+    Rule: docs/formats.md#appends-and-reads.
+    """
     events = prefix() + [delta(seq, "t") for seq in range(3, 13)]
     backend = backend_with(tmp_path)
     with backend.open("s1", "write") as handle:

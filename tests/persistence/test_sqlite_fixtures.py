@@ -3,9 +3,10 @@
 Reference data: ``tests/fixtures/dsh-logs/sqlite/`` (schema 14, written by the published
 ``dsh-session-persistence-sqlite`` 0.0.1-rc.1) and dsh's own decoded views in
 ``tests/fixtures/dsh-logs/expected/sqlite/<store>/<id>.json`` (keys: ``meta``, ``events``,
-``eventCount``, ``surfaceNodes``, ``replaceGeneration``, ``messages``). DESIGN §4 (interop),
-persistence spec §5.9, §10.8. The originals are read-only: every test works on a copy, and the
-crash store is copied with its ``-wal`` and ``-shm`` files together.
+``eventCount``, ``surfaceNodes``, ``replaceGeneration``, ``messages``).
+docs/testing.md#what-the-tests-cover (interop), docs/formats.md#appends-and-reads,
+docs/formats.md#sqlite. The originals are read-only: every test works on a copy, and the crash store
+is copied with its ``-wal`` and ``-shm`` files together.
 """
 
 from __future__ import annotations
@@ -67,7 +68,10 @@ def _restore(session_id: str, events: Any, header: Any) -> Any:
 @pytest.mark.parametrize(("store", "session_id"), _cases())
 def test_sqlite_fixture_session_loads_with_dsh_events_and_header(
         tmp_path: Path, store: str, session_id: str) -> None:
-    """Every stored session reads back as dsh's inspect() view, minus in-memory closers (§5.9)."""
+    """Every stored session reads back as dsh's inspect() view, minus in-memory closers.
+
+    Rule: docs/formats.md#appends-and-reads.
+    """
     expected = _expected(store)[session_id]
     backend = SqliteBackend(_copy_store(store, tmp_path))
     try:
@@ -134,7 +138,10 @@ def test_sqlite_fixture_crash_store_needs_its_wal_to_show_committed_rows(tmp_pat
 
 
 def test_sqlite_fixture_lists_every_stored_header_without_reading_events(tmp_path: Path) -> None:
-    """list_headers returns the three session rows, NULL columns omitted (spec §5.6, §5.12)."""
+    """list_headers returns the three session rows, NULL columns omitted.
+
+    Rule: docs/formats.md#schema-17, docs/formats.md#appends-and-reads.
+    """
     backend = SqliteBackend(_copy_store("main", tmp_path))
     try:
         headers = list(backend.list_headers())
@@ -152,7 +159,8 @@ def test_sqlite_fixture_schema_14_resume_appends_closers_in_the_published_layout
     """Resume of a dsh schema-14 crash store: take write ownership, read, append the closers.
 
     The file stays schema 14 (published dsh must still open it), rows stay one scalar JSON-text
-    row per event, and a re-read equals dsh's repaired view (seed ch. 28; spec §5.8).
+    row per event, and a re-read equals dsh's repaired view (docs/rules.md#resume,
+    docs/formats.md#appends-and-reads).
     """
     path = _copy_store("crash-before-resume", tmp_path)
     expected = _expected("crash-before-resume")["s2a-crash-after-tool-call"]

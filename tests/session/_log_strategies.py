@@ -14,7 +14,7 @@ from dsh.testing import LogBuilder, make
 MAX_EXAMPLES = int(os.environ.get("DSH_HYPOTHESIS_EXAMPLES", "60"))
 
 
-# --- well-formed logs, as the agent loop writes them (core spec §1.8) ---------------------
+# --- well-formed logs, as the agent loop writes them (docs/events.md#a-turn-event-by-event) -------
 
 
 @st.composite
@@ -57,7 +57,7 @@ def well_formed_logs(draw: st.DrawFn) -> list[Event]:
     return log.events
 
 
-# --- chunk batches (core spec §12) --------------------------------------------------------
+# --- chunk batches (docs/formats.md#chunk-rows) ---------------------------------------------------
 
 _SAFE = st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER)
 

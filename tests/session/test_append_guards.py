@@ -1,4 +1,4 @@
-"""What ``Session.append`` refuses at once so a log it writes always reads back (issue 9 4-6)."""
+"""What ``Session.append`` refuses at once so a log it writes always reads back."""
 
 from __future__ import annotations
 

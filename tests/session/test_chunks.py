@@ -1,4 +1,4 @@
-"""Chunk rows: core spec §16.6 (chunk-rows.spec.ts), persistence spec §10.15, §12."""
+"""Chunk rows: packing, decoding and their round trip (docs/formats.md#chunk-rows)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ def tool_delta(seq: int, time: int, args: str, *, call_id: str = "call-1",
 
 
 def roundtrip(records: list[Any]) -> list[Any]:
-    """Write the records as JSONL lines, read them back and expand them (§12.5 property)."""
+    """Write the records as JSONL lines, read them back and expand them.
+
+    Rule: docs/formats.md#chunk-rows.
+    """
     out: list[Any] = []
     for line in b"".join(dumps(r) + b"\n" for r in records).split(b"\n")[:-1]:
         out.extend(decode_storage_record(loads(line)))
@@ -46,7 +49,8 @@ def test_chunks_min_run_is_three() -> None:
 
 
 def test_chunks_packs_a_text_delta_run_into_one_text_chunks_row_and_round_trips_it() -> None:
-    # §16.6 "packs a text-delta run into one text-chunks row and round-trips it"
+    # docs/formats.md#chunk-rows "packs a text-delta run into one text-chunks row and round-trips
+    # it"
     batch = [text_delta(i, 1000 + 10 * i, f"t{i}") for i in range(5)]
     rows = pack_chunk_runs(batch)
     assert rows == [{"type": "text-chunks", "seq0": 0, "time0": 1000, "data": {
@@ -60,7 +64,7 @@ def test_chunks_packs_a_text_delta_run_into_one_text_chunks_row_and_round_trips_
 
 
 def test_chunks_packs_reasoning_and_tool_call_runs_under_their_own_tags() -> None:
-    # §16.6 "packs reasoning and tool-call runs under their own tags"
+    # docs/formats.md#chunk-rows "packs reasoning and tool-call runs under their own tags"
     batch = [text_delta(i, 5, f"r{i}", kind="reasoning-delta") for i in range(3)]
     batch += [tool_delta(3 + i, 6, a) for i, a in enumerate(['{"a"', ":", "1}"])]
     rows = pack_chunk_runs(batch)
@@ -73,7 +77,7 @@ def test_chunks_packs_reasoning_and_tool_call_runs_under_their_own_tags() -> Non
 
 
 def test_chunks_packs_a_name_less_tool_call_run_and_round_trips_field_absence() -> None:
-    # §16.6 "packs a name-less tool-call run and round-trips field absence"
+    # docs/formats.md#chunk-rows "packs a name-less tool-call run and round-trips field absence"
     batch = [tool_delta(i, 7, f"a{i}", name=None) for i in range(4)]
     rows = pack_chunk_runs(batch)
     assert len(rows) == 1
@@ -85,7 +89,7 @@ def test_chunks_packs_a_name_less_tool_call_run_and_round_trips_field_absence() 
 
 
 def test_chunks_leaves_runs_shorter_than_three_events_verbatim() -> None:
-    # §16.6 "leaves runs shorter than three events verbatim"
+    # docs/formats.md#chunk-rows "leaves runs shorter than three events verbatim"
     batch = [text_delta(0, 1, "a"), text_delta(1, 2, "b")]
     rows = pack_chunk_runs(batch)
     assert rows == batch
@@ -93,7 +97,8 @@ def test_chunks_leaves_runs_shorter_than_three_events_verbatim() -> None:
 
 
 def test_chunks_leaves_non_delta_chunks_and_non_chunk_events_verbatim_between_runs() -> None:
-    # §16.6 "leaves non-delta chunks and non-chunk events verbatim between runs" - 4 records
+    # docs/formats.md#chunk-rows "leaves non-delta chunks and non-chunk events verbatim between
+    # runs" - 4 records
     start = make("assistant/chunk", 0, {"turn": 1, "step": 1,
                                       "chunk": {"type": "block-start", "index": 0,
                                                 "blockType": "text"}})
@@ -123,13 +128,13 @@ BREAKS = {
 
 @pytest.mark.parametrize("cause", list(BREAKS))
 def test_chunks_breaks_a_run_on_both_halves_too_short_to_pack(cause: str) -> None:
-    # §16.6 "breaks a run on %s (both halves too short to pack)" x4
+    # docs/formats.md#chunk-rows "breaks a run on %s (both halves too short to pack)" x4
     batch = BREAKS[cause]
     assert pack_chunk_runs(batch) == batch
 
 
 def test_chunks_breaks_a_tool_call_run_on_call_id_or_name_change() -> None:
-    # §16.6 "breaks a tool-call run on call-id or name change"
+    # docs/formats.md#chunk-rows "breaks a tool-call run on call-id or name change"
     id_switch = [tool_delta(0, 1, "a"), tool_delta(1, 1, "b"),
                  tool_delta(2, 1, "c", call_id="call-2"), tool_delta(3, 1, "d", call_id="call-2")]
     assert pack_chunk_runs(id_switch) == id_switch
@@ -146,7 +151,8 @@ def _raw_event(fields: dict[str, Any]) -> Event:
 
 
 def test_chunks_stores_an_off_whitelist_delta_verbatim() -> None:
-    # §16.6 "stores an off-whitelist delta verbatim (extra field, bad type, fractional time)"
+    # docs/formats.md#chunk-rows "stores an off-whitelist delta verbatim (extra field, bad type,
+    # fractional time)"
     good = [text_delta(i, 1, "x") for i in range(3)]
     extra_field = _raw_event({**good[1], "ignorable": True})
     bad_text = _raw_event({**good[1], "data": {"turn": 1, "step": 1, "chunk": {
@@ -162,7 +168,8 @@ def test_chunks_stores_an_off_whitelist_delta_verbatim() -> None:
 
 
 def test_chunks_breaks_a_run_on_a_time_gap_beyond_safe_integer_range() -> None:
-    # §16.6 "breaks a run on a time gap beyond safe-integer range (subtraction would round)"
+    # docs/formats.md#chunk-rows "breaks a run on a time gap beyond safe-integer range (subtraction
+    # would round)"
     low, high = -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER
     batch = [text_delta(0, low, "a"), text_delta(1, low, "b"),
              text_delta(2, high, "c"), text_delta(3, high, "d")]
@@ -175,7 +182,8 @@ def test_chunks_breaks_a_run_on_a_time_gap_beyond_safe_integer_range() -> None:
 
 
 def test_chunks_stores_a_delta_with_an_off_whitelist_data_envelope_verbatim() -> None:
-    # §16.6 "stores a delta with an off-whitelist data envelope verbatim" - seven shapes
+    # docs/formats.md#chunk-rows "stores a delta with an off-whitelist data envelope verbatim" -
+    # seven shapes
     base = text_delta(1, 1, "x")
     shapes: list[Any] = [
         None,
@@ -194,7 +202,7 @@ def test_chunks_stores_a_delta_with_an_off_whitelist_data_envelope_verbatim() ->
 
 
 def test_chunks_passes_non_row_values_through_as_single_events_unvalidated() -> None:
-    # §16.6 "passes non-row values through as single events, unvalidated"
+    # docs/formats.md#chunk-rows "passes non-row values through as single events, unvalidated"
     event = text_delta(0, 1, "a")
     assert decode_storage_record(event) == [event]
     assert decode_storage_record(event)[0] is event
@@ -207,7 +215,8 @@ def test_chunks_passes_non_row_values_through_as_single_events_unvalidated() -> 
 
 
 def test_chunks_reconstructs_timestamps_through_negative_dt_gaps() -> None:
-    # §16.6 "reconstructs timestamps through negative dt gaps (clock stepped back)"
+    # docs/formats.md#chunk-rows "reconstructs timestamps through negative dt gaps (clock stepped
+    # back)"
     batch = [text_delta(0, 100, "a"), text_delta(1, 90, "b"), text_delta(2, 95, "c")]
     rows = pack_chunk_runs(batch)
     assert rows[0]["data"]["dt"] == [-10, 5]
@@ -261,7 +270,7 @@ MALFORMED: dict[str, tuple[Any, str]] = {
 
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_chunks_throws_on_malformed_row(case: str) -> None:
-    # §16.6 "throws on %s" x17; persistence spec §10.15 lists the same cases
+    # docs/formats.md#chunk-rows "throws on %s", 17 malformed rows
     row, reason = MALFORMED[case]
     # non-finite numbers cannot pass the JSON door, so those rows go in as built
     value = row if case.startswith(("non-finite", "unsafe")) else loads(dumps(snapshot_json(row)))
@@ -308,7 +317,8 @@ def test_chunks_decode_reads_dsh_written_rows() -> None:
 @given(batch=chunk_batches())
 def test_chunks_json_serialized_pack_decode_reproduces_every_batch_exactly(
         batch: list[Event]) -> None:
-    # §16.6 "JSON-serialized pack∘decode reproduces every batch exactly" (full safe-int times)
+    # docs/formats.md#chunk-rows "JSON-serialized pack∘decode reproduces every batch exactly" (full
+    # safe-int times)
     rows = pack_chunk_runs(batch)
     back = roundtrip(rows)
     assert back == batch
@@ -323,7 +333,7 @@ def _dsh_logs() -> Path:
 @pytest.mark.parametrize("store", ["jsonl", "jsonl-unpacked"])
 def test_chunks_repacking_dsh_written_logs_reproduces_their_lines_byte_for_byte(
         store: str) -> None:
-    # persistence spec §4.4: rows are written per batch; in these fixtures no run crossed a
+    # docs/formats.md#record-lines: rows are written per batch; in these fixtures no run crossed a
     # batch boundary, so packing each whole log as one batch gives dsh's exact lines
     files = sorted((_dsh_logs() / store).glob("*/*/*/session.jsonl"))
     assert files

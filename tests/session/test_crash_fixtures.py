@@ -1,7 +1,8 @@
 """Crash fixtures written by the real dsh: our closers match the tail dsh committed on resume.
 
-Core spec §9 / persistence spec §1.11; DESIGN §4 ("the repaired views of the crash fixtures match
-dsh's repaired views event for event"). Only the model-facing wording is ours.
+docs/rules.md#repair, docs/rules.md#closers, docs/testing.md#what-the-tests-cover ("the repaired
+views of the crash fixtures match dsh's repaired views event for event"). Only the model-facing
+wording is ours.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def test_crash_fixture_closers_match_dsh_repaired_tail(jsonl_root: Path, session
     assert closers, "every crash fixture ends inside turn 2"
     expected = after[len(before): len(before) + len(closers)]
     assert [_without_wording(c) for c in closers] == [_without_wording(e) for e in expected]
-    # key order matters for byte-identical output (core spec §9.2)
+    # key order matters for byte-identical output (docs/rules.md#closers)
     for ours, theirs in zip(closers, expected, strict=True):
         assert list(ours) == list(theirs)
         if ours.type == "tool/result":

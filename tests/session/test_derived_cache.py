@@ -1,4 +1,4 @@
-"""The incremental derive_messages cache (core spec §7.8; checklist §16.7)."""
+"""The incremental derive_messages cache (docs/rules.md#deriving-messages)."""
 
 from __future__ import annotations
 

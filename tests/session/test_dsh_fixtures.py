@@ -1,4 +1,6 @@
-"""Logs written by the real dsh restore here with dsh's own surface and messages (DESIGN §4).
+"""Logs written by the real dsh restore here with dsh's own surface and messages.
+
+Rule: docs/testing.md#what-the-tests-cover.
 
 Fixtures live in ``tests/fixtures/dsh-logs``; see its README.
 ``jsonl-unpacked/main`` holds one event per line, so the core can read it without the chunk-row
@@ -97,7 +99,7 @@ def test_dsh_fixture_fork_child_is_seeded_by_its_header() -> None:
 
 
 def test_dsh_fixture_s4_equals_our_fork_of_s1_at_134() -> None:
-    # Issue 4: dsh's s4-fork-of-s1 equals a fork we make of s1 at seq 134 in every event up to
+    # dsh's s4-fork-of-s1 equals a fork we make of s1 at seq 134 in every event up to
     # the end-seed (ids and times of the inherited events identical), header lineage included.
     by_name = {p.parent.name: p for p in UNPACKED}
     if "s1-normal" not in by_name or "s4-fork-of-s1" not in by_name:

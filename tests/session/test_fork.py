@@ -1,4 +1,4 @@
-"""SessionStore.fork: prefix seeds, inherited marker, forked closers, refusals (§10, §16.3, ch. 28).
+"""SessionStore.fork: prefix seeds, inherited marker, forked closers, refusals (docs/rules.md#fork).
 
 The closers themselves come from ``dsh.session._repair`` (tested there); here we check that fork
 puts them after the inherited marker with contiguous seqs and the boundary's time.
@@ -53,7 +53,7 @@ def test_fork_an_empty_live_session_gives_an_empty_child_with_lineage() -> None:
 
 
 def test_fork_the_latest_boundary_by_default_into_frozen_seed_events() -> None:
-    # core spec §10 copies the seed so the child cannot reach the parent's objects; ours are
+    # docs/rules.md#fork copies the seed so the child cannot reach the parent's objects; ours are
     # immutable, so the child may share them (a copy of an immutable value is the value).
     store = make_store()
     parent = parent_with_turns(store, 2)
@@ -211,8 +211,8 @@ def test_fork_rejects_open_turn_slices_when_asked_to(at: str) -> None:
 
 
 def test_fork_closes_an_open_turn_with_forked_closers_after_the_inherited_marker() -> None:
-    # seed ch. 28: prefix + end-seed {inherited: true} + openTurnClosers(prefix, forked), and
-    # exactly one end-seed after the cut (issue 9 item 17): no plain one after the closers
+    # docs/rules.md#fork: prefix + end-seed {inherited: true} + openTurnClosers(prefix, forked), and
+    # exactly one end-seed after the cut: no plain one after the closers
     store = make_store()
     parent, marks = _open_turn_parent(store)
     cut = marks["tool/call"]
@@ -306,7 +306,7 @@ def test_fork_child_restores_from_its_own_log_and_header() -> None:
 @settings(max_examples=examples(25), deadline=None)
 @given(log_scripts(open_tail=None), st.integers(0, 10_000))
 def test_fork_child_prefix_equals_the_parent_prefix(script: Any, pick: int) -> None:
-    # DESIGN §4 property: fork child prefix == parent prefix, for any cut.
+    # docs/testing.md#what-the-tests-cover: fork child prefix == parent prefix, for any cut.
     store = make_store()
     parent = apply_script(store.create("p"), script)
     if parent.seq == 0:

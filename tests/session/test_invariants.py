@@ -1,4 +1,4 @@
-"""Invariant companion: core spec §16.8 (invariant.spec.ts), §13."""
+"""Invariant companion: docs/rules.md#turns-and-steps."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def well_formed() -> LogBuilder:
 
 
 def test_invariants_accepts_a_well_formed_turn_step_and_tool_sequence() -> None:
-    # §16.8 "accepts a well-formed turn, step, and tool sequence"
+    # docs/rules.md#turns-and-steps "accepts a well-formed turn, step, and tool sequence"
     log = well_formed()
     trace = applied(*log.events)
     assert trace.state == TraceState(last_seq=log.seq - 1, open_turn=None, open_step=None,
@@ -72,7 +72,8 @@ def test_invariants_accepts_a_well_formed_turn_step_and_tool_sequence() -> None:
 
 
 def test_invariants_validate_does_not_advance_the_trace_until_applied() -> None:
-    # §16.8 "does not advance committed trace state when a later dispatch listener vetoes"
+    # docs/rules.md#turns-and-steps "does not advance committed trace state when a later dispatch
+    # listener vetoes"
     trace = applied(make("turn/start", 0, {"turn": 1}))
     before = trace.state
     transition = trace.validate(make("step/start", 1, {"turn": 1, "step": 1}))
@@ -83,7 +84,7 @@ def test_invariants_validate_does_not_advance_the_trace_until_applied() -> None:
 
 
 def test_invariants_rejects_non_monotonic_event_sequence_numbers() -> None:
-    # §16.8 "rejects non-monotonic event sequence numbers"
+    # docs/rules.md#turns-and-steps "rejects non-monotonic event sequence numbers"
     trace = applied(make("plan/mode", 0, {}), make("plan/mode", 1, {}))
     error = rejects(trace, make("plan/mode", 1, {}), "seq must strictly increase: saw 1 after 1")
     assert error.where == {"seq": 1, "event_type": "plan/mode", "rule": "SEQ_ORDER"}
@@ -93,7 +94,7 @@ def test_invariants_rejects_non_monotonic_event_sequence_numbers() -> None:
 
 
 def test_invariants_enforces_turn_numbering_and_core_execution_enclosure() -> None:
-    # §16.8 "enforces turn numbering and core execution enclosure"
+    # docs/rules.md#turns-and-steps "enforces turn numbering and core execution enclosure"
     trace = applied(make("turn/start", 0, {"turn": 1}))
     rejects(trace, make("turn/start", 1, {"turn": 2}), "turn/start 2 while turn 1 is still open")
     rejects(trace, make("turn/end", 1, {"turn": 2, "reason": {"kind": "completed"}}),
@@ -115,7 +116,7 @@ def test_invariants_enforces_turn_numbering_and_core_execution_enclosure() -> No
 
 
 def test_invariants_enforces_open_step_identity_and_numbering() -> None:
-    # §16.8 "enforces open-step identity and numbering"
+    # docs/rules.md#turns-and-steps "enforces open-step identity and numbering"
     trace = applied(make("turn/start", 0, {"turn": 1}))
     rejects(trace, make("step/start", 1, {"turn": 2, "step": 1}),
             "step/start in turn 2 but open turn is 1")
@@ -137,7 +138,8 @@ def test_invariants_enforces_open_step_identity_and_numbering() -> None:
 
 
 def test_invariants_requires_step_scoped_stream_and_tool_events_to_name_the_open_step() -> None:
-    # §16.8 "requires step-scoped stream and tool events to name the open step"
+    # docs/rules.md#turns-and-steps "requires step-scoped stream and tool events to name the open
+    # step"
     trace = applied(make("turn/start", 0, {"turn": 1}))
     rejects(trace, make("assistant/chunk", 1, {"turn": 1, "step": 1, "chunk": {}}),
             "assistant/chunk names turn 1/step 1 but open is turn 1/step null")
@@ -150,7 +152,7 @@ def test_invariants_requires_step_scoped_stream_and_tool_events_to_name_the_open
 
 
 def test_invariants_keeps_fresh_tool_result_appends_open_step_checked() -> None:
-    # §16.8 "keeps fresh tool-result appends open-step checked"
+    # docs/rules.md#turns-and-steps "keeps fresh tool-result appends open-step checked"
     log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
@@ -164,7 +166,8 @@ def test_invariants_keeps_fresh_tool_result_appends_open_step_checked() -> None:
 
 def test_invariants_treats_a_validated_tool_result_replacement_as_a_turn_enclosed_rewrite(
 ) -> None:
-    # §16.8 "treats a validated tool-result replacement as a turn-enclosed rewrite"
+    # docs/rules.md#turns-and-steps "treats a validated tool-result replacement as a turn-enclosed
+    # rewrite"
     log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
@@ -184,7 +187,7 @@ def test_invariants_treats_a_validated_tool_result_replacement_as_a_turn_enclose
 
 
 def test_invariants_rejects_a_tool_result_replacement_outside_a_turn() -> None:
-    # §16.8 "rejects a tool-result replacement outside a turn"
+    # docs/rules.md#turns-and-steps "rejects a tool-result replacement outside a turn"
     trace = applied(make("plan/mode", 0, {}))
     replacement = LogBuilder(checked=False, start=1).tool_result(1, 1, "c1",
                                             surface_op={"op": "replace", "start": 0, "end": 0})
@@ -192,7 +195,8 @@ def test_invariants_rejects_a_tool_result_replacement_outside_a_turn() -> None:
 
 
 def test_invariants_allows_not_started_repair_results_and_unresolved_calls_at_step_end() -> None:
-    # §16.8 "allows not-started repair results and unresolved calls at step end"
+    # docs/rules.md#turns-and-steps "allows not-started repair results and unresolved calls at step
+    # end"
     log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
@@ -212,7 +216,7 @@ def test_invariants_allows_not_started_repair_results_and_unresolved_calls_at_st
 
 
 def test_invariants_does_not_let_a_result_in_a_later_step_satisfy_an_earlier_call() -> None:
-    # §16.8 "does not let a result in a later step satisfy an earlier call"
+    # docs/rules.md#turns-and-steps "does not let a result in a later step satisfy an earlier call"
     log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
@@ -226,7 +230,7 @@ def test_invariants_does_not_let_a_result_in_a_later_step_satisfy_an_earlier_cal
 
 
 def test_invariants_accepts_end_seed_whether_or_not_a_turn_is_open() -> None:
-    # §16.8 "accepts end-seed whether or not a turn is open"
+    # docs/rules.md#turns-and-steps "accepts end-seed whether or not a turn is open"
     trace = applied(make("session/end-seed", 0, {}), make("turn/start", 1, {"turn": 1}),
                     make("session/end-seed", 2, {"inherited": True}))
     assert trace.state.open_turn == 1  # the marker leaves the turn open
@@ -256,7 +260,7 @@ def test_invariants_check_log_reports_each_defect_once_and_resynchronises() -> N
     ]
 
 
-# --- the observer (store integration, §13.3) -----------------------------------------------
+# --- the observer (store integration, docs/rules.md#turns-and-steps) ------------------------------
 
 
 class FakeSession:
@@ -275,7 +279,7 @@ class FakeSession:
 
 def test_invariants_observer_replays_seeded_sessions_and_tracks_each_session_independently(
 ) -> None:
-    # §16.8 "replays seeded sessions and tracks each session independently"
+    # docs/rules.md#turns-and-steps "replays seeded sessions and tracks each session independently"
     observer = InvariantObserver()
     bad = FakeSession([make("turn/start", 0, {"turn": 2})])
     with pytest.raises(InvariantError, match="turn/start expected turn 1, got 2"):
@@ -294,7 +298,8 @@ def test_invariants_observer_replays_seeded_sessions_and_tracks_each_session_ind
 
 
 def test_invariants_observer_rebuilds_trace_state_for_sessions_that_already_exist() -> None:
-    # §16.8 "rebuilds trace state for sessions that exist when the companion reloads"
+    # docs/rules.md#turns-and-steps "rebuilds trace state for sessions that exist when the companion
+    # reloads"
     session = FakeSession([make("turn/start", 0, {"turn": 1}),
                            make("step/start", 1, {"turn": 1, "step": 1})])
     observer = InvariantObserver()  # installed after the session was created
@@ -305,8 +310,8 @@ def test_invariants_observer_rebuilds_trace_state_for_sessions_that_already_exis
 
 
 def test_invariants_observer_applies_committed_events_seen_first_post_commit() -> None:
-    # §16.8 "applies the committed transition after another postcommit observer throws": the
-    # transition is applied by on_event whatever other observers did
+    # docs/rules.md#turns-and-steps "applies the committed transition after another postcommit
+    # observer throws": the transition is applied by on_event whatever other observers did
     session = FakeSession([make("turn/start", 0, {"turn": 1})])
     observer = InvariantObserver()
     event = make("step/start", 1, {"turn": 1, "step": 1})
@@ -320,7 +325,8 @@ def test_invariants_observer_applies_committed_events_seen_first_post_commit() -
 
 
 def test_invariants_observer_forgets_disposed_sessions() -> None:
-    # §16.8 "removes all listeners when the companion is disposed" (per-session form)
+    # docs/rules.md#turns-and-steps "removes all listeners when the companion is disposed"
+    # (per-session form)
     observer = InvariantObserver()
     session = FakeSession([make("turn/start", 0, {"turn": 1})])
     observer.on_created(session)
@@ -337,7 +343,8 @@ def _real_session(session_id: str) -> Any:
 
 
 def test_invariants_attached_to_a_real_session_vetoes_bad_appends() -> None:
-    # §13.3: validate before commit (a throw rejects the append), apply after commit
+    # docs/rules.md#turns-and-steps: validate before commit (a throw rejects the append), apply
+    # after commit
     session = _real_session("invariant-real")
     observer = InvariantObserver()
     detach = observer.attach(session)
@@ -356,7 +363,8 @@ def test_invariants_attached_to_a_real_session_vetoes_bad_appends() -> None:
 
 
 def test_invariants_a_later_validator_veto_leaves_the_trace_unchanged() -> None:
-    # §16.8 "does not advance committed trace state when a later dispatch listener vetoes"
+    # docs/rules.md#turns-and-steps "does not advance committed trace state when a later dispatch
+    # listener vetoes"
     session = _real_session("invariant-veto")
     observer = InvariantObserver()
     observer.attach(session)
@@ -375,7 +383,8 @@ def test_invariants_a_later_validator_veto_leaves_the_trace_unchanged() -> None:
 
 def test_invariants_applies_the_transition_after_another_post_commit_observer_throws(
         caplog: pytest.LogCaptureFixture) -> None:
-    # §16.8 "applies the committed transition after another postcommit observer throws"
+    # docs/rules.md#turns-and-steps "applies the committed transition after another postcommit
+    # observer throws"
     session = _real_session("invariant-peer-throws")
 
     def broken(_session: Any, _event: Event) -> None:

@@ -1,4 +1,4 @@
-"""Message constructors (core spec §2.7): shapes, key order, fresh ids, frozen results."""
+"""Message constructors (docs/events.md#messages): shapes, key order, fresh ids, frozen results."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """A paged restore (restore state + tail + a page-in source) equals a full restore.
 
-Rule: DESIGN §3.12 (restore points are derived, never the truth); the core stays free of I/O.
+Rule: docs/rules.md#restore-points-are-never-the-truth (restore points are derived, never the
+    truth); the core stays free of I/O.
 """
 
 from __future__ import annotations

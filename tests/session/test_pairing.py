@@ -1,4 +1,4 @@
-"""Tool-pairing balance: core spec §16.14 (tool-pairing.spec.ts), §11."""
+"""Tool-pairing balance: docs/rules.md#tool-pairing."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def after(session: Any, seq: int) -> bool:
 
 
 def test_pairing_classifies_closed_and_open_single_call_steps() -> None:
-    # §16.14 "classifies closed and open single-call steps"
+    # docs/rules.md#tool-pairing "classifies closed and open single-call steps"
     s = FakeSession()
     user = s.user()
     call = s.assistant("c1")
@@ -83,7 +83,7 @@ def test_pairing_classifies_closed_and_open_single_call_steps() -> None:
 
 
 def test_pairing_requires_every_result_from_a_multiple_call_assistant_message() -> None:
-    # §16.14 "requires every result from a multiple-call assistant message"
+    # docs/rules.md#tool-pairing "requires every result from a multiple-call assistant message"
     s = FakeSession()
     call = s.assistant("c1", "c2")
     first = s.result("c1")
@@ -95,7 +95,8 @@ def test_pairing_requires_every_result_from_a_multiple_call_assistant_message() 
 
 def test_pairing_keeps_neutral_nodes_inside_an_open_pair_unbalanced_and_free_nodes_balanced(
 ) -> None:
-    # §16.14 "keeps neutral nodes inside an open pair unbalanced and free nodes balanced"
+    # docs/rules.md#tool-pairing "keeps neutral nodes inside an open pair unbalanced and free nodes
+    # balanced"
     s = FakeSession()
     s.assistant("c1")
     inside = s.user()
@@ -106,7 +107,8 @@ def test_pairing_keeps_neutral_nodes_inside_an_open_pair_unbalanced_and_free_nod
 
 
 def test_pairing_rebuilds_after_replace_and_rejects_seqs_removed_from_the_surface() -> None:
-    # §16.14 "rebuilds after replace and rejects sequences removed from current membership"
+    # docs/rules.md#tool-pairing "rebuilds after replace and rejects sequences removed from current
+    # membership"
     s = FakeSession()
     s.user()
     call = s.assistant("c1")
@@ -125,7 +127,7 @@ def test_pairing_rebuilds_after_replace_and_rejects_seqs_removed_from_the_surfac
 
 
 def test_pairing_answers_repeated_queries_from_cached_balances() -> None:
-    # §16.14 "answers repeated queries from cached balances"
+    # docs/rules.md#tool-pairing "answers repeated queries from cached balances"
     s = FakeSession()
     call = s.assistant("c1")
     s.result("c1")
@@ -138,7 +140,7 @@ def test_pairing_answers_repeated_queries_from_cached_balances() -> None:
 
 
 def test_pairing_rejects_missing_seqs_before_and_after_including_an_empty_surface() -> None:
-    # §16.14 "rejects missing seqs before and after, including an empty surface"
+    # docs/rules.md#tool-pairing "rejects missing seqs before and after, including an empty surface"
     s = FakeSession()
     for query in (before, after):
         with pytest.raises(EventRejectedError, match="surface seq 999 not found"):
@@ -154,8 +156,8 @@ def test_pairing_rejects_missing_seqs_before_and_after_including_an_empty_surfac
 
 
 def test_pairing_does_no_event_reads_for_unchanged_or_log_only_growth() -> None:
-    # §16.14 "does no event reads for unchanged or log-only growth, folds only appended nodes,
-    # and rebuilds on replace" [read counting]
+    # docs/rules.md#tool-pairing "does no event reads for unchanged or log-only growth, folds only
+    # appended nodes, and rebuilds on replace" [read counting]
     class CountingList(list[Event]):
         gets: ClassVar[list[int]] = []
 
@@ -186,7 +188,8 @@ def test_pairing_does_no_event_reads_for_unchanged_or_log_only_growth() -> None:
 
 
 def test_pairing_rebuilds_defensively_when_a_same_generation_surface_count_regresses() -> None:
-    # §16.14 "rebuilds defensively when a same-generation surface entry count regresses"
+    # docs/rules.md#tool-pairing "rebuilds defensively when a same-generation surface entry count
+    # regresses"
     s = FakeSession()
     s.user()
     call = s.assistant("c1")
@@ -200,7 +203,7 @@ def test_pairing_rebuilds_defensively_when_a_same_generation_surface_count_regre
 
 
 def test_pairing_throws_for_an_orphan_result_during_a_rebuild() -> None:
-    # §16.14 "throws for an orphan result during a rebuild"
+    # docs/rules.md#tool-pairing "throws for an orphan result during a rebuild"
     s = FakeSession()
     s.user()
     orphan = s.node(s.log.tool_result(1, 1, "nobody"))
@@ -212,8 +215,8 @@ def test_pairing_throws_for_an_orphan_result_during_a_rebuild() -> None:
 
 
 def test_pairing_retries_an_orphan_result_in_an_appended_tail_without_partial_commit() -> None:
-    # §16.14 "retries an orphan result in an appended tail without committing partial cache
-    # state"
+    # docs/rules.md#tool-pairing "retries an orphan result in an appended tail without committing
+    # partial cache state"
     s = FakeSession()
     first = s.user()
     assert balanced_cuts(s) == (True, True)
@@ -233,8 +236,8 @@ def test_pairing_retries_an_orphan_result_in_an_appended_tail_without_partial_co
 
 def test_pairing_throws_when_a_surface_seq_has_no_matching_event_or_indexes_the_wrong_one(
 ) -> None:
-    # §16.14 "throws when a current surface seq has no matching event or indexes the wrong
-    # event"
+    # docs/rules.md#tool-pairing "throws when a current surface seq has no matching event or indexes
+    # the wrong event"
     s = FakeSession()
     s.user()
     s.surface.nodes.append(999)

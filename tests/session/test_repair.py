@@ -1,4 +1,4 @@
-"""Open-turn closers: core spec §16.4 (repair.spec.ts), persistence spec §10.15, seed ch. 28."""
+"""Open-turn closers: docs/rules.md#repair, docs/rules.md#closers."""
 
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ def _open_step_with_call(record_call: bool) -> LogBuilder:
     return log
 
 
-# --- core spec §16.4 -----------------------------------------------------------------------
+# --- docs/rules.md#repair -----------------------------------------------------------------------
 
 
 def test_repair_returns_nothing_for_a_balanced_log_ending_on_turn_end() -> None:
-    # §16.4 "returns nothing for a balanced log (ends on turn/end)"
+    # docs/rules.md#repair "returns nothing for a balanced log (ends on turn/end)"
     log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
@@ -53,13 +53,13 @@ def test_repair_returns_nothing_for_a_balanced_log_ending_on_turn_end() -> None:
 
 
 def test_repair_returns_nothing_for_an_empty_log() -> None:
-    # §16.4 "returns nothing for an empty log"
+    # docs/rules.md#repair "returns nothing for an empty log"
     assert interrupted_turn_closers([]) == ()
     assert open_turn_closers([], "forked") == ()
 
 
 def test_repair_closes_an_open_turn_with_no_open_step() -> None:
-    # §16.4 "closes an open turn with no open step (turn/end {interrupted} only)"
+    # docs/rules.md#repair "closes an open turn with no open step (turn/end {interrupted} only)"
     log = LogBuilder(checked=False)
     log.turn_start(1)
     last = log.user()
@@ -69,7 +69,8 @@ def test_repair_closes_an_open_turn_with_no_open_step() -> None:
 
 
 def test_repair_closes_an_open_step_before_the_turn() -> None:
-    # §16.4 "closes an open step before the turn (step/end then turn/end)" - seqs 2, 3
+    # docs/rules.md#repair "closes an open step before the turn (step/end then turn/end)" - seqs 2,
+    # 3
     log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
@@ -81,7 +82,7 @@ def test_repair_closes_an_open_step_before_the_turn() -> None:
 
 
 def test_repair_marks_an_assistant_tool_request_with_no_recorded_call_as_not_started() -> None:
-    # §16.4 "marks an assistant tool request with no recorded call as not started"
+    # docs/rules.md#repair "marks an assistant tool request with no recorded call as not started"
     log = _open_step_with_call(record_call=False)
     closers = interrupted_turn_closers(log.events)
     assert [c.type for c in closers] == ["tool/result", "step/end", "turn/end"]
@@ -105,7 +106,7 @@ def test_repair_marks_an_assistant_tool_request_with_no_recorded_call_as_not_sta
 
 
 def test_repair_does_not_synthesize_a_result_for_a_tool_call_that_already_has_one() -> None:
-    # §16.4 "does NOT synthesize a result for a tool-call that already has one"
+    # docs/rules.md#repair "does NOT synthesize a result for a tool-call that already has one"
     log = _open_step_with_call(record_call=True)
     log.tool_result(1, 1, "call-a", call_seq=3)
     closers = interrupted_turn_closers(log.events)
@@ -113,7 +114,8 @@ def test_repair_does_not_synthesize_a_result_for_a_tool_call_that_already_has_on
 
 
 def test_repair_does_not_synthesize_a_result_after_the_owning_step_already_closed() -> None:
-    # §16.4 "does NOT synthesize a result after the owning step already closed" - turn/end at 4
+    # docs/rules.md#repair "does NOT synthesize a result after the owning step already closed" -
+    # turn/end at 4
     log = _open_step_with_call(record_call=False)
     log.step_end(1, 1)
     closers = interrupted_turn_closers(log.events)
@@ -121,7 +123,8 @@ def test_repair_does_not_synthesize_a_result_after_the_owning_step_already_close
 
 
 def test_repair_synthesizes_results_only_for_the_still_open_turn() -> None:
-    # §16.4 "synthesizes results only for the still-open turn, not a committed earlier turn"
+    # docs/rules.md#repair "synthesizes results only for the still-open turn, not a committed
+    # earlier turn"
     log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
@@ -138,8 +141,8 @@ def test_repair_synthesizes_results_only_for_the_still_open_turn() -> None:
 
 
 def test_repair_synthesizes_a_result_for_each_of_multiple_unanswered_calls_in_log_order() -> None:
-    # §16.4 "synthesizes a result for each of multiple unanswered calls, in log order"
-    # (call-a is answered, so only call-b and call-c remain, in registration order)
+    # docs/rules.md#repair "synthesizes a result for each of multiple unanswered calls, in log
+    # order" (call-a is answered, so only call-b and call-c remain, in registration order)
     log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
@@ -157,8 +160,8 @@ def test_repair_synthesizes_a_result_for_each_of_multiple_unanswered_calls_in_lo
 
 
 def test_repair_synthesized_tool_result_carries_surface_op_and_source_event_seqs() -> None:
-    # §16.4 "synthesized tool/result carries surfaceOp and sourceEventSeqs when tool/call was
-    # logged" - sources [3], outcome-unknown error, the retry clauses
+    # docs/rules.md#repair "synthesized tool/result carries surfaceOp and sourceEventSeqs when
+    # tool/call was logged" - sources [3], outcome-unknown error, the retry clauses
     log = _open_step_with_call(record_call=True)
     result = interrupted_turn_closers(log.events)[0]
     assert result.surface_op == "append"
@@ -174,7 +177,7 @@ def test_repair_synthesized_tool_result_carries_surface_op_and_source_event_seqs
 
 
 def test_repair_handles_tool_call_without_a_matching_assistant_message_entry() -> None:
-    # §16.4 "handles tool/call without a matching assistant/message entry gracefully"
+    # docs/rules.md#repair "handles tool/call without a matching assistant/message entry gracefully"
     log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
@@ -183,7 +186,7 @@ def test_repair_handles_tool_call_without_a_matching_assistant_message_entry() -
     assert [c.type for c in closers] == ["step/end", "turn/end"]
 
 
-# --- exact shape (core spec §9.2 key orders) and determinism -------------------------------
+# --- exact shape (docs/rules.md#closers key orders) and determinism -------------------------------
 
 
 def test_repair_closers_use_the_exact_key_orders_of_the_spec() -> None:
@@ -225,7 +228,8 @@ def test_repair_closers_are_frozen_events() -> None:
 
 
 def test_repair_re_registered_call_keeps_its_position_and_forgets_its_tool_call() -> None:
-    # §9.1: re-registering an id overwrites its entry, keeps the map position, drops callSeq
+    # docs/rules.md#closers: re-registering an id overwrites its entry, keeps the map position,
+    # drops callSeq
     log = LogBuilder(checked=False)
     log.turn_start(1)
     log.step_start(1, 1)
@@ -238,7 +242,7 @@ def test_repair_re_registered_call_keeps_its_position_and_forgets_its_tool_call(
 
 
 def test_repair_a_replacement_tool_result_also_answers_its_call() -> None:
-    # §9.1: tool/result deletes its callId whatever the surfaceOp
+    # docs/rules.md#closers: tool/result deletes its callId whatever the surfaceOp
     log = _open_step_with_call(record_call=True)
     first = log.tool_result(1, 1, "call-a", call_seq=3)
     log.add("tool/result", first.data, surface_op={"op": "replace", "start": 4, "end": 4},
@@ -278,7 +282,7 @@ def test_repair_rejects_an_assistant_message_without_content() -> None:
     assert info.value.where == {"seq": 1, "event_type": "assistant/message"}
 
 
-# --- forked cause (seed ch. 28) ------------------------------------------------------------
+# --- forked cause (docs/rules.md#fork) ------------------------------------------------------------
 
 
 def test_forked_closers_differ_from_interrupted_only_in_wording_ids_and_reason() -> None:
@@ -327,7 +331,8 @@ def test_repair_tool_call_name_is_used_when_the_request_had_none() -> None:
     assert '"web_fetch" tool call c1' in _text(interrupted_turn_closers(log.events)[0])
 
 
-# --- properties (DESIGN §4: repair output always passes the invariants) --------------------
+# --- properties (docs/testing.md#what-the-tests-cover: repair output always passes the
+# invariants)
 
 
 @settings(max_examples=MAX_EXAMPLES, deadline=None)
@@ -354,8 +359,8 @@ def test_repair_closers_always_leave_a_log_that_passes_the_invariants(
 
 
 def test_forked_closers_follow_the_inherited_end_seed_of_a_fork_cut_point() -> None:
-    # seed ch. 28: child seed = prefix + session/end-seed {inherited: true} stamped with the
-    # boundary event's time + openTurnClosers(..., forked)
+    # docs/rules.md#inherited-events: child seed = prefix + session/end-seed {inherited: true}
+    # stamped with the boundary event's time + openTurnClosers(..., forked)
     log = _open_step_with_call(record_call=True)
     boundary = log.events[-1]
     log.add("session/end-seed", {"inherited": True}, time=boundary.time)

@@ -1,4 +1,4 @@
-"""Request header and request context folds (core spec §8; checklist §16.10)."""
+"""Request header and request context folds (docs/rules.md#the-request-header)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Session: construction, seeds, headers, append (core spec §5, §6; checklist §16.1; ch. 28)."""
+"""Session: construction, seeds, headers, append.
+
+Rule: docs/rules.md#seeds-and-the-end-seed-marker, docs/rules.md#what-append-refuses,
+    docs/rules.md#resume.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ def seeded_log() -> list[Any]:
 
 
 def test_session_exposes_one_stable_readonly_surface_view() -> None:
-    # §16.1 "exposes one stable readonly surface view"
+    # docs/rules.md#what-append-refuses "exposes one stable readonly surface view"
     s = fresh()
     assert s.surface is s.surface
     nodes = s.surface.nodes
@@ -55,7 +59,7 @@ def test_session_exposes_one_stable_readonly_surface_view() -> None:
 
 
 def test_session_derives_message_history_from_the_event_log() -> None:
-    # §16.1 "derives message history from the event log"
+    # docs/rules.md#what-append-refuses "derives message history from the event log"
     s = fresh()
     s.append("turn/start", {"turn": 1})
     s.append("user/message", user_message("q"), surface_op="append")
@@ -170,7 +174,8 @@ def _message_event(kind: str, data: Any) -> dict[str, Any]:
 ])
 def test_session_rejects_event_specific_malformed_message_shapes_on_seed(
         kind: str, mutate: Any, fragment: str) -> None:
-    # §16.1 "rejects event-specific malformed message shapes on seed/load" (the eight errors)
+    # docs/rules.md#what-append-refuses "rejects event-specific malformed message shapes on
+    # seed/load" (the eight errors)
     base = {"user/message": user_message(), "assistant/message": assistant_data(1, 1, []),
             "tool/result": tool_result_data(1, 1, "c1")}[kind]
     with pytest.raises(EventRejectedError, match=fragment) as info:
@@ -215,7 +220,8 @@ def test_session_round_trips_adapter_default_markers_and_rejects_invalid_values(
 
 
 def test_session_isolates_the_log_from_mutation_through_a_derived_message() -> None:
-    # §16.1 append-only contract: derived messages are frozen; the returned list is fresh.
+    # docs/rules.md#what-append-refuses append-only contract: derived messages are frozen; the
+    # returned list is fresh.
     s = fresh()
     s.append("user/message", user_message("a"), surface_op="append")
     s.append("user/message", user_message("b"), surface_op="append")
@@ -231,7 +237,8 @@ def test_session_isolates_the_log_from_mutation_through_a_derived_message() -> N
 @settings(max_examples=examples(30), deadline=None)
 @given(non_json())
 def test_session_rejects_non_json_event_data_at_the_source(value: Any) -> None:
-    # §16.1 "rejects non-JSON-serializable event data at the source (incl. sparse arrays)"
+    # docs/rules.md#what-append-refuses "rejects non-JSON-serializable event data at the source
+    # (incl. sparse arrays)"
     s = fresh()
     with pytest.raises(EventRejectedError, match="non-JSON-serializable") as info:
         s.append("feedback/record", {"value": value})
@@ -295,8 +302,8 @@ def test_session_accepts_a_well_formed_contiguous_serializable_seed() -> None:
 
 
 def test_session_reads_each_seed_entry_once() -> None:
-    # §16.1 [JS-mechanics] "reads each seed array entry once": a one-shot iterator works, and a
-    # generator's values are consumed exactly once.
+    # docs/rules.md#what-append-refuses [JS-mechanics] "reads each seed array entry once": a
+    # one-shot iterator works, and a generator's values are consumed exactly once.
     reads = []
 
     def gen() -> Any:
@@ -412,7 +419,8 @@ def test_session_deep_freezes_seeded_and_appended_event_snapshots() -> None:
 
 
 def test_session_restores_deeply_nested_frozen_event_data_without_copying() -> None:
-    # §16.1 "iteratively freezes deeply nested restored event data": 20,000 levels.
+    # docs/rules.md#what-append-refuses "iteratively freezes deeply nested restored event data":
+    # 20,000 levels.
     from dsh.json import dumps, loads
 
     deep: Any = "leaf"
@@ -430,7 +438,7 @@ def test_session_restores_deeply_nested_frozen_event_data_without_copying() -> N
 
 
 def test_session_returns_cached_event_snapshots_that_do_not_grow_after_append() -> None:
-    # core spec §5.7: a held `events` snapshot never grows; ours is an O(1) view, not a copy.
+    # docs/rules.md#the-log: a held `events` snapshot never grows; ours is an O(1) view, not a copy.
     s = fresh()
     s.append("turn/start", {"turn": 1})
     first = s.events
@@ -499,7 +507,8 @@ def test_session_rejects_invalid_scalar_fields_in_a_supplied_header(
 
 
 def test_session_validates_the_header_before_the_seed_in_restore_mode_only() -> None:
-    # §5.2 timing: restore validates the header first; snapshot validates it after the seed.
+    # docs/formats.md#the-session-header timing: restore validates the header first; snapshot
+    # validates it after the seed.
     bad_seed = [{"type": "x", "seq": 5, "time": 1, "data": {}}]
     bad_header = {"version": 1, "id": "s", "createdAt": 1}
     with pytest.raises(EventRejectedError) as snap:
@@ -542,7 +551,8 @@ def test_session_restore_refuses_items_that_are_not_events() -> None:
 
 
 def test_session_restore_keeps_events_by_identity_and_appends_a_plain_end_seed() -> None:
-    # ch. 28: fromRestore validates without copying; a seed not ending with end-seed gets {}.
+    # docs/rules.md#resume: fromRestore validates without copying; a seed not ending with end-seed
+    # gets {}.
     source = fresh()
     completed_turn(source, 1)
     events = source.events
@@ -591,7 +601,7 @@ def test_session_request_header_delta_and_fallback_are_refused_as_legacy() -> No
     assert s.seq == 0
 
 
-# --- observers and reentrancy (§6 steps 5, 9, 11) -------------------------------------------
+# --- observers and reentrancy (docs/rules.md#what-append-refuses) ---------------------------------
 
 
 def test_session_observers_see_committed_events_and_failures_are_contained(
@@ -636,7 +646,8 @@ def test_session_unsubscribed_observers_are_not_called() -> None:
 
 
 def test_session_runs_validation_on_one_frozen_candidate_before_commit_and_resets() -> None:
-    # §16.1 "runs internal dispatch validation on one frozen candidate before commit"
+    # docs/rules.md#what-append-refuses "runs internal dispatch validation on one frozen candidate
+    # before commit"
     s = fresh()
     seen: list[tuple[int, int]] = []
     veto = [True]
@@ -674,7 +685,7 @@ def test_session_does_not_apply_a_surface_transition_rejected_by_validation() ->
     assert s.surface.nodes == [2, 3]
 
 
-# --- seeded-session contract (seed ch. 28) --------------------------------------------------
+# --- seeded-session contract (docs/rules.md#resume) -----------------------------------------------
 
 
 def _fork_like_seed(prefix_len: int = 3) -> list[Any]:
@@ -764,7 +775,7 @@ def test_todo_write_round_trips_through_a_seeded_replay() -> None:
     assert replay.first_live_seq == 1
 
 
-# --- properties (§16.9, shared with the store tests) ----------------------------------------
+# --- properties (docs/rules.md#the-log, shared with the store tests) ------------------------------
 
 
 @settings(max_examples=examples(25), deadline=None)
@@ -790,7 +801,8 @@ def test_session_seq_is_zero_based_contiguous_and_replay_reproduces_derivation(
 ])
 def test_header_cwd_uses_nodes_is_absolute_rule(path: str, platform: str,
                                                 expected: bool) -> None:
-    # §5.1: Node's path.isAbsolute, not os.path.isabs (they differ on Windows).
+    # docs/formats.md#the-session-header: Node's path.isAbsolute, not os.path.isabs (they differ on
+    # Windows).
     from dsh.session._header import is_absolute_path
 
     assert is_absolute_path(path, platform=platform) is expected

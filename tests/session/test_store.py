@@ -1,4 +1,7 @@
-"""SessionStore lifecycle: prepare/enter/announce/create, observers, flush, dispose (§14.1)."""
+"""SessionStore lifecycle: prepare/enter/announce/create, observers, flush, dispose.
+
+Rule: docs/rules.md#live-sessions.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The surface: markers, provenance, replaces, rewrites, node-0 rule, fold (core spec §7; §16.2)."""
+"""The surface: markers, provenance, replaces, rewrites, node-0 rule, fold.
+
+Rule: docs/rules.md#the-surface.
+"""
 
 from __future__ import annotations
 
@@ -450,7 +453,7 @@ def test_surface_replace_generation_counts_replaces() -> None:
     assert s.surface.replace_generation == 1
 
 
-# --- derive_event_message (§7.7) ------------------------------------------------------------
+# --- derive_event_message (docs/rules.md#deriving-messages) ---------------------------------------
 
 
 def test_derive_event_message_projects_each_type_by_identity() -> None:
@@ -467,7 +470,7 @@ def test_derive_event_message_projects_each_type_by_identity() -> None:
     assert derive_event_message(ev(5, "turn/start", {"turn": 1}, op=None)) is None
 
 
-# --- node-0 system/message rule (seed ch. 28) -----------------------------------------------
+# --- node-0 system/message rule (docs/rules.md#the-system-head) -----------------------------------
 
 
 def _system_head_session() -> Session:
@@ -532,7 +535,7 @@ def test_surface_system_head_rule_applies_in_seeds() -> None:
         Session.create("s", seed=seed)
 
 
-# --- property: online surface == offline fold (DESIGN §4) -----------------------------------
+# --- property: online surface == offline fold (docs/testing.md#what-the-tests-cover) --------------
 
 
 @settings(max_examples=examples(40), deadline=None)

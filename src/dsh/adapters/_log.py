@@ -1,12 +1,12 @@
 """What the framework adapters share: the live session they write, its turn shape, records.
 
 A framework hands the adapter a flat list of messages; dsh wants them inside turns and steps
-(core spec §1.8). :class:`TurnShaper` infers that bracket and writes through dsh's recorder
-(:mod:`dsh.agent._recorder`), so an adapter cannot write a malformed log. A resumed
+(docs/events.md#a-turn-event-by-event). :class:`TurnShaper` infers that bracket and writes through
+dsh's recorder (:mod:`dsh.agent._recorder`), so an adapter cannot write a malformed log. A resumed
 (crash-repaired) or forked session continues with the next turn number.
 
 Each framework record is kept verbatim under :data:`RECORD_KEY` (``{"format", "records":
-[...]}``): in the message's ``source`` (sources are extensible, core spec §2.3), and for a
+[...]}``): in the message's ``source`` (sources are extensible, docs/events.md#messages), and for a
 ``tool/result`` in its ``data.meta`` (tool-private data). A reader gets back exactly what the
 framework wrote, while ``content`` holds dsh blocks for the model view.
 """

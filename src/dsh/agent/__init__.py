@@ -1,7 +1,7 @@
 """The agent loop of dsh: provider protocol, scripted provider, recorder, tools, loop, resume.
 
 Everything the loop writes goes through one recording path (:mod:`dsh.agent._recorder`), so the
-log it produces is well formed by construction (persistence spec §8.4). Tools declare their
+log it produces is well formed by construction (docs/agent.md#the-recorder). Tools declare their
 effect class; a resumed agent decides per class what a crash-interrupted call owes, and
 approvals are durable events answered with :func:`approve` / :func:`deny` from any process
 (Rule: docs/effects.md).

@@ -1,6 +1,6 @@
 """The agent inbox: pending user input, logged before it changes, rebuilt on resume.
 
-Two lists (persistence spec §8.1): ``next-turn`` (prompts; the first step of a turn claims one)
+Two lists (docs/agent.md#the-inbox): ``next-turn`` (prompts; the first step of a turn claims one)
 and ``next-step`` (steering; every step claims all of it). Every change appends one
 ``agent/inbox/spliced {target, start, removedCount?, inserted, outcome?}`` event *before* the
 lists change, in JavaScript ``splice`` coordinates: an insertion is ``start = len, inserted =
@@ -100,7 +100,7 @@ class Inbox:
                              code="INBOX") from None
 
     def replay(self, events: Iterable[Event]) -> None:
-        """Rebuild the lists from logged splices (resume; persistence spec §7 step 6a).
+        """Rebuild the lists from logged splices (resume; docs/rules.md#resume).
 
         Splices with an unknown target or malformed coordinates were written by something
         else and say nothing this inbox can apply: each is logged (WARNING, with its seq) and

@@ -1,6 +1,6 @@
 """The agent loop: turns and steps of a model with tools, every step durable and checked.
 
-One :meth:`Agent.run` drives turns while the inbox has work (persistence spec §8.2):
+One :meth:`Agent.run` drives turns while the inbox has work (docs/agent.md#the-turn):
 
 1. ``turn/start`` (numbered after the log's last turn, also across resumes);
 2. per step: claim the inbox (all steering; one prompt on the first step), compaction under
@@ -21,7 +21,7 @@ One :meth:`Agent.run` drives turns while the inbox has work (persistence spec §
 Cancelling the task awaiting :meth:`Agent.run` records what was visibly streamed as an
 ``interrupted`` assistant message (text and reasoning only), cancels and drains started tools,
 pairs calls that never started with ABORTED_BEFORE_DISPATCH results, then ``step/end`` and
-``turn/end {aborted}`` (persistence spec §8.2, last paragraph).
+``turn/end {aborted}`` (docs/agent.md#the-turn).
 
 A turn first carries out what the log says is owed (Rule: docs/effects.md#resume-decisions):
 calls a crash interrupted run again, are reconciled or stay in doubt by their effect class, and
@@ -29,8 +29,8 @@ answered approvals run or tell the model no; each decision is a ``tool/recovery`
 the model learns an outcome as a rewrite of the call's result. ``run()`` without a prompt
 continues an interrupted turn or one whose approvals were answered.
 
-:meth:`Agent.resume` follows seed ch. 28: write ownership first, cold read, closers through the
-same handle, restore, publish; the backend work runs in a daemon thread so a call that never
+:meth:`Agent.resume` follows docs/rules.md#resume: write ownership first, cold read, closers through
+the same handle, restore, publish; the backend work runs in a daemon thread so a call that never
 returns is abandoned on cancellation or timeout and its handle closed.
 """
 
@@ -213,7 +213,7 @@ class Agent:
             request == projection check then catches any change to messages or header).
         before_step: ``before_step(turn, step) -> bool``, asked after the step's inbox claim;
             False ends the turn ``{kind: "blocked"}`` with no step events (the claimed input
-            is dropped, as in spec §8.2b).
+            is dropped, as in docs/agent.md#the-turn).
         sleep: Awaitable sleep used for backoff (tests pass a fake).
         telemetry: OpenTelemetry spans of the run (:class:`~dsh.agent.Telemetry`); None
             emits through the global tracer provider when the application set one up, False
@@ -310,7 +310,7 @@ class Agent:
     @classmethod
     async def resume(cls, store: SessionStore, session_id: str, provider: Provider, *,
                      timeout_ms: int | None = None, **options: Any) -> Agent:
-        """Resume a stored session and build an agent over it (seed ch. 28; spec §7).
+        """Resume a stored session and build an agent over it (docs/rules.md#resume).
 
         Order: take write ownership (open the write handle), read cold through it, append the
         closers of an interrupted turn through the same handle, restore, publish into
@@ -601,7 +601,9 @@ class Agent:
         return request, built
 
     def check_request(self, request: LlmRequest, built: _Built | None = None) -> None:
-        """Check that ``request`` equals the log's projection right now (spec §8.3).
+        """Check that ``request`` equals the log's projection right now.
+
+        Rule: docs/rules.md#request--projection.
 
         Exact fast path: the request carries the very tuple derived at a surface generation
         and node count that are still current (the derivation is a pure function of them).
@@ -651,7 +653,10 @@ class Agent:
                              code="REQUEST_DIVERGED", session_id=self._session.id)
 
     async def _checkpoint(self) -> None:
-        """The durability barrier (persistence spec §6): everything appended is stored."""
+        """The durability barrier: everything appended is stored.
+
+        Rule: docs/agent.md#durability-checkpoints.
+        """
         await self._recorder.aflush()
 
     async def _request(self, turn: TurnRecorder, step: StepRecorder) -> LlmResponse:

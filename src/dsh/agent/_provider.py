@@ -6,7 +6,7 @@ canonical request header and the session id) into an async stream of dsh
 chunk as ``assistant/chunk`` and assembles the final assistant message from the stream with
 :class:`StreamAssembler`, so a provider only translates its SDK's stream into dsh chunks.
 
-Rules a provider follows (persistence spec §1.5, §8.2d-g):
+Rules a provider follows (docs/events.md#the-message-model, docs/agent.md#providers):
 
 * chunks use dsh's vocabulary: ``block-start``, ``text-delta``, ``reasoning-delta``,
   ``tool-call-delta``, ``block-end`` (the authoritative assembled block), ``usage``, and last
@@ -31,7 +31,7 @@ from dsh._messages import StreamChunk, TokenUsage
 from dsh.json import FrozenDict, JsonValue, snapshot_json
 
 FinishKind = Literal["stop", "tool-calls", "max-tokens", "aborted", "error"]
-"""The ``kind`` of a ``finish`` chunk's reason (core spec §2.6)."""
+"""The ``kind`` of a ``finish`` chunk's reason (docs/events.md#stream-chunks)."""
 
 RETRYABLE_FAILURE_CODES: Final = frozenset({
     "RATE_LIMITED", "OVERLOADED", "TIMEOUT", "NETWORK", "SERVER_ERROR", "UNAVAILABLE"})
@@ -53,7 +53,7 @@ class LlmRequest:
             stop?}``; ``tools`` a list of ``{name, description, parameters}`` (JSON Schema).
         context_window: The model's context window in tokens, when known.
 
-    Rule: persistence spec §8.2d, §8.3.
+    Rule: docs/agent.md#providers, docs/rules.md#request--projection.
     """
 
     session_id: str
@@ -178,7 +178,7 @@ class StreamAssembler:
     deltas. Feed every chunk with :meth:`feed`; then :meth:`response` gives the final result,
     and :meth:`visible_content` what a cancelled stream had visibly produced.
 
-    Rule: persistence spec §8.2e-g and its last paragraph (interrupted prefix).
+    Rule: docs/agent.md#providers (interrupted prefix).
     """
 
     __slots__ = ("_blocks", "_finish", "_replay_state", "_usage")
@@ -250,7 +250,7 @@ class StreamAssembler:
             block = self._blocks[index]
             if visible_only:
                 if block.block_type not in ("text", "reasoning"):
-                    continue  # half-streamed tool calls are dropped (spec §8.2, last paragraph)
+                    continue  # half-streamed tool calls are dropped (docs/agent.md#the-turn)
                 text = block.final["text"] if block.final is not None else "".join(block.text)
                 if text.strip():
                     out.append(snapshot_json({"type": block.block_type, "text": text}))

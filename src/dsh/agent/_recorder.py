@@ -12,7 +12,8 @@ The agent loop records through it, and so can people with their own loop::
             s.tool_call("c1")
             s.tool_result("c1", "main.py")
 
-Invariants it owns, so that a malformed log cannot be written through it (persistence spec §8.4):
+Invariants it owns, so that a malformed log cannot be written through it
+(docs/agent.md#the-recorder):
 
 * turns are numbered 1, 2, ... across the whole log (continuing after a resume), steps 1, 2, ...
   per turn; one turn and one step open at a time; every step-scoped event names them;
@@ -56,10 +57,13 @@ from dsh.session import (
 logger = logging.getLogger(__name__)
 
 ABORTED_BEFORE_DISPATCH: Final = "ABORTED_BEFORE_DISPATCH"
-"""Error code of a result for a call whose body never ran (persistence spec §6, §8.2h)."""
+"""Error code of a result for a call whose body never ran.
+
+Rule: docs/agent.md#durability-checkpoints, docs/agent.md#tool-execution.
+"""
 
 ABORTED_BEFORE_DISPATCH_TEXT: Final = "Error: tool call aborted before dispatch"
-"""The model-facing text of that result (persistence spec §6)."""
+"""The model-facing text of that result (docs/agent.md#durability-checkpoints)."""
 
 _RESERVED: Final = CORE_EVENT_TYPES | {
     "agent/inbox/spliced", "llm/retry", "llm/request", "compaction/start", "compaction/summary",
@@ -89,7 +93,7 @@ def turn_end_reason(error: BaseException | None) -> dict[str, Any]:
     Cancellation and Ctrl-C give ``{kind: "aborted", reason: {kind: "user"}}``; an
     :class:`~dsh._errors.LlmFailureError` gives ``{kind: "error", error: <its failure>}``; any
     other exception ``{kind: "error", error: {message: <error chain text>, code: "UNKNOWN"}}``.
-    Rule: persistence spec §1.6 (``TurnEndReason``), §8.2 step 3.
+    Rule: docs/events.md#core-events (``TurnEndReason``), docs/agent.md#the-turn.
     """
     if error is None:
         return {"kind": "completed"}
@@ -702,7 +706,7 @@ class StepRecorder:
     def abort_call(self, call_id: str) -> Event:
         """Pair a call whose body never ran with the ABORTED_BEFORE_DISPATCH result.
 
-        Appends the ``tool/call`` first when it was not recorded yet (persistence spec §8.2h).
+        Appends the ``tool/call`` first when it was not recorded yet (docs/agent.md#tool-execution).
         """
         if call_id not in self._called:
             self.tool_call(call_id)

@@ -6,7 +6,7 @@ descriptions from the Google-style ``Args:`` section of its docstring, the tool 
 from the docstring's first paragraph. Arguments are validated against the same adapter before
 the body runs.
 
-Outcome rules (persistence spec §8.2h):
+Outcome rules (docs/agent.md#tool-execution):
 
 * the body's return value becomes the result content (a string as one text block; a list of
   content blocks as is; any other JSON value as compact JSON text; a :class:`ToolOutput` for

@@ -121,7 +121,10 @@ def _root(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point: run ``dsh`` and exit with its status (STYLE §12)."""
+    """Console-script entry point: run ``dsh`` and exit with its status.
+
+    Rule: docs/cli.md#exit-status-and-errors.
+    """
     # One short process: what the imports built lives until it exits. Taking those objects out
     # of the cyclic collector's reach spares the full collection that would traverse them all
     # while a command allocates (`dsh ls` over 5,000 sessions: ~30-50 ms) and the one at exit.

@@ -38,7 +38,7 @@ def resume(session_id: SessionArg, store: StoreOption = None,
     """Commit the repair of an interrupted turn: results for unanswered calls, step, turn end.
 
     Takes the session's write lock, truncates a torn tail, appends the closers and flushes; a
-    balanced log is left untouched (persistence spec §3.10 ``load``).
+    balanced log is left untouched (docs/rules.md#the-read-pipeline).
     """
     json_mode(json_)
     with cli_store(store, wait=wait) as sessions:
@@ -76,7 +76,7 @@ def fork(
 ) -> None:
     """Fork a session: the child inherits events 0..SEQ and continues on its own.
 
-    A cut inside a turn closes it in the child with ``forked`` closers (seed ch. 28); the
+    A cut inside a turn closes it in the child with ``forked`` closers (docs/rules.md#fork); the
     parent's log is not changed.
     """
     json_mode(json_)
@@ -136,8 +136,8 @@ def compact(
     Rehearses the compaction on a detached copy first (the digest summarizer is
     deterministic), so a refusal (a span too small to be worth compacting, a summary that
     would not shrink it) or "nothing to compact" writes nothing. Otherwise resumes the session
-    (repairing an interrupted turn), runs a manual compaction between turns (persistence spec
-    §9.3, §9.9) and flushes.
+    (repairing an interrupted turn), runs a manual compaction between turns
+    (docs/rules.md#the-transaction, docs/rules.md#automatic-compaction) and flushes.
     """
     json_mode(json_)
     span = _parse_range(range_)

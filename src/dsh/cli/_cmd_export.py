@@ -62,7 +62,7 @@ _JSONL_HEADER_KEYS: Final = ("version", "id", "createdAt", "cwd", "parentSession
 def _dsh_jsonl(read: Inspection) -> bytes:
     """The stored log as one raw dsh JSONL file: header line, then one event per line.
 
-    Header key order and the always-present ``delegationDepth`` follow persistence spec §4.3.
+    Header key order and the always-present ``delegationDepth`` follow docs/formats.md#header-line.
     """
     header: dict[str, Any] = {"type": "session"}
     for key in _JSONL_HEADER_KEYS:
@@ -142,7 +142,7 @@ def stored_log(persistence: Persistence, read: Inspection) -> Any:
 
 def _same_header(a: FrozenDict, b: FrozenDict) -> bool:
     # Backends differ only in how they store a top-level delegationDepth (JSONL writes 0,
-    # SQLite leaves it NULL; persistence spec §4.3, dsh-logs README).
+    # SQLite leaves it NULL; docs/formats.md#header-line, dsh-logs README).
     def plain(header: FrozenDict) -> dict[str, Any]:
         return {k: v for k, v in header.items() if not (k == "delegationDepth" and not v)}
 

@@ -167,8 +167,8 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
         return
     try:
         sessions = [s for top in import_file(path, detected) for s in top.walk()]
-        # Validate every session of the file first (seed rules, core spec §5.3), so a bad file
-        # writes nothing at all.
+        # Validate every session of the file first (seed rules, docs/rules.md#seed-validation), so a
+        # bad file writes nothing at all.
         built = [(s, s.to_session()) for s in sessions]
     except DshError as error:
         report.failed.append((shown, _reason(error)))

@@ -40,7 +40,7 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
             restore_points: dict[str, dict[str, object]]) -> list[Violation]:
     """Check one stored session: the read pipeline, then :func:`dsh._verify.verify_events`.
 
-    Rules: persistence spec §3.8 (read pipeline: a refusal is one violation with its error
+    Rules: docs/rules.md#the-read-pipeline (read pipeline: a refusal is one violation with its error
     code); then every rule of :func:`dsh._verify.verify_events`. The restore point is
     checked against the full read: a note, a warning when a resume would ignore it, and a
     ``RESTORE_POINT_MISMATCH`` violation when a resume would use it yet it does not match.

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from dsh.persistence import Inspection, Persistence
 
 DEFAULT_STORE_FILE: Final = "sessions.db"
-"""File name of the embedded SQLite store inside ``$DSH_HOME`` (DESIGN §3.8)."""
+"""File name of the embedded SQLite store inside ``$DSH_HOME`` (docs/stores.md#store-urls)."""
 
 TRANSCRIPT_SUFFIXES: Final = frozenset({".jsonl", ".json", ".traj", ".yaml", ".yml"})
 """File suffixes ``dsh import`` picks up when it walks a folder."""
@@ -43,7 +43,8 @@ TRANSCRIPT_SUFFIXES: Final = frozenset({".jsonl", ".json", ".traj", ".yaml", ".y
 def default_store_url() -> str:
     """Return ``sqlite:///<$DSH_HOME or ~/.dsh>/sessions.db``, creating the home folder.
 
-    The environment is read here, at the edge, and nowhere in the library (STYLE §8).
+    The environment is read here, at the edge, and nowhere in the library
+    (docs/architecture.md#configuration).
 
     Raises:
         ConfigError: the home folder cannot be created (the message names it).

@@ -1,4 +1,6 @@
-"""The `dsh` command's one top-level handler: exit statuses and the single error line (STYLE §12).
+"""The `dsh` command's one top-level handler: exit statuses and the single error line.
+
+Rule: docs/cli.md#exit-status-and-errors.
 
 Exit statuses: 0 success; 1 a :class:`~dsh._errors.DshError` or problems found (``verify``); 2 a
 usage error (click's convention); 130 Ctrl-C. A ``DshError`` prints ``error[CODE]: message`` on
@@ -108,7 +110,8 @@ def _print_usage_error(error: typer.TyperException) -> None:
         # after a question (click's "Did you mean 'ls'?") a new sentence, not a "; "
         hint = (f" Run '{ctx.command_path} --help' for the options" if message.endswith("?")
                 else f"; run '{ctx.command_path} --help' for the options")
-    sys.stderr.write(f"error[USAGE]: {message}{hint}\n")  # one line (STYLE §12)
+    # one line (docs/cli.md#exit-status-and-errors)
+    sys.stderr.write(f"error[USAGE]: {message}{hint}\n")
 
 
 class Runnable(Protocol):
@@ -155,7 +158,8 @@ def run(command: Runnable, argv: Sequence[str] | None = None, *,
     """Run ``command`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status.
 
     Never raises: every outcome becomes an exit status and at most one diagnostic line on stderr
-    (plus the traceback under ``--debug``). Rule: STYLE §12 (exit 0/1/2/130).
+    (plus the traceback under ``--debug``). Rule: docs/cli.md#exit-status-and-errors (exit
+    0/1/2/130).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:

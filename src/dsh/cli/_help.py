@@ -3,7 +3,7 @@
 Typer (0.2x with click 8.2+) prints ``<bool>`` beside every flag, ``<str>`` beside arguments,
 ``{ID}`` and ``[[PATH...]]...`` in usage lines, and keeps the docstring's line breaks, so
 sentences break mid-line when rich re-wraps them. :func:`tidy_help` fixes what the commands
-show: it rewrites each command's help text once (paragraphs joined, spec citations and
+show: it rewrites each command's help text once (paragraphs joined, docs/ citations and
 backtick markup removed) and adjusts how typer names parameters. Everything here degrades to
 typer's own rendering if its internals move.
 """
@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+_DOC_REF: Final = r"docs/[\w.-]+\.md(?:#[\w-]+)?"
 _CITATION: Final = re.compile(
-    r"\s*\((?:[^()]*?(?:spec|seed ch\.|STYLE|DESIGN)\s*§?[^()]*)\)|\s*\(seed ch\. \d+\)")
+    rf"\s*\([^()]*?{_DOC_REF}[^()]*\)|\s*Rules?: {_DOC_REF}(?:,\s*{_DOC_REF})*\.?|{_DOC_REF}")
 _BACKTICKS: Final = re.compile(r"``?([^`]+?)``?")
 
 
@@ -22,8 +23,9 @@ def tidy_text(text: str) -> str:
     """One help text for a person: paragraphs joined into lines, no citations, no backticks.
 
     Rule: a blank line separates paragraphs (kept); single line breaks inside a paragraph
-    become spaces; ``(… spec §…)`` and ``(seed ch. N)`` citations are removed; ````x```` and
-    ```x``` become ``'x'`` (a command such as ``'dsh ls'``) or plain ``x``.
+    become spaces; citations of ``docs/`` pages (``(… docs/rules.md#fork …)``, ``Rule: docs/…``)
+    are removed; ````x```` and ```x``` become ``'x'`` (a command such as ``'dsh ls'``) or plain
+    ``x``.
     """
     paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text.strip())]
     cleaned = []

@@ -2,7 +2,7 @@
 
 Region compaction (a durable ``compaction/start`` lock, a summary, one surface replace), the
 automatic pressure trigger, the bracket invariant companion, the tool-result pruner, span
-selection, summarizers and the reference's token estimates (persistence spec §9; seed ch. 28).
+selection, summarizers and the reference's token estimates (docs/rules.md#compaction).
 
 Known gap: the reference meter may anchor its total on the provider-reported usage of the
 latest ``assistant/message``; :func:`measure_surface` uses the heuristic envelope + surface

@@ -1,4 +1,6 @@
-"""The compaction invariant companion: ``compaction/*`` brackets are well formed (spec §9.4).
+"""The compaction invariant companion: ``compaction/*`` brackets are well formed.
+
+Rule: docs/rules.md#compaction-brackets.
 
 :func:`check_compaction_log` checks a whole log (``dsh verify`` uses it); a
 :class:`CompactionInvariant` validates each event before it is committed.
@@ -148,8 +150,8 @@ def _cleared_orphans(events: Sequence[Event]) -> frozenset[int]:
 def check_compaction_log(events: Sequence[Event]) -> list[Violation]:
     """Replay ``events`` under the compaction bracket rules and list every violation.
 
-    Rules (persistence spec §9.4): ids are non-empty and consistent across start, summary,
-    checkpoint and end; no start while another bracket is open; a numbered owner equals the
+    Rules (docs/rules.md#compaction-brackets): ids are non-empty and consistent across start,
+    summary, checkpoint and end; no start while another bracket is open; a numbered owner equals the
     open turn and a standalone owner needs no open turn; at most one summary, whose
     ``shadowedRange`` equals its first and last ``shadowedSeqs`` with an integer token count;
     a successful end needs a summary; an end names its start's owner; ``turn/start`` and
@@ -173,7 +175,9 @@ def check_compaction_log(events: Sequence[Event]) -> list[Violation]:
 
 
 class CompactionInvariant:
-    """Live companion: vetoes appends that break the bracket rules (persistence spec §9.4).
+    """Live companion: vetoes appends that break the bracket rules.
+
+    Rule: docs/rules.md#compaction-brackets.
 
     ``install(session)`` replays the existing log (tolerating inherited orphans cleared by an
     end-seed), then validates every candidate before commit through ``session.add_validator``

@@ -1,4 +1,4 @@
-"""Automatic compaction under context pressure (persistence spec §9.7, §9.9).
+"""Automatic compaction under context pressure (docs/rules.md#automatic-compaction).
 
 A :class:`CompactionPolicy` says when an open turn's surface is too large for its context
 window; :func:`compact_if_needed` (or :func:`acompact_if_needed`, whose summarizer may be
@@ -30,7 +30,9 @@ from dsh.compaction._tokens import SurfaceMeasurement, measure_surface
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionPolicy:
-    """When automatic compaction runs and how much it keeps (persistence spec §9.7 defaults).
+    """When automatic compaction runs and how much it keeps (defaults).
+
+    Rule: docs/rules.md#automatic-compaction.
 
     Attributes:
         threshold_ratio: Compact when estimated tokens exceed ``floor(window * ratio)``;
@@ -130,7 +132,7 @@ def compact_if_needed(session: SessionLike, *, summarizer: Summarizer, context_w
                       signal: CancelSignal | None = None) -> PressureOutcome | None:
     """Automatic compaction inside open turn ``owner`` when the estimate crosses the threshold.
 
-    Order (persistence spec §9.9, pressure): lock check; measure; at or below
+    Order (docs/rules.md#automatic-compaction, pressure): lock check; measure; at or below
     ``threshold_tokens`` -> None; prune (if ``pruner``) and re-measure; while still above, up to
     ``compaction_retries + 1`` region compactions of the head-anchored span that keeps
     ``retain_budget`` tokens (owner = the turn, whole-surface stability), re-measuring after

@@ -1,6 +1,7 @@
 """Tool-result pruning: shorten over-long tool output on the surface, keeping head and tail.
 
-Invariants this module owns (persistence spec §9.11; core spec §7.5):
+Invariants this module owns (docs/rules.md#the-tool-result-pruner,
+docs/rules.md#tool-result-rewrites):
 
 * lengths are Unicode code points of ``text`` blocks only (Python ``len``), not UTF-16 units;
 * a pruned result keeps ``head_chars`` code points from the start and ``tail_chars`` from the
@@ -24,12 +25,15 @@ from dsh.json import FrozenDict, FrozenList, JsonValue
 from dsh.session import Event
 
 PRUNE_MARKER: Final = "\n\n[... tool result middle pruned ...]\n\n"
-"""Inserted where the middle of a tool result was removed (39 code points, §9.11)."""
+"""Inserted where the middle of a tool result was removed (39 code points).
+
+Rule: docs/rules.md#the-tool-result-pruner.
+"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrunerConfig:
-    """Pruning budget in Unicode code points (persistence spec §9.11 defaults).
+    """Pruning budget in Unicode code points (docs/rules.md#the-tool-result-pruner defaults).
 
     Attributes:
         threshold_chars: Results longer than this are pruned (> 0; default 8192).
@@ -74,7 +78,7 @@ def prune_content(blocks: Sequence[JsonValue], config: PrunerConfig | None = Non
         (in order) are removed, :data:`PRUNE_MARKER` goes once into the first text block that
         intersects the removed range, non-text blocks stay where they were, and text blocks
         that become empty are dropped. ``None`` when the text is at most ``threshold_chars``.
-    Rule: persistence spec §9.11 (``pruneContent``).
+    Rule: docs/rules.md#the-tool-result-pruner (``pruneContent``).
     """
     config = config or PrunerConfig()
     total = _text_length(blocks)
@@ -168,7 +172,8 @@ def _pruned_data(data: Mapping[str, Any], config: PrunerConfig
     pruned = prune_content(inner, config)
     if pruned is None:
         return None
-    # Only message.content[0].content may differ (core spec §7.5); every other field is reused.
+    # Only message.content[0].content may differ (docs/rules.md#tool-result-rewrites); every other
+    # field is reused.
     new_block = FrozenDict({**block, "content": pruned})
     new_message = FrozenDict({**message, "content": FrozenList([new_block, *content[1:]])})
     new_data = FrozenDict({**data, "message": new_message})
@@ -197,7 +202,7 @@ def prune_session(session: SessionLike, config: PrunerConfig | None = None) -> P
     Raises:
         EventRejectedError: an append was refused (e.g. by an invariant companion that requires
             an open turn); replacements committed before it stay.
-    Rule: persistence spec §9.11 (``pruneSession``).
+    Rule: docs/rules.md#the-tool-result-pruner (``pruneSession``).
     """
     config = config or PrunerConfig()
     events = session.events

@@ -1,6 +1,7 @@
 """The compaction transaction: lock, summarize, replace a surface span with one checkpoint.
 
-Invariants this module owns (persistence spec §9.2-§9.4, §9.9; seed ch. 28):
+Invariants this module owns (docs/rules.md#the-checkpoint-message, docs/rules.md#the-transaction,
+docs/rules.md#compaction-brackets, docs/rules.md#automatic-compaction, docs/rules.md#compaction):
 
 * selection and entry checks are read-only; ``compaction/start`` is appended right after them
   with nothing in between (it *is* the durable lock) and before the summarizer runs;
@@ -54,7 +55,7 @@ from dsh.json import FrozenDict, FrozenList, JsonValue
 from dsh.session import Event, derive_event_message
 
 Stability = Literal["whole-surface", "selected-span"]
-"""What must stay unchanged while the summarizer runs (persistence spec §9.3 step 9):
+"""What must stay unchanged while the summarizer runs (docs/rules.md#the-transaction):
 ``whole-surface`` (default for automatic) — every surface node; ``selected-span`` (default for
 manual) — the selected nodes only, appends elsewhere are fine."""
 
@@ -73,7 +74,7 @@ AsyncFlush = Callable[[], Awaitable[object] | object]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionResult:
-    """A committed compaction (persistence spec §9.1 ``CompactionResult``).
+    """A committed compaction (docs/rules.md#compaction).
 
     Attributes:
         compaction_id: The transaction id written in every ``compaction/*`` event.
@@ -133,7 +134,7 @@ def inspect_compaction_state(events: Sequence[Event]) -> CompactionLockState:
     """Scan ``events`` backwards once for the open turn, the unmatched start and the end-seed.
 
     Stops as soon as all three answers are known (so a recent end-seed keeps it short).
-    Rule: persistence spec §9.3 step 3; seed ch. 28 (one backward scan, three facts).
+    Rule: docs/rules.md#the-transaction, docs/rules.md#compaction (one backward scan, three facts).
     """
     turn_known = bracket_known = seed_known = False
     open_turn: int | None = None
@@ -208,7 +209,7 @@ def assert_compaction_inactive(state: CompactionLockState, stage: str = "compact
     Raises:
         CompactionError: code ``busy``: "<stage>: compaction already in progress; the session
             compaction lock is already active" (``where["seq"]`` = the holding start).
-    Rule: persistence spec §9.4 (``assertCompactionInactive``); seed ch. 28 (stale orphans).
+    Rule: docs/rules.md#the-lock, docs/rules.md#compaction (stale orphans).
     """
     start = state.active_start
     if start is not None:
@@ -218,7 +219,10 @@ def assert_compaction_inactive(state: CompactionLockState, stage: str = "compact
 
 
 def _error_text(exc: BaseException) -> str:
-    """The error chain as one string for ``compaction/end.error`` (§9.2)."""
+    """The error chain as one string for ``compaction/end.error``.
+
+    Rule: docs/rules.md#the-checkpoint-message.
+    """
     parts: list[str] = []
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -286,7 +290,7 @@ class _Region:
                 f"automatic compaction for turn {self.owner} must run inside that open turn; "
                 f"found {found}", code="OWNER")
         # Read-only, last before the lock: a span no checkpoint can undercut is refused here
-        # rather than logged as a failed attempt (persistence spec §9.3 step 7).
+        # rather than logged as a failed attempt (docs/rules.md#the-transaction).
         check_span_size(session, self.span)
         self.snapshot = tuple(session.surface.nodes)
         self.start_event = session.append(
@@ -450,7 +454,8 @@ def compact_surface_region(session: SessionLike, start: int, end: int, *, summar
                            model: str | None = None) -> CompactionResult:
     """Replace the surface span ``[start, end]`` by one summary checkpoint.
 
-    Order (persistence spec §9.3, seed ch. 28): cancellation check; span checks (both cuts
+    Order (docs/rules.md#the-transaction, docs/rules.md#compaction): cancellation check; span checks
+        (both cuts
     balanced, no ``system/message`` head); one backward log scan for the open turn, the
     latest unmatched ``compaction/start`` and the latest ``session/end-seed``; owner checks;
     the size check (the span priced above the minimal checkpoint); append
@@ -600,7 +605,7 @@ def compact_now(session: SessionLike, *, summarizer: Summarizer, retain_tokens: 
     Raises:
         CompactionError: ``busy`` when a turn is open or a lock is held (checked before
             selecting); otherwise as :func:`compact_surface_region`.
-    Rule: persistence spec §9.9 (manual trigger, retain 0 by default).
+    Rule: docs/rules.md#automatic-compaction (manual trigger, retain 0 by default).
     """
     span = _manual_span(session, retain_tokens, signal)
     if span is None:

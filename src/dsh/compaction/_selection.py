@@ -1,13 +1,14 @@
 """Span selection: which surface nodes a compaction may replace.
 
-Invariants this module owns (persistence spec §9.5, §9.10; core spec §11; seed ch. 28):
+Invariants this module owns (docs/rules.md#span-selection, docs/rules.md#tool-pairing,
+docs/rules.md#compaction):
 
 * a span is a run of current surface nodes, named by its first and last node's seq and matched
   by surface *position* (after earlier replacements the first seq may be larger than the last);
 * both cuts of a span are tool-pairing balanced, so a compaction never separates a tool call
   from its result;
 * a ``system/message`` at surface node 0 is never inside a span (only a system replace of that
-  one node may shadow it, seed ch. 28);
+  one node may shadow it, docs/rules.md#compaction);
 * automatic selection is head-anchored and keeps a token budget at the tail; the tail cut moves
   toward the head until it is balanced; the cache-keeping selection spends that budget on the
   head instead (the longest balanced prefix that fits stays, everything after it is
@@ -73,9 +74,9 @@ MINIMAL_SUMMARY: Final = "-"
 def minimal_checkpoint_tokens() -> int:
     """Return the estimated tokens of the smallest possible checkpoint message.
 
-    That is the checkpoint framing (preamble and tags, persistence spec §9.2) around
-    :data:`MINIMAL_SUMMARY`, priced like any message (§9.6). Any real summary costs at least
-    this much.
+    That is the checkpoint framing (preamble and tags, docs/rules.md#the-checkpoint-message) around
+    :data:`MINIMAL_SUMMARY`, priced like any message (docs/rules.md#token-estimates). Any real
+    summary costs at least this much.
     """
     return estimate_message_tokens({"content": frame_checkpoint_content((MINIMAL_SUMMARY,))})
 
@@ -84,7 +85,7 @@ def check_span_size(session: _Session, span: Span) -> int:
     """Refuse a span whose content is too small for any checkpoint to be smaller (read-only).
 
     The commit requires the checkpoint to cost fewer estimated tokens than what it shadows
-    (persistence spec §9.3 step 7). A span priced at or below :func:`minimal_checkpoint_tokens`
+    (docs/rules.md#the-transaction). A span priced at or below :func:`minimal_checkpoint_tokens`
     can never pass that check, so it is refused here, before ``compaction/start`` is appended,
     instead of growing the log with a failed attempt.
 
@@ -98,7 +99,7 @@ def check_span_size(session: _Session, span: Span) -> int:
     Raises:
         CompactionError: code ``summary`` when the span's tokens are not larger than the
             minimal checkpoint's; the message gives both numbers.
-    Rule: persistence spec §9.3 step 7 (checked early, before the lock).
+    Rule: docs/rules.md#the-transaction (checked early, before the lock).
     """
     shadowed = sum(node_prices(session, span.seqs))
     needed = minimal_checkpoint_tokens()
@@ -117,7 +118,8 @@ def check_span_size(session: _Session, span: Span) -> int:
 def head_position(session: _Session) -> int:
     """Return the first surface position a compaction may cover: 1 after a system head, else 0.
 
-    Rule: seed ch. 28 (node 0 protection: a ``system/message`` head is shadowed only by a system
+    Rule: docs/rules.md#the-system-head (node 0 protection: a ``system/message`` head is shadowed
+        only by a system
     replace of that node alone).
     """
     nodes = session.surface.nodes
@@ -142,7 +144,8 @@ def validate_span(session: _Session, start: int, end: int) -> Span:
             ``start`` lies after ``end``, or the span covers a ``system/message`` at node 0;
             code ``unbalanced`` when the cut before ``start`` or after ``end`` leaves a tool
             call without its result (the caller must move the cut; nothing was written).
-    Rule: persistence spec §9.3 step 2, §9.10; seed ch. 28 (node 0 protection).
+    Rule: docs/rules.md#the-transaction, docs/rules.md#tool-pairing, docs/rules.md#the-system-head
+        (node 0 protection).
     """
     surface = session.surface
     nodes = surface.nodes
@@ -204,7 +207,8 @@ def select_compactable_range(session: _Session, *, retain_tokens: int,
     Raises:
         CompactionError: code ``changed`` when ``measurement`` does not describe the current
             surface; ``ConfigError`` for a negative budget.
-    Rule: persistence spec §9.5; seed ch. 28 (positions, not seq order, after replacements).
+    Rule: docs/rules.md#span-selection, docs/rules.md#compaction (positions, not seq order, after
+        replacements).
     """
     if retain_tokens < 0:
         raise ConfigError(f"retain_tokens must be >= 0, got {retain_tokens}")
@@ -269,7 +273,7 @@ def select_cache_keeping_range(session: _Session, *, retain_tokens: int,
     Raises:
         CompactionError: code ``changed`` when ``measurement`` does not describe the current
             surface; ``ConfigError`` for a negative budget.
-    Rule: docs/effects.md#cache-keeping-compaction; persistence spec §9.5 (balanced cuts).
+    Rule: docs/effects.md#cache-keeping-compaction; docs/rules.md#span-selection (balanced cuts).
     """
     if retain_tokens < 0:
         raise ConfigError(f"retain_tokens must be >= 0, got {retain_tokens}")

@@ -1,6 +1,6 @@
 """Summarizers: what turns a span of model messages into a checkpoint text.
 
-Invariants this module owns (persistence spec §9.2, §9.8; DESIGN §3.9):
+Invariants this module owns (docs/rules.md#the-checkpoint-message):
 
 * a summarizer reads messages and returns text; it never touches the session (the region
   transaction owns every append);
@@ -35,8 +35,11 @@ CHECKPOINT_PREAMBLE: Final = (
     "it without repeating it, and carry on with the task from the messages after it; do not "
     "mention or reply to the checkpoint itself."
 )
-"""Our wording of the checkpoint preamble (persistence spec §9.2: an automatically generated
-checkpoint of an earlier span, established background, continue without acknowledging it)."""
+"""Our wording of the checkpoint preamble (docs/rules.md#the-checkpoint-message).
+
+What it says: an automatically generated checkpoint of an earlier span, established background,
+continue without acknowledging it.
+"""
 
 CHECKPOINT_SECTIONS: Final = (
     "Primary Request and Intent",
@@ -48,7 +51,10 @@ CHECKPOINT_SECTIONS: Final = (
     "Next Step",
     "Critical Context",
 )
-"""The eight checkpoint sections, in the reference's order (persistence spec §9.8)."""
+"""The eight checkpoint sections, in the reference's order.
+
+Rule: docs/rules.md#the-checkpoint-message.
+"""
 
 COMPACTION_INSTRUCTION: Final = (
     "Write a checkpoint of the conversation so far so that work can continue from it alone. "
@@ -60,13 +66,19 @@ COMPACTION_INSTRUCTION: Final = (
     f"{CHECKPOINT_OPEN_TAG} block, fold its content into your sections instead of copying it. "
     "Do not call tools and do not refer to this request or to summarizing."
 )
-"""Our wording of the compaction request appended as the final user message (§9.8)."""
+"""Our wording of the compaction request appended as the final user message.
+
+Rule: docs/rules.md#the-checkpoint-message.
+"""
 
 _INSTRUCTION_SOURCE: Final = FrozenDict({"kind": "plugin", "plugin": "dsh-compaction"})
 
 
 def checkpoint_source(compaction_id: str, source_command_id: str | None = None) -> FrozenDict:
-    """Return ``{kind: "plugin", plugin: "compact", compactionId, sourceCommandId?}`` (§9.1)."""
+    """Return ``{kind: "plugin", plugin: "compact", compactionId, sourceCommandId?}``.
+
+    Rule: docs/rules.md#compaction.
+    """
     source: dict[str, JsonValue] = {"kind": "plugin", "plugin": "compact",
                                     "compactionId": compaction_id}
     if source_command_id is not None:
@@ -81,7 +93,7 @@ def is_checkpoint_source(source: object) -> bool:
 
 
 def frame_checkpoint_content(summary: Sequence[str]) -> FrozenList:
-    """Frame summary texts as checkpoint content blocks (persistence spec §9.2).
+    """Frame summary texts as checkpoint content blocks (docs/rules.md#the-checkpoint-message).
 
     Args:
         summary: One or more summary texts (each becomes one text block).
@@ -132,7 +144,7 @@ class SummaryResult:
         model: Model name recorded in ``compaction/summary``.
         raw_output: The complete provider output (content blocks), if any.
         llm_stream_call: True when exactly one provider call produced it; then ``raw_output``
-            is required (persistence spec §9.2).
+            is required (docs/rules.md#the-checkpoint-message).
         max_tokens: Generation cap used, if any.
         usage: Provider ``TokenUsage``, if any (its cache-read and cache-write counts tell how
             much of the summary request the provider's prompt cache served).
@@ -245,7 +257,9 @@ def _merge_tool_counts(old: dict[str, list[str]], new: dict[str, list[str]]) -> 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DigestSummarizer:
-    """An offline, deterministic checkpoint built from the messages' structure (DESIGN §3.9).
+    """An offline, deterministic checkpoint built from the messages' structure.
+
+    Rule: docs/rules.md#the-checkpoint-message.
 
     Sections: user requests in order (primary request), tools used (key concepts), files and
     commands named in tool-call arguments (files and code), failed tool results (errors),
@@ -395,7 +409,9 @@ class DigestSummarizer:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LlmSummarizer:
-    """A checkpoint written by a model (persistence spec §9.8, default ``summarizeWithLlm``).
+    """A checkpoint written by a model (default ``summarizeWithLlm``).
+
+    Rule: docs/rules.md#the-checkpoint-message.
 
     The request is the span's messages followed by one user message carrying
     :data:`COMPACTION_INSTRUCTION` (source ``{kind: "plugin", plugin: "dsh-compaction"}``).
@@ -406,7 +422,8 @@ class LlmSummarizer:
             worker thread.
         provider: Recorded as ``compaction/summary.provider``.
         model: Recorded as ``compaction/summary.model``.
-        max_tokens: Generation cap recorded as ``maxTokens`` (default 8192, §9.7).
+        max_tokens: Generation cap recorded as ``maxTokens`` (default 8192,
+            docs/rules.md#automatic-compaction).
         new_id: Returns the id of the instruction message (default: a random UUID4).
 
     Raises (from summarize):

@@ -1,6 +1,6 @@
 """Token estimates: the reference token meter's heuristic, in UTF-16 code units.
 
-Invariants this module owns (persistence spec §9.6, §12 item 12):
+Invariants this module owns (docs/rules.md#token-estimates):
 
 * every length is counted in UTF-16 code units, as JavaScript's ``String.length`` does (a code
   point above U+FFFF counts 2, a lone surrogate counts 1), so our prices equal the
@@ -28,20 +28,24 @@ from dsh.json import JsonValue, dumps
 from dsh.session import Event, derive_event_message
 
 CHARS_PER_TOKEN: Final = 4
-"""UTF-16 code units per estimated token (persistence spec §11: "4 UTF-16 units per token")."""
+"""UTF-16 code units per estimated token ("4 UTF-16 units per token").
+
+Rule: docs/rules.md#token-estimates.
+"""
 
 BLOCK_OVERHEAD_TOKENS: Final = 4
-"""Tokens added per content block, system prompt and tool list (persistence spec §9.6)."""
+"""Tokens added per content block, system prompt and tool list (docs/rules.md#token-estimates)."""
 
 MESSAGE_OVERHEAD_TOKENS: Final = 4
-"""Tokens added per message for its role (persistence spec §9.6)."""
+"""Tokens added per message for its role (docs/rules.md#token-estimates)."""
 
 
 def utf16_length(text: str) -> int:
     """Return ``text``'s length in UTF-16 code units (JavaScript ``String.length``).
 
     A code point above U+FFFF counts 2; a lone surrogate (dsh logs may hold them) counts 1.
-    Rule: persistence spec §1.1 ("everything that counts characters counts UTF-16 code units").
+    Rule: docs/rules.md#token-estimates (everything that counts characters counts UTF-16 code
+        units).
     """
     if text.isascii():
         return len(text)
@@ -67,7 +71,7 @@ def estimate_json_tokens(value: JsonValue) -> int:
 
 
 def estimate_block_tokens(block: Mapping[str, Any]) -> int:
-    """Return the estimated tokens of one content block (persistence spec §9.6).
+    """Return the estimated tokens of one content block (docs/rules.md#token-estimates).
 
     Args:
         block: A content block ``{"type": ..., ...}``: ``text``/``reasoning`` (``text`` key),
@@ -111,7 +115,7 @@ def estimate_message_tokens(message: Mapping[str, Any] | None) -> int:
     """Return a message's estimated tokens: its blocks plus 4 for the role; 0 for ``None``.
 
     ``None`` is what an empty ``assistant/message`` projects to: it is never sent, so it costs
-    nothing. Rule: persistence spec §9.6.
+    nothing. Rule: docs/rules.md#token-estimates.
     """
     if message is None:
         return 0
@@ -137,7 +141,7 @@ def estimate_tools_tokens(tools: Sequence[JsonValue] | None) -> int:
 def estimate_event_tokens(event: Event) -> int:
     """Return the price of the message a surface event projects to (0 for log-only events).
 
-    Rule: persistence spec §9.6 (the meter prices a node by its derived message).
+    Rule: docs/rules.md#token-estimates (the meter prices a node by its derived message).
     """
     return estimate_message_tokens(derive_event_message(event))
 
@@ -171,7 +175,7 @@ class PricedNode:
 
     Attributes:
         seq: The node's event seq.
-        tokens: Its projected message's price (persistence spec §9.6).
+        tokens: Its projected message's price (docs/rules.md#token-estimates).
     """
 
     seq: int
@@ -180,7 +184,9 @@ class PricedNode:
 
 @dataclass(frozen=True, slots=True)
 class SurfaceMeasurement:
-    """A priced snapshot of a session's surface (the meter's view, persistence spec §9.5-§9.6).
+    """A priced snapshot of a session's surface (the meter's view).
+
+    Rule: docs/rules.md#span-selection, docs/rules.md#token-estimates.
 
     Attributes:
         seqs: Every current surface node's seq, in surface order.
@@ -227,7 +233,7 @@ def _latest_header(session: _SurfaceSession) -> Mapping[str, Any] | None:
 def node_prices(session: _SurfaceSession, seqs: Iterable[int]) -> list[int]:
     """Return the estimated tokens of the events at ``seqs`` (cached per session by seq).
 
-    Rule: persistence spec §9.6; the same prices :func:`measure_surface` reports.
+    Rule: docs/rules.md#token-estimates; the same prices :func:`measure_surface` reports.
     """
     events = session.events
     prices = _prices_of(session)
@@ -250,7 +256,7 @@ def measure_surface(session: _SurfaceSession) -> SurfaceMeasurement:
     Returns:
         A :class:`SurfaceMeasurement`; O(surface nodes) (prices are cached per session) plus the
         latest ``request/header`` (``Session.request_header()``, itself cached).
-    Rule: persistence spec §9.6 (heuristic prices; provider-usage baselines are not used).
+    Rule: docs/rules.md#token-estimates (heuristic prices; provider-usage baselines are not used).
     """
     surface = session.surface
     seqs = tuple(surface.nodes)

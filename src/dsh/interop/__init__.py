@@ -11,7 +11,7 @@ Public entry points (what the CLI calls):
   (``target_model=`` leaves out reasoning of other models: :func:`without_foreign_reasoning`).
 * :func:`validate_conversation` — problems of a provider conversation (empty when valid).
 
-Every importer is a pure mapping from one file to events (issue 5 mapping rules); bad input
+Every importer is a pure mapping from one file to events (docs/interop.md#mapping-rules); bad input
 raises :class:`dsh._errors.ImportFormatError` with ``path``, ``line`` and ``format``.
 
 The public names are ``__all__``; a name imported here as ``name as name`` and left out of it

@@ -2,12 +2,13 @@
 
 Every importer is a pure mapping ``source file -> ImportedSession``: it reads the file, walks its
 records and drives a :class:`EventBuilder`, which writes well-formed dsh events in the typical
-order of core spec §1.8 (``turn/start``, ``step/start``, ``user/message``, ``assistant/message``,
-``tool/call`` + ``tool/result`` pairs, ``step/end``, ``turn/end``). The builder tracks the surface
-(core spec §7) so a compaction can shadow exactly the current nodes, and it never leaves a closed
-step with an unanswered tool call. Records that carry nothing for the model become
-``ignorable: true`` events of type ``import/<format>/<kind>`` whose data is the raw record
-(core spec §1.6), so nothing from the source is lost and dsh readers still load the log.
+order of docs/events.md#a-turn-event-by-event (``turn/start``, ``step/start``, ``user/message``,
+``assistant/message``, ``tool/call`` + ``tool/result`` pairs, ``step/end``, ``turn/end``). The
+builder tracks the surface (docs/rules.md#the-surface) so a compaction can shadow exactly the
+current nodes, and it never leaves a closed step with an unanswered tool call. Records that carry
+nothing for the model become ``ignorable: true`` events of type ``import/<format>/<kind>`` whose
+data is the raw record (docs/events.md#known-types-and-ignorable-events), so nothing from the source
+is lost and dsh readers still load the log.
 
 Every imported session also records where it came from: one ignorable ``import/source`` event
 (:func:`source_event_data`: format, path as given, SHA-256 of the file, importer version). The
@@ -40,7 +41,7 @@ JsonObj = dict[str, Any]
 
 IMPORT_SOURCE_TYPE: Final = "import/source"
 """Type of the one ignorable event per imported session naming its source file (ours; an
-ignorable event that dsh readers skip, core spec §1.6)."""
+ignorable event that dsh readers skip, docs/events.md#known-types-and-ignorable-events)."""
 
 IMPORTER_VERSION: Final = 2
 """Version of the importers' mapping rules, written into ``import/source``; bumped whenever the
@@ -53,7 +54,10 @@ TOOL_OUTCOME_UNKNOWN_TEXT: Final = (
     "The imported transcript records no result for this tool call, so its outcome is unknown. "
     "Retry only if the tool is read-only or idempotent; otherwise first verify external state "
     "or ask the user.")
-"""Model-facing text of a result the importer had to supply (wording in the spirit of §9.3)."""
+"""Model-facing text of a result the importer had to supply.
+
+Rule: docs/rules.md#model-facing-text (the same spirit as the repair texts).
+"""
 
 ABORTED_TEXT: Final = "The tool call was aborted by the user before a result was recorded."
 
@@ -70,7 +74,7 @@ class ImportedSession:
         session_id: Stable id (the source's own id, else uuid5 of resolved path + format).
         header: dsh ``SessionHeader`` fields (``version`` 0, ``id``, ``createdAt`` epoch ms,
             optional absolute ``cwd``, ``parentSession``, ``origin: "subagent"``,
-            ``delegationDepth``) — core spec §5.1.
+            ``delegationDepth``) — docs/formats.md#the-session-header.
         events: Wire envelopes ``{type, seq, time, data, sourceEventSeqs?, surfaceOp?,
             ignorable?}``, seqs contiguous from 0, times non-decreasing epoch ms.
         children: Subagent / sidechain sessions (their header names this one as parent).
@@ -97,8 +101,8 @@ class ImportedSession:
     def to_session(self, *, clock: Any = None) -> Session:
         """Build a live :class:`dsh.session._session.Session` seeded with :attr:`events`.
 
-        The seed is validated like live appends (core spec §5.3); the Session adds the
-        ``session/end-seed`` marker (§5.5).
+        The seed is validated like live appends (docs/rules.md#seed-validation); the Session adds
+        the ``session/end-seed`` marker (docs/rules.md#the-end-seed-marker).
 
         Raises:
             ImportFormatError: the seed is refused, naming the source file and the line the
@@ -328,7 +332,8 @@ def _decode(text: bytes, path: Path, fmt: str, line: int) -> Any:
 def read_jsonl_records(path: Path, fmt: str) -> list[tuple[int, Any]]:
     r"""Parse a JSONL file into ``(1-based line, value)`` pairs, skipping blank lines.
 
-    Records are split on ``\\n`` only (DESIGN §3.6); a trailing ``\\r`` is tolerated.
+    Records are split on ``\\n`` only (docs/formats.md#lossless-json); a trailing ``\\r`` is
+    tolerated.
 
     Raises:
         ImportFormatError: unreadable/empty/binary file, or a line that is not JSON (a torn
@@ -499,7 +504,9 @@ class _Call:
 
 
 class EventBuilder:
-    """Writes a well-formed dsh event sequence from importer calls (core spec §1.8, §7).
+    """Writes a well-formed dsh event sequence from importer calls.
+
+    Rule: docs/events.md#a-turn-event-by-event, docs/rules.md#the-surface.
 
     Turn/step rules: a user message opens a turn if none is open and a new step if the open step
     already has its model response; an assistant message opens a turn/step likewise (transcripts
@@ -507,7 +514,8 @@ class EventBuilder:
     right after it; a result is a ``tool/result`` appended with ``sourceEventSeqs = [call seq]``.
     Closing a step answers every still-unanswered call with an ``isError`` result stating the
     outcome is unknown (``TOOL_OUTCOME_UNKNOWN``), or aborted (``ABORTED``) when the turn was
-    aborted, so no closed step holds a dangling call (core spec §9.2 does the same on repair).
+    aborted, so no closed step holds a dangling call (as the repair closers do,
+    docs/rules.md#closers).
 
     Args:
         fmt: Format name used in ``import/<format>/<kind>`` types and messages.
@@ -578,13 +586,16 @@ class EventBuilder:
         return int(event["seq"])
 
     def _write_source(self) -> None:
-        # Seq 0: before any turn, so it sits outside every turn and step (core spec §1.6:
-        # an ignorable event is free-standing).
+        # Seq 0: before any turn, so it sits outside every turn and step
+        # (docs/events.md#known-types-and-ignorable-events: an ignorable event is free-standing).
         self._source_written = True
         self.emit(IMPORT_SOURCE_TYPE, source_event_data(self.path, self.fmt), ignorable=True)
 
     def ignorable(self, kind: str, raw: Any) -> int:
-        """Keep a source record that carries nothing for the model (core spec §1.6)."""
+        """Keep a source record that carries nothing for the model.
+
+        Rule: docs/events.md#known-types-and-ignorable-events.
+        """
         return self.emit(f"import/{self.fmt}/{kind}", raw, ignorable=True)
 
     def message_id(self, preferred: object = None) -> str:
@@ -628,7 +639,10 @@ class EventBuilder:
         self.step_answered = False
 
     def end_turn(self, reason: JsonObj) -> None:
-        """Close the open step and turn with ``reason`` (core spec §1.4); no-op if none open."""
+        """Close the open step and turn with ``reason``; no-op if none open.
+
+        Rule: docs/events.md#turnend.
+        """
         if not self.turn_open:
             return
         aborted = reason.get("kind") == "aborted"
@@ -637,7 +651,10 @@ class EventBuilder:
         self.turn_open = False
 
     def abort_turn(self) -> None:
-        """Close the open turn as aborted by the user (``reason: {kind: "user"}``, §1.4)."""
+        """Close the open turn as aborted by the user (``reason: {kind: "user"}``).
+
+        Rule: docs/events.md#turnend.
+        """
         self.end_turn({"kind": "aborted", "reason": {"kind": "user"}})
 
     # -- messages
@@ -658,7 +675,7 @@ class EventBuilder:
                 for no tool) starts a new turn.
             in_step: False puts the message between steps of the open turn (closing the open
                 step first), as for an interrupt notice; ``user/message`` is unconstrained by
-                the invariants (core spec §13.2).
+                the invariants (docs/rules.md#turns-and-steps).
         """
         if self.turn_open and (new_turn or (self.turn_finished() and not continues)):
             self.end_turn({"kind": "completed"})
@@ -678,7 +695,10 @@ class EventBuilder:
 
     def system(self, content: list[JsonObj], *, message_id: object = None,
                source: JsonObj | None = None) -> int:
-        """Append a ``system/message`` (surface head; DESIGN §3.2), outside any step."""
+        """Append a ``system/message`` (surface head), outside any step.
+
+        Rule: docs/rules.md#the-system-head.
+        """
         message = {"id": self.message_id(message_id), "role": "system", "content": content,
                    "source": source or {"kind": "plugin", "plugin": f"import/{self.fmt}",
                                         "form": "instructions"}}
@@ -690,14 +710,15 @@ class EventBuilder:
         """Append an ``assistant/message`` and one ``tool/call`` per tool-call block.
 
         Provider/model default to the last ones seen (``self.model``); empty strings are
-        replaced because the session requires non-empty ones (core spec §5.3).
+        replaced because the session requires non-empty ones (docs/rules.md#seed-validation).
         """
         if self.step_open and self.step_answered:
             self.close_step()
         if not self.step_open:
             self._open_step()
         for index, block in enumerate(content):
-            # A call the source left without an id still needs one to be answered (§5.3).
+            # A call the source left without an id still needs one to be answered
+            # (docs/rules.md#seed-validation).
             if block.get("type") == "tool-call" and not str_or_none(block.get("id")):
                 content[index] = {**block, "id": f"{self.session_id}:{self.seq}:call-{index}"}
         prov = str_or_none(provider) or self.model[0]
@@ -764,7 +785,9 @@ class EventBuilder:
                    model: str | None = None, token_count: int = 0,
                    extra: JsonObj | None = None, shadow: list[int] | None = None,
                    message_id: object = None, source: JsonObj | None = None) -> int:
-        """Write a compaction: start, summary, a replacing ``user/message``, end (§7.6).
+        """Write a compaction: start, summary, a replacing ``user/message``, end.
+
+        Rule: docs/rules.md#surface-ops.
 
         Returns the seq of the replacing message (of the appended summary when nothing is
         shadowed). ``shadow`` (a run of current surface nodes) narrows what is replaced, as a
@@ -772,9 +795,9 @@ class EventBuilder:
         replacing message's own (a re-import of a dsh export).
 
         The replacement shadows every current surface node except a leading ``system/message``
-        (DESIGN §3.2: only a system replace may cover it); its ``sourceEventSeqs`` list the
-        start and summary events and every shadowed node. A finished turn is closed first (the
-        compaction then sits between turns, ``turn: null``); otherwise the open step is closed
+        (docs/rules.md#the-system-head: only a system replace may cover it); its ``sourceEventSeqs``
+        list the start and summary events and every shadowed node. A finished turn is closed first
+        (the compaction then sits between turns, ``turn: null``); otherwise the open step is closed
         so no call is left pending across the cut. With nothing to shadow (the history it
         summarised is not in the source) no bracket is written: the summary is appended as a
         ``user/message`` (source ``{kind: "plugin", plugin: "import/<fmt>", form: "summary"}``)
@@ -819,10 +842,10 @@ class EventBuilder:
     def finish(self) -> bool:
         """Close the last turn unless the transcript stopped mid-turn; return ``interrupted``.
 
-        The last turn is left open (for ``interrupted_turn_closers`` / ``dsh resume``, core spec
-        §9) when a call is unanswered, when the last model response asked for tools other than
-        :data:`TERMINAL_TOOLS`, or when input arrived after the last model response; otherwise
-        it ends ``completed``.
+        The last turn is left open (for ``interrupted_turn_closers`` / ``dsh resume``,
+        docs/rules.md#repair) when a call is unanswered, when the last model response asked for
+        tools other than :data:`TERMINAL_TOOLS`, or when input arrived after the last model
+        response; otherwise it ends ``completed``.
         """
         if not self.turn_open:
             return False

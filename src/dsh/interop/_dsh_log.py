@@ -2,13 +2,13 @@
 
 Line 1 is the header ``{"type": "session", "version": 0, "id", "createdAt", …}``; every later
 line is an event or a packed chunk row (``text-chunks`` / ``reasoning-chunks`` /
-``tool-call-chunks``, core spec §12) which is expanded into its ``assistant/chunk`` members.
-Real logs carry ``seq``/``time`` (kept); dsh's snapshot files drop them, so seq is assigned by
-position after expansion and time is the previous event's time (the header's ``createdAt`` at
+``tool-call-chunks``, docs/formats.md#chunk-rows) which is expanded into its ``assistant/chunk``
+members. Real logs carry ``seq``/``time`` (kept); dsh's snapshot files drop them, so seq is assigned
+by position after expansion and time is the previous event's time (the header's ``createdAt`` at
 first). Templated snapshot values (``{{sessionId}}``, ``{{cwd}}``) are replaced: the id by the
 stable import id, the cwd dropped. No legacy conversion happens here (persistence owns it).
 The log's own seqs are kept, so the ``import/source`` event goes last (ignorable events are
-free-standing, core spec §1.6), stamped with the last event's time.
+free-standing, docs/events.md#known-types-and-ignorable-events), stamped with the last event's time.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _refuse_invalid(path: Path, header: JsonObj, events: list[JsonObj],
 
 
 def _expand_row(rec: JsonObj, path: Path, line: int, next_seq: int, time: int) -> list[JsonObj]:
-    """Expand one packed chunk row into ``assistant/chunk`` events (core spec §12.5)."""
+    """Expand one packed chunk row into ``assistant/chunk`` events (docs/formats.md#chunk-rows)."""
     data = rec.get("data")
     tag = rec["type"]
     payload_key = "args" if tag == "tool-call-chunks" else "texts"

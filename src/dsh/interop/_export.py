@@ -1,9 +1,10 @@
 """Exporters of the model view (derived messages) to provider request formats, and a checker.
 
-Input is what ``Session.derive_messages()`` returns (core spec §7.8): message mappings with
-``id``, ``role`` (``system`` | ``user`` | ``assistant``), ``content`` blocks (core spec §2.4:
-``text``, ``reasoning``, ``image``, ``tool-call``, ``tool-result``; importers add
-``provider-raw``) and ``source``.
+Input is what ``Session.derive_messages()`` returns (docs/rules.md#deriving-messages): message
+mappings with
+``id``, ``role`` (``system`` | ``user`` | ``assistant``), ``content`` blocks
+(docs/events.md#content-blocks: ``text``, ``reasoning``, ``image``, ``tool-call``, ``tool-result``;
+importers add ``provider-raw``) and ``source``.
 
 Conversions shared by both exporters (chosen so the output is always a valid request):
 

@@ -1,14 +1,16 @@
 """Persistence: backends behind one handle contract, write-behind, cold load and resume.
 
-A store is named by a URL (DESIGN §3.8) and opened with ``dsh.open(url)``; its
+A store is named by a URL (docs/stores.md#store-urls) and opened with ``dsh.open(url)``; its
 ``store.persistence`` is the :class:`~dsh.persistence._facade.Persistence` facade over the
 backend the URL names (``Persistence(open_backend(url))`` builds one alone):
 
-* ``jsonl:///abs/dir`` — dsh's JSONL layout, raw (persistence spec §4);
-* ``jsonl+zstd:///abs/dir`` or ``jsonl:///abs/dir?compression=zstd`` — Zstandard frames (§4.6);
-  ``?pack_chunks=false`` writes one event per line (§4.4);
-* ``sqlite:///abs/path.db`` or ``sqlite:relative.db`` — dsh's SQLite schema (§5); a new file
-  is schema 17, or with ``?schema=14`` the layout the published dsh SQLite backend reads;
+* ``jsonl:///abs/dir`` — dsh's JSONL layout, raw (docs/formats.md#jsonl);
+* ``jsonl+zstd:///abs/dir`` or ``jsonl:///abs/dir?compression=zstd`` — Zstandard frames
+  (docs/formats.md#zstandard-files); ``?pack_chunks=false`` writes one event per line
+  (docs/formats.md#record-lines);
+* ``sqlite:///abs/path.db`` or ``sqlite:relative.db`` — dsh's SQLite schema
+  (docs/formats.md#sqlite); a new file is schema 17, or with ``?schema=14`` the layout the published
+  dsh SQLite backend reads;
 * ``postgresql://user@host/db?schema=name`` — many hosts, fenced writers (``postgres`` extra);
 * ``memory:`` — an in-process store for tests.
 

@@ -1,6 +1,9 @@
-"""The storage contract every persistence backend implements (DESIGN §3.3, seed ch. 28).
+"""The storage contract every persistence backend implements.
 
-A backend stores sessions: one header (the ``SessionHeader`` wire object, persistence spec §1.2)
+Rule: docs/stores.md#the-backend-contract, docs/rules.md#resume.
+
+A backend stores sessions: one header (the ``SessionHeader`` wire object,
+    docs/formats.md#the-session-header)
 and one append-only event log per session id. Access goes through a :class:`Handle` opened in
 ``"read"`` or ``"write"`` mode. A write handle is exclusive inside the process and across
 processes (a ``filelock`` lock file beside the data, never a table inside a SQLite file); a
@@ -50,12 +53,17 @@ HEADER_KEYS: tuple[str, ...] = (
     "version", "id", "createdAt", "cwd", "parentSession", "seedLength", "origin",
     "delegationDepth", "agentPreset",
 )
-"""The ``SessionHeader`` keys a backend stores, in dsh's order (persistence spec §1.2)."""
+"""The ``SessionHeader`` keys a backend stores, in dsh's order.
+
+Rule: docs/formats.md#the-session-header.
+"""
 
 
 @dataclass(frozen=True, slots=True)
 class TornTail:
-    """An uncommitted tail found after the valid committed prefix (persistence spec §4.7, §5.9).
+    """An uncommitted tail found after the valid committed prefix.
+
+    Rule: docs/formats.md#reading-the-committed-region, docs/formats.md#appends-and-reads.
 
     Attributes:
         byte_offset: JSONL: bytes of the file that stay (the tail starts here; for zstd the
@@ -64,9 +72,10 @@ class TornTail:
             when the tail is a bare fragment after the last full line. SQLite: the rowid of the
             first bad row.
         reason: One sentence: what was found (unterminated record, unparsable line, seq gap…).
-        recovered: Events recovered from a torn zstd frame (persistence spec §4.7). They are
-            also the last events of ``ColdRead.events``, and the next write re-writes them
-            (after truncating) in the same batch. Empty for raw JSONL and SQLite.
+        recovered: Events recovered from a torn zstd frame
+            (docs/formats.md#reading-the-committed-region). They are also the last events of
+            ``ColdRead.events``, and the next write re-writes them (after truncating) in the same
+            batch. Empty for raw JSONL and SQLite.
     """
 
     byte_offset: int | None
@@ -77,7 +86,9 @@ class TornTail:
 
 @dataclass(frozen=True, slots=True)
 class ColdRead:
-    """What a cold read of one stored session returns (persistence spec §3.8, seed ch. 28).
+    """What a cold read of one stored session returns.
+
+    Rule: docs/rules.md#the-read-pipeline, docs/rules.md#resume.
 
     Attributes:
         header: The stored header (``FrozenDict`` wire object, known keys only).
@@ -104,7 +115,7 @@ class ColdRead:
 
 @dataclass(frozen=True, slots=True)
 class SessionSummary:
-    """One row of ``Persistence.list()`` (persistence spec §2.1 ``list``).
+    """One row of ``Persistence.list()`` (docs/stores.md#opening-a-store).
 
     Attributes:
         id: Session id.
@@ -125,7 +136,7 @@ class SessionSummary:
 
 @runtime_checkable
 class Handle(Protocol):
-    """An open session in one backend (seed ch. 28, DESIGN §3.3).
+    """An open session in one backend (docs/rules.md#resume, docs/stores.md#the-backend-contract).
 
     A handle is used from one thread at a time. ``"write"`` handles hold the session's
     exclusive lock until :meth:`close`.
@@ -234,7 +245,10 @@ class HandleBase:
 
 @runtime_checkable
 class Backend(Protocol):
-    """One storage location holding many sessions (persistence spec §2.2, seed ch. 28)."""
+    """One storage location holding many sessions.
+
+    Rule: docs/stores.md#the-backend-contract, docs/rules.md#resume.
+    """
 
     @property
     def url(self) -> str:
@@ -288,7 +302,10 @@ class Fenced(Protocol):
 
 @runtime_checkable
 class KeepsCuts(Protocol):
-    """A backend that saves what a torn-tail repair cuts beside the log (DESIGN §3.11)."""
+    """A backend that saves what a torn-tail repair cuts beside the log.
+
+    Rule: docs/rules.md#crash-safety.
+    """
 
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding bytes or rows cut from this session, oldest first."""
@@ -304,8 +321,9 @@ def session_id_problem(session_id: str) -> str | None:
 
     One rule for all backends, so a session can move between them (``dsh convert``): the id
     is a non-empty string, valid Unicode (no lone surrogate: SQLite and PostgreSQL store
-    UTF-8), and its path-segment encoding (the JSONL folder name, persistence spec §4.2: a
-    non-``[A-Za-z0-9._-]`` UTF-16 unit takes 5 bytes) is at most 255 bytes.
+    UTF-8), and its path-segment encoding (the JSONL folder name,
+    docs/formats.md#layout-and-path-encoding: a non-``[A-Za-z0-9._-]`` UTF-16 unit takes 5 bytes) is
+    at most 255 bytes.
     """
     from dsh.persistence.jsonl._format import encode_segment
 
@@ -339,7 +357,8 @@ def check_session_id(session_id: str) -> None:
 def normalize_header(header: Mapping[str, object]) -> FrozenDict:
     """Validate a ``SessionHeader`` for storage and return its known keys, frozen, in order.
 
-    Rules (persistence spec §1.2, §3.6): a mapping; ``version`` an integer (a foreign version is
+    Rules (docs/formats.md#the-session-header, docs/rules.md#persistence): a mapping; ``version`` an
+        integer (a foreign version is
     stored as given and refused on load, like dsh); ``id`` a non-empty string; ``createdAt`` a
     non-negative safe integer (epoch ms); ``cwd`` an absolute path string; ``parentSession`` and
     ``agentPreset`` strings; ``seedLength`` and ``delegationDepth`` non-negative safe integers;

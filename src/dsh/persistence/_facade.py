@@ -59,7 +59,9 @@ _Errors = list[DshError]
 
 
 class Persistence:
-    """One store: a backend plus the pipeline, write-behind and resume (DESIGN §3.3-§3.4).
+    """One store: a backend plus the pipeline, write-behind and resume.
+
+    Rule: docs/stores.md#the-backend-contract, docs/rules.md#write-behind-and-the-flush-barrier.
 
     Args:
         backend: Any :class:`~dsh.persistence._contract.Backend`.
@@ -113,12 +115,15 @@ class Persistence:
         Raises:
             LogCorruptError: a stored header cannot be decoded (backend specific).
 
-        Rule: persistence spec §2.1 (``list`` reads headers; §4.3 and §5 header storage).
+        Rule: docs/stores.md#opening-a-store (``list`` reads headers; docs/formats.md#header-line,
+            docs/formats.md#sqlite header storage).
         """
         return list(self.backend.list_headers())
 
     def list(self) -> list[SessionSummary]:
-        """Summaries of every stored session with at least one event (spec §2.1 ``list``).
+        """Summaries of every stored session with at least one event.
+
+        Rule: docs/stores.md#opening-a-store.
 
         Each log is read (committed prefix only; nothing is repaired or written).
 
@@ -152,7 +157,7 @@ class Persistence:
         Raises:
             PersistenceError: the store itself cannot be listed (its directory or database).
 
-        Rule: persistence spec §2.1 (``list``); an entry equals :func:`summarize` of a full
+        Rule: docs/stores.md#opening-a-store (``list``); an entry equals :func:`summarize` of a full
         read of an intact log.
         """
         def full(session_id: str) -> tuple[FrozenDict, tuple[Event, ...]]:
@@ -186,7 +191,7 @@ class Persistence:
         return self._live.get(session_id)
 
     def inspect(self, session_id: str) -> Inspection:
-        """Read a session without writing anything (spec §3.10 ``inspect``).
+        """Read a session without writing anything (docs/rules.md#the-read-pipeline).
 
         A live session yields its current snapshot (possibly an open turn). A stored one runs
         the read pipeline and full restore validation; closers stay in memory.
@@ -220,9 +225,10 @@ class Persistence:
         Raises:
             SessionNotFoundError: no such stored session.
             LogCorruptError, SessionFormatUnsupportedError, UnknownEventTypeError: the
-                pipeline refused the log (persistence spec §3.8).
+                pipeline refused the log (docs/rules.md#the-read-pipeline).
 
-        Rule: persistence spec §3.8 (cold-read pipeline), §3.10 (``inspect`` writes nothing).
+        Rule: docs/rules.md#the-read-pipeline (the cold-read pipeline; ``inspect`` writes
+            nothing).
         """
         return _read.read_stored(self.backend, session_id)
 
@@ -258,7 +264,7 @@ class Persistence:
             ConfigError: ``open_turn`` is not ``"close"`` or ``"reject"``.
             WriteFailedError: the child could not be written.
 
-        Rule: core spec §10 and seed ch. 28 (fork); persistence spec §3.10 (reads write
+        Rule: docs/rules.md#fork; docs/rules.md#the-read-pipeline (reads write
         nothing to the parent).
         """
         if self._live_session(source_id) is not None:
@@ -303,7 +309,7 @@ class Persistence:
         return child.id
 
     def load(self, session_id: str) -> Inspection:
-        """Read a session and commit its crash repair (spec §3.10 ``load``).
+        """Read a session and commit its crash repair (docs/rules.md#the-read-pipeline).
 
         Through a write handle: read, pipeline, validation, then (when needed) truncate the
         torn tail and append the closers as one batch, flushed. A balanced, untorn log is not
@@ -412,7 +418,7 @@ class Persistence:
 
     def resume(self, store: SessionStore, session_id: str, *,
                on_handle: Callable[[Handle], object] | None = None) -> Session:
-        """Resume a stored session into ``store`` (seed ch. 28 order; spec §7).
+        """Resume a stored session into ``store`` (docs/rules.md#resume).
 
         ``on_handle(handle)`` is called with the write handle as soon as it is open, so a
         caller running this in a worker thread can close it to abandon a backend call that

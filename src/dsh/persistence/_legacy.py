@@ -1,4 +1,4 @@
-"""Read-time normalisation of older format-v0 record shapes (persistence spec §1.12).
+"""Read-time normalisation of older format-v0 record shapes (docs/events.md#legacy-shapes).
 
 Pre-release dsh builds wrote some events in shapes the current core refuses. On read (never on
 disk) they are rewritten, per event, in this order: ``turn/start`` → ``turn/end`` → steering →
@@ -24,7 +24,10 @@ _FAILURE_OPTIONAL = {"status": int, "providerRetryAfterMs": int, "requestId": st
 
 
 def legacy_message_id(session_id: str, seq: int) -> str:
-    """The id given to a legacy message that had none: ``legacy-message:<id>:<seq>`` (§1.12)."""
+    """The id given to a legacy message that had none: ``legacy-message:<id>:<seq>``.
+
+    Rule: docs/events.md#legacy-shapes.
+    """
     return f"legacy-message:{session_id}:{seq}"
 
 
@@ -106,7 +109,7 @@ def _turn_end(event: Event, sid: str) -> Event:
         else:
             raise _malformed("turn/end error reason", event, sid)
     else:
-        return event  # unknown kinds are kept (spec §1.12)
+        return event  # unknown kinds are kept (docs/events.md#legacy-shapes)
     return _with_data(event, {"turn": data["turn"], "reason": new})
 
 
@@ -163,7 +166,7 @@ def _messages(event: Event, sid: str, by_seq: dict[int, Event]) -> Event:
 
 
 def normalize_legacy_events(events: Sequence[Event], session_id: str) -> tuple[Event, ...]:
-    """Normalise legacy v0 shapes in memory (persistence spec §1.12).
+    """Normalise legacy v0 shapes in memory (docs/events.md#legacy-shapes).
 
     Args:
         events: The stored committed prefix, in seq order.

@@ -22,7 +22,7 @@ O(total events); this module answers from data kept apart from the logs:
   entry (a log read with a torn tail, no matching index entry) writes nothing: the listing
   then reads that log in full, as before.
 
-Rule: persistence spec §2.1 (``list``); summaries equal what a full read gives
+Rule: docs/stores.md#opening-a-store (``list``); summaries equal what a full read gives
 (``tests/persistence/test_listing.py`` compares them).
 """
 

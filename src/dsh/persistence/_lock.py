@@ -1,11 +1,14 @@
-"""Exclusive write ownership of one session: a lock file plus an ``.owner`` sidecar (DESIGN §3.3).
+"""Exclusive write ownership of one session: a lock file plus an ``.owner`` sidecar.
 
-dsh excludes only writers inside its own process (persistence spec §4.11 item 8, §2.3); the port
-excludes writers everywhere. The lock is an OS file lock (``filelock.FileLock``: ``fcntl.flock`` on
-POSIX) on a file beside the data, acquired without blocking. After acquiring, the holder writes
-``{"pid", "host", "since"}`` (since = epoch ms) to ``<lock>.owner`` so a refused writer can name
-the holder. The OS releases the lock when the holder process dies, so a crash never leaves a
-stale lock; a stale ``.owner`` file is simply overwritten by the next holder.
+Rule: docs/stores.md#the-backend-contract.
+
+dsh excludes only writers inside its own process (docs/formats.md#jsonl,
+docs/rules.md#one-writer-per-session); the port excludes writers everywhere. The lock is an OS file
+lock (``filelock.FileLock``: ``fcntl.flock`` on POSIX) on a file beside the data, acquired without
+blocking. After acquiring, the holder writes ``{"pid", "host", "since"}`` (since = epoch ms) to
+``<lock>.owner`` so a refused writer can name the holder. The OS releases the lock when the holder
+process dies, so a crash never leaves a stale lock; a stale ``.owner`` file is simply overwritten by
+the next holder.
 
 ``filelock`` locks are re-entrant inside one process (same path → same lock object), so the
 in-process exclusion is a separate registry of held paths guarded by a mutex.

@@ -1,4 +1,6 @@
-"""An in-process backend for tests (persistence spec §10.1 runs the contract on ``memory``).
+"""An in-process backend for tests (runs the contract on ``memory``).
+
+Rule: docs/stores.md#the-backend-contract.
 
 Same contract as the disk backends: exclusive write handles (in this process only: nothing
 outlives the process), contiguous appends validated as lossless JSON, a torn tail that the next
@@ -56,7 +58,7 @@ def validate_batch(events: Sequence[Event], expected_seq: int, session_id: str) 
             with the batch index (``$[3].data.n``).
         PersistenceError: code ``SEQ_MISMATCH``: event ``i`` does not carry
             ``expected_seq + i``.
-    Rule: persistence spec §3.7 (snapshot at call time; contiguity).
+    Rule: docs/stores.md#the-backend-contract (snapshot at call time; contiguity).
     """
     from dsh._errors import InvalidJsonError
 

@@ -163,7 +163,7 @@ class PersistenceObserver:
         queues only the suffix after the stored log (the ``session/end-seed`` marker). Any
         other session either creates its stored session or, when one exists, adopts it if the
         stored events are a JSON-identical prefix of the session's (a torn tail is truncated,
-        no closers: the live turn is not interrupted; spec §3.12).
+        no closers: the live turn is not interrupted; docs/rules.md#publishing-a-session).
 
         Raises:
             SessionBusyError: another writer holds the id.
@@ -263,7 +263,7 @@ class PersistenceObserver:
         if writer is None:
             return
         if vetoed:
-            # a resume whose publication was vetoed writes nothing more (spec §10.13)
+            # a resume whose publication was vetoed writes nothing more (docs/rules.md#resume)
             writer.abandon()
             with self._mutex:
                 self._writers.pop(id(session), None)

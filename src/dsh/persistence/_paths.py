@@ -3,8 +3,8 @@
 A symlink placed where a session folder, log, lock or sidecar should be would send writes
 outside the store (or into another session), so every store-owned path is checked with
 ``lstat`` (files are also opened with ``O_NOFOLLOW``). Only the store root itself may be a
-symlink: it is named by the user. Folders the store creates are mode 0700 (persistence spec
-§4.2), parents included.
+symlink: it is named by the user. Folders the store creates are mode 0700
+    (docs/formats.md#layout-and-path-encoding), parents included.
 """
 
 from __future__ import annotations

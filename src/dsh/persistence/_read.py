@@ -1,10 +1,10 @@
 """The cold-read pipeline: a stored log as a backend returns it → an :class:`Inspection`.
 
 Every whole-log read of the facade (``read``, ``inspect``, ``load``, ``fork``, ``resume``'s full
-path, the listing's fallback) runs one pipeline, in this order (persistence spec §3.8, core spec
-§15.2): identity, format version, legacy v0 normalisation, vocabulary, crash-repair closers;
-``inspect``, ``load`` and ``resume`` then validate the whole log with ``Session.restore`` in
-memory. Nothing here keeps state: each function takes the backend (or a handle) it reads.
+path, the listing's fallback) runs one pipeline, in this order (docs/rules.md#the-read-pipeline):
+identity, format version, legacy v0 normalisation, vocabulary, crash-repair closers; ``inspect``,
+``load`` and ``resume`` then validate the whole log with ``Session.restore`` in memory. Nothing here
+keeps state: each function takes the backend (or a handle) it reads.
 
 What writes: only :func:`load_stored`, which commits the repair (truncates a torn tail, appends
 the closers) through the write handle it read with. A live session is never read here: the
@@ -80,7 +80,9 @@ class Inspection:
 
 def read_pipeline(session_id: str, cold: ColdRead, *, path: str | None = None
                   ) -> tuple[tuple[Event, ...], tuple[Event, ...]]:
-    """Run the cold-read pipeline over a backend read, in spec order (spec §3.8, core §15.2).
+    """Run the cold-read pipeline over a backend read, in the documented order.
+
+    Rule: docs/rules.md#the-read-pipeline.
 
     1. identity: the header id must be ``session_id``;
     2. format version: not 0 → refusal saying which direction (upgrade dsh for newer logs);
@@ -147,14 +149,19 @@ def plain_records(events: Sequence[Event]) -> bool:
 
 
 def corrupt_on_rejection(session_id: str, exc: EventRejectedError) -> LogCorruptError:
-    """A restore validation failure of a stored log, as the corruption it is (spec §3.8)."""
+    """A restore validation failure of a stored log, as the corruption it is.
+
+    Rule: docs/rules.md#the-read-pipeline.
+    """
     seq = exc.where.get("seed_index")
     return LogCorruptError(f"stored session {session_id!r} failed validation: {exc.message}",
                            session_id=session_id, seq=seq if isinstance(seq, int) else None)
 
 
 def restore_validated(session_id: str, seed: Sequence[Event], header: FrozenDict) -> Session:
-    """``Session.restore`` of a stored log, detached from any store (spec §3.8 step 3).
+    """``Session.restore`` of a stored log, detached from any store.
+
+    Rule: docs/rules.md#the-read-pipeline.
 
     Raises:
         LogCorruptError: the log does not validate (the seed index named as ``seq``).

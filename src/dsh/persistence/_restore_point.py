@@ -1,11 +1,12 @@
 """The restore point: derived restore state tied to the exact bytes it covers.
 
-A restore point lets a resume read only the log's tail (DESIGN §3.12). It holds a
+A restore point lets a resume read only the log's tail
+(docs/rules.md#restore-points-are-never-the-truth). It holds a
 :class:`~dsh.session._restore_state.RestoreState` (what a restore derives from the prefix) and an
 :class:`Anchor` naming the prefix it was derived from: backend, session id and incarnation, the
-covered event count and byte offset (SQLite: physical rows), digests of the stored header and of
-the last bytes (rows) before the cut, a digest of the integrity-seal records over the prefix,
-and a sparse ``seq -> byte offset`` index for paging events in.
+covered event count and byte offset (SQLite: physical rows), digests of the stored header and of the
+last bytes (rows) before the cut, a digest of the integrity-seal records over the prefix, and a
+sparse ``seq -> byte offset`` index for paging events in.
 
 Invariants this module owns:
 

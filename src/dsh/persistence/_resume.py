@@ -1,6 +1,6 @@
 """Resume: a stored session back into a live store, through its restore point when it can.
 
-The order (seed ch. 28; persistence spec §7): take write ownership first (open the session for
+The order (docs/rules.md#resume): take write ownership first (open the session for
 writing: a concurrent resume anywhere gets ``SessionBusyError``), read cold through that
 handle, rebuild and validate in memory, commit the crash repair through the same handle, then
 publish the session into the store, whose observer takes the handle over

@@ -1,4 +1,4 @@
-"""Bytes a repair removes are saved beside the log first (DESIGN §3.11).
+"""Bytes a repair removes are saved beside the log first (docs/rules.md#crash-safety).
 
 A torn JSONL line, a torn Zstandard frame or SQLite rows past a bad one are judged "never
 committed" and cut. The judgement can be wrong (damage that looks like a crash), so the cut

@@ -1,7 +1,7 @@
 """Write-behind: the per-session writer thread, its fixed window and its flush barrier.
 
 One :class:`SessionWriter` per live session owns the session's write handle until the session
-is disposed (persistence spec §3.5, DESIGN §3.4):
+is disposed (docs/rules.md#write-behind-and-the-flush-barrier):
 
 * appends are queued and written behind: the first event queued after a write arms a fixed
   window (:class:`WriteBehind`), and the whole pending prefix is then one batch (``append`` +
@@ -36,7 +36,7 @@ __all__ = ["IDLE_POLL_S", "MAX_BATCH_WINDOW_MS", "MIN_POLL_S", "SessionWriter", 
 log = logging.getLogger("dsh.persistence")
 
 MAX_BATCH_WINDOW_MS = 2_147_483_647
-"""Largest batching window accepted (persistence spec §2.1 ``MAX_WRITE_BATCH_DELAY_MS``)."""
+"""Largest batching window accepted (docs/stores.md#opening-a-store)."""
 
 IDLE_POLL_S = 2.0
 """How long after its last armed window an idle writer keeps sleeping one window at a time."""
@@ -46,7 +46,7 @@ MIN_POLL_S = 0.05
 
 @dataclass(frozen=True, slots=True)
 class WriteBehind:
-    """Write-behind configuration (persistence spec §3.5, §11; DESIGN §3.4).
+    """Write-behind configuration (docs/rules.md#write-behind-and-the-flush-barrier).
 
     Attributes:
         batch_window_ms: Fixed batching window in ms, counted from the first event queued after
@@ -72,7 +72,8 @@ class WriteBehind:
 class SessionWriter:
     """Write-behind for one live session: a queue, a fixed window, one writer thread.
 
-    Semantics (persistence spec §3.5, DESIGN §3.4): the first event queued after a write arms a
+    Semantics (docs/rules.md#write-behind-and-the-flush-barrier): the first event queued after a
+        write arms a
     deadline ``window`` ms later; at the deadline the whole pending prefix is written as one
     batch (``append`` + ``flush``). A failed write puts its batch back at the front (order kept),
     pauses automatic writes until the next event or flush, is logged, and is raised by the next
@@ -147,7 +148,8 @@ class SessionWriter:
             # waiting writer already sleeps until the armed deadline (or one idle poll), and
             # waking it costs a context switch each (see the class docstring).
             if self._paused:
-                self._paused = False  # a fresh window after a failure (spec §3.5)
+                # a fresh window after a failure (docs/rules.md#write-behind-and-the-flush-barrier)
+                self._paused = False
                 self._deadline = self._armed = time.monotonic() + self._window
                 self._cond.notify_all()
             elif self._deadline is None:

@@ -1,6 +1,6 @@
 """Chunk rows: the storage packing of ``assistant/chunk`` delta runs (a durable encoding only).
 
-Invariants this module owns (core spec §12):
+Invariants this module owns (docs/formats.md#chunk-rows):
 
 * packing is lossless: ``decode(JSON round trip(pack(batch)))`` flattened equals ``batch`` exactly,
   key order included;
@@ -21,14 +21,17 @@ from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, JsonValue, is_saf
 from dsh.session._events import Event, as_event
 
 MIN_RUN: Final = 3
-"""Fewest consecutive deltas that pack into one row (core spec §12.2; decoding is layout-blind)."""
+"""Fewest consecutive deltas that pack into one row (decoding is layout-blind).
+
+Rule: docs/formats.md#chunk-rows.
+"""
 
 _TEXT: Final = "text-chunks"
 _REASONING: Final = "reasoning-chunks"
 _TOOL: Final = "tool-call-chunks"
 
 CHUNK_ROW_TAGS: Final = frozenset({_TEXT, _REASONING, _TOOL})
-"""The three storage-row tags (core spec §12.1)."""
+"""The three storage-row tags (docs/formats.md#chunk-rows)."""
 
 # delta chunk type -> row tag, and back
 _ROW_OF: Final = {"text-delta": _TEXT, "reasoning-delta": _REASONING, "tool-call-delta": _TOOL}
@@ -46,12 +49,15 @@ _NAMED_TOOL_ROW_DATA_KEYS: Final = _TOOL_ROW_DATA_KEYS | {"name"}
 
 
 def _is_number(value: object) -> bool:
-    # JSON numbers only; bool is never a number (core spec §4.4 item 1).
+    # JSON numbers only; bool is never a number (docs/formats.md#lossless-json).
     return type(value) is int or type(value) is float
 
 
 def _delta_kind(event: Any) -> str | None:
-    """Return the row tag ``event`` would pack under, or None when it must stay verbatim (§12.3)."""
+    """Return the row tag ``event`` would pack under, or None when it must stay verbatim.
+
+    Rule: docs/formats.md#chunk-rows.
+    """
     if not isinstance(event, dict) or event.keys() != _EVENT_KEYS:
         return None
     if event["type"] != "assistant/chunk":
@@ -83,7 +89,10 @@ def _delta_kind(event: Any) -> str | None:
 
 
 def _continues(prev: Any, nxt: Any) -> bool:
-    """True when ``nxt`` extends the run ending at ``prev`` (same kind already checked, §12.4)."""
+    """True when ``nxt`` extends the run ending at ``prev`` (same kind already checked).
+
+    Rule: docs/formats.md#chunk-rows.
+    """
     if nxt["seq"] != prev["seq"] + 1 or not is_safe_int(nxt["time"] - prev["time"]):
         return False
     a, b = prev["data"], nxt["data"]
@@ -129,10 +138,11 @@ def pack_chunk_runs(events: Iterable[Event]) -> list[FrozenDict | Event]:
         one frozen row ``{type: <tag>, seq0, time0, data}`` (data ``turn, step, index, dt, texts``
         or ``turn, step, index, dt, id, name?, args``; ``dt`` holds the ms gaps between member
         times, possibly negative); every other event is returned as the same object.
-    A delta packs only in its exact whitelisted shape (§12.3); a run continues while seqs are
-    consecutive, the time gap is a safe integer, and turn, step, block index (and for tool calls
-    the call id and the presence and value of ``name``) stay the same (§12.4).
-    Rule: core spec §12.1-§12.4; persistence spec §4.4.
+    A delta packs only in its exact whitelisted shape (docs/formats.md#chunk-rows); a run continues
+    while seqs are consecutive, the time gap is a safe integer, and turn, step, block index (and for
+    tool calls the call id and the presence and value of ``name``) stay the same
+    (docs/formats.md#chunk-rows).
+    Rule: docs/formats.md#chunk-rows, docs/formats.md#record-lines.
     """
     out: list[FrozenDict | Event] = []
     run: list[Any] = []
@@ -193,7 +203,7 @@ def decode_storage_record(value: JsonValue) -> list[Event | JsonValue]:
             numbers; payload not a non-empty list of strings; ``dt`` not a list of safe integers
             or of the wrong length; a member seq or time beyond the safe-integer range. The
             persistence layer re-raises it with the file and line.
-    Rule: core spec §12.5; persistence spec §4.4.
+    Rule: docs/formats.md#chunk-rows, docs/formats.md#record-lines.
     """
     if not isinstance(value, dict):
         return [value]

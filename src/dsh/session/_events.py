@@ -1,4 +1,4 @@
-"""The event envelope and the core vocabulary: what one log entry is (core spec §1).
+"""The event envelope and the core vocabulary: what one log entry is (docs/events.md).
 
 An :class:`Event` *is* its wire JSON object: a frozen mapping with the envelope keys ``type``,
 ``seq``, ``time``, ``data`` and, when present, ``sourceEventSeqs``, ``surfaceOp``, ``ignorable``.
@@ -15,7 +15,7 @@ from dsh._errors import ConfigError
 from dsh.json import FrozenDict, FrozenList, JsonValue, _untrack
 
 SESSION_FORMAT_VERSION: Final = 0
-"""The one format version this dsh reads and writes (core spec §1.2)."""
+"""The one format version this dsh reads and writes (docs/formats.md#the-session-header)."""
 
 SessionId = NewType("SessionId", str)
 
@@ -25,15 +25,18 @@ ENVELOPE_KEYS: Final = frozenset(
 
 SURFACE_EVENT_TYPES: Final = frozenset(
     {"user/message", "assistant/message", "tool/result", "system/message"})
-"""The types that may carry ``surfaceOp`` and produce model messages (core spec §1.3, plus
-``system/message`` from seed ch. 28, whose data is a complete message with role ``system``)."""
+"""The types that may carry ``surfaceOp`` and produce model messages.
+
+The core message types plus ``system/message``, whose data is a complete message with role
+``system``. Rules: docs/events.md#surface-types, docs/rules.md#the-system-head.
+"""
 
 CORE_EVENT_TYPES: Final = frozenset({
     "turn/start", "turn/end", "step/start", "step/end", "user/message", "assistant/chunk",
     "assistant/message", "tool/call", "tool/result", "todo/write", "request/header",
     "request/context", "session/end-seed",
 })
-"""The 13 core types of ``SessionEventMap`` (core spec §1.3)."""
+"""The 13 core types of ``SessionEventMap`` (docs/events.md#core-events)."""
 
 KNOWN_EVENT_TYPES: Final = frozenset({
     "agent-preset/selected", "agent/inbox/spliced", "approval/asked", "approval/decided",
@@ -49,9 +52,12 @@ KNOWN_EVENT_TYPES: Final = frozenset({
     "tool/result", "turn/end", "turn/start", "user/message", "web/deepseek-search-llm-request",
     "system/message",
 })
-"""dsh's generated ``KNOWN_SESSION_EVENT_TYPES`` (48, core spec §1.5) plus ``system/message``
-(seed ch. 28: a surface head that only a system replace may shadow). A reader refuses other
-types unless the event is ``ignorable`` (core spec §1.6)."""
+"""dsh's generated ``KNOWN_SESSION_EVENT_TYPES`` (48) plus ``system/message``.
+
+``system/message`` is a surface head that only a system replace may shadow
+(docs/rules.md#the-system-head). A reader refuses other types unless the event is ``ignorable``
+(docs/events.md#known-types-and-ignorable-events).
+"""
 
 
 class Event(FrozenDict):
@@ -67,7 +73,7 @@ class Event(FrozenDict):
         ignorable: True when a reader that does not know ``type`` may skip it.
 
     Equality is JSON equality of the envelope, so an event equals its wire dict.
-    Rule: core spec §1.1.
+    Rule: docs/events.md#the-envelope.
     """
 
     __slots__ = ()
@@ -135,7 +141,8 @@ def make_event(type: str, seq: int, time: int, data: JsonValue, *,
     """Build an :class:`Event` from already-snapshotted parts, in ``Session.append`` key order.
 
     No validation happens here: callers pass frozen JSON (see :func:`dsh.json.snapshot_json`).
-    Key order is ``type, seq, time, data, sourceEventSeqs, surfaceOp`` (core spec §1.1).
+    Key order is ``type, seq, time, data, sourceEventSeqs, surfaceOp``
+    (docs/events.md#the-envelope).
     """
     fields: dict[str, Any] = {"type": type, "seq": seq, "time": time, "data": data}
     if source_event_seqs is not None:
@@ -146,22 +153,31 @@ def make_event(type: str, seq: int, time: int, data: JsonValue, *,
 
 
 def is_surface_eligible_type(type: str) -> bool:
-    """True for ``user/message``, ``assistant/message``, ``tool/result`` (core spec §7.1)."""
+    """True for ``user/message``, ``assistant/message``, ``tool/result``.
+
+    Rule: docs/rules.md#the-surface.
+    """
     return type in SURFACE_EVENT_TYPES
 
 
 def is_surface_event(event: Event) -> bool:
-    """True for a surface-eligible event that carries ``surfaceOp`` (core spec §7.1)."""
+    """True for a surface-eligible event that carries ``surfaceOp`` (docs/rules.md#the-surface)."""
     return event["type"] in SURFACE_EVENT_TYPES and "surfaceOp" in event
 
 
 def is_append_surface_event(event: Event) -> bool:
-    """True for an append-origin surface event: the durable transcript material (§7.1)."""
+    """True for an append-origin surface event: the durable transcript material.
+
+    Rule: docs/rules.md#the-surface.
+    """
     return event["type"] in SURFACE_EVENT_TYPES and event.get("surfaceOp") == "append"
 
 
 def is_replacement_surface_event(event: Event) -> bool:
-    """True for a surface event whose ``surfaceOp`` is a replace (model-only copy, §7.1)."""
+    """True for a surface event whose ``surfaceOp`` is a replace (model-only copy).
+
+    Rule: docs/rules.md#the-surface.
+    """
     op = event.get("surfaceOp")
     return event["type"] in SURFACE_EVENT_TYPES and op is not None and op != "append"
 

@@ -1,8 +1,9 @@
 """The session header: identity and lineage that live beside the log, never inside it.
 
 A :class:`SessionHeader` is a frozen JSON object (``version``, ``id``, ``createdAt`` and the
-optional lineage fields) with snake_case properties. :func:`validate_header` applies the rules of
-core spec §5.1 in the order of §5.2 (first failure wins); unknown extra keys are kept.
+optional lineage fields) with snake_case properties. :func:`validate_header` applies the header
+rules in their order, the first failure winning (docs/formats.md#the-session-header); unknown
+extra keys are kept.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dsh.session._events import SESSION_FORMAT_VERSION
 
 HEADER_KEYS: Final = ("version", "id", "createdAt", "cwd", "parentSession", "seedLength",
                       "origin", "delegationDepth", "agentPreset")
-"""The known header keys in dsh's header-line order (persistence spec §4.1)."""
+"""The known header keys in dsh's header-line order (docs/formats.md#header-line)."""
 
 
 class SessionHeader(FrozenDict):
@@ -33,7 +34,7 @@ class SessionHeader(FrozenDict):
         delegation_depth: Subagent depth; None means 0.
         agent_preset: Preset id, or None.
 
-    Rule: core spec §5.1.
+    Rule: docs/formats.md#the-session-header.
     """
 
     __slots__ = ()
@@ -110,7 +111,8 @@ def is_absolute_path(path: str, *, platform: str | None = None) -> bool:
         POSIX: the path starts with ``/``. Windows: it starts with a slash or backslash (including
         UNC paths) or with a drive letter, ``:`` and a separator.
 
-    Rule: core spec §5.1 (Node's rule, not ``os.path.isabs``, which differs on Windows).
+    Rule: docs/formats.md#the-session-header (Node's rule, not ``os.path.isabs``, which differs on
+        Windows).
     """
     if (platform or sys.platform) == "win32":
         return _is_absolute_win32(path)
@@ -126,7 +128,9 @@ def _is_count(value: object) -> bool:
 
 
 def validate_header(header: object, session_id: str) -> None:
-    """Check a header against the rules of core spec §5.1, in the order of §5.2.
+    """Check a header against the header rules, in their order (first failure wins).
+
+    Rule: docs/formats.md#the-session-header.
 
     Args:
         header: The candidate header (a ``dict``, ``FrozenDict`` or ``SessionHeader``).
@@ -137,7 +141,7 @@ def validate_header(header: object, session_id: str) -> None:
             JSON record, version, id mismatch, createdAt, cwd (type, then absolute), parentSession,
             seedLength, origin, delegationDepth, agentPreset.
 
-    Rule: core spec §5.2.
+    Rule: docs/formats.md#the-session-header.
     """
     if not isinstance(header, dict):
         raise _fail(f"session header is not a plain JSON record (found {type(header).__name__}) "
@@ -197,7 +201,7 @@ def make_header(session_id: str, *, created_at: int, cwd: str | None = None,
         A :class:`SessionHeader` with keys in :data:`HEADER_KEYS` order.
 
     Raises:
-        EventRejectedError: code ``HEADER`` when a field breaks core spec §5.1.
+        EventRejectedError: code ``HEADER`` when a field breaks docs/formats.md#the-session-header.
     """
     values: tuple[Any, ...] = (SESSION_FORMAT_VERSION, session_id, created_at, cwd,
                                parent_session, seed_length, origin, delegation_depth,

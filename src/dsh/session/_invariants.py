@@ -1,8 +1,10 @@
 """The session-log invariant companion: turn/step nesting and tool call/result pairing.
 
-Optional: the Session itself enforces none of this (core spec §13.3). A trace validates an event
+Optional: the Session itself enforces none of this (docs/rules.md#turns-and-steps). A trace
+    validates an event
 against the state left by the committed events before it and returns a staged transition without
-changing anything; the transition is applied only once the event is committed. Rules (§13.2):
+changing anything; the transition is applied only once the event is committed. Rules
+(docs/rules.md#turns-and-steps):
 
 * seqs strictly increase;
 * turns open one at a time, numbered 1, 2, … and close in order, never with a step open;
@@ -24,7 +26,10 @@ from dsh._errors import InvariantError
 from dsh.session._events import Event
 
 INVARIANT_PREFIX: Final = "session-log invariant violated: "
-"""Prefix of every :class:`~dsh._errors.InvariantError` message raised here (core spec §13)."""
+"""Prefix of every :class:`~dsh._errors.InvariantError` message raised here.
+
+Rule: docs/rules.md#turns-and-steps.
+"""
 
 _TURN_ENCLOSED: Final = frozenset({"todo/write", "request/header", "request/context"})
 _STEP_SCOPED: Final = frozenset({"assistant/chunk", "assistant/message", "tool/call"})
@@ -32,7 +37,7 @@ _STEP_SCOPED: Final = frozenset({"assistant/chunk", "assistant/message", "tool/c
 
 @dataclass(frozen=True, slots=True)
 class TraceState:
-    """The trace of one session after some prefix of its log (core spec §13.1).
+    """The trace of one session after some prefix of its log (docs/rules.md#turns-and-steps).
 
     Attributes:
         last_seq: Seq of the last applied event (-1 before any).
@@ -103,7 +108,7 @@ def _field(event: Event, key: str) -> Any:
 
 
 def _same(a: Any, b: Any) -> bool:
-    # bool is never a number (core spec §4.4 item 1); None equals only None
+    # bool is never a number (docs/formats.md#lossless-json); None equals only None
     return type(a) is type(b) and a == b
 
 
@@ -136,7 +141,10 @@ def _result_call_id(event: Event) -> Any:
 
 
 def _check(state: TraceState, event: Event) -> None:
-    """Raise _Broken for the first rule ``event`` breaks after ``state`` (core spec §13.2)."""
+    """Raise _Broken for the first rule ``event`` breaks after ``state``.
+
+    Rule: docs/rules.md#turns-and-steps.
+    """
     seq = event.get("seq")
     if type(seq) is not int or seq <= state.last_seq:
         raise _Broken("SEQ_ORDER",
@@ -192,7 +200,7 @@ def _effect(state: TraceState, event: Event) -> TraceState:
     """Return the state after ``event``, assuming its checks passed.
 
     Each effect restates the event's own claim (e.g. ``next_turn = turn + 1``); on a valid log
-    that equals the spec's counter arithmetic, and after a violation it lets :func:`check_log`
+    that equals dsh's counter arithmetic, and after a violation it lets :func:`check_log`
     resynchronise instead of reporting every later event.
     """
     seq = event.get("seq")
@@ -228,7 +236,7 @@ class InvariantTrace:
 
     ``validate`` never changes the trace, so a later veto of the append leaves no trace;
     ``apply`` (or ``commit``) records a committed event.
-    Rule: core spec §13.1-§13.3.
+    Rule: docs/rules.md#turns-and-steps.
     """
 
     __slots__ = ("_state",)
@@ -245,8 +253,9 @@ class InvariantTrace:
         """Check ``event`` as the next committed event; return the staged transition.
 
         Raises:
-            InvariantError: the first rule of core spec §13.2 it breaks; the message starts with
-                :data:`INVARIANT_PREFIX`; ``where`` has ``seq``, ``event_type`` and ``rule``.
+            InvariantError: the first rule of docs/rules.md#turns-and-steps it breaks; the message
+                starts with :data:`INVARIANT_PREFIX`; ``where`` has ``seq``, ``event_type`` and
+                ``rule``.
         """
         try:
             _check(self._state, event)
@@ -290,7 +299,7 @@ def check_log(events: Iterable[Event]) -> list[Violation]:
 
     Returns:
         One :class:`Violation` per offending event (its first broken rule); empty when valid.
-    Rule: core spec §13.2.
+    Rule: docs/rules.md#turns-and-steps.
     """
     state = TraceState()
     violations: list[Violation] = []
@@ -333,7 +342,7 @@ class InvariantObserver:
     veto the creation; ``validate`` is the pre-commit check the store's append path calls;
     ``on_event`` applies a committed event; ``on_disposed`` forgets the session. A session it
     has not seen created (the observer was added later) is replayed from its log on first use.
-    Rule: core spec §13.3.
+    Rule: docs/rules.md#turns-and-steps.
     """
 
     def __init__(self) -> None:

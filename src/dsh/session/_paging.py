@@ -1,7 +1,8 @@
 """Paged-in logs: a session log whose events before a cut live in storage, not in memory.
 
-After an O(tail) resume (DESIGN §3.12) the core holds only the tail; the events before the cut
-are read on demand from an :class:`EventSource` that persistence hands to it, so ``session/``
+After an O(tail) resume (docs/rules.md#restore-points-are-never-the-truth) the core holds only the
+tail; the events before the cut are read on demand from an :class:`EventSource` that persistence
+hands to it, so ``session/``
 itself stays free of I/O. Invariants this module owns:
 
 * the events before the cut never change (only the single writer appends, and only after it),

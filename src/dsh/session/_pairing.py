@@ -3,9 +3,10 @@
 A surface of N nodes has N + 1 cuts; cut i lies before node i. Walking the nodes with a counter
 that each ``assistant/message`` raises by its number of ``tool-call`` blocks and each
 ``tool/result`` lowers by one, cut i + 1 is balanced iff the counter is 0 after node i; cut 0 is
-always balanced (core spec §11.1).
+always balanced (docs/rules.md#tool-pairing).
 
-Invariants this module owns (core spec §11.2): one cache per session, weakly held, describing one
+Invariants this module owns (docs/rules.md#tool-pairing): one cache per session, weakly held,
+    describing one
 surface generation; log-only growth costs no event reads; new surface nodes fold incrementally;
 a replacement (new generation) or a shrunken surface rebuilds from scratch; a failed fold leaves
 the previous cache untouched.
@@ -110,7 +111,7 @@ def _fold(session: PairingSession, nodes: Sequence[int], base: _BalanceCache | N
 
 
 def _sync(session: PairingSession) -> _BalanceCache:
-    """Bring the session's cache up to date with its surface (core spec §11.2 steps 1-3)."""
+    """Bring the session's cache up to date with its surface (docs/rules.md#tool-pairing)."""
     surface = session.surface
     nodes = surface.nodes
     generation = surface.replace_generation
@@ -150,7 +151,7 @@ def tool_pairing_balanced_before(session: PairingSession, seq: int) -> bool:
         EventRejectedError: ``seq`` is not a current surface node (code
             SURFACE_SEQ_NOT_FOUND); a node has no matching event or a ``tool/result`` has no
             open call before it (code CORRUPT_SURFACE).
-    Rule: core spec §11.1-§11.2.
+    Rule: docs/rules.md#tool-pairing.
     """
     cache, position = _position(session, seq)
     return cache.cut_balanced[position]
@@ -161,7 +162,7 @@ def tool_pairing_balanced_after(session: PairingSession, seq: int) -> bool:
 
     Raises:
         EventRejectedError: as :func:`tool_pairing_balanced_before`.
-    Rule: core spec §11.1-§11.2.
+    Rule: docs/rules.md#tool-pairing.
     """
     cache, position = _position(session, seq)
     return cache.cut_balanced[position + 1]
@@ -172,6 +173,6 @@ def balanced_cuts(session: PairingSession) -> tuple[bool, ...]:
 
     Raises:
         EventRejectedError: code CORRUPT_SURFACE, as :func:`tool_pairing_balanced_before`.
-    Rule: core spec §11.1 (cut 0 is always balanced).
+    Rule: docs/rules.md#tool-pairing (cut 0 is always balanced).
     """
     return tuple(_sync(session).cut_balanced)

@@ -1,7 +1,7 @@
 """Closers for an open final turn: crash repair ("interrupted") and fork cut points ("forked").
 
 One algorithm serves both causes; they differ only in the model-facing wording and in the
-``turn/end`` reason (seed ch. 28). Invariants this module owns (core spec §9.1-§9.2):
+``turn/end`` reason (docs/rules.md#closers). Invariants this module owns (docs/rules.md#closers):
 
 * the closers are a pure, deterministic function of the log: every closer reuses the last
   event's ``time`` and takes the seqs right after it;
@@ -20,13 +20,16 @@ from dsh.json import FrozenDict, FrozenList, c_seqs_contiguous
 from dsh.session._events import Event
 
 TOOL_NOT_STARTED: Final = "TOOL_NOT_STARTED"
-"""Error code of a synthetic result for a call with no ``tool/call`` record (core spec §9.2)."""
+"""Error code of a synthetic result for a call with no ``tool/call`` record.
+
+Rule: docs/rules.md#closers.
+"""
 
 TOOL_OUTCOME_UNKNOWN: Final = "TOOL_OUTCOME_UNKNOWN"
-"""Error code of a synthetic result for a recorded call with no result (core spec §9.2)."""
+"""Error code of a synthetic result for a recorded call with no result (docs/rules.md#closers)."""
 
 CloseCause: TypeAlias = Literal["interrupted", "forked"]
-"""Why the turn is being closed: a crash (resume) or a fork cut point (seed ch. 28)."""
+"""Why the turn is being closed: a crash (resume) or a fork cut point (docs/rules.md#fork)."""
 
 _CAUSES: Final = ("interrupted", "forked")
 
@@ -62,8 +65,9 @@ def closer_text(cause: CloseCause, *, started: bool, call_id: str,
 
     Returns:
         One paragraph naming the tool and call id, saying what the log knows about the call,
-        that its outcome is unknown, and how to retry safely. The wording is ours (core spec §9.3
-        fixes only its content; seed ch. 28 adds the forked variants).
+        that its outcome is unknown, and how to retry safely. The wording is ours
+        (docs/rules.md#model-facing-text fixes only its content; docs/rules.md#fork adds the forked
+        variants).
     """
     what = _describe(call_id, tool_name)
     if cause == "interrupted":
@@ -125,7 +129,8 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause, *,
                       base_seq: int = 0) -> tuple[Event, ...]:
     """Return the events that close the log's open final turn, or ``()`` when none is open.
 
-    Scan (core spec §9.1): ``turn/start`` opens a turn and clears the pending calls; ``turn/end``
+    Scan (docs/rules.md#closers): ``turn/start`` opens a turn and clears the pending calls;
+        ``turn/end``
     closes it and clears them; ``step/start`` opens a step; ``step/end`` closes it and clears
     them; each ``tool-call`` block of an ``assistant/message`` registers a pending call (a repeat
     keeps its place and forgets any ``tool/call``); a ``tool/call`` of a pending call records its
@@ -150,7 +155,7 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause, *,
         EventRejectedError: an event's seq is not its index (code SEQ_GAP, ``where["seq"]``), or
             an ``assistant/message`` / ``tool/result`` lacks its message (code MALFORMED_EVENT).
         ConfigError: ``cause`` is not one of the two causes.
-    Rule: core spec §9.1-§9.2, persistence spec §1.11; seed ch. 28 (one algorithm, two causes).
+    Rule: docs/rules.md#closers (one algorithm, two causes).
     """
     if cause not in _CAUSES:
         raise ConfigError(f"closer cause must be 'interrupted' or 'forked', got {cause!r}")
@@ -272,6 +277,6 @@ def interrupted_turn_closers(events: Sequence[Event]) -> tuple[Event, ...]:
 
     Raises:
         EventRejectedError: as :func:`open_turn_closers`.
-    Rule: core spec §9; persistence spec §1.11 (run on load, before the session is rebuilt).
+    Rule: docs/rules.md#repair, docs/rules.md#closers (run on load, before the session is rebuilt).
     """
     return open_turn_closers(events, "interrupted")

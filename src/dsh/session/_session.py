@@ -1,6 +1,7 @@
 """Session: one append-only event log, its seeds, and the folds derived from it.
 
-Invariants this module owns (core spec §5, §6, §8; seed ch. 28):
+Invariants this module owns (docs/rules.md#seeds-and-the-end-seed-marker,
+docs/rules.md#what-append-refuses, docs/rules.md#the-request-header, docs/rules.md#resume):
 
 * ``seq`` equals the event's index (contiguous from 0); ``time`` is integer epoch ms and never
   decreases (``max(clock(), last time)``);
@@ -107,11 +108,14 @@ def _unplain(seed: Sequence[Event], base: int, log: _Log, nodes: list[int],
         pos = stop + 1
 
 
-# --- seed checks (core spec §5.3) -----------------------------------------------------------
+# --- seed validation (docs/rules.md#seed-validation) ----------------------------------------------
 
 
 def _check_envelope(event: Any, index: int) -> None:
-    """Envelope rule 2b-2c of core spec §5.3 (the legacy type is checked by the caller)."""
+    """Envelope checks of a seeded event (the legacy type is checked by the caller).
+
+    Rule: docs/rules.md#seed-validation.
+    """
     problem = None
     if not event.keys() <= ENVELOPE_KEYS:
         extra = sorted(set(event.keys()) - ENVELOPE_KEYS)
@@ -133,7 +137,7 @@ def _check_envelope(event: Any, index: int) -> None:
 
 
 def _check_request_header_shape(event: Any, index: int) -> None:
-    """LLM-shape checks of a seeded ``request/header`` (core spec §5.3)."""
+    """LLM-shape checks of a seeded ``request/header`` (docs/rules.md#seed-validation)."""
     data = event["data"]
     header = data.get("header") if isinstance(data, dict) else None
     config = header.get("config") if isinstance(header, dict) else None
@@ -194,8 +198,9 @@ def _positive(value: Any) -> bool:
 def _check_core_shape(etype: str, data: Any, seq: int, *, seed: bool = False) -> None:
     """Append-time shape checks of the core types, so a log we write always reads back.
 
-    dsh's ``append`` skips them (core spec §6 notes); its reader then refuses the log (seed
-    checks §5.3, legacy normalisation §15.4). We refuse at the door instead.
+    dsh's ``append`` skips them (docs/rules.md#what-append-refuses); its reader then refuses
+    the log (seed validation, docs/rules.md#seed-validation; legacy normalisation,
+    docs/events.md#legacy-shapes). We refuse at the door instead.
 
     Raises:
         EventRejectedError: code SHAPE naming the type, seq and what is wrong.
@@ -298,9 +303,10 @@ def _run_custom_validator(check: Callable[[Any], object], etype: str, data: Any,
 
 
 def _check_message_shape(event: Any, index: int, appended: bool = False) -> None:
-    """Message-event shape checks (core spec §5.3 ``assertMessageEventShape``), in order.
+    """Message-event shape checks (docs/rules.md#seed-validation), in order.
 
-    ``system/message`` is checked like ``user/message`` with role ``system`` (seed ch. 28).
+    ``system/message`` is checked like ``user/message`` with role ``system``
+    (docs/rules.md#the-system-head).
     """
     etype = event["type"]
     data = event["data"]
@@ -360,7 +366,7 @@ def _legacy_error(etype: str, **where: Any) -> EventRejectedError:
 
 
 def _seed_slow_checks(event: Any, index: int) -> None:
-    """Report the first seed failure in core spec §5.3 order; return if there is none."""
+    """Report the first seed failure in docs/rules.md#seed-validation; return if there is none."""
     etype = event.get("type")
     if etype == "request/header-delta":
         raise _legacy_error(etype, seed_index=index)
@@ -377,7 +383,7 @@ def _seed_slow_checks(event: Any, index: int) -> None:
                       seed_index=index, event_type=etype)
 
 
-# --- request header (core spec §8) ----------------------------------------------------------
+# --- request header (docs/rules.md#the-request-header) --------------------------------------------
 
 
 def canonical_header(header: Mapping[str, Any]) -> FrozenDict:
@@ -391,7 +397,7 @@ def canonical_header(header: Mapping[str, Any]) -> FrozenDict:
         A frozen header with ``config`` (same object), ``adapterDefaults`` only when a flag is
         ``true``, ``system`` only when non-empty, ``tools`` only when non-empty.
 
-    Rule: core spec §8.1.
+    Rule: docs/rules.md#canonical-header-and-equality.
     """
     out: dict[str, Any] = {"config": header.get("config")}
     defaults = header.get("adapterDefaults")
@@ -424,7 +430,7 @@ def call_config_equals(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
     ``provider``, ``model``, ``reasoningEffort``, ``temperature``, ``maxTokens`` must be strictly
     equal (absent equals only absent); ``stop`` lists must both be absent or equal element-wise
-    (an empty list differs from absent). Rule: core spec §8.2 ``callConfigEquals``.
+    (an empty list differs from absent). Rule: docs/rules.md#canonical-header-and-equality.
     """
     for key in ("provider", "model", "reasoningEffort", "temperature", "maxTokens"):
         if not _strict_equal(a.get(key, _MISSING), b.get(key, _MISSING)):
@@ -447,7 +453,8 @@ def header_equals(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
     Compares the call config (:func:`call_config_equals`), each ``adapterDefaults`` flag,
     ``system`` strictly, and tools position by position as compact JSON text (order- and
-    key-order-sensitive; absent and empty tool lists are equal). Rule: core spec §8.2.
+    key-order-sensitive; absent and empty tool lists are equal). Rule:
+    docs/rules.md#canonical-header-and-equality.
     """
     if not call_config_equals(a["config"], b["config"]):
         return False
@@ -485,7 +492,7 @@ def fold_request_header(events: Iterable[Event],
     Raises:
         EventRejectedError: code ``SHAPE`` for a ``request/header`` without a header object.
 
-    Rule: core spec §8.3.
+    Rule: docs/rules.md#header-folds.
     """
     state = start
     for event in events:
@@ -609,10 +616,10 @@ class Session:
         events: The log as a tuple (cached until the next append; a held tuple never grows).
         seq: The next seq (the log length).
         first_live_seq: The first seq this lifecycle wrote (the constructor seed's length).
-        inherited_event_count: Leading events inherited from a fork parent (seed ch. 28).
+        inherited_event_count: Leading events inherited from a fork parent (docs/rules.md#fork).
         surface: The :class:`Surface` (stable identity; ``nodes``, ``replace_generation``).
 
-    Rule: core spec §5.7.
+    Rule: docs/rules.md#the-log.
     """
 
     __slots__ = (
@@ -679,7 +686,8 @@ class Session:
                 ``SURFACE``, with ``seed_index``), the header (``HEADER``), the seeded contract
                 (``SEED``).
 
-        Rule: core spec §5.2-§5.5; seed ch. 28.
+        Rule: docs/formats.md#the-session-header, docs/rules.md#seed-validation,
+            docs/rules.md#the-end-seed-marker, docs/rules.md#resume.
         """
         return cls(session_id, seed=seed, header=header,
                    inherited_event_count=inherited_event_count, clock=clock)
@@ -706,7 +714,8 @@ class Session:
             EventRejectedError: ``HEADER`` first, then seed failures (``ENVELOPE`` also for an
                 item that is not an :class:`Event`), then ``SEED``.
 
-        Rule: core spec §5.2-§5.5 (``fromRestore``); seed ch. 28.
+        Rule: docs/formats.md#the-session-header, docs/rules.md#seed-validation,
+            docs/rules.md#the-end-seed-marker (``fromRestore``); docs/rules.md#resume.
         """
         session = cls.__new__(cls)
         session._setup(session_id, clock)
@@ -746,7 +755,8 @@ class Session:
                 ``state`` does not cover exactly ``len(source)`` events.
             LogCorruptError: the source served events that are not the prefix.
 
-        Rule: as :meth:`restore`; DESIGN §3.12 (restore points are derived, never the truth).
+        Rule: as :meth:`restore`; docs/rules.md#restore-points-are-never-the-truth (restore points
+            are derived, never the truth).
         """
         session = cls.__new__(cls)
         session._setup(session_id, clock)
@@ -833,7 +843,7 @@ class Session:
         self._inherited_event_count = inherited
         self._first_live_seq = len(self._log)
         # A fork seed already marks its cut with the inherited end-seed; the closers of a turn
-        # left open at the cut follow it and are part of the seed (seed ch. 28 buildForkSeed),
+        # left open at the cut follow it and are part of the seed (docs/rules.md#fork),
         # so a second, plain end-seed is added only to a seed without that marker.
         if seed is not None and not (mode == "snapshot" and markers) and (
                 not self._log or self._log[-1]["type"] != _END_SEED):
@@ -868,11 +878,13 @@ class Session:
 
     def _admit_seed(self, seed: Iterable[Any], inherited: int, *, copy: bool,
                     base: int = 0) -> int:
-        """Run the seed pipeline of core spec §5.3; return inherited markers after the cut.
+        """Run the seed pipeline; return inherited markers after the cut.
+
+        Rule: docs/rules.md#seed-validation.
 
         The common case (a 4-key envelope, a plain surface append) takes an inlined fast path;
         anything unusual goes through :meth:`_seed_slow_checks`, which reports the first failure
-        in spec order.
+        in the documented order.
         """
         log = self._log
         log_append = log.appender() if isinstance(log, PagedLog) else log.append
@@ -965,7 +977,7 @@ class Session:
         return markers
 
     def _check_seeded(self, seeded_input: bool, inherited: int, markers: int) -> None:
-        """The seeded-session contract of seed ch. 28."""
+        """The seeded-session contract of docs/rules.md#resume."""
         seed_length = self._header.get("seedLength")
         sid = self._id
         if seed_length is not None:
@@ -1006,7 +1018,7 @@ class Session:
 
     @property
     def events(self) -> EventLog:
-        """The log as a read-only sequence that never grows (core spec §5.7).
+        """The log as a read-only sequence that never grows (docs/rules.md#the-log).
 
         O(1): the log is append-only, so the first ``len`` events are an immutable snapshot and
         need no copy. The same object is returned until the next append.
@@ -1023,7 +1035,7 @@ class Session:
 
     @property
     def first_live_seq(self) -> int:
-        """The first seq written by this lifecycle (core spec §5.4)."""
+        """The first seq written by this lifecycle (docs/rules.md#the-end-seed-marker)."""
         return self._first_live_seq
 
     @property
@@ -1067,8 +1079,9 @@ class Session:
                 required for surface-eligible types, refused on others.
             source_event_seqs: Earlier seqs this event cites.
             ignorable: Mark the event ``ignorable: true``, so a reader that does not know its
-                type keeps and skips it instead of refusing the log (core spec §1.6). Use it for
-                your own event types; dsh's readers refuse unknown types without it.
+                type keeps and skips it instead of refusing the log
+                (docs/events.md#known-types-and-ignorable-events). Use it for your own event types;
+                dsh's readers refuse unknown types without it.
 
         Returns:
             The committed :class:`Event` with keys ``type, seq, time, data[, sourceEventSeqs]
@@ -1084,19 +1097,20 @@ class Session:
                 accepts; the message names the known type it looks like a typo of),
                 ``CUSTOM_EVENT_INVALID`` (a registered type's validator refused the data),
                 ``ORPHAN_TOOL_RESULT`` (a fresh ``tool/result`` for a call that no earlier
-                ``assistant/message`` of this session made), ``SURFACE`` (core spec §7), or
-                whatever a validator raised. Nothing is committed on any failure.
+                ``assistant/message`` of this session made), ``SURFACE``
+                (docs/rules.md#the-surface), or whatever a validator raised. Nothing is committed on
+                any failure.
 
         What append does not refuse, and why: the turn and step rules (turns and steps
         opened one at a time and numbered 1, 2, …; assistant messages, tool calls and fresh
         results inside the open step; a result answering a ``tool/call`` of the same step).
-        dsh keeps them out of ``Session`` (core spec §13.3) so that any log dsh writes can be
-        appended to here, and ``dsh verify`` reports them. To refuse them at append, attach
+        dsh keeps them out of ``Session`` (docs/rules.md#turns-and-steps) so that any log dsh writes
+        can be appended to here, and ``dsh verify`` reports them. To refuse them at append, attach
         :class:`dsh.session.InvariantObserver` (``observer.attach(session)``) or append
         through the agent recorder. A ``user/message`` outside a turn is accepted because it
         is valid: dsh itself writes compaction checkpoints and imported context that way.
 
-        Rule: core spec §6 (steps in that order).
+        Rule: docs/rules.md#what-append-refuses (steps in that order).
         """
         seq = len(self._log)
         try:
@@ -1229,7 +1243,7 @@ class Session:
 
         Observers run in subscription order; an exception is logged (``logger.exception``) and
         never undoes the commit or stops later observers. An observer cannot append to this
-        session (``REENTRANT_APPEND``). Rule: core spec §6 steps 11-12.
+        session (``REENTRANT_APPEND``). Rule: docs/rules.md#what-append-refuses.
         """
         self._observers = (*self._observers, callback)
 
@@ -1243,7 +1257,8 @@ class Session:
 
         The candidate is the frozen event that would be committed at ``session.seq``; a veto
         leaves the log, surface and observers untouched. Returns an unsubscriber.
-        Rule: core spec §6 step 9 (the pre-commit dispatch hook, used by invariant companions).
+        Rule: docs/rules.md#what-append-refuses (the pre-commit dispatch hook, used by invariant
+            companions).
         """
         self._validators = (*self._validators, callback)
 
@@ -1264,7 +1279,7 @@ class Session:
         With it, a list its caller has dropped, unchanged or only shortened, is extended and
         handed out again (no one else can reach it, so it is as fresh as a copy); this saves
         copying every reference when the previous result is gone, and costs one list of
-        references held by the session. Rule: core spec §7.8.
+        references held by the session. Rule: docs/rules.md#deriving-messages.
         """
         nodes = self._nodes
         generation = self._surface.replace_generation
@@ -1311,7 +1326,7 @@ class Session:
     def request_header(self) -> FrozenDict | None:
         """Return the latest canonical request header, or None before the first one.
 
-        Incremental over new events; the result is frozen. Rule: core spec §8.3.
+        Incremental over new events; the result is frozen. Rule: docs/rules.md#header-folds.
 
         Raises:
             EventRejectedError: code ``SHAPE`` for an appended ``request/header`` with no header.
@@ -1330,7 +1345,7 @@ class Session:
     def request_context(self) -> FrozenDict | None:
         """Return the latest ``request/context`` data (provider, model, contextWindow?), or None.
 
-        Incremental over new events; the result is frozen. Rule: core spec §8.5.
+        Incremental over new events; the result is frozen. Rule: docs/rules.md#header-folds.
         """
         log = self._log
         count = len(log)
@@ -1348,7 +1363,7 @@ class Session:
         """Return the append-origin surface events: the durable material of a human transcript.
 
         Replacement copies (compaction summaries, rewritten results) are excluded.
-        Rule: core spec §7.1 (``isAppendSurfaceEvent``).
+        Rule: docs/rules.md#the-surface (``isAppendSurfaceEvent``).
         """
         return tuple(e for e in self._log if is_append_surface_event(e))
 

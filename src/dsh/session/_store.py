@@ -1,6 +1,6 @@
 """SessionStore: the live sessions of one process, their lifecycle notifications, and fork.
 
-Invariants this module owns (core spec §10, §14.1; seed ch. 28):
+Invariants this module owns (docs/rules.md#fork, docs/rules.md#live-sessions, docs/rules.md#resume):
 
 * at most one live session per id, and a Session object is attached to at most one store;
 * every announced session is paired with exactly one ``on_disposed`` (also on rollback), and a
@@ -32,7 +32,7 @@ from dsh.session._session import Clock, Session, wall_clock_ms
 logger = logging.getLogger(__name__)
 
 OpenTurnPolicy = Literal["close", "reject"]
-"""What :meth:`SessionStore.fork` does with a cut inside an open turn (seed ch. 28)."""
+"""What :meth:`SessionStore.fork` does with a cut inside an open turn (docs/rules.md#fork)."""
 
 _META_KEYS: Final = ("cwd", "parentSession", "seedLength", "origin", "delegationDepth",
                      "agentPreset")
@@ -134,7 +134,7 @@ class SessionStore:
         clock: Epoch-ms clock for minted headers and for the sessions this store creates
             (default: wall clock).
 
-    Rule: core spec §14.1; seed ch. 28 for fork and resume.
+    Rule: docs/rules.md#live-sessions, docs/rules.md#fork for fork and resume.
     """
 
     def __init__(self, persistence: PersistencePort | None = None, *,
@@ -186,7 +186,7 @@ class SessionStore:
                 ``cwd``, ``parentSession``, ``seedLength``, ``origin``, ``delegationDepth``,
                 ``agentPreset`` are taken when present; other keys are ignored).
                 ``seed_source="persistence"``: the full stored header.
-            inherited_event_count: Events inherited from a fork parent (seed ch. 28).
+            inherited_event_count: Events inherited from a fork parent (docs/rules.md#fork).
             seed_source: ``"snapshot"`` copies the seed (:meth:`Session.create`);
                 ``"persistence"`` takes ownership of frozen events (:meth:`Session.restore`).
 
@@ -197,7 +197,7 @@ class SessionStore:
             SessionExistsError: the id is live (``session "<id>" already exists``).
             EventRejectedError: the seed or header is invalid.
 
-        Rule: core spec §14.1 ``prepare``.
+        Rule: docs/rules.md#live-sessions.
         """
         self._check_open()
         sid = self._mint_id() if session_id is None else session_id
@@ -249,7 +249,7 @@ class SessionStore:
                 replace it).
             ConfigError: the object is already attached to a store.
 
-        Rule: core spec §14.1 ``enter``.
+        Rule: docs/rules.md#live-sessions.
         """
         sid = session.id
         if sid in self._entries:
@@ -281,7 +281,7 @@ class SessionStore:
                 reentrant call from an ``on_created`` observer.
             Exception: whatever an ``on_created`` observer raised (later observers are skipped).
 
-        Rule: core spec §14.1 ``announce`` (``announced`` is set before dispatch, so a partial
+        Rule: docs/rules.md#live-sessions (``announced`` is set before dispatch, so a partial
         announcement is still paired with a disposal).
         """
         entry = self._live_entry(session)
@@ -313,7 +313,7 @@ class SessionStore:
             Exception: an ``on_created`` veto, after the entry was removed and ``on_disposed``
                 was sent (the partial announcement is paired).
 
-        Rule: core spec §14.1 ``create``.
+        Rule: docs/rules.md#live-sessions.
         """
         session = self.prepare(session_id, seed=seed, header=header,
                                inherited_event_count=inherited_event_count,
@@ -434,7 +434,8 @@ class SessionStore:
             SessionNotFoundError: the session is not live here (``SESSION_NOT_LIVE``).
             Exception: the first failure in observer order, after every observer ran.
 
-        Rule: core spec §14.1 ``flush``; DESIGN §3.4 (the durability barrier).
+        Rule: docs/rules.md#live-sessions, docs/rules.md#write-behind-and-the-flush-barrier (the
+            durability barrier).
         """
         self._live_entry(session)
         participated = False
@@ -468,7 +469,7 @@ class SessionStore:
             ConfigError: no persistence backend is attached.
             DshError: whatever the backend raises (busy, not found, corrupt, ...).
 
-        Rule: seed ch. 28 (resume: write ownership, cold read, closers, restore).
+        Rule: docs/rules.md#resume (resume: write ownership, cold read, closers, restore).
         """
         self._check_open()
         if self._persistence is None:
@@ -577,7 +578,7 @@ class SessionStore:
                 contiguous seq), ``OPEN_TURN`` (cut inside a turn with ``open_turn="reject"``).
             ConfigError: ``open_turn`` is not ``"close"`` or ``"reject"``.
 
-        Rule: core spec §10; seed ch. 28 (order of checks, inherited marker, forked closers).
+        Rule: docs/rules.md#fork (order of checks, inherited marker, forked closers).
         """
         if open_turn not in ("close", "reject"):
             raise ConfigError(f"open_turn must be 'close' or 'reject', got {open_turn!r}")

@@ -1,6 +1,6 @@
 """The surface: the ordered seqs of message events the model currently sees.
 
-Invariants this module owns (core spec §7, seed ch. 28):
+Invariants this module owns (docs/rules.md#the-surface, docs/rules.md#resume):
 
 * only surface-eligible events (``user/message``, ``assistant/message``, ``tool/result``,
   ``system/message``) carry ``surfaceOp``/``sourceEventSeqs``, and they must carry ``surfaceOp``;
@@ -65,7 +65,7 @@ class SurfaceFold(NamedTuple):
 class SurfaceNodes(Sequence[int]):
     """A read-only live view of the surface's node seqs; its identity never changes.
 
-    It compares equal to a list or tuple with the same seqs. Rule: core spec §7.9.
+    It compares equal to a list or tuple with the same seqs. Rule: docs/rules.md#the-surface.
     """
 
     __slots__ = ("_nodes",)
@@ -123,7 +123,7 @@ def _reject(message: str, event: Any, code: str = "SURFACE") -> EventRejectedErr
 
 
 def _check_sources(event: Any, sources: Any, shadowed: Sequence[int]) -> None:
-    """Provenance rules for ``sourceEventSeqs`` (core spec §7.4), in order."""
+    """Provenance rules for ``sourceEventSeqs`` (docs/rules.md#provenance), in order."""
     seq = event["seq"]
     if sources is not _MISSING:
         if not isinstance(sources, list):
@@ -176,7 +176,7 @@ def _blank_result_payload(data: Any) -> Any:
 
 def _check_tool_result_rewrite(event: Any, shadowed: Sequence[int], events: Sequence[Any],
                                base_seq: int) -> None:
-    """Tool-result rewrite rule (core spec §7.5)."""
+    """Tool-result rewrite rule (docs/rules.md#tool-result-rewrites)."""
     if len(shadowed) != 1:
         raise _reject("tool/result surface replacement must rewrite exactly one current node "
                       f"(covers {len(shadowed)}: {', '.join(map(str, shadowed))})", event)
@@ -197,7 +197,7 @@ class Surface:
 
     :meth:`plan` validates one candidate and returns a :class:`SurfacePlan` without changing
     anything; :meth:`apply` commits it. ``nodes`` is a :class:`SurfaceNodes` view whose identity
-    is stable across appends. Rule: core spec §7.2, §7.3, §7.9.
+    is stable across appends. Rule: docs/rules.md#surface-ops, docs/rules.md#the-surface.
 
     Args:
         node_list: The list the node seqs live in. A session passes a list of its own and
@@ -252,8 +252,8 @@ class Surface:
         Raises:
             EventRejectedError: code ``SEQ_NOT_CONTIGUOUS`` for a seq other than
                 ``expected_seq``; code ``SURFACE`` for a marker, range, provenance, tool-result
-                rewrite or system-head violation (checks in core spec §7.3 order, then the node-0
-                rule of seed ch. 28). Nothing changes.
+                rewrite or system-head violation (checks in docs/rules.md#surface-ops, then the
+                node-0 rule of docs/rules.md#resume). Nothing changes.
         """
         seq = event["seq"]
         if seq != expected_seq or type(seq) is not int:
@@ -346,7 +346,7 @@ def fold_surface(events: Sequence[Any]) -> SurfaceFold:
         EventRejectedError: the first violation, exactly as the incremental :class:`Surface`
             reports it.
 
-    Rule: core spec §7.10.
+    Rule: docs/rules.md#the-surface.
     """
     surface = Surface()
     replacements: list[SurfaceReplacement] = []
@@ -369,7 +369,7 @@ def derive_event_message(event: Event | FrozenDict) -> FrozenDict | None:
         ``tool/result``: ``data["message"]``; any other type: None. The returned value is the
         frozen object stored in the log (no copy). ``surfaceOp`` is not consulted.
 
-    Rule: core spec §7.7; seed ch. 28 for ``system/message``.
+    Rule: docs/rules.md#deriving-messages, docs/rules.md#the-system-head for ``system/message``.
     """
     etype = event["type"]
     if etype == "user/message" or etype == "system/message":

@@ -16,8 +16,8 @@ how to open a fresh store::
         def inject_torn_tail(self, store, session_id) -> bool:
             ...
 
-Each test opens its own store and names the persistence spec checklist line (§10.1, §10.2) or
-DESIGN decision it covers: round trip, suffix reads, header rules, duplicate ids, seq and
+Each test opens its own store and names the rule it covers (docs/stores.md#the-backend-contract,
+docs/rules.md#persistence): round trip, suffix reads, header rules, duplicate ids, seq and
 lossless JSON refusals with nothing written, atomic batches, exclusive writers naming the
 holder, listing, crash repair of interrupted turns and tool calls, unknown types, foreign
 format versions, torn tails in the backend's own form, and tailing without skip or repeat.
@@ -93,7 +93,10 @@ class BackendContract:
             self.cleanup(persistence)
 
     def test_round_trip_create_append_read(self, store: Persistence) -> None:
-        """§10.1 'round-trips a session: create + append -> load returns identical meta/events'."""
+        """Round-trips a session: create + append -> load returns identical meta/events.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         builder = LogBuilder()
         builder.completed_turn()
         _store_log(store, builder)
@@ -109,7 +112,10 @@ class BackendContract:
         assert loaded.closers == ()
 
     def test_read_offset_returns_suffix(self, store: Persistence) -> None:
-        """§10.1 'readFrom returns exactly the stored suffix from the requested seq'."""
+        """ReadFrom returns exactly the stored suffix from the requested seq.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         builder = LogBuilder()
         builder.completed_turn()
         _store_log(store, builder)
@@ -121,14 +127,20 @@ class BackendContract:
                 handle.read(-1)
 
     def test_rejects_fractional_created_at_without_reserving_id(self, store: Persistence) -> None:
-        """§10.1 'rejects a fractional creation timestamp without reserving its session id'."""
+        """Rejects a fractional creation timestamp without reserving its session id.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         with pytest.raises(EventRejectedError, match="createdAt"):
             store.create({"version": 0, "id": "s", "createdAt": 1.5})
         store.create({"version": 0, "id": "s", "createdAt": 2})
         assert store.exists("s")
 
     def test_create_rejects_duplicate_id(self, store: Persistence) -> None:
-        """§10.2 'create rejects a duplicate id (in memory and on a persisted log)'."""
+        """Create rejects a duplicate id (in memory and on a persisted log).
+
+        Rule: docs/rules.md#persistence.
+        """
         store.create(header("s"))
         with pytest.raises(SessionExistsError):
             store.create(header("s"))
@@ -141,7 +153,7 @@ class BackendContract:
             store.create(header("s"))
 
     def test_open_missing_session_not_found(self, store: Persistence) -> None:
-        """§10.2 'load and inspect reject a missing session'."""
+        """docs/rules.md#persistence 'load and inspect reject a missing session'."""
         with pytest.raises(SessionNotFoundError):
             store.open("nope")
         with pytest.raises(SessionNotFoundError):
@@ -150,7 +162,10 @@ class BackendContract:
             store.load("nope")
 
     def test_append_rejects_restored_seq(self, store: Persistence) -> None:
-        """§10.1 'append rejects a batch whose first seq does not match the stored next-seq'."""
+        """Append rejects a batch whose first seq does not match the stored next-seq.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         builder = LogBuilder()
         builder.completed_turn()
         _store_log(store, builder)
@@ -160,7 +175,7 @@ class BackendContract:
             assert len(handle.read().events) == 6
 
     def test_append_rejects_mid_batch_gap(self, store: Persistence) -> None:
-        """§10.1 'append rejects a mid-batch seq gap'."""
+        """docs/stores.md#the-backend-contract 'append rejects a mid-batch seq gap'."""
         store.create(header("s"))
         with store.open("s", "write") as handle:
             batch = [make("turn/start", 0, {"turn": 1}),
@@ -181,7 +196,10 @@ class BackendContract:
     ])
     def test_append_rejects_non_json_naming_field(self, store: Persistence, value: Any,
                                                            path: str) -> None:
-        """§10.1 'append rejects non-JSON-serializable event data', naming the field's path."""
+        """Append rejects event data that is not lossless JSON, naming the field's path.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         store.create(header("s"))
         event = make("turn/start", 0, {"turn": 1})
         bad = {**thaw(event), "data": {"turn": 1, "v": value}}
@@ -192,7 +210,7 @@ class BackendContract:
             assert handle.read().events == ()
 
     def test_append_rejects_cycle(self, store: Persistence) -> None:
-        """§10.1 '... cyclic object each reject'."""
+        """docs/stores.md#the-backend-contract '... cyclic object each reject'."""
         store.create(header("s"))
         data: dict[str, Any] = {"turn": 1}
         data["self"] = data
@@ -200,7 +218,7 @@ class BackendContract:
             handle.append([{"type": "turn/start", "seq": 0, "time": 1, "data": data}])  # type: ignore[list-item]
 
     def test_safe_integer_bounds_round_trip(self, store: Persistence) -> None:
-        """DESIGN §3.6: ±(2^53-1) are lossless."""
+        """docs/formats.md#lossless-json: ±(2^53-1) are lossless."""
         store.create(header("s"))
         event = make("todo/write", 0, {"todos": [], "big": 9007199254740991,
                                        "small": -9007199254740991})
@@ -220,7 +238,10 @@ class BackendContract:
             handle.append([make("turn/start", 0, {"turn": 1})])
 
     def test_second_writer_busy_in_threads(self, store: Persistence) -> None:
-        """DESIGN §3.3: a write handle is exclusive; the second writer names the holder."""
+        """A write handle is exclusive; the second writer names the holder.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         builder = LogBuilder()
         builder.completed_turn()
         _store_log(store, builder)
@@ -243,7 +264,10 @@ class BackendContract:
             assert len(again.read().events) == 6
 
     def test_list_excludes_zero_event_sessions(self, store: Persistence) -> None:
-        """§10.1 'list() excludes a created-but-never-appended (zero-event) session'."""
+        """List() excludes a created-but-never-appended (zero-event) session.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         store.create(header("empty"))
         builder = LogBuilder("full")
         builder.completed_turn("first prompt here")
@@ -255,7 +279,10 @@ class BackendContract:
         assert summaries[0].title == "first prompt here"
 
     def test_crash_recovery_interrupted_turn(self, store: Persistence) -> None:
-        """§10.1 'crash recovery: load preserves an interrupted (unclosed) turn and closes it'."""
+        """Crash recovery: load preserves an interrupted (unclosed) turn and closes it.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         builder = LogBuilder()
         builder.completed_turn()
         builder.add("turn/start", {"turn": 2})
@@ -286,7 +313,10 @@ class BackendContract:
             assert handle.read(10).events[0].seq == 10
 
     def test_crash_recovery_unstarted_tool(self, store: Persistence) -> None:
-        """§10.1 'an unstarted assistant tool request gets a retryable synthetic result'."""
+        """An unstarted assistant tool request gets a retryable synthetic result.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         builder = LogBuilder()
         builder.tool_call_turn("call_9", recorded=False)
         _store_log(store, builder)
@@ -300,7 +330,10 @@ class BackendContract:
         assert (step_end.type, turn_end.type) == ("step/end", "turn/end")
 
     def test_crash_recovery_recorded_tool(self, store: Persistence) -> None:
-        """§10.1 'a recorded tool call with no result tells the model to assess retry risk'."""
+        """A recorded tool call with no result tells the model to assess retry risk.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         builder = LogBuilder()
         builder.tool_call_turn("call_9", recorded=True)
         _store_log(store, builder)
@@ -313,7 +346,10 @@ class BackendContract:
         assert session.derive_messages()[-1]["source"] == {"kind": "tool", "callId": "call_9"}
 
     def test_unknown_event_type_refused_unless_ignorable(self, store: Persistence) -> None:
-        """§10.2 'rejects an unknown event type on load unless the event is marked ignorable'."""
+        """Rejects an unknown event type on load unless the event is marked ignorable.
+
+        Rule: docs/rules.md#persistence.
+        """
         store.create(header("s"))
         with store.open("s", "write") as handle:
             handle.append([make("future/thing", 0, {})])
@@ -331,7 +367,10 @@ class BackendContract:
     @pytest.mark.parametrize(("version", "wording"), [(7, "upgrade dsh"), (-1, "no upgrade path")])
     def test_foreign_format_version_refused_with_direction(
                 self, store: Persistence, version: int, wording: str) -> None:
-        """§10.2 'rejects a newer/older format version on load, naming the upgrade direction'."""
+        """Rejects a newer/older format version on load, naming the upgrade direction.
+
+        Rule: docs/rules.md#persistence.
+        """
         store.create({**header("s"), "version": version})
         with store.open("s", "write") as handle:
             handle.append([make("turn/start", 0, {"turn": 1})])
@@ -341,7 +380,7 @@ class BackendContract:
         assert "corrupt" not in str(info.value)
 
     def test_round_trips_lineage_header_fields(self, store: Persistence) -> None:
-        """§10.2 seedLength / delegationDepth / parentSession round-trips."""
+        """docs/rules.md#persistence seedLength / delegationDepth / parentSession round-trips."""
         builder = LogBuilder("child")
         builder.completed_turn()
         store.create(header("child", parentSession="parent", seedLength=0, delegationDepth=2,
@@ -358,7 +397,10 @@ class BackendContract:
         assert got["agentPreset"] == "coder"
 
     def test_torn_tail_truncated_and_closed_on_load(self, store: Persistence) -> None:
-        """§10.2 'torn-tail load: a never-committed tail is truncated and the open turn closed'."""
+        """Torn-tail load: a never-committed tail is truncated and the open turn closed.
+
+        Rule: docs/rules.md#crash-safety.
+        """
         builder = LogBuilder()
         builder.completed_turn()
         builder.open_turn()
@@ -377,7 +419,7 @@ class BackendContract:
         assert [e.seq for e in cold.events] == list(range(11))
 
     def test_empty_append_stays_lazy(self, store: Persistence) -> None:
-        """§10.2 'append of an empty batch is a no-op (stays lazy)'."""
+        """docs/rules.md#persistence 'append of an empty batch is a no-op (stays lazy)'."""
         store.create(header("s"))
         with store.open("s", "write") as handle:
             handle.append([])
@@ -386,7 +428,10 @@ class BackendContract:
 
 
     def test_failed_batch_writes_nothing(self, store: Persistence) -> None:
-        """DESIGN §3.3 / §10.1: a batch is atomic; a bad last event leaves none of it stored."""
+        """A batch is atomic; a bad last event leaves none of it stored.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         builder = LogBuilder()
         builder.completed_turn()
         _store_log(store, builder)
@@ -402,7 +447,10 @@ class BackendContract:
             assert [e.seq for e in handle.read().events] == list(range(7))
 
     def test_writer_released_on_close_reopens(self, store: Persistence) -> None:
-        """DESIGN §3.3: closing a write handle frees the session for the next writer at once."""
+        """Closing a write handle frees the session for the next writer at once.
+
+        Rule: docs/stores.md#the-backend-contract.
+        """
         store.create(header("s"))
         for turn in range(3):
             with store.open("s", "write") as handle:
@@ -412,7 +460,7 @@ class BackendContract:
             assert [e.seq for e in handle.read().events] == [0, 1, 2]
 
     def test_tail_yields_every_seq_once_while_appending(self, store: Persistence) -> None:
-        """Issue 13: Persistence.tail never skips or repeats a seq, old and new events alike."""
+        """Persistence.tail never skips or repeats a seq, old and new events alike."""
         builder = LogBuilder()
         builder.completed_turn()
         builder.completed_turn(chunks=5)
@@ -451,7 +499,10 @@ class BackendContract:
             asyncio.run(first(-1))
 
     def test_revision_stable_until_the_log_changes(self, store: Persistence) -> None:
-        """§2.1 listSnapshots: equal across observations of an unchanged log, new after append."""
+        """Equal across observations of an unchanged log, new after append.
+
+        Rule: docs/stores.md#opening-a-store (listSnapshots).
+        """
         builder = LogBuilder()
         builder.completed_turn()
         _store_log(store, builder)
@@ -465,7 +516,10 @@ class BackendContract:
             assert handle.read().revision != first
 
     def test_headers_and_exists_without_reading_logs(self, store: Persistence) -> None:
-        """§2.1 list: one header per stored session; exists() follows create()."""
+        """One header per stored session; exists() follows create().
+
+        Rule: docs/stores.md#opening-a-store (list).
+        """
         assert not store.exists("a")
         store.create(header("a"))
         store.create(header("b", parentSession="a"))

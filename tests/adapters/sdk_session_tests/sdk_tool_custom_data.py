@@ -1,5 +1,5 @@
-# Vendored from openai-agents 0.24.0, tests/test_tool_custom_data.py (its imports and the classes RecordingEditor), by
-# tools/vendor/sdk_session_tests.py. Only imports are changed: SQLiteSession is
+# Vendored from openai-agents 0.24.0, tests/test_tool_custom_data.py (its imports and the classes
+# RecordingEditor), by tools/vendor/sdk_session_tests.py. Only imports are changed: SQLiteSession is
 # dsh's DshSession (see _substitute.py).
 #
 # MIT License

@@ -1,11 +1,12 @@
 """dsh's JSONL backend on disk: layout, atomic first write, appends with rollback, torn tails.
 
-On-disk format (persistence spec §4): ``<root>/<project dir>/<encoded id>/session.jsonl`` (raw)
+On-disk format (docs/formats.md#jsonl): ``<root>/<project dir>/<encoded id>/session.jsonl`` (raw)
 or ``session.jsonl.zstd`` (one checksummed Zstandard frame per batch). The pure encoding and
 scanning rules live in :mod:`dsh.persistence.jsonl._format`; this module does the file work:
 
 * first materialization is atomic and never overwrites (temp file + fsync + ``link`` +
-  directory fsync, spec §4.8); creation is lazy (nothing on disk before the first event);
+  directory fsync, docs/formats.md#writing); creation is lazy (nothing on disk before the first
+  event);
 * an append is one ``write`` (raw) or one frame (zstd); a failed write is truncated back, and a
   failed ``flush`` (fsync) truncates back to the last durable size and forgets the batch, so a
   retry of the same batch leaves no seq gap and no duplicate;
@@ -14,7 +15,7 @@ scanning rules live in :mod:`dsh.persistence.jsonl._format`; this module does th
 * raw logs get an integrity seal beside them (``session.jsonl.seal``, one crc32 record per
   durable batch, :mod:`dsh.persistence._seal`); zstd frames carry their own checksums;
 * write handles hold ``<session dir>/session.lock`` (see :mod:`dsh.persistence._lock`), which
-  dsh tolerates as an extra file in the session-owned directory (spec §10.6).
+  dsh tolerates as an extra file in the session-owned directory (docs/formats.md#jsonl).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ _TORN_FEED_CHUNK = 4096
 
 
 def _revision(st: os.stat_result) -> str:
-    # persistence spec §4.9: opaque, compared for equality within one process
+    # docs/formats.md#layout-and-path-encoding: opaque, compared for equality within one process
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
@@ -121,7 +122,9 @@ def _is_file(path: Path) -> bool:
 
 
 def _mkdir_durable(path: Path, what: str) -> None:
-    """``mkdir`` (mode 0700) and fsync the parent so the new entry survives a crash (§4.8).
+    """``mkdir`` (mode 0700) and fsync the parent so the new entry survives a crash.
+
+    Rule: docs/formats.md#writing.
 
     Raises:
         PersistenceError: code ``SYMLINK`` / ``NOT_A_DIRECTORY`` (see ``mkdir_private``).
@@ -131,7 +134,10 @@ def _mkdir_durable(path: Path, what: str) -> None:
 
 
 def _stable_read(path: Path, session_id: str) -> tuple[bytes, str]:
-    """Read with stat → read → stat until both stats agree (persistence spec §4.7)."""
+    """Read with stat → read → stat until both stats agree.
+
+    Rule: docs/formats.md#reading-the-committed-region.
+    """
     for _ in range(50):
         try:
             before = os.stat(path)
@@ -160,7 +166,7 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 
 
 def _compressor() -> zstandard.ZstdCompressor:
-    # persistence spec §4.6: default level 3, content checksum on, no dictionary
+    # docs/formats.md#zstandard-files: default level 3, content checksum on, no dictionary
     cctx: zstandard.ZstdCompressor | None = getattr(_ZSTD, "cctx", None)
     if cctx is None:
         cctx = _ZSTD.cctx = zstandard.ZstdCompressor(level=3, write_checksum=True)
@@ -168,8 +174,9 @@ def _compressor() -> zstandard.ZstdCompressor:
 
 
 def _decompress_frame(frame: bytes, start: int, path: str) -> bytes:
-    # Every frame dsh and we write carries a content checksum (spec §4.6), which libzstd
-    # verifies on decompression: it is the integrity check of every committed zstd byte.
+    # Every frame dsh and we write carries a content checksum (docs/formats.md#zstandard-files),
+    # which libzstd verifies on decompression: it is the integrity check of every committed zstd
+    # byte.
     if not frame[4] & 0x04:
         raise LogCorruptError(f"corrupt session log: frame at byte {start} carries no content "
                               f"checksum (dsh always writes one) in {path}", path=path,
@@ -222,7 +229,10 @@ def _refuse_damaged_frame(data: bytes, torn_start: int, path: str) -> None:
 
 
 def _decompress_torn(partial: bytes) -> bytes:
-    """Plaintext a torn final frame yields before its end or first error (spec §4.6)."""
+    """Plaintext a torn final frame yields before its end or first error.
+
+    Rule: docs/formats.md#zstandard-files.
+    """
     dobj = _decompressor().decompressobj()
     out: list[bytes] = []
     for pos in range(0, len(partial), _TORN_FEED_CHUNK):
@@ -295,7 +305,10 @@ def _sample_lines(data: bytes, pos: int, committed: int, step: int, *,
 
 def parse_log(data: bytes, *, compression: Compression, path: str,
               seal: Seal | None = None) -> ParsedLog:
-    """Parse a whole log file (raw or zstd) into its committed prefix (spec §4.3-§4.7).
+    """Parse a whole log file (raw or zstd) into its committed prefix.
+
+    Rule: docs/formats.md#header-line, docs/formats.md#record-lines, docs/formats.md#raw-files,
+        docs/formats.md#zstandard-files, docs/formats.md#reading-the-committed-region.
 
     Args:
         data: The file bytes.
@@ -525,7 +538,7 @@ class JsonlHandle(HandleBase):
 
     def _truncate_torn(self, torn: TornTail) -> None:
         # Idempotent: a failed write leaves ``tail.torn`` set, so a retry truncates again and
-        # re-writes the recovered events (persistence spec §4.8 repair).
+        # re-writes the recovered events (docs/formats.md#writing repair).
         tail = self._tail
         assert tail is not None and torn.byte_offset is not None
         fd = self._append_fd()
@@ -533,7 +546,8 @@ class JsonlHandle(HandleBase):
             f.seek(torn.byte_offset)
             cut = f.read()
         if cut:
-            # Saved first: if the torn judgement is wrong, the bytes still exist (DESIGN §3.11).
+            # Saved first: if the torn judgement is wrong, the bytes still exist
+            # (docs/rules.md#crash-safety).
             saved = save_cut(self.path.parent, self.path.name, cut)
             logger.warning("torn tail of session %s (%d bytes at byte %d of %s) saved to %s "
                            "before truncating", self._id, len(cut), torn.byte_offset,
@@ -586,7 +600,7 @@ class JsonlHandle(HandleBase):
             while written < len(payload):
                 written += self._backend._os_write(fd, view[written:])
         except BaseException:
-            # persistence spec §4.8: roll back partial bytes so a retry leaves no seq gap
+            # docs/formats.md#writing: roll back partial bytes so a retry leaves no seq gap
             try:
                 self._backend._os_ftruncate(fd, before)
             except OSError:
@@ -831,12 +845,15 @@ class JsonlHandle(HandleBase):
 
 
 class JsonlBackend:
-    """dsh's JSONL store under one root directory (contract: ``api.Backend``; spec §4).
+    """dsh's JSONL store under one root directory (contract: ``api.Backend``).
+
+    Rule: docs/formats.md#jsonl.
 
     Args:
         root: Store directory; relative paths resolve against the current directory now.
         compression: ``"none"`` (``session.jsonl``) or ``"zstd"`` (``session.jsonl.zstd``).
-        pack_chunks: Pack ``assistant/chunk`` delta runs into chunk rows (spec §4.4).
+        pack_chunks: Pack ``assistant/chunk`` delta runs into chunk rows
+            (docs/formats.md#record-lines).
         url: The store URL, for diagnostics.
 
     Raises:
@@ -874,7 +891,10 @@ class JsonlBackend:
     # --- layout -------------------------------------------------------------------------
 
     def locate(self, header: Mapping[str, object]) -> Path:
-        """Absolute log path of a header's ``(cwd, id)``, without I/O (spec §4.2)."""
+        """Absolute log path of a header's ``(cwd, id)``, without I/O.
+
+        Rule: docs/formats.md#layout-and-path-encoding.
+        """
         cwd = header.get("cwd")
         sid = header.get("id")
         if not isinstance(sid, str):
@@ -894,7 +914,10 @@ class JsonlBackend:
         return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
 
     def _check_encoding(self) -> None:
-        """Refuse a root holding artifacts of the other compression (spec §4.9)."""
+        """Refuse a root holding artifacts of the other compression.
+
+        Rule: docs/formats.md#layout-and-path-encoding.
+        """
         if self._encoding_checked:
             return
         for project in self._project_dirs():
@@ -912,7 +935,10 @@ class JsonlBackend:
             f"the matching compression mode", code="ENCODING_MISMATCH", path=str(found))
 
     def _find(self, session_id: str) -> Path | None:
-        """The log of ``session_id`` in any project directory, or None (spec §4.9)."""
+        """The log of ``session_id`` in any project directory, or None.
+
+        Rule: docs/formats.md#layout-and-path-encoding.
+        """
         self._check_encoding()
         segment = encode_segment(session_id)
         hits: list[Path] = []
@@ -939,7 +965,10 @@ class JsonlBackend:
         return hits[0] if hits else None
 
     def _check_identity(self, session_id: str, header: FrozenDict, path: Path) -> None:
-        """Header id and ``(cwd, id)`` must identify this very file (spec §4.9)."""
+        """Header id and ``(cwd, id)`` must identify this very file.
+
+        Rule: docs/formats.md#layout-and-path-encoding.
+        """
         if header["id"] != session_id:
             raise LogCorruptError(f"stored session identity mismatch: requested id "
                                   f"{session_id!r} does not match header id {header['id']!r} "
@@ -967,12 +996,13 @@ class JsonlBackend:
         head = encode_header_line(header)
         body = encode_records(batch, pack_chunks=self.pack_chunks)
         if self.compression == "zstd":
-            # frame 1 = header line only; frame 2 = the first batch (never merged, §4.6)
+            # frame 1 = header line only; frame 2 = the first batch (never merged,
+            # docs/formats.md#zstandard-files)
             return self._compress(head) + self._compress(body)
         return head + body
 
     def _publish(self, final: Path, content: bytes, session_id: str) -> None:
-        """Atomic, no-overwrite first materialization (persistence spec §4.8 steps 1-7)."""
+        """Atomic, no-overwrite first materialization (docs/formats.md#writing)."""
         session_dir = final.parent
         if (session_dir / self._opposite).exists():
             self._mismatch(session_dir / self._opposite)
@@ -1010,7 +1040,9 @@ class JsonlBackend:
     # --- contract -----------------------------------------------------------------------
 
     def create(self, header: Mapping[str, object]) -> None:
-        """Register a session; the file appears with its first event (lazy, spec §3.6, §4.8).
+        """Register a session; the file appears with its first event (lazy).
+
+        Rule: docs/rules.md#persistence, docs/formats.md#writing.
 
         Raises:
             EventRejectedError: the header is not a valid ``SessionHeader``.
@@ -1065,7 +1097,7 @@ class JsonlBackend:
         return session_id_problem(session_id) is None and self._find(session_id) is not None
 
     def _read_header(self, path: Path) -> FrozenDict | None:
-        """Read only the header of a log for listing (spec §4.9)."""
+        """Read only the header of a log for listing (docs/formats.md#layout-and-path-encoding)."""
         data = b""
         with open(path, "rb") as f:
             while True:
@@ -1094,7 +1126,9 @@ class JsonlBackend:
                     return None
 
     def list_headers(self) -> Iterator[FrozenDict]:
-        """Yield the header of every materialized session, reading headers only (spec §4.9).
+        """Yield the header of every materialized session, reading headers only.
+
+        Rule: docs/formats.md#layout-and-path-encoding.
 
         Raises:
             PersistenceError: flat-file layout, encoding mismatch.
@@ -1138,7 +1172,10 @@ class JsonlBackend:
                 yield header
 
     def read_raw(self, session_id: str) -> str | None:
-        """The decoded artifact text (zstd: complete frames only), or None (spec §4.9)."""
+        """The decoded artifact text (zstd: complete frames only), or None.
+
+        Rule: docs/formats.md#layout-and-path-encoding.
+        """
         path = self._find(session_id)
         if path is None:
             return None

@@ -1,14 +1,17 @@
 r"""dsh's JSONL format as pure functions over bytes: no disk, so every rule is fuzzable.
 
-Covers persistence spec §4.2 (path encoding), §4.3 (header line), §4.4-§4.5 (record lines,
-chunk-row packing), §4.6 (the Zstandard frame walker) and §4.7 (the committed-region scanner).
+Covers docs/formats.md#layout-and-path-encoding (path encoding), docs/formats.md#header-line (header
+line), docs/formats.md#record-lines, docs/formats.md#raw-files (record lines, chunk-row packing),
+docs/formats.md#zstandard-files (the Zstandard frame walker) and
+docs/formats.md#reading-the-committed-region (the committed-region scanner).
 
 Line numbers in this module are physical lines of the logical text, 1-based, the header being
 line 1 (so an editor's line number finds the record). Byte offsets are offsets into the logical
 text (raw: the file; zstd: the decompressed text).
 
 Framing is ``\\n`` only: a record may legally hold U+2028, U+2029, U+0085, ``\\x0b``, ``\\x0c``,
-``\\x1c``-``\\x1e`` or ``\\r`` raw, so ``str.splitlines`` must never be used (DESIGN §3.6).
+``\\x1c``-``\\x1e`` or ``\\r`` raw, so ``str.splitlines`` must never be used
+(docs/formats.md#lossless-json).
 """
 
 from __future__ import annotations
@@ -54,19 +57,19 @@ __all__ = [
 ]
 
 HEADER_TAG: Final = "session"
-"""``type`` of the header line: a bare tag, never an event type (persistence spec §4.3)."""
+"""``type`` of the header line: a bare tag, never an event type (docs/formats.md#header-line)."""
 
 RETIRED_HEADER_KEYS: Final = ("sandboxMode", "approvalPolicy")
-"""Header keys that make a header invalid (persistence spec §4.3)."""
+"""Header keys that make a header invalid (docs/formats.md#header-line)."""
 
 ZSTD_MAGIC: Final = 0xFD2FB528
-"""Magic number of a standard Zstandard frame (RFC 8878; persistence spec §4.6)."""
+"""Magic number of a standard Zstandard frame (RFC 8878; docs/formats.md#zstandard-files)."""
 
 _SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _PROJECT_KEY_MAX: Final = 251
 
 
-# --- path encoding (§4.2) ------------------------------------------------------------------
+# --- path encoding (docs/formats.md#layout-and-path-encoding) -------------------------------------
 
 def _code_units(text: str) -> list[int]:
     raw = text.encode("utf-16-le", "surrogatepass")
@@ -74,7 +77,9 @@ def _code_units(text: str) -> list[int]:
 
 
 def encode_segment(text: str) -> str:
-    """Encode a session id as one path segment, injectively over UTF-16 (persistence spec §4.2).
+    """Encode a session id as one path segment, injectively over UTF-16.
+
+    Rule: docs/formats.md#layout-and-path-encoding.
 
     Every UTF-16 code unit outside ``[A-Za-z0-9._-]`` (``~`` included) becomes ``~XXXX``
     (uppercase hex); the whole ids ``.`` and ``..`` become ``~002E`` and ``~002E~002E``.
@@ -99,7 +104,9 @@ def encode_segment(text: str) -> str:
 
 
 def project_key(cwd: str) -> str:
-    r"""Readable, lossy project directory name ``--<slug>--`` for a cwd (persistence spec §4.2).
+    r"""Readable, lossy project directory name ``--<slug>--`` for a cwd.
+
+    Rule: docs/formats.md#layout-and-path-encoding.
 
     Runs of ``/``, ``\\``, ``:`` become one ``-``; safe characters stay; other UTF-16 code units
     become ``~XXXX``; leading ``-`` are stripped; empty → ``root``; at most 251 slug characters.
@@ -125,14 +132,17 @@ def project_key(cwd: str) -> str:
 
 
 def project_dir_name(cwd: str | None) -> str:
-    """``_no-cwd`` when the header has no cwd, else :func:`project_key` (persistence spec §4.2)."""
+    """``_no-cwd`` when the header has no cwd, else :func:`project_key`.
+
+    Rule: docs/formats.md#layout-and-path-encoding.
+    """
     return "_no-cwd" if cwd is None else project_key(cwd)
 
 
-# --- header line (§4.3, §1.8) ----------------------------------------------------------------
+# --- header line (docs/formats.md#header-line, docs/formats.md#the-session-header) ----------------
 
 def encode_header_line(header: Mapping[str, Any]) -> bytes:
-    r"""Encode the header line, ``\\n`` included, in dsh's key order (persistence spec §4.3).
+    r"""Encode the header line, ``\\n`` included, in dsh's key order (docs/formats.md#header-line).
 
     ``type: "session"``, ``version``, ``id``, ``createdAt``, ``cwd``?, ``parentSession``?,
     ``seedLength``?, ``origin``?, ``delegationDepth`` (always; 0 when absent), ``agentPreset``?.
@@ -152,7 +162,9 @@ def encode_header_line(header: Mapping[str, Any]) -> bytes:
 
 def format_version_refusal(session_id: object, version: object, *,
                            path: str | None = None) -> SessionFormatUnsupportedError:
-    """Build the refusal for a foreign format version, naming the direction (spec §1.8).
+    """Build the refusal for a foreign format version, naming the direction.
+
+    Rule: docs/formats.md#the-session-header.
 
     Newer (``version > 0``): the log is intact and this dsh must be upgraded. Older or not an
     integer: no upgrade path ships. Neither says the log is corrupt.
@@ -176,7 +188,10 @@ def format_version_refusal(session_id: object, version: object, *,
 
 
 def _header_shape_error(obj: Mapping[str, Any]) -> str | None:
-    """Return why ``obj`` is not an acceptable header line object, or None (spec §4.3)."""
+    """Return why ``obj`` is not an acceptable header line object, or None.
+
+    Rule: docs/formats.md#header-line.
+    """
     for key in RETIRED_HEADER_KEYS:
         if key in obj:
             return f"header carries retired policy baseline fields ({key})"
@@ -215,7 +230,9 @@ def _header_from_line(obj: Mapping[str, Any]) -> FrozenDict:
 
 
 def parse_header_strict(line: bytes, *, path: str) -> FrozenDict:
-    r"""Parse a targeted read's header line; the version refusal comes first (spec §1.8, §4.3).
+    r"""Parse a targeted read's header line; the version refusal comes first.
+
+    Rule: docs/formats.md#the-session-header, docs/formats.md#header-line.
 
     Args:
         line: The first line including its ``\\n``.
@@ -251,7 +268,9 @@ def parse_header_strict(line: bytes, *, path: str) -> FrozenDict:
 
 
 def parse_header_lenient(line: bytes, *, path: str) -> FrozenDict | None:
-    """Parse a header line for listing: ``None`` for no header, no version check (spec §4.3).
+    """Parse a header line for listing: ``None`` for no header, no version check.
+
+    Rule: docs/formats.md#header-line.
 
     Raises:
         LogCorruptError: only for the retired policy fields.
@@ -272,10 +291,12 @@ def parse_header_lenient(line: bytes, *, path: str) -> FrozenDict | None:
     return _header_from_line(obj)
 
 
-# --- record lines (§4.4) ---------------------------------------------------------------------
+# --- record lines (docs/formats.md#record-lines) --------------------------------------------------
 
 def encode_records(events: Sequence[Event], *, pack_chunks: bool) -> bytes:
-    r"""Encode one durable batch: one record per line, the batch ending with ``\\n`` (spec §4.4).
+    r"""Encode one durable batch: one record per line, the batch ending with ``\\n``.
+
+    Rule: docs/formats.md#record-lines.
 
     With ``pack_chunks`` runs of at least 3 eligible ``assistant/chunk`` deltas become one
     chunk row; rows never span batches. Returns ``b""`` for an empty batch.
@@ -286,7 +307,7 @@ def encode_records(events: Sequence[Event], *, pack_chunks: bool) -> bytes:
     return b"\n".join([dumps(record) for record in records]) + b"\n"
 
 
-# --- the committed-region scanner (§4.7) -----------------------------------------------------
+# --- the committed-region scanner (docs/formats.md#reading-the-committed-region) ------------------
 
 @dataclass(slots=True)
 class _Issue:
@@ -329,7 +350,7 @@ def _has_turn_end(records: Sequence[Any]) -> bool:
 class Scanner:
     r"""The committed-region scanner: feed logical text after the header, read the prefix.
 
-    Rules (persistence spec §4.7, tightened per the port's brief):
+    Rules (docs/formats.md#reading-the-committed-region, tightened beyond dsh):
 
     * every complete line (``\\n``-terminated; an empty line counts) is parsed with
       :func:`dsh.json.loads` and expanded with ``decode_storage_record``; each event's ``seq``
@@ -500,11 +521,13 @@ class Scanner:
         return result
 
 
-# --- Zstandard frame walker (§4.6) -----------------------------------------------------------
+# --- Zstandard frame walker (docs/formats.md#zstandard-files) -------------------------------------
 
 def scan_zstd_frames(data: bytes, *, path: str, max_frames: int | None = None
                      ) -> tuple[list[tuple[int, int]], int | None]:
-    """Walk concatenated Zstandard frames structurally, before any decompression (spec §4.6).
+    """Walk concatenated Zstandard frames structurally, before any decompression.
+
+    Rule: docs/formats.md#zstandard-files.
 
     Args:
         data: The file bytes.

@@ -1,6 +1,7 @@
 """PostgreSQL persistence backend: many hosts, one fenced writer per session, live tailing.
 
-Invariants this module owns (DESIGN §3.3, §3.10):
+Invariants this module owns (docs/stores.md#the-backend-contract,
+docs/rules.md#one-writer-per-session):
 
 * the store lives in one schema (``?schema=``, default ``dsh``) migrated forward-only by
   :mod:`dsh.persistence.postgres._schema`; several hosts starting at once apply each migration

@@ -1,6 +1,6 @@
 """dsh's PostgreSQL layout, without I/O: the forward-only migrations and the statement texts.
 
-Invariants this module owns (DESIGN §3.10):
+Invariants this module owns (docs/rules.md#one-writer-per-session):
 
 * every table lives in one schema the store URL names (``?schema=``, default ``dsh``); nothing is
   created outside it;

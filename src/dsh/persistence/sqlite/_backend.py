@@ -1,6 +1,6 @@
 """SQLite persistence backend: dsh's database file, read at schema 14 or 17, created at 17.
 
-Invariants this module owns (persistence spec §5, DESIGN §3.3):
+Invariants this module owns (docs/formats.md#sqlite, docs/stores.md#the-backend-contract):
 
 * a file we create has dsh's layout: ``application_id`` 0x44534850, ``user_version``
   17, dsh's STRICT tables and nothing else (write locks live beside the file, in
@@ -13,7 +13,8 @@ Invariants this module owns (persistence spec §5, DESIGN §3.3):
 * a torn tail (an undecodable row after the last intact ``turn/end``) is deleted only by a write
   handle that saw it in :meth:`SqliteHandle.read`, after re-checking it under the write lock.
 
-Durability choice: dsh sets ``synchronous = FULL`` (persistence spec §5.3 step 7, §11) and so do
+Durability choice: dsh sets ``synchronous = FULL`` (docs/formats.md#files-and-connections,
+    docs/rules.md#write-behind-and-the-flush-barrier) and so do
 we. In WAL mode FULL syncs the WAL at every commit, making each append durable when it returns;
 ``NORMAL`` would only sync at checkpoints, and a durable ``flush()`` would then need a full
 checkpoint, which costs more than the per-commit WAL sync it saves.
@@ -104,10 +105,13 @@ logger = logging.getLogger(__name__)
 JournalMode = Literal["wal", "delete", "truncate", "persist"]
 JOURNAL_MODES: Final = ("wal", "delete", "truncate", "persist")
 DEFAULT_BUSY_TIMEOUT_MS: Final = 5000
-"""SQLite busy timeout (ms) for every connection (persistence spec §5.1)."""
+"""SQLite busy timeout (ms) for every connection (docs/formats.md#files-and-connections)."""
 MAX_BUSY_TIMEOUT_MS: Final = 2_147_483_647
 JOURNAL_RETRY_PACING_MS: Final = 10
-"""Pause between ``PRAGMA journal_mode`` attempts that met ``SQLITE_BUSY`` (spec §5.3 step 6)."""
+"""Pause between ``PRAGMA journal_mode`` attempts that met ``SQLITE_BUSY``.
+
+Rule: docs/formats.md#files-and-connections.
+"""
 SYNCHRONOUS_FULL: Final = 2
 _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6
@@ -176,7 +180,10 @@ def _quick_check(conn: sqlite3.Connection) -> str:
 
 def _check_owned(path: Path, info: os.stat_result, kind: str, is_kind: Callable[[int], bool],
                  forbidden_mode: int, kind_rule: str, mode_rule: str) -> None:
-    """One §5.2 precondition set: the right kind (never a symlink), ours, no forbidden bits."""
+    """One precondition set: the right kind (never a symlink), ours, no forbidden bits.
+
+    Rule: docs/formats.md#file-modes-and-symlinks.
+    """
     if stat.S_ISLNK(info.st_mode) or not is_kind(info.st_mode):
         raise ConfigError(f"SQLite {kind} {path} {kind_rule}", path=str(path))
     if info.st_uid != os.getuid():
@@ -197,7 +204,9 @@ def _check_owned(path: Path, info: os.stat_result, kind: str, is_kind: Callable[
 
 
 def _check_path(path: Path) -> None:
-    """Enforce dsh's filesystem preconditions and create the file 0600 (persistence spec §5.2).
+    """Enforce dsh's filesystem preconditions and create the file 0600.
+
+    Rule: docs/formats.md#file-modes-and-symlinks.
 
     Raises:
         ConfigError: the parent is a symlink, not a directory, not ours, or group/world
@@ -252,9 +261,12 @@ def _cut_stem(session_id: str) -> str:
 
 
 def _header_row(header: Mapping[str, object]) -> tuple[Any, ...]:
-    """Validate a ``SessionHeader`` and return its ``sessions`` columns (spec §1.2, §5.4).
+    """Validate a ``SessionHeader`` and return its ``sessions`` columns.
 
-    A foreign ``version`` is stored as given and refused on read, like dsh (spec §1.8).
+    Rule: docs/formats.md#the-session-header, docs/formats.md#schema-17.
+
+    A foreign ``version`` is stored as given and refused on read, like dsh
+    (docs/formats.md#the-session-header).
 
     Raises:
         EventRejectedError: code HEADER, naming the field.
@@ -265,7 +277,7 @@ def _header_row(header: Mapping[str, object]) -> tuple[Any, ...]:
 
 
 class _Connection:
-    """One opened, validated SQLite connection (persistence spec §5.3)."""
+    """One opened, validated SQLite connection (docs/formats.md#files-and-connections)."""
 
     def __init__(self, path: Path, *, journal_mode: JournalMode, busy_timeout_ms: int,
                  create_schema: int = SCHEMA_VERSION) -> None:
@@ -413,7 +425,9 @@ class _Connection:
         return int(row[0]), int(row[1]), int(row[2])
 
     def recheck_ownership(self) -> None:
-        """Inside ``BEGIN IMMEDIATE``: app id, user_version and schema unchanged (spec §5.5).
+        """Inside ``BEGIN IMMEDIATE``: app id, user_version and schema unchanged.
+
+        Rule: docs/formats.md#schema-17.
 
         The full object comparison runs only when the schema cookie moved since it last passed.
 
@@ -458,7 +472,7 @@ class _Connection:
 
 
 class SqliteBackend:
-    """dsh's SQLite session store in one database file (persistence spec §5).
+    """dsh's SQLite session store in one database file (docs/formats.md#sqlite).
 
     Usage::
 
@@ -481,11 +495,12 @@ class SqliteBackend:
             own schema whatever this says.
 
     Raises:
-        ConfigError: a bad option or a path that fails the filesystem preconditions (§5.2).
+        ConfigError: a bad option or a path that fails the filesystem preconditions
+            (docs/formats.md#file-modes-and-symlinks).
 
-    The database is opened lazily on the first operation (spec §5.3). A file created here is
-    schema 17 unless ``schema=14``; schema-14 files (published dsh 0.0.1-rc.1) are read and
-    appended to in their own scalar layout and never migrated.
+    The database is opened lazily on the first operation (docs/formats.md#files-and-connections). A
+    file created here is schema 17 unless ``schema=14``; schema-14 files (published dsh 0.0.1-rc.1)
+    are read and appended to in their own scalar layout and never migrated.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, journal_mode: JournalMode = "wal",
@@ -554,10 +569,11 @@ class SqliteBackend:
         encode_batch(events, self.schema_version)
 
     def create(self, header: Mapping[str, object]) -> None:
-        """Store a new session with ``header`` and no events (persistence spec §2.1 ``create``).
+        """Store a new session with ``header`` and no events (docs/stores.md#opening-a-store).
 
         The row gets a fresh incarnation UUID and revision 0, like dsh's first materialization.
-        Keys other than the nine ``SessionHeader`` fields are not stored (spec §1.2).
+        Keys other than the nine ``SessionHeader`` fields are not stored
+        (docs/formats.md#the-session-header).
 
         Raises:
             SessionExistsError: a session with ``header["id"]`` is already stored.
@@ -604,10 +620,12 @@ class SqliteBackend:
                 _fail(exc, "lookup", str(self.path), session_id)
 
     def list_headers(self) -> Iterator[FrozenDict]:
-        """Yield every stored header in row order, without reading events (spec §5.12).
+        """Yield every stored header in row order, without reading events.
+
+        Rule: docs/formats.md#appends-and-reads.
 
         Raises:
-            LogCorruptError: a session row is invalid (spec §5.6).
+            LogCorruptError: a session row is invalid (docs/formats.md#schema-17).
         """
         with self._shared() as c:
             try:
@@ -621,7 +639,7 @@ class SqliteBackend:
     def open(self, session_id: str, mode: OpenMode = "read") -> SqliteHandle:
         """Open a stored session for ``"read"`` or exclusive ``"write"``.
 
-        Write ownership is taken first (seed ch. 28: before any read), with a non-blocking
+        Write ownership is taken first (docs/rules.md#resume: before any read), with a non-blocking
         lock on ``<db>.dsh-locks/<percent-encoded id>.lock``.
 
         Raises:
@@ -646,7 +664,7 @@ class SqliteBackend:
             raise
 
     def inject_torn_tail(self, session_id: str) -> None:
-        """Test hook: add a row with invalid JSON after the last row (spec §10.2 injector).
+        """Test hook: add a row with invalid JSON after the last row (docs/rules.md#persistence).
 
         Plays the part of external damage after the committed log (normal SQLite operation
         never leaves a torn row). Raises SessionNotFoundError for an unknown id.
@@ -733,7 +751,9 @@ class SqliteBackend:
 
 
 class SqliteHandle(HandleBase):
-    """An open session of a :class:`SqliteBackend` (DESIGN §3.3, seed ch. 28).
+    """An open session of a :class:`SqliteBackend`.
+
+    Rule: docs/stores.md#the-backend-contract, docs/rules.md#resume.
 
     Used from one thread at a time; it owns one SQLite connection. A ``"write"`` handle holds
     the session's exclusive lock until :meth:`close`. Obtain it from
@@ -844,7 +864,10 @@ class SqliteHandle(HandleBase):
         return rows
 
     def _suffix_base(self, from_seq: int) -> int:
-        """Lower ``from_seq`` to any packed row that may cover it (spec §5.10)."""
+        """Lower ``from_seq`` to any packed row that may cover it.
+
+        Rule: docs/formats.md#appends-and-reads.
+        """
         if from_seq == 0 or self._c.schema_version == LEGACY_SCHEMA_VERSION:
             return from_seq
         base = from_seq
@@ -863,7 +886,9 @@ class SqliteHandle(HandleBase):
         return f"{self._c.store_identity}:incarnation:{incarnation}:revision:{revision}"
 
     def read(self, offset: int = 0) -> ColdRead:
-        """Read the header and the committed events with ``seq >= offset`` (spec §5.9, §5.10).
+        """Read the header and the committed events with ``seq >= offset``.
+
+        Rule: docs/formats.md#appends-and-reads.
 
         One consistent snapshot (a read transaction). Schema-17 suffix reads start at the
         packed row covering ``offset`` without scanning earlier history.
@@ -929,14 +954,16 @@ class SqliteHandle(HandleBase):
                         revision=self._revision(incarnation, revision))
 
     def _stored_next_seq(self, unchanged_since_our_commit: bool) -> int:
-        """Inside ``BEGIN IMMEDIATE``: the seq the stored log continues at (spec §5.8 step 4).
+        """Inside ``BEGIN IMMEDIATE``: the seq the stored log continues at.
+
+        Rule: docs/formats.md#appends-and-reads.
 
         Always decodes the last two rows. When the session's revision moved since this
         handle's last commit (another writer, or our first append), it also looks back for a
-        packed row that may cover them, as dsh does (§5.10); when it did not, the rows are the
-        ones we wrote and that ~1000-row look-back is skipped. A torn tail is deleted only if
-        this handle's last :meth:`read` reported the same one and a full re-scan under the
-        write lock still finds it.
+        packed row that may cover them, as dsh does (docs/formats.md#appends-and-reads); when it did
+        not, the rows are the ones we wrote and that ~1000-row look-back is skipped. A torn tail is
+        deleted only if this handle's last :meth:`read` reported the same one and a full re-scan
+        under the write lock still finds it.
         """
         conn = self._c.conn
         legacy = self._c.schema_version == LEGACY_SCHEMA_VERSION
@@ -979,12 +1006,15 @@ class SqliteHandle(HandleBase):
         return len(full.events)
 
     def append(self, events: Sequence[Event]) -> None:
-        """Append one batch as one durable ``BEGIN IMMEDIATE`` transaction (spec §5.8).
+        """Append one batch as one durable ``BEGIN IMMEDIATE`` transaction.
+
+        Rule: docs/formats.md#appends-and-reads.
 
         The stored tail is re-derived inside the transaction; the first event's seq must equal
         the stored next seq (a stale writer — another process or dsh itself — is refused and
-        nothing is written). Schema 17 packs chunk runs of this batch (§5.7); schema 14 writes
-        one JSON-text row per event. On return the batch is durable (synchronous = FULL).
+        nothing is written). Schema 17 packs chunk runs of this batch (docs/formats.md#schema-17);
+        schema 14 writes one JSON-text row per event. On return the batch is durable (synchronous =
+        FULL).
 
         Args:
             events: Events in seq order, contiguous; empty is a no-op.
@@ -1184,7 +1214,9 @@ class SqliteHandle(HandleBase):
         return restore_point, cold, source
 
     def _admit(self, events: Sequence[Event]) -> Sequence[Event]:
-        """Check a batch is contiguous lossless JSON before any I/O (spec §3.7, §10.1).
+        """Check a batch is contiguous lossless JSON before any I/O.
+
+        Rule: docs/stores.md#the-backend-contract.
 
         Events built by ``Session`` (``Event`` with frozen containers) were validated at the
         door and are trusted; anything else is snapshot-validated, naming the bad field.

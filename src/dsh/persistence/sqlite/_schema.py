@@ -1,6 +1,6 @@
 """dsh's SQLite physical format, without I/O: DDL, schema checks, row codec, committed scan.
 
-Invariants this module owns (persistence spec §5.4 to §5.10):
+Invariants this module owns (docs/formats.md#schema-17, docs/formats.md#appends-and-reads):
 
 * the schema objects of a file are exactly dsh's (schema 17 for new files, schema 14 as the
   published dsh 0.0.1-rc.1 writes it); we never add tables, indexes, triggers or views;
@@ -8,7 +8,7 @@ Invariants this module owns (persistence spec §5.4 to §5.10):
   (packed row, schema 17 only); packed ``data`` stays ≤ 1 MiB uncompressed;
 * ``data`` of 4096 bytes or more is stored as one Zstandard frame (level 3) only when smaller;
 * a row that fails to decode after the last intact ``turn/end`` row is a removable torn tail;
-  before it, the log is corrupt (the committed-region rule, §5.9).
+  before it, the log is corrupt (the committed-region rule, docs/formats.md#appends-and-reads).
 
 Functions here take plain values (rows as tuples) so they can be fuzzed without a database.
 """
@@ -75,7 +75,10 @@ __all__ = [
 ]
 
 SCHEMA_VERSION: Final = 17
-"""``PRAGMA user_version`` of files we create (dsh repository head, persistence spec §5.1)."""
+"""``PRAGMA user_version`` of files we create (dsh repository head).
+
+Rule: docs/formats.md#files-and-connections.
+"""
 
 LEGACY_SCHEMA_VERSION: Final = 14
 """``PRAGMA user_version`` written by the published ``dsh-session-persistence-sqlite`` 0.0.1-rc.1:
@@ -84,7 +87,10 @@ one scalar row per event, JSON text columns, no ``ignorable`` column."""
 READABLE_SCHEMA_VERSIONS: Final = frozenset({LEGACY_SCHEMA_VERSION, SCHEMA_VERSION})
 
 APPLICATION_ID: Final = 0x44534850
-"""``PRAGMA application_id``: ASCII ``DSHP`` = 1146308688 (persistence spec §5.1)."""
+"""``PRAGMA application_id``: ASCII ``DSHP`` = 1146308688.
+
+Rule: docs/formats.md#files-and-connections.
+"""
 
 ZSTD_DATA_THRESHOLD_BYTES: Final = 4096
 ZSTD_LEVEL: Final = 3
@@ -92,7 +98,7 @@ MIN_PACKED_ROW_MEMBERS: Final = 3
 MAX_PACKED_ROW_MEMBERS: Final = 1024
 MAX_PACKED_DATA_BYTES: Final = 1_048_576
 
-# The statement texts must equal dsh's schema.sql up to whitespace (persistence spec §5.5): dsh
+# The statement texts must equal dsh's schema.sql up to whitespace (docs/formats.md#schema-17): dsh
 # compares whitespace-normalised sqlite_schema text and refuses any other object.
 SCHEMA_17_DDL: Final[tuple[str, ...]] = (
     """CREATE TABLE persistence_state (
@@ -167,19 +173,25 @@ SchemaObject = tuple[str, str, str, str]
 
 
 def normalize_sql(sql: str | None) -> str:
-    """Collapse whitespace runs to one space and trim (dsh's comparison form, spec §5.5)."""
+    """Collapse whitespace runs to one space and trim (dsh's comparison form).
+
+    Rule: docs/formats.md#schema-17.
+    """
     return _WS.sub(" ", sql or "").strip()
 
 
 def is_uuid(value: object) -> bool:
-    """True for an 8-4-4-4-12 hex UUID, version 1 to 8, variant 8/9/a/b (persistence spec §5.3)."""
+    """True for an 8-4-4-4-12 hex UUID, version 1 to 8, variant 8/9/a/b.
+
+    Rule: docs/formats.md#files-and-connections.
+    """
     return isinstance(value, str) and _UUID.match(value) is not None
 
 
 def schema_objects(conn: sqlite3.Connection) -> tuple[SchemaObject, ...]:
     """Return the user schema objects of ``conn`` (names not starting ``sqlite_``), sorted.
 
-    Rule: persistence spec §5.5 (ordered by type then name, sql whitespace-normalised).
+    Rule: docs/formats.md#schema-17 (ordered by type then name, sql whitespace-normalised).
     """
     rows = conn.execute(
         "SELECT type, name, tbl_name, sql FROM sqlite_schema "
@@ -215,11 +227,14 @@ schema 14 selects ``NULL`` for ``ignorable``."""
 
 
 class RowError(Exception):
-    """A physical row that does not decode; the scan turns it into torn or corrupt (§5.9)."""
+    """A physical row that does not decode; the scan turns it into torn or corrupt.
+
+    Rule: docs/formats.md#appends-and-reads.
+    """
 
 
 def encode_source_event_seqs(seqs: Sequence[int]) -> bytes:
-    """Encode provenance seqs as dsh's varint BLOB (persistence spec §5.6).
+    """Encode provenance seqs as dsh's varint BLOB (docs/formats.md#schema-17).
 
     The first value is an unsigned LEB128 varint; each later value ``v`` after ``p`` is the
     ZigZag of ``v - p``: ``(v - p) * 2`` when ``v >= p``, else ``(p - v) * 2 - 1``. ``[]`` is an
@@ -250,7 +265,7 @@ def encode_source_event_seqs(seqs: Sequence[int]) -> bytes:
 
 
 def decode_source_event_seqs(blob: bytes) -> FrozenList:
-    """Decode a varint provenance BLOB (persistence spec §5.6).
+    """Decode a varint provenance BLOB (docs/formats.md#schema-17).
 
     Raises:
         RowError: truncated or non-canonical varint (a final ``0x00`` after a continuation),
@@ -297,7 +312,7 @@ _DECOMPRESSOR: Final = zstandard.ZstdDecompressor()
 
 
 def _encode_data(text: bytes) -> str | bytes:
-    """TEXT below 4096 bytes; else a zstd frame if strictly smaller (persistence spec §5.6)."""
+    """TEXT below 4096 bytes; else a zstd frame if strictly smaller (docs/formats.md#schema-17)."""
     if len(text) >= ZSTD_DATA_THRESHOLD_BYTES:
         frame = _COMPRESSOR.compress(text)
         if len(frame) < len(text):
@@ -308,7 +323,7 @@ def _encode_data(text: bytes) -> str | bytes:
 def _decompress(blob: bytes, limit: int | None) -> bytes:
     """Decode exactly one zstd frame; with ``limit``, refuse output beyond ``limit`` bytes.
 
-    The frame's content-size field is not trusted for allocation (spec §5.13 item 3).
+    The frame's content-size field is not trusted for allocation (docs/formats.md#schema-17).
     """
     try:
         declared = zstandard.frame_content_size(blob)
@@ -355,7 +370,7 @@ def _parse(text: str | bytes, what: str) -> Any:
 
 
 def decode_row(row: Row, schema_version: int) -> list[Event]:
-    """Decode one physical row into its logical events (persistence spec §5.6).
+    """Decode one physical row into its logical events (docs/formats.md#schema-17).
 
     Args:
         row: ``(rowid, seq, type, time, data, source_event_seqs, surface_op, ignorable)``.
@@ -452,7 +467,7 @@ class ScanResult:
 
 def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
               session_id: str) -> ScanResult:
-    """Decode physical rows with dsh's committed-region rule (persistence spec §5.9).
+    """Decode physical rows with dsh's committed-region rule (docs/formats.md#appends-and-reads).
 
     Args:
         rows: Rows of one session ordered by ``seq``, starting at physical seq ``base``.
@@ -606,7 +621,10 @@ def _slice_row_data(data: FrozenDict, start: int, stop: int) -> dict[str, Any]:
 
 
 def _partition_packed(row: FrozenDict, originals: Sequence[Event]) -> Iterable[EncodedRow]:
-    """Split one packed run into rows of ≤ 1024 members and ≤ 1 MiB data (spec §5.7)."""
+    """Split one packed run into rows of ≤ 1024 members and ≤ 1 MiB data.
+
+    Rule: docs/formats.md#schema-17.
+    """
     data = row["data"]
     members = len(data["texts"] if "texts" in data else data["args"])
     dt = data["dt"]
@@ -655,7 +673,7 @@ def _partition_packed(row: FrozenDict, originals: Sequence[Event]) -> Iterable[E
 
 
 def encode_batch(events: Sequence[Event], schema_version: int) -> list[EncodedRow]:
-    """Encode one durable append batch into physical rows (persistence spec §5.6, §5.7).
+    """Encode one durable append batch into physical rows (docs/formats.md#schema-17).
 
     Schema 17 packs runs of eligible ``assistant/chunk`` deltas of this batch (never across
     batches) into rows of 3…1024 members and ≤ 1 MiB data; schema 14 writes one scalar row per
@@ -716,7 +734,7 @@ agent_preset, incarnation, revision)``."""
 
 
 def decode_session_row(row: SessionRow, *, path: str) -> tuple[FrozenDict, str, int]:
-    """Validate a ``sessions`` row and rebuild its header (persistence spec §5.6).
+    """Validate a ``sessions`` row and rebuild its header (docs/formats.md#schema-17).
 
     Returns:
         ``(header, incarnation, revision)``; the header has dsh's camelCase keys in
