@@ -1,4 +1,5 @@
-"""Commit means committed (issue 20 item 3): nothing after a durable commit fails the flush.
+"""Commit means committed: nothing after a durable commit fails the flush
+(docs/rules.md#commit-means-committed).
 
 The campaign's reproducers: a lone surrogate in a session title made the JSONL listing journal
 raise after the batch was durable (the flush failed, the write-behind re-sent the batch, every

@@ -671,8 +671,8 @@ class JsonlHandle(HandleBase):
             raise
         tail.durable_size = tail.size
         tail.durable_count = tail.count
-        # durable from here on: nothing below may fail this flush (docs/rules.md#commit-means-
-        # committed)
+        # durable from here on: nothing below may fail this flush
+        # (docs/rules.md#commit-means-committed)
         self._seal()
         self._note_listing_safely()
 
