@@ -16,11 +16,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from dsh._errors import DshError, SessionForkError, SessionNotFoundError
+from dsh.json import FrozenDict
 from dsh.persistence import Inspection, ListingEntry, Persistence, WriteBehind, open_backend
 from dsh.session import Clock, Event, Session, SessionStore
 
 if TYPE_CHECKING:
     from dsh.agent import Agent, Provider, Recorder, Tool
+    from dsh.persistence import StoredPages
 
 
 class Store:
@@ -28,10 +30,11 @@ class Store:
 
     Made by :func:`dsh.open`. ``store.session(id)`` gives a session to append to (resumed
     from disk, or new); appends are written behind and :meth:`flush` is the durability
-    barrier; :meth:`read`, :meth:`inspect`, :meth:`tail` and :meth:`list` look at stored logs
-    without writing; :meth:`fork` branches a session; :meth:`recorder` and :meth:`agent` put a
-    recorder or an agent loop over a session. Use it as a context manager (``with`` or
-    ``async with``): leaving the block drains every live session and closes the backend.
+    barrier; :meth:`read`, :meth:`inspect`, :meth:`pages`, :meth:`tail` and :meth:`list` look
+    at stored logs without writing; :meth:`fork` branches a session; :meth:`recorder` and
+    :meth:`agent` put a recorder or an agent loop over a session. Use it as a context manager
+    (``with`` or ``async with``): leaving the block drains every live session and closes the
+    backend.
     A store never closed is drained at interpreter exit.
 
     Rule: docs/stores.md#opening-a-store.
@@ -186,6 +189,53 @@ class Store:
             log would not restore.
         """
         return self._persistence.inspect(session_id)
+
+    def pages(self, session_id: str) -> StoredPages:
+        """Open a stored session for reading by page; nothing is written or locked.
+
+        Where the log has a restore point only its tail is read and the events before the cut
+        are paged in from storage when indexed; without one, SQLite and PostgreSQL logs are
+        paged by seq range; otherwise (a JSONL log without a restore point, a short log) it is
+        the full read. Memory stays bounded by the pages held (32 of 256 events), not the log.
+
+        Returns:
+            ``StoredPages``: ``header``; ``events`` (element ``i`` is seq ``i``, random access);
+            ``closers`` (full reads only); ``torn``; ``revision``; ``paged``; ``restore`` (the
+            restore point's state, for a model view folded from it, or None).
+
+        Raises:
+            SessionNotFoundError: no such stored session.
+            LogCorruptError, SessionFormatUnsupportedError, UnknownEventTypeError: the log
+                cannot be read; a page read later may raise them too (the page names the seq).
+
+        Rule: docs/stores.md#reading-by-page.
+        """
+        from dsh.persistence import read_pages  # loads the restore-point reader on first use
+
+        return read_pages(self._persistence, session_id)
+
+    def header(self, session_id: str) -> FrozenDict | None:
+        """The stored header of ``session_id`` without reading its log, or None when not stored.
+
+        Raises:
+            PersistenceError: the store itself cannot be listed.
+        """
+        if not self._persistence.exists(session_id):
+            return None
+        return next((h for h in self._persistence.list_headers() if h.get("id") == session_id),
+                    None)
+
+    def readable_prefix(self, session_id: str) -> tuple[Event, ...]:
+        """The committed events readable before the log's first damage; never raises for damage.
+
+        For showing a damaged session: a log that reads gives its committed events; a raw JSONL
+        log refused at a line gives the events of the lines before it; any other refusal ``()``.
+
+        Rule: docs/view.md#damaged-sessions.
+        """
+        from dsh.persistence import readable_prefix
+
+        return readable_prefix(self._persistence, session_id)
 
     def exists(self, session_id: str) -> bool:
         """Whether ``session_id`` is stored (or live and created); an unstorable id never is."""

@@ -166,3 +166,43 @@ def test_import_dsh_loads_no_web_stack() -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out.strip() == "[]"
+
+
+def test_the_viewer_reads_through_the_public_api_only() -> None:
+    """Every dsh import of src/dsh/view is a public module (docs/view.md#scale)."""
+    import ast
+
+    from tests.architecture import PUBLIC_MODULES
+
+    view = Path(__file__).resolve().parents[2] / "src" / "dsh" / "view"
+    found: set[str] = set()
+    for path in view.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+    used = {name for name in found if name == "dsh" or name.startswith("dsh.")}
+    private = sorted(n for n in used if n not in PUBLIC_MODULES and not n.startswith("dsh.view"))
+    assert private == [] and "dsh" in used and "dsh.transcript" in used
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_log_without_a_restore_point_is_paged_by_range(tmp_path: Path, backend: str) -> None:
+    from tests.persistence.test_pages import ranged_url, write_without_restore_point
+
+    with ranged_url(backend, tmp_path) as url:
+        write_without_restore_point(url, 1000)  # 6,000 events, no restore point
+        store = ViewStore(url)
+        try:
+            opened = store.open_session("big")
+            assert opened.paged and opened.restore is None and len(opened.events) == 6000
+            with TestClient(create_app(store, token=TOKEN)) as c:
+                latest = c.get(f"/s/big?token={TOKEN}").text
+                assert "answer 1000" in latest and ">answer 900<" not in latest
+                first = c.get(f"/s/big?start=0&token={TOKEN}").text
+                assert "question 1<" in first and "answer 1000" not in first
+                model = c.get(f"/s/big/model/5996?fragment=1&token={TOKEN}").text
+                assert "question 1000" in model
+        finally:
+            store.close()

@@ -7,6 +7,7 @@ the main pages go to ``$DSH_VIEW_SCREENSHOTS`` (default ``bench/out/screenshots`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from dsh.testing import postgres_unreachable, temporary_postgres_url
 from tests.view import stores
 
 playwright = pytest.importorskip("playwright.sync_api")
@@ -226,10 +228,23 @@ def test_damaged_session_names_the_damage(viewer: Viewer, page: Any,
     shot(page, "damaged")
 
 
-@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite", "postgres"])
 def test_a_session_being_written_updates_in_place(tmp_path: Path, browser: Any,
                                                   backend: str) -> None:
-    url = f"jsonl:{tmp_path / 'live'}" if backend == "jsonl" else f"sqlite:{tmp_path / 'l.db'}"
+    with contextlib.ExitStack() as stack:
+        if backend == "postgres":
+            reason = postgres_unreachable()
+            if reason is not None:
+                pytest.skip(reason)
+            url = stack.enter_context(temporary_postgres_url())
+        else:
+            url = f"jsonl:{tmp_path / 'live'}" if backend == "jsonl" else \
+                f"sqlite:{tmp_path / 'l.db'}"
+        _watch_live_session(url, browser)
+
+
+def _watch_live_session(url: str, browser: Any) -> None:
+    """A child writes turns to ``url`` while a page shows the session: each within 2 s."""
     writer = subprocess.Popen([sys.executable, "-m", "tests.view.live_writer", url, "live-1"],
                               cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from dsh.persistence._listing import ListingEntry
     from dsh.persistence._listing import summarize as summarize
     from dsh.persistence._pages import StoredPages, read_pages
+    from dsh.persistence._pages import readable_prefix as readable_prefix
     from dsh.persistence._read import Inspection
     from dsh.persistence._restore_point import RestorePointRefused as RestorePointRefused
     from dsh.persistence._write_behind import WriteBehind
@@ -76,7 +77,7 @@ __all__ = [
 _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write_behind",
          "ListingEntry": "_listing", "summarize": "_listing",
          "RestorePointRefused": "_restore_point", "StoredPages": "_pages",
-         "read_pages": "_pages"}
+         "read_pages": "_pages", "readable_prefix": "_pages"}
 """Names loaded on first use: ``import dsh.persistence`` stays free of the session layer."""
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
 
 from dsh.json import FrozenDict
 
@@ -39,6 +39,7 @@ __all__ = [
     "Handle",
     "KeepsCuts",
     "OpenMode",
+    "ReadsRanges",
     "SessionSummary",
     "TornTail",
     "check_session_id",
@@ -309,6 +310,33 @@ class KeepsCuts(Protocol):
 
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding bytes or rows cut from this session, oldest first."""
+        ...
+
+
+@runtime_checkable
+class ReadsRanges(Protocol):
+    """A read handle that serves any seq range from storage (a viewer's page, O(page)).
+
+    What lets :func:`dsh.persistence.read_pages` page a log that has no restore point
+    (docs/stores.md#reading-by-page): ``read(offset)`` gives the tail, :meth:`range_source`
+    the events before it.
+    """
+
+    def last_stored_seq(self) -> int:
+        """A cheap lower bound of the last stored seq (-1: no rows): where a tail read starts.
+
+        It may count a torn row (``read`` then reports the torn tail) and may be below the last
+        member of a packed row (``read(offset)`` returns every event from ``offset`` on).
+        """
+        ...
+
+    def range_source(self, cut: int) -> Any:
+        """An event source (``len`` = ``cut``, ``read(start, stop)``) over seqs ``0 .. cut - 1``.
+
+        None when this store cannot serve ranges (a SQLite file of schema 14). The source
+        reads storage on its own (no use of this handle after it is closed) and raises
+        ``LogCorruptError`` when the rows no longer decode to contiguous events.
+        """
         ...
 
 

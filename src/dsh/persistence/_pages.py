@@ -4,8 +4,11 @@ A viewer (``dsh view``) shows one page of a session of any size. Where the log h
 point, :func:`read_pages` reads only the header and the tail after the restore point's cut and
 pages the events before it in from storage on demand (the same page-in source an O(tail) resume
 uses), so opening a 1M-event session costs what opening a small one does and memory is bounded
-by the page cache (:class:`dsh.session.PagedLog`). Without one, or at any doubt, it is the full
-cold read (:meth:`Persistence.read`).
+by the page cache (:class:`dsh.session.PagedLog`). Without one, a backend that serves seq ranges
+(SQLite schema 17, PostgreSQL: :class:`~dsh.persistence._contract.ReadsRanges`) is read the
+same way: its latest :data:`TAIL_EVENTS` events at once, every range before them from storage
+when asked. Otherwise (a JSONL log without a restore point, a short log), or at any doubt, it is
+the full cold read (:meth:`Persistence.read`).
 
 Invariants this module owns: the events served are exactly the committed events a full read
 gives (the tail goes through the same vocabulary and legacy checks as a resume's, and any doubt
@@ -16,26 +19,36 @@ Rule: docs/rules.md#restore-points-are-never-the-truth; docs/rules.md#the-read-p
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from dsh._errors import DshError
-from dsh.json import FrozenDict, c_stored_prescan
+from dsh.json import FrozenDict, c_stored_prescan, loads
 from dsh.persistence import _restore_point as ck
-from dsh.persistence._contract import TornTail
+from dsh.persistence._contract import ReadsRanges, TornTail
 from dsh.session import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
     Event,
+    EventSource,
     PagedLog,
     RestoreState,
+    decode_storage_record,
 )
 
 if TYPE_CHECKING:
     from dsh.persistence._facade import Persistence
 
-__all__ = ["StoredPages", "read_pages"]
+__all__ = ["RANGED_MIN_EVENTS", "TAIL_EVENTS", "StoredPages", "read_pages", "readable_prefix"]
+
+TAIL_EVENTS: Final = 1024
+"""Events a paged read without a restore point holds from the start (the latest ones)."""
+
+RANGED_MIN_EVENTS: Final = 4096
+"""Logs shorter than this are read in full (it costs what paging them would)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,7 +80,15 @@ class StoredPages:
 
 
 def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
-    """Open ``session_id`` for reading by page: O(tail) through its restore point, else in full.
+    """Open ``session_id`` for reading by page: O(tail) through its restore point or by range.
+
+    Where the log has a restore point, the events before its cut are paged in and
+    :attr:`StoredPages.restore` holds its state. Without one, on a backend that serves ranges
+    (SQLite schema 17, PostgreSQL) and a log of at least :data:`RANGED_MIN_EVENTS` events,
+    the latest :data:`TAIL_EVENTS` are read and the rest paged in by range; a page holding a
+    legacy shape or an unknown type not marked ignorable is served by one full read instead
+    (its normalised events, or the error a full read raises). Else the full cold read.
+    Rule: docs/stores.md#reading-by-page.
 
     Args:
         persistence: The store's facade.
@@ -107,6 +128,115 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
                 ck.note_refusal(session_id, exc.reason)
             except DshError as exc:
                 ck.note_refusal(session_id, f"invalid:{exc.code}")
+        if isinstance(handle, ReadsRanges):
+            ranged = _read_ranged(persistence, session_id, handle)
+            if ranged is not None:
+                return ranged
+    return _read_full(persistence, session_id)
+
+
+def _read_full(persistence: Persistence, session_id: str) -> StoredPages:
     read = persistence.read(session_id)
     return StoredPages(header=read.header, events=read.stored_events, closers=read.closers,
                        torn=read.torn, revision=read.revision, paged=False)
+
+
+def _plain(events: Sequence[Event]) -> bool:
+    """No legacy shape and no unknown type not marked ignorable (what the full read checks)."""
+    if c_stored_prescan is None:
+        return False
+    legacy_at, unknown_at = c_stored_prescan(events, KNOWN_EVENT_TYPES)
+    if legacy_at >= 0:
+        return False
+    return all(event.get("type") in KNOWN_EVENT_TYPES or event.get("ignorable") is True
+               for event in events[unknown_at:unknown_at + 1])
+
+
+def _read_ranged(persistence: Persistence, session_id: str, handle: ReadsRanges
+                 ) -> StoredPages | None:
+    """The paged read of a log without a restore point: its tail, and ranges paged in.
+
+    None when the log is short (a full read costs what this does) or anything is in doubt.
+    """
+    last = handle.last_stored_seq()
+    if last < RANGED_MIN_EVENTS:
+        return None
+    offset = last + 1 - TAIL_EVENTS
+    cold = handle.read(offset)  # type: ignore[attr-defined]
+    header = cold.header
+    if (cold.torn is not None or not cold.events or cold.events[0].get("seq") != offset
+            or header.get("id") != session_id or header.get("version") != SESSION_FORMAT_VERSION
+            or not _plain(cold.events)):
+        return None
+    source = handle.range_source(offset)
+    if source is None:
+        return None
+    events = PagedLog(_CheckedSource(source, persistence, session_id))
+    events.extend(cold.events)
+    return StoredPages(header=header, events=events, closers=(), torn=None,
+                       revision=cold.revision, paged=True)
+
+
+class _CheckedSource:
+    """A range source whose pages pass the full read's checks, else are served by a full read.
+
+    A page holding a legacy shape or an unknown type not marked ignorable makes the whole log
+    read through the cold-read pipeline once (what a full read gives: normalised events, or
+    the error naming the damage); every later page is served from that read.
+    """
+
+    def __init__(self, source: EventSource, persistence: Persistence, session_id: str) -> None:
+        self._source = source
+        self._persistence = persistence
+        self._id = session_id
+        self._full: Sequence[Event] | None = None
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def read(self, start: int, stop: int) -> Sequence[Event]:
+        if self._full is None:
+            page = self._source.read(start, stop)
+            if _plain(page):
+                return page
+            with self._lock:
+                if self._full is None:
+                    self._full = self._persistence.read(self._id).stored_events
+        return self._full[start:stop]
+
+
+def readable_prefix(persistence: Persistence, session_id: str, *,
+                    limit_bytes: int = 256 * 1024 * 1024) -> tuple[Event, ...]:
+    """The committed events of ``session_id`` readable before its first damage (never raises).
+
+    A log that reads is its committed events. A raw JSONL log the full read refuses at a line
+    gives the events of the lines before it, each decoded on its own (a packed line gives its
+    members) and stopping at the first line that does not decode or whose seq is not the next
+    one. Any other refusal gives ``()``, as does a file larger than ``limit_bytes``.
+    Rule: docs/view.md#damaged-sessions.
+    """
+    try:
+        return persistence.read(session_id).stored_events
+    except DshError as error:
+        path, line = error.where.get("path"), error.where.get("line")
+    if not (isinstance(path, str) and path.endswith(".jsonl") and type(line) is int and line > 1):
+        return ()
+    try:
+        if os.stat(path).st_size > limit_bytes:
+            return ()
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError:
+        return ()
+    events: list[Event] = []
+    for raw in data.split(b"\n")[1:line - 1]:
+        try:
+            decoded = decode_storage_record(loads(raw))
+        except (DshError, ValueError):
+            break
+        for item in decoded:
+            if not isinstance(item, Event) or item.get("seq") != len(events):
+                return tuple(events)
+            events.append(item)
+    return tuple(events)

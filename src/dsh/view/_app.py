@@ -35,7 +35,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dsh import DshError, SessionNotFoundError
 from dsh.json import dumps, thaw
-from dsh.session import RestoreState
 from dsh.transcript import (
     Checkpoint,
     Entry,
@@ -471,7 +470,7 @@ def _model_target(entries: Sequence[Entry], stop: int) -> tuple[int | None, int 
 
 
 def _model_context(events: Sequence[Any], seq: int, answer_seq: int | None,
-                   restore: RestoreState | None = None) -> dict[str, Any]:
+                   restore: Any = None) -> dict[str, Any]:
     """The template context of the model view at ``seq`` (the last messages, the header)."""
     try:
         request = model_request(events, seq, last=MODEL_MESSAGES, restore=restore)

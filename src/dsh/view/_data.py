@@ -1,9 +1,11 @@
 """What the viewer reads of a store: the one seam between ``dsh view`` and the library.
 
-Every read of the viewer goes through :class:`ViewStore`: the listing (the store's listing
-index, never the logs), one session opened by page (:func:`dsh.persistence.read_pages`: O(tail)
-through its restore point), the store's ``tail`` for live pages, fork families and the common
-prefix of two branches. Nothing here writes to the store or takes a writer's lock.
+Every read of the viewer goes through :class:`ViewStore`, and it through the library's public
+API only: a :class:`dsh.Store` (``dsh.open``) and its read-only methods: ``list`` (the store's
+listing index, never the logs), ``pages`` (one session opened by page: O(tail) through its
+restore point, or by seq range), ``readable_prefix`` (what a damaged log still shows),
+``header``, ``exists`` and ``tail`` (live pages, every backend); plus fork families and the
+common prefix of two branches. Nothing here writes to the store or takes a writer's lock.
 
 Invariants this module owns: a page of a session costs the events of the page (plus the
 transcript's bounded look back and ahead), not the log; a damaged session never raises out of
@@ -17,13 +19,12 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
+import dsh
 from dsh import DshError, Event, SessionNotFoundError
-from dsh.json import FrozenDict, loads
-from dsh.persistence import Persistence, StoredPages, open_backend, read_pages
-from dsh.session import RestoreState, decode_storage_record
+from dsh.json import FrozenDict
+from dsh.persistence import StoredPages
 
 _FULL_READ_TTL_S: Final = 5.0
 """How long a session read in full (no restore point) is kept for the next page (seconds)."""
@@ -113,7 +114,8 @@ class OpenSession:
         torn: True when the log ends in a torn tail (left on disk; a resume cuts it).
         paged: True when the events are paged in from storage.
         damage: Why the log cannot be read in full, or None.
-        restore: The restore point's state of the paged prefix (for model views), or None.
+        restore: The restore point's state of the paged prefix (for model views: what
+            ``dsh.transcript.model_request`` takes as ``restore``), or None.
     """
 
     id: str
@@ -123,7 +125,7 @@ class OpenSession:
     torn: bool
     paged: bool
     damage: Damage | None = None
-    restore: RestoreState | None = None
+    restore: Any = None
 
 
 class ViewStore:
@@ -137,16 +139,16 @@ class ViewStore:
     """
 
     def __init__(self, url: str) -> None:
-        self._persistence: Persistence = Persistence(open_backend(url))
-        self.url = url
+        self._store = dsh.open(url)
+        self.url = self._store.url  # a PostgreSQL password is not shown
         self._lock = threading.Lock()
         self._listing_lock = threading.Lock()  # one listing at a time; the others wait for it
         self._full: OrderedDict[str, tuple[float, StoredPages]] = OrderedDict()
         self._listing: tuple[float, list[SessionInfo], list[DshError]] | None = None
 
     def close(self) -> None:
-        """Close the store's backend."""
-        self._persistence.close()
+        """Close the store (nothing is live in it: nothing to drain)."""
+        self._store.close()
 
     # -- listing ---------------------------------------------------------------------------
 
@@ -164,7 +166,8 @@ class ViewStore:
             return self._list()
 
     def _list(self) -> tuple[list[SessionInfo], list[DshError]]:
-        entries, errors = self._persistence.list_entries()
+        errors: list[DshError] = []
+        entries = self._store.list(errors=errors)
         infos = []
         for entry in entries:
             header = entry.header
@@ -204,14 +207,11 @@ class ViewStore:
 
     def exists(self, session_id: str) -> bool:
         """Whether the store holds ``session_id`` (an id no backend can store never is)."""
-        return self._persistence.exists(session_id)
+        return self._store.exists(session_id)
 
     def header(self, session_id: str) -> FrozenDict | None:
         """The stored header of ``session_id`` (no log read), or None."""
-        for header in self._persistence.list_headers():
-            if header.get("id") == session_id:
-                return header
-        return None
+        return self._store.header(session_id)
 
     # -- one session -----------------------------------------------------------------------
 
@@ -233,7 +233,7 @@ class ViewStore:
             if hit is not None and now - hit[0] < _FULL_READ_TTL_S:
                 return _opened(session_id, hit[1])
         try:
-            pages = read_pages(self._persistence, session_id)
+            pages = self._store.pages(session_id)
         except SessionNotFoundError:
             raise
         except DshError as error:
@@ -249,9 +249,7 @@ class ViewStore:
     def _damaged(self, session_id: str, error: DshError) -> OpenSession:
         damage = Damage.of(error)
         header = self.header(session_id) or FrozenDict({"id": session_id})
-        events: Sequence[Event] = ()
-        if damage.path and damage.line and damage.path.endswith(".jsonl"):
-            events = readable_prefix(Path(damage.path), damage.line)
+        events = self._store.readable_prefix(session_id)
         return OpenSession(id=session_id, header=header, events=events, closers=(),
                            torn=False, paged=False, damage=damage)
 
@@ -259,9 +257,9 @@ class ViewStore:
         """The store's tail of ``session_id`` from ``from_seq`` on (every backend).
 
         Raises:
-            ConfigError, SessionNotFoundError, LogCorruptError: see ``Persistence.tail``.
+            ConfigError, SessionNotFoundError, LogCorruptError: see :meth:`dsh.Store.tail`.
         """
-        return self._persistence.tail(session_id, from_seq)
+        return self._store.tail(session_id, from_seq)
 
     # -- trees -----------------------------------------------------------------------------
 
@@ -293,38 +291,6 @@ def _opened(session_id: str, pages: StoredPages) -> OpenSession:
     return OpenSession(id=session_id, header=pages.header, events=pages.events,
                        closers=pages.closers, torn=pages.torn is not None, paged=pages.paged,
                        restore=pages.restore)
-
-
-def readable_prefix(path: Path, bad_line: int, *, limit_bytes: int = 256 * 1024 * 1024
-                    ) -> tuple[Event, ...]:
-    """The events of a raw JSONL log before its damaged line ``bad_line`` (1-based).
-
-    Each line before it is decoded on its own (a packed chunk row gives its members); the
-    prefix stops at the first line that does not decode or whose seq is not the next one.
-    Returns () when the file cannot be read or is larger than ``limit_bytes``.
-    """
-    try:
-        if path.stat().st_size > limit_bytes:
-            return ()
-        data = path.read_bytes()
-    except OSError:
-        return ()
-    events: list[Event] = []
-    for number, line in enumerate(data.split(b"\n")[1:bad_line - 1], start=2):
-        del number
-        try:
-            decoded = decode_storage_record(loads(line))
-        except (DshError, ValueError):
-            break
-        ok = True
-        for item in decoded:
-            if not isinstance(item, Event) or item.get("seq") != len(events):
-                ok = False
-                break
-            events.append(item)
-        if not ok:
-            break
-    return tuple(events)
 
 
 def common_prefix(a: Sequence[Event], b: Sequence[Event], *, hint: int | None = None,

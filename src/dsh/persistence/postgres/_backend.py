@@ -291,6 +291,31 @@ class PostgresHandle(HandleBase):
                         revision=f"postgresql:{b.store_id}:incarnation:{incarnation}:"
                                  f"revision:{revision}")
 
+    def last_stored_seq(self) -> int:
+        """The committed head minus one (-1: no events): the session row's ``head_seq``.
+
+        Contract: :class:`~dsh.persistence._contract.ReadsRanges` (one indexed lookup).
+
+        Raises:
+            SessionNotFoundError: the session row is gone.
+            PersistenceError: the database failed (code POSTGRES).
+        """
+        self._ensure_open()
+        b = self._backend
+        with b._conn("read", self._id) as conn:
+            srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
+        if srow is None:
+            raise SessionNotFoundError(f"session {self._id!r} is not stored in {b.url}",
+                                       session_id=self._id, path=b.url)
+        return int(srow[11]) - 1
+
+    def range_source(self, cut: int) -> PostgresRangeSource:
+        """The committed events ``0 .. cut - 1`` paged from the database.
+
+        Contract: :class:`~dsh.persistence._contract.ReadsRanges`.
+        """
+        return PostgresRangeSource(self._backend, self._id, cut)
+
     def _suffix_base(self, conn: Any, offset: int, head: int) -> int:
         """Lower ``offset`` to a packed row that covers it (as SQLite schema 17 does)."""
         if offset == 0 or offset >= head:
@@ -462,6 +487,50 @@ class PostgresHandle(HandleBase):
                                    exc)
 
 
+class PostgresRangeSource:
+    """Pages in a session's events ``0 .. cut - 1`` from the database, by seq (a viewer's page).
+
+    Each read takes a pooled connection; rows are read from the packed row covering ``start``.
+
+    Args:
+        backend: The store.
+        session_id: The session.
+        cut: Events served (below the committed head when made).
+    """
+
+    def __init__(self, backend: PostgresBackend, session_id: str, cut: int) -> None:
+        self._backend = backend
+        self._id = session_id
+        self._cut = cut
+
+    def __len__(self) -> int:
+        return self._cut
+
+    def read(self, start: int, stop: int) -> Sequence[Event]:
+        """Return the events ``start <= seq < stop`` (see ``dsh.session.EventSource``).
+
+        Raises:
+            LogCorruptError: the rows no longer decode to those events.
+            PersistenceError: the database failed.
+        """
+        if start >= stop:
+            return []
+        b = self._backend
+        with b._conn("read", self._id) as conn:
+            rows = conn.execute(b._sql_rows_between, (self._id, self._id, start, stop)).fetchall()
+        events: list[Event] = []
+        if rows:
+            scan = scan_rows([_row(r) for r in rows], int(rows[0][0]), ROW_FORMAT, path=b.url,
+                             session_id=self._id)
+            if scan.torn_seq is not None:
+                raise LogCorruptError(f"events {start}..{stop - 1} of session {self._id!r} in "
+                                      f"{b.url} do not decode ({scan.torn_reason}); the rows "
+                                      "were changed outside dsh", path=b.url,
+                                      session_id=self._id, seq=scan.torn_seq)
+            events = [e for e in scan.events if start <= e["seq"] < stop]
+        return events
+
+
 def _row(r: Sequence[Any]) -> tuple[Any, ...]:
     """A fetched row as the SQLite row tuple the shared codec reads."""
     seq, type_, time_, text, blob, ses, sop, ign = r
@@ -554,6 +623,11 @@ class PostgresBackend:
         self._sql_session_row = f"SELECT {_SESSION_COLUMNS} FROM {s}.sessions WHERE id = %s"
         self._sql_rows_from = (f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s "
                                "AND seq >= %s ORDER BY seq")
+        # a page: from the row holding ``start`` (a packed row is keyed by its first member)
+        self._sql_rows_between = (
+            f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s AND seq >= coalesce("
+            f"(SELECT max(seq) FROM {s}.events WHERE session_id = %s AND seq <= %s), 0) AND "
+            "seq < %s ORDER BY seq")
         self._sql_packed_before = (
             f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s AND ignorable = 0 "
             f"AND type IN {_CHUNK_TAGS_SQL} AND seq >= %s AND seq < %s ORDER BY seq")

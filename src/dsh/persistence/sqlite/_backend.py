@@ -855,6 +855,31 @@ class SqliteHandle(HandleBase):
                                    code="HANDLE_CLOSED",
                                    session_id=self._id, path=self._path)
 
+    def last_stored_seq(self) -> int:
+        """The seq of the last stored row (a packed row's first member), -1 for none.
+
+        Contract: :class:`~dsh.persistence._contract.ReadsRanges` (one indexed lookup).
+
+        Raises:
+            PersistenceError: the database failed.
+        """
+        self._ensure_open()
+        try:
+            row = self._c.conn.execute("SELECT max(seq) FROM events WHERE session_id = ?",
+                                       (self._id,)).fetchone()
+        except sqlite3.Error as exc:
+            _fail(exc, "read", self._path, self._id)
+        return int(row[0]) if row is not None and is_safe_int(row[0]) else -1
+
+    def range_source(self, cut: int) -> Any:
+        """The events ``0 .. cut - 1`` paged from the database (None for schema 14).
+
+        Contract: :class:`~dsh.persistence._contract.ReadsRanges`.
+        """
+        if self._c.schema_version == LEGACY_SCHEMA_VERSION:
+            return None
+        return srp.SqlitePrefixSource(self._backend.path, self._id, cut)
+
     def _rows_from(self, base: int) -> list[Row]:
         columns = _LEGACY_ROW_COLUMNS if self._c.schema_version == LEGACY_SCHEMA_VERSION \
             else _ROW_COLUMNS
