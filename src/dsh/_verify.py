@@ -17,7 +17,9 @@
    dangling at rest: a provider would refuse the next request;
 5. the log invariants (:func:`dsh.session._invariants.check_log`, docs/rules.md#turns-and-steps);
 6. the compaction bracket rules (:func:`dsh.compaction.check_compaction_log`,
-   docs/rules.md#compaction-brackets), reported with a ``COMPACTION_`` prefix.
+   docs/rules.md#compaction-brackets), reported with a ``COMPACTION_`` prefix;
+7. redaction tombstones (docs/forgetting.md#tombstones-and-commitments): every event a
+   ``redaction/applied`` record names still hashes to the tombstone digest it recorded.
 
 Rule codes are stable upper-snake names: those of :data:`RULES` plus the codes of the
 invariant companion (``TURN_NUMBER``, ``UNPAIRED_RESULT``, â€¦) and the ``EventRejectedError``
@@ -26,12 +28,13 @@ codes of ``Session.restore`` (``ENVELOPE``, ``HEADER``, ``SEED``, ``SURFACE``, â
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from dsh._errors import DshError, EventRejectedError
 from dsh.compaction import check_compaction_log
-from dsh.json import FrozenDict, snapshot_json
+from dsh.json import FrozenDict, dumps, snapshot_json
 from dsh.session import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
@@ -70,8 +73,10 @@ ORPHAN_TOOL_RESULT: Final = "ORPHAN_TOOL_RESULT"
 DUPLICATE_TOOL_RESULT: Final = "DUPLICATE_TOOL_RESULT"
 """A second ``tool/result`` on the surface for a call that was already answered."""
 
+REDACTION_TOMBSTONE: Final = "REDACTION_TOMBSTONE"
+"""An event a ``redaction/applied`` record names is not the tombstone it recorded."""
 RULES: Final = frozenset({UNKNOWN_EVENT_TYPE, INVALID_LOG, REPAIR, UNANSWERED_TOOL_CALL,
-                          ORPHAN_TOOL_RESULT, DUPLICATE_TOOL_RESULT})
+                          ORPHAN_TOOL_RESULT, DUPLICATE_TOOL_RESULT, REDACTION_TOMBSTONE})
 """The rule codes this module defines itself (the other codes come from the checks it runs)."""
 
 
@@ -241,4 +246,31 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
     found.extend(Violation(v.seq, v.rule, v.message) for v in check_log(log))
     found.extend(Violation(v.seq, f"COMPACTION_{v.rule}", v.message)
                  for v in check_compaction_log(log))
+    found.extend(_tombstones(log))
+    return found
+
+
+def event_digest(event: Mapping[str, Any]) -> str:
+    """Hex SHA-256 of an event's wire bytes (``dsh.json.dumps``): a tombstone's digest."""
+    return hashlib.sha256(dumps(event)).hexdigest()
+
+
+def _tombstones(log: Sequence[Event]) -> list[Violation]:
+    """Each item of each ``redaction/applied`` record against the event it names."""
+    found: list[Violation] = []
+    for record in log:
+        if record.get("type") != "redaction/applied" or not isinstance(record.get("data"),
+                                                                        Mapping):
+            continue
+        items = record["data"].get("items")
+        for item in items if isinstance(items, Sequence) else ():
+            seq = item.get("seq") if isinstance(item, Mapping) else None
+            digest = item.get("tombstone") if isinstance(item, Mapping) else None
+            if type(seq) is not int or not isinstance(digest, str):
+                continue
+            if not 0 <= seq < len(log) or event_digest(log[seq]) != digest:
+                found.append(Violation(seq, REDACTION_TOMBSTONE,
+                                       f"event {seq} is not the tombstone the redaction record "
+                                       f"at seq {record.get('seq')} committed to: it changed "
+                                       f"after the redaction"))
     return found

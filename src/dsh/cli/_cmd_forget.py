@@ -1,4 +1,4 @@
-"""``dsh quarantine``, ``unquarantine``: the commands that make a memory forget.
+"""``dsh quarantine``, ``unquarantine``, ``redact``: the commands that make a memory forget.
 
 Rule: docs/forgetting.md.
 """
@@ -6,7 +6,10 @@ Rule: docs/forgetting.md.
 from __future__ import annotations
 
 import getpass
+import json
+import os
 import socket
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,8 +26,9 @@ from dsh.cli._common import (
     require_session,
     stdout_console,
 )
-from dsh.rights import QuarantineResult
+from dsh.rights import QuarantineResult, RedactionResult
 from dsh.rights import quarantine as quarantine_messages
+from dsh.rights import redact as redact_session
 from dsh.rights import unquarantine as unquarantine_messages
 
 SeqsArg = Annotated[list[int], typer.Argument(
@@ -80,3 +84,66 @@ def unquarantine(session_id: SessionArg, seqs: SeqsArg, by: ByOption = None,
         session_id = require_session(sessions, session_id)
         result = unquarantine_messages(sessions, session_id, seqs, by=_who(by))
     _report("unquarantined", result, json_)
+
+
+def write_receipt(path: Path, receipt: dict[str, object]) -> None:
+    """Write a receipt as JSON, mode 0600 (it holds the commitments' salts)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump(receipt, out, indent=2)
+        out.write("\n")
+
+
+def _report_redaction(result: RedactionResult, receipt: Path | None, json_: bool) -> None:
+    if receipt is not None and not result.dry_run:
+        write_receipt(receipt, result.to_json())
+    if json_:
+        render.write_json(result.to_json())
+        return
+    out = stdout_console()
+    verb = "would redact" if result.dry_run else "redacted"
+    for item in result.items:
+        out.print(f"{result.session_id}: #{item.seq} {item.type}: {verb} "
+                  f"{render.plural(item.spans, 'span')}", markup=False)
+    if not result.items:
+        out.print(f"{result.session_id}: nothing to redact", markup=False)
+    elif not result.dry_run:
+        out.print(f"{result.session_id}: {render.plural(len(result.items), 'event')} "
+                  f"tombstoned; record #{result.record_seq}"
+                  + (f"; receipt {receipt}" if receipt is not None else ""), markup=False)
+
+
+def redact(session_id: SessionArg,
+           seq: Annotated[list[int] | None, typer.Option(
+               "--seq", metavar="N", show_default=False,
+               help="An event whose whole content goes (repeat for more).")] = None,
+           match: Annotated[str | None, typer.Option(
+               "--match", metavar="REGEX", show_default=False,
+               help="Remove every match of this regular expression, in every event.")] = None,
+           secrets: Annotated[bool, typer.Option(
+               "--secrets", help="Remove what looks like a credential (API keys, cloud keys, "
+                                 "tokens, private keys, .env secrets), in every event.")
+           ] = False,
+           dry_run: Annotated[bool, typer.Option(
+               "--dry-run", help="List what would go, by seq; change nothing.")] = False,
+           receipt: Annotated[Path | None, typer.Option(
+               "--receipt", metavar="FILE", show_default=False,
+               help="Write the receipt (commitments and their salts) to FILE, mode 0600.")
+           ] = None,
+           reason: Annotated[str | None, typer.Option(
+               "--reason", metavar="TEXT", show_default=False, help="Why; kept in the log.")
+           ] = None,
+           by: ByOption = None, store: StoreOption = None,
+           wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
+    """Remove content from storage on every backend, leaving tombstones (docs/forgetting.md).
+
+    Exactly one of --seq, --match and --secrets. Each changed event keeps its seq, type and
+    time; its content becomes [REDACTED] and a commitment to the removed bytes is recorded.
+    """
+    json_mode(json_)
+    with cli_store(store, wait=wait) as sessions:
+        session_id = require_session(sessions, session_id)
+        result = redact_session(sessions, session_id, seqs=seq or None, match=match,
+                                secrets=secrets, dry_run=dry_run, reason=reason,
+                                by=_who(by))
+    _report_redaction(result, receipt, json_)

@@ -4,7 +4,10 @@ Every operation is itself recorded in the log it changes, runs under the session
 ownership and commits as one atomic batch (docs/forgetting.md):
 
 * :func:`quarantine` withholds messages from the model view and keeps the log intact;
-  :func:`unquarantine` gives them back exactly; :func:`quarantine_state` folds the records.
+  :func:`unquarantine` gives them back exactly; :func:`quarantine_state` folds the records;
+* :func:`redact` removes whole events' content, or the spans of every string that match a
+  pattern or look like credentials (:func:`find_secrets`), from storage on every backend,
+  leaving tombstones and commitments; the result is the receipt.
 
 Operations take a ``dsh.Store`` (or its ``persistence`` facade) and a stored session id.
 """
@@ -21,14 +24,28 @@ from dsh.rights._quarantine import (
     quarantine_state,
     unquarantine,
 )
+from dsh.rights._redact import (
+    REDACTED_TEXT,
+    REDACTION_APPLIED,
+    RedactedEvent,
+    RedactionResult,
+    find_secrets,
+    redact,
+)
 
 __all__ = [
     "PLACEHOLDER_TEXT",
     "QUARANTINE_APPLY",
     "QUARANTINE_RELEASE",
+    "REDACTED_TEXT",
+    "REDACTION_APPLIED",
     "QuarantineResult",
     "QuarantineState",
+    "RedactedEvent",
+    "RedactionResult",
+    "find_secrets",
     "quarantine",
     "quarantine_state",
+    "redact",
     "unquarantine",
 ]

@@ -829,6 +829,67 @@ class JsonlHandle(HandleBase):
                                                   f"seal {self._seal_path()} whole")
         tail.seals.append(record)
 
+    def rewrite(self, events: Sequence[Event]) -> list[dict[str, object]]:
+        """Replace the stored log by its header and ``events``: redaction and erasure only.
+
+        The new file is written beside the log and fsynced; the seal and restore point, which
+        describe the old bytes, are deleted; the new file is renamed over the log and the
+        folder fsynced; a fresh seal covers it whole. A crash leaves the old log or the new
+        one, either possibly unsealed (read under the format's rules and sealed by the next
+        writer). The old log is first read through its seal, so damage is refused, not
+        rewritten. Rule: docs/forgetting.md#how-storage-is-rewritten.
+
+        Returns:
+            What was touched: ``{"path", "action", ...}`` per file.
+
+        Raises:
+            PersistenceError: ``READ_ONLY`` for a read handle.
+            LogCorruptError: the stored log is damaged.
+            OSError: the new file could not be written (the log is unchanged).
+        """
+        self._check_open()
+        if self._mode != "write":
+            raise PersistenceError(f"cannot rewrite session {self._id!r} through a read "
+                                   f"handle; open it with mode 'write'", code="READ_ONLY",
+                                   session_id=self._id, path=str(self.path))
+        header = self.read().header
+        batch = validate_batch(events, 0, self._id)
+        content = self._backend._initial_content(header, batch)
+        tmp = self.path.with_name(f"{self.path.name}.{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            try:
+                view, written = memoryview(content), 0
+                while written < len(content):
+                    written += os.write(fd, view[written:])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        touched: list[dict[str, object]] = []
+        for sidecar in (self._seal_path(), self.restore_point_path()):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(sidecar)
+                touched.append({"path": str(sidecar), "action": "deleted"})
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        os.replace(tmp, self.path)
+        _fsync_dir(self.path.parent)
+        touched.append({"path": str(self.path), "action": "rewritten", "events": len(batch),
+                        "bytes": len(content)})
+        if self._backend.compression == "none":
+            try:
+                reset_seal(self._seal_path(), b"", [(0, len(content), crc_of(content))])
+                touched.append({"path": str(self._seal_path()), "action": "written"})
+            except OSError as exc:  # the log is rewritten: unsealed until the next writer
+                self.after_commit.failed("seal", exc, "the next writer seals the log")
+        self.read()  # this handle's view of the new file
+        return touched
+
     def close(self) -> None:
         """Close the file and release the write lock; idempotent."""
         if self._closed:

@@ -471,6 +471,66 @@ class PostgresHandle(HandleBase):
         """
         self._ensure_open()
 
+    def rewrite(self, events: Sequence[Event]) -> list[dict[str, object]]:
+        """Replace the session's rows by ``events``: redaction and erasure only.
+
+        One fenced transaction (the lease must still be ours) deletes the session's rows,
+        inserts the new ones and moves the head; a crash leaves the old rows or the new ones.
+        Then ``VACUUM`` of the events table makes the dead tuples' space reusable; it does not
+        overwrite their bytes, which stay in the table's pages, the WAL and any base backup
+        until reused (docs/forgetting.md#what-forgetting-cannot-reach). A ``VACUUM`` that fails
+        is reported in the returned list, never raised.
+
+        Returns:
+            What was touched: ``{"path", "table", "action", ...}`` per table or step.
+
+        Raises:
+            LeaseLostError: the lease was taken over; nothing was written.
+            PersistenceError: ``READ_ONLY``, or the database failed (nothing was written).
+        """
+        self._ensure_open()
+        if self._mode != "write" or self._lease is None:
+            raise PersistenceError(f"cannot rewrite session {self._id!r} through a read "
+                                   f"handle; open it with mode 'write'", code="READ_ONLY",
+                                   session_id=self._id, path=self._backend.url)
+        if self._lease.lost is not None:
+            raise self._lease.lost
+        batch = validate_batch(events, 0, self._id)
+        rows = encode_batch(batch, ROW_FORMAT)
+        b, lease = self._backend, self._lease
+        with b._conn("rewrite", self._id) as conn, conn.transaction():
+            found = conn.execute(b._sql_lock_row, (self._id,)).fetchone()
+            if found is None:
+                raise SessionNotFoundError(f"session {self._id!r} is not stored in {b.url}",
+                                           session_id=self._id, path=b.url)
+            if found[1] != lease.token or int(found[2]) != lease.epoch:
+                lease.lost = b._lease_lost(self._id, lease.epoch, conn)
+                raise lease.lost
+            deleted = conn.execute(f"DELETE FROM {b._s}.events WHERE session_id = %s",
+                                   (self._id,)).rowcount
+            if rows:
+                with conn.cursor() as cur:
+                    cur.executemany(b._sql_insert, [(self._id, *_bind(r)) for r in rows])
+            conn.execute(b._sql_advance, (len(batch), b.lease_ms, self._id,
+                                          _channel_payload(self._id)))
+        self._torn_seen = None
+        touched: list[dict[str, object]] = [
+            {"path": b.url, "table": f"{b.schema}.events", "action": "rows replaced",
+             "deleted": deleted, "inserted": len(rows)}]
+        try:
+            with b._conn("vacuum", self._id) as conn:
+                conn.autocommit = True
+                try:
+                    conn.execute(f"VACUUM {b._s}.events")
+                finally:
+                    conn.autocommit = False
+            touched.append({"path": b.url, "table": f"{b.schema}.events", "action": "VACUUM",
+                            "done": True})
+        except PersistenceError as exc:
+            touched.append({"path": b.url, "table": f"{b.schema}.events", "action": "VACUUM",
+                            "done": False, "error": exc.message})
+        return touched
+
     def close(self) -> None:
         """Stop renewing and release the lease (kept epoch, no owner); idempotent."""
         if self._closed:

@@ -1280,6 +1280,93 @@ class SqliteHandle(HandleBase):
         """
         self._ensure_open()
 
+    def rewrite(self, events: Sequence[Event]) -> list[dict[str, object]]:
+        """Replace the session's rows by ``events`` and scrub the file: redaction and erasure.
+
+        The stored rows are read through the seal first (damage is refused, not rewritten).
+        Then, with ``secure_delete`` on (freed pages are zeroed), the seal and restore point
+        are deleted and one ``BEGIN IMMEDIATE`` transaction deletes the session's rows and
+        inserts the new ones; a crash leaves the old rows or the new ones. After the commit:
+        ``wal_checkpoint(TRUNCATE)``, ``VACUUM``, ``wal_checkpoint(TRUNCATE)`` (the old page
+        images leave the WAL and the free pages), and a fresh seal. A step after the commit
+        that fails (another process keeps a read transaction open) is reported in the
+        returned list, never raised. Rule: docs/forgetting.md#how-storage-is-rewritten.
+
+        Returns:
+            What was touched: ``{"path", "action", ...}`` per file, table or step.
+
+        Raises:
+            PersistenceError: ``READ_ONLY``, or the database failed (nothing was changed).
+            LogCorruptError: the stored rows are damaged.
+        """
+        self._ensure_open()
+        if self._mode != "write":
+            raise PersistenceError(f"cannot rewrite session {self._id!r} through a read "
+                                   f"handle; open it with mode 'write'", code="READ_ONLY",
+                                   session_id=self._id, path=self._path)
+        self.read()
+        batch = validate_batch(events, 0, self._id)
+        rows = encode_batch(batch, self._c.schema_version)
+        legacy = self._c.schema_version == LEGACY_SCHEMA_VERSION
+        conn = self._c.conn
+        touched: list[dict[str, object]] = []
+        self._close_seal_fd()
+        for sidecar in (self._seal_file, self.restore_point_path()):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(sidecar)
+                touched.append({"path": str(sidecar), "action": "deleted"})
+        try:
+            conn.execute("PRAGMA secure_delete = ON")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._c.recheck_ownership()
+                found = conn.execute("SELECT revision, incarnation FROM sessions WHERE id = ?",
+                                     (self._id,)).fetchone()
+                if found is None:
+                    raise SessionNotFoundError(f"session {self._id!r} is not stored in "
+                                               f"{self._path}", session_id=self._id,
+                                               path=self._path)
+                deleted = conn.execute("DELETE FROM events WHERE session_id = ?",
+                                       (self._id,)).rowcount
+                if legacy:
+                    conn.executemany(_INSERT_EVENT_14, [(self._id, *r[:6]) for r in rows])
+                else:
+                    conn.executemany(_INSERT_EVENT_17, [(self._id, *r) for r in rows])
+                conn.execute("UPDATE sessions SET revision = ? WHERE id = ?",
+                             (found[0] + 1, self._id))
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            _fail(exc, "rewrite", self._path, self._id)
+        # committed: what follows is reported, never raised
+        self._committed_revision, self._quiet, self._durable = found[0] + 1, None, None
+        touched.append({"path": self._path, "table": "events", "action": "rows replaced",
+                        "deleted": deleted, "inserted": len(rows)})
+        for step in ("PRAGMA wal_checkpoint(TRUNCATE)", "VACUUM",
+                     "PRAGMA wal_checkpoint(TRUNCATE)"):
+            try:
+                answer = conn.execute(step).fetchone()
+                busy = step.startswith("PRAGMA") and answer is not None and answer[0] != 0
+                touched.append({"path": self._path, "action": step,
+                                "done": not busy})
+            except sqlite3.Error as exc:
+                touched.append({"path": self._path, "action": step, "done": False,
+                                "error": str(exc)})
+        stored = [(*r[:6], None) for r in rows] if legacy else rows
+        try:
+            mkdir_private(self._seal_file.parent, "integrity seals")
+            reset_seal(self._seal_file, _seal_identity(str(found[1])),
+                       [(0, len(batch), rows_crc(stored))] if batch else [])
+            self._seals, self._seal_rewrite = None, False
+            touched.append({"path": str(self._seal_file), "action": "written"})
+        except OSError as exc:  # unsealed until the next append rewrites the seal
+            self._seals, self._seal_rewrite = None, True
+            self.after_commit.failed("seal", exc, "the next append rewrites the seal")
+        return touched
+
     def close(self) -> None:
         """Close the connection and release the write lock; idempotent."""
         if self._closed:
