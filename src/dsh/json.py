@@ -73,6 +73,44 @@ def _frozen(self: object, *args: object, **kwargs: object) -> NoReturn:
     raise TypeError(f"{type(self).__name__} is immutable: accepted session data cannot change")
 
 
+def _deep_repr(value: object) -> str:
+    """``repr`` of nested dicts and lists without recursion (inner containers shown plain)."""
+    parts: list[str] = []
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is _ReprText:
+            parts.append(item.text)
+        elif isinstance(item, dict):
+            if not item:
+                parts.append("{}")
+                continue
+            stack.append(_ReprText("}"))
+            entries = list(item.items())
+            for i in range(len(entries) - 1, -1, -1):
+                key, child = entries[i]
+                stack.append(child)
+                stack.append(_ReprText(("{" if i == 0 else ", ") + repr(key) + ": "))
+        elif isinstance(item, list):
+            if not item:
+                parts.append("[]")
+                continue
+            stack.append(_ReprText("]"))
+            for i in range(len(item) - 1, -1, -1):
+                stack.append(item[i])
+                stack.append(_ReprText("[" if i == 0 else ", "))
+        else:
+            parts.append(repr(item))
+    return "".join(parts)
+
+
+class _ReprText:
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
 class FrozenDict(dict[str, Any]):
     """A JSON object that cannot change: every mutator raises ``TypeError``.
 
@@ -99,7 +137,10 @@ class FrozenDict(dict[str, Any]):
         return self
 
     def __repr__(self) -> str:
-        return f"FrozenDict({dict.__repr__(self)})"
+        try:
+            return f"FrozenDict({dict.__repr__(self)})"
+        except RecursionError:  # any depth is valid JSON: the same text, built iteratively
+            return f"FrozenDict({_deep_repr(self)})"
 
 
 class FrozenList(list[Any]):
@@ -127,7 +168,10 @@ class FrozenList(list[Any]):
         return self
 
     def __repr__(self) -> str:
-        return f"FrozenList({list.__repr__(self)})"
+        try:
+            return f"FrozenList({list.__repr__(self)})"
+        except RecursionError:  # any depth is valid JSON: the same text, built iteratively
+            return f"FrozenList({_deep_repr(self)})"
 
     def __getitem__(self, index: SupportsIndex | slice) -> Any:  # slices stay frozen
         if type(index) is slice:

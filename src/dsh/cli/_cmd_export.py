@@ -98,8 +98,6 @@ def export(
     AI eval log of the whole history; claude-code, codex: a session file that agent resumes
     (--install puts it where the agent lists its sessions) (docs/standards.md).
     """
-    import json
-
     with cli_store(store, create=False) as sessions:
         read = read_session(sessions, session_id)
         log = stored_log(sessions.persistence, read) if format in _STANDARD else None
@@ -112,7 +110,7 @@ def export(
         data = _dsh_jsonl(read)
     else:
         view = model_view(read, str(format.value), target_model)
-        text = json.dumps(view, ensure_ascii=False, indent=2) + "\n"
+        text = render.json_text(view, indent=2) + "\n"
         data = text.encode("utf-8", errors="backslashreplace")
     write_output(data, output)
 

@@ -125,14 +125,78 @@ def _to_plain(value: Any) -> Any:
     return value
 
 
+class _Close:
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _iterative_json(value: Any, indent: int | None) -> str:
+    """``json.dumps(value, ensure_ascii=False, indent=indent)`` without recursion (any depth)."""
+    parts: list[str] = []
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    colon = ": "
+    item_sep = ", " if indent is None else ","
+
+    def newline(level: int) -> str:
+        return "" if indent is None else "\n" + " " * (indent * level)
+
+    while stack:
+        item, level = stack.pop()
+        if type(item) is _Close:
+            parts.append(item.text)
+        elif isinstance(item, dict):
+            if not item:
+                parts.append("{}")
+                continue
+            stack.append((_Close(newline(level) + "}"), level))
+            entries = list(item.items())
+            for i in range(len(entries) - 1, -1, -1):
+                key, child = entries[i]
+                stack.append((child, level + 1))
+                lead = "{" if i == 0 else item_sep
+                stack.append((_Close(lead + newline(level + 1)
+                                     + json.dumps(str(key), ensure_ascii=False) + colon),
+                              level))
+        elif isinstance(item, list | tuple):
+            if not item:
+                parts.append("[]")
+                continue
+            stack.append((_Close(newline(level) + "]"), level))
+            for i in range(len(item) - 1, -1, -1):
+                stack.append((item[i], level + 1))
+                lead = "[" if i == 0 else item_sep
+                stack.append((_Close(lead + newline(level + 1)), level))
+        else:
+            try:
+                parts.append(json.dumps(item, ensure_ascii=False))
+            except TypeError:
+                parts.append(json.dumps(str(item), ensure_ascii=False))
+    return "".join(parts)
+
+
+def json_text(value: Any, *, indent: int | None = 2) -> str:
+    """``value`` as JSON text (``ensure_ascii=False``), at any nesting depth.
+
+    The standard encoder recurses (a log line may nest 20,000 levels deep, valid in dsh): past
+    its limit the value comes from an iterative encoder, on one line (indenting 20,000 levels
+    would write gigabytes of spaces; see ``docs/cli.md#output``).
+    """
+    try:
+        return json.dumps(_to_plain(value), ensure_ascii=False, indent=indent,
+                          default=_to_plain)
+    except RecursionError:
+        return _iterative_json(value, None)
+
+
 def write_json(value: Any, *, stream: IO[bytes] | None = None, indent: int | None = 2) -> None:
     """Write one JSON document and a newline to stdout (binary).
 
     Lone surrogates (dsh allows them in strings) are written as ``\\udXXX`` escapes, so the
-    output is valid UTF-8 and valid JSON.
+    output is valid UTF-8 and valid JSON. Any nesting depth is written (see :func:`json_text`).
     """
-    text = json.dumps(_to_plain(value), ensure_ascii=False, indent=indent,
-                      default=_to_plain)
+    text = json_text(value, indent=indent)
     out = stream if stream is not None else sys.stdout.buffer
     out.write(text.encode("utf-8", errors="backslashreplace") + b"\n")
     out.flush()

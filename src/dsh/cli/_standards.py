@@ -6,20 +6,20 @@ claude-code or codex file where that agent lists its sessions.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from dsh import ConfigError
 from dsh.cli._common import stderr_console
+from dsh.cli._render import json_text
 
 
 def _json_bytes(value: Any, *, lines: bool = False) -> bytes:
     if lines:
-        text = "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in value)
+        text = "".join(json_text(v, indent=None) + "\n" for v in value)
     else:
-        text = json.dumps(value, ensure_ascii=False, indent=2) + "\n"
+        text = json_text(value, indent=2) + "\n"
     return text.encode("utf-8", errors="backslashreplace")
 
 

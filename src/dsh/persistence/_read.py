@@ -17,7 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dsh._errors import EventRejectedError, LogCorruptError, UnknownEventTypeError
+from dsh._errors import (
+    EventRejectedError,
+    LogCorruptError,
+    PersistenceError,
+    UnknownEventTypeError,
+)
 from dsh.json import FrozenDict, c_stored_prescan
 from dsh.persistence._contract import Backend, ColdRead, Handle, TornTail
 from dsh.persistence._legacy import normalize_legacy_events
@@ -244,6 +249,35 @@ def inspect_stored(backend: Backend, session_id: str) -> Inspection:
     return read
 
 
+def commit_repair(handle: Handle, session_id: str, closers: Sequence[Event],
+                  where: str) -> None:
+    """Commit a crash repair through ``handle``: cut a torn tail, append the closers, flush.
+
+    Args:
+        handle: The write handle the log was read through.
+        session_id: The session (for the message).
+        closers: The repair closers (may be empty: only a torn tail is cut).
+        where: What the log is (a path or URL), for the message.
+
+    Raises:
+        PersistenceError: code ``REPAIR_FAILED``: the disk refused the repair (full, I/O
+            error); no committed event changed (a torn tail is cut only after its bytes are
+            saved) and nothing is resumed (``docs/errors.md#persistenceerror``).
+        LogCorruptError, SessionBusyError: as the handle raises them.
+    """
+    try:
+        handle.append(closers)
+        handle.flush()
+    except OSError as exc:
+        raise PersistenceError(
+            f"session {session_id!r} in {where}: the crash repair (cutting the torn tail, "
+            f"appending {len(closers)} closer(s)) could not be written: "
+            f"{exc.strerror or exc}; no committed event was changed (a torn tail is cut "
+            f"only after its bytes are saved beside the log); free space on the store's disk "
+            f"(or fix the device) and resume again",
+            code="REPAIR_FAILED", session_id=session_id, path=where) from exc
+
+
 def load_stored(backend: Backend, session_id: str) -> Inspection:
     """The pipeline and validation through a write handle, then the repair committed (``load``).
 
@@ -261,7 +295,6 @@ def load_stored(backend: Backend, session_id: str) -> Inspection:
         restore_validated(session_id, events + closers, cold.header)
         revision = cold.revision  # nothing written: the read's own revision stands
         if closers or cold.torn is not None:
-            handle.append(closers)
-            handle.flush()
+            commit_repair(handle, session_id, closers, raw_path(handle) or backend.url)
             revision = handle.read(len(events) + len(closers)).revision
     return Inspection(cold.header, events + closers, closers, cold.torn, revision)

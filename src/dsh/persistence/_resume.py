@@ -30,6 +30,7 @@ from dsh.persistence._contract import Backend, Handle
 from dsh.persistence._observer import Adoption, PersistenceObserver
 from dsh.persistence._read import (
     Inspection,
+    commit_repair,
     corrupt_on_rejection,
     plain_records,
     raw_path,
@@ -96,8 +97,7 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
             adoption = Adoption(handle, len(seed), foldable=events is cold.events
                                 or plain_records(cold.events))
         if repair:
-            handle.append(closers)
-            handle.flush()
+            commit_repair(handle, session_id, closers, raw_path(handle) or backend.url)
         observer = observer_of(store)
         observer.adopt(session_id, adoption)
         with observer.publishing(session):

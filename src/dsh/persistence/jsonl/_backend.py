@@ -133,26 +133,71 @@ def _mkdir_durable(path: Path, what: str) -> None:
         _fsync_dir(path.parent)
 
 
-def _stable_read(path: Path, session_id: str) -> tuple[bytes, str]:
-    """Read with stat → read → stat until both stats agree.
+_STABLE_TRIES = 3
+"""Whole-file reads tried before a reader settles for the committed prefix (see below)."""
 
-    Rule: docs/formats.md#reading-the-committed-region.
+
+def _stable_read(path: Path, session_id: str, *, compression: Compression = "none",
+                 settle: bool = True) -> tuple[bytes, str]:
+    """Read the log as one consistent state.
+
+    Rule: docs/formats.md#reading-the-committed-region,
+    docs/rules.md#readers-of-a-log-being-written.
+
+    First stat → read → stat until both stats agree. A log being written every turn may never
+    hold still that long; then the reader takes the bytes the file held when it opened it, cut
+    at the last complete record of a raw log (a Zstandard log's partial frame is reported as
+    a torn tail, never cut by a reader): the log only grows under its writer, so that prefix
+    is a state the log was in. The revision then names the prefix read. A write handle
+    (``settle=False``) holds the lock, so only another program can be writing: it keeps trying
+    for the whole file.
+
+    Raises:
+        SessionNotFoundError: the log vanished.
+        PersistenceError: ``UNSTABLE_READ``: the log was replaced or shrank under every try
+            (not dsh's writer: it only appends).
     """
-    for _ in range(50):
-        try:
-            before = os.stat(path)
-            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
-                data = f.read()
+    try:
+        for attempt in range(50):
+            if attempt < _STABLE_TRIES or not settle:
+                before = os.stat(path)
+                with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+                    data = f.read()
+                after = os.stat(path)
+                rev = _revision(after)
+                if _revision(before) == rev and len(data) == after.st_size:
+                    return data, rev
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                opened = os.fstat(fd)
+                chunks: list[bytes] = []
+                got = 0
+                while got < opened.st_size:
+                    chunk = os.pread(fd, opened.st_size - got, got)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    got += len(chunk)
+            finally:
+                os.close(fd)
+            data = b"".join(chunks)
             after = os.stat(path)
-        except FileNotFoundError:
-            raise SessionNotFoundError(f'session "{session_id}" not found (its log {path} '
-                                       f"vanished)", session_id=session_id,
-                                       path=str(path)) from None
-        rev = _revision(after)
-        if _revision(before) == rev and len(data) == after.st_size:
-            return data, rev
-    raise PersistenceError(f"log {path} kept changing while it was read (50 attempts); "
-                           f"another writer is active", code="UNSTABLE_READ", path=str(path))
+            if after.st_ino != opened.st_ino or after.st_dev != opened.st_dev \
+                    or after.st_size < opened.st_size or got != opened.st_size:
+                continue  # replaced or cut under us: not an append-only writer's doing
+            if compression == "none":
+                data = data[:data.rfind(b"\n") + 1]
+                if not data:
+                    continue
+            return data, f"{_revision(opened)}:prefix:{len(data)}"
+    except FileNotFoundError:
+        raise SessionNotFoundError(f'session "{session_id}" not found (its log {path} '
+                                   f"vanished)", session_id=session_id,
+                                   path=str(path)) from None
+    raise PersistenceError(f"log {path} kept changing while it was read (50 attempts): it was "
+                           f"replaced or cut, or another program writes it", code="UNSTABLE_READ",
+                           path=str(path))
 
 
 _ZSTD = threading.local()  # zstandard (de)compressor contexts are not thread-safe
@@ -463,7 +508,9 @@ class JsonlHandle(HandleBase):
         # The seal is read before the log: the log only grows under a writer, so every range
         # the seal names is then inside the bytes read.
         seal = read_seal(self._seal_path()) if raw else None
-        data, revision = _stable_read(self.path, self._id)
+        data, revision = _stable_read(self.path, self._id,
+                                      compression=self._backend.compression,
+                                      settle=self._mode == "read")
         parsed = parse_log(data, compression=self._backend.compression, path=str(self.path),
                            seal=seal)
         self._backend._check_identity(self._id, parsed.header, self.path)
@@ -1240,7 +1287,7 @@ class JsonlBackend:
         path = self._find(session_id)
         if path is None:
             return None
-        data, _ = _stable_read(path, session_id)
+        data, _ = _stable_read(path, session_id, compression=self.compression)
         if self.compression == "zstd":
             frames, _ = scan_zstd_frames(data, path=str(path))
             data = b"".join(_decompress_frame(data[s:e], s, str(path)) for s, e in frames)

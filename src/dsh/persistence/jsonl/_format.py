@@ -407,6 +407,11 @@ class Scanner:
                 std_json.loads(raw)
             except ValueError:
                 return f"unparsable committed event at line {line}"
+            except RecursionError:
+                # too deep for the standard parser (any depth is valid): dsh's own parser
+                # already read the syntax when it names a value, not the text, as the problem
+                if exc.message.startswith(("JSON is malformed", "JSON is not valid UTF-8")):
+                    return f"unparsable committed event at line {line}"
             # Complete JSON whose values JavaScript cannot represent: written by a bad writer,
             # never by an interrupted one, so it is not a torn tail.
             raise self._corrupt(f"line {line} is JSON a JavaScript reader cannot represent "
