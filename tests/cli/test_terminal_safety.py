@@ -6,6 +6,7 @@ printed as an escape (``\\x1b``), on a pipe and on a real terminal (a pty) alike
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -52,6 +53,21 @@ def test_piped_output_holds_no_control_character(hostile_store: tuple[Dsh, str],
     assert "\\x1b]0;pwned-title" in out
     if command == "show":
         assert HOSTILE_SHOWN in out
+
+
+@pytest.mark.parametrize("command", ["events", "messages"])
+def test_json_output_escapes_c1_controls(hostile_store: tuple[Dsh, str], command: str) -> None:
+    """U+009B (CSI) and DEL leave dsh events / dsh messages as JSON escapes."""
+    cli, url = hostile_store
+    out = cli(command, "ansi", "--store", url).stdout
+    assert not any("\x7f" <= ch <= "\x9f" for ch in out)  # main: a raw U+009B
+    assert "\\u009b31m" in out and "\x1b" not in out
+    if command == "events":
+        messages = [json.loads(line)["data"] for line in out.splitlines()
+                    if '"user/message"' in line]
+    else:
+        messages = json.loads(out)
+    assert messages[-1]["content"][0]["text"] == HOSTILE  # the same value
 
 
 def _on_a_terminal(args: list[str], env: dict[str, str]) -> bytes:

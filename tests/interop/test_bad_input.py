@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -29,8 +31,37 @@ def test_import_missing_file_is_refused(tmp_path: Path, fmt: str) -> None:
 
 
 def test_import_directory_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ImportFormatError, match="cannot read"):
+    with pytest.raises(ImportFormatError, match="is a folder, not a regular file"):
         import_file(tmp_path, "claude-code")
+
+
+@pytest.mark.parametrize("fmt", ["auto", *FORMATS])
+def test_import_fifo_is_refused_at_once(tmp_path: Path, fmt: str) -> None:
+    """A FIFO given as a transcript is refused, not waited on."""
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            import_file(fifo, fmt)
+        except BaseException as exc:  # handed to the test thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():  # main: blocked in open() waiting for a writer; release it
+        with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):
+            pass
+        worker.join(60)
+        pytest.fail("importing a FIFO blocked waiting for a writer")
+    [error] = outcome
+    assert isinstance(error, ImportFormatError)
+    assert "is a FIFO (named pipe), not a regular file" in error.message
+    assert error.where["path"] == str(fifo)
 
 
 @pytest.mark.parametrize("fmt", ["auto", *FORMATS])

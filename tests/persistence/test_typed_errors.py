@@ -1,4 +1,4 @@
-"""No untyped error, no wrong blame (issue 20 item 5).
+"""No untyped error, no wrong blame (docs/rules.md#readers-of-a-log-being-written, REPAIR_FAILED).
 
 The campaign's reproducers: JSON nested 20,000 levels deep in a log line (valid in dsh) made
 the reader or an error message raise ``RecursionError`` and ``dsh messages`` fail as a bug; a

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -190,24 +191,48 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
         return _iterative_json(value, None)
 
 
+_RAW_CONTROL = re.compile(rb"\x7f|\xc2[\x80-\x9f]")
+"""DEL and the C1 controls (U+0080-U+009F) in UTF-8: JSON lets them through raw."""
+
+
+def _control_escape(match: re.Match[bytes]) -> bytes:
+    return b"\\u%04x" % ord(match.group(0).decode("utf-8"))
+
+
+def escape_json_controls(data: bytes) -> bytes:
+    """JSON text with DEL and C1 controls written as ``\\u00XX`` escapes (the same JSON value).
+
+    JSON encoders escape C0 controls but pass DEL and U+0080-U+009F raw, and a terminal obeys
+    U+009B (CSI) as it obeys ESC [. In JSON text these code points occur only inside strings,
+    so the escape changes no value (``docs/cli.md#output``).
+    """
+    return _RAW_CONTROL.sub(_control_escape, data) if b"\x7f" in data or b"\xc2" in data \
+        else data
+
+
 def write_json(value: Any, *, stream: IO[bytes] | None = None, indent: int | None = 2) -> None:
     """Write one JSON document and a newline to stdout (binary).
 
     Lone surrogates (dsh allows them in strings) are written as ``\\udXXX`` escapes, so the
-    output is valid UTF-8 and valid JSON. Any nesting depth is written (see :func:`json_text`).
+    output is valid UTF-8 and valid JSON; DEL and C1 controls as ``\\u00XX``
+    (:func:`escape_json_controls`). Any nesting depth is written (see :func:`json_text`).
     """
     text = json_text(value, indent=indent)
     out = stream if stream is not None else sys.stdout.buffer
-    out.write(text.encode("utf-8", errors="backslashreplace") + b"\n")
+    out.write(escape_json_controls(text.encode("utf-8", errors="backslashreplace")) + b"\n")
     out.flush()
 
 
 def write_json_lines(values: Iterable[Any], *, stream: IO[bytes] | None = None) -> int:
-    """Write each value as one compact JSON line in dsh's wire encoding; return the line count."""
+    """Write each value as one compact JSON line in dsh's wire encoding; return the line count.
+
+    The bytes are the log's own but for DEL and C1 controls, escaped as ``\\u00XX`` (the same
+    JSON value; :func:`escape_json_controls`).
+    """
     out = stream if stream is not None else sys.stdout.buffer
     count = 0
     for value in values:
-        out.write(dumps(value) + b"\n")
+        out.write(escape_json_controls(dumps(value)) + b"\n")
         count += 1
     out.flush()
     return count

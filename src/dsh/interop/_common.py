@@ -21,6 +21,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json as _stdjson
+import os
+import stat
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -189,6 +191,42 @@ def _kind(fmt: str) -> str:
     return "the" if fmt == "auto" else fmt
 
 
+class _NotRegular(Exception):
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+_KINDS: Final = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                 (stat.S_ISDIR, "a folder"))
+
+
+def read_regular_file(path: Path) -> bytes:
+    """The bytes of a regular file; never blocks on a FIFO or a device.
+
+    The file is opened non-blocking and checked with ``fstat`` on the open descriptor (no
+    window between the check and the read), so a FIFO, socket or device given as a
+    transcript is refused instead of waiting forever for a writer
+    (``docs/interop.md#what-an-importer-reads``).
+
+    Raises:
+        OSError: the file cannot be opened or read.
+        _NotRegular: it is not a regular file (``kind`` names what it is).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _NotRegular(next((kind for test, kind in _KINDS if test(mode)),
+                                   "not a regular file"))
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
 def read_source_bytes(path: Path, fmt: str) -> bytes:
     """Return the file's bytes, refusing unreadable, empty and binary files.
 
@@ -197,11 +235,15 @@ def read_source_bytes(path: Path, fmt: str) -> bytes:
             bytes or is not UTF-8.
     """
     try:
-        raw = path.read_bytes()
+        raw = read_regular_file(path)
     except OSError as exc:
         raise ImportFormatError(
             f"cannot read {_kind(fmt)} transcript: {exc.strerror or exc}", path=str(path),
             format=fmt) from exc
+    except _NotRegular as exc:
+        raise ImportFormatError(
+            f"{path} is {exc.kind}, not a regular file; dsh imports transcript files only "
+            "(copy the data into a file first)", path=str(path), format=fmt) from None
     if not raw.strip():
         raise ImportFormatError(
             f"{_kind(fmt)} transcript is empty; expected at least one record", path=str(path),
@@ -234,8 +276,8 @@ _DIGEST_LIMIT: Final = 64
 
 
 def _file_key(path: Path) -> tuple[str, int, int]:
-    stat = path.stat()
-    return str(path.resolve()), stat.st_mtime_ns, stat.st_size
+    found = path.stat()
+    return str(path.resolve()), found.st_mtime_ns, found.st_size
 
 
 def source_sha256(path: Path, raw: bytes | None = None) -> str:
@@ -258,7 +300,10 @@ def source_sha256(path: Path, raw: bytes | None = None) -> str:
             cached = _DIGESTS.get(key)
             if cached is not None:
                 return cached
-            raw = path.read_bytes()
+            raw = read_regular_file(path)
+    except _NotRegular as exc:
+        raise ImportFormatError(f"{path} is {exc.kind}, not a regular file; dsh imports "
+                                "transcript files only", path=str(path)) from None
     except OSError as exc:
         if raw is not None:
             return hashlib.sha256(raw).hexdigest()
