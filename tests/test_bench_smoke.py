@@ -53,7 +53,7 @@ def test_bench_script_runs_and_prints_a_table(case: str, tmp_path: Path) -> None
         if reason is not None:
             pytest.skip(f"SKIPPED LOUDLY: {reason}")
     proc = subprocess.run([sys.executable, "-m", *CASES[case], "--dir", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("# ")
