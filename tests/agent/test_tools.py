@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -165,3 +167,56 @@ def test_shell_refuses_by_default_and_runs_when_approved(workspace: Path) -> Non
     timed = _invoke(shell_tool(workspace, approve=lambda r: True, timeout_ms=50),
                     '{"command": "sleep 5"}')
     assert timed.error == {"name": "TimeoutError", "code": "TOOL_TIMEOUT"}
+
+
+def test_grep_stops_a_catastrophic_pattern_without_freezing_the_process(
+        workspace: Path) -> None:
+    """The search runs in a child process: this process keeps running while it backtracks."""
+    (workspace / "slow.txt").write_text("a" * 40 + "!\n")
+    *_, grep = make_workspace_tools(workspace, grep_timeout_s=2)
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def ticker() -> None:  # would starve for the whole search under a GIL-holding regex
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=ticker)
+    thread.start()
+    try:
+        outcome = _invoke(grep, '{"pattern": "(a+)+$", "path": "slow.txt"}')
+    finally:
+        stop.set()
+        thread.join()
+    assert outcome.error == {"name": "PatternTimeoutError", "code": "PATTERN_TIMEOUT"}
+    assert "(a+)+$" in str(outcome.content)
+    assert len(ticks) >= 10  # main: the first tick, then nothing until the regex gave up
+
+
+def test_grep_streams_lines_and_reports_numbers(workspace: Path) -> None:
+    *_, grep = make_workspace_tools(workspace)
+    big = workspace / "big.log"
+    with big.open("w") as f:
+        for n in range(1, 50_001):
+            f.write(f"line {n}{' NEEDLE' if n % 10_000 == 0 else ''}\n")
+    outcome = _invoke(grep, '{"pattern": "NEEDLE", "path": "big.log"}')
+    assert outcome.content == "\n".join(f"big.log:{n}:line {n} NEEDLE"
+                                       for n in range(10_000, 50_001, 10_000))
+    assert _invoke(grep, '{"pattern": "(", "path": "big.log"}').error == {
+        "name": "ConfigError", "code": "INVALID_ARGUMENTS"}
+
+
+def test_hard_link_to_a_file_outside_the_root_is_refused(workspace: Path,
+                                                          tmp_path: Path) -> None:
+    os.link(tmp_path / "secret.txt", workspace / "linked.txt")
+    tools = {t.name: t for t in make_workspace_tools(workspace)}
+    outcome = _invoke(tools["read_file"], '{"path": "linked.txt"}')
+    assert outcome.error == {"name": "HardLinkError", "code": "OUTSIDE_ROOT"}
+    assert "secret" not in str(outcome.content).replace("secret.txt", "")
+    assert "hard links" in str(outcome.content)
+    found = _invoke(tools["grep"], '{"pattern": "secret"}')  # main: read the outside file
+    assert found.error is None and "secret" not in str(found.content)
+    named = _invoke(tools["grep"], '{"pattern": "secret", "path": "linked.txt"}')
+    assert named.error == {"name": "HardLinkError", "code": "OUTSIDE_ROOT"}
+

@@ -19,9 +19,13 @@ import asyncio
 import contextlib
 import fnmatch
 import inspect
+import json
 import os
 import re
 import signal
+import stat
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +53,75 @@ class PathNotFoundError(DshError):
     default_code = "NOT_FOUND"
 
 
+class PatternTimeoutError(DshError):
+    """``grep``'s search ran past its time bound (a catastrophic pattern; a tool result)."""
+
+    default_code = "PATTERN_TIMEOUT"
+
+
+class HardLinkError(DshError):
+    """A built-in tool was asked about a file with several hard links (a tool result)."""
+
+    default_code = "OUTSIDE_ROOT"
+
+
+GREP_TIMEOUT_S: Final = 10.0
+"""How long ``grep``'s search process may run before it is killed (seconds)."""
+
+_MAX_LINE_BYTES: Final = 1024 * 1024
+
+# The search runs in a child process: a pattern that backtracks catastrophically then costs
+# that process its time bound, never this process its GIL (the event loop, the write-behind
+# writer and the tool timeouts keep running). Files are streamed a bounded line at a time.
+_GREP_CHILD = r"""
+import json, re, sys
+job = json.loads(sys.stdin.buffer.read())
+regex = re.compile(job["pattern"])
+limit, cap = job["limit"], job["line"]
+hits = 0
+out = sys.stdout
+for name, shown in job["files"]:
+    try:
+        f = open(name, "rb")
+    except OSError:
+        continue
+    with f:
+        number = 1  # a line longer than the cap is searched a cap at a time
+        while True:
+            raw = f.readline(cap)
+            if not raw:
+                break
+            ended = raw.endswith(b"\n")
+            try:
+                line = (raw[:-1] if ended else raw).decode("utf-8")
+            except UnicodeDecodeError:
+                break  # binary: no lines to match
+            if regex.search(line):
+                out.write(json.dumps([shown, number, line[:500]]) + "\n")
+                hits += 1
+                if hits == limit:
+                    sys.exit(0)
+            number += ended
+"""
+
+
+def _refuse_hard_link(target: Path, relative: str) -> None:
+    """Refuse a regular file with more than one hard link (its other names may be outside).
+
+    A hard link is the same inode under another name; nothing tells where the other names
+    are, so a file linked into the root from outside would be read through it. Rule:
+    docs/agent.md#built-in-tools.
+    """
+    try:
+        info = os.stat(target)
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        raise HardLinkError(f"path {relative!r} is a file with {info.st_nlink} hard links; its "
+                            f"other names may lie outside the workspace root, so it is not "
+                            f"read (copy it into the workspace)")
+
+
 def _root(root: str | os.PathLike[str]) -> Path:
     path = Path(root).resolve()
     if not path.is_dir():
@@ -68,8 +141,13 @@ def _rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix() or "."
 
 
-def workspace_tools(root: str | os.PathLike[str]) -> list[Tool]:
+def workspace_tools(root: str | os.PathLike[str], *,
+                    grep_timeout_s: float = GREP_TIMEOUT_S) -> list[Tool]:
     """Return ``read_file``, ``list_dir``, ``glob`` and ``grep`` confined to ``root``.
+
+    ``grep`` searches in a child process killed after ``grep_timeout_s`` seconds, a bounded
+    line at a time; ``read_file`` and ``grep`` refuse files with several hard links
+    (docs/agent.md#built-in-tools).
 
     Raises:
         ConfigError: ``root`` is not a directory.
@@ -88,6 +166,7 @@ def workspace_tools(root: str | os.PathLike[str]) -> list[Tool]:
         target = _inside(base, path)
         if not target.is_file():
             raise PathNotFoundError(f"{path!r} is not a file in the workspace")
+        _refuse_hard_link(target, path)
         with target.open("rb") as handle:
             handle.seek(max(0, offset))
             data = handle.read(max(0, min(limit, MAX_READ_BYTES)))
@@ -134,24 +213,46 @@ def workspace_tools(root: str | os.PathLike[str]) -> list[Tool]:
             path: File or directory to search, relative to the workspace root.
             include: Only files whose name matches this glob, e.g. '*.py'.
         """
-        regex = re.compile(pattern)
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"pattern {pattern!r} is not a regular expression: {exc}",
+                              code="INVALID_ARGUMENTS") from None
         target = _inside(base, path)
-        files = [target] if target.is_file() else sorted(
-            p for p in target.rglob("*") if p.is_file() and fnmatch.fnmatch(p.name, include))
-        hits: list[str] = []
+        if target.is_file():
+            _refuse_hard_link(target, path)
+            files = [target]
+        else:
+            files = sorted(p for p in target.rglob("*")
+                           if p.is_file() and fnmatch.fnmatch(p.name, include))
+        searched: list[tuple[str, str]] = []
         for file in files:
             if base not in file.resolve().parents:
                 continue  # a symlink pointing out of the root is not searched
             try:
-                text = file.read_text(encoding="utf-8")
-            except (UnicodeDecodeError, OSError):
-                continue  # binary or unreadable files have no lines to match
-            for number, line in enumerate(text.split("\n"), 1):
-                if regex.search(line):
-                    hits.append(f"{_rel(base, file)}:{number}:{line[:500]}")
-                    if len(hits) == _MAX_ENTRIES:
-                        return "\n".join(hits)
-        return "\n".join(hits)
+                info = os.stat(file)
+            except OSError:
+                continue
+            if info.st_nlink > 1:
+                continue  # a hard link may be a name of a file outside the root
+            searched.append((str(file), _rel(base, file)))
+        if not searched:
+            return ""
+        job = json.dumps({"pattern": pattern, "files": searched, "limit": _MAX_ENTRIES,
+                          "line": _MAX_LINE_BYTES})
+        try:
+            done = subprocess.run([sys.executable, "-I", "-c", _GREP_CHILD], input=job.encode(),
+                                  capture_output=True, timeout=grep_timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise PatternTimeoutError(
+                f"the search for {pattern!r} ran past {grep_timeout_s:g} s and was stopped (a "
+                f"pattern with nested repetition can take exponential time); use a simpler "
+                f"pattern or a narrower path") from None
+        if done.returncode != 0:
+            raise ConfigError(f"the search for {pattern!r} failed: "
+                              f"{done.stderr.decode('utf-8', 'replace').strip()[-300:]}")
+        hits = [json.loads(line) for line in done.stdout.decode("utf-8").splitlines()]
+        return "\n".join(f"{shown}:{number}:{line}" for shown, number, line in hits)
 
     return [read_file, list_dir, glob, grep]
 

@@ -9,6 +9,7 @@ symlink: it is named by the user. Folders the store creates are mode 0700
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -34,6 +35,30 @@ def refuse_symlink(path: Path, what: str) -> None:
             f"refusing the symlink {path} (to {os.readlink(path)}) where the store keeps {what}: "
             f"a link there would send writes outside the store; replace it with the real "
             f"{what}", code="SYMLINK", path=str(path))
+
+
+def open_sidecar(path: Path, what: str) -> int:
+    """Open a sidecar file for reading, following no symlink: neither the file nor its folder.
+
+    The folder is opened with ``O_NOFOLLOW | O_DIRECTORY`` and the file relative to it with
+    ``O_NOFOLLOW``, so a symlinked ``.dsh-seals`` or ``.dsh-checkpoints`` folder is refused by
+    a read as by a write (docs/formats.md#file-modes-and-symlinks).
+
+    Raises:
+        FileNotFoundError: the file (or its folder) does not exist.
+        PersistenceError: code ``SYMLINK``: the folder is a symlink.
+        OSError: the file is a symlink (``ELOOP``) or cannot be opened.
+    """
+    try:
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            refuse_symlink(path.parent, what)
+        raise
+    try:
+        return os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=folder)
+    finally:
+        os.close(folder)
 
 
 def mkdir_private(path: Path, what: str) -> bool:

@@ -42,7 +42,9 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import orjson
 
+from dsh._errors import PersistenceError
 from dsh.json import MAX_SAFE_INTEGER, dumps
+from dsh.persistence._paths import open_sidecar
 from dsh.persistence._seal import _write_all as write_all
 from dsh.session import Event, RestoreFold, RestoreState
 
@@ -285,10 +287,10 @@ def read_restore_point_file(path: Path) -> bytes:
         RestorePointRefused: ``absent`` (no file) or ``unreadable`` (not a regular file, I/O).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_sidecar(path, "restore points")
     except FileNotFoundError:
         raise RestorePointRefused("absent") from None
-    except OSError:
+    except (OSError, PersistenceError):  # a symlinked file or folder too: never followed
         raise RestorePointRefused("unreadable") from None
     try:
         with os.fdopen(fd, "rb") as f:

@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from dsh._errors import LogCorruptError
 from dsh.json import CFallback, c_rows_text
+from dsh.persistence._paths import open_sidecar
 
 __all__ = ["Seal", "append_seal", "append_seal_to", "check_byte_seals", "check_row_seals",
            "crc_of", "open_seal_appender", "read_seal", "reset_seal", "rows_crc", "rows_text"]
@@ -70,12 +71,13 @@ def read_seal(path: Path) -> Seal | None:
     """Read a seal file; ``None`` when it does not exist (or is empty).
 
     Raises:
+        PersistenceError: code ``SYMLINK``: the seal's folder is a symlink.
         LogCorruptError: the file is not a seal (bad magic or identity length) or holds
             records that are not contiguous from 0 (a damaged seal; it names the file and
             record so the user can compare it with the log).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_sidecar(path, "integrity seals")
     except FileNotFoundError:
         return None
     except OSError as exc:
