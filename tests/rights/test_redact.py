@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -66,7 +67,9 @@ def store_bytes(url: str) -> list[tuple[str, bytes]]:
             if path.name.endswith(".zstd"):
                 import zstandard
 
-                raw += zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+                with zstandard.ZstdDecompressor().stream_reader(
+                        io.BytesIO(raw), read_across_frames=True) as frames:
+                    raw += frames.read()
             out.append((str(path), raw))
     return out
 

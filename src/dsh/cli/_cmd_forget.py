@@ -1,4 +1,4 @@
-"""``dsh quarantine``, ``unquarantine``, ``redact``: the commands that make a memory forget.
+"""``dsh quarantine``, ``unquarantine``, ``redact``, ``erase``: how a memory forgets.
 
 Rule: docs/forgetting.md.
 """
@@ -27,6 +27,7 @@ from dsh.cli._common import (
     stdout_console,
 )
 from dsh.rights import QuarantineResult, RedactionResult
+from dsh.rights import erase as erase_sessions
 from dsh.rights import quarantine as quarantine_messages
 from dsh.rights import redact as redact_session
 from dsh.rights import unquarantine as unquarantine_messages
@@ -147,3 +148,55 @@ def redact(session_id: SessionArg,
                                 secrets=secrets, dry_run=dry_run, reason=reason,
                                 by=_who(by))
     _report_redaction(result, receipt, json_)
+
+
+def _where(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}",
+                                     param_hint="'--where'")
+        out[key.strip()] = value
+    return out
+
+
+def erase(session_ids: Annotated[list[str] | None, typer.Argument(
+              metavar="[ID]...", show_default=False,
+              help="Sessions to erase (exact ids).")] = None,
+          where: Annotated[list[str] | None, typer.Option(
+              "--where", metavar="KEY=VALUE", show_default=False,
+              help="Also erase every session whose header has KEY equal to VALUE (repeat: "
+                   "all must hold).")] = None,
+          receipt: Annotated[Path, typer.Option(
+              "--receipt", metavar="FILE", show_default=False,
+              help="Where to write the receipt (JSON, mode 0600); 'dsh verify --receipt "
+                   "FILE' checks it later.")] = Path("-"),
+          reason: Annotated[str | None, typer.Option(
+              "--reason", metavar="TEXT", show_default=False, help="Why; kept in the log.")
+          ] = None,
+          by: ByOption = None, store: StoreOption = None,
+          wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
+    """Erase sessions' content everywhere in the store, forks' copies included; write a receipt.
+
+    Every event becomes a tombstone (seq, type and time kept, content gone, a commitment
+    recorded); fork descendants lose their copies of it and what was derived from it; saved
+    cuts, restore points, the listing index, SQLite's WAL and free pages are scrubbed
+    (docs/forgetting.md#erasure).
+    """
+    json_mode(json_)
+    if str(receipt) == "-":
+        raise typer.BadParameter("an erasure needs --receipt FILE (its proof)",
+                                 param_hint="'--receipt'")
+    with cli_store(store, wait=wait) as sessions:
+        made = erase_sessions(sessions, session_ids or (), where=_where(where or []) or None,
+                              reason=reason, by=_who(by))
+    write_receipt(receipt, made.to_json())
+    if json_:
+        render.write_json(made.to_json())
+        return
+    out = stdout_console()
+    for done in made.sessions:
+        out.print(f"{done.session_id}: {done.role}, {render.plural(len(done.items), 'event')} "
+                  f"tombstoned", markup=False)
+    out.print(f"receipt {receipt}", markup=False)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -77,6 +79,9 @@ def verify(
         metavar="ID", show_default=False,
         help="Session to verify (a unique prefix of its id will do).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Verify every session.")] = False,
+    receipt: Annotated[Path | None, typer.Option(
+        "--receipt", metavar="FILE", show_default=False,
+        help="Check an erasure or redaction receipt against the store instead.")] = None,
     store: StoreOption = None,
     json_: JsonOption = False,
 ) -> None:
@@ -87,6 +92,9 @@ def verify(
     when a resume would use it although the log changed under it).
     """
     json_mode(json_)
+    if receipt is not None:
+        _verify_receipt(receipt, store, json_)
+        return
     if (session_id is None) == (not all_):
         raise typer.BadParameter("give a session ID or --all (not both)",
                                  param_hint="'ID' / '--all'")
@@ -121,3 +129,34 @@ def verify(
     if found:
         raise typer.Exit(EXIT_FAILED)
 
+
+
+def _verify_receipt(path: Path, store: str | None, json_: bool) -> None:
+    """``dsh verify --receipt FILE``: the receipt against the store (docs/forgetting.md#receipts).
+
+    The store is ``--store``, else the one the receipt names.
+    """
+    from dsh.rights import verify_receipt
+
+    try:
+        receipt = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"cannot read receipt {path}: {exc}",
+                                 param_hint="'--receipt'") from exc
+    if not isinstance(receipt, dict):
+        raise typer.BadParameter(f"{path} is not a receipt (not a JSON object)",
+                                 param_hint="'--receipt'")
+    url = store or receipt.get("store")
+    with cli_store(url if isinstance(url, str) else None, create=False) as sessions:
+        problems = verify_receipt(sessions, receipt)
+    if json_:
+        render.write_json({"receipt": str(path), "problems": problems})
+    else:
+        for problem in problems:
+            sys.stdout.write(printable(problem) + "\n")
+        sys.stdout.flush()
+        stdout_console().print(f"receipt {path}: " + (
+            f"{render.plural(len(problems), 'problem')}" if problems else "holds"),
+            markup=False)
+    if problems:
+        raise typer.Exit(EXIT_FAILED)

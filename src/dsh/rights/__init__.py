@@ -7,13 +7,21 @@ ownership and commits as one atomic batch (docs/forgetting.md):
   :func:`unquarantine` gives them back exactly; :func:`quarantine_state` folds the records;
 * :func:`redact` removes whole events' content, or the spans of every string that match a
   pattern or look like credentials (:func:`find_secrets`), from storage on every backend,
-  leaving tombstones and commitments; the result is the receipt.
+  leaving tombstones and commitments; the result is the receipt;
+* :func:`erase` removes whole sessions' content, and the copies fork descendants hold of it,
+  from every place in the store; :func:`verify_receipt` checks its receipt later.
 
 Operations take a ``dsh.Store`` (or its ``persistence`` facade) and a stored session id.
 """
 
 from __future__ import annotations
 
+from dsh.rights._erase import (
+    ErasedSession,
+    ErasureReceipt,
+    erase,
+    verify_receipt,
+)
 from dsh.rights._quarantine import (
     PLACEHOLDER_TEXT,
     QUARANTINE_APPLY,
@@ -39,13 +47,17 @@ __all__ = [
     "QUARANTINE_RELEASE",
     "REDACTED_TEXT",
     "REDACTION_APPLIED",
+    "ErasedSession",
+    "ErasureReceipt",
     "QuarantineResult",
     "QuarantineState",
     "RedactedEvent",
     "RedactionResult",
+    "erase",
     "find_secrets",
     "quarantine",
     "quarantine_state",
     "redact",
     "unquarantine",
+    "verify_receipt",
 ]

@@ -52,12 +52,14 @@ class Held:
         session: A detached session restored from the stored log; append to it to validate.
         stored: How many events the stored log holds (what the batch continues).
         read: The read pipeline's inspection of the stored log.
+        session_clock: The clock the session was restored with (None: the wall clock).
     """
 
     handle: Handle
     session: Session
     stored: int
     read: Inspection
+    session_clock: Clock | None = None
 
     def appended(self) -> tuple[Event, ...]:
         """The events appended to :attr:`session` after the stored log.
@@ -101,6 +103,6 @@ def held(store: Persistence | HasPersistence, session_id: str, *,
         session = Session.restore(session_id, events, header,
                                   inherited_event_count=header.get("seedLength") or 0,
                                   clock=clock)
-        yield Held(handle, session, len(events), read)
+        yield Held(handle, session, len(events), read, clock)
     finally:
         handle.close()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 from dsh._errors import DshError, RightsError
 from dsh._verify import event_digest, verify_events
 from dsh.json import FrozenDict, dumps, snapshot_json
-from dsh.rights._held import HasPersistence, facade, held
+from dsh.rights._held import HasPersistence, Held, facade, held
 from dsh.rights._secrets import detector_names, pattern_spans, secret_spans
 from dsh.session import Event, Session
 
@@ -186,6 +186,11 @@ def _tombstone(event: Event, spans: Spans) -> tuple[Event, int]:
     return Event(frozen), count
 
 
+def tombstone_whole(event: Event) -> tuple[Event, int]:
+    """``event`` with every non-structural string of its data replaced; and how many."""
+    return _tombstone(event, _whole)
+
+
 def _call_id(event: Event) -> str | None:
     message = event["data"].get("message") if isinstance(event["data"], Mapping) else None
     source = message.get("source") if isinstance(message, Mapping) else None
@@ -296,56 +301,76 @@ def redact(store: Persistence | HasPersistence, session_id: str, *,
                       for seq, (_, count) in sorted(plan.items()))
         return RedactionResult(session_id, mode, found, None, (), detectors, True, now)
     with held(store, session_id, clock=clock) as hold:
-        rewrite = getattr(hold.handle, "rewrite", None)
-        if rewrite is None:
-            raise RightsError(f"the store {facade(store).url} cannot rewrite a stored log "
-                              f"(redaction needs JSONL, SQLite or PostgreSQL)",
-                              code="UNSUPPORTED", session_id=session_id)
-        events = list(hold.session.events)
-        plan = _plan(events[:hold.stored], seq_list, spans, session_id)
+        plan = _plan(list(hold.session.events)[:hold.stored], seq_list, spans, session_id)
         if not plan:
             return RedactionResult(session_id, mode, (), None, (), detectors, False, now)
-        items: list[RedactedEvent] = []
-        for seq, (tomb, count) in sorted(plan.items()):
-            salt = os.urandom(16)
-            items.append(RedactedEvent(
-                seq, tomb["type"], count,
-                hashlib.sha256(salt + dumps(events[seq])).hexdigest(), salt.hex(),
-                event_digest(tomb)))
-            events[seq] = tomb
-        header: Any = hold.read.header
-        seed_length = header.get("seedLength") or 0
-        try:
-            session = Session.restore(session_id, events, header,
-                                      inherited_event_count=seed_length, clock=clock)
-        except DshError as exc:
-            raise RightsError(f"the redacted log of session {session_id!r} would not read "
-                              f"back ({exc}); nothing was written", code="TOMBSTONE_INVALID",
-                              session_id=session_id) from exc
-        record: dict[str, Any] = {
-            "items": [{"seq": i.seq, "commitment": i.commitment, "tombstone": i.tombstone}
-                      for i in items],
-            "mode": mode, "spans": sum(i.spans for i in items)}
+        extra: dict[str, Any] = {"mode": mode}
         if detectors:
-            record["detectors"] = list(detectors)
+            extra["detectors"] = list(detectors)
         if reason is not None:
-            record["reason"] = reason
+            extra["reason"] = reason
         if by is not None:
-            record["by"] = by
-        appended = session.append(REDACTION_APPLIED, record, ignorable=True)
-        final = list(session.events)
-        problems = [v for v in verify_events(final, header=header)
-                    if v.rule in ("ENVELOPE", "SHAPE", "SURFACE", "SEED")]
-        if problems:
-            raise RightsError(f"the redacted log of session {session_id!r} would not verify "
-                              f"({problems[0].rule} at seq {problems[0].seq}: "
-                              f"{problems[0].message}); nothing was written",
-                              code="TOMBSTONE_INVALID", session_id=session_id)
-        touched = rewrite(final)
+            extra["by"] = by
+        items, appended, touched = commit_tombstones(hold, plan, extra, facade(store).url)
     # committed: the steps below are reported in the receipt, never raised
     touched.extend(after_rewrite(facade(store), session_id, spans))
     return RedactionResult(session_id, mode, tuple(items), appended["seq"], tuple(touched),
                            detectors, False, appended["time"])
+
+
+def commit_tombstones(hold: Held, plan: Mapping[int, tuple[Event, int]],
+                      extra: Mapping[str, Any], url: str,
+                      ) -> tuple[list[RedactedEvent], Event, list[dict[str, Any]]]:
+    """Put the tombstones of ``plan`` in place and rewrite the held log with the record.
+
+    Each tombstone gets a salted commitment to its original; the tombstoned log is restored
+    and verified in full before anything is written; ``redaction/applied {items, spans,
+    **extra}`` is appended; the backend rewrites the log (``handle.rewrite``).
+
+    Returns:
+        The changed events (with salts), the record event, what the rewrite touched.
+
+    Raises:
+        RightsError: ``UNSUPPORTED`` (no ``rewrite`` on this backend), ``TOMBSTONE_INVALID``.
+    """
+    session_id = hold.session.id
+    rewrite = getattr(hold.handle, "rewrite", None)
+    if rewrite is None:
+        raise RightsError(f"the store {url} cannot rewrite a stored log (redaction and "
+                          f"erasure need JSONL, SQLite or PostgreSQL)", code="UNSUPPORTED",
+                          session_id=session_id)
+    events = list(hold.session.events)
+    items: list[RedactedEvent] = []
+    for seq, (tomb, count) in sorted(plan.items()):
+        salt = os.urandom(16)
+        items.append(RedactedEvent(
+            seq, tomb["type"], count,
+            hashlib.sha256(salt + dumps(events[seq])).hexdigest(), salt.hex(),
+            event_digest(tomb)))
+        events[seq] = tomb
+    header: Any = hold.read.header
+    try:
+        session = Session.restore(session_id, events, header,
+                                  inherited_event_count=header.get("seedLength") or 0,
+                                  clock=hold.session_clock)
+    except DshError as exc:
+        raise RightsError(f"the redacted log of session {session_id!r} would not read "
+                          f"back ({exc}); nothing was written", code="TOMBSTONE_INVALID",
+                          session_id=session_id) from exc
+    record: dict[str, Any] = {
+        "items": [{"seq": i.seq, "commitment": i.commitment, "tombstone": i.tombstone}
+                  for i in items],
+        "spans": sum(i.spans for i in items), **extra}
+    appended = session.append(REDACTION_APPLIED, record, ignorable=True)
+    final = list(session.events)
+    problems = [v for v in verify_events(final, header=header)
+                if v.rule in ("ENVELOPE", "SHAPE", "SURFACE", "SEED")]
+    if problems:
+        raise RightsError(f"the redacted log of session {session_id!r} would not verify "
+                          f"({problems[0].rule} at seq {problems[0].seq}: "
+                          f"{problems[0].message}); nothing was written",
+                          code="TOMBSTONE_INVALID", session_id=session_id)
+    return items, appended, list(rewrite(final))
 
 
 def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None

@@ -1,0 +1,301 @@
+"""Erasure: remove sessions' content from every place it lives in the store, with a receipt.
+
+Rule: docs/forgetting.md#erasure. ``erase`` takes sessions by id or by header metadata
+(``where``), then, one session at a time under its write ownership:
+
+* every event of an erased session is tombstoned whole (as ``redact --seq``), in one
+  ``redaction/applied {mode: "erasure", erased}`` rewrite;
+* every fork descendant (``parentSession``, transitively) gets the copies it holds tombstoned:
+  the inherited prefix events that are erased in its parent, and every event derived from
+  them through the log's lineage: an event citing one in ``sourceEventSeqs`` (a compaction
+  checkpoint, a restoring copy, a closer), a ``compaction/summary`` whose ``shadowedSeqs`` holds
+  one, and the summary a tombstoned checkpoint cites;
+* beside the logs: an erased session's saved cuts are deleted, the listing index rebuilt; each
+  backend's rewrite scrubs what it keeps (seals, restore points, SQLite WAL and free pages).
+
+The receipt lists every session, event, commitment (with its salt), file, table and step
+touched; :func:`verify_receipt` checks it against the store later.
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from dsh._errors import DshError, RightsError, SessionNotFoundError
+from dsh._verify import event_digest
+from dsh.rights._held import HasPersistence, facade, held
+from dsh.rights._redact import (
+    REDACTION_APPLIED,
+    RedactedEvent,
+    after_rewrite,
+    commit_tombstones,
+    tombstone_whole,
+)
+
+if TYPE_CHECKING:
+    from dsh.persistence import Persistence
+    from dsh.session import Clock, Event
+
+RECEIPT_KIND: Final = "dsh-erasure"
+"""``kind`` of an erasure receipt."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErasedSession:
+    """What an erasure did to one session.
+
+    Attributes:
+        session_id: The session.
+        role: ``erased`` (named, or matched by ``where``) or ``descendant`` (a fork below one).
+        items: Its tombstoned events, with commitments and salts.
+        record_seq: Seq of its ``redaction/applied`` record, or None when nothing changed.
+        touched: The files, tables and steps touched for it.
+    """
+
+    session_id: str
+    role: str
+    items: tuple[RedactedEvent, ...]
+    record_seq: int | None
+    touched: tuple[Mapping[str, Any], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"id", "role", "recordSeq", "items", "touched"}``."""
+        return {"id": self.session_id, "role": self.role, "recordSeq": self.record_seq,
+                "items": [i.to_json() for i in self.items],
+                "touched": [dict(t) for t in self.touched]}
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureReceipt:
+    """The receipt of one :func:`erase`.
+
+    Attributes:
+        url: The store.
+        time: Epoch ms when the erasure started.
+        subjects: The sessions erased (named or matched).
+        where: The metadata filter, or None.
+        sessions: Every session touched, subjects first, then descendants.
+        reason: Why, or None.
+        by: Who, or None.
+    """
+
+    url: str
+    time: int
+    subjects: tuple[str, ...]
+    where: Mapping[str, str] | None
+    sessions: tuple[ErasedSession, ...]
+    reason: str | None = None
+    by: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``dsh erase --receipt`` writes and ``verify --receipt`` reads.
+
+        ``{"kind": "dsh-erasure", "store", "time", "subjects", "where", "reason", "by",
+        "sessions"}``.
+        """
+        return {"kind": RECEIPT_KIND, "store": self.url, "time": self.time,
+                "subjects": list(self.subjects),
+                "where": dict(self.where) if self.where is not None else None,
+                "reason": self.reason, "by": self.by,
+                "sessions": [s.to_json() for s in self.sessions]}
+
+
+def select(store: Persistence | HasPersistence, session_ids: Iterable[str] = (),
+           where: Mapping[str, str] | None = None) -> list[str]:
+    """The stored session ids named, plus those whose header has every ``where`` value.
+
+    A header value matches when it equals the string, or its JSON spelling (numbers,
+    booleans). Raises ``SessionNotFoundError`` for a named id that is not stored.
+    """
+    persistence = facade(store)
+    headers = {str(h["id"]): h for h in persistence.list_headers()}
+    chosen: list[str] = []
+    for sid in session_ids:
+        if sid not in headers:
+            raise SessionNotFoundError(f"session {sid!r} is not stored in {persistence.url}",
+                                       session_id=sid)
+        if sid not in chosen:
+            chosen.append(sid)
+    if where:
+        for sid, header in sorted(headers.items()):
+            if sid not in chosen and all(_matches(header.get(k), v) for k, v in where.items()):
+                chosen.append(sid)
+    return chosen
+
+
+def _matches(value: object, wanted: str) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, str):
+        return value == wanted
+    if isinstance(value, bool):
+        return wanted == ("true" if value else "false")
+    return isinstance(value, int | float) and str(value) == wanted
+
+
+def _derived(events: Sequence[Event], erased: set[int]) -> set[int]:
+    """``erased`` plus every event derived from one through the log's lineage."""
+    out = set(erased)
+    for event in events:
+        seq = event["seq"]
+        if seq in out:
+            continue
+        cited: Sequence[Any] = event.get("sourceEventSeqs") or ()
+        data = event.get("data")
+        shadowed = data.get("shadowedSeqs") if isinstance(data, Mapping) else None
+        if any(s in out for s in cited) or (isinstance(shadowed, Sequence) and not isinstance(
+                shadowed, str) and any(s in out for s in shadowed)):
+            out.add(seq)
+            if len(cited) > 1 and event["type"] == "user/message" and type(cited[1]) is int:
+                # a checkpoint's compaction/summary (docs/rules.md#the-checkpoint-message)
+                out.add(cited[1])
+    return out
+
+
+def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), *,
+          where: Mapping[str, str] | None = None, reason: str | None = None,
+          by: str | None = None, clock: Clock | None = None) -> ErasureReceipt:
+    """Erase sessions' content everywhere in the store; return the receipt.
+
+    Args:
+        store: A ``dsh.Store`` (or its ``persistence`` facade).
+        session_ids: Sessions to erase.
+        where: Header metadata every erased session must have (``{"tenant": "acme"}``),
+            adding the sessions it matches.
+        reason: Why, kept in each record and the receipt.
+        by: Who.
+        clock: Epoch-ms clock.
+
+    Returns:
+        ErasureReceipt: every session, event (commitment and salt), file, table and step
+        touched. Sessions already erased are tombstoned again only where content remains.
+
+    Raises:
+        RightsError: ``NOTHING_SELECTED`` (no id and no match), ``UNSUPPORTED`` (``memory:``),
+            ``TOMBSTONE_INVALID``; sessions done before the failure stay erased (run again).
+        SessionNotFoundError, SessionBusyError: a named session is not stored; a session is
+            being written (nothing of it was changed).
+
+    Rule: docs/forgetting.md#erasure.
+    """
+    persistence = facade(store)
+    started = clock() if clock is not None else int(_time.time() * 1000)
+    subjects = select(persistence, session_ids, where)
+    if not subjects:
+        raise RightsError("nothing to erase: no session named, and none matches --where "
+                          f"{dict(where or {})}", code="NOTHING_SELECTED")
+    headers = {str(h["id"]): h for h in persistence.list_headers()}
+    children: dict[str, list[str]] = {}
+    for sid, header in sorted(headers.items()):
+        parent = header.get("parentSession")
+        if isinstance(parent, str):
+            children.setdefault(parent, []).append(sid)
+    queue: list[tuple[str, set[int] | None]] = [(sid, None) for sid in subjects]
+    done: list[ErasedSession] = []
+    seen: set[str] = set()
+    extra: dict[str, Any] = {"mode": "erasure", "erased": list(subjects)}
+    if reason is not None:
+        extra["reason"] = reason
+    if by is not None:
+        extra["by"] = by
+    while queue:
+        sid, inherited = queue.pop(0)
+        if sid in seen:
+            continue
+        seen.add(sid)
+        subject = inherited is None
+        with held(persistence, sid, clock=clock) as hold:
+            events = list(hold.session.events)[:hold.stored]
+            erased = set(range(len(events))) if inherited is None else _derived(events,
+                                                                                inherited)
+            plan = {}
+            for seq in sorted(erased):
+                if 0 <= seq < len(events):
+                    tomb, count = tombstone_whole(events[seq])
+                    if count:
+                        plan[seq] = (tomb, count)
+            items: list[RedactedEvent] = []
+            record_seq: int | None = None
+            touched: list[dict[str, Any]] = []
+            if plan:
+                items, record, touched = commit_tombstones(hold, plan, extra, persistence.url)
+                record_seq = record["seq"]
+        if subject:
+            touched.extend(_delete_cuts(persistence, sid))
+        touched.extend(after_rewrite(persistence, sid, None))
+        done.append(ErasedSession(sid, "erased" if subject else "descendant", tuple(items),
+                                  record_seq, tuple(touched)))
+        for child in children.get(sid, ()):
+            seed = headers[child].get("seedLength")
+            length = seed if type(seed) is int else 0
+            queue.append((child, None if child in subjects else
+                          {s for s in erased if s < length}))
+    return ErasureReceipt(persistence.url, started, tuple(subjects),
+                          dict(where) if where is not None else None, tuple(done), reason, by)
+
+
+def _delete_cuts(persistence: Persistence, session_id: str) -> list[dict[str, Any]]:
+    """Delete an erased session's saved cuts (raw bytes a repair cut off its log)."""
+    touched: list[dict[str, Any]] = []
+    saved_cuts = getattr(persistence.backend, "saved_cuts", None)
+    for path in saved_cuts(session_id) if saved_cuts is not None else ():
+        try:
+            os.unlink(path)
+            touched.append({"path": path, "action": "saved cut deleted"})
+        except OSError as exc:
+            touched.append({"path": path, "action": "saved cut deleted", "done": False,
+                            "error": str(exc)})
+    return touched
+
+
+def verify_receipt(store: Persistence | HasPersistence, receipt: Mapping[str, Any]
+                   ) -> list[str]:
+    """Check an erasure (or redaction) receipt against the store; one line per problem.
+
+    For each session: it is still stored; its record is a ``redaction/applied`` listing the
+    same tombstone digests; every tombstoned event still hashes to its digest (nothing put
+    back); every file the receipt deleted is still absent.
+
+    Rule: docs/forgetting.md#receipts.
+    """
+    persistence = facade(store)
+    problems: list[str] = []
+    if receipt.get("kind") == "dsh-redaction":
+        sessions: list[Any] = [{"id": receipt.get("session"), "recordSeq":
+                                receipt.get("recordSeq"), "items": receipt.get("items") or [],
+                                "touched": receipt.get("touched") or []}]
+    elif receipt.get("kind") == RECEIPT_KIND:
+        sessions = list(receipt.get("sessions") or [])
+    else:
+        return [f"not a dsh receipt (kind {receipt.get('kind')!r})"]
+    for entry in sessions:
+        sid = str(entry.get("id"))
+        try:
+            events = persistence.read(sid).stored_events
+        except DshError as exc:
+            problems.append(f"{sid}: cannot be read: {exc.message}")
+            continue
+        record_seq = entry.get("recordSeq")
+        wanted = {int(i["seq"]): str(i["tombstone"]) for i in entry.get("items") or []}
+        if record_seq is not None:
+            record = events[record_seq] if 0 <= record_seq < len(events) else None
+            recorded = {int(i["seq"]): str(i["tombstone"]) for i in record["data"]["items"]
+                        } if record is not None and record["type"] == REDACTION_APPLIED else None
+            if recorded != wanted:
+                problems.append(f"{sid}: seq {record_seq} is not the redaction record this "
+                                f"receipt names")
+        for seq, digest in sorted(wanted.items()):
+            if not 0 <= seq < len(events) or event_digest(events[seq]) != digest:
+                problems.append(f"{sid}: event {seq} is not the tombstone the receipt lists")
+        last: dict[str, str] = {}
+        for step in entry.get("touched") or []:
+            if isinstance(step.get("path"), str) and step.get("done", True) is not False:
+                last[step["path"]] = str(step.get("action"))
+        for path, action in sorted(last.items()):
+            if action in ("deleted", "saved cut deleted") and os.path.lexists(path):
+                problems.append(f"{sid}: {path} was deleted by the erasure and exists again")
+    return problems

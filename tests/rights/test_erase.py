@@ -1,0 +1,99 @@
+"""Erasure on every real backend: the erased session, the copies its fork holds and the
+summary derived from it leave every store byte; everything else is unchanged; the receipt
+lists what was touched and ``dsh verify --receipt`` checks it.
+
+Rule: docs/forgetting.md#erasure.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import dsh
+from dsh import RightsError
+from dsh.interop import to_anthropic, to_openai
+from dsh.rights import erase, verify_receipt
+from tests.rights.conftest import (
+    SECRETS,
+    assert_valid_anthropic,
+    assert_valid_openai,
+    build,
+    run_cli,
+)
+from tests.rights.test_redact import store_bytes
+
+OTHER = "left alone: the other tenant's note"
+CHILD = "the child's own question"
+MATCHED = "matched by cwd: MATCHED-7f3a"
+
+
+def _populate(url: str) -> None:
+    build(url, padding=300)
+    run_cli("compact", "--store", url, "s1")
+    run_cli("fork", "--store", url, "s1", "--as", "s1-child")
+    with dsh.open(url) as store:
+        for sid, cwd, text in (("s1-child", None, CHILD), ("t-acme", "/home/acme/app", MATCHED),
+                               ("t-other", "/home/other/app", OTHER)):
+            if cwd is not None:
+                store.session(sid, header={"cwd": cwd})
+            recorder = store.recorder(sid)
+            with recorder.turn() as turn, turn.step() as step:
+                step.user_message(text)
+                step.request({"provider": "deepseek", "model": "deepseek-chat"})
+                step.assistant("noted")
+
+
+def test_erase_removes_a_session_everywhere_and_the_receipt_checks(url: str,
+                                                                   tmp_path: Path) -> None:
+    _populate(url)
+    with dsh.open(url) as store:
+        before = {sid: store.read(sid).stored_events for sid in ("s1-child", "t-other")}
+    receipt = tmp_path / "receipt.json"
+    run_cli("erase", "--store", url, "s1", "--where", "cwd=/home/acme/app", "--receipt",
+            str(receipt), "--reason", "art. 17 request")
+    made = json.loads(receipt.read_text())
+    roles = {s["id"]: s["role"] for s in made["sessions"]}
+    assert roles == {"s1": "erased", "t-acme": "erased", "s1-child": "descendant"}
+    assert made["subjects"] == ["s1", "t-acme"]
+    everything = b"\n".join(raw for _, raw in store_bytes(url))
+    for secret in [*SECRETS.values(), MATCHED]:
+        assert secret.encode() not in everything, secret
+    assert CHILD.encode() in everything and OTHER.encode() in everything
+    with dsh.open(url) as store:
+        assert store.read("t-other").stored_events == before["t-other"]
+        child = store.read("s1-child")
+        seed = child.header["seedLength"]
+        kept = before["s1-child"]
+        # the child's own events after the cut are unchanged (the record is appended)
+        assert child.stored_events[seed + 1:len(kept)] == kept[seed + 1:]
+        view = dsh.Session.restore("s1-child", child.events, child.header,
+                                   inherited_event_count=seed).derive_messages()
+        assert verify_receipt(store, made) == []
+    assert_valid_openai({"messages": to_openai(view)})
+    assert_valid_anthropic(to_anthropic(view))
+    assert CHILD in json.dumps(view)
+    run_cli("verify", "--store", url, "--all")
+    done = run_cli("verify", "--store", url, "--receipt", str(receipt))
+    assert "holds" in done.stdout
+    forged = json.loads(receipt.read_text())
+    forged["sessions"][0]["items"][0]["tombstone"] = "0" * 64
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    done = run_cli("verify", "--store", url, "--receipt", str(tmp_path / "forged.json"),
+                   check=False)
+    assert done.returncode == 1 and "is not the tombstone the receipt lists" in done.stdout
+
+
+def test_erase_needs_a_subject_and_a_receipt(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/s.db"
+    build(url)
+    with dsh.open(url) as store, pytest.raises(RightsError) as caught:
+        erase(store, where={"cwd": "/nowhere"})
+    assert caught.value.code == "NOTHING_SELECTED"
+    done = run_cli("erase", "--store", url, "s1", check=False)
+    assert done.returncode == 2 and "--receipt" in done.stderr
+    done = run_cli("erase", "--store", url, "nope", "--receipt", str(tmp_path / "r"),
+                   check=False)
+    assert done.returncode == 1 and "SESSION_NOT_FOUND" in done.stderr
