@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from dsh._errors import (
 from dsh.persistence import Persistence, open_backend
 from dsh.persistence.postgres._backend import PostgresBackend, parse_postgres_url
 from dsh.persistence.postgres._schema import MIGRATIONS, SCHEMA_VERSION
+from dsh.session import Event
 from dsh.testing import header, make
 from dsh.testing._stores import postgres_base_url, postgres_unreachable, temporary_postgres_url
 
@@ -335,3 +337,57 @@ def test_ids_follow_the_rule_every_backend_shares(pg_url: str) -> None:
         assert backend.exists("ok-id")
     finally:
         backend.close()
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_takeover_of_a_writer_paused_inside_its_append_transaction(
+        pg_url: str, workers: list[Worker]) -> None:
+    """A holder frozen with the session row locked (docs/stores.md#takeover)."""
+    _created(pg_url)
+    first = Worker(pg_url)
+    workers.append(first)
+    assert first("open")["epoch"] == 1
+    assert first("append 2")["seqs"] == [0, 1]
+    first.send("append-pause 3")  # locks the row, then SIGSTOPs itself mid-transaction
+    deadline = time.monotonic() + ANSWER_WAIT_S  # hang guard
+    while not _stopped(first.pid):
+        assert time.monotonic() < deadline, "the worker never paused"
+        time.sleep(0.02)
+    backend = open_backend(pg_url)
+    outcome: list[Any] = []
+
+    def take_over() -> None:
+        try:
+            while True:
+                try:
+                    outcome.append(backend.open("s", "write"))
+                    return
+                except SessionBusyError as exc:  # its lease has not run out yet
+                    time.sleep(max(0.05, exc.where.get("expires_in_ms", 0) / 1000))
+        except BaseException as exc:  # handed to the test thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=take_over, daemon=True)
+    thread.start()
+    thread.join(ANSWER_WAIT_S)  # main: blocked on the row lock for as long as the pause lasts
+    try:
+        assert not thread.is_alive(), "the takeover waited on the paused writer's row lock"
+        [handle] = outcome
+        assert not isinstance(handle, BaseException), handle
+        assert handle.epoch == 2
+        handle.read()
+        handle.append([Event({"type": "session/title", "seq": seq, "time": 1,
+                              "data": {"title": f"new:{seq}"}}) for seq in (2, 3)])
+        handle.close()
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    late = first.answer()  # its commit resumes after the takeover
+    assert late["ok"] is False and late["code"] == "LEASE_LOST", late
+    assert late["where"]["epoch"] == 2
+    titles = [e["data"]["title"] for e in _stored(pg_url)]
+    assert titles[2:] == ["new:2", "new:3"] and len(titles) == 4  # nothing of the late batch
+    backend.close()

@@ -94,6 +94,8 @@ DEFAULT_SCHEMA: Final = "dsh"
 DEFAULT_LEASE_MS: Final = 15_000
 """Lease length (ms); renewed every third of it while the write handle is open."""
 MIN_LEASE_MS: Final = 100
+TAKEOVER_LOCK_TRIES: Final = 3
+"""Leases a takeover waits for the session row's lock (a paused holder loses it after one)."""
 DEFAULT_POOL_SIZE: Final = 4
 CONNECT_TIMEOUT_S: Final = 10
 DEFAULT_TAIL_POLL_MS: Final = 1000
@@ -675,7 +677,19 @@ class PostgresBackend:
         self._pool = ConnectionPool(
             conninfo, min_size=1, max_size=pool_size, open=True, timeout=CONNECT_TIMEOUT_S,
             kwargs={"autocommit": True, "application_name": f"dsh pid {os.getpid()}"},
-            name=f"dsh-{schema}")
+            name=f"dsh-{schema}", configure=self._bound_session)
+
+    def _bound_session(self, conn: Any) -> None:
+        """Bound every wait of a pooled connection by the lease (docs/stores.md#takeover).
+
+        ``idle_in_transaction_session_timeout = lease_ms``: a writer paused inside its append
+        transaction (SIGSTOP, a frozen VM, a partition) loses the transaction, and the row lock
+        with it, one lease after its last statement; its late commit then fails and is settled
+        against the lease epoch (refused). ``lock_timeout = lease_ms``: no statement waits on a
+        row lock longer than a lease (a takeover retries once the holder's lock is gone).
+        """
+        conn.execute(f"SET lock_timeout = {int(self.lease_ms)}")
+        conn.execute(f"SET idle_in_transaction_session_timeout = {int(self.lease_ms)}")
 
     def _prepare_sql(self) -> None:
         s = self._s = quote_schema(self.schema)
@@ -877,16 +891,31 @@ class PostgresBackend:
                                            f"{self._url}", session_id=session_id, path=self._url)
             return PostgresHandle(self, session_id, mode, None)
         token = str(uuid.uuid4())
-        with self._conn("open", session_id) as conn:
-            row = conn.execute(
-                f"UPDATE {self._s}.sessions SET lease_owner = %s, lease_epoch = lease_epoch + 1, "
-                "lease_expires_at = clock_timestamp() + %s * interval '1 millisecond', "
-                f"lease_pid = %s, lease_host = %s, lease_since = {_NOW_MS} WHERE id = %s AND "
-                "(lease_owner IS NULL OR lease_expires_at <= clock_timestamp()) "
-                "RETURNING lease_epoch",
-                (token, self.lease_ms, os.getpid(), socket.gethostname(), session_id)).fetchone()
-            if row is None:
-                raise self._busy(conn, session_id)
+        psycopg = _psycopg()
+        # A former holder paused inside its append transaction holds the row lock until the
+        # server ends that transaction (idle_in_transaction_session_timeout = lease_ms): wait
+        # for the lock a lease at a time (lock_timeout), TAKEOVER_LOCK_TRIES times at most.
+        for attempt in range(TAKEOVER_LOCK_TRIES):
+            try:
+                with self._conn("open", session_id, passthrough=("LockNotAvailable",)) as conn:
+                    row = conn.execute(
+                        f"UPDATE {self._s}.sessions SET lease_owner = %s, lease_epoch = "
+                        "lease_epoch + 1, lease_expires_at = clock_timestamp() + %s * interval "
+                        f"'1 millisecond', lease_pid = %s, lease_host = %s, lease_since = "
+                        f"{_NOW_MS} WHERE id = %s AND (lease_owner IS NULL OR "
+                        "lease_expires_at <= clock_timestamp()) RETURNING lease_epoch",
+                        (token, self.lease_ms, os.getpid(), socket.gethostname(),
+                         session_id)).fetchone()
+                    if row is None:
+                        raise self._busy(conn, session_id)
+                break
+            except psycopg.errors.LockNotAvailable as exc:
+                if attempt + 1 == TAKEOVER_LOCK_TRIES:
+                    raise SessionBusyError(
+                        f"session {session_id!r} in {self._url}: its row stayed locked by "
+                        f"another transaction for {TAKEOVER_LOCK_TRIES} leases "
+                        f"({self.lease_ms} ms each); a transaction outside dsh holds it, end "
+                        f"it and retry", session_id=session_id) from exc
         logger.debug("took the lease of session %s at epoch %s", session_id, row[0])
         return PostgresHandle(self, session_id, mode, _Lease(self, session_id, token, int(row[0])))
 
