@@ -29,6 +29,7 @@ from dsh.cli._common import (
     restored_session,
     stdout_console,
 )
+from dsh.cli._progress import progress
 
 if TYPE_CHECKING:
     from dsh.compaction import CompactionResult
@@ -149,10 +150,12 @@ def compact(
         return compact_surface_region(session, span[0], span[1], summarizer=digest,
                                       flush=flush)
 
-    with cli_store(store, wait=wait) as sessions:
+    with cli_store(store, wait=wait) as sessions, progress("compacting") as bar:
+        bar.describe("reading the log")
         read = read_session(sessions, session_id)
         session_id = str(read.header["id"])
         try:
+            bar.describe("rehearsing on a copy")
             rehearsal = run_on(restored_session(read), None)
         except CompactionError as error:
             if error.code != "SUMMARY":
@@ -168,11 +171,13 @@ def compact(
             return
         result = None
         if rehearsal is not None:
+            bar.describe("resuming the session")
             session = sessions.session(session_id)
 
             def flush() -> None:
                 sessions.flush(session)
 
+            bar.describe("compacting and writing")
             result = run_on(session, flush)
             sessions.flush(session)
     outcome: dict[str, Any] | None = None if result is None else {

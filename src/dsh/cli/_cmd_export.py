@@ -24,15 +24,13 @@ from dsh.cli._common import (
     json_mode,
     model_view,
     read_session,
-    stderr_console,
     stdout_console,
 )
+from dsh.cli._progress import progress
 from dsh.cli._standards import write_output, write_standard
 from dsh.json import dumps, json_equal
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from dsh.json import FrozenDict
     from dsh.persistence import Inspection, Persistence
     from dsh.session import Event
@@ -98,20 +96,24 @@ def export(
     AI eval log of the whole history; claude-code, codex: a session file that agent resumes
     (--install puts it where the agent lists its sessions) (docs/standards.md).
     """
-    with cli_store(store, create=False) as sessions:
-        read = read_session(sessions, session_id)
-        log = stored_log(sessions.persistence, read) if format in _STANDARD else None
-    if log is not None:
-        write_standard(log, str(format.value), output, install=install, content=content)
-        return
-    if install:
-        raise ConfigError(f"--install is for --format claude-code or codex, not {format.value}")
-    if format is ExportFormat.dsh_jsonl:
-        data = _dsh_jsonl(read)
-    else:
-        view = model_view(read, str(format.value), target_model)
-        text = render.json_text(view, indent=2) + "\n"
-        data = text.encode("utf-8", errors="backslashreplace")
+    with progress("exporting") as bar:
+        bar.describe("reading the log")
+        with cli_store(store, create=False) as sessions:
+            read = read_session(sessions, session_id)
+            log = stored_log(sessions.persistence, read) if format in _STANDARD else None
+        bar.describe(f"writing {format.value}")
+        if log is not None:
+            write_standard(log, str(format.value), output, install=install, content=content)
+            return
+        if install:
+            raise ConfigError(f"--install is for --format claude-code or codex, not "
+                              f"{format.value}")
+        if format is ExportFormat.dsh_jsonl:
+            data = _dsh_jsonl(read)
+        else:
+            view = model_view(read, str(format.value), target_model)
+            text = render.json_text(view, indent=2) + "\n"
+            data = text.encode("utf-8", errors="backslashreplace")
     write_output(data, output)
 
 
@@ -161,7 +163,7 @@ def _check_storable(target: Persistence, session_id: str, events: Sequence[Event
             seq=exc.where.get("seq")) from exc
 
 
-def _copy_store(source: Persistence, target: Persistence, console: Console) -> dict[str, Any]:
+def _copy_store(source: Persistence, target: Persistence) -> dict[str, Any]:
     """Copy every session (header, then all events in one batch) and verify each copy.
 
     Raises:
@@ -169,14 +171,11 @@ def _copy_store(source: Persistence, target: Persistence, console: Console) -> d
             ``UNSTORABLE_IN_TARGET`` (before the session is created there) when the target's
             layout cannot hold one of its events.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
     ids = sorted(str(h["id"]) for h in source.list_headers())
     copied = skipped = event_count = 0
-    with Progress(TextColumn("copying"), BarColumn(), MofNCompleteColumn(), console=console,
-                  transient=True, disable=len(ids) < 2 or not console.is_terminal) as progress:
-        task = progress.add_task("", total=len(ids))
+    with progress("copying", total=len(ids)) as bar:
         for sid in ids:
+            bar.describe(sid)
             with source.open(sid, "read") as handle:
                 cold = handle.read(0)
             if target.exists(sid):
@@ -203,7 +202,7 @@ def _copy_store(source: Persistence, target: Persistence, console: Console) -> d
                         "copy", code="CONVERT_MISMATCH", session_id=sid)
                 copied += 1
                 event_count += len(cold.events)
-            progress.advance(task)
+            bar.advance()
     return {"from": source.url, "to": target.url, "sessions": len(ids), "copied": copied,
             "skipped": skipped, "events": event_count}
 
@@ -219,7 +218,7 @@ def convert(
     """Copy every session of one store into another (any backends); each copy is verified."""
     json_mode(json_)
     with cli_store(source, create=False) as reader, cli_store(target) as writer:
-        outcome = _copy_store(reader.persistence, writer.persistence, stderr_console())
+        outcome = _copy_store(reader.persistence, writer.persistence)
     if json_:
         render.write_json(outcome)
         return

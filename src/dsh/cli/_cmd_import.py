@@ -32,6 +32,7 @@ from dsh.cli._common import (
     stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED, STATE
+from dsh.cli._progress import progress
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -254,10 +255,15 @@ def _reimport(persistence: Persistence, fresh: ImportedSession, shown: str,
     return newer
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # gone or unreadable: the import itself says so
+        return 0
+
+
 def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
                   console: Console) -> ImportReport:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
     report = ImportReport()
     files = list(_walk(paths))
     for path, explicit in files:
@@ -270,10 +276,8 @@ def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
                           markup=False, highlight=False)
     out = None if STATE.json else stdout_console()
     done = 0
-    with Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.description}"), console=console, transient=True,
-                  disable=len(files) < 2 or not console.is_terminal) as progress:
-        task = progress.add_task("", total=len(files))
+    sizes = [_size(path) for path, _ in files]
+    with progress("importing", total=sum(sizes), bytes_=True) as bar:
         shown = report.sizes()
 
         def show_outcome() -> None:
@@ -289,11 +293,11 @@ def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
                     shown = report.sizes()
 
         try:
-            for path, explicit in files:
-                progress.update(task, description=path.name)
+            for (path, explicit), size in zip(files, sizes, strict=True):
+                bar.describe(path.name)
                 _import_one(persistence, path, fmt, explicit, report)
                 show_outcome()
-                progress.advance(task)
+                bar.advance(size)
         except KeyboardInterrupt:
             # An interrupt deferred while a file was written arrives once it is complete:
             # that file's outcome is recorded, so it is listed like the others.

@@ -25,6 +25,7 @@ from dsh.cli._common import (
     stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED
+from dsh.cli._progress import progress
 from dsh.transcript import printable
 
 if TYPE_CHECKING:
@@ -107,8 +108,11 @@ def verify(
             ids = sorted(str(h["id"]) for h in persistence.list_headers())
         else:
             ids = [require_session(sessions, str(session_id))]
-        for sid in ids:
-            found.extend(_verify(persistence, sid, notes, restore_points))
+        with progress("verifying", total=len(ids)) as bar:
+            for sid in ids:
+                bar.describe(sid)
+                found.extend(_verify(persistence, sid, notes, restore_points))
+                bar.advance()
     if json_:
         render.write_json({"sessions": len(ids), "violations": [v.to_json() for v in found],
                            "notes": notes, "restorePoints": restore_points})
