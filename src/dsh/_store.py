@@ -22,7 +22,7 @@ from dsh.session import Clock, Event, Session, SessionStore
 
 if TYPE_CHECKING:
     from dsh.agent import Agent, Provider, Recorder, Tool
-    from dsh.persistence import StoredPages
+    from dsh.persistence import SearchResults, StoredPages
 
 
 class Store:
@@ -268,6 +268,33 @@ class Store:
                 raise unreadable[0]
             errors.extend(unreadable)
         return sorted(entries, key=lambda e: (-e.last_activity_ms, e.id))
+
+    def search(self, query: str, *, limit: int = 20, rebuild: bool = False) -> SearchResults:
+        """The messages of every stored session that hold all the words of ``query``.
+
+        SQLite and JSONL stores answer from a full-text index (SQLite FTS5) kept beside them
+        and brought up to date with the logs that changed since the last search; other stores
+        read every log. Live sessions are searched as stored (unflushed events are not seen).
+
+        Args:
+            query: Words to find, case- and diacritics-insensitively (the last also as a
+                prefix); a query without a word finds nothing.
+            limit: Hits returned at most.
+            rebuild: Build the index again from every log.
+
+        Returns:
+            ``SearchResults``: ``hits`` (each ``session_id``, ``seq``, ``role``, ``before``,
+            ``match``, ``after``: raw session text, escape it to show it), ``sessions``,
+            ``reindexed``, ``unreadable`` (ids left out), ``indexed``.
+
+        Raises:
+            PersistenceError: the store itself cannot be listed.
+
+        Rule: docs/stores.md#search.
+        """
+        from dsh.persistence import search
+
+        return search(self._persistence, query, limit=limit, rebuild=rebuild)
 
     def tail(self, session_id: str, from_seq: int = 0, *,
              poll_ms: int | None = None) -> AsyncIterator[Event]:

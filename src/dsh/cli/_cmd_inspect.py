@@ -29,7 +29,7 @@ from dsh.cli._common import (
 )
 from dsh.cli._errors import EXIT_FAILED, format_error_line
 from dsh.persistence import read_pages
-from dsh.transcript import Entry, iter_entries, last_entries, turn_span
+from dsh.transcript import Entry, iter_entries, last_entries, printable, turn_span
 
 if TYPE_CHECKING:
     from dsh import Event, Store
@@ -206,3 +206,39 @@ def messages(
         read = read_session(sessions, session_id)
     render.write_json(model_view(read, str(format.value), target_model))
 
+
+
+def search(
+    query: Annotated[str, typer.Argument(
+        metavar="QUERY", show_default=False,
+        help="Words to find in the messages of every session (all of them; the last also as "
+             "a prefix).")],
+    limit: Annotated[int, typer.Option("--limit", metavar="N", min=1,
+                                       help="Hits printed at most.")] = 20,
+    rebuild: Annotated[bool, typer.Option(
+        "--rebuild", help="Build the store's search index again from every log.")] = False,
+    store: StoreOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Search the messages of every session of the store: session, seq and a snippet per hit.
+
+    SQLite and JSONL stores keep a full-text index beside them, brought up to date with the
+    logs that changed since the last search; other stores are read whole.
+    """
+    json_mode(json_)
+    with cli_store(store, create=False) as sessions:
+        results = sessions.search(query, limit=limit, rebuild=rebuild)
+    if json_:
+        render.write_json({"query": query, "hits": [render.hit_json(hit) for hit in results.hits],
+                           "sessions": results.sessions, "indexed": results.indexed,
+                           "unreadable": list(results.unreadable)})
+        return
+    if results.hits:
+        stdout_console().print(render.render_hits(results.hits), markup=False,
+                               highlight=False)
+    else:
+        searched = render.plural(results.sessions, "session")
+        render.print_text(f"no message holds {printable(query)!r} in {searched}", stderr=True)
+    for sid in results.unreadable:
+        sys.stderr.write(f"note: session {printable(sid)!r} was left out: its log cannot be "
+                         "read ('dsh verify' names the damage)\n")

@@ -44,13 +44,14 @@ from dsh.transcript import (
     TurnEnd,
     TurnStart,
     has_unprintable,
+    printable,
 )
 
 if TYPE_CHECKING:
     from rich.console import Console, Group, RenderableType
     from rich.text import Text
 
-    from dsh.persistence import ListingEntry
+    from dsh.persistence import ListingEntry, SearchHit
 
 
 _TOOL_RESULT_PREVIEW_LINES: Final = 12
@@ -642,6 +643,37 @@ def shown(entry: Entry) -> bool:
     """Whether ``dsh show`` prints ``entry`` (the rule of :func:`show_entries`)."""
     return entry.kind in SHOW_KINDS and not (isinstance(entry, TurnEnd)
                                              and entry.reason == "completed")
+
+
+# -- search ----------------------------------------------------------------------------------
+
+def hit_json(hit: SearchHit) -> dict[str, Any]:
+    """A hit of ``dsh search --json``: session, seq, role, snippet and match, text escaped.
+
+    Session text is untrusted: control characters and bidi overrides are shown as escapes
+    (:func:`dsh.transcript.printable`) here too, so a program that prints a snippet is safe.
+    """
+    out = hit.to_json()
+    out["snippet"] = printable(out["snippet"])
+    out["match"] = printable(out["match"])
+    return out
+
+
+def render_hits(hits: Sequence[SearchHit]) -> Group:
+    """``dsh search``: one line per hit, ``ID  #SEQ  role  …before MATCH after…``."""
+    from rich.console import Group
+    from rich.text import Text
+
+    lines = []
+    for hit in hits:
+        line = Text(hit.session_id, style="bold")
+        line.append(f"  #{hit.seq}", style="dim")
+        line.append(f"  {hit.role}  ", style=_ROLE_STYLE.get(hit.role, "bold"))
+        line.append(hit.before)
+        line.append(hit.match, style="bold reverse")
+        line.append(hit.after)
+        lines.append(line)
+    return Group(*lines)
 
 
 # -- verify and import -----------------------------------------------------------------------

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from dsh.persistence._pages import readable_prefix as readable_prefix
     from dsh.persistence._read import Inspection
     from dsh.persistence._restore_point import RestorePointRefused as RestorePointRefused
+    from dsh.persistence._search import SearchHit, SearchResults, search
+    from dsh.persistence._search import message_texts as message_texts
     from dsh.persistence._write_behind import WriteBehind
 
 __all__ = [
@@ -64,6 +66,8 @@ __all__ = [
     "ListingEntry",
     "OpenMode",
     "Persistence",
+    "SearchHit",
+    "SearchResults",
     "SessionSummary",
     "StoredPages",
     "TornTail",
@@ -71,13 +75,15 @@ __all__ = [
     "open_backend",
     "open_store",
     "read_pages",
+    "search",
     "store_path",
 ]
 
 _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write_behind",
          "ListingEntry": "_listing", "summarize": "_listing",
          "RestorePointRefused": "_restore_point", "StoredPages": "_pages",
-         "read_pages": "_pages", "readable_prefix": "_pages"}
+         "read_pages": "_pages", "readable_prefix": "_pages", "SearchHit": "_search",
+         "SearchResults": "_search", "search": "_search", "message_texts": "_search"}
 """Names loaded on first use: ``import dsh.persistence`` stays free of the session layer."""
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}

@@ -301,8 +301,8 @@ class _Viewer:
         query = request.query_params.get("q", "")
         results = search_store(self.store, query)
         note = "" if results.complete else (
-            f"searched the messages of {results.sessions_searched} of "
-            f"{results.sessions_total} sessions (most recent first); refine the query")
+            f"showing the first {len(results.hits)} hits (newest first) in "
+            f"{results.sessions_searched} sessions; refine the query")
         return self.page("search.html", title="search", sid=None, query=query,
                          hits=results.hits, note=note, action="/search")
 

@@ -24,7 +24,7 @@ from typing import Any, Final
 import dsh
 from dsh import DshError, Event, SessionNotFoundError
 from dsh.json import FrozenDict
-from dsh.persistence import StoredPages
+from dsh.persistence import SearchResults, StoredPages, message_texts
 
 _FULL_READ_TTL_S: Final = 5.0
 """How long a session read in full (no restore point) is kept for the next page (seconds)."""
@@ -209,6 +209,14 @@ class ViewStore:
         """Whether the store holds ``session_id`` (an id no backend can store never is)."""
         return self._store.exists(session_id)
 
+    def search(self, query: str, *, limit: int = 100) -> SearchResults:
+        """The messages of every session holding the words of ``query`` (the store's index).
+
+        Raises:
+            PersistenceError: the store cannot be listed.
+        """
+        return self._store.search(query, limit=limit)
+
     def header(self, session_id: str) -> FrozenDict | None:
         """The stored header of ``session_id`` (no log read), or None."""
         return self._store.header(session_id)
@@ -315,33 +323,8 @@ def common_prefix(a: Sequence[Event], b: Sequence[Event], *, hint: int | None = 
 
 
 def iter_text(events: Sequence[Event], start: int = 0) -> Iterator[tuple[int, str, str]]:
-    """Yield ``(seq, role, text)`` of each appended message from ``start`` on (for search)."""
-    for seq in range(start, len(events)):
-        event = events[seq]
-        kind = event["type"]
-        if kind not in ("user/message", "assistant/message", "tool/result", "system/message"):
-            continue
-        data = event["data"]
-        message = data if kind in ("user/message", "system/message") else (
-            data.get("message") if isinstance(data, Mapping) else None)
-        if not isinstance(message, Mapping):
-            continue
-        role = "tool" if kind == "tool/result" else str(message.get("role"))
-        yield seq, role, _all_text(message.get("content"))
+    """Yield ``(seq, role, text)`` of each appended message from ``start`` on (for search).
 
-
-def _all_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for block in content if isinstance(content, list) else []:
-        if not isinstance(block, Mapping):
-            continue
-        kind = block.get("type")
-        if kind in ("text", "reasoning") and isinstance(block.get("text"), str):
-            parts.append(block["text"])
-        elif kind == "tool-call":
-            parts.append(f"{block.get('name')} {block.get('arguments')}")
-        elif kind == "tool-result":
-            parts.append(_all_text(block.get("content")))
-    return "\n".join(parts)
+    The same text the store's search index holds (:func:`dsh.persistence.message_texts`).
+    """
+    return message_texts(events[seq] for seq in range(start, len(events)))

@@ -1,20 +1,18 @@
 """Search for the viewer: one session's messages, and the store's sessions.
 
-Until the store keeps a search index, this is a scan: case-insensitive substring matching over
-the text of appended messages (text, reasoning, tool calls and results), page by page through
-the paged read, and over the listing (id, title, cwd, source) for the whole store. The store
-search is bounded: it stops at ``limit`` hits or after ``budget_events`` events read, and says
-so. A store index replaces :func:`search_store`'s scan behind the same signature.
+One session's search is a scan: case-insensitive substring matching over the text of its
+appended messages (text, reasoning, tool calls and results), page by page through the paged
+read. The store search matches the listing (id, title, cwd, source), then asks the store's
+search index, the one ``dsh search`` uses (docs/stores.md#search).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from dsh import DshError, Event
+from dsh import Event
 from dsh.view._data import ViewStore, iter_text
 
 _SNIPPET_CHARS: Final = 80
@@ -91,19 +89,19 @@ def search_session(session_id: str, events: Sequence[Event], query: str, *,
     return tuple(hits)
 
 
-def search_store(store: ViewStore, query: str, *, limit: int = 100,
-                 budget_events: int = 2_000_000, budget_s: float = 10.0) -> StoreResults:
+def search_store(store: ViewStore, query: str, *, limit: int = 100) -> StoreResults:
     """The matches of ``query`` across the store: the listing first, then the messages.
 
-    Sessions are searched most recent first; each contributes at most 3 message hits. A session
-    that cannot be read is skipped here (the session page names its damage).
+    The messages are found through the store's search index (:func:`dsh.persistence.search`,
+    the one ``dsh search`` uses: SQLite FTS5 beside SQLite and JSONL stores, brought up to date
+    with the logs that changed); a session that cannot be read is left out (its page names
+    the damage).
 
     Args:
         store: The store.
-        query: Text to find, case-insensitively; blank finds nothing.
+        query: Words to find (all of them, the last also as a prefix); the listing (id, title,
+            cwd, source) is matched case-insensitively as a substring. Blank finds nothing.
         limit: Hits returned at most.
-        budget_events: Events read at most before the search stops (``complete`` False).
-        budget_s: Seconds spent at most reading messages.
     """
     needle = query.strip().casefold()
     infos, _ = store.listing()
@@ -121,18 +119,8 @@ def search_store(store: ViewStore, query: str, *, limit: int = 100,
         if len(hits) >= limit:
             return StoreResults(hits=tuple(hits), sessions_searched=0,
                                 sessions_total=len(infos), complete=False)
-    read = searched = 0
-    deadline = time.monotonic() + budget_s
-    for info in infos:
-        if read >= budget_events or time.monotonic() > deadline or len(hits) >= limit:
-            return StoreResults(hits=tuple(hits), sessions_searched=searched,
-                                sessions_total=len(infos), complete=False)
-        try:
-            events = store.open_session(info.id).events
-        except DshError:
-            continue
-        searched += 1
-        read += len(events)
-        hits.extend(search_session(info.id, events, query, limit=3))
-    return StoreResults(hits=tuple(hits[:limit]), sessions_searched=searched,
-                        sessions_total=len(infos), complete=len(hits) <= limit)
+    found = store.search(query, limit=limit - len(hits))
+    hits.extend(Hit(session_id=hit.session_id, seq=hit.seq, role=hit.role, before=hit.before,
+                    match=hit.match, after=hit.after) for hit in found.hits)
+    return StoreResults(hits=tuple(hits), sessions_searched=found.sessions - len(found.unreadable),
+                        sessions_total=len(infos), complete=len(hits) < limit)

@@ -1,0 +1,419 @@
+"""Full-text search across every session of a store: an SQLite FTS5 index beside the store.
+
+``dsh search`` and the viewer's store search ask :func:`search`. SQLite and JSONL stores keep
+the index in a sidecar SQLite database (``<db>.dsh-search.db``, ``<root>/.dsh-search.db``) with
+an FTS5 table of the text of every appended message (user, assistant, system, tool result:
+text, reasoning, tool calls and results) and, per session, the signature of the log it has
+indexed and how many events. A search first brings the index up to date: a session whose
+signature is unchanged is not opened; one that grew is read from the first event not indexed
+yet; one that was replaced or shrank (a new incarnation, a torn tail cut) is indexed again from
+its start. Other backends (memory, PostgreSQL) are searched by reading every log.
+
+Invariants this module owns: the index is only derived (deleting the sidecar loses nothing, the
+next search rebuilds it); a search never writes the store; a session whose log cannot be read is
+left out and named, never hides the others; matching is by words (Unicode, case and diacritics
+folded), the last word also as a prefix.
+
+Rule: docs/stores.md#search; the sidecar: docs/formats.md#search-index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sqlite3
+import unicodedata
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from dsh._errors import DshError
+from dsh.persistence._listing import signature
+
+if TYPE_CHECKING:
+    from dsh.persistence._facade import Persistence
+
+__all__ = ["SearchHit", "SearchResults", "index_path", "search"]
+
+log = logging.getLogger("dsh.persistence.search")
+
+INDEX_VERSION: Final = 1
+"""``user_version`` of the sidecar database; another version is rebuilt."""
+
+SNIPPET_CHARS: Final = 60
+"""Characters of context each side of the first match in a hit's snippet."""
+
+_MESSAGE_TYPES: Final = ("user/message", "assistant/message", "tool/result", "system/message")
+_WORD: Final = re.compile(r"\w+")
+_SEGMENT_ESCAPE: Final = re.compile(r"~([0-9A-F]{4})")
+
+_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS indexed (session_id TEXT PRIMARY KEY, signature TEXT NOT NULL, "
+    "events INTEGER NOT NULL)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS messages USING fts5(text, session_id UNINDEXED, "
+    "seq UNINDEXED, role UNINDEXED, tokenize = 'unicode61 remove_diacritics 2')",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchHit:
+    """One message that matches.
+
+    Attributes:
+        session_id: The session.
+        seq: The seq of the event holding the message.
+        role: ``user``, ``assistant``, ``system`` or ``tool``.
+        before: Text before the first matching word (at most :data:`SNIPPET_CHARS`, ``…`` first
+            when cut), whitespace runs shown as one space. Raw session text: escape it to show.
+        match: The first matching word as written.
+        after: Text after it, as ``before``.
+    """
+
+    session_id: str
+    seq: int
+    role: str
+    before: str
+    match: str
+    after: str
+
+    @property
+    def snippet(self) -> str:
+        """``before + match + after``."""
+        return self.before + self.match + self.after
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"session", "seq", "role", "snippet", "match"}`` (``dsh search --json``)."""
+        return {"session": self.session_id, "seq": self.seq, "role": self.role,
+                "snippet": self.snippet, "match": self.match}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchResults:
+    """A search's hits and what it looked at.
+
+    Attributes:
+        hits: The matches, newest indexed first, at most the limit asked.
+        sessions: Sessions searched.
+        reindexed: Sessions whose log was read to bring the index up to date.
+        unreadable: Ids of sessions left out because their log cannot be read (``dsh verify``
+            names the damage).
+        indexed: False when the store keeps no index (every log was read).
+    """
+
+    hits: tuple[SearchHit, ...]
+    sessions: int
+    reindexed: int
+    unreadable: tuple[str, ...]
+    indexed: bool
+
+
+def message_texts(events: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, str, str]]:
+    """Yield ``(seq, role, text)`` of each message appended to the surface, in log order."""
+    for event in events:
+        kind = event.get("type")
+        if kind not in _MESSAGE_TYPES or event.get("surfaceOp") != "append":
+            continue
+        data = event.get("data")
+        message = data if kind in ("user/message", "system/message") else (
+            data.get("message") if isinstance(data, Mapping) else None)
+        if not isinstance(message, Mapping):
+            continue
+        text = _all_text(message.get("content"))
+        if text.strip():
+            role = "tool" if kind == "tool/result" else str(message.get("role"))
+            yield int(event["seq"]), role, text
+
+
+def _all_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind in ("text", "reasoning") and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        elif kind == "tool-call":
+            parts.append(f"{block.get('name')} {block.get('arguments')}")
+        elif kind == "tool-result":
+            parts.append(_all_text(block.get("content")))
+    return "\n".join(parts)
+
+
+def _words(query: str) -> list[str]:
+    return _WORD.findall(query)
+
+
+def _fts_query(words: list[str]) -> str:
+    """Every word must occur (the last one also as a prefix); quotes keep FTS5 syntax out."""
+    quoted = [f'"{word}"' for word in words]
+    quoted[-1] += "*"
+    return " ".join(quoted)
+
+
+def _fold(text: str) -> tuple[str, list[int]]:
+    """``text`` case- and diacritics-folded, and for each folded character its index in text."""
+    out: list[str] = []
+    where: list[int] = []
+    for index, char in enumerate(text):
+        if char.isascii():
+            folded = char.lower()
+        else:
+            folded = "".join(c for c in unicodedata.normalize("NFKD", char.casefold())
+                             if not unicodedata.combining(c))
+        out.append(folded)
+        where.extend([index] * len(folded))
+    return "".join(out), where
+
+
+def snippet_of(session_id: str, seq: int, role: str, text: str, words: list[str]) -> SearchHit:
+    """The hit of a message: its first matching word with some context each side."""
+    folded, where = _fold(text)
+    at, size = -1, 0
+    for word in words:
+        found = re.search(r"(?<!\w)" + re.escape(_fold(word)[0]), folded)
+        if found is not None and (at < 0 or where[found.start()] < at):
+            at = where[found.start()]
+            end = where[found.end() - 1] + 1
+            while end < len(text) and (text[end].isalnum() or text[end] == "_"):
+                end += 1  # the whole word, for a prefix match
+            size = end - at
+    if at < 0:  # the tokenizer matched what this search does not see: show the start
+        at, size = 0, 0
+    start = max(0, at - SNIPPET_CHARS)
+    stop = min(len(text), at + size + SNIPPET_CHARS)
+    return SearchHit(session_id=session_id, seq=seq, role=role,
+                     before=("…" if start else "") + " ".join(text[start:at].split()) +
+                     (" " if at > start and text[at - 1].isspace() else ""),
+                     match=text[at:at + size],
+                     after=(" " if at + size < stop and text[at + size].isspace() else "") +
+                     " ".join(text[at + size:stop].split()) + ("…" if stop < len(text) else ""))
+
+
+# -- where the index lives and what it compares ----------------------------------------------
+
+def index_path(persistence: Persistence) -> Path | None:
+    """The sidecar database of the store's search index, or None when it keeps none.
+
+    ``<db>.dsh-search.db`` beside a SQLite store, ``<root>/.dsh-search.db`` in a JSONL store.
+    """
+    from dsh.persistence import store_path
+
+    kind = type(persistence.backend).__name__
+    if kind not in ("SqliteBackend", "JsonlBackend"):
+        return None
+    location = store_path(persistence.url)
+    if location is None:
+        return None
+    return location / ".dsh-search.db" if kind == "JsonlBackend" \
+        else location.with_name(location.name + ".dsh-search.db")
+
+
+def _decode_segment(segment: str) -> str:
+    if "~" not in segment:
+        return segment
+    units = bytearray()
+    at = 0
+    for found in _SEGMENT_ESCAPE.finditer(segment):
+        units += segment[at:found.start()].encode("utf-16-le")
+        units += int(found.group(1), 16).to_bytes(2, "little")
+        at = found.end()
+    units += segment[at:].encode("utf-16-le")
+    return units.decode("utf-16-le", "surrogatepass")
+
+
+def _signatures(persistence: Persistence) -> dict[str, str]:
+    """``session id -> signature of its stored log``, without reading any log.
+
+    SQLite: the session row's incarnation and revision (a new incarnation: the log was
+    replaced). JSONL: the log file's inode, device, size and times (a smaller size or another
+    inode: replaced or cut).
+    """
+    kind = type(persistence.backend).__name__
+    from dsh.persistence import store_path
+
+    location = store_path(persistence.url)
+    assert location is not None  # index_path() said this store keeps an index
+    out: dict[str, str] = {}
+    if kind == "SqliteBackend":
+        if not location.exists():
+            return out
+        conn = sqlite3.connect(f"{location.as_uri()}?mode=ro", uri=True, timeout=10)
+        try:
+            for sid, incarnation, revision in conn.execute(
+                    "SELECT id, incarnation, revision FROM sessions"):
+                out[str(sid)] = f"{incarnation}:{revision}"
+        finally:
+            conn.close()
+        return out
+    try:
+        projects = [e.path for e in os.scandir(location) if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return out
+    for project in projects:
+        with os.scandir(project) as it:
+            folders = [e for e in it if e.is_dir(follow_symlinks=False)]
+        for folder in folders:
+            for name in ("session.jsonl", "session.jsonl.zstd"):
+                try:
+                    st = os.stat(os.path.join(folder.path, name))
+                except FileNotFoundError:
+                    continue
+                sig = signature(st)
+                out[_decode_segment(folder.name)] = f"{sig[3]}:{sig[4]}:{sig[0]}:{sig[1]}"
+    return out
+
+
+def _grew(old: str, new: str) -> bool:
+    """Whether ``new`` is the same log as ``old`` with events appended (else: index anew)."""
+    old_parts, new_parts = old.split(":"), new.split(":")
+    if len(old_parts) == 2 and len(new_parts) == 2:  # SQLite incarnation:revision
+        return old_parts[0] == new_parts[0]
+    if len(old_parts) == 4 and len(new_parts) == 4:  # JSONL inode:device:size:mtime
+        return old_parts[:2] == new_parts[:2] and int(new_parts[2]) >= int(old_parts[2])
+    return False
+
+
+def _connect(path: Path | None) -> sqlite3.Connection:
+    """The index database (created 0600); an in-memory one when the file cannot be used."""
+    if path is not None:
+        try:
+            if not path.exists():
+                fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+                os.close(fd)
+            conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+            if conn.execute("PRAGMA user_version").fetchone()[0] not in (0, INDEX_VERSION):
+                conn.execute("DROP TABLE IF EXISTS indexed")
+                conn.execute("DROP TABLE IF EXISTS messages")
+            conn.execute("PRAGMA journal_mode = WAL")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {INDEX_VERSION}")
+            return conn
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("search index %s cannot be used (%r); searching without it", path, exc)
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    return conn
+
+
+def _update(conn: sqlite3.Connection, persistence: Persistence, signatures: dict[str, str],
+            unreadable: list[str]) -> int:
+    """Bring the index up to date with ``signatures``; return how many sessions were read."""
+    known = {sid: (sig, count) for sid, sig, count in
+             conn.execute("SELECT session_id, signature, events FROM indexed")}
+    gone = [sid for sid in known if sid not in signatures]
+    read = 0
+    for sid in gone:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
+        conn.execute("DELETE FROM indexed WHERE session_id = ?", (sid,))
+        conn.execute("COMMIT")
+    for sid, sig in sorted(signatures.items()):
+        previous = known.get(sid)
+        if previous is not None and previous[0] == sig:
+            continue
+        start = previous[1] if previous is not None and _grew(previous[0], sig) else 0
+        try:
+            with persistence.open(sid, "read") as handle:
+                cold = handle.read(start)
+        except DshError as error:
+            log.info("search: session %r left out: %s", sid, error.message)
+            unreadable.append(sid)
+            continue
+        read += 1
+        rows = [(text, sid, seq, role) for seq, role, text in message_texts(cold.events)]
+        count = start + len(cold.events)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if start == 0 and previous is not None:
+                conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
+            conn.executemany("INSERT INTO messages (text, session_id, seq, role) "
+                             "VALUES (?, ?, ?, ?)", rows)
+            conn.execute("INSERT OR REPLACE INTO indexed (session_id, signature, events) "
+                         "VALUES (?, ?, ?)", (sid, sig, count))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return read
+
+
+def _scan(persistence: Persistence, words: list[str], limit: int
+          ) -> tuple[list[SearchHit], int, list[str]]:
+    """Search a store without an index: every log is read."""
+    folded = [_fold(word)[0] for word in words]
+    hits: list[SearchHit] = []
+    unreadable: list[str] = []
+    headers = persistence.list_headers()
+    for header in headers:
+        sid = str(header["id"])
+        try:
+            with persistence.open(sid, "read") as handle:
+                events = handle.read(0).events
+        except DshError:
+            unreadable.append(sid)
+            continue
+        for seq, role, text in message_texts(events):
+            tokens = _WORD.findall(_fold(text)[0])
+            if all(any(t == w for t in tokens) for w in folded[:-1]) and any(
+                    t.startswith(folded[-1]) for t in tokens):
+                hits.append(snippet_of(sid, seq, role, text, words))
+    hits.reverse()  # newest first, as the index answers
+    return hits[:limit], len(headers), unreadable
+
+
+def search(persistence: Persistence, query: str, *, limit: int = 20,
+           rebuild: bool = False) -> SearchResults:
+    """Find the messages of every session of the store that hold all the words of ``query``.
+
+    Args:
+        persistence: The store's facade.
+        query: Words to find (Unicode word characters; punctuation separates words), matched
+            case- and diacritics-insensitively; the last word also matches as a prefix. A query
+            without a word finds nothing.
+        limit: Hits returned at most (at least 1).
+        rebuild: Drop the index and build it again from every log (after a log was rewritten
+            in place, say).
+
+    Returns:
+        The hits, newest indexed first (:class:`SearchResults`).
+
+    Raises:
+        PersistenceError: the store itself cannot be listed.
+
+    Rule: docs/stores.md#search.
+    """
+    words = _words(query)
+    limit = max(1, limit)
+    path = index_path(persistence)
+    if not words:
+        return SearchResults(hits=(), sessions=0, reindexed=0, unreadable=(),
+                             indexed=path is not None)
+    if path is None:
+        hits, count, unreadable = _scan(persistence, words, limit)
+        return SearchResults(hits=tuple(hits), sessions=count, reindexed=count,
+                             unreadable=tuple(unreadable), indexed=False)
+    if rebuild:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+    signatures = _signatures(persistence)
+    unreadable_ids: list[str] = []
+    conn = _connect(path)
+    try:
+        read = _update(conn, persistence, signatures, unreadable_ids)
+        rows = conn.execute(
+            "SELECT session_id, seq, role, text FROM messages WHERE messages MATCH ? "
+            "ORDER BY rowid DESC LIMIT ?", (_fts_query(words), limit)).fetchall()
+    finally:
+        conn.close()
+    found = tuple(snippet_of(str(sid), int(seq), str(role), str(text), words)
+                  for sid, seq, role, text in rows)
+    return SearchResults(hits=found, sessions=len(signatures), reindexed=read,
+                         unreadable=tuple(unreadable_ids), indexed=True)

@@ -1,0 +1,92 @@
+"""Store search (dsh.persistence.search): the FTS5 index beside SQLite and JSONL stores."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dsh
+from dsh.persistence import search
+from dsh.persistence._search import index_path
+from dsh.testing import LogBuilder
+
+
+def _write(url: str, session_id: str, texts: list[str]) -> None:
+    log = LogBuilder(session_id)
+    for text in texts:
+        log.completed_turn(text)
+    with dsh.open(url) as store:
+        session = store.session(session_id)
+        for event in log.events[len(session.events):]:
+            session.append(event["type"], event["data"], surface_op=event.get("surfaceOp"))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl", "memory"])
+def test_search_finds_words_across_sessions_and_follows_the_logs(tmp_path: Path,
+                                                                 kind: str) -> None:
+    url = {"sqlite": f"sqlite:{tmp_path / 's.db'}", "jsonl": f"jsonl:{tmp_path / 'logs'}",
+           "memory": "memory:"}[kind]
+    if kind == "memory":
+        store = dsh.open(url)
+        persistence = store.persistence
+        for sid, texts in (("a", ["deploy the Café service", "then nothing"]),
+                           ("b", ["café au lait please"])):
+            log = LogBuilder(sid)
+            for text in texts:
+                log.completed_turn(text)
+            session = store.session(sid)
+            for event in log.events:
+                session.append(event["type"], event["data"], surface_op=event.get("surfaceOp"))
+            store.flush(session)
+        found = search(persistence, "cafe")
+        assert not found.indexed and {(h.session_id, h.seq) for h in found.hits} == {
+            ("a", 2), ("b", 2)}
+        store.close()
+        return
+    _write(url, "a", ["deploy the Café service", "then nothing"])
+    _write(url, "b", ["café au lait please"])
+    with dsh.open(url) as store:
+        first = search(store.persistence, "CAFE")
+        assert first.indexed and first.reindexed == 2 and first.sessions == 2
+        assert [(h.session_id, h.seq, h.role, h.match) for h in first.hits] == [
+            ("b", 2, "user", "café"), ("a", 2, "user", "Café")]
+        assert first.hits[1].snippet == "deploy the Café service"
+        assert [h.seq for h in search(store.persistence, "answer 2").hits] == [9]  # all words
+        assert [h.match for h in search(store.persistence, "depl").hits] == ["deploy"]  # prefix
+        assert search(store.persistence, "  ...  ").hits == ()
+        again = search(store.persistence, "cafe")
+        assert again.reindexed == 0 and again.hits == first.hits  # nothing changed, nothing read
+    _write(url, "a", ["deploy the Café service", "then nothing", "more café"])
+    with dsh.open(url) as store:
+        grown = search(store.persistence, "cafe")
+        assert grown.reindexed == 1
+        assert [(h.session_id, h.seq) for h in grown.hits] == [("a", 14), ("b", 2), ("a", 2)]
+        path = index_path(store.persistence)
+        assert path is not None and path.exists() and path.stat().st_mode & 0o777 == 0o600
+        path.unlink()  # the index is only derived: the next search builds it again
+        rebuilt = search(store.persistence, "cafe")
+        assert rebuilt.reindexed == 2 and set(rebuilt.hits) == set(grown.hits)
+        assert set(search(store.persistence, "cafe", rebuild=True).hits) == set(grown.hits)
+
+
+def test_dsh_search_prints_hits_escaped_and_as_json(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 's.db'}"
+    _write(url, "evil", ["look \x1b[2J here: needle in the haystack"])
+    _write(url, "other", ["no match"])
+    env = {"NO_COLOR": "1", "COLUMNS": "200", "HOME": str(tmp_path),
+           "DSH_HOME": str(tmp_path / "home")}
+    run = [sys.executable, "-m", "dsh.cli", "search", "needle", "--store", url]
+    text = subprocess.run(run, capture_output=True, text=True, env=env, check=True).stdout
+    assert text == "evil  #2  user  look \\x1b[2J here: needle in the haystack\n"
+    as_json = json.loads(subprocess.run([*run, "--json"], capture_output=True, text=True,
+                                        env=env, check=True).stdout)
+    assert as_json["hits"] == [{"session": "evil", "seq": 2, "role": "user", "match": "needle",
+                                "snippet": "look \\x1b[2J here: needle in the haystack"}]
+    assert (as_json["sessions"], as_json["indexed"], as_json["unreadable"]) == (2, True, [])
+    none = subprocess.run([*run[:4], "haystacks", *run[5:]], capture_output=True, text=True,
+                          env=env, check=True)
+    assert none.stdout == "" and none.stderr == "no message holds 'haystacks' in 2 sessions\n"
