@@ -34,6 +34,8 @@ CASES = {
                           "--backend", "jsonl-packed,sqlite", "--variants", "open"],
     "effects": ["bench.bench_effects", "--kills", "2", "--classes", "idempotent,irreversible"],
     "cache": ["bench.bench_cache", "--turns", "3", "--wires", "openai"],
+    "cli": ["bench.bench_cli", "--sizes", "300", "--import-mb", "0.05", "--sessions", "5",
+            "--runs", "1"],
     "view": ["bench.bench_view", "--sizes", "300", "--sessions", "5", "--runs", "1",
              "--backends", "jsonl,sqlite"],
     # the peer is never looked for here: ours beside dsh-baseline.md

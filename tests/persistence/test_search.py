@@ -13,6 +13,7 @@ import dsh
 from dsh.persistence import search
 from dsh.persistence._search import index_path
 from dsh.testing import LogBuilder
+from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 
 
 def _write(url: str, session_id: str, texts: list[str]) -> None:
@@ -90,3 +91,28 @@ def test_dsh_search_prints_hits_escaped_and_as_json(tmp_path: Path) -> None:
     none = subprocess.run([*run[:4], "haystacks", *run[5:]], capture_output=True, text=True,
                           env=env, check=True)
     assert none.stdout == "" and none.stderr == "no message holds 'haystacks' in 2 sessions\n"
+
+
+def test_postgres_search_keeps_its_index_in_its_schema() -> None:
+    reason = postgres_unreachable()
+    if reason is not None:
+        pytest.skip(f"SKIPPED LOUDLY: {reason}")
+    with temporary_postgres_url() as url:
+        _postgres_search(url)
+
+
+def _postgres_search(url: str) -> None:
+    _write(url, "a", ["deploy the Café service", "then nothing"])
+    _write(url, "b", ["café au lait please"])
+    with dsh.open(url) as store:
+        first = store.search("CAFE")
+        assert first.indexed and first.reindexed == 2
+        assert {(h.session_id, h.seq, h.match) for h in first.hits} == {
+            ("a", 2, "Café"), ("b", 2, "café")}
+        assert [h.seq for h in store.search("answer 2").hits] == [9]
+        assert store.search("cafe").reindexed == 0
+    _write(url, "a", ["deploy the Café service", "then nothing", "more café"])
+    with dsh.open(url) as store:
+        grown = store.search("depl")
+        assert grown.reindexed == 1 and [h.match for h in grown.hits] == ["deploy"]
+        assert len(store.search("cafe", rebuild=True).hits) == 3

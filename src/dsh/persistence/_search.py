@@ -155,7 +155,7 @@ def _fts_query(words: list[str]) -> str:
     return " ".join(quoted)
 
 
-def _fold(text: str) -> tuple[str, list[int]]:
+def fold(text: str) -> tuple[str, list[int]]:
     """``text`` case- and diacritics-folded, and for each folded character its index in text."""
     out: list[str] = []
     where: list[int] = []
@@ -172,10 +172,10 @@ def _fold(text: str) -> tuple[str, list[int]]:
 
 def snippet_of(session_id: str, seq: int, role: str, text: str, words: list[str]) -> SearchHit:
     """The hit of a message: its first matching word with some context each side."""
-    folded, where = _fold(text)
+    folded, where = fold(text)
     at, size = -1, 0
     for word in words:
-        found = re.search(r"(?<!\w)" + re.escape(_fold(word)[0]), folded)
+        found = re.search(r"(?<!\w)" + re.escape(fold(word)[0]), folded)
         if found is not None and (at < 0 or where[found.start()] < at):
             at = where[found.start()]
             end = where[found.end() - 1] + 1
@@ -302,18 +302,62 @@ def _connect(path: Path | None) -> sqlite3.Connection:
     return conn
 
 
-def _update(conn: sqlite3.Connection, persistence: Persistence, signatures: dict[str, str],
-            unreadable: list[str]) -> int:
-    """Bring the index up to date with ``signatures``; return how many sessions were read."""
-    known = {sid: (sig, count) for sid, sig, count in
-             conn.execute("SELECT session_id, signature, events FROM indexed")}
-    gone = [sid for sid in known if sid not in signatures]
-    read = 0
-    for sid in gone:
+class SidecarIndex:
+    """The FTS5 index in an SQLite sidecar (docs/formats.md#search-index)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.conn = _connect(path)
+
+    def known(self) -> dict[str, tuple[str, int]]:
+        """``session id -> (signature, events)`` of every session indexed."""
+        return {str(sid): (str(sig), int(count)) for sid, sig, count in
+                self.conn.execute("SELECT session_id, signature, events FROM indexed")}
+
+    def drop(self, session_id: str) -> None:
+        """Forget a session that is no longer stored."""
+        conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
-        conn.execute("DELETE FROM indexed WHERE session_id = ?", (sid,))
+        conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM indexed WHERE session_id = ?", (session_id,))
         conn.execute("COMMIT")
+
+    def put(self, session_id: str, sig: str, events: int,
+            rows: list[tuple[int, str, str]], *, fresh: bool) -> None:
+        """Add ``(seq, role, text)`` rows (after dropping the session's rows when ``fresh``)."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if fresh:
+                conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            conn.executemany("INSERT INTO messages (text, session_id, seq, role) "
+                             "VALUES (?, ?, ?, ?)",
+                             [(text, session_id, seq, role) for seq, role, text in rows])
+            conn.execute("INSERT OR REPLACE INTO indexed (session_id, signature, events) "
+                         "VALUES (?, ?, ?)", (session_id, sig, events))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def query(self, words: list[str], limit: int) -> list[tuple[str, int, str, str]]:
+        """``(session id, seq, role, text)`` of the newest indexed messages holding ``words``."""
+        return [(str(a), int(b), str(c), str(d)) for a, b, c, d in self.conn.execute(
+            "SELECT session_id, seq, role, text FROM messages WHERE messages MATCH ? "
+            "ORDER BY rowid DESC LIMIT ?", (_fts_query(words), limit))]
+
+    def close(self) -> None:
+        """Close the database."""
+        self.conn.close()
+
+
+def _update(index: Any, persistence: Persistence, signatures: dict[str, str],
+            unreadable: list[str]) -> int:
+    """Bring ``index`` up to date with ``signatures``; return how many sessions were read."""
+    known = index.known()
+    for sid in known:
+        if sid not in signatures:
+            index.drop(sid)
+    read = 0
     for sid, sig in sorted(signatures.items()):
         previous = known.get(sid)
         if previous is not None and previous[0] == sig:
@@ -327,27 +371,15 @@ def _update(conn: sqlite3.Connection, persistence: Persistence, signatures: dict
             unreadable.append(sid)
             continue
         read += 1
-        rows = [(text, sid, seq, role) for seq, role, text in message_texts(cold.events)]
-        count = start + len(cold.events)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if start == 0 and previous is not None:
-                conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
-            conn.executemany("INSERT INTO messages (text, session_id, seq, role) "
-                             "VALUES (?, ?, ?, ?)", rows)
-            conn.execute("INSERT OR REPLACE INTO indexed (session_id, signature, events) "
-                         "VALUES (?, ?, ?)", (sid, sig, count))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        index.put(sid, sig, start + len(cold.events), list(message_texts(cold.events)),
+                  fresh=start == 0 and previous is not None)
     return read
 
 
 def _scan(persistence: Persistence, words: list[str], limit: int
           ) -> tuple[list[SearchHit], int, list[str]]:
     """Search a store without an index: every log is read."""
-    folded = [_fold(word)[0] for word in words]
+    folded = [fold(word)[0] for word in words]
     hits: list[SearchHit] = []
     unreadable: list[str] = []
     headers = persistence.list_headers()
@@ -360,7 +392,7 @@ def _scan(persistence: Persistence, words: list[str], limit: int
             unreadable.append(sid)
             continue
         for seq, role, text in message_texts(events):
-            tokens = _WORD.findall(_fold(text)[0])
+            tokens = _WORD.findall(fold(text)[0])
             if all(any(t == w for t in tokens) for w in folded[:-1]) and any(
                     t.startswith(folded[-1]) for t in tokens):
                 hits.append(snippet_of(sid, seq, role, text, words))
@@ -395,25 +427,30 @@ def search(persistence: Persistence, query: str, *, limit: int = 20,
     if not words:
         return SearchResults(hits=(), sessions=0, reindexed=0, unreadable=(),
                              indexed=path is not None)
-    if path is None:
+    if path is None and not hasattr(persistence.backend, "search_index"):
         hits, count, unreadable = _scan(persistence, words, limit)
         return SearchResults(hits=tuple(hits), sessions=count, reindexed=count,
                              unreadable=tuple(unreadable), indexed=False)
-    if rebuild:
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{path}{suffix}")
-    signatures = _signatures(persistence)
+    backend: Any = persistence.backend
+    index: Any
+    if path is None:  # PostgreSQL keeps its index in its own tables
+        index = backend.search_index()
+        if rebuild:
+            index.reset()
+        signatures = index.signatures()
+    else:
+        if rebuild:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{path}{suffix}")
+        signatures = _signatures(persistence)
+        index = SidecarIndex(path)
     unreadable_ids: list[str] = []
-    conn = _connect(path)
     try:
-        read = _update(conn, persistence, signatures, unreadable_ids)
-        rows = conn.execute(
-            "SELECT session_id, seq, role, text FROM messages WHERE messages MATCH ? "
-            "ORDER BY rowid DESC LIMIT ?", (_fts_query(words), limit)).fetchall()
+        read = _update(index, persistence, signatures, unreadable_ids)
+        rows = index.query(words, limit)
     finally:
-        conn.close()
-    found = tuple(snippet_of(str(sid), int(seq), str(role), str(text), words)
-                  for sid, seq, role, text in rows)
+        index.close()
+    found = tuple(snippet_of(sid, seq, role, text, words) for sid, seq, role, text in rows)
     return SearchResults(hits=found, sessions=len(signatures), reindexed=read,
                          unreadable=tuple(unreadable_ids), indexed=True)

@@ -859,6 +859,21 @@ class PostgresBackend:
             return conn.execute(f"SELECT 1 FROM {self._s}.sessions WHERE id = %s",
                                 (session_id,)).fetchone() is not None
 
+    def search_index(self) -> Any:
+        """The store's search index (docs/stores.md#search), over a connection of its own.
+
+        Raises:
+            PersistenceError: the database failed.
+        """
+        from dsh.persistence._search import fold
+        from dsh.persistence.postgres._search import PostgresSearchIndex
+
+        psycopg = _psycopg()
+        try:
+            return PostgresSearchIndex(self.conninfo, self.schema, fold)
+        except psycopg.Error as exc:
+            self._fail(exc, "search", None)
+
     def list_headers(self) -> Iterator[FrozenDict]:
         """Yield every stored header in creation order, without reading events.
 

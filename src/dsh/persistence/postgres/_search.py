@@ -1,0 +1,105 @@
+"""The store search index of a PostgreSQL store: full-text search in two tables of its schema.
+
+``search_indexed (session_id, signature, events)`` says what is indexed of each session, and
+``search_messages (session_id, seq, role, text, folded, tsv)`` holds one row per appended
+message, ``tsv`` the ``simple`` text-search vector of ``folded`` (the text case- and
+diacritics-folded by dsh, as the SQLite index folds it) under a GIN index. The tables are
+created on the first search (``CREATE ... IF NOT EXISTS``), not by a migration: they are only
+derived, and dropping them loses nothing. The signature of a session is its row's
+``incarnation:revision``.
+
+Rule: docs/stores.md#search; the tables: docs/formats.md#search-index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsh.persistence.postgres._schema import quote_schema
+
+
+class PostgresSearchIndex:
+    """The search index of one PostgreSQL store, over one connection of its own.
+
+    Args:
+        conninfo: The store's connection string.
+        schema: The store's schema.
+        fold: The folding the words and texts go through (``dsh.persistence._search``'s).
+    """
+
+    def __init__(self, conninfo: str, schema: str, fold: Any) -> None:
+        import psycopg
+
+        self._fold = fold
+        self._s = s = quote_schema(schema)
+        self._conn = psycopg.connect(conninfo, autocommit=True)
+        with self._conn.transaction():
+            self._conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                               (f"dsh-search:{schema}",))
+            self._conn.execute(f"CREATE TABLE IF NOT EXISTS {s}.search_indexed (session_id text "
+                               "PRIMARY KEY, signature text NOT NULL, events bigint NOT NULL)")
+            self._conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {s}.search_messages (session_id text NOT NULL, "
+                "seq bigint NOT NULL, role text NOT NULL, text text NOT NULL, folded text NOT "
+                "NULL, tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', folded)) STORED, "
+                "PRIMARY KEY (session_id, seq))")
+            self._conn.execute(f"CREATE INDEX IF NOT EXISTS search_messages_tsv ON "
+                               f"{s}.search_messages USING gin (tsv)")
+
+    def signatures(self) -> dict[str, str]:
+        """``session id -> incarnation:revision`` of every stored session."""
+        return {str(sid): f"{inc}:{rev}" for sid, inc, rev in self._conn.execute(
+            f"SELECT id, incarnation::text, revision FROM {self._s}.sessions")}
+
+    def known(self) -> dict[str, tuple[str, int]]:
+        """``session id -> (signature, events)`` of every session indexed."""
+        return {str(sid): (str(sig), int(n)) for sid, sig, n in self._conn.execute(
+            f"SELECT session_id, signature, events FROM {self._s}.search_indexed")}
+
+    def drop(self, session_id: str) -> None:
+        """Forget a session that is no longer stored."""
+        with self._conn.transaction():
+            self._conn.execute(f"DELETE FROM {self._s}.search_messages WHERE session_id = %s",
+                               (session_id,))
+            self._conn.execute(f"DELETE FROM {self._s}.search_indexed WHERE session_id = %s",
+                               (session_id,))
+
+    def put(self, session_id: str, sig: str, events: int,
+            rows: list[tuple[int, str, str]], *, fresh: bool) -> None:
+        """Add ``(seq, role, text)`` rows (after dropping the session's rows when ``fresh``)."""
+        s = self._s
+        with self._conn.transaction():
+            if fresh:
+                self._conn.execute(f"DELETE FROM {s}.search_messages WHERE session_id = %s",
+                                   (session_id,))
+            with self._conn.cursor() as cursor:
+                cursor.executemany(
+                    f"INSERT INTO {s}.search_messages (session_id, seq, role, text, folded) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id, seq) DO UPDATE SET "
+                    "role = excluded.role, text = excluded.text, folded = excluded.folded",
+                    [(session_id, seq, role, text.replace("\x00", "\ufffd"),
+                      self._fold(text)[0].replace("\x00", " "))
+                     for seq, role, text in rows])
+            self._conn.execute(
+                f"INSERT INTO {s}.search_indexed (session_id, signature, events) VALUES "
+                "(%s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET signature = "
+                "excluded.signature, events = excluded.events", (session_id, sig, events))
+
+    def query(self, words: list[str], limit: int) -> list[tuple[str, int, str, str]]:
+        """``(session id, seq, role, text)`` of messages holding ``words`` (the last a prefix)."""
+        terms = [f"'{self._fold(word)[0]}'" for word in words]
+        terms[-1] += ":*"
+        return [(str(a), int(b), str(c), str(d)) for a, b, c, d in self._conn.execute(
+            f"SELECT session_id, seq, role, text FROM {self._s}.search_messages WHERE tsv @@ "
+            "to_tsquery('simple', %s) ORDER BY session_id, seq DESC LIMIT %s",
+            (" & ".join(terms), limit))]
+
+    def reset(self) -> None:
+        """Drop everything indexed (the next update indexes every session again)."""
+        with self._conn.transaction():
+            self._conn.execute(f"DELETE FROM {self._s}.search_messages")
+            self._conn.execute(f"DELETE FROM {self._s}.search_indexed")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
