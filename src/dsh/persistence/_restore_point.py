@@ -300,8 +300,10 @@ def read_restore_point_file(path: Path) -> bytes:
 
 
 def write_restore_point_file(path: Path, data: bytes) -> None:
-    """Replace the sidecar atomically (temp file + rename; no fsync, as the seals).
+    """Replace the sidecar atomically (temp file + rename, no fsync).
 
+    A restore point lost or torn by a power cut fails its digest, and the resume reads the log
+    in full.
     Only the session's single writer calls this, so any other temp file of this sidecar was
     left by a writer killed between write and rename: it is removed. A failed write removes
     its own temp file.

@@ -111,8 +111,13 @@ def read_seal(path: Path) -> Seal | None:
     while pos + _RECORD.size <= len(data):
         start, end, crc = _RECORD.unpack_from(data, pos)
         if start != expected or end <= start:
-            if not data[pos:].strip(b"\0"):
-                break  # zero-filled tail of a crash
+            if not data[pos:pos + _RECORD.size].strip(b"\0"):
+                # A zero-filled record: records are appended without an fsync of their own,
+                # so after a power cut the unsynced pages of the file may be zeros while later
+                # ones reached the disk (a hole). What follows was never synced: it is
+                # ignored like a torn tail, and the log's bytes after the last valid record
+                # are read by the format's rules and sealed again by the next writer.
+                break
             raise LogCorruptError(
                 f"integrity seal {path} is damaged: record at byte {pos} covers [{start}, {end}) "
                 f"but the previous one ended at {expected}; move it aside to read the log "
@@ -153,8 +158,27 @@ def _write_all(fd: int, payload: bytes) -> None:
         written += os.write(fd, view[written:])
 
 
+def fsync_folder(path: Path) -> None:
+    """Fsync a folder, so a file created or renamed in it survives a power cut.
+
+    Raises:
+        OSError: the folder could not be opened or synced.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def reset_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, int]]) -> None:
-    """Replace the seal file atomically with ``records`` (temp file + rename, no fsync).
+    """Replace the seal file atomically with ``records``, durably.
+
+    The temp file is fsynced before it is renamed over the seal and the folder after, so a
+    power cut leaves the old seal or the whole new one, never none (a seal is rewritten on a
+    handle's first seal write, after a failed one, and when it is created). Records appended
+    later (:func:`append_seal_to`) are not synced one by one: a power cut may lose the last
+    ones or leave zeros where they were, which a reader ignores (docs/formats.md#integrity-seals).
 
     Raises:
         OSError: the file could not be written (the old seal stays).
@@ -164,9 +188,11 @@ def reset_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, in
     try:
         _write_all(fd, MAGIC + _LEN.pack(len(identity)) + identity
                    + b"".join(_RECORD.pack(*r) for r in records))
+        os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    fsync_folder(path.parent)
 
 
 def append_seal(path: Path, start: int, end: int, crc: int) -> None:
