@@ -224,6 +224,9 @@ def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), 
             if plan:
                 items, record, touched = commit_tombstones(hold, plan, extra, persistence.url)
                 record_seq = record["seq"]
+            else:  # nothing left: finish a scrub a crash may have cut short (SQLite)
+                scrub = getattr(hold.handle, "scrub", None)
+                touched = list(scrub()) if scrub is not None else []
         if subject:
             touched.extend(_delete_cuts(persistence, sid))
         touched.extend(after_rewrite(persistence, sid, None))

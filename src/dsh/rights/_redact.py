@@ -168,10 +168,12 @@ def scrub(value: Any, spans: Spans, key: str | None = None) -> tuple[Any, int]:
 
 
 def _whole(text: str) -> list[tuple[int, int]]:
-    return [(0, len(text))] if text else []
+    return [(0, len(text))] if text and text != REDACTED_TEXT else []
 
 
 def _tombstone(event: Event, spans: Spans) -> tuple[Event, int]:
+    if event["type"] == REDACTION_APPLIED:
+        return event, 0  # commitments and digests, no content: dsh verify reads them
     data, count = scrub(event["data"], spans)
     if event["type"] == "assistant/message" and count and isinstance(data, dict):
         message = data.get("message")
@@ -302,8 +304,11 @@ def redact(store: Persistence | HasPersistence, session_id: str, *,
         return RedactionResult(session_id, mode, found, None, (), detectors, True, now)
     with held(store, session_id, clock=clock) as hold:
         plan = _plan(list(hold.session.events)[:hold.stored], seq_list, spans, session_id)
-        if not plan:
-            return RedactionResult(session_id, mode, (), None, (), detectors, False, now)
+        if not plan:  # nothing left: finish a scrub a crash may have cut short (SQLite)
+            scrub = getattr(hold.handle, "scrub", None)
+            touched = list(scrub()) if scrub is not None else []
+            return RedactionResult(session_id, mode, (), None, tuple(touched), detectors,
+                                   False, now)
         extra: dict[str, Any] = {"mode": mode}
         if detectors:
             extra["detectors"] = list(detectors)

@@ -1280,6 +1280,27 @@ class SqliteHandle(HandleBase):
         """
         self._ensure_open()
 
+    def scrub(self) -> list[dict[str, object]]:
+        """Push deleted bytes out of the file: ``wal_checkpoint(TRUNCATE)``, ``VACUUM``, again.
+
+        Run by :meth:`rewrite` after its commit, and by a redaction or erasure that finds
+        nothing left to change (a rerun after a crash between the commit and this step). A
+        step that cannot run now (another process holds a read transaction) is reported with
+        ``done: false``, never raised. Rule: docs/forgetting.md#how-storage-is-rewritten.
+        """
+        self._ensure_open()
+        touched: list[dict[str, object]] = []
+        for step in ("PRAGMA wal_checkpoint(TRUNCATE)", "VACUUM",
+                     "PRAGMA wal_checkpoint(TRUNCATE)"):
+            try:
+                answer = self._c.conn.execute(step).fetchone()
+                busy = step.startswith("PRAGMA") and answer is not None and answer[0] != 0
+                touched.append({"path": self._path, "action": step, "done": not busy})
+            except sqlite3.Error as exc:
+                touched.append({"path": self._path, "action": step, "done": False,
+                                "error": str(exc)})
+        return touched
+
     def rewrite(self, events: Sequence[Event]) -> list[dict[str, object]]:
         """Replace the session's rows by ``events`` and scrub the file: redaction and erasure.
 
@@ -1345,16 +1366,7 @@ class SqliteHandle(HandleBase):
         self._committed_revision, self._quiet, self._durable = found[0] + 1, None, None
         touched.append({"path": self._path, "table": "events", "action": "rows replaced",
                         "deleted": deleted, "inserted": len(rows)})
-        for step in ("PRAGMA wal_checkpoint(TRUNCATE)", "VACUUM",
-                     "PRAGMA wal_checkpoint(TRUNCATE)"):
-            try:
-                answer = conn.execute(step).fetchone()
-                busy = step.startswith("PRAGMA") and answer is not None and answer[0] != 0
-                touched.append({"path": self._path, "action": step,
-                                "done": not busy})
-            except sqlite3.Error as exc:
-                touched.append({"path": self._path, "action": step, "done": False,
-                                "error": str(exc)})
+        touched.extend(self.scrub())
         stored = [(*r[:6], None) for r in rows] if legacy else rows
         try:
             mkdir_private(self._seal_file.parent, "integrity seals")
