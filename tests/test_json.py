@@ -25,6 +25,8 @@ from dsh.json import (
 )
 from dsh.session._events import Event
 
+pytestmark = pytest.mark.no_speedups
+
 DEEP = 20_000
 
 

@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dsh.json as dj
+import dsh.persistence._legacy as legacy_module
 import dsh.persistence._read as read_module
 import dsh.persistence.jsonl._format as fmt
 import dsh.persistence.sqlite._schema as sqlite_schema
@@ -40,10 +41,11 @@ import dsh.session._session as session_module
 from dsh._errors import DshError
 from dsh.json import FrozenDict, FrozenList, dumps
 from dsh.persistence._contract import ColdRead
-from dsh.persistence._legacy import normalize_legacy_events
+from dsh.persistence._legacy import python_stored_prescan
 from dsh.session._events import KNOWN_EVENT_TYPES, SURFACE_EVENT_TYPES, Event, as_event
 from dsh.session._session import Session
 from tests.conftest import shared_path
+from tests.persistence.test_legacy import LEGACY_CASES, MSG, make, stored_events
 from tests.strategies import StepClock, apply_script, examples, log_scripts
 
 if dj._speedups is None:
@@ -287,43 +289,6 @@ def test_scan_lines_freezes_parsed_trees_in_place_and_values_stay_right() -> Non
 # --- legacy / vocabulary prescan -------------------------------------------------------------
 
 
-def make(etype: str, seq: int, data: Any, **extra: Any) -> Event:
-    return as_event(dj.snapshot_json({"type": etype, "seq": seq, "time": 1, "data": data,
-                                      **extra}))
-
-
-MSG = {"id": "m", "role": "user", "source": {"kind": "user"}, "content": []}
-LEGACY_CASES: list[Event] = [
-    make("turn/start", 0, {"turn": 1}), make("turn/start", 0, {"turn": 1, "trigger": {}}),
-    make("turn/start", 0, [1]), make("turn/end", 0, None),
-    *(make("turn/end", 0, {"turn": 1, "reason": r}) for r in (
-        {"kind": "completed"}, {"kind": "completed", "x": 1}, {"kind": "blocked"},
-        {"kind": "max-tokens"}, {"kind": "interrupted"}, {"kind": "aborted"},
-        {"kind": "aborted", "reason": {"kind": "user"}}, {"kind": "disposed"},
-        {"kind": "error"}, {"kind": "error", "error": {"message": "m", "code": "C"}},
-        {"kind": "error", "message": "m"}, {"kind": "error", "failure": {"message": "m",
-                                                                          "code": "C"}},
-        {"kind": "other"}, {"kind": 3}, "completed")),
-    make("turn/end", 0, {"turn": 0, "reason": {"kind": "completed"}}),
-    make("turn/end", 0, {"turn": True, "reason": {"kind": "completed"}}),
-    make("turn/end", 0, {"turn": 1, "reason": {"kind": "completed"}, "x": 1}),
-    make("request/header", 0, {"header": {}, "reason": "fallback"}),
-    make("request/header", 0, {"header": {}, "reason": "initial"}),
-    make("request/header-delta", 0, {}), make("mode/set", 0, {}),
-    make("steering/message", 0, {"turn": 1, "message": MSG}),
-    make("user/message", 0, MSG), make("user/message", 0, {"content": [], "source": {}}),
-    make("user/message", 0, {"content": [], "source": {}, "role": "user"}),
-    make("assistant/message", 0, {"message": MSG}),
-    make("assistant/message", 0, {"content": [], "provenance": {"provider": "p"}}),
-    make("assistant/message", 0, {"content": [], "provenance": 3}),
-    make("tool/result", 0, {"message": MSG}),
-    make("tool/result", 0, {"callId": "c", "content": [], "isError": False}),
-    make("tool/result", 0, {"callId": "c", "content": []}),
-    make("x/unknown", 0, {}), make("x/unknown", 0, {}, ignorable=True),
-    make("x/unknown", 0, {}, ignorable=False), make("todo/write", 0, {}),
-]
-
-
 @settings(max_examples=examples(60), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(script=log_scripts(open_tail=None), pack=st.booleans(), inserts=st.lists(
@@ -334,7 +299,7 @@ def test_scan_prescan_is_what_stored_prescan_finds(script: Any, pack: bool,
                                                    mutations: list[tuple[Any, ...]],
                                                    pieces: int) -> None:
     # The scanner notes the read pipeline's prescan while each event is decoded; it must be
-    # exactly the C pass over the events it returns (or None when Python decoded a line).
+    # exactly what the Python rule finds in the events it returns (None: Python decoded a line).
     session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
     apply_script(session, script)
     records: list[Any] = list(session.events)
@@ -353,7 +318,7 @@ def test_scan_prescan_is_what_stored_prescan_finds(script: Any, pack: bool,
     except DshError:
         return  # damage the Python path refuses: no prescan to compare
     if result.prescan is not None:
-        assert result.prescan == dj.c_stored_prescan(result.events, KNOWN_EVENT_TYPES)
+        assert result.prescan == python_stored_prescan(result.events, KNOWN_EVENT_TYPES)
 
 
 def test_scan_prescan_finds_legacy_and_unknown_events_and_yields_to_python_lines() -> None:
@@ -376,24 +341,27 @@ def test_scan_prescan_finds_legacy_and_unknown_events_and_yields_to_python_lines
     assert len(result.events) == 4 and result.prescan is None
 
 
-def normalize_outcome(events: list[Event]) -> tuple[Any, ...]:
-    def run() -> Any:
-        out = normalize_legacy_events(events, "s")
-        return [(e is events[i]) for i, e in enumerate(out)], deep_types(list(out))
-    return outcome(run)
-
-
-def test_stored_prescan_flags_every_event_normalisation_could_touch() -> None:
+def test_stored_prescan_answers_as_the_python_rule_on_every_legacy_shape() -> None:
     for event in LEGACY_CASES:
-        legacy_at, unknown_at = dj.c_stored_prescan([event], KNOWN_EVENT_TYPES)
-        result = normalize_outcome([event])
-        if legacy_at == -1:  # claimed untouched: normalisation returns the same object
-            assert result[0] == "ok" and result[1][0] == [True], event
-        known = event["type"] in KNOWN_EVENT_TYPES or event.get("ignorable") is True
-        assert unknown_at == (-1 if known else 0), event
-    flagged = [e for e in LEGACY_CASES
-               if dj.c_stored_prescan([e], KNOWN_EVENT_TYPES)[0] == 0]
-    assert len(flagged) >= 15  # the legacy shapes are found, not just passed
+        assert dj.c_stored_prescan([event], KNOWN_EVENT_TYPES) == \
+            python_stored_prescan([event], KNOWN_EVENT_TYPES), event
+    assert dj.c_stored_prescan(LEGACY_CASES, KNOWN_EVENT_TYPES) == \
+        python_stored_prescan(LEGACY_CASES, KNOWN_EVENT_TYPES)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(events=st.lists(stored_events, max_size=8), as_tuple=st.booleans(),
+       junk=st.sampled_from([None, 0, "x", [1]]), where=st.floats(0, 1))
+def test_stored_prescan_answers_as_the_python_rule(events: list[Event], as_tuple: bool,
+                                                   junk: Any, where: float) -> None:
+    # the C pass is a copy of the rule in dsh.persistence._legacy: same indices, also when a
+    # stored item is not a record at all
+    mixed: list[Any] = list(events)
+    mixed.insert(int(len(mixed) * where), junk)
+    for seq in (events, mixed):
+        items: Any = tuple(seq) if as_tuple else seq
+        assert dj.c_stored_prescan(items, KNOWN_EVENT_TYPES) == \
+            python_stored_prescan(items, KNOWN_EVENT_TYPES)
 
 
 @settings(max_examples=examples(60), deadline=None)
@@ -408,12 +376,12 @@ def test_read_pipeline_matches_python_with_and_without_prescan(picks: list[Event
         return deep_types(list(got)), deep_types(list(closers))
 
     fast = outcome(run)
-    saved = read_module.c_stored_prescan
-    read_module.c_stored_prescan = None
+    saved = legacy_module.c_stored_prescan
+    legacy_module.c_stored_prescan = None
     try:
         slow = outcome(run)
     finally:
-        read_module.c_stored_prescan = saved
+        legacy_module.c_stored_prescan = saved
     assert fast == slow
 
 
@@ -962,3 +930,51 @@ def test_hand_out_messages_survives_a_finalizer_that_derives_again() -> None:
 
 def _same(a: Any, b: Any) -> bool:
     return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+def _python_gather(nodes: list[int], start: int, cache: dict[int, Any], out: list[Any]) -> int:
+    # the reference: the cached-message loop of Session.derive_messages
+    for index in range(start, len(nodes)):
+        if nodes[index] not in cache:
+            return index
+        message = cache[nodes[index]]
+        if message is not None:
+            out.append(message)
+    return len(nodes)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(nodes=st.lists(st.integers(0, 12), max_size=12), start=st.integers(0, 13),
+       cached=st.dictionaries(st.integers(0, 12), st.sampled_from([None, "m1", "m2"])))
+def test_gather_messages_answers_as_the_python_loop(nodes: list[int], start: int,
+                                                    cached: dict[int, Any]) -> None:
+    cache = {seq: None if m is None else FrozenDict(id=m) for seq, m in cached.items()}
+    start = min(start, len(nodes))
+    c_out: list[Any] = ["before"]
+    py_out: list[Any] = ["before"]
+    assert dj.c_gather_messages(nodes, start, cache, c_out) == \
+        _python_gather(nodes, start, cache, py_out)
+    assert _same(c_out, py_out)
+
+
+@settings(max_examples=examples(40), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(script=log_scripts(open_tail=None))
+def test_derive_messages_is_the_same_without_the_gathering_pass(script: Any) -> None:
+    # after every action, the live session (C gathering over its incremental cache) derives
+    # what a fresh session over the same events derives with the Python loop alone
+    session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
+
+    def compare() -> None:
+        fast = deep_types(session.derive_messages())
+        saved = session_module.c_gather_messages
+        session_module.c_gather_messages = None
+        try:
+            copy = Session.create("s", seed=list(session.events))
+            slow = deep_types(copy.derive_messages())
+        finally:
+            session_module.c_gather_messages = saved
+        assert fast == slow
+
+    apply_script(session, script, after=compare)
+    compare()

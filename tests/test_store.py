@@ -19,6 +19,8 @@ import dsh
 from dsh import ConfigError, SessionBusyError, create_user_message
 from dsh.session import SessionStore
 
+pytestmark = pytest.mark.no_speedups
+
 PROMPT = {"content": [{"type": "text", "text": "Hi!"}], "source": {"kind": "user"}}
 
 

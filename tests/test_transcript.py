@@ -17,7 +17,8 @@ from dsh.testing import LogBuilder, assistant, tool_result, user
 SHARED = Path(os.environ.get("DSH_SHARED", Path(__file__).resolve().parents[1] / ".." / "shared"))
 LOGS = SHARED / "dsh-logs"
 
-pytestmark = pytest.mark.skipif(not LOGS.is_dir(), reason=f"dsh-logs not found at {LOGS}")
+pytestmark = [pytest.mark.skipif(not LOGS.is_dir(), reason=f"dsh-logs not found at {LOGS}"),
+              pytest.mark.no_speedups]
 
 
 @pytest.fixture(scope="module")

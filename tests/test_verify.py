@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from dsh import Violation
 from dsh._verify import RULES, verify_events
 from dsh.json import thaw
 from dsh.session._events import Event
 from dsh.testing import LogBuilder, header, make, tool_result
+
+pytestmark = pytest.mark.no_speedups
 
 
 def _answered() -> list[Event]:

@@ -37,7 +37,7 @@ import os
 import re
 import warnings
 from json.decoder import scanstring  # type: ignore[attr-defined]  # C scanner, untyped
-from typing import Any, Final, NoReturn, SupportsIndex, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, NoReturn, SupportsIndex, TypeAlias, TypeVar
 
 import orjson
 
@@ -221,6 +221,26 @@ def _load_speedups() -> Any:
 
 _speedups: Any = _load_speedups()
 
+
+class _Absent:
+    """Stands for the accelerator when it is not loaded: every function of it is None."""
+
+    def __getattr__(self, name: str) -> None:
+        return None
+
+
+if TYPE_CHECKING:
+    import dsh._speedups as _accelerator  # typed by src/dsh/_speedups.pyi
+else:
+    _accelerator = _speedups if _speedups is not None else _Absent()
+
+_T = TypeVar("_T")
+
+
+def _optional(function: _T) -> _T | None:
+    """An accelerator function as typed by the stub, or None (it is None when not loaded)."""
+    return function
+
 # Internal constructors: skip the Python-level __init__ guard (it triples construction cost).
 _dict_new = dict.__new__
 _dict_update = dict.update
@@ -330,24 +350,24 @@ _FAST_DEPTH: Final = 200
 
 # The C versions of _fast and _freeze_parsed (same results; they raise _CFallback where the
 # Python versions raise _Slow). None without the accelerator.
-_c_snapshot: Any = _speedups.snapshot if _speedups is not None else None
-_c_freeze_parsed: Any = _speedups.freeze_parsed if _speedups is not None else None
-_CFallback: Any = _speedups.Fallback if _speedups is not None else _Slow
+_c_snapshot = _optional(_accelerator.snapshot)
+_c_freeze_parsed = _optional(_accelerator.freeze_parsed)
+_CFallback: type[Exception] = _speedups.Fallback if _speedups is not None else _Slow
 
 # Load-path accelerators for the layers above (None without the accelerator: their pure-Python
-# loops are the reference). See _speedups.c for what each one takes and where it stops.
-c_scan_lines: Any = _speedups.scan_lines if _speedups is not None else None
-c_admit_plain: Any = _speedups.admit_plain if _speedups is not None else None
-c_stored_prescan: Any = _speedups.stored_prescan if _speedups is not None else None
-c_decode_rows: Any = _speedups.decode_rows if _speedups is not None else None
-c_message_shape_ok: Any = _speedups.message_shape_ok if _speedups is not None else None
+# loops are the reference). See _speedups.pyi for what each one takes and where it stops.
+c_scan_lines = _optional(_accelerator.scan_lines)
+c_admit_plain = _optional(_accelerator.admit_plain)
+c_stored_prescan = _optional(_accelerator.stored_prescan)
+c_decode_rows = _optional(_accelerator.decode_rows)
+c_message_shape_ok = _optional(_accelerator.message_shape_ok)
 # raised by a c_* pass that leaves the value to its caller's Python reference
-CFallback: Any = _CFallback
-c_rows_text: Any = _speedups.rows_text if _speedups is not None else None
-c_encode_rows: Any = _speedups.encode_rows if _speedups is not None else None
-c_seqs_contiguous: Any = _speedups.seqs_contiguous if _speedups is not None else None
-c_gather_messages: Any = _speedups.gather_messages if _speedups is not None else None
-c_hand_out_messages: Any = _speedups.hand_out_messages if _speedups is not None else None
+CFallback: type[Exception] = _CFallback
+c_rows_text = _optional(_accelerator.rows_text)
+c_encode_rows = _optional(_accelerator.encode_rows)
+c_seqs_contiguous = _optional(_accelerator.seqs_contiguous)
+c_gather_messages = _optional(_accelerator.gather_messages)
+c_hand_out_messages = _optional(_accelerator.hand_out_messages)
 
 
 def _fast(v: Any, depth: int) -> Any:

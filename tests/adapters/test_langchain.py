@@ -44,6 +44,7 @@ def url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'sessions.db'}"
 
 
+@pytest.mark.no_speedups
 def test_messages_come_back_exactly(tmp_path: Path) -> None:
     history = DshChatMessageHistory("lc", url(tmp_path))
     assert isinstance(history, BaseChatMessageHistory)
@@ -90,6 +91,7 @@ def test_async_methods_and_clear(tmp_path: Path) -> None:
     assert "hi" in shown and "again" in shown  # the log kept every cleared message
 
 
+@pytest.mark.no_speedups
 def test_bad_batch_writes_nothing(tmp_path: Path) -> None:
     history = DshChatMessageHistory("bad", url(tmp_path))
     history.add_messages([HumanMessage(content="ok")])
@@ -113,6 +115,7 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
+@pytest.mark.no_speedups
 def test_tool_loop_end_to_end_with_a_fake_chat_model(tmp_path: Path) -> None:
     store = url(tmp_path)
     model = FakeMessagesListChatModel(responses=[

@@ -28,6 +28,8 @@ from dsh.agent import (
 from dsh.session import SessionStore
 from tests.agent.helpers import assert_verifies, compact_types, make_agent, types
 
+pytestmark = pytest.mark.no_speedups
+
 
 def _run(coro: Any) -> Any:
     return asyncio.run(coro)

@@ -16,6 +16,8 @@ from dsh._verify import verify_events
 from dsh.agent import ABORTED_BEFORE_DISPATCH, AgentError, Recorder
 from dsh.session import Session, SessionStore
 
+pytestmark = pytest.mark.no_speedups
+
 CONFIG = {"provider": "scripted", "model": "m1"}
 CALL = {"type": "tool-call", "id": "c1", "name": "ls", "arguments": '{"path":"src"}'}
 

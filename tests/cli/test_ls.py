@@ -30,6 +30,7 @@ def _store_with_long_values(root: Path) -> str:
     return url
 
 
+@pytest.mark.no_speedups
 def test_ls_piped_prints_whole_titles_and_lineage(tmp_path: Path) -> None:
     dsh_ = Dsh(tmp_path)
     url = _store_with_long_values(tmp_path)
@@ -44,6 +45,7 @@ def test_ls_piped_prints_whole_titles_and_lineage(tmp_path: Path) -> None:
     assert found == "2\n"  # parent and child
 
 
+@pytest.mark.no_speedups
 def test_ls_terminal_layout_cuts_only_titles(tmp_path: Path) -> None:
     from dsh.cli import _render as render
     url = _store_with_long_values(tmp_path)

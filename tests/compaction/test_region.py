@@ -43,6 +43,8 @@ from tests.compaction.builders import (
     user,
 )
 
+pytestmark = pytest.mark.no_speedups
+
 SHORT = "## Primary Request and Intent\n- inspect modules\n\n## Current Work\n- done"
 
 

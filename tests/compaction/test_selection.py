@@ -20,6 +20,8 @@ from tests.compaction.builders import (
     user,
 )
 
+pytestmark = pytest.mark.no_speedups
+
 
 def _open_call_session():  # type: ignore[no-untyped-def]
     """user, assistant(call), user(injected), result, assistant — an open pair in the middle."""

@@ -15,6 +15,8 @@ from dsh.interop._common import IMPORTER_VERSION
 from dsh.session._repair import interrupted_turn_closers
 from tests.interop.helpers import EXAMPLES, facts, live
 
+pytestmark = pytest.mark.no_speedups
+
 EXPECTED: dict[str, tuple[str, dict[str, Any]]] = {
     "anthropic/request.json": ("anthropic", {"prompts": 1, "calls": 1, "results": 1,
                                              "last_end": "completed"}),

@@ -7,12 +7,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh.interop import to_anthropic, to_openai, validate_conversation
 from dsh.interop._export import MISSING_RESULT_TEXT
 from dsh.session._session import Session
+
+pytestmark = pytest.mark.no_speedups
 
 EXAMPLES = int(os.environ.get("DSH_HYPOTHESIS_EXAMPLES", "60"))
 

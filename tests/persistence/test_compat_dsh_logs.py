@@ -24,6 +24,8 @@ from dsh.persistence import Persistence, open_backend
 from dsh.session._session import Session
 from dsh.session._store import SessionStore
 
+pytestmark = pytest.mark.no_speedups
+
 MAIN_STORES = [("jsonl/main", "jsonl"), ("jsonl-unpacked/main", "jsonl"),
                ("jsonl-zstd/main", "jsonl+zstd")]
 CRASH_STORES = [("jsonl", "jsonl"), ("jsonl-zstd", "jsonl+zstd")]

@@ -13,6 +13,8 @@ import pytest
 from dsh.persistence import Persistence
 from dsh.testing import BackendContract
 
+pytestmark = pytest.mark.no_speedups
+
 
 class TestBundledBackends(BackendContract):
     """Every bundled backend, through the parametrised ``store`` fixture of conftest."""

@@ -29,6 +29,8 @@ from dsh.session._events import Event
 
 from .conftest import HYPOTHESIS_EXAMPLES
 
+pytestmark = pytest.mark.no_speedups
+
 HEADER = {"version": 0, "id": "s", "createdAt": 1, "cwd": "/w"}
 TRICKY = st.sampled_from(["\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e",
                           "\r", "\n", "\ud800", "\udfff", '"', "\\", "é", "😀", "a"])

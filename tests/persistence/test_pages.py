@@ -14,6 +14,8 @@ from dsh.persistence import Persistence, open_backend, read_pages
 from dsh.testing import postgres_unreachable, temporary_postgres_url
 from dsh.testing._logs import assistant, tool_result, user
 
+pytestmark = pytest.mark.no_speedups
+
 
 def _write(url: str, turns: int) -> None:
     with dsh.open(url) as store:

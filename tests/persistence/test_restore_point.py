@@ -180,11 +180,13 @@ def log_file(root: Path) -> Path:
     return found
 
 
+@pytest.mark.no_speedups
 def test_open_turn_is_closed_as_after_a_full_read(kind: str, root: Path) -> None:
     long_store(kind, root, open_turn=True)
     assert_equivalent(root, kind)
 
 
+@pytest.mark.no_speedups
 def test_open_turn_started_before_the_restore_point(kind: str, root: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     long_store(kind, root, open_turn=True)
@@ -232,6 +234,7 @@ def test_restore_point_of_a_replaced_log_is_refused(kind: str, root: Path) -> No
     assert_equivalent(root, kind, expect_paged=False)
 
 
+@pytest.mark.no_speedups
 def test_restore_point_behind_the_log_is_used(kind: str, root: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     long_store(kind, root)
@@ -301,6 +304,7 @@ def test_fork_and_compaction_after_a_paged_resume(kind: str, root: Path,
     assert answers[0] == answers[1]
 
 
+@pytest.mark.no_speedups
 def test_write_restore_point_gives_one_to_a_log_without_one(kind: str,
                                                                      root: Path) -> None:
     long_store(kind, root)
@@ -477,6 +481,7 @@ def test_sqlite_page_in_starting_inside_a_packed_row_reads_from_that_row(root: P
     assert_equivalent(root, "sqlite")
 
 
+@pytest.mark.no_speedups
 def test_fork_child_resumes_through_its_restore_point(kind: str, root: Path) -> None:
     long_store(kind, root, turns=20, open_turn=True)
     with dsh.open(url_of(kind, root), clock=StepClock(7)).sessions as store:

@@ -28,6 +28,8 @@ from dsh.persistence.sqlite._schema import (
 )
 from tests.conftest import DSH_LOGS
 
+pytestmark = pytest.mark.no_speedups
+
 SQLITE_DIR = DSH_LOGS / "sqlite"
 EXPECTED_DIR = DSH_LOGS / "expected" / "sqlite"
 

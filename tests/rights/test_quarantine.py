@@ -31,6 +31,7 @@ def _view(store: dsh.Store, session_id: str = "s1") -> list[Any]:
     return dsh.Session.restore(session_id, read.events, read.header).derive_messages()
 
 
+@pytest.mark.no_speedups
 def test_a_round_trip_hides_then_restores_the_model_view_and_keeps_the_log(url: str) -> None:
     build(url)
     with dsh.open(url) as store:
@@ -65,6 +66,7 @@ def test_a_round_trip_hides_then_restores_the_model_view_and_keeps_the_log(url: 
     run_cli("verify", "--store", url, "s1")
 
 
+@pytest.mark.no_speedups
 def test_quarantine_is_idempotent_and_refuses_what_is_not_a_visible_message(
         tmp_path: Any) -> None:
     url = f"sqlite://{tmp_path}/s.db"

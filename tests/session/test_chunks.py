@@ -16,6 +16,8 @@ from dsh.testing import make
 from tests.conftest import DSH_LOGS
 from tests.session._log_strategies import MAX_EXAMPLES, chunk_batches
 
+pytestmark = pytest.mark.no_speedups
+
 
 def text_delta(seq: int, time: int, text: str, *, turn: int = 1, step: int = 1, index: int = 0,
                kind: str = "text-delta") -> Event:

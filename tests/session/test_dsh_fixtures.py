@@ -21,6 +21,8 @@ from dsh.session._session import Session
 from dsh.session._surface import fold_surface
 from tests.conftest import DSH_LOGS
 
+pytestmark = pytest.mark.no_speedups
+
 LOGS = DSH_LOGS
 UNPACKED = sorted((LOGS / "jsonl-unpacked" / "main").glob("*/*/session.jsonl"))
 EXPECTED = sorted((LOGS / "expected").glob("*/*/*.json"))

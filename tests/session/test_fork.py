@@ -27,6 +27,8 @@ from tests.strategies import (
     user_message,
 )
 
+pytestmark = pytest.mark.no_speedups
+
 
 def make_store() -> SessionStore:
     return SessionStore(clock=StepClock(5_000))

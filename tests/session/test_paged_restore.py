@@ -28,6 +28,8 @@ from tests.strategies import (
     tool_result_data,
 )
 
+pytestmark = pytest.mark.no_speedups
+
 
 class ListSource:
     """An EventSource over a list, counting reads (a stand-in for storage)."""

@@ -21,6 +21,8 @@ from dsh.session._surface import fold_surface
 from dsh.testing import LogBuilder, make
 from tests.session._log_strategies import MAX_EXAMPLES, well_formed_logs
 
+pytestmark = pytest.mark.no_speedups
+
 
 def _text(event: Event) -> str:
     return event.data["message"]["content"][0]["content"][0]["text"]  # type: ignore[no-any-return]

@@ -32,6 +32,8 @@ from tests.strategies import (
     user_message,
 )
 
+pytestmark = pytest.mark.no_speedups
+
 
 def fresh(clock: StepClock | None = None) -> Session:
     return Session.create("s", clock=clock or StepClock())

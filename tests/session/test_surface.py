@@ -32,6 +32,8 @@ from tests.strategies import (
     user_message,
 )
 
+pytestmark = pytest.mark.no_speedups
+
 
 def ev(seq: int, kind: str = "user/message", data: Any = None, op: Any = "append",
        sources: Any = None) -> Event:

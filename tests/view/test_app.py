@@ -18,7 +18,8 @@ from dsh.view import ViewStore, create_app, is_loopback, serve
 from dsh.view._app import CSP
 from tests.view import stores
 
-pytestmark = pytest.mark.skipif(not stores.LOGS.is_dir(), reason="dsh-logs not found")
+pytestmark = [pytest.mark.skipif(not stores.LOGS.is_dir(), reason="dsh-logs not found"),
+              pytest.mark.no_speedups]
 
 TOKEN = "test-token-1234"
 

@@ -6,21 +6,148 @@ message wrappers. Three shapes are refused outright: any ``request/header-delta`
 ``mode/set``, and a ``request/header`` with ``reason: "fallback"``.
 
 Events that need no rewrite are returned as the very same objects (no copy).
+
+:func:`stored_prescan` finds, in one pass, the first event this normalisation could touch and
+the first event of an unknown, non-ignorable type, so that a log with neither skips both passes.
+:func:`legacy_plain` and :func:`python_stored_prescan` are the rule; ``dsh._speedups`` has a C
+twin of the pass that must give the same answer (tests/test_speedups_load.py checks it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from dsh._errors import LogCorruptError
-from dsh.json import is_safe_int, snapshot_json
-from dsh.session import Event
+from dsh.json import c_stored_prescan, is_safe_int, snapshot_json
+from dsh.session import KNOWN_EVENT_TYPES, Event
 
-__all__ = ["legacy_message_id", "normalize_legacy_events"]
+__all__ = ["legacy_message_id", "legacy_plain", "normalize_legacy_events",
+           "python_stored_prescan", "stored_prescan"]
 
 _KEPT_BARE_KINDS = frozenset({"completed", "blocked", "max-tokens", "interrupted"})
 _FAILURE_OPTIONAL = {"status": int, "providerRetryAfterMs": int, "requestId": str}
+
+
+_ALWAYS_LEGACY = frozenset({"request/header-delta", "mode/set", "steering/message"})
+
+
+def legacy_plain(event: Mapping[str, Any]) -> bool:
+    """True when :func:`normalize_legacy_events` leaves ``event`` as it is, without raising.
+
+    The test is per event and errs towards False: a False event only sends the log through the
+    normalisation pass, which then decides. Types other than the string-typed legacy ones pass.
+
+    Args:
+        event: One stored event (a mapping; its ``data`` is read, never changed).
+
+    Returns:
+        bool: False for every ``request/header-delta``, ``mode/set`` and ``steering/message``,
+        a ``request/header`` with reason ``"fallback"``, a ``turn/start`` with a ``trigger``,
+        a ``turn/end`` whose reason is not already in today's shape, and the three message
+        events in their pre-wrapper shapes; True otherwise.
+
+    Rule: docs/events.md#legacy-shapes.
+    """
+    etype = event.get("type")
+    if type(etype) is not str:
+        return True
+    if etype in _ALWAYS_LEGACY:
+        return False
+    data = event.get("data")
+    if not isinstance(data, dict):
+        return True  # every rewrite reads a mapping payload; anything else passes unchanged
+    if etype == "request/header":
+        reason = data.get("reason")
+        return not (type(reason) is str and reason == "fallback")
+    if etype == "turn/start":
+        return "trigger" not in data
+    if etype == "turn/end":
+        return _turn_end_plain(data)
+    if etype == "user/message":
+        return not ("id" not in data and "role" not in data and "message" not in data
+                    and "content" in data and "source" in data)
+    if etype == "assistant/message":
+        return not ("message" not in data and "content" in data and "provenance" in data)
+    if etype == "tool/result":
+        return not ("message" not in data and "callId" in data and "content" in data
+                    and "isError" in data)
+    return True
+
+
+def _turn_end_plain(data: Mapping[str, Any]) -> bool:
+    reason = data.get("reason")
+    turn = data.get("turn")
+    if len(data) != 2 or not isinstance(reason, dict) or type(turn) is not int \
+            or not is_safe_int(turn) or turn < 1:
+        return False
+    kind = reason.get("kind")
+    if type(kind) is not str:
+        return False
+    if kind in _KEPT_BARE_KINDS:
+        return len(reason) == 1
+    if kind == "aborted":
+        return "reason" in reason
+    if kind == "error":
+        return "error" in reason
+    return kind != "disposed"
+
+
+def python_stored_prescan(events: Sequence[Any], known_types: AbstractSet[str]
+                          ) -> tuple[int, int]:
+    """The prescan of a stored log in pure Python: the reference :func:`stored_prescan` uses.
+
+    Args:
+        events: Stored events, in log order (mappings; anything else counts as both).
+        known_types: The event types this dsh reads.
+
+    Returns:
+        ``(legacy_at, unknown_at)``: the index of the first event that is not
+        :func:`legacy_plain`, and of the first event whose type is not a known string and that
+        is not marked ``ignorable: true``; -1 for none.
+
+    Rule: docs/events.md#legacy-shapes, docs/events.md#known-types-and-ignorable-events.
+    """
+    legacy_at = unknown_at = -1
+    for index, event in enumerate(events):
+        if legacy_at >= 0 and unknown_at >= 0:
+            break
+        if not isinstance(event, dict):
+            return (index if legacy_at < 0 else legacy_at,
+                    index if unknown_at < 0 else unknown_at)
+        if legacy_at < 0 and not legacy_plain(event):
+            legacy_at = index
+        if unknown_at < 0:
+            etype = event.get("type")
+            known = type(etype) is str and etype in known_types
+            if not known and event.get("ignorable") is not True:
+                unknown_at = index
+    return legacy_at, unknown_at
+
+
+def stored_prescan(events: Sequence[Any], known_types: AbstractSet[str] = KNOWN_EVENT_TYPES
+                   ) -> tuple[int, int]:
+    """``(legacy_at, unknown_at)`` of a stored log, as :func:`python_stored_prescan` answers.
+
+    The C accelerator answers for a list or tuple when it is built; otherwise (or with
+    ``DSH_NO_SPEEDUPS=1``) the Python reference does, with the same result.
+
+    Args:
+        events: Stored events, in log order.
+        known_types: The event types this dsh reads.
+
+    Returns:
+        The first index that needs legacy normalisation and the first of an unknown,
+        non-ignorable type; -1 for none.
+
+    Rule: docs/events.md#legacy-shapes, docs/events.md#known-types-and-ignorable-events.
+    """
+    if c_stored_prescan is not None and type(events) in (list, tuple) \
+            and isinstance(known_types, set | frozenset):
+        result: tuple[int, int] = c_stored_prescan(events, known_types)
+        return result
+    return python_stored_prescan(events, known_types)
 
 
 def legacy_message_id(session_id: str, seq: int) -> str:

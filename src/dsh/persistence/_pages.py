@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from dsh._errors import DshError
-from dsh.json import FrozenDict, c_stored_prescan, loads
+from dsh.json import FrozenDict, loads
 from dsh.persistence import _restore_point as ck
 from dsh.persistence._contract import ReadsRanges, TornTail
+from dsh.persistence._legacy import stored_prescan
 from dsh.session import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
@@ -103,14 +104,14 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
             refused the log (a paged read that doubts anything falls back to it).
     """
     with persistence.open(session_id, "read") as handle:
-        if isinstance(handle, ck.KeepsRestorePoints) and c_stored_prescan is not None:
+        if isinstance(handle, ck.KeepsRestorePoints):
             try:
                 restore_point, cold, source = handle.read_from_restore_point(dense=True)
                 header = cold.header
                 if (header.get("id") != session_id
                         or header.get("version") != SESSION_FORMAT_VERSION):
                     raise ck.RestorePointRefused("header")
-                legacy_at, unknown_at = c_stored_prescan(cold.events, KNOWN_EVENT_TYPES)
+                legacy_at, unknown_at = stored_prescan(cold.events, KNOWN_EVENT_TYPES)
                 if legacy_at >= 0:
                     raise ck.RestorePointRefused("legacy")
                 for event in cold.events[unknown_at:unknown_at + 1]:
@@ -143,9 +144,7 @@ def _read_full(persistence: Persistence, session_id: str) -> StoredPages:
 
 def _plain(events: Sequence[Event]) -> bool:
     """No legacy shape and no unknown type not marked ignorable (what the full read checks)."""
-    if c_stored_prescan is None:
-        return False
-    legacy_at, unknown_at = c_stored_prescan(events, KNOWN_EVENT_TYPES)
+    legacy_at, unknown_at = stored_prescan(events, KNOWN_EVENT_TYPES)
     if legacy_at >= 0:
         return False
     return all(event.get("type") in KNOWN_EVENT_TYPES or event.get("ignorable") is True

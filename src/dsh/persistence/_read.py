@@ -23,9 +23,9 @@ from dsh._errors import (
     PersistenceError,
     UnknownEventTypeError,
 )
-from dsh.json import FrozenDict, c_stored_prescan
+from dsh.json import FrozenDict
 from dsh.persistence._contract import Backend, ColdRead, Handle, TornTail
-from dsh.persistence._legacy import normalize_legacy_events
+from dsh.persistence._legacy import normalize_legacy_events, stored_prescan
 from dsh.persistence.jsonl._format import format_version_refusal
 from dsh.session import (
     KNOWN_EVENT_TYPES,
@@ -120,9 +120,8 @@ def read_pipeline(session_id: str, cold: ColdRead, *, path: str | None = None
     if cold.prescan is not None:
         legacy_at, unknown_at = cold.prescan  # found while the backend decoded them
     else:
-        legacy_at, unknown_at = (c_stored_prescan(cold.events, KNOWN_EVENT_TYPES)
-                                 if c_stored_prescan is not None else (0, 0))
-    # Without a legacy shape (found in one C pass) the events stay the very same objects.
+        legacy_at, unknown_at = stored_prescan(cold.events, KNOWN_EVENT_TYPES)
+    # Without a legacy shape (found in one pass) the events stay the very same objects.
     events = (normalize_legacy_events(cold.events, session_id) if legacy_at >= 0
               else tuple(cold.events))
     for event in events if legacy_at >= 0 else events[unknown_at:unknown_at + 1]:
@@ -149,8 +148,8 @@ def read_pipeline(session_id: str, cold: ColdRead, *, path: str | None = None
 
 
 def plain_records(events: Sequence[Event]) -> bool:
-    """True when no stored record needs legacy normalisation (a C pass; False without C)."""
-    return c_stored_prescan is not None and c_stored_prescan(events, KNOWN_EVENT_TYPES)[0] < 0
+    """True when no stored record needs legacy normalisation (one pass over ``events``)."""
+    return stored_prescan(events, KNOWN_EVENT_TYPES)[0] < 0
 
 
 def corrupt_on_rejection(session_id: str, exc: EventRejectedError) -> LogCorruptError:

@@ -24,9 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from dsh._errors import DshError, EventRejectedError
-from dsh.json import FrozenDict, c_stored_prescan
+from dsh.json import FrozenDict
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._contract import Backend, Handle
+from dsh.persistence._legacy import stored_prescan
 from dsh.persistence._observer import Adoption, PersistenceObserver
 from dsh.persistence._read import (
     Inspection,
@@ -131,9 +132,7 @@ def _from_restore_point(store: SessionStore, session_id: str, handle: Handle
         header = cold.header
         if header.get("id") != session_id or header.get("version") != SESSION_FORMAT_VERSION:
             raise rp.RestorePointRefused("header")
-        if c_stored_prescan is None:
-            raise rp.RestorePointRefused("no-prescan")  # the pure-Python build reads in full
-        legacy_at, unknown_at = c_stored_prescan(tail, KNOWN_EVENT_TYPES)
+        legacy_at, unknown_at = stored_prescan(tail, KNOWN_EVENT_TYPES)
         if legacy_at >= 0:
             raise rp.RestorePointRefused("legacy")
         for event in tail[unknown_at:unknown_at + 1]:

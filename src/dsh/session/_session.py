@@ -97,9 +97,13 @@ def _unplain(seed: Sequence[Event], base: int, log: _Log, nodes: list[int],
     and ``nodes`` always hold the seed prefix when the loop body runs. Yielded positions are
     ``base`` + the seed index.
     """
+    admit = c_admit_plain
+    if admit is None:  # no accelerator: the admission loop looks at every event
+        yield from enumerate(seed, base)
+        return
     pos, count = 0, len(seed)
     while pos < count:
-        stop = c_admit_plain(seed, pos, base, Event, SURFACE_EVENT_TYPES, nodes, cache)
+        stop = admit(seed, pos, base, Event, SURFACE_EVENT_TYPES, nodes, cache)
         if stop > pos:
             log.extend(seed[pos:stop])
         if stop >= count:

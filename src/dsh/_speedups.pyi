@@ -1,0 +1,69 @@
+"""Types of the optional C accelerator ``dsh._speedups`` (built from ``_speedups.c``).
+
+Every function is a faster twin of a pure-Python reference and gives the same result; where
+it meets input the reference must judge it raises :class:`Fallback` or stops early, and the
+caller's Python path runs (docs/architecture.md#the-c-accelerator). ``dsh.json`` loads the
+module (unless ``DSH_NO_SPEEDUPS`` is set) and hands the functions out, ``None`` when absent.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any, Final
+
+API_VERSION: Final[int]
+"""The argument conventions this build implements (``dsh.json`` refuses another)."""
+
+class Fallback(Exception):
+    """The value is left to the caller's Python reference, which decides and names problems."""
+
+def configure(frozen_dict_type: type[dict[str, Any]], frozen_list_type: type[list[Any]],
+              max_safe_int: int, /) -> None:
+    """Bind the frozen container types and the safe-integer bound; called once by dsh.json."""
+
+def freeze_parsed(obj: object, /) -> Any:
+    """Freeze what ``orjson.loads`` returned (reference: ``dsh.json`` ``_freeze_parsed``)."""
+
+def snapshot(obj: object, /) -> Any:
+    """The fast path of ``dsh.json.snapshot_json`` (reference: its ``_fast`` walk)."""
+
+def untrack(obj: object, /) -> bool:
+    """Take a validated frozen container out of the cyclic GC; whether it now is out."""
+
+def scan_lines(buf: bytes | bytearray, pos: int, expected: int, line: int,
+               loads: Callable[[Any], Any], event_type: type[Any], events: list[Any],
+               first_seqs: list[int], first_lines: list[int], known_types: AbstractSet[str],
+               prescan: list[int] | None, /) -> tuple[int, int, int]:
+    """Ordinary JSONL lines from ``pos``: ``(pos, line, expected)`` where it stopped."""
+
+def admit_plain(seed: Sequence[Any], start: int, base: int, event_type: type[Any],
+                surface_types: AbstractSet[str], nodes: list[int], cache: dict[int, Any],
+                /) -> int:
+    """Admit plain seed events from ``start``; the index of the first one Python must admit."""
+
+def decode_rows(rows: list[Any], i: int, expected: int, loads: Callable[[Any], Any],
+                event_type: type[Any], events: list[Any], varints: bool, packed_limit: int,
+                min_members: int, max_members: int, /) -> tuple[int, int]:
+    """Ordinary SQLite rows from ``i``: ``(i, expected)`` where it stopped."""
+
+def message_shape_ok(event: Mapping[str, Any], /) -> bool:
+    """True when the Python message-shape check would accept ``event`` (False: let it run)."""
+
+def stored_prescan(events: Sequence[Any], known_types: AbstractSet[str], /) -> tuple[int, int]:
+    """``(legacy_at, unknown_at)``; reference: ``dsh.persistence._legacy.python_stored_prescan``."""
+
+def rows_text(rows: list[Any], /) -> bytes:
+    """The text a seal checksums over SQLite rows (reference: ``_seal.rows_text``)."""
+
+def encode_rows(events: Sequence[Any], schema_version: int, dumps: Callable[[Any], bytes],
+                encode_large: Callable[[bytes], Any], threshold: int, /) -> list[Any]:
+    """SQLite rows of scalar events; reference: ``dsh.persistence.sqlite._schema`` encode loop."""
+
+def seqs_contiguous(events: Sequence[Any], base: int, /) -> bool:
+    """True when every event's ``seq`` is ``base`` + its index (False: the Python loop names it)."""
+
+def gather_messages(nodes: list[int], start: int, cache: Mapping[int, Any], out: list[Any],
+                    /) -> int:
+    """Append cached messages of ``nodes[start:]``; the index of the first uncached node."""
+
+def hand_out_messages(derived: list[Any], box: list[Any], /) -> list[Any]:
+    """A list equal to ``derived`` that no one else holds (reference: ``list(derived)``)."""
