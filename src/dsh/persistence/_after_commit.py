@@ -25,7 +25,7 @@ from typing import Final, Literal
 
 log = logging.getLogger("dsh.persistence")
 
-Step = Literal["seal", "listing", "restore-point", "restore-fold", "anchor"]
+Step = Literal["seal", "listing", "restore-point", "restore-fold", "anchor", "search"]
 """The post-commit steps (see ``docs/rules.md#commit-means-committed``)."""
 
 MAX_KEPT: Final = 64

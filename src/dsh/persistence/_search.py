@@ -25,7 +25,7 @@ import os
 import re
 import sqlite3
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -263,8 +263,7 @@ def _signatures(persistence: Persistence) -> dict[str, str]:
                     st = os.stat(os.path.join(folder.path, name))
                 except FileNotFoundError:
                     continue
-                sig = signature(st)
-                out[_decode_segment(folder.name)] = f"{sig[3]}:{sig[4]}:{sig[0]}:{sig[1]}"
+                out[_decode_segment(folder.name)] = jsonl_signature(st)
     return out
 
 
@@ -276,6 +275,54 @@ def _grew(old: str, new: str) -> bool:
     if len(old_parts) == 4 and len(new_parts) == 4:  # JSONL inode:device:size:mtime
         return old_parts[:2] == new_parts[:2] and int(new_parts[2]) >= int(old_parts[2])
     return False
+
+
+def jsonl_signature(st: os.stat_result) -> str:
+    """The signature the index records for a JSONL log file (inode:device:size:mtime ns)."""
+    sig = signature(st)
+    return f"{sig[3]}:{sig[4]}:{sig[0]}:{sig[1]}"
+
+
+def note_flushed(root: Path, session_id: str, before: int, events: Sequence[Mapping[str, Any]],
+                 st: os.stat_result) -> bool:
+    """Add a JSONL batch just made durable to the store's search index, when it is current.
+
+    A writer calls this after its flush (a post-commit step: it may fail, never the flush). It
+    does something only when the index exists and holds this session's log exactly up to the
+    batch (``before`` events, the same file): then the batch's messages are added and the
+    signature moved to ``st``'s, in one transaction. Otherwise the next search catches up.
+    A busy index is not waited for (50 ms).
+
+    Returns:
+        True when the batch was added.
+    """
+    path = root / ".dsh-search.db"
+    if not path.exists():
+        return False
+    conn = sqlite3.connect(path, timeout=0.05, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT signature, events FROM indexed WHERE session_id = ?",
+                               (session_id,)).fetchone()
+            new = jsonl_signature(st)
+            if row is None or int(row[1]) != before or not _grew(str(row[0]), new):
+                conn.execute("ROLLBACK")
+                return False
+            conn.executemany("INSERT INTO messages (text, session_id, seq, role) "
+                             "VALUES (?, ?, ?, ?)",
+                             [(text, session_id, seq, role)
+                              for seq, role, text in message_texts(events)])
+            conn.execute("UPDATE indexed SET signature = ?, events = ? WHERE session_id = ?",
+                         (new, before + len(events), session_id))
+            conn.execute("COMMIT")
+            return True
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
 
 
 def _connect(path: Path | None) -> sqlite3.Connection:

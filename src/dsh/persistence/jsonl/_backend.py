@@ -67,6 +67,7 @@ from dsh.persistence._seal import (
     read_seal,
     reset_seal,
 )
+from dsh.persistence._search import note_flushed as note_search
 from dsh.persistence.jsonl import _restore_point as jrp
 from dsh.persistence.jsonl._format import (
     ZSTD_MAGIC,
@@ -479,6 +480,9 @@ class JsonlHandle(HandleBase):
         self._listing_pending: list[Event] = []
         self._listing_off = False
         self._listing_where: tuple[Path, str] | None = None
+        # the events to add to the store's search index at the next flush
+        # (docs/stores.md#search)
+        self._search_pending: list[Event] = []
         # post-commit steps (seal, listing journal): contained and reported, never raised
         self.after_commit = AfterCommit(session_id)
 
@@ -568,6 +572,7 @@ class JsonlHandle(HandleBase):
             jrp.note_index(tail.index, records[0]["seq"], start)
             if not self._listing_off:
                 self._listing_pending.extend(batch)
+            self._search_pending.extend(batch)
             if self._backend.compression == "none":
                 for seq, offset in _sample_lines(payload, 0, len(payload), _APPEND_SAMPLE_BYTES,
                                                  after_seq=records[0]["seq"]):
@@ -715,6 +720,7 @@ class JsonlHandle(HandleBase):
             tail.index = [entry for entry in tail.index if entry[1] <= tail.durable_size]
             self._listing_off = True
             self._listing_pending = []
+            self._search_pending = []
             raise
         tail.durable_size = tail.size
         tail.durable_count = tail.count
@@ -722,6 +728,15 @@ class JsonlHandle(HandleBase):
         # (docs/rules.md#commit-means-committed)
         self._seal()
         self._note_listing_safely()
+        self.after_commit.run("search", self._note_search,
+                              "the next search reads this log's new events itself")
+
+    def _note_search(self) -> None:
+        """Add the flushed events to the store's search index when it holds the rest."""
+        pending, self._search_pending = self._search_pending, []
+        if pending:  # seqs count from 0: the first one is how many events were durable before
+            note_search(self._backend.root, self._id, pending[0]["seq"], pending,
+                        os.stat(self.path))
 
     # --- the listing entry kept at flush (see dsh.persistence._listing) ------------------
 
