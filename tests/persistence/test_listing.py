@@ -206,7 +206,7 @@ def test_jsonl_index_damage_is_rebuilt(tmp_path: Path, damage: str) -> None:
         index.write_bytes(index.read_bytes()[:20])
     with Persistence(open_backend(url)) as persistence:
         assert listed(persistence) == expected
-    assert index.read_bytes().startswith(b'{"version":2')
+    assert index.read_bytes().startswith(b'{"version":3')
 
 
 def test_jsonl_index_entry_of_a_replaced_log_is_not_trusted(tmp_path: Path) -> None:
@@ -342,3 +342,54 @@ def test_jsonl_listing_journal_is_merged_by_the_writer_that_takes_it_past_the_fo
         assert any(b < a for a, b in itertools.pairwise(sizes))  # ...which happened
         assert index.is_file()
         assert listed(persistence) == full_entries(persistence)
+
+
+def assistant(text: str, model: str, n: int) -> dict[str, Any]:
+    return {"turn": 1, "step": 1, "message": {
+        "id": f"a{n}", "role": "assistant", "content": [{"type": "text", "text": text}],
+        "source": {"kind": "model", "provider": "p", "model": model}}}
+
+
+def models(session: Session) -> None:
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    session.append("assistant/message", assistant("hi", "reply-model", 0), surface_op="append")
+    session.append("request/header", {"reason": "initial", "header": {
+        "config": {"provider": "p", "model": "header-model"}}})
+    session.append("assistant/message", assistant("hi", "later-reply", 1), surface_op="append")
+    session.append("request/context", {"provider": "p", "model": "context-model"})
+    session.append("request/context", {"provider": "p", "model": "last-context"})
+    session.append("step/end", {"turn": 1, "step": 1})
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+
+
+def replies(session: Session) -> None:
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    session.append("assistant/message", assistant("hi", "first-reply", 0), surface_op="append")
+    session.append("assistant/message", assistant("hi", "second-reply", 1), surface_op="append")
+    session.append("step/end", {"turn": 1, "step": 1})
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+
+
+@pytest.mark.parametrize("kind", sorted(URLS))
+def test_entries_name_the_model_the_first_activity_and_the_size(tmp_path: Path,
+                                                               kind: str) -> None:
+    with Persistence(open_backend(URLS[kind].format(root=tmp_path))) as persistence:
+        write(persistence, "models", models, step=10)
+        write(persistence, "replies", replies, step=10)
+        write(persistence, "none", prompt_only, step=10)
+        got = listed(persistence)
+        assert got == full_entries(persistence)
+        assert {sid: e.model for sid, e in got.items()} == {
+            "models": "last-context", "replies": "first-reply", "none": None}
+        for entry in got.values():
+            assert entry.first_activity_ms is not None
+            assert entry.first_activity_ms < entry.last_activity_ms
+        sizes = {sid: e.size_bytes for sid, e in got.items()}
+        if kind == "memory":
+            assert set(sizes.values()) == {None}
+        else:  # the log's bytes: the file, or the rows' data
+            assert all(size is not None and size > 100 for size in sizes.values())
+            if kind in ("jsonl", "sqlite-14"):  # its prompt is 5,000 characters (uncompressed)
+                assert sizes["none"] > 5000 > sizes["replies"]

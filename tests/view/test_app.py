@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
+import dsh
 from dsh import ConfigError
 from dsh.view import ViewStore, create_app, is_loopback, serve
 from dsh.view._app import CSP
@@ -207,3 +208,81 @@ def test_a_log_without_a_restore_point_is_paged_by_range(tmp_path: Path, backend
                 assert "question 1000" in model
         finally:
             store.close()
+
+
+DAY = 86_400_000
+JAN_1 = 1_767_225_600_000  # 2026-01-01 00:00 UTC
+
+
+def _listed_store(url: str) -> None:
+    """Four sessions on four days: models, sources, sizes and turns all different."""
+    from dsh.testing._logs import assistant, user
+
+    plan = [("alpha", 0, "gpt-5", "dsh", 1), ("bravo", 3, "claude-opus", "claude-code", 4),
+            ("charlie", 6, None, "codex", 2), ("delta", 9, "gpt-5-mini", "dsh", 3)]
+    for sid, day, model, source, turns in plan:
+        with dsh.open(url, clock=stores.fixed_clock(JAN_1 + day * DAY)) as store:
+            s = store.session(sid, header={"createdAt": JAN_1 + day * DAY, "cwd": f"/w/{sid}"})
+            if source != "dsh":
+                s.append("import/source", {"format": source, "path": f"/x/{sid}",
+                                           "sha256": "0" * 64, "size": 1,
+                                           "importerVersion": 1}, ignorable=True)
+            for turn in range(1, turns + 1):
+                s.append("turn/start", {"turn": turn})
+                s.append("step/start", {"turn": turn, "step": 1})
+                s.append("user/message", user(f"{sid} question {turn} " + "x" * 300 * turns,
+                                              f"u{turn}"), surface_op="append")
+                if model is not None:  # charlie: no request and no answer, so no model
+                    s.append("request/context", {"provider": "p", "model": model})
+                    s.append("assistant/message", assistant(turn, 1, f"{sid} answer",
+                                                            f"a{turn}"), surface_op="append")
+                s.append("step/end", {"turn": turn, "step": 1})
+                s.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+
+
+def _ids(html: str) -> list[str]:
+    return re.findall(r'<tr><td><a href="/s/([^"]+)">', html)
+
+
+def test_session_list_columns_filters_and_sorts_come_from_the_listing(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'l.db'}"
+    _listed_store(url)
+    store = ViewStore(url)
+    try:
+        with TestClient(create_app(store, token=TOKEN)) as c:
+            html = c.get(f"/?token={TOKEN}").text
+            for label in ("model", "first activity (UTC)", "size", "last activity (UTC)"):
+                assert f">{label}" in html
+            assert _ids(html) == ["delta", "charlie", "bravo", "alpha"]  # latest activity first
+            row = re.search(r'<tr><td><a href="/s/bravo">.*?</tr>', html)
+            assert row is not None
+            cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(0))
+            assert cells[2:4] == ["claude-code", "claude-opus"]
+            assert cells[5] == "2026-01-04 00:00:00"  # first activity: its first event
+            assert re.fullmatch(r"\d+\.\d KB", cells[9])  # the rows' bytes
+            charlie = re.search(r'<tr><td><a href="/s/charlie">.*?</tr>', html)
+            assert charlie is not None and '<td class="model">-</td>' in charlie.group(0)
+
+            def order(query: str) -> list[str]:
+                return _ids(c.get(f"/?{query}").text)
+
+            assert order("sort=turns") == ["bravo", "delta", "charlie", "alpha"]
+            assert order("sort=turns&dir=asc") == ["alpha", "charlie", "delta", "bravo"]
+            assert order("sort=size") == ["bravo", "delta", "charlie", "alpha"]
+            assert order("sort=model") == ["charlie", "bravo", "alpha", "delta"]  # none first
+            assert order("sort=source&dir=desc") == ["delta", "alpha", "charlie", "bravo"]
+            assert order("sort=first&dir=asc") == ["alpha", "bravo", "charlie", "delta"]
+            assert order("sort=id&dir=desc") == ["delta", "charlie", "bravo", "alpha"]
+            assert order("source=dsh") == ["delta", "alpha"]
+            assert order("source=codex") == ["charlie"]
+            assert order("since=2026-01-04&until=2026-01-07") == ["charlie", "bravo"]
+            assert order("since=2026-01-08") == ["delta"]
+            assert order("until=2026-01-02") == ["alpha"]
+            assert order("q=GPT-5") == ["delta", "alpha"]  # the model matches too
+            assert order("q=gpt&source=dsh&sort=turns&dir=asc") == ["alpha", "delta"]
+            # the header links keep the filters and flip the direction of the sorted column
+            sorted_page = c.get("/?source=dsh&sort=turns&dir=desc").text
+            assert 'href="/?source=dsh&amp;sort=turns&amp;dir=asc"' in sorted_page
+            assert 'aria-sort="descending"' in sorted_page
+    finally:
+        store.close()

@@ -128,6 +128,31 @@ def test_sessions_page_lists_the_store(viewer: Viewer, page: Any) -> None:
     assert page.locator("table.sessions tbody tr").count() == 1
 
 
+def test_sessions_sort_by_a_column_and_filter_by_source(viewer: Viewer, page: Any) -> None:
+    page.goto(viewer.url)
+    headers = page.locator("table.sessions thead th").all_inner_texts()
+    assert headers[:11] == ["id", "title", "source", "model", "cwd", "first activity (UTC)",
+                            "last activity (UTC) ▼", "turns", "events", "size", "created (UTC)"]
+    row = page.locator("table.sessions tbody tr", has=page.locator("a[href='/s/s1-normal']"))
+    cells = row.locator("td").all_inner_texts()
+    assert "deepseek" in cells[3] and re.fullmatch(r"\d+\.\d KB", cells[9])
+    page.click("table.sessions th a[data-sort=events]")
+    page.locator("th[aria-sort=descending] a[data-sort=events]").wait_for()
+    column = page.locator("table.sessions tbody td:nth-child(9)").all_inner_texts()
+    counts = [int(text.replace(",", "")) for text in column]
+    assert len(counts) >= 8 and counts == sorted(counts, reverse=True)
+    page.click("table.sessions th a[data-sort=events]")  # again: the other way round
+    page.locator("th[aria-sort=ascending] a[data-sort=events]").wait_for()
+    column = page.locator("table.sessions tbody td:nth-child(9)").all_inner_texts()
+    assert [int(text.replace(",", "")) for text in column] == sorted(counts)
+    page.select_option("form.filters select[name=source]", "codex")
+    page.click("form.filters button")
+    page.wait_for_load_state()
+    sources = page.locator("table.sessions tbody td:nth-child(3)").all_inner_texts()
+    assert sources and set(sources) == {"codex"}
+    assert "sort=events" in page.url and "dir=asc" in page.url  # the sort is kept
+
+
 def test_session_shows_transcript_and_model_view_side_by_side(viewer: Viewer, page: Any) -> None:
     page.goto(viewer.at("/s/s1-normal"))
     transcript = page.locator("section.transcript")

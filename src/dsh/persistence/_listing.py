@@ -33,7 +33,7 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -62,7 +62,7 @@ JOURNAL_FOLD_BYTES: Final = 128 * 1024
 """A writer whose line takes the journal past this size merges it into the index (about one
 flush in 200 of one session; a resume's first flush reads the whole journal back)."""
 
-_INDEX_VERSION: Final = 2
+_INDEX_VERSION: Final = 3  # 3: first_activity_ms and model
 SOURCE_EVENT_TYPE: Final = "import/source"
 
 
@@ -82,6 +82,14 @@ class ListingEntry:
         source_format: The first ``import/source`` event's ``format``, else ``"dsh"``.
         timed: False when that ``import/source`` says ``timestamps: false`` and nothing was
             appended after it (its times are one stamp, not real activity).
+        first_activity_ms: ``time`` of the first event (seq 0), or None (an entry an older
+            dsh indexed).
+        model: The model named by the last ``request/context`` (its ``model``) or
+            ``request/header`` (``header.config.model``), else by the first assistant message
+            (``source.model``), else None.
+        size_bytes: Bytes the log takes in storage (the JSONL file; SQLite: the rows' data),
+            or None where the store cannot tell without reading the log (PostgreSQL, memory).
+            Not compared: a full read does not know it.
     """
 
     id: str
@@ -93,6 +101,9 @@ class ListingEntry:
     first_prompt: str | None
     source_format: str
     timed: bool = True
+    first_activity_ms: int | None = None
+    model: str | None = None
+    size_bytes: int | None = field(default=None, compare=False)
 
 
 _FIELDS: Final = tuple(f.name for f in fields(ListingEntry))
@@ -125,6 +136,28 @@ def _untimed(event: Mapping[str, Any]) -> bool:
     """An ``import/source`` whose source had no timestamps (every event got one stamp)."""
     data = event.get("data")
     return isinstance(data, Mapping) and data.get("timestamps") is False
+
+
+def _request_model(event: Mapping[str, Any]) -> str | None:
+    """The model a ``request/context`` or ``request/header`` event names, or None."""
+    data = event.get("data")
+    if not isinstance(data, Mapping):
+        return None
+    if event.get("type") == "request/header":
+        header = data.get("header")
+        config = header.get("config") if isinstance(header, Mapping) else None
+        data = config if isinstance(config, Mapping) else {}
+    model = data.get("model")
+    return model if isinstance(model, str) and model else None
+
+
+def _reply_model(event: Mapping[str, Any]) -> str | None:
+    """The model an ``assistant/message`` event's message names (``source.model``), or None."""
+    data = event.get("data")
+    message = data.get("message") if isinstance(data, Mapping) else None
+    source = message.get("source") if isinstance(message, Mapping) else None
+    model = source.get("model") if isinstance(source, Mapping) else None
+    return model if isinstance(model, str) and model else None
 
 
 def _source_format(event: Mapping[str, Any]) -> str:
@@ -184,11 +217,16 @@ class EntryFold:
             return True
         e = self.entry
         title, prompt, source, turns = e.title, e.first_prompt, e.source_format, e.turns
+        model = e.model
         seen, untimed_at = self._source_seen, self._untimed_at
         for event in events:
             kind = event["type"]
             if kind == "turn/start":
                 turns += 1
+            elif kind == "request/header" or kind == "request/context":
+                model = _request_model(event) or model
+            elif kind == "assistant/message" and model is None:
+                model = _reply_model(event)
             elif kind == "session/title":
                 data = event["data"]
                 if isinstance(data, Mapping) and isinstance(data.get("title"), str):
@@ -203,8 +241,10 @@ class EntryFold:
                 if _untimed(event):
                     untimed_at = int(event["time"])
         last = int(events[-1]["time"])
+        first = int(events[0]["time"]) if e.events == 0 else e.first_activity_ms
         self.entry = ListingEntry(e.id, e.header, e.events + len(events), last, turns, title,
-                                  prompt, source, untimed_at is None or last != untimed_at)
+                                  prompt, source, untimed_at is None or last != untimed_at,
+                                  first, model)
         self._source_seen, self._untimed_at = seen, untimed_at
         return True
 
@@ -273,11 +313,14 @@ def _from_json(value: Any) -> ListingEntry | None:
             or type(entry.timed) is not bool \
             or not isinstance(entry.header, dict) or entry.header.get("id") != entry.id \
             or type(entry.source_format) is not str \
-            or not all(v is None or type(v) is str for v in (entry.title, entry.first_prompt)):
+            or not all(v is None or type(v) is str
+                       for v in (entry.title, entry.first_prompt, entry.model)) \
+            or not all(v is None or type(v) is int
+                       for v in (entry.first_activity_ms, entry.size_bytes)):
         return None
     return ListingEntry(entry.id, snapshot_json(entry.header), entry.events,
                         entry.last_activity_ms, entry.turns, entry.title, entry.first_prompt,
-                        entry.source_format, entry.timed)
+                        entry.source_format, entry.timed, entry.first_activity_ms, entry.model)
 
 
 def signature(st: os.stat_result) -> list[int]:
@@ -444,7 +487,7 @@ def jsonl_entries(backend: Any, read: ReadFn) -> tuple[list[ListingEntry], list[
                     if signature(os.stat(path)) == sig:
                         index.put(key, sig, cached)
             if cached.events:
-                entries.append(cached)
+                entries.append(replace(cached, size_bytes=sig[0]))
     index.retain(seen)
     index.save()
     return entries, errors
@@ -484,12 +527,26 @@ def sqlite_entries(backend: Any) -> tuple[list[ListingEntry], list[str]]:
                 f"SELECT e.session_id, {row_columns.format(p='e.')} FROM events AS e JOIN "
                 "(SELECT session_id, max(seq) AS last FROM events GROUP BY session_id) AS t "
                 "ON e.session_id = t.session_id AND e.seq = t.last").fetchall()
-            turns = dict(conn.execute("SELECT session_id, count(*) FROM events WHERE type = "
-                                      "'turn/start' GROUP BY session_id").fetchall())
+            # one pass over the rows: turns, and the bytes of the event data
+            turns, sizes = {}, {}
+            for sid, count, size in conn.execute(
+                    "SELECT session_id, sum(type = 'turn/start'), sum(length(CAST(data AS BLOB)))"
+                    " FROM events GROUP BY session_id"):
+                turns[sid], sizes[sid] = count, size
             special = conn.execute(
                 f"SELECT session_id, {row_columns.format(p='')} FROM events WHERE type IN "
-                f"('session/title', '{SOURCE_EVENT_TYPE}') OR (type = 'user/message' AND "
-                "surface_op = '\"append\"') ORDER BY session_id, seq").fetchall()
+                f"('session/title', '{SOURCE_EVENT_TYPE}', 'request/header', 'request/context')"
+                " OR (type = 'user/message' AND surface_op = '\"append\"') "
+                "ORDER BY session_id, seq").fetchall()
+            # the first row and the first assistant message of each session (index probes)
+            firsts = conn.execute(
+                f"SELECT session_id, {row_columns.format(p='')} FROM events WHERE rowid IN ("
+                "SELECT (SELECT rowid FROM events WHERE session_id = s.id ORDER BY seq LIMIT 1) "
+                "FROM sessions AS s UNION ALL SELECT (SELECT rowid FROM events WHERE "
+                "session_id = s.id AND type = 'assistant/message' ORDER BY seq LIMIT 1) FROM "
+                "sessions AS s) ORDER BY session_id, seq").fetchall()
+            replies, bad_replies = _reply_models(conn, firsts, row_columns.format(p=''),
+                                                 version)
         finally:
             conn.execute("COMMIT")
     path = str(backend.path)
@@ -498,7 +555,15 @@ def sqlite_entries(backend: Any) -> tuple[list[ListingEntry], list[str]]:
     prompts: dict[str, str] = {}
     sources: dict[str, str] = {}
     untimed_at: dict[str, int] = {}
+    models: dict[str, str] = {}
+    first_times: dict[str, int] = {}
     damaged: set[str] = set()
+    for sid, *row in firsts:  # in seq order: a session's first row comes first
+        if sid not in first_times:
+            try:
+                first_times[sid] = int(decode_row(tuple(row), version)[0]["time"])
+            except RowError:
+                damaged.add(sid)
     for sid, *row in last_rows:
         try:
             last[sid] = decode_row(tuple(row), version)[-1]
@@ -514,7 +579,11 @@ def sqlite_entries(backend: Any) -> tuple[list[ListingEntry], list[str]]:
         except RowError:
             damaged.add(sid)
             continue
-        if kind == "session/title":
+        if kind == "request/header" or kind == "request/context":
+            model = _request_model(event)
+            if model is not None:
+                models[sid] = model
+        elif kind == "session/title":
             data = event["data"]
             if isinstance(data, Mapping) and isinstance(data.get("title"), str):
                 titles[sid] = data["title"]
@@ -536,5 +605,38 @@ def sqlite_entries(backend: Any) -> tuple[list[ListingEntry], list[str]]:
         last_time = int(final["time"])
         out.append(ListingEntry(sid, header, int(final["seq"]) + 1, last_time,
                                 turns.get(sid, 0), titles.get(sid), prompts.get(sid),
-                                sources.get(sid, "dsh"), untimed_at.get(sid) != last_time))
-    return out, sorted(damaged)
+                                sources.get(sid, "dsh"), untimed_at.get(sid) != last_time,
+                                first_times.get(sid), models.get(sid) or replies.get(sid),
+                                sizes.get(sid)))
+    return out, sorted(damaged | bad_replies)
+
+
+def _reply_models(conn: Any, firsts: Sequence[Any], columns: str, version: int
+                  ) -> tuple[dict[str, str], set[str]]:
+    """The model of each session's first assistant message that names one, and damaged ids.
+
+    ``firsts`` holds each session's first assistant row; a session whose first one names no
+    model has its later assistant rows read, in seq order, until one does.
+    """
+    from dsh.persistence.sqlite._schema import RowError, decode_row
+
+    models: dict[str, str] = {}
+    damaged: set[str] = set()
+    for sid, *row in firsts:
+        if row[2] != "assistant/message":
+            continue
+        try:
+            model = _reply_model(decode_row(tuple(row), version)[0])
+            if model is None:  # rare: the later ones, until one names a model
+                for later in conn.execute(f"SELECT {columns} FROM events WHERE session_id = ? "
+                                          "AND type = 'assistant/message' AND seq > ? "
+                                          "ORDER BY seq", (sid, row[1])):
+                    model = _reply_model(decode_row(tuple(later), version)[0])
+                    if model is not None:
+                        break
+        except RowError:
+            damaged.add(sid)
+            continue
+        if model is not None:
+            models[sid] = model
+    return models, damaged

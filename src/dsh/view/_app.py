@@ -77,8 +77,25 @@ _HEADERS: Final = [
     (b"cache-control", b"no-store"),
 ]
 
-_SORTS: Final = (("activity", "last activity"), ("created", "created"), ("events", "events"),
-                 ("title", "title"), ("id", "id"))
+_COLUMNS: Final = (
+    ("id", "id", lambda i: i.id),
+    ("title", "title", lambda i: ((i.title or "").casefold(), i.id)),
+    ("source", "source", lambda i: (i.source, i.id)),
+    ("model", "model", lambda i: ((i.model or "").casefold(), i.id)),
+    ("cwd", "cwd", lambda i: (i.cwd or "", i.id)),
+    ("first", "first activity (UTC)", lambda i: (i.first_activity_ms, i.id)),
+    ("activity", "last activity (UTC)", lambda i: (i.last_activity_ms, i.id)),
+    ("turns", "turns", lambda i: (i.turns, i.id)),
+    ("events", "events", lambda i: (i.events, i.id)),
+    ("size", "size", lambda i: (i.size_bytes if i.size_bytes is not None else -1, i.id)),
+    ("created", "created (UTC)", lambda i: (i.created_ms, i.id)),
+)
+"""The session list's sortable columns: ``(key, label, sort key)``, in table order."""
+
+_SORT_KEYS: Final[dict[str, Callable[[SessionInfo], Any]]] = {k: f for k, _, f in _COLUMNS}
+
+_ASCENDING_FIRST: Final = frozenset({"id", "title", "source", "model", "cwd"})
+"""Columns whose first click sorts ascending (text); the others start with the largest."""
 
 
 def _html(body: bytes, status: int = 200) -> Response:
@@ -167,15 +184,22 @@ class _Viewer:
         source = params.get("source", "")
         since, until = params.get("since", ""), params.get("until", "")
         sort = params.get("sort", "activity")
+        sort = sort if sort in _SORT_KEYS else "activity"
+        direction = params.get("dir", "")
+        if direction not in ("asc", "desc"):
+            direction = "asc" if sort in _ASCENDING_FIRST else "desc"
         shown = _filter(infos, q, source, since, until)
-        shown = _sorted(shown, sort)
+        shown = sorted(shown, key=_SORT_KEYS[sort], reverse=direction == "desc")
+        columns = [(key, label, "asc" if key == sort and direction == "desc" else "desc"
+                    if key == sort or key not in _ASCENDING_FIRST else "asc")
+                   for key, label, _ in _COLUMNS]
         parents: dict[str, int] = {}
         for info in infos:
             if info.parent is not None:
                 parents[info.parent] = parents.get(info.parent, 0) + 1
         return self.page("sessions.html", title="sessions", shown=shown, total=len(infos),
                          errors=errors, q=q, source=source, since=since, until=until,
-                         sort=sort, sorts=_SORTS, parents=parents,
+                         sort=sort, direction=direction, columns=columns, parents=parents,
                          sources=sorted({i.source for i in infos}))
 
     # -- one session -----------------------------------------------------------------------
@@ -433,6 +457,12 @@ def _day_ms(text: str, end: bool) -> int | None:
 
 def _filter(infos: Sequence[SessionInfo], q: str, source: str, since: str, until: str
             ) -> list[SessionInfo]:
+    """The sessions matching the list's filters (docs/view.md#what-it-shows).
+
+    ``q``: a case-insensitive substring of the id, title, cwd, model or parent; ``source``:
+    the source exactly; ``since``/``until`` (``YYYY-MM-DD``, UTC, inclusive): sessions active
+    in that range (last activity on or after ``since``, first activity on or before ``until``).
+    """
     needle = q.casefold()
     low, high = _day_ms(since, False), _day_ms(until, True)
     out = []
@@ -441,24 +471,13 @@ def _filter(infos: Sequence[SessionInfo], q: str, source: str, since: str, until
             continue
         if low is not None and info.last_activity_ms < low:
             continue
-        if high is not None and info.created_ms > high:
+        if high is not None and min(info.first_activity_ms, info.created_ms) > high:
             continue
         if needle and not any(needle in value.casefold() for value in (
-                info.id, info.title or "", info.cwd or "", info.parent or "")):
+                info.id, info.title or "", info.cwd or "", info.model or "", info.parent or "")):
             continue
         out.append(info)
     return out
-
-
-def _sorted(infos: list[SessionInfo], sort: str) -> list[SessionInfo]:
-    keys: dict[str, Callable[[SessionInfo], Any]] = {
-        "created": lambda i: (-i.created_ms, i.id),
-        "events": lambda i: (-i.events, i.id),
-        "title": lambda i: ((i.title or "").casefold(), i.id),
-        "id": lambda i: i.id,
-    }
-    key = keys.get(sort)
-    return sorted(infos, key=key) if key is not None else infos
 
 
 def _model_target(entries: Sequence[Entry], stop: int) -> tuple[int | None, int | None]:

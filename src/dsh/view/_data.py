@@ -52,6 +52,11 @@ class SessionInfo:
         parent: Header ``parentSession`` (the session it was forked from), or None.
         seed_length: Header ``seedLength`` (events inherited from the parent), or None.
         timed: False when the source had no timestamps.
+        first_activity_ms: Time of the first event (epoch ms); ``created_ms`` when the listing
+            does not know it.
+        model: The model of the session's last request, else of its first answer, or None.
+        size_bytes: Bytes the log takes in storage, or None when the store cannot tell
+            without reading it.
     """
 
     id: str
@@ -65,6 +70,9 @@ class SessionInfo:
     parent: str | None
     seed_length: int | None
     timed: bool
+    first_activity_ms: int = 0
+    model: str | None = None
+    size_bytes: int | None = None
 
     @property
     def cut_seq(self) -> int | None:
@@ -183,7 +191,9 @@ class ViewStore:
                 created_ms=created, last_activity_ms=max(entry.last_activity_ms, created),
                 events=entry.events, turns=entry.turns,
                 parent=parent if isinstance(parent, str) else None,
-                seed_length=seed if type(seed) is int else None, timed=entry.timed))
+                seed_length=seed if type(seed) is int else None, timed=entry.timed,
+                first_activity_ms=entry.first_activity_ms if entry.first_activity_ms
+                is not None else created, model=entry.model, size_bytes=entry.size_bytes))
         infos.sort(key=lambda i: (-i.last_activity_ms, i.id))
         with self._lock:
             self._listing = (time.monotonic(), infos, errors)

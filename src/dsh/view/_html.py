@@ -138,6 +138,20 @@ def _cell_ms(epoch_ms: int) -> str:
         return str(epoch_ms)
 
 
+def size_text(size: int | None) -> str:
+    """Bytes as a person reads them (``812 B``, ``4.2 KB``, ``1.3 MB``); ``-``: unknown."""
+    if size is None:
+        return "-"
+    if size < 1000:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 999.95 or unit == "TB":
+            return f"{value:.1f} {unit}"
+    return f"{size} B"  # pragma: no cover - the loop always returns
+
+
 def session_rows(infos: Sequence[Any], parents: Mapping[str, int]) -> markupsafe.Markup:
     """The ``<tr>`` rows of the session list (5,000 rows: a template loop costs ~5x this)."""
     esc = markupsafe.escape
@@ -155,11 +169,14 @@ def session_rows(infos: Sequence[Any], parents: Mapping[str, int]) -> markupsafe
         out.append(
             f'<tr><td><a href="{link}">{esc(printable(sid))}</a></td>'
             f'<td class="title">{esc(printable(s.title or "-"))}</td>'
-            f'<td>{esc(printable(s.source))}</td><td class="cwd">{esc(printable(s.cwd or ""))}'
-            f'</td><td>{_cell_ms(s.created_ms)}</td>'
+            f'<td>{esc(printable(s.source))}</td>'
+            f'<td class="model">{esc(printable(s.model or "-"))}</td>'
+            f'<td class="cwd">{esc(printable(s.cwd or ""))}</td>'
+            f'<td>{_cell_ms(s.first_activity_ms) if s.timed else "-"}</td>'
             f'<td>{_cell_ms(s.last_activity_ms) if s.timed else "-"}</td>'
             f'<td class="num">{s.turns}</td><td class="num">{s.events:,}</td>'
-            f'<td>{lineage}</td></tr>')
+            f'<td class="num">{size_text(s.size_bytes)}</td>'
+            f'<td>{_cell_ms(s.created_ms)}</td><td>{lineage}</td></tr>')
     return markupsafe.Markup("\n".join(out))
 
 
