@@ -24,6 +24,7 @@ import dsh
 import dsh.session._paging as paging
 from dsh.persistence import Persistence, open_backend
 from dsh.persistence import _restore_point as rp
+from dsh.persistence._seal import read_seal
 from dsh.session import PagedLog, Session
 from tests.strategies import (
     Script,
@@ -533,3 +534,50 @@ def test_a_jsonl_surface_spread_over_the_log_is_resumed_by_a_full_read(
     jsonl = kind.startswith("jsonl")
     assert_equivalent(root, kind, expect_paged=not jsonl)
     assert rp.stats["refused:dense-surface"] == refused + jsonl
+
+
+def test_a_tampered_prefix_is_refused_when_it_is_paged_in(root: Path) -> None:
+    """Same-length text replaced before the cut: a resume through the restore point checks each
+    page against the seal when it pages it in (docs/rules.md#verified-page-in)."""
+    long_store("jsonl", root)
+    log = log_file(root)
+    text = log.read_bytes()
+    at = text.index(b'"c1"')
+    log.write_bytes(text.replace(b'"c1"', b'"x1"', 1))
+    with pytest.raises(dsh.LogCorruptError) as full:
+        Persistence(open_backend(url_of("jsonl", root))).read("s")  # the full read refuses it
+    assert full.value.where["path"] == str(log)
+    with pytest.raises(dsh.LogCorruptError) as paged, \
+            dsh.open(url_of("jsonl", root), clock=StepClock()).sessions as store:
+        session = store.session("s")  # pages checked as the restore pages the surface in
+        session.derive_messages()  # main: the model saw "x1"
+    error = paged.value
+    assert error.where["path"] == str(log)
+    assert error.where["byte_offset"] <= at
+    assert "integrity seal" in error.message
+
+
+def test_a_page_in_checks_each_seal_record_it_touches(root: Path) -> None:
+    """The page-in source itself: a changed sealed range is named with file, byte and seq."""
+    from dsh.persistence.jsonl._restore_point import JsonlPrefixSource
+
+    long_store("jsonl", root)
+    log = log_file(root)
+    data = log.read_bytes()
+    seal = read_seal(log.with_name(log.name + ".seal"))
+    assert seal is not None and len(seal.records) > 3
+    index = [(0, data.index(b"\n") + 1)]
+    start2, end2, _ = seal.records[2]
+    seq2 = sum(1 for line in data[:start2].split(b"\n")[1:] if line)  # events before it
+    index.append((seq2, start2))
+    cut = seal.records[-1][1]
+    count = sum(1 for line in data[:cut].split(b"\n")[1:] if line)
+    at = data.index(b'"c', start2)
+    log.write_bytes(data[:at] + b'"x' + data[at + 2:])
+    source = JsonlPrefixSource(log, "none", count, cut, index, seals=seal.records)
+    with pytest.raises(dsh.LogCorruptError) as caught:
+        source.read(seq2, seq2 + 1)
+    assert caught.value.where == {"path": str(log), "byte_offset": start2, "seq": seq2}
+    assert f"bytes {start2}..{end2}" in caught.value.message
+    unchecked = JsonlPrefixSource(log, "none", count, cut, index)  # main: no seals to check
+    assert unchecked.read(seq2, seq2 + 1)[0]["seq"] == seq2

@@ -850,8 +850,10 @@ class JsonlHandle(HandleBase):
         if self._mode == "write":
             self._listing_reset(True)  # load_tail refuses a torn tail
         anchor = restore_point.anchor
+        tail = self._tail
         source = jrp.JsonlPrefixSource(self.path, self._backend.compression,
-                                       anchor.event_count, anchor.byte_offset, anchor.index)
+                                       anchor.event_count, anchor.byte_offset, anchor.index,
+                                       seals=tail.seals if tail is not None else None)
         assert isinstance(header, FrozenDict)  # parse_header_strict returns one
         return restore_point, ColdRead(header, tuple(events), None, revision), source
 

@@ -195,8 +195,15 @@ class JsonlPrefixSource:
     """
 
     def __init__(self, path: Path, compression: str, cut: int, cut_offset: int,
-                 index: Sequence[tuple[int, int]]) -> None:
+                 index: Sequence[tuple[int, int]],
+                 seals: Sequence[tuple[int, int, int]] | None = None) -> None:
         self._path = path
+        # raw JSONL: the seal records over the prefix (read before the log at the resume); a
+        # page is checked against every record it touches before it is decoded, each record
+        # once (docs/rules.md#verified-page-in)
+        self._seals = [r for r in seals or () if r[0] < cut_offset]
+        self._seal_starts = [r[0] for r in self._seals]
+        self._verified: set[int] = set()
         self._zstd = compression == "zstd"
         self._cut = cut
         self._cut_offset = cut_offset
@@ -233,15 +240,53 @@ class JsonlPrefixSource:
         try:
             fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
             try:
-                data = _pread(fd, end - offset, offset)
+                data = self._verified_read(fd, offset, end, start)
             finally:
                 os.close(fd)
             text = _decode_frames(data, offset, path) if self._zstd else data
             events = _scan(text, path=path, offset=offset, seq=seq)
             self._span = (seq, events)
+        except LogCorruptError as exc:
+            if exc.where.get("byte_offset") is not None and "integrity seal" in exc.message:
+                raise  # a sealed range that changed: named as such above
+            raise LogCorruptError(f"events {start}..{stop - 1} of {path} could not be paged in "
+                                  f"({exc}); the log changed after the session was resumed, "
+                                  "resume it again", path=path, byte_offset=offset,
+                                  seq=start) from exc
         except (OSError, rp.RestorePointRefused, DshError) as exc:
             raise LogCorruptError(f"events {start}..{stop - 1} of {path} could not be paged in "
                                   f"({exc}); the log changed after the session was resumed, "
                                   "resume it again", path=path, byte_offset=offset,
                                   seq=start) from exc
         return events[start - seq:stop - seq]
+
+    def _verified_read(self, fd: int, offset: int, end: int, start: int) -> bytes:
+        """Bytes ``[offset, end)`` after checking every seal record they touch (raw JSONL).
+
+        A record not yet checked is read whole and its crc32 compared with the seal; a
+        mismatch is :class:`LogCorruptError` naming the file, the byte range and the first seq
+        asked for. Bytes no record covers (unsealed) are read as a full read reads them.
+        """
+        seals = self._seals
+        if not seals:
+            return _pread(fd, end - offset, offset)
+        first = max(0, bisect.bisect_right(self._seal_starts, offset) - 1)
+        todo = [i for i in range(first, len(seals))
+                if seals[i][0] < end and seals[i][1] > offset and i not in self._verified]
+        if not todo:
+            return _pread(fd, end - offset, offset)
+        lo = min(offset, seals[todo[0]][0])
+        hi = max(end, seals[todo[-1]][1])
+        data = _pread(fd, hi - lo, lo)
+        path = str(self._path)
+        for i in todo:
+            s, e, crc = seals[i]
+            if len(data) < e - lo or crc_of(data[s - lo:e - lo]) != crc:
+                raise LogCorruptError(
+                    f"corrupt session log: bytes {s}..{e} of {path} differ from what was "
+                    f"committed (crc32 mismatch with the integrity seal), found paging in "
+                    f"events from seq {start} after a resume from a restore point; run dsh "
+                    f"verify, restore the file from a backup", path=path, byte_offset=s,
+                    seq=start)
+            self._verified.add(i)
+        return data[offset - lo:end - lo]
