@@ -36,6 +36,7 @@ CASES = {
     "cache": ["bench.bench_cache", "--turns", "3", "--wires", "openai"],
     "cli": ["bench.bench_cli", "--sizes", "300", "--import-mb", "0.05", "--sessions", "5",
             "--runs", "1"],
+    "erase": ["bench.bench_erase", "--sessions", "20", "--subject", "2"],
     "view": ["bench.bench_view", "--sizes", "300", "--sessions", "5", "--runs", "1",
              "--backends", "jsonl,sqlite"],
     # the peer is never looked for here: ours beside dsh-baseline.md

@@ -229,7 +229,7 @@ def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), 
                 touched = list(scrub()) if scrub is not None else []
         if subject:
             touched.extend(_delete_cuts(persistence, sid))
-        touched.extend(after_rewrite(persistence, sid, None))
+        touched.extend(after_rewrite(persistence, sid, None, listing=False))
         done.append(ErasedSession(sid, "erased" if subject else "descendant", tuple(items),
                                   record_seq, tuple(touched)))
         for child in children.get(sid, ()):
@@ -237,6 +237,11 @@ def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), 
             length = seed if type(seed) is int else 0
             queue.append((child, None if child in subjects else
                           {s for s in erased if s < length}))
+    if done:  # the listing index (titles are first prompts), rebuilt once for them all
+        last = done[-1]
+        refreshed = after_rewrite(persistence, last.session_id, None)
+        done[-1] = ErasedSession(last.session_id, last.role, last.items, last.record_seq,
+                                 (*last.touched, *refreshed))
     return ErasureReceipt(persistence.url, started, tuple(subjects),
                           dict(where) if where is not None else None, tuple(done), reason, by)
 

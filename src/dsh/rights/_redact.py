@@ -378,14 +378,15 @@ def commit_tombstones(hold: Held, plan: Mapping[int, tuple[Event, int]],
     return items, appended, list(rewrite(final))
 
 
-def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None
-                  ) -> list[dict[str, Any]]:
+def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None, *,
+                  listing: bool = True) -> list[dict[str, Any]]:
     """The copies beside a rewritten log: saved cuts scrubbed, the listing index refreshed.
 
     A saved cut (bytes a repair cut off, docs/formats.md#saved-cuts) holds raw log text: with
     ``spans`` its text gets the same replacement, else it is left alone. The listing index
     (titles are first prompts) is rebuilt by a listing, which rereads the changed log and
-    empties the journal. Failures are reported as ``{"done": false, "error"}``.
+    empties the journal (``listing=False``: the caller refreshes it once for many sessions).
+    Failures are reported as ``{"done": false, "error"}``.
     """
     touched: list[dict[str, Any]] = []
     saved_cuts = getattr(persistence.backend, "saved_cuts", None)  # file stores keep cuts
@@ -403,6 +404,8 @@ def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None
             except OSError as exc:
                 touched.append({"path": path, "action": "saved cut scrubbed", "done": False,
                                 "error": str(exc)})
+    if not listing:
+        return touched
     try:
         persistence.list_entries()
         touched.append({"path": persistence.url, "action": "listing refreshed"})
