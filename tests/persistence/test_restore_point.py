@@ -581,3 +581,22 @@ def test_a_page_in_checks_each_seal_record_it_touches(root: Path) -> None:
     assert f"bytes {start2}..{end2}" in caught.value.message
     unchecked = JsonlPrefixSource(log, "none", count, cut, index)  # main: no seals to check
     assert unchecked.read(seq2, seq2 + 1)[0]["seq"] == seq2
+
+
+def test_a_tampered_sqlite_prefix_is_refused_when_it_is_paged_in(root: Path) -> None:
+    """Same-length text replaced in a row before the cut (docs/rules.md#verified-page-in)."""
+    import sqlite3
+    from contextlib import closing
+
+    long_store("sqlite", root)
+    with closing(sqlite3.connect(root / "store.db")) as db, db:
+        changed = db.execute("UPDATE events SET data = replace(data, '\"c1\"', '\"x1\"') "
+                             "WHERE seq < 20 AND data LIKE '%\"c1\"%'").rowcount
+    assert changed >= 1
+    with pytest.raises(dsh.LogCorruptError) as caught, \
+            dsh.open(url_of("sqlite", root), clock=StepClock()).sessions as store:
+        session = store.session("s")
+        session.derive_messages()  # main: the model saw "x1"
+    assert caught.value.where["path"] == str(root / "store.db")
+    assert "integrity seal" in caught.value.message
+    assert caught.value.where["seq"] < 20
