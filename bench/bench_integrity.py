@@ -1,6 +1,11 @@
-"""Cost of the integrity seals (issue 8 item 5): append+flush and cold load, with and without.
+"""Cost of the integrity seals: append+flush, cold load and verified page-in, with and without.
 
-Run: ``python -m bench.bench_integrity [--events 20000] [--batch 50] [--runs 5]``.
+Run: ``python -m bench.bench_integrity [--events 20000] [--batch 50] [--runs 5] [--dir D]``.
+
+``--page-in`` measures instead a resume through a restore point (``store.session(id)`` then
+``derive_messages()``) of a log whose surface is sparse (one user message per 1,000 events, the
+rest log-only ticks), with every page checked against the seal (``verified``, the shipped code;
+docs/rules.md#verified-page-in) and without (``unverified``).
 
 For raw JSONL and SQLite, each figure is the median of ``--runs`` fresh processes, the two
 variants interleaved: ``sealed`` is the shipped code; ``unsealed`` skips the checksums and the
@@ -45,9 +50,69 @@ def _events(n: int) -> list[object]:
     return list(session.events[:n])
 
 
+def _sparse_events(n: int) -> list[object]:
+    from dsh.session._session import Session
+
+    session = Session.create("s", header={"version": 0, "id": "s", "createdAt": 1,
+                                         "cwd": "/w/p"})
+    while len(session.events) < n:
+        k = len(session.events)
+        if k % 1000 == 0:
+            session.append("user/message", {
+                "id": f"u{k}", "role": "user", "source": {"kind": "user"},
+                "content": [{"type": "text", "text": f"note {k} " * 20}]}, surface_op="append")
+        else:
+            session.append("x/tick", {"n": k, "text": "log only " * 10}, ignorable=True)
+    return list(session.events[:n])
+
+
+def _page_in(kind: str, variant: str, location: str, n: int, batch: int) -> float:
+    import dsh
+    from dsh.persistence import Persistence, _resume, open_backend
+    from dsh.persistence.jsonl import _restore_point as jrp
+    from dsh.persistence.sqlite import _restore_point as srp
+
+    url = f"jsonl://{location}" if kind == "jsonl" else f"sqlite://{location}/store.db"
+    if not any(Path(location).rglob("*.ckpt")):
+        persistence = Persistence(open_backend(url))
+        events = _sparse_events(n)
+        persistence.create({"version": 0, "id": "s", "createdAt": 1, "cwd": "/w/p"})
+        with persistence.open("s", "write") as handle:
+            for k in range(0, n, batch):
+                handle.append(events[k:k + batch])  # type: ignore[arg-type]
+                handle.flush()
+        assert _resume.write_restore_point(persistence.backend, "s")
+        persistence.close()
+    if variant == "unverified":
+        plain_j = jrp.JsonlPrefixSource.__init__
+        plain_s = srp.SqlitePrefixSource.__init__
+
+        def no_seals_j(self: object, *args: object, seals: object = None) -> None:
+            plain_j(self, *args)  # type: ignore[arg-type]
+
+        def no_seals_s(self: object, *args: object, seals: object = None) -> None:
+            plain_s(self, *args)  # type: ignore[arg-type]
+
+        jrp.JsonlPrefixSource.__init__ = no_seals_j  # type: ignore[method-assign]
+        srp.SqlitePrefixSource.__init__ = no_seals_s  # type: ignore[method-assign]
+    from dsh.persistence import _restore_point as rp
+
+    started = time.perf_counter()
+    store = dsh.open(url)
+    session = store.session("s")
+    messages = session.derive_messages()
+    elapsed = time.perf_counter() - started
+    assert rp.stats["used"] == 1 and len(messages) >= n // 1000, (rp.stats, len(messages))
+    store.sessions.dispose(session)  # nothing written after the timing
+    store.close()
+    return elapsed * 1000
+
+
 def _child(op: str, kind: str, variant: str, location: str, n: int, batch: int) -> float:
     from dsh.persistence import Persistence, open_backend
 
+    if op == "page-in":
+        return _page_in(kind, variant, location, n, batch)
     url = f"jsonl://{location}" if kind == "jsonl" else f"sqlite://{location}/store.db"
     if variant == "unsealed":
         import dsh.persistence.sqlite._backend as sqlite_module
@@ -93,14 +158,20 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--dir", default=None, help="where the temporary stores go")
+    parser.add_argument("--page-in", action="store_true",
+                        help="measure a resume through a restore point, verified or not")
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         op, kind, variant, location, n, batch = args.child
         print(json.dumps({"ms": _child(op, kind, variant, location, int(n), int(batch))}))
         return
+    if args.page_in:
+        _page_in_table(args.events, args.batch, args.runs, args.dir)
+        return
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for kind in ("jsonl", "sqlite"):
             times: dict[tuple[str, str], list[float]] = {}
             for run in range(args.runs):
@@ -125,6 +196,34 @@ def main() -> None:
     for kind, op, sealed, unsealed, ratio in rows:
         print(f"| {'raw JSONL' if kind == 'jsonl' else 'SQLite'} | {names[op]} | {sealed:.0f} | "
               f"{unsealed:.0f} | {ratio:.2f} |")
+
+
+def _page_in_table(n: int, batch: int, runs: int, where: str | None) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory(dir=where) as tmp:
+        for kind in ("jsonl", "sqlite"):
+            location = Path(tmp) / kind
+            location.mkdir(mode=0o700)
+            times: dict[str, list[float]] = {"verified": [], "unverified": []}
+            for _ in range(runs):
+                for variant in ("verified", "unverified"):
+                    # a resume writes its end-seed marker: each run resumes a fresh copy
+                    run_at = Path(tmp) / f"{kind}-{variant}"
+                    if not any(location.iterdir()):
+                        _run("page-in", kind, variant, location, n, batch)
+                    shutil.copytree(location, run_at)
+                    times[variant].append(_run("page-in", kind, variant, run_at, n, batch))
+                    shutil.rmtree(run_at)
+            verified = statistics.median(times["verified"])
+            unverified = statistics.median(times["unverified"])
+            rows.append((kind, verified, unverified, verified / unverified))
+    print(f"# verified page-in: resume through a restore point of {n:,} events (one surface "
+          f"node per 1,000), batches of {batch}, median of {runs} fresh processes")
+    print("| backend | verified ms | unverified ms | verified / unverified |")
+    print("|---|---|---|---|")
+    for kind, verified, unverified, ratio in rows:
+        print(f"| {'raw JSONL' if kind == 'jsonl' else 'SQLite'} | {verified:.0f} | "
+              f"{unverified:.0f} | {ratio:.2f} |")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ CASES = {
     "cli": ["bench.bench_cli", "--sizes", "300", "--import-mb", "0.05", "--sessions", "5",
             "--runs", "1"],
     "erase": ["bench.bench_erase", "--sessions", "20", "--subject", "2"],
+    "integrity-page-in": ["bench.bench_integrity", "--page-in", "--events", "2000", "--runs",
+                          "1"],
     "view": ["bench.bench_view", "--sizes", "300", "--sessions", "5", "--runs", "1",
              "--backends", "jsonl,sqlite"],
     # the peer is never looked for here: ours beside dsh-baseline.md
