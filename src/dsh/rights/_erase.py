@@ -222,7 +222,8 @@ def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), 
             record_seq: int | None = None
             touched: list[dict[str, Any]] = []
             if plan:
-                items, record, touched = commit_tombstones(hold, plan, extra, persistence.url)
+                items, record, touched = commit_tombstones(hold, plan, extra, persistence.url,
+                                                           scrub=False)
                 record_seq = record["seq"]
             else:  # nothing left: finish a scrub a crash may have cut short (SQLite)
                 scrub = getattr(hold.handle, "scrub", None)
@@ -237,13 +238,25 @@ def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), 
             length = seed if type(seed) is int else 0
             queue.append((child, None if child in subjects else
                           {s for s in erased if s < length}))
-    if done:  # the listing index (titles are first prompts), rebuilt once for them all
+    if done:  # the store scrubbed and the listing index rebuilt once, for them all
         last = done[-1]
-        refreshed = after_rewrite(persistence, last.session_id, None)
+        refreshed = _scrub_store(persistence, last.session_id)
+        refreshed.extend(after_rewrite(persistence, last.session_id, None))
         done[-1] = ErasedSession(last.session_id, last.role, last.items, last.record_seq,
                                  (*last.touched, *refreshed))
     return ErasureReceipt(persistence.url, started, tuple(subjects),
                           dict(where) if where is not None else None, tuple(done), reason, by)
+
+
+def _scrub_store(persistence: Persistence, session_id: str) -> list[dict[str, Any]]:
+    """The backend's scrub (SQLite checkpoint and VACUUM, PostgreSQL VACUUM), run once."""
+    try:
+        with persistence.open(session_id, "write") as handle:
+            scrub = getattr(handle, "scrub", None)
+            return list(scrub()) if scrub is not None else []
+    except DshError as exc:
+        return [{"path": persistence.url, "action": "scrub", "done": False,
+                 "error": exc.message}]
 
 
 def _delete_cuts(persistence: Persistence, session_id: str) -> list[dict[str, Any]]:

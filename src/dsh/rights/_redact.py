@@ -324,13 +324,14 @@ def redact(store: Persistence | HasPersistence, session_id: str, *,
 
 
 def commit_tombstones(hold: Held, plan: Mapping[int, tuple[Event, int]],
-                      extra: Mapping[str, Any], url: str,
+                      extra: Mapping[str, Any], url: str, *, scrub: bool = True,
                       ) -> tuple[list[RedactedEvent], Event, list[dict[str, Any]]]:
     """Put the tombstones of ``plan`` in place and rewrite the held log with the record.
 
     Each tombstone gets a salted commitment to its original; the tombstoned log is restored
     and verified in full before anything is written; ``redaction/applied {items, spans,
-    **extra}`` is appended; the backend rewrites the log (``handle.rewrite``).
+    **extra}`` is appended; the backend rewrites the log (``handle.rewrite``), then scrubs its
+    files unless ``scrub`` is False (the caller scrubs once for many sessions).
 
     Returns:
         The changed events (with salts), the record event, what the rewrite touched.
@@ -375,7 +376,7 @@ def commit_tombstones(hold: Held, plan: Mapping[int, tuple[Event, int]],
                           f"({problems[0].rule} at seq {problems[0].seq}: "
                           f"{problems[0].message}); nothing was written",
                           code="TOMBSTONE_INVALID", session_id=session_id)
-    return items, appended, list(rewrite(final))
+    return items, appended, list(rewrite(final, scrub=scrub))
 
 
 def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None, *,

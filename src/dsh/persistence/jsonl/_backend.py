@@ -893,8 +893,11 @@ class JsonlHandle(HandleBase):
                                                   f"seal {self._seal_path()} whole")
         tail.seals.append(record)
 
-    def rewrite(self, events: Sequence[Event]) -> list[dict[str, object]]:
+    def rewrite(self, events: Sequence[Event], *, scrub: bool = True
+                ) -> list[dict[str, object]]:
         """Replace the stored log by its header and ``events``: redaction and erasure only.
+
+        ``scrub`` has nothing to do here: the old file is gone once the new one is renamed.
 
         The new file is written beside the log and fsynced; the seal and restore point, which
         describe the old bytes, are deleted; the new file is renamed over the log and the

@@ -473,7 +473,28 @@ class PostgresHandle(HandleBase):
         """
         self._ensure_open()
 
-    def rewrite(self, events: Sequence[Event]) -> list[dict[str, object]]:
+    def scrub(self) -> list[dict[str, object]]:
+        """``VACUUM`` the events table (dead tuples' space reusable; their bytes stay).
+
+        A failure is reported in the returned list, never raised.
+        Rule: docs/forgetting.md#what-forgetting-cannot-reach.
+        """
+        b = self._backend
+        try:
+            with b._conn("vacuum", self._id) as conn:
+                conn.autocommit = True
+                try:
+                    conn.execute(f"VACUUM {b._s}.events")
+                finally:
+                    conn.autocommit = False
+            return [{"path": b.url, "table": f"{b.schema}.events", "action": "VACUUM",
+                     "done": True}]
+        except PersistenceError as exc:
+            return [{"path": b.url, "table": f"{b.schema}.events", "action": "VACUUM",
+                     "done": False, "error": exc.message}]
+
+    def rewrite(self, events: Sequence[Event], *, scrub: bool = True
+                ) -> list[dict[str, object]]:
         """Replace the session's rows by ``events``: redaction and erasure only.
 
         One fenced transaction (the lease must still be ours) deletes the session's rows,
@@ -519,18 +540,8 @@ class PostgresHandle(HandleBase):
         touched: list[dict[str, object]] = [
             {"path": b.url, "table": f"{b.schema}.events", "action": "rows replaced",
              "deleted": deleted, "inserted": len(rows)}]
-        try:
-            with b._conn("vacuum", self._id) as conn:
-                conn.autocommit = True
-                try:
-                    conn.execute(f"VACUUM {b._s}.events")
-                finally:
-                    conn.autocommit = False
-            touched.append({"path": b.url, "table": f"{b.schema}.events", "action": "VACUUM",
-                            "done": True})
-        except PersistenceError as exc:
-            touched.append({"path": b.url, "table": f"{b.schema}.events", "action": "VACUUM",
-                            "done": False, "error": exc.message})
+        if scrub:  # an erasure of many sessions vacuums once, after the last one
+            touched.extend(self.scrub())
         return touched
 
     def close(self) -> None:

@@ -1301,7 +1301,8 @@ class SqliteHandle(HandleBase):
                                 "error": str(exc)})
         return touched
 
-    def rewrite(self, events: Sequence[Event]) -> list[dict[str, object]]:
+    def rewrite(self, events: Sequence[Event], *, scrub: bool = True
+                ) -> list[dict[str, object]]:
         """Replace the session's rows by ``events`` and scrub the file: redaction and erasure.
 
         The stored rows are read through the seal first (damage is refused, not rewritten).
@@ -1366,7 +1367,8 @@ class SqliteHandle(HandleBase):
         self._committed_revision, self._quiet, self._durable = found[0] + 1, None, None
         touched.append({"path": self._path, "table": "events", "action": "rows replaced",
                         "deleted": deleted, "inserted": len(rows)})
-        touched.extend(self.scrub())
+        if scrub:  # an erasure of many sessions scrubs once, after the last one
+            touched.extend(self.scrub())
         stored = [(*r[:6], None) for r in rows] if legacy else rows
         try:
             mkdir_private(self._seal_file.parent, "integrity seals")
