@@ -136,3 +136,21 @@ def test_a_jsonl_writer_keeps_the_index_at_flush_and_a_broken_index_never_fails_
     with dsh.open(url) as store:
         assert [h.seq for h in store.search("third").hits] == [14]  # an index in memory
         assert store.read("a").stored_events[-1]["type"] == "turn/end"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_a_redacted_word_is_no_longer_found(tmp_path: Path, kind: str) -> None:
+    from dsh.rights import redact
+
+    url = f"sqlite:{tmp_path / 's.db'}" if kind == "sqlite" else f"jsonl:{tmp_path / 'logs'}"
+    _write(url, "a", ["the password is hunter2 today", "nothing here"])
+    with dsh.open(url) as store:
+        assert [h.seq for h in store.search("hunter2").hits] == [2]
+        index = index_path(store.persistence)
+        assert index is not None and index.exists()
+        result = redact(store, "a", match=r"hunter2")
+        assert {"path": str(index), "action": "search index deleted"} in [
+            dict(t) for t in result.touched]
+        assert not index.exists()  # deleted whole: FTS5 keeps deleted text in free pages
+        assert store.search("hunter2").hits == ()
+        assert [h.seq for h in store.search("password").hits] == [2]

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from dsh.persistence._read import Inspection
     from dsh.persistence._restore_point import RestorePointRefused as RestorePointRefused
     from dsh.persistence._search import SearchHit, SearchResults, search
+    from dsh.persistence._search import forget_search as forget_search
     from dsh.persistence._search import message_texts as message_texts
     from dsh.persistence._write_behind import WriteBehind
 
@@ -83,7 +84,8 @@ _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write
          "ListingEntry": "_listing", "summarize": "_listing",
          "RestorePointRefused": "_restore_point", "StoredPages": "_pages",
          "read_pages": "_pages", "readable_prefix": "_pages", "SearchHit": "_search",
-         "SearchResults": "_search", "search": "_search", "message_texts": "_search"}
+         "SearchResults": "_search", "search": "_search", "message_texts": "_search",
+         "forget_search": "_search"}
 """Names loaded on first use: ``import dsh.persistence`` stays free of the session layer."""
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}

@@ -325,6 +325,40 @@ def note_flushed(root: Path, session_id: str, before: int, events: Sequence[Mapp
         conn.close()
 
 
+def forget_search(persistence: Persistence, session_id: str) -> list[str]:
+    """Drop what the search index holds of ``session_id`` after its log was rewritten in place.
+
+    Redaction and erasure rewrite committed events without a new incarnation, so the index
+    would keep the old text. A sidecar index is deleted whole (an FTS5 table keeps deleted text
+    in its free pages until it is rebuilt; the next search builds a new one); a PostgreSQL
+    store's rows of the session are deleted (the next search indexes it again).
+
+    Returns:
+        What was removed: the sidecar files deleted, or ``"<url> search rows"``.
+
+    Raises:
+        OSError: a sidecar file could not be deleted.
+        PersistenceError: the PostgreSQL tables could not be changed.
+    """
+    path = index_path(persistence)
+    removed: list[str] = []
+    if path is not None:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+                removed.append(f"{path}{suffix}")
+        return removed
+    backend: Any = persistence.backend
+    if hasattr(backend, "search_index"):
+        index = backend.search_index()
+        try:
+            index.drop(session_id)
+        finally:
+            index.close()
+        removed.append(f"{persistence.url} search rows")
+    return removed
+
+
 def _connect(path: Path | None) -> sqlite3.Connection:
     """The index database (created 0600); an in-memory one when the file cannot be used."""
     if path is not None:

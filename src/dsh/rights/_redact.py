@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 from dsh._errors import DshError, RightsError
 from dsh._verify import event_digest, verify_events
 from dsh.json import FrozenDict, dumps, snapshot_json
+from dsh.persistence import forget_search
 from dsh.rights._held import HasPersistence, Held, facade, held
 from dsh.rights._secrets import detector_names, pattern_spans, secret_spans
 from dsh.session import Event, Session
@@ -381,7 +382,7 @@ def commit_tombstones(hold: Held, plan: Mapping[int, tuple[Event, int]],
 
 def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None, *,
                   listing: bool = True) -> list[dict[str, Any]]:
-    """The copies beside a rewritten log: saved cuts scrubbed, the listing index refreshed.
+    """The copies beside a rewritten log: cuts scrubbed, search index dropped, listing refreshed.
 
     A saved cut (bytes a repair cut off, docs/formats.md#saved-cuts) holds raw log text: with
     ``spans`` its text gets the same replacement, else it is left alone. The listing index
@@ -405,6 +406,13 @@ def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None
             except OSError as exc:
                 touched.append({"path": path, "action": "saved cut scrubbed", "done": False,
                                 "error": str(exc)})
+    try:
+        # the search index holds message text: it goes, and the next search rebuilds it
+        touched.extend({"path": path, "action": "search index deleted"}
+                       for path in forget_search(persistence, session_id))
+    except (OSError, DshError) as exc:
+        touched.append({"path": persistence.url, "action": "search index deleted",
+                        "done": False, "error": str(exc)})
     if not listing:
         return touched
     try:
