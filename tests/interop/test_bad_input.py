@@ -88,14 +88,27 @@ def test_import_non_utf8_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_import_truncated_last_line_names_the_line(tmp_path: Path) -> None:
+    source = (EXAMPLES / "dsh" / "session.jsonl").read_bytes()
+    torn = source[: source.rindex(b"\n", 0, len(source) - 1) + 40]
+    path = _write(tmp_path, "torn.jsonl", torn)
+    line = torn.count(b"\n") + 1
+    with pytest.raises(ImportFormatError, match=f"truncated record at line {line}") as info:
+        import_file(path, "dsh")
+    assert info.value.where == {"path": str(path), "line": line, "format": "dsh"}
+
+
+def test_a_live_log_being_written_imports_the_lines_before_its_torn_last_one(
+        tmp_path: Path) -> None:
     source = (EXAMPLES / "claude-code" / "simple.jsonl").read_bytes()
     torn = source[: source.rindex(b"\n", 0, len(source) - 1) + 40]
     path = _write(tmp_path, "torn.jsonl", torn)
-    with pytest.raises(ImportFormatError, match="truncated record at line 7") as info:
-        import_file(path, "claude-code")
-    assert info.value.where == {"path": str(path), "line": 7, "format": "claude-code"}
-    with pytest.raises(ImportFormatError, match="truncated"):
-        import_file(path)  # detection reads the same way
+    whole = _write(tmp_path, "whole.jsonl", torn[: torn.rindex(b"\n") + 1])
+    for fmt in ("claude-code", "auto"):  # detection reads the same way
+        [cut] = import_file(path, fmt)
+        assert cut.torn_line == 7
+        [complete] = import_file(whole, fmt)
+        assert complete.torn_line is None
+        assert [e["type"] for e in cut.events] == [e["type"] for e in complete.events]
 
 
 def test_import_malformed_middle_line_names_the_line(tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ import typer
 
 from dsh._errors import SessionNotFoundError
 from dsh.agent.providers import PROVIDER_NAMES
-from dsh.cli._common import require_session
 
 if TYPE_CHECKING:
     from dsh import Store
@@ -121,22 +120,27 @@ async def open_agent(store: Store, provider: Any, session_id: str | None, *,
                      options: Mapping[str, Any]) -> tuple[Agent, bool]:
     """The agent for ``session_id``: resumed when stored (repaired first), else new.
 
-    Rule: as everywhere in the CLI, an exact id wins, else a prefix of exactly one stored id is
-    that id; a name matching nothing starts a new session with that id.
+    Rule: a command that writes names its session exactly (docs/cli.md#stores-and-ids): the id
+    of a stored session continues it, a name no stored id starts with starts a new session
+    with that id, and a name that is only a prefix of stored ids is refused, so a mistyped id
+    never appends to (and commits the repair of) another session.
 
     Returns:
         ``(agent, resumed)``.
 
     Raises:
-        SessionNotFoundError: ``AMBIGUOUS_SESSION_ID`` for a prefix of several stored ids.
+        SessionNotFoundError: ``SESSION_ID_PREFIX`` for a name that is a prefix of stored ids.
     """
-    if session_id is not None:
-        try:
-            session_id = require_session(store, session_id)
-        except SessionNotFoundError as exc:
-            if exc.code == "AMBIGUOUS_SESSION_ID":
-                raise
-            # else a new session with the id asked for
+    if session_id is not None and not store.exists(session_id):
+        matches = sorted(str(h["id"]) for h in store.persistence.list_headers()
+                         if str(h["id"]).startswith(session_id))
+        if matches:
+            shown = ", ".join(matches[:5]) + (" …" if len(matches) > 5 else "")
+            raise SessionNotFoundError(
+                f"no session {session_id!r}, but it is the start of {shown}; a command that "
+                f"writes takes the whole id: pass {matches[0]} to continue that one, "
+                "or a name no stored id starts with for a new session",
+                code="SESSION_ID_PREFIX", session_id=session_id)
     resumed = session_id is not None and store.exists(session_id)
     # A fresh UUID for a new session: ids minted by the store only avoid live sessions.
     agent = await store.agent(session_id or str(uuid4()), provider=provider, **options)

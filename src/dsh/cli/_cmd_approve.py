@@ -43,7 +43,7 @@ def _answer(decision: Literal["approved", "denied"], session_id: str, call_id: s
 
     json_mode(json_)
     with cli_store(store, create=False, wait=wait) as sessions:
-        session_id = require_session(sessions, session_id)
+        session_id = require_session(sessions, session_id, writes=True)
         answer = approve_call if decision == "approved" else deny_call
         event = answer(sessions.sessions, session_id, call_id, by=by, note=note)
     data = event["data"]

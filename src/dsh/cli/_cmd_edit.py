@@ -24,7 +24,6 @@ from dsh.cli._common import (
     WaitOption,
     cli_store,
     json_mode,
-    read_session,
     require_session,
     restored_session,
     stdout_console,
@@ -43,7 +42,7 @@ def resume(session_id: SessionArg, store: StoreOption = None,
     """
     json_mode(json_)
     with cli_store(store, wait=wait) as sessions:
-        session_id = require_session(sessions, session_id)
+        session_id = require_session(sessions, session_id, writes=True)
         inspection = sessions.persistence.load(session_id)
     closers = list(inspection.closers)
     torn = inspection.torn.reason if inspection.torn is not None else None
@@ -152,7 +151,7 @@ def compact(
 
     with cli_store(store, wait=wait) as sessions, progress("compacting") as bar:
         bar.describe("reading the log")
-        read = read_session(sessions, session_id)
+        read = sessions.read(require_session(sessions, session_id, writes=True))
         session_id = str(read.header["id"])
         try:
             bar.describe("rehearsing on a copy")

@@ -115,6 +115,7 @@ class ImportReport:
     ignored: list[tuple[str, str]] = field(default_factory=list)
     updated: list[tuple[str, str, int]] = field(default_factory=list)
     superseded: list[tuple[str, str, str]] = field(default_factory=list)
+    cut: list[tuple[str, int]] = field(default_factory=list)
 
     def _lists(self) -> tuple[list[Any], ...]:
         return (self.imported, self.skipped, self.failed, self.ignored, self.updated,
@@ -132,7 +133,8 @@ class ImportReport:
         """The ``--json`` summary with stable keys.
 
         ``updated``: events appended to a session whose source grew; ``superseded``: a source
-        that changed where it was imported, imported again as a new session (``by``).
+        that changed where it was imported, imported again as a new session (``by``);
+        ``cut``: a live log whose last line was still being written, left out (``line``).
         """
         return {
             "imported": [{"path": p, "session": s, "format": f} for p, s, f in self.imported],
@@ -141,6 +143,7 @@ class ImportReport:
             "skipped": [{"path": p, "session": s} for p, s in self.skipped],
             "failed": [{"path": p, "reason": r} for p, r in self.failed],
             "ignored": [{"path": p, "reason": r} for p, r in self.ignored],
+            "cut": [{"path": p, "line": n} for p, n in self.cut],
         }
 
 
@@ -178,6 +181,8 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
     except DshError as error:
         report.failed.append((shown, _reason(error)))
         return
+    report.cut.extend(sorted({(s.source_path if s.source_path != str(path.resolve()) else shown,
+                               s.torn_line) for s in sessions if s.torn_line is not None}))
     with _uninterrupted():
         _write_file(persistence, built, shown, detected, report)
 
@@ -378,6 +383,11 @@ def import_(
     if json_:
         render.write_json(report.to_json())
     else:
+        for path, line in report.cut:
+            err.print(f"note: {path}: its last line ({line}) is cut off, still being written "
+                      "(no newline, not JSON yet); the complete lines before it were imported: "
+                      "import it again once it is complete", markup=False,
+                      highlight=False)
         stdout_console().print(render.render_import_counts(
             report.imported, report.skipped, report.failed, report.ignored, report.updated))
     if report.failed:

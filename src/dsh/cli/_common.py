@@ -26,6 +26,7 @@ from dsh import open as open_url
 from dsh.cli import _render as render
 from dsh.cli._errors import STATE
 from dsh.persistence import store_path
+from dsh.transcript import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -248,10 +249,12 @@ def stderr_console() -> Console:
     return render.make_console(stderr=True)
 
 
-def require_session(sessions: Store, session_id: str) -> str:
+def require_session(sessions: Store, session_id: str, *, writes: bool = False) -> str:
     """Resolve what a person typed to a stored session id and return it.
 
-    Rule: an exact id wins; else a prefix of exactly one stored id is that id (like git).
+    Rule: an exact id wins; else a prefix of exactly one stored id is that id (like git). A
+    command that writes (``writes=True``) says on stderr which session a prefix matched before
+    it writes (docs/cli.md#stores-and-ids).
 
     Raises:
         SessionNotFoundError: ``AMBIGUOUS_SESSION_ID`` for a prefix of several ids (they are
@@ -262,6 +265,11 @@ def require_session(sessions: Store, session_id: str) -> str:
     ids = sorted(str(h["id"]) for h in sessions.persistence.list_headers())
     matches = [sid for sid in ids if sid.startswith(session_id)] if session_id else []
     if len(matches) == 1:
+        if writes:
+            import sys
+
+            sys.stderr.write(printable(f"note: {session_id!r} is a prefix of session "
+                                       f"{matches[0]}; writing to {matches[0]}\n"))
         return matches[0]
     if matches:
         shown = ", ".join(matches[:10]) + (f" and {len(matches) - 10} more"

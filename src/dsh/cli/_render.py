@@ -706,8 +706,10 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
                                    f"{session_id}  +{count} events (the source grew)  {path}"))
     for path, old, new in superseded:
         parts.append(Text.assemble(("changed   ", "yellow"),
-                                   f"{old}  its source changed where it was imported; "
-                                   f"kept, and imported again as {new}  {path}"))
+                                   f"{old}  its source differs from the stored session "
+                                   f"(changed where it was imported, or continued both in "
+                                   f"dsh and in the source); kept, and imported again as "
+                                   f"{new}  {path}"))
     for path, session_id, fmt in imported:
         parts.append(Text.assemble(("imported  ", "green"), f"{session_id}  ({fmt})  {path}"))
     for path, session_id in skipped:

@@ -32,7 +32,7 @@ from dsh.interop._anthropic import import_anthropic
 from dsh.interop._atif import ATIF_VERSION, import_atif, to_atif, validate_atif
 from dsh.interop._claude_code import import_claude_code
 from dsh.interop._codex import import_codex
-from dsh.interop._common import ImportedSession, mapping_errors
+from dsh.interop._common import ImportedSession, mapping_errors, torn_tails
 from dsh.interop._detect import FORMATS, detect_format
 from dsh.interop._dsh_log import import_dsh_log
 from dsh.interop._export import (
@@ -119,7 +119,9 @@ def import_file(path: str | Path, format: str = "auto") -> list[ImportedSession]
         multi-conversation files); each has ``children`` for subagents.
 
     Raises:
-        ImportFormatError: unknown ``format``; unreadable, empty, binary or truncated file;
+        ImportFormatError: unknown ``format``; unreadable, empty, binary or truncated file (a
+            Claude Code or Codex log whose last line is still being written imports the lines
+            before it, and each session it feeds has ``torn_line`` set);
             content that is not the given format; a record of a shape the importer does not
             map (code ``IMPORT_UNMAPPED``, naming the line). Nothing else, for any bytes.
     """
@@ -131,5 +133,14 @@ def import_file(path: str | Path, format: str = "auto") -> list[ImportedSession]
         raise ImportFormatError(
             f"unknown transcript format {format!r}; expected auto or one of "
             f"{', '.join(FORMATS)}", path=str(p), format=format)
-    with mapping_errors(p, format):
-        return importer(p)
+    with mapping_errors(p, format), torn_tails() as torn:
+        imported = importer(p)
+    if torn:  # a live log's last line was being written: say which sessions lack it
+        cut = dict(torn)
+        for top in imported:
+            for session in top.walk():
+                line = cut.get(str(Path(session.source_path).resolve())) if (
+                    session.source_path) else None
+                if line is not None:
+                    session.torn_line = line
+    return imported

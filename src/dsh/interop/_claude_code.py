@@ -89,7 +89,7 @@ def import_claude_code(path: Path) -> list[ImportedSession]:
         ImportFormatError: unreadable/empty/binary file, a non-JSON or torn line, a line that is
             not a JSON object, or a file without any Claude Code record.
     """
-    records = read_jsonl_records(path, FORMAT)
+    records = read_jsonl_records(path, FORMAT, live=True)
     for line, record in records:
         if not isinstance(record, dict) or not isinstance(record.get("type"), str):
             raise _error(path, line, "record must be a JSON object with a string type, found "

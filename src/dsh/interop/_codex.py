@@ -65,7 +65,7 @@ def import_codex(path: Path) -> list[ImportedSession]:
         ImportFormatError: unreadable/empty/binary file, a torn or non-JSON line, a line that is
             not a Codex record, or a malformed response item.
     """
-    records = read_jsonl_records(path, FORMAT)
+    records = read_jsonl_records(path, FORMAT, live=True)
     if not any(looks_like_codex(r) for _, r in records):
         raise ImportFormatError(
             f"codex rollout has no session_meta/response_item record (first line "

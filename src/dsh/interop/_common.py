@@ -84,6 +84,9 @@ class ImportedSession:
         source_path: The file read (as given, resolved).
         lines: Source line (1-based) each event was mapped from, by seq; None for events the
             importer wrote itself (closers, ``import/source``). May be shorter than ``events``.
+        torn_line: The source's last line (1-based) when it was still being written (no
+            newline and not JSON yet): left out, the complete lines before it imported
+            (docs/interop.md#live-transcripts); None when the file ended cleanly.
     """
 
     session_id: str
@@ -93,6 +96,7 @@ class ImportedSession:
     source_format: str = ""
     source_path: str = ""
     lines: list[int | None] = field(default_factory=list)
+    torn_line: int | None = None
 
     def walk(self) -> Iterator[ImportedSession]:
         """Yield this session, then every descendant depth-first."""
@@ -144,6 +148,18 @@ UNMAPPED_CODE: Final = "IMPORT_UNMAPPED"
 for it: every such case is a missing check in an importer)."""
 
 _LINE: ContextVar[int | None] = ContextVar("dsh_import_line", default=None)
+_TORN: ContextVar[list[tuple[str, int]] | None] = ContextVar("dsh_import_torn", default=None)
+
+
+@contextmanager
+def torn_tails() -> Iterator[list[tuple[str, int]]]:
+    """Collect ``(resolved path, line)`` of each torn last line a live read left out."""
+    found: list[tuple[str, int]] = []
+    token = _TORN.set(found)
+    try:
+        yield found
+    finally:
+        _TORN.reset(token)
 
 
 def note_line(line: int | None) -> None:
@@ -374,15 +390,17 @@ def _decode(text: bytes, path: Path, fmt: str, line: int) -> Any:
     return value
 
 
-def read_jsonl_records(path: Path, fmt: str) -> list[tuple[int, Any]]:
+def read_jsonl_records(path: Path, fmt: str, *, live: bool = False) -> list[tuple[int, Any]]:
     r"""Parse a JSONL file into ``(1-based line, value)`` pairs, skipping blank lines.
 
-    Records are split on ``\\n`` only (docs/formats.md#lossless-json); a trailing ``\\r`` is
-    tolerated.
+    Records are split on ``\\n`` only (docs/formats.md#lossless-json); a trailing ``\\r`` is tolerated. With
+    ``live`` (a log an agent appends to while it runs: Claude Code, Codex), a last line without
+    a newline that is not valid JSON is being written: it is left out and noted for
+    :func:`torn_tails` (docs/interop.md#live-transcripts), when a complete record precedes it.
 
     Raises:
         ImportFormatError: unreadable/empty/binary file, or a line that is not JSON (a torn
-            last line is reported with its line number as truncated).
+            last line is reported with its line number as truncated, unless ``live``).
     """
     raw = read_source_bytes(path, fmt)
     parts = raw.split(b"\n")
@@ -396,6 +414,11 @@ def read_jsonl_records(path: Path, fmt: str) -> list[tuple[int, Any]]:
             out.append((index, _decode(chunk, path, fmt, index)))
         except ImportFormatError as exc:
             if index == last and not raw.endswith(b"\n"):
+                if live and out:
+                    torn = _TORN.get()
+                    if torn is not None:
+                        torn.append((str(path.resolve()), index))
+                    continue
                 raise ImportFormatError(
                     f"{_kind(fmt)} transcript ends with a truncated record at line {index} (no "
                     f"newline and not valid JSON); cut the torn tail or re-copy the file",

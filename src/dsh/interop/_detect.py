@@ -96,7 +96,7 @@ def _detect(path: Path) -> str:
             found = _jsonl_format(head)
             if found is not None:
                 return found
-        records = read_jsonl_records(path, "auto")
+        records = read_jsonl_records(path, "auto", live=True)
         first = records[0][1]
         found = _jsonl_format([r for _, r in records])
         if found is not None:

@@ -6,15 +6,18 @@ the end of the file is closed at the next record's time now). Seqs are compared 
 mapping built along the way, so references (``sourceEventSeqs``, a replace's ``surfaceOp``,
 a compaction's ``shadowedSeqs``/``shadowedRange``) match whatever seqs the stored log has.
 
-* Everything stored matches and nothing is new: :data:`SAME` (nothing to do).
+* Everything stored matches and nothing is new: :data:`SAME` (nothing to do). The same when
+  the whole fresh import matches the start of the stored log: the events after it were
+  written in dsh (a resume's repair, a compaction, a chat turn), not imported, so the imported
+  region is unchanged.
 * Everything stored matches a prefix of the fresh import: :data:`APPEND`; the new events are
   written after one ignorable ``import/source`` event naming the source as it is now
   (``sha256``, ``size`` in bytes, ``appendedFrom``: the first appended seq), seqs renumbered,
   references mapped, times never before the stored log's last time.
 * Anything stored differs (the source was edited, Claude Code picked another branch, or the
-  session was continued in dsh): :data:`CHANGED`; :func:`superseding` gives the fresh import
-  under a new id whose ``import/source`` names the stored session (``supersedes``), so nothing
-  stored is lost or altered.
+  session was continued both in dsh and in its source): :data:`CHANGED`; :func:`superseding`
+  gives the fresh import under a new id whose ``import/source`` names the stored session
+  (``supersedes``), so nothing stored is lost or altered.
 """
 
 from __future__ import annotations
@@ -92,6 +95,10 @@ def plan_reimport(stored: Sequence[Mapping[str, Any]], fresh: ImportedSession) -
     while index < min(len(kept), len(new)) and _same(kept[index], _mapped(new[index], seqs)):
         seqs[int(new[index]["seq"])] = int(kept[index]["seq"])
         index += 1
+    if index == len(new):
+        # Everything the source holds is stored; what follows it was written in dsh (a
+        # resume's repair, a compaction, a chat): the imported region is unchanged.
+        return ReimportPlan(SAME)
     if index < len(kept):
         held = _before_closers(kept[index:], new[index:], seqs)
         if held is None:

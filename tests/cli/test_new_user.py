@@ -1,0 +1,137 @@
+"""What a new user hit (issue 23), each as a real ``dsh`` process on a real store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.agent.providers.servers import ScriptedServer, Stream, openai_reply
+
+DSH = [sys.executable, "-m", "dsh.cli"]
+INTERRUPTED = "22222222-2222-4333-8444-555555555555"  # a bundled example with an open turn
+COMPACTED = "77777777-2222-4333-8444-555555555555"
+
+
+def dsh(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items()
+            if not k.endswith("_API_KEY") and not k.startswith("DSH_")}
+    base.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)})
+    return subprocess.run([*DSH, *args], env={**base, **(env or {})}, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path, input=stdin)
+
+
+def local(server: ScriptedServer) -> list[str]:
+    return ["--provider", "openai-compatible", "--model", "local-model", "--base-url",
+            server.base_url]
+
+
+def events(tmp_path: Path, session: str) -> list[dict[str, Any]]:
+    out = dsh(tmp_path, "events", session)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def ids(tmp_path: Path) -> list[str]:
+    out = dsh(tmp_path, "ls", "--json")
+    assert out.returncode == 0, out.stderr
+    return sorted(row["id"] for row in json.loads(out.stdout))
+
+
+# -- 1. a write names its session exactly ------------------------------------------------------
+
+
+def test_run_refuses_a_prefix_of_another_session_and_writes_nothing(tmp_path: Path) -> None:
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    before = events(tmp_path, INTERRUPTED)
+    with ScriptedServer([Stream(openai_reply("hello"))]) as server:
+        result = dsh(tmp_path, "run", "hi", "--session", "2222", *local(server))
+        assert server.requests == []
+    assert result.returncode == 1
+    assert "error[SESSION_ID_PREFIX]" in result.stderr
+    assert INTERRUPTED in result.stderr  # names the session it did not write to
+    assert events(tmp_path, INTERRUPTED) == before  # no turn, no committed repair
+    assert "2222" not in ids(tmp_path)
+
+
+def test_a_new_session_named_exactly_and_a_write_by_prefix_says_which(tmp_path: Path) -> None:
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    with ScriptedServer([Stream(openai_reply("hello"))]) as server:
+        result = dsh(tmp_path, "run", "hi", "--session", "fresh", *local(server))
+    assert result.returncode == 0, result.stderr
+    assert "fresh" in ids(tmp_path)
+    resumed = dsh(tmp_path, "resume", "2222")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"'2222' is a prefix of session {INTERRUPTED}" in resumed.stderr
+
+
+# -- 2. importing again after resume, compact, chat adds no session ----------------------------
+
+
+def test_reimport_after_resume_compact_and_run_is_skipped(tmp_path: Path) -> None:
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    first = ids(tmp_path)
+    assert dsh(tmp_path, "resume", INTERRUPTED).returncode == 0
+    assert dsh(tmp_path, "compact", COMPACTED).returncode == 0
+    with ScriptedServer([Stream(openai_reply("Noted."))]) as server:
+        ran = dsh(tmp_path, "run", "thanks", "--session",
+                  "33333333-2222-4333-8444-555555555555", *local(server))
+    assert ran.returncode == 0, ran.stderr
+    again = dsh(tmp_path, "import", "--examples", "--json")
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["imported"] == [] and report["superseded"] == []
+    assert len(report["skipped"]) == 12
+    assert ids(tmp_path) == first
+
+
+def test_reimport_of_a_grown_source_continued_in_dsh_is_a_new_session(tmp_path: Path) -> None:
+    # The part imported before is unchanged, but both dsh (the repair) and the source went on
+    # after it: the two continuations differ, so the grown source is a session of its own.
+    source = tmp_path / "s.jsonl"
+    example = Path(__file__).resolve().parents[2] / "src" / "dsh" / "examples" / "transcripts"
+    lines = (example / "claude-code" / "interrupted.jsonl").read_text().splitlines(True)
+    source.write_text("".join(lines))
+    assert dsh(tmp_path, "import", str(source)).returncode == 0
+    assert dsh(tmp_path, "resume", INTERRUPTED).returncode == 0
+    assert dsh(tmp_path, "import", str(source), "--json").returncode == 0
+    assert ids(tmp_path) == [INTERRUPTED]
+    record = json.loads(lines[-1])
+    grown = {**record, "uuid": "added-1", "parentUuid": record["uuid"], "type": "user",
+             "message": {"role": "user", "content": [
+                 {"type": "tool_result", "tool_use_id": "toolu_12", "content": "build/"}]}}
+    source.write_text("".join(lines) + json.dumps(grown) + "\n")
+    again = dsh(tmp_path, "import", str(source), "--json")
+    assert again.returncode == 0, again.stderr
+    assert len(json.loads(again.stdout)["superseded"]) == 1
+
+
+# -- 3. a live transcript whose last line is being written ------------------------------------
+
+
+def test_a_live_claude_code_log_imports_its_complete_lines_and_says_the_last_is_cut(
+        tmp_path: Path) -> None:
+    example = (Path(__file__).resolve().parents[2] / "src" / "dsh" / "examples" / "transcripts"
+               / "claude-code" / "interrupted.jsonl")
+    lines = example.read_text().splitlines(True)
+    whole = tmp_path / "whole" / "s.jsonl"
+    whole.parent.mkdir()
+    whole.write_text("".join(lines[:-1]))
+    live = tmp_path / "live" / "s.jsonl"
+    live.parent.mkdir()
+    live.write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])  # half a record
+    result = dsh(tmp_path, "import", str(live))
+    assert result.returncode == 0, result.stderr
+    assert f"its last line ({len(lines)}) is cut off" in result.stderr
+    assert "1 imported" in result.stdout
+    cut = events(tmp_path, INTERRUPTED)
+    as_json = dsh(tmp_path, "import", str(live), "--json", "--store", str(tmp_path / "b.db"))
+    assert json.loads(as_json.stdout)["cut"] == [{"path": str(live), "line": len(lines)}]
+    assert dsh(tmp_path, "import", str(whole), "--store", str(tmp_path / "c.db")).returncode == 0
+    complete = dsh(tmp_path, "events", INTERRUPTED, "--store", str(tmp_path / "c.db"))
+    assert [e["type"] for e in cut] == [json.loads(x)["type"]
+                                        for x in complete.stdout.splitlines()]
