@@ -135,3 +135,25 @@ def test_a_live_claude_code_log_imports_its_complete_lines_and_says_the_last_is_
     complete = dsh(tmp_path, "events", INTERRUPTED, "--store", str(tmp_path / "c.db"))
     assert [e["type"] for e in cut] == [json.loads(x)["type"]
                                         for x in complete.stdout.splitlines()]
+
+
+# -- 10. usage errors exit 2; the dsh home is private -----------------------------------------
+
+
+def test_an_unknown_provider_is_a_usage_error(tmp_path: Path) -> None:
+    for command in (["run", "hi"], ["chat"]):
+        result = dsh(tmp_path, *command, "--provider", "foo")
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("error[USAGE]: ")
+        assert "unknown provider 'foo'; choose one of deepseek" in result.stderr
+    assert not (tmp_path / "home").exists()  # nothing created for a usage error
+
+
+def test_the_default_home_is_created_private(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+    env["HOME"] = str(tmp_path)
+    result = subprocess.run([*DSH, "import", "--examples"], env=env, capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / ".dsh").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / ".dsh" / "sessions.db").stat().st_mode & 0o777 == 0o600

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from dsh._errors import AdapterError
+from dsh._install import install_hint
 from dsh._messages import create_assistant_message, create_user_message
 from dsh.adapters._log import (
     DEFAULT_WAIT_S,
@@ -54,7 +55,7 @@ try:
     )
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("dsh.adapters.langchain needs langchain-core: "
-                      "pip install 'dsh-session[langchain]'") from exc
+                      f"{install_hint('langchain')}") from exc
 
 __all__ = ["FORMAT", "DshChatMessageHistory", "message_record", "messages_to_events", "model_of"]
 

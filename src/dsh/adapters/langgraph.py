@@ -49,6 +49,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from dsh._errors import AdapterError, SessionNotFoundError
+from dsh._install import install_hint
 from dsh.adapters._log import (
     DEFAULT_WAIT_S,
     LiveLog,
@@ -81,7 +82,7 @@ try:
     from langgraph.config import get_config
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("dsh.adapters.langgraph needs LangGraph: "
-                      "pip install 'dsh-session[langgraph]'") from exc
+                      f"{install_hint('langgraph')}") from exc
 
 __all__ = ["CHECKPOINT_EVENT", "DROP_EVENT", "FORMAT", "WRITES_EVENT", "DshSaver"]
 

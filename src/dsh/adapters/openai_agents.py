@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from dsh._errors import AdapterError
+from dsh._install import install_hint
 from dsh._messages import create_assistant_message, create_user_message
 from dsh.adapters._log import (
     DEFAULT_WAIT_S,
@@ -65,7 +66,7 @@ try:
     from agents.memory import SessionABC, SessionSettings
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("dsh.adapters.openai_agents needs the OpenAI Agents SDK: "
-                      "pip install 'dsh-session[openai-agents]'") from exc
+                      f"{install_hint('openai-agents')}") from exc
 try:  # the SDK's own check of a settings dict (names the unknown fields), where it has one
     from agents.memory.session_settings import coerce_session_settings
 except ImportError:  # pragma: no cover - SDK releases before it: the dataclass checks alone

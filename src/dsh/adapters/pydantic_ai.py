@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from dsh._errors import AdapterError
+from dsh._install import install_hint
 from dsh._messages import create_assistant_message, create_user_message
 from dsh.adapters._log import (
     DEFAULT_WAIT_S,
@@ -62,7 +63,7 @@ try:
     from pydantic_core import PydanticSerializationError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("dsh.adapters.pydantic_ai needs Pydantic AI: "
-                      "pip install 'dsh-session[pydantic-ai]'") from exc
+                      f"{install_hint('pydantic-ai')}") from exc
 
 __all__ = ["FORMAT", "DshCapability", "DshMessageHistory", "message_events",
            "messages_to_events"]

@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
 from dsh._errors import AdapterError, AdapterLookupError, SessionNotFoundError
+from dsh._install import install_hint
 from dsh.adapters._log import LiveLog, default_store_url, records_of
 from dsh.adapters.pydantic_ai import FORMAT, message_events
 from dsh.json import snapshot_json, thaw
@@ -58,8 +59,8 @@ try:
     from pydantic_ai.messages import ModelMessagesTypeAdapter
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("dsh.adapters.pydantic_ai_store needs a Pydantic AI with "
-                      "pydantic_ai.conversation_store: pip install -U "
-                      "'dsh-session[pydantic-ai]'") from exc
+                      "pydantic_ai.conversation_store: "
+                      f"{install_hint('pydantic-ai')} --upgrade") from exc
 
 __all__ = ["DELETE_EVENT", "MOVED_EVENT", "RECORD_EVENT", "DshConversationStore"]
 

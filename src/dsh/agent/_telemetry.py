@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsh._errors import ConfigError
+from dsh._install import install_hint
 
 if TYPE_CHECKING:
     from dsh.interop import SpanRecord
@@ -44,8 +45,8 @@ class Telemetry:
         try:
             from opentelemetry import trace
         except ImportError as exc:
-            raise ConfigError("agent telemetry needs the OpenTelemetry API: pip install "
-                              "'dsh-session[otel]'", code="MISSING_EXTRA") from exc
+            raise ConfigError("agent telemetry needs the OpenTelemetry API: "
+                              f"{install_hint('otel')}", code="MISSING_EXTRA") from exc
         from dsh._version import __version__
 
         self._trace = trace

@@ -43,8 +43,16 @@ class Tools(enum.StrEnum):
     shell = "shell"
 
 
+def _known_provider(name: str) -> str:
+    """``--provider`` is one of the presets; anything else is a usage error (exit 2)."""
+    if name not in PROVIDER_NAMES:
+        raise typer.BadParameter(f"unknown provider {name!r}; choose one of "
+                                 f"{', '.join(PROVIDER_NAMES)}")
+    return name
+
+
 ProviderOption = Annotated[str, typer.Option(
-    "--provider", metavar="NAME",
+    "--provider", metavar="NAME", callback=_known_provider,
     help=f"Model provider: {', '.join(PROVIDER_NAMES)}. Keys come from DEEPSEEK_API_KEY, "
          "OPENAI_API_KEY or ANTHROPIC_API_KEY.")]
 ModelOption = Annotated[str | None, typer.Option(

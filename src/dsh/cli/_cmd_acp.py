@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import dsh
+from dsh._install import install_hint
 from dsh.cli._agent import (
     BaseUrlOption,
     ContextWindowOption,
@@ -53,8 +54,8 @@ def acp(
     try:
         from dsh.cli._acp import DshAcpAgent
     except ImportError as exc:
-        raise ConfigError("dsh acp needs the agent-client-protocol package: pip install "
-                          "'dsh-session[acp]'", code="MISSING_EXTRA") from exc
+        raise ConfigError("dsh acp needs the agent-client-protocol package: "
+                          f"{install_hint('acp')}", code="MISSING_EXTRA") from exc
     from dsh.agent.providers import create_provider
 
     llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from dsh import ConfigError
+from dsh._install import install_hint
 from dsh.cli._common import StoreOption, default_store_url, store_url
 from dsh.persistence import store_path
 
@@ -36,7 +37,7 @@ def view(
         from dsh.view import check_bind, serve
     except ImportError as exc:
         raise ConfigError(f"dsh view needs the 'view' extra ({exc.name} is missing): "
-                          "pip install 'dsh-session[view]'", code="VIEW_EXTRA_MISSING") from exc
+                          f"{install_hint('view')}", code="VIEW_EXTRA_MISSING") from exc
     check_bind(host, token)
     url = store_url(store) if store is not None else default_store_url()
     location = store_path(url)

@@ -42,7 +42,7 @@ TRANSCRIPT_SUFFIXES: Final = frozenset({".jsonl", ".json", ".traj", ".yaml", ".y
 
 
 def default_store_url() -> str:
-    """Return ``sqlite:///<$DSH_HOME or ~/.dsh>/sessions.db``, creating the home folder.
+    """Return ``sqlite:///<$DSH_HOME or ~/.dsh>/sessions.db``, creating the home folder (0700).
 
     The environment is read here, at the edge, and nowhere in the library
     (docs/architecture.md#configuration).
@@ -52,7 +52,9 @@ def default_store_url() -> str:
     """
     home = Path(os.environ.get("DSH_HOME") or Path.home() / ".dsh").expanduser().resolve()
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        # Private like the files in it (0600): a new home is 0700; an existing one is the
+        # user's own choice and is left as it is.
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create the dsh home folder {home}: {exc.strerror or exc}; "
                           "set DSH_HOME to a writable folder or pass --store URL",

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from dsh._errors import ConfigError, ImportFormatError
+from dsh._install import install_hint
 from dsh.interop._common import (
     EventBuilder,
     ImportedSession,
@@ -382,8 +383,8 @@ def validate_atif(doc: Mapping[str, Any]) -> Any:
     try:
         from atif import Trajectory
     except ImportError as exc:
-        raise ConfigError("validating ATIF needs the atif package: pip install "
-                          "'dsh-session[atif]'", code="MISSING_EXTRA") from exc
+        raise ConfigError("validating ATIF needs the atif package: "
+                          f"{install_hint('atif')}", code="MISSING_EXTRA") from exc
     return Trajectory.model_validate(dict(doc))
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+from dsh._install import install_hint
 from dsh.persistence import Persistence
 
 BUNDLED_BACKENDS: Final = ("memory", "jsonl", "jsonl-zstd", "sqlite", "postgresql")
@@ -30,7 +31,7 @@ def postgres_unreachable(url: str | None = None) -> str | None:
     try:
         import psycopg
     except ImportError:
-        return "psycopg is not installed (pip install 'dsh-session[postgres]')"
+        return f"psycopg is not installed ({install_hint('postgres')})"
     target = url or postgres_base_url()
     try:
         with psycopg.connect(target, connect_timeout=3) as conn:

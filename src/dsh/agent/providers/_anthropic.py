@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final, Literal
 
 from dsh._errors import ConfigError, LlmFailureError
+from dsh._install import install_hint
 from dsh._messages import StreamChunk, TokenUsage
 from dsh.agent._provider import LlmRequest
 from dsh.agent.providers._common import replace_lone_surrogates, stream_sdk
@@ -41,7 +42,7 @@ def _sdk() -> Any:
         return importlib.import_module("anthropic")
     except ImportError as exc:
         raise ConfigError("the Anthropic provider needs the anthropic package: "
-                          "pip install 'dsh-session[anthropic]'", code="MISSING_EXTRA") from exc
+                          f"{install_hint('anthropic')}", code="MISSING_EXTRA") from exc
 
 
 class AnthropicProvider:

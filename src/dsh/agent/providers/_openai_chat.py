@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
 from dsh._errors import ConfigError, LlmFailureError
+from dsh._install import install_hint
 from dsh._messages import StreamChunk, TokenUsage, ToolCallDeltaChunk
 from dsh.agent._provider import LlmRequest
 from dsh.agent.providers._common import replace_lone_surrogates, stream_sdk
@@ -38,7 +39,7 @@ def _sdk() -> Any:
         return importlib.import_module("openai")
     except ImportError as exc:
         raise ConfigError("the OpenAI provider needs the openai package: "
-                          "pip install 'dsh-session[openai]'", code="MISSING_EXTRA") from exc
+                          f"{install_hint('openai')}", code="MISSING_EXTRA") from exc
 
 
 def openai_usage(usage: Any) -> TokenUsage:

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final, Literal
 
 from dsh._errors import ConfigError, LlmFailureError
+from dsh._install import install_hint
 from dsh._messages import StreamChunk, TokenUsage
 from dsh.agent._provider import LlmRequest
 from dsh.agent.providers._common import failure_from_sdk, replace_lone_surrogates, stream_sdk
@@ -56,7 +57,7 @@ def _sdk() -> Any:
         return importlib.import_module("openai")
     except ImportError as exc:
         raise ConfigError("the OpenAI Responses provider needs the openai package: "
-                          "pip install 'dsh-session[openai]'", code="MISSING_EXTRA") from exc
+                          f"{install_hint('openai')}", code="MISSING_EXTRA") from exc
 
 
 def _get(value: Any, key: str, default: Any = None) -> Any:

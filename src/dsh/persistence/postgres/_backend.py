@@ -49,6 +49,7 @@ from dsh._errors import (
     SessionFormatUnsupportedError,
     SessionNotFoundError,
 )
+from dsh._install import install_hint
 from dsh.json import FrozenDict, is_safe_int
 from dsh.persistence._contract import (
     ColdRead,
@@ -113,8 +114,8 @@ def _psycopg() -> Any:
     try:
         import psycopg
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ConfigError("postgresql:// stores need psycopg 3; install dsh-session[postgres]"
-                          ) from exc
+        raise ConfigError("postgresql:// stores need psycopg 3: "
+                          f"{install_hint('postgres')}", code="MISSING_EXTRA") from exc
     return psycopg
 
 
