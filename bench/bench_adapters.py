@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.workloads import machine, now_ms, peak_rss_mb, ratio
+from bench.workloads import existing_dir, machine, now_ms, peak_rss_mb, ratio
 
 PREFILL_BATCH = 1_000  # items per add_items while prefilling (speed, not measured)
 
@@ -124,7 +124,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,10000,100000")
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--runs", type=int, default=3, help="fresh processes; medians shown")
-    parser.add_argument("--dir", default=None, help="parent of the temporary stores")
+    parser.add_argument("--dir", type=existing_dir, default=None,
+                        help="parent of the temporary stores")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--phase", default="measure", help=argparse.SUPPRESS)

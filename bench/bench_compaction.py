@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_write import BACKENDS, header_lines, medians, run_child, select, store_url
-from bench.workloads import build, now_ms, peak_rss_mb, ratio
+from bench.workloads import build, existing_dir, now_ms, peak_rss_mb, ratio
 
 # dsh-baseline.md §2, "after a replace" column (ms) by surface events
 DSH_AFTER_REPLACE = {1_000: 0.08, 10_000: 1.18, 100_000: 14.4}
@@ -125,7 +125,8 @@ def main() -> None:
     parser.add_argument("--scenario", default="all", help="all, now or region")
     parser.add_argument("--backend", default="none",
                         help=f"none (in memory) or one of {', '.join(BACKENDS)}")
-    parser.add_argument("--dir", default=None, help="where the temporary stores go")
+    parser.add_argument("--dir", type=existing_dir, default=None,
+                        help="where the temporary stores go")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.backend != "none":

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_write import header_lines
+from bench.workloads import existing_dir
 
 MODULE = "bench.bench_effects"
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kills", type=int, default=1000, help="kills per class")
     parser.add_argument("--classes", default="all")
     parser.add_argument("--store", choices=("sqlite", "jsonl"), default="sqlite")
-    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--dir", type=existing_dir, default=None)
     args = parser.parse_args(argv)
     kills = int(os.environ.get("DSH_EFFECT_KILLS", args.kills))
     from tests.agent.effect_faults import KLASSES

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_write import dir_bytes, fmt_rate, header_lines, medians, run_child
-from bench.workloads import ANSWER, TOOL_OUT, USER_TEXT, now_ms, peak_rss_mb
+from bench.workloads import ANSWER, TOOL_OUT, USER_TEXT, existing_dir, now_ms, peak_rss_mb
 
 REPO = Path(__file__).resolve().parents[1]
 SKIP_NAMES = {"README.md", "MANIFEST.json"}
@@ -184,7 +184,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=5, help="largest corpus files to import")
     parser.add_argument("--runs", type=int, default=5, help="fresh processes per file")
     parser.add_argument("--no-store", action="store_true", help="skip the SQLite write")
-    parser.add_argument("--dir", default=None, help="where the temporary files go")
+    parser.add_argument("--dir", type=existing_dir, default=None,
+                        help="where the temporary files go")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--file", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -3,6 +3,8 @@
 Run: ``python -m bench.bench_json``. Compares orjson, msgspec and the standard library on one
 msg-workload turn (11 records) and on a 3.6 kB tool result, in µs per record, and checks the
 three things the engine must do for dsh logs: lone surrogates, 20,000 levels, NaN refusal.
+msgspec comes with the ``bench`` extra (``.venv/bin/pip install -e '.[bench]'``); without it its
+row says it was skipped and why.
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ import timeit
 import uuid
 from typing import Any
 
-import msgspec
 import orjson
+
+try:
+    import msgspec
+except ImportError:  # the bench extra is not installed: that row is skipped, saying so
+    msgspec = None
 
 from bench.workloads import machine
 
@@ -36,15 +42,21 @@ LONE = "a\ud83d"
 LONE_JSON = b'["a\\ud83d"]'
 
 
-def per_record_us(fn: Any, items: list[Any], number: int = 20_000) -> float:
+def per_record_us(fn: Any, items: list[Any], number: int) -> float:
     return timeit.timeit(lambda: [fn(x) for x in items], number=number) / number / len(items) * 1e6
 
 
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--number", type=int, default=20_000,
+                        help="timed repetitions of each record list (default 20000)")
+    args = parser.parse_args()
+    number = args.number
     encoded = [orjson.dumps(r) for r in RECORDS]
-    engines = {
+    engines: dict[str, Any] = {
         "orjson": (orjson.dumps, orjson.loads),
-        "msgspec": (msgspec.json.encode, msgspec.json.decode),
         "stdlib json": (lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")),
                         json.loads),
     }
@@ -53,32 +65,43 @@ def main() -> None:
           "| 20k levels in | refuses NaN |")
     print("|---|---|---|---|---|---|---|")
     deep = "[" * 20_000 + "]" * 20_000
+    failures: tuple[type[BaseException], ...] = (ValueError, TypeError, RecursionError,
+                                                 UnicodeEncodeError)
+    if msgspec is not None:
+        engines = {"orjson": engines["orjson"],
+                   "msgspec": (msgspec.json.encode, msgspec.json.decode),
+                   "stdlib json": engines["stdlib json"]}
+        failures = (*failures, msgspec.DecodeError)
+    else:
+        print("| msgspec | skipped: not installed (.venv/bin/pip install -e '.[bench]') "
+              "| | | | | |")
     for name, (enc, dec) in engines.items():
         def ok(fn: Any) -> str:
             try:
                 fn()
-            except (ValueError, TypeError, RecursionError, msgspec.DecodeError,
-                    UnicodeEncodeError):
+            except failures:
                 return "no"
             return "yes"
 
         def nan_refused(dec: Any = dec) -> str:
             try:
                 dec(b"[NaN]")
-            except (ValueError, msgspec.DecodeError):
+            except failures:
                 return "yes"
             return "no"
 
         out_ok = ok(lambda enc=enc: enc(LONE))
         in_ok = ok(lambda dec=dec: dec(LONE_JSON))
         deep_ok = ok(lambda dec=dec: dec(deep))
-        print(f"| {name} | {per_record_us(enc, RECORDS):.2f} | {per_record_us(dec, encoded):.2f} "
+        encode_us = per_record_us(enc, RECORDS, number)
+        decode_us = per_record_us(dec, encoded, number)
+        print(f"| {name} | {encode_us:.2f} | {decode_us:.2f} "
               f"| {out_ok} | {in_ok} | {deep_ok} | {nan_refused()} |")
     from dsh import json as dj
 
     frozen = [dj.snapshot_json(r) for r in RECORDS]
-    print(f"| dsh.json (orjson + freeze/validate) | {per_record_us(dj.dumps, frozen):.2f} "
-          f"| {per_record_us(dj.loads, encoded):.2f} | yes | yes | yes | yes |")
+    print(f"| dsh.json (orjson + freeze/validate) | {per_record_us(dj.dumps, frozen, number):.2f} "
+          f"| {per_record_us(dj.loads, encoded, number):.2f} | yes | yes | yes | yes |")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from bench.bench_write import (
     store_url,
     write_session,
 )
-from bench.workloads import now_ms, peak_rss_mb, ratio
+from bench.workloads import existing_dir, now_ms, peak_rss_mb, ratio
 
 # dsh-baseline.md §5: ms by (backend, workload, size); RSS of a load-only process at 100k (MB)
 DSH_LOAD_MS: dict[tuple[str, str, int], float] = {
@@ -133,7 +133,8 @@ def main() -> None:
     parser.add_argument("--backend", default="all", help=f"all or {', '.join(BACKENDS)}")
     parser.add_argument("--workload", default="all", help="all, msg or stream")
     parser.add_argument("--mode", default="resume", choices=("resume", "load", "both"))
-    parser.add_argument("--dir", default=None, help="where the temporary stores go")
+    parser.add_argument("--dir", type=existing_dir, default=None,
+                        help="where the temporary stores go")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()

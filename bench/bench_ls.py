@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 from bench.bench_write import dir_bytes, header_lines
-from bench.workloads import build, now_ms
+from bench.workloads import build, existing_dir, now_ms
 
 
 def make_store(url: str, sessions: int, turns: int) -> None:
@@ -122,7 +122,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=1, help="msg turns per session")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--backend", default="sqlite", choices=("sqlite", "jsonl", "both"))
-    parser.add_argument("--dir", default=None, help="where the temporary store goes")
+    parser.add_argument("--dir", type=existing_dir, default=None,
+                        help="where the temporary store goes")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

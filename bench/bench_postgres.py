@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_write import header_lines, medians, run_child, select, write_session
-from bench.workloads import ANSWER, USER_TEXT, build, now_ms, peak_rss_mb
+from bench.workloads import ANSWER, USER_TEXT, build, existing_dir, now_ms, peak_rss_mb
 
 MODULE = "bench.bench_postgres"
 PEERS = ("langgraph", "adk")
@@ -302,7 +302,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="fresh processes per cell")
     parser.add_argument("--peers", default="all", help="all, none or langgraph,adk")
     parser.add_argument("--server", default=DEFAULT_SERVER)
-    parser.add_argument("--dir", default=None, help="where the temporary SQLite stores go")
+    parser.add_argument("--dir", type=existing_dir, default=None,
+                        help="where the temporary SQLite stores go")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--what", help=argparse.SUPPRESS)
     parser.add_argument("--kind", help=argparse.SUPPRESS)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_write import header_lines, medians, run_child, select, store_url
-from bench.workloads import msg_turn, now_ms, start
+from bench.workloads import existing_dir, msg_turn, now_ms, start
 
 BACKENDS = ("jsonl-packed", "jsonl-zstd", "sqlite")
 CONTEXT_WINDOW = 32_000
@@ -155,7 +155,7 @@ def main() -> None:
                         help=f"all or {', '.join(BACKENDS)}")
     parser.add_argument("--variants", default="balanced,open")
     parser.add_argument("--cache", default="/tmp/dsh-bench-ckpt")
-    parser.add_argument("--dir", default=None,
+    parser.add_argument("--dir", type=existing_dir, default=None,
                         help="build into a temporary folder here instead of the cache (removed)")
     parser.add_argument("--full-read-up-to", type=int, default=100_000)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -157,3 +157,16 @@ def ratio(ours: float, theirs: float, *, higher_is_better: bool) -> str:
         return "n/a"
     r = ours / theirs if higher_is_better else theirs / ours
     return f"{r:.2f}× {'better' if r >= 1 else 'worse'}"
+
+
+def existing_dir(value: str) -> str:
+    """``--dir``: a folder that exists and is writable (argparse's usage error otherwise)."""
+    import argparse
+
+    if not os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not an existing folder; create it or "
+                                         "pass another (the temporary stores go there)")
+    if not os.access(value, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{value!r} is not writable; pass a folder you can "
+                                         "write to")
+    return value

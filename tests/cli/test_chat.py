@@ -155,7 +155,7 @@ def test_chat_show_compact_and_fork(tmp_path: Path) -> None:
         chat.expect_exact("Checkpoint: the tokenizer drops closing brackets.")
         chat.expect_exact("you> ")
         chat.sendline("/fork 4")  # seq 4 is the first prompt (/show lists "user  #4")
-        chat.expect(rf"forked {session} at seq 4 as ({session}-fork-\w+)")
+        chat.expect(rf"forked {session} at seq 4 as ([0-9a-f-]{{36}})")
         child = chat.match.group(1)
         chat.expect_exact("you> ")
         chat.sendline("a question in the branch")

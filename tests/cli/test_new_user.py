@@ -157,3 +157,70 @@ def test_the_default_home_is_created_private(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert (tmp_path / ".dsh").stat().st_mode & 0o777 == 0o700
     assert (tmp_path / ".dsh" / "sessions.db").stat().st_mode & 0o777 == 0o600
+
+
+# -- 7. fork ids keep short prefixes unique ----------------------------------------------------
+
+
+def test_default_fork_ids_keep_every_short_prefix_unique(tmp_path: Path) -> None:
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    children = []
+    for _ in range(3):
+        forked = dsh(tmp_path, "fork", INTERRUPTED[:8], "--json")
+        assert forked.returncode == 0, forked.stderr
+        children.append(json.loads(forked.stdout)["id"])
+    shown = dsh(tmp_path, "show", INTERRUPTED[:8])
+    assert shown.returncode == 0, shown.stderr  # the parent's short prefix is still its own
+    stored = ids(tmp_path)
+    for child in children:
+        assert not child.startswith(INTERRUPTED)
+        assert [sid for sid in stored if sid.startswith(child[:8])] == [child]
+        assert dsh(tmp_path, "show", child[:8]).returncode == 0
+    rows = json.loads(dsh(tmp_path, "ls", "--json").stdout)
+    assert {r["id"]: r["parentSession"] for r in rows if r["id"] in children} == dict.fromkeys(
+        children, INTERRUPTED)
+
+
+# -- 6. nothing written by a chat opened and left ----------------------------------------------
+
+
+def _chat(tmp_path: Path, server: ScriptedServer, *args: str) -> Any:
+    import pexpect
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and not k.startswith("DSH_")}
+    env.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "TERM": "dumb",
+                "COLUMNS": "100"})
+    return pexpect.spawn(sys.executable, ["-m", "dsh.cli", "chat", *args, *local(server)],
+                         env=env, cwd=str(tmp_path), encoding="utf-8", timeout=90)
+
+
+def test_a_chat_opened_and_left_writes_nothing(tmp_path: Path) -> None:
+    import pexpect
+
+    session = "33333333-2222-4333-8444-555555555555"
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    before = events(tmp_path, session)
+    listed = dsh(tmp_path, "ls", "--json").stdout
+    with ScriptedServer([]) as server:
+        chat = _chat(tmp_path, server, session)
+        chat.expect_exact("Read config.toml")  # the history is shown
+        chat.expect_exact("you> ")
+        chat.sendline("/show")
+        chat.expect_exact("you> ")
+        chat.sendline("/exit")
+        chat.expect_exact(f"nothing written · continue with: dsh chat {session}")
+        chat.expect(pexpect.EOF)
+        chat.close()
+        new = _chat(tmp_path, server)
+        new.expect(r"session (\S+) ·")
+        minted = new.match.group(1)
+        new.expect_exact("you> ")
+        new.sendeof()
+        new.expect_exact("bye · nothing written")
+        new.expect(pexpect.EOF)
+        new.close()
+        assert server.requests == []
+    assert events(tmp_path, session) == before
+    assert dsh(tmp_path, "ls", "--json").stdout == listed  # LAST ACTIVITY did not move
+    assert minted not in ids(tmp_path)

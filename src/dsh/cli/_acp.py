@@ -58,6 +58,7 @@ from acp.schema import (
 )
 
 from dsh._errors import DshError
+from dsh.cli._common import fresh_session_id
 
 if TYPE_CHECKING:
     from dsh import Store
@@ -236,7 +237,7 @@ class DshAcpAgent:
         A session open here is forked from its live log (the child is live here too, with its
         own loop); a stored one from disk, off the event loop.
         """
-        name = f"{session_id}-fork-{uuid4().hex[:8]}"
+        name = fresh_session_id(self._store)
         live = session_id in self._agents
         try:
             if live:

@@ -17,12 +17,12 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
-from uuid import uuid4
 
 import typer
 
 from dsh._errors import SessionNotFoundError
 from dsh.agent.providers import PROVIDER_NAMES
+from dsh.cli._common import fresh_session_id
 
 if TYPE_CHECKING:
     from dsh import Store
@@ -124,6 +124,27 @@ def tools_for(choice: Tools, root: Path) -> list[Tool]:
     return tools
 
 
+def check_new_session_id(store: Store, session_id: str) -> None:
+    """Refuse a session name that is no stored id but the start of stored ids.
+
+    Rule: docs/cli.md#stores-and-ids (a command that writes names its session exactly).
+
+    Raises:
+        SessionNotFoundError: code ``SESSION_ID_PREFIX``, naming the sessions it starts.
+    """
+    if store.exists(session_id):
+        return
+    matches = sorted(str(h["id"]) for h in store.persistence.list_headers()
+                     if str(h["id"]).startswith(session_id))
+    if matches:
+        shown = ", ".join(matches[:5]) + (" …" if len(matches) > 5 else "")
+        raise SessionNotFoundError(
+            f"no session {session_id!r}, but it is the start of {shown}; a command that "
+            f"writes takes the whole id: pass {matches[0]} to continue that one, "
+            "or a name no stored id starts with for a new session",
+            code="SESSION_ID_PREFIX", session_id=session_id)
+
+
 async def open_agent(store: Store, provider: Any, session_id: str | None, *,
                      options: Mapping[str, Any]) -> tuple[Agent, bool]:
     """The agent for ``session_id``: resumed when stored (repaired first), else new.
@@ -139,19 +160,12 @@ async def open_agent(store: Store, provider: Any, session_id: str | None, *,
     Raises:
         SessionNotFoundError: ``SESSION_ID_PREFIX`` for a name that is a prefix of stored ids.
     """
-    if session_id is not None and not store.exists(session_id):
-        matches = sorted(str(h["id"]) for h in store.persistence.list_headers()
-                         if str(h["id"]).startswith(session_id))
-        if matches:
-            shown = ", ".join(matches[:5]) + (" …" if len(matches) > 5 else "")
-            raise SessionNotFoundError(
-                f"no session {session_id!r}, but it is the start of {shown}; a command that "
-                f"writes takes the whole id: pass {matches[0]} to continue that one, "
-                "or a name no stored id starts with for a new session",
-                code="SESSION_ID_PREFIX", session_id=session_id)
+    if session_id is not None:
+        check_new_session_id(store, session_id)
     resumed = session_id is not None and store.exists(session_id)
-    # A fresh UUID for a new session: ids minted by the store only avoid live sessions.
-    agent = await store.agent(session_id or str(uuid4()), provider=provider, **options)
+    # A fresh id for a new session: ids minted by the store only avoid live sessions.
+    agent = await store.agent(session_id or fresh_session_id(store), provider=provider,
+                              **options)
     return agent, resumed
 
 

@@ -19,7 +19,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
-from uuid import uuid4
 
 import typer
 
@@ -37,10 +36,18 @@ from dsh.cli._agent import (
     Tools,
     ToolsOption,
     agent_options,
+    check_new_session_id,
     open_agent,
     tools_for,
 )
-from dsh.cli._common import StoreOption, default_store_url, source_format, stderr_console, store_url
+from dsh.cli._common import (
+    StoreOption,
+    default_store_url,
+    fresh_session_id,
+    source_format,
+    stderr_console,
+    store_url,
+)
 from dsh.cli._live import LiveView
 from dsh.compaction import DigestSummarizer, acompact_now
 from dsh.transcript import build as build_transcript
@@ -104,6 +111,7 @@ class _Chat:
         self.options = options
         self.err = sys.stderr
         self.agent: Agent | None = None
+        self.pending: str | None = None
         self.stop_view: Callable[[], None] | None = None
         self.view = LiveView(sys.stdout, sys.stderr, color=sys.stderr.isatty())
         self.quit = False
@@ -120,12 +128,15 @@ class _Chat:
         self.stop_view = agent.session.observe(self.view)
 
     def main(self, session_id: str | None) -> None:
-        agent, resumed = self.loop.run_until_complete(
-            open_agent(self.sessions, self.llm, session_id, options=self.options))
-        self.attach(agent)
+        # Nothing is opened for writing until the first prompt, /fork or /compact: a chat
+        # opened and left writes nothing and leaves LAST ACTIVITY as it was.
+        if session_id is not None:
+            check_new_session_id(self.sessions, session_id)
+        self.pending = session_id or fresh_session_id(self.sessions)
+        resumed = session_id is not None and self.sessions.exists(session_id)
         if resumed:
             self.show(HISTORY_ITEMS)
-        self.say(f"session {agent.session.id} · {self.llm.name} {self.llm.model} · {_HELP}")
+        self.say(f"session {self.pending} · {self.llm.name} {self.llm.model} · {_HELP}")
         while not self.quit:
             line = self.read()
             if line is None:
@@ -139,10 +150,20 @@ class _Chat:
                 self.turn(text)
         if self.stop_view is not None:
             self.stop_view()
-        self.say(f"bye · continue with: dsh chat {self.current.session.id}")
+        if self.agent is not None:
+            self.say(f"bye · continue with: dsh chat {self.agent.session.id}")
+        elif resumed:
+            self.say(f"bye · nothing written · continue with: dsh chat {session_id}")
+        else:
+            self.say("bye · nothing written")
 
     @property
     def current(self) -> Agent:
+        """The agent, opened (and its session resumed or created) on first use."""
+        if self.agent is None:
+            agent, _ = self.loop.run_until_complete(
+                open_agent(self.sessions, self.llm, self.pending, options=self.options))
+            self.attach(agent)
         assert self.agent is not None
         return self.agent
 
@@ -208,13 +229,20 @@ class _Chat:
             self.say(f"error[{error.code}]: {' '.join(error.message.split())}")
 
     def show(self, last: int | None) -> None:
-        session = self.current.session
-        events = list(session.events)
-        items = render.show_entries(build_transcript(events, header=session.header))
+        if self.agent is not None:
+            header: Any = self.agent.session.header
+            events = list(self.agent.session.events)
+        elif self.pending is not None and self.sessions.exists(self.pending):
+            read = self.sessions.read(self.pending)  # a cold read writes nothing
+            header, events = read.header, list(read.events)
+        else:
+            self.say("nothing yet: the session starts with your first prompt")
+            return
+        items = render.show_entries(build_transcript(events, header=header))
         if last is not None:
             items = items[-last:]
-        row = render.session_row(session.header, events, source_format=source_format(events))
-        stderr_console().print(render.render_transcript(session.header, items, row=row))
+        row = render.session_row(header, events, source_format=source_format(events))
+        stderr_console().print(render.render_transcript(header, items, row=row))
 
     def fork(self, seq_text: str) -> None:
         if seq_text and not seq_text.isdigit():
@@ -222,7 +250,7 @@ class _Chat:
             return
         parent = self.current.session
         child_id = self.sessions.fork(parent.id, int(seq_text) if seq_text else None,
-                                      child_id=f"{parent.id}-fork-{uuid4().hex[:8]}")
+                                      child_id=fresh_session_id(self.sessions))
         agent = self.loop.run_until_complete(
             self.sessions.agent(child_id, provider=self.llm, **self.options))
         self.attach(agent)

@@ -23,6 +23,7 @@ from dsh.cli._common import (
     StoreOption,
     WaitOption,
     cli_store,
+    fresh_session_id,
     json_mode,
     require_session,
     restored_session,
@@ -69,7 +70,8 @@ def fork(
         help="Last inherited seq, inclusive (default: the last event).")] = None,
     as_: Annotated[str | None, typer.Option(
         "--as", metavar="NEW", show_default=False,
-        help="Child session id (default: <ID>-fork-<n>).")] = None,
+        help="Child session id (default: a new random id whose first 8 characters no "
+             "other session starts with, so short prefixes stay unique).")] = None,
     store: StoreOption = None,
     wait: WaitOption = DEFAULT_WAIT_S,
     json_: JsonOption = False,
@@ -83,7 +85,8 @@ def fork(
     with cli_store(store, wait=wait) as sessions:
         session_id = require_session(sessions, session_id)
         try:
-            child_id = sessions.fork(session_id, at, child_id=as_)
+            child_id = sessions.fork(session_id, at,
+                                     child_id=as_ or fresh_session_id(sessions))
         except SessionForkError as error:
             if error.code != "SESSION_ALREADY_EXISTS":
                 raise

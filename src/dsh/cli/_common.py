@@ -289,6 +289,27 @@ def require_session(sessions: Store, session_id: str, *, writes: bool = False) -
         session_id=session_id)
 
 
+SHORT_ID: Final = 8
+"""Characters of an id ``dsh ls`` users type: a new id the CLI mints is unique in that many."""
+
+
+def fresh_session_id(sessions: Store) -> str:
+    """A new random session id whose first :data:`SHORT_ID` characters start no stored id.
+
+    Rule: ids the CLI chooses (a new ``dsh run``/``dsh chat`` session, a fork without ``--as``)
+    keep every stored id's short prefix unique (docs/cli.md#stores-and-ids), unlike
+    ``<ID>-fork-<n>``, which every prefix of its parent also matches.
+    """
+    from uuid import uuid4
+
+    taken = [str(h["id"]) for h in sessions.persistence.list_headers()]
+    while True:
+        candidate = str(uuid4())
+        short = candidate[:SHORT_ID]
+        if not any(sid.startswith(short) or short.startswith(sid) for sid in taken):
+            return candidate
+
+
 SOURCE_EVENT_TYPE: Final = "import/source"
 """The ignorable event every imported session carries: ``data.format`` names the source."""
 
