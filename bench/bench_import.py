@@ -3,14 +3,14 @@
 Run: ``python -m bench.bench_import [--events 100000] [--top 5] [--runs 5] [--no-store]
 [--dir DIR]``.
 
-Inputs: the ``--top`` largest data files of the shared corpus (``$DSH_SHARED/corpus``, default
-``<repo>/../shared/corpus``; Claude Code ``subagents/`` files are imported as children of their
-main file, not on their own), and a synthetic Claude Code transcript generated into a temporary
-directory, sized so that the import yields at least ``--events`` dsh events. Its lines are shaped
-like the corpus's Claude Code files: a user prompt, the assistant's reply split into one line per
-content block (text, then ``tool_use``) under one message id, a user line carrying the
-``tool_result`` (with ``toolUseResult``), and an assistant answer; every line has ``uuid``,
-``parentUuid`` (the previous line), ``sessionId``, ``cwd``, ``timestamp`` and ``version``.
+Inputs: the ``--top`` largest data files of the corpus (``tests/corpus``, or ``$DSH_SHARED/corpus``
+when that is set; Claude Code ``subagents/`` files are imported as children of their main file, not
+on their own), and a synthetic Claude Code transcript generated into a temporary directory, sized
+so that the import yields at least ``--events`` dsh events. Its lines are shaped like the corpus's
+Claude Code files: a user prompt, the assistant's reply split into one line per content block
+(text, then ``tool_use``) under one message id, a user line carrying the ``tool_result`` (with
+``toolUseResult``), and an assistant answer; every line has ``uuid``, ``parentUuid`` (the previous
+line), ``sessionId``, ``cwd``, ``timestamp`` and ``version``.
 
 Each run is a fresh process that times, the way ``dsh import`` does it: ``detect_format``, then
 ``dsh.interop.import_file(path, format)``, then ``ImportedSession.to_session()`` for the session
@@ -36,19 +36,20 @@ from bench.bench_write import dir_bytes, fmt_rate, header_lines, medians, run_ch
 from bench.workloads import ANSWER, TOOL_OUT, USER_TEXT, existing_dir, now_ms, peak_rss_mb
 
 REPO = Path(__file__).resolve().parents[1]
-SKIP_NAMES = {"README.md", "MANIFEST.json"}
+SKIP_NAMES = {"README.md", "MANIFEST.json", "NOTICE.md"}
 
 
 def corpus_dir() -> Path:
-    """``$DSH_SHARED/corpus`` (default ``<repo>/../shared/corpus``)."""
-    return Path(os.environ.get("DSH_SHARED", str(REPO.parent / "shared"))) / "corpus"
+    """``$DSH_SHARED/corpus`` when ``DSH_SHARED`` is set, else the repository's tests/corpus."""
+    shared = os.environ.get("DSH_SHARED")
+    return Path(shared) / "corpus" if shared else REPO / "tests" / "corpus"
 
 
 def largest_corpus_files(top: int) -> list[Path]:
     """The ``top`` largest importable data files of the corpus (subagent files excluded)."""
     root = corpus_dir()
     if not root.is_dir():
-        raise SystemExit(f"corpus not found at {root}; set DSH_SHARED to the shared folder")
+        raise SystemExit(f"corpus not found at {root}; unset DSH_SHARED to use tests/corpus")
     files = [p for p in root.rglob("*") if p.is_file() and p.name not in SKIP_NAMES
              and "subagents" not in p.parts]
     files.sort(key=lambda p: (-p.stat().st_size, str(p)))

@@ -1,4 +1,4 @@
-"""Shared fixtures: dsh-written logs in the repo, the corpus outside it, a private HOME."""
+"""Shared fixtures: dsh-written logs and the third-party corpus in the repo, a private HOME."""
 
 from __future__ import annotations
 
@@ -21,9 +21,15 @@ DSH_LOGS = REPO / "tests" / "fixtures" / "dsh-logs"
 generated data, kept in the repository so interop is tested on every clone)."""
 
 
+CORPUS = REPO / "tests" / "corpus"
+"""Third-party transcripts the tests read, kept in the repository under their licences
+(``tests/corpus/NOTICE.md``; ``MANIFEST.json`` names each file's origin and licence)."""
+
+
 def shared_path() -> Path:
     """The read-only reference folder outside the repository (``$DSH_SHARED`` or
-    ``<repo>/../shared``): third-party transcripts (``corpus/``) and bench workloads."""
+    ``<repo>/../shared``): bench workloads and the peers' sources, never needed by a test
+    that a fresh clone runs."""
     return Path(os.environ.get("DSH_SHARED", REPO.parent / "shared"))
 
 

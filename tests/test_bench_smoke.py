@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, shared_path
+from tests.conftest import REPO
 
 CASES = {
     "write": ["bench.bench_write", "--events", "300", "--runs", "1"],
@@ -50,8 +50,6 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bench_script_runs_and_prints_a_table(case: str, tmp_path: Path) -> None:
-    if case == "import" and not (shared_path() / "corpus").is_dir():
-        pytest.skip(f"corpus not found under {shared_path()} (set DSH_SHARED)")
     if case == "postgres":
         from dsh.testing._stores import postgres_unreachable
         reason = postgres_unreachable()

@@ -44,7 +44,7 @@ from dsh.persistence._contract import ColdRead
 from dsh.persistence._legacy import python_stored_prescan
 from dsh.session._events import KNOWN_EVENT_TYPES, SURFACE_EVENT_TYPES, Event, as_event
 from dsh.session._session import Session
-from tests.conftest import shared_path
+from tests.conftest import DSH_LOGS
 from tests.persistence.test_legacy import LEGACY_CASES, MSG, make, stored_events
 from tests.strategies import StepClock, apply_script, examples, log_scripts
 
@@ -177,11 +177,10 @@ def test_scan_lines_expands_rows_exactly_like_python() -> None:
 
 
 def test_scan_lines_matches_python_on_every_dsh_log() -> None:
-    root = shared_path() / "dsh-logs"
+    root = DSH_LOGS
     paths = sorted(p for kind in ("jsonl", "jsonl-unpacked") for p in (root / kind).rglob(
-        "session.jsonl")) if root.is_dir() else []
-    if not paths:
-        pytest.skip(f"SKIPPED LOUDLY: no dsh logs under {shared_path()} (set DSH_SHARED)")
+        "session.jsonl"))
+    assert paths, f"no dsh logs under {root}"
     for path in paths:
         data = path.read_bytes()
         body = data[data.index(b"\n") + 1:]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,11 +13,9 @@ from dsh import transcript as tr
 from dsh.persistence import Persistence, open_backend
 from dsh.testing import LogBuilder, assistant, tool_result, user
 
-SHARED = Path(os.environ.get("DSH_SHARED", Path(__file__).resolve().parents[1] / ".." / "shared"))
-LOGS = SHARED / "dsh-logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-logs"
 
-pytestmark = [pytest.mark.skipif(not LOGS.is_dir(), reason=f"dsh-logs not found at {LOGS}"),
-              pytest.mark.no_speedups]
+pytestmark = pytest.mark.no_speedups
 
 
 @pytest.fixture(scope="module")

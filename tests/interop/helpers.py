@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -11,16 +10,14 @@ import pytest
 from dsh.interop import ImportedSession
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("DSH_SHARED", REPO.parent / "shared"))
-CORPUS = SHARED / "corpus"
+CORPUS = REPO / "tests" / "corpus"
+"""Third-party transcripts kept in the repository (licences and notices: its NOTICE.md)."""
 EXAMPLES = REPO / "src" / "dsh" / "examples" / "transcripts"
 
 
 def corpus_dir() -> Path:
     if not (CORPUS / "MANIFEST.json").is_file():
-        pytest.skip(f"SKIPPED: third-party transcripts (the shared corpus) not found at "
-                    f"{CORPUS}; this corpus test needs them (set DSH_SHARED to the folder "
-                    "holding corpus/)")
+        pytest.fail(f"the test corpus is missing from the repository ({CORPUS})")
     return CORPUS
 
 

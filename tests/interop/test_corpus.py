@@ -75,9 +75,6 @@ EXPECTED: dict[str, tuple[str, list[dict[str, Any]], dict[int, list[dict[str, An
     # 0.58 rollout: prompt at line 3; 37 function_call / 37 outputs; cut while the model works.
     "codex/rollout-2025-11-17T15-30-28-019a93b9-f380-7600-98ff-940e6b99603c.jsonl": (
         "codex", [F(1, 37, 37, **OPEN)], {}),
-    # legacy: prompts at lines 6, 23, 74; 13 function_call, 12 outputs (line 83 unanswered).
-    "codex/legacy-2025-09-10-rollout-excerpt.jsonl": (
-        "codex", [F(3, 13, 12, turns=3, **OPEN)], {}),
     # OpenAI chat: 6 tool_calls / 6 tool messages ending with the answered finish call.
     "openai-chat/openhands-sdk-fncall-messages.json": ("openai-chat", [F(1, 6, 6)], {}),
     "openai-chat/openhands-sdk-nonfncall-messages.json": ("openai-chat", [F(1, 4, 4)], {}),

@@ -26,7 +26,7 @@ CUT_SOURCES = [
     ("claude-code", CORPUS / "claude-code" / "spotter-short-interrupted.jsonl"),
     ("claude-code", CORPUS / "claude-code" / "spotter-tool-heavy-queued-interrupts.jsonl"),
     ("claude-code", CORPUS / "claude-code" / "spotter-task-subagent.jsonl"),
-    ("codex", CORPUS / "codex" / "legacy-2025-09-10-rollout-excerpt.jsonl"),
+    ("codex", EXAMPLES / "codex" / "legacy-interrupted.jsonl"),
     ("codex", CORPUS / "codex" / "agent-history-real-exec-session-01.jsonl"),
     ("claude-code", EXAMPLES / "claude-code" / "compacted.jsonl"),
     ("codex", EXAMPLES / "codex" / "rollout-compacted-aborted.jsonl"),

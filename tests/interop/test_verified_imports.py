@@ -182,7 +182,7 @@ def test_damaged_and_reordered_transcripts_import_into_logs_that_verify(
 
 def test_every_corpus_transcript_verifies() -> None:
     if not (CORPUS / "MANIFEST.json").is_file():
-        pytest.skip(f"REFERENCE DATA MISSING: no corpus at {CORPUS} (set DSH_SHARED)")
+        pytest.fail(f"the test corpus is missing from the repository ({CORPUS})")
     checked = 0
     for path in sorted(CORPUS.rglob("*")):
         if (path.suffix not in (".json", ".jsonl", ".traj", ".yaml") or "subagents" in path.parts

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -11,9 +10,9 @@ from pathlib import Path
 import dsh
 from dsh.testing._logs import assistant, fixed_clock, tool_result, user
 
-SHARED = Path(os.environ.get("DSH_SHARED", Path(__file__).resolve().parents[2] / ".." / "shared"))
-LOGS = SHARED / "dsh-logs"
-CORPUS = SHARED / "corpus"
+REPO = Path(__file__).resolve().parents[2]
+LOGS = REPO / "tests" / "fixtures" / "dsh-logs"
+CORPUS = REPO / "tests" / "corpus"
 PROJECT = "--workspace-demo-app--"
 
 HOSTILE_SCRIPT = "<script>alert('xss-script')</script>"

@@ -27,7 +27,7 @@ from tests.agent.providers.servers import ScriptedServer, Stream, anthropic_repl
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "src" / "dsh" / "examples" / "transcripts"
-CORPUS = Path(os.environ.get("DSH_SHARED", REPO.parent / "shared")) / "corpus"
+CORPUS = REPO / "tests" / "corpus"
 
 
 def import_into(tmp_path: Path, transcript: Path) -> tuple[str, str]:
@@ -96,8 +96,6 @@ def test_codex_session_continues_on_an_anthropic_server(name: str, tmp_path: Pat
 
 def test_claude_thinking_is_replayed_only_to_the_model_that_signed_it(tmp_path: Path) -> None:
     transcript = CORPUS / "claude-code" / "spotter-tool-heavy-queued-interrupts.jsonl"
-    if not transcript.is_file():
-        pytest.skip(f"REFERENCE DATA MISSING: {transcript} (set DSH_SHARED)")
     url, session_id = import_into(tmp_path, transcript)
     sent: dict[str, Any] = {}
     for model in ("claude-opus-4-6", "claude-other"):
