@@ -14,6 +14,12 @@ import dsh
 from dsh import create_user_message
 from tests.cli.test_cli import Dsh
 
+
+def render_time(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")
+
 LONG = ("Please find out why the nightly export job writes duplicated rows into the warehouse "
         "table when the upstream feed is retried")
 PARENT = "a-parent-session-with-a-rather-long-identifier-0123456789"
@@ -38,8 +44,8 @@ def test_ls_piped_prints_whole_titles_and_lineage(tmp_path: Path) -> None:
     dsh_.env.pop("COLUMNS")  # a pipe, no terminal width: values must come whole
     out = dsh_("ls", "--store", url).stdout
     assert LONG in out  # 125 characters, not cut at 80 columns
-    assert f"fork of {PARENT} @1" in out
-    assert len(out.splitlines()[1]) > 200
+    assert "fork of a-parent @1" in out  # a short unique prefix leaves the title its room
+    assert len(out.splitlines()[1]) > 150
     found = subprocess.run(["grep", "-c", "upstream feed is retried"], input=out, text=True,
                            capture_output=True, check=True).stdout
     assert found == "2\n"  # parent and child
@@ -58,7 +64,7 @@ def test_ls_terminal_layout_cuts_only_titles(tmp_path: Path) -> None:
                 for sid in ("child", PARENT)]
     table = render.render_sessions_table(rows, width=80)
     assert LONG not in table and LONG[:11] + "…" in table
-    assert f"fork of {PARENT} @1" in table
+    assert "fork of a-parent @1" in table
 
 
 def test_ls_orders_sources_without_timestamps_by_content_after_dated_ones(
@@ -75,7 +81,8 @@ def test_ls_orders_sources_without_timestamps_by_content_after_dated_ones(
     table = dsh_("ls").stdout.splitlines()
     for row in untimed:
         [line] = [x for x in table if x.startswith(row["id"])]
-        assert "  -  " in line and "2026-" not in line
+        when = render_time(row["lastActivityMs"])
+        assert f"  {when} file  -  " in line  # the file's time, said to be one
 
 
 def test_ls_fork_was_created_no_later_than_its_last_activity(tmp_path: Path) -> None:
@@ -178,3 +185,24 @@ def test_plain_ls_output_is_what_the_rich_console_prints(
     hostile = table + "\ttab\x1b[2J\r\x07 \u202e"
     assert _printed(hostile, plain=True) == _printed(hostile, plain=False)
     assert "\\x1b[2J" in _printed(hostile, plain=True) and "\t" not in _printed(hostile, plain=True)
+
+
+def test_ls_lineage_short_ids_unique_and_subagents_named_so(tmp_path: Path) -> None:
+    from tests.conftest import CORPUS
+
+    dsh_ = Dsh(tmp_path)
+    url = _store_with_long_values(tmp_path)
+    dsh_("fork", PARENT, "--at", "1", "--as", "a-parent-2", "--store", url)
+    dsh_("fork", PARENT, "--at", "1", "--as", "child", "--store", url)
+    table = dsh_("ls", "--store", url).stdout
+    # "a-parent" starts two ids: the prefix grows until it names one
+    assert "fork of a-parent-s @1" in table
+    dsh_("import", str(CORPUS / "claude-code" / "ccviewer-v1.0.108-inline-sidechain.jsonl"))
+    rows = {r["id"]: r for r in dsh_.json("ls", "--json")}
+    subagents = [r for r in rows.values() if r["parentSession"]]
+    assert len(subagents) == 2
+    table = dsh_("ls").stdout
+    for row in subagents:
+        [line] = [x for x in table.splitlines() if x.startswith(row["id"])]
+        assert f"subagent of {row['parentSession'][:8]}  " in line
+        assert row["lineage"] == f"subagent of {row['parentSession']}"

@@ -224,3 +224,88 @@ def test_a_chat_opened_and_left_writes_nothing(tmp_path: Path) -> None:
     assert events(tmp_path, session) == before
     assert dsh(tmp_path, "ls", "--json").stdout == listed  # LAST ACTIVITY did not move
     assert minted not in ids(tmp_path)
+
+
+# -- 8. settings, completion, chat commands, --wait --------------------------------------------
+
+
+def test_provider_model_and_base_url_come_from_the_environment_or_the_config_file(
+        tmp_path: Path) -> None:
+    with ScriptedServer([Stream(openai_reply("from env")), Stream(openai_reply("from file")),
+                         Stream(openai_reply("flags win"))]) as server:
+        env = {"DSH_PROVIDER": "openai-compatible", "DSH_MODEL": "env-model",
+               "DSH_BASE_URL": server.base_url}
+        ran = dsh(tmp_path, "run", "hi", env=env)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout == "from env\n"
+        (tmp_path / "home").mkdir(exist_ok=True)
+        (tmp_path / "home" / "config.toml").write_text(
+            f'provider = "openai-compatible"\nmodel = "file-model"\n'
+            f'base_url = "{server.base_url}"\n')
+        ran = dsh(tmp_path, "run", "hi")
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout == "from file\n"
+        ran = dsh(tmp_path, "run", "hi", "--model", "flag-model", env={"DSH_MODEL": "env-model"})
+        assert ran.returncode == 0, ran.stderr
+        assert [r["model"] for r in server.requests] == ["env-model", "file-model",
+                                                        "flag-model"]
+    (tmp_path / "home" / "config.toml").write_text('provider = "nope"\n')
+    bad = dsh(tmp_path, "run", "hi")
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("error[CONFIG_INVALID]: unknown provider 'nope' in config.toml")
+
+
+def test_shell_completion_completes_commands_and_options(tmp_path: Path) -> None:
+    done = dsh(tmp_path, env={"_DSH_COMPLETE": "complete_bash", "COMP_WORDS": "dsh sh",
+                              "COMP_CWORD": "1"})
+    assert done.stdout.split() == ["show"]
+    script = dsh(tmp_path, "--show-completion", env={"SHELL": "/bin/bash"})
+    assert "complete -o default -F _dsh_completion dsh" in script.stdout
+
+
+def test_run_waits_for_a_session_another_process_writes_and_says_who(tmp_path: Path) -> None:
+    from tests.cli.test_busy import _hold, _store
+
+    url = _store(tmp_path)
+    holder, release = _hold(tmp_path, url)
+    try:
+        with ScriptedServer([]) as server:
+            ran = dsh(tmp_path, "run", "hi", "--session", "held", "--store", url, "--wait",
+                      "0.2", *local(server))
+    finally:
+        release.write_text("go")
+        holder.wait(timeout=60)
+    assert ran.returncode == 1
+    [line] = [x for x in ran.stderr.splitlines() if x.startswith("error[")]
+    assert line.startswith("error[SESSION_BUSY]: session 'held' is being written by another "
+                           f"process (pid {holder.pid} on ")
+    assert " s ago)" in line and "waited 0.2 s for it" in line and " ms" not in line
+
+
+def test_chat_help_and_show_full_are_chat_commands(tmp_path: Path) -> None:
+    import pexpect
+
+    (tmp_path / "long.txt").write_text("".join(f"line {n}\n" for n in range(30)))
+    call = [("call_1", "read_file", '{"path": "long.txt"}')]
+    with ScriptedServer([Stream(openai_reply("Reading.", tool_calls=call)),
+                         Stream(openai_reply("30 lines."))]) as server:
+        chat = _chat(tmp_path, server, "--tools", "read")
+        chat.expect_exact("/help")  # the banner names it
+        chat.expect_exact("you> ")
+        chat.sendline("/help")
+        chat.expect_exact("/show [full]")
+        chat.expect_exact("/fork [SEQ]")
+        chat.expect_exact("you> ")
+        chat.sendline("read long.txt")
+        chat.expect_exact("30 lines.")
+        chat.expect_exact("you> ")
+        chat.sendline("/show")
+        chat.expect(r"more lines; /show full shows all\)")
+        chat.expect_exact("you> ")
+        chat.sendline("/show full")
+        chat.expect_exact("line 29")
+        chat.expect_exact("you> ")
+        chat.sendline("/exit")
+        chat.expect(pexpect.EOF)
+        chat.close()
+    assert "--full" not in (chat.before or "")

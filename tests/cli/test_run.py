@@ -82,9 +82,9 @@ def test_run_json_and_session_continues(tmp_path: Path) -> None:
         outcome = json.loads(first.stdout)
         assert (outcome["text"], outcome["turn"], outcome["reason"]) == (
             "Paris.", 1, {"kind": "completed"})
-        # a unique prefix names the session, as everywhere in the CLI
+        # a write names its session by its whole id (a prefix is refused: test_new_user.py)
         second = dsh(tmp_path, "run", "how many people live there?", "--session",
-                     outcome["session"][:8], *local(server))
+                     outcome["session"], *local(server))
     assert second.returncode == 0, second.stderr
     assert second.stdout == "About 2.1 million.\n"
     assert second.stderr.splitlines()[0] == f"session {outcome['session']} (resumed)"
@@ -117,7 +117,7 @@ def test_missing_key_is_one_line_naming_the_variable(tmp_path: Path) -> None:
         assert result.stderr.splitlines() == [
             f"error[MISSING_KEY]: no API key for --provider {provider}: set {variable}"]
     unknown = dsh(tmp_path, "run", "hi", "--provider", "gemini")
-    assert unknown.returncode == 1 and "choose one of deepseek, openai" in unknown.stderr
+    assert unknown.returncode == 2 and "choose one of deepseek, openai" in unknown.stderr
 
 
 def test_cli_doc_chat_lines_name_the_key_they_need(tmp_path: Path) -> None:

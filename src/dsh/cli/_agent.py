@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from dsh._errors import SessionNotFoundError
+from dsh._errors import ConfigError, SessionNotFoundError
 from dsh.agent.providers import PROVIDER_NAMES
 from dsh.cli._common import fresh_session_id
 
@@ -43,24 +43,104 @@ class Tools(enum.StrEnum):
     shell = "shell"
 
 
-def _known_provider(name: str) -> str:
+def _known_provider(name: str | None) -> str | None:
     """``--provider`` is one of the presets; anything else is a usage error (exit 2)."""
-    if name not in PROVIDER_NAMES:
+    if name is not None and name not in PROVIDER_NAMES:
         raise typer.BadParameter(f"unknown provider {name!r}; choose one of "
                                  f"{', '.join(PROVIDER_NAMES)}")
     return name
 
 
-ProviderOption = Annotated[str, typer.Option(
-    "--provider", metavar="NAME", callback=_known_provider,
-    help=f"Model provider: {', '.join(PROVIDER_NAMES)}. Keys come from DEEPSEEK_API_KEY, "
-         "OPENAI_API_KEY or ANTHROPIC_API_KEY.")]
+ProviderOption = Annotated[str | None, typer.Option(
+    "--provider", metavar="NAME", callback=_known_provider, show_default=False,
+    help=f"Model provider: {', '.join(PROVIDER_NAMES)} (default: $DSH_PROVIDER, else "
+         "provider in $DSH_HOME/config.toml, else deepseek). Keys come from "
+         "DEEPSEEK_API_KEY, OPENAI_API_KEY or ANTHROPIC_API_KEY.")]
 ModelOption = Annotated[str | None, typer.Option(
     "--model", metavar="ID", show_default=False,
-    help="Model id (default per provider: deepseek-flash, gpt-5-mini, claude-sonnet-4-5).")]
+    help="Model id (default: $DSH_MODEL, else model in $DSH_HOME/config.toml, else per "
+         "provider: deepseek-flash, gpt-5-mini, claude-sonnet-4-5).")]
 BaseUrlOption = Annotated[str | None, typer.Option(
     "--base-url", metavar="URL", show_default=False,
-    help="API root of an OpenAI-compatible server (vLLM, Ollama, OpenRouter) or a proxy.")]
+    help="API root of an OpenAI-compatible server (vLLM, Ollama, OpenRouter) or a proxy "
+         "(default: $DSH_BASE_URL, else base_url in $DSH_HOME/config.toml).")]
+
+CONFIG_FILE: Final = "config.toml"
+"""The settings file in the dsh home (``$DSH_HOME``, default ``~/.dsh``)."""
+_SETTINGS: Final = (("provider", "DSH_PROVIDER"), ("model", "DSH_MODEL"),
+                    ("base_url", "DSH_BASE_URL"))
+
+
+def _config_file() -> dict[str, str]:
+    """``provider``, ``model`` and ``base_url`` from ``$DSH_HOME/config.toml`` (if it exists).
+
+    Raises:
+        ConfigError: code ``CONFIG_INVALID``: not TOML, or a value that is not a string, or a
+            key dsh does not know (the message names the file and the key).
+    """
+    import tomllib
+
+    from dsh.cli._common import dsh_home
+
+    path = dsh_home() / CONFIG_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", code="CONFIG_INVALID",
+                          path=str(path)) from exc
+    try:
+        values = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML ({exc}); fix it or remove it",
+                          code="CONFIG_INVALID", path=str(path)) from exc
+    known = {key for key, _ in _SETTINGS}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"{path}: unknown setting {key!r}; dsh reads "
+                              f"{', '.join(sorted(known))}", code="CONFIG_INVALID",
+                              path=str(path))
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{path}: {key} must be a non-empty string, got {value!r}",
+                              code="CONFIG_INVALID", path=str(path))
+    return {key: str(value) for key, value in values.items()}
+
+
+def model_settings(provider: str | None, model: str | None,
+                   base_url: str | None) -> tuple[str, str | None, str | None]:
+    """The provider, model and base URL a ``dsh run``/``chat``/``acp`` uses.
+
+    Rule (docs/cli.md#settings): each comes from its option, else its environment variable
+    (``DSH_PROVIDER``, ``DSH_MODEL``, ``DSH_BASE_URL``), else ``$DSH_HOME/config.toml``
+    (``provider``, ``model``, ``base_url``), else the provider's preset (provider
+    ``deepseek``). A model or base URL set for one provider is not carried to another: when
+    ``--provider`` names a provider other than the configured one, the configured model and
+    base URL are not used.
+
+    Raises:
+        ConfigError: code ``CONFIG_INVALID`` for a bad config file or an unknown provider in
+            the environment or the file.
+    """
+    import os
+
+    given = {"provider": provider, "model": model, "base_url": base_url}
+    configured: dict[str, tuple[str, str]] = {}  # key -> (value, where)
+    for key, value in _config_file().items():
+        configured[key] = (value, "config.toml")
+    for key, variable in _SETTINGS:
+        if os.environ.get(variable):
+            configured[key] = (os.environ[variable], variable)
+    if "provider" in configured and configured["provider"][0] not in PROVIDER_NAMES:
+        value, where = configured["provider"]
+        raise ConfigError(f"unknown provider {value!r} in {where}; choose one of "
+                          f"{', '.join(PROVIDER_NAMES)}", code="CONFIG_INVALID")
+    chosen = provider or (configured["provider"][0] if "provider" in configured
+                          else "deepseek")
+    own = configured.get("provider", ("deepseek", ""))[0] == chosen
+    out = {key: given[key] or (configured[key][0] if key in configured and own else None)
+           for key in ("model", "base_url")}
+    return chosen, out["model"], out["base_url"]
 ToolsOption = Annotated[Tools, typer.Option(
     "--tools", help="Tools for the model: read (read-only, current directory) or shell "
                     "(read + shell commands you approve).")]

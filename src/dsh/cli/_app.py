@@ -65,7 +65,7 @@ app = typer.Typer(
     help="dsh: the durable memory of AI agents. Import, inspect, verify, repair, fork, compact "
          "and export append-only session logs.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     # Locals hold session content (user data): never print them.
     pretty_exceptions_show_locals=False,
     pretty_exceptions_enable=False,

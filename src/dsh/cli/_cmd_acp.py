@@ -22,6 +22,7 @@ from dsh.cli._agent import (
     Tools,
     ToolsOption,
     agent_options,
+    model_settings,
     tools_for,
 )
 from dsh.cli._common import StoreOption, default_store_url, store_url
@@ -31,7 +32,7 @@ __all__ = ["acp"]
 
 def acp(
     tools: ToolsOption = Tools.none,
-    provider: ProviderOption = "deepseek",
+    provider: ProviderOption = None,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     system: SystemOption = None,
@@ -58,6 +59,7 @@ def acp(
                           f"{install_hint('acp')}", code="MISSING_EXTRA") from exc
     from dsh.agent.providers import create_provider
 
+    provider, model, base_url = model_settings(provider, model, base_url)
     llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
 
     def options(cwd: str) -> dict[str, Any]:

@@ -7,7 +7,8 @@ at the prompt, ends the chat. ``dsh chat ID`` continues any stored session, incl
 imported from Claude Code or Codex, on whichever provider you choose: its recent history is
 shown first.
 
-Commands at the prompt: ``/show`` (the transcript so far), ``/fork [SEQ]`` (continue in a
+Commands at the prompt: ``/help`` (this list), ``/show [full]`` (the transcript so far),
+``/fork [SEQ]`` (continue in a
 child session that inherits events 0..SEQ, default all), ``/compact [model]`` (summarise
 older history into a checkpoint now: the offline digest, or the chat's model), ``/exit``.
 """
@@ -22,7 +23,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-import dsh
 from dsh._errors import DshError
 from dsh.agent.providers import create_provider
 from dsh.cli import _render as render
@@ -37,16 +37,18 @@ from dsh.cli._agent import (
     ToolsOption,
     agent_options,
     check_new_session_id,
+    model_settings,
     open_agent,
     tools_for,
 )
 from dsh.cli._common import (
+    DEFAULT_WAIT_S,
     StoreOption,
-    default_store_url,
+    WaitOption,
+    cli_store,
     fresh_session_id,
     source_format,
     stderr_console,
-    store_url,
 )
 from dsh.cli._live import LiveView
 from dsh.compaction import DigestSummarizer, acompact_now
@@ -63,8 +65,16 @@ PROMPT: Final = "you> "
 HISTORY_ITEMS: Final = 20
 """Transcript entries shown when a stored session is continued."""
 
-_HELP: Final = ("commands: /show, /fork [SEQ], /compact [model], /exit "
+_HELP: Final = ("commands: /help, /show [full], /fork [SEQ], /compact [model], /exit "
                  "(Ctrl+C cancels a turn)")
+_COMMANDS: Final = (
+    ("/help", "this list"),
+    ("/show [full]", "the transcript so far (full: long tool results whole)"),
+    ("/fork [SEQ]", "continue in a new session that inherits events 0..SEQ (default: all)"),
+    ("/compact [model]", "summarise older history into a checkpoint now (offline digest, or "
+                         "written by the chat's model)"),
+    ("/exit", "leave (also Ctrl+D, or Ctrl+C twice at the prompt)"),
+)
 
 
 def chat(
@@ -72,23 +82,25 @@ def chat(
         metavar="ID", show_default=False,
         help="Session to continue (see `dsh ls`); default a new session.")] = None,
     tools: ToolsOption = Tools.none,
-    provider: ProviderOption = "deepseek",
+    provider: ProviderOption = None,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     system: SystemOption = None,
     timeout: TimeoutOption = 120.0,
     context_window: ContextWindowOption = None,
     store: StoreOption = None,
+    wait: WaitOption = DEFAULT_WAIT_S,
 ) -> None:
     """Chat with a model in the terminal; the conversation is a session you can resume."""
     import asyncio  # here: the CLI starts (`dsh ls`) without asyncio and the agent loop
 
+    provider, model, base_url = model_settings(provider, model, base_url)
     llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
     options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
                             context_window=context_window)
     loop = asyncio.new_event_loop()
     try:
-        with dsh.open(store_url(store) if store else default_store_url()) as sessions:
+        with cli_store(store, wait=wait) as sessions:
             _Chat(loop, sessions, llm, options).main(session)
     finally:
         loop.run_until_complete(llm.aclose())
@@ -217,8 +229,16 @@ class _Chat:
         try:
             if name == "/exit":
                 self.quit = True
+            elif name in ("/help", "/?"):
+                width = max(len(usage) for usage, _ in _COMMANDS)
+                self.say("\n".join(f"  {usage.ljust(width)}  {what}"
+                                   for usage, what in _COMMANDS)
+                         + "\n  Ctrl+C while the model works cancels the turn")
             elif name == "/show":
-                self.show(None)
+                if rest.strip() not in ("", "full"):
+                    self.say(f"/show takes nothing or 'full', got {rest.strip()!r}")
+                    return
+                self.show(None, full=rest.strip() == "full")
             elif name == "/fork":
                 self.fork(rest.strip())
             elif name == "/compact":
@@ -228,7 +248,7 @@ class _Chat:
         except DshError as error:
             self.say(f"error[{error.code}]: {' '.join(error.message.split())}")
 
-    def show(self, last: int | None) -> None:
+    def show(self, last: int | None, *, full: bool = False) -> None:
         if self.agent is not None:
             header: Any = self.agent.session.header
             events = list(self.agent.session.events)
@@ -242,7 +262,8 @@ class _Chat:
         if last is not None:
             items = items[-last:]
         row = render.session_row(header, events, source_format=source_format(events))
-        stderr_console().print(render.render_transcript(header, items, row=row))
+        stderr_console().print(render.render_transcript(header, items, row=row, full=full,
+                                                        more_hint="/show full shows all"))
 
     def fork(self, seq_text: str) -> None:
         if seq_text and not seq_text.isdigit():

@@ -17,7 +17,6 @@ from typing import Annotated, Any, Final
 
 import typer
 
-import dsh
 from dsh.agent.providers import create_provider
 from dsh.cli import _render as render
 from dsh.cli._agent import (
@@ -30,10 +29,18 @@ from dsh.cli._agent import (
     Tools,
     ToolsOption,
     agent_options,
+    model_settings,
     open_agent,
     tools_for,
 )
-from dsh.cli._common import JsonOption, StoreOption, default_store_url, json_mode, store_url
+from dsh.cli._common import (
+    DEFAULT_WAIT_S,
+    JsonOption,
+    StoreOption,
+    WaitOption,
+    cli_store,
+    json_mode,
+)
 from dsh.cli._live import LiveView
 
 EXIT_MAX_TOKENS: Final = 3
@@ -47,13 +54,14 @@ def run_(
         "--session", metavar="ID", show_default=False,
         help="Continue this session (resumed and repaired first; created when new).")] = None,
     tools: ToolsOption = Tools.none,
-    provider: ProviderOption = "deepseek",
+    provider: ProviderOption = None,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     system: SystemOption = None,
     timeout: TimeoutOption = 120.0,
     context_window: ContextWindowOption = None,
     store: StoreOption = None,
+    wait: WaitOption = DEFAULT_WAIT_S,
     json_: JsonOption = False,
 ) -> None:
     """Ask a model one thing; the answer streams to stdout and the turn is logged.
@@ -63,10 +71,11 @@ def run_(
     import asyncio  # here: the CLI starts (`dsh ls`) without asyncio and the agent loop
 
     json_mode(json_)
+    provider, model, base_url = model_settings(provider, model, base_url)
     llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
     options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
                             context_window=context_window)
-    with dsh.open(store_url(store) if store else default_store_url()) as sessions:
+    with cli_store(store, wait=wait) as sessions:
         outcome = asyncio.run(_run(sessions, llm, session, prompt, options, json_))
     if json_:
         render.write_json(outcome)

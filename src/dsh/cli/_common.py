@@ -41,6 +41,11 @@ TRANSCRIPT_SUFFIXES: Final = frozenset({".jsonl", ".json", ".traj", ".yaml", ".y
 """File suffixes ``dsh import`` picks up when it walks a folder."""
 
 
+def dsh_home() -> Path:
+    """The dsh home folder: ``$DSH_HOME``, else ``~/.dsh`` (not created here)."""
+    return Path(os.environ.get("DSH_HOME") or Path.home() / ".dsh").expanduser().resolve()
+
+
 def default_store_url() -> str:
     """Return ``sqlite:///<$DSH_HOME or ~/.dsh>/sessions.db``, creating the home folder (0700).
 
@@ -50,7 +55,7 @@ def default_store_url() -> str:
     Raises:
         ConfigError: the home folder cannot be created (the message names it).
     """
-    home = Path(os.environ.get("DSH_HOME") or Path.home() / ".dsh").expanduser().resolve()
+    home = dsh_home()
     try:
         # Private like the files in it (0600): a new home is 0700; an existing one is the
         # user's own choice and is left as it is.

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, Final
@@ -282,7 +283,9 @@ class SessionRow:
             format name (``claude-code``, ``codex``, …).
         created_at_ms: Header ``createdAt`` (epoch ms).
         timed: False for an imported session whose source had no timestamps (the importer
-            stamped every event with one time and said so in ``import/source``).
+            stamped every event with the file's modification time and said so in
+            ``import/source``).
+        origin: Header ``origin`` (``"subagent"`` for a subagent's session) or None.
     """
 
     id: str
@@ -295,15 +298,21 @@ class SessionRow:
     source_format: str
     created_at_ms: int
     timed: bool = True
+    origin: str | None = None
 
     @property
     def lineage(self) -> str:
-        """``fork of <parent> @<seq>`` for a fork, else ``-``."""
-        if self.parent_session is None:
+        """``fork of <parent> @<seq>``, ``subagent of <parent>`` (a subagent), or ``-``."""
+        return self.lineage_with(self.parent_session)
+
+    def lineage_with(self, parent: str | None) -> str:
+        """:attr:`lineage` naming the parent as ``parent`` (a short prefix of its id)."""
+        if self.parent_session is None or parent is None:
             return "-"
-        if self.seed_length:
-            return f"fork of {self.parent_session} @{self.seed_length - 1}"
-        return f"fork of {self.parent_session}"
+        label = "subagent of" if self.origin == "subagent" else "fork of"
+        if self.seed_length and self.origin != "subagent":
+            return f"{label} {parent} @{self.seed_length - 1}"
+        return f"{label} {parent}"
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` object; its keys are stable (camelCase like dsh's wire format)."""
@@ -384,11 +393,40 @@ def entry_row(entry: ListingEntry) -> SessionRow:
         source_format=entry.source_format,
         created_at_ms=created,
         timed=entry.timed,
+        origin=entry.header.get("origin"),
     )
 
 
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+SHORT_PARENT: Final = 8
+"""Characters of a parent id LINEAGE shows at least (more where that prefix is ambiguous)."""
+
+
+def _short_ids(ids: Sequence[str], among: Sequence[str]) -> dict[str, str]:
+    """Each of ``ids`` cut to its shortest unique prefix of :data:`SHORT_PARENT`+ characters.
+
+    Unique: it starts no other id of ``among`` (the whole id when no prefix does).
+    """
+    out: dict[str, str] = {}
+    others = sorted(set(among))
+    for sid in set(ids):
+        size = SHORT_PARENT
+        while size < len(sid) and any(o != sid and o.startswith(sid[:size]) for o in others):
+            size += 1
+        out[sid] = sid[:size]
+    return out
+
+
+def activity_cell(row: SessionRow) -> str:
+    """LAST ACTIVITY of ``dsh ls``: the time, then ``file`` when it is the file's time.
+
+    ``file``: the source had no times of its own, so the import stamped its events with the
+    file's modification time.
+    """
+    return format_ms(row.last_activity_ms) + ("" if row.timed else " file")
 
 
 def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120) -> str:
@@ -399,14 +437,18 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120
     (``width`` its columns) the title takes the width left on the line, 12 to 48 characters,
     cut with an ellipsis; ``width=None`` (output piped to a program) prints every title whole.
     A narrow screen gets lines longer than the screen rather than missing data. A session
-    whose source had no timestamps shows ``-`` as its last activity.
+    whose source had no timestamps shows the file's time followed by ``file``. LINEAGE names
+    the parent by a short prefix of its id (8 characters, more where needed to be unique).
     """
-    lineages = [r.lineage for r in rows]
+    short = _short_ids([r.parent_session for r in rows if r.parent_session],
+                       [r.id for r in rows])
+    lineages = [r.lineage_with(short.get(r.parent_session or "")) for r in rows]
+    activity = [activity_cell(r) for r in rows]
     widths = {
         "ID": max([2, *(len(r.id) for r in rows)]),
         "TURNS": max([5, *(len(str(r.turns)) for r in rows)]),
         "EVENTS": max([6, *(len(str(r.events)) for r in rows)]),
-        "LAST ACTIVITY (UTC)": 19,
+        "LAST ACTIVITY (UTC)": max([19, *(len(a) for a in activity)]),
         "LINEAGE": max([7, *(len(x) for x in lineages)]),
         "SOURCE": max([6, *(len(r.source_format) for r in rows)]),
     }
@@ -415,11 +457,10 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120
     title_width = longest if width is None else max(12, min(48, longest, width - fixed))
     header = ["ID", "TITLE", "TURNS", "EVENTS", "LAST ACTIVITY (UTC)", "LINEAGE", "SOURCE"]
     cells = [header] + [[r.id, _cut(r.title or "-", title_width), str(r.turns), str(r.events),
-                         format_ms(r.last_activity_ms if r.timed else None), lineage,
-                         r.source_format]
-                        for r, lineage in zip(rows, lineages, strict=True)]
-    sizes = [widths["ID"], title_width, widths["TURNS"], widths["EVENTS"], 19,
-             widths["LINEAGE"], widths["SOURCE"]]
+                         when, lineage, r.source_format]
+                        for r, when, lineage in zip(rows, activity, lineages, strict=True)]
+    sizes = [widths["ID"], title_width, widths["TURNS"], widths["EVENTS"],
+             widths["LAST ACTIVITY (UTC)"], widths["LINEAGE"], widths["SOURCE"]]
     right = {2, 3}
     lines = []
     for row in cells:
@@ -443,12 +484,16 @@ _ROLE_STYLE: Final = {"user": "bold green", "assistant": "bold blue", "tool": "b
                       "system": "bold yellow"}
 
 
+_MORE_HINT: ContextVar[str] = ContextVar("dsh_more_hint", default="--full shows all")
+"""What a clipped block says shows the rest (``dsh show``'s ``--full``, chat's ``/show full``)."""
+
+
 def _clip(text: str, full: bool, limit: int = _TOOL_RESULT_PREVIEW_LINES) -> str:
     lines = text.rstrip("\n").split("\n")
     if full or len(lines) <= limit:
         return "\n".join(lines)
     more = plural(len(lines) - limit, "more line")
-    return "\n".join([*lines[:limit], f"… ({more}; --full shows all)"])
+    return "\n".join([*lines[:limit], f"… ({more}; {_MORE_HINT.get()})"])
 
 
 def _indent(text: str, prefix: str = "  ") -> str:
@@ -606,7 +651,8 @@ def render_show_head(header: Mapping[str, Any], row: SessionRow) -> Group:
     facts = [plural(row.events, "event"), plural(row.turns, "turn"),
              f"source {row.source_format}",
              f"created {format_ms(row.created_at_ms)} UTC",
-             f"last activity {format_ms(row.last_activity_ms)} UTC"]
+             f"last activity {format_ms(row.last_activity_ms)} UTC" if row.timed
+             else f"last activity {format_ms(row.last_activity_ms)} UTC (the file's time)"]
     if header.get("cwd"):
         facts.append(f"cwd {header['cwd']}")
     if row.parent_session:
@@ -625,7 +671,8 @@ def render_entries(entries: Iterable[Entry], *, full: bool = False) -> Group:
 
 
 def render_transcript(header: Mapping[str, Any], entries: Sequence[Entry], *,
-                      row: SessionRow, full: bool = False) -> Group:
+                      row: SessionRow, full: bool = False,
+                      more_hint: str = "--full shows all") -> Group:
     """Return the human transcript of ``dsh show``: a header block, then each entry.
 
     Args:
@@ -633,7 +680,17 @@ def render_transcript(header: Mapping[str, Any], entries: Sequence[Entry], *,
         entries: The entries to print (:func:`show_entries` of the session's transcript).
         row: The session's ``dsh ls`` row (title, counts, lineage).
         full: Print tool results and checkpoint summaries whole (else 12 lines each).
+        more_hint: What a clipped block says shows the rest (chat: ``/show full``).
     """
+    token = _MORE_HINT.set(more_hint)
+    try:
+        return _render_transcript(header, entries, row=row, full=full)
+    finally:
+        _MORE_HINT.reset(token)
+
+
+def _render_transcript(header: Mapping[str, Any], entries: Sequence[Entry], *,
+                       row: SessionRow, full: bool) -> Group:
     from rich.console import Group
 
     return Group(render_show_head(header, row), render_entries(entries, full=full))

@@ -393,10 +393,11 @@ def _decode(text: bytes, path: Path, fmt: str, line: int) -> Any:
 def read_jsonl_records(path: Path, fmt: str, *, live: bool = False) -> list[tuple[int, Any]]:
     r"""Parse a JSONL file into ``(1-based line, value)`` pairs, skipping blank lines.
 
-    Records are split on ``\\n`` only (docs/formats.md#lossless-json); a trailing ``\\r`` is tolerated. With
-    ``live`` (a log an agent appends to while it runs: Claude Code, Codex), a last line without
-    a newline that is not valid JSON is being written: it is left out and noted for
-    :func:`torn_tails` (docs/interop.md#live-transcripts), when a complete record precedes it.
+    Records are split on ``\\n`` only (docs/formats.md#lossless-json); a trailing ``\\r`` is
+    tolerated. With ``live`` (a log an agent appends to while it runs: Claude Code, Codex), a
+    last line without a newline that is not valid JSON is being written: it is left out and
+    noted for :func:`torn_tails` (docs/interop.md#live-transcripts), when a complete record
+    precedes it.
 
     Raises:
         ImportFormatError: unreadable/empty/binary file, or a line that is not JSON (a torn
