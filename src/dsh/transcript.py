@@ -421,6 +421,10 @@ class Message:
             kind and plugin (``plugin compact``, ``import``), else None.
         model: ``provider/model`` of an assistant message, or None.
         interrupted: True for the visible prefix of a cancelled stream.
+        cut_off: True for text that was streamed (``assistant/chunk`` events) when the process
+            stopped before the reply was recorded as a message: the log keeps the chunks, the
+            repair closed the step, and the model never saw this text
+            (docs/view.md#the-transcript-model).
         usage: The provider's token counts of an assistant message, or None.
         turn: The turn it belongs to (the fold's open turn), or None outside turns.
         step: The step it belongs to, or None.
@@ -440,6 +444,7 @@ class Message:
     origin: str | None = None
     model: str | None = None
     interrupted: bool = False
+    cut_off: bool = False
     usage: Mapping[str, int] | None = None
     turn: int | None = None
     step: int | None = None
@@ -470,6 +475,8 @@ class Message:
             out["model"] = self.model
         if self.interrupted:
             out["interrupted"] = True
+        if self.cut_off:
+            out["cutOff"] = True
         if self.usage is not None:
             out["usage"] = dict(self.usage)
             out["cachedShare"] = self.cached_share
@@ -927,7 +934,8 @@ class TranscriptFold:
     """
 
     __slots__ = ("_calls", "_cost", "_emit_from", "_last", "_quarantine", "_results",
-                 "_seed_length", "_step", "_summary", "_turn", "_turn_open", "_usage")
+                 "_seed_length", "_step", "_streamed", "_summary", "_turn", "_turn_open",
+                 "_usage")
 
     def __init__(self, *, result_seqs: Mapping[str, int] | None = None,
                  emit_from: int = 0, seed_length: int | None = None) -> None:
@@ -943,6 +951,7 @@ class TranscriptFold:
         self._last: tuple[int, int] | None = None
         self._summary: tuple[int, Mapping[str, Any]] | None = None  # the last compaction/summary
         self._quarantine: dict[int, str] = {}  # placeholder/restoring seq -> what it is
+        self._streamed: list[str] = []  # text deltas of the step not yet recorded as a message
 
     @property
     def open_turn(self) -> int | None:
@@ -1005,7 +1014,23 @@ class TranscriptFold:
                            reason=reason_kind, error=error, cause=cause,
                            repaired=reason_kind in ("interrupted", "forked"), usage=usage,
                            cost=cost)
+        if kind == "assistant/chunk":
+            chunk = data.get("chunk")
+            if isinstance(chunk, Mapping) and chunk.get("type") == "text-delta" and isinstance(
+                    chunk.get("text"), str):
+                self._streamed.append(chunk["text"])
+            return None
+        if kind == "step/end" and self._streamed:
+            # The step ended with streamed text no assistant/message recorded: the process
+            # stopped mid-reply and the repair closed the step.
+            text, self._streamed = "".join(self._streamed), []
+            if text.strip():
+                return Message(seq=seq, time=time, role="assistant",
+                               blocks=(TextBlock(text=text),), cut_off=True, turn=self._turn,
+                               step=self._step)
+            return None
         if kind == "step/start":
+            self._streamed = []
             step = data.get("step")
             self._step = step if type(step) is int else None
             return StepStart(seq=seq, time=time, turn=self._turn, step=self._step)
@@ -1015,6 +1040,8 @@ class TranscriptFold:
                 self._remember(call_id, str(data.get("name")), seq, replace=True)
             return None
         if kind in _MESSAGE_TYPES:
+            if kind == "assistant/message":
+                self._streamed = []
             replaced = _replace_range(event.get("surfaceOp"))
             if replaced is not None:
                 made = self._replacement(event, data, replaced, seq, time, self._summary)

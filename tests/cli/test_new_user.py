@@ -309,3 +309,40 @@ def test_chat_help_and_show_full_are_chat_commands(tmp_path: Path) -> None:
         chat.expect(pexpect.EOF)
         chat.close()
     assert "--full" not in (chat.before or "")
+
+
+# -- 5. text streamed before a kill is shown, marked cut off ----------------------------------
+
+
+def test_text_streamed_before_a_kill_shows_in_the_transcript_marked_cut_off(
+        tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from tests.agent.providers.servers import Stall
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and not k.startswith("DSH_")}
+    env.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)})
+    with ScriptedServer([Stall(openai_reply("Half an answer, then")[:3])]) as server:
+        child = subprocess.Popen([*DSH, "run", "question", "--session", "cut",
+                                  *local(server)], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+        try:
+            # the streamed chunk is durable once another process reads it from the store
+            while not any(e["type"] == "assistant/chunk"
+                          for e in (events(tmp_path, "cut") if ids(tmp_path) else [])):
+                assert child.poll() is None, "dsh run ended before streaming"
+                time.sleep(0.05)
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.communicate(timeout=60)
+    assert dsh(tmp_path, "resume", "cut").returncode == 0
+    shown = dsh(tmp_path, "show", "cut")
+    assert shown.returncode == 0, shown.stderr
+    assert "CUT OFF" in shown.stdout
+    [line] = [x for x in shown.stdout.splitlines() if "Half an" in x]
+    assert "Half an" in line
+    items = json.loads(dsh(tmp_path, "show", "cut", "--json").stdout)["items"]
+    [cut] = [i for i in items if i.get("cutOff")]
+    assert cut["role"] == "assistant" and cut["blocks"][0]["text"].startswith("Half an")

@@ -564,6 +564,9 @@ def _render_entry(entry: Entry, full: bool) -> Iterator[RenderableType]:
             head.append(f"  ({origin})", style="dim")
         if isinstance(entry, Message) and entry.interrupted:
             head.append("  INTERRUPTED (partial output)", style="bold yellow")
+        if isinstance(entry, Message) and entry.cut_off:
+            head.append("  CUT OFF (streamed when the process stopped; never recorded as a "
+                        "reply, the model did not see it)", style="bold yellow")
         yield head
         yield from _render_blocks(entry.blocks, full, clip_text=role == "tool")
     elif isinstance(entry, Checkpoint):
