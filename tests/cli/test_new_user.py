@@ -346,3 +346,46 @@ def test_text_streamed_before_a_kill_shows_in_the_transcript_marked_cut_off(
     items = json.loads(dsh(tmp_path, "show", "cut", "--json").stdout)["items"]
     [cut] = [i for i in items if i.get("cutOff")]
     assert cut["role"] == "assistant" and cut["blocks"][0]["text"].startswith("Half an")
+
+
+# -- 6. a failed dsh run leaves no session -------------------------------------------------------
+
+
+def test_a_run_refused_by_the_server_or_unreachable_creates_no_session(tmp_path: Path) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class RefusesTheKey(BaseHTTPRequestHandler):
+        def _refuse(self) -> None:
+            body = json.dumps({"error": {"message": "Incorrect API key provided",
+                                         "type": "invalid_request_error",
+                                         "code": "invalid_api_key"}}).encode()
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _refuse
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RefusesTheKey)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        refused = dsh(tmp_path, "run", "hi", "--provider", "openai-compatible", "--model", "m",
+                      "--base-url", f"http://127.0.0.1:{server.server_port}/v1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error[AUTHENTICATION]: ")
+    assert "no session was created" in refused.stderr
+    gone = dsh(tmp_path, "run", "hi", "--provider", "openai-compatible", "--model", "m",
+               "--base-url", f"http://127.0.0.1:{server.server_port}/v1", "--session", "named")
+    assert gone.returncode == 1
+    assert gone.stderr.startswith("error[NETWORK]: ")
+    listed = dsh(tmp_path, "ls", "--json")
+    assert json.loads(listed.stdout or "[]") == []

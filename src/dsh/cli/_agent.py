@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from dsh._errors import ConfigError, SessionNotFoundError
+from dsh._errors import ConfigError, LlmFailureError, SessionNotFoundError
 from dsh.agent.providers import PROVIDER_NAMES
 from dsh.cli._common import fresh_session_id
 
@@ -223,6 +223,42 @@ def check_new_session_id(store: Store, session_id: str) -> None:
             f"writes takes the whole id: pass {matches[0]} to continue that one, "
             "or a name no stored id starts with for a new session",
             code="SESSION_ID_PREFIX", session_id=session_id)
+
+
+_REFUSED: Final = {"AuthenticationError": "AUTHENTICATION",
+                   "PermissionDeniedError": "PERMISSION_DENIED",
+                   "APIConnectionError": "NETWORK"}
+"""SDK errors of the model-list probe that mean no request of this run could succeed."""
+
+
+async def check_reachable(llm: Any) -> None:
+    """Before a new session is created: the provider's server answers and takes the key.
+
+    Rule (docs/cli.md#settings): ``dsh run`` asks the provider's model list (no tokens spent,
+    no retries) before it creates a session, so a refused key or a server it cannot reach
+    ends the command with nothing written; any other answer (a server without a model list)
+    lets the run go on, and the model call reports what is wrong.
+
+    Raises:
+        LlmFailureError: ``AUTHENTICATION``, ``PERMISSION_DENIED`` or ``NETWORK``.
+    """
+    client = getattr(llm, "client", None)
+    with_options = getattr(client, "with_options", None)
+    if with_options is None:
+        return
+    try:
+        await with_options(max_retries=0).models.list()
+    except Exception as exc:  # the SDK's own error classes, told apart by name below
+        names = [klass.__name__ for klass in type(exc).__mro__]
+        code = next((_REFUSED[name] for name in names if name in _REFUSED), None)
+        if code is None:
+            return
+        what = ("the server cannot be reached" if code == "NETWORK"
+                else "the server refused the key")
+        raise LlmFailureError(
+            f"{llm.name} model {llm.model}: {what} ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:200]}); no session was created. Check "
+            "--base-url and the key variable, then run the command again", code=code) from exc
 
 
 async def open_agent(store: Store, provider: Any, session_id: str | None, *,

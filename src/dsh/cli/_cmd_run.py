@@ -29,6 +29,7 @@ from dsh.cli._agent import (
     Tools,
     ToolsOption,
     agent_options,
+    check_reachable,
     model_settings,
     open_agent,
     tools_for,
@@ -87,6 +88,8 @@ def run_(
 async def _run(sessions: Any, llm: Any, session_id: str | None, prompt: str,
                options: dict[str, Any], json_: bool) -> dict[str, Any]:
     try:
+        if session_id is None or not sessions.exists(session_id):
+            await check_reachable(llm)  # a new session is created only for a model that answers
         agent, resumed = await open_agent(sessions, llm, session_id, options=options)
         live = agent.session
         sys.stderr.write(f"session {live.id}" + (" (resumed)\n" if resumed else "\n"))
