@@ -269,3 +269,14 @@ def test_the_citation_checks_catch_what_they_look_for() -> None:
     assert _ISSUE.search("(issue 9 item 20)") and _ISSUE.search("see #19") is None
     assert _ISSUE.search("(see #19)") and not _ISSUE.search("events #0-#4")
     assert _DOC_REF.fullmatch("docs/rules.md#request--projection")
+
+
+def test_events_page_lists_every_event_type_in_one_table() -> None:
+    from dsh.agent._effects import EFFECT_EVENT_TYPES
+    from dsh.session._events import KNOWN_EVENT_TYPES
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "events.md").read_text()
+    table = page[page.index("## Every event type"):page.index("## The envelope")]
+    for name in sorted({*KNOWN_EVENT_TYPES, *EFFECT_EVENT_TYPES, "import/source",
+                        "quarantine/apply", "quarantine/release", "redaction/applied"}):
+        assert f"`{name}`" in table, name

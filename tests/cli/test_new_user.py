@@ -389,3 +389,28 @@ def test_a_run_refused_by_the_server_or_unreachable_creates_no_session(tmp_path:
     assert gone.stderr.startswith("error[NETWORK]: ")
     listed = dsh(tmp_path, "ls", "--json")
     assert json.loads(listed.stdout or "[]") == []
+
+
+# -- 9. the transcript as Markdown or HTML -------------------------------------------------------
+
+
+def test_export_markdown_and_html_carry_the_transcript_with_session_text_escaped(
+        tmp_path: Path) -> None:
+    hostile = "<script>alert('x')</script> ``` **bold** \x1b[31m"
+    with ScriptedServer([Stream(openai_reply("Fine: <b>done</b> ```"))]) as server:
+        ran = dsh(tmp_path, "run", hostile, "--session", "doc", *local(server))
+    assert ran.returncode == 0, ran.stderr
+    md = dsh(tmp_path, "export", "doc", "--format", "markdown")
+    assert md.returncode == 0, md.stderr
+    assert md.stdout.startswith("# Session doc\n")
+    assert "## Turn 1" in md.stdout and "**user #" in md.stdout
+    assert "\x1b" not in md.stdout and "\\x1b[31m" in md.stdout
+    assert "\n````text\n<script>alert('x')</script> ``` **bold**" in md.stdout  # fenced
+    assert "\n````text\nFine: <b>done</b> ```\n````\n" in md.stdout
+    page = dsh(tmp_path, "export", "doc", "--format", "html", "-o", str(tmp_path / "t.html"))
+    assert page.returncode == 0, page.stderr
+    text = (tmp_path / "t.html").read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    assert "<script>" not in text and "&lt;script&gt;alert(&#x27;x&#x27;)" in text
+    assert "&lt;b&gt;done&lt;/b&gt;" in text and "<b>" not in text
+    assert "\x1b" not in text

@@ -46,6 +46,8 @@ class ExportFormat(enum.StrEnum):
     inspect = "inspect"
     claude_code = "claude-code"
     codex = "codex"
+    markdown = "markdown"
+    html = "html"
 
 
 _STANDARD: Final = frozenset({ExportFormat.otel, ExportFormat.atif, ExportFormat.inspect,
@@ -94,7 +96,8 @@ def export(
     openai, anthropic: the request body of the model view; dsh-jsonl: the log itself; otel:
     its OpenTelemetry GenAI spans as OTLP/JSON; atif, inspect: an ATIF trajectory or an Inspect
     AI eval log of the whole history; claude-code, codex: a session file that agent resumes
-    (--install puts it where the agent lists its sessions) (docs/standards.md).
+    (--install puts it where the agent lists its sessions) (docs/standards.md); markdown,
+    html: the transcript dsh show prints, as a document.
     """
     with progress("exporting") as bar:
         bar.describe("reading the log")
@@ -110,11 +113,26 @@ def export(
                               f"{format.value}")
         if format is ExportFormat.dsh_jsonl:
             data = _dsh_jsonl(read)
+        elif format in (ExportFormat.markdown, ExportFormat.html):
+            data = _document(read, str(format.value)).encode("utf-8",
+                                                              errors="backslashreplace")
         else:
             view = model_view(read, str(format.value), target_model)
             text = render.json_text(view, indent=2) + "\n"
             data = text.encode("utf-8", errors="backslashreplace")
     write_output(data, output)
+
+
+def _document(read: Inspection, fmt: str) -> str:
+    """The human transcript of ``dsh show`` as a Markdown or HTML document."""
+    from dsh.cli._common import source_format
+    from dsh.cli._document import to_html, to_markdown
+    from dsh.transcript import build
+
+    events = read.stored_events
+    row = render.session_row(read.header, events, source_format=source_format(events))
+    entries = render.show_entries(build(events, header=read.header))
+    return (to_markdown if fmt == "markdown" else to_html)(read.header, entries, row)
 
 
 def stored_log(persistence: Persistence, read: Inspection) -> Any:
