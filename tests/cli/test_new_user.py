@@ -414,3 +414,35 @@ def test_export_markdown_and_html_carry_the_transcript_with_session_text_escaped
     assert "<script>" not in text and "&lt;script&gt;alert(&#x27;x&#x27;)" in text
     assert "&lt;b&gt;done&lt;/b&gt;" in text and "<b>" not in text
     assert "\x1b" not in text
+
+
+# -- 9. colour on a terminal, none in a pipe ---------------------------------------------------
+
+
+def test_colour_on_a_terminal_only(tmp_path: Path) -> None:
+    import pexpect
+
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("DSH_") and k not in ("NO_COLOR", "TERM")}
+    env.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path),
+                "TERM": "xterm-256color", "COLUMNS": "160"})
+
+    def on_terminal(*args: str) -> str:
+        child = pexpect.spawn(sys.executable, ["-m", "dsh.cli", *args], env=env,
+                              cwd=str(tmp_path), encoding="utf-8", timeout=90)
+        child.expect(pexpect.EOF)
+        child.close()
+        return child.before or ""
+
+    listed = on_terminal("ls")
+    assert "\x1b[1mID" in listed  # the column heads in bold
+    shown = on_terminal("show", "22222222")
+    assert "\x1b[" in shown and "Delete the build folder" in shown
+    failed = on_terminal("show", "nope")
+    assert "\x1b[1;31merror[SESSION_NOT_FOUND]\x1b[0m" in failed
+    piped = dsh(tmp_path, "ls")
+    assert "\x1b" not in piped.stdout
+    assert "\x1b" not in dsh(tmp_path, "show", "nope").stderr
+    env["NO_COLOR"] = "1"
+    assert "\x1b[" not in on_terminal("show", "nope")

@@ -66,8 +66,14 @@ def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
     elif rows:
         console = stdout_console()
         width = console.width if console.is_terminal else None  # piped: whole values
-        console.print(render.render_sessions_table(rows, width=width), markup=False,
-                      highlight=False)
+        table = render.render_sessions_table(rows, width=width)
+        head, _, body = table.partition("\n")
+        from rich.text import Text  # a terminal: the column heads stand out (colour rules:
+        # make_console; NO_COLOR and TERM=dumb turn it off)
+
+        console.print(Text(head, style="bold"), markup=False, highlight=False)
+        if body:
+            console.print(body, markup=False, highlight=False)
     elif not unreadable:
         render.print_text("no sessions in the store; 'dsh import' adds some (try "
                           "'dsh import --examples')", stderr=True)

@@ -90,11 +90,25 @@ def format_error_line(error: DshError) -> str:
     return printable(f"error[{error.code}]: {message}{suffix}")
 
 
+def _coloured(line: str) -> str:
+    """``line`` with its ``error[CODE]`` in red when stderr is a terminal that takes colour.
+
+    Rule (docs/cli.md#exit-status-and-errors): colour only on a terminal, never with
+    ``NO_COLOR`` set or ``TERM=dumb``.
+    """
+    isatty = getattr(sys.stderr, "isatty", None)
+    if (not (isatty is not None and isatty()) or os.environ.get("NO_COLOR")
+            or os.environ.get("TERM") == "dumb" or not line.startswith("error[")):
+        return line
+    code, sep, rest = line.partition("]")
+    return f"\x1b[1;31m{code}{sep}\x1b[0m{rest}"
+
+
 def _print_dsh_error(error: DshError) -> None:
     if STATE.json:
         sys.stderr.write(json.dumps(error.to_json(), ensure_ascii=False) + "\n")
     else:
-        sys.stderr.write(format_error_line(error) + "\n")
+        sys.stderr.write(_coloured(format_error_line(error)) + "\n")
 
 
 def _print_usage_error(error: typer.TyperException) -> None:
