@@ -13,7 +13,7 @@ from dsh import transcript as tr
 from dsh.persistence import Persistence, open_backend
 from dsh.testing import LogBuilder, assistant, tool_result, user
 
-LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-logs"
+LOGS = Path(__file__).resolve().parent / "fixtures" / "dsh-logs"
 
 pytestmark = pytest.mark.no_speedups
 

@@ -1,4 +1,4 @@
-"""What a new user hit (issue 23), each as a real ``dsh`` process on a real store."""
+"""What a new user hit on a fresh clone, each as a real ``dsh`` process on a real store."""
 
 from __future__ import annotations
 
