@@ -458,6 +458,29 @@ class _Tail:
     header_digest: str = ""
 
 
+SEAL_RECORD_BYTES: Final = 64 * 1024
+"""A seal record covers at most about this many bytes of a batch (whole lines; a longer line
+gets a record of its own), so a verified page-in reads about a page, not a whole import."""
+
+
+def _seal_records(content: bytes, start: int) -> list[tuple[int, int, int]]:
+    """Seal records over ``content`` (the log's bytes from ``start``), split at line ends.
+
+    Rule: docs/formats.md#integrity-seals (records are contiguous; one batch may have several).
+    """
+    records: list[tuple[int, int, int]] = []
+    pos, size = 0, len(content)
+    while pos < size:
+        cut = size
+        if size - pos > SEAL_RECORD_BYTES:
+            cut = content.rfind(b"\n", pos, pos + SEAL_RECORD_BYTES) + 1
+            if cut <= pos:  # one line longer than a record: the whole line
+                cut = content.find(b"\n", pos + SEAL_RECORD_BYTES) + 1 or size
+        records.append((start + pos, start + cut, crc_of(content[pos:cut])))
+        pos = cut
+    return records
+
+
 class JsonlHandle(HandleBase):
     """A handle on one JSONL session (contract: :class:`~dsh.persistence._contract.Handle`)."""
 
@@ -876,22 +899,23 @@ class JsonlHandle(HandleBase):
         try:
             if content is None:
                 content = os.pread(self._append_fd(), end - start, start)
-            record = (start, end, crc_of(content))
+            records = _seal_records(content, start)
         except Exception as exc:  # not sealed now: the next flush seals these bytes too
             self.after_commit.failed("seal", exc, "the next flush seals these bytes")
             return
         try:
             if tail.seal_rewrite:
-                reset_seal(self._seal_path(), b"", [*tail.seals, record])
+                reset_seal(self._seal_path(), b"", [*tail.seals, *records])
                 tail.seal_rewrite = False
             else:
-                append_seal(self._seal_path(), *record)
+                for record in records:
+                    append_seal(self._seal_path(), *record)
         except Exception as exc:  # the batch is durable: a seal failure never fails it
             # kept in memory: the next seal write rewrites the whole file, this record included
             tail.seal_rewrite = True
             self.after_commit.failed("seal", exc, f"the next flush rewrites the integrity "
                                                   f"seal {self._seal_path()} whole")
-        tail.seals.append(record)
+        tail.seals.extend(records)
 
     def rewrite(self, events: Sequence[Event], *, scrub: bool = True
                 ) -> list[dict[str, object]]:
