@@ -1,27 +1,34 @@
 """dsh view: time to the first screen and server memory, for big sessions and a big store.
 
 For sessions of 10k, 100k and 1M events (msg turns, uncompacted, written through a store so the
-writer keeps its restore points) on JSONL and SQLite, and for a store of 5,000 small sessions,
-this starts the real ``dsh view`` command, requests the session page (the first screen: the
-latest page of 500 events, rendered on the server) and the model pane (loaded by the page after
-the first screen), and reads the server's resident memory (VmRSS after, VmHWM peak) from /proc.
+writer keeps its restore points) on JSONL, SQLite and PostgreSQL, and for a store of 5,000 small
+sessions, this starts the real ``dsh view`` command, requests the session page (the first
+screen: the latest page of 500 events, rendered on the server) and the model pane (loaded by the
+page after the first screen), and reads the server's resident memory (VmRSS after, VmHWM peak)
+from /proc. PostgreSQL keeps no restore points; ``--no-restore-point`` adds each JSONL and
+SQLite session again with its restore point moved aside while it is measured (what an import
+or an older log looks like: SQLite is then paged by seq range, JSONL read in full).
 
-    python -m bench.bench_view [--sizes 10000,100000,1000000] [--backends jsonl,sqlite]
-                               [--sessions 5000] [--runs 3]
+    python -m bench.bench_view [--sizes 10000,100000,1000000] [--backends jsonl,sqlite,postgresql]
+                               [--sessions 5000] [--runs 3] [--no-restore-point]
+                               [--server postgresql://postgres@127.0.0.1:5432/test]
 
-Built stores are cached under bench/out/view-cache (delete it to rebuild); with ``--dir DIR``
-they are built under DIR and removed at the end.
+Built stores are cached under bench/out/view-cache (delete it to rebuild; PostgreSQL stores in
+schemas ``dsh_bench_view_*`` of the server's database); with ``--dir DIR`` they are built under
+DIR and removed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +40,38 @@ SESSION_ID = "bench"
 _CACHE_VERSION = 1
 
 
-def store_url(backend: str, root: Path) -> str:
+PG_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def store_url(backend: str, root: Path, server: str = PG_SERVER) -> str:
+    if backend == "postgresql":  # one schema per built store, named after its cache folder
+        schema = "dsh_bench_view_" + root.name.replace("-", "_")
+        return f"{server}{'&' if '?' in server else '?'}schema={schema}"
     return f"sqlite:{root / 'store.db'}" if backend == "sqlite" else f"jsonl:{root / 'store'}"
+
+
+def restore_points(url: str) -> Path | None:
+    """Where a built store keeps the bench session's restore point (None: it keeps none)."""
+    if url.startswith("sqlite:"):
+        return Path(url[len("sqlite:"):] + ".dsh-checkpoints")
+    if url.startswith("jsonl:"):
+        found = sorted(Path(url[len("jsonl:"):]).rglob("*.ckpt"))
+        return found[0] if found else None
+    return None
+
+
+@contextlib.contextmanager
+def without_restore_point(url: str) -> Iterator[None]:
+    """The store with its restore point renamed aside (put back after)."""
+    path = restore_points(url)
+    if path is None or not path.exists():
+        raise SystemExit(f"no restore point to move aside in {url}")
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)
+    try:
+        yield
+    finally:
+        aside.rename(path)
 
 
 def build_session(url: str, events: int) -> None:
@@ -67,10 +104,10 @@ def build_many(url: str, sessions: int) -> None:
             store.dispose(session)
 
 
-def cached(cache: Path, kind: str, backend: str, size: int) -> str:
+def cached(cache: Path, kind: str, backend: str, size: int, server: str = PG_SERVER) -> str:
     root = cache / f"v{_CACHE_VERSION}-{backend}-{kind}-{size}"
     done = root / "done"
-    url = store_url(backend, root)
+    url = store_url(backend, root, server)
     if not done.exists():
         import shutil
         shutil.rmtree(root, ignore_errors=True)
@@ -136,7 +173,10 @@ def measure(url: str, path: str, runs: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
-    parser.add_argument("--backends", default="jsonl,sqlite")
+    parser.add_argument("--backends", default="jsonl,sqlite,postgresql")
+    parser.add_argument("--no-restore-point", action="store_true",
+                        help="also measure each JSONL and SQLite session without its restore point")
+    parser.add_argument("--server", default=PG_SERVER, help="PostgreSQL server and database")
     parser.add_argument("--sessions", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true")
@@ -168,11 +208,16 @@ def _run(args: argparse.Namespace, cache: Path) -> list[dict[str, Any]]:
     rows = []
     for backend in args.backends.split(","):
         for size in [int(s) for s in args.sizes.split(",") if s]:
-            url = cached(cache, "session", backend, size)
+            url = cached(cache, "session", backend, size, args.server)
             rows.append({"case": f"{backend} session {size:,} events", "page": "/s/bench",
                          **measure(url, f"/s/{SESSION_ID}", args.runs)})
+            if args.no_restore_point and backend != "postgresql":
+                with without_restore_point(url):
+                    rows.append({"case": f"{backend} session {size:,} events, no restore point",
+                                 "page": "/s/bench",
+                                 **measure(url, f"/s/{SESSION_ID}", args.runs)})
         if args.sessions:
-            url = cached(cache, "store", backend, args.sessions)
+            url = cached(cache, "store", backend, args.sessions, args.server)
             rows.append({"case": f"{backend} store of {args.sessions:,} sessions", "page": "/",
                          **measure(url, "/", args.runs)})
     return rows

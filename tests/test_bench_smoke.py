@@ -41,6 +41,9 @@ CASES = {
                           "1"],
     "view": ["bench.bench_view", "--sizes", "300", "--sessions", "5", "--runs", "1",
              "--backends", "jsonl,sqlite"],
+    # 5,000 events: a restore point to move aside, and enough events to page by range
+    "view-no-restore-point": ["bench.bench_view", "--sizes", "5000", "--sessions", "0",
+                              "--runs", "1", "--backends", "sqlite", "--no-restore-point"],
     # the peer is never looked for here: ours beside dsh-baseline.md
     "side-by-side": ["bench.side_by_side", "--sizes", "300", "--runs", "1", "--flush-events",
                      "300", "--derive-surface", "300", "--derive-runs", "1",

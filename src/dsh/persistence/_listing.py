@@ -538,14 +538,16 @@ def sqlite_entries(backend: Any) -> tuple[list[ListingEntry], list[str]]:
                 f"('session/title', '{SOURCE_EVENT_TYPE}', 'request/header', 'request/context')"
                 " OR (type = 'user/message' AND surface_op = '\"append\"') "
                 "ORDER BY session_id, seq").fetchall()
-            # the first row and the first assistant message of each session (index probes)
+            # the first row (seq 0) and the first assistant message of each session (index
+            # probes, not a scan)
             firsts = conn.execute(
+                f"SELECT e.session_id, {row_columns.format(p='e.')} FROM sessions AS s JOIN "
+                "events AS e ON e.session_id = s.id AND e.seq = 0").fetchall()
+            answers = conn.execute(
                 f"SELECT session_id, {row_columns.format(p='')} FROM events WHERE rowid IN ("
-                "SELECT (SELECT rowid FROM events WHERE session_id = s.id ORDER BY seq LIMIT 1) "
-                "FROM sessions AS s UNION ALL SELECT (SELECT rowid FROM events WHERE "
-                "session_id = s.id AND type = 'assistant/message' ORDER BY seq LIMIT 1) FROM "
-                "sessions AS s) ORDER BY session_id, seq").fetchall()
-            replies, bad_replies = _reply_models(conn, firsts, row_columns.format(p=''),
+                "SELECT (SELECT rowid FROM events WHERE session_id = s.id AND type = "
+                "'assistant/message' ORDER BY seq LIMIT 1) FROM sessions AS s)").fetchall()
+            replies, bad_replies = _reply_models(conn, answers, row_columns.format(p=''),
                                                  version)
         finally:
             conn.execute("COMMIT")
@@ -558,7 +560,7 @@ def sqlite_entries(backend: Any) -> tuple[list[ListingEntry], list[str]]:
     models: dict[str, str] = {}
     first_times: dict[str, int] = {}
     damaged: set[str] = set()
-    for sid, *row in firsts:  # in seq order: a session's first row comes first
+    for sid, *row in firsts:
         if sid not in first_times:
             try:
                 first_times[sid] = int(decode_row(tuple(row), version)[0]["time"])

@@ -169,14 +169,15 @@ def session_rows(infos: Sequence[Any], parents: Mapping[str, int]) -> markupsafe
         out.append(
             f'<tr><td><a href="{link}">{esc(printable(sid))}</a></td>'
             f'<td class="title">{esc(printable(s.title or "-"))}</td>'
-            f'<td>{esc(printable(s.source))}</td>'
+            f'<td class="src">{esc(printable(s.source))}</td>'
             f'<td class="model">{esc(printable(s.model or "-"))}</td>'
             f'<td class="cwd">{esc(printable(s.cwd or ""))}</td>'
-            f'<td>{_cell_ms(s.first_activity_ms) if s.timed else "-"}</td>'
-            f'<td>{_cell_ms(s.last_activity_ms) if s.timed else "-"}</td>'
+            f'<td class="time">{_cell_ms(s.first_activity_ms) if s.timed else "-"}</td>'
+            f'<td class="time">{_cell_ms(s.last_activity_ms) if s.timed else "-"}</td>'
             f'<td class="num">{s.turns}</td><td class="num">{s.events:,}</td>'
             f'<td class="num">{size_text(s.size_bytes)}</td>'
-            f'<td>{_cell_ms(s.created_ms)}</td><td>{lineage}</td></tr>')
+            f'<td class="time">{_cell_ms(s.created_ms)}</td><td class="lineage">{lineage}</td>'
+            '</tr>')
     return markupsafe.Markup("\n".join(out))
 
 
