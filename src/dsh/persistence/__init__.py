@@ -171,7 +171,7 @@ def open_backend(url: str) -> Backend:
         return MemoryBackend(url=url)
     if scheme in ("postgresql", "postgres"):
         # Imported lazily: psycopg is the optional ``postgres`` extra.
-        from dsh.persistence.postgres._backend import open_postgres
+        from dsh.persistence.postgres import open_postgres
         return open_postgres(url)
     if scheme in ("jsonl", "jsonl+zstd"):
         compression: Literal["none", "zstd"] = "zstd" if scheme == "jsonl+zstd" else "none"
@@ -193,7 +193,7 @@ def open_backend(url: str) -> Backend:
             else:
                 raise ConfigError(f"store URL {url!r}: unknown option {key!r}; jsonl stores "
                                   f"take compression and pack_chunks", path=url)
-        from dsh.persistence.jsonl._backend import JsonlBackend
+        from dsh.persistence.jsonl import JsonlBackend
         return JsonlBackend(_url_path(url, len(scheme), rest), compression=compression,
                             pack_chunks=pack_chunks, url=url)
     if scheme == "sqlite":
@@ -205,10 +205,8 @@ def open_backend(url: str) -> Backend:
             raise ConfigError(f"store URL {url!r}: schema={schema!r} is not 17 (default) or 14 "
                               f"(readable by the published dsh SQLite backend)", path=url)
         # Imported lazily: the SQLite backend is optional at import time.
-        sqlite_module = importlib.import_module("dsh.persistence.sqlite._backend")
-        backend: Backend = sqlite_module.SqliteBackend(_url_path(url, len(scheme), rest),
-                                                       schema=int(schema))
-        return backend
+        from dsh.persistence.sqlite import SqliteBackend
+        return SqliteBackend(_url_path(url, len(scheme), rest), schema=int(schema))
     raise ConfigError(f"store URL {url!r}: unknown scheme {scheme!r}; expected jsonl, "
                       f"jsonl+zstd, sqlite, postgresql or memory", path=url)
 

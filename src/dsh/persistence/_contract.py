@@ -20,12 +20,15 @@ Shapes:
 
 from __future__ import annotations
 
+import json as std_json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
 
+from dsh._errors import SessionFormatUnsupportedError
 from dsh.json import FrozenDict
+from dsh.session import SESSION_FORMAT_VERSION
 
 if TYPE_CHECKING:
     from dsh.session import Event
@@ -43,6 +46,7 @@ __all__ = [
     "SessionSummary",
     "TornTail",
     "check_session_id",
+    "format_version_refusal",
     "normalize_header",
     "session_id_problem",
 ]
@@ -353,7 +357,7 @@ def session_id_problem(session_id: str) -> str | None:
     docs/formats.md#layout-and-path-encoding: a non-``[A-Za-z0-9._-]`` UTF-16 unit takes 5 bytes) is
     at most 255 bytes.
     """
-    from dsh.persistence.jsonl._format import encode_segment
+    from dsh.persistence._paths import encode_segment
 
     if not session_id:
         return "it is empty"
@@ -442,3 +446,30 @@ def normalize_header(header: Mapping[str, object]) -> FrozenDict:
             raise bad(key, '"subagent"', value)
         out[key] = value
     return FrozenDict(out)
+
+
+def format_version_refusal(session_id: object, version: object, *,
+                           path: str | None = None) -> SessionFormatUnsupportedError:
+    """Build the refusal for a foreign format version, naming the direction.
+
+    Rule: docs/formats.md#the-session-header.
+
+    Newer (``version > 0``): the log is intact and this dsh must be upgraded. Older or not an
+    integer: no upgrade path ships. Neither says the log is corrupt.
+    """
+    sid = session_id if isinstance(session_id, str) else std_json.dumps(session_id)
+    raw = f" (raw log: {path})" if path else ""
+    if isinstance(version, int | float) and not isinstance(version, bool) \
+            and version > SESSION_FORMAT_VERSION:
+        message = (f'session "{sid}" uses log format v{version}, newer than the '
+                   f"v{SESSION_FORMAT_VERSION} this dsh reads; the log is not damaged, upgrade "
+                   f"dsh to open it{raw}")
+        code = "FORMAT_NEWER"
+    else:
+        message = (f'session "{sid}" uses log format v{version}, older than the '
+                   f"v{SESSION_FORMAT_VERSION} this dsh reads, and no upgrade path for it ships "
+                   f"with this dsh{raw}")
+        code = "FORMAT_OLDER"
+    return SessionFormatUnsupportedError(
+        message, code=code, session_id=sid, path=path,
+        version=version if isinstance(version, int) and not isinstance(version, bool) else None)

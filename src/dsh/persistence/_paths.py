@@ -13,10 +13,59 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import Final
 
-from dsh._errors import PersistenceError
+from dsh._errors import LogCorruptError, PersistenceError
 
-__all__ = ["mkdir_private", "refuse_symlink"]
+__all__ = ["SAFE_CHARACTERS", "code_units", "encode_segment", "file_revision", "mkdir_private",
+           "refuse_symlink"]
+
+SAFE_CHARACTERS: Final = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+"""Characters a path segment keeps as they are; every other UTF-16 unit becomes ``~XXXX``."""
+
+
+def code_units(text: str) -> list[int]:
+    """The UTF-16 code units of ``text`` (lone surrogates kept)."""
+    raw = text.encode("utf-16-le", "surrogatepass")
+    return [raw[i] | (raw[i + 1] << 8) for i in range(0, len(raw), 2)]
+
+
+def encode_segment(text: str) -> str:
+    """Encode a session id as one path segment, injectively over UTF-16.
+
+    Rule: docs/formats.md#layout-and-path-encoding.
+
+    Every UTF-16 code unit outside ``[A-Za-z0-9._-]`` (``~`` included) becomes ``~XXXX``
+    (uppercase hex); the whole ids ``.`` and ``..`` become ``~002E`` and ``~002E~002E``.
+
+    Raises:
+        LogCorruptError: ``text`` is empty (an empty id cannot name a storage path).
+    """
+    if not text:
+        raise LogCorruptError("cannot encode an empty path segment: a session id must be "
+                              "non-empty to name a storage path", code="INVALID_ID")
+    if text == ".":
+        return "~002E"
+    if text == "..":
+        return "~002E~002E"
+    if text.isascii() and all(ch in SAFE_CHARACTERS for ch in text):
+        return text
+    out: list[str] = []
+    for unit in code_units(text):
+        ch = chr(unit)
+        out.append(ch if unit < 128 and ch in SAFE_CHARACTERS else f"~{unit:04X}")
+    return "".join(out)
+
+
+
+def file_revision(st: os.stat_result) -> str:
+    """A file's revision: opaque, equal while its bytes did not change (within one process).
+
+    Built from device, inode, size and the modification and change times (ns); see
+    docs/formats.md#layout-and-path-encoding.
+    """
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def refuse_symlink(path: Path, what: str) -> None:

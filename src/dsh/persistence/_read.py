@@ -24,9 +24,14 @@ from dsh._errors import (
     UnknownEventTypeError,
 )
 from dsh.json import FrozenDict
-from dsh.persistence._contract import Backend, ColdRead, Handle, TornTail
+from dsh.persistence._contract import (
+    Backend,
+    ColdRead,
+    Handle,
+    TornTail,
+    format_version_refusal,
+)
 from dsh.persistence._legacy import normalize_legacy_events, stored_prescan
-from dsh.persistence.jsonl._format import format_version_refusal
 from dsh.session import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,

@@ -57,7 +57,7 @@ from dsh.persistence._contract import (
 from dsh.persistence._listing import EntryFold, JsonlIndex, note_flushed, signature
 from dsh.persistence._lock import SessionLock
 from dsh.persistence._memory import validate_batch
-from dsh.persistence._paths import mkdir_private, refuse_symlink
+from dsh.persistence._paths import file_revision, mkdir_private, refuse_symlink
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
@@ -80,6 +80,7 @@ from dsh.persistence.jsonl._format import (
     project_dir_name,
     scan_zstd_frames,
 )
+from dsh.persistence.jsonl._zstd import compressor, decompress_frame, decompressor
 from dsh.session import PAGE_EVENTS, SESSION_FORMAT_VERSION, Event, decode_storage_record
 
 __all__ = ["JsonlBackend", "JsonlHandle", "parse_log"]
@@ -95,11 +96,6 @@ _SEAL_SUFFIX = ".seal"
 _CKPT_SUFFIX = ".ckpt"
 _HEADER_READ_CHUNK = 8192
 _TORN_FEED_CHUNK = 4096
-
-
-def _revision(st: os.stat_result) -> str:
-    # docs/formats.md#layout-and-path-encoding: opaque, compared for equality within one process
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -165,8 +161,8 @@ def _stable_read(path: Path, session_id: str, *, compression: Compression = "non
                 with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
                     data = f.read()
                 after = os.stat(path)
-                rev = _revision(after)
-                if _revision(before) == rev and len(data) == after.st_size:
+                rev = file_revision(after)
+                if file_revision(before) == rev and len(data) == after.st_size:
                     return data, rev
                 continue
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -191,7 +187,7 @@ def _stable_read(path: Path, session_id: str, *, compression: Compression = "non
                 data = data[:data.rfind(b"\n") + 1]
                 if not data:
                     continue
-            return data, f"{_revision(opened)}:prefix:{len(data)}"
+            return data, f"{file_revision(opened)}:prefix:{len(data)}"
     except FileNotFoundError:
         raise SessionNotFoundError(f'session "{session_id}" not found (its log {path} '
                                    f"vanished)", session_id=session_id,
@@ -199,44 +195,6 @@ def _stable_read(path: Path, session_id: str, *, compression: Compression = "non
     raise PersistenceError(f"log {path} kept changing while it was read (50 attempts): it was "
                            f"replaced or cut, or another program writes it", code="UNSTABLE_READ",
                            path=str(path))
-
-
-_ZSTD = threading.local()  # zstandard (de)compressor contexts are not thread-safe
-
-
-def _decompressor() -> zstandard.ZstdDecompressor:
-    dctx: zstandard.ZstdDecompressor | None = getattr(_ZSTD, "dctx", None)
-    if dctx is None:
-        dctx = _ZSTD.dctx = zstandard.ZstdDecompressor()
-    return dctx
-
-
-def _compressor() -> zstandard.ZstdCompressor:
-    # docs/formats.md#zstandard-files: default level 3, content checksum on, no dictionary
-    cctx: zstandard.ZstdCompressor | None = getattr(_ZSTD, "cctx", None)
-    if cctx is None:
-        cctx = _ZSTD.cctx = zstandard.ZstdCompressor(level=3, write_checksum=True)
-    return cctx
-
-
-def _decompress_frame(frame: bytes, start: int, path: str) -> bytes:
-    # Every frame dsh and we write carries a content checksum (docs/formats.md#zstandard-files),
-    # which libzstd verifies on decompression: it is the integrity check of every committed zstd
-    # byte.
-    if not frame[4] & 0x04:
-        raise LogCorruptError(f"corrupt session log: frame at byte {start} carries no content "
-                              f"checksum (dsh always writes one) in {path}", path=path,
-                              byte_offset=start)
-    try:
-        dobj = _decompressor().decompressobj()
-        out = dobj.decompress(frame)
-    except zstandard.ZstdError as exc:
-        raise LogCorruptError(f"corrupt session log: frame at byte {start} failed validation "
-                              f"({exc}) in {path}", path=path, byte_offset=start) from exc
-    if not dobj.eof:
-        raise LogCorruptError(f"corrupt session log: frame at byte {start} failed validation "
-                              f"(incomplete frame) in {path}", path=path, byte_offset=start)
-    return out
 
 
 _MAGIC_BYTES = ZSTD_MAGIC.to_bytes(4, "little")
@@ -263,7 +221,7 @@ def _refuse_damaged_frame(data: bytes, torn_start: int, path: str) -> None:
         if frames:
             start, end = frames[0]
             try:
-                _decompress_frame(data[pos + start:pos + end], pos, path)
+                decompress_frame(data[pos + start:pos + end], pos, path)
             except LogCorruptError:
                 pass
             else:
@@ -279,7 +237,7 @@ def _decompress_torn(partial: bytes) -> bytes:
 
     Rule: docs/formats.md#zstandard-files.
     """
-    dobj = _decompressor().decompressobj()
+    dobj = decompressor().decompressobj()
     out: list[bytes] = []
     for pos in range(0, len(partial), _TORN_FEED_CHUNK):
         try:
@@ -396,7 +354,7 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
         raise LogCorruptError(f"corrupt session log: empty or header-less Zstandard session log "
                               f"{path}", path=path, byte_offset=0)
     start, end = frames[0]
-    plain = _decompress_frame(data[start:end], start, path)
+    plain = decompress_frame(data[start:end], start, path)
     if not plain.endswith(b"\n") or plain.count(b"\n") != 1:
         raise LogCorruptError(f"corrupt session log: first frame is not exactly one header line "
                               f"in {path}", path=path, byte_offset=0, line=1)
@@ -406,7 +364,7 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
     frame_starts: list[tuple[int, int]] = []  # (logical offset, file offset) per frame
     index = [(0, end)]
     for start, end in frames[1:]:
-        text = _decompress_frame(data[start:end], start, path)
+        text = decompress_frame(data[start:end], start, path)
         frame_starts.append((logical, start))
         jrp.note_index(index, scanner.accepted, start)
         scanner.feed(text)
@@ -835,7 +793,21 @@ class JsonlHandle(HandleBase):
     def restore_point_anchor(self) -> rp.Anchor | None:
         """The anchor of the durable prefix, or None when none can be given now."""
         self._check_open()
-        return jrp.anchor_of(self)
+        tail = self._tail
+        if tail is None or not tail.materialized or tail.torn is not None or tail.end_unknown \
+                or tail.durable_count < 1 or not tail.header_digest:
+            return None  # nothing durable, a torn tail or unknown end, or no header read
+        end = tail.durable_size
+        start = max(tail.header_end, end - rp.DIGEST_TAIL_BYTES)
+        last = jrp.pread(self._append_fd(), end - start, start)
+        seals = tail.seals
+        return rp.Anchor(
+            backend=jrp.backend_kind(self._backend.compression), session_id=self._id,
+            incarnation=tail.header_digest, event_count=tail.durable_count, byte_offset=end,
+            header_digest=tail.header_digest, tail_digest=rp.digest(last),
+            seal_digest=jrp.seal_digest(seals, end) if seals is not None else "",
+            index=tuple(entry for entry in tail.index if entry[0] < tail.durable_count
+                        and entry[1] < end))
 
     def write_restore_point(self, data: bytes) -> None:
         """Replace the restore point sidecar with ``data`` (atomic, ``write_restore_point_file``).
@@ -869,16 +841,25 @@ class JsonlHandle(HandleBase):
         if not dense and rp.surface_is_dense(restore_point.state, PAGE_EVENTS):
             # decided before the tail is read: the full read the caller falls back to reads it
             raise rp.RestorePointRefused("dense-surface")
-        header, events, revision = jrp.load_tail(self, restore_point)
+        zstd = self._backend.compression == "zstd"
+        found = jrp.load_tail(
+            self.path, restore_point, zstd=zstd, seal_path=self._seal_path(),
+            check_identity=lambda header: self._backend._check_identity(self._id, header,
+                                                                        self.path))
+        header, events = found.header, found.events
+        count = restore_point.anchor.event_count + len(events)
+        self._pending_header = None
+        self._tail = _Tail(True, count, found.size, None, count, found.size,
+                           seals=found.records if not zstd else None, index=found.index,
+                           header_end=found.header_end,
+                           header_digest=restore_point.anchor.header_digest)
         if self._mode == "write":
             self._listing_reset(True)  # load_tail refuses a torn tail
         anchor = restore_point.anchor
-        tail = self._tail
         source = jrp.JsonlPrefixSource(self.path, self._backend.compression,
                                        anchor.event_count, anchor.byte_offset, anchor.index,
-                                       seals=tail.seals if tail is not None else None)
-        assert isinstance(header, FrozenDict)  # parse_header_strict returns one
-        return restore_point, ColdRead(header, tuple(events), None, revision), source
+                                       seals=self._tail.seals)
+        return restore_point, ColdRead(header, tuple(events), None, found.revision), source
 
     def _seal(self, content: bytes | None = None) -> None:
         """Seal the durable bytes not sealed yet with one record (raw JSONL; see ``_seal``).
@@ -1142,7 +1123,7 @@ class JsonlBackend:
     # --- writing ------------------------------------------------------------------------
 
     def _compress(self, payload: bytes) -> bytes:
-        return _compressor().compress(payload)
+        return compressor().compress(payload)
 
     def _initial_content(self, header: FrozenDict, batch: Sequence[Event]) -> bytes:
         head = encode_header_line(header)
@@ -1264,7 +1245,7 @@ class JsonlBackend:
                     if frames:
                         start, end = frames[0]
                         try:
-                            plain = _decompressor().decompressobj().decompress(data[start:end])
+                            plain = decompressor().decompressobj().decompress(data[start:end])
                         except zstandard.ZstdError as exc:
                             raise LogCorruptError(f"corrupt session log: header frame failed "
                                                   f"validation in {path}", path=str(path),
@@ -1334,7 +1315,7 @@ class JsonlBackend:
         data, _ = _stable_read(path, session_id, compression=self.compression)
         if self.compression == "zstd":
             frames, _ = scan_zstd_frames(data, path=str(path))
-            data = b"".join(_decompress_frame(data[s:e], s, str(path)) for s, e in frames)
+            data = b"".join(decompress_frame(data[s:e], s, str(path)) for s, e in frames)
         nl = data.find(b"\n")
         header = parse_header_lenient(data[:nl + 1] if nl >= 0 else data, path=str(path))
         if header is None or header["id"] != session_id:

@@ -28,9 +28,10 @@ from dsh._errors import (
     EventRejectedError,
     InvalidJsonError,
     LogCorruptError,
-    SessionFormatUnsupportedError,
 )
 from dsh.json import FrozenDict, c_scan_lines, dumps, is_safe_int, loads
+from dsh.persistence._contract import format_version_refusal
+from dsh.persistence._paths import SAFE_CHARACTERS, code_units, encode_segment
 from dsh.session import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
@@ -65,43 +66,10 @@ RETIRED_HEADER_KEYS: Final = ("sandboxMode", "approvalPolicy")
 ZSTD_MAGIC: Final = 0xFD2FB528
 """Magic number of a standard Zstandard frame (RFC 8878; docs/formats.md#zstandard-files)."""
 
-_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _PROJECT_KEY_MAX: Final = 251
 
 
 # --- path encoding (docs/formats.md#layout-and-path-encoding) -------------------------------------
-
-def _code_units(text: str) -> list[int]:
-    raw = text.encode("utf-16-le", "surrogatepass")
-    return [raw[i] | (raw[i + 1] << 8) for i in range(0, len(raw), 2)]
-
-
-def encode_segment(text: str) -> str:
-    """Encode a session id as one path segment, injectively over UTF-16.
-
-    Rule: docs/formats.md#layout-and-path-encoding.
-
-    Every UTF-16 code unit outside ``[A-Za-z0-9._-]`` (``~`` included) becomes ``~XXXX``
-    (uppercase hex); the whole ids ``.`` and ``..`` become ``~002E`` and ``~002E~002E``.
-
-    Raises:
-        LogCorruptError: ``text`` is empty (an empty id cannot name a storage path).
-    """
-    if not text:
-        raise LogCorruptError("cannot encode an empty path segment: a session id must be "
-                              "non-empty to name a storage path", code="INVALID_ID")
-    if text == ".":
-        return "~002E"
-    if text == "..":
-        return "~002E~002E"
-    if text.isascii() and all(ch in _SAFE for ch in text):
-        return text
-    out: list[str] = []
-    for unit in _code_units(text):
-        ch = chr(unit)
-        out.append(ch if unit < 128 and ch in _SAFE else f"~{unit:04X}")
-    return "".join(out)
-
 
 def project_key(cwd: str) -> str:
     r"""Readable, lossy project directory name ``--<slug>--`` for a cwd.
@@ -118,7 +86,7 @@ def project_key(cwd: str) -> str:
         raise LogCorruptError("cannot encode an empty project path", code="INVALID_CWD")
     out: list[str] = []
     in_separator = False
-    for unit in _code_units(cwd):
+    for unit in code_units(cwd):
         ch = chr(unit)
         if ch in "/\\:":
             if not in_separator:
@@ -126,7 +94,7 @@ def project_key(cwd: str) -> str:
                 in_separator = True
             continue
         in_separator = False
-        out.append(ch if unit < 128 and ch in _SAFE else f"~{unit:04X}")
+        out.append(ch if unit < 128 and ch in SAFE_CHARACTERS else f"~{unit:04X}")
     slug = "".join(out).lstrip("-") or "root"
     return f"--{slug[:_PROJECT_KEY_MAX]}--"
 
@@ -158,33 +126,6 @@ def encode_header_line(header: Mapping[str, Any]) -> bytes:
     if header.get("agentPreset") is not None:
         line["agentPreset"] = header["agentPreset"]
     return dumps(line) + b"\n"
-
-
-def format_version_refusal(session_id: object, version: object, *,
-                           path: str | None = None) -> SessionFormatUnsupportedError:
-    """Build the refusal for a foreign format version, naming the direction.
-
-    Rule: docs/formats.md#the-session-header.
-
-    Newer (``version > 0``): the log is intact and this dsh must be upgraded. Older or not an
-    integer: no upgrade path ships. Neither says the log is corrupt.
-    """
-    sid = session_id if isinstance(session_id, str) else std_json.dumps(session_id)
-    raw = f" (raw log: {path})" if path else ""
-    if isinstance(version, int | float) and not isinstance(version, bool) \
-            and version > SESSION_FORMAT_VERSION:
-        message = (f'session "{sid}" uses log format v{version}, newer than the '
-                   f"v{SESSION_FORMAT_VERSION} this dsh reads; the log is not damaged, upgrade "
-                   f"dsh to open it{raw}")
-        code = "FORMAT_NEWER"
-    else:
-        message = (f'session "{sid}" uses log format v{version}, older than the '
-                   f"v{SESSION_FORMAT_VERSION} this dsh reads, and no upgrade path for it ships "
-                   f"with this dsh{raw}")
-        code = "FORMAT_OLDER"
-    return SessionFormatUnsupportedError(
-        message, code=code, session_id=sid, path=path,
-        version=version if isinstance(version, int) and not isinstance(version, bool) else None)
 
 
 def _header_shape_error(obj: Mapping[str, Any]) -> str | None:

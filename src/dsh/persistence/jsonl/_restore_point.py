@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from dsh._errors import DshError, LogCorruptError
+from dsh.json import FrozenDict
 from dsh.persistence import _restore_point as rp
+from dsh.persistence._paths import file_revision
 from dsh.persistence._seal import crc_of, read_seal
 from dsh.persistence.jsonl._format import Scanner, parse_header_strict, scan_zstd_frames
+from dsh.persistence.jsonl._zstd import decompress_frame
 from dsh.session import Event
-
-if TYPE_CHECKING:
-    from dsh.persistence.jsonl._backend import JsonlHandle
-
-__all__ = ["JsonlPrefixSource", "anchor_of", "backend_kind", "load_tail", "note_index"]
 
 
 def backend_kind(compression: str) -> str:
@@ -50,7 +49,8 @@ _READ_AHEAD_EVENTS: Final = 1024
 """Events read past a page-in's end (about four pages), kept as the span for the next ones."""
 
 
-def _pread(fd: int, size: int, offset: int) -> bytes:
+def pread(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes of ``fd`` from ``offset`` (fewer at the end of the file)."""
     out = bytearray()
     while len(out) < size:
         chunk = os.pread(fd, size - len(out), offset + len(out))
@@ -60,41 +60,17 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
     return bytes(out)
 
 
-def _seal_digest(records: Sequence[tuple[int, int, int]], end: int) -> str:
+def seal_digest(records: Sequence[tuple[int, int, int]], end: int) -> str:
+    """Digest of the seal records ``(start, end, crc)`` that end at or before ``end``."""
     return rp.digest(b"".join(f"{s}:{e}:{c};".encode() for s, e, c in records if e <= end))
-
-
-def anchor_of(handle: JsonlHandle) -> rp.Anchor | None:
-    """The anchor of the handle's durable prefix, or None when none can be given now.
-
-    None when nothing is durable, a torn tail or unknown end is pending, or the header is
-    unknown (a handle that never read nor materialized the log).
-    """
-    tail = handle._tail
-    if tail is None or not tail.materialized or tail.torn is not None or tail.end_unknown \
-            or tail.durable_count < 1 or not tail.header_digest:
-        return None
-    end = tail.durable_size
-    start = max(tail.header_end, end - rp.DIGEST_TAIL_BYTES)
-    last = _pread(handle._append_fd(), end - start, start)
-    seals = tail.seals
-    return rp.Anchor(
-        backend=backend_kind(handle._backend.compression), session_id=handle._id,
-        incarnation=tail.header_digest, event_count=tail.durable_count, byte_offset=end,
-        header_digest=tail.header_digest, tail_digest=rp.digest(last),
-        seal_digest=_seal_digest(seals, end) if seals is not None else "",
-        index=tuple(entry for entry in tail.index if entry[0] < tail.durable_count
-                    and entry[1] < end))
 
 
 def _decode_frames(data: bytes, base: int, path: str) -> bytes:
     """Plaintext of the complete frames in ``data`` (file offset ``base``); refuse a torn one."""
-    from dsh.persistence.jsonl._backend import _decompress_frame
-
     frames, torn = scan_zstd_frames(data, path=path)
     if torn is not None:
         raise rp.RestorePointRefused("torn-tail")
-    return b"".join(_decompress_frame(data[s:e], base + s, path) for s, e in frames)
+    return b"".join(decompress_frame(data[s:e], base + s, path) for s, e in frames)
 
 
 def _scan(text: bytes, *, path: str, offset: int, seq: int) -> list[Event]:
@@ -106,25 +82,40 @@ def _scan(text: bytes, *, path: str, offset: int, seq: int) -> list[Event]:
     return result.events
 
 
-def load_tail(handle: JsonlHandle, restore_point: rp.RestorePoint
-              ) -> tuple[object, list[Event], str]:
-    """Check ``restore point`` against the file and read the events after its cut.
+@dataclass(frozen=True, slots=True)
+class TailRead:
+    """What :func:`load_tail` found past a restore point's cut.
 
-    On success the handle's write state is set as a full read would set it.
+    The log's header, the events after the cut, the file's revision, and the write state a
+    full read would have left: file size, seal records, page-in index, header extent.
+    """
 
-    Returns:
-        ``(header, tail events, revision)``.
+    header: FrozenDict
+    events: list[Event]
+    revision: str
+    size: int
+    records: list[tuple[int, int, int]]
+    index: list[tuple[int, int]]
+    header_end: int
+
+
+def load_tail(path: Path, restore_point: rp.RestorePoint, *, zstd: bool, seal_path: Path,
+              check_identity: Callable[[FrozenDict], None]) -> TailRead:
+    """Check ``restore_point`` against the log at ``path`` and read the events after its cut.
+
+    Args:
+        path: The log file.
+        restore_point: The decoded sidecar.
+        zstd: Whether the log is Zstandard-framed (raw logs are checked against their seal).
+        seal_path: The raw log's seal file.
+        check_identity: Raises ``DshError`` when the header does not identify this file.
 
     Raises:
-        RestorePointRefused: the file does not hold the prefix the restore point covers (``size``,
-            ``header``, ``tail-digest``, ``seal``), or its tail does not read cleanly
-            (``torn-tail``, ``corrupt-tail``).
+        RestorePointRefused: the file does not hold the prefix the restore point covers
+            (``size``, ``header``, ``tail-digest``, ``seal``), or its tail does not read
+            cleanly (``torn-tail``, ``corrupt-tail``).
     """
-    from dsh.persistence.jsonl._backend import _revision, _Tail
-
     anchor = restore_point.anchor
-    path = handle.path
-    zstd = handle._backend.compression == "zstd"
     if not anchor.index or anchor.index[0][0] != 0:
         raise rp.RestorePointRefused("bad-field:index")
     header_end = anchor.index[0][1]
@@ -137,25 +128,25 @@ def load_tail(handle: JsonlHandle, restore_point: rp.RestorePoint
         before = os.fstat(fd)
         if before.st_size < cut or header_end >= cut:
             raise rp.RestorePointRefused("size")
-        head = _pread(fd, header_end, 0)
+        head = pread(fd, header_end, 0)
         if rp.digest(head) != anchor.header_digest:
             raise rp.RestorePointRefused("header")
         start = max(header_end, cut - rp.DIGEST_TAIL_BYTES)
-        if rp.digest(_pread(fd, cut - start, start)) != anchor.tail_digest:
+        if rp.digest(pread(fd, cut - start, start)) != anchor.tail_digest:
             raise rp.RestorePointRefused("tail-digest")
-        seal = read_seal(handle._seal_path()) if not zstd else None
-        data = _pread(fd, before.st_size - cut, cut)
+        seal = read_seal(seal_path) if not zstd else None
+        data = pread(fd, before.st_size - cut, cut)
         after = os.fstat(fd)
     except DshError:
         raise rp.RestorePointRefused("seal") from None
     finally:
         os.close(fd)
-    revision = _revision(after)
-    if _revision(before) != revision or len(data) != after.st_size - cut:
+    revision = file_revision(after)
+    if file_revision(before) != revision or len(data) != after.st_size - cut:
         raise rp.RestorePointRefused("unstable")
     records = seal.records if seal is not None else []
     if not zstd:
-        if _seal_digest(records, cut) != anchor.seal_digest:
+        if seal_digest(records, cut) != anchor.seal_digest:
             raise rp.RestorePointRefused("seal")
         for s, e, crc in records:
             if e > cut and (s < cut or e > after.st_size or crc_of(data[s - cut:e - cut]) != crc):
@@ -169,17 +160,12 @@ def load_tail(handle: JsonlHandle, restore_point: rp.RestorePoint
         else:
             header = parse_header_strict(head, path=text_path)
             events = _scan(data, path=text_path, offset=cut, seq=anchor.event_count)
-        handle._backend._check_identity(handle._id, header, path)
+        check_identity(header)
     except DshError:
         raise rp.RestorePointRefused("corrupt-tail") from None
     index = list(anchor.index)
     note_index(index, anchor.event_count, cut)
-    count = anchor.event_count + len(events)
-    handle._pending_header = None
-    handle._tail = _Tail(True, count, after.st_size, None, count, after.st_size,
-                         seals=list(records) if not zstd else None, index=index,
-                         header_end=header_end, header_digest=anchor.header_digest)
-    return header, events, revision
+    return TailRead(header, events, revision, after.st_size, list(records), index, header_end)
 
 
 class JsonlPrefixSource:
@@ -269,15 +255,15 @@ class JsonlPrefixSource:
         """
         seals = self._seals
         if not seals:
-            return _pread(fd, end - offset, offset)
+            return pread(fd, end - offset, offset)
         first = max(0, bisect.bisect_right(self._seal_starts, offset) - 1)
         todo = [i for i in range(first, len(seals))
                 if seals[i][0] < end and seals[i][1] > offset and i not in self._verified]
         if not todo:
-            return _pread(fd, end - offset, offset)
+            return pread(fd, end - offset, offset)
         lo = min(offset, seals[todo[0]][0])
         hi = max(end, seals[todo[-1]][1])
-        data = _pread(fd, hi - lo, lo)
+        data = pread(fd, hi - lo, lo)
         path = str(self._path)
         for i in todo:
             s, e, crc = seals[i]

@@ -57,12 +57,12 @@ from dsh.persistence._contract import (
     OpenMode,
     TornTail,
     check_session_id,
+    format_version_refusal,
     normalize_header,
     session_id_problem,
 )
 from dsh.persistence._memory import validate_batch
 from dsh.persistence._tail import follow
-from dsh.persistence.jsonl._format import format_version_refusal
 from dsh.persistence.postgres._schema import (
     MIGRATION_LOCK_KEY,
     MIGRATIONS,
@@ -70,7 +70,7 @@ from dsh.persistence.postgres._schema import (
     quote_schema,
     valid_schema_name,
 )
-from dsh.persistence.sqlite._schema import (
+from dsh.persistence.sqlite import (
     MAX_PACKED_ROW_MEMBERS,
     RowError,
     decode_row,
@@ -78,7 +78,7 @@ from dsh.persistence.sqlite._schema import (
     encode_batch,
     scan_rows,
 )
-from dsh.persistence.sqlite._schema import SCHEMA_VERSION as ROW_FORMAT
+from dsh.persistence.sqlite import SCHEMA_VERSION as ROW_FORMAT
 from dsh.session import SESSION_FORMAT_VERSION, Event
 
 __all__ = [

@@ -8,4 +8,14 @@ from __future__ import annotations
 
 from dsh.persistence.sqlite._backend import SqliteBackend
 
+# The row codec the PostgreSQL backend shares (its rows are SQLite schema 17's), for dsh's
+# own packages only (not in __all__):
+from dsh.persistence.sqlite._schema import MAX_PACKED_ROW_MEMBERS as MAX_PACKED_ROW_MEMBERS
+from dsh.persistence.sqlite._schema import SCHEMA_VERSION as SCHEMA_VERSION
+from dsh.persistence.sqlite._schema import RowError as RowError
+from dsh.persistence.sqlite._schema import decode_row as decode_row
+from dsh.persistence.sqlite._schema import decode_session_row as decode_session_row
+from dsh.persistence.sqlite._schema import encode_batch as encode_batch
+from dsh.persistence.sqlite._schema import scan_rows as scan_rows
+
 __all__ = ["SqliteBackend"]

@@ -40,6 +40,7 @@ from urllib.parse import quote
 
 from dsh._errors import (
     ConfigError,
+    DshError,
     LogCorruptError,
     PersistenceError,
     SessionBusyError,
@@ -77,6 +78,7 @@ from dsh.persistence.sqlite._schema import (
     LEGACY_SCHEMA_VERSION,
     MAX_PACKED_ROW_MEMBERS,
     READABLE_SCHEMA_VERSIONS,
+    ROW_COLUMNS,
     SCHEMA_14_DDL,
     SCHEMA_17_DDL,
     SCHEMA_VERSION,
@@ -122,7 +124,6 @@ _FROZEN: Final = (FrozenDict, FrozenList)
 OWNER_WAIT_MS: Final = 100
 """Longest wait (ms) for a new holder's ``.owner`` sidecar so a busy error can name it."""
 
-_ROW_COLUMNS: Final = "rowid, seq, type, time, data, source_event_seqs, surface_op, ignorable"
 _LEGACY_ROW_COLUMNS: Final = "rowid, seq, type, time, data, source_event_seqs, surface_op, NULL"
 _SESSION_COLUMNS: Final = ("id, version, created_at, cwd, parent_session, seed_length, origin, "
                            "delegation_depth, agent_preset, incarnation, revision")
@@ -136,7 +137,7 @@ _OWNERSHIP_COOKIE: Final = (
     "SELECT s.schema_version, u.user_version, a.application_id FROM pragma_schema_version AS s, "
     "pragma_user_version AS u, pragma_application_id AS a")
 _PACKED_PREDECESSORS: Final = (
-    f"SELECT {_ROW_COLUMNS} FROM events WHERE session_id = ? AND ignorable = 0 "
+    f"SELECT {ROW_COLUMNS} FROM events WHERE session_id = ? AND ignorable = 0 "
     "AND type IN ('text-chunks', 'reasoning-chunks', 'tool-call-chunks') "
     "AND seq >= ? AND seq < ? ORDER BY seq")
 
@@ -882,7 +883,7 @@ class SqliteHandle(HandleBase):
 
     def _rows_from(self, base: int) -> list[Row]:
         columns = _LEGACY_ROW_COLUMNS if self._c.schema_version == LEGACY_SCHEMA_VERSION \
-            else _ROW_COLUMNS
+            else ROW_COLUMNS
         rows: list[Row] = self._c.conn.execute(
             f"SELECT {columns} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
             (self._id, base)).fetchall()
@@ -992,7 +993,7 @@ class SqliteHandle(HandleBase):
         """
         conn = self._c.conn
         legacy = self._c.schema_version == LEGACY_SCHEMA_VERSION
-        columns = _LEGACY_ROW_COLUMNS if legacy else _ROW_COLUMNS
+        columns = _LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS
         tail: list[Row] = conn.execute(
             f"SELECT {columns} FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 2",
             (self._id,)).fetchall()
@@ -1103,7 +1104,7 @@ class SqliteHandle(HandleBase):
                         session_id=self._id, seq=first, path=self._path)
                 # the rows another writer (dsh) added since the last seal are sealed with ours
                 gap = conn.execute(
-                    f"SELECT {_LEGACY_ROW_COLUMNS if legacy else _ROW_COLUMNS} FROM events "
+                    f"SELECT {_LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS} FROM events "
                     f"WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
                     (self._id, sealed_end, first)).fetchall() if sealed_end < first else []
                 if legacy:
@@ -1206,7 +1207,18 @@ class SqliteHandle(HandleBase):
     def restore_point_anchor(self) -> rp.Anchor | None:
         """The anchor of the committed prefix last read or written here, or None."""
         self._ensure_open()
-        return srp.anchor_of(self)
+        durable = self._durable
+        if durable is None or durable[0] < 1 or self._seals is None \
+                or self._c.schema_version != 17:
+            return None  # schema 14 files (dsh 0.1.x) keep the full read
+        count, incarnation, tail_digest = durable
+        header, found, _ = self._session_row()
+        if found != incarnation:
+            return None
+        return rp.Anchor(backend="sqlite", session_id=self._id, incarnation=incarnation,
+                         event_count=count, byte_offset=count,
+                         header_digest=srp.header_digest(header, incarnation),
+                         tail_digest=tail_digest, seal_digest=srp.seal_digest(self._seals, count))
 
     def write_restore_point(self, data: bytes) -> None:
         """Replace the restore point sidecar with ``data`` (atomic, like the seals).
@@ -1235,8 +1247,70 @@ class SqliteHandle(HandleBase):
         restore_point = rp.decode_restore_point(
             rp.read_restore_point_file(self.restore_point_path()), session_id=self._id,
             backend="sqlite")
-        cold, source = srp.load_tail(self, restore_point)
+        cold, source = self._load_tail(restore_point)
         return restore_point, cold, source
+
+    def _load_tail(self, restore_point: rp.RestorePoint
+                   ) -> tuple[ColdRead, srp.SqlitePrefixSource]:
+        """Check ``restore_point`` against the database and read the events after its cut.
+
+        Raises:
+            RestorePointRefused: the stored prefix is not the one the restore point covers
+                (``incarnation``, ``header``, ``tail-digest``, ``seal``, ``straddle``), or the
+                tail does not read cleanly (``torn-tail``, ``corrupt-tail``).
+        """
+        anchor = restore_point.anchor
+        cut = anchor.event_count
+        if self._c.schema_version != 17:
+            raise rp.RestorePointRefused("schema")  # schema 14 keeps the full read
+        conn = self._c.conn
+        try:
+            seal = read_seal(self._seal_file)
+            conn.execute("BEGIN")
+            try:
+                header, incarnation, revision = self._session_row()
+                last = conn.execute(f"SELECT {ROW_COLUMNS} FROM events WHERE session_id = ? "
+                                    "AND seq < ? ORDER BY seq DESC LIMIT 1",
+                                    (self._id, cut)).fetchone()
+                base = self._suffix_base(cut)
+                rows = self._rows_from(base)
+            finally:
+                conn.execute("COMMIT")
+        except (sqlite3.Error, DshError):
+            raise rp.RestorePointRefused("unreadable") from None
+        if incarnation != anchor.incarnation:
+            raise rp.RestorePointRefused("incarnation")
+        if srp.header_digest(header, incarnation) != anchor.header_digest:
+            raise rp.RestorePointRefused("header")
+        if last is None or srp.last_row_digest(last[1:]) != anchor.tail_digest:
+            raise rp.RestorePointRefused("tail-digest")
+        if base != cut:
+            raise rp.RestorePointRefused("straddle")
+        if seal is not None and seal.identity != _seal_identity(incarnation):
+            seal = None
+        records = seal.records if seal is not None else []
+        if srp.seal_digest(records, cut) != anchor.seal_digest:
+            raise rp.RestorePointRefused("seal")
+        try:
+            self._check_header_version(header)
+            scan = scan_rows(rows, cut, 17, path=self._path, session_id=self._id)
+            if seal is not None:
+                check_row_seals(rows, seal, base=cut, describe=lambda: "not run",
+                                where=self._path, session_id=self._id)
+        except DshError:
+            raise rp.RestorePointRefused("corrupt-tail") from None
+        if scan.torn_seq is not None:
+            raise rp.RestorePointRefused("torn-tail")
+        events = scan.events
+        if self._mode == "write":
+            self._seals = list(records)
+            self._torn_seq = None
+        count = cut + len(events)
+        self._durable = (count, incarnation,
+                         srp.last_row_digest(rows[-1][1:]) if rows else anchor.tail_digest)
+        source = srp.SqlitePrefixSource(self._backend.path, self._id, cut, seals=records)
+        return ColdRead(header=header, events=tuple(events), torn=None,
+                        revision=self._revision(incarnation, revision)), source
 
     def _admit(self, events: Sequence[Event]) -> Sequence[Event]:
         """Check a batch is contiguous lossless JSON before any I/O.

@@ -16,20 +16,16 @@ import threading
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, dumps
 from dsh.persistence import _restore_point as rp
-from dsh.persistence._contract import ColdRead
-from dsh.persistence._seal import check_row_seals, read_seal, rows_crc
-from dsh.persistence.sqlite._schema import scan_rows
+from dsh.persistence._seal import rows_crc
+from dsh.persistence.sqlite._schema import ROW_COLUMNS, scan_rows
 from dsh.session import Event
 
-if TYPE_CHECKING:
-    from dsh.persistence.sqlite._backend import SqliteHandle
-
-__all__ = ["SqlitePrefixSource", "anchor_of", "last_row_digest", "load_tail"]
+__all__ = ["SqlitePrefixSource", "header_digest", "last_row_digest", "seal_digest"]
 
 
 def last_row_digest(row: Sequence[Any]) -> str:
@@ -37,92 +33,14 @@ def last_row_digest(row: Sequence[Any]) -> str:
     return f"rows2:{rows_crc([row])}"
 
 
-def _seal_digest(records: Sequence[tuple[int, int, int]], end: int) -> str:
+def seal_digest(records: Sequence[tuple[int, int, int]], end: int) -> str:
+    """Digest of the seal records ``(first seq, end seq, crc)`` that end at or before ``end``."""
     return rp.digest(b"".join(f"{s}:{e}:{c};".encode() for s, e, c in records if e <= end))
 
 
-def _header_digest(header: FrozenDict, incarnation: str) -> str:
+def header_digest(header: FrozenDict, incarnation: str) -> str:
+    """Digest of a session row: its header and its incarnation."""
     return rp.digest(dumps(header) + b"\n" + incarnation.encode())
-
-
-def anchor_of(handle: SqliteHandle) -> rp.Anchor | None:
-    """The anchor of the committed prefix this handle last wrote or read, or None."""
-    durable = handle._durable
-    if durable is None or durable[0] < 1 or handle._seals is None \
-            or handle._c.schema_version != 17:
-        return None  # schema 14 files (dsh 0.1.x) keep the full read
-    count, incarnation, tail_digest = durable
-    header, found, _ = handle._session_row()
-    if found != incarnation:
-        return None
-    return rp.Anchor(backend="sqlite", session_id=handle._id, incarnation=incarnation,
-                     event_count=count, byte_offset=count,
-                     header_digest=_header_digest(header, incarnation), tail_digest=tail_digest,
-                     seal_digest=_seal_digest(handle._seals, count))
-
-
-def load_tail(handle: SqliteHandle, restore_point: rp.RestorePoint
-              ) -> tuple[ColdRead, SqlitePrefixSource]:
-    """Check ``restore point`` against the database and read the events after its cut.
-
-    Raises:
-        RestorePointRefused: the stored prefix is not the one the restore point covers
-            (``incarnation``, ``header``, ``tail-digest``, ``seal``, ``straddle``), or the tail
-            does not read cleanly (``torn-tail``, ``corrupt-tail``).
-    """
-    from dsh.persistence.sqlite._backend import _ROW_COLUMNS, _seal_identity
-
-    anchor = restore_point.anchor
-    cut = anchor.event_count
-    if handle._c.schema_version != 17:
-        raise rp.RestorePointRefused("schema")  # schema 14 keeps the full read
-    conn = handle._c.conn
-    try:
-        seal = read_seal(handle._seal_file)
-        conn.execute("BEGIN")
-        try:
-            header, incarnation, revision = handle._session_row()
-            last = conn.execute(f"SELECT {_ROW_COLUMNS} FROM events WHERE session_id = ? AND "
-                                "seq < ? ORDER BY seq DESC LIMIT 1", (handle._id, cut)).fetchone()
-            base = handle._suffix_base(cut)
-            rows = handle._rows_from(base)
-        finally:
-            conn.execute("COMMIT")
-    except (sqlite3.Error, DshError):
-        raise rp.RestorePointRefused("unreadable") from None
-    if incarnation != anchor.incarnation:
-        raise rp.RestorePointRefused("incarnation")
-    if _header_digest(header, incarnation) != anchor.header_digest:
-        raise rp.RestorePointRefused("header")
-    if last is None or last_row_digest(last[1:]) != anchor.tail_digest:
-        raise rp.RestorePointRefused("tail-digest")
-    if base != cut:
-        raise rp.RestorePointRefused("straddle")
-    if seal is not None and seal.identity != _seal_identity(incarnation):
-        seal = None
-    records = seal.records if seal is not None else []
-    if _seal_digest(records, cut) != anchor.seal_digest:
-        raise rp.RestorePointRefused("seal")
-    try:
-        handle._check_header_version(header)
-        scan = scan_rows(rows, cut, 17, path=handle._path, session_id=handle._id)
-        if seal is not None:
-            check_row_seals(rows, seal, base=cut, describe=lambda: "not run",
-                            where=handle._path, session_id=handle._id)
-    except DshError:
-        raise rp.RestorePointRefused("corrupt-tail") from None
-    if scan.torn_seq is not None:
-        raise rp.RestorePointRefused("torn-tail")
-    events = scan.events
-    if handle._mode == "write":
-        handle._seals = list(records)
-        handle._torn_seq = None
-    count = cut + len(events)
-    handle._durable = (count, incarnation,
-                       last_row_digest(rows[-1][1:]) if rows else anchor.tail_digest)
-    source = SqlitePrefixSource(handle._backend.path, handle._id, cut, seals=records)
-    return ColdRead(header=header, events=tuple(events), torn=None,
-                    revision=handle._revision(incarnation, revision)), source
 
 
 class SqlitePrefixSource:
@@ -159,8 +77,6 @@ class SqlitePrefixSource:
         Raises:
             LogCorruptError: the rows before the cut no longer decode to those events.
         """
-        from dsh.persistence.sqlite._backend import _ROW_COLUMNS
-
         if start >= stop:
             return []
         try:
@@ -181,7 +97,7 @@ class SqlitePrefixSource:
                 lo = min([start, *(seals[i][0] for i in todo)])
                 hi = max([stop, *(seals[i][1] for i in todo)])
                 rows = self._conn.execute(
-                    f"SELECT {_ROW_COLUMNS} FROM events WHERE session_id = ? AND seq >= "
+                    f"SELECT {ROW_COLUMNS} FROM events WHERE session_id = ? AND seq >= "
                     "coalesce((SELECT max(seq) FROM events WHERE session_id = ? AND seq <= ?), "
                     "0) AND seq < ? ORDER BY seq", (self._id, self._id, lo, hi)).fetchall()
             for i in todo:

@@ -55,6 +55,7 @@ __all__ = [
     "MAX_PACKED_ROW_MEMBERS",
     "MIN_PACKED_ROW_MEMBERS",
     "READABLE_SCHEMA_VERSIONS",
+    "ROW_COLUMNS",
     "SCHEMA_14_DDL",
     "SCHEMA_17_DDL",
     "SCHEMA_VERSION",
@@ -97,6 +98,9 @@ ZSTD_LEVEL: Final = 3
 MIN_PACKED_ROW_MEMBERS: Final = 3
 MAX_PACKED_ROW_MEMBERS: Final = 1024
 MAX_PACKED_DATA_BYTES: Final = 1_048_576
+
+ROW_COLUMNS: Final = "rowid, seq, type, time, data, source_event_seqs, surface_op, ignorable"
+"""The ``events`` columns a schema-17 row is read with, in :data:`Row` order."""
 
 # The statement texts must equal dsh's schema.sql up to whitespace (docs/formats.md#schema-17): dsh
 # compares whitespace-normalised sqlite_schema text and refuses any other object.
