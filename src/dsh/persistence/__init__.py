@@ -30,9 +30,8 @@ own packages, not public API.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from dsh._errors import ConfigError
 from dsh.persistence._contract import (
@@ -45,6 +44,7 @@ from dsh.persistence._contract import (
 )
 from dsh.persistence._contract import KeepsCuts as KeepsCuts  # for dsh's own packages
 from dsh.persistence._contract import session_id_problem as session_id_problem
+from dsh.persistence._urls import no_scheme, store_path, url_path
 
 if TYPE_CHECKING:
     from dsh.persistence._facade import Persistence
@@ -91,57 +91,6 @@ _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
-def _url_path(url: str, scheme_len: int, rest: str) -> Path:
-    """Path of ``scheme:///abs`` or ``scheme:relative`` (``scheme://host/…`` is refused)."""
-    if rest.startswith("//"):
-        netloc_and_path = rest[2:]
-        slash = netloc_and_path.find("/")
-        netloc = netloc_and_path if slash < 0 else netloc_and_path[:slash]
-        if netloc not in ("", "localhost"):
-            raise ConfigError(
-                f"store URL {url!r} names host {netloc!r}; file stores take no host, "
-                f"write {url[:scheme_len]}:///absolute/path",
-                path=url)
-        path = netloc_and_path[slash:] if slash >= 0 else ""
-    else:
-        path = rest
-    if not path:
-        raise ConfigError(f"store URL {url!r} has no path; expected "
-                          f"{url[:scheme_len]}:///absolute/path", path=url)
-    return Path(unquote(path)).expanduser()
-
-
-def store_path(url: str) -> Path | None:
-    """The file (SQLite) or folder (JSONL) a store URL names, or None (memory, PostgreSQL).
-
-    Pure: nothing is opened or created, so a caller can tell whether a store exists yet.
-
-    Raises:
-        ConfigError: the URL has no scheme, an unknown scheme, a host, or no path.
-    """
-    if not isinstance(url, str) or ":" not in url:
-        raise _no_scheme(url)
-    scheme = url.split(":", 1)[0].lower()
-    rest = url.split(":", 1)[1].split("?", 1)[0].split("#", 1)[0]
-    if scheme in ("memory", "postgresql", "postgres"):
-        return None
-    if scheme in ("jsonl", "jsonl+zstd", "sqlite"):
-        return _url_path(url, len(scheme), rest)
-    raise ConfigError(f"store URL {url!r}: unknown scheme {scheme!r}; expected jsonl, "
-                      f"jsonl+zstd, sqlite, postgresql or memory", path=url)
-
-
-def _no_scheme(url: object) -> ConfigError:
-    hint = ""
-    if isinstance(url, str) and url.strip():
-        # The CLI takes plain paths; the library wants the backend said, so show how.
-        kind = "jsonl" if url.endswith("/") else "sqlite"
-        hint = (f" (for this path: '{kind}:{url.rstrip('/') if kind == 'jsonl' else url}'; a "
-                "SQLite file takes sqlite:PATH, a JSONL folder jsonl:PATH)")
-    return ConfigError(f"store URL {url!r} has no scheme; expected jsonl:, jsonl+zstd:, "
-                       f"sqlite:, postgresql:// or memory:{hint}", path=str(url))
-
-
 def open_backend(url: str) -> Backend:
     """Open the backend a store URL names, without the facade.
 
@@ -158,7 +107,7 @@ def open_backend(url: str) -> Backend:
             message names the part.
     """
     if not isinstance(url, str) or ":" not in url:
-        raise _no_scheme(url)
+        raise no_scheme(url)
     parts = urlsplit(url)
     scheme = url.split(":", 1)[0].lower()
     rest = url.split(":", 1)[1].split("?", 1)[0].split("#", 1)[0]
@@ -194,7 +143,7 @@ def open_backend(url: str) -> Backend:
                 raise ConfigError(f"store URL {url!r}: unknown option {key!r}; jsonl stores "
                                   f"take compression and pack_chunks", path=url)
         from dsh.persistence.jsonl import JsonlBackend
-        return JsonlBackend(_url_path(url, len(scheme), rest), compression=compression,
+        return JsonlBackend(url_path(url, len(scheme), rest), compression=compression,
                             pack_chunks=pack_chunks, url=url)
     if scheme == "sqlite":
         schema = query.pop("schema", "17")
@@ -206,7 +155,7 @@ def open_backend(url: str) -> Backend:
                               f"(readable by the published dsh SQLite backend)", path=url)
         # Imported lazily: the SQLite backend is optional at import time.
         from dsh.persistence.sqlite import SqliteBackend
-        return SqliteBackend(_url_path(url, len(scheme), rest), schema=int(schema))
+        return SqliteBackend(url_path(url, len(scheme), rest), schema=int(schema))
     raise ConfigError(f"store URL {url!r}: unknown scheme {scheme!r}; expected jsonl, "
                       f"jsonl+zstd, sqlite, postgresql or memory", path=url)
 

@@ -201,7 +201,7 @@ def index_path(persistence: Persistence) -> Path | None:
 
     ``<db>.dsh-search.db`` beside a SQLite store, ``<root>/.dsh-search.db`` in a JSONL store.
     """
-    from dsh.persistence import store_path
+    from dsh.persistence._urls import store_path
 
     kind = type(persistence.backend).__name__
     if kind not in ("SqliteBackend", "JsonlBackend"):
@@ -234,7 +234,7 @@ def _signatures(persistence: Persistence) -> dict[str, str]:
     inode: replaced or cut).
     """
     kind = type(persistence.backend).__name__
-    from dsh.persistence import store_path
+    from dsh.persistence._urls import store_path
 
     location = store_path(persistence.url)
     assert location is not None  # index_path() said this store keeps an index
