@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
@@ -52,9 +52,10 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     from dsh.persistence import KeepsCuts
 
     backend = persistence.backend
-    if isinstance(backend, KeepsCuts):
+    if backend.capabilities.saved_cuts:
+        cuts = cast(KeepsCuts, backend).saved_cuts(session_id)
         notes.extend(f"{session_id}: {cut} holds what a torn-tail repair cut from the log; "
-                     "inspect it, then delete it" for cut in backend.saved_cuts(session_id))
+                     "inspect it, then delete it" for cut in cuts)
     try:
         read = persistence.read(session_id)
     except DshError as error:

@@ -36,13 +36,21 @@ from urllib.parse import parse_qsl, urlsplit
 from dsh._errors import ConfigError
 from dsh.persistence._contract import (
     Backend,
+    Capabilities,
     ColdRead,
     Handle,
     OpenMode,
     SessionSummary,
     TornTail,
 )
-from dsh.persistence._contract import KeepsCuts as KeepsCuts  # for dsh's own packages
+
+# the protocols a declared capability promises, for dsh's own packages
+from dsh.persistence._contract import Fenced as Fenced
+from dsh.persistence._contract import KeepsCuts as KeepsCuts
+from dsh.persistence._contract import ListsEntries as ListsEntries
+from dsh.persistence._contract import NamesFiles as NamesFiles
+from dsh.persistence._contract import ReadsRanges as ReadsRanges
+from dsh.persistence._contract import Tails as Tails
 from dsh.persistence._contract import session_id_problem as session_id_problem
 from dsh.persistence._urls import no_scheme, store_path, url_path
 
@@ -61,6 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Backend",
+    "Capabilities",
     "ColdRead",
     "Handle",
     "Inspection",

@@ -21,34 +21,40 @@ Shapes:
 from __future__ import annotations
 
 import json as std_json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
 
-from dsh._errors import SessionFormatUnsupportedError
-from dsh.json import FrozenDict
-from dsh.session import SESSION_FORMAT_VERSION
+from dsh._errors import DshError, SessionFormatUnsupportedError
+from dsh.json import FrozenDict, snapshot_json
 
 if TYPE_CHECKING:
+    from dsh.persistence._listing import ListingEntry, ReadFn
     from dsh.session import Event
 
 __all__ = [
     "HEADER_KEYS",
     "MAX_ID_SEGMENT_BYTES",
     "Backend",
+    "Capabilities",
     "ColdRead",
     "Fenced",
     "Handle",
     "KeepsCuts",
+    "ListsEntries",
+    "NamesFiles",
     "OpenMode",
     "ReadsRanges",
     "SessionSummary",
+    "Tails",
     "TornTail",
     "check_session_id",
     "format_version_refusal",
     "normalize_header",
     "session_id_problem",
+    "validate_batch",
 ]
 
 OpenMode = Literal["read", "write"]
@@ -248,6 +254,39 @@ class HandleBase:
         self.close()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    """What a backend offers beyond the :class:`Backend` and :class:`Handle` contract.
+
+    A backend declares these (its ``capabilities`` attribute); the coordinator branches on
+    them and never probes a backend's class or attributes. Each flag set promises the
+    protocol it names; ``Capabilities()`` (every flag False) is a plain backend, which the
+    coordinator serves by full reads. Rule: docs/stores.md#capabilities.
+
+    Attributes:
+        restore_points: Its handles keep restore points
+            (:class:`~dsh.persistence._restore_point.KeepsRestorePoints`): a resume reads only
+            the tail after the last one, and the writer writes them.
+        fenced: Its write handles carry a fencing epoch (:class:`Fenced`).
+        saved_cuts: It saves what a torn-tail repair cuts (:class:`KeepsCuts`).
+        listing: It lists ``dsh ls`` entries itself, without reading every log
+            (:class:`ListsEntries`).
+        native_tail: It follows a log itself (:class:`Tails`), e.g. woken by ``NOTIFY``;
+            otherwise a tail polls read handles.
+        file_paths: Its handles name the file they read (:class:`NamesFiles`), for messages.
+        ranges: Its read handles serve any seq range from storage (:class:`ReadsRanges`):
+            a log without a restore point is still read by page.
+    """
+
+    restore_points: bool = False
+    fenced: bool = False
+    saved_cuts: bool = False
+    listing: bool = False
+    native_tail: bool = False
+    file_paths: bool = False
+    ranges: bool = False
+
+
 @runtime_checkable
 class Backend(Protocol):
     """One storage location holding many sessions.
@@ -258,6 +297,11 @@ class Backend(Protocol):
     @property
     def url(self) -> str:
         """The store URL this backend was opened from (``jsonl:///dir``, ``sqlite:///x.db``…)."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What it offers beyond this contract (:class:`Capabilities`), declared up front."""
         ...
 
     def create(self, header: Mapping[str, object]) -> None:
@@ -341,6 +385,44 @@ class ReadsRanges(Protocol):
         reads storage on its own (no use of this handle after it is closed) and raises
         ``LogCorruptError`` when the rows no longer decode to contiguous events.
         """
+        ...
+
+
+@runtime_checkable
+class ListsEntries(Protocol):
+    """A backend that lists ``dsh ls`` entries itself (``Capabilities.listing``)."""
+
+    def list_entries(self, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
+        """Every stored session with at least one event, as ``dsh ls`` shows it.
+
+        Args:
+            read: The coordinator's full read of one session (the cold-read pipeline), for
+                the logs the backend cannot answer for from its own index or tables.
+
+        Returns:
+            The entries (the backend's order), and one error per log that could not be read
+            (``where["session_id"]`` names it).
+        """
+        ...
+
+
+@runtime_checkable
+class Tails(Protocol):
+    """A backend that follows a log itself (``Capabilities.native_tail``)."""
+
+    def tail(self, session_id: str, from_seq: int = 0, *,
+             poll_ms: int = ...) -> AsyncIterator[Event]:
+        """The events from ``from_seq`` on, then each new commit, forever, none twice."""
+        ...
+
+
+@runtime_checkable
+class NamesFiles(Protocol):
+    """A handle that reads one file (``Capabilities.file_paths``)."""
+
+    @property
+    def path(self) -> Path:
+        """The file the handle reads."""
         ...
 
 
@@ -457,6 +539,8 @@ def format_version_refusal(session_id: object, version: object, *,
     Newer (``version > 0``): the log is intact and this dsh must be upgraded. Older or not an
     integer: no upgrade path ships. Neither says the log is corrupt.
     """
+    from dsh.session import SESSION_FORMAT_VERSION
+
     sid = session_id if isinstance(session_id, str) else std_json.dumps(session_id)
     raw = f" (raw log: {path})" if path else ""
     if isinstance(version, int | float) and not isinstance(version, bool) \
@@ -473,3 +557,49 @@ def format_version_refusal(session_id: object, version: object, *,
     return SessionFormatUnsupportedError(
         message, code=code, session_id=sid, path=path,
         version=version if isinstance(version, int) and not isinstance(version, bool) else None)
+
+
+def validate_batch(events: Sequence[Event], expected_seq: int, session_id: str) -> list[Event]:
+    """Snapshot a batch as lossless JSON and check it continues the stored tail.
+
+    The one check of ``Handle.append`` every bundled backend runs before any I/O (a batch
+    the session built is checked once more here, cheaply: its values are already frozen).
+
+    Args:
+        events: The batch.
+        expected_seq: The seq the first event must carry (stored event count).
+        session_id: Named in errors.
+
+    Returns:
+        list[Event]: frozen, validated copies (frozen input is reused where possible).
+
+    Raises:
+        InvalidJsonError: a value is not lossless JSON; ``json_path`` names the field, prefixed
+            with the batch index (``$[3].data.n``).
+        PersistenceError: code ``SEQ_MISMATCH``: event ``i`` does not carry
+            ``expected_seq + i``.
+    Rule: docs/stores.md#the-backend-contract (snapshot at call time; contiguity).
+    """
+    from dsh._errors import InvalidJsonError, PersistenceError
+    from dsh.session import Event
+
+    out: list[Event] = []
+    for i, event in enumerate(events):
+        try:
+            frozen = snapshot_json(event)
+        except InvalidJsonError as exc:
+            path = str(exc.where.get("json_path", "$"))
+            raise InvalidJsonError(
+                f"event {i} of the batch is not losslessly JSON-serializable: {exc.message}",
+                code=exc.code, json_path=f"$[{i}]{path[1:]}", session_id=session_id) from exc
+        if not isinstance(frozen, dict):
+            raise PersistenceError(f"append batch item {i} is not an event object",
+                                   code="NOT_AN_EVENT", session_id=session_id)
+        seq = frozen.get("seq")
+        if seq != expected_seq + i or type(seq) is not int:
+            raise PersistenceError(
+                f"append seq mismatch for session {session_id!r}: expected seq "
+                f"{expected_seq + i} at batch index {i}, got {seq!r}", code="SEQ_MISMATCH",
+                session_id=session_id, seq=seq if type(seq) is int else None)
+        out.append(frozen if isinstance(frozen, Event) else Event(frozen))
+    return out

@@ -20,9 +20,9 @@ snapshot.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import TracebackType
-from typing import Literal
+from typing import Literal, cast
 
 from dsh._errors import (
     DshError,
@@ -38,13 +38,14 @@ from dsh.persistence._contract import (
     Backend,
     Fenced,
     Handle,
+    ListsEntries,
     OpenMode,
     SessionSummary,
     check_session_id,
     normalize_header,
     session_id_problem,
 )
-from dsh.persistence._listing import ListingEntry, jsonl_entries, sqlite_entries, summarize
+from dsh.persistence._listing import ListingEntry, read_entries
 from dsh.persistence._observer import LiveSessions, PersistenceObserver
 from dsh.persistence._read import Inspection
 from dsh.persistence._write_behind import WriteBehind
@@ -164,26 +165,9 @@ class Persistence:
             read = self.read(session_id)
             return read.header, read.stored_events
 
-        kind = type(self.backend).__name__
-        if kind == "JsonlBackend":
-            return jsonl_entries(self.backend, full)
-        entries: _Entries = []
-        errors: _Errors = []
-        todo: Sequence[str]
-        if kind == "SqliteBackend":
-            entries, todo = sqlite_entries(self.backend)
-        else:
-            todo = [str(h["id"]) for h in self.backend.list_headers()]
-        for sid in todo:
-            try:
-                header, events = full(sid)
-            except DshError as error:
-                error.where.setdefault("session_id", sid)
-                errors.append(error)
-                continue
-            if events:
-                entries.append(summarize(header, events))
-        return entries, errors
+        if self.backend.capabilities.listing:
+            return cast(ListsEntries, self.backend).list_entries(full)
+        return read_entries([str(h["id"]) for h in self.backend.list_headers()], full)
 
     # reading -----------------------------------------------------------------------------
 
@@ -412,7 +396,8 @@ class Persistence:
         for observer in list(self._observers.values()):
             handle = observer.handle_of(session_id)
             if handle is not None:
-                epoch = handle.epoch if isinstance(handle, Fenced) else None
+                fenced = self.backend.capabilities.fenced
+                epoch = cast(Fenced, handle).epoch if fenced else None
                 return epoch if epoch is not None else 0
         return 0
 

@@ -33,7 +33,7 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
@@ -44,8 +44,9 @@ from dsh.json import FrozenDict, snapshot_json, thaw
 from dsh.json import dumps as json_dumps
 from dsh.json import loads as json_loads
 
-__all__ = ["INDEX_NAME", "JOURNAL_NAME", "EntryFold", "JsonlIndex", "ListingEntry",
-           "jsonl_entries", "note_flushed", "sqlite_entries", "summarize"]
+__all__ = ["INDEX_NAME", "JOURNAL_NAME", "SOURCE_EVENT_TYPE", "EntryFold", "JsonlIndex",
+           "ListingEntry", "ReadFn", "is_untimed", "note_flushed", "prompt_of", "read_entries",
+           "reply_model", "request_model", "signature", "source_format", "summarize"]
 
 log = logging.getLogger("dsh.persistence")
 
@@ -119,7 +120,7 @@ def _message_text(content: Any) -> str:
                      and isinstance(block.get("text"), str))
 
 
-def _prompt_of(event: Mapping[str, Any]) -> str | None:
+def prompt_of(event: Mapping[str, Any]) -> str | None:
     """The first-prompt text of a ``user/message`` event, or None if it does not qualify."""
     if event.get("surfaceOp") != "append":
         return None
@@ -132,13 +133,13 @@ def _prompt_of(event: Mapping[str, Any]) -> str | None:
     return text.strip().split("\n", 1)[0] if text.strip() else None
 
 
-def _untimed(event: Mapping[str, Any]) -> bool:
+def is_untimed(event: Mapping[str, Any]) -> bool:
     """An ``import/source`` whose source had no timestamps (every event got one stamp)."""
     data = event.get("data")
     return isinstance(data, Mapping) and data.get("timestamps") is False
 
 
-def _request_model(event: Mapping[str, Any]) -> str | None:
+def request_model(event: Mapping[str, Any]) -> str | None:
     """The model a ``request/context`` or ``request/header`` event names, or None."""
     data = event.get("data")
     if not isinstance(data, Mapping):
@@ -151,7 +152,7 @@ def _request_model(event: Mapping[str, Any]) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
-def _reply_model(event: Mapping[str, Any]) -> str | None:
+def reply_model(event: Mapping[str, Any]) -> str | None:
     """The model an ``assistant/message`` event's message names (``source.model``), or None."""
     data = event.get("data")
     message = data.get("message") if isinstance(data, Mapping) else None
@@ -160,7 +161,8 @@ def _reply_model(event: Mapping[str, Any]) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
-def _source_format(event: Mapping[str, Any]) -> str:
+def source_format(event: Mapping[str, Any]) -> str:
+    """The format an ``import/source`` event names (``"dsh"`` when it names none)."""
     data = event.get("data")
     fmt = data.get("format") if isinstance(data, Mapping) else None
     return fmt if isinstance(fmt, str) and fmt else "dsh"
@@ -224,21 +226,21 @@ class EntryFold:
             if kind == "turn/start":
                 turns += 1
             elif kind == "request/header" or kind == "request/context":
-                model = _request_model(event) or model
+                model = request_model(event) or model
             elif kind == "assistant/message" and model is None:
-                model = _reply_model(event)
+                model = reply_model(event)
             elif kind == "session/title":
                 data = event["data"]
                 if isinstance(data, Mapping) and isinstance(data.get("title"), str):
                     title = data["title"]
             elif kind == "user/message" and prompt is None:
-                prompt = _prompt_of(event)
+                prompt = prompt_of(event)
             elif kind == SOURCE_EVENT_TYPE and not seen:
                 if seen is None:
                     return False
                 seen = True
-                source = _source_format(event)
-                if _untimed(event):
+                source = source_format(event)
+                if is_untimed(event):
                     untimed_at = int(event["time"])
         last = int(events[-1]["time"])
         first = int(events[0]["time"]) if e.events == 0 else e.first_activity_ms
@@ -439,206 +441,24 @@ ReadFn = Callable[[str], tuple[FrozenDict, Sequence[Mapping[str, Any]]]]
 """``read(session_id) -> (header, committed events)``: the full read of one session."""
 
 
-def jsonl_entries(backend: Any, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
-    """Entries of every JSONL session: from the index where a log is unchanged, else a read.
-
-    Args:
-        backend: A :class:`~dsh.persistence.jsonl._backend.JsonlBackend`.
-        read: The full read of one session (the cold-read pipeline).
+def read_entries(session_ids: Iterable[str], read: ReadFn
+                 ) -> tuple[list[ListingEntry], list[DshError]]:
+    """Entries of the given sessions from a full read of each (the plain backends' listing).
 
     Returns:
-        The entries of sessions with at least one event, and the errors of logs that could
-        not be read (each with ``where["session_id"]``), in directory order.
+        The entries of sessions with at least one event, in ``session_ids`` order, and one
+        error per log that could not be read (``where["session_id"]`` names it); one damaged
+        log never hides the others.
     """
-    root = Path(backend.root)
-    index = JsonlIndex(root)
     entries: list[ListingEntry] = []
     errors: list[DshError] = []
-    seen: list[str] = []
-    backend._check_encoding()
-    for project in backend._project_dirs():
-        with os.scandir(project) as it:
-            dirs = [e for e in it if e.is_dir()]
-        # Strings, not Paths, per log: pathlib would be a third of a 5,000-session listing.
-        prefix = f"{project.name}/"
-        for entry in dirs:
-            path = os.path.join(entry.path, backend._name)
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                continue
-            key = prefix + entry.name
-            sig = signature(st)
-            seen.append(key)
-            cached = index.lookup(key, sig)
-            if cached is None:
-                try:
-                    header = backend._read_header(Path(path))
-                    sid = str(header["id"]) if header is not None else entry.name
-                    stored_header, events = read(sid)
-                except DshError as error:
-                    # One damaged log must not hide the others; the caller reports it.
-                    error.where.setdefault("session_id", entry.name)
-                    errors.append(error)
-                    continue
-                cached = summarize(stored_header, events)
-                # Record it only if the log did not move while it was read.
-                with contextlib.suppress(OSError):
-                    if signature(os.stat(path)) == sig:
-                        index.put(key, sig, cached)
-            if cached.events:
-                entries.append(replace(cached, size_bytes=sig[0]))
-    index.retain(seen)
-    index.save()
+    for sid in session_ids:
+        try:
+            header, events = read(sid)
+        except DshError as error:
+            error.where.setdefault("session_id", sid)
+            errors.append(error)
+            continue
+        if events:
+            entries.append(summarize(header, events))
     return entries, errors
-
-
-def sqlite_entries(backend: Any) -> tuple[list[ListingEntry], list[str]]:
-    """Entries of every SQLite session from a few queries over the store's tables.
-
-    The sessions rows give the headers; the last physical row of each session gives the event
-    count and last time (a packed row: its last member); the rows of ``turn/start``,
-    ``session/title``, appended ``user/message`` and ``import/source`` give the rest. Only those
-    rows are decoded, never a whole log.
-
-    Returns:
-        The entries of sessions with at least one event, and the ids of sessions whose needed
-        rows do not decode (a torn or damaged tail): the caller reads those in full, which
-        names the damage or excludes the torn row exactly as a read does.
-
-    Raises:
-        LogCorruptError: a sessions row is invalid.
-        PersistenceError: the database failed.
-    """
-    from dsh.persistence.sqlite._schema import RowError, decode_row, decode_session_row
-
-    with backend._shared() as c:
-        conn = c.conn
-        version = c.schema_version
-        row_columns = ("{p}rowid, {p}seq, {p}type, {p}time, {p}data, {p}source_event_seqs, "
-                       "{p}surface_op, " + ("NULL" if version == 14 else "{p}ignorable"))
-        conn.execute("BEGIN")
-        try:
-            sessions = conn.execute(
-                "SELECT id, version, created_at, cwd, parent_session, seed_length, origin, "
-                "delegation_depth, agent_preset, incarnation, revision FROM sessions "
-                "ORDER BY rowid").fetchall()
-            last_rows = conn.execute(
-                f"SELECT e.session_id, {row_columns.format(p='e.')} FROM events AS e JOIN "
-                "(SELECT session_id, max(seq) AS last FROM events GROUP BY session_id) AS t "
-                "ON e.session_id = t.session_id AND e.seq = t.last").fetchall()
-            # one pass over the rows: turns, and the bytes of the event data
-            turns, sizes = {}, {}
-            for sid, count, size in conn.execute(
-                    "SELECT session_id, sum(type = 'turn/start'), sum(length(CAST(data AS BLOB)))"
-                    " FROM events GROUP BY session_id"):
-                turns[sid], sizes[sid] = count, size
-            special = conn.execute(
-                f"SELECT session_id, {row_columns.format(p='')} FROM events WHERE type IN "
-                f"('session/title', '{SOURCE_EVENT_TYPE}', 'request/header', 'request/context')"
-                " OR (type = 'user/message' AND surface_op = '\"append\"') "
-                "ORDER BY session_id, seq").fetchall()
-            # the first row (seq 0) and the first assistant message of each session (index
-            # probes, not a scan)
-            firsts = conn.execute(
-                f"SELECT e.session_id, {row_columns.format(p='e.')} FROM sessions AS s JOIN "
-                "events AS e ON e.session_id = s.id AND e.seq = 0").fetchall()
-            answers = conn.execute(
-                f"SELECT session_id, {row_columns.format(p='')} FROM events WHERE rowid IN ("
-                "SELECT (SELECT rowid FROM events WHERE session_id = s.id AND type = "
-                "'assistant/message' ORDER BY seq LIMIT 1) FROM sessions AS s)").fetchall()
-            replies, bad_replies = _reply_models(conn, answers, row_columns.format(p=''),
-                                                 version)
-        finally:
-            conn.execute("COMMIT")
-    path = str(backend.path)
-    last: dict[str, Any] = {}
-    titles: dict[str, str] = {}
-    prompts: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    untimed_at: dict[str, int] = {}
-    models: dict[str, str] = {}
-    first_times: dict[str, int] = {}
-    damaged: set[str] = set()
-    for sid, *row in firsts:
-        if sid not in first_times:
-            try:
-                first_times[sid] = int(decode_row(tuple(row), version)[0]["time"])
-            except RowError:
-                damaged.add(sid)
-    for sid, *row in last_rows:
-        try:
-            last[sid] = decode_row(tuple(row), version)[-1]
-        except RowError:
-            damaged.add(sid)
-    for sid, *row in special:
-        kind = row[2]
-        if sid in damaged or (kind == "user/message" and sid in prompts) or (
-                kind == SOURCE_EVENT_TYPE and sid in sources):
-            continue
-        try:
-            event = decode_row(tuple(row), version)[0]
-        except RowError:
-            damaged.add(sid)
-            continue
-        if kind == "request/header" or kind == "request/context":
-            model = _request_model(event)
-            if model is not None:
-                models[sid] = model
-        elif kind == "session/title":
-            data = event["data"]
-            if isinstance(data, Mapping) and isinstance(data.get("title"), str):
-                titles[sid] = data["title"]
-        elif kind == SOURCE_EVENT_TYPE:
-            sources[sid] = _source_format(event)
-            if _untimed(event):
-                untimed_at[sid] = int(event["time"])
-        else:
-            prompt = _prompt_of(event)
-            if prompt is not None:
-                prompts[sid] = prompt
-    out: list[ListingEntry] = []
-    for row in sessions:
-        header = decode_session_row(row, path=path)[0]
-        sid = str(header["id"])
-        final = last.get(sid)
-        if sid in damaged or final is None:
-            continue
-        last_time = int(final["time"])
-        out.append(ListingEntry(sid, header, int(final["seq"]) + 1, last_time,
-                                turns.get(sid, 0), titles.get(sid), prompts.get(sid),
-                                sources.get(sid, "dsh"), untimed_at.get(sid) != last_time,
-                                first_times.get(sid), models.get(sid) or replies.get(sid),
-                                sizes.get(sid)))
-    return out, sorted(damaged | bad_replies)
-
-
-def _reply_models(conn: Any, firsts: Sequence[Any], columns: str, version: int
-                  ) -> tuple[dict[str, str], set[str]]:
-    """The model of each session's first assistant message that names one, and damaged ids.
-
-    ``firsts`` holds each session's first assistant row; a session whose first one names no
-    model has its later assistant rows read, in seq order, until one does.
-    """
-    from dsh.persistence.sqlite._schema import RowError, decode_row
-
-    models: dict[str, str] = {}
-    damaged: set[str] = set()
-    for sid, *row in firsts:
-        if row[2] != "assistant/message":
-            continue
-        try:
-            model = _reply_model(decode_row(tuple(row), version)[0])
-            if model is None:  # rare: the later ones, until one names a model
-                for later in conn.execute(f"SELECT {columns} FROM events WHERE session_id = ? "
-                                          "AND type = 'assistant/message' AND seq > ? "
-                                          "ORDER BY seq", (sid, row[1])):
-                    model = _reply_model(decode_row(tuple(later), version)[0])
-                    if model is not None:
-                        break
-        except RowError:
-            damaged.add(sid)
-            continue
-        if model is not None:
-            models[sid] = model
-    return models, damaged

@@ -26,8 +26,16 @@ from dsh._errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
-from dsh.json import FrozenDict, snapshot_json
-from dsh.persistence._contract import ColdRead, HandleBase, OpenMode, TornTail, normalize_header
+from dsh.json import FrozenDict
+from dsh.persistence._contract import (
+    Capabilities,
+    ColdRead,
+    HandleBase,
+    OpenMode,
+    TornTail,
+    normalize_header,
+    validate_batch,
+)
 from dsh.session import Event
 
 __all__ = ["MemoryBackend", "MemoryHandle"]
@@ -40,48 +48,6 @@ class _Stored:
     torn: TornTail | None = None
     generation: int = 0
     writer: tuple[int, str, int] | None = None  # pid, host, since (ms)
-
-
-def validate_batch(events: Sequence[Event], expected_seq: int, session_id: str) -> list[Event]:
-    """Snapshot a batch as lossless JSON and check it continues the stored tail.
-
-    Args:
-        events: The batch.
-        expected_seq: The seq the first event must carry (stored event count).
-        session_id: Named in errors.
-
-    Returns:
-        list[Event]: frozen, validated copies (frozen input is reused where possible).
-
-    Raises:
-        InvalidJsonError: a value is not lossless JSON; ``json_path`` names the field, prefixed
-            with the batch index (``$[3].data.n``).
-        PersistenceError: code ``SEQ_MISMATCH``: event ``i`` does not carry
-            ``expected_seq + i``.
-    Rule: docs/stores.md#the-backend-contract (snapshot at call time; contiguity).
-    """
-    from dsh._errors import InvalidJsonError
-
-    out: list[Event] = []
-    for i, event in enumerate(events):
-        try:
-            frozen = snapshot_json(event)
-        except InvalidJsonError as exc:
-            path = str(exc.where.get("json_path", "$"))
-            raise InvalidJsonError(
-                f"event {i} of the batch is not losslessly JSON-serializable: {exc.message}",
-                code=exc.code, json_path=f"$[{i}]{path[1:]}", session_id=session_id) from exc
-        if not isinstance(frozen, dict):
-            raise PersistenceError(f"append batch item {i} is not an event object",
-                                   code="NOT_AN_EVENT", session_id=session_id)
-        seq = frozen.get("seq")
-        if seq != expected_seq + i or type(seq) is not int:
-            raise PersistenceError(
-                f"append seq mismatch for session {session_id!r}: expected seq "
-                f"{expected_seq + i} at batch index {i}, got {seq!r}", code="SEQ_MISMATCH",
-                session_id=session_id, seq=seq if type(seq) is int else None)
-        out.append(frozen if isinstance(frozen, Event) else Event(frozen))
-    return out
 
 
 class MemoryHandle(HandleBase):
@@ -159,6 +125,9 @@ class MemoryBackend:
     Args:
         url: The store URL (``memory:``).
     """
+
+    capabilities = Capabilities()
+    """None: the coordinator serves it by full reads."""
 
     def __init__(self, url: str = "memory:") -> None:
         self._url = url

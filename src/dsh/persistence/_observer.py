@@ -23,7 +23,6 @@ from functools import partial
 
 from dsh._errors import SessionExistsError, WriteFailedError
 from dsh.json import json_equal
-from dsh.persistence import _restore_point as rp
 from dsh.persistence._after_commit import AfterCommitFailure
 from dsh.persistence._contract import Backend, Handle
 from dsh.persistence._write_behind import SessionWriter, WriteBehind
@@ -181,11 +180,13 @@ class PersistenceObserver:
             fold = None
             # Restore points only for logs whose stored records are the events themselves: a
             # legacy record would page in differently from its normalised event.
-            if adopted.foldable and isinstance(adopted.handle, rp.KeepsRestorePoints):
+            keeps = self._backend.capabilities.restore_points
+            if adopted.foldable and keeps:
                 fold = RestoreFold.of_session(session, adopted.resumed)
             writer = SessionWriter(session, adopted.handle, adopted.cursor, self._config,
-                                   self._backend.url, fold,
-                                   (adopted.restore_point_count, adopted.restore_point_bytes),
+                                   self._backend.url, keeps_restore_points=keeps, fold=fold,
+                                   last_restore_point=(adopted.restore_point_count,
+                                                       adopted.restore_point_bytes),
                                    report=partial(self._report_after_commit, session))
             self._writers[id(session)] = writer
             self._live.add(session)

@@ -23,7 +23,7 @@ import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from dsh._errors import DshError
 from dsh.json import FrozenDict, loads
@@ -104,9 +104,10 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
             refused the log (a paged read that doubts anything falls back to it).
     """
     with persistence.open(session_id, "read") as handle:
-        if isinstance(handle, ck.KeepsRestorePoints):
+        if persistence.backend.capabilities.restore_points:
+            keeper = cast(ck.KeepsRestorePoints, handle)  # what the capability promises
             try:
-                restore_point, cold, source = handle.read_from_restore_point(dense=True)
+                restore_point, cold, source = keeper.read_from_restore_point(dense=True)
                 header = cold.header
                 if (header.get("id") != session_id
                         or header.get("version") != SESSION_FORMAT_VERSION):
@@ -129,8 +130,9 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
                 ck.note_refusal(session_id, exc.reason)
             except DshError as exc:
                 ck.note_refusal(session_id, f"invalid:{exc.code}")
-        if isinstance(handle, ReadsRanges):
-            ranged = _read_ranged(persistence, session_id, handle)
+        if persistence.backend.capabilities.ranges:
+            ranged = _read_ranged(persistence, session_id,
+                                  cast(ReadsRanges, handle))  # what the capability promises
             if ranged is not None:
                 return ranged
     return _read_full(persistence, session_id)

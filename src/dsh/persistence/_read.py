@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from dsh._errors import (
     EventRejectedError,
@@ -26,8 +26,10 @@ from dsh._errors import (
 from dsh.json import FrozenDict
 from dsh.persistence._contract import (
     Backend,
+    Capabilities,
     ColdRead,
     Handle,
+    NamesFiles,
     TornTail,
     format_version_refusal,
 )
@@ -182,10 +184,9 @@ def restore_validated(session_id: str, seed: Sequence[Event], header: FrozenDict
         raise corrupt_on_rejection(session_id, exc) from exc
 
 
-def raw_path(handle: Handle) -> str | None:
-    """The file a handle reads, for messages, when its backend keeps one (JSONL)."""
-    path = getattr(handle, "path", None)
-    return str(path) if path is not None else None
+def raw_path(handle: Handle, capabilities: Capabilities) -> str | None:
+    """The file a handle reads, for messages, when its backend names one (JSONL)."""
+    return str(cast(NamesFiles, handle).path) if capabilities.file_paths else None
 
 
 def has_open_turn(events: Sequence[Event]) -> bool:
@@ -236,7 +237,7 @@ def read_stored(backend: Backend, session_id: str) -> Inspection:
     """
     with backend.open(session_id, "read") as handle:
         cold = handle.read(0)
-        path = raw_path(handle)
+        path = raw_path(handle, backend.capabilities)
     events, closers = read_pipeline(session_id, cold, path=path)
     return Inspection(cold.header, events + closers, closers, cold.torn, cold.revision)
 
@@ -295,10 +296,12 @@ def load_stored(backend: Backend, session_id: str) -> Inspection:
     """
     with backend.open(session_id, "write") as handle:
         cold = handle.read(0)
-        events, closers = read_pipeline(session_id, cold, path=raw_path(handle))
+        events, closers = read_pipeline(session_id, cold,
+                                        path=raw_path(handle, backend.capabilities))
         restore_validated(session_id, events + closers, cold.header)
         revision = cold.revision  # nothing written: the read's own revision stands
         if closers or cold.torn is not None:
-            commit_repair(handle, session_id, closers, raw_path(handle) or backend.url)
+            commit_repair(handle, session_id, closers,
+                          raw_path(handle, backend.capabilities) or backend.url)
             revision = handle.read(len(events) + len(closers)).revision
     return Inspection(cold.header, events + closers, closers, cold.torn, revision)

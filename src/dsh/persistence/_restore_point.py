@@ -348,19 +348,20 @@ class RestorePointCheck:
     message: str
 
 
-def check_restore_point(handle: Any, events: Sequence[Event], inherited: int) -> RestorePointCheck:
+def check_restore_point(handle: KeepsRestorePoints | None, events: Sequence[Event],
+                        inherited: int) -> RestorePointCheck:
     """Check a session's restore point against its full read: anchor, state, tail and every page.
 
     Args:
-        handle: An open handle of the session (``read_from_restore_point`` when the backend keeps
-            restore points).
+        handle: An open handle of the session when its backend keeps restore points
+            (``Capabilities.restore_points``), else None (the verdict is "absent").
         events: The stored events of a full read (before any repair closers).
         inherited: The header's ``seedLength`` or 0.
 
     Returns:
         The verdict; never raises for a bad restore point (it is derived data, not the log).
     """
-    if not isinstance(handle, KeepsRestorePoints):
+    if handle is None:
         return RestorePointCheck(status="absent", event_count=0,
                                message="this backend keeps no restore points")
     try:

@@ -22,11 +22,12 @@ checking one against a full read for ``dsh verify`` (:func:`check_restore_point`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from dsh._errors import DshError, EventRejectedError
 from dsh.json import FrozenDict
 from dsh.persistence import _restore_point as rp
-from dsh.persistence._contract import Backend, Handle
+from dsh.persistence._contract import Backend, Capabilities, Handle
 from dsh.persistence._legacy import stored_prescan
 from dsh.persistence._observer import Adoption, PersistenceObserver
 from dsh.persistence._read import (
@@ -84,13 +85,14 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
     try:
         if on_handle is not None:
             on_handle(handle)
-        paged = _from_restore_point(store, session_id, handle)
+        paged = _from_restore_point(store, session_id, handle, backend.capabilities)
         if paged is not None:
             session, adoption, closers = paged
             repair = bool(closers)
         else:
             cold = handle.read(0)
-            events, closers = read_pipeline(session_id, cold, path=raw_path(handle))
+            events, closers = read_pipeline(session_id, cold,
+                                            path=raw_path(handle, backend.capabilities))
             seed = events + closers
             session = _prepare(store, session_id, seed, cold.header)
             repair = bool(closers) or cold.torn is not None
@@ -98,7 +100,8 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
             adoption = Adoption(handle, len(seed), foldable=events is cold.events
                                 or plain_records(cold.events))
         if repair:
-            commit_repair(handle, session_id, closers, raw_path(handle) or backend.url)
+            commit_repair(handle, session_id, closers,
+                          raw_path(handle, backend.capabilities) or backend.url)
         observer = observer_of(store)
         observer.adopt(session_id, adoption)
         with observer.publishing(session):
@@ -111,7 +114,8 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
     return session
 
 
-def _from_restore_point(store: SessionStore, session_id: str, handle: Handle
+def _from_restore_point(store: SessionStore, session_id: str, handle: Handle,
+                        capabilities: Capabilities
                         ) -> tuple[Session, Adoption, tuple[Event, ...]] | None:
     """Restore through the log's restore point, reading only its tail; or None.
 
@@ -123,10 +127,11 @@ def _from_restore_point(store: SessionStore, session_id: str, handle: Handle
         (cursor past the closers, the restore point's state and extent), and the closers the
         caller commits.
     """
-    if not isinstance(handle, rp.KeepsRestorePoints):
+    if not capabilities.restore_points:
         return None
+    keeper = cast(rp.KeepsRestorePoints, handle)  # what the capability promises
     try:
-        point, cold, source = handle.read_from_restore_point()
+        point, cold, source = keeper.read_from_restore_point()
         state = point.state
         tail = cold.events
         header = cold.header
@@ -203,19 +208,21 @@ def write_restore_point(backend: Backend, session_id: str) -> bool:
         UnknownEventTypeError: the log cannot be read or does not validate.
     """
     with backend.open(session_id, "write") as handle:
-        if not isinstance(handle, rp.KeepsRestorePoints):
+        if not backend.capabilities.restore_points:
             return False
+        keeper = cast(rp.KeepsRestorePoints, handle)  # what the capability promises
         cold = handle.read(0)
-        events, closers = read_pipeline(session_id, cold, path=raw_path(handle))
+        events, closers = read_pipeline(session_id, cold,
+                                        path=raw_path(handle, backend.capabilities))
         restore_validated(session_id, events + closers, cold.header)
         if not cold.events or cold.torn is not None or not plain_records(cold.events):
             return False
         fold = RestoreFold(cold.header.get("seedLength") or 0)
         fold.feed(cold.events)
-        anchor = handle.restore_point_anchor()
+        anchor = keeper.restore_point_anchor()
         if anchor is None or anchor.event_count != len(cold.events):
             return False
-        handle.write_restore_point(
+        keeper.write_restore_point(
             rp.encode_restore_point(rp.RestorePoint(anchor=anchor, state=fold.state())))
     return True
 
@@ -232,5 +239,7 @@ def check_restore_point(backend: Backend, session_id: str, full: Inspection
         SessionNotFoundError: the session vanished.
     """
     with backend.open(session_id, "read") as handle:
-        return rp.check_restore_point(handle, full.stored_events,
+        keeper = (cast(rp.KeepsRestorePoints, handle) if backend.capabilities.restore_points
+                  else None)
+        return rp.check_restore_point(keeper, full.stored_events,
                                       full.header.get("seedLength") or 0)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final
+from typing import Final, cast
 
 from dsh._errors import ConfigError, LogCorruptError
-from dsh.persistence._contract import Backend, Handle
+from dsh.persistence._contract import Backend, Handle, Tails
 from dsh.session import Event
 
 __all__ = ["DEFAULT_POLL_MS", "follow", "tail"]
@@ -47,8 +47,8 @@ async def tail(backend: Backend, session_id: str, from_seq: int = 0, *,
     if poll_ms is not None and (type(poll_ms) is not int or poll_ms < 1):
         raise ConfigError(f"tail poll_ms must be a positive integer (ms), got {poll_ms!r}",
                           session_id=session_id)
-    native: Any = getattr(backend, "tail", None)
-    if native is not None:
+    if backend.capabilities.native_tail:
+        native = cast(Tails, backend).tail
         kwargs = {} if poll_ms is None else {"poll_ms": poll_ms}
         async for event in native(session_id, from_seq, **kwargs):
             yield event

@@ -99,7 +99,8 @@ class SessionWriter:
     """
 
     def __init__(self, session: Session, handle: Handle, cursor: int,
-                 config: WriteBehind, backend_url: str, fold: RestoreFold | None = None,
+                 config: WriteBehind, backend_url: str, *, keeps_restore_points: bool = False,
+                 fold: RestoreFold | None = None,
                  last_restore_point: tuple[int, int] = (0, 0),
                  report: Callable[[AfterCommitFailure], None] | None = None) -> None:
         self.session = session
@@ -108,8 +109,8 @@ class SessionWriter:
         self.handle = handle
         self.cursor = cursor
         self._fold = fold
-        # checked once: a runtime Protocol isinstance walks the protocol's members each call
-        self._keeps_restore_points = isinstance(handle, rp.KeepsRestorePoints)
+        # the backend's declared capability (Capabilities.restore_points)
+        self._keeps_restore_points = keeps_restore_points
         # (event count, durable bytes) of the last restore point
         self._last_restore_point = last_restore_point
         self._window = config.batch_window_ms / 1000.0
@@ -342,7 +343,7 @@ class SessionWriter:
         """
         if fold.event_count != self.cursor or not self._keeps_restore_points:
             return  # events before the fold's start are not all durable yet
-        handle = cast(rp.KeepsRestorePoints, self.handle)  # the check cached at __init__
+        handle = cast(rp.KeepsRestorePoints, self.handle)  # what the capability promises
         count, size = self._last_restore_point
         if self.cursor - count < rp.RESTORE_POINT_EVERY_EVENTS \
                 and handle.durable_bytes - size < rp.RESTORE_POINT_EVERY_BYTES:

@@ -28,7 +28,7 @@ import secrets
 import stat
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, Literal
 
@@ -46,6 +46,7 @@ from dsh.json import FrozenDict, loads
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._after_commit import AfterCommit
 from dsh.persistence._contract import (
+    Capabilities,
     ColdRead,
     HandleBase,
     OpenMode,
@@ -53,10 +54,18 @@ from dsh.persistence._contract import (
     check_session_id,
     normalize_header,
     session_id_problem,
+    validate_batch,
 )
-from dsh.persistence._listing import EntryFold, JsonlIndex, note_flushed, signature
+from dsh.persistence._listing import (
+    EntryFold,
+    JsonlIndex,
+    ListingEntry,
+    ReadFn,
+    note_flushed,
+    signature,
+    summarize,
+)
 from dsh.persistence._lock import SessionLock
-from dsh.persistence._memory import validate_batch
 from dsh.persistence._paths import file_revision, mkdir_private, refuse_symlink
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
@@ -993,6 +1002,9 @@ class JsonlBackend:
         ConfigError: bad compression, or ``root`` exists and is not a directory.
     """
 
+    capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True)
+    """Restore points, saved cuts, the listing index, and the log file each handle reads."""
+
     def __init__(self, root: str | os.PathLike[str], *, compression: Compression = "none",
                  pack_chunks: bool = True, url: str | None = None) -> None:
         if compression not in ("none", "zstd"):
@@ -1322,6 +1334,58 @@ class JsonlBackend:
             raise LogCorruptError(f"corrupt session log: invalid header line in {path}",
                                   path=str(path), line=1)
         return data.decode("utf-8")
+
+    def list_entries(self, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
+        """Entries of every session: from the listing index where a log is unchanged, else a read.
+
+        Args:
+            read: The full read of one session (the coordinator's cold-read pipeline).
+
+        Returns:
+            The entries of sessions with at least one event, and the errors of logs that could
+            not be read (each with ``where["session_id"]``), in directory order.
+        """
+        root = Path(self.root)
+        index = JsonlIndex(root)
+        entries: list[ListingEntry] = []
+        errors: list[DshError] = []
+        seen: list[str] = []
+        self._check_encoding()
+        for project in self._project_dirs():
+            with os.scandir(project) as it:
+                dirs = [e for e in it if e.is_dir()]
+            # Strings, not Paths, per log: pathlib would be a third of a 5,000-session listing.
+            prefix = f"{project.name}/"
+            for entry in dirs:
+                path = os.path.join(entry.path, self._name)
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue
+                key = prefix + entry.name
+                sig = signature(st)
+                seen.append(key)
+                cached = index.lookup(key, sig)
+                if cached is None:
+                    try:
+                        header = self._read_header(Path(path))
+                        sid = str(header["id"]) if header is not None else entry.name
+                        stored_header, events = read(sid)
+                    except DshError as error:
+                        # One damaged log must not hide the others; the caller reports it.
+                        error.where.setdefault("session_id", entry.name)
+                        errors.append(error)
+                        continue
+                    cached = summarize(stored_header, events)
+                    # Record it only if the log did not move while it was read.
+                    with contextlib.suppress(OSError):
+                        if signature(os.stat(path)) == sig:
+                            index.put(key, sig, cached)
+                if cached.events:
+                    entries.append(replace(cached, size_bytes=sig[0]))
+        index.retain(seen)
+        index.save()
+        return entries, errors
 
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding bytes a torn-tail repair cut from this session's log.

@@ -52,6 +52,7 @@ from dsh._errors import (
 from dsh._install import install_hint
 from dsh.json import FrozenDict, is_safe_int
 from dsh.persistence._contract import (
+    Capabilities,
     ColdRead,
     HandleBase,
     OpenMode,
@@ -60,8 +61,8 @@ from dsh.persistence._contract import (
     format_version_refusal,
     normalize_header,
     session_id_problem,
+    validate_batch,
 )
-from dsh.persistence._memory import validate_batch
 from dsh.persistence._tail import follow
 from dsh.persistence.postgres._schema import (
     MIGRATION_LOCK_KEY,
@@ -652,6 +653,9 @@ class PostgresBackend:
             schema is behind and ``migrate`` is false (code MIGRATION_REQUIRED).
         SessionFormatUnsupportedError: the schema was migrated by a newer dsh.
     """
+
+    capabilities = Capabilities(fenced=True, native_tail=True, ranges=True)
+    """Fenced write handles (the lease epoch) and a tail woken by ``NOTIFY``."""
 
     def __init__(self, conninfo: str, *, schema: str = DEFAULT_SCHEMA,
                  lease_ms: int = DEFAULT_LEASE_MS, pool_size: int = DEFAULT_POOL_SIZE,

@@ -52,6 +52,7 @@ from dsh.json import FrozenDict, FrozenList, c_seqs_contiguous, is_safe_int
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._after_commit import AfterCommit
 from dsh.persistence._contract import (
+    Capabilities,
     ColdRead,
     HandleBase,
     OpenMode,
@@ -59,9 +60,20 @@ from dsh.persistence._contract import (
     check_session_id,
     normalize_header,
     session_id_problem,
+    validate_batch,
+)
+from dsh.persistence._listing import (
+    SOURCE_EVENT_TYPE,
+    ListingEntry,
+    ReadFn,
+    is_untimed,
+    prompt_of,
+    read_entries,
+    reply_model,
+    request_model,
+    source_format,
 )
 from dsh.persistence._lock import SessionLock
-from dsh.persistence._memory import validate_batch
 from dsh.persistence._paths import mkdir_private
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
@@ -504,6 +516,10 @@ class SqliteBackend:
     are read and appended to in their own scalar layout and never migrated.
     """
 
+    capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True)
+    """Restore points (schema 17; a schema-14 file refuses them), saved cuts, listing from its
+    tables."""
+
     def __init__(self, path: str | os.PathLike[str], *, journal_mode: JournalMode = "wal",
                  busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
                  schema: int = SCHEMA_VERSION) -> None:
@@ -711,6 +727,125 @@ class SqliteBackend:
 
     def _seal_path(self, session_id: str) -> Path:
         return self.seal_dir / f"{_cut_stem(session_id)}.seal"
+
+    def list_entries(self, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
+        """Entries of every session from a few queries over the store's tables.
+
+        The sessions rows give the headers; the last physical row of each session gives the
+        event count and last time (a packed row: its last member); the rows of
+        ``turn/start``, ``session/title``, appended ``user/message`` and ``import/source``
+        give the rest. Only those rows are decoded, never a whole log. A session whose needed
+        rows do not decode (a torn or damaged tail) is read in full through ``read``, which
+        names the damage or excludes the torn row exactly as a read does.
+
+        Returns:
+            The entries of sessions with at least one event, and one error per log that
+            could not be read (``where["session_id"]`` names it).
+
+        Raises:
+            LogCorruptError: a sessions row is invalid.
+            PersistenceError: the database failed.
+        """
+        with self._shared() as c:
+            conn = c.conn
+            version = c.schema_version
+            row_columns = ("{p}rowid, {p}seq, {p}type, {p}time, {p}data, {p}source_event_seqs, "
+                           "{p}surface_op, " + ("NULL" if version == 14 else "{p}ignorable"))
+            conn.execute("BEGIN")
+            try:
+                sessions = conn.execute(
+                    "SELECT id, version, created_at, cwd, parent_session, seed_length, origin, "
+                    "delegation_depth, agent_preset, incarnation, revision FROM sessions "
+                    "ORDER BY rowid").fetchall()
+                last_rows = conn.execute(
+                    f"SELECT e.session_id, {row_columns.format(p='e.')} FROM events AS e JOIN "
+                    "(SELECT session_id, max(seq) AS last FROM events GROUP BY session_id) AS t "
+                    "ON e.session_id = t.session_id AND e.seq = t.last").fetchall()
+                # one pass over the rows: turns, and the bytes of the event data
+                turns, sizes = {}, {}
+                for sid, count, size in conn.execute(
+                        "SELECT session_id, sum(type = 'turn/start'), "
+                        "sum(length(CAST(data AS BLOB))) FROM events GROUP BY session_id"):
+                    turns[sid], sizes[sid] = count, size
+                special = conn.execute(
+                    f"SELECT session_id, {row_columns.format(p='')} FROM events WHERE type IN "
+                    f"('session/title', '{SOURCE_EVENT_TYPE}', 'request/header', 'request/context')"
+                    " OR (type = 'user/message' AND surface_op = '\"append\"') "
+                    "ORDER BY session_id, seq").fetchall()
+                # the first row (seq 0) and the first assistant message of each session
+                # (index probes, not a scan)
+                firsts = conn.execute(
+                    f"SELECT e.session_id, {row_columns.format(p='e.')} FROM sessions AS s JOIN "
+                    "events AS e ON e.session_id = s.id AND e.seq = 0").fetchall()
+                answers = conn.execute(
+                    f"SELECT session_id, {row_columns.format(p='')} FROM events WHERE rowid IN ("
+                    "SELECT (SELECT rowid FROM events WHERE session_id = s.id AND type = "
+                    "'assistant/message' ORDER BY seq LIMIT 1) FROM sessions AS s)").fetchall()
+                replies, bad_replies = _reply_models(conn, answers, row_columns.format(p=''),
+                                                     version)
+            finally:
+                conn.execute("COMMIT")
+        path = str(self.path)
+        last: dict[str, Any] = {}
+        titles: dict[str, str] = {}
+        prompts: dict[str, str] = {}
+        sources: dict[str, str] = {}
+        untimed_at: dict[str, int] = {}
+        models: dict[str, str] = {}
+        first_times: dict[str, int] = {}
+        damaged: set[str] = set()
+        for sid, *row in firsts:
+            if sid not in first_times:
+                try:
+                    first_times[sid] = int(decode_row(tuple(row), version)[0]["time"])
+                except RowError:
+                    damaged.add(sid)
+        for sid, *row in last_rows:
+            try:
+                last[sid] = decode_row(tuple(row), version)[-1]
+            except RowError:
+                damaged.add(sid)
+        for sid, *row in special:
+            kind = row[2]
+            if sid in damaged or (kind == "user/message" and sid in prompts) or (
+                    kind == SOURCE_EVENT_TYPE and sid in sources):
+                continue
+            try:
+                event = decode_row(tuple(row), version)[0]
+            except RowError:
+                damaged.add(sid)
+                continue
+            if kind == "request/header" or kind == "request/context":
+                model = request_model(event)
+                if model is not None:
+                    models[sid] = model
+            elif kind == "session/title":
+                data = event["data"]
+                if isinstance(data, Mapping) and isinstance(data.get("title"), str):
+                    titles[sid] = data["title"]
+            elif kind == SOURCE_EVENT_TYPE:
+                sources[sid] = source_format(event)
+                if is_untimed(event):
+                    untimed_at[sid] = int(event["time"])
+            else:
+                prompt = prompt_of(event)
+                if prompt is not None:
+                    prompts[sid] = prompt
+        out: list[ListingEntry] = []
+        for row in sessions:
+            header = decode_session_row(row, path=path)[0]
+            sid = str(header["id"])
+            final = last.get(sid)
+            if sid in damaged or final is None:
+                continue
+            last_time = int(final["time"])
+            out.append(ListingEntry(sid, header, int(final["seq"]) + 1, last_time,
+                                    turns.get(sid, 0), titles.get(sid), prompts.get(sid),
+                                    sources.get(sid, "dsh"), untimed_at.get(sid) != last_time,
+                                    first_times.get(sid), models.get(sid) or replies.get(sid),
+                                    sizes.get(sid)))
+        more, errors = read_entries(sorted(damaged | bad_replies), read)
+        return out + more, errors
 
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding rows a torn-tail repair cut from this session.
@@ -1467,3 +1602,31 @@ class SqliteHandle(HandleBase):
             if self._lock is not None:
                 self._lock.release()
 
+
+def _reply_models(conn: Any, firsts: Sequence[Any], columns: str, version: int
+                  ) -> tuple[dict[str, str], set[str]]:
+    """The model of each session's first assistant message that names one, and damaged ids.
+
+    ``firsts`` holds each session's first assistant row; a session whose first one names no
+    model has its later assistant rows read, in seq order, until one does.
+    """
+    models: dict[str, str] = {}
+    damaged: set[str] = set()
+    for sid, *row in firsts:
+        if row[2] != "assistant/message":
+            continue
+        try:
+            model = reply_model(decode_row(tuple(row), version)[0])
+            if model is None:  # rare: the later ones, until one names a model
+                for later in conn.execute(f"SELECT {columns} FROM events WHERE session_id = ? "
+                                          "AND type = 'assistant/message' AND seq > ? "
+                                          "ORDER BY seq", (sid, row[1])):
+                    model = reply_model(decode_row(tuple(later), version)[0])
+                    if model is not None:
+                        break
+        except RowError:
+            damaged.add(sid)
+            continue
+        if model is not None:
+            models[sid] = model
+    return models, damaged
