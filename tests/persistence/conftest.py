@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dsh.persistence import Persistence, open_backend
+from dsh.session import SessionStore
+from dsh.testing import assistant, plain, user
 from dsh.testing._stores import (
     BUNDLED_BACKENDS,
     inject_torn_tail,
@@ -24,7 +28,8 @@ from dsh.testing._stores import (
 from dsh.testing._stores import store_url as _store_url
 from tests.conftest import DSH_LOGS
 
-__all__ = ["BACKENDS", "HAS_SQLITE", "HYPOTHESIS_EXAMPLES", "inject_torn_tail", "store_url"]
+__all__ = ["BACKENDS", "HAS_SQLITE", "HYPOTHESIS_EXAMPLES", "inject_torn_tail", "store_url",
+           "stored_events", "turn", "wait_until", "writer_of"]
 
 HAS_SQLITE = importlib.util.find_spec("dsh.persistence.sqlite._backend") is not None
 
@@ -72,3 +77,33 @@ def store(backend_kind: str, tmp_path: Path) -> Iterator[Persistence]:
 @pytest.fixture(scope="session")
 def dsh_logs() -> Path:
     return DSH_LOGS
+
+
+def stored_events(persistence: Persistence, sid: str) -> list[dict[str, Any]]:
+    """The stored events of ``sid``, read through a fresh read handle, as plain dicts."""
+    with persistence.open(sid) as handle:
+        return plain(handle.read().events)
+
+
+def writer_of(persistence: Persistence, store: SessionStore, session: Any) -> Any:
+    """The write-behind writer of a live ``session`` of ``store``."""
+    return persistence.bind(store)._writers[id(session)]
+
+
+def turn(session: Any, n: int) -> None:
+    """Append one completed turn (six events) to ``session``."""
+    session.append("turn/start", {"turn": n})
+    session.append("step/start", {"turn": n, "step": 1})
+    session.append("user/message", user(f"q{n}", f"u{n}"), surface_op="append")
+    session.append("assistant/message", assistant(n, 1, f"a{n}", f"a{n}"), surface_op="append")
+    session.append("step/end", {"turn": n, "step": 1})
+    session.append("turn/end", {"turn": n, "reason": {"kind": "completed"}})
+
+
+def wait_until(predicate: Any, timeout: float = 10.0) -> None:
+    """Wait (not a timed assertion: the bound only ends a hung test) until ``predicate()``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.005)

@@ -19,14 +19,17 @@ from dsh.persistence import (
     ReadsRanges,
     Tails,
 )
+from dsh.persistence._after_commit import RecordsAfterCommit
 from dsh.persistence._restore_point import KeepsRestorePoints
 
 EXPECTED = {
     "memory": Capabilities(),
-    "jsonl": Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True),
+    "jsonl": Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True,
+                          after_commit=True),
     "jsonl-zstd": Capabilities(restore_points=True, saved_cuts=True, listing=True,
-                               file_paths=True),
-    "sqlite": Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True),
+                               file_paths=True, after_commit=True),
+    "sqlite": Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
+                           after_commit=True),
     "postgresql": Capabilities(fenced=True, native_tail=True, ranges=True),
 }
 
@@ -45,6 +48,7 @@ def test_declared_capabilities_match_the_protocols(store: Persistence, backend_k
         assert caps.fenced == isinstance(handle, Fenced)
         assert caps.file_paths == isinstance(handle, NamesFiles)
         assert caps.ranges == isinstance(handle, ReadsRanges)
+        assert caps.after_commit == isinstance(handle, RecordsAfterCommit)
     if caps.fenced:
         store.create({"version": 0, "id": "t", "createdAt": 1})
         with store.open("t", "write") as handle:

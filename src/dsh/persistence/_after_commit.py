@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, Protocol, runtime_checkable
 
 log = logging.getLogger("dsh.persistence")
 
@@ -92,7 +92,20 @@ class AfterCommit:
         return taken
 
 
-def take_failures(handle: object) -> list[AfterCommitFailure]:
-    """The post-commit failures a handle recorded since the last call (none if it keeps none)."""
-    after = getattr(handle, "after_commit", None)
-    return after.take() if isinstance(after, AfterCommit) else []
+@runtime_checkable
+class RecordsAfterCommit(Protocol):
+    """A write handle that records its own post-commit failures (``Capabilities.after_commit``).
+
+    Its steps after a durable batch (seal, listing journal, SQLite anchor) never fail the
+    batch; each failure is kept in ``after_commit`` for the writer to report.
+    """
+
+    @property
+    def after_commit(self) -> AfterCommit:
+        """The handle's record of post-commit failures."""
+        ...
+
+
+def take_failures(handle: RecordsAfterCommit) -> list[AfterCommitFailure]:
+    """The post-commit failures ``handle`` recorded since the last call."""
+    return handle.after_commit.take()

@@ -276,6 +276,9 @@ class Capabilities:
         file_paths: Its handles name the file they read (:class:`NamesFiles`), for messages.
         ranges: Its read handles serve any seq range from storage (:class:`ReadsRanges`):
             a log without a restore point is still read by page.
+        after_commit: Its write handles record the failures of their own steps after a
+            durable batch (seal, listing journal, anchor) for the writer to report
+            (:class:`~dsh.persistence._after_commit.RecordsAfterCommit`).
     """
 
     restore_points: bool = False
@@ -285,6 +288,7 @@ class Capabilities:
     native_tail: bool = False
     file_paths: bool = False
     ranges: bool = False
+    after_commit: bool = False
 
 
 @runtime_checkable

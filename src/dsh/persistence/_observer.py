@@ -180,11 +180,11 @@ class PersistenceObserver:
             fold = None
             # Restore points only for logs whose stored records are the events themselves: a
             # legacy record would page in differently from its normalised event.
-            keeps = self._backend.capabilities.restore_points
-            if adopted.foldable and keeps:
+            capabilities = self._backend.capabilities
+            if adopted.foldable and capabilities.restore_points:
                 fold = RestoreFold.of_session(session, adopted.resumed)
             writer = SessionWriter(session, adopted.handle, adopted.cursor, self._config,
-                                   self._backend.url, keeps_restore_points=keeps, fold=fold,
+                                   self._backend.url, capabilities=capabilities, fold=fold,
                                    last_restore_point=(adopted.restore_point_count,
                                                        adopted.restore_point_bytes),
                                    report=partial(self._report_after_commit, session))

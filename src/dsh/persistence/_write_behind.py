@@ -27,13 +27,21 @@ from typing import cast
 
 from dsh._errors import ConfigError, WriteFailedError
 from dsh.persistence import _restore_point as rp
-from dsh.persistence._after_commit import AfterCommit, AfterCommitFailure, take_failures
-from dsh.persistence._contract import Handle
+from dsh.persistence._after_commit import (
+    AfterCommit,
+    AfterCommitFailure,
+    RecordsAfterCommit,
+    take_failures,
+)
+from dsh.persistence._contract import Capabilities, Handle
 from dsh.session import Event, RestoreFold, Session
 
 __all__ = ["IDLE_POLL_S", "MAX_BATCH_WINDOW_MS", "MIN_POLL_S", "SessionWriter", "WriteBehind"]
 
 log = logging.getLogger("dsh.persistence")
+
+_PLAIN = Capabilities()
+"""A backend declaring nothing beyond the contract (no restore points, no post-commit log)."""
 
 MAX_BATCH_WINDOW_MS = 2_147_483_647
 """Largest batching window accepted (docs/stores.md#opening-a-store)."""
@@ -99,7 +107,8 @@ class SessionWriter:
     """
 
     def __init__(self, session: Session, handle: Handle, cursor: int,
-                 config: WriteBehind, backend_url: str, *, keeps_restore_points: bool = False,
+                 config: WriteBehind, backend_url: str, *,
+                 capabilities: Capabilities = _PLAIN,
                  fold: RestoreFold | None = None,
                  last_restore_point: tuple[int, int] = (0, 0),
                  report: Callable[[AfterCommitFailure], None] | None = None) -> None:
@@ -109,8 +118,7 @@ class SessionWriter:
         self.handle = handle
         self.cursor = cursor
         self._fold = fold
-        # the backend's declared capability (Capabilities.restore_points)
-        self._keeps_restore_points = keeps_restore_points
+        self._capabilities = capabilities  # the backend's, declared (docs/stores.md#capabilities)
         # (event count, durable bytes) of the last restore point
         self._last_restore_point = last_restore_point
         self._window = config.batch_window_ms / 1000.0
@@ -325,7 +333,9 @@ class SessionWriter:
 
     def _report_after_commit(self) -> None:
         """Hand the post-commit failures of the handle and of this writer to ``report``."""
-        failures = [*take_failures(self.handle), *self._after_commit.take()]
+        own = (take_failures(cast(RecordsAfterCommit, self.handle))
+               if self._capabilities.after_commit else [])  # what the capability promises
+        failures = [*own, *self._after_commit.take()]
         if not failures or self._report is None:
             return
         for failure in failures:
@@ -341,7 +351,7 @@ class SessionWriter:
         Never fails the flush: the batch is durable and the restore point is only derived, so a
         failure to write one is logged (WARNING) and the next due flush tries again.
         """
-        if fold.event_count != self.cursor or not self._keeps_restore_points:
+        if fold.event_count != self.cursor or not self._capabilities.restore_points:
             return  # events before the fold's start are not all durable yet
         handle = cast(rp.KeepsRestorePoints, self.handle)  # what the capability promises
         count, size = self._last_restore_point

@@ -1002,7 +1002,8 @@ class JsonlBackend:
         ConfigError: bad compression, or ``root`` exists and is not a directory.
     """
 
-    capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True)
+    capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True,
+                                after_commit=True)
     """Restore points, saved cuts, the listing index, and the log file each handle reads."""
 
     def __init__(self, root: str | os.PathLike[str], *, compression: Compression = "none",

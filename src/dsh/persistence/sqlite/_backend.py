@@ -516,7 +516,8 @@ class SqliteBackend:
     are read and appended to in their own scalar layout and never migrated.
     """
 
-    capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True)
+    capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
+                                after_commit=True)
     """Restore points (schema 17; a schema-14 file refuses them), saved cuts, listing from its
     tables."""
 
