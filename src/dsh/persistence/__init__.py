@@ -55,12 +55,14 @@ from dsh.persistence._contract import session_id_problem as session_id_problem
 from dsh.persistence._urls import no_scheme, store_path, url_path
 
 if TYPE_CHECKING:
+    from dsh.persistence._after_commit import RecordsAfterCommit as RecordsAfterCommit
     from dsh.persistence._facade import Persistence
     from dsh.persistence._listing import ListingEntry
     from dsh.persistence._listing import summarize as summarize
     from dsh.persistence._pages import StoredPages, read_pages
     from dsh.persistence._pages import readable_prefix as readable_prefix
     from dsh.persistence._read import Inspection
+    from dsh.persistence._restore_point import KeepsRestorePoints as KeepsRestorePoints
     from dsh.persistence._restore_point import RestorePointRefused as RestorePointRefused
     from dsh.persistence._search import SearchHit, SearchResults, search
     from dsh.persistence._search import forget_search as forget_search
@@ -92,6 +94,7 @@ __all__ = [
 _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write_behind",
          "ListingEntry": "_listing", "summarize": "_listing",
          "RestorePointRefused": "_restore_point", "StoredPages": "_pages",
+         "KeepsRestorePoints": "_restore_point", "RecordsAfterCommit": "_after_commit",
          "read_pages": "_pages", "readable_prefix": "_pages", "SearchHit": "_search",
          "SearchResults": "_search", "search": "_search", "message_texts": "_search",
          "forget_search": "_search"}

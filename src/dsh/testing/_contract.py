@@ -92,6 +92,37 @@ class BackendContract:
             persistence.close()
             self.cleanup(persistence)
 
+    def test_declared_capabilities_are_kept(self, store: Persistence) -> None:
+        """Each capability the backend declares is implemented, and none is left undeclared.
+
+        Rule: docs/stores.md#capabilities (the coordinator trusts the flags, never probes).
+        """
+        from dsh.persistence import (
+            Capabilities,
+            Fenced,
+            KeepsCuts,
+            KeepsRestorePoints,
+            ListsEntries,
+            NamesFiles,
+            ReadsRanges,
+            RecordsAfterCommit,
+            Tails,
+        )
+
+        backend = store.backend
+        caps = backend.capabilities
+        assert isinstance(caps, Capabilities)
+        assert caps.listing == isinstance(backend, ListsEntries)
+        assert caps.saved_cuts == isinstance(backend, KeepsCuts)
+        assert caps.native_tail == isinstance(backend, Tails)
+        store.create(header("caps"))
+        with store.open("caps", "write") as handle:
+            assert caps.restore_points == isinstance(handle, KeepsRestorePoints)
+            assert caps.fenced == isinstance(handle, Fenced)
+            assert caps.file_paths == isinstance(handle, NamesFiles)
+            assert caps.ranges == isinstance(handle, ReadsRanges)
+            assert caps.after_commit == isinstance(handle, RecordsAfterCommit)
+
     def test_round_trip_create_append_read(self, store: Persistence) -> None:
         """Round-trips a session: create + append -> load returns identical meta/events.
 
