@@ -36,6 +36,7 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Callable
 from json.decoder import scanstring  # type: ignore[attr-defined]  # C scanner, untyped
 from typing import TYPE_CHECKING, Any, Final, NoReturn, SupportsIndex, TypeAlias, TypeVar
 
@@ -73,42 +74,54 @@ def _frozen(self: object, *args: object, **kwargs: object) -> NoReturn:
     raise TypeError(f"{type(self).__name__} is immutable: accepted session data cannot change")
 
 
-def _deep_repr(value: object) -> str:
-    """``repr`` of nested dicts and lists without recursion (inner containers shown plain)."""
+def _render(value: object, *, key: Callable[[Any], str], leaf: Callable[[Any], str],
+            comma: str, colon: str) -> str:
+    """Write nested dicts and lists as text without recursion (any depth).
+
+    One walk serves ``repr`` and the JSON encoder's fallback: ``key`` and ``leaf`` render an
+    object key and a non-container value; ``comma`` and ``colon`` are the separators.
+    """
     parts: list[str] = []
     stack: list[object] = [value]
     while stack:
         item = stack.pop()
-        if type(item) is _ReprText:
+        if type(item) is _Text:
             parts.append(item.text)
         elif isinstance(item, dict):
             if not item:
                 parts.append("{}")
                 continue
-            stack.append(_ReprText("}"))
+            stack.append(_Text("}"))
             entries = list(item.items())
             for i in range(len(entries) - 1, -1, -1):
-                key, child = entries[i]
+                name, child = entries[i]
                 stack.append(child)
-                stack.append(_ReprText(("{" if i == 0 else ", ") + repr(key) + ": "))
+                stack.append(_Text(("{" if i == 0 else comma) + key(name) + colon))
         elif isinstance(item, list):
             if not item:
                 parts.append("[]")
                 continue
-            stack.append(_ReprText("]"))
+            stack.append(_Text("]"))
             for i in range(len(item) - 1, -1, -1):
                 stack.append(item[i])
-                stack.append(_ReprText("[" if i == 0 else ", "))
+                stack.append(_Text("[" if i == 0 else comma))
         else:
-            parts.append(repr(item))
+            parts.append(leaf(item))
     return "".join(parts)
 
 
-class _ReprText:
+class _Text:
+    """Literal text on :func:`_render`'s stack (a bracket, a separator, a key)."""
+
     __slots__ = ("text",)
 
     def __init__(self, text: str) -> None:
         self.text = text
+
+
+def _deep_repr(value: object) -> str:
+    """``repr`` of nested dicts and lists without recursion (inner containers shown plain)."""
+    return _render(value, key=repr, leaf=repr, comma=", ", colon=": ")
 
 
 class FrozenDict(dict[str, Any]):
@@ -787,45 +800,13 @@ def _encode_str(value: str) -> str:
     return '"' + _ESCAPE.sub(_escape, value) + '"'
 
 
+def _encode_leaf(value: Any) -> str:
+    return _encode_str(value) if type(value) is str else orjson.dumps(value).decode()
+
+
 def _encode_fallback(value: Any) -> bytes:
     """Encode iteratively (any depth), escaping lone surrogates so the UTF-8 stays valid."""
-    parts: list[str] = []
-    stack: list[Any] = [value]
-    while stack:
-        item = stack.pop()
-        t = type(item)
-        if t is _Raw:
-            parts.append(item.text)
-        elif isinstance(item, dict):
-            if not item:
-                parts.append("{}")
-                continue
-            stack.append(_Raw("}"))
-            entries = list(item.items())
-            for i in range(len(entries) - 1, -1, -1):
-                k, v = entries[i]
-                stack.append(v)
-                stack.append(_Raw(("{" if i == 0 else ",") + _encode_str(k) + ":"))
-        elif isinstance(item, list):
-            if not item:
-                parts.append("[]")
-                continue
-            stack.append(_Raw("]"))
-            for i in range(len(item) - 1, -1, -1):
-                stack.append(item[i])
-                stack.append(_Raw("[" if i == 0 else ","))
-        elif t is str:
-            parts.append(_encode_str(item))
-        else:
-            parts.append(orjson.dumps(item).decode())
-    return "".join(parts).encode("utf-8")
-
-
-class _Raw:
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
+    return _render(value, key=_encode_str, leaf=_encode_leaf, comma=",", colon=":").encode("utf-8")
 
 
 def dumps(value: JsonValue) -> bytes:
