@@ -33,6 +33,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -98,6 +99,9 @@ DEFAULT_LEASE_MS: Final = 15_000
 MIN_LEASE_MS: Final = 100
 TAKEOVER_LOCK_TRIES: Final = 3
 """Leases a takeover waits for the session row's lock (a paused holder loses it after one)."""
+APPEND_LOCK_WAIT_S: Final = 10.0
+"""Least time an append waits for its session row's lock while its lease holds (a busy server
+can hold a row past one short lease)."""
 DEFAULT_POOL_SIZE: Final = 4
 CONNECT_TIMEOUT_S: Final = 10
 DEFAULT_TAIL_POLL_MS: Final = 1000
@@ -355,6 +359,8 @@ class PostgresHandle(HandleBase):
         Raises:
             LeaseLostError: the lease was taken over (``where``: new holder pid, host, since,
                 epoch); nothing was written.
+            SessionBusyError: another transaction kept the session row locked for
+                ``max(APPEND_LOCK_WAIT_S, TAKEOVER_LOCK_TRIES leases)``; nothing was written.
             PersistenceError: read-only or closed handle (READ_ONLY / HANDLE_CLOSED), a batch
                 that does not continue the stored head (SEQ_MISMATCH), or the database failed
                 and the outcome could not be settled (CONNECTION_LOST / POSTGRES).
@@ -383,18 +389,38 @@ class PostgresHandle(HandleBase):
         rows = encode_batch(events, ROW_FORMAT)
         psycopg = _psycopg()
         attempts = self._backend.reconnect_retries + 1
-        for attempt in range(attempts):
+        attempt = 0
+        waited_s = 0.0
+        while True:
+            started = time.monotonic()
             try:
                 self._commit(first, len(events), rows)
                 return
+            except psycopg.errors.LockNotAvailable as exc:
+                # Another transaction held the row for a whole lease (lock_timeout). Not a lost
+                # connection: while our lease holds (the settle raises LeaseLostError if it
+                # went) keep waiting, as long as a takeover would, and at least APPEND_LOCK_WAIT_S.
+                waited_s += time.monotonic() - started
+                if self._settle(first, len(events)) == "in":
+                    return
+                bound = max(APPEND_LOCK_WAIT_S,
+                            TAKEOVER_LOCK_TRIES * self._backend.lease_ms / 1000)
+                if waited_s < bound:
+                    continue
+                raise SessionBusyError(
+                    f"append to session {self._id!r} in {self._backend.url}: its row stayed "
+                    f"locked by another transaction for {waited_s:.1f} s; nothing was written. "
+                    f"A transaction outside dsh holds it: end it and append the batch again",
+                    session_id=self._id) from exc
             except psycopg.OperationalError as exc:
+                attempt += 1
                 outcome = self._settle(first, len(events))
                 self.recovered_connection_losses += 1
                 if outcome == "in":
                     logger.warning("append to session %s: connection lost after the commit "
                                    "(%s); the batch is in", self._id, exc)
                     return
-                if attempt + 1 < attempts:
+                if attempt < attempts:
                     logger.warning("append to session %s: connection lost mid-batch (%s); "
                                    "nothing was written, sending the batch again", self._id, exc)
                     continue
