@@ -135,42 +135,33 @@ class _Close:
         self.text = text
 
 
-def _iterative_json(value: Any, indent: int | None) -> str:
-    """``json.dumps(value, ensure_ascii=False, indent=indent)`` without recursion (any depth)."""
+def _iterative_json(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)`` on one line without recursion (any depth)."""
     parts: list[str] = []
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    colon = ": "
-    item_sep = ", " if indent is None else ","
-
-    def newline(level: int) -> str:
-        return "" if indent is None else "\n" + " " * (indent * level)
-
+    stack: list[Any] = [value]
     while stack:
-        item, level = stack.pop()
+        item = stack.pop()
         if type(item) is _Close:
             parts.append(item.text)
         elif isinstance(item, dict):
             if not item:
                 parts.append("{}")
                 continue
-            stack.append((_Close(newline(level) + "}"), level))
+            stack.append(_Close("}"))
             entries = list(item.items())
             for i in range(len(entries) - 1, -1, -1):
                 key, child = entries[i]
-                stack.append((child, level + 1))
-                lead = "{" if i == 0 else item_sep
-                stack.append((_Close(lead + newline(level + 1)
-                                     + json.dumps(str(key), ensure_ascii=False) + colon),
-                              level))
+                stack.append(child)
+                stack.append(_Close(("{" if i == 0 else ", ")
+                                    + json.dumps(str(key), ensure_ascii=False) + ": "))
         elif isinstance(item, list | tuple):
             if not item:
                 parts.append("[]")
                 continue
-            stack.append((_Close(newline(level) + "]"), level))
+            stack.append(_Close("]"))
             for i in range(len(item) - 1, -1, -1):
-                stack.append((item[i], level + 1))
-                lead = "[" if i == 0 else item_sep
-                stack.append((_Close(lead + newline(level + 1)), level))
+                stack.append(item[i])
+                stack.append(_Close("[" if i == 0 else ", "))
         else:
             try:
                 parts.append(json.dumps(item, ensure_ascii=False))
@@ -190,7 +181,7 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
         return json.dumps(_to_plain(value), ensure_ascii=False, indent=indent,
                           default=_to_plain)
     except RecursionError:
-        return _iterative_json(value, None)
+        return _iterative_json(value)
 
 
 _RAW_CONTROL = re.compile(rb"\x7f|\xc2[\x80-\x9f]")
