@@ -168,6 +168,17 @@ class _Viewer:
         except SessionNotFoundError:
             return self.not_found(f"There is no session {sid!r} in this store.")
 
+    def open_at(self, request: Request) -> tuple[OpenSession, int] | Response:
+        """The session and the ``seq`` a ``/s/{sid}/…/{seq}`` URL names, or its 404 page."""
+        opened = self.open(request)
+        if isinstance(opened, Response):
+            return opened
+        seq: int = request.path_params["seq"]
+        if not 0 <= seq < len(opened.events):
+            return self.not_found(f"Session {opened.id!r} has no event #{seq} "
+                                  f"(it holds {len(opened.events)} events).")
+        return opened, seq
+
     @staticmethod
     def _int(request: Request, name: str) -> int | None:
         value = request.query_params.get(name)
@@ -252,13 +263,11 @@ class _Viewer:
         return out
 
     def span(self, request: Request) -> Response:
-        opened = self.open(request)
-        if isinstance(opened, Response):
-            return opened
-        seq = request.path_params["seq"]
+        at = self.open_at(request)
+        if isinstance(at, Response):
+            return at
+        opened, seq = at
         events = opened.events
-        if not 0 <= seq < len(events):
-            return self.not_found(f"Session {opened.id!r} has no event #{seq}.")
         found = entries_at(events, [seq])
         checkpoint = found[0] if found and isinstance(found[0], Checkpoint) else None
         if checkpoint is None:
@@ -270,14 +279,11 @@ class _Viewer:
                          shown=len(entries), hidden=len(checkpoint.shadowed_seqs) > limit)
 
     def event(self, request: Request) -> Response:
-        opened = self.open(request)
-        if isinstance(opened, Response):
-            return opened
-        seq = request.path_params["seq"]
+        at = self.open_at(request)
+        if isinstance(at, Response):
+            return at
+        opened, seq = at
         events = opened.events
-        if not 0 <= seq < len(events):
-            return self.not_found(f"Session {opened.id!r} has no event #{seq} "
-                                  f"(it holds {len(events)} events).")
         event = events[seq]
         if request.query_params.get("format") == "json":
             return Response(dumps(event), media_type="application/json")
@@ -286,23 +292,19 @@ class _Viewer:
                          type=event.get("type"), body=body, count=len(events))
 
     def text(self, request: Request) -> Response:
-        opened = self.open(request)
-        if isinstance(opened, Response):
-            return opened
-        seq = request.path_params["seq"]
-        if not 0 <= seq < len(opened.events):
-            return self.not_found(f"Session {opened.id!r} has no event #{seq}.")
+        at = self.open_at(request)
+        if isinstance(at, Response):
+            return at
+        opened, seq = at
         return self.page("text.html", title=f"{opened.id} #{seq}", sid=opened.id, seq=seq,
                          entries=entries_at(opened.events, [seq]))
 
     def model(self, request: Request) -> Response:
-        opened = self.open(request)
-        if isinstance(opened, Response):
-            return opened
-        seq = request.path_params["seq"]
+        at = self.open_at(request)
+        if isinstance(at, Response):
+            return at
+        opened, seq = at
         events = opened.events
-        if not 0 <= seq < len(events):
-            return self.not_found(f"Session {opened.id!r} has no event #{seq}.")
         context = _model_context(events, seq, self._int(request, "answer"), opened.restore)
         context.update(sid=opened.id, seq=seq)
         if request.query_params.get("fragment"):
