@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from dsh.cli import _render as render
@@ -114,14 +114,7 @@ def to_markdown(header: Mapping[str, Any], entries: Sequence[Entry],
     out = [f"# Session {printable(row.id)}", ""]
     if row.title:
         out += [f"**{_md_inline(row.title)}**", ""]
-    facts = [f"{row.events} events", f"{row.turns} turns", f"source {row.source_format}",
-             f"created {render.format_ms(row.created_at_ms)} UTC",
-             f"last activity {render.format_ms(row.last_activity_ms)} UTC"]
-    if header.get("cwd"):
-        facts.append(f"cwd {_md_inline(str(header['cwd']))}")
-    if row.parent_session:
-        facts.append(_md_inline(row.lineage))
-    out += [" · ".join(facts), ""]
+    out += [" · ".join(_facts(header, row, _md_inline)), ""]
     for entry in entries:
         if isinstance(entry, TurnStart):
             out += [f"## Turn {entry.turn}", ""]
@@ -134,6 +127,19 @@ def to_markdown(header: Mapping[str, Any], entries: Sequence[Entry],
             fence = _fence(shown)
             out += [f"{fence}{'text' if style != 'reasoning' else 'reasoning'}", shown, fence, ""]
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _facts(header: Mapping[str, Any], row: render.SessionRow,
+           session_text: Callable[[str], str]) -> list[str]:
+    """The session's head line pieces; ``session_text`` makes cwd and lineage safe to embed."""
+    facts = [f"{row.events} events", f"{row.turns} turns", f"source {row.source_format}",
+             f"created {render.format_ms(row.created_at_ms)} UTC",
+             f"last activity {render.format_ms(row.last_activity_ms)} UTC"]
+    if header.get("cwd"):
+        facts.append(f"cwd {session_text(str(header['cwd']))}")
+    if row.parent_session:
+        facts.append(session_text(row.lineage))
+    return facts
 
 
 def _md_inline(text: str) -> str:
@@ -149,13 +155,7 @@ def to_html(header: Mapping[str, Any], entries: Sequence[Entry],
         return html.escape(printable(text), quote=True)
 
     title = f"Session {row.id}" + (f" — {row.title}" if row.title else "")
-    facts = [f"{row.events} events", f"{row.turns} turns", f"source {row.source_format}",
-             f"created {render.format_ms(row.created_at_ms)} UTC",
-             f"last activity {render.format_ms(row.last_activity_ms)} UTC"]
-    if header.get("cwd"):
-        facts.append(f"cwd {header['cwd']}")
-    if row.parent_session:
-        facts.append(row.lineage)
+    facts = _facts(header, row, str)
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>",
            f"<h1>{esc(title)}</h1>", f'<p class="meta">{esc(" · ".join(facts))}</p>']
