@@ -88,6 +88,10 @@ def test_dsh_search_prints_hits_escaped_and_as_json(tmp_path: Path) -> None:
     assert as_json["hits"] == [{"session": "evil", "seq": 2, "role": "user", "match": "needle",
                                 "snippet": "look \\x1b[2J here: needle in the haystack"}]
     assert (as_json["sessions"], as_json["indexed"], as_json["unreadable"]) == (2, True, [])
+    # Several words need no quotes: `dsh search needle haystack` is the quoted query.
+    two = subprocess.run([*run[:5], "haystack", *run[5:]], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    assert two == text
     none = subprocess.run([*run[:4], "haystacks", *run[5:]], capture_output=True, text=True,
                           env=env, check=True)
     assert none.stdout == "" and none.stderr == "no message holds 'haystacks' in 2 sessions\n"

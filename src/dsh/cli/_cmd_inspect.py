@@ -215,10 +215,10 @@ def messages(
 
 
 def search(
-    query: Annotated[str, typer.Argument(
-        metavar="QUERY", show_default=False,
+    words: Annotated[list[str], typer.Argument(
+        metavar="QUERY...", show_default=False,
         help="Words to find in the messages of every session (all of them; the last also as "
-             "a prefix).")],
+             "a prefix); quoting them is optional.")],
     limit: Annotated[int, typer.Option("--limit", metavar="N", min=1,
                                        help="Hits printed at most.")] = 20,
     rebuild: Annotated[bool, typer.Option(
@@ -232,6 +232,7 @@ def search(
     logs that changed since the last search; other stores are read whole.
     """
     json_mode(json_)
+    query = " ".join(words)
     with cli_store(store, create=False) as sessions:
         results = sessions.search(query, limit=limit, rebuild=rebuild)
     if json_:
