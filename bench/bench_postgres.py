@@ -15,6 +15,10 @@ The run creates a database ``dsh_bench_<random>`` on the server and drops it at 
   compiled with ``PostgresSaver``, one ``invoke`` per turn (user message in, assistant out,
   checkpointed); ADK, ``DatabaseSessionService`` on ``postgresql+psycopg``, a user event and a
   model event appended per turn.
+* **takeover after SIGKILL**: a holder process opens the session for writing (default lease,
+  15 s) and appends; it is killed with SIGKILL and reaped; the figure is the time from the
+  kill to the next writer's ``open(id, "write")`` returning in a process that already has the
+  store open (same host: the dead holder's lease is taken over at once, docs/stores.md#takeover).
 * **cold load**: a fresh process imports the libraries (timed apart), then opens the store and
   loads the session (timed): ours
   ``dsh.open(url).persistence.load(id)`` + ``Session.restore`` of ``--events`` events and of the
@@ -101,6 +105,52 @@ def child_turns(kind: str, turns: int, pg: str, parent_dir: str | None) -> dict[
         persistence.close()
         return _per_turn_stats(times)
     finally:
+        shutil.rmtree(root, ignore_errors=True)
+        if kind == "postgresql":
+            _drop_schema(pg, schema)
+
+
+_HOLDER = """
+import sys, time
+from dsh.persistence import open_backend
+from dsh.testing import make
+backend = open_backend(sys.argv[1])
+handle = backend.open("bench", "write")
+handle.append([make("session/title", 0, {"title": "holder"})])
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def child_takeover(kind: str, pg: str, parent_dir: str | None) -> dict[str, Any]:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from dsh.persistence import open_backend
+    from dsh.testing import header
+
+    root = Path(tempfile.mkdtemp(prefix="dsh-bench-pg-", dir=parent_dir))
+    schema = f"k_{uuid.uuid4().hex[:10]}"
+    url = _ours_url(kind, root, pg, schema)
+    backend = open_backend(url)
+    try:
+        backend.create(header("bench"))
+        holder = subprocess.Popen([sys.executable, "-c", _HOLDER, url], stdout=subprocess.PIPE,
+                                  text=True)
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        t0 = now_ms()
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        with backend.open("bench", "write") as handle:
+            took = now_ms() - t0
+            epoch = getattr(handle, "epoch", None)
+        assert holder.stdout is not None
+        holder.stdout.close()
+        return {"takeover_ms": took, "epoch": epoch or 0}
+    finally:
+        backend.close()
         shutil.rmtree(root, ignore_errors=True)
         if kind == "postgresql":
             _drop_schema(pg, schema)
@@ -258,6 +308,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         return child_langgraph_turns(args.pg, args.turns, args.target)
     if what == "turns" and kind == "adk":
         return asyncio.run(_adk_turns(args.pg, args.turns, args.target))
+    if what == "takeover":
+        return child_takeover(kind, args.pg, args.dir)
     if what == "load" and kind in ("sqlite", "postgresql"):
         return child_load(args.target, "bench")
     if what == "load" and kind == "langgraph":
@@ -333,9 +385,11 @@ def report(args: argparse.Namespace, peers: list[str], root: Path) -> None:
     present = [p for p in peers if peer_available(p)]
     write: dict[str, list[dict[str, Any]]] = {k: [] for k in ours}
     turns: dict[str, list[dict[str, Any]]] = {k: [] for k in (*ours, *present)}
+    takeover: dict[str, list[dict[str, Any]]] = {k: [] for k in ours}
     for run in range(args.runs):
         for kind in ours:
             write[kind].append(_run("write", kind, args))
+            takeover[kind].append(_run("takeover", kind, args))
         for kind in (*ours, *present):
             turns[kind].append(_run("turns", kind, args, target=f"bench-turns-{run}"))
     big = {k: seed_ours(k, args.pg, root, args.events, None) for k in ours}
@@ -362,6 +416,9 @@ def report(args: argparse.Namespace, peers: list[str], root: Path) -> None:
          [t[k]["commit_median_ms"] for k in (*ours, *present)], [], fmt="{:.2f}")
     _row("per-turn durable commit, p95 ms",
          [t[k]["commit_p95_ms"] for k in (*ours, *present)], [], fmt="{:.2f}")
+    k = {kind: medians(v) for kind, v in takeover.items()}
+    _row("next writer in after SIGKILL of the holder (same host), ms",
+         [k[kind]["takeover_ms"] for kind in ours], present, fmt="{:.1f}")
     lb = {k: medians(v) for k, v in load_big.items()}
     _row(f"cold load {args.events:,} events, ms", [lb[k]["load_ms"] for k in ours], present)
     _row(f"cold load {args.events:,} events, peak RSS MB", [lb[k]["rss"] for k in ours], present)

@@ -157,29 +157,79 @@ def test_sigstopped_holder_past_its_lease_is_refused_after_takeover(
     assert second("append 1")["seqs"] == [5]
 
 
-def test_killed_holder_is_taken_over_only_after_expiry(workers: list[Worker]) -> None:
-    with temporary_postgres_url(lease_ms=4000) as url:
+def test_killed_holder_on_this_host_is_taken_over_at_once(
+        workers: list[Worker], caplog: pytest.LogCaptureFixture) -> None:
+    # docs/stores.md#takeover: a lease held by a process dead on this host does not make the
+    # next writer wait for its expiry (a 60 s lease here); the epoch is bumped and logged.
+    with temporary_postgres_url(lease_ms=60_000) as url:
         _created(url)
         holder = Worker(url)
         workers.append(holder)
-        holder("open")
+        assert holder("open")["epoch"] == 1
         holder("append 4")
         holder.proc.send_signal(signal.SIGKILL)
-        holder.proc.wait()
+        assert holder.proc.wait() == -signal.SIGKILL
         backend = open_backend(url)
         try:
-            with pytest.raises(SessionBusyError) as info:
-                backend.open("s", "write").close()
-            assert info.value.where["pid"] == holder.pid
-            assert info.value.where["epoch"] == 1
-            _wait_until_lease_expired(url)
-            with backend.open("s", "write") as handle:
+            with caplog.at_level("WARNING", logger="dsh.persistence.postgres._backend"), \
+                    backend.open("s", "write") as handle:
                 assert handle.epoch == 2  # type: ignore[attr-defined]
                 assert len(handle.read().events) == 4
                 handle.append([make("session/title", 4, {"title": "after takeover"})])
         finally:
             backend.close()
+        taken = [r.getMessage() for r in caplog.records if "took over the lease" in r.getMessage()]
+        assert len(taken) == 1
+        assert f"pid {holder.pid}" in taken[0] and "epoch 1 -> 2" in taken[0]
         assert [e["seq"] for e in _stored(url)] == [0, 1, 2, 3, 4]
+
+
+def test_dead_holder_on_another_host_waits_for_its_lease(workers: list[Worker]) -> None:
+    # A pid names a process only on its own host: a holder elsewhere is never judged by it.
+    with temporary_postgres_url(lease_ms=60_000) as url:
+        _created(url)
+        holder = Worker(url)
+        workers.append(holder)
+        holder("open")
+        holder.proc.send_signal(signal.SIGKILL)
+        holder.proc.wait()
+        for column, value in (("lease_host", "elsewhere"), ("lease_node", "other-boot/1")):
+            _sql(f'UPDATE "{_schema(url)}".sessions SET {column} = %s', value)
+            backend = open_backend(url)
+            try:
+                with pytest.raises(SessionBusyError) as info:
+                    backend.open("s", "write").close()
+                assert info.value.where["pid"] == holder.pid
+                assert info.value.where["epoch"] == 1
+            finally:
+                backend.close()
+
+
+def test_holder_wrongly_judged_dead_is_fenced(workers: list[Worker]) -> None:
+    # If a live holder's pid were taken for dead (say its row named a pid that exited), the
+    # takeover bumps the epoch: the live holder's next append is refused, nothing merged.
+    with temporary_postgres_url(lease_ms=60_000) as url:
+        _created(url)
+        holder = Worker(url)
+        workers.append(holder)
+        holder("open")
+        assert holder("append 2")["seqs"] == [0, 1]
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        _sql(f'UPDATE "{_schema(url)}".sessions SET lease_pid = %s', gone.pid)
+        backend = open_backend(url)
+        try:
+            with backend.open("s", "write") as handle:
+                assert handle.epoch == 2  # type: ignore[attr-defined]
+                refused = holder("append 1")
+                assert refused["ok"] is False and refused["code"] == "LEASE_LOST"
+                assert refused["where"]["epoch"] == 2
+                handle.append([make("session/title", 2, {"title": "new holder"})])
+        finally:
+            backend.close()
+        events = _stored(url)
+        assert [e["seq"] for e in events] == [0, 1, 2]
+        assert events[2]["data"]["title"] == "new holder"
 
 
 def _block_seq(url: str, seq: int) -> psycopg.Connection[Any]:

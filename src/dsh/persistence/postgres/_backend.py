@@ -28,6 +28,7 @@ psycopg 3 and psycopg_pool are imported here only (extra ``dsh-session[postgres]
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -632,6 +633,38 @@ class PostgresRangeSource:
         return events
 
 
+@functools.cache
+def _this_node() -> str | None:
+    """Where a pid means this process table: boot id and pid namespace, or None if unknown.
+
+    Rule: docs/stores.md#takeover (a dead holder is judged by its pid only on its own node).
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return None  # not Linux, or no /proc: holders here expire as they do elsewhere
+
+
+def _pid_is_dead(pid: int) -> bool:
+    """Whether no process ``pid`` lives on this node (a zombie, killed and unreaped, is dead)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # it exists, under another user
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            # "pid (comm) state ...": comm may hold spaces and parentheses
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def _row(r: Sequence[Any]) -> tuple[Any, ...]:
     """A fetched row as the SQLite row tuple the shared codec reads."""
     seq, type_, time_, text, blob, ses, sop, ign = r
@@ -752,6 +785,17 @@ class PostgresBackend:
             f"SELECT head_seq, lease_owner::text, lease_epoch, EXISTS (SELECT 1 FROM {s}.events "
             f"e WHERE e.session_id = t.id AND e.seq >= t.head_seq) FROM {s}.sessions t "
             "WHERE id = %s FOR NO KEY UPDATE OF t")
+        lease_set = ("lease_owner = %s, lease_epoch = lease_epoch + 1, lease_expires_at = "
+                     "clock_timestamp() + %s * interval '1 millisecond', lease_pid = %s, "
+                     f"lease_host = %s, lease_node = %s, lease_since = {_NOW_MS}")
+        self._sql_take_lease = (
+            f"UPDATE {s}.sessions SET {lease_set} WHERE id = %s AND (lease_owner IS NULL OR "
+            "lease_expires_at <= clock_timestamp()) RETURNING lease_epoch")
+        self._sql_take_dead_lease = (
+            f"UPDATE {s}.sessions SET {lease_set} WHERE id = %s AND lease_owner = %s AND "
+            "lease_epoch = %s RETURNING lease_epoch")
+        self._sql_holder_of = (f"SELECT lease_owner, lease_epoch, lease_pid, lease_host, "
+                               f"lease_node FROM {s}.sessions WHERE id = %s")
         self._sql_lease_row = (f"SELECT head_seq, lease_owner::text, lease_epoch FROM "
                                f"{s}.sessions WHERE id = %s")
         self._sql_delete_beyond = f"DELETE FROM {s}.events WHERE session_id = %s AND seq >= %s"
@@ -955,16 +999,10 @@ class PostgresBackend:
         for attempt in range(TAKEOVER_LOCK_TRIES):
             try:
                 with self._conn("open", session_id, passthrough=("LockNotAvailable",)) as conn:
-                    row = conn.execute(
-                        f"UPDATE {self._s}.sessions SET lease_owner = %s, lease_epoch = "
-                        "lease_epoch + 1, lease_expires_at = clock_timestamp() + %s * interval "
-                        f"'1 millisecond', lease_pid = %s, lease_host = %s, lease_since = "
-                        f"{_NOW_MS} WHERE id = %s AND (lease_owner IS NULL OR "
-                        "lease_expires_at <= clock_timestamp()) RETURNING lease_epoch",
-                        (token, self.lease_ms, os.getpid(), socket.gethostname(),
-                         session_id)).fetchone()
+                    row = conn.execute(self._sql_take_lease,
+                                       (*self._lease_values(token), session_id)).fetchone()
                     if row is None:
-                        raise self._busy(conn, session_id)
+                        row = self._take_from_dead_holder(conn, session_id, token)
                 break
             except psycopg.errors.LockNotAvailable as exc:
                 if attempt + 1 == TAKEOVER_LOCK_TRIES:
@@ -975,6 +1013,39 @@ class PostgresBackend:
                         f"it and retry", session_id=session_id) from exc
         logger.debug("took the lease of session %s at epoch %s", session_id, row[0])
         return PostgresHandle(self, session_id, mode, _Lease(self, session_id, token, int(row[0])))
+
+    def _lease_values(self, token: str) -> tuple[Any, ...]:
+        return (token, self.lease_ms, os.getpid(), socket.gethostname(), _this_node())
+
+    def _take_from_dead_holder(self, conn: Any, session_id: str, token: str) -> Any:
+        """Take over an unexpired lease whose holder is dead on this node, else raise busy.
+
+        The holder is judged dead only when it ran on this node (same host name, boot and pid
+        namespace, so its pid names a process here) and no such process lives (or it is a
+        zombie). The lease moves only if it is still exactly the one judged (owner and epoch),
+        with the epoch bumped, so a holder judged wrongly is fenced, never merged.
+        Rule: docs/stores.md#takeover.
+        """
+        found = conn.execute(self._sql_holder_of, (session_id,)).fetchone()
+        if found is None:
+            raise SessionNotFoundError(f"session {session_id!r} is not stored in {self._url}",
+                                       session_id=session_id, path=self._url)
+        owner, epoch, pid, host, node = found
+        if (owner is None or node is None or node != _this_node()
+                or host != socket.gethostname() or pid is None or not _pid_is_dead(int(pid))):
+            raise self._busy(conn, session_id)
+        row = conn.execute(self._sql_take_dead_lease,
+                           (*self._lease_values(token), session_id, owner, epoch)).fetchone()
+        if row is None:  # the lease moved meanwhile (another writer took it, or it was freed)
+            row = conn.execute(self._sql_take_lease,
+                               (*self._lease_values(token), session_id)).fetchone()
+            if row is None:
+                raise self._busy(conn, session_id)
+            return row
+        logger.warning("session %s in %s: took over the lease of pid %s on host %s, which is "
+                       "dead, without waiting for its expiry (epoch %s -> %s)", session_id,
+                       self._url, pid, host, epoch, row[0])
+        return row
 
     def _holder(self, conn: Any, session_id: str) -> tuple[Any, ...] | None:
         row: tuple[Any, ...] | None = conn.execute(

@@ -12,7 +12,9 @@ Invariants this module owns (docs/rules.md#one-writer-per-session):
   committed by a dsh append and is the PostgreSQL form of a torn tail;
 * the lease columns (owner, epoch, expiry on the database clock) are the only writer exclusion:
   no session-level advisory lock is ever taken (they vanish on reconnect and break behind
-  PgBouncer). The one advisory lock, transaction-scoped, serialises migrations.
+  PgBouncer). The one advisory lock, transaction-scoped, serialises migrations;
+* ``lease_node`` names where the holder's ``lease_pid`` means something (boot id and pid
+  namespace): only a writer on that same node may judge the holder dead by its pid.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
   ADD COLUMN lease_pid        integer,
   ADD COLUMN lease_host       text,
   ADD COLUMN lease_since      bigint""",
+    )),
+    (3, "lease node: the boot and pid namespace of the holder, for dead-holder takeover", (
+        "ALTER TABLE {s}.sessions ADD COLUMN lease_node text",
     )),
 )
 """Forward-only migrations, applied in order under :data:`MIGRATION_LOCK_KEY`."""
