@@ -278,5 +278,7 @@ def test_events_page_lists_every_event_type_in_one_table() -> None:
     page = (Path(__file__).resolve().parents[1] / "docs" / "events.md").read_text()
     table = page[page.index("## Every event type"):page.index("## The envelope")]
     for name in sorted({*KNOWN_EVENT_TYPES, *EFFECT_EVENT_TYPES, "import/source",
-                        "quarantine/apply", "quarantine/release", "redaction/applied"}):
+                        "quarantine/apply", "quarantine/release", "redaction/applied",
+                        "store/trashed", "store/restored", "store/archived", "store/erased",
+                        "store/retention"}):
         assert f"`{name}`" in table, name

@@ -290,8 +290,8 @@ class RightsError(DshError):
     not a message the model can see), ``NOT_IN_VIEW`` (the message is not on the model view:
     a compaction or another replace shadows it), ``NOT_QUARANTINED`` (an unquarantine of a
     message that is not quarantined), ``OPEN_TURN`` (another writer left a turn open between
-    the repair and this operation) or ``NOTHING_SELECTED``; ``where`` names the session and
-    the seq.
+    the repair and this operation), ``NOTHING_SELECTED`` or ``PURGED`` (a restore of a
+    purged session); ``where`` names the session and the seq.
     """
 
     default_code = "RIGHTS"

@@ -242,16 +242,22 @@ class Store:
         return self._sessions.get(session_id) is not None or self._persistence.exists(
             session_id)
 
-    def list(self, *, errors: list[DshError] | None = None) -> list[ListingEntry]:
+    def list(self, *, errors: list[DshError] | None = None,
+             which: Literal["listed", "trash", "archived", "all"] = "listed"
+             ) -> list[ListingEntry]:
         """What ``dsh ls`` shows of every stored session with at least one event.
 
         SQLite answers from its tables, JSONL from its listing index (kept at flush), so an
-        unchanged store is listed without reading any log.
+        unchanged store is listed without reading any log. The store log says which sessions
+        are in the trash or archived (docs/forgetting.md#deletion-with-a-way-back).
 
         Args:
             errors: When given, the error of each session whose log cannot be read is appended
                 to it (its ``where["session_id"]`` names the session) and the others are
                 listed; when None, the first such error is raised.
+            which: ``listed``: neither in the trash nor archived (an archived session with
+                activity after its archiving is listed again); ``trash``: only the trash;
+                ``archived``: only archived ones; ``all``: every stored session.
 
         Returns:
             One ``ListingEntry`` per session (``id``, ``header``, ``events``, ``turns``,
@@ -267,6 +273,19 @@ class Store:
             if errors is None:
                 raise unreadable[0]
             errors.extend(unreadable)
+        if which != "all":
+            from dsh.rights import store_log
+
+            state = store_log(self._persistence)
+            if which == "trash":
+                entries = [e for e in entries if e.id in state.trash]
+            else:
+                def archived(entry: ListingEntry) -> bool:
+                    since = state.archived.get(entry.id)
+                    return since is not None and entry.last_activity_ms <= since
+
+                entries = [e for e in entries if e.id not in state.trash
+                           and archived(e) == (which == "archived")]
         return sorted(entries, key=lambda e: (-e.last_activity_ms, e.id))
 
     def search(self, query: str, *, limit: int = 20, rebuild: bool = False) -> SearchResults:

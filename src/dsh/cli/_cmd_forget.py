@@ -1,4 +1,4 @@
-"""``dsh quarantine``, ``unquarantine``, ``redact``, ``erase``: how a memory forgets.
+"""``dsh quarantine``, ``unquarantine``, ``redact``, ``erase``, ``rm``, ``restore``: forgetting.
 
 Rule: docs/forgetting.md.
 """
@@ -26,10 +26,13 @@ from dsh.cli._common import (
     require_session,
     stdout_console,
 )
-from dsh.rights import QuarantineResult, RedactionResult
+from dsh.rights import ErasureReceipt, QuarantineResult, RedactionResult, TrashResult
 from dsh.rights import erase as erase_sessions
+from dsh.rights import purge as purge_sessions
 from dsh.rights import quarantine as quarantine_messages
 from dsh.rights import redact as redact_session
+from dsh.rights import restore as restore_sessions
+from dsh.rights import trash as trash_sessions
 from dsh.rights import unquarantine as unquarantine_messages
 
 SeqsArg = Annotated[list[int], typer.Argument(
@@ -191,7 +194,12 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
     with cli_store(store, wait=wait) as sessions:
         made = erase_sessions(sessions, session_ids or (), where=_where(where or []) or None,
                               reason=reason, by=_who(by))
-    write_receipt(receipt, made.to_json())
+    _report_erasure(made, receipt, json_)
+
+
+def _report_erasure(made: ErasureReceipt, receipt: Path | None, json_: bool) -> None:
+    if receipt is not None:
+        write_receipt(receipt, made.to_json())
     if json_:
         render.write_json(made.to_json())
         return
@@ -199,4 +207,65 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
     for done in made.sessions:
         out.print(f"{done.session_id}: {done.role}, {render.plural(len(done.items), 'event')} "
                   f"tombstoned", markup=False)
-    out.print(f"receipt {receipt}", markup=False)
+    if receipt is not None:
+        out.print(f"receipt {receipt}", markup=False)
+
+
+SessionsArg = Annotated[list[str], typer.Argument(
+    metavar="ID...", show_default=False,
+    help="Session ids, or unique prefixes of them (see 'dsh ls').")]
+
+
+def _report_trash(verb: str, result: TrashResult, json_: bool) -> None:
+    if json_:
+        render.write_json(result.to_json())
+        return
+    out = stdout_console()
+    for sid in result.changed:
+        out.print(f"{sid}: {verb}", markup=False)
+    for sid in result.unchanged:
+        out.print(f"{sid}: unchanged (already {verb})", markup=False)
+
+
+def rm(session_ids: SessionsArg,
+       purge: Annotated[bool, typer.Option(
+           "--purge", help="Erase the sessions for good instead (as 'dsh erase'; forks lose "
+                           "their copies); they cannot be restored.")] = False,
+       receipt: Annotated[Path | None, typer.Option(
+           "--receipt", metavar="FILE", show_default=False,
+           help="With --purge: write the erasure's receipt to FILE (JSON, mode 0600).")
+       ] = None,
+       reason: Annotated[str | None, typer.Option(
+           "--reason", metavar="TEXT", show_default=False,
+           help="Why; kept in the store log.")] = None,
+       by: ByOption = None, store: StoreOption = None,
+       wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
+    """Move sessions to the trash: hidden from 'dsh ls', kept as they are ('dsh restore').
+
+    Nothing of a session is changed; the store log records what, when, why and who. With
+    --purge the sessions are erased (docs/forgetting.md#deletion-with-a-way-back).
+    """
+    json_mode(json_)
+    if receipt is not None and not purge:
+        raise typer.BadParameter("--receipt goes with --purge (moving to the trash erases "
+                                 "nothing)", param_hint="'--receipt'")
+    with cli_store(store, wait=wait) as sessions:
+        ids = [require_session(sessions, sid, writes=True) for sid in session_ids]
+        if purge:
+            made = purge_sessions(sessions, ids, reason=reason, by=_who(by))
+        else:
+            result = trash_sessions(sessions, ids, reason=reason, by=_who(by))
+    if purge:
+        _report_erasure(made, receipt, json_)
+    else:
+        _report_trash("moved to the trash", result, json_)
+
+
+def restore(session_ids: SessionsArg, by: ByOption = None, store: StoreOption = None,
+            wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
+    """Give sessions back from the trash or the archive, exactly as they were."""
+    json_mode(json_)
+    with cli_store(store, wait=wait) as sessions:
+        ids = [require_session(sessions, sid) for sid in session_ids]
+        result = restore_sessions(sessions, ids, by=_who(by))
+    _report_trash("restored", result, json_)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import typer
 
@@ -34,13 +34,14 @@ from dsh.transcript import Entry, iter_entries, last_entries, printable, turn_sp
 if TYPE_CHECKING:
     from dsh import Event, Store
 
-def _rows(sessions: Store) -> tuple[list[render.SessionRow], list[DshError]]:
+def _rows(sessions: Store, which: Literal["listed", "trash", "archived", "all"] = "listed"
+          ) -> tuple[list[render.SessionRow], list[DshError]]:
     """Rows of every readable session (newest activity first) and the errors of the others.
 
     From the store's listing index (``Store.list``): unchanged logs are not read.
     """
     unreadable: list[DshError] = []
-    entries = sessions.list(errors=unreadable)
+    entries = sessions.list(errors=unreadable, which=which)
     rows = [render.entry_row(entry) for entry in entries]
     # Most recent activity first; sessions whose source had no timestamps carry only the time
     # the importer stamped, so they follow, ordered by what they hold (title, then id).
@@ -49,15 +50,29 @@ def _rows(sessions: Store) -> tuple[list[render.SessionRow], list[DshError]]:
     return rows, unreadable
 
 
-def ls(store: StoreOption = None, json_: JsonOption = False) -> None:
+def ls(store: StoreOption = None, json_: JsonOption = False,
+       trash: Annotated[bool, typer.Option(
+           "--trash", help="List the trash instead ('dsh rm' put them there).")] = False,
+       archived: Annotated[bool, typer.Option(
+           "--archived", help="List the archived sessions instead (a retention policy "
+                              "archived them).")] = False,
+       all_: Annotated[bool, typer.Option(
+           "--all", help="List every stored session, trashed and archived ones too.")
+       ] = False) -> None:
     """List the sessions in the store, most recent activity first.
 
-    A session whose log cannot be read is reported on stderr (one ``error[CODE]`` line each,
-    `dsh verify` tells more) and makes the exit status 1; the others are still listed.
+    Sessions in the trash or archived are left out unless asked for
+    (docs/forgetting.md#deletion-with-a-way-back). A session whose log cannot be read is
+    reported on stderr (one ``error[CODE]`` line each, `dsh verify` tells more) and makes the
+    exit status 1; the others are still listed.
     """
     json_mode(json_)
+    if trash + archived + all_ > 1:
+        raise typer.BadParameter("give at most one of --trash, --archived and --all")
+    which: Literal["listed", "trash", "archived", "all"] = (
+        "trash" if trash else "archived" if archived else "all" if all_ else "listed")
     with cli_store(store, create=False) as sessions:
-        rows, unreadable = _rows(sessions)
+        rows, unreadable = _rows(sessions, which)
     if json_:
         render.write_json([row.to_json() for row in rows])
     elif rows and render.plain_stream() is not None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 from dsh._errors import ConfigError
+from dsh.persistence._contract import STORE_LOG_ID as STORE_LOG_ID
 from dsh.persistence._contract import (
     Backend,
     Capabilities,

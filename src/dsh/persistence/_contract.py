@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, Self, runtime_checkable
 
 from dsh._errors import DshError, SessionFormatUnsupportedError
 from dsh.json import FrozenDict, snapshot_json
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADER_KEYS",
     "MAX_ID_SEGMENT_BYTES",
+    "STORE_LOG_ID",
     "Backend",
     "Capabilities",
     "ColdRead",
@@ -429,6 +430,11 @@ class NamesFiles(Protocol):
         """The file the handle reads."""
         ...
 
+
+STORE_LOG_ID: Final = ".dsh-store-log"
+"""Id of the store log: the session that records what the store trashed, restored, archived,
+erased and purged, and its retention policies (docs/forgetting.md#the-store-log). Reserved:
+the facade's listings (``list_headers``, ``list``, ``list_entries``) leave it out."""
 
 MAX_ID_SEGMENT_BYTES = 255
 """Longest storage form of a session id (its JSONL folder name; most file systems' limit)."""

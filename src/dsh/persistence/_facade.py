@@ -35,6 +35,7 @@ from dsh.json import FrozenDict
 from dsh.persistence import _read, _resume
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._contract import (
+    STORE_LOG_ID,
     Backend,
     Fenced,
     Handle,
@@ -116,10 +117,12 @@ class Persistence:
         Raises:
             LogCorruptError: a stored header cannot be decoded (backend specific).
 
+        The store log (``STORE_LOG_ID``, docs/forgetting.md#the-store-log) is left out.
+
         Rule: docs/stores.md#opening-a-store (``list`` reads headers; docs/formats.md#header-line,
             docs/formats.md#sqlite header storage).
         """
-        return list(self.backend.list_headers())
+        return [h for h in self.backend.list_headers() if h["id"] != STORE_LOG_ID]
 
     def list(self) -> list[SessionSummary]:
         """Summaries of every stored session with at least one event.
@@ -132,7 +135,7 @@ class Persistence:
             LogCorruptError, SessionFormatUnsupportedError: a stored log cannot be read.
         """
         out: list[SessionSummary] = []
-        for header in self.backend.list_headers():
+        for header in self.list_headers():
             sid = header["id"]
             with self.backend.open(sid, "read") as handle:
                 cold = handle.read(0)
@@ -158,6 +161,8 @@ class Persistence:
         Raises:
             PersistenceError: the store itself cannot be listed (its directory or database).
 
+        The store log (docs/forgetting.md#the-store-log) is left out.
+
         Rule: docs/stores.md#opening-a-store (``list``); an entry equals :func:`summarize` of a full
         read of an intact log.
         """
@@ -166,8 +171,9 @@ class Persistence:
             return read.header, read.stored_events
 
         if self.backend.capabilities.listing:
-            return cast(ListsEntries, self.backend).list_entries(full)
-        return read_entries([str(h["id"]) for h in self.backend.list_headers()], full)
+            entries, errors = cast(ListsEntries, self.backend).list_entries(full)
+            return [e for e in entries if e.id != STORE_LOG_ID], errors
+        return read_entries([str(h["id"]) for h in self.list_headers()], full)
 
     # reading -----------------------------------------------------------------------------
 

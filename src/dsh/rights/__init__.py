@@ -1,4 +1,4 @@
-"""What a memory must be able to forget: quarantine (and, next, redaction and erasure).
+"""What a memory must be able to forget: quarantine, redaction, erasure, the trash.
 
 Every operation is itself recorded in the log it changes, runs under the session's write
 ownership and commits as one atomic batch (docs/forgetting.md):
@@ -9,7 +9,10 @@ ownership and commits as one atomic batch (docs/forgetting.md):
   pattern or look like credentials (:func:`find_secrets`), from storage on every backend,
   leaving tombstones and commitments; the result is the receipt;
 * :func:`erase` removes whole sessions' content, and the copies fork descendants hold of it,
-  from every place in the store; :func:`verify_receipt` checks its receipt later.
+  from every place in the store; :func:`verify_receipt` checks its receipt later;
+* :func:`trash` hides sessions from listings and keeps them, :func:`restore` gives them back,
+  :func:`purge` erases them for good; :func:`store_log` reads the store log, where each of
+  these (and every erasure) is recorded without content.
 
 Operations take a ``dsh.Store`` (or its ``persistence`` facade) and a stored session id.
 """
@@ -40,6 +43,8 @@ from dsh.rights._redact import (
     find_secrets,
     redact,
 )
+from dsh.rights._storelog import StoreLog, TrashEntry, store_log
+from dsh.rights._trash import TrashResult, purge, restore, trash
 
 __all__ = [
     "PLACEHOLDER_TEXT",
@@ -53,11 +58,18 @@ __all__ = [
     "QuarantineState",
     "RedactedEvent",
     "RedactionResult",
+    "StoreLog",
+    "TrashEntry",
+    "TrashResult",
     "erase",
     "find_secrets",
+    "purge",
     "quarantine",
     "quarantine_state",
     "redact",
+    "restore",
+    "store_log",
+    "trash",
     "unquarantine",
     "verify_receipt",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time as _time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -35,6 +35,7 @@ from dsh.rights._redact import (
     commit_tombstones,
     tombstone_whole,
 )
+from dsh.rights._storelog import ERASED, append_records, receipt_digest
 
 if TYPE_CHECKING:
     from dsh.persistence import Persistence
@@ -161,6 +162,9 @@ def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), 
           by: str | None = None, clock: Clock | None = None) -> ErasureReceipt:
     """Erase sessions' content everywhere in the store; return the receipt.
 
+    The erasure is recorded in the store log (``store/erased``: the ids, the event count and
+    the receipt's SHA-256, never content; docs/forgetting.md#the-store-log).
+
     Args:
         store: A ``dsh.Store`` (or its ``persistence`` facade).
         session_ids: Sessions to erase.
@@ -182,6 +186,38 @@ def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), 
 
     Rule: docs/forgetting.md#erasure.
     """
+    receipt = erase_sessions(store, session_ids, where=where, reason=reason, by=by,
+                             clock=clock)
+    append_records(store, [(ERASED, erasure_record(receipt, purge=False))], clock=clock)
+    return receipt
+
+
+def erasure_record(receipt: ErasureReceipt, *, purge: bool,
+                   policy: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The ``store/erased`` data for an erasure's receipt: ids, counts, digest; no content."""
+    data: dict[str, Any] = {
+        "sessions": [s.session_id for s in receipt.sessions],
+        "subjects": list(receipt.subjects), "purge": purge,
+        "receipt": receipt_digest(receipt.to_json()),
+        "events": sum(len(s.items) for s in receipt.sessions)}
+    if receipt.where is not None:
+        data["whereKeys"] = sorted(receipt.where)
+    if receipt.reason is not None:
+        data["reason"] = receipt.reason
+    if receipt.by is not None:
+        data["by"] = receipt.by
+    if policy is not None:
+        data["policy"] = dict(policy)
+    return data
+
+
+
+
+def erase_sessions(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), *,
+                   where: Mapping[str, str] | None = None, reason: str | None = None,
+                   by: str | None = None, clock: Clock | None = None,
+                   on_session: Callable[[str], None] | None = None) -> ErasureReceipt:
+    """:func:`erase` without its store-log record; ``on_session(id)`` after each session."""
     persistence = facade(store)
     started = clock() if clock is not None else int(_time.time() * 1000)
     subjects = select(persistence, session_ids, where)
@@ -233,6 +269,8 @@ def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), 
         touched.extend(after_rewrite(persistence, sid, None, listing=False))
         done.append(ErasedSession(sid, "erased" if subject else "descendant", tuple(items),
                                   record_seq, tuple(touched)))
+        if on_session is not None:
+            on_session(sid)
         for child in children.get(sid, ()):
             seed = headers[child].get("seedLength")
             length = seed if type(seed) is int else 0
