@@ -6,8 +6,8 @@
 * ``append K`` — append K ``session/title`` events continuing this writer's own view of the
   head (a stale writer keeps its stale view): ``{"ok": true, "seqs": [...]}``;
 * ``append-pause K`` — the same, but the process stops itself (SIGSTOP) inside the append
-  transaction, right after it locked the session row: a writer frozen mid-commit; after a
-  SIGCONT it answers as ``append`` does;
+  transaction, right after it locked the session row: a writer frozen mid-commit (the append
+  takes its several-statement path for this); after a SIGCONT it answers as ``append`` does;
 * ``close`` / ``exit``.
 
 A refused command answers ``{"ok": false, "error": class, "code": ..., "where": {...}}``.
@@ -68,7 +68,11 @@ def main() -> None:
                                 "data": {"title": f"{os.getpid()}:{next_seq + i}"}})
                          for i in range(int(args[0]))]
                 backend._conn = _pausing(backend, backend._conn)
+                # the several-statement path: a one-statement append holds no transaction a
+                # client could be frozen inside
+                handle.one_statement = False
                 handle.append(batch)
+                handle.one_statement = True
                 next_seq += len(batch)
                 answer = {"ok": True, "seqs": [e["seq"] for e in batch],
                           "recovered": handle.recovered_connection_losses}

@@ -441,3 +441,27 @@ def test_takeover_of_a_writer_paused_inside_its_append_transaction(
     titles = [e["data"]["title"] for e in _stored(pg_url)]
     assert titles[2:] == ["new:2", "new:3"] and len(titles) == 4  # nothing of the late batch
     backend.close()
+
+
+def test_big_and_small_batches_store_the_same_rows_by_copy_and_by_one_statement(
+        pg_url: str) -> None:
+    # A batch above ONE_STATEMENT_MAX_ROWS goes by COPY inside the fenced transaction, a
+    # small one as one statement; both store exactly the events (zstd payloads included).
+    from dsh.persistence.postgres._backend import ONE_STATEMENT_MAX_ROWS
+
+    big = "word " * 2000  # >= 4 KiB: stored zstd-compressed
+    events = [make("session/title", seq, {"title": big if seq % 7 == 0 else f"t{seq}"})
+              for seq in range(ONE_STATEMENT_MAX_ROWS * 2 + 5)]
+    backend = open_backend(pg_url)
+    try:
+        backend.create(header("s"))
+        with backend.open("s", "write") as handle:
+            handle.append(events[:3])  # one statement
+            handle.append(events[3:ONE_STATEMENT_MAX_ROWS * 2 + 3])  # COPY
+            handle.append(events[ONE_STATEMENT_MAX_ROWS * 2 + 3:])  # one statement
+        zstd = _sql(f'SELECT count(*) FROM "{_schema(pg_url)}".events WHERE data_zstd IS NOT '
+                    "NULL")[0][0]
+        assert zstd == len([e for e in events if e["seq"] % 7 == 0])
+    finally:
+        backend.close()
+    assert [dict(e) for e in _stored(pg_url)] == [dict(e) for e in events]

@@ -41,6 +41,8 @@ from types import TracebackType
 from typing import Any, Final, NoReturn
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import orjson
+
 from dsh._errors import (
     ConfigError,
     LeaseLostError,
@@ -103,6 +105,8 @@ TAKEOVER_LOCK_TRIES: Final = 3
 APPEND_LOCK_WAIT_S: Final = 10.0
 """Least time an append waits for its session row's lock while its lease holds (a busy server
 can hold a row past one short lease)."""
+ONE_STATEMENT_MAX_ROWS: Final = 256
+"""Most rows an append sends as one statement; a bigger batch locks the row, then ``COPY``."""
 DEFAULT_POOL_SIZE: Final = 4
 CONNECT_TIMEOUT_S: Final = 10
 DEFAULT_TAIL_POLL_MS: Final = 1000
@@ -222,6 +226,9 @@ class PostgresHandle(HandleBase):
         self._lease = lease
         self._torn_seen: int | None = None
         self._closed = False
+        self.one_statement = True
+        """Append in one statement when nothing needs removing first (False: always lock the
+        row first, then insert and advance in a transaction of several statements)."""
         self.recovered_connection_losses = 0
         """Appends whose connection was lost mid-batch and were settled (in, or sent again)."""
 
@@ -395,6 +402,10 @@ class PostgresHandle(HandleBase):
         while True:
             started = time.monotonic()
             try:
+                if first is not None and self._torn_seen is None and self.one_statement and \
+                        len(rows) <= ONE_STATEMENT_MAX_ROWS and \
+                        self._commit_one(first, len(events), rows):
+                    return
                 self._commit(first, len(events), rows)
                 return
             except psycopg.errors.LockNotAvailable as exc:
@@ -413,7 +424,10 @@ class PostgresHandle(HandleBase):
                     f"locked by another transaction for {waited_s:.1f} s; nothing was written. "
                     f"A transaction outside dsh holds it: end it and append the batch again",
                     session_id=self._id) from exc
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError,
+                    psycopg.errors.IdleInTransactionSessionTimeout) as exc:
+                # the server ended the transaction (and the connection) under us: a lost
+                # connection, whose outcome the settle finds out
                 attempt += 1
                 outcome = self._settle(first, len(events))
                 self.recovered_connection_losses += 1
@@ -430,11 +444,39 @@ class PostgresHandle(HandleBase):
                     f"lost mid-batch ({exc}); nothing was written, append the batch again",
                     code="CONNECTION_LOST", session_id=self._id, seq=first) from exc
 
+    def _commit_one(self, first: int, count: int, rows: list[Any]) -> bool:
+        """Commit the batch in one statement (one round trip, one WAL flush); False: refused.
+
+        The statement locks the session row only if owner, epoch and head still match and no
+        row lies past the head; the rows (one JSON array) are inserted and the head advanced
+        only then. Refused means nothing was written: :meth:`_commit` then says why (or
+        removes a torn tail and commits). A seq taken by another transaction (a unique
+        violation) is refused the same way.
+        """
+        b = self._backend
+        lease = self._lease
+        assert lease is not None
+        psycopg = _psycopg()
+        try:
+            packed = orjson.dumps([_json_row(r) for r in rows]).decode()
+        except orjson.JSONEncodeError:  # pragma: no cover - rows hold JSON text and hex only
+            return False
+        try:
+            with b._conn("append", self._id,
+                         passthrough=("OperationalError", "UniqueViolation")) as conn:
+                done = conn.execute(b._sql_append_one, (
+                    self._id, lease.token, lease.epoch, first, packed, first + count,
+                    b.lease_ms, _channel_payload(self._id))).fetchone()
+        except psycopg.errors.UniqueViolation:
+            return False
+        return done is not None
+
     def _commit(self, first: int | None, count: int, rows: list[Any]) -> None:
         b = self._backend
         lease = self._lease
         assert lease is not None
-        with b._conn("append", self._id, passthrough=("OperationalError",)) as conn, \
+        with b._conn("append", self._id, passthrough=(
+                "OperationalError", "IdleInTransactionSessionTimeout")) as conn, \
                 conn.transaction():
             found = conn.execute(b._sql_lock_row, (self._id,)).fetchone()
             if found is None:
@@ -459,9 +501,7 @@ class PostgresHandle(HandleBase):
                     f"at seq {first}, stored head is {head}; another writer moved the log "
                     f"(stale writer), nothing was written", code="SEQ_MISMATCH",
                     session_id=self._id, seq=first, path=b.url)
-            if rows:
-                with conn.cursor() as cur:
-                    cur.executemany(b._sql_insert, [(self._id, *_bind(r)) for r in rows])
+            b._copy_rows(conn, self._id, rows)
             conn.execute(b._sql_advance, (head + count, b.lease_ms, self._id,
                                           _channel_payload(self._id)))
         self._torn_seen = None
@@ -560,9 +600,7 @@ class PostgresHandle(HandleBase):
                 raise lease.lost
             deleted = conn.execute(f"DELETE FROM {b._s}.events WHERE session_id = %s",
                                    (self._id,)).rowcount
-            if rows:
-                with conn.cursor() as cur:
-                    cur.executemany(b._sql_insert, [(self._id, *_bind(r)) for r in rows])
+            b._copy_rows(conn, self._id, rows)
             conn.execute(b._sql_advance, (len(batch), b.lease_ms, self._id,
                                           _channel_payload(self._id)))
         self._torn_seen = None
@@ -676,6 +714,13 @@ def _bind(r: Sequence[Any]) -> tuple[Any, ...]:
     seq, type_, time_, data, ses, sop, ign = r
     text, blob = (None, data) if isinstance(data, bytes) else (data, None)
     return (seq, type_, time_, text, blob, ses, sop, ign)
+
+
+def _json_row(r: Sequence[Any]) -> list[Any]:
+    """An encoded row as the JSON array the one-statement append unpacks (bytea as hex)."""
+    seq, type_, time_, text, blob, ses, sop, ign = _bind(r)
+    return [seq, type_, time_, text, None if blob is None else blob.hex(),
+            None if ses is None else ses.hex(), sop, ign]
 
 
 def _channel_payload(session_id: str) -> str:
@@ -799,15 +844,37 @@ class PostgresBackend:
         self._sql_lease_row = (f"SELECT head_seq, lease_owner::text, lease_epoch FROM "
                                f"{s}.sessions WHERE id = %s")
         self._sql_delete_beyond = f"DELETE FROM {s}.events WHERE session_id = %s AND seq >= %s"
-        self._sql_insert = (
-            f"INSERT INTO {s}.events (session_id, seq, type, time, data, data_zstd, "
-            "source_event_seqs, surface_op, ignorable) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
-            "%s)")
+        self._sql_copy = (f"COPY {s}.events (session_id, seq, type, time, data, data_zstd, "
+                          "source_event_seqs, surface_op, ignorable) FROM STDIN")
         # Advancing the head, extending the lease and the NOTIFY (sent at commit) in one statement.
         self._sql_advance = (
             f"UPDATE {s}.sessions SET head_seq = %s, revision = revision + 1, lease_expires_at = "
             "clock_timestamp() + %s * interval '1 millisecond' WHERE id = %s "
             f"RETURNING pg_notify('{self.channel}', %s)")
+
+        # The whole append in one statement: the fenced lock, the rows (one JSON array of
+        # row arrays, bytea as hex), the head, the lease and the NOTIFY; a refused fence
+        # writes nothing and returns no row.
+        self._sql_append_one = (
+            f"WITH fence AS (SELECT t.id FROM {s}.sessions t WHERE t.id = %s AND "
+            "t.lease_owner = %s::uuid AND t.lease_epoch = %s AND t.head_seq = %s AND NOT EXISTS "
+            f"(SELECT 1 FROM {s}.events e WHERE e.session_id = t.id AND e.seq >= t.head_seq) "
+            f"FOR NO KEY UPDATE OF t), rows AS (INSERT INTO {s}.events (session_id, seq, type, "
+            "time, data, data_zstd, source_event_seqs, surface_op, ignorable) SELECT fence.id, "
+            "(r->>0)::bigint, r->>1, (r->>2)::bigint, r->>3, decode(r->>4, 'hex'), "
+            "decode(r->>5, 'hex'), r->>6, (r->>7)::smallint FROM fence, "
+            "json_array_elements(%s::json) AS r) "
+            f"UPDATE {s}.sessions t SET head_seq = %s, revision = t.revision + 1, "
+            "lease_expires_at = clock_timestamp() + %s * interval '1 millisecond' FROM fence "
+            f"WHERE t.id = fence.id RETURNING pg_notify('{self.channel}', %s)")
+
+    def _copy_rows(self, conn: Any, session_id: str, rows: Sequence[Any]) -> None:
+        """Insert encoded rows with ``COPY`` (bulk: no per-row statement or round trip)."""
+        if not rows:
+            return
+        with conn.cursor() as cur, cur.copy(self._sql_copy) as copy:
+            for r in rows:
+                copy.write_row((session_id, *_bind(r)))
 
     # migrations ------------------------------------------------------------------------
 
