@@ -55,3 +55,15 @@ def test_import_and_verify_draw_a_bar_on_a_terminal_and_nothing_when_piped(
     assert "verifying" not in piped.stderr and "\x1b" not in piped.stderr + piped.stdout
     again = cli("import", transcripts, "--store", store)
     assert "importing" not in again.stderr and "\x1b" not in again.stderr
+
+
+def test_gc_draws_a_bar_on_a_terminal_and_nothing_when_piped(tmp_path: Path) -> None:
+    cli = Dsh(tmp_path)
+    store = f"sqlite:{tmp_path / 'store.db'}"
+    assert cli("import", str(EXAMPLES / "transcripts"), "--store", store).returncode == 0
+    assert cli("retention", "--store", store, "--archive-after", "0").returncode == 0
+    code, out, drawn = _run_on_pty(cli, "gc", "--store", store)
+    assert code == 0 and b"gc" in drawn and b"\x1b[" in drawn
+    assert b"\x1b" not in out and b"would archive" in out
+    piped = cli("gc", "--store", store)
+    assert "\x1b" not in piped.stderr + piped.stdout and "would archive" in piped.stdout

@@ -9,8 +9,9 @@ import getpass
 import json
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -26,8 +27,20 @@ from dsh.cli._common import (
     require_session,
     stdout_console,
 )
-from dsh.rights import ErasureReceipt, QuarantineResult, RedactionResult, TrashResult
+from dsh.cli._progress import Bar, progress
+from dsh.rights import (
+    ErasureReceipt,
+    QuarantineResult,
+    RedactionResult,
+    RetentionPolicy,
+    TrashResult,
+    clear_retention,
+    retention_policies,
+    set_retention,
+    store_log,
+)
 from dsh.rights import erase as erase_sessions
+from dsh.rights import gc as run_gc
 from dsh.rights import purge as purge_sessions
 from dsh.rights import quarantine as quarantine_messages
 from dsh.rights import redact as redact_session
@@ -153,6 +166,11 @@ def redact(session_id: SessionArg,
     _report_redaction(result, receipt, json_)
 
 
+def policy_label(where: dict[str, str]) -> str:
+    """How a policy's scope is named: ``the whole store`` or ``KEY=VALUE,...``."""
+    return ",".join(f"{k}={v}" for k, v in sorted(where.items())) or "the whole store"
+
+
 def _where(pairs: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
@@ -269,3 +287,132 @@ def restore(session_ids: SessionsArg, by: ByOption = None, store: StoreOption = 
         ids = [require_session(sessions, sid) for sid in session_ids]
         result = restore_sessions(sessions, ids, by=_who(by))
     _report_trash("restored", result, json_)
+
+
+def _drawn(bar: Bar) -> Callable[[str, int, int], None]:
+    """A ``dsh.rights.gc`` progress callback that moves ``bar``."""
+    seen: dict[str, int] = {}
+
+    def step(phase: str, done: int, total: int) -> None:
+        if phase not in seen:
+            seen[phase] = 0
+            bar.describe(phase)
+            bar.total(total)
+        bar.advance(done - seen[phase])
+        seen[phase] = done
+
+    return step
+
+
+def gc(apply: Annotated[bool, typer.Option(
+           "--apply", help="Do what the policies ask for (default: only explain it).")
+       ] = False,
+       receipt: Annotated[Path | None, typer.Option(
+           "--receipt", metavar="FILE", show_default=False,
+           help="With --apply: write the purges' erasure receipt to FILE (JSON, mode 0600).")
+       ] = None,
+       log: Annotated[bool, typer.Option(
+           "--log", help="Print the store log instead: every trash, restore, archive, "
+                         "erasure and policy record, oldest first (no content).")] = False,
+       by: ByOption = None, store: StoreOption = None,
+       wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
+    """Explain what the store's retention policies would archive, trash and purge now, and why.
+
+    Nothing is changed without --apply. A store with no policy ('dsh retention') keeps
+    everything (docs/forgetting.md#retention).
+    """
+    json_mode(json_)
+    if receipt is not None and not apply:
+        raise typer.BadParameter("--receipt goes with --apply", param_hint="'--receipt'")
+    if log:
+        with cli_store(store, create=False) as sessions:
+            records = store_log(sessions).records
+        if json_:
+            render.write_json([dict(r) for r in records])
+            return
+        out = stdout_console()
+        for record in records:
+            data = {k: v for k, v in record.items() if k not in ("seq", "time", "type")}
+            out.print(f"#{record['seq']} {render.format_ms(record['time'])} UTC {record['type']} "
+                      f"{json.dumps(data, ensure_ascii=False)}", markup=False)
+        if not records:
+            out.print("the store log is empty: nothing was trashed, erased or set",
+                      markup=False)
+        return
+    with cli_store(store, wait=wait) as sessions, progress("gc") as bar:
+        report = run_gc(sessions, apply=apply, by=_who(by),
+                        progress=_drawn(bar) if bar.drawn else None)
+    if receipt is not None and report.receipt is not None:
+        write_receipt(receipt, report.receipt.to_json())
+    if json_:
+        render.write_json(report.to_json())
+        return
+    out = stdout_console()
+    verbs = {"archive": "archived" if apply else "would archive",
+             "trash": "moved to the trash" if apply else "would move to the trash",
+             "purge": "purged" if apply else "would purge"}
+    for item in report.items:
+        out.print(f"{item.session_id}: {verbs[item.action]}: {item.why}", markup=False)
+    out.print(f"{render.plural(report.examined, 'session')} examined: "
+              f"{report.count('archive')} to archive, {report.count('trash')} to trash, "
+              f"{report.count('purge')} to purge, {report.kept} kept"
+              + ("" if apply or not report.items else "; run 'dsh gc --apply' to do it")
+              + (f"; receipt {receipt}" if receipt is not None and report.receipt else ""),
+              markup=False)
+    for sid in report.unreadable:
+        out.print(f"{sid}: unreadable, left alone ('dsh verify {sid}')", markup=False)
+
+
+def _day_option(flag: str, text: str) -> Any:
+    return typer.Option(flag, metavar="DAYS", min=0, show_default=False, help=text)
+
+
+def retention(where: Annotated[list[str] | None, typer.Option(
+                  "--where", metavar="KEY=VALUE", show_default=False,
+                  help="The policy's scope: sessions whose header has KEY equal to VALUE "
+                       "(repeat: all must hold; none: the whole store).")] = None,
+              keep: Annotated[bool, typer.Option(
+                  "--keep", help="Keep the scope's sessions forever.")] = False,
+              archive_after: Annotated[int | None, _day_option(
+                  "--archive-after", "Archive (hide, keep) after DAYS without activity.")
+              ] = None,
+              trash_after: Annotated[int | None, _day_option(
+                  "--trash-after", "Move to the trash after DAYS without activity.")] = None,
+              purge_after: Annotated[int | None, _day_option(
+                  "--purge-after", "Purge (erase) DAYS after going to the trash.")] = None,
+              clear: Annotated[bool, typer.Option(
+                  "--clear", help="Remove the scope's policy.")] = False,
+              by: ByOption = None, store: StoreOption = None,
+              wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
+    """Set, clear or (with no option) list the store's retention policies; 'dsh gc' applies them.
+
+    Policies are data in the store log; the most specific scope covering a session wins
+    (docs/forgetting.md#retention).
+    """
+    json_mode(json_)
+    scope = _where(where or [])
+    setting = keep or any(d is not None for d in (archive_after, trash_after, purge_after))
+    if clear and setting:
+        raise typer.BadParameter("--clear takes only --where")
+    with cli_store(store, wait=wait) as sessions:
+        if clear:
+            if not clear_retention(sessions, scope, by=_who(by)):
+                raise typer.BadParameter(f"no policy for {policy_label(scope)}",
+                                         param_hint="'--where'")
+        elif setting:
+            set_retention(sessions, RetentionPolicy(
+                where=scope, keep=keep, archive_after_days=archive_after,
+                trash_after_days=trash_after, purge_after_days=purge_after), by=_who(by))
+        policies = retention_policies(sessions)
+    if json_:
+        render.write_json([p.to_json() for p in policies])
+        return
+    out = stdout_console()
+    for policy in policies:
+        rules = ["keep"] if policy.keep else [
+            f"{name} after {days} days" for name, days in (
+                ("archive", policy.archive_after_days), ("trash", policy.trash_after_days),
+                ("purge", policy.purge_after_days)) if days is not None]
+        out.print(f"{policy.scope}: {', '.join(rules)}", markup=False)
+    if not policies:
+        out.print("no retention policy: the store keeps everything", markup=False)

@@ -12,7 +12,10 @@ ownership and commits as one atomic batch (docs/forgetting.md):
   from every place in the store; :func:`verify_receipt` checks its receipt later;
 * :func:`trash` hides sessions from listings and keeps them, :func:`restore` gives them back,
   :func:`purge` erases them for good; :func:`store_log` reads the store log, where each of
-  these (and every erasure) is recorded without content.
+  these (and every erasure) is recorded without content;
+* :class:`RetentionPolicy` (stored by :func:`set_retention`) says what a store keeps, archives,
+  trashes and purges after how many days; :func:`gc` explains what the policies ask for now,
+  and does it with ``apply=True``.
 
 Operations take a ``dsh.Store`` (or its ``persistence`` facade) and a stored session id.
 """
@@ -43,6 +46,15 @@ from dsh.rights._redact import (
     find_secrets,
     redact,
 )
+from dsh.rights._retention import (
+    GcItem,
+    GcReport,
+    RetentionPolicy,
+    clear_retention,
+    gc,
+    retention_policies,
+    set_retention,
+)
 from dsh.rights._storelog import StoreLog, TrashEntry, store_log
 from dsh.rights._trash import TrashResult, purge, restore, trash
 
@@ -54,20 +66,27 @@ __all__ = [
     "REDACTION_APPLIED",
     "ErasedSession",
     "ErasureReceipt",
+    "GcItem",
+    "GcReport",
     "QuarantineResult",
     "QuarantineState",
     "RedactedEvent",
     "RedactionResult",
+    "RetentionPolicy",
     "StoreLog",
     "TrashEntry",
     "TrashResult",
+    "clear_retention",
     "erase",
     "find_secrets",
+    "gc",
     "purge",
     "quarantine",
     "quarantine_state",
     "redact",
     "restore",
+    "retention_policies",
+    "set_retention",
     "store_log",
     "trash",
     "unquarantine",

@@ -123,12 +123,14 @@ def select(store: Persistence | HasPersistence, session_ids: Iterable[str] = (),
             chosen.append(sid)
     if where:
         for sid, header in sorted(headers.items()):
-            if sid not in chosen and all(_matches(header.get(k), v) for k, v in where.items()):
+            if sid not in chosen and all(header_matches(header.get(k), v)
+                                         for k, v in where.items()):
                 chosen.append(sid)
     return chosen
 
 
-def _matches(value: object, wanted: str) -> bool:
+def header_matches(value: object, wanted: str) -> bool:
+    """Whether a header value matches a ``--where`` string (equal, or its JSON spelling)."""
     if value is None:
         return False
     if isinstance(value, str):
@@ -193,7 +195,7 @@ def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), 
 
 
 def erasure_record(receipt: ErasureReceipt, *, purge: bool,
-                   policy: Mapping[str, str] | None = None) -> dict[str, Any]:
+                   policies: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
     """The ``store/erased`` data for an erasure's receipt: ids, counts, digest; no content."""
     data: dict[str, Any] = {
         "sessions": [s.session_id for s in receipt.sessions],
@@ -206,8 +208,8 @@ def erasure_record(receipt: ErasureReceipt, *, purge: bool,
         data["reason"] = receipt.reason
     if receipt.by is not None:
         data["by"] = receipt.by
-    if policy is not None:
-        data["policy"] = dict(policy)
+    if policies is not None:
+        data["policies"] = {scope: list(ids) for scope, ids in policies.items()}
     return data
 
 

@@ -9,9 +9,10 @@ records, each naming sessions by id and never holding their content:
 * ``store/trashed {sessions, reason?, by?, policy?}``: moved to the trash (hidden from ``ls``);
 * ``store/restored {sessions, by?}``: back from the trash or the archive;
 * ``store/archived {sessions, policy}``: hidden from ``ls`` until new activity, kept;
-* ``store/erased {sessions, subjects, purge, receipt, events, reason?, by?, policy?}``: erased
-  (``purge``: by ``dsh rm --purge`` or a retention policy), ``receipt`` the SHA-256 of the
-  receipt, ``events`` how many events were tombstoned;
+* ``store/erased {sessions, subjects, purge, receipt, events, whereKeys?, reason?, by?,
+  policies?}``: erased (``purge``: by ``dsh rm --purge`` or a retention policy, whose scopes
+  ``policies`` maps to the ids), ``receipt`` the SHA-256 of the receipt, ``events`` how many
+  events were tombstoned;
 * ``store/retention {policy}``: a retention policy set (or cleared) for a scope.
 
 :func:`store_log` folds them into a :class:`StoreLog`.
@@ -140,7 +141,7 @@ def fold(events: Iterable[Mapping[str, Any]]) -> StoreLog:
                     sid, old.trashed_ms if old is not None else event["time"],
                     old.reason if old is not None else data.get("reason"),
                     old.by if old is not None else data.get("by"),
-                    old.policy if old is not None else data.get("policy"), event["time"])
+                    old.policy if old is not None else None, event["time"])
         elif kind == RETENTION:
             policy: Mapping[str, Any] = data.get("policy") or {}
             scope = policy_scope(policy.get("where"))
