@@ -1,9 +1,11 @@
 """Child process of the kill tests: one framework's agent on a dsh adapter, killed by the parent.
 
-``python kill_child.py FRAMEWORK STORE SESSION BASE_URL READY_FILE``. The model is the parent's
-local OpenAI-protocol server at BASE_URL (Chat Completions, streamed), which the parent scripts.
+``python kill_child.py FRAMEWORK STORE SESSION BASE_URL READY_FILE [DURABILITY]``. The model is
+the parent's local OpenAI-protocol server at BASE_URL (Chat Completions, streamed), which the
+parent scripts.
 The ``deploy`` tool's body writes READY_FILE and never returns; ``read_file`` returns at once.
-The same module gives the parent the agent for the next run (:func:`run`).
+The same module gives the parent the agent for the next run (:func:`run`). DURABILITY is
+LangGraph's ``durability=`` for the killed run (``exit``: no checkpoint is saved before the end).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 PROMPT = "Read app.toml, then deploy to prod"
 READY: Path | None = None
+DURABILITY: str | None = None
 
 
 def read_file(path: str) -> str:
@@ -45,8 +48,9 @@ def run_langgraph(store: str, session: str, base_url: str, prompt: str) -> Any:
     with DshSaver.from_url(store) as saver:
         agent = create_agent(model, tools=[read_file, deploy], checkpointer=saver,
                              middleware=[saver.middleware()])
+        options = {"durability": DURABILITY} if DURABILITY else {}
         return agent.invoke({"messages": [{"role": "user", "content": prompt}]},
-                            {"configurable": {"thread_id": session}})
+                            {"configurable": {"thread_id": session}}, **options)
 
 
 def run_openai_agents(store: str, session_id: str, base_url: str, prompt: str) -> Any:
@@ -121,5 +125,6 @@ def run(framework: str, store: str, session: str, base_url: str, prompt: str) ->
 if __name__ == "__main__":
     framework, store, session, base_url, ready = sys.argv[1:6]
     READY = Path(ready)
+    DURABILITY = sys.argv[6] if len(sys.argv) > 6 else None
     run(framework, store, session, base_url, PROMPT)
     raise SystemExit("the run ended: the parent should have killed it")

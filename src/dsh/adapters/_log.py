@@ -402,7 +402,7 @@ class _Marks:
         self.seen = len(events)
 
 
-def _surface_nodes(events: Sequence[Event]) -> list[int]:
+def surface_nodes(events: Sequence[Event]) -> list[int]:
     """The surface node seqs of a validated log (appends and replaces, in order)."""
     nodes: list[int] = []
     for event in events:
@@ -532,7 +532,7 @@ class LiveLog:
                     marks.feed(cold)
                     # a fresh cache: the closers at the end are what a resume would write,
                     # and a writer still alive elsewhere writes other events at those seqs
-                    return self._view(_surface_nodes(cold), cold.__getitem__, marks, {},
+                    return self._view(surface_nodes(cold), cold.__getitem__, marks, {},
                                       synthesize, limit)
                 session = self.session
                 self._marks.feed(session.events)

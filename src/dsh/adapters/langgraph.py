@@ -56,6 +56,7 @@ from dsh.adapters._log import (
     default_store_url,
     records_of,
     remove_from_surface,
+    surface_nodes,
     text_of,
 )
 from dsh.adapters.langchain import FORMAT as LANGCHAIN_FORMAT
@@ -65,7 +66,7 @@ from dsh.persistence import Persistence, open_backend
 from dsh.session import Event
 
 try:
-    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
         WRITES_IDX_MAP,
@@ -75,6 +76,7 @@ try:
         CheckpointMetadata,
         CheckpointTuple,
         PendingWrite,
+        empty_checkpoint,
         get_checkpoint_id,
         get_serializable_checkpoint_metadata,
     )
@@ -467,13 +469,65 @@ class DshSaver(BaseCheckpointSaver[str]):
         conf = _configurable(config)
         with self._lock:
             thread = self._thread(str(conf["thread_id"]))
-            space = thread.namespaces.get(conf.get("checkpoint_ns", "")) if thread else None
+            ns = conf.get("checkpoint_ns", "")
+            space = thread.namespaces.get(ns) if thread else None
+            latest = ns == "" and not get_checkpoint_id(config)
             if thread is None or space is None or not space.order:
-                return None
+                return self._unsaved(thread) if thread is not None and latest else None
             checkpoint_id = get_checkpoint_id(config) or space.order[-1]
             if checkpoint_id not in space.checkpoints:
                 return None
-            return self._tuple(thread, conf.get("checkpoint_ns", ""), checkpoint_id, {})
+            found = self._tuple(thread, ns, checkpoint_id, {})
+            values = found.checkpoint["channel_values"]
+            messages = values.get(_MESSAGES)
+            if latest and isinstance(messages, list):
+                ahead = self._recorded_ahead(thread, messages)
+                if ahead:
+                    values[_MESSAGES] = self._answered_calls(thread, [*messages, *ahead])
+            return found
+
+    def _recorded_ahead(self, thread: _Thread, messages: Sequence[Any]) -> list[Any]:
+        """The messages made durable on the surface after the last one ``messages`` holds.
+
+        LangGraph saves a checkpoint on a background thread and may start the next step, a
+        tool body included, before the save lands; a crash then leaves the latest checkpoint
+        behind what the middleware had made durable (the prompt, the model's answer, its tool
+        calls). Walking the surface back from its end to the last message the checkpoint holds
+        gives those messages back, so the next run is sent what the log holds
+        (docs/adapters.md#langgraph-and-langchain-agents).
+        """
+        held = {m.id for m in messages if isinstance(m, BaseMessage)}
+        log = self._logs.get(thread.thread_id)
+        events = self._events(thread.thread_id)
+        nodes = log.session.surface.nodes if log is not None else surface_nodes(events)
+        ahead: list[Any] = []
+        for seq in reversed(nodes):
+            records = records_of(events[seq], LANGCHAIN_FORMAT)
+            if not records:
+                continue  # dsh's own events; a repair's result comes back with its call
+            if records[0].get("data", {}).get("id") in held:
+                break
+            ahead.extend(thaw(r) if isinstance(r, FrozenDict) else r for r in reversed(records))
+        ahead.reverse()
+        return messages_from_dict(ahead)
+
+    def _unsaved(self, thread: _Thread) -> CheckpointTuple | None:
+        """A checkpoint standing for a thread whose run died before LangGraph saved any.
+
+        It holds the messages the middleware made durable (with dsh's answers to calls cut
+        off), so the next run starts from them; None when the surface holds none. It is not
+        stored: ``list`` never shows it, and the next ``put`` names it as its parent.
+        """
+        messages = self._recorded_ahead(thread, ())
+        if not messages:
+            return None
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {_MESSAGES: self._answered_calls(thread, messages)}
+        checkpoint["channel_versions"] = {_MESSAGES: self.get_next_version(None, None)}
+        conf = {"thread_id": thread.thread_id, "checkpoint_ns": "",
+                "checkpoint_id": checkpoint["id"]}
+        metadata: CheckpointMetadata = {"source": "input", "step": -1, "parents": {}}
+        return CheckpointTuple({"configurable": conf}, checkpoint, metadata, None, [])
 
     def _listed(self, config: RunnableConfig | None, filter: dict[str, Any] | None,
                 before: RunnableConfig | None, limit: int | None) -> list[CheckpointTuple]:
