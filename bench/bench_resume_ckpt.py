@@ -1,12 +1,14 @@
 """O(tail) resume through the restore point: a 100k and a 1M-event msg session.
 
 Run: ``python -m bench.bench_resume_ckpt [--sizes 100000,1000000] [--runs 5]
-[--backend jsonl-packed,sqlite] [--cache /tmp/dsh-bench-ckpt] [--full-read-up-to 100000]``.
+[--backend jsonl-packed,sqlite] [--cache /tmp/dsh-bench-ckpt] [--full-read-up-to 100000]
+[--uncompacted] [--server postgresql://postgres@127.0.0.1:5432/postgres]``.
 
 Each session is written by the write path (``SessionStore`` + write-behind, a flush every 50
 turns) with the msg workload of ``../shared/bench/WORKLOADS.md``; like a real agent it compacts
 under context pressure: after a turn, when the surface estimate passes 80% of a 32k-token
-window, ``compact_now`` (digest summarizer) keeps the newest 16%. Two variants: ``balanced``
+window, ``compact_now`` (digest summarizer) keeps the newest 16%; with ``--uncompacted`` it
+never compacts (a framework session: the surface spans the whole log). Two variants: ``balanced``
 (the last turn closed) and ``open`` (it ends inside a turn with an unanswered tool call, so the
 resume writes closers). Stores are built once and cached under ``--cache`` keyed by their
 parameters (never in CI); each measured run resumes a fresh copy in a fresh process.
@@ -14,10 +16,12 @@ parameters (never in CI); each measured run resumes a fresh copy in a fresh proc
 A child reports: ``resume_ms`` (``dsh.open`` + ``SessionStore.resume``: ownership, restore point
 check, tail read, closers written, published), ``rss_mb`` (peak RSS minus the RSS of the same
 interpreter with dsh imported, before the resume), ``derive_ms`` (the first
-``derive_messages``), ``paged`` (whether the restore point was used), ``tail`` (events read
-after the restore point's cut, closers and end-seed included). With ``--full-read-up-to N``
-sessions up to N events are also resumed with the restore point removed (the full read), for
-comparison.
+``derive_messages``), ``derive_rss_mb`` (peak RSS above idle after it), ``paged`` (whether the
+restore point was used), ``tail`` (events read after the restore point's cut, closers and
+end-seed included). With ``--full-read-up-to N`` sessions up to N events are also resumed with
+the restore point removed (the full read), for comparison. The ``postgres`` backend (not in
+``all``) builds in a schema of its own on ``--server``; its runs resume the one stored session
+in turn (the first run commits an open turn's closers, later runs resume the repaired log).
 """
 
 from __future__ import annotations
@@ -49,8 +53,11 @@ def _rss_mb(field: str) -> float:
     return 0.0
 
 
-def build(url: str, events: int, *, open_turn: bool) -> dict[str, Any]:
-    """Write one compacting msg session of at least ``events`` events; return build facts."""
+def build(url: str, events: int, *, open_turn: bool, compact: bool = True) -> dict[str, Any]:
+    """Write one msg session of at least ``events`` events; return build facts.
+
+    ``compact``: compact under context pressure (else the surface spans the whole log).
+    """
     import dsh
     from dsh.compaction import CompactionPolicy, DigestSummarizer, compact_now, measure_surface
 
@@ -68,7 +75,7 @@ def build(url: str, events: int, *, open_turn: bool) -> dict[str, Any]:
         while session.seq < events:
             turn += 1
             msg_turn(session, turn)
-            if measure_surface(session).total_tokens > threshold:
+            if compact and measure_surface(session).total_tokens > threshold:
                 compact_now(session, summarizer=summarizer, retain_tokens=retain)
                 compactions += 1
             if turn % FLUSH_EVERY_TURNS == 0:
@@ -94,8 +101,7 @@ def child(url: str) -> dict[str, Any]:
     from dsh.session._paging import PagedLog
 
     importlib.import_module("dsh.persistence._facade")
-    importlib.import_module("dsh.persistence.sqlite._backend" if url.startswith("sqlite")
-                            else "dsh.persistence.jsonl._backend")
+    importlib.import_module(_backend_module(url))
     idle = _rss_mb("VmRSS")
     t0 = now_ms()
     store = dsh.open(url)
@@ -105,6 +111,7 @@ def child(url: str) -> dict[str, Any]:
     messages = session.derive_messages()
     t2 = now_ms()
     result = {"resume_ms": t1 - t0, "rss_mb": rss, "derive_ms": t2 - t1,
+              "derive_rss_mb": _rss_mb("VmHWM") - idle,
               "events": len(session.events), "messages": len(messages),
               "paged": int(isinstance(session._log, PagedLog)),
               "tail": len(session.events) - (session._log.cut
@@ -114,20 +121,82 @@ def child(url: str) -> dict[str, Any]:
     return result
 
 
-def _cached(cache: Path, backend: str, size: int, variant: str) -> tuple[Path, dict[str, Any]]:
-    root = cache / f"v{_CACHE_VERSION}-{backend}-msg-{size}-{variant}-w{CONTEXT_WINDOW}"
+def _backend_module(url: str) -> str:
+    if url.startswith("sqlite"):
+        return "dsh.persistence.sqlite._backend"
+    if url.startswith("postgresql"):
+        return "dsh.persistence.postgres._backend"
+    return "dsh.persistence.jsonl._backend"
+
+
+def _url(backend: str, root: Path, server: str) -> str:
+    """The store URL of a build or run folder; PostgreSQL: a schema named after the folder."""
+    if backend != "postgres":
+        return store_url(backend, root)
+    schema = "bench_ckpt_" + "".join(c if c.isalnum() else "_" for c in root.name).lower()
+    return f"{server}?schema={schema}"
+
+
+def _cached(cache: Path, backend: str, size: int, variant: str, *, compact: bool,
+            server: str) -> tuple[Path, dict[str, Any]]:
+    kind = "msg" if compact else "msg-uncompacted"
+    root = cache / f"v{_CACHE_VERSION}-{backend}-{kind}-{size}-{variant}-w{CONTEXT_WINDOW}"
     facts_file = root / "facts.json"
     if not facts_file.is_file():
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
-        facts = build(store_url(backend, root), size, open_turn=variant == "open")
+        if backend == "postgres":
+            _drop_schema(_url(backend, root, server))
+        facts = build(_url(backend, root, server), size, open_turn=variant == "open",
+                      compact=compact)
         facts_file.write_text(json.dumps(facts))
     facts: dict[str, Any] = json.loads(facts_file.read_text())
     return root, facts
 
 
-def _runs(master: Path, backend: str, runs: int, *, restore_point: bool) -> dict[str, float]:
+def _drop_schema(url: str) -> None:
+    import psycopg
+
+    server, _, query = url.partition("?schema=")
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{query}" CASCADE')
+
+
+def _take_restore_points(url: str) -> list[tuple[str, bytes]]:
+    """Remove the schema's restore points (a full-read run); return them for later."""
+    import psycopg
+
+    server, _, schema = url.partition("?schema=")
+    with psycopg.connect(server, autocommit=True) as conn:
+        return [(sid, bytes(data)) for sid, data in conn.execute(
+            f'DELETE FROM "{schema}".restore_points RETURNING session_id, data').fetchall()]
+
+
+def _put_restore_points(url: str, rows: list[tuple[str, bytes]]) -> None:
+    import psycopg
+
+    server, _, schema = url.partition("?schema=")
+    with psycopg.connect(server, autocommit=True) as conn:
+        for sid, data in rows:
+            conn.execute(f'INSERT INTO "{schema}".restore_points VALUES (%s, %s) '
+                         "ON CONFLICT (session_id) DO UPDATE SET data = excluded.data",
+                         (sid, data))
+
+
+def _runs(master: Path, backend: str, runs: int, *, restore_point: bool,
+          server: str) -> dict[str, float]:
     out = []
+    if backend == "postgres":
+        # no cheap copy of a schema: every run resumes the stored session in turn (the first
+        # run commits an open turn's closers; later runs resume the repaired log)
+        url = _url(backend, master, server)
+        saved = [] if restore_point else _take_restore_points(url)
+        try:
+            for _ in range(runs):
+                out.append(run_child("bench.bench_resume_ckpt", ["--url", url]))
+        finally:
+            _put_restore_points(url, saved)
+        return medians(out)
     for i in range(runs):
         run_root = master.parent / f"{master.name}.run{i}"
         shutil.rmtree(run_root, ignore_errors=True)
@@ -140,7 +209,7 @@ def _runs(master: Path, backend: str, runs: int, *, restore_point: bool) -> dict
         os.sync()
         try:
             out.append(run_child("bench.bench_resume_ckpt", ["--url",
-                                                             store_url(backend, run_root)]))
+                                                             _url(backend, run_root, server)]))
         finally:
             shutil.rmtree(run_root, ignore_errors=True)
     return medians(out)
@@ -158,6 +227,10 @@ def main() -> None:
     parser.add_argument("--dir", type=existing_dir, default=None,
                         help="build into a temporary folder here instead of the cache (removed)")
     parser.add_argument("--full-read-up-to", type=int, default=100_000)
+    parser.add_argument("--uncompacted", action="store_true",
+                        help="sessions that never compact (the surface spans the whole log)")
+    parser.add_argument("--server", default="postgresql://postgres@127.0.0.1:5432/postgres",
+                        help="PostgreSQL server of the postgres backend")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -172,7 +245,7 @@ def main() -> None:
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
-    _print(rows, args.runs)
+    _print(rows, args.runs, uncompacted=args.uncompacted)
 
 
 Row = tuple[str, int, str, dict[str, Any], dict[str, float], dict[str, float] | None]
@@ -180,31 +253,38 @@ Row = tuple[str, int, str, dict[str, Any], dict[str, float], dict[str, float] | 
 
 def _measure(args: argparse.Namespace, cache: Path) -> list[Row]:
     rows: list[Row] = []
-    for backend in select(args.backend, list(BACKENDS)):
+    backends = list(BACKENDS) if args.backend == "all" else select(args.backend,
+                                                                   [*BACKENDS, "postgres"])
+    for backend in backends:
         for size in (int(s) for s in args.sizes.split(",")):
             for variant in args.variants.split(","):
-                master, facts = _cached(cache, backend, size, variant)
-                paged = _runs(master, backend, args.runs, restore_point=True)
-                full = (_runs(master, backend, max(1, args.runs // 2), restore_point=False)
+                master, facts = _cached(cache, backend, size, variant,
+                                        compact=not args.uncompacted, server=args.server)
+                paged = _runs(master, backend, args.runs, restore_point=True,
+                              server=args.server)
+                full = (_runs(master, backend, max(1, args.runs // 2), restore_point=False,
+                              server=args.server)
                         if size <= args.full_read_up_to else None)
                 rows.append((backend, size, variant, facts, paged, full))
     return rows
 
 
-def _print(rows: list[Row], runs: int) -> None:
-    header_lines(f"resume through the restore point (median of {runs} fresh "
+def _print(rows: list[Row], runs: int, *, uncompacted: bool) -> None:
+    kind = "uncompacted sessions" if uncompacted else "compacting sessions"
+    header_lines(f"resume through the restore point, {kind} (median of {runs} fresh "
                  "processes)")
     print("| backend | events | variant | surface nodes | compactions | tail read | resume ms "
-          "| RSS above idle MB | first derive ms | restore point used | full-read resume ms "
-          "| full-read RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| RSS above idle MB | first derive ms | RSS after derive MB | restore point used "
+          "| full-read resume ms | full-read RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for backend, _size, variant, facts, paged, full in rows:
         full_ms = f"{full['resume_ms']:.0f}" if full else "-"
         full_rss = f"{full['rss_mb']:.0f}" if full else "-"
         print(f"| {backend} | {facts['events']:,} | {variant} | {facts['surface']} | "
               f"{facts['compactions']} | {paged['tail']:.0f} | {paged['resume_ms']:.1f} | "
               f"{paged['rss_mb']:.1f} | "
-              f"{paged['derive_ms']:.1f} | {'yes' if paged['paged'] == 1 else 'NO'} | "
+              f"{paged['derive_ms']:.1f} | {paged['derive_rss_mb']:.0f} | "
+              f"{'yes' if paged['paged'] == 1 else 'NO'} | "
               f"{full_ms} | {full_rss} |")
 
 

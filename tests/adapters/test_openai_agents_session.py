@@ -323,7 +323,6 @@ def test_a_session_with_a_restore_point_is_read_whole(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     # get_items() hands the SDK every item: one whole read beats paging the prefix in per walk
     from dsh.persistence import _restore_point as restore_point
-    monkeypatch.setattr(restore_point, "DENSE_SURFACE_PAGES", 2.0)  # the adapter's own refusal
 
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
     items = [item for n in range(1_200) for item in (

@@ -16,7 +16,7 @@ EXPECTED = {
                                file_paths=True, after_commit=True),
     "sqlite": Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
                            after_commit=True),
-    "postgresql": Capabilities(fenced=True, native_tail=True, ranges=True),
+    "postgresql": Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True),
 }
 
 

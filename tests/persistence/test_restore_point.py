@@ -26,6 +26,7 @@ from dsh.persistence import Persistence, open_backend
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._seal import read_seal
 from dsh.session import PagedLog, Session
+from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 from tests.strategies import (
     Script,
     StepClock,
@@ -57,13 +58,8 @@ def url_of(kind: str, root: Path) -> str:
 
 @pytest.fixture(autouse=True)
 def small_restore_points(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Restore point at every flush, index every batch, page 4 events: every boundary is hit.
-
-    Small logs have their surface on most pages, so the dense-surface full read is off here
-    (tested on its own below).
-    """
+    """Restore point at every flush, index every batch, page 4 events: every boundary is hit."""
     monkeypatch.setattr(rp, "RESTORE_POINT_EVERY_EVENTS", 1)
-    monkeypatch.setattr(rp, "DENSE_SURFACE_PAGES", 2.0)
     monkeypatch.setattr(rp, "INDEX_EVERY_EVENTS", 1)
     monkeypatch.setattr(paging, "PAGE_EVENTS", 4)
 
@@ -143,8 +139,8 @@ def test_resume_from_a_restore_point_equals_the_full_read(script: Script, kind: 
 
 
 def long_store(kind: str, root: Path, turns: int = 30, *, open_turn: bool = False,
-               system: bool = True) -> None:
-    with dsh.open(url_of(kind, root), clock=StepClock()).sessions as store:
+               system: bool = True, url: str | None = None) -> None:
+    with dsh.open(url or url_of(kind, root), clock=StepClock()).sessions as store:
         session = store.session("s")
         if system:  # the published dsh 0.1.x does not know system/message
             session.append("system/message", system_message(), surface_op="append")
@@ -524,16 +520,17 @@ def test_a_restore_point_temp_file_left_by_a_killed_writer_is_removed(kind: str,
     assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
 
 
-def test_a_jsonl_surface_spread_over_the_log_is_resumed_by_a_full_read(
-        kind: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # JSONL: paging nearly every span in to derive the messages (and freeing it again) costs
-    # more than one read; SQLite fetches the pages by seq for less.
-    monkeypatch.setattr(rp, "DENSE_SURFACE_PAGES", 0.5)
+def test_an_uncompacted_session_resumes_without_paging_the_prefix_in(kind: str, root: Path) -> None:
+    # docs/architecture.md#the-restore-point-path: the surface stays node seqs; the first
+    # derive_messages pages the surface's events in, and equals a full read's
     long_store(kind, root)  # no compaction: a node in every 4-event page
-    refused = rp.stats["refused:dense-surface"]
-    jsonl = kind.startswith("jsonl")
-    assert_equivalent(root, kind, expect_paged=not jsonl)
-    assert rp.stats["refused:dense-surface"] == refused + jsonl
+    with dsh.open(url_of(kind, root)).sessions as store:
+        session = store.resume("s")
+        log = session._log
+        assert isinstance(log, PagedLog)
+        assert log.resident_events == len(log) - log.cut  # no page read
+        assert sum(seq < log.cut for seq in session.surface.nodes) > 30
+    assert_equivalent(root, kind, expect_paged=True)
 
 
 def test_a_tampered_prefix_is_refused_when_it_is_paged_in(root: Path) -> None:
@@ -600,3 +597,50 @@ def test_a_tampered_sqlite_prefix_is_refused_when_it_is_paged_in(root: Path) -> 
     assert caught.value.where["path"] == str(root / "store.db")
     assert "integrity seal" in caught.value.message
     assert caught.value.where["seq"] < 20
+
+
+@pytest.mark.parametrize("open_turn", [False, True])
+def test_postgres_resume_from_a_restore_point_equals_the_full_read(root: Path,
+                                                                   open_turn: bool) -> None:
+    # docs/stores.md#capabilities: PostgreSQL keeps its restore points in a table; the same
+    # log on SQLite, read in full, is the reference
+    reason = postgres_unreachable()
+    if reason is not None:
+        pytest.skip(f"SKIPPED LOUDLY: {reason}")
+    with temporary_postgres_url() as pg:
+        long_store("postgresql", root, open_turn=open_turn, url=pg)
+        full_root = root.parent / "full"
+        full_root.mkdir()
+        with Persistence(open_backend(pg)) as persistence, \
+                persistence.open("s", "read") as handle, \
+                Persistence(open_backend(url_of("sqlite", full_root))) as copy:
+            read = handle.read(0)
+            copy.create(read.header)  # the same log, read in full below
+            with copy.open("s", "write") as writer:
+                writer.append(read.events)
+            point, cold, _source = handle.read_from_restore_point()
+            assert point.anchor.backend == "postgresql"
+            assert [e["seq"] for e in cold.events] == list(
+                range(point.state.event_count, point.state.event_count + len(cold.events)))
+        assert_same_resume(pg, url_of("sqlite", full_root))
+
+
+def test_postgres_restore_point_is_refused_when_a_row_before_the_cut_changes(root: Path) -> None:
+    reason = postgres_unreachable()
+    if reason is not None:
+        pytest.skip(f"SKIPPED LOUDLY: {reason}")
+    import psycopg
+    with temporary_postgres_url() as pg:
+        long_store("postgresql", root, url=pg)
+        server, _, schema = pg.partition("?schema=")
+        with Persistence(open_backend(pg)) as persistence, \
+                persistence.open("s", "read") as handle:
+            cut = handle.read_from_restore_point()[0].state.event_count
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'UPDATE "{schema}".events SET time = time + 1 WHERE session_id = '
+                         "'s' AND seq = (SELECT max(seq) FROM \"" + schema + "\".events "
+                         "WHERE session_id = 's' AND seq < %s)", (cut,))
+        refused = rp.stats["refused:tail-digest"]
+        with dsh.open(pg).sessions as store:
+            assert not isinstance(store.resume("s")._log, PagedLog)  # the full read
+        assert rp.stats["refused:tail-digest"] == refused + 1

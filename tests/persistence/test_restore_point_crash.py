@@ -30,9 +30,7 @@ RESTORE_POINT_CHILD = ("from dsh.persistence import _restore_point as rp\n"
 def test_sigkill_then_resume_from_a_restore_point_equals_the_full_read(
         tmp_path: Path, scheme: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import tests.persistence.test_crash_sigkill as crash
-    from dsh.persistence import _restore_point as rp
     monkeypatch.setattr(crash, "CHILD", RESTORE_POINT_CHILD)
-    monkeypatch.setattr(rp, "DENSE_SURFACE_PAGES", 2.0)  # small uncompacted logs: still paged
     rng = random.Random(int(os.environ.get("DSH_CRASH_SEED", "20261201")))
     store = tmp_path / "store"
     store.mkdir(mode=0o700)

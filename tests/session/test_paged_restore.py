@@ -146,12 +146,15 @@ def test_paged_log_keeps_few_pages_resident() -> None:
     assert session.event_at(5) == events[5]
 
 
-def test_paged_restore_reads_only_the_surface_pages() -> None:
+def test_paged_restore_reads_nothing_before_the_cut_until_messages_are_derived() -> None:
     events = _long_log(2000)
-    _session, source = _paged(events, len(events) - 1)
-    # every surface node lives somewhere in the log here, so only derive reads pages
-    pages = {start for start, _ in source.reads}
-    assert pages == {n * PAGE_EVENTS for n in range((len(events) - 1) // PAGE_EVENTS + 1)}
+    session, source = _paged(events, len(events) - 1)
+    assert source.reads == []  # the surface is kept as node seqs
+    assert session.derive_messages() == _full(events).derive_messages()
+    # then each page holding a surface node is read once, in seq order
+    starts = [start for start, _ in source.reads]
+    assert starts == [n * PAGE_EVENTS for n in range((len(events) - 1) // PAGE_EVENTS + 1)]
+    assert session._log.resident_events <= 32 * PAGE_EVENTS + 10
 
 
 def test_paged_old_call_is_found_by_a_prefix_scan() -> None:
@@ -170,9 +173,12 @@ def test_paged_source_serving_other_events_is_refused() -> None:
     state = RestoreFold(0)
     state.feed(events)
     source = ListSource([*events[1:], events[0]])
+    session = Session.restore_paged("s", {"version": 0, "id": "s", "createdAt": 1},
+                                    state.state(), source, [])  # reads nothing before the cut
     with pytest.raises(LogCorruptError):
-        Session.restore_paged("s", {"version": 0, "id": "s", "createdAt": 1}, state.state(),
-                              source, [])
+        session.derive_messages()
+    with pytest.raises(LogCorruptError):
+        session.event_at(3)
 
 
 def test_paged_restore_refuses_a_state_of_another_length() -> None:

@@ -107,7 +107,7 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
         if persistence.backend.capabilities.restore_points:
             keeper = cast(ck.KeepsRestorePoints, handle)  # what the capability promises
             try:
-                restore_point, cold, source = keeper.read_from_restore_point(dense=True)
+                restore_point, cold, source = keeper.read_from_restore_point()
                 header = cold.header
                 if (header.get("id") != session_id
                         or header.get("version") != SESSION_FORMAT_VERSION):

@@ -23,8 +23,9 @@ Invariants this module owns:
   final bytes, pass them; :func:`check_restore_point` (``dsh verify``, a full read) reports such
   a restore point as ``misleading``.
 
-PostgreSQL keeps the full read: its rows are read by seq range already, and a sidecar on one
-host would not serve the others.
+PostgreSQL keeps its restore points in a table of the store's schema (``restore_points``, one
+row a session), so every host resumes through them; its anchor is checked the way SQLite's is
+(incarnation, header, the last row before the cut, no packed row across the cut).
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ __all__ = [
     "RESTORE_POINT_EVERY_BYTES",
     "RESTORE_POINT_EVERY_EVENTS",
     "RESTORE_POINT_FORMAT",
-    "DENSE_SURFACE_PAGES",
     "INDEX_EVERY_BYTES",
     "INDEX_EVERY_EVENTS",
     "Anchor",
@@ -67,7 +67,6 @@ __all__ = [
     "note_refusal",
     "read_restore_point_file",
     "stats",
-    "surface_is_dense",
     "write_restore_point_file",
 ]
 
@@ -90,28 +89,6 @@ INDEX_EVERY_EVENTS = 256
 
 INDEX_EVERY_BYTES = 256 * 1024
 """... or at least this many bytes after it."""
-
-DENSE_SURFACE_PAGES = 0.5
-"""A JSONL resume reads in full when the surface has a node in more than this fraction of the
-pages before the cut (an uncompacted session): deriving its messages would page nearly the
-whole log in, and each page-in scans its span of the file (zstd: decompresses whole batch
-frames) and frees the events again when the page is evicted, so one sequential read is cheaper
-(100k msg events, raw: about 350-400 ms against 500-570 ms; zstd: 580-620 ms against 680-720
-ms). SQLite fetches a page's rows by seq for less than a full read costs, so it keeps the
-restore point (430-440 ms against 730-745 ms). The JSONL handle refuses such a restore point in
-``read_from_restore_point``, before it reads the tail."""
-
-
-def surface_is_dense(state: RestoreState, page_events: int) -> bool:
-    """Whether the surface is spread over most of the log before the cut.
-
-    True when ``state``'s nodes lie in more than :data:`DENSE_SURFACE_PAGES` of the
-    ``page_events``-event pages before its cut.
-    """
-    pages = -(-state.event_count // page_events)
-    touched = len({seq // page_events for seq in state.nodes})
-    return pages > 0 and touched > DENSE_SURFACE_PAGES * pages
-
 
 DIGEST_TAIL_BYTES: Final = 4096
 """How many bytes before the cut the tail digest covers (JSONL)."""
@@ -148,7 +125,7 @@ class Anchor:
     """What ties a restore point to the stored prefix it was derived from.
 
     Attributes:
-        backend: ``"jsonl"``, ``"jsonl-zstd"`` or ``"sqlite"``.
+        backend: ``"jsonl"``, ``"jsonl-zstd"``, ``"sqlite"`` or ``"postgresql"``.
         session_id: The session.
         incarnation: The stored log's identity (JSONL: the header digest; SQLite: the
             session's incarnation column).
@@ -181,7 +158,7 @@ class RestorePoint:
 
 @runtime_checkable
 class KeepsRestorePoints(Protocol):
-    """A handle whose backend keeps restore points (JSONL, SQLite schema 17)."""
+    """A handle whose backend keeps restore points (JSONL, SQLite schema 17, PostgreSQL)."""
 
     @property
     def durable_bytes(self) -> int:
@@ -192,19 +169,19 @@ class KeepsRestorePoints(Protocol):
         """The anchor of the durable prefix, or None when none can be given now."""
         ...
 
-    def restore_point_path(self) -> Path:
-        """The restore point sidecar file."""
+    def restore_point_where(self) -> str:
+        """Where the restore point is kept, for messages (a sidecar path, a table row)."""
         ...
 
     def write_restore_point(self, data: bytes) -> None:
         """Replace the sidecar with ``data`` atomically (``OSError`` on failure)."""
         ...
 
-    def read_from_restore_point(self, *, dense: bool = False) -> tuple[RestorePoint, Any, Any]:
+    def read_from_restore_point(self) -> tuple[RestorePoint, Any, Any]:
         """``(restore point, tail ColdRead, EventSource)``, or raise :class:`RestorePointRefused`.
 
-        A backend whose page-ins cost more than its full read refuses a restore point whose
-        surface is dense (``dense-surface``) unless ``dense`` (``dsh verify`` checks it).
+        Only the tail after the cut is read, whatever the surface's spread: a resume pages no
+        event in (docs/rules.md#restore-points-are-never-the-truth).
         """
         ...
 
@@ -365,7 +342,7 @@ def check_restore_point(handle: KeepsRestorePoints | None, events: Sequence[Even
         return RestorePointCheck(status="absent", event_count=0,
                                message="this backend keeps no restore points")
     try:
-        restore_point, cold, source = handle.read_from_restore_point(dense=True)
+        restore_point, cold, source = handle.read_from_restore_point()
     except RestorePointRefused as exc:
         if exc.reason == "absent":
             return RestorePointCheck(status="absent", event_count=0,
@@ -393,7 +370,7 @@ def check_restore_point(handle: KeepsRestorePoints | None, events: Sequence[Even
             message=f"the restore point passes a resume's checks but does not match "
                     f"the log ({problem}): the log changed inside the {count} events it "
                     f"covers, so a resume would not see the stored log; delete "
-                    f"{handle.restore_point_path()} and the next resume reads the whole log")
+                    f"{handle.restore_point_where()} and the next resume reads the whole log")
     return RestorePointCheck(status="consistent", event_count=count,
                            message=f"restore point covers {count} events and matches "
                                    "the full read; a resume reads only the events after it")

@@ -733,9 +733,11 @@ class Session:
         """Restore from the prefix behind a restore point plus its tail: O(tail) :meth:`restore`.
 
         The events before the cut stay in storage and are paged in from ``source`` when asked
-        for (``events``, ``event_at``, fork, compaction, a tool-result rewrite check); what a
-        restore derives from them comes from ``state``. The surface's own events are paged in
-        once here, so :meth:`derive_messages` reads no storage afterwards.
+        for (``events``, ``event_at``, fork, compaction, a tool-result rewrite check,
+        :meth:`derive_messages`); what a restore derives from them comes from ``state``. Nothing
+        before the cut is read here: the surface is kept as node seqs, and the first
+        :meth:`derive_messages` pages the surface's events in, in seq order, a page at a time
+        (the page cache is bounded), keeping only the messages.
 
         Args:
             session_id: Non-empty session id.
@@ -783,11 +785,6 @@ class Session:
         session._calls_scanned = cut
         session._calls_prefix = cut
         session._last_time = state.last_time
-        cache = session._message_cache
-        undecided = contextlib.suppress(KeyError, TypeError)  # as append: derive decides later
-        for seq, event in log.items_at(sorted(seq for seq in state.nodes if seq < cut)):
-            with undecided:  # one reusable manager, not one per node
-                cache[seq] = derive_event_message(event)
         markers = state.inherited_markers + session._admit_seed(
             tail, inherited_event_count, copy=False, base=cut)
         session._check_seeded(True, inherited_event_count, markers)
@@ -968,7 +965,7 @@ class Session:
                         raise _reject(f"invalid seed event at index {index}: {exc.message}",
                                       exc.code, seed_index=index, event_type=etype) from exc
             log_append(event)
-        if log:
+        if len(log) > base:  # a paged restore's empty tail keeps the state's time (no page-in)
             self._last_time = log[-1]["time"]
         if base == 0 and self._rh_count == 0 and self._rc_count == 0:
             # What request_header() and request_context() would find by scanning it all.
@@ -1293,6 +1290,9 @@ class Session:
             self._derived_generation = generation
         count = len(nodes)
         index = self._derived_count
+        log = self._log
+        if index < count and type(log) is PagedLog:
+            self._page_in_messages(log, index)
         if index < count:
             # Each event is projected once per lifetime (events are immutable), so a rebuild after
             # a replace costs one cache lookup per node rather than a projection.
@@ -1322,6 +1322,21 @@ class Session:
             handed: list[FrozenDict] = c_hand_out_messages(self._derived, self._derived_handed)
             return handed
         return list(self._derived)
+
+    def _page_in_messages(self, log: PagedLog, start: int) -> None:
+        """Cache the messages of surface nodes ``start..`` that lie before the paged cut.
+
+        The uncached seqs are read in ascending order (each page once, the page cache bounded);
+        a projection that raises is left uncached, so :meth:`derive_messages` raises it.
+        """
+        cache = self._message_cache
+        cut = log.cut
+        missing = sorted(seq for seq in islice(self._nodes, start, None)
+                         if seq < cut and seq not in cache)
+        undecided = contextlib.suppress(KeyError, TypeError)  # as append: derive decides later
+        for seq, event in log.items_at(missing):
+            with undecided:  # one reusable manager, not one per node
+                cache[seq] = derive_event_message(event)
 
     def derive_event_message(self, event: Event) -> FrozenDict | None:
         """Return the message ``event`` projects, or None (see :func:`derive_event_message`)."""

@@ -90,7 +90,7 @@ from dsh.persistence.jsonl._format import (
     scan_zstd_frames,
 )
 from dsh.persistence.jsonl._zstd import compressor, decompress_frame, decompressor
-from dsh.session import PAGE_EVENTS, SESSION_FORMAT_VERSION, Event, decode_storage_record
+from dsh.session import SESSION_FORMAT_VERSION, Event, decode_storage_record
 
 __all__ = ["JsonlBackend", "JsonlHandle", "parse_log"]
 
@@ -790,6 +790,10 @@ class JsonlHandle(HandleBase):
 
     # --- restore points (see dsh.persistence._restore_point) ------------------------
 
+    def restore_point_where(self) -> str:
+        """The restore point sidecar's path, for messages."""
+        return str(self.restore_point_path())
+
     def restore_point_path(self) -> Path:
         """The restore point sidecar beside the log (``session.jsonl.ckpt``)."""
         return self.path.with_name(self.path.name + _CKPT_SUFFIX)
@@ -826,12 +830,12 @@ class JsonlHandle(HandleBase):
         """
         rp.write_restore_point_file(self.restore_point_path(), data)
 
-    def read_from_restore_point(self, *, dense: bool = False
-                          ) -> tuple[rp.RestorePoint, ColdRead, jrp.JsonlPrefixSource]:
+    def read_from_restore_point(self) -> tuple[rp.RestorePoint, ColdRead,
+                                               jrp.JsonlPrefixSource]:
         """Read through the restore point: its state, the events after its cut, a page-in source.
 
-        A surface spread over most of the log is refused (``dense-surface``: paging it all in
-        costs more than the full read) unless ``dense``.
+        Nothing before the cut is read, however the surface is spread (a resume keeps it as
+        node seqs and pages messages in when they are derived).
 
         On success a write handle is ready to append, as after ``read(0)``.
         The returned ``ColdRead.events`` are the tail (first seq ``restore_point.state
@@ -847,9 +851,6 @@ class JsonlHandle(HandleBase):
         restore_point = rp.decode_restore_point(
             rp.read_restore_point_file(self.restore_point_path()), session_id=self._id,
             backend=kind)
-        if not dense and rp.surface_is_dense(restore_point.state, PAGE_EVENTS):
-            # decided before the tail is read: the full read the caller falls back to reads it
-            raise rp.RestorePointRefused("dense-surface")
         zstd = self._backend.compression == "zstd"
         found = jrp.load_tail(
             self.path, restore_point, zstd=zstd, seal_path=self._seal_path(),

@@ -45,6 +45,7 @@ import orjson
 
 from dsh._errors import (
     ConfigError,
+    DshError,
     LeaseLostError,
     LogCorruptError,
     PersistenceError,
@@ -54,7 +55,8 @@ from dsh._errors import (
     SessionNotFoundError,
 )
 from dsh._install import install_hint
-from dsh.json import FrozenDict, is_safe_int
+from dsh.json import FrozenDict, dumps, is_safe_int
+from dsh.persistence import _restore_point as rp
 from dsh.persistence._contract import (
     Capabilities,
     ColdRead,
@@ -67,6 +69,7 @@ from dsh.persistence._contract import (
     session_id_problem,
     validate_batch,
 )
+from dsh.persistence._seal import rows_crc
 from dsh.persistence._tail import follow
 from dsh.persistence.postgres._schema import (
     MIGRATION_LOCK_KEY,
@@ -600,6 +603,9 @@ class PostgresHandle(HandleBase):
                 raise lease.lost
             deleted = conn.execute(f"DELETE FROM {b._s}.events WHERE session_id = %s",
                                    (self._id,)).rowcount
+            # it describes the old rows: the next due append writes a new one
+            conn.execute(f"DELETE FROM {b._s}.restore_points WHERE session_id = %s",
+                         (self._id,))
             b._copy_rows(conn, self._id, rows)
             conn.execute(b._sql_advance, (len(batch), b.lease_ms, self._id,
                                           _channel_payload(self._id)))
@@ -610,6 +616,126 @@ class PostgresHandle(HandleBase):
         if scrub:  # an erasure of many sessions vacuums once, after the last one
             touched.extend(self.scrub())
         return touched
+
+    # --- restore points (see dsh.persistence._restore_point) ------------------------
+
+    def restore_point_where(self) -> str:
+        """The restore point's row, for messages."""
+        return (f"the row of session {self._id!r} in table {self._backend.schema}."
+                f"restore_points of {self._backend.url}")
+
+    @property
+    def durable_bytes(self) -> int:
+        """0: PostgreSQL restore points are due by events only (rows are not counted in bytes)."""
+        return 0
+
+    def restore_point_anchor(self) -> rp.Anchor | None:
+        """The anchor of the committed prefix (up to the head), or None when it is empty.
+
+        One snapshot: the session row (header, incarnation, head) and the last row before the
+        head, whose checksum is the anchor's tail digest.
+
+        Raises:
+            PersistenceError: the database failed.
+        """
+        self._ensure_open()
+        b = self._backend
+        with b._conn("restore point", self._id) as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
+            head = int(srow[11]) if srow is not None else 0
+            last = (conn.execute(b._sql_last_row_before, (self._id, head)).fetchone()
+                    if head > 0 else None)
+        if srow is None or last is None:
+            return None
+        header, incarnation, _ = decode_session_row(srow[:11], path=b.url)
+        return rp.Anchor(backend="postgresql", session_id=self._id, incarnation=incarnation,
+                         event_count=head, byte_offset=head,
+                         header_digest=_header_digest(header, incarnation),
+                         tail_digest=_row_digest(last), seal_digest="")
+
+    def write_restore_point(self, data: bytes) -> None:
+        """Replace the session's restore point row with ``data`` (fenced by the lease).
+
+        A handle that lost its lease writes nothing (its restore point could be stale).
+
+        Raises:
+            PersistenceError: a read handle (READ_ONLY), or the database failed.
+        """
+        self._ensure_open()
+        lease = self._lease
+        if self._mode != "write" or lease is None:
+            raise PersistenceError(f"cannot write the restore point of session {self._id!r} "
+                                   "through a read handle", code="READ_ONLY",
+                                   session_id=self._id, path=self._backend.url)
+        b = self._backend
+        with b._conn("restore point", self._id) as conn:
+            conn.execute(b._sql_put_restore_point, (data, self._id, lease.token, lease.epoch))
+        rp.stats["written"] += 1
+
+    def read_from_restore_point(self) -> tuple[rp.RestorePoint, ColdRead, PostgresRangeSource]:
+        """Read through the restore point: its state, the events after its cut, a page-in source.
+
+        One snapshot reads the restore point row, the session row, the last row before the cut
+        and the rows after it. Trusted only when the session's incarnation and header digest
+        as recorded, the last row before the cut checksums as recorded, no packed row
+        straddles the cut, the head is at or past the cut, and the rows after it decode
+        cleanly up to the head with no row beyond it. Nothing before the cut is read.
+
+        Raises:
+            RestorePointRefused: no usable restore point (the caller reads in full).
+        """
+        self._ensure_open()
+        b = self._backend
+        try:
+            with b._conn("read", self._id) as conn, conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                found = conn.execute(b._sql_get_restore_point, (self._id,)).fetchone()
+                if found is None:
+                    raise rp.RestorePointRefused("absent")
+                restore_point = rp.decode_restore_point(bytes(found[0]), session_id=self._id,
+                                                        backend="postgresql")
+                cut = restore_point.anchor.event_count
+                srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
+                if srow is None:
+                    raise rp.RestorePointRefused("unreadable")
+                head = int(srow[11])
+                if head < cut:
+                    raise rp.RestorePointRefused("size")
+                last = conn.execute(b._sql_last_row_before, (self._id, cut)).fetchone()
+                base = self._suffix_base(conn, cut, head)
+                rows = conn.execute(b._sql_rows_from, (self._id, cut)).fetchall()
+        except PersistenceError:
+            raise rp.RestorePointRefused("unreadable") from None
+        anchor = restore_point.anchor
+        try:
+            header, incarnation, revision = decode_session_row(srow[:11], path=b.url)
+        except DshError:
+            raise rp.RestorePointRefused("unreadable") from None
+        if incarnation != anchor.incarnation:
+            raise rp.RestorePointRefused("incarnation")
+        if _header_digest(header, incarnation) != anchor.header_digest:
+            raise rp.RestorePointRefused("header")
+        if last is None or _row_digest(last) != anchor.tail_digest:
+            raise rp.RestorePointRefused("tail-digest")
+        if base != cut:
+            raise rp.RestorePointRefused("straddle")
+        if any(r[0] >= head for r in rows):
+            raise rp.RestorePointRefused("torn-tail")
+        try:
+            self._check_header_version(header)
+            scan = scan_rows([_row(r) for r in rows], cut, ROW_FORMAT, path=b.url,
+                             session_id=self._id)
+        except DshError:
+            raise rp.RestorePointRefused("corrupt-tail") from None
+        reached = scan.events[-1]["seq"] + 1 if scan.events else cut
+        if scan.torn_seq is not None or reached != head:
+            raise rp.RestorePointRefused("corrupt-tail")
+        self._torn_seen = None
+        cold = ColdRead(header=header, events=tuple(scan.events), torn=None,
+                        revision=f"postgresql:{b.store_id}:incarnation:{incarnation}:"
+                                 f"revision:{revision}")
+        return restore_point, cold, PostgresRangeSource(b, self._id, cut)
 
     def close(self) -> None:
         """Stop renewing and release the lease (kept epoch, no owner); idempotent."""
@@ -703,6 +829,16 @@ def _pid_is_dead(pid: int) -> bool:
         return False
 
 
+def _row_digest(r: Sequence[Any]) -> str:
+    """The anchor digest of one fetched row: its row checksum (as SQLite's anchors use)."""
+    return f"rows2:{rows_crc([_row(r)[1:]])}"
+
+
+def _header_digest(header: FrozenDict, incarnation: str) -> str:
+    """The anchor digest of a session row: its header and its incarnation."""
+    return rp.digest(dumps(header) + b"\n" + incarnation.encode())
+
+
 def _row(r: Sequence[Any]) -> tuple[Any, ...]:
     """A fetched row as the SQLite row tuple the shared codec reads."""
     seq, type_, time_, text, blob, ses, sop, ign = r
@@ -758,8 +894,9 @@ class PostgresBackend:
         SessionFormatUnsupportedError: the schema was migrated by a newer dsh.
     """
 
-    capabilities = Capabilities(fenced=True, native_tail=True, ranges=True)
-    """Fenced write handles (the lease epoch) and a tail woken by ``NOTIFY``."""
+    capabilities = Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True)
+    """Restore points (a table of the schema), fenced write handles (the lease epoch) and a
+    tail woken by ``NOTIFY``."""
 
     def __init__(self, conninfo: str, *, schema: str = DEFAULT_SCHEMA,
                  lease_ms: int = DEFAULT_LEASE_MS, pool_size: int = DEFAULT_POOL_SIZE,
@@ -841,6 +978,15 @@ class PostgresBackend:
             "lease_epoch = %s RETURNING lease_epoch")
         self._sql_holder_of = (f"SELECT lease_owner, lease_epoch, lease_pid, lease_host, "
                                f"lease_node FROM {s}.sessions WHERE id = %s")
+        self._sql_last_row_before = (f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id "
+                                     "= %s AND seq < %s ORDER BY seq DESC LIMIT 1")
+        self._sql_get_restore_point = (f"SELECT data FROM {s}.restore_points WHERE session_id "
+                                       "= %s")
+        # fenced: only the lease holder replaces it (a former holder's would be stale)
+        self._sql_put_restore_point = (
+            f"INSERT INTO {s}.restore_points (session_id, data) SELECT id, %s FROM {s}.sessions "
+            "WHERE id = %s AND lease_owner = %s::uuid AND lease_epoch = %s "
+            "ON CONFLICT (session_id) DO UPDATE SET data = excluded.data")
         self._sql_lease_row = (f"SELECT head_seq, lease_owner::text, lease_epoch FROM "
                                f"{s}.sessions WHERE id = %s")
         self._sql_delete_beyond = f"DELETE FROM {s}.events WHERE session_id = %s AND seq >= %s"

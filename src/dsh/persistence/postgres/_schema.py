@@ -82,6 +82,12 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     (3, "lease node: the boot and pid namespace of the holder, for dead-holder takeover", (
         "ALTER TABLE {s}.sessions ADD COLUMN lease_node text",
     )),
+    (4, "restore points: one a session, so a resume reads only the tail (any host)", (
+        """CREATE TABLE {s}.restore_points (
+  session_id text PRIMARY KEY REFERENCES {s}.sessions(id) ON DELETE CASCADE,
+  data       bytea NOT NULL
+)""",
+    )),
 )
 """Forward-only migrations, applied in order under :data:`MIGRATION_LOCK_KEY`."""
 

@@ -1331,6 +1331,10 @@ class SqliteHandle(HandleBase):
 
     # --- restore points (see dsh.persistence._restore_point) ------------------------
 
+    def restore_point_where(self) -> str:
+        """The restore point sidecar's path, for messages."""
+        return str(self.restore_point_path())
+
     def restore_point_path(self) -> Path:
         """The restore point sidecar: ``<db>.dsh-checkpoints/<encoded id>.ckpt``."""
         return self._backend.restore_point_dir / f"{_cut_stem(self._id)}.ckpt"
@@ -1366,12 +1370,11 @@ class SqliteHandle(HandleBase):
         mkdir_private(path.parent, "restore points")
         rp.write_restore_point_file(path, data)
 
-    def read_from_restore_point(self, *, dense: bool = False
-                          ) -> tuple[rp.RestorePoint, ColdRead, srp.SqlitePrefixSource]:
+    def read_from_restore_point(self) -> tuple[rp.RestorePoint, ColdRead,
+                                               srp.SqlitePrefixSource]:
         """Read through the restore point: its state, the events after its cut, a page-in source.
 
-        ``dense`` changes nothing here: a page-in is one indexed range query, cheaper than the
-        full read even when the surface spans the whole log.
+        Nothing before the cut is read (a page-in is one indexed range query, when asked).
 
         On success a write handle is ready to append, as after ``read(0)``; the returned
         events are the tail (first seq ``restore_point.state.event_count``), never torn.
