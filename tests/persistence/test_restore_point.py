@@ -53,6 +53,9 @@ def url_of(kind: str, root: Path) -> str:
     if kind == "sqlite":
         root.mkdir(parents=True, exist_ok=True)
         return f"sqlite://{root}/store.db"
+    if kind == "sqlite14":  # the published dsh's layout (docs/formats.md#restore-points)
+        root.mkdir(parents=True, exist_ok=True)
+        return f"sqlite://{root}/store.db?schema=14"
     raise ValueError(kind)
 
 
@@ -644,3 +647,11 @@ def test_postgres_restore_point_is_refused_when_a_row_before_the_cut_changes(roo
         with dsh.open(pg).sessions as store:
             assert not isinstance(store.resume("s")._log, PagedLog)  # the full read
         assert rp.stats["refused:tail-digest"] == refused + 1
+
+
+@pytest.mark.parametrize("open_turn", [False, True])
+def test_schema_14_resume_from_a_restore_point_equals_the_full_read(root: Path,
+                                                                    open_turn: bool) -> None:
+    long_store("sqlite14", root, open_turn=open_turn, system=False)
+    assert list(root.rglob("*.ckpt")), "the writer keeps a restore point for schema 14 too"
+    assert_equivalent(root, "sqlite14")

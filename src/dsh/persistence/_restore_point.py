@@ -158,7 +158,7 @@ class RestorePoint:
 
 @runtime_checkable
 class KeepsRestorePoints(Protocol):
-    """A handle whose backend keeps restore points (JSONL, SQLite schema 17, PostgreSQL)."""
+    """A handle whose backend keeps restore points (JSONL, SQLite, PostgreSQL)."""
 
     @property
     def durable_bytes(self) -> int:

@@ -136,7 +136,7 @@ _FROZEN: Final = (FrozenDict, FrozenList)
 OWNER_WAIT_MS: Final = 100
 """Longest wait (ms) for a new holder's ``.owner`` sidecar so a busy error can name it."""
 
-_LEGACY_ROW_COLUMNS: Final = "rowid, seq, type, time, data, source_event_seqs, surface_op, NULL"
+_LEGACY_ROW_COLUMNS: Final = srp.LEGACY_ROW_COLUMNS
 _SESSION_COLUMNS: Final = ("id, version, created_at, cwd, parent_session, seed_length, origin, "
                            "delegation_depth, agent_preset, incarnation, revision")
 _INSERT_EVENT_17: Final = (
@@ -1348,9 +1348,8 @@ class SqliteHandle(HandleBase):
         """The anchor of the committed prefix last read or written here, or None."""
         self._ensure_open()
         durable = self._durable
-        if durable is None or durable[0] < 1 or self._seals is None \
-                or self._c.schema_version != 17:
-            return None  # schema 14 files (dsh 0.1.x) keep the full read
+        if durable is None or durable[0] < 1 or self._seals is None:
+            return None
         count, incarnation, tail_digest = durable
         header, found, _ = self._session_row()
         if found != incarnation:
@@ -1400,17 +1399,16 @@ class SqliteHandle(HandleBase):
         """
         anchor = restore_point.anchor
         cut = anchor.event_count
-        if self._c.schema_version != 17:
-            raise rp.RestorePointRefused("schema")  # schema 14 keeps the full read
+        legacy = self._c.schema_version == LEGACY_SCHEMA_VERSION  # scalar rows, never packed
         conn = self._c.conn
         try:
             seal = read_seal(self._seal_file)
             conn.execute("BEGIN")
             try:
                 header, incarnation, revision = self._session_row()
-                last = conn.execute(f"SELECT {ROW_COLUMNS} FROM events WHERE session_id = ? "
-                                    "AND seq < ? ORDER BY seq DESC LIMIT 1",
-                                    (self._id, cut)).fetchone()
+                last = conn.execute(f"SELECT {_LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS} "
+                                    "FROM events WHERE session_id = ? AND seq < ? ORDER BY seq "
+                                    "DESC LIMIT 1", (self._id, cut)).fetchone()
                 base = self._suffix_base(cut)
                 rows = self._rows_from(base)
             finally:
@@ -1432,7 +1430,8 @@ class SqliteHandle(HandleBase):
             raise rp.RestorePointRefused("seal")
         try:
             self._check_header_version(header)
-            scan = scan_rows(rows, cut, 17, path=self._path, session_id=self._id)
+            scan = scan_rows(rows, cut, self._c.schema_version, path=self._path,
+                             session_id=self._id)
             if seal is not None:
                 check_row_seals(rows, seal, base=cut, describe=lambda: "not run",
                                 where=self._path, session_id=self._id)
@@ -1447,7 +1446,8 @@ class SqliteHandle(HandleBase):
         count = cut + len(events)
         self._durable = (count, incarnation,
                          srp.last_row_digest(rows[-1][1:]) if rows else anchor.tail_digest)
-        source = srp.SqlitePrefixSource(self._backend.path, self._id, cut, seals=records)
+        source = srp.SqlitePrefixSource(self._backend.path, self._id, cut, seals=records,
+                                        legacy=legacy)
         return ColdRead(header=header, events=tuple(events), torn=None,
                         revision=self._revision(incarnation, revision)), source
 

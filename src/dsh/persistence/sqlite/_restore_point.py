@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, dumps
@@ -25,7 +25,11 @@ from dsh.persistence._seal import rows_crc
 from dsh.persistence.sqlite._schema import ROW_COLUMNS, scan_rows
 from dsh.session import Event
 
-__all__ = ["SqlitePrefixSource", "header_digest", "last_row_digest", "seal_digest"]
+__all__ = ["LEGACY_ROW_COLUMNS", "SqlitePrefixSource", "header_digest", "last_row_digest",
+           "seal_digest"]
+
+LEGACY_ROW_COLUMNS: Final = "rowid, seq, type, time, data, source_event_seqs, surface_op, NULL"
+"""The columns a schema-14 row is read with, in the schema-17 row order (``ignorable`` NULL)."""
 
 
 def last_row_digest(row: Sequence[Any]) -> str:
@@ -53,11 +57,17 @@ class SqlitePrefixSource:
         path: The database file.
         session_id: The session.
         cut: Events served (seqs ``0 .. cut - 1``).
+        seals: The seal records ``(first seq, end seq, crc)`` read at the resume.
+        legacy: A schema-14 file (scalar rows, no ``ignorable`` column).
     """
 
     def __init__(self, path: Path, session_id: str, cut: int,
-                 seals: Sequence[tuple[int, int, int]] | None = None) -> None:
+                 seals: Sequence[tuple[int, int, int]] | None = None, *,
+                 legacy: bool = False) -> None:
         self._path = path
+        # schema 14 (the published dsh's files): scalar rows without the ignorable column
+        self._columns = LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS
+        self._version = 14 if legacy else 17
         self._id = session_id
         self._cut = cut
         # the seal records over the prefix, read at the resume: a page is checked against every
@@ -97,7 +107,7 @@ class SqlitePrefixSource:
                 lo = min([start, *(seals[i][0] for i in todo)])
                 hi = max([stop, *(seals[i][1] for i in todo)])
                 rows = self._conn.execute(
-                    f"SELECT {ROW_COLUMNS} FROM events WHERE session_id = ? AND seq >= "
+                    f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq >= "
                     "coalesce((SELECT max(seq) FROM events WHERE session_id = ? AND seq <= ?), "
                     "0) AND seq < ? ORDER BY seq", (self._id, self._id, lo, hi)).fetchall()
             for i in todo:
@@ -115,7 +125,7 @@ class SqlitePrefixSource:
                 rows = [row for row in rows[keep:] if row[1] < stop]
             events: list[Event] = []
             if rows:
-                scan = scan_rows(rows, rows[0][1], 17, path=str(self._path),
+                scan = scan_rows(rows, rows[0][1], self._version, path=str(self._path),
                                  session_id=self._id)
                 if scan.torn_seq is not None:
                     raise LogCorruptError("a row before the cut does not decode",
