@@ -16,6 +16,7 @@ from dsh import (
     Session,
     UnknownEventTypeError,
     create_assistant_message,
+    create_system_message,
     create_tool_result_message,
     create_user_message,
     register_event_type,
@@ -151,3 +152,64 @@ def test_reader_says_an_unknown_stored_type_looks_like_a_typo(tmp_path: Path) ->
             pytest.raises(UnknownEventTypeError) as refused:
         store.read("t")
     assert "'step/strat' at seq 1, which looks like a typo of 'step/start'" in str(refused.value)
+
+
+def _calls(*call_ids: str) -> dict[str, Any]:
+    return {"turn": 1, "step": 1, "message": create_assistant_message(
+        content=[{"type": "tool-call", "id": c, "name": "run", "input": {}} for c in call_ids],
+        provider="p", model="m")}
+
+
+def test_append_refuses_a_message_inside_an_open_tool_call_pair() -> None:
+    """A user/message between an assistant's tool call and its result (the campaign's case)."""
+    session = Session.create("s")
+    _opened(session)
+    session.append("user/message", create_user_message(PROMPT), surface_op="append")
+    made = session.append("assistant/message", _calls("c1", "c2"), surface_op="append")
+    session.append("tool/result", _result("c1"), surface_op="append")
+    before = len(session.events)
+    for kind, data in (("user/message", create_user_message(PROMPT)),
+                       ("system/message", create_system_message(PROMPT)),
+                       ("assistant/message", _calls("c3"))):
+        with pytest.raises(EventRejectedError) as refused:
+            session.append(kind, data, surface_op="append")
+        assert refused.value.code == "OPEN_TOOL_CALL"
+        assert refused.value.where["seq"] == before
+        assert refused.value.where["open_calls"] == "c2"
+        assert refused.value.where["call_seq"] == made["seq"]
+        assert f"seq {before} would sit inside an open tool call/result pair" \
+            in refused.value.message
+    assert len(session.events) == before  # nothing committed
+    session.append("tool/result", _result("c2"), surface_op="append")
+    session.append("user/message", create_user_message(PROMPT), surface_op="append")
+
+
+def test_append_refuses_a_second_or_late_result_for_a_call() -> None:
+    session = Session.create("s")
+    _opened(session)
+    session.append("assistant/message", _calls("c1", "c2"), surface_op="append")
+    session.append("tool/result", _result("c1"), surface_op="append")
+    with pytest.raises(EventRejectedError) as refused:
+        session.append("tool/result", _result("c1"), surface_op="append")
+    assert refused.value.code == "DUPLICATE_TOOL_RESULT"
+    assert refused.value.where["call_id"] == "c1"
+    session.append("tool/result", _result("c2"), surface_op="append")
+    session.append("user/message", create_user_message(PROMPT), surface_op="append")
+    with pytest.raises(EventRejectedError) as late:
+        session.append("tool/result", _result("c2"), surface_op="append")
+    assert late.value.code == "ORPHAN_TOOL_RESULT"
+    assert "not open at the end of the surface" in late.value.message
+
+
+def test_a_content_rewrite_of_a_result_is_still_accepted_inside_a_pair() -> None:
+    """The pruner's replace is not a fresh message: it keeps the pair as it was."""
+    session = Session.create("s")
+    _opened(session)
+    session.append("assistant/message", _calls("c1", "c2"), surface_op="append")
+    first = session.append("tool/result", _result("c1"), surface_op="append")
+    shorter = {"turn": 1, "step": 1, "message": {**first["data"]["message"], "content": [
+        {**first["data"]["message"]["content"][0], "content": [{"type": "text", "text": "."}]}]}}
+    session.append("tool/result", shorter, surface_op={
+        "op": "replace", "start": first["seq"], "end": first["seq"]},
+        source_event_seqs=[first["seq"]])
+    session.append("tool/result", _result("c2"), surface_op="append")

@@ -160,12 +160,16 @@ def test_paged_restore_reads_nothing_before_the_cut_until_messages_are_derived()
 def test_paged_old_call_is_found_by_a_prefix_scan() -> None:
     events = _long_log(300)
     session, _ = _paged(events, len(events))
-    # a second result for a call answered long ago: accepted, as after a full read
-    event = session.append("tool/result", tool_result_data(1, 1, "c1"), surface_op="append")
-    assert event["seq"] == len(events) + 1
+    # a second result for a call answered long ago: the prefix scan finds the call, so the
+    # refusal says it is no longer open (as after a full read), not that it was never made
+    with pytest.raises(EventRejectedError) as info:
+        session.append("tool/result", tool_result_data(1, 1, "c1"), surface_op="append")
+    assert info.value.code == "ORPHAN_TOOL_RESULT"
+    assert "not open" in info.value.message
     with pytest.raises(EventRejectedError) as info:
         session.append("tool/result", tool_result_data(1, 1, "nope"), surface_op="append")
     assert info.value.code == "ORPHAN_TOOL_RESULT"
+    assert "no earlier assistant message" in info.value.message
 
 
 def test_paged_source_serving_other_events_is_refused() -> None:

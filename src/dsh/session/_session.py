@@ -285,6 +285,14 @@ def _made_call_ids(data: Any) -> list[str]:
             and isinstance(block.get("id"), str)]
 
 
+def _result_call_id(data: Any) -> str:
+    """The call id a stored ``tool/result`` answers ('' when its shape has none)."""
+    message = data.get("message") if isinstance(data, dict) else None
+    source = message.get("source") if isinstance(message, dict) else None
+    call_id = source.get("callId") if isinstance(source, dict) else None
+    return call_id if isinstance(call_id, str) else ""
+
+
 def _unknown_type(etype: str, seq: int) -> EventRejectedError:
     guess = unknown_type_hint(etype)
     typo = f' (did you mean "{guess}"?)' if guess else ""
@@ -1098,7 +1106,11 @@ class Session:
                 accepts; the message names the known type it looks like a typo of),
                 ``CUSTOM_EVENT_INVALID`` (a registered type's validator refused the data),
                 ``ORPHAN_TOOL_RESULT`` (a fresh ``tool/result`` for a call that no earlier
-                ``assistant/message`` of this session made), ``SURFACE``
+                ``assistant/message`` of this session made, or that is not open at the end of
+                the surface), ``DUPLICATE_TOOL_RESULT`` (a call already answered there),
+                ``OPEN_TOOL_CALL`` (a fresh user, system or assistant message while the
+                surface ends with unanswered tool calls; ``where`` names ``open_calls`` and
+                ``call_seq``, docs/rules.md#a-model-view-any-provider-accepts), ``SURFACE``
                 (docs/rules.md#the-surface), or whatever a validator raised. Nothing is committed on
                 any failure.
 
@@ -1156,8 +1168,8 @@ class Session:
         surface = self._surface
         if type in _CORE_SHAPED:
             _check_core_shape(type, snap, seq)
-            if type == "tool/result" and op == "append":
-                self._check_call_made(snap, seq)
+            if op == "append" and type in SURFACE_EVENT_TYPES:
+                self._check_pairing(type, snap, seq)
         if sources is None:
             if op is None:
                 event = as_event({"type": type, "seq": seq, "time": now, "data": snap})
@@ -1199,6 +1211,67 @@ class Session:
         if self._observers:
             self._publish(event)
         return event
+
+    def _open_calls(self) -> tuple[list[str], list[str], int]:
+        """The tool calls open at the end of the surface (docs/rules.md#tool-pairing).
+
+        Returns:
+            ``(open, answered, made_at)``: the call ids of the last surface node that is not a
+            ``tool/result``, when it is an ``assistant/message``, less those the results after
+            it answer; those answered ids; the seq of that assistant message (-1 when the
+            surface does not end in one and its results). A message after an assistant message
+            closes its exchange, as the provider exporters do (an older log may hold one).
+            Reads only the trailing results and the node before them.
+        """
+        log = self._log
+        answered: list[str] = []
+        for seq in reversed(self._surface.nodes):
+            event = log[seq]
+            kind = event["type"]
+            if kind == "tool/result":
+                answered.append(_result_call_id(event["data"]))
+                continue
+            if kind == "assistant/message":
+                made = _made_call_ids(event["data"])
+                return [c for c in made if c not in answered], answered, seq
+            break
+        return [], answered, -1
+
+    def _check_pairing(self, type: str, data: Any, seq: int) -> None:
+        """Refuse a fresh surface message that would break a tool call/result pair.
+
+        A ``user/message``, ``system/message`` or ``assistant/message`` appended while the
+        surface ends with unanswered tool calls is ``OPEN_TOOL_CALL``; a ``tool/result``
+        must answer one of those open calls (``ORPHAN_TOOL_RESULT``, ``DUPLICATE_TOOL_RESULT``).
+        Rule: docs/rules.md#what-append-refuses.
+        """
+        if type == "tool/result":
+            self._check_call_made(data, seq)
+            call_id = data["message"]["source"]["callId"]
+            open_calls, answered, made_at = self._open_calls()
+            if call_id in open_calls:
+                return
+            if call_id in answered:
+                raise _reject(f"tool/result at seq {seq} answers call {call_id!r} a second time "
+                              f"(the assistant message at seq {made_at} made it and it is "
+                              "answered); each tool call gets exactly one result, or a provider "
+                              "would refuse the model view", "DUPLICATE_TOOL_RESULT", seq=seq,
+                              event_type=type, call_id=call_id)
+            now_open = ", ".join(open_calls) or "none"
+            raise _reject(f"tool/result at seq {seq} answers call {call_id!r}, which is not open "
+                          f"at the end of the surface (open calls: {now_open}); a result must "
+                          "follow the assistant message that made its call, before any other "
+                          "message", "ORPHAN_TOOL_RESULT", seq=seq, event_type=type,
+                          call_id=call_id)
+        open_calls, _, made_at = self._open_calls()
+        if open_calls:
+            ids = ", ".join(open_calls)
+            raise _reject(f"{type} at seq {seq} would sit inside an open tool call/result pair: "
+                          f"the assistant message at seq {made_at} made tool calls {ids}, "
+                          "which have no result yet; append a tool/result for each first (a "
+                          "provider refuses a message between a tool call and its result)",
+                          "OPEN_TOOL_CALL", seq=seq, event_type=type, open_calls=ids,
+                          call_seq=made_at)
 
     def _check_call_made(self, data: Any, seq: int) -> None:
         """Refuse a fresh tool result whose call no earlier assistant message made.
