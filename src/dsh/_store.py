@@ -88,7 +88,9 @@ class Store:
 
         The live session when this store holds it; else the stored log resumed (its write
         lock taken, an interrupted last turn closed by appending); else a new session created
-        with ``header`` (``cwd``, ``origin``, ... ; ``createdAt`` defaults to now).
+        with ``header`` (``cwd``, ``origin``, ... ; ``createdAt`` defaults to now; a tenant or
+        user id such as ``{"tenant": "acme"}`` is kept in the header's ``metadata``, which
+        ``dsh erase --where`` and retention scopes match: docs/formats.md#header-metadata).
 
         Raises:
             SessionBusyError: another writer (thread or process) holds the session.

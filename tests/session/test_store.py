@@ -157,13 +157,15 @@ def test_store_synthesizes_a_minimal_current_version_header() -> None:
 
 
 def test_store_attaches_cwd_parent_origin_and_delegation_depth_from_meta() -> None:
+    # docs/formats.md#header-metadata: an unknown scalar key is kept as metadata, others drop
     store = make_store()
     s = store.create("a", header={"cwd": "/w", "parentSession": "p", "createdAt": 5,
                                   "origin": "subagent", "delegationDepth": 2,
-                                  "agentPreset": "coder", "unknown": "dropped"})
+                                  "agentPreset": "coder", "tenant": "acme",
+                                  "unknown": ["dropped"]})
     assert s.header == {"version": 0, "id": "a", "createdAt": 5, "cwd": "/w",
                         "parentSession": "p", "origin": "subagent", "delegationDepth": 2,
-                        "agentPreset": "coder"}
+                        "agentPreset": "coder", "metadata": {"tenant": "acme"}}
 
 
 @pytest.mark.parametrize(("meta", "fragment"), [

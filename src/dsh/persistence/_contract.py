@@ -53,6 +53,7 @@ __all__ = [
     "TornTail",
     "check_session_id",
     "format_version_refusal",
+    "metadata_problem",
     "normalize_header",
     "session_id_problem",
     "validate_batch",
@@ -486,8 +487,10 @@ def normalize_header(header: Mapping[str, object]) -> FrozenDict:
     stored as given and refused on load, like dsh); ``id`` a non-empty string; ``createdAt`` a
     non-negative safe integer (epoch ms); ``cwd`` an absolute path string; ``parentSession`` and
     ``agentPreset`` strings; ``seedLength`` and ``delegationDepth`` non-negative safe integers;
-    ``origin`` exactly ``"subagent"``. Absent and ``None`` optional fields are dropped; unknown
-    keys are dropped (backends reconstruct only the known keys).
+    ``origin`` exactly ``"subagent"``; ``metadata`` a mapping of at most 32 keys (names of 1 to
+    64 characters ``A-Z a-z 0-9 _ . -``) to strings (at most 1,024 characters), safe integers
+    or booleans (docs/formats.md#header-metadata). Absent and ``None`` optional fields are
+    dropped; other unknown keys are dropped (backends reconstruct only the known keys).
 
     Raises:
         EventRejectedError: code ``HEADER``, naming the field and the value found.
@@ -537,7 +540,48 @@ def normalize_header(header: Mapping[str, object]) -> FrozenDict:
         elif key == "origin" and value != "subagent":
             raise bad(key, '"subagent"', value)
         out[key] = value
+    metadata = header.get("metadata")
+    if metadata is not None:
+        problem = metadata_problem(metadata)
+        if problem is not None:
+            raise bad("metadata", problem, metadata)
+        checked: Mapping[str, Any] = metadata  # type: ignore[assignment]  # a Mapping, checked
+        if checked:
+            out["metadata"] = FrozenDict(sorted(checked.items()))
     return FrozenDict(out)
+
+
+MAX_METADATA_KEYS: Final = 32
+"""Most keys a header's ``metadata`` holds (docs/formats.md#header-metadata)."""
+
+MAX_METADATA_VALUE_CHARS: Final = 1024
+"""Longest string value in a header's ``metadata`` (characters)."""
+
+
+def metadata_problem(metadata: object) -> str | None:
+    """Why ``metadata`` is not a header's ``metadata`` object, or None when it is.
+
+    Rule: docs/formats.md#header-metadata: a mapping of at most :data:`MAX_METADATA_KEYS`
+    keys, each 1 to 64 characters of ``A-Z a-z 0-9 _ . -``, to a string of at most
+    :data:`MAX_METADATA_VALUE_CHARS` characters, a safe integer or a boolean.
+    """
+    import re
+
+    from dsh.json import is_safe_int
+
+    if not isinstance(metadata, Mapping):
+        return "a mapping of names to strings, integers or booleans"
+    if len(metadata) > MAX_METADATA_KEYS:
+        return f"at most {MAX_METADATA_KEYS} keys"
+    for key, value in metadata.items():
+        if type(key) is not str or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", key):
+            return "keys of 1 to 64 characters A-Z a-z 0-9 _ . -"
+        if type(value) is str:
+            if len(value) > MAX_METADATA_VALUE_CHARS:
+                return f"strings of at most {MAX_METADATA_VALUE_CHARS} characters"
+        elif not (type(value) is bool or is_safe_int(value)):
+            return "values that are strings, safe integers or booleans"
+    return None
 
 
 def format_version_refusal(session_id: object, version: object, *,

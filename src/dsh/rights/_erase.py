@@ -123,10 +123,21 @@ def select(store: Persistence | HasPersistence, session_ids: Iterable[str] = (),
             chosen.append(sid)
     if where:
         for sid, header in sorted(headers.items()):
-            if sid not in chosen and all(header_matches(header.get(k), v)
+            if sid not in chosen and all(header_matches(header_value(header, k), v)
                                          for k, v in where.items()):
                 chosen.append(sid)
     return chosen
+
+
+def header_value(header: Mapping[str, Any], key: str) -> object:
+    """The value ``--where KEY=`` looks at: a header field, else the header's ``metadata[KEY]``.
+
+    ``metadata.KEY`` names a metadata key that shadows a field (docs/formats.md#header-metadata).
+    """
+    if key in header and key != "metadata":
+        return header[key]
+    metadata = header.get("metadata")
+    return metadata.get(key.removeprefix("metadata.")) if isinstance(metadata, Mapping) else None
 
 
 def header_matches(value: object, wanted: str) -> bool:

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from dsh._errors import ConfigError
 from dsh.json import is_safe_int
-from dsh.rights._erase import ErasureReceipt, erase_sessions, erasure_record, header_matches
+from dsh.rights._erase import (
+    ErasureReceipt,
+    erase_sessions,
+    erasure_record,
+    header_matches,
+    header_value,
+)
 from dsh.rights._held import HasPersistence, facade
 from dsh.rights._storelog import (
     ARCHIVED,
@@ -206,7 +212,7 @@ def pick_policy(policies: tuple[RetentionPolicy, ...], header: Mapping[str, Any]
     """The policy covering ``header``: the matching scope with the most keys, then the latest."""
     best: RetentionPolicy | None = None
     for policy in policies:
-        if all(header_matches(header.get(k), v) for k, v in policy.where.items()) and (
+        if all(header_matches(header_value(header, k), v) for k, v in policy.where.items()) and (
                 best is None or len(policy.where) >= len(best.where)):
             best = policy
     return best
@@ -255,31 +261,32 @@ def gc(store: Persistence | HasPersistence, *, apply: bool = False,
         progress("reading", 0, len(entries))
     items: list[GcItem] = []
     for done, entry in enumerate(sorted(entries, key=lambda e: e.id), 1):
+        sid, last_activity_ms = entry.id, entry.last_activity_ms
         policy = pick_policy(policies, entry.header) if policies else None
         if progress is not None and done % 1000 == 0:
             progress("reading", done, len(entries))
         if policy is None or policy.keep:
             continue
-        trashed = state.trash.get(entry.id)
+        trashed = state.trash.get(sid)
         if trashed is not None:
             after = policy.purge_after_days
             if trashed.purged_ms is None and after is not None and \
                     now - trashed.trashed_ms >= after * DAY_MS:
-                items.append(GcItem(entry.id, "purge", policy.scope,
+                items.append(GcItem(sid, "purge", policy.scope,
                                     f"in the trash for {_days(now - trashed.trashed_ms)}; "
                                     f"policy {policy.scope} purges after {after} days"))
             continue
-        idle = now - entry.last_activity_ms
+        idle = now - last_activity_ms
         if policy.trash_after_days is not None and idle >= policy.trash_after_days * DAY_MS:
-            items.append(GcItem(entry.id, "trash", policy.scope,
+            items.append(GcItem(sid, "trash", policy.scope,
                                 f"no activity for {_days(idle)}; policy {policy.scope} "
                                 f"trashes after {policy.trash_after_days} days"))
             continue
-        since = state.archived.get(entry.id)
-        archived = since is not None and entry.last_activity_ms <= since
+        since = state.archived.get(sid)
+        archived = since is not None and last_activity_ms <= since
         if not archived and policy.archive_after_days is not None and \
                 idle >= policy.archive_after_days * DAY_MS:
-            items.append(GcItem(entry.id, "archive", policy.scope,
+            items.append(GcItem(sid, "archive", policy.scope,
                                 f"no activity for {_days(idle)}; policy {policy.scope} "
                                 f"archives after {policy.archive_after_days} days"))
     if progress is not None:

@@ -36,6 +36,7 @@ OpenTurnPolicy = Literal["close", "reject"]
 
 _META_KEYS: Final = ("cwd", "parentSession", "seedLength", "origin", "delegationDepth",
                      "agentPreset")
+_KNOWN_KEYS: Final = frozenset({"version", "id", "createdAt", "metadata", "type", *_META_KEYS})
 
 
 class StoreObserver(Protocol):
@@ -184,7 +185,9 @@ class SessionStore:
             seed: Constructor seed (see :meth:`Session.create` / :meth:`Session.restore`).
             header: ``seed_source="snapshot"``: header fields (``createdAt`` defaults to now;
                 ``cwd``, ``parentSession``, ``seedLength``, ``origin``, ``delegationDepth``,
-                ``agentPreset`` are taken when present; other keys are ignored).
+                ``agentPreset`` and ``metadata`` are taken when present; any other key whose
+                value is a string, integer or boolean goes into ``metadata``
+                (docs/formats.md#header-metadata); other keys are ignored).
                 ``seed_source="persistence"``: the full stored header.
             inherited_event_count: Events inherited from a fork parent (docs/rules.md#fork).
             seed_source: ``"snapshot"`` copies the seed (:meth:`Session.create`);
@@ -217,6 +220,13 @@ class SessionStore:
         for key in _META_KEYS:
             if key in meta:
                 full[key] = meta[key]
+        # an unknown key with a scalar value is metadata (docs/formats.md#header-metadata)
+        extra = {k: v for k, v in meta.items() if k not in _KNOWN_KEYS
+                 and type(k) is str and type(v) in (str, int, bool)}
+        if extra:
+            full["metadata"] = {**extra, **(meta.get("metadata") or {})}
+        elif "metadata" in meta:
+            full["metadata"] = meta["metadata"]
         return Session.create(sid, seed=seed, header=full,
                               inherited_event_count=inherited_event_count, clock=self._clock)
 
@@ -609,6 +619,8 @@ class SessionStore:
         meta: dict[str, Any] = {}
         if parent.header.cwd is not None:
             meta["cwd"] = parent.header.cwd
+        if parent.header.get("metadata"):  # a fork is the same tenant's, user's, ... session
+            meta["metadata"] = parent.header["metadata"]
         meta["parentSession"] = parent.id
         meta["seedLength"] = seed_length
         return self.create(child_id, seed=seed, header=meta, inherited_event_count=seed_length)

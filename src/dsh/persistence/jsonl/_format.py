@@ -30,7 +30,7 @@ from dsh._errors import (
     LogCorruptError,
 )
 from dsh.json import FrozenDict, c_scan_lines, dumps, is_safe_int, loads
-from dsh.persistence._contract import format_version_refusal
+from dsh.persistence._contract import format_version_refusal, metadata_problem
 from dsh.persistence._paths import SAFE_CHARACTERS, code_units, encode_segment
 from dsh.session import (
     KNOWN_EVENT_TYPES,
@@ -113,8 +113,9 @@ def encode_header_line(header: Mapping[str, Any]) -> bytes:
     r"""Encode the header line, ``\\n`` included, in dsh's key order (docs/formats.md#header-line).
 
     ``type: "session"``, ``version``, ``id``, ``createdAt``, ``cwd``?, ``parentSession``?,
-    ``seedLength``?, ``origin``?, ``delegationDepth`` (always; 0 when absent), ``agentPreset``?.
-    Absent optional fields are omitted, never ``null``.
+    ``seedLength``?, ``origin``?, ``delegationDepth`` (always; 0 when absent), ``agentPreset``?,
+    then ours, ``metadata``? (docs/formats.md#header-metadata; dsh drops it on read). Absent
+    optional fields are omitted, never ``null``.
     """
     line: dict[str, Any] = {"type": HEADER_TAG, "version": header["version"],
                             "id": header["id"], "createdAt": header["createdAt"]}
@@ -125,6 +126,8 @@ def encode_header_line(header: Mapping[str, Any]) -> bytes:
     line["delegationDepth"] = 0 if depth is None else depth
     if header.get("agentPreset") is not None:
         line["agentPreset"] = header["agentPreset"]
+    if header.get("metadata"):
+        line["metadata"] = header["metadata"]
     return dumps(line) + b"\n"
 
 
@@ -156,6 +159,10 @@ def _header_shape_error(obj: Mapping[str, Any]) -> str | None:
             return f"header {key} must be a string"
     if "seedLength" in obj and (not is_safe_int(obj["seedLength"]) or obj["seedLength"] < 0):
         return "header seedLength must be a non-negative safe integer"
+    if "metadata" in obj:
+        problem = metadata_problem(obj["metadata"])
+        if problem is not None:
+            return f"header metadata must be {problem}"
     return None
 
 
@@ -167,6 +174,8 @@ def _header_from_line(obj: Mapping[str, Any]) -> FrozenDict:
                 "agentPreset"):
         if key in obj:
             out[key] = obj[key]
+    if obj.get("metadata"):
+        out["metadata"] = FrozenDict(sorted(obj["metadata"].items()))
     return FrozenDict(out)
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json as std_json
 import logging
 import os
 import socket
@@ -65,6 +66,7 @@ from dsh.persistence._contract import (
     TornTail,
     check_session_id,
     format_version_refusal,
+    metadata_problem,
     normalize_header,
     session_id_problem,
     validate_batch,
@@ -119,8 +121,25 @@ _DSH_OPTIONS: Final = ("schema", "lease_ms", "pool_size", "migrate", "reconnect_
 _NOW_MS: Final = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 _CHUNK_TAGS_SQL: Final = "('text-chunks', 'reasoning-chunks', 'tool-call-chunks')"
 _SESSION_COLUMNS: Final = ("id, version, created_at, cwd, parent_session, seed_length, origin, "
-                           "delegation_depth, agent_preset, incarnation::text, revision, head_seq")
+                           "delegation_depth, agent_preset, incarnation::text, revision, head_seq, "
+                           "metadata")
 _ROW_COLUMNS: Final = "seq, type, time, data, data_zstd, source_event_seqs, surface_op, ignorable"
+
+
+def _with_metadata(header: FrozenDict, text: str | None, url: str) -> FrozenDict:
+    """``header`` plus the ``metadata`` column's object (docs/formats.md#header-metadata)."""
+    if text is None:
+        return header
+    try:
+        metadata = std_json.loads(text)
+    except ValueError as exc:
+        raise LogCorruptError(f"header metadata of session {header['id']!r} in {url} is not "
+                              f"JSON", session_id=str(header["id"]), path=url) from exc
+    problem = metadata_problem(metadata)
+    if problem is not None:
+        raise LogCorruptError(f"header metadata of session {header['id']!r} in {url} must be "
+                              f"{problem}", session_id=str(header["id"]), path=url)
+    return FrozenDict({**header, "metadata": FrozenDict(sorted(metadata.items()))})
 
 
 def _psycopg() -> Any:
@@ -283,6 +302,7 @@ class PostgresHandle(HandleBase):
             base = self._suffix_base(conn, offset, head)
             rows = conn.execute(b._sql_rows_from, (self._id, base)).fetchall()
         header, incarnation, revision = decode_session_row(srow[:11], path=b.url)
+        header = _with_metadata(header, srow[12], b.url)
         self._check_header_version(header)
         committed = [_row(r) for r in rows if r[0] < head]
         torn_rows = [r for r in rows if r[0] >= head]
@@ -1139,10 +1159,12 @@ class PostgresBackend:
                 conn.execute(
                     f"INSERT INTO {self._s}.sessions (id, version, created_at, cwd, "
                     "parent_session, seed_length, origin, delegation_depth, agent_preset, "
-                    "incarnation) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    "incarnation, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     (h["id"], h["version"], h["createdAt"], h.get("cwd"), h.get("parentSession"),
                      h.get("seedLength"), h.get("origin"), h.get("delegationDepth"),
-                     h.get("agentPreset"), uuid.uuid4()))
+                     h.get("agentPreset"), uuid.uuid4(),
+                     std_json.dumps(dict(h["metadata"]), ensure_ascii=False, sort_keys=True)
+                     if h.get("metadata") else None))
         except psycopg.errors.UniqueViolation as exc:
             raise SessionExistsError(f"session {h['id']!r} already exists in {self._url}",
                                      session_id=h["id"], path=self._url) from exc
@@ -1183,7 +1205,8 @@ class PostgresBackend:
             rows = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM {self._s}.sessions ORDER BY ord"
                                 ).fetchall()
         for row in rows:
-            yield decode_session_row(row[:11], path=self._url)[0]
+            yield _with_metadata(decode_session_row(row[:11], path=self._url)[0], row[12],
+                                 self._url)
 
     def open(self, session_id: str, mode: OpenMode = "read") -> PostgresHandle:
         """Open a stored session; ``"write"`` takes the lease (epoch + 1) before anything else.

@@ -88,6 +88,9 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
   data       bytea NOT NULL
 )""",
     )),
+    (5, "header metadata: the header's metadata object as JSON text (formats.md)", (
+        "ALTER TABLE {s}.sessions ADD COLUMN metadata text",
+    )),
 )
 """Forward-only migrations, applied in order under :data:`MIGRATION_LOCK_KEY`."""
 

@@ -58,6 +58,7 @@ from dsh.persistence._contract import (
     OpenMode,
     TornTail,
     check_session_id,
+    metadata_problem,
     normalize_header,
     session_id_problem,
     validate_batch,
@@ -271,6 +272,54 @@ def _seal_identity(incarnation: str) -> bytes:
 
 def _cut_stem(session_id: str) -> str:
     return lock_file_name(session_id).removesuffix(".lock")
+
+
+def _write_metadata(path: Path, incarnation: str, metadata: Mapping[str, Any]) -> None:
+    """Write a session's header ``metadata`` beside the database (docs/formats.md#header-metadata).
+
+    The file holds ``{"incarnation", "metadata"}``: it belongs to the row with that incarnation
+    only. Written to a temporary file, fsynced, renamed over and the folder fsynced.
+    """
+    mkdir_private(path.parent, "header metadata")
+    tmp = path.with_name(path.name + ".tmp")
+    data = std_json.dumps({"incarnation": incarnation, "metadata": dict(metadata)},
+                          ensure_ascii=False, sort_keys=True).encode("utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _with_metadata(header: FrozenDict, incarnation: str, path: Path) -> FrozenDict:
+    """``header`` plus the ``metadata`` its sidecar keeps for this incarnation, if any."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return header
+    except OSError as exc:
+        raise PersistenceError(f"cannot read header metadata {path}: {exc}", code="SQLITE",
+                               path=str(path)) from exc
+    try:
+        kept = std_json.loads(raw)
+    except ValueError as exc:
+        raise LogCorruptError(f"header metadata {path} is not JSON", path=str(path)) from exc
+    if not isinstance(kept, dict) or kept.get("incarnation") != incarnation:
+        return header  # left by an earlier session of the same id, or a create cut short
+    metadata = kept.get("metadata")
+    problem = metadata_problem(metadata)
+    if problem is not None:
+        raise LogCorruptError(f"header metadata {path} must be {problem}", path=str(path))
+    if not metadata:
+        return header
+    return FrozenDict({**header, "metadata": FrozenDict(sorted(metadata.items()))})
 
 
 def _header_row(header: Mapping[str, object]) -> tuple[Any, ...]:
@@ -590,8 +639,9 @@ class SqliteBackend:
         """Store a new session with ``header`` and no events (docs/stores.md#opening-a-store).
 
         The row gets a fresh incarnation UUID and revision 0, like dsh's first materialization.
-        Keys other than the nine ``SessionHeader`` fields are not stored
-        (docs/formats.md#the-session-header).
+        The header's ``metadata`` goes to a sidecar beside the database, tied to that
+        incarnation (dsh's schema has no column for it: docs/formats.md#header-metadata); other
+        keys than the nine ``SessionHeader`` fields are not stored.
 
         Raises:
             SessionExistsError: a session with ``header["id"]`` is already stored.
@@ -599,6 +649,8 @@ class SqliteBackend:
             PersistenceError: the database failed or its schema changed (code SCHEMA_MISMATCH).
         """
         values = _header_row(header)
+        metadata = normalize_header(header).get("metadata")
+        incarnation = str(uuid.uuid4())
         with self._shared() as c:
             conn = c.conn
             try:
@@ -610,10 +662,12 @@ class SqliteBackend:
                         raise SessionExistsError(
                             f"session {values[0]!r} already exists in {self.path}",
                             session_id=values[0], path=str(self.path))
+                    if metadata:  # before the row: a crash leaves only an unclaimed file
+                        _write_metadata(self._metadata_path(values[0]), incarnation, metadata)
                     conn.execute(
                         f"INSERT INTO sessions ({_SESSION_COLUMNS}) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
-                        (*values, str(uuid.uuid4())))
+                        (*values, incarnation))
                     conn.execute("COMMIT")
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error):
@@ -651,8 +705,10 @@ class SqliteBackend:
                     f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY rowid").fetchall()
             except sqlite3.Error as exc:
                 _fail(exc, "list", str(self.path))
+        add = self._metadata_of()
         for row in rows:
-            yield decode_session_row(row, path=str(self.path))[0]
+            header, incarnation, _ = decode_session_row(row, path=str(self.path))
+            yield add(header, incarnation)
 
     def open(self, session_id: str, mode: OpenMode = "read") -> SqliteHandle:
         """Open a stored session for ``"read"`` or exclusive ``"write"``.
@@ -728,6 +784,27 @@ class SqliteBackend:
 
     def _seal_path(self, session_id: str) -> Path:
         return self.seal_dir / f"{_cut_stem(session_id)}.seal"
+
+    def _metadata_path(self, session_id: str) -> Path:
+        return self.seal_dir / f"{_cut_stem(session_id)}.meta"
+
+    def _metadata_of(self) -> Callable[[FrozenDict, str], FrozenDict]:
+        """For a listing: adds each header's metadata, the sidecars found by one scan."""
+        try:
+            with os.scandir(self.seal_dir) as it:
+                names = {entry.name for entry in it if entry.name.endswith(".meta")}
+        except FileNotFoundError:
+            names = set()
+
+        def add(header: FrozenDict, incarnation: str) -> FrozenDict:
+            if not names:
+                return header
+            name = f"{_cut_stem(str(header['id']))}.meta"
+            if name not in names:
+                return header
+            return _with_metadata(header, incarnation, self.seal_dir / name)
+
+        return add
 
     def list_entries(self, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
         """Entries of every session from a few queries over the store's tables.
@@ -833,8 +910,10 @@ class SqliteBackend:
                 if prompt is not None:
                     prompts[sid] = prompt
         out: list[ListingEntry] = []
+        add = self._metadata_of()
         for row in sessions:
-            header = decode_session_row(row, path=path)[0]
+            header, incarnation, _ = decode_session_row(row, path=path)
+            header = add(header, incarnation)
             sid = str(header["id"])
             final = last.get(sid)
             if sid in damaged or final is None:
@@ -949,7 +1028,9 @@ class SqliteHandle(HandleBase):
             self._refuse_hidden_session()
             raise SessionNotFoundError(f"session {self._id!r} is not stored in {self._path}",
                                        session_id=self._id, path=self._path)
-        return decode_session_row(row, path=self._path)
+        header, incarnation, revision = decode_session_row(row, path=self._path)
+        return (_with_metadata(header, incarnation, self._seal_file.with_suffix(".meta")),
+                incarnation, revision)
 
     def _refuse_hidden_session(self) -> None:
         """Raise if the session exists though its index lookup found no row (damage).
