@@ -669,6 +669,7 @@ class PostgresHandle(HandleBase):
         if srow is None or last is None:
             return None
         header, incarnation, _ = decode_session_row(srow[:11], path=b.url)
+        header = _with_metadata(header, srow[12], b.url)
         return rp.Anchor(backend="postgresql", session_id=self._id, incarnation=incarnation,
                          event_count=head, byte_offset=head,
                          header_digest=_header_digest(header, incarnation),
@@ -730,6 +731,7 @@ class PostgresHandle(HandleBase):
         anchor = restore_point.anchor
         try:
             header, incarnation, revision = decode_session_row(srow[:11], path=b.url)
+            header = _with_metadata(header, srow[12], b.url)
         except DshError:
             raise rp.RestorePointRefused("unreadable") from None
         if incarnation != anchor.incarnation:
