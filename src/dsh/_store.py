@@ -196,9 +196,11 @@ class Store:
         """Open a stored session for reading by page; nothing is written or locked.
 
         Where the log has a restore point only its tail is read and the events before the cut
-        are paged in from storage when indexed; without one, SQLite and PostgreSQL logs are
-        paged by seq range; otherwise (a JSONL log without a restore point, a short log) it is
-        the full read. Memory stays bounded by the pages held (32 of 256 events), not the log.
+        are paged in from storage when indexed; without one, SQLite, PostgreSQL and raw JSONL
+        logs are paged by seq range (each page checked against the log's integrity seal as it
+        is read); otherwise (a Zstandard JSONL log without a restore point, a short log, any
+        doubt) it is the full read. Memory stays bounded by the pages held (32 of 256 events),
+        not the log.
 
         Returns:
             ``StoredPages``: ``header``; ``events`` (element ``i`` is seq ``i``, random access);

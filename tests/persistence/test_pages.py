@@ -73,15 +73,24 @@ def test_read_pages_reads_in_full_without_a_restore_point(tmp_path: Path) -> Non
         assert tuple(pages.events) == persistence.read("big").stored_events
 
 
-def write_without_restore_point(url: str, turns: int, *, unknown_at_turn: int | None = None
-                                 ) -> None:
-    """A log appended through a raw write handle: no writer keeps a restore point for it."""
+def write_without_restore_point(url: str, turns: int, *, unknown_at_turn: int | None = None,
+                                 chunks: int = 0) -> None:
+    """A log appended through a raw write handle: no writer keeps a restore point for it.
+
+    ``chunks``: stream deltas per answer (JSONL packs each run into one line).
+    """
     with dsh.open("memory:") as memory:
         s = memory.session("big", header={"createdAt": 1_767_225_600_000})
         for turn in range(1, turns + 1):
             s.append("turn/start", {"turn": turn})
             s.append("step/start", {"turn": turn, "step": 1})
             s.append("user/message", user(f"question {turn}", f"u{turn}"), surface_op="append")
+            if chunks:
+                s.append("assistant/chunk", {"turn": turn, "step": 1, "chunk": {
+                    "type": "block-start", "index": 0, "blockType": "text"}})
+            for _ in range(chunks):
+                s.append("assistant/chunk", {"turn": turn, "step": 1, "chunk": {
+                    "type": "text-delta", "index": 0, "text": "an"}})
             s.append("assistant/message", assistant(turn, 1, f"answer {turn}", f"a{turn}"),
                      surface_op="append")
             s.append("step/end", {"turn": turn, "step": 1})
@@ -98,7 +107,7 @@ def write_without_restore_point(url: str, turns: int, *, unknown_at_turn: int | 
             handle.flush()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "jsonl"])
 def test_read_pages_pages_a_log_without_a_restore_point_by_range(tmp_path: Path,
                                                                  backend: str) -> None:
     with ranged_url(backend, tmp_path) as url:
@@ -115,7 +124,7 @@ def test_read_pages_pages_a_log_without_a_restore_point_by_range(tmp_path: Path,
             assert page == transcript.build(full.stored_events, start=3000, stop=3500)
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "jsonl"])
 def test_a_ranged_page_holding_an_unknown_type_raises_what_the_full_read_raises(
         tmp_path: Path, backend: str) -> None:
     with ranged_url(backend, tmp_path) as url:
@@ -135,8 +144,103 @@ def ranged_url(backend: str, tmp_path: Path) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite:{tmp_path / 's.db'}"
         return
+    if backend == "jsonl":
+        yield f"jsonl:{tmp_path / 'j'}"
+        return
     reason = postgres_unreachable()
     if reason is not None:
         pytest.skip(reason)
     with temporary_postgres_url() as url:
         yield url
+
+
+def _jsonl_log(root: Path) -> Path:
+    return next(root.rglob("session.jsonl"))
+
+
+def test_a_raw_jsonl_log_without_a_restore_point_is_paged_by_bisection(tmp_path: Path) -> None:
+    """Packed chunk rows, any range, the suffix read: what the full read gives (stores.md)."""
+    url = f"jsonl:{tmp_path / 'j'}"
+    write_without_restore_point(url, 400, chunks=5)  # 4,800 events, one chunk row per answer
+    with Persistence(open_backend(url)) as persistence:
+        full = persistence.read("big").stored_events
+        pages = read_pages(persistence, "big")
+        assert pages.paged and pages.restore is None and len(pages.events) == len(full)
+        for start, stop in ((0, 1), (5, 17), (1000, 1300), (3700, 3800), (0, len(full))):
+            fresh = read_pages(persistence, "big")  # a fresh source each time: no span kept
+            assert list(fresh.events[start:stop]) == list(full[start:stop])
+        with persistence.open("big", "read") as handle:
+            for offset in (1, 6, 7, 2345, len(full) - 1, len(full), len(full) + 5):
+                assert handle.read(offset).events == full[offset:]
+
+
+def test_a_jsonl_page_whose_sealed_bytes_changed_raises_what_the_full_read_raises(
+        tmp_path: Path) -> None:
+    """A same-length edit in the prefix: the tail still opens, the page names the damage."""
+    url = f"jsonl:{tmp_path / 'j'}"
+    write_without_restore_point(url, 1000)
+    log = _jsonl_log(tmp_path / "j")
+    data = log.read_bytes()
+    at = data.index(b"question 17")
+    log.write_bytes(data[:at] + b"QUESTION 17" + data[at + 11:])
+    with Persistence(open_backend(url)) as persistence:
+        with pytest.raises(dsh.LogCorruptError) as full:
+            persistence.read("big")
+        pages = read_pages(persistence, "big")
+        assert pages.paged and pages.events[5990]["seq"] == 5990
+        with pytest.raises(dsh.LogCorruptError) as paged:
+            pages.events[100]
+        assert paged.value.where == full.value.where and "crc32" in paged.value.message
+
+
+@pytest.mark.parametrize("damage", ["torn", "zstd"])
+def test_a_jsonl_log_with_a_torn_tail_or_zstd_frames_is_read_in_full(
+        tmp_path: Path, damage: str) -> None:
+    url = (f"jsonl+zstd://{tmp_path}/j" if damage == "zstd" else f"jsonl:{tmp_path / 'j'}")
+    write_without_restore_point(url, 1000)
+    if damage == "torn":
+        with _jsonl_log(tmp_path / "j").open("ab") as file:
+            file.write(b'{"seq": 6000, "ty')
+    with Persistence(open_backend(url)) as persistence:
+        full = persistence.read("big")
+        pages = read_pages(persistence, "big")
+        assert not pages.paged and (pages.torn is not None) == (damage == "torn")
+        assert tuple(pages.events) == full.stored_events
+
+
+def test_bisection_finds_the_line_of_every_seq_and_serves_every_range(tmp_path: Path) -> None:
+    """The JSONL range source itself, no full-read fallback: exact lines and pages."""
+    import os
+    import random
+
+    from dsh.json import loads
+    from dsh.persistence.jsonl._ranges import locate, range_source
+    from dsh.session import decode_storage_record
+
+    url = f"jsonl:{tmp_path / 'j'}"
+    write_without_restore_point(url, 300, chunks=3)  # short and long lines, packed rows
+    log = _jsonl_log(tmp_path / "j")
+    with Persistence(open_backend(url)) as persistence:
+        full = persistence.read("big").stored_events
+    data = log.read_bytes()
+    header_end = data.index(b"\n") + 1
+    starts = [header_end] + [i + 1 for i in range(header_end, len(data) - 1)
+                             if data[i] == 10]
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        offsets, seqs = [header_end], [0]
+        for seq in range(len(full)):
+            start, first, end = locate(fd, offsets, seqs, seq, len(data), str(log))
+            assert start in starts and data[end - 1] == 10
+            held = [e["seq"] for e in decode_storage_record(loads(data[start:end - 1]))]
+            assert first == held[0] and seq in held
+    finally:
+        os.close(fd)
+    rng = random.Random(7)
+    for cut in (1, 2, 7, 1000, len(full) - 1, len(full)):
+        source = range_source(log, cut, log.with_name("session.jsonl.seal"))
+        assert source is not None and len(source) == cut
+        for _ in range(30):
+            a = rng.randrange(cut)
+            b = min(cut, a + rng.choice((1, 5, 256, 2000)))
+            assert list(source.read(a, b)) == list(full[a:b])

@@ -5,10 +5,10 @@ point, :func:`read_pages` reads only the header and the tail after the restore p
 pages the events before it in from storage on demand (the same page-in source an O(tail) resume
 uses), so opening a 1M-event session costs what opening a small one does and memory is bounded
 by the page cache (:class:`dsh.session.PagedLog`). Without one, a backend that serves seq ranges
-(SQLite schema 17, PostgreSQL: :class:`~dsh.persistence._contract.ReadsRanges`) is read the
-same way: its latest :data:`TAIL_EVENTS` events at once, every range before them from storage
-when asked. Otherwise (a JSONL log without a restore point, a short log), or at any doubt, it is
-the full cold read (:meth:`Persistence.read`).
+(SQLite schema 17, PostgreSQL, raw JSONL: :class:`~dsh.persistence._contract.ReadsRanges`) is
+read the same way: its latest :data:`TAIL_EVENTS` events at once, every range before them from
+storage when asked. Otherwise (a Zstandard JSONL log without a restore point, a short log), or
+at any doubt, it is the full cold read (:meth:`Persistence.read`).
 
 Invariants this module owns: the events served are exactly the committed events a full read
 gives (the tail goes through the same vocabulary and legacy checks as a resume's, and any doubt
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, cast
 
-from dsh._errors import DshError
+from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, loads
 from dsh.persistence import _restore_point as ck
 from dsh.persistence._contract import ReadsRanges, TornTail
@@ -85,10 +85,11 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
 
     Where the log has a restore point, the events before its cut are paged in and
     :attr:`StoredPages.restore` holds its state. Without one, on a backend that serves ranges
-    (SQLite schema 17, PostgreSQL) and a log of at least :data:`RANGED_MIN_EVENTS` events,
-    the latest :data:`TAIL_EVENTS` are read and the rest paged in by range; a page holding a
-    legacy shape or an unknown type not marked ignorable is served by one full read instead
-    (its normalised events, or the error a full read raises). Else the full cold read.
+    (SQLite schema 17, PostgreSQL, raw JSONL) and a log of at least :data:`RANGED_MIN_EVENTS`
+    events, the latest :data:`TAIL_EVENTS` are read and the rest paged in by range; a page
+    holding a legacy shape or an unknown type not marked ignorable, or one storage cannot
+    serve as written, is served by one full read instead (its normalised events, or the error
+    a full read raises). Else the full cold read.
     Rule: docs/stores.md#reading-by-page.
 
     Args:
@@ -181,9 +182,11 @@ def _read_ranged(persistence: Persistence, session_id: str, handle: ReadsRanges
 class _CheckedSource:
     """A range source whose pages pass the full read's checks, else are served by a full read.
 
-    A page holding a legacy shape or an unknown type not marked ignorable makes the whole log
-    read through the cold-read pipeline once (what a full read gives: normalised events, or
-    the error naming the damage); every later page is served from that read.
+    A page holding a legacy shape or an unknown type not marked ignorable, or one the source
+    cannot read (``LogCorruptError``: a sealed range that differs, a line that does not
+    decode), makes the whole log read through the cold-read pipeline once (what a full read
+    gives: normalised events, or the error naming the damage with its line and seq); every
+    later page is served from that read.
     """
 
     def __init__(self, source: EventSource, persistence: Persistence, session_id: str) -> None:
@@ -198,8 +201,11 @@ class _CheckedSource:
 
     def read(self, start: int, stop: int) -> Sequence[Event]:
         if self._full is None:
-            page = self._source.read(start, stop)
-            if _plain(page):
+            try:
+                page: Sequence[Event] | None = self._source.read(start, stop)
+            except LogCorruptError:  # the full read names the damage (or reads a new log)
+                page = None
+            if page is not None and _plain(page):
                 return page
             with self._lock:
                 if self._full is None:

@@ -14,6 +14,9 @@ scanning rules live in :mod:`dsh.persistence.jsonl._format`; this module does th
   its bytes are saved beside the log (:mod:`dsh.persistence._salvage`);
 * raw logs get an integrity seal beside them (``session.jsonl.seal``, one crc32 record per
   durable batch, :mod:`dsh.persistence._seal`); zstd frames carry their own checksums;
+* a read handle reads a raw log's suffix (``read(offset)``, ``offset > 0``) and any seq range
+  without the lines before them (:mod:`dsh.persistence.jsonl._ranges`), falling back to the
+  whole file at any doubt;
 * write handles hold ``<session dir>/session.lock`` (see :mod:`dsh.persistence._lock`), which
   dsh tolerates as an extra file in the session-owned directory (docs/formats.md#jsonl).
 """
@@ -77,6 +80,7 @@ from dsh.persistence._seal import (
     reset_seal,
 )
 from dsh.persistence._search import note_flushed as note_search
+from dsh.persistence.jsonl import _ranges as jranges
 from dsh.persistence.jsonl import _restore_point as jrp
 from dsh.persistence.jsonl._format import (
     ZSTD_MAGIC,
@@ -499,6 +503,12 @@ class JsonlHandle(HandleBase):
                 self._tail = _Tail(False, 0, 0, None, 0, 0)
             return ColdRead(self._pending_header, (), None, f"unmaterialized:{self._id}")
         raw = self._backend.compression == "none"
+        if offset > 0 and raw and self._mode == "read":  # docs/stores.md#reading-by-page
+            suffix = jranges.read_suffix(
+                self.path, offset, self._seal_path(),
+                lambda header: self._backend._check_identity(self._id, header, self.path))
+            if suffix is not None:
+                return ColdRead(suffix[0], tuple(suffix[1]), None, suffix[2])
         # The seal is read before the log: the log only grows under a writer, so every range
         # the seal names is then inside the bytes read.
         seal = read_seal(self._seal_path()) if raw else None
@@ -871,6 +881,37 @@ class JsonlHandle(HandleBase):
                                        seals=self._tail.seals)
         return restore_point, ColdRead(header, tuple(events), None, found.revision), source
 
+    # --- ranges (ReadsRanges: a log without a restore point read by page) -------------
+
+    def last_stored_seq(self) -> int:
+        """The first seq of the last complete line (-1: none, or a Zstandard log).
+
+        Contract: :class:`~dsh.persistence._contract.ReadsRanges` (the last line is read from
+        the end of the file). A Zstandard log serves no ranges (its frames cannot be found
+        from the end) and answers -1, so it is read in full.
+        """
+        self._check_open()
+        if self._backend.compression != "none" or not self.path.exists():
+            return -1
+        try:
+            return jranges.last_line_seq(self.path)
+        except (OSError, DshError):
+            return -1  # the full read names what is wrong
+
+    def range_source(self, cut: int) -> jranges.JsonlRangeSource | None:
+        """A source over seqs ``0 .. cut - 1`` found by bisecting the raw log (None: zstd).
+
+        Contract: :class:`~dsh.persistence._contract.ReadsRanges`; the source checks every
+        page against the seal records it touches (docs/rules.md#verified-page-in).
+        """
+        self._check_open()
+        if self._backend.compression != "none":
+            return None
+        try:
+            return jranges.range_source(self.path, cut, self._seal_path())
+        except (OSError, DshError):
+            return None  # the full read names what is wrong
+
     def _seal(self, content: bytes | None = None) -> None:
         """Seal the durable bytes not sealed yet with one record (raw JSONL; see ``_seal``).
 
@@ -1004,8 +1045,9 @@ class JsonlBackend:
     """
 
     capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True,
-                                after_commit=True)
-    """Restore points, saved cuts, the listing index, and the log file each handle reads."""
+                                ranges=True, after_commit=True)
+    """Restore points, saved cuts, the listing index, the log file each handle reads, and seq
+    ranges of a raw log (a Zstandard log serves none: its handles answer -1 and None)."""
 
     def __init__(self, root: str | os.PathLike[str], *, compression: Compression = "none",
                  pack_chunks: bool = True, url: str | None = None) -> None:

@@ -200,6 +200,9 @@ class JsonlPrefixSource:
         # holds many pages, so each span is decoded once, not once per page
         self._span: tuple[int, list[Event]] = (0, [])
 
+    read_ahead_events: Final = _READ_AHEAD_EVENTS
+    """Events read past a page's end; the span up to there is kept for the next pages."""
+
     def __len__(self) -> int:
         return self._cut
 
@@ -218,7 +221,7 @@ class JsonlPrefixSource:
         first = bisect.bisect_right(self._seqs, start) - 1
         # read ahead: the next pages are usually asked for next (a span boundary inside a
         # page would otherwise make two reads scan it)
-        last = bisect.bisect_left(self._seqs, stop + _READ_AHEAD_EVENTS)
+        last = bisect.bisect_left(self._seqs, stop + self.read_ahead_events)
         seq = self._seqs[first]
         offset = self._offsets[first]
         end = self._offsets[last] if last < len(self._offsets) else self._cut_offset
