@@ -4,10 +4,12 @@ For sessions of 10k, 100k and 1M events (msg turns, uncompacted, written through
 writer keeps its restore points) on JSONL, SQLite and PostgreSQL, and for a store of 5,000 small
 sessions, this starts the real ``dsh view`` command, requests the session page (the first
 screen: the latest page of 500 events, rendered on the server) and the model pane (loaded by the
-page after the first screen), and reads the server's resident memory (VmRSS after, VmHWM peak)
-from /proc. PostgreSQL keeps no restore points; ``--no-restore-point`` adds each JSONL and
-SQLite session again with its restore point moved aside while it is measured (what an import
-or an older log looks like: SQLite is then paged by seq range, JSONL read in full).
+page after the first screen; for a long log without a restore point, its last messages read back
+and then, in a part of its own, the request header folded from the whole log), and reads the
+server's resident memory (VmRSS after, VmHWM peak) from /proc. PostgreSQL keeps no restore
+points; ``--no-restore-point`` adds each JSONL and SQLite session again with its restore point
+moved aside while it is measured (what an import or an older log looks like: both are then
+paged by seq range, a raw JSONL log by bisecting its lines).
 
     python -m bench.bench_view [--sizes 10000,100000,1000000] [--backends jsonl,sqlite,postgresql]
                                [--sessions 5000] [--runs 3] [--no-restore-point]
@@ -137,7 +139,7 @@ def _get(url: str) -> tuple[float, int, bytes]:
 
 def measure(url: str, path: str, runs: int) -> dict[str, Any]:
     """Start `dsh view`, time the first screen of ``path`` (fresh server per run)."""
-    first, model, rss, hwm, idle = [], [], [], [], []
+    first, model, header, rss, hwm, idle = [], [], [], [], [], []
     for _ in range(runs):
         proc = subprocess.Popen([sys.executable, "-m", "dsh.cli", "view", "--store", url,
                                  "--no-browser", "--port", "0"], stdout=subprocess.PIPE,
@@ -155,8 +157,13 @@ def measure(url: str, path: str, runs: int) -> dict[str, Any]:
             marker = 'data-src="'
             if marker in text:
                 src = text.split(marker, 1)[1].split('"', 1)[0].replace("&amp;", "&")
-                ms_model, _, _ = _get(f"{base}{src}&token={token}")
+                ms_model, _, pane = _get(f"{base}{src}&token={token}")
                 model.append(ms_model)
+                part = 'class="model-header" data-src="'  # the header, folded apart
+                pane_text = pane.decode("utf-8", "replace")
+                if part in pane_text:
+                    src = pane_text.split(part, 1)[1].split('"', 1)[0].replace("&amp;", "&")
+                    header.append(_get(f"{base}{src}&token={token}")[0])
             rss.append(_status(proc.pid, "VmRSS"))
             hwm.append(_status(proc.pid, "VmHWM"))
         finally:
@@ -166,6 +173,7 @@ def measure(url: str, path: str, runs: int) -> dict[str, Any]:
                 proc.stdout.close()
     return {"first_ms": statistics.median(first),
             "model_ms": statistics.median(model) if model else None,
+            "header_ms": statistics.median(header) if header else None,
             "idle_mb": statistics.median(idle), "rss_mb": statistics.median(rss),
             "hwm_mb": max(hwm)}
 
@@ -196,12 +204,14 @@ def main() -> None:
     print(f"# dsh view: first screen and server memory, median of {args.runs} fresh servers "
           f"— {machine()}")
     print()
-    print("| case | first screen | model pane | server RSS idle | RSS after | peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| case | first screen | model pane | its header part | server RSS idle | RSS after "
+          "| peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        model = f"{r['model_ms']:.0f} ms" if r["model_ms"] is not None else "-"
-        print(f"| {r['case']} | {r['first_ms']:.0f} ms | {model} | {r['idle_mb']:.1f} MB | "
-              f"{r['rss_mb']:.1f} MB | {r['hwm_mb']:.1f} MB |")
+        model = f"{r['model_ms']:,.0f} ms" if r["model_ms"] is not None else "-"
+        part = f"{r['header_ms']:,.0f} ms" if r["header_ms"] is not None else "-"
+        print(f"| {r['case']} | {r['first_ms']:,.0f} ms | {model} | {part} | "
+              f"{r['idle_mb']:.1f} MB | {r['rss_mb']:.1f} MB | {r['hwm_mb']:.1f} MB |")
 
 
 def _run(args: argparse.Namespace, cache: Path) -> list[dict[str, Any]]:

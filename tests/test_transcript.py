@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -242,6 +243,19 @@ def test_model_request_can_project_only_the_last_messages(stores: Path) -> None:
     assert tail.messages == whole.messages[-2:]
 
 
+def test_model_request_continues_from_an_earlier_answer_as_from_seq_0(stores: Path) -> None:
+    """``since``: the fold goes on from an earlier request's nodes and header (view.md)."""
+    events = _read(stores, "main", "s5-compaction").stored_events
+    checkpoint = next(e for e in tr.build(events).entries if isinstance(e, tr.Checkpoint))
+    for before, after in ((0, len(events) - 1), (checkpoint.seq - 1, checkpoint.seq),
+                          (checkpoint.seq, len(events) - 1), (5, 5)):
+        earlier = tr.model_request(events, before, last=0)
+        assert earlier.messages == ()
+        assert tr.model_request(events, after, since=earlier) == tr.model_request(events, after)
+    later = tr.model_request(events, len(events) - 1)
+    assert tr.model_request(events, 3, since=later) == tr.model_request(events, 3)  # not used
+
+
 def _tool_log(turns: int, *, open_last: bool = False) -> LogBuilder:
     log = LogBuilder("s")
     for number in range(1, turns + 1):
@@ -294,3 +308,53 @@ def test_last_entries_and_turn_span() -> None:
     assert tr.turn_span(events, 300)[1] == len(events)  # type: ignore[index]
     assert tr.turn_span(events, 1)[0] == 0  # type: ignore[index]
     assert tr.turn_span(events, 301) is None and tr.turn_span(events, 0) is None
+
+
+def _replacing_log(seed: int, count: int) -> list[dsh.Event]:
+    """A valid log of appends and replaces of random runs (some reaching far back)."""
+    rng = random.Random(seed)
+    with dsh.open("memory:") as memory:
+        s = memory.session("r", header={"createdAt": 1_767_225_600_000})
+        while s.seq < count:
+            nodes = list(s.surface.nodes)
+            draw = rng.random()
+            if draw < 0.03 and len(nodes) > 2:
+                i = rng.randrange(len(nodes))
+                j = min(len(nodes) - 1, i + rng.choice((0, 3, 40, 400)))
+                s.append("user/message", user(f"summary {s.seq}", f"m{s.seq}"),
+                         surface_op={"op": "replace", "start": nodes[i], "end": nodes[j]},
+                         source_event_seqs=nodes[i:j + 1])
+            elif draw < 0.04:
+                s.append("request/header", {"header": {"config": {
+                    "provider": "p", "model": f"m{s.seq}"}}, "reason": "change"})
+            elif draw < 0.05:
+                s.append("request/context", {"provider": "p", "model": f"m{s.seq}"})
+            elif draw < 0.5:
+                s.append("user/message", user(f"q {s.seq}", f"u{s.seq}"), surface_op="append")
+            else:
+                s.append("session/title", {"title": f"t {s.seq}"})
+        return list(s.events)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_model_tail_reads_back_to_the_same_last_messages_as_the_full_fold(seed: int) -> None:
+    """model_tail (docs/view.md#the-model-view): exact messages, header and context if read."""
+    events = _replacing_log(seed, 5000)
+    read_back = 0
+    for seq in (len(events) - 1, 4321, 2047, 900, 10):
+        for last in (1, 7, 200):
+            whole = tr.model_request(events, seq, last=last)
+            tail = tr.model_tail(events, seq, last=last, limit=4096)
+            if tail is None:  # only a replace reaching more than 4,096 events back
+                continue
+            read_back += tail.first_seq > 0
+            assert tail.messages == whole.messages
+            assert tail.nodes == whole.nodes[len(whole.nodes) - len(tail.nodes):]
+            assert tail.complete == (tail.first_seq == 0)
+            if tail.complete:
+                assert tail.nodes == whole.nodes
+            if tail.header_known:
+                assert tail.header == whole.header
+            if tail.context_known:
+                assert tail.context == whole.context
+    assert read_back  # some tails were found without reading back to seq 0

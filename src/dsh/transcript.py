@@ -46,6 +46,7 @@ from typing import Any, ClassVar, Final, TypeAlias
 from dsh.json import FrozenDict, JsonValue
 from dsh.session import (
     KNOWN_EVENT_TYPES,
+    SURFACE_EVENT_TYPES,
     TOOL_NOT_STARTED,
     TOOL_OUTCOME_UNKNOWN,
     Event,
@@ -73,6 +74,7 @@ __all__ = [
     "LogEvent",
     "Message",
     "ModelRequest",
+    "ModelTail",
     "OpenTurn",
     "OtherBlock",
     "ReasoningBlock",
@@ -102,6 +104,7 @@ __all__ = [
     "iter_pages",
     "last_entries",
     "model_request",
+    "model_tail",
     "printable",
 ]
 
@@ -1605,13 +1608,19 @@ class ModelRequest:
     context: FrozenDict | None
 
 
+_FOLD_SLICE: Final = 4096
+"""Events a model view folds per slice of the log (one slice read, not one event at a time)."""
+
+
 def model_request(events: Sequence[Event], seq: int, *, last: int | None = None,
-                  restore: RestoreState | None = None) -> ModelRequest:
+                  restore: RestoreState | None = None,
+                  since: ModelRequest | None = None) -> ModelRequest:
     """Return the messages and request header the model was sent as of seq ``seq``.
 
     The surface is folded through ``seq`` (as a session that had appended exactly those events
     holds it), each node projected to its message, and the request header and context folded
-    over the same events. Events are read one at a time, so a paged log stays bounded.
+    over the same events. Events are read a slice at a time, so a paged log stays bounded
+    and its pages are read in order.
 
     Args:
         events: A log whose element at index ``i`` has seq ``i``.
@@ -1619,13 +1628,17 @@ def model_request(events: Sequence[Event], seq: int, *, last: int | None = None,
         last: Project only the last ``last`` nodes (the rest are counted in ``nodes``).
         restore: The restore state of a prefix of ``events`` (a restore point's): when it ends
             at or before ``seq`` the fold starts from it instead of from seq 0.
+        since: An earlier answer of this function for the same log (any ``last``): when its
+            ``seq`` is at or before ``seq`` (and after ``restore``'s end) the fold continues
+            from it, so a reader asking for later requests of one log folds each event once.
 
     Raises:
         IndexError: ``seq`` is not a seq of the log.
         EventRejectedError: the prefix does not fold (a malformed surface op), as the online
             surface would have refused it.
 
-    Rule: docs/rules.md#deriving-messages; docs/rules.md#header-folds.
+    Rule: docs/rules.md#deriving-messages; docs/rules.md#header-folds;
+    docs/view.md#the-model-view.
     """
     if not 0 <= seq < len(events):
         raise IndexError(f"seq {seq} is not in the log (it holds {len(events)} events)")
@@ -1637,15 +1650,22 @@ def model_request(events: Sequence[Event], seq: int, *, last: int | None = None,
         surface = Surface.resume(restore.nodes, restore.replace_generation)
         header, context, begin = restore.request_header, restore.request_context, \
             restore.event_count
-    for index in range(begin, seq + 1):
-        event = events[index]
-        surface.apply(surface.plan(event, index, events))
-        kind = event["type"]
-        if kind == "request/header":
-            header = fold_request_header((event,), header)
-        elif kind == "request/context":
-            data = event["data"]
-            context = data if isinstance(data, FrozenDict) else None
+    if since is not None and begin <= since.seq <= seq:
+        # the replace generation only keys caches: the nodes are what the fold continues from
+        surface = Surface.resume(since.nodes, 0)
+        header, context, begin = since.header, since.context, since.seq + 1
+    index = begin
+    while index <= seq:
+        stop = min(seq + 1, index + _FOLD_SLICE)
+        for event in events[index:stop]:
+            surface.apply(surface.plan(event, index, events))
+            kind = event["type"]
+            if kind == "request/header":
+                header = fold_request_header((event,), header)
+            elif kind == "request/context":
+                data = event["data"]
+                context = data if isinstance(data, FrozenDict) else None
+            index += 1
     nodes = tuple(surface.nodes)
     chosen = nodes if last is None else nodes[max(0, len(nodes) - last):]
     messages: list[tuple[int, FrozenDict]] = []
@@ -1655,3 +1675,145 @@ def model_request(events: Sequence[Event], seq: int, *, last: int | None = None,
             messages.append((node, message))
     return ModelRequest(seq=seq, nodes=nodes, messages=tuple(messages), header=header,
                         context=context)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelTail:
+    """The end of what the model was sent as of seq ``seq``, read back from it (no fold from 0).
+
+    Attributes:
+        seq: The last event that counts.
+        first_seq: The first event read: only events ``first_seq .. seq`` were read.
+        nodes: The last surface nodes then, in model order (at least the ``last`` asked for,
+            or the whole surface when ``first_seq`` is 0); the ones before are not known.
+        messages: ``(seq, message)`` of the last ``last`` nodes, exactly as
+            :func:`model_request` gives them.
+        complete: True when ``first_seq`` is 0: ``nodes`` is the whole surface and the header
+            and context are known.
+        header: The request header as of ``seq`` when ``header_known``, else None.
+        header_known: True when a ``request/header`` was read (or ``complete``); otherwise
+            the header is that of an event before ``first_seq``, if any.
+        context: The latest ``request/context`` data when ``context_known``, else None.
+        context_known: As ``header_known``, for ``request/context``.
+    """
+
+    seq: int
+    first_seq: int
+    nodes: tuple[int, ...]
+    messages: tuple[tuple[int, FrozenDict], ...]
+    complete: bool
+    header: FrozenDict | None
+    header_known: bool
+    context: FrozenDict | None
+    context_known: bool
+
+
+class _Gap:
+    """Surface nodes of the unread prefix, in one run (how many, and which, is not known)."""
+
+    __slots__ = ()
+
+
+_TAIL_FIRST_WINDOW: Final = 1024
+"""Events a model tail reads first; the window doubles while the messages are not known."""
+
+
+def model_tail(events: Sequence[Event], seq: int, *, last: int,
+               limit: int = 16_384) -> ModelTail | None:
+    """Return the last ``last`` messages the model was sent as of ``seq``, reading back only.
+
+    The events before ``seq`` are read backwards in a window that doubles (1,024 events, then
+    2,048, ...) and folded over a surface whose start is not known: appends and replaces of
+    nodes inside the window are exact; a replace that reaches into the unread prefix cuts
+    that prefix where its run starts and ends. The window is large enough once at least
+    ``last`` nodes follow every unread run. The request header and context are the last ones
+    in the window (or unknown: ``header_known``). The surface ops read are not validated (the
+    full fold, :func:`model_request`, refuses a malformed one).
+
+    Args:
+        events: A log whose element at index ``i`` has seq ``i``.
+        seq: The last event that counts, ``0 <= seq < len(events)``.
+        last: The messages wanted (at least 1).
+        limit: Events read at most; a log whose last messages need more gives None.
+
+    Returns:
+        The tail, equal in its ``messages`` to ``model_request(events, seq,
+        last=last).messages``; None when more than ``limit`` events would have to be read, or
+        a surface op cannot be placed (the full fold then says why).
+
+    Raises:
+        IndexError: ``seq`` is not a seq of the log.
+
+    Rule: docs/rules.md#surface-ops; docs/view.md#the-model-view.
+    """
+    if not 0 <= seq < len(events):
+        raise IndexError(f"seq {seq} is not in the log (it holds {len(events)} events)")
+    size = _TAIL_FIRST_WINDOW
+    while True:
+        first = max(0, seq + 1 - size)
+        tail = _fold_window(events, first, seq, last)
+        if tail is not None or first == 0:
+            return tail
+        if size >= limit:
+            return None
+        size = min(size * 2, limit)
+
+
+def _fold_window(events: Sequence[Event], first: int, seq: int, last: int) -> ModelTail | None:
+    """The fold of ``first .. seq`` over an unknown prefix, or None when it does not suffice."""
+    tokens: list[int | _Gap] = [_Gap()] if first else []
+    header: FrozenDict | None = None
+    context: FrozenDict | None = None
+    header_known = context_known = first == 0
+
+    def place(target: Any) -> tuple[int, bool] | None:
+        """Where seq ``target`` stands: (its token, whether inside an unread run)."""
+        if type(target) is not int:
+            return None
+        if target >= first:
+            try:
+                return tokens.index(target), False
+            except ValueError:
+                return None
+        gaps = [i for i, token in enumerate(tokens) if isinstance(token, _Gap)]
+        return (gaps[0], True) if len(gaps) == 1 else None
+
+    index = first
+    while index <= seq:
+        stop = min(seq + 1, index + _FOLD_SLICE)
+        for event in events[index:stop]:
+            kind = event["type"]
+            if kind in SURFACE_EVENT_TYPES:
+                op = event.get("surfaceOp")
+                if op == "append":
+                    tokens.append(index)
+                elif isinstance(op, Mapping) and op.get("op") == "replace":
+                    start, end = place(op.get("start")), place(op.get("end"))
+                    if start is None or end is None or start[0] > end[0]:
+                        return None
+                    run: list[int | _Gap] = [_Gap()] if start[1] else []
+                    run.append(index)
+                    if end[1]:
+                        run.append(_Gap())
+                    tokens[start[0]:end[0] + 1] = run
+                else:
+                    return None
+            elif kind == "request/header":
+                header, header_known = fold_request_header((event,)), True
+            elif kind == "request/context":
+                data = event["data"]
+                context, context_known = (data if isinstance(data, FrozenDict) else None), True
+            index += 1
+    gaps = [i for i, token in enumerate(tokens) if isinstance(token, _Gap)]
+    known = [t for t in tokens[gaps[-1] + 1 if gaps else 0:] if isinstance(t, int)]
+    if gaps and len(known) < last:
+        return None
+    nodes = tuple(known)
+    messages: list[tuple[int, FrozenDict]] = []
+    for node in nodes[max(0, len(nodes) - last):]:
+        message = derive_event_message(events[node])
+        if message is not None:
+            messages.append((node, message))
+    return ModelTail(seq=seq, first_seq=first, nodes=nodes, messages=tuple(messages),
+                     complete=not gaps and first == 0, header=header, header_known=header_known,
+                     context=context, context_known=context_known)

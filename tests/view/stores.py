@@ -62,6 +62,19 @@ def write_hostile(url: str, session_id: str = "hostile") -> None:
         s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
 
 
+def write_turns(session: dsh.Session, turns: int) -> None:
+    """``turns`` completed turns of a question and its answer (6 events, 2 messages each)."""
+    for turn in range(1, turns + 1):
+        session.append("turn/start", {"turn": turn})
+        session.append("step/start", {"turn": turn, "step": 1})
+        session.append("user/message", user(f"question {turn}", f"u{turn}"),
+                       surface_op="append")
+        session.append("assistant/message", assistant(turn, 1, f"answer {turn}", f"a{turn}"),
+                       surface_op="append")
+        session.append("step/end", {"turn": turn, "step": 1})
+        session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+
+
 def write_damaged(url: str, root: Path, session_id: str = "damaged") -> Path:
     """A JSONL session of three turns whose fifth line no longer parses; returns its file."""
     clock = fixed_clock()
@@ -69,14 +82,7 @@ def write_damaged(url: str, root: Path, session_id: str = "damaged") -> Path:
         s = store.session(session_id, header={"version": 0, "id": session_id,
                                               "createdAt": 1_767_225_600_000,
                                               "cwd": "/workspace/demo-app"})
-        for turn in (1, 2, 3):
-            s.append("turn/start", {"turn": turn})
-            s.append("step/start", {"turn": turn, "step": 1})
-            s.append("user/message", user(f"question {turn}", f"u{turn}"), surface_op="append")
-            s.append("assistant/message", assistant(turn, 1, f"answer {turn}", f"a{turn}"),
-                     surface_op="append")
-            s.append("step/end", {"turn": turn, "step": 1})
-            s.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+        write_turns(s, 3)
     path = next(root.rglob(f"{session_id}/session.jsonl"))
     lines = path.read_bytes().split(b"\n")
     lines[8] = b'{"type": "user/message", "seq": 7, oops'  # seq 7's line: not JSON any more

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 
 import dsh
 from dsh import ConfigError
+from dsh.transcript import ModelRequest
 from dsh.view import ViewStore, create_app, is_loopback, serve
 from dsh.view._app import CSP
 from tests.view import stores
@@ -133,6 +134,80 @@ def test_model_view_at_a_request_shows_its_messages_and_header(client: TestClien
     assert f"Request as of #{match.group(2)}" in fragment
     assert "deepseek" in fragment and "<dt>tools</dt>" in fragment
     assert 'class="msg role-user"' in fragment and "usage" in fragment
+
+
+def test_model_views_continue_from_a_kept_fold_and_show_what_a_fresh_fold_shows(
+        store_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Later model views fold on from a kept one (docs/view.md#the-model-view)."""
+    from dsh.view import _app
+
+    monkeypatch.setattr(_app, "PAGE_EVENTS", 40)  # so the view keeps a fold a page before
+    sid = "s5-compaction"
+    with dsh.open(f"jsonl:{store_root}") as opened:
+        count = len(opened.read(sid).stored_events)
+    assert count > 100
+    seqs = [count - 1, count - 30, count - 45, count - 1, 2]
+    real = _app.model_request
+    calls: list[tuple[int, int | None]] = []
+
+    def spy(events: object, seq: int, **kw: object) -> object:
+        since = kw.get("since")
+        calls.append((seq, since.seq if isinstance(since, ModelRequest) else None))
+        return real(events, seq, **kw)  # type: ignore[arg-type]  # the real signature
+
+    monkeypatch.setattr(_app, "model_request", spy)
+
+    def panes(keep: bool) -> list[str]:
+        store = ViewStore(f"jsonl:{store_root}")
+        if not keep:
+            monkeypatch.setattr(store, "keep_fold", lambda *args: None)
+        with TestClient(create_app(store, token=TOKEN)) as c:
+            shown = [c.get(f"/s/{sid}/model/{seq}?fragment=1&token={TOKEN}").text
+                     for seq in seqs]
+        store.close()
+        return shown
+
+    kept = panes(True)
+    assert calls[:2] == [(count - 41, None), (count - 1, count - 41)]  # a page before, then on
+    assert (count - 30, count - 41) in calls and (count - 1, count - 1) in calls
+    calls.clear()
+    fresh = panes(False)
+    assert kept == fresh and all("Request as of" in pane for pane in kept)
+
+
+def test_a_long_model_view_shows_its_last_messages_first_and_folds_the_header_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read back first, the header and count in a part of their own (view.md#the-model-view)."""
+    from dsh.view import _app
+
+    url = f"jsonl:{tmp_path / 'j'}"
+    with dsh.open(url) as store:
+        s = store.session("long", header={"createdAt": 1_767_225_600_000})
+        s.append("request/header", {"header": {"config": {"provider": "acme",
+                                                          "model": "m-long"}},
+                                    "reason": "initial"})
+        stores.write_turns(s, 250)
+    last = 1500
+
+    def pane(tail_after: int, part: str = "") -> str:
+        monkeypatch.setattr(_app, "TAIL_FOLD_EVENTS", tail_after)
+        store = ViewStore(url)
+        with TestClient(create_app(store, token=TOKEN)) as c:
+            text = c.get(f"/s/long/model/{last}?fragment=1{part}&token={TOKEN}").text
+        store.close()
+        return text
+
+    def items(html: str) -> list[str]:
+        return re.findall(r'<li class="msg.*?</li>', html, re.S)
+
+    read_back, folded = pane(100), pane(100_000)
+    assert len(items(read_back)) == 200 and items(read_back) == items(folded)
+    assert "answer 250" in read_back and "m-long" not in read_back  # the header is seq 0
+    src = re.search(r'class="model-header" data-src="([^"]+)"', read_back)
+    assert src and "part=header" in src.group(1)
+    header = pane(100, "&part=header")
+    assert "acme/m-long" in header and "500 messages; the first 300 are not shown" in header
+    assert "<li" not in header and "m-long" in folded and "model-header" not in folded
 
 
 def test_store_search_and_session_search_find_message_text(client: TestClient) -> None:

@@ -188,6 +188,33 @@ def test_compaction_checkpoint_expands_to_the_span_it_shadows(viewer: Viewer, pa
     checkpoint.screenshot(path=str(SHOTS / "compaction.png"))
 
 
+def test_a_long_log_without_a_restore_point_shows_the_last_messages_then_the_header(
+        tmp_path: Path, page: Any) -> None:
+    """The model pane reads back first; the header part arrives in place (view.md)."""
+    import dsh
+
+    url = f"jsonl:{tmp_path / 'long'}"
+    with dsh.open(url) as store:
+        s = store.session("long", header={"createdAt": 1_767_225_600_000})
+        s.append("request/header", {"header": {"config": {"provider": "acme",
+                                                          "model": "m-long"}},
+                                    "reason": "initial"})
+        stores.write_turns(s, 1400)  # 8,401 events: more than the pane folds at once
+    for restore_point in (tmp_path / "long").rglob("*.ckpt"):
+        restore_point.unlink()  # as an import's log: no restore point
+    v = Viewer(url)
+    try:
+        page.goto(v.at("/s/long"))
+        pane = page.locator("#model-body")
+        pane.locator(".model-header.loaded").wait_for(timeout=60_000)
+        assert "acme/m-long" in pane.inner_text()
+        assert "2,799 messages; the first 2,599 are not shown" in pane.inner_text()
+        assert pane.locator("li.msg").count() == 200 and "question 1400" in pane.inner_text()
+        assert page.js_errors == []
+    finally:
+        v.stop()
+
+
 def test_crash_repair_is_marked(viewer: Viewer, page: Any) -> None:
     page.goto(viewer.at("/s/s2a-crash-after-tool-call"))
     # the stored log ends inside the turn: the page says a resume will close it

@@ -38,16 +38,18 @@ from dsh.json import dumps, thaw
 from dsh.transcript import (
     Checkpoint,
     Entry,
+    ModelRequest,
     ToolResult,
     TranscriptFold,
     blocks_of,
     build,
     entries_at,
     model_request,
+    model_tail,
 )
 from dsh.transcript import Message as TranscriptMessage
 from dsh.view._data import Damage, OpenSession, SessionInfo, ViewStore, common_prefix
-from dsh.view._html import render, warm
+from dsh.view._html import render, session_url, warm
 from dsh.view._search import search_session, search_store
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,9 @@ PAGE_EVENTS: Final = 500
 
 MODEL_MESSAGES: Final = 200
 """Messages of a model view shown at most (the last ones; the page says how many are not)."""
+
+TAIL_FOLD_EVENTS: Final = 8192
+"""A model view that would fold more events than this reads its last messages back first."""
 
 SHADOWED_INLINE: Final = 100
 """Shadowed messages a checkpoint shows inline when expanded (the rest on a page of their own)."""
@@ -305,9 +310,34 @@ class _Viewer:
             return at
         opened, seq = at
         events = opened.events
-        context = _model_context(events, seq, self._int(request, "answer"), opened.restore)
+        answer = self._int(request, "answer")
+        part = request.query_params.get("part")
+        since = self.store.folded(opened.id, events, seq)
+        restore = opened.restore
+        begin = max(since.seq + 1 if since is not None else 0,
+                    restore.event_count if restore is not None
+                    and restore.event_count <= seq + 1 else 0)
+        context: dict[str, Any] | None = None
+        if part != "header" and seq + 1 - begin > TAIL_FOLD_EVENTS:
+            # a long fold ahead: read the last messages back from the request first, and
+            # fold the header and the count in a part of their own (docs/view.md#the-model-view)
+            context = _tail_context(events, seq, answer,
+                                    session_url(opened.id, "model", seq, answer=answer,
+                                                fragment=1, part="header"))
+        if context is None:
+            if since is None and seq > PAGE_EVENTS:
+                # fold to a page before and keep that too: the page's other requests continue
+                # from it (docs/view.md#the-model-view)
+                with contextlib.suppress(DshError):  # the full fold below names what is wrong
+                    since = model_request(events, seq - PAGE_EVENTS, last=0, restore=restore)
+                    self.store.keep_fold(opened.id, since, events[since.seq])
+            context, folded = _model_context(events, seq, answer, restore, since)
+            if folded is not None and folded is not since:
+                self.store.keep_fold(opened.id, folded, events[seq])
         context.update(sid=opened.id, seq=seq)
-        if request.query_params.get("fragment"):
+        if part == "header" and not context.get("error"):
+            return _html(render("_model_header.html", **context))
+        if request.query_params.get("fragment") or part == "header":
             return _html(render("_model.html", **context))
         return self.page("model.html", title=f"{opened.id} model view #{seq}", **context)
 
@@ -491,20 +521,55 @@ def _model_target(entries: Sequence[Entry], stop: int) -> tuple[int | None, int 
 
 
 def _model_context(events: Sequence[Any], seq: int, answer_seq: int | None,
-                   restore: Any = None) -> dict[str, Any]:
-    """The template context of the model view at ``seq`` (the last messages, the header)."""
+                   restore: Any = None, since: ModelRequest | None = None
+                   ) -> tuple[dict[str, Any], ModelRequest | None]:
+    """The template context of the model view at ``seq`` (the last messages, the header).
+
+    The fold starts from ``restore`` (a restore point's state) or continues from ``since``
+    (a model view of the same log kept from an earlier request), whichever is later; the
+    view folded is returned beside the context (None when the surface does not fold).
+    """
     try:
-        request = model_request(events, seq, last=MODEL_MESSAGES, restore=restore)
+        request = model_request(events, seq, last=MODEL_MESSAGES, restore=restore,
+                                since=since)
     except DshError as error:
         return {"error": f"the surface at #{seq} cannot be derived: {error}",
-                "answer": None}
-    header: Mapping[str, Any] = request.header or {}
+                "answer": None}, None
+    context = _request_context(events, request.messages, request.header, request.context,
+                               answer_seq)
+    context.update(total=len(request.nodes),
+                   hidden=max(0, len(request.nodes) - MODEL_MESSAGES))
+    return context, request
+
+
+def _tail_context(events: Sequence[Any], seq: int, answer_seq: int | None,
+                  header_src: str) -> dict[str, Any] | None:
+    """The model view at ``seq`` from its last messages read back (None: fold it instead).
+
+    When the events read back hold no request header or context, ``header_src`` (the part
+    that folds them from the whole log) is loaded by the page in their place.
+    """
+    try:
+        tail = model_tail(events, seq, last=MODEL_MESSAGES)
+    except DshError:
+        return None  # the full fold names what is wrong
+    if tail is None or tail.complete:
+        return None
+    context = _request_context(events, tail.messages, tail.header, tail.context, answer_seq)
+    context.update(total=None, hidden=0, header_src=None if tail.header_known
+                   and tail.context_known else header_src)
+    return context
+
+
+def _request_context(events: Sequence[Any], messages: Sequence[tuple[int, Any]],
+                     header: Mapping[str, Any] | None, request_context: Any,
+                     answer_seq: int | None) -> dict[str, Any]:
+    """The template context of one model view's header, messages and answer."""
+    header = header or {}
     config = header.get("config") if isinstance(header.get("config"), Mapping) else None
     raw_tools = header.get("tools")
     tools: list[Any] = list(raw_tools) if isinstance(raw_tools, list) else []
     system = header.get("system")
-    messages = request.messages
-    hidden = max(0, len(request.nodes) - MODEL_MESSAGES)
     items = []
     for node, message in messages:
         source = message.get("source")
@@ -521,8 +586,8 @@ def _model_context(events: Sequence[Any], seq: int, answer_seq: int | None,
             "system": system if isinstance(system, str) else (
                 "\n".join(str(b.get("text")) for b in system if isinstance(b, Mapping))
                 if isinstance(system, list) else None),
-            "context": request.context, "messages": items, "total": len(request.nodes),
-            "hidden": hidden, "answer": answer, "error": None}
+            "context": request_context, "messages": items, "answer": answer, "error": None,
+            "header_src": None}
 
 
 def create_app(store: ViewStore, *, token: str) -> ASGIApp:

@@ -25,6 +25,7 @@ import dsh
 from dsh import DshError, Event, SessionNotFoundError
 from dsh.json import FrozenDict
 from dsh.persistence import SearchResults, StoredPages, message_texts
+from dsh.transcript import ModelRequest
 
 _FULL_READ_TTL_S: Final = 5.0
 """How long a session read in full (no restore point) is kept for the next page (seconds)."""
@@ -34,6 +35,9 @@ _FULL_READ_CACHE: Final = 2
 
 _LISTING_TTL_S: Final = 5.0
 """How long a listing is reused (seconds): one page view asks for it several times."""
+
+_FOLDS_KEPT: Final = 4
+"""Model views kept (the latest answered, any session) for the next one to continue from."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +157,7 @@ class ViewStore:
         self._listing_lock = threading.Lock()  # one listing at a time; the others wait for it
         self._full: OrderedDict[str, tuple[float, StoredPages]] = OrderedDict()
         self._listing: tuple[float, list[SessionInfo], list[DshError]] | None = None
+        self._folds: OrderedDict[tuple[str, int], tuple[ModelRequest, Event]] = OrderedDict()
 
     def close(self) -> None:
         """Close the store (nothing is live in it: nothing to drain)."""
@@ -263,6 +268,36 @@ class ViewStore:
                 while len(self._full) > _FULL_READ_CACHE:
                     self._full.popitem(last=False)
         return _opened(session_id, pages)
+
+    def folded(self, session_id: str, events: Sequence[Event], seq: int) -> ModelRequest | None:
+        """The kept model view of ``session_id`` nearest before ``seq`` that still holds, or None.
+
+        What :func:`dsh.transcript.model_request` takes as ``since``: the fold continues from
+        it instead of from seq 0 (docs/view.md#the-model-view). A kept view holds only while
+        the log still holds the event it was folded to (a log rewritten since is folded anew).
+        """
+        with self._lock:
+            kept = [(key[1], value) for key, value in self._folds.items()
+                    if key[0] == session_id and key[1] <= seq]
+        for at, (request, event) in sorted(kept, key=lambda item: -item[0]):
+            try:
+                holds = at < len(events) and events[at] == event
+            except DshError:
+                holds = False
+            if holds:
+                return request
+            with self._lock:
+                self._folds.pop((session_id, at), None)
+        return None
+
+    def keep_fold(self, session_id: str, request: ModelRequest, event: Event) -> None:
+        """Keep ``request`` (folded to ``event``, its seq's event) for :meth:`folded`."""
+        with self._lock:
+            key = (session_id, request.seq)
+            self._folds[key] = (request, event)
+            self._folds.move_to_end(key)
+            while len(self._folds) > _FOLDS_KEPT:
+                self._folds.popitem(last=False)
 
     def _damaged(self, session_id: str, error: DshError) -> OpenSession:
         damage = Damage.of(error)

@@ -25,10 +25,29 @@
       .then(function (res) {
         pane.innerHTML = res[1];
         pane.removeAttribute("aria-busy");
+        loadParts(pane);
       })
       .catch(function (err) {
         pane.textContent = "The model view could not be loaded: " + err;
       });
+  }
+
+  // A part of the model view the server folds apart (the request header of a log without a
+  // restore point): shown in place when it arrives, unless another view replaced the pane.
+  function loadParts(pane) {
+    pane.querySelectorAll(".model-header[data-src]").forEach(function (part) {
+      fetch(part.dataset.src, { credentials: "same-origin" })
+        .then(function (r) { return r.text(); })
+        .then(function (html) {
+          if (!part.isConnected) return;
+          part.innerHTML = html;
+          part.removeAttribute("data-src");
+          part.classList.add("loaded");
+        })
+        .catch(function (err) {
+          part.textContent = "The request header could not be loaded: " + err;
+        });
+    });
   }
 
   function wireModelLinks(root) {
@@ -78,6 +97,7 @@
     window.addEventListener("hashchange", followPermalink);
     var pane = document.getElementById("model");
     if (pane && pane.dataset.src) loadModel(pane.dataset.src);
+    loadParts(document);  // a model view page of its own
     wireModelLinks(document);
     var main = document.querySelector("main.session");
     if (main) live(main);
