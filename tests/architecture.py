@@ -252,6 +252,29 @@ def private_attribute_accesses() -> list[str]:
     return found
 
 
+def backend_probes() -> list[str]:
+    """Places that probe a backend instead of asking its declared capabilities.
+
+    A probe is ``hasattr(b, ...)`` or ``getattr(b, ..., default)`` on an expression that names
+    a backend, or ``type(b).__name__`` of one (docs/stores.md#capabilities: the caller asks the
+    ``capabilities`` flags, never the class or its attributes).
+    """
+    found = []
+    for name in modules():
+        for node in ast.walk(tree(name)):
+            subject: ast.expr | None = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+                if node.func.id == "hasattr" or (node.func.id == "getattr" and len(node.args) == 3):
+                    subject = node.args[0]
+            elif (isinstance(node, ast.Attribute) and node.attr == "__name__"
+                  and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+                  and node.value.func.id == "type" and node.value.args):
+                subject = node.value.args[0]
+            if subject is not None and "backend" in ast.unparse(subject).lower():
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
 def exported_names() -> dict[str, list[str]]:
     """Module → its ``__all__`` (modules that have one)."""
     out: dict[str, list[str]] = {}
@@ -275,6 +298,7 @@ def main() -> None:
         "private imports across packages": private_imports(),
         "private attribute accesses across modules": private_attribute_accesses(),
         "import cycles": [" <-> ".join(c) for c in cycles()],
+        "backend probes": backend_probes(),
     }
     print(f"exported names: {sum(map(len, exported.values()))} in {len(exported)} modules "
           f"({sum(1 for m in exported if not is_package(m))} of them not a package __init__)")

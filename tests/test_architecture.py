@@ -78,6 +78,12 @@ def test_no_private_import_across_packages() -> None:
     assert arch.private_imports() == []
 
 
+def test_no_probe_of_a_backend() -> None:
+    # A backend declares what it offers (its capabilities); nothing asks its class name or
+    # probes its attributes (docs/stores.md#capabilities).
+    assert arch.backend_probes() == []
+
+
 def _patched(finding: str) -> bool:
     module, _, rest = finding.partition(":")
     return rest.rsplit(".", 1)[-1] in THIRD_PARTY_PATCHES.get(module, set())

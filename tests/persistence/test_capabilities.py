@@ -9,15 +9,20 @@ from __future__ import annotations
 from dsh.persistence import Capabilities, Fenced, Persistence, open_backend
 
 EXPECTED = {
-    "memory": Capabilities(),
+    "memory": Capabilities(torn_tail_hook=True),
     "jsonl": Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True,
-                          ranges=True, after_commit=True),
+                          ranges=True, after_commit=True, search_index=True,
+                          torn_tail_hook=True),
     # a Zstandard log serves no range (its handles answer -1 and None, as SQLite schema 14's)
     "jsonl-zstd": Capabilities(restore_points=True, saved_cuts=True, listing=True,
-                               file_paths=True, ranges=True, after_commit=True),
+                               file_paths=True, ranges=True, after_commit=True,
+                               search_index=True, torn_tail_hook=True),
     "sqlite": Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
-                           after_commit=True),
-    "postgresql": Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True),
+                           after_commit=True, search_index=True, schema_version=True,
+                           storable_check=True, torn_tail_hook=True),
+    "postgresql": Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
+                               search_index=True, schema_version=True, migrations=True,
+                               torn_tail_hook=True),
 }
 
 
@@ -31,9 +36,10 @@ def test_bundled_backends_declare_what_they_have(store: Persistence, backend_kin
 
 
 def test_a_plain_backend_is_served_by_full_reads() -> None:
-    # Capabilities() is the memory backend's: listing reads each log, no restore point.
+    # The memory backend declares only the test hook: listing reads each log, no restore
+    # point, a search reads every log.
     with Persistence(open_backend("memory:")) as store:
-        assert store.backend.capabilities == Capabilities()
+        assert store.backend.capabilities == Capabilities(torn_tail_hook=True)
         store.create({"version": 0, "id": "s", "createdAt": 1})
         assert store.write_restore_point("s") is False
         assert store.list_entries() == ([], [])  # a session without events is not listed

@@ -11,7 +11,6 @@ import pytest
 
 import dsh
 from dsh.persistence import search
-from dsh.persistence._search import index_path
 from dsh.testing import LogBuilder
 from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 
@@ -66,7 +65,7 @@ def test_search_finds_words_across_sessions_and_follows_the_logs(tmp_path: Path,
         grown = search(store.persistence, "cafe")
         assert grown.reindexed == (0 if kind == "jsonl" else 1)  # JSONL: kept at flush
         assert [(h.session_id, h.seq) for h in grown.hits] == [("a", 14), ("b", 2), ("a", 2)]
-        path = index_path(store.persistence)
+        path = store.persistence.backend.search_index().path
         assert path is not None and path.exists() and path.stat().st_mode & 0o777 == 0o600
         path.unlink()  # the index is only derived: the next search builds it again
         rebuilt = search(store.persistence, "cafe")
@@ -150,7 +149,7 @@ def test_a_redacted_word_is_no_longer_found(tmp_path: Path, kind: str) -> None:
     _write(url, "a", ["the password is hunter2 today", "nothing here"])
     with dsh.open(url) as store:
         assert [h.seq for h in store.search("hunter2").hits] == [2]
-        index = index_path(store.persistence)
+        index = store.persistence.backend.search_index().path
         assert index is not None and index.exists()
         result = redact(store, "a", match=r"hunter2")
         assert {"path": str(index), "action": "search index deleted"} in [

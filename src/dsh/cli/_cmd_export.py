@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, cast
 
 import typer
 
@@ -32,7 +32,7 @@ from dsh.json import dumps, json_equal
 
 if TYPE_CHECKING:
     from dsh.json import FrozenDict
-    from dsh.persistence import Inspection, Persistence
+    from dsh.persistence import ChecksStorable, Inspection, Persistence
     from dsh.session import Event
 
 class ExportFormat(enum.StrEnum):
@@ -169,11 +169,10 @@ def _same_header(a: FrozenDict, b: FrozenDict) -> bool:
 
 def _check_storable(target: Persistence, session_id: str, events: Sequence[Event]) -> None:
     """Refuse, before anything is created, a session the target's layout cannot hold."""
-    check = getattr(target.backend, "check_storable", None)
-    if check is None:
+    if not target.backend.capabilities.storable_check:
         return
     try:
-        check(events)
+        cast("ChecksStorable", target.backend).check_storable(events)
     except EventRejectedError as exc:
         raise PersistenceError(
             f"session {session_id!r} cannot be converted into {target.url}: {exc.message}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 
@@ -21,7 +21,7 @@ from dsh.cli._common import (
     store_url,
 )
 from dsh.cli._errors import STATE
-from dsh.persistence import store_path
+from dsh.persistence import Migrates, SchemaVersioned, store_path
 
 
 def init(store: StoreOption = None, json_: JsonOption = False) -> None:
@@ -70,14 +70,16 @@ def migrate(
     with cli_store(store) as opened:
         persistence = opened.persistence
         backend = persistence.backend
-        run = getattr(backend, "migrate", None)
-        version = run() if run is not None else getattr(backend, "schema_version", None)
-        outcome = {"store": persistence.url, "schemaVersion": version,
-                   "migrated": run is not None}
+        caps = backend.capabilities
+        migrates = caps.migrations
+        version = (cast(Migrates, backend).migrate() if migrates
+                   else cast(SchemaVersioned, backend).schema_version if caps.schema_version
+                   else None)
+        outcome = {"store": persistence.url, "schemaVersion": version, "migrated": migrates}
     if json_:
         render.write_json(outcome)
         return
-    if run is None:
+    if not migrates:
         stdout_console().print(f"{outcome['store']}: nothing to migrate (schema version "
                                f"{version if version is not None else 'n/a'})", markup=False)
     else:

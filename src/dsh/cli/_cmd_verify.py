@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -49,13 +49,9 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     ``RESTORE_POINT_MISMATCH`` violation when a resume would use it yet it does not match.
     """
     from dsh._verify import verify_events
-    from dsh.persistence import KeepsCuts
 
-    backend = persistence.backend
-    if backend.capabilities.saved_cuts:
-        cuts = cast(KeepsCuts, backend).saved_cuts(session_id)
-        notes.extend(f"{session_id}: {cut} holds what a torn-tail repair cut from the log; "
-                     "inspect it, then delete it" for cut in cuts)
+    notes.extend(f"{session_id}: {cut} holds what a torn-tail repair cut from the log; "
+                 "inspect it, then delete it" for cut in persistence.saved_cuts(session_id))
     try:
         read = persistence.read(session_id)
     except DshError as error:

@@ -46,11 +46,15 @@ from dsh.persistence._contract import (
 )
 
 # the protocols a declared capability promises, for dsh's own packages
+from dsh.persistence._contract import ChecksStorable as ChecksStorable
 from dsh.persistence._contract import Fenced as Fenced
+from dsh.persistence._contract import InjectsTornTail as InjectsTornTail
 from dsh.persistence._contract import KeepsCuts as KeepsCuts
 from dsh.persistence._contract import ListsEntries as ListsEntries
+from dsh.persistence._contract import Migrates as Migrates
 from dsh.persistence._contract import NamesFiles as NamesFiles
 from dsh.persistence._contract import ReadsRanges as ReadsRanges
+from dsh.persistence._contract import SchemaVersioned as SchemaVersioned
 from dsh.persistence._contract import Tails as Tails
 from dsh.persistence._contract import session_id_problem as session_id_problem
 from dsh.persistence._urls import no_scheme, store_path, url_path
@@ -65,7 +69,9 @@ if TYPE_CHECKING:
     from dsh.persistence._read import Inspection
     from dsh.persistence._restore_point import KeepsRestorePoints as KeepsRestorePoints
     from dsh.persistence._restore_point import RestorePointRefused as RestorePointRefused
+    from dsh.persistence._search import IndexesSearch as IndexesSearch
     from dsh.persistence._search import SearchHit, SearchResults, search
+    from dsh.persistence._search import SearchIndex as SearchIndex
     from dsh.persistence._search import forget_search as forget_search
     from dsh.persistence._search import message_texts as message_texts
     from dsh.persistence._write_behind import WriteBehind
@@ -98,7 +104,7 @@ _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write
          "KeepsRestorePoints": "_restore_point", "RecordsAfterCommit": "_after_commit",
          "read_pages": "_pages", "readable_prefix": "_pages", "SearchHit": "_search",
          "SearchResults": "_search", "search": "_search", "message_texts": "_search",
-         "forget_search": "_search"}
+         "forget_search": "_search", "IndexesSearch": "_search", "SearchIndex": "_search"}
 """Names loaded on first use: ``import dsh.persistence`` stays free of the session layer."""
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}

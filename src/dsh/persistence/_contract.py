@@ -40,14 +40,18 @@ __all__ = [
     "STORE_LOG_ID",
     "Backend",
     "Capabilities",
+    "ChecksStorable",
     "ColdRead",
     "Fenced",
     "Handle",
+    "InjectsTornTail",
     "KeepsCuts",
     "ListsEntries",
+    "Migrates",
     "NamesFiles",
     "OpenMode",
     "ReadsRanges",
+    "SchemaVersioned",
     "SessionSummary",
     "Tails",
     "TornTail",
@@ -281,6 +285,16 @@ class Capabilities:
         after_commit: Its write handles record the failures of their own steps after a
             durable batch (seal, listing journal, anchor) for the writer to report
             (:class:`~dsh.persistence._after_commit.RecordsAfterCommit`).
+        search_index: It keeps a full-text search index
+            (:class:`~dsh.persistence._search.IndexesSearch`); otherwise a search reads every log.
+        schema_version: Its storage has a schema version (:class:`SchemaVersioned`).
+        migrations: It applies versioned schema migrations on request (:class:`Migrates`,
+            ``dsh migrate``); otherwise there is nothing to migrate.
+        storable_check: It refuses, before anything is written, events its layout cannot hold
+            (:class:`ChecksStorable`), which ``dsh convert`` asks first.
+        torn_tail_hook: Test hook: it can leave a never-committed partial record after a log
+            (:class:`InjectsTornTail`), for ``dsh.testing``'s damage tests; otherwise those
+            tests are skipped.
     """
 
     restore_points: bool = False
@@ -291,6 +305,11 @@ class Capabilities:
     file_paths: bool = False
     ranges: bool = False
     after_commit: bool = False
+    search_index: bool = False
+    schema_version: bool = False
+    migrations: bool = False
+    storable_check: bool = False
+    torn_tail_hook: bool = False
 
 
 @runtime_checkable
@@ -431,6 +450,55 @@ class NamesFiles(Protocol):
         """The file the handle reads."""
         ...
 
+
+@runtime_checkable
+class SchemaVersioned(Protocol):
+    """A backend whose storage has a schema version (``Capabilities.schema_version``)."""
+
+    @property
+    def schema_version(self) -> int | None:
+        """The storage's schema version (None: not created yet)."""
+        ...
+
+
+@runtime_checkable
+class Migrates(Protocol):
+    """A backend with versioned schema migrations (``Capabilities.migrations``)."""
+
+    def migrate(self) -> int:
+        """Apply pending migrations now (forward only); return the schema version reached.
+
+        Raises:
+            SessionFormatUnsupportedError: the store is newer than this build.
+            PersistenceError: the database failed.
+        """
+        ...
+
+
+@runtime_checkable
+class ChecksStorable(Protocol):
+    """A backend whose layout cannot hold every valid log (``Capabilities.storable_check``)."""
+
+    def check_storable(self, events: Sequence[Event]) -> None:
+        """Refuse, writing nothing, events this store cannot hold (what ``append`` would).
+
+        Raises:
+            EventRejectedError: an event this layout cannot hold (its seq named).
+        """
+        ...
+
+
+@runtime_checkable
+class InjectsTornTail(Protocol):
+    """A backend that can damage a log as a crashed writer would (``torn_tail_hook``)."""
+
+    def inject_torn_tail(self, session_id: str) -> None:
+        """Test hook: leave a never-committed partial record after the session's log.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        ...
 
 STORE_LOG_ID: Final = ".dsh-store-log"
 """Id of the store log: the session that records what the store trashed, restored, archived,

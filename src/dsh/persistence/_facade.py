@@ -39,6 +39,7 @@ from dsh.persistence._contract import (
     Backend,
     Fenced,
     Handle,
+    KeepsCuts,
     ListsEntries,
     OpenMode,
     SessionSummary,
@@ -174,6 +175,16 @@ class Persistence:
             entries, errors = cast(ListsEntries, self.backend).list_entries(full)
             return [e for e in entries if e.id != STORE_LOG_ID], errors
         return read_entries([str(h["id"]) for h in self.list_headers()], full)
+
+    def saved_cuts(self, session_id: str) -> tuple[str, ...]:
+        """Paths of the files holding what torn-tail repairs cut from this session, oldest first.
+
+        Empty when the backend keeps no cuts (``Capabilities.saved_cuts`` off). Rule:
+        docs/rules.md#crash-safety.
+        """
+        if not self.backend.capabilities.saved_cuts:
+            return ()
+        return tuple(cast(KeepsCuts, self.backend).saved_cuts(session_id))
 
     # reading -----------------------------------------------------------------------------
 

@@ -126,8 +126,8 @@ class MemoryBackend:
         url: The store URL (``memory:``).
     """
 
-    capabilities = Capabilities()
-    """None: the coordinator serves it by full reads."""
+    capabilities = Capabilities(torn_tail_hook=True)
+    """Only the torn-tail test hook: the coordinator serves it by full reads."""
 
     def __init__(self, url: str = "memory:") -> None:
         self._url = url

@@ -25,10 +25,10 @@ import os
 import re
 import sqlite3
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 
 from dsh._errors import DshError
 from dsh.persistence._listing import signature
@@ -36,7 +36,7 @@ from dsh.persistence._listing import signature
 if TYPE_CHECKING:
     from dsh.persistence._facade import Persistence
 
-__all__ = ["SearchHit", "SearchResults", "index_path", "search"]
+__all__ = ["IndexesSearch", "SearchHit", "SearchIndex", "SearchResults", "search"]
 
 log = logging.getLogger("dsh.persistence.search")
 
@@ -196,21 +196,71 @@ def snippet_of(session_id: str, seq: int, role: str, text: str, words: list[str]
 
 # -- where the index lives and what it compares ----------------------------------------------
 
-def index_path(persistence: Persistence) -> Path | None:
-    """The sidecar database of the store's search index, or None when it keeps none.
+SIDECAR_NAME: Final = ".dsh-search.db"
+"""The sidecar's file name in a JSONL store's root (a SQLite store's is ``<db>`` + this)."""
 
-    ``<db>.dsh-search.db`` beside a SQLite store, ``<root>/.dsh-search.db`` in a JSONL store.
+
+@runtime_checkable
+class SearchIndex(Protocol):
+    """A store's full-text search index, as :func:`search` keeps it up to date and asks it.
+
+    Rule: docs/stores.md#search; docs/formats.md#search-index.
     """
-    from dsh.persistence._urls import store_path
 
-    kind = type(persistence.backend).__name__
-    if kind not in ("SqliteBackend", "JsonlBackend"):
-        return None
-    location = store_path(persistence.url)
-    if location is None:
-        return None
-    return location / ".dsh-search.db" if kind == "JsonlBackend" \
-        else location.with_name(location.name + ".dsh-search.db")
+    @property
+    def path(self) -> Path | None:
+        """The sidecar database file, or None when the index lives in the store's own tables."""
+        ...
+
+    def signatures(self) -> dict[str, str]:
+        """``session id -> signature of its stored log``, without reading any log."""
+        ...
+
+    def known(self) -> dict[str, tuple[str, int]]:
+        """``session id -> (signature, events)`` of every session indexed."""
+        ...
+
+    def drop(self, session_id: str) -> None:
+        """Forget a session that is no longer stored."""
+        ...
+
+    def put(self, session_id: str, sig: str, events: int,
+            rows: list[tuple[int, str, str]], *, fresh: bool) -> None:
+        """Add ``(seq, role, text)`` rows (after dropping the session's rows when ``fresh``)."""
+        ...
+
+    def query(self, words: list[str], limit: int) -> list[tuple[str, int, str, str]]:
+        """``(session id, seq, role, text)`` of the newest indexed messages holding ``words``."""
+        ...
+
+    def reset(self) -> None:
+        """Drop everything indexed (the next update indexes every session again)."""
+        ...
+
+    def forget(self, session_id: str) -> list[str]:
+        """Remove what is indexed of ``session_id`` after its log was rewritten in place.
+
+        Returns:
+            What was removed, for a receipt: the sidecar files deleted, or the rows' place.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the index's connection."""
+        ...
+
+
+@runtime_checkable
+class IndexesSearch(Protocol):
+    """A backend that keeps a search index (``Capabilities.search_index``)."""
+
+    def search_index(self) -> SearchIndex:
+        """The store's search index, opened for one search (the caller closes it).
+
+        Raises:
+            PersistenceError: the index cannot be opened (its database failed).
+        """
+        ...
 
 
 def _decode_segment(segment: str) -> str:
@@ -226,32 +276,32 @@ def _decode_segment(segment: str) -> str:
     return units.decode("utf-16-le", "surrogatepass")
 
 
-def _signatures(persistence: Persistence) -> dict[str, str]:
-    """``session id -> signature of its stored log``, without reading any log.
+def sqlite_signatures(location: Path) -> dict[str, str]:
+    """``session id -> incarnation:revision`` of every session of the SQLite store file.
 
-    SQLite: the session row's incarnation and revision (a new incarnation: the log was
-    replaced). JSONL: the log file's inode, device, size and times (a smaller size or another
-    inode: replaced or cut).
+    A new incarnation means the log was replaced. Read-only; no log is read.
     """
-    kind = type(persistence.backend).__name__
-    from dsh.persistence._urls import store_path
-
-    location = store_path(persistence.url)
-    assert location is not None  # index_path() said this store keeps an index
     out: dict[str, str] = {}
-    if kind == "SqliteBackend":
-        if not location.exists():
-            return out
-        conn = sqlite3.connect(f"{location.as_uri()}?mode=ro", uri=True, timeout=10)
-        try:
-            for sid, incarnation, revision in conn.execute(
-                    "SELECT id, incarnation, revision FROM sessions"):
-                out[str(sid)] = f"{incarnation}:{revision}"
-        finally:
-            conn.close()
+    if not location.exists():
         return out
+    conn = sqlite3.connect(f"{location.as_uri()}?mode=ro", uri=True, timeout=10)
     try:
-        projects = [e.path for e in os.scandir(location) if e.is_dir(follow_symlinks=False)]
+        for sid, incarnation, revision in conn.execute(
+                "SELECT id, incarnation, revision FROM sessions"):
+            out[str(sid)] = f"{incarnation}:{revision}"
+    finally:
+        conn.close()
+    return out
+
+
+def jsonl_signatures(root: Path) -> dict[str, str]:
+    """``session id -> inode:device:size:mtime`` of every log file under a JSONL store's root.
+
+    A smaller size or another inode means the log was replaced or cut. No log is read.
+    """
+    out: dict[str, str] = {}
+    try:
+        projects = [e.path for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
     except FileNotFoundError:
         return out
     for project in projects:
@@ -296,7 +346,7 @@ def note_flushed(root: Path, session_id: str, before: int, events: Sequence[Mapp
     Returns:
         True when the batch was added.
     """
-    path = root / ".dsh-search.db"
+    path = root / SIDECAR_NAME
     if not path.exists():
         return False
     conn = sqlite3.connect(path, timeout=0.05, isolation_level=None)
@@ -331,7 +381,8 @@ def forget_search(persistence: Persistence, session_id: str) -> list[str]:
     Redaction and erasure rewrite committed events without a new incarnation, so the index
     would keep the old text. A sidecar index is deleted whole (an FTS5 table keeps deleted text
     in its free pages until it is rebuilt; the next search builds a new one); a PostgreSQL
-    store's rows of the session are deleted (the next search indexes it again).
+    store's rows of the session are deleted (the next search indexes it again). A store
+    without an index (``Capabilities.search_index`` off) has nothing to drop.
 
     Returns:
         What was removed: the sidecar files deleted, or ``"<url> search rows"``.
@@ -340,23 +391,14 @@ def forget_search(persistence: Persistence, session_id: str) -> list[str]:
         OSError: a sidecar file could not be deleted.
         PersistenceError: the PostgreSQL tables could not be changed.
     """
-    path = index_path(persistence)
-    removed: list[str] = []
-    if path is not None:
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{path}{suffix}")
-                removed.append(f"{path}{suffix}")
-        return removed
-    backend: Any = persistence.backend
-    if hasattr(backend, "search_index"):
-        index = backend.search_index()
-        try:
-            index.drop(session_id)
-        finally:
-            index.close()
-        removed.append(f"{persistence.url} search rows")
-    return removed
+    backend = persistence.backend
+    if not backend.capabilities.search_index:
+        return []
+    index = cast(IndexesSearch, backend).search_index()
+    try:
+        return index.forget(session_id)
+    finally:
+        index.close()
 
 
 def _connect(path: Path | None) -> sqlite3.Connection:
@@ -384,10 +426,34 @@ def _connect(path: Path | None) -> sqlite3.Connection:
 
 
 class SidecarIndex:
-    """The FTS5 index in an SQLite sidecar (docs/formats.md#search-index)."""
+    """The FTS5 index in an SQLite sidecar (docs/formats.md#search-index).
 
-    def __init__(self, path: Path | None) -> None:
-        self.conn = _connect(path)
+    Args:
+        path: The sidecar database file (created 0600 on first use).
+        signatures: The store's ``session id -> signature`` (:func:`sqlite_signatures`,
+            :func:`jsonl_signatures`), read without reading any log.
+    """
+
+    def __init__(self, path: Path, signatures: Callable[[], dict[str, str]]) -> None:
+        self._path = path
+        self._signatures = signatures
+        self._conn: sqlite3.Connection | None = None
+
+    @property
+    def path(self) -> Path:
+        """The sidecar database file."""
+        return self._path
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The index database, opened (and created) on first use."""
+        if self._conn is None:
+            self._conn = _connect(self._path)
+        return self._conn
+
+    def signatures(self) -> dict[str, str]:
+        """``session id -> signature of its stored log``, without reading any log."""
+        return self._signatures()
 
     def known(self) -> dict[str, tuple[str, int]]:
         """``session id -> (signature, events)`` of every session indexed."""
@@ -426,12 +492,31 @@ class SidecarIndex:
             "SELECT session_id, seq, role, text FROM messages WHERE messages MATCH ? "
             "ORDER BY rowid DESC LIMIT ?", (_fts_query(words), limit))]
 
+    def reset(self) -> None:
+        """Delete the sidecar (the next use builds an empty one)."""
+        self._delete()
+
+    def forget(self, session_id: str) -> list[str]:
+        """Delete the sidecar whole: FTS5 keeps deleted text in free pages until a rebuild."""
+        return self._delete()
+
+    def _delete(self) -> list[str]:
+        self.close()
+        removed: list[str] = []
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self._path}{suffix}")
+                removed.append(f"{self._path}{suffix}")
+        return removed
+
     def close(self) -> None:
-        """Close the database."""
-        self.conn.close()
+        """Close the database (a later use opens it again)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
-def _update(index: Any, persistence: Persistence, signatures: dict[str, str],
+def _update(index: SearchIndex, persistence: Persistence, signatures: dict[str, str],
             unreadable: list[str]) -> int:
     """Bring ``index`` up to date with ``signatures``; return how many sessions were read."""
     known = index.known()
@@ -504,30 +589,20 @@ def search(persistence: Persistence, query: str, *, limit: int = 20,
     """
     words = _words(query)
     limit = max(1, limit)
-    path = index_path(persistence)
+    backend = persistence.backend
+    indexed = backend.capabilities.search_index
     if not words:
-        return SearchResults(hits=(), sessions=0, reindexed=0, unreadable=(),
-                             indexed=path is not None)
-    if path is None and not hasattr(persistence.backend, "search_index"):
+        return SearchResults(hits=(), sessions=0, reindexed=0, unreadable=(), indexed=indexed)
+    if not indexed:
         hits, count, unreadable = _scan(persistence, words, limit)
         return SearchResults(hits=tuple(hits), sessions=count, reindexed=count,
                              unreadable=tuple(unreadable), indexed=False)
-    backend: Any = persistence.backend
-    index: Any
-    if path is None:  # PostgreSQL keeps its index in its own tables
-        index = backend.search_index()
+    index = cast(IndexesSearch, backend).search_index()
+    unreadable_ids: list[str] = []
+    try:
         if rebuild:
             index.reset()
         signatures = index.signatures()
-    else:
-        if rebuild:
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{path}{suffix}")
-        signatures = _signatures(persistence)
-        index = SidecarIndex(path)
-    unreadable_ids: list[str] = []
-    try:
         read = _update(index, persistence, signatures, unreadable_ids)
         rows = index.query(words, limit)
     finally:

@@ -313,8 +313,7 @@ def _scrub_store(persistence: Persistence, session_id: str) -> list[dict[str, An
 def _delete_cuts(persistence: Persistence, session_id: str) -> list[dict[str, Any]]:
     """Delete an erased session's saved cuts (raw bytes a repair cut off its log)."""
     touched: list[dict[str, Any]] = []
-    saved_cuts = getattr(persistence.backend, "saved_cuts", None)
-    for path in saved_cuts(session_id) if saved_cuts is not None else ():
+    for path in persistence.saved_cuts(session_id):
         try:
             os.unlink(path)
             touched.append({"path": path, "action": "saved cut deleted"})

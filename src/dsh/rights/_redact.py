@@ -391,9 +391,8 @@ def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None
     Failures are reported as ``{"done": false, "error"}``.
     """
     touched: list[dict[str, Any]] = []
-    saved_cuts = getattr(persistence.backend, "saved_cuts", None)  # file stores keep cuts
-    if spans is not None and saved_cuts is not None:
-        for path in saved_cuts(session_id):
+    if spans is not None:
+        for path in persistence.saved_cuts(session_id):  # file stores keep cuts
             try:
                 with open(path, "rb") as handle:
                     raw = handle.read()

@@ -99,13 +99,18 @@ class BackendContract:
         """
         from dsh.persistence import (
             Capabilities,
+            ChecksStorable,
             Fenced,
+            IndexesSearch,
+            InjectsTornTail,
             KeepsCuts,
             KeepsRestorePoints,
             ListsEntries,
+            Migrates,
             NamesFiles,
             ReadsRanges,
             RecordsAfterCommit,
+            SchemaVersioned,
             Tails,
         )
 
@@ -115,6 +120,11 @@ class BackendContract:
         assert caps.listing == isinstance(backend, ListsEntries)
         assert caps.saved_cuts == isinstance(backend, KeepsCuts)
         assert caps.native_tail == isinstance(backend, Tails)
+        assert caps.search_index == isinstance(backend, IndexesSearch)
+        assert caps.schema_version == isinstance(backend, SchemaVersioned)
+        assert caps.migrations == isinstance(backend, Migrates)
+        assert caps.storable_check == isinstance(backend, ChecksStorable)
+        assert caps.torn_tail_hook == isinstance(backend, InjectsTornTail)
         store.create(header("caps"))
         with store.open("caps", "write") as handle:
             assert caps.restore_points == isinstance(handle, KeepsRestorePoints)

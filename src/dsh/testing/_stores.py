@@ -12,10 +12,10 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, cast
 
 from dsh._install import install_hint
-from dsh.persistence import Persistence
+from dsh.persistence import InjectsTornTail, Persistence
 
 BUNDLED_BACKENDS: Final = ("memory", "jsonl", "jsonl-zstd", "sqlite", "postgresql")
 DEFAULT_POSTGRES_URL: Final = "postgresql://postgres@127.0.0.1:5432/test"
@@ -99,24 +99,11 @@ def inject_torn_tail(persistence: Persistence, session_id: str) -> bool:
     """Leave a never-committed partial record after the log, in the backend's own form.
 
     JSONL: half a line (raw) or a frame cut short (zstd) appended to the file; SQLite and
-    PostgreSQL: an undecodable row after the last one (the backend's ``inject_torn_tail``);
-    memory: a marked torn tail. Returns ``False`` if the backend has no such form.
+    PostgreSQL: an undecodable row after the last one; memory: a marked torn tail. Returns
+    ``False`` if the backend declares no such hook (``Capabilities.torn_tail_hook``).
     """
-    backend: Any = persistence.backend
-    if hasattr(backend, "inject_torn_tail"):
-        backend.inject_torn_tail(session_id)
-        return True
-    if getattr(backend, "locate", None) is None:
+    backend = persistence.backend
+    if not backend.capabilities.torn_tail_hook:
         return False
-    with backend.open(session_id, "read") as handle:
-        target = handle.path
-    if str(target).endswith(".zstd"):
-        import zstandard
-        frame = zstandard.ZstdCompressor(write_checksum=True).compress(
-            b'{"type":"turn/start","seq":999,"time":1,"data":{"turn":9}}\n')
-        torn = frame[:-7]
-    else:
-        torn = b'{"type":"request/header","seq":'
-    with open(target, "ab") as f:
-        f.write(torn)
+    cast(InjectsTornTail, backend).inject_torn_tail(session_id)
     return True

@@ -79,6 +79,7 @@ from dsh.persistence._seal import (
     read_seal,
     reset_seal,
 )
+from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex, jsonl_signatures
 from dsh.persistence._search import note_flushed as note_search
 from dsh.persistence.jsonl import _ranges as jranges
 from dsh.persistence.jsonl import _restore_point as jrp
@@ -1045,9 +1046,11 @@ class JsonlBackend:
     """
 
     capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True,
-                                ranges=True, after_commit=True)
-    """Restore points, saved cuts, the listing index, the log file each handle reads, and seq
-    ranges of a raw log (a Zstandard log serves none: its handles answer -1 and None)."""
+                                ranges=True, after_commit=True, search_index=True,
+                                torn_tail_hook=True)
+    """Restore points, saved cuts, the listing index, the log file each handle reads, seq
+    ranges of a raw log (a Zstandard log serves none: its handles answer -1 and None), and a
+    search index in the root."""
 
     def __init__(self, root: str | os.PathLike[str], *, compression: Compression = "none",
                  pack_chunks: bool = True, url: str | None = None) -> None:
@@ -1076,6 +1079,34 @@ class JsonlBackend:
     def url(self) -> str:
         """The store URL."""
         return self._url
+
+    def search_index(self) -> SearchIndex:
+        """The store's search index: the sidecar ``<root>/.dsh-search.db`` (docs/stores.md#search).
+
+        Opened on first use; the caller closes it.
+        """
+        root = self.root
+        return SidecarIndex(root / SIDECAR_NAME, lambda: jsonl_signatures(root))
+
+    def inject_torn_tail(self, session_id: str) -> None:
+        """Test hook: half a record after the log, as a writer killed mid-write leaves it.
+
+        Raw JSONL: half a line; zstd: a frame cut short
+        (docs/formats.md#reading-the-committed-region).
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        with self.open(session_id, "read") as handle:
+            target = handle.path
+        if self.compression == "zstd":
+            frame = zstandard.ZstdCompressor(write_checksum=True).compress(
+                b'{"type":"turn/start","seq":999,"time":1,"data":{"turn":9}}\n')
+            torn = frame[:-7]
+        else:
+            torn = b'{"type":"request/header","seq":'
+        with open(target, "ab") as f:
+            f.write(torn)
 
     # --- layout -------------------------------------------------------------------------
 

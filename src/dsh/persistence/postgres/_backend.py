@@ -72,6 +72,7 @@ from dsh.persistence._contract import (
     validate_batch,
 )
 from dsh.persistence._seal import rows_crc
+from dsh.persistence._search import SearchIndex, fold
 from dsh.persistence._tail import follow
 from dsh.persistence.postgres._schema import (
     MIGRATION_LOCK_KEY,
@@ -916,9 +917,11 @@ class PostgresBackend:
         SessionFormatUnsupportedError: the schema was migrated by a newer dsh.
     """
 
-    capabilities = Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True)
-    """Restore points (a table of the schema), fenced write handles (the lease epoch) and a
-    tail woken by ``NOTIFY``."""
+    capabilities = Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
+                                search_index=True, schema_version=True, migrations=True,
+                                torn_tail_hook=True)
+    """Restore points (a table of the schema), fenced write handles (the lease epoch), a tail
+    woken by ``NOTIFY``, a search index in its own tables, versioned migrations."""
 
     def __init__(self, conninfo: str, *, schema: str = DEFAULT_SCHEMA,
                  lease_ms: int = DEFAULT_LEASE_MS, pool_size: int = DEFAULT_POOL_SIZE,
@@ -1182,18 +1185,17 @@ class PostgresBackend:
             return conn.execute(f"SELECT 1 FROM {self._s}.sessions WHERE id = %s",
                                 (session_id,)).fetchone() is not None
 
-    def search_index(self) -> Any:
+    def search_index(self) -> SearchIndex:
         """The store's search index (docs/stores.md#search), over a connection of its own.
 
         Raises:
             PersistenceError: the database failed.
         """
-        from dsh.persistence._search import fold
         from dsh.persistence.postgres._search import PostgresSearchIndex
 
         psycopg = _psycopg()
         try:
-            return PostgresSearchIndex(self.conninfo, self.schema, fold)
+            return PostgresSearchIndex(self.conninfo, self.schema, fold, label=self._url)
         except psycopg.Error as exc:
             self._fail(exc, "search", None)
 

@@ -25,12 +25,14 @@ class PostgresSearchIndex:
         conninfo: The store's connection string.
         schema: The store's schema.
         fold: The folding the words and texts go through (``dsh.persistence._search``'s).
+        label: The store URL (password redacted), named in what :meth:`forget` removed.
     """
 
-    def __init__(self, conninfo: str, schema: str, fold: Any) -> None:
+    def __init__(self, conninfo: str, schema: str, fold: Any, *, label: str) -> None:
         import psycopg
 
         self._fold = fold
+        self._label = label
         self._s = s = quote_schema(schema)
         self._conn = psycopg.connect(conninfo, autocommit=True)
         with self._conn.transaction():
@@ -45,6 +47,16 @@ class PostgresSearchIndex:
                 "PRIMARY KEY (session_id, seq))")
             self._conn.execute(f"CREATE INDEX IF NOT EXISTS search_messages_tsv ON "
                                f"{s}.search_messages USING gin (tsv)")
+
+    @property
+    def path(self) -> None:
+        """None: the index lives in the store's own tables."""
+        return None
+
+    def forget(self, session_id: str) -> list[str]:
+        """Delete the session's rows (the next search indexes it again)."""
+        self.drop(session_id)
+        return [f"{self._label} search rows"]
 
     def signatures(self) -> dict[str, str]:
         """``session id -> incarnation:revision`` of every stored session."""

@@ -85,6 +85,7 @@ from dsh.persistence._seal import (
     reset_seal,
     rows_crc,
 )
+from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex, sqlite_signatures
 from dsh.persistence.sqlite import _restore_point as srp
 from dsh.persistence.sqlite._schema import (
     APPLICATION_ID,
@@ -566,9 +567,10 @@ class SqliteBackend:
     """
 
     capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
-                                after_commit=True)
+                                after_commit=True, search_index=True, schema_version=True,
+                                storable_check=True, torn_tail_hook=True)
     """Restore points (schema 17; a schema-14 file refuses them), saved cuts, listing from its
-    tables."""
+    tables, a search index beside the file, a schema version (never migrated)."""
 
     def __init__(self, path: str | os.PathLike[str], *, journal_mode: JournalMode = "wal",
                  busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
@@ -625,6 +627,15 @@ class SqliteBackend:
         """``user_version`` of the file: 17 (created here or by dsh's head) or 14 (published)."""
         with self._shared() as c:
             return c.schema_version
+
+    def search_index(self) -> SearchIndex:
+        """The store's search index: the sidecar ``<db>.dsh-search.db`` (docs/stores.md#search).
+
+        Opened on first use; the caller closes it.
+        """
+        path = self.path
+        return SidecarIndex(path.with_name(path.name + SIDECAR_NAME),
+                            lambda: sqlite_signatures(path))
 
     def check_storable(self, events: Sequence[Event]) -> None:
         """Refuse, writing nothing, events this file's schema cannot hold (what append would).
