@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -145,3 +147,46 @@ def test_an_editor_creates_prompts_cancels_lists_loads_forks_and_resumes(tmp_pat
     ends = [json.loads(line)["data"]["reason"]["kind"]
             for line in dsh("events", sid, "--type", "turn/end").splitlines()]
     assert ends == ["completed", "aborted"]
+
+
+INITIALIZE = (b'{"jsonrpc":"2.0","id":0,"method":"initialize",'
+              b'"params":{"protocolVersion":1}}\n')
+
+
+def _plain_env(tmp_path: Path) -> dict[str, str]:
+    # a new user's shell: no provider settings, no key, a home of its own
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DSH_", "DEEPSEEK_", "OPENAI_", "ANTHROPIC_"))}
+    env["DSH_HOME"] = str(tmp_path / "home")
+    return env
+
+
+def test_one_initialize_line_from_a_file_is_answered_into_a_file(tmp_path: Path) -> None:
+    # dsh acp < request.json > answer.json: neither is a pipe, and no API key is set
+    request = tmp_path / "request.json"
+    request.write_bytes(INITIALIZE)
+    answer = tmp_path / "answer.json"
+    with request.open("rb") as stdin, answer.open("wb") as stdout:
+        proc = subprocess.run([sys.executable, "-m", "dsh.cli", "acp"], stdin=stdin,
+                              stdout=stdout, stderr=subprocess.PIPE, env=_plain_env(tmp_path),
+                              timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    [line] = answer.read_bytes().splitlines()
+    reply = json.loads(line)
+    assert reply["id"] == 0 and reply["result"]["protocolVersion"] == 1
+    assert reply["result"]["agentInfo"]["name"] == "dsh"
+    assert b"error[MISSING_KEY]" in proc.stderr  # said once, up front
+
+
+def test_requests_piped_before_the_end_of_stdin_are_all_answered(tmp_path: Path) -> None:
+    # echo ... | dsh acp: stdin ends at once; each request still gets its answer, and one
+    # that needs a model says why there is none
+    new = (b'{"jsonrpc":"2.0","id":"n","method":"session/new",'
+           b'"params":{"cwd":"/tmp","mcpServers":[]}}\n')
+    proc = subprocess.run([sys.executable, "-m", "dsh.cli", "acp"], input=INITIALIZE + new,
+                          capture_output=True, env=_plain_env(tmp_path), timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    replies = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert replies[0]["result"]["agentCapabilities"]["loadSession"] is True
+    assert replies["n"]["error"]["data"]["code"] == "MISSING_KEY"

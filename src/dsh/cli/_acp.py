@@ -24,7 +24,11 @@ The ``agent-client-protocol`` package (extra ``acp``) is imported by this module
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
+import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 from uuid import uuid4
@@ -150,18 +154,105 @@ def history_updates(events: Any) -> list[Any]:
     return out
 
 
+def _request_key(message: Any, *, answer: bool) -> str | None:
+    """The id of a JSON-RPC request (``answer=False``) or of an answer to one, as a key."""
+    if not isinstance(message, dict) or "id" not in message or ("method" in message) == answer:
+        return None
+    return json.dumps(message["id"], sort_keys=True)
+
+
+class StdioTransport:
+    """The ACP connection's messages over stdin and stdout, whatever files they are.
+
+    Unlike the package's own stdio (asyncio pipe transports), stdin and stdout may be regular
+    files as well as pipes, sockets or terminals (``dsh acp < request.json > answer.json``).
+    The end of stdin is passed on only once every request read has been answered, so a client
+    that writes its requests and closes stdin (``echo '{...}' | dsh acp``) still gets its
+    answers. Messages are newline-delimited JSON; a line that is not JSON is logged and skipped.
+    Rule: docs/standards.md#agent-client-protocol.
+    """
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._messages: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._pending: set[str] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._write_lock = asyncio.Lock()
+        self._ended: list[asyncio.Task[None]] = []
+        threading.Thread(target=self._read, name="dsh-acp-stdin", daemon=True).start()
+
+    def _read(self) -> None:
+        loop = self._loop
+        with contextlib.suppress(RuntimeError):  # the loop closed: dsh acp is shutting down
+            try:
+                for line in iter(sys.stdin.buffer.readline, b""):
+                    loop.call_soon_threadsafe(self._incoming, line)
+            finally:
+                loop.call_soon_threadsafe(self._end)
+
+    def _incoming(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message = json.loads(line)
+        except ValueError:
+            logger.warning("dsh acp: a line of stdin is not JSON; skipped")
+            return
+        key = _request_key(message, answer=False)
+        if key is not None:
+            self._pending.add(key)
+            self._idle.clear()
+        self._messages.put_nowait(message)
+
+    def _end(self) -> None:
+        async def after_the_answers() -> None:
+            await self._idle.wait()
+            self._messages.put_nowait(None)
+
+        self._ended.append(self._loop.create_task(after_the_answers()))
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next message from stdin; None at its end (once every request is answered)."""
+        return await self._messages.get()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Write one message as a line of stdout."""
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
+
+        def put() -> None:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+
+        async with self._write_lock:
+            await asyncio.to_thread(put)
+        key = _request_key(message, answer=True)
+        if key is not None:
+            self._pending.discard(key)
+            if not self._pending:
+                self._idle.set()
+
+    async def close(self) -> None:
+        """Nothing to release: stdout is flushed at each message."""
+
+
 class DshAcpAgent:
     """The ACP agent: one dsh store, one agent loop per open session.
 
     Args:
         store: The store sessions live in (``dsh.open(url)``).
-        provider: The model backend every session's loop uses.
+        provider: The model backend every session's loop uses, or None when it could not be
+            set up: then every method that needs a loop (new, load, resume, prompt)
+            answers an error carrying ``unavailable``, and the others still work.
         options: The loop's options for a session's folder.
+        unavailable: Why there is no provider (the ``DshError`` that prevented it).
     """
 
-    def __init__(self, store: Store, provider: Any, options: AgentOptions) -> None:
+    def __init__(self, store: Store, provider: Any, options: AgentOptions, *,
+                 unavailable: DshError | None = None) -> None:
         self._store = store
         self._provider = provider
+        self._unavailable = unavailable
         self._options = options
         self._agents: dict[str, Agent] = {}
         self._running: dict[str, asyncio.Task[Any]] = {}
@@ -196,10 +287,18 @@ class DshAcpAgent:
         self._agents[session_id] = self._live(session_id, cwd, {"cwd": cwd})
         return NewSessionResponse(session_id=session_id)
 
+    def _need_provider(self) -> None:
+        if self._provider is None:
+            problem = self._unavailable
+            raise RequestError.auth_required(
+                {"code": problem.code if problem else "NO_PROVIDER",
+                 "message": problem.message if problem else "no model provider"})
+
     def _live(self, session_id: str, cwd: str, header: Mapping[str, Any] | None) -> Agent:
         """The loop over ``session_id`` live in this store (created with ``header`` if new)."""
         from dsh.agent import Agent
 
+        self._need_provider()
         session = self._store.session(session_id, header=header)
         return Agent(session, self._provider, store=self._store.sessions, **self._options(cwd))
 
@@ -208,6 +307,7 @@ class DshAcpAgent:
         if agent is None:
             if not self._store.exists(session_id):
                 raise RequestError.resource_not_found(session_id)
+            self._need_provider()
             try:
                 agent = await self._store.agent(session_id, provider=self._provider,
                                                 **self._options(cwd))

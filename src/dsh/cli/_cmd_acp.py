@@ -50,7 +50,7 @@ def acp(
     """
     import asyncio
 
-    from dsh._errors import ConfigError
+    from dsh._errors import ConfigError, DshError
 
     try:
         from dsh.cli._acp import DshAcpAgent
@@ -60,7 +60,14 @@ def acp(
     from dsh.agent.providers import create_provider
 
     provider, model, base_url = model_settings(provider, model, base_url)
-    llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
+    llm: Any = None
+    unavailable: DshError | None = None
+    try:
+        llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
+    except DshError as exc:  # still answer initialize and list: an editor shows the reason
+        unavailable = exc
+        sys.stderr.write(f"dsh acp: no model until this is fixed: error[{exc.code}]: "
+                         f"{exc.message}\n")
 
     def options(cwd: str) -> dict[str, Any]:
         choice = Tools.read if tools is Tools.shell else tools  # no terminal to approve at
@@ -70,13 +77,16 @@ def acp(
     async def serve() -> None:
         from acp import run_agent
 
+        from dsh.cli._acp import StdioTransport
+
         with dsh.open(store_url(store) if store else default_store_url()) as sessions:
-            agent = DshAcpAgent(sessions, llm, options)
+            agent = DshAcpAgent(sessions, llm, options, unavailable=unavailable)
             try:
-                await run_agent(cast(Any, agent), use_unstable_protocol=True)
+                await run_agent(cast(Any, agent), StdioTransport(), use_unstable_protocol=True)
             finally:
                 await agent.close()
-                await llm.aclose()
+                if llm is not None:
+                    await llm.aclose()
 
     sys.stderr.write("dsh acp: speaking the Agent Client Protocol on stdin/stdout\n")
     asyncio.run(serve())
