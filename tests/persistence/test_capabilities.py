@@ -22,7 +22,7 @@ EXPECTED = {
                            storable_check=True, torn_tail_hook=True),
     "postgresql": Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
                                search_index=True, schema_version=True, migrations=True,
-                               torn_tail_hook=True),
+                               torn_tail_hook=True, listing=True),
 }
 
 

@@ -6,8 +6,10 @@ log is used only while the log's stat signature is unchanged and is rebuilt othe
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from dsh.persistence import Persistence, open_backend
 from dsh.persistence._listing import INDEX_NAME, JOURNAL_NAME, ListingEntry, summarize
 from dsh.session._session import Session
 from dsh.session._store import SessionStore
+from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 from tests.strategies import StepClock, apply_script, examples, log_scripts
 
 URLS = {
@@ -28,7 +31,22 @@ URLS = {
     "sqlite": "sqlite://{root}/store.db",
     "sqlite-14": "sqlite://{root}/store.db?schema=14",
     "memory": "memory:",
+    "postgresql": "",  # a fresh schema each time (see opened)
 }
+POSTGRES_SKIP = postgres_unreachable()
+
+
+@contextlib.contextmanager
+def opened(kind: str, root: Path) -> Iterator[Persistence]:
+    """A store of ``kind`` under ``root`` (PostgreSQL: a throw-away schema)."""
+    if kind != "postgresql":
+        with Persistence(open_backend(URLS[kind].format(root=root))) as persistence:
+            yield persistence
+        return
+    if POSTGRES_SKIP is not None:
+        pytest.skip(f"SKIPPED LOUDLY: {POSTGRES_SKIP}")
+    with temporary_postgres_url() as url, Persistence(open_backend(url)) as persistence:
+        yield persistence
 
 
 def user(text: str, kind: str = "user", n: int = 0) -> dict[str, Any]:
@@ -81,7 +99,7 @@ def listed(persistence: Persistence) -> dict[str, ListingEntry]:
 
 @pytest.mark.parametrize("kind", sorted(URLS))
 def test_entries_equal_a_full_read(tmp_path: Path, kind: str) -> None:
-    with Persistence(open_backend(URLS[kind].format(root=tmp_path))) as persistence:
+    with opened(kind, tmp_path) as persistence:
         write(persistence, "titled", titled)
         write(persistence, "prompt", prompt_only)
         persistence.create({"version": 0, "id": "empty", "createdAt": 5})  # never written
@@ -98,11 +116,11 @@ def test_entries_equal_a_full_read(tmp_path: Path, kind: str) -> None:
 @settings(max_examples=examples(25), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(scripts=st.lists(log_scripts(open_tail=None), min_size=1, max_size=3),
-       kind=st.sampled_from(["jsonl", "sqlite", "sqlite-14"]))
+       kind=st.sampled_from(["jsonl", "sqlite", "sqlite-14", "postgresql"]))
 def test_entries_equal_a_full_read_on_random_logs(tmp_path_factory: Any, scripts: list[Any],
                                                   kind: str) -> None:
     root = tmp_path_factory.mktemp("listing")
-    with Persistence(open_backend(URLS[kind].format(root=root))) as persistence:
+    with opened(kind, root) as persistence:
         for i, script in enumerate(scripts):
             write(persistence, f"s{i}", lambda s, script=script: apply_script(s, script))
         assert listed(persistence) == full_entries(persistence)
@@ -260,7 +278,7 @@ def test_a_damaged_log_is_reported_and_the_others_listed(tmp_path: Path) -> None
             assert errors[0].where["session_id"] == "bad"
 
 
-@pytest.mark.parametrize("kind", ["jsonl", "sqlite", "memory"])
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite", "memory", "postgresql"])
 def test_imported_sessions_carry_format_and_timedness(tmp_path: Path, kind: str) -> None:
     def imported(timestamps: bool, appended: bool) -> Any:
         def build(session: Session) -> None:
@@ -271,7 +289,7 @@ def test_imported_sessions_carry_format_and_timedness(tmp_path: Path, kind: str)
                 session.append("turn/start", {"turn": 1})
         return build
 
-    with Persistence(open_backend(URLS[kind].format(root=tmp_path))) as persistence:
+    with opened(kind, tmp_path) as persistence:
         # an importer stamps every event of a timestamp-less source with one time
         write(persistence, "stamped", imported(False, False), step=0)
         write(persistence, "stamped-then-live", imported(False, True))
@@ -375,7 +393,7 @@ def replies(session: Session) -> None:
 @pytest.mark.parametrize("kind", sorted(URLS))
 def test_entries_name_the_model_the_first_activity_and_the_size(tmp_path: Path,
                                                                kind: str) -> None:
-    with Persistence(open_backend(URLS[kind].format(root=tmp_path))) as persistence:
+    with opened(kind, tmp_path) as persistence:
         write(persistence, "models", models, step=10)
         write(persistence, "replies", replies, step=10)
         write(persistence, "none", prompt_only, step=10)
@@ -393,3 +411,63 @@ def test_entries_name_the_model_the_first_activity_and_the_size(tmp_path: Path,
             assert all(size is not None and size > 100 for size in sizes.values())
             if kind in ("jsonl", "sqlite-14"):  # its prompt is 5,000 characters (uncompressed)
                 assert sizes["none"] > 5000 > sizes["replies"]
+
+
+def test_postgres_lists_from_the_sessions_rows_and_keeps_the_size(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every append stores the entry and the data bytes beside the head: no log is read, and
+    # the size is the committed rows' data (docs/stores.md#capabilities).
+    import psycopg
+
+    with opened("postgresql", tmp_path) as persistence:
+        write(persistence, "titled", titled)
+        write(persistence, "prompt", prompt_only)
+        expected = full_entries(persistence)
+        reads = count_reads(monkeypatch)
+        got = listed(persistence)
+        assert reads == []
+        assert got == expected
+        backend: Any = persistence.backend
+        with psycopg.connect(backend.conninfo) as conn:
+            sums = dict(conn.execute(
+                f'SELECT session_id, sum(coalesce(octet_length(data), octet_length(data_zstd))) '
+                f'FROM "{backend.schema}".events GROUP BY session_id').fetchall())
+        assert {sid: e.size_bytes for sid, e in got.items()} == sums
+        assert all(size > 100 for size in sums.values())  # zstd frames count as stored
+
+
+def test_postgres_entry_unknown_is_read_in_full_until_a_writer_reads_the_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A session whose entry is not stored (written before migration 6) is listed by a full
+    # read; a writer that reads the whole log learns the entry and stores it with its append.
+    import psycopg
+
+    from dsh.testing import make
+
+    with opened("postgresql", tmp_path) as persistence:
+        write(persistence, "old", titled)
+        backend: Any = persistence.backend
+        with psycopg.connect(backend.conninfo, autocommit=True) as conn:
+            conn.execute(f'UPDATE "{backend.schema}".sessions SET listing = NULL')
+        reads = count_reads(monkeypatch)
+        assert listed(persistence) == full_entries(persistence)
+        assert "old" in reads
+        with backend.open("old", "write") as handle:
+            head = len(handle.read().events)
+            handle.append([make("session/title", head, {"title": "Kept"})])
+        reads.clear()
+        got = listed(persistence)
+        assert reads == [] and got == full_entries(persistence)
+        assert got["old"].title == "Kept"
+
+
+def test_postgres_rewrite_stores_the_entry_of_the_rewritten_log(tmp_path: Path) -> None:
+    with opened("postgresql", tmp_path) as persistence:
+        write(persistence, "titled", titled)
+        backend: Any = persistence.backend
+        with backend.open("titled", "write") as handle:
+            events = list(handle.read().events)
+            handle.rewrite(events[:4], scrub=False)
+        got = listed(persistence)
+        assert got == full_entries(persistence)
+        assert got["titled"].events == 4 and got["titled"].title is None

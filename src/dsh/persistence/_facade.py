@@ -150,9 +150,10 @@ class Persistence:
     def list_entries(self) -> tuple[_Entries, _Errors]:
         """What ``dsh ls`` shows of every stored session with at least one event, fast.
 
-        SQLite answers from its tables and JSONL from its listing index (a sidecar kept beside
-        the logs, an entry rebuilt from a full read when its log changed), so an unchanged
-        store is listed without reading any log; other backends read every log.
+        SQLite answers from its tables, PostgreSQL from the entries its appends keep in the
+        sessions rows, and JSONL from its listing index (a sidecar kept beside the logs, an
+        entry rebuilt from a full read when its log changed), so an unchanged store is listed
+        without reading any log; other backends read every log.
 
         Returns:
             The entries (order is the backend's), and one error per session whose log could

@@ -5,6 +5,8 @@ number of turns, the title (last ``session/title``, else the first prompt a pers
 where the log came from (the first ``import/source`` format). Reading every log for that costs
 O(total events); this module answers from data kept apart from the logs:
 
+* PostgreSQL: every append stores the entry (:func:`stored_entry`) and the data bytes in the
+  session row, in the transaction that moves its head; the listing reads the sessions rows.
 * SQLite (:func:`sqlite_entries`): a few aggregate queries over the store's own tables (the
   sessions rows, the last row of every session, and the rows of the few event types a summary
   needs); only those rows are decoded.
@@ -45,8 +47,9 @@ from dsh.json import dumps as json_dumps
 from dsh.json import loads as json_loads
 
 __all__ = ["INDEX_NAME", "JOURNAL_NAME", "SOURCE_EVENT_TYPE", "EntryFold", "JsonlIndex",
-           "ListingEntry", "ReadFn", "is_untimed", "note_flushed", "prompt_of", "read_entries",
-           "reply_model", "request_model", "signature", "source_format", "summarize"]
+           "ListingEntry", "ReadFn", "entry_from_stored", "is_untimed", "note_flushed",
+           "prompt_of", "read_entries", "reply_model", "request_model", "signature",
+           "source_format", "stored_entry", "summarize"]
 
 log = logging.getLogger("dsh.persistence")
 
@@ -88,8 +91,9 @@ class ListingEntry:
         model: The model named by the last ``request/context`` (its ``model``) or
             ``request/header`` (``header.config.model``), else by the first assistant message
             (``source.model``), else None.
-        size_bytes: Bytes the log takes in storage (the JSONL file; SQLite: the rows' data),
-            or None where the store cannot tell without reading the log (PostgreSQL, memory).
+        size_bytes: Bytes the log takes in storage (the JSONL file; SQLite and PostgreSQL:
+            the rows' data), or None where the store cannot tell without reading the log
+            (memory).
             Not compared: a full read does not know it.
     """
 
@@ -209,6 +213,11 @@ class EntryFold:
         """The fold continuing an index entry read back for the log as it stands."""
         return cls(entry, True if entry.source_format != "dsh" else None)
 
+    @property
+    def source_seen(self) -> bool | None:
+        """Whether an ``import/source`` was folded in (None: unknown); stored beside the entry."""
+        return self._source_seen
+
     def extend(self, events: Sequence[Mapping[str, Any]]) -> bool:
         """Fold durable events (in seq order) in; False when the entry cannot be known.
 
@@ -323,6 +332,27 @@ def _from_json(value: Any) -> ListingEntry | None:
     return ListingEntry(entry.id, snapshot_json(entry.header), entry.events,
                         entry.last_activity_ms, entry.turns, entry.title, entry.first_prompt,
                         entry.source_format, entry.timed, entry.first_activity_ms, entry.model)
+
+
+def stored_entry(fold: EntryFold) -> str:
+    """A writer's fold as the text a database keeps beside the log (PostgreSQL's ``listing``).
+
+    The entry in its index form (``size_bytes`` left out: kept apart) and ``sourceSeen``.
+    """
+    return _encode({"entry": _to_json(fold.entry) | {"size_bytes": None},
+                    "sourceSeen": fold.source_seen}).decode()
+
+
+def entry_from_stored(text: str) -> EntryFold | None:
+    """The fold :func:`stored_entry` wrote, or None when ``text`` is not exactly that form."""
+    try:
+        value = _decode(text.encode("utf-8", "surrogatepass"))
+    except (orjson.JSONDecodeError, UnicodeError):
+        return None
+    if not isinstance(value, dict) or value.get("sourceSeen") not in (True, False, None):
+        return None
+    entry = _from_json(value.get("entry"))
+    return None if entry is None else EntryFold(entry, value["sourceSeen"])
 
 
 def signature(st: os.stat_result) -> list[int]:

@@ -28,6 +28,7 @@ psycopg 3 and psycopg_pool are imported here only (extra ``dsh-session[postgres]
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json as std_json
@@ -70,6 +71,14 @@ from dsh.persistence._contract import (
     normalize_header,
     session_id_problem,
     validate_batch,
+)
+from dsh.persistence._listing import (
+    EntryFold,
+    ListingEntry,
+    ReadFn,
+    entry_from_stored,
+    read_entries,
+    stored_entry,
 )
 from dsh.persistence._seal import rows_crc
 from dsh.persistence._search import SearchIndex, fold
@@ -242,8 +251,11 @@ class PostgresHandle(HandleBase):
     """
 
     def __init__(self, backend: PostgresBackend, session_id: str, mode: OpenMode,
-                 lease: _Lease | None) -> None:
+                 lease: _Lease | None, listing: tuple[int, EntryFold] | None = None) -> None:
         self._backend = backend
+        # the listing entry of the committed log at a head (write handles): what each append
+        # folds its batch into and stores beside the head; None when it is not known
+        self._listing = listing
         self._id = session_id
         self._mode: OpenMode = mode
         self._lease = lease
@@ -318,6 +330,10 @@ class PostgresHandle(HandleBase):
                 + "; rows below the head were changed outside dsh", path=b.url, seq=seq,
                 session_id=self._id)
         events = [e for e in scan.events if e["seq"] >= offset]
+        if self._lease is not None and self._listing is None and offset == 0:
+            fold = EntryFold.start(header)  # a log whose writer did not know its entry
+            fold.extend(events)
+            self._listing = (head, fold)
         torn = None
         self._torn_seen = None
         if torn_rows:
@@ -419,6 +435,7 @@ class PostgresHandle(HandleBase):
                     session_id=self._id)
             events = validate_batch(events, first, self._id)
         rows = encode_batch(events, ROW_FORMAT)
+        after = self._fold(first, events, self._listing)
         psycopg = _psycopg()
         attempts = self._backend.reconnect_retries + 1
         attempt = 0
@@ -428,9 +445,10 @@ class PostgresHandle(HandleBase):
             try:
                 if first is not None and self._torn_seen is None and self.one_statement and \
                         len(rows) <= ONE_STATEMENT_MAX_ROWS and \
-                        self._commit_one(first, len(events), rows):
+                        self._commit_one(first, len(events), rows, after):
+                    self._listing = after
                     return
-                self._commit(first, len(events), rows)
+                self._listing = self._commit(first, events, rows, after)
                 return
             except psycopg.errors.LockNotAvailable as exc:
                 # Another transaction held the row for a whole lease (lock_timeout). Not a lost
@@ -438,6 +456,7 @@ class PostgresHandle(HandleBase):
                 # went) keep waiting, as long as a takeover would, and at least APPEND_LOCK_WAIT_S.
                 waited_s += time.monotonic() - started
                 if self._settle(first, len(events)) == "in":
+                    self._listing = after
                     return
                 bound = max(APPEND_LOCK_WAIT_S,
                             TAKEOVER_LOCK_TRIES * self._backend.lease_ms / 1000)
@@ -458,6 +477,7 @@ class PostgresHandle(HandleBase):
                 if outcome == "in":
                     logger.warning("append to session %s: connection lost after the commit "
                                    "(%s); the batch is in", self._id, exc)
+                    self._listing = after if events else self._listing
                     return
                 if attempt < attempts:
                     logger.warning("append to session %s: connection lost mid-batch (%s); "
@@ -468,7 +488,16 @@ class PostgresHandle(HandleBase):
                     f"lost mid-batch ({exc}); nothing was written, append the batch again",
                     code="CONNECTION_LOST", session_id=self._id, seq=first) from exc
 
-    def _commit_one(self, first: int, count: int, rows: list[Any]) -> bool:
+    def _fold(self, first: int | None, events: Sequence[Event],
+              base: tuple[int, EntryFold] | None) -> tuple[int, EntryFold] | None:
+        """The listing entry after this batch, if ``base`` is the entry at its first seq."""
+        if first is None or base is None or base[0] != first:
+            return None
+        fold = EntryFold(base[1].entry, base[1].source_seen)
+        return (first + len(events), fold) if fold.extend(events) else None
+
+    def _commit_one(self, first: int, count: int, rows: list[Any],
+                    after: tuple[int, EntryFold] | None) -> bool:
         """Commit the batch in one statement (one round trip, one WAL flush); False: refused.
 
         The statement locks the session row only if owner, epoch and head still match and no
@@ -490,13 +519,21 @@ class PostgresHandle(HandleBase):
                          passthrough=("OperationalError", "UniqueViolation")) as conn:
                 done = conn.execute(b._sql_append_one, (
                     self._id, lease.token, lease.epoch, first, packed, first + count,
-                    b.lease_ms, _channel_payload(self._id))).fetchone()
+                    b.lease_ms, _data_bytes(rows), None if after is None else
+                    stored_entry(after[1]), _channel_payload(self._id))).fetchone()
         except psycopg.errors.UniqueViolation:
             return False
         return done is not None
 
-    def _commit(self, first: int | None, count: int, rows: list[Any]) -> None:
+    def _commit(self, first: int | None, events: Sequence[Event], rows: list[Any],
+                after: tuple[int, EntryFold] | None) -> tuple[int, EntryFold] | None:
+        """Commit the batch in a transaction that locks the row first; return the entry after.
+
+        ``after`` is the listing entry after the batch when known; if not, the entry stored
+        beside the head is folded instead.
+        """
         b = self._backend
+        count = len(events)
         lease = self._lease
         assert lease is not None
         with b._conn("append", self._id, passthrough=(
@@ -510,6 +547,9 @@ class PostgresHandle(HandleBase):
             if owner != lease.token or epoch != lease.epoch:
                 lease.lost = b._lease_lost(self._id, lease.epoch, conn)
                 raise lease.lost
+            stored = None if found[4] is None else entry_from_stored(found[4])
+            if after is None and stored is not None:
+                after = self._fold(first, events, (head, stored))
             if beyond:
                 if self._torn_seen != head:
                     raise LogCorruptError(
@@ -526,9 +566,14 @@ class PostgresHandle(HandleBase):
                     f"(stale writer), nothing was written", code="SEQ_MISMATCH",
                     session_id=self._id, seq=first, path=b.url)
             b._copy_rows(conn, self._id, rows)
-            conn.execute(b._sql_advance, (head + count, b.lease_ms, self._id,
+            listing = None if after is None else stored_entry(after[1])
+            conn.execute(b._sql_advance, (head + count, b.lease_ms, _data_bytes(rows),
+                                          count > 0, listing, self._id,
                                           _channel_payload(self._id)))
         self._torn_seen = None
+        if count == 0:
+            return None if stored is None else (head, stored)
+        return after
 
     def _settle(self, first: int | None, count: int) -> str:
         """Settle a batch whose connection was lost: ``"in"`` or ``"out"``, else raise.
@@ -622,15 +667,21 @@ class PostgresHandle(HandleBase):
             if found[1] != lease.token or int(found[2]) != lease.epoch:
                 lease.lost = b._lease_lost(self._id, lease.epoch, conn)
                 raise lease.lost
+            srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
+            fold = EntryFold.start(_with_metadata(decode_session_row(srow[:11], path=b.url)[0],
+                                                  srow[12], b.url))
+            fold.extend(batch)
             deleted = conn.execute(f"DELETE FROM {b._s}.events WHERE session_id = %s",
                                    (self._id,)).rowcount
             # it describes the old rows: the next due append writes a new one
             conn.execute(f"DELETE FROM {b._s}.restore_points WHERE session_id = %s",
                          (self._id,))
             b._copy_rows(conn, self._id, rows)
-            conn.execute(b._sql_advance, (len(batch), b.lease_ms, self._id,
-                                          _channel_payload(self._id)))
+            conn.execute(b._sql_replace_head, (len(batch), b.lease_ms, _data_bytes(rows),
+                                               stored_entry(fold), self._id,
+                                               _channel_payload(self._id)))
         self._torn_seen = None
+        self._listing = (len(batch), fold)
         touched: list[dict[str, object]] = [
             {"path": b.url, "table": f"{b.schema}.events", "action": "rows replaced",
              "deleted": deleted, "inserted": len(rows)}]
@@ -875,6 +926,12 @@ def _bind(r: Sequence[Any]) -> tuple[Any, ...]:
     return (seq, type_, time_, text, blob, ses, sop, ign)
 
 
+def _data_bytes(rows: Sequence[Any]) -> int:
+    """Bytes of the rows' data as stored (UTF-8 text, or the zstd frame): ``size_bytes``."""
+    return sum(len(d) if isinstance(d, bytes) else len(d.encode("utf-8", "surrogatepass"))
+               for d in (r[3] for r in rows))
+
+
 def _json_row(r: Sequence[Any]) -> list[Any]:
     """An encoded row as the JSON array the one-statement append unpacks (bytea as hex)."""
     seq, type_, time_, text, blob, ses, sop, ign = _bind(r)
@@ -919,9 +976,10 @@ class PostgresBackend:
 
     capabilities = Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
                                 search_index=True, schema_version=True, migrations=True,
-                                torn_tail_hook=True)
+                                torn_tail_hook=True, listing=True)
     """Restore points (a table of the schema), fenced write handles (the lease epoch), a tail
-    woken by ``NOTIFY``, a search index in its own tables, versioned migrations."""
+    woken by ``NOTIFY``, a search index in its own tables, versioned migrations, and ``dsh ls``
+    entries kept beside each head."""
 
     def __init__(self, conninfo: str, *, schema: str = DEFAULT_SCHEMA,
                  lease_ms: int = DEFAULT_LEASE_MS, pool_size: int = DEFAULT_POOL_SIZE,
@@ -990,17 +1048,17 @@ class PostgresBackend:
         # One round trip: lock the row, read the fence, and see whether rows lie past the head.
         self._sql_lock_row = (
             f"SELECT head_seq, lease_owner::text, lease_epoch, EXISTS (SELECT 1 FROM {s}.events "
-            f"e WHERE e.session_id = t.id AND e.seq >= t.head_seq) FROM {s}.sessions t "
+            f"e WHERE e.session_id = t.id AND e.seq >= t.head_seq), listing FROM {s}.sessions t "
             "WHERE id = %s FOR NO KEY UPDATE OF t")
         lease_set = ("lease_owner = %s, lease_epoch = lease_epoch + 1, lease_expires_at = "
                      "clock_timestamp() + %s * interval '1 millisecond', lease_pid = %s, "
                      f"lease_host = %s, lease_node = %s, lease_since = {_NOW_MS}")
         self._sql_take_lease = (
             f"UPDATE {s}.sessions SET {lease_set} WHERE id = %s AND (lease_owner IS NULL OR "
-            "lease_expires_at <= clock_timestamp()) RETURNING lease_epoch")
+            "lease_expires_at <= clock_timestamp()) RETURNING lease_epoch, head_seq, listing")
         self._sql_take_dead_lease = (
             f"UPDATE {s}.sessions SET {lease_set} WHERE id = %s AND lease_owner = %s AND "
-            "lease_epoch = %s RETURNING lease_epoch")
+            "lease_epoch = %s RETURNING lease_epoch, head_seq, listing")
         self._sql_holder_of = (f"SELECT lease_owner, lease_epoch, lease_pid, lease_host, "
                                f"lease_node FROM {s}.sessions WHERE id = %s")
         self._sql_last_row_before = (f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id "
@@ -1018,10 +1076,16 @@ class PostgresBackend:
         self._sql_copy = (f"COPY {s}.events (session_id, seq, type, time, data, data_zstd, "
                           "source_event_seqs, surface_op, ignorable) FROM STDIN")
         # Advancing the head, extending the lease and the NOTIFY (sent at commit) in one statement.
+        # The listing entry and the size change only with the head (docs/formats.md#postgresql).
         self._sql_advance = (
             f"UPDATE {s}.sessions SET head_seq = %s, revision = revision + 1, lease_expires_at = "
-            "clock_timestamp() + %s * interval '1 millisecond' WHERE id = %s "
+            "clock_timestamp() + %s * interval '1 millisecond', size_bytes = size_bytes + %s, "
+            "listing = CASE WHEN %s THEN %s ELSE listing END WHERE id = %s "
             f"RETURNING pg_notify('{self.channel}', %s)")
+        self._sql_replace_head = (
+            f"UPDATE {s}.sessions SET head_seq = %s, revision = revision + 1, lease_expires_at = "
+            "clock_timestamp() + %s * interval '1 millisecond', size_bytes = %s, listing = %s "
+            f"WHERE id = %s RETURNING pg_notify('{self.channel}', %s)")
 
         # The whole append in one statement: the fenced lock, the rows (one JSON array of
         # row arrays, bytea as hex), the head, the lease and the NOTIFY; a refused fence
@@ -1036,7 +1100,8 @@ class PostgresBackend:
             "decode(r->>5, 'hex'), r->>6, (r->>7)::smallint FROM fence, "
             "json_array_elements(%s::json) AS r) "
             f"UPDATE {s}.sessions t SET head_seq = %s, revision = t.revision + 1, "
-            "lease_expires_at = clock_timestamp() + %s * interval '1 millisecond' FROM fence "
+            "lease_expires_at = clock_timestamp() + %s * interval '1 millisecond', size_bytes = "
+            "t.size_bytes + %s, listing = %s FROM fence "
             f"WHERE t.id = fence.id RETURNING pg_notify('{self.channel}', %s)")
 
     def _copy_rows(self, conn: Any, session_id: str, rows: Sequence[Any]) -> None:
@@ -1164,12 +1229,13 @@ class PostgresBackend:
                 conn.execute(
                     f"INSERT INTO {self._s}.sessions (id, version, created_at, cwd, "
                     "parent_session, seed_length, origin, delegation_depth, agent_preset, "
-                    "incarnation, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    "incarnation, metadata, listing) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                    "%s, %s, %s)",
                     (h["id"], h["version"], h["createdAt"], h.get("cwd"), h.get("parentSession"),
                      h.get("seedLength"), h.get("origin"), h.get("delegationDepth"),
                      h.get("agentPreset"), uuid.uuid4(),
                      std_json.dumps(dict(h["metadata"]), ensure_ascii=False, sort_keys=True)
-                     if h.get("metadata") else None))
+                     if h.get("metadata") else None, stored_entry(EntryFold.start(h))))
         except psycopg.errors.UniqueViolation as exc:
             raise SessionExistsError(f"session {h['id']!r} already exists in {self._url}",
                                      session_id=h["id"], path=self._url) from exc
@@ -1212,6 +1278,46 @@ class PostgresBackend:
             yield _with_metadata(decode_session_row(row[:11], path=self._url)[0], row[12],
                                  self._url)
 
+    def list_entries(self, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
+        """Entries of every session from one query over the sessions rows; no log is read.
+
+        Every append stores the entry of the committed log and its data bytes beside the
+        head, in the same transaction. A session whose entry is not stored (written before
+        migration 6, or by a writer that could not know it) is read in full through
+        ``read``, which names any damage exactly as a read does.
+
+        Returns:
+            The entries of sessions with at least one event (``size_bytes``: the bytes of the
+            committed rows' data), and one error per log that could not be read
+            (``where["session_id"]`` names it).
+
+        Raises:
+            LogCorruptError: a sessions row is invalid.
+            PersistenceError: the database failed.
+
+        Rule: docs/stores.md#capabilities (``listing``).
+        """
+        with self._conn("list", None) as conn:
+            rows = conn.execute(f"SELECT {_SESSION_COLUMNS}, listing, size_bytes FROM "
+                                f"{self._s}.sessions ORDER BY ord").fetchall()
+        out: list[ListingEntry] = []
+        unknown: list[str] = []
+        sizes: dict[str, int] = {}
+        for row in rows:
+            header = _with_metadata(decode_session_row(row[:11], path=self._url)[0], row[12],
+                                    self._url)
+            sid, head = str(header["id"]), int(row[11])
+            sizes[sid] = int(row[14])
+            if head == 0:
+                continue
+            fold = None if row[13] is None else entry_from_stored(row[13])
+            if fold is None or fold.entry.events != head or fold.entry.id != sid:
+                unknown.append(sid)
+                continue
+            out.append(dataclasses.replace(fold.entry, header=header, size_bytes=sizes[sid]))
+        more, errors = read_entries(unknown, read)
+        return out + [dataclasses.replace(e, size_bytes=sizes.get(e.id)) for e in more], errors
+
     def open(self, session_id: str, mode: OpenMode = "read") -> PostgresHandle:
         """Open a stored session; ``"write"`` takes the lease (epoch + 1) before anything else.
 
@@ -1252,7 +1358,9 @@ class PostgresBackend:
                         f"({self.lease_ms} ms each); a transaction outside dsh holds it, end "
                         f"it and retry", session_id=session_id) from exc
         logger.debug("took the lease of session %s at epoch %s", session_id, row[0])
-        return PostgresHandle(self, session_id, mode, _Lease(self, session_id, token, int(row[0])))
+        stored = None if row[2] is None else entry_from_stored(row[2])
+        return PostgresHandle(self, session_id, mode, _Lease(self, session_id, token, int(row[0])),
+                              None if stored is None else (int(row[1]), stored))
 
     def _lease_values(self, token: str) -> tuple[Any, ...]:
         return (token, self.lease_ms, os.getpid(), socket.gethostname(), _this_node())

@@ -14,7 +14,10 @@ Invariants this module owns (docs/rules.md#one-writer-per-session):
   no session-level advisory lock is ever taken (they vanish on reconnect and break behind
   PgBouncer). The one advisory lock, transaction-scoped, serialises migrations;
 * ``lease_node`` names where the holder's ``lease_pid`` means something (boot id and pid
-  namespace): only a writer on that same node may judge the holder dead by its pid.
+  namespace): only a writer on that same node may judge the holder dead by its pid;
+* ``listing`` (the ``dsh ls`` entry of the committed events, or NULL when its writer could not
+  know it) and ``size_bytes`` (the bytes of the committed rows' data) change only in the
+  transaction that moves ``head_seq``, so they always describe exactly the committed log.
 """
 
 from __future__ import annotations
@@ -90,6 +93,14 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     )),
     (5, "header metadata: the header's metadata object as JSON text (formats.md)", (
         "ALTER TABLE {s}.sessions ADD COLUMN metadata text",
+    )),
+    (6, "listing: the dsh ls entry and the log's bytes, kept by every append", (
+        """ALTER TABLE {s}.sessions
+  ADD COLUMN listing    text,
+  ADD COLUMN size_bytes bigint NOT NULL DEFAULT 0""",
+        """UPDATE {s}.sessions t SET size_bytes = coalesce((SELECT sum(coalesce(
+  octet_length(e.data), octet_length(e.data_zstd))) FROM {s}.events e
+  WHERE e.session_id = t.id AND e.seq < t.head_seq), 0)""",
     )),
 )
 """Forward-only migrations, applied in order under :data:`MIGRATION_LOCK_KEY`."""
