@@ -146,3 +146,35 @@ def test_pydantic_ai_history_clear(tmp_path: Path) -> None:
         _no_secret(server)
         _dsh_run_sends_no_secret(store, "pa", server)
     _shown_removed(store, "pa")
+
+
+def test_langgraph_delete_thread_with_erase_on_delete_removes_the_bytes(tmp_path: Path) -> None:
+    # erase_on_delete hands delete_thread to dsh.rights.erase
+    # (docs/adapters.md#langgraph-and-langchain-agents)
+    import dsh as dsh_api
+    from dsh.adapters.langgraph import DshSaver
+    from dsh.rights import store_log
+    from tests.rights.test_redact import store_bytes
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with ScriptedServer() as server:
+        base = server.base_url + "/v1"
+        server.add(Stream(openai_reply("noted")))
+        run("langgraph", store, "erased", base, f"my password is {SECRET}")
+        with DshSaver.from_url(store) as saver:
+            saver.copy_thread("erased", "erased-copy")
+        assert SECRET.encode() in b"".join(raw for _, raw in store_bytes(store))
+        with DshSaver.from_url(store, erase_on_delete=True) as saver:
+            config: Any = {"configurable": {"thread_id": "erased"}}
+            assert saver.get_tuple(config) is not None
+            saver.delete_thread("erased")
+            assert saver.get_tuple(config) is None
+        assert SECRET.encode() not in b"".join(raw for _, raw in store_bytes(store))
+        with dsh_api.open(store) as opened:
+            [record] = store_log(opened).deletions()
+            assert record["sessions"] == ["erased", "erased-copy"]
+            assert record["reason"] == "LangGraph delete_thread"
+        dsh("verify", "--all", "--store", store)
+        server.add(Stream(openai_reply("hello")))
+        run("langgraph", store, "erased", base, "hi")  # a later run starts afresh
+        _no_secret(server)

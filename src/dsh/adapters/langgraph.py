@@ -253,8 +253,10 @@ class DshSaver(BaseCheckpointSaver[str]):
         serde: LangGraph serializer for values that are not plain JSON (default: LangGraph's).
         wait: Seconds to wait for a thread another process is writing before giving up with
             :class:`~dsh.SessionBusyError` naming that process (default 5, as the CLI).
-        erase_on_delete: Hand ``delete_thread`` to dsh's erasure (the bytes go too) instead of
-            hiding the thread. Refused with ``ADAPTER_ERASE_UNAVAILABLE`` until dsh has erasure.
+        erase_on_delete: After ``delete_thread`` (and ``prune(strategy="delete")``) hides the
+            thread, hand it to :func:`dsh.rights.erase`: its bytes leave the store too, and so
+            do the copies its forks (``copy_thread``) hold; recorded in the store log
+            (docs/adapters.md#langgraph-and-langchain-agents, docs/forgetting.md#erasure).
 
     A thread this saver writes is held for writing (exclusively, across processes) until
     :meth:`close`; reading a thread it does not write takes no lock. Usable as ``with`` and
@@ -268,10 +270,7 @@ class DshSaver(BaseCheckpointSaver[str]):
     def __init__(self, store: str | None = None, *, serde: SerializerProtocol | None = None,
                  wait: float = DEFAULT_WAIT_S, erase_on_delete: bool = False) -> None:
         super().__init__(serde=serde)
-        if erase_on_delete:
-            raise AdapterError("erase_on_delete needs dsh's erasure, which this dsh does not "
-                               "have yet; delete_thread hides the thread and keeps its bytes",
-                               code="ADAPTER_ERASE_UNAVAILABLE")
+        self.erase_on_delete = erase_on_delete
         self.store_url = store if store is not None else default_store_url()
         self.wait = wait
         self._persistence: Persistence = Persistence(open_backend(self.store_url))
@@ -712,10 +711,16 @@ class DshSaver(BaseCheckpointSaver[str]):
                 if isinstance(m, BaseMessage) and isinstance(m.id, str) and m.id not in ids]
 
     def delete_thread(self, thread_id: str) -> None:
-        """Hide every checkpoint and write of the thread; its log keeps the bytes.
+        """Hide every checkpoint and write of the thread; its log keeps the bytes, unless erased.
 
         Its messages leave the model view (a surface removal); a later ``put`` starts afresh.
-        A thread that is not stored is left alone.
+        With ``erase_on_delete`` the thread is then erased (:func:`dsh.rights.erase`, reason
+        ``LangGraph delete_thread``): the saver releases it and every byte of its content,
+        and of its forks' copies, leaves the store. A thread that is not stored is left alone.
+
+        Raises:
+            SessionBusyError: with ``erase_on_delete``, another process writes the thread or
+                one of its forks (it stays hidden; delete it again to erase it).
         """
         thread_id = str(thread_id)
         with self._lock:
@@ -728,6 +733,22 @@ class DshSaver(BaseCheckpointSaver[str]):
             log.open().mark(DROP_EVENT, {"all": True})
             log.flush()
             thread.fold(log.session.events)
+            if self.erase_on_delete:
+                self._erase(thread_id)
+
+    def _erase(self, thread_id: str) -> None:
+        """Release the thread's write ownership and erase it.
+
+        Rule: docs/adapters.md#langgraph-and-langchain-agents.
+        """
+        from dsh.rights import erase
+
+        log = self._logs.pop(thread_id, None)
+        self._threads.pop(thread_id, None)
+        if log is not None:
+            log.close()
+        erase(self._persistence, [thread_id], reason="LangGraph delete_thread",
+              by="dsh.adapters.langgraph")
 
     def _drop(self, thread_id: str, keep: Callable[[str, str, _Checkpoint], bool]) -> None:
         thread = self._thread(thread_id)
