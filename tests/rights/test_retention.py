@@ -45,6 +45,11 @@ def _populate(url: str) -> int:
 def test_gc_archives_trashes_and_purges_as_the_policies_say(url: str) -> None:
     last = _populate(url)
     with dsh.open(url) as store:
+        # what gc reads is what dsh ls shows: the same headers and last activity
+        pairs, errors = store.persistence.list_activity()
+        assert errors == []
+        assert {h["id"]: (dict(h), t) for h, t in pairs} == {
+            e.id: (dict(e.header), e.last_activity_ms) for e in store.list(which="all")}
         assert gc(store, now_ms=last + 400 * DAY_MS).items == ()  # no policy: keep all
         set_retention(store, RetentionPolicy(archive_after_days=30, trash_after_days=60,
                                              purge_after_days=30))

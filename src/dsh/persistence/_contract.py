@@ -430,6 +430,14 @@ class ListsEntries(Protocol):
         """
         ...
 
+    def list_activity(self, read: ReadFn) -> tuple[list[tuple[FrozenDict, int]], list[DshError]]:
+        """``(header, last_activity_ms)`` of every session with at least one event, fast.
+
+        What retention needs of a listing (docs/forgetting.md#retention): the same headers
+        and ``last_activity_ms`` as :meth:`list_entries`, with nothing else computed.
+        """
+        ...
+
 
 @runtime_checkable
 class Tails(Protocol):

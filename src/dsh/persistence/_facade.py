@@ -59,6 +59,7 @@ log = logging.getLogger("dsh.persistence")
 
 _Entries = list[ListingEntry]
 _Errors = list[DshError]
+_Activity = list[tuple[FrozenDict, int]]
 
 
 class Persistence:
@@ -186,6 +187,25 @@ class Persistence:
         if not self.backend.capabilities.saved_cuts:
             return ()
         return tuple(cast(KeepsCuts, self.backend).saved_cuts(session_id))
+
+    def list_activity(self) -> tuple[_Activity, _Errors]:
+        """``(header, last_activity_ms)`` of every stored session with at least one event.
+
+        What retention reads (docs/forgetting.md#retention): SQLite answers with two queries,
+        JSONL from its listing index, other backends read every log. The store log is left out.
+
+        Returns:
+            The pairs (the backend's order) and one error per log that could not be read.
+        """
+        def full(session_id: str) -> tuple[FrozenDict, tuple[Event, ...]]:
+            read = self.read(session_id)
+            return read.header, read.stored_events
+
+        if self.backend.capabilities.listing:
+            pairs, errors = cast(ListsEntries, self.backend).list_activity(full)
+            return [p for p in pairs if p[0]["id"] != STORE_LOG_ID], errors
+        entries, errors = read_entries([str(h["id"]) for h in self.list_headers()], full)
+        return [(e.header, e.last_activity_ms) for e in entries], errors
 
     # reading -----------------------------------------------------------------------------
 

@@ -2,11 +2,12 @@
 
 Rule: docs/forgetting.md#retention. A policy has a scope (``where``: header values every
 session it covers has; ``{}`` is the whole store) and says keep, or archive / trash after N
-days without activity, and purge after N days in the trash. ``gc`` reads the listing (last
-activity), the headers and the store log, picks each session's policy (the matching scope
-with the most keys; among equals the one set last) and lists what it would do and why;
-``apply=True`` does it: archive and trash as one store-log record per policy, purges as
-:func:`dsh.rights.erase` plus a ``store/erased {purge: true, policy}`` record.
+days without activity, and purge after N days in the trash. ``gc`` reads each session's
+header and last activity (``Persistence.list_activity``) and the store log, picks each
+session's policy (the matching scope with the most keys; among equals the one set last) and
+lists what it would do and why; ``apply=True`` does it: archive and trash as one store-log
+record per policy, purges as :func:`dsh.rights.erase` plus a ``store/erased {purge: true,
+policies}`` record.
 
 Nothing is deleted without a stored policy: a store with no policy keeps everything.
 """
@@ -218,6 +219,10 @@ def pick_policy(policies: tuple[RetentionPolicy, ...], header: Mapping[str, Any]
     return best
 
 
+def _by_id(pair: tuple[Mapping[str, Any], int]) -> str:
+    return str(pair[0]["id"])
+
+
 ProgressFn = Callable[[str, int, int], None]
 """``progress(phase, done, total)``: ``phase`` is ``reading``, ``recording`` or ``purging``."""
 
@@ -255,14 +260,14 @@ def gc(store: Persistence | HasPersistence, *, apply: bool = False,
         clock() if clock is not None else int(_time.time() * 1000))
     state = store_log(persistence)
     policies = tuple(RetentionPolicy.from_json(p) for p in state.policies)
-    entries, errors = persistence.list_entries()
+    entries, errors = persistence.list_activity()
     unreadable = tuple(sorted(str(e.where.get("session_id")) for e in errors))
     if progress is not None:
         progress("reading", 0, len(entries))
     items: list[GcItem] = []
-    for done, entry in enumerate(sorted(entries, key=lambda e: e.id), 1):
-        sid, last_activity_ms = entry.id, entry.last_activity_ms
-        policy = pick_policy(policies, entry.header) if policies else None
+    for done, (header, last_activity_ms) in enumerate(sorted(entries, key=_by_id), 1):
+        sid = str(header["id"])
+        policy = pick_policy(policies, header) if policies else None
         if progress is not None and done % 1000 == 0:
             progress("reading", done, len(entries))
         if policy is None or policy.keep:

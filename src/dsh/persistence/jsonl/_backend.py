@@ -1410,6 +1410,11 @@ class JsonlBackend:
                                   path=str(path), line=1)
         return data.decode("utf-8")
 
+    def list_activity(self, read: ReadFn) -> tuple[list[tuple[FrozenDict, int]], list[DshError]]:
+        """``(header, last_activity_ms)`` of every session, from :meth:`list_entries`."""
+        entries, errors = self.list_entries(read)
+        return [(e.header, e.last_activity_ms) for e in entries], errors
+
     def list_entries(self, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
         """Entries of every session: from the listing index where a log is unchanged, else a read.
 

@@ -938,6 +938,50 @@ class SqliteBackend:
         more, errors = read_entries(sorted(damaged | bad_replies), read)
         return out + more, errors
 
+    def list_activity(self, read: ReadFn) -> tuple[list[tuple[FrozenDict, int]], list[DshError]]:
+        """``(header, last_activity_ms)`` of every session: two queries, one row decoded each.
+
+        The sessions rows give the headers and each session's last physical row its last
+        time (a packed row: its last member), as :meth:`list_entries` computes them; a
+        session whose last row does not decode is read in full through ``read``.
+        """
+        with self._shared() as c:
+            conn = c.conn
+            version = c.schema_version
+            columns = ("e.rowid, e.seq, e.type, e.time, e.data, e.source_event_seqs, "
+                       "e.surface_op, " + ("NULL" if version == 14 else "e.ignorable"))
+            conn.execute("BEGIN")
+            try:
+                sessions = conn.execute(
+                    "SELECT id, version, created_at, cwd, parent_session, seed_length, origin, "
+                    "delegation_depth, agent_preset, incarnation, revision FROM sessions "
+                    "ORDER BY rowid").fetchall()
+                last_rows = conn.execute(
+                    f"SELECT e.session_id, {columns} FROM events AS e JOIN "
+                    "(SELECT session_id, max(seq) AS last FROM events GROUP BY session_id) AS t "
+                    "ON e.session_id = t.session_id AND e.seq = t.last").fetchall()
+            finally:
+                conn.execute("COMMIT")
+        last: dict[str, int] = {}
+        damaged: list[str] = []
+        for sid, *row in last_rows:
+            if row[7] == 0 or type(row[3]) is not int:  # a packed row (ignorable 0): decode
+                try:
+                    last[sid] = int(decode_row(tuple(row), version)[-1]["time"])
+                except RowError:
+                    damaged.append(sid)
+            else:
+                last[sid] = int(row[3])
+        add = self._metadata_of()
+        out: list[tuple[FrozenDict, int]] = []
+        for row in sessions:
+            header, incarnation, _ = decode_session_row(row, path=str(self.path))
+            sid = str(header["id"])
+            if sid in last:
+                out.append((add(header, incarnation), last[sid]))
+        more, errors = read_entries(sorted(damaged), read)
+        return out + [(e.header, e.last_activity_ms) for e in more], errors
+
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding rows a torn-tail repair cut from this session.
 
