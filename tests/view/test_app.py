@@ -264,7 +264,7 @@ def test_the_viewer_reads_through_the_public_api_only() -> None:
     assert private == [] and "dsh" in used and "dsh.transcript" in used
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "jsonl"])
 def test_a_log_without_a_restore_point_is_paged_by_range(tmp_path: Path, backend: str) -> None:
     from tests.persistence.test_pages import ranged_url, write_without_restore_point
 
@@ -277,6 +277,7 @@ def test_a_log_without_a_restore_point_is_paged_by_range(tmp_path: Path, backend
             with TestClient(create_app(store, token=TOKEN)) as c:
                 latest = c.get(f"/s/big?token={TOKEN}").text
                 assert "answer 1000" in latest and ">answer 900<" not in latest
+                assert "checked against the log's integrity" in latest  # says how far
                 first = c.get(f"/s/big?start=0&token={TOKEN}").text
                 assert "question 1<" in first and "answer 1000" not in first
                 model = c.get(f"/s/big/model/5996?fragment=1&token={TOKEN}").text
