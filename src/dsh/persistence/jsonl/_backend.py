@@ -489,6 +489,10 @@ class JsonlHandle(HandleBase):
     def read(self, offset: int = 0) -> ColdRead:
         """Read header and committed events with ``seq >= offset`` (see ``Handle.read``).
 
+        A read handle of a raw log asked for ``offset > 0`` reads only the lines from the one
+        holding ``offset`` (found by bisection, checked against the seal records they touch),
+        and the whole file at any doubt (docs/formats.md#reading-the-committed-region).
+
         Raises:
             LogCorruptError: see :func:`parse_log`; also a header whose id or cwd does not
                 identify this file ("stored session identity mismatch").
