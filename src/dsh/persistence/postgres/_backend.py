@@ -1278,6 +1278,11 @@ class PostgresBackend:
             yield _with_metadata(decode_session_row(row[:11], path=self._url)[0], row[12],
                                  self._url)
 
+    def list_activity(self, read: ReadFn) -> tuple[list[tuple[FrozenDict, int]], list[DshError]]:
+        """``(header, last_activity_ms)`` of every session, from :meth:`list_entries`."""
+        entries, errors = self.list_entries(read)
+        return [(e.header, e.last_activity_ms) for e in entries], errors
+
     def list_entries(self, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
         """Entries of every session from one query over the sessions rows; no log is read.
 
