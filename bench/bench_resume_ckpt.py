@@ -14,14 +14,15 @@ resume writes closers). Stores are built once and cached under ``--cache`` keyed
 parameters (never in CI); each measured run resumes a fresh copy in a fresh process.
 
 A child reports: ``resume_ms`` (``dsh.open`` + ``SessionStore.resume``: ownership, restore point
-check, tail read, closers written, published), ``rss_mb`` (peak RSS minus the RSS of the same
-interpreter with dsh imported, before the resume), ``derive_ms`` (the first
-``derive_messages``), ``derive_rss_mb`` (peak RSS above idle after it), ``paged`` (whether the
-restore point was used), ``tail`` (events read after the restore point's cut, closers and
-end-seed included). With ``--full-read-up-to N`` sessions up to N events are also resumed with
-the restore point removed (the full read), for comparison. The ``postgres`` backend (not in
-``all``) builds in a schema of its own on ``--server``; its runs resume the one stored session
-in turn (the first run commits an open turn's closers, later runs resume the repaired log).
+check, tail read, closers written, published), ``open_ms`` (the ``dsh.open`` part), ``rss_mb``
+(peak RSS minus the RSS of the same interpreter with dsh imported, before the resume),
+``derive_ms`` (the first ``derive_messages``), ``derive_rss_mb`` (peak RSS above idle after it),
+``paged`` (whether the restore point was used), ``tail`` (events read after the restore point's
+cut, closers and end-seed included). With ``--full-read-up-to N`` sessions up to N events are
+also resumed with the restore point removed (the full read), for comparison. The ``postgres``
+backend (not in ``all``) builds in a schema of its own on ``--server``; its runs resume the one
+stored session in turn (the first run commits an open turn's closers, later runs resume the
+repaired log).
 """
 
 from __future__ import annotations
@@ -105,12 +106,13 @@ def child(url: str) -> dict[str, Any]:
     idle = _rss_mb("VmRSS")
     t0 = now_ms()
     store = dsh.open(url)
+    t_open = now_ms()
     session = store.sessions.resume(SESSION_ID)  # as before: no exists() look first
     t1 = now_ms()
     rss = _rss_mb("VmHWM") - idle
     messages = session.derive_messages()
     t2 = now_ms()
-    result = {"resume_ms": t1 - t0, "rss_mb": rss, "derive_ms": t2 - t1,
+    result = {"resume_ms": t1 - t0, "open_ms": t_open - t0, "rss_mb": rss, "derive_ms": t2 - t1,
               "derive_rss_mb": _rss_mb("VmHWM") - idle,
               "events": len(session.events), "messages": len(messages),
               "paged": int(isinstance(session._log, PagedLog)),
@@ -274,14 +276,16 @@ def _print(rows: list[Row], runs: int, *, uncompacted: bool) -> None:
     header_lines(f"resume through the restore point, {kind} (median of {runs} fresh "
                  "processes)")
     print("| backend | events | variant | surface nodes | compactions | tail read | resume ms "
+          "| of which dsh.open ms "
           "| RSS above idle MB | first derive ms | RSS after derive MB | restore point used "
           "| full-read resume ms | full-read RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for backend, _size, variant, facts, paged, full in rows:
         full_ms = f"{full['resume_ms']:.0f}" if full else "-"
         full_rss = f"{full['rss_mb']:.0f}" if full else "-"
         print(f"| {backend} | {facts['events']:,} | {variant} | {facts['surface']} | "
               f"{facts['compactions']} | {paged['tail']:.0f} | {paged['resume_ms']:.1f} | "
+              f"{paged['open_ms']:.1f} | "
               f"{paged['rss_mb']:.1f} | "
               f"{paged['derive_ms']:.1f} | {paged['derive_rss_mb']:.0f} | "
               f"{'yes' if paged['paged'] == 1 else 'NO'} | "

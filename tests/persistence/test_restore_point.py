@@ -61,8 +61,13 @@ def url_of(kind: str, root: Path) -> str:
 
 @pytest.fixture(autouse=True)
 def small_restore_points(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Restore point at every flush, index every batch, page 4 events: every boundary is hit."""
+    """Restore point at every flush, index every batch, page 4 events: every boundary is hit.
+
+    Surface nodes are stored packed from 2 on, so resumes here read the packed form (the other
+    restore point tests read the plain list).
+    """
     monkeypatch.setattr(rp, "RESTORE_POINT_EVERY_EVENTS", 1)
+    monkeypatch.setattr(rp, "PACKED_NODES_MIN", 2)
     monkeypatch.setattr(rp, "INDEX_EVERY_EVENTS", 1)
     monkeypatch.setattr(paging, "PAGE_EVENTS", 4)
 
@@ -655,3 +660,22 @@ def test_schema_14_resume_from_a_restore_point_equals_the_full_read(root: Path,
     long_store("sqlite14", root, open_turn=open_turn, system=False)
     assert list(root.rglob("*.ckpt")), "the writer keeps a restore point for schema 14 too"
     assert_equivalent(root, "sqlite14")
+
+
+def test_many_surface_nodes_are_stored_packed_and_read_back_exactly() -> None:
+    # docs/formats.md#restore-points: nodes packed as zlib'd int64 differences past 4,096
+    from dsh.session import RestoreState
+    nodes = (*range(0, 3 * rp.PACKED_NODES_MIN, 3), 1, 2, 2**40)  # any order, any size
+    state = RestoreState(event_count=2**40 + 1, last_time=5, last_type="turn/end", nodes=nodes,
+                         replace_generation=1, request_header=None, request_context=None,
+                         inherited_markers=0, turn_boundary=-1, turn_open=False)
+    anchor = rp.Anchor(backend="sqlite", session_id="s", incarnation="i",
+                       event_count=state.event_count, byte_offset=1, header_digest="h",
+                       tail_digest="t", seal_digest="")
+    data = rp.encode_restore_point(rp.RestorePoint(anchor=anchor, state=state))
+    assert len(data) < 4096 and b'"nodes":"zq:' in data
+    assert rp.decode_restore_point(data, session_id="s", backend="sqlite").state == state
+    body = data.partition(b"\n")[2].replace(b'"nodes":"zq:', b'"nodes":"zq:AAAA')
+    forged = b"DSHCKPT1 " + rp.digest(body).encode() + b"\n" + body
+    with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
+        rp.decode_restore_point(forged, session_id="s", backend="sqlite")

@@ -230,3 +230,25 @@ def test_paged_log_read_from_many_threads_answers_every_read(
     finally:
         sys.setswitchinterval(interval)
     assert errors == [] and wrong == []
+
+
+def test_the_last_messages_after_a_paged_restore_read_only_their_pages() -> None:
+    # docs/rules.md#deriving-messages: derive_messages(last=N) costs O(N)
+    events = _long_log(2000)
+    session, source = _paged(events, len(events) - 1)
+    full = _full(events).derive_messages()
+    assert session.derive_messages(last=5) == full[-5:]
+    assert {start for start, _ in source.reads} == {(len(events) - 2) // PAGE_EVENTS
+                                                    * PAGE_EVENTS}
+    assert session.derive_messages(last=0) == []
+    assert session.derive_messages() == full
+    assert session.derive_messages(last=10**6) == full  # the full derive's tail once current
+    with pytest.raises(ValueError):
+        session.derive_messages(last=-1)
+
+
+def test_the_last_messages_equal_the_tail_of_the_full_derive() -> None:
+    events = _long_log(30)
+    session = _full(events)
+    for n in (1, 2, 7, 90, 91, 200):
+        assert session.derive_messages(last=n) == session.derive_messages()[-n:]

@@ -1343,8 +1343,13 @@ class Session:
 
     # derived views --------------------------------------------------------------------------
 
-    def derive_messages(self) -> list[FrozenDict]:
+    def derive_messages(self, *, last: int | None = None) -> list[FrozenDict]:
         """Return the model-visible messages, in surface order, as a fresh list.
+
+        With ``last=N`` (N >= 0): only the last N messages (fewer when the surface has fewer),
+        found from the end of the surface, so they cost O(N) whatever the session's length
+        (after an O(tail) resume, only the pages holding them are read); the incremental state
+        of the full derive is not touched. A ``ValueError`` names a negative or non-integer N.
 
         Elements are the frozen messages stored in the log (shared, never copied); the list is
         the caller's (reordering it is harmless; a held list never grows). Incremental: only
@@ -1355,6 +1360,8 @@ class Session:
         copying every reference when the previous result is gone, and costs one list of
         references held by the session. Rule: docs/rules.md#deriving-messages.
         """
+        if last is not None:
+            return self._last_messages(last)
         nodes = self._nodes
         generation = self._surface.replace_generation
         if generation != self._derived_generation:
@@ -1395,6 +1402,27 @@ class Session:
             handed: list[FrozenDict] = c_hand_out_messages(self._derived, self._derived_handed)
             return handed
         return list(self._derived)
+
+    def _last_messages(self, count: int) -> list[FrozenDict]:
+        """The last ``count`` messages of the surface (see :meth:`derive_messages`)."""
+        if type(count) is not int or count < 0:
+            raise ValueError(f"last must be a non-negative integer, got {count!r}")
+        if count == 0:
+            return []
+        if self._derived_count == len(self._nodes) \
+                and self._derived_generation == self._surface.replace_generation:
+            return self._derived[-count:]  # the full derive is current: its tail is the answer
+        cache = self._message_cache
+        log = self._log
+        out: list[FrozenDict] = []
+        for seq in reversed(self._nodes):
+            message = cache[seq] if seq in cache else derive_event_message(log[seq])
+            if message is not None:
+                out.append(message)
+                if len(out) == count:
+                    break
+        out.reverse()
+        return out
 
     def _page_in_messages(self, log: PagedLog, start: int) -> None:
         """Cache the messages of surface nodes ``start..`` that lie before the paged cut.
