@@ -1,7 +1,7 @@
 """Child process of the crash tests: imports dsh, says ``ready``, waits for a line, then runs
 one rights operation on a store and says ``done`` (the parent SIGKILLs it somewhere between).
 
-usage: python -m tests.rights._crash_worker URL SESSION redact|erase
+usage: python -m tests.rights._crash_worker URL SESSION redact|erase|gc (gc: ``gc --apply``)
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 import dsh
-from dsh.rights import erase, redact
+from dsh.rights import erase, gc, redact
 
 
 def main() -> None:
@@ -20,6 +20,8 @@ def main() -> None:
         sys.stdin.readline()
         if op == "redact":
             redact(store, session_id, secrets=True)
+        elif op == "gc":
+            gc(store, apply=True)
         else:
             erase(store, [session_id])
     sys.stdout.write("done\n")

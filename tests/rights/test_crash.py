@@ -1,10 +1,11 @@
-"""SIGKILL at random points of ``redact`` and ``erase``, on every real backend: the log is
+"""SIGKILL at random points of ``redact``, ``erase`` and ``gc --apply`` (a policy purging a
+trashed session), on every real backend: the log is
 always loadable and verifies, it is the state before or the state after, and running the
 operation again completes it (no secret left in any store byte).
 
 ``DSH_CRASH_RUNS`` kills per backend and operation (default 6), ``DSH_CRASH_SEED`` varies
 where they land. Rule:
-docs/forgetting.md#how-an-operation-runs.
+docs/forgetting.md#how-an-operation-runs, docs/forgetting.md#retention.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 import dsh
 from dsh import SessionBusyError
 from dsh._verify import verify_events
-from dsh.rights import erase, redact
+from dsh.rights import RetentionPolicy, erase, gc, redact, set_retention, store_log, trash
 from dsh.testing._stores import store_url
 from tests.rights.conftest import REPO, SECRETS, build
 from tests.rights.test_redact import store_bytes
@@ -38,6 +39,9 @@ def _rerun(store: dsh.Store, session_id: str, op: str) -> None:
         try:
             if op == "redact":
                 redact(store, session_id, secrets=True)
+            elif op == "gc":
+                gc(store, apply=True)
+                assert store_log(store).trash[session_id].purged_ms is not None
             else:
                 erase(store, [session_id])
             return
@@ -62,7 +66,7 @@ def _kill_somewhere(url: str, session_id: str, op: str, rng: random.Random) -> b
     return out.strip() == "done"
 
 
-@pytest.mark.parametrize("op", ["redact", "erase"])
+@pytest.mark.parametrize("op", ["redact", "erase", "gc"])
 def test_a_killed_operation_leaves_before_or_after_and_a_rerun_completes(
         url: str, op: str, tmp_path: Path) -> None:
     postgres = url.startswith("postgresql")
@@ -76,6 +80,9 @@ def test_a_killed_operation_leaves_before_or_after_and_a_rerun_completes(
         build(run_url, sid)
         with dsh.open(run_url) as store:
             before = store.read(sid).stored_events
+            if op == "gc":  # the policy purges what is in the trash at once
+                set_retention(store, RetentionPolicy(purge_after_days=0))
+                trash(store, [sid])
         _kill_somewhere(run_url, sid, op, rng)
         with dsh.open(run_url) as store:
             read = store.read(sid)  # loadable: never a damaged log
@@ -85,6 +92,8 @@ def test_a_killed_operation_leaves_before_or_after_and_a_rerun_completes(
                 assert events[-1]["type"] == "redaction/applied"
                 assert len(events) in (len(before) + 1, len(before) + 2)  # + end-seed marker
                 assert [e["type"] for e in events[:len(before)]] == [e["type"] for e in before]
+            if op == "gc":
+                assert sid in store_log(store).trash  # the store log reads, sid still trashed
             _rerun(store, sid, op)
             read = store.read(sid)
             assert verify_events(read.stored_events, header=read.header) == []
