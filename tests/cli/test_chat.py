@@ -174,3 +174,40 @@ def test_chat_show_compact_and_fork(tmp_path: Path) -> None:
     assert [m["role"] for m in branch] == ["user", "user"]
     assert branch[0]["content"].startswith("first question")
     assert branch[1]["content"] == "a question in the branch"
+
+
+def test_a_kill_while_the_shell_prompt_waits_leaves_a_call_that_never_started(
+        tmp_path: Path) -> None:
+    # The approval is asked before the call is recorded: SIGKILLed at the [y/N] prompt, the
+    # log holds the model's request but no tool/call, and the repair says the call was not
+    # recorded as started (docs/agent.md#tool-execution), not that it may have run.
+    import signal
+
+    import dsh
+
+    marker = tmp_path / "ran.txt"
+    call = [("call_1", "shell", json.dumps({"command": f"echo ran > {marker.name}"}))]
+    server = ScriptedServer([Stream(openai_reply("Running it.", tool_calls=call))])
+    with server:
+        chat = spawn(tmp_path, server, "--tools", "shell")
+        chat.expect(r"session (\S+) ·")
+        session = chat.match.group(1)
+        chat.expect_exact("you> ")
+        chat.sendline("write the marker")
+        chat.expect_exact(f"$ echo ran > {marker.name}")
+        chat.expect_exact("[y/N] ")
+        chat.kill(signal.SIGKILL)
+        chat.expect(pexpect.EOF)
+        chat.close()
+    assert chat.signalstatus == signal.SIGKILL
+    assert not marker.exists()
+    with dsh.open(f"sqlite:{tmp_path / 'home' / 'sessions.db'}") as store:
+        read = store.read(session)
+    types = [e["type"] for e in read.stored_events]
+    assert types[-1] == "assistant/message" and "tool/call" not in types
+    [result] = [e for e in read.closers if e["type"] == "tool/result"]
+    [block] = result["data"]["message"]["content"]
+    [text] = [b["text"] for b in block["content"]]
+    assert text.startswith('The session was interrupted before the "shell" tool call call_1 '
+                           "was recorded as started, so it most likely never ran")
+    assert result["data"]["error"]["code"] == "TOOL_NOT_STARTED"

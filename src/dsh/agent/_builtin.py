@@ -26,10 +26,10 @@ import signal
 import stat
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from dsh._errors import ConfigError, DshError
 from dsh.agent._tools import Tool, ToolContext, ToolEffect, ToolOutput, tool
@@ -315,9 +315,9 @@ def shell_tool(root: str | os.PathLike[str], *,
             command: The command line for /bin/sh.
             ctx: The call's context (given by the loop, not by the model).
         """
-        if durable:
-            decision: object = True  # the loop ran this body only after a recorded yes
-        else:
+        if durable or ctx.approved:
+            decision: object = True  # the loop ran this body only after a yes
+        else:  # called outside the loop: ask here
             assert callable(approve)
             decision = approve(ShellRequest(command=command, cwd=str(base),
                                             call_id=ctx.call_id))
@@ -345,7 +345,17 @@ def shell_tool(root: str | os.PathLike[str], *,
                 f"{err[:_MAX_OUTPUT_BYTES].decode('utf-8', 'replace')}")
         return ToolOutput(content=text, is_error=process.returncode != 0)
 
-    return shell
+    if durable:
+        return shell
+
+    def ask(arguments: Mapping[str, Any], call_id: str) -> bool | Awaitable[bool]:
+        assert callable(approve)
+        return approve(ShellRequest(command=str(arguments["command"]), cwd=str(base),
+                                    call_id=call_id))
+
+    # the loop asks before it records the call: a crash while a person decides leaves a
+    # call that never started (docs/agent.md#tool-execution)
+    return replace(shell, approve=ask)
 
 
 async def _kill_group(process: asyncio.subprocess.Process) -> None:

@@ -14,7 +14,9 @@ One :meth:`Agent.run` drives turns while the inbox has work (docs/agent.md#the-t
    idempotency key), the **tool checkpoint**, the body; parallel-safe calls share a rolling
    pool (default 10), the others are barriers; every ``tool/result`` strictly in model order;
    a call of a tool that ``needs_approval`` records ``approval/requested`` and a waiting result
-   instead of running, and the turn ends ``blocked`` after the step; ``step/end`` always;
+   instead of running, and the turn ends ``blocked`` after the step; a tool's in-process
+   ``approve`` is asked before its ``tool/call`` is recorded (a no: the call and a
+   ``NOT_APPROVED`` result); ``step/end`` always;
 4. ``turn/end`` with completed / max-tokens / blocked / error / aborted, then a flush, so a
    finished turn is durable when :meth:`Agent.run` returns (a flush dsh does not take here).
 
@@ -773,7 +775,7 @@ class Agent:
     # tools ----------------------------------------------------------------------------------
 
     async def _dispatch(self, step: StepRecorder, call: Mapping[str, Any],
-                        recorded: Event) -> ToolOutput:
+                        recorded: Event, *, approved: bool = False) -> ToolOutput:
         """Checkpoint, then run one tool body (the call's ``tool/call`` is already logged)."""
         try:
             await self._checkpoint()
@@ -792,7 +794,7 @@ class Agent:
         key = recorded["data"].get("idempotencyKey")
         context = ToolContext(session_id=self._session.id, call_id=call["id"], turn=step.turn,
                               step=step.number, idempotency_key=key if isinstance(key, str)
-                              else "", effect=found.effect)
+                              else "", effect=found.effect, approved=approved)
         failpoint("tool.before-body")
         output = await found.invoke(call["arguments"], context)
         failpoint("tool.after-body")
@@ -831,9 +833,20 @@ class Agent:
                 exclusive = found is not None and not found.parallel_safe
                 while running and (exclusive or len(running) >= self._pool):
                     await settle(wait_all=exclusive)
+                approved = found is not None and found.approve is not None
+                if approved:
+                    await self._checkpoint()  # the request is durable before a person is asked
+                if found is not None and approved and not await found.aapprove(
+                        call["arguments"], call["id"]):
+                    # the no is recorded with its call: it never started
+                    step.tool_call(call["id"], effect=found.effect, epoch=self._writer_epoch())
+                    outcomes[index] = _not_approved(call)
+                    commit_ready()
+                    continue
                 recorded = step.tool_call(call["id"], effect=found.effect if found else None,
                                           epoch=self._writer_epoch())
-                task = asyncio.create_task(self._dispatch(step, call, recorded))
+                task = asyncio.create_task(self._dispatch(step, call, recorded,
+                                                          approved=approved))
                 running[task] = index
                 if exclusive:
                     await settle(wait_all=True)
@@ -1033,6 +1046,13 @@ class Agent:
                 content="Error: tool call aborted and did not stop in time; it may still be "
                         "running and may have had effects",
                 error={"name": "AbortError", "code": "ABORTED"})
+
+
+def _not_approved(call: Mapping[str, Any]) -> ToolOutput:
+    """The result of a call its tool's in-process approval refused (it never ran)."""
+    return ToolOutput(content=f"Error: the call was not approved, so it did not run: "
+                              f"{call['name']} {call['arguments']}",
+                      error={"name": "ApprovalError", "code": "NOT_APPROVED"})
 
 
 def _answered_reason(record: CallRecord) -> str:

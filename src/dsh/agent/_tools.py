@@ -69,6 +69,8 @@ class ToolContext:
             column). Empty only for a context built by hand.
         effect: The tool's effect class.
         attempt: 1 for the first run; 2, 3, ... when resume runs the call again.
+        approved: True when the loop asked the tool's :attr:`Tool.approve` before it recorded
+            the call and got a yes (the body need not ask again).
     """
 
     session_id: str
@@ -78,6 +80,7 @@ class ToolContext:
     idempotency_key: str = ""
     effect: ToolEffect = "irreversible"
     attempt: int = 1
+    approved: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +99,10 @@ class ToolOutput:
     error: Mapping[str, str] | None = None
     meta: JsonValue = None
 
+
+ToolApproval: TypeAlias = Callable[[Mapping[str, Any], str], bool | Awaitable[bool]]
+"""``approve(arguments, call_id) -> bool`` (sync or async): a yes asked in the running process
+(a person at a terminal) before the call is recorded; True lets it run."""
 
 Reconcile: TypeAlias = Callable[[str], ToolOutput | Awaitable[ToolOutput | None] | None]
 """``reconcile(idempotency_key) -> ToolOutput | None`` (sync or async): the outcome of the run
@@ -134,6 +141,10 @@ class Tool:
         effect: The effect class (:data:`ToolEffect`; default ``irreversible``).
         reconcile: The look-up of a ``reconcilable`` tool (None for the other classes).
         needs_approval: Every call waits for a person's durable yes before it runs.
+        approve: A yes asked in the running process (:data:`ToolApproval`), which the loop
+            asks before it records the call's ``tool/call``: a crash while a person decides
+            leaves a call that never started, and a no records the call with a
+            ``NOT_APPROVED`` result (docs/agent.md#tool-execution).
     """
 
     name: str
@@ -145,6 +156,7 @@ class Tool:
     effect: ToolEffect = "irreversible"
     reconcile: Reconcile | None = field(default=None, repr=False, compare=False)
     needs_approval: bool = False
+    approve: ToolApproval | None = field(default=None, repr=False, compare=False)
     _validate: Callable[[str], dict[str, Any]] = field(repr=False, compare=False)
     _context_param: str | None = field(default=None, repr=False, compare=False)
 
@@ -188,6 +200,23 @@ class Tool:
                                      else "TOOL_ERROR"})
         return as_output(value)
 
+
+    async def aapprove(self, arguments: str, call_id: str) -> bool:
+        """Ask :attr:`approve` about one call; True when it may run (or no approval is asked).
+
+        Arguments that do not validate are let through: the body never runs with them, and
+        :meth:`invoke` reports ``INVALID_ARGUMENTS``. Cancellation propagates.
+        """
+        if self.approve is None:
+            return True
+        try:
+            kwargs = self._validate(arguments or "{}")
+        except Exception:  # invoke() reports the invalid arguments; nothing would run
+            return True
+        decision = self.approve(kwargs, call_id)
+        if inspect.isawaitable(decision):
+            decision = await decision
+        return decision is True
 
     async def areconcile(self, key: str) -> ToolOutput | None:
         """Ask a ``reconcilable`` tool whether the run made with ``key`` took effect.
