@@ -107,14 +107,14 @@ def test_project_key_examples() -> None:
 
 def test_header_line_key_order_and_delegation_depth(tmp_path: Path) -> None:
     # docs/formats.md#jsonl writer MUST 2: type, version, id, createdAt, cwd?, …, delegationDepth
-    # always
+    # always; then this library's seal mark on a raw log (docs/formats.md#integrity-seals)
     backend = raw_backend(tmp_path)
     builder = LogBuilder()
     builder.completed_turn()
     write_log(backend, builder.events)
     first = lines(log_path(tmp_path))[0]
     assert first == (b'{"type":"session","version":0,"id":"s","createdAt":1767225600000,'
-                     b'"cwd":"/workspace/demo-app","delegationDepth":0}')
+                     b'"cwd":"/workspace/demo-app","delegationDepth":0,"dshSeal":1}')
 
 
 def test_lazy_materialization_writes_nothing_before_first_event(tmp_path: Path) -> None:

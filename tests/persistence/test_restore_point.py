@@ -24,7 +24,7 @@ import dsh
 import dsh.session._paging as paging
 from dsh.persistence import Persistence, open_backend
 from dsh.persistence import _restore_point as rp
-from dsh.persistence._seal import read_seal
+from dsh.persistence._seal import read_seal, reset_seal
 from dsh.session import PagedLog, Session
 from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 from tests.strategies import (
@@ -259,7 +259,11 @@ def test_restore_point_past_a_truncated_log_is_refused(root: Path) -> None:
     data = path.read_bytes()
     cut = data.rindex(b"\n", 0, len(data) - 1) + 1  # drop the last record
     path.write_bytes(data[:cut])
-    path.with_name("session.jsonl.seal").unlink()  # as if cut before the seal was written
+    # as if cut before the last seal records were written: the seal keeps those before the cut
+    seal_path = path.with_name("session.jsonl.seal")
+    seal = read_seal(seal_path)
+    assert seal is not None
+    reset_seal(seal_path, seal.identity, [r for r in seal.records if r[1] <= cut])
     assert_equivalent(root, "jsonl", expect_paged=False)
 
 

@@ -6,11 +6,12 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
 from dsh import (
+    ConfigError,
     DshError,
     Violation,
 )
@@ -80,6 +81,9 @@ def verify(
     receipt: Annotated[Path | None, typer.Option(
         "--receipt", metavar="FILE", show_default=False,
         help="Check an erasure or redaction receipt against the store instead.")] = None,
+    reseal: Annotated[bool, typer.Option(
+        "--reseal", help="Rebuild the integrity seal of ID over its log as it is now (after "
+        "SEAL_MISSING: a lost seal is never rebuilt otherwise), then verify.")] = False,
     store: StoreOption = None,
     json_: JsonOption = False,
 ) -> None:
@@ -96,6 +100,9 @@ def verify(
     if (session_id is None) == (not all_):
         raise typer.BadParameter("give a session ID or --all (not both)",
                                  param_hint="'ID' / '--all'")
+    if reseal and session_id is None:
+        raise typer.BadParameter("--reseal rebuilds the seal of one session: give its ID",
+                                 param_hint="'--reseal'")
     notes: list[str] = []
     restore_points: dict[str, dict[str, object]] = {}
     found: list[Violation] = []
@@ -105,6 +112,8 @@ def verify(
             ids = sorted(str(h["id"]) for h in persistence.list_headers())
         else:
             ids = [require_session(sessions, str(session_id))]
+        if reseal:
+            notes.append(_reseal(persistence, ids[0]))
         with progress("verifying", total=len(ids)) as bar:
             for sid in ids:
                 bar.describe(sid)
@@ -130,6 +139,23 @@ def verify(
     if found:
         raise typer.Exit(EXIT_FAILED)
 
+
+
+def _reseal(persistence: Persistence, session_id: str) -> str:
+    """``dsh verify --reseal ID``: rebuild a lost seal on request (docs/formats.md#integrity-seals).
+
+    Raises:
+        ConfigError: code ``NO_SEAL``: the store keeps no seals.
+    """
+    from dsh.persistence import Reseals
+
+    backend = persistence.backend
+    if not backend.capabilities.reseal:
+        raise ConfigError("this store keeps no integrity seals to rebuild (PostgreSQL and the "
+                          "memory store have none)", code="NO_SEAL", session_id=session_id)
+    path = cast(Reseals, backend).reseal(session_id)
+    return (f"{session_id}: integrity seal {path} rebuilt over the log as it is now; bytes "
+            "changed while it was missing are sealed too")
 
 
 def _verify_receipt(path: Path, store: str | None, json_: bool) -> None:

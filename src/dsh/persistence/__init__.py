@@ -54,6 +54,7 @@ from dsh.persistence._contract import ListsEntries as ListsEntries
 from dsh.persistence._contract import Migrates as Migrates
 from dsh.persistence._contract import NamesFiles as NamesFiles
 from dsh.persistence._contract import ReadsRanges as ReadsRanges
+from dsh.persistence._contract import Reseals as Reseals
 from dsh.persistence._contract import SchemaVersioned as SchemaVersioned
 from dsh.persistence._contract import Tails as Tails
 from dsh.persistence._contract import session_id_problem as session_id_problem

@@ -51,6 +51,7 @@ __all__ = [
     "NamesFiles",
     "OpenMode",
     "ReadsRanges",
+    "Reseals",
     "SchemaVersioned",
     "SessionSummary",
     "Tails",
@@ -295,6 +296,8 @@ class Capabilities:
         torn_tail_hook: Test hook: it can leave a never-committed partial record after a log
             (:class:`InjectsTornTail`), for ``dsh.testing``'s damage tests; otherwise those
             tests are skipped.
+        reseal: It keeps integrity seals and rebuilds a lost one on request (:class:`Reseals`),
+            for ``dsh verify --reseal``.
     """
 
     restore_points: bool = False
@@ -310,6 +313,7 @@ class Capabilities:
     migrations: bool = False
     storable_check: bool = False
     torn_tail_hook: bool = False
+    reseal: bool = False
 
 
 @runtime_checkable
@@ -383,6 +387,23 @@ class KeepsCuts(Protocol):
 
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding bytes or rows cut from this session, oldest first."""
+        ...
+
+
+@runtime_checkable
+class Reseals(Protocol):
+    """A backend that keeps integrity seals and rebuilds a lost one only when asked.
+
+    Rule: docs/formats.md#integrity-seals.
+    """
+
+    def reseal(self, session_id: str) -> str:
+        """Seal the session's committed log as it is now; return the seal file's path.
+
+        Raises:
+            SessionBusyError: a writer holds the session.
+            LogCorruptError: the log breaks the format's own rules (nothing is sealed).
+        """
         ...
 
 

@@ -34,7 +34,8 @@ from dsh.json import CFallback, c_rows_text
 from dsh.persistence._paths import open_sidecar
 
 __all__ = ["Seal", "append_seal", "append_seal_to", "check_byte_seals", "check_row_seals",
-           "crc_of", "open_seal_appender", "read_seal", "reset_seal", "rows_crc", "rows_text"]
+           "crc_of", "install_seal", "open_seal_appender", "read_seal", "reset_seal", "rows_crc",
+           "rows_text", "stage_seal"]
 
 MAGIC: Final = b"DSHSEAL1"
 _RECORD: Final = struct.Struct("<QQI")
@@ -171,6 +172,37 @@ def fsync_folder(path: Path) -> None:
         os.close(fd)
 
 
+def stage_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, int]]) -> Path:
+    """Write a whole seal file beside ``path`` under a temp name, fsynced; return that name.
+
+    :func:`install_seal` renames it over the seal. A writer stages the seal of bytes it is
+    about to publish, so the log never exists marked as sealed without its seal for longer
+    than a rename (docs/formats.md#integrity-seals).
+
+    Raises:
+        OSError: the file could not be written (nothing is renamed).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        _write_all(fd, MAGIC + _LEN.pack(len(identity)) + identity
+                   + b"".join(_RECORD.pack(*r) for r in records))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return tmp
+
+
+def install_seal(tmp: Path, path: Path) -> None:
+    """Rename a staged seal (:func:`stage_seal`) over ``path`` and fsync the folder.
+
+    Raises:
+        OSError: the rename or the folder's fsync failed.
+    """
+    os.replace(tmp, path)
+    fsync_folder(path.parent)
+
+
 def reset_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, int]]) -> None:
     """Replace the seal file atomically with ``records``, durably.
 
@@ -183,16 +215,7 @@ def reset_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, in
     Raises:
         OSError: the file could not be written (the old seal stays).
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        _write_all(fd, MAGIC + _LEN.pack(len(identity)) + identity
-                   + b"".join(_RECORD.pack(*r) for r in records))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_folder(path.parent)
+    install_seal(stage_seal(path, identity, records), path)
 
 
 def append_seal(path: Path, start: int, end: int, crc: int) -> None:

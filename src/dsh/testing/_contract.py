@@ -110,6 +110,7 @@ class BackendContract:
             NamesFiles,
             ReadsRanges,
             RecordsAfterCommit,
+            Reseals,
             SchemaVersioned,
             Tails,
         )
@@ -125,6 +126,7 @@ class BackendContract:
         assert caps.migrations == isinstance(backend, Migrates)
         assert caps.storable_check == isinstance(backend, ChecksStorable)
         assert caps.torn_tail_hook == isinstance(backend, InjectsTornTail)
+        assert caps.reseal == isinstance(backend, Reseals)
         store.create(header("caps"))
         with store.open("caps", "write") as handle:
             assert caps.restore_points == isinstance(handle, KeepsRestorePoints)

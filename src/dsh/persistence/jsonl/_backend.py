@@ -30,7 +30,7 @@ import os
 import secrets
 import stat
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, Literal
@@ -76,19 +76,23 @@ from dsh.persistence._seal import (
     append_seal,
     check_byte_seals,
     crc_of,
+    install_seal,
     read_seal,
     reset_seal,
+    stage_seal,
 )
 from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex, jsonl_signatures
 from dsh.persistence._search import note_flushed as note_search
 from dsh.persistence.jsonl import _ranges as jranges
 from dsh.persistence.jsonl import _restore_point as jrp
 from dsh.persistence.jsonl._format import (
+    SEAL_MARK,
     ZSTD_MAGIC,
     Scanner,
     encode_header_line,
     encode_records,
     encode_segment,
+    has_seal_mark,
     parse_header_lenient,
     parse_header_strict,
     project_dir_name,
@@ -523,6 +527,9 @@ class JsonlHandle(HandleBase):
         parsed = parse_log(data, compression=self._backend.compression, path=str(self.path),
                            seal=seal)
         self._backend._check_identity(self._id, parsed.header, self.path)
+        if raw and (seal is None or not seal.records) and has_seal_mark(
+                data[:parsed.header_end]):
+            raise self._seal_missing()
         if self._mode == "write":
             self._pending_header = None
             self._listing_reset(parsed.torn is None)
@@ -668,8 +675,21 @@ class JsonlHandle(HandleBase):
     def _materialize(self, batch: list[Event]) -> None:
         tail = self._tail
         assert tail is not None and self._pending_header is not None
-        content = self._backend._initial_content(self._pending_header, batch)
-        self._backend._publish(self.path, content, self._id)
+        raw = self._backend.compression == "none"
+        content = self._backend._initial_content(self._pending_header, batch, seal_mark=raw)
+        staged, records = self._stage_first_seal(content) if raw else (None, [])
+        if staged is None and raw:  # no seal could be written: no mark that promises one
+            content = self._backend._initial_content(self._pending_header, batch)
+        try:
+            self._backend._publish(self.path, content, self._id,
+                                   before_link=None if staged is None else
+                                   lambda: install_seal(staged, self._seal_path()))
+        except BaseException:
+            if staged is not None:  # the seal of a log that was not published
+                for leftover in (staged, self._seal_path()):
+                    with contextlib.suppress(OSError):
+                        os.unlink(leftover)
+            raise
         tail.materialized = True
         tail.count = tail.durable_count = len(batch)
         tail.size = tail.durable_size = len(content)
@@ -694,10 +714,63 @@ class JsonlHandle(HandleBase):
                 jrp.note_index(tail.index, seq, offset)
         self._pending_header = None
         self._backend._forget_pending(self._id)
-        if self._backend.compression == "none":
+        if staged is not None:
+            tail.seals = records
+            tail.seal_rewrite = False
+        elif raw:
             tail.seals = []
             self._seal(content)
         self._note_listing_safely()  # the published file is durable (see _publish)
+
+    def reseal_committed(self) -> str:
+        """Write a fresh seal over this raw log's committed bytes (:meth:`JsonlBackend.reseal`).
+
+        Returns:
+            The seal file's path.
+
+        Raises:
+            PersistenceError: ``READ_ONLY`` for a read handle.
+            LogCorruptError: the log breaks the format's rules.
+            OSError: the seal could not be written.
+        """
+        self._check_open()
+        if self._mode != "write":
+            raise PersistenceError(f"cannot reseal session {self._id!r} through a read handle",
+                                   code="READ_ONLY", session_id=self._id)
+        data, _ = _stable_read(self.path, self._id, compression="none", settle=False)
+        parsed = parse_log(data, compression="none", path=str(self.path))
+        reset_seal(self._seal_path(), b"", _seal_records(data[:parsed.committed], 0))
+        self._tail = None  # the next use reads the log through its new seal
+        logger.warning("session %s: integrity seal %s rebuilt over the %d committed bytes of %s "
+                       "as they are now", self._id, self._seal_path(), parsed.committed,
+                       self.path)
+        return str(self._seal_path())
+
+    def _seal_missing(self) -> LogCorruptError:
+        """The error for a marked raw log whose seal is gone (docs/formats.md#integrity-seals)."""
+        seal = self._seal_path()
+        return LogCorruptError(
+            f"integrity seal {seal} of session {self._id!r} is missing, but the log's header "
+            f"says its writer sealed it ({self.path}): its bytes cannot be verified, so they "
+            f"are neither read nor sealed again; restore the seal from a backup, or accept the "
+            f"bytes as they are now with 'dsh verify --reseal {self._id}'", code="SEAL_MISSING",
+            path=str(seal), session_id=self._id)
+
+    def _stage_first_seal(self, content: bytes) -> tuple[Path | None, list[tuple[int, int, int]]]:
+        """Stage the seal of a new raw log before it is published (``None``: it failed).
+
+        The seal is renamed into place just before the log is linked, so a log whose header
+        carries the seal mark never exists without its seal, crash or not
+        (docs/formats.md#integrity-seals).
+        """
+        self._backend._prepare_publish(self.path, self._id)
+        try:
+            records = _seal_records(content, 0)
+            return stage_seal(self._seal_path(), b"", records), records
+        except Exception as exc:  # the log is then written unmarked and sealed later
+            self.after_commit.failed("seal", exc, "the log is written without the seal mark; "
+                                     "the next flush seals it")
+            return None, []
 
     def flush(self) -> None:
         """Make appended bytes durable (fsync); on failure truncate back to the last durable state.
@@ -982,7 +1055,16 @@ class JsonlHandle(HandleBase):
                                    session_id=self._id, path=str(self.path))
         header = self.read().header
         batch = validate_batch(events, 0, self._id)
-        content = self._backend._initial_content(header, batch)
+        raw = self._backend.compression == "none"
+        content = self._backend._initial_content(header, batch, seal_mark=raw)
+        staged: Path | None = None
+        if raw:  # staged first: the marked log is without its seal only between two renames
+            try:
+                staged = stage_seal(self._seal_path(), b"", [(0, len(content),
+                                                              crc_of(content))])
+            except OSError as exc:  # written unmarked: unsealed until the next writer
+                self.after_commit.failed("seal", exc, "the next writer seals the log")
+                content = self._backend._initial_content(header, batch)
         tmp = self.path.with_name(f"{self.path.name}.{secrets.token_hex(6)}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
@@ -994,8 +1076,10 @@ class JsonlHandle(HandleBase):
             finally:
                 os.close(fd)
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            for leftover in (tmp, staged):
+                if leftover is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(leftover)
             raise
         touched: list[dict[str, object]] = []
         for sidecar in (self._seal_path(), self.restore_point_path()):
@@ -1009,12 +1093,12 @@ class JsonlHandle(HandleBase):
         _fsync_dir(self.path.parent)
         touched.append({"path": str(self.path), "action": "rewritten", "events": len(batch),
                         "bytes": len(content)})
-        if self._backend.compression == "none":
+        if staged is not None:
             try:
-                reset_seal(self._seal_path(), b"", [(0, len(content), crc_of(content))])
+                install_seal(staged, self._seal_path())
                 touched.append({"path": str(self._seal_path()), "action": "written"})
-            except OSError as exc:  # the log is rewritten: unsealed until the next writer
-                self.after_commit.failed("seal", exc, "the next writer seals the log")
+            except OSError as exc:  # the log is rewritten and marked: reads say SEAL_MISSING
+                self.after_commit.failed("seal", exc, f"run 'dsh verify --reseal {self._id}'")
         self.read()  # this handle's view of the new file
         return touched
 
@@ -1051,10 +1135,11 @@ class JsonlBackend:
 
     capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True,
                                 ranges=True, after_commit=True, search_index=True,
-                                torn_tail_hook=True)
+                                torn_tail_hook=True, reseal=True)
     """Restore points, saved cuts, the listing index, the log file each handle reads, seq
-    ranges of a raw log (a Zstandard log serves none: its handles answer -1 and None), and a
-    search index in the root."""
+    ranges of a raw log (a Zstandard log serves none: its handles answer -1 and None), a
+    search index in the root, and rebuilding a lost seal on request (a Zstandard store's
+    reseal says ``NO_SEAL``)."""
 
     def __init__(self, root: str | os.PathLike[str], *, compression: Compression = "none",
                  pack_chunks: bool = True, url: str | None = None) -> None:
@@ -1216,8 +1301,11 @@ class JsonlBackend:
     def _compress(self, payload: bytes) -> bytes:
         return compressor().compress(payload)
 
-    def _initial_content(self, header: FrozenDict, batch: Sequence[Event]) -> bytes:
+    def _initial_content(self, header: FrozenDict, batch: Sequence[Event], *,
+                         seal_mark: bool = False) -> bytes:
         head = encode_header_line(header)
+        if seal_mark and self.compression == "none":
+            head = head[:-2] + SEAL_MARK  # docs/formats.md#integrity-seals
         body = encode_records(batch, pack_chunks=self.pack_chunks)
         if self.compression == "zstd":
             # frame 1 = header line only; frame 2 = the first batch (never merged,
@@ -1225,8 +1313,15 @@ class JsonlBackend:
             return self._compress(head) + self._compress(body)
         return head + body
 
-    def _publish(self, final: Path, content: bytes, session_id: str) -> None:
-        """Atomic, no-overwrite first materialization (docs/formats.md#writing)."""
+    def _prepare_publish(self, final: Path, session_id: str) -> Path:
+        """Create the folders of a first write (durably) and refuse an existing log.
+
+        Returns:
+            The session folder.
+
+        Raises:
+            SessionExistsError: a log already exists at ``final``.
+        """
         session_dir = final.parent
         if (session_dir / self._opposite).exists():
             self._mismatch(session_dir / self._opposite)
@@ -1239,6 +1334,16 @@ class JsonlBackend:
             raise SessionExistsError(f"refusing to materialize session {session_id!r}: a log "
                                      f"already exists on disk at {final}", path=str(final),
                                      session_id=session_id)
+        return session_dir
+
+    def _publish(self, final: Path, content: bytes, session_id: str, *,
+                 before_link: Callable[[], None] | None = None) -> None:
+        """Atomic, no-overwrite first materialization (docs/formats.md#writing).
+
+        ``before_link`` runs after the new file is durable and just before it is linked into
+        place (the seal's rename); if it raises, nothing is published.
+        """
+        session_dir = self._prepare_publish(final, session_id)
         tmp = final.with_name(f"{final.name}.{secrets.token_hex(6)}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -1250,6 +1355,8 @@ class JsonlBackend:
                 self._os_fsync(fd)
             finally:
                 os.close(fd)
+            if before_link is not None:
+                before_link()
             try:
                 os.link(tmp, final)
             except FileExistsError:
@@ -1470,6 +1577,30 @@ class JsonlBackend:
         index.retain(seen)
         index.save()
         return entries, errors
+
+    def reseal(self, session_id: str) -> str:
+        """Seal the session's committed log as it is now, under its write lock (explicit).
+
+        What ``dsh verify --reseal`` runs after a seal went missing (``SEAL_MISSING``): the log
+        is read under the format's own rules only, and a fresh seal covering its committed
+        bytes replaces whatever seal there was. Whatever changed while the seal was gone is
+        sealed too; that is why no reader or writer does this by itself
+        (docs/formats.md#integrity-seals).
+
+        Returns:
+            The seal file's path.
+
+        Raises:
+            ConfigError: code ``NO_SEAL``: a Zstandard store (its frames carry checksums).
+            SessionNotFoundError: no such session. SessionBusyError: a writer holds it.
+            LogCorruptError: the log breaks the format's rules (nothing is sealed).
+        """
+        if self.compression != "none":
+            raise ConfigError(f"session {session_id!r} is stored Zstandard-framed, whose frames "
+                              "carry their own checksums: it has no seal to rebuild",
+                              code="NO_SEAL", session_id=session_id)
+        with self.open(session_id, "write") as handle:
+            return handle.reseal_committed()
 
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding bytes a torn-tail repair cut from this session's log.

@@ -43,6 +43,7 @@ from dsh.session import (
 __all__ = [
     "HEADER_TAG",
     "RETIRED_HEADER_KEYS",
+    "SEAL_MARK",
     "ZSTD_MAGIC",
     "ScanResult",
     "Scanner",
@@ -50,6 +51,7 @@ __all__ = [
     "encode_records",
     "encode_segment",
     "format_version_refusal",
+    "has_seal_mark",
     "parse_header_lenient",
     "parse_header_strict",
     "project_dir_name",
@@ -108,6 +110,19 @@ def project_dir_name(cwd: str | None) -> str:
 
 
 # --- header line (docs/formats.md#header-line, docs/formats.md#the-session-header) ----------------
+
+SEAL_MARK: Final = b',"dshSeal":1}\n'
+"""How a raw header line this library writes ends: ``"dshSeal": 1``, the last key, says the
+log's writers keep an integrity seal beside it, so a reader that finds no seal knows the
+sidecar was lost rather than never written (docs/formats.md#integrity-seals). Readers, dsh's
+included, drop the unknown key (docs/formats.md#header-line). Only this exact ending counts:
+inside a string value the quote would be escaped."""
+
+
+def has_seal_mark(header_line: bytes) -> bool:
+    """Whether a raw log's header line (``\\n`` included) carries :data:`SEAL_MARK`."""
+    return header_line.endswith(SEAL_MARK)
+
 
 def encode_header_line(header: Mapping[str, Any]) -> bytes:
     r"""Encode the header line, ``\\n`` included, in dsh's key order (docs/formats.md#header-line).
