@@ -177,3 +177,77 @@ def test_dsh_verify_names_a_missing_seal_and_reseal_rebuilds_it(tmp_path: Path) 
     assert seal.is_file()
     assert _texts(url) == [f"message {n:03d}" for n in range(8)]
 
+
+# --- a log cut inside committed data (docs/rules.md#crash-safety) ----------------------------
+
+
+def _write_store(root: Path, scheme: str, count: int = 10) -> tuple[str, Path]:
+    url = f"{scheme}://{root}/store"
+    with dsh.open(url) as store:
+        session = store.session("s1")
+        for n in range(count):
+            session.append("user/message", user(f"message {n:03d} " + "x" * 200),
+                           surface_op="append")
+            store.flush(session)
+    [log] = (root / "store").glob("*/*/session.jsonl*[!kl]")
+    return url, log
+
+
+def test_a_zstd_log_cut_inside_committed_frames_is_an_error_naming_file_and_offset(
+        tmp_path: Path) -> None:
+    """The campaign's reproducer: 299 cuts in 300 loaded as a shorter log."""
+    url, log = _write_store(tmp_path, "jsonl+zstd")
+    assert log.name == "session.jsonl.zstd"
+    original = log.read_bytes()
+    cuts = sorted({len(original) * k // (FLIPS + 1) for k in range(1, FLIPS + 1)})
+    refused = 0
+    for cut in cuts:
+        log.write_bytes(original[:cut])
+        try:
+            _texts(url)
+        except LogCorruptError as exc:
+            refused += 1
+            assert exc.where["path"] == str(log)
+            assert isinstance(exc.where["byte_offset"], int)
+            assert exc.where["byte_offset"] <= cut
+    log.write_bytes(original)
+    assert refused >= len(cuts) - 1  # a cut exactly at a frame boundary leaves no trace
+    assert len(_texts(url)) == 10
+
+
+def test_a_torn_frame_a_crash_leaves_after_the_committed_log_still_loads(
+        tmp_path: Path) -> None:
+    url, log = _write_store(tmp_path, "jsonl+zstd")
+    original = log.read_bytes()
+    last_frame = original.rindex(b"\x28\xb5\x2f\xfd")  # the last batch, as if never synced
+    with log.open("ab") as f:
+        f.write(original[last_frame:last_frame + 9])
+    assert len(_texts(url)) == 10
+    with dsh.open(url) as store:  # a writer cuts it after saving it, as before
+        session = store.session("s1")
+        session.append("user/message", user("more"), surface_op="append")
+        store.flush(session)
+    assert len(_texts(url)) == 11
+
+
+def test_a_reader_racing_a_writer_that_flushes_meanwhile_is_not_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader sees a batch half written; the writer then finishes and journals it."""
+    from dsh.persistence import _listing
+
+    url, log = _write_store(tmp_path, "jsonl+zstd")
+    original = log.read_bytes()
+    last = original.rindex(b"\x28\xb5\x2f\xfd")
+    log.write_bytes(original[:-3])  # the last batch is still being written
+    real = _listing.JsonlIndex.__init__
+
+    def writer_finishes(self: Any, root: Path) -> None:
+        log.write_bytes(original)  # ... and is flushed and journaled before the check
+        real(self, root)
+
+    monkeypatch.setattr(_listing.JsonlIndex, "__init__", writer_finishes)
+    monkeypatch.setattr(_listing.JsonlIndex, "committed_size",
+                        lambda self, key, st: len(original))
+    assert last < len(original) - 3
+    with dsh.open(url) as store:
+        assert len(store.read("s1").events) in (9, 10)  # not refused: what was, or is, there

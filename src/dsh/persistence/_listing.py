@@ -424,6 +424,19 @@ class JsonlIndex:
         found = self._entries.get(key)
         return found[1] if found is not None and found[0] == sig else None
 
+    def committed_size(self, key: str, st: os.stat_result) -> int | None:
+        """The size the log ``key`` had at its last journaled flush, if it is the same file.
+
+        A writer journals a log's signature only after the flush made its bytes durable, so
+        that size was committed; ``None`` when nothing is recorded or the file was replaced
+        since (another inode or device). Rule: docs/formats.md#listing-index.
+        """
+        found = self._entries.get(key)
+        if found is None or len(found[0]) != 5:
+            return None
+        size, _, _, inode, device = found[0]
+        return size if (inode, device) == (st.st_ino, st.st_dev) else None
+
     def put(self, key: str, sig: list[int], entry: ListingEntry) -> None:
         """Record the entry of log ``key`` as of signature ``sig``."""
         self._entries[key] = (sig, entry)

@@ -530,6 +530,8 @@ class JsonlHandle(HandleBase):
         if raw and (seal is None or not seal.records) and has_seal_mark(
                 data[:parsed.header_end]):
             raise self._seal_missing()
+        if parsed.torn is not None:
+            self._check_torn_is_uncommitted(parsed.torn, len(data))
         if self._mode == "write":
             self._pending_header = None
             self._listing_reset(parsed.torn is None)
@@ -745,6 +747,37 @@ class JsonlHandle(HandleBase):
                        "as they are now", self._id, self._seal_path(), parsed.committed,
                        self.path)
         return str(self._seal_path())
+
+    def _check_torn_is_uncommitted(self, torn: TornTail, size: int) -> None:
+        """Refuse a "torn tail" that starts inside bytes a flush already made durable.
+
+        A crash can tear only bytes no flush acknowledged; the listing journal records a log's
+        size after each durable flush. A torn tail starting below that size (same file) is a
+        log cut inside committed records or frames: zstd frames carry no record of how many
+        there were, so this is how such a cut is told from a crash (a full read only; the
+        journal is consulted only when a tail is torn). Rule: docs/rules.md#crash-safety.
+
+        Raises:
+            LogCorruptError: naming the file, the byte where the log now ends its complete
+                records or frames, and the committed size.
+        """
+        if torn.byte_offset is None:
+            return
+        root, key = self._listing_key()
+        try:
+            index = JsonlIndex(root)  # the journal first, then the file: a writer that
+            st = os.stat(self.path)  # journaled meanwhile has grown the file past ``size``
+        except OSError:
+            return
+        committed = index.committed_size(key, st)
+        if committed is None or committed <= torn.byte_offset or st.st_size != size:
+            return  # nothing recorded, a crash's torn tail, or a write in progress
+        raise LogCorruptError(
+            f"corrupt session log: {self.path} was cut inside committed data: its complete "
+            f"records end at byte {torn.byte_offset} (the file holds {size} bytes), but a flush "
+            f"made {committed} bytes durable (recorded in the listing journal); restore the file "
+            f"from a backup", path=str(self.path), byte_offset=torn.byte_offset,
+            session_id=self._id)
 
     def _seal_missing(self) -> LogCorruptError:
         """The error for a marked raw log whose seal is gone (docs/formats.md#integrity-seals)."""
