@@ -251,3 +251,19 @@ def test_a_reader_racing_a_writer_that_flushes_meanwhile_is_not_refused(
     assert last < len(original) - 3
     with dsh.open(url) as store:
         assert len(store.read("s1").events) in (9, 10)  # not refused: what was, or is, there
+
+
+def test_paging_a_log_without_restore_point_refuses_a_missing_seal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading by page (no restore point) falls back to the full read, which names it."""
+    from dsh.persistence import Persistence, _pages, open_backend, read_pages
+
+    monkeypatch.setattr(_pages, "RANGED_MIN_EVENTS", 8)
+    monkeypatch.setattr(_pages, "TAIL_EVENTS", 4)
+    url, log, seal = _write(tmp_path, 40)
+    for ckpt in log.parent.glob("*.ckpt"):
+        ckpt.unlink()
+    seal.unlink()
+    with Persistence(open_backend(url)) as persistence, pytest.raises(LogCorruptError) as refused:
+        read_pages(persistence, "s1")
+    assert refused.value.code == "SEAL_MISSING"

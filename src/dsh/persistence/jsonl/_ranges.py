@@ -28,8 +28,8 @@ from typing import Final
 from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, is_safe_int, loads
 from dsh.persistence._paths import file_revision
-from dsh.persistence._seal import crc_of, read_seal
-from dsh.persistence.jsonl._format import Scanner, parse_header_strict
+from dsh.persistence._seal import Seal, crc_of, read_seal
+from dsh.persistence.jsonl._format import Scanner, has_seal_mark, parse_header_strict
 from dsh.persistence.jsonl._restore_point import JsonlPrefixSource, pread
 from dsh.session import Event, decode_storage_record
 
@@ -194,6 +194,17 @@ def last_line_seq(path: Path) -> int:
         os.close(fd)
 
 
+def _require_seal(fd: int, header_end: int, seal: Seal | None, path: str) -> None:
+    """Refuse to page a log whose header says it is sealed when its seal is gone.
+
+    Raises:
+        LogCorruptError: the seal mark is there and the seal is not; the full read that
+            follows names it (``SEAL_MISSING``, docs/formats.md#integrity-seals).
+    """
+    if (seal is None or not seal.records) and has_seal_mark(pread(fd, header_end, 0)):
+        raise _corrupt(path, 0, "the header line says the log is sealed, but its seal is gone")
+
+
 def read_suffix(path: Path, offset: int, seal_path: Path,
                 check_identity: Callable[[FrozenDict], None]
                 ) -> tuple[FrozenDict, list[Event], str] | None:
@@ -223,6 +234,7 @@ def read_suffix(path: Path, offset: int, seal_path: Path,
             size = opened.st_size
             header, header_end = _header(fd, size, text)
             check_identity(header)
+            _require_seal(fd, header_end, seal, text)
             if size == header_end:
                 return header, [], file_revision(opened)
             offsets, seqs = [header_end], [0]
@@ -339,6 +351,7 @@ def range_source(path: Path, cut: int, seal_path: Path) -> JsonlRangeSource | No
     try:
         st = os.fstat(fd)
         _, header_end = _header(fd, st.st_size, text)
+        _require_seal(fd, header_end, seal, text)
         offsets, seqs = [header_end], [0]
         _, _, cut_offset = locate(fd, offsets, seqs, cut - 1, st.st_size, text)
     finally:
