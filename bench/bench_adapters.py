@@ -3,12 +3,18 @@
 1. OpenAI Agents SDK sessions: DshSession beside the SDK's SQLiteSession, per turn.
 
 Each session is prefilled with N Responses items (turns of user message, function_call,
-function_call_output, assistant message), then a fresh process (modules already imported)
-opens it and runs what the SDK's Runner does per turn: ``get_items()`` (the whole history, no
-limit), ``add_items`` of the prompt, ``add_items`` of the turn's items. Reported: the cold
-first ``get_items`` of the fresh process (DshSession resumes the log there), the median
-per-turn time, ``get_items(limit=20)``, and peak RSS. Both sessions run in the same
-invocation, interleaved, median of ``--runs`` fresh processes.
+function_call_output, assistant message). Then, each in a fresh process (modules already
+imported):
+
+* cold open: the first ``get_items(limit=20)`` of the process (what a Runner with
+  ``SessionSettings(limit=20)`` asks first), then the first write (``add_items`` of a turn's
+  items: DshSession resumes the log there), on a copy of the store;
+* the SDK's Runner per turn: the cold first ``get_items()`` of the whole history, then turns of
+  ``get_items()``, ``add_items`` of the prompt, ``add_items`` of the turn's items (median),
+  ``get_items(limit=20)``, and the process's peak RSS.
+
+Both sessions run in the same invocation, interleaved, median of ``--runs`` fresh processes;
+the ratio row gives SQLiteSession's figure over DshSession's (>= 1.0: DshSession is ahead).
 
 2. LangGraph checkpointers: DshSaver beside SqliteSaver (and PostgresSaver on a dsh PostgreSQL
 store, when a server answers): a ``--saver-turns`` thread written as a chat graph writes it;
@@ -35,7 +41,10 @@ from typing import Any
 
 from bench.workloads import existing_dir, machine, now_ms, peak_rss_mb, ratio
 
-PREFILL_BATCH = 1_000  # items per add_items while prefilling (speed, not measured)
+PREFILL_BATCH = 40
+"""Items per ``add_items`` while prefilling (10 turns): a Runner writes a turn's items per call,
+and DshSession's storage follows its batches (a page-in checks the integrity seal record of each
+batch it touches, so one 1,000-item batch would make the first page read all of it)."""
 
 
 def turn_items(n: int) -> list[dict[str, Any]]:
@@ -55,8 +64,12 @@ def turn_items(n: int) -> list[dict[str, Any]]:
 
 def make_session(kind: str, root: Path) -> Any:
     if kind == "dsh":
+        # the store imports its backend and its write lock lazily: time the work, not imports
+        import filelock  # noqa: F401
+
         import dsh.persistence._facade
-        import dsh.persistence.sqlite._backend  # noqa: F401 (the store imports it lazily: time the open)
+        import dsh.persistence._lock
+        import dsh.persistence.sqlite._backend  # noqa: F401
         from dsh.adapters.openai_agents import DshSession
         return DshSession("bench", f"sqlite:///{root / 'dsh.db'}")
     from agents import SQLiteSession
@@ -74,6 +87,21 @@ async def prefill(kind: str, root: Path, items: int) -> None:
     if batch:
         await session.add_items(batch)
     session.close()
+
+
+async def measure_open(kind: str, root: Path, items: int) -> dict[str, float]:
+    """The cold open: the process's first ``get_items(limit=20)``, then its first write."""
+    session = make_session(kind, root)
+    gc.collect()  # as in measure()
+    t0 = now_ms()
+    recent = await session.get_items(limit=20)
+    cold_limit = now_ms() - t0
+    assert len(recent) == min(20, items // 4 * 4), (kind, len(recent))
+    t0 = now_ms()
+    await session.add_items(turn_items(items // 4))
+    first_write = now_ms() - t0
+    session.close()
+    return {"cold_limit": cold_limit, "first_write": first_write}
 
 
 async def measure(kind: str, root: Path, items: int, turns: int) -> dict[str, float]:
@@ -107,6 +135,8 @@ def child(kind: str, root: Path, items: int, turns: int, phase: str) -> None:
     if phase == "prefill":
         asyncio.run(prefill(kind, root, items))
         print("{}")
+    elif phase == "open":
+        print(json.dumps(asyncio.run(measure_open(kind, root, items))))
     else:
         print(json.dumps(asyncio.run(measure(kind, root, items, turns))))
 
@@ -136,29 +166,36 @@ def main() -> None:
     if args.child:
         child(args.child, Path(args.root), sizes[0], args.turns, args.phase)
         return
-    print(f"# adapters: OpenAI Agents SDK session per turn (get_items + 2 add_items), DshSession "
-          f"(SQLite store) beside SQLiteSession, median of {args.runs} processes — {machine()}")
-    print("| items | session | cold get_items ms | per-turn ms | get_items(limit=20) ms "
-          "| peak RSS | per-turn vs SQLiteSession |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"# adapters: OpenAI Agents SDK session, DshSession (SQLite store) beside "
+          f"SQLiteSession, median of {args.runs} processes — {machine()}")
+    print("| items | session | cold get_items(limit=20) ms | first write ms "
+          "| cold get_items() ms | per-turn ms | get_items(limit=20) ms | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    keys = ("cold_limit", "first_write", "cold", "turn", "limit20", "rss")
     for items in sizes:
         results: dict[str, list[dict[str, float]]] = {"dsh": [], "sqlite": []}
         for _ in range(args.runs):
             for kind in ("dsh", "sqlite"):  # interleaved: both see the same machine noise
                 root = Path(tempfile.mkdtemp(prefix="bench-adapters-", dir=args.dir))
+                copy = root.with_name(root.name + "-open")
                 try:
                     run_child(kind, root, items, args.turns, "prefill")
-                    results[kind].append(run_child(kind, root, items, args.turns, "measure"))
+                    shutil.copytree(root, copy)
+                    opened = run_child(kind, copy, items, args.turns, "open")
+                    results[kind].append({**opened, **run_child(kind, root, items, args.turns,
+                                                                "measure")})
                 finally:
                     shutil.rmtree(root, ignore_errors=True)
+                    shutil.rmtree(copy, ignore_errors=True)
         med = {kind: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
                for kind, runs in results.items()}
         for kind, label in (("dsh", "DshSession"), ("sqlite", "SQLiteSession")):
             r = med[kind]
-            vs = (ratio(r["turn"], med["sqlite"]["turn"], higher_is_better=False)
-                  if kind == "dsh" else "—")
-            print(f"| {items:,} | {label} | {r['cold']:.1f} | {r['turn']:.2f} | "
-                  f"{r['limit20']:.2f} | {r['rss']:.0f} MB | {vs} |")
+            print(f"| {items:,} | {label} | " + " | ".join(
+                f"{r[key]:.0f}" if key == "rss" else f"{r[key]:.1f}" for key in keys) + " |")
+        print(f"| {items:,} | SQLiteSession / DshSession | " + " | ".join(
+            ratio(med["dsh"][key], med["sqlite"][key], higher_is_better=False)
+            for key in keys) + " |")
     if args.saver_turns:
         savers(args.saver_turns, args.runs)
 

@@ -319,11 +319,21 @@ def test_objects_that_are_no_responses_item_are_kept_opaque(store: str) -> None:
     run(body())
 
 
-def test_a_session_with_a_restore_point_is_read_whole(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    # get_items() hands the SDK every item: one whole read beats paging the prefix in per walk
+def test_a_session_with_a_restore_point_opens_reading_only_its_tail(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/adapters.md#busy-sessions-reads-and-names: get_items(limit) and the first write
+    # of a fresh process read the log's end through its restore point, not the whole log
     from dsh.persistence import _restore_point as restore_point
+    from dsh.persistence.sqlite import _restore_point as sqlite_pages
 
+    paged_in: list[int] = []
+    page_read = sqlite_pages.SqlitePrefixSource.read
+
+    def counted(self: Any, start: int, stop: int) -> Any:
+        paged_in.append(stop - start)
+        return page_read(self, start, stop)
+
+    monkeypatch.setattr(sqlite_pages.SqlitePrefixSource, "read", counted)
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
     items = [item for n in range(1_200) for item in (
         {"role": "user", "content": f"q{n}"},
@@ -334,14 +344,21 @@ def test_a_session_with_a_restore_point_is_read_whole(tmp_path: Path,
     async def body() -> None:
         first = DshSession("big", store)
         await first.add_items(items)
+        await first.pop_item()  # a removal near the end: the tail walk must see it
         first.close()
-        declined = restore_point.stats["refused:adapter"]
+        kept = items[:-1]
+        used = restore_point.stats["used"]
         again = DshSession("big", store)
-        assert await again.get_items() == items  # a read: no resume, no lock
-        assert restore_point.stats["refused:adapter"] == declined
+        assert await again.get_items(limit=3) == kept[-3:]  # a read: no resume, no lock
+        assert sum(paged_in) <= 2 * 256
         await again.add_items([{"role": "user", "content": "more"}])  # the write resumes
-        assert restore_point.stats["refused:adapter"] == declined + 1
-        assert (await again.get_items())[:-1] == items
+        assert restore_point.stats["used"] == used + 1
+        assert await again.get_items(limit=2) == [kept[-1], {"role": "user", "content": "more"}]
+        assert sum(paged_in) <= 4 * 256  # of about 13,000 events
+        assert await again.get_items() == [*kept, {"role": "user", "content": "more"}]
         again.close()
+        third = DshSession("big", store)
+        assert await third.get_items() == [*kept, {"role": "user", "content": "more"}]
+        third.close()
     run(body())
     assert list((tmp_path / "sessions.db.dsh-checkpoints").iterdir())  # one was there to use

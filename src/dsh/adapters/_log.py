@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -33,8 +34,15 @@ from dsh._errors import (
 from dsh._messages import create_assistant_message
 from dsh.agent import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
-from dsh.persistence import Persistence, RestorePointRefused, open_backend
-from dsh.session import Event, EventSource, RestoreState, Session, SessionStore
+from dsh.persistence import Persistence, open_backend, read_pages
+from dsh.session import (
+    PAGE_EVENTS,
+    Event,
+    PagedLog,
+    Session,
+    SessionStore,
+    open_turn_closers,
+)
 
 _T = TypeVar("_T")
 
@@ -351,70 +359,106 @@ class TurnShaper:
         return self.recorder.custom(etype, dict(data))
 
 
-class _WholeLogStore(SessionStore):
-    """A SessionStore that declines the resume from a restore point, so the log is read whole.
-
-    An adapter hands the framework every record on its first call (``get_items()``, ``load``),
-    so it touches every event anyway: one whole read does that in one pass, while paging the
-    prefix in behind a restore point reads it again for each walk (7x slower at 10k items).
-    """
-
-    def prepare_paged(self, session_id: str, *, header: Mapping[str, Any], state: RestoreState,
-                      source: EventSource, tail: Sequence[Event],
-                      inherited_event_count: int = 0) -> Session:
-        """Decline (the resume then reads the whole log); see the class docstring."""
-        raise RestorePointRefused("adapter: the whole log is read")
-
-
 class _Marks:
     """What an adapter's own events say about the model view of its records.
 
     ``<fmt>/records {seq, records}`` (records standing for an earlier event), and from logs
     written before removals went onto the surface: ``<fmt>/pop {seq, index}``,
     ``<fmt>/clear {through}``; ``<fmt>/closed-early {seqs}`` (results the framework never saw).
+
+    Every mark is about an earlier event, so the log is read lazily from its end: a walk back
+    along the surface calls :meth:`cover` with each seq before it uses that seq's marks, and
+    only the events after that seq are read (the tail, for ``get_items(limit)``).
+
+    Args:
+        fmt: The adapter's record format.
+        events: The log as it is now (its later events come through :meth:`feed`).
     """
 
-    def __init__(self, fmt: str) -> None:
+    def __init__(self, fmt: str, events: Sequence[Event]) -> None:
         self.kinds = (f"{fmt}/records", f"{fmt}/pop", f"{fmt}/clear", f"{fmt}/closed-early")
         self.removed: set[tuple[int, int]] = set()
         self.cleared_through = -1
         self.overrides: dict[int, Sequence[Any]] = {}
-        self.seen = 0
+        self.events = events
+        self.low = self.seen = len(events)  # events[low:seen] are taken in
 
     def feed(self, events: Sequence[Event]) -> None:
-        """Take in the events past those already seen."""
-        if self.seen >= len(events):
-            return
-        records, pop, clear, early = self.kinds
-        for event in events[self.seen:]:
+        """Take in the events appended since the last call (``events``: the log now)."""
+        self.events = events
+        if self.seen < len(events):
+            self.overrides.update(self._take(events[self.seen:]))
+            self.seen = len(events)
+
+    def cover(self, seq: int) -> None:
+        """Take in every event after ``seq`` (all marks about ``seq`` lie there).
+
+        Down to the page holding ``seq``: a walk back takes in a page at a time.
+        """
+        if seq + 1 < self.low:
+            low = min(seq + 1, seq // PAGE_EVENTS * PAGE_EVENTS)
+            for target, records in self._take(self.events[low:self.low]).items():
+                self.overrides.setdefault(target, records)  # a later mark wins
+            self.low = low
+
+    def _take(self, events: Sequence[Event]) -> dict[int, Sequence[Any]]:
+        """Take in ``events`` (in order); returns the records overrides among them."""
+        overrides: dict[int, Sequence[Any]] = {}
+        kinds = self.kinds
+        records, pop, clear, early = kinds
+        for event in events:
             kind = event["type"]
-            if kind not in self.kinds:
+            if kind not in kinds:
                 continue
             data = event["data"]
             if kind == records:
-                self.overrides[data["seq"]] = data["records"]
+                overrides[data["seq"]] = data["records"]
             elif kind == pop:
                 self.removed.add((data["seq"], data["index"]))
             elif kind == clear:
-                self.cleared_through = data["through"]
+                self.cleared_through = max(self.cleared_through, data["through"])
             elif kind == early:
                 self.removed.update((seq, 0) for seq in data["seqs"])
-        self.seen = len(events)
+        return overrides
 
 
-def surface_nodes(events: Sequence[Event]) -> list[int]:
-    """The surface node seqs of a validated log (appends and replaces, in order)."""
-    nodes: list[int] = []
+def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> list[int]:
+    """The surface node seqs of a validated log (appends and replaces, in order).
+
+    ``nodes``: the surface before ``events`` (a restore point's), folded on from there.
+    """
+    out = list(nodes)
     for event in events:
         op = event.get("surfaceOp")
         if op is None:
             continue
         if op == "append":
-            nodes.append(event["seq"])
+            out.append(event["seq"])
         else:
-            start, end = nodes.index(op["start"]), nodes.index(op["end"])
-            nodes[start:end + 1] = [event["seq"]]
-    return nodes
+            first, last = out.index(op["start"]), out.index(op["end"])
+            out[first:last + 1] = [event["seq"]]
+    return out
+
+
+@dataclass(slots=True, kw_only=True)
+class _ColdView:
+    """A read of the stored log before any write: what a resume would see, and its walk.
+
+    Attributes:
+        stored: Committed events (the closers follow them).
+        closers: The repair a resume would append.
+        events: The committed events then the closers (paged or resident).
+        nodes: The surface node seqs of ``events``.
+        marks: The adapter marks taken in so far (lazily, from the end).
+        encoded: Records encoded so far, by seq.
+    """
+
+    stored: int
+    closers: tuple[Event, ...]
+    events: Sequence[Event]
+    nodes: list[int]
+    marks: _Marks
+    encoded: dict[int, tuple[bytes | None, ...]]
 
 
 class LiveLog:
@@ -459,9 +503,10 @@ class LiveLog:
         self._store: SessionStore | None = None
         self._shaper: TurnShaper | None = None
         self._closed = False
-        self._marks = _Marks(fmt)
+        self._marks: _Marks | None = None  # of the live session, from open()
         self._reader: Persistence | None = None  # the store a read before any write opened
         self._encoded: dict[int, tuple[bytes | None, ...]] = {}  # seq -> its records as JSON
+        self._cold: _ColdView | None = None  # what the last read before any write found
 
     def open(self) -> TurnShaper:
         """Return the shaper of the live session, opening (creating or resuming) it first."""
@@ -477,7 +522,7 @@ class LiveLog:
                 collecting = gc.isenabled()
                 gc.disable()  # the cold read builds the log's containers: see view()
                 try:
-                    store = _WholeLogStore(persistence=persistence)
+                    store = SessionStore(persistence=persistence)
                     session = wait_for_writer(lambda: (
                         store.resume(self.session_id) if persistence.exists(self.session_id)
                         else store.create(self.session_id)), self.wait)
@@ -489,9 +534,26 @@ class LiveLog:
                     if collecting:
                         gc.enable()
                 self._persistence, self._store = persistence, store
+                self._marks = self._adopt_cold(session)
                 self._shaper = TurnShaper(Recorder(session, store=store,
                                                    flush_on_turn_end=False), self.fmt)
             return self._shaper
+
+    def _adopt_cold(self, session: Session) -> _Marks:
+        """The live session's marks; a read before the write hands over what it walked.
+
+        The records encoded and the marks taken in by reads before the write stay valid when
+        the resumed log is the one they read: the same committed events (a writer appends
+        only, and an erasure appends its own event) and the same closers at the same seqs.
+        """
+        cold, self._cold = self._cold, None
+        events = session.events
+        if cold is not None and session.first_live_seq == len(cold.events) \
+                and tuple(events[cold.stored:len(cold.events)]) == cold.closers:
+            self._encoded = cold.encoded
+            cold.marks.feed(events)
+            return cold.marks
+        return _Marks(self.fmt, events)
 
     @property
     def session(self) -> Session:
@@ -528,41 +590,89 @@ class LiveLog:
                     cold = self._cold_read()
                     if cold is None:
                         return []
-                    marks = _Marks(self.fmt)
-                    marks.feed(cold)
-                    # a fresh cache: the closers at the end are what a resume would write,
-                    # and a writer still alive elsewhere writes other events at those seqs
-                    return self._view(surface_nodes(cold), cold.__getitem__, marks, {},
-                                      synthesize, limit)
+                    return self._view(cold.nodes, cold.events.__getitem__, cold.marks,
+                                      cold.encoded, synthesize, limit)
+                marks = self._live_marks()
                 session = self.session
-                self._marks.feed(session.events)
-                return self._view(session.surface.nodes, session.event_at, self._marks,
+                return self._view(session.surface.nodes, session.event_at, marks,
                                   self._encoded, synthesize, limit)
         finally:
             if collecting:
                 gc.enable()
 
-    def _cold_read(self) -> Sequence[Event] | None:
-        """The stored log as a resume would see it (repair closers included); no lock taken.
+    def _live_marks(self) -> _Marks:
+        """The marks of the live session, fed its latest events (opens it first)."""
+        session = self.session
+        assert self._marks is not None  # set by open()
+        self._marks.feed(session.events)
+        return self._marks
 
-        None when the session is not stored yet.
+    def _cold_read(self) -> _ColdView | None:
+        """The stored log as a resume would see it (repair closers included), and its surface.
+
+        Read by page through the log's restore point when it has one (only the tail is read
+        now; a walk back pages earlier events in), else whole. No lock is taken. What an
+        earlier read walked (records encoded, marks) is kept while the log is unchanged. None
+        when the session is not stored yet.
         """
         persistence = self._shared or self._reader
         if persistence is None:
             persistence = self._reader = Persistence(open_backend(self.store_url))
         try:
-            return persistence.read(self.session_id).events
+            pages = read_pages(persistence, self.session_id)
         except SessionNotFoundError:
             return None
+        state = pages.restore
+        events: Sequence[Event]
+        if not pages.paged:
+            events, closers = pages.events, pages.closers
+            nodes = surface_nodes((*events, *closers) if closers else events)
+        elif state is None or not isinstance(pages.events, PagedLog):  # paged by range
+            read = persistence.read(self.session_id)
+            events, closers = read.stored_events, read.closers
+            nodes = surface_nodes(read.events)
+        else:
+            log = pages.events
+            cut = state.event_count
+            tail = list(log[cut:])
+            # the closers a resume appends (persistence's resume reads the same window)
+            if state.turn_open and not any(e["type"] in ("turn/start", "turn/end")
+                                           for e in tail):
+                window, base = [*log[state.turn_boundary:cut], *tail], state.turn_boundary
+            else:
+                window, base = tail, cut
+            closers = open_turn_closers(window, "interrupted", base_seq=base)
+            events = log
+            nodes = surface_nodes(tail + list(closers), state.nodes)
+        stored = len(events)
+        if closers:
+            if isinstance(events, PagedLog):
+                events.extend(closers)
+            else:
+                events = (*events, *closers)
+        prior = self._cold
+        if prior is not None and prior.stored == stored and prior.closers == closers:
+            # the same log (appends only; an erasure appends its own event): keep the walk
+            prior.marks.events = events
+            prior.events, prior.nodes = events, nodes
+            return prior
+        # a fresh cache: a writer elsewhere may since have written other events where the
+        # closers were
+        self._cold = _ColdView(stored=stored, closers=closers, events=events, nodes=nodes,
+                               marks=_Marks(self.fmt, events), encoded={})
+        return self._cold
 
     def _view(self, nodes: Sequence[int], event_at: Callable[[int], Event], marks: _Marks,
               cache: dict[int, tuple[bytes | None, ...]],
               synthesize: Callable[[Event], Sequence[Any]],
               limit: int | None) -> list[tuple[int, int, Any]]:
         picked: list[tuple[int, int, bytes | None]] = []
-        removed, cleared = marks.removed, marks.cleared_through
+        removed = marks.removed
         for seq in reversed(nodes):
-            if seq <= cleared or (limit is not None and len(picked) >= limit):
+            if limit is not None and len(picked) >= limit:
+                break
+            marks.cover(seq)
+            if seq <= marks.cleared_through:
                 break
             encoded = cache.get(seq) if seq not in marks.overrides else None
             if encoded is None:
@@ -585,9 +695,9 @@ class LiveLog:
 
     def records_at(self, seq: int) -> list[Any]:
         """The records event ``seq`` stands for now (plain copies; [] for none)."""
-        session = self.session
-        self._marks.feed(session.events)
-        found = (self._marks.overrides.get(seq) or records_of(session.event_at(seq), self.fmt)
+        marks = self._live_marks()
+        marks.cover(seq)
+        found = (marks.overrides.get(seq) or records_of(self.session.event_at(seq), self.fmt)
                  or ())
         return [thaw(r) if isinstance(r, FrozenDict | FrozenList) else r for r in found]
 

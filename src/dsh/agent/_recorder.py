@@ -124,6 +124,27 @@ class _Scan:
             elif kind == "turn/end":
                 self.open_turn = None
 
+    def feed_back(self, events: Sequence[Event]) -> None:
+        """Take in a whole log read from its end back to its last ``turn/start``.
+
+        The same state as :meth:`feed` of the log, since turn numbers grow with seq
+        (docs/view.md#the-transcript-model); a log paged in after an O(tail) resume
+        reads its last pages only, not its prefix.
+        """
+        ended = False
+        for index in range(len(events) - 1, -1, -1):
+            event = events[index]
+            kind = event["type"]
+            if kind == "turn/end":
+                ended = True
+            elif kind == "turn/start":
+                turn = event["data"].get("turn")
+                if type(turn) is int:
+                    self.last_turn = max(self.last_turn, turn)
+                    if not ended:
+                        self.open_turn = turn
+                    return
+
 
 class HoldsSessions(Protocol):
     """What the agent layer takes from a ``dsh.Store``: its core session store."""
@@ -177,7 +198,7 @@ class Recorder:
         self._store = core_store(store, "store.recorder(session_id)")
         self._flush_on_turn_end = flush_on_turn_end
         self._scan = _Scan()
-        self._scan.feed(session.events)
+        self._scan.feed_back(session.events)
         self._seen = session.seq
         self._headers_logged = 0
         if self._scan.open_turn is not None:
