@@ -399,6 +399,14 @@ def test_json_loads_refuses_integers_beyond_64_bits_instead_of_rounding_them() -
             loads(text)
     assert loads(b"1e20") == 1e20
     assert loads(b'"12345678901234567890123"') == "12345678901234567890123"
+    # a long digit run opening a string (LangGraph's zero-padded channel versions) is a string,
+    # one elsewhere still reaches the exact parser, in the C row decoder too
+    version = "00000000000000000000000000000501.0.8355049401036679"
+    assert loads(f'{{"v": "{version}", "w": ["{version}"]}}'.encode()) == {
+        "v": version, "w": [version]}
+    for text in (b'[1, 99999999999999999999]', b'{"n":\n -99999999999999999999}'):
+        with pytest.raises(InvalidJsonError):
+            loads(text)
 
 
 def test_json_snapshot_of_a_huge_int_raises_invalid_json_not_value_error() -> None:

@@ -921,8 +921,9 @@ one_item_list(PyObject *item)
     return out;
 }
 
-/* 1 when data holds a run of 19 or more ASCII digits (a literal that may pass 64 bits; the
- * same conservative test as dsh.json's `\d{19}` scan). */
+/* 1 when data holds a run of 19 or more ASCII digits (a literal that may pass 64 bits) that
+ * does not start right after a '"' (no number follows a quote in JSON: the run opens a string);
+ * the same conservative test as dsh.json's _LONG_NUMBER scan. */
 static inline int
 is_digit(char c)
 {
@@ -947,7 +948,7 @@ has_long_digit_run(const char *p, Py_ssize_t n)
         while (hi + 1 < n && is_digit(p[hi + 1])) {
             hi++;
         }
-        if (hi - lo + 1 >= 19) {
+        if (hi - lo + 1 >= 19 && (lo == 0 || p[lo - 1] != '"')) {
             return 1;
         }
         i = hi + 1;  /* a run containing no later probe position ends before hi + 1 */

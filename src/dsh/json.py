@@ -607,7 +607,9 @@ def thaw(value: JsonValue) -> Any:
 # --- decoding -------------------------------------------------------------------------------
 
 
-_LONG_NUMBER = re.compile(rb"\d{19}")  # a literal of 19+ digits may exceed 64 bits
+# A literal of 19+ digits may exceed 64 bits. A run right after a '"' opens a string (no number
+# follows a quote in JSON): zero-padded ids such as LangGraph's channel versions stay fast.
+_LONG_NUMBER = re.compile(rb'(?<![0-9"])[0-9]{19}')
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _WS = re.compile(r"[ \t\n\r]*")
 _LITERALS: Final = {"true": True, "false": False, "null": None}
