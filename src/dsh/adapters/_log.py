@@ -440,6 +440,57 @@ def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> list[in
     return out
 
 
+def read_stored(persistence: Persistence, session_id: str
+                ) -> tuple[Sequence[Event], int, tuple[Event, ...], list[int]] | None:
+    """The stored log as a resume would see it, read without a lock; None when not stored.
+
+    Read by page through the log's restore point when it has one (only its tail is read now;
+    earlier events are paged in when indexed), else whole.
+
+    Returns:
+        ``(events, stored, closers, nodes)``: the committed events then the repair closers a
+        resume would append (in memory only), the count of committed events, the closers, and
+        the surface node seqs of ``events``.
+
+    Raises:
+        LogCorruptError, SessionFormatUnsupportedError, UnknownEventTypeError: as a full read.
+
+    Rule: docs/adapters.md#busy-sessions-reads-and-names
+    """
+    try:
+        pages = read_pages(persistence, session_id)
+    except SessionNotFoundError:
+        return None
+    state = pages.restore
+    events: Sequence[Event]
+    if not pages.paged:
+        events, closers = pages.events, pages.closers
+        nodes = surface_nodes((*events, *closers) if closers else events)
+    elif state is None or not isinstance(pages.events, PagedLog):  # paged by range
+        read = persistence.read(session_id)
+        events, closers = read.stored_events, read.closers
+        nodes = surface_nodes(read.events)
+    else:
+        log = pages.events
+        cut = state.event_count
+        tail = list(log[cut:])
+        # the closers a resume appends (persistence's resume reads the same window)
+        if state.turn_open and not any(e["type"] in ("turn/start", "turn/end") for e in tail):
+            window, base = [*log[state.turn_boundary:cut], *tail], state.turn_boundary
+        else:
+            window, base = tail, cut
+        closers = open_turn_closers(window, "interrupted", base_seq=base)
+        events = log
+        nodes = surface_nodes(tail + list(closers), state.nodes)
+    stored = len(events)
+    if closers:
+        if isinstance(events, PagedLog):
+            events.extend(closers)
+        else:
+            events = (*events, *closers)
+    return events, stored, closers, nodes
+
+
 @dataclass(slots=True, kw_only=True)
 class _ColdView:
     """A read of the stored log before any write: what a resume would see, and its walk.
@@ -618,38 +669,10 @@ class LiveLog:
         persistence = self._shared or self._reader
         if persistence is None:
             persistence = self._reader = Persistence(open_backend(self.store_url))
-        try:
-            pages = read_pages(persistence, self.session_id)
-        except SessionNotFoundError:
+        found = read_stored(persistence, self.session_id)
+        if found is None:
             return None
-        state = pages.restore
-        events: Sequence[Event]
-        if not pages.paged:
-            events, closers = pages.events, pages.closers
-            nodes = surface_nodes((*events, *closers) if closers else events)
-        elif state is None or not isinstance(pages.events, PagedLog):  # paged by range
-            read = persistence.read(self.session_id)
-            events, closers = read.stored_events, read.closers
-            nodes = surface_nodes(read.events)
-        else:
-            log = pages.events
-            cut = state.event_count
-            tail = list(log[cut:])
-            # the closers a resume appends (persistence's resume reads the same window)
-            if state.turn_open and not any(e["type"] in ("turn/start", "turn/end")
-                                           for e in tail):
-                window, base = [*log[state.turn_boundary:cut], *tail], state.turn_boundary
-            else:
-                window, base = tail, cut
-            closers = open_turn_closers(window, "interrupted", base_seq=base)
-            events = log
-            nodes = surface_nodes(tail + list(closers), state.nodes)
-        stored = len(events)
-        if closers:
-            if isinstance(events, PagedLog):
-                events.extend(closers)
-            else:
-                events = (*events, *closers)
+        events, stored, closers, nodes = found
         prior = self._cold
         if prior is not None and prior.stored == stored and prior.closers == closers:
             # the same log (appends only; an erasure appends its own event): keep the walk

@@ -48,12 +48,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final
 
-from dsh._errors import AdapterError, SessionNotFoundError
+from dsh._errors import AdapterError
 from dsh._install import install_hint
 from dsh.adapters._log import (
     DEFAULT_WAIT_S,
     LiveLog,
     default_store_url,
+    read_stored,
     records_of,
     remove_from_surface,
     surface_nodes,
@@ -174,6 +175,16 @@ class _Namespace:
             self.order.remove(checkpoint_id)
 
 
+@dataclass(slots=True)
+class _Stored:
+    """A read of a stored thread (see :func:`dsh.adapters._log.read_stored`)."""
+
+    events: Sequence[Event]
+    stored: int
+    closers: tuple[Event, ...]
+    nodes: list[int]
+
+
 class _Thread:
     """What the saver knows of one thread: its checkpoints, blobs, projected messages."""
 
@@ -185,6 +196,7 @@ class _Thread:
         self.projected: dict[str, int] = {}  # LangChain message id -> seq of its event
         self.answered: dict[str, int] = {}  # tool call id -> seq of its tool/result
         self.seen = 0
+        self.cold: _Stored | None = None  # the last read of a thread this saver does not write
 
     def reset(self) -> None:
         self.namespaces.clear()
@@ -333,17 +345,21 @@ class DshSaver(BaseCheckpointSaver[str]):
         elif thread_id in self._logs:
             events = self._logs[thread_id].session.events
         else:
-            try:
-                # with the closers a resume would commit: a call cut off by a crash reads
-                # as answered (outcome unknown), as it will once the thread is written
-                events = self._persistence.read(thread_id).events
-            except SessionNotFoundError:
+            # with the closers a resume would commit: a call cut off by a crash reads as
+            # answered (outcome unknown), as it will once the thread is written; through the
+            # restore point, only what was appended since the last read is read and folded
+            found = read_stored(self._persistence, thread_id)
+            if found is None:
                 return None
+            events, stored, closers, nodes = found
             thread = self._threads.get(thread_id)
-            if thread is not None and thread.seen > len(events):
-                thread = None  # another writer's log: fold it afresh
+            if thread is not None and (thread.cold is None or stored < thread.cold.stored or (
+                    thread.cold.closers and (stored, closers) != (thread.cold.stored,
+                                                                  thread.cold.closers))):
+                thread = None  # another writer's log, or where closers were: fold it afresh
             if thread is None:
                 thread = self._threads[thread_id] = _Thread(thread_id)
+            thread.cold = _Stored(events, stored, closers, nodes)
             thread.fold(events)
             return thread
         thread = self._threads.get(thread_id)
@@ -456,6 +472,9 @@ class DshSaver(BaseCheckpointSaver[str]):
         log = self._logs.get(thread_id)
         if log is not None:
             return log.session.events
+        thread = self._threads.get(thread_id)
+        if thread is not None and thread.cold is not None:
+            return thread.cold.events  # what _thread() read for this call
         return self._persistence.read(thread_id).events
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -498,7 +517,8 @@ class DshSaver(BaseCheckpointSaver[str]):
         held = {m.id for m in messages if isinstance(m, BaseMessage)}
         log = self._logs.get(thread.thread_id)
         events = self._events(thread.thread_id)
-        nodes = log.session.surface.nodes if log is not None else surface_nodes(events)
+        nodes = (log.session.surface.nodes if log is not None
+                 else thread.cold.nodes if thread.cold is not None else surface_nodes(events))
         ahead: list[Any] = []
         for seq in reversed(nodes):
             records = records_of(events[seq], LANGCHAIN_FORMAT)
