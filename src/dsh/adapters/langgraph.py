@@ -711,17 +711,19 @@ class DshSaver(BaseCheckpointSaver[str]):
 
     def _left_state(self, thread: _Thread, parent: Any, messages: Sequence[Any]
                     ) -> Sequence[str]:
-        """Ids of the parent checkpoint's messages that ``messages`` no longer holds.
+        """Ids of the messages the thread's line held that ``messages`` no longer holds.
 
-        Only a checkpoint that does not extend its parent's list (a ``RemoveMessage``, an
-        ``update_state`` from an earlier checkpoint) takes messages off the surface; messages
-        the middleware recorded ahead of any checkpoint are never "gone" (LangGraph may hand
-        over an older checkpoint after them).
+        The line is the parent checkpoint's, or for a checkpoint forked from an earlier one
+        (time travel, an ``update_state`` from an earlier checkpoint) the latest checkpoint's:
+        the fork leaves that line, and its messages after the fork point leave the surface.
+        Only a checkpoint that does not extend that list (a ``RemoveMessage``, a fork) takes
+        messages off the surface; messages the middleware recorded ahead of any checkpoint are
+        never "gone" (LangGraph may hand over an older checkpoint after them).
         """
         space = thread.namespaces.get("")
-        entry = space.checkpoints.get(str(parent)) if space is not None and parent else None
-        if entry is None:
+        if space is None or not parent or str(parent) not in space.checkpoints:
             return []
+        entry = space.checkpoints[space.order[-1]]  # the parent, or the line a fork leaves
         version = self._events(thread.thread_id)[entry.seq]["data"]["versions"].get(_MESSAGES)
         before = self._value(thread, "", _MESSAGES, version, {}) if version is not None else None
         if not isinstance(before, list) or _extends([*messages], before):
