@@ -202,3 +202,44 @@ def test_shell_tools_without_a_terminal_say_every_command_will_be_refused(tmp_pa
                if line.startswith("session "))
     results = [e for e in events(tmp_path, sid) if e["type"] == "tool/result"]
     assert [r["data"]["error"]["code"] for r in results] == ["NOT_APPROVED"]
+
+
+def test_kill_9_mid_stream_the_resumed_model_sees_the_cut_off_answer(tmp_path: Path) -> None:
+    # The streamed text is durable (its chunks are in the log) when the process is killed; the
+    # next run puts it on the model's view as an interrupted assistant message, between the
+    # first prompt and the second (docs/agent.md#resume).
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env = {**base, "DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)}
+    with ScriptedServer([Stall(openai_reply("Half an answer")[:3]),
+                         Stream(openai_reply("A whole answer."))]) as server:
+        child = subprocess.Popen([*DSH, "run", "question one", *local(server)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert child.stdout is not None and child.stderr is not None
+        first = child.stderr.readline().decode()
+        assert first.startswith("session "), first
+        session = first.split()[1]
+        streamed = b""
+        while b"answer" not in streamed:
+            piece = os.read(child.stdout.fileno(), 100)
+            assert piece, "dsh run ended before streaming"
+            streamed += piece
+        chunks: list[str] = []
+        while "".join(chunks) != "Half an answer":  # wait until the write-behind wrote them
+            chunks = [e["data"]["chunk"].get("text", "") for e in events(tmp_path, session)
+                      if e["type"] == "assistant/chunk"]
+            assert child.poll() is None, "dsh run ended before its chunks were durable"
+        child.send_signal(signal.SIGKILL)
+        finish(child)
+        assert child.returncode == -signal.SIGKILL
+        again = dsh(tmp_path, "run", "question two", "--session", session, *local(server))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "A whole answer.\n"
+    sent = [(m["role"], m["content"]) for m in server.requests[1]["messages"]]
+    assert sent == [("user", "question one"), ("assistant", "Half an answer"),
+                    ("user", "question two")]
+    log = events(tmp_path, session)
+    [recovered] = [e for e in log if e["type"] == "assistant/message"
+                   and e["data"].get("interrupted")]
+    assert recovered["data"]["turn"] == 2 and recovered["data"]["step"] == 1
+    assert [e["data"]["reason"]["kind"] for e in log if e["type"] == "turn/end"] == [
+        "interrupted", "completed"]

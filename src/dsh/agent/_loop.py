@@ -522,6 +522,7 @@ class Agent:
 
     async def _turn(self, actions: Sequence[Action] = (), continuing: bool = False
                     ) -> TurnResult:
+        cut_off = _cut_off_text(self._session.events)
         turn = self._recorder.turn()
         steps = 0
         text = ""
@@ -530,6 +531,14 @@ class Agent:
         try:
             if actions:
                 await self._recover(turn, actions)
+            if cut_off:
+                # What the crashed step streamed enters the model's view before anything new
+                # (docs/agent.md#resume), as a Ctrl+C keeps it: an interrupted message.
+                recovered = turn.step()
+                try:
+                    recovered.assistant(cut_off, interrupted=True)
+                finally:
+                    recovered.end()
             decided = False
             while True:
                 first = steps == 0
@@ -1046,6 +1055,39 @@ class Agent:
                 content="Error: tool call aborted and did not stop in time; it may still be "
                         "running and may have had effects",
                 error={"name": "AbortError", "code": "ABORTED"})
+
+
+def _cut_off_text(events: Sequence[Event]) -> str:
+    """The text a crash cut off, when the log's last turn is a crash-repaired one.
+
+    That is the ``text-delta`` chunks of the repaired turn's last step after its last
+    ``assistant/message`` or retry (no reply was recorded for them), joined; ``""`` when
+    there are none, when the last turn did not end ``interrupted``, or when a later turn
+    started (the text was already recovered).
+    """
+    end = len(events) - 1
+    while end >= 0 and events[end]["type"] != "turn/end":
+        if events[end]["type"] in ("turn/start", "step/start"):
+            return ""
+        end -= 1
+    if end < 0:
+        return ""
+    reason = events[end]["data"].get("reason")
+    if not (isinstance(reason, Mapping) and reason.get("kind") == "interrupted"):
+        return ""
+    parts: list[str] = []
+    for index in range(end - 1, -1, -1):
+        event = events[index]
+        kind = event["type"]
+        if kind in ("step/start", "turn/start", "assistant/message", RETRY_EVENT):
+            break
+        if kind == "assistant/chunk":
+            chunk = event["data"].get("chunk")
+            if isinstance(chunk, Mapping) and chunk.get("type") == "text-delta" \
+                    and isinstance(chunk.get("text"), str):
+                parts.append(chunk["text"])
+    text = "".join(reversed(parts))
+    return text if text.strip() else ""
 
 
 def _not_approved(call: Mapping[str, Any]) -> ToolOutput:
