@@ -1,7 +1,12 @@
 """``dsh ls`` on a store of many small sessions: the real CLI, in fresh subprocesses.
 
 Run: ``python -m bench.bench_ls [--sessions 1000] [--turns 1] [--runs 5]
-[--backend sqlite|jsonl|both] [--dir DIR]``.
+[--backend sqlite|jsonl|postgresql|both|all] [--server postgresql://…] [--dir DIR]``.
+
+``both`` is SQLite and JSONL, ``all`` adds PostgreSQL (a throw-away schema on ``--server``).
+PostgreSQL is also listed once more with every stored entry cleared (``listing`` NULL, as a
+store written before migration 6): each log is then read in full, as every PostgreSQL listing
+did before the entries were kept.
 
 The parent creates a SQLite and/or JSONL store holding ``--sessions`` sessions of ``--turns``
 msg turns each (12 events a turn-1 session: the ``request/header`` and one 11-event turn),
@@ -115,13 +120,36 @@ IMPORTS = ("import gc, importlib.util, dsh.cli._app\n"
            "    import typer._adapters")
 
 
+def _pg_schema(server: str, schemas: list[str]) -> str:
+    import uuid
+
+    schemas.append(f"dsh_bench_ls_{uuid.uuid4().hex[:10]}")
+    return f"{server}?schema={schemas[-1]}"
+
+
+def _clear_entries(server: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'UPDATE "{schema}".sessions SET listing = NULL')
+
+
+def _drop(server: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--turns", type=int, default=1, help="msg turns per session")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--backend", default="sqlite", choices=("sqlite", "jsonl", "both"))
+    parser.add_argument("--backend", default="sqlite",
+                        choices=("sqlite", "jsonl", "postgresql", "both", "all"))
+    parser.add_argument("--server", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--dir", type=existing_dir, default=None,
                         help="where the temporary store goes")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -129,22 +157,30 @@ def main() -> None:
     if args.child:
         print(listing_child(args.child))
         return
-    backends = ("sqlite", "jsonl") if args.backend == "both" else (args.backend,)
+    backends = {"both": ("sqlite", "jsonl"), "all": ("sqlite", "jsonl", "postgresql")}.get(
+        args.backend, (args.backend,))
     work = Path(tempfile.mkdtemp(prefix="dsh-bench-ls-", dir=args.dir))
+    schemas: list[str] = []
     env = child_env(work)
     rows = []
     try:
         for backend in backends:
-            for label, count in (("empty store", 0), (f"{args.sessions:,} sessions",
-                                                      args.sessions)):
-                folder = work / f"{backend}-{count}"
+            cases = [("empty store", 0), (f"{args.sessions:,} sessions", args.sessions)]
+            if backend == "postgresql":
+                cases.append((f"{args.sessions:,} sessions, entries cleared (read in full)",
+                              args.sessions))
+            for label, count in cases:
+                folder = work / f"{backend}-{len(rows)}"
                 folder.mkdir()
                 url = (f"sqlite://{folder.resolve()}/store.db" if backend == "sqlite"
-                       else f"jsonl://{folder.resolve()}/store")
+                       else f"jsonl://{folder.resolve()}/store" if backend == "jsonl"
+                       else _pg_schema(args.server, schemas))
                 (folder / "store").mkdir()  # JSONL: an empty store is an empty root
                 t0 = now_ms()
                 make_store(url, count, args.turns)
                 setup_ms = now_ms() - t0
+                if "cleared" in label:
+                    _clear_entries(args.server, schemas[-1])
                 first = run_ls(url, env)  # JSONL: builds the listing index; compiles bytecode
                 runs = [run_ls(url, env) for _ in range(args.runs)]
                 listing = statistics.median(float(subprocess.run(
@@ -159,6 +195,8 @@ def main() -> None:
         bare = [timed([sys.executable, "-c", "pass"], env) for _ in range(args.runs)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        for schema in schemas:
+            _drop(args.server, schema)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     header_lines(f"ls: `python -m dsh.cli ls --store {'|'.join(backends)}:…` (median of "
                  f"{args.runs} processes), sessions of {1 + 11 * args.turns} events")
@@ -170,6 +208,8 @@ def main() -> None:
     for backend, count, label, setup_ms, size, wall, cpu, rss, lines, first_ms, listing in rows:
         if not count:
             base[backend] = wall
+        if backend == "postgresql":
+            size = 0  # in the server, not the folder
         per = f"{(wall - base[backend]) / count:.3f}" if count else "—"
         print(f"| {backend} | {label} | {size:,} | {setup_ms:.0f} | {first_ms:.0f} | {wall:.0f} "
               f"| {cpu:.0f} | {per} | {listing:.0f} | {rss:.0f} MB | {lines} | n/a |")
@@ -179,8 +219,8 @@ def main() -> None:
     print(f"\nstart + imports (a fresh process importing what `dsh ls` imports, then exiting): "
           f"{start_ms:.0f} ms wall, {start_cpu:.0f} ms CPU (a bare `python -c pass`: "
           f"{bare_ms:.0f} ms).")
-    for backend, count, _, _, _, wall, _, _, _, _, _ in rows:
-        if count:
+    for backend, count, label, _, _, wall, _, _, _, _, _ in rows:
+        if count and "cleared" not in label:
             print(f"{backend}: start + imports are {100 * start_ms / wall:.0f}% of the "
                   f"{count:,}-session ls ({wall:.0f} ms).")
     print("\nper session ms: (ls ms - empty-store ls ms) / sessions. Wall time includes the "

@@ -15,6 +15,10 @@ The run creates a database ``dsh_bench_<random>`` on the server and drops it at 
   compiled with ``PostgresSaver``, one ``invoke`` per turn (user message in, assistant out,
   checkpointed); ADK, ``DatabaseSessionService`` on ``postgresql+psycopg``, a user event and a
   model event appended per turn.
+* **the commit floor**: in the PostgreSQL per-turn run, after each turn's flush, one one-row
+  ``INSERT`` on a connection of its own, its own durable commit (interleaved, so both see the
+  same disk): what one WAL flush on this server costs, below which no durable per-turn commit
+  can go (dsh's append of a turn is one statement: one round trip, one flush).
 * **takeover after SIGKILL**: a holder process opens the session for writing (default lease,
   15 s) and appends; it is killed with SIGKILL and reaped; the figure is the time from the
   kill to the next writer's ``open(id, "write")`` returning in a process that already has the
@@ -96,14 +100,24 @@ def child_turns(kind: str, turns: int, pg: str, parent_dir: str | None) -> dict[
         session = store.create("bench")
         from bench.workloads import msg_turn, start
         start(session)
-        times = []
+        times, floor = [], []
+        raw = _floor_table(pg, schema) if kind == "postgresql" else None
         for turn in range(1, turns + 1):
             t0 = now_ms()
             msg_turn(session, turn)
             store.flush(session)
             times.append(now_ms() - t0)
+            if raw is not None:
+                t0 = now_ms()
+                raw.execute(f'INSERT INTO "{schema}".floor VALUES (1)')
+                floor.append(now_ms() - t0)
         persistence.close()
-        return _per_turn_stats(times)
+        out = _per_turn_stats(times)
+        if raw is not None:
+            raw.close()
+            f = _per_turn_stats(floor)
+            out |= {"floor_median_ms": f["commit_median_ms"], "floor_p95_ms": f["commit_p95_ms"]}
+        return out
     finally:
         shutil.rmtree(root, ignore_errors=True)
         if kind == "postgresql":
@@ -154,6 +168,15 @@ def child_takeover(kind: str, pg: str, parent_dir: str | None) -> dict[str, Any]
         shutil.rmtree(root, ignore_errors=True)
         if kind == "postgresql":
             _drop_schema(pg, schema)
+
+
+def _floor_table(pg: str, schema: str) -> Any:
+    """A connection of its own and a one-column table in ``schema`` for the commit floor."""
+    import psycopg
+
+    conn = psycopg.connect(pg, autocommit=True)
+    conn.execute(f'CREATE TABLE "{schema}".floor (a integer)')
+    return conn
 
 
 def _imports(*modules: str) -> float:
@@ -386,10 +409,12 @@ def report(args: argparse.Namespace, peers: list[str], root: Path) -> None:
     write: dict[str, list[dict[str, Any]]] = {k: [] for k in ours}
     turns: dict[str, list[dict[str, Any]]] = {k: [] for k in (*ours, *present)}
     takeover: dict[str, list[dict[str, Any]]] = {k: [] for k in ours}
+
     for run in range(args.runs):
         for kind in ours:
             write[kind].append(_run("write", kind, args))
             takeover[kind].append(_run("takeover", kind, args))
+
         for kind in (*ours, *present):
             turns[kind].append(_run("turns", kind, args, target=f"bench-turns-{run}"))
     big = {k: seed_ours(k, args.pg, root, args.events, None) for k in ours}
@@ -416,6 +441,10 @@ def report(args: argparse.Namespace, peers: list[str], root: Path) -> None:
          [t[k]["commit_median_ms"] for k in (*ours, *present)], [], fmt="{:.2f}")
     _row("per-turn durable commit, p95 ms",
          [t[k]["commit_p95_ms"] for k in (*ours, *present)], [], fmt="{:.2f}")
+    floor = t["postgresql"]
+    print(f"| the commit floor: a one-row INSERT commit after each turn, median / p95 ms | — | "
+          f"{floor['floor_median_ms']:.2f} / {floor['floor_p95_ms']:.2f} |"
+          + " — |" * len(present))
     k = {kind: medians(v) for kind, v in takeover.items()}
     _row("next writer in after SIGKILL of the holder (same host), ms",
          [k[kind]["takeover_ms"] for kind in ours], present, fmt="{:.1f}")

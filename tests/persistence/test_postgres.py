@@ -157,15 +157,21 @@ def test_sigstopped_holder_past_its_lease_is_refused_after_takeover(
     assert second("append 1")["seqs"] == [5]
 
 
+def _holding(url: str, workers: list[Worker]) -> Worker:
+    """A worker process holding the lease of a fresh session ``s`` at epoch 1."""
+    _created(url)
+    holder = Worker(url)
+    workers.append(holder)
+    assert holder("open")["epoch"] == 1
+    return holder
+
+
 def test_killed_holder_on_this_host_is_taken_over_at_once(
         workers: list[Worker], caplog: pytest.LogCaptureFixture) -> None:
     # docs/stores.md#takeover: a lease held by a process dead on this host does not make the
     # next writer wait for its expiry (a 60 s lease here); the epoch is bumped and logged.
     with temporary_postgres_url(lease_ms=60_000) as url:
-        _created(url)
-        holder = Worker(url)
-        workers.append(holder)
-        assert holder("open")["epoch"] == 1
+        holder = _holding(url, workers)
         holder("append 4")
         holder.proc.send_signal(signal.SIGKILL)
         assert holder.proc.wait() == -signal.SIGKILL
@@ -187,10 +193,7 @@ def test_killed_holder_on_this_host_is_taken_over_at_once(
 def test_dead_holder_on_another_host_waits_for_its_lease(workers: list[Worker]) -> None:
     # A pid names a process only on its own host: a holder elsewhere is never judged by it.
     with temporary_postgres_url(lease_ms=60_000) as url:
-        _created(url)
-        holder = Worker(url)
-        workers.append(holder)
-        holder("open")
+        holder = _holding(url, workers)
         holder.proc.send_signal(signal.SIGKILL)
         holder.proc.wait()
         for column, value in (("lease_host", "elsewhere"), ("lease_node", "other-boot/1")):
@@ -209,10 +212,7 @@ def test_holder_wrongly_judged_dead_is_fenced(workers: list[Worker]) -> None:
     # If a live holder's pid were taken for dead (say its row named a pid that exited), the
     # takeover bumps the epoch: the live holder's next append is refused, nothing merged.
     with temporary_postgres_url(lease_ms=60_000) as url:
-        _created(url)
-        holder = Worker(url)
-        workers.append(holder)
-        holder("open")
+        holder = _holding(url, workers)
         assert holder("append 2")["seqs"] == [0, 1]
         gone = subprocess.Popen([sys.executable, "-c", "pass"])
         gone.wait()
