@@ -87,11 +87,13 @@ def _page_in(kind: str, variant: str, location: str, n: int, batch: int) -> floa
         plain_j = jrp.JsonlPrefixSource.__init__
         plain_s = srp.SqlitePrefixSource.__init__
 
-        def no_seals_j(self: object, *args: object, seals: object = None) -> None:
-            plain_j(self, *args)  # type: ignore[arg-type]
+        def no_seals_j(self: object, *args: object, seals: object = None,
+                       **options: object) -> None:
+            plain_j(self, *args, **options)  # type: ignore[arg-type]
 
-        def no_seals_s(self: object, *args: object, seals: object = None) -> None:
-            plain_s(self, *args)  # type: ignore[arg-type]
+        def no_seals_s(self: object, *args: object, seals: object = None,
+                       **options: object) -> None:
+            plain_s(self, *args, **options)  # type: ignore[arg-type]
 
         jrp.JsonlPrefixSource.__init__ = no_seals_j  # type: ignore[method-assign]
         srp.SqlitePrefixSource.__init__ = no_seals_s  # type: ignore[method-assign]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from dsh import Session
 from dsh._errors import CompactionError
 from dsh.compaction._selection import head_position, select_compactable_range, validate_span
 from dsh.compaction._tokens import measure_surface
@@ -24,16 +25,24 @@ pytestmark = pytest.mark.no_speedups
 
 
 def _open_call_session():  # type: ignore[no-untyped-def]
-    """user, assistant(call), user(injected), result, assistant — an open pair in the middle."""
-    session = new_session()
-    session.append("turn/start", {"turn": 1})
-    session.append("step/start", {"turn": 1, "step": 1})
-    u = user(session, "please run the build " * 20)
-    a = assistant(session, 1, 1, "running", (("c1", "bash", '{"command":"make"}'),))
-    injected = user(session, "note: CI is slow today", kind="plugin")
-    r = tool_result(session, 1, 1, "c1", "ok " * 50)
-    final = assistant(session, 1, 1, "the build passed " * 10)
-    return session, u, a, injected, r, final
+    """user, assistant(call), user(injected), result, assistant — an open pair in the middle.
+
+    ``Session.append`` refuses such a log now (docs/rules.md#what-append-refuses); one written
+    before it did is still restored as stored, and compaction must keep its pairs whole.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Session, "_check_pairing", lambda *_args: None)
+        session = new_session()
+        session.append("turn/start", {"turn": 1})
+        session.append("step/start", {"turn": 1, "step": 1})
+        user(session, "please run the build " * 20)
+        assistant(session, 1, 1, "running", (("c1", "bash", '{"command":"make"}'),))
+        user(session, "note: CI is slow today", kind="plugin")
+        tool_result(session, 1, 1, "c1", "ok " * 50)
+        assistant(session, 1, 1, "the build passed " * 10)
+    restored = Session.restore(session.id, session.events, session.header)
+    u, a, injected, r, final = (restored.events[seq] for seq in range(2, 7))
+    return restored, u, a, injected, r, final
 
 
 def test_select_rounds_a_retention_cut_head_ward_to_preserve_tool_call_result_pairing() -> None:
