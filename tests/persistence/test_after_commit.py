@@ -118,7 +118,10 @@ def test_failure_after_commit_never_fails_the_flush(tmp_path: Path, backend: str
         expected = [e["data"] for e in session.events]
     want = {"seal-crc": "seal"}.get(step, step)
     assert watcher.failures, "the failure was not reported to the observers"
-    assert {f.step for f in watcher.failures} == {want}
+    steps = {f.step for f in watcher.failures}
+    if step == "seal":  # the restore point's digest goes into the seal too, which fails
+        steps.discard("restore-point")
+    assert steps == {want}
     assert all(isinstance(f.error, Boom) and f.session_id == "s1" and f.repair
                for f in watcher.failures)
     with dsh.open(url) as store:

@@ -381,7 +381,13 @@ def test_verify_finds_a_restore_point_whose_state_is_wrong(root: Path) -> None:
     restore_point = rp.decode_restore_point(path.read_bytes(), session_id="s", backend="jsonl")
     wrong = replace(restore_point.state, nodes=restore_point.state.nodes[:-1])
     path.write_bytes(rp.encode_restore_point(replace(restore_point, state=wrong)))
-    # A resume's cheap checks accept it (the log is unchanged), so this is a violation.
+    # A seal written before restore points were bound records no digest: a resume's cheap
+    # checks accept it (the log is unchanged), so this is a violation. (A seal that records
+    # digests refuses it: tests/persistence/test_restore_point_forged.py.)
+    (seal_path,) = root.rglob("*.seal")
+    seal = read_seal(seal_path)
+    assert seal is not None and seal.restore_points
+    reset_seal(seal_path, seal.identity, seal.records)
     out = _verify_json(url_of("jsonl", root), exit_code=1)
     check = out["restorePoints"]["s"]
     assert check["status"] == "misleading"

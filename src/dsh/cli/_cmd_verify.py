@@ -47,7 +47,9 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     Rules: docs/rules.md#the-read-pipeline (read pipeline: a refusal is one violation with its error
     code); then every rule of :func:`dsh._verify.verify_events`. The restore point is
     checked against the full read: a note, a warning when a resume would ignore it, and a
-    ``RESTORE_POINT_MISMATCH`` violation when a resume would use it yet it does not match.
+    ``RESTORE_POINT_MISMATCH`` violation when a resume would use it yet it does not match, a
+    ``RESTORE_POINT_FORGED`` one when its digest is not one the integrity seal recorded
+    (docs/rules.md#restore-points-are-never-the-truth).
     """
     from dsh._verify import verify_events
 
@@ -65,8 +67,9 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     check = persistence.check_restore_point(session_id, read)
     restore_points[session_id] = {"status": check.status, "eventCount": check.event_count,
                                "message": check.message}
-    found = [Violation(None, "RESTORE_POINT_MISMATCH", check.message, session_id)
-             ] if check.status == "misleading" else []
+    rule = {"misleading": "RESTORE_POINT_MISMATCH", "forged": "RESTORE_POINT_FORGED"}
+    found = [Violation(None, rule[check.status], check.message, session_id)
+             ] if check.status in rule else []
     if check.status in ("consistent", "ignored"):
         notes.append(f"{session_id}: {check.message}")
     return found + [replace(v, session_id=session_id)

@@ -128,7 +128,7 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
                                    revision=cold.revision, paged=True,
                                    restore=restore_point.state)
             except ck.RestorePointRefused as exc:
-                ck.note_refusal(session_id, exc.reason)
+                ck.note_refusal(session_id, exc.reason, exc.error)
             except DshError as exc:
                 ck.note_refusal(session_id, f"invalid:{exc.code}")
         if persistence.backend.capabilities.ranges:

@@ -17,7 +17,10 @@ Invariants this module owns:
 * it lives in a sidecar beside the log, never inside dsh's files (dsh refuses extra SQLite
   tables and extra events would change its logs); it is replaced atomically (temp file +
   rename) and, like the seals, not fsynced: a lost restore point only costs a full read;
-* its body is covered by its own SHA-256, so flipped or truncated bytes are refused;
+* its body is covered by its own SHA-256, so flipped or truncated bytes are refused; and that
+  digest is bound to the log: the writer records it in the integrity seal (raw JSONL, SQLite),
+  and a restore point whose digest the seal never recorded is refused
+  (:func:`check_bound`), so a body edited and re-digested changes no resume;
 * the anchor checks are cheap on purpose (they read a few KiB, not the prefix): bytes changed
   inside the covered prefix, or a zstd log replaced by one with the same header, size and
   final bytes, pass them; :func:`check_restore_point` (``dsh verify``, a full read) reports such
@@ -48,10 +51,11 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import orjson
 
-from dsh._errors import PersistenceError
+from dsh._errors import LogCorruptError, PersistenceError
 from dsh.json import MAX_SAFE_INTEGER, dumps
 from dsh.persistence._paths import open_sidecar
 from dsh.persistence._seal import _write_all as write_all
+from dsh.persistence._seal import restore_point_mark
 from dsh.session import Event, RestoreFold, RestoreState
 
 __all__ = [
@@ -65,11 +69,13 @@ __all__ = [
     "RestorePointCheck",
     "RestorePointRefused",
     "KeepsRestorePoints",
+    "check_bound",
     "check_restore_point",
     "decode_restore_point",
     "digest",
     "encode_restore_point",
     "note_refusal",
+    "body_digest",
     "read_restore_point_file",
     "stats",
     "write_restore_point_file",
@@ -105,19 +111,51 @@ stats: Counter[str] = Counter()
 
 
 class RestorePointRefused(Exception):
-    """The restore point cannot be used; ``reason`` says why (the caller reads in full)."""
+    """The restore point cannot be used; ``reason`` says why (the caller reads in full).
 
-    def __init__(self, reason: str) -> None:
+    ``error`` is set when the refusal is damage worth a warning, not staleness: a restore point
+    whose digest the integrity seal never recorded (``unbound``: edited and re-digested) is a
+    :class:`LogCorruptError` naming the file and the seq it claims to cover.
+    """
+
+    def __init__(self, reason: str, error: LogCorruptError | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.error = error
 
 
-def note_refusal(session_id: str, reason: str) -> None:
-    """Count and log (DEBUG) a refused restore point of ``session_id``."""
+def note_refusal(session_id: str, reason: str, error: LogCorruptError | None = None) -> None:
+    """Count and log a refused restore point of ``session_id`` (DEBUG; WARNING with ``error``)."""
     stats["refused"] += 1
     stats[f"refused:{reason.split(':')[0]}"] += 1
+    if error is not None:
+        logger.warning("session %s: %s; reading the whole log", session_id, error.message)
+        return
     logger.debug("session %s: restore point not used (%s); reading the whole log", session_id,
                  reason)
+
+
+def check_bound(restore_point: RestorePoint, recorded: Sequence[bytes], *, where: str,
+                seal_path: str) -> None:
+    """Refuse a restore point whose digest the integrity seal did not record.
+
+    Rule: docs/rules.md#restore-points-are-never-the-truth. ``recorded`` are the seal's
+    restore point records (:attr:`~dsh.persistence._seal.Seal.restore_points`). A seal that
+    records none was written before restore points were bound (or rebuilt by ``dsh verify
+    --reseal``): the restore point is then checked by its own digest and anchor only.
+
+    Raises:
+        RestorePointRefused: ``unbound``, with a :class:`LogCorruptError` (code
+            ``RESTORE_POINT_FORGED``) naming ``where`` and the first seq after the covered
+            prefix.
+    """
+    if not recorded or restore_point_mark(restore_point.digest) in recorded:
+        return
+    count = restore_point.anchor.event_count
+    raise RestorePointRefused("unbound", LogCorruptError(
+        f"restore point {where} (covering seqs 0..{count - 1}) has a digest its integrity seal "
+        f"{seal_path} never recorded: it was edited after it was written, so a resume ignores it",
+        code="RESTORE_POINT_FORGED", path=where, seq=count))
 
 
 def digest(data: bytes) -> str:
@@ -155,10 +193,15 @@ class Anchor:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RestorePoint:
-    """An anchor and the restore state of the prefix it names."""
+    """An anchor and the restore state of the prefix it names.
+
+    ``digest`` is the hex SHA-256 of the stored body ("" before it is encoded); the seal
+    records its first 12 bytes (:func:`check_bound`).
+    """
 
     anchor: Anchor
     state: RestoreState
+    digest: str = ""
 
 
 @runtime_checkable
@@ -276,7 +319,8 @@ def decode_restore_point(data: bytes, *, session_id: str, backend: str) -> Resto
     head, nl, body_bytes = data.partition(b"\n")
     if not nl or not head.startswith(_MAGIC):
         raise RestorePointRefused("not-a-restore-point")
-    if head[len(_MAGIC):] != digest(body_bytes).encode():
+    body_digest = digest(body_bytes)
+    if head[len(_MAGIC):] != body_digest.encode():
         raise RestorePointRefused("digest")
     try:
         # plain containers at once (the digest already vouched for the bytes); the state's
@@ -314,7 +358,12 @@ def decode_restore_point(data: bytes, *, session_id: str, backend: str) -> Resto
                     seal_digest=_field(body, "sealDigest", str), index=index)
     if anchor.event_count != state.event_count:
         raise RestorePointRefused("bad-field:eventCount")
-    return RestorePoint(anchor=anchor, state=state)
+    return RestorePoint(anchor=anchor, state=state, digest=body_digest)
+
+
+def body_digest(data: bytes) -> str:
+    """The hex SHA-256 of the body of sidecar bytes from :func:`encode_restore_point`."""
+    return data.partition(b"\n")[0][len(_MAGIC):].decode("ascii")
 
 
 def read_restore_point_file(path: Path) -> bytes:
@@ -375,7 +424,9 @@ class RestorePointCheck:
             ``"misleading"`` (a resume's cheap checks accept it, yet it does not match the
             full read: the log was changed inside the prefix it covers, or replaced by one
             whose header, size and final bytes are the same; ``dsh verify`` reports it as a
-            violation, and deleting the file makes resumes read the whole log).
+            violation, and deleting the file makes resumes read the whole log), or
+            ``"forged"`` (its digest is not one the integrity seal recorded: it was edited and
+            re-digested; a resume ignores it, ``dsh verify`` reports a violation).
         event_count: Events it covers (0 when absent or unreadable).
         message: One sentence for the user (what was found, what a resume does).
     """
@@ -404,6 +455,11 @@ def check_restore_point(handle: KeepsRestorePoints | None, events: Sequence[Even
     try:
         restore_point, cold, source = handle.read_from_restore_point()
     except RestorePointRefused as exc:
+        if exc.error is not None:
+            return RestorePointCheck(status="forged", event_count=0,
+                                     message=f"{exc.error.message} and reads the whole log; "
+                                             f"delete {handle.restore_point_where()} (the next "
+                                             "due flush writes a new one)")
         if exc.reason == "absent":
             return RestorePointCheck(status="absent", event_count=0,
                                    message="no restore point; a resume reads the whole "

@@ -156,7 +156,7 @@ def _from_restore_point(store: SessionStore, session_id: str, handle: Handle,
                                       tail=tail + closers,
                                       inherited_event_count=header.get("seedLength") or 0)
     except rp.RestorePointRefused as exc:
-        rp.note_refusal(session_id, exc.reason)
+        rp.note_refusal(session_id, exc.reason, exc.error)
         return None
     except DshError as exc:
         rp.note_refusal(session_id, f"invalid:{exc.code}")

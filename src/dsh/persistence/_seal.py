@@ -14,7 +14,11 @@ So the writer keeps a sidecar file beside the log (``session.jsonl.seal``; SQLit
   A crash can therefore lose the last records or leave a partial or zero-filled one: those
   are ignored, and the log's unsealed tail (bytes or rows after the last record) is read
   under the format's own rules, then sealed by the next writer before it appends;
-* a sealed range whose bytes (rows) are missing or differ is :class:`LogCorruptError`.
+* a sealed range whose bytes (rows) are missing or differ is :class:`LogCorruptError`;
+* a restore point record ``(RESTORE_POINT_MARK, digest[0:8], digest[8:12])`` records the first
+  12 bytes of the SHA-256 of a restore point body the writer wrote; it sits among the range
+  records, which skip it (:attr:`Seal.restore_points`;
+  docs/rules.md#restore-points-are-never-the-truth).
 
 How a fast reader verifies (persistence perf path): read the seal *before* the log, then one
 ``zlib.crc32(data[start:end])`` per record over the bytes it already holds; nothing is parsed.
@@ -33,14 +37,20 @@ from dsh._errors import LogCorruptError
 from dsh.json import CFallback, c_rows_text
 from dsh.persistence._paths import open_sidecar
 
-__all__ = ["Seal", "append_seal", "append_seal_to", "check_byte_seals", "check_row_seals",
-           "crc_of", "install_seal", "open_seal_appender", "read_seal", "reset_seal", "rows_crc",
-           "rows_text", "stage_seal"]
+__all__ = ["RESTORE_POINT_MARK", "Seal", "append_restore_point_mark",
+           "append_restore_point_mark_to", "append_seal", "append_seal_to", "check_byte_seals",
+           "check_row_seals", "crc_of", "install_seal", "open_seal_appender", "read_seal",
+           "reset_seal", "restore_point_mark", "rows_crc", "rows_text", "stage_seal"]
 
 MAGIC: Final = b"DSHSEAL1"
 _RECORD: Final = struct.Struct("<QQI")
 _LEN: Final = struct.Struct("<I")
 _MAX_IDENTITY: Final = 1024
+
+RESTORE_POINT_MARK: Final = 0xFFFF_FFFF_FFFF_FFFF
+"""The ``start`` of a seal record that records a restore point's digest, not a range."""
+
+_MARK_BYTES: Final = 12
 
 crc_of = zlib.crc32
 """The checksum of a sealed range: ``zlib.crc32`` of its exact bytes."""
@@ -53,14 +63,18 @@ class Seal:
         path: The seal file.
         identity: What the file was written for (empty for JSONL).
         records: ``(start, end, crc)`` ranges, contiguous from 0.
+        restore_points: The restore point digests the writer recorded (first 12 bytes of
+            each body's SHA-256, :func:`restore_point_mark`), oldest first.
     """
 
-    __slots__ = ("identity", "path", "records")
+    __slots__ = ("identity", "path", "records", "restore_points")
 
-    def __init__(self, path: Path, identity: bytes, records: list[tuple[int, int, int]]) -> None:
+    def __init__(self, path: Path, identity: bytes, records: list[tuple[int, int, int]],
+                 restore_points: list[bytes] | None = None) -> None:
         self.path = path
         self.identity = identity
         self.records = records
+        self.restore_points = restore_points if restore_points is not None else []
 
     @property
     def end(self) -> int:
@@ -107,10 +121,15 @@ def read_seal(path: Path) -> Seal | None:
                               byte_offset=len(MAGIC), code="SEAL_CORRUPT")
     identity = data[head:head + length]
     records: list[tuple[int, int, int]] = []
+    marks: list[bytes] = []
     pos = head + length
     expected = 0
     while pos + _RECORD.size <= len(data):
         start, end, crc = _RECORD.unpack_from(data, pos)
+        if start == RESTORE_POINT_MARK:
+            marks.append(data[pos + 8:pos + _RECORD.size])
+            pos += _RECORD.size
+            continue
         if start != expected or end <= start:
             if not data[pos:pos + _RECORD.size].strip(b"\0"):
                 # A zero-filled record: records are appended without an fsync of their own,
@@ -126,7 +145,7 @@ def read_seal(path: Path) -> Seal | None:
         records.append((start, end, crc))
         expected = end
         pos += _RECORD.size
-    return Seal(path, identity, records)
+    return Seal(path, identity, records, marks)
 
 
 def check_byte_seals(data: bytes, seal: Seal, *, log_path: str) -> None:
@@ -172,7 +191,17 @@ def fsync_folder(path: Path) -> None:
         os.close(fd)
 
 
-def stage_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, int]]) -> Path:
+def restore_point_mark(body_digest: str) -> bytes:
+    """The 12 bytes a seal records for a restore point whose body's hex SHA-256 is given."""
+    return bytes.fromhex(body_digest)[:_MARK_BYTES]
+
+
+def _mark_record(mark: bytes) -> bytes:
+    return struct.pack("<Q", RESTORE_POINT_MARK) + mark
+
+
+def stage_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, int]],
+               restore_points: Sequence[bytes] = ()) -> Path:
     """Write a whole seal file beside ``path`` under a temp name, fsynced; return that name.
 
     :func:`install_seal` renames it over the seal. A writer stages the seal of bytes it is
@@ -186,7 +215,8 @@ def stage_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, in
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         _write_all(fd, MAGIC + _LEN.pack(len(identity)) + identity
-                   + b"".join(_RECORD.pack(*r) for r in records))
+                   + b"".join(_RECORD.pack(*r) for r in records)
+                   + b"".join(_mark_record(m) for m in restore_points))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -203,7 +233,8 @@ def install_seal(tmp: Path, path: Path) -> None:
     fsync_folder(path.parent)
 
 
-def reset_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, int]]) -> None:
+def reset_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, int]],
+               restore_points: Sequence[bytes] = ()) -> None:
     """Replace the seal file atomically with ``records``, durably.
 
     The temp file is fsynced before it is renamed over the seal and the folder after, so a
@@ -215,7 +246,7 @@ def reset_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, in
     Raises:
         OSError: the file could not be written (the old seal stays).
     """
-    install_seal(stage_seal(path, identity, records), path)
+    install_seal(stage_seal(path, identity, records, restore_points), path)
 
 
 def append_seal(path: Path, start: int, end: int, crc: int) -> None:
@@ -229,6 +260,28 @@ def append_seal(path: Path, start: int, end: int, crc: int) -> None:
         append_seal_to(fd, start, end, crc)
     finally:
         os.close(fd)
+
+
+def append_restore_point_mark(path: Path, mark: bytes) -> None:
+    """Append a restore point record (:func:`restore_point_mark`) to an existing seal file.
+
+    Raises:
+        OSError: the record could not be written.
+    """
+    fd = open_seal_appender(path)
+    try:
+        append_restore_point_mark_to(fd, mark)
+    finally:
+        os.close(fd)
+
+
+def append_restore_point_mark_to(fd: int, mark: bytes) -> None:
+    """Append a restore point record through a descriptor from :func:`open_seal_appender`.
+
+    Raises:
+        OSError: the record could not be written.
+    """
+    _write_all(fd, _mark_record(mark))
 
 
 def open_seal_appender(path: Path) -> int:

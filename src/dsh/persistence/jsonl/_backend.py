@@ -73,12 +73,14 @@ from dsh.persistence._paths import file_revision, mkdir_private, refuse_symlink
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
+    append_restore_point_mark,
     append_seal,
     check_byte_seals,
     crc_of,
     install_seal,
     read_seal,
     reset_seal,
+    restore_point_mark,
     stage_seal,
 )
 from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex, jsonl_signatures
@@ -428,6 +430,8 @@ class _Tail:
     # (first seal of this handle: a crash may have left a partial record after them)
     seals: list[tuple[int, int, int]] | None = None
     seal_rewrite: bool = True
+    # raw JSONL only: the restore point digests the seal records (kept when it is rewritten)
+    restore_marks: list[bytes] = field(default_factory=list)
     # the page-in index of the stored prefix, and the header's extent and digest (restore points)
     index: list[tuple[int, int]] = field(default_factory=list)
     header_end: int = 0
@@ -539,7 +543,8 @@ class JsonlHandle(HandleBase):
                                len(parsed.events), len(data),
                                seals=(seal.records if seal is not None else []) if raw else None,
                                index=parsed.index, header_end=parsed.header_end,
-                               header_digest=rp.digest(data[:parsed.header_end]))
+                               header_digest=rp.digest(data[:parsed.header_end]),
+                               restore_marks=list(seal.restore_points) if seal else [])
         if offset == 0:
             return ColdRead(parsed.header, tuple(parsed.events), parsed.torn, revision,
                             parsed.prescan)
@@ -950,6 +955,23 @@ class JsonlHandle(HandleBase):
             OSError: it could not be written.
         """
         rp.write_restore_point_file(self.restore_point_path(), data)
+        tail = self._tail
+        if tail is None or tail.seals is None:
+            # Zstandard: no seal to bind it to (docs/rules.md#restore-points-are-never-the-truth)
+            return
+        # bound to the log: the seal records the body's digest, and a resume refuses a restore
+        # point whose digest it did not record (docs/rules.md#restore-points-are-never-the-truth)
+        mark = restore_point_mark(rp.body_digest(data))
+        try:
+            if tail.seal_rewrite:
+                reset_seal(self._seal_path(), b"", tail.seals, [mark])
+                tail.seal_rewrite = False
+            else:
+                append_restore_point_mark(self._seal_path(), mark)
+        except OSError:
+            tail.seal_rewrite = True  # a partial record may be left: the next seal rewrites
+            raise
+        tail.restore_marks = [mark]
 
     def read_from_restore_point(self) -> tuple[rp.RestorePoint, ColdRead,
                                                jrp.JsonlPrefixSource]:
@@ -978,12 +1000,16 @@ class JsonlHandle(HandleBase):
             check_identity=lambda header: self._backend._check_identity(self._id, header,
                                                                         self.path))
         header, events = found.header, found.events
+        if not zstd:
+            rp.check_bound(restore_point, found.restore_marks, where=self.restore_point_where(),
+                           seal_path=str(self._seal_path()))
         count = restore_point.anchor.event_count + len(events)
         self._pending_header = None
         self._tail = _Tail(True, count, found.size, None, count, found.size,
                            seals=found.records if not zstd else None, index=found.index,
                            header_end=found.header_end,
-                           header_digest=restore_point.anchor.header_digest)
+                           header_digest=restore_point.anchor.header_digest,
+                           restore_marks=list(found.restore_marks))
         if self._mode == "write":
             self._listing_reset(True)  # load_tail refuses a torn tail
         anchor = restore_point.anchor
@@ -1048,7 +1074,8 @@ class JsonlHandle(HandleBase):
             return
         try:
             if tail.seal_rewrite:
-                reset_seal(self._seal_path(), b"", [*tail.seals, *records])
+                reset_seal(self._seal_path(), b"", [*tail.seals, *records],
+                           tail.restore_marks[-1:])
                 tail.seal_rewrite = False
             else:
                 for record in records:

@@ -5,8 +5,9 @@ beside the seal; dsh ignores it. Anchors sit at batch boundaries (raw: a record 
 frame start). A read from a restore point checks, before trusting it: the file still holds the
 covered bytes, the header bytes and the last :data:`DIGEST_TAIL_BYTES` before the cut
 digest as recorded, and the seal records over the prefix digest as recorded; the tail after the
-cut must then read cleanly (no torn tail, every seal record over it intact). Anything else is a
-:class:`RestorePointRefused` and the caller reads the whole log.
+cut must then read cleanly (no torn tail, every seal record over it intact), and on a raw log
+the restore point's digest must be one the seal recorded (:func:`~dsh.persistence._restore_point
+.check_bound`). Anything else is a :class:`RestorePointRefused` and the caller reads the whole log.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class TailRead:
     records: list[tuple[int, int, int]]
     index: list[tuple[int, int]]
     header_end: int
+    restore_marks: list[bytes]
 
 
 def load_tail(path: Path, restore_point: rp.RestorePoint, *, zstd: bool, seal_path: Path,
@@ -165,7 +167,8 @@ def load_tail(path: Path, restore_point: rp.RestorePoint, *, zstd: bool, seal_pa
         raise rp.RestorePointRefused("corrupt-tail") from None
     index = list(anchor.index)
     note_index(index, anchor.event_count, cut)
-    return TailRead(header, events, revision, after.st_size, list(records), index, header_end)
+    return TailRead(header, events, revision, after.st_size, list(records), index, header_end,
+                    list(seal.restore_points) if seal is not None else [])
 
 
 class JsonlPrefixSource:

@@ -78,11 +78,13 @@ from dsh.persistence._lock import SessionLock
 from dsh.persistence._paths import mkdir_private
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
+    append_restore_point_mark_to,
     append_seal_to,
     check_row_seals,
     open_seal_appender,
     read_seal,
     reset_seal,
+    restore_point_mark,
     rows_crc,
 )
 from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex, sqlite_signatures
@@ -1048,6 +1050,8 @@ class SqliteHandle(HandleBase):
         # seal write replaces the file (the first one does: a crash may have left garbage)
         self._seals: list[tuple[int, int, int]] | None = None
         self._seal_rewrite = True
+        # the restore point digests the seal records (kept when the seal is rewritten)
+        self._restore_marks: list[bytes] = []
         # the committed prefix last read or written: (event count, incarnation, last row digest)
         self._durable: tuple[int, str, str] | None = None
         self._seal_file = backend._seal_path(session_id)
@@ -1236,6 +1240,7 @@ class SqliteHandle(HandleBase):
                             where=self._path, session_id=self._id)
         if self._mode == "write":
             self._seals = seal.records if seal is not None else []
+            self._restore_marks = list(seal.restore_points) if seal is not None else []
         events = scan.events
         if base < offset:
             events = [e for e in events if e["seq"] >= offset]
@@ -1424,6 +1429,7 @@ class SqliteHandle(HandleBase):
             seal = read_seal(self._seal_file)
             valid = seal is not None and seal.identity == _seal_identity(incarnation)
             self._seals = seal.records if seal is not None and valid else []
+            self._restore_marks = list(seal.restore_points) if seal is not None and valid else []
         return self._seals[-1][1] if self._seals else 0
 
     def _seal(self, record: tuple[int, int, int], incarnation: str) -> None:
@@ -1439,7 +1445,8 @@ class SqliteHandle(HandleBase):
             if self._seal_rewrite:
                 self._close_seal_fd()  # the rewrite replaces the file it points to
                 mkdir_private(path.parent, "integrity seals")
-                reset_seal(path, _seal_identity(incarnation), [*self._seals, record])
+                reset_seal(path, _seal_identity(incarnation), [*self._seals, record],
+                           self._restore_marks[-1:])
                 self._seal_rewrite = False
             else:
                 # one descriptor for the handle's life (an open and a close less per batch):
@@ -1504,6 +1511,27 @@ class SqliteHandle(HandleBase):
         path = self.restore_point_path()
         mkdir_private(path.parent, "restore points")
         rp.write_restore_point_file(path, data)
+        durable = self._durable
+        if self._seals is None or durable is None:
+            return
+        # bound to the log: the seal records the body's digest, and a resume refuses a restore
+        # point whose digest it did not record (docs/rules.md#restore-points-are-never-the-truth)
+        mark = restore_point_mark(rp.body_digest(data))
+        try:
+            if self._seal_rewrite:
+                self._close_seal_fd()
+                mkdir_private(self._seal_file.parent, "integrity seals")
+                reset_seal(self._seal_file, _seal_identity(durable[1]), self._seals, [mark])
+                self._seal_rewrite = False
+            else:
+                if self._seal_fd is None:
+                    self._seal_fd = open_seal_appender(self._seal_file)
+                append_restore_point_mark_to(self._seal_fd, mark)
+        except OSError:
+            self._close_seal_fd()
+            self._seal_rewrite = True  # a partial record may be left: the next seal rewrites
+            raise
+        self._restore_marks = [mark]
 
     def read_from_restore_point(self) -> tuple[rp.RestorePoint, ColdRead,
                                                srp.SqlitePrefixSource]:
@@ -1564,6 +1592,9 @@ class SqliteHandle(HandleBase):
         records = seal.records if seal is not None else []
         if srp.seal_digest(records, cut) != anchor.seal_digest:
             raise rp.RestorePointRefused("seal")
+        marks = list(seal.restore_points) if seal is not None else []
+        rp.check_bound(restore_point, marks, where=self.restore_point_where(),
+                       seal_path=str(self._seal_file))
         try:
             self._check_header_version(header)
             scan = scan_rows(rows, cut, self._c.schema_version, path=self._path,
@@ -1578,6 +1609,7 @@ class SqliteHandle(HandleBase):
         events = scan.events
         if self._mode == "write":
             self._seals = list(records)
+            self._restore_marks = marks
             self._torn_seq = None
         count = cut + len(events)
         self._durable = (count, incarnation,

@@ -5,7 +5,8 @@ stays outside the database, like the seals). The cut is an event seq at a batch 
 packed row never spans batches). Before a restore point is trusted: the session row's incarnation
 and header digest as recorded, the last row before the cut checksums as recorded (the seal's
 row checksum), the seal records over the prefix digest as recorded, no packed row straddles the
-cut, and the rows after the cut decode cleanly with every seal record over them intact.
+cut, the rows after the cut decode cleanly with every seal record over them intact, and the
+restore point's digest is one the seal recorded (``check_bound``).
 """
 
 from __future__ import annotations
