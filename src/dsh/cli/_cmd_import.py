@@ -58,6 +58,7 @@ class ImportFormat(enum.StrEnum):
     swe_agent = "swe-agent"
     mini_swe_agent = "mini-swe-agent"
     dsh = "dsh"
+    atif = "atif"
 
 
 def examples_dir() -> Path | None:
