@@ -410,7 +410,7 @@ def retention(where: Annotated[list[str] | None, typer.Option(
     out = stdout_console()
     for policy in policies:
         rules = ["keep"] if policy.keep else [
-            f"{name} after {days} days" for name, days in (
+            f"{name} after {render.plural(days, 'day')}" for name, days in (
                 ("archive", policy.archive_after_days), ("trash", policy.trash_after_days),
                 ("purge", policy.purge_after_days)) if days is not None]
         out.print(f"{policy.scope}: {', '.join(rules)}", markup=False)

@@ -132,7 +132,8 @@ def to_markdown(header: Mapping[str, Any], entries: Sequence[Entry],
 def _facts(header: Mapping[str, Any], row: render.SessionRow,
            session_text: Callable[[str], str]) -> list[str]:
     """The session's head line pieces; ``session_text`` makes cwd and lineage safe to embed."""
-    facts = [f"{row.events} events", f"{row.turns} turns", f"source {row.source_format}",
+    facts = [render.plural(row.events, "event"), render.plural(row.turns, "turn"),
+             f"source {row.source_format}",
              f"created {render.format_ms(row.created_at_ms)} UTC",
              f"last activity {render.format_ms(row.last_activity_ms)} UTC"]
     if header.get("cwd"):
