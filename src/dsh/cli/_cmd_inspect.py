@@ -89,6 +89,11 @@ def ls(store: StoreOption = None, json_: JsonOption = False,
         console.print(Text(head, style="bold"), markup=False, highlight=False)
         if body:
             console.print(body, markup=False, highlight=False)
+    elif not unreadable and which == "trash":
+        render.print_text("the trash is empty ('dsh rm ID' moves a session there)", stderr=True)
+    elif not unreadable and which == "archived":
+        render.print_text("no archived sessions (a retention policy archives them: "
+                          "'dsh retention --archive-after DAYS')", stderr=True)
     elif not unreadable:
         render.print_text("no sessions in the store; 'dsh import' adds some (try "
                           "'dsh import --examples')", stderr=True)
