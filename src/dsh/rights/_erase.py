@@ -235,8 +235,11 @@ def erase_sessions(store: Persistence | HasPersistence, session_ids: Iterable[st
     started = clock() if clock is not None else int(_time.time() * 1000)
     subjects = select(persistence, session_ids, where)
     if not subjects:
-        raise RightsError("nothing to erase: no session named, and none matches --where "
-                          f"{dict(where or {})}", code="NOTHING_SELECTED")
+        scope = " ".join(f"{k}={v}" for k, v in sorted((where or {}).items()))
+        raise RightsError("nothing to erase: " + (
+            f"no session named, and none matches --where {scope}" if scope
+            else "name sessions (ID...) or select them with --where KEY=VALUE"),
+            code="NOTHING_SELECTED")
     headers = {str(h["id"]): h for h in persistence.list_headers()}
     children: dict[str, list[str]] = {}
     for sid, header in sorted(headers.items()):
