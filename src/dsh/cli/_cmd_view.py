@@ -9,7 +9,13 @@ import typer
 
 from dsh import ConfigError
 from dsh._install import install_hint
-from dsh.cli._common import StoreOption, default_store_url, store_url
+from dsh.cli._common import (
+    StoreOption,
+    cli_store,
+    default_store_url,
+    require_session,
+    store_url,
+)
 from dsh.persistence import store_path
 
 
@@ -44,6 +50,9 @@ def view(
     if location is not None and not location.exists():
         raise ConfigError(f"no store at {url!r} ({location} does not exist); check the URL, or "
                           "import sessions first ('dsh import')", code="STORE_NOT_FOUND")
+    if session_id is not None:  # a unique prefix opens that session's page (docs/cli.md)
+        with cli_store(url, create=False) as sessions:
+            session_id = require_session(sessions, session_id)
 
     def announce(line: str) -> None:
         sys.stdout.write(line + "\n")
