@@ -446,3 +446,66 @@ def test_colour_on_a_terminal_only(tmp_path: Path) -> None:
     assert "\x1b" not in dsh(tmp_path, "show", "nope").stderr
     env["NO_COLOR"] = "1"
     assert "\x1b[" not in on_terminal("show", "nope")
+
+
+# -- the README's commands, followed as written --------------------------------------------------
+
+
+def test_an_empty_trash_or_archive_is_not_called_an_empty_store(tmp_path: Path) -> None:
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    trash = dsh(tmp_path, "ls", "--trash")
+    assert trash.returncode == 0 and trash.stdout == ""
+    assert "the trash is empty" in trash.stderr and "no sessions in the store" not in trash.stderr
+    archived = dsh(tmp_path, "ls", "--archived")
+    assert archived.returncode == 0 and "no archived sessions" in archived.stderr
+
+
+def test_import_takes_format_atif_as_the_readme_lists_it(tmp_path: Path) -> None:
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    out = tmp_path / "say-hi.atif.json"
+    assert dsh(tmp_path, "export", "6666", "--format", "atif", "-o", str(out)).returncode == 0
+    again = dsh(tmp_path, "import", str(out), "--format", "atif", "--store",
+                str(tmp_path / "other.db"))
+    assert again.returncode == 0, again.stderr
+    assert "(atif)" in again.stdout
+
+
+def test_exported_documents_count_one_turn_in_the_singular(tmp_path: Path) -> None:
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    md = dsh(tmp_path, "export", "6666", "--format", "markdown")
+    assert md.returncode == 0, md.stderr
+    assert "7 events · 1 turn · source dsh" in md.stdout
+
+
+def test_erase_with_nothing_selected_says_what_to_give(tmp_path: Path) -> None:
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    none = dsh(tmp_path, "erase", "--receipt", str(tmp_path / "r.json"))
+    assert none.returncode == 1 and "error[NOTHING_SELECTED]" in none.stderr
+    assert "{}" not in none.stderr and "--where KEY=VALUE" in none.stderr
+    nowhere = dsh(tmp_path, "erase", "--where", "cwd=/nowhere", "--receipt",
+                  str(tmp_path / "r.json"))
+    assert "none matches --where cwd=/nowhere" in nowhere.stderr
+
+
+def test_view_opens_the_session_a_prefix_names(tmp_path: Path) -> None:
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    missing = dsh(tmp_path, "view", "nosuch", "--no-browser")
+    assert missing.returncode == 1 and "error[SESSION_NOT_FOUND]" in missing.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+    env.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)})
+    server = subprocess.Popen([*DSH, "view", "6666", "--no-browser"], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)  # closes both pipes
+    assert "/s/66666666-2222-4333-8444-555555555555?token=" in url
+
+
+def test_retention_says_one_day_in_the_singular(tmp_path: Path) -> None:
+    assert dsh(tmp_path, "init").returncode == 0
+    set_ = dsh(tmp_path, "retention", "--archive-after", "1", "--trash-after", "30")
+    assert set_.returncode == 0, set_.stderr
+    assert "store: archive after 1 day, trash after 30 days" in set_.stdout
