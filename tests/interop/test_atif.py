@@ -176,3 +176,20 @@ def test_cli_exports_atif_and_imports_it_back_as_a_verified_session(tmp_path: Pa
     [again] = [r for r in rows if r["sourceFormat"] == "atif"]
     dsh("verify", again["id"])
     assert json.loads(dsh("messages", again["id"])) == json.loads(dsh("messages", row["id"]))
+
+
+def test_cli_export_leaves_a_fork_out_of_the_subagents(tmp_path: Path) -> None:
+    # a fork is a session of its own (docs/standards.md): bundling it as a subagent made its
+    # import read "subagent of" the parent
+    from tests.interop.helpers import EXAMPLES
+    from tests.interop.standards import cli
+
+    dsh = cli(tmp_path / "s.db")
+    dsh("import", str(EXAMPLES / "claude-code" / "long-debugging.jsonl"))
+    [row] = json.loads(dsh("ls", "--json"))
+    dsh("fork", row["id"], "--at", "6", "--as", "branch-a")
+    out = tmp_path / "t.json"
+    dsh("export", "--format", "atif", row["id"], "-o", str(out))
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert "branch-a" not in json.dumps(doc.get("subagent_trajectories") or [])
+    assert "branch-a" not in out.read_text(encoding="utf-8")

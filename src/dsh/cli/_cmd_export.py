@@ -138,15 +138,16 @@ def _document(read: Inspection, fmt: str) -> str:
 def stored_log(persistence: Persistence, read: Inspection) -> Any:
     """The stored session as a :class:`dsh.interop.SessionLog`, with its subagent sessions.
 
-    Children are the sessions of the store whose header names it as ``parentSession``. Events
-    are the stored log plus its in-memory repair closers (an interrupted turn reads closed);
+    Children are the subagent sessions of the store (``origin`` ``subagent``) whose header
+    names it as ``parentSession``; a fork is a session of its own, never bundled. Events are
+    the stored log plus its in-memory repair closers (an interrupted turn reads closed);
     nothing is written.
     """
     from dsh.interop import SessionLog
 
     by_parent: dict[str, list[str]] = {}
     for h in persistence.list_headers():
-        if isinstance(h.get("parentSession"), str):
+        if h.get("origin") == "subagent" and isinstance(h.get("parentSession"), str):
             by_parent.setdefault(str(h["parentSession"]), []).append(str(h["id"]))
 
     def build(current: Inspection, seen: frozenset[str]) -> SessionLog:
