@@ -487,6 +487,17 @@ def test_erase_with_nothing_selected_says_what_to_give(tmp_path: Path) -> None:
     assert "none matches --where cwd=/nowhere" in nowhere.stderr
 
 
+def test_erase_takes_a_prefix_and_names_the_session_it_matched(tmp_path: Path) -> None:
+    # every command takes a unique prefix (docs/cli.md#stores-and-ids); erase said not stored
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    receipt = tmp_path / "r.json"
+    out = dsh(tmp_path, "erase", "6666", "--receipt", str(receipt))
+    assert out.returncode == 0, out.stderr
+    [full] = [sid for sid in ids(tmp_path) if sid.startswith("6666")]
+    assert f"note: '6666' is a prefix of session {full}" in out.stderr
+    assert json.loads(receipt.read_text())["subjects"] == [full]
+
+
 def test_view_opens_the_session_a_prefix_names(tmp_path: Path) -> None:
     assert dsh(tmp_path, "import", "--examples").returncode == 0
     missing = dsh(tmp_path, "view", "nosuch", "--no-browser")

@@ -184,7 +184,8 @@ def _where(pairs: list[str]) -> dict[str, str]:
 
 def erase(session_ids: Annotated[list[str] | None, typer.Argument(
               metavar="[ID]...", show_default=False,
-              help="Sessions to erase (exact ids).")] = None,
+              help="Sessions to erase: ids, or unique prefixes of them (the id a prefix "
+                   "matched is named first).")] = None,
           where: Annotated[list[str] | None, typer.Option(
               "--where", metavar="KEY=VALUE", show_default=False,
               help="Also erase every session whose header has KEY equal to VALUE (repeat: "
@@ -210,7 +211,8 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
         raise typer.BadParameter("an erasure needs --receipt FILE (its proof)",
                                  param_hint="'--receipt'")
     with cli_store(store, wait=wait) as sessions:
-        made = erase_sessions(sessions, session_ids or (), where=_where(where or []) or None,
+        ids = [require_session(sessions, sid, writes=True) for sid in session_ids or ()]
+        made = erase_sessions(sessions, ids, where=_where(where or []) or None,
                               reason=reason, by=_who(by))
     _report_erasure(made, receipt, json_)
 
