@@ -520,3 +520,14 @@ def test_retention_says_one_day_in_the_singular(tmp_path: Path) -> None:
     set_ = dsh(tmp_path, "retention", "--archive-after", "1", "--trash-after", "30")
     assert set_.returncode == 0, set_.stderr
     assert "store: archive after 1 day, trash after 30 days" in set_.stdout
+
+
+def test_retention_notes_a_scope_no_session_matches(tmp_path: Path) -> None:
+    # "--where source=codex" (no header has "source") was taken silently; gc then applied
+    # the store-wide policy to the codex session the user meant to keep
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    typo = dsh(tmp_path, "retention", "--where", "source=codex", "--keep")
+    assert typo.returncode == 0, typo.stderr
+    assert "note: no stored session matches source=codex" in typo.stderr
+    real = dsh(tmp_path, "retention", "--where", f"id={ids(tmp_path)[0]}", "--keep")
+    assert real.returncode == 0 and "note:" not in real.stderr, real.stderr

@@ -25,6 +25,7 @@ from dsh.cli._common import (
     cli_store,
     json_mode,
     require_session,
+    stderr_console,
     stdout_console,
 )
 from dsh.cli._progress import Bar, progress
@@ -402,9 +403,15 @@ def retention(where: Annotated[list[str] | None, typer.Option(
                 raise typer.BadParameter(f"no policy for {policy_label(scope)}",
                                          param_hint="'--where'")
         elif setting:
-            set_retention(sessions, RetentionPolicy(
+            covered = set_retention(sessions, RetentionPolicy(
                 where=scope, keep=keep, archive_after_days=archive_after,
                 trash_after_days=trash_after, purge_after_days=purge_after), by=_who(by))
+            if scope and not covered:  # most likely a key no header has
+                stderr_console().print(
+                    f"note: no stored session matches {policy_label(scope)}; the policy "
+                    "covers those that match later (--where looks at header fields such as "
+                    "cwd, and the header's metadata: docs/forgetting.md#retention)",
+                    markup=False)
         policies = retention_policies(sessions)
     if json_:
         render.write_json([p.to_json() for p in policies])

@@ -27,6 +27,7 @@ from dsh.rights._erase import (
     erasure_record,
     header_matches,
     header_value,
+    select,
 )
 from dsh.rights._held import HasPersistence, facade
 from dsh.rights._storelog import (
@@ -123,8 +124,12 @@ def retention_policies(store: Persistence | HasPersistence) -> tuple[RetentionPo
 
 
 def set_retention(store: Persistence | HasPersistence, policy: RetentionPolicy, *,
-                  by: str | None = None, clock: Clock | None = None) -> None:
+                  by: str | None = None, clock: Clock | None = None) -> int:
     """Store ``policy`` for its scope (replacing the scope's previous one) in the store log.
+
+    Returns:
+        How many stored sessions the scope covers now (a scope is kept even when none does:
+        a key no header has is most likely a typo, which the CLI says).
 
     Rule: docs/forgetting.md#retention.
     """
@@ -132,6 +137,8 @@ def set_retention(store: Persistence | HasPersistence, policy: RetentionPolicy, 
     if by is not None:
         data["by"] = by
     append_records(store, [(RETENTION, data)], clock=clock)
+    return len(select(store, (), where=policy.where)) if policy.where else \
+        len(facade(store).list_headers())
 
 
 def clear_retention(store: Persistence | HasPersistence, where: Mapping[str, str], *,
