@@ -20,7 +20,7 @@ EXPECTED = {
                                search_index=True, torn_tail_hook=True, reseal=True),
     "sqlite": Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
                            after_commit=True, search_index=True, schema_version=True,
-                           storable_check=True, torn_tail_hook=True),
+                           storable_check=True, torn_tail_hook=True, reseal=True),
     "postgresql": Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
                                search_index=True, schema_version=True, migrations=True,
                                torn_tail_hook=True, listing=True),

@@ -78,9 +78,11 @@ from dsh.persistence._lock import SessionLock
 from dsh.persistence._paths import mkdir_private
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
+    Seal,
     append_restore_point_mark_to,
     append_seal_to,
     check_row_seals,
+    fsync_folder,
     open_seal_appender,
     read_seal,
     reset_seal,
@@ -104,9 +106,11 @@ from dsh.persistence.sqlite._schema import (
     decode_row,
     decode_session_row,
     encode_batch,
+    is_sealed_incarnation,
     is_uuid,
     scan_rows,
     schema_objects,
+    sealed_incarnation,
 )
 from dsh.session import SESSION_FORMAT_VERSION, Event
 
@@ -570,9 +574,10 @@ class SqliteBackend:
 
     capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
                                 after_commit=True, search_index=True, schema_version=True,
-                                storable_check=True, torn_tail_hook=True)
+                                storable_check=True, torn_tail_hook=True, reseal=True)
     """Restore points (schema 17; a schema-14 file refuses them), saved cuts, listing from its
-    tables, a search index beside the file, a schema version (never migrated)."""
+    tables, a search index beside the file, a schema version (never migrated), and rebuilding
+    a lost seal on request."""
 
     def __init__(self, path: str | os.PathLike[str], *, journal_mode: JournalMode = "wal",
                  busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
@@ -652,9 +657,14 @@ class SqliteBackend:
         """Store a new session with ``header`` and no events (docs/stores.md#opening-a-store).
 
         The row gets a fresh incarnation UUID and revision 0, like dsh's first materialization.
-        The header's ``metadata`` goes to a sidecar beside the database, tied to that
-        incarnation (dsh's schema has no column for it: docs/formats.md#header-metadata); other
-        keys than the nine ``SessionHeader`` fields are not stored.
+        The incarnation is marked as sealed (:func:`sealed_incarnation`) and the session's
+        seal, with no record yet, is written and fsynced (its folder too) before the row is
+        committed, so a marked session never exists without its seal
+        (docs/formats.md#integrity-seals); if that seal cannot be written the row gets an
+        unmarked incarnation and the first append seals it. The header's ``metadata`` goes
+        to a sidecar beside the database, tied to that incarnation (dsh's schema has no column
+        for it: docs/formats.md#header-metadata); other keys than the nine ``SessionHeader``
+        fields are not stored.
 
         Raises:
             SessionExistsError: a session with ``header["id"]`` is already stored.
@@ -663,7 +673,7 @@ class SqliteBackend:
         """
         values = _header_row(header)
         metadata = normalize_header(header).get("metadata")
-        incarnation = str(uuid.uuid4())
+        incarnation = sealed_incarnation()
         with self._shared() as c:
             conn = c.conn
             try:
@@ -675,6 +685,7 @@ class SqliteBackend:
                         raise SessionExistsError(
                             f"session {values[0]!r} already exists in {self.path}",
                             session_id=values[0], path=str(self.path))
+                    incarnation = self._first_seal(values[0], incarnation)
                     if metadata:  # before the row: a crash leaves only an unclaimed file
                         _write_metadata(self._metadata_path(values[0]), incarnation, metadata)
                     conn.execute(
@@ -689,6 +700,46 @@ class SqliteBackend:
             except sqlite3.Error as exc:
                 _fail(exc, "create", str(self.path), values[0])
         logger.debug("created session %s in %s", values[0], self.path)
+
+    def _first_seal(self, session_id: str, incarnation: str) -> str:
+        """Write the empty seal of a new session's row, durably; return the incarnation to use.
+
+        Runs before the row is inserted: a crash leaves a seal whose identity no row has (it
+        is ignored, and replaced by the next create of that id). A seal that cannot be written
+        gives an unmarked incarnation instead, which promises none
+        (docs/formats.md#integrity-seals).
+        """
+        path = self._seal_path(session_id)
+        try:
+            if mkdir_private(path.parent, "integrity seals"):
+                fsync_folder(path.parent.parent)
+            reset_seal(path, _seal_identity(incarnation), [])
+        except Exception as exc:  # the create goes on, unmarked: the first append seals it
+            logger.warning("session %s: integrity seal %s could not be created (%s); the "
+                           "session is stored without the seal mark and sealed by its first "
+                           "append", session_id, path, exc)
+            return str(uuid.uuid4())
+        return incarnation
+
+    def reseal(self, session_id: str) -> str:
+        """Seal the session's committed rows as they are now, under its write lock (explicit).
+
+        What ``dsh verify --reseal`` runs after a seal went missing (``SEAL_MISSING``): the
+        rows are read under the format's own rules only, and a fresh seal covering the
+        committed ones replaces whatever seal there was. Whatever changed while the seal was
+        gone is sealed too; that is why no reader or writer does this by itself
+        (docs/formats.md#integrity-seals).
+
+        Returns:
+            The seal file's path.
+
+        Raises:
+            SessionNotFoundError: no such session. SessionBusyError: a writer holds it.
+            LogCorruptError: the rows break the format's rules (nothing is sealed).
+            OSError: the seal could not be written.
+        """
+        with self.open(session_id, "write") as handle:
+            return handle.reseal_committed()
 
     def exists(self, session_id: str) -> bool:
         """Return whether a session row with this id is stored.
@@ -1231,8 +1282,7 @@ class SqliteHandle(HandleBase):
         except sqlite3.Error as exc:
             _fail(exc, "read", self._path, self._id)
         self._check_header_version(header)
-        if seal is not None and seal.identity != _seal_identity(incarnation):
-            seal = None  # written for an earlier session of the same id
+        seal = self._own_seal(seal, incarnation)
         scan = scan_rows(rows, base, self._c.schema_version, path=self._path,
                          session_id=self._id)
         if seal is not None:  # after the scan, whose errors name the row more precisely
@@ -1426,11 +1476,69 @@ class SqliteHandle(HandleBase):
     def _sealed_end(self, incarnation: str) -> int:
         """End seq of the sealed prefix (loads the seal on a handle's first append)."""
         if self._seals is None:
-            seal = read_seal(self._seal_file)
-            valid = seal is not None and seal.identity == _seal_identity(incarnation)
-            self._seals = seal.records if seal is not None and valid else []
-            self._restore_marks = list(seal.restore_points) if seal is not None and valid else []
+            seal = self._own_seal(read_seal(self._seal_file), incarnation)
+            self._seals = seal.records if seal is not None else []
+            self._restore_marks = list(seal.restore_points) if seal is not None else []
         return self._seals[-1][1] if self._seals else 0
+
+    def _own_seal(self, seal: Seal | None, incarnation: str) -> Seal | None:
+        """The seal if it was written for this incarnation, else None; never None if marked.
+
+        Raises:
+            LogCorruptError: code ``SEAL_MISSING``: the incarnation says the session is sealed
+                (:func:`is_sealed_incarnation`) and its seal is gone, emptied or another's
+                (docs/formats.md#integrity-seals).
+        """
+        if seal is not None and seal.identity != _seal_identity(incarnation):
+            seal = None  # written for an earlier session of the same id
+        if seal is None and is_sealed_incarnation(incarnation):
+            raise LogCorruptError(
+                f"integrity seal {self._seal_file} of session {self._id!r} is missing, but the "
+                f"session's row in {self._path} says its writer sealed it: its rows cannot be "
+                f"verified, so they are neither read nor sealed again; restore the seal from a "
+                f"backup, or accept the rows as they are now with 'dsh verify --reseal "
+                f"{self._id}'", code="SEAL_MISSING", path=str(self._seal_file),
+                session_id=self._id)
+        return seal
+
+    def reseal_committed(self) -> str:
+        """Write a fresh seal over this session's committed rows (:meth:`SqliteBackend.reseal`).
+
+        Returns:
+            The seal file's path.
+
+        Raises:
+            PersistenceError: ``READ_ONLY`` for a read handle, or the database failed.
+            LogCorruptError: the rows break the format's rules.
+            OSError: the seal could not be written.
+        """
+        self._ensure_open()
+        if self._mode != "write":
+            raise PersistenceError(f"cannot reseal session {self._id!r} through a read handle",
+                                   code="READ_ONLY", session_id=self._id, path=self._path)
+        conn = self._c.conn
+        try:
+            conn.execute("BEGIN")
+            try:
+                _, incarnation, _ = self._session_row()
+                rows = self._rows_from(0)
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _fail(exc, "read", self._path, self._id)
+        scan = scan_rows(rows, 0, self._c.schema_version, path=self._path,
+                         session_id=self._id)
+        end = scan.torn_seq if scan.torn_seq is not None else len(scan.events)
+        sealed = [row[1:] for row in rows if row[1] < end]
+        records = [(0, end, rows_crc(sealed))] if end > 0 else []
+        self._close_seal_fd()
+        if mkdir_private(self._seal_file.parent, "integrity seals"):
+            fsync_folder(self._seal_file.parent.parent)
+        reset_seal(self._seal_file, _seal_identity(incarnation), records)
+        self._seals, self._restore_marks, self._seal_rewrite = list(records), [], False
+        logger.warning("session %s: integrity seal %s rebuilt over the %d committed events of "
+                       "%s as they are now", self._id, self._seal_file, end, self._path)
+        return str(self._seal_file)
 
     def _seal(self, record: tuple[int, int, int], incarnation: str) -> None:
         """Record a committed batch in the seal; a failure is logged, never raised.
@@ -1587,8 +1695,10 @@ class SqliteHandle(HandleBase):
             raise rp.RestorePointRefused("tail-digest")
         if base != cut:
             raise rp.RestorePointRefused("straddle")
-        if seal is not None and seal.identity != _seal_identity(incarnation):
-            seal = None
+        try:
+            seal = self._own_seal(seal, incarnation)
+        except LogCorruptError:  # the full read that follows names it (SEAL_MISSING)
+            raise rp.RestorePointRefused("seal") from None
         records = seal.records if seal is not None else []
         if srp.seal_digest(records, cut) != anchor.seal_digest:
             raise rp.RestorePointRefused("seal")
@@ -1687,9 +1797,10 @@ class SqliteHandle(HandleBase):
         """Replace the session's rows by ``events`` and scrub the file: redaction and erasure.
 
         The stored rows are read through the seal first (damage is refused, not rewritten).
-        Then, with ``secure_delete`` on (freed pages are zeroed), the seal and restore point
-        are deleted and one ``BEGIN IMMEDIATE`` transaction deletes the session's rows and
-        inserts the new ones; a crash leaves the old rows or the new ones. After the commit:
+        Then, with ``secure_delete`` on (freed pages are zeroed), the restore point is deleted
+        and the seal emptied (deleted, for a session not marked as sealed), and one ``BEGIN
+        IMMEDIATE`` transaction deletes the session's rows and inserts the new ones; a crash
+        leaves the old rows or the new ones. After the commit:
         ``wal_checkpoint(TRUNCATE)``, ``VACUUM``, ``wal_checkpoint(TRUNCATE)`` (the old page
         images leave the WAL and the free pages), and a fresh seal. A step after the commit
         that fails (another process keeps a read transaction open) is reported in the
@@ -1714,7 +1825,14 @@ class SqliteHandle(HandleBase):
         conn = self._c.conn
         touched: list[dict[str, object]] = []
         self._close_seal_fd()
-        for sidecar in (self._seal_file, self.restore_point_path()):
+        _, incarnation, _ = self._session_row()
+        sidecars = [self._seal_file, self.restore_point_path()]
+        if is_sealed_incarnation(incarnation):
+            # emptied, not deleted: a crash before the new seal leaves the marked session
+            # readable (rows past the last record are read by the format's rules)
+            reset_seal(sidecars.pop(0), _seal_identity(incarnation), [])
+            touched.append({"path": str(self._seal_file), "action": "emptied"})
+        for sidecar in sidecars:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(sidecar)
                 touched.append({"path": str(sidecar), "action": "deleted"})

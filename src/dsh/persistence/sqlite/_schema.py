@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -59,6 +60,7 @@ __all__ = [
     "SCHEMA_14_DDL",
     "SCHEMA_17_DDL",
     "SCHEMA_VERSION",
+    "SEALED_INCARNATION_TAG",
     "ZSTD_DATA_THRESHOLD_BYTES",
     "Row",
     "RowError",
@@ -69,10 +71,12 @@ __all__ = [
     "decode_session_row",
     "encode_batch",
     "encode_source_event_seqs",
+    "is_sealed_incarnation",
     "is_uuid",
     "normalize_sql",
     "scan_rows",
     "schema_objects",
+    "sealed_incarnation",
 ]
 
 SCHEMA_VERSION: Final = 17
@@ -190,6 +194,29 @@ def is_uuid(value: object) -> bool:
     Rule: docs/formats.md#files-and-connections.
     """
     return isinstance(value, str) and _UUID.match(value) is not None
+
+
+SEALED_INCARNATION_TAG: Final = "8d5e"
+"""The third group of the incarnation UUID of a session this library creates: version 8 (RFC
+9562's custom UUID) with the tag ``d5e``. It says the session's writers keep an integrity seal,
+so a reader that finds none knows the sidecar was lost, not never written
+(docs/formats.md#integrity-seals). dsh mints version-4 UUIDs, which never match; the column
+stays a UUID that dsh's check admits (versions 1-8, docs/formats.md#files-and-connections)."""
+
+
+def sealed_incarnation() -> str:
+    """A fresh random incarnation UUID marked as sealed (:data:`SEALED_INCARNATION_TAG`).
+
+    110 random bits, the RFC 9562 variant, version 8. Rule: docs/formats.md#integrity-seals.
+    """
+    digits = uuid.uuid4().hex  # digits[16] is the variant nibble (8, 9, a or b): kept
+    return (f"{digits[:8]}-{digits[8:12]}-{SEALED_INCARNATION_TAG}-{digits[16:20]}-"
+            f"{digits[20:]}")
+
+
+def is_sealed_incarnation(incarnation: str) -> bool:
+    """Whether an incarnation says its session is sealed (:func:`sealed_incarnation`)."""
+    return is_uuid(incarnation) and incarnation[14:18].lower() == SEALED_INCARNATION_TAG
 
 
 def schema_objects(conn: sqlite3.Connection) -> tuple[SchemaObject, ...]:
