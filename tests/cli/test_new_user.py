@@ -460,6 +460,17 @@ def test_an_empty_trash_or_archive_is_not_called_an_empty_store(tmp_path: Path) 
     assert archived.returncode == 0 and "no archived sessions" in archived.stderr
 
 
+def test_a_store_whose_sessions_are_all_in_the_trash_is_not_called_empty(
+        tmp_path: Path) -> None:
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    every = ids(tmp_path)
+    assert dsh(tmp_path, "rm", *every).returncode == 0
+    listed = dsh(tmp_path, "ls")
+    assert listed.returncode == 0 and listed.stdout == ""
+    assert f"no sessions listed: {len(every)} sessions in the trash or archived" in listed.stderr
+    assert "no sessions in the store" not in listed.stderr
+
+
 def test_import_takes_format_atif_as_the_readme_lists_it(tmp_path: Path) -> None:
     assert dsh(tmp_path, "import", "--examples").returncode == 0
     out = tmp_path / "say-hi.atif.json"

@@ -73,6 +73,7 @@ def ls(store: StoreOption = None, json_: JsonOption = False,
         "trash" if trash else "archived" if archived else "all" if all_ else "listed")
     with cli_store(store, create=False) as sessions:
         rows, unreadable = _rows(sessions, which)
+        hidden = len(_rows(sessions, "all")[0]) if not rows and which == "listed" else 0
     if json_:
         render.write_json([row.to_json() for row in rows])
     elif rows and render.plain_stream() is not None:
@@ -94,6 +95,10 @@ def ls(store: StoreOption = None, json_: JsonOption = False,
     elif not unreadable and which == "archived":
         render.print_text("no archived sessions (a retention policy archives them: "
                           "'dsh retention --archive-after DAYS')", stderr=True)
+    elif not unreadable and hidden:
+        render.print_text(f"no sessions listed: {render.plural(hidden, 'session')} in the trash "
+                          "or archived ('dsh ls --all' lists them, 'dsh restore ID' gives one "
+                          "back)", stderr=True)
     elif not unreadable:
         render.print_text("no sessions in the store; 'dsh import' adds some (try "
                           "'dsh import --examples')", stderr=True)
