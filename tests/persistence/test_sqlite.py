@@ -511,25 +511,81 @@ def test_sqlite_create_refuses_an_existing_id_and_open_refuses_a_missing_one(
     backend.close()
 
 
+def _no_read(session_id: str) -> tuple[FrozenDict, tuple[Event, ...]]:
+    raise AssertionError(f"{session_id} was read in full")
+
+
+@pytest.mark.parametrize("with_events", [False, True])
 @pytest.mark.parametrize(("column", "value"), [
-    ("cwd", "relative"), ("origin", "parent"), ("incarnation", "not-a-uuid"),
-    ("seed_length", -1), ("delegation_depth", -2), ("revision", -1), ("created_at", -5),
+    ("cwd", "relative"), ("cwd", ""), ("origin", "parent"), ("incarnation", "not-a-uuid"),
+    ("incarnation", "0f0e0d0c-0b0a-4908-8706-05040302010g"), ("seed_length", -1),
+    ("delegation_depth", -2), ("revision", -1), ("revision", 2**53), ("created_at", -5),
+    ("version", -(2**53)), ("id", ""),
 ])
 def test_sqlite_rejects_invalid_durable_metadata_before_exposing_a_session_header(
-        tmp_path: Path, column: str, value: Any) -> None:
-    """An invalid sessions row is corruption on open, read and list.
+        tmp_path: Path, column: str, value: Any, with_events: bool) -> None:
+    """An invalid sessions row is corruption on open, read and every listing (retention's
+    ``list_activity`` too, whose check runs in SQL), with or without events.
 
     Rule: docs/formats.md#sqlite, docs/formats.md#schema-17.
     """
-    backend_with(tmp_path).close()
+    backend_with(tmp_path, events=prefix() if with_events else None).close()
     conn = raw(db_path(tmp_path))
+    conn.execute("PRAGMA foreign_keys = OFF")
+    if column == "id":
+        conn.execute("UPDATE events SET session_id = ''")
     conn.execute(f"UPDATE sessions SET {column} = ?", (value,))
     conn.close()
     backend = SqliteBackend(db_path(tmp_path))
-    with pytest.raises(LogCorruptError, match=f"column {column}"):
-        backend.open("s1")
+    if column != "id":
+        with pytest.raises(LogCorruptError, match=f"column {column}"):
+            backend.open("s1")
     with pytest.raises(LogCorruptError, match="invalid durable metadata"):
         list(backend.list_headers())
+    with pytest.raises(LogCorruptError, match=f"column {column}"):
+        backend.list_activity(_no_read)
+    with pytest.raises(LogCorruptError, match=f"column {column}"):
+        backend.list_entries(_no_read)
+    backend.close()
+
+
+def test_sqlite_list_activity_gives_the_headers_and_times_of_the_full_listing(
+        tmp_path: Path) -> None:
+    """``list_activity``'s headers (built unchecked for rows its SQL check vouches for) and last
+    times equal ``list_entries``'; a row only the reference accepts (an upper-case UUID before
+    a final newline) goes through ``decode_session_row``; a packed last row gives its last
+    member's time; a session without events is left out.
+
+    Rule: docs/formats.md#schema-17, docs/forgetting.md#retention.
+    """
+    backend = backend_with(tmp_path, events=prefix())
+    backend.create({"version": 0, "id": "s2", "createdAt": T0 + 1, "cwd": "/w/app",
+                    "parentSession": "s1", "seedLength": 3, "origin": "subagent",
+                    "delegationDepth": 1, "agentPreset": "review"})
+    backend.create({"version": 0, "id": "s3", "createdAt": T0 + 2})
+    backend.create({"version": 0, "id": "empty", "createdAt": T0 + 3})
+    with backend.open("s2", "write") as handle:
+        handle.append(prefix())
+    with backend.open("s3", "write") as handle:
+        handle.append(prefix() + [delta(3 + i, time=T0 + 10 + i) for i in range(5)])
+    backend.close()
+    conn = raw(db_path(tmp_path))
+    assert conn.execute("SELECT max(ignorable = 0) FROM events WHERE session_id = 's3'"
+                        ).fetchone() == (1,)  # the last row is packed
+    conn.execute("UPDATE sessions SET incarnation = upper(incarnation) || char(10) "
+                 "WHERE id = 's2'")
+    conn.close()
+    backend = SqliteBackend(db_path(tmp_path))
+    pairs, errors = backend.list_activity(_no_read)
+    entries, _ = backend.list_entries(_no_read)
+    assert errors == []
+    assert [(dict(h), t) for h, t in pairs] == [
+        (dict(e.header), e.last_activity_ms) for e in entries]
+    assert [(h["id"], t) for h, t in pairs] == [("s1", T0), ("s2", T0), ("s3", T0 + 14)]
+    assert dict(pairs[1][0]) == {"version": 0, "id": "s2", "createdAt": T0 + 1,
+                                 "cwd": "/w/app", "parentSession": "s1", "seedLength": 3,
+                                 "origin": "subagent", "delegationDepth": 1,
+                                 "agentPreset": "review"}
     backend.close()
 
 

@@ -100,9 +100,11 @@ from dsh.persistence.sqlite._schema import (
     SCHEMA_14_DDL,
     SCHEMA_17_DDL,
     SCHEMA_VERSION,
+    SESSION_ROW_CHECK_SQL,
     Row,
     RowError,
     canonical_schema_objects,
+    cwd_unchecked,
     decode_row,
     decode_session_row,
     encode_batch,
@@ -111,6 +113,7 @@ from dsh.persistence.sqlite._schema import (
     scan_rows,
     schema_objects,
     sealed_incarnation,
+    session_header,
 )
 from dsh.session import SESSION_FORMAT_VERSION, Event
 
@@ -992,46 +995,68 @@ class SqliteBackend:
         return out + more, errors
 
     def list_activity(self, read: ReadFn) -> tuple[list[tuple[FrozenDict, int]], list[DshError]]:
-        """``(header, last_activity_ms)`` of every session: two queries, one row decoded each.
+        """``(header, last_activity_ms)`` of every session: two queries, no event decoded.
 
-        The sessions rows give the headers and each session's last physical row its last
-        time (a packed row: its last member), as :meth:`list_entries` computes them; a
-        session whose last row does not decode is read in full through ``read``.
+        Every sessions row is validated, those without events too, as every listing does
+        (docs/formats.md#schema-17): SQLite evaluates
+        :data:`~dsh.persistence.sqlite._schema.SESSION_ROW_CHECK_SQL` over them and returns
+        the rows it does not vouch for, which go through ``decode_session_row`` (an invalid
+        one raises ``LogCorruptError``); the headers of the others are built unchecked. The
+        second query reads, in the same transaction, each row's session's last physical row
+        by its primary key: its time, or for a packed row its last member's (the only row
+        decoded), as :meth:`list_entries` computes them. A session whose last row does not
+        decode is read in full through ``read``.
         """
+        path = str(self.path)
         with self._shared() as c:
             conn = c.conn
             version = c.schema_version
-            columns = ("e.rowid, e.seq, e.type, e.time, e.data, e.source_event_seqs, "
-                       "e.surface_op, " + ("NULL" if version == 14 else "e.ignorable"))
+            columns = ("rowid, seq, type, time, data, source_event_seqs, surface_op, "
+                       + ("NULL" if version == 14 else "ignorable"))
+            session_columns = ("s.id, s.version, s.created_at, s.cwd, s.parent_session, "
+                               "s.seed_length, s.origin, s.delegation_depth, s.agent_preset, "
+                               "s.incarnation, s.revision")
             conn.execute("BEGIN")
             try:
-                sessions = conn.execute(
-                    "SELECT id, version, created_at, cwd, parent_session, seed_length, origin, "
-                    "delegation_depth, agent_preset, incarnation, revision FROM sessions "
-                    "ORDER BY rowid").fetchall()
-                last_rows = conn.execute(
-                    f"SELECT e.session_id, {columns} FROM events AS e JOIN "
-                    "(SELECT session_id, max(seq) AS last FROM events GROUP BY session_id) AS t "
-                    "ON e.session_id = t.session_id AND e.seq = t.last").fetchall()
+                refused = conn.execute(
+                    f"SELECT {session_columns} FROM sessions AS s "
+                    f"WHERE ({SESSION_ROW_CHECK_SQL}) IS NOT 1 ORDER BY s.rowid").fetchall()
+                rows = conn.execute(
+                    f"SELECT {session_columns}, e.seq, e.time, "
+                    + ("NULL" if version == 14 else "e.ignorable") +
+                    " FROM sessions AS s LEFT JOIN events AS e ON e.session_id = s.id AND "
+                    "e.seq = (SELECT max(seq) FROM events WHERE session_id = s.id) "
+                    "ORDER BY s.rowid").fetchall()
+                packed = {row[0]: conn.execute(  # a packed row (ignorable 0): decode it
+                    f"SELECT {columns} FROM events WHERE session_id = ? AND seq = ?",
+                    (row[0], row[11])).fetchone()
+                    for row in rows if row[11] is not None
+                    and (row[13] == 0 or type(row[12]) is not int)}
             finally:
                 conn.execute("COMMIT")
-        last: dict[str, int] = {}
-        damaged: list[str] = []
-        for sid, *row in last_rows:
-            if row[7] == 0 or type(row[3]) is not int:  # a packed row (ignorable 0): decode
-                try:
-                    last[sid] = int(decode_row(tuple(row), version)[-1]["time"])
-                except RowError:
-                    damaged.append(sid)
-            else:
-                last[sid] = int(row[3])
+        checked = {str(row[0]): decode_session_row(row, path=path)[:2] for row in refused}
         add = self._metadata_of()
         out: list[tuple[FrozenDict, int]] = []
-        for row in sessions:
-            header, incarnation, _ = decode_session_row(row, path=str(self.path))
-            sid = str(header["id"])
-            if sid in last:
-                out.append((add(header, incarnation), last[sid]))
+        damaged: list[str] = []
+        for row in rows:
+            sid = row[0]
+            if sid in checked:
+                header, incarnation = checked[sid]
+            elif cwd_unchecked(row[3]):
+                header, incarnation, _ = decode_session_row(row[:11], path=path)
+            else:
+                header, incarnation = session_header(row), row[9]
+            if row[11] is None:
+                continue  # no events: not listed
+            full = packed.get(sid)
+            if full is None:
+                out.append((add(header, incarnation), row[12]))
+                continue
+            try:
+                out.append((add(header, incarnation),
+                            int(decode_row(tuple(full), version)[-1]["time"])))
+            except RowError:
+                damaged.append(str(sid))
         more, errors = read_entries(sorted(damaged), read)
         return out + [(e.header, e.last_activity_ms) for e in more], errors
 

@@ -16,6 +16,7 @@ Functions here take plain values (rows as tuples) so they can be fuzzed without 
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import sqlite3
 import uuid
@@ -61,11 +62,13 @@ __all__ = [
     "SCHEMA_17_DDL",
     "SCHEMA_VERSION",
     "SEALED_INCARNATION_TAG",
+    "SESSION_ROW_CHECK_SQL",
     "ZSTD_DATA_THRESHOLD_BYTES",
     "Row",
     "RowError",
     "ScanResult",
     "canonical_schema_objects",
+    "cwd_unchecked",
     "decode_row",
     "decode_source_event_seqs",
     "decode_session_row",
@@ -77,6 +80,7 @@ __all__ = [
     "scan_rows",
     "schema_objects",
     "sealed_incarnation",
+    "session_header",
 ]
 
 SCHEMA_VERSION: Final = 17
@@ -764,6 +768,73 @@ SessionRow = tuple[Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any]
 agent_preset, incarnation, revision)``."""
 
 
+_HEX: Final = "[0-9a-fA-F]"
+_UUID_GLOB: Final = (_HEX * 8 + "-" + _HEX * 4 + "-[1-8]" + _HEX * 3 + "-[89abAB]" + _HEX * 3 + "-"
+                     + _HEX * 12)
+_SAFE: Final = f"BETWEEN 0 AND {MAX_SAFE_INTEGER}"
+
+SESSION_ROW_CHECK_SQL: Final = (
+    f"(typeof(s.id) = 'text' AND s.id <> '' AND typeof(s.version) = 'integer' "
+    f"AND s.version BETWEEN -{MAX_SAFE_INTEGER} AND {MAX_SAFE_INTEGER} "
+    f"AND typeof(s.created_at) = 'integer' AND s.created_at {_SAFE} "
+    f"AND (s.cwd IS NULL OR (typeof(s.cwd) = 'text' AND substr(s.cwd, 1, 1) = '/')) "
+    f"AND (s.parent_session IS NULL OR typeof(s.parent_session) = 'text') "
+    f"AND (s.seed_length IS NULL OR (typeof(s.seed_length) = 'integer' AND s.seed_length {_SAFE})) "
+    f"AND (s.origin IS NULL OR (typeof(s.origin) = 'text' AND s.origin = 'subagent')) "
+    f"AND (s.delegation_depth IS NULL OR (typeof(s.delegation_depth) = 'integer' "
+    f"AND s.delegation_depth {_SAFE})) "
+    f"AND (s.agent_preset IS NULL OR typeof(s.agent_preset) = 'text') "
+    f"AND typeof(s.incarnation) = 'text' AND s.incarnation GLOB '{_UUID_GLOB}' "
+    f"AND typeof(s.revision) = 'integer' AND s.revision {_SAFE})")
+"""A SQL expression over a ``sessions`` row aliased ``s``: 1 only when the row passes every
+check of :func:`decode_session_row` (``cwd``: a POSIX absolute path, ``os.path.isabs`` on
+POSIX; other platforms check it again in Python); SQLite evaluates it in C for listings of many
+sessions. A row it does not vouch for (0, or NULL) still goes through
+:func:`decode_session_row`, which raises for it or accepts what only the reference accepts (a
+UUID the regex matches before a final newline, a drive-letter ``cwd``)."""
+
+_CWD_CHECKED: Final = os.path.isabs is posixpath.isabs
+"""Whether :data:`SESSION_ROW_CHECK_SQL`'s ``cwd`` test is ``os.path.isabs`` (POSIX); when
+not, a listing checks ``cwd`` again with :func:`cwd_unchecked`."""
+
+
+def cwd_unchecked(cwd: object) -> bool:
+    """Whether :data:`SESSION_ROW_CHECK_SQL` may have passed a ``cwd`` ``os.path.isabs`` refuses.
+
+    Always False on POSIX (the SQL test is ``isabs``); elsewhere True for a text ``cwd`` that
+    is not absolute there, whose row must then go through :func:`decode_session_row`.
+    """
+    return not _CWD_CHECKED and isinstance(cwd, str) and not os.path.isabs(cwd)
+
+
+def session_header(row: Sequence[Any]) -> FrozenDict:
+    """The header of a ``sessions`` row whose columns were checked (docs/formats.md#schema-17).
+
+    Only for a row :func:`decode_session_row` validated, or one
+    :data:`SESSION_ROW_CHECK_SQL` vouched for: nothing is checked here.
+
+    Args:
+        row: The row; its first nine columns in :data:`SessionRow` order (more are ignored).
+
+    Returns:
+        dsh's camelCase keys in ``HEADER_KEYS`` order, NULL columns left out.
+    """
+    header: dict[str, Any] = {"version": row[1], "id": row[0], "createdAt": row[2]}
+    if row[3] is not None:  # one test a column: listings build 100,000s of these
+        header["cwd"] = row[3]
+    if row[4] is not None:
+        header["parentSession"] = row[4]
+    if row[5] is not None:
+        header["seedLength"] = row[5]
+    if row[6] is not None:
+        header["origin"] = row[6]
+    if row[7] is not None:
+        header["delegationDepth"] = row[7]
+    if row[8] is not None:
+        header["agentPreset"] = row[8]
+    return FrozenDict(header)
+
+
 def decode_session_row(row: SessionRow, *, path: str) -> tuple[FrozenDict, str, int]:
     """Validate a ``sessions`` row and rebuild its header (docs/formats.md#schema-17).
 
@@ -806,9 +877,4 @@ def decode_session_row(row: SessionRow, *, path: str) -> tuple[FrozenDict, str, 
         raise bad("incarnation", incarnation, "a UUID")
     if not is_safe_int(revision) or revision < 0:
         raise bad("revision", revision, "a non-negative integer")
-    header: dict[str, Any] = {"version": version, "id": id_, "createdAt": created_at}
-    for key, value in (("cwd", cwd), ("parentSession", parent), ("seedLength", seed_length),
-                       ("origin", origin), ("delegationDepth", depth), ("agentPreset", preset)):
-        if value is not None:
-            header[key] = value
-    return FrozenDict(header), incarnation, revision
+    return session_header(row), incarnation, revision
