@@ -220,8 +220,11 @@ def pick_policy(policies: tuple[RetentionPolicy, ...], header: Mapping[str, Any]
     """The policy covering ``header``: the matching scope with the most keys, then the latest."""
     best: RetentionPolicy | None = None
     for policy in policies:
-        if all(header_matches(header_value(header, k), v) for k, v in policy.where.items()) and (
-                best is None or len(policy.where) >= len(best.where)):
+        where = policy.where
+        if where and not all(header_matches(header_value(header, k), v)
+                             for k, v in where.items()):
+            continue
+        if best is None or len(where) >= len(best.where):
             best = policy
     return best
 
@@ -272,6 +275,7 @@ def gc(store: Persistence | HasPersistence, *, apply: bool = False,
     if progress is not None:
         progress("reading", 0, len(entries))
     items: list[GcItem] = []
+    scope_of = {id(p): p.scope for p in policies}  # computed once, not per session
     for done, (header, last_activity_ms) in enumerate(sorted(entries, key=_by_id), 1):
         sid = str(header["id"])
         policy = pick_policy(policies, header) if policies else None
@@ -279,27 +283,28 @@ def gc(store: Persistence | HasPersistence, *, apply: bool = False,
             progress("reading", done, len(entries))
         if policy is None or policy.keep:
             continue
+        scope = scope_of[id(policy)]
         trashed = state.trash.get(sid)
         if trashed is not None:
             after = policy.purge_after_days
             if trashed.purged_ms is None and after is not None and \
                     now - trashed.trashed_ms >= after * DAY_MS:
-                items.append(GcItem(sid, "purge", policy.scope,
+                items.append(GcItem(sid, "purge", scope,
                                     f"in the trash for {_days(now - trashed.trashed_ms)}; "
-                                    f"policy {policy.scope} purges after {after} days"))
+                                    f"policy {scope} purges after {after} days"))
             continue
         idle = now - last_activity_ms
         if policy.trash_after_days is not None and idle >= policy.trash_after_days * DAY_MS:
-            items.append(GcItem(sid, "trash", policy.scope,
-                                f"no activity for {_days(idle)}; policy {policy.scope} "
+            items.append(GcItem(sid, "trash", scope,
+                                f"no activity for {_days(idle)}; policy {scope} "
                                 f"trashes after {policy.trash_after_days} days"))
             continue
         since = state.archived.get(sid)
         archived = since is not None and last_activity_ms <= since
         if not archived and policy.archive_after_days is not None and \
                 idle >= policy.archive_after_days * DAY_MS:
-            items.append(GcItem(sid, "archive", policy.scope,
-                                f"no activity for {_days(idle)}; policy {policy.scope} "
+            items.append(GcItem(sid, "archive", scope,
+                                f"no activity for {_days(idle)}; policy {scope} "
                                 f"archives after {policy.archive_after_days} days"))
     if progress is not None:
         progress("reading", len(entries), len(entries))
