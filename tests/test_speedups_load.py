@@ -332,8 +332,9 @@ def test_scan_prescan_finds_legacy_and_unknown_events_and_yields_to_python_lines
     scanner = fmt.Scanner(path="p", start_offset=0)
     scanner.feed(clean)
     assert scanner.finish().prescan == (-1, -1)
-    # a line Python decodes (a 19-digit literal): the scanner no longer vouches
-    odd = clean + b'{"type":"x/y","seq":3,"time":1,"data":{"s":"1234567890123456789"}}\n'
+    # a line Python decodes (a 19-digit run inside a string; one opening a string stays in
+    # C): the scanner no longer vouches
+    odd = clean + b'{"type":"x/y","seq":3,"time":1,"data":{"s":"id 1234567890123456789"}}\n'
     scanner = fmt.Scanner(path="p", start_offset=0)
     scanner.feed(odd)
     result = scanner.finish()
