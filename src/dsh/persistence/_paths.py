@@ -17,7 +17,8 @@ from typing import Final
 
 from dsh._errors import LogCorruptError, PersistenceError
 
-__all__ = ["SAFE_CHARACTERS", "code_units", "encode_segment", "file_revision", "mkdir_private",
+__all__ = ["SAFE_CHARACTERS", "code_units", "encode_segment", "file_revision", "fsync_folder",
+           "mkdir_private",
            "refuse_symlink"]
 
 SAFE_CHARACTERS: Final = frozenset(
@@ -66,6 +67,18 @@ def file_revision(st: os.stat_result) -> str:
     docs/formats.md#layout-and-path-encoding.
     """
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def fsync_folder(path: Path) -> None:
+    """Sync the folder ``path`` to disk, so an entry created or renamed in it survives a power cut.
+
+    Rule: docs/formats.md#writing. Raises ``OSError`` as ``os.fsync`` does.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def refuse_symlink(path: Path, what: str) -> None:

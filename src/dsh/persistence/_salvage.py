@@ -17,18 +17,12 @@ import time
 from pathlib import Path
 from typing import Final
 
+from dsh.persistence._paths import fsync_folder
+
 __all__ = ["CUT_MARKER", "list_cuts", "save_cut"]
 
 CUT_MARKER: Final = ".torn-"
 """What a saved-cut file name holds between the log name and the time stamp."""
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_cut(directory: Path, stem: str, data: bytes) -> Path:
@@ -64,7 +58,7 @@ def save_cut(directory: Path, stem: str, data: bytes) -> Path:
         raise
     os.close(fd)
     os.rename(tmp, final)
-    _fsync_dir(directory)
+    fsync_folder(directory)
     return final
 
 

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from dsh._errors import LogCorruptError
 from dsh.json import CFallback, c_rows_text
-from dsh.persistence._paths import open_sidecar
+from dsh.persistence._paths import fsync_folder, open_sidecar
 
 __all__ = ["RESTORE_POINT_MARK", "Seal", "append_restore_point_mark",
            "append_restore_point_mark_to", "append_seal", "append_seal_to", "check_byte_seals",
@@ -176,19 +176,6 @@ def _write_all(fd: int, payload: bytes) -> None:
     written = 0
     while written < len(payload):
         written += os.write(fd, view[written:])
-
-
-def fsync_folder(path: Path) -> None:
-    """Fsync a folder, so a file created or renamed in it survives a power cut.
-
-    Raises:
-        OSError: the folder could not be opened or synced.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def restore_point_mark(body_digest: str) -> bytes:

@@ -69,7 +69,7 @@ from dsh.persistence._listing import (
     summarize,
 )
 from dsh.persistence._lock import SessionLock
-from dsh.persistence._paths import file_revision, mkdir_private, refuse_symlink
+from dsh.persistence._paths import file_revision, fsync_folder, mkdir_private, refuse_symlink
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
@@ -118,14 +118,6 @@ _HEADER_READ_CHUNK = 8192
 _TORN_FEED_CHUNK = 4096
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _is_file(path: Path) -> bool:
     """``Path.is_file`` that answers False for a name too long to exist (a 255-byte id)."""
     try:
@@ -147,7 +139,7 @@ def _mkdir_durable(path: Path, what: str) -> None:
         PersistenceError: code ``SYMLINK`` / ``NOT_A_DIRECTORY`` (see ``mkdir_private``).
     """
     if mkdir_private(path, what):
-        _fsync_dir(path.parent)
+        fsync_folder(path.parent)
 
 
 _STABLE_TRIES = 3
@@ -1150,7 +1142,7 @@ class JsonlHandle(HandleBase):
             os.close(self._fd)
             self._fd = None
         os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        fsync_folder(self.path.parent)
         touched.append({"path": str(self.path), "action": "rewritten", "events": len(batch),
                         "bytes": len(content)})
         if staged is not None:
@@ -1423,7 +1415,7 @@ class JsonlBackend:
                 raise SessionExistsError(
                     f"refusing to materialize session {session_id!r}: a log already exists on "
                     f"disk at {final}", path=str(final), session_id=session_id) from None
-            _fsync_dir(session_dir)
+            fsync_folder(session_dir)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

@@ -75,14 +75,13 @@ from dsh.persistence._listing import (
     source_format,
 )
 from dsh.persistence._lock import SessionLock
-from dsh.persistence._paths import mkdir_private
+from dsh.persistence._paths import fsync_folder, mkdir_private
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
     append_restore_point_mark_to,
     append_seal_to,
     check_row_seals,
-    fsync_folder,
     open_seal_appender,
     read_seal,
     reset_seal,
@@ -301,11 +300,7 @@ def _write_metadata(path: Path, incarnation: str, metadata: Mapping[str, Any]) -
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_folder(path.parent)
 
 
 def _with_metadata(header: FrozenDict, incarnation: str, path: Path) -> FrozenDict:
