@@ -12,18 +12,21 @@ EXPECTED = {
     "memory": Capabilities(torn_tail_hook=True),
     "jsonl": Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True,
                           ranges=True, after_commit=True, search_index=True,
-                          torn_tail_hook=True, reseal=True),
+                          torn_tail_hook=True, reseal=True, rewrites=True),
     # a Zstandard log serves no range (its handles answer -1 and None, as SQLite schema 14's);
     # one class: a zstd store's reseal says NO_SEAL (its frames carry checksums)
     "jsonl-zstd": Capabilities(restore_points=True, saved_cuts=True, listing=True,
                                file_paths=True, ranges=True, after_commit=True,
-                               search_index=True, torn_tail_hook=True, reseal=True),
+                               search_index=True, torn_tail_hook=True, reseal=True,
+                               rewrites=True),
     "sqlite": Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
                            after_commit=True, search_index=True, schema_version=True,
-                           storable_check=True, torn_tail_hook=True, reseal=True),
+                           storable_check=True, torn_tail_hook=True, reseal=True,
+                           rewrites=True, scrubs=True),
     "postgresql": Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
                                search_index=True, schema_version=True, migrations=True,
-                               torn_tail_hook=True, listing=True),
+                               torn_tail_hook=True, listing=True, rewrites=True,
+                               scrubs=True),
 }
 
 

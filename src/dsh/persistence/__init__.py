@@ -55,7 +55,9 @@ from dsh.persistence._contract import Migrates as Migrates
 from dsh.persistence._contract import NamesFiles as NamesFiles
 from dsh.persistence._contract import ReadsRanges as ReadsRanges
 from dsh.persistence._contract import Reseals as Reseals
+from dsh.persistence._contract import Rewrites as Rewrites
 from dsh.persistence._contract import SchemaVersioned as SchemaVersioned
+from dsh.persistence._contract import Scrubs as Scrubs
 from dsh.persistence._contract import Tails as Tails
 from dsh.persistence._contract import session_id_problem as session_id_problem
 from dsh.persistence._urls import no_scheme, store_path, url_path

@@ -52,7 +52,9 @@ __all__ = [
     "OpenMode",
     "ReadsRanges",
     "Reseals",
+    "Rewrites",
     "SchemaVersioned",
+    "Scrubs",
     "SessionSummary",
     "Tails",
     "TornTail",
@@ -298,6 +300,11 @@ class Capabilities:
             tests are skipped.
         reseal: It keeps integrity seals and rebuilds a lost one on request (:class:`Reseals`),
             for ``dsh verify --reseal``.
+        rewrites: Its write handles replace a stored log in place (:class:`Rewrites`), which
+            redaction and erasure need; otherwise they refuse the store (``UNSUPPORTED``).
+        scrubs: Its write handles scrub the storage a rewrite freed (:class:`Scrubs`: SQLite's
+            WAL and free pages, PostgreSQL's dead tuples); otherwise a rewrite leaves nothing
+            behind to scrub.
     """
 
     restore_points: bool = False
@@ -314,6 +321,8 @@ class Capabilities:
     storable_check: bool = False
     torn_tail_hook: bool = False
     reseal: bool = False
+    rewrites: bool = False
+    scrubs: bool = False
 
 
 @runtime_checkable
@@ -404,6 +413,37 @@ class Reseals(Protocol):
             SessionBusyError: a writer holds the session.
             LogCorruptError: the log breaks the format's own rules (nothing is sealed).
         """
+        ...
+
+
+@runtime_checkable
+class Rewrites(Protocol):
+    """A write handle that replaces its stored log: redaction and erasure only.
+
+    Rule: docs/forgetting.md#erasure.
+    """
+
+    def rewrite(self, events: Sequence[Event], *, scrub: bool = True
+                ) -> list[dict[str, object]]:
+        """Replace the stored log by ``events`` atomically; return what was touched.
+
+        ``scrub`` False leaves the scrub of freed storage to the caller (one for many).
+
+        Raises:
+            PersistenceError, LeaseLostError: the rewrite failed; the old log is intact.
+        """
+        ...
+
+
+@runtime_checkable
+class Scrubs(Protocol):
+    """A write handle that scrubs the storage a rewrite freed.
+
+    Rule: docs/forgetting.md#what-forgetting-cannot-reach.
+    """
+
+    def scrub(self) -> list[dict[str, object]]:
+        """Scrub now; a failure is reported in the returned list, never raised."""
         ...
 
 

@@ -415,7 +415,7 @@ class Persistence:
 
     # live binding --------------------------------------------------------------------------
 
-    def bind(self, store: object) -> PersistenceObserver:
+    def bind(self, store: SessionStore) -> PersistenceObserver:
         """Return the write-behind observer for ``store`` (one per store, created once)."""
         observer = self._observers.get(id(store))
         if observer is None:

@@ -26,7 +26,7 @@ from dsh.json import json_equal
 from dsh.persistence._after_commit import AfterCommitFailure
 from dsh.persistence._contract import Backend, Handle
 from dsh.persistence._write_behind import SessionWriter, WriteBehind
-from dsh.session import Event, RestoreFold, RestoreState, Session
+from dsh.session import Event, RestoreFold, RestoreState, Session, SessionStore
 
 __all__ = ["Adoption", "LiveSessions", "PersistenceObserver"]
 
@@ -97,7 +97,7 @@ class PersistenceObserver:
     """
 
     def __init__(self, backend: Backend, config: WriteBehind, live: LiveSessions,
-                 store: object) -> None:
+                 store: SessionStore) -> None:
         self._backend = backend
         self._config = config
         self._live = live
@@ -226,9 +226,7 @@ class PersistenceObserver:
         Each observer's optional ``on_after_commit_failure(session, failure)`` is called (see
         ``docs/rules.md#commit-means-committed``); the batch stays committed whatever they do.
         """
-        notify = getattr(self.store, "notify", None)
-        if notify is not None:
-            notify(session, "on_after_commit_failure", failure)
+        self.store.notify(session, "on_after_commit_failure", failure)
 
     def on_event(self, session: Session, event: Event) -> None:
         """Queue one committed event for the write-behind batch."""

@@ -23,10 +23,11 @@ import os
 import time as _time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from dsh._errors import DshError, RightsError, SessionNotFoundError
 from dsh._verify import event_digest
+from dsh.persistence import Scrubs
 from dsh.rights._held import HasPersistence, facade, held
 from dsh.rights._redact import (
     REDACTION_APPLIED,
@@ -278,8 +279,7 @@ def erase_sessions(store: Persistence | HasPersistence, session_ids: Iterable[st
                                                            scrub=False)
                 record_seq = record["seq"]
             else:  # nothing left: finish a scrub a crash may have cut short (SQLite)
-                scrub = getattr(hold.handle, "scrub", None)
-                touched = list(scrub()) if scrub is not None else []
+                touched = hold.scrub()
         if subject:
             touched.extend(_delete_cuts(persistence, sid))
         touched.extend(after_rewrite(persistence, sid, None, listing=False))
@@ -304,10 +304,11 @@ def erase_sessions(store: Persistence | HasPersistence, session_ids: Iterable[st
 
 def _scrub_store(persistence: Persistence, session_id: str) -> list[dict[str, Any]]:
     """The backend's scrub (SQLite checkpoint and VACUUM, PostgreSQL VACUUM), run once."""
+    if not persistence.backend.capabilities.scrubs:
+        return []
     try:
         with persistence.open(session_id, "write") as handle:
-            scrub = getattr(handle, "scrub", None)
-            return list(scrub()) if scrub is not None else []
+            return list(cast(Scrubs, handle).scrub())
     except DshError as exc:
         return [{"path": persistence.url, "action": "scrub", "done": False,
                  "error": exc.message}]

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from dsh._errors import RightsError
+from dsh.persistence import Capabilities, Persistence, Scrubs
 from dsh.session import Session
 
 if TYPE_CHECKING:
-    from dsh.persistence import Handle, Inspection, Persistence
+    from dsh.persistence import Handle, Inspection
     from dsh.session import Clock, Event
 
 
@@ -39,8 +40,7 @@ class HasPersistence(Protocol):
 
 def facade(store: Persistence | HasPersistence) -> Persistence:
     """The persistence facade of ``store`` (a ``dsh.Store`` or the facade itself)."""
-    inner = getattr(store, "persistence", None)
-    return inner if inner is not None else store  # type: ignore[return-value]
+    return store if isinstance(store, Persistence) else store.persistence
 
 
 @dataclass(slots=True)
@@ -53,6 +53,8 @@ class Held:
         stored: How many events the stored log holds (what the batch continues).
         read: The read pipeline's inspection of the stored log.
         session_clock: The clock the session was restored with (None: the wall clock).
+        capabilities: The store's declared capabilities (what the handle can do besides
+            appending: ``rewrites``, ``scrubs``).
     """
 
     handle: Handle
@@ -60,6 +62,7 @@ class Held:
     stored: int
     read: Inspection
     session_clock: Clock | None = None
+    capabilities: Capabilities = field(default_factory=Capabilities)
 
     def appended(self) -> tuple[Event, ...]:
         """The events appended to :attr:`session` after the stored log.
@@ -67,6 +70,15 @@ class Held:
         The end-seed marker a restore adds is among them.
         """
         return tuple(self.session.events[self.stored:])
+
+    def scrub(self) -> list[dict[str, Any]]:
+        """Scrub what a rewrite freed, where the store :class:`Scrubs` (else nothing to do).
+
+        A failure is reported in the returned list, never raised.
+        """
+        if not self.capabilities.scrubs:
+            return []
+        return list(cast(Scrubs, self.handle).scrub())
 
     def commit(self) -> tuple[Event, ...]:
         """Write :meth:`appended` as one atomic batch and flush it; returns what was written."""
@@ -103,6 +115,7 @@ def held(store: Persistence | HasPersistence, session_id: str, *,
         session = Session.restore(session_id, events, header,
                                   inherited_event_count=header.get("seedLength") or 0,
                                   clock=clock)
-        yield Held(handle, session, len(events), read, clock)
+        yield Held(handle, session, len(events), read, clock,
+                   capabilities=persistence.backend.capabilities)
     finally:
         handle.close()

@@ -31,12 +31,12 @@ import re
 import time as _time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from dsh._errors import DshError, RightsError
 from dsh._verify import event_digest, verify_events
 from dsh.json import FrozenDict, dumps, snapshot_json
-from dsh.persistence import forget_search
+from dsh.persistence import Rewrites, forget_search
 from dsh.rights._held import HasPersistence, Held, facade, held
 from dsh.rights._secrets import detector_names, pattern_spans, secret_spans
 from dsh.session import Event, Session
@@ -306,8 +306,7 @@ def redact(store: Persistence | HasPersistence, session_id: str, *,
     with held(store, session_id, clock=clock) as hold:
         plan = _plan(list(hold.session.events)[:hold.stored], seq_list, spans, session_id)
         if not plan:  # nothing left: finish a scrub a crash may have cut short (SQLite)
-            scrub = getattr(hold.handle, "scrub", None)
-            touched = list(scrub()) if scrub is not None else []
+            touched = hold.scrub()
             return RedactionResult(session_id, mode, (), None, tuple(touched), detectors,
                                    False, now)
         extra: dict[str, Any] = {"mode": mode}
@@ -341,8 +340,7 @@ def commit_tombstones(hold: Held, plan: Mapping[int, tuple[Event, int]],
         RightsError: ``UNSUPPORTED`` (no ``rewrite`` on this backend), ``TOMBSTONE_INVALID``.
     """
     session_id = hold.session.id
-    rewrite = getattr(hold.handle, "rewrite", None)
-    if rewrite is None:
+    if not hold.capabilities.rewrites:
         raise RightsError(f"the store {url} cannot rewrite a stored log (redaction and "
                           f"erasure need JSONL, SQLite or PostgreSQL)", code="UNSUPPORTED",
                           session_id=session_id)
@@ -377,7 +375,7 @@ def commit_tombstones(hold: Held, plan: Mapping[int, tuple[Event, int]],
                           f"({problems[0].rule} at seq {problems[0].seq}: "
                           f"{problems[0].message}); nothing was written",
                           code="TOMBSTONE_INVALID", session_id=session_id)
-    return items, appended, list(rewrite(final, scrub=scrub))
+    return items, appended, list(cast(Rewrites, hold.handle).rewrite(final, scrub=scrub))
 
 
 def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None, *,

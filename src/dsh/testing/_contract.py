@@ -111,7 +111,9 @@ class BackendContract:
             ReadsRanges,
             RecordsAfterCommit,
             Reseals,
+            Rewrites,
             SchemaVersioned,
+            Scrubs,
             Tails,
         )
 
@@ -133,6 +135,8 @@ class BackendContract:
             assert caps.fenced == isinstance(handle, Fenced)
             assert caps.file_paths == isinstance(handle, NamesFiles)
             assert caps.ranges == isinstance(handle, ReadsRanges)
+            assert caps.rewrites == isinstance(handle, Rewrites)
+            assert caps.scrubs == isinstance(handle, Scrubs)
             assert caps.after_commit == isinstance(handle, RecordsAfterCommit)
 
     def test_round_trip_create_append_read(self, store: Persistence) -> None:

@@ -1187,7 +1187,7 @@ class JsonlBackend:
 
     capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True,
                                 ranges=True, after_commit=True, search_index=True,
-                                torn_tail_hook=True, reseal=True)
+                                torn_tail_hook=True, reseal=True, rewrites=True)
     """Restore points, saved cuts, the listing index, the log file each handle reads, seq
     ranges of a raw log (a Zstandard log serves none: its handles answer -1 and None), a
     search index in the root, and rebuilding a lost seal on request (a Zstandard store's

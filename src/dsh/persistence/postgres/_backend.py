@@ -976,7 +976,8 @@ class PostgresBackend:
 
     capabilities = Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
                                 search_index=True, schema_version=True, migrations=True,
-                                torn_tail_hook=True, listing=True)
+                                torn_tail_hook=True, listing=True, rewrites=True,
+                                scrubs=True)
     """Restore points (a table of the schema), fenced write handles (the lease epoch), a tail
     woken by ``NOTIFY``, a search index in its own tables, versioned migrations, and ``dsh ls``
     entries kept beside each head."""

@@ -572,7 +572,8 @@ class SqliteBackend:
 
     capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
                                 after_commit=True, search_index=True, schema_version=True,
-                                storable_check=True, torn_tail_hook=True, reseal=True)
+                                storable_check=True, torn_tail_hook=True, reseal=True,
+                                rewrites=True, scrubs=True)
     """Restore points (schema 17; a schema-14 file refuses them), saved cuts, listing from its
     tables, a search index beside the file, a schema version (never migrated), and rebuilding
     a lost seal on request."""
