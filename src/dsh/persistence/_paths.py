@@ -9,6 +9,7 @@ symlink: it is named by the user. Folders the store creates are mode 0700
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -79,6 +80,33 @@ def fsync_folder(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_durably(path: Path, data: bytes) -> None:
+    """Replace the file ``path`` by ``data`` (mode 0600) so a power cut leaves one or the other.
+
+    A temporary file beside it is written whole and fsynced, renamed over ``path`` and the
+    folder fsynced; on failure the temporary file is removed. Rule: docs/formats.md#writing.
+
+    Raises:
+        OSError: the file could not be written or renamed (``path`` is unchanged).
+    """
+    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_folder(path.parent)
 
 
 def refuse_symlink(path: Path, what: str) -> None:

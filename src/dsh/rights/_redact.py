@@ -23,7 +23,6 @@ Rule: docs/forgetting.md#redaction. One redaction, under the session's write own
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -31,12 +30,13 @@ import re
 import time as _time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from dsh._errors import DshError, RightsError
 from dsh._verify import event_digest, verify_events
 from dsh.json import FrozenDict, dumps, snapshot_json
-from dsh.persistence import Rewrites, forget_search
+from dsh.persistence import Rewrites, forget_search, replace_durably
 from dsh.rights._held import HasPersistence, Held, facade, held
 from dsh.rights._secrets import detector_names, pattern_spans, secret_spans
 from dsh.session import Event, Session
@@ -397,7 +397,7 @@ def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None
                 text = raw.decode("utf-8", "surrogateescape")
                 new, count = scrub(text, spans)
                 if count:
-                    replace_file(path, new.encode("utf-8", "surrogateescape"))
+                    replace_durably(Path(path), new.encode("utf-8", "surrogateescape"))
                     touched.append({"path": path, "action": "saved cut scrubbed",
                                     "spans": count})
             except OSError as exc:
@@ -419,23 +419,6 @@ def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None
         touched.append({"path": persistence.url, "action": "listing refreshed", "done": False,
                         "error": exc.message})
     return touched
-
-
-def replace_file(path: str, content: bytes) -> None:
-    """Replace ``path`` by ``content`` atomically (temp file, fsync, rename), mode 0600."""
-    tmp = f"{path}.{os.urandom(6).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            os.write(fd, content)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def find_secrets(text: str) -> list[tuple[int, int]]:

@@ -75,7 +75,7 @@ from dsh.persistence._listing import (
     source_format,
 )
 from dsh.persistence._lock import SessionLock
-from dsh.persistence._paths import fsync_folder, mkdir_private
+from dsh.persistence._paths import fsync_folder, mkdir_private, replace_durably
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
@@ -287,20 +287,11 @@ def _write_metadata(path: Path, incarnation: str, metadata: Mapping[str, Any]) -
     """Write a session's header ``metadata`` beside the database (docs/formats.md#header-metadata).
 
     The file holds ``{"incarnation", "metadata"}``: it belongs to the row with that incarnation
-    only. Written to a temporary file, fsynced, renamed over and the folder fsynced.
+    only. Replaced durably (``replace_durably``).
     """
     mkdir_private(path.parent, "header metadata")
-    tmp = path.with_name(path.name + ".tmp")
-    data = std_json.dumps({"incarnation": incarnation, "metadata": dict(metadata)},
-                          ensure_ascii=False, sort_keys=True).encode("utf-8")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_folder(path.parent)
+    replace_durably(path, std_json.dumps({"incarnation": incarnation, "metadata": dict(metadata)},
+                                         ensure_ascii=False, sort_keys=True).encode("utf-8"))
 
 
 def _with_metadata(header: FrozenDict, incarnation: str, path: Path) -> FrozenDict:
