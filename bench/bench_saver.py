@@ -5,7 +5,8 @@ writes it: per turn an input checkpoint (the user's message added), the model ta
 write, and a loop checkpoint (the answer added), each checkpoint carrying the whole ``messages``
 list as LangGraph hands it over. Reported per saver, in a fresh process each: the median time of
 one turn's writes over the last 100 turns, ``get_tuple`` of the latest checkpoint (warm: the
-same saver; cold: a new saver in a new process), ``list(limit=10)``, a full ``list`` of the
+same saver; cold: a new saver in a new process), ``list(limit=10)`` (warm, and cold in
+another new process), a full ``list`` of the
 thread, peak RSS of the writing process, and bytes on disk after the thread.
 
 Run: ``python -m bench.bench_saver [--turns 1000]`` (the adapters bench runs it too).
@@ -152,11 +153,18 @@ def child(kind: str, root: Path, turns: int, phase: str, pg: str | None) -> dict
         out["rss"] = peak_rss_mb()
         _close(saver)
         out["bytes"] = float(_size(root, kind, pg))
+    elif phase == "list":
+        t0 = now_ms()
+        listed = list(saver.list(config, limit=10))
+        out["cold_list10"] = now_ms() - t0
+        assert len(listed) == 10
+        _close(saver)
     else:
         t0 = now_ms()
         latest = saver.get_tuple(config)
         out["cold_get_tuple"] = now_ms() - t0
         assert latest is not None
+        assert len(latest.checkpoint["channel_values"]["messages"]) == 2 * turns
         _close(saver)
     return out
 
@@ -215,6 +223,7 @@ def compare(turns: int, runs: int) -> list[tuple[str, dict[str, float]]]:
                 try:
                     written = run_child(kind, root, turns, "write", pg)
                     written.update(run_child(kind, root, turns, "read", pg))
+                    written.update(run_child(kind, root, turns, "list", pg))
                     results[kind].append(written)
                 finally:
                     shutil.rmtree(root, ignore_errors=True)

@@ -422,3 +422,21 @@ def test_json_event_pickles_as_an_event() -> None:
     event = make_event("turn/start", 0, 1, snapshot_json({"turn": 1}))
     again = pickle.loads(pickle.dumps(event))
     assert type(again) is Event and again == event and again.seq == 0
+
+
+def test_the_long_number_scan_answers_as_its_regex() -> None:
+    # has_long_number is the fast form of _LONG_NUMBER's search (a translate and a substring
+    # search); every run of digits, quotes and other bytes must get the regex's answer
+    import random
+
+    from dsh.json import _LONG_NUMBER, has_long_number
+
+    rng = random.Random(21)
+    pieces = [b"0", b"7", b'"', b"a", b",", b"-", b"."]
+    for _ in range(20000):
+        raw = b"".join(rng.choice(pieces) if rng.random() < 0.15
+                       else bytes([rng.randrange(48, 58)]) for _ in range(rng.randrange(60)))
+        assert has_long_number(raw) == (_LONG_NUMBER.search(raw) is not None), raw
+    assert has_long_number(b'{"n": 1234567890123456789}')
+    assert not has_long_number(b'{"v": "00000000000000000000000000000012.0.5"}')
+    assert has_long_number(b'["00000000000000000000000000000012", 1234567890123456789]')

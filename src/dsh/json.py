@@ -610,6 +610,28 @@ def thaw(value: JsonValue) -> Any:
 # A literal of 19+ digits may exceed 64 bits. A run right after a '"' opens a string (no number
 # follows a quote in JSON): zero-padded ids such as LangGraph's channel versions stay fast.
 _LONG_NUMBER = re.compile(rb'(?<![0-9"])[0-9]{19}')
+# Every digit to "0", every other byte to " ": a 19-digit run is then a substring search,
+# about 30x faster than the regex above over a long record (a base64 blob).
+_DIGIT_RUNS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
+_RUN_19 = b"0" * 19
+
+
+def has_long_number(raw: bytes | bytearray) -> bool:
+    """True when ``_LONG_NUMBER`` matches ``raw``: a run of 19+ digits not opened by a quote.
+
+    The leftmost 19 zeros of the mapped bytes start a maximal digit run; a run right after
+    ``"`` opens a string (no match anywhere in it), so the search goes on after that run.
+    """
+    mapped = raw.translate(_DIGIT_RUNS)
+    pos = mapped.find(_RUN_19)
+    while pos >= 0:
+        if pos == 0 or raw[pos - 1] != 0x22:
+            return True
+        end = mapped.find(b" ", pos + 19)
+        if end < 0:
+            return False
+        pos = mapped.find(_RUN_19, end)
+    return False
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _WS = re.compile(r"[ \t\n\r]*")
 _LITERALS: Final = {"true": True, "false": False, "null": None}
@@ -717,8 +739,9 @@ def loads(data: bytes | str) -> JsonValue:
     an escaped valid pair decodes to one code point.
     """
     try:
-        if _LONG_NUMBER.search(data if isinstance(data, bytes | bytearray) else data.encode(
-                "utf-8", "surrogatepass")):
+        raw = data if isinstance(data, bytes | bytearray) else data.encode("utf-8",
+                                                                          "surrogatepass")
+        if has_long_number(raw):
             # orjson reads integers past 64 bits as floats; let the exact parser see the literal
             raise orjson.JSONDecodeError("recursion: long number literal", "", 0)
         parsed = orjson.loads(data)

@@ -6,6 +6,11 @@ runs (``BackendContract.test_declared_capabilities_are_kept``); this pins the bu
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
+import pytest
+
 from dsh.persistence import Capabilities, Fenced, Persistence, open_backend
 
 EXPECTED = {
@@ -22,11 +27,11 @@ EXPECTED = {
     "sqlite": Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
                            after_commit=True, search_index=True, schema_version=True,
                            storable_check=True, torn_tail_hook=True, reseal=True,
-                           rewrites=True, scrubs=True),
+                           rewrites=True, scrubs=True, asides=True),
     "postgresql": Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
                                search_index=True, schema_version=True, migrations=True,
                                torn_tail_hook=True, listing=True, rewrites=True,
-                               scrubs=True),
+                               scrubs=True, asides=True),
 }
 
 
@@ -47,3 +52,30 @@ def test_a_plain_backend_is_served_by_full_reads() -> None:
         store.create({"version": 0, "id": "s", "createdAt": 1})
         assert store.write_restore_point("s") is False
         assert store.list_entries() == ([], [])  # a session without events is not listed
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_asides_are_kept_replaced_and_dropped(kind: str, tmp_path: Path) -> None:
+    # docs/stores.md#asides: bytes beside one session's log, by name, never the log itself
+    from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
+
+    if kind == "postgresql" and postgres_unreachable() is not None:
+        pytest.skip(f"SKIPPED LOUDLY: {postgres_unreachable()}")
+    with contextlib.ExitStack() as stack:
+        url = (f"sqlite:///{tmp_path / 's.db'}" if kind == "sqlite"
+               else stack.enter_context(temporary_postgres_url()))
+        store = Persistence(open_backend(url))
+        stack.callback(store.close)
+        assert store.read_aside("a", "idx") is None  # nothing yet (no table, no folder)
+        assert store.write_aside("a", "idx", b"one")
+        assert store.write_aside("a", "idx", b"two")
+        assert store.write_aside("a", "other", b"\x00\xff")
+        assert store.write_aside("b", "idx", b"b's")
+        assert (store.read_aside("a", "idx"), store.read_aside("a", "other")) == (
+            b"two", b"\x00\xff")
+        store.drop_asides("a")
+        assert store.read_aside("a", "idx") is None and store.read_aside("a", "other") is None
+        assert store.read_aside("b", "idx") == b"b's"
+        store.drop_asides("never")
+    memory = Persistence(open_backend("memory:"))
+    assert not memory.write_aside("a", "idx", b"x") and memory.read_aside("a", "idx") is None

@@ -8,7 +8,12 @@ to it as events:
   whose version changed (``new_versions``). A list value that extends the list stored for the
   channel before it (``add_messages`` state) is stored as the items it adds
   (``{"d": base version, "k": kept count, "a": [added items]}``), so a thread's storage grows
-  with its messages, not with the whole state at every super-step;
+  with its messages, not with the whole state at every super-step; a list is stored whole
+  again at least every :data:`WHOLE_EVERY` checkpoints, so building one reads at most that many
+  deltas;
+* the thread's index (where each checkpoint, value and write is in the log) is kept beside the
+  log as an aside of its session and checked against the log by a reader, which then folds
+  only the events after it (docs/adapters.md#fast-reads-of-a-thread);
 * ``put_writes`` appends one ignorable ``langgraph/writes`` event (task id, task path, the
   writes); a write LangGraph sends again (same task and index) is not stored twice;
 * the root namespace's ``messages`` channel is projected onto the surface as core events
@@ -40,16 +45,30 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import bisect
+import gc
+import logging
 import random
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
-from dsh._errors import AdapterError
+from dsh._errors import AdapterError, DshError
 from dsh._install import install_hint
+from dsh.adapters._langgraph_index import CHECKPOINT_EVENT as _CHECKPOINT_EVENT
+from dsh.adapters._langgraph_index import DROP_EVENT as _DROP_EVENT
+from dsh.adapters._langgraph_index import (
+    INDEX_ASIDE,
+    CheckpointEntry,
+    Namespace,
+    ThreadIndex,
+    decode_index,
+    encode_index,
+    writes_of,
+)
+from dsh.adapters._langgraph_index import WRITES_EVENT as _WRITES_EVENT
 from dsh.adapters._log import (
     DEFAULT_WAIT_S,
     LiveLog,
@@ -91,12 +110,20 @@ __all__ = ["CHECKPOINT_EVENT", "DROP_EVENT", "FORMAT", "WRITES_EVENT", "DshSaver
 
 FORMAT: Final = "langgraph"
 """The namespace of the saver's events."""
-CHECKPOINT_EVENT: Final = f"{FORMAT}/checkpoint"
+CHECKPOINT_EVENT: Final = _CHECKPOINT_EVENT
 """One ``put``: a checkpoint and the channel values that changed."""
-WRITES_EVENT: Final = f"{FORMAT}/writes"
+WRITES_EVENT: Final = _WRITES_EVENT
 """One ``put_writes``: a task's pending writes against a checkpoint."""
-DROP_EVENT: Final = f"{FORMAT}/drop"
+DROP_EVENT: Final = _DROP_EVENT
 """Checkpoints that no longer load: ``{"all": true}`` (delete_thread) or ``{"ns", "ids"}``."""
+WHOLE_EVERY: Final = 64
+"""A list channel is stored whole at least every this many checkpoints (else as a delta), so
+building a checkpoint reads at most this many of the thread's events for it."""
+INDEX_EVERY: Final = 256
+"""The writer keeps the thread's index beside the log again once this many events are newer
+than the index there (and at close), so a cold read folds at most about this many."""
+
+_logger = logging.getLogger(__name__)
 
 _MESSAGES: Final = "messages"
 _TOP_LEVEL: Final = frozenset({"v", "id", "ts", "channel_values", "channel_versions",
@@ -150,32 +177,6 @@ def _extends(value: list[Any], base: list[Any]) -> bool:
 # -- the index of one thread ----------------------------------------------------------------------
 
 @dataclass(slots=True)
-class _Checkpoint:
-    """Where one checkpoint is in the log, and its pending writes."""
-
-    seq: int
-    parent: str | None
-    metadata: dict[str, Any]
-    writes: dict[tuple[str, int], tuple[str, str, Mapping[str, Any]]] = field(
-        default_factory=dict)  # (task, idx) -> (task path, channel, stored value)
-
-
-@dataclass(slots=True)
-class _Namespace:
-    checkpoints: dict[str, _Checkpoint] = field(default_factory=dict)
-    order: list[str] = field(default_factory=list)  # ids, ascending
-
-    def add(self, checkpoint_id: str, entry: _Checkpoint) -> None:
-        if checkpoint_id not in self.checkpoints:
-            bisect.insort(self.order, checkpoint_id)
-        self.checkpoints[checkpoint_id] = entry
-
-    def drop(self, checkpoint_id: str) -> None:
-        if self.checkpoints.pop(checkpoint_id, None) is not None:
-            self.order.remove(checkpoint_id)
-
-
-@dataclass(slots=True)
 class _Stored:
     """A read of a stored thread (see :func:`dsh.adapters._log.read_stored`)."""
 
@@ -186,63 +187,37 @@ class _Stored:
 
 
 class _Thread:
-    """What the saver knows of one thread: its checkpoints, blobs, projected messages."""
+    """What the saver knows of one thread: its index, and for its writer the latest values."""
 
-    def __init__(self, thread_id: str) -> None:
+    def __init__(self, thread_id: str, index: ThreadIndex | None = None) -> None:
         self.thread_id = thread_id
-        self.namespaces: dict[str, _Namespace] = {}
-        self.blobs: dict[tuple[str, str, Any], Mapping[str, Any]] = {}
+        self.index = index if index is not None else ThreadIndex()
         self.latest: dict[tuple[str, str], tuple[Any, Any]] = {}  # (ns, ch) -> (version, value)
-        self.projected: dict[str, int] = {}  # LangChain message id -> seq of its event
-        self.answered: dict[str, int] = {}  # tool call id -> seq of its tool/result
-        self.seen = 0
+        self.depth: dict[tuple[str, str], int] = {}  # (ns, ch) -> deltas since a whole value
         self.cold: _Stored | None = None  # the last read of a thread this saver does not write
+        self.start = self.kept = self.index.seen  # events the index beside the log covers
 
-    def reset(self) -> None:
-        self.namespaces.clear()
-        self.blobs.clear()
-        self.latest.clear()
+    @property
+    def namespaces(self) -> dict[str, Namespace]:
+        return self.index.namespaces
+
+    @property
+    def projected(self) -> dict[str, int]:
+        return self.index.projected
+
+    @property
+    def answered(self) -> dict[str, int]:
+        return self.index.answered
 
     def fold(self, events: Sequence[Event]) -> None:
         """Take in the events appended since the last fold."""
-        for event in events[self.seen:]:
-            kind = event["type"]
-            if kind == CHECKPOINT_EVENT:
-                self._checkpoint(event)
-            elif kind == WRITES_EVENT:
-                data = event["data"]
-                entry = self.namespaces.get(data["ns"], _Namespace()).checkpoints.get(data["cp"])
-                if entry is not None:
-                    for idx, channel, stored in data["w"]:
-                        key = (data["task"], idx)
-                        if idx < 0 or key not in entry.writes:
-                            entry.writes[key] = (data["path"], channel, stored)
-            elif kind == DROP_EVENT:
-                data = event["data"]
-                if data.get("all"):
-                    self.reset()
-                else:
-                    space = self.namespaces.get(data["ns"])
-                    for checkpoint_id in data["ids"] if space is not None else ():
-                        space.drop(checkpoint_id)  # type: ignore[union-attr]
-            elif kind == "tool/result":
-                message = event["data"]["message"]
-                self.answered[str(message["source"].get("callId"))] = event["seq"]
-            records = (records_of(event, LANGCHAIN_FORMAT)
-                       if kind in ("user/message", "assistant/message", "tool/result") else None)
-            if records:
-                message_id = records[0].get("data", {}).get("id")
-                if isinstance(message_id, str):
-                    self.projected[message_id] = event["seq"]
-        self.seen = len(events)
-
-    def _checkpoint(self, event: Event) -> None:
-        data = event["data"]
-        ns = data["ns"]
-        for channel, stored in data["values"].items():
-            self.blobs[(ns, channel, data["versions"][channel])] = stored
-        self.namespaces.setdefault(ns, _Namespace()).add(
-            data["id"], _Checkpoint(event["seq"], data["parent"], data["meta"]))
+        dropped_all = self.index.namespaces and any(
+            event["type"] == DROP_EVENT and event["data"].get("all")
+            for event in events[self.index.seen:])
+        self.index.fold(events)
+        if dropped_all:
+            self.latest.clear()
+            self.depth.clear()
 
 
 # -- the saver -------------------------------------------------------------------------------------
@@ -305,9 +280,15 @@ class DshSaver(BaseCheckpointSaver[str]):
             if self._closed:
                 return
             self._closed = True
-            logs, self._logs = list(self._logs.values()), {}
+            logs, self._logs = list(self._logs.items()), {}
             try:
-                for log in logs:
+                for thread_id, log in logs:
+                    thread = self._threads.get(thread_id)
+                    if thread is not None and not log.closed:
+                        log.flush()
+                        thread.fold(log.session.events)
+                        if thread.index.seen > thread.kept:
+                            self._keep_index(thread, log.session.events)
                     log.close()
             finally:
                 self._persistence.close()
@@ -335,15 +316,27 @@ class DshSaver(BaseCheckpointSaver[str]):
                           persistence=self._persistence, wait=self.wait)
             log.open()
             self._logs[thread_id] = log
-            self._threads.pop(thread_id, None)  # refolded from the live log
+            cold = self._threads.pop(thread_id, None)
+            events = log.session.events
+            if cold is not None and cold.cold is not None and not cold.cold.closers \
+                    and cold.index.seen == cold.cold.stored <= len(events):
+                # the resumed log is the one read (appends only): keep its index
+                self._threads[thread_id] = _Thread(thread_id, cold.index)
         return log
 
     def _thread(self, thread_id: str, *, write: bool = False) -> _Thread | None:
-        """The thread's index, folded up to its last event; None when nothing is stored."""
+        """The thread's index, folded up to its last event; None when nothing is stored.
+
+        A thread first met here starts from the index kept beside its log when that index
+        matches the log, and folds only the events after it
+        (docs/adapters.md#fast-reads-of-a-thread).
+        """
         if write:
             events: Sequence[Event] = self._writer(thread_id).session.events
+            stored = len(events)
         elif thread_id in self._logs:
             events = self._logs[thread_id].session.events
+            stored = len(events)
         else:
             # with the closers a resume would commit: a call cut off by a crash reads as
             # answered (outcome unknown), as it will once the thread is written; through the
@@ -358,24 +351,65 @@ class DshSaver(BaseCheckpointSaver[str]):
                                                                   thread.cold.closers))):
                 thread = None  # another writer's log, or where closers were: fold it afresh
             if thread is None:
-                thread = self._threads[thread_id] = _Thread(thread_id)
+                thread = self._threads[thread_id] = self._kept_thread(thread_id, events, stored)
             thread.cold = _Stored(events, stored, closers, nodes)
             thread.fold(events)
+            if not closers and thread.index.seen - thread.kept >= INDEX_EVERY:
+                self._keep_index(thread, events)  # a reader that folded much leaves its work
             return thread
         thread = self._threads.get(thread_id)
         if thread is None:
-            thread = self._threads[thread_id] = _Thread(thread_id)
+            thread = self._threads[thread_id] = self._kept_thread(thread_id, events, stored)
         thread.fold(events)
         return thread
+
+    def _kept_thread(self, thread_id: str, events: Sequence[Event], stored: int) -> _Thread:
+        """A thread starting from the index kept beside its log, when it matches the log."""
+        try:
+            data = self._persistence.read_aside(thread_id, INDEX_ASIDE)
+        except (OSError, DshError) as exc:
+            _logger.warning("the LangGraph index of thread %r could not be read (%s); "
+                            "folding its log", thread_id, exc)
+            data = None
+        index = decode_index(data, events, stored) if data is not None else None
+        return _Thread(thread_id, index)
+
+    def _keep_index(self, thread: _Thread, events: Sequence[Event]) -> None:
+        """Keep the thread's index beside its log (after a commit; a failure is only logged).
+
+        Only committed events may be covered: the writer calls this after a flush, a reader
+        only when no repair closers were folded.
+        """
+        data = encode_index(thread.index, events)
+        if data is None:
+            return
+        try:
+            self._persistence.write_aside(thread.thread_id, INDEX_ASIDE, data)
+        except (OSError, DshError) as exc:
+            _logger.warning("the LangGraph index of thread %r could not be kept beside its "
+                            "log (%s); readers fold the log instead", thread.thread_id, exc)
+            return
+        thread.kept = thread.index.seen
+
+    def _flushed(self, log: LiveLog, thread: _Thread) -> None:
+        """After a durable flush: fold what was appended, keep the index when it is due."""
+        thread.fold(log.session.events)
+        if thread.index.seen - thread.kept >= INDEX_EVERY:
+            self._keep_index(thread, log.session.events)
 
     # -- reading -----------------------------------------------------------------------------
 
     def _value(self, thread: _Thread, ns: str, channel: str, version: Any,
                memo: dict[tuple[str, str, Any], Any]) -> Any:
-        """The value of ``channel`` at ``version``, rebuilding list deltas from their bases."""
+        """The value of ``channel`` at ``version``, rebuilding list deltas from their bases.
+
+        A delta names its base version; the chain ends at a whole value at most
+        :data:`WHOLE_EVERY` links back, each link one event read from the log.
+        """
         key = (ns, channel, version)
         chain: list[tuple[tuple[str, str, Any], Mapping[str, Any]]] = []
         value: Any = _MISSING
+        events = self._events(thread.thread_id)
         while True:
             if key in memo:
                 value = memo[key]
@@ -384,10 +418,11 @@ class DshSaver(BaseCheckpointSaver[str]):
             if latest is not None and latest[0] == key[2]:
                 value = latest[1]
                 break
-            stored = thread.blobs.get(key)
-            if stored is None:
+            seq = thread.index.blobs.get(key)
+            if seq is None:
                 value = _MISSING
                 break
+            stored = events[seq]["data"]["values"][channel]
             if "d" in stored:
                 chain.append((key, stored))
                 key = (ns, channel, stored["d"])
@@ -400,6 +435,9 @@ class DshSaver(BaseCheckpointSaver[str]):
             value = base[:stored["k"]] + [self._codec.decode(item) for item in stored["a"]]
             memo[link_key] = value
         return value
+
+    def _metadata(self, thread: _Thread, entry: CheckpointEntry) -> Any:
+        return self._codec.decode(self._events(thread.thread_id)[entry.seq]["data"]["meta"])
 
     def _tuple(self, thread: _Thread, ns: str, checkpoint_id: str,
                memo: dict[tuple[str, str, Any], Any]) -> CheckpointTuple:
@@ -424,11 +462,12 @@ class DshSaver(BaseCheckpointSaver[str]):
         if entry.parent is not None:
             parent = {"configurable": {"thread_id": thread.thread_id, "checkpoint_ns": ns,
                                        "checkpoint_id": entry.parent}}
-        writes = sorted(entry.writes.items(), key=lambda item: (item[1][0], *item[0]))
+        writes = sorted(writes_of(entry, events).items(),
+                        key=lambda item: (item[1][0], *item[0]))
         pending: list[PendingWrite] = [(task, channel, self._codec.decode(stored))
                                        for (task, _), (_, channel, stored) in writes]
         return CheckpointTuple({"configurable": conf}, checkpoint,  # type: ignore[arg-type]
-                               self._codec.decode(entry.metadata), parent, pending)
+                               self._codec.decode(data["meta"]), parent, pending)
 
     def _result_of(self, thread: _Thread, call_id: str) -> ToolMessage | None:
         """The result dsh's log holds for tool call ``call_id`` as a ToolMessage, or None."""
@@ -485,7 +524,7 @@ class DshSaver(BaseCheckpointSaver[str]):
             ``writes_sort_key`` order), or None when the thread or checkpoint is not stored.
         """
         conf = _configurable(config)
-        with self._lock:
+        with self._lock, _no_collection():
             thread = self._thread(str(conf["thread_id"]))
             ns = conf.get("checkpoint_ns", "")
             space = thread.namespaces.get(ns) if thread else None
@@ -550,7 +589,7 @@ class DshSaver(BaseCheckpointSaver[str]):
 
     def _listed(self, config: RunnableConfig | None, filter: dict[str, Any] | None,
                 before: RunnableConfig | None, limit: int | None) -> list[CheckpointTuple]:
-        with self._lock:
+        with self._lock, _no_collection():
             if config is None:
                 thread_ids = [str(header["id"]) for header in self._persistence.list_headers()]
             else:
@@ -576,8 +615,7 @@ class DshSaver(BaseCheckpointSaver[str]):
                         if before_id is not None and checkpoint_id >= before_id:
                             continue
                         if filter:
-                            metadata = self._codec.decode(space.checkpoints[checkpoint_id]
-                                                          .metadata)
+                            metadata = self._metadata(thread, space.checkpoints[checkpoint_id])
                             if any(metadata.get(k) != v for k, v in filter.items()):
                                 continue
                         out.append(self._tuple(thread, ns, checkpoint_id, memo))
@@ -610,21 +648,26 @@ class DshSaver(BaseCheckpointSaver[str]):
             assert thread is not None
             values = checkpoint["channel_values"]
             stored: dict[str, Any] = {}
+            depth: dict[str, int] = {}
             for channel in new_versions:
                 if channel not in values:
                     stored[channel] = {"e": 1}
                     continue
                 value = values[channel]
                 previous = thread.latest.get((ns, channel))
+                links = thread.depth.get((ns, channel), 0)
                 if (type(value) is list and previous is not None
                         and type(previous[1]) is list and previous[1]
-                        and (ns, channel, previous[0]) in thread.blobs
+                        and links < WHOLE_EVERY
+                        and (ns, channel, previous[0]) in thread.index.blobs
                         and _extends(value, previous[1])):
                     stored[channel] = {"d": previous[0], "k": len(previous[1]),
                                        "a": [self._codec.encode(item)
                                              for item in value[len(previous[1]):]]}
+                    depth[channel] = links + 1
                 else:
                     stored[channel] = self._codec.encode(value)
+                    depth[channel] = 0
             if ns == "" and isinstance(values.get(_MESSAGES), list):
                 self._project(log, thread, values[_MESSAGES],
                               gone=self._left_state(thread, conf.get("checkpoint_id"),
@@ -639,12 +682,14 @@ class DshSaver(BaseCheckpointSaver[str]):
                 "seen": {node: dict(seen) for node, seen in checkpoint["versions_seen"].items()},
                 "meta": self._codec.encode(meta), "values": stored, "rest": rest})
             log.flush()
-            thread.fold(log.session.events)
+            self._flushed(log, thread)
             for channel, version in new_versions.items():
                 if channel in values:
                     thread.latest[(ns, channel)] = (version, values[channel])
+                    thread.depth[(ns, channel)] = depth[channel]
                 else:
                     thread.latest.pop((ns, channel), None)
+                    thread.depth.pop((ns, channel), None)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -662,11 +707,12 @@ class DshSaver(BaseCheckpointSaver[str]):
             log = self._writer(thread_id)
             thread = self._thread(thread_id, write=True)
             assert thread is not None
-            entry = thread.namespaces.get(ns, _Namespace()).checkpoints.get(str(checkpoint_id))
+            entry = thread.index.entry(ns, checkpoint_id)
+            held = writes_of(entry, log.session.events) if entry is not None else {}
             rows = []
             for index, (channel, value) in enumerate(writes):
                 idx = WRITES_IDX_MAP.get(channel, index)
-                if entry is not None and idx >= 0 and (task_id, idx) in entry.writes:
+                if idx >= 0 and (task_id, idx) in held:
                     continue
                 rows.append([idx, channel, self._codec.encode(value)])
                 if ns == "" and channel == _MESSAGES:
@@ -677,7 +723,7 @@ class DshSaver(BaseCheckpointSaver[str]):
             log.open().mark(WRITES_EVENT, {"ns": ns, "cp": checkpoint_id, "task": task_id,
                                            "path": task_path, "w": rows})
             log.flush()
-            thread.fold(log.session.events)
+            self._flushed(log, thread)
 
     def _project(self, log: LiveLog, thread: _Thread, messages: Sequence[Any], *,
                  gone: Sequence[str] = ()) -> None:
@@ -754,7 +800,7 @@ class DshSaver(BaseCheckpointSaver[str]):
             self._project(log, thread, [], gone=list(thread.projected))
             log.open().mark(DROP_EVENT, {"all": True})
             log.flush()
-            thread.fold(log.session.events)
+            self._flushed(log, thread)
             if self.erase_on_delete:
                 self._erase(thread_id)
 
@@ -772,11 +818,13 @@ class DshSaver(BaseCheckpointSaver[str]):
         erase(self._persistence, [thread_id], reason="LangGraph delete_thread",
               by="dsh.adapters.langgraph")
 
-    def _drop(self, thread_id: str, keep: Callable[[str, str, _Checkpoint], bool]) -> None:
+    def _drop(self, thread_id: str,
+              keep: Callable[[_Thread, str, str, CheckpointEntry], bool]) -> None:
         thread = self._thread(thread_id)
         if thread is None:
             return
-        drops = {ns: [cid for cid in space.order if not keep(ns, cid, space.checkpoints[cid])]
+        drops = {ns: [cid for cid in space.order
+                     if not keep(thread, ns, cid, space.checkpoints[cid])]
                  for ns, space in thread.namespaces.items()}
         drops = {ns: ids for ns, ids in drops.items() if ids}
         if not drops:
@@ -794,8 +842,8 @@ class DshSaver(BaseCheckpointSaver[str]):
             return
         with self._lock:
             for header in self._persistence.list_headers():
-                self._drop(str(header["id"]), lambda _ns, _cid, entry: self._codec.decode(
-                    entry.metadata).get("run_id") not in wanted)
+                self._drop(str(header["id"]), lambda thread, _ns, _cid, entry: self._metadata(
+                    thread, entry).get("run_id") not in wanted)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Hide old checkpoints: ``keep_latest`` keeps each namespace's newest one.
@@ -963,9 +1011,26 @@ class DshSaver(BaseCheckpointSaver[str]):
 _MISSING: Final[Any] = object()
 
 
-def _is_newest(newest: Mapping[str, str]) -> Callable[[str, str, _Checkpoint], bool]:
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """No garbage collection pass while a read builds its values.
+
+    Decoding a long ``messages`` list makes thousands of containers; a collection pass in
+    between walks them all again (about a tenth of a cold read), and none of them is garbage.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _is_newest(newest: Mapping[str, str]
+               ) -> Callable[[_Thread, str, str, CheckpointEntry], bool]:
     """A keep-predicate for :meth:`DshSaver._drop`: each namespace's newest checkpoint."""
-    return lambda ns, checkpoint_id, _entry: newest.get(ns) == checkpoint_id
+    return lambda _thread, ns, checkpoint_id, _entry: newest.get(ns) == checkpoint_id
 
 
 def _state_messages(state: Any) -> list[Any]:

@@ -45,6 +45,7 @@ __all__ = [
     "Fenced",
     "Handle",
     "InjectsTornTail",
+    "KeepsAsides",
     "KeepsCuts",
     "ListsEntries",
     "Migrates",
@@ -305,6 +306,9 @@ class Capabilities:
         scrubs: Its write handles scrub the storage a rewrite freed (:class:`Scrubs`: SQLite's
             WAL and free pages, PostgreSQL's dead tuples); otherwise a rewrite leaves nothing
             behind to scrub.
+        asides: It keeps small derived blobs beside a session's log (:class:`KeepsAsides`),
+            for readers that verify them against the log (an adapter's index); otherwise a
+            reader derives them from the log each time.
     """
 
     restore_points: bool = False
@@ -323,6 +327,7 @@ class Capabilities:
     reseal: bool = False
     rewrites: bool = False
     scrubs: bool = False
+    asides: bool = False
 
 
 @runtime_checkable
@@ -444,6 +449,32 @@ class Scrubs(Protocol):
 
     def scrub(self) -> list[dict[str, object]]:
         """Scrub now; a failure is reported in the returned list, never raised."""
+        ...
+
+
+@runtime_checkable
+class KeepsAsides(Protocol):
+    """A backend that keeps small derived blobs ("asides") beside a session's log.
+
+    An aside is never the truth: its reader checks it against the log and derives it again
+    when it is missing or stale. Writing one never touches the log, and a failure to write one
+    loses nothing. Rule: docs/stores.md#asides.
+    """
+
+    def read_aside(self, session_id: str, name: str) -> bytes | None:
+        """The bytes last written as ``name`` for the session, or None when there are none."""
+        ...
+
+    def write_aside(self, session_id: str, name: str, data: bytes) -> None:
+        """Replace the aside ``name`` of the session by ``data`` (atomically, not fsynced).
+
+        Raises:
+            OSError, PersistenceError: it could not be written (the old one, if any, stays).
+        """
+        ...
+
+    def drop_asides(self, session_id: str) -> None:
+        """Delete every aside of the session (an erasure; nothing there is fine)."""
         ...
 
 

@@ -39,6 +39,7 @@ from dsh.persistence._contract import (
     Backend,
     Fenced,
     Handle,
+    KeepsAsides,
     KeepsCuts,
     ListsEntries,
     OpenMode,
@@ -381,6 +382,41 @@ class Persistence:
                                    "restore points",
                                    code="SESSION_LIVE", session_id=session_id)
         return _resume.write_restore_point(self.backend, session_id)
+
+    def read_aside(self, session_id: str, name: str) -> bytes | None:
+        """The aside ``name`` kept beside the session's log, or None (none kept, or none here).
+
+        Derived data a reader checks against the log (docs/stores.md#asides).
+
+        Raises:
+            PersistenceError: the backend failed to read it (SYMLINK for a linked folder).
+        """
+        backend = self.backend
+        if not backend.capabilities.asides:
+            return None
+        return cast(KeepsAsides, backend).read_aside(session_id, name)
+
+    def write_aside(self, session_id: str, name: str, data: bytes) -> bool:
+        """Replace the aside ``name`` beside the session's log; False when none are kept.
+
+        Raises:
+            OSError, PersistenceError: it could not be written (the log is untouched).
+        """
+        backend = self.backend
+        if not backend.capabilities.asides:
+            return False
+        cast(KeepsAsides, backend).write_aside(session_id, name, data)
+        return True
+
+    def drop_asides(self, session_id: str) -> None:
+        """Delete every aside of the session (erasure); nothing there, or none kept, is fine.
+
+        Raises:
+            OSError, PersistenceError: one could not be deleted.
+        """
+        backend = self.backend
+        if backend.capabilities.asides:
+            cast(KeepsAsides, backend).drop_asides(session_id)
 
     def check_restore_point(self, session_id: str, read: Inspection | None = None
                          ) -> rp.RestorePointCheck:

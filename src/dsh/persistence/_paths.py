@@ -91,6 +91,12 @@ def replace_durably(path: Path, data: bytes) -> None:
     Raises:
         OSError: the file could not be written or renamed (``path`` is unchanged).
     """
+    _replace(path, data, durable=True)
+    fsync_folder(path.parent)
+
+
+def _replace(path: Path, data: bytes, *, durable: bool) -> None:
+    """Write ``data`` whole to a temporary file beside ``path`` and rename it over ``path``."""
     tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
@@ -98,7 +104,8 @@ def replace_durably(path: Path, data: bytes) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -106,7 +113,6 @@ def replace_durably(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_folder(path.parent)
 
 
 def refuse_symlink(path: Path, what: str) -> None:
@@ -172,3 +178,52 @@ def mkdir_private(path: Path, what: str) -> bool:
                                    f"there", code="NOT_A_DIRECTORY", path=str(path)) from None
         return False
     return True
+
+
+def read_aside_file(folder: Path, name: str) -> bytes | None:
+    """The bytes of the aside ``folder/name``, or None when it is not there.
+
+    Rule: docs/stores.md#asides.
+
+    Raises:
+        PersistenceError: code ``SYMLINK``: the folder is a symlink.
+        OSError: it could not be read.
+    """
+    try:
+        fd = open_sidecar(folder / name, "asides")
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def write_aside_file(folder: Path, name: str, data: bytes) -> None:
+    """Replace the aside ``folder/name`` by ``data``: a temporary file renamed, not fsynced.
+
+    Derived data: a power cut may leave the old bytes or none, which its reader detects.
+    Rule: docs/stores.md#asides.
+
+    Raises:
+        PersistenceError: code ``SYMLINK``: the folder is a symlink.
+        OSError: it could not be written (the old one stays).
+    """
+    mkdir_private(folder, "asides")
+    _replace(folder / name, data, durable=False)
+
+
+def drop_aside_files(folder: Path) -> None:
+    """Delete the folder of one session's asides and what it holds (none there is fine).
+
+    Raises:
+        PersistenceError: code ``SYMLINK``: the folder is a symlink.
+        OSError: a file could not be deleted.
+    """
+    refuse_symlink(folder, "asides")
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        os.unlink(entry.path)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(folder)

@@ -380,7 +380,9 @@ def commit_tombstones(hold: Held, plan: Mapping[int, tuple[Event, int]],
 
 def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None, *,
                   listing: bool = True) -> list[dict[str, Any]]:
-    """The copies beside a rewritten log: cuts scrubbed, search index dropped, listing refreshed.
+    """The copies beside a rewritten log: cuts scrubbed, asides and search index dropped.
+
+    The listing is refreshed too.
 
     A saved cut (bytes a repair cut off, docs/formats.md#saved-cuts) holds raw log text: with
     ``spans`` its text gets the same replacement, else it is left alone. The listing index
@@ -403,6 +405,12 @@ def after_rewrite(persistence: Persistence, session_id: str, spans: Spans | None
             except OSError as exc:
                 touched.append({"path": path, "action": "saved cut scrubbed", "done": False,
                                 "error": str(exc)})
+    try:
+        # asides describe the old log (an adapter's index): they go, and readers rebuild them
+        persistence.drop_asides(session_id)
+    except (OSError, DshError) as exc:
+        touched.append({"path": persistence.url, "action": "asides deleted", "done": False,
+                        "error": str(exc)})
     try:
         # the search index holds message text: it goes, and the next search rebuilds it
         touched.extend({"path": path, "action": "search index deleted"}

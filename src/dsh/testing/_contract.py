@@ -103,6 +103,7 @@ class BackendContract:
             Fenced,
             IndexesSearch,
             InjectsTornTail,
+            KeepsAsides,
             KeepsCuts,
             KeepsRestorePoints,
             ListsEntries,
@@ -129,6 +130,7 @@ class BackendContract:
         assert caps.storable_check == isinstance(backend, ChecksStorable)
         assert caps.torn_tail_hook == isinstance(backend, InjectsTornTail)
         assert caps.reseal == isinstance(backend, Reseals)
+        assert caps.asides == isinstance(backend, KeepsAsides)
         store.create(header("caps"))
         with store.open("caps", "write") as handle:
             assert caps.restore_points == isinstance(handle, KeepsRestorePoints)

@@ -977,7 +977,7 @@ class PostgresBackend:
     capabilities = Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
                                 search_index=True, schema_version=True, migrations=True,
                                 torn_tail_hook=True, listing=True, rewrites=True,
-                                scrubs=True)
+                                scrubs=True, asides=True)
     """Restore points (a table of the schema), fenced write handles (the lease epoch), a tail
     woken by ``NOTIFY``, a search index in its own tables, versioned migrations, and ``dsh ls``
     entries kept beside each head."""
@@ -1251,6 +1251,54 @@ class PostgresBackend:
         with self._conn("lookup", session_id) as conn:
             return conn.execute(f"SELECT 1 FROM {self._s}.sessions WHERE id = %s",
                                 (session_id,)).fetchone() is not None
+
+    # asides (docs/stores.md#asides): table ``asides``, made on the first write, outside the
+    # migrations (a store that never keeps one has none)
+
+    def read_aside(self, session_id: str, name: str) -> bytes | None:
+        """The aside's bytes from table ``asides``; None when it (or the table) is not there.
+
+        Raises:
+            PersistenceError: the database failed.
+        """
+        psycopg = _psycopg()
+        try:
+            with self._conn("aside read", session_id, passthrough=("UndefinedTable",)) as conn:
+                row = conn.execute(f"SELECT data FROM {self._s}.asides WHERE session_id = %s "
+                                   "AND name = %s", (session_id, name)).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return None
+        return bytes(row[0]) if row is not None else None
+
+    def write_aside(self, session_id: str, name: str, data: bytes) -> None:
+        """Replace the aside's row in table ``asides`` (the table made when missing).
+
+        Raises:
+            PersistenceError: the database failed.
+        """
+        with self._conn("aside write", session_id) as conn, conn.transaction():
+            # two first writers would race to make the table: one makes it, under the lock
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{self._s}.asides",))
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {self._s}.asides (session_id text NOT "
+                         "NULL, name text NOT NULL, data bytea NOT NULL, PRIMARY KEY "
+                         "(session_id, name))")
+            conn.execute(f"INSERT INTO {self._s}.asides (session_id, name, data) VALUES "
+                         "(%s, %s, %s) ON CONFLICT (session_id, name) DO UPDATE SET data = "
+                         "excluded.data", (session_id, name, data))
+
+    def drop_asides(self, session_id: str) -> None:
+        """Delete the session's rows of table ``asides`` (none, or no table, is fine).
+
+        Raises:
+            PersistenceError: the database failed.
+        """
+        psycopg = _psycopg()
+        try:
+            with self._conn("aside drop", session_id, passthrough=("UndefinedTable",)) as conn:
+                conn.execute(f"DELETE FROM {self._s}.asides WHERE session_id = %s",
+                             (session_id,))
+        except psycopg.errors.UndefinedTable:
+            return
 
     def search_index(self) -> SearchIndex:
         """The store's search index (docs/stores.md#search), over a connection of its own.

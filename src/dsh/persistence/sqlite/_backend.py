@@ -75,7 +75,14 @@ from dsh.persistence._listing import (
     source_format,
 )
 from dsh.persistence._lock import SessionLock
-from dsh.persistence._paths import fsync_folder, mkdir_private, replace_durably
+from dsh.persistence._paths import (
+    drop_aside_files,
+    fsync_folder,
+    mkdir_private,
+    read_aside_file,
+    replace_durably,
+    write_aside_file,
+)
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
@@ -564,7 +571,7 @@ class SqliteBackend:
     capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
                                 after_commit=True, search_index=True, schema_version=True,
                                 storable_check=True, torn_tail_hook=True, reseal=True,
-                                rewrites=True, scrubs=True)
+                                rewrites=True, scrubs=True, asides=True)
     """Restore points (schema 17; a schema-14 file refuses them), saved cuts, listing from its
     tables, a search index beside the file, a schema version (never migrated), and rebuilding
     a lost seal on request."""
@@ -595,6 +602,7 @@ class SqliteBackend:
         self.cut_dir = self.path.with_name(self.path.name + ".dsh-cuts")
         self.seal_dir = self.path.with_name(self.path.name + ".dsh-seals")
         self.restore_point_dir = self.path.with_name(self.path.name + ".dsh-checkpoints")
+        self.aside_dir = self.path.with_name(self.path.name + ".dsh-asides")
         _check_path(self.path)
         self._conn: _Connection | None = None
         self._mutex = threading.Lock()
@@ -1046,6 +1054,21 @@ class SqliteBackend:
                 damaged.append(str(sid))
         more, errors = read_entries(sorted(damaged), read)
         return out + [(e.header, e.last_activity_ms) for e in more], errors
+
+    # --- asides (docs/stores.md#asides) -------------------------------------------------
+
+    def read_aside(self, session_id: str, name: str) -> bytes | None:
+        """``<db>.dsh-asides/<encoded id>/<name>``, or None when it is not there."""
+        return read_aside_file(self.aside_dir / _cut_stem(session_id), name)
+
+    def write_aside(self, session_id: str, name: str, data: bytes) -> None:
+        """Replace ``<db>.dsh-asides/<encoded id>/<name>`` (renamed into place, no fsync)."""
+        mkdir_private(self.aside_dir, "asides")
+        write_aside_file(self.aside_dir / _cut_stem(session_id), name, data)
+
+    def drop_asides(self, session_id: str) -> None:
+        """Delete ``<db>.dsh-asides/<encoded id>/`` and what it holds."""
+        drop_aside_files(self.aside_dir / _cut_stem(session_id))
 
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding rows a torn-tail repair cut from this session.

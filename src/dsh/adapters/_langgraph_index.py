@@ -1,0 +1,200 @@
+"""The LangGraph saver's index of one thread, folded from its log and kept beside it.
+
+:class:`ThreadIndex` says where each checkpoint, channel value and pending write of a thread
+is in its dsh log (event seqs); the values themselves stay in the log and are read from there
+when a checkpoint is built. The index is derived data: :func:`encode_index` writes it as an
+aside of the thread's session (docs/stores.md#asides) with an anchor naming the events it
+covers (their count and a digest of the last one), and :func:`decode_index` takes it back only
+when that anchor matches the log; a reader then folds only the events after it (the tail). A
+missing, stale or unreadable index is folded afresh from the whole log, which gives the same
+answer (docs/adapters.md#fast-reads-of-a-thread).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from dsh.adapters._log import records_of
+from dsh.adapters.langchain import FORMAT as LANGCHAIN_FORMAT
+from dsh.session import Event
+
+INDEX_ASIDE: Final = "langgraph-index"
+"""The aside's name beside a thread's session."""
+INDEX_VERSION: Final = 1
+
+CHECKPOINT_EVENT: Final = "langgraph/checkpoint"
+WRITES_EVENT: Final = "langgraph/writes"
+DROP_EVENT: Final = "langgraph/drop"
+
+Writes = dict[tuple[str, int], tuple[str, str, Mapping[str, Any]]]
+"""(task id, write index) -> (task path, channel, stored value)."""
+
+
+@dataclass(slots=True)
+class CheckpointEntry:
+    """Where one checkpoint is in the log: its event's seq, its parent, its writes' events."""
+
+    seq: int
+    parent: str | None
+    writes_at: list[int] = field(default_factory=list)  # seqs of its langgraph/writes events
+
+
+@dataclass(slots=True)
+class Namespace:
+    """The checkpoints of one namespace, by id and in id order."""
+
+    checkpoints: dict[str, CheckpointEntry] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # ids, ascending
+
+    def add(self, checkpoint_id: str, entry: CheckpointEntry) -> None:
+        if checkpoint_id not in self.checkpoints:
+            bisect.insort(self.order, checkpoint_id)
+        self.checkpoints[checkpoint_id] = entry
+
+    def drop(self, checkpoint_id: str) -> None:
+        if self.checkpoints.pop(checkpoint_id, None) is not None:
+            self.order.remove(checkpoint_id)
+
+
+class ThreadIndex:
+    """Checkpoints, channel-value locations and projected messages of one thread, by seq.
+
+    Attributes:
+        namespaces: Checkpoint namespace -> its checkpoints.
+        blobs: ``(ns, channel, version)`` -> seq of the checkpoint event storing that value.
+        projected: LangChain message id -> seq of the surface event made from it.
+        answered: Tool call id -> seq of its ``tool/result``.
+        seen: Events folded so far (the index covers ``events[:seen]``).
+    """
+
+    def __init__(self) -> None:
+        self.namespaces: dict[str, Namespace] = {}
+        self.blobs: dict[tuple[str, str, Any], int] = {}
+        self.projected: dict[str, int] = {}
+        self.answered: dict[str, int] = {}
+        self.seen = 0
+
+    def reset(self) -> None:
+        """Forget every checkpoint and value (``delete_thread``'s drop)."""
+        self.namespaces.clear()
+        self.blobs.clear()
+
+    def entry(self, ns: str, checkpoint_id: Any) -> CheckpointEntry | None:
+        space = self.namespaces.get(ns)
+        return space.checkpoints.get(str(checkpoint_id)) if space is not None else None
+
+    def fold(self, events: Sequence[Event]) -> None:
+        """Take in the events appended since the last fold (``events``: the whole log)."""
+        for event in events[self.seen:]:
+            kind = event["type"]
+            if kind == CHECKPOINT_EVENT:
+                data = event["data"]
+                ns, seq = data["ns"], event["seq"]
+                versions = data["versions"]
+                for channel in data["values"]:
+                    self.blobs[(ns, channel, versions[channel])] = seq
+                self.namespaces.setdefault(ns, Namespace()).add(
+                    data["id"], CheckpointEntry(seq, data["parent"]))
+            elif kind == WRITES_EVENT:
+                data = event["data"]
+                found = self.entry(data["ns"], data["cp"])
+                if found is not None:
+                    found.writes_at.append(event["seq"])
+            elif kind == DROP_EVENT:
+                data = event["data"]
+                if data.get("all"):
+                    self.reset()
+                else:
+                    space = self.namespaces.get(data["ns"])
+                    for checkpoint_id in data["ids"] if space is not None else ():
+                        space.drop(checkpoint_id)  # type: ignore[union-attr]
+            elif kind == "tool/result":
+                message = event["data"]["message"]
+                self.answered[str(message["source"].get("callId"))] = event["seq"]
+            if kind in ("user/message", "assistant/message", "tool/result"):
+                records = records_of(event, LANGCHAIN_FORMAT)
+                if records:
+                    message_id = records[0].get("data", {}).get("id")
+                    if isinstance(message_id, str):
+                        self.projected[message_id] = event["seq"]
+        self.seen = len(events)
+
+
+def writes_of(entry: CheckpointEntry, events: Sequence[Event]) -> Writes:
+    """The pending writes of a checkpoint, read from its writes events in log order.
+
+    The first write of a task and index stays; a special one (index < 0: error, interrupt…)
+    replaces an earlier one, as LangGraph's own savers do.
+    """
+    writes: Writes = {}
+    for seq in entry.writes_at:
+        data = events[seq]["data"]
+        for idx, channel, stored in data["w"]:
+            key = (data["task"], idx)
+            if idx < 0 or key not in writes:
+                writes[key] = (data["path"], channel, stored)
+    return writes
+
+
+def event_digest(event: Event) -> str:
+    """A digest of one event as JSON (the anchor of an index on its last covered event)."""
+    return hashlib.sha256(orjson.dumps(event)).hexdigest()[:32]
+
+
+def encode_index(index: ThreadIndex, events: Sequence[Event]) -> bytes | None:
+    """The aside bytes of ``index`` (covering ``events[:index.seen]``); None for nothing to do.
+
+    None too when a channel version is not plain JSON (the index then is not kept).
+    """
+    count = index.seen
+    if count == 0:
+        return None
+    body = {
+        "v": INDEX_VERSION, "count": count, "last": event_digest(events[count - 1]),
+        "ns": {ns: [[cid, space.checkpoints[cid].seq, space.checkpoints[cid].parent,
+                     space.checkpoints[cid].writes_at] for cid in space.order]
+               for ns, space in index.namespaces.items()},
+        "blobs": [[ns, channel, version, seq]
+                  for (ns, channel, version), seq in index.blobs.items()],
+        "projected": index.projected, "answered": index.answered}
+    try:
+        return orjson.dumps(body)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+
+
+def decode_index(data: bytes, events: Sequence[Event], stored: int) -> ThreadIndex | None:
+    """The index in ``data`` when its anchor matches ``events`` (``stored`` committed), else None.
+
+    Its anchor must name at most the committed events and the digest of the last one it
+    covers; a body that does not parse or has another shape is None as well (folded afresh).
+    """
+    try:
+        body = orjson.loads(data)
+        count = body["count"]
+        if body.get("v") != INDEX_VERSION or type(count) is not int or not 0 < count <= stored \
+                or event_digest(events[count - 1]) != body["last"]:
+            return None
+        index = ThreadIndex()
+        for ns, rows in body["ns"].items():
+            space = index.namespaces[ns] = Namespace()
+            for cid, seq, parent, writes_at in rows:
+                space.checkpoints[cid] = CheckpointEntry(int(seq), parent, list(writes_at))
+                space.order.append(cid)
+            if space.order != sorted(space.order):
+                return None
+        index.blobs = {(ns, channel, version): int(seq)
+                       for ns, channel, version, seq in body["blobs"]}
+        index.projected = dict(body["projected"])
+        index.answered = dict(body["answered"])
+        index.seen = count
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError,
+            IndexError):
+        return None
+    return index

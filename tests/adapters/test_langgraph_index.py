@@ -1,0 +1,190 @@
+"""DshSaver's cold reads: the thread's index kept beside the log, and whole values every K.
+
+A saver that has not written a thread starts from the index its writer kept beside the log
+(docs/stores.md#asides) and folds only the events after it; a missing, stale, damaged or
+foreign index is folded afresh from the log, and every read gives what a full fold gives
+(docs/adapters.md#fast-reads-of-a-thread). The thread is a real LangGraph graph whose model is
+LangChain's OpenAI client talking to a local Chat Completions server.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph")
+pytest.importorskip("langchain_openai")
+
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+from langgraph.graph import START, MessagesState, StateGraph
+
+from dsh.adapters import langgraph as lg
+from dsh.adapters.langgraph import CHECKPOINT_EVENT, WHOLE_EVERY, DshSaver
+from dsh.persistence import Persistence, open_backend
+from dsh.testing._stores import drop_schema, postgres_base_url, postgres_unreachable
+from tests.adapters.conftest import dsh
+from tests.adapters.test_docs_snippets import completion
+from tests.agent.providers.servers import ScriptedServer
+
+INDEX = "langgraph-index"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'sessions.db'}"
+        return
+    if postgres_unreachable() is not None:
+        pytest.skip(f"SKIPPED LOUDLY: {postgres_unreachable()}")
+    base = postgres_base_url()
+    schema = f"saverfast_{uuid.uuid4().hex[:10]}"
+    try:
+        yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    finally:
+        drop_schema(base, schema)
+
+
+def _graph(saver: DshSaver, base_url: str) -> Any:
+    model = ChatOpenAI(model="gpt-test", base_url=base_url, api_key="test", max_retries=0)
+
+    def call(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", call)
+    builder.add_edge(START, "model")
+    return builder.compile(checkpointer=saver)
+
+
+def _converse(store: str, thread: str, turns: int, first: int = 0) -> None:
+    config: Any = {"configurable": {"thread_id": thread}}
+    with ScriptedServer() as server, DshSaver.from_url(store) as saver:
+        graph = _graph(saver, server.base_url)
+        for n in range(first, first + turns):
+            server.add(completion(f"answer {n}"))
+            graph.invoke({"messages": [HumanMessage(f"question {n}")]}, config,
+                         durability="sync")
+
+
+def _plain(item: Any) -> Any:
+    """A checkpoint tuple as comparable values (messages by type, id and content)."""
+    if item is None:
+        return None
+    values = dict(item.checkpoint["channel_values"])
+    values["messages"] = [(type(m).__name__, m.id, m.content)
+                          for m in values.get("messages", [])]
+    return (item.config, item.parent_config, item.metadata,
+            {**item.checkpoint, "channel_values": values}, item.pending_writes)
+
+
+def _reads(store: str, thread: str) -> tuple[Any, list[Any], int]:
+    """Cold get_tuple and list(limit=10) of a new saver, and how many events it folded."""
+    config: Any = {"configurable": {"thread_id": thread}}
+    with DshSaver.from_url(store) as saver:
+        latest = _plain(saver.get_tuple(config))
+        listed = [_plain(t) for t in saver.list(config, limit=10)]
+        state = saver._threads[thread]  # what the read folded
+        return latest, listed, state.index.seen - state.start
+
+
+def _aside(store: str, thread: str, data: bytes | None = None) -> bytes | None:
+    persistence = Persistence(open_backend(store))
+    try:
+        if data is not None:
+            persistence.write_aside(thread, INDEX, data)
+        return persistence.read_aside(thread, INDEX)
+    finally:
+        persistence.close()
+
+
+def _events(store: str, thread: str) -> list[Any]:
+    persistence = Persistence(open_backend(store))
+    try:
+        return list(persistence.read(thread).events)
+    finally:
+        persistence.close()
+
+
+def test_a_cold_read_starts_from_the_index_and_reads_what_a_full_fold_reads(
+        store: str) -> None:
+    turns = WHOLE_EVERY // 2 + 8  # three checkpoints a turn: past one whole-value period
+    _converse(store, "long", turns)
+    assert _aside(store, "long") is not None  # kept at close
+    latest, listed, folded = _reads(store, "long")
+    assert folded == 0  # the index covered every event
+    assert len(latest[3]["channel_values"]["messages"]) == 2 * turns
+    assert latest[3]["channel_values"]["messages"][-1][2] == f"answer {turns - 1}"
+    assert len(listed) == 10 and listed[0] == latest
+    # the same reads without the index: a full fold of the log
+    _aside(store, "long", b"not an index")
+    assert _reads(store, "long")[:2] == (latest, listed)
+    # a rebuilt chain never reads more than WHOLE_EVERY deltas
+    checkpoints = [e for e in _events(store, "long") if e["type"] == CHECKPOINT_EVENT]
+    stored = {(e["data"]["versions"]["messages"]): e["data"]["values"]["messages"]
+              for e in checkpoints if "messages" in e["data"]["values"]}
+    longest = 0
+    for value in stored.values():
+        links = 0
+        while "d" in value:
+            links += 1
+            value = stored[value["d"]]
+        longest = max(longest, links)
+    assert 0 < longest <= WHOLE_EVERY
+    assert sum("d" not in v for v in stored.values()) >= 2  # whole values, more than the first
+    dsh("verify", "long", "--store", store)
+
+
+def test_a_stale_index_is_folded_on_and_a_foreign_or_damaged_one_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    _converse(store, "t", 4)
+    _converse(store, "other", 2)
+    old, foreign = _aside(store, "t"), _aside(store, "other")
+    assert old is not None and foreign is not None
+    _converse(store, "t", 3, first=4)  # a second writer; its close keeps a newer index
+    fresh = _reads(store, "t")
+    assert fresh[2] == 0
+    _aside(store, "t", old)  # stale: covers a prefix of the log
+    stale = _reads(store, "t")
+    assert stale[:2] == fresh[:2] and stale[2] > 0  # only the events after it were folded
+    for bad in (foreign, old.replace(b'"count":', b'"count":1'), b"{}", b"\x00garbage"):
+        _aside(store, "t", bad)
+        latest, listed, folded = _reads(store, "t")
+        assert (latest, listed) == fresh[:2]
+        assert folded == len(_events(store, "t"))  # the whole log, from the start
+    # a reader that folds a long tail leaves its work beside the log for the next one
+    monkeypatch.setattr(lg, "INDEX_EVERY", 8)
+    _aside(store, "t", old)
+    assert _reads(store, "t")[2] > 0
+    assert _reads(store, "t")[2] == 0
+
+
+def test_a_writer_keeps_the_index_as_it_goes(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    monkeypatch.setattr(lg, "INDEX_EVERY", 16)
+    config: Any = {"configurable": {"thread_id": "live"}}
+    with ScriptedServer() as server, DshSaver.from_url(store) as saver:
+        graph = _graph(saver, server.base_url)
+        for n in range(6):
+            server.add(completion(f"answer {n}"))
+            graph.invoke({"messages": [HumanMessage(f"question {n}")]}, config,
+                         durability="sync")
+        # before the writer closes: another process reads through the index it kept
+        latest, _, folded = _reads(store, "live")
+        assert 0 <= folded < 16 + 12  # at most the events of the last due point, one turn
+        assert _plain(saver.get_tuple(config)) == latest
+
+
+def test_erasing_a_thread_drops_its_index(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    _converse(store, "gone", 2)
+    assert _aside(store, "gone") is not None
+    with DshSaver.from_url(store, erase_on_delete=True) as saver:
+        saver.delete_thread("gone")
+    assert _aside(store, "gone") is None
