@@ -2,7 +2,8 @@
 DatabaseSessionService on the same server, in one run (issue 13).
 
 Run: ``python -m bench.bench_postgres [--events 100000] [--turns 300] [--runs 3]
-[--peers all|langgraph,adk|none] [--server postgresql://postgres@127.0.0.1:5432/postgres]
+[--small-turns 10] [--only all|open] [--peers all|langgraph,adk|none]
+[--server postgresql://postgres@127.0.0.1:5432/postgres]
 [--dir DIR]``.
 
 The run creates a database ``dsh_bench_<random>`` on the server and drops it at the end.
@@ -23,6 +24,14 @@ The run creates a database ``dsh_bench_<random>`` on the server and drops it at 
   15 s) and appends; it is killed with SIGKILL and reaped; the figure is the time from the
   kill to the next writer's ``open(id, "write")`` returning in a process that already has the
   store open (same host: the dead holder's lease is taken over at once, docs/stores.md#takeover).
+* **open + read** of a small session (``--small-turns``, default 10) and of the ``--turns``
+  session: a fresh process imports the libraries, the driver included (timed apart, and
+  printed), then opens the store, reads the session and closes (timed): ours
+  ``with dsh.open(url) as store: store.read(id)`` (read only: no lease taken), and
+  ``store.session(id)`` (the resume for writing: lease, read, then release at close);
+  LangGraph ``with PostgresSaver.from_conn_string(url) as saver: saver.get_tuple(config)`` of
+  a thread checkpointed by as many invokes. The ratio is LangGraph's time over ours (>= 1.0:
+  ours is no slower).
 * **cold load**: a fresh process imports the libraries (timed apart), then opens the store and
   loads the session (timed): ours
   ``dsh.open(url).persistence.load(id)`` + ``Session.restore`` of ``--events`` events and of the
@@ -206,6 +215,33 @@ def child_load(url: str, session_id: str) -> dict[str, Any]:
     return {"load_ms": load_ms, "import_ms": import_ms, "events": count, "rss": peak_rss_mb()}
 
 
+def child_open(url: str, session_id: str, how: str) -> dict[str, Any]:
+    """Open the store, read (``read``) or resume (``resume``) one session, close; in ms."""
+    import_ms = _imports("dsh", "dsh._store", "dsh.persistence.postgres._backend", "psycopg")
+    import dsh
+
+    t0 = now_ms()
+    with dsh.open(url) as store:
+        if how == "read":
+            count = len(store.read(session_id).events)
+        else:
+            count = len(store.session(session_id).events)
+    return {"open_ms": now_ms() - t0, "import_ms": import_ms, "events": count}
+
+
+def child_langgraph_open(pg: str, thread: str) -> dict[str, Any]:
+    """``PostgresSaver.get_tuple`` of ``thread`` on a fresh connection, closed; in ms."""
+    import_ms = _imports("langgraph.checkpoint.postgres", "psycopg")
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    t0 = now_ms()
+    with PostgresSaver.from_conn_string(pg) as saver:
+        found = saver.get_tuple({"configurable": {"thread_id": thread}})
+        assert found is not None
+        count = len(found.checkpoint["channel_values"]["messages"])
+    return {"open_ms": now_ms() - t0, "import_ms": import_ms, "events": count}
+
+
 def seed_ours(kind: str, pg: str, root: Path, events: int | None, turns: int | None) -> str:
     """Write one session for the load runs; return its store URL."""
     from dsh.persistence import Persistence, open_backend
@@ -333,6 +369,10 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         return asyncio.run(_adk_turns(args.pg, args.turns, args.target))
     if what == "takeover":
         return child_takeover(kind, args.pg, args.dir)
+    if what in ("read", "resume") and kind in ("sqlite", "postgresql"):
+        return child_open(args.target, "bench", what)
+    if what == "read" and kind == "langgraph":
+        return child_langgraph_open(args.pg, args.target)
     if what == "load" and kind in ("sqlite", "postgresql"):
         return child_load(args.target, "bench")
     if what == "load" and kind == "langgraph":
@@ -345,10 +385,11 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 # --- parent -------------------------------------------------------------------------------------
 
 
-def _run(what: str, kind: str, args: argparse.Namespace, target: str = "") -> dict[str, Any]:
+def _run(what: str, kind: str, args: argparse.Namespace, target: str = "",
+         turns: int | None = None) -> dict[str, Any]:
     extra = ["--dir", args.dir] if args.dir else []
     return run_child(MODULE, ["--what", what, "--kind", kind, "--pg", args.pg, "--events",
-                              str(args.events), "--turns", str(args.turns), "--target",
+                              str(args.events), "--turns", str(turns or args.turns), "--target",
                               target, *extra])
 
 
@@ -375,6 +416,10 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--runs", type=int, default=3, help="fresh processes per cell")
+    parser.add_argument("--small-turns", type=int, default=10,
+                        help="turns of the small session opened beside PostgresSaver")
+    parser.add_argument("--only", choices=("all", "open"), default="all",
+                        help="open: only the open + read rows")
     parser.add_argument("--peers", default="all", help="all, none or langgraph,adk")
     parser.add_argument("--server", default=DEFAULT_SERVER)
     parser.add_argument("--dir", type=existing_dir, default=None,
@@ -404,8 +449,59 @@ def main() -> None:
 
 
 def report(args: argparse.Namespace, peers: list[str], root: Path) -> None:
-    ours = ("sqlite", "postgresql")
     present = [p for p in peers if peer_available(p)]
+    if args.only == "open":
+        header_lines(f"PostgreSQL open + read beside PostgresSaver (median of {args.runs} "
+                     "fresh processes)")
+        report_open(args, present, root)
+        return
+    report_all(args, peers, present, root)
+    print()
+    report_open(args, present, root)
+
+
+def report_open(args: argparse.Namespace, present: list[str], root: Path) -> None:
+    """The open + read rows: ours (read, resume) beside ``PostgresSaver.get_tuple``."""
+    langgraph = "langgraph" in present
+    sizes = (args.small_turns, args.turns)
+    ours = {n: seed_ours("postgresql", args.pg, root, None, n) for n in sizes}
+    if langgraph:
+        for n in sizes:
+            _run("turns", "langgraph", args, target=f"bench-open-{n}", turns=n)
+    cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for _ in range(args.runs):
+        for n in sizes:  # interleaved, so both see the same load
+            for how in ("read", "resume"):
+                cells.setdefault((how, n), []).append(_run(how, "postgresql", args,
+                                                           target=ours[n]))
+            if langgraph:
+                cells.setdefault(("langgraph", n), []).append(
+                    _run("read", "langgraph", args, target=f"bench-open-{n}"))
+    print("| open + read in a fresh process, ms (imports apart) | dsh `store.read` | "
+          "dsh `store.session` (resume) | LangGraph `get_tuple` | ratio LangGraph / dsh read |")
+    print("|---|---|---|---|---|")
+    for n in sizes:
+        read = medians(cells[("read", n)])
+        resume = medians(cells[("resume", n)])
+        peer = medians(cells[("langgraph", n)]) if langgraph else None
+        print(f"| {n}-turn session ({read['events']:,.0f} events / "
+              f"{peer['events'] if peer else 0:,.0f} messages) | {read['open_ms']:.1f} | "
+              f"{resume['open_ms']:.1f} | "
+              + (f"{peer['open_ms']:.1f} | {peer['open_ms'] / read['open_ms']:.2f} |" if peer
+                 else "— | — |"))
+    read = medians(cells[("read", args.small_turns)])
+    peer = medians(cells[("langgraph", args.small_turns)]) if langgraph else None
+    print(f"| imports before it (dsh's store and PostgreSQL modules + psycopg; "
+          f"langgraph.checkpoint.postgres + psycopg), ms | "
+          f"{read['import_ms']:.0f} | {read['import_ms']:.0f} | "
+          + (f"{peer['import_ms']:.0f} | — |" if peer else "— | — |"))
+    if not langgraph:
+        print("LangGraph PostgresSaver not installed (pip install 'dsh-session[bench-peers]').")
+
+
+def report_all(args: argparse.Namespace, peers: list[str], present: list[str], root: Path
+               ) -> None:
+    ours = ("sqlite", "postgresql")
     write: dict[str, list[dict[str, Any]]] = {k: [] for k in ours}
     turns: dict[str, list[dict[str, Any]]] = {k: [] for k in (*ours, *present)}
     takeover: dict[str, list[dict[str, Any]]] = {k: [] for k in ours}

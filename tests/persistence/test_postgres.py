@@ -465,3 +465,92 @@ def test_big_and_small_batches_store_the_same_rows_by_copy_and_by_one_statement(
     finally:
         backend.close()
     assert [dict(e) for e in _stored(pg_url)] == [dict(e) for e in events]
+
+
+def _pooled(url: str) -> int:
+    """Connections this process holds to the server (the pool's: named ``dsh pid N``)."""
+    return int(_sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                    f"dsh pid {os.getpid()}")[0][0])
+
+
+def test_backends_on_one_url_share_a_pool_and_its_schema_check(pg_url: str) -> None:
+    """docs/stores.md#connections-and-the-schema-check."""
+    first = open_backend(pg_url)
+    try:
+        first.create(header("s1"))
+        with first.open("s1", "write") as handle:
+            handle.append([make("session/title", 0, {"title": "one"})])
+        assert _pooled(pg_url) == 1
+        # a second backend checks nothing: it is handed the first one's check and connection
+        _sql(f'UPDATE "{_schema(pg_url)}".store_state SET store_id = gen_random_uuid()')
+        second = open_backend(pg_url)
+        assert second.store_id == first.store_id  # type: ignore[attr-defined]
+        assert _pooled(pg_url) == 1
+        assert [e["seq"] for e in second.open("s1").read().events] == [0]
+        second.close()
+        assert _pooled(pg_url) == 1  # still held by the first
+        with first.open("s1", "read") as handle:
+            assert len(handle.read().events) == 1
+    finally:
+        first.close()
+    assert _pooled(pg_url) == 0  # the last holder closed it
+    # a new pool checks again and sees the store id as stored now
+    third = open_backend(pg_url)
+    try:
+        stored = _sql(f'SELECT store_id::text FROM "{_schema(pg_url)}".store_state')[0][0]
+        assert third.store_id == stored  # type: ignore[attr-defined]
+    finally:
+        third.close()
+
+
+def test_a_dropped_schema_is_created_again_by_the_next_open(pg_url: str) -> None:
+    keeper = open_backend(pg_url)  # keeps the pool (and its schema check) alive
+    try:
+        dropped = open_backend(pg_url)
+        dropped.create(header("s1"))
+        dropped.drop()  # type: ignore[attr-defined]
+        again = open_backend(pg_url)
+        again.create(header("s1"))  # the tables are there again
+        assert again.exists("s1")
+        again.close()
+    finally:
+        keeper.close()
+
+
+def test_a_connection_returned_mid_transaction_is_rolled_back_and_reused(pg_url: str) -> None:
+    conninfo, schema = _conninfo_and_schema(pg_url)
+    backend = PostgresBackend(conninfo, schema=schema, pool_size=1)
+    try:
+        backend.create(header("s1"))
+        with pytest.raises(RuntimeError), backend._conn("test", None) as conn:
+            conn.execute("BEGIN")
+            conn.execute(f'DELETE FROM "{_schema(pg_url)}".sessions')
+            raise RuntimeError("left inside the transaction")
+        with backend._conn("test", None) as conn:  # the same (only) connection
+            assert conn.autocommit
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert backend.exists("s1")  # the delete was rolled back
+    finally:
+        backend.close()
+
+
+def test_a_read_only_open_takes_no_lease(pg_url: str) -> None:
+    backend = open_backend(pg_url)
+    try:
+        backend.create(header("s1"))
+        with backend.open("s1", "write") as handle:
+            handle.append([make("session/title", 0, {"title": "one"})])
+            epoch = _sql(f'SELECT lease_epoch FROM "{_schema(pg_url)}".sessions')[0][0]
+            persistence = Persistence(open_backend(pg_url))
+            try:  # a writer holds the lease; reading neither waits nor takes it
+                assert len(persistence.read("s1").events) == 1
+            finally:
+                persistence.close()
+            assert _sql(f'SELECT lease_epoch FROM "{_schema(pg_url)}".sessions')[0][0] == epoch
+    finally:
+        backend.close()
+
+
+def _conninfo_and_schema(url: str) -> tuple[str, str]:
+    conninfo, options = parse_postgres_url(url)
+    return conninfo, options["schema"]

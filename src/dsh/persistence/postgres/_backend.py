@@ -22,7 +22,7 @@ docs/rules.md#one-writer-per-session):
   either moved by exactly the batch under our epoch (it is in) or did not move (it is out and
   is sent again, once by default). Anything else is refused.
 
-psycopg 3 and psycopg_pool are imported here only (extra ``dsh-session[postgres]``).
+psycopg 3 is imported here only (extra ``dsh-session[postgres]``).
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ from dsh.persistence._listing import (
 from dsh.persistence._seal import rows_crc
 from dsh.persistence._search import SearchIndex, fold
 from dsh.persistence._tail import follow
+from dsh.persistence.postgres._pool import PoolTimeoutError, acquire_pool, release_pool
 from dsh.persistence.postgres._schema import (
     MIGRATION_LOCK_KEY,
     MIGRATIONS,
@@ -305,15 +306,22 @@ class PostgresHandle(HandleBase):
             raise ConfigError(f"read offset must be a non-negative safe integer event seq, got "
                               f"{offset!r}", session_id=self._id)
         b = self._backend
-        with b._conn("read", self._id) as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
+        with b._snapshot("read", self._id) as conn:
+            # From the start, the session row and the rows go in one round trip (pipelined);
+            # a suffix read first finds the packed row covering its offset.
+            found = conn.execute(b._sql_session_row, (self._id,))
+            if offset == 0:
+                cursor = conn.execute(b._sql_rows_from, (self._id, 0))
+                base = 0
+            srow = found.fetchone()
             if srow is None:
                 raise SessionNotFoundError(f"session {self._id!r} is not stored in {b.url}",
                                            session_id=self._id, path=b.url)
             head = int(srow[11])
-            base = self._suffix_base(conn, offset, head)
-            rows = conn.execute(b._sql_rows_from, (self._id, base)).fetchall()
+            if offset > 0:
+                base = self._suffix_base(conn, offset, head)
+                cursor = conn.execute(b._sql_rows_from, (self._id, base))
+            rows = cursor.fetchall()
         header, incarnation, revision = decode_session_row(srow[:11], path=b.url)
         header = _with_metadata(header, srow[12], b.url)
         self._check_header_version(header)
@@ -376,10 +384,20 @@ class PostgresHandle(HandleBase):
         """Lower ``offset`` to a packed row that covers it (as SQLite schema 17 does)."""
         if offset == 0 or offset >= head:
             return offset
+        rows = conn.execute(self._backend._sql_packed_before,
+                            self._packed_args(offset)).fetchall()
+        return self._covering_base(rows, offset, head)
+
+    def _packed_args(self, offset: int) -> tuple[str, int, int]:
+        """Parameters of ``_sql_packed_before``: the packed rows that could cover ``offset``."""
+        return (self._id, max(0, offset - (MAX_PACKED_ROW_MEMBERS - 1)), offset)
+
+    def _covering_base(self, packed: Sequence[Any], offset: int, head: int) -> int:
+        """The first seq of a packed row in ``packed`` that covers ``offset``, else ``offset``."""
+        if offset == 0 or offset >= head:
+            return offset
         base = offset
-        for row in conn.execute(self._backend._sql_packed_before,
-                                (self._id, max(0, offset - (MAX_PACKED_ROW_MEMBERS - 1)),
-                                 offset)):
+        for row in packed:
             try:
                 covers = decode_row(_row(row), ROW_FORMAT)[-1]["seq"] >= offset
             except RowError:
@@ -619,12 +637,8 @@ class PostgresHandle(HandleBase):
         """
         b = self._backend
         try:
-            with b._conn("vacuum", self._id) as conn:
-                conn.autocommit = True
-                try:
-                    conn.execute(f"VACUUM {b._s}.events")
-                finally:
-                    conn.autocommit = False
+            with b._conn("vacuum", self._id) as conn:  # pooled connections autocommit
+                conn.execute(f"VACUUM {b._s}.events")
             return [{"path": b.url, "table": f"{b.schema}.events", "action": "VACUUM",
                      "done": True}]
         except PersistenceError as exc:
@@ -712,8 +726,7 @@ class PostgresHandle(HandleBase):
         """
         self._ensure_open()
         b = self._backend
-        with b._conn("restore point", self._id) as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        with b._snapshot("restore point", self._id) as conn:
             srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
             head = int(srow[11]) if srow is not None else 0
             last = (conn.execute(b._sql_last_row_before, (self._id, head)).fetchone()
@@ -761,23 +774,29 @@ class PostgresHandle(HandleBase):
         self._ensure_open()
         b = self._backend
         try:
-            with b._conn("read", self._id) as conn, conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                found = conn.execute(b._sql_get_restore_point, (self._id,)).fetchone()
+            with b._snapshot("read", self._id) as conn:
+                # two round trips (pipelined): the restore point and the session row, then
+                # the rows around its cut
+                point_row = conn.execute(b._sql_get_restore_point, (self._id,))
+                session_row = conn.execute(b._sql_session_row, (self._id,))
+                found = point_row.fetchone()
                 if found is None:
                     raise rp.RestorePointRefused("absent")
                 restore_point = rp.decode_restore_point(bytes(found[0]), session_id=self._id,
                                                         backend="postgresql")
                 cut = restore_point.anchor.event_count
-                srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
+                srow = session_row.fetchone()
                 if srow is None:
                     raise rp.RestorePointRefused("unreadable")
                 head = int(srow[11])
                 if head < cut:
                     raise rp.RestorePointRefused("size")
-                last = conn.execute(b._sql_last_row_before, (self._id, cut)).fetchone()
-                base = self._suffix_base(conn, cut, head)
-                rows = conn.execute(b._sql_rows_from, (self._id, cut)).fetchall()
+                last_row = conn.execute(b._sql_last_row_before, (self._id, cut))
+                packed = conn.execute(b._sql_packed_before, self._packed_args(cut))
+                tail_rows = conn.execute(b._sql_rows_from, (self._id, cut))
+                last = last_row.fetchone()
+                base = self._covering_base(packed.fetchall(), cut, head)
+                rows = tail_rows.fetchall()
         except PersistenceError:
             raise rp.RestorePointRefused("unreadable") from None
         anchor = restore_point.anchor
@@ -1004,37 +1023,50 @@ class PostgresBackend:
         self._closed = False
         self._prepare_sql()
         psycopg = _psycopg()
+        # Shared with every backend of this process on the same URL; its connections bound
+        # every wait by the lease (see _pool and docs/stores.md#takeover).
+        self._pool = acquire_pool(psycopg, conninfo, lease_ms=lease_ms, max_size=pool_size,
+                                  timeout_s=CONNECT_TIMEOUT_S)
         try:
-            with psycopg.connect(conninfo, autocommit=True,
-                                 connect_timeout=CONNECT_TIMEOUT_S) as conn:
-                self.schema_version = self._migrate(conn, apply=migrate)
-                row = conn.execute(f"SELECT store_id::text FROM {self._s}.store_state").fetchone()
-        except psycopg.OperationalError as exc:
-            raise PersistenceError(
-                f"cannot reach PostgreSQL for store {self._url}: {exc}".strip(),
-                code="DATABASE_UNREACHABLE", path=self._url) from exc
-        self.store_id: str = row[0]
-        from psycopg_pool import ConnectionPool
-        self._pool = ConnectionPool(
-            conninfo, min_size=1, max_size=pool_size, open=True, timeout=CONNECT_TIMEOUT_S,
-            kwargs={"autocommit": True, "application_name": f"dsh pid {os.getpid()}"},
-            name=f"dsh-{schema}", configure=self._bound_session)
+            self.schema_version, self.store_id = self._check_schema(migrate)
+        except BaseException:
+            release_pool(self._pool)
+            raise
 
-    def _bound_session(self, conn: Any) -> None:
-        """Bound every wait of a pooled connection by the lease (docs/stores.md#takeover).
+    def _check_schema(self, migrate: bool) -> tuple[int, str]:
+        """The schema version and store id: once per pool and schema, one statement.
 
-        ``idle_in_transaction_session_timeout = lease_ms``: a writer paused inside its append
-        transaction (SIGSTOP, a frozen VM, a partition) loses the transaction, and the row lock
-        with it, one lease after its last statement; its late commit then fails and is settled
-        against the lease epoch (refused). ``lock_timeout = lease_ms``: no statement waits on a
-        row lock longer than a lease (a takeover retries once the holder's lock is gone).
+        A schema at the current version costs one query on the first open through a pool and
+        none after (docs/stores.md#connections-and-the-schema-check); migrations run only when it
+        is behind.
+
+        Raises:
+            PersistenceError: unreachable (DATABASE_UNREACHABLE), behind with ``migrate``
+                false (MIGRATION_REQUIRED), or the database failed.
+            SessionFormatUnsupportedError: migrated by a newer dsh.
         """
-        conn.execute(f"SET lock_timeout = {int(self.lease_ms)}")
-        conn.execute(f"SET idle_in_transaction_session_timeout = {int(self.lease_ms)}")
+        known = self._pool.schemas.get(self.schema)
+        if known is not None:
+            return known
+        psycopg = _psycopg()
+        with self._conn("open", None) as conn:
+            try:
+                row = conn.execute(self._sql_schema_state).fetchone()
+                version: int | None = None if row[0] is None else int(row[0])
+            except psycopg.errors.UndefinedTable:
+                version = None  # a new schema, or one before migration 1
+            if version is None or version < SCHEMA_VERSION:
+                version = self._migrate(conn, apply=migrate)
+                row = conn.execute(self._sql_schema_state).fetchone()
+            self._refuse_newer(version)
+        known = self._pool.schemas[self.schema] = (version, str(row[1]))
+        return known
 
     def _prepare_sql(self) -> None:
         s = self._s = quote_schema(self.schema)
         self.channel = f"dsh_{self.schema}"[:63]
+        self._sql_schema_state = (f"SELECT (SELECT max(version) FROM {s}.dsh_migrations), "
+                                  f"(SELECT store_id::text FROM {s}.store_state)")
         self._sql_session_row = f"SELECT {_SESSION_COLUMNS} FROM {s}.sessions WHERE id = %s"
         self._sql_rows_from = (f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s "
                                "AND seq >= %s ORDER BY seq")
@@ -1175,6 +1207,7 @@ class PostgresBackend:
         """
         with self._conn("migrate", None) as conn:
             self.schema_version = self._migrate(conn, apply=True)
+        self._pool.schemas[self.schema] = (self.schema_version, self.store_id)
         return self.schema_version
 
     # plumbing --------------------------------------------------------------------------
@@ -1183,6 +1216,18 @@ class PostgresBackend:
     def url(self) -> str:
         """The store URL (password redacted)."""
         return self._url
+
+    @contextlib.contextmanager
+    def _snapshot(self, action: str, session_id: str | None) -> Iterator[Any]:
+        """A pooled connection in a read-only ``REPEATABLE READ`` transaction, pipelined.
+
+        Statements are queued and sent together; fetching a result sends what is queued and
+        waits (one round trip), and the block's end commits. Every statement sees one snapshot.
+        Driver errors become :class:`PersistenceError` as in :meth:`_conn`.
+        """
+        with self._conn(action, session_id) as conn, conn.pipeline(), conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield conn
 
     @contextlib.contextmanager
     def _conn(self, action: str, session_id: str | None, *, passthrough: tuple[str, ...] = ()
@@ -1196,14 +1241,14 @@ class PostgresBackend:
             raise PersistenceError(f"PostgreSQL backend for {self._url} is closed", code="CLOSED",
                                    path=self._url)
         psycopg = _psycopg()
-        from psycopg_pool import PoolTimeout
         try:
             with self._pool.connection() as conn:
                 yield conn
-        except PoolTimeout as exc:
-            raise PersistenceError(f"PostgreSQL {action} for {self._url}: no connection within "
-                                   f"{CONNECT_TIMEOUT_S} s ({exc})", code="DATABASE_UNREACHABLE",
-                                   path=self._url, session_id=session_id) from exc
+        except PoolTimeoutError as exc:
+            raise PersistenceError(f"cannot reach PostgreSQL for store {self._url} ({action}): "
+                                   f"no connection within {CONNECT_TIMEOUT_S} s: {exc}",
+                                   code="DATABASE_UNREACHABLE", path=self._url,
+                                   session_id=session_id) from exc
         except psycopg.Error as exc:
             if any(isinstance(exc, getattr(psycopg.errors, name)) for name in passthrough):
                 raise
@@ -1561,6 +1606,7 @@ class PostgresBackend:
         """Drop the whole schema (every session in it) and close; for tests and tear-down."""
         with self._conn("drop", None) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {self._s} CASCADE")
+        self._pool.schemas.pop(self.schema, None)  # a later open creates it again
         self.close()
 
     def close(self) -> None:
@@ -1568,7 +1614,7 @@ class PostgresBackend:
         if self._closed:
             return
         self._closed = True
-        self._pool.close()
+        release_pool(self._pool)
 
     def __enter__(self) -> PostgresBackend:
         return self
