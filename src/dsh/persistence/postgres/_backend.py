@@ -306,22 +306,24 @@ class PostgresHandle(HandleBase):
             raise ConfigError(f"read offset must be a non-negative safe integer event seq, got "
                               f"{offset!r}", session_id=self._id)
         b = self._backend
-        with b._snapshot("read", self._id) as conn:
-            # From the start, the session row and the rows go in one round trip (pipelined);
-            # a suffix read first finds the packed row covering its offset.
-            found = conn.execute(b._sql_session_row, (self._id,))
-            if offset == 0:
-                cursor = conn.execute(b._sql_rows_from, (self._id, 0))
+        with b._conn("read", self._id) as conn:
+            if offset == 0:  # the session row and the rows: one round trip, one snapshot
+                sessions, rows = b._batch(conn, [(b._sql_session_row, (self._id,)),
+                                                 (b._sql_rows_from, (self._id, 0))],
+                                          begin=True, commit=True)
+                srow = sessions[0] if sessions else None
                 base = 0
-            srow = found.fetchone()
-            if srow is None:
-                raise SessionNotFoundError(f"session {self._id!r} is not stored in {b.url}",
-                                           session_id=self._id, path=b.url)
-            head = int(srow[11])
-            if offset > 0:
-                base = self._suffix_base(conn, offset, head)
-                cursor = conn.execute(b._sql_rows_from, (self._id, base))
-            rows = cursor.fetchall()
+            else:  # a suffix read first finds the packed row covering its offset
+                with conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
+                    if srow is not None:
+                        base = self._suffix_base(conn, offset, int(srow[11]))
+                        rows = conn.execute(b._sql_rows_from, (self._id, base)).fetchall()
+        if srow is None:
+            raise SessionNotFoundError(f"session {self._id!r} is not stored in {b.url}",
+                                       session_id=self._id, path=b.url)
+        head = int(srow[11])
         header, incarnation, revision = decode_session_row(srow[:11], path=b.url)
         header = _with_metadata(header, srow[12], b.url)
         self._check_header_version(header)
@@ -726,7 +728,8 @@ class PostgresHandle(HandleBase):
         """
         self._ensure_open()
         b = self._backend
-        with b._snapshot("restore point", self._id) as conn:
+        with b._conn("restore point", self._id) as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
             head = int(srow[11]) if srow is not None else 0
             last = (conn.execute(b._sql_last_row_before, (self._id, head)).fetchone()
@@ -774,29 +777,30 @@ class PostgresHandle(HandleBase):
         self._ensure_open()
         b = self._backend
         try:
-            with b._snapshot("read", self._id) as conn:
-                # two round trips (pipelined): the restore point and the session row, then
-                # the rows around its cut
-                point_row = conn.execute(b._sql_get_restore_point, (self._id,))
-                session_row = conn.execute(b._sql_session_row, (self._id,))
-                found = point_row.fetchone()
-                if found is None:
+            with b._conn("read", self._id) as conn:
+                # two round trips in one snapshot: the restore point and the session row, then
+                # the rows around its cut (a refusal in between is rolled back by the pool)
+                points, sessions = b._batch(conn, [(b._sql_get_restore_point, (self._id,)),
+                                                   (b._sql_session_row, (self._id,))],
+                                            begin=True, commit=False)
+                if not points:
                     raise rp.RestorePointRefused("absent")
-                restore_point = rp.decode_restore_point(bytes(found[0]), session_id=self._id,
+                restore_point = rp.decode_restore_point(bytes(points[0][0]),
+                                                        session_id=self._id,
                                                         backend="postgresql")
                 cut = restore_point.anchor.event_count
-                srow = session_row.fetchone()
+                srow = sessions[0] if sessions else None
                 if srow is None:
                     raise rp.RestorePointRefused("unreadable")
                 head = int(srow[11])
                 if head < cut:
                     raise rp.RestorePointRefused("size")
-                last_row = conn.execute(b._sql_last_row_before, (self._id, cut))
-                packed = conn.execute(b._sql_packed_before, self._packed_args(cut))
-                tail_rows = conn.execute(b._sql_rows_from, (self._id, cut))
-                last = last_row.fetchone()
-                base = self._covering_base(packed.fetchall(), cut, head)
-                rows = tail_rows.fetchall()
+                lasts, packed, rows = b._batch(
+                    conn, [(b._sql_last_row_before, (self._id, cut)),
+                           (b._sql_packed_before, self._packed_args(cut)),
+                           (b._sql_rows_from, (self._id, cut))], begin=False, commit=True)
+                last = lasts[0] if lasts else None
+                base = self._covering_base(packed, cut, head)
         except PersistenceError:
             raise rp.RestorePointRefused("unreadable") from None
         anchor = restore_point.anchor
@@ -1217,17 +1221,31 @@ class PostgresBackend:
         """The store URL (password redacted)."""
         return self._url
 
-    @contextlib.contextmanager
-    def _snapshot(self, action: str, session_id: str | None) -> Iterator[Any]:
-        """A pooled connection in a read-only ``REPEATABLE READ`` transaction, pipelined.
+    def _batch(self, conn: Any, statements: Sequence[tuple[str, Sequence[Any]]], *,
+               begin: bool, commit: bool) -> list[list[tuple[Any, ...]]]:
+        """Run ``statements`` as one query message (one round trip); return each one's rows.
 
-        Statements are queued and sent together; fetching a result sends what is queued and
-        waits (one round trip), and the block's end commits. Every statement sees one snapshot.
-        Driver errors become :class:`PersistenceError` as in :meth:`_conn`.
+        ``begin`` opens a read-only ``REPEATABLE READ`` transaction first, so every statement
+        (and those of a later batch until ``commit``) reads one snapshot; ``commit`` ends it.
+        Parameters are bound by psycopg's client-side quoting (the simple query protocol
+        takes several statements in one message; the extended one takes one).
         """
-        with self._conn(action, session_id) as conn, conn.pipeline(), conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            yield conn
+        psycopg = _psycopg()
+        parts = ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"] if begin else []
+        params: list[Any] = []
+        for sql, args in statements:
+            parts.append(sql)
+            params.extend(args)
+        if commit:
+            parts.append("COMMIT")
+        cursor = psycopg.ClientCursor(conn)
+        cursor.execute("; ".join(parts), params)
+        results: list[list[tuple[Any, ...]]] = []
+        while True:
+            if cursor.description is not None:
+                results.append(cursor.fetchall())
+            if not cursor.nextset():
+                return results
 
     @contextlib.contextmanager
     def _conn(self, action: str, session_id: str | None, *, passthrough: tuple[str, ...] = ()

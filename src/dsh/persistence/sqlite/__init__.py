@@ -6,7 +6,9 @@ Its modules are private to this package: ``_schema`` (DDL, row codec, committed 
 
 from __future__ import annotations
 
-from dsh.persistence.sqlite._backend import SqliteBackend
+from typing import TYPE_CHECKING
+
+from dsh._lazy import lazy_exports
 
 # The row codec the PostgreSQL backend shares (its rows are SQLite schema 17's), for dsh's
 # own packages only (not in __all__):
@@ -18,4 +20,11 @@ from dsh.persistence.sqlite._schema import decode_session_row as decode_session_
 from dsh.persistence.sqlite._schema import encode_batch as encode_batch
 from dsh.persistence.sqlite._schema import scan_rows as scan_rows
 
+if TYPE_CHECKING:
+    from dsh.persistence.sqlite._backend import SqliteBackend
+
 __all__ = ["SqliteBackend"]
+
+# The backend is loaded on first use: the PostgreSQL backend imports only the row codec.
+__getattr__, __dir__ = lazy_exports(
+    __name__, globals(), {"SqliteBackend": "dsh.persistence.sqlite._backend"}, __all__)
