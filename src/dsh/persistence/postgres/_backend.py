@@ -262,6 +262,9 @@ class PostgresHandle(HandleBase):
         self._lease = lease
         self._torn_seen: int | None = None
         self._closed = False
+        # The restore point read with the lease (a 1-tuple, ``(None,)``: none), for the first
+        # read through it; dropped by any write through this handle.
+        self._restore_point_row: tuple[bytes | None] | None = None
         self.one_statement = True
         """Append in one statement when nothing needs removing first (False: always lock the
         row first, then insert and advance in a transaction of several statements)."""
@@ -444,6 +447,7 @@ class PostgresHandle(HandleBase):
                                    session_id=self._id, path=self._backend.url)
         if self._lease.lost is not None:
             raise self._lease.lost
+        self._restore_point_row = None  # the log moves: read the restore point afresh
         if not events and self._torn_seen is None:
             return
         first = events[0].get("seq") if events else None
@@ -675,6 +679,7 @@ class PostgresHandle(HandleBase):
         batch = validate_batch(events, 0, self._id)
         rows = encode_batch(batch, ROW_FORMAT)
         b, lease = self._backend, self._lease
+        self._restore_point_row = None
         with b._conn("rewrite", self._id) as conn, conn.transaction():
             found = conn.execute(b._sql_lock_row, (self._id,)).fetchone()
             if found is None:
@@ -758,6 +763,7 @@ class PostgresHandle(HandleBase):
                                    "through a read handle", code="READ_ONLY",
                                    session_id=self._id, path=self._backend.url)
         b = self._backend
+        self._restore_point_row = None
         with b._conn("restore point", self._id) as conn:
             conn.execute(b._sql_put_restore_point, (data, self._id, lease.token, lease.epoch))
         rp.stats["written"] += 1
@@ -776,29 +782,33 @@ class PostgresHandle(HandleBase):
         """
         self._ensure_open()
         b = self._backend
+        known, self._restore_point_row = self._restore_point_row, None
         try:
             with b._conn("read", self._id) as conn:
-                # two round trips in one snapshot: the restore point and the session row, then
-                # the rows around its cut (a refusal in between is rolled back by the pool)
-                points, sessions = b._batch(conn, [(b._sql_get_restore_point, (self._id,)),
-                                                   (b._sql_session_row, (self._id,))],
-                                            begin=True, commit=False)
-                if not points:
+                if known is None:  # a round trip for the restore point, in the snapshot
+                    points = b._batch(conn, [(b._sql_get_restore_point, (self._id,))],
+                                      begin=True, commit=False)[0]
+                    known = (bytes(points[0][0]) if points else None,)
+                    begin = False
+                else:  # read with the lease: only the rows are left to read
+                    begin = True
+                if known[0] is None:
                     raise rp.RestorePointRefused("absent")
-                restore_point = rp.decode_restore_point(bytes(points[0][0]),
-                                                        session_id=self._id,
+                restore_point = rp.decode_restore_point(known[0], session_id=self._id,
                                                         backend="postgresql")
                 cut = restore_point.anchor.event_count
+                # one round trip: the session row and the rows around the cut
+                sessions, lasts, packed, rows = b._batch(
+                    conn, [(b._sql_session_row, (self._id,)),
+                           (b._sql_last_row_before, (self._id, cut)),
+                           (b._sql_packed_before, self._packed_args(cut)),
+                           (b._sql_rows_from, (self._id, cut))], begin=begin, commit=True)
                 srow = sessions[0] if sessions else None
                 if srow is None:
                     raise rp.RestorePointRefused("unreadable")
                 head = int(srow[11])
                 if head < cut:
                     raise rp.RestorePointRefused("size")
-                lasts, packed, rows = b._batch(
-                    conn, [(b._sql_last_row_before, (self._id, cut)),
-                           (b._sql_packed_before, self._packed_args(cut)),
-                           (b._sql_rows_from, (self._id, cut))], begin=False, commit=True)
                 last = lasts[0] if lasts else None
                 base = self._covering_base(packed, cut, head)
         except PersistenceError:
@@ -1090,12 +1100,16 @@ class PostgresBackend:
         lease_set = ("lease_owner = %s, lease_epoch = lease_epoch + 1, lease_expires_at = "
                      "clock_timestamp() + %s * interval '1 millisecond', lease_pid = %s, "
                      f"lease_host = %s, lease_node = %s, lease_since = {_NOW_MS}")
+        # the lease, the head, the listing entry and the restore point in one statement: what
+        # the new holder reads next cannot change under its lease but through it
+        returned = (f"lease_epoch, head_seq, listing, (SELECT r.data FROM {s}.restore_points r "
+                    "WHERE r.session_id = id)")
         self._sql_take_lease = (
             f"UPDATE {s}.sessions SET {lease_set} WHERE id = %s AND (lease_owner IS NULL OR "
-            "lease_expires_at <= clock_timestamp()) RETURNING lease_epoch, head_seq, listing")
+            f"lease_expires_at <= clock_timestamp()) RETURNING {returned}")
         self._sql_take_dead_lease = (
             f"UPDATE {s}.sessions SET {lease_set} WHERE id = %s AND lease_owner = %s AND "
-            "lease_epoch = %s RETURNING lease_epoch, head_seq, listing")
+            f"lease_epoch = %s RETURNING {returned}")
         self._sql_holder_of = (f"SELECT lease_owner, lease_epoch, lease_pid, lease_host, "
                                f"lease_node FROM {s}.sessions WHERE id = %s")
         self._sql_last_row_before = (f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id "
@@ -1476,8 +1490,11 @@ class PostgresBackend:
                         f"it and retry", session_id=session_id) from exc
         logger.debug("took the lease of session %s at epoch %s", session_id, row[0])
         stored = None if row[2] is None else entry_from_stored(row[2])
-        return PostgresHandle(self, session_id, mode, _Lease(self, session_id, token, int(row[0])),
-                              None if stored is None else (int(row[1]), stored))
+        handle = PostgresHandle(self, session_id, mode,
+                                _Lease(self, session_id, token, int(row[0])),
+                                None if stored is None else (int(row[1]), stored))
+        handle._restore_point_row = (None if row[3] is None else bytes(row[3]),)
+        return handle
 
     def _lease_values(self, token: str) -> tuple[Any, ...]:
         return (token, self.lease_ms, os.getpid(), socket.gethostname(), _this_node())
