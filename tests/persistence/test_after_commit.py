@@ -77,7 +77,7 @@ def _raise(*args: Any, **kwargs: Any) -> Any:
 
 # (backend, step) -> the attributes replaced by a raiser while the session is written
 INJECT: dict[tuple[str, str], list[tuple[Any, str]]] = {
-    ("jsonl", "seal"): [(jsonl_backend, "append_seal"), (jsonl_backend, "reset_seal")],
+    ("jsonl", "seal"): [(jsonl_backend, "append_seal_to"), (jsonl_backend, "reset_seal")],
     ("jsonl", "seal-crc"): [(jsonl_backend, "crc_of")],
     ("jsonl", "listing"): [(jsonl_backend, "note_flushed")],
     ("jsonl", "restore-point"): [(rp, "encode_restore_point")],

@@ -25,6 +25,7 @@ from dsh.persistence.sqlite._backend import SqliteBackend
 from dsh.session._events import Event
 from dsh.testing import LogBuilder, header, make
 from dsh.testing._damage import read_every_way
+from tests.persistence import _seal_layout
 
 SESSION_DIR = Path("--workspace-demo-app--") / "s"
 
@@ -286,7 +287,9 @@ def test_raw_seal_damaged_by_a_crash_is_ignored_and_rewritten(tmp_path: Path,
         handle.flush()
     seal = read_seal(seal_path)
     assert seal is not None and seal.end == path.stat().st_size
-    assert seal_path.stat().st_size == 12 + 20 * len(seal.records)
+    layout = _seal_layout.positions(seal_path.read_bytes())
+    assert [kind for kind, _, _ in layout].count("range") == len(seal.records)
+    assert layout[-1][1] + layout[-1][2] == seal_path.stat().st_size  # the torn tail is gone
 
 
 def test_raw_seal_that_is_not_a_seal_is_reported(tmp_path: Path) -> None:

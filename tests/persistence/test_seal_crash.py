@@ -17,6 +17,7 @@ import pytest
 
 import dsh
 from dsh.persistence import _seal
+from tests.persistence import _seal_layout
 
 
 def user(text: str) -> dict[str, Any]:
@@ -67,11 +68,11 @@ def test_zero_filled_hole_in_the_seal_loads_every_acknowledged_event(
             session.append("user/message", user(f"m{n}"), surface_op="append")
             store.flush(session)
     seal = _seal_file(tmp_path, backend)
-    data = bytearray(seal.read_bytes())
-    head = len(_seal.MAGIC) + 4 + int.from_bytes(data[8:12], "little")
-    records = (len(data) - head) // 20
-    assert records >= 4
-    hole = head + 2 * 20  # the third record's page never reached the disk; later ones did
+    # a crash: the head published last (at the first batch) counts one batch
+    data = bytearray(_seal_layout.unpublish(seal.read_bytes(), 1))
+    ranges = [pos for kind, pos, _ in _seal_layout.positions(bytes(data)) if kind == "range"]
+    assert len(ranges) >= 4
+    hole = ranges[2]  # the third record's page never reached the disk; later ones did
     data[hole:hole + 20] = bytes(20)
     seal.write_bytes(bytes(data))
     with dsh.open(url) as store:  # main: SEAL_CORRUPT, the whole session refused
@@ -95,7 +96,8 @@ def test_a_damaged_record_that_is_not_zeros_is_still_seal_damage(tmp_path: Path)
             store.flush(session)
     seal = _seal_file(tmp_path, "jsonl")
     data = bytearray(seal.read_bytes())
-    data[12 + 20 + 3] ^= 0x40  # the second record's start
+    ranges = [pos for kind, pos, _ in _seal_layout.positions(bytes(data)) if kind == "range"]
+    data[ranges[1] + 3] ^= 0x40  # the second record's start
     seal.write_bytes(bytes(data))
     with dsh.open(url) as store, pytest.raises(dsh.LogCorruptError) as caught:
         store.read("s1")

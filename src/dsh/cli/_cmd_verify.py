@@ -30,7 +30,10 @@ from dsh.cli._progress import progress
 from dsh.transcript import printable
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dsh.persistence import Persistence
+    from dsh.persistence._proof import ChainProof
 
 def _where_seq(error: DshError) -> int | None:
     for key in ("seq", "seed_index"):
@@ -41,7 +44,8 @@ def _where_seq(error: DshError) -> int | None:
 
 
 def _verify(persistence: Persistence, session_id: str, notes: list[str],
-            restore_points: dict[str, dict[str, object]]) -> list[Violation]:
+            restore_points: dict[str, dict[str, object]], proofs: dict[str, ChainProof],
+            kept: Mapping[str, Mapping[str, object]] | None) -> list[Violation]:
     """Check one stored session: the read pipeline, then :func:`dsh._verify.verify_events`.
 
     Rules: docs/rules.md#the-read-pipeline (read pipeline: a refusal is one violation with its error
@@ -49,16 +53,19 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     checked against the full read: a note, a warning when a resume would ignore it, and a
     ``RESTORE_POINT_MISMATCH`` violation when a resume would use it yet it does not match, a
     ``RESTORE_POINT_FORGED`` one when its digest is not one the integrity seal recorded
-    (docs/rules.md#restore-points-are-never-the-truth).
+    (docs/rules.md#restore-points-are-never-the-truth). Then the seal chain against the events,
+    and a kept proof when given (docs/formats.md#the-seal-chain, docs/cli.md#chain-proofs).
     """
     from dsh._verify import verify_events
+    from dsh.cli._proof import attribute, check_chain
 
     notes.extend(f"{session_id}: {cut} holds what a torn-tail repair cut from the log; "
                  "inspect it, then delete it" for cut in persistence.saved_cuts(session_id))
     try:
         read = persistence.read(session_id)
     except DshError as error:
-        return [Violation(_where_seq(error), error.code, error.message, session_id)]
+        return [Violation(_where_seq(error), error.code,
+                          attribute(persistence, session_id, error), session_id)]
     if read.torn is not None:
         notes.append(f"{session_id}: torn tail after the committed log ({read.torn.reason}); "
                      "'dsh resume' truncates it")
@@ -70,6 +77,7 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     rule = {"misleading": "RESTORE_POINT_MISMATCH", "forged": "RESTORE_POINT_FORGED"}
     found = [Violation(None, rule[check.status], check.message, session_id)
              ] if check.status in rule else []
+    found += check_chain(persistence, session_id, read.stored_events, proofs, kept, notes)
     if check.status in ("consistent", "ignored"):
         notes.append(f"{session_id}: {check.message}")
     return found + [replace(v, session_id=session_id)
@@ -87,6 +95,15 @@ def verify(
     reseal: Annotated[bool, typer.Option(
         "--reseal", help="Rebuild the integrity seal of ID over its log as it is now (after "
         "SEAL_MISSING: a lost seal is never rebuilt otherwise), then verify.")] = False,
+    proof: Annotated[bool, typer.Option(
+        "--proof", help="Also print each session's seal chain head (head hash, batches, last "
+        "seq, writer, incarnation); keep the --json output to check the store against "
+        "later.")] = False,
+    against: Annotated[Path | None, typer.Option(
+        "--against", metavar="FILE", show_default=False,
+        help="Check the store against a kept proof ('dsh verify --proof --json' output): any "
+        "batch it counted that was removed or changed is a violation. Without ID or --all, "
+        "the sessions the proof names.")] = None,
     store: StoreOption = None,
     json_: JsonOption = False,
 ) -> None:
@@ -100,7 +117,11 @@ def verify(
     if receipt is not None:
         _verify_receipt(receipt, store, json_)
         return
-    if (session_id is None) == (not all_):
+    from dsh.cli._proof import load_kept, proof_document
+
+    kept = load_kept(against) if against is not None else None
+    if (session_id is None) == (not all_) and not (kept is not None and session_id is None
+                                                   and not all_):
         raise typer.BadParameter("give a session ID or --all (not both)",
                                  param_hint="'ID' / '--all'")
     if reseal and session_id is None:
@@ -108,11 +129,14 @@ def verify(
                                  param_hint="'--reseal'")
     notes: list[str] = []
     restore_points: dict[str, dict[str, object]] = {}
+    proofs: dict[str, ChainProof] = {}
     found: list[Violation] = []
     with cli_store(store, create=False) as sessions:
         persistence = sessions.persistence
         if all_:
-            ids = sorted(str(h["id"]) for h in persistence.list_headers())
+            ids = sorted({str(h["id"]) for h in persistence.list_headers()} | set(kept or ()))
+        elif session_id is None and kept is not None:  # the sessions the kept proof names
+            ids = sorted(kept)
         else:
             ids = [require_session(sessions, str(session_id))]
         if reseal:
@@ -120,14 +144,22 @@ def verify(
         with progress("verifying", total=len(ids)) as bar:
             for sid in ids:
                 bar.describe(sid)
-                found.extend(_verify(persistence, sid, notes, restore_points))
+                if kept is not None and not persistence.exists(sid):
+                    found.append(Violation(None, "PROOF_GONE", f"session {sid!r} is in the "
+                                           f"kept proof but no longer stored", sid))
+                    continue
+                found.extend(_verify(persistence, sid, notes, restore_points, proofs, kept))
                 bar.advance()
     if json_:
         render.write_json({"sessions": len(ids), "violations": [v.to_json() for v in found],
-                           "notes": notes, "restorePoints": restore_points})
+                           "notes": notes, "restorePoints": restore_points}
+                          | ({"proof": proof_document(proofs)} if proof else {}))
     else:
         for violation in found:
             sys.stdout.write(printable(violation.line()) + "\n")
+        if proof:
+            for sid in sorted(proofs):
+                sys.stdout.write(printable("proof " + proofs[sid].line()) + "\n")
         sys.stdout.flush()
     err = stderr_console()
     for note in notes:

@@ -35,14 +35,28 @@ from typing import Any, Final
 
 from dsh._errors import LogCorruptError
 from dsh.json import CFallback, c_rows_text
+from dsh.persistence._chain import (
+    CHAIN_MARK,
+    HEAD_SLOT,
+    ChainRecord,
+    ChainState,
+    Head,
+    decode_head,
+    decode_record,
+    encode_head,
+)
 from dsh.persistence._paths import fsync_folder, open_sidecar
 
 __all__ = ["RESTORE_POINT_MARK", "Seal", "append_restore_point_mark",
-           "append_restore_point_mark_to", "append_seal", "append_seal_to", "check_byte_seals",
+           "append_chain_to", "append_restore_point_mark_to", "append_seal", "append_seal_to",
+           "check_byte_seals", "publish_head",
            "check_row_seals", "crc_of", "install_seal", "open_seal_appender", "read_seal",
            "reset_seal", "restore_point_mark", "rows_crc", "rows_text", "stage_seal"]
 
 MAGIC: Final = b"DSHSEAL1"
+MAGIC2: Final = b"DSHSEAL2"
+"""A chained seal: two head slots after the identity, chain records among the range records
+(:mod:`dsh.persistence._chain`, docs/formats.md#the-seal-chain)."""
 _RECORD: Final = struct.Struct("<QQI")
 _LEN: Final = struct.Struct("<I")
 _MAX_IDENTITY: Final = 1024
@@ -65,16 +79,29 @@ class Seal:
         records: ``(start, end, crc)`` ranges, contiguous from 0.
         restore_points: The restore point digests the writer recorded (first 12 bytes of
             each body's SHA-256, :func:`restore_point_mark`), oldest first.
+        version: 1 (``DSHSEAL1``: no chain) or 2 (``DSHSEAL2``).
+        chain: The chain records (version 2), oldest first, links checked.
+        head: The head published in the seal's head slots (version 2).
     """
 
-    __slots__ = ("identity", "path", "records", "restore_points")
+    __slots__ = ("chain", "head", "identity", "path", "records", "restore_points", "version")
 
     def __init__(self, path: Path, identity: bytes, records: list[tuple[int, int, int]],
-                 restore_points: list[bytes] | None = None) -> None:
+                 restore_points: list[bytes] | None = None, *, version: int = 1,
+                 chain: list[ChainRecord] | None = None, head: Head | None = None) -> None:
         self.path = path
         self.identity = identity
         self.records = records
         self.restore_points = restore_points if restore_points is not None else []
+        self.version = version
+        self.chain = chain if chain is not None else []
+        self.head = head
+
+    def chain_state(self) -> ChainState:
+        """A writer's :class:`ChainState` continuing this seal's chain."""
+        head = self.head
+        return ChainState(list(self.chain), head.counter if head else 0,
+                          head.batches if head else 0)
 
     @property
     def end(self) -> int:
@@ -87,9 +114,11 @@ def read_seal(path: Path) -> Seal | None:
 
     Raises:
         PersistenceError: code ``SYMLINK``: the seal's folder is a symlink.
-        LogCorruptError: the file is not a seal (bad magic or identity length) or holds
-            records that are not contiguous from 0 (a damaged seal; it names the file and
-            record so the user can compare it with the log).
+        LogCorruptError: damage to the seal file, ``path`` naming it: ``SEAL_CORRUPT`` (not
+            a seal, records not contiguous from 0, no valid head slot), ``SEAL_TRUNCATED``
+            (fewer chain records than its head counts), ``SEAL_CHAIN_BROKEN`` (a chain record
+            that does not link to the one before it, or differs from the head); ``seq``,
+            ``batch`` and ``writer`` name the record.
     """
     try:
         fd = open_sidecar(path, "integrity seals")
@@ -108,27 +137,39 @@ def read_seal(path: Path) -> Seal | None:
     if not data:
         return None
     head = len(MAGIC) + _LEN.size
-    if len(data) < head or not data.startswith(MAGIC):
-        if not data.strip(b"\0") or MAGIC.startswith(data):
+    version = 2 if data.startswith(MAGIC2) else 1
+    if len(data) < head or not data.startswith((MAGIC, MAGIC2)):
+        if not data.strip(b"\0") or MAGIC.startswith(data) or MAGIC2.startswith(data):
             return None  # a crash while the file was created
-        raise LogCorruptError(f"integrity seal {path} is damaged (no DSHSEAL1 magic); move it "
-                              f"aside to read the log unverified", path=str(path),
-                              byte_offset=0, code="SEAL_CORRUPT")
+        raise _damaged(path, "it has no DSHSEAL1 or DSHSEAL2 magic", 0)
     (length,) = _LEN.unpack_from(data, len(MAGIC))
+    slots = 2 * HEAD_SLOT if version == 2 else 0
     if length > _MAX_IDENTITY or head + length > len(data):
-        raise LogCorruptError(f"integrity seal {path} is damaged (identity length {length}); "
-                              f"move it aside to read the log unverified", path=str(path),
-                              byte_offset=len(MAGIC), code="SEAL_CORRUPT")
+        raise _damaged(path, f"identity length {length}", len(MAGIC))
     identity = data[head:head + length]
+    if head + length + slots > len(data):  # cut inside its head: a seal with no record
+        return Seal(path, identity, [], version=version)
+    published = decode_head(data[head + length:head + length + slots]) if slots else None
+    if slots and published is None:
+        raise _damaged(path, "both chain head slots are invalid", head + length)
     records: list[tuple[int, int, int]] = []
     marks: list[bytes] = []
-    pos = head + length
+    chain: list[ChainRecord] = []
+    pos = head + length + slots
     expected = 0
     while pos + _RECORD.size <= len(data):
         start, end, crc = _RECORD.unpack_from(data, pos)
         if start == RESTORE_POINT_MARK:
             marks.append(data[pos + 8:pos + _RECORD.size])
             pos += _RECORD.size
+            continue
+        if start == CHAIN_MARK and version == 2:
+            found = decode_record(data, pos)
+            if found is None:
+                break  # torn (cut short, or its crc differs): the head check judges it
+            _link(path, chain, found[0], pos)
+            chain.append(found[0])
+            pos = found[1]
             continue
         if start != expected or end <= start:
             if not data[pos:pos + _RECORD.size].strip(b"\0"):
@@ -138,14 +179,56 @@ def read_seal(path: Path) -> Seal | None:
                 # ignored like a torn tail, and the log's bytes after the last valid record
                 # are read by the format's rules and sealed again by the next writer.
                 break
-            raise LogCorruptError(
-                f"integrity seal {path} is damaged: record at byte {pos} covers [{start}, {end}) "
-                f"but the previous one ended at {expected}; move it aside to read the log "
-                f"unverified", path=str(path), byte_offset=pos, code="SEAL_CORRUPT")
+            raise _damaged(path, f"record at byte {pos} covers [{start}, {end}) but the "
+                           f"previous one ended at {expected}", pos)
         records.append((start, end, crc))
         expected = end
         pos += _RECORD.size
-    return Seal(path, identity, records, marks)
+    if published is not None:
+        _check_head(path, published, chain, pos)
+    return Seal(path, identity, records, marks, version=version, chain=chain, head=published)
+
+
+def _damaged(path: Path, why: str, offset: int, code: str = "SEAL_CORRUPT",
+             **where: int | str | None) -> LogCorruptError:
+    """Damage to the seal file itself, not to the log (docs/formats.md#integrity-seals)."""
+    return LogCorruptError(
+        f"integrity seal {path} is damaged ({why}); the log itself is not judged by this: "
+        f"restore the seal from a backup, or move it aside to read the log unverified and "
+        f"run 'dsh verify --reseal ID' to seal the log as it is now", path=str(path),
+        byte_offset=offset, code=code,
+        **where)
+
+
+def _link(path: Path, chain: list[ChainRecord], record: ChainRecord, pos: int) -> None:
+    """Check that ``record`` follows the last record of ``chain`` (hash link, seq order)."""
+    prev = chain[-1] if chain else None
+    if (prev.hash if prev is not None else bytes(32)) != record.prev:
+        raise _damaged(path, f"the chain record at byte {pos}, {record.where()}, does not link "
+                       f"to the record before it: a record was changed, removed or reordered",
+                       pos, "SEAL_CHAIN_BROKEN", seq=record.first, batch=len(chain),
+                       writer=str(record.writer))
+    if record.end <= record.first or (prev is not None and record.first < prev.end):
+        raise _damaged(path, f"the chain record at byte {pos} covers seq {record.first}.."
+                       f"{record.end - 1}, out of order", pos, "SEAL_CHAIN_BROKEN",
+                       seq=record.first, batch=len(chain), writer=str(record.writer))
+
+
+def _check_head(path: Path, head: Head, chain: list[ChainRecord], end: int) -> None:
+    """The head slot against the chain: records it counts must all be there, unchanged."""
+    if head.batches > len(chain):
+        last = chain[-1] if chain else None
+        raise _damaged(
+            path, f"its head records {head.batches} sealed batches up to seq {head.end - 1}, "
+            f"but only {len(chain)} chain records remain" + (
+                f", the last one {last.where()}" if last is not None else "")
+            + f" (the records stop at byte {end}): the seal file lost records", end,
+            "SEAL_TRUNCATED", seq=last.end if last is not None else 0, batch=len(chain))
+    if head.batches and chain[head.batches - 1].hash != head.hash:
+        record = chain[head.batches - 1]
+        raise _damaged(path, f"its head does not match chain record {head.batches - 1}, "
+                       f"{record.where()}: the chain was rewritten", end, "SEAL_CHAIN_BROKEN",
+                       seq=record.first, batch=head.batches - 1, writer=str(record.writer))
 
 
 def check_byte_seals(data: bytes, seal: Seal, *, log_path: str) -> None:
@@ -188,12 +271,15 @@ def _mark_record(mark: bytes) -> bytes:
 
 
 def stage_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, int]],
-               restore_points: Sequence[bytes] = ()) -> Path:
+               restore_points: Sequence[bytes] = (), *, chain: ChainState | None = None
+               ) -> Path:
     """Write a whole seal file beside ``path`` under a temp name, fsynced; return that name.
 
     :func:`install_seal` renames it over the seal. A writer stages the seal of bytes it is
     about to publish, so the log never exists marked as sealed without its seal for longer
-    than a rename (docs/formats.md#integrity-seals).
+    than a rename (docs/formats.md#integrity-seals). With ``chain`` the file is a chained
+    seal (``DSHSEAL2``) whose head slot names the whole chain (``chain``'s head counter is
+    advanced); without, a ``DSHSEAL1`` seal.
 
     Raises:
         OSError: the file could not be written (nothing is renamed).
@@ -201,13 +287,56 @@ def stage_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, in
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
-        _write_all(fd, MAGIC + _LEN.pack(len(identity)) + identity
-                   + b"".join(_RECORD.pack(*r) for r in records)
+        if chain is None:
+            start = MAGIC + _LEN.pack(len(identity)) + identity
+            chained = b""
+        else:
+            head = chain.head()
+            slot = encode_head(head)
+            slots = slot + bytes(HEAD_SLOT) if head.counter % 2 == 0 else bytes(HEAD_SLOT) + slot
+            start = MAGIC2 + _LEN.pack(len(identity)) + identity + slots
+            chained = b"".join(r.encode() for r in chain.records)
+        _write_all(fd, start + b"".join(_RECORD.pack(*r) for r in records) + chained
                    + b"".join(_mark_record(m) for m in restore_points))
         os.fsync(fd)
     finally:
         os.close(fd)
+    if chain is not None:
+        chain.head_counter, chain.published = head.counter, head.batches
     return tmp
+
+
+def append_chain_to(fd: int, record: ChainRecord) -> None:
+    """Append one chain record through a descriptor from :func:`open_seal_appender`.
+
+    Raises:
+        OSError: the record could not be written (a partial record is torn: readers stop
+            there, and the head check says whether it was published).
+    """
+    _write_all(fd, record.encode())
+
+
+def publish_head(path: Path, identity: bytes, chain: ChainState) -> None:
+    """Make the seal durable, then write the chain's head into its next head slot.
+
+    The fsync comes first, so a published head never counts a record a power cut can take
+    away; the slot itself is not synced (a lost slot write leaves the older head, which is
+    still true). Slots alternate, so a torn slot write leaves the other one valid
+    (docs/formats.md#the-seal-chain).
+
+    Raises:
+        OSError: the seal could not be synced or written (the older head stays).
+    """
+    head = chain.head()
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+        offset = len(MAGIC2) + _LEN.size + len(identity) + (head.counter % 2) * HEAD_SLOT
+        if os.pwrite(fd, encode_head(head), offset) != HEAD_SLOT:
+            raise OSError(f"short write of the chain head to {path}")
+    finally:
+        os.close(fd)
+    chain.head_counter, chain.published = head.counter, head.batches
 
 
 def install_seal(tmp: Path, path: Path) -> None:
@@ -221,7 +350,8 @@ def install_seal(tmp: Path, path: Path) -> None:
 
 
 def reset_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, int]],
-               restore_points: Sequence[bytes] = ()) -> None:
+               restore_points: Sequence[bytes] = (), *, chain: ChainState | None = None
+               ) -> None:
     """Replace the seal file atomically with ``records``, durably.
 
     The temp file is fsynced before it is renamed over the seal and the folder after, so a
@@ -233,7 +363,7 @@ def reset_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, in
     Raises:
         OSError: the file could not be written (the old seal stays).
     """
-    install_seal(stage_seal(path, identity, records, restore_points), path)
+    install_seal(stage_seal(path, identity, records, restore_points, chain=chain), path)
 
 
 def append_seal(path: Path, start: int, end: int, crc: int) -> None:

@@ -48,6 +48,7 @@ from dsh._errors import (
 from dsh.json import FrozenDict, loads
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._after_commit import AfterCommit
+from dsh.persistence._chain import HEAD_EVERY, ChainState, carry, incarnation_bytes, this_writer
 from dsh.persistence._contract import (
     Capabilities,
     ColdRead,
@@ -73,11 +74,14 @@ from dsh.persistence._paths import file_revision, fsync_folder, mkdir_private, r
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
+    append_chain_to,
     append_restore_point_mark,
-    append_seal,
+    append_seal_to,
     check_byte_seals,
     crc_of,
     install_seal,
+    open_seal_appender,
+    publish_head,
     read_seal,
     reset_seal,
     restore_point_mark,
@@ -424,6 +428,9 @@ class _Tail:
     seal_rewrite: bool = True
     # raw JSONL only: the restore point digests the seal records (kept when it is rewritten)
     restore_marks: list[bytes] = field(default_factory=list)
+    # raw JSONL only: the seal's hash chain and the events not chained yet
+    # (docs/formats.md#the-seal-chain)
+    chain: ChainState | None = None
     # the page-in index of the stored prefix, and the header's extent and digest (restore points)
     index: list[tuple[int, int]] = field(default_factory=list)
     header_end: int = 0
@@ -536,7 +543,9 @@ class JsonlHandle(HandleBase):
                                seals=(seal.records if seal is not None else []) if raw else None,
                                index=parsed.index, header_end=parsed.header_end,
                                header_digest=rp.digest(data[:parsed.header_end]),
-                               restore_marks=list(seal.restore_points) if seal else [])
+                               restore_marks=list(seal.restore_points) if seal else [],
+                               chain=(seal.chain_state() if seal is not None
+                                      else ChainState([])) if raw else None)
         if offset == 0:
             return ColdRead(parsed.header, tuple(parsed.events), parsed.torn, revision,
                             parsed.prescan)
@@ -584,6 +593,8 @@ class JsonlHandle(HandleBase):
             if not self._listing_off:
                 self._listing_pending.extend(batch)
             self._search_pending.extend(batch)
+            if tail.chain is not None:
+                tail.chain.pending.extend(records)
             if self._backend.compression == "none":
                 for seq, offset in _sample_lines(payload, 0, len(payload), _APPEND_SAMPLE_BYTES,
                                                  after_seq=records[0]["seq"]):
@@ -676,9 +687,15 @@ class JsonlHandle(HandleBase):
         assert tail is not None and self._pending_header is not None
         raw = self._backend.compression == "none"
         content = self._backend._initial_content(self._pending_header, batch, seal_mark=raw)
+        tail.header_end = content.index(b"\n") + 1 if raw else 0
+        tail.header_digest = rp.digest(content[:tail.header_end]) if raw else ""
+        if raw:
+            tail.chain = ChainState([], pending=list(batch))
+            tail.chain.take(len(batch), self._incarnation(), this_writer())
         staged, records = self._stage_first_seal(content) if raw else (None, [])
         if staged is None and raw:  # no seal could be written: no mark that promises one
             content = self._backend._initial_content(self._pending_header, batch)
+            tail.chain = ChainState([], pending=list(batch))  # bound to the unmarked header
         try:
             self._backend._publish(self.path, content, self._id,
                                    before_link=None if staged is None else
@@ -738,7 +755,11 @@ class JsonlHandle(HandleBase):
                                    code="READ_ONLY", session_id=self._id)
         data, _ = _stable_read(self.path, self._id, compression="none", settle=False)
         parsed = parse_log(data, compression="none", path=str(self.path))
-        reset_seal(self._seal_path(), b"", _seal_records(data[:parsed.committed], 0))
+        chain = ChainState([], pending=list(parsed.events))
+        chain.take(len(parsed.events), incarnation_bytes(rp.digest(data[:parsed.header_end])),
+                   this_writer())
+        reset_seal(self._seal_path(), b"", _seal_records(data[:parsed.committed], 0),
+                   chain=chain)
         self._tail = None  # the next use reads the log through its new seal
         logger.warning("session %s: integrity seal %s rebuilt over the %d committed bytes of %s "
                        "as they are now", self._id, self._seal_path(), parsed.committed,
@@ -796,7 +817,8 @@ class JsonlHandle(HandleBase):
         self._backend._prepare_publish(self.path, self._id)
         try:
             records = _seal_records(content, 0)
-            return stage_seal(self._seal_path(), b"", records), records
+            return stage_seal(self._seal_path(), b"", records,
+                              chain=self._tail.chain if self._tail else None), records
         except Exception as exc:  # the log is then written unmarked and sealed later
             self.after_commit.failed("seal", exc, "the log is written without the seal mark; "
                                      "the next flush seals it")
@@ -903,6 +925,23 @@ class JsonlHandle(HandleBase):
             return
         note_flushed(root, key, signature(st), fold.entry)
 
+    def _incarnation(self) -> bytes:
+        """What the chain binds a raw log's records to: its header line's digest."""
+        return incarnation_bytes(self._tail.header_digest if self._tail else "")
+
+    def _publish_head(self) -> None:
+        """Publish the chain head if records are not counted by it yet (at close)."""
+        tail = self._tail
+        chain = tail.chain if tail is not None else None
+        if tail is None or chain is None or tail.seal_rewrite or chain.published == len(
+                chain.records):
+            return
+        try:
+            publish_head(self._seal_path(), b"", chain)
+        except Exception as exc:  # the records stay; only the head lags
+            self.after_commit.failed("seal", exc, "the chain head is published by the next "
+                                     "writer")
+
     def _seal_path(self) -> Path:
         return self.path.with_name(self.path.name + _SEAL_SUFFIX)
 
@@ -956,7 +995,7 @@ class JsonlHandle(HandleBase):
         mark = restore_point_mark(rp.body_digest(data))
         try:
             if tail.seal_rewrite:
-                reset_seal(self._seal_path(), b"", tail.seals, [mark])
+                reset_seal(self._seal_path(), b"", tail.seals, [mark], chain=tail.chain)
                 tail.seal_rewrite = False
             else:
                 append_restore_point_mark(self._seal_path(), mark)
@@ -1001,7 +1040,8 @@ class JsonlHandle(HandleBase):
                            seals=found.records if not zstd else None, index=found.index,
                            header_end=found.header_end,
                            header_digest=restore_point.anchor.header_digest,
-                           restore_marks=list(found.restore_marks))
+                           restore_marks=list(found.restore_marks),
+                           chain=found.chain if not zstd else None)
         if self._mode == "write":
             self._listing_reset(True)  # load_tail refuses a torn tail
         anchor = restore_point.anchor
@@ -1064,14 +1104,25 @@ class JsonlHandle(HandleBase):
         except Exception as exc:  # not sealed now: the next flush seals these bytes too
             self.after_commit.failed("seal", exc, "the next flush seals these bytes")
             return
+        chain = tail.chain
+        link = chain.take(tail.durable_count, self._incarnation(), this_writer()) \
+            if chain is not None else None
         try:
             if tail.seal_rewrite:
                 reset_seal(self._seal_path(), b"", [*tail.seals, *records],
-                           tail.restore_marks[-1:])
+                           tail.restore_marks[-1:], chain=chain)
                 tail.seal_rewrite = False
             else:
-                for record in records:
-                    append_seal(self._seal_path(), *record)
+                fd = open_seal_appender(self._seal_path())
+                try:
+                    for record in records:
+                        append_seal_to(fd, *record)
+                    if link is not None:
+                        append_chain_to(fd, link)
+                finally:
+                    os.close(fd)
+                if chain is not None and len(chain.records) - chain.published >= HEAD_EVERY:
+                    publish_head(self._seal_path(), b"", chain)
         except Exception as exc:  # the batch is durable: a seal failure never fails it
             # kept in memory: the next seal write rewrites the whole file, this record included
             tail.seal_rewrite = True
@@ -1105,15 +1156,24 @@ class JsonlHandle(HandleBase):
             raise PersistenceError(f"cannot rewrite session {self._id!r} through a read "
                                    f"handle; open it with mode 'write'", code="READ_ONLY",
                                    session_id=self._id, path=str(self.path))
-        header = self.read().header
+        old = self.read()
+        header = old.header
+        old_chain = self._tail.chain if self._tail is not None else None
         batch = validate_batch(events, 0, self._id)
         raw = self._backend.compression == "none"
         content = self._backend._initial_content(header, batch, seal_mark=raw)
         staged: Path | None = None
         if raw:  # staged first: the marked log is without its seal only between two renames
             try:
+                # the chain is kept: tombstoned events keep their leaves (docs/formats.md#the-
+                # seal-chain); the events past it get one new record
+                chain = ChainState(carry(
+                    old_chain.records if old_chain is not None else [],
+                    {int(e["seq"]): e for e in old.events}, batch,
+                    incarnation_bytes(rp.digest(content[:content.index(b"\n") + 1])),
+                    this_writer()))
                 staged = stage_seal(self._seal_path(), b"", [(0, len(content),
-                                                              crc_of(content))])
+                                                              crc_of(content))], chain=chain)
             except OSError as exc:  # written unmarked: unsealed until the next writer
                 self.after_commit.failed("seal", exc, "the next writer seals the log")
                 content = self._backend._initial_content(header, batch)
@@ -1160,6 +1220,8 @@ class JsonlHandle(HandleBase):
             return
         self._closed = True
         try:
+            if self._mode == "write":
+                self._publish_head()
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
@@ -1653,6 +1715,21 @@ class JsonlBackend:
                               code="NO_SEAL", session_id=session_id)
         with self.open(session_id, "write") as handle:
             return handle.reseal_committed()
+
+    def seal_chain(self, session_id: str) -> tuple[str, str]:
+        """The raw log's seal and its header line's digest (see ``Reseals.seal_chain``).
+
+        Raises:
+            ConfigError: code ``NO_SEAL``: a Zstandard store.
+            SessionNotFoundError: no such session.
+        """
+        if self.compression != "none":
+            raise ConfigError(f"session {session_id!r} is stored Zstandard-framed: it has no "
+                              "seal and no chain", code="NO_SEAL", session_id=session_id)
+        with self.open(session_id, "read") as handle:
+            with open(handle.path, "rb") as f:
+                line = f.readline()
+            return str(handle._seal_path()), rp.digest(line)
 
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding bytes a torn-tail repair cut from this session's log.

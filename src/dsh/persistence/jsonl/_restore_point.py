@@ -22,6 +22,7 @@ from typing import Final
 from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict
 from dsh.persistence import _restore_point as rp
+from dsh.persistence._chain import ChainState
 from dsh.persistence._paths import file_revision
 from dsh.persistence._seal import crc_of, read_seal
 from dsh.persistence.jsonl._format import Scanner, parse_header_strict, scan_zstd_frames
@@ -99,6 +100,7 @@ class TailRead:
     index: list[tuple[int, int]]
     header_end: int
     restore_marks: list[bytes]
+    chain: ChainState | None = None
 
 
 def load_tail(path: Path, restore_point: rp.RestorePoint, *, zstd: bool, seal_path: Path,
@@ -168,7 +170,9 @@ def load_tail(path: Path, restore_point: rp.RestorePoint, *, zstd: bool, seal_pa
     index = list(anchor.index)
     note_index(index, anchor.event_count, cut)
     return TailRead(header, events, revision, after.st_size, list(records), index, header_end,
-                    list(seal.restore_points) if seal is not None else [])
+                    list(seal.restore_points) if seal is not None else [],
+                    (seal.chain_state() if seal is not None else ChainState([])) if not zstd
+                    else None)
 
 
 class JsonlPrefixSource:

@@ -51,6 +51,7 @@ from dsh._errors import (
 from dsh.json import FrozenDict, FrozenList, c_seqs_contiguous, is_safe_int
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._after_commit import AfterCommit
+from dsh.persistence._chain import HEAD_EVERY, ChainState, carry, incarnation_bytes, this_writer
 from dsh.persistence._contract import (
     Capabilities,
     ColdRead,
@@ -86,10 +87,12 @@ from dsh.persistence._paths import (
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
+    append_chain_to,
     append_restore_point_mark_to,
     append_seal_to,
     check_row_seals,
     open_seal_appender,
+    publish_head,
     read_seal,
     reset_seal,
     restore_point_mark,
@@ -711,7 +714,7 @@ class SqliteBackend:
         try:
             if mkdir_private(path.parent, "integrity seals"):
                 fsync_folder(path.parent.parent)
-            reset_seal(path, _seal_identity(incarnation), [])
+            reset_seal(path, _seal_identity(incarnation), [], chain=ChainState([]))
         except Exception as exc:  # the create goes on, unmarked: the first append seals it
             logger.warning("session %s: integrity seal %s could not be created (%s); the "
                            "session is stored without the seal mark and sealed by its first "
@@ -738,6 +741,16 @@ class SqliteBackend:
         """
         with self.open(session_id, "write") as handle:
             return handle.reseal_committed()
+
+    def seal_chain(self, session_id: str) -> tuple[str, str]:
+        """The session's seal and its row's incarnation (see ``Reseals.seal_chain``).
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        with self.open(session_id, "read") as handle:
+            _, incarnation, _ = handle._session_row()
+        return str(self._seal_path(session_id)), str(incarnation)
 
     def exists(self, session_id: str) -> bool:
         """Return whether a session row with this id is stored.
@@ -1135,6 +1148,9 @@ class SqliteHandle(HandleBase):
         # write handles: the valid seal records (None until loaded), and whether the next
         # seal write replaces the file (the first one does: a crash may have left garbage)
         self._seals: list[tuple[int, int, int]] | None = None
+        # write handles: the seal's hash chain, loaded with the records
+        # (docs/formats.md#the-seal-chain)
+        self._chain: ChainState | None = None
         self._seal_rewrite = True
         # the restore point digests the seal records (kept when the seal is rewritten)
         self._restore_marks: list[bytes] = []
@@ -1326,6 +1342,7 @@ class SqliteHandle(HandleBase):
         if self._mode == "write":
             self._seals = seal.records if seal is not None else []
             self._restore_marks = list(seal.restore_points) if seal is not None else []
+            self._chain = seal.chain_state() if seal is not None else ChainState([])
         events = scan.events
         if base < offset:
             events = [e for e in events if e["seq"] >= offset]
@@ -1490,6 +1507,8 @@ class SqliteHandle(HandleBase):
 
         def seal() -> None:
             crc = rows_crc([*(row[1:] for row in gap), *stored] if gap else stored)
+            if self._chain is not None:
+                self._chain.pending.extend(events)
             self._seal((sealed_end, first + len(events), crc), incarnation)
 
         def unsealed() -> None:  # the next append rewrites the seal; until then these rows
@@ -1514,6 +1533,7 @@ class SqliteHandle(HandleBase):
             seal = self._own_seal(read_seal(self._seal_file), incarnation)
             self._seals = seal.records if seal is not None else []
             self._restore_marks = list(seal.restore_points) if seal is not None else []
+            self._chain = seal.chain_state() if seal is not None else ChainState([])
         return self._seals[-1][1] if self._seals else 0
 
     def _own_seal(self, seal: Seal | None, incarnation: str) -> Seal | None:
@@ -1569,8 +1589,11 @@ class SqliteHandle(HandleBase):
         self._close_seal_fd()
         if mkdir_private(self._seal_file.parent, "integrity seals"):
             fsync_folder(self._seal_file.parent.parent)
-        reset_seal(self._seal_file, _seal_identity(incarnation), records)
+        chain = ChainState([], pending=list(scan.events[:end]))
+        chain.take(end, incarnation_bytes(incarnation), this_writer())
+        reset_seal(self._seal_file, _seal_identity(incarnation), records, chain=chain)
         self._seals, self._restore_marks, self._seal_rewrite = list(records), [], False
+        self._chain = chain
         logger.warning("session %s: integrity seal %s rebuilt over the %d committed events of "
                        "%s as they are now", self._id, self._seal_file, end, self._path)
         return str(self._seal_file)
@@ -1584,12 +1607,15 @@ class SqliteHandle(HandleBase):
         """
         assert self._seals is not None
         path = self._seal_file
+        chain = self._chain
+        link = chain.take(record[1], incarnation_bytes(incarnation), this_writer()) \
+            if chain is not None else None
         try:
             if self._seal_rewrite:
                 self._close_seal_fd()  # the rewrite replaces the file it points to
                 mkdir_private(path.parent, "integrity seals")
                 reset_seal(path, _seal_identity(incarnation), [*self._seals, record],
-                           self._restore_marks[-1:])
+                           self._restore_marks[-1:], chain=chain)
                 self._seal_rewrite = False
             else:
                 # one descriptor for the handle's life (an open and a close less per batch):
@@ -1599,6 +1625,10 @@ class SqliteHandle(HandleBase):
                 if self._seal_fd is None:
                     self._seal_fd = open_seal_appender(path)
                 append_seal_to(self._seal_fd, *record)
+                if link is not None:
+                    append_chain_to(self._seal_fd, link)
+                if chain is not None and len(chain.records) - chain.published >= HEAD_EVERY:
+                    publish_head(path, _seal_identity(incarnation), chain)
         except Exception as exc:  # the batch is committed: a seal failure never fails it
             # kept in memory: the next seal write rewrites the whole file, this record included
             self._close_seal_fd()
@@ -1606,6 +1636,18 @@ class SqliteHandle(HandleBase):
             self.after_commit.failed("seal", exc, f"the next append rewrites the integrity "
                                                   f"seal {path} whole")
         self._seals.append(record)
+
+    def _publish_head(self) -> None:
+        """Publish the chain head if records are not counted by it yet (at close)."""
+        chain = self._chain
+        if self._mode != "write" or chain is None or self._seal_rewrite \
+                or chain.published == len(chain.records) or self._durable is None:
+            return
+        try:
+            publish_head(self._seal_file, _seal_identity(self._durable[1]), chain)
+        except Exception as exc:  # the records stay; only the head lags
+            self.after_commit.failed("seal", exc, "the chain head is published by the next "
+                                     "writer")
 
     def _close_seal_fd(self) -> None:
         fd, self._seal_fd = self._seal_fd, None
@@ -1664,7 +1706,8 @@ class SqliteHandle(HandleBase):
             if self._seal_rewrite:
                 self._close_seal_fd()
                 mkdir_private(self._seal_file.parent, "integrity seals")
-                reset_seal(self._seal_file, _seal_identity(durable[1]), self._seals, [mark])
+                reset_seal(self._seal_file, _seal_identity(durable[1]), self._seals, [mark],
+                           chain=self._chain)
                 self._seal_rewrite = False
             else:
                 if self._seal_fd is None:
@@ -1755,6 +1798,7 @@ class SqliteHandle(HandleBase):
         if self._mode == "write":
             self._seals = list(records)
             self._restore_marks = marks
+            self._chain = seal.chain_state() if seal is not None else ChainState([])
             self._torn_seq = None
         count = cut + len(events)
         self._durable = (count, incarnation,
@@ -1853,7 +1897,8 @@ class SqliteHandle(HandleBase):
             raise PersistenceError(f"cannot rewrite session {self._id!r} through a read "
                                    f"handle; open it with mode 'write'", code="READ_ONLY",
                                    session_id=self._id, path=self._path)
-        self.read()
+        old = self.read()
+        old_chain = self._chain.records if self._chain is not None else []
         batch = validate_batch(events, 0, self._id)
         rows = encode_batch(batch, self._c.schema_version)
         legacy = self._c.schema_version == LEGACY_SCHEMA_VERSION
@@ -1865,7 +1910,7 @@ class SqliteHandle(HandleBase):
         if is_sealed_incarnation(incarnation):
             # emptied, not deleted: a crash before the new seal leaves the marked session
             # readable (rows past the last record are read by the format's rules)
-            reset_seal(sidecars.pop(0), _seal_identity(incarnation), [])
+            reset_seal(sidecars.pop(0), _seal_identity(incarnation), [], chain=ChainState([]))
             touched.append({"path": str(self._seal_file), "action": "emptied"})
         for sidecar in sidecars:
             with contextlib.suppress(FileNotFoundError):
@@ -1906,8 +1951,12 @@ class SqliteHandle(HandleBase):
         stored = [(*r[:6], None) for r in rows] if legacy else rows
         try:
             mkdir_private(self._seal_file.parent, "integrity seals")
+            # the chain is kept: tombstoned events keep their leaves
+            # (docs/formats.md#the-seal-chain); the events past it get one new record
+            chain = ChainState(carry(old_chain, {int(e["seq"]): e for e in old.events}, batch,
+                                     incarnation_bytes(str(found[1])), this_writer()))
             reset_seal(self._seal_file, _seal_identity(str(found[1])),
-                       [(0, len(batch), rows_crc(stored))] if batch else [])
+                       [(0, len(batch), rows_crc(stored))] if batch else [], chain=chain)
             self._seals, self._seal_rewrite = None, False
             touched.append({"path": str(self._seal_file), "action": "written"})
         except OSError as exc:  # unsealed until the next append rewrites the seal
@@ -1922,6 +1971,7 @@ class SqliteHandle(HandleBase):
         self._closed = True
         try:
             self._close_seal_fd()
+            self._publish_head()
             self._c.close()
         finally:
             if self._lock is not None:

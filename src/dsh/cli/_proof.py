@@ -1,0 +1,114 @@
+"""``dsh verify --proof`` and ``--against FILE``: the seal chain's heads, kept and checked later.
+
+Rules: docs/formats.md#the-seal-chain (what a chain commits to), docs/cli.md#chain-proofs (what
+the commands print and compare).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import typer
+
+from dsh import ConfigError, DshError, Violation
+
+if TYPE_CHECKING:
+    from dsh.persistence import Persistence
+    from dsh.persistence._proof import ChainProof
+    from dsh.session import Event
+
+PROOF_KIND = "dsh-chain-proof"
+
+
+def check_chain(persistence: Persistence, session_id: str, events: Sequence[Event],
+                proofs: dict[str, ChainProof], kept: Mapping[str, Mapping[str, object]] | None,
+                notes: list[str]) -> list[Violation]:
+    """Check a session's seal chain against the events a full read returned.
+
+    Adds the session's proof to ``proofs`` and, with ``kept`` (a kept proof by session),
+    compares it. A store without seals (PostgreSQL, Zstandard, memory) is a note.
+
+    Returns:
+        One violation per finding (``CHAIN_*``, ``PROOF_*``, or a ``SEAL_*`` code of a
+        damaged seal), each naming seq, batch and writer in its message.
+    """
+    from dsh.persistence import Reseals
+    from dsh.persistence._proof import compare, prove
+
+    backend = persistence.backend
+    if not backend.capabilities.reseal:
+        notes.append(f"{session_id}: this store keeps no integrity seals, so no chain")
+        return []
+    try:
+        seal_path, incarnation = cast(Reseals, backend).seal_chain(session_id)
+        proof, problems, records = prove(session_id, seal_path, incarnation, events)
+    except ConfigError as exc:  # Zstandard: frames carry checksums, no seal
+        notes.append(f"{session_id}: {exc.message}")
+        return []
+    except DshError as exc:
+        return [Violation(None, exc.code, exc.message, session_id)]
+    proofs[session_id] = proof
+    found: list[Violation] = []
+    for problem in problems:
+        if problem.code == "CHAIN_NONE":
+            notes.append(problem.message)
+            continue
+        found.append(Violation(problem.seq, problem.code, _with_writer(problem.message,
+                                                                      problem.writer),
+                               session_id))
+    if kept is not None and session_id in kept:
+        for problem in compare(kept[session_id], proof, records):
+            found.append(Violation(problem.seq, problem.code, problem.message, session_id))
+    return found
+
+
+def _with_writer(message: str, writer: str | None) -> str:
+    return message if writer is None or writer in message else f"{message} (writer {writer})"
+
+
+def attribute(persistence: Persistence, session_id: str, error: DshError) -> str:
+    """``error``'s message, naming the chained batch (seq range, writer) that holds its seq."""
+    from dsh.persistence import Reseals
+    from dsh.persistence._seal import read_seal
+
+    seq = error.where.get("seq")
+    if not isinstance(seq, int) or not persistence.backend.capabilities.reseal:
+        return error.message
+    try:
+        seal_path, _ = cast(Reseals, persistence.backend).seal_chain(session_id)
+        seal = read_seal(Path(seal_path))
+    except (DshError, OSError):
+        return error.message
+    for record in seal.chain if seal is not None else []:
+        if record.first <= seq < record.end:
+            return f"{error.message}; it lies in {record.where()}"
+    return error.message
+
+
+def load_kept(path: Path) -> dict[str, Mapping[str, object]]:
+    """A kept proof by session: ``dsh verify --proof --json`` output, or its ``proof`` object.
+
+    Raises:
+        typer.BadParameter: the file cannot be read or is not a proof.
+    """
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"cannot read proof {path}: {exc}",
+                                 param_hint="'--against'") from exc
+    if isinstance(document, dict) and isinstance(document.get("proof"), dict):
+        document = document["proof"]
+    sessions = document.get("sessions") if isinstance(document, dict) else None
+    if not isinstance(document, dict) or document.get("kind") != PROOF_KIND \
+            or not isinstance(sessions, list):
+        raise typer.BadParameter(f"{path} is not a chain proof (the JSON of 'dsh verify "
+                                 f"--proof --json')", param_hint="'--against'")
+    return {str(s.get("session")): s for s in sessions if isinstance(s, dict)}
+
+
+def proof_document(proofs: Mapping[str, ChainProof]) -> dict[str, object]:
+    """The ``proof`` object of ``--proof --json``: ``{kind, sessions: [...]}``."""
+    return {"kind": PROOF_KIND, "sessions": [p.to_json() for _, p in sorted(proofs.items())]}
