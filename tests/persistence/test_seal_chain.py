@@ -23,7 +23,9 @@ import pytest
 import dsh
 from dsh import LogCorruptError
 from dsh.persistence import _chain, _seal
-from dsh.persistence._proof import ChainProof, compare, prove
+from dsh.persistence._proof import ChainProof
+from dsh.persistence._proof import compare_proof as compare
+from dsh.persistence._proof import prove_chain as prove
 from dsh.rights import erase, redact
 from tests.persistence import _seal_layout
 

@@ -32,8 +32,7 @@ from dsh.transcript import printable
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from dsh.persistence import Persistence
-    from dsh.persistence._proof import ChainProof
+    from dsh.persistence import ChainProof, Persistence
 
 def _where_seq(error: DshError) -> int | None:
     for key in ("seq", "seed_index"):
@@ -45,7 +44,7 @@ def _where_seq(error: DshError) -> int | None:
 
 def _verify(persistence: Persistence, session_id: str, notes: list[str],
             restore_points: dict[str, dict[str, object]], proofs: dict[str, ChainProof],
-            kept: Mapping[str, Mapping[str, object]] | None) -> list[Violation]:
+            kept: Mapping[str, Mapping[str, object]] | None, proof: bool) -> list[Violation]:
     """Check one stored session: the read pipeline, then :func:`dsh._verify.verify_events`.
 
     Rules: docs/rules.md#the-read-pipeline (read pipeline: a refusal is one violation with its error
@@ -77,7 +76,8 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     rule = {"misleading": "RESTORE_POINT_MISMATCH", "forged": "RESTORE_POINT_FORGED"}
     found = [Violation(None, rule[check.status], check.message, session_id)
              ] if check.status in rule else []
-    found += check_chain(persistence, session_id, read.stored_events, proofs, kept, notes)
+    found += check_chain(persistence, session_id, read.stored_events, proofs, kept,
+                         notes if proof or kept is not None else None)
     if check.status in ("consistent", "ignored"):
         notes.append(f"{session_id}: {check.message}")
     return found + [replace(v, session_id=session_id)
@@ -148,7 +148,8 @@ def verify(
                     found.append(Violation(None, "PROOF_GONE", f"session {sid!r} is in the "
                                            f"kept proof but no longer stored", sid))
                     continue
-                found.extend(_verify(persistence, sid, notes, restore_points, proofs, kept))
+                found.extend(_verify(persistence, sid, notes, restore_points, proofs, kept,
+                                     proof))
                 bar.advance()
     if json_:
         render.write_json({"sessions": len(ids), "violations": [v.to_json() for v in found],

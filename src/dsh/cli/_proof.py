@@ -16,8 +16,7 @@ import typer
 from dsh import ConfigError, DshError, Violation
 
 if TYPE_CHECKING:
-    from dsh.persistence import Persistence
-    from dsh.persistence._proof import ChainProof
+    from dsh.persistence import ChainProof, Persistence
     from dsh.session import Event
 
 PROOF_KIND = "dsh-chain-proof"
@@ -25,28 +24,30 @@ PROOF_KIND = "dsh-chain-proof"
 
 def check_chain(persistence: Persistence, session_id: str, events: Sequence[Event],
                 proofs: dict[str, ChainProof], kept: Mapping[str, Mapping[str, object]] | None,
-                notes: list[str]) -> list[Violation]:
+                notes: list[str] | None) -> list[Violation]:
     """Check a session's seal chain against the events a full read returned.
 
     Adds the session's proof to ``proofs`` and, with ``kept`` (a kept proof by session),
-    compares it. A store without seals (PostgreSQL, Zstandard, memory) is a note.
+    compares it. A store without seals (PostgreSQL, Zstandard, memory) or a seal without a
+    chain is a note in ``notes`` (``None``: not asked for a proof, no note).
 
     Returns:
         One violation per finding (``CHAIN_*``, ``PROOF_*``, or a ``SEAL_*`` code of a
         damaged seal), each naming seq, batch and writer in its message.
     """
-    from dsh.persistence import Reseals
-    from dsh.persistence._proof import compare, prove
+    from dsh.persistence import Reseals, compare_proof, prove_chain
 
     backend = persistence.backend
     if not backend.capabilities.reseal:
-        notes.append(f"{session_id}: this store keeps no integrity seals, so no chain")
+        if notes is not None:
+            notes.append(f"{session_id}: this store keeps no integrity seals, so no chain")
         return []
     try:
         seal_path, incarnation = cast(Reseals, backend).seal_chain(session_id)
-        proof, problems, records = prove(session_id, seal_path, incarnation, events)
+        proof, problems, records = prove_chain(session_id, seal_path, incarnation, events)
     except ConfigError as exc:  # Zstandard: frames carry checksums, no seal
-        notes.append(f"{session_id}: {exc.message}")
+        if notes is not None:
+            notes.append(f"{session_id}: {exc.message}")
         return []
     except DshError as exc:
         return [Violation(None, exc.code, exc.message, session_id)]
@@ -54,13 +55,14 @@ def check_chain(persistence: Persistence, session_id: str, events: Sequence[Even
     found: list[Violation] = []
     for problem in problems:
         if problem.code == "CHAIN_NONE":
-            notes.append(problem.message)
+            if notes is not None:
+                notes.append(problem.message)
             continue
         found.append(Violation(problem.seq, problem.code, _with_writer(problem.message,
                                                                       problem.writer),
                                session_id))
     if kept is not None and session_id in kept:
-        for problem in compare(kept[session_id], proof, records):
+        for problem in compare_proof(kept[session_id], proof, records):
             found.append(Violation(problem.seq, problem.code, problem.message, session_id))
     return found
 
@@ -71,21 +73,17 @@ def _with_writer(message: str, writer: str | None) -> str:
 
 def attribute(persistence: Persistence, session_id: str, error: DshError) -> str:
     """``error``'s message, naming the chained batch (seq range, writer) that holds its seq."""
-    from dsh.persistence import Reseals
-    from dsh.persistence._seal import read_seal
+    from dsh.persistence import Reseals, chain_record_at
 
     seq = error.where.get("seq")
     if not isinstance(seq, int) or not persistence.backend.capabilities.reseal:
         return error.message
     try:
         seal_path, _ = cast(Reseals, persistence.backend).seal_chain(session_id)
-        seal = read_seal(Path(seal_path))
+        record = chain_record_at(seal_path, seq)
     except (DshError, OSError):
         return error.message
-    for record in seal.chain if seal is not None else []:
-        if record.first <= seq < record.end:
-            return f"{error.message}; it lies in {record.where()}"
-    return error.message
+    return error.message if record is None else f"{error.message}; it lies in {record.where()}"
 
 
 def load_kept(path: Path) -> dict[str, Mapping[str, object]]:

@@ -71,6 +71,10 @@ if TYPE_CHECKING:
     from dsh.persistence._listing import summarize as summarize
     from dsh.persistence._pages import StoredPages, read_pages
     from dsh.persistence._pages import readable_prefix as readable_prefix
+    from dsh.persistence._proof import ChainProof as ChainProof
+    from dsh.persistence._proof import chain_record_at as chain_record_at
+    from dsh.persistence._proof import compare_proof as compare_proof
+    from dsh.persistence._proof import prove_chain as prove_chain
     from dsh.persistence._read import Inspection
     from dsh.persistence._restore_point import KeepsRestorePoints as KeepsRestorePoints
     from dsh.persistence._restore_point import RestorePointRefused as RestorePointRefused
@@ -109,7 +113,9 @@ _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write
          "KeepsRestorePoints": "_restore_point", "RecordsAfterCommit": "_after_commit",
          "read_pages": "_pages", "readable_prefix": "_pages", "SearchHit": "_search",
          "SearchResults": "_search", "search": "_search", "message_texts": "_search",
-         "forget_search": "_search", "IndexesSearch": "_search", "SearchIndex": "_search"}
+         "forget_search": "_search", "IndexesSearch": "_search", "SearchIndex": "_search",
+         "ChainProof": "_proof", "prove_chain": "_proof", "compare_proof": "_proof",
+         "chain_record_at": "_proof"}
 """Names loaded on first use: ``import dsh.persistence`` stays free of the session layer."""
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}

@@ -2,10 +2,10 @@
 
 Rules: docs/formats.md#the-seal-chain, docs/cli.md#chain-proofs.
 
-:func:`prove` checks a session's seal chain against the events a full read returned (each
+:func:`prove_chain` checks a session's seal chain against the events a full read returned (each
 batch's leaves against its record, each record's incarnation) and returns the proof an
 auditor keeps: head hash, batch count, last seq, writer, incarnation, and the first 8 bytes
-of every record's hash. :func:`compare` checks a kept proof against a later one: the chain
+of every record's hash. :func:`compare_proof` checks a kept proof against a later one: the chain
 may only have grown; a batch it counted that is gone, or whose hash differs, is named with
 its seq range and writer.
 """
@@ -20,7 +20,7 @@ from dsh.persistence._chain import ChainRecord, batch_digest, event_leaves, inca
 from dsh.persistence._seal import read_seal
 from dsh.session import Event
 
-__all__ = ["ChainProblem", "ChainProof", "compare", "prove"]
+__all__ = ["ChainProblem", "ChainProof", "chain_record_at", "compare_proof", "prove_chain"]
 
 _SHORT = 16
 """Hex digits of each record's hash a proof keeps (its first 8 bytes)."""
@@ -83,7 +83,7 @@ class ChainProof:
                 f"incarnation {self.incarnation}")
 
 
-def prove(session_id: str, seal_path: str, incarnation: str, events: Sequence[Event]
+def prove_chain(session_id: str, seal_path: str, incarnation: str, events: Sequence[Event]
           ) -> tuple[ChainProof, list[ChainProblem], list[ChainRecord]]:
     """Check the chain of ``seal_path`` against ``events`` (a full read, seq order).
 
@@ -96,8 +96,9 @@ def prove(session_id: str, seal_path: str, incarnation: str, events: Sequence[Ev
     Returns:
         The proof, the problems found, and the chain's records. Problems: ``CHAIN_EVENTS``
         (a batch's events are not the ones its record committed to), ``CHAIN_CUT`` (the log
-        ends before a chained batch), ``CHAIN_INCARNATION`` (a record written for another incarnation), ``CHAIN_NONE`` (the
-        seal has no chain: written before the chain, or none at all).
+        ends before a chained batch), ``CHAIN_INCARNATION`` (a record written for another
+        incarnation), ``CHAIN_NONE`` (the seal has no chain: written before the chain, or
+        none at all).
 
     Raises:
         LogCorruptError: the seal file is damaged (``SEAL_*`` codes, see ``read_seal``).
@@ -148,7 +149,7 @@ def prove(session_id: str, seal_path: str, incarnation: str, events: Sequence[Ev
     return proof, problems, chain
 
 
-def compare(kept: Mapping[str, object], now: ChainProof | None, records: Sequence[ChainRecord]
+def compare_proof(kept: Mapping[str, object], now: ChainProof | None, records: Sequence[ChainRecord]
             = ()) -> list[ChainProblem]:
     """Check a kept proof (:meth:`ChainProof.to_json`) against the session's proof now.
 
@@ -207,3 +208,16 @@ def compare(kept: Mapping[str, object], now: ChainProof | None, records: Sequenc
                              f"(batch {batches - 1}) no longer hashes to {head}",
                              batch=batches - 1)]
     return []
+
+
+def chain_record_at(seal_path: str, seq: int) -> ChainRecord | None:
+    """The chain record of ``seal_path`` whose batch holds ``seq`` (``None``: none does).
+
+    Raises:
+        LogCorruptError: the seal file is damaged.
+    """
+    seal = read_seal(Path(seal_path))
+    for record in seal.chain if seal is not None else []:
+        if record.first <= seq < record.end:
+            return record
+    return None

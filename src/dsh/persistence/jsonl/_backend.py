@@ -1165,8 +1165,8 @@ class JsonlHandle(HandleBase):
         staged: Path | None = None
         if raw:  # staged first: the marked log is without its seal only between two renames
             try:
-                # the chain is kept: tombstoned events keep their leaves (docs/formats.md#the-
-                # seal-chain); the events past it get one new record
+                # the chain is kept: tombstoned events keep their leaves
+                # (docs/formats.md#the-seal-chain); the events past it get one new record
                 chain = ChainState(carry(
                     old_chain.records if old_chain is not None else [],
                     {int(e["seq"]): e for e in old.events}, batch,
