@@ -7,6 +7,12 @@ Run: ``python -m bench.bench_integrity [--events 20000] [--batch 50] [--runs 5] 
 rest log-only ticks), with every page checked against the seal (``verified``, the shipped code;
 docs/rules.md#verified-page-in) and without (``unverified``).
 
+``--chain`` measures the seal's hash chain (docs/formats.md#the-seal-chain) instead: append+flush
+with the chain (``chained``, the shipped code) and without (``unchained``: no chain record, the
+range records as before), and what ``dsh verify`` adds to a full read: the chain check
+(``prove_chain``: every event's leaf recomputed, every record compared) over a log written in
+batches of ``--batch``, timed apart from the read in the same process.
+
 For raw JSONL and SQLite, each figure is the median of ``--runs`` fresh processes, the two
 variants interleaved: ``sealed`` is the shipped code; ``unsealed`` skips the checksums and the
 seal file writes (append+flush) and removes the seal files before reading (cold load).
@@ -110,11 +116,39 @@ def _page_in(kind: str, variant: str, location: str, n: int, batch: int) -> floa
     return elapsed * 1000
 
 
+def _chain_verify(kind: str, location: str, n: int, batch: int) -> dict[str, float]:
+    """Write ``n`` events (once per location), then time a full read and the chain check."""
+    from dsh.persistence import Persistence, open_backend, prove_chain
+
+    url = f"jsonl://{location}" if kind == "jsonl" else f"sqlite://{location}/store.db"
+    persistence = Persistence(open_backend(url))
+    if not persistence.exists("s"):
+        events = _events(n)
+        persistence.create({"version": 0, "id": "s", "createdAt": 1, "cwd": "/w/p"})
+        with persistence.open("s", "write") as handle:
+            for k in range(0, n, batch):
+                handle.append(events[k:k + batch])  # type: ignore[arg-type]
+                handle.flush()
+    started = time.perf_counter()
+    read = persistence.read("s")
+    middle = time.perf_counter()
+    seal, incarnation = persistence.backend.seal_chain("s")  # type: ignore[attr-defined]
+    proof, problems, _ = prove_chain("s", seal, incarnation, read.stored_events)
+    ended = time.perf_counter()
+    assert not problems and proof.last_seq == n - 1, (problems, proof.last_seq)
+    persistence.close()
+    return {"read": (middle - started) * 1000, "chain": (ended - middle) * 1000}
+
+
 def _child(op: str, kind: str, variant: str, location: str, n: int, batch: int) -> float:
     from dsh.persistence import Persistence, open_backend
 
     if op == "page-in":
         return _page_in(kind, variant, location, n, batch)
+    if variant == "unchained":  # range records only, as before the chain
+        from dsh.persistence._chain import ChainState
+
+        ChainState.take = lambda self, *args: None  # type: ignore[method-assign,assignment]
     url = f"jsonl://{location}" if kind == "jsonl" else f"sqlite://{location}/store.db"
     if variant == "unsealed":
         import dsh.persistence.sqlite._backend as sqlite_module
@@ -163,14 +197,22 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where the temporary stores go")
     parser.add_argument("--page-in", action="store_true",
                         help="measure a resume through a restore point, verified or not")
+    parser.add_argument("--chain", action="store_true",
+                        help="measure the seal chain: append+flush, and dsh verify's check")
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         op, kind, variant, location, n, batch = args.child
+        if op == "chain-verify":
+            print(json.dumps(_chain_verify(kind, location, int(n), int(batch))))
+            return
         print(json.dumps({"ms": _child(op, kind, variant, location, int(n), int(batch))}))
         return
     if args.page_in:
         _page_in_table(args.events, args.batch, args.runs, args.dir)
+        return
+    if args.chain:
+        _chain_table(args.events, args.batch, args.runs, args.dir)
         return
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -198,6 +240,42 @@ def main() -> None:
     for kind, op, sealed, unsealed, ratio in rows:
         print(f"| {'raw JSONL' if kind == 'jsonl' else 'SQLite'} | {names[op]} | {sealed:.0f} | "
               f"{unsealed:.0f} | {ratio:.2f} |")
+
+
+def _chain_table(n: int, batch: int, runs: int, where: str | None) -> None:
+    """Print the chain's cost: append+flush chained / unchained, and verify's chain check."""
+    rows = []
+    with tempfile.TemporaryDirectory(dir=where) as tmp:
+        for kind in ("jsonl", "sqlite"):
+            times: dict[str, list[float]] = {"chained": [], "unchained": []}
+            for run in range(runs):
+                for variant in ("chained", "unchained"):
+                    location = Path(tmp) / f"{kind}-{variant}-{run}"
+                    location.mkdir(mode=0o700)
+                    times[variant].append(_run("write", kind, variant, location, n, batch))
+                    shutil.rmtree(location)
+            location = Path(tmp) / f"{kind}-verify"
+            location.mkdir(mode=0o700)
+            checks = []
+            for _ in range(runs):
+                out = subprocess.run([sys.executable, "-m", _CHILD, "--child", "chain-verify",
+                                      kind, "-", str(location), str(n), str(batch)],
+                                     capture_output=True, text=True, check=True)
+                checks.append(json.loads(out.stdout))
+            shutil.rmtree(location)
+            chained = statistics.median(times["chained"])
+            unchained = statistics.median(times["unchained"])
+            read = statistics.median(c["read"] for c in checks)
+            chain = statistics.median(c["chain"] for c in checks)
+            rows.append((kind, chained, unchained, read, chain))
+    print(f"# seal chain: {n:,} events, batches of {batch}, median of {runs} fresh processes")
+    print("| backend | append+flush chained ms | unchained ms | chained / unchained | "
+          "full read ms | chain check ms | chain check µs/event |")
+    print("|---|---|---|---|---|---|---|")
+    for kind, chained, unchained, read, chain in rows:
+        print(f"| {'raw JSONL' if kind == 'jsonl' else 'SQLite'} | {chained:.0f} | "
+              f"{unchained:.0f} | {chained / unchained:.2f} | {read:.0f} | {chain:.0f} | "
+              f"{chain * 1000 / n:.2f} |")
 
 
 def _page_in_table(n: int, batch: int, runs: int, where: str | None) -> None:

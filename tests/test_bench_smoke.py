@@ -42,6 +42,7 @@ CASES = {
     "erase": ["bench.bench_erase", "--sessions", "20", "--subject", "2"],
     "integrity-page-in": ["bench.bench_integrity", "--page-in", "--events", "2000", "--runs",
                           "1"],
+    "integrity-chain": ["bench.bench_integrity", "--chain", "--events", "300", "--runs", "1"],
     "view": ["bench.bench_view", "--sizes", "300", "--sessions", "5", "--runs", "1",
              "--backends", "jsonl,sqlite"],
     # 5,000 events: a restore point to move aside, and enough events to page by range

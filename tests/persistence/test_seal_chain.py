@@ -306,3 +306,24 @@ def test_a_crash_before_the_head_is_published_is_not_damage(tmp_path: Path,
     assert problems == []
     assert proof.gaps == ((3, BATCHES),)  # committed to by the next record, not hidden
     assert records[-1].first == BATCHES
+
+
+@pytest.mark.parametrize("backend", sorted(URLS))
+def test_a_changed_log_is_log_damage_attributed_to_its_batch_and_writer(
+        tmp_path: Path, backend: str) -> None:
+    url, _ = _write(tmp_path, backend)
+    if backend == "jsonl":
+        [log] = (tmp_path / "store").glob("*/*/session.jsonl")
+        log.write_bytes(log.read_bytes().replace(b"message 004", b"massage 004"))
+    else:
+        import sqlite3
+
+        conn = sqlite3.connect(tmp_path / "store.db")
+        conn.execute("UPDATE events SET data = replace(data, 'message 004', 'massage 004')")
+        conn.commit()
+        conn.close()
+    out = _cli(tmp_path, url, "s1")
+    assert out.returncode == 1
+    assert "LOG_CORRUPT" in out.stdout and "SEAL_" not in out.stdout
+    assert f"it lies in the batch of seq 4..4 written by {_chain.this_writer().host} pid " \
+        f"{os.getpid()}" in out.stdout

@@ -76,7 +76,9 @@ def attribute(persistence: Persistence, session_id: str, error: DshError) -> str
     from dsh.persistence import Reseals, chain_record_at
 
     seq = error.where.get("seq")
-    if not isinstance(seq, int) or not persistence.backend.capabilities.reseal:
+    if not isinstance(seq, int):
+        seq = _seq_at(error.where.get("path"), error.where.get("byte_offset"))
+    if seq is None or not persistence.backend.capabilities.reseal:
         return error.message
     try:
         seal_path, _ = cast(Reseals, persistence.backend).seal_chain(session_id)
@@ -84,6 +86,35 @@ def attribute(persistence: Persistence, session_id: str, error: DshError) -> str
     except (DshError, OSError):
         return error.message
     return error.message if record is None else f"{error.message}; it lies in {record.where()}"
+
+
+def _seq_at(path: object, offset: object) -> int | None:
+    """The seq of the first event at ``offset`` of a raw JSONL log (a line start), or None.
+
+    Reads the line before it: the header (seq 0 follows), an event (its seq + 1) or a chunk
+    row (its last member's seq + 1) (docs/formats.md#chunk-rows).
+    """
+    if not isinstance(path, str) or not isinstance(offset, int) or not path.endswith(".jsonl"):
+        return None
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, offset - 65536))
+            before = f.read(offset - max(0, offset - 65536))
+        line = before[:-1].rsplit(b"\n", 1)[-1] if before.endswith(b"\n") else b""
+        record = json.loads(line)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    if record.get("type") == "session":
+        return 0
+    if isinstance(record.get("seq"), int):
+        return int(record["seq"]) + 1
+    texts = record.get("data", {}).get("texts") if isinstance(record.get("data"), dict) else None
+    texts = texts if isinstance(texts, list) else record.get("data", {}).get("args")
+    if isinstance(record.get("seq0"), int) and isinstance(texts, list):
+        return int(record["seq0"]) + len(texts)
+    return None
 
 
 def load_kept(path: Path) -> dict[str, Mapping[str, object]]:
