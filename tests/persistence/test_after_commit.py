@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import dsh
+from dsh.persistence import _chain
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._after_commit import AfterCommitFailure
 from dsh.persistence.jsonl import _backend as jsonl_backend
@@ -79,6 +80,7 @@ def _raise(*args: Any, **kwargs: Any) -> Any:
 INJECT: dict[tuple[str, str], list[tuple[Any, str]]] = {
     ("jsonl", "seal"): [(jsonl_backend, "append_seal_to"), (jsonl_backend, "reset_seal")],
     ("jsonl", "seal-crc"): [(jsonl_backend, "crc_of")],
+    ("jsonl", "seal-chain"): [(_chain, "new_record"), (jsonl_backend, "publish_head")],
     ("jsonl", "listing"): [(jsonl_backend, "note_flushed")],
     ("jsonl", "restore-point"): [(rp, "encode_restore_point")],
     ("jsonl", "restore-fold"): [(RestoreFold, "feed")],
@@ -86,6 +88,7 @@ INJECT: dict[tuple[str, str], list[tuple[Any, str]]] = {
     ("jsonl+zstd", "restore-point"): [(rp, "encode_restore_point")],
     ("sqlite", "seal"): [(sqlite_backend, "append_seal_to"), (sqlite_backend, "reset_seal")],
     ("sqlite", "seal-crc"): [(sqlite_backend, "rows_crc")],
+    ("sqlite", "seal-chain"): [(_chain, "new_record"), (sqlite_backend, "publish_head")],
     ("sqlite", "anchor"): [(sqlite_rp, "last_row_digest")],
     ("sqlite", "restore-point"): [(rp, "encode_restore_point")],
     ("sqlite", "restore-fold"): [(RestoreFold, "feed")],
@@ -116,7 +119,7 @@ def test_failure_after_commit_never_fails_the_flush(tmp_path: Path, backend: str
         session.append("user/message", user("after"), surface_op="append")
         store.flush(session)  # the faults are gone: the next flush repairs
         expected = [e["data"] for e in session.events]
-    want = {"seal-crc": "seal"}.get(step, step)
+    want = {"seal-crc": "seal", "seal-chain": "seal"}.get(step, step)
     assert watcher.failures, "the failure was not reported to the observers"
     steps = {f.step for f in watcher.failures}
     if step == "seal":  # the restore point's digest goes into the seal too, which fails

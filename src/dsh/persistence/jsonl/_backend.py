@@ -691,7 +691,11 @@ class JsonlHandle(HandleBase):
         tail.header_digest = rp.digest(content[:tail.header_end]) if raw else ""
         if raw:
             tail.chain = ChainState([], pending=list(batch))
-            tail.chain.take(len(batch), self._incarnation(), this_writer())
+            try:
+                tail.chain.take(len(batch), self._incarnation(), this_writer())
+            except Exception as exc:  # sealed without a chain record: the next flush chains
+                tail.chain = ChainState([], pending=list(batch))
+                self.after_commit.failed("seal", exc, "the next flush chains these events")
         staged, records = self._stage_first_seal(content) if raw else (None, [])
         if staged is None and raw:  # no seal could be written: no mark that promises one
             content = self._backend._initial_content(self._pending_header, batch)
@@ -1105,9 +1109,9 @@ class JsonlHandle(HandleBase):
             self.after_commit.failed("seal", exc, "the next flush seals these bytes")
             return
         chain = tail.chain
-        link = chain.take(tail.durable_count, self._incarnation(), this_writer()) \
-            if chain is not None else None
         try:
+            link = chain.take(tail.durable_count, self._incarnation(), this_writer()) \
+                if chain is not None else None
             if tail.seal_rewrite:
                 reset_seal(self._seal_path(), b"", [*tail.seals, *records],
                            tail.restore_marks[-1:], chain=chain)

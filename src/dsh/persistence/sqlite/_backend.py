@@ -1608,9 +1608,9 @@ class SqliteHandle(HandleBase):
         assert self._seals is not None
         path = self._seal_file
         chain = self._chain
-        link = chain.take(record[1], incarnation_bytes(incarnation), this_writer()) \
-            if chain is not None else None
         try:
+            link = chain.take(record[1], incarnation_bytes(incarnation), this_writer()) \
+                if chain is not None else None
             if self._seal_rewrite:
                 self._close_seal_fd()  # the rewrite replaces the file it points to
                 mkdir_private(path.parent, "integrity seals")
