@@ -279,6 +279,17 @@ class _Issue:
     line: int
     byte_offset: int
     reason: str
+    hole: bool = False  # the bad record holds a power-cut hole: the whole suspect tail is torn
+
+
+def is_power_cut_hole(raw: bytes) -> bool:
+    """Whether the bad record ``raw`` holds a NUL byte: what a power cut leaves, never a writer.
+
+    A log line never holds a NUL byte (JSON escapes every control character), while a block of
+    an unsynced write that never reached the disk, or a file grown past the data written into
+    it, reads back as zeros. Rule: docs/formats.md#reading-the-committed-region.
+    """
+    return b"\0" in raw
 
 
 @dataclass(slots=True)
@@ -328,7 +339,8 @@ class Scanner:
       later complete line that parses and decodes means the bad record lies inside committed
       data: corruption naming its line and byte offset (dsh only refuses when that later
       record holds a ``turn/end`` and otherwise drops complete records; the port refuses
-      rather than deleting them);
+      rather than deleting them), unless the bad record holds a NUL byte (a power-cut hole,
+      see :func:`is_power_cut_hole`): then the whole suspect tail is torn;
     * a trailing fragment without ``\\n`` is a torn tail.
 
     Args:
@@ -401,7 +413,7 @@ class Scanner:
         end = offset + len(raw) + 1
         decoded = self._decode(raw, line, offset)
         if self._issue is not None:
-            if isinstance(decoded, str):
+            if isinstance(decoded, str) or self._issue.hole:
                 return
             issue = self._issue
             raise self._corrupt(
@@ -409,7 +421,10 @@ class Scanner:
                 f"line {line} follows it, so the damage is inside committed data",
                 line=issue.line, offset=issue.byte_offset)
         if isinstance(decoded, str):
-            self._issue = _Issue(line, offset, decoded)
+            hole = is_power_cut_hole(raw)
+            if hole:
+                decoded += " (NUL bytes: blocks of an unsynced write lost in a power cut)"
+            self._issue = _Issue(line, offset, decoded, hole)
             return
         first = decoded[0]["seq"]
         if first < self._expected:
