@@ -5,9 +5,10 @@ from __future__ import annotations
 import enum
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -16,6 +17,7 @@ import typer
 from dsh import (
     ConfigError,
     DshError,
+    EventRejectedError,
     ImportFormatError,
     Session,
 )
@@ -32,13 +34,14 @@ from dsh.cli._common import (
     stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED, STATE
-from dsh.cli._progress import progress
+from dsh.cli._progress import Bar, progress
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from dsh.interop import ImportedSession
-    from dsh.persistence import Persistence
+    from dsh.interop import ImportedSession, StreamedSession
+    from dsh.persistence import Handle, Persistence
+    from dsh.session import Event
 
 WRITE_BATCH_EVENTS: Final = 20_000
 """Events ``dsh import`` writes and flushes at once (a 300k-event session: 15 batches)."""
@@ -158,9 +161,9 @@ def _stored_count(persistence: Persistence, session_id: str) -> int:
 
 
 def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
-                report: ImportReport) -> None:
-    """Import one file; all of its sessions are validated before anything is written."""
-    from dsh.interop import detect_format, import_file
+                report: ImportReport, bar: Bar) -> None:
+    """Import one file: streamed (docs/interop.md#streaming-imports) or validated whole first."""
+    from dsh.interop import STREAMING_FORMATS, detect_format, import_file
 
     shown = str(path)
     try:
@@ -174,6 +177,10 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
         else:
             report.ignored.append((shown, _reason(error)))
         return
+    if detected in STREAMING_FORMATS:
+        with _uninterrupted():
+            _stream_file(persistence, path, shown, detected, report, bar)
+        return
     try:
         sessions = [s for top in import_file(path, detected) for s in top.walk()]
         # Validate every session of the file first (seed rules, docs/rules.md#seed-validation), so a
@@ -182,10 +189,94 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
     except DshError as error:
         report.failed.append((shown, _reason(error)))
         return
-    report.cut.extend(sorted({(s.source_path if s.source_path != str(path.resolve()) else shown,
-                               s.torn_line) for s in sessions if s.torn_line is not None}))
+    _note_cut(report, path, shown, sessions)
     with _uninterrupted():
         _write_file(persistence, built, shown, detected, report)
+
+
+def _note_cut(report: ImportReport, path: Path, shown: str,
+              sessions: Iterable[ImportedSession | StreamedSession]) -> None:
+    report.cut.extend(sorted({(s.source_path if s.source_path != str(path.resolve()) else shown,
+                               s.torn_line) for s in sessions if s.torn_line is not None}))
+
+
+def _stream_file(persistence: Persistence, path: Path, shown: str, detected: str,
+                 report: ImportReport, bar: Bar) -> None:
+    """Import a file session by session as it is read, a batch at a time.
+
+    Every line is decoded and the branch chosen before the first write (the first of the two
+    reads), so a damaged file writes nothing; a record that cannot be mapped, found only when
+    its batch is read, fails the file after its earlier batches were stored: the report says
+    so (docs/interop.md#streaming-imports).
+    """
+    from dsh.interop import collect, stream_file
+
+    streamed: list[StreamedSession] = []
+    written = 0
+    try:
+        for stream in stream_file(path, detected):
+            streamed.append(stream)
+            sid = stream.session_id
+            if persistence.exists(sid):
+                # Imported before: compared whole with what is stored (re-import rules).
+                imported = collect([dataclass_replace(stream, parent=None)])[0]
+                _write_file(persistence, [(imported, imported.to_session())], shown, detected,
+                            report)
+                continue
+            written += _write_stream(persistence, stream, bar)
+            report.imported.append((shown, sid, stream.source_format or detected))
+    except DshError as error:
+        partial = (f" ({render.plural(written, 'event')} of it were stored before the failure: "
+                   "import the file again once it is fixed)") if written else ""
+        report.failed.append((shown, _reason(error) + partial))
+        return
+    _note_cut(report, path, shown, streamed)
+
+
+def _write_stream(persistence: Persistence, stream: StreamedSession, bar: Bar) -> int:
+    """Validate and write one new streamed session; return the events written.
+
+    Each batch passes the session's seed validation (:class:`dsh.session.SeedStream`) before it is
+    appended; the handle is flushed once, at the end (the durability barrier).
+
+    Raises:
+        ImportFormatError: a batch the importer or seed validation refused.
+        DshError: a write the store refused.
+    """
+    from dsh.interop import ImportBatch
+    from dsh.session import SeedStream
+
+    sid = stream.session_id
+    opened: list[Handle] = []
+
+    def stored(start: int, stop: int) -> Sequence[Event]:
+        return opened[0].read(start).events[:stop - start]
+
+    inherited = stream.header.get("seedLength", 0)
+    try:
+        seed = SeedStream(sid, header=stream.header, reader=stored,
+                          inherited_event_count=inherited if isinstance(inherited, int) else 0)
+    except EventRejectedError as exc:
+        raise stream.refused(exc, ImportBatch([], [])) from exc
+    persistence.create(stream.header)
+    done = 0
+    with persistence.open(sid, "write") as handle:
+        opened.append(handle)
+        for batch in stream.batches:
+            try:
+                events = seed.admit(batch.events)
+            except EventRejectedError as exc:
+                raise stream.refused(exc, batch) from exc
+            handle.append(events)
+            seed.settle()
+            done += len(events)
+            bar.describe(f"{sid[:8]}… {done:,} events")
+        try:
+            seed.finish()
+        except EventRejectedError as exc:
+            raise stream.refused(exc, ImportBatch([], [])) from exc
+        handle.flush()
+    return done
 
 
 @contextmanager
@@ -308,7 +399,7 @@ def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
         try:
             for (path, explicit), size in zip(files, sizes, strict=True):
                 bar.describe(path.name)
-                _import_one(persistence, path, fmt, explicit, report)
+                _import_one(persistence, path, fmt, explicit, report, bar)
                 show_outcome()
                 bar.advance(size)
         except KeyboardInterrupt:

@@ -33,17 +33,22 @@ What is read (corpus README "Claude Code"):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
 from dsh.interop._anthropic import anthropic_blocks, anthropic_usage, result_blocks
 from dsh.interop._common import (
     EventBuilder,
+    ImportBatch,
     ImportedSession,
+    JsonlSource,
     JsonObj,
+    StreamedSession,
+    collect,
     derived_id,
     note_line,
-    read_jsonl_records,
+    parse_time,
     stable_session_id,
     str_or_none,
     text_blocks,
@@ -89,55 +94,228 @@ def import_claude_code(path: Path) -> list[ImportedSession]:
         ImportFormatError: unreadable/empty/binary file, a non-JSON or torn line, a line that is
             not a JSON object, or a file without any Claude Code record.
     """
-    records = read_jsonl_records(path, FORMAT, live=True)
-    for line, record in records:
-        if not isinstance(record, dict) or not isinstance(record.get("type"), str):
-            raise _error(path, line, "record must be a JSON object with a string type, found "
-                         f"{type(record).__name__}")
-    if not any(looks_like_claude_code(r) for _, r in records):
-        raise _error(path, records[0][0], "no Claude Code transcript record found (expected "
+    return collect(stream_claude_code(path))
+
+
+def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[StreamedSession]:
+    """Stream one Claude Code transcript: the session, then its children (parents first).
+
+    Two reads of the file (docs/interop.md#streaming-imports): the first keeps only what
+    chooses the model-visible branch (each line's uuid, links, type, response id and tool ids)
+    and the session's identity; the second maps the main session's lines as they are read,
+    a batch of events at a time. An API response split over several lines is merged by
+    reading its other lines again (by offset). Inline sidechains and subagents mirrored in
+    ``agent_progress`` lines are read as whole sessions (one at a time, after the main one);
+    ``subagents/agent-*.jsonl`` files are streamed in turn.
+
+    Raises:
+        ImportFormatError: as :func:`import_claude_code`, when a batch or the next session is
+            asked for.
+    """
+    src = JsonlSource(path, FORMAT, live=True)
+    scan = _Scan()
+    for line, offset, record in src.records():
+        scan.add(path, line, offset, record)
+    if not scan.claude_code:
+        raise _error(path, scan.first_line, "no Claude Code transcript record found (expected "
                      "user/assistant lines with uuid and sessionId)")
-    entries = [(line, r) for line, r in records]
-    main_has_mainline = any(r.get("type") in _MESSAGE_TYPES and not r.get("isSidechain")
-                            for _, r in entries)
-    main_entries: list[tuple[int, JsonObj]] = []
-    side_entries: list[tuple[int, JsonObj]] = []
-    for line, r in entries:
-        if main_has_mainline and r.get("isSidechain") and _uuid(r) is not None:
-            side_entries.append((line, r))
-        else:
-            main_entries.append((line, r))
-    own_session = usable_id(_first(entries, "sessionId"))
-    agent_id = _first(entries, "agentId")
-    if main_has_mainline or agent_id is None:
+    own_session = usable_id(scan.session)
+    if scan.mainline or scan.agent is None:
         session_id = stable_session_id(path, FORMAT, own_session)
         header_extra: JsonObj = {}
     else:
-        session_id = _child_id(own_session or str(path.resolve()), f"agent-{agent_id}")
+        session_id = _child_id(own_session or str(path.resolve()), f"agent-{scan.agent}")
         header_extra = {"origin": "subagent", "delegationDepth": 1}
         if own_session:
             header_extra["parentSession"] = own_session
-    session = _build(main_entries, path, session_id, header_extra)
-    for root_uuid, group in _sidechain_groups(side_entries):
-        child_id = _child_id(session_id, f"sidechain-{root_uuid}")
-        session.children.append(_build(group, path, child_id, {
-            "parentSession": session_id, "origin": "subagent", "delegationDepth": 1}))
+    if parent is not None:
+        header_extra["parentSession"] = parent
+    side = scan.side_lines() if scan.mainline else set()
+    main = [(line, r) for line, r in scan.entries if line not in side]
+    side_entries = [(line, r) for line, r in scan.entries if line in side]
+    active, repairs = _active_set(main)
+    title_line = _title_line(main, active)
+    b = EventBuilder(FORMAT, session_id, path)
+    b.model = ("anthropic", "unknown")
+    first = scan.first_time(side)
+    if first is not None:
+        b.at(first)
+    header = b.header(cwd=scan.first_cwd(side), extra=header_extra,
+                      stamp=not scan.timed(side))
+    responses = scan.responses(side, active)
+    scan.entries = []  # what follows needs only the branch and the response index
+    stream = StreamedSession(session_id, header, iter(()), FORMAT, str(path.resolve()), parent,
+                             src.torn_line)
+
+    def blocks_of(key: str, line: int, record: JsonObj) -> tuple[list[JsonObj], Any]:
+        parts = responses.get(key, [(line, -1)])
+        blocks: list[JsonObj] = []
+        usage: Any = None
+        for at, offset in parts:
+            r = record if at == line else src.record_at(at, offset)
+            msg = r.get("message") if isinstance(r, dict) else None
+            if not isinstance(msg, dict):
+                continue
+            blocks.extend(anthropic_blocks(msg.get("content")))
+            if isinstance(msg.get("usage"), dict):
+                usage = msg["usage"]
+        return blocks, usage
+
+    def batches() -> Iterator[ImportBatch]:
+        records = ((line, r) for line, _, r in src.records(side, exclude=True))
+        for _ in _map(b, records, path, active, repairs, title_line, blocks_of):
+            if len(b.events) >= STREAM_BATCH_EVENTS:
+                yield ImportBatch(*b.drain())
+        b.finish()
+        if b.events:
+            yield ImportBatch(*b.drain())
+
+    stream.batches = batches()
+    yield stream
+    children: list[ImportedSession] = []
+    if side_entries:
+        wanted = {line for line, _ in side_entries}
+        full = {line: r for line, _, r in src.records(wanted)}
+        for root_uuid, group in _sidechain_groups(side_entries):
+            child_id = _child_id(session_id, f"sidechain-{root_uuid}")
+            children.append(_build([(line, full[line]) for line, _ in group], path, child_id, {
+                "parentSession": session_id, "origin": "subagent", "delegationDepth": 1}))
+        del full
+    for child in children:
+        child.torn_line = src.torn_line
+        yield StreamedSession.of(child, session_id)
     sub_dir = path.with_suffix("") / "subagents"
     filed: set[str] = set()
-    if main_has_mainline and sub_dir.is_dir():
+    if scan.mainline and sub_dir.is_dir():
         for sub in sorted(sub_dir.glob("agent-*.jsonl")):
-            child = import_claude_code(sub)[0]
-            child.header["parentSession"] = session_id
-            session.children.append(child)
+            yield from stream_claude_code(sub, session_id)
             filed.add(sub.stem[len("agent-"):])
-    for agent, group in _progress_agents(main_entries).items():
-        if agent in filed:
-            continue
-        child_id = _child_id(session_id, f"agent-{agent}")
-        session.children.append(_build(group, path, child_id, {
-            "parentSession": session_id, "origin": "subagent", "delegationDepth": 1},
-            linear=True))
-    return [session]
+    if scan.progress_lines:
+        progress = [(line, r) for line, _, r in src.records(scan.progress_lines)
+                    if line not in side]
+        for agent, group in _progress_agents(progress).items():
+            if agent in filed:
+                continue
+            child_id = _child_id(session_id, f"agent-{agent}")
+            built = _build(group, path, child_id, {
+                "parentSession": session_id, "origin": "subagent", "delegationDepth": 1},
+                linear=True)
+            built.torn_line = src.torn_line
+            yield StreamedSession.of(built, session_id)
+
+
+STREAM_BATCH_EVENTS: Final = 5_000
+"""Events a streamed Claude Code session hands out at a time."""
+
+_SLIM_KEYS: Final = ("type", "uuid", "parentUuid", "logicalParentUuid", "subtype",
+                     "isSidechain", "leafUuid")
+_LINK_BLOCKS: Final = frozenset({"tool_use", "tool_result"})
+
+
+def _slim(record: JsonObj) -> JsonObj:
+    """What choosing the branch reads of a line (:func:`_active_set`, sidechains, the title)."""
+    out: JsonObj = {key: record[key] for key in _SLIM_KEYS if key in record}
+    if record.get("type") == "summary" and "summary" in record:
+        out["summary"] = record["summary"]
+    msg = record.get("message")
+    if isinstance(msg, dict):
+        kept: JsonObj = {}
+        if "id" in msg:
+            kept["id"] = msg["id"]
+        content = msg.get("content")
+        if isinstance(content, list):
+            kept["content"] = [{k: b[k] for k in ("type", "id", "tool_use_id") if k in b}
+                               for b in content
+                               if isinstance(b, dict) and b.get("type") in _LINK_BLOCKS]
+        out["message"] = kept
+    return out
+
+
+class _Scan:
+    """The first read of a Claude Code file: its lines' branch skeleton and identity."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, JsonObj]] = []
+        self.claude_code = False
+        self.first_line = 0
+        self.mainline = False
+        self.session: str | None = None
+        self.agent: str | None = None
+        self.progress_lines: set[int] = set()
+        # (line, offset, response key, uuid) of each assistant line with a message object
+        self.assistant: list[tuple[int, int, str, str | None]] = []
+        # first timestamp / cwd / whether a later time parses: over all lines, and over lines
+        # that are not sidechain candidates (isSidechain with a uuid)
+        self._first_ts: dict[bool, object] = {}
+        self._timed: dict[bool, bool] = {}  # some timestamp parses (looked for until one does)
+        self._cwds: dict[bool, object] = {}
+        self._candidates: set[int] = set()
+
+    def add(self, path: Path, line: int, offset: int, r: Any) -> None:
+        if not isinstance(r, dict) or not isinstance(r.get("type"), str):
+            raise _error(path, line, "record must be a JSON object with a string type, found "
+                         f"{type(r).__name__}")
+        if not self.first_line:
+            self.first_line = line
+        kind = r["type"]
+        self.claude_code = self.claude_code or looks_like_claude_code(r)
+        if kind in _MESSAGE_TYPES and not r.get("isSidechain"):
+            self.mainline = True
+        for key in ("sessionId", "agentId"):
+            value = r.get(key)
+            if isinstance(value, str) and value:
+                if key == "sessionId" and self.session is None:
+                    self.session = value
+                elif key == "agentId" and self.agent is None:
+                    self.agent = value
+        candidate = bool(r.get("isSidechain")) and _uuid(r) is not None
+        if candidate:
+            self._candidates.add(line)
+        for group in ((False, True) if not candidate else (False,)):
+            # group False: every line; True: the lines that stay in the main session anyway
+            stamp = r.get("timestamp")
+            if stamp:
+                self._first_ts.setdefault(group, stamp)
+                if not self._timed.get(group):
+                    self._timed[group] = parse_time(stamp) is not None
+            if group not in self._cwds and isinstance(r.get("cwd"), str):
+                self._cwds[group] = r["cwd"]
+        msg = r.get("message")
+        if kind == "assistant" and isinstance(msg, dict):
+            self.assistant.append((line, offset, _response_key(r, line), _uuid(r)))
+        data = r.get("data")
+        if kind == "progress" and isinstance(data, dict) and data.get(
+                "type") == "agent_progress":
+            self.progress_lines.add(line)
+        self.entries.append((line, _slim(r)))
+
+    def side_lines(self) -> set[int]:
+        """Lines of inline sidechains (in a file that has a main conversation)."""
+        return self._candidates
+
+    def _group(self, side: set[int]) -> bool:
+        return bool(side)
+
+    def first_time(self, side: set[int]) -> object:
+        """The first non-empty timestamp of the main session's lines."""
+        return self._first_ts.get(self._group(side))
+
+    def timed(self, side: set[int]) -> bool:
+        """True when some timestamp of the main session's lines parses (else: stamped)."""
+        return self._timed.get(self._group(side), False)
+
+    def first_cwd(self, side: set[int]) -> object:
+        """The first string cwd of the main session's lines."""
+        return self._cwds.get(self._group(side))
+
+    def responses(self, side: set[int], active: set[str]) -> dict[str, list[tuple[int, int]]]:
+        """``(line, offset)`` of the active lines of each response split over several lines."""
+        found: dict[str, list[tuple[int, int]]] = {}
+        for line, offset, key, uid in self.assistant:
+            if line not in side and uid in active:
+                found.setdefault(key, []).append((line, offset))
+        self.assistant = []
+        return {key: parts for key, parts in found.items() if len(parts) > 1}
 
 
 def _progress_agents(entries: list[tuple[int, JsonObj]]) -> dict[str, list[tuple[int, JsonObj]]]:
@@ -164,14 +342,6 @@ def _progress_agents(entries: list[tuple[int, JsonObj]]) -> dict[str, list[tuple
         entry["agentId"] = agent
         agents.setdefault(agent, []).append((line, entry))
     return agents
-
-
-def _first(entries: list[tuple[int, JsonObj]], key: str) -> str | None:
-    for _, r in entries:
-        value = r.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return None
 
 
 def _child_id(parent: str, name: str) -> str:
@@ -305,6 +475,7 @@ def _user_text(content: object) -> str:
 
 def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
            header_extra: JsonObj, *, linear: bool = False) -> ImportedSession:
+    """Map a whole group of lines (a sidechain, a mirrored subagent) held in memory."""
     b = EventBuilder(FORMAT, session_id, path)
     b.model = ("anthropic", "unknown")
     active, repairs = (({u for _, r in entries if (u := _uuid(r)) is not None}, {}) if linear
@@ -324,21 +495,35 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
             merged.setdefault(key, []).extend(anthropic_blocks(msg.get("content")))
             if isinstance(msg.get("usage"), dict):
                 last_usage[key] = msg["usage"]
+    cwd = next((r["cwd"] for _, r in entries if isinstance(r.get("cwd"), str)), None)
+    for _ in _map(b, iter(entries), path, active, repairs, _title_line(entries, active),
+                  lambda key, line, r: (merged[key], last_usage.get(key))):
+        pass
+    b.finish()
+    header = b.header(cwd=cwd, extra=header_extra)
+    return b.imported(header)
+
+
+_Blocks = Callable[[str, int, JsonObj], tuple[list[JsonObj], Any]]
+"""``(response key, line, record) -> (merged blocks, last usage)`` of an API response."""
+
+
+def _map(b: EventBuilder, entries: Iterator[tuple[int, JsonObj]], path: Path,
+         active: set[str], repairs: dict[str, JsonObj], title_line: int | None,
+         blocks_of: _Blocks) -> Iterator[None]:
+    """Map lines to events on ``b``, yielding after each line (a streaming caller drains)."""
     emitted: set[str] = set()
-    title_line = _title_line(entries, active)
     boundary: JsonObj | None = None
-    cwd: object = None
     for line, r in entries:
         note_line(line)
         kind = r["type"]
         b.at(r.get("timestamp"))
-        if cwd is None and isinstance(r.get("cwd"), str):
-            cwd = r["cwd"]
         uid = _uuid(r)
         if uid in repairs:
             b.ignorable("chain-repair", repairs[uid])
         if kind in _MESSAGE_TYPES and uid not in active:
             b.ignorable("off-branch", r)
+            yield None
             continue
         if kind in _MESSAGE_TYPES:
             b.ignorable("envelope", _envelope(r))
@@ -348,11 +533,13 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
                 raise _error(path, line, "assistant line lacks a message object")
             key = _response_key(r, line)
             if key in emitted:
+                yield None
                 continue
             emitted.add(key)
             model = msg.get("model") if isinstance(msg.get("model"), str) else None
-            b.assistant(merged[key], provider="anthropic", model=model, message_id=key,
-                        usage=anthropic_usage(last_usage.get(key)))
+            blocks, usage = blocks_of(key, line, r)
+            b.assistant(blocks, provider="anthropic", model=model, message_id=key,
+                        usage=anthropic_usage(usage))
         elif kind == "user":
             _user_entry(b, r, line, path, boundary)
             if r.get("isCompactSummary"):
@@ -366,9 +553,7 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
                 b.emit("session/title", {"title": r["summary"]})
         else:
             b.ignorable("unknown", r)
-    b.finish()
-    header = b.header(cwd=cwd, extra=header_extra)
-    return b.imported(header)
+        yield None
 
 
 def _title_line(entries: list[tuple[int, JsonObj]], active: set[str]) -> int | None:

@@ -24,15 +24,15 @@ import json as _stdjson
 import os
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from dsh._errors import DshError, EventRejectedError, ImportFormatError, InvalidJsonError
-from dsh.json import MAX_SAFE_INTEGER, loads, thaw
+from dsh.json import MAX_SAFE_INTEGER, loads_plain
 
 if TYPE_CHECKING:
     from dsh.session import Session
@@ -128,12 +128,99 @@ class ImportedSession:
             index = exc.where.get("seed_index")
             line = (self.lines[index] if isinstance(index, int) and 0 <= index < len(self.lines)
                     else None)
-            where = f"the event mapped from line {line}" if line else "an imported event"
-            raise ImportFormatError(
-                f"{_kind(self.source_format)} transcript cannot become a dsh session: {where} is "
-                f"refused ({exc.message})",
-                code=None if self.source_format in _NATIVE else UNMAPPED_CODE,
-                path=self.source_path or None, line=line, format=self.source_format) from exc
+            raise seed_refused(exc, line, self.source_format, self.source_path) from exc
+
+
+def seed_refused(exc: EventRejectedError, line: int | None, fmt: str,
+                 path: str) -> ImportFormatError:
+    """The ImportFormatError of an imported seed the session refused (:meth:`to_session`)."""
+    where = f"the event mapped from line {line}" if line else "an imported event"
+    return ImportFormatError(
+        f"{_kind(fmt)} transcript cannot become a dsh session: {where} is refused "
+        f"({exc.message})", code=None if fmt in _NATIVE else UNMAPPED_CODE,
+        path=path or None, line=line, format=fmt)
+
+
+@dataclass
+class ImportBatch:
+    """Events of one streamed session, in seq order, with the source line of each.
+
+    Attributes:
+        events: Wire envelopes as in :attr:`ImportedSession.events` (seqs continue the
+            previous batch's).
+        lines: Source line (1-based) of each event, None for events the importer wrote itself.
+    """
+
+    events: list[JsonObj]
+    lines: list[int | None]
+
+
+@dataclass
+class StreamedSession:
+    """One session of a streaming import (:func:`dsh.interop.stream_file`).
+
+    The header is known first; the events follow in :attr:`batches`, read from the source as
+    they are asked for, so only a batch is held at a time (docs/interop.md#streaming-imports).
+    Exhaust (or drop) one session's batches before asking the stream for the next session.
+
+    Attributes:
+        session_id: As :attr:`ImportedSession.session_id`.
+        header: As :attr:`ImportedSession.header`.
+        batches: The events, a batch at a time; iterating may raise ``ImportFormatError``
+            (a record the importer cannot map, a refused mapping) naming the file and line.
+        source_format: Format name.
+        source_path: The file read (resolved).
+        parent: Session id of the streamed session this one is a child of (subagents,
+            sidechains), None for a top-level session. Parents come before their children.
+        torn_line: As :attr:`ImportedSession.torn_line`.
+    """
+
+    session_id: str
+    header: JsonObj
+    batches: Iterator[ImportBatch]
+    source_format: str = ""
+    source_path: str = ""
+    parent: str | None = None
+    torn_line: int | None = None
+
+    def refused(self, exc: EventRejectedError, batch: ImportBatch) -> ImportFormatError:
+        """The ImportFormatError of ``batch`` refused by seed validation (naming its line)."""
+        index = exc.where.get("seed_index")
+        first = batch.events[0].get("seq", 0) if batch.events else 0
+        offset = index - first if isinstance(index, int) and isinstance(first, int) else -1
+        line = batch.lines[offset] if 0 <= offset < len(batch.lines) else None
+        return seed_refused(exc, line, self.source_format, self.source_path)
+
+    @classmethod
+    def of(cls, imported: ImportedSession, parent: str | None = None) -> StreamedSession:
+        """A materialised session as a stream of one batch (formats that need the whole file)."""
+        batch = ImportBatch(imported.events, [
+            *imported.lines, *[None] * (len(imported.events) - len(imported.lines))])
+        return cls(imported.session_id, imported.header, iter([batch]),
+                   imported.source_format, imported.source_path, parent, imported.torn_line)
+
+
+def collect(streams: Iterable[StreamedSession]) -> list[ImportedSession]:
+    """Materialise streamed sessions: each with all its events, children under their parent.
+
+    Raises:
+        ImportFormatError: as the stream does.
+    """
+    tops: list[ImportedSession] = []
+    by_id: dict[str, ImportedSession] = {}
+    for stream in streams:
+        events: list[JsonObj] = []
+        lines: list[int | None] = []
+        for batch in stream.batches:
+            events.extend(batch.events)
+            lines.extend(batch.lines)
+        session = ImportedSession(stream.session_id, stream.header, events, [],
+                                  stream.source_format, stream.source_path, lines,
+                                  stream.torn_line)
+        parent = by_id.get(stream.parent) if stream.parent is not None else None
+        (parent.children if parent is not None else tops).append(session)
+        by_id[stream.session_id] = session
+    return tops
 
 
 _NATIVE: Final = frozenset({"dsh", "atif"})
@@ -230,6 +317,18 @@ def read_regular_file(path: Path) -> bytes:
         OSError: the file cannot be opened or read.
         _NotRegular: it is not a regular file (``kind`` names what it is).
     """
+    with open_regular(path) as f:
+        return f.read()
+
+
+@contextmanager
+def open_regular(path: Path) -> Iterator[BinaryIO]:
+    """Open a regular file for reading in binary, as :func:`read_regular_file` checks it.
+
+    Raises:
+        OSError: the file cannot be opened.
+        _NotRegular: it is not a regular file.
+    """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         mode = os.fstat(fd).st_mode
@@ -238,9 +337,50 @@ def read_regular_file(path: Path) -> bytes:
                                    "not a regular file"))
         os.set_blocking(fd, True)
         with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read()
+            yield f
     finally:
         os.close(fd)
+
+
+def _check_bytes(path: Path, fmt: str, *, text: bool, head: bytes, nul: int | None,
+                 bad_utf8: int | None) -> None:
+    """Refuse an empty file, a SQLite database, NUL bytes and bad UTF-8, in that order.
+
+    Raises:
+        ImportFormatError: naming the first of those the file has.
+    """
+    if not text:
+        raise ImportFormatError(
+            f"{_kind(fmt)} transcript is empty; expected at least one record", path=str(path),
+            line=1, format=fmt)
+    if head.startswith(b"SQLite format 3\x00"):
+        raise ImportFormatError(
+            "this is a SQLite database, not a transcript; if it is a dsh store, read it with "
+            f"--store {path}, or copy its sessions with 'dsh convert --from {path} --to STORE'",
+            path=str(path), format=fmt)
+    if nul is not None:
+        raise ImportFormatError(
+            f"{_kind(fmt)} transcript holds NUL bytes; expected UTF-8 JSON text, found binary data",
+            path=str(path), byte_offset=nul, format=fmt)
+    if bad_utf8 is not None:
+        raise ImportFormatError(
+            f"{_kind(fmt)} transcript is not valid UTF-8 (byte offset {bad_utf8}); expected "
+            f"JSON text", path=str(path), byte_offset=bad_utf8, format=fmt)
+
+
+@contextmanager
+def _source_errors(path: Path, fmt: str) -> Iterator[None]:
+    """Turn a failure to open or read a source into its ImportFormatError."""
+    try:
+        yield
+    except OSError as exc:
+        raise ImportFormatError(
+            f"cannot read {_kind(fmt)} transcript: {exc.strerror or exc}", path=str(path),
+            format=fmt) from exc
+    except _NotRegular as exc:
+        raise ImportFormatError(
+            f"{path} is {exc.kind}, not a regular file; dsh imports transcript files only "
+            "(copy the data into a file first)", path=str(path), format=fmt) from None
 
 
 def read_source_bytes(path: Path, fmt: str) -> bytes:
@@ -250,36 +390,15 @@ def read_source_bytes(path: Path, fmt: str) -> bytes:
         ImportFormatError: the file cannot be read, is empty, is a SQLite database, holds NUL
             bytes or is not UTF-8.
     """
-    try:
+    with _source_errors(path, fmt):
         raw = read_regular_file(path)
-    except OSError as exc:
-        raise ImportFormatError(
-            f"cannot read {_kind(fmt)} transcript: {exc.strerror or exc}", path=str(path),
-            format=fmt) from exc
-    except _NotRegular as exc:
-        raise ImportFormatError(
-            f"{path} is {exc.kind}, not a regular file; dsh imports transcript files only "
-            "(copy the data into a file first)", path=str(path), format=fmt) from None
-    if not raw.strip():
-        raise ImportFormatError(
-            f"{_kind(fmt)} transcript is empty; expected at least one record", path=str(path),
-            line=1, format=fmt)
-    if raw.startswith(b"SQLite format 3\x00"):
-        raise ImportFormatError(
-            "this is a SQLite database, not a transcript; if it is a dsh store, read it with "
-            f"--store {path}, or copy its sessions with 'dsh convert --from {path} --to STORE'",
-            path=str(path), format=fmt)
-    if b"\x00" in raw:
-        raise ImportFormatError(
-            f"{_kind(fmt)} transcript holds NUL bytes; expected UTF-8 JSON text, found binary data",
-            path=str(path), byte_offset=raw.index(b"\x00"), format=fmt)
+    bad_utf8: int | None = None
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ImportFormatError(
-            f"{_kind(fmt)} transcript is not valid UTF-8 (byte offset {exc.start}); expected "
-            f"JSON text",
-            path=str(path), byte_offset=exc.start, format=fmt) from exc
+        bad_utf8 = exc.start
+    _check_bytes(path, fmt, text=bool(raw.strip()), head=raw[:16],
+                 nul=raw.index(b"\x00") if b"\x00" in raw else None, bad_utf8=bad_utf8)
     source_sha256(path, raw)
     return raw
 
@@ -426,6 +545,148 @@ def read_jsonl_records(path: Path, fmt: str, *, live: bool = False) -> list[tupl
                     path=str(path), line=index, format=fmt) from exc
             raise
     return out
+
+
+_SCAN_CHUNK: Final = 1 << 20
+"""Bytes :class:`JsonlSource` reads at a time (its memory does not grow with the file)."""
+
+
+class JsonlSource:
+    r"""A JSONL source read line by line, in memory that does not grow with the file.
+
+    Opening it checks the whole file as :func:`read_source_bytes` does, a megabyte at a time
+    (regular, readable, not empty, not SQLite, no NUL byte, UTF-8; the same errors in the same
+    order) and records its SHA-256 for ``import/source``; :meth:`records` then decodes the
+    lines as :func:`read_jsonl_records` does, as many times as an importer needs
+    (docs/interop.md#streaming-imports). Only the ``size`` bytes checked are ever read, so a
+    live log that grows meanwhile is read as it was when opened.
+
+    Args:
+        path: The file.
+        fmt: Its format name (in errors).
+        live: A log an agent appends to: a torn last line is left out (:attr:`torn_line`).
+
+    Raises:
+        ImportFormatError: as :func:`read_source_bytes`.
+    """
+
+    def __init__(self, path: Path, fmt: str, *, live: bool = False) -> None:
+        self.path = path
+        self.fmt = fmt
+        self.live = live
+        self.torn_line: int | None = None
+        self.size = self._scan()
+
+    def _scan(self) -> int:
+        import codecs
+
+        path, fmt = self.path, self.fmt
+        digest = hashlib.sha256()
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        size = 0
+        head = b""
+        text = False
+        nul: int | None = None
+        bad_utf8: int | None = None
+        with _source_errors(path, fmt), open_regular(path) as f:
+            while chunk := f.read(_SCAN_CHUNK):
+                digest.update(chunk)
+                if len(head) < 16:
+                    head += chunk[:16]
+                text = text or bool(chunk.strip())
+                if nul is None and b"\x00" in chunk:
+                    nul = size + chunk.index(b"\x00")
+                if bad_utf8 is None:
+                    pending = len(decoder.getstate()[0])
+                    try:
+                        decoder.decode(chunk)
+                    except UnicodeDecodeError as exc:
+                        bad_utf8 = size - pending + exc.start
+                size += len(chunk)
+        if bad_utf8 is None:
+            try:
+                decoder.decode(b"", final=True)
+            except UnicodeDecodeError:
+                bad_utf8 = size - len(decoder.getstate()[0])
+        _check_bytes(path, fmt, text=text, head=head, nul=nul, bad_utf8=bad_utf8)
+        try:
+            key = _file_key(path)
+        except OSError:
+            key = None
+        if key is not None and key[2] == size:
+            if len(_DIGESTS) >= _DIGEST_LIMIT:
+                _DIGESTS.clear()
+            _DIGESTS[key] = digest.hexdigest()
+        return size
+
+    def lines(self) -> Iterator[tuple[int, int, bytes, bool]]:
+        r"""Yield ``(1-based line, byte offset, bytes, ended)`` per non-blank line.
+
+        The bytes lack the newline (and a ``\r`` before it); ``ended`` is False for a last line
+        without a newline. Blank lines are counted, not yielded.
+        """
+        left = self.size
+        offset = 0
+        with self.path.open("rb") as f:
+            for index, part in enumerate(f, start=1):
+                if len(part) > left:
+                    part = part[:left]
+                start = offset
+                offset += len(part)
+                left -= len(part)
+                chunk = part[:-1] if part.endswith(b"\n") else part
+                if chunk.endswith(b"\r"):
+                    chunk = chunk[:-1]
+                if chunk.strip():
+                    yield index, start, chunk, part.endswith(b"\n")
+                if left <= 0:
+                    break
+
+    def records(self, wanted: Container[int] | None = None, *, exclude: bool = False
+                ) -> Iterator[tuple[int, int, Any]]:
+        """Yield ``(line, byte offset, decoded value)`` per record line, in file order.
+
+        Args:
+            wanted: Only these lines are decoded and yielded (None: every line).
+            exclude: Yield the lines *not* in ``wanted`` instead.
+
+        Raises:
+            ImportFormatError: a line that is not JSON (a torn last line of a live log is left
+                out and named by :attr:`torn_line` once the lines are exhausted).
+        """
+        path, fmt = self.path, self.fmt
+        seen = False
+        for index, offset, chunk, ended in self.lines():
+            last = not ended  # the last line, without a newline
+            if wanted is not None and (index in wanted) == exclude:
+                seen = True
+                continue
+            try:
+                value = _decode(chunk, path, fmt, index)
+            except ImportFormatError as exc:
+                if last:
+                    if self.live and seen:
+                        self.torn_line = index
+                        torn = _TORN.get()
+                        if torn is not None and (str(path.resolve()), index) not in torn:
+                            torn.append((str(path.resolve()), index))
+                        continue
+                    raise ImportFormatError(
+                        f"{_kind(fmt)} transcript ends with a truncated record at line {index} "
+                        "(no newline and not valid JSON); cut the torn tail or re-copy the "
+                        "file", path=str(path), line=index, format=fmt) from exc
+                raise
+            seen = True
+            yield index, offset, value
+
+    def record_at(self, line: int, offset: int) -> Any:
+        """Decode the record of ``line`` again, read at ``offset`` (from :meth:`records`)."""
+        with self.path.open("rb") as f:
+            f.seek(offset)
+            part = f.readline(max(0, self.size - offset))
+        chunk = part[:-1] if part.endswith(b"\n") else part
+        return _decode(chunk[:-1] if chunk.endswith(b"\r") else chunk, self.path, self.fmt,
+                       line)
 
 
 def read_json_document(path: Path, fmt: str) -> Any:
@@ -596,8 +857,12 @@ class EventBuilder:
         self.fmt = fmt
         self.session_id = session_id
         self.path = path
-        self.events: list[JsonObj] = []
+        self.events: list[JsonObj] = []  # since the last drain() (all of them if never drained)
         self.lines: list[int | None] = []
+        self._drained = 0  # events handed out by drain(): seqs below it are gone from here
+        self._first_time: int | None = None
+        self._system_seqs: set[int] = set()
+        self._step_calls: list[str] = []  # tool names of the open step's model response
         self.time = 0
         self._time_seen = False
         self.turn = 0
@@ -618,7 +883,23 @@ class EventBuilder:
     @property
     def seq(self) -> int:
         """The seq the next event gets."""
-        return len(self.events)
+        return self._drained + len(self.events)
+
+    def drain(self) -> tuple[list[JsonObj], list[int | None]]:
+        """Hand out the events written since the last drain, with their source lines.
+
+        A streaming importer drains after each source record or batch, so the builder holds
+        only what it has not handed out yet (docs/interop.md#streaming-imports). Drain only once
+        the clock has seen a time (or :meth:`header` stamped one): a source without any
+        timestamp re-stamps every event at :meth:`header`, which needs them all.
+
+        Returns:
+            ``(events, lines)``: wire envelopes in seq order and the source line of each.
+        """
+        events, lines = self.events, self.lines
+        self._drained += len(events)
+        self.events, self.lines = [], []
+        return events, lines
 
     def at(self, when: object) -> None:
         """Advance the clock to a source timestamp (ISO text or epoch); never moves back."""
@@ -631,7 +912,7 @@ class EventBuilder:
 
     def first_time(self) -> int:
         """Time of the first event (0 for an empty log): the header's ``createdAt``."""
-        return int(self.events[0]["time"]) if self.events else max(self.time, 0)
+        return self._first_time if self._first_time is not None else max(self.time, 0)
 
     def emit(self, type: str, data: Any, *, surface_op: Any = None,
              source_event_seqs: list[int] | None = None, ignorable: bool = False) -> int:
@@ -650,9 +931,19 @@ class EventBuilder:
             event["ignorable"] = True
         self.events.append(event)
         self.lines.append(None if type == IMPORT_SOURCE_TYPE else _LINE.get())
+        seq = int(event["seq"])
+        if self._first_time is None:
+            self._first_time = int(event["time"])
         if surface_op == "append":
-            self.nodes.append(event["seq"])
-        return int(event["seq"])
+            self.nodes.append(seq)
+        if type == "system/message":
+            self._system_seqs.add(seq)
+        elif type == "step/start":
+            self._step_calls = []
+        elif type == "assistant/message":
+            self._step_calls = [str(b.get("name", "")) for b in data["message"]["content"]
+                                if b.get("type") == "tool-call"]
+        return seq
 
     def _write_source(self) -> None:
         # Seq 0: before any turn, so it sits outside every turn and step
@@ -877,7 +1168,7 @@ class EventBuilder:
         self.close_step()
         cid = compaction_id or f"{self.session_id}:compaction:{self.compactions + 1}"
         shadow = list(self.nodes) if shadow is None else list(shadow)
-        if shadow and self.events[shadow[0]]["type"] == "system/message":
+        if shadow and shadow[0] in self._system_seqs:
             shadow = shadow[1:]
         if not shadow:
             # A bracket must shadow at least one node (compaction rules), so keep the text only.
@@ -936,33 +1227,32 @@ class EventBuilder:
 
     def _last_step_calls(self) -> list[str]:
         """Tool names the open step's model response called (empty if none or no response)."""
-        for event in reversed(self.events):
-            if event["type"] == "assistant/message":
-                return [str(b.get("name", "")) for b in event["data"]["message"]["content"]
-                        if b.get("type") == "tool-call"]
-            if event["type"] == "step/start":
-                return []
-        return []
+        return self._step_calls
 
-    def header(self, *, cwd: object = None, extra: JsonObj | None = None) -> JsonObj:
+    def header(self, *, cwd: object = None, extra: JsonObj | None = None,
+               stamp: bool = True) -> JsonObj:
         """A dsh header for these events: version 0, id, createdAt = first event time.
 
         Also writes the ``import/source`` event when no event was written yet. A source with no
         timestamps at all (SWE-agent trajectories, OpenAI and Anthropic request bodies) is
-        stamped with the file's modification time, not the 1970 epoch.
+        stamped with the file's modification time, not the 1970 epoch (unless ``stamp`` is
+        False: a streaming importer that knows a later record has a time).
         """
         if not self._source_written:
             self._write_source()
-        if not self._time_seen:
+        if stamp and not self._time_seen:
             try:
-                stamp = int(self.path.stat().st_mtime * 1000)
+                mtime = int(self.path.stat().st_mtime * 1000)
             except OSError:
-                stamp = 0
+                mtime = 0
+            if self._drained:
+                raise RuntimeError("EventBuilder.header: events without a time were drained")
             for event in self.events:
-                event["time"] = stamp
+                event["time"] = mtime
                 if event["type"] == IMPORT_SOURCE_TYPE:  # dsh ls orders such sessions apart
                     event["data"] = {**event["data"], "timestamps": False}
-            self.time = stamp
+            self.time = mtime
+            self._first_time = mtime if self.events else None
             self._time_seen = True  # later source times may only move the clock forward
         header: JsonObj = {"version": 0, "id": self.session_id, "createdAt": self.first_time()}
         if isinstance(cwd, str) and cwd.startswith("/") and "{{" not in cwd:

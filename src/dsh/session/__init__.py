@@ -47,6 +47,7 @@ from dsh.session._restore_state import RestoreFold, RestoreState
 from dsh.session._session import (
     Clock,
     EventLog,
+    SeedStream,
     Session,
     call_config_equals,
     canonical_header,
@@ -100,6 +101,7 @@ __all__ = [
     "PersistencePort",
     "RestoreFold",
     "RestoreState",
+    "SeedStream",
     "Session",
     "SessionHeader",
     "SessionId",

@@ -93,6 +93,22 @@ class PagedLog(Sequence[Event]):
         """Append events after the last, in order."""
         self._tail.extend(events)
 
+    def drop_pages(self) -> None:
+        """Forget the cached pages (a source that serves other envelopes from now on)."""
+        self._pages.clear()
+
+    def settle(self, count: int) -> None:
+        """Hand the first ``count`` tail events over to the source, which now serves them.
+
+        For a source that grows as its events are stored (a streamed seed, whose admitted
+        batches are written before the next one comes): memory stays O(page cache).
+        """
+        if count <= 0:
+            return
+        self._pages.pop(self._cut // PAGE_EVENTS, None)  # a short last page grows now
+        self._cut += count
+        del self._tail[:count]
+
     def _page(self, number: int) -> Sequence[Event]:
         pages = self._pages
         page = pages.get(number)

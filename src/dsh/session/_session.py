@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from time import time_ns
@@ -774,10 +775,7 @@ class Session:
         """
         session = cls.__new__(cls)
         session._setup(session_id, clock)
-        if not _is_count(inherited_event_count):
-            raise _reject(f"session {session_id!r}: inherited_event_count must be a "
-                          f"non-negative safe integer (found {inherited_event_count!r})", "SEED",
-                          session_id=session_id)
+        _check_inherited(session_id, inherited_event_count)
         cut = len(source)
         if state.event_count != cut or cut < 1:
             raise _reject(f"session {session_id!r}: restore state covers {state.event_count} "
@@ -1490,3 +1488,115 @@ class Session:
     def __repr__(self) -> str:
         return f"Session(id={self._id!r}, events={len(self._log)})"
 
+
+
+def _check_inherited(session_id: str, count: object) -> None:
+    """Refuse an ``inherited_event_count`` that is no non-negative safe integer (``SEED``)."""
+    if not _is_count(count):
+        raise _reject(f"session {session_id!r}: inherited_event_count must be a "
+                      f"non-negative safe integer (found {count!r})", "SEED",
+                      session_id=session_id)
+
+
+class _SettledTypes:
+    """The settled part of a :class:`SeedStream`: each event's type, the event on demand.
+
+    What a later seed event's checks read of earlier ones is the type (the node-0 system head
+    of a replace) and, for a ``tool/result`` rewrite only, the replaced result itself; so only
+    the types are kept (interned strings, a pointer each) and pages are served as envelopes
+    with no data, except while a batch with a ``tool/result`` rewrite is admitted: then from
+    ``reader`` (the stored events).
+    """
+
+    def __init__(self, reader: Callable[[int, int], Sequence[Event]] | None) -> None:
+        self.types: list[str] = []
+        self.reader = reader
+        self.real = False
+
+    def __len__(self) -> int:
+        return len(self.types)
+
+    def read(self, start: int, stop: int) -> Sequence[Event]:
+        if self.real and self.reader is not None:
+            return self.reader(start, stop)
+        return [Event({"type": self.types[seq], "seq": seq, "time": 0, "data": None})
+                for seq in range(start, stop)]
+
+
+class SeedStream:
+    """Admit a long seed in batches with the checks of :meth:`Session.create`, in bounded memory.
+
+    Rule: docs/rules.md#seed-validation, the same pipeline in the same order per event (a
+    batch's events are checked one by one; ``seed_index`` is the seq). Between batches the
+    caller stores what was admitted and calls :meth:`settle`: memory then holds the surface's
+    node seqs and one type per settled event, not the log (a ``tool/result`` rewrite reads
+    the result it replaces through ``reader``).
+
+    Args:
+        session_id: Non-empty session id.
+        header: The full header (validated first, as :meth:`Session.create` does last).
+        reader: ``(start, stop) -> the stored events start <= seq < stop``, for a batch holding
+            a ``tool/result`` rewrite; without one such a rewrite is checked against a result
+            with no payload (and refused).
+        inherited_event_count: As for :meth:`Session.create`.
+
+    Raises:
+        EventRejectedError: as :meth:`Session.create` (``HEADER`` here; the others from
+            :meth:`admit` and :meth:`finish`). After a refusal, drop the stream.
+    """
+
+    def __init__(self, session_id: str, *, header: Mapping[str, Any],
+                 reader: Callable[[int, int], Sequence[Event]] | None = None,
+                 inherited_event_count: int = 0) -> None:
+        session = Session.__new__(Session)
+        session._setup(session_id, None)
+        _check_inherited(session_id, inherited_event_count)
+        session._header = session._snapshot_header(header)
+        self._settled = _SettledTypes(reader)
+        self._log = session._log = PagedLog(self._settled)
+        self._session = session
+        self._inherited = inherited_event_count
+        self._markers = 0
+
+    @property
+    def count(self) -> int:
+        """Events admitted so far (the seq the next one must have)."""
+        return len(self._log)
+
+    def admit(self, batch: Sequence[Any]) -> list[Event]:
+        """Validate the next events; return them frozen, ready to store.
+
+        Raises:
+            EventRejectedError: the first refused event (``seed_index`` = its seq).
+        """
+        log = self._log
+        base = len(log)
+        self._settled.real = any(
+            isinstance(event, Mapping) and event.get("type") == "tool/result"
+            and isinstance(event.get("surfaceOp"), Mapping) for event in batch)
+        if self._settled.real:
+            log.drop_pages()
+        try:
+            self._markers += self._session._admit_seed(batch, self._inherited, copy=True,
+                                                       base=base)
+        finally:
+            if self._settled.real:
+                self._settled.real = False
+                log.drop_pages()
+        self._session._message_cache.clear()  # messages are never derived here: keep none
+        return log[base:]
+
+    def settle(self) -> None:
+        """Everything admitted is stored now: keep only its types."""
+        log = self._log
+        tail = log[log.cut:]
+        self._settled.types.extend(sys.intern(event["type"]) for event in tail)
+        log.settle(len(tail))
+
+    def finish(self) -> None:
+        """Check the seeded-session contract on the whole seed (docs/rules.md#resume).
+
+        Raises:
+            EventRejectedError: code ``SEED`` (a ``seedLength`` that the seed does not match).
+        """
+        self._session._check_seeded(True, self._inherited, self._markers)
