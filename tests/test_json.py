@@ -440,3 +440,28 @@ def test_the_long_number_scan_answers_as_its_regex() -> None:
     assert has_long_number(b'{"n": 1234567890123456789}')
     assert not has_long_number(b'{"v": "00000000000000000000000000000012.0.5"}')
     assert has_long_number(b'["00000000000000000000000000000012", 1234567890123456789]')
+
+
+_PLAIN_CASES = [
+    b'{"a":1.0,"b":[2e3,1.5,{"c":-1.0}]}', b"[9007199254740991]", b"[9007199254740992]",
+    b"[12345678901234567890]", b'{"id":"1234567890123456789012"}', b"[1e400]", b"1e400",
+    b'{"a":-0.0}', b"[-0.0]", b"-0.0", b"3.0", b"3", b'"x"', b"null", b'"\\ud800"',
+    b'{"a":"\\ud83d\\ude00"}', b"[1,]", b"NaN", b'{"k":1e16}', b"[-9007199254740992.0]",
+    b'{"a":1,"a":2}',
+]
+
+
+@pytest.mark.parametrize("text", _PLAIN_CASES)
+def test_loads_plain_is_thawed_loads(text: bytes) -> None:
+    from dsh.json import loads_plain
+
+    def outcome(decode: Any) -> tuple[str, Any]:
+        try:
+            value = decode(text)
+        except InvalidJsonError as error:
+            return "refused", error.message
+        return "value", (value, type(value).__name__)
+
+    assert outcome(loads_plain) == outcome(lambda data: thaw(loads(data)))
+    if outcome(loads_plain)[0] == "value" and isinstance(loads_plain(text), dict | list):
+        assert type(loads_plain(text)) in (dict, list)  # plain and mutable, not frozen

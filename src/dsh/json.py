@@ -54,6 +54,7 @@ __all__ = [
     "is_safe_int",
     "json_equal",
     "loads",
+    "loads_plain",
     "snapshot_json",
     "thaw",
 ]
@@ -770,6 +771,53 @@ def loads(data: bytes | str) -> JsonValue:
         return _freeze_parsed(parsed, 0)
     except _Slow:
         return snapshot_json(parsed)  # the exact walk names the offending spot
+
+
+def loads_plain(data: bytes) -> Any:
+    """Decode one JSON text as :func:`loads` does, into plain mutable dicts and lists.
+
+    The same value as ``thaw(loads(data))`` and the same errors, without building the frozen
+    copy: what orjson parsed is checked in place (integers within ±(2^53 − 1), integral floats
+    made ints as :func:`loads` makes them); anything unusual (a long literal, ``-0.0``, a
+    decode error, a lone surrogate) goes through :func:`loads`.
+
+    Raises:
+        InvalidJsonError: as :func:`loads`.
+    """
+    if not has_long_number(data):
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            parsed = _SLOW
+        if parsed is not _SLOW and _plain_numbers(parsed):
+            return parsed
+    return thaw(loads(data))
+
+
+_SLOW: Final = object()
+
+
+def _plain_numbers(value: Any) -> bool:
+    """Check (and fix in place) the numbers of a parsed tree; False: take the exact path."""
+    if type(value) is not dict and type(value) is not list:
+        return type(value) is not int and type(value) is not float  # a bare number: exact path
+    stack = [value]
+    while stack:
+        container = stack.pop()
+        items = container.items() if type(container) is dict else enumerate(container)
+        for key, child in items:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append(child)
+            elif kind is int:
+                if not -MAX_SAFE_INTEGER <= child <= MAX_SAFE_INTEGER:
+                    return False
+            elif kind is float and child.is_integer() and (
+                    -MAX_SAFE_INTEGER <= child <= MAX_SAFE_INTEGER):
+                if child == 0.0 and math.copysign(1.0, child) < 0:
+                    return False
+                container[key] = int(child)
+    return True
 
 
 def _freeze_parsed(v: Any, depth: int) -> Any:

@@ -494,7 +494,7 @@ def _depth(value: Any) -> int:
 
 def _decode(text: bytes, path: Path, fmt: str, line: int) -> Any:
     try:
-        value = thaw(loads(text))
+        value = loads_plain(text)
     except InvalidJsonError as exc:
         raise ImportFormatError(
             f"{_kind(fmt)} record at line {line} is not valid JSON ({exc.message})",
