@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import gc
 import signal
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -366,8 +367,35 @@ def _size(path: Path) -> int:
         return 0
 
 
+@contextmanager
+def _bulk_gc() -> Iterator[None]:
+    """Run the cycle collector less often while importing.
+
+    An import allocates millions of short-lived, acyclic containers (decoded records, events)
+    while it holds a branch index: at the default thresholds every full collection walks that
+    index again, a third of the CPU time of a large Claude Code import. Garbage without cycles
+    is freed by reference counting whatever the thresholds.
+    """
+    previous = gc.get_threshold()
+    gc.set_threshold(_GC_THRESHOLD, 20, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*previous)
+
+
+_GC_THRESHOLD: Final = 50_000
+"""Allocations between young-generation collections during an import (CPython's default: 700)."""
+
+
 def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
                   console: Console) -> ImportReport:
+    with _bulk_gc():
+        return _import_all(persistence, paths, fmt, console)
+
+
+def _import_all(persistence: Persistence, paths: Sequence[Path], fmt: str,
+                console: Console) -> ImportReport:
     report = ImportReport()
     files = list(_walk(paths))
     for path, explicit in files:

@@ -209,7 +209,7 @@ STREAM_BATCH_EVENTS: Final = 5_000
 
 _SLIM_KEYS: Final = ("type", "uuid", "parentUuid", "logicalParentUuid", "subtype",
                      "isSidechain", "leafUuid")
-_LINK_BLOCKS: Final = frozenset({"tool_use", "tool_result"})
+_LINK_BLOCKS: Final = ("tool_use", "tool_result")  # a tuple: a damaged type is unhashable
 
 
 def _slim(record: JsonObj) -> JsonObj:
