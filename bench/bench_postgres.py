@@ -199,9 +199,11 @@ def _imports(*modules: str) -> float:
 
 
 def child_load(url: str, session_id: str) -> dict[str, Any]:
+    # the driver too: the peers' import figures hold it
     import_ms = _imports("dsh.persistence", "dsh.session._session", "dsh.persistence._facade",
-                         "dsh.persistence.postgres._backend" if url.startswith("postgresql")
-                         else "dsh.persistence.sqlite._backend")
+                         *(("dsh.persistence.postgres._backend", "psycopg")
+                           if url.startswith("postgresql") else
+                           ("dsh.persistence.sqlite._backend",)))
     from dsh.persistence import Persistence, open_backend
     from dsh.session._session import Session
 

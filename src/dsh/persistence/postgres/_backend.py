@@ -330,9 +330,12 @@ class PostgresHandle(HandleBase):
         header, incarnation, revision = decode_session_row(srow[:11], path=b.url)
         header = _with_metadata(header, srow[12], b.url)
         self._check_header_version(header)
-        committed = [_row(r) for r in rows if r[0] < head]
-        torn_rows = [r for r in rows if r[0] >= head]
-        scan = scan_rows(committed, base, ROW_FORMAT, path=b.url, session_id=self._id)
+        # rows come in seq order: those at or after the head (a torn tail) are the last ones
+        cut = len(rows)
+        while cut and rows[cut - 1][0] >= head:
+            cut -= 1
+        torn_rows = rows[cut:]
+        scan = scan_rows(_rows(rows[:cut]), base, ROW_FORMAT, path=b.url, session_id=self._id)
         reached = scan.events[-1]["seq"] + 1 if scan.events else base
         if scan.torn_seq is not None or (reached < head and offset < head):
             seq = scan.torn_seq if scan.torn_seq is not None else reached
@@ -342,7 +345,10 @@ class PostgresHandle(HandleBase):
                 + (f" ({scan.torn_reason})" if scan.torn_reason else "")
                 + "; rows below the head were changed outside dsh", path=b.url, seq=seq,
                 session_id=self._id)
-        events = [e for e in scan.events if e["seq"] >= offset]
+        # the scan starts at ``base``: only a suffix read lowered to a packed row has events
+        # before ``offset`` to drop
+        events = scan.events if base == offset else [e for e in scan.events
+                                                      if e["seq"] >= offset]
         if self._lease is not None and self._listing is None and offset == 0:
             fold = EntryFold.start(header)  # a log whose writer did not know its entry
             fold.extend(events)
@@ -831,7 +837,7 @@ class PostgresHandle(HandleBase):
             raise rp.RestorePointRefused("torn-tail")
         try:
             self._check_header_version(header)
-            scan = scan_rows([_row(r) for r in rows], cut, ROW_FORMAT, path=b.url,
+            scan = scan_rows(_rows(rows), cut, ROW_FORMAT, path=b.url,
                              session_id=self._id)
         except DshError:
             raise rp.RestorePointRefused("corrupt-tail") from None
@@ -893,7 +899,7 @@ class PostgresRangeSource:
             rows = conn.execute(b._sql_rows_between, (self._id, self._id, start, stop)).fetchall()
         events: list[Event] = []
         if rows:
-            scan = scan_rows([_row(r) for r in rows], int(rows[0][0]), ROW_FORMAT, path=b.url,
+            scan = scan_rows(_rows(rows), int(rows[0][0]), ROW_FORMAT, path=b.url,
                              session_id=self._id)
             if scan.torn_seq is not None:
                 raise LogCorruptError(f"events {start}..{stop - 1} of session {self._id!r} in "
@@ -944,6 +950,12 @@ def _row_digest(r: Sequence[Any]) -> str:
 def _header_digest(header: FrozenDict, incarnation: str) -> str:
     """The anchor digest of a session row: its header and its incarnation."""
     return rp.digest(dumps(header) + b"\n" + incarnation.encode())
+
+
+def _rows(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """Fetched rows as the SQLite row tuples the shared codec reads (:func:`_row`, inlined)."""
+    return [(r[0], r[0], r[1], r[2], r[3] if r[3] is not None else r[4], r[5], r[6], r[7])
+            for r in rows]
 
 
 def _row(r: Sequence[Any]) -> tuple[Any, ...]:
