@@ -33,6 +33,7 @@ What is read (corpus README "Claude Code"):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -207,27 +208,36 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
 STREAM_BATCH_EVENTS: Final = 5_000
 """Events a streamed Claude Code session hands out at a time."""
 
-_SLIM_KEYS: Final = ("type", "uuid", "parentUuid", "logicalParentUuid", "subtype",
-                     "isSidechain", "leafUuid")
+_SLIM_KEYS: Final = ("type", "uuid", "parentUuid", "logicalParentUuid", "subtype", "leafUuid")
 _LINK_BLOCKS: Final = ("tool_use", "tool_result")  # a tuple: a damaged type is unhashable
 
 
 def _slim(record: JsonObj) -> JsonObj:
-    """What choosing the branch reads of a line (:func:`_active_set`, sidechains, the title)."""
-    out: JsonObj = {key: record[key] for key in _SLIM_KEYS if key in record}
-    if record.get("type") == "summary" and "summary" in record:
+    """What choosing the branch reads of a line (:func:`_active_set`, sidechains, the title).
+
+    Kept small, one per line until the main session is mapped: absent and null keys read the
+    same there (``.get``), so nulls, empty content and a message with nothing to link are left
+    out, and the type is interned.
+    """
+    out: JsonObj = {key: value for key in _SLIM_KEYS if (value := record.get(key)) is not None}
+    kind = out.get("type")
+    if isinstance(kind, str):
+        out["type"] = sys.intern(kind)
+    if kind == "summary" and "summary" in record:
         out["summary"] = record["summary"]
     msg = record.get("message")
     if isinstance(msg, dict):
         kept: JsonObj = {}
-        if "id" in msg:
+        if msg.get("id") is not None:
             kept["id"] = msg["id"]
         content = msg.get("content")
         if isinstance(content, list):
-            kept["content"] = [{k: b[k] for k in ("type", "id", "tool_use_id") if k in b}
-                               for b in content
-                               if isinstance(b, dict) and b.get("type") in _LINK_BLOCKS]
-        out["message"] = kept
+            links = [{k: b[k] for k in ("type", "id", "tool_use_id") if k in b}
+                     for b in content if isinstance(b, dict) and b.get("type") in _LINK_BLOCKS]
+            if links:
+                kept["content"] = links
+        if kept:
+            out["message"] = kept
     return out
 
 
