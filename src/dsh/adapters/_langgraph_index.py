@@ -26,11 +26,13 @@ from dsh.session import Event
 
 INDEX_ASIDE: Final = "langgraph-index"
 """The aside's name beside a thread's session."""
-INDEX_VERSION: Final = 1
+INDEX_VERSION: Final = 2
 
 CHECKPOINT_EVENT: Final = "langgraph/checkpoint"
 WRITES_EVENT: Final = "langgraph/writes"
 DROP_EVENT: Final = "langgraph/drop"
+
+_MESSAGES: Final = "messages"
 
 Writes = dict[tuple[str, int], tuple[str, str, Mapping[str, Any]]]
 """(task id, write index) -> (task path, channel, stored value)."""
@@ -70,6 +72,11 @@ class ThreadIndex:
         blobs: ``(ns, channel, version)`` -> seq of the checkpoint event storing that value.
         projected: LangChain message id -> seq of the surface event made from it.
         answered: Tool call id -> seq of its ``tool/result``.
+        branches: Checkpoint id -> the fork session its messages are projected onto, for
+            checkpoints of the root namespace that are not on the thread's own session.
+        tips: Branch ("" for the thread's own session, else a fork session id) -> the id of
+            the last root-namespace checkpoint put on it.
+        current: The branch of the last root-namespace checkpoint put.
         seen: Events folded so far (the index covers ``events[:seen]``).
     """
 
@@ -78,12 +85,21 @@ class ThreadIndex:
         self.blobs: dict[tuple[str, str, Any], int] = {}
         self.projected: dict[str, int] = {}
         self.answered: dict[str, int] = {}
+        self.branches: dict[str, str] = {}
+        self.tips: dict[str, str] = {}
+        self.current = ""
         self.seen = 0
 
     def reset(self) -> None:
         """Forget every checkpoint and value (``delete_thread``'s drop)."""
         self.namespaces.clear()
         self.blobs.clear()
+        self.tips.clear()
+        self.current = ""
+
+    def branch(self, checkpoint_id: Any) -> str:
+        """The branch a root-namespace checkpoint's messages are on ("": the thread's own)."""
+        return self.branches.get(str(checkpoint_id), "") if checkpoint_id else ""
 
     def entry(self, ns: str, checkpoint_id: Any) -> CheckpointEntry | None:
         space = self.namespaces.get(ns)
@@ -101,6 +117,12 @@ class ThreadIndex:
                     self.blobs[(ns, channel, versions[channel])] = seq
                 self.namespaces.setdefault(ns, Namespace()).add(
                     data["id"], CheckpointEntry(seq, data["parent"]))
+                if ns == "" and _MESSAGES in versions:
+                    branch = data.get("branch") or ""
+                    if branch:
+                        self.branches[data["id"]] = branch
+                    self.tips[branch] = data["id"]
+                    self.current = branch
             elif kind == WRITES_EVENT:
                 data = event["data"]
                 found = self.entry(data["ns"], data["cp"])
@@ -162,7 +184,8 @@ def encode_index(index: ThreadIndex, events: Sequence[Event]) -> bytes | None:
                for ns, space in index.namespaces.items()},
         "blobs": [[ns, channel, version, seq]
                   for (ns, channel, version), seq in index.blobs.items()],
-        "projected": index.projected, "answered": index.answered}
+        "projected": index.projected, "answered": index.answered,
+        "branches": index.branches, "tips": index.tips, "current": index.current}
     try:
         return orjson.dumps(body)
     except (orjson.JSONEncodeError, TypeError):
@@ -193,6 +216,9 @@ def decode_index(data: bytes, events: Sequence[Event], stored: int) -> ThreadInd
                        for ns, channel, version, seq in body["blobs"]}
         index.projected = dict(body["projected"])
         index.answered = dict(body["answered"])
+        index.branches = dict(body["branches"])
+        index.tips = dict(body["tips"])
+        index.current = str(body["current"])
         index.seen = count
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError,
             IndexError):

@@ -759,6 +759,25 @@ class LiveLog:
         shaper.end_turn()
         remove_from_surface(shaper, list(shaper.session.surface.nodes), form="clear")
 
+    def fork(self, boundary: int, child_id: str) -> None:
+        """Fork the live session after seq ``boundary`` into the new stored session ``child_id``.
+
+        dsh's fork (docs/rules.md#fork): the child holds a copy of events ``0..boundary``, the
+        inherited end-seed marker and, for a cut inside a turn, ``forked`` closers; it names
+        this session as its parent. It is stored and released here, for a writer to resume.
+
+        Raises:
+            SessionForkError: ``child_id`` exists, or ``boundary`` is not a seq of the log.
+        """
+        with self.lock:
+            shaper = self.open()
+            store = self._store
+            assert store is not None  # set by open()
+            store.flush(shaper.session)
+            child = store.fork(shaper.session, boundary, child_id)
+            store.flush(child)
+            store.dispose(child)
+
     def flush(self) -> None:
         """The durability barrier: return once everything appended is stored."""
         with self.lock:

@@ -20,8 +20,12 @@ to it as events:
   (``user/message``, ``assistant/message`` with ``tool/call``, ``tool/result``, each keeping the
   LangChain message verbatim as :mod:`dsh.adapters.langchain` does), so ``dsh show``,
   ``dsh messages`` and exports show the conversation; messages leaving the state (a
-  ``RemoveMessage``, an ``update_state`` fork from an earlier checkpoint, ``delete_thread``)
-  leave the model view by a surface removal (:func:`dsh.adapters._log.remove_from_surface`);
+  ``RemoveMessage``, ``delete_thread``) leave the model view by a surface removal
+  (:func:`dsh.adapters._log.remove_from_surface`);
+* a run or ``update_state`` from an earlier checkpoint (a LangGraph fork) starts a branch whose
+  messages go onto a dsh fork ``<thread>~<n>`` of the thread's session (or of the branch it
+  forks), while checkpoints and writes stay on the thread's session
+  (docs/adapters.md#time-travel-and-forks);
 * ``delete_thread``, ``delete_for_runs`` and ``prune`` append ignorable ``langgraph/drop``
   events: the dropped checkpoints no longer load or list, and the log keeps every byte;
   ``copy_thread`` is a dsh fork of the thread's session (``dsh show`` names its parent).
@@ -391,6 +395,10 @@ class DshSaver(BaseCheckpointSaver[str]):
             return
         thread.kept = thread.index.seen
 
+    def _on(self, thread: _Thread, branch: str) -> _Thread | None:
+        """The thread of the session a branch's messages are on ("": the thread itself)."""
+        return self._thread(branch) if branch else thread
+
     def _flushed(self, log: LiveLog, thread: _Thread) -> None:
         """After a durable flush: fold what was appended, keep the index when it is due."""
         thread.fold(log.session.events)
@@ -450,7 +458,8 @@ class DshSaver(BaseCheckpointSaver[str]):
             if value is not _MISSING:
                 values[channel] = list(value) if isinstance(value, list) else value
         if ns == "" and isinstance(values.get(_MESSAGES), list):
-            values[_MESSAGES] = self._answered_calls(thread, values[_MESSAGES])
+            on = self._on(thread, thread.index.branch(checkpoint_id)) or thread
+            values[_MESSAGES] = self._answered_calls(on, values[_MESSAGES])
         checkpoint: dict[str, Any] = {
             "v": data["v"], "id": checkpoint_id, "ts": data["ts"], "channel_values": values,
             "channel_versions": thaw(data["versions"]), "versions_seen": thaw(data["seen"])}
@@ -537,10 +546,11 @@ class DshSaver(BaseCheckpointSaver[str]):
             found = self._tuple(thread, ns, checkpoint_id, {})
             values = found.checkpoint["channel_values"]
             messages = values.get(_MESSAGES)
-            if latest and isinstance(messages, list):
-                ahead = self._recorded_ahead(thread, messages)
+            on = self._on(thread, thread.index.branch(checkpoint_id)) if latest else None
+            if on is not None and isinstance(messages, list):
+                ahead = self._recorded_ahead(on, messages)
                 if ahead:
-                    values[_MESSAGES] = self._answered_calls(thread, [*messages, *ahead])
+                    values[_MESSAGES] = self._answered_calls(on, [*messages, *ahead])
             return found
 
     def _recorded_ahead(self, thread: _Thread, messages: Sequence[Any]) -> list[Any]:
@@ -587,11 +597,23 @@ class DshSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata = {"source": "input", "step": -1, "parents": {}}
         return CheckpointTuple({"configurable": conf}, checkpoint, metadata, None, [])
 
+    def _thread_ids(self) -> Sequence[str]:
+        """The stored sessions that are threads: not the branch forks ``<thread>~<n>``."""
+        out = []
+        for header in self._persistence.list_headers():
+            session_id, parent = str(header["id"]), header.get("parentSession")
+            root, _, number = session_id.rpartition("~")
+            if isinstance(parent, str) and number.isdigit() and (
+                    parent == root or parent.startswith(f"{root}~")):
+                continue  # a branch of thread ``root``, forked from it or from its branch
+            out.append(session_id)
+        return out
+
     def _listed(self, config: RunnableConfig | None, filter: dict[str, Any] | None,
                 before: RunnableConfig | None, limit: int | None) -> list[CheckpointTuple]:
         with self._lock, _no_collection():
             if config is None:
-                thread_ids = [str(header["id"]) for header in self._persistence.list_headers()]
+                thread_ids = self._thread_ids()
             else:
                 thread_ids = [str(_configurable(config)["thread_id"])]
             wanted_ns = (config.get("configurable") or {}).get("checkpoint_ns") \
@@ -668,10 +690,9 @@ class DshSaver(BaseCheckpointSaver[str]):
                 else:
                     stored[channel] = self._codec.encode(value)
                     depth[channel] = 0
+            branch = ""
             if ns == "" and isinstance(values.get(_MESSAGES), list):
-                self._project(log, thread, values[_MESSAGES],
-                              gone=self._left_state(thread, conf.get("checkpoint_id"),
-                                                    values[_MESSAGES]))
+                branch = self._place(thread, conf.get("checkpoint_id"), values[_MESSAGES])
             meta = get_serializable_checkpoint_metadata(config, metadata)
             rest = {key: self._codec.encode(value) for key, value in checkpoint.items()
                     if key not in _TOP_LEVEL}
@@ -680,7 +701,8 @@ class DshSaver(BaseCheckpointSaver[str]):
                 "ts": checkpoint["ts"], "v": checkpoint["v"],
                 "versions": dict(checkpoint["channel_versions"]),
                 "seen": {node: dict(seen) for node, seen in checkpoint["versions_seen"].items()},
-                "meta": self._codec.encode(meta), "values": stored, "rest": rest})
+                "meta": self._codec.encode(meta), "values": stored, "rest": rest,
+                **({"branch": branch} if branch else {})})
             log.flush()
             self._flushed(log, thread)
             for channel, version in new_versions.items():
@@ -717,7 +739,7 @@ class DshSaver(BaseCheckpointSaver[str]):
                 rows.append([idx, channel, self._codec.encode(value)])
                 if ns == "" and channel == _MESSAGES:
                     added = value if isinstance(value, list) else [value]
-                    self._project(log, thread, added)
+                    self._project_on(thread, thread.index.branch(checkpoint_id), added)
             if not rows:
                 return
             log.open().mark(WRITES_EVENT, {"ns": ns, "cp": checkpoint_id, "task": task_id,
@@ -755,28 +777,94 @@ class DshSaver(BaseCheckpointSaver[str]):
         messages_to_events(shaper, fresh, records, model="unknown")
         thread.fold(shaper.session.events)
 
-    def _left_state(self, thread: _Thread, parent: Any, messages: Sequence[Any]
-                    ) -> Sequence[str]:
-        """Ids of the messages the thread's line held that ``messages`` no longer holds.
+    def _project_on(self, thread: _Thread, branch: str, messages: Sequence[Any], *,
+                    gone: Sequence[str] = ()) -> None:
+        """Project ``messages`` onto a branch's session ("": the thread's own), durably."""
+        session_id = branch or thread.thread_id
+        log = self._writer(session_id)
+        target = self._thread(session_id, write=True)
+        assert target is not None
+        self._project(log, target, messages, gone=gone)
+        if branch:
+            log.flush()
+            self._flushed(log, target)
 
-        The line is the parent checkpoint's, or for a checkpoint forked from an earlier one
-        (time travel, an ``update_state`` from an earlier checkpoint) the latest checkpoint's:
-        the fork leaves that line, and its messages after the fork point leave the surface.
-        Only a checkpoint that does not extend that list (a ``RemoveMessage``, a fork) takes
-        messages off the surface; messages the middleware recorded ahead of any checkpoint are
-        never "gone" (LangGraph may hand over an older checkpoint after them).
-        """
-        space = thread.namespaces.get("")
-        if space is None or not parent or str(parent) not in space.checkpoints:
-            return []
-        entry = space.checkpoints[space.order[-1]]  # the parent, or the line a fork leaves
+    def _line(self, thread: _Thread, checkpoint_id: str | None) -> Sequence[Any] | None:
+        """The ``messages`` a root-namespace checkpoint holds (None: none, or not stored)."""
+        entry = thread.index.entry("", checkpoint_id) if checkpoint_id else None
+        if entry is None:
+            return None
         version = self._events(thread.thread_id)[entry.seq]["data"]["versions"].get(_MESSAGES)
-        before = self._value(thread, "", _MESSAGES, version, {}) if version is not None else None
-        if not isinstance(before, list) or _extends([*messages], before):
-            return []
+        value = self._value(thread, "", _MESSAGES, version, {}) if version is not None else None
+        return value if isinstance(value, list) else None
+
+    def _place(self, thread: _Thread, parent: Any, messages: Sequence[Any]) -> str:
+        """Project a root checkpoint's messages onto its branch; returns the branch ("" own).
+
+        A checkpoint continues its parent's branch. One whose parent is not the last
+        checkpoint of that branch and whose messages do not extend that last checkpoint's (a
+        run or ``update_state`` from an earlier checkpoint: a fork in LangGraph's sense) starts
+        a new branch: a dsh fork ``<thread>~<n>`` of the branch's session, cut after the last
+        message the two lines share, onto which its messages go; the branch it left keeps its
+        conversation. A checkpoint on the last one of its branch that drops messages
+        (``RemoveMessage``) takes them off that branch's model view instead
+        (docs/adapters.md#time-travel-and-forks).
+        """
+        index = thread.index
+        source = index.branch(parent)
+        tip = index.tips.get(source)
+        line = self._line(thread, tip) if parent and index.entry("", parent) else None
+        if line is None or _extends([*messages], [*line]):
+            self._project_on(thread, source, messages)
+            return source
+        if str(parent) != tip:
+            child = self._fork_branch(thread, source, line, messages)
+            if child is not None:
+                self._project_on(thread, child, messages)
+                return child
         ids = {m.id for m in messages if isinstance(m, BaseMessage)}
-        return [m.id for m in before
+        gone = [m.id for m in line
                 if isinstance(m, BaseMessage) and isinstance(m.id, str) and m.id not in ids]
+        self._project_on(thread, source, messages, gone=gone)
+        return source
+
+    def _fork_branch(self, thread: _Thread, source: str, line: Sequence[Any],
+                     messages: Sequence[Any]) -> str | None:
+        """Fork the source branch's session where ``messages`` leaves ``line``; the child's id.
+
+        The cut is after the event of the last message both lines share, and the events up
+        to the next message on the model view (its step and turn ends); with none shared,
+        before the first message. None when that place is not on the session's model view.
+        """
+        session_id = source or thread.thread_id
+        log = self._writer(session_id)
+        target = self._thread(session_id, write=True)
+        assert target is not None
+        shared: Any = None
+        for old, new in zip(line, messages, strict=False):
+            if not (isinstance(old, BaseMessage) and isinstance(new, BaseMessage)
+                    and old.id == new.id):
+                break
+            shared = old
+        session = log.session
+        nodes = session.surface.nodes
+        if shared is None:
+            boundary = nodes[0] - 1 if nodes else -1
+        else:
+            seq = target.projected.get(shared.id) if isinstance(shared.id, str) else None
+            if seq is None or seq not in nodes:
+                return None
+            after = nodes.index(seq) + 1
+            boundary = nodes[after] - 1 if after < len(nodes) else len(session.events) - 1
+        if boundary < 0:
+            return None
+        number = 1
+        while (f"{thread.thread_id}~{number}" in self._logs
+               or self._persistence.exists(f"{thread.thread_id}~{number}")):
+            number += 1
+        child = f"{thread.thread_id}~{number}"
+        log.fork(boundary, child)
+        return child
 
     def delete_thread(self, thread_id: str) -> None:
         """Hide every checkpoint and write of the thread; its log keeps the bytes, unless erased.
@@ -797,25 +885,33 @@ class DshSaver(BaseCheckpointSaver[str]):
             log = self._writer(thread_id)
             thread = self._thread(thread_id, write=True)
             assert thread is not None
+            branches = sorted(branch for branch in thread.index.tips if branch)
+            for branch in branches:  # each branch's conversation leaves its model view too
+                if self._persistence.exists(branch):
+                    on = self._thread(branch, write=True)
+                    assert on is not None
+                    self._project_on(thread, branch, [], gone=list(on.projected))
             self._project(log, thread, [], gone=list(thread.projected))
             log.open().mark(DROP_EVENT, {"all": True})
             log.flush()
             self._flushed(log, thread)
             if self.erase_on_delete:
-                self._erase(thread_id)
+                self._erase([thread_id, *(b for b in branches
+                                          if self._persistence.exists(b))])
 
-    def _erase(self, thread_id: str) -> None:
-        """Release the thread's write ownership and erase it.
+    def _erase(self, session_ids: Sequence[str]) -> None:
+        """Release the thread's (and its branches') write ownership and erase them.
 
         Rule: docs/adapters.md#langgraph-and-langchain-agents.
         """
         from dsh.rights import erase
 
-        log = self._logs.pop(thread_id, None)
-        self._threads.pop(thread_id, None)
-        if log is not None:
-            log.close()
-        erase(self._persistence, [thread_id], reason="LangGraph delete_thread",
+        for session_id in session_ids:
+            log = self._logs.pop(session_id, None)
+            self._threads.pop(session_id, None)
+            if log is not None:
+                log.close()
+        erase(self._persistence, session_ids, reason="LangGraph delete_thread",
               by="dsh.adapters.langgraph")
 
     def _drop(self, thread_id: str,
@@ -841,8 +937,8 @@ class DshSaver(BaseCheckpointSaver[str]):
         if not wanted:
             return
         with self._lock:
-            for header in self._persistence.list_headers():
-                self._drop(str(header["id"]), lambda thread, _ns, _cid, entry: self._metadata(
+            for thread_id in self._thread_ids():
+                self._drop(thread_id, lambda thread, _ns, _cid, entry: self._metadata(
                     thread, entry).get("run_id") not in wanted)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -911,7 +1007,7 @@ class DshSaver(BaseCheckpointSaver[str]):
             log = self._writer(thread_id)
             thread = self._thread(thread_id, write=True)
             assert thread is not None
-            self._project(log, thread, messages)
+            self._project_on(thread, thread.index.current, messages)
             log.flush()
 
     def _before_tool(self, request: Any) -> ToolMessage | None:
@@ -925,7 +1021,8 @@ class DshSaver(BaseCheckpointSaver[str]):
             self.record_messages(thread_id, _state_messages(request.state))
             thread = self._thread(thread_id, write=True)
             assert thread is not None
-            result = self._result_of(thread, call_id)
+            branch = thread.index.current
+            result = self._result_of(self._on(thread, branch) or thread, call_id)
         if result is not None:
             result.name = call.get("name")
         return result
