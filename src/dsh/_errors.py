@@ -17,6 +17,8 @@ keeps where it happened in ``where`` (``seq=``, ``seed_index=``, ``path=``, ``li
     │   ├── SessionBusyError                  holder pid, host, since
     │   │   └── LeaseLostError                a fenced writer's lease was taken over
     │   ├── LogCorruptError                   path, line, byte_offset, seq
+    │   │   └── SealDamagedError              the seal beside the log, not the log: path
+    │   │                                     (the seal), seq, batch, writer
     │   ├── SessionFormatUnsupportedError     version found, versions read; says "upgrade"
     │   ├── UnknownEventTypeError             type and seq of a required unknown event
     │   └── WriteFailedError                  raised by the next flush(), cause chained
@@ -152,6 +154,18 @@ class LogCorruptError(PersistenceError):
     """A stored log cannot be read as written; ``where`` has path, line, byte_offset, seq."""
 
     default_code = "LOG_CORRUPT"
+
+
+class SealDamagedError(LogCorruptError):
+    """The integrity seal beside a log is missing or damaged; the log itself is not judged.
+
+    ``where`` has ``path`` (the seal file), and for a chain record ``seq``, ``batch`` and
+    ``writer``. Codes ``SEAL_CORRUPT`` (default), ``SEAL_UNREADABLE``, ``SEAL_TRUNCATED``,
+    ``SEAL_CHAIN_BROKEN``, ``SEAL_MISSING`` (docs/formats.md#integrity-seals). A subclass of
+    :class:`LogCorruptError`: the session cannot be read verified either way.
+    """
+
+    default_code = "SEAL_CORRUPT"
 
 
 class SessionFormatUnsupportedError(PersistenceError):

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import dsh
-from dsh import LogCorruptError
+from dsh import LogCorruptError, SealDamagedError
 from dsh.persistence import _chain, _seal
 from dsh.persistence._proof import ChainProof
 from dsh.persistence._proof import compare_proof as compare
@@ -110,7 +110,7 @@ def test_a_seal_that_keeps_its_header_but_loses_records_is_seal_damage(
     with dsh.open(url) as store, pytest.raises(LogCorruptError) as caught:
         store.read("s1")
     error = caught.value
-    assert error.code == "SEAL_TRUNCATED"
+    assert isinstance(error, SealDamagedError) and error.code == "SEAL_TRUNCATED"
     assert error.where["path"] == str(seal)  # the seal is named, not the log
     assert error.where["batch"] == BATCHES - 2 and error.where["seq"] == BATCHES - 2
     assert "dsh verify --reseal" in error.message and "lost records" in error.message
@@ -155,7 +155,7 @@ def test_chain_records_changed_in_the_seal_are_named_by_batch_and_writer(
     with dsh.open(url) as store, pytest.raises(LogCorruptError) as caught:
         store.read("s1")
     error = caught.value
-    assert error.code == "SEAL_CHAIN_BROKEN", error.message
+    assert isinstance(error, SealDamagedError) and error.code == "SEAL_CHAIN_BROKEN"
     assert error.where["path"] == str(seal) and error.where["batch"] == bad
     assert str(os.getpid()) in str(error.where["writer"])
     assert "does not link" in error.message

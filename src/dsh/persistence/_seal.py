@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from dsh._errors import LogCorruptError
+from dsh._errors import LogCorruptError, SealDamagedError
 from dsh.json import CFallback, c_rows_text
 from dsh.persistence._chain import (
     CHAIN_MARK,
@@ -125,14 +125,14 @@ def read_seal(path: Path) -> Seal | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise LogCorruptError(f"integrity seal {path} cannot be opened ({exc.strerror}); a "
+        raise SealDamagedError(f"integrity seal {path} cannot be opened ({exc.strerror}); a "
                               f"symlink or a non-file is where the seal belongs", path=str(path),
                               code="SEAL_UNREADABLE") from exc
     try:
         with os.fdopen(fd, "rb") as f:
             data = f.read()
     except OSError as exc:
-        raise LogCorruptError(f"integrity seal {path} cannot be read ({exc.strerror})",
+        raise SealDamagedError(f"integrity seal {path} cannot be read ({exc.strerror})",
                               path=str(path), code="SEAL_UNREADABLE") from exc
     if not data:
         return None
@@ -190,9 +190,9 @@ def read_seal(path: Path) -> Seal | None:
 
 
 def _damaged(path: Path, why: str, offset: int, code: str = "SEAL_CORRUPT",
-             **where: int | str | None) -> LogCorruptError:
+             **where: int | str | None) -> SealDamagedError:
     """Damage to the seal file itself, not to the log (docs/formats.md#integrity-seals)."""
-    return LogCorruptError(
+    return SealDamagedError(
         f"integrity seal {path} is damaged ({why}); the log itself is not judged by this: "
         f"restore the seal from a backup, or move it aside to read the log unverified and "
         f"run 'dsh verify --reseal ID' to seal the log as it is now", path=str(path),

@@ -42,6 +42,7 @@ from dsh._errors import (
     DshError,
     LogCorruptError,
     PersistenceError,
+    SealDamagedError,
     SessionExistsError,
     SessionNotFoundError,
 )
@@ -801,10 +802,10 @@ class JsonlHandle(HandleBase):
             f"from a backup", path=str(self.path), byte_offset=torn.byte_offset,
             session_id=self._id)
 
-    def _seal_missing(self) -> LogCorruptError:
+    def _seal_missing(self) -> SealDamagedError:
         """The error for a marked raw log whose seal is gone (docs/formats.md#integrity-seals)."""
         seal = self._seal_path()
-        return LogCorruptError(
+        return SealDamagedError(
             f"integrity seal {seal} of session {self._id!r} is missing, but the log's header "
             f"says its writer sealed it ({self.path}): its bytes cannot be verified, so they "
             f"are neither read nor sealed again; restore the seal from a backup, or accept the "

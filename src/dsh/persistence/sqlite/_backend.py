@@ -43,6 +43,7 @@ from dsh._errors import (
     DshError,
     LogCorruptError,
     PersistenceError,
+    SealDamagedError,
     SessionBusyError,
     SessionExistsError,
     SessionFormatUnsupportedError,
@@ -1547,7 +1548,7 @@ class SqliteHandle(HandleBase):
         if seal is not None and seal.identity != _seal_identity(incarnation):
             seal = None  # written for an earlier session of the same id
         if seal is None and is_sealed_incarnation(incarnation):
-            raise LogCorruptError(
+            raise SealDamagedError(
                 f"integrity seal {self._seal_file} of session {self._id!r} is missing, but the "
                 f"session's row in {self._path} says its writer sealed it: its rows cannot be "
                 f"verified, so they are neither read nor sealed again; restore the seal from a "
