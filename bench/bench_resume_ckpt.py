@@ -44,6 +44,7 @@ CONTEXT_WINDOW = 32_000
 FLUSH_EVERY_TURNS = 50
 SESSION_ID = "bench"
 _CACHE_VERSION = 1
+SCHEMA_PREFIX = "bench_ckpt_"  # --schema-prefix: helpers sharing one server keep apart
 
 
 def _rss_mb(field: str) -> float:
@@ -135,7 +136,7 @@ def _url(backend: str, root: Path, server: str) -> str:
     """The store URL of a build or run folder; PostgreSQL: a schema named after the folder."""
     if backend != "postgres":
         return store_url(backend, root)
-    schema = "bench_ckpt_" + "".join(c if c.isalnum() else "_" for c in root.name).lower()
+    schema = SCHEMA_PREFIX + "".join(c if c.isalnum() else "_" for c in root.name).lower()
     return f"{server}?schema={schema}"
 
 
@@ -217,6 +218,11 @@ def _runs(master: Path, backend: str, runs: int, *, restore_point: bool,
     return medians(out)
 
 
+def _set_schema_prefix(prefix: str) -> None:
+    global SCHEMA_PREFIX  # one run, one prefix
+    SCHEMA_PREFIX = prefix
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -233,12 +239,15 @@ def main() -> None:
                         help="sessions that never compact (the surface spans the whole log)")
     parser.add_argument("--server", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="PostgreSQL server of the postgres backend")
+    parser.add_argument("--schema-prefix", default=SCHEMA_PREFIX,
+                        help="prefix of the postgres backend's schema names")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.url)))
         return
+    _set_schema_prefix(args.schema_prefix)
     temporary = Path(tempfile.mkdtemp(prefix="dsh-bench-ckpt-", dir=args.dir)) \
         if args.dir else None
     cache = temporary or Path(args.cache)

@@ -19,10 +19,12 @@ line numbers and suspect-tail reasons, or the same error with the same message a
 from __future__ import annotations
 
 import importlib
+import itertools
 import operator
 import os
 import sys
 import tracemalloc
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ import dsh.persistence._read as read_module
 import dsh.persistence.jsonl._format as fmt
 import dsh.persistence.sqlite._schema as sqlite_schema
 import dsh.session._session as session_module
+import dsh.session._surface as surface_module
 from dsh._errors import DshError
 from dsh.json import FrozenDict, FrozenList, dumps
 from dsh.persistence._contract import ColdRead
@@ -955,6 +958,52 @@ def test_gather_messages_answers_as_the_python_loop(nodes: list[int], start: int
     assert dj.c_gather_messages(nodes, start, cache, c_out) == \
         _python_gather(nodes, start, cache, py_out)
     assert _same(c_out, py_out)
+    packed_out: list[Any] = ["before"]  # a paged restore's surface: an int64 array
+    assert dj.c_gather_messages(array("q", nodes), start, cache, packed_out) == \
+        _python_gather(nodes, start, cache, ["before"])
+    assert _same(packed_out, py_out)
+
+
+def test_gather_messages_refuses_a_buffer_of_another_item_type() -> None:
+    with pytest.raises(TypeError, match="array"):
+        dj.c_gather_messages(array("i", [1]), 0, {}, [])
+    with pytest.raises(TypeError):
+        dj.c_gather_messages((1, 2), 0, {}, [])
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(seqs=st.lists(st.integers(-2**63, 2**63 - 1), max_size=8),
+       bound=st.integers(-3, 2**62))
+def test_seqs_below_answers_as_the_python_check(seqs: list[int], bound: int) -> None:
+    # the reference: dsh.session._surface.seqs_below without the accelerator
+    expected = all(0 <= seq < bound for seq in seqs)
+    assert dj.c_seqs_below(array("q", seqs), bound) is expected
+    saved = surface_module.c_seqs_below
+    surface_module.c_seqs_below = None
+    try:
+        assert surface_module.seqs_below(array("q", seqs), bound) is expected
+    finally:
+        surface_module.c_seqs_below = saved
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(deltas=st.lists(st.integers(-2**63, 2**63 - 1) | st.integers(-3, 3), max_size=8),
+       bound=st.integers(-3, 2**62))
+def test_running_sums_below_answers_as_the_python_reference(deltas: list[int],
+                                                            bound: int) -> None:
+    sums = list(itertools.accumulate(deltas))
+    expected = all(0 <= total < bound for total in sums)
+    c_seqs = array("q", deltas)
+    assert dj.c_running_sums_below(c_seqs, bound) is expected
+    saved = surface_module.c_running_sums_below
+    surface_module.c_running_sums_below = None
+    try:
+        py_seqs = array("q", deltas)
+        assert surface_module.running_sums_below(py_seqs, bound) is expected
+    finally:
+        surface_module.c_running_sums_below = saved
+    if expected:
+        assert list(c_seqs) == list(py_seqs) == sums
 
 
 @settings(max_examples=examples(40), deadline=None,

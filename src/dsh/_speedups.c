@@ -1801,42 +1801,126 @@ admit_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 PyDoc_STRVAR(gather_messages_doc,
 "gather_messages(nodes, start, cache, out, /) -> int\n\n"
 "Append to the list out, in order, the cached message of each seq in nodes[start:] (a list\n"
-"of ints), skipping the None entries (nodes that project nothing). Stops at the first seq\n"
-"the dict cache does not hold and returns its index (len(nodes) when all were found): the\n"
-"caller projects that node in Python and calls again. The reference is the Python loop of\n"
+"of ints, or an array('q') of a session resumed through a restore point), skipping the None\n"
+"entries (nodes that project nothing). Stops at the first seq the dict cache does not hold\n"
+"and returns its index (len(nodes) when all were found): the caller projects that node in\n"
+"Python and calls again. The reference is the Python loop of\n"
 "dsh.session.session.Session.derive_messages.");
 
 static PyObject *
 gather_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *nodes, *cache, *out, *message;
+    PyObject *nodes, *cache, *out, *message, *key;
     Py_ssize_t start, index, count;
-    if (nargs != 4 || !PyList_Check(args[0]) || !PyDict_Check(args[2])
-            || !PyList_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "gather_messages(list, int, dict, list)");
+    Py_buffer view;
+    int packed;
+    const long long *seqs = NULL;
+    if (nargs != 4 || !PyDict_Check(args[2]) || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "gather_messages(list | array('q'), int, dict, list)");
         return NULL;
     }
     nodes = args[0];
     cache = args[2];
     out = args[3];
+    packed = !PyList_Check(nodes);
+    if (packed) {
+        if (PyObject_GetBuffer(nodes, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            return NULL;
+        }
+        if (view.itemsize != 8 || view.format == NULL || strcmp(view.format, "q") != 0) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_TypeError, "gather_messages: nodes must be an array('q')");
+            return NULL;
+        }
+        seqs = (const long long *)view.buf;
+        count = view.len / 8;
+    }
+    else {
+        count = PyList_GET_SIZE(nodes);
+    }
     start = PyLong_AsSsize_t(args[1]);
     if (start == -1 && PyErr_Occurred()) {
-        return NULL;
+        goto fail;
     }
-    count = PyList_GET_SIZE(nodes);
+    /* the dict's keys are ints: no Python code runs below, so the buffer cannot be resized */
     for (index = start < 0 ? 0 : start; index < count; index++) {
-        message = PyDict_GetItemWithError(cache, PyList_GET_ITEM(nodes, index));
+        if (packed) {
+            key = PyLong_FromLongLong(seqs[index]);
+            if (key == NULL) {
+                goto fail;
+            }
+            message = PyDict_GetItemWithError(cache, key);
+            Py_DECREF(key);
+        }
+        else {
+            message = PyDict_GetItemWithError(cache, PyList_GET_ITEM(nodes, index));
+        }
         if (message == NULL) {
             if (PyErr_Occurred()) {
-                return NULL;
+                goto fail;
             }
             break;
         }
         if (message != Py_None && PyList_Append(out, message) < 0) {
-            return NULL;
+            goto fail;
         }
     }
+    if (packed) {
+        PyBuffer_Release(&view);
+    }
     return PyLong_FromSsize_t(index);
+fail:
+    if (packed) {
+        PyBuffer_Release(&view);
+    }
+    return NULL;
+}
+
+PyDoc_STRVAR(seqs_below_doc,
+"seqs_below(seqs, bound, /) -> bool\n\n"
+"True when every element of seqs, an array('q') (or any C-contiguous int64 buffer), lies in\n"
+"0 .. bound - 1: the range check of a restore point's packed surface nodes, one pass over\n"
+"the buffer with no int object made. The reference is the Python check of\n"
+"dsh.session._surface.seqs_below.");
+
+static PyObject *
+seqs_below(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    long long bound;
+    const long long *seqs;
+    Py_ssize_t index, count;
+    int below = 1;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "seqs_below(array('q'), int)");
+        return NULL;
+    }
+    bound = PyLong_AsLongLong(args[1]);
+    if (bound == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    if (view.itemsize != 8 || view.format == NULL || strcmp(view.format, "q") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "seqs_below: seqs must be an array('q')");
+        return NULL;
+    }
+    seqs = (const long long *)view.buf;
+    count = view.len / 8;
+    if (bound < 0) {
+        bound = 0;
+    }
+    for (index = 0; index < count; index++) {
+        /* as unsigned: a negative seq reads as >= 2**63, beyond any bound */
+        if ((unsigned long long)seqs[index] >= (unsigned long long)bound) {
+            below = 0;
+            break;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(below);
 }
 
 PyDoc_STRVAR(hand_out_messages_doc,
@@ -2372,6 +2456,62 @@ seqs_contiguous(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+PyDoc_STRVAR(running_sums_below_doc,
+"running_sums_below(seqs, bound, /) -> bool\n\n"
+"Turn seqs, an array('q') of differences, into their running sums in place (the first is\n"
+"the first seq); return True when every sum lies in 0 .. bound - 1. False at the first sum\n"
+"out of range or past the int64 range, the array then left part summed (its caller drops\n"
+"it). How a restore point's packed surface nodes come back. The reference is the Python\n"
+"dsh.session._surface.running_sums_below.");
+
+static PyObject *
+running_sums_below(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    long long bound, total = 0, step;
+    long long *seqs;
+    Py_ssize_t index, count;
+    int below = 1;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "running_sums_below(array('q'), int)");
+        return NULL;
+    }
+    bound = PyLong_AsLongLong(args[1]);
+    if (bound == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view,
+                           PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        return NULL;
+    }
+    if (view.itemsize != 8 || view.format == NULL || strcmp(view.format, "q") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "running_sums_below: seqs must be an array('q')");
+        return NULL;
+    }
+    if (bound < 0) {
+        bound = 0;
+    }
+    seqs = (long long *)view.buf;
+    count = view.len / 8;
+    for (index = 0; index < count; index++) {
+        step = seqs[index];
+        /* a sum past the int64 range is refused, as the reference's array would refuse it */
+        if ((step > 0 && total > LLONG_MAX - step) || (step < 0 && total < LLONG_MIN - step)) {
+            below = 0;
+            break;
+        }
+        total += step;
+        if ((unsigned long long)total >= (unsigned long long)bound) {
+            below = 0;
+            break;
+        }
+        seqs[index] = total;
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(below);
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -2391,6 +2531,9 @@ static PyMethodDef methods[] = {
      gather_messages_doc},
     {"hand_out_messages", (PyCFunction)(void (*)(void))hand_out_messages, METH_FASTCALL,
      hand_out_messages_doc},
+    {"seqs_below", (PyCFunction)(void (*)(void))seqs_below, METH_FASTCALL, seqs_below_doc},
+    {"running_sums_below", (PyCFunction)(void (*)(void))running_sums_below, METH_FASTCALL,
+     running_sums_below_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2437,7 +2580,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 2) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 3) < 0) {
         Py_DECREF(module);
         return NULL;
     }

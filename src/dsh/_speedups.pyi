@@ -6,6 +6,7 @@ caller's Python path runs (docs/architecture.md#the-c-accelerator). ``dsh.json``
 module (unless ``DSH_NO_SPEEDUPS`` is set) and hands the functions out, ``None`` when absent.
 """
 
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Final
@@ -61,9 +62,15 @@ def encode_rows(events: Sequence[Any], schema_version: int, dumps: Callable[[Any
 def seqs_contiguous(events: Sequence[Any], base: int, /) -> bool:
     """True when every event's ``seq`` is ``base`` + its index (False: the Python loop names it)."""
 
-def gather_messages(nodes: list[int], start: int, cache: Mapping[int, Any], out: list[Any],
-                    /) -> int:
+def gather_messages(nodes: list[int] | array[int], start: int, cache: Mapping[int, Any],
+                    out: list[Any], /) -> int:
     """Append cached messages of ``nodes[start:]``; the index of the first uncached node."""
+
+def seqs_below(seqs: array[int], bound: int, /) -> bool:
+    """True when every seq of the int64 array lies in ``0 .. bound - 1``."""
+
+def running_sums_below(seqs: array[int], bound: int, /) -> bool:
+    """Differences to running sums in place; True when every sum lies in ``0 .. bound - 1``."""
 
 def hand_out_messages(derived: list[Any], box: list[Any], /) -> list[Any]:
     """A list equal to ``derived`` that no one else holds (reference: ``list(derived)``)."""

@@ -201,10 +201,11 @@ class FrozenList(list[Any]):
 _SPEEDUPS_API: Final = (
     "configure", "freeze_parsed", "snapshot", "untrack", "Fallback", "scan_lines",
     "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
-    "encode_rows", "seqs_contiguous", "gather_messages", "hand_out_messages")
+    "encode_rows", "seqs_contiguous", "gather_messages", "hand_out_messages", "seqs_below",
+    "running_sums_below")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 2
+_SPEEDUPS_API_VERSION: Final = 3
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -382,6 +383,8 @@ c_encode_rows = _optional(_accelerator.encode_rows)
 c_seqs_contiguous = _optional(_accelerator.seqs_contiguous)
 c_gather_messages = _optional(_accelerator.gather_messages)
 c_hand_out_messages = _optional(_accelerator.hand_out_messages)
+c_seqs_below = _optional(_accelerator.seqs_below)
+c_running_sums_below = _optional(_accelerator.running_sums_below)
 
 
 def _fast(v: Any, depth: int) -> Any:

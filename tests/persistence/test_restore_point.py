@@ -673,7 +673,7 @@ def test_schema_14_resume_from_a_restore_point_equals_the_full_read(root: Path,
 
 
 def test_many_surface_nodes_are_stored_packed_and_read_back_exactly() -> None:
-    # docs/formats.md#restore-points: nodes packed as zlib'd int64 seqs from 4,096 on
+    # docs/formats.md#restore-points: nodes packed as zlib'd int64 differences from 4,096 on
     from dsh.session import RestoreState
     nodes = (*range(0, 3 * rp.PACKED_NODES_MIN, 3), 1, 2, 2**40)  # any order, any size
     state = RestoreState(event_count=2**40 + 1, last_time=5, last_type="turn/end", nodes=nodes,
@@ -683,9 +683,84 @@ def test_many_surface_nodes_are_stored_packed_and_read_back_exactly() -> None:
                        event_count=state.event_count, byte_offset=1, header_digest="h",
                        tail_digest="t", seal_digest="")
     data = rp.encode_restore_point(rp.RestorePoint(anchor=anchor, state=state))
-    assert b'"nodes":"zn:' in data
+    assert b'"nodes":"zd:' in data
     assert rp.decode_restore_point(data, session_id="s", backend="sqlite").state == state
-    body = data.partition(b"\n")[2].replace(b'"nodes":"zn:', b'"nodes":"zn:AAAA')
+    body = data.partition(b"\n")[2].replace(b'"nodes":"zd:', b'"nodes":"zd:AAAA')
     forged = b"DSHCKPT1 " + rp.digest(body).encode() + b"\n" + body
     with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
         rp.decode_restore_point(forged, session_id="s", backend="sqlite")
+
+
+def _packed_point(nodes: Any, event_count: int) -> bytes:
+    from dsh.session import RestoreState
+    state = RestoreState(event_count=event_count, last_time=5, last_type="turn/end",
+                         nodes=nodes, replace_generation=0, request_header=None,
+                         request_context=None, inherited_markers=0, turn_boundary=-1,
+                         turn_open=False)
+    anchor = rp.Anchor(backend="sqlite", session_id="s", incarnation="i",
+                       event_count=event_count, byte_offset=1, header_digest="h",
+                       tail_digest="t", seal_digest="")
+    return rp.encode_restore_point(rp.RestorePoint(anchor=anchor, state=state))
+
+
+def test_a_million_event_surface_is_read_back_packed() -> None:
+    # an uncompacted 1M-event msg session holds ~364k nodes: they come back as one int64
+    # buffer (NodeSeqs), inflated a chunk at a time, equal to the seqs written
+    from dsh.session import NodeSeqs
+    nodes = NodeSeqs([*range(0, 1_000_000, 11), *range(2, 1_000_000, 3)][:364_000])
+    data = _packed_point(nodes, 1_000_003)
+    state = rp.decode_restore_point(data, session_id="s", backend="sqlite").state
+    assert type(state.nodes) is NodeSeqs
+    assert state.nodes == nodes and len(state.nodes) == 364_000
+    assert state.nodes[-3:] == list(nodes)[-3:]
+    with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):  # a seq past the log
+        rp.decode_restore_point(_packed_point(nodes, 999_999), session_id="s",
+                                backend="sqlite")
+    body = data.partition(b"\n")[2]
+    start = body.index(b'"nodes":"zd:') + len(b'"nodes":"zd:')
+    text = body[start:body.index(b'"', start)]
+    for cut in (8, len(text) // 2):  # a stream cut short, whatever the cut
+        short = body.replace(text, text[:-cut - cut % 4])
+        forged = b"DSHCKPT1 " + rp.digest(short).encode() + b"\n" + short
+        with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
+            rp.decode_restore_point(forged, session_id="s", backend="sqlite")
+
+
+def _resealed(body: bytes) -> bytes:
+    return b"DSHCKPT1 " + rp.digest(body).encode() + b"\n" + body
+
+
+@pytest.mark.no_speedups
+def test_packed_node_differences_summing_out_of_range_are_refused() -> None:
+    # the differences are summed in place (C: running_sums_below; Python: the reference) and
+    # every sum is range-checked: below 0, past the log, past the int64 range
+    import zlib
+    from array import array
+    from binascii import b2a_base64
+    data = _packed_point(range(rp.PACKED_NODES_MIN), rp.PACKED_NODES_MIN)
+    body = data.partition(b"\n")[2]
+    start = body.index(b'"nodes":"zd:') + len(b'"nodes":"zd:')
+    text = body[start:body.index(b'"', start)]
+    assert rp.decode_restore_point(data, session_id="s", backend="sqlite").state.nodes == \
+        tuple(range(rp.PACKED_NODES_MIN))
+    for deltas in ([1] * rp.PACKED_NODES_MIN, [0, -1, *[1] * 4094], [2**62, 2**62, 2**62]):
+        packed = b2a_base64(zlib.compress(array("q", deltas).tobytes()), newline=False)
+        with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
+            rp.decode_restore_point(_resealed(body.replace(text, packed)), session_id="s",
+                                    backend="sqlite")
+
+
+@pytest.mark.no_speedups
+def test_nodes_packed_as_seqs_by_an_earlier_writer_are_still_read() -> None:
+    import zlib
+    from array import array
+    from binascii import b2a_base64
+    seqs = [*range(5, 3 * rp.PACKED_NODES_MIN, 3), 1, 2]
+    data = _packed_point(seqs, 3 * rp.PACKED_NODES_MIN)
+    body = data.partition(b"\n")[2]
+    start = body.index(b'"nodes":"zd:')
+    end = body.index(b'"', start + len(b'"nodes":"zd:'))
+    old = b'"nodes":"zn:' + b2a_base64(zlib.compress(array("q", seqs).tobytes()), newline=False)
+    state = rp.decode_restore_point(_resealed(body[:start] + old + body[end:]), session_id="s",
+                                    backend="sqlite").state
+    assert state.nodes == seqs

@@ -6,6 +6,7 @@ Rule: docs/rules.md#restore-points-are-never-the-truth (restore points are deriv
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dsh._errors import EventRejectedError, LogCorruptError
-from dsh.session import PAGE_EVENTS, PagedLog, RestoreFold, RestoreState, Session
+from dsh.session import PAGE_EVENTS, NodeSeqs, PagedLog, RestoreFold, RestoreState, Session
 from dsh.session._events import Event
 from dsh.session._repair import interrupted_turn_closers, open_turn_closers
 from tests.strategies import (
@@ -58,6 +59,11 @@ def _full(events: Sequence[Event]) -> Session:
 
 
 def _paged(events: Sequence[Event], cut: int) -> tuple[Session, ListSource]:
+    session, source, _ = _paged_from(events, cut)
+    return session, source
+
+
+def _paged_from(events: Sequence[Event], cut: int) -> tuple[Session, ListSource, RestoreState]:
     state = RestoreFold(0)
     state.feed(events[:cut])
     source = ListSource(events[:cut])
@@ -70,7 +76,7 @@ def _paged(events: Sequence[Event], cut: int) -> tuple[Session, ListSource]:
     closers = open_turn_closers(window, "interrupted", base_seq=window_start)
     session = Session.restore_paged("s", {"version": 0, "id": "s", "createdAt": 1}, st_,
                                     source, [*tail, *closers], clock=StepClock(5))
-    return session, source
+    return session, source, st_
 
 
 def _same(a: Session, b: Session) -> None:
@@ -80,6 +86,9 @@ def _same(a: Session, b: Session) -> None:
     assert a.events[3:-2] == b.events[3:-2]
     assert a.events[::-3] == b.events[::-3]
     assert list(a.surface.nodes) == list(b.surface.nodes)
+    assert a.surface.nodes == b.surface.nodes and b.surface.nodes == a.surface.nodes
+    assert a.surface.nodes == tuple(b.surface.nodes) and a.surface.nodes == list(b.surface.nodes)
+    assert a.surface.nodes[1:-1] == b.surface.nodes[1:-1]
     assert a.surface.replace_generation == b.surface.replace_generation
     assert a.derive_messages() == b.derive_messages()
     assert a.request_header() == b.request_header()
@@ -99,6 +108,40 @@ def test_paged_restore_equals_full_restore(script: Any, data: st.DataObject) -> 
     _same(paged, full)
     assert probe_appends(paged) == probe_appends(full)
     _same(paged, full)
+
+
+def test_a_paged_restore_keeps_its_surface_packed() -> None:
+    # no int object per node: the surface is the state's int64 buffer, copied once
+    events = _long_log(50)
+    paged, _, state = _paged_from(events, 200)
+    assert isinstance(state.nodes, NodeSeqs)
+    assert type(paged._nodes) is array and paged._nodes.typecode == "q"
+    full = _full(events)
+    _same(paged, full)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(script=log_scripts(open_tail=None, max_actions=6), data=st.data())
+def test_a_writer_fold_from_a_paged_restore_equals_the_full_fold(script: Any,
+                                                                 data: st.DataObject) -> None:
+    # the writer's fold shares the restore state's packed nodes and folds on from them,
+    # through appends and a replace reaching into them
+    events = _log(script)
+    assume(events)
+    cut = data.draw(st.integers(1, len(events)))
+    full = _full(events)
+    paged, _, state = _paged_from(events, cut)
+    paged_fold = RestoreFold.of_session(paged, state)
+    full_fold = RestoreFold.of_session(full)
+    assert paged_fold.state() == full_fold.state()
+    start = len(paged.events)
+    assert start == len(full.events)
+    assert probe_appends(paged) == probe_appends(full)
+    paged_fold.feed(paged.events[start:])
+    full_fold.feed(full.events[start:])
+    assert paged_fold.state() == full_fold.state()
+    assert paged_fold.state().nodes == paged.surface.nodes == full.surface.nodes
+    assert RestoreState.from_wire(paged_fold.state().to_wire()) == full_fold.state()
 
 
 @settings(max_examples=examples(40), deadline=None)
@@ -252,3 +295,28 @@ def test_the_last_messages_equal_the_tail_of_the_full_derive() -> None:
     session = _full(events)
     for n in (1, 2, 7, 90, 91, 200):
         assert session.derive_messages(last=n) == session.derive_messages()[-n:]
+
+
+def test_node_seqs_are_an_immutable_sequence_equal_to_the_tuple() -> None:
+    seqs = NodeSeqs([5, 1, 9, 2**40])
+    assert seqs == (5, 1, 9, 2**40) and seqs == [5, 1, 9, 2**40] and seqs != (5, 1, 9)
+    assert hash(seqs) == hash((5, 1, 9, 2**40))
+    assert seqs[1] == 1 and seqs[-1] == 2**40 and seqs[1:3] == NodeSeqs([1, 9])
+    assert 9 in seqs and 3 not in seqs and "x" not in seqs
+    assert list(seqs) == [5, 1, 9, 2**40] and seqs.index(9) == 2
+    assert NodeSeqs.from_little_endian(seqs.little_endian()) == seqs
+    copy = seqs.to_array()
+    copy.append(1)
+    assert len(seqs) == 4  # a copy, never the buffer itself
+    with pytest.raises(ValueError, match="8 bytes each"):
+        NodeSeqs.from_little_endian(b"1234567")
+
+
+def test_the_packed_range_check_refuses_every_seq_out_of_range() -> None:
+    # C (seqs_below) and Python (the reference, no_speedups) agree
+    assert NodeSeqs().all_below(0)
+    assert NodeSeqs([0, 4, 2]).all_below(5)
+    assert not NodeSeqs([0, 5, 2]).all_below(5)
+    assert not NodeSeqs([0, -1]).all_below(5)
+    assert not NodeSeqs([2**62]).all_below(2**53)
+    assert not NodeSeqs([0]).all_below(0)

@@ -57,6 +57,7 @@ from dsh.session._session import (
 )
 from dsh.session._store import OpenTurnPolicy, PersistencePort, SessionStore, StoreObserver
 from dsh.session._surface import (
+    NodeSeqs,
     Surface,
     SurfaceFold,
     SurfaceNodes,
@@ -99,6 +100,7 @@ __all__ = [
     "OpenTurnPolicy",
     "PagedLog",
     "PersistencePort",
+    "NodeSeqs",
     "RestoreFold",
     "RestoreState",
     "SeedStream",

@@ -13,6 +13,7 @@ and is validated field by field, so a damaged restore point is refused, never ha
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -20,9 +21,10 @@ from typing import Any, Final
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, snapshot_json
 from dsh.session._events import SURFACE_EVENT_TYPES, Event
 from dsh.session._session import Session, canonical_header
-from dsh.session._surface import SurfacePlan
+from dsh.session._surface import NodeSeqs, replace_nodes
 
 _END_SEED: Final = "session/end-seed"
+_NO_NODES: Final = NodeSeqs()
 _TURN_BOUNDARIES: Final = ("turn/start", "turn/end")
 
 
@@ -51,7 +53,8 @@ class RestoreState:
         event_count: Events covered (seqs ``0 .. event_count - 1``); at least 1.
         last_time: The ``time`` of event ``event_count - 1`` (epoch ms).
         last_type: Its type (a restore appends a plain end-seed unless it is one).
-        nodes: Surface node seqs in model order.
+        nodes: Surface node seqs in model order, kept packed (:class:`NodeSeqs`: 8 bytes a
+            node, equal to the tuple of the same seqs; any iterable of seqs given is packed).
         replace_generation: Committed surface replacements.
         request_header: The canonical request header folded so far, or None.
         request_context: The latest ``request/context`` data (as :meth:`Session.request_context`
@@ -65,7 +68,7 @@ class RestoreState:
     event_count: int
     last_time: int
     last_type: str
-    nodes: tuple[int, ...]
+    nodes: NodeSeqs
     replace_generation: int
     request_header: FrozenDict | None
     request_context: FrozenDict | None
@@ -73,24 +76,34 @@ class RestoreState:
     turn_boundary: int
     turn_open: bool
 
-    def to_wire(self) -> dict[str, Any]:
-        """Return the JSON object form (camelCase keys), for :meth:`from_wire`."""
-        return {"eventCount": self.event_count, "lastTime": self.last_time,
-                "lastType": self.last_type, "nodes": list(self.nodes),
-                "replaceGeneration": self.replace_generation,
+    def __post_init__(self) -> None:
+        if type(self.nodes) is not NodeSeqs:
+            object.__setattr__(self, "nodes", NodeSeqs(self.nodes))
+
+    def to_wire(self, *, nodes: bool = True) -> dict[str, Any]:
+        """Return the JSON object form (camelCase keys), for :meth:`from_wire`.
+
+        With ``nodes=False`` the ``nodes`` key is left out (a caller that packs them itself).
+        """
+        wire = {"eventCount": self.event_count, "lastTime": self.last_time,
+                "lastType": self.last_type, "replaceGeneration": self.replace_generation,
                 "requestHeader": self.request_header, "requestContext": self.request_context,
                 "inheritedMarkers": self.inherited_markers, "turnBoundary": self.turn_boundary,
                 "turnOpen": self.turn_open}
+        if nodes:
+            wire["nodes"] = list(self.nodes)
+        return wire
 
     @classmethod
-    def from_wire(cls, value: object, *, decoded_nodes: list[int] | None = None
+    def from_wire(cls, value: object, *, decoded_nodes: NodeSeqs | None = None
                   ) -> RestoreState:
         """Validate and build a state from :meth:`to_wire` output.
 
         Args:
             value: The wire object.
             decoded_nodes: The node seqs when the caller decoded ``value``'s ``nodes`` from a
-                packed form into a list of ints (then only their range is checked here).
+                packed form (then only their range is checked here, in one pass over the
+                packed buffer: no int object per node).
 
         Raises:
             ValueError: a field is missing, extra, or of the wrong type or range.
@@ -110,12 +123,18 @@ class RestoreState:
             raise ValueError("restore state field lastTime must be a safe integer")
         if type(value["lastType"]) is not str:
             raise ValueError("restore state field lastType must be a string")
-        nodes = value["nodes"] if decoded_nodes is None else decoded_nodes
-        # the common case in C-speed builtins (an uncompacted 1M-event log has ~364k nodes)
-        if not isinstance(nodes, list) or (nodes and not (
-                (decoded_nodes is not None or set(map(type, nodes)) == {int})
-                and min(nodes) >= 0 and max(nodes) < count)):
-            raise ValueError("restore state field nodes must be seqs below eventCount")
+        if decoded_nodes is not None:
+            nodes = decoded_nodes
+            if not nodes.all_below(count):
+                raise ValueError("restore state field nodes must be seqs below eventCount")
+        else:
+            listed = value["nodes"]
+            # the common case in C-speed builtins (few nodes: many are stored packed)
+            if not isinstance(listed, list) or (listed and not (
+                    set(map(type, listed)) == {int} and min(listed) >= 0
+                    and max(listed) < count)):
+                raise ValueError("restore state field nodes must be seqs below eventCount")
+            nodes = NodeSeqs(listed)
         boundary = value["turnBoundary"]
         if type(boundary) is not int or not -1 <= boundary < count:
             raise ValueError("restore state field turnBoundary must be -1 or a seq")
@@ -123,7 +142,7 @@ class RestoreState:
             raise ValueError("restore state field turnOpen must be a boolean (false without "
                              "a boundary)")
         return cls(event_count=count, last_time=last_time, last_type=value["lastType"],
-                   nodes=tuple(nodes),
+                   nodes=nodes,
                    replace_generation=_count(value["replaceGeneration"], "replaceGeneration"),
                    request_header=_optional_map(value["requestHeader"], "requestHeader"),
                    # any JSON value: Session.request_context returns the data as it is
@@ -139,19 +158,25 @@ class RestoreFold:
     :attr:`event_count`) are skipped, so a retried batch is harmless. The fold does not
     validate: it only ever sees events a session already accepted.
 
+    The surface is kept as an int64 array; a fold continuing from a resumed session shares the
+    packed nodes of the state it was restored from and holds only the seqs appended since
+    (merged at the first replace, or copied once per restore point written), so adopting a
+    resumed session costs no copy of its surface.
+
     Args:
         inherited: The session's inherited event count (its header ``seedLength`` or 0).
     """
 
-    __slots__ = ("_boundary", "_count", "_gen", "_inherited", "_last_time", "_last_type",
-                 "_markers", "_nodes", "_open", "_rc", "_rh")
+    __slots__ = ("_base", "_boundary", "_count", "_gen", "_inherited", "_last_time",
+                 "_last_type", "_markers", "_nodes", "_open", "_rc", "_rh")
 
     def __init__(self, inherited: int = 0) -> None:
         self._inherited = inherited
         self._count = 0
         self._last_time = 0
         self._last_type = ""
-        self._nodes: list[int] = []
+        self._base = _NO_NODES  # shared, never changed: the nodes before self._nodes
+        self._nodes: array[int] = array("q")
         self._gen = 0
         self._rh: FrozenDict | None = None
         self._rc: FrozenDict | None = None
@@ -176,8 +201,15 @@ class RestoreFold:
             last = events[count - 1]
             fold._last_time = last["time"]
             fold._last_type = last["type"]
-        fold._nodes = list(session.surface.nodes)
+        nodes = session.surface.nodes
         fold._gen = session.surface.replace_generation
+        if base is not None and fold._gen == base.replace_generation \
+                and len(nodes) >= len(base.nodes):
+            # no replace since the restore: the surface is the state's nodes and the appends
+            fold._base = base.nodes
+            fold._nodes = array("q", nodes[len(base.nodes):])
+        else:
+            fold._nodes = array("q", nodes)
         fold._rh = session.request_header()
         fold._rc = session.request_context()
         floor = base.event_count if base is not None else 0
@@ -214,8 +246,12 @@ class RestoreFold:
                 if op == "append":
                     nodes.append(seq)
                 elif isinstance(op, dict):
-                    plan = SurfacePlan(seq, nodes.index(op["start"]), nodes.index(op["end"]))
-                    nodes[plan.start_index:plan.end_index + 1] = [seq]
+                    if self._base:  # a replace may reach into the shared nodes: merge once
+                        merged = self._base.to_array()
+                        merged.extend(nodes)
+                        nodes = self._nodes = merged
+                        self._base = _NO_NODES
+                    replace_nodes(nodes, nodes.index(op["start"]), nodes.index(op["end"]), seq)
                     self._gen += 1
             elif etype == "request/header":
                 self._rh = canonical_header(event["data"]["header"])
@@ -241,7 +277,8 @@ class RestoreFold:
         if self._count < 1:
             raise ValueError("a restore state needs at least one event")
         return RestoreState(event_count=self._count, last_time=self._last_time,
-                            last_type=self._last_type, nodes=tuple(self._nodes),
+                            last_type=self._last_type,
+                            nodes=self._base.extended(self._nodes),
                             replace_generation=self._gen, request_header=self._rh,
                             request_context=self._rc, inherited_markers=self._markers,
                             turn_boundary=self._boundary, turn_open=self._open)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from time import time_ns
@@ -49,7 +50,7 @@ from dsh.session._events import (
 )
 from dsh.session._header import SessionHeader, validate_header
 from dsh.session._paging import EventSource, PagedLog
-from dsh.session._surface import Surface, SurfacePlan, derive_event_message
+from dsh.session._surface import NodeSeqs, Surface, SurfacePlan, derive_event_message
 
 logger = logging.getLogger(__name__)
 
@@ -783,7 +784,9 @@ class Session:
                           session_id=session_id)
         session._header = session._restore_header(header)
         log = session._log = PagedLog(source)
-        session._nodes.extend(state.nodes)
+        # the surface stays packed: one copy of the state's int64 buffer, no int per node
+        session._nodes = state.nodes.to_array() if isinstance(state.nodes, NodeSeqs) \
+            else array("q", state.nodes)
         session._surface = Surface(session._nodes, state.replace_generation)
         session._derived_generation = state.replace_generation
         session._rh_value, session._rh_count = state.request_header, cut
@@ -806,7 +809,9 @@ class Session:
         self._clock: Clock = clock or wall_clock_ms
         self._log: _Log = []
         self._events_cache: EventLog | None = None
-        self._nodes: list[int] = []  # the surface's node list, appended to on the hot path
+        # the surface's node seqs, appended to on the hot path: a list, or for a paged restore
+        # an int64 array (docs/architecture.md#the-restore-point-path)
+        self._nodes: list[int] | array[int] = []
         self._surface = Surface(self._nodes)
         self._last_time = _NO_TIME
         self._first_live_seq = 0
@@ -902,7 +907,7 @@ class Session:
         last_header = last_context = -1  # primes the request folds: no second pass over the log
         items: Iterable[tuple[int, Any]] = enumerate(seed, base)
         if not copy and c_admit_plain is not None and isinstance(seed, list | tuple) \
-                and type(seed) in (list, tuple):
+                and type(seed) in (list, tuple) and type(self._nodes) is list:
             items = _unplain(seed, base, log, self._nodes, message_cache)
         for index, raw in items:
             if copy:
@@ -1377,7 +1382,7 @@ class Session:
             out = self._derived
             cache = self._message_cache
             log = self._log
-            gather = c_gather_messages if type(nodes) is list else None
+            gather = c_gather_messages  # a list or a paged restore's int64 array
             try:
                 while index < count:
                     if gather is not None:

@@ -15,11 +15,21 @@ Invariants this module owns (docs/rules.md#the-surface, docs/rules.md#resume):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import sys
+from array import array
+from collections.abc import Iterable, Iterator, MutableSequence, Sequence
+from itertools import accumulate, chain, starmap
+from operator import eq, sub
 from typing import Any, Final, NamedTuple, overload
 
 from dsh._errors import EventRejectedError
-from dsh.json import MAX_SAFE_INTEGER, FrozenDict, json_equal
+from dsh.json import (
+    MAX_SAFE_INTEGER,
+    FrozenDict,
+    c_running_sums_below,
+    c_seqs_below,
+    json_equal,
+)
 from dsh.session._events import SURFACE_EVENT_TYPES, Event
 
 _MISSING: Final = object()
@@ -62,15 +72,160 @@ class SurfaceFold(NamedTuple):
     replacements: list[SurfaceReplacement]
 
 
+def _same_seqs(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether two runs of seqs are equal element for element (a list and an array too)."""
+    if type(a) is type(b):
+        return a == b
+    return len(a) == len(b) and all(starmap(eq, zip(a, b, strict=True)))
+
+
+def seqs_below(seqs: array[int], bound: int) -> bool:
+    """Whether every seq of an int64 array lies in ``0 .. bound - 1`` (in C when it is built)."""
+    if c_seqs_below is not None:
+        return bool(c_seqs_below(seqs, bound))
+    # the pure-Python reference: one pass, as unsigned (a negative seq reads as >= 2**63)
+    return not seqs or max(memoryview(seqs).cast("B").cast("Q")) < bound
+
+
+def running_sums_below(seqs: array[int], bound: int) -> bool:
+    """Turn an int64 array of differences into their running sums, in place (in C when built).
+
+    Returns:
+        Whether every sum lies in ``0 .. bound - 1``; on False the array is left part summed
+        (the caller drops it).
+    """
+    if c_running_sums_below is not None:
+        return bool(c_running_sums_below(seqs, bound))
+    sums = list(accumulate(seqs))  # the pure-Python reference
+    if sums and (min(sums) < 0 or max(sums) >= bound):
+        return False
+    seqs[:] = array("q", sums)
+    return True
+
+
+class NodeSeqs(Sequence[int]):
+    """An immutable run of surface node seqs kept packed: 8 bytes a node, no int objects.
+
+    What a :class:`~dsh.session.RestoreState` carries: an uncompacted 1M-event session's 364k
+    nodes are one 2.9 MB buffer, copied (``memcpy``) rather than unpacked into Python ints, so a
+    resume costs the same at 100k and 1M events. It compares equal to a list, tuple or
+    :class:`SurfaceNodes` with the same seqs, hashes like the equal tuple, and slices to a
+    :class:`NodeSeqs`. Rule: docs/rules.md#the-surface.
+
+    Args:
+        seqs: The seqs, in surface order (each a non-negative int below 2**63).
+    """
+
+    __slots__ = ("_seqs",)
+
+    def __init__(self, seqs: Iterable[int] = ()) -> None:
+        self._seqs: array[int] = seqs._seqs if isinstance(seqs, NodeSeqs) else array("q", seqs)
+
+    @classmethod
+    def adopt(cls, seqs: array[int]) -> NodeSeqs:
+        """Wrap an int64 array without copying it; the caller never changes it again."""
+        if seqs.typecode != "q":
+            raise TypeError(f"node seqs are an array of typecode 'q' (found {seqs.typecode!r})")
+        node_seqs = cls.__new__(cls)
+        node_seqs._seqs = seqs
+        return node_seqs
+
+    @classmethod
+    def from_little_endian(cls, raw: bytes) -> NodeSeqs:
+        """The seqs packed in ``raw`` as little-endian int64 (``ValueError``: not whole ones)."""
+        if len(raw) % 8:
+            raise ValueError(f"packed node seqs take 8 bytes each ({len(raw)} bytes)")
+        seqs = array("q")
+        seqs.frombytes(raw)
+        if sys.byteorder == "big":
+            seqs.byteswap()
+        return cls.adopt(seqs)
+
+    def little_endian(self) -> bytes:
+        """The seqs as little-endian int64 bytes (:meth:`from_little_endian` reads them)."""
+        if sys.byteorder == "big":
+            swapped = array("q", self._seqs)
+            swapped.byteswap()
+            return swapped.tobytes()
+        return self._seqs.tobytes()
+
+    def extended(self, more: array[int]) -> NodeSeqs:
+        """A new run: these seqs, then those of the int64 array ``more`` (one ``memcpy``)."""
+        return NodeSeqs.adopt(self._seqs + more)
+
+    @classmethod
+    def from_differences(cls, differences: array[int], bound: int) -> NodeSeqs:
+        """The seqs whose :meth:`differences` are ``differences``, summed in place (taken over).
+
+        Raises:
+            ValueError: a seq that would fall outside ``0 .. bound - 1``.
+        """
+        if differences.typecode != "q" or not running_sums_below(differences, bound):
+            raise ValueError(f"node seqs must lie in 0 .. {bound - 1}")
+        return cls.adopt(differences)
+
+    def differences(self) -> array[int]:
+        """The seqs as an int64 array of differences, the first from 0 (how they are stored).
+
+        A surface's seqs mostly rise by a few, so their differences repeat and compress to
+        almost nothing; :func:`running_sums_below` turns them back.
+        """
+        seqs = self._seqs
+        return array("q", map(sub, seqs, chain((0,), seqs)))
+
+    def to_array(self) -> array[int]:
+        """A fresh int64 array holding the seqs (one ``memcpy``): what a session appends to."""
+        return array("q", self._seqs)
+
+    def all_below(self, bound: int) -> bool:
+        """Whether every seq lies in ``0 .. bound - 1`` (one pass in C when it is built)."""
+        return seqs_below(self._seqs, bound)
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> NodeSeqs: ...
+
+    def __getitem__(self, index: int | slice) -> int | NodeSeqs:
+        if isinstance(index, slice):
+            return NodeSeqs.adopt(self._seqs[index])
+        return self._seqs[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._seqs)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._seqs
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NodeSeqs):
+            return self._seqs == other._seqs
+        if isinstance(other, list | tuple | SurfaceNodes):
+            return _same_seqs(self._seqs, other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._seqs))  # as the equal tuple's (rarely asked: O(n))
+
+    def __repr__(self) -> str:
+        return f"NodeSeqs({self._seqs.tolist()!r})"
+
+
 class SurfaceNodes(Sequence[int]):
     """A read-only live view of the surface's node seqs; its identity never changes.
 
-    It compares equal to a list or tuple with the same seqs. Rule: docs/rules.md#the-surface.
+    It compares equal to a list, tuple or :class:`NodeSeqs` with the same seqs. The seqs live
+    in a list, or, for a session resumed through a restore point, in an int64 array (no int
+    object per node). Rule: docs/rules.md#the-surface.
     """
 
     __slots__ = ("_nodes",)
 
-    def __init__(self, nodes: list[int]) -> None:
+    def __init__(self, nodes: MutableSequence[int]) -> None:
         self._nodes = nodes
 
     def __len__(self) -> int:
@@ -99,15 +254,17 @@ class SurfaceNodes(Sequence[int]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, SurfaceNodes):
-            return self._nodes == other._nodes
+            return _same_seqs(self._nodes, other._nodes)
         if isinstance(other, list | tuple):
-            return self._nodes == list(other)
+            return _same_seqs(self._nodes, other)
+        if isinstance(other, NodeSeqs):
+            return other == self
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # a live view is not hashable
 
     def __repr__(self) -> str:
-        return f"SurfaceNodes({self._nodes!r})"
+        return f"SurfaceNodes({list(self._nodes)!r})"
 
 
 _INT_ONLY: Final = {int}
@@ -200,16 +357,17 @@ class Surface:
     is stable across appends. Rule: docs/rules.md#surface-ops, docs/rules.md#the-surface.
 
     Args:
-        node_list: The list the node seqs live in. A session passes a list of its own and
-            appends a plain surface append to it directly on its hot path (the same list, so
-            :meth:`apply` and the view see it); default a new, empty list.
+        node_list: The list (or int64 array) the node seqs live in. A session passes one of
+            its own and appends a plain surface append to it directly on its hot path (the same
+            object, so :meth:`apply` and the view see it); default a new, empty list.
         replace_generation: The generation to start from (a restore's).
     """
 
     __slots__ = ("_nodes", "_replace_generation", "_view")
 
-    def __init__(self, node_list: list[int] | None = None, replace_generation: int = 0) -> None:
-        self._nodes: list[int] = [] if node_list is None else node_list
+    def __init__(self, node_list: MutableSequence[int] | None = None,
+                 replace_generation: int = 0) -> None:
+        self._nodes: MutableSequence[int] = [] if node_list is None else node_list
         self._view = SurfaceNodes(self._nodes)
         self._replace_generation = replace_generation
 
@@ -218,12 +376,11 @@ class Surface:
         """A surface holding ``nodes`` after ``replace_generation`` replaces (a restore state's).
 
         The state of a log prefix, as :class:`~dsh.session.RestoreState` carries it; the events
-        after that prefix are then planned and applied as usual.
+        after that prefix are then planned and applied as usual. :class:`NodeSeqs` are copied
+        into an int64 array (one ``memcpy``), anything else into a list.
         """
-        surface = cls()
-        surface._nodes.extend(nodes)
-        surface._replace_generation = replace_generation
-        return surface
+        node_list = nodes.to_array() if isinstance(nodes, NodeSeqs) else list(nodes)
+        return cls(node_list, replace_generation)
 
     @property
     def nodes(self) -> SurfaceNodes:
@@ -323,12 +480,22 @@ class Surface:
         if start_index < 0:
             self._nodes.append(seq)
         else:
-            self._nodes[start_index:end_index + 1] = [seq]
+            replace_nodes(self._nodes, start_index, end_index, seq)
             self._replace_generation += 1
 
     def __repr__(self) -> str:
-        return (f"Surface(nodes={self._nodes!r}, "
+        return (f"Surface(nodes={list(self._nodes)!r}, "
                 f"replace_generation={self._replace_generation})")
+
+
+def replace_nodes(nodes: MutableSequence[int], start_index: int, end_index: int,
+                  seq: int) -> None:
+    """Put ``seq`` in place of the inclusive run ``start_index .. end_index`` of ``nodes``.
+
+    The same on a list and an int64 array (a slice assignment would need the container's type).
+    """
+    del nodes[start_index + 1:end_index + 1]
+    nodes[start_index] = seq
 
 
 def fold_surface(events: Sequence[Any]) -> SurfaceFold:
