@@ -312,6 +312,26 @@ def test_node_seqs_are_an_immutable_sequence_equal_to_the_tuple() -> None:
         NodeSeqs.from_little_endian(b"1234567")
 
 
+def test_node_seqs_read_back_stay_packed_and_hand_their_array_out_once() -> None:
+    seqs = NodeSeqs([*range(3, 30_000, 3), 1, 2, 29_999])
+    packed = seqs.pack()
+    assert len(packed) < 1_000  # 80 KB of int64s: differences that repeat pack to little
+    back = NodeSeqs.unpack(packed, 30_000)
+    assert back == seqs and len(back) == len(seqs) and back.pack() is packed
+    first = back.to_array()
+    first[0] = 7  # the caller's: the packed seqs are unchanged
+    assert back == seqs and back[0] == 3 and back[-2:] == [2, 29_999]
+    again = back.to_array()
+    assert again == seqs.to_array() and again is not first
+    assert NodeSeqs(back) == seqs and hash(back) == hash(tuple(seqs))
+    for bound in (29_999, 0):  # a seq at or past the bound
+        with pytest.raises(ValueError, match="must lie in|more seqs than"):
+            NodeSeqs.unpack(packed, bound)
+    for damaged in (packed[:-3], packed + b"x", b"not zlib"):
+        with pytest.raises(ValueError, match="inflate"):
+            NodeSeqs.unpack(damaged, 30_000)
+
+
 def test_the_packed_range_check_refuses_every_seq_out_of_range() -> None:
     # C (seqs_below) and Python (the reference, no_speedups) agree
     assert NodeSeqs().all_below(0)

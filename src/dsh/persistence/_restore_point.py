@@ -37,9 +37,7 @@ import binascii
 import hashlib
 import logging
 import os
-import sys
 import zlib
-from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -240,28 +238,20 @@ PACKED_NODES_MIN: Final = 4096
 _PACKED_PREFIX: Final = "zd:"
 _PACKED_SEQS_PREFIX: Final = "zn:"  # the seqs themselves, as written before: still read
 
-_UNPACK_CHUNK: Final = 1 << 20
-"""Bytes of packed nodes inflated at a time: the inflated copy never exists whole."""
-
-
 def _packed_state(state: RestoreState) -> dict[str, Any]:
     """The state's wire form, its node seqs packed when there are many.
 
-    Packed, ``nodes`` is ``"zd:"`` + base64 of the zlib-compressed little-endian int64
-    differences of the node seqs (the first from 0): a surface's seqs mostly rise by a few, so
-    an uncompacted 1M-event msg session's 364k nodes (2.9 MB as int64s) pack to tens of KB,
-    and a resume inflates them straight into the int64 buffer of a
-    :class:`~dsh.session.NodeSeqs` and sums them in place (no int object per node, no JSON
-    list parsed).
+    Packed, ``nodes`` is ``"zd:"`` + base64 of :meth:`~dsh.session.NodeSeqs.pack`: the
+    zlib-compressed little-endian int64 differences of the node seqs (the first from 0). A
+    surface's seqs mostly rise by a few, so an uncompacted 1M-event msg session's 364k nodes
+    (2.9 MB as int64s) pack to about 40 KB; a resume keeps them so (no int object per node, no
+    JSON list parsed), and a state read back packs to the same bytes without work.
     """
     wire = state.to_wire(nodes=False)
     nodes = state.nodes
     if len(nodes) >= PACKED_NODES_MIN:
-        deltas = nodes.differences()
-        if sys.byteorder == "big":
-            deltas.byteswap()
         wire["nodes"] = _PACKED_PREFIX + binascii.b2a_base64(
-            zlib.compress(deltas.tobytes(), 1), newline=False).decode("ascii")
+            nodes.pack(), newline=False).decode("ascii")
     else:
         wire["nodes"] = list(nodes)
     return wire
@@ -271,8 +261,7 @@ def _unpacked_nodes(value: object) -> NodeSeqs | None:
     """The packed ``nodes`` of a wire state (see :func:`_packed_state`), still packed.
 
     None when ``value`` holds no packed nodes (the plain list is checked by ``from_wire``).
-    Inflated a chunk at a time into one int64 array, then summed in place; ``"zn:"`` (the
-    seqs themselves, an earlier layout) is read too.
+    ``"zn:"`` (the zlib'd seqs themselves, an earlier layout) is read too.
 
     Raises:
         ValueError: packed nodes that do not decode to at most ``eventCount`` seqs below it.
@@ -284,31 +273,18 @@ def _unpacked_nodes(value: object) -> NodeSeqs | None:
     differences = text.startswith(_PACKED_PREFIX)
     if not (differences or text.startswith(_PACKED_SEQS_PREFIX)) or type(count) is not int:
         raise ValueError("restore state field nodes is not a packed node list")
-    limit = 8 * count
-    seqs = array("q")
-    carry = b""  # an inflated chunk may end inside a seq
     try:
         # strict: the alphabet checked in C (b64decode's validate runs a regular expression)
         data = binascii.a2b_base64(text[len(_PACKED_PREFIX):], strict_mode=True)
+        if differences:
+            return NodeSeqs.unpack(data, count)
         decompressor = zlib.decompressobj()
-        while not decompressor.eof:
-            out = decompressor.decompress(data, _UNPACK_CHUNK)
-            data = decompressor.unconsumed_tail
-            if not out and not data:
-                break  # a truncated stream: refused below
-            piece = carry + out
-            whole = len(piece) - len(piece) % 8
-            if 8 * len(seqs) + whole > limit:
-                raise ValueError("restore state field nodes holds more seqs than events")
-            seqs.frombytes(piece[:whole])
-            carry = piece[whole:]
+        raw = decompressor.decompress(data, 8 * count + 8)
+        if len(raw) > 8 * count or decompressor.unconsumed_tail or not decompressor.eof:
+            raise ValueError("restore state field nodes holds more seqs than events")
+        return NodeSeqs.from_little_endian(raw)  # its range: checked by from_wire
     except (binascii.Error, zlib.error) as exc:
         raise ValueError(f"restore state field nodes does not decode ({exc})") from None
-    if carry or not decompressor.eof or decompressor.unused_data:
-        raise ValueError("restore state field nodes does not decode to whole seqs")
-    if sys.byteorder == "big":
-        seqs.byteswap()
-    return NodeSeqs.from_differences(seqs, count) if differences else NodeSeqs.adopt(seqs)
 
 
 def encode_restore_point(restore_point: RestorePoint) -> bytes:

@@ -16,6 +16,7 @@ Invariants this module owns (docs/rules.md#the-surface, docs/rules.md#resume):
 from __future__ import annotations
 
 import sys
+import zlib
 from array import array
 from collections.abc import Iterable, Iterator, MutableSequence, Sequence
 from itertools import accumulate, chain, starmap
@@ -103,12 +104,50 @@ def running_sums_below(seqs: array[int], bound: int) -> bool:
     return True
 
 
-class NodeSeqs(Sequence[int]):
-    """An immutable run of surface node seqs kept packed: 8 bytes a node, no int objects.
+_INFLATE_CHUNK: Final = 1 << 18
+"""Bytes of packed seqs inflated at a time: the inflated bytes never exist whole twice."""
 
-    What a :class:`~dsh.session.RestoreState` carries: an uncompacted 1M-event session's 364k
-    nodes are one 2.9 MB buffer, copied (``memcpy``) rather than unpacked into Python ints, so a
-    resume costs the same at 100k and 1M events. It compares equal to a list, tuple or
+
+def _inflate(packed: bytes, limit: int) -> array[int]:
+    """The int64 array zlib-compressed in ``packed``, inflated a chunk at a time.
+
+    Raises:
+        ValueError: not a whole zlib stream of whole int64s, or more than ``limit`` bytes.
+    """
+    seqs = array("q")
+    carry = b""  # an inflated chunk may end inside a seq
+    decompressor = zlib.decompressobj()
+    data = packed
+    try:
+        while not decompressor.eof:
+            out = decompressor.decompress(data, _INFLATE_CHUNK)
+            data = decompressor.unconsumed_tail
+            if not out and not data:
+                break  # a truncated stream: refused below
+            piece = carry + out if carry else out
+            whole = len(piece) - len(piece) % 8
+            if 8 * len(seqs) + whole > limit:
+                raise ValueError("packed node seqs hold more seqs than allowed")
+            seqs.frombytes(piece[:whole] if whole != len(piece) else piece)
+            carry = piece[whole:]
+    except zlib.error as exc:
+        raise ValueError(f"packed node seqs do not inflate ({exc})") from None
+    if carry or not decompressor.eof or decompressor.unused_data:
+        raise ValueError("packed node seqs do not inflate to whole seqs")
+    if sys.byteorder == "big":
+        seqs.byteswap()
+    return seqs
+
+
+class NodeSeqs(Sequence[int]):
+    """An immutable run of surface node seqs kept packed: no int object per node.
+
+    What a :class:`~dsh.session.RestoreState` carries. Built from seqs, it holds one int64
+    array (8 bytes a node). Read back from a restore point (:meth:`unpack`), it stays as the
+    restore point stores it, zlib'd differences (an uncompacted 1M-event session's 364k nodes:
+    about 40 KB), and hands the array it was checked through to the first :meth:`to_array`
+    (the resumed session's surface) without a copy; later reads inflate it again. So a resume
+    costs the same at 100k and 1M events. It compares equal to a list, tuple or
     :class:`SurfaceNodes` with the same seqs, hashes like the equal tuple, and slices to a
     :class:`NodeSeqs`. Rule: docs/rules.md#the-surface.
 
@@ -116,10 +155,21 @@ class NodeSeqs(Sequence[int]):
         seqs: The seqs, in surface order (each a non-negative int below 2**63).
     """
 
-    __slots__ = ("_seqs",)
+    __slots__ = ("_count", "_fresh", "_packed", "_seqs")
+
+    _seqs: array[int] | None  # the seqs, unless kept packed
+    _packed: bytes | None  # what pack() gives, when read back by unpack()
+    _count: int
+    _fresh: array[int] | None  # the inflated array no one else holds yet
 
     def __init__(self, seqs: Iterable[int] = ()) -> None:
-        self._seqs: array[int] = seqs._seqs if isinstance(seqs, NodeSeqs) else array("q", seqs)
+        self._fresh = None
+        if isinstance(seqs, NodeSeqs):
+            self._seqs, self._packed, self._count = seqs._seqs, seqs._packed, seqs._count
+        else:
+            self._seqs = array("q", seqs)
+            self._packed = None
+            self._count = len(self._seqs)
 
     @classmethod
     def adopt(cls, seqs: array[int]) -> NodeSeqs:
@@ -127,7 +177,8 @@ class NodeSeqs(Sequence[int]):
         if seqs.typecode != "q":
             raise TypeError(f"node seqs are an array of typecode 'q' (found {seqs.typecode!r})")
         node_seqs = cls.__new__(cls)
-        node_seqs._seqs = seqs
+        node_seqs._seqs, node_seqs._packed, node_seqs._count = seqs, None, len(seqs)
+        node_seqs._fresh = None
         return node_seqs
 
     @classmethod
@@ -143,46 +194,80 @@ class NodeSeqs(Sequence[int]):
 
     def little_endian(self) -> bytes:
         """The seqs as little-endian int64 bytes (:meth:`from_little_endian` reads them)."""
+        seqs = self._view()
         if sys.byteorder == "big":
-            swapped = array("q", self._seqs)
+            swapped = array("q", seqs)
             swapped.byteswap()
             return swapped.tobytes()
-        return self._seqs.tobytes()
+        return seqs.tobytes()
+
+    def pack(self) -> bytes:
+        """The seqs as a restore point stores them: zlib'd little-endian int64 differences.
+
+        The first difference is from 0. A surface's seqs mostly rise by a few, so their
+        differences repeat and compress to almost nothing. Seqs read by :meth:`unpack` give
+        back the very bytes they were read from.
+        """
+        if self._packed is not None:
+            return self._packed
+        seqs = self._view()
+        differences = array("q", map(sub, seqs, chain((0,), seqs)))
+        if sys.byteorder == "big":
+            differences.byteswap()
+        return zlib.compress(differences.tobytes(), 1)
+
+    @classmethod
+    def unpack(cls, packed: bytes, bound: int) -> NodeSeqs:
+        """The seqs :meth:`pack` gave ``packed``, checked and kept packed.
+
+        Inflated a chunk at a time into one int64 array and summed in place, every seq checked
+        against ``bound`` in the same pass (in C when it is built); that array is the one the
+        first :meth:`to_array` hands out.
+
+        Raises:
+            ValueError: not whole packed seqs, more than ``bound`` of them, or a seq outside
+                ``0 .. bound - 1``.
+        """
+        seqs = _inflate(packed, 8 * max(bound, 0))
+        if not running_sums_below(seqs, bound):
+            raise ValueError(f"packed node seqs must lie in 0 .. {bound - 1}")
+        node_seqs = cls.__new__(cls)
+        node_seqs._seqs, node_seqs._packed, node_seqs._count = None, packed, len(seqs)
+        node_seqs._fresh = seqs
+        return node_seqs
+
+    def _view(self) -> array[int]:
+        """The seqs as an int64 array not to be changed (inflated when they are kept packed)."""
+        if self._seqs is not None:
+            return self._seqs
+        if self._fresh is not None:
+            return self._fresh
+        assert self._packed is not None  # either form is always there
+        seqs = _inflate(self._packed, 8 * self._count)
+        running_sums_below(seqs, (1 << 63) - 1)  # checked by unpack: every sum fits
+        return seqs
 
     def extended(self, more: array[int]) -> NodeSeqs:
         """A new run: these seqs, then those of the int64 array ``more`` (one ``memcpy``)."""
-        return NodeSeqs.adopt(self._seqs + more)
-
-    @classmethod
-    def from_differences(cls, differences: array[int], bound: int) -> NodeSeqs:
-        """The seqs whose :meth:`differences` are ``differences``, summed in place (taken over).
-
-        Raises:
-            ValueError: a seq that would fall outside ``0 .. bound - 1``.
-        """
-        if differences.typecode != "q" or not running_sums_below(differences, bound):
-            raise ValueError(f"node seqs must lie in 0 .. {bound - 1}")
-        return cls.adopt(differences)
-
-    def differences(self) -> array[int]:
-        """The seqs as an int64 array of differences, the first from 0 (how they are stored).
-
-        A surface's seqs mostly rise by a few, so their differences repeat and compress to
-        almost nothing; :func:`running_sums_below` turns them back.
-        """
-        seqs = self._seqs
-        return array("q", map(sub, seqs, chain((0,), seqs)))
+        return NodeSeqs.adopt(self._view() + more)
 
     def to_array(self) -> array[int]:
-        """A fresh int64 array holding the seqs (one ``memcpy``): what a session appends to."""
-        return array("q", self._seqs)
+        """A fresh int64 array holding the seqs, the caller's: what a session appends to.
+
+        One ``memcpy``; seqs read back by :meth:`unpack` hand out the array they were checked
+        through the first time (no copy), and inflate again after.
+        """
+        if self._seqs is not None:
+            return array("q", self._seqs)
+        fresh, self._fresh = self._fresh, None
+        return fresh if fresh is not None else self._view()
 
     def all_below(self, bound: int) -> bool:
         """Whether every seq lies in ``0 .. bound - 1`` (one pass in C when it is built)."""
-        return seqs_below(self._seqs, bound)
+        return seqs_below(self._view(), bound)
 
     def __len__(self) -> int:
-        return len(self._seqs)
+        return self._count
 
     @overload
     def __getitem__(self, index: int) -> int: ...
@@ -192,27 +277,27 @@ class NodeSeqs(Sequence[int]):
 
     def __getitem__(self, index: int | slice) -> int | NodeSeqs:
         if isinstance(index, slice):
-            return NodeSeqs.adopt(self._seqs[index])
-        return self._seqs[index]
+            return NodeSeqs.adopt(self._view()[index])
+        return self._view()[index]
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._seqs)
+        return iter(self._view())
 
     def __contains__(self, value: object) -> bool:
-        return value in self._seqs
+        return value in self._view()
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NodeSeqs):
-            return self._seqs == other._seqs
+            return self._count == other._count and self._view() == other._view()
         if isinstance(other, list | tuple | SurfaceNodes):
-            return _same_seqs(self._seqs, other)
+            return _same_seqs(self._view(), other)
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(tuple(self._seqs))  # as the equal tuple's (rarely asked: O(n))
+        return hash(tuple(self._view()))  # as the equal tuple's (rarely asked: O(n))
 
     def __repr__(self) -> str:
-        return f"NodeSeqs({self._seqs.tolist()!r})"
+        return f"NodeSeqs({self._view().tolist()!r})"
 
 
 class SurfaceNodes(Sequence[int]):
