@@ -325,7 +325,7 @@ def test_node_seqs_read_back_stay_packed_and_hand_their_array_out_once() -> None
     assert again == seqs.to_array() and again is not first
     assert NodeSeqs(back) == seqs and hash(back) == hash(tuple(seqs))
     for bound in (29_999, 0):  # a seq at or past the bound
-        with pytest.raises(ValueError, match="must lie in|more seqs than"):
+        with pytest.raises(ValueError, match=r"must lie in|more seqs than"):
             NodeSeqs.unpack(packed, bound)
     for damaged in (packed[:-3], packed + b"x", b"not zlib"):
         with pytest.raises(ValueError, match="inflate"):
