@@ -31,6 +31,7 @@ Rule: docs/stores.md#opening-a-store (``list``); summaries equal what a full rea
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -48,8 +49,8 @@ from dsh.json import loads as json_loads
 
 __all__ = ["INDEX_NAME", "JOURNAL_NAME", "SOURCE_EVENT_TYPE", "EntryFold", "JsonlIndex",
            "ListingEntry", "ReadFn", "entry_from_stored", "is_untimed", "note_flushed",
-           "prompt_of", "read_entries", "reply_model", "request_model", "signature",
-           "source_format", "stored_entry", "summarize"]
+           "prompt_of", "read_entries", "recorded_flush", "reply_model", "request_model",
+           "signature", "source_format", "stored_entry", "summarize"]
 
 log = logging.getLogger("dsh.persistence")
 
@@ -306,6 +307,74 @@ def note_flushed(root: Path, key: str, sig: list[int], entry: ListingEntry) -> N
         JsonlIndex(Path(root)).save()  # merges the journal and empties it (errors: logged)
 
 
+def recorded_flush(root: Path, key: str) -> tuple[list[int], ListingEntry] | None:
+    """The signature and entry last recorded for log ``key``: its journal line, else the index.
+
+    What :class:`JsonlIndex` would hold for ``key`` (the journal's last complete line for it
+    wins), found without decoding the rest: a writer journals a log's signature only after its
+    flush made the bytes durable, so the size in it was committed (a reader's check that a log
+    was not cut inside committed data, docs/formats.md#listing-index). ``None`` when neither
+    records the log. Each file is read once; the journal before the index (a listing that
+    merges meanwhile moves lines from the journal into the index, never away from both).
+
+    Raises:
+        OSError: a file exists but cannot be read.
+    """
+    name = _encode(key)
+    data = _read_if_any(root / JOURNAL_NAME)
+    needle = b'{"key":' + name + b',"sig":'
+    end = len(data)
+    while data:
+        pos = data.rfind(needle, 0, end)
+        if pos < 0:
+            break
+        end = pos
+        stop = data.find(b"\n", pos)
+        if (pos and data[pos - 1] != 0x0A) or stop < 0:
+            continue  # not a line start, or a line a writer is still writing
+        try:
+            item = _decode(data[pos:stop])
+        except orjson.JSONDecodeError:
+            continue
+        found = _sig_entry(item)
+        if found is not None:
+            return found
+    data = _read_if_any(root / INDEX_NAME)
+    # a key followed by an item can only be one of "logs": inside a JSON string every quote is
+    # escaped, and no header or metadata key holds the '/' every log key has
+    pos = data.find(name + b':{"sig":')
+    if pos < 0:
+        return None
+    start, window = pos + len(name) + 1, 64 * 1024
+    while True:
+        # a character the window cuts in two is dropped: the item must end before it
+        text = data[start:start + window].decode("utf-8", "ignore")
+        try:
+            item = json.JSONDecoder().raw_decode(text)[0]
+        except (json.JSONDecodeError, RecursionError):
+            if start + window >= len(data):
+                return None
+            window *= 4
+            continue
+        return _sig_entry(item)
+
+
+def _read_if_any(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def _sig_entry(item: Any) -> tuple[list[int], ListingEntry] | None:
+    if not isinstance(item, dict):
+        return None
+    sig, entry = item.get("sig"), _from_json(item.get("entry"))
+    if entry is None or not isinstance(sig, list) or not all(type(v) is int for v in sig):
+        return None
+    return sig, entry
+
+
 def _to_json(entry: ListingEntry) -> dict[str, Any]:
     # by hand: dataclasses.asdict deep-copies the header, a cost on every JSONL flush
     return {field: getattr(entry, field) for field in _FIELDS}
@@ -423,19 +492,6 @@ class JsonlIndex:
         """The entry of the log ``key`` (a root-relative path) if its signature still matches."""
         found = self._entries.get(key)
         return found[1] if found is not None and found[0] == sig else None
-
-    def committed_size(self, key: str, st: os.stat_result) -> int | None:
-        """The size the log ``key`` had at its last journaled flush, if it is the same file.
-
-        A writer journals a log's signature only after the flush made its bytes durable, so
-        that size was committed; ``None`` when nothing is recorded or the file was replaced
-        since (another inode or device). Rule: docs/formats.md#listing-index.
-        """
-        found = self._entries.get(key)
-        if found is None or len(found[0]) != 5:
-            return None
-        size, _, _, inode, device = found[0]
-        return size if (inode, device) == (st.st_ino, st.st_dev) else None
 
     def put(self, key: str, sig: list[int], entry: ListingEntry) -> None:
         """Record the entry of log ``key`` as of signature ``sig``."""

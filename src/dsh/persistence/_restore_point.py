@@ -134,19 +134,25 @@ def note_refusal(session_id: str, reason: str, error: LogCorruptError | None = N
 
 
 def check_bound(restore_point: RestorePoint, recorded: Sequence[bytes], *, where: str,
-                seal_path: str) -> None:
+                seal_path: str, required: bool = False) -> None:
     """Refuse a restore point whose digest the integrity seal did not record.
 
     Rule: docs/rules.md#restore-points-are-never-the-truth. ``recorded`` are the seal's
-    restore point records (:attr:`~dsh.persistence._seal.Seal.restore_points`). A seal that
-    records none was written before restore points were bound (or rebuilt by ``dsh verify
-    --reseal``): the restore point is then checked by its own digest and anchor only.
+    restore point records (:attr:`~dsh.persistence._seal.Seal.restore_points`), or what the
+    backend keeps in its place (Zstandard JSONL: the restore point's seal file; PostgreSQL:
+    the session row's ``restore_point_digest``). A seal that records none was written before
+    restore points were bound (or rebuilt by ``dsh verify --reseal``): the restore point is then
+    checked by its own digest and anchor only, unless the backend ``required`` a record (it
+    always writes one): then it is refused (``unrecorded``, no error: a crash or an older
+    writer, not proof of an edit) and the log read in full.
 
     Raises:
         RestorePointRefused: ``unbound``, with a :class:`LogCorruptError` (code
             ``RESTORE_POINT_FORGED``) naming ``where`` and the first seq after the covered
-            prefix.
+            prefix; ``unrecorded`` when ``required`` and nothing is recorded.
     """
+    if not recorded and required:
+        raise RestorePointRefused("unrecorded")
     if not recorded or restore_point_mark(restore_point.digest) in recorded:
         return
     count = restore_point.anchor.event_count

@@ -67,6 +67,7 @@ from dsh.persistence._listing import (
     ListingEntry,
     ReadFn,
     note_flushed,
+    recorded_flush,
     signature,
     summarize,
 )
@@ -534,8 +535,12 @@ class JsonlHandle(HandleBase):
         if raw and (seal is None or not seal.records) and has_seal_mark(
                 data[:parsed.header_end]):
             raise self._seal_missing()
-        if parsed.torn is not None:
-            self._check_torn_is_uncommitted(parsed.torn, len(data))
+        if parsed.torn is not None and parsed.torn.byte_offset is not None:
+            self._check_not_cut(parsed.torn.byte_offset,  # events of complete records
+                                len(parsed.events) - len(parsed.torn.recovered), parsed.header,
+                                len(data))
+        elif not raw:  # a raw log cut at a line boundary is caught by its seal
+            self._check_not_cut(parsed.committed, len(parsed.events), parsed.header, len(data))
         if self._mode == "write":
             self._pending_header = None
             self._listing_reset(parsed.torn is None)
@@ -771,36 +776,48 @@ class JsonlHandle(HandleBase):
                        self.path)
         return str(self._seal_path())
 
-    def _check_torn_is_uncommitted(self, torn: TornTail, size: int) -> None:
-        """Refuse a "torn tail" that starts inside bytes a flush already made durable.
+    def _check_not_cut(self, end: int, events: int, header: FrozenDict, size: int) -> None:
+        """Refuse a log whose complete records end below bytes a flush already made durable.
 
         A crash can tear only bytes no flush acknowledged; the listing journal records a log's
-        size after each durable flush. A torn tail starting below that size (same file) is a
-        log cut inside committed records or frames: zstd frames carry no record of how many
-        there were, so this is how such a cut is told from a crash (a full read only; the
-        journal is consulted only when a tail is torn). Rule: docs/rules.md#crash-safety.
+        size and event count after each durable flush (:func:`recorded_flush`). A log whose
+        complete records or frames end at ``end`` below that size (same file, same session,
+        fewer events) was cut inside committed data. Zstandard frames carry no record of how
+        many there were, so this is how a cut, torn or exactly on a frame boundary, is told
+        from a crash. Nothing recorded (no journal or index, a writer that could not journal),
+        another file (inode), another session of the id (``createdAt``), as many events as
+        recorded (a rewrite) or a file that grew since it was read (a writer) is not refused.
+        Rule: docs/rules.md#crash-safety.
+
+        Args:
+            end: Where the committed records end (a torn tail's start, else the file size).
+            events: The events read up to ``end``.
+            header: The header read.
+            size: The file size the read saw.
 
         Raises:
-            LogCorruptError: naming the file, the byte where the log now ends its complete
-                records or frames, and the committed size.
+            LogCorruptError: naming the file, the byte and seq where its committed records now
+                end, and the size and event count a flush made durable.
         """
-        if torn.byte_offset is None:
-            return
         root, key = self._listing_key()
         try:
-            index = JsonlIndex(root)  # the journal first, then the file: a writer that
-            st = os.stat(self.path)  # journaled meanwhile has grown the file past ``size``
+            found = recorded_flush(root, key)  # the journal first, then the file: a writer
+            st = os.stat(self.path)  # that journaled meanwhile has grown it past ``size``
         except OSError:
             return
-        committed = index.committed_size(key, st)
-        if committed is None or committed <= torn.byte_offset or st.st_size != size:
-            return  # nothing recorded, a crash's torn tail, or a write in progress
+        if found is None or len(found[0]) != 5:
+            return
+        (committed, _, _, inode, device), entry = found
+        if (inode, device) != (st.st_ino, st.st_dev) or st.st_size != size \
+                or committed <= end or entry.events <= events \
+                or entry.header.get("createdAt") != header.get("createdAt"):
+            return  # another file or session, a crash's torn tail, a rewrite, a write
         raise LogCorruptError(
             f"corrupt session log: {self.path} was cut inside committed data: its complete "
-            f"records end at byte {torn.byte_offset} (the file holds {size} bytes), but a flush "
-            f"made {committed} bytes durable (recorded in the listing journal); restore the file "
-            f"from a backup", path=str(self.path), byte_offset=torn.byte_offset,
-            session_id=self._id)
+            f"records end at byte {end} after seq {events - 1} (the file holds {size} bytes), "
+            f"but a flush made {committed} bytes and {entry.events} events durable (recorded "
+            f"in the listing journal); restore the file from a backup", path=str(self.path),
+            byte_offset=end, seq=events, session_id=self._id)
 
     def _seal_missing(self) -> SealDamagedError:
         """The error for a marked raw log whose seal is gone (docs/formats.md#integrity-seals)."""
@@ -960,6 +977,10 @@ class JsonlHandle(HandleBase):
         """The restore point sidecar beside the log (``session.jsonl.ckpt``)."""
         return self.path.with_name(self.path.name + _CKPT_SUFFIX)
 
+    def _binding_path(self) -> Path:
+        """A Zstandard log's restore point seal (``session.jsonl.zstd.ckpt.seal``)."""
+        return self.path.with_name(self.path.name + _CKPT_SUFFIX + _SEAL_SUFFIX)
+
     @property
     def durable_bytes(self) -> int:
         """File bytes made durable through this handle's view of the log (0 before a read)."""
@@ -990,10 +1011,13 @@ class JsonlHandle(HandleBase):
         Raises:
             OSError: it could not be written.
         """
+        if self._backend.compression == "zstd":
+            # no seal to bind it to: its own seal file records its digest, before it is
+            # renamed into place (docs/rules.md#restore-points-are-never-the-truth)
+            jrp.write_bindings(self._binding_path(), restore_point_mark(rp.body_digest(data)))
         rp.write_restore_point_file(self.restore_point_path(), data)
         tail = self._tail
         if tail is None or tail.seals is None:
-            # Zstandard: no seal to bind it to (docs/rules.md#restore-points-are-never-the-truth)
             return
         # bound to the log: the seal records the body's digest, and a resume refuses a restore
         # point whose digest it did not record (docs/rules.md#restore-points-are-never-the-truth)
@@ -1039,6 +1063,15 @@ class JsonlHandle(HandleBase):
         if not zstd:
             rp.check_bound(restore_point, found.restore_marks, where=self.restore_point_where(),
                            seal_path=str(self._seal_path()))
+        else:
+            rp.check_bound(restore_point, jrp.read_bindings(self._binding_path()),
+                           where=self.restore_point_where(),
+                           seal_path=str(self._binding_path()), required=True)
+            try:  # a frame-boundary cut after the restore point's: the full read names it
+                self._check_not_cut(found.size, restore_point.anchor.event_count + len(events),
+                                    header, found.size)
+            except LogCorruptError:
+                raise rp.RestorePointRefused("cut") from None
         count = restore_point.anchor.event_count + len(events)
         self._pending_header = None
         self._tail = _Tail(True, count, found.size, None, count, found.size,
@@ -1199,7 +1232,7 @@ class JsonlHandle(HandleBase):
                         os.unlink(leftover)
             raise
         touched: list[dict[str, object]] = []
-        for sidecar in (self._seal_path(), self.restore_point_path()):
+        for sidecar in (self._seal_path(), self.restore_point_path(), self._binding_path()):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(sidecar)
                 touched.append({"path": str(sidecar), "action": "deleted"})

@@ -7,7 +7,8 @@ covered bytes, the header bytes and the last :data:`DIGEST_TAIL_BYTES` before th
 digest as recorded, and the seal records over the prefix digest as recorded; the tail after the
 cut must then read cleanly (no torn tail, every seal record over it intact), and on a raw log
 the restore point's digest must be one the seal recorded (:func:`~dsh.persistence._restore_point
-.check_bound`). Anything else is a :class:`RestorePointRefused` and the caller reads the whole log.
+.check_bound`), on a Zstandard log one its restore point seal recorded (:func:`read_bindings`).
+Anything else is a :class:`RestorePointRefused` and the caller reads the whole log.
 """
 
 from __future__ import annotations
@@ -24,10 +25,70 @@ from dsh.json import FrozenDict
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._chain import ChainState
 from dsh.persistence._paths import file_revision
-from dsh.persistence._seal import crc_of, read_seal
+from dsh.persistence._seal import crc_of, read_seal, restore_point_mark
 from dsh.persistence.jsonl._format import Scanner, parse_header_strict, scan_zstd_frames
 from dsh.persistence.jsonl._zstd import decompress_frame
 from dsh.session import Event
+
+MARK_BYTES: Final = len(restore_point_mark("00" * 32))
+"""Bytes of one restore point mark (a prefix of the body's SHA-256)."""
+
+BINDING_MAGIC: Final = b"DSHRPB1\n"
+"""First bytes of a Zstandard log's restore point seal (``session.jsonl.zstd.ckpt.seal``)."""
+
+BINDINGS_KEPT: Final = 2
+"""Restore point digests a restore point seal keeps: the newest and the one before it."""
+
+
+def read_bindings(path: Path) -> list[bytes]:
+    """The restore point marks the seal file at ``path`` records (empty: none, or not a seal).
+
+    Layout (docs/formats.md#restore-points): :data:`BINDING_MAGIC`, then one 12-byte mark
+    (:func:`~dsh.persistence._seal.restore_point_mark`) per restore point, newest first. A file
+    of another shape records nothing: the restore point is then not trusted (a full read).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    try:
+        data = pread(fd, len(BINDING_MAGIC) + MARK_BYTES * BINDINGS_KEPT + 1, 0)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    body = data[len(BINDING_MAGIC):]
+    if not data.startswith(BINDING_MAGIC) or not body or len(body) % MARK_BYTES \
+            or len(body) > MARK_BYTES * BINDINGS_KEPT:
+        return []
+    return [body[k:k + MARK_BYTES] for k in range(0, len(body), MARK_BYTES)]
+
+
+def write_bindings(path: Path, mark: bytes) -> None:
+    """Record ``mark`` first in the restore point seal at ``path``, keeping the one before.
+
+    Written (temp file and rename, no fsync, like the restore point itself) before the
+    restore point it binds is renamed into place, so a resume never finds a restore point its
+    writer wrote without its mark, and one that read the previous restore point finds that
+    mark too. A crash or power cut that loses it costs a full read, never a wrong answer.
+
+    Raises:
+        OSError: it could not be written (the restore point must then not be written).
+    """
+    kept = [m for m in read_bindings(path) if m != mark][:BINDINGS_KEPT - 1]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            view = memoryview(BINDING_MAGIC + mark + b"".join(kept))
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def backend_kind(compression: str) -> str:

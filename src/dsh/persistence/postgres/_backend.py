@@ -80,7 +80,7 @@ from dsh.persistence._listing import (
     read_entries,
     stored_entry,
 )
-from dsh.persistence._seal import rows_crc
+from dsh.persistence._seal import restore_point_mark, rows_crc
 from dsh.persistence._search import SearchIndex, fold
 from dsh.persistence._tail import follow
 from dsh.persistence.postgres._pool import PoolTimeoutError, acquire_pool, release_pool
@@ -771,7 +771,8 @@ class PostgresHandle(HandleBase):
         b = self._backend
         self._restore_point_row = None
         with b._conn("restore point", self._id) as conn:
-            conn.execute(b._sql_put_restore_point, (data, self._id, lease.token, lease.epoch))
+            conn.execute(b._sql_put_restore_point, (rp.body_digest(data), self._id,
+                                                    lease.token, lease.epoch, data))
         rp.stats["written"] += 1
 
     def read_from_restore_point(self) -> tuple[rp.RestorePoint, ColdRead, PostgresRangeSource]:
@@ -802,6 +803,13 @@ class PostgresHandle(HandleBase):
                     raise rp.RestorePointRefused("absent")
                 restore_point = rp.decode_restore_point(known[0], session_id=self._id,
                                                         backend="postgresql")
+                # bound: the digest its fenced writer stored beside it, in the session row
+                # (docs/rules.md#restore-points-are-never-the-truth)
+                rp.check_bound(restore_point, _recorded_marks(found[1]),
+                               where=self.restore_point_where(),
+                               seal_path=f"(column restore_point_digest of session "
+                                         f"{self._id!r} in table {b.schema}.sessions)",
+                               required=True)
                 cut = restore_point.anchor.event_count
                 # one round trip: the session row and the rows around the cut
                 sessions, lasts, packed, rows = b._batch(
@@ -945,6 +953,19 @@ def _pid_is_dead(pid: int) -> bool:
 def _row_digest(r: Sequence[Any]) -> str:
     """The anchor digest of one fetched row: its row checksum (as SQLite's anchors use)."""
     return f"rows2:{rows_crc([_row(r)[1:]])}"
+
+
+def _recorded_marks(digest: object) -> list[bytes]:
+    """The restore point mark a session row's ``restore_point_digest`` records (none: NULL).
+
+    A value that is not a hex SHA-256 records a mark no restore point has (it was edited).
+    """
+    if digest is None:
+        return []
+    try:
+        return [restore_point_mark(str(digest))]
+    except ValueError:
+        return [b"\xff" * 12]
 
 
 def _header_digest(header: FrozenDict, incarnation: str) -> str:
@@ -1126,12 +1147,15 @@ class PostgresBackend:
                                f"lease_node FROM {s}.sessions WHERE id = %s")
         self._sql_last_row_before = (f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id "
                                      "= %s AND seq < %s ORDER BY seq DESC LIMIT 1")
-        self._sql_get_restore_point = (f"SELECT data FROM {s}.restore_points WHERE session_id "
-                                       "= %s")
-        # fenced: only the lease holder replaces it (a former holder's would be stale)
+        self._sql_get_restore_point = (
+            f"SELECT r.data, t.restore_point_digest FROM {s}.restore_points r JOIN {s}.sessions "
+            "t ON t.id = r.session_id WHERE r.session_id = %s")
+        # fenced: only the lease holder replaces it (a former holder's would be stale); the
+        # digest the resume compares goes into the session row in the same statement
         self._sql_put_restore_point = (
-            f"INSERT INTO {s}.restore_points (session_id, data) SELECT id, %s FROM {s}.sessions "
-            "WHERE id = %s AND lease_owner = %s::uuid AND lease_epoch = %s "
+            f"WITH bound AS (UPDATE {s}.sessions SET restore_point_digest = %s WHERE id = %s "
+            "AND lease_owner = %s::uuid AND lease_epoch = %s RETURNING id) "
+            f"INSERT INTO {s}.restore_points (session_id, data) SELECT id, %s FROM bound "
             "ON CONFLICT (session_id) DO UPDATE SET data = excluded.data")
         self._sql_lease_row = (f"SELECT head_seq, lease_owner::text, lease_epoch FROM "
                                f"{s}.sessions WHERE id = %s")

@@ -17,7 +17,10 @@ Invariants this module owns (docs/rules.md#one-writer-per-session):
   namespace): only a writer on that same node may judge the holder dead by its pid;
 * ``listing`` (the ``dsh ls`` entry of the committed events, or NULL when its writer could not
   know it) and ``size_bytes`` (the bytes of the committed rows' data) change only in the
-  transaction that moves ``head_seq``, so they always describe exactly the committed log.
+  transaction that moves ``head_seq``, so they always describe exactly the committed log;
+* ``restore_point_digest`` (the hex SHA-256 of the body of the session's ``restore_points``
+  row) changes only in the statement that writes that row, fenced by the lease: a restore
+  point whose body digests otherwise was edited after it was written and is not trusted.
 """
 
 from __future__ import annotations
@@ -101,6 +104,9 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         """UPDATE {s}.sessions t SET size_bytes = coalesce((SELECT sum(coalesce(
   octet_length(e.data), octet_length(e.data_zstd))) FROM {s}.events e
   WHERE e.session_id = t.id AND e.seq < t.head_seq), 0)""",
+    )),
+    (7, "restore point digest: binds the restore point row to its writer (formats.md)", (
+        "ALTER TABLE {s}.sessions ADD COLUMN restore_point_digest text",
     )),
 )
 """Forward-only migrations, applied in order under :data:`MIGRATION_LOCK_KEY`."""
