@@ -22,26 +22,22 @@ from dsh import LogCorruptError
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._listing import INDEX_NAME, JOURNAL_NAME
 from dsh.persistence.jsonl._format import scan_zstd_frames
+from tests.persistence.test_seal_missing import user
 
 BATCHES = 10
 
 
-def user(text: str) -> dict[str, Any]:
-    return {"id": f"u-{text}", "role": "user", "source": {"kind": "user"},
-            "content": [{"type": "text", "text": text}]}
-
-
-def write(root: Path, batches: int = BATCHES) -> tuple[str, Path]:
-    """A zstd store whose session ``s1`` has one user message per flushed batch (one frame)."""
+def write(tmp_path: Path) -> tuple[str, Path]:
+    """A zstd store ``tmp_path / store`` whose session ``s1`` has one frame per batch."""
+    root = tmp_path / "store"
     url = f"jsonl+zstd://{root}"
     with dsh.open(url) as store:
         session = store.session("s1")
-        for n in range(batches):
+        for n in range(BATCHES):
             session.append("user/message", user(f"message {n:03d} " + "x" * 100),
                            surface_op="append")
             store.flush(session)
-    [log] = root.glob("*/*/session.jsonl.zstd")
-    return url, log
+    return url, root / "_no-cwd" / "s1" / "session.jsonl.zstd"
 
 
 def texts(url: str) -> list[str]:
@@ -56,7 +52,7 @@ def frame_ends(log: Path) -> list[int]:
 
 
 def test_every_frame_boundary_cut_inside_committed_data_is_refused(tmp_path: Path) -> None:
-    url, log = write(tmp_path / "store")
+    url, log = write(tmp_path)
     original = log.read_bytes()
     ends = frame_ends(log)
     assert len(ends) == BATCHES + 1  # the header frame, then one frame a batch
@@ -75,7 +71,7 @@ def test_every_frame_boundary_cut_inside_committed_data_is_refused(tmp_path: Pat
 
 
 def test_a_writer_does_not_continue_a_cut_log(tmp_path: Path) -> None:
-    url, log = write(tmp_path / "store")
+    url, log = write(tmp_path)
     original = log.read_bytes()
     log.write_bytes(original[:frame_ends(log)[6]])
     with pytest.raises(LogCorruptError), dsh.open(url) as store:
@@ -88,7 +84,7 @@ def test_a_writer_does_not_continue_a_cut_log(tmp_path: Path) -> None:
 def test_the_cut_is_found_after_a_listing_merged_the_journal_into_the_index(
         tmp_path: Path) -> None:
     root = tmp_path / "store"
-    url, log = write(root)
+    url, log = write(tmp_path)
     with dsh.open(url) as store:
         assert [s.id for s in store.list()] == ["s1"]
     assert (root / INDEX_NAME).is_file()
@@ -103,7 +99,7 @@ def test_a_resume_through_a_restore_point_refuses_a_cut_after_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rp, "RESTORE_POINT_EVERY_EVENTS", 1)
     monkeypatch.setattr(rp, "RESTORE_POINT_EVERY_BYTES", 1)
-    url, log = write(tmp_path / "store")
+    url, log = write(tmp_path)
     point = rp.decode_restore_point(
         log.with_name("session.jsonl.zstd.ckpt").read_bytes(), session_id="s1",
         backend="jsonl-zstd")
@@ -121,7 +117,7 @@ def test_a_resume_through_a_restore_point_refuses_a_cut_after_it(
 
 def test_no_journal_and_no_index_never_refuse_an_intact_log(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    url, log = write(root)
+    url, log = write(tmp_path)
     for name in (JOURNAL_NAME, INDEX_NAME):
         (root / name).unlink(missing_ok=True)
     assert len(texts(url)) == BATCHES
@@ -167,7 +163,7 @@ def test_a_record_of_another_file_or_session_never_refuses_an_intact_log(
         tmp_path: Path, change: str) -> None:
     """An inode reused by a new session of the same id, or by a rewrite that kept every event."""
     root = tmp_path / "store"
-    url, log = write(root)
+    url, log = write(tmp_path)
     if change == "another session":
         _journal_line(root, log, createdAt=12345)
     elif change == "a rewrite":
@@ -184,7 +180,7 @@ def test_a_record_of_another_file_or_session_never_refuses_an_intact_log(
 
 def test_a_journal_line_still_being_written_is_not_used(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    url, log = write(root)
+    url, log = write(tmp_path)
     _journal_line(root, log)
     data = (root / JOURNAL_NAME).read_bytes()
     (root / JOURNAL_NAME).write_bytes(data[:-1])  # no newline yet: the earlier line counts

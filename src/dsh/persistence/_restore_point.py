@@ -75,6 +75,7 @@ __all__ = [
     "note_refusal",
     "body_digest",
     "read_restore_point_file",
+    "replace_sidecar",
     "stats",
     "write_restore_point_file",
 ]
@@ -415,6 +416,19 @@ def write_restore_point_file(path: Path, data: bytes) -> None:
     Raises:
         OSError: it could not be written (the old restore point stays; it is only derived).
     """
+    replace_sidecar(path, data)
+    stats["written"] += 1
+
+
+def replace_sidecar(path: Path, data: bytes) -> None:
+    """Replace the derived sidecar ``path`` with ``data`` (temp file + rename, no fsync).
+
+    Stale temp files of the same sidecar (a writer killed between write and rename) are
+    removed; a failed write removes its own.
+
+    Raises:
+        OSError: it could not be written (the old file stays).
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     for stale in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
         if stale != tmp:
@@ -429,7 +443,6 @@ def write_restore_point_file(path: Path, data: bytes) -> None:
     except OSError:
         tmp.unlink(missing_ok=True)
         raise
-    stats["written"] += 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

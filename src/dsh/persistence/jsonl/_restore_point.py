@@ -76,19 +76,7 @@ def write_bindings(path: Path, mark: bytes) -> None:
         OSError: it could not be written (the restore point must then not be written).
     """
     kept = [m for m in read_bindings(path) if m != mark][:BINDINGS_KEPT - 1]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            view = memoryview(BINDING_MAGIC + mark + b"".join(kept))
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    rp.replace_sidecar(path, BINDING_MAGIC + mark + b"".join(kept))
 
 
 def backend_kind(compression: str) -> str:
