@@ -359,11 +359,43 @@ def recorded_flush(root: Path, key: str) -> tuple[list[int], ListingEntry] | Non
         return _sig_entry(item)
 
 
+_READ_CACHE: dict[str, tuple[tuple[int, ...], bytes]] = {}
+"""The bytes of the listing files :func:`recorded_flush` last read, by path, with their stat."""
+
+_READ_CACHE_PATHS: Final = 8
+
+
 def _read_if_any(path: Path) -> bytes:
+    """The file's bytes (empty when it does not exist), reused while its stat is unchanged.
+
+    A listing that reads many logs in full (a copied store: every signature changed) checks
+    each against the same index: it is read once, not once a log.
+    """
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return b""
+    try:
+        st = os.fstat(fd)
+        stamp = (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        cached = _READ_CACHE.get(str(path))
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        chunks, got = [], 0
+        while True:
+            chunk = os.read(fd, max(st.st_size - got, 0) + 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) == st.st_size:  # not cached while a writer is appending to it
+        if len(_READ_CACHE) >= _READ_CACHE_PATHS:
+            _READ_CACHE.clear()
+        _READ_CACHE[str(path)] = (stamp, data)
+    return data
 
 
 def _sig_entry(item: Any) -> tuple[list[int], ListingEntry] | None:

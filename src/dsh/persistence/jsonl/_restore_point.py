@@ -316,17 +316,21 @@ class JsonlPrefixSource:
         if not seals:
             return pread(fd, end - offset, offset)
         first = max(0, bisect.bisect_right(self._seal_starts, offset) - 1)
-        todo = [i for i in range(first, len(seals))
-                if seals[i][0] < end and seals[i][1] > offset and i not in self._verified]
+        # only the records that start before ``end``: a walk to the last record made each
+        # page-in cost O(records), quadratic over a long log's pages
+        last = bisect.bisect_left(self._seal_starts, end)
+        todo = [i for i in range(first, last)
+                if seals[i][1] > offset and i not in self._verified]
         if not todo:
             return pread(fd, end - offset, offset)
         lo = min(offset, seals[todo[0]][0])
         hi = max(end, seals[todo[-1]][1])
         data = pread(fd, hi - lo, lo)
+        view = memoryview(data)  # crc32 of each record without copying it
         path = str(self._path)
         for i in todo:
             s, e, crc = seals[i]
-            if len(data) < e - lo or crc_of(data[s - lo:e - lo]) != crc:
+            if len(data) < e - lo or crc_of(view[s - lo:e - lo]) != crc:
                 raise LogCorruptError(
                     f"corrupt session log: bytes {s}..{e} of {path} differ from what was "
                     f"committed (crc32 mismatch with the integrity seal), found paging in "

@@ -103,17 +103,22 @@ class SqlitePrefixSource:
                 # is keyed by its first member), not a packed row's worth of rows earlier
                 seals = self._seals
                 first = max(0, bisect.bisect_right(self._seal_starts, start) - 1)
-                todo = [i for i in range(first, len(seals)) if seals[i][0] < stop
-                        and seals[i][1] > start and i not in self._verified]
+                # only the records that start before ``stop`` (a walk to the last record
+                # made each page-in cost O(records))
+                last = bisect.bisect_left(self._seal_starts, stop)
+                todo = [i for i in range(first, last)
+                        if seals[i][1] > start and i not in self._verified]
                 lo = min([start, *(seals[i][0] for i in todo)])
                 hi = max([stop, *(seals[i][1] for i in todo)])
                 rows = self._conn.execute(
                     f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq >= "
                     "coalesce((SELECT max(seq) FROM events WHERE session_id = ? AND seq <= ?), "
                     "0) AND seq < ? ORDER BY seq", (self._id, self._id, lo, hi)).fetchall()
+            row_seqs = [row[1] for row in rows] if todo else []
             for i in todo:
                 s, e, crc = seals[i]
-                if rows_crc([row[1:] for row in rows if s <= row[1] < e]) != crc:
+                covered = rows[bisect.bisect_left(row_seqs, s):bisect.bisect_left(row_seqs, e)]
+                if rows_crc([row[1:] for row in covered]) != crc:
                     raise LogCorruptError(
                         f"corrupt session log {self._id!r} in {self._path}: the rows of seq "
                         f"{s}..{e - 1} differ from what was committed (crc32 mismatch with the "
