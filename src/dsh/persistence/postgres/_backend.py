@@ -262,9 +262,10 @@ class PostgresHandle(HandleBase):
         self._lease = lease
         self._torn_seen: int | None = None
         self._closed = False
-        # The restore point read with the lease (a 1-tuple, ``(None,)``: none), for the first
-        # read through it; dropped by any write through this handle.
-        self._restore_point_row: tuple[bytes | None] | None = None
+        # The restore point read with the lease and the digest the session row records for it
+        # (``(None, ...)``: none), for the first read through it; dropped by any write through
+        # this handle.
+        self._restore_point_row: tuple[bytes | None, str | None] | None = None
         self.one_statement = True
         """Append in one statement when nothing needs removing first (False: always lock the
         row first, then insert and advance in a transaction of several statements)."""
@@ -795,7 +796,8 @@ class PostgresHandle(HandleBase):
                 if known is None:  # a round trip for the restore point, in the snapshot
                     points = b._batch(conn, [(b._sql_get_restore_point, (self._id,))],
                                       begin=True, commit=False)[0]
-                    known = (bytes(points[0][0]) if points else None,)
+                    known = ((bytes(points[0][0]), points[0][1]) if points
+                             else (None, None))
                     begin = False
                 else:  # read with the lease: only the rows are left to read
                     begin = True
@@ -805,7 +807,7 @@ class PostgresHandle(HandleBase):
                                                         backend="postgresql")
                 # bound: the digest its fenced writer stored beside it, in the session row
                 # (docs/rules.md#restore-points-are-never-the-truth)
-                rp.check_bound(restore_point, _recorded_marks(found[1]),
+                rp.check_bound(restore_point, _recorded_marks(known[1]),
                                where=self.restore_point_where(),
                                seal_path=f"(column restore_point_digest of session "
                                          f"{self._id!r} in table {b.schema}.sessions)",
@@ -1136,7 +1138,7 @@ class PostgresBackend:
         # the lease, the head, the listing entry and the restore point in one statement: what
         # the new holder reads next cannot change under its lease but through it
         returned = (f"lease_epoch, head_seq, listing, (SELECT r.data FROM {s}.restore_points r "
-                    "WHERE r.session_id = id)")
+                    "WHERE r.session_id = id), restore_point_digest")
         self._sql_take_lease = (
             f"UPDATE {s}.sessions SET {lease_set} WHERE id = %s AND (lease_owner IS NULL OR "
             f"lease_expires_at <= clock_timestamp()) RETURNING {returned}")
@@ -1529,7 +1531,7 @@ class PostgresBackend:
         handle = PostgresHandle(self, session_id, mode,
                                 _Lease(self, session_id, token, int(row[0])),
                                 None if stored is None else (int(row[1]), stored))
-        handle._restore_point_row = (None if row[3] is None else bytes(row[3]),)
+        handle._restore_point_row = (None if row[3] is None else bytes(row[3]), row[4])
         return handle
 
     def _lease_values(self, token: str) -> tuple[Any, ...]:
