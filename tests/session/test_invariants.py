@@ -149,6 +149,14 @@ def test_invariants_requires_step_scoped_stream_and_tool_events_to_name_the_open
     result = LogBuilder(checked=False, start=2).tool_result(1, 1, "c1")
     error = rejects(trace, result, "tool/result for 'c1' with no prior tool/call in this step")
     assert error.where["rule"] == "UNPAIRED_RESULT"
+    # a damaged log can carry any JSON value as the call id: still a typed refusal
+    trace.apply(make("tool/call", 2, {"turn": 1, "step": 1, "callId": "c"}))
+    listed = make("tool/result", 3, {"turn": 1, "step": 1, "message": {
+        "id": "r", "role": "user", "source": {"kind": "tool", "callId": ["c"]},
+        "content": [{"type": "tool-result", "toolCallId": "c", "content": []}]}},
+                  surfaceOp="append")
+    error = rejects(trace, listed, "tool/result for null with no prior tool/call in this step")
+    assert error.where["rule"] == "UNPAIRED_RESULT"
 
 
 def test_invariants_keeps_fresh_tool_result_appends_open_step_checked() -> None:

@@ -137,7 +137,9 @@ def _is_not_started_result(event: Event) -> bool:
 def _result_call_id(event: Event) -> Any:
     message = _field(event, "message")
     source = message.get("source") if isinstance(message, dict) else None
-    return source.get("callId") if isinstance(source, dict) else None
+    call_id = source.get("callId") if isinstance(source, dict) else None
+    # any JSON value can arrive here from a damaged log; only a string can name a call
+    return call_id if type(call_id) is str else None
 
 
 def _check(state: TraceState, event: Event) -> None:
