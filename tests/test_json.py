@@ -16,6 +16,7 @@ from dsh.json import (
     FrozenDict,
     FrozenList,
     dumps,
+    dumps_canonical,
     is_json,
     is_safe_int,
     json_equal,
@@ -465,3 +466,19 @@ def test_loads_plain_is_thawed_loads(text: bytes) -> None:
     assert outcome(loads_plain) == outcome(lambda data: thaw(loads(data)))
     if outcome(loads_plain)[0] == "value" and isinstance(loads_plain(text), dict | list):
         assert type(loads_plain(text)) in (dict, list)  # plain and mutable, not frozen
+
+
+def test_dumps_canonical_gives_the_same_bytes_whatever_the_key_order() -> None:
+    # docs/formats.md#the-seal-chain: the hashed form of an event does not depend on the order
+    # a store gives its fields back in
+    a = {"type": "x", "seq": 1, "surfaceOp": "append", "sourceEventSeqs": [2],
+         "data": {"b": 1, "a": {"d": [1, {"z": 0, "y": None}], "c": "t"}}}
+    b = {"data": {"a": {"c": "t", "d": [1, {"y": None, "z": 0}]}, "b": 1}, "seq": 1,
+         "sourceEventSeqs": [2], "type": "x", "surfaceOp": "append"}
+    assert dumps_canonical(a) == dumps_canonical(b) == (
+        b'{"data":{"a":{"c":"t","d":[1,{"y":null,"z":0}]},"b":1},"seq":1,'
+        b'"sourceEventSeqs":[2],"surfaceOp":"append","type":"x"}')
+    assert dumps(a) != dumps(b)
+    # a lone surrogate takes the iterative encoder: still sorted, still valid UTF-8
+    lone = {"z": "\udc80", "a": [{"y": 1, "b": 2}]}
+    assert dumps_canonical(lone) == b'{"a":[{"b":2,"y":1}],"z":"\\udc80"}'

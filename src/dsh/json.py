@@ -50,6 +50,7 @@ __all__ = [
     "FrozenList",
     "JsonValue",
     "dumps",
+    "dumps_canonical",
     "is_json",
     "is_safe_int",
     "json_equal",
@@ -76,7 +77,7 @@ def _frozen(self: object, *args: object, **kwargs: object) -> NoReturn:
 
 
 def _render(value: object, *, key: Callable[[Any], str], leaf: Callable[[Any], str],
-            comma: str, colon: str) -> str:
+            comma: str, colon: str, sort_keys: bool = False) -> str:
     """Write nested dicts and lists as text without recursion (any depth).
 
     One walk serves ``repr`` and the JSON encoder's fallback: ``key`` and ``leaf`` render an
@@ -93,7 +94,7 @@ def _render(value: object, *, key: Callable[[Any], str], leaf: Callable[[Any], s
                 parts.append("{}")
                 continue
             stack.append(_Text("}"))
-            entries = list(item.items())
+            entries = sorted(item.items(), key=_first) if sort_keys else list(item.items())
             for i in range(len(entries) - 1, -1, -1):
                 name, child = entries[i]
                 stack.append(child)
@@ -109,6 +110,10 @@ def _render(value: object, *, key: Callable[[Any], str], leaf: Callable[[Any], s
         else:
             parts.append(leaf(item))
     return "".join(parts)
+
+
+def _first(entry: tuple[str, object]) -> str:
+    return entry[0]
 
 
 class _Text:
@@ -880,9 +885,10 @@ def _encode_leaf(value: Any) -> str:
     return _encode_str(value) if type(value) is str else orjson.dumps(value).decode()
 
 
-def _encode_fallback(value: Any) -> bytes:
+def _encode_fallback(value: Any, *, sort_keys: bool = False) -> bytes:
     """Encode iteratively (any depth), escaping lone surrogates so the UTF-8 stays valid."""
-    return _render(value, key=_encode_str, leaf=_encode_leaf, comma=",", colon=":").encode("utf-8")
+    return _render(value, key=_encode_str, leaf=_encode_leaf, comma=",", colon=":",
+                   sort_keys=sort_keys).encode("utf-8")
 
 
 def dumps(value: JsonValue) -> bytes:
@@ -907,5 +913,25 @@ def dumps(value: JsonValue) -> bytes:
         if "surrogates" not in str(exc) and "ecursion" not in str(exc):
             raise InvalidJsonError(f"value is not JSON: {exc}", json_path="$") from None
     return _encode_fallback(value)
+
+
+def dumps_canonical(value: JsonValue) -> bytes:
+    """Encode like :func:`dumps`, with every object's keys in code point order.
+
+    The same value gives the same bytes however its keys were ordered when it was built or
+    stored (a store may write an event's envelope fields back in its own order), so this is
+    the form that is hashed (docs/formats.md#the-seal-chain).
+
+    Raises:
+        InvalidJsonError: a non-frozen value holds something :func:`snapshot_json` refuses.
+    """
+    if not isinstance(value, FrozenDict | FrozenList):
+        value = snapshot_json(value)
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as exc:
+        if "surrogates" not in str(exc) and "ecursion" not in str(exc):
+            raise InvalidJsonError(f"value is not JSON: {exc}", json_path="$") from None
+    return _encode_fallback(value, sort_keys=True)
 
 

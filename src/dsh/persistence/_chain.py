@@ -14,7 +14,8 @@ A chain record is framed like a seal record (20 bytes: ``CHAIN_MARK: u64``, payl
   removed content, :func:`open_record`) ``1``, a ``u32`` count and per event either ``0`` and
   its 16-byte event key or ``1`` and its 32-byte leaf.
 
-An event's leaf is ``SHA-256(key || dumps(event))`` with the event key ``SHA-256(batch key ||
+An event's leaf is ``SHA-256(key || dumps_canonical(event))`` (keys sorted: a store may give an
+event's fields back in another order) with the event key ``SHA-256(batch key ||
 seq: u64)[:16]``. A tombstoned event keeps its original leaf and loses its key, so the chain
 still verifies and the leaf (a salted hash) cannot be used to test a guess of the removed
 content (docs/forgetting.md#tombstones-and-commitments). A record's hash is
@@ -32,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from dsh.json import dumps
+from dsh.json import dumps_canonical
 from dsh.session import Event
 
 __all__ = ["CHAIN_MARK", "HEAD_EVERY", "HEAD_SLOT", "ChainRecord", "ChainState", "Head",
@@ -171,7 +172,7 @@ def event_leaves(record: ChainRecord, events: Sequence[Event]) -> list[bytes]:
     if keys[:1] == b"\0" and len(keys) == 17:
         batch_key = keys[1:]
         pack = _SEQ.pack
-        return [sha(sha(pack(batch_key, e["seq"])).digest()[:16] + dumps(e)).digest()
+        return [sha(sha(pack(batch_key, e["seq"])).digest()[:16] + dumps_canonical(e)).digest()
                 for e in events]
     if keys[:1] != b"\1" or len(keys) < 5:
         raise ValueError("malformed key part")
@@ -183,7 +184,7 @@ def event_leaves(record: ChainRecord, events: Sequence[Event]) -> list[bytes]:
     for event in events:
         tag = keys[pos:pos + 1]
         if tag == b"\0":
-            leaves.append(sha(keys[pos + 1:pos + 17] + dumps(event)).digest())
+            leaves.append(sha(keys[pos + 1:pos + 17] + dumps_canonical(event)).digest())
             pos += 17
         elif tag == b"\1":
             leaves.append(keys[pos + 1:pos + 33])
@@ -261,7 +262,7 @@ def carry(records: Sequence[ChainRecord], old: Mapping[int, Event],
         if len(batch) != record.end - record.first:
             break  # the old log no longer holds the batch: the chain stops before it
         changed = {s for s in range(record.first, record.end)
-                   if s not in by_seq or dumps(by_seq[s]) != dumps(old[s])}
+                   if s not in by_seq or dumps_canonical(by_seq[s]) != dumps_canonical(old[s])}
         out.append(open_record(record, batch, changed) if changed else record)
     end = out[-1].end if out else 0
     rest = [e for e in new if int(e["seq"]) >= end]
