@@ -22,6 +22,7 @@ import dsh
 from dsh import LogCorruptError
 from dsh.persistence.jsonl import _backend as jsonl_backend
 from dsh.persistence.jsonl._format import SEAL_MARK
+from dsh.rights import redact
 
 FLIPS = int(os.environ.get("DSH_CRASH_RUNS", "12"))
 
@@ -263,3 +264,58 @@ def test_paging_a_log_without_restore_point_refuses_a_missing_seal(
     with Persistence(open_backend(url)) as persistence, pytest.raises(LogCorruptError) as refused:
         read_pages(persistence, "s1")
     assert refused.value.code == "SEAL_MISSING"
+
+
+_REWRITE_KILLED = """
+import os, sys
+import dsh
+from dsh.persistence.jsonl import _backend as jsonl_backend
+from dsh.rights import redact
+
+url, at = sys.argv[1], sys.argv[2]
+real = os.replace
+
+
+def replace(src, dst, **kw):
+    name = os.path.basename(str(dst))
+    if at == "before the log" and name == "session.jsonl":
+        os._exit(9)  # the old seal is aside, the new one staged, the old log in place
+    if at == "before the seal" and name == "session.jsonl.seal":
+        os._exit(9)  # the new log in place, its seal staged
+    real(src, dst, **kw)
+
+
+jsonl_backend.os.replace = replace
+with dsh.open(url) as store:
+    redact(store, "s1", match="message 003")
+"""
+
+
+@pytest.mark.parametrize("at", ["before the log", "before the seal"])
+def test_a_rewrite_killed_between_its_renames_leaves_a_session_that_reads(
+        tmp_path: Path, at: str) -> None:
+    """A redaction killed between renaming the log and its seal: the staged seal is adopted.
+
+    docs/formats.md#integrity-seals: the old seal is moved aside, not deleted, and a reader
+    that finds a marked log without its seal adopts a staged seal that verifies its bytes.
+    """
+    url, _log, seal = _write(tmp_path)
+    killed = subprocess.run([sys.executable, "-c", _REWRITE_KILLED, url, at], check=False)
+    assert killed.returncode == 9
+    assert not seal.exists()
+    assert len(list(seal.parent.glob(".session.jsonl.seal.*.tmp"))) == 2
+    texts = _texts(url)  # a reader uses the staged seal as it is
+    expected = [f"message {n:03d}" for n in range(8)]
+    if at == "before the seal":
+        assert "message 003" not in texts and len(texts) == 8
+    else:
+        assert texts == expected
+    with dsh.open(url) as store:  # a writer adopts it and drops the other
+        session = store.session("s1")
+        session.append("user/message", user("more"), surface_op="append")
+        store.flush(session)
+    assert seal.is_file() and not list(seal.parent.glob(".session.jsonl.seal.*.tmp"))
+    assert _texts(url)[-1] == "more"
+    with dsh.open(url) as store:
+        redact(store, "s1", match="message 003")
+    assert "message 003" not in _texts(url)

@@ -339,6 +339,22 @@ def publish_head(path: Path, identity: bytes, chain: ChainState) -> None:
     chain.head_counter, chain.published = head.counter, head.batches
 
 
+def aside_name(path: Path) -> Path:
+    """Where a rewrite moves the seal ``path`` while it replaces the log (a staged name)."""
+    return path.with_name(f".{path.name}.old.tmp")
+
+
+def staged_seals(path: Path) -> list[Path]:
+    """The staged seals beside the seal ``path`` (:func:`stage_seal`, :func:`aside_name`)."""
+    try:
+        names = os.listdir(path.parent)
+    except FileNotFoundError:
+        return []
+    prefix = f".{path.name}."
+    return [path.with_name(n) for n in sorted(names)
+            if n.startswith(prefix) and n.endswith(".tmp")]
+
+
 def install_seal(tmp: Path, path: Path) -> None:
     """Rename a staged seal (:func:`stage_seal`) over ``path`` and fsync the folder.
 

@@ -79,6 +79,7 @@ from dsh.persistence._seal import (
     append_chain_to,
     append_restore_point_mark,
     append_seal_to,
+    aside_name,
     check_byte_seals,
     crc_of,
     install_seal,
@@ -88,6 +89,7 @@ from dsh.persistence._seal import (
     reset_seal,
     restore_point_mark,
     stage_seal,
+    staged_seals,
 )
 from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex, jsonl_signatures
 from dsh.persistence._search import note_flushed as note_search
@@ -534,7 +536,12 @@ class JsonlHandle(HandleBase):
         self._backend._check_identity(self._id, parsed.header, self.path)
         if raw and (seal is None or not seal.records) and has_seal_mark(
                 data[:parsed.header_end]):
-            raise self._seal_missing()
+            adopted = self._adopt_staged_seal(data)
+            if adopted is None:
+                raise self._seal_missing()
+            seal, parsed = adopted
+        elif raw and self._mode == "write":
+            self._drop_staged_seals()
         if parsed.torn is not None and parsed.torn.byte_offset is not None:
             self._check_not_cut(parsed.torn.byte_offset,  # events of complete records
                                 len(parsed.events) - len(parsed.torn.recovered), parsed.header,
@@ -818,6 +825,41 @@ class JsonlHandle(HandleBase):
             f"but a flush made {committed} bytes and {entry.events} events durable (recorded "
             f"in the listing journal); restore the file from a backup", path=str(self.path),
             byte_offset=end, seq=events, session_id=self._id)
+
+    def _adopt_staged_seal(self, data: bytes) -> tuple[Seal, ParsedLog] | None:
+        """The staged seal a rewrite left beside the log that verifies ``data``, or ``None``.
+
+        A rewrite killed between renaming the log and renaming its seal into place leaves
+        the log marked and its seal staged; one killed after moving the old seal aside leaves
+        the old log and the old seal staged (docs/formats.md#integrity-seals). A staged seal
+        whose every record matches the bytes is adopted: a writer renames it into place (and
+        drops the other staged seals), a reader uses it as it is.
+        """
+        for staged in staged_seals(self._seal_path()):
+            try:
+                seal = read_seal(staged)
+                if seal is None or not seal.records:
+                    continue
+                parsed = parse_log(data, compression="none", path=str(self.path), seal=seal)
+            except (LogCorruptError, OSError):
+                continue  # not this log's seal: the next candidate, or SEAL_MISSING
+            if self._mode == "write":
+                install_seal(staged, self._seal_path())
+                logger.warning("session %s: adopted the integrity seal %s that an interrupted "
+                               "rewrite staged for %s", self._id, staged, self.path)
+                self._drop_staged_seals()
+            return seal, parsed
+        return None
+
+    def _drop_staged_seals(self) -> None:
+        """Delete staged seals a killed writer left (under the write lock: none is ours).
+
+        An old seal moved aside by a rewrite holds the batch keys that erasure drops
+        (docs/forgetting.md#tombstones-and-commitments), so it must not outlive the rewrite.
+        """
+        for staged in staged_seals(self._seal_path()):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staged)
 
     def _seal_missing(self) -> SealDamagedError:
         """The error for a marked raw log whose seal is gone (docs/formats.md#integrity-seals)."""
@@ -1174,12 +1216,13 @@ class JsonlHandle(HandleBase):
 
         ``scrub`` has nothing to do here: the old file is gone once the new one is renamed.
 
-        The new file is written beside the log and fsynced; the seal and restore point, which
-        describe the old bytes, are deleted; the new file is renamed over the log and the
-        folder fsynced; a fresh seal covers it whole. A crash leaves the old log or the new
-        one, either possibly unsealed (read under the format's rules and sealed by the next
-        writer). The old log is first read through its seal, so damage is refused, not
-        rewritten. Rule: docs/forgetting.md#how-storage-is-rewritten.
+        The new file and its seal are staged beside the log and fsynced; the restore point
+        is deleted and the old seal moved aside; the new file is renamed over the log and the
+        folder fsynced; the staged seal is renamed into place and the old one deleted. A crash
+        leaves the old log or the new one, each with a seal that verifies it in place or
+        staged (adopted by the next reader, docs/formats.md#integrity-seals). The old log
+        is first read through its seal, so damage is refused, not rewritten. Rule:
+        docs/forgetting.md#how-storage-is-rewritten.
 
         Returns:
             What was touched: ``{"path", "action", ...}`` per file.
@@ -1232,10 +1275,18 @@ class JsonlHandle(HandleBase):
                         os.unlink(leftover)
             raise
         touched: list[dict[str, object]] = []
-        for sidecar in (self._seal_path(), self.restore_point_path(), self._binding_path()):
+        for sidecar in (self.restore_point_path(), self._binding_path()):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(sidecar)
                 touched.append({"path": str(sidecar), "action": "deleted"})
+        # moved aside, not deleted: until the new log is in place the old seal is the one
+        # a reader adopts if this process dies (_adopt_staged_seal)
+        old_seal: Path | None = aside_name(self._seal_path())
+        try:
+            os.replace(self._seal_path(), aside_name(self._seal_path()))
+            touched.append({"path": str(self._seal_path()), "action": "deleted"})
+        except FileNotFoundError:
+            old_seal = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -1249,6 +1300,9 @@ class JsonlHandle(HandleBase):
                 touched.append({"path": str(self._seal_path()), "action": "written"})
             except OSError as exc:  # the log is rewritten and marked: reads say SEAL_MISSING
                 self.after_commit.failed("seal", exc, f"run 'dsh verify --reseal {self._id}'")
+        if old_seal is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(old_seal)
         self.read()  # this handle's view of the new file
         return touched
 
