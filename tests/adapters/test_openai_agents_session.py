@@ -319,11 +319,8 @@ def test_objects_that_are_no_responses_item_are_kept_opaque(store: str) -> None:
     run(body())
 
 
-def test_a_session_with_a_restore_point_opens_reading_only_its_tail(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # docs/adapters.md#busy-sessions-reads-and-names: get_items(limit) and the first write
-    # of a fresh process read the log's end through its restore point, not the whole log
-    from dsh.persistence import _restore_point as restore_point
+def count_page_ins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the SQLite page-ins from now on (``SqlitePrefixSource.read`` calls)."""
     from dsh.persistence.sqlite import _restore_point as sqlite_pages
 
     paged_in: list[int] = []
@@ -334,6 +331,16 @@ def test_a_session_with_a_restore_point_opens_reading_only_its_tail(
         return page_read(self, start, stop)
 
     monkeypatch.setattr(sqlite_pages.SqlitePrefixSource, "read", counted)
+    return paged_in
+
+
+def test_a_session_with_a_restore_point_opens_reading_only_its_tail(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/adapters.md#busy-sessions-reads-and-names: get_items(limit) and the first write
+    # of a fresh process read the log's end through its restore point, not the whole log
+    from dsh.persistence import _restore_point as restore_point
+
+    paged_in = count_page_ins(monkeypatch)
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
     items = [item for n in range(1_200) for item in (
         {"role": "user", "content": f"q{n}"},
@@ -362,3 +369,96 @@ def test_a_session_with_a_restore_point_opens_reading_only_its_tail(
         third.close()
     run(body())
     assert list((tmp_path / "sessions.db.dsh-checkpoints").iterdir())  # one was there to use
+
+
+def _long_turns(first: int, count: int) -> list[dict[str, Any]]:
+    return [item for n in range(first, first + count) for item in (
+        {"role": "user", "content": f"q{n}"},
+        {"type": "function_call", "call_id": f"c{n}", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"c{n}", "output": f"r{n}"},
+        {"role": "assistant", "content": f"a{n}"})]
+
+
+def test_a_whole_history_read_selects_the_surface_and_equals_the_paged_walk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/adapters.md#busy-sessions-reads-and-names: a cold get_items() of a log with a
+    # restore point reads its prefix once, decoding the surface nodes and the adapter's marks
+    # only; what it returns is what the page-by-page walk returns (pops, a clear, items orjson
+    # cannot encode, what dsh wrote itself)
+    from dsh.persistence.sqlite import _restore_point as sqlite_pages
+
+    store = sqlite_url(tmp_path)
+
+    async def fill() -> list[dict[str, Any]]:
+        session = DshSession("long", store)
+        await session.add_items(_long_turns(0, 300))
+        await session.clear_session()
+        await session.add_items([*RICH_ITEMS, *_long_turns(300, 900)])
+        await session.pop_item()
+        await session.add_items([{"role": "user", "content": "unanswered"},
+                                 {"type": "function_call", "call_id": "open", "name": "f",
+                                  "arguments": "{}"}])
+        await session.add_items(_long_turns(1200, 100))
+        session.close()
+        return [*RICH_ITEMS, *_long_turns(300, 900)[:-1]]
+
+    head = run(fill())
+    assert list((tmp_path / "sessions.db.dsh-checkpoints").iterdir())
+
+    paged_in = count_page_ins(monkeypatch)
+
+    async def read_all() -> list[Any]:
+        session = DshSession("long", store)
+        items = await session.get_items()
+        session.close()
+        return items  # type: ignore[no-any-return]
+
+    fast = run(read_all())
+    assert fast[:len(head)] == head
+    assert fast[len(head):len(head) + 2] == [
+        {"role": "user", "content": "unanswered"},
+        {"type": "function_call", "call_id": "open", "name": "f", "arguments": "{}"}]
+    # the call the next batch cut off: dsh answered it, the SDK never saw the answer
+    assert fast[len(head) + 2:] == _long_turns(1200, 100)
+    # pages of ~5,000 events were read by selection: what the walk still paged in is what
+    # holds no record of the SDK's (the lone surrogate item, orjson cannot encode it)
+    assert sum(paged_in) <= 2 * 256
+    monkeypatch.setattr(sqlite_pages.SqlitePrefixSource, "read_selected",
+                        lambda *args: None)  # the page-by-page walk
+    assert run(read_all()) == fast
+    assert sum(paged_in) > 10 * 256
+
+
+def test_a_whole_history_read_refuses_a_changed_row_before_the_cut(tmp_path: Path) -> None:
+    # docs/rules.md#verified-page-in: the selective read checks every row against the seal
+    import sqlite3
+    from contextlib import closing
+
+    from dsh._errors import LogCorruptError
+
+    store = sqlite_url(tmp_path)
+
+    async def fill() -> None:
+        session = DshSession("long", store)
+        for first in range(0, 1200, 100):
+            await session.add_items(_long_turns(first, 100))
+        session.close()
+
+    run(fill())
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
+        changed = db.execute("UPDATE events SET data = replace(data, 'q3\"', 'x3\"') "
+                             "WHERE seq < 100 AND data LIKE '%q3\"%'").rowcount
+    assert changed >= 1
+
+    async def read(limit: int | None) -> list[Any]:
+        session = DshSession("long", store)
+        try:
+            return await session.get_items(limit)  # type: ignore[no-any-return]
+        finally:
+            session.close()
+
+    assert len(run(read(3))) == 3  # the tail: the changed row is never read
+    with pytest.raises(LogCorruptError) as caught:
+        run(read(None))
+    assert "integrity seal" in caught.value.message
+    assert caught.value.where["seq"] < 100

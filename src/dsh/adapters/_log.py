@@ -13,6 +13,7 @@ framework wrote, while ``content`` holds dsh blocks for the model view.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import os
@@ -34,7 +35,7 @@ from dsh._errors import (
 from dsh._messages import create_assistant_message
 from dsh.agent import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
-from dsh.persistence import Persistence, open_backend, read_pages
+from dsh.persistence import Persistence, SelectsEvents, open_backend, read_pages
 from dsh.session import (
     PAGE_EVENTS,
     Event,
@@ -162,6 +163,10 @@ def remove_from_surface(shaper: TurnShaper, seqs: Sequence[int], *, form: str,
         step.end()
     turn.end()
     return list(session.events[before:])
+
+PREFETCH_EVENTS: Final = 4096
+"""Events of the log a whole-history read selects from per storage read (see
+:meth:`LiveLog.view`): the rows read at once, bounding the memory of the read."""
 
 RECORD_KEY: Final = "adapterRecord"
 """Key holding the framework records a message was made from: in the message's ``source``,
@@ -401,7 +406,14 @@ class _Marks:
                 self.overrides.setdefault(target, records)  # a later mark wins
             self.low = low
 
-    def _take(self, events: Sequence[Event]) -> dict[int, Sequence[Any]]:
+    def take_below(self, low: int, marks: Sequence[Mapping[str, Any]]) -> None:
+        """Take in ``events[low:self.low]``, given as the adapter marks among them (in order)."""
+        if low < self.low:
+            for target, records in self._take(marks).items():
+                self.overrides.setdefault(target, records)  # a later mark wins
+            self.low = low
+
+    def _take(self, events: Sequence[Mapping[str, Any]]) -> dict[int, Sequence[Any]]:
         """Take in ``events`` (in order); returns the records overrides among them."""
         overrides: dict[int, Sequence[Any]] = {}
         kinds = self.kinds
@@ -570,13 +582,21 @@ class LiveLog:
                 persistence = (self._shared or self._reader
                                or Persistence(open_backend(self.store_url)))
                 self._reader = None
+                stored = self._cold is not None  # a read found it: resume without asking
                 collecting = gc.isenabled()
                 gc.disable()  # the cold read builds the log's containers: see view()
                 try:
                     store = SessionStore(persistence=persistence)
-                    session = wait_for_writer(lambda: (
-                        store.resume(self.session_id) if persistence.exists(self.session_id)
-                        else store.create(self.session_id)), self.wait)
+
+                    def resume_or_create() -> Session:
+                        if stored:
+                            with contextlib.suppress(SessionNotFoundError):  # removed since
+                                return store.resume(self.session_id)
+                        return (store.resume(self.session_id)
+                                if persistence.exists(self.session_id)
+                                else store.create(self.session_id))
+
+                    session = wait_for_writer(resume_or_create, self.wait)
                 except BaseException:
                     if self._shared is None:
                         persistence.close()
@@ -641,10 +661,14 @@ class LiveLog:
                     cold = self._cold_read()
                     if cold is None:
                         return []
+                    if limit is None:
+                        self._prefetch(cold.events, cold.nodes, cold.marks, cold.encoded)
                     return self._view(cold.nodes, cold.events.__getitem__, cold.marks,
                                       cold.encoded, synthesize, limit)
                 marks = self._live_marks()
                 session = self.session
+                if limit is None:
+                    self._prefetch(session.events, session.surface.nodes, marks, self._encoded)
                 return self._view(session.surface.nodes, session.event_at, marks,
                                   self._encoded, synthesize, limit)
         finally:
@@ -684,6 +708,50 @@ class LiveLog:
         self._cold = _ColdView(stored=stored, closers=closers, events=events, nodes=nodes,
                                marks=_Marks(self.fmt, events), encoded={})
         return self._cold
+
+    def _prefetch(self, events: Sequence[Event], nodes: Sequence[int], marks: _Marks,
+                  cache: dict[int, tuple[bytes | None, ...]]) -> None:
+        """Encode the records of every surface node below the cut, for a whole-history walk.
+
+        A paged log's walk would page in (decode, freeze) every event before its cut: the turn
+        and step brackets and ``tool/call`` events too, about 2.75 events per record. Where
+        the page-in source can select (:class:`~dsh.persistence.SelectsEvents`), each
+        :data:`PREFETCH_EVENTS` range is read once, every row of it checked against the
+        integrity seal as a page-in is (docs/rules.md#verified-page-in), and only the surface
+        nodes and the adapter's marks among it are decoded; the marks are taken in as the
+        walk would (:meth:`_Marks.take_below`). A node holding no record of this format
+        (dsh wrote it: a repair result, a compaction summary) is left to the walk. Where the
+        source cannot vouch for a range, the walk pages it in as before.
+        """
+        if marks.low == 0 or not isinstance(events, PagedLog) \
+                or not isinstance(events.source, SelectsEvents):
+            return  # (marks taken in down to seq 0: a walk before this one read it all)
+        source, cut = events.source, events.cut
+        if marks.low > cut:  # the resident tail first (marks are taken in from the end)
+            tail = events[cut:marks.low]
+            marks.take_below(cut, [e for e in tail if e["type"] in marks.kinds])
+        wanted = {seq for seq in nodes if seq < marks.low and seq not in cache}
+        stop = marks.low
+        fmt = self.fmt
+        while stop > 0 and wanted:
+            start = max(0, stop - PREFETCH_EVENTS)
+            found = source.read_selected(start, stop, wanted, marks.kinds)
+            if found is None:
+                return
+            marks.take_below(start, [e for e in found if e["type"] in marks.kinds])
+            if marks.cleared_through >= 0:  # a clear mark of old logs: the walk stops there
+                wanted = {seq for seq in wanted if seq > marks.cleared_through}
+            for event in found:
+                seq = event["seq"]
+                if seq not in wanted:
+                    continue
+                wanted.discard(seq)
+                records = records_of(event, fmt)
+                if records is not None:
+                    cache[seq] = tuple(_encode(r) for r in records)
+                elif is_removal(event):
+                    cache[seq] = ()
+            stop = start
 
     def _view(self, nodes: Sequence[int], event_at: Callable[[int], Event], marks: _Marks,
               cache: dict[int, tuple[bytes | None, ...]],

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 
 from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, loads
@@ -43,13 +43,31 @@ from dsh.session import (
 if TYPE_CHECKING:
     from dsh.persistence._facade import Persistence
 
-__all__ = ["RANGED_MIN_EVENTS", "TAIL_EVENTS", "StoredPages", "read_pages", "readable_prefix"]
+__all__ = ["RANGED_MIN_EVENTS", "TAIL_EVENTS", "SelectsEvents", "StoredPages", "read_pages",
+           "readable_prefix"]
 
 TAIL_EVENTS: Final = 1024
 """Events a paged read without a restore point holds from the start (the latest ones)."""
 
 RANGED_MIN_EVENTS: Final = 4096
 """Logs shorter than this are read in full (it costs what paging them would)."""
+
+
+@runtime_checkable
+class SelectsEvents(Protocol):
+    """A page-in source that can serve a few events of a long range for the cost of a check.
+
+    ``read_selected(start, stop, seqs, types)`` returns the events of ``start <= seq < stop``
+    whose seq is in ``seqs`` or type in ``types``, in seq order, after checking every stored
+    row of the range as ``read`` does (docs/rules.md#verified-page-in); events whose rows are
+    plain may come as plain dicts instead of frozen :class:`~dsh.session.Event`. None when it
+    cannot vouch for part of the range that way (the caller pages it in with ``read``).
+    """
+
+    def read_selected(self, start: int, stop: int, seqs: Container[int],
+                      types: Container[str]) -> list[Mapping[str, Any]] | None:
+        """The selected events of ``start <= seq < stop`` (see the class), or None."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -68,6 +68,11 @@ class PagedLog(Sequence[Event]):
         self._pages: OrderedDict[int, Sequence[Event]] = OrderedDict()
 
     @property
+    def source(self) -> EventSource:
+        """Where the events before the cut are read from."""
+        return self._source
+
+    @property
     def cut(self) -> int:
         """Events served by the source (seqs below it are paged in)."""
         return self._cut

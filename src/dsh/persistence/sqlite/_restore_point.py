@@ -15,15 +15,23 @@ import bisect
 import sqlite3
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Container, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
+
+import orjson
 
 from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, dumps
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._seal import rows_crc
-from dsh.persistence.sqlite._schema import ROW_COLUMNS, scan_rows
+from dsh.persistence.sqlite._schema import (
+    ROW_COLUMNS,
+    RowError,
+    decode_row,
+    decode_source_event_seqs,
+    scan_rows,
+)
 from dsh.session import Event
 
 __all__ = ["LEGACY_ROW_COLUMNS", "SqlitePrefixSource", "header_digest", "last_row_digest",
@@ -82,6 +90,66 @@ class SqlitePrefixSource:
     def __len__(self) -> int:
         return self._cut
 
+    def _verified_rows(self, start: int, stop: int) -> list[Any]:
+        """The rows from the one holding ``start`` to ``stop``, their seal records checked.
+
+        Each seal record a range touches is checked once per source
+        (docs/rules.md#verified-page-in).
+
+        Rows are ``(rowid, seq, type, time, data, source_event_seqs, surface_op, ignorable)``.
+
+        Raises:
+            LogCorruptError: a sealed batch's rows differ from what was committed.
+            sqlite3.Error: the database failed.
+        """
+        with self._mutex:
+            if self._conn is None:
+                self._conn = sqlite3.connect(f"{self._path.as_uri()}?mode=ro", uri=True,
+                                             check_same_thread=False,
+                                             isolation_level=None)
+                # the session may outlive its store: the connection lives as long as this
+                # source and is closed with it (not left to the collector, which warns)
+                weakref.finalize(self, self._conn.close)
+            # from the row holding start: the last row at or before it (a packed row
+            # is keyed by its first member), not a packed row's worth of rows earlier
+            seals = self._seals
+            first = max(0, bisect.bisect_right(self._seal_starts, start) - 1)
+            todo = []
+            for i in range(first, len(seals)):
+                if seals[i][0] >= stop:
+                    break
+                if seals[i][1] > start and i not in self._verified:
+                    todo.append(i)
+            lo = min(start, seals[todo[0]][0]) if todo else start
+            hi = max(stop, seals[todo[-1]][1]) if todo else stop
+            rows: list[Any] = self._conn.execute(
+                f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq >= "
+                "coalesce((SELECT max(seq) FROM events WHERE session_id = ? AND seq <= ?), "
+                "0) AND seq < ? ORDER BY seq", (self._id, self._id, lo, hi)).fetchall()
+        if not todo:
+            return rows
+        row_seqs = [row[1] for row in rows]
+        for i in todo:  # rows are in seq order: each record's rows are one slice
+            s, e, crc = seals[i]
+            found = rows[bisect.bisect_left(row_seqs, s):bisect.bisect_left(row_seqs, e)]
+            if rows_crc([row[1:] for row in found]) != crc:
+                raise LogCorruptError(
+                    f"corrupt session log {self._id!r} in {self._path}: the rows of seq "
+                    f"{s}..{e - 1} differ from what was committed (crc32 mismatch with the "
+                    f"integrity seal), found paging in events from seq {start} after a "
+                    f"resume from a restore point; run dsh verify, restore the database "
+                    f"from a copy", path=str(self._path), session_id=self._id, seq=s)
+            self._verified.add(i)
+        # from the row holding start again, as the query without the seals
+        keep = max(0, bisect.bisect_right(row_seqs, start) - 1)
+        return rows[keep:bisect.bisect_left(row_seqs, stop)]
+
+    def _unreadable(self, start: int, stop: int, exc: Exception) -> LogCorruptError:
+        return LogCorruptError(f"events {start}..{stop - 1} of session {self._id!r} in "
+                               f"{self._path} could not be paged in ({exc}); the database "
+                               "changed after the session was resumed, resume it again",
+                               path=str(self._path), session_id=self._id, seq=start)
+
     def read(self, start: int, stop: int) -> Sequence[Event]:
         """Return the events ``start <= seq < stop`` (see ``EventSource``).
 
@@ -91,44 +159,7 @@ class SqlitePrefixSource:
         if start >= stop:
             return []
         try:
-            with self._mutex:
-                if self._conn is None:
-                    self._conn = sqlite3.connect(f"{self._path.as_uri()}?mode=ro", uri=True,
-                                                 check_same_thread=False,
-                                                 isolation_level=None)
-                    # the session may outlive its store: the connection lives as long as this
-                    # source and is closed with it (not left to the collector, which warns)
-                    weakref.finalize(self, self._conn.close)
-                # from the row holding start: the last row at or before it (a packed row
-                # is keyed by its first member), not a packed row's worth of rows earlier
-                seals = self._seals
-                first = max(0, bisect.bisect_right(self._seal_starts, start) - 1)
-                # only the records that start before ``stop`` (a walk to the last record
-                # made each page-in cost O(records))
-                last = bisect.bisect_left(self._seal_starts, stop)
-                todo = [i for i in range(first, last)
-                        if seals[i][1] > start and i not in self._verified]
-                lo = min([start, *(seals[i][0] for i in todo)])
-                hi = max([stop, *(seals[i][1] for i in todo)])
-                rows = self._conn.execute(
-                    f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq >= "
-                    "coalesce((SELECT max(seq) FROM events WHERE session_id = ? AND seq <= ?), "
-                    "0) AND seq < ? ORDER BY seq", (self._id, self._id, lo, hi)).fetchall()
-            row_seqs = [row[1] for row in rows] if todo else []
-            for i in todo:
-                s, e, crc = seals[i]
-                covered = rows[bisect.bisect_left(row_seqs, s):bisect.bisect_left(row_seqs, e)]
-                if rows_crc([row[1:] for row in covered]) != crc:
-                    raise LogCorruptError(
-                        f"corrupt session log {self._id!r} in {self._path}: the rows of seq "
-                        f"{s}..{e - 1} differ from what was committed (crc32 mismatch with the "
-                        f"integrity seal), found paging in events from seq {start} after a "
-                        f"resume from a restore point; run dsh verify, restore the database "
-                        f"from a copy", path=str(self._path), session_id=self._id, seq=s)
-                self._verified.add(i)
-            if todo:  # from the row holding start again, as the query without the seals
-                keep = max((n for n, row in enumerate(rows) if row[1] <= start), default=0)
-                rows = [row for row in rows[keep:] if row[1] < stop]
+            rows = self._verified_rows(start, stop)
             events: list[Event] = []
             if rows:
                 scan = scan_rows(rows, rows[0][1], self._version, path=str(self._path),
@@ -140,9 +171,65 @@ class SqlitePrefixSource:
         except (sqlite3.Error, DshError) as exc:
             if isinstance(exc, LogCorruptError) and "integrity seal" in exc.message:
                 raise  # a sealed batch that changed: named as such above
-            raise LogCorruptError(f"events {start}..{stop - 1} of session {self._id!r} in "
-                                  f"{self._path} could not be paged in ({exc}); the database "
-                                  "changed after the session was resumed, resume it again",
-                                  path=str(self._path), session_id=self._id,
-                                  seq=start) from exc
+            raise self._unreadable(start, stop, exc) from exc
         return events
+
+    def read_selected(self, start: int, stop: int, seqs: Container[int],
+                      types: Container[str]) -> list[Mapping[str, Any]] | None:
+        """The events ``start <= seq < stop`` whose seq is in ``seqs`` or type in ``types``.
+
+        For a reader that needs a few events of a long range (an adapter's whole-history
+        read wants the surface nodes and its own marks, not the turn and step brackets):
+        every row of the range is read and checked against the seal records it touches, as
+        :meth:`read` does (docs/rules.md#verified-page-in), but only the selected rows are
+        decoded. A plain row (one event, JSON text data, no provenance) whose seal checked
+        out is parsed into plain containers at once (the seal vouches that these are the
+        committed bytes, which the writer validated as lossless JSON); any other row is
+        decoded as :meth:`read` decodes it, into a frozen :class:`Event`.
+
+        Returns:
+            The selected events in seq order (plain dicts or ``Event``), or None when part of
+            the range is not sealed (no seal, a schema-14 file, rows after the last record):
+            the caller reads by :meth:`read` instead, whose decode checks contiguity itself.
+
+        Raises:
+            LogCorruptError: a sealed batch changed, or a row no longer decodes.
+        """
+        if start >= stop:
+            return []
+        if self._version != 17 or not self._seals or self._seals[-1][1] < stop:
+            return None
+        out: list[Mapping[str, Any]] = []
+        try:
+            rows = self._verified_rows(start, stop)
+            loads = orjson.loads
+            for row in rows:
+                _rowid, seq, type_, time, data, ses, sop, ign = row
+                if ign == 0:  # a packed row: its members, as read() decodes them
+                    out.extend(e for e in decode_row(row, self._version)
+                               if start <= e["seq"] < stop
+                               and (e["seq"] in seqs or e["type"] in types))
+                    continue
+                if not start <= seq < stop or (seq not in seqs and type_ not in types):
+                    continue
+                if type(data) is str and (sop is None or sop == '"append"') \
+                        and type_ not in types:
+                    try:
+                        event = {"type": type_, "seq": seq, "time": time, "data": loads(data)}
+                    except orjson.JSONDecodeError:
+                        out.extend(decode_row(row, self._version))  # names what is wrong
+                        continue
+                    if ses is not None:
+                        event["sourceEventSeqs"] = decode_source_event_seqs(ses)
+                    if sop is not None:
+                        event["surfaceOp"] = "append"
+                    if ign == 1:
+                        event["ignorable"] = True
+                    out.append(event)
+                else:
+                    out.extend(decode_row(row, self._version))
+        except (sqlite3.Error, DshError, RowError) as exc:
+            if isinstance(exc, LogCorruptError) and "integrity seal" in exc.message:
+                raise
+            raise self._unreadable(start, stop, exc) from exc
+        return out
