@@ -733,7 +733,8 @@ class LiveLog:
         wanted = {seq for seq in nodes if seq < marks.low and seq not in cache}
         stop = marks.low
         fmt = self.fmt
-        while stop > 0 and wanted:
+        lowest = min(wanted, default=stop)
+        while stop > lowest:
             start = max(0, stop - PREFETCH_EVENTS)
             found = source.read_selected(start, stop, wanted, marks.kinds)
             if found is None:
@@ -741,16 +742,15 @@ class LiveLog:
             marks.take_below(start, [e for e in found if e["type"] in marks.kinds])
             if marks.cleared_through >= 0:  # a clear mark of old logs: the walk stops there
                 wanted = {seq for seq in wanted if seq > marks.cleared_through}
+                lowest = min(wanted, default=stop)
             for event in found:
                 seq = event["seq"]
-                if seq not in wanted:
-                    continue
-                wanted.discard(seq)
-                records = records_of(event, fmt)
-                if records is not None:
-                    cache[seq] = tuple(_encode(r) for r in records)
-                elif is_removal(event):
-                    cache[seq] = ()
+                if seq in wanted:
+                    records = records_of(event, fmt)
+                    if records is not None:
+                        cache[seq] = tuple(map(_encode, records))
+                    elif is_removal(event):
+                        cache[seq] = ()
             stop = start
 
     def _view(self, nodes: Sequence[int], event_at: Callable[[int], Event], marks: _Marks,
