@@ -60,7 +60,8 @@ class SelectsEvents(Protocol):
     ``read_selected(start, stop, seqs, types)`` returns the events of ``start <= seq < stop``
     whose seq is in ``seqs`` or type in ``types``, in seq order, after checking every stored
     row of the range as ``read`` does (docs/rules.md#verified-page-in); events whose rows are
-    plain may come as plain dicts instead of frozen :class:`~dsh.session.Event`. None when it
+    plain may come as plain dicts instead of frozen :class:`~dsh.session.Event`, without their
+    ``sourceEventSeqs``. None when it
     cannot vouch for part of the range that way (the caller pages it in with ``read``).
     """
 

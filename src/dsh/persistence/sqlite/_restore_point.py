@@ -25,13 +25,7 @@ from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, dumps
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._seal import rows_crc
-from dsh.persistence.sqlite._schema import (
-    ROW_COLUMNS,
-    RowError,
-    decode_row,
-    decode_source_event_seqs,
-    scan_rows,
-)
+from dsh.persistence.sqlite._schema import ROW_COLUMNS, RowError, decode_row, scan_rows
 from dsh.session import Event
 
 __all__ = ["LEGACY_ROW_COLUMNS", "SqlitePrefixSource", "header_digest", "last_row_digest",
@@ -182,10 +176,12 @@ class SqlitePrefixSource:
         read wants the surface nodes and its own marks, not the turn and step brackets):
         every row of the range is read and checked against the seal records it touches, as
         :meth:`read` does (docs/rules.md#verified-page-in), but only the selected rows are
-        decoded. A plain row (one event, JSON text data, no provenance) whose seal checked
-        out is parsed into plain containers at once (the seal vouches that these are the
-        committed bytes, which the writer validated as lossless JSON); any other row is
-        decoded as :meth:`read` decodes it, into a frozen :class:`Event`.
+        decoded. A plain row (one event, JSON text data, appended to the surface or not on
+        it) whose seal checked out is parsed into plain containers at once (the seal vouches
+        that these are the committed bytes, which the writer validated as lossless JSON),
+        without its provenance (``sourceEventSeqs``, checked by the seal but not decoded: a
+        selecting reader wants the data); any other row is decoded as :meth:`read` decodes
+        it, into a frozen :class:`Event`.
 
         Returns:
             The selected events in seq order (plain dicts or ``Event``), or None when part of
@@ -206,7 +202,7 @@ class SqlitePrefixSource:
             # the rows asked for (a packed row for its members), in one pass of C-level work
             for row in [row for row in rows if row[1] in seqs or row[2] in types
                         or row[7] == 0]:
-                _rowid, seq, type_, time, data, ses, sop, ign = row
+                _rowid, seq, type_, time, data, _ses, sop, ign = row
                 if ign == 0:  # a packed row: its members, as read() decodes them
                     out.extend(e for e in decode_row(row, self._version)
                                if start <= e["seq"] < stop
@@ -221,8 +217,6 @@ class SqlitePrefixSource:
                     except orjson.JSONDecodeError:
                         out.extend(decode_row(row, self._version))  # names what is wrong
                         continue
-                    if ses is not None:
-                        event["sourceEventSeqs"] = decode_source_event_seqs(ses)
                     if sop is not None:
                         event["surfaceOp"] = "append"
                     if ign == 1:
