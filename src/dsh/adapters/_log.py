@@ -543,6 +543,9 @@ class LiveLog:
             sessions of one conversation store share it (a ``memory:`` URL names a new store
             each time it is opened).
         wait: Seconds :meth:`open` waits for a session another process is writing.
+        select_whole: A whole-history read before any write selects the model view from the
+            log instead of walking it page by page (see :meth:`_prefetch`); the SDK session
+            turns it on (its reads are checked equal to the walk's).
 
     Raises:
         AdapterClosedError: (from :meth:`open`) the adapter was closed (``ADAPTER_CLOSED``).
@@ -551,7 +554,8 @@ class LiveLog:
     """
 
     def __init__(self, session_id: str, store: str | None, fmt: str, owner: str, *,
-                 persistence: Persistence | None = None, wait: float = DEFAULT_WAIT_S) -> None:
+                 persistence: Persistence | None = None, wait: float = DEFAULT_WAIT_S,
+                 select_whole: bool = False) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise AdapterError(f"session_id must be a non-empty string (got {session_id!r})",
                                code="ADAPTER_SESSION_ID")
@@ -561,6 +565,7 @@ class LiveLog:
         self.store_url = store if store is not None else default_store_url()
         self.lock = threading.RLock()
         self.wait = wait
+        self.select_whole = select_whole
         self._persistence: Persistence | None = None
         self._shared = persistence
         self._store: SessionStore | None = None
@@ -661,14 +666,12 @@ class LiveLog:
                     cold = self._cold_read()
                     if cold is None:
                         return []
-                    if limit is None:
+                    if limit is None and self.select_whole:
                         self._prefetch(cold.events, cold.nodes, cold.marks, cold.encoded)
                     return self._view(cold.nodes, cold.events.__getitem__, cold.marks,
                                       cold.encoded, synthesize, limit)
                 marks = self._live_marks()
                 session = self.session
-                if limit is None:
-                    self._prefetch(session.events, session.surface.nodes, marks, self._encoded)
                 return self._view(session.surface.nodes, session.event_at, marks,
                                   self._encoded, synthesize, limit)
         finally:

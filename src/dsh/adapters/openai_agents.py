@@ -289,7 +289,8 @@ class DshSession(SessionABC):
                  session_settings: SessionSettings | Mapping[str, Any] | None = None,
                  model: str = "unknown", provider: str = "openai",
                  wait: float = DEFAULT_WAIT_S) -> None:
-        self._log = LiveLog(session_id, store, FORMAT, type(self).__name__, wait=wait)
+        self._log = LiveLog(session_id, store, FORMAT, type(self).__name__, wait=wait,
+                            select_whole=True)
         self.session_id = session_id
         self.session_settings = (coerce_session_settings(dict(session_settings))
                                  if isinstance(session_settings, Mapping)
