@@ -267,6 +267,9 @@ class DshSaver(BaseCheckpointSaver[str]):
         self._persistence: Persistence = Persistence(open_backend(self.store_url))
         self._codec = _Codec(self.serde)
         self._logs: dict[str, LiveLog] = {}
+        # messages written against a checkpoint LangGraph has not put yet (it saves on a
+        # background thread): projected onto that checkpoint's branch once it is put
+        self._deferred: dict[tuple[str, str], list[Any]] = {}
         self._threads: dict[str, _Thread] = {}
         self._lock = threading.RLock()
         self._closed = False
@@ -693,6 +696,8 @@ class DshSaver(BaseCheckpointSaver[str]):
             branch = ""
             if ns == "" and isinstance(values.get(_MESSAGES), list):
                 branch = self._place(thread, conf.get("checkpoint_id"), values[_MESSAGES])
+            deferred = self._deferred.pop((thread_id, checkpoint["id"]), None) \
+                if ns == "" else None
             meta = get_serializable_checkpoint_metadata(config, metadata)
             rest = {key: self._codec.encode(value) for key, value in checkpoint.items()
                     if key not in _TOP_LEVEL}
@@ -705,6 +710,8 @@ class DshSaver(BaseCheckpointSaver[str]):
                 **({"branch": branch} if branch else {})})
             log.flush()
             self._flushed(log, thread)
+            if deferred:
+                self._project_on(thread, branch, deferred)
             for channel, version in new_versions.items():
                 if channel in values:
                     thread.latest[(ns, channel)] = (version, values[channel])
@@ -739,7 +746,11 @@ class DshSaver(BaseCheckpointSaver[str]):
                 rows.append([idx, channel, self._codec.encode(value)])
                 if ns == "" and channel == _MESSAGES:
                     added = value if isinstance(value, list) else [value]
-                    self._project_on(thread, thread.index.branch(checkpoint_id), added)
+                    if entry is None and isinstance(checkpoint_id, str):
+                        # its branch is known once LangGraph puts the checkpoint
+                        self._deferred.setdefault((thread_id, checkpoint_id), []).extend(added)
+                    else:
+                        self._project_on(thread, thread.index.branch(checkpoint_id), added)
             if not rows:
                 return
             log.open().mark(WRITES_EVENT, {"ns": ns, "cp": checkpoint_id, "task": task_id,
