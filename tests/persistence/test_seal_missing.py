@@ -190,7 +190,8 @@ def _write_store(root: Path, scheme: str, count: int = 10) -> tuple[str, Path]:
             session.append("user/message", user(f"message {n:03d} " + "x" * 200),
                            surface_op="append")
             store.flush(session)
-    [log] = (root / "store").glob("*/*/session.jsonl*[!kl]")
+    [log] = [path for path in (root / "store").glob("*/*/session.jsonl*")
+             if path.name in ("session.jsonl", "session.jsonl.zstd")]
     return url, log
 
 

@@ -22,22 +22,14 @@ from dsh import LogCorruptError
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._listing import INDEX_NAME, JOURNAL_NAME
 from dsh.persistence.jsonl._format import scan_zstd_frames
-from tests.persistence.test_seal_missing import user
+from tests.persistence.test_seal_missing import _write_store, user
 
 BATCHES = 10
 
 
 def write(tmp_path: Path) -> tuple[str, Path]:
     """A zstd store ``tmp_path / store`` whose session ``s1`` has one frame per batch."""
-    root = tmp_path / "store"
-    url = f"jsonl+zstd://{root}"
-    with dsh.open(url) as store:
-        session = store.session("s1")
-        for n in range(BATCHES):
-            session.append("user/message", user(f"message {n:03d} " + "x" * 100),
-                           surface_op="append")
-            store.flush(session)
-    return url, root / "_no-cwd" / "s1" / "session.jsonl.zstd"
+    return _write_store(tmp_path, "jsonl+zstd", BATCHES)
 
 
 def texts(url: str) -> list[str]:
