@@ -22,12 +22,32 @@ from tests.agent.providers.servers import (
 DSH = [sys.executable, "-m", "dsh.cli"]
 
 
+def child_env(tmp_path: Path) -> dict[str, str]:
+    """This process's environment without provider keys, with home and DSH_HOME in tmp_path."""
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    return {**base, "DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)}
+
+
 def dsh(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    base.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)})
-    return subprocess.run([*DSH, *args], env={**base, **(env or {})}, capture_output=True,
-                          text=True, timeout=120, cwd=cwd or tmp_path)
+    return subprocess.run([*DSH, *args], env={**child_env(tmp_path), **(env or {})},
+                          capture_output=True, text=True, timeout=120, cwd=cwd or tmp_path)
+
+
+def start_run(tmp_path: Path, prompt: str, server: ScriptedServer) -> subprocess.Popen[bytes]:
+    """Start ``dsh run PROMPT`` against ``server`` with pipes on stdout and stderr."""
+    return subprocess.Popen([*DSH, "run", prompt, *local(server)], env=child_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def read_until(child: subprocess.Popen[bytes], marker: bytes) -> None:
+    """Read the child's stdout until ``marker`` shows: the stream is visibly under way."""
+    assert child.stdout is not None
+    streamed = b""
+    while marker not in streamed:
+        piece = os.read(child.stdout.fileno(), 100)
+        assert piece, "dsh run ended before streaming"
+        streamed += piece
 
 
 def local(server: ScriptedServer) -> list[str]:
@@ -137,17 +157,9 @@ def test_cli_doc_chat_lines_name_the_key_they_need(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_mid_stream_keeps_the_partial_answer_and_exits_130(tmp_path: Path) -> None:
-    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env = {**base, "DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)}
     with ScriptedServer([Stall(openai_reply("Once upon a time")[:3])]) as server:
-        child = subprocess.Popen([*DSH, "run", "a story", *local(server)], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert child.stdout is not None
-        streamed = b""
-        while b"time" not in streamed:  # wait until the stream is visibly under way
-            piece = os.read(child.stdout.fileno(), 100)
-            assert piece, "dsh run ended before streaming"
-            streamed += piece
+        child = start_run(tmp_path, "a story", server)
+        read_until(child, b"time")
         child.send_signal(signal.SIGINT)
         err = finish(child)
     assert child.returncode == 130, err.decode()
@@ -160,18 +172,10 @@ def test_ctrl_c_mid_stream_keeps_the_partial_answer_and_exits_130(tmp_path: Path
 
 
 def test_kill_9_mid_stream_then_the_session_continues(tmp_path: Path) -> None:
-    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env = {**base, "DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)}
     with ScriptedServer([Stall(openai_reply("Half an ans")[:3]),
                          Stream(openai_reply("A whole answer."))]) as server:
-        child = subprocess.Popen([*DSH, "run", "question one", *local(server)], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert child.stdout is not None and child.stderr is not None
-        streamed = b""
-        while b"ans" not in streamed:
-            piece = os.read(child.stdout.fileno(), 100)
-            assert piece, "dsh run ended before streaming"
-            streamed += piece
+        child = start_run(tmp_path, "question one", server)
+        read_until(child, b"ans")
         child.kill()  # SIGKILL: no handler runs, nothing is flushed on the way out
         err = finish(child)
         session = err.decode().split()[1]
@@ -190,11 +194,9 @@ def test_shell_tools_without_a_terminal_say_every_command_will_be_refused(tmp_pa
     call = [("call_1", "shell", json.dumps({"command": "echo hi"}))]
     with ScriptedServer([Stream(openai_reply("Running it.", tool_calls=call)),
                          Stream(openai_reply("It was refused."))]) as server:
-        base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-        base.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)})
         result = subprocess.run([*DSH, "run", "say hi", "--tools", "shell", *local(server)],
-                                env=base, input="y\n", capture_output=True, text=True,
-                                timeout=120, cwd=tmp_path, check=False)
+                                env=child_env(tmp_path), input="y\n", capture_output=True,
+                                text=True, timeout=120, cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stderr
     assert ("note: stdin is not a terminal, so no shell command can be approved: each one the "
             "model asks for is refused (NOT_APPROVED)") in result.stderr
@@ -208,21 +210,14 @@ def test_kill_9_mid_stream_the_resumed_model_sees_the_cut_off_answer(tmp_path: P
     # The streamed text is durable (its chunks are in the log) when the process is killed; the
     # next run puts it on the model's view as an interrupted assistant message, between the
     # first prompt and the second (docs/agent.md#resume).
-    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env = {**base, "DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)}
     with ScriptedServer([Stall(openai_reply("Half an answer")[:3]),
                          Stream(openai_reply("A whole answer."))]) as server:
-        child = subprocess.Popen([*DSH, "run", "question one", *local(server)], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert child.stdout is not None and child.stderr is not None
+        child = start_run(tmp_path, "question one", server)
+        assert child.stderr is not None
         first = child.stderr.readline().decode()
         assert first.startswith("session "), first
         session = first.split()[1]
-        streamed = b""
-        while b"answer" not in streamed:
-            piece = os.read(child.stdout.fileno(), 100)
-            assert piece, "dsh run ended before streaming"
-            streamed += piece
+        read_until(child, b"answer")
         chunks: list[str] = []
         while "".join(chunks) != "Half an answer":  # wait until the write-behind wrote them
             chunks = [e["data"]["chunk"].get("text", "") for e in events(tmp_path, session)
