@@ -19,8 +19,7 @@ from typing import Final
 from dsh._errors import LogCorruptError, PersistenceError
 
 __all__ = ["SAFE_CHARACTERS", "code_units", "encode_segment", "file_revision", "fsync_folder",
-           "mkdir_private",
-           "refuse_symlink"]
+           "mkdir_private", "refuse_symlink", "replace_file", "write_all"]
 
 SAFE_CHARACTERS: Final = frozenset(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -91,19 +90,36 @@ def replace_durably(path: Path, data: bytes) -> None:
     Raises:
         OSError: the file could not be written or renamed (``path`` is unchanged).
     """
-    _replace(path, data, durable=True)
+    replace_file(path, data, durable=True)
     fsync_folder(path.parent)
 
 
-def _replace(path: Path, data: bytes, *, durable: bool) -> None:
-    """Write ``data`` whole to a temporary file beside ``path`` and rename it over ``path``."""
+def write_all(fd: int, data: bytes) -> None:
+    """Write ``data`` whole to the descriptor ``fd`` (``os.write`` may write less at once).
+
+    Raises:
+        OSError: a write failed (part of ``data`` may have been written).
+    """
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def replace_file(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Write ``data`` whole to a temporary file beside ``path`` and rename it over ``path``.
+
+    The temporary file (``.<name>.<12 hex>.tmp``, mode 0600, created exclusively, no symlink
+    followed) is fsynced before the rename when ``durable``; the folder is not (see
+    :func:`replace_durably`). On failure the temporary file is removed.
+
+    Raises:
+        OSError: the file could not be written or renamed (``path`` is unchanged).
+    """
     tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
             if durable:
                 os.fsync(fd)
         finally:
@@ -208,7 +224,7 @@ def write_aside_file(folder: Path, name: str, data: bytes) -> None:
         OSError: it could not be written (the old one stays).
     """
     mkdir_private(folder, "asides")
-    _replace(folder / name, data, durable=False)
+    replace_file(folder / name, data)
 
 
 def drop_aside_files(folder: Path) -> None:

@@ -51,8 +51,7 @@ import orjson
 
 from dsh._errors import LogCorruptError, PersistenceError
 from dsh.json import MAX_SAFE_INTEGER, dumps
-from dsh.persistence._paths import open_sidecar
-from dsh.persistence._seal import _write_all as write_all
+from dsh.persistence._paths import open_sidecar, replace_file
 from dsh.persistence._seal import restore_point_mark
 from dsh.session import Event, NodeSeqs, RestoreFold, RestoreState
 
@@ -456,20 +455,9 @@ def replace_sidecar(path: Path, data: bytes) -> None:
     Raises:
         OSError: it could not be written (the old file stays).
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     for stale in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
-        if stale != tmp:
-            stale.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            write_all(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+        stale.unlink(missing_ok=True)
+    replace_file(path, data)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,7 +45,7 @@ from dsh.persistence._chain import (
     decode_record,
     encode_head,
 )
-from dsh.persistence._paths import fsync_folder, open_sidecar
+from dsh.persistence._paths import fsync_folder, open_sidecar, write_all
 
 __all__ = ["RESTORE_POINT_MARK", "Seal", "append_restore_point_mark",
            "append_chain_to", "append_restore_point_mark_to", "append_seal", "append_seal_to",
@@ -254,13 +254,6 @@ def check_byte_seals(data: bytes, seal: Seal, *, log_path: str) -> None:
                 f"{seal.path})", path=log_path, byte_offset=start, line=line)
 
 
-def _write_all(fd: int, payload: bytes) -> None:
-    view = memoryview(payload)
-    written = 0
-    while written < len(payload):
-        written += os.write(fd, view[written:])
-
-
 def restore_point_mark(body_digest: str) -> bytes:
     """The 12 bytes a seal records for a restore point whose body's hex SHA-256 is given."""
     return bytes.fromhex(body_digest)[:_MARK_BYTES]
@@ -296,7 +289,7 @@ def stage_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, in
             slots = slot + bytes(HEAD_SLOT) if head.counter % 2 == 0 else bytes(HEAD_SLOT) + slot
             start = MAGIC2 + _LEN.pack(len(identity)) + identity + slots
             chained = b"".join(r.encode() for r in chain.records)
-        _write_all(fd, start + b"".join(_RECORD.pack(*r) for r in records) + chained
+        write_all(fd, start + b"".join(_RECORD.pack(*r) for r in records) + chained
                    + b"".join(_mark_record(m) for m in restore_points))
         os.fsync(fd)
     finally:
@@ -313,7 +306,7 @@ def append_chain_to(fd: int, record: ChainRecord) -> None:
         OSError: the record could not be written (a partial record is torn: readers stop
             there, and the head check says whether it was published).
     """
-    _write_all(fd, record.encode())
+    write_all(fd, record.encode())
 
 
 def publish_head(path: Path, identity: bytes, chain: ChainState) -> None:
@@ -414,7 +407,7 @@ def append_restore_point_mark_to(fd: int, mark: bytes) -> None:
     Raises:
         OSError: the record could not be written.
     """
-    _write_all(fd, _mark_record(mark))
+    write_all(fd, _mark_record(mark))
 
 
 def open_seal_appender(path: Path) -> int:
@@ -436,7 +429,7 @@ def append_seal_to(fd: int, start: int, end: int, crc: int) -> None:
         OSError: the record could not be written (the seal may end in a partial record,
             which readers ignore).
     """
-    _write_all(fd, _RECORD.pack(start, end, crc))
+    write_all(fd, _RECORD.pack(start, end, crc))
 
 
 def rows_crc(rows: Sequence[Sequence[Any]]) -> int:

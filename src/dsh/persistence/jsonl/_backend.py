@@ -540,7 +540,9 @@ class JsonlHandle(HandleBase):
             if adopted is None:
                 raise self._seal_missing()
             seal, parsed = adopted
-        elif raw and self._mode == "write":
+        elif raw and self._mode == "write" and os.path.lexists(aside_name(self._seal_path())):
+            # a rewrite was interrupted after moving the old seal aside: its staged seals
+            # go (one stat here on every write-open instead of listing the folder)
             self._drop_staged_seals()
         if parsed.torn is not None and parsed.torn.byte_offset is not None:
             self._check_not_cut(parsed.torn.byte_offset,  # events of complete records
@@ -1245,6 +1247,7 @@ class JsonlHandle(HandleBase):
         content = self._backend._initial_content(header, batch, seal_mark=raw)
         staged: Path | None = None
         if raw:  # staged first: the marked log is without its seal only between two renames
+            self._drop_staged_seals()  # a killed writer's leftovers (we hold the write lock)
             try:
                 # the chain is kept: tombstoned events keep their leaves
                 # (docs/formats.md#the-seal-chain); the events past it get one new record
