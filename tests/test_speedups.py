@@ -457,3 +457,141 @@ def test_speedups_do_not_leak_memory() -> None:
     growth = sum(stat.size_diff for stat in second.compare_to(first, "filename"))
     assert growth < 64 * 1024, growth
 
+
+
+# --- the seal chain's canonical bytes and leaves (docs/formats.md#the-seal-chain) ------------
+
+
+def py_canonical(value: Any) -> bytes:
+    """dumps_canonical as it runs without the extension (it never calls the accelerator)."""
+    return dj.dumps_canonical(value)
+
+
+def c_canonical(value: Any) -> bytes:
+    """The accelerator's canonical bytes, the reference taking over where it falls back."""
+    try:
+        return sp.canonical(value, orjson.dumps)
+    except sp.Fallback:
+        return dj.dumps_canonical(value)
+
+
+_big_ints = st.sampled_from([2**63 - 1, -(2**63), 2**63, 2**64 - 1, 2**64, -(2**64), 10**30])
+
+
+def _unvalidated(value: Any) -> Any:
+    """``value`` in frozen containers built by the public constructors (nothing checked)."""
+    if isinstance(value, dict):
+        return FrozenDict({k: _unvalidated(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return FrozenList(_unvalidated(v) for v in value)
+    return value
+
+
+@settings(max_examples=300)
+@given(value=st.one_of(hostile_json(), _json_with(_numbers)),
+       keys=st.lists(st.one_of(st.text(max_size=4), st.sampled_from(
+           ["\ud800", "\udbff\udc00", "\uffff", "\U00010000", "\ue000", "Z", "a", "\x7f"])),
+           max_size=8))
+def test_speedups_canonical_bytes_equal_dumps_canonical(value: Any, keys: list[str]) -> None:
+    # keys in code point order at every depth (surrogates, astral and private-use keys
+    # mixed), lone surrogates escaped, floats as orjson writes them: byte for byte the same
+    frozen = snapshot_json({"v": value, **{k: [value, {k: k}] for k in keys}})
+    expected = py_canonical(frozen)
+    assert sp.canonical(frozen, orjson.dumps) == expected
+    assert c_canonical(FrozenList([frozen, frozen])) == b"[" + expected + b"," + expected + b"]"
+
+
+@given(value=_json_with(st.one_of(_numbers, _big_ints, st.text(max_size=4), st.none())))
+def test_speedups_canonical_of_unvalidated_containers_matches_the_reference(value: Any) -> None:
+    # frozen containers made by the public constructors are trusted by dumps_canonical: an int
+    # past 64 bits (orjson refuses it) or anything else unusual goes back to the reference
+    frozen = _unvalidated({"v": value})
+    try:
+        expected: object = py_canonical(frozen)
+    except (InvalidJsonError, TypeError) as exc:  # orjson's JSONEncodeError is a TypeError
+        expected = (type(exc), str(exc))
+    try:
+        got: object = c_canonical(frozen)
+    except (InvalidJsonError, TypeError) as exc:
+        got = (type(exc), str(exc))
+    assert got == expected
+
+
+class _Int(int):
+    """An int subclass (orjson writes it; the C pass leaves it to the reference)."""
+
+
+def test_speedups_canonical_hands_back_what_the_reference_judges() -> None:
+    deep = snapshot_json(nested_lists(DEEP, "leaf"))
+    for value in (deep, {"plain": "dict"}, [1, 2], "text", 5,
+                  FrozenDict({"t": (1, 2)}), FrozenDict({"i": _Int(1)}),
+                  FrozenDict({"big": 2**64}), FrozenList([FrozenDict({1: "int key"})])):
+        with pytest.raises(sp.Fallback):
+            sp.canonical(value, orjson.dumps)
+    assert c_canonical(deep) == py_canonical(deep)  # 20,000 levels: the reference's walk
+    shallow = snapshot_json(nested_lists(200, "leaf"))
+    assert sp.canonical(shallow, orjson.dumps) == py_canonical(shallow)
+
+
+def _leaves(events: list[Any], batch_key: bytes) -> list[bytes]:
+    from dsh.persistence import _chain
+
+    record = _chain.ChainRecord(bytes(32), bytes(32), 0, len(events), _chain.Writer("h", 1),
+                                bytes(16), b"\0" + batch_key)
+    return _chain.event_leaves(record, events)
+
+
+@settings(max_examples=100)
+@given(values=st.lists(hostile_json(), min_size=1, max_size=6), key=st.binary(min_size=16,
+                                                                              max_size=16))
+def test_speedups_chain_leaves_equal_the_reference(values: list[Any], key: bytes) -> None:
+    import hashlib
+
+    from dsh.persistence import _chain
+
+    events = [Event(snapshot_json({"seq": 2**40 + i, "type": "x/y", "data": v}))
+              for i, v in enumerate(values)]
+    c_leaves = sp.chain_leaves(events, key, hashlib.sha256, orjson.dumps)
+    assert _leaves(events, key) == c_leaves
+    accelerated = _chain.c_chain_leaves
+    _chain.c_chain_leaves = None  # the pure-Python reference
+    try:
+        assert _leaves(events, key) == c_leaves
+        assert _leaves(list(reversed(events)), key) == list(reversed(c_leaves))
+    finally:
+        _chain.c_chain_leaves = accelerated
+
+
+def test_speedups_chain_leaves_fall_back_per_batch() -> None:
+    import hashlib
+
+    key = bytes(range(16))
+    good = Event(snapshot_json({"seq": 3, "type": "x/y", "data": {"k": "\ud800"}}))
+    deep = Event(snapshot_json({"seq": 4, "type": "x/y", "data": nested_lists(DEEP, 1)}))
+    for batch in ([good, FrozenDict({"seq": -1})], [good, FrozenDict({"seq": "3"})],
+                  [good, {"seq": 3}], [good, deep]):
+        with pytest.raises(sp.Fallback):
+            sp.chain_leaves(batch, key, hashlib.sha256, orjson.dumps)
+    # the wrapper's reference takes the batch the C pass handed back
+    expected = [hashlib.sha256(hashlib.sha256(key + (s).to_bytes(8, "little")).digest()[:16]
+                               + dj.dumps_canonical(e)).digest()
+                for s, e in ((3, good), (4, deep))]
+    assert _leaves([good, deep], key) == expected
+    with pytest.raises(TypeError):
+        sp.chain_leaves([good], key[:15], hashlib.sha256, orjson.dumps)
+
+
+def test_speedups_chain_leaves_reference_counts_are_stable() -> None:
+    import hashlib
+
+    leaf = "".join(["shared-", "leaf"])
+    event = Event(snapshot_json({"seq": 1, "type": "x/y", "data": {leaf: [leaf, 1.5]}}))
+    frozen_leaf = event["data"][leaf][0]
+    before = sys.getrefcount(frozen_leaf), sys.getrefcount(event)
+    for _ in range(20_000):
+        sp.chain_leaves([event], bytes(16), hashlib.sha256, orjson.dumps)
+        sp.canonical(event, orjson.dumps)
+        with pytest.raises(sp.Fallback):
+            sp.chain_leaves([event, FrozenDict({"seq": -1})], bytes(16), hashlib.sha256,
+                            orjson.dumps)
+    assert (sys.getrefcount(frozen_leaf), sys.getrefcount(event)) == before

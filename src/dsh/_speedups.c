@@ -666,6 +666,7 @@ untrack(PyObject *module, PyObject *obj)
  * produces every error message, and runs alone when this module is missing.
  */
 
+static PyObject *s_digest = NULL;
 static PyObject *s_type, *s_seq, *s_time, *s_data, *s_seq0, *s_time0, *s_turn, *s_step,
     *s_index, *s_dt, *s_texts, *s_id, *s_name, *s_args, *s_chunk, *s_text, *s_arguments_delta,
     *s_assistant_chunk, *s_text_chunks, *s_reasoning_chunks, *s_tool_chunks, *s_text_delta,
@@ -684,6 +685,7 @@ intern_strings(void)
 {
 #define INTERN(var, text) \
     if (var == NULL && (var = PyUnicode_InternFromString(text)) == NULL) { return -1; }
+    INTERN(s_digest, "digest")
     INTERN(s_type, "type") INTERN(s_seq, "seq") INTERN(s_time, "time") INTERN(s_data, "data")
     INTERN(s_seq0, "seq0") INTERN(s_time0, "time0") INTERN(s_turn, "turn")
     INTERN(s_step, "step") INTERN(s_index, "index") INTERN(s_dt, "dt")
@@ -1798,6 +1800,23 @@ admit_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(i);
 }
 
+/* Fill view with obj's buffer when it is an array('q') (any C-contiguous int64 buffer); else -1
+ * with the TypeError "<who>: <what> must be an array('q')". The caller releases the view. */
+static int
+int64_buffer(PyObject *obj, Py_buffer *view, int writable, const char *who, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS
+                           | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+        return -1;
+    }
+    if (view->itemsize != 8 || view->format == NULL || strcmp(view->format, "q") != 0) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s: %s must be an array('q')", who, what);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(gather_messages_doc,
 "gather_messages(nodes, start, cache, out, /) -> int\n\n"
 "Append to the list out, in order, the cached message of each seq in nodes[start:] (a list\n"
@@ -1824,12 +1843,7 @@ gather_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     out = args[3];
     packed = !PyList_Check(nodes);
     if (packed) {
-        if (PyObject_GetBuffer(nodes, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-            return NULL;
-        }
-        if (view.itemsize != 8 || view.format == NULL || strcmp(view.format, "q") != 0) {
-            PyBuffer_Release(&view);
-            PyErr_SetString(PyExc_TypeError, "gather_messages: nodes must be an array('q')");
+        if (int64_buffer(nodes, &view, 0, "gather_messages", "nodes") < 0) {
             return NULL;
         }
         seqs = (const long long *)view.buf;
@@ -1899,12 +1913,7 @@ seqs_below(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (bound == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        return NULL;
-    }
-    if (view.itemsize != 8 || view.format == NULL || strcmp(view.format, "q") != 0) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_TypeError, "seqs_below: seqs must be an array('q')");
+    if (int64_buffer(args[0], &view, 0, "seqs_below", "seqs") < 0) {
         return NULL;
     }
     seqs = (const long long *)view.buf;
@@ -2480,13 +2489,7 @@ running_sums_below(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (bound == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    if (PyObject_GetBuffer(args[0], &view,
-                           PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        return NULL;
-    }
-    if (view.itemsize != 8 || view.format == NULL || strcmp(view.format, "q") != 0) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_TypeError, "running_sums_below: seqs must be an array('q')");
+    if (int64_buffer(args[0], &view, 1, "running_sums_below", "seqs") < 0) {
         return NULL;
     }
     if (bound < 0) {
@@ -2512,6 +2515,432 @@ running_sums_below(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(below);
 }
 
+/* --- the seal chain's canonical bytes and leaves (docs/formats.md#the-seal-chain) --------- */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} wbuf;
+
+static int
+wb_grow(wbuf *b, Py_ssize_t extra)
+{
+    Py_ssize_t want = b->len + extra, cap = b->cap ? b->cap : 512;
+    char *grown;
+    if (want <= b->cap) {
+        return 0;
+    }
+    while (cap < want) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    grown = PyMem_Realloc(b->data, (size_t)cap);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = grown;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int
+wb_put(wbuf *b, const char *bytes, Py_ssize_t n)
+{
+    if (b->len + n > b->cap && wb_grow(b, n) < 0) {
+        return -1;
+    }
+    memcpy(b->data + b->len, bytes, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static const char hex_digits[] = "0123456789abcdef";
+
+/* The escape of an ASCII code point dsh.json escapes ('"', '\\', C0 controls) as orjson
+ * writes it (\b \t \n \f \r, else \u00xx); returns the position after it. */
+static inline char *
+escape_ascii(char *p, Py_UCS4 c)
+{
+    *p++ = '\\';
+    switch (c) {
+    case '"': *p++ = '"'; break;
+    case '\\': *p++ = '\\'; break;
+    case '\b': *p++ = 'b'; break;
+    case '\t': *p++ = 't'; break;
+    case '\n': *p++ = 'n'; break;
+    case '\f': *p++ = 'f'; break;
+    case '\r': *p++ = 'r'; break;
+    default:
+        *p++ = 'u'; *p++ = '0'; *p++ = '0';
+        *p++ = hex_digits[c >> 4]; *p++ = hex_digits[c & 15];
+    }
+    return p;
+}
+
+#define PLAIN_ASCII(c) ((c) >= 0x20 && (c) != '"' && (c) != '\\')
+
+/* A str as dsh.json writes it: UTF-8 with escape_ascii's escapes, every lone surrogate
+ * escaped \udxxx as dsh.json's fallback does (orjson refuses them); everything else, U+2028/9
+ * and DEL included, raw. */
+static int
+canon_str(wbuf *b, PyObject *text)
+{
+    Py_ssize_t i, n = PyUnicode_GET_LENGTH(text), run = 0;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_UCS4 c;
+    char *p;
+    /* at most 6 bytes a code point (\u00xx, \udxxx), plus the quotes */
+    if (n > (PY_SSIZE_T_MAX - 2) / 6) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (wb_grow(b, n * 6 + 2) < 0) {
+        return -1;
+    }
+    p = b->data + b->len;
+    *p++ = '"';
+    if (PyUnicode_IS_ASCII(text)) {
+        const char *ascii = (const char *)data;
+        for (i = 0; i < n; i++) {
+            c = (unsigned char)ascii[i];
+            if (PLAIN_ASCII(c)) {
+                run++;
+                continue;
+            }
+            memcpy(p, ascii + i - run, (size_t)run);  /* the plain run before it */
+            p += run;
+            run = 0;
+            p = escape_ascii(p, c);
+        }
+        memcpy(p, ascii + n - run, (size_t)run);
+        p += run;
+    }
+    else {
+        for (i = 0; i < n; i++) {
+            c = PyUnicode_READ(kind, data, i);
+            if (c < 0x80) {
+                if (PLAIN_ASCII(c)) {
+                    *p++ = (char)c;
+                }
+                else {
+                    p = escape_ascii(p, c);
+                }
+            }
+            else if (c < 0x800) {
+                *p++ = (char)(0xC0 | (c >> 6));
+                *p++ = (char)(0x80 | (c & 0x3F));
+            }
+            else if (c >= 0xD800 && c <= 0xDFFF) {
+                *p++ = '\\'; *p++ = 'u';
+                *p++ = hex_digits[(c >> 12) & 15]; *p++ = hex_digits[(c >> 8) & 15];
+                *p++ = hex_digits[(c >> 4) & 15]; *p++ = hex_digits[c & 15];
+            }
+            else if (c < 0x10000) {
+                *p++ = (char)(0xE0 | (c >> 12));
+                *p++ = (char)(0x80 | ((c >> 6) & 0x3F));
+                *p++ = (char)(0x80 | (c & 0x3F));
+            }
+            else {
+                *p++ = (char)(0xF0 | (c >> 18));
+                *p++ = (char)(0x80 | ((c >> 12) & 0x3F));
+                *p++ = (char)(0x80 | ((c >> 6) & 0x3F));
+                *p++ = (char)(0x80 | (c & 0x3F));
+            }
+        }
+    }
+    *p++ = '"';
+    b->len = p - b->data;
+    return 0;
+}
+
+static int canon_value(wbuf *b, PyObject *value, PyObject *dumps, int depth);
+
+/* Keys in code point order (PyUnicode_Compare), as sorted() orders them in dsh.json and
+ * orjson's OPT_SORT_KEYS does (UTF-8 byte order is code point order). The entries are
+ * borrowed: a frozen dict does not change while it is written. */
+static int
+canon_dict(wbuf *b, PyObject *dict, PyObject *dumps, int depth)
+{
+    PyObject *stack_entries[64], **entries = stack_entries, *key, *value;
+    Py_ssize_t n = PyDict_GET_SIZE(dict), pos = 0, i = 0, j;
+    int status = -1;
+    if (n == 0) {
+        return wb_put(b, "{}", 2);
+    }
+    if (n > 32) {
+        entries = PyMem_Malloc(sizeof(PyObject *) * 2 * (size_t)n);
+        if (entries == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || i >= n) {
+            fallback();
+            goto done;
+        }
+        /* insertion sort: an event's objects have a handful of keys */
+        for (j = i; j > 0 && PyUnicode_Compare(entries[2 * j - 2], key) > 0; j--) {
+            entries[2 * j] = entries[2 * j - 2];
+            entries[2 * j + 1] = entries[2 * j - 1];
+        }
+        entries[2 * j] = key;
+        entries[2 * j + 1] = value;
+        i++;
+    }
+    for (i = 0; i < n; i++) {
+        if (wb_put(b, i ? "," : "{", 1) < 0 || canon_str(b, entries[2 * i]) < 0
+                || wb_put(b, ":", 1) < 0
+                || canon_value(b, entries[2 * i + 1], dumps, depth + 1) < 0) {
+            goto done;
+        }
+    }
+    status = wb_put(b, "}", 1);
+done:
+    if (entries != stack_entries) {
+        PyMem_Free(entries);
+    }
+    return status;
+}
+
+/* A long long in decimal, as orjson writes an int. */
+static int
+canon_int(wbuf *b, long long number)
+{
+    char digits[24], *p = digits + sizeof digits;
+    unsigned long long magnitude = number < 0 ? 0ULL - (unsigned long long)number
+                                              : (unsigned long long)number;
+    do {
+        *--p = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (number < 0) {
+        *--p = '-';
+    }
+    return wb_put(b, p, digits + sizeof digits - p);
+}
+
+/* One JSON value as dumps_canonical writes it. Floats go through dumps (orjson.dumps, which
+ * both of dsh.json's paths use for them); anything else unusual -> Fallback. */
+static int
+canon_value(wbuf *b, PyObject *value, PyObject *dumps, int depth)
+{
+    long long number;
+    int overflow, length;
+    Py_ssize_t i, n;
+    PyObject *bytes;
+    if (depth > FAST_DEPTH) {
+        fallback();
+        return -1;
+    }
+    if (PyUnicode_CheckExact(value)) {
+        return canon_str(b, value);
+    }
+    if (value == Py_None) {
+        return wb_put(b, "null", 4);
+    }
+    if (value == Py_True) {
+        return wb_put(b, "true", 4);
+    }
+    if (value == Py_False) {
+        return wb_put(b, "false", 5);
+    }
+    if (PyLong_CheckExact(value)) {
+        number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow || (number == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            fallback();
+            return -1;
+        }
+        return canon_int(b, number);
+    }
+    if (PyDict_Check(value)) {
+        return canon_dict(b, value, dumps, depth);
+    }
+    if (PyList_Check(value)) {
+        n = PyList_GET_SIZE(value);
+        if (n == 0) {
+            return wb_put(b, "[]", 2);
+        }
+        for (i = 0; i < n; i++) {
+            if (wb_put(b, i ? "," : "[", 1) < 0
+                    || canon_value(b, PyList_GET_ITEM(value, i), dumps, depth + 1) < 0) {
+                return -1;
+            }
+        }
+        return wb_put(b, "]", 1);
+    }
+    if (PyFloat_CheckExact(value)) {
+        bytes = PyObject_CallOneArg(dumps, value);
+        if (bytes == NULL || !PyBytes_CheckExact(bytes)) {
+            Py_XDECREF(bytes);
+            if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) {
+                return -1;
+            }
+            PyErr_Clear();
+            fallback();
+            return -1;
+        }
+        length = wb_put(b, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
+        Py_DECREF(bytes);
+        return length;
+    }
+    fallback();  /* a tuple, a subclass of str or int, a foreign type: the reference judges */
+    return -1;
+}
+
+/* dumps_canonical(value) into b (appended); -1 with Fallback or another error set. */
+static int
+canon_top(wbuf *b, PyObject *value, PyObject *dumps)
+{
+    if (!PyObject_TypeCheck(value, frozen_dict_type)
+            && !PyObject_TypeCheck(value, frozen_list_type)) {
+        fallback();  /* the reference snapshots it first */
+        return -1;
+    }
+    return canon_value(b, value, dumps, 0);
+}
+
+PyDoc_STRVAR(canonical_doc,
+"canonical(value, dumps, /) -> bytes\n\n"
+"dsh.json.dumps_canonical(value) for a FrozenDict or FrozenList: compact JSON, every object's\n"
+"keys in code point order, lone surrogates escaped \\udxxx; dumps is orjson.dumps (floats).\n"
+"Raises Fallback for anything else (another top-level type, a non-str key, a tuple, an int\n"
+"beyond 64 bits, a subclass of str or int, nesting deeper than FAST_DEPTH): the reference,\n"
+"dsh.json.dumps_canonical, then judges it.");
+
+static PyObject *
+canonical(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    wbuf b = {NULL, 0, 0};
+    PyObject *out;
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs != 2 || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "canonical(value, callable)");
+        return NULL;
+    }
+    if (canon_top(&b, args[0], args[1]) < 0) {
+        PyMem_Free(b.data);
+        return NULL;
+    }
+    out = PyBytes_FromStringAndSize(b.data, b.len);
+    PyMem_Free(b.data);
+    return out;
+}
+
+
+/* sha256(data[:n]).digest() through the hashlib constructor given (OpenSSL's, SHA-NI). */
+static PyObject *
+sha256_of(PyObject *sha256, const char *data, Py_ssize_t n)
+{
+    PyObject *bytes, *hasher, *digest;
+    bytes = PyBytes_FromStringAndSize(data, n);
+    if (bytes == NULL) {
+        return NULL;
+    }
+    hasher = PyObject_CallOneArg(sha256, bytes);
+    Py_DECREF(bytes);
+    if (hasher == NULL) {
+        return NULL;
+    }
+    digest = PyObject_CallMethodNoArgs(hasher, s_digest);
+    Py_DECREF(hasher);
+    if (digest != NULL && (!PyBytes_CheckExact(digest) || PyBytes_GET_SIZE(digest) != 32)) {
+        Py_DECREF(digest);
+        PyErr_SetString(PyExc_TypeError, "chain_leaves: sha256 must give 32-byte digests");
+        return NULL;
+    }
+    return digest;
+}
+
+PyDoc_STRVAR(chain_leaves_doc,
+"chain_leaves(events, batch_key, sha256, dumps, /) -> list[bytes]\n\n"
+"The seal chain's leaves of a batch under a 16-byte batch key: for each event of the list\n"
+"or tuple events, SHA-256(event key || canonical bytes), the event key being\n"
+"SHA-256(batch_key || seq as u64 little-endian)[:16] and the canonical bytes those of\n"
+"canonical(event, dumps). sha256 is hashlib.sha256. Raises Fallback when an event is not a\n"
+"FrozenDict with a \"seq\" int in 0 .. 2**64 - 1 or canonical() would: the reference,\n"
+"dsh.persistence._chain.event_leaves, then computes (or refuses) the batch.");
+
+static PyObject *
+chain_leaves(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    wbuf b = {NULL, 0, 0};
+    PyObject *events, *out = NULL, *leaf, *key, *seq, **items;
+    Py_ssize_t i, n;
+    unsigned long long value;
+    unsigned char head[24];
+    int k;
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs != 4 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
+            || !PyBytes_CheckExact(args[1]) || PyBytes_GET_SIZE(args[1]) != 16
+            || !PyCallable_Check(args[2]) || !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "chain_leaves(list | tuple, 16 bytes, callable, callable)");
+        return NULL;
+    }
+    events = args[0];
+    n = PySequence_Fast_GET_SIZE(events);
+    items = PySequence_Fast_ITEMS(events);
+    memcpy(head, PyBytes_AS_STRING(args[1]), 16);
+    out = PyList_New(n);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        if (!PyObject_TypeCheck(items[i], frozen_dict_type)) {
+            fallback();
+            goto fail;
+        }
+        seq = PyDict_GetItemWithError(items[i], s_seq);
+        if (seq == NULL || !PyLong_CheckExact(seq)) {
+            if (!PyErr_Occurred()) {
+                fallback();
+            }
+            goto fail;
+        }
+        value = PyLong_AsUnsignedLongLong(seq);
+        if (value == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            fallback();
+            goto fail;
+        }
+        for (k = 0; k < 8; k++) {
+            head[16 + k] = (unsigned char)(value >> (8 * k));
+        }
+        key = sha256_of(args[2], (const char *)head, 24);
+        if (key == NULL) {
+            goto fail;
+        }
+        b.len = 0;
+        k = wb_put(&b, PyBytes_AS_STRING(key), 16);
+        Py_DECREF(key);
+        if (k < 0 || canon_top(&b, items[i], args[3]) < 0) {
+            goto fail;
+        }
+        leaf = sha256_of(args[2], b.data, b.len);
+        if (leaf == NULL) {
+            goto fail;
+        }
+        PyList_SET_ITEM(out, i, leaf);
+    }
+    PyMem_Free(b.data);
+    return out;
+fail:
+    PyMem_Free(b.data);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -2534,6 +2963,9 @@ static PyMethodDef methods[] = {
     {"seqs_below", (PyCFunction)(void (*)(void))seqs_below, METH_FASTCALL, seqs_below_doc},
     {"running_sums_below", (PyCFunction)(void (*)(void))running_sums_below, METH_FASTCALL,
      running_sums_below_doc},
+    {"canonical", (PyCFunction)(void (*)(void))canonical, METH_FASTCALL, canonical_doc},
+    {"chain_leaves", (PyCFunction)(void (*)(void))chain_leaves, METH_FASTCALL,
+     chain_leaves_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2580,7 +3012,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 3) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 4) < 0) {
         Py_DECREF(module);
         return NULL;
     }

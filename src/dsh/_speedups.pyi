@@ -72,5 +72,13 @@ def seqs_below(seqs: array[int], bound: int, /) -> bool:
 def running_sums_below(seqs: array[int], bound: int, /) -> bool:
     """Differences to running sums in place; True when every sum lies in ``0 .. bound - 1``."""
 
+def canonical(value: Any, dumps: Callable[[Any], bytes], /) -> bytes:
+    """``dsh.json.dumps_canonical(value)`` of a frozen container (``dumps``: ``orjson.dumps``)."""
+
+def chain_leaves(events: Sequence[Mapping[str, Any]], batch_key: bytes,
+                 sha256: Callable[[bytes], Any], dumps: Callable[[Any], bytes], /
+                 ) -> list[bytes]:
+    """A batch's seal chain leaves under ``batch_key`` (reference: ``_chain.event_leaves``)."""
+
 def hand_out_messages(derived: list[Any], box: list[Any], /) -> list[Any]:
     """A list equal to ``derived`` that no one else holds (reference: ``list(derived)``)."""

@@ -207,10 +207,10 @@ _SPEEDUPS_API: Final = (
     "configure", "freeze_parsed", "snapshot", "untrack", "Fallback", "scan_lines",
     "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
     "encode_rows", "seqs_contiguous", "gather_messages", "hand_out_messages", "seqs_below",
-    "running_sums_below")
+    "running_sums_below", "canonical", "chain_leaves")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 3
+_SPEEDUPS_API_VERSION: Final = 4
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -390,6 +390,10 @@ c_gather_messages = _optional(_accelerator.gather_messages)
 c_hand_out_messages = _optional(_accelerator.hand_out_messages)
 c_seqs_below = _optional(_accelerator.seqs_below)
 c_running_sums_below = _optional(_accelerator.running_sums_below)
+# the seal chain's canonical bytes and leaves (references: dumps_canonical below and
+# dsh.persistence._chain.event_leaves)
+c_canonical = _optional(_accelerator.canonical)
+c_chain_leaves = _optional(_accelerator.chain_leaves)
 
 
 def _fast(v: Any, depth: int) -> Any:

@@ -327,3 +327,24 @@ def test_a_changed_log_is_log_damage_attributed_to_its_batch_and_writer(
     assert "LOG_CORRUPT" in out.stdout and "SEAL_" not in out.stdout
     assert f"it lies in the batch of seq 4..4 written by {_chain.this_writer().host} pid " \
         f"{os.getpid()}" in out.stdout
+
+
+@pytest.mark.no_speedups
+def test_an_event_leaf_hashes_its_canonical_bytes_under_its_event_key() -> None:
+    # docs/formats.md#the-seal-chain, with or without the C accelerator: keys in code point
+    # order at every depth (the stored order does not count), lone surrogates escaped
+    import hashlib
+
+    from dsh.json import snapshot_json
+    from dsh.session import Event
+
+    batch_key = bytes(range(16))
+    stored = {"type": "x/y", "seq": 7, "data": {"\ue000": 1.5, "b": ["\ud800", None],
+                                                "a": {"z": True, "\U0001f600": -3}}}
+    canonical = ('{"data":{"a":{"z":true,"\U0001f600":-3},"b":["\\ud800",null],"\ue000":1.5},'
+                 '"seq":7,"type":"x/y"}').encode("utf-8", "surrogatepass")
+    event_key = hashlib.sha256(batch_key + (7).to_bytes(8, "little")).digest()[:16]
+    record = _chain.ChainRecord(bytes(32), bytes(32), 7, 8, _chain.Writer("h", 1), bytes(16),
+                                b"\0" + batch_key)
+    leaves = _chain.event_leaves(record, [Event(snapshot_json(stored))])
+    assert leaves == [hashlib.sha256(event_key + canonical).digest()]

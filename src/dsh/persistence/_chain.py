@@ -33,7 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from dsh.json import dumps_canonical
+import orjson
+
+from dsh.json import CFallback, c_chain_leaves, dumps_canonical
 from dsh.session import Event
 
 __all__ = ["CHAIN_MARK", "HEAD_EVERY", "HEAD_SLOT", "ChainRecord", "ChainState", "Head",
@@ -171,6 +173,11 @@ def event_leaves(record: ChainRecord, events: Sequence[Event]) -> list[bytes]:
     keys = record.keys
     if keys[:1] == b"\0" and len(keys) == 17:
         batch_key = keys[1:]
+        if c_chain_leaves is not None and isinstance(events, list | tuple):
+            try:  # the same leaves in one C pass (canonical bytes, both hashes)
+                return c_chain_leaves(events, batch_key, sha, orjson.dumps)
+            except CFallback:
+                pass  # an event the C pass leaves to the reference below
         pack = _SEQ.pack
         return [sha(sha(pack(batch_key, e["seq"])).digest()[:16] + dumps_canonical(e)).digest()
                 for e in events]
