@@ -39,8 +39,9 @@ from dsh.json import CFallback, c_chain_leaves, dumps_canonical
 from dsh.session import Event
 
 __all__ = ["CHAIN_MARK", "HEAD_EVERY", "HEAD_SLOT", "ChainRecord", "ChainState", "Head",
-           "Writer", "batch_digest", "carry", "decode_head", "decode_record", "encode_head",
-           "event_leaves", "incarnation_bytes", "new_record", "open_record", "this_writer"]
+           "RawRecord", "Writer", "batch_digest", "carry", "decode_head", "decode_record",
+           "encode_head", "event_leaves", "frame_record", "incarnation_bytes", "new_record",
+           "open_record", "raw_span", "record_of", "this_writer"]
 
 CHAIN_MARK: Final = 0xFFFF_FFFF_FFFF_FFFE
 """The ``start`` of a seal record that frames a chain record, not a range."""
@@ -58,6 +59,8 @@ _DOMAIN: Final = b"dsh-seal-chain\0"
 _ZERO: Final = bytes(32)
 _SEQ: Final = struct.Struct("<16sQ")
 _MAX_PAYLOAD: Final = 1 << 30
+_SPAN: Final = struct.Struct("<QQ")  # first, end: after prev and digest in the payload
+_sha256: Final = hashlib.sha256
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,14 +136,20 @@ def _with_hash(record: ChainRecord) -> ChainRecord:
                        record.incarnation, record.keys, h)
 
 
-def decode_record(data: bytes | memoryview, pos: int) -> tuple[ChainRecord, int] | None:
-    """Decode the chain record framed at ``pos``; ``None`` when it is cut short or damaged.
+RawRecord = tuple[bytes, int, bytes]
+"""A chain record as framed in the seal: its payload, the length of its hashed part, its hash
+(what a reader checks links with; :func:`record_of` builds the :class:`ChainRecord`)."""
+
+
+def frame_record(data: bytes | memoryview, pos: int) -> tuple[RawRecord, int] | None:
+    """The chain record framed at ``pos`` as stored, hashed; ``None`` when cut short or damaged.
 
     A record cut short or whose crc32 differs is a torn write: the caller decides whether that
-    is allowed there (the head check).
+    is allowed there (the head check). The hashed part is hashed as stored: it is what
+    :meth:`ChainRecord.hashed` packs (the host name round-trips through ``surrogateescape``).
 
     Returns:
-        The record (its hash computed) and the position after it.
+        ``(payload, hashed length, hash)`` and the position after the record.
     """
     if pos + _FRAME.size > len(data):
         return None
@@ -152,11 +161,35 @@ def decode_record(data: bytes | memoryview, pos: int) -> tuple[ChainRecord, int]
     payload = bytes(data[start:start + length])
     if zlib.crc32(payload) != crc:
         return None
-    prev, digest, first, end, epoch, pid, inc = _HASHED.unpack_from(payload, 0)
+    return (payload, hashed_len, _sha256(_DOMAIN + payload[:hashed_len]).digest()), \
+        start + length
+
+
+def raw_span(raw: RawRecord) -> tuple[int, int]:
+    """``(first, end)``: the seqs a framed record covers."""
+    return _SPAN.unpack_from(raw[0], 64)
+
+
+def record_of(raw: RawRecord) -> ChainRecord:
+    """The :class:`ChainRecord` of a framed record (see :func:`frame_record`)."""
+    payload, hashed_len, digest = raw
+    prev, batch, first, end, epoch, pid, inc = _HASHED.unpack_from(payload, 0)
     host = payload[_HASHED.size:hashed_len].decode("utf-8", "surrogateescape")
-    record = ChainRecord(prev, digest, first, end, Writer(host, pid, epoch), inc,
-                         payload[hashed_len:])
-    return _with_hash(record), start + length
+    return ChainRecord(prev, batch, first, end, Writer(host, pid, epoch), inc,
+                       payload[hashed_len:], digest)
+
+
+def decode_record(data: bytes | memoryview, pos: int) -> tuple[ChainRecord, int] | None:
+    """Decode the chain record framed at ``pos``; ``None`` when it is cut short or damaged.
+
+    A record cut short or whose crc32 differs is a torn write: the caller decides whether that
+    is allowed there (the head check).
+
+    Returns:
+        The record (its hash computed) and the position after it.
+    """
+    found = frame_record(data, pos)
+    return (record_of(found[0]), found[1]) if found is not None else None
 
 
 def _event_key(batch_key: bytes, seq: int) -> bytes:

@@ -31,7 +31,7 @@ import struct
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from dsh._errors import LogCorruptError, SealDamagedError
 from dsh.json import CFallback, c_rows_text
@@ -41,9 +41,12 @@ from dsh.persistence._chain import (
     ChainRecord,
     ChainState,
     Head,
+    RawRecord,
     decode_head,
-    decode_record,
     encode_head,
+    frame_record,
+    raw_span,
+    record_of,
 )
 from dsh.persistence._paths import fsync_folder, open_sidecar, write_all
 
@@ -84,18 +87,34 @@ class Seal:
         head: The head published in the seal's head slots (version 2).
     """
 
-    __slots__ = ("chain", "head", "identity", "path", "records", "restore_points", "version")
+    __slots__ = ("_chain", "_raw_chain", "head", "identity", "path", "records",
+                 "restore_points", "version")
 
     def __init__(self, path: Path, identity: bytes, records: list[tuple[int, int, int]],
                  restore_points: list[bytes] | None = None, *, version: int = 1,
-                 chain: list[ChainRecord] | None = None, head: Head | None = None) -> None:
+                 chain: list[ChainRecord] | None = None, head: Head | None = None,
+                 raw_chain: list[RawRecord] | None = None) -> None:
         self.path = path
         self.identity = identity
         self.records = records
         self.restore_points = restore_points if restore_points is not None else []
         self.version = version
-        self.chain = chain if chain is not None else []
+        # the records as read are built into ChainRecords only when asked for (chain)
+        self._chain: list[ChainRecord] | None = (
+            chain if chain is not None else None if raw_chain is not None else [])
+        self._raw_chain = raw_chain
         self.head = head
+
+    @property
+    def chain(self) -> list[ChainRecord]:
+        """The chain records, oldest first, their links checked.
+
+        Built on first use: :func:`read_seal` checks the links on the records as stored, and
+        a reader that only checks rows against the range records needs no more.
+        """
+        if self._chain is None:
+            self._chain = [record_of(raw) for raw in self._raw_chain or ()]
+        return self._chain
 
     def chain_state(self) -> ChainState:
         """A writer's :class:`ChainState` continuing this seal's chain."""
@@ -154,7 +173,8 @@ def read_seal(path: Path) -> Seal | None:
         raise _damaged(path, "both chain head slots are invalid", head + length)
     records: list[tuple[int, int, int]] = []
     marks: list[bytes] = []
-    chain: list[ChainRecord] = []
+    chain: list[RawRecord] = []
+    link, linked_end = bytes(32), 0  # what the next chain record must link to and follow
     pos = head + length + slots
     expected = 0
     while pos + _RECORD.size <= len(data):
@@ -164,11 +184,15 @@ def read_seal(path: Path) -> Seal | None:
             pos += _RECORD.size
             continue
         if start == CHAIN_MARK and version == 2:
-            found = decode_record(data, pos)
+            found = frame_record(data, pos)
             if found is None:
                 break  # torn (cut short, or its crc differs): the head check judges it
-            _link(path, chain, found[0], pos)
-            chain.append(found[0])
+            raw = found[0]
+            first, last = raw_span(raw)
+            if raw[0][:32] != link or last <= first or first < linked_end:
+                _broken(path, chain, raw, pos)
+            chain.append(raw)
+            link, linked_end = raw[2], last
             pos = found[1]
             continue
         if start != expected or end <= start:
@@ -186,7 +210,8 @@ def read_seal(path: Path) -> Seal | None:
         pos += _RECORD.size
     if published is not None:
         _check_head(path, published, chain, pos)
-    return Seal(path, identity, records, marks, version=version, chain=chain, head=published)
+    return Seal(path, identity, records, marks, version=version, head=published,
+                raw_chain=chain)
 
 
 def _damaged(path: Path, why: str, offset: int, code: str = "SEAL_CORRUPT",
@@ -200,32 +225,32 @@ def _damaged(path: Path, why: str, offset: int, code: str = "SEAL_CORRUPT",
         **where)
 
 
-def _link(path: Path, chain: list[ChainRecord], record: ChainRecord, pos: int) -> None:
-    """Check that ``record`` follows the last record of ``chain`` (hash link, seq order)."""
+def _broken(path: Path, chain: list[RawRecord], raw: RawRecord, pos: int) -> NoReturn:
+    """Raise for ``raw``, which does not follow the last record of ``chain`` (hash, seqs)."""
     prev = chain[-1] if chain else None
-    if (prev.hash if prev is not None else bytes(32)) != record.prev:
+    record = record_of(raw)
+    if (prev[2] if prev is not None else bytes(32)) != record.prev:
         raise _damaged(path, f"the chain record at byte {pos}, {record.where()}, does not link "
                        f"to the record before it: a record was changed, removed or reordered",
                        pos, "SEAL_CHAIN_BROKEN", seq=record.first, batch=len(chain),
                        writer=str(record.writer))
-    if record.end <= record.first or (prev is not None and record.first < prev.end):
-        raise _damaged(path, f"the chain record at byte {pos} covers seq {record.first}.."
-                       f"{record.end - 1}, out of order", pos, "SEAL_CHAIN_BROKEN",
-                       seq=record.first, batch=len(chain), writer=str(record.writer))
+    raise _damaged(path, f"the chain record at byte {pos} covers seq {record.first}.."
+                   f"{record.end - 1}, out of order", pos, "SEAL_CHAIN_BROKEN",
+                   seq=record.first, batch=len(chain), writer=str(record.writer))
 
 
-def _check_head(path: Path, head: Head, chain: list[ChainRecord], end: int) -> None:
+def _check_head(path: Path, head: Head, chain: list[RawRecord], end: int) -> None:
     """The head slot against the chain: records it counts must all be there, unchanged."""
     if head.batches > len(chain):
-        last = chain[-1] if chain else None
+        last = record_of(chain[-1]) if chain else None
         raise _damaged(
             path, f"its head records {head.batches} sealed batches up to seq {head.end - 1}, "
             f"but only {len(chain)} chain records remain" + (
                 f", the last one {last.where()}" if last is not None else "")
             + f" (the records stop at byte {end}): the seal file lost records", end,
             "SEAL_TRUNCATED", seq=last.end if last is not None else 0, batch=len(chain))
-    if head.batches and chain[head.batches - 1].hash != head.hash:
-        record = chain[head.batches - 1]
+    if head.batches and chain[head.batches - 1][2] != head.hash:
+        record = record_of(chain[head.batches - 1])
         raise _damaged(path, f"its head does not match chain record {head.batches - 1}, "
                        f"{record.where()}: the chain was rewritten", end, "SEAL_CHAIN_BROKEN",
                        seq=record.first, batch=head.batches - 1, writer=str(record.writer))
