@@ -287,6 +287,7 @@ class DshSaver(BaseCheckpointSaver[str]):
             if self._closed:
                 return
             self._closed = True
+            self._deferred.clear()
             logs, self._logs = list(self._logs.items()), {}
             try:
                 for thread_id, log in logs:
@@ -698,6 +699,8 @@ class DshSaver(BaseCheckpointSaver[str]):
                 branch = self._place(thread, conf.get("checkpoint_id"), values[_MESSAGES])
             deferred = self._deferred.pop((thread_id, checkpoint["id"]), None) \
                 if ns == "" else None
+            if ns == "":
+                self._drop_deferred(thread_id, before=checkpoint["id"])
             meta = get_serializable_checkpoint_metadata(config, metadata)
             rest = {key: self._codec.encode(value) for key, value in checkpoint.items()
                     if key not in _TOP_LEVEL}
@@ -721,6 +724,20 @@ class DshSaver(BaseCheckpointSaver[str]):
                     thread.depth.pop((ns, channel), None)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
+
+    def _drop_deferred(self, thread_id: str, *, before: str | None = None) -> None:
+        """Forget the messages held for checkpoints of ``thread_id`` that will not be put.
+
+        LangGraph puts a run's checkpoints one after another in the order it makes them (and
+        checkpoint ids grow in that order), so once a checkpoint is put, one made before it
+        that was not put never will be (its save failed, or the run ended without it): the
+        messages written against it stay in the log's writes and leave memory, so nothing is
+        held from one run into the next. ``before`` None: every one of the thread
+        (``close``, ``delete_thread``).
+        """
+        for key in [key for key in self._deferred
+                    if key[0] == thread_id and (before is None or key[1] < before)]:
+            del self._deferred[key]
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                    task_id: str, task_path: str = "") -> None:
@@ -905,6 +922,7 @@ class DshSaver(BaseCheckpointSaver[str]):
             self._project(log, thread, [], gone=list(thread.projected))
             log.open().mark(DROP_EVENT, {"all": True})
             log.flush()
+            self._drop_deferred(thread_id)
             self._flushed(log, thread)
             if self.erase_on_delete:
                 self._erase([thread_id, *(b for b in branches
