@@ -195,7 +195,7 @@ def test_a_redaction_keeps_the_session_sealed(tmp_path: Path) -> None:
     with SqliteBackend(db) as backend, backend.open("s1", "write") as handle:
         events = list(handle.read().events)
         touched = handle.rewrite(events[:4])
-    assert {"path": str(seal), "action": "emptied"} in touched
+    assert {"path": str(seal), "action": "written"} in touched
     assert seal.is_file() and len(_texts(url)) == 4 - sum(
         1 for e in events[:4] if e["type"] != "user/message")
     with sqlite3.connect(db) as conn:

@@ -16,19 +16,6 @@ Points (in the order a call passes them):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dsh._failpoints import failpoint, set_failpoint_hook
 
-_hook: Callable[[str], None] | None = None
-
-
-def set_failpoint_hook(hook: Callable[[str], None] | None) -> None:
-    """Install ``hook(point)`` (called at every point reached), or remove it with None."""
-    global _hook
-    _hook = hook
-
-
-def failpoint(point: str) -> None:
-    """Report reaching ``point`` to the installed hook, if any."""
-    hook = _hook
-    if hook is not None:
-        hook(point)
+__all__ = ["failpoint", "set_failpoint_hook"]

@@ -54,7 +54,8 @@ __all__ = ["RESTORE_POINT_MARK", "Seal", "append_restore_point_mark",
            "append_chain_to", "append_restore_point_mark_to", "append_seal", "append_seal_to",
            "check_byte_seals", "publish_head",
            "check_row_seals", "crc_of", "install_seal", "open_seal_appender", "read_seal",
-           "reset_seal", "restore_point_mark", "rows_crc", "rows_text", "stage_seal"]
+           "reset_seal", "restore_point_mark", "rows_crc", "rows_text", "stage_seal",
+           "staged_name"]
 
 MAGIC: Final = b"DSHSEAL1"
 MAGIC2: Final = b"DSHSEAL2"
@@ -289,20 +290,22 @@ def _mark_record(mark: bytes) -> bytes:
 
 
 def stage_seal(path: Path, identity: bytes, records: Sequence[tuple[int, int, int]],
-               restore_points: Sequence[bytes] = (), *, chain: ChainState | None = None
-               ) -> Path:
+               restore_points: Sequence[bytes] = (), *, chain: ChainState | None = None,
+               tmp: Path | None = None) -> Path:
     """Write a whole seal file beside ``path`` under a temp name, fsynced; return that name.
 
     :func:`install_seal` renames it over the seal. A writer stages the seal of bytes it is
     about to publish, so the log never exists marked as sealed without its seal for longer
     than a rename (docs/formats.md#integrity-seals). With ``chain`` the file is a chained
     seal (``DSHSEAL2``) whose head slot names the whole chain (``chain``'s head counter is
-    advanced); without, a ``DSHSEAL1`` seal.
+    advanced); without, a ``DSHSEAL1`` seal. ``tmp`` names the staged file (default
+    ``.<seal name>.<pid>.tmp``; a SQLite rewrite uses :func:`staged_name`).
 
     Raises:
         OSError: the file could not be written (nothing is renamed).
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if tmp is None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         if chain is None:
@@ -360,6 +363,16 @@ def publish_head(path: Path, identity: bytes, chain: ChainState) -> None:
 def aside_name(path: Path) -> Path:
     """Where a rewrite moves the seal ``path`` while it replaces the log (a staged name)."""
     return path.with_name(f".{path.name}.old.tmp")
+
+
+def staged_name(path: Path) -> Path:
+    """Where a SQLite rewrite stages the new seal of ``path`` (a fixed name, found by a stat).
+
+    Its seals share one folder, so a reader looks for the rewrite's two seals by name
+    (this and :func:`aside_name`) instead of listing the folder
+    (docs/formats.md#integrity-seals).
+    """
+    return path.with_name(f".{path.name}.new.tmp")
 
 
 def staged_seals(path: Path) -> list[Path]:

@@ -49,6 +49,7 @@ from dsh._errors import (
     SessionFormatUnsupportedError,
     SessionNotFoundError,
 )
+from dsh._failpoints import failpoint
 from dsh.json import FrozenDict, FrozenList, c_seqs_contiguous, is_safe_int
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._after_commit import AfterCommit
@@ -92,12 +93,15 @@ from dsh.persistence._seal import (
     append_restore_point_mark_to,
     append_seal_to,
     check_row_seals,
+    install_seal,
     open_seal_appender,
     publish_head,
     read_seal,
     reset_seal,
     restore_point_mark,
     rows_crc,
+    stage_seal,
+    staged_name,
 )
 from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex, sqlite_signatures
 from dsh.persistence.sqlite import _restore_point as srp
@@ -751,6 +755,9 @@ class SqliteBackend:
         """
         with self.open(session_id, "read") as handle:
             _, incarnation, _ = handle._session_row()
+            if os.path.lexists(staged_name(self._seal_path(session_id))):
+                handle.read()  # a rewrite was killed: the seal that verifies the rows
+                return str(handle.seal_used), str(incarnation)
         return str(self._seal_path(session_id)), str(incarnation)
 
     def exists(self, session_id: str) -> bool:
@@ -1158,6 +1165,9 @@ class SqliteHandle(HandleBase):
         # the committed prefix last read or written: (event count, incarnation, last row digest)
         self._durable: tuple[int, str, str] | None = None
         self._seal_file = backend._seal_path(session_id)
+        # the seal file the last read verified the rows with: the seal, or the one a rewrite
+        # staged when it was killed after its commit (_adopt_staged_seal)
+        self._seal_used = self._seal_file
         self._seal_fd: int | None = None  # kept open between appends (see _seal)
         # post-commit steps (seal, restore-point anchor): contained and reported, never raised
         self.after_commit = AfterCommit(session_id)
@@ -1337,9 +1347,17 @@ class SqliteHandle(HandleBase):
         seal = self._own_seal(seal, incarnation)
         scan = scan_rows(rows, base, self._c.schema_version, path=self._path,
                          session_id=self._id)
+        self._seal_used = self._seal_file
         if seal is not None:  # after the scan, whose errors name the row more precisely
-            check_row_seals(rows, seal, base=base, describe=lambda: _quick_check(conn),
-                            where=self._path, session_id=self._id)
+            try:
+                check_row_seals(rows, seal, base=base, describe=lambda: _quick_check(conn),
+                                where=self._path, session_id=self._id)
+            except LogCorruptError:
+                seal = self._adopt_staged_seal(rows, base, incarnation)
+                if seal is None:
+                    raise
+        if self._mode == "write" and base == 0:
+            self._drop_staged_seal()
         if self._mode == "write":
             self._seals = seal.records if seal is not None else []
             self._restore_marks = list(seal.restore_points) if seal is not None else []
@@ -1532,10 +1550,64 @@ class SqliteHandle(HandleBase):
         """End seq of the sealed prefix (loads the seal on a handle's first append)."""
         if self._seals is None:
             seal = self._own_seal(read_seal(self._seal_file), incarnation)
+            if os.path.lexists(staged_name(self._seal_file)):  # a rewrite was killed
+                rows = self._rows_from(0)
+                try:
+                    if seal is None:
+                        raise LogCorruptError("no seal")
+                    check_row_seals(rows, seal, base=0, describe=lambda: "not run",
+                                    where=self._path, session_id=self._id)
+                except LogCorruptError:
+                    seal = self._adopt_staged_seal(rows, 0, incarnation) or seal
+                self._drop_staged_seal()
             self._seals = seal.records if seal is not None else []
             self._restore_marks = list(seal.restore_points) if seal is not None else []
             self._chain = seal.chain_state() if seal is not None else ChainState([])
         return self._seals[-1][1] if self._seals else 0
+
+    @property
+    def seal_used(self) -> Path:
+        """The seal file the last read verified the rows with (the seal, or a staged one)."""
+        return self._seal_used
+
+    def _adopt_staged_seal(self, rows: Sequence[Row], base: int, incarnation: str
+                           ) -> Seal | None:
+        """The seal a rewrite staged, if it verifies ``rows`` (read from seq ``base``).
+
+        A rewrite killed between its commit and renaming its staged seal into place leaves the
+        new rows beside the old seal (docs/formats.md#integrity-seals); a writer that read
+        from seq 0 renames the staged seal into place. A rewrite finishing while this handle
+        read is the same case with the seal already renamed: it is read again.
+
+        Raises:
+            OSError: a writer could not rename the staged seal into place.
+        """
+        identity = _seal_identity(incarnation)
+        for candidate in (staged_name(self._seal_file), self._seal_file):
+            try:
+                seal = read_seal(candidate)
+                if seal is None or seal.identity != identity:
+                    continue
+                check_row_seals(rows, seal, base=base, describe=lambda: "not run",
+                                where=self._path, session_id=self._id)
+            except LogCorruptError:
+                continue
+            if candidate != self._seal_file:
+                if self._mode == "write" and base == 0:
+                    install_seal(candidate, self._seal_file)
+                    seal.path = self._seal_file
+                    logger.warning("session %s: adopted the integrity seal %s that an "
+                                   "interrupted rewrite staged for %s", self._id, candidate,
+                                   self._path)
+                else:
+                    self._seal_used = candidate
+            return seal
+        return None
+
+    def _drop_staged_seal(self) -> None:
+        """Delete the seal a killed rewrite staged and never installed (one ``unlink``)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staged_name(self._seal_file))
 
     def _own_seal(self, seal: Seal | None, incarnation: str) -> Seal | None:
         """The seal if it was written for this incarnation, else None; never None if marked.
@@ -1877,14 +1949,16 @@ class SqliteHandle(HandleBase):
         """Replace the session's rows by ``events`` and scrub the file: redaction and erasure.
 
         The stored rows are read through the seal first (damage is refused, not rewritten).
-        Then, with ``secure_delete`` on (freed pages are zeroed), the restore point is deleted
-        and the seal emptied (deleted, for a session not marked as sealed), and one ``BEGIN
-        IMMEDIATE`` transaction deletes the session's rows and inserts the new ones; a crash
-        leaves the old rows or the new ones. After the commit:
-        ``wal_checkpoint(TRUNCATE)``, ``VACUUM``, ``wal_checkpoint(TRUNCATE)`` (the old page
-        images leave the WAL and the free pages), and a fresh seal. A step after the commit
-        that fails (another process keeps a read transaction open) is reported in the
-        returned list, never raised. Rule: docs/forgetting.md#how-storage-is-rewritten.
+        Then the new seal (the chain carried over, :func:`carry`) is staged beside the seal
+        (``.<id>.seal.new.tmp``, fsynced), the restore point is deleted, and with
+        ``secure_delete`` on (freed pages are zeroed) one ``BEGIN IMMEDIATE`` transaction
+        deletes the session's rows and inserts the new ones; a crash leaves the old rows with
+        the old seal or the new ones with the staged seal, which the next read adopts. After
+        the commit: the staged seal is renamed into place, then ``wal_checkpoint(TRUNCATE)``,
+        ``VACUUM``, ``wal_checkpoint(TRUNCATE)`` (the old page images leave the WAL and the
+        free pages). A step after the commit that fails (another process keeps a read
+        transaction open) is reported in the returned list, never raised. Rules:
+        docs/forgetting.md#how-storage-is-rewritten, docs/formats.md#integrity-seals.
 
         Returns:
             What was touched: ``{"path", "action", ...}`` per file, table or step.
@@ -1892,6 +1966,7 @@ class SqliteHandle(HandleBase):
         Raises:
             PersistenceError: ``READ_ONLY``, or the database failed (nothing was changed).
             LogCorruptError: the stored rows are damaged.
+            OSError: the new seal could not be staged (nothing was changed).
         """
         self._ensure_open()
         if self._mode != "write":
@@ -1907,16 +1982,23 @@ class SqliteHandle(HandleBase):
         touched: list[dict[str, object]] = []
         self._close_seal_fd()
         _, incarnation, _ = self._session_row()
-        sidecars = [self._seal_file, self.restore_point_path()]
-        if is_sealed_incarnation(incarnation):
-            # emptied, not deleted: a crash before the new seal leaves the marked session
-            # readable (rows past the last record are read by the format's rules)
-            reset_seal(sidecars.pop(0), _seal_identity(incarnation), [], chain=ChainState([]))
-            touched.append({"path": str(self._seal_file), "action": "emptied"})
-        for sidecar in sidecars:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(sidecar)
-                touched.append({"path": str(sidecar), "action": "deleted"})
+        stored = [(*r[:6], None) for r in rows] if legacy else rows
+        # staged before the transaction, installed after its commit: the old seal stays in
+        # place until then, so a crash leaves the old rows with the old seal or the new rows
+        # with the staged seal (adopted by the next read), and the chain survives either way
+        # (docs/formats.md#integrity-seals). The chain is kept: tombstoned events keep their
+        # leaves (docs/formats.md#the-seal-chain); the events past it get one new record.
+        if mkdir_private(self._seal_file.parent, "integrity seals"):
+            fsync_folder(self._seal_file.parent.parent)
+        chain = ChainState(carry(old_chain, {int(e["seq"]): e for e in old.events}, batch,
+                                 incarnation_bytes(incarnation), this_writer()))
+        staged = stage_seal(self._seal_file, _seal_identity(incarnation),
+                            [(0, len(batch), rows_crc(stored))] if batch else [], chain=chain,
+                            tmp=staged_name(self._seal_file))
+        failpoint("sqlite.rewrite.staged")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.restore_point_path())
+            touched.append({"path": str(self.restore_point_path()), "action": "deleted"})
         try:
             conn.execute("PRAGMA secure_delete = ON")
             conn.execute("BEGIN IMMEDIATE")
@@ -1936,10 +2018,17 @@ class SqliteHandle(HandleBase):
                     conn.executemany(_INSERT_EVENT_17, [(self._id, *r) for r in rows])
                 conn.execute("UPDATE sessions SET revision = ? WHERE id = ?",
                              (found[0] + 1, self._id))
+                if str(found[1]) != incarnation:  # under our write lock: never, unless
+                    raise SessionNotFoundError(   # the row was replaced behind the lock
+                        f"session {self._id!r} in {self._path} was deleted and created "
+                        f"again during the rewrite", session_id=self._id, path=self._path)
+                failpoint("sqlite.rewrite.commit")
                 conn.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
+                with contextlib.suppress(OSError):
+                    os.unlink(staged)
                 raise
         except sqlite3.Error as exc:
             _fail(exc, "rewrite", self._path, self._id)
@@ -1947,22 +2036,16 @@ class SqliteHandle(HandleBase):
         self._committed_revision, self._quiet, self._durable = found[0] + 1, None, None
         touched.append({"path": self._path, "table": "events", "action": "rows replaced",
                         "deleted": deleted, "inserted": len(rows)})
-        if scrub:  # an erasure of many sessions scrubs once, after the last one
-            touched.extend(self.scrub())
-        stored = [(*r[:6], None) for r in rows] if legacy else rows
+        failpoint("sqlite.rewrite.committed")
         try:
-            mkdir_private(self._seal_file.parent, "integrity seals")
-            # the chain is kept: tombstoned events keep their leaves
-            # (docs/formats.md#the-seal-chain); the events past it get one new record
-            chain = ChainState(carry(old_chain, {int(e["seq"]): e for e in old.events}, batch,
-                                     incarnation_bytes(str(found[1])), this_writer()))
-            reset_seal(self._seal_file, _seal_identity(str(found[1])),
-                       [(0, len(batch), rows_crc(stored))] if batch else [], chain=chain)
+            install_seal(staged, self._seal_file)
             self._seals, self._seal_rewrite = None, False
             touched.append({"path": str(self._seal_file), "action": "written"})
-        except OSError as exc:  # unsealed until the next append rewrites the seal
+        except OSError as exc:  # the next read adopts the staged seal (_adopt_staged_seal)
             self._seals, self._seal_rewrite = None, True
-            self.after_commit.failed("seal", exc, "the next append rewrites the seal")
+            self.after_commit.failed("seal", exc, "the next read adopts the staged seal")
+        if scrub:  # an erasure of many sessions scrubs once, after the last one
+            touched.extend(self.scrub())
         return touched
 
     def close(self) -> None:
