@@ -877,60 +877,6 @@ def test_open_turn_closers_name_the_same_gap_with_and_without_the_accelerator(
     assert found[0] == found[1] and found[0][1] == "SEQ_GAP"
 
 
-def test_hand_out_messages_extends_only_a_dropped_unchanged_list() -> None:
-    # derive_messages' hand-out (docs/rules.md#deriving-messages: a fresh list per call, sharing the
-    # messages)
-    a, b, c = FrozenDict(n=1), FrozenDict(n=2), FrozenDict(n=3)
-    derived = [a, b]
-    box: list[Any] = [[]]
-    first = dj.c_hand_out_messages(derived, box)
-    assert _same(first, [a, b]) and first is not derived and box[0] is first
-    derived.append(c)
-    second = dj.c_hand_out_messages(derived, box)  # first is still held: a fresh copy
-    assert second is not first and _same(first, [a, b]) and _same(second, [a, b, c])
-    assert box[0] is second
-    del second  # dropped and unchanged: extended and handed out again
-    derived.append(a)
-    third = dj.c_hand_out_messages(derived, box)
-    assert third is box[0] and _same(third, [a, b, c, a])
-    del third[2:]  # shortened, then dropped: still a prefix, so extended back
-    del third
-    fourth = dj.c_hand_out_messages(derived, box)
-    assert fourth is box[0] and _same(fourth, derived)
-    changes = (list.reverse, lambda m: m.append(b), lambda m: m.__setitem__(0, FrozenDict(n=1)))
-    for change in changes:
-        change(fourth)
-        changed = id(fourth)  # the box keeps it alive until a fresh list has replaced it
-        del fourth
-        fourth = dj.c_hand_out_messages(derived, box)  # changed, then dropped: a fresh copy
-        assert id(fourth) != changed and _same(fourth, derived) and box[0] is fourth
-    del fourth
-    shorter = dj.c_hand_out_messages(derived[:1], box)  # derived rebuilt shorter (a replace)
-    assert _same(shorter, [a])
-    with pytest.raises(TypeError):
-        dj.c_hand_out_messages(derived, [])
-    with pytest.raises(TypeError):
-        dj.c_hand_out_messages(tuple(derived), box)
-
-
-def test_hand_out_messages_survives_a_finalizer_that_derives_again() -> None:
-    # replacing the box's list may free it, and its caller may have put anything in it
-    derived = [FrozenDict(n=1), FrozenDict(n=2)]
-    box: list[Any] = [[]]
-    inner: list[Any] = []
-
-    class Finalized:
-        def __del__(self) -> None:
-            inner.append(dj.c_hand_out_messages(derived, box))
-
-    handed = dj.c_hand_out_messages(derived, box)
-    handed.append(Finalized())
-    del handed
-    outer = dj.c_hand_out_messages(derived, box)
-    assert len(inner) == 1 and _same(outer, derived) and _same(inner[0], derived)
-    assert outer is not inner[0] and box[0] is inner[0]
-
-
 def _same(a: Any, b: Any) -> bool:
     return len(a) == len(b) and all(map(operator.is_, a, b))
 

@@ -7,7 +7,7 @@
  *                         FrozenDict/FrozenList trees, numbers checked, out of the cyclic GC
  *   the load path         scan_lines (JSONL records), decode_rows (SQLite rows), stored_prescan,
  *                         message_shape_ok, admit_plain (restore admission), seqs_contiguous
- *   the session           gather_messages, hand_out_messages (derive_messages)
+ *   the session           gather_messages (derive_messages)
  *   the SQLite write path rows_text (seal checksum text), encode_rows (a batch's rows)
  *
  * Anything unusual (an unsafe int, NaN, +-inf, -0.0, a non-str key, a string holding a
@@ -1932,59 +1932,6 @@ seqs_below(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(below);
 }
 
-PyDoc_STRVAR(hand_out_messages_doc,
-"hand_out_messages(derived, box, /) -> list\n\n"
-"Return a list equal to the list derived, element for element (the same objects), that no\n"
-"one else holds; box is a one-element list holding the list handed out last time. When the\n"
-"box holds the only reference to that list (its caller dropped it) and the list still\n"
-"starts with derived's elements (the same objects, none extra), it is extended by the rest\n"
-"of derived and handed out again: no one can tell it from a fresh list (lists take no weak\n"
-"references), and the copy of every element and the free of the dropped list are saved.\n"
-"Otherwise a fresh copy is made and put in the box. The reference is list(derived).");
-
-static PyObject *
-hand_out_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    PyObject *derived, *box, *held, *fresh, **items;
-    Py_ssize_t size, count, index;
-    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1])
-            || PyList_GET_SIZE(args[1]) != 1) {
-        PyErr_SetString(PyExc_TypeError, "hand_out_messages(list, [list])");
-        return NULL;
-    }
-    derived = args[0];
-    box = args[1];
-    held = PyList_GET_ITEM(box, 0);
-    count = PyList_GET_SIZE(derived);
-    items = ((PyListObject *)derived)->ob_item;
-#ifndef Py_GIL_DISABLED
-    /* With the GIL held and no Python code run below, a reference count of 1 (the box's)
-     * means no one can reach the list. Free-threaded builds count references per thread. */
-    if (PyList_CheckExact(held) && held != derived && Py_REFCNT(held) == 1) {
-        size = PyList_GET_SIZE(held);
-        if (size <= count && (size == 0 || memcmp(((PyListObject *)held)->ob_item, items,
-                                                   (size_t)size * sizeof(PyObject *)) == 0)) {
-            for (index = size; index < count; index++) {
-                if (PyList_Append(held, items[index]) < 0) {
-                    return NULL;
-                }
-            }
-            Py_INCREF(held);
-            return held;
-        }
-    }
-#endif
-    fresh = PyList_GetSlice(derived, 0, count);
-    if (fresh == NULL) {
-        return NULL;
-    }
-    Py_INCREF(fresh);
-    /* steals one reference and then releases the old list: should that free it and run a
-     * finalizer of something its caller put in it, the box already holds the fresh list */
-    PyList_SetItem(box, 0, fresh);
-    return fresh;
-}
-
 /* ---------------------------------------------------------------------------------------
  * The SQLite seal checksum text (dsh.persistence._seal.rows_crc): a growable byte buffer.
  */
@@ -2958,8 +2905,6 @@ static PyMethodDef methods[] = {
      seqs_contiguous_doc},
     {"gather_messages", (PyCFunction)(void (*)(void))gather_messages, METH_FASTCALL,
      gather_messages_doc},
-    {"hand_out_messages", (PyCFunction)(void (*)(void))hand_out_messages, METH_FASTCALL,
-     hand_out_messages_doc},
     {"seqs_below", (PyCFunction)(void (*)(void))seqs_below, METH_FASTCALL, seqs_below_doc},
     {"running_sums_below", (PyCFunction)(void (*)(void))running_sums_below, METH_FASTCALL,
      running_sums_below_doc},

@@ -79,6 +79,3 @@ def chain_leaves(events: Sequence[Mapping[str, Any]], batch_key: bytes,
                  sha256: Callable[[bytes], Any], dumps: Callable[[Any], bytes], /
                  ) -> list[bytes]:
     """A batch's seal chain leaves under ``batch_key`` (reference: ``_chain.event_leaves``)."""
-
-def hand_out_messages(derived: list[Any], box: list[Any], /) -> list[Any]:
-    """A list equal to ``derived`` that no one else holds (reference: ``list(derived)``)."""

@@ -206,7 +206,7 @@ class FrozenList(list[Any]):
 _SPEEDUPS_API: Final = (
     "configure", "freeze_parsed", "snapshot", "untrack", "Fallback", "scan_lines",
     "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
-    "encode_rows", "seqs_contiguous", "gather_messages", "hand_out_messages", "seqs_below",
+    "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
     "running_sums_below", "canonical", "chain_leaves")
 """What this dsh calls in ``dsh._speedups``."""
 
@@ -387,7 +387,6 @@ c_rows_text = _optional(_accelerator.rows_text)
 c_encode_rows = _optional(_accelerator.encode_rows)
 c_seqs_contiguous = _optional(_accelerator.seqs_contiguous)
 c_gather_messages = _optional(_accelerator.gather_messages)
-c_hand_out_messages = _optional(_accelerator.hand_out_messages)
 c_seqs_below = _optional(_accelerator.seqs_below)
 c_running_sums_below = _optional(_accelerator.running_sums_below)
 # the seal chain's canonical bytes and leaves (references: dumps_canonical below and

@@ -74,7 +74,7 @@ def test_erase_removes_a_session_everywhere_and_the_receipt_checks(url: str,
         assert verify_receipt(store, made) == []
     assert_valid_openai({"messages": to_openai(view)})
     assert_valid_anthropic(to_anthropic(view))
-    assert CHILD in json.dumps(view)
+    assert CHILD in json.dumps(list(view))
     run_cli("verify", "--store", url, "--all")
     done = run_cli("verify", "--store", url, "--receipt", str(receipt))
     assert "holds" in done.stdout

@@ -45,7 +45,7 @@ def test_a_round_trip_hides_then_restores_the_model_view_and_keeps_the_log(url: 
     assert log[:len(before_log)] == before_log  # nothing of the log changed
     assert len(hidden) == len(before_view)
     assert [m["role"] for m in hidden] == [m["role"] for m in before_view]
-    text = json.dumps(hidden)
+    text = json.dumps(list(hidden))
     assert not any(secret in text for secret in SECRETS.values())
     assert text.count(PLACEHOLDER_TEXT) == 3
     assert_valid_openai({"messages": to_openai(hidden)})

@@ -223,7 +223,7 @@ def test_session_round_trips_adapter_default_markers_and_rejects_invalid_values(
 
 def test_session_isolates_the_log_from_mutation_through_a_derived_message() -> None:
     # docs/rules.md#what-append-refuses append-only contract: derived messages are frozen; the
-    # returned list is fresh.
+    # returned snapshot is immutable, and a list made from it is the caller's.
     s = fresh()
     s.append("user/message", user_message("a"), surface_op="append")
     s.append("user/message", user_message("b"), surface_op="append")
@@ -232,7 +232,11 @@ def test_session_isolates_the_log_from_mutation_through_a_derived_message() -> N
         out[0]["content"][0]["text"] = "changed"
     with pytest.raises(TypeError):
         out[0]["content"].append({"type": "text", "text": "x"})
-    out.reverse()
+    with pytest.raises(TypeError):
+        out[0] = out[1]  # type: ignore[index]
+    assert not hasattr(out, "reverse") and not hasattr(out, "append")
+    mine = list(out)
+    mine.reverse()
     assert [m["content"][0]["text"] for m in s.derive_messages()] == ["a", "b"]
 
 

@@ -8,7 +8,7 @@ import dsh
 from dsh import Event, Session, Store
 from dsh.json import FrozenDict, snapshot_json
 from dsh.persistence import Inspection, ListingEntry
-from dsh.session import EventLog
+from dsh.session import EventLog, MessageLog
 
 
 def use_the_api(store: Store) -> None:
@@ -19,7 +19,8 @@ def use_the_api(store: Store) -> None:
     assert_type(event.seq, int)
     assert_type(event.type, str)
     assert_type(session.events, EventLog)
-    assert_type(session.derive_messages(), list[FrozenDict])
+    assert_type(session.derive_messages(), MessageLog)
+    assert_type(session.derive_messages()[0], FrozenDict)
     closers = dsh.interrupted_turn_closers(session.events)
     assert_type(closers, tuple[Event, ...])
     child = store.fork(session.id, 0, child_id="typed-child", open_turn="close")

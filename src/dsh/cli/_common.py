@@ -367,4 +367,4 @@ def model_view(read: Inspection, fmt: str, target_model: str | None = None) -> A
         from dsh.interop import to_anthropic
 
         return to_anthropic(messages, target_model=target_model)
-    return messages
+    return list(messages)  # the snapshot as the JSON array the command prints

@@ -47,6 +47,7 @@ from dsh.session._restore_state import RestoreFold, RestoreState
 from dsh.session._session import (
     Clock,
     EventLog,
+    MessageLog,
     SeedStream,
     Session,
     call_config_equals,
@@ -97,6 +98,7 @@ __all__ = [
     "Event",
     "EventLog",
     "EventSource",
+    "MessageLog",
     "OpenTurnPolicy",
     "PagedLog",
     "PersistencePort",

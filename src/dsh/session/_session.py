@@ -25,7 +25,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from time import time_ns
-from typing import Any, Final, Literal, Protocol, overload
+from typing import Any, Final, Literal, Protocol, TypeVar, overload
 
 from dsh._errors import DshError, EventRejectedError, InvalidJsonError
 from dsh.json import (
@@ -33,7 +33,6 @@ from dsh.json import (
     FrozenDict,
     c_admit_plain,
     c_gather_messages,
-    c_hand_out_messages,
     c_message_shape_ok,
     dumps,
     snapshot_json,
@@ -69,6 +68,7 @@ _APPEND: Final = SurfacePlan(-1, -1, -1)  # marker: push the new seq, nothing to
 _END_SEED: Final = "session/end-seed"
 
 _Log = list[Event] | PagedLog
+_T = TypeVar("_T")
 """A session's log: a resident list, or a paged one after an O(tail) resume."""
 
 
@@ -565,16 +565,19 @@ class PrefixState(Protocol):
         """Inherited end-seed markers at or after the fork cut."""
         ...
 
-class EventLog(Sequence[Event]):
-    """A snapshot of a session's first ``len`` events: immutable, shares the log, O(1) to take.
+class _Prefix(Sequence[_T]):
+    """A snapshot of the first ``len`` items of an append-only sequence: immutable, O(1) to take.
 
-    Indexing, slicing (returns a tuple), iteration, ``len`` and equality with any sequence of
-    events behave like a tuple; ``log + other`` returns a tuple.
+    The backing sequence is only ever appended to (never changed below ``len``), so the
+    snapshot shares it instead of copying. Indexing, slicing (returns a tuple), iteration,
+    ``len`` and equality with any list, tuple or snapshot behave like a tuple; ``+`` returns a
+    tuple. ``_noun`` names the items in errors and ``repr``.
     """
 
     __slots__ = ("_len", "_log")
+    _noun = "item"
 
-    def __init__(self, log: _Log, length: int) -> None:
+    def __init__(self, log: Sequence[_T], length: int) -> None:
         self._log = log
         self._len = length
 
@@ -582,38 +585,67 @@ class EventLog(Sequence[Event]):
         return self._len
 
     @overload
-    def __getitem__(self, index: int) -> Event: ...
+    def __getitem__(self, index: int) -> _T: ...
 
     @overload
-    def __getitem__(self, index: slice) -> tuple[Event, ...]: ...
+    def __getitem__(self, index: slice) -> tuple[_T, ...]: ...
 
-    def __getitem__(self, index: int | slice) -> Event | tuple[Event, ...]:
+    def __getitem__(self, index: int | slice) -> _T | tuple[_T, ...]:
         if isinstance(index, slice):
             start, stop, step = index.indices(self._len)
             return tuple(self._log[start:stop:step])
         if index < 0:
             index += self._len
         if not 0 <= index < self._len:
-            raise IndexError(f"event index {index} out of range (log holds {self._len})")
+            raise IndexError(f"{self._noun} index {index} out of range "
+                             f"(the snapshot holds {self._len})")
         return self._log[index]
 
-    def __iter__(self) -> Iterator[Event]:
+    def __iter__(self) -> Iterator[_T]:
         return islice(self._log, self._len)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, EventLog | tuple | list):
+        if isinstance(other, _Prefix | tuple | list):
             return len(other) == self._len and all(a == b for a, b in zip(self, other,
                                                                              strict=True))
         return NotImplemented
 
     def __hash__(self) -> int:
-        raise TypeError("unhashable type: 'EventLog'")
+        raise TypeError(f"unhashable type: {type(self).__name__!r}")
 
-    def __add__(self, other: Sequence[Event]) -> tuple[Event, ...]:
+    def __add__(self, other: Sequence[_T]) -> tuple[_T, ...]:
         return (*self, *other)
 
+    def __radd__(self, other: Sequence[_T]) -> tuple[_T, ...]:
+        return (*other, *self)
+
     def __repr__(self) -> str:
-        return f"EventLog({self._len} events)"
+        return f"{type(self).__name__}({self._len} {self._noun}s)"
+
+
+class EventLog(_Prefix[Event]):
+    """A snapshot of a session's first ``len`` events: immutable, shares the log, O(1) to take.
+
+    Indexing, slicing (returns a tuple), iteration, ``len`` and equality with any sequence of
+    events behave like a tuple; ``log + other`` returns a tuple.
+    """
+
+    __slots__ = ()
+    _noun = "event"
+
+
+class MessageLog(_Prefix[FrozenDict]):
+    """What :meth:`Session.derive_messages` returns: the first ``len`` derived messages.
+
+    Immutable and O(1) to take: it shares the session's list of derived messages, which only
+    grows (a replace starts a new list, so a snapshot taken before it keeps its messages).
+    Indexing, slicing (returns a tuple), iteration, ``len`` and equality with any list, tuple
+    or snapshot behave like a tuple; ``+`` returns a tuple; ``list(...)`` gives a list to edit
+    or serialize. Rule: docs/rules.md#deriving-messages.
+    """
+
+    __slots__ = ()
+    _noun = "message"
 
 
 class Session:
@@ -645,7 +677,6 @@ class Session:
         "_derived",
         "_derived_count",
         "_derived_generation",
-        "_derived_handed",
         "_events_cache",
         "_first_live_seq",
         "_header",
@@ -823,9 +854,6 @@ class Session:
         self._derived: list[FrozenDict] = []
         self._derived_count = 0
         self._derived_generation = 0
-        # [the list derive_messages handed out last]: the C path extends it again once its
-        # caller has dropped it (see c_hand_out_messages); one extra list of references
-        self._derived_handed: list[list[FrozenDict]] = [[]]
         self._message_cache: dict[int, FrozenDict | None] = {}
         self._rh_count = 0
         self._rh_value: FrozenDict | None = None
@@ -1346,22 +1374,22 @@ class Session:
 
     # derived views --------------------------------------------------------------------------
 
-    def derive_messages(self, *, last: int | None = None) -> list[FrozenDict]:
-        """Return the model-visible messages, in surface order, as a fresh list.
+    def derive_messages(self, *, last: int | None = None) -> MessageLog:
+        """Return the model-visible messages, in surface order, as a :class:`MessageLog`.
 
         With ``last=N`` (N >= 0): only the last N messages (fewer when the surface has fewer),
         found from the end of the surface, so they cost O(N) whatever the session's length
         (after an O(tail) resume, only the pages holding them are read); the incremental state
         of the full derive is not touched. A ``ValueError`` names a negative or non-integer N.
 
-        Elements are the frozen messages stored in the log (shared, never copied); the list is
-        the caller's (reordering it is harmless; a held list never grows). Incremental: only
-        nodes added since the last call are projected, unless ``replace_generation`` changed,
-        which rebuilds from scratch; the gathering runs in the C accelerator when it is built.
-        With it, a list its caller has dropped, unchanged or only shortened, is extended and
-        handed out again (no one else can reach it, so it is as fresh as a copy); this saves
-        copying every reference when the previous result is gone, and costs one list of
-        references held by the session. Rule: docs/rules.md#deriving-messages.
+        Elements are the frozen messages stored in the log (shared, never copied). The result
+        is an immutable snapshot that never grows, O(1) to take whatever the surface's length:
+        it shares the session's list of derived messages, which is only appended to (a replace
+        starts a new one), so holding the previous result costs nothing either. Use
+        ``list(...)`` for a list to edit or serialize. Incremental: only nodes added since the
+        last call are projected, unless ``replace_generation`` changed, which rebuilds from
+        scratch; the gathering runs in the C accelerator when it is built.
+        Rule: docs/rules.md#deriving-messages.
         """
         if last is not None:
             return self._last_messages(last)
@@ -1400,21 +1428,19 @@ class Session:
             finally:
                 # should a projection raise, what was gathered stays counted exactly once
                 self._derived_count = index
-        if c_hand_out_messages is not None:
-            # equal to the copy below; extends the list handed out last if no one holds it
-            handed: list[FrozenDict] = c_hand_out_messages(self._derived, self._derived_handed)
-            return handed
-        return list(self._derived)
+        derived = self._derived
+        return MessageLog(derived, len(derived))
 
-    def _last_messages(self, count: int) -> list[FrozenDict]:
+    def _last_messages(self, count: int) -> MessageLog:
         """The last ``count`` messages of the surface (see :meth:`derive_messages`)."""
         if type(count) is not int or count < 0:
             raise ValueError(f"last must be a non-negative integer, got {count!r}")
         if count == 0:
-            return []
+            return MessageLog([], 0)
         if self._derived_count == len(self._nodes) \
                 and self._derived_generation == self._surface.replace_generation:
-            return self._derived[-count:]  # the full derive is current: its tail is the answer
+            tail = self._derived[-count:]  # the full derive is current: its tail is the answer
+            return MessageLog(tail, len(tail))
         cache = self._message_cache
         log = self._log
         out: list[FrozenDict] = []
@@ -1425,7 +1451,7 @@ class Session:
                 if len(out) == count:
                     break
         out.reverse()
-        return out
+        return MessageLog(out, len(out))
 
     def _page_in_messages(self, log: PagedLog, start: int) -> None:
         """Cache the messages of surface nodes ``start..`` that lie before the paged cut.
