@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from dsh._errors import (
     PersistenceError,
     SessionBusyError,
     SessionFormatUnsupportedError,
+    SessionNotFoundError,
 )
 from dsh.persistence import Persistence, open_backend
 from dsh.persistence.postgres._backend import PostgresBackend, parse_postgres_url
@@ -47,6 +49,17 @@ ANSWER_WAIT_S = 120  # a hang guard for a stuck child, not a timing assertion
 def pg_url() -> Iterator[str]:
     with temporary_postgres_url(lease_ms=600) as url:
         yield url
+
+
+@pytest.fixture
+def backend(pg_url: str) -> Iterator[Any]:
+    """A backend on ``pg_url`` holding a created session ``s`` with no events; closed after."""
+    opened = open_backend(pg_url)
+    try:
+        opened.create(header("s"))
+        yield opened
+    finally:
+        opened.close()
 
 
 def _schema(url: str) -> str:
@@ -298,21 +311,31 @@ def test_hosts_starting_at_once_apply_each_migration_once() -> None:
         assert _sql(f'SELECT count(*) FROM "{schema}".store_state') == [(1,)]
 
 
+def _at_migration_1(url: str) -> str:
+    """Lay out the URL's schema as migration 1 left it; return the schema name."""
+    schema = _schema(url)
+    number, name, statements = MIGRATIONS[0]
+    _sql(f'CREATE SCHEMA "{schema}"')
+    _sql(f'CREATE TABLE "{schema}".dsh_migrations (version integer PRIMARY KEY, '
+         "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+    for statement in statements:
+        _sql(statement.replace("{s}", f'"{schema}"'))
+    _sql(f'INSERT INTO "{schema}".dsh_migrations (version, name) VALUES (%s, %s)', number, name)
+    return schema
+
+
 def test_migrate_brings_an_older_schema_forward_and_refuses_a_newer_one() -> None:
     with temporary_postgres_url() as url:
-        schema = _schema(url)
-        number, name, statements = MIGRATIONS[0]
-        _sql(f'CREATE SCHEMA "{schema}"')
-        _sql(f'CREATE TABLE "{schema}".dsh_migrations (version integer PRIMARY KEY, '
-             "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
-        for statement in statements:
-            _sql(statement.replace("{s}", f'"{schema}"'))
-        _sql(f'INSERT INTO "{schema}".dsh_migrations (version, name) VALUES (%s, %s)',
-             number, name)
-        with pytest.raises(PersistenceError) as info:
-            open_backend(f"{url}&migrate=false")
-        assert info.value.code == "MIGRATION_REQUIRED"
-        assert "dsh migrate" in info.value.message
+        schema = _at_migration_1(url)
+        behind = Persistence(open_backend(f"{url}&migrate=false"))  # sends nothing yet
+        try:  # refused by the first statement, a read carrying the check included
+            for first_use in (lambda: behind.read("s"), lambda: behind.exists("s")):
+                with pytest.raises(PersistenceError) as info:
+                    first_use()
+                assert info.value.code == "MIGRATION_REQUIRED"
+                assert "dsh migrate" in info.value.message
+        finally:
+            behind.close()
         proc = subprocess.run([sys.executable, "-m", "dsh.cli", "migrate", "--store", url,
                                "--json"], capture_output=True, text=True, timeout=ANSWER_WAIT_S,
                               check=False)
@@ -324,8 +347,13 @@ def test_migrate_brings_an_older_schema_forward_and_refuses_a_newer_one() -> Non
             assert handle.epoch == 1  # type: ignore[attr-defined]
         backend.close()
         _sql(f'INSERT INTO "{schema}".dsh_migrations (version, name) VALUES (99, %s)', "future")
-        with pytest.raises(SessionFormatUnsupportedError, match="upgrade dsh"):
-            open_backend(url)
+        ahead = Persistence(open_backend(url))
+        try:
+            for first_use in (lambda: ahead.read("s"), lambda: ahead.open("s", "write")):
+                with pytest.raises(SessionFormatUnsupportedError, match="upgrade dsh"):
+                    first_use()
+        finally:
+            ahead.close()
 
 
 def test_busy_error_names_the_holder_and_read_handles_still_read(pg_url: str) -> None:
@@ -347,21 +375,16 @@ def test_busy_error_names_the_holder_and_read_handles_still_read(pg_url: str) ->
         store.close()
 
 
-def test_lease_is_renewed_in_the_background(pg_url: str) -> None:
-    backend = open_backend(pg_url)
-    try:
-        backend.create(header("s"))
-        with backend.open("s", "write") as handle:
-            schema = _schema(pg_url)
-            first = _sql(f'SELECT lease_expires_at FROM "{schema}".sessions')[0][0]
-            deadline = time.monotonic() + ANSWER_WAIT_S
-            while _sql(f'SELECT lease_expires_at FROM "{schema}".sessions')[0][0] == first:
-                assert time.monotonic() < deadline, "lease was never renewed"
-                time.sleep(0.05)
-            time.sleep(1.2)  # two lease lengths: only the renewal keeps the lease ours
-            handle.append([make("session/title", 0, {"title": "still mine"})])
-    finally:
-        backend.close()
+def test_lease_is_renewed_in_the_background(pg_url: str, backend: Any) -> None:
+    with backend.open("s", "write") as handle:
+        schema = _schema(pg_url)
+        first = _sql(f'SELECT lease_expires_at FROM "{schema}".sessions')[0][0]
+        deadline = time.monotonic() + ANSWER_WAIT_S
+        while _sql(f'SELECT lease_expires_at FROM "{schema}".sessions')[0][0] == first:
+            assert time.monotonic() < deadline, "lease was never renewed"
+            time.sleep(0.05)
+        time.sleep(1.2)  # two lease lengths: only the renewal keeps the lease ours
+        handle.append([make("session/title", 0, {"title": "still mine"})])
 
 
 def test_bad_postgres_options_are_config_errors() -> None:
@@ -444,7 +467,7 @@ def test_takeover_of_a_writer_paused_inside_its_append_transaction(
 
 
 def test_big_and_small_batches_store_the_same_rows_by_copy_and_by_one_statement(
-        pg_url: str) -> None:
+        pg_url: str, backend: Any) -> None:
     # A batch above ONE_STATEMENT_MAX_ROWS goes by COPY inside the fenced transaction, a
     # small one as one statement; both store exactly the events (zstd payloads included).
     from dsh.persistence.postgres._backend import ONE_STATEMENT_MAX_ROWS
@@ -452,18 +475,13 @@ def test_big_and_small_batches_store_the_same_rows_by_copy_and_by_one_statement(
     big = "word " * 2000  # >= 4 KiB: stored zstd-compressed
     events = [make("session/title", seq, {"title": big if seq % 7 == 0 else f"t{seq}"})
               for seq in range(ONE_STATEMENT_MAX_ROWS * 2 + 5)]
-    backend = open_backend(pg_url)
-    try:
-        backend.create(header("s"))
-        with backend.open("s", "write") as handle:
-            handle.append(events[:3])  # one statement
-            handle.append(events[3:ONE_STATEMENT_MAX_ROWS * 2 + 3])  # COPY
-            handle.append(events[ONE_STATEMENT_MAX_ROWS * 2 + 3:])  # one statement
-        zstd = _sql(f'SELECT count(*) FROM "{_schema(pg_url)}".events WHERE data_zstd IS NOT '
-                    "NULL")[0][0]
-        assert zstd == len([e for e in events if e["seq"] % 7 == 0])
-    finally:
-        backend.close()
+    with backend.open("s", "write") as handle:
+        handle.append(events[:3])  # one statement
+        handle.append(events[3:ONE_STATEMENT_MAX_ROWS * 2 + 3])  # COPY
+        handle.append(events[ONE_STATEMENT_MAX_ROWS * 2 + 3:])  # one statement
+    zstd = _sql(f'SELECT count(*) FROM "{_schema(pg_url)}".events WHERE data_zstd IS NOT '
+                "NULL")[0][0]
+    assert zstd == len([e for e in events if e["seq"] % 7 == 0])
     assert [dict(e) for e in _stored(pg_url)] == [dict(e) for e in events]
 
 
@@ -534,23 +552,127 @@ def test_a_connection_returned_mid_transaction_is_rolled_back_and_reused(pg_url:
         backend.close()
 
 
-def test_a_read_only_open_takes_no_lease(pg_url: str) -> None:
-    backend = open_backend(pg_url)
-    try:
-        backend.create(header("s1"))
-        with backend.open("s1", "write") as handle:
-            handle.append([make("session/title", 0, {"title": "one"})])
-            epoch = _sql(f'SELECT lease_epoch FROM "{_schema(pg_url)}".sessions')[0][0]
-            persistence = Persistence(open_backend(pg_url))
-            try:  # a writer holds the lease; reading neither waits nor takes it
-                assert len(persistence.read("s1").events) == 1
-            finally:
-                persistence.close()
-            assert _sql(f'SELECT lease_epoch FROM "{_schema(pg_url)}".sessions')[0][0] == epoch
-    finally:
-        backend.close()
+def test_a_read_only_open_takes_no_lease(pg_url: str, backend: Any) -> None:
+    with backend.open("s", "write") as handle:
+        handle.append([make("session/title", 0, {"title": "one"})])
+        epoch = _sql(f'SELECT lease_epoch FROM "{_schema(pg_url)}".sessions')[0][0]
+        persistence = Persistence(open_backend(pg_url))
+        try:  # a writer holds the lease; reading neither waits nor takes it
+            assert len(persistence.read("s").events) == 1
+        finally:
+            persistence.close()
+        assert _sql(f'SELECT lease_epoch FROM "{_schema(pg_url)}".sessions')[0][0] == epoch
 
 
 def _conninfo_and_schema(url: str) -> tuple[str, str]:
     conninfo, options = parse_postgres_url(url)
     return conninfo, options["schema"]
+
+
+class RoundTrips:
+    """What the pool's connections send, read from libpq's trace of each (``PQtrace``).
+
+    Each simple ``Query`` message and each ``Sync`` (ending a parse/bind/execute) is one round
+    trip: the client waits for the server's ``ReadyForQuery`` before it sends anything else.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from dsh.persistence.postgres._pool import SharedPool
+
+        self._traced: list[list[Any]] = []  # [connection, its current trace file]
+        connect = SharedPool._connect
+
+        def traced(pool: SharedPool) -> Any:
+            conn = connect(pool)
+            self._traced.append([conn, self._trace(conn)])
+            return conn
+
+        monkeypatch.setattr(SharedPool, "_connect", traced)
+
+    @staticmethod
+    def _trace(conn: Any) -> Any:
+        out = tempfile.TemporaryFile()  # noqa: SIM115 - closed by sent() and close()
+        conn.pgconn.trace(out.fileno())
+        conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        return out
+
+    def sent(self) -> list[str]:
+        """The round trips since the last call: a ``Query``'s text, or the statement synced."""
+        trips: list[str] = []
+        for traced in self._traced:
+            conn, out = traced
+            if conn.closed:
+                continue
+            conn.pgconn.untrace()  # flushes the trace
+            out.seek(0)
+            parsed = ""
+            for line in out.read().decode("utf-8", "replace").splitlines():
+                fields = line.split("\t")
+                if fields[0] != "F" or len(fields) < 3:
+                    continue
+                if fields[2] == "Query":
+                    trips.append(fields[3].strip())
+                elif fields[2] == "Parse":  # fields[3]: the statement's name, then its text
+                    parsed = fields[3].strip()
+                elif fields[2] == "Sync":  # no Parse since the last Sync: a prepared one
+                    trips.append(parsed or "(a prepared statement)")
+                    parsed = ""
+            out.close()
+            traced[1] = self._trace(conn)
+        return trips
+
+    def close(self) -> None:
+        """Stop tracing (before the pool closes its connections)."""
+        for conn, out in self._traced:
+            if not conn.closed:
+                conn.pgconn.untrace()
+            out.close()
+
+
+def test_a_read_is_one_round_trip_with_the_schema_check_folded_in(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/stores.md#connections-and-the-schema-check: a fresh pool's read of a session is
+    one message (schema state, session row, rows, one snapshot); a commit one statement."""
+    with temporary_postgres_url(lease_ms=60_000) as url:  # no renewal inside the test
+        writer = open_backend(url)
+        writer.create(header("s"))
+        with writer.open("s", "write") as handle:
+            handle.append([make("session/title", seq, {"title": f"t{seq}"}) for seq in (0, 1)])
+        writer.close()
+        trips = RoundTrips(monkeypatch)
+        store = Persistence(open_backend(url))  # a new pool: connects, sends nothing
+        try:
+            assert trips.sent() == []
+            assert len(store.read("s").events) == 2
+            [read] = trips.sent()
+            assert "dsh_migrations" in read and "FROM" in read and "events" in read
+            with pytest.raises(SessionNotFoundError):  # the same message answers existence
+                store.read("missing")
+            assert len(trips.sent()) == 1
+            with store.open("s", "write") as handle:  # the lease, head and restore point
+                assert len(trips.sent()) == 1
+                handle.append([make("session/title", 2, {"title": "t2"})])
+                [append] = trips.sent()  # one statement: fence, rows, head, lease, NOTIFY
+                assert "WITH fence AS" in append
+            [release] = trips.sent()
+            assert "lease_owner = NULL" in release
+        finally:
+            trips.close()
+            store.close()
+
+
+def test_a_read_through_a_schema_that_is_behind_migrates_it_first() -> None:
+    """A pool's first read meets a schema at migration 1 (columns missing): checked in
+    full, migrated, then read (docs/stores.md#connections-and-the-schema-check)."""
+    with temporary_postgres_url() as url:
+        schema = _at_migration_1(url)
+        _sql(f'INSERT INTO "{schema}".sessions (id, version, created_at, incarnation) VALUES '
+             "('old', 0, 1, gen_random_uuid())")
+        store = Persistence(open_backend(url))
+        try:
+            read = store.read("old")
+            assert read.header["id"] == "old" and read.events == ()
+        finally:
+            store.close()
+        assert _sql(f'SELECT max(version) FROM "{schema}".dsh_migrations') == [
+            (SCHEMA_VERSION,)]

@@ -55,6 +55,7 @@ from dsh.persistence._contract import ListsEntries as ListsEntries
 from dsh.persistence._contract import Migrates as Migrates
 from dsh.persistence._contract import NamesFiles as NamesFiles
 from dsh.persistence._contract import ReadsRanges as ReadsRanges
+from dsh.persistence._contract import ReadsWhole as ReadsWhole
 from dsh.persistence._contract import Reseals as Reseals
 from dsh.persistence._contract import Rewrites as Rewrites
 from dsh.persistence._contract import SchemaVersioned as SchemaVersioned

@@ -52,6 +52,7 @@ __all__ = [
     "NamesFiles",
     "OpenMode",
     "ReadsRanges",
+    "ReadsWhole",
     "Reseals",
     "Rewrites",
     "SchemaVersioned",
@@ -309,6 +310,10 @@ class Capabilities:
         asides: It keeps small derived blobs beside a session's log (:class:`KeepsAsides`),
             for readers that verify them against the log (an adapter's index); otherwise a
             reader derives them from the log each time.
+        whole_reads: It opens and reads a session's committed log in one step
+            (:class:`ReadsWhole`: one round trip on PostgreSQL, the lookup answered by the
+            read itself), which a plain read (``Persistence.read``) uses; otherwise a read
+            opens a read handle and reads through it.
     """
 
     restore_points: bool = False
@@ -328,6 +333,7 @@ class Capabilities:
     rewrites: bool = False
     scrubs: bool = False
     asides: bool = False
+    whole_reads: bool = False
 
 
 @runtime_checkable
@@ -513,6 +519,20 @@ class ReadsRanges(Protocol):
         None when this store cannot serve ranges (a SQLite file of schema 14). The source
         reads storage on its own (no use of this handle after it is closed) and raises
         ``LogCorruptError`` when the rows no longer decode to contiguous events.
+        """
+        ...
+
+
+@runtime_checkable
+class ReadsWhole(Protocol):
+    """A backend that opens and reads a whole session in one step (``Capabilities.whole_reads``)."""
+
+    def read_whole(self, session_id: str) -> ColdRead:
+        """What ``open(session_id, "read")`` then ``read(0)`` would return, in one step.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            LogCorruptError, SessionFormatUnsupportedError: as :meth:`Handle.read` raises them.
         """
         ...
 

@@ -30,6 +30,7 @@ from dsh.persistence._contract import (
     ColdRead,
     Handle,
     NamesFiles,
+    ReadsWhole,
     TornTail,
     format_version_refusal,
 )
@@ -235,9 +236,13 @@ def read_stored(backend: Backend, session_id: str) -> Inspection:
         SessionNotFoundError, LogCorruptError, SessionFormatUnsupportedError,
         UnknownEventTypeError.
     """
-    with backend.open(session_id, "read") as handle:
-        cold = handle.read(0)
-        path = raw_path(handle, backend.capabilities)
+    if backend.capabilities.whole_reads:  # one step (one round trip on PostgreSQL)
+        cold = cast(ReadsWhole, backend).read_whole(session_id)
+        path = None
+    else:
+        with backend.open(session_id, "read") as handle:
+            cold = handle.read(0)
+            path = raw_path(handle, backend.capabilities)
     events, closers = read_pipeline(session_id, cold, path=path)
     return Inspection(cold.header, events + closers, closers, cold.torn, cold.revision)
 

@@ -110,6 +110,7 @@ class BackendContract:
             Migrates,
             NamesFiles,
             ReadsRanges,
+            ReadsWhole,
             RecordsAfterCommit,
             Reseals,
             Rewrites,
@@ -131,6 +132,7 @@ class BackendContract:
         assert caps.torn_tail_hook == isinstance(backend, InjectsTornTail)
         assert caps.reseal == isinstance(backend, Reseals)
         assert caps.asides == isinstance(backend, KeepsAsides)
+        assert caps.whole_reads == isinstance(backend, ReadsWhole)
         store.create(header("caps"))
         with store.open("caps", "write") as handle:
             assert caps.restore_points == isinstance(handle, KeepsRestorePoints)

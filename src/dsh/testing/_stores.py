@@ -1,8 +1,9 @@
 """Store URLs for tests: every bundled backend, PostgreSQL in a throw-away schema, damage.
 
 PostgreSQL is found at ``$DSH_TEST_POSTGRES_URL`` (default
-``postgresql://postgres@127.0.0.1:5432/test``); each test store gets its own random schema,
-dropped afterwards, so runs never see each other's sessions.
+``postgresql://postgres@127.0.0.1:5432/test``); each test store gets its own random schema
+(named ``$DSH_TEST_POSTGRES_SCHEMA_PREFIX``, default ``dsh_test_``, then 12 hex digits), dropped
+afterwards, so runs never see each other's sessions.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def temporary_postgres_url(base: str | None = None, *, lease_ms: int | None = No
         lease_ms: Lease length (ms) to put in the URL, or the backend default.
     """
     server = base or postgres_base_url()
-    schema = f"dsh_test_{uuid.uuid4().hex[:12]}"
+    prefix = os.environ.get("DSH_TEST_POSTGRES_SCHEMA_PREFIX", "dsh_test_")
+    schema = f"{prefix}{uuid.uuid4().hex[:12]}"
     try:
         yield _with_options(server, schema=schema, lease_ms=lease_ms)
     finally:

@@ -135,6 +135,8 @@ _SESSION_COLUMNS: Final = ("id, version, created_at, cwd, parent_session, seed_l
                            "delegation_depth, agent_preset, incarnation::text, revision, head_seq, "
                            "metadata")
 _ROW_COLUMNS: Final = "seq, type, time, data, data_zstd, source_event_seqs, surface_op, ignorable"
+_SCHEMA_ERRORS: Final = ("UndefinedTable", "UndefinedColumn", "InvalidSchemaName")
+"""What a statement meets in a schema that is missing or behind (then checked in full)."""
 
 
 def _with_metadata(header: FrozenDict, text: str | None, url: str) -> FrozenDict:
@@ -310,20 +312,27 @@ class PostgresHandle(HandleBase):
             raise ConfigError(f"read offset must be a non-negative safe integer event seq, got "
                               f"{offset!r}", session_id=self._id)
         b = self._backend
-        with b._conn("read", self._id) as conn:
-            if offset == 0:  # the session row and the rows: one round trip, one snapshot
-                sessions, rows = b._batch(conn, [(b._sql_session_row, (self._id,)),
-                                                 (b._sql_rows_from, (self._id, 0))],
-                                          begin=True, commit=True)
-                srow = sessions[0] if sessions else None
-                base = 0
-            else:  # a suffix read first finds the packed row covering its offset
-                with conn.transaction():
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
-                    if srow is not None:
-                        base = self._suffix_base(conn, offset, int(srow[11]))
-                        rows = conn.execute(b._sql_rows_from, (self._id, base)).fetchall()
+        if offset == 0:  # the session row and the rows: one round trip, one snapshot
+            sessions, rows = b._read_batch("read", self._id, b._whole_read(self._id))
+            return self._decoded(sessions[0] if sessions else None, rows, 0, 0)
+        # a suffix read first finds the packed row covering its offset
+        with b._conn("read", self._id) as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
+            base, rows = offset, []
+            if srow is not None:
+                base = self._suffix_base(conn, offset, int(srow[11]))
+                rows = conn.execute(b._sql_rows_from, (self._id, base)).fetchall()
+        return self._decoded(srow, rows, base, offset)
+
+    def _decoded(self, srow: tuple[Any, ...] | None, rows: Sequence[Sequence[Any]], base: int,
+                 offset: int) -> ColdRead:
+        """The :class:`ColdRead` of a session row and its rows from ``base`` (see :meth:`read`).
+
+        Raises:
+            As :meth:`read`.
+        """
+        b = self._backend
         if srow is None:
             raise SessionNotFoundError(f"session {self._id!r} is not stored in {b.url}",
                                        session_id=self._id, path=b.url)
@@ -1045,7 +1054,7 @@ class PostgresBackend:
     capabilities = Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
                                 search_index=True, schema_version=True, migrations=True,
                                 torn_tail_hook=True, listing=True, rewrites=True,
-                                scrubs=True, asides=True)
+                                scrubs=True, asides=True, whole_reads=True)
     """Restore points (a table of the schema), fenced write handles (the lease epoch), a tail
     woken by ``NOTIFY``, a search index in its own tables, versioned migrations, and ``dsh ls``
     entries kept beside each head."""
@@ -1074,42 +1083,103 @@ class PostgresBackend:
         psycopg = _psycopg()
         # Shared with every backend of this process on the same URL; its connections bound
         # every wait by the lease (see _pool and docs/stores.md#takeover).
+        self._migrate_on_use = migrate
         self._pool = acquire_pool(psycopg, conninfo, lease_ms=lease_ms, max_size=pool_size,
                                   timeout_s=CONNECT_TIMEOUT_S)
         try:
-            self.schema_version, self.store_id = self._check_schema(migrate)
+            # The first connection, opened here (an unreachable server is refused by the open);
+            # no statement is sent: the schema is checked by the first statement that needs it.
+            with self._conn("open", None, check=False):
+                pass
         except BaseException:
             release_pool(self._pool)
             raise
 
-    def _check_schema(self, migrate: bool) -> tuple[int, str]:
-        """The schema version and store id: once per pool and schema, one statement.
-
-        A schema at the current version costs one query on the first open through a pool and
-        none after (docs/stores.md#connections-and-the-schema-check); migrations run only when it
-        is behind.
+    @property
+    def schema_version(self) -> int:
+        """The schema's migration version (checked, or migrated, on first use through the pool).
 
         Raises:
-            PersistenceError: unreachable (DATABASE_UNREACHABLE), behind with ``migrate``
-                false (MIGRATION_REQUIRED), or the database failed.
+            PersistenceError: behind with ``migrate`` false (MIGRATION_REQUIRED), or the
+                database failed.
             SessionFormatUnsupportedError: migrated by a newer dsh.
         """
+        return self._schema_state()[0]
+
+    @property
+    def store_id(self) -> str:
+        """The store's id (``store_state.store_id``), as the schema check read it.
+
+        Raises:
+            As :attr:`schema_version`.
+        """
+        return self._schema_state()[1]
+
+    def _schema_state(self) -> tuple[int, str]:
         known = self._pool.schemas.get(self.schema)
-        if known is not None:
-            return known
+        return known if known is not None else self._check_schema()
+
+    def _check_schema(self, conn: Any = None) -> tuple[int, str]:
+        """Check the schema in full (one statement when current), migrating it when behind.
+
+        Run when this pool has not checked the schema, or when a statement that read the
+        schema state on the way (:meth:`_read_batch`) found it missing, behind or ahead.
+        Migrations run only when it is behind (docs/stores.md#connections-and-the-schema-check).
+
+        Raises:
+            PersistenceError: behind with ``migrate`` false (MIGRATION_REQUIRED), or the
+                database failed.
+            SessionFormatUnsupportedError: migrated by a newer dsh.
+        """
+        if conn is None:
+            with self._conn("schema check", None, check=False) as own:
+                return self._check_schema(own)
         psycopg = _psycopg()
-        with self._conn("open", None) as conn:
-            try:
-                row = conn.execute(self._sql_schema_state).fetchone()
-                version: int | None = None if row[0] is None else int(row[0])
-            except psycopg.errors.UndefinedTable:
-                version = None  # a new schema, or one before migration 1
-            if version is None or version < SCHEMA_VERSION:
-                version = self._migrate(conn, apply=migrate)
-                row = conn.execute(self._sql_schema_state).fetchone()
-            self._refuse_newer(version)
+        try:
+            row = conn.execute(self._sql_schema_state).fetchone()
+            version: int | None = None if row[0] is None else int(row[0])
+        except psycopg.errors.UndefinedTable:
+            version = None  # a new schema, or one before migration 1
+        if version is None or version < SCHEMA_VERSION:
+            version = self._migrate(conn, apply=self._migrate_on_use)
+            row = conn.execute(self._sql_schema_state).fetchone()
+        self._refuse_newer(version)
         known = self._pool.schemas[self.schema] = (version, str(row[1]))
         return known
+
+    def _read_batch(self, action: str, session_id: str | None,
+                    statements: list[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+        """Run read-only ``statements`` in one snapshot and one round trip; each one's rows.
+
+        When this pool has not checked the schema yet, the check rides in the same message
+        (the schema state read first, in the same snapshot): a schema at this build's version
+        is recorded and costs no round trip of its own. One that is missing, behind or ahead
+        (a statement fails on a missing table or column, or the version differs) is checked
+        in full, migrated or refused, and the statements run again.
+        Rule: docs/stores.md#connections-and-the-schema-check.
+
+        Raises:
+            PersistenceError: the database failed, or (MIGRATION_REQUIRED) the schema is
+                behind and ``migrate`` is false.
+            SessionFormatUnsupportedError: migrated by a newer dsh.
+        """
+        psycopg = _psycopg()
+        if self.schema in self._pool.schemas:
+            with self._conn(action, session_id) as conn:
+                return self._batch(conn, statements, begin=True, commit=True)
+        try:
+            with self._conn(action, session_id, check=False, passthrough=_SCHEMA_ERRORS) as conn:
+                state, *results = self._batch(conn, [(self._sql_schema_state, ()), *statements],
+                                              begin=True, commit=True)
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn,
+                psycopg.errors.InvalidSchemaName):
+            state = []  # no schema, or one too old for these statements
+        if state and state[0][0] == SCHEMA_VERSION:
+            self._pool.schemas[self.schema] = (SCHEMA_VERSION, str(state[0][1]))
+            return results
+        self._check_schema()  # migrates, or refuses
+        with self._conn(action, session_id) as conn:
+            return self._batch(conn, statements, begin=True, commit=True)
 
     def _prepare_sql(self) -> None:
         s = self._s = quote_schema(self.schema)
@@ -1261,10 +1331,10 @@ class PostgresBackend:
             SessionFormatUnsupportedError: the store is newer than this build.
             PersistenceError: the database failed.
         """
-        with self._conn("migrate", None) as conn:
-            self.schema_version = self._migrate(conn, apply=True)
-        self._pool.schemas[self.schema] = (self.schema_version, self.store_id)
-        return self.schema_version
+        with self._conn("migrate", None, check=False) as conn:
+            self._migrate(conn, apply=True)
+            self._pool.schemas.pop(self.schema, None)
+            return self._check_schema(conn)[0]
 
     # plumbing --------------------------------------------------------------------------
 
@@ -1300,12 +1370,14 @@ class PostgresBackend:
                 return results
 
     @contextlib.contextmanager
-    def _conn(self, action: str, session_id: str | None, *, passthrough: tuple[str, ...] = ()
-              ) -> Iterator[Any]:
+    def _conn(self, action: str, session_id: str | None, *, passthrough: tuple[str, ...] = (),
+              check: bool = True) -> Iterator[Any]:
         """A pooled connection; driver errors become :class:`PersistenceError`.
 
         ``passthrough`` names psycopg error classes (``"OperationalError"``) raised as they are,
-        for callers that handle them.
+        for callers that handle them. With ``check``, a schema this pool has not checked yet is
+        checked on the connection first (:meth:`_check_schema`); statements that read the
+        schema state themselves (:meth:`_read_batch`) pass False.
         """
         if self._closed:
             raise PersistenceError(f"PostgreSQL backend for {self._url} is closed", code="CLOSED",
@@ -1313,6 +1385,8 @@ class PostgresBackend:
         psycopg = _psycopg()
         try:
             with self._pool.connection() as conn:
+                if check and self.schema not in self._pool.schemas:
+                    self._check_schema(conn)
                 yield conn
         except PoolTimeoutError as exc:
             raise PersistenceError(f"cannot reach PostgreSQL for store {self._url} ({action}): "
@@ -1357,15 +1431,38 @@ class PostgresBackend:
                                      session_id=h["id"], path=self._url) from exc
 
     def exists(self, session_id: str) -> bool:
-        """Return whether a session row with this id is stored.
+        """Return whether a session row with this id is stored (one round trip).
 
         An id no backend can store (see ``session_id_problem``) is never stored.
         """
         if session_id_problem(session_id) is not None:
             return False
-        with self._conn("lookup", session_id) as conn:
-            return conn.execute(f"SELECT 1 FROM {self._s}.sessions WHERE id = %s",
-                                (session_id,)).fetchone() is not None
+        found = self._read_batch("lookup", session_id, [
+            (f"SELECT 1 FROM {self._s}.sessions WHERE id = %s", (session_id,))])
+        return bool(found[0])
+
+    def read_whole(self, session_id: str) -> ColdRead:
+        """Open ``session_id`` for reading and read its committed log: one round trip.
+
+        The lookup is the read itself (no session row: not found), in one read-only
+        snapshot with the rows; a pool's first statement also carries the schema check
+        (docs/stores.md#connections-and-the-schema-check). Contract:
+        :class:`~dsh.persistence._contract.ReadsWhole`.
+
+        Raises:
+            ConfigError: (code INVALID_ID) an id no backend can store.
+            SessionNotFoundError: no such session.
+            LogCorruptError, SessionFormatUnsupportedError, PersistenceError: as
+                :meth:`PostgresHandle.read` raises them.
+        """
+        check_session_id(session_id)
+        sessions, rows = self._read_batch("read", session_id, self._whole_read(session_id))
+        return PostgresHandle(self, session_id, "read", None)._decoded(
+            sessions[0] if sessions else None, rows, 0, 0)
+
+    def _whole_read(self, session_id: str) -> list[tuple[str, Sequence[Any]]]:
+        """The statements of a whole read: the session row, then every row of the session."""
+        return [(self._sql_session_row, (session_id,)), (self._sql_rows_from, (session_id, 0))]
 
     # asides (docs/stores.md#asides): table ``asides``, made on the first write, outside the
     # migrations (a store that never keeps one has none)
