@@ -40,6 +40,7 @@ from dsh.session import (
     SESSION_FORMAT_VERSION,
     Event,
     Session,
+    SurfaceFold,
     Violation,
     check_log,
     fold_surface,
@@ -138,16 +139,20 @@ def _answered_id(event: Event) -> str | None:
     return str(call_id) if call_id is not None else None
 
 
-def _pairing(events: Sequence[Event]) -> list[Violation]:
-    """Pair tool calls and results by id over the surface of ``events`` + repair closers."""
+def _pairing(events: Sequence[Event], fold: SurfaceFold | None) -> list[Violation]:
+    """Pair tool calls and results by id over the surface of ``events`` + repair closers.
+
+    ``fold`` is the surface of ``events`` alone (``None``: it was refused), reused when
+    there is no closer.
+    """
     try:
         closers = interrupted_turn_closers(events)
     except EventRejectedError as error:
         return [Violation(_where_seq(error), REPAIR,
                           f"the crash repair of the last turn failed: {error.message}")]
-    log = [*events, *closers]
+    log = [*events, *closers] if closers else events
     try:
-        nodes = fold_surface(log).nodes
+        nodes = (fold_surface(log) if closers or fold is None else fold).nodes
     except EventRejectedError:
         return []  # reported by the surface check
     repaired = len(events)
@@ -236,13 +241,14 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
     except DshError as error:
         restore_seq = _where_seq(error)
         found.append(Violation(restore_seq, error.code, " ".join(error.message.split())))
+    fold: SurfaceFold | None = None
     try:
-        fold_surface(log)
+        fold = fold_surface(log)
     except DshError as error:
         seq = _where_seq(error)
         if seq != restore_seq:
             found.append(Violation(seq, error.code, " ".join(error.message.split())))
-    found.extend(_pairing(log))
+    found.extend(_pairing(log, fold))
     found.extend(Violation(v.seq, v.rule, v.message) for v in check_log(log))
     found.extend(Violation(v.seq, f"COMPACTION_{v.rule}", v.message)
                  for v in check_compaction_log(log))

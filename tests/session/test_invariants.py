@@ -406,3 +406,46 @@ def test_invariants_applies_the_transition_after_another_post_commit_observer_th
     assert observer.trace(session).state.open_step == 1
     assert sum("peer observer failed" in r.exc_text for r in caplog.records
                if r.exc_text) == 2
+
+
+def _event(kind: str, seq: Any, turn: Any, step: Any, call: str) -> Event:
+    from dsh.json import snapshot_json
+
+    data: dict[str, Any] = {"turn": turn, "step": step, "callId": call,
+                            "message": {"source": {"callId": call}}}
+    return Event(snapshot_json({"seq": seq, "type": kind, "time": 0, "data": data,
+                                "surfaceOp": "append"}))
+
+
+def test_invariants_check_log_equals_the_event_by_event_trace() -> None:
+    # check_log skips the state for events of no rule (their seq only): same findings as
+    # _check and _effect run on every event (docs/rules.md#turns-and-steps)
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from dsh.session import _invariants
+
+    kinds = st.sampled_from(["turn/start", "turn/end", "step/start", "step/end", "tool/call",
+                             "tool/result", "assistant/message", "request/header",
+                             "user/message", "x/tick", "plan/mode"])
+    small = st.one_of(st.integers(min_value=0, max_value=3), st.none(), st.booleans())
+    events = st.lists(st.tuples(kinds, st.integers(min_value=-1, max_value=40), small, small,
+                                st.sampled_from(["c1", "c2"])), max_size=40)
+
+    @settings(max_examples=300, deadline=None)
+    @given(raw=events)
+    def check(raw: list[tuple[str, int, Any, Any, str]]) -> None:
+        log = [_event(*fields) for fields in raw]
+        state = TraceState()
+        expected: list[Violation] = []
+        for event in log:
+            try:
+                _invariants._check(state, event)
+            except _invariants._Broken as broken:
+                seq = event.get("seq")
+                expected.append(Violation(seq if type(seq) is int else None, broken.rule,
+                                          broken.message))
+            state = _invariants._effect(state, event)
+        assert check_log(log) == expected
+
+    check()
