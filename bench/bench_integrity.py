@@ -8,10 +8,12 @@ rest log-only ticks), with every page checked against the seal (``verified``, th
 docs/rules.md#verified-page-in) and without (``unverified``).
 
 ``--chain`` measures the seal's hash chain (docs/formats.md#the-seal-chain) instead: append+flush
-with the chain (``chained``, the shipped code) and without (``unchained``: no chain record, the
-range records as before), and what ``dsh verify`` adds to a full read: the chain check
-(``prove_chain``: every event's leaf recomputed, every record compared) over a log written in
-batches of ``--batch``, timed apart from the read in the same process.
+of ``--append-events`` events (default ``--events``) with the chain (``chained``, the shipped
+code) and without (``unchained``: no chain record, the range records as before); what ``dsh
+verify`` adds to a full read: the chain check (``prove_chain``: every event's leaf recomputed,
+every record compared) over a log of ``--events`` events written in batches of ``--batch``,
+timed apart from the read in the same process; and the whole command, ``dsh verify s --store
+URL`` in a fresh process (wall and CPU seconds: every invariant check, the read, the chain).
 
 For raw JSONL and SQLite, each figure is the median of ``--runs`` fresh processes, the two
 variants interleaved: ``sealed`` is the shipped code; ``unsealed`` skips the checksums and the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -148,15 +151,15 @@ def _child(op: str, kind: str, variant: str, location: str, n: int, batch: int) 
         ChainState.take = lambda self, *args: None  # type: ignore[method-assign,assignment]
     url = f"jsonl://{location}" if kind == "jsonl" else f"sqlite://{location}/store.db"
     if variant == "unsealed":
-        import dsh.persistence.sqlite._backend as sqlite_module
+        import dsh.persistence._seal as seal_module
         from dsh.persistence.jsonl._backend import JsonlHandle
         from dsh.persistence.sqlite._backend import SqliteHandle
 
-        # no checksum, no seal file; the in-memory record keeps the append path unchanged
+        # no checksum, no seal file; the in-memory records keep the append path unchanged
         JsonlHandle._seal = lambda self, content=None: None  # type: ignore[method-assign]
         SqliteHandle._seal = (  # type: ignore[method-assign]
-            lambda self, record, incarnation: self._seals.append(record))
-        sqlite_module.rows_crc = lambda rows: 0
+            lambda self, records, incarnation: self._seals.extend(records))
+        seal_module.rows_crc = lambda rows: 0
         for seal in Path(location).rglob("*.seal"):
             seal.unlink()
     persistence = Persistence(open_backend(url))
@@ -196,6 +199,8 @@ def main() -> None:
                         help="measure a resume through a restore point, verified or not")
     parser.add_argument("--chain", action="store_true",
                         help="measure the seal chain: append+flush, and dsh verify's check")
+    parser.add_argument("--append-events", type=int, default=None,
+                        help="--chain: events of the append+flush runs (default --events)")
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -209,7 +214,8 @@ def main() -> None:
         _page_in_table(args.events, args.batch, args.runs, args.dir)
         return
     if args.chain:
-        _chain_table(args.events, args.batch, args.runs, args.dir)
+        _chain_table(args.events, args.batch, args.runs, args.dir,
+                     args.append_events or args.events)
         return
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -239,8 +245,21 @@ def main() -> None:
               f"{unsealed:.0f} | {ratio:.2f} |")
 
 
-def _chain_table(n: int, batch: int, runs: int, where: str | None) -> None:
-    """Print the chain's cost: append+flush chained / unchained, and verify's chain check."""
+def _dsh_verify(kind: str, location: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of ``dsh verify s`` over the store at ``location``, fresh process."""
+    url = f"jsonl://{location}" if kind == "jsonl" else f"sqlite://{location}/store.db"
+    before = os.times()
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "dsh.cli", "verify", "s", "--store", url],
+                   capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - started
+    after = os.times()
+    return wall, (after.children_user - before.children_user
+                  + after.children_system - before.children_system)
+
+
+def _chain_table(n: int, batch: int, runs: int, where: str | None, appended: int) -> None:
+    """Print the chain's cost: append+flush chained / unchained, verify's chain check, verify."""
     rows = []
     with tempfile.TemporaryDirectory(dir=where) as tmp:
         for kind in ("jsonl", "sqlite"):
@@ -249,7 +268,8 @@ def _chain_table(n: int, batch: int, runs: int, where: str | None) -> None:
                 for variant in ("chained", "unchained"):
                     location = Path(tmp) / f"{kind}-{variant}-{run}"
                     location.mkdir(mode=0o700)
-                    times[variant].append(_run("write", kind, variant, location, n, batch))
+                    times[variant].append(_run("write", kind, variant, location, appended,
+                                               batch))
                     shutil.rmtree(location)
             location = Path(tmp) / f"{kind}-verify"
             location.mkdir(mode=0o700)
@@ -259,20 +279,25 @@ def _chain_table(n: int, batch: int, runs: int, where: str | None) -> None:
                                       kind, "-", str(location), str(n), str(batch)],
                                      capture_output=True, text=True, check=True)
                 checks.append(json.loads(out.stdout))
+            verifies = [_dsh_verify(kind, location) for _ in range(runs)]
             shutil.rmtree(location)
             chained = statistics.median(times["chained"])
             unchained = statistics.median(times["unchained"])
             read = statistics.median(c["read"] for c in checks)
             chain = statistics.median(c["chain"] for c in checks)
-            rows.append((kind, chained, unchained, read, chain))
-    print(f"# seal chain: {n:,} events, batches of {batch}, median of {runs} fresh processes")
+            wall = statistics.median(v[0] for v in verifies)
+            cpu = statistics.median(v[1] for v in verifies)
+            rows.append((kind, chained, unchained, read, chain, wall, cpu))
+    print(f"# seal chain: append+flush of {appended:,} events, verify of {n:,} events, batches "
+          f"of {batch}, median of {runs} fresh processes")
     print("| backend | append+flush chained ms | unchained ms | chained / unchained | "
-          "full read ms | chain check ms | chain check µs/event |")
-    print("|---|---|---|---|---|---|---|")
-    for kind, chained, unchained, read, chain in rows:
+          "full read ms | chain check ms | chain check µs/event | dsh verify wall s | "
+          "dsh verify CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for kind, chained, unchained, read, chain, wall, cpu in rows:
         print(f"| {'raw JSONL' if kind == 'jsonl' else 'SQLite'} | {chained:.0f} | "
               f"{unchained:.0f} | {chained / unchained:.2f} | {read:.0f} | {chain:.0f} | "
-              f"{chain * 1000 / n:.2f} |")
+              f"{chain * 1000 / n:.2f} | {wall:.2f} | {cpu:.2f} |")
 
 
 def _page_in_table(n: int, batch: int, runs: int, where: str | None) -> None:

@@ -87,7 +87,7 @@ INJECT: dict[tuple[str, str], list[tuple[Any, str]]] = {
     ("jsonl+zstd", "listing"): [(jsonl_backend, "note_flushed")],
     ("jsonl+zstd", "restore-point"): [(rp, "encode_restore_point")],
     ("sqlite", "seal"): [(sqlite_backend, "append_seal_to"), (sqlite_backend, "reset_seal")],
-    ("sqlite", "seal-crc"): [(sqlite_backend, "rows_crc")],
+    ("sqlite", "seal-crc"): [(sqlite_backend, "row_records")],
     ("sqlite", "seal-chain"): [(_chain, "new_record"), (sqlite_backend, "publish_head")],
     ("sqlite", "anchor"): [(sqlite_rp, "last_row_digest")],
     ("sqlite", "restore-point"): [(rp, "encode_restore_point")],

@@ -244,3 +244,40 @@ def test_bisection_finds_the_line_of_every_seq_and_serves_every_range(tmp_path: 
             a = rng.randrange(cut)
             b = min(cut, a + rng.choice((1, 5, 256, 2000)))
             assert list(source.read(a, b)) == list(full[a:b])
+
+
+def test_sqlite_seal_records_end_at_page_bounds_so_a_page_in_checks_its_own_rows(
+        tmp_path: Path) -> None:
+    # docs/formats.md#integrity-seals: a batch's rows get one seal record per 256-seq page,
+    # so a verified page-in (docs/rules.md#verified-page-in) reads and checks its page only
+    import sqlite3
+
+    from dsh import LogCorruptError
+    from dsh.persistence import _seal
+    from dsh.persistence.sqlite._restore_point import SqlitePrefixSource
+
+    db = tmp_path / "store.db"
+    with dsh.open(f"sqlite:{db}") as store:
+        s = store.session("s1")
+        for count in (600, 100, 3):
+            for n in range(count):
+                s.append("x/tick", {"n": n}, ignorable=True)
+            store.flush(s)
+        total = len(s.events)
+    seal = _seal.read_seal(tmp_path / "store.db.dsh-seals" / "s1.seal")
+    assert seal is not None
+    ranges = [(start, end) for start, end, _ in seal.records]
+    assert ranges == [(0, 256), (256, 512), (512, 600), (600, 700), (700, total)]
+    assert [(r.first, r.end) for r in seal.chain] == [(0, 600), (600, 700), (700, total)]
+    with sqlite3.connect(db) as conn:  # same length, another value, in the second page
+        changed = conn.execute("UPDATE events SET data = replace(data, '\"n\":300', "
+                               "'\"n\":301') WHERE session_id = 's1' AND seq = 300").rowcount
+    assert changed == 1
+    source = SqlitePrefixSource(db, "s1", total, seal.records)
+    assert [e["data"]["n"] for e in source.read(0, 256)] == list(range(256))
+    assert [e["data"]["n"] for e in source.read(512, 700)] == [*range(512, 600), *range(100)]
+    with pytest.raises(LogCorruptError, match=r"rows of seq 256\.\.511 differ"):
+        source.read(256, 512)
+    with dsh.open(f"sqlite:{db}") as store, pytest.raises(LogCorruptError,
+                                                           match=r"seq 256\.\.511"):
+        store.read("s1")

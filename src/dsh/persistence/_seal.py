@@ -49,13 +49,14 @@ from dsh.persistence._chain import (
     record_of,
 )
 from dsh.persistence._paths import fsync_folder, open_sidecar, write_all
+from dsh.session import PAGE_EVENTS
 
 __all__ = ["RESTORE_POINT_MARK", "Seal", "append_restore_point_mark",
            "append_chain_to", "append_restore_point_mark_to", "append_seal", "append_seal_to",
            "check_byte_seals", "publish_head",
            "check_row_seals", "crc_of", "install_seal", "open_seal_appender", "read_seal",
-           "reset_seal", "restore_point_mark", "rows_crc", "rows_text", "stage_seal",
-           "staged_name"]
+           "reset_seal", "restore_point_mark", "row_records", "rows_crc", "rows_text",
+           "stage_seal", "staged_name"]
 
 MAGIC: Final = b"DSHSEAL1"
 MAGIC2: Final = b"DSHSEAL2"
@@ -500,6 +501,28 @@ def rows_text(rows: Sequence[Sequence[Any]]) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+def row_records(rows: Sequence[Sequence[Any]], start: int, end: int
+                ) -> list[tuple[int, int, int]]:
+    """The seal records of SQLite rows of seqs ``[start, end)``: one per page they fall in.
+
+    ``rows`` are as :func:`rows_crc` takes them, in seq order, keyed by their first seq. A
+    record's range ends at a multiple of the page size (``PAGE_EVENTS`` seqs) or at ``end``,
+    so a verified page-in (aligned pages) reads and checksums the rows of its own page only
+    (docs/formats.md#integrity-seals, docs/rules.md#verified-page-in).
+    """
+    records: list[tuple[int, int, int]] = []
+    lo, i, count = start, 0, len(rows)
+    while i < count:
+        bound = (int(rows[i][0]) // PAGE_EVENTS + 1) * PAGE_EVENTS
+        j = i + 1
+        while j < count and rows[j][0] < bound:
+            j += 1
+        hi = end if j == count else bound
+        records.append((lo, hi, rows_crc(list(rows[i:j]))))
+        lo, i = hi, j
+    return records or [(start, end, rows_crc([]))]
+
+
 def check_row_seals(rows: Sequence[Sequence[object]], seal: Seal, *, base: int,
                     describe: Callable[[], str], where: str, session_id: str) -> None:
     """Check the sealed row ranges of one session against the rows a read returned.
@@ -507,7 +530,8 @@ def check_row_seals(rows: Sequence[Sequence[object]], seal: Seal, *, base: int,
     Args:
         rows: Rows ``(rowid, seq, type, time, data, source_event_seqs, surface_op,
             ignorable)`` ordered by seq, starting at seq ``base``.
-        seal: The session's seal (records are ``[first seq, end seq)`` of whole batches).
+        seal: The session's seal (records are ``[first seq, end seq)`` of whole rows: a
+            batch, or one page of a batch, :func:`row_records`).
         base: The first seq read; records starting before it are not checked.
         describe: Returns ``PRAGMA quick_check``'s answer, run only when a check fails.
         where: The database path, named in errors.

@@ -99,7 +99,7 @@ from dsh.persistence._seal import (
     read_seal,
     reset_seal,
     restore_point_mark,
-    rows_crc,
+    row_records,
     stage_seal,
     staged_name,
 )
@@ -1525,10 +1525,11 @@ class SqliteHandle(HandleBase):
         stored = [(*r[:6], None) for r in rows] if legacy else rows
 
         def seal() -> None:
-            crc = rows_crc([*(row[1:] for row in gap), *stored] if gap else stored)
+            records = row_records([*(row[1:] for row in gap), *stored] if gap else stored,
+                                  sealed_end, first + len(events))
             if self._chain is not None:
                 self._chain.pending.extend(events)
-            self._seal((sealed_end, first + len(events), crc), incarnation)
+            self._seal(records, incarnation)
 
         def unsealed() -> None:  # the next append rewrites the seal; until then these rows
             self._seal_rewrite = True  # are read unsealed (by the format rules)
@@ -1658,7 +1659,7 @@ class SqliteHandle(HandleBase):
                          session_id=self._id)
         end = scan.torn_seq if scan.torn_seq is not None else len(scan.events)
         sealed = [row[1:] for row in rows if row[1] < end]
-        records = [(0, end, rows_crc(sealed))] if end > 0 else []
+        records = row_records(sealed, 0, end) if end > 0 else []
         self._close_seal_fd()
         if mkdir_private(self._seal_file.parent, "integrity seals"):
             fsync_folder(self._seal_file.parent.parent)
@@ -1671,8 +1672,10 @@ class SqliteHandle(HandleBase):
                        "%s as they are now", self._id, self._seal_file, end, self._path)
         return str(self._seal_file)
 
-    def _seal(self, record: tuple[int, int, int], incarnation: str) -> None:
-        """Record a committed batch in the seal; a failure is logged, never raised.
+    def _seal(self, records: list[tuple[int, int, int]], incarnation: str) -> None:
+        """Record a committed batch (its page records, ``row_records``) in the seal.
+
+        A failure is logged, never raised.
 
         The batch is durable when this runs; a seal that could not be written leaves the
         rows unsealed on disk (read by the format rules) until the next append rewrites the
@@ -1682,12 +1685,12 @@ class SqliteHandle(HandleBase):
         path = self._seal_file
         chain = self._chain
         try:
-            link = chain.take(record[1], incarnation_bytes(incarnation), this_writer()) \
+            link = chain.take(records[-1][1], incarnation_bytes(incarnation), this_writer()) \
                 if chain is not None else None
             if self._seal_rewrite:
                 self._close_seal_fd()  # the rewrite replaces the file it points to
                 mkdir_private(path.parent, "integrity seals")
-                reset_seal(path, _seal_identity(incarnation), [*self._seals, record],
+                reset_seal(path, _seal_identity(incarnation), [*self._seals, *records],
                            self._restore_marks[-1:], chain=chain)
                 self._seal_rewrite = False
             else:
@@ -1697,7 +1700,8 @@ class SqliteHandle(HandleBase):
                 # next handle finds none and seals the rows again from seq 0.
                 if self._seal_fd is None:
                     self._seal_fd = open_seal_appender(path)
-                append_seal_to(self._seal_fd, *record)
+                for record in records:
+                    append_seal_to(self._seal_fd, *record)
                 if link is not None:
                     append_chain_to(self._seal_fd, link)
                 if chain is not None and len(chain.records) - chain.published >= HEAD_EVERY:
@@ -1708,7 +1712,7 @@ class SqliteHandle(HandleBase):
             self._seal_rewrite = True
             self.after_commit.failed("seal", exc, f"the next append rewrites the integrity "
                                                   f"seal {path} whole")
-        self._seals.append(record)
+        self._seals.extend(records)
 
     def _publish_head(self) -> None:
         """Publish the chain head if records are not counted by it yet (at close)."""
@@ -1993,7 +1997,7 @@ class SqliteHandle(HandleBase):
         chain = ChainState(carry(old_chain, {int(e["seq"]): e for e in old.events}, batch,
                                  incarnation_bytes(incarnation), this_writer()))
         staged = stage_seal(self._seal_file, _seal_identity(incarnation),
-                            [(0, len(batch), rows_crc(stored))] if batch else [], chain=chain,
+                            row_records(stored, 0, len(batch)) if batch else [], chain=chain,
                             tmp=staged_name(self._seal_file))
         failpoint("sqlite.rewrite.staged")
         with contextlib.suppress(FileNotFoundError):
