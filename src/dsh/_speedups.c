@@ -2888,6 +2888,102 @@ fail:
     return NULL;
 }
 
+/* ---- importers: the number check of dsh.json.loads_plain (reference: _plain_numbers) ---- */
+
+static int plain_walk(PyObject *value, int depth);
+
+/* One child of a container: 1 plain, 0 the exact path must judge, -1 error set; *as_int gets
+ * a new reference when the child is an integral float to replace. */
+static int
+plain_child(PyObject *child, int depth, PyObject **as_int)
+{
+    *as_int = NULL;
+    if (PyDict_CheckExact(child) || PyList_CheckExact(child)) {
+        return plain_walk(child, depth + 1);
+    }
+    if (PyLong_CheckExact(child)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(child, &overflow);
+        if (x == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        return !(overflow || x > max_safe || x < -max_safe);
+    }
+    if (PyFloat_CheckExact(child)) {
+        double d = PyFloat_AS_DOUBLE(child);
+        if (isfinite(d) && d == floor(d) && fabs(d) <= (double)max_safe) {
+            if (d == 0.0 && signbit(d)) {
+                return 0;
+            }
+            *as_int = PyLong_FromDouble(d);
+            return *as_int == NULL ? -1 : 1;
+        }
+    }
+    return 1;
+}
+
+/* 1: every number of the tree is plain (integral floats within +-max_safe made ints in place);
+ * 0: the caller must take the exact path (an unsafe int, -0.0); -1: error set. */
+static int
+plain_walk(PyObject *value, int depth)
+{
+    PyObject *as_int;
+    int ok;
+    if (depth > 2000) {  /* orjson nests at most 1024 levels: this never trips on its trees */
+        return 0;
+    }
+    if (PyDict_CheckExact(value)) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *child;
+        while (PyDict_Next(value, &pos, &key, &child)) {
+            ok = plain_child(child, depth, &as_int);
+            if (as_int != NULL) {
+                /* replacing the value of an existing key keeps the iteration valid */
+                ok = PyDict_SetItem(value, key, as_int) < 0 ? -1 : ok;
+                Py_DECREF(as_int);
+            }
+            if (ok <= 0) {
+                return ok;
+            }
+        }
+        return 1;
+    }
+    if (PyList_CheckExact(value)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value); i++) {
+            ok = plain_child(PyList_GET_ITEM(value, i), depth, &as_int);
+            if (as_int != NULL) {
+                PyList_SetItem(value, i, as_int);  /* steals as_int */
+            }
+            if (ok <= 0) {
+                return ok;
+            }
+        }
+        return 1;
+    }
+    /* a bare number takes the exact path; a bare string, bool or null is plain */
+    return !(PyLong_CheckExact(value) || PyFloat_CheckExact(value));
+}
+
+PyDoc_STRVAR(plain_numbers_doc,
+"plain_numbers(value, /) -> bool\n\n"
+"The number check of dsh.json.loads_plain on a tree straight from orjson.loads (reference:\n"
+"dsh.json._plain_numbers): integral floats within +-max_safe_int become ints in place; False\n"
+"for an int outside +-max_safe_int, -0.0, a bare number or nesting past 2000 levels (the\n"
+"caller then decodes through the exact path).");
+
+static PyObject *
+plain_numbers(PyObject *module, PyObject *value)
+{
+    if (!configured()) {
+        return NULL;
+    }
+    int ok = plain_walk(value, 0);
+    if (ok < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -2911,6 +3007,7 @@ static PyMethodDef methods[] = {
     {"canonical", (PyCFunction)(void (*)(void))canonical, METH_FASTCALL, canonical_doc},
     {"chain_leaves", (PyCFunction)(void (*)(void))chain_leaves, METH_FASTCALL,
      chain_leaves_doc},
+    {"plain_numbers", plain_numbers, METH_O, plain_numbers_doc},
     {NULL, NULL, 0, NULL},
 };
 

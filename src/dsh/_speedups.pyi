@@ -79,3 +79,6 @@ def chain_leaves(events: Sequence[Mapping[str, Any]], batch_key: bytes,
                  sha256: Callable[[bytes], Any], dumps: Callable[[Any], bytes], /
                  ) -> list[bytes]:
     """A batch's seal chain leaves under ``batch_key`` (reference: ``_chain.event_leaves``)."""
+
+def plain_numbers(value: object, /) -> bool:
+    """The number check of ``dsh.json.loads_plain`` in place (reference: ``_plain_numbers``)."""

@@ -207,7 +207,7 @@ _SPEEDUPS_API: Final = (
     "configure", "freeze_parsed", "snapshot", "untrack", "Fallback", "scan_lines",
     "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
     "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
-    "running_sums_below", "canonical", "chain_leaves")
+    "running_sums_below", "canonical", "chain_leaves", "plain_numbers")
 """What this dsh calls in ``dsh._speedups``."""
 
 _SPEEDUPS_API_VERSION: Final = 4
@@ -385,6 +385,7 @@ c_message_shape_ok = _optional(_accelerator.message_shape_ok)
 CFallback: type[Exception] = _CFallback
 c_rows_text = _optional(_accelerator.rows_text)
 c_encode_rows = _optional(_accelerator.encode_rows)
+c_plain_numbers = _optional(_accelerator.plain_numbers)
 c_seqs_contiguous = _optional(_accelerator.seqs_contiguous)
 c_gather_messages = _optional(_accelerator.gather_messages)
 c_seqs_below = _optional(_accelerator.seqs_below)
@@ -800,7 +801,7 @@ def loads_plain(data: bytes) -> Any:
             parsed = orjson.loads(data)
         except orjson.JSONDecodeError:
             parsed = _SLOW
-        if parsed is not _SLOW and _plain_numbers(parsed):
+        if parsed is not _SLOW and (c_plain_numbers or _plain_numbers)(parsed):
             return parsed
     return thaw(loads(data))
 

@@ -3,8 +3,8 @@
 A behavioural memory bound (docs/interop.md#streaming-imports), not a timing: the same import of
 a small and of a several times larger generated transcript, each in a fresh process, peak RSS
 (``ru_maxrss`` of that child) compared. Reading the file whole grew by about 11 MB per MB of
-transcript; streaming holds one batch and a branch index of about a kilobyte a line
-(about 1.7 MB per MB of these short lines, well inside the bound).
+transcript; streaming holds one batch and a byte of flags a line (the branch index lives in a
+temporary SQLite file).
 ``DSH_IMPORT_MEMORY_MB`` sets the larger size (default 24; 40 for the issue's case).
 """
 

@@ -33,12 +33,20 @@ What is read (corpus README "Claude Code"):
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from dsh.interop._anthropic import anthropic_blocks, anthropic_usage, result_blocks
+from dsh.interop._claude_code_index import (
+    ACTIVE,
+    FIRST_PART,
+    LATER_PART,
+    PROGRESS,
+    SIDE,
+    BranchIndex,
+    Flagged,
+)
 from dsh.interop._common import (
     EventBuilder,
     ImportBatch,
@@ -102,24 +110,31 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
     """Stream one Claude Code transcript: the session, then its children (parents first).
 
     Two reads of the file (docs/interop.md#streaming-imports): the first keeps only what
-    chooses the model-visible branch (each line's uuid, links, type, response id and tool ids)
-    and the session's identity; the second maps the main session's lines as they are read,
-    a batch of events at a time. An API response split over several lines is merged by
-    reading its other lines again (by offset). Inline sidechains and subagents mirrored in
-    ``agent_progress`` lines are read as whole sessions (one at a time, after the main one);
-    ``subagents/agent-*.jsonl`` files are streamed in turn.
+    chooses the model-visible branch in a :class:`BranchIndex` (each line's uuid, link, type,
+    response id and tool ids, in a temporary SQLite database; one byte a line in memory) and
+    the session's identity; the second maps the main session's lines as they are read, a batch
+    of events at a time. An API response split over several lines is merged by reading its
+    other lines ahead (by offset; kept until the second read reaches them). Inline sidechains
+    and subagents mirrored in ``agent_progress`` lines are read as whole sessions (one at a
+    time, after the main one); ``subagents/agent-*.jsonl`` files are streamed in turn.
 
     Raises:
         ImportFormatError: as :func:`import_claude_code`, when a batch or the next session is
             asked for.
     """
     src = JsonlSource(path, FORMAT, live=True)
-    scan = _Scan()
-    for line, offset, record in src.records():
-        scan.add(path, line, offset, record)
-    if not scan.claude_code:
-        raise _error(path, scan.first_line, "no Claude Code transcript record found (expected "
-                     "user/assistant lines with uuid and sessionId)")
+    index = BranchIndex()
+    try:
+        scan = _Scan(index)
+        for line, offset, record in src.records():
+            scan.add(path, line, offset, record)
+        if not scan.claude_code:
+            raise _error(path, scan.first_line, "no Claude Code transcript record found "
+                         "(expected user/assistant lines with uuid and sessionId)")
+        index.resolve(scan.mainline, lambda at: src.record_at(at, index.offset(at)))
+    except BaseException:
+        index.close()
+        raise
     own_session = usable_id(scan.session)
     if scan.mainline or scan.agent is None:
         session_id = stable_session_id(path, FORMAT, own_session)
@@ -131,29 +146,34 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
             header_extra["parentSession"] = own_session
     if parent is not None:
         header_extra["parentSession"] = parent
-    side = scan.side_lines() if scan.mainline else set()
-    main = [(line, r) for line, r in scan.entries if line not in side]
-    side_entries = [(line, r) for line, r in scan.entries if line in side]
-    active, repairs = _active_set(main)
-    title_line = _title_line(main, active)
+    flags = index.flags
+    side = Flagged(flags, SIDE)
+    has_side = bool(side)
     b = EventBuilder(FORMAT, session_id, path)
     b.model = ("anthropic", "unknown")
-    first = scan.first_time(side)
+    first = scan.first_time(has_side)
     if first is not None:
         b.at(first)
-    header = b.header(cwd=scan.first_cwd(side), extra=header_extra,
-                      stamp=not scan.timed(side))
-    responses = scan.responses(side, active)
-    scan.entries = []  # what follows needs only the branch and the response index
+    header = b.header(cwd=scan.first_cwd(has_side), extra=header_extra,
+                      stamp=not scan.timed(has_side))
     stream = StreamedSession(session_id, header, iter(()), FORMAT, str(path.resolve()), parent,
                              src.torn_line)
+    ahead: dict[int, JsonObj] = {}  # later parts of a split response, read before their turn
+    reader: list[BinaryIO] = []  # the file, open for those reads while the session is mapped
 
     def blocks_of(key: str, line: int, record: JsonObj) -> tuple[list[JsonObj], Any]:
-        parts = responses.get(key, [(line, -1)])
+        parts = index.parts(line) if flags[line] & FIRST_PART else iter([(line, -1)])
         blocks: list[JsonObj] = []
         usage: Any = None
         for at, offset in parts:
-            r = record if at == line else src.record_at(at, offset)
+            if at == line:
+                r = record
+            else:
+                if not reader:
+                    reader.append(path.open("rb"))
+                r = src.record_at(at, offset, reader[0])
+                if len(ahead) < _AHEAD_LIMIT:
+                    ahead[at] = r
             msg = r.get("message") if isinstance(r, dict) else None
             if not isinstance(msg, dict):
                 continue
@@ -163,36 +183,42 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
         return blocks, usage
 
     def batches() -> Iterator[ImportBatch]:
-        records = ((line, r) for line, _, r in src.records(side, exclude=True))
-        for _ in _map(b, records, path, active, repairs, title_line, blocks_of):
-            if len(b.events) >= STREAM_BATCH_EVENTS:
+        try:
+            records = ((line, r) for line, _, r in src.records(side, exclude=True,
+                                                               ahead=ahead))
+            mapping = _map(b, records, path, lambda line, uid: bool(flags[line] & ACTIVE),
+                           index.repairs, index.title_line, blocks_of,
+                           lambda key, line: bool(flags[line] & LATER_PART))
+            for _ in mapping:
+                if len(b.events) >= STREAM_BATCH_EVENTS:
+                    yield ImportBatch(*b.drain())
+            b.finish()
+            if b.events:
                 yield ImportBatch(*b.drain())
-        b.finish()
-        if b.events:
-            yield ImportBatch(*b.drain())
+        finally:
+            index.close()
+            for f in reader:
+                f.close()
 
     stream.batches = batches()
     yield stream
-    children: list[ImportedSession] = []
-    if side_entries:
-        wanted = {line for line, _ in side_entries}
-        full = {line: r for line, _, r in src.records(wanted)}
+    if has_side:
+        side_entries = [(line, r) for line, _, r in src.records(side)]
         for root_uuid, group in _sidechain_groups(side_entries):
             child_id = _child_id(session_id, f"sidechain-{root_uuid}")
-            children.append(_build([(line, full[line]) for line, _ in group], path, child_id, {
-                "parentSession": session_id, "origin": "subagent", "delegationDepth": 1}))
-        del full
-    for child in children:
-        child.torn_line = src.torn_line
-        yield StreamedSession.of(child, session_id)
+            child = _build(group, path, child_id, {
+                "parentSession": session_id, "origin": "subagent", "delegationDepth": 1})
+            child.torn_line = src.torn_line
+            yield StreamedSession.of(child, session_id)
+        del side_entries
     sub_dir = path.with_suffix("") / "subagents"
     filed: set[str] = set()
     if scan.mainline and sub_dir.is_dir():
         for sub in sorted(sub_dir.glob("agent-*.jsonl")):
             yield from stream_claude_code(sub, session_id)
             filed.add(sub.stem[len("agent-"):])
-    if scan.progress_lines:
-        progress = [(line, r) for line, _, r in src.records(scan.progress_lines)
+    if scan.progress:
+        progress = [(line, r) for line, _, r in src.records(Flagged(flags, PROGRESS))
                     if line not in side]
         for agent, group in _progress_agents(progress).items():
             if agent in filed:
@@ -208,58 +234,26 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
 STREAM_BATCH_EVENTS: Final = 5_000
 """Events a streamed Claude Code session hands out at a time."""
 
-_SLIM_KEYS: Final = ("type", "uuid", "parentUuid", "logicalParentUuid", "subtype", "leafUuid")
-_LINK_BLOCKS: Final = ("tool_use", "tool_result")  # a tuple: a damaged type is unhashable
-
-
-def _slim(record: JsonObj) -> JsonObj:
-    """What choosing the branch reads of a line (:func:`_active_set`, sidechains, the title).
-
-    Kept small, one per line until the main session is mapped: absent and null keys read the
-    same there (``.get``), so nulls, empty content and a message with nothing to link are left
-    out, and the type is interned.
-    """
-    out: JsonObj = {key: value for key in _SLIM_KEYS if (value := record.get(key)) is not None}
-    kind = out.get("type")
-    if isinstance(kind, str):
-        out["type"] = sys.intern(kind)
-    if kind == "summary" and "summary" in record:
-        out["summary"] = record["summary"]
-    msg = record.get("message")
-    if isinstance(msg, dict):
-        kept: JsonObj = {}
-        if msg.get("id") is not None:
-            kept["id"] = msg["id"]
-        content = msg.get("content")
-        if isinstance(content, list):
-            links = [{k: b[k] for k in ("type", "id", "tool_use_id") if k in b}
-                     for b in content if isinstance(b, dict) and b.get("type") in _LINK_BLOCKS]
-            if links:
-                kept["content"] = links
-        if kept:
-            out["message"] = kept
-    return out
+_AHEAD_LIMIT: Final = 256
+"""Lines read ahead (later parts of split responses) kept for the second read to reuse."""
 
 
 class _Scan:
-    """The first read of a Claude Code file: its lines' branch skeleton and identity."""
+    """The first read of a Claude Code file: its identity, the branch skeleton to the index."""
 
-    def __init__(self) -> None:
-        self.entries: list[tuple[int, JsonObj]] = []
+    def __init__(self, index: BranchIndex) -> None:
+        self.index = index
         self.claude_code = False
         self.first_line = 0
         self.mainline = False
+        self.progress = False
         self.session: str | None = None
         self.agent: str | None = None
-        self.progress_lines: set[int] = set()
-        # (line, offset, response key, uuid) of each assistant line with a message object
-        self.assistant: list[tuple[int, int, str, str | None]] = []
         # first timestamp / cwd / whether a later time parses: over all lines, and over lines
         # that are not sidechain candidates (isSidechain with a uuid)
         self._first_ts: dict[bool, object] = {}
         self._timed: dict[bool, bool] = {}  # some timestamp parses (looked for until one does)
         self._cwds: dict[bool, object] = {}
-        self._candidates: set[int] = set()
 
     def add(self, path: Path, line: int, offset: int, r: Any) -> None:
         if not isinstance(r, dict) or not isinstance(r.get("type"), str):
@@ -268,64 +262,46 @@ class _Scan:
         if not self.first_line:
             self.first_line = line
         kind = r["type"]
-        self.claude_code = self.claude_code or looks_like_claude_code(r)
+        if not self.claude_code:
+            self.claude_code = looks_like_claude_code(r)
         if kind in _MESSAGE_TYPES and not r.get("isSidechain"):
             self.mainline = True
-        for key in ("sessionId", "agentId"):
-            value = r.get(key)
+        if self.session is None:
+            value = r.get("sessionId")
             if isinstance(value, str) and value:
-                if key == "sessionId" and self.session is None:
-                    self.session = value
-                elif key == "agentId" and self.agent is None:
-                    self.agent = value
+                self.session = value
+        if self.agent is None:
+            value = r.get("agentId")
+            if isinstance(value, str) and value:
+                self.agent = value
         candidate = bool(r.get("isSidechain")) and _uuid(r) is not None
-        if candidate:
-            self._candidates.add(line)
-        for group in ((False, True) if not candidate else (False,)):
-            # group False: every line; True: the lines that stay in the main session anyway
-            stamp = r.get("timestamp")
-            if stamp:
-                self._first_ts.setdefault(group, stamp)
-                if not self._timed.get(group):
-                    self._timed[group] = parse_time(stamp) is not None
-            if group not in self._cwds and isinstance(r.get("cwd"), str):
-                self._cwds[group] = r["cwd"]
-        msg = r.get("message")
-        if kind == "assistant" and isinstance(msg, dict):
-            self.assistant.append((line, offset, _response_key(r, line), _uuid(r)))
+        if len(self._first_ts) < 2 or len(self._cwds) < 2 or not all(self._timed.values()):
+            for group in ((False, True) if not candidate else (False,)):
+                # group False: every line; True: the lines that stay in the main session anyway
+                stamp = r.get("timestamp")
+                if stamp:
+                    self._first_ts.setdefault(group, stamp)
+                    if not self._timed.get(group):
+                        self._timed[group] = parse_time(stamp) is not None
+                if group not in self._cwds and isinstance(r.get("cwd"), str):
+                    self._cwds[group] = r["cwd"]
         data = r.get("data")
-        if kind == "progress" and isinstance(data, dict) and data.get(
-                "type") == "agent_progress":
-            self.progress_lines.add(line)
-        self.entries.append((line, _slim(r)))
+        progress = kind == "progress" and isinstance(data, dict) and data.get(
+            "type") == "agent_progress"
+        self.progress = self.progress or progress
+        self.index.add(line, offset, kind, candidate, progress, r)
 
-    def side_lines(self) -> set[int]:
-        """Lines of inline sidechains (in a file that has a main conversation)."""
-        return self._candidates
-
-    def _group(self, side: set[int]) -> bool:
-        return bool(side)
-
-    def first_time(self, side: set[int]) -> object:
+    def first_time(self, side: bool) -> object:
         """The first non-empty timestamp of the main session's lines."""
-        return self._first_ts.get(self._group(side))
+        return self._first_ts.get(side)
 
-    def timed(self, side: set[int]) -> bool:
+    def timed(self, side: bool) -> bool:
         """True when some timestamp of the main session's lines parses (else: stamped)."""
-        return self._timed.get(self._group(side), False)
+        return self._timed.get(side, False)
 
-    def first_cwd(self, side: set[int]) -> object:
+    def first_cwd(self, side: bool) -> object:
         """The first string cwd of the main session's lines."""
-        return self._cwds.get(self._group(side))
-
-    def responses(self, side: set[int], active: set[str]) -> dict[str, list[tuple[int, int]]]:
-        """``(line, offset)`` of the active lines of each response split over several lines."""
-        found: dict[str, list[tuple[int, int]]] = {}
-        for line, offset, key, uid in self.assistant:
-            if line not in side and uid in active:
-                found.setdefault(key, []).append((line, offset))
-        self.assistant = []
-        return {key: parts for key, parts in found.items() if len(parts) > 1}
+        return self._cwds.get(side)
 
 
 def _progress_agents(entries: list[tuple[int, JsonObj]]) -> dict[str, list[tuple[int, JsonObj]]]:
@@ -506,8 +482,17 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
             if isinstance(msg.get("usage"), dict):
                 last_usage[key] = msg["usage"]
     cwd = next((r["cwd"] for _, r in entries if isinstance(r.get("cwd"), str)), None)
-    for _ in _map(b, iter(entries), path, active, repairs, _title_line(entries, active),
-                  lambda key, line, r: (merged[key], last_usage.get(key))):
+    emitted: set[str] = set()
+
+    def repeated(key: str, line: int) -> bool:
+        if key in emitted:
+            return True
+        emitted.add(key)
+        return False
+
+    for _ in _map(b, iter(entries), path, lambda line, uid: uid in active, repairs,
+                  _title_line(entries, active),
+                  lambda key, line, r: (merged[key], last_usage.get(key)), repeated):
         pass
     b.finish()
     header = b.header(cwd=cwd, extra=header_extra)
@@ -519,10 +504,15 @@ _Blocks = Callable[[str, int, JsonObj], tuple[list[JsonObj], Any]]
 
 
 def _map(b: EventBuilder, entries: Iterator[tuple[int, JsonObj]], path: Path,
-         active: set[str], repairs: dict[str, JsonObj], title_line: int | None,
-         blocks_of: _Blocks) -> Iterator[None]:
-    """Map lines to events on ``b``, yielding after each line (a streaming caller drains)."""
-    emitted: set[str] = set()
+         is_active: Callable[[int, str | None], bool], repairs: dict[str, JsonObj],
+         title_line: int | None, blocks_of: _Blocks,
+         repeated: Callable[[str, int], bool]) -> Iterator[None]:
+    """Map lines to events on ``b``, yielding after each line (a streaming caller drains).
+
+    ``is_active(line, uuid)``: the line is on the model-visible branch; ``repeated(key,
+    line)``: an earlier line of the same API response was mapped already (its merged message
+    holds this one).
+    """
     boundary: JsonObj | None = None
     for line, r in entries:
         note_line(line)
@@ -531,7 +521,7 @@ def _map(b: EventBuilder, entries: Iterator[tuple[int, JsonObj]], path: Path,
         uid = _uuid(r)
         if uid in repairs:
             b.ignorable("chain-repair", repairs[uid])
-        if kind in _MESSAGE_TYPES and uid not in active:
+        if kind in _MESSAGE_TYPES and not is_active(line, uid):
             b.ignorable("off-branch", r)
             yield None
             continue
@@ -542,10 +532,9 @@ def _map(b: EventBuilder, entries: Iterator[tuple[int, JsonObj]], path: Path,
             if not isinstance(msg, dict):
                 raise _error(path, line, "assistant line lacks a message object")
             key = _response_key(r, line)
-            if key in emitted:
+            if repeated(key, line):
                 yield None
                 continue
-            emitted.add(key)
             model = msg.get("model") if isinstance(msg.get("model"), str) else None
             blocks, usage = blocks_of(key, line, r)
             b.assistant(blocks, provider="anthropic", model=model, message_id=key,
@@ -554,7 +543,8 @@ def _map(b: EventBuilder, entries: Iterator[tuple[int, JsonObj]], path: Path,
             _user_entry(b, r, line, path, boundary)
             if r.get("isCompactSummary"):
                 boundary = None
-        elif kind == "system" and r.get("subtype") == "compact_boundary" and uid in active:
+        elif (kind == "system" and r.get("subtype") == "compact_boundary"
+              and is_active(line, uid)):
             boundary = r
             b.ignorable("system", r)
         elif kind in _KNOWN_TYPES:

@@ -642,13 +642,16 @@ class JsonlSource:
                 if left <= 0:
                     break
 
-    def records(self, wanted: Container[int] | None = None, *, exclude: bool = False
+    def records(self, wanted: Container[int] | None = None, *, exclude: bool = False,
+                ahead: dict[int, Any] | None = None
                 ) -> Iterator[tuple[int, int, Any]]:
         """Yield ``(line, byte offset, decoded value)`` per record line, in file order.
 
         Args:
             wanted: Only these lines are decoded and yielded (None: every line).
             exclude: Yield the lines *not* in ``wanted`` instead.
+            ahead: Records already decoded (exactly) by line: taken from it (and removed)
+                instead of decoding the line again.
 
         Raises:
             ImportFormatError: a line that is not JSON (a torn last line of a live log is left
@@ -660,6 +663,10 @@ class JsonlSource:
             last = not ended  # the last line, without a newline
             if wanted is not None and (index in wanted) == exclude:
                 seen = True
+                continue
+            if ahead and index in ahead:
+                seen = True
+                yield index, offset, ahead.pop(index)
                 continue
             try:
                 value = _decode(chunk, path, fmt, index)
@@ -679,11 +686,16 @@ class JsonlSource:
             seen = True
             yield index, offset, value
 
-    def record_at(self, line: int, offset: int) -> Any:
-        """Decode the record of ``line`` again, read at ``offset`` (from :meth:`records`)."""
-        with self.path.open("rb") as f:
-            f.seek(offset)
-            part = f.readline(max(0, self.size - offset))
+    def record_at(self, line: int, offset: int, f: BinaryIO | None = None) -> Any:
+        """Decode the record of ``line`` again, read at ``offset`` (from :meth:`records`).
+
+        ``f``: the file already open for reading (binary), else it is opened for this read.
+        """
+        if f is None:
+            with self.path.open("rb") as opened:
+                return self.record_at(line, offset, opened)
+        f.seek(offset)
+        part = f.readline(max(0, self.size - offset))
         chunk = part[:-1] if part.endswith(b"\n") else part
         return _decode(chunk[:-1] if chunk.endswith(b"\r") else chunk, self.path, self.fmt,
                        line)
@@ -743,6 +755,9 @@ def parse_time(value: object) -> int | None:
         # A time outside the JSON-safe epoch range cannot be a real stamp: ignore it.
         return ms if 0 <= ms <= MAX_SAFE_INTEGER else None
     if isinstance(value, str) and value:
+        quick = _utc_millis(value)
+        if quick is not None:
+            return parse_time(quick)
         text = value.strip().replace("Z", "+00:00")
         try:
             when = _dt.datetime.fromisoformat(text)
@@ -758,6 +773,50 @@ def parse_time(value: object) -> int | None:
         except (OverflowError, OSError, ValueError):
             return None  # a date the platform clock cannot place (year 1 in a far zone, …)
     return None
+
+
+_DAYS: dict[str, int | None] = {}
+"""Days since 1970-01-01 of ``YYYY-MM-DD`` dates seen by :func:`_utc_millis` (None: not a
+date); cleared when it holds :data:`_DAYS_LIMIT`."""
+
+_DAYS_LIMIT: Final = 4096
+
+
+def _utc_millis(text: str) -> int | None:
+    """``int(datetime.fromisoformat(text).timestamp() * 1000)`` for ``YYYY-MM-DDTHH:MM:SS.mmmZ``.
+
+    The shape every Claude Code line stamps, read without building a datetime (the same
+    arithmetic: whole microseconds over 10**6, then times 1000); None for any other text,
+    which takes the general path.
+    """
+    if (len(text) != 24 or text[23] != "Z" or text[10] != "T" or text[4] != "-"
+            or text[7] != "-" or text[13] != ":" or text[16] != ":" or text[19] != "."
+            or not text.isascii()):
+        return None
+    digits = text[11:13] + text[14:16] + text[17:19] + text[20:23]
+    if not digits.isdigit():
+        return None
+    date = text[:10]
+    day = _DAYS.get(date, -1)
+    if day == -1:
+        if not (date[:4] + date[5:7] + date[8:]).isdigit():
+            return None
+        try:
+            day = _dt.date.fromisoformat(date).toordinal() - _EPOCH_ORDINAL
+        except ValueError:
+            day = None
+        if len(_DAYS) >= _DAYS_LIMIT:
+            _DAYS.clear()
+        _DAYS[date] = day
+    hours, minutes, seconds = int(digits[:2]), int(digits[2:4]), int(digits[4:6])
+    if day is None or hours > 23 or minutes > 59 or seconds > 59:
+        return None
+    micros = ((day * 86400 + hours * 3600 + minutes * 60 + seconds) * 10**6
+              + int(digits[6:]) * 1000)
+    return int(micros / 10**6 * 1000)
+
+
+_EPOCH_ORDINAL: Final = _dt.date(1970, 1, 1).toordinal()
 
 
 def token_count(value: object) -> int:

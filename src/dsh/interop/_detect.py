@@ -23,6 +23,7 @@ Rules, first match wins:
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 from typing import Any, Final
 
@@ -33,6 +34,7 @@ from dsh.interop._atif import looks_like_atif
 from dsh.interop._claude_code import looks_like_claude_code
 from dsh.interop._codex import looks_like_codex
 from dsh.interop._common import (
+    JsonlSource,
     mapping_errors,
     read_json_document,
     read_jsonl_records,
@@ -51,12 +53,12 @@ FORMATS: Final = ("claude-code", "codex", "openai-chat", "anthropic", "openhands
 _ANTHROPIC_BLOCKS: Final = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 
 
-def _is_jsonl(path: Path, raw: bytes) -> bool:
+def _is_jsonl(path: Path, source: JsonlSource) -> bool:
     if path.suffix.lower() == ".jsonl":
         return True
     if path.suffix.lower() in (".json", ".traj"):
         return False
-    lines = [ln for ln in raw.split(b"\n") if ln.strip()]
+    lines = [chunk for _, _, chunk, _ in islice(source.lines(), 2)]
     return len(lines) > 1 and lines[0].lstrip().startswith(b"{") and lines[0].rstrip().endswith(
         b"}")
 
@@ -89,9 +91,11 @@ def _detect(path: Path) -> str:
     if path.suffix.lower() in (".yaml", ".yml"):
         read_source_bytes(path, "auto")
         return "anthropic"
-    raw = read_source_bytes(path, "auto")
-    if _is_jsonl(path, raw):
-        head = _head_records(raw)
+    # Read a megabyte at a time (checked as read_source_bytes checks it), never whole: a
+    # transcript's format shows in its first lines (docs/interop.md#streaming-imports).
+    source = JsonlSource(path, "auto")
+    if _is_jsonl(path, source):
+        head = _head_records(source)
         if head is not None:
             found = _jsonl_format(head)
             if found is not None:
@@ -111,18 +115,18 @@ def _detect(path: Path) -> str:
 _HEAD_LINES: Final = 256
 
 
-def _head_records(raw: bytes) -> list[Any] | None:
+def _head_records(source: JsonlSource) -> list[Any] | None:
     """The first records of a JSONL file, or None when any of them does not parse.
 
     Deciding on the head keeps detection O(1) in the file size; a head that is not clean JSON
     takes the full read, which reports the bad line exactly.
     """
     out: list[Any] = []
-    for line in raw.split(b"\n", _HEAD_LINES)[:_HEAD_LINES]:
-        if not line.strip():
-            continue
+    for line, _, chunk, _ in source.lines():
+        if line > _HEAD_LINES:
+            break
         try:
-            out.append(orjson.loads(line))
+            out.append(orjson.loads(chunk))
         except orjson.JSONDecodeError:
             return None
     return out or None

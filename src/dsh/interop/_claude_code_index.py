@@ -1,0 +1,326 @@
+"""The branch index of a streamed Claude Code import: the first read, kept off the heap.
+
+Rule: docs/interop.md#streaming-imports. The model-visible branch of a Claude Code transcript
+(the module docstring of :mod:`dsh.interop._claude_code`) is chosen from the last message line,
+so every line's links must be known before the first event is written. This index keeps them
+in a private temporary SQLite database (SQLite's own temporary file, deleted when the index is
+closed; its page cache is capped at :data:`_CACHE_KIB`), and in memory only one byte of flags a
+line, plus two 4-byte arrays while the branch is chosen. A transcript of any size is therefore
+imported in memory that grows by those few bytes a line, not by its records.
+
+What is kept of a line (its number is the key): byte offset, type, whether it is an inline
+sidechain candidate, ``uuid``, the link it is followed by (``parentUuid``, or a
+``compact_boundary``'s ``logicalParentUuid``) when it is a string, ``message.id`` and the
+response key of an assistant line, the ``tool_use`` / ``tool_result`` ids of its content, and a
+title's ``leafUuid``. The rules applied are those of :func:`dsh.interop._claude_code._active_set`
+(the reference, used on the whole sessions that are read in memory), with "the line of a uuid"
+being the last line holding it, as a dict keyed by uuid gives.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from array import array
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+from dsh.interop._common import JsonObj, str_or_none
+
+_CACHE_KIB: Final = 8192
+"""SQLite page cache of the index (KiB): what it may hold in memory before using its file."""
+
+_ROWS: Final = 4096
+"""Lines buffered before they are written to the index at once."""
+
+# Flags, one byte a line
+MAIN: Final = 1  # not an inline sidechain line (or the file has no main conversation)
+MESSAGE: Final = 2  # a user/assistant/system line with a uuid, of the main session
+CHAIN: Final = 4  # the line holding its uuid last, on the branch
+ACTIVE: Final = 8  # a line whose uuid is on the branch
+SIDE: Final = 16  # an inline sidechain line (read as a child session)
+PROGRESS: Final = 32  # an agent_progress line (a mirrored subagent's message)
+LATER_PART: Final = 64  # a later active line of an API response split over several lines
+FIRST_PART: Final = 128  # the first active line of such a response
+
+_KINDS: Final = {"user": 1, "assistant": 2, "system": 3}
+_ROOT: Final = -1  # the link is null: the conversation starts here
+_BROKEN: Final = -2  # the link names no line (or is not a string)
+
+
+def _key(text: str | None) -> str | bytes | None:
+    """A string as SQLite can hold it: ASCII as is, else its UTF-8 bytes.
+
+    Lone surrogates are kept (``surrogatepass``): equal strings give equal keys, different
+    strings different ones.
+    """
+    if text is None or text.isascii():
+        return text
+    return text.encode("utf-8", "surrogatepass")
+
+
+class Flagged:
+    """The lines whose flags have ``bit`` set, as a ``Container[int]`` of line numbers."""
+
+    __slots__ = ("_bit", "_flags")
+
+    def __init__(self, flags: bytearray, bit: int) -> None:
+        self._flags = flags
+        self._bit = bit
+
+    def __contains__(self, line: object) -> bool:
+        return (isinstance(line, int) and 0 <= line < len(self._flags)
+                and bool(self._flags[line] & self._bit))
+
+    def __bool__(self) -> bool:
+        bit = self._bit
+        return any(f & bit for f in self._flags)
+
+
+class BranchIndex:
+    """Lines of a Claude Code file as read the first time; then the branch they choose.
+
+    Call :meth:`add` for each line in file order, then :meth:`resolve` once; then read
+    :attr:`flags` (``ACTIVE``, ``SIDE``, ``FIRST_PART``, ...), :attr:`repairs`,
+    :attr:`title_line` and :meth:`parts`; :meth:`close` drops the database.
+    """
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect("", isolation_level=None)  # private, deleted on close
+        self._db.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+        self._db.execute("PRAGMA journal_mode = OFF")
+        self._db.execute("PRAGMA synchronous = OFF")
+        self._db.executescript(
+            "CREATE TABLE lines (line INTEGER PRIMARY KEY, off INTEGER, kind INTEGER, "
+            " side INTEGER, uuid TEXT, link TEXT, linked INTEGER, msgid TEXT, rkey TEXT);"
+            "CREATE TABLE tools (line INTEGER, id TEXT, use INTEGER);"
+            "CREATE TABLE titles (line INTEGER, leaf TEXT, side INTEGER);")
+        self._lines: list[tuple[Any, ...]] = []
+        self._tools: list[tuple[int, str | bytes | None, int]] = []
+        self.last = 0
+        self.flags = bytearray()
+        self.repairs: dict[str, JsonObj] = {}
+        self.title_line: int | None = None
+
+    # -- the first read
+
+    def add(self, line: int, offset: int, kind: str, side: bool, progress: bool,
+            record: JsonObj) -> None:
+        """Keep what choosing the branch reads of one line (``record`` is a dict).
+
+        ``side``: an inline sidechain candidate; ``progress``: an ``agent_progress`` line.
+        """
+        if side or progress:
+            self._mark(line, (SIDE if side else 0) | (PROGRESS if progress else 0))
+        uid = str_or_none(record.get("uuid"))
+        link = record.get("parentUuid")
+        if link is None and record.get("subtype") == "compact_boundary":
+            link = record.get("logicalParentUuid")
+        linked = 0 if link is None else 1 if isinstance(link, str) else 2
+        code = _KINDS.get(kind, 0)
+        msgid = rkey = None
+        msg = record.get("message")
+        if isinstance(msg, dict):
+            content = msg.get("content")
+            if code == 2:
+                msgid = str_or_none(msg.get("id"))
+                rkey = msgid or uid or f"line-{line}"
+                if isinstance(content, list):
+                    self._tools.extend((line, _key(b["id"]), 1) for b in content
+                                       if isinstance(b, dict) and b.get("type") == "tool_use"
+                                       and str_or_none(b.get("id")))
+            elif code == 1 and isinstance(content, list):
+                self._tools.extend(
+                    (line, _key(tid), 0) for b in content
+                    if isinstance(b, dict) and b.get("type") == "tool_result"
+                    and (tid := str_or_none(b.get("tool_use_id"))) is not None)
+        if kind == "summary":
+            title = record.get("summary")
+            if isinstance(title, str) and title.strip():
+                self._db.execute("INSERT INTO titles VALUES (?, ?, ?)",
+                                 (line, _key(str_or_none(record.get("leafUuid"))), int(side)))
+        self._lines.append((line, offset, code, int(side), _key(uid),
+                            _key(link) if linked == 1 else None, linked, _key(msgid),
+                            _key(rkey)))
+        self.last = line
+        if len(self._lines) >= _ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        db = self._db
+        db.execute("BEGIN")
+        db.executemany("INSERT INTO lines VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._lines)
+        db.executemany("INSERT INTO tools VALUES (?, ?, ?)", self._tools)
+        db.execute("COMMIT")
+        self._lines.clear()
+        self._tools.clear()
+
+    def _mark(self, line: int, bit: int) -> None:
+        if line >= len(self.flags):
+            self.flags.extend(bytes(line + 1 - len(self.flags) + _ROWS))
+        self.flags[line] |= bit
+
+    # -- choosing the branch
+
+    def resolve(self, mainline: bool, record_at: Callable[[int], JsonObj]) -> None:
+        """Choose the branch as :func:`dsh.interop._claude_code._active_set` does.
+
+        Args:
+            mainline: The file has a main conversation: inline sidechain lines are left out.
+            record_at: The exactly decoded record of a line (the rare broken link is read again
+                to describe its repair).
+        """
+        self._flush()
+        db = self._db
+        side_max = 0 if mainline else 1
+        n = self.last + 1
+        if len(self.flags) < n:
+            self.flags.extend(bytes(n - len(self.flags)))
+        flags = self.flags
+        if not mainline:
+            for line in range(n):
+                flags[line] &= ~SIDE & 0xFF
+        db.executescript(
+            "CREATE INDEX lines_uuid ON lines(uuid);"
+            "CREATE INDEX lines_rkey ON lines(rkey);"
+            "CREATE INDEX tools_id ON tools(id, use);")
+        db.execute("CREATE TABLE owner (uuid TEXT PRIMARY KEY, last INTEGER) WITHOUT ROWID")
+        db.execute("INSERT INTO owner SELECT uuid, max(line) FROM lines WHERE uuid IS NOT NULL "
+                   "AND side <= ? GROUP BY uuid", (side_max,))
+        canon = array("i", bytes(4 * n))
+        parent = array("i", bytes(4 * n))
+        last_message = 0
+        for line, kind, owner, linked, target in db.execute(
+                "SELECT a.line, a.kind, o.last, a.linked, t.last FROM lines a "
+                "JOIN owner o ON o.uuid = a.uuid LEFT JOIN owner t ON t.uuid = a.link "
+                "WHERE a.side <= ?", (side_max,)):
+            canon[line] = owner
+            flags[line] |= MAIN
+            if kind:
+                flags[line] |= MESSAGE
+                last_message = max(last_message, line)
+            if owner == line:
+                parent[line] = _ROOT if linked == 0 else target if target is not None \
+                    else _BROKEN
+        self._walk(last_message, canon, parent, record_at, side_max)
+        self._widen(canon, side_max)
+        for line in range(n):
+            if flags[line] & MAIN and canon[line] and flags[canon[line]] & CHAIN:
+                flags[line] |= ACTIVE
+        del canon, parent
+        self._title(side_max)
+        self._responses(side_max)
+
+    def _walk(self, last_message: int, canon: array[int], parent: array[int],
+              record_at: Callable[[int], JsonObj], side_max: int) -> None:
+        """Follow parent links from the last message line, repairing broken ones."""
+        flags = self.flags
+        cur = canon[last_message] if last_message else 0
+        while cur and not flags[cur] & CHAIN:
+            flags[cur] |= CHAIN
+            nxt = parent[cur]
+            if nxt == _ROOT:
+                break
+            if nxt > 0 and not flags[nxt] & CHAIN:
+                cur = nxt
+                continue
+            # A broken link: continue from the nearest earlier message line not on the branch
+            # (before the last message line holding this uuid, else before the end).
+            node = record_at(cur)
+            uid = str(node.get("uuid"))
+            found = self._db.execute(
+                "SELECT max(line) FROM lines WHERE uuid = ? AND kind > 0 AND side <= ?",
+                (_key(uid), side_max)).fetchone()[0]
+            back = (found if found is not None else len(flags)) - 1
+            while back > 0 and not (flags[back] & MESSAGE and not flags[canon[back]] & CHAIN):
+                back -= 1
+            linked = canon[back] if back > 0 else 0
+            field_name, missing = "parentUuid", node.get("parentUuid")
+            if missing is None and node.get("subtype") == "compact_boundary":
+                field_name, missing = "logicalParentUuid", node.get("logicalParentUuid")
+            self.repairs[uid] = {
+                "line": found, "uuid": uid, "brokenLink": field_name, "missing": missing,
+                "linkedTo": str(record_at(linked).get("uuid")) if linked else None}
+            cur = linked
+
+    def _widen(self, canon: array[int], side_max: int) -> None:
+        """Add the lines sharing a response id with the branch, then the results of its calls."""
+        flags = self.flags
+        group: list[int] = []
+        on_branch = False
+        current: str | None = None
+        for line, msgid in self._db.execute(
+                "SELECT line, msgid FROM lines WHERE kind = 2 AND msgid IS NOT NULL "
+                "AND side <= ? ORDER BY msgid, line", (side_max,)):
+            if canon[line] != line:
+                continue
+            if msgid != current:
+                if on_branch:
+                    for member in group:
+                        flags[member] |= CHAIN
+                group, on_branch, current = [], False, msgid
+            group.append(line)
+            on_branch = on_branch or bool(flags[line] & CHAIN)
+        if on_branch:
+            for member in group:
+                flags[member] |= CHAIN
+        answered = [result for result, call in self._db.execute(
+            "SELECT r.line, u.line FROM tools r JOIN tools u ON u.id = r.id AND u.use = 1 "
+            "WHERE r.use = 0")
+            if canon[result] == result and canon[call] == call and flags[call] & CHAIN]
+        for line in answered:
+            flags[line] |= CHAIN
+
+    def _title(self, side_max: int) -> None:
+        """The line of the ``summary`` titling the session (on the branch, else the last)."""
+        flags = self.flags
+        last = on_branch = None
+        for line, target in self._db.execute(
+                "SELECT t.line, o.last FROM titles t LEFT JOIN owner o ON o.uuid = t.leaf "
+                "WHERE t.side <= ? ORDER BY t.line", (side_max,)):
+            last = line
+            if target is not None and flags[target] & CHAIN:
+                on_branch = line
+        self.title_line = on_branch if on_branch is not None else last
+
+    def _responses(self, side_max: int) -> None:
+        """Mark the active lines of each API response split over several lines."""
+        flags = self.flags
+        group: list[int] = []
+        current: str | None = None
+
+        def close() -> None:
+            if len(group) > 1:
+                flags[group[0]] |= FIRST_PART
+                for member in group[1:]:
+                    flags[member] |= LATER_PART
+
+        for line, rkey in self._db.execute(
+                "SELECT line, rkey FROM lines WHERE rkey IS NOT NULL AND side <= ? "
+                "ORDER BY rkey, line", (side_max,)):
+            if not flags[line] & ACTIVE:
+                continue
+            if rkey != current:
+                close()
+                group, current = [], rkey
+            group.append(line)
+        close()
+
+    # -- the second read
+
+    def parts(self, line: int) -> Iterator[tuple[int, int]]:
+        """``(line, offset)`` of the active lines of the response whose first line is ``line``."""
+        flags = self.flags
+        for at, offset in self._db.execute(
+                "SELECT b.line, b.off FROM lines a JOIN lines b ON b.rkey = a.rkey "
+                "WHERE a.line = ? ORDER BY b.line", (line,)):
+            if flags[at] & ACTIVE and flags[at] & MAIN:
+                yield at, offset
+
+    def offset(self, line: int) -> int:
+        """The byte offset of a line."""
+        found = self._db.execute("SELECT off FROM lines WHERE line = ?", (line,)).fetchone()
+        return int(found[0])
+
+    def close(self) -> None:
+        """Drop the database (its file with it)."""
+        self._db.close()

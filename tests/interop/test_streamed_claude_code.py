@@ -1,0 +1,220 @@
+"""The streamed Claude Code import chooses the branch exactly as the in-memory rules do.
+
+docs/interop.md#streaming-imports: the first read keeps a branch index in a temporary SQLite
+database and one byte of flags a line. Its decisions (which lines are on the model-visible
+branch, the repairs of broken links, the title, the parts of split responses) must equal those
+of ``_active_set`` / ``_title_line`` over the records held in memory, and the streamed session's
+events those of ``_build`` (the whole-file mapping) on the same lines. Transcripts here are
+generated with tangled links: duplicate uuids, links to nowhere, cycles, compact boundaries,
+shared response ids, tool calls answered off the branch, titles, inline sidechains.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dsh._errors import DshError
+from dsh.interop import ImportedSession, collect, import_file, stream_file
+from dsh.interop._claude_code import _active_set, _build, _response_key, _title_line, _uuid
+from dsh.interop._claude_code_index import ACTIVE, FIRST_PART, LATER_PART, BranchIndex
+from dsh.interop._common import JsonlSource
+from dsh.json import c_plain_numbers, loads_plain
+
+REPO = Path(__file__).resolve().parents[2]
+_FAILURES = (DshError, TypeError, ValueError, KeyError, AttributeError, IndexError)
+"""What the in-memory mapping may raise (streaming turns the unexpected ones into
+ImportFormatError, as import_file does)."""
+
+_UUIDS = [f"u{i}" for i in range(8)]
+_IDS = [f"msg_{i}" for i in range(4)]
+_TOOLS = [f"toolu_{i}" for i in range(4)]
+
+_link = st.one_of(st.none(), st.sampled_from(_UUIDS), st.just("gone"), st.just(7),
+                  st.just(""))
+
+
+@st.composite
+def _line(draw: Any, n: int) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["user", "assistant", "assistant", "system", "progress",
+                                 "summary"]))
+    record: dict[str, Any] = {"type": kind, "sessionId": "s-1",
+                              "timestamp": f"2026-02-10T22:00:{n % 60:02d}.000Z"}
+    uid = draw(st.one_of(st.sampled_from(_UUIDS), st.just(f"own-{n}"), st.none()))
+    if uid is not None:
+        record["uuid"] = uid
+    record["parentUuid"] = draw(_link)
+    if draw(st.integers(0, 9)) == 0:
+        record["isSidechain"] = True
+    if kind == "system" and draw(st.booleans()):
+        record["subtype"] = "compact_boundary"
+        record["parentUuid"] = None
+        record["logicalParentUuid"] = draw(_link)
+    if kind == "assistant":
+        content: list[dict[str, Any]] = [{"type": "text", "text": f"a{n}"}]
+        if draw(st.booleans()):
+            content.append({"type": "tool_use", "id": draw(st.sampled_from(_TOOLS)),
+                            "name": "Read", "input": {}})
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if draw(st.integers(0, 3)):
+            message["id"] = draw(st.sampled_from(_IDS))
+        record["message"] = message
+    elif kind == "user":
+        tool = draw(st.one_of(st.none(), st.sampled_from(_TOOLS)))
+        record["message"] = {"role": "user", "content": f"q{n}" if tool is None else [
+            {"type": "tool_result", "tool_use_id": tool, "content": "out"}]}
+    elif kind == "summary":
+        record["summary"] = draw(st.sampled_from(["Title", " ", "Other"]))
+        record["leafUuid"] = draw(_link)
+    return record
+
+
+@st.composite
+def _transcript(draw: Any) -> list[dict[str, Any]]:
+    count = draw(st.integers(1, 24))
+    lines = [draw(_line(n)) for n in range(count)]
+    # one plain user line somewhere, so the file is a Claude Code transcript
+    lines.insert(draw(st.integers(0, count)), {
+        "type": "user", "uuid": "root", "parentUuid": None, "sessionId": "s-1",
+        "timestamp": "2026-02-10T21:59:00.000Z", "message": {"role": "user", "content": "go"}})
+    return lines
+
+
+def _write(folder: Path, lines: list[dict[str, Any]]) -> Path:
+    path = folder / "5e551011-0000-4000-8000-00000000cafe.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    return path
+
+
+def _reference(lines: list[dict[str, Any]]) -> tuple[list[tuple[int, Any]], set[str],
+                                                      dict[str, Any], int | None]:
+    entries = list(enumerate(lines, start=1))
+    mainline = any(r["type"] in ("user", "assistant") and not r.get("isSidechain")
+                   for _, r in entries)
+    side = {line for line, r in entries if r.get("isSidechain") and _uuid(r) is not None} \
+        if mainline else set()
+    main = [(line, r) for line, r in entries if line not in side]
+    active, repairs = _active_set(main)
+    return main, active, repairs, _title_line(main, active)
+
+
+def _index(path: Path, lines: list[dict[str, Any]]) -> BranchIndex:
+    src = JsonlSource(path, "claude-code")
+    index = BranchIndex()
+    mainline = False
+    for line, offset, r in src.records():
+        side = bool(r.get("isSidechain")) and _uuid(r) is not None
+        mainline = mainline or (r["type"] in ("user", "assistant") and not r.get("isSidechain"))
+        index.add(line, offset, r["type"], side, False, r)
+    index.resolve(mainline, lambda at: lines[at - 1])
+    return index
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_transcript())
+def test_the_index_chooses_the_branch_of_the_in_memory_rules(lines: list[dict[str, Any]]
+                                                             ) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write(Path(tmp), lines)
+        main, active, repairs, title = _reference(lines)
+        index = _index(path, lines)
+        try:
+            flags = index.flags
+            for line, r in main:
+                assert bool(flags[line] & ACTIVE) == (_uuid(r) in active), (line, r)
+            assert index.repairs == repairs
+            assert index.title_line == title
+            groups: dict[str, list[int]] = {}
+            for line, r in main:
+                if r["type"] == "assistant" and _uuid(r) in active and isinstance(
+                        r.get("message"), dict):
+                    groups.setdefault(_response_key(r, line), []).append(line)
+            for parts in groups.values():
+                assert [bool(flags[p] & FIRST_PART) for p in parts] == (
+                    [len(parts) > 1] + [False] * (len(parts) - 1))
+                assert [bool(flags[p] & LATER_PART) for p in parts] == (
+                    [False] + [len(parts) > 1] * (len(parts) - 1))
+                if len(parts) > 1:
+                    assert [at for at, _ in index.parts(parts[0])] == parts
+        finally:
+            index.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_transcript())
+def test_a_streamed_session_equals_the_whole_file_mapping(lines: list[dict[str, Any]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write(Path(tmp), lines)
+        main, _, _, _ = _reference(lines)
+        try:
+            whole: Any = _build(main, path, "s-1", {}).events  # the file's own session id
+        except _FAILURES as exc:  # the two paths must fail alike
+            whole = type(exc).__name__
+        try:
+            stream = next(stream_file(path, "claude-code"))
+            assert stream.session_id == "s-1"
+            streamed: Any = [e for batch in stream.batches for e in batch.events]
+        except DshError as exc:
+            streamed = type(exc).__name__
+        if isinstance(whole, str) or isinstance(streamed, str):
+            assert isinstance(streamed, str) and streamed in (whole, "ImportFormatError")
+            return
+        assert streamed == whole
+
+
+def _corpus_files() -> list[Path]:
+    roots = [REPO / "tests" / "corpus", REPO.parent / "shared" / "corpus",
+             REPO / "src" / "dsh" / "examples" / "transcripts"]
+    return sorted(p for root in roots if root.is_dir() for p in root.rglob("*.jsonl")
+                  if "subagents" not in p.parts and p.parent.name in (
+                      "claude-code", "codex", "dsh"))
+
+
+@pytest.mark.parametrize("path", _corpus_files(), ids=lambda p: p.name)
+def test_corpus_streamed_equals_collected(path: Path) -> None:
+    """``stream_file`` batch by batch gives what ``import_file`` gives, session by session."""
+    try:
+        whole = [s for top in import_file(path) for s in top.walk()]
+    except DshError as exc:
+        with pytest.raises(type(exc)):
+            collect(stream_file(path))
+        return
+    streamed = [s for top in collect(stream_file(path)) for s in top.walk()]
+
+    def seen(s: ImportedSession) -> tuple[Any, ...]:
+        lines = [*s.lines, *[None] * (len(s.events) - len(s.lines))]  # may be shorter
+        return s.session_id, s.header, s.events, lines, s.torn_line
+
+    assert [seen(s) for s in streamed] == [seen(s) for s in whole]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(st.one_of(st.integers(-2**64, 2**64), st.floats(allow_nan=False,
+                                                                    allow_infinity=False),
+                              st.text(max_size=3), st.booleans(), st.none()),
+                    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                            st.dictionaries(st.text(max_size=3), inner,
+                                                            max_size=4)), max_leaves=20))
+def test_the_c_number_check_is_the_python_one(value: Any) -> None:
+    """``c_plain_numbers`` fixes and refuses what ``_plain_numbers`` does (loads_plain's check)."""
+    from dsh.json import _plain_numbers
+
+    if c_plain_numbers is None:
+        pytest.skip("the C accelerator is not built")
+    try:
+        text = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return  # an int orjson cannot write: not what it parses either
+    c_tree, py_tree = orjson.loads(text), orjson.loads(text)
+    c_ok, py_ok = c_plain_numbers(c_tree), _plain_numbers(py_tree)
+    assert c_ok == py_ok
+    if c_ok:
+        assert orjson.dumps(c_tree) == orjson.dumps(py_tree)
+        assert c_tree == loads_plain(text)
