@@ -20,7 +20,7 @@ import posixpath
 import re
 import sqlite3
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
@@ -63,6 +63,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SEALED_INCARNATION_TAG",
     "SESSION_ROW_CHECK_SQL",
+    "SESSION_ROW_RULES",
     "ZSTD_DATA_THRESHOLD_BYTES",
     "Row",
     "RowError",
@@ -773,25 +774,53 @@ _UUID_GLOB: Final = (_HEX * 8 + "-" + _HEX * 4 + "-[1-8]" + _HEX * 3 + "-[89abAB
                      + _HEX * 12)
 _SAFE: Final = f"BETWEEN 0 AND {MAX_SAFE_INTEGER}"
 
-SESSION_ROW_CHECK_SQL: Final = (
-    f"(typeof(s.id) = 'text' AND s.id <> '' AND typeof(s.version) = 'integer' "
-    f"AND s.version BETWEEN -{MAX_SAFE_INTEGER} AND {MAX_SAFE_INTEGER} "
-    f"AND typeof(s.created_at) = 'integer' AND s.created_at {_SAFE} "
-    f"AND (s.cwd IS NULL OR (typeof(s.cwd) = 'text' AND substr(s.cwd, 1, 1) = '/')) "
-    f"AND (s.parent_session IS NULL OR typeof(s.parent_session) = 'text') "
-    f"AND (s.seed_length IS NULL OR (typeof(s.seed_length) = 'integer' AND s.seed_length {_SAFE})) "
-    f"AND (s.origin IS NULL OR (typeof(s.origin) = 'text' AND s.origin = 'subagent')) "
-    f"AND (s.delegation_depth IS NULL OR (typeof(s.delegation_depth) = 'integer' "
-    f"AND s.delegation_depth {_SAFE})) "
-    f"AND (s.agent_preset IS NULL OR typeof(s.agent_preset) = 'text') "
-    f"AND typeof(s.incarnation) = 'text' AND s.incarnation GLOB '{_UUID_GLOB}' "
-    f"AND typeof(s.revision) = 'integer' AND s.revision {_SAFE})")
+
+def _count(value: object) -> bool:
+    return is_safe_int(value) and value >= 0  # type: ignore[operator]  # an int by then
+
+
+def _absolute(value: object) -> bool:
+    return isinstance(value, str) and os.path.isabs(value)
+
+
+SESSION_ROW_RULES: Final[tuple[tuple[str, bool, str, Callable[[object], bool], str], ...]] = (
+    ("id", False, "typeof(s.id) = 'text' AND s.id <> ''",
+     lambda v: isinstance(v, str) and v != "", "non-empty text"),
+    ("version", False, f"typeof(s.version) = 'integer' AND s.version BETWEEN "
+     f"-{MAX_SAFE_INTEGER} AND {MAX_SAFE_INTEGER}", is_safe_int, "a safe integer"),
+    ("created_at", False, f"typeof(s.created_at) = 'integer' AND s.created_at {_SAFE}", _count,
+     "a non-negative safe integer"),
+    ("cwd", True, "typeof(s.cwd) = 'text' AND substr(s.cwd, 1, 1) = '/'", _absolute,
+     "an absolute path or NULL"),
+    ("parent_session", True, "typeof(s.parent_session) = 'text'",
+     lambda v: isinstance(v, str), "text or NULL"),
+    ("seed_length", True, f"typeof(s.seed_length) = 'integer' AND s.seed_length {_SAFE}",
+     _count, "a non-negative integer or NULL"),
+    ("origin", True, "typeof(s.origin) = 'text' AND s.origin = 'subagent'",
+     lambda v: v == "subagent", "'subagent' or NULL"),
+    ("delegation_depth", True, f"typeof(s.delegation_depth) = 'integer' AND s.delegation_depth "
+     f"{_SAFE}", _count, "a non-negative integer or NULL"),
+    ("agent_preset", True, "typeof(s.agent_preset) = 'text'", lambda v: isinstance(v, str),
+     "text or NULL"),
+    ("incarnation", False, f"typeof(s.incarnation) = 'text' AND s.incarnation GLOB "
+     f"'{_UUID_GLOB}'", is_uuid, "a UUID"),
+    ("revision", False, f"typeof(s.revision) = 'integer' AND s.revision {_SAFE}", _count,
+     "a non-negative integer"),
+)
+"""The checks of a ``sessions`` row, one a column in :data:`SessionRow` order: ``(column,
+NULL allowed, the SQL test over ``s.<column>``, the Python test, the rule for messages)``. The
+one place both :func:`decode_session_row` (Python) and :data:`SESSION_ROW_CHECK_SQL` (SQLite)
+take them from (docs/formats.md#schema-17)."""
+
+SESSION_ROW_CHECK_SQL: Final = "(" + " AND ".join(
+    f"(s.{column} IS NULL OR ({sql}))" if nullable else f"({sql})"
+    for column, nullable, sql, _test, _rule in SESSION_ROW_RULES) + ")"
 """A SQL expression over a ``sessions`` row aliased ``s``: 1 only when the row passes every
-check of :func:`decode_session_row` (``cwd``: a POSIX absolute path, ``os.path.isabs`` on
-POSIX; other platforms check it again in Python); SQLite evaluates it in C for listings of many
-sessions. A row it does not vouch for (0, or NULL) still goes through
-:func:`decode_session_row`, which raises for it or accepts what only the reference accepts (a
-UUID the regex matches before a final newline, a drive-letter ``cwd``)."""
+check of :func:`decode_session_row` (built from :data:`SESSION_ROW_RULES`; ``cwd``: a POSIX
+absolute path, ``os.path.isabs`` on POSIX; other platforms check it again in Python); SQLite
+evaluates it in C for listings of many sessions. A row it does not vouch for (0, or NULL) still
+goes through :func:`decode_session_row`, which raises for it or accepts what only the reference
+accepts (a UUID the regex matches before a final newline, a drive-letter ``cwd``)."""
 
 _CWD_CHECKED: Final = os.path.isabs is posixpath.isabs
 """Whether :data:`SESSION_ROW_CHECK_SQL`'s ``cwd`` test is ``os.path.isabs`` (POSIX); when
@@ -847,34 +876,12 @@ def decode_session_row(row: SessionRow, *, path: str) -> tuple[FrozenDict, str, 
             other than ``subagent``, negative seed_length/delegation_depth, non-UUID
             incarnation, negative revision).
     """
-    (id_, version, created_at, cwd, parent, seed_length, origin, depth, preset, incarnation,
-     revision) = row
-
-    def bad(column: str, value: object, rule: str) -> LogCorruptError:
-        return LogCorruptError(
-            f"invalid durable metadata for session {id_!r} in {path}: column {column} must be "
-            f"{rule}, got {value!r}", path=path, session_id=id_ if isinstance(id_, str) else None)
-
-    if not isinstance(id_, str) or not id_:
-        raise bad("id", id_, "non-empty text")
-    if not is_safe_int(version):
-        raise bad("version", version, "a safe integer")
-    if not is_safe_int(created_at) or created_at < 0:
-        raise bad("created_at", created_at, "a non-negative safe integer")
-    if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd)):
-        raise bad("cwd", cwd, "an absolute path or NULL")
-    if parent is not None and not isinstance(parent, str):
-        raise bad("parent_session", parent, "text or NULL")
-    if seed_length is not None and (not is_safe_int(seed_length) or seed_length < 0):
-        raise bad("seed_length", seed_length, "a non-negative integer or NULL")
-    if origin is not None and origin != "subagent":
-        raise bad("origin", origin, "'subagent' or NULL")
-    if depth is not None and (not is_safe_int(depth) or depth < 0):
-        raise bad("delegation_depth", depth, "a non-negative integer or NULL")
-    if preset is not None and not isinstance(preset, str):
-        raise bad("agent_preset", preset, "text or NULL")
-    if not is_uuid(incarnation):
-        raise bad("incarnation", incarnation, "a UUID")
-    if not is_safe_int(revision) or revision < 0:
-        raise bad("revision", revision, "a non-negative integer")
+    for (column, nullable, _sql, test, rule), value in zip(SESSION_ROW_RULES, row, strict=True):
+        if not (test(value) or (nullable and value is None)):
+            id_ = row[0]
+            raise LogCorruptError(
+                f"invalid durable metadata for session {id_!r} in {path}: column {column} must "
+                f"be {rule}, got {value!r}", path=path,
+                session_id=id_ if isinstance(id_, str) else None)
+    incarnation, revision = row[9], row[10]
     return session_header(row), incarnation, revision
