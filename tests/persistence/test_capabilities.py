@@ -31,7 +31,8 @@ EXPECTED = {
     "postgresql": Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
                                search_index=True, schema_version=True, migrations=True,
                                torn_tail_hook=True, listing=True, rewrites=True,
-                               scrubs=True, asides=True, whole_reads=True),
+                               scrubs=True, asides=True, whole_reads=True,
+                               chain_records=True),
 }
 
 

@@ -28,23 +28,30 @@ def check_chain(persistence: Persistence, session_id: str, events: Sequence[Even
     """Check a session's seal chain against the events a full read returned.
 
     Adds the session's proof to ``proofs`` and, with ``kept`` (a kept proof by session),
-    compares it. A store without seals (PostgreSQL, Zstandard, memory) or a seal without a
-    chain is a note in ``notes`` (``None``: not asked for a proof, no note).
+    compares it. A store that keeps the chain itself (PostgreSQL) is asked for its records;
+    a store without a chain (memory) or a seal without a chain is a note in ``notes``
+    (``None``: not asked for a proof, no note).
 
     Returns:
         One violation per finding (``CHAIN_*``, ``PROOF_*``, or a ``SEAL_*`` code of a
         damaged seal), each naming seq, batch and writer in its message.
     """
-    from dsh.persistence import Reseals, compare_proof, prove_chain
+    from dsh.persistence import KeepsChain, Reseals, compare_proof, prove_chain
 
     backend = persistence.backend
-    if not backend.capabilities.reseal:
+    if not backend.capabilities.reseal and not backend.capabilities.chain_records:
         if notes is not None:
             notes.append(f"{session_id}: this store keeps no integrity seals, so no chain")
         return []
     try:
-        seal_path, incarnation = cast(Reseals, backend).seal_chain(session_id)
-        proof, problems, records = prove_chain(session_id, seal_path, incarnation, events)
+        if backend.capabilities.chain_records:
+            where, incarnation, kept_records = cast(KeepsChain, backend).chain_records(
+                session_id)
+            proof, problems, records = prove_chain(session_id, where, incarnation, events,
+                                                   records=kept_records)
+        else:
+            seal_path, incarnation = cast(Reseals, backend).seal_chain(session_id)
+            proof, problems, records = prove_chain(session_id, seal_path, incarnation, events)
     except ConfigError as exc:  # Zstandard: frames carry checksums, no seal
         if notes is not None:
             notes.append(f"{session_id}: {exc.message}")

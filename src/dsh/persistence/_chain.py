@@ -39,9 +39,10 @@ from dsh.json import CFallback, c_chain_leaves, dumps_canonical
 from dsh.session import Event
 
 __all__ = ["CHAIN_MARK", "HEAD_EVERY", "HEAD_SLOT", "ChainRecord", "ChainState", "Head",
-           "RawRecord", "Writer", "batch_digest", "carry", "decode_head", "decode_record",
-           "encode_head", "event_leaves", "frame_record", "incarnation_bytes", "new_record",
-           "open_record", "raw_span", "record_of", "this_writer"]
+           "RawRecord", "Writer", "batch_digest", "carry", "chain_domain", "decode_head",
+           "decode_record", "encode_head", "event_leaves", "frame_record", "incarnation_bytes",
+           "linked_parts", "new_record", "open_record", "raw_span", "record_of",
+           "stored_record", "this_writer"]
 
 CHAIN_MARK: Final = 0xFFFF_FFFF_FFFF_FFFE
 """The ``start`` of a seal record that frames a chain record, not a range."""
@@ -393,3 +394,40 @@ class ChainState:
         last = self.records[-1] if self.records else None
         return Head(self.head_counter + 1, len(self.records), last.end if last else 0,
                     last.hash if last else _ZERO)
+
+
+_LINKED: Final = struct.Struct("<32sQQQI")  # digest, first, end, epoch, pid: after prev
+
+
+def chain_domain() -> bytes:
+    """The bytes a record's hash is taken over before its hashed part (``dsh-seal-chain\\0``).
+
+    A store that links records itself (PostgreSQL: ``sha256(domain || hashed)`` in SQL) needs
+    them (docs/formats.md#the-seal-chain).
+    """
+    return _DOMAIN
+
+
+def linked_parts(events: Sequence[Event], writer: Writer) -> tuple[bytes, bytes, bytes]:
+    """A batch's record without ``prev`` and ``incarnation``, for a store that links in SQL.
+
+    Returns:
+        ``(middle, host, keys)``: the hashed part is ``prev || middle || incarnation ||
+        host`` (``middle`` = digest, first, end, epoch and pid, packed as in the record), and
+        ``keys`` the key part (a fresh batch key).
+    """
+    draft = new_record(None, events, bytes(16), writer)
+    return (_LINKED.pack(draft.digest, draft.first, draft.end, writer.epoch, writer.pid),
+            writer.host.encode("utf-8", "surrogateescape"), draft.keys)
+
+
+def stored_record(hashed: bytes, keys: bytes) -> ChainRecord:
+    """The record whose hashed and key parts a store kept apart (its hash recomputed).
+
+    Raises:
+        ValueError: ``hashed`` is shorter than a record's fixed fields.
+    """
+    if len(hashed) < _HASHED.size:
+        raise ValueError(f"a chain record's hashed part has {len(hashed)} bytes, fewer than "
+                         f"its {_HASHED.size} fixed ones")
+    return record_of((hashed + keys, len(hashed), _sha256(_DOMAIN + hashed).digest()))

@@ -31,6 +31,7 @@ from dsh._errors import DshError, SessionFormatUnsupportedError
 from dsh.json import FrozenDict, snapshot_json
 
 if TYPE_CHECKING:
+    from dsh.persistence._chain import ChainRecord
     from dsh.persistence._listing import ListingEntry, ReadFn
     from dsh.session import Event
 
@@ -46,6 +47,7 @@ __all__ = [
     "Handle",
     "InjectsTornTail",
     "KeepsAsides",
+    "KeepsChain",
     "KeepsCuts",
     "ListsEntries",
     "Migrates",
@@ -314,6 +316,8 @@ class Capabilities:
             (:class:`ReadsWhole`: one round trip on PostgreSQL, the lookup answered by the
             read itself), which a plain read (``Persistence.read``) uses; otherwise a read
             opens a read handle and reads through it.
+        chain_records: It keeps each session's seal chain in its own storage, not in a seal
+            file (:class:`KeepsChain`), for ``dsh verify`` and ``--proof``.
     """
 
     restore_points: bool = False
@@ -334,6 +338,7 @@ class Capabilities:
     scrubs: bool = False
     asides: bool = False
     whole_reads: bool = False
+    chain_records: bool = False
 
 
 @runtime_checkable
@@ -407,6 +412,26 @@ class KeepsCuts(Protocol):
 
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding bytes or rows cut from this session, oldest first."""
+        ...
+
+
+@runtime_checkable
+class KeepsChain(Protocol):
+    """A backend that keeps each session's seal chain itself (PostgreSQL: table ``chain``).
+
+    Rule: docs/formats.md#the-seal-chain.
+    """
+
+    def chain_records(self, session_id: str) -> tuple[str, str, list[ChainRecord]]:
+        """Where the chain is kept (for messages), the incarnation it binds, and its records.
+
+        The records are in batch order, each hash recomputed from its stored hashed part
+        (a stored hash is never trusted); links are not checked here (``prove_chain`` does).
+
+        Raises:
+            SessionNotFoundError: no such session.
+            LogCorruptError: a stored record is too short to be one.
+        """
         ...
 
 

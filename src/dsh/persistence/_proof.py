@@ -83,30 +83,38 @@ class ChainProof:
                 f"incarnation {self.incarnation}")
 
 
-def prove_chain(session_id: str, seal_path: str, incarnation: str, events: Sequence[Event]
-          ) -> tuple[ChainProof, list[ChainProblem], list[ChainRecord]]:
+def prove_chain(session_id: str, seal_path: str, incarnation: str, events: Sequence[Event],
+                *, records: Sequence[ChainRecord] | None = None
+                ) -> tuple[ChainProof, list[ChainProblem], list[ChainRecord]]:
     """Check the chain of ``seal_path`` against ``events`` (a full read, seq order).
 
     Args:
         session_id: Named in problems.
-        seal_path: The session's seal file.
+        seal_path: The session's seal file (with ``records``: where they are kept).
         incarnation: What the records must bind (``Reseals.seal_chain``).
         events: Every committed event of the session.
+        records: The chain as a store keeps it itself (``KeepsChain.chain_records``); its
+            links are checked here (``CHAIN_BROKEN``), as ``read_seal`` checks a seal's.
 
     Returns:
         The proof, the problems found, and the chain's records. Problems: ``CHAIN_EVENTS``
         (a batch's events are not the ones its record committed to), ``CHAIN_CUT`` (the log
         ends before a chained batch), ``CHAIN_INCARNATION`` (a record written for another
-        incarnation), ``CHAIN_NONE`` (the seal has no chain: written before the chain, or
-        none at all).
+        incarnation), ``CHAIN_BROKEN`` (with ``records``: a record that does not link to
+        the one before it, or out of seq order: a record was changed, removed or reordered),
+        ``CHAIN_NONE`` (the seal has no chain: written before the chain, or none at all).
 
     Raises:
         LogCorruptError: the seal file is damaged (``SEAL_*`` codes, see ``read_seal``).
     """
-    seal = read_seal(Path(seal_path))
     inc = incarnation_bytes(incarnation)
-    chain: list[ChainRecord] = seal.chain if seal is not None else []
     problems: list[ChainProblem] = []
+    if records is None:
+        seal = read_seal(Path(seal_path))
+        chain: list[ChainRecord] = seal.chain if seal is not None else []
+    else:
+        chain = list(records)
+        problems.extend(_broken_links(session_id, seal_path, chain))
     if not chain:
         problems.append(ChainProblem("CHAIN_NONE", f"session {session_id!r}: its seal "
                                      f"{seal_path} holds no hash chain (written before the "
@@ -147,6 +155,27 @@ def prove_chain(session_id: str, seal_path: str, incarnation: str, events: Seque
                        str(last.writer) if last else "", inc.hex(),
                        tuple(r.hash.hex()[:_SHORT] for r in chain), tuple(gaps))
     return proof, problems, chain
+
+
+def _broken_links(session_id: str, where: str, chain: Sequence[ChainRecord]
+                  ) -> list[ChainProblem]:
+    """``CHAIN_BROKEN`` for each record that does not follow the one before it."""
+    found: list[ChainProblem] = []
+    prev: ChainRecord | None = None
+    for index, record in enumerate(chain):
+        if (prev.hash if prev is not None else bytes(32)) != record.prev:
+            why = "does not link to the record before it"
+        elif record.end <= record.first or (prev is not None and record.first < prev.end):
+            why = "covers seqs out of order"
+        else:
+            why = ""
+        if why:
+            found.append(ChainProblem(
+                "CHAIN_BROKEN", f"session {session_id!r}: the chain record of "
+                f"{record.where()} (batch {index}) in {where} {why}: a record was changed, "
+                f"removed or reordered", record.first, index, str(record.writer)))
+        prev = record
+    return found
 
 
 def compare_proof(kept: Mapping[str, object], now: ChainProof | None, records: Sequence[ChainRecord]

@@ -104,6 +104,7 @@ class BackendContract:
             IndexesSearch,
             InjectsTornTail,
             KeepsAsides,
+            KeepsChain,
             KeepsCuts,
             KeepsRestorePoints,
             ListsEntries,
@@ -133,6 +134,7 @@ class BackendContract:
         assert caps.reseal == isinstance(backend, Reseals)
         assert caps.asides == isinstance(backend, KeepsAsides)
         assert caps.whole_reads == isinstance(backend, ReadsWhole)
+        assert caps.chain_records == isinstance(backend, KeepsChain)
         store.create(header("caps"))
         with store.open("caps", "write") as handle:
             assert caps.restore_points == isinstance(handle, KeepsRestorePoints)

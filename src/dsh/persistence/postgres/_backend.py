@@ -59,6 +59,15 @@ from dsh._errors import (
 from dsh._install import install_hint
 from dsh.json import FrozenDict, dumps, is_safe_int
 from dsh.persistence import _restore_point as rp
+from dsh.persistence._chain import (
+    ChainRecord,
+    carry,
+    chain_domain,
+    incarnation_bytes,
+    linked_parts,
+    stored_record,
+    this_writer,
+)
 from dsh.persistence._contract import (
     Capabilities,
     ColdRead,
@@ -476,6 +485,9 @@ class PostgresHandle(HandleBase):
             events = validate_batch(events, first, self._id)
         rows = encode_batch(events, ROW_FORMAT)
         after = self._fold(first, events, self._listing)
+        # the batch's chain record, linked by the commit's statement
+        # (docs/formats.md#the-seal-chain)
+        linked = linked_parts(events, this_writer(self._lease.epoch)) if events else None
         psycopg = _psycopg()
         attempts = self._backend.reconnect_retries + 1
         attempt = 0
@@ -483,12 +495,12 @@ class PostgresHandle(HandleBase):
         while True:
             started = time.monotonic()
             try:
-                if first is not None and self._torn_seen is None and self.one_statement and \
-                        len(rows) <= ONE_STATEMENT_MAX_ROWS and \
-                        self._commit_one(first, len(events), rows, after):
+                if first is not None and linked is not None and self._torn_seen is None \
+                        and self.one_statement and len(rows) <= ONE_STATEMENT_MAX_ROWS and \
+                        self._commit_one(first, len(events), rows, after, linked):
                     self._listing = after
                     return
-                self._listing = self._commit(first, events, rows, after)
+                self._listing = self._commit(first, events, rows, after, linked)
                 return
             except psycopg.errors.LockNotAvailable as exc:
                 # Another transaction held the row for a whole lease (lock_timeout). Not a lost
@@ -537,7 +549,8 @@ class PostgresHandle(HandleBase):
         return (first + len(events), fold) if fold.extend(events) else None
 
     def _commit_one(self, first: int, count: int, rows: list[Any],
-                    after: tuple[int, EntryFold] | None) -> bool:
+                    after: tuple[int, EntryFold] | None, linked: tuple[bytes, bytes, bytes]
+                    ) -> bool:
         """Commit the batch in one statement (one round trip, one WAL flush); False: refused.
 
         The statement locks the session row only if owner, epoch and head still match and no
@@ -558,7 +571,8 @@ class PostgresHandle(HandleBase):
             with b._conn("append", self._id,
                          passthrough=("OperationalError", "UniqueViolation")) as conn:
                 done = conn.execute(b._sql_append_one, (
-                    self._id, lease.token, lease.epoch, first, packed, first + count,
+                    self._id, lease.token, lease.epoch, first, packed, first, first + count,
+                    linked[2], linked[0], linked[1], first + count,
                     b.lease_ms, _data_bytes(rows), None if after is None else
                     stored_entry(after[1]), _channel_payload(self._id))).fetchone()
         except psycopg.errors.UniqueViolation:
@@ -566,7 +580,8 @@ class PostgresHandle(HandleBase):
         return done is not None
 
     def _commit(self, first: int | None, events: Sequence[Event], rows: list[Any],
-                after: tuple[int, EntryFold] | None) -> tuple[int, EntryFold] | None:
+                after: tuple[int, EntryFold] | None,
+                linked: tuple[bytes, bytes, bytes] | None) -> tuple[int, EntryFold] | None:
         """Commit the batch in a transaction that locks the row first; return the entry after.
 
         ``after`` is the listing entry after the batch when known; if not, the entry stored
@@ -607,9 +622,13 @@ class PostgresHandle(HandleBase):
                     session_id=self._id, seq=first, path=b.url)
             b._copy_rows(conn, self._id, rows)
             listing = None if after is None else stored_entry(after[1])
-            conn.execute(b._sql_advance, (head + count, b.lease_ms, _data_bytes(rows),
-                                          count > 0, listing, self._id,
-                                          _channel_payload(self._id)))
+            advance = (head + count, b.lease_ms, _data_bytes(rows), count > 0, listing,
+                       self._id, _channel_payload(self._id))
+            if linked is None:
+                conn.execute(b._sql_advance, advance)
+            else:
+                conn.execute(b._sql_advance_linked, (head, head + count, linked[2], self._id,
+                                                     linked[0], linked[1], *advance))
         self._torn_seen = None
         if count == 0:
             return None if stored is None else (head, stored)
@@ -672,7 +691,10 @@ class PostgresHandle(HandleBase):
         """Replace the session's rows by ``events``: redaction and erasure only.
 
         One fenced transaction (the lease must still be ours) deletes the session's rows,
-        inserts the new ones and moves the head; a crash leaves the old rows or the new ones.
+        inserts the new ones, replaces the chain records by the carried chain (the old records'
+        hashed parts kept, tombstoned events opened, one new record after them;
+        docs/formats.md#the-seal-chain) and moves the head; a crash leaves the old rows and
+        chain or the new ones.
         Then ``VACUUM`` of the events table makes the dead tuples' space reusable; it does not
         overwrite their bytes, which stay in the table's pages, the WAL and any base backup
         until reused (docs/forgetting.md#what-forgetting-cannot-reach). A ``VACUUM`` that fails
@@ -695,6 +717,7 @@ class PostgresHandle(HandleBase):
         batch = validate_batch(events, 0, self._id)
         rows = encode_batch(batch, ROW_FORMAT)
         b, lease = self._backend, self._lease
+        old = {int(e["seq"]): e for e in self.read().events}  # under our lease: stays so
         self._restore_point_row = None
         with b._conn("rewrite", self._id) as conn, conn.transaction():
             found = conn.execute(b._sql_lock_row, (self._id,)).fetchone()
@@ -705,8 +728,8 @@ class PostgresHandle(HandleBase):
                 lease.lost = b._lease_lost(self._id, lease.epoch, conn)
                 raise lease.lost
             srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
-            fold = EntryFold.start(_with_metadata(decode_session_row(srow[:11], path=b.url)[0],
-                                                  srow[12], b.url))
+            header, incarnation, _ = decode_session_row(srow[:11], path=b.url)
+            fold = EntryFold.start(_with_metadata(header, srow[12], b.url))
             fold.extend(batch)
             deleted = conn.execute(f"DELETE FROM {b._s}.events WHERE session_id = %s",
                                    (self._id,)).rowcount
@@ -714,6 +737,16 @@ class PostgresHandle(HandleBase):
             conn.execute(f"DELETE FROM {b._s}.restore_points WHERE session_id = %s",
                          (self._id,))
             b._copy_rows(conn, self._id, rows)
+            # the chain is kept: tombstoned events keep their leaves, the events past it get
+            # one new record (docs/formats.md#the-seal-chain)
+            chain = carry(b._chain_rows(conn, self._id), old, batch,
+                          incarnation_bytes(incarnation), this_writer(lease.epoch))
+            conn.execute(f"DELETE FROM {b._s}.chain WHERE session_id = %s", (self._id,))
+            with conn.cursor() as cur:
+                cur.executemany(f"INSERT INTO {b._s}.chain (session_id, batch, first_seq, "
+                                "end_seq, hashed, keys, hash) VALUES (%s, %s, %s, %s, %s, %s, "
+                                "%s)", [(self._id, i, r.first, r.end, r.hashed(), r.keys,
+                                         r.hash) for i, r in enumerate(chain)])
             conn.execute(b._sql_replace_head, (len(batch), b.lease_ms, _data_bytes(rows),
                                                stored_entry(fold), self._id,
                                                _channel_payload(self._id)))
@@ -1054,7 +1087,8 @@ class PostgresBackend:
     capabilities = Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
                                 search_index=True, schema_version=True, migrations=True,
                                 torn_tail_hook=True, listing=True, rewrites=True,
-                                scrubs=True, asides=True, whole_reads=True)
+                                scrubs=True, asides=True, whole_reads=True,
+                                chain_records=True)
     """Restore points (a table of the schema), fenced write handles (the lease epoch), a tail
     woken by ``NOTIFY``, a search index in its own tables, versioned migrations, and ``dsh ls``
     entries kept beside each head."""
@@ -1246,18 +1280,36 @@ class PostgresBackend:
             "clock_timestamp() + %s * interval '1 millisecond', size_bytes = %s, listing = %s "
             f"WHERE id = %s RETURNING pg_notify('{self.channel}', %s)")
 
+        # The batch's chain record (docs/formats.md#the-seal-chain), linked here to the
+        # session's last one: ``batch`` one past it, ``prev`` its hash, the incarnation from
+        # the row; the hash is taken in SQL. Parameters: first, end, keys, then those of
+        # {src} (a row source of id and incarnation), then the middle and the host.
+        def link(src: str) -> str:
+            return (
+                f"link AS (INSERT INTO {s}.chain (session_id, batch, first_seq, end_seq, "
+                "hashed, keys, hash) SELECT f.id, coalesce(l.batch + 1, 0), %s, %s, h.hashed, "
+                f"%s, sha256('\\x{chain_domain().hex()}'::bytea || h.hashed) FROM {src} f "
+                f"LEFT JOIN LATERAL (SELECT c.batch, c.hash FROM {s}.chain c WHERE "
+                "c.session_id = f.id ORDER BY c.batch DESC LIMIT 1) l ON true CROSS JOIN "
+                "LATERAL (SELECT coalesce(l.hash, decode(repeat('00', 32), 'hex')) || "
+                "%s::bytea || uuid_send(f.incarnation) || %s::bytea AS hashed) h)")
+
+        self._sql_advance_linked = (
+            "WITH " + link(f"(SELECT t.id, t.incarnation FROM {s}.sessions t WHERE t.id = %s)")
+            + " " + self._sql_advance)
+
         # The whole append in one statement: the fenced lock, the rows (one JSON array of
-        # row arrays, bytea as hex), the head, the lease and the NOTIFY; a refused fence
-        # writes nothing and returns no row.
+        # row arrays, bytea as hex), the chain record, the head, the lease and the NOTIFY; a
+        # refused fence writes nothing and returns no row.
         self._sql_append_one = (
-            f"WITH fence AS (SELECT t.id FROM {s}.sessions t WHERE t.id = %s AND "
+            f"WITH fence AS (SELECT t.id, t.incarnation FROM {s}.sessions t WHERE t.id = %s AND "
             "t.lease_owner = %s::uuid AND t.lease_epoch = %s AND t.head_seq = %s AND NOT EXISTS "
             f"(SELECT 1 FROM {s}.events e WHERE e.session_id = t.id AND e.seq >= t.head_seq) "
             f"FOR NO KEY UPDATE OF t), rows AS (INSERT INTO {s}.events (session_id, seq, type, "
             "time, data, data_zstd, source_event_seqs, surface_op, ignorable) SELECT fence.id, "
             "(r->>0)::bigint, r->>1, (r->>2)::bigint, r->>3, decode(r->>4, 'hex'), "
             "decode(r->>5, 'hex'), r->>6, (r->>7)::smallint FROM fence, "
-            "json_array_elements(%s::json) AS r) "
+            "json_array_elements(%s::json) AS r), " + link("fence") + " "
             f"UPDATE {s}.sessions t SET head_seq = %s, revision = t.revision + 1, "
             "lease_expires_at = clock_timestamp() + %s * interval '1 millisecond', size_bytes = "
             "t.size_bytes + %s, listing = %s FROM fence "
@@ -1270,6 +1322,38 @@ class PostgresBackend:
         with conn.cursor() as cur, cur.copy(self._sql_copy) as copy:
             for r in rows:
                 copy.write_row((session_id, *_bind(r)))
+
+    def _chain_rows(self, conn: Any, session_id: str) -> list[ChainRecord]:
+        """The session's chain records in batch order, hashes recomputed."""
+        found = conn.execute(f"SELECT hashed, keys, batch FROM {self._s}.chain WHERE "
+                             "session_id = %s ORDER BY batch", (session_id,)).fetchall()
+        try:
+            return [stored_record(bytes(h), bytes(k)) for h, k, _ in found]
+        except ValueError as exc:
+            raise LogCorruptError(f"the chain of session {session_id!r} in {self._url} "
+                                  f"(table {self.schema}.chain) is damaged: {exc}",
+                                  path=self._url, session_id=session_id) from exc
+
+    def chain_records(self, session_id: str) -> tuple[str, str, list[ChainRecord]]:
+        """The session's chain: ``(<url> table <schema>.chain, incarnation, records)``.
+
+        One read-only snapshot of the session row and its records (see
+        ``KeepsChain.chain_records``; docs/formats.md#the-seal-chain).
+
+        Raises:
+            SessionNotFoundError: no such session.
+            LogCorruptError: a stored record is too short to be one.
+        """
+        with self._conn("chain", session_id) as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            found = conn.execute(f"SELECT incarnation::text FROM {self._s}.sessions WHERE id "
+                                 "= %s", (session_id,)).fetchone()
+            if found is None:
+                raise SessionNotFoundError(f"session {session_id!r} is not stored in "
+                                           f"{self._url}", session_id=session_id,
+                                           path=self._url)
+            records = self._chain_rows(conn, session_id)
+        return f"{self._url} table {self.schema}.chain", str(found[0]), records
 
     # migrations ------------------------------------------------------------------------
 

@@ -20,7 +20,10 @@ Invariants this module owns (docs/rules.md#one-writer-per-session):
   transaction that moves ``head_seq``, so they always describe exactly the committed log;
 * ``restore_point_digest`` (the hex SHA-256 of the body of the session's ``restore_points``
   row) changes only in the statement that writes that row, fenced by the lease: a restore
-  point whose body digests otherwise was edited after it was written and is not trusted.
+  point whose body digests otherwise was edited after it was written and is not trusted;
+* ``chain`` holds one hash-chain record per committed batch (docs/formats.md#the-seal-chain),
+  inserted by the statement that moves ``head_seq``, linked there to the session's last record
+  (``batch`` one past it, ``prev`` its ``hash``), so it commits or not with the batch.
 """
 
 from __future__ import annotations
@@ -107,6 +110,18 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     )),
     (7, "restore point digest: binds the restore point row to its writer (formats.md)", (
         "ALTER TABLE {s}.sessions ADD COLUMN restore_point_digest text",
+    )),
+    (8, "chain: one hash-chain record per committed batch, linked in the append (formats.md)", (
+        """CREATE TABLE {s}.chain (
+  session_id text NOT NULL REFERENCES {s}.sessions(id) ON DELETE CASCADE,
+  batch      bigint NOT NULL CHECK (batch >= 0),
+  first_seq  bigint NOT NULL,
+  end_seq    bigint NOT NULL,
+  hashed     bytea NOT NULL,
+  keys       bytea NOT NULL,
+  hash       bytea NOT NULL,
+  PRIMARY KEY (session_id, batch)
+)""",
     )),
 )
 """Forward-only migrations, applied in order under :data:`MIGRATION_LOCK_KEY`."""

@@ -1,0 +1,192 @@
+"""The seal chain on PostgreSQL: table ``chain``, linked by the append's own statement.
+
+Real server (127.0.0.1:5432, db ``test``), a throw-away schema ``chainstore_<hex>`` per test.
+Sessions are written through the public API; rows are then changed, removed, reordered or cut
+with SQL the way a person with write access to the database could, and ``dsh verify``
+(``--proof``, ``--against``) names the batch and the writer (lease epoch, pid, host).
+Rules: docs/formats.md#the-seal-chain, docs/cli.md#chain-proofs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import dsh
+from dsh.persistence import _chain
+from dsh.persistence.postgres._backend import PostgresBackend
+from dsh.rights import erase, redact
+from dsh.testing._stores import drop_schema, postgres_base_url, postgres_unreachable
+from tests.persistence.test_seal_chain import _cli, user
+
+pytestmark = pytest.mark.skipif(postgres_unreachable() is not None,
+                                reason=str(postgres_unreachable()))
+BATCHES = 5
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = f"chainstore_{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        drop_schema(postgres_base_url(), name)
+
+
+def _url(schema: str, **options: object) -> str:
+    extra = "".join(f"&{k}={v}" for k, v in options.items())
+    return f"{postgres_base_url()}?schema={schema}&lease_ms=2000{extra}"
+
+
+def _sql(query: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(postgres_base_url(), autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description is not None else []
+
+
+def _write(url: str, batches: int = BATCHES, *, per_batch: int = 1) -> None:
+    with dsh.open(url) as store:
+        session = store.session("s1")
+        for n in range(batches):
+            for k in range(per_batch):
+                session.append("user/message", user(f"message {n:03d}.{k}"),
+                               surface_op="append")
+            store.flush(session)
+
+
+def _records(url: str) -> tuple[str, list[_chain.ChainRecord]]:
+    with dsh.open(url) as store:
+        backend = store.persistence.backend
+        assert isinstance(backend, PostgresBackend)
+        _, incarnation, records = backend.chain_records("s1")
+    return incarnation, records
+
+
+def _verify(tmp_path: Path, url: str, *args: str) -> tuple[int, str]:
+    out = _cli(tmp_path, url, *args)
+    return out.returncode, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("one_statement", [True, False])
+def test_each_append_commits_one_linked_record_bound_to_lease_pid_host_incarnation(
+        tmp_path: Path, schema: str, one_statement: bool) -> None:
+    url = _url(schema)
+    # more rows than one statement takes: the transaction path links the record too
+    _write(url, per_batch=1 if one_statement else 600)
+    incarnation, records = _records(url)
+    per = 1 if one_statement else 600
+    assert [(r.first, r.end) for r in records] == [(n * per, (n + 1) * per)
+                                                   for n in range(BATCHES)]
+    assert records[0].prev == bytes(32)
+    assert all(b.prev == a.hash for a, b in itertools.pairwise(records))
+    me = _chain.this_writer()
+    assert {(r.writer.host, r.writer.pid) for r in records} == {(me.host, os.getpid())}
+    assert {r.writer.epoch for r in records} == {1}  # the lease epoch of the one writer
+    assert {r.incarnation for r in records} == {_chain.incarnation_bytes(incarnation)}
+    stored = _sql(f'SELECT batch, hash FROM "{schema}".chain ORDER BY batch')
+    assert [(b, bytes(h)) for b, h in stored] == [(i, r.hash) for i, r in enumerate(records)]
+    code, out = _verify(tmp_path, url, "s1", "--proof")
+    assert code == 0, out
+    [line] = [x for x in out.splitlines() if x.startswith("proof ")]
+    assert f"head {records[-1].hash.hex()}" in line and f"batches {BATCHES}" in line
+    assert "epoch 1" in line and "no chain" not in out
+
+
+def test_a_second_writer_continues_the_chain_under_its_own_epoch(tmp_path: Path,
+                                                                 schema: str) -> None:
+    url = _url(schema)
+    _write(url, 2)
+    with dsh.open(url) as store:
+        session = store.session("s1")
+        session.append("user/message", user("later"), surface_op="append")
+        store.flush(session)
+    _, records = _records(url)
+    assert [r.writer.epoch for r in records] == [1, 1, 2]
+    assert records[2].prev == records[1].hash
+    assert _verify(tmp_path, url, "s1")[0] == 0
+
+
+def test_changed_reordered_and_cut_rows_are_named_by_batch_and_writer(
+        tmp_path: Path, schema: str) -> None:
+    url = _url(schema)
+    _write(url)
+    s = f'"{schema}"'
+    # same-length text replaced: the rows still decode, only the chain sees it
+    _sql(f"UPDATE {s}.events SET data = replace(data, 'message 002', 'massage 002')")
+    code, out = _verify(tmp_path, url, "s1")
+    assert code == 1 and "CHAIN_EVENTS" in out and "seq 2..2" in out and "epoch 1" in out
+    _sql(f"UPDATE {s}.events SET data = replace(data, 'massage 002', 'message 002')")
+    assert _verify(tmp_path, url, "s1")[0] == 0
+    # two events' bodies swapped (reordered)
+    _sql(f"UPDATE {s}.events a SET data = b.data FROM {s}.events b WHERE "
+         "(a.seq, b.seq) IN ((1, 3), (3, 1)) AND a.session_id = b.session_id")
+    code, out = _verify(tmp_path, url, "s1")
+    assert code == 1 and out.count("CHAIN_EVENTS") >= 2
+    _sql(f"UPDATE {s}.events a SET data = b.data FROM {s}.events b WHERE "
+         "(a.seq, b.seq) IN ((1, 3), (3, 1)) AND a.session_id = b.session_id")
+    # the last two events cut and the head moved back to match: the rows are consistent,
+    # the chain still commits to them
+    _sql(f"DELETE FROM {s}.events WHERE seq >= 3")
+    _sql(f"UPDATE {s}.sessions SET head_seq = 3")
+    code, out = _verify(tmp_path, url, "s1")
+    assert code == 1 and "CHAIN_CUT" in out and "seq 3..3" in out
+
+
+def test_a_changed_chain_record_is_broken_and_a_consistent_truncation_fails_the_kept_proof(
+        tmp_path: Path, schema: str) -> None:
+    url = _url(schema)
+    _write(url)
+    kept = tmp_path / "proof.json"
+    out = _cli(tmp_path, url, "s1", "--proof", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    kept.write_text(out.stdout, encoding="utf-8")
+    s = f'"{schema}"'
+    # a record's writer rewritten in place: its hash no longer links to the next one
+    _sql(f"UPDATE {s}.chain SET hashed = overlay(hashed placing '\\x07000000'::bytea "
+         "from 105 for 4) WHERE batch = 1")
+    code, text = _verify(tmp_path, url, "s1")
+    assert code == 1 and "CHAIN_BROKEN" in text and "batch 2" in text
+    # the whole tail removed consistently: events, head and chain records
+    _sql(f"DELETE FROM {s}.chain WHERE batch >= 1")
+    _sql(f"DELETE FROM {s}.events WHERE seq >= 1")
+    _sql(f"UPDATE {s}.sessions SET head_seq = 1")
+    assert _verify(tmp_path, url, "s1")[0] == 0  # the store alone cannot tell
+    code, text = _verify(tmp_path, url, "--against", str(kept))
+    assert code == 1 and "PROOF_TRUNCATED" in text and "batches 1..4 were removed" in text
+    assert "epoch 1" in text
+
+
+@pytest.mark.parametrize("how", ["erase", "redact"])
+def test_an_erased_or_redacted_session_keeps_its_chain_and_the_kept_proof(
+        tmp_path: Path, schema: str, how: str) -> None:
+    url = _url(schema)
+    _write(url)
+    kept = tmp_path / "proof.json"
+    out = _cli(tmp_path, url, "s1", "--proof", "--json")
+    kept.write_text(out.stdout, encoding="utf-8")
+    before = json.loads(out.stdout)["proof"]["sessions"][0]
+    with dsh.open(url) as store:
+        if how == "erase":
+            erase(store, ["s1"])
+        else:
+            redact(store, "s1", match="message 002")
+    _, records = _records(url)
+    assert [r.hash.hex()[:16] for r in records[:BATCHES]] == before["hashes"]
+    assert records[2].keys[:1] == b"\1"  # the tombstoned event keeps only its leaf
+    code, text = _verify(tmp_path, url, "s1", "--against", str(kept))
+    assert code == 0, text
+    with dsh.open(url) as store:  # the next writer chains on after the carried records
+        session = store.session("s1")
+        session.append("user/message", user("after"), surface_op="append")
+        store.flush(session)
+    _, after = _records(url)
+    assert after[-1].prev == records[-1].hash and len(after) == len(records) + 1
+    assert _verify(tmp_path, url, "s1", "--against", str(kept))[0] == 0
