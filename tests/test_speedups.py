@@ -595,3 +595,27 @@ def test_speedups_chain_leaves_reference_counts_are_stable() -> None:
             sp.chain_leaves([event, FrozenDict({"seq": -1})], bytes(16), hashlib.sha256,
                             orjson.dumps)
     assert (sys.getrefcount(frozen_leaf), sys.getrefcount(event)) == before
+
+
+def test_speedups_chain_leaves_hash_every_padding_length_like_hashlib() -> None:
+    # the SHA-NI path pads the last block itself: every length mod 64 (55, 56 and 63 bytes
+    # left over included) against hashlib, and the hashlib path itself (SHA_NI off)
+    import hashlib
+
+    key = bytes(range(16))
+    events = [Event(snapshot_json({"seq": n, "type": "x/y", "data": "é" * (n % 3) + "x" * n}))
+              for n in range(200)]
+    expected = [hashlib.sha256(hashlib.sha256(key + n.to_bytes(8, "little")).digest()[:16]
+                               + dj.dumps_canonical(e)).digest() for n, e in enumerate(events)]
+    assert sp.chain_leaves(events, key, hashlib.sha256, orjson.dumps) == expected
+    probe = ("import hashlib, orjson, dsh.json as dj; from dsh.json import snapshot_json; "
+             "from dsh.session._events import Event; "
+             "events = [Event(snapshot_json({'seq': n, 'type': 'x/y', 'data': 'x' * n})) "
+             "for n in range(70)]; "
+             "print(dj._speedups.SHA_NI, dj._speedups.chain_leaves(events, bytes(range(16)), "
+             "hashlib.sha256, orjson.dumps) == [hashlib.sha256(hashlib.sha256(bytes(range(16)) "
+             "+ n.to_bytes(8, 'little')).digest()[:16] + dj.dumps_canonical(e)).digest() "
+             "for n, e in enumerate(events)])")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, env={**os.environ, "DSH_SPEEDUPS_NO_SHA_NI": "1"})
+    assert out.stdout.split() == ["0", "True"]

@@ -2783,6 +2783,101 @@ canonical(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 
+/* SHA-256 with the x86 SHA extensions (SHA-NI), when the CPU has them: a leaf is a few
+ * 64-byte blocks, so hashlib's per-call cost (a hasher object, a digest() call, a bytes
+ * object each) was most of a leaf's time. Without them the hashlib constructor is called. */
+static int use_sha_ni = 0;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#include <stdint.h>
+#define SHA_NI_BUILT 1
+
+static const uint32_t sha256_k[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+    0xc67178f2};
+
+/* Compress whole 64-byte blocks into state (FIPS 180-4 order: a..h). */
+__attribute__((target("sha,sse4.1,ssse3")))
+static void
+sha256_blocks(uint32_t state[8], const unsigned char *data, size_t blocks)
+{
+    __m128i state0, state1, msg, tmp, mask, abef, cdgh, w[4];
+    int i;
+    tmp = _mm_loadu_si128((const __m128i *)&state[0]);
+    state1 = _mm_loadu_si128((const __m128i *)&state[4]);
+    tmp = _mm_shuffle_epi32(tmp, 0xB1);            /* CDAB */
+    state1 = _mm_shuffle_epi32(state1, 0x1B);      /* EFGH */
+    state0 = _mm_alignr_epi8(tmp, state1, 8);      /* ABEF */
+    state1 = _mm_blend_epi16(state1, tmp, 0xF0);   /* CDGH */
+    mask = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+    while (blocks--) {
+        abef = state0;
+        cdgh = state1;
+        for (i = 0; i < 16; i++) {  /* four rounds each; w[i % 4] holds words 4i..4i+3 */
+            if (i < 4) {
+                w[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(data + 16 * i)),
+                                        mask);
+            }
+            else {
+                tmp = _mm_sha256msg1_epu32(w[i % 4], w[(i + 1) % 4]);
+                tmp = _mm_add_epi32(tmp, _mm_alignr_epi8(w[(i + 3) % 4], w[(i + 2) % 4], 4));
+                w[i % 4] = _mm_sha256msg2_epu32(tmp, w[(i + 3) % 4]);
+            }
+            msg = _mm_add_epi32(w[i % 4], _mm_loadu_si128((const __m128i *)&sha256_k[4 * i]));
+            state1 = _mm_sha256rnds2_epu32(state1, state0, msg);
+            msg = _mm_shuffle_epi32(msg, 0x0E);
+            state0 = _mm_sha256rnds2_epu32(state0, state1, msg);
+        }
+        state0 = _mm_add_epi32(state0, abef);
+        state1 = _mm_add_epi32(state1, cdgh);
+        data += 64;
+    }
+    tmp = _mm_shuffle_epi32(state0, 0x1B);         /* FEBA */
+    state1 = _mm_shuffle_epi32(state1, 0xB1);      /* DCHG */
+    state0 = _mm_blend_epi16(tmp, state1, 0xF0);   /* DCBA */
+    state1 = _mm_alignr_epi8(state1, tmp, 8);      /* HGFE */
+    _mm_storeu_si128((__m128i *)&state[0], state0);
+    _mm_storeu_si128((__m128i *)&state[4], state1);
+}
+
+/* SHA-256 of data[:n] into out (32 bytes). */
+static void
+sha256_ni(const unsigned char *data, size_t n, unsigned char out[32])
+{
+    uint32_t state[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f,
+                         0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    unsigned char tail[128];
+    size_t whole = n / 64, rest = n % 64, padded = rest < 56 ? 64 : 128;
+    unsigned long long bits = (unsigned long long)n * 8;
+    int k;
+    if (whole) {
+        sha256_blocks(state, data, whole);
+    }
+    memset(tail, 0, sizeof tail);
+    memcpy(tail, data + whole * 64, rest);
+    tail[rest] = 0x80;
+    for (k = 0; k < 8; k++) {
+        tail[padded - 1 - k] = (unsigned char)(bits >> (8 * k));
+    }
+    sha256_blocks(state, tail, padded / 64);
+    for (k = 0; k < 8; k++) {
+        out[4 * k] = (unsigned char)(state[k] >> 24);
+        out[4 * k + 1] = (unsigned char)(state[k] >> 16);
+        out[4 * k + 2] = (unsigned char)(state[k] >> 8);
+        out[4 * k + 3] = (unsigned char)state[k];
+    }
+}
+#endif
+
 /* sha256(data[:n]).digest() through the hashlib constructor given (OpenSSL's, SHA-NI). */
 static PyObject *
 sha256_of(PyObject *sha256, const char *data, Py_ssize_t n)
@@ -2812,7 +2907,8 @@ PyDoc_STRVAR(chain_leaves_doc,
 "The seal chain's leaves of a batch under a 16-byte batch key: for each event of the list\n"
 "or tuple events, SHA-256(event key || canonical bytes), the event key being\n"
 "SHA-256(batch_key || seq as u64 little-endian)[:16] and the canonical bytes those of\n"
-"canonical(event, dumps). sha256 is hashlib.sha256. Raises Fallback when an event is not a\n"
+"canonical(event, dumps). sha256 is hashlib.sha256, called when the module's SHA_NI is 0\n"
+"(no x86 SHA extensions, or DSH_SPEEDUPS_NO_SHA_NI set at import). Raises Fallback when an event is not a\n"
 "FrozenDict with a \"seq\" int in 0 .. 2**64 - 1 or canonical() would: the reference,\n"
 "dsh.persistence._chain.event_leaves, then computes (or refuses) the batch.");
 
@@ -2864,11 +2960,28 @@ chain_leaves(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         for (k = 0; k < 8; k++) {
             head[16 + k] = (unsigned char)(value >> (8 * k));
         }
+        b.len = 0;
+#ifdef SHA_NI_BUILT
+        if (use_sha_ni) {
+            unsigned char digest[32];
+            sha256_ni(head, 24, digest);
+            if (wb_put(&b, (const char *)digest, 16) < 0
+                    || canon_top(&b, items[i], args[3]) < 0) {
+                goto fail;
+            }
+            sha256_ni((const unsigned char *)b.data, (size_t)b.len, digest);
+            leaf = PyBytes_FromStringAndSize((const char *)digest, 32);
+            if (leaf == NULL) {
+                goto fail;
+            }
+            PyList_SET_ITEM(out, i, leaf);
+            continue;
+        }
+#endif
         key = sha256_of(args[2], (const char *)head, 24);
         if (key == NULL) {
             goto fail;
         }
-        b.len = 0;
         k = wb_put(&b, PyBytes_AS_STRING(key), 16);
         Py_DECREF(key);
         if (k < 0 || canon_top(&b, items[i], args[3]) < 0) {
@@ -3055,6 +3168,16 @@ PyInit__speedups(void)
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
     if (PyModule_AddIntConstant(module, "API_VERSION", 4) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+#ifdef SHA_NI_BUILT
+    /* DSH_SPEEDUPS_NO_SHA_NI=1: the hashlib path, for tests on a CPU that has the extensions */
+    __builtin_cpu_init();
+    use_sha_ni = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1")
+        && __builtin_cpu_supports("ssse3") && getenv("DSH_SPEEDUPS_NO_SHA_NI") == NULL;
+#endif
+    if (PyModule_AddIntConstant(module, "SHA_NI", use_sha_ni) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -14,6 +14,9 @@ from typing import Any, Final
 API_VERSION: Final[int]
 """The argument conventions this build implements (``dsh.json`` refuses another)."""
 
+SHA_NI: Final[int]
+"""1 when ``chain_leaves`` hashes with the x86 SHA extensions, 0 when it calls hashlib."""
+
 class Fallback(Exception):
     """The value is left to the caller's Python reference, which decides and names problems."""
 
