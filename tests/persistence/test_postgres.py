@@ -354,6 +354,13 @@ def test_migrate_brings_an_older_schema_forward_and_refuses_a_newer_one() -> Non
                     first_use()
         finally:
             ahead.close()
+        ahead = Persistence(open_backend(url))
+        try:  # a new pool whose first statement is the lease: it moved nothing
+            with pytest.raises(SessionFormatUnsupportedError, match="upgrade dsh"):
+                ahead.open("s", "write")
+        finally:
+            ahead.close()
+        assert _sql(f'SELECT lease_epoch, lease_owner FROM "{schema}".sessions') == [(1, None)]
 
 
 def test_busy_error_names_the_holder_and_read_handles_still_read(pg_url: str) -> None:
@@ -581,6 +588,7 @@ class RoundTrips:
 
         self._traced: list[list[Any]] = []  # [connection, its current trace file]
         connect = SharedPool._connect
+        self._restore = lambda: monkeypatch.setattr(SharedPool, "_connect", connect)
 
         def traced(pool: SharedPool) -> Any:
             conn = connect(pool)
@@ -622,7 +630,8 @@ class RoundTrips:
         return trips
 
     def close(self) -> None:
-        """Stop tracing (before the pool closes its connections)."""
+        """Stop tracing (before the pool closes its connections); new ones are not traced."""
+        self._restore()
         for conn, out in self._traced:
             if not conn.closed:
                 conn.pgconn.untrace()
@@ -656,6 +665,15 @@ def test_a_read_is_one_round_trip_with_the_schema_check_folded_in(
                 assert "WITH fence AS" in append
             [release] = trips.sent()
             assert "lease_owner = NULL" in release
+        finally:
+            trips.close()
+            store.close()
+        trips = RoundTrips(monkeypatch)
+        store = Persistence(open_backend(url))
+        try:  # a new pool whose first statement takes the lease: the check rides with it
+            with store.open("s", "write"):
+                [take] = trips.sent()
+                assert "dsh_migrations" in take and "lease_epoch + 1" in take
         finally:
             trips.close()
             store.close()

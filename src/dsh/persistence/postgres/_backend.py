@@ -1049,6 +1049,30 @@ def _json_row(r: Sequence[Any]) -> list[Any]:
             None if ses is None else ses.hex(), sop, ign]
 
 
+def _one_message(conn: Any, statements: Sequence[tuple[str, Sequence[Any]]],
+                 before: str | None, after: str | None) -> list[list[tuple[Any, ...]]]:
+    """Send ``before``, ``statements`` and ``after`` as one query message; each one's rows.
+
+    One round trip: parameters are bound by psycopg's client-side quoting (the simple query
+    protocol takes several statements in one message; the extended one takes one).
+    """
+    parts = [before] if before else []
+    params: list[Any] = []
+    for sql, args in statements:
+        parts.append(sql)
+        params.extend(args)
+    if after:
+        parts.append(after)
+    cursor = _psycopg().ClientCursor(conn)
+    cursor.execute("; ".join(parts), params)
+    results: list[list[tuple[Any, ...]]] = []
+    while True:
+        if cursor.description is not None:
+            results.append(cursor.fetchall())
+        if not cursor.nextset():
+            return results
+
+
 def _channel_payload(session_id: str) -> str:
     # NOTIFY payloads are limited to 8000 bytes; an id of any length hashes to 32 characters.
     return hashlib.md5(session_id.encode("utf-8", "surrogatepass"),
@@ -1243,9 +1267,12 @@ class PostgresBackend:
         # the new holder reads next cannot change under its lease but through it
         returned = (f"lease_epoch, head_seq, listing, (SELECT r.data FROM {s}.restore_points r "
                     "WHERE r.session_id = id), restore_point_digest")
+        # moves nothing in a schema at another version than this build's: the check a pool's
+        # first open rides in the same message (see _take_lease)
         self._sql_take_lease = (
             f"UPDATE {s}.sessions SET {lease_set} WHERE id = %s AND (lease_owner IS NULL OR "
-            f"lease_expires_at <= clock_timestamp()) RETURNING {returned}")
+            "lease_expires_at <= clock_timestamp()) AND (SELECT max(version) FROM "
+            f"{s}.dsh_migrations) = {SCHEMA_VERSION} RETURNING {returned}")
         self._sql_take_dead_lease = (
             f"UPDATE {s}.sessions SET {lease_set} WHERE id = %s AND lease_owner = %s AND "
             f"lease_epoch = %s RETURNING {returned}")
@@ -1436,22 +1463,9 @@ class PostgresBackend:
         Parameters are bound by psycopg's client-side quoting (the simple query protocol
         takes several statements in one message; the extended one takes one).
         """
-        psycopg = _psycopg()
-        parts = ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"] if begin else []
-        params: list[Any] = []
-        for sql, args in statements:
-            parts.append(sql)
-            params.extend(args)
-        if commit:
-            parts.append("COMMIT")
-        cursor = psycopg.ClientCursor(conn)
-        cursor.execute("; ".join(parts), params)
-        results: list[list[tuple[Any, ...]]] = []
-        while True:
-            if cursor.description is not None:
-                results.append(cursor.fetchall())
-            if not cursor.nextset():
-                return results
+        return _one_message(conn, statements,
+                            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if begin else None,
+                            "COMMIT" if commit else None)
 
     @contextlib.contextmanager
     def _conn(self, action: str, session_id: str | None, *, passthrough: tuple[str, ...] = (),
@@ -1694,11 +1708,7 @@ class PostgresBackend:
         # for the lock a lease at a time (lock_timeout), TAKEOVER_LOCK_TRIES times at most.
         for attempt in range(TAKEOVER_LOCK_TRIES):
             try:
-                with self._conn("open", session_id, passthrough=("LockNotAvailable",)) as conn:
-                    row = conn.execute(self._sql_take_lease,
-                                       (*self._lease_values(token), session_id)).fetchone()
-                    if row is None:
-                        row = self._take_from_dead_holder(conn, session_id, token)
+                row = self._take_lease(session_id, token)
                 break
             except psycopg.errors.LockNotAvailable as exc:
                 if attempt + 1 == TAKEOVER_LOCK_TRIES:
@@ -1714,6 +1724,54 @@ class PostgresBackend:
                                 None if stored is None else (int(row[1]), stored))
         handle._restore_point_row = (None if row[3] is None else bytes(row[3]), row[4])
         return handle
+
+    def _take_lease(self, session_id: str, token: str) -> tuple[Any, ...]:
+        """Take the lease (free, expired, or held by a holder dead on this node); its row.
+
+        One round trip when the lease is free, the schema check of a pool's first statement
+        included: the schema state rides in the same message and the statement moves the
+        lease only in a schema at this build's version. A schema missing, behind or ahead is
+        checked in full (migrated, or refused) before the lease is tried again.
+
+        Raises:
+            SessionBusyError: a live holder's lease has not expired.
+            SessionNotFoundError: no such session.
+            psycopg.errors.LockNotAvailable: the row stayed locked for a lease.
+        """
+        psycopg = _psycopg()
+        folded = self.schema not in self._pool.schemas
+        take = (self._sql_take_lease, (*self._lease_values(token), session_id))
+        try:
+            with self._conn("open", session_id, check=False, passthrough=(
+                    "LockNotAvailable", *(_SCHEMA_ERRORS if folded else ()))) as conn:
+                if folded:
+                    state, taken = self._lease_batch(conn, [(self._sql_schema_state, ()), take])
+                    if state and state[0][0] == SCHEMA_VERSION:
+                        self._pool.schemas[self.schema] = (SCHEMA_VERSION, str(state[0][1]))
+                    else:  # the statement moved nothing
+                        self._check_schema(conn)  # migrates, or refuses
+                        taken = self._lease_batch(conn, [take])[0]
+                else:
+                    taken = self._lease_batch(conn, [take])[0]
+                return taken[0] if taken else self._take_from_dead_holder(conn, session_id,
+                                                                          token)
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn,
+                psycopg.errors.InvalidSchemaName):
+            self._check_schema()  # a schema missing or behind: migrated, or refused
+            return self._take_lease(session_id, token)
+
+    def _lease_batch(self, conn: Any, statements: Sequence[tuple[str, Sequence[Any]]]
+                     ) -> list[list[tuple[Any, ...]]]:
+        """Run lease statements in one transaction and one round trip, committed asynchronously.
+
+        The commit does not wait for its WAL flush (``synchronous_commit = off`` for this
+        transaction only). A lease move or release lost to a server crash only makes its
+        holder's next append refused (the epoch in the row is not its own) or the next writer
+        wait for the expiry; and an append's durable commit flushes the WAL up to itself,
+        the lease statement before it included (docs/stores.md#takeover).
+        """
+        return _one_message(conn, statements, "BEGIN; SET LOCAL synchronous_commit = off",
+                            "COMMIT")
 
     def _lease_values(self, token: str) -> tuple[Any, ...]:
         return (token, self.lease_ms, os.getpid(), socket.gethostname(), _this_node())
@@ -1735,14 +1793,15 @@ class PostgresBackend:
         if (owner is None or node is None or node != _this_node()
                 or host != socket.gethostname() or pid is None or not _pid_is_dead(int(pid))):
             raise self._busy(conn, session_id)
-        row = conn.execute(self._sql_take_dead_lease,
-                           (*self._lease_values(token), session_id, owner, epoch)).fetchone()
-        if row is None:  # the lease moved meanwhile (another writer took it, or it was freed)
-            row = conn.execute(self._sql_take_lease,
-                               (*self._lease_values(token), session_id)).fetchone()
-            if row is None:
+        [taken] = self._lease_batch(conn, [(self._sql_take_dead_lease, (
+            *self._lease_values(token), session_id, owner, epoch))])
+        if not taken:  # the lease moved meanwhile (another writer took it, or it was freed)
+            [taken] = self._lease_batch(conn, [(self._sql_take_lease,
+                                                (*self._lease_values(token), session_id))])
+            if not taken:
                 raise self._busy(conn, session_id)
-            return row
+            return taken[0]
+        row = taken[0]
         logger.warning("session %s in %s: took over the lease of pid %s on host %s, which is "
                        "dead, without waiting for its expiry (epoch %s -> %s)", session_id,
                        self._url, pid, host, epoch, row[0])
@@ -1787,17 +1846,18 @@ class PostgresBackend:
 
     def _renew(self, session_id: str, token: str, epoch: int) -> bool:
         with self._conn("lease renewal", session_id) as conn:
-            cur = conn.execute(
+            [renewed] = self._lease_batch(conn, [(
                 f"UPDATE {self._s}.sessions SET lease_expires_at = clock_timestamp() + "
                 "%s * interval '1 millisecond' WHERE id = %s AND lease_owner = %s AND "
-                "lease_epoch = %s", (self.lease_ms, session_id, token, epoch))
-            return bool(cur.rowcount == 1)
+                "lease_epoch = %s RETURNING 1", (self.lease_ms, session_id, token, epoch))])
+            return len(renewed) == 1
 
     def _release(self, session_id: str, token: str, epoch: int) -> None:
         with self._conn("lease release", session_id) as conn:
-            conn.execute(f"UPDATE {self._s}.sessions SET lease_owner = NULL, "
-                         "lease_expires_at = NULL WHERE id = %s AND lease_owner = %s AND "
-                         "lease_epoch = %s", (session_id, token, epoch))
+            self._lease_batch(conn, [(
+                f"UPDATE {self._s}.sessions SET lease_owner = NULL, lease_expires_at = NULL "
+                "WHERE id = %s AND lease_owner = %s AND lease_epoch = %s", (session_id, token,
+                                                                           epoch))])
 
     # live readers ----------------------------------------------------------------------
 
