@@ -799,6 +799,27 @@ def test_load_passes_store_each_short_string_value_once() -> None:
     assert events[0]["data"]["long"] == events[1]["data"]["long"]
 
 
+
+def test_load_passes_share_strings_by_value_whatever_their_width() -> None:
+    # the pass's table compares kind, length and data: "ab" and "\u6261" have the same two
+    # bytes of data in different widths and must stay apart; every width is shared; the
+    # types dsh knows come back as the interned constants; 32 code points are shared, 33 not
+    values = ["ab", "\u6261", "é", "\U0001f600x", "\u0100" * 32, "y" * 33, "turn/start"]
+    values += [f"v{i}" for i in range(40_000)]  # beyond the table's cap: still decoded right
+    body = b"".join(orjson.dumps({"type": "x/y", "seq": i, "time": 1, "data": {
+        "a": values[i % len(values)], "b": values[i % len(values)]}}) + b"\n"
+        for i in range(len(values)))
+    for _ in range(2):  # a second pass finds the table emptied, not stale
+        scanner = fmt.Scanner(path="p", start_offset=0)
+        scanner.feed(body)
+        events = scanner.finish().events
+        assert [e["data"]["a"] for e in events] == values
+        assert [e["data"]["b"] for e in events] == values
+        shared = [e["data"]["a"] is e["data"]["b"] for e in events[:7]]
+        assert shared == [True, True, True, True, True, False, True]
+        assert events[0]["type"] is events[1]["type"]
+        assert events[6]["data"]["a"] is sys.intern("turn/start")
+
 _COLUMN = st.one_of(st.none(), st.integers(-1000, 1000), st.text(), st.binary(max_size=8),
                     st.booleans(), st.floats(allow_nan=False))
 _INT_COLUMN = st.one_of(_COLUMN, st.integers(-2**63, 2**63 - 1), st.integers(2**63, 2**70))

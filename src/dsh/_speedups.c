@@ -180,29 +180,70 @@ static PyObject *walk(PyObject *v, int depth, int parsed);
 
 /* While a load pass runs (scan_lines, decode_rows): one object per distinct short string
  * value, so the thousands of "text", "user", "turn/start", model and tool names of a log are
- * stored once (orjson already shares keys, not values). NULL outside a load pass. */
-static PyObject *str_cache = NULL;
+ * stored once (orjson already shares keys, not values). An open-addressing table of its own,
+ * kept between passes and emptied after each: a dict would hash every value with SipHash and
+ * insert it, a tenth of a JSONL scan; equal strs have equal kind, length and data (PEP 393's
+ * canonical form), so those are compared. str_cache_on is 0 outside a load pass. */
 #define STR_CACHE_MAX_LEN 32
-#define STR_CACHE_MAX_SIZE 65536
+#define STR_CACHE_MAX_SIZE 32768
+#define STR_CACHE_SLOTS (2 * STR_CACHE_MAX_SIZE)  /* a power of two; at most half used */
+static int str_cache_on = 0;
+static PyObject **str_cache_slots = NULL;  /* STR_CACHE_SLOTS entries, NULL when free */
+static uint32_t *str_cache_used = NULL;    /* the filled slots, to empty them after a pass */
+static Py_ssize_t str_cache_count = 0;
 
+static inline size_t
+str_cache_index(const unsigned char *data, Py_ssize_t size, int kind)
+{
+    uint64_t h = 14695981039346656037ULL ^ (uint64_t)kind;  /* FNV-1a */
+    Py_ssize_t i;
+    for (i = 0; i < size; i++) {
+        h = (h ^ data[i]) * 1099511628211ULL;
+    }
+    h ^= h >> 29;
+    return (size_t)h & (STR_CACHE_SLOTS - 1);
+}
+
+/* The cached str equal to x (x itself the first time); a new reference. */
 static inline PyObject *
 shared_str(PyObject *x)
 {
-    PyObject *found;
-    if (str_cache == NULL || PyUnicode_GET_LENGTH(x) > STR_CACHE_MAX_LEN) {
+    Py_ssize_t length = PyUnicode_GET_LENGTH(x), size;
+    int kind;
+    const unsigned char *data;
+    size_t i;
+    if (!str_cache_on || length > STR_CACHE_MAX_LEN) {
         return Py_NewRef(x);
     }
-    if (PyDict_GET_SIZE(str_cache) < STR_CACHE_MAX_SIZE) {
-        found = PyDict_SetDefault(str_cache, x, x);
+    kind = PyUnicode_KIND(x);
+    data = PyUnicode_DATA(x);
+    size = length * kind;
+    for (i = str_cache_index(data, size, kind);; i = (i + 1) & (STR_CACHE_SLOTS - 1)) {
+        PyObject *slot = str_cache_slots[i];
+        if (slot == NULL) {
+            if (str_cache_count < STR_CACHE_MAX_SIZE) {
+                str_cache_slots[i] = Py_NewRef(x);
+                str_cache_used[str_cache_count++] = (uint32_t)i;
+            }
+            return Py_NewRef(x);
+        }
+        if (slot == x || (PyUnicode_GET_LENGTH(slot) == length && PyUnicode_KIND(slot) == kind
+                          && memcmp(PyUnicode_DATA(slot), data, (size_t)size) == 0)) {
+            return Py_NewRef(slot);
+        }
     }
-    else {
-        found = PyDict_GetItemWithError(str_cache, x);
+}
+
+/* End a load pass: the cached strs are released and the table emptied. */
+static void
+str_cache_close(void)
+{
+    Py_ssize_t k;
+    str_cache_on = 0;
+    for (k = 0; k < str_cache_count; k++) {
+        Py_CLEAR(str_cache_slots[str_cache_used[k]]);
     }
-    if (found == NULL) {
-        PyErr_Clear();
-        return Py_NewRef(x);
-    }
-    return Py_NewRef(found);
+    str_cache_count = 0;
 }
 
 /* Walk one child; NULL on error. Strings, None and bools take the inline path. */
@@ -720,14 +761,52 @@ intern_strings(void)
     return 0;
 }
 
-/* str equality for an exact str against an interned constant. */
+/* str equality for an exact str against an interned constant. Two distinct interned strings
+ * are never equal, and a load pass hands out the constants themselves for the values they
+ * equal (str_cache_open), so most checks end at the pointer test. */
 static inline int
 str_is(PyObject *value, PyObject *constant)
 {
     if (value == constant) {
         return 1;
     }
-    return value != NULL && PyUnicode_CheckExact(value) && PyUnicode_Compare(value, constant) == 0;
+    return value != NULL && PyUnicode_CheckExact(value) && !PyUnicode_CHECK_INTERNED(value)
+        && PyUnicode_Compare(value, constant) == 0;
+}
+
+/* Start a load pass (see shared_str), its table seeded with the interned constants: an
+ * event's type, role or kind then is the constant itself, which str_is, set lookups and dict
+ * lookups by these strings answer at the pointer test. -1 (MemoryError) on failure. */
+static int
+str_cache_open(void)
+{
+    PyObject *const seeds[] = {
+        s_assistant_chunk, s_text_chunks, s_reasoning_chunks, s_tool_chunks, s_text_delta,
+        s_reasoning_delta, s_tool_delta, s_fallback, s_request_header, s_request_header_delta,
+        s_request_context, s_mode_set, s_steering, s_turn_start, s_turn_end, s_user_message,
+        s_assistant_message, s_tool_result, s_end_seed, s_completed, s_blocked, s_max_tokens,
+        s_interrupted, s_aborted, s_disposed, s_error_kind, s_append, s_user, s_system,
+        s_assistant, s_system_message, s_model, s_provider, s_tool, s_tool_result_block,
+        s_text};
+    size_t k;
+    if (str_cache_slots == NULL) {
+        str_cache_slots = PyMem_RawCalloc(STR_CACHE_SLOTS, sizeof(PyObject *));
+        str_cache_used = PyMem_RawMalloc(STR_CACHE_MAX_SIZE * sizeof(uint32_t));
+        if (str_cache_slots == NULL || str_cache_used == NULL) {
+            PyMem_RawFree(str_cache_slots);
+            PyMem_RawFree(str_cache_used);
+            str_cache_slots = NULL;
+            str_cache_used = NULL;
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    str_cache_close();  /* a pass that ended without closing (none should) leaves nothing */
+    str_cache_on = 1;
+    for (k = 0; k < sizeof(seeds) / sizeof(seeds[0]); k++) {
+        Py_DECREF(shared_str(seeds[k]));
+    }
+    return 0;
 }
 
 /* 1 when value is an exact int within [lo, max_safe]; never a bool. */
@@ -822,7 +901,7 @@ expand_row(PyObject *row, PyTypeObject *event_type, int tool)
         if (data_size != 5 || payload == NULL) {
             return fallback();
         }
-        delta = PyUnicode_Compare(PyDict_GetItem(row, s_type), s_text_chunks) == 0
+        delta = str_is(PyDict_GetItem(row, s_type), s_text_chunks)
             ? s_text_delta : s_reasoning_delta;
     }
     if (!is_number(turn) || !is_number(step) || !is_number(index) || !PyList_Check(payload)
@@ -968,8 +1047,9 @@ decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_ty
     if (n == 0 || has_long_digit_run(p, n)) {
         return fallback();
     }
-    /* a view, not a copy of the line: orjson reads any buffer */
-    raw = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
+    /* a bytes copy of the line: one small allocation and a memcpy cost a third of what a
+     * memoryview over the buffer does (its managed buffer and view are two tracked objects) */
+    raw = PyBytes_FromStringAndSize(p, n);
     if (raw == NULL) {
         return NULL;
     }
@@ -1110,8 +1190,7 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     base = (const char *)view.buf;
-    str_cache = PyDict_New();
-    if (str_cache == NULL) {
+    if (str_cache_open() < 0) {
         goto done;
     }
     if (pos < 0 || pos > view.len) {
@@ -1192,7 +1271,7 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     result = Py_BuildValue("(nnL)", pos, line, expected);
 done:
-    Py_CLEAR(str_cache);
+    str_cache_close();
     PyBuffer_Release(&view);
     return result;
 }
@@ -1531,8 +1610,7 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     n = PyList_GET_SIZE(rows);
-    str_cache = PyDict_New();
-    if (str_cache == NULL) {
+    if (str_cache_open() < 0) {
         return NULL;
     }
     for (; i >= 0 && i < n; i++) {
@@ -1545,7 +1623,7 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 PyErr_Clear();
                 break;
             }
-            Py_CLEAR(str_cache);
+            str_cache_close();
             return NULL;
         }
         count = PyList_GET_SIZE(decoded);
@@ -1557,13 +1635,13 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         end = PyList_GET_SIZE(events);
         if (PyList_SetSlice(events, end, end, decoded) < 0) {
             Py_DECREF(decoded);
-            Py_CLEAR(str_cache);
+            str_cache_close();
             return NULL;
         }
         Py_DECREF(decoded);
         expected += count;
     }
-    Py_CLEAR(str_cache);
+    str_cache_close();
     return Py_BuildValue("(nL)", i, expected);
 }
 
