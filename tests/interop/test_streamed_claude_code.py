@@ -218,3 +218,68 @@ def test_the_c_number_check_is_the_python_one(value: Any) -> None:
     if c_ok:
         assert orjson.dumps(c_tree) == orjson.dumps(py_tree)
         assert c_tree == loads_plain(text)
+
+
+@st.composite
+def _codex_rollout(draw: Any) -> list[dict[str, Any]]:
+    timed = draw(st.booleans())
+    lines: list[dict[str, Any]] = [{"type": "session_meta", "payload": {
+        "id": "c0de0000-0000-4000-8000-000000000001", "cwd": "/srv/app"}}]
+    for n in range(draw(st.integers(1, 40))):
+        kind = draw(st.sampled_from(["user", "assistant", "call", "output", "reasoning",
+                                     "aborted", "compacted"]))
+        item: dict[str, Any]
+        if kind in ("user", "assistant"):
+            item = {"type": "response_item", "payload": {
+                "type": "message", "role": kind,
+                "content": [{"type": "input_text", "text": f"{kind} {n}"}]}}
+        elif kind == "call":
+            item = {"type": "response_item", "payload": {
+                "type": "function_call", "call_id": f"call_{n % 3}", "name": "shell",
+                "arguments": "{}"}}
+        elif kind == "output":
+            item = {"type": "response_item", "payload": {
+                "type": "function_call_output", "call_id": f"call_{n % 3}", "output": "ok"}}
+        elif kind == "reasoning":
+            item = {"type": "response_item", "payload": {
+                "type": "reasoning", "summary": [{"type": "summary_text", "text": "hm"}]}}
+        elif kind == "aborted":
+            item = {"type": "event_msg", "payload": {"type": "turn_aborted"}}
+        else:
+            item = {"type": "compacted", "payload": {"message": "summary"}}
+        lines.append(item)
+    for n, line in enumerate(lines):
+        if timed and draw(st.integers(0, 4)):
+            line["timestamp"] = f"2026-02-10T22:{n // 60 % 60:02d}:{n % 60:02d}.000Z"
+    return lines
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_codex_rollout(), st.sampled_from([1, 3, 5000]))
+def test_a_streamed_codex_rollout_equals_the_whole_file_mapping(
+        lines: list[dict[str, Any]], batch: int) -> None:
+    """Batch by batch (any batch size) the events and header of one in-memory mapping."""
+    from dsh.interop import _codex
+    from dsh.interop._common import EventBuilder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rollout-1.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+        whole = EventBuilder("codex", "c0de0000-0000-4000-8000-000000000001", path)
+        whole.model = ("openai", "unknown")
+        try:
+            for _ in _codex._map(whole, JsonlSource(path, "codex")):
+                pass
+            expected: Any = (whole.header(cwd="/srv/app"), whole.events)
+        except DshError as exc:
+            expected = type(exc).__name__
+        size = _codex.STREAM_BATCH_EVENTS
+        _codex.STREAM_BATCH_EVENTS = batch  # type: ignore[misc]
+        try:
+            stream = next(stream_file(path, "codex"))
+            got: Any = (stream.header, [e for b in stream.batches for e in b.events])
+        except DshError as exc:
+            got = type(exc).__name__
+        finally:
+            _codex.STREAM_BATCH_EVENTS = size  # type: ignore[misc]
+        assert got == expected

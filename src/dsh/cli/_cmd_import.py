@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from dataclasses import replace as dataclass_replace
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -206,14 +207,16 @@ def _stream_file(persistence: Persistence, path: Path, shown: str, detected: str
     """Import a file session by session as it is read, a batch at a time.
 
     Every line is decoded and the branch chosen before the first write (the first of the two
-    reads), so a damaged file writes nothing; a record that cannot be mapped, found only when
-    its batch is read, fails the file after its earlier batches were stored: the report says
-    so (docs/interop.md#streaming-imports).
+    reads), so a damaged file writes nothing. A session of more than one batch is written
+    staged: in the trash (hidden from ``dsh ls``) until its last batch is durable, then given
+    back; a failure later (a record that cannot be mapped, found only when its batch is read;
+    a full disk) leaves it there, listed by nobody, and the next import of the file completes
+    it (docs/interop.md#staged-imports).
     """
     from dsh.interop import collect, stream_file
 
     streamed: list[StreamedSession] = []
-    written = 0
+    staged: list[str] = []  # the session being written staged, while it is
     try:
         for stream in stream_file(path, detected):
             streamed.append(stream)
@@ -223,28 +226,56 @@ def _stream_file(persistence: Persistence, path: Path, shown: str, detected: str
                 imported = collect([dataclass_replace(stream, parent=None)])[0]
                 _write_file(persistence, [(imported, imported.to_session())], shown, detected,
                             report)
+                _publish_leftover(persistence, sid, report)
                 continue
-            written += _write_stream(persistence, stream, bar)
+            _write_stream(persistence, stream, bar, staged)
             report.imported.append((shown, sid, stream.source_format or detected))
     except DshError as error:
-        partial = (f" ({render.plural(written, 'event')} of it were stored before the failure: "
-                   "import the file again once it is fixed)") if written else ""
-        report.failed.append((shown, _reason(error) + partial))
+        kept = (f" (nothing of it is listed: the events written so far wait in the trash "
+                f"as session {staged[0]}, and importing the fixed file completes them)"
+                ) if staged else ""
+        report.failed.append((shown, _reason(error) + kept))
         return
     _note_cut(report, path, shown, streamed)
 
 
-def _write_stream(persistence: Persistence, stream: StreamedSession, bar: Bar) -> int:
+STAGING_REASON: Final = "dsh import: being written, listed once complete"
+"""The trash reason of a session ``dsh import`` is writing staged
+(docs/interop.md#staged-imports)."""
+
+
+def _publish_leftover(persistence: Persistence, sid: str, report: ImportReport) -> None:
+    """Give back a session an interrupted staged import left in the trash, once complete.
+
+    Runs after the re-import rules brought the stored session up to its source (skipped as
+    the same, or appended to); a source that changed was imported as a new session instead,
+    and the leftover stays in the trash (the trash policies purge it).
+    """
+    from dsh.rights import restore, store_log
+
+    entry = store_log(persistence).trash.get(sid)
+    if entry is None or entry.reason != STAGING_REASON or entry.purged_ms is not None:
+        return
+    if any(s == sid for _, s in report.skipped) or any(s == sid for _, s, _ in report.updated):
+        restore(persistence, [sid], by="dsh import")
+
+
+def _write_stream(persistence: Persistence, stream: StreamedSession, bar: Bar,
+                  staged: list[str]) -> int:
     """Validate and write one new streamed session; return the events written.
 
     Each batch passes the session's seed validation (:class:`dsh.session.SeedStream`) before it is
-    appended; the handle is flushed once, at the end (the durability barrier).
+    appended; the handle is flushed once, at the end (the durability barrier). The first two
+    batches are read before anything is written: a session of one batch is created and written
+    at once; a longer one is staged in the trash (``staged`` names it meanwhile) and given
+    back after the flush (docs/interop.md#staged-imports).
 
     Raises:
         ImportFormatError: a batch the importer or seed validation refused.
         DshError: a write the store refused.
     """
     from dsh.interop import ImportBatch
+    from dsh.rights import restore, trash
     from dsh.session import SeedStream
 
     sid = stream.session_id
@@ -259,11 +290,16 @@ def _write_stream(persistence: Persistence, stream: StreamedSession, bar: Bar) -
                           inherited_event_count=inherited if isinstance(inherited, int) else 0)
     except EventRejectedError as exc:
         raise stream.refused(exc, ImportBatch([], [])) from exc
+    batches = iter(stream.batches)
+    head = [batch for batch in (next(batches, None), next(batches, None)) if batch is not None]
     persistence.create(stream.header)
+    if len(head) > 1:
+        trash(persistence, [sid], reason=STAGING_REASON, by="dsh import")
+        staged.append(sid)
     done = 0
     with persistence.open(sid, "write") as handle:
         opened.append(handle)
-        for batch in stream.batches:
+        for batch in chain(head, batches):
             try:
                 events = seed.admit(batch.events)
             except EventRejectedError as exc:
@@ -277,6 +313,9 @@ def _write_stream(persistence: Persistence, stream: StreamedSession, bar: Bar) -
         except EventRejectedError as exc:
             raise stream.refused(exc, ImportBatch([], [])) from exc
         handle.flush()
+    if staged:
+        restore(persistence, [sid], by="dsh import")
+        staged.clear()
     return done
 
 

@@ -33,7 +33,7 @@ from dsh.interop._anthropic import anthropic_usage as anthropic_usage
 from dsh.interop._anthropic import import_anthropic
 from dsh.interop._atif import ATIF_VERSION, import_atif, to_atif, validate_atif
 from dsh.interop._claude_code import import_claude_code, stream_claude_code
-from dsh.interop._codex import import_codex
+from dsh.interop._codex import import_codex, stream_codex
 from dsh.interop._common import (
     ImportBatch,
     ImportedSession,
@@ -123,6 +123,7 @@ IMPORTERS: Final[dict[str, Callable[[Path], list[ImportedSession]]]] = {
 
 _STREAMERS: Final[dict[str, Callable[[Path], Iterator[StreamedSession]]]] = {
     "claude-code": stream_claude_code,
+    "codex": stream_codex,
 }
 
 STREAMING_FORMATS: Final = frozenset(_STREAMERS)

@@ -17,16 +17,20 @@ metadata line, bare items, ``{"record_type": "state"}``) is read the same way.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
 from dsh._errors import ImportFormatError
 from dsh.interop._common import (
     EventBuilder,
+    ImportBatch,
     ImportedSession,
+    JsonlSource,
     JsonObj,
+    StreamedSession,
+    collect,
     note_line,
-    read_jsonl_records,
     stable_session_id,
     text_blocks,
 )
@@ -65,28 +69,84 @@ def import_codex(path: Path) -> list[ImportedSession]:
         ImportFormatError: unreadable/empty/binary file, a torn or non-JSON line, a line that is
             not a Codex record, or a malformed response item.
     """
-    records = read_jsonl_records(path, FORMAT, live=True)
-    if not any(looks_like_codex(r) for _, r in records):
-        raise ImportFormatError(
-            f"codex rollout has no session_meta/response_item record (first line "
-            f"{records[0][0]})", path=str(path), line=records[0][0], format=FORMAT)
+    return collect(stream_codex(path))
+
+
+STREAM_BATCH_EVENTS: Final = 5_000
+"""Events a streamed Codex session hands out at a time."""
+
+
+def stream_codex(path: Path) -> Iterator[StreamedSession]:
+    """Stream one Codex rollout: its one session, events a batch at a time.
+
+    Two reads of the file (docs/interop.md#streaming-imports), neither holding its records: the
+    first finds the session's identity and maps every line, keeping no event (so a line that
+    cannot be mapped fails the file before anything is handed out, and the header, whose
+    ``createdAt`` is the time of the first event, is known); the second maps the lines again,
+    handing out :data:`STREAM_BATCH_EVENTS` events at a time.
+
+    Raises:
+        ImportFormatError: as :func:`import_codex`, when the session is asked for.
+    """
+    src = JsonlSource(path, FORMAT, live=True)
+    first_line = 0
+    codex = False
     own_id: object = None
     cwd: object = None
     provider = "openai"
-    for _, r in records:
+    identified = False
+    for line, _, r in src.records():
+        first_line = first_line or line
+        codex = codex or looks_like_codex(r)
         payload = r.get("payload") if isinstance(r, dict) else None
+        if identified:
+            continue
         if isinstance(r, dict) and r.get("type") == "session_meta" and isinstance(payload, dict):
             own_id, cwd = payload.get("id"), payload.get("cwd")
             provider = str(payload.get("model_provider") or provider)
-            break
-        if isinstance(r, dict) and "instructions" in r and "id" in r and "type" not in r:
+            identified = True
+        elif isinstance(r, dict) and "instructions" in r and "id" in r and "type" not in r:
             own_id = r.get("id")
-            break
+            identified = True
+    if not first_line:
+        raise ImportFormatError("codex rollout has no record", path=str(path), format=FORMAT)
+    if not codex:
+        raise ImportFormatError(
+            f"codex rollout has no session_meta/response_item record (first line "
+            f"{first_line})", path=str(path), line=first_line, format=FORMAT)
     session_id = stable_session_id(path, FORMAT, own_id)
-    b = EventBuilder(FORMAT, session_id, path)
-    b.model = (provider, "unknown")
+
+    def builder() -> EventBuilder:
+        b = EventBuilder(FORMAT, session_id, path)
+        b.model = (provider, "unknown")
+        return b
+
+    probe = builder()
+    for _ in _map(probe, src):
+        if len(probe.events) >= STREAM_BATCH_EVENTS:
+            probe.drain()  # nothing is kept: the first read only checks and dates
+    timed = probe.time_seen
+    header = probe.header(cwd=cwd, stamp=False) if timed else {}
+    del probe
+    b = builder()
+    if not timed:  # no time anywhere: stamped with the file's time up front, as a whole read
+        header = b.header(cwd=cwd)
+
+    def batches() -> Iterator[ImportBatch]:
+        for _ in _map(b, src):
+            if len(b.events) >= STREAM_BATCH_EVENTS:
+                yield ImportBatch(*b.drain())
+        if b.events:
+            yield ImportBatch(*b.drain())
+
+    yield StreamedSession(session_id, header, batches(), FORMAT, str(path.resolve()), None,
+                          src.torn_line)
+
+
+def _map(b: EventBuilder, src: JsonlSource) -> Iterator[None]:
+    """Map every record of the rollout onto ``b``, yielding after each (callers drain)."""
     state = _State(b)
-    for line, r in records:
+    for line, _, r in src.records():
         note_line(line)
         if not isinstance(r, dict):
             raise b.fail(f"codex line {line} must be a JSON object, found {type(r).__name__}",
@@ -109,6 +169,7 @@ def import_codex(path: Path) -> list[ImportedSession]:
                     state.flush()
                     b.ignorable("event_msg", r)
                     b.abort_turn()
+                    yield None
                     continue
                 b.ignorable(str(kind), r)
         elif r.get("record_type") == "state":
@@ -119,9 +180,9 @@ def import_codex(path: Path) -> list[ImportedSession]:
             b.ignorable("session_meta", r)
         else:
             b.ignorable("unknown", r)
+        yield None
     state.flush()
     b.finish()
-    return [b.imported(b.header(cwd=cwd))]
 
 
 class _State:

@@ -969,6 +969,11 @@ class EventBuilder:
             self.time = max(ms, 0) if not self._time_seen else ms
         self._time_seen = True
 
+    @property
+    def time_seen(self) -> bool:
+        """True once the clock has read a source time (or :meth:`header` stamped one)."""
+        return self._time_seen
+
     def first_time(self) -> int:
         """Time of the first event (0 for an empty log): the header's ``createdAt``."""
         return self._first_time if self._first_time is not None else max(self.time, 0)
