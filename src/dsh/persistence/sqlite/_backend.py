@@ -170,6 +170,8 @@ _INSERT_EVENT_17: Final = (
 _INSERT_EVENT_14: Final = (
     "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)")
+IDLE_CONNECTIONS: Final = 2
+"""Validated connections a backend keeps for its next handles (see ``SqliteBackend._connect``)."""
 _OWNERSHIP_COOKIE: Final = (
     "SELECT s.schema_version, u.user_version, a.application_id FROM pragma_schema_version AS s, "
     "pragma_user_version AS u, pragma_application_id AS a")
@@ -401,6 +403,31 @@ class _Connection:
                 f"{_quick_check(conn)}", path=self.path)
         info = os.stat(self.path)
         self.store_identity = f"file:{info.st_dev}:{info.st_ino}:store:{row[0]}"
+        self._file = (info.st_dev, info.st_ino)
+        self._store_id = row[0]
+        self._pid = os.getpid()
+
+    def reusable(self) -> bool:
+        """Whether this idle connection may serve another handle as validated.
+
+        Rule: docs/formats.md#files-and-connections. It must be this process's, outside any
+        transaction, on the file the path names now (same device and inode: a file moved or
+        copied over the path is opened afresh), with the schema cookie, user_version and
+        application id it was validated with and the same store identity. Anything else,
+        including an error asking, means no: the caller opens a new connection, which
+        validates everything again.
+        """
+        if self._pid != os.getpid() or self.conn.in_transaction:
+            return False
+        try:
+            info = os.stat(self.path)
+            if (info.st_dev, info.st_ino) != self._file or self._ownership_cookie() != self._cookie:
+                return False
+            row = self.conn.execute(
+                "SELECT store_id FROM persistence_state WHERE singleton = 1").fetchone()
+        except (OSError, sqlite3.Error):
+            return False
+        return row is not None and row[0] == self._store_id
 
     def _validate_or_initialize(self) -> int:
         """Check (or, for a pristine file, create) dsh's schema inside ``BEGIN IMMEDIATE``."""
@@ -613,6 +640,7 @@ class SqliteBackend:
         self.aside_dir = self.path.with_name(self.path.name + ".dsh-asides")
         _check_path(self.path)
         self._conn: _Connection | None = None
+        self._idle: list[_Connection] = []  # validated connections closed handles left
         self._mutex = threading.Lock()
         self._closed = False
 
@@ -622,8 +650,34 @@ class SqliteBackend:
         return f"sqlite://{self.path}"
 
     def _connect(self) -> _Connection:
+        """A validated connection: an idle one a closed handle left, if still valid, else new.
+
+        Opening one runs about twenty statements of pragma and schema checks; a process that
+        opens a session to read and then to write (an adapter's cold read, then its resume)
+        pays them once (docs/formats.md#files-and-connections).
+        """
+        while True:
+            with self._mutex:
+                idle = self._idle.pop() if self._idle else None
+            if idle is None:
+                return self._new_connection()
+            if idle.reusable():
+                return idle
+            with contextlib.suppress(sqlite3.Error):
+                idle.close()
+
+    def _new_connection(self) -> _Connection:
         return _Connection(self.path, journal_mode=self.journal_mode,
                            busy_timeout_ms=self.busy_timeout_ms, create_schema=self.schema)
+
+    def _release(self, conn: _Connection) -> None:
+        """Keep a handle's connection for the next handle (up to :data:`IDLE_CONNECTIONS`)."""
+        with self._mutex:
+            if not self._closed and len(self._idle) < IDLE_CONNECTIONS \
+                    and not conn.conn.in_transaction:
+                self._idle.append(conn)
+                return
+        conn.close()
 
     @contextlib.contextmanager
     def _shared(self) -> Iterator[_Connection]:
@@ -632,7 +686,7 @@ class SqliteBackend:
                 raise PersistenceError(f"SQLite backend for {self.path} is closed",
                                        code="CLOSED", path=str(self.path))
             if self._conn is None:
-                self._conn = self._connect()
+                self._conn = self._new_connection()
             yield self._conn
 
     @property
@@ -1115,12 +1169,15 @@ class SqliteBackend:
                 time.sleep(0.002)
 
     def close(self) -> None:
-        """Close the backend's own connection (handles keep theirs); idempotent."""
+        """Close the backend's own and idle connections (open handles keep theirs); idempotent."""
         with self._mutex:
             self._closed = True
+            idle, self._idle = self._idle, []
             if self._conn is not None:
-                self._conn.close()
+                idle.append(self._conn)
                 self._conn = None
+        for conn in idle:
+            conn.close()
 
     def __enter__(self) -> SqliteBackend:
         return self
@@ -1176,7 +1233,7 @@ class SqliteHandle(HandleBase):
         try:
             self._session_row()
         except BaseException:
-            self._c.close()
+            backend._release(self._c)
             raise
 
     @property
@@ -2060,7 +2117,7 @@ class SqliteHandle(HandleBase):
         try:
             self._close_seal_fd()
             self._publish_head()
-            self._c.close()
+            self._backend._release(self._c)
         finally:
             if self._lock is not None:
                 self._lock.release()
