@@ -52,7 +52,7 @@ def check_chain(persistence: Persistence, session_id: str, events: Sequence[Even
         else:
             seal_path, incarnation = cast(Reseals, backend).seal_chain(session_id)
             proof, problems, records = prove_chain(session_id, seal_path, incarnation, events)
-    except ConfigError as exc:  # Zstandard: frames carry checksums, no seal
+    except ConfigError as exc:  # a store whose seal_chain says it keeps none (NO_SEAL)
         if notes is not None:
             notes.append(f"{session_id}: {exc.message}")
         return []

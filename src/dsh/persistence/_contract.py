@@ -454,12 +454,12 @@ class Reseals(Protocol):
     def seal_chain(self, session_id: str) -> tuple[str, str]:
         """The session's seal file and the incarnation its chain binds.
 
-        JSONL: the header line's digest; SQLite: the row's incarnation. For ``dsh verify
-        --proof`` (docs/formats.md#the-seal-chain).
+        JSONL: the header line's digest (Zstandard: its chain sidecar and the header frame's
+        digest); SQLite: the row's incarnation. For ``dsh verify --proof``
+        (docs/formats.md#the-seal-chain).
 
         Raises:
             SessionNotFoundError: no such session.
-            ConfigError: code ``NO_SEAL``: a Zstandard store (no seal).
         """
         ...
 

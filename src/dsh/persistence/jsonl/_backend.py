@@ -432,9 +432,10 @@ class _Tail:
     seal_rewrite: bool = True
     # raw JSONL only: the restore point digests the seal records (kept when it is rewritten)
     restore_marks: list[bytes] = field(default_factory=list)
-    # raw JSONL only: the seal's hash chain and the events not chained yet
-    # (docs/formats.md#the-seal-chain)
+    # the seal's hash chain and the events not chained yet (docs/formats.md#the-seal-chain);
+    # Zstandard: the chain sidecar's, loaded at the first flush (``chain_loaded``)
     chain: ChainState | None = None
+    chain_loaded: bool = True
     # the page-in index of the stored prefix, and the header's extent and digest (restore points)
     index: list[tuple[int, int]] = field(default_factory=list)
     header_end: int = 0
@@ -560,7 +561,8 @@ class JsonlHandle(HandleBase):
                                header_digest=rp.digest(data[:parsed.header_end]),
                                restore_marks=list(seal.restore_points) if seal else [],
                                chain=(seal.chain_state() if seal is not None
-                                      else ChainState([])) if raw else None)
+                                      else ChainState([])) if raw else ChainState([]),
+                               chain_loaded=raw)
         if offset == 0:
             return ColdRead(parsed.header, tuple(parsed.events), parsed.torn, revision,
                             parsed.prescan)
@@ -711,6 +713,8 @@ class JsonlHandle(HandleBase):
             except Exception as exc:  # sealed without a chain record: the next flush chains
                 tail.chain = ChainState([], pending=list(batch))
                 self.after_commit.failed("seal", exc, "the next flush chains these events")
+        else:  # chained at the first flush after the log is durable (_chain_zstd)
+            tail.chain, tail.chain_loaded = ChainState([], pending=list(batch)), False
         staged, records = self._stage_first_seal(content) if raw else (None, [])
         if staged is None and raw:  # no seal could be written: no mark that promises one
             content = self._backend._initial_content(self._pending_header, batch)
@@ -755,6 +759,8 @@ class JsonlHandle(HandleBase):
         elif raw:
             tail.seals = []
             self._seal(content)
+        else:
+            self._chain_zstd()
         self._note_listing_safely()  # the published file is durable (see _publish)
 
     def reseal_committed(self) -> str:
@@ -991,6 +997,72 @@ class JsonlHandle(HandleBase):
             return
         note_flushed(root, key, signature(st), fold.entry)
 
+    def _chain_zstd(self) -> None:
+        """Chain the durable frames of a Zstandard log in its chain sidecar (never raises).
+
+        Frames carry checksums that anyone can recompute, so a Zstandard log keeps the seal
+        chain in ``<log>.seal``: a ``DSHSEAL2`` seal with no range record, written like a raw
+        log's seal (rewritten whole, fsynced, on a handle's first flush; then one chain record
+        appended per flush after the frames are durable; the head published every
+        ``HEAD_EVERY`` records and at close). The sidecar is read at the first flush, not at
+        open. A damaged sidecar is left as it is and reported (``dsh verify`` names it); the
+        writer then chains nothing (docs/formats.md#zstandard-chain).
+        """
+        tail = self._tail
+        chain = tail.chain if tail is not None else None
+        if tail is None or chain is None:
+            return
+        try:
+            if not tail.chain_loaded:
+                found = read_seal(self._seal_path())
+                loaded = found.chain_state() if found is not None else ChainState([])
+                if loaded.records and loaded.records[-1].incarnation != self._incarnation():
+                    loaded = ChainState([])  # another log's (an id created again): restarted
+                loaded.pending = chain.pending
+                tail.chain, tail.chain_loaded, chain = loaded, True, loaded
+            link = chain.take(tail.durable_count, self._incarnation(), this_writer())
+            if link is None:
+                return
+            if tail.seal_rewrite:
+                reset_seal(self._seal_path(), b"", [], chain=chain)
+                tail.seal_rewrite = False
+                return
+            fd = open_seal_appender(self._seal_path())
+            try:
+                append_chain_to(fd, link)
+            finally:
+                os.close(fd)
+            if len(chain.records) - chain.published >= HEAD_EVERY:
+                publish_head(self._seal_path(), b"", chain)
+        except Exception as exc:  # the frames are durable: a chain failure never fails them
+            if isinstance(exc, LogCorruptError):
+                tail.chain = None  # a damaged sidecar is not written over
+            tail.seal_rewrite = True
+            self.after_commit.failed("seal", exc, f"the chain sidecar {self._seal_path()} "
+                                     f"is rewritten by the next flush" if tail.chain else
+                                     f"the chain sidecar {self._seal_path()} is damaged: move "
+                                     f"it aside (a new chain starts) or restore it")
+
+    def _stage_zstd_chain(self, old: Sequence[Event], batch: Sequence[Event], content: bytes
+                          ) -> Path | None:
+        """Stage a rewritten Zstandard log's chain sidecar (``None``: it had none, or failed).
+
+        The old chain is carried (:func:`carry`; tombstoned events keep their leaves), bound to
+        the new file's header frame (docs/formats.md#zstandard-chain).
+        """
+        try:
+            found = read_seal(self._seal_path())
+            if found is None:
+                return None
+            header_end = scan_zstd_frames(content, path=str(self.path), max_frames=1)[0][0][1]
+            chain = ChainState(carry(found.chain, {int(e["seq"]): e for e in old}, batch,
+                                     incarnation_bytes(rp.digest(content[:header_end])),
+                                     this_writer()))
+            return stage_seal(self._seal_path(), b"", [], chain=chain)
+        except (OSError, LogCorruptError) as exc:  # the next writer starts a new chain
+            self.after_commit.failed("seal", exc, "the rewritten log's chain starts again")
+            return None
+
     def _incarnation(self) -> bytes:
         """What the chain binds a raw log's records to: its header line's digest."""
         return incarnation_bytes(self._tail.header_digest if self._tail else "")
@@ -1123,7 +1195,8 @@ class JsonlHandle(HandleBase):
                            header_end=found.header_end,
                            header_digest=restore_point.anchor.header_digest,
                            restore_marks=list(found.restore_marks),
-                           chain=found.chain if not zstd else None)
+                           chain=found.chain if not zstd else ChainState([]),
+                           chain_loaded=not zstd)
         if self._mode == "write":
             self._listing_reset(True)  # load_tail refuses a torn tail
         anchor = restore_point.anchor
@@ -1174,6 +1247,7 @@ class JsonlHandle(HandleBase):
         tail = self._tail
         assert tail is not None
         if tail.seals is None:
+            self._chain_zstd()
             return
         start = tail.seals[-1][1] if tail.seals else 0
         end = tail.durable_size
@@ -1261,6 +1335,8 @@ class JsonlHandle(HandleBase):
             except OSError as exc:  # written unmarked: unsealed until the next writer
                 self.after_commit.failed("seal", exc, "the next writer seals the log")
                 content = self._backend._initial_content(header, batch)
+        else:  # Zstandard: the chain sidecar is carried the same way
+            staged = self._stage_zstd_chain(old.events, batch, content)
         tmp = self.path.with_name(f"{self.path.name}.{secrets.token_hex(6)}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
@@ -1812,19 +1888,22 @@ class JsonlBackend:
             return handle.reseal_committed()
 
     def seal_chain(self, session_id: str) -> tuple[str, str]:
-        """The raw log's seal and its header line's digest (see ``Reseals.seal_chain``).
+        """The log's seal and the digest its chain binds (see ``Reseals.seal_chain``).
+
+        Raw: the seal and the header line's digest. Zstandard: the chain sidecar and the
+        header frame's digest (docs/formats.md#zstandard-chain).
 
         Raises:
-            ConfigError: code ``NO_SEAL``: a Zstandard store.
             SessionNotFoundError: no such session.
+            LogCorruptError: a Zstandard log whose header frame is damaged.
         """
-        if self.compression != "none":
-            raise ConfigError(f"session {session_id!r} is stored Zstandard-framed: it has no "
-                              "seal and no chain", code="NO_SEAL", session_id=session_id)
         with self.open(session_id, "read") as handle:
             with open(handle.path, "rb") as f:
-                line = f.readline()
-            return str(handle._seal_path()), rp.digest(line)
+                if self.compression == "none":
+                    return str(handle._seal_path()), rp.digest(f.readline())
+                data = f.read()
+            end = scan_zstd_frames(data, path=str(handle.path), max_frames=1)[0][0][1]
+            return str(handle._seal_path()), rp.digest(data[:end])
 
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding bytes a torn-tail repair cut from this session's log.
