@@ -35,7 +35,7 @@ _TURN_ENCLOSED: Final = frozenset({"todo/write", "request/header", "request/cont
 _STEP_SCOPED: Final = frozenset({"assistant/chunk", "assistant/message", "tool/call"})
 _RULED: Final = _TURN_ENCLOSED | _STEP_SCOPED | {"turn/start", "turn/end", "step/start",
                                                 "step/end", "tool/result"}
-"""The types :func:`_check` and :func:`_effect` look at; any other only moves ``last_seq``."""
+"""The types :func:`_check` and :func:`_advance` look at; any other only moves ``last_seq``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +119,7 @@ def _fmt(value: Any) -> str:
     return "null" if value is None else repr(value) if type(value) is not int else str(value)
 
 
-def _require_open_step(event: Event, state: TraceState) -> None:
+def _require_open_step(event: Event, state: TraceState | _Trace) -> None:
     turn, step = _field(event, "turn"), _field(event, "step")
     if not (_same(turn, state.open_turn) and _same(step, state.open_step)) \
             or state.open_turn is None or state.open_step is None:
@@ -145,7 +145,7 @@ def _result_call_id(event: Event) -> Any:
     return call_id if type(call_id) is str else None
 
 
-def _check(state: TraceState, event: Event) -> None:
+def _check(state: TraceState | _Trace, event: Event) -> None:
     """Raise _Broken for the first rule ``event`` breaks after ``state``.
 
     Rule: docs/rules.md#turns-and-steps.
@@ -201,44 +201,69 @@ def _check(state: TraceState, event: Event) -> None:
                                       "events must be turn-enclosed)")
 
 
-def _effect(state: TraceState, event: Event) -> TraceState:
-    """Return the state after ``event``, assuming its checks passed.
+class _Trace:
+    """A :class:`TraceState` that :func:`_advance` changes in place (``check_log``'s one state).
+
+    Same fields, same meaning; a log's walk then makes no state object per event.
+    """
+
+    __slots__ = ("last_seq", "next_step", "next_turn", "open_step", "open_turn",
+                 "pending_calls")
+
+    def __init__(self, state: TraceState) -> None:
+        self.last_seq = state.last_seq
+        self.open_turn: Any = state.open_turn
+        self.open_step: Any = state.open_step
+        self.next_turn = state.next_turn
+        self.next_step = state.next_step
+        self.pending_calls = state.pending_calls
+
+    def frozen(self) -> TraceState:
+        """The state as a :class:`TraceState`."""
+        return TraceState(self.last_seq, self.open_turn, self.open_step, self.next_turn,
+                          self.next_step, self.pending_calls)
+
+
+def _advance(state: _Trace, event: Event) -> None:
+    """Move ``state`` past ``event``, assuming its checks passed.
 
     Each effect restates the event's own claim (e.g. ``next_turn = turn + 1``); on a valid log
     that equals dsh's counter arithmetic, and after a violation it lets :func:`check_log`
     resynchronise instead of reporting every later event.
     """
     seq = event.get("seq")
-    last_seq = seq if type(seq) is int and seq > state.last_seq else state.last_seq
+    if type(seq) is int and seq > state.last_seq:
+        state.last_seq = seq
     kind = event.get("type")
     if kind == "turn/start":
-        return TraceState(last_seq, _field(event, "turn"), None, state.next_turn, 1, frozenset())
-    if kind == "turn/end":
+        state.open_turn, state.open_step = _field(event, "turn"), None
+        state.next_step, state.pending_calls = 1, frozenset()
+    elif kind == "turn/end":
         turn = _field(event, "turn")
-        next_turn = turn + 1 if type(turn) is int else state.next_turn + 1
-        return TraceState(last_seq, None, None, next_turn, 1, frozenset())
-    if kind == "step/start":
-        return TraceState(last_seq, state.open_turn, _field(event, "step"), state.next_turn,
-                          state.next_step, state.pending_calls)
-    if kind == "step/end":
+        state.next_turn = turn + 1 if type(turn) is int else state.next_turn + 1
+        state.open_turn, state.open_step = None, None
+        state.next_step, state.pending_calls = 1, frozenset()
+    elif kind == "step/start":
+        state.open_step = _field(event, "step")
+    elif kind == "step/end":
         step = _field(event, "step")
-        next_step = step + 1 if type(step) is int else state.next_step + 1
-        return TraceState(last_seq, state.open_turn, None, state.next_turn, next_step,
-                          frozenset())
-    # positional construction: dataclasses.replace costs three times as much per event
-    pending = state.pending_calls
-    if kind == "tool/call":
+        state.next_step = step + 1 if type(step) is int else state.next_step + 1
+        state.open_step, state.pending_calls = None, frozenset()
+    elif kind == "tool/call":
         call_id = _field(event, "callId")
         if type(call_id) is str:
-            pending = pending | {call_id}
+            state.pending_calls = state.pending_calls | {call_id}
     elif kind == "tool/result" and event.get("surfaceOp") == "append":
         call_id = _result_call_id(event)
-        if call_id in pending:
-            pending = pending - {call_id}
-    if last_seq == state.last_seq and pending is state.pending_calls:
-        return state
-    return TraceState(last_seq, state.open_turn, state.open_step, state.next_turn,
-                      state.next_step, pending)
+        if call_id in state.pending_calls:
+            state.pending_calls = state.pending_calls - {call_id}
+
+
+def _effect(state: TraceState, event: Event) -> TraceState:
+    """Return the state after ``event``, assuming its checks passed (:func:`_advance`)."""
+    trace = _Trace(state)
+    _advance(trace, event)
+    return trace.frozen()
 
 
 class InvariantTrace:
@@ -311,27 +336,22 @@ def check_log(events: Iterable[Event]) -> list[Violation]:
         One :class:`Violation` per offending event (its first broken rule); empty when valid.
     Rule: docs/rules.md#turns-and-steps.
     """
-    state = TraceState()
-    last = state.last_seq  # ahead of state.last_seq after events of no other effect
+    state = _Trace(TraceState())
     violations: list[Violation] = []
     for event in events:
         kind = event.get("type")
         if type(kind) is str and kind not in _RULED:
             seq = event.get("seq")
-            if type(seq) is int and seq > last:
-                last = seq  # its only rule and its only effect
+            if type(seq) is int and seq > state.last_seq:
+                state.last_seq = seq  # its only rule and its only effect
                 continue
-        if last != state.last_seq:
-            state = TraceState(last, state.open_turn, state.open_step, state.next_turn,
-                               state.next_step, state.pending_calls)
         try:
             _check(state, event)
         except _Broken as broken:
             seq = event.get("seq")
             violations.append(Violation(seq if type(seq) is int else None, broken.rule,
                                         broken.message))
-        state = _effect(state, event)
-        last = state.last_seq
+        _advance(state, event)
     return violations
 
 
