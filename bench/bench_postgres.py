@@ -31,7 +31,8 @@ The run creates a database ``dsh_bench_<random>`` on the server and drops it at 
   ``store.session(id)`` (the resume for writing: lease, read, then release at close);
   LangGraph ``with PostgresSaver.from_conn_string(url) as saver: saver.get_tuple(config)`` of
   a thread checkpointed by as many invokes. The ratio is LangGraph's time over ours (>= 1.0:
-  ours is no slower).
+  ours is no slower). The client CPU rows are the same blocks' ``time.process_time`` (the
+  process's own work, without the server's or the waits, steadier on a loaded machine).
 * **cold load**: a fresh process imports the libraries (timed apart), then opens the store and
   loads the session (timed): ours
   ``dsh.open(url).persistence.load(id)`` + ``Session.restore`` of ``--events`` events and of the
@@ -220,28 +221,34 @@ def child_load(url: str, session_id: str) -> dict[str, Any]:
 def child_open(url: str, session_id: str, how: str) -> dict[str, Any]:
     """Open the store, read (``read``) or resume (``resume``) one session, close; in ms."""
     import_ms = _imports("dsh", "dsh._store", "dsh.persistence.postgres._backend", "psycopg")
+    import time
+
     import dsh
 
-    t0 = now_ms()
+    t0, c0 = now_ms(), time.process_time()
     with dsh.open(url) as store:
         if how == "read":
             count = len(store.read(session_id).events)
         else:
             count = len(store.session(session_id).events)
-    return {"open_ms": now_ms() - t0, "import_ms": import_ms, "events": count}
+    return {"open_ms": now_ms() - t0, "cpu_ms": (time.process_time() - c0) * 1000,
+            "import_ms": import_ms, "events": count}
 
 
 def child_langgraph_open(pg: str, thread: str) -> dict[str, Any]:
     """``PostgresSaver.get_tuple`` of ``thread`` on a fresh connection, closed; in ms."""
+    import time
+
     import_ms = _imports("langgraph.checkpoint.postgres", "psycopg")
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    t0 = now_ms()
+    t0, c0 = now_ms(), time.process_time()
     with PostgresSaver.from_conn_string(pg) as saver:
         found = saver.get_tuple({"configurable": {"thread_id": thread}})
         assert found is not None
         count = len(found.checkpoint["channel_values"]["messages"])
-    return {"open_ms": now_ms() - t0, "import_ms": import_ms, "events": count}
+    return {"open_ms": now_ms() - t0, "cpu_ms": (time.process_time() - c0) * 1000,
+            "import_ms": import_ms, "events": count}
 
 
 def seed_ours(kind: str, pg: str, root: Path, events: int | None, turns: int | None) -> str:
@@ -490,6 +497,14 @@ def report_open(args: argparse.Namespace, present: list[str], root: Path) -> Non
               f"{peer['events'] if peer else 0:,.0f} messages) | {read['open_ms']:.1f} | "
               f"{resume['open_ms']:.1f} | "
               + (f"{peer['open_ms']:.1f} | {peer['open_ms'] / read['open_ms']:.2f} |" if peer
+                 else "— | — |"))
+    for n in sizes:  # the client's own CPU: steadier than wall time on a loaded machine
+        read = medians(cells[("read", n)])
+        resume = medians(cells[("resume", n)])
+        peer = medians(cells[("langgraph", n)]) if langgraph else None
+        print(f"| {n}-turn session, client CPU ms | {read['cpu_ms']:.1f} | "
+              f"{resume['cpu_ms']:.1f} | "
+              + (f"{peer['cpu_ms']:.1f} | {peer['cpu_ms'] / read['cpu_ms']:.2f} |" if peer
                  else "— | — |"))
     read = medians(cells[("read", args.small_turns)])
     peer = medians(cells[("langgraph", args.small_turns)]) if langgraph else None
