@@ -162,8 +162,31 @@ def _stored_count(persistence: Persistence, session_id: str) -> int:
         return len(handle.read(0).events)
 
 
+class _FileBar:
+    """The progress bar while one file is imported: its bytes counted as batches are read."""
+
+    def __init__(self, bar: Bar, size: int) -> None:
+        self._bar = bar
+        self._size = size
+        self._done = 0
+
+    def describe(self, text: str) -> None:
+        """Say what is being done now (see :meth:`Bar.describe`)."""
+        self._bar.describe(text)
+
+    def reached(self, offset: int | None) -> None:
+        """The file is read up to byte ``offset`` (None: unknown, nothing moves)."""
+        if offset is not None and min(offset, self._size) > self._done:
+            self._bar.advance(min(offset, self._size) - self._done)
+            self._done = min(offset, self._size)
+
+    def finish(self) -> None:
+        """The file is done (imported, skipped or failed): count the rest of its bytes."""
+        self.reached(self._size)
+
+
 def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
-                report: ImportReport, bar: Bar) -> None:
+                report: ImportReport, bar: _FileBar) -> None:
     """Import one file: streamed (docs/interop.md#streaming-imports) or validated whole first."""
     from dsh.interop import STREAMING_FORMATS, detect_format, import_file
 
@@ -203,7 +226,7 @@ def _note_cut(report: ImportReport, path: Path, shown: str,
 
 
 def _stream_file(persistence: Persistence, path: Path, shown: str, detected: str,
-                 report: ImportReport, bar: Bar) -> None:
+                 report: ImportReport, bar: _FileBar) -> None:
     """Import a file session by session as it is read, a batch at a time.
 
     Every line is decoded and the branch chosen before the first write (the first of the two
@@ -260,7 +283,7 @@ def _publish_leftover(persistence: Persistence, sid: str, report: ImportReport) 
         restore(persistence, [sid], by="dsh import")
 
 
-def _write_stream(persistence: Persistence, stream: StreamedSession, bar: Bar,
+def _write_stream(persistence: Persistence, stream: StreamedSession, bar: _FileBar,
                   staged: list[str]) -> int:
     """Validate and write one new streamed session; return the events written.
 
@@ -308,6 +331,8 @@ def _write_stream(persistence: Persistence, stream: StreamedSession, bar: Bar,
             seed.settle()
             done += len(events)
             bar.describe(f"{sid[:8]}… {done:,} events")
+            if stream.parent is None:  # a child's lines are not where the file was read
+                bar.reached(batch.end)
         try:
             seed.finish()
         except EventRejectedError as exc:
@@ -466,9 +491,10 @@ def _import_all(persistence: Persistence, paths: Sequence[Path], fmt: str,
         try:
             for (path, explicit), size in zip(files, sizes, strict=True):
                 bar.describe(path.name)
-                _import_one(persistence, path, fmt, explicit, report, bar)
+                file_bar = _FileBar(bar, size)
+                _import_one(persistence, path, fmt, explicit, report, file_bar)
                 show_outcome()
-                bar.advance(size)
+                file_bar.finish()
         except KeyboardInterrupt:
             # An interrupt deferred while a file was written arrives once it is complete:
             # that file's outcome is recorded, so it is listed like the others.

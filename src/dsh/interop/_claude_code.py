@@ -182,19 +182,24 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
                 usage = msg["usage"]
         return blocks, usage
 
+    read = [0]  # the offset of the line being mapped
+
+    def records() -> Iterator[tuple[int, JsonObj]]:
+        for line, offset, r in src.records(side, exclude=True, ahead=ahead):
+            read[0] = offset
+            yield line, r
+
     def batches() -> Iterator[ImportBatch]:
         try:
-            records = ((line, r) for line, _, r in src.records(side, exclude=True,
-                                                               ahead=ahead))
-            mapping = _map(b, records, path, lambda line, uid: bool(flags[line] & ACTIVE),
+            mapping = _map(b, records(), path, lambda line, uid: bool(flags[line] & ACTIVE),
                            index.repairs, index.title_line, blocks_of,
                            lambda key, line: bool(flags[line] & LATER_PART))
             for _ in mapping:
                 if len(b.events) >= STREAM_BATCH_EVENTS:
-                    yield ImportBatch(*b.drain())
+                    yield ImportBatch(*b.drain(), end=read[0])
             b.finish()
             if b.events:
-                yield ImportBatch(*b.drain())
+                yield ImportBatch(*b.drain(), end=src.size)
         finally:
             index.close()
             for f in reader:

@@ -133,20 +133,20 @@ def stream_codex(path: Path) -> Iterator[StreamedSession]:
         header = b.header(cwd=cwd)
 
     def batches() -> Iterator[ImportBatch]:
-        for _ in _map(b, src):
+        for offset in _map(b, src):
             if len(b.events) >= STREAM_BATCH_EVENTS:
-                yield ImportBatch(*b.drain())
+                yield ImportBatch(*b.drain(), end=offset)
         if b.events:
-            yield ImportBatch(*b.drain())
+            yield ImportBatch(*b.drain(), end=src.size)
 
     yield StreamedSession(session_id, header, batches(), FORMAT, str(path.resolve()), None,
                           src.torn_line)
 
 
-def _map(b: EventBuilder, src: JsonlSource) -> Iterator[None]:
-    """Map every record of the rollout onto ``b``, yielding after each (callers drain)."""
+def _map(b: EventBuilder, src: JsonlSource) -> Iterator[int]:
+    """Map every record onto ``b``, yielding each one's byte offset after it (callers drain)."""
     state = _State(b)
-    for line, _, r in src.records():
+    for line, offset, r in src.records():
         note_line(line)
         if not isinstance(r, dict):
             raise b.fail(f"codex line {line} must be a JSON object, found {type(r).__name__}",
@@ -169,7 +169,7 @@ def _map(b: EventBuilder, src: JsonlSource) -> Iterator[None]:
                     state.flush()
                     b.ignorable("event_msg", r)
                     b.abort_turn()
-                    yield None
+                    yield offset
                     continue
                 b.ignorable(str(kind), r)
         elif r.get("record_type") == "state":
@@ -180,7 +180,7 @@ def _map(b: EventBuilder, src: JsonlSource) -> Iterator[None]:
             b.ignorable("session_meta", r)
         else:
             b.ignorable("unknown", r)
-        yield None
+        yield offset
     state.flush()
     b.finish()
 

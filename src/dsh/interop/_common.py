@@ -149,10 +149,13 @@ class ImportBatch:
         events: Wire envelopes as in :attr:`ImportedSession.events` (seqs continue the
             previous batch's).
         lines: Source line (1-based) of each event, None for events the importer wrote itself.
+        end: Bytes of the source read for this batch and the ones before it (for progress),
+            None when the importer does not say.
     """
 
     events: list[JsonObj]
     lines: list[int | None]
+    end: int | None = None
 
 
 @dataclass
