@@ -89,7 +89,7 @@ class Seal:
         head: The head published in the seal's head slots (version 2).
     """
 
-    __slots__ = ("_chain", "_raw_chain", "head", "identity", "path", "records",
+    __slots__ = ("_chain", "_raw_chain", "_source", "head", "identity", "path", "records",
                  "restore_points", "version")
 
     def __init__(self, path: Path, identity: bytes, records: list[tuple[int, int, int]],
@@ -105,6 +105,7 @@ class Seal:
         self._chain: list[ChainRecord] | None = (
             chain if chain is not None else None if raw_chain is not None else [])
         self._raw_chain = raw_chain
+        self._source: Seal | None = None
         self.head = head
 
     @property
@@ -115,8 +116,19 @@ class Seal:
         a reader that only checks rows against the range records needs no more.
         """
         if self._chain is None:
-            self._chain = [record_of(raw) for raw in self._raw_chain or ()]
+            if self._source is not None:  # a copy: the parse it came from builds them once
+                self._chain = self._source.chain
+            else:
+                self._chain = [record_of(raw) for raw in self._raw_chain or ()]
         return self._chain
+
+    def copy(self) -> Seal:
+        """A seal with the same records in new lists; the chain records are shared."""
+        seal = Seal(self.path, self.identity, list(self.records), list(self.restore_points),
+                    version=self.version, head=self.head, raw_chain=self._raw_chain)
+        seal._chain = self._chain if self._chain is not None else None
+        seal._source = self
+        return seal
 
     def chain_state(self) -> ChainState:
         """A writer's :class:`ChainState` continuing this seal's chain."""
@@ -132,6 +144,10 @@ class Seal:
 
 def read_seal(path: Path) -> Seal | None:
     """Read a seal file; ``None`` when it does not exist (or is empty).
+
+    The file is read whole every time; when its bytes are those this process parsed last at
+    the same path, that parse is reused (a copy of it), so a process that reads a session and
+    then opens it to write checks its seal once.
 
     Raises:
         PersistenceError: code ``SYMLINK``: the seal's folder is a symlink.
@@ -157,6 +173,28 @@ def read_seal(path: Path) -> Seal | None:
                               path=str(path), code="SEAL_UNREADABLE") from exc
     if not data:
         return None
+    key = str(path)
+    known = _READ.get(key)
+    if known is not None and known[0] == data:
+        return known[1].copy()  # the same bytes parse the same: a copy the caller may change
+    seal = _parse(path, data)
+    if seal is None:
+        return None
+    _READ.pop(key, None)
+    _READ[key] = (data, seal)
+    while sum(len(kept) for kept, _ in _READ.values()) > _READ_BYTES:
+        del _READ[next(iter(_READ))]  # the oldest first
+    return seal.copy()
+
+
+_READ: dict[str, tuple[bytes, Seal]] = {}
+"""The last seals parsed, by path, with the bytes they were parsed from (see read_seal)."""
+_READ_BYTES: Final = 8 << 20
+"""At most this many bytes of seal files are kept parsed (a 100k-item SDK session's: 0.5 MB)."""
+
+
+def _parse(path: Path, data: bytes) -> Seal | None:
+    """The seal in ``data`` (the whole file at ``path``); raises as :func:`read_seal`."""
     head = len(MAGIC) + _LEN.size
     version = 2 if data.startswith(MAGIC2) else 1
     if len(data) < head or not data.startswith((MAGIC, MAGIC2)):
