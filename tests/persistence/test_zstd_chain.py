@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import dsh
 from dsh.persistence import _chain, _seal
 from dsh.persistence._listing import INDEX_NAME, JOURNAL_NAME
@@ -144,4 +146,49 @@ def test_a_writer_killed_between_flushes_leaves_a_chain_that_verifies(tmp_path: 
         session = store.session("s1")
         session.append("user/message", user("after"), surface_op="append")
         store.flush(session)
+    assert _cli(tmp_path, url, "s1", "--against", str(kept)).returncode == 0
+
+
+_REWRITE_KILLED = """
+import os, signal, sys
+import dsh
+from dsh.persistence.jsonl import _backend as jsonl_backend
+from dsh.rights import redact
+
+url, at = sys.argv[1], sys.argv[2]
+real = os.replace
+
+
+def replace(src, dst, **kw):
+    if os.path.basename(str(dst)) == at:  # SIGKILL just before this rename
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(src, dst, **kw)
+
+
+jsonl_backend.os.replace = replace
+with dsh.open(url) as store:
+    redact(store, "s1", match="message 003")
+"""
+
+
+@pytest.mark.parametrize("at", ["session.jsonl.zstd", "session.jsonl.zstd.seal"])
+def test_a_rewrite_killed_between_its_renames_keeps_the_chain(tmp_path: Path, at: str) -> None:
+    """Killed with the old sidecar aside: a reader uses, a writer takes back, the fitting one."""
+    url, log = _write_store(tmp_path, "jsonl+zstd", BATCHES)
+    kept = _keep_proof(tmp_path, url)
+    killed = subprocess.run([sys.executable, "-c", _REWRITE_KILLED, url, at], check=False,
+                            timeout=120)
+    assert killed.returncode == -9
+    sidecar = log.with_name(log.name + ".seal")
+    assert not sidecar.exists()
+    out = _cli(tmp_path, url, "s1", "--against", str(kept), "--proof", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    batches = json.loads(out.stdout)["proof"]["sessions"][0]["batches"]
+    assert batches == (BATCHES if at == "session.jsonl.zstd" else BATCHES + 1)
+    with dsh.open(url) as store:  # a writer takes the fitting sidecar back and chains on
+        session = store.session("s1")
+        session.append("user/message", user("more"), surface_op="append")
+        store.flush(session)
+    assert len(_chain_of(log)) == batches + 1
+    assert not list(log.parent.glob(".session.jsonl.zstd.seal.*.tmp"))
     assert _cli(tmp_path, url, "s1", "--against", str(kept)).returncode == 0

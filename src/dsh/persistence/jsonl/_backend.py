@@ -541,9 +541,17 @@ class JsonlHandle(HandleBase):
             if adopted is None:
                 raise self._seal_missing()
             seal, parsed = adopted
-        elif raw and self._mode == "write" and os.path.lexists(aside_name(self._seal_path())):
+        elif self._mode == "write" and os.path.lexists(aside_name(self._seal_path())):
             # a rewrite was interrupted after moving the old seal aside: its staged seals
-            # go (one stat here on every write-open instead of listing the folder)
+            # go (one stat here on every write-open instead of listing the folder); a
+            # Zstandard log first takes back the chain sidecar that matches it
+            if not raw and not os.path.lexists(self._seal_path()):
+                found = self._zstd_chain_candidate(len(parsed.events))
+                if found is not None:
+                    install_seal(found, self._seal_path())
+                    logger.warning("session %s: adopted the chain sidecar %s that an "
+                                   "interrupted rewrite left for %s", self._id, found,
+                                   self.path)
             self._drop_staged_seals()
         if parsed.torn is not None and parsed.torn.byte_offset is not None:
             self._check_not_cut(parsed.torn.byte_offset,  # events of complete records
@@ -1042,6 +1050,26 @@ class JsonlHandle(HandleBase):
                                      f"is rewritten by the next flush" if tail.chain else
                                      f"the chain sidecar {self._seal_path()} is damaged: move "
                                      f"it aside (a new chain starts) or restore it")
+
+    def _zstd_chain_candidate(self, count: int) -> Path | None:
+        """The chain sidecar an interrupted rewrite left that fits a Zstandard log of ``count``.
+
+        The rewrite moved the old sidecar aside and staged the new one; the old log's events
+        are all chained in the old one, the new log's in the new one, which chains more. So
+        the valid candidate chaining the most events, none past ``count``, is the log's
+        (docs/formats.md#zstandard-chain).
+        """
+        best: tuple[int, Path] | None = None
+        for staged in staged_seals(self._seal_path()):
+            try:
+                found = read_seal(staged)
+            except (LogCorruptError, OSError):
+                continue
+            end = found.chain_state().end if found is not None else 0
+            if found is not None and found.chain and end <= count and (
+                    best is None or end > best[0]):
+                best = (end, staged)
+        return best[1] if best is not None else None
 
     def _stage_zstd_chain(self, old: Sequence[Event], batch: Sequence[Event], content: bytes
                           ) -> Path | None:
@@ -1903,7 +1931,11 @@ class JsonlBackend:
                     return str(handle._seal_path()), rp.digest(f.readline())
                 data = f.read()
             end = scan_zstd_frames(data, path=str(handle.path), max_frames=1)[0][0][1]
-            return str(handle._seal_path()), rp.digest(data[:end])
+            seal = handle._seal_path()
+            if not os.path.lexists(seal) and os.path.lexists(aside_name(seal)):
+                # an interrupted rewrite: the sidecar it left that fits the log
+                seal = handle._zstd_chain_candidate(len(handle.read().events)) or seal
+            return str(seal), rp.digest(data[:end])
 
     def saved_cuts(self, session_id: str) -> list[str]:
         """Paths of the files holding bytes a torn-tail repair cut from this session's log.
