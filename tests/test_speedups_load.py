@@ -291,6 +291,16 @@ def test_scan_lines_freezes_parsed_trees_in_place_and_values_stay_right() -> Non
 # --- legacy / vocabulary prescan -------------------------------------------------------------
 
 
+def _with_inserts(script: Any, inserts: list[tuple[float, Event]]) -> list[Event]:
+    """The script's log with legacy shapes and unknown types inserted anywhere, renumbered."""
+    session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
+    apply_script(session, script)
+    records: list[Any] = list(session.events)
+    for where, case in inserts:
+        records.insert(int(len(records) * where), case)
+    return [as_event({**e, "seq": i}) for i, e in enumerate(records)]
+
+
 @settings(max_examples=examples(60), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(script=log_scripts(open_tail=None), pack=st.booleans(), inserts=st.lists(
@@ -302,12 +312,7 @@ def test_scan_prescan_is_what_stored_prescan_finds(script: Any, pack: bool,
                                                    pieces: int) -> None:
     # The scanner notes the read pipeline's prescan while each event is decoded; it must be
     # exactly what the Python rule finds in the events it returns (None: Python decoded a line).
-    session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
-    apply_script(session, script)
-    records: list[Any] = list(session.events)
-    for where, case in inserts:  # legacy shapes and unknown types anywhere in the log
-        records.insert(int(len(records) * where), case)
-    events = [as_event({**e, "seq": i}) for i, e in enumerate(records)]
+    events = _with_inserts(script, inserts)
     body = fmt.encode_records(events, pack_chunks=pack)
     for mutation in mutations:
         body = mutate(body, mutation)
@@ -555,6 +560,42 @@ def test_decode_rows_matches_python_on_random_and_damaged_rows(
             rows[i] = (*rows[i][:column], value, *rows[i][column + 1:])
     assert scan_outcome(rows, schema, True) == scan_outcome(rows, schema, False)
 
+
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(script=log_scripts(open_tail=None), schema=st.sampled_from([14, 17]), inserts=st.lists(
+    st.tuples(st.floats(0, 1), st.sampled_from(LEGACY_CASES)), max_size=3),
+    damage=st.lists(st.tuples(st.floats(0, 1), st.sampled_from(COLUMN_DAMAGE)), max_size=1))
+def test_decode_rows_prescan_is_what_stored_prescan_finds(
+        script: Any, schema: int, inserts: list[tuple[float, Event]],
+        damage: list[tuple[float, tuple[int, Any]]]) -> None:
+    # decode_rows notes the read pipeline's prescan as scan_lines does: exactly what the
+    # Python rule finds in the events the scan returns (None: Python decoded a row)
+    events = _with_inserts(script, inserts)
+    try:
+        encoded = sqlite_schema.encode_batch(events, schema)
+    except DshError:
+        return  # a shape no SQLite row holds
+    rows = [(k + 1, *row[:6], None if schema == 14 else row[6]) for k, row in enumerate(encoded)]
+    for where, (column, value) in damage if rows else ():
+        i = min(len(rows) - 1, int(len(rows) * where))
+        rows[i] = (*rows[i][:column], value, *rows[i][column + 1:])
+    try:
+        result = sqlite_schema.scan_rows(rows, 0, schema, path="/x/store.db", session_id="s")
+    except DshError:
+        return  # damage the Python path refuses: no prescan to compare
+    if result.prescan is not None:
+        assert result.prescan == python_stored_prescan(result.events, KNOWN_EVENT_TYPES)
+
+
+def test_decode_rows_prescan_finds_legacy_and_unknown_events() -> None:
+    rows = [(k + 1, *row[:6], row[6]) for k, row in enumerate(sqlite_schema.encode_batch([
+        make("turn/start", 0, {"turn": 1}), make("turn/start", 1, {"turn": 1, "trigger": {}}),
+        make("x/unknown", 2, {})], 17))]
+    result = sqlite_schema.scan_rows(rows, 0, 17, path="/x/store.db", session_id="s")
+    assert len(result.events) == 3 and result.prescan == (1, 2)
+    clean = sqlite_schema.scan_rows(rows[:1], 0, 17, path="/x/store.db", session_id="s")
+    assert clean.prescan == (-1, -1)
 
 def test_decode_rows_matches_python_on_packed_rows() -> None:
     session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))

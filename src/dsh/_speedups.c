@@ -1123,6 +1123,40 @@ prescan_one(PyObject *ev, Py_ssize_t index, PyObject *known, Py_ssize_t *legacy_
     return 0;
 }
 
+/* prescan_one over the count events of the list decoded, the first at index first. */
+static int
+prescan_events(PyObject *decoded, Py_ssize_t first, PyObject *known, Py_ssize_t *legacy_at,
+               Py_ssize_t *unknown_at)
+{
+    Py_ssize_t m;
+    if (*legacy_at >= 0 && *unknown_at >= 0) {
+        return 0;
+    }
+    for (m = 0; m < PyList_GET_SIZE(decoded); m++) {
+        if (prescan_one(PyList_GET_ITEM(decoded, m), first + m, known, legacy_at,
+                        unknown_at) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Write what a pass noted back into its prescan list [legacy_at, unknown_at]; -1 on error. */
+static int
+prescan_store(PyObject *prescan, Py_ssize_t legacy_at, Py_ssize_t unknown_at)
+{
+    PyObject *legacy_o = PyLong_FromSsize_t(legacy_at);
+    PyObject *unknown_o = PyLong_FromSsize_t(unknown_at);
+    if (legacy_o == NULL || unknown_o == NULL) {
+        Py_XDECREF(legacy_o);
+        Py_XDECREF(unknown_o);
+        return -1;
+    }
+    PyList_SetItem(prescan, 0, legacy_o);  /* steals */
+    PyList_SetItem(prescan, 1, unknown_o);
+    return 0;
+}
+
 PyDoc_STRVAR(scan_lines_doc,
 "scan_lines(buf, pos, expected, line, loads, event_type, events, first_seqs, first_lines,\n"
 "           known_types, prescan, /) -> (pos, line, expected)\n\n"
@@ -1239,15 +1273,9 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(seq_o);
         Py_DECREF(line_o);
         k = PyList_GET_SIZE(events);
-        if (legacy_at < 0 || unknown_at < 0) {
-            Py_ssize_t m;
-            for (m = 0; m < count; m++) {
-                if (prescan_one(PyList_GET_ITEM(decoded, m), k + m, known, &legacy_at,
-                                &unknown_at) < 0) {
-                    Py_DECREF(decoded);
-                    goto done;
-                }
-            }
+        if (prescan_events(decoded, k, known, &legacy_at, &unknown_at) < 0) {
+            Py_DECREF(decoded);
+            goto done;
         }
         if (PyList_SetSlice(events, k, k, decoded) < 0) {
             Py_DECREF(decoded);
@@ -1258,16 +1286,8 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         line += 1;
         pos = (nl - base) + 1;
     }
-    if (prescan != Py_None) {
-        PyObject *legacy_o = PyLong_FromSsize_t(legacy_at);
-        PyObject *unknown_o = PyLong_FromSsize_t(unknown_at);
-        if (legacy_o == NULL || unknown_o == NULL) {
-            Py_XDECREF(legacy_o);
-            Py_XDECREF(unknown_o);
-            goto done;
-        }
-        PyList_SetItem(prescan, 0, legacy_o);  /* steals */
-        PyList_SetItem(prescan, 1, unknown_o);
+    if (prescan != Py_None && prescan_store(prescan, legacy_at, unknown_at) < 0) {
+        goto done;
     }
     result = Py_BuildValue("(nnL)", pos, line, expected);
 done:
@@ -1545,13 +1565,16 @@ decode_one_row(PyObject *row, PyObject *loads, PyTypeObject *event_type, int var
         return NULL;
     }
     {
-        PyObject *seqs = NULL, *event, *kv[12];
+        /* the type column's str is the row's own: shared, it is stored once and is the
+         * interned constant the checks after the decode compare by pointer */
+        PyObject *seqs = NULL, *event, *kv[12], *shared_type = shared_str(etype);
         Py_ssize_t pairs = 4;
-        kv[0] = s_type; kv[1] = etype; kv[2] = s_seq; kv[3] = seq; kv[4] = s_time;
+        kv[0] = s_type; kv[1] = shared_type; kv[2] = s_seq; kv[3] = seq; kv[4] = s_time;
         kv[5] = time; kv[6] = s_data; kv[7] = payload;
         if (ses != Py_None) {
             seqs = varint_seqs(ses);
             if (seqs == NULL) {
+                Py_DECREF(shared_type);
                 Py_DECREF(payload);
                 return NULL;
             }
@@ -1565,6 +1588,7 @@ decode_one_row(PyObject *row, PyObject *loads, PyTypeObject *event_type, int var
             pairs++;
         }
         event = frozen_of(event_type, kv, pairs);
+        Py_DECREF(shared_type);
         Py_XDECREF(seqs);
         Py_DECREF(payload);
         return event == NULL ? NULL : one_item_list(event);
@@ -1573,28 +1597,41 @@ decode_one_row(PyObject *row, PyObject *loads, PyTypeObject *event_type, int var
 
 PyDoc_STRVAR(decode_rows_doc,
 "decode_rows(rows, i, expected, loads, event_type, events, varints, packed_limit,\n"
-"            min_members, max_members, /) -> (i, expected)\n\n"
+"            min_members, max_members[, known_types, prescan], /) -> (i, expected)\n\n"
 "The common case of dsh.persistence._sqlite_schema.scan_rows: from index i, decode rows while\n"
 "each is a plain scalar row (TEXT data, surface op NULL or \"append\", provenance NULL or, with\n"
 "varints, a canonical varint BLOB) or a packed TEXT chunk row, and its events continue at seq\n"
 "expected. Events go to `events`. Stops before the first row Python must judge and returns\n"
-"its index and the next seq.");
+"its index and the next seq. Two optional arguments, known_types and prescan, note the read\n"
+"pipeline's prescan over `events` while each event is hot, as scan_lines does.");
 
 static PyObject *
 decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *rows, *loads, *events;
+    PyObject *rows, *loads, *events, *known = NULL, *prescan = Py_None;
     PyTypeObject *event_type;
     Py_ssize_t i, n, packed_limit, min_members, max_members;
+    Py_ssize_t legacy_at = 0, unknown_at = 0;  /* no prescan: nothing to note */
     long long expected;
     int varints;
     if (!configured()) {
         return NULL;
     }
-    if (nargs != 10 || !PyList_CheckExact(args[0]) || !PyType_Check(args[4])
-            || !PyList_CheckExact(args[5])) {
+    if ((nargs != 10 && nargs != 12) || !PyList_CheckExact(args[0]) || !PyType_Check(args[4])
+            || !PyList_CheckExact(args[5])
+            || (nargs == 12 && (!PyAnySet_Check(args[10]) || !(args[11] == Py_None
+                || (PyList_CheckExact(args[11]) && PyList_GET_SIZE(args[11]) == 2))))) {
         PyErr_SetString(PyExc_TypeError, "decode_rows(): bad arguments");
         return NULL;
+    }
+    if (nargs == 12 && args[11] != Py_None) {
+        known = args[10];
+        prescan = args[11];
+        legacy_at = PyLong_AsSsize_t(PyList_GET_ITEM(prescan, 0));
+        unknown_at = PyLong_AsSsize_t(PyList_GET_ITEM(prescan, 1));
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
     }
     rows = args[0];
     i = PyLong_AsSsize_t(args[1]);
@@ -1633,6 +1670,11 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             break;
         }
         end = PyList_GET_SIZE(events);
+        if (prescan_events(decoded, end, known, &legacy_at, &unknown_at) < 0) {
+            Py_DECREF(decoded);
+            str_cache_close();
+            return NULL;
+        }
         if (PyList_SetSlice(events, end, end, decoded) < 0) {
             Py_DECREF(decoded);
             str_cache_close();
@@ -1642,6 +1684,9 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         expected += count;
     }
     str_cache_close();
+    if (prescan != Py_None && prescan_store(prescan, legacy_at, unknown_at) < 0) {
+        return NULL;
+    }
     return Py_BuildValue("(nL)", i, expected);
 }
 

@@ -46,8 +46,9 @@ def admit_plain(seed: Sequence[Any], start: int, base: int, event_type: type[Any
 
 def decode_rows(rows: list[Any], i: int, expected: int, loads: Callable[[Any], Any],
                 event_type: type[Any], events: list[Any], varints: bool, packed_limit: int,
-                min_members: int, max_members: int, /) -> tuple[int, int]:
-    """Ordinary SQLite rows from ``i``: ``(i, expected)`` where it stopped."""
+                min_members: int, max_members: int, known_types: AbstractSet[str] = ...,
+                prescan: list[int] | None = ..., /) -> tuple[int, int]:
+    """Ordinary SQLite rows from ``i``: ``(i, expected)``; ``prescan`` as in scan_lines."""
 
 def message_shape_ok(event: Mapping[str, Any], /) -> bool:
     """True when the Python message-shape check would accept ``event`` (False: let it run)."""

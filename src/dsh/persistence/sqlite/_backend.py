@@ -1432,7 +1432,8 @@ class SqliteHandle(HandleBase):
         if offset == 0 and torn is None and rows:
             self._durable = (len(events), incarnation, srp.last_row_digest(rows[-1][1:]))
         return ColdRead(header=header, events=tuple(events), torn=torn,
-                        revision=self._revision(incarnation, revision))
+                        revision=self._revision(incarnation, revision),
+                        prescan=scan.prescan if base == 0 and offset == 0 else None)
 
     def _stored_next_seq(self, unchanged_since_our_commit: bool) -> int:
         """Inside ``BEGIN IMMEDIATE``: the seq the stored log continues at.

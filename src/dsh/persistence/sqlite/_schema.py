@@ -44,6 +44,7 @@ from dsh.json import (
 from dsh.session import (
     CHUNK_ROW_TAGS,
     ENVELOPE_KEYS,
+    KNOWN_EVENT_TYPES,
     Event,
     as_event,
     decode_storage_record,
@@ -493,12 +494,17 @@ class ScanResult:
         torn_seq: Physical ``seq`` of the first removable row, or ``None`` (no torn tail).
         torn_rowid: ``rowid`` of that row, or ``None``.
         torn_reason: Why that row is torn (one sentence), or ``None``.
+        prescan: ``(legacy_at, unknown_at)`` over ``events``, as the read pipeline's prescan
+            (``dsh._speedups.stored_prescan``) would answer, noted by the C decoder while each
+            event was hot; ``None`` when a row was decoded in Python or without the
+            accelerator (docs/architecture.md).
     """
 
     events: list[Event]
     torn_seq: int | None
     torn_rowid: int | None
     torn_reason: str | None
+    prescan: tuple[int, int] | None = None
 
 
 def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
@@ -545,6 +551,8 @@ def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
     i = 0
     count = len(rows)
     fast_rows = rows if type(rows) is list else list(rows)
+    # what the C pass notes for the read pipeline's prescan; void once Python decodes a row
+    prescan: list[int] | None = [-1, -1] if c_decode_rows is not None else None
     while i < count:
         if c_decode_rows is not None:
             # The C accelerator takes every ordinary row and stops before any row this loop
@@ -552,7 +560,7 @@ def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
             i, expected = c_decode_rows(
                 fast_rows, i, expected, _orjson_loads, Event, events,
                 schema_version != LEGACY_SCHEMA_VERSION, MAX_PACKED_DATA_BYTES,
-                MIN_PACKED_ROW_MEMBERS, MAX_PACKED_ROW_MEMBERS)
+                MIN_PACKED_ROW_MEMBERS, MAX_PACKED_ROW_MEMBERS, KNOWN_EVENT_TYPES, prescan)
             if i >= count:
                 break
         index = i
@@ -567,6 +575,7 @@ def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
         else:
             events.extend(result)
             expected += len(result)
+            prescan = None
             continue
         if index <= last_turn_end or index < len(rows) - 1:
             # dsh tolerates any bad row after the last turn/end; a later row means the damage
@@ -578,8 +587,13 @@ def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
                 f"at seq {row[1]} ({reason}); {where}, so it is not a torn tail", path=path,
                 seq=row[1] if is_safe_int(row[1]) else None, session_id=session_id)
         return ScanResult(events, row[1] if is_safe_int(row[1]) else None, row[0],
-                          f"physical row at seq {row[1]} does not continue the log: {reason}")
-    return ScanResult(events, None, None, None)
+                          f"physical row at seq {row[1]} does not continue the log: {reason}",
+                          _noted(prescan))
+    return ScanResult(events, None, None, None, _noted(prescan))
+
+
+def _noted(prescan: list[int] | None) -> tuple[int, int] | None:
+    return None if prescan is None else (prescan[0], prescan[1])
 
 
 # --- writing --------------------------------------------------------------------------------
