@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
@@ -1534,23 +1533,39 @@ class _SettledTypes:
 
     What a later seed event's checks read of earlier ones is the type (the node-0 system head
     of a replace) and, for a ``tool/result`` rewrite only, the replaced result itself; so only
-    the types are kept (interned strings, a pointer each) and pages are served as envelopes
-    with no data, except while a batch with a ``tool/result`` rewrite is admitted: then from
-    ``reader`` (the stored events).
+    the types are kept (two bytes an event, the index of the type in ``names``; four past
+    65,536 kinds) and pages are
+    served as envelopes with no data, except while a batch with a ``tool/result`` rewrite is
+    admitted: then from ``reader`` (the stored events).
     """
 
     def __init__(self, reader: Callable[[int, int], Sequence[Event]] | None) -> None:
-        self.types: list[str] = []
+        self.codes = array("H")
+        self.names: list[str] = []
+        self._code: dict[str, int] = {}
         self.reader = reader
         self.real = False
 
     def __len__(self) -> int:
-        return len(self.types)
+        return len(self.codes)
+
+    def extend(self, types: Iterable[str]) -> None:
+        """Keep the types of the next settled events."""
+        code = self._code
+        for name in types:
+            number = code.get(name)
+            if number is None:
+                number = code[name] = len(self.names)
+                self.names.append(name)
+                if number > 0xFFFF and self.codes.typecode == "H":
+                    self.codes = array("I", self.codes)  # more kinds than two bytes name
+            self.codes.append(number)
 
     def read(self, start: int, stop: int) -> Sequence[Event]:
         if self.real and self.reader is not None:
             return self.reader(start, stop)
-        return [Event({"type": self.types[seq], "seq": seq, "time": 0, "data": None})
+        names, codes = self.names, self.codes
+        return [Event({"type": names[codes[seq]], "seq": seq, "time": 0, "data": None})
                 for seq in range(start, stop)]
 
 
@@ -1621,7 +1636,7 @@ class SeedStream:
         """Everything admitted is stored now: keep only its types."""
         log = self._log
         tail = log[log.cut:]
-        self._settled.types.extend(sys.intern(event["type"]) for event in tail)
+        self._settled.extend(event["type"] for event in tail)
         log.settle(len(tail))
 
     def finish(self) -> None:
