@@ -283,3 +283,17 @@ def test_a_streamed_codex_rollout_equals_the_whole_file_mapping(
         finally:
             _codex.STREAM_BATCH_EVENTS = size  # type: ignore[misc]
         assert got == expected
+
+
+@pytest.mark.parametrize("path", _corpus_files(), ids=lambda p: p.name)
+def test_batches_say_how_far_the_file_was_read(path: Path) -> None:
+    """``ImportBatch.end`` grows batch by batch and reaches the file's size (the progress bar)."""
+    try:
+        top = next(stream_file(path))
+    except DshError:
+        return
+    if top.source_format not in ("claude-code", "codex"):
+        return
+    ends = [batch.end for batch in top.batches]
+    assert ends and all(isinstance(end, int) for end in ends)
+    assert ends == sorted(ends) and ends[-1] == path.stat().st_size
