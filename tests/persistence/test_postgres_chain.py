@@ -193,3 +193,13 @@ def test_an_erased_or_redacted_session_keeps_its_chain_and_the_kept_proof(
     _, after = _records(url)
     assert after[-1].prev == records[-1].hash and len(after) == len(records) + 1
     assert _verify(tmp_path, url, "s1", "--against", str(kept))[0] == 0
+
+
+def test_a_row_that_no_longer_decodes_is_attributed_to_its_batch_and_writer(
+        tmp_path: Path, schema: str) -> None:
+    url = _url(schema)
+    _write(url)
+    _sql(f'UPDATE "{schema}".events SET data = \'{{"broken\' WHERE seq = 2')
+    code, out = _verify(tmp_path, url, "s1")
+    assert code == 1 and "LOG_CORRUPT" in out, out
+    assert "it lies in the batch of seq 2..2 written by" in out and "epoch 1" in out

@@ -80,16 +80,21 @@ def _with_writer(message: str, writer: str | None) -> str:
 
 def attribute(persistence: Persistence, session_id: str, error: DshError) -> str:
     """``error``'s message, naming the chained batch (seq range, writer) that holds its seq."""
-    from dsh.persistence import Reseals, chain_record_at
+    from dsh.persistence import KeepsChain, Reseals, chain_record_at
 
     seq = error.where.get("seq")
     if not isinstance(seq, int):
         seq = _seq_at(error.where.get("path"), error.where.get("byte_offset"))
-    if seq is None or not persistence.backend.capabilities.reseal:
+    capabilities = persistence.backend.capabilities
+    if seq is None or not (capabilities.reseal or capabilities.chain_records):
         return error.message
     try:
-        seal_path, _ = cast(Reseals, persistence.backend).seal_chain(session_id)
-        record = chain_record_at(seal_path, seq)
+        if capabilities.chain_records:  # PostgreSQL: the records the store keeps
+            _, _, records = cast(KeepsChain, persistence.backend).chain_records(session_id)
+            record = next((r for r in records if r.first <= seq < r.end), None)
+        else:
+            seal_path, _ = cast(Reseals, persistence.backend).seal_chain(session_id)
+            record = chain_record_at(seal_path, seq)
     except (DshError, OSError):
         return error.message
     return error.message if record is None else f"{error.message}; it lies in {record.where()}"
