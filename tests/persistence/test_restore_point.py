@@ -25,6 +25,7 @@ import dsh.session._paging as paging
 from dsh.persistence import Persistence, open_backend
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._seal import read_seal, reset_seal
+from dsh.persistence.jsonl import _restore_point as jrp
 from dsh.session import PagedLog, Session
 from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 from tests.strategies import (
@@ -380,13 +381,17 @@ def test_verify_finds_a_restore_point_whose_state_is_wrong(root: Path) -> None:
     path = ckpt_file(root)
     restore_point = rp.decode_restore_point(path.read_bytes(), session_id="s", backend="jsonl")
     wrong = replace(restore_point.state, nodes=restore_point.state.nodes[:-1])
-    path.write_bytes(rp.encode_restore_point(replace(restore_point, state=wrong)))
     # A seal written before restore points were bound records no digest: a resume's cheap
     # checks accept it (the log is unchanged), so this is a violation. (A seal that records
-    # digests refuses it: tests/persistence/test_restore_point_forged.py.)
+    # digests refuses it: tests/persistence/test_restore_point_forged.py.) Rewriting the seal
+    # changes its bytes, so the restore point names its records the way it did before it
+    # named a cut of the seal file (the digest of the records themselves).
     (seal_path,) = root.rglob("*.seal")
     seal = read_seal(seal_path)
     assert seal is not None and seal.restore_points
+    anchor = replace(restore_point.anchor, seal_digest=jrp.seal_digest(
+        seal.records, restore_point.anchor.byte_offset))
+    path.write_bytes(rp.encode_restore_point(replace(restore_point, anchor=anchor, state=wrong)))
     reset_seal(seal_path, seal.identity, seal.records)
     out = _verify_json(url_of("jsonl", root), exit_code=1)
     check = out["restorePoints"]["s"]

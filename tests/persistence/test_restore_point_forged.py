@@ -14,9 +14,13 @@ from pathlib import Path
 import pytest
 
 import dsh
+from dsh.persistence import Persistence, open_backend
 from dsh.persistence import _restore_point as rp
-from dsh.persistence import open_backend
-from dsh.persistence._seal import read_seal, reset_seal
+from dsh.persistence._chain import ChainState
+from dsh.persistence._seal import SealCut, read_seal, reset_seal
+from dsh.persistence.jsonl import _restore_point as jrp
+from dsh.persistence.sqlite import _restore_point as srp
+from dsh.session import PagedLog
 from tests.persistence.test_restore_point import (
     _verify_json,
     assert_equivalent,
@@ -56,11 +60,54 @@ def forge(root: Path, kind: str, how: str) -> None:
 
 
 def strip_marks(root: Path, kind: str) -> None:
-    """Rewrite the seal as one written before restore points were bound (no digests)."""
+    """Rewrite the seal as one written before restore points were bound (no digests).
+
+    The restore point then names the seal's records by their digest, as one written before
+    it named a cut of the seal file did (a rewritten seal has other bytes).
+    """
     path = seal_file(root)
     seal = read_seal(path)
     assert seal is not None and seal.restore_points
+    ckpt = ckpt_file(root)
+    point = rp.decode_restore_point(ckpt.read_bytes(), session_id="s",
+                                    backend="sqlite" if kind == "sqlite" else "jsonl")
+    assert SealCut.decode(point.anchor.seal_digest) is not None
+    anchor = point.anchor
+    old = (srp.seal_digest(seal.records, anchor.event_count) if kind == "sqlite"
+           else jrp.seal_digest(seal.records, anchor.byte_offset))
+    ckpt.write_bytes(rp.encode_restore_point(replace(point, anchor=replace(anchor,
+                                                                          seal_digest=old))))
     reset_seal(path, seal.identity, seal.records)
+
+
+def resume_counting_seal_records(url: str, monkeypatch: pytest.MonkeyPatch
+                                 ) -> tuple[int, int, int]:
+    """Resume ``s`` from ``url`` and derive its messages.
+
+    Returns the chain records decoded by the resume, then the range records read by it and by
+    the derive (the page-in reads those before the cut to check its pages).
+    """
+    import dsh.persistence._seal as seal_module
+
+    decoded, ranges = [0], [0]
+    real, real_ranges = seal_module.frame_record, seal_module._scan_ranges
+
+    def counting(data: bytes | memoryview, pos: int) -> object:
+        decoded[0] += 1
+        return real(data, pos)
+
+    def counting_ranges(data: bytes, pos: int, stop: int,
+                        records: list[tuple[int, int, int]]) -> None:
+        real_ranges(data, pos, stop, records)
+        ranges[0] += len(records)
+
+    monkeypatch.setattr(seal_module, "frame_record", counting)
+    monkeypatch.setattr(seal_module, "_scan_ranges", counting_ranges)
+    with dsh.open(url) as store:
+        session = store.sessions.resume("s")
+        at_resume = decoded[0]
+        session.derive_messages()
+    return at_resume, ranges[0], decoded[0]
 
 
 @pytest.mark.parametrize("kind", BOUND)
@@ -137,3 +184,106 @@ def test_the_recorded_digest_survives_the_seal_rewrite_of_the_next_writer(
     used = rp.stats["used"]
     assert_equivalent(root, kind, expect_paged=True)
     assert rp.stats["used"] == used + 1
+
+
+@pytest.mark.parametrize("kind", BOUND)
+def test_a_resume_reads_only_the_seal_records_past_the_cut(
+        kind: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restore point names a cut of the seal file: what precedes it is digested, not read.
+
+    Rule: docs/formats.md#restore-points. The records before the cut are read at the first
+    page-in (verified page-in), and a session resumed so is the one a full read gives.
+    """
+    long_store(kind, root)
+    seal = read_seal(seal_file(root))
+    assert seal is not None and len(seal.chain) > 2
+    point = rp.decode_restore_point(ckpt_file(root).read_bytes(), session_id="s",
+                                    backend="sqlite" if kind == "sqlite" else "jsonl")
+    cut = SealCut.decode(point.anchor.seal_digest)
+    assert cut is not None and cut.batches == sum(r.end <= point.anchor.event_count
+                                                  for r in seal.chain)
+    at_resume, ranges, decoded = resume_counting_seal_records(url_of(kind, root), monkeypatch)
+    assert at_resume == len(seal.chain) - cut.batches  # none before the cut
+    assert ranges == cut.records  # the page-in read those before the cut, once
+    assert decoded == at_resume  # stepped over by their length, the digest vouching for them
+    assert_equivalent(root, kind, expect_paged=True)
+
+
+@pytest.mark.parametrize("kind", BOUND)
+def test_a_rewritten_seal_makes_the_restore_point_stale(kind: str, root: Path) -> None:
+    """The same records in other bytes (a rewrite) are not the cut the restore point names.
+
+    The resume refuses it (``seal``) and reads the whole log, which gives the same session.
+    """
+    long_store(kind, root)
+    path = seal_file(root)
+    seal = read_seal(path)
+    assert seal is not None
+    reset_seal(path, seal.identity, seal.records, seal.restore_points,
+               chain=ChainState(list(seal.chain), seal.head.counter if seal.head else 0))
+    refused = rp.stats["refused:seal"]
+    assert_equivalent(root, kind, expect_paged=False)
+    assert rp.stats["refused:seal"] == refused + 1
+
+
+@pytest.mark.parametrize("kind", BOUND)
+def test_a_restore_point_naming_another_seal_cut_is_refused(kind: str, root: Path) -> None:
+    """A cut moved in the restore point (body re-digested, its digest recorded) is refused.
+
+    The cut's digest no longer covers the seal's bytes before it, so the resume reads in full.
+    """
+    long_store(kind, root)
+    path = ckpt_file(root)
+    backend = "sqlite" if kind == "sqlite" else "jsonl"
+    point = rp.decode_restore_point(path.read_bytes(), session_id="s", backend=backend)
+    cut = SealCut.decode(point.anchor.seal_digest)
+    assert cut is not None
+    moved = replace(cut, offset=cut.offset - 20)
+    data = rp.encode_restore_point(replace(point, anchor=replace(
+        point.anchor, seal_digest=moved.encode())))
+    path.write_bytes(data)
+    with open(seal_file(root), "ab") as f:  # as if its writer had recorded it
+        f.write((0xFFFF_FFFF_FFFF_FFFF).to_bytes(8, "little")
+                + bytes.fromhex(rp.body_digest(data))[:12])
+    refused = rp.stats["refused:seal"]
+    assert_equivalent(root, kind, expect_paged=False)
+    assert rp.stats["refused:seal"] == refused + 1
+
+
+@pytest.mark.parametrize("kind", BOUND)
+def test_a_writer_resumed_past_a_seal_cut_rewrites_the_whole_seal_when_it_must(
+        kind: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seal write that fails after such a resume makes the next one rewrite the seal whole.
+
+    The rewrite reads the records the resume left unread first, so the new seal still covers
+    the log from its first byte (row) with an unbroken chain, and the log reads in full.
+    """
+    long_store(kind, root)
+    before = read_seal(seal_file(root))
+    assert before is not None
+    module = "dsh.persistence.sqlite._backend" if kind == "sqlite" \
+        else "dsh.persistence.jsonl._backend"
+    real = __import__(module, fromlist=["append_seal_to"]).append_seal_to
+    failures = [1]
+
+    def failing(fd: int, start: int, end: int, crc: int) -> None:
+        if failures:
+            failures.pop()
+            raise OSError("disk full (test)")
+        real(fd, start, end, crc)
+
+    with dsh.open(url_of(kind, root), clock=StepClock(2_000_000_000_000)).sessions as store:
+        session = store.resume("s")
+        assert isinstance(session._log, PagedLog)
+        monkeypatch.setattr(f"{module}.append_seal_to", failing)
+        for turn in (31, 32):  # the first flush's seal write fails, the second rewrites
+            completed_turn(session, turn, call_ids=[f"c{turn}"])
+            store.flush(session)
+        assert not failures
+    after = read_seal(seal_file(root))
+    assert after is not None and after.elided is None
+    assert after.records[0][0] == 0 and after.records[:len(before.records)] == before.records
+    assert [r.hash for r in after.chain[:len(before.chain)]] == [r.hash for r in before.chain]
+    assert len(after.chain) == len(before.chain) + 2
+    with Persistence(open_backend(url_of(kind, root))) as persistence:
+        assert len(persistence.read("s").events) == len(session.events)

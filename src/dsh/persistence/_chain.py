@@ -243,10 +243,16 @@ def batch_digest(leaves: Sequence[bytes]) -> bytes:
 
 
 def new_record(prev: ChainRecord | None, events: Sequence[Event], incarnation: bytes,
-               writer: Writer) -> ChainRecord:
-    """The record of a batch of ``events`` (contiguous seqs), chained after ``prev``."""
+               writer: Writer, *, prev_hash: bytes | None = None) -> ChainRecord:
+    """The record of a batch of ``events`` (contiguous seqs), chained after ``prev``.
+
+    ``prev_hash`` stands for ``prev`` when only its hash is held (a chain whose older records
+    a resume left unread, :attr:`ChainState.elided`).
+    """
     keys = b"\0" + os.urandom(16)
-    draft = ChainRecord(prev.hash if prev is not None else _ZERO, _ZERO,
+    if prev_hash is None:
+        prev_hash = prev.hash if prev is not None else _ZERO
+    draft = ChainRecord(prev_hash, _ZERO,
                         int(events[0]["seq"]), int(events[-1]["seq"]) + 1, writer, incarnation,
                         keys)
     digest = batch_digest(event_leaves(draft, events))
@@ -352,22 +358,46 @@ class ChainState:
     """A write handle's view of its seal chain.
 
     Attributes:
-        records: The chain's records, oldest first.
+        records: The chain's records, oldest first (after the ``elided`` ones).
         head_counter: The counter of the last head published (0: none).
         published: How many records the last published head covers.
         pending: Events appended and not yet in a record (seq order; a failed write's batch
             may appear again: the last copy of a seq wins).
+        elided: Records before ``records`` that were not read (a resume through a restore
+            point reads only the seal past its cut, docs/formats.md#restore-points); the last
+            of them hashes to ``elided_hash`` and ends at seq ``elided_end``. A writer that
+            rewrites the seal reads them first (:meth:`restore_elided`).
     """
 
     records: list[ChainRecord]
     head_counter: int = 0
     published: int = 0
     pending: list[Event] = field(default_factory=list)
+    elided: int = 0
+    elided_hash: bytes = _ZERO
+    elided_end: int = 0
 
     @property
     def end(self) -> int:
         """One past the last seq chained (0 for an empty chain)."""
-        return self.records[-1].end if self.records else 0
+        return self.records[-1].end if self.records else self.elided_end
+
+    @property
+    def count(self) -> int:
+        """Records in the chain, the elided ones included."""
+        return self.elided + len(self.records)
+
+    def restore_elided(self, older: Sequence[ChainRecord]) -> None:
+        """Put the ``elided`` records back in front of ``records`` (read from the seal).
+
+        Raises:
+            ValueError: ``older`` is not the elided records (count or last hash).
+        """
+        if len(older) != self.elided or (older and older[-1].hash != self.elided_hash):
+            raise ValueError("the seal's records before the restore point's cut are not the "
+                             "ones the resume checked")
+        self.records[:0] = older
+        self.elided, self.elided_hash, self.elided_end = 0, _ZERO, 0
 
     def take(self, durable_end: int, incarnation: bytes, writer: Writer) -> ChainRecord | None:
         """The record of the pending events below ``durable_end``, appended to ``records``.
@@ -385,15 +415,16 @@ class ChainState:
         if not seqs or seqs[-1] + 1 != durable_end:
             return None
         record = new_record(self.records[-1] if self.records else None,
-                            [by_seq[s] for s in seqs], incarnation, writer)
+                            [by_seq[s] for s in seqs], incarnation, writer,
+                            prev_hash=None if self.records else self.elided_hash)
         self.records.append(record)
         return record
 
     def head(self) -> Head:
         """The head to publish next (counter one past the last)."""
         last = self.records[-1] if self.records else None
-        return Head(self.head_counter + 1, len(self.records), last.end if last else 0,
-                    last.hash if last else _ZERO)
+        return Head(self.head_counter + 1, self.count, self.end,
+                    last.hash if last else self.elided_hash)
 
 
 _LINKED: Final = struct.Struct("<32sQQQI")  # digest, first, end, epoch, pid: after prev

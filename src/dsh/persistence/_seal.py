@@ -26,10 +26,12 @@ How a fast reader verifies (persistence perf path): read the seal *before* the l
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -51,12 +53,12 @@ from dsh.persistence._chain import (
 from dsh.persistence._paths import fsync_folder, open_sidecar, write_all
 from dsh.session import PAGE_EVENTS
 
-__all__ = ["RESTORE_POINT_MARK", "Seal", "append_restore_point_mark",
+__all__ = ["RESTORE_POINT_MARK", "Seal", "SealCut", "append_restore_point_mark",
            "append_chain_to", "append_restore_point_mark_to", "append_seal", "append_seal_to",
            "check_byte_seals", "publish_head",
-           "check_row_seals", "crc_of", "install_seal", "open_seal_appender", "read_seal",
-           "reset_seal", "restore_point_mark", "row_records", "rows_crc", "rows_text",
-           "stage_seal", "staged_name"]
+           "check_row_seals", "crc_of", "install_seal", "open_seal_appender", "read_elided",
+           "read_seal", "read_seal_after", "reset_seal", "restore_point_mark", "row_records",
+           "rows_crc", "rows_text", "seal_cut", "stage_seal", "staged_name"]
 
 MAGIC: Final = b"DSHSEAL1"
 MAGIC2: Final = b"DSHSEAL2"
@@ -87,15 +89,21 @@ class Seal:
         version: 1 (``DSHSEAL1``: no chain) or 2 (``DSHSEAL2``).
         chain: The chain records (version 2), oldest first, links checked.
         head: The head published in the seal's head slots (version 2).
+        elided: None for a whole read; for :func:`read_seal_after`, the :class:`SealCut`
+            whose records were not read (``records``, ``restore_points`` and ``chain`` are
+            then the ones after it).
+        clean: The file ends exactly after its last valid record (no torn or zeroed bytes),
+            so a writer may append to it without rewriting it.
     """
 
-    __slots__ = ("_chain", "_raw_chain", "_source", "head", "identity", "path", "records",
-                 "restore_points", "version")
+    __slots__ = ("_chain", "_raw_chain", "_source", "clean", "elided", "head", "identity",
+                 "path", "records", "restore_points", "version")
 
     def __init__(self, path: Path, identity: bytes, records: list[tuple[int, int, int]],
                  restore_points: list[bytes] | None = None, *, version: int = 1,
                  chain: list[ChainRecord] | None = None, head: Head | None = None,
-                 raw_chain: list[RawRecord] | None = None) -> None:
+                 raw_chain: list[RawRecord] | None = None, elided: SealCut | None = None,
+                 clean: bool = False) -> None:
         self.path = path
         self.identity = identity
         self.records = records
@@ -107,6 +115,8 @@ class Seal:
         self._raw_chain = raw_chain
         self._source: Seal | None = None
         self.head = head
+        self.elided = elided
+        self.clean = clean
 
     @property
     def chain(self) -> list[ChainRecord]:
@@ -125,7 +135,8 @@ class Seal:
     def copy(self) -> Seal:
         """A seal with the same records in new lists; the chain records are shared."""
         seal = Seal(self.path, self.identity, list(self.records), list(self.restore_points),
-                    version=self.version, head=self.head, raw_chain=self._raw_chain)
+                    version=self.version, head=self.head, raw_chain=self._raw_chain,
+                    elided=self.elided, clean=self.clean)
         seal._chain = self._chain if self._chain is not None else None
         seal._source = self
         return seal
@@ -133,13 +144,126 @@ class Seal:
     def chain_state(self) -> ChainState:
         """A writer's :class:`ChainState` continuing this seal's chain."""
         head = self.head
+        cut = self.elided
+        if cut is None:
+            return ChainState(list(self.chain), head.counter if head else 0,
+                              head.batches if head else 0)
         return ChainState(list(self.chain), head.counter if head else 0,
-                          head.batches if head else 0)
+                          head.batches if head else 0, elided=cut.batches,
+                          elided_hash=cut.chain_hash, elided_end=cut.chain_end)
 
     @property
     def end(self) -> int:
         """End of the sealed prefix (0 when nothing is sealed)."""
-        return self.records[-1][1] if self.records else 0
+        if self.records:
+            return self.records[-1][1]
+        return self.elided.end if self.elided is not None else 0
+
+
+@dataclass(frozen=True, slots=True)
+class SealCut:
+    """Where a restore point's cut falls in the seal file (docs/formats.md#restore-points).
+
+    The seal is appended to, so the bytes a writer had written when it took a restore point's
+    anchor stay as they were until a rewrite; a resume checks them by one SHA-256 and reads
+    only the records after them, so its cost does not grow with the number of batches.
+
+    Attributes:
+        offset: Bytes of the seal file (from its start) when the anchor was taken.
+        records: Range records in the file before ``offset``.
+        end: End of the last of them (the cut: a byte offset, SQLite a seq).
+        batches: Chain records before ``offset``.
+        chain_end: One past the last seq they chain (0: none).
+        chain_hash: The hash of the last of them (zeros: none).
+        digest: SHA-256 of the file's bytes from its first record to ``offset``.
+    """
+
+    offset: int
+    records: int
+    end: int
+    batches: int
+    chain_end: int
+    chain_hash: bytes
+    digest: bytes
+
+    def encode(self) -> str:
+        """The anchor's ``sealDigest`` text: ``s2:`` and the fields, ``:``-separated."""
+        return (f"{_CUT_PREFIX}{self.offset}:{self.records}:{self.end}:{self.batches}:"
+                f"{self.chain_end}:{self.chain_hash.hex()}:{self.digest.hex()}")
+
+    @classmethod
+    def decode(cls, text: str) -> SealCut | None:
+        """The cut an anchor's ``sealDigest`` names, or None (another form, or malformed)."""
+        if not text.startswith(_CUT_PREFIX):
+            return None
+        parts = text[len(_CUT_PREFIX):].split(":")
+        if len(parts) != 7 or not all(p.isdigit() and p.isascii() for p in parts[:5]):
+            return None
+        try:
+            chain_hash, digest = bytes.fromhex(parts[5]), bytes.fromhex(parts[6])
+        except ValueError:
+            return None
+        if len(chain_hash) != 32 or len(digest) != 32:
+            return None
+        offset, records, end, batches, chain_end = map(int, parts[:5])
+        return cls(offset, records, end, batches, chain_end, chain_hash, digest)
+
+
+_CUT_PREFIX: Final = "s2:"
+
+
+def _records_start(path: Path, data: bytes) -> tuple[int, int, bytes, Head | None] | None:
+    """``(first record's byte, version, identity, published head)`` of seal bytes, or None.
+
+    None for bytes that hold no whole header (a crash while the file was created).
+
+    Raises:
+        SealDamagedError: ``SEAL_CORRUPT`` (see :func:`read_seal`).
+    """
+    head = len(MAGIC) + _LEN.size
+    version = 2 if data.startswith(MAGIC2) else 1
+    if len(data) < head or not data.startswith((MAGIC, MAGIC2)):
+        if not data.strip(b"\0") or MAGIC.startswith(data) or MAGIC2.startswith(data):
+            return None  # a crash while the file was created
+        raise _damaged(path, "it has no DSHSEAL1 or DSHSEAL2 magic", 0)
+    (length,) = _LEN.unpack_from(data, len(MAGIC))
+    slots = 2 * HEAD_SLOT if version == 2 else 0
+    if length > _MAX_IDENTITY or head + length > len(data):
+        raise _damaged(path, f"identity length {length}", len(MAGIC))
+    identity = data[head:head + length]
+    if head + length + slots > len(data):  # cut inside its head: a seal with no record
+        return len(data), version, identity, None
+    published = decode_head(data[head + length:head + length + slots]) if slots else None
+    if slots and published is None:
+        raise _damaged(path, "both chain head slots are invalid", head + length)
+    return head + length + slots, version, identity, published
+
+
+def seal_cut(path: Path, records: int, end: int, chain: ChainState | None) -> SealCut | None:
+    """The :class:`SealCut` of the seal file as it is now, for a restore point's anchor.
+
+    The caller's records and chain must be exactly those in the file (no rewrite pending).
+    None when the file cannot be read or holds no header (the anchor then digests the
+    records themselves, as before).
+    """
+    try:
+        fd = open_sidecar(path, "integrity seals")
+        try:
+            with os.fdopen(fd, "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+        found = _records_start(path, data)
+    except (OSError, LogCorruptError):
+        return None
+    if found is None:
+        return None
+    last = chain.records[-1] if chain is not None and chain.records else None
+    return SealCut(len(data), records, end, chain.count if chain is not None else 0,
+                   chain.end if chain is not None else 0,
+                   last.hash if last is not None else (
+                       chain.elided_hash if chain is not None else bytes(32)),
+                   hashlib.sha256(memoryview(data)[found[0]:]).digest())
 
 
 def read_seal(path: Path) -> Seal | None:
@@ -195,29 +319,147 @@ _READ_BYTES: Final = 8 << 20
 
 def _parse(path: Path, data: bytes) -> Seal | None:
     """The seal in ``data`` (the whole file at ``path``); raises as :func:`read_seal`."""
-    head = len(MAGIC) + _LEN.size
-    version = 2 if data.startswith(MAGIC2) else 1
-    if len(data) < head or not data.startswith((MAGIC, MAGIC2)):
-        if not data.strip(b"\0") or MAGIC.startswith(data) or MAGIC2.startswith(data):
-            return None  # a crash while the file was created
-        raise _damaged(path, "it has no DSHSEAL1 or DSHSEAL2 magic", 0)
-    (length,) = _LEN.unpack_from(data, len(MAGIC))
-    slots = 2 * HEAD_SLOT if version == 2 else 0
-    if length > _MAX_IDENTITY or head + length > len(data):
-        raise _damaged(path, f"identity length {length}", len(MAGIC))
-    identity = data[head:head + length]
-    if head + length + slots > len(data):  # cut inside its head: a seal with no record
-        return Seal(path, identity, [], version=version)
-    published = decode_head(data[head + length:head + length + slots]) if slots else None
-    if slots and published is None:
-        raise _damaged(path, "both chain head slots are invalid", head + length)
+    found = _records_start(path, data)
+    if found is None:
+        return None
+    first, version, identity, published = found
     records: list[tuple[int, int, int]] = []
     marks: list[bytes] = []
     chain: list[RawRecord] = []
-    link, linked_end = bytes(32), 0  # what the next chain record must link to and follow
-    pos = head + length + slots
-    expected = 0
-    while pos + _RECORD.size <= len(data):
+    pos = _scan(path, data, first, len(data), version, records, marks, chain)
+    if published is not None:
+        _check_head(path, published, chain, pos)
+    return Seal(path, identity, records, marks, version=version, head=published,
+                raw_chain=chain, clean=pos == len(data))
+
+
+def read_seal_after(path: Path, cut: SealCut) -> Seal | None:
+    """Read a seal past ``cut``: its bytes before it checked by one SHA-256, not parsed.
+
+    For a resume through a restore point (docs/formats.md#restore-points): the records before
+    the cut are not read, so the cost is the records after it, whatever the log's length.
+    The returned seal's ``records``, ``restore_points`` and ``chain`` are those after the
+    cut, and ``elided`` is ``cut``. When the published head counts fewer records than the cut
+    (a writer that died between two head publications), the head cannot be checked without
+    them: the seal is read whole (``elided`` None).
+
+    Returns:
+        The seal, or None when the file is absent, holds no header, or its bytes before the
+        cut are not those the cut digested (rewritten or changed: the restore point is stale).
+
+    Raises:
+        PersistenceError, LogCorruptError: as :func:`read_seal`, for the records it reads.
+    """
+    try:
+        fd = open_sidecar(path, "integrity seals")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SealDamagedError(f"integrity seal {path} cannot be opened ({exc.strerror}); a "
+                              f"symlink or a non-file is where the seal belongs", path=str(path),
+                              code="SEAL_UNREADABLE") from exc
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise SealDamagedError(f"integrity seal {path} cannot be read ({exc.strerror})",
+                              path=str(path), code="SEAL_UNREADABLE") from exc
+    found = _records_start(path, data) if data else None
+    if found is None:
+        return None
+    first, version, identity, published = found
+    if not first <= cut.offset <= len(data) or (cut.batches and version != 2) \
+            or hashlib.sha256(memoryview(data)[first:cut.offset]).digest() != cut.digest:
+        return None
+    if published is not None and published.batches < cut.batches:
+        seal = read_seal(path)
+        return seal if seal is not None and len(seal.records) >= cut.records else None
+    records: list[tuple[int, int, int]] = []
+    marks: list[bytes] = []
+    chain: list[RawRecord] = []
+    pos = _scan(path, data, cut.offset, len(data), version, records, marks, chain,
+                expected=cut.end, prev=(cut.chain_hash, cut.chain_end, cut.batches))
+    if published is not None:
+        _check_head(path, published, chain, pos, elided=cut)
+    return Seal(path, identity, records, marks, version=version, head=published,
+                raw_chain=chain, elided=cut, clean=pos == len(data))
+
+
+def read_elided(path: Path, cut: SealCut, *, chain: bool = True
+                ) -> tuple[list[tuple[int, int, int]], list[ChainRecord]]:
+    """The range and chain records before ``cut`` (what :func:`read_seal_after` left unread).
+
+    For a writer about to rewrite the seal whole, or a page-in that checks the bytes before
+    the cut: the bytes are checked against the cut's digest again, then parsed as
+    :func:`read_seal` parses them. Without ``chain`` (a page-in needs the range records only)
+    the chain records are stepped over by their length, not decoded (the digest vouches for
+    them), and the returned chain is empty.
+
+    Raises:
+        SealDamagedError: the file is gone, or its bytes before the cut changed since the
+            resume (``SEAL_CORRUPT``), or are not the records the cut counts.
+    """
+    try:
+        fd = open_sidecar(path, "integrity seals")
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(cut.offset)
+    except OSError as exc:
+        raise SealDamagedError(f"integrity seal {path} cannot be read ({exc.strerror})",
+                              path=str(path), code="SEAL_UNREADABLE") from exc
+    found = _records_start(path, data) if data else None
+    if found is None or len(data) != cut.offset \
+            or hashlib.sha256(memoryview(data)[found[0]:]).digest() != cut.digest:
+        raise _damaged(path, f"its first {cut.offset} bytes changed after the session was "
+                       "resumed through its restore point", 0)
+    records: list[tuple[int, int, int]] = []
+    chained: list[RawRecord] = []
+    if chain:
+        _scan(path, data, found[0], len(data), found[1], records, [], chained)
+    else:
+        _scan_ranges(data, found[0], len(data), records)
+    if len(records) != cut.records or (chain and len(chained) != cut.batches) \
+            or (records and records[-1][1] != cut.end) \
+            or (chained and chained[-1][2] != cut.chain_hash):
+        raise _damaged(path, f"its first {cut.offset} bytes are not the {cut.records} records "
+                       "the restore point counted", 0)
+    return records, [record_of(raw) for raw in chained]
+
+
+_CHAIN_FRAME: Final = struct.Struct("<QI")
+
+
+def _scan_ranges(data: bytes, pos: int, stop: int, records: list[tuple[int, int, int]]) -> None:
+    """The range records of ``data[pos:stop]``, bytes a digest vouched for (see read_elided).
+
+    Marks and chain records are stepped over; the caller checks the count and the last end.
+    """
+    unpack, frame, size = _RECORD.unpack_from, _CHAIN_FRAME.unpack_from, _RECORD.size
+    while pos + size <= stop:
+        start, end, crc = unpack(data, pos)
+        if start == CHAIN_MARK:
+            pos += size + frame(data, pos)[1]  # frame (20 bytes) + payload length
+        elif start == RESTORE_POINT_MARK:
+            pos += size
+        else:
+            records.append((start, end, crc))
+            pos += size
+
+
+def _scan(path: Path, data: bytes, pos: int, stop: int, version: int,
+          records: list[tuple[int, int, int]], marks: list[bytes], chain: list[RawRecord],
+          *, expected: int = 0, prev: tuple[bytes, int, int] | None = None) -> int:
+    """Parse the records of ``data[pos:stop]`` into the lists; return where they end.
+
+    ``expected`` is where the next range record must start, ``prev`` the ``(hash, end seq,
+    count)`` of the chain record before the first one (a read past a :class:`SealCut`).
+
+    Raises:
+        SealDamagedError: ``SEAL_CORRUPT``, ``SEAL_CHAIN_BROKEN`` (see :func:`read_seal`).
+    """
+    # what the next chain record must link to and follow
+    link, linked_end = (prev[0], prev[1]) if prev is not None and prev[2] else (bytes(32), 0)
+    base = prev[2] if prev is not None else 0
+    while pos + _RECORD.size <= stop:
         start, end, crc = _RECORD.unpack_from(data, pos)
         if start == RESTORE_POINT_MARK:
             marks.append(data[pos + 8:pos + _RECORD.size])
@@ -230,7 +472,7 @@ def _parse(path: Path, data: bytes) -> Seal | None:
             raw = found[0]
             first, last = raw_span(raw)
             if raw[0][:32] != link or last <= first or first < linked_end:
-                _broken(path, chain, raw, pos)
+                _broken(path, chain, raw, pos, link, base)
             chain.append(raw)
             link, linked_end = raw[2], last
             pos = found[1]
@@ -248,10 +490,7 @@ def _parse(path: Path, data: bytes) -> Seal | None:
         records.append((start, end, crc))
         expected = end
         pos += _RECORD.size
-    if published is not None:
-        _check_head(path, published, chain, pos)
-    return Seal(path, identity, records, marks, version=version, head=published,
-                raw_chain=chain)
+    return pos
 
 
 def _damaged(path: Path, why: str, offset: int, code: str = "SEAL_CORRUPT",
@@ -265,32 +504,51 @@ def _damaged(path: Path, why: str, offset: int, code: str = "SEAL_CORRUPT",
         **where)
 
 
-def _broken(path: Path, chain: list[RawRecord], raw: RawRecord, pos: int) -> NoReturn:
-    """Raise for ``raw``, which does not follow the last record of ``chain`` (hash, seqs)."""
-    prev = chain[-1] if chain else None
+def _broken(path: Path, chain: list[RawRecord], raw: RawRecord, pos: int, link: bytes,
+            base: int = 0) -> NoReturn:
+    """Raise for ``raw``, which does not follow the record hashing to ``link`` (hash, seqs).
+
+    ``base``: chain records before ``chain``'s first that were not read (a seal cut).
+    """
     record = record_of(raw)
-    if (prev[2] if prev is not None else bytes(32)) != record.prev:
+    if link != record.prev:
         raise _damaged(path, f"the chain record at byte {pos}, {record.where()}, does not link "
                        f"to the record before it: a record was changed, removed or reordered",
-                       pos, "SEAL_CHAIN_BROKEN", seq=record.first, batch=len(chain),
+                       pos, "SEAL_CHAIN_BROKEN", seq=record.first, batch=base + len(chain),
                        writer=str(record.writer))
     raise _damaged(path, f"the chain record at byte {pos} covers seq {record.first}.."
                    f"{record.end - 1}, out of order", pos, "SEAL_CHAIN_BROKEN",
-                   seq=record.first, batch=len(chain), writer=str(record.writer))
+                   seq=record.first, batch=base + len(chain), writer=str(record.writer))
 
 
-def _check_head(path: Path, head: Head, chain: list[RawRecord], end: int) -> None:
-    """The head slot against the chain: records it counts must all be there, unchanged."""
-    if head.batches > len(chain):
+def _check_head(path: Path, head: Head, chain: list[RawRecord], end: int, *,
+                elided: SealCut | None = None) -> None:
+    """The head slot against the chain: records it counts must all be there, unchanged.
+
+    With ``elided``, ``chain`` follows the cut's records (the caller made sure the head
+    counts at least those).
+    """
+    base = elided.batches if elided is not None else 0
+    total = base + len(chain)
+    if head.batches > total:
         last = record_of(chain[-1]) if chain else None
         raise _damaged(
             path, f"its head records {head.batches} sealed batches up to seq {head.end - 1}, "
-            f"but only {len(chain)} chain records remain" + (
+            f"but only {total} chain records remain" + (
                 f", the last one {last.where()}" if last is not None else "")
             + f" (the records stop at byte {end}): the seal file lost records", end,
-            "SEAL_TRUNCATED", seq=last.end if last is not None else 0, batch=len(chain))
-    if head.batches and chain[head.batches - 1][2] != head.hash:
-        record = record_of(chain[head.batches - 1])
+            "SEAL_TRUNCATED", seq=last.end if last is not None else (
+                elided.chain_end if elided is not None else 0), batch=total)
+    if not head.batches:
+        return
+    if elided is not None and head.batches == base:
+        if head.hash != elided.chain_hash:
+            raise _damaged(path, f"its head does not match chain record {base - 1}: the chain "
+                           "was rewritten", end, "SEAL_CHAIN_BROKEN", seq=elided.chain_end,
+                           batch=base - 1)
+        return
+    if chain[head.batches - 1 - base][2] != head.hash:
+        record = record_of(chain[head.batches - 1 - base])
         raise _damaged(path, f"its head does not match chain record {head.batches - 1}, "
                        f"{record.where()}: the chain was rewritten", end, "SEAL_CHAIN_BROKEN",
                        seq=record.first, batch=head.batches - 1, writer=str(record.writer))

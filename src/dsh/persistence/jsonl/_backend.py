@@ -76,6 +76,7 @@ from dsh.persistence._paths import file_revision, fsync_folder, mkdir_private, r
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
+    SealCut,
     append_chain_to,
     append_restore_point_mark,
     append_seal_to,
@@ -85,9 +86,11 @@ from dsh.persistence._seal import (
     install_seal,
     open_seal_appender,
     publish_head,
+    read_elided,
     read_seal,
     reset_seal,
     restore_point_mark,
+    seal_cut,
     stage_seal,
     staged_seals,
 )
@@ -436,6 +439,10 @@ class _Tail:
     # Zstandard: the chain sidecar's, loaded at the first flush (``chain_loaded``)
     chain: ChainState | None = None
     chain_loaded: bool = True
+    # raw JSONL only: set after a resume through a restore point whose seal records before
+    # its cut were checked by digest and not read; ``seals`` and ``chain`` then hold the ones
+    # after it, and a writer that needs them all reads them first (``_unelide``)
+    seal_cut: SealCut | None = None
     # the page-in index of the stored prefix, and the header's extent and digest (restore points)
     index: list[tuple[int, int]] = field(default_factory=list)
     header_end: int = 0
@@ -1099,8 +1106,7 @@ class JsonlHandle(HandleBase):
         """Publish the chain head if records are not counted by it yet (at close)."""
         tail = self._tail
         chain = tail.chain if tail is not None else None
-        if tail is None or chain is None or tail.seal_rewrite or chain.published == len(
-                chain.records):
+        if tail is None or chain is None or tail.seal_rewrite or chain.published == chain.count:
             return
         try:
             publish_head(self._seal_path(), b"", chain)
@@ -1140,14 +1146,73 @@ class JsonlHandle(HandleBase):
         end = tail.durable_size
         start = max(tail.header_end, end - rp.DIGEST_TAIL_BYTES)
         last = jrp.pread(self._append_fd(), end - start, start)
-        seals = tail.seals
+        seal_digest = self._seal_binding(end)
+        if seal_digest is None:
+            return None
         return rp.Anchor(
             backend=jrp.backend_kind(self._backend.compression), session_id=self._id,
             incarnation=tail.header_digest, event_count=tail.durable_count, byte_offset=end,
             header_digest=tail.header_digest, tail_digest=rp.digest(last),
-            seal_digest=jrp.seal_digest(seals, end) if seals is not None else "",
+            seal_digest=seal_digest,
             index=tuple(entry for entry in tail.index if entry[0] < tail.durable_count
                         and entry[1] < end))
+
+    def _seal_binding(self, end: int) -> str | None:
+        """The anchor's ``sealDigest`` for a cut at byte ``end`` ("" without a seal).
+
+        Where the seal file holds exactly this handle's records up to ``end``, the
+        :class:`SealCut` of the file as it is (one digest of its bytes, which a resume checks
+        without parsing them); else the digest of the records themselves. None: the records
+        could not be read (no anchor now).
+        """
+        tail = self._tail
+        assert tail is not None
+        seals = tail.seals
+        if seals is None:
+            return ""
+        sealed = seals[-1][1] if seals else (tail.seal_cut.end if tail.seal_cut else 0)
+        if tail.seal_rewrite and sealed == end:
+            # the rewrite the restore point's mark would make, made first: the cut is then
+            # taken of the file the mark is appended to
+            try:
+                self._unelide()
+                reset_seal(self._seal_path(), b"", seals, tail.restore_marks[-1:],
+                           chain=tail.chain)
+                tail.seal_rewrite = False
+            except (OSError, LogCorruptError) as exc:
+                logger.debug("seal %s not rewritten before a restore point: %s",
+                             self._seal_path(), exc)
+        if not tail.seal_rewrite and sealed == end:
+            prior = tail.seal_cut.records if tail.seal_cut is not None else 0
+            cut = seal_cut(self._seal_path(), prior + len(seals), end, tail.chain)
+            if cut is not None:
+                return cut.encode()
+        try:
+            self._unelide()
+        except LogCorruptError:
+            return None
+        return jrp.seal_digest(tail.seals or [], end)
+
+    def _unelide(self) -> None:
+        """Read the seal records a resume left unread (before its cut) back into the state.
+
+        Raises:
+            SealDamagedError: the seal's bytes before the cut changed since the resume.
+        """
+        tail = self._tail
+        if tail is None or tail.seal_cut is None:
+            return
+        records, chain = read_elided(self._seal_path(), tail.seal_cut)
+        if tail.seals is not None:
+            tail.seals[:0] = records
+        if tail.chain is not None:
+            try:
+                tail.chain.restore_elided(chain)
+            except ValueError as exc:
+                raise SealDamagedError(f"integrity seal {self._seal_path()}: {exc}",
+                                       path=str(self._seal_path()),
+                                       code="SEAL_CORRUPT") from None
+        tail.seal_cut = None
 
     def write_restore_point(self, data: bytes) -> None:
         """Replace the restore point sidecar with ``data`` (atomic, ``write_restore_point_file``).
@@ -1168,6 +1233,10 @@ class JsonlHandle(HandleBase):
         mark = restore_point_mark(rp.body_digest(data))
         try:
             if tail.seal_rewrite:
+                try:
+                    self._unelide()
+                except LogCorruptError as exc:
+                    raise OSError(str(exc)) from exc
                 reset_seal(self._seal_path(), b"", tail.seals, [mark], chain=tail.chain)
                 tail.seal_rewrite = False
             else:
@@ -1224,13 +1293,20 @@ class JsonlHandle(HandleBase):
                            header_digest=restore_point.anchor.header_digest,
                            restore_marks=list(found.restore_marks),
                            chain=found.chain if not zstd else ChainState([]),
-                           chain_loaded=not zstd)
+                           chain_loaded=not zstd,
+                           seal_cut=found.seal_cut if not zstd else None,
+                           # a chained seal that ends cleanly is appended to, not rewritten
+                           seal_rewrite=zstd or not found.seal_clean)
         if self._mode == "write":
             self._listing_reset(True)  # load_tail refuses a torn tail
         anchor = restore_point.anchor
-        source = jrp.JsonlPrefixSource(self.path, self._backend.compression,
-                                       anchor.event_count, anchor.byte_offset, anchor.index,
-                                       seals=self._tail.seals)
+        cut = found.seal_cut
+        seal_path = self._seal_path()
+        source = jrp.JsonlPrefixSource(
+            self.path, self._backend.compression, anchor.event_count, anchor.byte_offset,
+            anchor.index, seals=self._tail.seals,
+            elided=None if cut is None or zstd
+            else lambda: read_elided(seal_path, cut, chain=False)[0])
         return restore_point, ColdRead(header, tuple(events), None, found.revision), source
 
     # --- ranges (ReadsRanges: a log without a restore point read by page) -------------
@@ -1277,7 +1353,8 @@ class JsonlHandle(HandleBase):
         if tail.seals is None:
             self._chain_zstd()
             return
-        start = tail.seals[-1][1] if tail.seals else 0
+        start = tail.seals[-1][1] if tail.seals else (
+            tail.seal_cut.end if tail.seal_cut is not None else 0)
         end = tail.durable_size
         if end <= start:
             return
@@ -1293,6 +1370,7 @@ class JsonlHandle(HandleBase):
             link = chain.take(tail.durable_count, self._incarnation(), this_writer()) \
                 if chain is not None else None
             if tail.seal_rewrite:
+                self._unelide()
                 reset_seal(self._seal_path(), b"", [*tail.seals, *records],
                            tail.restore_marks[-1:], chain=chain)
                 tail.seal_rewrite = False
@@ -1305,7 +1383,7 @@ class JsonlHandle(HandleBase):
                         append_chain_to(fd, link)
                 finally:
                     os.close(fd)
-                if chain is not None and len(chain.records) - chain.published >= HEAD_EVERY:
+                if chain is not None and chain.count - chain.published >= HEAD_EVERY:
                     publish_head(self._seal_path(), b"", chain)
         except Exception as exc:  # the batch is durable: a seal failure never fails it
             # kept in memory: the next seal write rewrites the whole file, this record included

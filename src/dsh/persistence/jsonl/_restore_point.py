@@ -25,7 +25,7 @@ from dsh.json import FrozenDict
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._chain import ChainState
 from dsh.persistence._paths import file_revision
-from dsh.persistence._seal import crc_of, read_seal, restore_point_mark
+from dsh.persistence._seal import SealCut, crc_of, read_seal, read_seal_after, restore_point_mark
 from dsh.persistence.jsonl._format import Scanner, parse_header_strict, scan_zstd_frames
 from dsh.persistence.jsonl._zstd import decompress_frame
 from dsh.session import Event
@@ -138,7 +138,11 @@ class TailRead:
     """What :func:`load_tail` found past a restore point's cut.
 
     The log's header, the events after the cut, the file's revision, and the write state a
-    full read would have left: file size, seal records, page-in index, header extent.
+    full read would have left: file size, seal records, page-in index, header extent. When
+    the restore point names its :class:`~dsh.persistence._seal.SealCut`, ``records``,
+    ``restore_marks`` and ``chain`` are the seal's after it and ``seal_cut`` is set (the
+    records before it were checked by digest, not read); ``seal_clean``: the seal file ends
+    after its last valid record (a writer may append to it).
     """
 
     header: FrozenDict
@@ -150,6 +154,8 @@ class TailRead:
     header_end: int
     restore_marks: list[bytes]
     chain: ChainState | None = None
+    seal_cut: SealCut | None = None
+    seal_clean: bool = False
 
 
 def load_tail(path: Path, restore_point: rp.RestorePoint, *, zstd: bool, seal_path: Path,
@@ -187,7 +193,16 @@ def load_tail(path: Path, restore_point: rp.RestorePoint, *, zstd: bool, seal_pa
         start = max(header_end, cut - rp.DIGEST_TAIL_BYTES)
         if rp.digest(pread(fd, cut - start, start)) != anchor.tail_digest:
             raise rp.RestorePointRefused("tail-digest")
-        seal = read_seal(seal_path) if not zstd else None
+        seal_cut = SealCut.decode(anchor.seal_digest) if not zstd else None
+        if zstd:
+            seal = None
+        elif seal_cut is not None:
+            # the records before the cut are checked by one digest, not read: O(tail)
+            seal = read_seal_after(seal_path, seal_cut)
+            if seal is None or seal_cut.end != cut:
+                raise rp.RestorePointRefused("seal")
+        else:
+            seal = read_seal(seal_path)
         data = pread(fd, before.st_size - cut, cut)
         after = os.fstat(fd)
     except DshError:
@@ -199,7 +214,7 @@ def load_tail(path: Path, restore_point: rp.RestorePoint, *, zstd: bool, seal_pa
         raise rp.RestorePointRefused("unstable")
     records = seal.records if seal is not None else []
     if not zstd:
-        if seal_digest(records, cut) != anchor.seal_digest:
+        if seal_cut is None and seal_digest(records, cut) != anchor.seal_digest:
             raise rp.RestorePointRefused("seal")
         for s, e, crc in records:
             if e > cut and (s < cut or e > after.st_size or crc_of(data[s - cut:e - cut]) != crc):
@@ -221,7 +236,8 @@ def load_tail(path: Path, restore_point: rp.RestorePoint, *, zstd: bool, seal_pa
     return TailRead(header, events, revision, after.st_size, list(records), index, header_end,
                     list(seal.restore_points) if seal is not None else [],
                     (seal.chain_state() if seal is not None else ChainState([])) if not zstd
-                    else None)
+                    else None, seal.elided if seal is not None else None,
+                    seal is not None and seal.clean and seal.version == 2)
 
 
 class JsonlPrefixSource:
@@ -234,15 +250,21 @@ class JsonlPrefixSource:
         cut_offset: The file offset of the cut (a batch boundary).
         index: ``(seq, offset)`` of record (frame) starts before the cut, from ``(0, header
             end)``; a read starts at the entry at or before its first seq.
+        seals: Raw JSONL: the seal records read at the resume.
+        elided: Reads the seal records before the cut that the resume left unread (past a
+            :class:`~dsh.persistence._seal.SealCut`), called on the first page-in.
     """
 
     def __init__(self, path: Path, compression: str, cut: int, cut_offset: int,
                  index: Sequence[tuple[int, int]],
-                 seals: Sequence[tuple[int, int, int]] | None = None) -> None:
+                 seals: Sequence[tuple[int, int, int]] | None = None, *,
+                 elided: Callable[[], Sequence[tuple[int, int, int]]] | None = None) -> None:
         self._path = path
         # raw JSONL: the seal records over the prefix (read before the log at the resume); a
         # page is checked against every record it touches before it is decoded, each record
-        # once (docs/rules.md#verified-page-in)
+        # once (docs/rules.md#verified-page-in). ``elided`` reads those a resume left unread
+        # (past a SealCut), on the first page-in.
+        self._elided = elided
         self._seals = [r for r in seals or () if r[0] < cut_offset]
         self._seal_starts = [r[0] for r in self._seals]
         self._verified: set[int] = set()
@@ -312,6 +334,11 @@ class JsonlPrefixSource:
         mismatch is :class:`LogCorruptError` naming the file, the byte range and the first seq
         asked for. Bytes no record covers (unsealed) are read as a full read reads them.
         """
+        if self._elided is not None:
+            older = [r for r in self._elided() if r[0] < self._cut_offset]
+            self._seals[:0] = older
+            self._seal_starts[:0] = [r[0] for r in older]
+            self._elided = None
         seals = self._seals
         if not seals:
             return pread(fd, end - offset, offset)

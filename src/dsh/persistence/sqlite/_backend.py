@@ -89,6 +89,7 @@ from dsh.persistence._paths import (
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
+    SealCut,
     append_chain_to,
     append_restore_point_mark_to,
     append_seal_to,
@@ -96,10 +97,13 @@ from dsh.persistence._seal import (
     install_seal,
     open_seal_appender,
     publish_head,
+    read_elided,
     read_seal,
+    read_seal_after,
     reset_seal,
     restore_point_mark,
     row_records,
+    seal_cut,
     stage_seal,
     staged_name,
 )
@@ -1217,6 +1221,10 @@ class SqliteHandle(HandleBase):
         # (docs/formats.md#the-seal-chain)
         self._chain: ChainState | None = None
         self._seal_rewrite = True
+        # set after a resume through a restore point whose seal records before its cut were
+        # checked by digest, not read: ``_seals`` and ``_chain`` hold the ones after it, and
+        # a rewrite of the seal reads them first (``_unelide``)
+        self._seal_cut: SealCut | None = None
         # the restore point digests the seal records (kept when the seal is rewritten)
         self._restore_marks: list[bytes] = []
         # the committed prefix last read or written: (event count, incarnation, last row digest)
@@ -1419,6 +1427,7 @@ class SqliteHandle(HandleBase):
             self._seals = seal.records if seal is not None else []
             self._restore_marks = list(seal.restore_points) if seal is not None else []
             self._chain = seal.chain_state() if seal is not None else ChainState([])
+            self._seal_cut = None
         events = scan.events
         if base < offset:
             events = [e for e in events if e["seq"] >= offset]
@@ -1622,7 +1631,10 @@ class SqliteHandle(HandleBase):
             self._seals = seal.records if seal is not None else []
             self._restore_marks = list(seal.restore_points) if seal is not None else []
             self._chain = seal.chain_state() if seal is not None else ChainState([])
-        return self._seals[-1][1] if self._seals else 0
+            self._seal_cut = None
+        if self._seals:
+            return self._seals[-1][1]
+        return self._seal_cut.end if self._seal_cut is not None else 0
 
     @property
     def seal_used(self) -> Path:
@@ -1725,7 +1737,7 @@ class SqliteHandle(HandleBase):
         chain.take(end, incarnation_bytes(incarnation), this_writer())
         reset_seal(self._seal_file, _seal_identity(incarnation), records, chain=chain)
         self._seals, self._restore_marks, self._seal_rewrite = list(records), [], False
-        self._chain = chain
+        self._chain, self._seal_cut = chain, None
         logger.warning("session %s: integrity seal %s rebuilt over the %d committed events of "
                        "%s as they are now", self._id, self._seal_file, end, self._path)
         return str(self._seal_file)
@@ -1747,6 +1759,7 @@ class SqliteHandle(HandleBase):
                 if chain is not None else None
             if self._seal_rewrite:
                 self._close_seal_fd()  # the rewrite replaces the file it points to
+                self._unelide()
                 mkdir_private(path.parent, "integrity seals")
                 reset_seal(path, _seal_identity(incarnation), [*self._seals, *records],
                            self._restore_marks[-1:], chain=chain)
@@ -1762,7 +1775,7 @@ class SqliteHandle(HandleBase):
                     append_seal_to(self._seal_fd, *record)
                 if link is not None:
                     append_chain_to(self._seal_fd, link)
-                if chain is not None and len(chain.records) - chain.published >= HEAD_EVERY:
+                if chain is not None and chain.count - chain.published >= HEAD_EVERY:
                     publish_head(path, _seal_identity(incarnation), chain)
         except Exception as exc:  # the batch is committed: a seal failure never fails it
             # kept in memory: the next seal write rewrites the whole file, this record included
@@ -1776,7 +1789,7 @@ class SqliteHandle(HandleBase):
         """Publish the chain head if records are not counted by it yet (at close)."""
         chain = self._chain
         if self._mode != "write" or chain is None or self._seal_rewrite \
-                or chain.published == len(chain.records) or self._durable is None:
+                or chain.published == chain.count or self._durable is None:
             return
         try:
             publish_head(self._seal_file, _seal_identity(self._durable[1]), chain)
@@ -1817,10 +1830,71 @@ class SqliteHandle(HandleBase):
         header, found, _ = self._session_row()
         if found != incarnation:
             return None
+        seal_digest = self._seal_binding(count)
+        if seal_digest is None:
+            return None
         return rp.Anchor(backend="sqlite", session_id=self._id, incarnation=incarnation,
                          event_count=count, byte_offset=count,
                          header_digest=srp.header_digest(header, incarnation),
-                         tail_digest=tail_digest, seal_digest=srp.seal_digest(self._seals, count))
+                         tail_digest=tail_digest, seal_digest=seal_digest)
+
+    def _seal_binding(self, count: int) -> str | None:
+        """The anchor's ``sealDigest`` for a cut at seq ``count``.
+
+        Where the seal file holds exactly this handle's records up to ``count``, the
+        :class:`SealCut` of the file as it is (one digest, which a resume checks without
+        parsing the records); else the digest of the records themselves. None: the records
+        could not be read (no anchor now).
+        """
+        seals = self._seals
+        assert seals is not None
+        cut = self._seal_cut
+        sealed = seals[-1][1] if seals else (cut.end if cut is not None else 0)
+        durable = self._durable
+        if self._seal_rewrite and sealed == count and durable is not None:
+            # the rewrite the restore point's mark would make, made first: the cut is then
+            # taken of the file the mark is appended to
+            try:
+                self._close_seal_fd()
+                self._unelide()
+                cut = None
+                mkdir_private(self._seal_file.parent, "integrity seals")
+                reset_seal(self._seal_file, _seal_identity(durable[1]), seals,
+                           self._restore_marks[-1:], chain=self._chain)
+                self._seal_rewrite = False
+            except (OSError, LogCorruptError) as exc:
+                logger.debug("seal %s not rewritten before a restore point: %s",
+                             self._seal_file, exc)
+        if not self._seal_rewrite and sealed == count:
+            found = seal_cut(self._seal_file, (cut.records if cut is not None else 0)
+                             + len(seals), count, self._chain)
+            if found is not None:
+                return found.encode()
+        try:
+            self._unelide()
+        except LogCorruptError:
+            return None
+        return srp.seal_digest(self._seals or [], count)
+
+    def _unelide(self) -> None:
+        """Read the seal records a resume left unread (before its cut) back into the state.
+
+        Raises:
+            SealDamagedError: the seal's bytes before the cut changed since the resume.
+        """
+        cut = self._seal_cut
+        if cut is None:
+            return
+        records, chain = read_elided(self._seal_file, cut)
+        if self._seals is not None:
+            self._seals[:0] = records
+        if self._chain is not None:
+            try:
+                self._chain.restore_elided(chain)
+            except ValueError as exc:
+                raise SealDamagedError(f"integrity seal {self._seal_file}: {exc}",
+                                       path=str(self._seal_file), code="SEAL_CORRUPT") from None
+        self._seal_cut = None
 
     def write_restore_point(self, data: bytes) -> None:
         """Replace the restore point sidecar with ``data`` (atomic, like the seals).
@@ -1840,6 +1914,10 @@ class SqliteHandle(HandleBase):
         try:
             if self._seal_rewrite:
                 self._close_seal_fd()
+                try:
+                    self._unelide()
+                except LogCorruptError as exc:
+                    raise OSError(str(exc)) from exc
                 mkdir_private(self._seal_file.parent, "integrity seals")
                 reset_seal(self._seal_file, _seal_identity(durable[1]), self._seals, [mark],
                            chain=self._chain)
@@ -1886,8 +1964,11 @@ class SqliteHandle(HandleBase):
         cut = anchor.event_count
         legacy = self._c.schema_version == LEGACY_SCHEMA_VERSION  # scalar rows, never packed
         conn = self._c.conn
+        cut_info = SealCut.decode(anchor.seal_digest)
         try:
-            seal = read_seal(self._seal_file)
+            # past a SealCut the records before the cut are checked by one digest, not read
+            seal = read_seal(self._seal_file) if cut_info is None \
+                else read_seal_after(self._seal_file, cut_info)
             conn.execute("BEGIN")
             try:
                 header, incarnation, revision = self._session_row()
@@ -1913,7 +1994,10 @@ class SqliteHandle(HandleBase):
         except LogCorruptError:  # the full read that follows names it (SEAL_MISSING)
             raise rp.RestorePointRefused("seal") from None
         records = seal.records if seal is not None else []
-        if srp.seal_digest(records, cut) != anchor.seal_digest:
+        if cut_info is not None:
+            if seal is None or cut_info.end != cut:
+                raise rp.RestorePointRefused("seal")
+        elif srp.seal_digest(records, cut) != anchor.seal_digest:
             raise rp.RestorePointRefused("seal")
         marks = list(seal.restore_points) if seal is not None else []
         rp.check_bound(restore_point, marks, where=self.restore_point_where(),
@@ -1930,16 +2014,23 @@ class SqliteHandle(HandleBase):
         if scan.torn_seq is not None:
             raise rp.RestorePointRefused("torn-tail")
         events = scan.events
+        elided = seal.elided if seal is not None else None
         if self._mode == "write":
             self._seals = list(records)
             self._restore_marks = marks
             self._chain = seal.chain_state() if seal is not None else ChainState([])
+            self._seal_cut = elided
+            # a chained seal that ends cleanly is appended to, not rewritten
+            self._seal_rewrite = seal is None or not seal.clean or seal.version != 2
             self._torn_seq = None
         count = cut + len(events)
         self._durable = (count, incarnation,
                          srp.last_row_digest(rows[-1][1:]) if rows else anchor.tail_digest)
-        source = srp.SqlitePrefixSource(self._backend.path, self._id, cut, seals=records,
-                                        legacy=legacy)
+        seal_file = self._seal_file
+        source = srp.SqlitePrefixSource(
+            self._backend.path, self._id, cut, seals=records, legacy=legacy,
+            elided=None if elided is None
+            else lambda: read_elided(seal_file, elided, chain=False)[0])
         return ColdRead(header=header, events=tuple(events), torn=None,
                         revision=self._revision(incarnation, revision)), source
 
@@ -2035,7 +2126,7 @@ class SqliteHandle(HandleBase):
             raise PersistenceError(f"cannot rewrite session {self._id!r} through a read "
                                    f"handle; open it with mode 'write'", code="READ_ONLY",
                                    session_id=self._id, path=self._path)
-        old = self.read()
+        old = self.read()  # the whole seal too: nothing elided
         old_chain = self._chain.records if self._chain is not None else []
         batch = validate_batch(events, 0, self._id)
         rows = encode_batch(batch, self._c.schema_version)

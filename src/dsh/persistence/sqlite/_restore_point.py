@@ -15,7 +15,7 @@ import bisect
 import sqlite3
 import threading
 import weakref
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -61,12 +61,15 @@ class SqlitePrefixSource:
         session_id: The session.
         cut: Events served (seqs ``0 .. cut - 1``).
         seals: The seal records ``(first seq, end seq, crc)`` read at the resume.
+        elided: Reads the records before the cut that the resume left unread (past a
+            :class:`~dsh.persistence._seal.SealCut`), called on the first page-in.
         legacy: A schema-14 file (scalar rows, no ``ignorable`` column).
     """
 
     def __init__(self, path: Path, session_id: str, cut: int,
                  seals: Sequence[tuple[int, int, int]] | None = None, *,
-                 legacy: bool = False) -> None:
+                 legacy: bool = False,
+                 elided: Callable[[], Sequence[tuple[int, int, int]]] | None = None) -> None:
         self._path = path
         # schema 14 (the published dsh's files): scalar rows without the ignorable column
         self._columns = LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS
@@ -77,12 +80,26 @@ class SqlitePrefixSource:
         # record it touches, each record once (docs/rules.md#verified-page-in)
         self._seals = [r for r in seals or () if r[0] < cut]
         self._seal_starts = [r[0] for r in self._seals]
+        # the records a resume left unread (before a SealCut), read on the first page-in
+        self._elided = elided
         self._verified: set[int] = set()
         self._conn: sqlite3.Connection | None = None
         self._mutex = threading.Lock()
 
     def __len__(self) -> int:
         return self._cut
+
+    def _load_elided(self) -> None:
+        """Put the seal records the resume left unread in front of the others (once).
+
+        Raises:
+            SealDamagedError: the seal's bytes before the cut changed since the resume.
+        """
+        if self._elided is not None:
+            older = [r for r in self._elided() if r[0] < self._cut]
+            self._seals[:0] = older
+            self._seal_starts[:0] = [r[0] for r in older]
+            self._elided = None
 
     def _verified_rows(self, start: int, stop: int) -> list[Any]:
         """The rows from the one holding ``start`` to ``stop``, their seal records checked.
@@ -104,6 +121,7 @@ class SqlitePrefixSource:
                 # the session may outlive its store: the connection lives as long as this
                 # source and is closed with it (not left to the collector, which warns)
                 weakref.finalize(self, self._conn.close)
+            self._load_elided()
             # from the row holding start: the last row at or before it (a packed row
             # is keyed by its first member), not a packed row's worth of rows earlier
             seals = self._seals
@@ -193,6 +211,12 @@ class SqlitePrefixSource:
         """
         if start >= stop:
             return []
+        if self._elided is not None:
+            try:
+                with self._mutex:
+                    self._load_elided()
+            except LogCorruptError as exc:
+                raise self._unreadable(start, stop, exc) from exc
         if self._version != 17 or not self._seals or self._seals[-1][1] < stop:
             return None
         out: list[Mapping[str, Any]] = []
