@@ -7,10 +7,16 @@ its stdout (the process is then stopped, as ``| head`` would), the whole of ``ds
 synthetic Claude Code transcript of ``--import-mb`` MB (lines shaped like the corpus's, see
 ``bench.bench_import``) with ``dsh import`` and reports MB/s and the peak RSS of that process
 (VmHWM read in the process at exit), and times ``Store.search`` over ``--sessions`` small
-sessions: the first search (which builds the index) and the next ones.
+sessions: the first search (which builds the index) and the next ones, on each store of
+``--search-backends`` (SQLite: FTS5 beside the database; JSONL: FTS5 beside the root, kept at
+flush; PostgreSQL: full-text tables in the store's schema). With ``--search-events N`` the
+SQLite and JSONL indexes are then padded with synthetic message rows (text like the workload's,
+spread over the same sessions) up to about N events' worth of messages, and the next searches
+timed again: the scale of a 10 M-event store without writing 10 M events through the store.
 
     python -m bench.bench_cli [--sizes 10000,100000,300000] [--import-mb 44] [--sessions 10000]
-                              [--runs 3] [--dir DIR]
+                              [--search-backends sqlite,jsonl,postgresql]
+                              [--search-events 10000000] [--runs 3] [--dir DIR]
 
 Built stores are cached under bench/out/cli-cache (delete it to rebuild); with ``--dir DIR``
 they are built under DIR and removed at the end. dsh publishes no
@@ -30,7 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_view import build_many, build_session
+from bench import bench_view
+from bench.bench_view import build_many, build_session, cached
 from bench.workloads import machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,24 +106,81 @@ def import_run(path: Path, store: Path) -> dict[str, float]:
     return {"mb": mb, "s": seconds, "mb_s": mb / seconds, "peak_mb": peak / 1024}
 
 
-def search_runs(url: str, runs: int) -> dict[str, float]:
-    """``Store.search`` over a store: the first (index built), then warm (median)."""
+def _index_path(url: str) -> Path | None:
+    """The search sidecar of a SQLite or JSONL store (None: PostgreSQL keeps its own tables)."""
+    if url.startswith("sqlite:"):
+        return Path(url.removeprefix("sqlite:") + ".dsh-search.db")
+    if url.startswith("jsonl:"):
+        return Path(url.removeprefix("jsonl:")) / ".dsh-search.db"
+    return None
+
+
+def _warm(url: str, runs: int) -> tuple[float, Any]:
     import dsh
 
-    index = Path(url.removeprefix("sqlite:") + ".dsh-search.db")
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{index}{suffix}").unlink(missing_ok=True)
+    warm = []
     with dsh.open(url) as store:
-        t0 = time.perf_counter()
-        first = store.search("request flows")
-        cold = (time.perf_counter() - t0) * 1000
-        warm = []
         for _ in range(runs):
             t0 = time.perf_counter()
             again = store.search("route handler")
             warm.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(warm), again
+
+
+def search_runs(url: str, runs: int, *, keep_index: bool = False) -> dict[str, float]:
+    """``Store.search`` over a store: the first (index brought up to date), then warm (median).
+
+    The first search of SQLite and PostgreSQL stores builds the index (it is dropped first
+    unless ``keep_index``); a JSONL store's writers kept it at flush, so it is kept.
+    """
+    import dsh
+
+    index = _index_path(url)
+    if index is not None and url.startswith("sqlite:") and not keep_index:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{index}{suffix}").unlink(missing_ok=True)
+    with dsh.open(url) as store:
+        t0 = time.perf_counter()
+        first = store.search("request flows")
+        cold = (time.perf_counter() - t0) * 1000
+    warm, again = _warm(url, runs)
     assert first.hits and again.reindexed == 0
-    return {"cold_ms": cold, "warm_ms": statistics.median(warm), "sessions": first.sessions}
+    return {"cold_ms": cold, "warm_ms": warm, "sessions": first.sessions}
+
+
+_PAD_TEXT = ("The request flows through the route handler into the service layer; step {n} "
+             "checks the cache, then reads file src/module_{m}.py and reports {k} results.")
+
+
+def pad_index(url: str, events: int) -> int:
+    """Add synthetic message rows to a store's FTS5 sidecar up to ``events`` events' worth.
+
+    The rows go to the indexed sessions, at seqs past their logs (so a search never reads
+    them back from a log); the ratio of messages to events is the store's own. Returns the
+    message rows the index then holds. The signatures are untouched: the next search reindexes
+    nothing.
+    """
+    import sqlite3
+
+    index = _index_path(url)
+    assert index is not None
+    conn = sqlite3.connect(index)
+    try:
+        rows = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        stored = conn.execute("SELECT sum(events) FROM indexed").fetchone()[0] or 1
+        sessions = [r[0] for r in conn.execute("SELECT session_id FROM indexed")]
+        target = int(rows * events / stored)
+        per = max(1, (target - rows) // max(1, len(sessions)))
+        with conn:
+            for number, sid in enumerate(sessions):
+                conn.executemany(
+                    "INSERT INTO messages (text, session_id, seq, role) VALUES (?, ?, ?, ?)",
+                    ((_PAD_TEXT.format(n=i, m=(i * 7 + number) % 997, k=i % 13), sid,
+                      10_000_000 + i, "assistant" if i % 2 else "user") for i in range(per)))
+        total: int = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    finally:
+        conn.close()
+    return total
 
 
 def main() -> None:
@@ -124,10 +188,17 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,300000")
     parser.add_argument("--import-mb", type=float, default=44.0)
     parser.add_argument("--sessions", type=int, default=10000)
+    parser.add_argument("--search-backends", default="sqlite",
+                        help="comma-separated: sqlite, jsonl, postgresql")
+    parser.add_argument("--schema-prefix", default="dsh_bench_cli_",
+                        help="prefix of the PostgreSQL store's schema name")
+    parser.add_argument("--search-events", type=int, default=0,
+                        help="pad the SQLite/JSONL search index to this many events' worth")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None,
                         help="Build the stores under DIR and remove them at the end.")
     args = parser.parse_args()
+    bench_view.SCHEMA_PREFIX = args.schema_prefix
     if args.dir is None:
         _run(args, CACHE)
         return
@@ -167,10 +238,18 @@ def _run(args: argparse.Namespace, cache: Path) -> None:
               f"{result['s']:.1f} s, {result['mb_s']:.2f} MB/s, "
               f"peak RSS {result['peak_mb']:.0f} MB")
     if args.sessions > 0:
-        url = _cached(cache, "many", args.sessions)
-        found = search_runs(url, args.runs)
-        print(f"search over {found['sessions']:,.0f} sessions: first (builds the index) "
-              f"{found['cold_ms']:.0f} ms, then {found['warm_ms']:.1f} ms")
+        for backend in args.search_backends.split(","):
+            url = _cached(cache, "many", args.sessions) if backend == "sqlite" else cached(
+                cache, "many", backend, args.sessions)
+            found = search_runs(url, args.runs)
+            print(f"search over {found['sessions']:,.0f} sessions, {backend}: first (brings "
+                  f"the index up to date) {found['cold_ms']:.0f} ms, then "
+                  f"{found['warm_ms']:.1f} ms")
+            if args.search_events > 0 and backend != "postgresql":
+                rows = pad_index(url, args.search_events)
+                warm, _ = _warm(url, args.runs)
+                print(f"search over {found['sessions']:,.0f} sessions, {backend}, index padded "
+                      f"to {args.search_events:,} events ({rows:,} messages): {warm:.1f} ms")
 
 
 if __name__ == "__main__":

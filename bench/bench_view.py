@@ -45,9 +45,14 @@ _CACHE_VERSION = 1
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
 
 
+SCHEMA_PREFIX = "dsh_bench_view_"
+"""PostgreSQL schemas of built stores are this + the cache folder's name (benches sharing a
+server set their own)."""
+
+
 def store_url(backend: str, root: Path, server: str = PG_SERVER) -> str:
     if backend == "postgresql":  # one schema per built store, named after its cache folder
-        schema = "dsh_bench_view_" + root.name.replace("-", "_")
+        schema = SCHEMA_PREFIX + root.name.replace("-", "_")
         return f"{server}{'&' if '?' in server else '?'}schema={schema}"
     return f"sqlite:{root / 'store.db'}" if backend == "sqlite" else f"jsonl:{root / 'store'}"
 
