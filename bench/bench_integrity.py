@@ -8,12 +8,13 @@ rest log-only ticks), with every page checked against the seal (``verified``, th
 docs/rules.md#verified-page-in) and without (``unverified``).
 
 ``--chain`` measures the seal's hash chain (docs/formats.md#the-seal-chain) instead: append+flush
-of ``--append-events`` events (default ``--events``) with the chain (``chained``, the shipped
-code) and without (``unchained``: no chain record, the range records as before); what ``dsh
+of ``--append-events`` events (default ``--events``; 0: none) with the chain (``chained``, the
+shipped code) and without (``unchained``: no chain record, the range records as before); what ``dsh
 verify`` adds to a full read: the chain check (``prove_chain``: every event's leaf recomputed,
 every record compared) over a log of ``--events`` events written in batches of ``--batch``,
 timed apart from the read in the same process; and the whole command, ``dsh verify s --store
-URL`` in a fresh process (wall and CPU seconds: every invariant check, the read, the chain).
+URL`` in a fresh process (every invariant check, the read, the chain). The read, the check and
+the command are given as wall / CPU time (this process's, or the command's).
 
 For raw JSONL and SQLite, each figure is the median of ``--runs`` fresh processes, the two
 variants interleaved: ``sealed`` is the shipped code; ``unsealed`` skips the checksums and the
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -129,15 +131,17 @@ def _chain_verify(kind: str, location: str, n: int, batch: int) -> dict[str, flo
         persistence.close()
         _child("write", kind, "chained", location, n, batch)
         persistence = Persistence(open_backend(url))
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     read = persistence.read("s")
-    middle = time.perf_counter()
+    middle, cpu_middle = time.perf_counter(), time.process_time()
     seal, incarnation = persistence.backend.seal_chain("s")  # type: ignore[attr-defined]
     proof, problems, _ = prove_chain("s", seal, incarnation, read.stored_events)
-    ended = time.perf_counter()
+    ended, cpu_ended = time.perf_counter(), time.process_time()
     assert not problems and proof.last_seq == n - 1, (problems, proof.last_seq)
     persistence.close()
-    return {"read": (middle - started) * 1000, "chain": (ended - middle) * 1000}
+    return {"read": (middle - started) * 1000, "chain": (ended - middle) * 1000,
+            "read_cpu": (cpu_middle - cpu_started) * 1000,
+            "chain_cpu": (cpu_ended - cpu_middle) * 1000}
 
 
 def _child(op: str, kind: str, variant: str, location: str, n: int, batch: int) -> float:
@@ -215,7 +219,7 @@ def main() -> None:
         return
     if args.chain:
         _chain_table(args.events, args.batch, args.runs, args.dir,
-                     args.append_events or args.events)
+                     args.events if args.append_events is None else args.append_events)
         return
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -264,7 +268,7 @@ def _chain_table(n: int, batch: int, runs: int, where: str | None, appended: int
     with tempfile.TemporaryDirectory(dir=where) as tmp:
         for kind in ("jsonl", "sqlite"):
             times: dict[str, list[float]] = {"chained": [], "unchained": []}
-            for run in range(runs):
+            for run in range(runs if appended else 0):
                 for variant in ("chained", "unchained"):
                     location = Path(tmp) / f"{kind}-{variant}-{run}"
                     location.mkdir(mode=0o700)
@@ -281,23 +285,23 @@ def _chain_table(n: int, batch: int, runs: int, where: str | None, appended: int
                 checks.append(json.loads(out.stdout))
             verifies = [_dsh_verify(kind, location) for _ in range(runs)]
             shutil.rmtree(location)
-            chained = statistics.median(times["chained"])
-            unchained = statistics.median(times["unchained"])
-            read = statistics.median(c["read"] for c in checks)
-            chain = statistics.median(c["chain"] for c in checks)
+            chained = statistics.median(times["chained"]) if appended else math.nan
+            unchained = statistics.median(times["unchained"]) if appended else math.nan
+            figures = [statistics.median(c[key] for c in checks)
+                       for key in ("read", "read_cpu", "chain", "chain_cpu")]
             wall = statistics.median(v[0] for v in verifies)
             cpu = statistics.median(v[1] for v in verifies)
-            rows.append((kind, chained, unchained, read, chain, wall, cpu))
+            rows.append((kind, chained, unchained, *figures, wall, cpu))
     print(f"# seal chain: append+flush of {appended:,} events, verify of {n:,} events, batches "
-          f"of {batch}, median of {runs} fresh processes")
+          f"of {batch}, median of {runs} fresh processes (wall / CPU)")
     print("| backend | append+flush chained ms | unchained ms | chained / unchained | "
-          "full read ms | chain check ms | chain check µs/event | dsh verify wall s | "
-          "dsh verify CPU s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for kind, chained, unchained, read, chain, wall, cpu in rows:
+          "full read ms | chain check ms | chain check µs/event | dsh verify s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for kind, chained, unchained, read, read_cpu, chain, chain_cpu, wall, cpu in rows:
         print(f"| {'raw JSONL' if kind == 'jsonl' else 'SQLite'} | {chained:.0f} | "
-              f"{unchained:.0f} | {chained / unchained:.2f} | {read:.0f} | {chain:.0f} | "
-              f"{chain * 1000 / n:.2f} | {wall:.2f} | {cpu:.2f} |")
+              f"{unchained:.0f} | {chained / unchained:.2f} | {read:.0f} / {read_cpu:.0f} | "
+              f"{chain:.0f} / {chain_cpu:.0f} | {chain * 1000 / n:.2f} / "
+              f"{chain_cpu * 1000 / n:.2f} | {wall:.2f} / {cpu:.2f} |")
 
 
 def _page_in_table(n: int, batch: int, runs: int, where: str | None) -> None:
