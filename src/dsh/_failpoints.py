@@ -5,7 +5,9 @@ hook is called with the name of every point reached, and may report it, block, o
 process there. Without a hook every point is a no-op costing one global read. The points are
 listed where they are passed: the agent's in ``dsh.agent._failpoints``; a SQLite rewrite's
 (``sqlite.rewrite.staged``, ``sqlite.rewrite.commit``, ``sqlite.rewrite.committed``) in
-docs/formats.md#integrity-seals.
+docs/formats.md#integrity-seals; a PostgreSQL rewrite's (``postgres.rewrite.commit``: rows and
+chain replaced, not committed; ``postgres.rewrite.committed``) in
+docs/formats.md#tables-and-migrations.
 """
 
 from __future__ import annotations

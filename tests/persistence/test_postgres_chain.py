@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,6 +70,17 @@ def _records(url: str) -> tuple[str, list[_chain.ChainRecord]]:
         assert isinstance(backend, PostgresBackend)
         _, incarnation, records = backend.chain_records("s1")
     return incarnation, records
+
+
+def _written_and_proved(tmp_path: Path, schema: str) -> tuple[str, Path]:
+    """A session of BATCHES appends and the proof kept of it (``--proof --json``)."""
+    url = _url(schema)
+    _write(url)
+    kept = tmp_path / "proof.json"
+    out = _cli(tmp_path, url, "s1", "--proof", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    kept.write_text(out.stdout, encoding="utf-8")
+    return url, kept
 
 
 def _verify(tmp_path: Path, url: str, *args: str) -> tuple[int, str]:
@@ -145,12 +158,7 @@ def test_changed_reordered_and_cut_rows_are_named_by_batch_and_writer(
 
 def test_a_changed_chain_record_is_broken_and_a_consistent_truncation_fails_the_kept_proof(
         tmp_path: Path, schema: str) -> None:
-    url = _url(schema)
-    _write(url)
-    kept = tmp_path / "proof.json"
-    out = _cli(tmp_path, url, "s1", "--proof", "--json")
-    assert out.returncode == 0, out.stdout + out.stderr
-    kept.write_text(out.stdout, encoding="utf-8")
+    url, kept = _written_and_proved(tmp_path, schema)
     s = f'"{schema}"'
     # a record's writer rewritten in place: its hash no longer links to the next one
     _sql(f"UPDATE {s}.chain SET hashed = overlay(hashed placing '\\x07000000'::bytea "
@@ -170,12 +178,8 @@ def test_a_changed_chain_record_is_broken_and_a_consistent_truncation_fails_the_
 @pytest.mark.parametrize("how", ["erase", "redact"])
 def test_an_erased_or_redacted_session_keeps_its_chain_and_the_kept_proof(
         tmp_path: Path, schema: str, how: str) -> None:
-    url = _url(schema)
-    _write(url)
-    kept = tmp_path / "proof.json"
-    out = _cli(tmp_path, url, "s1", "--proof", "--json")
-    kept.write_text(out.stdout, encoding="utf-8")
-    before = json.loads(out.stdout)["proof"]["sessions"][0]
+    url, kept = _written_and_proved(tmp_path, schema)
+    before = json.loads(kept.read_text())["proof"]["sessions"][0]
     with dsh.open(url) as store:
         if how == "erase":
             erase(store, ["s1"])
@@ -203,3 +207,37 @@ def test_a_row_that_no_longer_decodes_is_attributed_to_its_batch_and_writer(
     code, out = _verify(tmp_path, url, "s1")
     assert code == 1 and "LOG_CORRUPT" in out, out
     assert "it lies in the batch of seq 2..2 written by" in out and "epoch 1" in out
+
+
+_KILLED = """
+import os, signal, sys
+import dsh
+from dsh._failpoints import set_failpoint_hook
+from dsh.rights import redact
+
+url, at = sys.argv[1], sys.argv[2]
+set_failpoint_hook(lambda point: os.kill(os.getpid(), signal.SIGKILL) if point == at else None)
+with dsh.open(url) as store:
+    redact(store, "s1", match="message 002")
+"""
+
+
+@pytest.mark.parametrize("at", ["postgres.rewrite.commit", "postgres.rewrite.committed"])
+def test_a_rewrite_killed_in_or_after_its_transaction_keeps_the_chain(
+        tmp_path: Path, schema: str, at: str) -> None:
+    url, kept = _written_and_proved(tmp_path, schema)
+    killed = subprocess.run([sys.executable, "-c", _KILLED, url, at], check=False,
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    with dsh.open(url) as store:
+        texts = json.dumps([e["data"] for e in store.read("s1").events])
+    assert ('"text": "message 002.0"' in texts) is (at == "postgres.rewrite.commit")
+    code, text = _verify(tmp_path, url, "s1", "--against", str(kept))
+    assert code == 0, text
+    with dsh.open(url) as store:  # the dead writer's lease is taken over; the chain goes on
+        redact(store, "s1", match="message 002")
+        session = store.session("s1")
+        session.append("user/message", user("after"), surface_op="append")
+        store.flush(session)
+    code, text = _verify(tmp_path, url, "s1", "--against", str(kept))
+    assert code == 0, text

@@ -56,6 +56,7 @@ from dsh._errors import (
     SessionFormatUnsupportedError,
     SessionNotFoundError,
 )
+from dsh._failpoints import failpoint
 from dsh._install import install_hint
 from dsh.json import FrozenDict, dumps, is_safe_int
 from dsh.persistence import _restore_point as rp
@@ -750,6 +751,8 @@ class PostgresHandle(HandleBase):
             conn.execute(b._sql_replace_head, (len(batch), b.lease_ms, _data_bytes(rows),
                                                stored_entry(fold), self._id,
                                                _channel_payload(self._id)))
+            failpoint("postgres.rewrite.commit")
+        failpoint("postgres.rewrite.committed")
         self._torn_seen = None
         self._listing = (len(batch), fold)
         touched: list[dict[str, object]] = [
