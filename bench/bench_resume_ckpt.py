@@ -16,7 +16,9 @@ parameters (never in CI); each measured run resumes a fresh copy in a fresh proc
 A child reports: ``resume_ms`` (``dsh.open`` + ``SessionStore.resume``: ownership, restore point
 check, tail read, closers written, published), ``open_ms`` (the ``dsh.open`` part), ``rss_mb``
 (peak RSS minus the RSS of the same interpreter with dsh imported, before the resume),
-``derive_ms`` (the first ``derive_messages``), ``derive_rss_mb`` (peak RSS above idle after it),
+``derive_ms`` (the first ``derive_messages``), ``resume_cpu_ms`` and ``derive_cpu_ms``
+(``time.process_time`` of the same spans: steadier than wall time on a loaded machine),
+``derive_rss_mb`` (peak RSS above idle after it),
 ``paged`` (whether the restore point was used), ``tail`` (events read after the restore point's
 cut, closers and end-seed included). With ``--full-read-up-to N`` sessions up to N events are
 also resumed with the restore point removed (the full read), for comparison. The ``postgres``
@@ -33,6 +35,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,15 +108,19 @@ def child(url: str) -> dict[str, Any]:
     importlib.import_module("dsh.persistence._facade")
     importlib.import_module(_backend_module(url))
     idle = _rss_mb("VmRSS")
+    c0 = time.process_time()
     t0 = now_ms()
     store = dsh.open(url)
     t_open = now_ms()
     session = store.sessions.resume(SESSION_ID)  # as before: no exists() look first
     t1 = now_ms()
+    c1 = time.process_time()
     rss = _rss_mb("VmHWM") - idle
     messages = session.derive_messages()
     t2 = now_ms()
+    c2 = time.process_time()
     result = {"resume_ms": t1 - t0, "open_ms": t_open - t0, "rss_mb": rss, "derive_ms": t2 - t1,
+              "resume_cpu_ms": (c1 - c0) * 1000, "derive_cpu_ms": (c2 - c1) * 1000,
               "derive_rss_mb": _rss_mb("VmHWM") - idle,
               "events": len(session.events), "messages": len(messages),
               "paged": int(isinstance(session._log, PagedLog)),
@@ -285,18 +292,20 @@ def _print(rows: list[Row], runs: int, *, uncompacted: bool) -> None:
     header_lines(f"resume through the restore point, {kind} (median of {runs} fresh "
                  "processes)")
     print("| backend | events | variant | surface nodes | compactions | tail read | resume ms "
-          "| of which dsh.open ms "
-          "| RSS above idle MB | first derive ms | RSS after derive MB | restore point used "
+          "| resume CPU ms | of which dsh.open ms "
+          "| RSS above idle MB | first derive ms | first derive CPU ms | RSS after derive MB "
+          "| restore point used "
           "| full-read resume ms | full-read RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for backend, _size, variant, facts, paged, full in rows:
         full_ms = f"{full['resume_ms']:.0f}" if full else "-"
         full_rss = f"{full['rss_mb']:.0f}" if full else "-"
         print(f"| {backend} | {facts['events']:,} | {variant} | {facts['surface']} | "
               f"{facts['compactions']} | {paged['tail']:.0f} | {paged['resume_ms']:.1f} | "
-              f"{paged['open_ms']:.1f} | "
+              f"{paged['resume_cpu_ms']:.1f} | {paged['open_ms']:.1f} | "
               f"{paged['rss_mb']:.1f} | "
-              f"{paged['derive_ms']:.1f} | {paged['derive_rss_mb']:.0f} | "
+              f"{paged['derive_ms']:.1f} | {paged['derive_cpu_ms']:.0f} | "
+              f"{paged['derive_rss_mb']:.0f} | "
               f"{'yes' if paged['paged'] == 1 else 'NO'} | "
               f"{full_ms} | {full_rss} |")
 
