@@ -141,6 +141,25 @@ def test_a_jsonl_writer_keeps_the_index_at_flush_and_a_broken_index_never_fails_
         assert store.read("a").stored_events[-1]["type"] == "turn/end"
 
 
+def test_a_jsonl_writer_adds_a_new_session_to_the_index_at_its_first_flush(
+        tmp_path: Path) -> None:
+    """A session the index does not hold yet is added by its first flush (its whole log).
+
+    Rule: docs/stores.md#search. The next search then reads no log; a session whose first
+    flush came before the index existed is still caught up by the search.
+    """
+    url = f"jsonl:{tmp_path / 'logs'}"
+    _write(url, "early", ["before the index"])
+    with dsh.open(url) as store:
+        assert store.search("index").reindexed == 1  # the index exists from here on
+    _write(url, "new", ["a brand new session"])
+    with dsh.open(url) as store:
+        found = store.search("brand")
+        assert found.reindexed == 0 and [h.session_id for h in found.hits] == ["new"]
+        assert [h.session_id for h in store.search("session").hits] == ["new"]
+        assert {h.session_id for h in store.search("index").hits} == {"early"}
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
 def test_a_redacted_word_is_no_longer_found(tmp_path: Path, kind: str) -> None:
     from dsh.rights import redact

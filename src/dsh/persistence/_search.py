@@ -339,9 +339,10 @@ def note_flushed(root: Path, session_id: str, before: int, events: Sequence[Mapp
 
     A writer calls this after its flush (a post-commit step: it may fail, never the flush). It
     does something only when the index exists and holds this session's log exactly up to the
-    batch (``before`` events, the same file): then the batch's messages are added and the
-    signature moved to ``st``'s, in one transaction. Otherwise the next search catches up.
-    A busy index is not waited for (50 ms).
+    batch (``before`` events, the same file), or does not hold the session and the batch is its
+    log's first (``before`` 0: a new session): then the batch's messages are added and the
+    signature moved to (set to) ``st``'s, in one transaction. Otherwise the next search catches
+    up. A busy index is not waited for (50 ms).
 
     Returns:
         True when the batch was added.
@@ -356,15 +357,21 @@ def note_flushed(root: Path, session_id: str, before: int, events: Sequence[Mapp
             row = conn.execute("SELECT signature, events FROM indexed WHERE session_id = ?",
                                (session_id,)).fetchone()
             new = jsonl_signature(st)
-            if row is None or int(row[1]) != before or not _grew(str(row[0]), new):
+            fresh = row is None and before == 0  # a new session's first batch: all of its log
+            if not fresh and (row is None or int(row[1]) != before
+                              or not _grew(str(row[0]), new)):
                 conn.execute("ROLLBACK")
                 return False
             conn.executemany("INSERT INTO messages (text, session_id, seq, role) "
                              "VALUES (?, ?, ?, ?)",
                              [(text, session_id, seq, role)
                               for seq, role, text in message_texts(events)])
-            conn.execute("UPDATE indexed SET signature = ?, events = ? WHERE session_id = ?",
-                         (new, before + len(events), session_id))
+            if fresh:
+                conn.execute("INSERT INTO indexed (session_id, signature, events) "
+                             "VALUES (?, ?, ?)", (session_id, new, len(events)))
+            else:
+                conn.execute("UPDATE indexed SET signature = ?, events = ? "
+                             "WHERE session_id = ?", (new, before + len(events), session_id))
             conn.execute("COMMIT")
             return True
         except BaseException:

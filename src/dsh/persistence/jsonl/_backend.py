@@ -777,6 +777,10 @@ class JsonlHandle(HandleBase):
         else:
             self._chain_zstd()
         self._note_listing_safely()  # the published file is durable (see _publish)
+        # a new session's first batch goes to the search index, when there is one
+        self._search_pending = list(batch)
+        self.after_commit.run("search", self._note_search,
+                              "the next search reads this log itself")
 
     def reseal_committed(self) -> str:
         """Write a fresh seal over this raw log's committed bytes (:meth:`JsonlBackend.reseal`).
