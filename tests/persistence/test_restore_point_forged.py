@@ -17,7 +17,7 @@ import dsh
 from dsh.persistence import Persistence, open_backend
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._chain import ChainState
-from dsh.persistence._seal import SealCut, read_seal, reset_seal
+from dsh.persistence._seal import SealCut, read_seal, read_seal_after, reset_seal
 from dsh.persistence.jsonl import _restore_point as jrp
 from dsh.persistence.sqlite import _restore_point as srp
 from dsh.session import PagedLog
@@ -287,3 +287,32 @@ def test_a_writer_resumed_past_a_seal_cut_rewrites_the_whole_seal_when_it_must(
     assert len(after.chain) == len(before.chain) + 2
     with Persistence(open_backend(url_of(kind, root))) as persistence:
         assert len(persistence.read("s").events) == len(session.events)
+
+
+@pytest.mark.parametrize("kind", BOUND)
+def test_a_head_behind_the_seal_cut_makes_the_resume_read_the_seal_whole(
+        kind: str, root: Path) -> None:
+    """A published head that counts fewer batches than the cut cannot be checked past it.
+
+    (A writer that died between two head publications.) The resume then reads the seal whole,
+    still through the restore point, and gives the full read's session.
+    """
+    from dsh.persistence._chain import HEAD_SLOT, Head, encode_head
+
+    long_store(kind, root)
+    path = seal_file(root)
+    seal = read_seal(path)
+    assert seal is not None and seal.head is not None
+    point = rp.decode_restore_point(ckpt_file(root).read_bytes(), session_id="s",
+                                    backend="sqlite" if kind == "sqlite" else "jsonl")
+    cut = SealCut.decode(point.anchor.seal_digest)
+    assert cut is not None and cut.batches > 2
+    older = seal.chain[1]  # a head published after the second batch
+    slot = encode_head(Head(seal.head.counter + 1, 2, older.end, older.hash))
+    data = bytearray(path.read_bytes())
+    at = 8 + 4 + len(seal.identity)
+    data[at:at + 2 * HEAD_SLOT] = slot + slot
+    path.write_bytes(bytes(data))
+    after = read_seal_after(path, cut)
+    assert after is not None and after.elided is None and len(after.chain) == len(seal.chain)
+    assert_equivalent(root, kind, expect_paged=True)
