@@ -155,15 +155,17 @@ class NodeSeqs(Sequence[int]):
         seqs: The seqs, in surface order (each a non-negative int below 2**63).
     """
 
-    __slots__ = ("_count", "_fresh", "_packed", "_seqs")
+    __slots__ = ("_below", "_count", "_fresh", "_packed", "_seqs")
 
     _seqs: array[int] | None  # the seqs, unless kept packed
     _packed: bytes | None  # what pack() gives, when read back by unpack()
     _count: int
     _fresh: array[int] | None  # the inflated array no one else holds yet
+    _below: int  # every seq was checked below this when read back (0: not checked)
 
     def __init__(self, seqs: Iterable[int] = ()) -> None:
         self._fresh = None
+        self._below = 0
         if isinstance(seqs, NodeSeqs):
             self._seqs, self._packed, self._count = seqs._seqs, seqs._packed, seqs._count
         else:
@@ -179,6 +181,7 @@ class NodeSeqs(Sequence[int]):
         node_seqs = cls.__new__(cls)
         node_seqs._seqs, node_seqs._packed, node_seqs._count = seqs, None, len(seqs)
         node_seqs._fresh = None
+        node_seqs._below = 0
         return node_seqs
 
     @classmethod
@@ -234,6 +237,7 @@ class NodeSeqs(Sequence[int]):
         node_seqs = cls.__new__(cls)
         node_seqs._seqs, node_seqs._packed, node_seqs._count = None, packed, len(seqs)
         node_seqs._fresh = seqs
+        node_seqs._below = bound  # the pass above checked every seq
         return node_seqs
 
     def _view(self) -> array[int]:
@@ -263,7 +267,13 @@ class NodeSeqs(Sequence[int]):
         return fresh if fresh is not None else self._view()
 
     def all_below(self, bound: int) -> bool:
-        """Whether every seq lies in ``0 .. bound - 1`` (one pass in C when it is built)."""
+        """Whether every seq lies in ``0 .. bound - 1`` (one pass in C when it is built).
+
+        Seqs read back by :meth:`unpack` were checked against its bound in the pass that summed
+        them: a bound at least that one is answered without another pass.
+        """
+        if 0 < self._below <= bound:
+            return True
         return seqs_below(self._view(), bound)
 
     def __len__(self) -> int:
