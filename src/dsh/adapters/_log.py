@@ -35,7 +35,7 @@ from dsh._errors import (
 from dsh._messages import create_assistant_message
 from dsh.agent import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
-from dsh.persistence import Persistence, SelectsEvents, open_backend, read_pages
+from dsh.persistence import Persistence, SelectsEvents, WriteBehind, open_backend, read_pages
 from dsh.session import (
     PAGE_EVENTS,
     Event,
@@ -171,6 +171,24 @@ PREFETCH_EVENTS: Final = 4096
 RECORD_KEY: Final = "adapterRecord"
 """Key holding the framework records a message was made from: in the message's ``source``,
 for a ``tool/result`` in ``data.meta``."""
+
+
+RESTORE_POINT_TAIL: Final = 256
+"""The adapters' stores keep a restore point at most about this many events behind a live
+session's end, and one at its end when the session is closed (``WriteBehind.restore_point_tail``):
+a framework reads its sessions cold, in another process, far more often than it writes them."""
+
+
+def open_store(url: str) -> Persistence:
+    """The store at ``url`` as the adapters open it, with their restore point policy.
+
+    See :data:`RESTORE_POINT_TAIL` and docs/rules.md#restore-points-are-never-the-truth.
+
+    Raises:
+        DshError: what :func:`dsh.persistence.open_backend` raises for the URL.
+    """
+    return Persistence(open_backend(url),
+                       write_behind=WriteBehind(restore_point_tail=RESTORE_POINT_TAIL))
 
 
 def default_store_url() -> str:
@@ -585,7 +603,7 @@ class LiveLog:
                                          session_id=self.session_id)
             if self._shaper is None:
                 persistence = (self._shared or self._reader
-                               or Persistence(open_backend(self.store_url)))
+                               or open_store(self.store_url))
                 self._reader = None
                 stored = self._cold is not None  # a read found it: resume without asking
                 collecting = gc.isenabled()
@@ -695,7 +713,7 @@ class LiveLog:
         """
         persistence = self._shared or self._reader
         if persistence is None:
-            persistence = self._reader = Persistence(open_backend(self.store_url))
+            persistence = self._reader = open_store(self.store_url)
         found = read_stored(persistence, self.session_id)
         if found is None:
             return None

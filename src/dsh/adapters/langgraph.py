@@ -77,6 +77,7 @@ from dsh.adapters._log import (
     DEFAULT_WAIT_S,
     LiveLog,
     default_store_url,
+    open_store,
     read_stored,
     records_of,
     remove_from_surface,
@@ -86,7 +87,7 @@ from dsh.adapters._log import (
 from dsh.adapters.langchain import FORMAT as LANGCHAIN_FORMAT
 from dsh.adapters.langchain import message_record, messages_to_events
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, thaw
-from dsh.persistence import Persistence, open_backend
+from dsh.persistence import Persistence
 from dsh.session import Event
 
 try:
@@ -264,7 +265,7 @@ class DshSaver(BaseCheckpointSaver[str]):
         self.erase_on_delete = erase_on_delete
         self.store_url = store if store is not None else default_store_url()
         self.wait = wait
-        self._persistence: Persistence = Persistence(open_backend(self.store_url))
+        self._persistence: Persistence = open_store(self.store_url)
         self._codec = _Codec(self.serde)
         self._logs: dict[str, LiveLog] = {}
         # messages written against a checkpoint LangGraph has not put yet (it saves on a

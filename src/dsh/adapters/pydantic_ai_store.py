@@ -42,10 +42,10 @@ from typing import Any, Final, TypeVar
 
 from dsh._errors import AdapterError, AdapterLookupError, SessionNotFoundError
 from dsh._install import install_hint
-from dsh.adapters._log import LiveLog, default_store_url, records_of
+from dsh.adapters._log import LiveLog, default_store_url, open_store, records_of
 from dsh.adapters.pydantic_ai import FORMAT, message_events
 from dsh.json import snapshot_json, thaw
-from dsh.persistence import Persistence, open_backend
+from dsh.persistence import Persistence
 from dsh.session import Event
 
 try:
@@ -125,7 +125,7 @@ class DshConversationStore(ConversationStore):
 
     def __init__(self, store: str | None = None) -> None:
         self.store_url = store if store is not None else default_store_url()
-        self._reader: Persistence = Persistence(open_backend(self.store_url))
+        self._reader: Persistence = open_store(self.store_url)
         self._logs: dict[str, LiveLog] = {}
         self._lines: dict[str, _Line] = {}
         self._cold: dict[str, tuple[Event, ...]] = {}

@@ -60,12 +60,21 @@ class WriteBehind:
         batch_window_ms: Fixed batching window in ms, counted from the first event queued after
             the previous write (not a debounce: later events never push it back). Integer in
             ``[1, 2_147_483_647]``; default 200.
+        restore_point_tail: None (default): a restore point is written every 2,048 events or
+            2 MiB. An integer ``n >= 1``: also at the first flush ``n`` events after the last
+            one, and when the session's writer closes (disposed, store closed) with any event
+            after it; so a resume of a session closed cleanly reads no tail, and of a live one
+            at most about ``n`` events plus a batch
+            (docs/rules.md#restore-points-are-never-the-truth). For a store whose sessions are
+            read cold often (the framework adapters use 256).
 
     Raises:
-        ConfigError: ``batch_window_ms`` is not an integer in range (``bool`` is refused).
+        ConfigError: ``batch_window_ms`` is not an integer in range, or ``restore_point_tail``
+            is neither None nor a positive integer (``bool`` is refused).
     """
 
     batch_window_ms: int = 200
+    restore_point_tail: int | None = None
 
     def __post_init__(self) -> None:
         value = self.batch_window_ms
@@ -73,6 +82,11 @@ class WriteBehind:
             raise ConfigError(f"WriteBehind.batch_window_ms must be an integer between 1 and "
                               f"{MAX_BATCH_WINDOW_MS} ms, got {value!r}",
                               json_path="$.batch_window_ms")
+        tail = self.restore_point_tail
+        if tail is not None and (type(tail) is not int or not 1 <= tail <= MAX_BATCH_WINDOW_MS):
+            raise ConfigError(f"WriteBehind.restore_point_tail must be None or an integer "
+                              f"between 1 and {MAX_BATCH_WINDOW_MS} events, got {tail!r}",
+                              json_path="$.restore_point_tail")
 
 
 
@@ -90,7 +104,8 @@ class SessionWriter:
 
     With a ``fold`` (backends that keep restore points), every durable batch is folded
     into the restore state, and a restore point is written at the first flush after
-    ``RESTORE_POINT_EVERY_EVENTS`` events or ``RESTORE_POINT_EVERY_BYTES`` bytes since the last one.
+    ``RESTORE_POINT_EVERY_EVENTS`` events or ``RESTORE_POINT_EVERY_BYTES`` bytes since the last one
+    (with ``config.restore_point_tail``: also after that many events, and at :meth:`close`).
 
     Once ``handle.flush()`` returns, the batch is committed: the cursor moves past it first, and
     what follows (the restore fold, the restore point) can no longer fail the write. Their
@@ -121,6 +136,7 @@ class SessionWriter:
         self._capabilities = capabilities  # the backend's, declared (docs/stores.md#capabilities)
         # (event count, durable bytes) of the last restore point
         self._last_restore_point = last_restore_point
+        self._tail_bound = config.restore_point_tail
         self._window = config.batch_window_ms / 1000.0
         self._url = backend_url
         lock = threading.Lock()
@@ -223,6 +239,10 @@ class SessionWriter:
     def close(self) -> None:
         """Final drain, then stop the thread and close the handle.
 
+        With ``config.restore_point_tail`` set, a restore point of the whole log is written
+        before the handle closes when any event follows the last one (never failing the close:
+        a failure is reported as after a flush).
+
         Raises:
             WriteFailedError: the final drain failed; the writer stays usable for a retry.
         """
@@ -231,6 +251,11 @@ class SessionWriter:
             self._stop = True
             self._cond.notify_all()
         self._thread.join()
+        fold = self._fold
+        if fold is not None and self._tail_bound is not None:
+            # after the join: no write can move the log under the anchor
+            self._maybe_write_restore_point(fold, closing=True)
+            self._report_after_commit()
         self.handle.close()
 
     def abandon(self) -> None:
@@ -345,9 +370,11 @@ class SessionWriter:
                 log.exception("session %r: reporting a post-commit failure (%s) failed",
                               self.session.id, failure.step)
 
-    def _maybe_write_restore_point(self, fold: RestoreFold) -> None:
+    def _maybe_write_restore_point(self, fold: RestoreFold, *, closing: bool = False) -> None:
         """Write a restore point of the durable prefix when one is due.
 
+        Due after ``RESTORE_POINT_EVERY_EVENTS`` events or ``RESTORE_POINT_EVERY_BYTES`` bytes,
+        after ``restore_point_tail`` events when set, and when ``closing`` after any event.
         Never fails the flush: the batch is durable and the restore point is only derived, so a
         failure to write one is logged (WARNING) and the next due flush tries again.
         """
@@ -355,7 +382,10 @@ class SessionWriter:
             return  # events before the fold's start are not all durable yet
         handle = cast(rp.KeepsRestorePoints, self.handle)  # what the capability promises
         count, size = self._last_restore_point
-        if self.cursor - count < rp.RESTORE_POINT_EVERY_EVENTS \
+        every = rp.RESTORE_POINT_EVERY_EVENTS
+        if self._tail_bound is not None:
+            every = 1 if closing else min(every, self._tail_bound)
+        if self.cursor - count < every \
                 and handle.durable_bytes - size < rp.RESTORE_POINT_EVERY_BYTES:
             return
         try:
