@@ -281,20 +281,7 @@ def read_seal(path: Path) -> Seal | None:
             that does not link to the one before it, or differs from the head); ``seq``,
             ``batch`` and ``writer`` name the record.
     """
-    try:
-        fd = open_sidecar(path, "integrity seals")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise SealDamagedError(f"integrity seal {path} cannot be opened ({exc.strerror}); a "
-                              f"symlink or a non-file is where the seal belongs", path=str(path),
-                              code="SEAL_UNREADABLE") from exc
-    try:
-        with os.fdopen(fd, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise SealDamagedError(f"integrity seal {path} cannot be read ({exc.strerror})",
-                              path=str(path), code="SEAL_UNREADABLE") from exc
+    data = _read_file(path)
     if not data:
         return None
     key = str(path)
@@ -309,6 +296,29 @@ def read_seal(path: Path) -> Seal | None:
     while sum(len(kept) for kept, _ in _READ.values()) > _READ_BYTES:
         del _READ[next(iter(_READ))]  # the oldest first
     return seal.copy()
+
+
+def _read_file(path: Path) -> bytes | None:
+    """The bytes of the seal file at ``path``, or None when there is none.
+
+    Raises:
+        SealDamagedError: ``SEAL_UNREADABLE``: a symlink or a non-file where the seal belongs,
+            or a read error.
+    """
+    try:
+        fd = open_sidecar(path, "integrity seals")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SealDamagedError(f"integrity seal {path} cannot be opened ({exc.strerror}); a "
+                              f"symlink or a non-file is where the seal belongs", path=str(path),
+                              code="SEAL_UNREADABLE") from exc
+    try:
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise SealDamagedError(f"integrity seal {path} cannot be read ({exc.strerror})",
+                              path=str(path), code="SEAL_UNREADABLE") from exc
 
 
 _READ: dict[str, tuple[bytes, Seal]] = {}
@@ -350,21 +360,10 @@ def read_seal_after(path: Path, cut: SealCut) -> Seal | None:
     Raises:
         PersistenceError, LogCorruptError: as :func:`read_seal`, for the records it reads.
     """
-    try:
-        fd = open_sidecar(path, "integrity seals")
-    except FileNotFoundError:
+    data = _read_file(path)
+    if not data:
         return None
-    except OSError as exc:
-        raise SealDamagedError(f"integrity seal {path} cannot be opened ({exc.strerror}); a "
-                              f"symlink or a non-file is where the seal belongs", path=str(path),
-                              code="SEAL_UNREADABLE") from exc
-    try:
-        with os.fdopen(fd, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise SealDamagedError(f"integrity seal {path} cannot be read ({exc.strerror})",
-                              path=str(path), code="SEAL_UNREADABLE") from exc
-    found = _records_start(path, data) if data else None
+    found = _records_start(path, data)
     if found is None:
         return None
     first, version, identity, published = found
