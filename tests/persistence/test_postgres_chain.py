@@ -34,13 +34,23 @@ pytestmark = pytest.mark.skipif(postgres_unreachable() is not None,
 BATCHES = 5
 
 
-@pytest.fixture
-def schema() -> Iterator[str]:
-    name = f"chainstore_{uuid.uuid4().hex[:12]}"
+def _throw_away(prefix: str) -> Iterator[str]:
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     try:
         yield name
     finally:
         drop_schema(postgres_base_url(), name)
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    yield from _throw_away("chainstore")
+
+
+@pytest.fixture
+def own_schema() -> Iterator[str]:
+    """A schema of the head tests (``pgchainfix_<hex>``)."""
+    yield from _throw_away("pgchainfix")
 
 
 def _url(schema: str, **options: object) -> str:
@@ -68,8 +78,8 @@ def _records(url: str) -> tuple[str, list[_chain.ChainRecord]]:
     with dsh.open(url) as store:
         backend = store.persistence.backend
         assert isinstance(backend, PostgresBackend)
-        _, incarnation, records = backend.chain_records("s1")
-    return incarnation, records
+        kept = backend.chain_records("s1")
+    return kept.incarnation, kept.records
 
 
 def _written_and_proved(tmp_path: Path, schema: str) -> tuple[str, Path]:
@@ -160,16 +170,23 @@ def test_a_changed_chain_record_is_broken_and_a_consistent_truncation_fails_the_
         tmp_path: Path, schema: str) -> None:
     url, kept = _written_and_proved(tmp_path, schema)
     s = f'"{schema}"'
-    # a record's writer rewritten in place: its hash no longer links to the next one
+    # a record's writer rewritten in place: that record is named, not the next one
     _sql(f"UPDATE {s}.chain SET hashed = overlay(hashed placing '\\x07000000'::bytea "
          "from 105 for 4) WHERE batch = 1")
     code, text = _verify(tmp_path, url, "s1")
-    assert code == 1 and "CHAIN_BROKEN" in text and "batch 2" in text
-    # the whole tail removed consistently: events, head and chain records
+    assert code == 1 and "CHAIN_BROKEN" in text and "(batch 1)" in text, text
+    assert "(batch 2)" not in text
+    # the whole tail removed consistently: events, head and chain records; the session
+    # row's chain head still counts them
     _sql(f"DELETE FROM {s}.chain WHERE batch >= 1")
     _sql(f"DELETE FROM {s}.events WHERE seq >= 1")
     _sql(f"UPDATE {s}.sessions SET head_seq = 1")
-    assert _verify(tmp_path, url, "s1")[0] == 0  # the store alone cannot tell
+    code, text = _verify(tmp_path, url, "s1")
+    assert code == 1 and "CHAIN_CUT" in text and "batches 1..4" in text, text
+    # and the row's chain head moved back too: the store alone cannot tell
+    _sql(f"UPDATE {s}.sessions SET chain_batches = 1, chain_head = c.hash FROM {s}.chain c "
+         "WHERE c.batch = 0")
+    assert _verify(tmp_path, url, "s1")[0] == 0
     code, text = _verify(tmp_path, url, "--against", str(kept))
     assert code == 1 and "PROOF_TRUNCATED" in text and "batches 1..4 were removed" in text
     assert "epoch 1" in text
@@ -241,3 +258,96 @@ def test_a_rewrite_killed_in_or_after_its_transaction_keeps_the_chain(
         store.flush(session)
     code, text = _verify(tmp_path, url, "s1", "--against", str(kept))
     assert code == 0, text
+
+
+@pytest.mark.parametrize("per_batch", [1, 600])
+def test_the_last_chain_record_removed_is_a_cut_against_the_session_rows_head(
+        tmp_path: Path, own_schema: str, per_batch: int) -> None:
+    # per_batch 600: the transaction path moves the row's head too, not only the one statement
+    url = _url(own_schema)
+    _write(url, per_batch=per_batch)
+    s = f'"{own_schema}"'
+    [(batches, head)] = _sql(f"SELECT chain_batches, chain_head FROM {s}.sessions")
+    _, records = _records(url)
+    assert (batches, bytes(head)) == (len(records), records[-1].hash)
+    last = len(records) - 1
+    _sql(f"DELETE FROM {s}.chain WHERE batch = %s", last)
+    code, out = _verify(tmp_path, url, "s1")
+    assert code == 1 and "CHAIN_CUT" in out, out
+    assert f"batches {last}..{last} (seq {records[-1].first}..{records[-1].end - 1}" in out
+    # and the removed batch's events forged: still refused, the forgery is not served as valid
+    _sql(f"UPDATE {s}.events SET data = replace(data, 'message 004', 'forged! 004') "
+         "WHERE seq = %s", records[-1].end - 1)
+    code, out = _verify(tmp_path, url, "s1")
+    assert code == 1 and "CHAIN_CUT" in out, out
+
+
+def test_a_changed_stored_hash_names_its_record_and_not_the_next_writer(
+        tmp_path: Path, own_schema: str) -> None:
+    url = _url(own_schema)
+    _write(url)
+    s = f'"{own_schema}"'
+    _sql(f"UPDATE {s}.chain SET hash = %s WHERE batch = 2", bytes(32))
+    code, out = _verify(tmp_path, url, "s1")
+    assert code == 1 and "CHAIN_BROKEN" in out and "seq 2..2" in out and "(batch 2)" in out
+    with dsh.open(url) as store:  # an honest next append links past the changed column
+        session = store.session("s1")
+        session.append("user/message", user("after"), surface_op="append")
+        store.flush(session)
+    _, records = _records(url)
+    assert records[-1].prev == records[-2].hash  # the recomputed hash, not the stored one
+    code, out = _verify(tmp_path, url, "s1")
+    assert code == 1 and "(batch 2)" in out and f"(batch {BATCHES})" not in out, out
+    _sql(f"UPDATE {s}.chain SET hash = %s WHERE batch = 2", records[2].hash)
+    assert _verify(tmp_path, url, "s1")[0] == 0
+
+
+@pytest.mark.parametrize("batch", [1, BATCHES - 1])
+def test_a_changed_record_is_named_as_changed_not_as_changed_events(
+        tmp_path: Path, own_schema: str, batch: int) -> None:
+    url = _url(own_schema)
+    _write(url)
+    s = f'"{own_schema}"'
+    domain = _chain.chain_domain()
+    # the record's digest (bytes 33..64 of its hashed part) changed, its hash column left
+    _sql(f"UPDATE {s}.chain SET hashed = overlay(hashed placing '\\xffffffff'::bytea from 33 "
+         "for 4) WHERE batch = %s", batch)
+    code, out = _verify(tmp_path, url, "s1")
+    assert code == 1 and "CHAIN_BROKEN" in out and f"(batch {batch}) in" in out, out
+    assert "CHAIN_EVENTS" not in out and "was changed" in out
+    # and its hash column recomputed to match: still that record, not its neighbour
+    _sql(f"UPDATE {s}.chain SET hash = sha256(%s::bytea || hashed) WHERE batch = %s",
+         domain, batch)
+    code, out = _verify(tmp_path, url, "s1")
+    assert code == 1 and "CHAIN_BROKEN" in out and f"(batch {batch}) in" in out, out
+    assert "CHAIN_EVENTS" not in out and f"(batch {batch + 1})" not in out
+
+
+def test_a_changed_key_part_is_said_to_be_possibly_the_record(tmp_path: Path,
+                                                              own_schema: str) -> None:
+    url = _url(own_schema)
+    _write(url)
+    _sql(f'UPDATE "{own_schema}".chain SET keys = %s WHERE batch = 1', b"\0" + bytes(16))
+    code, out = _verify(tmp_path, url, "s1")
+    assert code == 1 and "CHAIN_EVENTS" in out and "key part" in out, out
+
+
+def test_migration_9_sets_the_head_of_a_chain_written_before_it(tmp_path: Path,
+                                                                own_schema: str) -> None:
+    url = _url(own_schema)
+    _write(url)
+    _, records = _records(url)
+    s = f'"{own_schema}"'
+    # the schema as migration 8 left it, its chain written: no head on the row
+    _sql(f"ALTER TABLE {s}.sessions DROP COLUMN chain_batches, DROP COLUMN chain_head")
+    _sql(f"DELETE FROM {s}.dsh_migrations WHERE version = 9")
+    _sql(f"UPDATE {s}.chain SET hash = %s WHERE batch = %s", bytes(32), len(records) - 1)
+    done = subprocess.run([sys.executable, "-m", "dsh.cli", "migrate", "--store", url],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the head is the last record's hash recomputed, not the changed stored one
+    [(batches, head)] = _sql(f"SELECT chain_batches, chain_head FROM {s}.sessions")
+    assert (batches, bytes(head)) == (len(records), records[-1].hash)
+    _sql(f"UPDATE {s}.chain SET hash = %s WHERE batch = %s", records[-1].hash,
+         len(records) - 1)
+    assert _verify(tmp_path, url, "s1")[0] == 0

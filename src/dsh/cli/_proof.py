@@ -45,10 +45,10 @@ def check_chain(persistence: Persistence, session_id: str, events: Sequence[Even
         return []
     try:
         if backend.capabilities.chain_records:
-            where, incarnation, kept_records = cast(KeepsChain, backend).chain_records(
-                session_id)
-            proof, problems, records = prove_chain(session_id, where, incarnation, events,
-                                                   records=kept_records)
+            chain = cast(KeepsChain, backend).chain_records(session_id)
+            proof, problems, records = prove_chain(
+                session_id, chain.where, chain.incarnation, events, records=chain.records,
+                stored=chain.stored, head=(chain.batches, chain.head))
         else:
             seal_path, incarnation = cast(Reseals, backend).seal_chain(session_id)
             proof, problems, records = prove_chain(session_id, seal_path, incarnation, events)
@@ -90,7 +90,7 @@ def attribute(persistence: Persistence, session_id: str, error: DshError) -> str
         return error.message
     try:
         if capabilities.chain_records:  # PostgreSQL: the records the store keeps
-            _, _, records = cast(KeepsChain, persistence.backend).chain_records(session_id)
+            records = cast(KeepsChain, persistence.backend).chain_records(session_id).records
             record = next((r for r in records if r.first <= seq < r.end), None)
         else:
             seal_path, _ = cast(Reseals, persistence.backend).seal_chain(session_id)

@@ -52,6 +52,7 @@ from dsh.persistence._contract import InjectsTornTail as InjectsTornTail
 from dsh.persistence._contract import KeepsAsides as KeepsAsides
 from dsh.persistence._contract import KeepsChain as KeepsChain
 from dsh.persistence._contract import KeepsCuts as KeepsCuts
+from dsh.persistence._contract import KeptChain as KeptChain
 from dsh.persistence._contract import ListsEntries as ListsEntries
 from dsh.persistence._contract import Migrates as Migrates
 from dsh.persistence._contract import NamesFiles as NamesFiles

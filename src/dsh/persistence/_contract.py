@@ -48,6 +48,7 @@ __all__ = [
     "InjectsTornTail",
     "KeepsAsides",
     "KeepsChain",
+    "KeptChain",
     "KeepsCuts",
     "ListsEntries",
     "Migrates",
@@ -415,6 +416,29 @@ class KeepsCuts(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class KeptChain:
+    """A session's seal chain as a store keeps it itself, read in one snapshot.
+
+    Attributes:
+        where: Where it is kept, for messages (``<url> table <schema>.chain``).
+        incarnation: The session incarnation the records must bind.
+        records: The records in batch order, each hash recomputed from its stored hashed part.
+        stored: The hash stored beside each record (never trusted: compared with the
+            recomputed one, a difference is a changed record).
+        batches: The chain head the session row holds: how many records were appended.
+        head: The hash of the last record appended, as the session row holds it (zeros for
+            none); moved by the statement that inserted that record.
+    """
+
+    where: str
+    incarnation: str
+    records: list[ChainRecord]
+    stored: tuple[bytes, ...]
+    batches: int
+    head: bytes
+
+
 @runtime_checkable
 class KeepsChain(Protocol):
     """A backend that keeps each session's seal chain itself (PostgreSQL: table ``chain``).
@@ -422,11 +446,12 @@ class KeepsChain(Protocol):
     Rule: docs/formats.md#the-seal-chain.
     """
 
-    def chain_records(self, session_id: str) -> tuple[str, str, list[ChainRecord]]:
-        """Where the chain is kept (for messages), the incarnation it binds, and its records.
+    def chain_records(self, session_id: str) -> KeptChain:
+        """Where the chain is kept (for messages), the incarnation it binds, its records and head.
 
         The records are in batch order, each hash recomputed from its stored hashed part
-        (a stored hash is never trusted); links are not checked here (``prove_chain`` does).
+        (a stored hash is never trusted); links, stored hashes and the head are not checked
+        here (``prove_chain`` does).
 
         Raises:
             SessionNotFoundError: no such session.

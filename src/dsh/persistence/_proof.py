@@ -84,7 +84,8 @@ class ChainProof:
 
 
 def prove_chain(session_id: str, seal_path: str, incarnation: str, events: Sequence[Event],
-                *, records: Sequence[ChainRecord] | None = None
+                *, records: Sequence[ChainRecord] | None = None,
+                stored: Sequence[bytes] | None = None, head: tuple[int, bytes] | None = None
                 ) -> tuple[ChainProof, list[ChainProblem], list[ChainRecord]]:
     """Check the chain of ``seal_path`` against ``events`` (a full read, seq order).
 
@@ -95,13 +96,21 @@ def prove_chain(session_id: str, seal_path: str, incarnation: str, events: Seque
         events: Every committed event of the session.
         records: The chain as a store keeps it itself (``KeepsChain.chain_records``); its
             links are checked here (``CHAIN_BROKEN``), as ``read_seal`` checks a seal's.
+        stored: With ``records``: the hash stored beside each record; one that is not the
+            record's recomputed hash is ``CHAIN_BROKEN`` naming that record.
+        head: With ``records``: the chain head the store keeps apart (record count, last
+            hash; ``KeptChain.batches`` and ``.head``): fewer records than it counts is
+            ``CHAIN_CUT`` naming the missing batches, another last hash ``CHAIN_BROKEN``.
 
     Returns:
         The proof, the problems found, and the chain's records. Problems: ``CHAIN_EVENTS``
         (a batch's events are not the ones its record committed to), ``CHAIN_CUT`` (the log
         ends before a chained batch), ``CHAIN_INCARNATION`` (a record written for another
         incarnation), ``CHAIN_BROKEN`` (with ``records``: a record that does not link to
-        the one before it, or out of seq order: a record was changed, removed or reordered),
+        the one before it, or out of seq order, or whose hash is not the stored one or the
+        head's: a record was changed, removed or reordered, named where it can be told; its
+        events are then not also reported as ``CHAIN_EVENTS``), ``CHAIN_CUT`` (also: the
+        table holds fewer records than the head counts),
         ``CHAIN_NONE`` (the seal has no chain: written before the chain, or none at all).
 
     Raises:
@@ -109,12 +118,14 @@ def prove_chain(session_id: str, seal_path: str, incarnation: str, events: Seque
     """
     inc = incarnation_bytes(incarnation)
     problems: list[ChainProblem] = []
+    changed: set[int] = set()  # records found changed: their events are not blamed
     if records is None:
         seal = read_seal(Path(seal_path))
         chain: list[ChainRecord] = seal.chain if seal is not None else []
     else:
         chain = list(records)
-        problems.extend(_broken_links(session_id, seal_path, chain))
+        problems.extend(_broken_links(session_id, seal_path, chain, stored, head, len(events),
+                                      changed))
     if not chain:
         problems.append(ChainProblem("CHAIN_NONE", f"session {session_id!r}: its seal "
                                      f"{seal_path} holds no hash chain (written before the "
@@ -144,11 +155,12 @@ def prove_chain(session_id: str, seal_path: str, incarnation: str, events: Seque
             note = f" (its key part is damaged: {exc})"
         else:
             note = ""
-        if not same:
+        if not same and index not in changed:
             problems.append(ChainProblem(
                 "CHAIN_EVENTS", f"session {session_id!r}: the events of {record.where()} "
                 f"(batch {index}) are not the ones the seal chain in {seal_path} committed "
-                f"to{note}: they were modified, removed or reordered", *at))
+                f"to{note}: they were modified, removed or reordered, or the record's key "
+                f"part (not hashed) was changed", *at))
     last = chain[-1] if chain else None
     proof = ChainProof(session_id, seal_path, last.hash.hex() if last else "", len(chain),
                        chain[0].first if chain else 0, last.end - 1 if last else -1,
@@ -157,24 +169,63 @@ def prove_chain(session_id: str, seal_path: str, incarnation: str, events: Seque
     return proof, problems, chain
 
 
-def _broken_links(session_id: str, where: str, chain: Sequence[ChainRecord]
-                  ) -> list[ChainProblem]:
-    """``CHAIN_BROKEN`` for each record that does not follow the one before it."""
+def _broken_links(session_id: str, where: str, chain: Sequence[ChainRecord],
+                  stored: Sequence[bytes] | None, head: tuple[int, bytes] | None,
+                  count: int, changed: set[int]) -> list[ChainProblem]:
+    """``CHAIN_BROKEN`` / ``CHAIN_CUT`` for a chain a store keeps itself; adds to ``changed``.
+
+    Who is blamed (docs/formats.md#the-seal-chain): a record whose stored hash is not its
+    recomputed one was changed; the last record must hash to the ``head`` kept apart; a link
+    that breaks between two records blames the earlier one when the later one still hashes
+    to what follows it (the record after it, or the head), else the later one.
+    """
     found: list[ChainProblem] = []
-    prev: ChainRecord | None = None
+
+    def broken(index: int, why: str) -> None:
+        record = chain[index]
+        changed.add(index)
+        found.append(ChainProblem(
+            "CHAIN_BROKEN", f"session {session_id!r}: the chain record of {record.where()} "
+            f"(batch {index}) in {where} {why}", record.first, index, str(record.writer)))
+
+    n = len(chain)
+    tip = head[1] if head is not None and head[0] == n else None  # what the last must hash to
     for index, record in enumerate(chain):
+        if stored is not None and index < len(stored) and stored[index] != record.hash:
+            broken(index, "was changed: its stored hash is not the SHA-256 of its hashed part")
+    for index, record in enumerate(chain):
+        prev = chain[index - 1] if index else None
         if (prev.hash if prev is not None else bytes(32)) != record.prev:
-            why = "does not link to the record before it"
+            if prev is not None and index - 1 in changed:
+                continue  # the earlier record is already named
+            onward = chain[index + 1].prev if index + 1 < n else tip
+            if prev is not None and prev.end != record.first:
+                broken(index, f"does not link to the record before it (which ends at seq "
+                              f"{prev.end - 1}): records between them were removed")
+            elif prev is not None and index not in changed and onward == record.hash:
+                broken(index - 1, "was changed: it no longer hashes to what the record after "
+                                  "it links to")
+            else:
+                broken(index, "does not link to the record before it: a record was changed, "
+                              "removed or reordered")
         elif record.end <= record.first or (prev is not None and record.first < prev.end):
-            why = "covers seqs out of order"
-        else:
-            why = ""
-        if why:
-            found.append(ChainProblem(
-                "CHAIN_BROKEN", f"session {session_id!r}: the chain record of "
-                f"{record.where()} (batch {index}) in {where} {why}: a record was changed, "
-                f"removed or reordered", record.first, index, str(record.writer)))
-        prev = record
+            broken(index, "covers seqs out of order: a record was changed or reordered")
+    if head is None:
+        return found
+    batches, last_hash = head
+    last = chain[-1] if chain else None
+    if n < batches and (last is None or last.hash != last_hash):
+        start = last.end if last is not None else 0
+        seqs = (f"seq {start}..{count - 1} as the log holds them now" if count > start
+                else f"the seqs from {start}")
+        found.append(ChainProblem(
+            "CHAIN_CUT", f"session {session_id!r}: {where} holds {n} chain records, but the "
+            f"session row's chain head counts {batches}: batches {n}..{batches - 1} "
+            f"({seqs}) were removed", start, n, None))
+    elif last is not None and (n != batches or last.hash != last_hash) and n - 1 not in changed:
+        broken(n - 1, f"does not hash to the chain head the session row holds ({batches} "
+                      f"records, last hash {last_hash.hex()[:_SHORT]}): it was changed, or "
+                      f"records were removed or added")
     return found
 
 

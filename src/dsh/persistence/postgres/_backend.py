@@ -73,6 +73,7 @@ from dsh.persistence._contract import (
     Capabilities,
     ColdRead,
     HandleBase,
+    KeptChain,
     OpenMode,
     TornTail,
     check_session_id,
@@ -748,6 +749,9 @@ class PostgresHandle(HandleBase):
                                 "end_seq, hashed, keys, hash) VALUES (%s, %s, %s, %s, %s, %s, "
                                 "%s)", [(self._id, i, r.first, r.end, r.hashed(), r.keys,
                                          r.hash) for i, r in enumerate(chain)])
+            conn.execute(f"UPDATE {b._s}.sessions SET chain_batches = %s, chain_head = %s "
+                         "WHERE id = %s", (len(chain), chain[-1].hash if chain else bytes(32),
+                                           self._id))
             conn.execute(b._sql_replace_head, (len(batch), b.lease_ms, _data_bytes(rows),
                                                stored_entry(fold), self._id,
                                                _channel_payload(self._id)))
@@ -1311,28 +1315,32 @@ class PostgresBackend:
             f"WHERE id = %s RETURNING pg_notify('{self.channel}', %s)")
 
         # The batch's chain record (docs/formats.md#the-seal-chain), linked here to the
-        # session's last one: ``batch`` one past it, ``prev`` its hash, the incarnation from
-        # the row; the hash is taken in SQL. Parameters: first, end, keys, then those of
-        # {src} (a row source of id and incarnation), then the middle and the host.
+        # session's head on its row: ``batch`` its ``chain_batches``, ``prev`` its
+        # ``chain_head`` (never a stored ``chain.hash``), the incarnation from the row; the
+        # hash is taken in SQL and the UPDATE that moves ``head_seq`` moves the chain head to
+        # it. Parameters: first, end, keys, then those of {src} (a row source of id,
+        # incarnation, chain_batches and chain_head), then the middle and the host.
         def link(src: str) -> str:
             return (
                 f"link AS (INSERT INTO {s}.chain (session_id, batch, first_seq, end_seq, "
-                "hashed, keys, hash) SELECT f.id, coalesce(l.batch + 1, 0), %s, %s, h.hashed, "
-                f"%s, sha256('\\x{chain_domain().hex()}'::bytea || h.hashed) FROM {src} f "
-                f"LEFT JOIN LATERAL (SELECT c.batch, c.hash FROM {s}.chain c WHERE "
-                "c.session_id = f.id ORDER BY c.batch DESC LIMIT 1) l ON true CROSS JOIN "
-                "LATERAL (SELECT coalesce(l.hash, decode(repeat('00', 32), 'hex')) || "
-                "%s::bytea || uuid_send(f.incarnation) || %s::bytea AS hashed) h)")
+                "hashed, keys, hash) SELECT f.id, f.chain_batches, %s, %s, h.hashed, %s, "
+                f"sha256('\\x{chain_domain().hex()}'::bytea || h.hashed) FROM {src} f CROSS "
+                "JOIN LATERAL (SELECT f.chain_head || %s::bytea || uuid_send(f.incarnation) "
+                "|| %s::bytea AS hashed) h RETURNING hash)")
 
+        moved = "chain_batches = t.chain_batches + 1, chain_head = (SELECT hash FROM link), "
         self._sql_advance_linked = (
-            "WITH " + link(f"(SELECT t.id, t.incarnation FROM {s}.sessions t WHERE t.id = %s)")
-            + " " + self._sql_advance)
+            "WITH " + link(f"(SELECT t.id, t.incarnation, t.chain_batches, t.chain_head FROM "
+                           f"{s}.sessions t WHERE t.id = %s)") + " "
+            + self._sql_advance.replace(f"UPDATE {s}.sessions SET ",
+                                        f"UPDATE {s}.sessions t SET {moved}", 1))
 
         # The whole append in one statement: the fenced lock, the rows (one JSON array of
         # row arrays, bytea as hex), the chain record, the head, the lease and the NOTIFY; a
         # refused fence writes nothing and returns no row.
         self._sql_append_one = (
-            f"WITH fence AS (SELECT t.id, t.incarnation FROM {s}.sessions t WHERE t.id = %s AND "
+            "WITH fence AS (SELECT t.id, t.incarnation, t.chain_batches, t.chain_head FROM "
+            f"{s}.sessions t WHERE t.id = %s AND "
             "t.lease_owner = %s::uuid AND t.lease_epoch = %s AND t.head_seq = %s AND NOT EXISTS "
             f"(SELECT 1 FROM {s}.events e WHERE e.session_id = t.id AND e.seq >= t.head_seq) "
             f"FOR NO KEY UPDATE OF t), rows AS (INSERT INTO {s}.events (session_id, seq, type, "
@@ -1340,7 +1348,7 @@ class PostgresBackend:
             "(r->>0)::bigint, r->>1, (r->>2)::bigint, r->>3, decode(r->>4, 'hex'), "
             "decode(r->>5, 'hex'), r->>6, (r->>7)::smallint FROM fence, "
             "json_array_elements(%s::json) AS r), " + link("fence") + " "
-            f"UPDATE {s}.sessions t SET head_seq = %s, revision = t.revision + 1, "
+            f"UPDATE {s}.sessions t SET {moved}head_seq = %s, revision = t.revision + 1, "
             "lease_expires_at = clock_timestamp() + %s * interval '1 millisecond', size_bytes = "
             "t.size_bytes + %s, listing = %s FROM fence "
             f"WHERE t.id = fence.id RETURNING pg_notify('{self.channel}', %s)")
@@ -1353,10 +1361,16 @@ class PostgresBackend:
             for r in rows:
                 copy.write_row((session_id, *_bind(r)))
 
-    def _chain_rows(self, conn: Any, session_id: str) -> list[ChainRecord]:
-        """The session's chain records in batch order, hashes recomputed."""
-        found = conn.execute(f"SELECT hashed, keys, batch FROM {self._s}.chain WHERE "
+    def _chain_rows(self, conn: Any, session_id: str, stored: list[bytes] | None = None
+                    ) -> list[ChainRecord]:
+        """The session's chain records in batch order, hashes recomputed.
+
+        ``stored`` (if given) receives the hash stored beside each record.
+        """
+        found = conn.execute(f"SELECT hashed, keys, hash FROM {self._s}.chain WHERE "
                              "session_id = %s ORDER BY batch", (session_id,)).fetchall()
+        if stored is not None:
+            stored.extend(bytes(h) for _, _, h in found)
         try:
             return [stored_record(bytes(h), bytes(k)) for h, k, _ in found]
         except ValueError as exc:
@@ -1364,26 +1378,29 @@ class PostgresBackend:
                                   f"(table {self.schema}.chain) is damaged: {exc}",
                                   path=self._url, session_id=session_id) from exc
 
-    def chain_records(self, session_id: str) -> tuple[str, str, list[ChainRecord]]:
-        """The session's chain: ``(<url> table <schema>.chain, incarnation, records)``.
+    def chain_records(self, session_id: str) -> KeptChain:
+        """The session's chain (``where`` = ``<url> table <schema>.chain``) and its row's head.
 
-        One read-only snapshot of the session row and its records (see
-        ``KeepsChain.chain_records``; docs/formats.md#the-seal-chain).
+        One read-only snapshot of the session row (incarnation, ``chain_batches``,
+        ``chain_head``) and its records (see ``KeepsChain.chain_records``;
+        docs/formats.md#the-seal-chain).
 
         Raises:
             SessionNotFoundError: no such session.
             LogCorruptError: a stored record is too short to be one.
         """
+        stored: list[bytes] = []
         with self._conn("chain", session_id) as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            found = conn.execute(f"SELECT incarnation::text FROM {self._s}.sessions WHERE id "
-                                 "= %s", (session_id,)).fetchone()
+            found = conn.execute(f"SELECT incarnation::text, chain_batches, chain_head FROM "
+                                 f"{self._s}.sessions WHERE id = %s", (session_id,)).fetchone()
             if found is None:
                 raise SessionNotFoundError(f"session {session_id!r} is not stored in "
                                            f"{self._url}", session_id=session_id,
                                            path=self._url)
-            records = self._chain_rows(conn, session_id)
-        return f"{self._url} table {self.schema}.chain", str(found[0]), records
+            records = self._chain_rows(conn, session_id, stored)
+        return KeptChain(f"{self._url} table {self.schema}.chain", str(found[0]), records,
+                         tuple(stored), int(found[1]), bytes(found[2]))
 
     # migrations ------------------------------------------------------------------------
 

@@ -23,7 +23,9 @@ Invariants this module owns (docs/rules.md#one-writer-per-session):
   point whose body digests otherwise was edited after it was written and is not trusted;
 * ``chain`` holds one hash-chain record per committed batch (docs/formats.md#the-seal-chain),
   inserted by the statement that moves ``head_seq``, linked there to the session's last record
-  (``batch`` one past it, ``prev`` its ``hash``), so it commits or not with the batch.
+  (``batch`` the row's ``chain_batches``, ``prev`` the row's ``chain_head``), so it commits or
+  not with the batch; the same statement moves ``chain_batches`` and ``chain_head`` (migration
+  9), so a record removed or changed afterwards no longer matches the row's head.
 """
 
 from __future__ import annotations
@@ -122,6 +124,17 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
   hash       bytea NOT NULL,
   PRIMARY KEY (session_id, batch)
 )""",
+    )),
+    (9, "chain head: batch count and last hash on the session row, moved by the append "
+        "(formats.md)", (
+        "ALTER TABLE {s}.sessions ADD COLUMN chain_batches bigint NOT NULL DEFAULT 0, "
+        "ADD COLUMN chain_head bytea NOT NULL DEFAULT '\\x" + "00" * 32 + "'::bytea",
+        # the head of a chain written under migration 8: its record count and the last
+        # record's hash recomputed from its hashed part (the stored one is not trusted)
+        "UPDATE {s}.sessions t SET chain_batches = c.batch + 1, chain_head = "
+        "sha256('\\x6473682d7365616c2d636861696e00'::bytea || c.hashed) FROM (SELECT "
+        "DISTINCT ON (session_id) session_id, batch, hashed FROM {s}.chain ORDER BY "
+        "session_id, batch DESC) c WHERE c.session_id = t.id",
     )),
 )
 """Forward-only migrations, applied in order under :data:`MIGRATION_LOCK_KEY`."""
