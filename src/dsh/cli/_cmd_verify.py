@@ -63,8 +63,9 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     try:
         read = persistence.read(session_id)
     except DshError as error:
-        return [Violation(_where_seq(error), error.code,
-                          attribute(persistence, session_id, error), session_id)]
+        seq, message = attribute(persistence, session_id, error)
+        where = _where_seq(error)
+        return [Violation(where if where is not None else seq, error.code, message, session_id)]
     if read.torn is not None:
         notes.append(f"{session_id}: torn tail after the committed log ({read.torn.reason}); "
                      "'dsh resume' truncates it")
@@ -94,7 +95,9 @@ def verify(
         help="Check an erasure or redaction receipt against the store instead.")] = None,
     reseal: Annotated[bool, typer.Option(
         "--reseal", help="Rebuild the integrity seal of ID over its log as it is now (after "
-        "SEAL_MISSING: a lost seal is never rebuilt otherwise), then verify.")] = False,
+        "SEAL_MISSING or another SEAL_* error: a lost seal is never rebuilt otherwise), then "
+        "verify. Refused (LOG_CORRUPT) when the seal is readable and the log fails it.")
+    ] = False,
     proof: Annotated[bool, typer.Option(
         "--proof", help="Also print each session's seal chain head (head hash, batches, last "
         "seq, writer, incarnation); keep the --json output to check the store against "
@@ -182,6 +185,8 @@ def _reseal(persistence: Persistence, session_id: str) -> str:
 
     Raises:
         ConfigError: code ``NO_SEAL``: the store keeps no seals.
+        LogCorruptError: the seal is present and readable and the log fails it (the log is
+            what is damaged; nothing is written), or the log breaks its format's rules.
     """
     from dsh.persistence import Reseals
 

@@ -78,8 +78,15 @@ def _with_writer(message: str, writer: str | None) -> str:
     return message if writer is None or writer in message else f"{message} (writer {writer})"
 
 
-def attribute(persistence: Persistence, session_id: str, error: DshError) -> str:
-    """``error``'s message, naming the chained batch (seq range, writer) that holds its seq."""
+def attribute(persistence: Persistence, session_id: str, error: DshError
+              ) -> tuple[int | None, str]:
+    """``error``'s seq and message, naming the chained batch (seq range, writer) of the seq.
+
+    Rule: docs/cli.md#chain-proofs.
+
+    The seq is the error's own, else, for a raw JSONL log, that of the first event at its
+    ``byte_offset`` (:func:`_seq_at`); None when neither is known.
+    """
     from dsh.persistence import KeepsChain, Reseals, chain_record_at
 
     seq = error.where.get("seq")
@@ -87,7 +94,7 @@ def attribute(persistence: Persistence, session_id: str, error: DshError) -> str
         seq = _seq_at(error.where.get("path"), error.where.get("byte_offset"))
     capabilities = persistence.backend.capabilities
     if seq is None or not (capabilities.reseal or capabilities.chain_records):
-        return error.message
+        return seq, error.message
     try:
         if capabilities.chain_records:  # PostgreSQL: the records the store keeps
             records = cast(KeepsChain, persistence.backend).chain_records(session_id).records
@@ -96,18 +103,22 @@ def attribute(persistence: Persistence, session_id: str, error: DshError) -> str
             seal_path, _ = cast(Reseals, persistence.backend).seal_chain(session_id)
             record = chain_record_at(seal_path, seq)
     except (DshError, OSError):
-        return error.message
-    return error.message if record is None else f"{error.message}; it lies in {record.where()}"
+        return seq, error.message
+    return seq, error.message if record is None else \
+        f"{error.message}; it lies in {record.where()}"
 
 
 def _seq_at(path: object, offset: object) -> int | None:
     """The seq of the first event at ``offset`` of a raw JSONL log (a line start), or None.
 
     Reads the line before it: the header (seq 0 follows), an event (its seq + 1) or a chunk
-    row (its last member's seq + 1) (docs/formats.md#chunk-rows).
+    row (its last member's seq + 1) (docs/formats.md#chunk-rows). Offset 0 is the header's
+    own line, which a log's first sealed range starts with: seq 0 is the first event after.
     """
     if not isinstance(path, str) or not isinstance(offset, int) or not path.endswith(".jsonl"):
         return None
+    if offset == 0:
+        return 0
     try:
         with open(path, "rb") as f:
             f.seek(max(0, offset - 65536))

@@ -40,7 +40,8 @@ from dsh.session import Event
 
 __all__ = ["CHAIN_MARK", "HEAD_EVERY", "HEAD_SLOT", "ChainRecord", "ChainState", "Head",
            "RawRecord", "Writer", "batch_digest", "carry", "chain_domain", "decode_head",
-           "decode_record", "encode_head", "event_leaves", "frame_record", "incarnation_bytes",
+           "decode_record", "encode_head", "event_leaves", "frame_extent", "frame_record",
+           "incarnation_bytes",
            "linked_parts", "new_record", "open_record", "raw_span", "record_of",
            "stored_record", "this_writer"]
 
@@ -164,6 +165,23 @@ def frame_record(data: bytes | memoryview, pos: int) -> tuple[RawRecord, int] | 
         return None
     return (payload, hashed_len, _sha256(_DOMAIN + payload[:hashed_len]).digest()), \
         start + length
+
+
+def frame_extent(data: bytes | memoryview, pos: int) -> int | None:
+    """Where the chain record framed at ``pos`` says it ends; ``None`` when it cannot say.
+
+    ``None``: its frame is cut short or its lengths cannot be a record's. For telling a torn
+    record from a changed one (docs/formats.md#the-seal-chain): the returned end may lie past
+    ``len(data)`` (the record is cut short).
+    """
+    if pos + _FRAME.size > len(data):
+        return None
+    length: int
+    hashed_len: int
+    _, length, hashed_len, _ = _FRAME.unpack_from(data, pos)
+    if length > _MAX_PAYLOAD or hashed_len < _HASHED.size or hashed_len > length:
+        return None
+    return pos + _FRAME.size + length
 
 
 def raw_span(raw: RawRecord) -> tuple[int, int]:

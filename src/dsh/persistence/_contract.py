@@ -472,7 +472,8 @@ class Reseals(Protocol):
 
         Raises:
             SessionBusyError: a writer holds the session.
-            LogCorruptError: the log breaks the format's own rules (nothing is sealed).
+            LogCorruptError: the log breaks the format's own rules, or its seal is present and
+                readable and the log fails it (nothing is sealed).
         """
         ...
 

@@ -46,6 +46,7 @@ from dsh.persistence._chain import (
     RawRecord,
     decode_head,
     encode_head,
+    frame_extent,
     frame_record,
     raw_span,
     record_of,
@@ -55,7 +56,7 @@ from dsh.session import PAGE_EVENTS
 
 __all__ = ["RESTORE_POINT_MARK", "Seal", "SealCut", "append_restore_point_mark",
            "append_chain_to", "append_restore_point_mark_to", "append_seal", "append_seal_to",
-           "check_byte_seals", "publish_head",
+           "check_byte_seals", "publish_head", "refuse_reseal_over_damage",
            "check_row_seals", "crc_of", "install_seal", "open_seal_appender", "read_elided",
            "read_seal", "read_seal_after", "reset_seal", "restore_point_mark", "row_records",
            "rows_crc", "rows_text", "seal_cut", "stage_seal", "staged_name"]
@@ -336,7 +337,8 @@ def _parse(path: Path, data: bytes) -> Seal | None:
     records: list[tuple[int, int, int]] = []
     marks: list[bytes] = []
     chain: list[RawRecord] = []
-    pos = _scan(path, data, first, len(data), version, records, marks, chain)
+    pos = _scan(path, data, first, len(data), version, records, marks, chain,
+                counted=published.batches if published is not None else 0)
     if published is not None:
         _check_head(path, published, chain, pos)
     return Seal(path, identity, records, marks, version=version, head=published,
@@ -377,7 +379,8 @@ def read_seal_after(path: Path, cut: SealCut) -> Seal | None:
     marks: list[bytes] = []
     chain: list[RawRecord] = []
     pos = _scan(path, data, cut.offset, len(data), version, records, marks, chain,
-                expected=cut.end, prev=(cut.chain_hash, cut.chain_end, cut.batches))
+                expected=cut.end, prev=(cut.chain_hash, cut.chain_end, cut.batches),
+                counted=published.batches if published is not None else 0)
     if published is not None:
         _check_head(path, published, chain, pos, elided=cut)
     return Seal(path, identity, records, marks, version=version, head=published,
@@ -446,11 +449,13 @@ def _scan_ranges(data: bytes, pos: int, stop: int, records: list[tuple[int, int,
 
 def _scan(path: Path, data: bytes, pos: int, stop: int, version: int,
           records: list[tuple[int, int, int]], marks: list[bytes], chain: list[RawRecord],
-          *, expected: int = 0, prev: tuple[bytes, int, int] | None = None) -> int:
+          *, expected: int = 0, prev: tuple[bytes, int, int] | None = None,
+          counted: int = 0) -> int:
     """Parse the records of ``data[pos:stop]`` into the lists; return where they end.
 
     ``expected`` is where the next range record must start, ``prev`` the ``(hash, end seq,
-    count)`` of the chain record before the first one (a read past a :class:`SealCut`).
+    count)`` of the chain record before the first one (a read past a :class:`SealCut`),
+    ``counted`` the chain records the published head counts (:func:`_torn_chain`).
 
     Raises:
         SealDamagedError: ``SEAL_CORRUPT``, ``SEAL_CHAIN_BROKEN`` (see :func:`read_seal`).
@@ -467,7 +472,10 @@ def _scan(path: Path, data: bytes, pos: int, stop: int, version: int,
         if start == CHAIN_MARK and version == 2:
             found = frame_record(data, pos)
             if found is None:
-                break  # torn (cut short, or its crc differs): the head check judges it
+                # torn (cut short, or its crc differs) unless it is a changed record
+                _torn_chain(path, data, pos, stop, expected, linked_end,
+                            base + len(chain), counted)
+                break  # the head check judges a seal cut short
             raw = found[0]
             first, last = raw_span(raw)
             if raw[0][:32] != link or last <= first or first < linked_end:
@@ -490,6 +498,60 @@ def _scan(path: Path, data: bytes, pos: int, stop: int, version: int,
         expected = end
         pos += _RECORD.size
     return pos
+
+
+def _torn_chain(path: Path, data: bytes, pos: int, stop: int, expected: int, after_seq: int,
+                batch: int, counted: int) -> None:
+    """Tell a torn chain record at ``pos`` (the records end there) from a changed one.
+
+    A record the file's end cuts short is torn (the head check then says whether the seal
+    lost records: ``SEAL_TRUNCATED``). One whose crc32 or lengths are wrong while its bytes
+    are all there was changed, and is ``SEAL_CHAIN_BROKEN`` when the published head counts it
+    (a head only counts records that were fsynced) or when valid records follow it; except
+    that a power cut can leave unsynced pages of the file zero-filled (a hole), so a record
+    not counted whose bytes from a 4 KiB page boundary on are zeros is torn
+    (docs/formats.md#the-seal-chain).
+
+    Raises:
+        SealDamagedError: ``SEAL_CHAIN_BROKEN``, naming the record's byte offset and batch.
+    """
+    end = frame_extent(memoryview(data)[:stop], pos)
+    if pos + _RECORD.size > stop or (end is not None and end > stop):
+        return  # cut short by the end of the file
+    if batch >= counted and not (end is not None and _valid_at(data, end, stop, expected)
+                                 and not _hole(data, pos, end)):
+        return
+    raise _damaged(path, f"the chain record at byte {pos}, batch {batch} (after seq "
+                   f"{after_seq - 1}), has a wrong crc32 or length" + (
+                       ", and valid records follow it" if batch >= counted else
+                       ", and the head counts it") + ": a record was changed",
+                   pos, "SEAL_CHAIN_BROKEN", seq=after_seq, batch=batch)
+
+
+def _valid_at(data: bytes, pos: int, stop: int, expected: int) -> bool:
+    """Whether a valid record (range, restore point or chain record) starts at ``pos``."""
+    if pos + _RECORD.size > stop:
+        return False
+    start: int
+    end: int
+    start, end, _ = _RECORD.unpack_from(data, pos)
+    if start == CHAIN_MARK:
+        return frame_record(memoryview(data)[:stop], pos) is not None
+    return start == RESTORE_POINT_MARK or (start == expected and end > start)
+
+
+def _hole(data: bytes, pos: int, end: int) -> bool:
+    """Whether ``data[pos:end]`` holds a page the disk never wrote back (a power cut).
+
+    That is: zeros from a 4 KiB boundary inside it to its end, or for a whole page.
+    """
+    page = 4096
+    boundary = (pos // page + 1) * page
+    while boundary < end:
+        if not any(data[boundary:min(end, boundary + page)]):
+            return True
+        boundary += page
+    return False
 
 
 def _damaged(path: Path, why: str, offset: int, code: str = "SEAL_CORRUPT",
@@ -533,7 +595,8 @@ def _check_head(path: Path, head: Head, chain: list[RawRecord], end: int, *,
         last = record_of(chain[-1]) if chain else None
         raise _damaged(
             path, f"its head records {head.batches} sealed batches up to seq {head.end - 1}, "
-            f"but only {total} chain records remain" + (
+            f"but only {total} chain record{'' if total == 1 else 's'} "
+            f"remain{'s' if total == 1 else ''}" + (
                 f", the last one {last.where()}" if last is not None else "")
             + f" (the records stop at byte {end}): the seal file lost records", end,
             "SEAL_TRUNCATED", seq=last.end if last is not None else (
@@ -574,6 +637,38 @@ def check_byte_seals(data: bytes, seal: Seal, *, log_path: str) -> None:
                 f"corrupt session log: bytes {start}..{end} of {log_path} (from line {line}) "
                 f"differ from what was committed (crc32 mismatch with the integrity seal "
                 f"{seal.path})", path=log_path, byte_offset=start, line=line)
+
+
+def refuse_reseal_over_damage(read: Callable[[], object], session_id: str, seal: Path) -> None:
+    """Let a reseal go on only when the log is not what a read refuses.
+
+    ``dsh verify --reseal`` rebuilds a seal that is lost (``SEAL_MISSING``) or damaged
+    (another ``SEAL_*``); a read that passes has nothing to hide either. A read refused for
+    the log itself (``LOG_CORRUPT``: sealed bytes or rows changed or went missing) with its
+    seal present and readable is not resealed: that would accept the damage the seal just
+    found. Moving the seal aside first is the explicit way to accept the log as it is
+    (docs/formats.md#integrity-seals).
+
+    Args:
+        read: A full read of the session (its result is not used).
+        session_id: The session, for the message.
+        seal: Its seal file, for the message.
+
+    Raises:
+        LogCorruptError: ``LOG_CORRUPT``, with the refused read's location fields and the
+            refusal chained.
+    """
+    try:
+        read()
+    except SealDamagedError:
+        return
+    except LogCorruptError as error:
+        raise LogCorruptError(
+            f"not resealed: the integrity seal {seal} of session {session_id!r} is present "
+            f"and readable, and the log is what is damaged ({error.message}); restore the "
+            f"log from a backup, or, to accept it as it is now, move the seal aside and run "
+            f"'dsh verify --reseal {session_id}' again", code=error.code,
+            **{**error.where, "session_id": session_id}) from error
 
 
 def restore_point_mark(body_digest: str) -> bytes:

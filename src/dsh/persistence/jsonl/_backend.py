@@ -88,6 +88,7 @@ from dsh.persistence._seal import (
     publish_head,
     read_elided,
     read_seal,
+    refuse_reseal_over_damage,
     reset_seal,
     restore_point_mark,
     seal_cut,
@@ -1988,12 +1989,16 @@ class JsonlBackend:
         Raises:
             ConfigError: code ``NO_SEAL``: a Zstandard store (its frames carry checksums).
             SessionNotFoundError: no such session. SessionBusyError: a writer holds it.
-            LogCorruptError: the log breaks the format's rules (nothing is sealed).
+            LogCorruptError: the log breaks the format's rules, or its seal is present and
+                readable and the log fails it (``LOG_CORRUPT``, nothing is sealed:
+                :func:`refuse_reseal_over_damage`).
         """
         if self.compression != "none":
             raise ConfigError(f"session {session_id!r} is stored Zstandard-framed, whose frames "
                               "carry their own checksums: it has no seal to rebuild",
                               code="NO_SEAL", session_id=session_id)
+        with self.open(session_id, "read") as reader:
+            refuse_reseal_over_damage(reader.read, session_id, reader._seal_path())
         with self.open(session_id, "write") as handle:
             return handle.reseal_committed()
 

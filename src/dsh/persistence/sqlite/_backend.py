@@ -100,6 +100,7 @@ from dsh.persistence._seal import (
     read_elided,
     read_seal,
     read_seal_after,
+    refuse_reseal_over_damage,
     reset_seal,
     restore_point_mark,
     row_records,
@@ -799,9 +800,13 @@ class SqliteBackend:
 
         Raises:
             SessionNotFoundError: no such session. SessionBusyError: a writer holds it.
-            LogCorruptError: the rows break the format's rules (nothing is sealed).
+            LogCorruptError: the rows break the format's rules, or the seal is present and
+                readable and the rows fail it (``LOG_CORRUPT``, nothing is sealed:
+                :func:`refuse_reseal_over_damage`).
             OSError: the seal could not be written.
         """
+        with self.open(session_id, "read") as reader:
+            refuse_reseal_over_damage(reader.read, session_id, self._seal_path(session_id))
         with self.open(session_id, "write") as handle:
             return handle.reseal_committed()
 
