@@ -195,8 +195,8 @@ def _reseal(persistence: Persistence, session_id: str) -> str:
         raise ConfigError("this store keeps no integrity seals to rebuild (PostgreSQL and the "
                           "memory store have none)", code="NO_SEAL", session_id=session_id)
     path = cast(Reseals, backend).reseal(session_id)
-    return (f"{session_id}: integrity seal {path} rebuilt over the log as it is now; bytes "
-            "changed while it was missing are sealed too")
+    return (f"{session_id}: integrity seal {path} rebuilt over the log as it is now, its chain "
+            "started again; bytes changed while it was lost or damaged are sealed too")
 
 
 def _verify_receipt(path: Path, store: str | None, json_: bool) -> None:
