@@ -87,15 +87,19 @@ def _chain_positions(seal: Path) -> list[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("backend", sorted(URLS))
-@pytest.mark.parametrize("published", [True, False])
+@pytest.mark.parametrize(("published", "where"), [(True, "payload"), (False, "payload"),
+                                                  (True, "length"), (False, "length")])
 def test_one_byte_changed_in_a_chain_record_is_chain_broken_at_its_byte(
-        tmp_path: Path, backend: str, published: bool) -> None:
+        tmp_path: Path, backend: str, published: bool, where: str) -> None:
     url, seal = _write(tmp_path, backend)
     pos, size = _chain_positions(seal)[2]
     data = bytearray(seal.read_bytes())
     if not published:  # the head counts batches 0..1 only: valid records follow batch 2's
         data = bytearray(_seal_layout.unpublish(bytes(data), 2))
-    data[pos + size - 3] ^= 0x01  # inside the record's payload (its writer's host name)
+    if where == "payload":
+        data[pos + size - 3] ^= 0x01  # inside the record's payload (its writer's host name)
+    else:  # the payload length's third byte: the record now claims to run past the file
+        data[pos + 10] ^= 0x01
     seal.write_bytes(bytes(data))
     with dsh.open(url) as store, pytest.raises(LogCorruptError) as caught:
         store.read("s1")

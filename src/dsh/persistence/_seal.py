@@ -504,22 +504,27 @@ def _torn_chain(path: Path, data: bytes, pos: int, stop: int, expected: int, aft
                 batch: int, counted: int) -> None:
     """Tell a torn chain record at ``pos`` (the records end there) from a changed one.
 
-    A record the file's end cuts short is torn (the head check then says whether the seal
-    lost records: ``SEAL_TRUNCATED``). One whose crc32 or lengths are wrong while its bytes
-    are all there was changed, and is ``SEAL_CHAIN_BROKEN`` when the published head counts it
-    (a head only counts records that were fsynced) or when valid records follow it; except
-    that a power cut can leave unsynced pages of the file zero-filled (a hole), so a record
-    not counted whose bytes from a 4 KiB page boundary on are zeros is torn
-    (docs/formats.md#the-seal-chain).
+    A record the file's end cuts short, with no valid chain record after it, is torn (the head
+    check then says whether the seal lost records: ``SEAL_TRUNCATED``). One whose crc32 or
+    lengths are wrong while its bytes are all there (or valid records follow) was changed,
+    and is ``SEAL_CHAIN_BROKEN`` when the published head counts it (a head only counts
+    records that were fsynced) or when valid records follow it; except that a power cut can
+    leave unsynced pages of the file zero-filled (a hole), so a record not counted whose bytes
+    from a 4 KiB page boundary on are zeros is torn (docs/formats.md#the-seal-chain).
 
     Raises:
         SealDamagedError: ``SEAL_CHAIN_BROKEN``, naming the record's byte offset and batch.
     """
     end = frame_extent(memoryview(data)[:stop], pos)
-    if pos + _RECORD.size > stop or (end is not None and end > stop):
+    short = pos + _RECORD.size > stop or (end is not None and end > stop)
+    if end is not None and not short:
+        follows = _valid_at(data, end, stop, expected)
+    else:  # its lengths cannot be trusted: is a valid chain record anywhere after it?
+        follows = _chain_after(data, pos, stop)
+        end = stop
+    if short and not follows:
         return  # cut short by the end of the file
-    if batch >= counted and not (end is not None and _valid_at(data, end, stop, expected)
-                                 and not _hole(data, pos, end)):
+    if batch >= counted and not (follows and not _hole(data, pos, end)):
         return
     raise _damaged(path, f"the chain record at byte {pos}, batch {batch} (after seq "
                    f"{after_seq - 1}), has a wrong crc32 or length" + (
@@ -538,6 +543,18 @@ def _valid_at(data: bytes, pos: int, stop: int, expected: int) -> bool:
     if start == CHAIN_MARK:
         return frame_record(memoryview(data)[:stop], pos) is not None
     return start == RESTORE_POINT_MARK or (start == expected and end > start)
+
+
+def _chain_after(data: bytes, pos: int, stop: int) -> bool:
+    """Whether a valid chain record (its crc32 checked) starts after ``pos``, before ``stop``."""
+    mark = CHAIN_MARK.to_bytes(8, "little")
+    view = memoryview(data)[:stop]
+    at = data.find(mark, pos + 1, stop)
+    while at != -1:
+        if frame_record(view, at) is not None:
+            return True
+        at = data.find(mark, at + 1, stop)
+    return False
 
 
 def _hole(data: bytes, pos: int, end: int) -> bool:
