@@ -11,6 +11,7 @@ import typer
 from dsh import (
     CompactionError,
     DigestSummarizer,
+    PersistenceError,
     SessionForkError,
     compact_now,
     compact_surface_region,
@@ -24,9 +25,11 @@ from dsh.cli._common import (
     WaitOption,
     cli_store,
     fresh_session_id,
+    import_again_hint,
     json_mode,
     require_session,
     restored_session,
+    staged_imports,
     stdout_console,
 )
 from dsh.cli._progress import progress
@@ -40,10 +43,21 @@ def resume(session_id: SessionArg, store: StoreOption = None,
 
     Takes the session's write lock, truncates a torn tail, appends the closers and flushes; a
     balanced log is left untouched (docs/rules.md#the-read-pipeline).
+
+    Raises:
+        PersistenceError: code ``IMPORT_INCOMPLETE`` for a session a ``dsh import`` left
+            half-written (docs/interop.md#staged-imports): importing its file again completes it.
     """
     json_mode(json_)
     with cli_store(store, wait=wait) as sessions:
         session_id = require_session(sessions, session_id, writes=True)
+        if session_id in staged_imports(sessions.persistence):
+            hint = import_again_hint(sessions.persistence.read(session_id).stored_events)
+            raise PersistenceError(
+                f"session {session_id!r} is a half-written import ('dsh import' stopped before "
+                f"the end of its file; it waits in the trash): run '{hint}' again to complete "
+                "it; resume would close a turn the file goes on with",
+                code="IMPORT_INCOMPLETE", session_id=session_id)
         inspection = sessions.persistence.load(session_id)
     closers = list(inspection.closers)
     torn = inspection.torn.reason if inspection.torn is not None else None

@@ -26,6 +26,7 @@ from dsh import (
 from dsh.cli import _render as render
 from dsh.cli._common import (
     DEFAULT_WAIT_S,
+    STAGING_REASON,
     TRANSCRIPT_SUFFIXES,
     JsonOption,
     StoreOption,
@@ -122,10 +123,11 @@ class ImportReport:
     updated: list[tuple[str, str, int]] = field(default_factory=list)
     superseded: list[tuple[str, str, str]] = field(default_factory=list)
     cut: list[tuple[str, int]] = field(default_factory=list)
+    completed: list[tuple[str, str, int]] = field(default_factory=list)
 
     def _lists(self) -> tuple[list[Any], ...]:
         return (self.imported, self.skipped, self.failed, self.ignored, self.updated,
-                self.superseded)
+                self.superseded, self.completed)
 
     def sizes(self) -> tuple[int, ...]:
         """How many outcomes of each kind are recorded (to print only what comes next)."""
@@ -140,7 +142,9 @@ class ImportReport:
 
         ``updated``: events appended to a session whose source grew; ``superseded``: a source
         that changed where it was imported, imported again as a new session (``by``);
-        ``cut``: a live log whose last line was still being written, left out (``line``).
+        ``cut``: a live log whose last line was still being written, left out (``line``);
+        ``completed``: a session an interrupted import left half-written, completed
+        (``appended``) and listed again (docs/interop.md#staged-imports).
         """
         return {
             "imported": [{"path": p, "session": s, "format": f} for p, s, f in self.imported],
@@ -150,6 +154,8 @@ class ImportReport:
             "failed": [{"path": p, "reason": r} for p, r in self.failed],
             "ignored": [{"path": p, "reason": r} for p, r in self.ignored],
             "cut": [{"path": p, "line": n} for p, n in self.cut],
+            "completed": [{"path": p, "session": s, "appended": n}
+                          for p, s, n in self.completed],
         }
 
 
@@ -262,25 +268,33 @@ def _stream_file(persistence: Persistence, path: Path, shown: str, detected: str
     _note_cut(report, path, shown, streamed)
 
 
-STAGING_REASON: Final = "dsh import: being written, listed once complete"
-"""The trash reason of a session ``dsh import`` is writing staged
-(docs/interop.md#staged-imports)."""
-
-
 def _publish_leftover(persistence: Persistence, sid: str, report: ImportReport) -> None:
     """Give back a session an interrupted staged import left in the trash, once complete.
 
     Runs after the re-import rules brought the stored session up to its source (skipped as
-    the same, or appended to); a source that changed was imported as a new session instead,
-    and the leftover stays in the trash (the trash policies purge it).
+    the same, or appended to); its outcome becomes ``completed`` (the events appended). A
+    source that changed was imported as a new session instead, and the leftover stays in the
+    trash (the trash policies purge it).
     """
     from dsh.rights import restore, store_log
 
     entry = store_log(persistence).trash.get(sid)
     if entry is None or entry.reason != STAGING_REASON or entry.purged_ms is not None:
         return
-    if any(s == sid for _, s in report.skipped) or any(s == sid for _, s, _ in report.updated):
+    # Its outcome is the completion, not "already imported" or "the source grew".
+    done: tuple[str, str, int] | None = None
+    for skipped in [s for s in report.skipped if s[1] == sid]:
+        report.skipped.remove(skipped)
+        done = (skipped[0], sid, 0)
+    for updated in [u for u in report.updated if u[1] == sid]:
+        report.updated.remove(updated)
+        done = updated
+    for imported in [i for i in report.imported if i[1] == sid]:  # killed before any event
+        report.imported.remove(imported)
+        done = (imported[0], sid, _stored_count(persistence, sid))
+    if done is not None:
         restore(persistence, [sid], by="dsh import")
+        report.completed.append(done)
 
 
 def _write_stream(persistence: Persistence, stream: StreamedSession, bar: _FileBar,
@@ -575,7 +589,8 @@ def import_(
                       "import it again once it is complete", markup=False,
                       highlight=False)
         stdout_console().print(render.render_import_counts(
-            report.imported, report.skipped, report.failed, report.ignored, report.updated))
+            report.imported, report.skipped, report.failed, report.ignored, report.updated,
+            report.completed))
     if report.failed:
         raise typer.Exit(EXIT_FAILED)
 

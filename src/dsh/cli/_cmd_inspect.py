@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import typer
@@ -29,7 +30,15 @@ from dsh.cli._common import (
 )
 from dsh.cli._errors import EXIT_FAILED, format_error_line
 from dsh.persistence import read_pages
-from dsh.transcript import Entry, iter_entries, last_entries, printable, turn_span
+from dsh.transcript import (
+    DEFAULT_LOOKBACK,
+    Entry,
+    TurnStart,
+    iter_entries,
+    last_entries,
+    printable,
+    turn_span,
+)
 
 if TYPE_CHECKING:
     from dsh import Event, Store
@@ -62,9 +71,10 @@ def ls(store: StoreOption = None, json_: JsonOption = False,
     """List the sessions in the store, most recent activity first.
 
     Sessions in the trash or archived are left out unless asked for
-    (docs/forgetting.md#deletion-with-a-way-back). A session whose log cannot be read is
-    reported on stderr (one ``error[CODE]`` line each, `dsh verify` tells more) and makes the
-    exit status 1; the others are still listed.
+    (docs/forgetting.md#deletion-with-a-way-back); ``--trash`` also says why each is there
+    (the reason ``dsh rm --reason``, a retention policy or ``dsh import`` gave). A session
+    whose log cannot be read is reported on stderr (one ``error[CODE]`` line each, `dsh
+    verify` tells more) and makes the exit status 1; the others are still listed.
     """
     json_mode(json_)
     if trash + archived + all_ > 1:
@@ -73,6 +83,14 @@ def ls(store: StoreOption = None, json_: JsonOption = False,
         "trash" if trash else "archived" if archived else "all" if all_ else "listed")
     with cli_store(store, create=False) as sessions:
         rows, unreadable = _rows(sessions, which)
+        if which == "trash":  # why each is there: `dsh rm --reason`, a policy, an import
+            from dataclasses import replace
+
+            from dsh.rights import store_log
+
+            trashed = store_log(sessions.persistence).trash
+            rows = [replace(row, trash_reason=getattr(trashed.get(row.id), "reason", None) or "")
+                    for row in rows]
         hidden = len(_rows(sessions, "all")[0]) if not rows and which == "listed" else 0
     if json_:
         render.write_json([row.to_json() for row in rows])
@@ -162,16 +180,32 @@ def show(
 
 
 def _chosen_entries(events: Sequence[Event], header: Mapping[str, Any], session_id: str, *,
-                    last: int | None, from_seq: int | None, turn: int | None
-                    ) -> Iterable[Entry]:
+                    last: int | None, from_seq: int | None, turn: int | None,
+                    start: int | None = None) -> Iterable[Entry]:
     """The entries ``dsh show`` prints for the options given, lazily where it can.
 
+    ``from_seq`` inside a turn starts with that turn's :class:`TurnStart` (read back, so the
+    ``── turn N ──`` line says which turn the entries belong to; docs/cli.md#dsh-show).
+
     Raises:
-        SessionNotFoundError: code ``TURN_NOT_FOUND`` when ``turn`` names no turn of the log.
+        SessionNotFoundError: code ``TURN_NOT_FOUND`` when ``turn`` names no turn of the log,
+            ``SEQ_NOT_FOUND`` when ``from_seq`` is past its last event.
     """
     if last is not None:
         return last_entries(events, last, keep=render.shown, header=header)
-    start, stop = (from_seq or 0), None
+    if from_seq and from_seq >= len(events):
+        raise SessionNotFoundError(
+            f"session {session_id!r} "
+            + (f"ends at seq {len(events) - 1}" if events else "holds no events")
+            + f", before --from {from_seq}; "
+            "'dsh show ID --last 20' shows its end", code="SEQ_NOT_FOUND",
+            session_id=session_id, seq=from_seq)
+    if from_seq:
+        opening = _opening_turn(events, from_seq)
+        rest = _chosen_entries(events, header, session_id, last=None, from_seq=None, turn=None,
+                               start=from_seq)
+        return rest if opening is None else chain([opening], rest)
+    start, stop = (start or 0), None
     if turn is not None:
         span = turn_span(events, turn)
         if span is None:
@@ -182,6 +216,26 @@ def _chosen_entries(events: Sequence[Event], header: Mapping[str, Any], session_
         start, stop = span
     return (entry for entry in iter_entries(events, start=start, stop=stop, header=header)
             if render.shown(entry))
+
+
+def _opening_turn(events: Sequence[Event], start: int) -> TurnStart | None:
+    """The ``turn/start`` of the turn event ``start`` falls inside (not at its start), if any.
+
+    Looked for at most :data:`DEFAULT_LOOKBACK` events back, as the transcript fold does; a
+    ``turn/end`` on the way means ``start`` is between turns.
+    """
+    if events[start].get("type") == "turn/start":
+        return None  # the fold prints that one itself
+    for index in range(start - 1, max(0, start - DEFAULT_LOOKBACK) - 1, -1):
+        event = events[index]
+        if event["type"] == "turn/end":
+            return None
+        if event["type"] == "turn/start":
+            data = event.get("data")
+            number = data.get("turn") if isinstance(data, Mapping) else None
+            return TurnStart(seq=index, time=event["time"],
+                             turn=number if type(number) is int else None)
+    return None
 
 
 def events(

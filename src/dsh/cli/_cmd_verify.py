@@ -20,8 +20,10 @@ from dsh.cli._common import (
     JsonOption,
     StoreOption,
     cli_store,
+    import_again_hint,
     json_mode,
     require_session,
+    staged_imports,
     stderr_console,
     stdout_console,
 )
@@ -44,7 +46,8 @@ def _where_seq(error: DshError) -> int | None:
 
 def _verify(persistence: Persistence, session_id: str, notes: list[str],
             restore_points: dict[str, dict[str, object]], proofs: dict[str, ChainProof],
-            kept: Mapping[str, Mapping[str, object]] | None, proof: bool) -> list[Violation]:
+            kept: Mapping[str, Mapping[str, object]] | None, proof: bool,
+            staged: bool = False) -> list[Violation]:
     """Check one stored session: the read pipeline, then :func:`dsh._verify.verify_events`.
 
     Rules: docs/rules.md#the-read-pipeline (read pipeline: a refusal is one violation with its error
@@ -54,6 +57,8 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     ``RESTORE_POINT_FORGED`` one when its digest is not one the integrity seal recorded
     (docs/rules.md#restore-points-are-never-the-truth). Then the seal chain against the events,
     and a kept proof when given (docs/formats.md#the-seal-chain, docs/cli.md#chain-proofs).
+    A ``staged`` session (a half-written import) is noted as one, to be imported again, not
+    resumed (docs/interop.md#staged-imports).
     """
     from dsh._verify import verify_events
     from dsh.cli._proof import attribute, check_chain
@@ -69,7 +74,11 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     if read.torn is not None:
         notes.append(f"{session_id}: torn tail after the committed log ({read.torn.reason}); "
                      "'dsh resume' truncates it")
-    if read.closers:
+    if staged:
+        notes.append(f"{session_id}: a half-written import ('dsh import' stopped before the end "
+                     "of its file; it waits in the trash): run "
+                     f"'{import_again_hint(read.stored_events)}' again to complete it")
+    elif read.closers:
         notes.append(f"{session_id}: the last turn is open (interrupted); 'dsh resume' closes it")
     check = persistence.check_restore_point(session_id, read)
     restore_points[session_id] = {"status": check.status, "eventCount": check.event_count,
@@ -144,6 +153,7 @@ def verify(
             ids = [require_session(sessions, str(session_id))]
         if reseal:
             notes.append(_reseal(persistence, ids[0]))
+        staged = staged_imports(persistence)
         with progress("verifying", total=len(ids)) as bar:
             for sid in ids:
                 bar.describe(sid)
@@ -152,7 +162,7 @@ def verify(
                                            f"kept proof but no longer stored", sid))
                     continue
                 found.extend(_verify(persistence, sid, notes, restore_points, proofs, kept,
-                                     proof))
+                                     proof, sid in staged))
                 bar.advance()
     if json_:
         render.write_json({"sessions": len(ids), "violations": [v.to_json() for v in found],

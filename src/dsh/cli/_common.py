@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shlex
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -317,6 +318,39 @@ def fresh_session_id(sessions: Store) -> str:
 
 SOURCE_EVENT_TYPE: Final = "import/source"
 """The ignorable event every imported session carries: ``data.format`` names the source."""
+
+STAGING_REASON: Final = "dsh import: being written, listed once complete"
+"""The trash reason of a session ``dsh import`` is writing staged
+(docs/interop.md#staged-imports)."""
+
+
+def staged_imports(persistence: Persistence) -> frozenset[str]:
+    """The sessions a ``dsh import`` left half-written: in the trash with :data:`STAGING_REASON`.
+
+    Such a session is only the prefix of its source that was written before the import was
+    killed or failed; the next ``dsh import`` of the file completes it
+    (docs/interop.md#staged-imports), so nothing else may write to it.
+    """
+    from dsh.rights import store_log
+
+    return frozenset(sid for sid, entry in store_log(persistence).trash.items()
+                     if entry.reason == STAGING_REASON and entry.purged_ms is None)
+
+
+def import_again_hint(events: Iterable[Event]) -> str:
+    """The command that completes a half-written import: ``dsh import <its source path>``.
+
+    The path is the one its ``import/source`` event recorded (as it was given to ``dsh
+    import``); ``FILE`` when the log holds none.
+    """
+    for event in events:
+        if event["type"] == SOURCE_EVENT_TYPE:
+            data = event.get("data")
+            path = data.get("path") if isinstance(data, dict) else None
+            if isinstance(path, str) and path:
+                return f"dsh import {shlex.quote(printable(path))}"
+        break  # the importer writes import/source first
+    return "dsh import FILE"
 
 
 def source_format(events: Iterable[Event]) -> str:

@@ -277,6 +277,8 @@ class SessionRow:
             stamped every event with the file's modification time and said so in
             ``import/source``).
         origin: Header ``origin`` (``"subagent"`` for a subagent's session) or None.
+        trash_reason: ``dsh ls --trash`` only: why the session is in the trash (the
+            ``store/trashed`` record's reason), ``""`` when it was given none; None elsewhere.
     """
 
     id: str
@@ -290,6 +292,7 @@ class SessionRow:
     created_at_ms: int
     timed: bool = True
     origin: str | None = None
+    trash_reason: str | None = None
 
     @property
     def lineage(self) -> str:
@@ -320,7 +323,7 @@ class SessionRow:
             "lineage": None if self.parent_session is None else self.lineage,
             "sourceFormat": self.source_format,
             "timed": self.timed,
-        }
+        } | ({} if self.trash_reason is None else {"trashReason": self.trash_reason or None})
 
 
 def _first_line(text: str) -> str:
@@ -427,8 +430,9 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120
     fit). Ids, numbers, dates and lineage (it names a parent id) are never cut. On a terminal
     (``width`` its columns) the title takes the width left on the line, 12 to 48 characters,
     cut with an ellipsis; ``width=None`` (output piped to a program) prints every title whole.
-    A narrow screen gets lines longer than the screen rather than missing data. A session
-    whose source had no timestamps shows the file's time followed by ``file``. LINEAGE names
+    A narrow screen gets lines longer than the screen rather than missing data. Rows of the
+    trash (:attr:`SessionRow.trash_reason` set) add REASON, why each was trashed, never cut. A
+    session whose source had no timestamps shows the file's time followed by ``file``. LINEAGE names
     the parent by a short prefix of its id (8 characters, more where needed to be unique).
     """
     short = _short_ids([r.parent_session for r in rows if r.parent_session],
@@ -452,6 +456,11 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120
                         for r, when, lineage in zip(rows, activity, lineages, strict=True)]
     sizes = [widths["ID"], title_width, widths["TURNS"], widths["EVENTS"],
              widths["LAST ACTIVITY (UTC)"], widths["LINEAGE"], widths["SOURCE"]]
+    if any(r.trash_reason is not None for r in rows):  # dsh ls --trash: why, last and whole
+        reasons = [r.trash_reason or "-" for r in rows]
+        for line, reason in zip(cells, ["REASON", *reasons], strict=True):
+            line.append(reason)
+        sizes.append(max(len(x) for x in ["REASON", *reasons]))
     right = {2, 3}
     lines = []
     for row in cells:
@@ -734,7 +743,8 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
                           failed: Sequence[tuple[str, str]],
                           ignored: Sequence[tuple[str, str]] = (),
                           updated: Sequence[tuple[str, str, int]] = (),
-                          superseded: Sequence[tuple[str, str, str]] = (), *,
+                          superseded: Sequence[tuple[str, str, str]] = (),
+                          completed: Sequence[tuple[str, str, int]] = (), *,
                           counts: bool = True) -> Group:
     """Return the ``dsh import`` summary: one line per file, then the counts.
 
@@ -745,6 +755,8 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
         ignored: ``(path, reason)`` per file found in a folder that is not a transcript.
         updated: ``(path, session id, events appended)`` per session whose source grew.
         superseded: ``(path, old id, new id)`` per source that changed where it was imported.
+        completed: ``(path, session id, events appended)`` per session an interrupted import
+            left half-written, now complete (docs/interop.md#staged-imports).
         counts: End with the counts line (``dsh import`` prints the lines of each file as it
             goes, then only the counts).
     """
@@ -755,6 +767,10 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
     for path, session_id, count in updated:
         parts.append(Text.assemble(("updated   ", "green"),
                                    f"{session_id}  +{count} events (the source grew)  {path}"))
+    for path, session_id, count in completed:
+        parts.append(Text.assemble(("completed ", "green"),
+                                   f"{session_id}  +{count} events: an interrupted import, "
+                                   f"now complete and listed  {path}"))
     for path, old, new in superseded:
         parts.append(Text.assemble(("changed   ", "yellow"),
                                    f"{old}  its source differs from the stored session "
@@ -771,12 +787,14 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
     for path, reason in ignored:
         parts.append(Text.assemble(("ignored   ", "dim"), f"{path}: {reason}"))
     if counts:
-        parts.append(render_import_counts(imported, skipped, failed, ignored, updated))
+        parts.append(render_import_counts(imported, skipped, failed, ignored, updated,
+                                          completed))
     return Group(*parts)
 
 
 def render_import_counts(imported: Sequence[Any], skipped: Sequence[Any], failed: Sequence[Any],
-                         ignored: Sequence[Any] = (), updated: Sequence[Any] = ()) -> Text:
+                         ignored: Sequence[Any] = (), updated: Sequence[Any] = (),
+                         completed: Sequence[Any] = ()) -> Text:
     """Return the last line of ``dsh import``: how many sessions each outcome had."""
     from rich.text import Text
 
@@ -786,4 +804,6 @@ def render_import_counts(imported: Sequence[Any], skipped: Sequence[Any], failed
         line += f", {len(ignored)} ignored (not transcripts)"
     if updated:
         line += f", {len(updated)} updated (source grew)"
+    if completed:
+        line += f", {len(completed)} completed (interrupted imports)"
     return Text(line, style="bold")
