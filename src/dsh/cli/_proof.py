@@ -113,17 +113,19 @@ def _seq_at(path: object, offset: object) -> int | None:
 
     Reads the line before it: the header (seq 0 follows), an event (its seq + 1) or a chunk
     row (its last member's seq + 1) (docs/formats.md#chunk-rows). Offset 0 is the header's
-    own line, which a log's first sealed range starts with: seq 0 is the first event after.
+    own line, which a log's first sealed range starts with: when it is a header, seq 0 is the
+    first event after it (a header that is not one is no event's).
     """
     if not isinstance(path, str) or not isinstance(offset, int) or not path.endswith(".jsonl"):
         return None
-    if offset == 0:
-        return 0
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, offset - 65536))
-            before = f.read(offset - max(0, offset - 65536))
-        line = before[:-1].rsplit(b"\n", 1)[-1] if before.endswith(b"\n") else b""
+            if offset == 0:
+                line = f.readline(65536)
+            else:
+                f.seek(max(0, offset - 65536))
+                before = f.read(offset - max(0, offset - 65536))
+                line = before[:-1].rsplit(b"\n", 1)[-1] if before.endswith(b"\n") else b""
         record = json.loads(line)
     except (OSError, ValueError):
         return None
