@@ -158,3 +158,35 @@ def test_show_from_inside_a_turn_names_the_turn(tmp_path: Path) -> None:
     items = dsh.json("show", sid, "--from", str(opens + 2), "--json", "--store", store)["items"]
     assert items[0] == {"kind": "turn", "seq": opens, "turn": turn,
                         "time": items[0]["time"]}
+
+
+_KILLED_WHEN_STAGED = """
+import os, signal, sys
+import dsh.rights
+trash = dsh.rights.trash
+def trash_then_die(*args, **kwargs):
+    trash(*args, **kwargs)  # staged in the trash, before any event is written
+    os.kill(os.getpid(), signal.SIGKILL)
+dsh.rights.trash = trash_then_die
+from dsh.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_an_import_killed_before_its_first_event_is_completed_and_listed(
+        tmp_path: Path) -> None:
+    dsh = Dsh(tmp_path)
+    source = tmp_path / f"{SESSION}.jsonl"
+    _transcript(source, 3)
+    store = f"sqlite:{tmp_path / 'store.db'}"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_WHEN_STAGED, "import", str(source),
+                             "--store", store], env=dsh.env, capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert _events(dsh, store) == []
+    assert "a half-written import" in dsh("verify", "--all", "--store", store).stderr
+    report = json.loads(dsh("import", str(source), "--store", store, "--json").stdout)
+    assert report["imported"] == [] and [c["session"] for c in report["completed"]] == [SESSION]
+    assert report["completed"][0]["appended"] == len(_events(dsh, store)) > 10_000
+    assert [r["id"] for r in dsh.json("ls", "--json", "--store", store)] == [SESSION]
+    dsh("verify", SESSION, "--store", store)
