@@ -99,6 +99,7 @@ def test_read_keeps_a_log_that_restore_refuses(tmp_path: Path) -> None:
     # An assistant message with an empty provider: a known type, refused only by restore.
     text = path.read_text().replace('"provider":"deepseek"', '"provider":""')
     path.write_text(text)
+    path.with_name(path.name + ".seal").unlink()  # a present seal the log fails refuses reseal
     persistence.backend.reseal("s")  # type: ignore[attr-defined]  # as if dsh wrote it
     read = persistence.read("s")
     assert len(read.stored_events) == len(builder.events)
