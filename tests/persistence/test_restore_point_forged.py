@@ -44,11 +44,16 @@ def seal_file(root: Path) -> Path:
     return found
 
 
+def restore_point(root: Path, kind: str) -> rp.RestorePoint:
+    """The restore point of session ``s`` in the store at ``root``, decoded."""
+    return rp.decode_restore_point(ckpt_file(root).read_bytes(), session_id="s",
+                                   backend="sqlite" if kind == "sqlite" else "jsonl")
+
+
 def forge(root: Path, kind: str, how: str) -> None:
     """Edit the restore point's body in a way its own checks accept, digest recomputed."""
     path = ckpt_file(root)
-    backend = "sqlite" if kind == "sqlite" else "jsonl"
-    point = rp.decode_restore_point(path.read_bytes(), session_id="s", backend=backend)
+    point = restore_point(root, kind)
     state = point.state
     if how == "drop-node":
         state = replace(state, nodes=state.nodes[:-1])
@@ -69,8 +74,7 @@ def strip_marks(root: Path, kind: str) -> None:
     seal = read_seal(path)
     assert seal is not None and seal.restore_points
     ckpt = ckpt_file(root)
-    point = rp.decode_restore_point(ckpt.read_bytes(), session_id="s",
-                                    backend="sqlite" if kind == "sqlite" else "jsonl")
+    point = restore_point(root, kind)
     assert SealCut.decode(point.anchor.seal_digest) is not None
     anchor = point.anchor
     old = (srp.seal_digest(seal.records, anchor.event_count) if kind == "sqlite"
@@ -144,8 +148,7 @@ def test_the_refusal_is_a_log_corrupt_error_naming_file_and_seq(kind: str, root:
     error = caught.value.error
     assert caught.value.reason == "unbound" and isinstance(error, dsh.LogCorruptError)
     assert error.code == "RESTORE_POINT_FORGED"
-    point = rp.decode_restore_point(ckpt_file(root).read_bytes(), session_id="s",
-                                    backend="sqlite" if kind == "sqlite" else "jsonl")
+    point = restore_point(root, kind)
     assert error.where == {"path": str(ckpt_file(root)), "seq": point.anchor.event_count}
 
 
@@ -197,8 +200,7 @@ def test_a_resume_reads_only_the_seal_records_past_the_cut(
     long_store(kind, root)
     seal = read_seal(seal_file(root))
     assert seal is not None and len(seal.chain) > 2
-    point = rp.decode_restore_point(ckpt_file(root).read_bytes(), session_id="s",
-                                    backend="sqlite" if kind == "sqlite" else "jsonl")
+    point = restore_point(root, kind)
     cut = SealCut.decode(point.anchor.seal_digest)
     assert cut is not None and cut.batches == sum(r.end <= point.anchor.event_count
                                                   for r in seal.chain)
@@ -234,8 +236,7 @@ def test_a_restore_point_naming_another_seal_cut_is_refused(kind: str, root: Pat
     """
     long_store(kind, root)
     path = ckpt_file(root)
-    backend = "sqlite" if kind == "sqlite" else "jsonl"
-    point = rp.decode_restore_point(path.read_bytes(), session_id="s", backend=backend)
+    point = restore_point(root, kind)
     cut = SealCut.decode(point.anchor.seal_digest)
     assert cut is not None
     moved = replace(cut, offset=cut.offset - 20)
@@ -303,8 +304,7 @@ def test_a_head_behind_the_seal_cut_makes_the_resume_read_the_seal_whole(
     path = seal_file(root)
     seal = read_seal(path)
     assert seal is not None and seal.head is not None
-    point = rp.decode_restore_point(ckpt_file(root).read_bytes(), session_id="s",
-                                    backend="sqlite" if kind == "sqlite" else "jsonl")
+    point = restore_point(root, kind)
     cut = SealCut.decode(point.anchor.seal_digest)
     assert cut is not None and cut.batches > 2
     older = seal.chain[1]  # a head published after the second batch
