@@ -214,13 +214,21 @@ def decode_index(data: bytes, events: Sequence[Event], stored: int) -> ThreadInd
                 return None
         index.blobs = {(ns, channel, version): int(seq)
                        for ns, channel, version, seq in body["blobs"]}
-        index.projected = dict(body["projected"])
-        index.answered = dict(body["answered"])
-        index.branches = dict(body["branches"])
-        index.tips = dict(body["tips"])
+        # the parsed maps are the index's own (no copies): their shape is checked
+        index.projected = _str_map(body["projected"])
+        index.answered = _str_map(body["answered"])
+        index.branches = _str_map(body["branches"])
+        index.tips = _str_map(body["tips"])
         index.current = str(body["current"])
         index.seen = count
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError,
             IndexError):
         return None
     return index
+
+
+def _str_map(value: Any) -> Any:
+    """``value`` itself when it is a dict (parsed JSON: string keys), else TypeError."""
+    if type(value) is not dict:
+        raise TypeError(f"an index map is a JSON object, got {type(value).__name__}")
+    return value

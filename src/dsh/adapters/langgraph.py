@@ -502,6 +502,8 @@ class DshSaver(BaseCheckpointSaver[str]):
         repair: outcome unknown) gets that result as a ToolMessage after it, so the graph
         resumes with the result dsh recorded instead of running the call again.
         """
+        if not thread.answered:
+            return messages  # dsh holds no result at all: nothing to add (a cold read's case)
         have = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
         out: list[Any] = []
         pending: list[ToolMessage] = []
@@ -568,7 +570,8 @@ class DshSaver(BaseCheckpointSaver[str]):
         gives those messages back, so the next run is sent what the log holds
         (docs/adapters.md#langgraph-and-langchain-agents).
         """
-        held = {m.id for m in messages if isinstance(m, BaseMessage)}
+        last = messages[-1].id if messages and isinstance(messages[-1], BaseMessage) else None
+        held: set[Any] | None = None  # every id the checkpoint holds, made only when needed
         log = self._logs.get(thread.thread_id)
         events = self._events(thread.thread_id)
         nodes = (log.session.surface.nodes if log is not None
@@ -578,7 +581,12 @@ class DshSaver(BaseCheckpointSaver[str]):
             records = records_of(events[seq], LANGCHAIN_FORMAT)
             if not records:
                 continue  # dsh's own events; a repair's result comes back with its call
-            if records[0].get("data", {}).get("id") in held:
+            found = records[0].get("data", {}).get("id")
+            if found is not None and found == last:
+                break  # the checkpoint's last message: the usual end of the walk
+            if held is None:
+                held = {m.id for m in messages if isinstance(m, BaseMessage)}
+            if found in held:
                 break
             ahead.extend(thaw(r) if isinstance(r, FrozenDict) else r for r in reversed(records))
         ahead.reverse()
