@@ -123,8 +123,13 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
         LogCorruptError, SessionFormatUnsupportedError, UnknownEventTypeError: the full read
             refused the log (a paged read that doubts anything falls back to it).
     """
-    with persistence.open(session_id, "read") as handle:
-        if persistence.backend.capabilities.restore_points:
+    backend = persistence.backend
+    if backend.capabilities.restore_points and isinstance(backend, ck.OpensAtRestorePoint):
+        opened = backend.open_at_restore_point(session_id)  # the lookup reads it too
+    else:
+        opened = persistence.open(session_id, "read")
+    with opened as handle:
+        if backend.capabilities.restore_points:
             keeper = cast(ck.KeepsRestorePoints, handle)  # what the capability promises
             try:
                 restore_point, cold, source = keeper.read_from_restore_point()

@@ -66,6 +66,7 @@ __all__ = [
     "RestorePointCheck",
     "RestorePointRefused",
     "KeepsRestorePoints",
+    "OpensAtRestorePoint",
     "check_bound",
     "check_restore_point",
     "decode_restore_point",
@@ -235,6 +236,20 @@ class KeepsRestorePoints(Protocol):
         Only the tail after the cut is read, whatever the surface's spread: a resume pages no
         event in (docs/rules.md#restore-points-are-never-the-truth).
         """
+        ...
+
+
+@runtime_checkable
+class OpensAtRestorePoint(Protocol):
+    """A backend that reads a session's restore point with the lookup of a read open (PostgreSQL).
+
+    ``open_at_restore_point(session_id)`` is ``open(session_id, "read")`` whose handle's first
+    ``read_from_restore_point`` needs one round trip less: the restore point came with the
+    lookup, and is checked unchanged in the snapshot of the rows read through it.
+    """
+
+    def open_at_restore_point(self, session_id: str) -> Any:
+        """A read handle (raises as ``open`` does)."""
         ...
 
 

@@ -829,16 +829,20 @@ class PostgresHandle(HandleBase):
         """Read through the restore point: its state, the events after its cut, a page-in source.
 
         One snapshot reads the restore point row, the session row, the last row before the cut
-        and the rows after it. Trusted only when the session's incarnation and header digest
-        as recorded, the last row before the cut checksums as recorded, no packed row
-        straddles the cut, the head is at or past the cut, and the rows after it decode
-        cleanly up to the head with no row beyond it. Nothing before the cut is read.
+        and the rows after it (a restore point read by the lookup of
+        :meth:`PostgresBackend.open_at_restore_point` is compared there with the stored one,
+        and read again when it was replaced meanwhile). Trusted only when the session's
+        incarnation and header digest as recorded, the last row before the cut checksums as
+        recorded, no packed row straddles the cut, the head is at or past the cut, and the
+        rows after it decode cleanly up to the head with no row beyond it.
+        Nothing before the cut is read.
 
         Raises:
             RestorePointRefused: no usable restore point (the caller reads in full).
         """
         self._ensure_open()
         b = self._backend
+        # read with the lease, or with a read handle's lookup (open_at_restore_point)
         known, self._restore_point_row = self._restore_point_row, None
         try:
             with b._conn("read", self._id) as conn:
@@ -848,7 +852,7 @@ class PostgresHandle(HandleBase):
                     known = ((bytes(points[0][0]), points[0][1]) if points
                              else (None, None))
                     begin = False
-                else:  # read with the lease: only the rows are left to read
+                else:  # read with the lease or the lookup: only the rows are left to read
                     begin = True
                 if known[0] is None:
                     raise rp.RestorePointRefused("absent")
@@ -862,12 +866,19 @@ class PostgresHandle(HandleBase):
                                          f"{self._id!r} in table {b.schema}.sessions)",
                                required=True)
                 cut = restore_point.anchor.event_count
-                # one round trip: the session row and the rows around the cut
-                sessions, lasts, packed, rows = b._batch(
-                    conn, [(b._sql_session_row, (self._id,)),
-                           (b._sql_last_row_before, (self._id, cut)),
-                           (b._sql_packed_before, self._packed_args(cut)),
-                           (b._sql_rows_from, (self._id, cut))], begin=begin, commit=True)
+                # one round trip: the session row and the rows around the cut; a restore point
+                # read with a read handle's lookup is compared with the one of this snapshot
+                statements = [(b._sql_session_row, (self._id,)),
+                              (b._sql_last_row_before, (self._id, cut)),
+                              (b._sql_packed_before, self._packed_args(cut)),
+                              (b._sql_rows_from, (self._id, cut))]
+                recheck = begin and self._lease is None
+                if recheck:
+                    statements.append((b._sql_restore_point_check, (self._id,)))
+                sessions, lasts, packed, rows, *again = b._batch(conn, statements, begin=begin,
+                                                                 commit=True)
+                replaced = recheck and again[0] != [(hashlib.md5(known[0]).hexdigest(),
+                                                     known[1])]
                 srow = sessions[0] if sessions else None
                 if srow is None:
                     raise rp.RestorePointRefused("unreadable")
@@ -878,6 +889,8 @@ class PostgresHandle(HandleBase):
                 base = self._covering_base(packed, cut, head)
         except PersistenceError:
             raise rp.RestorePointRefused("unreadable") from None
+        if replaced:  # since the lookup read it: read the one of now, in the rows' snapshot
+            return self.read_from_restore_point()
         anchor = restore_point.anchor
         try:
             header, incarnation, revision = decode_session_row(srow[:11], path=b.url)
@@ -1290,6 +1303,10 @@ class PostgresBackend:
         self._sql_get_restore_point = (
             f"SELECT r.data, t.restore_point_digest FROM {s}.restore_points r JOIN {s}.sessions "
             "t ON t.id = r.session_id WHERE r.session_id = %s")
+        # a restore point read with the lookup (another snapshot than the rows): unchanged?
+        self._sql_restore_point_check = (
+            f"SELECT md5(r.data), t.restore_point_digest FROM {s}.restore_points r JOIN "
+            f"{s}.sessions t ON t.id = r.session_id WHERE r.session_id = %s")
         # fenced: only the lease holder replaces it (a former holder's would be stale); the
         # digest the resume compares goes into the session row in the same statement
         self._sql_put_restore_point = (
@@ -1743,6 +1760,32 @@ class PostgresBackend:
                                 _Lease(self, session_id, token, int(row[0])),
                                 None if stored is None else (int(row[1]), stored))
         handle._restore_point_row = (None if row[3] is None else bytes(row[3]), row[4])
+        return handle
+
+    def open_at_restore_point(self, session_id: str) -> PostgresHandle:
+        """Open for reading through the restore point: the lookup reads the restore point too.
+
+        One round trip (the schema check of a pool's first statement riding in it) instead of
+        the lookup's and the restore point's; the handle's first
+        :meth:`PostgresHandle.read_from_restore_point` then reads only the rows, and checks in
+        their snapshot that the restore point is still the one read (else reads it again).
+        Contract: :class:`~dsh.persistence._restore_point.OpensAtRestorePoint`.
+
+        Raises:
+            ConfigError: (code INVALID_ID) an id no backend can store.
+            SessionNotFoundError: no such session.
+            PersistenceError: the database failed.
+        """
+        check_session_id(session_id)
+        found, points = self._read_batch("lookup", session_id, [
+            (f"SELECT 1 FROM {self._s}.sessions WHERE id = %s", (session_id,)),
+            (self._sql_get_restore_point, (session_id,))])
+        if not found:
+            raise SessionNotFoundError(f"session {session_id!r} is not stored in {self._url}",
+                                       session_id=session_id, path=self._url)
+        handle = PostgresHandle(self, session_id, "read", None)
+        handle._restore_point_row = ((bytes(points[0][0]), points[0][1]) if points
+                                     else (None, None))
         return handle
 
     def _take_lease(self, session_id: str, token: str) -> tuple[Any, ...]:

@@ -1,0 +1,86 @@
+"""PostgreSQL: a read open that reads the restore point with its lookup (``open_at_restore_point``).
+
+The restore point is read in the lookup's snapshot and the rows in a later one; the rows'
+snapshot compares the restore point with the one stored then, so one replaced or removed in
+between is never used (docs/stores.md#reading-by-page). Runs against the server at
+``$DSH_TEST_POSTGRES_URL`` in a throw-away schema; skipped, saying so, without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import dsh
+from dsh._errors import SessionNotFoundError
+from dsh.persistence import Persistence, WriteBehind, open_backend
+from dsh.persistence import _restore_point as rp
+from dsh.persistence._pages import read_pages
+from dsh.testing._stores import postgres_base_url, postgres_unreachable, temporary_postgres_url
+from tests.strategies import StepClock, completed_turn
+
+_REASON = postgres_unreachable()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"SKIPPED LOUDLY: {_REASON}")
+
+
+def _write(url: str, turns: range, clock: StepClock) -> None:
+    """Append 6-event turns to session ``s``; the close keeps a restore point at the end."""
+    with dsh.open(url, clock=clock, write_behind=WriteBehind(restore_point_tail=12)) as store:
+        session = store.session("s")
+        for turn in turns:
+            completed_turn(session, turn)
+            store.flush(session)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with temporary_postgres_url() as url:
+        _write(url, range(1, 6), StepClock())
+        yield url
+
+
+def test_the_lookup_reads_the_restore_point_and_the_read_goes_through_it(pg_url: str) -> None:
+    with Persistence(open_backend(pg_url)) as persistence:
+        whole = persistence.read("s").events
+        with persistence.backend.open_at_restore_point("s") as handle:  # type: ignore[attr-defined]
+            point, cold, source = handle.read_from_restore_point()
+        assert point.state.event_count == len(source) == 30 == len(whole)
+        assert cold.events == ()
+        pages = read_pages(persistence, "s")
+        assert pages.paged and pages.restore is not None
+        assert pages.restore.event_count == 30
+        assert list(pages.events) == list(whole)
+
+
+def test_a_restore_point_replaced_after_the_lookup_is_read_again(pg_url: str) -> None:
+    with Persistence(open_backend(pg_url)) as persistence:
+        handle = persistence.backend.open_at_restore_point("s")  # type: ignore[attr-defined]
+        with handle:
+            # another writer resumes, appends two turns and closes: a new restore point at 43
+            _write(pg_url, range(6, 8), StepClock(2_000_000_000_000))
+            point, cold, source = handle.read_from_restore_point()
+        assert point.state.event_count == len(source) == 43  # the one of now, not 30
+        assert cold.events == ()
+
+
+def test_a_restore_point_removed_after_the_lookup_is_not_used(pg_url: str) -> None:
+    with Persistence(open_backend(pg_url)) as persistence:
+        schema = persistence.backend.schema  # type: ignore[attr-defined]
+        handle = persistence.backend.open_at_restore_point("s")  # type: ignore[attr-defined]
+        with handle:
+            with psycopg.connect(postgres_base_url(), autocommit=True) as conn:
+                conn.execute(f'DELETE FROM "{schema}".restore_points WHERE session_id = %s',
+                             ("s",))
+            with pytest.raises(rp.RestorePointRefused) as refused:
+                handle.read_from_restore_point()
+        assert refused.value.reason == "absent"
+        pages = read_pages(persistence, "s")  # the read falls back and still reads it all
+        assert len(pages.events) == 30
+
+
+def test_the_lookup_of_a_missing_session_raises(pg_url: str) -> None:
+    with Persistence(open_backend(pg_url)) as persistence, \
+            pytest.raises(SessionNotFoundError, match="'nope'"):
+        persistence.backend.open_at_restore_point("nope")  # type: ignore[attr-defined]
