@@ -492,6 +492,27 @@ def test_big_and_small_batches_store_the_same_rows_by_copy_and_by_one_statement(
     assert [dict(e) for e in _stored(pg_url)] == [dict(e) for e in events]
 
 
+def test_deleting_a_session_row_deletes_its_events_and_chain_without_foreign_keys(
+        pg_url: str, backend: Any) -> None:
+    # Migration 10: no reference check per inserted row (every insert holds the session row
+    # locked); the trigger on sessions deletes a session's rows as ON DELETE CASCADE did.
+    schema = _schema(pg_url)
+    backend.create(header("other"))
+    for sid in ("s", "other"):
+        with backend.open(sid, "write") as handle:
+            handle.append([make("session/title", 0, {"title": "a"})])
+            handle.append([make("session/title", 1, {"title": "b"})])
+    assert _sql("SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f' AND "
+                "connamespace = %s::regnamespace AND conrelid::regclass::text LIKE ANY "
+                "(ARRAY[%s, %s])", schema, f"{schema}.events", f"{schema}.chain") == []
+    _sql(f'DELETE FROM "{schema}".sessions WHERE id = %s', "s")
+    for table in ("events", "chain"):
+        counts = dict(_sql(f'SELECT session_id, count(*) FROM "{schema}".{table} '
+                           "GROUP BY session_id"))
+        assert counts == {"other": 2}, table
+    assert [e["seq"] for e in _stored(pg_url, "other")] == [0, 1]
+
+
 def _pooled(url: str) -> int:
     """Connections this process holds to the server (the pool's: named ``dsh pid N``)."""
     return int(_sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",

@@ -25,7 +25,12 @@ Invariants this module owns (docs/rules.md#one-writer-per-session):
   inserted by the statement that moves ``head_seq``, linked there to the session's last record
   (``batch`` the row's ``chain_batches``, ``prev`` the row's ``chain_head``), so it commits or
   not with the batch; the same statement moves ``chain_batches`` and ``chain_head`` (migration
-  9), so a record removed or changed afterwards no longer matches the row's head.
+  9), so a record removed or changed afterwards no longer matches the row's head;
+* ``events`` and ``chain`` carry no foreign key (migration 10): every statement that inserts
+  into them holds the session row locked (``FOR NO KEY UPDATE``, which a ``DELETE`` of the row
+  waits for), so a row can only be inserted for a session row that exists; deleting a session
+  row deletes its events and chain records in the same transaction (trigger
+  ``dsh_session_deleted``), as the former ``ON DELETE CASCADE`` did.
 """
 
 from __future__ import annotations
@@ -135,6 +140,24 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         "sha256('\\x6473682d7365616c2d636861696e00'::bytea || c.hashed) FROM (SELECT "
         "DISTINCT ON (session_id) session_id, batch, hashed FROM {s}.chain ORDER BY "
         "session_id, batch DESC) c WHERE c.session_id = t.id",
+    )),
+    (10, "no foreign keys on the appended tables: a trigger on sessions deletes their rows "
+         "(formats.md)", (
+        # every insert into events and chain already holds its session row locked (the
+        # fence), so the per-row reference check only cost the server a lookup a row
+        "ALTER TABLE {s}.events DROP CONSTRAINT IF EXISTS events_session_id_fkey",
+        "ALTER TABLE {s}.chain DROP CONSTRAINT IF EXISTS chain_session_id_fkey",
+        """CREATE OR REPLACE FUNCTION {s}.dsh_session_deleted() RETURNS trigger
+LANGUAGE plpgsql AS $f$
+BEGIN
+  DELETE FROM {s}.events WHERE session_id = OLD.id;
+  DELETE FROM {s}.chain WHERE session_id = OLD.id;
+  RETURN OLD;
+END
+$f$""",
+        "DROP TRIGGER IF EXISTS dsh_session_deleted ON {s}.sessions",
+        "CREATE TRIGGER dsh_session_deleted AFTER DELETE ON {s}.sessions FOR EACH ROW "
+        "EXECUTE FUNCTION {s}.dsh_session_deleted()",
     )),
 )
 """Forward-only migrations, applied in order under :data:`MIGRATION_LOCK_KEY`."""
