@@ -281,3 +281,59 @@ def test_sqlite_seal_records_end_at_page_bounds_so_a_page_in_checks_its_own_rows
     with dsh.open(f"sqlite:{db}") as store, pytest.raises(LogCorruptError,
                                                            match=r"seq 256\.\.511"):
         store.read("s1")
+
+
+def test_a_sqlite_restore_point_carries_the_seal_records_of_its_last_pages(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/rules.md#verified-page-in, docs/formats.md#restore-points: the seal cut (`s3:`)
+    # carries the range records over the last CUT_TAIL_SEQS seqs before the cut, so a page-in
+    # there is checked against them without reading the seal's records before the cut; a
+    # page-in before them reads those once, and an edited row is refused either way
+    import sqlite3
+
+    from dsh import LogCorruptError
+    from dsh.persistence import WriteBehind, _seal
+    from dsh.persistence import _restore_point as rp
+
+    db = tmp_path / "store.db"
+    with dsh.open(f"sqlite:{db}", write_behind=WriteBehind(restore_point_tail=64)) as store:
+        s = store.session("s1")
+        for _batch in range(30):
+            for n in range(100):
+                s.append("x/tick", {"n": n}, ignorable=True)
+            store.flush(s)
+        total = len(s.events)
+        expected = s.events[total - 300]
+    point = rp.decode_restore_point(
+        (tmp_path / "store.db.dsh-checkpoints" / "s1.ckpt").read_bytes(), session_id="s1",
+        backend="sqlite")
+    assert point.anchor.seal_digest.startswith("s3:")
+    cut = _seal.SealCut.decode(point.anchor.seal_digest)
+    seal = _seal.read_seal(tmp_path / "store.db.dsh-seals" / "s1.seal")
+    assert cut is not None and seal is not None and point.anchor.event_count == total
+    assert cut.tail == tuple(seal.records[-len(cut.tail):])  # the last records, as sealed
+    assert cut.tail[-1][1] == cut.end == total
+    assert total - cut.tail[0][0] >= _seal.CUT_TAIL_SEQS > total - cut.tail[1][0]
+    scanned: list[int] = []
+    real = _seal._scan_ranges
+
+    def counting(data: bytes, pos: int, stop: int, records: list[tuple[int, int, int]]) -> None:
+        real(data, pos, stop, records)
+        scanned.append(len(records))
+
+    monkeypatch.setattr(_seal, "_scan_ranges", counting)
+    with sqlite3.connect(db) as conn:  # same length, another value: one row in the tail,
+        for seq in (total - 5, 7):     # one before it
+            conn.execute("UPDATE events SET data = replace(data, '\"n\":', '\"m\":') "
+                         "WHERE session_id = 's1' AND seq = ?", (seq,))
+    with Persistence(open_backend(f"sqlite:{db}")) as persistence:
+        pages = read_pages(persistence, "s1")
+        assert pages.paged
+        assert pages.events[total - 300] == expected
+        assert scanned == []  # within the carried records: none read before the cut
+        with pytest.raises(LogCorruptError, match=rf"rows of seq \d+\.\.{total - 1} differ"):
+            pages.events[total - 3]
+        assert scanned == []
+        with pytest.raises(LogCorruptError, match=r"rows of seq 0\.\.\d+ differ"):
+            pages.events[3]
+        assert scanned == [cut.records]  # read once, when a page-in reached before the tail

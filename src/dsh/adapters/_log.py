@@ -19,7 +19,7 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -39,6 +39,7 @@ from dsh.persistence import Persistence, SelectsEvents, WriteBehind, open_backen
 from dsh.session import (
     PAGE_EVENTS,
     Event,
+    NodeSeqs,
     PagedLog,
     Session,
     SessionStore,
@@ -452,12 +453,15 @@ class _Marks:
         return overrides
 
 
-def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> list[int]:
+def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> MutableSequence[int]:
     """The surface node seqs of a validated log (appends and replaces, in order).
 
-    ``nodes``: the surface before ``events`` (a restore point's), folded on from there.
+    ``nodes``: the surface before ``events`` (a restore point's), folded on from there; a
+    restore point's packed seqs stay an int64 array (no int object per node: a cold read
+    of the latest items walks back only a few of them).
     """
-    out = list(nodes)
+    out: MutableSequence[int] = (nodes.to_array() if isinstance(nodes, NodeSeqs)
+                                 else list(nodes))
     for event in events:
         op = event.get("surfaceOp")
         if op is None:
@@ -466,12 +470,13 @@ def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> list[in
             out.append(event["seq"])
         else:
             first, last = out.index(op["start"]), out.index(op["end"])
-            out[first:last + 1] = [event["seq"]]
+            del out[first + 1:last + 1]
+            out[first] = event["seq"]
     return out
 
 
 def read_stored(persistence: Persistence, session_id: str
-                ) -> tuple[Sequence[Event], int, tuple[Event, ...], list[int]] | None:
+                ) -> tuple[Sequence[Event], int, tuple[Event, ...], MutableSequence[int]] | None:
     """The stored log as a resume would see it, read without a lock; None when not stored.
 
     Read by page through the log's restore point when it has one (only its tail is read now;
@@ -537,7 +542,7 @@ class _ColdView:
     stored: int
     closers: tuple[Event, ...]
     events: Sequence[Event]
-    nodes: list[int]
+    nodes: MutableSequence[int]
     marks: _Marks
     encoded: dict[int, tuple[bytes | None, ...]]
 

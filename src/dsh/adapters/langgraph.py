@@ -188,7 +188,7 @@ class _Stored:
     events: Sequence[Event]
     stored: int
     closers: tuple[Event, ...]
-    nodes: list[int]
+    nodes: Sequence[int]
 
 
 class _Thread:

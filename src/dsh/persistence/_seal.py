@@ -54,10 +54,11 @@ from dsh.persistence._chain import (
 from dsh.persistence._paths import fsync_folder, open_sidecar, write_all
 from dsh.session import PAGE_EVENTS
 
-__all__ = ["RESTORE_POINT_MARK", "Seal", "SealCut", "append_restore_point_mark",
-           "append_chain_to", "append_restore_point_mark_to", "append_seal", "append_seal_to",
-           "check_byte_seals", "publish_head", "refuse_reseal_over_damage",
-           "check_row_seals", "crc_of", "install_seal", "open_seal_appender", "read_elided",
+__all__ = ["CUT_TAIL_SEQS", "RESTORE_POINT_MARK", "Seal", "SealCut",
+           "append_restore_point_mark", "append_chain_to", "append_restore_point_mark_to",
+           "append_seal", "append_seal_to", "check_byte_seals", "publish_head",
+           "refuse_reseal_over_damage", "check_row_seals", "crc_of", "cut_tail", "install_seal",
+           "open_seal_appender", "read_elided",
            "read_seal", "read_seal_after", "reset_seal", "restore_point_mark", "row_records",
            "rows_crc", "rows_text", "seal_cut", "stage_seal", "staged_name"]
 
@@ -177,6 +178,11 @@ class SealCut:
         chain_end: One past the last seq they chain (0: none).
         chain_hash: The hash of the last of them (zeros: none).
         digest: SHA-256 of the file's bytes from its first record to ``offset``.
+        tail: The last range records before ``offset`` (SQLite: ``(first seq, end seq,
+            crc)``), contiguous and ending at ``end``, covering at least the last
+            :data:`CUT_TAIL_SEQS` seqs when the file holds that many (empty: not carried). A
+            page-in within them is checked against them without reading the records before
+            the cut (docs/rules.md#verified-page-in).
     """
 
     offset: int
@@ -186,31 +192,76 @@ class SealCut:
     chain_end: int
     chain_hash: bytes
     digest: bytes
+    tail: tuple[tuple[int, int, int], ...] = ()
 
     def encode(self) -> str:
-        """The anchor's ``sealDigest`` text: ``s2:`` and the fields, ``:``-separated."""
-        return (f"{_CUT_PREFIX}{self.offset}:{self.records}:{self.end}:{self.batches}:"
-                f"{self.chain_end}:{self.chain_hash.hex()}:{self.digest.hex()}")
+        """The anchor's ``sealDigest`` text: ``s2:`` (``s3:`` with a tail) and the fields.
+
+        The fields are ``:``-separated; an ``s3:`` cut ends with the tail records packed as
+        little-endian ``(u64, u64, u32)``, in hex.
+        """
+        fields = (f"{self.offset}:{self.records}:{self.end}:{self.batches}:"
+                  f"{self.chain_end}:{self.chain_hash.hex()}:{self.digest.hex()}")
+        if not self.tail:
+            return _CUT_PREFIX + fields
+        packed = b"".join(_RECORD.pack(*record) for record in self.tail)
+        return f"{_TAIL_CUT_PREFIX}{fields}:{packed.hex()}"
 
     @classmethod
     def decode(cls, text: str) -> SealCut | None:
-        """The cut an anchor's ``sealDigest`` names, or None (another form, or malformed)."""
-        if not text.startswith(_CUT_PREFIX):
+        """The cut an anchor's ``sealDigest`` names, or None (another form, or malformed).
+
+        A tail that is not whole records, not contiguous, not ending at the cut's ``end``
+        or longer than its ``records`` is malformed.
+        """
+        if text.startswith(_TAIL_CUT_PREFIX):
+            parts, count = text[len(_TAIL_CUT_PREFIX):].split(":"), 8
+        elif text.startswith(_CUT_PREFIX):
+            parts, count = text[len(_CUT_PREFIX):].split(":"), 7
+        else:
             return None
-        parts = text[len(_CUT_PREFIX):].split(":")
-        if len(parts) != 7 or not all(p.isdigit() and p.isascii() for p in parts[:5]):
+        if len(parts) != count or not all(p.isdigit() and p.isascii() for p in parts[:5]):
             return None
         try:
             chain_hash, digest = bytes.fromhex(parts[5]), bytes.fromhex(parts[6])
+            packed = bytes.fromhex(parts[7]) if count == 8 else b""
         except ValueError:
             return None
-        if len(chain_hash) != 32 or len(digest) != 32:
+        if len(chain_hash) != 32 or len(digest) != 32 or len(packed) % _RECORD.size \
+                or (count == 8 and not packed):
             return None
         offset, records, end, batches, chain_end = map(int, parts[:5])
-        return cls(offset, records, end, batches, chain_end, chain_hash, digest)
+        tail = tuple(_RECORD.iter_unpack(packed))
+        expected = tail[0][0] if tail else end
+        for start, stop, _ in tail:
+            if start != expected or stop <= start:
+                return None
+            expected = stop
+        if expected != end or len(tail) > records:
+            return None
+        return cls(offset, records, end, batches, chain_end, chain_hash, digest, tail)
 
 
 _CUT_PREFIX: Final = "s2:"
+_TAIL_CUT_PREFIX: Final = "s3:"
+
+CUT_TAIL_SEQS: Final = 4 * PAGE_EVENTS
+"""Seqs before a SQLite restore point's cut whose seal records its :class:`SealCut` carries
+(``tail``): the pages a read of the latest items of a session pages in."""
+
+
+def cut_tail(records: Sequence[tuple[int, int, int]], end: int
+             ) -> tuple[tuple[int, int, int], ...]:
+    """The last range records covering at least :data:`CUT_TAIL_SEQS` seqs before ``end``.
+
+    ``records`` are contiguous, the last ending at ``end``; all of them when they cover fewer.
+    Returns :attr:`SealCut.tail` (docs/formats.md#restore-points).
+    """
+    first = len(records)
+    while first and end - records[first - 1][0] <= CUT_TAIL_SEQS:
+        first -= 1
+    first = max(0, first - 1)  # the record reaching back past the mark too
+    return tuple(records[first:])
 
 
 def _records_start(path: Path, data: bytes) -> tuple[int, int, bytes, Head | None] | None:
@@ -240,10 +291,12 @@ def _records_start(path: Path, data: bytes) -> tuple[int, int, bytes, Head | Non
     return head + length + slots, version, identity, published
 
 
-def seal_cut(path: Path, records: int, end: int, chain: ChainState | None) -> SealCut | None:
+def seal_cut(path: Path, records: int, end: int, chain: ChainState | None,
+             tail: Sequence[tuple[int, int, int]] = ()) -> SealCut | None:
     """The :class:`SealCut` of the seal file as it is now, for a restore point's anchor.
 
-    The caller's records and chain must be exactly those in the file (no rewrite pending).
+    The caller's records and chain must be exactly those in the file (no rewrite pending);
+    ``tail``: the last of those range records, carried in the cut (:attr:`SealCut.tail`).
     None when the file cannot be read or holds no header (the anchor then digests the
     records themselves, as before).
     """
@@ -264,7 +317,7 @@ def seal_cut(path: Path, records: int, end: int, chain: ChainState | None) -> Se
                    chain.end if chain is not None else 0,
                    last.hash if last is not None else (
                        chain.elided_hash if chain is not None else bytes(32)),
-                   hashlib.sha256(memoryview(data)[found[0]:]).digest())
+                   hashlib.sha256(memoryview(data)[found[0]:]).digest(), tuple(tail))
 
 
 def read_seal(path: Path) -> Seal | None:

@@ -94,6 +94,7 @@ from dsh.persistence._seal import (
     append_restore_point_mark_to,
     append_seal_to,
     check_row_seals,
+    cut_tail,
     install_seal,
     open_seal_appender,
     publish_head,
@@ -1871,8 +1872,11 @@ class SqliteHandle(HandleBase):
                 logger.debug("seal %s not rewritten before a restore point: %s",
                              self._seal_file, exc)
         if not self._seal_rewrite and sealed == count:
+            # the records over the last pages ride along: a read of the latest events pages
+            # them in checked against these, without the seal's records before the cut
+            known = [*cut.tail, *seals] if cut is not None else seals
             found = seal_cut(self._seal_file, (cut.records if cut is not None else 0)
-                             + len(seals), count, self._chain)
+                             + len(seals), count, self._chain, cut_tail(known, count))
             if found is not None:
                 return found.encode()
         try:
@@ -2033,7 +2037,8 @@ class SqliteHandle(HandleBase):
                          srp.last_row_digest(rows[-1][1:]) if rows else anchor.tail_digest)
         seal_file = self._seal_file
         source = srp.SqlitePrefixSource(
-            self._backend.path, self._id, cut, seals=records, legacy=legacy,
+            self._backend.path, self._id, cut, seals=[*elided.tail, *records]
+            if elided is not None else records, legacy=legacy,
             elided=None if elided is None
             else lambda: read_elided(seal_file, elided, chain=False)[0])
         return ColdRead(header=header, events=tuple(events), torn=None,

@@ -60,9 +60,11 @@ class SqlitePrefixSource:
         path: The database file.
         session_id: The session.
         cut: Events served (seqs ``0 .. cut - 1``).
-        seals: The seal records ``(first seq, end seq, crc)`` read at the resume.
+        seals: The seal records ``(first seq, end seq, crc)`` read at the resume, and those
+            its :class:`~dsh.persistence._seal.SealCut` carries (contiguous).
         elided: Reads the records before the cut that the resume left unread (past a
-            :class:`~dsh.persistence._seal.SealCut`), called on the first page-in.
+            :class:`~dsh.persistence._seal.SealCut`), called on the first page-in that
+            reaches before ``seals``.
         legacy: A schema-14 file (scalar rows, no ``ignorable`` column).
     """
 
@@ -81,22 +83,26 @@ class SqlitePrefixSource:
         self._seals = [r for r in seals or () if r[0] < cut]
         self._seal_starts = [r[0] for r in self._seals]
         # the records a resume left unread (before a SealCut), read on the first page-in
+        # that reaches before the records it carries
         self._elided = elided
-        self._verified: set[int] = set()
+        self._verified: set[int] = set()  # the first seqs of the records checked
         self._conn: sqlite3.Connection | None = None
         self._mutex = threading.Lock()
 
     def __len__(self) -> int:
         return self._cut
 
-    def _load_elided(self) -> None:
+    def _load_elided(self, start: int) -> None:
         """Put the seal records the resume left unread in front of the others (once).
+
+        Only when a page-in from ``start`` reaches before the records known.
 
         Raises:
             SealDamagedError: the seal's bytes before the cut changed since the resume.
         """
-        if self._elided is not None:
-            older = [r for r in self._elided() if r[0] < self._cut]
+        if self._elided is not None and (not self._seals or start < self._seals[0][0]):
+            low = self._seals[0][0] if self._seals else self._cut
+            older = [r for r in self._elided() if r[0] < low]
             self._seals[:0] = older
             self._seal_starts[:0] = [r[0] for r in older]
             self._elided = None
@@ -121,7 +127,7 @@ class SqlitePrefixSource:
                 # the session may outlive its store: the connection lives as long as this
                 # source and is closed with it (not left to the collector, which warns)
                 weakref.finalize(self, self._conn.close)
-            self._load_elided()
+            self._load_elided(start)
             # from the row holding start: the last row at or before it (a packed row
             # is keyed by its first member), not a packed row's worth of rows earlier
             seals = self._seals
@@ -130,7 +136,7 @@ class SqlitePrefixSource:
             for i in range(first, len(seals)):
                 if seals[i][0] >= stop:
                     break
-                if seals[i][1] > start and i not in self._verified:
+                if seals[i][1] > start and seals[i][0] not in self._verified:
                     todo.append(i)
             lo = min(start, seals[todo[0]][0]) if todo else start
             hi = max(stop, seals[todo[-1]][1]) if todo else stop
@@ -151,7 +157,7 @@ class SqlitePrefixSource:
                     f"integrity seal), found paging in events from seq {start} after a "
                     f"resume from a restore point; run dsh verify, restore the database "
                     f"from a copy", path=str(self._path), session_id=self._id, seq=s)
-            self._verified.add(i)
+            self._verified.add(s)
         # from the row holding start again, as the query without the seals
         keep = max(0, bisect.bisect_right(row_seqs, start) - 1)
         return rows[keep:bisect.bisect_left(row_seqs, stop)]
@@ -214,7 +220,7 @@ class SqlitePrefixSource:
         if self._elided is not None:
             try:
                 with self._mutex:
-                    self._load_elided()
+                    self._load_elided(start)
             except LogCorruptError as exc:
                 raise self._unreadable(start, stop, exc) from exc
         if self._version != 17 or not self._seals or self._seals[-1][1] < stop:
