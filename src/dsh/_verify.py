@@ -30,17 +30,18 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from typing import Any, Final
 
 from dsh._errors import DshError, EventRejectedError
 from dsh.compaction import check_compaction_log
-from dsh.json import FrozenDict, dumps, snapshot_json
+from dsh.json import FrozenDict, c_stored_prescan, dumps, snapshot_json
 from dsh.session import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
     Event,
     Session,
-    SurfaceFold,
+    Surface,
     Violation,
     check_log,
     fold_surface,
@@ -112,6 +113,27 @@ def _as_events(events: Iterable[Mapping[str, Any]]) -> tuple[list[Event], list[V
     return out, []
 
 
+def _unknown_types(log: Sequence[Event]) -> list[Violation]:
+    """An ``UNKNOWN_EVENT_TYPE`` violation per event of an unknown, non-ignorable type.
+
+    The C prescan finds the first one (or says there is none) without a Python pass.
+    """
+    start = 0
+    if c_stored_prescan is not None and type(log) is list:
+        start = c_stored_prescan(log, KNOWN_EVENT_TYPES)[1]
+        if start < 0:
+            return []
+    found: list[Violation] = []
+    for event in islice(log, start, None):
+        etype = event.get("type")
+        if etype not in KNOWN_EVENT_TYPES and event.get("ignorable") is not True:
+            seq = event.get("seq")
+            found.append(Violation(seq if type(seq) is int else None, UNKNOWN_EVENT_TYPE,
+                                   f"event type {etype!r} at seq {seq} is unknown to this dsh "
+                                   "and not marked ignorable"))
+    return found
+
+
 def _default_header(events: Sequence[Event]) -> FrozenDict:
     first = events[0].get("time") if events else 0
     created = first if type(first) is int and first >= 0 else 0
@@ -139,22 +161,31 @@ def _answered_id(event: Event) -> str | None:
     return str(call_id) if call_id is not None else None
 
 
-def _pairing(events: Sequence[Event], fold: SurfaceFold | None) -> list[Violation]:
+def _pairing(events: Sequence[Event], surface: Surface | None,
+             closers: Sequence[Event] | None) -> list[Violation]:
     """Pair tool calls and results by id over the surface of ``events`` + repair closers.
 
-    ``fold`` is the surface of ``events`` alone (``None``: it was refused), reused when
-    there is no closer.
+    ``surface`` is the surface of ``events`` alone (``None``: it was refused); the closers'
+    surface ops are folded on from it (one pass over the log in all). ``closers`` are the
+    repair closers of ``events`` when the caller has them, else they are computed here.
     """
-    try:
-        closers = interrupted_turn_closers(events)
-    except EventRejectedError as error:
-        return [Violation(_where_seq(error), REPAIR,
-                          f"the crash repair of the last turn failed: {error.message}")]
-    log = [*events, *closers] if closers else events
-    try:
-        nodes = (fold_surface(log) if closers or fold is None else fold).nodes
-    except EventRejectedError:
+    if closers is None:
+        try:
+            closers = interrupted_turn_closers(events)
+        except EventRejectedError as error:
+            return [Violation(_where_seq(error), REPAIR,
+                              f"the crash repair of the last turn failed: {error.message}")]
+    if surface is None:
         return []  # reported by the surface check
+    log = [*events, *closers] if closers else events
+    if closers:
+        surface = Surface.resume(surface.nodes, surface.replace_generation)
+        try:
+            for seq in range(len(events), len(log)):
+                surface.apply(surface.plan(log[seq], seq, log))
+        except EventRejectedError:
+            return []  # a closer the repair builds is never refused; nothing to pair then
+    nodes = surface.nodes
     repaired = len(events)
     pending: dict[str, int] = {}
     answered: set[str] = set()
@@ -190,7 +221,8 @@ def _pairing(events: Sequence[Event], fold: SurfaceFold | None) -> list[Violatio
 
 
 def verify_events(events: Iterable[Mapping[str, Any]], *,
-                  header: Mapping[str, Any] | None = None) -> list[Violation]:
+                  header: Mapping[str, Any] | None = None,
+                  closers: Sequence[Event] | None = None) -> list[Violation]:
     """Check one session log and return every violation found (empty when valid).
 
     Args:
@@ -200,6 +232,9 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
         header: The stored ``SessionHeader`` wire object; omitted: a minimal version-0 header
             (id ``verify``, ``createdAt`` the first event's time). Its ``seedLength`` is the
             inherited event count of a fork.
+        closers: The log's crash-repair closers (``interrupted_turn_closers(events)``) when
+            the caller already has them, e.g. from the read pipeline
+            (docs/rules.md#the-read-pipeline); omitted: computed here.
 
     Returns:
         list[Violation]: in check order (vocabulary, restore, surface, tool pairing,
@@ -217,13 +252,7 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
     log, found = _as_events(events)
     if found:
         return found
-    for event in log:
-        etype = event.get("type")
-        if etype not in KNOWN_EVENT_TYPES and event.get("ignorable") is not True:
-            seq = event.get("seq")
-            found.append(Violation(seq if type(seq) is int else None, UNKNOWN_EVENT_TYPE,
-                                   f"event type {etype!r} at seq {seq} is unknown to this dsh "
-                                   "and not marked ignorable"))
+    found.extend(_unknown_types(log))
     if header is None:
         stored = _default_header(log)
     else:
@@ -235,20 +264,24 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
         stored = frozen if isinstance(frozen, FrozenDict) else FrozenDict(frozen)
     seed_length = stored.get("seedLength")
     restore_seq: int | None = -1
+    surface: Surface | None = None
     try:
-        Session.restore(str(stored.get("id") or "verify"), log, stored,
-                        inherited_event_count=seed_length if type(seed_length) is int else 0)
+        # restore folds the surface by the same rules: its surface is the log's, no second fold
+        surface = Session.restore(str(stored.get("id") or "verify"), log, stored,
+                                  inherited_event_count=seed_length if type(seed_length) is int
+                                  else 0).surface
     except DshError as error:
         restore_seq = _where_seq(error)
         found.append(Violation(restore_seq, error.code, " ".join(error.message.split())))
-    fold: SurfaceFold | None = None
-    try:
-        fold = fold_surface(log)
-    except DshError as error:
-        seq = _where_seq(error)
-        if seq != restore_seq:
-            found.append(Violation(seq, error.code, " ".join(error.message.split())))
-    found.extend(_pairing(log, fold))
+        try:  # the first surface refusal may lie elsewhere than the restore's
+            fold = fold_surface(log)
+            surface = Surface.resume(fold.nodes, len(fold.replacements))
+        except DshError as fold_error:
+            seq = _where_seq(fold_error)
+            if seq != restore_seq:
+                found.append(Violation(seq, fold_error.code,
+                                       " ".join(fold_error.message.split())))
+    found.extend(_pairing(log, surface, closers))
     found.extend(Violation(v.seq, v.rule, v.message) for v in check_log(log))
     found.extend(Violation(v.seq, f"COMPACTION_{v.rule}", v.message)
                  for v in check_compaction_log(log))

@@ -91,7 +91,8 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     if check.status in ("consistent", "ignored"):
         notes.append(f"{session_id}: {check.message}")
     return found + [replace(v, session_id=session_id)
-                    for v in verify_events(read.stored_events, header=read.header)]
+                    for v in verify_events(read.stored_events, header=read.header,
+                                          closers=read.closers)]
 
 
 def verify(
