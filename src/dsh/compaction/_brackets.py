@@ -167,18 +167,37 @@ def check_compaction_log(events: Sequence[Event]) -> list[Violation]:
         One :class:`~dsh.session.Violation` per broken rule, with rules ``ID``, ``NESTED``,
         ``OWNER``, ``UNENCLOSED``, ``SUMMARY``, ``CROSSING`` or ``CHECKPOINT``.
     """
-    tolerated = _cleared_orphans(events)
-    state = CompactionTraceState()
+    tolerated: frozenset[int] | None = None  # found when a rule first needs it
+    open_turn: int | None = None
+    bracket: _Bracket | None = None
     found: list[Violation] = []
     watched = _WATCHED
     for event in events:
         kind = event["type"]
-        if type(kind) is str and kind not in watched and not kind.startswith("compaction/"):
+        # the common events inline, as _step treats them: no state object per event
+        if bracket is None and kind == "turn/end":
+            open_turn = None
+            continue
+        if bracket is None and kind == "turn/start":
+            data = event["data"]
+            number = data.get("turn") if isinstance(data, dict) else None
+            open_turn = number if type(number) is int else -1
+            continue
+        if kind == "user/message":
+            data = event["data"]
+            source = data.get("source") if isinstance(data, dict) else None
+            if source is None or (isinstance(source, dict) and source.get("kind") != "plugin"):
+                continue  # not a checkpoint's source: _step leaves the state as it is
+        elif type(kind) is str and kind not in watched and not kind.startswith("compaction/"):
             continue  # _step leaves the state as it is (most of a log)
+        if tolerated is None:
+            tolerated = _cleared_orphans(events)
         try:
-            state = _step(state, event, tolerated)
+            state = _step(CompactionTraceState(open_turn, bracket), event, tolerated)
         except _Broken as broken:
             found.append(Violation(event["seq"], broken.rule, str(broken)))
+        else:
+            open_turn, bracket = state.open_turn, state.bracket
     return found
 
 

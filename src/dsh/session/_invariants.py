@@ -323,6 +323,51 @@ class InvariantTrace:
             self.apply(event)
 
 
+_BOUNDARIES: Final = frozenset({"turn/start", "turn/end", "step/start", "step/end"})
+_NO_CALLS: Final[frozenset[str]] = frozenset()
+
+
+def _boundary(state: _Trace, kind: str, data: Any, seq: int) -> bool:
+    """Apply a turn or step boundary that keeps every rule; False: let the full check judge it.
+
+    The fast path of :func:`check_log`: ``seq`` already follows ``state.last_seq``; each
+    branch is the valid case of :func:`_check` and the effect :func:`_advance` gives it.
+    """
+    if not isinstance(data, dict):
+        return False
+    turn = data.get("turn")
+    open_turn = state.open_turn
+    # ``_same`` inlined: bool is never a number, None equals only None
+    same_turn = type(turn) is type(open_turn) and turn == open_turn
+    if kind == "step/start":
+        step, next_step = data.get("step"), state.next_step
+        if open_turn is None or state.open_step is not None or not same_turn \
+                or type(step) is not type(next_step) or step != next_step:
+            return False
+        state.open_step = step
+    elif kind == "step/end":
+        step, open_step = data.get("step"), state.open_step
+        if open_turn is None or open_step is None or not same_turn \
+                or type(step) is not type(open_step) or step != open_step:
+            return False
+        state.next_step = step + 1 if type(step) is int else state.next_step + 1
+        state.open_step, state.pending_calls = None, _NO_CALLS
+    elif kind == "turn/start":
+        next_turn = state.next_turn
+        if open_turn is not None or type(turn) is not type(next_turn) or turn != next_turn:
+            return False
+        state.open_turn, state.open_step = turn, None
+        state.next_step, state.pending_calls = 1, _NO_CALLS
+    else:  # turn/end
+        if open_turn is None or state.open_step is not None or not same_turn:
+            return False
+        state.next_turn = turn + 1 if type(turn) is int else state.next_turn + 1
+        state.open_turn = None
+        state.next_step, state.pending_calls = 1, _NO_CALLS
+    state.last_seq = seq
+    return True
+
+
 def check_log(events: Iterable[Event]) -> list[Violation]:
     """Check a whole log and return every violation, in log order (for ``dsh verify``).
 
@@ -340,10 +385,12 @@ def check_log(events: Iterable[Event]) -> list[Violation]:
     violations: list[Violation] = []
     for event in events:
         kind = event.get("type")
-        if type(kind) is str and kind not in _RULED:
-            seq = event.get("seq")
-            if type(seq) is int and seq > state.last_seq:
+        seq = event.get("seq")
+        if type(seq) is int and seq > state.last_seq and type(kind) is str:
+            if kind not in _RULED:
                 state.last_seq = seq  # its only rule and its only effect
+                continue
+            if kind in _BOUNDARIES and _boundary(state, kind, event.get("data"), seq):
                 continue
         try:
             _check(state, event)
