@@ -921,6 +921,29 @@ def test_seqs_contiguous_is_true_exactly_when_every_seq_is_its_index(
     assert dj.c_seqs_contiguous(tuple(events) if as_tuple else events, base) is expected
 
 
+def test_seqs_contiguous_with_a_type_also_requires_that_type_and_frozen_data() -> None:
+    # the append path's trust check (SqliteHandle._admit): a batch Session built is exactly
+    # Event with frozen data; anything else goes through validate_batch
+    from dsh.json import FrozenDict, FrozenList
+    from dsh.session import Event
+
+    def event(seq: int, data: Any) -> Any:
+        return as_event({"type": "x/y", "seq": seq, "time": 1, "data": data})
+
+    good = [event(3, FrozenDict({"a": 1})), event(4, FrozenList([1]))]
+    assert dj.c_seqs_contiguous(good, 3, Event) is True
+    assert dj.c_seqs_contiguous(tuple(good), 3, Event) is True
+    assert dj.c_seqs_contiguous(good, 4, Event) is False  # not contiguous
+    plain = [good[0], {"type": "x/y", "seq": 4, "time": 1, "data": FrozenDict()}]
+    assert dj.c_seqs_contiguous(plain, 3) is True and dj.c_seqs_contiguous(plain, 3, Event) is False
+    for data in ({"a": 1}, [1], "text", 7, None):
+        assert dj.c_seqs_contiguous([good[0], event(4, data)], 3, Event) is False
+    assert dj.c_seqs_contiguous([as_event({"type": "x/y", "seq": 3, "time": 1})], 3,
+                                Event) is False  # no data
+    with pytest.raises(TypeError):
+        dj.c_seqs_contiguous(good, 3, "Event")
+
+
 def test_open_turn_closers_name_the_same_gap_with_and_without_the_accelerator(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import dsh.session._repair as repair

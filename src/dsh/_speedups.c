@@ -2491,10 +2491,13 @@ encode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyDoc_STRVAR(seqs_contiguous_doc,
-"seqs_contiguous(events, base, /) -> bool\n\n"
+"seqs_contiguous(events, base[, event_type], /) -> bool\n\n"
 "True when every item of the list or tuple events is a dict whose \"seq\" is an exact int\n"
 "equal to base + its index. False at the first one that is not: the caller's Python loop\n"
-"(dsh.session.repair.open_turn_closers) then names it.");
+"(dsh.session.repair.open_turn_closers) then names it. With event_type, also False unless\n"
+"every item is exactly of that type and its \"data\" a FrozenDict or FrozenList (or a\n"
+"subclass): a batch the append path trusts as built by Session (its Python reference is\n"
+"dsh.persistence.sqlite._backend.SqliteHandle._admit).");
 
 static PyObject *
 seqs_contiguous(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -2506,10 +2509,14 @@ seqs_contiguous(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!configured()) {
         return NULL;
     }
-    if (nargs != 2 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
-            || !PyLong_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "seqs_contiguous(list | tuple, int)");
+    PyTypeObject *event_type = NULL;
+    if (nargs < 2 || nargs > 3 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
+            || !PyLong_CheckExact(args[1]) || (nargs == 3 && !PyType_Check(args[2]))) {
+        PyErr_SetString(PyExc_TypeError, "seqs_contiguous(list | tuple, int[, type])");
         return NULL;
+    }
+    if (nargs == 3) {
+        event_type = (PyTypeObject *)args[2];
     }
     base = PyLong_AsLongLongAndOverflow(args[1], &overflow);
     if (overflow || (base == -1 && PyErr_Occurred())) {
@@ -2521,6 +2528,17 @@ seqs_contiguous(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (i = 0; i < n; i++) {
         if (!PyDict_Check(items[i])) {
             Py_RETURN_FALSE;
+        }
+        if (event_type != NULL) {
+            PyObject *data;
+            if (Py_TYPE(items[i]) != event_type) {
+                Py_RETURN_FALSE;
+            }
+            data = PyDict_GetItem(items[i], s_data);
+            if (data == NULL || !(PyType_IsSubtype(Py_TYPE(data), frozen_dict_type)
+                                  || PyType_IsSubtype(Py_TYPE(data), frozen_list_type))) {
+                Py_RETURN_FALSE;
+            }
         }
         seq = PyDict_GetItem(items[i], s_seq);
         if (seq == NULL || !PyLong_CheckExact(seq)) {

@@ -950,7 +950,7 @@ class Session:
                         raise _reject(f"seed event at index {index} has an invalid event "
                                       f"envelope: not an object ({type(event).__name__})",
                                       "ENVELOPE", seed_index=index)
-                    event = Event(event)
+                    event = as_event(event)  # its values are frozen: no copy of them
             else:
                 event = raw
                 if type(event) is not Event:
@@ -1617,8 +1617,10 @@ class SeedStream:
         """
         log = self._log
         base = len(log)
+        # ``type(...) is dict`` first: the ABC check costs a microsecond an event
         self._settled.real = any(
-            isinstance(event, Mapping) and event.get("type") == "tool/result"
+            (type(event) is dict or isinstance(event, Mapping))
+            and event.get("type") == "tool/result"
             and isinstance(event.get("surfaceOp"), Mapping) for event in batch)
         if self._settled.real:
             log.drop_pages()

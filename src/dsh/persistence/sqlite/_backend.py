@@ -2062,6 +2062,9 @@ class SqliteHandle(HandleBase):
                 f"append seq mismatch for session {self._id!r}: expected a non-negative integer "
                 f"seq at batch index 0, got {first!r}", code="SEQ_MISMATCH",
                 session_id=self._id)
+        if c_seqs_contiguous is not None and type(events) in (list, tuple) \
+                and c_seqs_contiguous(events, first, Event):
+            return events  # the checks below in one C pass (a batch Session built, in order)
         if not all(type(e) is Event and isinstance(e.get("data"), _FROZEN) for e in events):
             return validate_batch(events, first, self._id)
         if c_seqs_contiguous is not None and type(events) in (list, tuple) \
