@@ -42,7 +42,7 @@ import dsh.persistence.sqlite._schema as sqlite_schema
 import dsh.session._session as session_module
 import dsh.session._surface as surface_module
 from dsh._errors import DshError
-from dsh.json import FrozenDict, FrozenList, dumps
+from dsh.json import FrozenDict, FrozenList, dumps, thaw
 from dsh.persistence._contract import ColdRead
 from dsh.persistence._legacy import python_stored_prescan
 from dsh.session._events import KNOWN_EVENT_TYPES, SURFACE_EVENT_TYPES, Event, as_event
@@ -396,6 +396,18 @@ def test_read_pipeline_matches_python_with_and_without_prescan(picks: list[Event
 # --- restore admission -----------------------------------------------------------------------
 
 
+def damage_at(seed: list[Any], damage: tuple[float, tuple[str, Any]]) -> tuple[int, dict[str, Any]]:
+    """The event at fraction ``damage[0]`` of ``seed`` as a dict, its key dropped or set."""
+    i = min(len(seed) - 1, int(len(seed) * damage[0]))
+    key, value = damage[1]
+    fields = dict(seed[i])
+    if key == "drop":
+        fields.pop(value, None)
+    elif key != "plain":
+        fields[key] = value
+    return i, fields
+
+
 def restore_outcome(seed: Any, header: Any, fast: bool) -> tuple[Any, ...]:
     saved = session_module.c_admit_plain
     if not fast:
@@ -426,21 +438,54 @@ def test_restore_matches_python_with_and_without_specials(script: Any, damage: A
     apply_script(session, script)
     seed: list[Any] = list(session.events)
     if damage is not None and seed:
-        i = min(len(seed) - 1, int(len(seed) * damage[0]))
-        key, value = damage[1]
-        fields = dict(seed[i])
-        if key == "drop":
-            fields.pop(value, None)
-        elif key == "plain":
-            seed[i] = fields  # a plain dict, not an Event
-        else:
-            fields[key] = value
-        if key != "plain":
-            seed[i] = as_event(fields)  # values stay frozen; no snapshot (it refuses 2**53)
+        i, fields = damage_at(seed, damage)
+        # "plain": a plain dict, not an Event; else values stay frozen, no snapshot (it
+        # refuses 2**53)
+        seed[i] = fields if damage[1][0] == "plain" else as_event(fields)
     header = session.header
     for container in (seed, tuple(seed)):
         fast = restore_outcome(container, header, True)
         assert fast == restore_outcome(container, header, False)
+
+
+def create_outcome(seed: Any, header: Any, fast: bool) -> tuple[Any, ...]:
+    saved = session_module.c_admit_plain, session_module.c_snapshot_events
+    if not fast:
+        session_module.c_admit_plain = session_module.c_snapshot_events = None
+    try:
+        def run() -> Any:
+            created = Session.create("s", seed=seed, header=header, clock=StepClock())
+            return (deep_types(list(created.events)), list(created.surface.nodes),
+                    deep_types(created.derive_messages()), created.header)
+        return outcome(run)
+    finally:
+        session_module.c_admit_plain, session_module.c_snapshot_events = saved
+
+
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(script=log_scripts(open_tail=None), damage=st.one_of(
+    st.none(), st.tuples(st.floats(0, 1), st.sampled_from([
+        ("seq", 99), ("time", 2**53), ("time", float("nan")), ("type", 3),
+        ("type", "session/end-seed"), ("extra", 1), ("ignorable", True), ("ignorable", False),
+        ("data", None), ("data", {"turn": 0}), ("data", {"turn": 1, "step": True}),
+        ("data", ("not", "json")), ("data", {"n": 2**60}), ("drop", "data"),
+        ("type", "turn/start"), ("type", "step/end"), ("surfaceOp", "append"),
+        ("sourceEventSeqs", [99]), ("drop", "surfaceOp")]))), plain=st.booleans())
+def test_create_matches_python_with_and_without_specials(script: Any, damage: Any,
+                                                         plain: bool) -> None:
+    # Session.create's snapshot seed (imports): frozen in C, plain events admitted in C,
+    # turn-shaped ones checked in Python; the same session or the same refusal either way
+    session = Session.create("s", clock=StepClock())
+    apply_script(session, script)
+    seed: list[Any] = [thaw(e) if plain else e for e in session.events]
+    if damage is not None and seed:
+        i, fields = damage_at(seed, damage)
+        seed[i] = fields
+    header = dict(session.header)
+    for container in (seed, tuple(seed)):
+        fast = create_outcome(container, header, True)
+        assert fast == create_outcome(container, header, False)
 
 
 def test_admit_plain_stops_at_each_event_that_needs_a_look() -> None:
@@ -471,6 +516,34 @@ def test_admit_plain_stops_at_each_event_that_needs_a_look() -> None:
     assert stops(shifted)[0] == [0, 1, 4, 5]
     assert stops(events[2:4], base=2) == ([], [2], {2: events[2]["data"]})
     assert stops(events[2:4], base=0)[0] == [0, 1]  # seqs must be base + index
+    # an ignorable log-only event is plain too; a stop type always goes to Python
+    marked = [*events[:3], as_event({**events[3], "ignorable": True}), *events[4:]]
+    assert stops(marked) == ([0, 4, 5], [2], {2: events[2]["data"]})
+    false = [*events[:3], as_event({**events[3], "ignorable": False}), *events[4:]]
+    assert stops(false)[0] == [0, 3, 4, 5]
+    found, pos = [], 0
+    while (stop := dj.c_admit_plain(events, pos, 0, Event, SURFACE_EVENT_TYPES, [], {},
+                                    frozenset({"turn/start", "turn/end"}))) < len(events):
+        found.append(stop)
+        pos = stop + 1
+    assert found == [0, 1, 3, 4, 5]
+
+
+def test_snapshot_events_freezes_as_events_up_to_one_python_must_judge() -> None:
+    plain = [{"type": "x/y", "seq": 0, "time": 1, "data": {"a": [1, 2.0]}},
+             as_event({"type": "x/y", "seq": 1, "time": 1, "data": FrozenDict()}),
+             {"type": "x/y", "seq": 2, "time": 1, "data": "s\ud83d\ude00"},  # a pair to join
+             {"type": "x/y", "seq": 3, "time": 1, "data": None}]
+    out: list[Any] = []
+    assert dj.c_snapshot_events(plain, 0, Event, out) == 2
+    assert [type(e) for e in out] == [Event, Event] and out[0] == {**plain[0],
+                                                                    "data": {"a": [1, 2]}}
+    assert out[1] is plain[1] and type(out[0]["data"]["a"][1]) is int
+    assert dj.c_snapshot_events(plain, 3, Event, out) == 4 and out[2] == plain[3]
+    assert dj.c_snapshot_events([[1]], 0, Event, []) == 0  # not an object: Python refuses it
+    assert dj.c_snapshot_events([{"n": float("nan")}], 0, Event, []) == 0
+    with pytest.raises(TypeError):
+        dj.c_snapshot_events(plain, 0, dict, [])
 
 
 def test_load_paths_without_the_accelerator_give_the_same_session(tmp_path: Path) -> None:
@@ -924,9 +997,6 @@ def test_seqs_contiguous_is_true_exactly_when_every_seq_is_its_index(
 def test_seqs_contiguous_with_a_type_also_requires_that_type_and_frozen_data() -> None:
     # the append path's trust check (SqliteHandle._admit): a batch Session built is exactly
     # Event with frozen data; anything else goes through validate_batch
-    from dsh.json import FrozenDict, FrozenList
-    from dsh.session import Event
-
     def event(seq: int, data: Any) -> Any:
         return as_event({"type": "x/y", "seq": seq, "time": 1, "data": data})
 

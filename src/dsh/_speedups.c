@@ -3,8 +3,9 @@
  * mirrored by pure-Python code that runs when this module is missing and stays the reference
  * (the tests compare both):
  *
- *   freezing (dsh.json)   freeze_parsed, snapshot, untrack: orjson trees and caller data ->
- *                         FrozenDict/FrozenList trees, numbers checked, out of the cyclic GC
+ *   freezing (dsh.json)   freeze_parsed, snapshot, snapshot_events, untrack: orjson trees and
+ *                         caller data -> FrozenDict/FrozenList trees (Events), numbers
+ *                         checked, out of the cyclic GC
  *   the load path         scan_lines (JSONL records), decode_rows (SQLite rows), stored_prescan,
  *                         message_shape_ok, admit_plain (restore admission), seqs_contiguous
  *   the session           gather_messages (derive_messages)
@@ -681,6 +682,85 @@ snapshot(PyObject *module, PyObject *obj)
         return NULL;
     }
     return walk(obj, 0, 0);
+}
+
+PyDoc_STRVAR(snapshot_events_doc,
+"snapshot_events(seed, start, event_type, out, /) -> int\n\n"
+"Append to the list out the snapshot of each item of the list or tuple seed from index start\n"
+"on, as an exact event_type (a FrozenDict subclass adding no attributes) when snapshot()\n"
+"gives a FrozenDict; an event_type item already untracked is appended as it is. Stops at the\n"
+"first item snapshot() leaves to the Python walk (Fallback), or whose snapshot is no\n"
+"FrozenDict, and returns its index (len(seed) when none): the caller judges it. The Python\n"
+"reference is dsh.session._session._frozen_prefix.");
+
+static PyObject *
+snapshot_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *seed, *out, **items;
+    PyTypeObject *event_type;
+    Py_ssize_t i, n, start;
+
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs != 4 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
+            || !PyType_Check(args[2]) || !PyList_CheckExact(args[3])
+            || !PyType_IsSubtype((PyTypeObject *)args[2], frozen_dict_type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "snapshot_events(list | tuple, int, FrozenDict subclass, list)");
+        return NULL;
+    }
+    start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    seed = args[0];
+    event_type = (PyTypeObject *)args[2];
+    out = args[3];
+    n = PySequence_Fast_GET_SIZE(seed);
+    items = PySequence_Fast_ITEMS(seed);
+    for (i = start < 0 ? 0 : start; i < n; i++) {
+        PyObject *snap, *event;
+        int appended;
+        if (Py_TYPE(items[i]) == event_type && !is_tracked(items[i])) {
+            event = Py_NewRef(items[i]);  /* made by a validating constructor */
+        }
+        else {
+            snap = walk(items[i], 0, 0);
+            if (snap == NULL) {
+                if (PyErr_ExceptionMatches(Fallback)) {
+                    PyErr_Clear();
+                    break;
+                }
+                return NULL;
+            }
+            if (Py_TYPE(snap) == event_type) {
+                event = snap;
+            }
+            else if (Py_TYPE(snap) == frozen_dict_type) {
+                event = PyDict_Type.tp_new(event_type, empty_tuple, NULL);
+                if (event == NULL || PyDict_Update(event, snap) < 0) {
+                    Py_XDECREF(event);
+                    Py_DECREF(snap);
+                    return NULL;
+                }
+                if (!is_tracked(snap)) {
+                    PyObject_GC_UnTrack(event);  /* its values are snap's: untracked or atomic */
+                }
+                Py_DECREF(snap);
+            }
+            else {
+                Py_DECREF(snap);
+                break;
+            }
+        }
+        appended = PyList_Append(out, event);
+        Py_DECREF(event);
+        if (appended < 0) {
+            return NULL;
+        }
+    }
+    return PyLong_FromSsize_t(i);
 }
 
 PyDoc_STRVAR(untrack_doc,
@@ -1820,12 +1900,15 @@ plain_sources(PyObject *sources, long long seq, int assistant)
 }
 
 PyDoc_STRVAR(admit_plain_doc,
-"admit_plain(seed, start, base, event_type, surface_types, nodes, cache, /) -> int\n\n"
+"admit_plain(seed, start, base, event_type, surface_types, nodes, cache[, stop_types], /)\n"
+"-> int\n\n"
 "The common case of Session.restore's admission loop, from index start of the seed (a list\n"
 "or tuple of events whose seqs start at base): plain log-only events (an exact event_type,\n"
-"exactly type/seq/time/data, a str type outside surface_types other than request/header,\n"
-"request/header-delta, request/context and session/end-seed, seq base + index, an int time\n"
-"within +-(2**53 - 1)) need nothing; plain surface appends (such an envelope plus\n"
+"exactly type/seq/time/data, or those and \"ignorable\": true, a str type outside\n"
+"surface_types other than request/header, request/header-delta, request/context and\n"
+"session/end-seed, seq base + index, an int time within +-(2**53 - 1)) need nothing; an\n"
+"event whose type is in the set stop_types is always left to the caller (the shape checks\n"
+"of a snapshot seed, Session.create); plain surface appends (such an envelope plus\n"
 "surfaceOp \"append\" and optionally sourceEventSeqs that need no check, a message shape\n"
 "message_shape_ok accepts) append their seq to the list nodes and their projected message\n"
 "(or None) to the dict cache under the seq. Returns the index of the first other event\n"
@@ -1834,19 +1917,23 @@ PyDoc_STRVAR(admit_plain_doc,
 static PyObject *
 admit_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *seed, *surface_types, *nodes, *cache, **items;
+    PyObject *seed, *surface_types, *nodes, *cache, *stop_types = NULL, **items;
     PyTypeObject *event_type;
     Py_ssize_t i, n, start, base;
 
     if (!configured()) {
         return NULL;
     }
-    if (nargs != 7 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
+    if (nargs < 7 || nargs > 8 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
             || !PyType_Check(args[3]) || !PyAnySet_Check(args[4])
-            || !PyList_CheckExact(args[5]) || !PyDict_CheckExact(args[6])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "admit_plain(list | tuple, int, int, type, frozenset, list, dict)");
+            || !PyList_CheckExact(args[5]) || !PyDict_CheckExact(args[6])
+            || (nargs == 8 && !PyAnySet_Check(args[7]))) {
+        PyErr_SetString(PyExc_TypeError, "admit_plain(list | tuple, int, int, type, frozenset, "
+                        "list, dict[, frozenset])");
         return NULL;
+    }
+    if (nargs == 8) {
+        stop_types = args[7];
     }
     start = PyLong_AsSsize_t(args[1]);
     base = PyLong_AsSsize_t(args[2]);
@@ -1878,17 +1965,27 @@ admit_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 || data == NULL) {
             break;
         }
+        if (stop_types != NULL) {
+            int stop = PySet_Contains(stop_types, etype);
+            if (stop < 0) {
+                return NULL;
+            }
+            if (stop) {
+                break;
+            }
+        }
         surface = PySet_Contains(surface_types, etype);
         if (surface < 0) {
             return NULL;
         }
-        if (size == 4) {
+        if (size == 4 || (size == 5 && !surface
+                          && PyDict_GetItem(ev, s_ignorable) == Py_True)) {
             if (surface || str_is(etype, s_request_header) || str_is(etype, s_end_seed)
                     || str_is(etype, s_request_header_delta)
                     || str_is(etype, s_request_context)) {
                 break;
             }
-            continue;
+            continue;  /* a log-only event, ignorable or not: nothing to check */
         }
         op = PyDict_GetItem(ev, s_surface_op);
         if (size == 6) {
@@ -3243,6 +3340,8 @@ static PyMethodDef methods[] = {
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
     {"snapshot", snapshot, METH_O, snapshot_doc},
     {"untrack", untrack, METH_O, untrack_doc},
+    {"snapshot_events", (PyCFunction)(void (*)(void))snapshot_events, METH_FASTCALL,
+     snapshot_events_doc},
     {"scan_lines", (PyCFunction)(void (*)(void))scan_lines, METH_FASTCALL, scan_lines_doc},
     {"admit_plain", (PyCFunction)(void (*)(void))admit_plain, METH_FASTCALL, admit_plain_doc},
     {"decode_rows", (PyCFunction)(void (*)(void))decode_rows, METH_FASTCALL, decode_rows_doc},
@@ -3308,7 +3407,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 4) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 5) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -30,6 +30,13 @@ def freeze_parsed(obj: object, /) -> Any:
 def snapshot(obj: object, /) -> Any:
     """The fast path of ``dsh.json.snapshot_json`` (reference: its ``_fast`` walk)."""
 
+def snapshot_events(seed: Sequence[Any], start: int, event_type: type[Any], out: list[Any],
+                    /) -> int:
+    """Freeze ``seed[start:]`` as ``event_type`` into ``out``; the index Python must judge.
+
+    Reference: ``dsh.session._session._frozen_prefix``.
+    """
+
 def untrack(obj: object, /) -> bool:
     """Take a validated frozen container out of the cyclic GC; whether it now is out."""
 
@@ -41,8 +48,11 @@ def scan_lines(buf: bytes | bytearray, pos: int, expected: int, line: int,
 
 def admit_plain(seed: Sequence[Any], start: int, base: int, event_type: type[Any],
                 surface_types: AbstractSet[str], nodes: list[int], cache: dict[int, Any],
-                /) -> int:
-    """Admit plain seed events from ``start``; the index of the first one Python must admit."""
+                stop_types: AbstractSet[str] = ..., /) -> int:
+    """Admit plain seed events from ``start``; the index of the first one Python must admit.
+
+    An event whose type is in ``stop_types`` always goes to Python.
+    """
 
 def decode_rows(rows: list[Any], i: int, expected: int, loads: Callable[[Any], Any],
                 event_type: type[Any], events: list[Any], varints: bool, packed_limit: int,
@@ -63,8 +73,11 @@ def encode_rows(events: Sequence[Any], schema_version: int, dumps: Callable[[Any
                 encode_large: Callable[[bytes], Any], threshold: int, /) -> list[Any]:
     """SQLite rows of scalar events; reference: ``dsh.persistence.sqlite._schema`` encode loop."""
 
-def seqs_contiguous(events: Sequence[Any], base: int, /) -> bool:
-    """True when every event's ``seq`` is ``base`` + its index (False: the Python loop names it)."""
+def seqs_contiguous(events: Sequence[Any], base: int, event_type: type[Any] = ..., /) -> bool:
+    """True when every event's ``seq`` is ``base`` + its index (False: the Python loop names it).
+
+    With ``event_type``, also each event exactly of that type with frozen ``data``.
+    """
 
 def gather_messages(nodes: list[int] | array[int], start: int, cache: Mapping[int, Any],
                     out: list[Any], /) -> int:

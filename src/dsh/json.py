@@ -204,13 +204,14 @@ class FrozenList(list[Any]):
 
 
 _SPEEDUPS_API: Final = (
-    "configure", "freeze_parsed", "snapshot", "untrack", "Fallback", "scan_lines",
+    "configure", "freeze_parsed", "snapshot", "snapshot_events", "untrack", "Fallback",
+    "scan_lines",
     "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
     "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
     "running_sums_below", "canonical", "chain_leaves", "plain_numbers")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 4
+_SPEEDUPS_API_VERSION: Final = 5
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -378,6 +379,7 @@ _CFallback: type[Exception] = _speedups.Fallback if _speedups is not None else _
 # loops are the reference). See _speedups.pyi for what each one takes and where it stops.
 c_scan_lines = _optional(_accelerator.scan_lines)
 c_admit_plain = _optional(_accelerator.admit_plain)
+c_snapshot_events = _optional(_accelerator.snapshot_events)
 c_stored_prescan = _optional(_accelerator.stored_prescan)
 c_decode_rows = _optional(_accelerator.decode_rows)
 c_message_shape_ok = _optional(_accelerator.message_shape_ok)

@@ -33,6 +33,7 @@ from dsh.json import (
     c_admit_plain,
     c_gather_messages,
     c_message_shape_ok,
+    c_snapshot_events,
     dumps,
     snapshot_json,
 )
@@ -88,29 +89,59 @@ def _non_empty_str(value: object) -> bool:
     return type(value) is str and value != ""
 
 
-def _unplain(seed: Sequence[Event], base: int, log: _Log, nodes: list[int],
-             cache: dict[int, FrozenDict | None]) -> Iterator[tuple[int, Event]]:
-    """Yield only the seed events restore admission must look at; admit the others in C.
+def _unplain(seed: Sequence[Any], base: int, log: _Log, nodes: list[int],
+             cache: dict[int, FrozenDict | None], *, snapshot: bool = False
+             ) -> Iterator[tuple[int, Any]]:
+    """Yield only the seed events the admission loop must look at; admit the others in C.
 
     The C accelerator admits plain log-only events (they need nothing but appending) and plain
     surface appends (a node and its cached message) up to the next event it leaves to the
     admission loop; those are appended to ``log`` before that event is yielded, so ``log``
     and ``nodes`` always hold the seed prefix when the loop body runs. Yielded positions are
-    ``base`` + the seed index.
+    ``base`` + the seed index. ``snapshot``: a snapshot seed (:meth:`Session.create`): every
+    turn-shaped event is yielded too, for the core-shape check only that admission runs.
     """
     admit = c_admit_plain
     if admit is None:  # no accelerator: the admission loop looks at every event
         yield from enumerate(seed, base)
         return
+    extra = (_TURN_SHAPED,) if snapshot else ()
     pos, count = 0, len(seed)
     while pos < count:
-        stop = admit(seed, pos, base, Event, SURFACE_EVENT_TYPES, nodes, cache)
+        stop = admit(seed, pos, base, Event, SURFACE_EVENT_TYPES, nodes, cache, *extra)
         if stop > pos:
             log.extend(seed[pos:stop])
         if stop >= count:
             return
         yield base + stop, seed[stop]
         pos = stop + 1
+
+
+def _frozen_prefix(seed: Sequence[Any]) -> list[Any]:
+    """``seed`` with each event snapshotted as an :class:`Event`, up to the first that fails.
+
+    The events from the first one that is not a lossless JSON object on are kept as given:
+    the admission loop snapshots them in turn and refuses the first bad one at its place, so
+    an earlier event's refusal still comes first (docs/rules.md#seed-validation).
+    """
+    out: list[Any] = []
+    index, count = 0, len(seed)
+    while index < count:
+        if c_snapshot_events is not None:  # the plain ones in C, up to one Python must judge
+            index = c_snapshot_events(seed, index, Event, out)
+            if index >= count:
+                break
+        try:
+            event = snapshot_json(seed[index])
+        except InvalidJsonError:
+            return [*out, *seed[index:]]
+        if type(event) is not Event:
+            if type(event) is not FrozenDict:
+                return [*out, *seed[index:]]
+            event = as_event(event)
+        out.append(event)
+        index += 1
+    return out
 
 
 # --- seed validation (docs/rules.md#seed-validation) ----------------------------------------------
@@ -933,9 +964,11 @@ class Session:
         markers = 0
         last_header = last_context = -1  # primes the request folds: no second pass over the log
         items: Iterable[tuple[int, Any]] = enumerate(seed, base)
-        if not copy and c_admit_plain is not None and isinstance(seed, list | tuple) \
+        if c_admit_plain is not None and isinstance(seed, list | tuple) \
                 and type(seed) in (list, tuple) and type(self._nodes) is list:
-            items = _unplain(seed, base, log, self._nodes, message_cache)
+            if copy:  # frozen first, so the C pass takes the plain ones (the loop: the rest)
+                seed = _frozen_prefix(seed)
+            items = _unplain(seed, base, log, self._nodes, message_cache, snapshot=copy)
         for index, raw in items:
             if copy:
                 try:
