@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("langgraph")
@@ -39,6 +40,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'sessions.db'}"
         return
+    yield from _postgresql()
+
+
+@pytest.fixture
+def pg_store() -> Iterator[str]:
+    yield from _postgresql()
+
+
+def _postgresql() -> Iterator[str]:
+    """A throw-away schema's URL on the test server (dropped after)."""
     if postgres_unreachable() is not None:
         pytest.skip(f"SKIPPED LOUDLY: {postgres_unreachable()}")
     base = postgres_base_url()
@@ -188,3 +199,39 @@ def test_erasing_a_thread_drops_its_index(tmp_path: Path) -> None:
     with DshSaver.from_url(store, erase_on_delete=True) as saver:
         saver.delete_thread("gone")
     assert _aside(store, "gone") is None
+
+
+def test_a_cold_get_tuple_on_postgresql_reads_its_events_in_one_call(
+        pg_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index names the checkpoint's events and its delta chain: no page is read."""
+    from dsh.persistence.postgres._backend import PostgresRangeSource
+    store = pg_store
+    turns = WHOLE_EVERY // 2 + 8
+    _converse(store, "long", turns)
+    calls: dict[str, list[Any]] = {"read": [], "read_events": []}
+    for name in calls:
+        real = getattr(PostgresRangeSource, name)
+
+        def counted(self: Any, *args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls[_name].append(args)
+            return _real(self, *args)
+        monkeypatch.setattr(PostgresRangeSource, name, counted)
+    config: Any = {"configurable": {"thread_id": "long"}}
+    with DshSaver.from_url(store) as saver:
+        latest = _plain(saver.get_tuple(config))
+    assert calls["read"] == [] and len(calls["read_events"]) == 1
+    picked = calls["read_events"][0][0]
+    # the checkpoint, its writes, its chain down to a whole value (at most WHOLE_EVERY
+    # links), the last surface nodes and the index's anchor event: a few dozen, not pages
+    assert len(picked) <= WHOLE_EVERY + 12
+    monkeypatch.undo()
+    # the same tuple as a full fold of the log, and as a version 2 index (without the links)
+    data = _aside(store, "long")
+    assert data is not None
+    _aside(store, "long", b"not an index")
+    assert _reads(store, "long")[0] == latest
+    body = orjson.loads(data)
+    body["v"], body["blobs"] = 2, [row[:4] for row in body["blobs"]]
+    _aside(store, "long", orjson.dumps(body))
+    again = _reads(store, "long")
+    assert again[0] == latest and again[2] == 0  # taken, not folded afresh

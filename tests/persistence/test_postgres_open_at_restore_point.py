@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 import dsh
-from dsh._errors import SessionNotFoundError
+from dsh._errors import LogCorruptError, SessionNotFoundError
 from dsh.persistence import Persistence, WriteBehind, open_backend
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._pages import read_pages
@@ -84,3 +84,18 @@ def test_the_lookup_of_a_missing_session_raises(pg_url: str) -> None:
     with Persistence(open_backend(pg_url)) as persistence, \
             pytest.raises(SessionNotFoundError, match="'nope'"):
         persistence.backend.open_at_restore_point("nope")  # type: ignore[attr-defined]
+
+
+def test_the_page_in_source_reads_events_by_seq_and_names_a_missing_one(pg_url: str) -> None:
+    with Persistence(open_backend(pg_url)) as persistence:
+        whole = persistence.read("s").events
+        with persistence.backend.open_at_restore_point("s") as handle:  # type: ignore[attr-defined]
+            _point, _cold, source = handle.read_from_restore_point()
+        assert source.read_events([0, 7, 29]) == {0: whole[0], 7: whole[7], 29: whole[29]}
+        schema = persistence.backend.schema  # type: ignore[attr-defined]
+        with psycopg.connect(postgres_base_url(), autocommit=True) as conn:
+            conn.execute(f'DELETE FROM "{schema}".events WHERE session_id = %s AND seq = 0',
+                         ("s",))
+        with pytest.raises(LogCorruptError, match="holds seq 0") as missing:
+            source.read_events([0, 7])
+        assert missing.value.where["seq"] == 0

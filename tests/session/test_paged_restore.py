@@ -340,3 +340,42 @@ def test_the_packed_range_check_refuses_every_seq_out_of_range() -> None:
     assert not NodeSeqs([0, -1]).all_below(5)
     assert not NodeSeqs([2**62]).all_below(2**53)
     assert not NodeSeqs([0]).all_below(0)
+
+
+class PickingSource(ListSource):
+    """A ListSource that also reads single events by seq (PicksEvents), counting the calls."""
+
+    def __init__(self, events: Sequence[Event], *, shift: int = 0) -> None:
+        super().__init__(events)
+        self.picks: list[list[int]] = []
+        self.shift = shift  # serve the event this many seqs further on (a log changed under us)
+
+    def read_events(self, seqs: Sequence[int]) -> dict[int, Event]:
+        self.picks.append(list(seqs))
+        return {seq: self.events[seq + self.shift] for seq in seqs}
+
+
+def test_picked_events_are_read_in_one_call_and_served_before_pages() -> None:
+    events = _long_log(1200)
+    source = PickingSource(events[:1000])
+    log = PagedLog(source)
+    log.pick([900, 5, 300, 5, 1100, -1])  # above the cut and negative seqs are not asked for
+    assert source.picks == [[5, 300, 900]] and source.reads == []
+    assert (log[5], log[300], log[900]) == (events[5], events[300], events[900])
+    assert source.reads == []  # served without their pages
+    log.pick([5, 6])  # 5 is held: only 6 is read
+    assert source.picks[-1] == [6]
+    assert log[7] == events[7] and source.reads == [(0, PAGE_EVENTS)]
+    log.pick([8])  # its page is cached: nothing to read
+    assert len(source.picks) == 2
+    assert log.resident_events == PAGE_EVENTS + 4
+
+
+def test_a_picked_event_with_another_seq_is_refused() -> None:
+    events = _long_log(600)
+    log = PagedLog(PickingSource(events[:500], shift=1))
+    with pytest.raises(LogCorruptError, match=r"picked at seq 10 .*got seq 11"):
+        log.pick([10])
+    plain = PagedLog(ListSource(events[:500]))
+    plain.pick([10])  # a source that cannot pick: nothing read, pages as ever
+    assert plain.resident_events == 0 and plain[10] == events[10]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -22,11 +22,12 @@ import orjson
 
 from dsh.adapters._log import records_of
 from dsh.adapters.langchain import FORMAT as LANGCHAIN_FORMAT
-from dsh.session import Event
+from dsh.session import Event, PagedLog
 
 INDEX_ASIDE: Final = "langgraph-index"
 """The aside's name beside a thread's session."""
-INDEX_VERSION: Final = 2
+INDEX_VERSION: Final = 3
+"""Version 3 adds to a list delta's blob row the seq of the value it extends; 2 is read too."""
 
 CHECKPOINT_EVENT: Final = "langgraph/checkpoint"
 WRITES_EVENT: Final = "langgraph/writes"
@@ -70,6 +71,9 @@ class ThreadIndex:
     Attributes:
         namespaces: Checkpoint namespace -> its checkpoints.
         blobs: ``(ns, channel, version)`` -> seq of the checkpoint event storing that value.
+        links: ``(ns, channel, seq)`` of a value stored as a list delta -> the seq of the
+            event storing the value it extends (its chain's next link; a whole value has
+            none). Not known for values taken from a version 2 index.
         projected: LangChain message id -> seq of the surface event made from it.
         answered: Tool call id -> seq of its ``tool/result``.
         branches: Checkpoint id -> the fork session its messages are projected onto, for
@@ -83,6 +87,7 @@ class ThreadIndex:
     def __init__(self) -> None:
         self.namespaces: dict[str, Namespace] = {}
         self.blobs: dict[tuple[str, str, Any], int] = {}
+        self.links: dict[tuple[str, str, int], int] = {}
         self.projected: dict[str, int] = {}
         self.answered: dict[str, int] = {}
         self.branches: dict[str, str] = {}
@@ -94,6 +99,7 @@ class ThreadIndex:
         """Forget every checkpoint and value (``delete_thread``'s drop)."""
         self.namespaces.clear()
         self.blobs.clear()
+        self.links.clear()
         self.tips.clear()
         self.current = ""
 
@@ -113,8 +119,13 @@ class ThreadIndex:
                 data = event["data"]
                 ns, seq = data["ns"], event["seq"]
                 versions = data["versions"]
-                for channel in data["values"]:
-                    self.blobs[(ns, channel, versions[channel])] = seq
+                for channel, stored in data["values"].items():
+                    key = (ns, channel, versions[channel])
+                    self.blobs[key] = seq
+                    base = self.blobs.get((ns, channel, stored["d"])) if "d" in stored \
+                        else None
+                    if base is not None:
+                        self.links[(ns, channel, seq)] = base
                 self.namespaces.setdefault(ns, Namespace()).add(
                     data["id"], CheckpointEntry(seq, data["parent"]))
                 if ns == "" and _MESSAGES in versions:
@@ -182,7 +193,7 @@ def encode_index(index: ThreadIndex, events: Sequence[Event]) -> bytes | None:
         "ns": {ns: [[cid, space.checkpoints[cid].seq, space.checkpoints[cid].parent,
                      space.checkpoints[cid].writes_at] for cid in space.order]
                for ns, space in index.namespaces.items()},
-        "blobs": [[ns, channel, version, seq]
+        "blobs": [[ns, channel, version, seq, index.links.get((ns, channel, seq))]
                   for (ns, channel, version), seq in index.blobs.items()],
         "projected": index.projected, "answered": index.answered,
         "branches": index.branches, "tips": index.tips, "current": index.current}
@@ -192,28 +203,40 @@ def encode_index(index: ThreadIndex, events: Sequence[Event]) -> bytes | None:
         return None
 
 
-def decode_index(data: bytes, events: Sequence[Event], stored: int) -> ThreadIndex | None:
+def decode_index(data: bytes, events: Sequence[Event], stored: int, *,
+                 wanted: Callable[[ThreadIndex], Iterable[int]] | None = None
+                 ) -> ThreadIndex | None:
     """The index in ``data`` when its anchor matches ``events`` (``stored`` committed), else None.
 
     Its anchor must name at most the committed events and the digest of the last one it
     covers; a body that does not parse or has another shape is None as well (folded afresh).
+    On a paged log, the last covered event and the seqs ``wanted`` names from the index (what
+    the caller reads next) are read in one source call before the anchor is checked
+    (:meth:`dsh.session.PagedLog.pick`); an index whose anchor then fails is not used.
     """
     try:
         body = orjson.loads(data)
         count = body["count"]
-        if body.get("v") != INDEX_VERSION or type(count) is not int or not 0 < count <= stored \
-                or event_digest(events[count - 1]) != body["last"]:
+        version = body.get("v")
+        if version not in (2, INDEX_VERSION) or type(count) is not int \
+                or not 0 < count <= stored:
             return None
         index = ThreadIndex()
         for ns, rows in body["ns"].items():
-            space = index.namespaces[ns] = Namespace()
-            for cid, seq, parent, writes_at in rows:
-                space.checkpoints[cid] = CheckpointEntry(int(seq), parent, list(writes_at))
-                space.order.append(cid)
-            if space.order != sorted(space.order):
+            space = index.namespaces[ns] = Namespace(
+                {cid: CheckpointEntry(int(seq), parent, list(writes_at))
+                 for cid, seq, parent, writes_at in rows}, [row[0] for row in rows])
+            if len(space.order) != len(space.checkpoints) or space.order != sorted(space.order):
                 return None
-        index.blobs = {(ns, channel, version): int(seq)
-                       for ns, channel, version, seq in body["blobs"]}
+        rows = body["blobs"]
+        if version == 2:
+            index.blobs = {(ns, channel, value_version): int(seq)
+                           for ns, channel, value_version, seq in rows}
+        else:
+            index.blobs = {(ns, channel, value_version): int(seq)
+                           for ns, channel, value_version, seq, _ in rows}
+            index.links = {(ns, channel, int(seq)): int(base)
+                           for ns, channel, _, seq, base in rows if base is not None}
         # the parsed maps are the index's own (no copies): their shape is checked
         index.projected = _str_map(body["projected"])
         index.answered = _str_map(body["answered"])
@@ -221,6 +244,10 @@ def decode_index(data: bytes, events: Sequence[Event], stored: int) -> ThreadInd
         index.tips = _str_map(body["tips"])
         index.current = str(body["current"])
         index.seen = count
+        if isinstance(events, PagedLog):
+            events.pick([count - 1, *(wanted(index) if wanted is not None else ())])
+        if event_digest(events[count - 1]) != body["last"]:
+            return None
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError,
             IndexError):
         return None

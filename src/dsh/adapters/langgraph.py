@@ -53,7 +53,15 @@ import gc
 import logging
 import random
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -333,12 +341,15 @@ class DshSaver(BaseCheckpointSaver[str]):
                 self._threads[thread_id] = _Thread(thread_id, cold.index)
         return log
 
-    def _thread(self, thread_id: str, *, write: bool = False) -> _Thread | None:
+    def _thread(self, thread_id: str, *, write: bool = False,
+                want: tuple[str, str | None] | None = None) -> _Thread | None:
         """The thread's index, folded up to its last event; None when nothing is stored.
 
         A thread first met here starts from the index kept beside its log when that index
         matches the log, and folds only the events after it
-        (docs/adapters.md#fast-reads-of-a-thread).
+        (docs/adapters.md#fast-reads-of-a-thread). ``want`` names the checkpoint a cold read
+        builds next (namespace, id or None for the latest): its events are read with the
+        index's anchor, in one call (:func:`_wanted`).
         """
         if write:
             events: Sequence[Event] = self._writer(thread_id).session.events
@@ -360,7 +371,9 @@ class DshSaver(BaseCheckpointSaver[str]):
                                                                   thread.cold.closers))):
                 thread = None  # another writer's log, or where closers were: fold it afresh
             if thread is None:
-                thread = self._threads[thread_id] = self._kept_thread(thread_id, events, stored)
+                thread = self._threads[thread_id] = self._kept_thread(
+                    thread_id, events, stored,
+                    None if want is None else lambda index: _wanted(index, *want, nodes))
             thread.cold = _Stored(events, stored, closers, nodes)
             thread.fold(events)
             if not closers and thread.index.seen - thread.kept >= INDEX_EVERY:
@@ -372,15 +385,19 @@ class DshSaver(BaseCheckpointSaver[str]):
         thread.fold(events)
         return thread
 
-    def _kept_thread(self, thread_id: str, events: Sequence[Event], stored: int) -> _Thread:
-        """A thread starting from the index kept beside its log, when it matches the log."""
+    def _kept_thread(self, thread_id: str, events: Sequence[Event], stored: int,
+                     wanted: Callable[[ThreadIndex], Iterable[int]] | None = None) -> _Thread:
+        """A thread starting from the index kept beside its log, when it matches the log.
+
+        ``wanted``: the seqs read next, by the index (see :func:`decode_index`).
+        """
         try:
             data = self._persistence.read_aside(thread_id, INDEX_ASIDE)
         except (OSError, DshError) as exc:
             _logger.warning("the LangGraph index of thread %r could not be read (%s); "
                             "folding its log", thread_id, exc)
             data = None
-        index = decode_index(data, events, stored) if data is not None else None
+        index = decode_index(data, events, stored, wanted=wanted) if data is not None else None
         return _Thread(thread_id, index)
 
     def _keep_index(self, thread: _Thread, events: Sequence[Event]) -> None:
@@ -541,8 +558,9 @@ class DshSaver(BaseCheckpointSaver[str]):
         """
         conf = _configurable(config)
         with self._lock, _no_collection():
-            thread = self._thread(str(conf["thread_id"]))
             ns = conf.get("checkpoint_ns", "")
+            thread = self._thread(str(conf["thread_id"]),
+                                  want=(ns, get_checkpoint_id(config) or None))
             space = thread.namespaces.get(ns) if thread else None
             latest = ns == "" and not get_checkpoint_id(config)
             if thread is None or space is None or not space.order:
@@ -1160,6 +1178,35 @@ def _no_collection() -> Iterator[None]:
     finally:
         if collecting:
             gc.enable()
+
+
+def _wanted(index: ThreadIndex, ns: str, checkpoint_id: str | None,
+            nodes: Sequence[int]) -> list[int]:
+    """The seqs a cold ``get_tuple`` of a checkpoint reads, as far as the index tells.
+
+    Its event and its writes' events, the chain of each list delta it stores (the events of
+    the values it extends, down to a whole one: at most :data:`WHOLE_EVERY` links), and the
+    last surface nodes (where the walk for messages recorded ahead starts). Any other event
+    the read needs (a value stored by an earlier checkpoint) is paged in as ever.
+    """
+    space = index.namespaces.get(ns)
+    seqs = list(nodes[-2:])
+    if space is None or not space.order:
+        return seqs
+    entry = space.checkpoints.get(checkpoint_id or space.order[-1])
+    if entry is None:
+        return seqs
+    at = entry.seq
+    seqs += [at, *entry.writes_at]
+    links = index.links
+    for space_ns, channel, seq in [key for key in links if key[2] == at]:
+        for _ in range(WHOLE_EVERY + 1):  # a chain ends at a whole value by then
+            base = links.get((space_ns, channel, seq))
+            if base is None:
+                break
+            seq = base
+            seqs.append(seq)
+    return seqs
 
 
 def _is_newest(newest: Mapping[str, str]

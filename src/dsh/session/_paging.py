@@ -11,15 +11,19 @@ itself stays free of I/O. Invariants this module owns:
   the wrong bytes is refused (``LogCorruptError``) rather than answered with a wrong event;
 * readers on several threads share the page cache without a lock (the core never blocks):
   a page another reader evicts meanwhile is still the right page, only its LRU place is lost;
-  sources guard their own state.
+  sources guard their own state;
+* a reader that knows which few events it will index (an adapter's index names them) may have
+  just those read in one source call (:meth:`PagedLog.pick`, a source that
+  :class:`PicksEvents`): each comes back checked to carry the seq asked for, and is served
+  before any page (at most :data:`PICKED_EVENTS` held).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Final, Protocol, overload
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Final, Protocol, overload, runtime_checkable
 
 from dsh._errors import LogCorruptError
 from dsh.json import c_seqs_contiguous
@@ -29,6 +33,9 @@ PAGE_EVENTS: Final = 256
 """Events per page read from a source (one read serves a whole page)."""
 
 _CACHED_PAGES: Final = 32  # resident pages at most: O(pages) memory, not O(log)
+
+PICKED_EVENTS: Final = 4096
+"""Events read one by one (:meth:`PagedLog.pick`) held at most; beyond, the older ones go."""
 
 
 class EventSource(Protocol):
@@ -48,6 +55,19 @@ class EventSource(Protocol):
         """Return the events with ``start <= seq < stop``, in order."""
 
 
+@runtime_checkable
+class PicksEvents(Protocol):
+    """A source that reads a few events by seq in one call, without their pages.
+
+    ``read_events(seqs)`` gets ascending seqs below the cut and returns ``{seq: event}`` for
+    each, checked as a page read checks its events; it may raise a ``DshError``.
+    """
+
+    def read_events(self, seqs: Sequence[int]) -> Mapping[int, Event]:
+        """The events at ``seqs`` (ascending, below the cut), by seq."""
+        ...
+
+
 class PagedLog(Sequence[Event]):
     """A log list whose first ``cut`` events are paged in from a source; the rest are held.
 
@@ -59,13 +79,14 @@ class PagedLog(Sequence[Event]):
         source: Serves seqs ``0 .. len(source) - 1``.
     """
 
-    __slots__ = ("_cut", "_pages", "_source", "_tail")
+    __slots__ = ("_cut", "_pages", "_picked", "_source", "_tail")
 
     def __init__(self, source: EventSource) -> None:
         self._source = source
         self._cut = len(source)
         self._tail: list[Event] = []
         self._pages: OrderedDict[int, Sequence[Event]] = OrderedDict()
+        self._picked: dict[int, Event] = {}  # events read by pick(), served before pages
 
     @property
     def source(self) -> EventSource:
@@ -81,7 +102,8 @@ class PagedLog(Sequence[Event]):
     def resident_events(self) -> int:
         """Events held in memory now: the tail plus the cached pages (for tests and benches)."""
         # list() of the values is one C call: no other thread runs inside it
-        return len(self._tail) + sum(map(len, list(self._pages.values())))
+        return (len(self._tail) + sum(map(len, list(self._pages.values())))
+                + len(self._picked))
 
     def __len__(self) -> int:
         return self._cut + len(self._tail)
@@ -101,6 +123,38 @@ class PagedLog(Sequence[Event]):
     def drop_pages(self) -> None:
         """Forget the cached pages (a source that serves other envelopes from now on)."""
         self._pages.clear()
+        self._picked.clear()
+
+    def pick(self, seqs: Iterable[int]) -> None:
+        """Read the events at ``seqs`` below the cut in one source call, to index them next.
+
+        Seqs whose page is cached, or that were picked before, are not read again; a source
+        that does not :class:`PicksEvents` reads nothing here (indexing pages them in as
+        ever). What is held stays at most :data:`PICKED_EVENTS` events.
+
+        Raises:
+            LogCorruptError: the source served an event with another seq, or none, for a seq
+                asked for (see the module invariants); any error the source raises.
+        """
+        source = self._source
+        if not isinstance(source, PicksEvents):
+            return
+        pages, picked, cut = self._pages, self._picked, self._cut
+        wanted = sorted({seq for seq in seqs if 0 <= seq < cut and seq not in picked
+                         and seq // PAGE_EVENTS not in pages})
+        if not wanted:
+            return
+        found = source.read_events(wanted)
+        for seq in wanted:
+            event = found.get(seq)
+            if event is None or event.get("seq") != seq:
+                got = "none" if event is None else f"seq {event.get('seq')}"
+                raise LogCorruptError(f"the event picked at seq {seq} does not match the log it "
+                                      f"was cut from (got {got}); the log changed under the "
+                                      "session, resume it again", seq=seq)
+        if len(picked) + len(wanted) > PICKED_EVENTS:
+            picked.clear()  # another reader may still index them: it pages them in then
+        picked.update((seq, found[seq]) for seq in wanted)
 
     def settle(self, count: int) -> None:
         """Hand the first ``count`` tail events over to the source, which now serves them.
@@ -192,6 +246,11 @@ class PagedLog(Sequence[Event]):
             raise IndexError(f"event index {index} out of range (log holds {length})")
         if index >= self._cut:
             return self._tail[index - self._cut]
+        picked = self._picked
+        if picked:
+            event = picked.get(index)
+            if event is not None:
+                return event
         number = index // PAGE_EVENTS
         return self._page(number)[index - number * PAGE_EVENTS]
 

@@ -981,6 +981,40 @@ class PostgresRangeSource:
             events = [e for e in scan.events if start <= e["seq"] < stop]
         return events
 
+    def read_events(self, seqs: Sequence[int]) -> dict[int, Event]:
+        """The events at ``seqs`` (ascending, below the cut), by seq: one statement.
+
+        Only the rows holding them are read, each decoded and checked as a page's rows are.
+        Contract: :class:`~dsh.session._paging.PicksEvents`.
+
+        Raises:
+            LogCorruptError: a row no longer decodes, or a seq asked for is in no row.
+            PersistenceError: the database failed.
+        """
+        wanted = set(seqs)
+        if not wanted:
+            return {}
+        b = self._backend
+        with b._conn("read", self._id) as conn:
+            rows = conn.execute(b._sql_rows_holding,
+                                (self._id, self._id, sorted(wanted))).fetchall()
+        found: dict[int, Event] = {}
+        for row in rows:
+            first = int(row[0])
+            scan = scan_rows(_rows([row]), first, ROW_FORMAT, path=b.url, session_id=self._id)
+            if scan.torn_seq is not None or not scan.events:
+                raise LogCorruptError(f"the row at seq {first} of session {self._id!r} in "
+                                      f"{b.url} does not decode ({scan.torn_reason}); the rows "
+                                      "were changed outside dsh", path=b.url,
+                                      session_id=self._id, seq=first)
+            found.update((e["seq"], e) for e in scan.events if e["seq"] in wanted)
+        missing = sorted(wanted - found.keys())
+        if missing:
+            raise LogCorruptError(f"no row of session {self._id!r} in {b.url} holds seq "
+                                  f"{missing[0]}; the rows were changed outside dsh",
+                                  path=b.url, session_id=self._id, seq=missing[0])
+        return found
+
 
 @functools.cache
 def _this_node() -> str | None:
@@ -1267,6 +1301,11 @@ class PostgresBackend:
         self._sql_session_row = f"SELECT {_SESSION_COLUMNS} FROM {s}.sessions WHERE id = %s"
         self._sql_rows_from = (f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s "
                                "AND seq >= %s ORDER BY seq")
+        # the rows holding the seqs of an array (a packed row is keyed by its first member)
+        self._sql_rows_holding = (
+            f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s AND seq IN (SELECT "
+            f"(SELECT max(e.seq) FROM {s}.events e WHERE e.session_id = %s AND e.seq <= w.seq) "
+            "FROM unnest(%s::bigint[]) AS w(seq)) ORDER BY seq")
         # a page: from the row holding ``start`` (a packed row is keyed by its first member)
         self._sql_rows_between = (
             f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s AND seq >= coalesce("
