@@ -427,6 +427,23 @@ def test_a_whole_history_read_selects_the_surface_and_equals_the_paged_walk(
                         lambda *args: None)  # the page-by-page walk
     assert run(read_all()) == fast
     assert sum(paged_in) > 10 * 256
+    monkeypatch.undo()
+
+    async def read_last(limit: int) -> list[Any]:
+        session = DshSession("long", store)
+        items = await session.get_items(limit=limit)
+        session.close()
+        return items  # type: ignore[no-any-return]
+
+    # a cold get_items(limit) selects the last `limit` nodes' range the same way, and pages
+    # in what it still needs beyond them (the popped item, the closed-early result, the
+    # clear): the latest `limit` items of the whole read
+    for limit in (1, 2, 3, 20, 402, 1_000, 5_000):
+        paged_in = count_page_ins(monkeypatch)
+        assert run(read_last(limit)) == fast[-limit:]
+        if limit <= 20:
+            assert paged_in == []
+        monkeypatch.undo()
 
 
 def test_a_whole_history_read_refuses_a_changed_row_before_the_cut(tmp_path: Path) -> None:

@@ -689,8 +689,9 @@ class LiveLog:
                     cold = self._cold_read()
                     if cold is None:
                         return []
-                    if limit is None and self.select_whole:
-                        self._prefetch(cold.events, cold.nodes, cold.marks, cold.encoded)
+                    if self.select_whole:
+                        self._prefetch(cold.events, cold.nodes, cold.marks, cold.encoded,
+                                       limit)
                     return self._view(cold.nodes, cold.events.__getitem__, cold.marks,
                                       cold.encoded, synthesize, limit)
                 marks = self._live_marks()
@@ -736,8 +737,12 @@ class LiveLog:
         return self._cold
 
     def _prefetch(self, events: Sequence[Event], nodes: Sequence[int], marks: _Marks,
-                  cache: dict[int, tuple[bytes | None, ...]]) -> None:
+                  cache: dict[int, tuple[bytes | None, ...]], limit: int | None = None) -> None:
         """Encode the records of every surface node below the cut, for a whole-history walk.
+
+        With ``limit``, of the last ``limit`` surface nodes only (a ``get_items(limit)``: the
+        walk pages in whatever it needs beyond them, a node removed since, say), reading the
+        range from the first of them on.
 
         A paged log's walk would page in (decode, freeze) every event before its cut: the turn
         and step brackets and ``tool/call`` events too, about 2.75 events per record. Where
@@ -756,12 +761,14 @@ class LiveLog:
         if marks.low > cut:  # the resident tail first (marks are taken in from the end)
             tail = events[cut:marks.low]
             marks.take_below(cut, [e for e in tail if e["type"] in marks.kinds])
-        wanted = {seq for seq in nodes if seq < marks.low and seq not in cache}
+        last = nodes if limit is None else nodes[len(nodes) - min(limit, len(nodes)):]
+        wanted = {seq for seq in last if seq < marks.low and seq not in cache}
         stop = marks.low
         fmt = self.fmt
         lowest = min(wanted, default=stop)
+        floor = 0 if limit is None else lowest  # (marks below it are of earlier events)
         while stop > lowest:
-            start = max(0, stop - PREFETCH_EVENTS)
+            start = max(floor, stop - PREFETCH_EVENTS)
             found = source.read_selected(start, stop, wanted, marks.kinds)
             if found is None:
                 return
