@@ -10,9 +10,9 @@ synthetic Claude Code transcript of ``--import-mb`` MB (lines shaped like the co
 sessions: the first search (which builds the index) and the next ones, on each store of
 ``--search-backends`` (SQLite: FTS5 beside the database; JSONL: FTS5 beside the root, kept at
 flush; PostgreSQL: full-text tables in the store's schema). With ``--search-events N`` the
-SQLite and JSONL indexes are then padded with synthetic message rows (text like the workload's,
-spread over the same sessions) up to about N events' worth of messages, and the next searches
-timed again: the scale of a 10 M-event store without writing 10 M events through the store.
+stores are instead ``--sessions`` sessions holding N events in all, written through the
+backends' write handles by ``bench.search_store`` (cached under /tmp/dsh-search-store), and
+four queries (common, rare, unique, none) are timed in fresh processes and warm.
 
     python -m bench.bench_cli [--sizes 10000,100000,300000] [--import-mb 44] [--sessions 10000]
                               [--search-backends sqlite,jsonl,postgresql]
@@ -148,39 +148,45 @@ def search_runs(url: str, runs: int, *, keep_index: bool = False) -> dict[str, f
     return {"cold_ms": cold, "warm_ms": warm, "sessions": first.sessions}
 
 
-_PAD_TEXT = ("The request flows through the route handler into the service layer; step {n} "
-             "checks the cache, then reads file src/module_{m}.py and reports {k} results.")
+SEARCH_QUERIES = (("common", "route handler"), ("rare", "kestrel"), ("unique", "t04242"),
+                  ("none", "zanzibar"))
+"""The queries timed over a built store (see ``bench.search_store``): about one message in
+four, one session in ten, one session, none."""
+
+_FRESH = ("import sys, time, dsh\n"
+          "store = dsh.open(sys.argv[1])\n"
+          "t0 = time.perf_counter()\n"
+          "found = store.search(sys.argv[2])\n"
+          "ms = (time.perf_counter() - t0) * 1000\n"
+          "store.close()\n"
+          "print(f'{ms:.3f} {len(found.hits)} {found.reindexed}')\n")
 
 
-def pad_index(url: str, events: int) -> int:
-    """Add synthetic message rows to a store's FTS5 sidecar up to ``events`` events' worth.
+def big_search_rows(url: str, runs: int) -> list[dict[str, Any]]:
+    """Each query of :data:`SEARCH_QUERIES` over a built store: ``Store.search`` in a fresh
+    process (median of ``runs``; the store opened before the clock starts), then warm in one
+    process (median of ``runs`` after one search)."""
+    import dsh
 
-    The rows go to the indexed sessions, at seqs past their logs (so a search never reads
-    them back from a log); the ratio of messages to events is the store's own. Returns the
-    message rows the index then holds. The signatures are untouched: the next search reindexes
-    nothing.
-    """
-    import sqlite3
-
-    index = _index_path(url)
-    assert index is not None
-    conn = sqlite3.connect(index)
-    try:
-        rows = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-        stored = conn.execute("SELECT sum(events) FROM indexed").fetchone()[0] or 1
-        sessions = [r[0] for r in conn.execute("SELECT session_id FROM indexed")]
-        target = int(rows * events / stored)
-        per = max(1, (target - rows) // max(1, len(sessions)))
-        with conn:
-            for number, sid in enumerate(sessions):
-                conn.executemany(
-                    "INSERT INTO messages (text, session_id, seq, role) VALUES (?, ?, ?, ?)",
-                    ((_PAD_TEXT.format(n=i, m=(i * 7 + number) % 997, k=i % 13), sid,
-                      10_000_000 + i, "assistant" if i % 2 else "user") for i in range(per)))
-        total: int = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-    finally:
-        conn.close()
-    return total
+    rows = []
+    for label, query in SEARCH_QUERIES:
+        fresh, hits = [], 0
+        for _ in range(runs):
+            out = subprocess.run([sys.executable, "-c", _FRESH, url, query], capture_output=True,
+                                 text=True, env=_ENV, check=True).stdout.split()
+            fresh.append(float(out[0]))
+            hits = int(out[1])
+            assert out[2] == "0", f"the index was not up to date ({out[2]} sessions read)"
+        warm = []
+        with dsh.open(url) as store:
+            store.search(query)
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                store.search(query)
+                warm.append((time.perf_counter() - t0) * 1000)
+        rows.append({"label": label, "query": query, "hits": hits,
+                     "fresh_ms": statistics.median(fresh), "warm_ms": statistics.median(warm)})
+    return rows
 
 
 def main() -> None:
@@ -193,7 +199,8 @@ def main() -> None:
     parser.add_argument("--schema-prefix", default="dsh_bench_cli_",
                         help="prefix of the PostgreSQL store's schema name")
     parser.add_argument("--search-events", type=int, default=0,
-                        help="pad the SQLite/JSONL search index to this many events' worth")
+                        help="search a store of --sessions sessions holding this many events "
+                             "in all (bench.search_store, cached under /tmp/dsh-search-store)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None,
                         help="Build the stores under DIR and remove them at the end.")
@@ -237,7 +244,20 @@ def _run(args: argparse.Namespace, cache: Path) -> None:
         print(f"dsh import of a {result['mb']:.1f} MB Claude Code transcript: "
               f"{result['s']:.1f} s, {result['mb_s']:.2f} MB/s, "
               f"peak RSS {result['peak_mb']:.0f} MB")
-    if args.sessions > 0:
+    if args.sessions > 0 and args.search_events > 0:
+        from bench import search_store
+
+        per = max(1, args.search_events // args.sessions)
+        for backend in args.search_backends.split(","):
+            url = search_store.build(backend, args.sessions, per)
+            print(f"# {backend}: {args.sessions:,} sessions x {per:,} events: "
+                  f"{search_store.built_note(backend, args.sessions, per)}")
+            print(f"| {backend} query | hits | Store.search, fresh process | warm |")
+            print("|---|---:|---:|---:|")
+            for row in big_search_rows(url, args.runs):
+                print(f"| {row['label']} `{row['query']}` | {row['hits']} | "
+                      f"{row['fresh_ms']:.1f} ms | {row['warm_ms']:.1f} ms |")
+    elif args.sessions > 0:
         for backend in args.search_backends.split(","):
             url = _cached(cache, "many", args.sessions) if backend == "sqlite" else cached(
                 cache, "many", backend, args.sessions)
@@ -245,11 +265,6 @@ def _run(args: argparse.Namespace, cache: Path) -> None:
             print(f"search over {found['sessions']:,.0f} sessions, {backend}: first (brings "
                   f"the index up to date) {found['cold_ms']:.0f} ms, then "
                   f"{found['warm_ms']:.1f} ms")
-            if args.search_events > 0 and backend != "postgresql":
-                rows = pad_index(url, args.search_events)
-                warm, _ = _warm(url, args.runs)
-                print(f"search over {found['sessions']:,.0f} sessions, {backend}, index padded "
-                      f"to {args.search_events:,} events ({rows:,} messages): {warm:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -42,13 +42,13 @@ def start(session: Session) -> None:
     session.append("request/header", {"header": HEADER, "reason": "initial"})
 
 
-def msg_turn(session: Session, turn: int) -> None:
-    """11 events, 4 on the surface (WORKLOADS.md "msg")."""
+def msg_turn(session: Session, turn: int, user_text: str = USER_TEXT) -> None:
+    """11 events, 4 on the surface (WORKLOADS.md "msg"); ``user_text`` is the prompt's text."""
     a = session.append
     a("turn/start", {"turn": turn})
     a("step/start", {"turn": turn, "step": 1})
     a("user/message", {"id": _id(), "role": "user", "source": {"kind": "user"},
-                       "content": [{"type": "text", "text": USER_TEXT}]}, surface_op="append")
+                       "content": [{"type": "text", "text": user_text}]}, surface_op="append")
     call_id = f"call_{turn}"
     a("assistant/message", {"turn": turn, "step": 1, "message": {
         "id": _id(), "role": "assistant", "source": MODEL, "content": [

@@ -7,7 +7,9 @@ text, reasoning, tool calls and results) and, per session, the signature of the 
 indexed and how many events. A search first brings the index up to date: a session whose
 signature is unchanged is not opened; one that grew is read from the first event not indexed
 yet; one that was replaced or shrank (a new incarnation, a torn tail cut) is indexed again from
-its start. Other backends (memory, PostgreSQL) are searched by reading every log.
+its start. What changed is found without work per unchanged session (:class:`Freshness`: one
+SQL comparison for SQLite, the search journal for JSONL). PostgreSQL keeps the index in its own
+tables (``dsh.persistence.postgres._search``); a memory store is searched by reading every log.
 
 Invariants this module owns: the index is only derived (deleting the sidecar loses nothing, the
 next search rebuilds it); a search never writes the store; a session whose log cannot be read is
@@ -25,7 +27,7 @@ import os
 import re
 import sqlite3
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
@@ -36,7 +38,7 @@ from dsh.persistence._listing import signature
 if TYPE_CHECKING:
     from dsh.persistence._facade import Persistence
 
-__all__ = ["IndexesSearch", "SearchHit", "SearchIndex", "SearchResults", "search"]
+__all__ = ["IndexChanges", "IndexesSearch", "SearchHit", "SearchIndex", "SearchResults", "search"]
 
 log = logging.getLogger("dsh.persistence.search")
 
@@ -108,6 +110,36 @@ class SearchResults:
     reindexed: int
     unreadable: tuple[str, ...]
     indexed: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IndexChanges:
+    """How a store's logs differ from what its search index holds.
+
+    Attributes:
+        sessions: Sessions stored.
+        changed: ``(session id, signature of its stored log, (signature, events) indexed or
+            None)`` of every stored session whose signature is not the one indexed, in id order.
+        gone: Ids of sessions indexed but no longer stored.
+    """
+
+    sessions: int
+    changed: tuple[tuple[str, str, tuple[str, int] | None], ...]
+    gone: tuple[str, ...]
+
+
+def compare(signatures: Mapping[str, str], known: Mapping[str, tuple[str, int]]
+            ) -> IndexChanges:
+    """How a store's signatures differ from the index's (:class:`IndexChanges`).
+
+    Args:
+        signatures: ``session id -> signature`` of every stored log.
+        known: ``session id -> (signature, events)`` of every session indexed.
+    """
+    changed = tuple((sid, sig, known.get(sid)) for sid, sig in sorted(signatures.items())
+                    if (known.get(sid) or ("", 0))[0] != sig)
+    return IndexChanges(sessions=len(signatures), changed=changed,
+                        gone=tuple(sid for sid in known if sid not in signatures))
 
 
 def message_texts(events: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, str, str]]:
@@ -212,12 +244,12 @@ class SearchIndex(Protocol):
         """The sidecar database file, or None when the index lives in the store's own tables."""
         ...
 
-    def signatures(self) -> dict[str, str]:
-        """``session id -> signature of its stored log``, without reading any log."""
+    def changes(self) -> IndexChanges:
+        """What the index lacks of the store, found without reading any log."""
         ...
 
-    def known(self) -> dict[str, tuple[str, int]]:
-        """``session id -> (signature, events)`` of every session indexed."""
+    def settle(self, unreadable: Sequence[str]) -> None:
+        """Record what the applied changes were measured against (``unreadable``: left out)."""
         ...
 
     def drop(self, session_id: str) -> None:
@@ -263,7 +295,11 @@ class IndexesSearch(Protocol):
         ...
 
 
-def _decode_segment(segment: str) -> str:
+def decode_segment(segment: str) -> str:
+    """The session id a JSONL session folder's name encodes.
+
+    Rule: docs/formats.md#layout-and-path-encoding.
+    """
     if "~" not in segment:
         return segment
     units = bytearray()
@@ -274,24 +310,6 @@ def _decode_segment(segment: str) -> str:
         at = found.end()
     units += segment[at:].encode("utf-16-le")
     return units.decode("utf-16-le", "surrogatepass")
-
-
-def sqlite_signatures(location: Path) -> dict[str, str]:
-    """``session id -> incarnation:revision`` of every session of the SQLite store file.
-
-    A new incarnation means the log was replaced. Read-only; no log is read.
-    """
-    out: dict[str, str] = {}
-    if not location.exists():
-        return out
-    conn = sqlite3.connect(f"{location.as_uri()}?mode=ro", uri=True, timeout=10)
-    try:
-        for sid, incarnation, revision in conn.execute(
-                "SELECT id, incarnation, revision FROM sessions"):
-            out[str(sid)] = f"{incarnation}:{revision}"
-    finally:
-        conn.close()
-    return out
 
 
 def jsonl_signatures(root: Path) -> dict[str, str]:
@@ -313,7 +331,7 @@ def jsonl_signatures(root: Path) -> dict[str, str]:
                     st = os.stat(os.path.join(folder.path, name))
                 except FileNotFoundError:
                     continue
-                out[_decode_segment(folder.name)] = jsonl_signature(st)
+                out[decode_segment(folder.name)] = jsonl_signature(st)
     return out
 
 
@@ -415,8 +433,13 @@ def _connect(path: Path | None) -> sqlite3.Connection:
             if not path.exists():
                 fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
                 os.close(fd)
-            conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-            if conn.execute("PRAGMA user_version").fetchone()[0] not in (0, INDEX_VERSION):
+            # as a URI, so that ATTACH of a store file read-only (``?mode=ro``) is one too
+            conn = sqlite3.connect(path.absolute().as_uri(), uri=True, timeout=30,
+                                   isolation_level=None)
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == INDEX_VERSION:  # the common case: nothing to write
+                return conn
+            if version != 0:
                 conn.execute("DROP TABLE IF EXISTS indexed")
                 conn.execute("DROP TABLE IF EXISTS messages")
             conn.execute("PRAGMA journal_mode = WAL")
@@ -426,7 +449,7 @@ def _connect(path: Path | None) -> sqlite3.Connection:
             return conn
         except (OSError, sqlite3.Error) as exc:
             log.warning("search index %s cannot be used (%r); searching without it", path, exc)
-    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn = sqlite3.connect(":memory:", uri=True, isolation_level=None)
     for statement in _SCHEMA:
         conn.execute(statement)
     return conn
@@ -437,13 +460,13 @@ class SidecarIndex:
 
     Args:
         path: The sidecar database file (created 0600 on first use).
-        signatures: The store's ``session id -> signature`` (:func:`sqlite_signatures`,
-            :func:`jsonl_signatures`), read without reading any log.
+        freshness: How the store's changes are found: :class:`SqliteFreshness`, or a JSONL
+            store's journal (``dsh.persistence.jsonl._search_journal``).
     """
 
-    def __init__(self, path: Path, signatures: Callable[[], dict[str, str]]) -> None:
+    def __init__(self, path: Path, freshness: Freshness) -> None:
         self._path = path
-        self._signatures = signatures
+        self._freshness = freshness
         self._conn: sqlite3.Connection | None = None
 
     @property
@@ -458,14 +481,13 @@ class SidecarIndex:
             self._conn = _connect(self._path)
         return self._conn
 
-    def signatures(self) -> dict[str, str]:
-        """``session id -> signature of its stored log``, without reading any log."""
-        return self._signatures()
+    def changes(self) -> IndexChanges:
+        """What the index lacks of the store, found without reading any log."""
+        return self._freshness.changes(self.conn)
 
-    def known(self) -> dict[str, tuple[str, int]]:
-        """``session id -> (signature, events)`` of every session indexed."""
-        return {str(sid): (str(sig), int(count)) for sid, sig, count in
-                self.conn.execute("SELECT session_id, signature, events FROM indexed")}
+    def settle(self, unreadable: Sequence[str]) -> None:
+        """The changes were applied (but for ``unreadable``): the freshness records them."""
+        self._freshness.settle(self.conn, unreadable)
 
     def drop(self, session_id: str) -> None:
         """Forget a session that is no longer stored."""
@@ -523,18 +545,72 @@ class SidecarIndex:
             self._conn = None
 
 
-def _update(index: SearchIndex, persistence: Persistence, signatures: dict[str, str],
+class Freshness(Protocol):
+    """How a sidecar index finds what changed in its store (docs/stores.md#search)."""
+
+    def changes(self, conn: sqlite3.Connection) -> IndexChanges:
+        """What the index open on ``conn`` lacks of the store. Raises ``sqlite3.Error``."""
+        ...
+
+    def settle(self, conn: sqlite3.Connection, unreadable: Sequence[str]) -> None:
+        """Record what the applied changes were measured against (``unreadable``: left out)."""
+        ...
+
+
+class SqliteFreshness:
+    """A SQLite store's changes: its ``sessions`` rows against the index, in one query.
+
+    Args:
+        store_db: The store's database file (attached read-only to the index's connection).
+    """
+
+    def __init__(self, store_db: Path) -> None:
+        self._store_db = store_db
+
+    def changes(self, conn: sqlite3.Connection) -> IndexChanges:
+        """Sessions whose ``incarnation:revision`` is not the one indexed, and those gone."""
+        return _sqlite_changes(conn, self._store_db)
+
+    def settle(self, conn: sqlite3.Connection, unreadable: Sequence[str]) -> None:
+        """Nothing to record: the store's rows are the state."""
+
+
+def _sqlite_changes(conn: sqlite3.Connection, store_db: Path) -> IndexChanges:
+    """:class:`IndexChanges` of a SQLite store, compared in SQL (the store attached read-only).
+
+    The signature is ``incarnation:revision`` of the ``sessions`` row (as the index records it).
+    """
+    if not store_db.exists():
+        return IndexChanges(sessions=0, changed=(), gone=tuple(
+            str(sid) for (sid,) in conn.execute("SELECT session_id FROM indexed")))
+    conn.execute("ATTACH DATABASE ? AS store", (f"{store_db.absolute().as_uri()}?mode=ro",))
+    try:
+        conn.execute("BEGIN")  # one snapshot of both files
+        try:
+            count = int(conn.execute("SELECT count(*) FROM store.sessions").fetchone()[0])
+            changed = tuple(
+                (str(sid), str(sig), None if old is None else (str(old), int(events)))
+                for sid, sig, old, events in conn.execute(
+                    "SELECT s.id, s.incarnation || ':' || s.revision, i.signature, i.events "
+                    "FROM store.sessions s LEFT JOIN indexed i ON i.session_id = s.id "
+                    "WHERE i.signature IS NOT s.incarnation || ':' || s.revision ORDER BY s.id"))
+            gone = tuple(str(sid) for (sid,) in conn.execute(
+                "SELECT session_id FROM indexed WHERE session_id NOT IN "
+                "(SELECT id FROM store.sessions)"))
+        finally:
+            conn.execute("COMMIT")
+    finally:
+        conn.execute("DETACH DATABASE store")
+    return IndexChanges(sessions=count, changed=changed, gone=gone)
+
+
+def _update(index: SearchIndex, persistence: Persistence, changes: IndexChanges,
             unreadable: list[str]) -> int:
-    """Bring ``index`` up to date with ``signatures``; return how many sessions were read."""
-    known = index.known()
-    for sid in known:
-        if sid not in signatures:
-            index.drop(sid)
+    """Bring ``index`` up to date with ``changes``; return how many sessions were read."""
+    for sid in changes.gone:
+        index.drop(sid)
     read = 0
-    for sid, sig in sorted(signatures.items()):
-        previous = known.get(sid)
-        if previous is not None and previous[0] == sig:
-            continue
+    for sid, sig, previous in changes.changed:
         start = previous[1] if previous is not None and _grew(previous[0], sig) else 0
         try:
             with persistence.open(sid, "read") as handle:
@@ -609,11 +685,12 @@ def search(persistence: Persistence, query: str, *, limit: int = 20,
     try:
         if rebuild:
             index.reset()
-        signatures = index.signatures()
-        read = _update(index, persistence, signatures, unreadable_ids)
+        changes = index.changes()
+        read = _update(index, persistence, changes, unreadable_ids)
+        index.settle(unreadable_ids)
         rows = index.query(words, limit)
     finally:
         index.close()
     found = tuple(snippet_of(sid, seq, role, text, words) for sid, seq, role, text in rows)
-    return SearchResults(hits=found, sessions=len(signatures), reindexed=read,
+    return SearchResults(hits=found, sessions=changes.sessions, reindexed=read,
                          unreadable=tuple(unreadable_ids), indexed=True)

@@ -95,7 +95,7 @@ from dsh.persistence._seal import (
     stage_seal,
     staged_seals,
 )
-from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex, jsonl_signatures
+from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex
 from dsh.persistence._search import note_flushed as note_search
 from dsh.persistence.jsonl import _ranges as jranges
 from dsh.persistence.jsonl import _restore_point as jrp
@@ -112,6 +112,7 @@ from dsh.persistence.jsonl._format import (
     project_dir_name,
     scan_zstd_frames,
 )
+from dsh.persistence.jsonl._search_journal import JournalFreshness, mark_closed, mark_writing
 from dsh.persistence.jsonl._zstd import compressor, decompress_frame, decompressor
 from dsh.session import SESSION_FORMAT_VERSION, Event, decode_storage_record
 
@@ -495,9 +496,12 @@ class JsonlHandle(HandleBase):
         self._listing_pending: list[Event] = []
         self._listing_off = False
         self._listing_where: tuple[Path, str] | None = None
-        # the events to add to the store's search index at the next flush
-        # (docs/stores.md#search)
+        # the events to add to the store's search index at the next flush, whether this
+        # handle named its session in the search journal, and whether the index held the log
+        # exactly after its last flush (docs/stores.md#search)
         self._search_pending: list[Event] = []
+        self._search_marked = False
+        self._search_exact = False
         # post-commit steps (seal, listing journal): contained and reported, never raised
         self.after_commit = AfterCommit(session_id)
 
@@ -606,6 +610,7 @@ class JsonlHandle(HandleBase):
         torn = tail.torn
         if not batch and torn is None:
             return
+        self._mark_search()
         if tail.end_unknown:
             self._restore_end()
         if not tail.materialized:
@@ -957,8 +962,24 @@ class JsonlHandle(HandleBase):
         """Add the flushed events to the store's search index when it holds the rest."""
         pending, self._search_pending = self._search_pending, []
         if pending:  # seqs count from 0: the first one is how many events were durable before
-            note_search(self._backend.root, self._id, pending[0]["seq"], pending,
-                        os.stat(self.path))
+            self._search_exact = note_search(self._backend.root, self._id, pending[0]["seq"],
+                                             pending, os.stat(self.path))
+
+    def _mark_search(self) -> None:
+        """Name this session in the store's search journal before its log first changes.
+
+        Raises:
+            OSError: the journal could not be written (the log is not changed).
+        """
+        self._search_exact = False
+        if self._search_marked:
+            return
+        root = self._backend.root
+        if not root.is_dir():
+            mkdir_private(root.parent, "the store's parent folder")
+            _mkdir_durable(root, "its root folder")
+        mark_writing(root, self._id)
+        self._search_marked = True
 
     # --- the listing entry kept at flush (see dsh.persistence._listing) ------------------
 
@@ -1397,6 +1418,17 @@ class JsonlHandle(HandleBase):
                                                   f"seal {self._seal_path()} whole")
         tail.seals.extend(records)
 
+    def _close_search(self) -> None:
+        """Tell searches this session's log is indexed exactly, when this handle left it so."""
+        tail = self._tail
+        if not (self._search_marked and self._search_exact and tail is not None
+                and tail.size == tail.durable_size and not self._search_pending):
+            return
+        try:
+            mark_closed(self._backend.root, self._id)
+        except OSError as exc:  # the session stays watched: each search stats its log
+            logger.info("search journal not updated for %r: %r", self._id, exc)
+
     def rewrite(self, events: Sequence[Event], *, scrub: bool = True
                 ) -> list[dict[str, object]]:
         """Replace the stored log by its header and ``events``: redaction and erasure only.
@@ -1425,6 +1457,7 @@ class JsonlHandle(HandleBase):
                                    f"handle; open it with mode 'write'", code="READ_ONLY",
                                    session_id=self._id, path=str(self.path))
         old = self.read()
+        self._mark_search()
         header = old.header
         old_chain = self._tail.chain if self._tail is not None else None
         batch = validate_batch(events, 0, self._id)
@@ -1504,6 +1537,7 @@ class JsonlHandle(HandleBase):
         try:
             if self._mode == "write":
                 self._publish_head()
+                self._close_search()
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
@@ -1571,7 +1605,7 @@ class JsonlBackend:
         Opened on first use; the caller closes it.
         """
         root = self.root
-        return SidecarIndex(root / SIDECAR_NAME, lambda: jsonl_signatures(root))
+        return SidecarIndex(root / SIDECAR_NAME, JournalFreshness(root))
 
     def inject_torn_tail(self, session_id: str) -> None:
         """Test hook: half a record after the log, as a writer killed mid-write leaves it.

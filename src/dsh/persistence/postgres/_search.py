@@ -1,9 +1,10 @@
 """The store search index of a PostgreSQL store: full-text search in two tables of its schema.
 
 ``search_indexed (session_id, signature, events)`` says what is indexed of each session, and
-``search_messages (session_id, seq, role, text, folded, tsv)`` holds one row per appended
+``search_messages (session_id, seq, role, text, folded, tsv, n)`` holds one row per appended
 message, ``tsv`` the ``simple`` text-search vector of ``folded`` (the text case- and
-diacritics-folded by dsh, as the SQLite index folds it) under a GIN index. The tables are
+diacritics-folded by dsh, as the SQLite index folds it) under a GIN index, ``n`` the order rows
+were indexed in (newest first is the order of hits). The tables are
 created on the first search (``CREATE ... IF NOT EXISTS``), not by a migration: they are only
 derived, and dropping them loses nothing. The signature of a session is its row's
 ``incarnation:revision``.
@@ -13,8 +14,10 @@ Rule: docs/stores.md#search; the tables: docs/formats.md#search-index.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from dsh.persistence._search import IndexChanges
 from dsh.persistence.postgres._schema import quote_schema
 
 
@@ -47,6 +50,12 @@ class PostgresSearchIndex:
                 "PRIMARY KEY (session_id, seq))")
             self._conn.execute(f"CREATE INDEX IF NOT EXISTS search_messages_tsv ON "
                                f"{s}.search_messages USING gin (tsv)")
+            # the order hits come in (newest indexed first): a common word's query walks this
+            # index backwards and stops at the limit; a rare one's takes the GIN matches
+            self._conn.execute(f"ALTER TABLE {s}.search_messages ADD COLUMN IF NOT EXISTS "
+                               "n bigint GENERATED ALWAYS AS IDENTITY")
+            self._conn.execute(f"CREATE INDEX IF NOT EXISTS search_messages_n ON "
+                               f"{s}.search_messages (n)")
 
     @property
     def path(self) -> None:
@@ -58,15 +67,29 @@ class PostgresSearchIndex:
         self.drop(session_id)
         return [f"{self._label} search rows"]
 
-    def signatures(self) -> dict[str, str]:
-        """``session id -> incarnation:revision`` of every stored session."""
-        return {str(sid): f"{inc}:{rev}" for sid, inc, rev in self._conn.execute(
-            f"SELECT id, incarnation::text, revision FROM {self._s}.sessions")}
+    def changes(self) -> IndexChanges:
+        """Sessions whose ``incarnation:revision`` is not the one indexed, compared on the server.
 
-    def known(self) -> dict[str, tuple[str, int]]:
-        """``session id -> (signature, events)`` of every session indexed."""
-        return {str(sid): (str(sig), int(n)) for sid, sig, n in self._conn.execute(
-            f"SELECT session_id, signature, events FROM {self._s}.search_indexed")}
+        One snapshot (a repeatable-read transaction); no row per unchanged session comes back.
+        """
+        s = self._s
+        sig = "s.incarnation::text || ':' || s.revision::text"
+        with self._conn.transaction():
+            self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            row = self._conn.execute(f"SELECT count(*) FROM {s}.sessions").fetchone()
+            changed = tuple(
+                (str(sid), str(new), None if old is None else (str(old), int(events)))
+                for sid, new, old, events in self._conn.execute(
+                    f"SELECT s.id, {sig}, i.signature, i.events FROM {s}.sessions s LEFT JOIN "
+                    f"{s}.search_indexed i ON i.session_id = s.id WHERE i.signature IS "
+                    f"DISTINCT FROM {sig} ORDER BY s.id"))
+            gone = tuple(str(sid) for (sid,) in self._conn.execute(
+                f"SELECT i.session_id FROM {s}.search_indexed i WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {s}.sessions s WHERE s.id = i.session_id)"))
+        return IndexChanges(sessions=int(row[0]) if row else 0, changed=changed, gone=gone)
+
+    def settle(self, unreadable: Sequence[str]) -> None:
+        """Nothing to record: the store's rows are the state."""
 
     def drop(self, session_id: str) -> None:
         """Forget a session that is no longer stored."""
@@ -98,12 +121,12 @@ class PostgresSearchIndex:
                 "excluded.signature, events = excluded.events", (session_id, sig, events))
 
     def query(self, words: list[str], limit: int) -> list[tuple[str, int, str, str]]:
-        """``(session id, seq, role, text)`` of messages holding ``words`` (the last a prefix)."""
+        """``(session id, seq, role, text)`` of the newest indexed messages holding ``words``."""
         terms = [f"'{self._fold(word)[0]}'" for word in words]
         terms[-1] += ":*"
         return [(str(a), int(b), str(c), str(d)) for a, b, c, d in self._conn.execute(
             f"SELECT session_id, seq, role, text FROM {self._s}.search_messages WHERE tsv @@ "
-            "to_tsquery('simple', %s) ORDER BY session_id, seq DESC LIMIT %s",
+            "to_tsquery('simple', %s) ORDER BY n DESC LIMIT %s",
             (" & ".join(terms), limit))]
 
     def reset(self) -> None:

@@ -109,7 +109,7 @@ from dsh.persistence._seal import (
     stage_seal,
     staged_name,
 )
-from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex, sqlite_signatures
+from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex, SqliteFreshness
 from dsh.persistence.sqlite import _restore_point as srp
 from dsh.persistence.sqlite._schema import (
     APPLICATION_ID,
@@ -708,7 +708,7 @@ class SqliteBackend:
         """
         path = self.path
         return SidecarIndex(path.with_name(path.name + SIDECAR_NAME),
-                            lambda: sqlite_signatures(path))
+                            SqliteFreshness(path))
 
     def check_storable(self, events: Sequence[Event]) -> None:
         """Refuse, writing nothing, events this file's schema cannot hold (what append would).
