@@ -15,7 +15,8 @@ parameters (never in CI); each measured run resumes a fresh copy in a fresh proc
 
 A child reports: ``resume_ms`` (``dsh.open`` + ``SessionStore.resume``: ownership, restore point
 check, tail read, closers written, published), ``open_ms`` (the ``dsh.open`` part), ``rss_mb``
-(peak RSS minus the RSS of the same interpreter with dsh imported, before the resume),
+(peak RSS minus the RSS of the same interpreter with dsh, the backend module and, for
+PostgreSQL, the psycopg driver imported before the clock, before the resume),
 ``derive_ms`` (the first ``derive_messages``), ``resume_cpu_ms`` and ``derive_cpu_ms``
 (``time.process_time`` of the same spans: steadier than wall time on a loaded machine),
 ``derive_rss_mb`` (peak RSS above idle after it),
@@ -106,7 +107,8 @@ def child(url: str) -> dict[str, Any]:
     from dsh.session._paging import PagedLog
 
     importlib.import_module("dsh.persistence._facade")
-    importlib.import_module(_backend_module(url))
+    for module in _backend_modules(url):
+        importlib.import_module(module)
     idle = _rss_mb("VmRSS")
     c0 = time.process_time()
     t0 = now_ms()
@@ -131,12 +133,14 @@ def child(url: str) -> dict[str, Any]:
     return result
 
 
-def _backend_module(url: str) -> str:
+def _backend_modules(url: str) -> tuple[str, ...]:
+    """What the child imports before its clock: the backend module, and PostgreSQL's driver
+    (as bench_postgres times imports apart: the resume, not the import of psycopg)."""
     if url.startswith("sqlite"):
-        return "dsh.persistence.sqlite._backend"
+        return ("dsh.persistence.sqlite._backend",)
     if url.startswith("postgresql"):
-        return "dsh.persistence.postgres._backend"
-    return "dsh.persistence.jsonl._backend"
+        return ("dsh.persistence.postgres._backend", "psycopg")
+    return ("dsh.persistence.jsonl._backend",)
 
 
 def _url(backend: str, root: Path, server: str) -> str:

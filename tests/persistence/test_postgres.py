@@ -480,7 +480,8 @@ def test_big_and_small_batches_store_the_same_rows_by_copy_and_by_one_statement(
     from dsh.persistence.postgres._backend import ONE_STATEMENT_MAX_ROWS
 
     big = "word " * 2000  # >= 4 KiB: stored zstd-compressed
-    events = [make("session/title", seq, {"title": big if seq % 7 == 0 else f"t{seq}"})
+    odd = 'a\\b\tc\nd\re "q" \\N é ✓'  # what COPY's text format escapes, and more
+    events = [make("session/title", seq, {"title": big if seq % 7 == 0 else f"t{seq}{odd}"})
               for seq in range(ONE_STATEMENT_MAX_ROWS * 2 + 5)]
     with backend.open("s", "write") as handle:
         handle.append(events[:3])  # one statement
@@ -684,6 +685,10 @@ def test_a_read_is_one_round_trip_with_the_schema_check_folded_in(
                 handle.append([make("session/title", 2, {"title": "t2"})])
                 [append] = trips.sent()  # one statement: fence, rows, head, lease, NOTIFY
                 assert "WITH fence AS" in append
+                # a flush's restore point: its anchor is one snapshot in one message
+                assert handle.restore_point_anchor().event_count == 3  # type: ignore[attr-defined]
+                [anchor] = trips.sent()
+                assert "READ ONLY" in anchor and "ORDER BY seq DESC LIMIT 1" in anchor
             [release] = trips.sent()
             assert "lease_owner = NULL" in release
         finally:

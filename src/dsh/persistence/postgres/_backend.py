@@ -781,22 +781,24 @@ class PostgresHandle(HandleBase):
     def restore_point_anchor(self) -> rp.Anchor | None:
         """The anchor of the committed prefix (up to the head), or None when it is empty.
 
-        One snapshot: the session row (header, incarnation, head) and the last row before the
-        head, whose checksum is the anchor's tail digest.
+        One snapshot and one round trip (a writer's flush that writes a restore point pays it
+        and the write): the session row (header, incarnation, head) and the last row before
+        the head, whose checksum is the anchor's tail digest.
 
         Raises:
             PersistenceError: the database failed.
         """
         self._ensure_open()
         b = self._backend
-        with b._conn("restore point", self._id) as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            srow = conn.execute(b._sql_session_row, (self._id,)).fetchone()
-            head = int(srow[11]) if srow is not None else 0
-            last = (conn.execute(b._sql_last_row_before, (self._id, head)).fetchone()
-                    if head > 0 else None)
+        with b._conn("restore point", self._id) as conn:
+            srows, lasts = b._batch(conn, [(b._sql_session_row, (self._id,)),
+                                           (b._sql_last_row_at_head, (self._id, self._id))],
+                                    begin=True, commit=True)
+        srow = srows[0] if srows else None
+        last = lasts[0] if lasts else None
         if srow is None or last is None:
             return None
+        head = int(srow[11])
         header, incarnation, _ = decode_session_row(srow[:11], path=b.url)
         header = _with_metadata(header, srow[12], b.url)
         return rp.Anchor(backend="postgresql", session_id=self._id, incarnation=incarnation,
@@ -1339,6 +1341,9 @@ class PostgresBackend:
                                f"lease_node FROM {s}.sessions WHERE id = %s")
         self._sql_last_row_before = (f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id "
                                      "= %s AND seq < %s ORDER BY seq DESC LIMIT 1")
+        self._sql_last_row_at_head = (
+            f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s AND seq < (SELECT "
+            f"head_seq FROM {s}.sessions WHERE id = %s) ORDER BY seq DESC LIMIT 1")
         self._sql_get_restore_point = (
             f"SELECT r.data, t.restore_point_digest FROM {s}.restore_points r JOIN {s}.sessions "
             "t ON t.id = r.session_id WHERE r.session_id = %s")
