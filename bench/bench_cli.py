@@ -223,8 +223,9 @@ def _run(args: argparse.Namespace, cache: Path) -> None:
           f"{os.getloadavg()[2]:.2f} (1/5/15 min)")
     floor = statistics.median(whole_ms(["--version"]) for _ in range(args.runs))
     print(f"dsh --version (interpreter + imports): {floor:.0f} ms")
-    print("| events | dsh show: first line | dsh show --last 50 |")
-    print("|---:|---:|---:|")
+    if sizes:
+        print("| events | dsh show: first line | dsh show --last 50 |")
+        print("|---:|---:|---:|")
     for size in sizes:
         url = _cached(cache, "session", size)
         first = statistics.median(first_line_ms(["show", "bench", "--store", url])
@@ -248,10 +249,11 @@ def _run(args: argparse.Namespace, cache: Path) -> None:
         from bench import search_store
 
         per = max(1, args.search_events // args.sessions)
+        where = search_store.CACHE if cache == CACHE else cache  # --dir: built there
         for backend in args.search_backends.split(","):
-            url = search_store.build(backend, args.sessions, per)
+            url = search_store.build(backend, args.sessions, per, where)
             print(f"# {backend}: {args.sessions:,} sessions x {per:,} events: "
-                  f"{search_store.built_note(backend, args.sessions, per)}")
+                  f"{search_store.built_note(backend, args.sessions, per, where)}")
             print(f"| {backend} query | hits | Store.search, fresh process | warm |")
             print("|---|---:|---:|---:|")
             for row in big_search_rows(url, args.runs):
