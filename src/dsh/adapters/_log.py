@@ -458,10 +458,12 @@ def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> Mutable
 
     ``nodes``: the surface before ``events`` (a restore point's), folded on from there; a
     restore point's packed seqs stay an int64 array (no int object per node: a cold read
-    of the latest items walks back only a few of them).
+    of the latest items walks back only a few of them), copied from the array they were
+    checked through, which the write's resume then takes over without inflating them again.
     """
-    out: MutableSequence[int] = (nodes.to_array() if isinstance(nodes, NodeSeqs)
-                                 else list(nodes))
+    out: MutableSequence[int] = (
+        NodeSeqs.from_little_endian(nodes.little_endian()).to_array()
+        if isinstance(nodes, NodeSeqs) else list(nodes))
     for event in events:
         op = event.get("surfaceOp")
         if op is None:
