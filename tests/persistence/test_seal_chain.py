@@ -348,3 +348,44 @@ def test_an_event_leaf_hashes_its_canonical_bytes_under_its_event_key() -> None:
                                 b"\0" + batch_key)
     leaves = _chain.event_leaves(record, [Event(snapshot_json(stored))])
     assert leaves == [hashlib.sha256(event_key + canonical).digest()]
+
+
+@pytest.mark.parametrize("backend", sorted(URLS))
+def test_reseal_of_a_log_that_passes_its_seal_keeps_the_seal_and_its_chain(
+        tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    url, seal = _write(tmp_path, backend)
+    before = seal.read_bytes()
+    kept = tmp_path / "proof.json"
+    kept.write_text(_cli(tmp_path, url, "s1", "--proof", "--json").stdout, encoding="utf-8")
+    out = _cli(tmp_path, url, "s1", "--reseal")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "kept: the log passes it" in out.stderr and "started again" not in out.stderr
+    assert seal.read_bytes() == before  # nothing written: the chain goes on
+    out = _cli(tmp_path, url, "--against", str(kept))
+    assert out.returncode == 0, out.stdout + out.stderr
+    # in process: one handle (the write handle) reads the log for the check and the reseal
+    with dsh.open(url) as store:
+        backend_ = store.persistence.backend
+        modes: list[str] = []
+        real_open = type(backend_).open
+
+        def counting_open(self: Any, session_id: str, mode: Any) -> Any:
+            modes.append(mode)
+            return real_open(self, session_id, mode)
+
+        monkeypatch.setattr(type(backend_), "open", counting_open)
+        done = backend_.reseal("s1")  # type: ignore[attr-defined]
+    assert (done.path, done.kept, modes) == (str(seal), True, ["write"])
+    assert seal.read_bytes() == before
+
+
+@pytest.mark.parametrize("backend", sorted(URLS))
+def test_reseal_of_a_lost_seal_starts_a_new_chain(tmp_path: Path, backend: str) -> None:
+    url, seal = _write(tmp_path, backend)
+    old_head = _chain_of(seal)[-1].hash
+    seal.unlink()
+    out = _cli(tmp_path, url, "s1", "--reseal")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "rebuilt over the log as it is now" in out.stderr
+    chain = _chain_of(seal)
+    assert [(r.first, r.end) for r in chain] == [(0, BATCHES)] and chain[-1].hash != old_head

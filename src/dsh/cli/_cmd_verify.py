@@ -194,6 +194,8 @@ def verify(
 def _reseal(persistence: Persistence, session_id: str) -> str:
     """``dsh verify --reseal ID``: rebuild a lost seal on request (docs/formats.md#integrity-seals).
 
+    A log that passes its present seal, which covers it whole, keeps that seal and its chain.
+
     Raises:
         ConfigError: code ``NO_SEAL``: the store keeps no seals.
         LogCorruptError: the seal is present and readable and the log fails it (the log is
@@ -205,9 +207,12 @@ def _reseal(persistence: Persistence, session_id: str) -> str:
     if not backend.capabilities.reseal:
         raise ConfigError("this store keeps no integrity seals to rebuild (PostgreSQL and the "
                           "memory store have none)", code="NO_SEAL", session_id=session_id)
-    path = cast(Reseals, backend).reseal(session_id)
-    return (f"{session_id}: integrity seal {path} rebuilt over the log as it is now, its chain "
-            "started again; bytes changed while it was lost or damaged are sealed too")
+    done = cast(Reseals, backend).reseal(session_id)
+    if done.kept:
+        return (f"{session_id}: integrity seal {done.path} kept: the log passes it and it covers "
+                "the whole log, so its chain goes on")
+    return (f"{session_id}: integrity seal {done.path} rebuilt over the log as it is now, its "
+            "chain started again; bytes changed while it was lost or damaged are sealed too")
 
 
 def _verify_receipt(path: Path, store: str | None, json_: bool) -> None:

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, Self, runtime_checkable
 
 from dsh._errors import DshError, SessionFormatUnsupportedError
 from dsh.json import FrozenDict, snapshot_json
@@ -460,6 +460,13 @@ class KeepsChain(Protocol):
         ...
 
 
+class Resealed(NamedTuple):
+    """What ``Reseals.reseal`` did: the seal file, and whether the present seal was kept."""
+
+    path: str
+    kept: bool
+
+
 @runtime_checkable
 class Reseals(Protocol):
     """A backend that keeps integrity seals and rebuilds a lost one only when asked.
@@ -467,8 +474,11 @@ class Reseals(Protocol):
     Rule: docs/formats.md#integrity-seals.
     """
 
-    def reseal(self, session_id: str) -> str:
-        """Seal the session's committed log as it is now; return the seal file's path.
+    def reseal(self, session_id: str) -> Resealed:
+        """Seal the session's committed log as it is now; return the seal file and what was done.
+
+        A log that passes its present seal, which covers it whole, keeps that seal and its
+        chain (``kept``); otherwise a new seal with a new chain replaces it.
 
         Raises:
             SessionBusyError: a writer holds the session.

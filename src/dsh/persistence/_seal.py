@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, TypeVar
 
 from dsh._errors import LogCorruptError, SealDamagedError
 from dsh.json import CFallback, c_rows_text
@@ -709,8 +709,11 @@ def check_byte_seals(data: bytes, seal: Seal, *, log_path: str) -> None:
                 f"{seal.path})", path=log_path, byte_offset=start, line=line)
 
 
-def refuse_reseal_over_damage(read: Callable[[], object], session_id: str, seal: Path) -> None:
-    """Let a reseal go on only when the log is not what a read refuses.
+_R = TypeVar("_R")
+
+
+def refuse_reseal_over_damage(read: Callable[[], _R], session_id: str, seal: Path) -> _R | None:
+    """Let a reseal go on only when the log is not what a read refuses; give the read.
 
     ``dsh verify --reseal`` rebuilds a seal that is lost (``SEAL_MISSING``) or damaged
     (another ``SEAL_*``); a read that passes has nothing to hide either. A read refused for
@@ -720,18 +723,23 @@ def refuse_reseal_over_damage(read: Callable[[], object], session_id: str, seal:
     (docs/formats.md#integrity-seals).
 
     Args:
-        read: A full read of the session (its result is not used).
+        read: A full read of the session through the write handle that reseals it (one read
+            serves the check and the reseal).
         session_id: The session, for the message.
         seal: Its seal file, for the message.
+
+    Returns:
+        The read's result when the log passes its present seal (the reseal may keep that
+        seal and its chain); None when the seal is missing or damaged.
 
     Raises:
         LogCorruptError: ``LOG_CORRUPT``, with the refused read's location fields and the
             refusal chained.
     """
     try:
-        read()
+        return read()
     except SealDamagedError:
-        return
+        return None
     except LogCorruptError as error:
         raise LogCorruptError(
             f"not resealed: the integrity seal {seal} of session {session_id!r} is present "

@@ -55,6 +55,7 @@ from dsh.persistence._contract import (
     ColdRead,
     HandleBase,
     OpenMode,
+    Resealed,
     TornTail,
     check_session_id,
     normalize_header,
@@ -788,11 +789,15 @@ class JsonlHandle(HandleBase):
         self.after_commit.run("search", self._note_search,
                               "the next search reads this log itself")
 
-    def reseal_committed(self) -> str:
+    def reseal_committed(self, *, keep: bool = False) -> Resealed:
         """Write a fresh seal over this raw log's committed bytes (:meth:`JsonlBackend.reseal`).
 
+        With ``keep`` (this handle's last read passed the present seal), a seal that covers
+        every committed byte and chains every event is kept as it is, its chain going on;
+        otherwise the seal is rebuilt with a new chain (docs/formats.md#integrity-seals).
+
         Returns:
-            The seal file's path.
+            The seal file's path, and whether the present seal was kept.
 
         Raises:
             PersistenceError: ``READ_ONLY`` for a read handle.
@@ -803,6 +808,14 @@ class JsonlHandle(HandleBase):
         if self._mode != "write":
             raise PersistenceError(f"cannot reseal session {self._id!r} through a read handle",
                                    code="READ_ONLY", session_id=self._id)
+        tail = self._tail
+        if keep and tail is not None and tail.seals is not None and tail.chain is not None \
+                and tail.seal_cut is None and (tail.seals[-1][1] if tail.seals else 0) == (
+                    tail.torn.byte_offset if tail.torn is not None else tail.size) \
+                and tail.chain.end == tail.count:
+            logger.info("session %s: integrity seal %s kept: the log passes it and it covers "
+                        "the whole log", self._id, self._seal_path())
+            return Resealed(str(self._seal_path()), kept=True)
         data, _ = _stable_read(self.path, self._id, compression="none", settle=False)
         parsed = parse_log(data, compression="none", path=str(self.path))
         chain = ChainState([], pending=list(parsed.events))
@@ -814,7 +827,7 @@ class JsonlHandle(HandleBase):
         logger.warning("session %s: integrity seal %s rebuilt over the %d committed bytes of %s "
                        "as they are now", self._id, self._seal_path(), parsed.committed,
                        self.path)
-        return str(self._seal_path())
+        return Resealed(str(self._seal_path()), kept=False)
 
     def _check_not_cut(self, end: int, events: int, header: FrozenDict, size: int) -> None:
         """Refuse a log whose complete records end below bytes a flush already made durable.
@@ -2008,7 +2021,7 @@ class JsonlBackend:
         index.save()
         return entries, errors
 
-    def reseal(self, session_id: str) -> str:
+    def reseal(self, session_id: str) -> Resealed:
         """Seal the session's committed log as it is now, under its write lock (explicit).
 
         What ``dsh verify --reseal`` runs after a seal went missing (``SEAL_MISSING``): the log
@@ -2031,10 +2044,9 @@ class JsonlBackend:
             raise ConfigError(f"session {session_id!r} is stored Zstandard-framed, whose frames "
                               "carry their own checksums: it has no seal to rebuild",
                               code="NO_SEAL", session_id=session_id)
-        with self.open(session_id, "read") as reader:
-            refuse_reseal_over_damage(reader.read, session_id, reader._seal_path())
-        with self.open(session_id, "write") as handle:
-            return handle.reseal_committed()
+        with self.open(session_id, "write") as handle:  # one read: the check's
+            read = refuse_reseal_over_damage(handle.read, session_id, handle._seal_path())
+            return handle.reseal_committed(keep=read is not None)
 
     def seal_chain(self, session_id: str) -> tuple[str, str]:
         """The log's seal and the digest its chain binds (see ``Reseals.seal_chain``).

@@ -59,6 +59,7 @@ from dsh.persistence._contract import (
     ColdRead,
     HandleBase,
     OpenMode,
+    Resealed,
     TornTail,
     check_session_id,
     metadata_problem,
@@ -787,7 +788,7 @@ class SqliteBackend:
             return str(uuid.uuid4())
         return incarnation
 
-    def reseal(self, session_id: str) -> str:
+    def reseal(self, session_id: str) -> Resealed:
         """Seal the session's committed rows as they are now, under its write lock (explicit).
 
         What ``dsh verify --reseal`` runs after a seal went missing (``SEAL_MISSING``): the
@@ -806,10 +807,10 @@ class SqliteBackend:
                 :func:`refuse_reseal_over_damage`).
             OSError: the seal could not be written.
         """
-        with self.open(session_id, "read") as reader:
-            refuse_reseal_over_damage(reader.read, session_id, self._seal_path(session_id))
-        with self.open(session_id, "write") as handle:
-            return handle.reseal_committed()
+        with self.open(session_id, "write") as handle:  # one read: the check's
+            read = refuse_reseal_over_damage(handle.read, session_id,
+                                             self._seal_path(session_id))
+            return handle.reseal_committed(keep=read is not None)
 
     def seal_chain(self, session_id: str) -> tuple[str, str]:
         """The session's seal and its row's incarnation (see ``Reseals.seal_chain``).
@@ -1706,11 +1707,15 @@ class SqliteHandle(HandleBase):
                 session_id=self._id)
         return seal
 
-    def reseal_committed(self) -> str:
+    def reseal_committed(self, *, keep: bool = False) -> Resealed:
         """Write a fresh seal over this session's committed rows (:meth:`SqliteBackend.reseal`).
 
+        With ``keep`` (this handle's last read passed the present seal), a seal that covers
+        every committed row and chains every event is kept as it is, its chain going on;
+        otherwise the seal is rebuilt with a new chain (docs/formats.md#integrity-seals).
+
         Returns:
-            The seal file's path.
+            The seal file's path, and whether the present seal was kept.
 
         Raises:
             PersistenceError: ``READ_ONLY`` for a read handle, or the database failed.
@@ -1721,6 +1726,13 @@ class SqliteHandle(HandleBase):
         if self._mode != "write":
             raise PersistenceError(f"cannot reseal session {self._id!r} through a read handle",
                                    code="READ_ONLY", session_id=self._id, path=self._path)
+        durable, seals, chain = self._durable, self._seals, self._chain
+        if keep and durable is not None and seals is not None and chain is not None \
+                and self._seal_cut is None and self._torn_seq is None \
+                and (seals[-1][1] if seals else 0) == durable[0] == chain.end:
+            logger.info("session %s: integrity seal %s kept: the rows pass it and it covers "
+                        "every one", self._id, self._seal_file)
+            return Resealed(str(self._seal_file), kept=True)
         conn = self._c.conn
         try:
             conn.execute("BEGIN")
@@ -1746,7 +1758,7 @@ class SqliteHandle(HandleBase):
         self._chain, self._seal_cut = chain, None
         logger.warning("session %s: integrity seal %s rebuilt over the %d committed events of "
                        "%s as they are now", self._id, self._seal_file, end, self._path)
-        return str(self._seal_file)
+        return Resealed(str(self._seal_file), kept=False)
 
     def _seal(self, records: list[tuple[int, int, int]], incarnation: str) -> None:
         """Record a committed batch (its page records, ``row_records``) in the seal.
