@@ -84,6 +84,7 @@ INJECT: dict[tuple[str, str], list[tuple[Any, str]]] = {
     ("jsonl", "listing"): [(jsonl_backend, "note_flushed")],
     ("jsonl", "restore-point"): [(rp, "encode_restore_point")],
     ("jsonl", "restore-fold"): [(RestoreFold, "feed")],
+    ("jsonl+zstd", "seal"): [(jsonl_backend, "append_chain_to"), (jsonl_backend, "reset_seal")],
     ("jsonl+zstd", "listing"): [(jsonl_backend, "note_flushed")],
     ("jsonl+zstd", "restore-point"): [(rp, "encode_restore_point")],
     ("sqlite", "seal"): [(sqlite_backend, "append_seal_to"), (sqlite_backend, "reset_seal")],
@@ -157,3 +158,37 @@ def test_sqlite_seal_failure_after_commit_is_repaired(tmp_path: Path,
     with dsh.open(url) as store:
         texts = [e["data"]["content"][0]["text"] for e in store.read("s1").events]
     assert texts == ["a", "b", "c", "d"]
+
+
+def test_zstd_chain_sidecar_failures_say_their_repair(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Zstandard chain step runs through AfterCommit.run, worded as the raw seal's."""
+    url = f"jsonl+zstd://{tmp_path}/store"
+    watcher = Watcher()
+    with dsh.open(url) as store:
+        store.sessions.observe(watcher)
+        session = store.session("s1")
+        session.append("user/message", user("a"), surface_op="append")
+        store.flush(session)
+        [sidecar] = (tmp_path / "store").rglob("*.seal")
+        with monkeypatch.context() as faults:
+            faults.setattr(jsonl_backend, "append_chain_to", _raise)
+            session.append("user/message", user("b"), surface_op="append")
+            store.flush(session)  # never raises: the frames are durable
+        session.append("user/message", user("c"), surface_op="append")
+        store.flush(session)  # rewrites the sidecar whole
+    [failure] = watcher.failures
+    assert (failure.step, type(failure.error)) == ("seal", Boom)
+    assert failure.repair == f"the next flush rewrites the chain sidecar {sidecar} whole"
+    sidecar.write_bytes(b"not a seal at all" * 8)  # damaged: read at the next first flush
+    watcher = Watcher()
+    with dsh.open(url) as store:
+        store.sessions.observe(watcher)
+        session = store.session("s1")
+        session.append("user/message", user("d"), surface_op="append")
+        store.flush(session)  # the frames are durable, the damaged sidecar is not written over
+    [failure] = watcher.failures
+    assert failure.step == "seal" and isinstance(failure.error, dsh.LogCorruptError)
+    assert failure.repair == (f"the chain sidecar {sidecar} is damaged: move it aside (a new "
+                              f"chain starts) or restore it")
+    assert sidecar.read_bytes() == b"not a seal at all" * 8

@@ -69,9 +69,13 @@ class AfterCommit:
             if len(self._failures) < MAX_KEPT:
                 self._failures.append(AfterCommitFailure(self.session_id, step, error, repair))
 
-    def run(self, step: Step, fn: Callable[[], object], repair: str,
+    def run(self, step: Step, fn: Callable[[], object], repair: str | Callable[[], str],
             on_failure: Callable[[], None] | None = None) -> bool:
-        """Run ``fn``; on any ``Exception`` call ``on_failure``, record it and return False."""
+        """Run ``fn``; on any ``Exception`` call ``on_failure``, record it and return False.
+
+        ``repair`` is the repair in words, or a function giving it once ``fn`` failed and
+        ``on_failure`` ran (for a step whose repair depends on how it failed).
+        """
         try:
             fn()
         except Exception as exc:  # the batch is durable: nothing here may fail it
@@ -81,7 +85,7 @@ class AfterCommit:
                 except Exception as inner:  # the repair plan failed too: log it, go on
                     log.warning("session %r: setting up the repair of its %s step failed (%r)",
                                 self.session_id, step, inner)
-            self.failed(step, exc, repair)
+            self.failed(step, exc, repair if isinstance(repair, str) else repair())
             return False
         return True
 

@@ -1063,12 +1063,33 @@ class JsonlHandle(HandleBase):
         writer then chains nothing (docs/formats.md#zstandard-chain).
         """
         tail = self._tail
-        chain = tail.chain if tail is not None else None
-        if tail is None or chain is None:
+        if tail is None or tail.chain is None:
             return
+        path = self._seal_path()
+
+        def retry() -> None:  # kept in memory: the next flush rewrites the sidecar whole
+            tail.seal_rewrite = True
+
+        def repair() -> str:  # after the failure: a damaged sidecar has dropped the chain
+            return (f"the next flush rewrites the chain sidecar {path} whole" if tail.chain
+                    else f"the chain sidecar {path} is damaged: move it aside (a new chain "
+                         f"starts) or restore it")
+
+        self.after_commit.run("seal", lambda: self._chain_zstd_step(tail, path), repair, retry)
+
+    def _chain_zstd_step(self, tail: _Tail, path: Path) -> None:
+        """The work of :meth:`_chain_zstd`; a damaged sidecar drops the chain, then raises.
+
+        Raises:
+            LogCorruptError: the sidecar is damaged (``tail.chain`` is then None: it is not
+                written over).
+            OSError: the sidecar could not be written.
+        """
+        chain = tail.chain
+        assert chain is not None
         try:
             if not tail.chain_loaded:
-                found = read_seal(self._seal_path())
+                found = read_seal(path)
                 loaded = found.chain_state() if found is not None else ChainState([])
                 if loaded.records and loaded.records[-1].incarnation != self._incarnation():
                     loaded = ChainState([])  # another log's (an id created again): restarted
@@ -1078,24 +1099,19 @@ class JsonlHandle(HandleBase):
             if link is None:
                 return
             if tail.seal_rewrite:
-                reset_seal(self._seal_path(), b"", [], chain=chain)
+                reset_seal(path, b"", [], chain=chain)
                 tail.seal_rewrite = False
                 return
-            fd = open_seal_appender(self._seal_path())
+            fd = open_seal_appender(path)
             try:
                 append_chain_to(fd, link)
             finally:
                 os.close(fd)
             if len(chain.records) - chain.published >= HEAD_EVERY:
-                publish_head(self._seal_path(), b"", chain)
-        except Exception as exc:  # the frames are durable: a chain failure never fails them
-            if isinstance(exc, LogCorruptError):
-                tail.chain = None  # a damaged sidecar is not written over
-            tail.seal_rewrite = True
-            self.after_commit.failed("seal", exc, f"the chain sidecar {self._seal_path()} "
-                                     f"is rewritten by the next flush" if tail.chain else
-                                     f"the chain sidecar {self._seal_path()} is damaged: move "
-                                     f"it aside (a new chain starts) or restore it")
+                publish_head(path, b"", chain)
+        except LogCorruptError:
+            tail.chain = None  # a damaged sidecar is not written over
+            raise
 
     def _zstd_chain_candidate(self, count: int) -> Path | None:
         """The chain sidecar an interrupted rewrite left that fits a Zstandard log of ``count``.
