@@ -389,3 +389,26 @@ def test_reseal_of_a_lost_seal_starts_a_new_chain(tmp_path: Path, backend: str) 
     assert "rebuilt over the log as it is now" in out.stderr
     chain = _chain_of(seal)
     assert [(r.first, r.end) for r in chain] == [(0, BATCHES)] and chain[-1].hash != old_head
+
+
+@pytest.mark.parametrize("seqs", [[0, 1, 2], [2, 3, 4], [0, 1, 2, 3], [0, 2, 3], [0, 1, 1, 2],
+                                  [3, 4, 5], [1, 2], [], [0, 1, 2, 3, 4]])
+def test_take_chains_the_same_record_with_and_without_the_contiguous_shortcut(
+        seqs: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # ChainState.take's common case (exactly the events start .. durable_end - 1) skips the
+    # general path's dict and sorts; both give the same record and the same events left over
+    from dsh.session._events import as_event
+
+    monkeypatch.setattr(_chain.os, "urandom", lambda n: b"k" * n)  # the same batch key
+    events = [as_event({"type": "x/y", "seq": s, "time": s, "data": {"n": s}}) for s in seqs]
+    writer = _chain.this_writer()
+    outcomes = []
+    for shortcut in (True, False):
+        if not shortcut:
+            monkeypatch.setattr(_chain, "c_seqs_contiguous", None)
+        state = _chain.ChainState([], pending=list(events))
+        record = state.take(3, b"incarnation", writer)
+        outcomes.append((record, [e["seq"] for e in state.pending], state.records))
+    assert outcomes[0] == outcomes[1]
+    if seqs == [0, 1, 2]:
+        assert outcomes[0][0] is not None and outcomes[0][0].end == 3 and not outcomes[0][1]

@@ -35,7 +35,7 @@ from typing import Final
 
 import orjson
 
-from dsh.json import CFallback, c_chain_leaves, dumps_canonical
+from dsh.json import CFallback, c_chain_leaves, c_seqs_contiguous, dumps_canonical
 from dsh.session import Event
 
 __all__ = ["CHAIN_MARK", "HEAD_EVERY", "HEAD_SLOT", "ChainRecord", "ChainState", "Head",
@@ -424,17 +424,23 @@ class ChainState:
         not chained: the record then starts after a gap, which the chain commits to and
         ``dsh verify`` reports.
         """
-        by_seq = {int(e["seq"]): e for e in self.pending}
-        self.pending = [by_seq[s] for s in sorted(by_seq) if s >= durable_end]
-        start = self.end
-        seqs = [s for s in sorted(by_seq) if start <= s < durable_end]
-        while seqs and seqs[-1] - seqs[0] + 1 != len(seqs):
-            seqs = seqs[1:]  # keep the contiguous run that ends at the durable end
-        if not seqs or seqs[-1] + 1 != durable_end:
-            return None
-        record = new_record(self.records[-1] if self.records else None,
-                            [by_seq[s] for s in seqs], incarnation, writer,
-                            prev_hash=None if self.records else self.elided_hash)
+        pending, start = self.pending, self.end
+        if (c_seqs_contiguous is not None and type(pending) is list and pending
+                and len(pending) == durable_end - start and c_seqs_contiguous(pending, start)):
+            # the common case, what the general path below gives without its dict and sorts:
+            # exactly the events start .. durable_end - 1, each once, in order
+            self.pending, chained = [], pending
+        else:
+            by_seq = {int(e["seq"]): e for e in pending}
+            self.pending = [by_seq[s] for s in sorted(by_seq) if s >= durable_end]
+            seqs = [s for s in sorted(by_seq) if start <= s < durable_end]
+            while seqs and seqs[-1] - seqs[0] + 1 != len(seqs):
+                seqs = seqs[1:]  # keep the contiguous run that ends at the durable end
+            if not seqs or seqs[-1] + 1 != durable_end:
+                return None
+            chained = [by_seq[s] for s in seqs]
+        record = new_record(self.records[-1] if self.records else None, chained, incarnation,
+                            writer, prev_hash=None if self.records else self.elided_hash)
         self.records.append(record)
         return record
 
