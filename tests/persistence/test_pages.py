@@ -209,7 +209,7 @@ def test_a_jsonl_log_with_a_torn_tail_or_zstd_frames_is_read_in_full(
 
 
 def test_bisection_finds_the_line_of_every_seq_and_serves_every_range(tmp_path: Path) -> None:
-    """The JSONL range source itself, no full-read fallback: exact lines and pages."""
+    """The JSONL range source itself, no full-read fallback: exact lines, pages and picks."""
     import os
     import random
 
@@ -244,6 +244,8 @@ def test_bisection_finds_the_line_of_every_seq_and_serves_every_range(tmp_path: 
             a = rng.randrange(cut)
             b = min(cut, a + rng.choice((1, 5, 256, 2000)))
             assert list(source.read(a, b)) == list(full[a:b])
+            picked = sorted(rng.sample(range(a, b), min(b - a, 3)))
+            assert list(source.read_picked(a, b, picked) or ()) == [full[s] for s in picked]
 
 
 def test_sqlite_seal_records_end_at_page_bounds_so_a_page_in_checks_its_own_rows(

@@ -62,7 +62,8 @@ def url_of(kind: str, root: Path) -> str:
 
 @pytest.fixture(autouse=True)
 def small_restore_points(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Restore point at every flush, index every batch, page 4 events: every boundary is hit.
+    """Restore point at every flush, index every batch, page 4 events, pick 8: every boundary
+    is hit.
 
     Surface nodes are stored packed from 2 on, so resumes here read the packed form (the other
     restore point tests read the plain list).
@@ -71,6 +72,7 @@ def small_restore_points(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rp, "PACKED_NODES_MIN", 2)
     monkeypatch.setattr(rp, "INDEX_EVERY_EVENTS", 1)
     monkeypatch.setattr(paging, "PAGE_EVENTS", 4)
+    monkeypatch.setattr(paging, "PICK_EVENTS", 8)
 
 
 def build(url: str, script: Script) -> None:
@@ -769,3 +771,60 @@ def test_nodes_packed_as_seqs_by_an_earlier_writer_are_still_read() -> None:
     state = rp.decode_restore_point(_resealed(body[:start] + old + body[end:]), session_id="s",
                                     backend="sqlite").state
     assert state.nodes == seqs
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl-zstd", "sqlite"])
+def test_the_first_derive_decodes_only_the_surfaces_events(kind: str, root: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    # docs/rules.md#verified-page-in: the derive after a resume picks the surface's events
+    # out of checked ranges; no whole range is decoded and no page enters the cache
+    from dsh.persistence.sqlite import _restore_point as srp
+
+    long_store(kind, root)
+    full_root = root.parent / "full"
+    copy_without_restore_point(root, full_root)
+    with dsh.open(url_of(kind, full_root)).sessions as store:
+        expected = list(store.resume("s").derive_messages())
+    with dsh.open(url_of(kind, root)).sessions as store:
+        session = store.resume("s")
+        log = session._log
+        assert isinstance(log, PagedLog)
+        with monkeypatch.context() as patched:
+            def whole_range(*args: object, **kwargs: object) -> None:
+                raise AssertionError("a whole range was decoded")
+
+            patched.setattr(jrp, "_scan", whole_range)
+            patched.setattr(srp, "scan_rows", whole_range)
+            messages = session.derive_messages()
+        assert list(messages) == expected and len(expected) > 90
+        assert log.resident_events == len(log) - log.cut  # no page read
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_an_edit_between_the_surfaces_events_is_refused_by_the_derive(kind: str,
+                                                                      root: Path) -> None:
+    """A same-length edit in an event the derive does not decode (a ``tool/call``, not on the
+    surface): its range is checked against the seal all the same
+    (docs/rules.md#verified-page-in)."""
+    import sqlite3
+    from contextlib import closing
+
+    long_store(kind, root)
+    if kind == "sqlite":
+        with closing(sqlite3.connect(root / "store.db")) as db, db:
+            changed = db.execute("UPDATE events SET data = replace(data, 'read_file', "
+                                 "'read_fila') WHERE type = 'tool/call' AND seq < 20").rowcount
+        assert changed >= 1
+    else:
+        log = log_file(root)
+        text = log.read_bytes()
+        line = text.index(b'"type":"tool/call"')
+        at = text.index(b"read_file", line)
+        log.write_bytes(text[:at] + b"read_fila" + text[at + 9:])
+    with pytest.raises(dsh.LogCorruptError) as caught, \
+            dsh.open(url_of(kind, root), clock=StepClock()).sessions as store:
+        session = store.resume("s")
+        assert isinstance(session._log, PagedLog)
+        session.derive_messages()
+    assert "integrity seal" in caught.value.message

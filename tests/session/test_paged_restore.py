@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from dsh._errors import EventRejectedError, LogCorruptError
 from dsh.session import PAGE_EVENTS, NodeSeqs, PagedLog, RestoreFold, RestoreState, Session
 from dsh.session._events import Event
+from dsh.session._paging import PICK_EVENTS
 from dsh.session._repair import interrupted_turn_closers, open_turn_closers
 from tests.strategies import (
     StepClock,
@@ -45,6 +46,23 @@ class ListSource:
     def read(self, start: int, stop: int) -> Sequence[Event]:
         self.reads.append((start, stop))
         return self.events[start:stop]
+
+
+class RangePickingSource(ListSource):
+    """A ListSource that also picks from ranges (``read_picked``), counting picks; ``vouch``
+    False: it answers None."""
+
+    def __init__(self, events: Sequence[Event], *, vouch: bool = True,
+                 serve: Sequence[Event] | None = None) -> None:
+        super().__init__(events)
+        self.vouch = vouch
+        self.serve = list(serve) if serve is not None else self.events
+        self.picks: list[tuple[int, int, list[int]]] = []
+
+    def read_picked(self, start: int, stop: int, seqs: Sequence[int]) -> Sequence[Event] | None:
+        assert all(start <= seq < stop for seq in seqs) and list(seqs) == sorted(seqs)
+        self.picks.append((start, stop, list(seqs)))
+        return [self.serve[seq] for seq in seqs] if self.vouch else None
 
 
 def _log(script: Any) -> list[Event]:
@@ -198,6 +216,47 @@ def test_paged_restore_reads_nothing_before_the_cut_until_messages_are_derived()
     starts = [start for start, _ in source.reads]
     assert starts == [n * PAGE_EVENTS for n in range((len(events) - 1) // PAGE_EVENTS + 1)]
     assert session._log.resident_events <= 32 * PAGE_EVENTS + 10
+
+
+def _picked_restore(events: Sequence[Event], source: ListSource) -> Session:
+    state = RestoreFold(0)
+    state.feed(events)
+    return Session.restore_paged("s", {"version": 0, "id": "s", "createdAt": 1},
+                                 state.state(), source, [], clock=StepClock(5))
+
+
+def test_a_picking_source_serves_the_derive_without_a_page_read() -> None:
+    # docs/rules.md#verified-page-in: a source that picks decodes only the surface's events,
+    # one window of PICK_EVENTS seqs at a time; nothing enters the page cache
+    events = _long_log(4000)
+    source = RangePickingSource(events)
+    session = _picked_restore(events, source)
+    assert session.derive_messages() == _full(events).derive_messages()
+    assert source.reads == []
+    assert [start for start, _, _ in source.picks] == list(range(0, len(events), PICK_EVENTS))
+    nodes = [seq for seq in session.surface.nodes if seq < len(events)]
+    assert [seq for _, _, seqs in source.picks for seq in seqs] == nodes
+    assert len(nodes) < len(events) / 2  # the brackets and calls were never asked for
+    assert session._log.resident_events <= 2  # the tail (end-seed), no page
+
+
+def test_a_window_the_source_cannot_vouch_for_is_paged_in() -> None:
+    events = _long_log(2000)
+    source = RangePickingSource(events, vouch=False)
+    session = _picked_restore(events, source)
+    assert session.derive_messages() == _full(events).derive_messages()
+    assert source.picks and source.reads  # asked to pick, then read by page
+
+
+def test_picked_events_of_other_seqs_are_refused() -> None:
+    events = _long_log(300)
+    swapped = [*events]
+    surface = [seq for seq in _full(events).surface.nodes if seq < len(events)]
+    swapped[surface[3]] = events[surface[4]]  # a source serving another node's event
+    session = _picked_restore(events, RangePickingSource(events, serve=swapped))
+    with pytest.raises(LogCorruptError) as caught:
+        session.derive_messages()
+    assert "picked events" in caught.value.message
 
 
 def test_paged_old_call_is_found_by_a_prefix_scan() -> None:

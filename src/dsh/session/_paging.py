@@ -20,6 +20,7 @@ itself stays free of I/O. Invariants this module owns:
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -36,6 +37,11 @@ _CACHED_PAGES: Final = 32  # resident pages at most: O(pages) memory, not O(log)
 
 PICKED_EVENTS: Final = 4096
 """Events read one by one (:meth:`PagedLog.pick`) held at most; beyond, the older ones go."""
+
+PICK_EVENTS: Final = 8192
+"""Seqs per window of :meth:`PagedLog.items_at` from a picking source (:class:`PicksRanges`,
+:class:`PicksEvents`): a window's picked events are held at once, then dropped, so memory
+stays bounded whatever the log's length."""
 
 
 class EventSource(Protocol):
@@ -66,6 +72,28 @@ class PicksEvents(Protocol):
     def read_events(self, seqs: Sequence[int]) -> Mapping[int, Event]:
         """The events at ``seqs`` (ascending, below the cut), by seq."""
         ...
+
+
+@runtime_checkable
+class PicksRanges(Protocol):
+    """An :class:`EventSource` that can decode only some events of a range (a surface's nodes).
+
+    ``read_picked(start, stop, seqs)`` returns the frozen events whose seqs are ``seqs``
+    (ascending, each in ``start <= seq < stop <= len(source)``), in that order, after checking
+    every stored byte or row of the range against the log's integrity as ``read`` does
+    (docs/rules.md#verified-page-in); the events not picked are checked, not decoded. None
+    when the source cannot vouch for the whole range that way (the caller pages it in with
+    ``read``). It may raise a ``DshError`` as ``read`` does.
+    """
+
+    def __len__(self) -> int:
+        """The number of events the source serves (the cut)."""
+
+    def read(self, start: int, stop: int) -> Sequence[Event]:
+        """Return the events with ``start <= seq < stop``, in order."""
+
+    def read_picked(self, start: int, stop: int, seqs: Sequence[int]) -> Sequence[Event] | None:
+        """The events at ``seqs`` of ``start <= seq < stop`` (see the class), or None."""
 
 
 class PagedLog(Sequence[Event]):
@@ -197,9 +225,53 @@ class PagedLog(Sequence[Event]):
     def items_at(self, seqs: Iterable[int]) -> Iterator[tuple[int, Event]]:
         """Yield ``(seq, event)`` for ascending ``seqs`` below the cut, each page read once.
 
+        Where the source picks (:class:`PicksRanges`, else :class:`PicksEvents`), each
+        :data:`PICK_EVENTS` window is read once and only its asked-for events are decoded (a
+        surface spanning the log skips the brackets and calls between its nodes); a window a
+        :class:`PicksRanges` source cannot vouch for that way is paged in. Nothing picked
+        enters the page cache.
+
         Raises:
-            LogCorruptError: a page does not match the log (see the module invariants).
+            LogCorruptError: a page or a picked window does not match the log (see the
+                module invariants).
         """
+        source = self._source
+        if isinstance(source, (PicksRanges, PicksEvents)):
+            yield from self._windows(source, seqs if isinstance(seqs, list) else list(seqs))
+            return
+        yield from self._paged(seqs)
+
+    def _windows(self, source: PicksRanges | PicksEvents,
+                seqs: list[int]) -> Iterator[tuple[int, Event]]:
+        index, count = 0, len(seqs)
+        while index < count:
+            start = seqs[index] - seqs[index] % PICK_EVENTS
+            stop = min(self._cut, start + PICK_EVENTS)
+            end = bisect.bisect_left(seqs, stop, index)
+            wanted = seqs[index:end]
+            if not wanted or wanted[-1] >= self._cut:
+                raise IndexError(f"seq {seqs[index]} is not below the cut {self._cut}")
+            picked: Sequence[Event | None] | None
+            if isinstance(source, PicksRanges):
+                picked = source.read_picked(start, stop, wanted)
+            else:
+                found = source.read_events(wanted)
+                picked = [found.get(seq) for seq in wanted]
+            if picked is None:
+                yield from self._paged(wanted)
+            elif len(picked) != len(wanted) or [e.get("seq") if e is not None else None
+                                                for e in picked] != wanted:
+                raise LogCorruptError(f"picked events {start}..{stop - 1} do not match the log "
+                                      f"they were cut from (got {len(picked)} of "
+                                      f"{len(wanted)}); the log changed under the session, "
+                                      "resume it again", seq=start)
+            else:
+                for seq, event in zip(wanted, picked, strict=True):
+                    assert event is not None
+                    yield seq, event
+            index = end
+
+    def _paged(self, seqs: Iterable[int]) -> Iterator[tuple[int, Event]]:
         size = PAGE_EVENTS
         number, page = -1, None
         for seq in seqs:

@@ -56,6 +56,7 @@ __all__ = [
     "parse_header_strict",
     "project_dir_name",
     "project_key",
+    "scan_picked",
     "scan_zstd_frames",
 ]
 
@@ -504,6 +505,46 @@ class Scanner:
             result.reason = (f"unterminated final record ({len(self._tail)} bytes without a "
                              f"newline) at byte {self._tail_offset}")
         return result
+
+
+def scan_picked(text: bytes, seq: int, count: int, picked: Sequence[int]) -> list[Event] | None:
+    r"""Decode only the lines of ``picked`` seqs from checked text of one event a line.
+
+    ``text`` is complete record lines (each ending ``\n``) holding the ``count`` events from
+    seq ``seq`` on, whose bytes were checked against the log's integrity (seal records or
+    Zstandard frame checksums: docs/rules.md#verified-page-in). When it splits into exactly
+    ``count`` lines, line ``k`` holds seq ``seq + k`` alone (a record holds at least one event),
+    so the lines of ``picked`` (ascending, each in ``seq .. seq + count - 1``) are decoded by
+    the accelerator's committed-region rules, each run of consecutive seqs in one call, and
+    every decoded event must carry the seq of its line; the other lines are not parsed.
+
+    Returns:
+        The picked events in order, or None when the text does not map one line to one seq
+        (a packed chunk row), the accelerator is absent, or a picked line is one the
+        :class:`Scanner` must judge: the caller then scans the whole text.
+    """
+    if c_scan_lines is None or not text.endswith(b"\n") or not picked \
+            or picked[0] < seq or picked[-1] >= seq + count:
+        return None
+    lines = text.split(b"\n")
+    if len(lines) - 1 != count:
+        return None
+    out: list[Event] = []
+    first_seqs: list[int] = []
+    first_lines: list[int] = []
+    index, total = 0, len(picked)
+    while index < total:
+        end = index + 1
+        while end < total and picked[end] == picked[end - 1] + 1:
+            end += 1
+        at = picked[index] - seq
+        run = b"\n".join(lines[at:at + end - index]) + b"\n"
+        pos, _, expected = c_scan_lines(run, 0, picked[index], 0, _orjson_loads, Event, out,
+                                        first_seqs, first_lines, KNOWN_EVENT_TYPES, None)
+        if pos != len(run) or expected != picked[end - 1] + 1:
+            return None
+        index = end
+    return out
 
 
 # --- Zstandard frame walker (docs/formats.md#zstandard-files) -------------------------------------

@@ -310,6 +310,21 @@ class JsonlRangeSource(JsonlPrefixSource):
             self._refine(start, stop + self.read_ahead_events)
             return super().read(start, stop)
 
+    def read_picked(self, start: int, stop: int, seqs: Sequence[int]) -> Sequence[Event] | None:
+        """The events at ``seqs`` of ``start <= seq < stop`` (see ``JsonlPrefixSource``).
+
+        The lines holding ``start`` and ``stop`` are located first, so the range read is
+        the range asked for, not the span between the coarse index entries around it.
+
+        Raises:
+            LogCorruptError: as :meth:`read`.
+        """
+        if start >= stop or not seqs:
+            return []
+        with self._lock:
+            self._refine(start, stop)
+            return super().read_picked(start, stop, seqs)
+
     def _refine(self, start: int, ahead: int) -> None:
         """Make the index hold the line of ``start`` and a line start at or after ``ahead``."""
         path = str(self._path)

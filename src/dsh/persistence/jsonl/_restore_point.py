@@ -26,7 +26,12 @@ from dsh.persistence import _restore_point as rp
 from dsh.persistence._chain import ChainState
 from dsh.persistence._paths import file_revision
 from dsh.persistence._seal import SealCut, crc_of, read_seal, read_seal_after, restore_point_mark
-from dsh.persistence.jsonl._format import Scanner, parse_header_strict, scan_zstd_frames
+from dsh.persistence.jsonl._format import (
+    Scanner,
+    parse_header_strict,
+    scan_picked,
+    scan_zstd_frames,
+)
 from dsh.persistence.jsonl._zstd import decompress_frame
 from dsh.session import Event
 
@@ -240,6 +245,12 @@ def load_tail(path: Path, restore_point: rp.RestorePoint, *, zstd: bool, seal_pa
                     seal is not None and seal.clean and seal.version == 2)
 
 
+def _seal_mismatch(exc: Exception) -> bool:
+    """Whether ``exc`` is a sealed range found changed (named as such where it was found)."""
+    return isinstance(exc, LogCorruptError) and exc.where.get("byte_offset") is not None \
+        and "integrity seal" in exc.message
+
+
 class JsonlPrefixSource:
     """Pages in the events before a restore point's cut from the JSONL file, by byte offset.
 
@@ -296,36 +307,94 @@ class JsonlPrefixSource:
         span_seq, span = self._span
         if span_seq <= start and stop <= span_seq + len(span):
             return span[start - span_seq:stop - span_seq]
-        first = bisect.bisect_right(self._seqs, start) - 1
         # read ahead: the next pages are usually asked for next (a span boundary inside a
         # page would otherwise make two reads scan it)
-        last = bisect.bisect_left(self._seqs, stop + self.read_ahead_events)
-        seq = self._seqs[first]
-        offset = self._offsets[first]
-        end = self._offsets[last] if last < len(self._offsets) else self._cut_offset
+        seq, _, offset, end = self._extent(start, stop + self.read_ahead_events)
         path = str(self._path)
         try:
-            fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
-            try:
-                data = self._verified_read(fd, offset, end, start)
-            finally:
-                os.close(fd)
-            text = _decode_frames(data, offset, path) if self._zstd else data
+            text, _ = self._text(offset, end, start)
             events = _scan(text, path=path, offset=offset, seq=seq)
             self._span = (seq, events)
-        except LogCorruptError as exc:
-            if exc.where.get("byte_offset") is not None and "integrity seal" in exc.message:
-                raise  # a sealed range that changed: named as such above
-            raise LogCorruptError(f"events {start}..{stop - 1} of {path} could not be paged in "
-                                  f"({exc}); the log changed after the session was resumed, "
-                                  "resume it again", path=path, byte_offset=offset,
-                                  seq=start) from exc
         except (OSError, rp.RestorePointRefused, DshError) as exc:
-            raise LogCorruptError(f"events {start}..{stop - 1} of {path} could not be paged in "
-                                  f"({exc}); the log changed after the session was resumed, "
-                                  "resume it again", path=path, byte_offset=offset,
-                                  seq=start) from exc
+            if _seal_mismatch(exc):
+                raise  # a sealed range that changed: named as such by _verified_read
+            raise self._unreadable(start, stop, offset, exc) from exc
         return events[start - seq:stop - seq]
+
+    def read_picked(self, start: int, stop: int, seqs: Sequence[int]) -> Sequence[Event] | None:
+        """The events at ``seqs`` of ``start <= seq < stop``, decoding only their lines.
+
+        The range is read from the index entries around it and checked as :meth:`read`
+        checks a page (every seal record it touches, or the Zstandard frames' checksums:
+        docs/rules.md#verified-page-in); then, where every byte of it is covered by seal
+        records or frame checksums and it holds one event a line, only the lines of ``seqs``
+        are parsed (:func:`~dsh.persistence.jsonl._format.scan_picked`). Otherwise (bytes no
+        seal record covers, packed chunk rows) the whole range is scanned as :meth:`read`
+        scans it and the events of ``seqs`` taken from it. Nothing is cached.
+
+        Raises:
+            LogCorruptError: as :meth:`read`.
+        """
+        if start >= stop or not seqs:
+            return []
+        seq, end_seq, offset, end = self._extent(start, stop)
+        path = str(self._path)
+        try:
+            text, checked = self._text(offset, end, start)
+            events = scan_picked(text, seq, end_seq - seq, seqs) if checked else None
+            if events is None:
+                every = _scan(text, path=path, offset=offset, seq=seq)
+                if len(every) != end_seq - seq:
+                    raise LogCorruptError(f"{len(every)} events where the index says "
+                                          f"{end_seq - seq}", path=path, byte_offset=offset)
+                events = [every[s - seq] for s in seqs]
+        except (OSError, rp.RestorePointRefused, DshError) as exc:
+            if _seal_mismatch(exc):
+                raise  # a sealed range that changed: named as such by _verified_read
+            raise self._unreadable(start, stop, offset, exc) from exc
+        return events
+
+    def _extent(self, start: int, stop: int) -> tuple[int, int, int, int]:
+        """``(first seq, end seq, offset, end offset)`` of the index entries around a range."""
+        first = bisect.bisect_right(self._seqs, start) - 1
+        last = bisect.bisect_left(self._seqs, stop)
+        if last < len(self._offsets):
+            return self._seqs[first], self._seqs[last], self._offsets[first], self._offsets[last]
+        return self._seqs[first], self._cut, self._offsets[first], self._cut_offset
+
+    def _text(self, offset: int, end: int, start: int) -> tuple[bytes, bool]:
+        """The logical text of bytes ``[offset, end)``, checked; and whether all of it is.
+
+        Checked: every byte lies under a seal record (raw) or in a frame whose checksum
+        held (Zstandard).
+        """
+        fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            data = self._verified_read(fd, offset, end, start)
+        finally:
+            os.close(fd)
+        if self._zstd:
+            return _decode_frames(data, offset, str(self._path)), True
+        return data, self._sealed(offset, end)
+
+    def _sealed(self, offset: int, end: int) -> bool:
+        """Whether seal records cover bytes ``[offset, end)`` without a gap."""
+        seals = self._seals
+        index = bisect.bisect_right(self._seal_starts, offset) - 1
+        at = offset
+        while at < end:
+            if index < 0 or index >= len(seals) or not seals[index][0] <= at < seals[index][1]:
+                return False
+            at = seals[index][1]
+            index += 1
+        return True
+
+    def _unreadable(self, start: int, stop: int, offset: int, exc: Exception) -> LogCorruptError:
+        """The error of a page-in that failed: the log changed after the resume."""
+        path = str(self._path)
+        return LogCorruptError(f"events {start}..{stop - 1} of {path} could not be paged in "
+                               f"({exc}); the log changed after the session was resumed, "
+                               "resume it again", path=path, byte_offset=offset, seq=start)
 
     def _verified_read(self, fd: int, offset: int, end: int, start: int) -> bytes:
         """Bytes ``[offset, end)`` after checking every seal record they touch (raw JSONL).

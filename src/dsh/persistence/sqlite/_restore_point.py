@@ -25,7 +25,13 @@ from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, dumps
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._seal import rows_crc
-from dsh.persistence.sqlite._schema import ROW_COLUMNS, RowError, decode_row, scan_rows
+from dsh.persistence.sqlite._schema import (
+    ROW_COLUMNS,
+    RowError,
+    decode_picked,
+    decode_row,
+    scan_rows,
+)
 from dsh.session import Event
 
 __all__ = ["LEGACY_ROW_COLUMNS", "SqlitePrefixSource", "header_digest", "last_row_digest",
@@ -168,6 +174,16 @@ class SqlitePrefixSource:
                                "changed after the session was resumed, resume it again",
                                path=str(self._path), session_id=self._id, seq=start)
 
+    def _decoded(self, rows: list[Any], start: int, stop: int) -> list[Event]:
+        """The events ``start <= seq < stop`` of checked rows, decoded as a full read does."""
+        if not rows:
+            return []
+        scan = scan_rows(rows, rows[0][1], self._version, path=str(self._path),
+                         session_id=self._id)
+        if scan.torn_seq is not None:
+            raise LogCorruptError("a row before the cut does not decode", path=str(self._path))
+        return [e for e in scan.events if start <= e["seq"] < stop]
+
     def read(self, start: int, stop: int) -> Sequence[Event]:
         """Return the events ``start <= seq < stop`` (see ``EventSource``).
 
@@ -177,20 +193,50 @@ class SqlitePrefixSource:
         if start >= stop:
             return []
         try:
-            rows = self._verified_rows(start, stop)
-            events: list[Event] = []
-            if rows:
-                scan = scan_rows(rows, rows[0][1], self._version, path=str(self._path),
-                                 session_id=self._id)
-                if scan.torn_seq is not None:
-                    raise LogCorruptError("a row before the cut does not decode",
-                                          path=str(self._path))
-                events = [e for e in scan.events if start <= e["seq"] < stop]
+            events = self._decoded(self._verified_rows(start, stop), start, stop)
         except (sqlite3.Error, DshError) as exc:
             if isinstance(exc, LogCorruptError) and "integrity seal" in exc.message:
                 raise  # a sealed batch that changed: named as such above
             raise self._unreadable(start, stop, exc) from exc
         return events
+
+    def read_picked(self, start: int, stop: int, seqs: Sequence[int]) -> Sequence[Event] | None:
+        """The events at ``seqs`` of ``start <= seq < stop``, decoding only their rows.
+
+        Every row of the range is read and checked against the seal records it touches, as
+        :meth:`read` does (docs/rules.md#verified-page-in); where those records cover every
+        row of it, only the rows of ``seqs`` are decoded, each into a frozen :class:`Event`
+        as :meth:`read` decodes it (:func:`~dsh.persistence.sqlite._schema.decode_picked`).
+        Otherwise (rows no record covers, a schema-14 file) the range is decoded as
+        :meth:`read` decodes it and the events of ``seqs`` taken from it.
+
+        Raises:
+            LogCorruptError: a sealed batch changed, or a row no longer decodes.
+        """
+        if start >= stop or not seqs:
+            return []
+        try:
+            rows = self._verified_rows(start, stop)
+            if rows and self._version == 17 and self._sealed(rows[0][1], stop):
+                return decode_picked(rows, seqs, self._version)
+            wanted = set(seqs)
+            return [e for e in self._decoded(rows, start, stop) if e["seq"] in wanted]
+        except (sqlite3.Error, DshError, RowError) as exc:
+            if isinstance(exc, LogCorruptError) and "integrity seal" in exc.message:
+                raise  # a sealed batch that changed: named as such by _verified_rows
+            raise self._unreadable(start, stop, exc) from exc
+
+    def _sealed(self, low: int, high: int) -> bool:
+        """Whether the seal records cover seqs ``low .. high - 1`` without a gap."""
+        seals = self._seals
+        index = bisect.bisect_right(self._seal_starts, low) - 1
+        at = low
+        while at < high:
+            if index < 0 or index >= len(seals) or not seals[index][0] <= at < seals[index][1]:
+                return False
+            at = seals[index][1]
+            index += 1
+        return True
 
     def read_selected(self, start: int, stop: int, seqs: Container[int],
                       types: Container[str]) -> list[Mapping[str, Any]] | None:

@@ -15,6 +15,7 @@ Functions here take plain values (rows as tuples) so they can be fuzzed without 
 
 from __future__ import annotations
 
+import bisect
 import os
 import posixpath
 import re
@@ -68,6 +69,7 @@ __all__ = [
     "ZSTD_DATA_THRESHOLD_BYTES",
     "Row",
     "RowError",
+    "decode_picked",
     "ScanResult",
     "canonical_schema_objects",
     "cwd_unchecked",
@@ -590,6 +592,55 @@ def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
                           f"physical row at seq {row[1]} does not continue the log: {reason}",
                           _noted(prescan))
     return ScanResult(events, None, None, None, _noted(prescan))
+
+
+def decode_picked(rows: list[Row], picked: Sequence[int], schema_version: int) -> list[Event]:
+    """Decode only the events of ``picked`` seqs from every row of a checked range.
+
+    ``rows`` are all the rows of one seq range in seq order (each row's events run up to the
+    next row's seq), checked against the seal records over them (docs/rules.md#verified-page-in);
+    ``picked`` is ascending. A scalar row is decoded when its seq is picked, a packed row when
+    one of its members is (its other members dropped), each run of consecutive rows by the
+    accelerator's rules where it is built, every other row as :func:`decode_row` decodes it.
+    The rows not picked are not decoded.
+
+    Returns:
+        The picked events in seq order (a seq no row holds is simply absent: the caller
+        compares what it got with what it asked for).
+
+    Raises:
+        RowError: a picked row does not decode.
+    """
+    wanted = set(picked)
+    chosen = []
+    packed = False
+    for index, row in enumerate(rows):
+        if row[1] in wanted:
+            chosen.append(row)
+            packed = packed or row[7] == 0
+        elif row[7] == 0:  # a packed row: does it hold a picked member?
+            end = rows[index + 1][1] if index + 1 < len(rows) else row[1] + MAX_PACKED_ROW_MEMBERS
+            at = bisect.bisect_left(picked, row[1])
+            if at < len(picked) and picked[at] < end:
+                chosen.append(row)
+                packed = True
+    events: list[Event] = []
+    index, count = 0, len(chosen)
+    varints = schema_version != LEGACY_SCHEMA_VERSION
+    while index < count:
+        row = chosen[index]
+        if c_decode_rows is not None and row[7] != 0:
+            index, _ = c_decode_rows(chosen, index, row[1], _orjson_loads, Event, events,
+                                     varints, MAX_PACKED_DATA_BYTES, MIN_PACKED_ROW_MEMBERS,
+                                     MAX_PACKED_ROW_MEMBERS)
+            if index >= count:
+                break
+            if chosen[index] is not row:
+                continue
+        events.extend(decode_row(row, schema_version))
+        index += 1
+    # a packed row's members that were not picked (decoded with it) are dropped
+    return [e for e in events if e["seq"] in wanted] if packed else events
 
 
 def _noted(prescan: list[int] | None) -> tuple[int, int] | None:
