@@ -1247,6 +1247,8 @@ PyDoc_STRVAR(scan_lines_doc,
 "`first_seqs` / `first_lines`. Stops before the first line without a newline or that Python\n"
 "must judge (malformed, a long number, a surrogate, a bad row, a seq that does not\n"
 "continue), and returns where it stopped, the last line number used and the next seq.\n"
+"expected < 0: lines picked out of a checked range (not contiguous), each taken at its own\n"
+"seq (a chunk row's members still contiguous); the caller checks the seqs, -1 is returned.\n"
 "prescan is [legacy_at, unknown_at] over `events` as stored_prescan(events, known_types)\n"
 "would answer for the events added here (updated in place while they are still hot), or\n"
 "None (nothing noted).");
@@ -1316,6 +1318,7 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         const char *nl = memchr(start, '\n', (size_t)(view.len - pos));
         PyObject *decoded, *seq_o, *line_o;
         Py_ssize_t k, count;
+        long long first;
         if (nl == NULL) {
             break;
         }
@@ -1328,12 +1331,18 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
         count = PyList_GET_SIZE(decoded);
+        first = expected;
         for (k = 0; k < count; k++) {
             long long seq;
             PyObject *ev = PyList_GET_ITEM(decoded, k);
             if (Py_TYPE(ev) != event_type
-                    || !safe_int_at_least(PyDict_GetItem(ev, s_seq), 0, &seq)
-                    || seq != expected + k) {
+                    || !safe_int_at_least(PyDict_GetItem(ev, s_seq), 0, &seq)) {
+                break;
+            }
+            if (k == 0 && expected < 0) {
+                first = seq;  /* a picked line: taken at its own seq */
+            }
+            if (seq != first + k) {
                 break;
             }
         }
@@ -1341,7 +1350,7 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(decoded);
             break;  /* Python names the gap, duplicate or bad record */
         }
-        seq_o = PyLong_FromLongLong(expected);
+        seq_o = PyLong_FromLongLong(first);
         line_o = PyLong_FromSsize_t(line + 1);
         if (seq_o == NULL || line_o == NULL || PyList_Append(first_seqs, seq_o) < 0
                 || PyList_Append(first_lines, line_o) < 0) {
@@ -1362,7 +1371,9 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
         Py_DECREF(decoded);
-        expected += count;
+        if (expected >= 0) {
+            expected += count;
+        }
         line += 1;
         pos = (nl - base) + 1;
     }
@@ -1683,7 +1694,8 @@ PyDoc_STRVAR(decode_rows_doc,
 "varints, a canonical varint BLOB) or a packed TEXT chunk row, and its events continue at seq\n"
 "expected. Events go to `events`. Stops before the first row Python must judge and returns\n"
 "its index and the next seq. Two optional arguments, known_types and prescan, note the read\n"
-"pipeline's prescan over `events` while each event is hot, as scan_lines does.");
+"pipeline's prescan over `events` while each event is hot, as scan_lines does. expected < 0:\n"
+"rows picked out of a checked range, each taken at its own seq (the caller checks them).");
 
 static PyObject *
 decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1745,7 +1757,7 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         count = PyList_GET_SIZE(decoded);
         if (!safe_int_at_least(PyDict_GetItem(PyList_GET_ITEM(decoded, 0), s_seq), 0, &first)
-                || first != expected) {
+                || (expected >= 0 && first != expected)) {
             Py_DECREF(decoded);
             break;
         }
@@ -1761,7 +1773,9 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         Py_DECREF(decoded);
-        expected += count;
+        if (expected >= 0) {
+            expected += count;
+        }
     }
     str_cache_close();
     if (prescan != Py_None && prescan_store(prescan, legacy_at, unknown_at) < 0) {

@@ -514,9 +514,9 @@ def scan_picked(text: bytes, seq: int, count: int, picked: Sequence[int]) -> lis
     seq ``seq`` on, whose bytes were checked against the log's integrity (seal records or
     Zstandard frame checksums: docs/rules.md#verified-page-in). When it splits into exactly
     ``count`` lines, line ``k`` holds seq ``seq + k`` alone (a record holds at least one event),
-    so the lines of ``picked`` (ascending, each in ``seq .. seq + count - 1``) are decoded by
-    the accelerator's committed-region rules, each run of consecutive seqs in one call, and
-    every decoded event must carry the seq of its line; the other lines are not parsed.
+    so the lines of ``picked`` (ascending, each in ``seq .. seq + count - 1``) are decoded in
+    one pass by the accelerator's committed-region rules, and every decoded event must carry
+    the seq of its line; the other lines are not parsed.
 
     Returns:
         The picked events in order, or None when the text does not map one line to one seq
@@ -529,21 +529,15 @@ def scan_picked(text: bytes, seq: int, count: int, picked: Sequence[int]) -> lis
     lines = text.split(b"\n")
     if len(lines) - 1 != count:
         return None
+    # one accelerator pass over the picked lines (expected -1: each at its own seq), so the
+    # pass's shared short strings are shared by the whole window, as in a page's scan
+    buffer = b"\n".join([lines[at - seq] for at in picked]) + b"\n"
     out: list[Event] = []
-    first_seqs: list[int] = []
-    first_lines: list[int] = []
-    index, total = 0, len(picked)
-    while index < total:
-        end = index + 1
-        while end < total and picked[end] == picked[end - 1] + 1:
-            end += 1
-        at = picked[index] - seq
-        run = b"\n".join(lines[at:at + end - index]) + b"\n"
-        pos, _, expected = c_scan_lines(run, 0, picked[index], 0, _orjson_loads, Event, out,
-                                        first_seqs, first_lines, KNOWN_EVENT_TYPES, None)
-        if pos != len(run) or expected != picked[end - 1] + 1:
-            return None
-        index = end
+    pos, _, _ = c_scan_lines(buffer, 0, -1, 0, _orjson_loads, Event, out, [], [],
+                             KNOWN_EVENT_TYPES, None)
+    if pos != len(buffer) or len(out) != len(picked) \
+            or [event["seq"] for event in out] != list(picked):
+        return None
     return out
 
 

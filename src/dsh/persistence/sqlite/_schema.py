@@ -600,8 +600,8 @@ def decode_picked(rows: list[Row], picked: Sequence[int], schema_version: int) -
     ``rows`` are all the rows of one seq range in seq order (each row's events run up to the
     next row's seq), checked against the seal records over them (docs/rules.md#verified-page-in);
     ``picked`` is ascending. A scalar row is decoded when its seq is picked, a packed row when
-    one of its members is (its other members dropped), each run of consecutive rows by the
-    accelerator's rules where it is built, every other row as :func:`decode_row` decodes it.
+    one of its members is (its other members dropped), by the accelerator's rules in one pass
+    where it is built, every row it leaves as :func:`decode_row` decodes it.
     The rows not picked are not decoded.
 
     Returns:
@@ -628,16 +628,15 @@ def decode_picked(rows: list[Row], picked: Sequence[int], schema_version: int) -
     index, count = 0, len(chosen)
     varints = schema_version != LEGACY_SCHEMA_VERSION
     while index < count:
-        row = chosen[index]
-        if c_decode_rows is not None and row[7] != 0:
-            index, _ = c_decode_rows(chosen, index, row[1], _orjson_loads, Event, events,
-                                     varints, MAX_PACKED_DATA_BYTES, MIN_PACKED_ROW_MEMBERS,
+        if c_decode_rows is not None:
+            # expected -1: each picked row at its own seq, in one pass (the pass's shared
+            # short strings then serve the whole range, as in a page's decode)
+            index, _ = c_decode_rows(chosen, index, -1, _orjson_loads, Event, events, varints,
+                                     MAX_PACKED_DATA_BYTES, MIN_PACKED_ROW_MEMBERS,
                                      MAX_PACKED_ROW_MEMBERS)
             if index >= count:
                 break
-            if chosen[index] is not row:
-                continue
-        events.extend(decode_row(row, schema_version))
+        events.extend(decode_row(chosen[index], schema_version))
         index += 1
     # a packed row's members that were not picked (decoded with it) are dropped
     return [e for e in events if e["seq"] in wanted] if packed else events
