@@ -26,6 +26,7 @@ How a fast reader verifies (persistence perf path): read the seal *before* the l
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import struct
@@ -57,7 +58,8 @@ from dsh.session import PAGE_EVENTS
 __all__ = ["CUT_TAIL_SEQS", "RESTORE_POINT_MARK", "Seal", "SealCut",
            "append_restore_point_mark", "append_chain_to", "append_restore_point_mark_to",
            "append_seal", "append_seal_to", "check_byte_seals", "publish_head",
-           "refuse_reseal_over_damage", "check_row_seals", "crc_of", "cut_tail", "install_seal",
+           "refuse_reseal_over_damage", "check_row_seals", "covers", "crc_of", "cut_tail",
+           "install_seal",
            "open_seal_appender", "read_elided",
            "read_seal", "read_seal_after", "reset_seal", "restore_point_mark", "row_records",
            "rows_crc", "rows_text", "seal_cut", "stage_seal", "staged_name"]
@@ -937,6 +939,24 @@ def append_seal_to(fd: int, start: int, end: int, crc: int) -> None:
             which readers ignore).
     """
     write_all(fd, _RECORD.pack(start, end, crc))
+
+
+def covers(records: Sequence[tuple[int, int, int]], starts: Sequence[int], low: int,
+           high: int) -> bool:
+    """Whether seal records cover ``[low, high)`` without a gap (bytes or seqs).
+
+    ``records`` are ``(start, end, crc)`` in order, ``starts`` their starts. Where no record
+    covers part of a range, that part is read unverified, so a reader that skips decoding
+    some of it must not (docs/rules.md#verified-page-in).
+    """
+    index = bisect.bisect_right(starts, low) - 1
+    at = low
+    while at < high:
+        if index < 0 or index >= len(records) or not records[index][0] <= at < records[index][1]:
+            return False
+        at = records[index][1]
+        index += 1
+    return True
 
 
 def rows_crc(rows: Sequence[Sequence[Any]]) -> int:

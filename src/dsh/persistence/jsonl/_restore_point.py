@@ -25,7 +25,14 @@ from dsh.json import FrozenDict
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._chain import ChainState
 from dsh.persistence._paths import file_revision
-from dsh.persistence._seal import SealCut, crc_of, read_seal, read_seal_after, restore_point_mark
+from dsh.persistence._seal import (
+    SealCut,
+    covers,
+    crc_of,
+    read_seal,
+    read_seal_after,
+    restore_point_mark,
+)
 from dsh.persistence.jsonl._format import (
     Scanner,
     parse_header_strict,
@@ -375,19 +382,7 @@ class JsonlPrefixSource:
             os.close(fd)
         if self._zstd:
             return _decode_frames(data, offset, str(self._path)), True
-        return data, self._sealed(offset, end)
-
-    def _sealed(self, offset: int, end: int) -> bool:
-        """Whether seal records cover bytes ``[offset, end)`` without a gap."""
-        seals = self._seals
-        index = bisect.bisect_right(self._seal_starts, offset) - 1
-        at = offset
-        while at < end:
-            if index < 0 or index >= len(seals) or not seals[index][0] <= at < seals[index][1]:
-                return False
-            at = seals[index][1]
-            index += 1
-        return True
+        return data, covers(self._seals, self._seal_starts, offset, end)
 
     def _unreadable(self, start: int, stop: int, offset: int, exc: Exception) -> LogCorruptError:
         """The error of a page-in that failed: the log changed after the resume."""

@@ -24,7 +24,7 @@ import orjson
 from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, dumps
 from dsh.persistence import _restore_point as rp
-from dsh.persistence._seal import rows_crc
+from dsh.persistence._seal import covers, rows_crc
 from dsh.persistence.sqlite._schema import (
     ROW_COLUMNS,
     RowError,
@@ -217,7 +217,8 @@ class SqlitePrefixSource:
             return []
         try:
             rows = self._verified_rows(start, stop)
-            if rows and self._version == 17 and self._sealed(rows[0][1], stop):
+            if rows and self._version == 17 \
+                    and covers(self._seals, self._seal_starts, rows[0][1], stop):
                 return decode_picked(rows, seqs, self._version)
             wanted = set(seqs)
             return [e for e in self._decoded(rows, start, stop) if e["seq"] in wanted]
@@ -225,18 +226,6 @@ class SqlitePrefixSource:
             if isinstance(exc, LogCorruptError) and "integrity seal" in exc.message:
                 raise  # a sealed batch that changed: named as such by _verified_rows
             raise self._unreadable(start, stop, exc) from exc
-
-    def _sealed(self, low: int, high: int) -> bool:
-        """Whether the seal records cover seqs ``low .. high - 1`` without a gap."""
-        seals = self._seals
-        index = bisect.bisect_right(self._seal_starts, low) - 1
-        at = low
-        while at < high:
-            if index < 0 or index >= len(seals) or not seals[index][0] <= at < seals[index][1]:
-                return False
-            at = seals[index][1]
-            index += 1
-        return True
 
     def read_selected(self, start: int, stop: int, seqs: Container[int],
                       types: Container[str]) -> list[Mapping[str, Any]] | None:
