@@ -39,9 +39,9 @@ PICKED_EVENTS: Final = 4096
 """Events read one by one (:meth:`PagedLog.pick`) held at most; beyond, the older ones go."""
 
 PICK_EVENTS: Final = 8192
-"""Seqs per window of :meth:`PagedLog.items_at` from a picking source (:class:`PicksRanges`,
-:class:`PicksEvents`): a window's picked events are held at once, then dropped, so memory
-stays bounded whatever the log's length."""
+"""Seqs per window of :meth:`PagedLog.items_at` from a source that :class:`PicksRanges`: a
+window's picked events are held at once, then dropped, so memory stays bounded whatever the
+log's length."""
 
 
 class EventSource(Protocol):
@@ -225,24 +225,24 @@ class PagedLog(Sequence[Event]):
     def items_at(self, seqs: Iterable[int]) -> Iterator[tuple[int, Event]]:
         """Yield ``(seq, event)`` for ascending ``seqs`` below the cut, each page read once.
 
-        Where the source picks (:class:`PicksRanges`, else :class:`PicksEvents`), each
-        :data:`PICK_EVENTS` window is read once and only its asked-for events are decoded (a
-        surface spanning the log skips the brackets and calls between its nodes); a window a
-        :class:`PicksRanges` source cannot vouch for that way is paged in. Nothing picked
-        enters the page cache.
+        Where the source picks ranges (:class:`PicksRanges`), each :data:`PICK_EVENTS`
+        window is read once and only its asked-for events are decoded (a surface spanning the
+        log skips the brackets and calls between its nodes); a window the source cannot vouch
+        for that way is paged in. Nothing picked enters the page cache. (A source that only
+        :class:`PicksEvents`, PostgreSQL's, is paged: its one-statement picks measured no
+        faster for a whole surface.)
 
         Raises:
             LogCorruptError: a page or a picked window does not match the log (see the
                 module invariants).
         """
         source = self._source
-        if isinstance(source, (PicksRanges, PicksEvents)):
+        if isinstance(source, PicksRanges):
             yield from self._windows(source, seqs if isinstance(seqs, list) else list(seqs))
             return
         yield from self._paged(seqs)
 
-    def _windows(self, source: PicksRanges | PicksEvents,
-                seqs: list[int]) -> Iterator[tuple[int, Event]]:
+    def _windows(self, source: PicksRanges, seqs: list[int]) -> Iterator[tuple[int, Event]]:
         index, count = 0, len(seqs)
         while index < count:
             start = seqs[index] - seqs[index] % PICK_EVENTS
@@ -251,24 +251,16 @@ class PagedLog(Sequence[Event]):
             wanted = seqs[index:end]
             if not wanted or wanted[-1] >= self._cut:
                 raise IndexError(f"seq {seqs[index]} is not below the cut {self._cut}")
-            picked: Sequence[Event | None] | None
-            if isinstance(source, PicksRanges):
-                picked = source.read_picked(start, stop, wanted)
-            else:
-                found = source.read_events(wanted)
-                picked = [found.get(seq) for seq in wanted]
+            picked = source.read_picked(start, stop, wanted)
             if picked is None:
                 yield from self._paged(wanted)
-            elif len(picked) != len(wanted) or [e.get("seq") if e is not None else None
-                                                for e in picked] != wanted:
+            elif len(picked) != len(wanted) or [e.get("seq") for e in picked] != wanted:
                 raise LogCorruptError(f"picked events {start}..{stop - 1} do not match the log "
                                       f"they were cut from (got {len(picked)} of "
                                       f"{len(wanted)}); the log changed under the session, "
                                       "resume it again", seq=start)
             else:
-                for seq, event in zip(wanted, picked, strict=True):
-                    assert event is not None
-                    yield seq, event
+                yield from zip(wanted, picked, strict=True)
             index = end
 
     def _paged(self, seqs: Iterable[int]) -> Iterator[tuple[int, Event]]:
