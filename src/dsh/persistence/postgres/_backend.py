@@ -998,8 +998,8 @@ class PostgresRangeSource:
             return {}
         b = self._backend
         with b._conn("read", self._id) as conn:
-            rows = conn.execute(b._sql_rows_holding,
-                                (self._id, self._id, sorted(wanted))).fetchall()
+            rows = conn.execute(b._sql_rows_holding, (self._id, self._id, sorted(wanted)),
+                                binary=True).fetchall()  # bytea as bytes, not hex text
         found: dict[int, Event] = {}
         for row in rows:
             first = int(row[0])
@@ -1655,8 +1655,9 @@ class PostgresBackend:
         psycopg = _psycopg()
         try:
             with self._conn("aside read", session_id, passthrough=("UndefinedTable",)) as conn:
+                # binary: the bytes as stored, not hex text to decode (an index is 100s of KB)
                 row = conn.execute(f"SELECT data FROM {self._s}.asides WHERE session_id = %s "
-                                   "AND name = %s", (session_id, name)).fetchone()
+                                   "AND name = %s", (session_id, name), binary=True).fetchone()
         except psycopg.errors.UndefinedTable:
             return None
         return bytes(row[0]) if row is not None else None
