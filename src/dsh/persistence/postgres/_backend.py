@@ -998,8 +998,11 @@ class PostgresRangeSource:
             return {}
         b = self._backend
         with b._conn("read", self._id) as conn:
-            rows = conn.execute(b._sql_rows_holding, (self._id, self._id, sorted(wanted)),
-                                binary=True).fetchall()  # bytea as bytes, not hex text
+            # the seqs as an array literal (psycopg's list dumper compiles a regex at first
+            # use); bytea as bytes, not hex text
+            literal = "{" + ",".join(map(str, sorted(wanted))) + "}"
+            rows = conn.execute(b._sql_rows_holding, (self._id, self._id, literal),
+                                binary=True).fetchall()
         found: dict[int, Event] = {}
         for row in rows:
             first = int(row[0])
@@ -1307,7 +1310,7 @@ class PostgresBackend:
         self._sql_rows_holding = (
             f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s AND seq IN (SELECT "
             f"(SELECT max(e.seq) FROM {s}.events e WHERE e.session_id = %s AND e.seq <= w.seq) "
-            "FROM unnest(%s::bigint[]) AS w(seq)) ORDER BY seq")
+            "FROM unnest(%s::text::bigint[]) AS w(seq)) ORDER BY seq")
         # a page: from the row holding ``start`` (a packed row is keyed by its first member)
         self._sql_rows_between = (
             f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s AND seq >= coalesce("
