@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import logging
 import os
 import struct
 import zlib
@@ -62,7 +63,10 @@ __all__ = ["CUT_TAIL_SEQS", "RESTORE_POINT_MARK", "Seal", "SealCut",
            "install_seal",
            "open_seal_appender", "read_elided",
            "read_seal", "read_seal_after", "reset_seal", "restore_point_mark", "row_records",
-           "rows_crc", "rows_text", "seal_cut", "stage_seal", "staged_name"]
+           "rows_crc", "rows_text", "seal_binding", "seal_cut", "stage_seal",
+           "staged_name"]
+
+logger = logging.getLogger(__name__)
 
 MAGIC: Final = b"DSHSEAL1"
 MAGIC2: Final = b"DSHSEAL2"
@@ -291,6 +295,58 @@ def _records_start(path: Path, data: bytes) -> tuple[int, int, bytes, Head | Non
     if slots and published is None:
         raise _damaged(path, "both chain head slots are invalid", head + length)
     return head + length + slots, version, identity, published
+
+
+def seal_binding(path: Path, seals: list[tuple[int, int, int]], cut: SealCut | None, end: int,
+                 chain: ChainState | None, *, pending: bool, rewrite: Callable[[], None] | None,
+                 unelide: Callable[[], None], digest: Callable[[], str],
+                 ride_along: bool = False) -> str | None:
+    """A restore point anchor's ``sealDigest`` for a cut at ``end`` (JSONL bytes, SQLite seqs).
+
+    Rule: docs/formats.md#restore-points. Where the seal file holds exactly the writer's
+    records up to ``end``, the :class:`SealCut` of the file as it is (one digest of its bytes,
+    which a resume checks without parsing them); else the digest of the records themselves.
+
+    Args:
+        path: The seal file.
+        seals: The writer's range records after ``cut`` (the list the handle keeps: ``unelide``
+            puts the records before the cut back in front of it, in place).
+        cut: Where a resume through a restore point left the seal unread, or None.
+        end: Where the anchor's cut falls.
+        chain: The writer's chain state.
+        pending: A rewrite of the seal file is pending (a seal write failed, or the handle
+            has not written it yet): no cut of the file as it is can be taken.
+        rewrite: That rewrite (reads the elided records back, writes the file whole, clears
+            the handle's pending flag; raises ``OSError`` or ``LogCorruptError``), made first
+            when the records reach ``end`` so the cut is taken of the file the mark is
+            appended to; None when it cannot be made now.
+        unelide: Reads the records before ``cut`` back (raises ``LogCorruptError``).
+        digest: The digest of the records themselves (after ``unelide``).
+        ride_along: Carry the last range records in the cut (SQLite: a read of the latest
+            events pages them in checked against these).
+
+    Returns:
+        The encoded cut or digest; None when the records could not be read (no anchor now).
+    """
+    sealed = seals[-1][1] if seals else (cut.end if cut is not None else 0)
+    if pending and rewrite is not None and sealed == end:
+        try:
+            rewrite()
+            cut, pending = None, False
+        except (OSError, LogCorruptError) as exc:
+            logger.debug("seal %s not rewritten before a restore point: %s", path, exc)
+    if not pending and sealed == end:
+        tail = cut_tail([*cut.tail, *seals] if cut is not None else seals, end) \
+            if ride_along else ()
+        found = seal_cut(path, (cut.records if cut is not None else 0) + len(seals), end, chain,
+                         tail)
+        if found is not None:
+            return found.encode()
+    try:
+        unelide()
+    except LogCorruptError:
+        return None
+    return digest()
 
 
 def seal_cut(path: Path, records: int, end: int, chain: ChainState | None,

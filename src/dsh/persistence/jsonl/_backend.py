@@ -92,7 +92,7 @@ from dsh.persistence._seal import (
     refuse_reseal_over_damage,
     reset_seal,
     restore_point_mark,
-    seal_cut,
+    seal_binding,
     stage_seal,
     staged_seals,
 )
@@ -1225,28 +1225,16 @@ class JsonlHandle(HandleBase):
         seals = tail.seals
         if seals is None:
             return ""
-        sealed = seals[-1][1] if seals else (tail.seal_cut.end if tail.seal_cut else 0)
-        if tail.seal_rewrite and sealed == end:
-            # the rewrite the restore point's mark would make, made first: the cut is then
-            # taken of the file the mark is appended to
-            try:
-                self._unelide()
-                reset_seal(self._seal_path(), b"", seals, tail.restore_marks[-1:],
-                           chain=tail.chain)
-                tail.seal_rewrite = False
-            except (OSError, LogCorruptError) as exc:
-                logger.debug("seal %s not rewritten before a restore point: %s",
-                             self._seal_path(), exc)
-        if not tail.seal_rewrite and sealed == end:
-            prior = tail.seal_cut.records if tail.seal_cut is not None else 0
-            cut = seal_cut(self._seal_path(), prior + len(seals), end, tail.chain)
-            if cut is not None:
-                return cut.encode()
-        try:
+
+        def rewrite() -> None:
             self._unelide()
-        except LogCorruptError:
-            return None
-        return jrp.seal_digest(tail.seals or [], end)
+            reset_seal(self._seal_path(), b"", seals, tail.restore_marks[-1:], chain=tail.chain)
+            tail.seal_rewrite = False
+
+        return seal_binding(self._seal_path(), seals, tail.seal_cut, end, tail.chain,
+                            pending=tail.seal_rewrite, rewrite=rewrite,
+                            unelide=self._unelide,
+                            digest=lambda: jrp.seal_digest(tail.seals or [], end))
 
     def _unelide(self) -> None:
         """Read the seal records a resume left unread (before its cut) back into the state.

@@ -95,7 +95,6 @@ from dsh.persistence._seal import (
     append_restore_point_mark_to,
     append_seal_to,
     check_row_seals,
-    cut_tail,
     install_seal,
     open_seal_appender,
     publish_head,
@@ -106,7 +105,7 @@ from dsh.persistence._seal import (
     reset_seal,
     restore_point_mark,
     row_records,
-    seal_cut,
+    seal_binding,
     stage_seal,
     staged_name,
 )
@@ -1866,36 +1865,23 @@ class SqliteHandle(HandleBase):
         """
         seals = self._seals
         assert seals is not None
-        cut = self._seal_cut
-        sealed = seals[-1][1] if seals else (cut.end if cut is not None else 0)
         durable = self._durable
-        if self._seal_rewrite and sealed == count and durable is not None:
-            # the rewrite the restore point's mark would make, made first: the cut is then
-            # taken of the file the mark is appended to
-            try:
-                self._close_seal_fd()
-                self._unelide()
-                cut = None
-                mkdir_private(self._seal_file.parent, "integrity seals")
-                reset_seal(self._seal_file, _seal_identity(durable[1]), seals,
-                           self._restore_marks[-1:], chain=self._chain)
-                self._seal_rewrite = False
-            except (OSError, LogCorruptError) as exc:
-                logger.debug("seal %s not rewritten before a restore point: %s",
-                             self._seal_file, exc)
-        if not self._seal_rewrite and sealed == count:
-            # the records over the last pages ride along: a read of the latest events pages
-            # them in checked against these, without the seal's records before the cut
-            known = [*cut.tail, *seals] if cut is not None else seals
-            found = seal_cut(self._seal_file, (cut.records if cut is not None else 0)
-                             + len(seals), count, self._chain, cut_tail(known, count))
-            if found is not None:
-                return found.encode()
-        try:
+
+        def rewrite() -> None:
+            assert durable is not None
+            self._close_seal_fd()
             self._unelide()
-        except LogCorruptError:
-            return None
-        return srp.seal_digest(self._seals or [], count)
+            mkdir_private(self._seal_file.parent, "integrity seals")
+            reset_seal(self._seal_file, _seal_identity(durable[1]), seals,
+                       self._restore_marks[-1:], chain=self._chain)
+            self._seal_rewrite = False
+
+        return seal_binding(self._seal_file, seals, self._seal_cut, count, self._chain,
+                            pending=self._seal_rewrite,
+                            rewrite=rewrite if durable is not None else None,
+                            unelide=self._unelide,
+                            digest=lambda: srp.seal_digest(self._seals or [], count),
+                            ride_along=True)
 
     def _unelide(self) -> None:
         """Read the seal records a resume left unread (before its cut) back into the state.
