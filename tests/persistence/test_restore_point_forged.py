@@ -7,6 +7,7 @@ Rule: docs/rules.md#restore-points-are-never-the-truth.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +18,13 @@ import dsh
 from dsh.persistence import Persistence, open_backend
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._chain import ChainState
-from dsh.persistence._seal import SealCut, read_seal, read_seal_after, reset_seal
+from dsh.persistence._seal import (
+    SealCut,
+    _records_start,
+    read_seal,
+    read_seal_after,
+    reset_seal,
+)
 from dsh.persistence.jsonl import _restore_point as jrp
 from dsh.persistence.sqlite import _restore_point as srp
 from dsh.session import PagedLog
@@ -320,3 +327,33 @@ def test_a_head_behind_the_seal_cut_makes_the_resume_read_the_seal_whole(
     after = read_seal_after(path, cut)
     assert after is not None and after.elided is None and len(after.chain) == len(seal.chain)
     assert_equivalent(root, kind, expect_paged=True)
+
+
+@pytest.mark.parametrize("kind", BOUND)
+def test_a_restore_point_naming_a_cut_after_the_seals_digests_is_refused(
+        kind: str, root: Path) -> None:
+    """A forged restore point whose seal cut lies past every recorded digest is refused.
+
+    Rule: docs/rules.md#restore-points-are-never-the-truth. The cut's digest is of the seal's
+    own bytes, so anyone who can read the seal can name a cut at its end, after every restore
+    point digest it records: the resume then sees no digest recorded after the cut. A writer
+    that names a cut records the restore point's digest after it, so none there is a refusal
+    (the full read's answer), not a restore point trusted by its own digest.
+    """
+    long_store(kind, root)
+    path = seal_file(root)
+    seal = read_seal(path)
+    assert seal is not None and seal.restore_points
+    point = restore_point(root, kind)
+    cut = SealCut.decode(point.anchor.seal_digest)
+    assert cut is not None
+    data = path.read_bytes()
+    found = _records_start(path, data)
+    assert found is not None
+    at_end = replace(cut, offset=len(data),
+                     digest=hashlib.sha256(data[found[0]:]).digest())
+    state = replace(point.state, nodes=point.state.nodes[: len(point.state.nodes) // 2])
+    ckpt_file(root).write_bytes(rp.encode_restore_point(replace(
+        point, state=state, anchor=replace(point.anchor, seal_digest=at_end.encode()))))
+    assert read_seal_after(path, at_end) is not None  # the cut itself checks out
+    assert_equivalent(root, kind, expect_paged=False)

@@ -1317,8 +1317,12 @@ class JsonlHandle(HandleBase):
                                                                         self.path))
         header, events = found.header, found.events
         if not zstd:
+            # a writer that names a cut records the restore point's digest after it: none
+            # there is a cut named past the recorded digests (anyone who reads the seal can
+            # digest it)
             rp.check_bound(restore_point, found.restore_marks, where=self.restore_point_where(),
-                           seal_path=str(self._seal_path()))
+                           seal_path=str(self._seal_path()),
+                           required=SealCut.decode(restore_point.anchor.seal_digest) is not None)
         else:
             rp.check_bound(restore_point, jrp.read_bindings(self._binding_path()),
                            where=self.restore_point_where(),

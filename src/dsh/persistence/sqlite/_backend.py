@@ -2007,8 +2007,10 @@ class SqliteHandle(HandleBase):
         elif srp.seal_digest(records, cut) != anchor.seal_digest:
             raise rp.RestorePointRefused("seal")
         marks = list(seal.restore_points) if seal is not None else []
+        # a writer that names a cut records the restore point's digest after it: none there
+        # is a cut named past the recorded digests (anyone who reads the seal can digest it)
         rp.check_bound(restore_point, marks, where=self.restore_point_where(),
-                       seal_path=str(self._seal_file))
+                       seal_path=str(self._seal_file), required=cut_info is not None)
         try:
             self._check_header_version(header)
             scan = scan_rows(rows, cut, self._c.schema_version, path=self._path,
