@@ -179,6 +179,41 @@ def test_scan_lines_expands_rows_exactly_like_python() -> None:
     assert [e[1][2][1][1] for e in events] == [5, 6, 8]
 
 
+def test_expanded_chunks_share_equal_records_and_stay_equal_to_python() -> None:
+    # a packed row's repeated tokens come back as one chunk object (and one data object per
+    # turn and step); a different index, turn, width or a long text keeps them apart, and the
+    # values are exactly the Python expansion's (docs/formats.md#chunk-packing)
+    long = "x" * 33
+    texts = [" the", " cat", " the", long, long, "\u00e9", "\u00e9", " the"]
+    rows = [{"type": "text-chunks", "seq0": 0, "time0": 5,
+             "data": {"turn": 1, "step": 1, "index": 0, "dt": [0, 0, 1, 0, 0, 0, 2],
+                      "texts": texts}},
+            {"type": "text-chunks", "seq0": 8, "time0": 9,
+             "data": {"turn": 2, "step": 1, "index": 0, "dt": [0], "texts": [" the", " the"]}},
+            {"type": "reasoning-chunks", "seq0": 10, "time0": 9,
+             "data": {"turn": 2, "step": 1, "index": 1, "dt": [0], "texts": [" the", " the"]}},
+            {"type": "tool-call-chunks", "seq0": 12, "time0": 9,
+             "data": {"turn": 2, "step": 1, "index": 2, "dt": [0, 0], "id": "c1",
+                      "name": "read", "args": ["{", "{", "}"]}}]
+    body = b"".join(orjson.dumps(row) + b"\n" for row in rows)
+    fast, slow = both_scans(body)
+    assert fast == slow and fast[0] == "ok"
+    scanner = fmt.Scanner(path="p", start_offset=0)
+    scanner.feed(body)
+    events = scanner.finish().events
+    chunks = [e["data"]["chunk"] for e in events]
+    assert [c.get("text", c.get("argumentsDelta")) for c in chunks] == [
+        *texts, " the", " the", " the", " the", "{", "{", "}"]
+    assert [e["time"] for e in events] == [5, 5, 5, 6, 6, 6, 6, 8, 9, 9, 9, 9, 9, 9, 9]
+    assert chunks[0] is chunks[2] is chunks[7] and events[0]["data"] is events[7]["data"]
+    assert chunks[5] is chunks[6]  # a wider str is shared as well
+    assert chunks[3] is not chunks[4] and chunks[3] == chunks[4]  # a long text is not
+    assert chunks[8] == chunks[0] and events[8]["data"] is not events[0]["data"]  # turn 2
+    assert chunks[10] is chunks[11] and chunks[10]["type"] == "reasoning-delta"
+    assert chunks[10] != chunks[8] and chunks[12] is chunks[13]
+    assert all(type(c) is FrozenDict for c in chunks) and all(type(e) is Event for e in events)
+
+
 def test_scan_lines_matches_python_on_every_dsh_log() -> None:
     root = DSH_LOGS
     paths = sorted(p for kind in ("jsonl", "jsonl-unpacked") for p in (root / kind).rglob(

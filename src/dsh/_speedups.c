@@ -178,6 +178,7 @@ new_frozen_list(Py_ssize_t n)
 }
 
 static PyObject *walk(PyObject *v, int depth, int parsed);
+static PyObject *frozen_of(PyTypeObject *type, PyObject *const *kv, Py_ssize_t pairs);
 
 /* While a load pass runs (scan_lines, decode_rows): one object per distinct short string
  * value, so the thousands of "text", "user", "turn/start", model and tool names of a log are
@@ -235,12 +236,158 @@ shared_str(PyObject *x)
     }
 }
 
-/* End a load pass: the cached strs are released and the table emptied. */
+/* While a load pass runs, also one object per distinct chunk record that the expansion of a
+ * packed chunk row builds (expand_row, docs/formats.md#chunk-packing): the
+ * {"type": "text-delta", "index": 0, "text": " the"} chunk of a repeated token and the
+ * {"turn", "step", "chunk"} data around it. They are frozen, so equal ones can be one object
+ * (as equal short strs are), and looking one up costs less than building it. Equal means the
+ * same keys in the same order and the same values (ints by value; short strs and records are
+ * shared in a pass, so equal ones are the same object). Long strs, floats and anything
+ * tracked are never shared. A direct-mapped table: a newer record takes the slot of an older
+ * one (chunks repeat within a turn, where the table keeps them). Emptied after each pass. */
+#define CONS_MAX_PAIRS 6
+#define CONS_SLOTS 4096
+static PyObject **cons_slots = NULL;
+static uint64_t *cons_hashes = NULL;
+static uint32_t *cons_used = NULL;  /* the filled slots, to empty them after a pass */
+static Py_ssize_t cons_count = 0;
+
+/* The hash of one member value into *h; 0 when the value makes its record unshareable. */
+static inline int
+cons_value_hash(PyObject *v, uint64_t *h)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyUnicode_Type) {
+        if (PyUnicode_GET_LENGTH(v) > STR_CACHE_MAX_LEN) {
+            return 0;  /* long text is rarely repeated: not worth a comparison */
+        }
+        *h = (uint64_t)(uintptr_t)v;
+        return 1;
+    }
+    if (t == &PyLong_Type) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        *h = (uint64_t)x * 0x9E3779B97F4A7C15ULL + 0x51ED27;
+        return 1;
+    }
+    if (v == Py_None || v == Py_True || v == Py_False
+            || ((t == frozen_dict_type || t == frozen_list_type) && !PyObject_GC_IsTracked(v))) {
+        *h = (uint64_t)(uintptr_t)v;
+        return 1;
+    }
+    return 0;
+}
+
+/* The hash of the record kv (pairs keys and values, in order) into *h; 0 when unshareable. */
+static inline int
+cons_hash_kv(PyObject *const *kv, Py_ssize_t pairs, uint64_t *h)
+{
+    uint64_t acc = 14695981039346656037ULL ^ (uint64_t)pairs, vh;
+    Py_ssize_t i;
+    for (i = 0; i < pairs; i++) {
+        Py_hash_t kh = PyObject_Hash(kv[2 * i]);  /* a dict key's str: its hash is cached */
+        if (kh == -1 || !cons_value_hash(kv[2 * i + 1], &vh)) {
+            PyErr_Clear();
+            return 0;
+        }
+        acc = (acc ^ (uint64_t)kh) * 1099511628211ULL;
+        acc = (acc ^ vh) * 1099511628211ULL;
+    }
+    *h = acc ^ (acc >> 29);
+    return 1;
+}
+
+/* 1 when the table's record d holds exactly the members kv, in that order. */
+static inline int
+cons_equal(PyObject *d, PyObject *const *kv, Py_ssize_t pairs)
+{
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *key, *value;
+    if (PyDict_GET_SIZE(d) != pairs) {
+        return 0;
+    }
+    while (PyDict_Next(d, &pos, &key, &value)) {
+        PyObject *k = kv[2 * i], *v = kv[2 * i + 1];
+        if (key != k && PyUnicode_Compare(key, k) != 0) {
+            return 0;
+        }
+        if (value != v) {
+            if (!(PyLong_CheckExact(value) && PyLong_CheckExact(v))
+                    || PyObject_RichCompareBool(value, v, Py_EQ) != 1) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+        i++;
+    }
+    return 1;
+}
+
+/* The slot of hash h; *found 1 when it holds a record equal to kv. -1 when no pass runs. */
+static inline Py_ssize_t
+cons_slot(PyObject *const *kv, Py_ssize_t pairs, uint64_t h, int *found)
+{
+    size_t i = (size_t)h & (CONS_SLOTS - 1);
+    PyObject *slot;
+    if (cons_slots == NULL || !str_cache_on) {
+        return -1;
+    }
+    slot = cons_slots[i];
+    *found = slot != NULL && cons_hashes[i] == h && cons_equal(slot, kv, pairs);
+    return (Py_ssize_t)i;
+}
+
+/* Keep d (an untracked FrozenDict) in slot i for hash h, in place of what it held: records
+ * repeat mostly within a turn or everywhere (sources, reasons), so the newest is kept. */
+static inline void
+cons_keep(Py_ssize_t i, uint64_t h, PyObject *d)
+{
+    PyObject *old = cons_slots[i];
+    cons_slots[i] = Py_NewRef(d);
+    cons_hashes[i] = h;
+    if (old == NULL) {
+        cons_used[cons_count++] = (uint32_t)i;
+    }
+    else {
+        Py_DECREF(old);
+    }
+}
+
+/* A new FrozenDict of the members kv (see frozen_of), or the table's equal one. */
+static PyObject *
+frozen_shared(PyObject *const *kv, Py_ssize_t pairs)
+{
+    uint64_t h;
+    int found = 0;
+    Py_ssize_t i = -1;
+    PyObject *d;
+    if (pairs <= CONS_MAX_PAIRS && cons_hash_kv(kv, pairs, &h)) {
+        i = cons_slot(kv, pairs, h, &found);
+        if (found) {
+            return Py_NewRef(cons_slots[i]);
+        }
+    }
+    d = frozen_of(frozen_dict_type, kv, pairs);
+    if (d != NULL && i >= 0 && !PyObject_GC_IsTracked(d)) {
+        cons_keep(i, h, d);
+    }
+    return d;
+}
+
+/* End a load pass: the cached strs and records are released and the tables emptied. */
 static void
 str_cache_close(void)
 {
     Py_ssize_t k;
     str_cache_on = 0;
+    for (k = 0; k < cons_count; k++) {
+        Py_CLEAR(cons_slots[cons_used[k]]);
+    }
+    cons_count = 0;
     for (k = 0; k < str_cache_count; k++) {
         Py_CLEAR(str_cache_slots[str_cache_used[k]]);
     }
@@ -881,6 +1028,21 @@ str_cache_open(void)
             return -1;
         }
     }
+    if (cons_slots == NULL) {
+        cons_slots = PyMem_RawCalloc(CONS_SLOTS, sizeof(PyObject *));
+        cons_hashes = PyMem_RawMalloc(CONS_SLOTS * sizeof(uint64_t));
+        cons_used = PyMem_RawMalloc(CONS_SLOTS * sizeof(uint32_t));
+        if (cons_slots == NULL || cons_hashes == NULL || cons_used == NULL) {
+            PyMem_RawFree(cons_slots);
+            PyMem_RawFree(cons_hashes);
+            PyMem_RawFree(cons_used);
+            cons_slots = NULL;
+            cons_hashes = NULL;
+            cons_used = NULL;
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
     str_cache_close();  /* a pass that ended without closing (none should) leaves nothing */
     str_cache_on = 1;
     for (k = 0; k < sizeof(seeds) / sizeof(seeds[0]); k++) {
@@ -944,7 +1106,7 @@ static PyObject *
 expand_row(PyObject *row, PyTypeObject *event_type, int tool)
 {
     PyObject *seq0_o, *time0_o, *data, *payload, *dt, *turn, *step, *index, *id = NULL,
-        *name = NULL, *delta, *out = NULL;
+        *name = NULL, *delta, *out = NULL, *time_o;
     long long seq0, t;
     Py_ssize_t n, k, data_size;
 
@@ -1004,53 +1166,57 @@ expand_row(PyObject *row, PyTypeObject *event_type, int tool)
     if (out == NULL) {
         return NULL;
     }
+    /* a run's chunks mostly share their millisecond: one time int while it does not change */
+    time_o = Py_NewRef(time0_o);
     for (k = 0; k < n; k++) {
-        PyObject *chunk, *cdata, *event, *seq_o, *time_o;
+        PyObject *chunk, *cdata, *event, *seq_o;
         PyObject *piece = PyList_GET_ITEM(payload, k);
         if (k > 0) {
-            t += PyLong_AsLongLong(PyList_GET_ITEM(dt, k - 1));
+            long long step_ms = PyLong_AsLongLong(PyList_GET_ITEM(dt, k - 1));
+            t += step_ms;
             if (t > max_safe || t < -max_safe) {
+                Py_DECREF(time_o);
                 Py_DECREF(out);
                 return fallback();
+            }
+            if (step_ms != 0) {
+                Py_SETREF(time_o, PyLong_FromLongLong(t));
+                if (time_o == NULL) {
+                    goto error;
+                }
             }
         }
         if (tool) {
             PyObject *kv[] = {s_type, delta, s_index, index, s_id, id, s_name, name,
                               s_arguments_delta, piece};
             if (name != NULL) {
-                chunk = frozen_of(frozen_dict_type, kv, 5);
+                chunk = frozen_shared(kv, 5);
             }
             else {
                 PyObject *kv2[] = {s_type, delta, s_index, index, s_id, id,
                                    s_arguments_delta, piece};
-                chunk = frozen_of(frozen_dict_type, kv2, 4);
+                chunk = frozen_shared(kv2, 4);
             }
         }
         else {
             PyObject *kv[] = {s_type, delta, s_index, index, s_text, piece};
-            chunk = frozen_of(frozen_dict_type, kv, 3);
+            chunk = frozen_shared(kv, 3);
         }
         if (chunk == NULL) {
-            Py_DECREF(out);
-            return NULL;
+            goto error;
         }
         {
             PyObject *kv[] = {s_turn, turn, s_step, step, s_chunk, chunk};
-            cdata = frozen_of(frozen_dict_type, kv, 3);
+            cdata = frozen_shared(kv, 3);
         }
         Py_DECREF(chunk);
         if (cdata == NULL) {
-            Py_DECREF(out);
-            return NULL;
+            goto error;
         }
         seq_o = PyLong_FromLongLong(seq0 + k);
-        time_o = PyLong_FromLongLong(t);
-        if (seq_o == NULL || time_o == NULL) {
-            Py_XDECREF(seq_o);
-            Py_XDECREF(time_o);
+        if (seq_o == NULL) {
             Py_DECREF(cdata);
-            Py_DECREF(out);
-            return NULL;
+            goto error;
         }
         {
             PyObject *kv[] = {s_type, s_assistant_chunk, s_seq, seq_o, s_time, time_o,
@@ -1058,28 +1224,19 @@ expand_row(PyObject *row, PyTypeObject *event_type, int tool)
             event = frozen_of(event_type, kv, 4);
         }
         Py_DECREF(seq_o);
-        Py_DECREF(time_o);
         Py_DECREF(cdata);
         if (event == NULL) {
-            Py_DECREF(out);
-            return NULL;
+            goto error;
         }
         PyList_SET_ITEM(out, k, event);
     }
+    Py_DECREF(time_o);
     return out;
-}
 
-/* [item], stealing the reference to item; NULL (item released) on failure. */
-static PyObject *
-one_item_list(PyObject *item)
-{
-    PyObject *out = PyList_New(1);
-    if (out == NULL) {
-        Py_DECREF(item);
-        return NULL;
-    }
-    PyList_SET_ITEM(out, 0, item);
-    return out;
+error:
+    Py_XDECREF(time_o);
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* 1 when data holds a run of 19 or more ASCII digits (a literal that may pass 64 bits) that
@@ -1117,8 +1274,9 @@ has_long_digit_run(const char *p, Py_ssize_t n)
     return 0;
 }
 
-/* Decode one record line into a new list of events, or NULL with Fallback set when Python
- * must judge the line (any error, any unusual value), or NULL with another error. */
+/* Decode one record line into a new Event (a plain record) or a new list of events (a chunk
+ * row), or NULL with Fallback set when Python must judge the line (any error, any unusual
+ * value), or NULL with another error. */
 static PyObject *
 decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_type,
             int event_retype)
@@ -1163,7 +1321,7 @@ decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_ty
     }
     if (event_retype && Py_REFCNT(frozen) == 1 && Py_TYPE(frozen) == frozen_dict_type) {
         retype(frozen, event_type);
-        return one_item_list(frozen);
+        return frozen;
     }
     {
         PyObject *event = PyDict_Type.tp_new(event_type, empty_tuple, NULL);
@@ -1174,7 +1332,7 @@ decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_ty
         }
         Py_DECREF(frozen);
         untrack_checked(event);
-        return one_item_list(event);
+        return event;
     }
 }
 
@@ -1203,18 +1361,17 @@ prescan_one(PyObject *ev, Py_ssize_t index, PyObject *known, Py_ssize_t *legacy_
     return 0;
 }
 
-/* prescan_one over the count events of the list decoded, the first at index first. */
+/* prescan_one over the count events items, the first at index first. */
 static int
-prescan_events(PyObject *decoded, Py_ssize_t first, PyObject *known, Py_ssize_t *legacy_at,
-               Py_ssize_t *unknown_at)
+prescan_events(PyObject *const *items, Py_ssize_t count, Py_ssize_t first, PyObject *known,
+               Py_ssize_t *legacy_at, Py_ssize_t *unknown_at)
 {
     Py_ssize_t m;
     if (*legacy_at >= 0 && *unknown_at >= 0) {
         return 0;
     }
-    for (m = 0; m < PyList_GET_SIZE(decoded); m++) {
-        if (prescan_one(PyList_GET_ITEM(decoded, m), first + m, known, legacy_at,
-                        unknown_at) < 0) {
+    for (m = 0; m < count; m++) {
+        if (prescan_one(items[m], first + m, known, legacy_at, unknown_at) < 0) {
             return -1;
         }
     }
@@ -1244,7 +1401,8 @@ PyDoc_STRVAR(scan_lines_doc,
 "of buf, decode complete lines while each is a well-formed record (orjson `loads`, numbers\n"
 "checked, frozen, chunk rows expanded) whose events are Events with seqs expected,\n"
 "expected + 1, ... Their events go to `events`, each line's first seq and line number to\n"
-"`first_seqs` / `first_lines`. Stops before the first line without a newline or that Python\n"
+"`first_seqs` / `first_lines` (array('q'): two machine ints a line, not two int objects, for\n"
+"the duplicate-seq message alone; added with one frombytes call each). Stops before the first line without a newline or that Python\n"
 "must judge (malformed, a long number, a surrogate, a bad row, a seq that does not\n"
 "continue), and returns where it stopped, the last line number used and the next seq.\n"
 "expected < 0: lines picked out of a checked range (not contiguous), each taken at its own\n"
@@ -1260,6 +1418,8 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t pos, line;
     long long expected;
     PyObject *loads, *events, *first_seqs, *first_lines, *known, *prescan, *result = NULL;
+    long long *noted = NULL;  /* (first seq, line) of every accepted line, for first_seqs/lines */
+    Py_ssize_t noted_count = 0, noted_cap = 0;
     PyTypeObject *event_type;
     const char *base;
     int event_retype;
@@ -1280,8 +1440,7 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     loads = args[4];
     if (!PyType_Check(args[5]) || !PyType_IsSubtype((PyTypeObject *)args[5], frozen_dict_type)
-            || !PyList_CheckExact(args[6]) || !PyList_CheckExact(args[7])
-            || !PyList_CheckExact(args[8]) || !PyAnySet_Check(args[9])
+            || !PyList_CheckExact(args[6]) || !PyAnySet_Check(args[9])
             || !(args[10] == Py_None
                  || (PyList_CheckExact(args[10]) && PyList_GET_SIZE(args[10]) == 2))) {
         PyErr_SetString(PyExc_TypeError, "scan_lines(): bad argument types");
@@ -1316,7 +1475,7 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     while (pos < view.len) {
         const char *start = base + pos;
         const char *nl = memchr(start, '\n', (size_t)(view.len - pos));
-        PyObject *decoded, *seq_o, *line_o;
+        PyObject *decoded, **items;
         Py_ssize_t k, count;
         long long first;
         if (nl == NULL) {
@@ -1330,11 +1489,19 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
             goto done;
         }
-        count = PyList_GET_SIZE(decoded);
+        /* a plain record is its one event; a chunk row, the list of its members */
+        if (PyList_CheckExact(decoded)) {
+            count = PyList_GET_SIZE(decoded);
+            items = ((PyListObject *)decoded)->ob_item;
+        }
+        else {
+            count = 1;
+            items = &decoded;
+        }
         first = expected;
         for (k = 0; k < count; k++) {
             long long seq;
-            PyObject *ev = PyList_GET_ITEM(decoded, k);
+            PyObject *ev = items[k];
             if (Py_TYPE(ev) != event_type
                     || !safe_int_at_least(PyDict_GetItem(ev, s_seq), 0, &seq)) {
                 break;
@@ -1350,23 +1517,27 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(decoded);
             break;  /* Python names the gap, duplicate or bad record */
         }
-        seq_o = PyLong_FromLongLong(first);
-        line_o = PyLong_FromSsize_t(line + 1);
-        if (seq_o == NULL || line_o == NULL || PyList_Append(first_seqs, seq_o) < 0
-                || PyList_Append(first_lines, line_o) < 0) {
-            Py_XDECREF(seq_o);
-            Py_XDECREF(line_o);
-            Py_DECREF(decoded);
-            goto done;
+        if (noted_count == noted_cap) {
+            long long *grown;
+            noted_cap = noted_cap ? 2 * noted_cap : 1024;
+            grown = PyMem_Realloc(noted, (size_t)noted_cap * 2 * sizeof(long long));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                Py_DECREF(decoded);
+                goto done;
+            }
+            noted = grown;
         }
-        Py_DECREF(seq_o);
-        Py_DECREF(line_o);
+        noted[2 * noted_count] = first;
+        noted[2 * noted_count + 1] = (long long)line + 1;
+        noted_count++;
         k = PyList_GET_SIZE(events);
-        if (prescan_events(decoded, k, known, &legacy_at, &unknown_at) < 0) {
+        if (prescan_events(items, count, k, known, &legacy_at, &unknown_at) < 0) {
             Py_DECREF(decoded);
             goto done;
         }
-        if (PyList_SetSlice(events, k, k, decoded) < 0) {
+        if ((PyList_CheckExact(decoded) ? PyList_SetSlice(events, k, k, decoded)
+                                        : PyList_Append(events, decoded)) < 0) {
             Py_DECREF(decoded);
             goto done;
         }
@@ -1380,9 +1551,36 @@ scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (prescan != Py_None && prescan_store(prescan, legacy_at, unknown_at) < 0) {
         goto done;
     }
+    if (noted_count > 0) {
+        Py_ssize_t i;
+        PyObject *column = PyBytes_FromStringAndSize(NULL, noted_count * (Py_ssize_t)sizeof(long long)),
+            *added;
+        long long *cells;
+        if (column == NULL) {
+            goto done;
+        }
+        cells = (long long *)PyBytes_AS_STRING(column);
+        for (i = 0; i < noted_count; i++) {
+            cells[i] = noted[2 * i];
+        }
+        added = PyObject_CallMethod(first_seqs, "frombytes", "O", column);
+        if (added != NULL) {
+            Py_DECREF(added);
+            for (i = 0; i < noted_count; i++) {
+                cells[i] = noted[2 * i + 1];
+            }
+            added = PyObject_CallMethod(first_lines, "frombytes", "O", column);
+        }
+        Py_DECREF(column);
+        if (added == NULL) {
+            goto done;
+        }
+        Py_DECREF(added);
+    }
     result = Py_BuildValue("(nnL)", pos, line, expected);
 done:
     str_cache_close();
+    PyMem_Free(noted);
     PyBuffer_Release(&view);
     return result;
 }
@@ -1590,8 +1788,8 @@ decode_text(PyObject *text, PyObject *loads, Py_ssize_t limit)
     return freeze_owned(parsed);
 }
 
-/* One physical row -> new list of events, or NULL with Fallback set where
- * dsh.persistence._sqlite_schema.decode_row must judge the row. */
+/* One physical row -> a new Event (a plain row) or a new list of events (a packed row), or
+ * NULL with Fallback set where dsh.persistence._sqlite_schema.decode_row must judge the row. */
 static PyObject *
 decode_one_row(PyObject *row, PyObject *loads, PyTypeObject *event_type, int varints,
                Py_ssize_t packed_limit, Py_ssize_t min_members, Py_ssize_t max_members)
@@ -1682,7 +1880,7 @@ decode_one_row(PyObject *row, PyObject *loads, PyTypeObject *event_type, int var
         Py_DECREF(shared_type);
         Py_XDECREF(seqs);
         Py_DECREF(payload);
-        return event == NULL ? NULL : one_item_list(event);
+        return event;
     }
 }
 
@@ -1745,6 +1943,7 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (; i >= 0 && i < n; i++) {
         PyObject *decoded = decode_one_row(PyList_GET_ITEM(rows, i), loads, event_type,
                                            varints, packed_limit, min_members, max_members);
+        PyObject **items;
         Py_ssize_t count, end;
         long long first;
         if (decoded == NULL) {
@@ -1755,19 +1954,28 @@ decode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             str_cache_close();
             return NULL;
         }
-        count = PyList_GET_SIZE(decoded);
-        if (!safe_int_at_least(PyDict_GetItem(PyList_GET_ITEM(decoded, 0), s_seq), 0, &first)
+        /* a plain row is its one event; a packed row, the list of its members */
+        if (PyList_CheckExact(decoded)) {
+            count = PyList_GET_SIZE(decoded);
+            items = ((PyListObject *)decoded)->ob_item;
+        }
+        else {
+            count = 1;
+            items = &decoded;
+        }
+        if (!safe_int_at_least(PyDict_GetItem(items[0], s_seq), 0, &first)
                 || (expected >= 0 && first != expected)) {
             Py_DECREF(decoded);
             break;
         }
         end = PyList_GET_SIZE(events);
-        if (prescan_events(decoded, end, known, &legacy_at, &unknown_at) < 0) {
+        if (prescan_events(items, count, end, known, &legacy_at, &unknown_at) < 0) {
             Py_DECREF(decoded);
             str_cache_close();
             return NULL;
         }
-        if (PyList_SetSlice(events, end, end, decoded) < 0) {
+        if ((PyList_CheckExact(decoded) ? PyList_SetSlice(events, end, end, decoded)
+                                        : PyList_Append(events, decoded)) < 0) {
             Py_DECREF(decoded);
             str_cache_close();
             return NULL;

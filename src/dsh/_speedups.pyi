@@ -42,7 +42,7 @@ def untrack(obj: object, /) -> bool:
 
 def scan_lines(buf: bytes | bytearray, pos: int, expected: int, line: int,
                loads: Callable[[Any], Any], event_type: type[Any], events: list[Any],
-               first_seqs: list[int], first_lines: list[int], known_types: AbstractSet[str],
+               first_seqs: array[int], first_lines: array[int], known_types: AbstractSet[str],
                prescan: list[int] | None, /) -> tuple[int, int, int]:
     """Ordinary JSONL lines from ``pos``: ``(pos, line, expected)`` where it stopped."""
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import json as std_json
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -359,9 +360,10 @@ class Scanner:
         self._issue: _Issue | None = None
         self._tail = b""
         self._tail_offset = start_offset
-        # first seq and physical line of every accepted record, for duplicate-seq errors
-        self._record_seqs: list[int] = []
-        self._record_lines: list[int] = []
+        # first seq and physical line of every accepted record, for duplicate-seq errors:
+        # machine ints (two int objects a line would be 8 MB at 100k lines)
+        self._record_seqs = array("q")
+        self._record_lines = array("q")
         # what the C pass found for the read pipeline's prescan; void once Python decodes
         self._prescan: list[int] | None = [-1, -1]
 
@@ -533,8 +535,8 @@ def scan_picked(text: bytes, seq: int, count: int, picked: Sequence[int]) -> lis
     # pass's shared short strings are shared by the whole window, as in a page's scan
     buffer = b"\n".join([lines[at - seq] for at in picked]) + b"\n"
     out: list[Event] = []
-    pos, _, _ = c_scan_lines(buffer, 0, -1, 0, _orjson_loads, Event, out, [], [],
-                             KNOWN_EVENT_TYPES, None)
+    pos, _, _ = c_scan_lines(buffer, 0, -1, 0, _orjson_loads, Event, out, array("q"),
+                             array("q"), KNOWN_EVENT_TYPES, None)
     if pos != len(buffer) or len(out) != len(picked) \
             or [event["seq"] for event in out] != list(picked):
         return None
