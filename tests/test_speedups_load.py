@@ -182,7 +182,7 @@ def test_scan_lines_expands_rows_exactly_like_python() -> None:
 def test_expanded_chunks_share_equal_records_and_stay_equal_to_python() -> None:
     # a packed row's repeated tokens come back as one chunk object (and one data object per
     # turn and step); a different index, turn, width or a long text keeps them apart, and the
-    # values are exactly the Python expansion's (docs/formats.md#chunk-packing)
+    # values are exactly the Python expansion's (docs/formats.md#chunk-rows)
     long = "x" * 33
     texts = [" the", " cat", " the", long, long, "\u00e9", "\u00e9", " the"]
     rows = [{"type": "text-chunks", "seq0": 0, "time0": 5,

@@ -237,7 +237,7 @@ shared_str(PyObject *x)
 }
 
 /* While a load pass runs, also one object per distinct chunk record that the expansion of a
- * packed chunk row builds (expand_row, docs/formats.md#chunk-packing): the
+ * packed chunk row builds (expand_row, docs/formats.md#chunk-rows): the
  * {"type": "text-delta", "index": 0, "text": " the"} chunk of a repeated token and the
  * {"turn", "step", "chunk"} data around it. They are frozen, so equal ones can be one object
  * (as equal short strs are), and looking one up costs less than building it. Equal means the
@@ -3629,7 +3629,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 5) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 6) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -211,7 +211,7 @@ _SPEEDUPS_API: Final = (
     "running_sums_below", "canonical", "chain_leaves", "plain_numbers")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 5
+_SPEEDUPS_API_VERSION: Final = 6
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
