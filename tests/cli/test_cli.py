@@ -209,9 +209,18 @@ def test_cli_read_only_command_refuses_a_store_url_naming_nothing(tmp_path: Path
 
 
 def test_cli_verify_without_id_or_all_is_a_usage_error(tmp_path: Path) -> None:
-    proc = Dsh(tmp_path)("verify", check=2)
+    # Neither given and both given are different mistakes: each message names its own
+    # (fresh-user report: `dsh verify --proof` alone said "(not both)").
+    dsh = Dsh(tmp_path)
+    for args in (("verify",), ("verify", "--proof")):
+        proc = dsh(*args, check=2)
+        assert proc.stderr.splitlines()[-1] == (
+            "error[USAGE]: Invalid value for 'ID' / '--all': give a session ID or --all "
+            "(--against FILE alone checks the sessions its proof names); "
+            "run 'dsh verify --help' for the options")
+    proc = dsh("verify", "some-id", "--all", check=2)
     assert proc.stderr.splitlines()[-1] == (
-        "error[USAGE]: Invalid value for 'ID' / '--all': give a session ID or --all (not both); "
+        "error[USAGE]: Invalid value for 'ID' / '--all': give a session ID or --all, not both; "
         "run 'dsh verify --help' for the options")
 
 

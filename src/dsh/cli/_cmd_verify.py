@@ -133,10 +133,12 @@ def verify(
     from dsh.cli._proof import load_kept, proof_document
 
     kept = load_kept(against) if against is not None else None
-    if (session_id is None) == (not all_) and not (kept is not None and session_id is None
-                                                   and not all_):
-        raise typer.BadParameter("give a session ID or --all (not both)",
+    if session_id is not None and all_:
+        raise typer.BadParameter("give a session ID or --all, not both",
                                  param_hint="'ID' / '--all'")
+    if session_id is None and not all_ and kept is None:
+        raise typer.BadParameter("give a session ID or --all (--against FILE alone checks "
+                                 "the sessions its proof names)", param_hint="'ID' / '--all'")
     if reseal and session_id is None:
         raise typer.BadParameter("--reseal rebuilds the seal of one session: give its ID",
                                  param_hint="'--reseal'")
