@@ -29,7 +29,7 @@ codes of ``Session.restore`` (``ENVELOPE``, ``HEADER``, ``SEED``, ``SURFACE``, â
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from typing import Any, Final
 
@@ -40,6 +40,8 @@ from dsh.session import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
     Event,
+    PagedLog,
+    SeedStream,
     Session,
     Surface,
     Violation,
@@ -90,26 +92,36 @@ def _where_seq(error: DshError) -> int | None:
     return None
 
 
+def frozen_event(index: int, event: Mapping[str, Any]) -> Event | Violation:
+    """``event`` (at ``index`` of a log) as a frozen :class:`Event`, or its ``INVALID_LOG``.
+
+    The envelope pass of :func:`verify_events`: a value that is not JSON, not an object, or
+    whose type is not a string is refused before any other check runs.
+    """
+    if type(event) is Event:
+        return event
+    try:
+        frozen = snapshot_json(event)
+    except DshError as error:
+        return Violation(index, INVALID_LOG,
+                         f"event at index {index} is not valid JSON: {error.message}")
+    if not isinstance(frozen, FrozenDict):
+        return Violation(index, INVALID_LOG, f"event at index {index} is not a JSON object "
+                                             f"({type(event).__name__})")
+    if type(frozen.get("type")) is not str:
+        return Violation(index, INVALID_LOG, f"event at index {index} has a type that is not a "
+                                             f"string ({frozen.get('type')!r})")
+    return Event(frozen)
+
+
 def _as_events(events: Iterable[Mapping[str, Any]]) -> tuple[list[Event], list[Violation]]:
     out: list[Event] = []
     for index, event in enumerate(events):
-        if type(event) is Event:
-            out.append(event)
-            continue
-        try:
-            frozen = snapshot_json(event)
-        except DshError as error:
-            return out, [Violation(index, INVALID_LOG,
-                                   f"event at index {index} is not valid JSON: {error.message}")]
-        if not isinstance(frozen, FrozenDict):
-            return out, [Violation(index, INVALID_LOG,
-                                   f"event at index {index} is not a JSON object "
-                                   f"({type(event).__name__})")]
-        if type(frozen.get("type")) is not str:
-            return out, [Violation(index, INVALID_LOG,
-                                   f"event at index {index} has a type that is not a string "
-                                   f"({frozen.get('type')!r})")]
-        out.append(Event(frozen))
+        frozen = frozen_event(index, event)
+        if type(frozen) is not Event:
+            assert isinstance(frozen, Violation)
+            return out, [frozen]
+        out.append(frozen)
     return out, []
 
 
@@ -177,7 +189,10 @@ def _pairing(events: Sequence[Event], surface: Surface | None,
                               f"the crash repair of the last turn failed: {error.message}")]
     if surface is None:
         return []  # reported by the surface check
-    log = [*events, *closers] if closers else events
+    log: Sequence[Event] = events
+    if closers:  # the log and its closers, without copying the log
+        log = PagedLog(_Served(events))
+        log.extend(closers)
     if closers:
         surface = Surface.resume(surface.nodes, surface.replace_generation)
         try:
@@ -252,7 +267,55 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
     log, found = _as_events(events)
     if found:
         return found
-    found.extend(_unknown_types(log))
+    return _verify(log, header, closers, _restore_whole)
+
+
+def verify_paged(log: Sequence[Event], *, header: Mapping[str, Any] | None = None,
+                 batch_events: int = 5_000) -> list[Violation]:
+    """Check a log served by seq without holding it: the result of :func:`verify_events`.
+
+    Args:
+        log: The stored log as frozen :class:`~dsh.session._events.Event` objects, read by seq
+            (``log[seq]``, ``log[start:stop]`` a list) and iterated in seq order, several
+            times: a file-backed view decodes them as asked, so memory holds what each check
+            keeps (the surface's node seqs, a type per event, pending call ids), not the log.
+        header: As for :func:`verify_events`.
+        batch_events: Events restore's checks take at once (memory holds one batch).
+
+    Returns:
+        list[Violation]: equal to ``verify_events(list(log), header=header)``, violation for
+        violation: the same checks in the same order, restore's run batch by batch through a
+        restore-mode ``SeedStream`` (the same per-event pipeline, docs/rules.md#seed-validation).
+
+    Raises:
+        Nothing for a bad log; whatever ``log`` raises while it is read.
+
+    Rule: as :func:`verify_events`.
+    """
+    def restore(session_id: str, events: Sequence[Event], stored: FrozenDict,
+                inherited: int) -> Surface:
+        stream = SeedStream(session_id, header=stored, inherited_event_count=inherited,
+                            reader=lambda start, stop: events[start:stop], restore=True)
+        for start in range(0, len(events), batch_events):
+            stream.admit(events[start:start + batch_events])
+            stream.settle()
+        stream.finish()
+        return stream.surface
+
+    return _verify(log, header, None, restore)
+
+
+def _restore_whole(session_id: str, log: Sequence[Event], stored: FrozenDict,
+                   inherited: int) -> Surface:
+    return Session.restore(session_id, log, stored, inherited_event_count=inherited).surface
+
+
+def _verify(log: Sequence[Event], header: Mapping[str, Any] | None,
+            closers: Sequence[Event] | None,
+            restore: Callable[[str, Sequence[Event], FrozenDict, int], Surface],
+            ) -> list[Violation]:
+    """Run the checks of :func:`verify_events` (after its envelope pass) over ``log``."""
+    found = _unknown_types(log)
     if header is None:
         stored = _default_header(log)
     else:
@@ -267,9 +330,8 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
     surface: Surface | None = None
     try:
         # restore folds the surface by the same rules: its surface is the log's, no second fold
-        surface = Session.restore(str(stored.get("id") or "verify"), log, stored,
-                                  inherited_event_count=seed_length if type(seed_length) is int
-                                  else 0).surface
+        surface = restore(str(stored.get("id") or "verify"), log, stored,
+                          seed_length if type(seed_length) is int else 0)
     except DshError as error:
         restore_seq = _where_seq(error)
         found.append(Violation(restore_seq, error.code, " ".join(error.message.split())))
@@ -287,6 +349,20 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
                  for v in check_compaction_log(log))
     found.extend(_tombstones(log))
     return found
+
+
+class _Served:
+    """A held log served by seq (``read``), so a ``PagedLog`` can put closers after it."""
+
+    def __init__(self, log: Sequence[Event]) -> None:
+        self._log = log
+
+    def __len__(self) -> int:
+        return len(self._log)
+
+    def read(self, start: int, stop: int) -> Sequence[Event]:
+        """The events ``start <= seq < stop``."""
+        return self._log[start:stop]
 
 
 def event_digest(event: Mapping[str, Any]) -> str:

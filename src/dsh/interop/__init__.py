@@ -44,6 +44,7 @@ from dsh.interop._common import (
 )
 from dsh.interop._detect import FORMATS, detect_format
 from dsh.interop._dsh_log import import_dsh_log
+from dsh.interop._dsh_log_stream import stream_dsh_log
 from dsh.interop._export import (
     to_anthropic,
     to_openai,
@@ -124,6 +125,7 @@ IMPORTERS: Final[dict[str, Callable[[Path], list[ImportedSession]]]] = {
 _STREAMERS: Final[dict[str, Callable[[Path], Iterator[StreamedSession]]]] = {
     "claude-code": stream_claude_code,
     "codex": stream_codex,
+    "dsh": stream_dsh_log,
 }
 
 STREAMING_FORMATS: Final = frozenset(_STREAMERS)

@@ -13,8 +13,9 @@ free-standing, docs/events.md#known-types-and-ignorable-events), stamped with th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from dsh._errors import ImportFormatError
 from dsh.interop._common import (
@@ -25,6 +26,9 @@ from dsh.interop._common import (
     source_event_data,
     stable_session_id,
 )
+
+if TYPE_CHECKING:
+    from dsh.session import Violation
 
 FORMAT: Final = "dsh"
 _ROW_TYPES: Final = {"text-chunks": "text-delta", "reasoning-chunks": "reasoning-delta",
@@ -48,6 +52,9 @@ def _templated(value: object) -> bool:
 def import_dsh_log(path: Path) -> list[ImportedSession]:
     """Import one dsh JSONL log as one session (events kept verbatim, rows expanded).
 
+    Reads the file whole; :func:`dsh.interop.stream_file` streams it instead
+    (docs/interop.md#streaming-imports), with the same events and the same refusals.
+
     Raises:
         ImportFormatError: unreadable/empty/binary file, torn or non-JSON line, a first line
             that is not a version-0 header, an event with keys outside the envelope, or a
@@ -55,10 +62,36 @@ def import_dsh_log(path: Path) -> list[ImportedSession]:
     """
     records = read_jsonl_records(path, FORMAT)
     first_line, header_rec = records[0]
+    session_id, header, time = dsh_log_header(path, first_line, header_rec)
+    events: list[JsonObj] = []
+    lines: list[int | None] = []
+    for line, rec in records[1:]:
+        members = dsh_log_events(rec, path, line, len(events), time)
+        events.extend(members)
+        lines.extend([line] * len(members))
+        time = next_time(rec, members, time)
+    events.append(source_event(path, len(events), time))
+    from dsh._verify import verify_events  # lazy: the verifier pulls in compaction
+
+    refusal = refusal_of(path, verify_events(events, header=header),
+                         lambda seq: lines[seq] if 0 <= seq < len(lines) else None)
+    if refusal is not None:
+        raise refusal
+    return [ImportedSession(session_id, header, events, [], FORMAT, str(path.resolve()), lines)]
+
+
+def dsh_log_header(path: Path, first_line: int, header_rec: object
+                   ) -> tuple[str, JsonObj, Any]:
+    """The imported ``(session id, header, first event time)`` of a dsh log's first record.
+
+    Raises:
+        ImportFormatError: not a session header, or not version 0.
+    """
     if not looks_like_dsh_header(header_rec):
         raise ImportFormatError(
             "dsh log must start with a session header {\"type\": \"session\", \"version\", "
             f"\"id\"}} at line {first_line}", path=str(path), line=first_line, format=FORMAT)
+    assert isinstance(header_rec, dict)
     if header_rec.get("version") != 0:
         raise ImportFormatError(
             f"dsh log header version is {header_rec.get('version')!r}; this reader imports "
@@ -73,60 +106,71 @@ def import_dsh_log(path: Path) -> list[ImportedSession]:
     created = header.get("createdAt")
     time = created if isinstance(created, int) and created >= 0 else 0
     header["createdAt"] = time
-    events: list[JsonObj] = []
-    lines: list[int | None] = []
-    for line, rec in records[1:]:
-        if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
-            raise ImportFormatError(f"dsh log line {line} must be an event object with a type",
-                                    path=str(path), line=line, format=FORMAT)
-        if rec["type"] in _ROW_TYPES:
-            members = _expand_row(rec, path, line, len(events), time)
-            events.extend(members)
-            lines.extend([line] * len(members))
-            if members:
-                time = members[-1]["time"]
-            continue
-        extra = set(rec) - _EVENT_KEYS
-        if extra:
-            raise ImportFormatError(
-                f"dsh event at line {line} has keys outside the envelope: {sorted(extra)}",
-                path=str(path), line=line, format=FORMAT)
-        event: JsonObj = {"type": rec["type"], "seq": rec.get("seq", len(events)),
-                          "time": rec.get("time", time), "data": rec.get("data")}
-        for key in ("sourceEventSeqs", "surfaceOp", "ignorable"):
-            if key in rec:
-                event[key] = rec[key]
-        if event["seq"] != len(events):
-            raise ImportFormatError(
-                f"dsh event at line {line} has seq {event['seq']}; expected {len(events)}",
-                path=str(path), line=line, format=FORMAT)
-        if isinstance(event["time"], int):
-            time = event["time"]
-        events.append(event)
-        lines.append(line)
-    events.append({"type": IMPORT_SOURCE_TYPE, "seq": len(events), "time": time,
-                   "data": source_event_data(path, FORMAT), "ignorable": True})
-    _refuse_invalid(path, header, events, lines)
-    return [ImportedSession(session_id, header, events, [], FORMAT, str(path.resolve()), lines)]
+    return session_id, header, time
 
 
-def _refuse_invalid(path: Path, header: JsonObj, events: list[JsonObj],
-                    lines: list[int | None]) -> None:
-    """Refuse a log that ``dsh verify`` would reject: an import never yields an invalid log.
+def dsh_log_events(rec: object, path: Path, line: int, next_seq: int, time: Any
+                   ) -> list[JsonObj]:
+    """The events of one record line after the header: a chunk row's members, or the event.
+
+    ``next_seq``: the seq the line must start at; ``time``: the time of the event before
+    (for lines without one, as in snapshot files).
 
     Raises:
-        ImportFormatError: naming the line of the first violation's event and its rule.
+        ImportFormatError: not an event object with a type, keys outside the envelope, a seq
+            out of order, or a malformed chunk row.
     """
-    from dsh._verify import verify_events  # lazy: the verifier pulls in compaction
+    if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
+        raise ImportFormatError(f"dsh log line {line} must be an event object with a type",
+                                path=str(path), line=line, format=FORMAT)
+    if rec["type"] in _ROW_TYPES:
+        return _expand_row(rec, path, line, next_seq, time)
+    extra = set(rec) - _EVENT_KEYS
+    if extra:
+        raise ImportFormatError(
+            f"dsh event at line {line} has keys outside the envelope: {sorted(extra)}",
+            path=str(path), line=line, format=FORMAT)
+    event: JsonObj = {"type": rec["type"], "seq": rec.get("seq", next_seq),
+                      "time": rec.get("time", time), "data": rec.get("data")}
+    for key in ("sourceEventSeqs", "surfaceOp", "ignorable"):
+        if key in rec:
+            event[key] = rec[key]
+    if event["seq"] != next_seq:
+        raise ImportFormatError(
+            f"dsh event at line {line} has seq {event['seq']}; expected {next_seq}",
+            path=str(path), line=line, format=FORMAT)
+    return [event]
 
-    violations = verify_events(events, header=header)
+
+def next_time(rec: JsonObj, members: list[JsonObj], time: Any) -> Any:
+    """The time the line after ``rec`` (its events ``members``) inherits.
+
+    A chunk row passes on its last member's time; an event its own, when an integer.
+    """
+    last = members[-1]["time"] if members else time
+    return last if rec["type"] in _ROW_TYPES or isinstance(last, int) else time
+
+
+def source_event(path: Path, seq: int, time: Any) -> JsonObj:
+    """The trailing ``import/source`` event (ignorable, the last event's time)."""
+    return {"type": IMPORT_SOURCE_TYPE, "seq": seq, "time": time,
+            "data": source_event_data(path, FORMAT), "ignorable": True}
+
+
+def refusal_of(path: Path, violations: list[Violation],
+               line_of: Callable[[int], int | None]) -> ImportFormatError | None:
+    """The refusal of a log ``dsh verify`` rejects (None: it keeps every rule).
+
+    An import never yields an invalid log: the error names the line of the first violation's
+    event (``line_of(seq)``, None for the header or the trailing ``import/source``) and its rule.
+    """
     if not violations:
-        return
+        return None
     first = violations[0]
-    line = lines[first.seq] if first.seq is not None and 0 <= first.seq < len(lines) else None
+    line = line_of(first.seq) if first.seq is not None else None
     at = f"line {line}" if line is not None else "its header"
     more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
-    raise ImportFormatError(
+    return ImportFormatError(
         f"dsh log breaks a log rule at {at}: {first.rule}: {first.message}{more}; run dsh "
         "verify on the source for the full list", path=str(path), line=line, format=FORMAT)
 

@@ -1618,6 +1618,9 @@ class SeedStream:
             a ``tool/result`` rewrite; without one such a rewrite is checked against a result
             with no payload (and refused).
         inherited_event_count: As for :meth:`Session.create`.
+        restore: Check as :meth:`Session.restore` does instead: the header as a stored one
+            (a plain record), the batches as owned frozen :class:`Event` objects (``ENVELOPE``
+            for anything else), never copied. ``dsh verify``'s streamed form uses it.
 
     Raises:
         EventRejectedError: as :meth:`Session.create` (``HEADER`` here; the others from
@@ -1626,11 +1629,13 @@ class SeedStream:
 
     def __init__(self, session_id: str, *, header: Mapping[str, Any],
                  reader: Callable[[int, int], Sequence[Event]] | None = None,
-                 inherited_event_count: int = 0) -> None:
+                 inherited_event_count: int = 0, restore: bool = False) -> None:
         session = Session.__new__(Session)
         session._setup(session_id, None)
         _check_inherited(session_id, inherited_event_count)
-        session._header = session._snapshot_header(header)
+        session._header = (session._restore_header(header) if restore
+                           else session._snapshot_header(header))
+        self._copy = not restore
         self._settled = _SettledTypes(reader)
         self._log = session._log = PagedLog(self._settled)
         self._session = session
@@ -1658,7 +1663,7 @@ class SeedStream:
         if self._settled.real:
             log.drop_pages()
         try:
-            self._markers += self._session._admit_seed(batch, self._inherited, copy=True,
+            self._markers += self._session._admit_seed(batch, self._inherited, copy=self._copy,
                                                        base=base)
         finally:
             if self._settled.real:
@@ -1681,3 +1686,8 @@ class SeedStream:
             EventRejectedError: code ``SEED`` (a ``seedLength`` that the seed does not match).
         """
         self._session._check_seeded(True, self._inherited, self._markers)
+
+    @property
+    def surface(self) -> Surface:
+        """The surface folded from every event admitted so far (docs/rules.md#the-surface)."""
+        return self._session._surface
