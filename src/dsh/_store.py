@@ -292,32 +292,58 @@ class Store:
                            and archived(e) == (which == "archived")]
         return sorted(entries, key=lambda e: (-e.last_activity_ms, e.id))
 
-    def search(self, query: str, *, limit: int = 20, rebuild: bool = False) -> SearchResults:
+    def search(self, query: str, *, limit: int = 20, rebuild: bool = False,
+               trash: bool = False) -> SearchResults:
         """The messages of every stored session that hold all the words of ``query``.
 
         SQLite and JSONL stores answer from a full-text index (SQLite FTS5) kept beside them
         and brought up to date with the logs that changed since the last search; other stores
         read every log. Live sessions are searched as stored (unflushed events are not seen).
+        Sessions in the trash are left out, as ``list`` leaves them out, unless ``trash``;
+        archived ones are searched (docs/stores.md#search).
 
         Args:
             query: Words to find, case- and diacritics-insensitively (the last also as a
                 prefix); a query without a word finds nothing.
             limit: Hits returned at most.
             rebuild: Build the index again from every log.
+            trash: Search the sessions in the trash too.
 
         Returns:
             ``SearchResults``: ``hits`` (each ``session_id``, ``seq``, ``role``, ``before``,
-            ``match``, ``after``: raw session text, escape it to show it), ``sessions``,
-            ``reindexed``, ``unreadable`` (ids left out), ``indexed``.
+            ``match``, ``after``: raw session text, escape it to show it), ``sessions``
+            (searched: those in the trash not counted unless ``trash``), ``reindexed``,
+            ``unreadable`` (ids left out), ``indexed``.
 
         Raises:
             PersistenceError: the store itself cannot be listed.
 
         Rule: docs/stores.md#search.
         """
+        from dataclasses import replace
+
         from dsh.persistence import search
 
-        return search(self._persistence, query, limit=limit, rebuild=rebuild)
+        found = search(self._persistence, query, limit=limit, rebuild=rebuild)
+        if not found.sessions:
+            return found
+        from dsh.rights import store_log
+
+        state = store_log(self._persistence)
+        if not state.records:  # no store log, so no trash
+            return found
+        left_out = 1  # the store log itself is a stored session, never a listed one
+        trashed = {} if trash else state.trash
+        asked = max(1, limit)
+        kept = found.hits
+        while trashed:  # the index knows no trash: ask for more until enough hits stay
+            kept = tuple(hit for hit in found.hits if hit.session_id not in trashed)
+            if len(kept) >= asked or len(found.hits) < max(asked, limit):
+                break
+            limit *= 4
+            found = search(self._persistence, query, limit=limit)
+        left_out += sum(1 for entry in trashed.values() if entry.purged_ms is None)
+        return replace(found, hits=kept[:asked], sessions=max(0, found.sessions - left_out))
 
     def tail(self, session_id: str, from_seq: int = 0, *,
              poll_ms: int | None = None) -> AsyncIterator[Event]:

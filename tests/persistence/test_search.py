@@ -176,3 +176,52 @@ def test_a_redacted_word_is_no_longer_found(tmp_path: Path, kind: str) -> None:
         assert not index.exists()  # deleted whole: FTS5 keeps deleted text in free pages
         assert store.search("hunter2").hits == ()
         assert [h.seq for h in store.search("password").hits] == [2]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_search_leaves_out_the_trash_unless_asked_and_still_fills_its_limit(
+        tmp_path: Path, kind: str) -> None:
+    from dsh.rights import restore, trash
+
+    url = f"sqlite:{tmp_path / 's.db'}" if kind == "sqlite" else f"jsonl:{tmp_path / 'logs'}"
+    _write(url, "kept", ["needle one"])
+    with dsh.open(url) as store:
+        assert len(store.search("needle").hits) == 1
+    _write(url, "binned", [f"needle {n}" for n in range(5)])  # indexed later: its hits first
+    with dsh.open(url) as store:
+        assert [h.session_id for h in store.search("needle", limit=2).hits] == ["binned"] * 2
+        trash(store, ["binned"])
+        left = store.search("needle", limit=2)
+        assert [(h.session_id, h.seq) for h in left.hits] == [("kept", 2)]
+        assert left.sessions == 1
+        every = store.search("needle", limit=10, trash=True)
+        assert sorted({h.session_id for h in every.hits}) == ["binned", "kept"]
+        assert len(every.hits) == 6 and every.sessions == 2
+        restore(store, ["binned"])
+        assert len(store.search("needle", limit=10).hits) == 6
+
+
+def test_dsh_search_trash_flag_and_a_query_without_a_word(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 's.db'}"
+    _write(url, "binned", ["needle in the bin"])
+    env = {"NO_COLOR": "1", "COLUMNS": "200", "HOME": str(tmp_path),
+           "DSH_HOME": str(tmp_path / "home")}
+    cli = [sys.executable, "-m", "dsh.cli"]
+    subprocess.run([*cli, "rm", "binned", "--store", url], env=env, check=True,
+                   capture_output=True)
+    hidden = subprocess.run([*cli, "search", "needle", "--store", url], capture_output=True,
+                            text=True, env=env)
+    assert (hidden.returncode, hidden.stdout) == (0, "")
+    assert hidden.stderr == "no message holds 'needle' in 0 sessions\n"
+    shown = subprocess.run([*cli, "search", "needle", "--trash", "--store", url],
+                           capture_output=True, text=True, env=env, check=True)
+    assert shown.stdout == "binned  #2  user  needle in the bin\n"
+    empty = subprocess.run([*cli, "search", "needle"], capture_output=True, text=True,
+                           env=env)  # the default store, a file without tables yet
+    assert (empty.returncode, empty.stdout) == (0, "")
+    assert empty.stderr == "no message holds 'needle' in 0 sessions\n"
+    for query in (['"'], ["-"]):
+        bad = subprocess.run([*cli, "search", "--store", url, "--", *query], capture_output=True,
+                             text=True, env=env)
+        assert bad.returncode == 2 and bad.stdout == ""
+        assert "holds no word to search for" in bad.stderr, bad.stderr

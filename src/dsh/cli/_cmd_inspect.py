@@ -29,7 +29,7 @@ from dsh.cli._common import (
     stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED, format_error_line
-from dsh.persistence import read_pages
+from dsh.persistence import read_pages, search_words
 from dsh.transcript import (
     DEFAULT_LOOKBACK,
     Entry,
@@ -302,18 +302,26 @@ def search(
                                        help="Hits printed at most.")] = 20,
     rebuild: Annotated[bool, typer.Option(
         "--rebuild", help="Build the store's search index again from every log.")] = False,
+    trash: Annotated[bool, typer.Option(
+        "--trash", help="Search the sessions in the trash too ('dsh rm' put them there).")
+    ] = False,
     store: StoreOption = None,
     json_: JsonOption = False,
 ) -> None:
     """Search the messages of every session of the store: session, seq and a snippet per hit.
 
     SQLite and JSONL stores keep a full-text index beside them, brought up to date with the
-    logs that changed since the last search; other stores are read whole.
+    logs that changed since the last search; other stores are read whole. Sessions in the
+    trash are left out unless ``--trash`` (docs/stores.md#search).
     """
     json_mode(json_)
     query = " ".join(words)
+    if not search_words(query):
+        raise typer.BadParameter(f"{printable(query)!r} holds no word to search for: give "
+                                 "letters or digits (punctuation alone matches nothing)",
+                                 param_hint="QUERY")
     with cli_store(store, create=False) as sessions:
-        results = sessions.search(query, limit=limit, rebuild=rebuild)
+        results = sessions.search(query, limit=limit, rebuild=rebuild, trash=trash)
     if json_:
         render.write_json({"query": query, "hits": [render.hit_json(hit) for hit in results.hits],
                            "sessions": results.sessions, "indexed": results.indexed,

@@ -87,6 +87,7 @@ if TYPE_CHECKING:
     from dsh.persistence._search import SearchIndex as SearchIndex
     from dsh.persistence._search import forget_search as forget_search
     from dsh.persistence._search import message_texts as message_texts
+    from dsh.persistence._search import search_words as search_words
     from dsh.persistence._write_behind import WriteBehind
 
 __all__ = [
@@ -118,6 +119,7 @@ _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write
          "KeepsRestorePoints": "_restore_point", "RecordsAfterCommit": "_after_commit",
          "read_pages": "_pages", "readable_prefix": "_pages", "SearchHit": "_search",
          "SearchResults": "_search", "search": "_search", "message_texts": "_search",
+         "search_words": "_search",
          "forget_search": "_search", "IndexesSearch": "_search", "SearchIndex": "_search",
          "ChainProof": "_proof", "prove_chain": "_proof", "compare_proof": "_proof",
          "chain_record_at": "_proof"}

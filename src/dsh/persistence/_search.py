@@ -176,7 +176,11 @@ def _all_text(content: Any) -> str:
     return "\n".join(parts)
 
 
-def _words(query: str) -> list[str]:
+def search_words(query: str) -> list[str]:
+    """The words a search looks for in ``query`` (runs of letters and digits), in order.
+
+    An empty list means the query matches nothing (docs/stores.md#search).
+    """
     return _WORD.findall(query)
 
 
@@ -580,13 +584,19 @@ def _sqlite_changes(conn: sqlite3.Connection, store_db: Path) -> IndexChanges:
 
     The signature is ``incarnation:revision`` of the ``sessions`` row (as the index records it).
     """
-    if not store_db.exists():
+    def none_stored() -> IndexChanges:
         return IndexChanges(sessions=0, changed=(), gone=tuple(
             str(sid) for (sid,) in conn.execute("SELECT session_id FROM indexed")))
+
+    if not store_db.exists():
+        return none_stored()
     conn.execute("ATTACH DATABASE ? AS store", (f"{store_db.absolute().as_uri()}?mode=ro",))
     try:
         conn.execute("BEGIN")  # one snapshot of both files
         try:
+            if conn.execute("SELECT 1 FROM store.sqlite_master WHERE type = 'table' AND "
+                            "name = 'sessions'").fetchone() is None:
+                return none_stored()  # a store file no writer has given its tables yet
             count = int(conn.execute("SELECT count(*) FROM store.sessions").fetchone()[0])
             changed = tuple(
                 (str(sid), str(sig), None if old is None else (str(old), int(events)))
@@ -670,7 +680,7 @@ def search(persistence: Persistence, query: str, *, limit: int = 20,
 
     Rule: docs/stores.md#search.
     """
-    words = _words(query)
+    words = search_words(query)
     limit = max(1, limit)
     backend = persistence.backend
     indexed = backend.capabilities.search_index
