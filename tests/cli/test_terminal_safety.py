@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -22,8 +23,11 @@ from dsh.transcript import printable
 from tests.cli.test_cli import Dsh
 
 HOSTILE = "\x1b]0;pwned-title\x07\x1b[2Jhello \u202egnp.exe\u202c\r\x9b31m"
-# rich itself drops BEL and CR from text; every other control is shown escaped
-HOSTILE_SHOWN = "\\x1b]0;pwned-title\\x1b[2Jhello \\u202egnp.exe\\u202c"
+HOSTILE_SHOWN = "\\x1b]0;pwned-title\\x07\\x1b[2Jhello \\u202egnp.exe\\u202c\\x0d\\x9b31m"
+# the five controls rich's Text would drop (BEL, CR, BS, VT, FF), each escaped
+FIVE = "zebra \x07a\rb \x08c \x0bd \x0ce"
+FIVE_SHOWN = "zebra \\x07a\\x0db \\x08c \\x0bd \\x0ce"
+SGR = re.compile(r"\x1b\[[0-9;]*m")  # styles rich draws on a terminal (bold, dim)
 
 
 @pytest.fixture
@@ -106,7 +110,7 @@ def test_a_terminal_gets_colour_but_no_escape_from_the_session(
             assert b"\x1b[" in out  # rich coloured it: this really was a terminal
         assert b"\x1b]0;" not in out and b"\x1b[2J" not in out and b"\x07" not in out
         assert "\u202e".encode() not in out and b"\xc2\x9b" not in out
-        assert b"\\x1b]0;pwned-title" in out
+        assert b"\\x1b]0;pwned-title\\x07" in out
 
 
 def test_an_error_naming_hostile_input_is_escaped(tmp_path: Path) -> None:
@@ -114,3 +118,55 @@ def test_an_error_naming_hostile_input_is_escaped(tmp_path: Path) -> None:
     proc = cli("show", "no\x1b[2Jsuch", "--store", f"sqlite:{tmp_path / 'x.db'}", check=None)
     assert proc.returncode != 0
     assert "\x1b" not in proc.stderr and "error[" in proc.stderr
+
+
+@pytest.fixture
+def five_store(tmp_path: Path) -> tuple[Dsh, str]:
+    url = f"sqlite:{tmp_path / 'sessions.db'}"
+    with dsh.open(url) as store:
+        for sid, text in (("ctl", FIVE), ("plain", "zebra plain")):
+            session = store.session(sid)
+            session.append("turn/start", {"turn": 1})
+            session.append("user/message", create_user_message(
+                {"content": [{"type": "text", "text": text}], "source": {"kind": "user"}}),
+                surface_op="append")
+    return Dsh(tmp_path), url
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["piped", "terminal"])
+def test_the_controls_rich_drops_are_shown_escaped(five_store: tuple[Dsh, str],
+                                                   terminal: bool) -> None:
+    """BEL, CR, BS, VT and FF are escaped in show, ls and search (docs/cli.md#output)."""
+    cli, url = five_store
+    if terminal:  # rich lays out for a terminal (styles, the screen's width)
+        cli.env["FORCE_COLOR"] = "1"
+    show, ls, search = (SGR.sub("", cli(*args, "--store", url).stdout).splitlines()
+                        for args in (["show", "ctl"], ["ls"], ["search", "zebra"]))
+    assert show[0] == f"session ctl  {FIVE_SHOWN}"
+    assert f"  {FIVE_SHOWN}" in show
+    assert sorted(search) == [f"ctl  #1  user  {FIVE_SHOWN}", "plain  #1  user  zebra plain"]
+    # the columns after the title line up: they are measured on the escaped title
+    width = len(FIVE_SHOWN)
+    dated = [re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d", "YYYY-MM-DD HH:MM", line) for line in ls]
+    assert dated[0] == (f"ID     {'TITLE':<{width}}  TURNS  EVENTS  LAST ACTIVITY (UTC)  "
+                        "LINEAGE  SOURCE")
+    assert sorted(dated[1:]) == [
+        f"{sid:<5}  {title:<{width}}      1       2  YYYY-MM-DD HH:MM     -        dsh"
+        for sid, title in (("ctl", FIVE_SHOWN), ("plain", "zebra plain"))]
+
+
+def test_crlf_is_a_line_end_and_a_lone_cr_is_shown(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'sessions.db'}"
+    with dsh.open(url) as store:
+        session = store.session("crlf")
+        session.append("turn/start", {"turn": 1})
+        session.append("user/message", create_user_message(
+            {"content": [{"type": "text", "text": "first\r\nzebra\rsecond"}],
+             "source": {"kind": "user"}}), surface_op="append")
+    cli = Dsh(tmp_path)
+    show = cli("show", "crlf", "--store", url).stdout.splitlines()
+    assert show[0] == "session crlf  first"
+    body = [line for line in show if "first" in line or "second" in line][1:]
+    assert body == ["  first", "  zebra\\x0dsecond"]
+    assert cli("search", "zebra", "--store", url).stdout == (
+        "crlf  #1  user  first zebra\\x0dsecond\n")

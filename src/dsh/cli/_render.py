@@ -326,8 +326,17 @@ class SessionRow:
         } | ({} if self.trash_reason is None else {"trashReason": self.trash_reason or None})
 
 
+_SPACES: Final = re.compile(r"[^\S\x00-\x08\x0b-\x1f\x7f-\x9f]+")
+"""A run of whitespace that is not a control character (a lone CR, VT, FF stay, escaped)."""
+
+
 def _first_line(text: str) -> str:
-    return " ".join(text.strip().split("\n", 1)[0].split())
+    # The first line (LF or CRLF ends it) holding more than spaces, each run of them one space.
+    for line in text.split("\n"):
+        shown = _SPACES.sub(" ", line.removesuffix("\r")).strip(" ")
+        if shown:
+            return shown
+    return ""
 
 
 def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], *,
@@ -434,13 +443,18 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120
     trash (:attr:`SessionRow.trash_reason` set) add REASON, why each was trashed, never cut. A
     session whose source had no timestamps shows the file's time followed by ``file``. LINEAGE names
     the parent by a short prefix of its id (8 characters, more where needed to be unique).
+    Control characters are shown as escapes (:func:`printable`, docs/cli.md#output) and the
+    columns are measured on the escaped text, so they stay aligned.
     """
     short = _short_ids([r.parent_session for r in rows if r.parent_session],
                        [r.id for r in rows])
-    lineages = [r.lineage_with(short.get(r.parent_session or "")) for r in rows]
+    # Escaped before measuring: an escape is wider than the control it shows (docs/cli.md#output)
+    ids = [printable(r.id) for r in rows]
+    titles = [printable(r.title or "-") for r in rows]
+    lineages = [printable(r.lineage_with(short.get(r.parent_session or ""))) for r in rows]
     activity = [activity_cell(r) for r in rows]
     widths = {
-        "ID": max([2, *(len(r.id) for r in rows)]),
+        "ID": max([2, *(len(x) for x in ids)]),
         "TURNS": max([5, *(len(str(r.turns)) for r in rows)]),
         "EVENTS": max([6, *(len(str(r.events)) for r in rows)]),
         "LAST ACTIVITY (UTC)": max([19, *(len(a) for a in activity)]),
@@ -448,16 +462,17 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120
         "SOURCE": max([6, *(len(r.source_format) for r in rows)]),
     }
     fixed = sum(widths.values()) + 2 * 6
-    longest = max([5, *(len(r.title or "-") for r in rows)])
+    longest = max([5, *(len(x) for x in titles)])
     title_width = longest if width is None else max(12, min(48, longest, width - fixed))
     header = ["ID", "TITLE", "TURNS", "EVENTS", "LAST ACTIVITY (UTC)", "LINEAGE", "SOURCE"]
-    cells = [header] + [[r.id, _cut(r.title or "-", title_width), str(r.turns), str(r.events),
+    cells = [header] + [[sid, _cut(title, title_width), str(r.turns), str(r.events),
                          when, lineage, r.source_format]
-                        for r, when, lineage in zip(rows, activity, lineages, strict=True)]
+                        for r, sid, title, when, lineage
+                        in zip(rows, ids, titles, activity, lineages, strict=True)]
     sizes = [widths["ID"], title_width, widths["TURNS"], widths["EVENTS"],
              widths["LAST ACTIVITY (UTC)"], widths["LINEAGE"], widths["SOURCE"]]
     if any(r.trash_reason is not None for r in rows):  # dsh ls --trash: why, last and whole
-        reasons = [r.trash_reason or "-" for r in rows]
+        reasons = [printable(r.trash_reason or "-") for r in rows]
         for line, reason in zip(cells, ["REASON", *reasons], strict=True):
             line.append(reason)
         sizes.append(max(len(x) for x in ["REASON", *reasons]))
@@ -501,7 +516,7 @@ def _indent(text: str, prefix: str = "  ") -> str:
 
 
 def _render_blocks(blocks: Sequence[Block], full: bool, *, clip_text: bool) -> Iterator[Text]:
-    from rich.text import Text
+    from dsh.cli._console import SafeText as Text
 
     for block in blocks:
         if isinstance(block, TextBlock):
@@ -535,7 +550,7 @@ def _cache_note(usage: Mapping[str, Any] | None, share: float | None) -> str:
 
 
 def _render_entry(entry: Entry, full: bool) -> Iterator[RenderableType]:
-    from rich.text import Text
+    from dsh.cli._console import SafeText as Text
 
     seq = entry.seq
     if isinstance(entry, TurnStart):
@@ -610,7 +625,7 @@ def _render_entry(entry: Entry, full: bool) -> Iterator[RenderableType]:
 
 def _render_effect(entry: Entry, full: bool) -> Iterator[RenderableType]:
     """The effect entries (docs/effects.md): approvals, answers, resume decisions."""
-    from rich.text import Text
+    from dsh.cli._console import SafeText as Text
 
     seq = entry.seq
     if isinstance(entry, ApprovalAsked):
@@ -646,7 +661,8 @@ def render_show_head(header: Mapping[str, Any], row: SessionRow) -> Group:
         row: The session's ``dsh ls`` row (title, counts, lineage).
     """
     from rich.console import Group
-    from rich.text import Text
+
+    from dsh.cli._console import SafeText as Text
 
     title = Text(f"session {row.id}", style="bold")
     if row.title:
@@ -722,7 +738,8 @@ def hit_json(hit: SearchHit) -> dict[str, Any]:
 def render_hits(hits: Sequence[SearchHit]) -> Group:
     """``dsh search``: one line per hit, ``ID  #SEQ  role  …before MATCH after…``."""
     from rich.console import Group
-    from rich.text import Text
+
+    from dsh.cli._console import SafeText as Text
 
     lines = []
     for hit in hits:
@@ -761,7 +778,8 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
             goes, then only the counts).
     """
     from rich.console import Group
-    from rich.text import Text
+
+    from dsh.cli._console import SafeText as Text
 
     parts: list[RenderableType] = []
     for path, session_id, count in updated:
@@ -796,7 +814,7 @@ def render_import_counts(imported: Sequence[Any], skipped: Sequence[Any], failed
                          ignored: Sequence[Any] = (), updated: Sequence[Any] = (),
                          completed: Sequence[Any] = ()) -> Text:
     """Return the last line of ``dsh import``: how many sessions each outcome had."""
-    from rich.text import Text
+    from dsh.cli._console import SafeText as Text
 
     line = (f"{len(imported)} imported, {len(skipped)} skipped (already imported), "
             f"{len(failed)} failed")

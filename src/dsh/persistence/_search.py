@@ -206,8 +206,21 @@ def fold(text: str) -> tuple[str, list[int]]:
     return "".join(out), where
 
 
+_SPACES: Final = re.compile(r"(?:\r\n|[^\S\x00-\x08\x0b-\x1f\x7f-\x9f])+")
+"""A run of whitespace and CRLF line ends: a lone CR, VT, FF and the other controls stay in a
+snippet, for its printer to show as escapes (docs/stores.md#search)."""
+
+
+def _one_line(text: str) -> str:
+    return _SPACES.sub(" ", text).strip(" ")
+
+
 def snippet_of(session_id: str, seq: int, role: str, text: str, words: list[str]) -> SearchHit:
-    """The hit of a message: its first matching word with some context each side."""
+    """The hit of a message: its first matching word with some context each side.
+
+    Each run of spaces, tabs and line ends (LF or CRLF) in the context becomes one space; a
+    lone CR and the other control characters are kept (docs/stores.md#search).
+    """
     folded, where = fold(text)
     at, size = -1, 0
     for word in words:
@@ -223,11 +236,11 @@ def snippet_of(session_id: str, seq: int, role: str, text: str, words: list[str]
     start = max(0, at - SNIPPET_CHARS)
     stop = min(len(text), at + size + SNIPPET_CHARS)
     return SearchHit(session_id=session_id, seq=seq, role=role,
-                     before=("…" if start else "") + " ".join(text[start:at].split()) +
-                     (" " if at > start and text[at - 1].isspace() else ""),
+                     before=("…" if start else "") + _one_line(text[start:at]) +
+                     (" " if at > start and _SPACES.match(text[at - 1]) else ""),
                      match=text[at:at + size],
-                     after=(" " if at + size < stop and text[at + size].isspace() else "") +
-                     " ".join(text[at + size:stop].split()) + ("…" if stop < len(text) else ""))
+                     after=(" " if at + size < stop and _SPACES.match(text, at + size) else "") +
+                     _one_line(text[at + size:stop]) + ("…" if stop < len(text) else ""))
 
 
 # -- where the index lives and what it compares ----------------------------------------------
