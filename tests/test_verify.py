@@ -133,5 +133,16 @@ def test_verify_non_object_event_is_invalid_log() -> None:
                                             "event at index 2 is not a JSON object (list)")]
 
 
+def test_verify_event_without_data_is_invalid_log_not_a_key_error() -> None:
+    # Before: KeyError from the compaction bracket walk, for a log verify_events must judge.
+    for bad in ([{"seq": 0, "time": 1, "type": "compaction/start"}],
+                [*_answered()[:2], {"seq": 2, "time": 1, "type": "turn/start"}]):
+        index = len(bad) - 1
+        assert verify_events(bad) == [Violation(
+            index, "INVALID_LOG",
+            f"event at index {index} has no data (every event carries one; null is a value)")]
+    assert verify_events([{"seq": 0, "time": 1, "type": "session/title", "data": None}]) == []
+
+
 def test_verify_rule_codes_are_upper_snake() -> None:
     assert all(rule.isupper() and " " not in rule for rule in RULES)

@@ -95,8 +95,8 @@ def _where_seq(error: DshError) -> int | None:
 def frozen_event(index: int, event: Mapping[str, Any]) -> Event | Violation:
     """``event`` (at ``index`` of a log) as a frozen :class:`Event`, or its ``INVALID_LOG``.
 
-    The envelope pass of :func:`verify_events`: a value that is not JSON, not an object, or
-    whose type is not a string is refused before any other check runs.
+    The envelope pass of :func:`verify_events`: a value that is not JSON, not an object, whose
+    type is not a string or that has no ``data`` is refused before any other check runs.
     """
     if type(event) is Event:
         return event
@@ -111,6 +111,9 @@ def frozen_event(index: int, event: Mapping[str, Any]) -> Event | Violation:
     if type(frozen.get("type")) is not str:
         return Violation(index, INVALID_LOG, f"event at index {index} has a type that is not a "
                                              f"string ({frozen.get('type')!r})")
+    if "data" not in frozen:  # every later check reads it (docs/events.md: always present)
+        return Violation(index, INVALID_LOG, f"event at index {index} has no data (every event "
+                                             "carries one; null is a value)")
     return Event(frozen)
 
 
