@@ -196,7 +196,6 @@ def _pairing(events: Sequence[Event], surface: Surface | None,
     if closers:  # the log and its closers, without copying the log
         log = PagedLog(_Served(events))
         log.extend(closers)
-    if closers:
         surface = Surface.resume(surface.nodes, surface.replace_generation)
         try:
             for seq in range(len(events), len(log)):
