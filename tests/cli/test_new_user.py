@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -414,6 +415,20 @@ def test_export_markdown_and_html_carry_the_transcript_with_session_text_escaped
     assert "<script>" not in text and "&lt;script&gt;alert(&#x27;x&#x27;)" in text
     assert "&lt;b&gt;done&lt;/b&gt;" in text and "<b>" not in text
     assert "\x1b" not in text
+
+
+def test_a_markdown_export_escapes_the_session_id_in_its_heading(tmp_path: Path) -> None:
+    # the id is session text too (an importer takes it from the transcript): before, the
+    # heading put it in raw, so a Markdown renderer ran its HTML
+    sid = "<img src=x onerror=alert(1)>*_[x](javascript:y)"
+    with ScriptedServer([Stream(openai_reply("ok"))]) as server:
+        ran = dsh(tmp_path, "run", "hi", "--session", sid, *local(server))
+    assert ran.returncode == 0, ran.stderr
+    md = dsh(tmp_path, "export", sid, "--format", "markdown")
+    assert md.returncode == 0, md.stderr
+    head = md.stdout.splitlines()[0]
+    assert head == "# Session \\<img src=x onerror=alert(1)\\>\\*\\_\\[x\\](javascript:y)"
+    assert not re.search(r"(?<!\\)<", md.stdout)  # no markup outside the fenced blocks
 
 
 # -- 9. colour on a terminal, none in a pipe ---------------------------------------------------

@@ -111,7 +111,7 @@ def _fence(text: str) -> str:
 def to_markdown(header: Mapping[str, Any], entries: Sequence[Entry],
                 row: render.SessionRow) -> str:
     """The transcript as Markdown: session text in fenced blocks, heads as plain lines."""
-    out = [f"# Session {printable(row.id)}", ""]
+    out = [f"# Session {_md_inline(row.id)}", ""]
     if row.title:
         out += [f"**{_md_inline(row.title)}**", ""]
     out += [" · ".join(_facts(header, row, _md_inline)), ""]
