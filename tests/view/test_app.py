@@ -236,6 +236,28 @@ def test_a_non_loopback_host_is_refused_without_a_token(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "error[VIEW_TOKEN_REQUIRED]" in proc.stderr
 
 
+@pytest.mark.parametrize("token", ["my secret phrase", "pässwort-1", 'quote"and\\slash'])
+def test_a_token_of_any_characters_keeps_working_through_its_cookie(
+        store_root: Path, token: str) -> None:
+    # --token is the user's own secret: before, the cookie carried it raw, and a token with a
+    # space, a quote or a non-ASCII letter did not parse back, so every link was refused
+    store = ViewStore(f"jsonl:{store_root}")
+    with TestClient(create_app(store, token=token)) as c:
+        first = c.get("/", params={"token": token})
+        assert first.status_code == 200
+        name, _, value = first.headers["set-cookie"].partition(";")[0].partition("=")
+        c.cookies.clear()
+        link = c.get("/s/s1-normal", headers={"cookie": f"{name}={value}"})
+        assert link.status_code == 200 and "needs its token" not in link.text
+        assert token not in first.headers["set-cookie"]  # the secret itself is not the cookie
+        forged = c.get("/s/s1-normal", headers={"cookie": f"{name}=x{value}"})
+        assert forged.status_code == 403
+        c.cookies.clear()  # a wrong token of any characters is refused, never a server error
+        for wrong in ("%C3%A9", "%ED%A0%80", "%FF", "", "x" + value):
+            assert c.get(f"/?token={wrong}").status_code == 403
+    store.close()
+
+
 def test_import_dsh_loads_no_web_stack() -> None:
     script = ("import sys, dsh, dsh.transcript\n"
               "print(sorted(m for m in ('starlette', 'uvicorn', 'jinja2', 'dsh.view') "

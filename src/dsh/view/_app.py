@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
 import logging
@@ -67,7 +68,7 @@ SHADOWED_INLINE: Final = 100
 """Shadowed messages a checkpoint shows inline when expanded (the rest on a page of their own)."""
 
 COOKIE: Final = "dsh_view_token"
-"""The cookie that keeps the token for the links of one browser session."""
+"""The cookie that keeps the token (its SHA-256, hex) for the links of one browser session."""
 
 CSP: Final = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
               "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
@@ -112,7 +113,10 @@ class _Gate:
 
     def __init__(self, app: ASGIApp, token: str, store_url: str) -> None:
         self.app = app
-        self.token = token
+        self.token = token.encode("utf-8", "surrogatepass")
+        # the cookie carries the token's digest, hex: any token (spaces, quotes, non-ASCII)
+        # then round-trips through a Cookie header, and the secret itself is not sent back
+        self.cookie = hashlib.sha256(self.token).hexdigest().encode()
         self.store_url = store_url
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -128,16 +132,19 @@ class _Gate:
                 with contextlib.suppress(CookieError):  # a malformed cookie header: no token
                     cookie.load(value.decode("latin-1"))
         kept = cookie[COOKIE].value if COOKIE in cookie else None
-        by_query = given is not None and hmac.compare_digest(given, self.token)
-        allowed = by_query or (kept is not None and hmac.compare_digest(kept, self.token))
+        # compared as bytes: compare_digest refuses str with non-ASCII characters (a TypeError)
+        by_query = given is not None and hmac.compare_digest(
+            given.encode("utf-8", "surrogatepass"), self.token)
+        allowed = by_query or (kept is not None and hmac.compare_digest(
+            kept.encode("utf-8", "surrogatepass"), self.cookie))
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 headers.extend(_HEADERS)
                 if by_query:
-                    headers.append((b"set-cookie", f"{COOKIE}={self.token}; Path=/; HttpOnly; "
-                                    "SameSite=Strict".encode()))
+                    headers.append((b"set-cookie", COOKIE.encode() + b"=" + self.cookie
+                                    + b"; Path=/; HttpOnly; SameSite=Strict"))
                 message = {**message, "headers": headers}
             await send(message)
 
