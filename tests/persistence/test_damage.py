@@ -554,6 +554,49 @@ def test_jsonl_symlinks_in_the_store_are_refused(tmp_path: Path, where: str) -> 
     assert outside.stat().st_mtime_ns == before
 
 
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_jsonl_a_fifo_or_folder_where_the_log_belongs_is_named_not_waited_on(
+        tmp_path: Path, kind: str) -> None:
+    # before: opening a FIFO there blocked every reader (dsh show, ls, verify, view) forever,
+    # and a folder was error[BUG] IsADirectoryError
+    import threading
+
+    from dsh._errors import PersistenceError
+
+    backend, path = _raw_log(tmp_path)
+    path.unlink()
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    outcome: list[object] = []
+
+    def read_it() -> None:
+        try:
+            with backend.open("s", "read") as handle:
+                handle.read()
+        except Exception as exc:
+            outcome.append(exc)
+        try:
+            outcome.append(list(backend.list_headers()))
+        except Exception as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read_it, daemon=True)
+    reader.start()
+    reader.join(30)
+    if reader.is_alive() and kind == "fifo":  # let the blocked open go, then fail the test
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    assert not reader.is_alive(), "a reader blocked on what sits where the log belongs"
+    refused, listed = outcome
+    assert isinstance(refused, PersistenceError) and refused.code == "NOT_A_FILE"
+    assert str(path) in refused.message
+    assert ("FIFO" if kind == "fifo" else "folder") in refused.message
+    assert [h["id"] for h in listed] == ["s"]  # still listed, so verify --all names it
+    verified = subprocess.run([sys.executable, "-m", "dsh.cli", "verify", "--all", "--store",
+                               f"jsonl:{tmp_path / 'root'}"], capture_output=True, text=True,
+                              timeout=60)
+    assert verified.returncode == 1
+    assert "s seq - NOT_A_FILE: " in verified.stdout and "error[BUG]" not in verified.stderr
+
+
 def test_sqlite_symlinked_lock_folder_is_refused(tmp_path: Path) -> None:
     from dsh._errors import PersistenceError
 

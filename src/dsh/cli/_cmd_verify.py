@@ -63,8 +63,12 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
     from dsh._verify import verify_events
     from dsh.cli._proof import attribute, check_chain
 
+    try:
+        cuts = persistence.saved_cuts(session_id)
+    except DshError:  # no log to find (a FIFO or a link where it belongs): the read names it
+        cuts = ()
     notes.extend(f"{session_id}: {cut} holds what a torn-tail repair cut from the log; "
-                 "inspect it, then delete it" for cut in persistence.saved_cuts(session_id))
+                 "inspect it, then delete it" for cut in cuts)
     try:
         read = persistence.read(session_id)
     except DshError as error:

@@ -19,7 +19,7 @@ from typing import Final
 from dsh._errors import LogCorruptError, PersistenceError
 
 __all__ = ["SAFE_CHARACTERS", "code_units", "encode_segment", "file_revision", "fsync_folder",
-           "mkdir_private", "refuse_symlink", "replace_file", "write_all"]
+           "mkdir_private", "refuse_special", "refuse_symlink", "replace_file", "write_all"]
 
 SAFE_CHARACTERS: Final = frozenset(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -145,8 +145,36 @@ def refuse_symlink(path: Path, what: str) -> None:
     if stat.S_ISLNK(info.st_mode):
         raise PersistenceError(
             f"refusing the symlink {path} (to {os.readlink(path)}) where the store keeps {what}: "
-            f"a link there would send writes outside the store; replace it with the real "
-            f"{what}", code="SYMLINK", path=str(path))
+            f"a link there would send writes outside the store; put {what} there in its place",
+            code="SYMLINK", path=str(path))
+
+
+_KINDS: Final = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                 (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                 (stat.S_ISBLK, "a block device"))
+
+
+def refuse_special(path: Path, what: str) -> None:
+    """Raise if ``path`` is a symlink or anything but a regular file (a missing path is fine).
+
+    Rule: docs/formats.md#file-modes-and-symlinks. A FIFO where a log belongs would block its
+    reader forever (opening it waits for a writer), a folder would fail as ``IsADirectoryError``.
+
+    Raises:
+        PersistenceError: code ``SYMLINK`` (as :func:`refuse_symlink`), or code ``NOT_A_FILE``
+            naming what sits there.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        refuse_symlink(path, what)
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
+        raise PersistenceError(
+            f"{path} is {kind}, where the store keeps {what} (a regular file); dsh does not "
+            f"read or write it: move it away", code="NOT_A_FILE", path=str(path))
 
 
 def open_sidecar(path: Path, what: str) -> int:

@@ -73,7 +73,13 @@ from dsh.persistence._listing import (
     summarize,
 )
 from dsh.persistence._lock import SessionLock
-from dsh.persistence._paths import file_revision, fsync_folder, mkdir_private, refuse_symlink
+from dsh.persistence._paths import (
+    file_revision,
+    fsync_folder,
+    mkdir_private,
+    refuse_special,
+    refuse_symlink,
+)
 from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
@@ -1710,7 +1716,7 @@ class JsonlBackend:
                                            code="FLAT_LAYOUT", path=str(flat))
             candidate = project / segment / self._name
             refuse_symlink(candidate.parent, "a session folder")
-            refuse_symlink(candidate, "a session log")
+            refuse_special(candidate, "a session log")
             try:
                 os.lstat(candidate)
             except FileNotFoundError:
@@ -1879,7 +1885,13 @@ class JsonlBackend:
         return session_id_problem(session_id) is None and self._find(session_id) is not None
 
     def _read_header(self, path: Path) -> FrozenDict | None:
-        """Read only the header of a log for listing (docs/formats.md#layout-and-path-encoding)."""
+        """Read only the header of a log for listing (docs/formats.md#layout-and-path-encoding).
+
+        Raises:
+            PersistenceError: ``SYMLINK`` or ``NOT_A_FILE``: no regular file sits at ``path``.
+            LogCorruptError: the header cannot be read.
+        """
+        refuse_special(path, "a session log")
         data = b""
         with open(path, "rb") as f:
             while True:
@@ -1932,11 +1944,14 @@ class JsonlBackend:
                 if not entry.is_dir(follow_symlinks=False):
                     continue
                 path = Path(entry.path) / self._name
-                refuse_symlink(path, "a session log")
                 try:
                     header = self._read_header(path)
                 except FileNotFoundError:
                     continue
+                except PersistenceError as error:
+                    if error.code not in ("SYMLINK", "NOT_A_FILE"):
+                        raise
+                    header = None  # a link, FIFO or folder where the log belongs: named below
                 if header is None:
                     # Not silently skipped: list the folder's id, so reading it reports the
                     # damage (`dsh ls` / `dsh verify --all` name it) instead of hiding it.
