@@ -206,3 +206,22 @@ def test_ls_lineage_short_ids_unique_and_subagents_named_so(tmp_path: Path) -> N
         [line] = [x for x in table.splitlines() if x.startswith(row["id"])]
         assert f"subagent of {row['parentSession'][:8]}  " in line
         assert row["lineage"] == f"subagent of {row['parentSession']}"
+
+
+@pytest.mark.parametrize(("title", "shown"), [
+    ("abcdefghij\x07\x07xyz", "abcdefghij…"),  # the escape does not fit: left out whole
+    ("abcdefg\x07\x07xyz", "abcdefg\\x07…"),  # one fits, the next does not
+    ("abcdefghi\u202exyzuvw", "abcdefghi…"),  # a 6-character \u escape
+    ("abcdefghijk\x1b", "abcdefghijk…"),  # the last character of room: a whole escape or none
+    ("abcdefghijkl", "abcdefghijkl"),  # fits: not cut
+    ("ab\x07cdef", "ab\\x07cdef"),  # fits once escaped: not cut
+])
+def test_ls_cuts_a_title_between_escapes_never_inside_one(title: str, shown: str) -> None:
+    # docs/cli.md#output: a title is escaped, then cut to its column on whole escapes
+    from dsh.cli import _render as render
+    row = render.SessionRow(id="s1", title=title, turns=1, events=2, last_activity_ms=0,
+                            parent_session=None, seed_length=None, source_format="dsh",
+                            created_at_ms=0)
+    table = render.render_sessions_table([row], width=40)  # the title gets its 12 at least
+    line = table.splitlines()[1]
+    assert line.startswith(f"s1  {shown.ljust(12)}  ")

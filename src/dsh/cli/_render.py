@@ -400,8 +400,23 @@ def entry_row(entry: ListingEntry) -> SessionRow:
     )
 
 
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+def _cut_shown(text: str, width: int) -> str:
+    """``text`` escaped (:func:`printable`) in at most ``width`` characters, cut with ``…``.
+
+    Cut between escapes, never inside one: a control character is shown whole (``\\x07``)
+    or not at all (docs/cli.md#output).
+    """
+    shown = printable(text)
+    if len(shown) <= width:
+        return shown
+    room, kept = max(width - 1, 0), []
+    for char in text:
+        piece = printable(char)
+        room -= len(piece)
+        if room < 0:
+            break
+        kept.append(piece)
+    return "".join(kept) + "…"
 
 
 SHORT_PARENT: Final = 8
@@ -444,13 +459,15 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120
     session whose source had no timestamps shows the file's time followed by ``file``. LINEAGE names
     the parent by a short prefix of its id (8 characters, more where needed to be unique).
     Control characters are shown as escapes (:func:`printable`, docs/cli.md#output) and the
-    columns are measured on the escaped text, so they stay aligned.
+    columns are measured on the escaped text, so they stay aligned; a title is cut between
+    escapes, never inside one.
     """
     short = _short_ids([r.parent_session for r in rows if r.parent_session],
                        [r.id for r in rows])
     # Escaped before measuring: an escape is wider than the control it shows (docs/cli.md#output)
     ids = [printable(r.id) for r in rows]
-    titles = [printable(r.title or "-") for r in rows]
+    raw_titles = [r.title or "-" for r in rows]
+    titles = [printable(t) for t in raw_titles]
     lineages = [printable(r.lineage_with(short.get(r.parent_session or ""))) for r in rows]
     activity = [activity_cell(r) for r in rows]
     widths = {
@@ -465,10 +482,10 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120
     longest = max([5, *(len(x) for x in titles)])
     title_width = longest if width is None else max(12, min(48, longest, width - fixed))
     header = ["ID", "TITLE", "TURNS", "EVENTS", "LAST ACTIVITY (UTC)", "LINEAGE", "SOURCE"]
-    cells = [header] + [[sid, _cut(title, title_width), str(r.turns), str(r.events),
+    cells = [header] + [[sid, _cut_shown(title, title_width), str(r.turns), str(r.events),
                          when, lineage, r.source_format]
                         for r, sid, title, when, lineage
-                        in zip(rows, ids, titles, activity, lineages, strict=True)]
+                        in zip(rows, ids, raw_titles, activity, lineages, strict=True)]
     sizes = [widths["ID"], title_width, widths["TURNS"], widths["EVENTS"],
              widths["LAST ACTIVITY (UTC)"], widths["LINEAGE"], widths["SOURCE"]]
     if any(r.trash_reason is not None for r in rows):  # dsh ls --trash: why, last and whole
