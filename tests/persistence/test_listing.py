@@ -113,6 +113,29 @@ def test_entries_equal_a_full_read(tmp_path: Path, kind: str) -> None:
         assert got["prompt"].title is None
 
 
+def control_prompt(session: Session) -> None:
+    session.append("turn/start", {"turn": 1})
+    session.append("user/message", user("\r\n \t\n"), surface_op="append")  # blank lines only
+    session.append("user/message", user("\x0b\x1cRun\x1f it \x85 \r\nsecond", n=1),
+                   surface_op="append")
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+
+
+@pytest.mark.parametrize("kind", sorted(URLS))
+def test_first_prompt_keeps_its_control_characters_for_ls_to_escape(tmp_path: Path,
+                                                                    kind: str) -> None:
+    # docs/rules.md#listing: the first line holding more than spaces, spaces at its ends and
+    # the CR of a CRLF dropped, every control character kept (dsh ls shows it escaped)
+    from dsh.cli._render import entry_row
+    from dsh.transcript import printable
+    with opened(kind, tmp_path) as persistence:
+        write(persistence, "ctl", control_prompt)
+        got = listed(persistence)
+        assert got == full_entries(persistence)
+        assert got["ctl"].first_prompt == "\x0b\x1cRun\x1f it \x85"
+        assert printable(entry_row(got["ctl"]).title or "") == "\\x0b\\x1cRun\\x1f it \\x85"
+
+
 @settings(max_examples=examples(25), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(scripts=st.lists(log_scripts(open_tail=None), min_size=1, max_size=3),
@@ -224,7 +247,7 @@ def test_jsonl_index_damage_is_rebuilt(tmp_path: Path, damage: str) -> None:
         index.write_bytes(index.read_bytes()[:20])
     with Persistence(open_backend(url)) as persistence:
         assert listed(persistence) == expected
-    assert index.read_bytes().startswith(b'{"version":3')
+    assert index.read_bytes().startswith(b'{"version":4')
 
 
 def test_jsonl_index_entry_of_a_replaced_log_is_not_trusted(tmp_path: Path) -> None:

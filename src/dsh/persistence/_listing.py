@@ -34,6 +34,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -48,9 +49,9 @@ from dsh.json import dumps as json_dumps
 from dsh.json import loads as json_loads
 
 __all__ = ["INDEX_NAME", "JOURNAL_NAME", "SOURCE_EVENT_TYPE", "EntryFold", "JsonlIndex",
-           "ListingEntry", "ReadFn", "entry_from_stored", "is_untimed", "note_flushed",
-           "prompt_of", "read_entries", "recorded_flush", "reply_model", "request_model",
-           "signature", "source_format", "stored_entry", "summarize"]
+           "ListingEntry", "ReadFn", "entry_from_stored", "first_line", "is_untimed",
+           "note_flushed", "prompt_of", "read_entries", "recorded_flush", "reply_model",
+           "request_model", "signature", "source_format", "stored_entry", "summarize"]
 
 log = logging.getLogger("dsh.persistence")
 
@@ -67,7 +68,7 @@ JOURNAL_FOLD_BYTES: Final = 128 * 1024
 """A writer whose line takes the journal past this size merges it into the index (about one
 flush in 200 of one session; a resume's first flush reads the whole journal back)."""
 
-_INDEX_VERSION: Final = 3  # 3: first_activity_ms and model
+_INDEX_VERSION: Final = 4  # 3: first_activity_ms and model; 4: first_line
 SOURCE_EVENT_TYPE: Final = "import/source"
 
 
@@ -135,7 +136,27 @@ def prompt_of(event: Mapping[str, Any]) -> str | None:
     if isinstance(source, Mapping) and source.get("kind") not in (None, "user"):
         return None
     text = _message_text(data.get("content") if isinstance(data, Mapping) else None)
-    return text.strip().split("\n", 1)[0] if text.strip() else None
+    return first_line(text)
+
+
+_EDGE_SPACES: Final = re.compile(r"^[^\S\x00-\x08\x0b-\x1f\x7f-\x9f]+|"
+                                 r"[^\S\x00-\x08\x0b-\x1f\x7f-\x9f]+$")
+"""Whitespace that is no control character (space, tab, NBSP…) at either end of a line."""
+
+
+def first_line(text: str) -> str | None:
+    """The first line of ``text`` that holds more than spaces, or None when none does.
+
+    Lines end at LF (the CR of a CRLF goes with it); the spaces (whitespace that is no control
+    character) at the line's ends are dropped, every control character is kept, a lone CR,
+    VT, FF or NEL among them: untrusted text is shown escaped, never silently altered
+    (docs/rules.md#listing, docs/cli.md#output).
+    """
+    for line in text.split("\n"):
+        shown = _EDGE_SPACES.sub("", line.removesuffix("\r"))
+        if shown:
+            return shown
+    return None
 
 
 def is_untimed(event: Mapping[str, Any]) -> bool:
