@@ -170,3 +170,25 @@ def test_crlf_is_a_line_end_and_a_lone_cr_is_shown(tmp_path: Path) -> None:
     assert body == ["  first", "  zebra\\x0dsecond"]
     assert cli("search", "zebra", "--store", url).stdout == (
         "crlf  #1  user  first zebra\\x0dsecond\n")
+
+
+CODE_PROMPT = ("Fix this:\n\n```python\ndef f(x):\n    return  x  *  2\n```\n\n"
+               "two  spaces,\ta tab\n\n\n  indented")
+
+
+def test_markdown_export_keeps_message_whitespace_and_escapes_controls_in_heads(
+        tmp_path: Path) -> None:
+    # docs/cli.md (dsh export, Output): message text is fenced as it was written (code
+    # blocks, runs of spaces, blank lines); a one-line field (the title) has each run of spaces
+    # made one, and its control characters shown as escapes, never dropped as whitespace
+    url = f"sqlite:{tmp_path / 'sessions.db'}"
+    with dsh.open(url) as store:
+        session = store.session("md")
+        session.append("turn/start", {"turn": 1})
+        session.append("user/message", create_user_message(
+            {"content": [{"type": "text", "text": CODE_PROMPT}], "source": {"kind": "user"}}),
+            surface_op="append")
+        session.append("session/title", {"title": "Fix  the\x1fbuild\x0bnow\x85ok"})
+    md = Dsh(tmp_path)("export", "md", "--format", "markdown", "--store", url).stdout
+    assert f"\n````text\n{CODE_PROMPT}\n````\n" in md
+    assert "\n**Fix the\\\\x1fbuild\\\\x0bnow\\\\x85ok**\n" in md

@@ -144,8 +144,12 @@ def _facts(header: Mapping[str, Any], row: render.SessionRow,
 
 
 def _md_inline(text: str) -> str:
-    """One line of untrusted text safe inside Markdown emphasis (no markup, no HTML)."""
-    shown = printable(" ".join(text.split()))
+    """One line of untrusted text safe inside Markdown emphasis (no markup, no HTML).
+
+    Runs of spaces are one space (:func:`~dsh.cli._render.one_line`); control characters are
+    shown as escapes, never taken for spaces (docs/cli.md#output).
+    """
+    shown = printable(render.one_line(text))
     return re.sub(r"([\\`*_\[\]<>|~&])", r"\\\1", shown)
 
 

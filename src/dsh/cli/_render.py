@@ -330,10 +330,19 @@ _SPACES: Final = re.compile(r"[^\S\x00-\x08\x0b-\x1f\x7f-\x9f]+")
 """A run of whitespace that is not a control character (a lone CR, VT, FF stay, escaped)."""
 
 
+def one_line(text: str) -> str:
+    """``text`` as one line: each run of spaces, tabs and line ends one space, none at the ends.
+
+    Control characters that are whitespace to Python (a lone CR, VT, FF, U+001C to U+001F,
+    NEL) are kept, for :func:`printable` to show as escapes: never dropped (docs/cli.md#output).
+    """
+    return _SPACES.sub(" ", text).strip(" ")
+
+
 def _first_line(text: str) -> str:
     # The first line (LF or CRLF ends it) holding more than spaces, each run of them one space.
     for line in text.split("\n"):
-        shown = _SPACES.sub(" ", line.removesuffix("\r")).strip(" ")
+        shown = one_line(line.removesuffix("\r"))
         if shown:
             return shown
     return ""
