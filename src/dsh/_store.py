@@ -307,13 +307,14 @@ class Store:
                 prefix); a query without a word finds nothing.
             limit: Hits returned at most.
             rebuild: Build the index again from every log.
-            trash: Search the sessions in the trash too.
+            trash: Search the sessions in the trash too (their hits kept, and counted in
+                ``sessions``).
 
         Returns:
             ``SearchResults``: ``hits`` (each ``session_id``, ``seq``, ``role``, ``before``,
             ``match``, ``after``: raw session text, escape it to show it), ``sessions``
-            (searched: those in the trash not counted unless ``trash``), ``reindexed``,
-            ``unreadable`` (ids left out), ``indexed``.
+            (the number searched: the store log never counted, those in the trash only with
+            ``trash``), ``reindexed``, ``unreadable`` (ids left out), ``indexed``.
 
         Raises:
             PersistenceError: the store itself cannot be listed.

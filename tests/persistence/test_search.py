@@ -198,7 +198,11 @@ def test_search_leaves_out_the_trash_unless_asked_and_still_fills_its_limit(
         assert sorted({h.session_id for h in every.hits}) == ["binned", "kept"]
         assert len(every.hits) == 6 and every.sessions == 2
         restore(store, ["binned"])
-        assert len(store.search("needle", limit=10).hits) == 6
+        back = store.search("needle", limit=10)
+        assert len(back.hits) == 6
+        # docs/stores.md#search: the store log (it holds trashed, restored) is never counted
+        assert back.sessions == 2
+        assert store.persistence.read(".dsh-store-log").stored_events
 
 
 def test_dsh_search_trash_flag_and_a_query_without_a_word(tmp_path: Path) -> None:

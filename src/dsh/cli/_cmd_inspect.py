@@ -312,7 +312,8 @@ def search(
 
     SQLite and JSONL stores keep a full-text index beside them, brought up to date with the
     logs that changed since the last search; other stores are read whole. Sessions in the
-    trash are left out unless ``--trash`` (docs/stores.md#search).
+    trash are left out, of the hits and of the count of sessions searched, unless
+    ``--trash``; the store log is never counted (docs/stores.md#search).
     """
     json_mode(json_)
     query = " ".join(words)

@@ -98,7 +98,9 @@ class SearchResults:
 
     Attributes:
         hits: The matches, newest indexed first, at most the limit asked.
-        sessions: Sessions searched.
+        sessions: Sessions searched: every stored one here, the store log included
+            (``Store.search`` counts neither the store log nor, unless asked, the trash:
+            docs/stores.md#search).
         reindexed: Sessions whose log was read to bring the index up to date.
         unreadable: Ids of sessions left out because their log cannot be read (``dsh verify``
             names the damage).
