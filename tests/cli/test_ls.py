@@ -13,6 +13,7 @@ import pytest
 import dsh
 from dsh import create_user_message
 from tests.cli.test_cli import Dsh
+from tests.cli.test_terminal_safety import prompted
 
 
 def render_time(ms: int) -> str:
@@ -28,11 +29,7 @@ PARENT = "a-parent-session-with-a-rather-long-identifier-0123456789"
 def _store_with_long_values(root: Path) -> str:
     url = f"sqlite://{root / 'long.db'}"
     with dsh.open(url) as store:
-        session = store.session(PARENT)
-        session.append("turn/start", {"turn": 1})
-        session.append("user/message", create_user_message(
-            {"content": [{"type": "text", "text": LONG}], "source": {"kind": "user"}}),
-            surface_op="append")
+        prompted(store, PARENT, LONG)
     return url
 
 

@@ -30,15 +30,21 @@ FIVE_SHOWN = "zebra \\x07a\\x0db \\x08c \\x0bd \\x0ce"
 SGR = re.compile(r"\x1b\[[0-9;]*m")  # styles rich draws on a terminal (bold, dim)
 
 
+def prompted(store: dsh.Store, sid: str, text: str) -> dsh.Session:
+    """Session ``sid`` of ``store`` with turn 1 open on the user prompt ``text``."""
+    session = store.session(sid)
+    session.append("turn/start", {"turn": 1})
+    session.append("user/message", create_user_message(
+        {"content": [{"type": "text", "text": text}], "source": {"kind": "user"}}),
+        surface_op="append")
+    return session
+
+
 @pytest.fixture
 def hostile_store(tmp_path: Path) -> tuple[Dsh, str]:
     url = f"sqlite:{tmp_path / 'sessions.db'}"
     with dsh.open(url) as store:
-        session = store.session("ansi")
-        session.append("turn/start", {"turn": 1})
-        session.append("user/message", create_user_message(
-            {"content": [{"type": "text", "text": HOSTILE}], "source": {"kind": "user"}}),
-            surface_op="append")
+        prompted(store, "ansi", HOSTILE)
     return Dsh(tmp_path), url
 
 
@@ -125,11 +131,7 @@ def five_store(tmp_path: Path) -> tuple[Dsh, str]:
     url = f"sqlite:{tmp_path / 'sessions.db'}"
     with dsh.open(url) as store:
         for sid, text in (("ctl", FIVE), ("plain", "zebra plain")):
-            session = store.session(sid)
-            session.append("turn/start", {"turn": 1})
-            session.append("user/message", create_user_message(
-                {"content": [{"type": "text", "text": text}], "source": {"kind": "user"}}),
-                surface_op="append")
+            prompted(store, sid, text)
     return Dsh(tmp_path), url
 
 
@@ -183,11 +185,7 @@ def test_markdown_export_keeps_message_whitespace_and_escapes_controls_in_heads(
     # made one, and its control characters shown as escapes, never dropped as whitespace
     url = f"sqlite:{tmp_path / 'sessions.db'}"
     with dsh.open(url) as store:
-        session = store.session("md")
-        session.append("turn/start", {"turn": 1})
-        session.append("user/message", create_user_message(
-            {"content": [{"type": "text", "text": CODE_PROMPT}], "source": {"kind": "user"}}),
-            surface_op="append")
+        session = prompted(store, "md", CODE_PROMPT)
         session.append("session/title", {"title": "Fix  the\x1fbuild\x0bnow\x85ok"})
     md = Dsh(tmp_path)("export", "md", "--format", "markdown", "--store", url).stdout
     assert f"\n````text\n{CODE_PROMPT}\n````\n" in md
