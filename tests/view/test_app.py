@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -112,6 +113,31 @@ def test_damaged_session_shows_what_is_readable_and_names_the_damage(
     assert str(path) in html and "line: 9" in html
     assert "question 1" in html and "answer 1" in html  # the events before the damage
     assert "question 2" not in html
+
+
+def test_a_fifo_or_link_where_a_log_belongs_is_a_damage_page_not_a_server_error(
+        tmp_path: Path) -> None:
+    # before: /s/ID, its tree and a diff with it were 500 pages ("This page failed")
+    root = tmp_path / "store"
+    url = f"jsonl:{root}"
+    with dsh.open(url) as opened:
+        for sid in ("fine", "piped", "linked"):
+            stores.write_turns(opened.session(sid), 2)
+    logs = {p.parent.name: p for p in root.rglob("session.jsonl")}
+    logs["piped"].unlink()
+    os.mkfifo(logs["piped"])
+    logs["linked"].unlink()
+    logs["linked"].symlink_to(logs["fine"])
+    store = ViewStore(url)
+    with TestClient(create_app(store, token=TOKEN)) as c:
+        for sid, code in (("piped", "NOT_A_FILE"), ("linked", "SYMLINK")):
+            page = c.get(f"/s/{sid}?token={TOKEN}")
+            assert page.status_code == 200 and 'id="damage"' in page.text
+            assert code in page.text and "This page failed" not in page.text
+            assert c.get(f"/s/{sid}/tree").status_code == 200
+            assert c.get(f"/diff?a=fine&b={sid}").status_code == 200
+        assert c.get("/s/nowhere").status_code == 404
+    store.close()
 
 
 def test_raw_event_and_permalinks(client: TestClient) -> None:

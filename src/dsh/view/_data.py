@@ -221,8 +221,17 @@ class ViewStore:
         return next((i for i in infos if i.id == session_id), None)
 
     def exists(self, session_id: str) -> bool:
-        """Whether the store holds ``session_id`` (an id no backend can store never is)."""
-        return self._store.exists(session_id)
+        """Whether the store holds ``session_id`` (an id no backend can store never is).
+
+        Something the store refuses where the log belongs (a symlink, a FIFO, a folder) counts
+        as held: opening it shows a page naming the damage (docs/view.md#damaged-sessions).
+        """
+        try:
+            return self._store.exists(session_id)
+        except SessionNotFoundError:
+            return False
+        except DshError:
+            return True
 
     def search(self, query: str, *, limit: int = 100) -> SearchResults:
         """The messages of every session holding the words of ``query`` (the store's index).
@@ -301,8 +310,11 @@ class ViewStore:
 
     def _damaged(self, session_id: str, error: DshError) -> OpenSession:
         damage = Damage.of(error)
-        header = self.header(session_id) or FrozenDict({"id": session_id})
-        events = self._store.readable_prefix(session_id)
+        try:
+            header = self.header(session_id) or FrozenDict({"id": session_id})
+            events = self._store.readable_prefix(session_id)
+        except DshError:  # nothing readable where the log belongs: the damage says why
+            header, events = FrozenDict({"id": session_id}), ()
         return OpenSession(id=session_id, header=header, events=events, closers=(),
                            torn=False, paged=False, damage=damage)
 
