@@ -503,6 +503,30 @@ def test_exported_documents_count_one_turn_in_the_singular(tmp_path: Path) -> No
     assert "7 events · 1 turn · source dsh" in md.stdout
 
 
+def test_a_receipt_that_cannot_be_written_is_refused_before_anything_is_erased(
+        tmp_path: Path) -> None:
+    # before: the erasure (or purge, redaction) was committed, then writing the receipt failed
+    # as error[BUG] FileNotFoundError, and the salts that open its commitments were lost
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    before = events(tmp_path, INTERRUPTED)
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "link.json").symlink_to(tmp_path / "elsewhere.json")
+    for where in ("no-such-folder/r.json", "a-folder", "link.json"):
+        for args in (["erase", "2222"], ["rm", "--purge", "2222"],
+                     ["redact", "2222", "--seq", "4"], ["gc", "--apply"]):
+            refused = dsh(tmp_path, *args, "--receipt", str(tmp_path / where))
+            assert refused.returncode == 2, (args, refused.stderr)
+            assert refused.stderr.startswith("error[USAGE]: Invalid value for '--receipt': ")
+            assert "nothing was changed" in refused.stderr and "BUG" not in refused.stderr
+    assert events(tmp_path, INTERRUPTED) == before
+    assert not (tmp_path / "elsewhere.json").exists()
+    log = dsh(tmp_path, "gc", "--log")
+    assert "store/erased" not in log.stdout
+    done = dsh(tmp_path, "erase", "2222", "--receipt", str(tmp_path / "a-folder" / "r.json"))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "a-folder" / "r.json").stat().st_mode & 0o777 == 0o600
+
+
 def test_erase_with_nothing_selected_says_what_to_give(tmp_path: Path) -> None:
     assert dsh(tmp_path, "import", "--examples").returncode == 0
     none = dsh(tmp_path, "erase", "--receipt", str(tmp_path / "r.json"))

@@ -9,12 +9,14 @@ import getpass
 import json
 import os
 import socket
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from dsh import ConfigError
 from dsh.cli import _render as render
 from dsh.cli._common import (
     DEFAULT_WAIT_S,
@@ -104,12 +106,55 @@ def unquarantine(session_id: SessionArg, seqs: SeqsArg, by: ByOption = None,
     _report("unquarantined", result, json_)
 
 
+def check_receipt(path: Path | None) -> None:
+    """Refuse, before anything is changed, a receipt FILE that cannot be written.
+
+    The receipt holds the only copy of the salts that open the commitments
+    (docs/forgetting.md#receipts), so it is checked first: a regular file (or a new one) in an
+    existing folder, opened for writing (a new one is created and removed again).
+
+    Raises:
+        typer.BadParameter: ``--receipt`` names a folder, a link, a FIFO, a file in a missing
+            folder, or a file that cannot be written; nothing was changed.
+    """
+    if path is None:
+        return
+    try:
+        try:
+            info: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            info = None
+        if info is None:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            os.unlink(path)
+        elif not stat.S_ISREG(info.st_mode):
+            raise typer.BadParameter(f"{path} is not a regular file; nothing was changed",
+                                     param_hint="'--receipt'")
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_NOFOLLOW))
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot write the receipt to {path}: "
+                                 f"{exc.strerror or exc}; nothing was changed",
+                                 param_hint="'--receipt'") from None
+
+
 def write_receipt(path: Path, receipt: dict[str, object]) -> None:
-    """Write a receipt as JSON, mode 0600 (it holds the commitments' salts)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(receipt, out, indent=2)
-        out.write("\n")
+    """Write a receipt as JSON, mode 0600 (it holds the commitments' salts).
+
+    Raises:
+        ConfigError: code ``RECEIPT_NOT_WRITTEN``: the operation is committed, but the file
+            could not be written after :func:`check_receipt` passed (a full disk).
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(receipt, out, indent=2)
+            out.write("\n")
+    except OSError as exc:
+        raise ConfigError(f"the operation is committed, but its receipt could not be written to "
+                          f"{path}: {exc.strerror or exc}; the salts that open its commitments "
+                          "are lost (the store log keeps the receipt's digest)",
+                          code="RECEIPT_NOT_WRITTEN", path=str(path)) from None
 
 
 def _report_redaction(result: RedactionResult, receipt: Path | None, json_: bool) -> None:
@@ -159,6 +204,7 @@ def redact(session_id: SessionArg,
     time; its content becomes [REDACTED] and a commitment to the removed bytes is recorded.
     """
     json_mode(json_)
+    check_receipt(None if dry_run else receipt)
     with cli_store(store, wait=wait) as sessions:
         session_id = require_session(sessions, session_id)
         result = redact_session(sessions, session_id, seqs=seq or None, match=match,
@@ -211,6 +257,7 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
     if str(receipt) == "-":
         raise typer.BadParameter("an erasure needs --receipt FILE (its proof)",
                                  param_hint="'--receipt'")
+    check_receipt(receipt)
     with cli_store(store, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids or ()]
         made = erase_sessions(sessions, ids, where=_where(where or []) or None,
@@ -270,6 +317,7 @@ def rm(session_ids: SessionsArg,
     if receipt is not None and not purge:
         raise typer.BadParameter("--receipt goes with --purge (moving to the trash erases "
                                  "nothing)", param_hint="'--receipt'")
+    check_receipt(receipt)
     with cli_store(store, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids]
         if purge:
@@ -327,6 +375,7 @@ def gc(apply: Annotated[bool, typer.Option(
     json_mode(json_)
     if receipt is not None and not apply:
         raise typer.BadParameter("--receipt goes with --apply", param_hint="'--receipt'")
+    check_receipt(receipt)
     if log:
         with cli_store(store, create=False) as sessions:
             records = store_log(sessions).records
