@@ -11,6 +11,7 @@ shared response ids, tool calls answered off the branch, titles, inline sidechai
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import tempfile
 from pathlib import Path
@@ -297,3 +298,61 @@ def test_batches_say_how_far_the_file_was_read(path: Path) -> None:
     ends = [batch.end for batch in top.batches]
     assert ends and all(isinstance(end, int) for end in ends)
     assert ends == sorted(ends) and ends[-1] == path.stat().st_size
+
+
+_LINE_PIECES = [b"{}", b"\n", b"\r\n", b"\r", b" ", b"\t", b'{"a":1}', b"x" * 300]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_LINE_PIECES), max_size=40), st.sampled_from([1, 2, 7, 64, 4096]),
+       st.integers(min_value=0, max_value=12))
+def test_jsonl_source_lines_are_the_newline_split_whatever_the_read_size(
+        pieces: list[bytes], read_bytes: int, short_by: int) -> None:
+    """``JsonlSource.lines`` (read a block at a time) gives the lines of a plain ``\\n`` split.
+
+    docs/formats.md#lossless-json: records split on ``\\n`` only, a ``\\r`` before it dropped;
+    blank lines counted, not yielded; only the ``size`` bytes checked at open are read.
+    """
+    from dsh.interop import _common
+
+    data = b"".join(pieces)
+    size = max(0, len(data) - short_by)
+    expected = []
+    offset = 0
+    parts = data[:size].split(b"\n")
+    for number, part in enumerate(parts, start=1):
+        ended = number < len(parts)
+        text = part[:-1] if part.endswith(b"\r") else part
+        if text.strip():
+            expected.append((number, offset, text, ended))
+        offset += len(part) + 1
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.jsonl"
+        path.write_bytes(data)
+        source = object.__new__(JsonlSource)
+        source.path, source.size = path, size
+        kept = _common._SCAN_CHUNK
+        _common._SCAN_CHUNK = read_bytes  # type: ignore[misc]
+        try:
+            got = list(source.lines())
+        finally:
+            _common._SCAN_CHUNK = kept  # type: ignore[misc]
+    assert got == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.datetimes(min_value=dt.datetime(1, 1, 2), max_value=dt.datetime(9999, 12, 30)))
+def test_claude_code_times_read_quickly_equal_the_datetime_arithmetic(when: Any) -> None:
+    """``parse_time`` of ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (the quick path, the minute's prefix
+    remembered) equals ``int(datetime.timestamp() * 1000)``, bounds and 1970-1973 included."""
+    from dsh.interop._common import parse_time
+    from dsh.json import MAX_SAFE_INTEGER
+
+    text = (f"{when.year:04d}-{when.month:02d}-{when.day:02d}T{when.hour:02d}:{when.minute:02d}:"
+            f"{when.second:02d}.{when.microsecond // 1000:03d}Z")
+    exact = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    ms = int(exact.timestamp() * 1000)
+    ms = int(ms * 1000 if abs(ms) < 1e11 else ms)  # parse_time's seconds rule, as documented
+    expected = ms if 0 <= ms <= MAX_SAFE_INTEGER else None
+    assert parse_time(text) == expected
+    assert parse_time(text) == expected  # the second time from the remembered prefix

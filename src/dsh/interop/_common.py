@@ -630,20 +630,32 @@ class JsonlSource:
         """
         left = self.size
         offset = 0
+        index = 0
+        pending: list[bytes] = []  # the start of a line that a read cut (no newline yet)
         with self.path.open("rb") as f:
-            for index, part in enumerate(f, start=1):
-                if len(part) > left:
-                    part = part[:left]
-                start = offset
-                offset += len(part)
-                left -= len(part)
-                chunk = part[:-1] if part.endswith(b"\n") else part
-                if chunk.endswith(b"\r"):
-                    chunk = chunk[:-1]
-                if chunk.strip():
-                    yield index, start, chunk, part.endswith(b"\n")
-                if left <= 0:
-                    break
+            # a megabyte at a time, split on newlines: no Python work per byte read, little
+            # per line (the lines of a read are split in one C call)
+            while left > 0 and (block := f.read(min(_SCAN_CHUNK, left))):
+                left -= len(block)
+                cut = block.rfind(b"\n")
+                if cut < 0:
+                    pending.append(block)
+                    continue
+                ended = b"".join((*pending, block[:cut])) if pending else block[:cut]
+                pending = [block[cut + 1:]] if cut + 1 < len(block) else []
+                for part in ended.split(b"\n"):
+                    index += 1
+                    start = offset
+                    offset += len(part) + 1
+                    if part.endswith(b"\r"):
+                        part = part[:-1]
+                    if part.strip():
+                        yield index, start, part, True
+        if pending:
+            last = b"".join(pending)
+            chunk = last[:-1] if last.endswith(b"\r") else last
+            if chunk.strip():
+                yield index + 1, offset, chunk, False
 
     def records(self, wanted: Container[int] | None = None, *, exclude: bool = False,
                 ahead: dict[int, Any] | None = None
@@ -760,7 +772,9 @@ def parse_time(value: object) -> int | None:
     if isinstance(value, str) and value:
         quick = _utc_millis(value)
         if quick is not None:
-            return parse_time(quick)
+            # what parse_time(quick) gives for a millisecond count (a quick time before 1973
+            # is below 1e11 and taken as seconds, as parse_time(quick) takes it)
+            return quick if 1e11 <= quick <= MAX_SAFE_INTEGER else parse_time(quick)
         text = value.strip().replace("Z", "+00:00")
         try:
             when = _dt.datetime.fromisoformat(text)
@@ -778,11 +792,11 @@ def parse_time(value: object) -> int | None:
     return None
 
 
-_DAYS: dict[str, int | None] = {}
-"""Days since 1970-01-01 of ``YYYY-MM-DD`` dates seen by :func:`_utc_millis` (None: not a
-date); cleared when it holds :data:`_DAYS_LIMIT`."""
+_MINUTES: dict[str, int | None] = {}
+"""Microseconds since the epoch of the ``YYYY-MM-DDTHH:MM`` prefixes seen by
+:func:`_utc_millis` (None: not a time); cleared when it holds :data:`_MINUTES_LIMIT`."""
 
-_DAYS_LIMIT: Final = 4096
+_MINUTES_LIMIT: Final = 4096
 
 
 def _utc_millis(text: str) -> int | None:
@@ -790,33 +804,44 @@ def _utc_millis(text: str) -> int | None:
 
     The shape every Claude Code line stamps, read without building a datetime (the same
     arithmetic: whole microseconds over 10**6, then times 1000); None for any other text,
-    which takes the general path.
+    which takes the general path. The date, hour and minute are read once per distinct
+    prefix (a transcript's lines share them), the seconds and milliseconds on every call.
     """
-    if (len(text) != 24 or text[23] != "Z" or text[10] != "T" or text[4] != "-"
-            or text[7] != "-" or text[13] != ":" or text[16] != ":" or text[19] != "."
-            or not text.isascii()):
+    if len(text) != 24 or text[23] != "Z" or text[16] != ":" or text[19] != ".":
         return None
-    digits = text[11:13] + text[14:16] + text[17:19] + text[20:23]
-    if not digits.isdigit():
+    prefix = text[:16]
+    base = _MINUTES.get(prefix, -1)
+    if base == -1:
+        base = _minute_micros(prefix)
+        if len(_MINUTES) >= _MINUTES_LIMIT:
+            _MINUTES.clear()
+        _MINUTES[prefix] = base
+    digits = text[17:19] + text[20:23]
+    if base is None or not digits.isascii() or not digits.isdigit():
         return None
-    date = text[:10]
-    day = _DAYS.get(date, -1)
-    if day == -1:
-        if not (date[:4] + date[5:7] + date[8:]).isdigit():
-            return None
-        try:
-            day = _dt.date.fromisoformat(date).toordinal() - _EPOCH_ORDINAL
-        except ValueError:
-            day = None
-        if len(_DAYS) >= _DAYS_LIMIT:
-            _DAYS.clear()
-        _DAYS[date] = day
-    hours, minutes, seconds = int(digits[:2]), int(digits[2:4]), int(digits[4:6])
-    if day is None or hours > 23 or minutes > 59 or seconds > 59:
+    seconds = int(digits[:2])
+    if seconds > 59:
         return None
-    micros = ((day * 86400 + hours * 3600 + minutes * 60 + seconds) * 10**6
-              + int(digits[6:]) * 1000)
+    micros = base + seconds * 10**6 + int(digits[2:]) * 1000
     return int(micros / 10**6 * 1000)
+
+
+def _minute_micros(prefix: str) -> int | None:
+    """Microseconds since the epoch of ``YYYY-MM-DDTHH:MM`` (UTC), or None if it is not one."""
+    if (prefix[10] != "T" or prefix[4] != "-" or prefix[7] != "-" or prefix[13] != ":"
+            or not prefix.isascii()):
+        return None
+    date, digits = prefix[:10], prefix[11:13] + prefix[14:16]
+    if not digits.isdigit() or not (date[:4] + date[5:7] + date[8:]).isdigit():
+        return None
+    try:
+        day = _dt.date.fromisoformat(date).toordinal() - _EPOCH_ORDINAL
+    except ValueError:
+        return None
+    hours, minutes = int(digits[:2]), int(digits[2:])
+    if hours > 23 or minutes > 59:
+        return None
+    return (day * 86400 + hours * 3600 + minutes * 60) * 10**6
 
 
 _EPOCH_ORDINAL: Final = _dt.date(1970, 1, 1).toordinal()
@@ -989,20 +1014,20 @@ class EventBuilder:
         """
         if not self._source_written:
             self._write_source()
-        event: JsonObj = {"type": type, "seq": self.seq, "time": self.time, "data": data}
+        seq = self._drained + len(self.events)
+        event: JsonObj = {"type": type, "seq": seq, "time": self.time, "data": data}
         if source_event_seqs is not None:
             event["sourceEventSeqs"] = list(source_event_seqs)
         if surface_op is not None:
             event["surfaceOp"] = surface_op
+            if surface_op == "append":
+                self.nodes.append(seq)
         if ignorable:
             event["ignorable"] = True
         self.events.append(event)
         self.lines.append(None if type == IMPORT_SOURCE_TYPE else _LINE.get())
-        seq = int(event["seq"])
         if self._first_time is None:
-            self._first_time = int(event["time"])
-        if surface_op == "append":
-            self.nodes.append(seq)
+            self._first_time = self.time
         if type == "system/message":
             self._system_seqs.add(seq)
         elif type == "step/start":
