@@ -97,3 +97,29 @@ def test_erase_needs_a_subject_and_a_receipt(tmp_path: Path) -> None:
     done = run_cli("erase", "--store", url, "nope", "--receipt", str(tmp_path / "r"),
                    check=False)
     assert done.returncode == 1 and "SESSION_NOT_FOUND" in done.stderr
+
+
+def test_a_scrub_another_reader_blocks_is_named_on_stderr(tmp_path: Path) -> None:
+    # before: the erasure printed only "erased" while the WAL checkpoint was busy (done: false
+    # in the receipt) and the erased text stayed in the database file
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    url = f"sqlite://{db}"
+    build(url, padding=300)
+    reader = sqlite3.connect(db)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchone()
+        held = run_cli("erase", "--store", url, "s1", "--receipt", str(tmp_path / "r1.json"))
+    finally:
+        reader.rollback()
+        reader.close()
+    made = json.loads((tmp_path / "r1.json").read_text())
+    busy = [t for entry in made["sessions"] for t in entry["touched"] if t.get("done") is False]
+    assert busy and all(t["path"] == str(db) for t in busy)
+    assert f"warning: s1: {busy[0]['action']} on {db} did not run" in held.stderr
+    assert "run the same command again" in held.stderr
+    again = run_cli("erase", "--store", url, "s1", "--receipt", str(tmp_path / "r2.json"))
+    assert "warning" not in again.stderr
+    assert all(secret.encode() not in db.read_bytes() for secret in SECRETS.values())

@@ -10,7 +10,7 @@ import json
 import os
 import socket
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -157,9 +157,28 @@ def write_receipt(path: Path, receipt: dict[str, object]) -> None:
                           code="RECEIPT_NOT_WRITTEN", path=str(path)) from None
 
 
+def warn_unfinished(session_id: str, touched: Iterable[Mapping[str, Any]]) -> None:
+    """Say on stderr which steps after the commit did not run (``done: false`` in the receipt).
+
+    A scrub that could not run (another process holds a read transaction on the SQLite file)
+    leaves the removed bytes in the database file or its WAL until it does
+    (docs/forgetting.md#how-storage-is-rewritten); the command still succeeds, so this is
+    where a person learns to run it again.
+    """
+    err = stderr_console()
+    for step in touched:
+        if step.get("done", True) is False:
+            why = f" ({step['error']})" if step.get("error") else ""
+            err.print(f"warning: {session_id}: {step.get('action')} on {step.get('path')} did "
+                      f"not run{why}: what was removed may stay in that file until it does; "
+                      "run the same command again once no other process has the store open",
+                      markup=False)
+
+
 def _report_redaction(result: RedactionResult, receipt: Path | None, json_: bool) -> None:
     if receipt is not None and not result.dry_run:
         write_receipt(receipt, result.to_json())
+    warn_unfinished(result.session_id, result.touched)
     if json_:
         render.write_json(result.to_json())
         return
@@ -268,6 +287,8 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
 def _report_erasure(made: ErasureReceipt, receipt: Path | None, json_: bool) -> None:
     if receipt is not None:
         write_receipt(receipt, made.to_json())
+    for done in made.sessions:
+        warn_unfinished(done.session_id, done.touched)
     if json_:
         render.write_json(made.to_json())
         return
