@@ -417,6 +417,8 @@ def gc(apply: Annotated[bool, typer.Option(
                         progress=_drawn(bar) if bar.drawn else None)
     if receipt is not None and report.receipt is not None:
         write_receipt(receipt, report.receipt.to_json())
+    for erased in report.receipt.sessions if report.receipt is not None else ():
+        warn_unfinished(erased.session_id, erased.touched)
     if json_:
         render.write_json(report.to_json())
         return
