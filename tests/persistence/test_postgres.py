@@ -705,6 +705,59 @@ def test_a_read_is_one_round_trip_with_the_schema_check_folded_in(
             store.close()
 
 
+def test_a_resume_of_a_short_log_reads_its_rows_in_the_lease_message(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/stores.md#connections-and-the-schema-check: ``open(id, "write")`` reads, under the
+    lease its message takes, the rows of a log of at most RESUME_READ_MAX_EVENTS events without
+    a restore point; the resume's whole read then sends nothing, and a write drops them."""
+    from dsh.persistence.postgres._backend import RESUME_READ_MAX_EVENTS
+    from dsh.session import SessionStore
+
+    with temporary_postgres_url(lease_ms=60_000) as url:
+        writer = open_backend(url)
+        for sid, count in (("short", 3), ("long", RESUME_READ_MAX_EVENTS + 1)):
+            writer.create(header(sid))
+            with writer.open(sid, "write") as handle:
+                handle.append([make("session/title", seq, {"title": f"t{seq}"})
+                               for seq in range(count)])
+        writer.close()
+        trips = RoundTrips(monkeypatch)
+        store = Persistence(open_backend(url))
+        try:
+            with store.open("short", "write") as handle:
+                [take] = trips.sent()
+                assert "lease_epoch + 1" in take and "FROM" in take and ".events" in take
+                read = handle.read(0)
+                assert [e["seq"] for e in read.events] == [0, 1, 2]
+                assert read.header["id"] == "short" and trips.sent() == []
+                assert len(handle.read(0).events) == 3  # read again: from the database
+                assert len(trips.sent()) == 1
+            trips.sent()  # the release
+            with store.open("short", "write") as handle:  # an append drops what was read
+                handle.append([make("session/title", 3, {"title": "t3"})])
+                trips.sent()
+                assert len(handle.read(0).events) == 4
+                assert len(trips.sent()) == 1
+            trips.sent()
+            with store.open("long", "write") as handle:  # too long: read on its own
+                trips.sent()
+                assert len(handle.read(0).events) == RESUME_READ_MAX_EVENTS + 1
+                assert len(trips.sent()) == 1
+            trips.sent()
+            # the resume of a short log: lookup, lease with the rows, the end-seed marker's
+            # append; nothing else before the release
+            sessions = SessionStore(persistence=store)
+            resumed = sessions.session("short")
+            assert len(resumed.events) == 5
+            sessions.flush(resumed)
+            sent = trips.sent()
+            assert len(sent) == 3 and "lease_epoch + 1" in sent[1], sent
+            sessions.close()
+        finally:
+            trips.close()
+            store.close()
+
+
 def test_a_read_through_a_schema_that_is_behind_migrates_it_first() -> None:
     """A pool's first read meets a schema at migration 1 (columns missing): checked in
     full, migrated, then read (docs/stores.md#connections-and-the-schema-check)."""

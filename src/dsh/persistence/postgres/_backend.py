@@ -135,6 +135,10 @@ can hold a row past one short lease)."""
 ONE_STATEMENT_MAX_ROWS: Final = 256
 """Most rows an append sends as one statement; a bigger batch locks the row, then ``COPY``."""
 DEFAULT_POOL_SIZE: Final = 4
+RESUME_READ_MAX_EVENTS: Final = 1024
+"""Most committed events a log may hold for ``open(id, "write")`` to read its rows in the
+lease's own message (when it has no restore point): what a resume reads next, without a round
+trip of its own (docs/stores.md#connections-and-the-schema-check)."""
 CONNECT_TIMEOUT_S: Final = 10
 DEFAULT_TAIL_POLL_MS: Final = 1000
 """How long :meth:`PostgresBackend.tail` waits for a NOTIFY before looking anyway (ms)."""
@@ -279,6 +283,9 @@ class PostgresHandle(HandleBase):
         # (``(None, ...)``: none), for the first read through it; dropped by any write through
         # this handle.
         self._restore_point_row: tuple[bytes | None, str | None] | None = None
+        # The session row and rows read with the lease (a short log without a restore point),
+        # for the first whole read; dropped by any write through this handle.
+        self._read_with_lease: tuple[tuple[Any, ...], list[tuple[Any, ...]]] | None = None
         self.one_statement = True
         """Append in one statement when nothing needs removing first (False: always lock the
         row first, then insert and advance in a transaction of several statements)."""
@@ -323,6 +330,10 @@ class PostgresHandle(HandleBase):
             raise ConfigError(f"read offset must be a non-negative safe integer event seq, got "
                               f"{offset!r}", session_id=self._id)
         b = self._backend
+        if offset == 0 and self._read_with_lease is not None:  # read with the lease
+            srow, held = self._read_with_lease
+            self._read_with_lease = None
+            return self._decoded(srow, held, 0, 0)
         if offset == 0:  # the session row and the rows: one round trip, one snapshot
             sessions, rows = b._read_batch("read", self._id, b._whole_read(self._id))
             return self._decoded(sessions[0] if sessions else None, rows, 0, 0)
@@ -475,6 +486,7 @@ class PostgresHandle(HandleBase):
         if self._lease.lost is not None:
             raise self._lease.lost
         self._restore_point_row = None  # the log moves: read the restore point afresh
+        self._read_with_lease = None
         if not events and self._torn_seen is None:
             return
         first = events[0].get("seq") if events else None
@@ -721,6 +733,7 @@ class PostgresHandle(HandleBase):
         b, lease = self._backend, self._lease
         old = {int(e["seq"]): e for e in self.read().events}  # under our lease: stays so
         self._restore_point_row = None
+        self._read_with_lease = None
         with b._conn("rewrite", self._id) as conn, conn.transaction():
             found = conn.execute(b._sql_lock_row, (self._id,)).fetchone()
             if found is None:
@@ -822,6 +835,7 @@ class PostgresHandle(HandleBase):
                                    session_id=self._id, path=self._backend.url)
         b = self._backend
         self._restore_point_row = None
+        self._read_with_lease = None
         with b._conn("restore point", self._id) as conn:
             conn.execute(b._sql_put_restore_point, (rp.body_digest(data), self._id,
                                                     lease.token, lease.epoch, data))
@@ -1376,6 +1390,20 @@ class PostgresBackend:
         self._sql_delete_beyond = f"DELETE FROM {s}.events WHERE session_id = %s AND seq >= %s"
         self._sql_copy = (f"COPY {s}.events (session_id, seq, type, time, data, data_zstd, "
                           "source_event_seqs, surface_op, ignorable) FROM STDIN")
+        # What a resume reads next, sent in the lease's message (see _take_lease): the session
+        # row and the rows of a short log without a restore point, each only under the lease
+        # that message just took (its owner is the new token), so nothing can move them but
+        # the new holder (docs/stores.md#connections-and-the-schema-check). The session row's
+        # last column says whether the rows statement reads them: only the holder writes a
+        # restore point, so one absent here is absent there too.
+        held_rows = (f"t.head_seq <= {RESUME_READ_MAX_EVENTS} AND NOT EXISTS (SELECT 1 FROM "
+                     f"{s}.restore_points r WHERE r.session_id = t.id)")
+        self._sql_session_row_held = (f"SELECT {_SESSION_COLUMNS}, {held_rows} FROM "
+                                      f"{s}.sessions t WHERE id = %s AND lease_owner = %s::uuid")
+        self._sql_rows_held = (
+            f"SELECT {_ROW_COLUMNS} FROM {s}.events WHERE session_id = %s AND EXISTS (SELECT 1 "
+            f"FROM {s}.sessions t WHERE t.id = %s AND t.lease_owner = %s::uuid AND {held_rows}) "
+            "ORDER BY seq")
         # Advancing the head, extending the lease and the NOTIFY (sent at commit) in one statement.
         # The listing entry and the size change only with the head (docs/formats.md#postgresql).
         self._sql_advance = (
@@ -1803,7 +1831,7 @@ class PostgresBackend:
         # for the lock a lease at a time (lock_timeout), TAKEOVER_LOCK_TRIES times at most.
         for attempt in range(TAKEOVER_LOCK_TRIES):
             try:
-                row = self._take_lease(session_id, token)
+                row, held = self._take_lease(session_id, token)
                 break
             except psycopg.errors.LockNotAvailable as exc:
                 if attempt + 1 == TAKEOVER_LOCK_TRIES:
@@ -1818,6 +1846,7 @@ class PostgresBackend:
                                 _Lease(self, session_id, token, int(row[0])),
                                 None if stored is None else (int(row[1]), stored))
         handle._restore_point_row = (None if row[3] is None else bytes(row[3]), row[4])
+        handle._read_with_lease = held
         return handle
 
     def open_at_restore_point(self, session_id: str) -> PostgresHandle:
@@ -1846,13 +1875,22 @@ class PostgresBackend:
                                      else (None, None))
         return handle
 
-    def _take_lease(self, session_id: str, token: str) -> tuple[Any, ...]:
-        """Take the lease (free, expired, or held by a holder dead on this node); its row.
+    def _take_lease(self, session_id: str, token: str
+                    ) -> tuple[tuple[Any, ...], tuple[tuple[Any, ...], list[Any]] | None]:
+        """Take the lease (free, expired, or held by a holder dead on this node).
 
         One round trip when the lease is free, the schema check of a pool's first statement
         included: the schema state rides in the same message and the statement moves the
         lease only in a schema at this build's version. A schema missing, behind or ahead is
-        checked in full (migrated, or refused) before the lease is tried again.
+        checked in full (migrated, or refused) before the lease is tried again. The same
+        message reads, under the lease it takes, the session row and, for a log of at most
+        :data:`RESUME_READ_MAX_EVENTS` events without a restore point, its rows: what a
+        resume reads next (docs/stores.md#connections-and-the-schema-check).
+
+        Returns:
+            The lease row (epoch, head, listing, restore point, its digest), and the session
+            row and rows read with it (None when the message did not take the lease, or the
+            log is longer or has a restore point).
 
         Raises:
             SessionBusyError: a live holder's lease has not expired.
@@ -1862,20 +1900,25 @@ class PostgresBackend:
         psycopg = _psycopg()
         folded = self.schema not in self._pool.schemas
         take = (self._sql_take_lease, (*self._lease_values(token), session_id))
+        held = [(self._sql_session_row_held, (session_id, token)),
+                (self._sql_rows_held, (session_id, session_id, token))]
         try:
             with self._conn("open", session_id, check=False, passthrough=(
                     "LockNotAvailable", *(_SCHEMA_ERRORS if folded else ()))) as conn:
+                srows: list[Any] = []
                 if folded:
-                    state, taken = self._lease_batch(conn, [(self._sql_schema_state, ()), take])
+                    state, taken, srows, rows = self._lease_batch(
+                        conn, [(self._sql_schema_state, ()), take, *held])
                     if state and state[0][0] == SCHEMA_VERSION:
                         self._pool.schemas[self.schema] = (SCHEMA_VERSION, str(state[0][1]))
-                    else:  # the statement moved nothing
+                    else:  # the statements moved and read nothing
                         self._check_schema(conn)  # migrates, or refuses
-                        taken = self._lease_batch(conn, [take])[0]
+                        taken, srows, rows = self._lease_batch(conn, [take, *held])
                 else:
-                    taken = self._lease_batch(conn, [take])[0]
-                return taken[0] if taken else self._take_from_dead_holder(conn, session_id,
-                                                                          token)
+                    taken, srows, rows = self._lease_batch(conn, [take, *held])
+                if not taken:
+                    return self._take_from_dead_holder(conn, session_id, token), None
+                return taken[0], ((srows[0][:-1], rows) if srows and srows[0][-1] else None)
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn,
                 psycopg.errors.InvalidSchemaName):
             self._check_schema()  # a schema missing or behind: migrated, or refused
