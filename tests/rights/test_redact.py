@@ -195,3 +195,26 @@ def test_a_redacted_jsonl_log_loads_in_the_published_dsh(tmp_path: Path) -> None
     assert view["events"] == ours
     assert not any(secret in json.dumps(view) for secret in SECRETS.values())
     assert REDACTED_TEXT in json.dumps(view["messages"])
+
+
+def test_a_redaction_names_the_forks_that_keep_their_own_copy(tmp_path: Path) -> None:
+    # before: 'dsh redact p --secrets' said only what it tombstoned in p, while p's fork kept
+    # the key as it was (a redaction rewrites one log; erasure is what reaches forks)
+    url = f"sqlite://{tmp_path}/s.db"
+    build(url)
+    run_cli("fork", "--store", url, "s1", "--as", "kid")
+    run_cli("fork", "--store", url, "kid", "--at", "3", "--as", "grandkid")
+    run_cli("fork", "--store", url, "s1", "--at", "1", "--as", "early")  # forked before the key
+    done = run_cli("redact", "--store", url, "s1", "--secrets")
+    changed = [int(line.split("#")[1].split()[0]) for line in done.stdout.splitlines()
+               if ": would redact" in line or ": redacted" in line]
+    assert changed and min(changed) <= 3
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 2, done.stderr
+    assert warnings[0].startswith(f"warning: kid (a fork of s1) keeps its own copy of "
+                                  f"{len(changed)} event")
+    assert f"(#{', #'.join(map(str, changed))})" in warnings[0]
+    assert warnings[1].startswith("warning: grandkid (a fork of kid) keeps")
+    assert "early" not in done.stderr
+    with dsh.open(url) as store:  # what the warning says: the fork still holds the key
+        assert SECRETS["user"] in json.dumps([dict(e) for e in store.read("kid").events])
