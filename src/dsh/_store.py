@@ -326,14 +326,13 @@ class Store:
         from dsh.persistence import search
 
         found = search(self._persistence, query, limit=limit, rebuild=rebuild)
-        if not found.sessions:
+        if not found.sessions or not found.store_log:  # no store log, so no trash
             return found
         from dsh.rights import store_log
 
         state = store_log(self._persistence)
-        if not state.records:  # no store log, so no trash
+        if not state.records:
             return found
-        left_out = 1  # the store log itself is a stored session, never a listed one
         trashed = {} if trash else state.trash
         asked = max(1, limit)
         kept = found.hits
@@ -343,7 +342,7 @@ class Store:
                 break
             limit *= 4
             found = search(self._persistence, query, limit=limit)
-        left_out += sum(1 for entry in trashed.values() if entry.purged_ms is None)
+        left_out = sum(1 for entry in trashed.values() if entry.purged_ms is None)
         return replace(found, hits=kept[:asked], sessions=max(0, found.sessions - left_out))
 
     def tail(self, session_id: str, from_seq: int = 0, *,

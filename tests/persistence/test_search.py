@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -229,3 +230,32 @@ def test_dsh_search_trash_flag_and_a_query_without_a_word(tmp_path: Path) -> Non
                              text=True, env=env)
         assert bad.returncode == 2 and bad.stdout == ""
         assert "holds no word to search for" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgresql"])
+def test_no_backend_counts_or_reads_the_store_log(tmp_path: Path, kind: str) -> None:
+    """The store log holds no message: every backend's comparison leaves it out of the count
+    and never reads it, whether the index is new or catching up (docs/stores.md#search)."""
+    from dsh.rights import restore, trash
+
+    with contextlib.ExitStack() as stack:
+        if kind == "postgresql":
+            reason = postgres_unreachable()
+            if reason is not None:
+                pytest.skip(f"SKIPPED LOUDLY: {reason}")
+            url = stack.enter_context(temporary_postgres_url())
+        else:
+            url = f"sqlite:{tmp_path / 's.db'}" if kind == "sqlite" else f"jsonl:{tmp_path / 'l'}"
+        _write(url, "a", ["needle one"])
+        _write(url, "b", ["needle two"])
+        with dsh.open(url) as store:
+            trash(store, ["b"])
+            restore(store, ["b"])  # a store log now, and nothing in the trash
+            found = search(store.persistence, "needle")
+            assert (found.sessions, found.reindexed, found.store_log) == (2, 2, True)
+            assert store.search("needle").sessions == 2
+            trash(store, ["b"])  # the store log grew: still not read
+            again = search(store.persistence, "needle")
+            assert (again.sessions, again.reindexed) == (2, 0)
+            assert store.search("needle").sessions == 1
+

@@ -3,7 +3,8 @@
 A JSONL store's writers name their session in ``.dsh-search.journal`` before changing its log
 and again when they close with the index holding it exactly; a search stats only the sessions
 still named, and lists session folders only when a project folder changed. A SQLite store's
-sessions rows are compared with the index in one query.
+sessions rows are compared with the index in one query; a PostgreSQL store's too, unless its
+change count is the one the index caught up with.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import dsh
+from dsh.testing import LogBuilder
 from tests.persistence.test_search import _write
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,3 +156,108 @@ def test_a_sqlite_search_compares_the_sessions_rows_with_the_index(tmp_path: Pat
     with dsh.open(url) as store:
         found = store.search("words")
         assert found.sessions == 2 and "b" not in {h.session_id for h in found.hits}
+
+
+def _pg(url: str, query: str, *params: object) -> list[tuple[object, ...]]:
+    import psycopg
+
+    from dsh.testing._stores import postgres_base_url
+
+    schema = url.split("schema=")[1].split("&")[0]
+    with psycopg.connect(postgres_base_url(), autocommit=True) as conn:
+        cur = conn.execute(query.replace("{s}", f'"{schema}"'), params)
+        return cur.fetchall() if cur.description else []
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
+
+    reason = postgres_unreachable()
+    if reason is not None:
+        pytest.skip(f"SKIPPED LOUDLY: {reason}")
+    with temporary_postgres_url() as url:
+        yield url
+
+
+def test_every_committed_change_of_a_postgres_sessions_row_bumps_the_store_count(
+        pg_url: str) -> None:
+    """Migration 11: a create, an append, a deleted row each add to ``store_changes`` at commit;
+    a lease taken or renewed (no new revision) does not (docs/formats.md#tables-and-migrations).
+    """
+    def count() -> int:
+        return int(str(_pg(pg_url, "SELECT sum(n) FROM {s}.store_changes")[0][0]))
+
+    from dsh.persistence import open_backend
+    from dsh.testing._logs import header
+
+    backend = open_backend(pg_url)
+    try:
+        assert not backend.exists("a")  # the schema is laid out at first use
+        assert count() == 0
+        backend.create(header("a"))
+        assert count() == 1
+        with backend.open("a", "write") as handle:
+            assert count() == 1  # the lease moved no revision
+            log = LogBuilder("a")
+            log.completed_turn("hello")
+            handle.append(log.events)
+            handle.flush()
+            assert count() == 2
+        _pg(pg_url, "DELETE FROM {s}.sessions WHERE id = 'a'")  # by any program
+        assert count() == 3
+    finally:
+        backend.close()
+
+
+def test_a_postgres_search_of_an_unchanged_store_reads_no_sessions_row(pg_url: str) -> None:
+    """The index records the store's change count it caught up with; while the count is the
+    same the sessions rows are not compared (an index row changed behind its back goes
+    unnoticed), and the next committed change brings the comparison back.
+    Rule: docs/stores.md#search.
+    """
+    _write(pg_url, "a", ["alpha words"])
+    _write(pg_url, "b", ["bravo words"])
+    with dsh.open(pg_url) as store:
+        first = store.search("words")
+        assert (first.reindexed, first.sessions) == (2, 2)
+        _pg(pg_url, "UPDATE {s}.search_indexed SET signature = 'x:0' WHERE session_id = 'a'")
+        again = store.search("words")
+        assert (again.reindexed, again.sessions, again.hits) == (0, 2, first.hits)
+    _write(pg_url, "c", ["charlie words"])  # a new session: the count moved
+    with dsh.open(pg_url) as store:
+        found = store.search("words")
+        assert (found.reindexed, found.sessions) == (2, 3)  # a (signature off) and c
+        assert sorted(h.session_id for h in found.hits) == ["a", "b", "c"]
+        assert store.search("words").reindexed == 0
+
+
+def test_a_postgres_search_that_lost_a_race_records_nothing(pg_url: str) -> None:
+    """Two searches bring the index up to date at once: the one whose session row another
+    changed first writes nothing for it and records no change count, so the next search
+    compares the rows again (docs/stores.md#search)."""
+    from dsh.persistence import Persistence, open_backend
+    from dsh.persistence._search import IndexesSearch
+
+    _write(pg_url, "a", ["alpha words"])
+    persistence = Persistence(open_backend(pg_url))
+    try:
+        backend = persistence.backend
+        assert isinstance(backend, IndexesSearch)
+        slow, fast = backend.search_index(), backend.search_index()
+        try:
+            [(sid, sig, old)] = slow.changes().changed
+            assert old is None and len(fast.changes().changed) == 1
+            fast.put(sid, sig, 1, [(2, "user", "written by the other search")], fresh=False)
+            slow.put(sid, sig, 1, [(2, "user", "stale")], fresh=False)
+            slow.settle([])
+            assert _pg(pg_url, "SELECT text FROM {s}.search_messages") == [
+                ("written by the other search",)]
+            assert _pg(pg_url, "SELECT count(*) FROM {s}.search_state") == [(0,)]
+            fast.settle([])
+        finally:
+            slow.close()
+            fast.close()
+        assert _pg(pg_url, "SELECT count(*) FROM {s}.search_state") == [(1,)]
+    finally:
+        persistence.close()

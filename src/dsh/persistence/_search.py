@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 
 from dsh._errors import DshError
+from dsh.persistence._contract import STORE_LOG_ID
 from dsh.persistence._listing import signature
 
 if TYPE_CHECKING:
@@ -105,6 +106,8 @@ class SearchResults:
         unreadable: Ids of sessions left out because their log cannot be read (``dsh verify``
             names the damage).
         indexed: False when the store keeps no index (every log was read).
+        store_log: Whether the store holds a store log (docs/forgetting.md#the-store-log),
+            which ``sessions`` does not count: only then can sessions be in the trash.
     """
 
     hits: tuple[SearchHit, ...]
@@ -112,6 +115,7 @@ class SearchResults:
     reindexed: int
     unreadable: tuple[str, ...]
     indexed: bool
+    store_log: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,25 +127,31 @@ class IndexChanges:
         changed: ``(session id, signature of its stored log, (signature, events) indexed or
             None)`` of every stored session whose signature is not the one indexed, in id order.
         gone: Ids of sessions indexed but no longer stored.
+        store_log: Whether the store holds its store log (``STORE_LOG_ID``, not counted in
+            ``sessions``).
     """
 
     sessions: int
     changed: tuple[tuple[str, str, tuple[str, int] | None], ...]
     gone: tuple[str, ...]
+    store_log: bool = False
 
 
 def compare(signatures: Mapping[str, str], known: Mapping[str, tuple[str, int]]
             ) -> IndexChanges:
     """How a store's signatures differ from the index's (:class:`IndexChanges`).
 
+    The store log (``STORE_LOG_ID``) is neither counted nor compared: it holds no message.
+
     Args:
         signatures: ``session id -> signature`` of every stored log.
         known: ``session id -> (signature, events)`` of every session indexed.
     """
     changed = tuple((sid, sig, known.get(sid)) for sid, sig in sorted(signatures.items())
-                    if (known.get(sid) or ("", 0))[0] != sig)
-    return IndexChanges(sessions=len(signatures), changed=changed,
-                        gone=tuple(sid for sid in known if sid not in signatures))
+                    if (known.get(sid) or ("", 0))[0] != sig and sid != STORE_LOG_ID)
+    return IndexChanges(sessions=len(signatures) - (STORE_LOG_ID in signatures), changed=changed,
+                        gone=tuple(sid for sid in known if sid not in signatures),
+                        store_log=STORE_LOG_ID in signatures)
 
 
 def message_texts(events: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, str, str]]:
@@ -197,6 +207,8 @@ def fold(text: str) -> tuple[str, list[int]]:
     """``text`` case- and diacritics-folded, and for each folded character its index in text."""
     out: list[str] = []
     where: list[int] = []
+    if text.isascii():  # the common case, in C: one folded character per character
+        return text.lower(), list(range(len(text)))
     for index, char in enumerate(text):
         if char.isascii():
             folded = char.lower()
@@ -351,6 +363,7 @@ def jsonl_signatures(root: Path) -> dict[str, str]:
                 except FileNotFoundError:
                     continue
                 out[decode_segment(folder.name)] = jsonl_signature(st)
+                break  # a folder holding both is refused by the backend: one stat per log
     return out
 
 
@@ -598,6 +611,7 @@ def _sqlite_changes(conn: sqlite3.Connection, store_db: Path) -> IndexChanges:
     """:class:`IndexChanges` of a SQLite store, compared in SQL (the store attached read-only).
 
     The signature is ``incarnation:revision`` of the ``sessions`` row (as the index records it).
+    The store log is neither counted nor compared.
     """
     def none_stored() -> IndexChanges:
         return IndexChanges(sessions=0, changed=(), gone=tuple(
@@ -612,13 +626,16 @@ def _sqlite_changes(conn: sqlite3.Connection, store_db: Path) -> IndexChanges:
             if conn.execute("SELECT 1 FROM store.sqlite_master WHERE type = 'table' AND "
                             "name = 'sessions'").fetchone() is None:
                 return none_stored()  # a store file no writer has given its tables yet
-            count = int(conn.execute("SELECT count(*) FROM store.sessions").fetchone()[0])
+            count, store_log = conn.execute(
+                "SELECT count(*), EXISTS (SELECT 1 FROM store.sessions WHERE id = ?) FROM "
+                "store.sessions WHERE id <> ?", (STORE_LOG_ID, STORE_LOG_ID)).fetchone()
             changed = tuple(
                 (str(sid), str(sig), None if old is None else (str(old), int(events)))
                 for sid, sig, old, events in conn.execute(
                     "SELECT s.id, s.incarnation || ':' || s.revision, i.signature, i.events "
                     "FROM store.sessions s LEFT JOIN indexed i ON i.session_id = s.id "
-                    "WHERE i.signature IS NOT s.incarnation || ':' || s.revision ORDER BY s.id"))
+                    "WHERE i.signature IS NOT s.incarnation || ':' || s.revision AND s.id <> ? "
+                    "ORDER BY s.id", (STORE_LOG_ID,)))
             gone = tuple(str(sid) for (sid,) in conn.execute(
                 "SELECT session_id FROM indexed WHERE session_id NOT IN "
                 "(SELECT id FROM store.sessions)"))
@@ -626,7 +643,7 @@ def _sqlite_changes(conn: sqlite3.Connection, store_db: Path) -> IndexChanges:
             conn.execute("COMMIT")
     finally:
         conn.execute("DETACH DATABASE store")
-    return IndexChanges(sessions=count, changed=changed, gone=gone)
+    return IndexChanges(sessions=int(count), changed=changed, gone=gone, store_log=bool(store_log))
 
 
 def _update(index: SearchIndex, persistence: Persistence, changes: IndexChanges,
@@ -704,7 +721,8 @@ def search(persistence: Persistence, query: str, *, limit: int = 20,
     if not indexed:
         hits, count, unreadable = _scan(persistence, words, limit)
         return SearchResults(hits=tuple(hits), sessions=count, reindexed=count,
-                             unreadable=tuple(unreadable), indexed=False)
+                             unreadable=tuple(unreadable), indexed=False,
+                             store_log=persistence.exists(STORE_LOG_ID))
     index = cast(IndexesSearch, backend).search_index()
     unreadable_ids: list[str] = []
     try:
@@ -718,4 +736,5 @@ def search(persistence: Persistence, query: str, *, limit: int = 20,
         index.close()
     found = tuple(snippet_of(sid, seq, role, text, words) for sid, seq, role, text in rows)
     return SearchResults(hits=found, sessions=changes.sessions, reindexed=read,
-                         unreadable=tuple(unreadable_ids), indexed=True)
+                         unreadable=tuple(unreadable_ids), indexed=True,
+                         store_log=changes.store_log)

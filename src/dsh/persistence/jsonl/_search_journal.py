@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from dsh.persistence._contract import STORE_LOG_ID
 from dsh.persistence._paths import fsync_folder
 from dsh.persistence._search import (
     IndexChanges,
@@ -197,18 +198,22 @@ class JournalFreshness:
             gone = tuple(sid for sid in watched if sid not in found and _known_one(conn, sid))
             changes = compare(found, known)
             return IndexChanges(sessions=_indexed_count(conn) + sum(
-                1 for sid in found if sid not in known), changed=changes.changed, gone=gone)
+                1 for sid in found if sid not in known and sid != STORE_LOG_ID),
+                changed=changes.changed, gone=gone,
+                store_log=self._folder_of(STORE_LOG_ID) is not None)
         known = _known(conn)
         for sid, folder in listed.items():
             if sid not in known and sid not in found:
                 sig = _log_signature(folder)
                 if sig is not None:
                     found[sid] = sig
-        present = {sid for sid in listed if sid in found or sid in known}
+        present = {sid for sid in listed if (sid in found or sid in known)
+                   and sid != STORE_LOG_ID}
         changed = compare(found, known).changed
         gone = tuple(sid for sid in known if sid not in listed or
                      (sid in watched and sid not in found))
-        return IndexChanges(sessions=len(present - set(gone)), changed=changed, gone=gone)
+        return IndexChanges(sessions=len(present - set(gone)), changed=changed, gone=gone,
+                            store_log=STORE_LOG_ID in listed)
 
     def settle(self, conn: sqlite3.Connection, unreadable: Sequence[str]) -> None:
         """Record what the index was brought up to date with; drop journal lines done with.
@@ -368,4 +373,6 @@ def _known_one(conn: sqlite3.Connection, session_id: str) -> tuple[str, int] | N
 
 
 def _indexed_count(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("SELECT count(*) FROM indexed").fetchone()[0])
+    """Sessions indexed, the store log left out (a writer's flush may have added it)."""
+    return int(conn.execute("SELECT count(*) FROM indexed WHERE session_id <> ?",
+                            (STORE_LOG_ID,)).fetchone()[0])

@@ -30,7 +30,11 @@ Invariants this module owns (docs/rules.md#one-writer-per-session):
   into them holds the session row locked (``FOR NO KEY UPDATE``, which a ``DELETE`` of the row
   waits for), so a row can only be inserted for a session row that exists; deleting a session
   row deletes its events and chain records in the same transaction (trigger
-  ``dsh_session_deleted``), as the former ``ON DELETE CASCADE`` did.
+  ``dsh_session_deleted``), as the former ``ON DELETE CASCADE`` did;
+* every committed transaction that inserts or deletes a ``sessions`` row, or sets its ``id``,
+  ``incarnation`` or ``revision``, adds at least one to ``store_changes`` (migration 11: a
+  deferred trigger, so at commit, in the same transaction): the sum of its counters is the
+  same in two snapshots only when no such change committed between them.
 """
 
 from __future__ import annotations
@@ -158,6 +162,31 @@ $f$""",
         "DROP TRIGGER IF EXISTS dsh_session_deleted ON {s}.sessions",
         "CREATE TRIGGER dsh_session_deleted AFTER DELETE ON {s}.sessions FOR EACH ROW "
         "EXECUTE FUNCTION {s}.dsh_session_deleted()",
+    )),
+    (11, "store changes: counters a session row's insert, delete or new revision bumps at "
+         "commit, so a search finds an unchanged store in one read (formats.md)", (
+        # each statement can run again (as migration 10's): a schema whose migrations
+        # table lost its rows is migrated over what is there
+        """CREATE TABLE IF NOT EXISTS {s}.store_changes (
+  slot smallint PRIMARY KEY CHECK (slot >= 0 AND slot < 16),
+  n    bigint NOT NULL DEFAULT 0
+)""",
+        "INSERT INTO {s}.store_changes (slot) SELECT generate_series(0, 15) "
+        "ON CONFLICT (slot) DO NOTHING",
+        # one slot per transaction (its id's), bumped at commit: a transaction takes one
+        # counter row lock, last, so writers of different sessions rarely wait on each other
+        # and never deadlock on it
+        """CREATE OR REPLACE FUNCTION {s}.dsh_store_changed() RETURNS trigger
+LANGUAGE plpgsql AS $f$
+BEGIN
+  UPDATE {s}.store_changes SET n = n + 1 WHERE slot = txid_current() % 16;
+  RETURN NULL;
+END
+$f$""",
+        "DROP TRIGGER IF EXISTS dsh_store_changed ON {s}.sessions",
+        "CREATE CONSTRAINT TRIGGER dsh_store_changed AFTER INSERT OR DELETE OR UPDATE OF id, "
+        "incarnation, revision ON {s}.sessions DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+        "EXECUTE FUNCTION {s}.dsh_store_changed()",
     )),
 )
 """Forward-only migrations, applied in order under :data:`MIGRATION_LOCK_KEY`."""

@@ -7,7 +7,9 @@ diacritics-folded by dsh, as the SQLite index folds it) under a GIN index, ``n``
 were indexed in (newest first is the order of hits). The tables are
 created on the first search (``CREATE ... IF NOT EXISTS``), not by a migration: they are only
 derived, and dropping them loses nothing. The signature of a session is its row's
-``incarnation:revision``.
+``incarnation:revision``. ``search_state (changes, sessions)`` records the store's change count
+(the sum of ``store_changes``, migration 11) and session count the index was last brought up to
+date with: while the count is unchanged a search reads no ``sessions`` row.
 
 Rule: docs/stores.md#search; the tables: docs/formats.md#search-index.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from dsh.persistence._contract import STORE_LOG_ID
 from dsh.persistence._search import IndexChanges
 from dsh.persistence.postgres._schema import quote_schema
 
@@ -36,17 +39,32 @@ class PostgresSearchIndex:
 
     def __init__(self, conninfo: str, schema: str, fold: Any, *, label: str) -> None:
         import psycopg
+        from psycopg.conninfo import conninfo_to_dict
 
         self._fold = fold
         self._label = label
-        self._s = s = quote_schema(schema)
-        self._conn = psycopg.connect(conninfo, autocommit=True)
+        self._schema = schema
+        self._s = quote_schema(schema)
+        # a query's estimated cost (a prefix tsquery's fixed guess) would start the JIT:
+        # 4-35 ms of compiling for a query that runs in 1-20 ms
+        options = conninfo_to_dict(conninfo).get("options")
+        self._conn = psycopg.connect(conninfo, autocommit=True,
+                                     options=f"{options} -c jit=off" if options else "-c jit=off")
+        self._ready = False
+        # what :meth:`changes` compared against: the store's change count (None: the store
+        # has no counters, or the index was found current), its sessions, and the signature
+        # each changed session had in the index (a put or drop that finds another there lost
+        # a race with another search: then nothing is recorded)
+        self._seen: tuple[int, int] | None = None
+        self._expected: dict[str, str | None] = {}
+        self._raced = False
+
+    def _create(self) -> None:
+        """Create the index tables when missing (the first search, or one of an older dsh)."""
+        s = self._s
         with self._conn.transaction():
-            # a query's estimated cost (a prefix tsquery's fixed guess) would start the JIT:
-            # 4-35 ms of compiling for a query that runs in 1-20 ms
-            self._conn.execute("SET jit = off")
             self._conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
-                               (f"dsh-search:{schema}",))
+                               (f"dsh-search:{self._schema}",))
             self._conn.execute(f"CREATE TABLE IF NOT EXISTS {s}.search_indexed (session_id text "
                                "PRIMARY KEY, signature text NOT NULL, events bigint NOT NULL)")
             self._conn.execute(
@@ -62,6 +80,11 @@ class PostgresSearchIndex:
                                "n bigint GENERATED ALWAYS AS IDENTITY")
             self._conn.execute(f"CREATE INDEX IF NOT EXISTS search_messages_n ON "
                                f"{s}.search_messages (n)")
+            # created last: its presence says the tables above are all there
+            self._conn.execute(f"CREATE TABLE IF NOT EXISTS {s}.search_state (singleton "
+                               "integer PRIMARY KEY CHECK (singleton = 1), changes bigint NOT "
+                               "NULL, sessions bigint NOT NULL)")
+        self._ready = True
 
     @property
     def path(self) -> None:
@@ -70,46 +93,115 @@ class PostgresSearchIndex:
 
     def forget(self, session_id: str) -> list[str]:
         """Delete the session's rows (the next search indexes it again)."""
-        self.drop(session_id)
+        if not self._ready:
+            self._create()
+        with self._conn.transaction():
+            self._delete_session(session_id)
+            self._conn.execute(f"DELETE FROM {self._s}.search_state")
         return [f"{self._label} search rows"]
 
     def changes(self) -> IndexChanges:
         """Sessions whose ``incarnation:revision`` is not the one indexed, compared on the server.
 
         One snapshot (a repeatable-read transaction); no row per unchanged session comes back.
+        When the store's change count (``store_changes``, migration 11) is the one recorded when
+        the index was last brought up to date, nothing changed: the sessions table is not read
+        (docs/stores.md#search). The store log is neither counted nor compared.
         """
         s = self._s
-        sig = "s.incarnation::text || ':' || s.revision::text"
+        self._seen, self._expected, self._raced = None, {}, False
+        found = self._one("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
+                          (f"{s}.search_state", f"{s}.store_changes"))
+        if not found[0]:
+            self._create()
+        self._ready = True
+        counted = bool(found[1])  # False: a store before migration 11, compared every time
         with self._conn.transaction():
             self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            row = self._conn.execute(f"SELECT count(*) FROM {s}.sessions").fetchone()
-            changed = tuple(
-                (str(sid), str(new), None if old is None else (str(old), int(events)))
-                for sid, new, old, events in self._conn.execute(
-                    f"SELECT s.id, {sig}, i.signature, i.events FROM {s}.sessions s LEFT JOIN "
-                    f"{s}.search_indexed i ON i.session_id = s.id WHERE i.signature IS "
-                    f"DISTINCT FROM {sig} ORDER BY s.id"))
-            gone = tuple(str(sid) for (sid,) in self._conn.execute(
-                f"SELECT i.session_id FROM {s}.search_indexed i WHERE NOT EXISTS "
-                f"(SELECT 1 FROM {s}.sessions s WHERE s.id = i.session_id)"))
-        return IndexChanges(sessions=int(row[0]) if row else 0, changed=changed, gone=gone)
+            total: int | None = None
+            if counted:
+                state = self._one(
+                    f"SELECT (SELECT sum(n) FROM {s}.store_changes), (SELECT changes FROM "
+                    f"{s}.search_state), (SELECT sessions FROM {s}.search_state), EXISTS "
+                    f"(SELECT 1 FROM {s}.sessions WHERE id = %s)", (STORE_LOG_ID,))
+                total = int(state[0])
+                if state[1] is not None and int(state[1]) == total:
+                    return IndexChanges(sessions=int(state[2]), changed=(), gone=(),
+                                        store_log=bool(state[3]))
+            return self._compare(total)
+
+    def _one(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
+        """The one row of a statement that always returns one (aggregates, scalar selects)."""
+        return self._conn.execute(sql, params).fetchall()[0]
+
+    def _compare(self, total: int | None) -> IndexChanges:
+        s = self._s
+        sig = "s.incarnation::text || ':' || s.revision::text"
+        row = self._one(f"SELECT count(*), EXISTS (SELECT 1 FROM {s}.sessions WHERE id = %s) "
+                        f"FROM {s}.sessions WHERE id <> %s", (STORE_LOG_ID, STORE_LOG_ID))
+        changed = tuple(
+            (str(sid), str(new), None if old is None else (str(old), int(events)))
+            for sid, new, old, events in self._conn.execute(
+                f"SELECT s.id, {sig}, i.signature, i.events FROM {s}.sessions s LEFT JOIN "
+                f"{s}.search_indexed i ON i.session_id = s.id WHERE i.signature IS "
+                f"DISTINCT FROM {sig} AND s.id <> %s ORDER BY s.id", (STORE_LOG_ID,)))
+        gone = {str(sid): str(old) for sid, old in self._conn.execute(
+            f"SELECT i.session_id, i.signature FROM {s}.search_indexed i WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {s}.sessions s WHERE s.id = i.session_id)")}
+        sessions = int(row[0])
+        self._seen = None if total is None else (total, sessions)
+        self._expected = {sid: None if old is None else old[0] for sid, _, old in changed}
+        self._expected.update(gone)
+        return IndexChanges(sessions=sessions, changed=changed, gone=tuple(gone),
+                            store_log=bool(row[1]))
 
     def settle(self, unreadable: Sequence[str]) -> None:
-        """Nothing to record: the store's rows are the state."""
+        """Record the change count compared against, when every change was applied.
+
+        Not when a session was left out (``unreadable``: the next search tries it again) or a
+        concurrent search changed a session's rows first (its changes may be older than ours).
+        """
+        if self._seen is None or unreadable or self._raced:
+            return
+        changes, sessions = self._seen
+        self._conn.execute(
+            f"INSERT INTO {self._s}.search_state (singleton, changes, sessions) VALUES (1, %s, "
+            "%s) ON CONFLICT (singleton) DO UPDATE SET changes = excluded.changes, sessions = "
+            "excluded.sessions", (changes, sessions))
+
+    def _claim(self, session_id: str) -> bool:
+        """Lock the session's index row; False (a race lost) when it is not what was compared."""
+        row = self._conn.execute(f"SELECT signature FROM {self._s}.search_indexed WHERE "
+                                 "session_id = %s FOR UPDATE", (session_id,)).fetchone()
+        if session_id in self._expected and (None if row is None else str(row[0])) != \
+                self._expected[session_id]:
+            self._raced = True
+            return False
+        return True
+
+    def _delete_session(self, session_id: str) -> None:
+        self._conn.execute(f"DELETE FROM {self._s}.search_messages WHERE session_id = %s",
+                           (session_id,))
+        self._conn.execute(f"DELETE FROM {self._s}.search_indexed WHERE session_id = %s",
+                           (session_id,))
 
     def drop(self, session_id: str) -> None:
         """Forget a session that is no longer stored."""
         with self._conn.transaction():
-            self._conn.execute(f"DELETE FROM {self._s}.search_messages WHERE session_id = %s",
-                               (session_id,))
-            self._conn.execute(f"DELETE FROM {self._s}.search_indexed WHERE session_id = %s",
-                               (session_id,))
+            if self._claim(session_id):
+                self._delete_session(session_id)
 
     def put(self, session_id: str, sig: str, events: int,
             rows: list[tuple[int, str, str]], *, fresh: bool) -> None:
-        """Add ``(seq, role, text)`` rows (after dropping the session's rows when ``fresh``)."""
+        """Add ``(seq, role, text)`` rows (after dropping the session's rows when ``fresh``).
+
+        Nothing is written when the session's index row is no longer the one compared (another
+        search indexed it meanwhile).
+        """
         s = self._s
         with self._conn.transaction():
+            if not self._claim(session_id):
+                return
             if fresh:
                 self._conn.execute(f"DELETE FROM {s}.search_messages WHERE session_id = %s",
                                    (session_id,))
@@ -154,7 +246,10 @@ class PostgresSearchIndex:
 
     def reset(self) -> None:
         """Drop everything indexed (the next update indexes every session again)."""
+        if not self._ready:
+            self._create()
         with self._conn.transaction():
+            self._conn.execute(f"DELETE FROM {self._s}.search_state")
             self._conn.execute(f"DELETE FROM {self._s}.search_messages")
             self._conn.execute(f"DELETE FROM {self._s}.search_indexed")
 
