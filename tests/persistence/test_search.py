@@ -259,3 +259,39 @@ def test_no_backend_counts_or_reads_the_store_log(tmp_path: Path, kind: str) -> 
             assert (again.sessions, again.reindexed) == (2, 0)
             assert store.search("needle").sessions == 1
 
+
+def test_a_sidecar_query_answers_as_the_prefix_query_itself(tmp_path: Path) -> None:
+    """The sidecar finds a common last word's hits without FTS5's whole prefix doclist (the
+    exact words bound where they can be), with the same hits in the same order as the plain
+    ``MATCH '"w1" "w2"*' ORDER BY rowid DESC`` on random texts (docs/formats.md#search-index).
+    """
+    import random
+
+    from dsh.persistence._search import SidecarIndex, SqliteFreshness, _fts_query
+
+    vocabulary = ["route", "routes", "router", "handler", "handlers", "handle", "hand", "Café",
+                  "cafe", "cafés", "ticket", "t04242", "flows", "request", "r", "Handler_x",
+                  "zeta", "déjà", "vu"]
+    rng = random.Random(24)
+    index = SidecarIndex(tmp_path / "i.db", SqliteFreshness(tmp_path / "none.db"))
+    try:
+        for n in range(60):
+            rows = [(seq, "user", " ".join(rng.choices(vocabulary, k=rng.randint(1, 12))))
+                    for seq in range(rng.randint(1, 40))]
+            index.put(f"s{n}", "x:1", len(rows), rows, fresh=False)
+        conn = index.conn
+        queries = [["route", "handler"], ["handler"], ["hand"], ["cafe"], ["r"], ["déjà", "v"],
+                   ["route", "ha"], ["t04242"], ["zeta", "route", "handlers"], ["absent"],
+                   *([rng.choice(vocabulary) for _ in range(rng.randint(1, 3))]
+                     for _ in range(40))]
+        for words in queries:
+            for limit in (1, 3, 20, 500):
+                expected = [(str(a), int(b), str(c), str(d)) for a, b, c, d in conn.execute(
+                    "SELECT session_id, seq, role, text FROM messages WHERE messages MATCH ? "
+                    "ORDER BY rowid DESC LIMIT ?", (_fts_query(words), limit))]
+                assert index.query(words, limit) == expected, (words, limit)
+        # the newest row holds only a longer word: the exact word's hits do not hide it
+        index.put("late", "x:1", 1, [(0, "user", "handlers everywhere")], fresh=False)
+        assert [hit[0] for hit in index.query(["handler"], 3)][:1] == ["late"]
+    finally:
+        index.close()

@@ -53,12 +53,18 @@ _MESSAGE_TYPES: Final = ("user/message", "assistant/message", "tool/result", "sy
 _WORD: Final = re.compile(r"\w+")
 _SEGMENT_ESCAPE: Final = re.compile(r"~([0-9A-F]{4})")
 
+_TOKENIZE: Final = "tokenize = 'unicode61 remove_diacritics 2'"
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS indexed (session_id TEXT PRIMARY KEY, signature TEXT NOT NULL, "
     "events INTEGER NOT NULL)",
     "CREATE VIRTUAL TABLE IF NOT EXISTS messages USING fts5(text, session_id UNINDEXED, "
-    "seq UNINDEXED, role UNINDEXED, tokenize = 'unicode61 remove_diacritics 2')",
+    f"seq UNINDEXED, role UNINDEXED, {_TOKENIZE})",
 )
+
+WINDOW_ROWS: Final = 8
+"""Rows per hit asked (64 more) that a sidecar query re-checks at most in place of the last
+word's whole prefix doclist (about 20 µs of CPU each, against ~28 ms for a doclist of 900,000
+rows)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -548,10 +554,30 @@ class SidecarIndex:
             raise
 
     def query(self, words: list[str], limit: int) -> list[tuple[str, int, str, str]]:
-        """``(session id, seq, role, text)`` of the newest indexed messages holding ``words``."""
-        return [(str(a), int(b), str(c), str(d)) for a, b, c, d in self.conn.execute(
-            "SELECT session_id, seq, role, text FROM messages WHERE messages MATCH ? "
-            "ORDER BY rowid DESC LIMIT ?", (_fts_query(words), limit))]
+        """``(session id, seq, role, text)`` of the newest indexed messages holding ``words``.
+
+        The answer of ``MATCH '"w1" … "wn"*' ORDER BY rowid DESC LIMIT limit``, found without
+        the last word's whole prefix doclist when the exact words are common: FTS5 merges the
+        doclists of every term with that prefix before its first row (~28 ms of CPU for a
+        word in a quarter of 3.6 M messages), while exact words are walked newest first and
+        stop at the limit. When the exact query (the last word too taken whole) fills the
+        limit, its hits match the prefix query as well, so the prefix query's hits are all at
+        or after its oldest one: the rows there holding the other words (at most
+        :data:`WINDOW_ROWS` per hit asked, 64 more) are matched against the prefix query in a scratch FTS5 table of
+        the same tokenizer. Otherwise the prefix query is asked as it is.
+        """
+        conn = self.conn
+        full = _fts_query(words)
+        exact = " ".join(f'"{word}"' for word in words)
+        newest = conn.execute("SELECT rowid FROM messages WHERE messages MATCH ? ORDER BY "
+                              "rowid DESC LIMIT ?", (exact, limit)).fetchall()
+        rows = _window(conn, words, full, int(newest[-1][0]), limit) \
+            if len(newest) == limit else None
+        if rows is None:
+            rows = conn.execute("SELECT rowid, session_id, seq, role, text FROM messages WHERE "
+                                "messages MATCH ? ORDER BY rowid DESC LIMIT ?",
+                                (full, limit)).fetchall()
+        return [(str(a), int(b), str(c), str(d)) for _, a, b, c, d in rows]
 
     def reset(self) -> None:
         """Delete the sidecar (the next use builds an empty one)."""
@@ -575,6 +601,37 @@ class SidecarIndex:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _window(conn: sqlite3.Connection, words: list[str], full: str, oldest: int,
+            limit: int) -> list[Any] | None:
+    """The newest ``limit`` rows from rowid ``oldest`` on matching ``full``; None: too many.
+
+    The rows there holding the words but the last (every row when there is one word) are
+    matched against ``full`` in an in-memory FTS5 table with the index's tokenizer, so a row
+    matches exactly when the index would match it.
+    """
+    most = WINDOW_ROWS * limit + 64
+    newest = conn.execute("SELECT rowid FROM messages ORDER BY rowid DESC LIMIT 1").fetchone()
+    if newest is None or int(newest[0]) - oldest >= most:  # rowids grow: a span that wide
+        return None
+    head = " ".join(f'"{word}"' for word in words[:-1])
+    columns = "SELECT rowid, session_id, seq, role, text FROM messages WHERE "
+    found = conn.execute(
+        columns + ("messages MATCH ? AND " if head else "") + "rowid >= ? ORDER BY rowid DESC "
+        "LIMIT ?", ((head,) if head else ()) + (oldest, most + 1)).fetchall()
+    if len(found) > most:
+        return None
+    scratch = sqlite3.connect(":memory:")
+    try:
+        scratch.execute(f"CREATE VIRTUAL TABLE m USING fts5(text, {_TOKENIZE})")
+        scratch.executemany("INSERT INTO m (rowid, text) VALUES (?, ?)",
+                            [(row[0], row[4]) for row in found])
+        keep = {rowid for (rowid,) in scratch.execute(
+            "SELECT rowid FROM m WHERE m MATCH ? ORDER BY rowid DESC LIMIT ?", (full, limit))}
+    finally:
+        scratch.close()
+    return [row for row in found if row[0] in keep]
 
 
 class Freshness(Protocol):
