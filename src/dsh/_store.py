@@ -296,9 +296,9 @@ class Store:
                trash: bool = False) -> SearchResults:
         """The messages of every stored session that hold all the words of ``query``.
 
-        SQLite and JSONL stores answer from a full-text index (SQLite FTS5) kept beside them
-        and brought up to date with the logs that changed since the last search; other stores
-        read every log. Live sessions are searched as stored (unflushed events are not seen).
+        SQLite and JSONL stores answer from a full-text index (SQLite FTS5) kept beside them,
+        PostgreSQL stores from full-text tables in their schema, each brought up to date with
+        the logs that changed since the last search; a memory store reads every log. Live sessions are searched as stored (unflushed events are not seen).
         Sessions in the trash are left out, as ``list`` leaves them out, unless ``trash``;
         archived ones are searched (docs/stores.md#search).
 
