@@ -298,8 +298,9 @@ class Store:
 
         SQLite and JSONL stores answer from a full-text index (SQLite FTS5) kept beside them,
         PostgreSQL stores from full-text tables in their schema, each brought up to date with
-        the logs that changed since the last search; a memory store reads every log. Live sessions are searched as stored (unflushed events are not seen).
-        Sessions in the trash are left out, as ``list`` leaves them out, unless ``trash``;
+        the logs that changed since the last search; a memory store reads every log. Live
+        sessions are searched as stored (unflushed events are not seen). Sessions in the trash
+        are left out, as ``list`` leaves them out, unless ``trash``;
         archived ones are searched (docs/stores.md#search).
 
         Args:

@@ -105,9 +105,8 @@ class SearchResults:
 
     Attributes:
         hits: The matches, newest indexed first, at most the limit asked.
-        sessions: Sessions searched: every stored one here, the store log included
-            (``Store.search`` counts neither the store log nor, unless asked, the trash:
-            docs/stores.md#search).
+        sessions: Sessions searched: every stored one but the store log (``Store.search``
+            also leaves out, unless asked, the trash: docs/stores.md#search).
         reindexed: Sessions whose log was read to bring the index up to date.
         unreadable: Ids of sessions left out because their log cannot be read (``dsh verify``
             names the damage).
@@ -558,13 +557,14 @@ class SidecarIndex:
 
         The answer of ``MATCH '"w1" … "wn"*' ORDER BY rowid DESC LIMIT limit``, found without
         the last word's whole prefix doclist when the exact words are common: FTS5 merges the
-        doclists of every term with that prefix before its first row (~28 ms of CPU for a
-        word in a quarter of 3.6 M messages), while exact words are walked newest first and
+        doclists of every term with that prefix before its first row (~21 ms of CPU for a
+        word in a quarter of 2.9 M messages), while exact words are walked newest first and
         stop at the limit. When the exact query (the last word too taken whole) fills the
         limit, its hits match the prefix query as well, so the prefix query's hits are all at
         or after its oldest one: the rows there holding the other words (at most
-        :data:`WINDOW_ROWS` per hit asked, 64 more) are matched against the prefix query in a scratch FTS5 table of
-        the same tokenizer. Otherwise the prefix query is asked as it is.
+        :data:`WINDOW_ROWS` per hit asked, 64 more) are matched against the prefix query in a
+        scratch FTS5 table of the same tokenizer. Otherwise the prefix query is asked as it
+        is. Rule: docs/formats.md#search-index.
         """
         conn = self.conn
         full = _fts_query(words)
