@@ -178,6 +178,38 @@ def test_one_initialize_line_from_a_file_is_answered_into_a_file(tmp_path: Path)
     assert b"error[MISSING_KEY]" in proc.stderr  # said once, up front
 
 
+def test_a_line_of_json_that_is_not_a_message_object_is_skipped_not_fatal(
+        tmp_path: Path) -> None:
+    # before: a JSON array or bare value on stdin ended the connection (error[BUG]
+    # AttributeError from the acp package's receive loop), unanswered requests and all
+    new = (b'{"jsonrpc":"2.0","id":"n","method":"session/new",'
+           b'"params":{"cwd":"/tmp","mcpServers":[]}}\n')
+    proc = subprocess.run([sys.executable, "-m", "dsh.cli", "acp"],
+                          input=INITIALIZE + b'[1, 2]\n"text"\n7\nnull\nnot json\n' + new,
+                          capture_output=True, env=_plain_env(tmp_path), timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert b"error[BUG]" not in proc.stderr and b"Traceback" not in proc.stderr
+    replies = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert set(replies) == {0, "n"}
+
+
+def test_a_new_session_with_a_relative_cwd_is_invalid_params(tmp_path: Path) -> None:
+    # before: -32603 internal error, with the EventRejectedError's traceback on stderr
+    new = (b'{"jsonrpc":"2.0","id":"n","method":"session/new",'
+           b'"params":{"cwd":"relative/dir","mcpServers":[]}}\n')
+    proc = subprocess.run([sys.executable, "-m", "dsh.cli", "acp", "--provider",
+                           "openai-compatible", "--model", "m", "--base-url",
+                           "http://127.0.0.1:9/v1"], input=INITIALIZE + new,
+                          capture_output=True, env=_plain_env(tmp_path), timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    replies = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    error = replies["n"]["error"]
+    assert error["code"] == -32602 and error["data"]["code"] == "HEADER"
+    assert "absolute path" in error["data"]["message"] and b"Traceback" not in proc.stderr
+
+
 def test_requests_piped_before_the_end_of_stdin_are_all_answered(tmp_path: Path) -> None:
     # echo ... | dsh acp: stdin ends at once; each request still gets its answer, and one
     # that needs a model says why there is none

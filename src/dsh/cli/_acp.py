@@ -61,7 +61,7 @@ from acp.schema import (
     SessionResumeCapabilities,
 )
 
-from dsh._errors import DshError
+from dsh._errors import DshError, EventRejectedError
 from dsh.cli._common import fresh_session_id
 
 if TYPE_CHECKING:
@@ -168,7 +168,8 @@ class StdioTransport:
     files as well as pipes, sockets or terminals (``dsh acp < request.json > answer.json``).
     The end of stdin is passed on only once every request read has been answered, so a client
     that writes its requests and closes stdin (``echo '{...}' | dsh acp``) still gets its
-    answers. Messages are newline-delimited JSON; a line that is not JSON is logged and skipped.
+    answers. Messages are newline-delimited JSON; a line that is not JSON, or JSON but not an
+    object (a batch array, a bare value), is logged and skipped.
     Rule: docs/standards.md#agent-client-protocol.
     """
 
@@ -198,6 +199,11 @@ class StdioTransport:
             message = json.loads(line)
         except ValueError:
             logger.warning("dsh acp: a line of stdin is not JSON; skipped")
+            return
+        if not isinstance(message, dict):  # a batch array or a bare value: the acp package's
+            # receive loop would fail on it and end the whole connection
+            logger.warning("dsh acp: a line of stdin is JSON but not a JSON-RPC message object "
+                           "(found %s); skipped", type(message).__name__)
             return
         key = _request_key(message, answer=False)
         if key is not None:
@@ -282,9 +288,18 @@ class DshAcpAgent:
 
     async def new_session(self, cwd: str, mcp_servers: Any = None,
                           **kwargs: Any) -> NewSessionResponse:
-        """Create a session in the store whose header names ``cwd``."""
+        """Create a session in the store whose header names ``cwd``.
+
+        Raises:
+            RequestError: invalid params (the ``EventRejectedError``'s code and message) when
+                the header is refused, such as a ``cwd`` that is not an absolute path
+                (docs/formats.md#the-session-header).
+        """
         session_id = str(uuid4())
-        self._agents[session_id] = self._live(session_id, cwd, {"cwd": cwd})
+        try:
+            self._agents[session_id] = self._live(session_id, cwd, {"cwd": cwd})
+        except EventRejectedError as exc:  # the header refused: the client's params
+            raise RequestError.invalid_params({"code": exc.code, "message": exc.message}) from exc
         return NewSessionResponse(session_id=session_id)
 
     def _need_provider(self) -> None:
