@@ -96,6 +96,32 @@ def test_injected_markup_and_terminal_escapes_are_shown_as_text(client: TestClie
     assert "show all (0 more lines, 10,481,760 more characters)" in html
 
 
+def test_a_message_of_many_blocks_is_clipped_with_a_way_to_all_of_them(tmp_path: Path) -> None:
+    # before: every block was rendered, so one imported message of 100,000 one-line blocks
+    # made the session page, and the model pane, 3.5 MB
+    url = f"jsonl:{tmp_path / 'store'}"
+    with dsh.open(url) as opened:
+        s = opened.session("many")
+        s.append("turn/start", {"turn": 1})
+        s.append("step/start", {"turn": 1, "step": 1})
+        s.append("user/message", {"content": [{"type": "text", "text": f"line {i}"}
+                                              for i in range(5000)],
+                                  "source": {"kind": "user"}, "role": "user", "id": "u1"},
+                 surface_op="append")
+        s.append("step/end", {"turn": 1, "step": 1})
+        s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    store = ViewStore(url)
+    with TestClient(create_app(store, token=TOKEN)) as c:
+        page = c.get(f"/s/many?token={TOKEN}").text
+        assert "line 39<" in page and "line 40<" not in page and len(page) < 50_000
+        assert 'href="/s/many/e/2/text">show all (4,960 more blocks)</a>' in page
+        model = c.get("/s/many/model/4?fragment=1").text
+        assert "line 40<" not in model and "show all (4,960 more blocks)" in model
+        full = c.get("/s/many/e/2/text").text
+        assert "line 4999<" in full and "more blocks" not in full
+    store.close()
+
+
 def test_missing_session_and_route_are_404_pages_that_link_back(client: TestClient) -> None:
     for path in ("/s/no-such-session", "/s/s1-normal/e/99999", "/nowhere"):
         page = client.get(path)

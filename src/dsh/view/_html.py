@@ -30,6 +30,9 @@ CLIP_CHARS: Final = 4000
 CLIP_LINES: Final = 40
 """Lines of one text shown before "show all"."""
 
+CLIP_BLOCKS: Final = 40
+"""Blocks of one message shown before "show all" (an imported message may hold 100,000)."""
+
 _IMAGE_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
@@ -128,7 +131,7 @@ _ENV = jinja2.Environment(
 _ENV.filters.update(t=_text, ms=_ms, json=_json, clip=clip, arguments=_arguments,
                     usage=_usage)
 _ENV.globals.update(session_url=session_url, url=url, image_src=_image_src,
-                    CLIP_CHARS=CLIP_CHARS)
+                    CLIP_CHARS=CLIP_CHARS, CLIP_BLOCKS=CLIP_BLOCKS)
 
 
 def _cell_ms(epoch_ms: int) -> str:
