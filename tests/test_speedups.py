@@ -597,6 +597,13 @@ def test_speedups_chain_leaves_reference_counts_are_stable() -> None:
     assert (sys.getrefcount(frozen_leaf), sys.getrefcount(event)) == before
 
 
+def _without_sha_ni(probe: str) -> list[str]:
+    """What ``probe`` prints in a fresh process whose accelerator hashes through hashlib."""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, env={**os.environ, "DSH_SPEEDUPS_NO_SHA_NI": "1"})
+    return out.stdout.split()
+
+
 def test_speedups_chain_leaves_hash_every_padding_length_like_hashlib() -> None:
     # the SHA-NI path pads the last block itself: every length mod 64 (55, 56 and 63 bytes
     # left over included) against hashlib, and the hashlib path itself (SHA_NI off)
@@ -616,6 +623,48 @@ def test_speedups_chain_leaves_hash_every_padding_length_like_hashlib() -> None:
              "hashlib.sha256, orjson.dumps) == [hashlib.sha256(hashlib.sha256(bytes(range(16)) "
              "+ n.to_bytes(8, 'little')).digest()[:16] + dj.dumps_canonical(e)).digest() "
              "for n, e in enumerate(events)])")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True, env={**os.environ, "DSH_SPEEDUPS_NO_SHA_NI": "1"})
-    assert out.stdout.split() == ["0", "True"]
+    assert _without_sha_ni(probe) == ["0", "True"]
+
+
+def test_speedups_chain_digest_equals_the_digest_of_the_sliced_leaves() -> None:
+    # dsh verify checks each batch where it lies in the log: chain_digest(events, a, b) is the
+    # digest of chain_leaves(events[a:b]), on the SHA-NI path and on hashlib's (SHA_NI off)
+    import hashlib
+
+    from dsh.persistence import _chain
+
+    key = bytes(range(16))
+    events = [Event(snapshot_json({"seq": n, "type": "x/y", "data": {"é": "x" * n, "f": 1.5}}))
+              for n in range(130)]
+    record = _chain.ChainRecord(bytes(32), bytes(32), 0, 0, _chain.Writer("h", 1), bytes(16),
+                                b"\0" + key)
+    for start, stop in ((0, 130), (3, 70), (64, 65), (5, 5), (129, 130)):
+        expected = _chain.batch_digest(
+            sp.chain_leaves(events[start:stop], key, hashlib.sha256, orjson.dumps))
+        assert sp.chain_digest(events, start, stop, key, hashlib.sha256, orjson.dumps) \
+            == expected
+        assert sp.chain_digest(tuple(events), start, stop, key, hashlib.sha256,
+                               orjson.dumps) == expected
+        assert _chain.events_digest(record, events, start, stop) == expected
+    assert sp.chain_digest([], 0, 0, key, hashlib.sha256, orjson.dumps) \
+        == hashlib.sha256(b"").digest()
+    for start, stop in ((-1, 3), (4, 3), (0, 131)):
+        with pytest.raises(ValueError):
+            sp.chain_digest(events, start, stop, key, hashlib.sha256, orjson.dumps)
+    deep = Event(snapshot_json({"seq": 3, "type": "x/y", "data": nested_lists(DEEP, 1)}))
+    with pytest.raises(sp.Fallback):  # deeper than the C walk goes: left to the reference
+        sp.chain_digest([events[0], deep], 0, 2, key, hashlib.sha256, orjson.dumps)
+    with pytest.raises(sp.Fallback):
+        sp.chain_digest([events[0], FrozenDict({"seq": "3"})], 0, 2, key, hashlib.sha256,
+                        orjson.dumps)
+    mixed = [events[0], deep]
+    assert _chain.events_digest(record, mixed, 0, 2) == _chain.batch_digest(
+        _chain.event_leaves(record, mixed))
+    probe = ("import hashlib, orjson, dsh.json as dj; from dsh.json import snapshot_json; "
+             "from dsh.session._events import Event; from dsh.persistence import _chain; "
+             "events = [Event(snapshot_json({'seq': n, 'type': 'x/y', 'data': 'x' * n})) "
+             "for n in range(70)]; k = bytes(range(16)); "
+             "print(dj._speedups.SHA_NI, dj._speedups.chain_digest(events, 2, 69, k, "
+             "hashlib.sha256, orjson.dumps) == _chain.batch_digest(dj._speedups.chain_leaves("
+             "events[2:69], k, hashlib.sha256, orjson.dumps)))")
+    assert _without_sha_ni(probe) == ["0", "True"]

@@ -1015,6 +1015,22 @@ def test_rows_text_joins_metadata_then_payloads_of_real_rows() -> None:
         dj.c_rows_text(rows)  # a lone surrogate: Python encodes it (surrogatepass)
 
 
+def test_rows_text_of_a_span_skips_the_rowid_without_copying_the_rows() -> None:
+    # check_row_seals checksums each sealed range of a read's (rowid, ...) rows in place
+    from dsh.persistence._seal import _span_crc, rows_crc, rows_text
+
+    rows = [(10 + i, i, "turn/start", 5 + i, f'{{"turn":{i}}}', b"\x01" if i % 2 else None,
+             '"append"' if i == 2 else None, 1 if i == 3 else None) for i in range(5)]
+    assert dj.c_rows_text(rows, 1, 4, 1) == rows_text([r[1:] for r in rows[1:4]])
+    assert dj.c_rows_text(rows, 3, 99, 1) == rows_text([r[1:] for r in rows[3:]])
+    assert dj.c_rows_text(rows, 4, 4, 1) == rows_text([]) == b"\x1d"
+    assert _span_crc(rows, 1, 4) == rows_crc([r[1:] for r in rows[1:4]])
+    with pytest.raises(dj.CFallback):
+        dj.c_rows_text(rows, 0, 5, 0)  # 8 columns without the skip: not a row
+    with pytest.raises(ValueError):
+        dj.c_rows_text(rows, -1, 5, 1)
+
+
 @settings(max_examples=examples(200), deadline=None)
 @given(seqs=st.lists(st.one_of(st.integers(-2, 12), st.booleans(), st.floats(0, 12),
                                st.none(), st.integers(2**63, 2**64)), max_size=12),

@@ -66,8 +66,11 @@ def message_shape_ok(event: Mapping[str, Any], /) -> bool:
 def stored_prescan(events: Sequence[Any], known_types: AbstractSet[str], /) -> tuple[int, int]:
     """``(legacy_at, unknown_at)``; reference: ``dsh.persistence._legacy.python_stored_prescan``."""
 
-def rows_text(rows: list[Any], /) -> bytes:
-    """The text a seal checksums over SQLite rows (reference: ``_seal.rows_text``)."""
+def rows_text(rows: list[Any], start: int = ..., stop: int = ..., skip: int = ..., /) -> bytes:
+    """The text a seal checksums over ``rows[start:stop]``, each row's columns from ``skip``.
+
+    Reference: ``_seal.rows_text`` of those rows without their first ``skip`` columns.
+    """
 
 def encode_rows(events: Sequence[Any], schema_version: int, dumps: Callable[[Any], bytes],
                 encode_large: Callable[[bytes], Any], threshold: int, /) -> list[Any]:
@@ -96,6 +99,13 @@ def chain_leaves(events: Sequence[Mapping[str, Any]], batch_key: bytes,
                  sha256: Callable[[bytes], Any], dumps: Callable[[Any], bytes], /
                  ) -> list[bytes]:
     """A batch's seal chain leaves under ``batch_key`` (reference: ``_chain.event_leaves``)."""
+
+def chain_digest(events: Sequence[Mapping[str, Any]], start: int, stop: int, batch_key: bytes,
+                 sha256: Callable[[bytes], Any], dumps: Callable[[Any], bytes], /) -> bytes:
+    """The digest of ``events[start:stop]``'s chain leaves under ``batch_key``, in one pass.
+
+    Reference: ``_chain.batch_digest(_chain.event_leaves(...))`` of the slice.
+    """
 
 def plain_numbers(value: object, /) -> bool:
     """The number check of ``dsh.json.loads_plain`` in place (reference: ``_plain_numbers``)."""

@@ -208,10 +208,10 @@ _SPEEDUPS_API: Final = (
     "scan_lines",
     "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
     "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
-    "running_sums_below", "canonical", "chain_leaves", "plain_numbers")
+    "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 6
+_SPEEDUPS_API_VERSION: Final = 7
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -396,6 +396,7 @@ c_running_sums_below = _optional(_accelerator.running_sums_below)
 # dsh.persistence._chain.event_leaves)
 c_canonical = _optional(_accelerator.canonical)
 c_chain_leaves = _optional(_accelerator.chain_leaves)
+c_chain_digest = _optional(_accelerator.chain_digest)
 
 
 def _fast(v: Any, depth: int) -> Any:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dsh.persistence._chain import ChainRecord, batch_digest, event_leaves, incarnation_bytes
+from dsh.persistence._chain import ChainRecord, events_digest, incarnation_bytes
 from dsh.persistence._seal import read_seal
 from dsh.session import Event
 
@@ -148,8 +148,7 @@ def prove_chain(session_id: str, seal_path: str, incarnation: str, events: Seque
                 f"committed events were removed", *at))
             break
         try:
-            same = batch_digest(event_leaves(record, events[record.first:record.end])) \
-                == record.digest
+            same = events_digest(record, events, record.first, record.end) == record.digest
         except ValueError as exc:
             same = False
             note = f" (its key part is damaged: {exc})"
