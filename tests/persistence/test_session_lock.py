@@ -5,10 +5,10 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-import filelock
 import pytest
 
 from dsh._errors import PersistenceError
+from dsh.persistence import _lock
 from dsh.persistence._lock import SessionLock
 
 
@@ -18,7 +18,7 @@ def test_a_lock_file_that_cannot_be_written_is_a_clear_error_not_a_crash(
     def refuse(self: object, *args: object, **kwargs: object) -> None:
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(filelock.FileLock, "acquire", refuse)
+    monkeypatch.setattr(_lock._Flock, "acquire", refuse)
     path = tmp_path / "s" / "session.lock"
     with pytest.raises(PersistenceError) as caught:
         SessionLock(path, "s")

@@ -6,7 +6,7 @@ A backend stores sessions: one header (the ``SessionHeader`` wire object,
     docs/formats.md#the-session-header)
 and one append-only event log per session id. Access goes through a :class:`Handle` opened in
 ``"read"`` or ``"write"`` mode. A write handle is exclusive inside the process and across
-processes (a ``filelock`` lock file beside the data, never a table inside a SQLite file); a
+processes (an OS-locked lock file beside the data, never a table inside a SQLite file); a
 second writer gets :class:`~dsh._errors.SessionBusyError` naming the holder.
 
 Shapes:

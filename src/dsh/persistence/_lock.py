@@ -4,14 +4,16 @@ Rule: docs/stores.md#the-backend-contract.
 
 dsh excludes only writers inside its own process (docs/formats.md#jsonl,
 docs/rules.md#one-writer-per-session); the port excludes writers everywhere. The lock is an OS file
-lock (``filelock.FileLock``: ``fcntl.flock`` on POSIX) on a file beside the data, acquired without
-blocking. After acquiring, the holder writes ``{"pid", "host", "since"}`` (since = epoch ms) to
-``<lock>.owner`` so a refused writer can name the holder. The OS releases the lock when the holder
-process dies, so a crash never leaves a stale lock; a stale ``.owner`` file is simply overwritten by
-the next holder.
+lock on a file beside the data, acquired without blocking: ``fcntl.flock`` called directly on
+POSIX (the lock ``filelock.FileLock`` takes there, without its ~1 ms of bookkeeping per lock: an
+adapter's first write takes it), ``filelock`` elsewhere. After acquiring, the holder writes
+``{"pid", "host", "since"}`` (since = epoch ms) to ``<lock>.owner`` so a refused writer can name
+the holder. The OS releases the lock when the holder process dies, so a crash never leaves a
+stale lock; a stale ``.owner`` file is simply overwritten by the next holder.
 
-``filelock`` locks are re-entrant inside one process (same path → same lock object), so the
-in-process exclusion is a separate registry of held paths guarded by a mutex.
+``flock`` excludes other open files of the lock file in this process too, but ``filelock`` locks
+are re-entrant inside one process (same path → same lock object), so the in-process exclusion
+is a separate registry of held paths guarded by a mutex, naming the holder.
 """
 
 from __future__ import annotations
@@ -24,11 +26,17 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 from dsh._errors import PersistenceError, SessionBusyError
 from dsh.persistence._paths import mkdir_private, refuse_symlink
 
 __all__ = ["SessionLock"]
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: filelock's msvcrt lock
+    fcntl = None  # type: ignore[assignment]
 
 _held: dict[str, dict[str, object]] = {}  # lock key -> holder info, for in-process refusals
 _held_mutex = threading.Lock()
@@ -42,6 +50,74 @@ def _read_owner(owner_path: Path) -> dict[str, object]:
         # The holder may not have written its sidecar yet (tiny window after acquire).
         return {}
     return value if isinstance(value, dict) else {}
+
+
+class _OsLock(Protocol):
+    def acquire(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class _Flock:
+    """An exclusive ``flock`` on a file (created 0600, never followed through a symlink)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock without blocking: False when another open file holds it.
+
+        Raises:
+            OSError: the file cannot be opened or locked (a folder we may not write in).
+        """
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+
+class _PortableLock:
+    """``filelock.FileLock`` where there is no ``fcntl`` (Windows)."""
+
+    def __init__(self, path: str) -> None:
+        # Imported here: reading a store (`dsh ls`) takes no lock and skips its ~10 ms import.
+        from filelock import FileLock
+
+        self._lock = FileLock(path, timeout=0, mode=0o600, thread_local=False,
+                              is_singleton=False, preserve_lock_file=True)
+
+    def acquire(self) -> bool:
+        from filelock import Timeout
+
+        try:
+            self._lock.acquire(timeout=0, blocking=False)
+        except Timeout:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._lock.release(force=True)
+
+
+def os_lock(path: str) -> _OsLock:
+    """The OS file lock on ``path`` (not taken yet): ``flock``, or ``filelock`` without fcntl."""
+    return _Flock(path) if fcntl is not None else _PortableLock(path)
 
 
 class SessionLock:
@@ -58,9 +134,6 @@ class SessionLock:
     """
 
     def __init__(self, lock_path: Path, session_id: str) -> None:
-        # Imported here: reading a store (`dsh ls`) takes no lock and skips its ~10 ms import.
-        from filelock import FileLock, Timeout
-
         self.path = lock_path
         self.owner_path = lock_path.with_name(lock_path.name + ".owner")
         self.session_id = session_id
@@ -79,16 +152,10 @@ class SessionLock:
             if holder is not None:
                 self._busy(holder, in_process=True)
             _held[key] = info
-        self._lock = FileLock(
-            str(lock_path), timeout=0, mode=0o600, thread_local=False, is_singleton=False,
-            preserve_lock_file=True)
+        self._lock = os_lock(str(lock_path))
         try:
-            self._lock.acquire(timeout=0, blocking=False)
-        except Timeout:
-            with _held_mutex:
-                _held.pop(key, None)
-            self._busy(_read_owner(self.owner_path), in_process=False)
-        except OSError as exc:  # after Timeout, which is one: a folder we may not write in
+            acquired = self._lock.acquire()
+        except OSError as exc:  # a folder we may not write in
             with _held_mutex:
                 _held.pop(key, None)
             raise PersistenceError(
@@ -101,6 +168,10 @@ class SessionLock:
             with _held_mutex:
                 _held.pop(key, None)
             raise
+        if not acquired:
+            with _held_mutex:
+                _held.pop(key, None)
+            self._busy(_read_owner(self.owner_path), in_process=False)
         self._released = False
         try:
             tmp = self.owner_path.with_name(self.owner_path.name + f".{os.getpid()}.tmp")
@@ -141,7 +212,7 @@ class SessionLock:
         try:
             with contextlib.suppress(FileNotFoundError):
                 self.owner_path.unlink()
-            self._lock.release(force=True)
+            self._lock.release()
         finally:
             with _held_mutex:
                 _held.pop(self._key, None)

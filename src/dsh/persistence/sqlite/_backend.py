@@ -9,7 +9,7 @@ Invariants this module owns (docs/formats.md#sqlite, docs/stores.md#the-backend-
   refuses a batch that does not continue it (a stale writer, ours or dsh's), so nothing is ever
   duplicated or overwritten; it commits with ``synchronous = FULL``, so a returned append is
   durable and ``flush()`` has nothing left to do;
-* a write handle is exclusive across threads and processes (``filelock`` + ``.owner`` sidecar);
+* a write handle is exclusive across threads and processes (an OS ``flock`` + ``.owner`` sidecar);
 * a torn tail (an undecodable row after the last intact ``turn/end``) is deleted only by a write
   handle that saw it in :meth:`SqliteHandle.read`, after re-checking it under the write lock.
 
