@@ -8,6 +8,7 @@ files, real sqlite3, real subprocesses.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -1481,6 +1482,28 @@ def test_sqlite_canonical_schema_objects_match_a_file_we_create(tmp_path: Path) 
     finally:
         conn.close()
     assert canonical_schema_objects(14) != canonical_schema_objects(17)
+
+
+def test_sqlite_pinned_schema_digests_are_those_of_the_canonical_objects(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pin that lets an open skip building the canonical objects is theirs, for both schemas.
+
+    Rule: docs/formats.md#files-and-connections.
+    """
+    for version in (14, 17):
+        found = canonical_schema_objects(version)
+        assert hashlib.sha256(repr(found).encode()).hexdigest() == \
+            schema.CANONICAL_SCHEMA_DIGESTS[version]
+        assert schema.is_canonical_schema(found, version)
+    assert not schema.is_canonical_schema(canonical_schema_objects(14), 17)
+    # one statement changed: neither the pin nor the canonical objects
+    altered = (*canonical_schema_objects(17)[:-1],
+               (*canonical_schema_objects(17)[-1][:3], "CREATE TABLE x (y)"))
+    assert not schema.is_canonical_schema(altered, 17)
+    # a SQLite that stores the DDL otherwise than the pin: its own objects still pass
+    monkeypatch.setitem(schema.CANONICAL_SCHEMA_DIGESTS, 17, "0" * 64)
+    assert schema.is_canonical_schema(canonical_schema_objects(17), 17)
+    assert not schema.is_canonical_schema(altered, 17)
 
 
 def test_sqlite_frozen_events_come_back_frozen(tmp_path: Path) -> None:

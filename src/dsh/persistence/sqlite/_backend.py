@@ -128,6 +128,7 @@ from dsh.persistence.sqlite._schema import (
     decode_row,
     decode_session_row,
     encode_batch,
+    is_canonical_schema,
     is_sealed_incarnation,
     is_uuid,
     scan_rows,
@@ -492,7 +493,7 @@ class _Connection:
     def _has_dsh_schema(self) -> bool:
         """Whether the schema objects are exactly dsh's of schema 14 or 17."""
         found = schema_objects(self.conn)
-        return any(found == canonical_schema_objects(v) for v in READABLE_SCHEMA_VERSIONS)
+        return any(is_canonical_schema(found, v) for v in READABLE_SCHEMA_VERSIONS)
 
     def _check_version(self, version: int) -> None:
         if version in READABLE_SCHEMA_VERSIONS:
@@ -508,8 +509,8 @@ class _Connection:
 
     def _check_objects(self, version: int) -> None:
         found = schema_objects(self.conn)
-        expected = canonical_schema_objects(version)
-        if found != expected:
+        if not is_canonical_schema(found, version):
+            expected = canonical_schema_objects(version)
             extra = sorted({o[1] for o in found} ^ {o[1] for o in expected}) or sorted(
                 {o[1] for o in set(found) ^ set(expected)})
             if [o[:3] for o in found] == [o[:3] for o in expected]:

@@ -16,6 +16,7 @@ Functions here take plain values (rows as tuples) so they can be fuzzed without 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import os
 import posixpath
 import re
@@ -72,6 +73,7 @@ __all__ = [
     "decode_picked",
     "ScanResult",
     "canonical_schema_objects",
+    "is_canonical_schema",
     "cwd_unchecked",
     "decode_row",
     "decode_source_event_seqs",
@@ -256,6 +258,31 @@ def canonical_schema_objects(version: int) -> tuple[SchemaObject, ...]:
         return schema_objects(conn)
     finally:
         conn.close()
+
+
+CANONICAL_SCHEMA_DIGESTS: Final = {
+    SCHEMA_VERSION: "50dd734b39ea4509093dfd660d85d2aeb72477da550691b19b47bc709d4a5b59",
+    LEGACY_SCHEMA_VERSION: "fb38e156f286863b86546986bb9666967614d43d7bdedfc8eee8cdcf8f97a73b",
+}
+"""SHA-256 of ``repr(canonical_schema_objects(version))`` as the SQLite this ships with builds
+it (a test checks they still agree): :func:`is_canonical_schema` compares a file's objects with
+it first, so opening a store does not run the DDL in a scratch database (0.5 ms, once per
+process) unless the objects differ from it."""
+
+
+def is_canonical_schema(found: tuple[SchemaObject, ...], version: int) -> bool:
+    """Whether ``found`` (from :func:`schema_objects`) is exactly dsh's schema ``version``.
+
+    Objects whose digest is :data:`CANONICAL_SCHEMA_DIGESTS`' are the ones dsh's DDL creates;
+    any others are compared with :func:`canonical_schema_objects`, built by the SQLite that
+    runs (so a SQLite that stores the DDL differently still opens its own files).
+
+    Rule: docs/formats.md#schema-17.
+    """
+    pinned = CANONICAL_SCHEMA_DIGESTS.get(version)
+    if pinned is not None and hashlib.sha256(repr(found).encode()).hexdigest() == pinned:
+        return True
+    return found == canonical_schema_objects(version)
 
 
 # --- row primitives -------------------------------------------------------------------------
