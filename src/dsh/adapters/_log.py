@@ -19,10 +19,10 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, MutableSequence, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, overload
 
 import orjson
 
@@ -453,14 +453,27 @@ class _Marks:
         return overrides
 
 
-def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> MutableSequence[int]:
-    """The surface node seqs of a validated log (appends and replaces, in order).
+def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> Sequence[int]:
+    """The surface node seqs of a validated log (appends and replaces, in order), read-only.
 
-    ``nodes``: the surface before ``events`` (a restore point's), folded on from there; a
-    restore point's packed seqs stay an int64 array (no int object per node: a cold read
-    of the latest items walks back only a few of them), copied from the array they were
-    checked through, which the write's resume then takes over without inflating them again.
+    ``nodes``: the surface before ``events`` (a restore point's), folded on from there. A
+    restore point's packed seqs stay the int64 array they were checked through, not copied
+    (no int object per node, and no copy of 800 KB at 100k items: a cold read of the latest
+    items walks back only a few of them, and the write's resume then takes that array over
+    without inflating the packed nodes again); seqs ``events`` append follow them
+    (:class:`_NodesThen`). A replace among ``events`` folds into a copy.
     """
+    if isinstance(nodes, NodeSeqs):
+        more: list[int] = []
+        for event in events:
+            op = event.get("surfaceOp")
+            if op is None:
+                continue
+            if op != "append":
+                break
+            more.append(event["seq"])
+        else:
+            return _NodesThen(nodes, more) if more else nodes
     out: MutableSequence[int] = (
         NodeSeqs.from_little_endian(nodes.little_endian()).to_array()
         if isinstance(nodes, NodeSeqs) else list(nodes))
@@ -477,8 +490,50 @@ def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> Mutable
     return out
 
 
+class _NodesThen(Sequence[int]):
+    """Read-only node seqs: a restore point's packed ones, then the seqs appended after its cut.
+
+    Args:
+        base: The restore point's nodes (not copied).
+        more: The seqs appended since, in order.
+    """
+
+    __slots__ = ("_base", "_more", "_split")
+
+    def __init__(self, base: NodeSeqs, more: list[int]) -> None:
+        self._base = base
+        self._more = more
+        self._split = len(base)
+
+    def __len__(self) -> int:
+        return self._split + len(self._more)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError("node index out of range")
+        split = self._split
+        return self._base[position] if position < split else self._more[position - split]
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self._base
+        yield from self._more
+
+    def __reversed__(self) -> Iterator[int]:
+        yield from reversed(self._more)
+        yield from reversed(self._base)
+
+
 def read_stored(persistence: Persistence, session_id: str
-                ) -> tuple[Sequence[Event], int, tuple[Event, ...], MutableSequence[int]] | None:
+                ) -> tuple[Sequence[Event], int, tuple[Event, ...], Sequence[int]] | None:
     """The stored log as a resume would see it, read without a lock; None when not stored.
 
     Read by page through the log's restore point when it has one (only its tail is read now;
@@ -487,7 +542,7 @@ def read_stored(persistence: Persistence, session_id: str
     Returns:
         ``(events, stored, closers, nodes)``: the committed events then the repair closers a
         resume would append (in memory only), the count of committed events, the closers, and
-        the surface node seqs of ``events``.
+        the surface node seqs of ``events`` (read-only).
 
     Raises:
         LogCorruptError, SessionFormatUnsupportedError, UnknownEventTypeError: as a full read.
@@ -544,7 +599,7 @@ class _ColdView:
     stored: int
     closers: tuple[Event, ...]
     events: Sequence[Event]
-    nodes: MutableSequence[int]
+    nodes: Sequence[int]
     marks: _Marks
     encoded: dict[int, tuple[bytes | None, ...]]
 

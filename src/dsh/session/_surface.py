@@ -293,6 +293,9 @@ class NodeSeqs(Sequence[int]):
     def __iter__(self) -> Iterator[int]:
         return iter(self._view())
 
+    def __reversed__(self) -> Iterator[int]:
+        return reversed(self._view())
+
     def __contains__(self, value: object) -> bool:
         return value in self._view()
 
