@@ -481,7 +481,7 @@ def read_seal_after(path: Path, cut: SealCut) -> Seal | None:
         return None
     first, version, identity, published = found
     if not first <= cut.offset <= len(data) or (cut.batches and version != 2) \
-            or hashlib.sha256(memoryview(data)[first:cut.offset]).digest() != cut.digest:
+            or not _digests_to(path, data, first, cut):
         return None
     if published is not None and published.batches < cut.batches:
         seal = read_seal(path)
@@ -496,6 +496,39 @@ def read_seal_after(path: Path, cut: SealCut) -> Seal | None:
         _check_head(path, published, chain, pos, elided=cut)
     return Seal(path, identity, records, marks, version=version, head=published,
                 raw_chain=chain, elided=cut, clean=pos == len(data))
+
+
+_VOUCHED: dict[str, tuple[bytes, int, bytes]] = {}
+"""By seal path: the record bytes before a cut whose SHA-256 matched, its start and that digest
+(see :func:`_digests_to`); one entry per path, a few paths."""
+_VOUCHED_KEPT: Final = 4
+
+
+def _digests_to(path: Path, data: bytes, first: int, cut: SealCut) -> bool:
+    """Whether ``data[first:cut.offset]`` (the records before ``cut``) hash to ``cut.digest``.
+
+    The bytes that last matched at this path are kept: the same bytes again (an adapter's
+    write resumes through the restore point its read checked a moment before) are compared,
+    not hashed again (a memcmp of the 0.5 MB before the cut of a 100k-item session instead of
+    a SHA-256 of it, 0.8 ms here). Equal bytes have the equal digest, so nothing is trusted
+    that was not checked.
+    """
+    key = str(path)
+    kept = _VOUCHED.get(key)
+    if kept is not None and kept[1] == first and kept[2] == cut.digest \
+            and len(kept[0]) == cut.offset - first and data.startswith(kept[0], first):
+        return True
+    prefix = data[first:cut.offset]
+    if hashlib.sha256(prefix).digest() != cut.digest:
+        return False
+    _VOUCHED.pop(key, None)
+    _VOUCHED[key] = (prefix, first, cut.digest)
+    while len(_VOUCHED) > _VOUCHED_KEPT:
+        try:
+            del _VOUCHED[next(iter(_VOUCHED))]
+        except (KeyError, StopIteration, RuntimeError):  # another thread changed it meanwhile
+            break
+    return True
 
 
 def read_elided(path: Path, cut: SealCut, *, chain: bool = True
