@@ -52,7 +52,7 @@ import orjson
 from dsh._errors import LogCorruptError, PersistenceError
 from dsh.json import MAX_SAFE_INTEGER, dumps
 from dsh.persistence._paths import open_sidecar, replace_file
-from dsh.persistence._seal import restore_point_mark
+from dsh.persistence._seal import keep_recent, restore_point_mark
 from dsh.session import Event, NodeSeqs, RestoreFold, RestoreState
 
 __all__ = [
@@ -352,13 +352,7 @@ def decode_restore_point(data: bytes, *, session_id: str, backend: str) -> Resto
     if kept is not None and kept[0] == data:
         return kept[1]
     restore_point = _decode(data, session_id=session_id, backend=backend)
-    _decoded.pop(key, None)
-    _decoded[key] = (data, restore_point)
-    while len(_decoded) > _DECODED_KEPT:
-        try:
-            del _decoded[next(iter(_decoded))]
-        except (KeyError, StopIteration, RuntimeError):  # another thread changed it meanwhile
-            break
+    keep_recent(_decoded, key, (data, restore_point), _DECODED_KEPT)
     return restore_point
 
 
