@@ -71,7 +71,8 @@ class _Flock:
         Raises:
             OSError: the file cannot be opened or locked (a folder we may not write in).
         """
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                     | os.O_NONBLOCK, 0o600)  # (O_NONBLOCK: a FIFO put there never blocks)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
