@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import dsh
+from dsh.json import dumps
 from dsh.persistence import search
 from dsh.testing import LogBuilder
 from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
@@ -295,3 +296,29 @@ def test_a_sidecar_query_answers_as_the_prefix_query_itself(tmp_path: Path) -> N
         assert [hit[0] for hit in index.query(["handler"], 3)][:1] == ["late"]
     finally:
         index.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgresql"])
+def test_a_lone_surrogate_in_a_message_is_indexed_and_the_rest_is_found(
+        tmp_path: Path, kind: str) -> None:
+    """A lone surrogate is valid in a dsh log (docs/formats.md#lossless-json) but no UTF-8 for the index: it is
+    indexed as U+FFFD, so the store stays searchable (before: UnicodeEncodeError for every search
+    of the store, error[BUG] in dsh search and a 500 in the viewer)."""
+    with contextlib.ExitStack() as stack:
+        if kind == "postgresql":
+            reason = postgres_unreachable()
+            if reason is not None:
+                pytest.skip(f"SKIPPED LOUDLY: {reason}")
+            url = stack.enter_context(temporary_postgres_url())
+        else:
+            url = f"sqlite:{tmp_path / 's.db'}" if kind == "sqlite" else f"jsonl:{tmp_path / 'l'}"
+        _write(url, "a", ["broken \ud800 needle here"])
+        _write(url, "b", ["plain needle"])
+        with dsh.open(url) as store:
+            found = store.search("needle")
+            assert sorted({hit.session_id for hit in found.hits}) == ["a", "b"]
+            texts = [hit.snippet for hit in found.hits if hit.session_id == "a"]
+            assert any("broken \ufffd needle" in text for text in texts), texts
+            # the log keeps its text: only the index holds the replacement
+            assert any(b"broken \\ud800 needle" in dumps(event["data"])
+                       for event in store.session("a").events)

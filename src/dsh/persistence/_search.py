@@ -170,10 +170,20 @@ def message_texts(events: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, st
             data.get("message") if isinstance(data, Mapping) else None)
         if not isinstance(message, Mapping):
             continue
-        text = _all_text(message.get("content"))
+        text = _indexable(_all_text(message.get("content")))
         if text.strip():
             role = "tool" if kind == "tool/result" else str(message.get("role"))
             yield int(event["seq"]), role, text
+
+
+def _indexable(text: str) -> str:
+    # A lone surrogate is valid in a dsh log (docs/formats.md#lossless-json) but has no UTF-8 for the index's
+    # SQL text, and is no word: it is indexed, and shown in snippets, as U+FFFD.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def _all_text(content: Any) -> str:
