@@ -301,9 +301,10 @@ def test_a_sidecar_query_answers_as_the_prefix_query_itself(tmp_path: Path) -> N
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgresql"])
 def test_a_lone_surrogate_in_a_message_is_indexed_and_the_rest_is_found(
         tmp_path: Path, kind: str) -> None:
-    """A lone surrogate is valid in a dsh log (docs/formats.md#lossless-json) but no UTF-8 for the index: it is
-    indexed as U+FFFD, so the store stays searchable (before: UnicodeEncodeError for every search
-    of the store, error[BUG] in dsh search and a 500 in the viewer)."""
+    """A lone surrogate is valid in a dsh log (docs/formats.md#lossless-json) but no UTF-8 for
+    the index: it is indexed as U+FFFD, so the store stays searchable (before:
+    UnicodeEncodeError for every search of the store, error[BUG] in dsh search and a 500 in the
+    viewer)."""
     with contextlib.ExitStack() as stack:
         if kind == "postgresql":
             reason = postgres_unreachable()

@@ -177,8 +177,8 @@ def message_texts(events: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, st
 
 
 def _indexable(text: str) -> str:
-    # A lone surrogate is valid in a dsh log (docs/formats.md#lossless-json) but has no UTF-8 for the index's
-    # SQL text, and is no word: it is indexed, and shown in snippets, as U+FFFD.
+    # A lone surrogate is valid in a dsh log (docs/formats.md#lossless-json) but has no UTF-8
+    # for the index's SQL text, and is no word: it is indexed, and shown in snippets, as U+FFFD.
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
