@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import logging
 import os
 import secrets
@@ -339,6 +340,158 @@ def _sample_lines(data: bytes, pos: int, committed: int, step: int, *,
         pos = start
 
 
+_STREAM_CHUNK_BYTES: Final = 1024 * 1024
+"""Bytes a streamed raw read takes at a time: the read's peak holds one chunk, not the file."""
+_STREAM_HEADER_MAX_BYTES: Final = 1024 * 1024
+"""A longer header line is left to the whole read."""
+
+
+class _SealCheck:
+    """The seal records of a raw log checked against its bytes fed in file order."""
+
+    def __init__(self, records: list[tuple[int, int, int]]) -> None:
+        self._records = records
+        self._next = 0  # the record being summed
+        self._crc = 0
+        self._ok = True
+
+    def feed(self, chunk: bytes, offset: int) -> None:
+        """Sum ``chunk`` (the file's bytes from ``offset``) into the records it touches."""
+        records, k, crc, end = self._records, self._next, self._crc, offset + len(chunk)
+        with memoryview(chunk) as view:
+            while self._ok and k < len(records):
+                start, stop, want = records[k]
+                if start >= end:
+                    break
+                a, b = max(start, offset) - offset, min(stop, end) - offset
+                if a < b:
+                    crc = crc_of(view[a:b], crc)
+                if stop > end:
+                    break
+                self._ok = crc == want
+                crc, k = 0, k + 1
+        self._next, self._crc = k, crc
+
+    def finish(self) -> bool:
+        """True when every record was fed whole and matched."""
+        return self._ok and self._next == len(self._records)
+
+
+class _IndexSampler:
+    """:func:`_sample_raw_index` over a raw log fed in chunks (the same entries, same rules).
+
+    ``feed`` takes consecutive pieces of the file from the header's end; ``index`` then
+    holds ``(seq, offset, line end)`` of each sampled record, cut at the committed length by
+    :meth:`finish`.
+    """
+
+    def __init__(self, header_end: int) -> None:
+        self.entries: list[tuple[int, int, int]] = []
+        self._from = header_end + rp.INDEX_EVERY_BYTES  # the next "\n" at or after this
+        self._start = -1  # offset of the record to decode once its line is complete
+        self._part = b""
+        self._last = 0
+        self._done = False
+
+    def feed(self, chunk: bytes, offset: int) -> None:
+        end = offset + len(chunk)
+        while not self._done:
+            if self._start < 0:
+                if self._from >= end:
+                    return
+                nl = chunk.find(b"\n", max(self._from - offset, 0))
+                if nl < 0:
+                    return
+                self._start = offset + nl + 1
+            rel = self._start - offset
+            if rel >= len(chunk):
+                return  # the record starts in a later chunk
+            nl = chunk.find(b"\n", max(rel, 0))
+            if nl < 0:
+                self._part += chunk[max(rel, 0):]
+                return
+            line, self._part = self._part + chunk[max(rel, 0):nl], b""
+            try:
+                first = decode_storage_record(loads(line))[0]
+            except DshError:
+                self._done = True
+                return
+            seq = first.get("seq") if isinstance(first, dict) else None
+            if type(seq) is int and seq > self._last:
+                self.entries.append((seq, self._start, offset + nl + 1))
+                self._last = seq
+            self._from = self._start + rp.INDEX_EVERY_BYTES
+            self._start = -1
+
+    def finish(self, header_end: int, committed: int) -> list[tuple[int, int]]:
+        """The page-in index: ``(0, header_end)``, then the samples inside ``committed``."""
+        index = [(0, header_end)]
+        for seq, start, line_end in self.entries:
+            if line_end > committed:
+                break
+            index.append((seq, start))
+        return index
+
+
+def _stream_raw(path: Path, seal: Seal | None) -> tuple[ParsedLog, int, bytes, str] | None:
+    """Read and parse a raw log in bounded chunks; None at any doubt (then read it whole).
+
+    Rule: docs/formats.md#reading-the-committed-region (streamed reads).
+
+    The happy path of ``parse_log(_stable_read(...))``: stat, read chunk by chunk (each one
+    scanned, its seal ranges checksummed and sampled for the index, then released), stat.
+    Anything but a log read whole, unchanged, with its seal matching and no error is left to
+    the whole read, which names the damage as it always did: the two stats differ or the
+    bytes read are not the size, any scan error, a sealed range that differs or is cut off,
+    a seal whose records are not in order, a header with the seal mark but no seal records.
+
+    Returns:
+        ``(parsed, file size, header bytes, revision)``, or None.
+    """
+    records = seal.records if seal is not None else []
+    if any(a[1] > b[0] for a, b in itertools.pairwise(records)):
+        return None
+    try:
+        before = os.stat(path)
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+            head = f.readline(_STREAM_HEADER_MAX_BYTES)
+            nl = head.find(b"\n")
+            if nl < 0 or nl + 1 != len(head):
+                return None  # a header longer than a chunk, or none: the whole read
+            header = parse_header_strict(head, path=str(path))
+            if (seal is None or not records) and has_seal_mark(head):
+                return None
+            header_end = len(head)
+            scanner = Scanner(path=str(path), start_offset=header_end)
+            sampler = _IndexSampler(header_end)
+            crcs = _SealCheck(records)
+            crcs.feed(head, 0)
+            offset = header_end
+            while True:
+                chunk = f.read(_STREAM_CHUNK_BYTES)
+                if not chunk:
+                    break
+                crcs.feed(chunk, offset)
+                scanner.feed(chunk)
+                sampler.feed(chunk, offset)
+                offset += len(chunk)
+        after = os.stat(path)
+    except (OSError, DshError):
+        return None  # the whole read raises what applies (vanished, corrupt, unstable)
+    revision = file_revision(after)
+    if file_revision(before) != revision or offset != after.st_size \
+            or not crcs.finish():
+        return None
+    result = scanner.finish()
+    torn = None
+    if result.committed < offset:
+        torn = TornTail(result.committed, result.issue_line,
+                        result.reason or "uncommitted tail")
+    return (ParsedLog(header, result.events, torn, result.committed, header_end,
+                      sampler.finish(header_end, result.committed), result.prescan),
+            offset, head, revision)
+
+
 def parse_log(data: bytes, *, compression: Compression, path: str,
               seal: Seal | None = None) -> ParsedLog:
     """Parse a whole log file (raw or zstd) into its committed prefix.
@@ -548,14 +701,21 @@ class JsonlHandle(HandleBase):
         # The seal is read before the log: the log only grows under a writer, so every range
         # the seal names is then inside the bytes read.
         seal = read_seal(self._seal_path()) if raw else None
-        data, revision = _stable_read(self.path, self._id,
-                                      compression=self._backend.compression,
-                                      settle=self._mode == "read")
-        parsed = parse_log(data, compression=self._backend.compression, path=str(self.path),
-                           seal=seal)
+        # a raw log is streamed in chunks (its peak is one chunk, not the file); at any
+        # doubt it is read whole, which names the damage (docs/formats.md)
+        streamed = _stream_raw(self.path, seal) if raw else None
+        data = b""  # streamed: never needed (a log missing its seal is not streamed)
+        if streamed is not None:
+            parsed, size, head, revision = streamed
+        else:
+            data, revision = _stable_read(self.path, self._id,
+                                          compression=self._backend.compression,
+                                          settle=self._mode == "read")
+            parsed = parse_log(data, compression=self._backend.compression,
+                               path=str(self.path), seal=seal)
+            size, head = len(data), data[:parsed.header_end]
         self._backend._check_identity(self._id, parsed.header, self.path)
-        if raw and (seal is None or not seal.records) and has_seal_mark(
-                data[:parsed.header_end]):
+        if raw and (seal is None or not seal.records) and has_seal_mark(head):
             adopted = self._adopt_staged_seal(data)
             if adopted is None:
                 raise self._seal_missing()
@@ -575,17 +735,17 @@ class JsonlHandle(HandleBase):
         if parsed.torn is not None and parsed.torn.byte_offset is not None:
             self._check_not_cut(parsed.torn.byte_offset,  # events of complete records
                                 len(parsed.events) - len(parsed.torn.recovered), parsed.header,
-                                len(data))
+                                size)
         elif not raw:  # a raw log cut at a line boundary is caught by its seal
-            self._check_not_cut(parsed.committed, len(parsed.events), parsed.header, len(data))
+            self._check_not_cut(parsed.committed, len(parsed.events), parsed.header, size)
         if self._mode == "write":
             self._pending_header = None
             self._listing_reset(parsed.torn is None)
-            self._tail = _Tail(True, len(parsed.events), len(data), parsed.torn,
-                               len(parsed.events), len(data),
+            self._tail = _Tail(True, len(parsed.events), size, parsed.torn,
+                               len(parsed.events), size,
                                seals=(seal.records if seal is not None else []) if raw else None,
                                index=parsed.index, header_end=parsed.header_end,
-                               header_digest=rp.digest(data[:parsed.header_end]),
+                               header_digest=rp.digest(head),
                                restore_marks=list(seal.restore_points) if seal else [],
                                chain=(seal.chain_state() if seal is not None
                                       else ChainState([])) if raw else ChainState([]),
