@@ -18,6 +18,7 @@ line numbers and suspect-tail reasons, or the same error with the same message a
 
 from __future__ import annotations
 
+import gc
 import importlib
 import itertools
 import operator
@@ -298,6 +299,41 @@ def test_scan_lines_leaves_every_long_digit_run_to_python(pad: int, digits: int,
     assert fast == slow
     # past 2**53 - 1 a number is refused (an exact error in both); text is always fine
     assert fast[0] == ("ok" if where in ("string", "key") or digits < 16 else "error")
+
+
+def test_scan_lines_shares_equal_nested_records_never_events() -> None:
+    # equal small records of scalars (a source, a step's data) decoded in one pass are one
+    # object; a record holding a long text, a float or a mutable-looking difference is not;
+    # the events themselves never are (each is retyped to Event alone); values stay equal
+    # to the Python scan's
+    user = {"id": "u", "role": "user", "source": {"kind": "user"},
+            "content": [{"type": "text", "text": "hi"}]}
+    long = "x" * 33
+    records = [
+        {"type": "step/start", "seq": 0, "time": 5, "data": {"turn": 1, "step": 1}},
+        {"type": "user/message", "seq": 1, "time": 5, "data": user, "surfaceOp": "append"},
+        {"type": "user/message", "seq": 2, "time": 5, "data": {**user, "id": "v"},
+         "surfaceOp": "append"},
+        {"type": "step/end", "seq": 3, "time": 5, "data": {"turn": 1, "step": 1}},
+        {"type": "x/note", "seq": 4, "time": 5, "data": {"t": long, "n": {"f": 2.5}}},
+        {"type": "x/note", "seq": 5, "time": 5, "data": {"t": long, "n": {"f": 2.5}}},
+        {"type": "step/end", "seq": 6, "time": 5, "data": {"turn": 1, "step": 2}}]
+    body = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    fast, slow = both_scans(body)
+    assert fast == slow and fast[0] == "ok"
+    scanner = fmt.Scanner(path="p", start_offset=0)
+    scanner.feed(body)
+    events = scanner.finish().events
+    assert events == records and all(type(e) is Event for e in events)
+    assert len({id(e) for e in events}) == len(events)
+    assert events[0]["data"] is events[3]["data"]  # {"turn": 1, "step": 1}
+    assert events[6]["data"] is not events[0]["data"]
+    assert events[1]["data"]["source"] is events[2]["data"]["source"]  # {"kind": "user"}
+    assert events[1]["data"]["content"][0] is events[2]["data"]["content"][0]
+    assert events[1]["data"] is not events[2]["data"]  # different ids
+    assert events[4]["data"] is not events[5]["data"]  # a long text: never compared
+    assert events[4]["data"]["n"] is not events[5]["data"]["n"]  # a float: not shared
+    assert type(events[0]["data"]) is FrozenDict and not gc.is_tracked(events[0]["data"])
 
 
 def test_scan_lines_freezes_parsed_trees_in_place_and_values_stay_right() -> None:

@@ -341,6 +341,12 @@ cons_slot(PyObject *const *kv, Py_ssize_t pairs, uint64_t h, int *found)
     return (Py_ssize_t)i;
 }
 
+/* The records evicted from the table during a pass, released when it ends: releasing one
+ * at eviction touches an object long out of the cache and stalls the scan on that miss (most
+ * of the sharing's cost); released together at the end, the misses overlap. */
+static PyObject **cons_evicted = NULL;
+static Py_ssize_t cons_evicted_count = 0, cons_evicted_cap = 0;
+
 /* Keep d (an untracked FrozenDict) in slot i for hash h, in place of what it held: records
  * repeat mostly within a turn or everywhere (sources, reasons), so the newest is kept. */
 static inline void
@@ -351,10 +357,19 @@ cons_keep(Py_ssize_t i, uint64_t h, PyObject *d)
     cons_hashes[i] = h;
     if (old == NULL) {
         cons_used[cons_count++] = (uint32_t)i;
+        return;
     }
-    else {
-        Py_DECREF(old);
+    if (cons_evicted_count == cons_evicted_cap) {
+        Py_ssize_t cap = cons_evicted_cap ? 2 * cons_evicted_cap : 4096;
+        PyObject **grown = PyMem_RawRealloc(cons_evicted, (size_t)cap * sizeof(PyObject *));
+        if (grown == NULL) {
+            Py_DECREF(old);  /* no room to defer it: release it now */
+            return;
+        }
+        cons_evicted = grown;
+        cons_evicted_cap = cap;
     }
+    cons_evicted[cons_evicted_count++] = old;
 }
 
 /* A new FrozenDict of the members kv (see frozen_of), or the table's equal one. */
@@ -388,6 +403,13 @@ str_cache_close(void)
         Py_CLEAR(cons_slots[cons_used[k]]);
     }
     cons_count = 0;
+    for (k = 0; k < cons_evicted_count; k++) {
+        Py_DECREF(cons_evicted[k]);
+    }
+    cons_evicted_count = 0;
+    cons_evicted_cap = 0;
+    PyMem_RawFree(cons_evicted);
+    cons_evicted = NULL;
     for (k = 0; k < str_cache_count; k++) {
         Py_CLEAR(str_cache_slots[str_cache_used[k]]);
     }
@@ -662,12 +684,54 @@ retype(PyObject *obj, PyTypeObject *to)
 
 static PyObject *own_walk(PyObject *v, int depth);
 
+/* 0 while decode_line freezes a chunk row: own_dict then shares none of its records. */
+static int own_cons = 1;
+
+/* 1 when tag (a parsed record's "type", maybe NULL) names a chunk row: "text-chunks",
+ * "reasoning-chunks" or "tool-chunks" (docs/formats.md#chunk-rows), all ending "-chunks",
+ * which no event type does; a cheap test on the str orjson made (not yet shared). */
+static inline int
+is_chunk_row_tag(PyObject *tag)
+{
+    Py_ssize_t n;
+    if (tag == NULL || !PyUnicode_CheckExact(tag) || !PyUnicode_IS_COMPACT_ASCII(tag)) {
+        return 0;
+    }
+    n = PyUnicode_GET_LENGTH(tag);
+    return n >= 7 && memcmp((const char *)PyUnicode_DATA(tag) + n - 7, "-chunks", 7) == 0;
+}
+
+/* d (a nested record just frozen in place, untracked; its members kv) or the cons table's
+ * equal record, as
+ * frozen_shared does for the records a chunk row expands to: the {"kind": "user"} source of
+ * every user message, the {"turn", "step"} data of a step's events, the model source of every
+ * assistant message are one object each while a load pass runs. Never an event itself (depth
+ * 0): it is retyped to Event when it has no other owner. New reference. */
+static PyObject *
+own_shared(PyObject *d, PyObject *const *kv, Py_ssize_t pairs)
+{
+    uint64_t h;
+    int found = 0;
+    Py_ssize_t i;
+    if (!cons_hash_kv(kv, pairs, &h)) {
+        return Py_NewRef(d);
+    }
+    i = cons_slot(kv, pairs, h, &found);
+    if (found) {
+        return Py_NewRef(cons_slots[i]);
+    }
+    if (i >= 0) {
+        cons_keep(i, h, d);
+    }
+    return Py_NewRef(d);
+}
+
 /* The parsed dict d (owned by its parent alone) frozen in place; new reference or NULL. */
 static PyObject *
 own_dict(PyObject *d, int depth)
 {
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
+    Py_ssize_t pos = 0, pairs = 0;
+    PyObject *key, *value, *kv[2 * CONS_MAX_PAIRS];
     int all_untracked = 1;
     if (depth > FAST_DEPTH) {
         return fallback();
@@ -689,11 +753,19 @@ own_dict(PyObject *d, int depth)
         if (all_untracked && is_tracked(snap)) {
             all_untracked = 0;
         }
+        if (pairs < CONS_MAX_PAIRS) {  /* the members, borrowed from d, for own_shared */
+            kv[2 * pairs] = key;
+            kv[2 * pairs + 1] = snap;
+        }
+        pairs++;
         Py_DECREF(snap);
     }
     retype(d, frozen_dict_type);
     if (all_untracked) {
         PyObject_GC_UnTrack(d);
+        if (depth > 0 && own_cons && pairs <= CONS_MAX_PAIRS) {
+            return own_shared(d, kv, pairs);
+        }
     }
     return Py_NewRef(d);
 }
@@ -1303,7 +1375,11 @@ decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_ty
         Py_DECREF(parsed);
         return fallback();
     }
+    /* a chunk row's members are rebuilt by expand_row (which shares its records): sharing
+     * the row's own records first would be work thrown away */
+    own_cons = !is_chunk_row_tag(PyDict_GetItem(parsed, s_type));
     frozen = freeze_owned(parsed);
+    own_cons = 1;
     if (frozen == NULL) {
         return NULL;
     }
