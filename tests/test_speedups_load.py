@@ -180,6 +180,17 @@ def test_scan_lines_expands_rows_exactly_like_python() -> None:
     assert [e[1][2][1][1] for e in events] == [5, 6, 8]
 
 
+def scanned_alike(records: list[dict[str, Any]]) -> list[Event]:
+    """The events a scan of ``records`` (one a line) gives, after checking the C and Python
+    scans agree on them."""
+    body = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    fast, slow = both_scans(body)
+    assert fast == slow and fast[0] == "ok"
+    scanner = fmt.Scanner(path="p", start_offset=0)
+    scanner.feed(body)
+    return scanner.finish().events
+
+
 def test_expanded_chunks_share_equal_records_and_stay_equal_to_python() -> None:
     # a packed row's repeated tokens come back as one chunk object (and one data object per
     # turn and step); a different index, turn, width or a long text keeps them apart, and the
@@ -196,12 +207,7 @@ def test_expanded_chunks_share_equal_records_and_stay_equal_to_python() -> None:
             {"type": "tool-call-chunks", "seq0": 12, "time0": 9,
              "data": {"turn": 2, "step": 1, "index": 2, "dt": [0, 0], "id": "c1",
                       "name": "read", "args": ["{", "{", "}"]}}]
-    body = b"".join(orjson.dumps(row) + b"\n" for row in rows)
-    fast, slow = both_scans(body)
-    assert fast == slow and fast[0] == "ok"
-    scanner = fmt.Scanner(path="p", start_offset=0)
-    scanner.feed(body)
-    events = scanner.finish().events
+    events = scanned_alike(rows)
     chunks = [e["data"]["chunk"] for e in events]
     assert [c.get("text", c.get("argumentsDelta")) for c in chunks] == [
         *texts, " the", " the", " the", " the", "{", "{", "}"]
@@ -318,12 +324,7 @@ def test_scan_lines_shares_equal_nested_records_never_events() -> None:
         {"type": "x/note", "seq": 4, "time": 5, "data": {"t": long, "n": {"f": 2.5}}},
         {"type": "x/note", "seq": 5, "time": 5, "data": {"t": long, "n": {"f": 2.5}}},
         {"type": "step/end", "seq": 6, "time": 5, "data": {"turn": 1, "step": 2}}]
-    body = b"".join(orjson.dumps(r) + b"\n" for r in records)
-    fast, slow = both_scans(body)
-    assert fast == slow and fast[0] == "ok"
-    scanner = fmt.Scanner(path="p", start_offset=0)
-    scanner.feed(body)
-    events = scanner.finish().events
+    events = scanned_alike(records)
     assert events == records and all(type(e) is Event for e in events)
     assert len({id(e) for e in events}) == len(events)
     assert events[0]["data"] is events[3]["data"]  # {"turn": 1, "step": 1}
