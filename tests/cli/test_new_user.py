@@ -486,6 +486,26 @@ def test_a_store_whose_sessions_are_all_in_the_trash_is_not_called_empty(
     assert "no sessions in the store" not in listed.stderr
 
 
+def test_ls_on_the_folder_of_a_sqlite_store_names_the_store_and_the_file_to_pass(
+        tmp_path: Path) -> None:
+    # `--store $DSH_HOME` (the folder, not sessions.db) is an empty JSONL store: saying only
+    # "no sessions in the store" sent a new user looking for where the sessions went.
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    assert dsh(tmp_path, "search", "port").returncode == 0  # its index is a SQLite sidecar
+    home = tmp_path / "home"
+    assert (home / "sessions.db.dsh-search.db").is_file()
+    listed = dsh(tmp_path, "ls", "--store", str(home))
+    assert listed.returncode == 0 and listed.stdout == ""
+    assert f"no sessions in the store jsonl://{home}" in listed.stderr
+    assert f"this folder holds a SQLite store: --store {home / 'sessions.db'};" in listed.stderr
+    empty = tmp_path / "logs"
+    empty.mkdir()
+    plain = dsh(tmp_path, "ls", "--store", str(empty))
+    assert plain.returncode == 0
+    assert f"no sessions in the store jsonl://{empty};" in plain.stderr
+    assert "SQLite" not in plain.stderr
+
+
 def test_import_takes_format_atif_as_the_readme_lists_it(tmp_path: Path) -> None:
     assert dsh(tmp_path, "import", "--examples").returncode == 0
     out = tmp_path / "say-hi.atif.json"

@@ -26,6 +26,7 @@ from dsh.cli._common import (
     read_session,
     require_session,
     source_format,
+    sqlite_stores_in,
     stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED, format_error_line
@@ -82,6 +83,7 @@ def ls(store: StoreOption = None, json_: JsonOption = False,
     which: Literal["listed", "trash", "archived", "all"] = (
         "trash" if trash else "archived" if archived else "all" if all_ else "listed")
     with cli_store(store, create=False) as sessions:
+        url = sessions.url
         rows, unreadable = _rows(sessions, which)
         if which == "trash":  # why each is there: `dsh rm --reason`, a policy, an import
             from dataclasses import replace
@@ -118,8 +120,12 @@ def ls(store: StoreOption = None, json_: JsonOption = False,
                           "or archived ('dsh ls --all' lists them, 'dsh restore ID' gives one "
                           "back)", stderr=True)
     elif not unreadable:
-        render.print_text("no sessions in the store; 'dsh import' adds some (try "
-                          "'dsh import --examples')", stderr=True)
+        found = sqlite_stores_in(url)
+        hint = (f"; this folder holds a SQLite store: --store {found[0]}" if len(found) == 1
+                else "; this folder holds SQLite stores: " + ", ".join(
+                    f"--store {path}" for path in found) if found else "")
+        render.print_text(f"no sessions in the store {url}{hint}; 'dsh import' adds some "
+                          "(try 'dsh import --examples')", stderr=True)
     for error in unreadable:
         sys.stderr.write(format_error_line(error) + "\n")
     if unreadable:

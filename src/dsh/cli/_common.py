@@ -249,6 +249,37 @@ def _refuse_foreign_file(url: str) -> None:
                           path=str(location))
 
 
+def sqlite_stores_in(url: str, *, limit: int = 3) -> list[Path]:
+    """The SQLite files at the top of the folder a JSONL store URL names (at most ``limit``).
+
+    ``--store $DSH_HOME`` names the folder that holds ``sessions.db``: a valid, empty JSONL
+    store. ``dsh ls`` on an empty store names these files so the person sees the store they
+    meant (docs/cli.md#stores-and-ids); sidecars (``*.dsh-*``, such as the SQLite search index
+    ``<db>.dsh-search.db``) are not stores and are left out. Pure reading: the first 16 bytes
+    of each file.
+    """
+    if not url.lower().startswith("jsonl:"):
+        return []
+    folder = store_path(url)
+    found: list[Path] = []
+    try:
+        entries = sorted(folder.iterdir()) if folder is not None else []
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            if ".dsh-" in entry.name or not entry.is_file():
+                continue  # a sidecar of ours (the search index is SQLite: docs/formats.md)
+            with entry.open("rb") as f:
+                if f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:
+                    found.append(entry)
+        except OSError:
+            continue
+        if len(found) == limit:
+            break
+    return found
+
+
 def stdout_console() -> Console:
     return render.make_console()
 
