@@ -506,6 +506,24 @@ def test_ls_on_the_folder_of_a_sqlite_store_names_the_store_and_the_file_to_pass
     assert "SQLite" not in plain.stderr
 
 
+def test_events_with_a_misspelt_type_says_nothing_matched_and_the_closest_type(
+        tmp_path: Path) -> None:
+    # `dsh events ID --type user/mesage` printed nothing and exited 0: no way to tell a typo
+    # from a session without such events.
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    typo = dsh(tmp_path, "events", COMPACTED, "--type", "user/mesage")
+    assert typo.returncode == 0 and typo.stdout == ""
+    assert typo.stderr == (f"note: no event of session {COMPACTED} has a type matching "
+                           "'user/mesage'; did you mean 'user/message'?\n")
+    late = dsh(tmp_path, "events", COMPACTED, "--type", "user/message", "--from", "9999")
+    assert late.returncode == 0 and late.stdout == ""
+    assert late.stderr == (f"note: no event of session {COMPACTED} from seq 9999 has a type "
+                           "matching 'user/message'\n")
+    found = dsh(tmp_path, "events", COMPACTED, "--type", "turn/*")
+    assert found.returncode == 0 and found.stderr == ""
+    assert len(found.stdout.splitlines()) == 8  # 4 turns, each a start and an end
+
+
 def test_import_takes_format_atif_as_the_readme_lists_it(tmp_path: Path) -> None:
     assert dsh(tmp_path, "import", "--examples").returncode == 0
     out = tmp_path / "say-hi.atif.json"

@@ -267,11 +267,22 @@ def events(
         session_id = require_session(sessions, session_id)
         with sessions.persistence.open(session_id, "read") as handle:
             stored = handle.read(from_seq).events
-    selected: Iterable[Event] = stored
-    if types:
-        patterns = list(types)
-        selected = (e for e in stored if any(fnmatchcase(e["type"], p) for p in patterns))
+    if not types:
+        render.write_json_lines(stored)
+        return
+    patterns = list(types)
+    selected = [e for e in stored if any(fnmatchcase(e["type"], p) for p in patterns)]
     render.write_json_lines(selected)
+    if not selected:  # a typo must not look like a session without such events
+        import difflib
+
+        present = sorted({str(e["type"]) for e in stored})
+        close = [m for p in patterns for m in difflib.get_close_matches(p, present, n=1)]
+        where = f" from seq {from_seq}" if from_seq else ""
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        render.print_text(f"note: no event of session {session_id}{where} has a type "
+                          f"matching {' or '.join(repr(p) for p in patterns)}{hint}",
+                          stderr=True)
 
 
 class MessageFormat(enum.StrEnum):
