@@ -315,7 +315,8 @@ class Store:
             ``SearchResults``: ``hits`` (each ``session_id``, ``seq``, ``role``, ``before``,
             ``match``, ``after``: raw session text, escape it to show it), ``sessions``
             (the number searched: the store log never counted, those in the trash only with
-            ``trash``), ``reindexed``, ``unreadable`` (ids left out), ``indexed``.
+            ``trash``), ``reindexed``, ``unreadable`` (ids left out as unreadable, those in
+            the trash only with ``trash``), ``indexed``.
 
         Raises:
             PersistenceError: the store itself cannot be listed.
@@ -344,7 +345,8 @@ class Store:
             limit *= 4
             found = search(self._persistence, query, limit=limit)
         left_out = sum(1 for entry in trashed.values() if entry.purged_ms is None)
-        return replace(found, hits=kept[:asked], sessions=max(0, found.sessions - left_out))
+        return replace(found, hits=kept[:asked], sessions=max(0, found.sessions - left_out),
+                       unreadable=tuple(s for s in found.unreadable if s not in trashed))
 
     def tail(self, session_id: str, from_seq: int = 0, *,
              poll_ms: int | None = None) -> AsyncIterator[Event]:

@@ -323,3 +323,24 @@ def test_a_lone_surrogate_in_a_message_is_indexed_and_the_rest_is_found(
             # the log keeps its text: only the index holds the replacement
             assert any(b"broken \\ud800 needle" in dumps(event["data"])
                        for event in store.session("a").events)
+
+
+def test_a_damaged_session_in_the_trash_is_not_named_unless_the_trash_is_searched(
+        tmp_path: Path) -> None:
+    """A trashed session is out of a search, its damage too: `unreadable` names it only with
+    trash=True (docs/stores.md#search; before: dsh search said a session the user had removed
+    was left out)."""
+    from dsh.rights import trash
+
+    url = f"jsonl:{tmp_path / 'logs'}"
+    _write(url, "kept", ["needle one"])
+    _write(url, "binned", ["needle two"])
+    with dsh.open(url) as store:
+        trash(store, ["binned"])
+    log = next((tmp_path / "logs").rglob("binned/session.jsonl"))
+    log.write_bytes(log.read_bytes().replace(b"needle two", b"needle 2wo"))
+    with dsh.open(url) as store:
+        hidden = store.search("needle")
+        assert ([h.session_id for h in hidden.hits], hidden.unreadable) == (["kept"], ())
+        shown = store.search("needle", trash=True)
+        assert shown.unreadable == ("binned",)
