@@ -31,3 +31,16 @@ def test_each_adapter_imports_its_own_framework() -> None:
     assert "agents" not in imported_after("import dsh.adapters.pydantic_ai_store")
     langgraph = imported_after("import dsh.adapters.langgraph")
     assert "langgraph" in langgraph and "langchain" not in langgraph
+
+
+def test_langgraph_without_its_extra_names_the_langgraph_extra() -> None:
+    # Neither langgraph nor langchain-core installed (the langgraph extra brings both): the
+    # message named the langchain extra, which installs langchain-core alone, so the next
+    # import failed again, now naming langgraph.
+    code = ("import sys; sys.modules['langgraph'] = None; sys.modules['langchain_core'] = None\n"
+            "try:\n    import dsh.adapters.langgraph\n"
+            "except ImportError as exc:\n    print(exc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith("dsh.adapters.langgraph needs LangGraph: ")
+    assert "[langgraph]" in out and "[langchain]" not in out

@@ -69,6 +69,29 @@ from typing import Any, Final
 
 from dsh._errors import AdapterError, DshError
 from dsh._install import install_hint
+
+try:
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        PendingWrite,
+        empty_checkpoint,
+        get_checkpoint_id,
+        get_serializable_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.config import get_config
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    # before dsh.adapters.langchain (imported below) can name its own extra: the langgraph
+    # extra brings langchain-core too
+    raise ImportError("dsh.adapters.langgraph needs LangGraph: "
+                      f"{install_hint('langgraph')}") from exc
 from dsh.adapters._langgraph_index import CHECKPOINT_EVENT as _CHECKPOINT_EVENT
 from dsh.adapters._langgraph_index import DROP_EVENT as _DROP_EVENT
 from dsh.adapters._langgraph_index import (
@@ -97,27 +120,6 @@ from dsh.adapters.langchain import message_record, messages_to_events
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, thaw
 from dsh.persistence import Persistence
 from dsh.session import Event
-
-try:
-    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
-    from langchain_core.runnables import RunnableConfig
-    from langgraph.checkpoint.base import (
-        WRITES_IDX_MAP,
-        BaseCheckpointSaver,
-        ChannelVersions,
-        Checkpoint,
-        CheckpointMetadata,
-        CheckpointTuple,
-        PendingWrite,
-        empty_checkpoint,
-        get_checkpoint_id,
-        get_serializable_checkpoint_metadata,
-    )
-    from langgraph.checkpoint.serde.base import SerializerProtocol
-    from langgraph.config import get_config
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("dsh.adapters.langgraph needs LangGraph: "
-                      f"{install_hint('langgraph')}") from exc
 
 __all__ = ["CHECKPOINT_EVENT", "DROP_EVENT", "FORMAT", "WRITES_EVENT", "DshSaver"]
 
