@@ -191,6 +191,20 @@ def scanned_alike(records: list[dict[str, Any]]) -> list[Event]:
     return scanner.finish().events
 
 
+def shared_in_a_pass(scan: Callable[[], list[Event]],
+                     shared: Callable[[list[Event]], bool]) -> list[Event]:
+    """The events of the first of five scans in which ``shared`` (the identities a test pins)
+    holds. Sharing is a cache: a bounded table, hashed on object addresses, keeps the newest
+    record of a slot (docs/formats.md#record-lines), so two records of one pass can take one
+    slot and one share be missed by chance (about 1 pass in 15 for these few records, new
+    addresses each pass); five misses in a row are below 1e-5."""
+    for _ in range(5):
+        events = scan()
+        if shared(events):
+            return events
+    raise AssertionError("five scans shared none of the records pinned")
+
+
 def test_expanded_chunks_share_equal_records_and_stay_equal_to_python() -> None:
     # a packed row's repeated tokens come back as one chunk object (and one data object per
     # turn and step); a different index, turn, width or a long text keeps them apart, and the
@@ -207,17 +221,20 @@ def test_expanded_chunks_share_equal_records_and_stay_equal_to_python() -> None:
             {"type": "tool-call-chunks", "seq0": 12, "time0": 9,
              "data": {"turn": 2, "step": 1, "index": 2, "dt": [0, 0], "id": "c1",
                       "name": "read", "args": ["{", "{", "}"]}}]
-    events = scanned_alike(rows)
+    def shared(events: list[Event]) -> bool:
+        chunks = [e["data"]["chunk"] for e in events]
+        return (chunks[0] is chunks[2] is chunks[7] and events[0]["data"] is events[7]["data"]
+                and chunks[5] is chunks[6]  # a wider str is shared as well
+                and chunks[10] is chunks[11] and chunks[12] is chunks[13])
+
+    events = shared_in_a_pass(lambda: scanned_alike(rows), shared)
     chunks = [e["data"]["chunk"] for e in events]
     assert [c.get("text", c.get("argumentsDelta")) for c in chunks] == [
         *texts, " the", " the", " the", " the", "{", "{", "}"]
     assert [e["time"] for e in events] == [5, 5, 5, 6, 6, 6, 6, 8, 9, 9, 9, 9, 9, 9, 9]
-    assert chunks[0] is chunks[2] is chunks[7] and events[0]["data"] is events[7]["data"]
-    assert chunks[5] is chunks[6]  # a wider str is shared as well
     assert chunks[3] is not chunks[4] and chunks[3] == chunks[4]  # a long text is not
     assert chunks[8] == chunks[0] and events[8]["data"] is not events[0]["data"]  # turn 2
-    assert chunks[10] is chunks[11] and chunks[10]["type"] == "reasoning-delta"
-    assert chunks[10] != chunks[8] and chunks[12] is chunks[13]
+    assert chunks[10]["type"] == "reasoning-delta" and chunks[10] != chunks[8]
     assert all(type(c) is FrozenDict for c in chunks) and all(type(e) is Event for e in events)
 
 
@@ -324,13 +341,13 @@ def test_scan_lines_shares_equal_nested_records_never_events() -> None:
         {"type": "x/note", "seq": 4, "time": 5, "data": {"t": long, "n": {"f": 2.5}}},
         {"type": "x/note", "seq": 5, "time": 5, "data": {"t": long, "n": {"f": 2.5}}},
         {"type": "step/end", "seq": 6, "time": 5, "data": {"turn": 1, "step": 2}}]
-    events = scanned_alike(records)
+    events = shared_in_a_pass(lambda: scanned_alike(records), lambda events: (
+        events[0]["data"] is events[3]["data"]  # {"turn": 1, "step": 1}
+        and events[1]["data"]["source"] is events[2]["data"]["source"]  # {"kind": "user"}
+        and events[1]["data"]["content"][0] is events[2]["data"]["content"][0]))
     assert events == records and all(type(e) is Event for e in events)
     assert len({id(e) for e in events}) == len(events)
-    assert events[0]["data"] is events[3]["data"]  # {"turn": 1, "step": 1}
     assert events[6]["data"] is not events[0]["data"]
-    assert events[1]["data"]["source"] is events[2]["data"]["source"]  # {"kind": "user"}
-    assert events[1]["data"]["content"][0] is events[2]["data"]["content"][0]
     assert events[1]["data"] is not events[2]["data"]  # different ids
     assert events[4]["data"] is not events[5]["data"]  # a long text: never compared
     assert events[4]["data"]["n"] is not events[5]["data"]["n"]  # a float: not shared
