@@ -379,6 +379,78 @@ def test_reseal_of_a_log_that_passes_its_seal_keeps_the_seal_and_its_chain(
     assert seal.read_bytes() == before
 
 
+def _append_foreign(tmp_path: Path, backend: str, url: str) -> None:
+    """Grow the session the way another program would: one more event, no seal record."""
+    if backend == "jsonl":
+        [log] = (tmp_path / "store").glob("*/*/session.jsonl")
+        last = json.loads(log.read_bytes().splitlines()[-1])
+        last["seq"] += 1
+        with log.open("ab") as f:
+            f.write(json.dumps(last, separators=(",", ":")).encode() + b"\n")
+    else:
+        import sqlite3
+
+        conn = sqlite3.connect(tmp_path / "store.db")
+        with conn:
+            conn.execute("INSERT INTO events SELECT session_id, seq + 1, type, time, data, "
+                         "source_event_seqs, surface_op, ignorable FROM events "
+                         "WHERE seq = (SELECT MAX(seq) FROM events)")
+        conn.close()
+
+
+@pytest.mark.parametrize("backend", sorted(URLS))
+def test_reseal_of_a_log_grown_past_its_seal_extends_the_seal_and_its_chain(
+        tmp_path: Path, backend: str) -> None:
+    # docs/formats.md#integrity-seals: the seal's records and chain are kept, and one more
+    # chain record covers the events past its end, so a proof kept before still holds
+    url, seal = _write(tmp_path, backend)
+    old = _chain_of(seal)
+    kept = tmp_path / "proof.json"
+    kept.write_text(_cli(tmp_path, url, "s1", "--proof", "--json").stdout, encoding="utf-8")
+    _append_foreign(tmp_path, backend, url)
+    out = _cli(tmp_path, url, "s1", "--reseal")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "kept and extended" in out.stderr and "started again" not in out.stderr
+    chain = _chain_of(seal)
+    assert chain[:BATCHES] == old
+    assert [(r.first, r.end) for r in chain[BATCHES:]] == [(BATCHES, BATCHES + 1)]
+    out = _cli(tmp_path, url, "--against", str(kept))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert _proof(url)[1] == []  # every event chained, no gap
+    out = _cli(tmp_path, url, "s1", "--reseal")  # now it covers the whole log: kept as is
+    assert "kept: the log passes it" in out.stderr, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("backend", sorted(URLS))
+def test_reseal_of_a_seal_that_lost_uncounted_records_extends_its_intact_records(
+        tmp_path: Path, backend: str) -> None:
+    # a crash took the last two batches' records before a head counted them: the log passes
+    # the seal's intact records, which reseal keeps and extends (docs/formats.md#integrity-seals)
+    url, seal = _write(tmp_path, backend, batches=BATCHES - 2)
+    kept = tmp_path / "proof.json"
+    kept.write_text(_cli(tmp_path, url, "s1", "--proof", "--json").stdout, encoding="utf-8")
+    with dsh.open(url) as store:
+        session = store.session("s1")
+        for n in range(2):
+            session.append("user/message", user(f"later {n}"), surface_op="append")
+            store.flush(session)
+        count = len(store.read("s1").events)  # the writer's own events (a resume's too)
+    data = _seal_layout.unpublish(seal.read_bytes(), BATCHES - 2)
+    _, pos, size = [p for p in _seal_layout.positions(data) if p[0] == "chain"][BATCHES - 3]
+    seal.write_bytes(data[:pos + size])
+    intact = _chain_of(seal)
+    assert [r.end for r in intact] == list(range(1, BATCHES - 1))
+    out = _cli(tmp_path, url, "s1", "--reseal")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "kept and extended" in out.stderr, out.stderr
+    chain = _chain_of(seal)
+    assert chain[:BATCHES - 2] == intact
+    assert [(r.first, r.end) for r in chain[BATCHES - 2:]] == [(BATCHES - 2, count)]
+    out = _cli(tmp_path, url, "--against", str(kept))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert _proof(url)[1] == []
+
+
 @pytest.mark.parametrize("backend", sorted(URLS))
 def test_reseal_of_a_lost_seal_starts_a_new_chain(tmp_path: Path, backend: str) -> None:
     url, seal = _write(tmp_path, backend)

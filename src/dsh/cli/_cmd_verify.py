@@ -212,7 +212,8 @@ def verify(
 def _reseal(persistence: Persistence, session_id: str) -> str:
     """``dsh verify --reseal ID``: rebuild a lost seal on request (docs/formats.md#integrity-seals).
 
-    A log that passes its present seal, which covers it whole, keeps that seal and its chain.
+    A log that passes its present seal keeps that seal and its chain, extended over the bytes or
+    rows past its end when it covers part of the log only.
 
     Raises:
         ConfigError: code ``NO_SEAL``: the store keeps no seals.
@@ -226,6 +227,10 @@ def _reseal(persistence: Persistence, session_id: str) -> str:
         raise ConfigError("this store keeps no integrity seals to rebuild (PostgreSQL and the "
                           "memory store have none)", code="NO_SEAL", session_id=session_id)
     done = cast(Reseals, backend).reseal(session_id)
+    if done.extended:
+        return (f"{session_id}: integrity seal {done.path} kept and extended: the log passes it "
+                "and it covered part of the log; the bytes or rows past its end are sealed and "
+                "chained after its chain, which goes on")
     if done.kept:
         return (f"{session_id}: integrity seal {done.path} kept: the log passes it and it covers "
                 "the whole log, so its chain goes on")

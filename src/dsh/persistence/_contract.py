@@ -461,10 +461,16 @@ class KeepsChain(Protocol):
 
 
 class Resealed(NamedTuple):
-    """What ``Reseals.reseal`` did: the seal file, and whether the present seal was kept."""
+    """What ``Reseals.reseal`` did: the seal file, and whether the present seal was kept.
+
+    ``extended``: the kept seal covered part of the log only; records for the committed
+    bytes or rows past its end, and one chain record for the events past its chain's end,
+    were added to it (docs/formats.md#integrity-seals).
+    """
 
     path: str
     kept: bool
+    extended: bool = False
 
 
 @runtime_checkable
@@ -477,8 +483,10 @@ class Reseals(Protocol):
     def reseal(self, session_id: str) -> Resealed:
         """Seal the session's committed log as it is now; return the seal file and what was done.
 
-        A log that passes its present seal, which covers it whole, keeps that seal and its
-        chain (``kept``); otherwise a new seal with a new chain replaces it.
+        A log that passes its present seal keeps that seal and its chain (``kept``); when the
+        seal covers part of the log only (another program appended, or the seal lost records
+        its head did not count), records for the rest are added to it (``extended``), its
+        chain going on. Otherwise a new seal with a new chain replaces it.
 
         Raises:
             SessionBusyError: a writer holds the session.

@@ -956,14 +956,18 @@ class JsonlHandle(HandleBase):
                               "the next search reads this log itself")
 
     def reseal_committed(self, *, keep: bool = False) -> Resealed:
-        """Write a fresh seal over this raw log's committed bytes (:meth:`JsonlBackend.reseal`).
+        """Seal this raw log's committed bytes as they are now (:meth:`JsonlBackend.reseal`).
 
-        With ``keep`` (this handle's last read passed the present seal), a seal that covers
-        every committed byte and chains every event is kept as it is, its chain going on;
-        otherwise the seal is rebuilt with a new chain (docs/formats.md#integrity-seals).
+        With ``keep`` (this handle's last read passed the present seal), a chained seal is
+        kept with its records and chain: as it is when it covers every committed byte and
+        chains every event; else extended by range records over the committed bytes past its
+        last record and one chain record for the events past its chain's end, so a proof kept
+        before still holds. Otherwise (a lost, damaged or chainless seal) the seal is rebuilt
+        with a new chain (docs/formats.md#integrity-seals).
 
         Returns:
-            The seal file's path, and whether the present seal was kept.
+            The seal file's path, whether the present seal was kept, and whether it was
+            extended.
 
         Raises:
             PersistenceError: ``READ_ONLY`` for a read handle.
@@ -975,18 +979,34 @@ class JsonlHandle(HandleBase):
             raise PersistenceError(f"cannot reseal session {self._id!r} through a read handle",
                                    code="READ_ONLY", session_id=self._id)
         tail = self._tail
-        if keep and tail is not None and tail.seals is not None and tail.chain is not None \
-                and tail.seal_cut is None and (tail.seals[-1][1] if tail.seals else 0) == (
+        keep = keep and tail is not None and tail.seals is not None and tail.chain is not None
+        if keep and tail is not None and tail.chain is not None:
+            self._unelide()  # a resume's unread records: the kept seal is written whole
+            if (tail.seals[-1][1] if tail.seals else 0) == (
                     tail.torn.byte_offset if tail.torn is not None else tail.size) \
-                and tail.chain.end == tail.count:
-            logger.info("session %s: integrity seal %s kept: the log passes it and it covers "
-                        "the whole log", self._id, self._seal_path())
-            return Resealed(str(self._seal_path()), kept=True)
+                    and tail.chain.end == tail.count:
+                logger.info("session %s: integrity seal %s kept: the log passes it and it "
+                            "covers the whole log", self._id, self._seal_path())
+                return Resealed(str(self._seal_path()), kept=True)
         data, _ = _stable_read(self.path, self._id, compression="none", settle=False)
         parsed = parse_log(data, compression="none", path=str(self.path))
+        incarnation = incarnation_bytes(rp.digest(data[:parsed.header_end]))
+        count = len(parsed.events)
+        if keep and tail is not None and tail.seals is not None and tail.chain is not None \
+                and (end := tail.seals[-1][1] if tail.seals else 0) <= parsed.committed \
+                and tail.chain.end <= count:
+            chain = tail.chain
+            chain.pending = list(parsed.events[chain.end:])
+            chain.take(count, incarnation, this_writer())
+            reset_seal(self._seal_path(), b"", [*tail.seals, *_seal_records(
+                data[end:parsed.committed], end)], tail.restore_marks[-1:], chain=chain)
+            self._tail = None  # the next use reads the log through its extended seal
+            logger.warning("session %s: integrity seal %s kept and extended over bytes "
+                           "%d..%d of %s as they are now, its chain going on", self._id,
+                           self._seal_path(), end, parsed.committed, self.path)
+            return Resealed(str(self._seal_path()), kept=True, extended=True)
         chain = ChainState([], pending=list(parsed.events))
-        chain.take(len(parsed.events), incarnation_bytes(rp.digest(data[:parsed.header_end])),
-                   this_writer())
+        chain.take(count, incarnation, this_writer())
         reset_seal(self._seal_path(), b"", _seal_records(data[:parsed.committed], 0),
                    chain=chain)
         self._tail = None  # the next use reads the log through its new seal

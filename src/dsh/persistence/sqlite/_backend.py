@@ -1708,14 +1708,18 @@ class SqliteHandle(HandleBase):
         return seal
 
     def reseal_committed(self, *, keep: bool = False) -> Resealed:
-        """Write a fresh seal over this session's committed rows (:meth:`SqliteBackend.reseal`).
+        """Seal this session's committed rows as they are now (:meth:`SqliteBackend.reseal`).
 
-        With ``keep`` (this handle's last read passed the present seal), a seal that covers
-        every committed row and chains every event is kept as it is, its chain going on;
-        otherwise the seal is rebuilt with a new chain (docs/formats.md#integrity-seals).
+        With ``keep`` (this handle's last read passed the present seal), the seal is kept with
+        its records and chain: as it is when it covers every committed row and chains every
+        event; else extended by records over the committed rows past its last record and one
+        chain record for the events past its chain's end, so a proof kept before still holds.
+        Otherwise (a lost, damaged or chainless seal) the seal is rebuilt with a new chain
+        (docs/formats.md#integrity-seals). A torn tail is never sealed.
 
         Returns:
-            The seal file's path, and whether the present seal was kept.
+            The seal file's path, whether the present seal was kept, and whether it was
+            extended.
 
         Raises:
             PersistenceError: ``READ_ONLY`` for a read handle, or the database failed.
@@ -1727,12 +1731,15 @@ class SqliteHandle(HandleBase):
             raise PersistenceError(f"cannot reseal session {self._id!r} through a read handle",
                                    code="READ_ONLY", session_id=self._id, path=self._path)
         durable, seals, chain = self._durable, self._seals, self._chain
-        if keep and durable is not None and seals is not None and chain is not None \
-                and self._seal_cut is None and self._torn_seq is None \
-                and (seals[-1][1] if seals else 0) == durable[0] == chain.end:
-            logger.info("session %s: integrity seal %s kept: the rows pass it and it covers "
-                        "every one", self._id, self._seal_file)
-            return Resealed(str(self._seal_file), kept=True)
+        keep = keep and durable is not None and seals is not None and chain is not None
+        if keep:
+            self._unelide()  # a resume's unread records: the kept seal is written whole
+            if durable is not None and seals is not None and chain is not None \
+                    and self._torn_seq is None \
+                    and (seals[-1][1] if seals else 0) == durable[0] == chain.end:
+                logger.info("session %s: integrity seal %s kept: the rows pass it and it "
+                            "covers every one", self._id, self._seal_file)
+                return Resealed(str(self._seal_file), kept=True)
         conn = self._c.conn
         try:
             conn.execute("BEGIN")
@@ -1746,16 +1753,27 @@ class SqliteHandle(HandleBase):
         scan = scan_rows(rows, 0, self._c.schema_version, path=self._path,
                          session_id=self._id)
         end = scan.torn_seq if scan.torn_seq is not None else len(scan.events)
-        sealed = [row[1:] for row in rows if row[1] < end]
-        records = row_records(sealed, 0, end) if end > 0 else []
+        start = seals[-1][1] if keep and seals else 0
+        extend = keep and seals is not None and chain is not None and start <= end \
+            and chain.end <= end
+        if not extend or seals is None or chain is None:
+            seals, chain, start = [], ChainState([]), 0  # rebuilt: a new chain
+        past = [row[1:] for row in rows if start <= row[1] < end]
+        records = [*seals, *(row_records(past, start, end) if end > start else [])]
         self._close_seal_fd()
         if mkdir_private(self._seal_file.parent, "integrity seals"):
             fsync_folder(self._seal_file.parent.parent)
-        chain = ChainState([], pending=list(scan.events[:end]))
+        chain.pending = list(scan.events[chain.end:end])
         chain.take(end, incarnation_bytes(incarnation), this_writer())
-        reset_seal(self._seal_file, _seal_identity(incarnation), records, chain=chain)
-        self._seals, self._restore_marks, self._seal_rewrite = list(records), [], False
+        marks = self._restore_marks[-1:] if extend else []
+        reset_seal(self._seal_file, _seal_identity(incarnation), records, marks, chain=chain)
+        self._seals, self._restore_marks, self._seal_rewrite = records, marks, False
         self._chain, self._seal_cut = chain, None
+        if extend:
+            logger.warning("session %s: integrity seal %s kept and extended over the committed "
+                           "events %d..%d of %s as they are now, its chain going on",
+                           self._id, self._seal_file, start, end, self._path)
+            return Resealed(str(self._seal_file), kept=True, extended=True)
         logger.warning("session %s: integrity seal %s rebuilt over the %d committed events of "
                        "%s as they are now", self._id, self._seal_file, end, self._path)
         return Resealed(str(self._seal_file), kept=False)
