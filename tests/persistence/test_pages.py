@@ -339,3 +339,47 @@ def test_a_sqlite_restore_point_carries_the_seal_records_of_its_last_pages(
         with pytest.raises(LogCorruptError, match=r"rows of seq 0\.\.\d+ differ"):
             pages.events[3]
         assert scanned == [cut.records]  # read once, when a page-in reached before the tail
+
+
+def test_the_page_ins_of_one_sqlite_store_share_its_read_only_connections(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold read's source and a resume's source of one store page in through one connection.
+
+    docs/formats.md#files-and-connections: read-only, borrowed and given back, two kept at
+    most, one that failed closed; each page still checked against the seal.
+    """
+    import sqlite3
+
+    from dsh.persistence import _seal
+    from dsh.persistence.sqlite import _restore_point as srp
+
+    db = tmp_path / "store.db"
+    with dsh.open(f"sqlite:{db}") as store:
+        s = store.session("s1")
+        for n in range(300):
+            s.append("x/tick", {"n": n}, ignorable=True)
+        store.flush(s)
+    seal = _seal.read_seal(tmp_path / "store.db.dsh-seals" / "s1.seal")
+    opened: list[str] = []
+    connect = sqlite3.connect
+
+    def counting(database: str, **kwargs: bool | None) -> sqlite3.Connection:
+        opened.append(database)
+        return connect(database, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(srp.sqlite3, "connect", counting)
+    shared = srp.PageConnections(db)
+    cold = srp.SqlitePrefixSource(db, "s1", 300, seal.records, connections=shared)
+    resumed = srp.SqlitePrefixSource(db, "s1", 300, seal.records, connections=shared)
+    assert [e["data"]["n"] for e in cold.read(280, 300)] == list(range(280, 300))
+    assert [e["data"]["n"] for e in resumed.read(0, 256)] == list(range(256))
+    assert opened == [f"{db.as_uri()}?mode=ro"]
+    with shared.borrow() as one, shared.borrow() as two, shared.borrow() as three:
+        assert len({id(one), id(two), id(three)}) == 3
+    assert len(opened) == 3 and len(shared._idle) == srp.IDLE_PAGE_CONNECTIONS
+    with pytest.raises(sqlite3.OperationalError, match="readonly"), shared.borrow() as conn:
+        conn.execute("DELETE FROM events")
+    assert conn not in shared._idle and len(shared._idle) == 1
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.execute("SELECT 1")  # closed, not kept
+    assert [e["data"]["n"] for e in cold.read(0, 300)] == list(range(300))

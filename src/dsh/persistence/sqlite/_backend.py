@@ -648,6 +648,8 @@ class SqliteBackend:
         _check_path(self.path)
         self._conn: _Connection | None = None
         self._idle: list[_Connection] = []  # validated connections closed handles left
+        # its sessions' page-ins share read-only connections (docs/formats.md#files-and-connections)
+        self.page_connections = srp.PageConnections(self.path)
         self._mutex = threading.Lock()
         self._closed = False
 
@@ -1340,7 +1342,8 @@ class SqliteHandle(HandleBase):
         """
         if self._c.schema_version == LEGACY_SCHEMA_VERSION:
             return None
-        return srp.SqlitePrefixSource(self._backend.path, self._id, cut)
+        return srp.SqlitePrefixSource(self._backend.path, self._id, cut,
+                                      connections=self._backend.page_connections)
 
     def _rows_from(self, base: int) -> list[Row]:
         columns = _LEGACY_ROW_COLUMNS if self._c.schema_version == LEGACY_SCHEMA_VERSION \
@@ -2059,7 +2062,8 @@ class SqliteHandle(HandleBase):
             self._backend.path, self._id, cut, seals=[*elided.tail, *records]
             if elided is not None else records, legacy=legacy,
             elided=None if elided is None
-            else lambda: read_elided(seal_file, elided, chain=False)[0])
+            else lambda: read_elided(seal_file, elided, chain=False)[0],
+            connections=self._backend.page_connections)
         return ColdRead(header=header, events=tuple(events), torn=None,
                         revision=self._revision(incarnation, revision)), source
 

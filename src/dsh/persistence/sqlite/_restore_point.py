@@ -12,10 +12,11 @@ restore point's digest is one the seal recorded (``check_bound``).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,8 +35,8 @@ from dsh.persistence.sqlite._schema import (
 )
 from dsh.session import Event
 
-__all__ = ["LEGACY_ROW_COLUMNS", "SqlitePrefixSource", "header_digest", "last_row_digest",
-           "seal_digest"]
+__all__ = ["LEGACY_ROW_COLUMNS", "PageConnections", "SqlitePrefixSource", "header_digest",
+           "last_row_digest", "seal_digest"]
 
 LEGACY_ROW_COLUMNS: Final = "rowid, seq, type, time, data, source_event_seqs, surface_op, NULL"
 """The columns a schema-14 row is read with, in the schema-17 row order (``ignorable`` NULL)."""
@@ -56,11 +57,64 @@ def header_digest(header: FrozenDict, incarnation: str) -> str:
     return rp.digest(dumps(header) + b"\n" + incarnation.encode())
 
 
+IDLE_PAGE_CONNECTIONS: Final = 2
+"""Read-only connections a :class:`PageConnections` keeps between page-ins."""
+
+
+def _close_all(conns: list[sqlite3.Connection]) -> None:
+    for conn in conns:
+        conn.close()
+    conns.clear()
+
+
+class PageConnections:
+    """The read-only connections the page-in sources of one database file share.
+
+    A source borrows one for a page-in and gives it back (a source per read and per resume,
+    one store: a process that reads a session cold and then writes it opens one connection
+    for both, not one per source). A connection that failed is closed, not kept. The
+    connections are closed when no source or backend holds this any more (a session may
+    outlive its store).
+
+    Args:
+        path: The database file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._uri = f"{path.as_uri()}?mode=ro"
+        self._idle: list[sqlite3.Connection] = []
+        self._mutex = threading.Lock()
+        weakref.finalize(self, _close_all, self._idle)
+
+    @contextlib.contextmanager
+    def borrow(self) -> Iterator[sqlite3.Connection]:
+        """A read-only connection for one page-in (autocommit), kept for the next after it.
+
+        Raises:
+            sqlite3.Error: the file could not be opened.
+        """
+        with self._mutex:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False,
+                                   isolation_level=None)
+        try:
+            yield conn
+        except BaseException:
+            conn.close()
+            raise
+        with self._mutex:
+            if len(self._idle) < IDLE_PAGE_CONNECTIONS and not conn.in_transaction:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+
 class SqlitePrefixSource:
     """Pages in the events before a restore point's cut from the database, by seq.
 
-    It keeps one read-only connection of its own (the write handle's belongs to the writer
-    thread), opened on the first read and used under a lock.
+    It reads through a read-only connection borrowed from ``connections`` for each page-in
+    (the write handle's belongs to the writer thread), under a lock of its own.
 
     Args:
         path: The database file.
@@ -72,12 +126,15 @@ class SqlitePrefixSource:
             :class:`~dsh.persistence._seal.SealCut`), called on the first page-in that
             reaches before ``seals``.
         legacy: A schema-14 file (scalar rows, no ``ignorable`` column).
+        connections: The read-only connections to ``path`` this source borrows (its store's,
+            shared by its other sources); default: its own.
     """
 
     def __init__(self, path: Path, session_id: str, cut: int,
                  seals: Sequence[tuple[int, int, int]] | None = None, *,
                  legacy: bool = False,
-                 elided: Callable[[], Sequence[tuple[int, int, int]]] | None = None) -> None:
+                 elided: Callable[[], Sequence[tuple[int, int, int]]] | None = None,
+                 connections: PageConnections | None = None) -> None:
         self._path = path
         # schema 14 (the published dsh's files): scalar rows without the ignorable column
         self._columns = LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS
@@ -92,7 +149,7 @@ class SqlitePrefixSource:
         # that reaches before the records it carries
         self._elided = elided
         self._verified: set[int] = set()  # the first seqs of the records checked
-        self._conn: sqlite3.Connection | None = None
+        self._connections = connections if connections is not None else PageConnections(path)
         self._mutex = threading.Lock()
 
     def __len__(self) -> int:
@@ -126,13 +183,6 @@ class SqlitePrefixSource:
             sqlite3.Error: the database failed.
         """
         with self._mutex:
-            if self._conn is None:
-                self._conn = sqlite3.connect(f"{self._path.as_uri()}?mode=ro", uri=True,
-                                             check_same_thread=False,
-                                             isolation_level=None)
-                # the session may outlive its store: the connection lives as long as this
-                # source and is closed with it (not left to the collector, which warns)
-                weakref.finalize(self, self._conn.close)
             self._load_elided(start)
             # from the row holding start: the last row at or before it (a packed row
             # is keyed by its first member), not a packed row's worth of rows earlier
@@ -146,10 +196,11 @@ class SqlitePrefixSource:
                     todo.append(i)
             lo = min(start, seals[todo[0]][0]) if todo else start
             hi = max(stop, seals[todo[-1]][1]) if todo else stop
-            rows: list[Any] = self._conn.execute(
-                f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq >= "
-                "coalesce((SELECT max(seq) FROM events WHERE session_id = ? AND seq <= ?), "
-                "0) AND seq < ? ORDER BY seq", (self._id, self._id, lo, hi)).fetchall()
+            with self._connections.borrow() as conn:
+                rows: list[Any] = conn.execute(
+                    f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq >= "
+                    "coalesce((SELECT max(seq) FROM events WHERE session_id = ? AND seq <= ?),"
+                    " 0) AND seq < ? ORDER BY seq", (self._id, self._id, lo, hi)).fetchall()
         if not todo:
             return rows
         row_seqs = [row[1] for row in rows]
