@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dsh._errors import (
+    LogCorruptError,
     PersistenceError,
     SessionBusyError,
     SessionExistsError,
@@ -308,3 +309,31 @@ def test_failed_fsync_in_background_is_retried_without_gap(tmp_path: Path) -> No
     assert stored_events(persistence, "a") == plain(session.events)
     store.dispose(session)
     persistence.close()
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_crash_repair_checks_seqs_unless_the_read_required_them(tmp_path: Path,
+                                                                 kind: str) -> None:
+    # docs/rules.md#the-read-pipeline step 5: a JSONL read already required the next seq on
+    # every record (docs/formats.md#reading-the-committed-region), other reads are checked
+    from dsh.persistence._contract import ColdRead
+    from dsh.persistence._read import read_pipeline
+    from dsh.testing import make
+
+    persistence = Persistence(open_backend(store_url(kind, tmp_path)))
+    persistence.create(header("s"))
+    events = [make("turn/start", 0, {"turn": 1, "trigger": {"kind": "user"}}),
+              make("step/start", 1, {"turn": 1, "step": 1})]
+    with persistence.open("s", "write") as handle:
+        handle.append(events)
+    with persistence.open("s", "read") as handle:
+        cold = handle.read(0)
+    assert cold.contiguous is True
+    _, closers = read_pipeline("s", cold)
+    assert [c["type"] for c in closers] == ["step/end", "turn/end"]
+    assert [c["seq"] for c in closers] == [2, 3]
+    gap = ColdRead(cold.header, (events[0], make("step/start", 2, {"turn": 1, "step": 1})),
+                   None, "r")
+    with pytest.raises(LogCorruptError, match="found seq 2 at index 1") as info:
+        read_pipeline("s", gap)
+    assert info.value.where["seq"] == 1

@@ -129,6 +129,11 @@ class ColdRead:
             ``dsh._speedups.stored_prescan(events, KNOWN_EVENT_TYPES)`` answers. Found while
             decoding, it spares the read pipeline a pass over the events; None: the
             pipeline looks itself.
+        contiguous: True when the backend's decoding already required every event's seq to be
+            an exact int equal to ``offset`` + its index (the JSONL scanner's and the SQLite
+            row scan's rules, docs/formats.md#reading-the-committed-region and
+            #appends-and-reads): the read pipeline's crash repair then does not check it
+            again (docs/rules.md#the-read-pipeline). False: it checks.
     """
 
     header: FrozenDict
@@ -136,6 +141,7 @@ class ColdRead:
     torn: TornTail | None
     revision: str
     prescan: tuple[int, int] | None = None
+    contiguous: bool = False
 
 
 @dataclass(frozen=True, slots=True)

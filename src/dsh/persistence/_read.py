@@ -40,6 +40,7 @@ from dsh.session import (
     SESSION_FORMAT_VERSION,
     Event,
     Session,
+    closers_of_contiguous,
     interrupted_turn_closers,
     unknown_type_hint,
 )
@@ -101,7 +102,8 @@ def read_pipeline(session_id: str, cold: ColdRead, *, path: str | None = None
     2. format version: not 0 → refusal saying which direction (upgrade dsh for newer logs);
     3. legacy v0 normalisation (:mod:`dsh.persistence._legacy`);
     4. vocabulary: every type known or the event marked ``ignorable: true``;
-    5. crash repair: ``interrupted_turn_closers`` over the normalised events.
+    5. crash repair: ``interrupted_turn_closers`` over the normalised events (its seq check
+       skipped for a read marked ``contiguous`` whose events were not normalised).
 
     Args:
         session_id: The requested id.
@@ -147,7 +149,9 @@ def read_pipeline(session_id: str, cold: ColdRead, *, path: str | None = None
                 f"{event.get('seq')}, {cause}{raw}", session_id=session_id, event_type=str(etype),
                 seq=event.get("seq") if type(event.get("seq")) is int else None, path=path)
     try:
-        closers = interrupted_turn_closers(events)
+        # the very objects a backend read at contiguous seqs need no second check of them
+        closers = (closers_of_contiguous(events, "interrupted")
+                   if cold.contiguous and legacy_at < 0 else interrupted_turn_closers(events))
     except EventRejectedError as exc:
         raise LogCorruptError(f"stored session {session_id!r} failed validation: {exc.message}",
                               session_id=session_id, path=path, seq=exc.where.get("seq")

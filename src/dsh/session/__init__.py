@@ -40,6 +40,7 @@ from dsh.session._repair import (
     TOOL_OUTCOME_UNKNOWN,
     CloseCause,
     closer_text,
+    closers_of_contiguous,
     interrupted_turn_closers,
     open_turn_closers,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "balanced_cuts",
     "check_log",
     "closer_text",
+    "closers_of_contiguous",
     "decode_storage_record",
     "interrupted_turn_closers",
     "open_turn_closers",

@@ -159,6 +159,12 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause, *,
     """
     if cause not in _CAUSES:
         raise ConfigError(f"closer cause must be 'interrupted' or 'forked', got {cause!r}")
+    _check_contiguous(events, base_seq)
+    return closers_of_contiguous(events, cause, base_seq=base_seq)
+
+
+def _check_contiguous(events: Sequence[Event], base_seq: int) -> None:
+    """Raise ``SEQ_GAP`` at the first event whose seq is not ``base_seq`` + its index."""
     if c_seqs_contiguous is not None and type(events) in (list, tuple):
         contiguous = c_seqs_contiguous(events, base_seq)
     else:
@@ -172,6 +178,20 @@ def open_turn_closers(events: Sequence[Event], cause: CloseCause, *,
                 f"cannot compute turn closers: the log must be contiguous from seq "
                 f"{base_seq}, found seq {seq!r} at index {index} (expected {index})",
                 code="SEQ_GAP", seq=index, event_type=event.get("type"))
+
+
+def closers_of_contiguous(events: Sequence[Event], cause: CloseCause, *,
+                          base_seq: int = 0) -> tuple[Event, ...]:
+    """:func:`open_turn_closers` of a log whose seqs were already checked contiguous.
+
+    For a caller that holds that proof from the same events (the JSONL scanner requires every
+    record to carry the next seq, docs/formats.md#reading-the-committed-region, and marks its
+    read ``ColdRead.contiguous``): the scan skips the check pass over every event.
+
+    Raises:
+        EventRejectedError: code MALFORMED_EVENT, as :func:`open_turn_closers`.
+    Rule: docs/rules.md#closers.
+    """
     # Every turn/start and turn/end resets the scan state, so the scan may begin at the last
     # turn boundary: repairing a long balanced log costs one backward look, not a full pass.
     start = len(events) - 1

@@ -750,9 +750,9 @@ class JsonlHandle(HandleBase):
                                chain=(seal.chain_state() if seal is not None
                                       else ChainState([])) if raw else ChainState([]),
                                chain_loaded=raw)
-        if offset == 0:
+        if offset == 0:  # a Scanner from seq 0 took every event at the next seq
             return ColdRead(parsed.header, tuple(parsed.events), parsed.torn, revision,
-                            parsed.prescan)
+                            parsed.prescan, contiguous=True)
         return ColdRead(parsed.header, tuple(parsed.events[offset:]), parsed.torn, revision)
 
     def append(self, events: Sequence[Event]) -> None:

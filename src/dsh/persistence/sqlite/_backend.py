@@ -1450,9 +1450,11 @@ class SqliteHandle(HandleBase):
         self._torn_seq = scan.torn_seq
         if offset == 0 and torn is None and rows:
             self._durable = (len(events), incarnation, srp.last_row_digest(rows[-1][1:]))
+        # scan_rows took every row at the next seq from 0 (a packed row's members at seq0 + k)
+        whole = base == 0 and offset == 0
         return ColdRead(header=header, events=tuple(events), torn=torn,
                         revision=self._revision(incarnation, revision),
-                        prescan=scan.prescan if base == 0 and offset == 0 else None)
+                        prescan=scan.prescan if whole else None, contiguous=whole)
 
     def _stored_next_seq(self, unchanged_since_our_commit: bool) -> int:
         """Inside ``BEGIN IMMEDIATE``: the seq the stored log continues at.
