@@ -150,6 +150,28 @@ def test_an_unknown_provider_is_a_usage_error(tmp_path: Path) -> None:
     assert not (tmp_path / "home").exists()  # nothing created for a usage error
 
 
+def test_a_bad_number_is_dshs_usage_error_naming_the_option_and_what_it_takes(
+        tmp_path: Path) -> None:
+    # typer's validator said "Input should be a valid integer, unable to parse string as an
+    # integer": a new user's "--last ten" deserves the option, its argument and its range.
+    cases = [(["show", INTERRUPTED, "--last", "ten"],
+              "'--last' takes a whole number N of at least 1, not 'ten'; run 'dsh show --help'"),
+             (["show", INTERRUPTED, "--last", "0"],
+              "'--last' takes a whole number N of at least 1, not '0'; "),
+             (["show", INTERRUPTED, "--last", "2.5"],
+              "'--last' takes a whole number N of at least 1, not '2.5'; "),
+             (["retention", "--trash-after", "soon"],
+              "'--trash-after' takes a whole number DAYS of at least 0, not 'soon'; "),
+             (["gc", "--wait", "long"],
+              "'--wait' takes a number SECONDS of at least 0, not 'long'; ")]
+    for args, said in cases:
+        result = dsh(tmp_path, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith(f"error[USAGE]: {said}"), result.stderr
+        assert "Input should" not in result.stderr
+    assert not (tmp_path / "home").exists()
+
+
 def test_the_default_home_is_created_private(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
     env["HOME"] = str(tmp_path)

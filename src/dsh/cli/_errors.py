@@ -111,10 +111,36 @@ def _print_dsh_error(error: DshError) -> None:
         sys.stderr.write(_coloured(format_error_line(error)) + "\n")
 
 
+def _number_refused(error: typer.TyperException) -> str | None:
+    # typer checks a number option with a validator whose wording ("Input should be a valid
+    # integer, unable to parse string as an integer") names neither the option nor what it
+    # takes; say both, with the range and the value given (docs/cli.md#exit-status-and-errors).
+    param, cause = getattr(error, "param", None), error.__cause__
+    problems = getattr(cause, "errors", None)
+    opts = getattr(param, "opts", None)
+    if param is None or not callable(problems) or not opts:
+        return None
+    first = problems()[0] if problems() else {}
+    kind = str(first.get("type", ""))
+    numeric = ("int_", "float_", "greater_than", "less_than")
+    if not kind.startswith(numeric) or "input" not in first:
+        return None
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    whole = kind.startswith("int_") or (annotation is int and not kind.startswith("float_"))
+    low, high = getattr(param, "min", None), getattr(param, "max", None)
+    bounds = (f" from {low} to {high}" if low is not None and high is not None
+              else f" of at least {low}" if low is not None
+              else f" of at most {high}" if high is not None else "")
+    metavar = getattr(param, "metavar", None)
+    takes = f"{'a whole number' if whole else 'a number'}{f' {metavar}' if metavar else ''}"
+    return f"'{opts[0]}' takes {takes}{bounds}, not {str(first['input'])!r}"
+
+
 def _print_usage_error(error: typer.TyperException) -> None:
     # Keep click's usage line (it names the command), then our one error line.
     format_message = getattr(error, "format_message", None)
     message = " ".join(str(format_message() if format_message else error).split())
+    message = _number_refused(error) or message
     if not message:
         return  # bare `dsh`: the help was already printed
     ctx = getattr(error, "ctx", None)
