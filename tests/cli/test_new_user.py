@@ -172,6 +172,27 @@ def test_a_bad_number_is_dshs_usage_error_naming_the_option_and_what_it_takes(
     assert not (tmp_path / "home").exists()
 
 
+def test_redact_secrets_without_detect_secrets_says_so_and_names_the_extra(
+        tmp_path: Path) -> None:
+    # Without the forget extra a new user saw only "nothing to redact", as if the session
+    # were clean; dsh's own patterns still run (docs/forgetting.md#finding-secrets).
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    blocked = tmp_path / "blocked"
+    (blocked / "detect_secrets").mkdir(parents=True)
+    (blocked / "detect_secrets" / "__init__.py").write_text(
+        "raise ImportError('not installed')\n", encoding="utf-8")
+    env = {"PYTHONPATH": os.pathsep.join([str(blocked), os.environ.get("PYTHONPATH", "")])}
+    for extra in ([], ["--json"]):
+        result = dsh(tmp_path, "redact", INTERRUPTED, "--secrets", "--dry-run", *extra, env=env)
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.startswith(
+            "warning: the secrets detector detect-secrets is not installed: only dsh's own "
+            "patterns looked for secrets; install it with the 'forget' extra: "), result.stderr
+        assert "[forget]" in result.stderr
+    found = dsh(tmp_path, "redact", INTERRUPTED, "--secrets", "--dry-run")
+    assert found.returncode == 0 and "warning" not in found.stderr, found.stderr
+
+
 def test_the_default_home_is_created_private(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
     env["HOME"] = str(tmp_path)

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from dsh import ConfigError
+from dsh._install import install_hint
 from dsh.cli import _render as render
 from dsh.cli._common import (
     DEFAULT_WAIT_S,
@@ -179,6 +180,12 @@ def _report_redaction(result: RedactionResult, receipt: Path | None, json_: bool
     if receipt is not None and not result.dry_run:
         write_receipt(receipt, result.to_json())
     warn_unfinished(result.session_id, result.touched)
+    if result.mode == "secrets" and "detect-secrets" not in result.detectors:
+        # docs/forgetting.md#finding-secrets: without the extra only dsh's patterns ran
+        stderr_console().print(
+            "warning: the secrets detector detect-secrets is not installed: only dsh's own "
+            "patterns looked for secrets; install it with the 'forget' extra: "
+            f"{install_hint('forget')}", markup=False)
     if json_:
         render.write_json(result.to_json())
         return
