@@ -208,6 +208,33 @@ def test_cli_read_only_command_refuses_a_store_url_naming_nothing(tmp_path: Path
     assert not (tmp_path / "typo").exists()
 
 
+def test_cli_read_only_command_refuses_a_postgres_schema_holding_no_store(
+        tmp_path: Path) -> None:
+    # On PostgreSQL `dsh ls` on a mistyped ?schema= created the schema and said "no sessions
+    # in the store" (new-user walkthrough); it is refused as SQLite and JSONL are.
+    from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
+
+    if (why := postgres_unreachable()) is not None:
+        pytest.skip(why)
+    import psycopg
+
+    dsh = Dsh(tmp_path)
+    with temporary_postgres_url() as url:
+        schema = url.rsplit("schema=", 1)[1]
+        for args in (["ls"], ["search", "hello"], ["show", "s1"], ["events", "s1"]):
+            proc = dsh(*args, "--store", url, check=1)
+            assert proc.stderr.startswith(f"error[STORE_NOT_FOUND]: no store at '{url}' "
+                                          f"(PostgreSQL schema {schema!r} holds no dsh store)"
+                                          ), proc.stderr
+            assert f"'dsh init --store {url}'" in proc.stderr
+            with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+                found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                                     (schema,)).fetchone()
+            assert found is None, args  # nothing created
+        dsh("init", "--store", url)
+        assert "no sessions in the store" in dsh("ls", "--store", url).stderr
+
+
 def test_cli_verify_without_id_or_all_is_a_usage_error(tmp_path: Path) -> None:
     # Neither given and both given are different mistakes: each message names its own
     # (fresh-user report: `dsh verify --proof` alone said "(not both)").

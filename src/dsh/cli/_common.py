@@ -165,8 +165,9 @@ def cli_store(url: str | None, *, create: bool = True,
     """Open the store a command works on (``--store`` or the default) and close it after.
 
     Closing drains any write-behind writer, so a command's writes are durable on return. A
-    read-only command (``create=False``) given an explicit URL that names nothing on disk fails
-    instead of creating an empty store at a mistyped path.
+    read-only command (``create=False``) given an explicit URL that names nothing on disk, or a
+    PostgreSQL schema holding no dsh store, fails instead of creating an empty store at a
+    mistyped path.
 
     A session another process is writing is waited for, up to ``wait`` seconds, before the
     command fails with :func:`busy_for_people`'s message.
@@ -184,6 +185,14 @@ def cli_store(url: str | None, *, create: bool = True,
     if url is not None:
         _refuse_foreign_file(url)
     sessions = open_url(url or default_store_url())
+    if url is not None and not create and url.lower().startswith(("postgresql:", "postgres:")):
+        # a schema holding no store is refused at first use, not created (the URL names a
+        # PostgreSQL store, so its backend is one: docs/stores.md#store-urls)
+        from dsh.persistence.postgres import PostgresBackend
+
+        backend = sessions.persistence.backend
+        if isinstance(backend, PostgresBackend):
+            backend.create_schema = False
     _wait_for_writers(sessions.persistence, wait)
     try:
         yield sessions

@@ -1183,6 +1183,9 @@ class PostgresBackend:
         reconnect_retries: How often an append whose connection was lost with the batch out
             is sent again (default 1).
         url: The store URL to report (password redacted).
+        create_schema: Create the schema on first use when it holds no dsh store (default);
+            with ``False`` (read-only commands, also settable as the attribute before first
+            use) that first use raises ConfigError STORE_NOT_FOUND and creates nothing.
 
     Raises:
         ConfigError: a bad option, or psycopg is not installed.
@@ -1202,8 +1205,8 @@ class PostgresBackend:
 
     def __init__(self, conninfo: str, *, schema: str = DEFAULT_SCHEMA,
                  lease_ms: int = DEFAULT_LEASE_MS, pool_size: int = DEFAULT_POOL_SIZE,
-                 migrate: bool = True, reconnect_retries: int = 1, url: str | None = None
-                 ) -> None:
+                 migrate: bool = True, reconnect_retries: int = 1, url: str | None = None,
+                 create_schema: bool = True) -> None:
         if not valid_schema_name(schema):
             raise ConfigError(f"PostgreSQL schema name {schema!r} must match "
                               f"[a-z_][a-z0-9_]* (at most 63 characters)")
@@ -1225,6 +1228,7 @@ class PostgresBackend:
         # Shared with every backend of this process on the same URL; its connections bound
         # every wait by the lease (see _pool and docs/stores.md#takeover).
         self._migrate_on_use = migrate
+        self.create_schema = create_schema
         self._pool = acquire_pool(psycopg, conninfo, lease_ms=lease_ms, max_size=pool_size,
                                   timeout_s=CONNECT_TIMEOUT_S)
         try:
@@ -1517,6 +1521,14 @@ class PostgresBackend:
     def _migrate(self, conn: Any, *, apply: bool, target: int = SCHEMA_VERSION) -> int:
         """Bring the schema to ``target`` (forward only); return the version now applied."""
         version = self._applied_version(conn)
+        if version is None and not self.create_schema and conn.execute(
+                "SELECT to_regclass(%s)", (f"{self._s}.sessions",)).fetchone()[0] is None:
+            # read-only: create nothing
+            # (docs/stores.md#postgresql-one-session-one-writer-on-any-number-of-hosts)
+            raise ConfigError(f"no store at {self._url!r} (PostgreSQL schema {self.schema!r} "
+                              "holds no dsh store); check the URL, or create an empty store "
+                              f"with 'dsh init --store {self._url}'", code="STORE_NOT_FOUND",
+                              path=self._url)
         if version is not None and version >= target:
             self._refuse_newer(version)
             return version
@@ -1742,6 +1754,7 @@ class PostgresBackend:
         from dsh.persistence.postgres._search import PostgresSearchIndex
 
         psycopg = _psycopg()
+        self._schema_state()  # the index's tables live in the schema: check (or create) it first
         try:
             return PostgresSearchIndex(self.conninfo, self.schema, fold, label=self._url)
         except psycopg.Error as exc:
