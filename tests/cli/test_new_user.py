@@ -193,6 +193,21 @@ def test_redact_secrets_without_detect_secrets_says_so_and_names_the_extra(
     assert found.returncode == 0 and "warning" not in found.stderr, found.stderr
 
 
+def test_search_finds_what_a_compaction_summary_shadows_never_the_summary(
+        tmp_path: Path) -> None:
+    # docs/stores.md#search: only messages appended as they are are indexed; a new user
+    # searched for words of a dsh compaction's summary and found nothing.
+    for store in ([], ["--store", str(tmp_path / "jsonl") + "/"]):
+        assert dsh(tmp_path, "import", "--examples", *store).returncode == 0
+        summary = dsh(tmp_path, "search", "continued from a previous conversation", "--json",
+                      *store)
+        assert summary.returncode == 0, summary.stderr
+        assert json.loads(summary.stdout)["hits"] == []
+        shadowed = json.loads(dsh(tmp_path, "search", "8080", "--json", *store).stdout)
+        assert {(h["session"][:8], h["seq"]) for h in shadowed["hits"]} >= {
+            ("33333333", 9), ("33333333", 13)}  # seqs 4-13 are shadowed by the summary, #20
+
+
 def test_the_default_home_is_created_private(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
     env["HOME"] = str(tmp_path)

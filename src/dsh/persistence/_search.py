@@ -160,7 +160,11 @@ def compare(signatures: Mapping[str, str], known: Mapping[str, tuple[str, int]]
 
 
 def message_texts(events: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, str, str]]:
-    """Yield ``(seq, role, text)`` of each message appended to the surface, in log order."""
+    """Yield ``(seq, role, text)`` of each message appended to the surface, in log order.
+
+    Rule (docs/stores.md#search): a message that replaces a range (a compaction checkpoint, a
+    quarantine placeholder) is not indexed.
+    """
     for event in events:
         kind = event.get("type")
         if kind not in _MESSAGE_TYPES or event.get("surfaceOp") != "append":
