@@ -6,6 +6,7 @@ import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,19 @@ def _write(url: str, session_id: str, texts: list[str]) -> None:
         session = store.session(session_id)
         for event in log.events[len(session.events):]:
             session.append(event["type"], event["data"], surface_op=event.get("surfaceOp"))
+
+
+@contextlib.contextmanager
+def _store_url(tmp_path: Path, kind: str) -> Iterator[str]:
+    """A fresh store of ``kind`` (sqlite, jsonl, postgresql: a schema dropped afterwards)."""
+    if kind != "postgresql":
+        yield f"sqlite:{tmp_path / 's.db'}" if kind == "sqlite" else f"jsonl:{tmp_path / 'l'}"
+        return
+    reason = postgres_unreachable()
+    if reason is not None:
+        pytest.skip(f"SKIPPED LOUDLY: {reason}")
+    with temporary_postgres_url() as url:
+        yield url
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl", "memory"])
@@ -239,14 +253,7 @@ def test_no_backend_counts_or_reads_the_store_log(tmp_path: Path, kind: str) -> 
     and never reads it, whether the index is new or catching up (docs/stores.md#search)."""
     from dsh.rights import restore, trash
 
-    with contextlib.ExitStack() as stack:
-        if kind == "postgresql":
-            reason = postgres_unreachable()
-            if reason is not None:
-                pytest.skip(f"SKIPPED LOUDLY: {reason}")
-            url = stack.enter_context(temporary_postgres_url())
-        else:
-            url = f"sqlite:{tmp_path / 's.db'}" if kind == "sqlite" else f"jsonl:{tmp_path / 'l'}"
+    with _store_url(tmp_path, kind) as url:
         _write(url, "a", ["needle one"])
         _write(url, "b", ["needle two"])
         with dsh.open(url) as store:
@@ -305,14 +312,7 @@ def test_a_lone_surrogate_in_a_message_is_indexed_and_the_rest_is_found(
     the index: it is indexed as U+FFFD, so the store stays searchable (before:
     UnicodeEncodeError for every search of the store, error[BUG] in dsh search and a 500 in the
     viewer)."""
-    with contextlib.ExitStack() as stack:
-        if kind == "postgresql":
-            reason = postgres_unreachable()
-            if reason is not None:
-                pytest.skip(f"SKIPPED LOUDLY: {reason}")
-            url = stack.enter_context(temporary_postgres_url())
-        else:
-            url = f"sqlite:{tmp_path / 's.db'}" if kind == "sqlite" else f"jsonl:{tmp_path / 'l'}"
+    with _store_url(tmp_path, kind) as url:
         _write(url, "a", ["broken \ud800 needle here"])
         _write(url, "b", ["plain needle"])
         with dsh.open(url) as store:
