@@ -183,6 +183,17 @@ class _Codec:
         return self.serde.loads_typed((stored["t"], base64.b64decode(stored["b"])))
 
 
+def _written_calls(pending: Sequence[PendingWrite]) -> frozenset[str]:
+    """The tool call ids the ToolMessages of pending ``messages`` writes answer."""
+    calls: set[str] = set()
+    for _, channel, value in pending:
+        if channel == _MESSAGES:
+            for message in value if isinstance(value, list) else [value]:
+                if isinstance(message, ToolMessage):
+                    calls.add(message.tool_call_id)
+    return frozenset(calls)
+
+
 def _extends(value: list[Any], base: list[Any]) -> bool:
     if len(value) < len(base):
         return False
@@ -481,9 +492,14 @@ class DshSaver(BaseCheckpointSaver[str]):
             value = self._value(thread, ns, channel, version, memo)
             if value is not _MISSING:
                 values[channel] = list(value) if isinstance(value, list) else value
+        writes = sorted(writes_of(entry, events).items(),
+                        key=lambda item: (item[1][0], *item[0]))
+        pending: list[PendingWrite] = [(task, channel, self._codec.decode(stored))
+                                       for (task, _), (_, channel, stored) in writes]
         if ns == "" and isinstance(values.get(_MESSAGES), list):
             on = self._on(thread, thread.index.branch(checkpoint_id)) or thread
-            values[_MESSAGES] = self._answered_calls(on, values[_MESSAGES])
+            values[_MESSAGES] = self._answered_calls(on, values[_MESSAGES],
+                                                     written=_written_calls(pending))
         checkpoint: dict[str, Any] = {
             "v": data["v"], "id": checkpoint_id, "ts": data["ts"], "channel_values": values,
             "channel_versions": thaw(data["versions"]), "versions_seen": thaw(data["seen"])}
@@ -495,10 +511,6 @@ class DshSaver(BaseCheckpointSaver[str]):
         if entry.parent is not None:
             parent = {"configurable": {"thread_id": thread.thread_id, "checkpoint_ns": ns,
                                        "checkpoint_id": entry.parent}}
-        writes = sorted(writes_of(entry, events).items(),
-                        key=lambda item: (item[1][0], *item[0]))
-        pending: list[PendingWrite] = [(task, channel, self._codec.decode(stored))
-                                       for (task, _), (_, channel, stored) in writes]
         return CheckpointTuple({"configurable": conf}, checkpoint,  # type: ignore[arg-type]
                                self._codec.decode(data["meta"]), parent, pending)
 
@@ -514,16 +526,20 @@ class DshSaver(BaseCheckpointSaver[str]):
         return ToolMessage(content=text_of(content), tool_call_id=call_id,
                            status="error" if failed else "success", id=f"dsh-{call_id}")
 
-    def _answered_calls(self, thread: _Thread, messages: list[Any]) -> list[Any]:
+    def _answered_calls(self, thread: _Thread, messages: list[Any], *,
+                        written: frozenset[str] = frozenset()) -> list[Any]:
         """``messages`` plus the answers dsh's log holds and the state lacks.
 
         Each AIMessage call that the state never got an answer to but dsh's log did (crash
         repair: outcome unknown) gets that result as a ToolMessage after it, so the graph
-        resumes with the result dsh recorded instead of running the call again.
+        resumes with the result dsh recorded instead of running the call again. A call in
+        ``written`` (answered by the checkpoint's pending writes, which LangGraph applies on
+        resume: a tools task whose writes were stored before the process died, its next
+        checkpoint not) gets none, or the model would see two results for it.
         """
         if not thread.answered:
             return messages  # dsh holds no result at all: nothing to add (a cold read's case)
-        have = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        have = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)} | written
         out: list[Any] = []
         pending: list[ToolMessage] = []
         for message in messages:
@@ -575,9 +591,14 @@ class DshSaver(BaseCheckpointSaver[str]):
             messages = values.get(_MESSAGES)
             on = self._on(thread, thread.index.branch(checkpoint_id)) if latest else None
             if on is not None and isinstance(messages, list):
-                ahead = self._recorded_ahead(on, messages)
+                # a result the pending writes hold comes back when LangGraph applies them (the
+                # tools task is not run again): the surface's copy would be a second answer
+                written = _written_calls(found.pending_writes or ())
+                ahead = [m for m in self._recorded_ahead(on, messages)
+                         if not (isinstance(m, ToolMessage) and m.tool_call_id in written)]
                 if ahead:
-                    values[_MESSAGES] = self._answered_calls(on, [*messages, *ahead])
+                    values[_MESSAGES] = self._answered_calls(on, [*messages, *ahead],
+                                                             written=written)
             return found
 
     def _recorded_ahead(self, thread: _Thread, messages: Sequence[Any]) -> list[Any]:
