@@ -340,12 +340,10 @@ def one_line(text: str) -> str:
 
 
 def _first_line(text: str) -> str:
-    # The first line (LF or CRLF ends it) holding more than spaces, each run of them one space.
-    for line in text.split("\n"):
-        shown = one_line(line.removesuffix("\r"))
-        if shown:
-            return shown
-    return ""
+    # The listing's first line (dsh.persistence.first_line), each run of spaces in it one space.
+    from dsh.persistence import first_line
+
+    return one_line(first_line(text) or "")
 
 
 def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], *,

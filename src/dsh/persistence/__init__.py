@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from dsh.persistence._after_commit import RecordsAfterCommit as RecordsAfterCommit
     from dsh.persistence._facade import Persistence
     from dsh.persistence._listing import ListingEntry
+    from dsh.persistence._listing import first_line as first_line
     from dsh.persistence._listing import summarize as summarize
     from dsh.persistence._pages import SelectsEvents as SelectsEvents
     from dsh.persistence._pages import StoredPages, read_pages
@@ -113,7 +114,7 @@ __all__ = [
 ]
 
 _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write_behind",
-         "ListingEntry": "_listing", "summarize": "_listing",
+         "ListingEntry": "_listing", "summarize": "_listing", "first_line": "_listing",
          "RestorePointRefused": "_restore_point", "StoredPages": "_pages",
          "SelectsEvents": "_pages",
          "KeepsRestorePoints": "_restore_point", "RecordsAfterCommit": "_after_commit",
