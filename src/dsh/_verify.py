@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import islice
 from operator import itemgetter
 from typing import Any, Final
@@ -152,7 +153,7 @@ def _types_of(log: Sequence[Event]) -> set[str] | None:
         return None
 
 
-def _unknown_types(log: Sequence[Event], types: set[str] | None) -> list[Violation]:
+def _unknown_types(log: Sequence[Event], types: AbstractSet[str] | None) -> list[Violation]:
     """An ``UNKNOWN_EVENT_TYPE`` violation per event of an unknown, non-ignorable type.
 
     ``types`` (:func:`_types_of`) all known: none. Else the C prescan finds the first one (or
@@ -300,7 +301,8 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
 
 
 def verify_paged(log: Sequence[Event], *, header: Mapping[str, Any] | None = None,
-                 batch_events: int = 5_000) -> list[Violation]:
+                 batch_events: int = 5_000,
+                 types: AbstractSet[str] | None = None) -> list[Violation]:
     """Check a log served by seq without holding it: the result of :func:`verify_events`.
 
     Args:
@@ -310,6 +312,10 @@ def verify_paged(log: Sequence[Event], *, header: Mapping[str, Any] | None = Non
             keeps (the surface's node seqs, a type per event, pending call ids), not the log.
         header: As for :func:`verify_events`.
         batch_events: Events restore's checks take at once (memory holds one batch).
+        types: Every event type of ``log`` (each event's ``type``, all strings), when the
+            caller collected them while it read the log: the checks that look only for events
+            of some types (unknown types, redaction tombstones) then skip their walk when none
+            is there, as they do for a held log. None: those checks walk the log.
 
     Returns:
         list[Violation]: equal to ``verify_events(list(log), header=header)``, violation for
@@ -331,7 +337,7 @@ def verify_paged(log: Sequence[Event], *, header: Mapping[str, Any] | None = Non
         stream.finish()
         return stream.surface
 
-    return _verify(log, header, None, restore)
+    return _verify(log, header, None, restore, types)
 
 
 def _restore_whole(session_id: str, log: Sequence[Event], stored: FrozenDict,
@@ -342,9 +348,13 @@ def _restore_whole(session_id: str, log: Sequence[Event], stored: FrozenDict,
 def _verify(log: Sequence[Event], header: Mapping[str, Any] | None,
             closers: Sequence[Event] | None,
             restore: Callable[[str, Sequence[Event], FrozenDict, int], Surface],
-            ) -> list[Violation]:
-    """Run the checks of :func:`verify_events` (after its envelope pass) over ``log``."""
-    types = _types_of(log)
+            known: AbstractSet[str] | None = None) -> list[Violation]:
+    """Run the checks of :func:`verify_events` (after its envelope pass) over ``log``.
+
+    ``known``: the log's event types as the caller collected them (else found here, for a held
+    log only).
+    """
+    types = _types_of(log) if known is None else known
     found = _unknown_types(log, types)
     if header is None:
         stored = _default_header(log)

@@ -495,7 +495,16 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _decode(text: bytes, path: Path, fmt: str, line: int) -> Any:
+def decode_line(text: bytes, path: Path, fmt: str, line: int) -> Any:
+    """Decode one record (a line without its newline) of a ``fmt`` source, plain containers.
+
+    Rule: docs/formats.md#lossless-json (as :func:`dsh.json.loads_plain`), records nest at most
+    :data:`MAX_RECORD_DEPTH` levels.
+
+    Raises:
+        ImportFormatError: not valid JSON, or nested deeper than :data:`MAX_RECORD_DEPTH`
+            (naming ``path`` and ``line``).
+    """
     try:
         value = loads_plain(text)
     except InvalidJsonError as exc:
@@ -534,7 +543,7 @@ def read_jsonl_records(path: Path, fmt: str, *, live: bool = False) -> list[tupl
         if not chunk.strip():
             continue
         try:
-            out.append((index, _decode(chunk, path, fmt, index)))
+            out.append((index, decode_line(chunk, path, fmt, index)))
         except ImportFormatError as exc:
             if index == last and not raw.endswith(b"\n"):
                 if live and out:
@@ -684,7 +693,7 @@ class JsonlSource:
                 yield index, offset, ahead.pop(index)
                 continue
             try:
-                value = _decode(chunk, path, fmt, index)
+                value = decode_line(chunk, path, fmt, index)
             except ImportFormatError as exc:
                 if last:
                     if self.live and seen:
@@ -712,7 +721,7 @@ class JsonlSource:
         f.seek(offset)
         part = f.readline(max(0, self.size - offset))
         chunk = part[:-1] if part.endswith(b"\n") else part
-        return _decode(chunk[:-1] if chunk.endswith(b"\r") else chunk, self.path, self.fmt,
+        return decode_line(chunk[:-1] if chunk.endswith(b"\r") else chunk, self.path, self.fmt,
                        line)
 
 
@@ -724,7 +733,7 @@ def read_json_document(path: Path, fmt: str) -> Any:
     """
     raw = read_source_bytes(path, fmt)
     note_line(1)
-    return _decode(raw, path, fmt, 1)
+    return decode_line(raw, path, fmt, 1)
 
 
 def usable_id(value: object) -> str | None:

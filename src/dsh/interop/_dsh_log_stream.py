@@ -2,22 +2,30 @@
 
 The events and refusals are those of :func:`dsh.interop._dsh_log.import_dsh_log`
 (docs/interop.md#streaming-imports). The first read checks every line as the whole-file import
-does and keeps, per line, its byte offset, first seq and inherited time (three integers); the
-log is then verified by :func:`dsh._verify.verify_paged` over a view that decodes lines again as
-the checks ask for events, and handed out :data:`STREAM_BATCH_EVENTS` events at a time.
+does and keeps, per line, its byte offset, first seq and inherited time (three integers), and
+the frozen events of its first lines (:data:`HELD_LOG_BYTES`, :data:`HELD_EVENTS`); the log is
+then verified by :func:`dsh._verify.verify_paged` over a view that serves those held events and
+decodes the later lines again as the checks ask for them (a page's lines in one read), and
+handed out :data:`STREAM_BATCH_EVENTS` events at a time (the held ones as they are).
 """
 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Final
 
 from dsh._errors import ImportFormatError
-from dsh.interop._common import ImportBatch, JsonlSource, JsonObj, StreamedSession
+from dsh.interop._common import (
+    ImportBatch,
+    JsonlSource,
+    JsonObj,
+    StreamedSession,
+    decode_line,
+)
 from dsh.interop._dsh_log import (
     FORMAT,
     dsh_log_events,
@@ -43,17 +51,48 @@ class _Lines:
         self.times = array("q")
 
 
-def _line_events(src: JsonlSource, lines: _Lines, k: int, f: BinaryIO) -> list[JsonObj]:
-    """The plain events of line ``k`` (0 = the first after the header), decoded again."""
-    rec = src.record_at(lines.numbers[k], lines.offsets[k], f)
-    return dsh_log_events(rec, src.path, lines.numbers[k], lines.seqs[k], lines.times[k])
+HELD_LOG_BYTES: Final = 12_000_000
+"""Bytes of log whose events the first read keeps (frozen) for the checks and the batches.
+
+The checks walk the log about five times; a log within this size (and :data:`HELD_EVENTS`) is
+decoded once. Its events take about four times their bytes in memory (48 MB), so a longer log
+keeps only its first lines' events and decodes the rest again per walk."""
+
+HELD_EVENTS: Final = 50_000
+"""Events the first read keeps at most (a line of packed chunks is a few bytes an event, and
+an event takes about a kilobyte in memory however short: 50 MB at most)."""
+
+
+def _decoded(src: JsonlSource, lines: _Lines, k0: int, k1: int, f: BinaryIO
+             ) -> Iterator[tuple[int, list[JsonObj]]]:
+    """``(k, plain events)`` of lines ``k0 <= k < k1`` (0 = the first after the header).
+
+    The lines' bytes are read in one read (from the first line's offset to the next line's or
+    the end of the checked size), each line then decoded as :meth:`JsonlSource.record_at`
+    decodes it.
+    """
+    offsets, count = lines.offsets, len(lines.offsets)
+    base = offsets[k0]
+    f.seek(base)
+    raw = f.read((offsets[k1] if k1 < count else src.size) - base)
+    path, fmt, numbers, seqs, times = src.path, src.fmt, lines.numbers, lines.seqs, lines.times
+    for k in range(k0, k1):
+        start = offsets[k] - base
+        end = raw.find(b"\n", start)
+        chunk = raw[start:end] if end >= 0 else raw[start:]
+        if chunk.endswith(b"\r"):
+            chunk = chunk[:-1]
+        rec = decode_line(chunk, path, fmt, numbers[k])
+        yield k, dsh_log_events(rec, path, numbers[k], seqs[k], times[k])
 
 
 class _FileEvents:
-    """The log's events by seq (an ``EventSource``), decoded from the file when read."""
+    """The log's events by seq (an ``EventSource``): held ones, the rest decoded when read."""
 
-    def __init__(self, src: JsonlSource, lines: _Lines, total: int, f: BinaryIO) -> None:
+    def __init__(self, src: JsonlSource, lines: _Lines, total: int, f: BinaryIO,
+                 held: list[Event]) -> None:
         self._src, self._lines, self._total, self._f = src, lines, total, f
+        self._held = held
 
     def __len__(self) -> int:
         return self._total
@@ -62,17 +101,21 @@ class _FileEvents:
         """The events ``start <= seq < stop``, frozen as ``dsh verify`` freezes them."""
         from dsh._verify import frozen_event
 
+        held = self._held
+        out: list[Event] = held[start:stop] if start < len(held) else []
+        start = max(start, len(held))
+        if start >= stop:
+            return out
         seqs = self._lines.seqs
-        out: list[Event] = []
-        k = bisect_right(seqs, start) - 1
-        while k < len(seqs) and seqs[k] < stop:
+        k0 = bisect_right(seqs, start) - 1
+        k1 = bisect_left(seqs, stop, k0)
+        for k, members in _decoded(self._src, self._lines, k0, k1, self._f):
             base = seqs[k]
-            for i, event in enumerate(_line_events(self._src, self._lines, k, self._f)):
+            for i, event in enumerate(members):
                 if start <= base + i < stop:
                     frozen = frozen_event(base + i, event)
                     assert type(frozen) is Event  # the first read found every event valid
                     out.append(frozen)
-            k += 1
         return out
 
 
@@ -80,9 +123,11 @@ def stream_dsh_log(path: Path) -> Iterator[StreamedSession]:
     """Stream one dsh JSONL log: its one session, events a batch at a time.
 
     Reads the file three ways, none holding it: a first read checks each line (as
-    :func:`import_dsh_log`) and indexes it, the verification reads lines back as its checks
-    need them, and the batches decode the lines once more. A log whose times do not fit the
-    index (beyond 64-bit integers) is read whole by :func:`import_dsh_log` instead.
+    :func:`import_dsh_log`), indexes it, keeps the first lines' frozen events (a bounded
+    prefix) and every event type; the verification is served that prefix and reads the later
+    lines back as its checks need them; the batches hand out the prefix and decode the later
+    lines once more. A log whose times do not fit the index (beyond 64-bit integers) is read
+    whole by :func:`import_dsh_log` instead.
 
     Raises:
         ImportFormatError: as :func:`import_dsh_log`, when the session is asked for.
@@ -97,6 +142,8 @@ def stream_dsh_log(path: Path) -> Iterator[StreamedSession]:
     lines = _Lines()
     total = 0
     invalid: Violation | None = None
+    held: list[Event] = []  # the first lines' frozen events (HELD_LOG_BYTES, HELD_EVENTS)
+    types: set[str] = set()  # every event's type: the checks looking for a type skip a walk
     try:
         for line, offset, rec in records:
             with _after_decoding(records):
@@ -105,9 +152,15 @@ def stream_dsh_log(path: Path) -> Iterator[StreamedSession]:
             lines.offsets.append(offset)
             lines.seqs.append(total)
             lines.times.append(time)
+            keep = (offset < HELD_LOG_BYTES and len(held) == total
+                    and total + len(members) <= HELD_EVENTS)
             for i, event in enumerate(members):
                 frozen = frozen_event(total + i, event)
-                if invalid is None and type(frozen) is not Event:
+                if type(frozen) is Event:
+                    types.add(frozen["type"])
+                    if keep:
+                        held.append(frozen)
+                elif invalid is None:
                     assert isinstance(frozen, Violation)
                     invalid = frozen
             total += len(members)
@@ -128,13 +181,14 @@ def stream_dsh_log(path: Path) -> Iterator[StreamedSession]:
             assert isinstance(frozen_last, Violation)
             violations = [frozen_last]
         else:
-            view = PagedLog(_FileEvents(src, lines, total, f))
+            view = PagedLog(_FileEvents(src, lines, total, f, held))
             view.append(frozen_last)
-            violations = verify_paged(view, header=header, batch_events=STREAM_BATCH_EVENTS)
+            violations = verify_paged(view, header=header, batch_events=STREAM_BATCH_EVENTS,
+                                      types={*types, frozen_last["type"]})
     refusal = refusal_of(path, violations, line_of)
     if refusal is not None:
         raise refusal
-    yield StreamedSession(session_id, header, _batches(src, lines, total, last),
+    yield StreamedSession(session_id, header, _batches(src, lines, held, last),
                           FORMAT, str(path.resolve()))
 
 
@@ -153,17 +207,40 @@ def _after_decoding(records: Iterator[object]) -> Iterator[None]:
         raise
 
 
-def _batches(src: JsonlSource, lines: _Lines, total: int, last: JsonObj
+def _batches(src: JsonlSource, lines: _Lines, held: list[Event], last: JsonObj
              ) -> Iterator[ImportBatch]:
-    """The events line by line, :data:`STREAM_BATCH_EVENTS` at a time, ``last`` at the end."""
+    """The events line by line, :data:`STREAM_BATCH_EVENTS` at a time, ``last`` at the end.
+
+    The held events (the first read's frozen copies of the first lines' events: the values
+    decoding those lines again gives) are handed out as they are, then dropped; the later
+    lines are read :data:`_READ_LINES` at a time.
+    """
     events: list[JsonObj] = []
     numbers: list[int | None] = []
-    with src.path.open("rb") as f:
-        for k in range(len(lines.seqs)):
-            members = _line_events(src, lines, k, f)
-            events.extend(members)
-            numbers.extend([lines.numbers[k]] * len(members))
-            if len(events) >= STREAM_BATCH_EVENTS:
-                yield ImportBatch(events, numbers, lines.offsets[k])
-                events, numbers = [], []
+    for k, members in _line_members(src, lines, held):
+        events.extend(members)
+        numbers.extend([lines.numbers[k]] * len(members))
+        if len(events) >= STREAM_BATCH_EVENTS:
+            yield ImportBatch(events, numbers, lines.offsets[k])
+            events, numbers = [], []
     yield ImportBatch([*events, last], [*numbers, None], src.size)
+
+
+def _line_members(src: JsonlSource, lines: _Lines, held: list[Event]
+                  ) -> Iterator[tuple[int, Sequence[JsonObj]]]:
+    """``(k, events)`` of every line in order: held ones sliced, the others decoded."""
+    seqs, count = lines.seqs, len(lines.seqs)
+    k = 0
+    while k < count and seqs[k] < len(held):  # held lines are whole: held ends at a line's end
+        yield k, held[seqs[k]:seqs[k + 1] if k + 1 < count else len(held)]
+        k += 1
+    held.clear()
+    with src.path.open("rb") as f:
+        while k < count:
+            k1 = min(count, k + _READ_LINES)
+            yield from _decoded(src, lines, k, k1, f)
+            k = k1
+
+
+_READ_LINES: Final = 256
+"""Lines the batches read from the file at once."""
