@@ -5,7 +5,8 @@ reads the log by seq instead of holding it (docs/interop.md#streaming-imports re
 dsh logs). Compared here on the same logs: well-formed random ones, the same damaged (one event's
 key dropped or set, as the restore speedup tests damage them), and the hand-made violations of
 ``tests/test_verify.py``, with batches of 1, 3 and 5,000 events, and as a view that is not a
-list, with and without the event types told (``types=``, as the streamed import tells them).
+list, with and without the event types told (``types=``, ``unignored_types=``) and the seqs
+proven in order (``contiguous=``), as the streamed import tells them.
 """
 
 from __future__ import annotations
@@ -57,8 +58,15 @@ def _same(events: list[Any], head: Any) -> None:
     view = tuple(events)
     kinds = {event.get("type") for event in events}
     told = kinds if all(type(kind) is str for kind in kinds) else None
-    assert _outcome(lambda: verify_paged(view, header=head, types=told)) == whole
+    unignored = {event.get("type") for event in events if event.get("ignorable") is not True}
+    plain = unignored if told is not None else None
+    assert _outcome(lambda: verify_paged(view, header=head, types=told,
+                                         unignored_types=plain)) == whole
     assert _outcome(lambda: verify_paged(view, header=head)) == whole
+    if all(type(event.get("seq")) is int and event.get("seq") == index  # proven in order
+           for index, event in enumerate(events)):
+        assert _outcome(lambda: verify_paged(view, header=head, types=told,
+                                             unignored_types=plain, contiguous=True)) == whole
 
 
 @settings(max_examples=examples(60), deadline=None,

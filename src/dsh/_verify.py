@@ -48,6 +48,7 @@ from dsh.session import (
     Surface,
     Violation,
     check_log,
+    closers_of_contiguous,
     fold_surface,
     interrupted_turn_closers,
 )
@@ -205,16 +206,18 @@ def _answered_id(event: Event) -> str | None:
 
 
 def _pairing(events: Sequence[Event], surface: Surface | None,
-             closers: Sequence[Event] | None) -> list[Violation]:
+             closers: Sequence[Event] | None, *, contiguous: bool = False) -> list[Violation]:
     """Pair tool calls and results by id over the surface of ``events`` + repair closers.
 
     ``surface`` is the surface of ``events`` alone (``None``: it was refused); the closers'
     surface ops are folded on from it (one pass over the log in all). ``closers`` are the
-    repair closers of ``events`` when the caller has them, else they are computed here.
+    repair closers of ``events`` when the caller has them, else they are computed here (without
+    the contiguity walk when the caller proved it: ``contiguous``).
     """
     if closers is None:
         try:
-            closers = interrupted_turn_closers(events)
+            closers = (closers_of_contiguous(events, "interrupted") if contiguous
+                       else interrupted_turn_closers(events))
         except EventRejectedError as error:
             return [Violation(_where_seq(error), REPAIR,
                               f"the crash repair of the last turn failed: {error.message}")]
@@ -302,7 +305,9 @@ def verify_events(events: Iterable[Mapping[str, Any]], *,
 
 def verify_paged(log: Sequence[Event], *, header: Mapping[str, Any] | None = None,
                  batch_events: int = 5_000,
-                 types: AbstractSet[str] | None = None) -> list[Violation]:
+                 types: AbstractSet[str] | None = None,
+                 unignored_types: AbstractSet[str] | None = None,
+                 contiguous: bool = False) -> list[Violation]:
     """Check a log served by seq without holding it: the result of :func:`verify_events`.
 
     Args:
@@ -313,9 +318,15 @@ def verify_paged(log: Sequence[Event], *, header: Mapping[str, Any] | None = Non
         header: As for :func:`verify_events`.
         batch_events: Events restore's checks take at once (memory holds one batch).
         types: Every event type of ``log`` (each event's ``type``, all strings), when the
-            caller collected them while it read the log: the checks that look only for events
-            of some types (unknown types, redaction tombstones) then skip their walk when none
-            is there, as they do for a held log. None: those checks walk the log.
+            caller collected them while it read the log: the redaction tombstone check then
+            skips its walk when no ``redaction/applied`` is there, as it does for a held log.
+            None: it walks the log.
+        unignored_types: The types of the events of ``log`` not marked ``ignorable: true``,
+            when the caller collected them: the unknown type check skips its walk when all
+            are known. None: it walks the log (unless ``types`` are all known).
+        contiguous: The caller proved that every event's seq is its index (a first read that
+            refused a seq out of order): the crash repair's closers are computed without its
+            own walk checking that (docs/rules.md#closers).
 
     Returns:
         list[Violation]: equal to ``verify_events(list(log), header=header)``, violation for
@@ -337,7 +348,7 @@ def verify_paged(log: Sequence[Event], *, header: Mapping[str, Any] | None = Non
         stream.finish()
         return stream.surface
 
-    return _verify(log, header, None, restore, types)
+    return _verify(log, header, None, restore, types, unignored_types, contiguous=contiguous)
 
 
 def _restore_whole(session_id: str, log: Sequence[Event], stored: FrozenDict,
@@ -348,14 +359,18 @@ def _restore_whole(session_id: str, log: Sequence[Event], stored: FrozenDict,
 def _verify(log: Sequence[Event], header: Mapping[str, Any] | None,
             closers: Sequence[Event] | None,
             restore: Callable[[str, Sequence[Event], FrozenDict, int], Surface],
-            known: AbstractSet[str] | None = None) -> list[Violation]:
+            known: AbstractSet[str] | None = None,
+            unignored: AbstractSet[str] | None = None, *,
+            contiguous: bool = False) -> list[Violation]:
     """Run the checks of :func:`verify_events` (after its envelope pass) over ``log``.
 
     ``known``: the log's event types as the caller collected them (else found here, for a held
-    log only).
+    log only); ``unignored``: those of its events not marked ignorable; ``contiguous``: the
+    caller proved each seq is its index.
     """
     types = _types_of(log) if known is None else known
-    found = _unknown_types(log, types)
+    found = [] if unignored is not None and unignored <= KNOWN_EVENT_TYPES else (
+        _unknown_types(log, types))
     if header is None:
         stored = _default_header(log)
     else:
@@ -383,7 +398,7 @@ def _verify(log: Sequence[Event], header: Mapping[str, Any] | None,
             if seq != restore_seq:
                 found.append(Violation(seq, fold_error.code,
                                        " ".join(fold_error.message.split())))
-    found.extend(_pairing(log, surface, closers))
+    found.extend(_pairing(log, surface, closers, contiguous=contiguous))
     found.extend(Violation(v.seq, v.rule, v.message) for v in check_log(log))
     found.extend(Violation(v.seq, f"COMPACTION_{v.rule}", v.message)
                  for v in check_compaction_log(log))

@@ -27,7 +27,7 @@ from dsh.json import dumps, thaw
 from dsh.session._session import Session
 from tests.strategies import StepClock, apply_script, examples, log_scripts
 
-_DAMAGE = [("seq", 99), ("time", "1"), ("type", 3), ("type", "request/header-delta"),
+_DAMAGE = [("seq", 99), ("seq", True), ("time", "1"), ("type", 3), ("type", "request/header-delta"),
            ("type", "session/end-seed"), ("extra", 1), ("ignorable", True), ("data", None),
            ("drop", "data"), ("type", "user/message"), ("type", "turn/start"),
            ("type", "tool/result"), ("type", "x/unknown"), ("data", {"turn": 0}),
@@ -85,3 +85,20 @@ def test_streamed_dsh_log_import_matches_whole(script: Any, damage: Any, held: i
         path = Path(folder) / "session.jsonl"
         path.write_bytes(b"\n".join(lines) + b"\n")
         assert _outcome(path, True, held) == _outcome(path, False)
+
+
+def test_streamed_dsh_log_import_refuses_a_true_seq_as_the_whole_file_import_does(
+        tmp_path: Path) -> None:
+    # `true == 1`: the line check passes a seq `true` at seq 1; the paged view cannot serve it
+    # (its pages are checked by integer seq), so such a log is read whole, as it was refused.
+    session = Session.create("s", clock=StepClock())
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    events = [thaw(event) for event in session.events]
+    events[1]["seq"] = True
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(b"\n".join([dumps({"type": "session", **thaw(session.header)}),
+                                 *(dumps(event) for event in events)]) + b"\n")
+    whole = _outcome(path, False)
+    assert whole[0] == "refused"
+    assert _outcome(path, True) == _outcome(path, True, 1 << 40) == whole

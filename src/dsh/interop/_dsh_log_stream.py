@@ -126,8 +126,9 @@ def stream_dsh_log(path: Path) -> Iterator[StreamedSession]:
     :func:`import_dsh_log`), indexes it, keeps the first lines' frozen events (a bounded
     prefix) and every event type; the verification is served that prefix and reads the later
     lines back as its checks need them; the batches hand out the prefix and decode the later
-    lines once more. A log whose times do not fit the index (beyond 64-bit integers) is read
-    whole by :func:`import_dsh_log` instead.
+    lines once more. A log whose times do not fit the index (beyond 64-bit integers), or with a
+    seq that is not an integer (``true`` passes the line checks' ``==`` as 1), is read whole
+    by :func:`import_dsh_log` instead.
 
     Raises:
         ImportFormatError: as :func:`import_dsh_log`, when the session is asked for.
@@ -144,6 +145,8 @@ def stream_dsh_log(path: Path) -> Iterator[StreamedSession]:
     invalid: Violation | None = None
     held: list[Event] = []  # the first lines' frozen events (HELD_LOG_BYTES, HELD_EVENTS)
     types: set[str] = set()  # every event's type: the checks looking for a type skip a walk
+    unignored: set[str] = set()  # those of the events not marked ignorable
+    ordered = True  # every seq an int (the line checks compare with ==, so True passed as 1)
     try:
         for line, offset, rec in records:
             with _after_decoding(records):
@@ -158,6 +161,9 @@ def stream_dsh_log(path: Path) -> Iterator[StreamedSession]:
                 frozen = frozen_event(total + i, event)
                 if type(frozen) is Event:
                     types.add(frozen["type"])
+                    if frozen.get("ignorable") is not True:
+                        unignored.add(frozen["type"])
+                    ordered = ordered and type(frozen["seq"]) is int
                     if keep:
                         held.append(frozen)
                 elif invalid is None:
@@ -166,6 +172,8 @@ def stream_dsh_log(path: Path) -> Iterator[StreamedSession]:
             total += len(members)
             time = next_time(rec, members, time)
     except (OverflowError, TypeError):  # a time beyond the index's integers
+        ordered = False
+    if not ordered:  # a seq that is no int (a damaged log): pages could not be checked by seq
         yield StreamedSession.of(import_dsh_log(path)[0])
         return
     last = source_event(path, total, time)
@@ -184,7 +192,8 @@ def stream_dsh_log(path: Path) -> Iterator[StreamedSession]:
             view = PagedLog(_FileEvents(src, lines, total, f, held))
             view.append(frozen_last)
             violations = verify_paged(view, header=header, batch_events=STREAM_BATCH_EVENTS,
-                                      types={*types, frozen_last["type"]})
+                                      types={*types, frozen_last["type"]},
+                                      unignored_types=unignored, contiguous=True)
     refusal = refusal_of(path, violations, line_of)
     if refusal is not None:
         raise refusal
