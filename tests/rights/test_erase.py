@@ -123,3 +123,19 @@ def test_a_scrub_another_reader_blocks_is_named_on_stderr(tmp_path: Path) -> Non
     again = run_cli("erase", "--store", url, "s1", "--receipt", str(tmp_path / "r2.json"))
     assert "warning" not in again.stderr
     assert all(secret.encode() not in db.read_bytes() for secret in SECRETS.values())
+
+
+def test_erasing_an_erased_session_again_tombstones_nothing(tmp_path: Path) -> None:
+    # before: a tool call's arguments, tombstoned to "{}" by the first erasure, counted as
+    # content on every later one: each `dsh erase` / `dsh rm --purge` of the same session
+    # appended a redaction/applied record re-tombstoning the same calls (seqs 7 and 8 here)
+    url = f"sqlite://{tmp_path}/s.db"
+    build(url)
+    with dsh.open(url) as store:
+        first = erase(store, ["s1"])
+        length = len(store.read("s1").stored_events)
+        second = erase(store, ["s1"])
+        assert [s.items for s in second.sessions] == [()]
+        assert [s.record_seq for s in second.sessions] == [None]
+        assert len(store.read("s1").stored_events) == length
+        assert first.sessions[0].items

@@ -134,7 +134,8 @@ def scrub(value: Any, spans: Spans, key: str | None = None) -> tuple[Any, int]:
     """``value`` with the ``spans`` of every non-structural string replaced; and how many.
 
     Strings under :data:`STRUCTURAL_KEYS` are kept. An ``arguments`` string that was JSON and
-    is not after the replacement becomes ``{}``.
+    is not after the replacement becomes ``{}``; an ``arguments`` already ``{}`` is left as
+    it is and not counted, so erasing an erased session again finds nothing left.
     """
     if isinstance(value, str):
         if key in STRUCTURAL_KEYS:
@@ -151,6 +152,8 @@ def scrub(value: Any, spans: Spans, key: str | None = None) -> tuple[Any, int]:
         out = "".join(parts)
         if key == "arguments" and _is_json(value) and not _is_json(out):
             out = "{}"
+            if out == value:  # already a tombstone: a second erasure changes nothing
+                return value, 0
         return out, len(found)
     if isinstance(value, Mapping):
         total, out_map = 0, {}
