@@ -16,6 +16,7 @@ from dsh import RightsError
 from dsh.interop import to_anthropic, to_openai
 from dsh.rights import PLACEHOLDER_TEXT, quarantine, quarantine_state, unquarantine
 from tests.rights.conftest import (
+    REPO,
     SECRETS,
     assert_valid_anthropic,
     assert_valid_openai,
@@ -89,6 +90,24 @@ def test_quarantine_is_idempotent_and_refuses_what_is_not_a_visible_message(
         assert caught.value.code == "NOT_A_MESSAGE"
         assert len(store.read("s1").stored_events) == count  # refusals wrote nothing
 
+
+def test_a_seq_past_the_stored_log_is_named_as_missing_with_the_real_last_seq(
+        tmp_path: Any) -> None:
+    # before: an imported session's restore adds an in-memory session/end-seed marker, so
+    # `dsh quarantine ID 99999` said "its last seq is 19" for a log ending at 18, and seq 19
+    # was refused as "a session/end-seed" the log does not hold
+    url = f"sqlite://{tmp_path}/s.db"
+    simple = REPO / "src/dsh/examples/transcripts/claude-code/simple.jsonl"
+    run_cli("import", "--store", url, str(simple))
+    sid = "11111111-2222-4333-8444-555555555555"
+    with dsh.open(url) as store:
+        last = len(store.read(sid).stored_events) - 1
+        for seq in (last + 1, 99999):
+            with pytest.raises(RightsError) as caught:
+                quarantine(store, sid, [seq])
+            assert caught.value.code == "NO_SUCH_SEQ" and caught.value.where["seq"] == seq
+            assert f"its last seq is {last})" in str(caught.value)
+        assert len(store.read(sid).stored_events) == last + 1
 
 def test_a_compacted_message_is_not_in_view(tmp_path: Any) -> None:
     url = f"sqlite://{tmp_path}/s.db"

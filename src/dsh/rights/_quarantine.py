@@ -165,18 +165,22 @@ def _next_turn(events: Sequence[Event]) -> int:
     return 1
 
 
-def _resolve(session: Session, seqs: Iterable[int], *, want_quarantined: bool,
+def _resolve(session: Session, seqs: Iterable[int], *, stored: int, want_quarantined: bool,
              ) -> tuple[list[tuple[Event, int]], list[int]]:
-    """Check each seq and return ``(event, current node)`` to change, and seqs to leave."""
+    """Check each seq and return ``(event, current node)`` to change, and seqs to leave.
+
+    Only the ``stored`` events count: past them is the end-seed marker a restore adds in
+    memory, which no one can name (NO_SUCH_SEQ, with the stored log's last seq).
+    """
     events = session.events
     state = quarantine_state(events)
     on_surface = set(session.surface.nodes)
     todo: list[tuple[Event, int]] = []
     unchanged: list[int] = []
     for seq in sorted(set(seqs)):
-        if type(seq) is not int or not 0 <= seq < len(events):
+        if type(seq) is not int or not 0 <= seq < stored:
             raise RightsError(f"session {session.id!r} has no event {seq!r} (its last seq is "
-                              f"{len(events) - 1}); see 'dsh show {session.id}'",
+                              f"{stored - 1}); see 'dsh show {session.id}'",
                               code="NO_SUCH_SEQ", session_id=session.id,
                               seq=seq if type(seq) is int else None)
         event = events[seq]
@@ -214,7 +218,8 @@ def _apply(store: Persistence | HasPersistence, session_id: str, seqs: Iterable[
            clock: Clock | None) -> QuarantineResult:
     with held(store, session_id, clock=clock) as hold:
         session = hold.session
-        todo, unchanged = _resolve(session, seqs, want_quarantined=release)
+        todo, unchanged = _resolve(session, seqs, stored=hold.stored,
+                                   want_quarantined=release)
         if not todo:
             return QuarantineResult(session_id, (), tuple(unchanged), None, 0)
         needs_turn = any(e["type"] in ("assistant/message", "tool/result") for e, _ in todo)
