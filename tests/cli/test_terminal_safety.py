@@ -190,3 +190,23 @@ def test_markdown_export_keeps_message_whitespace_and_escapes_controls_in_heads(
     md = Dsh(tmp_path)("export", "md", "--format", "markdown", "--store", url).stdout
     assert f"\n````text\n{CODE_PROMPT}\n````\n" in md
     assert "\n**Fix the\\\\x1fbuild\\\\x0bnow\\\\x85ok**\n" in md
+
+
+def test_a_lone_surrogate_is_escaped_and_ls_columns_stay_aligned(tmp_path: Path) -> None:
+    # before: printable() left U+D800 alone; stdout wrote it as the six characters \ud800
+    # while `dsh ls` measured one, so every column after TITLE was shifted five places
+    assert printable("a\ud800b\udfff") == "a\\ud800b\\udfff"
+    url = f"sqlite:{tmp_path / 'sessions.db'}"
+    with dsh.open(url) as store:
+        prompted(store, "lone", "half \ud800 a pair")
+        prompted(store, "plain", "a plain prompt")
+    cli = Dsh(tmp_path)
+    lines = cli("ls", "--store", url).stdout.splitlines()
+    header = lines[0]
+    turns_end = header.index("TURNS") + len("TURNS")
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert "half \\ud800 a pair" in rows["lone"]
+    for line in rows.values():
+        assert line[turns_end - 1] == "1" and line[turns_end] == " ", lines
+    shown = cli("show", "lone", "--store", url).stdout
+    assert "half \\ud800 a pair" in shown
