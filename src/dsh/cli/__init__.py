@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from dsh.cli._app import main
+from dsh.cli._entry import main
 
 __all__ = ["main"]
