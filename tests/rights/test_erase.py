@@ -15,7 +15,7 @@ import pytest
 import dsh
 from dsh import RightsError
 from dsh.interop import to_anthropic, to_openai
-from dsh.rights import erase, verify_receipt
+from dsh.rights import erase, store_log, verify_receipt
 from tests.rights.conftest import (
     SECRETS,
     assert_valid_anthropic,
@@ -139,3 +139,49 @@ def test_erasing_an_erased_session_again_tombstones_nothing(tmp_path: Path) -> N
         assert [s.record_seq for s in second.sessions] == [None]
         assert len(store.read("s1").stored_events) == length
         assert first.sessions[0].items
+
+
+_INTERRUPTED_AFTER_FIRST = """
+import os, signal, sys
+from dsh.rights import _erase
+delete_cuts = _erase._delete_cuts
+def delete_cuts_then_ctrl_c(persistence, session_id):
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the first session is being erased
+    return delete_cuts(persistence, session_id)
+_erase._delete_cuts = delete_cuts_then_ctrl_c
+from dsh.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_ctrl_c_mid_erasure_writes_the_receipt_of_what_was_erased(tmp_path: Path) -> None:
+    # before: Ctrl-C after some sessions were erased printed only "error[INTERRUPTED]": no
+    # receipt, no line per erased session and no store/erased record for them
+    import subprocess
+    import sys
+
+    url = f"sqlite://{tmp_path}/s.db"
+    for sid in ("s1", "s2", "s3"):
+        build(url, sid)
+    receipt = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-c", _INTERRUPTED_AFTER_FIRST, "erase", "--store",
+                           url, "s1", "s2", "s3", "--receipt", str(receipt)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "interrupted after 1 session: the receipt lists those erased" in done.stderr
+    made = json.loads(receipt.read_text())
+    assert [s["id"] for s in made["sessions"]] == ["s1"]
+    assert done.stdout.splitlines()[0].startswith("s1: erased, ")
+    with dsh.open(url) as store:
+        assert verify_receipt(store, made) == []
+        records = store_log(store).deletions()
+        assert [r["sessions"] for r in records] == [["s1"]]
+        # s2 and s3 untouched: their secrets are still there for the next run to erase
+        assert SECRETS["user"] in json.dumps(list(store.read("s2").stored_events))
+    run_cli("verify", "--store", url, "--all")
+    again = run_cli("erase", "--store", url, "s1", "s2", "s3", "--receipt",
+                    str(tmp_path / "r2.json"))
+    assert "s2: erased" in again.stdout and "s3: erased" in again.stdout
+    everything = b"\n".join(raw for _, raw in store_bytes(url))
+    assert all(secret.encode() not in everything for secret in SECRETS.values())

@@ -8,9 +8,13 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import signal
 import socket
 import stat
-from collections.abc import Callable, Iterable, Mapping
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -323,9 +327,33 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
     check_receipt(receipt)
     with cli_store(store, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids or ()]
-        made = erase_sessions(sessions, ids, where=_where(where or []) or None,
-                              reason=reason, by=_who(by))
+        with _stop_on_interrupt() as interrupted:
+            made = erase_sessions(sessions, ids, where=_where(where or []) or None,
+                                  reason=reason, by=_who(by), stop=lambda: bool(interrupted))
     _report_erasure(made, receipt, json_)
+    if interrupted:
+        # docs/forgetting.md#erasure: what is done is in the receipt; the rest is untouched
+        sys.stderr.write(f"interrupted after {render.plural(len(made.sessions), 'session')}: "
+                         f"the receipt lists those erased; the others are as they were; run "
+                         f"the same command again to erase them\n")
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def _stop_on_interrupt() -> Iterator[list[int]]:
+    """Turn Ctrl-C into a request to stop after the session being erased (the list fills).
+
+    A session's rewrite is never cut short, and the receipt of the sessions done is written.
+    """
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _report_erasure(made: ErasureReceipt, receipt: Path | None, json_: bool) -> None:

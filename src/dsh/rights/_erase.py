@@ -173,7 +173,8 @@ def _derived(events: Sequence[Event], erased: set[int]) -> set[int]:
 
 def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), *,
           where: Mapping[str, str] | None = None, reason: str | None = None,
-          by: str | None = None, clock: Clock | None = None) -> ErasureReceipt:
+          by: str | None = None, clock: Clock | None = None,
+          stop: Callable[[], bool] | None = None) -> ErasureReceipt:
     """Erase sessions' content everywhere in the store; return the receipt.
 
     The erasure is recorded in the store log (``store/erased``: the ids, the event count and
@@ -187,6 +188,9 @@ def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), 
         reason: Why, kept in each record and the receipt.
         by: Who.
         clock: Epoch-ms clock.
+        stop: Asked before each session (``dsh erase`` on Ctrl-C): once it returns True the
+            sessions not begun are left as they were, and the receipt and the store-log
+            record list those done; the same call again erases the rest.
 
     Returns:
         ErasureReceipt: every session, event (commitment and salt), file, table and step
@@ -201,7 +205,7 @@ def erase(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), 
     Rule: docs/forgetting.md#erasure.
     """
     receipt = erase_sessions(store, session_ids, where=where, reason=reason, by=by,
-                             clock=clock)
+                             clock=clock, stop=stop)
     append_records(store, [(ERASED, erasure_record(receipt, purge=False))], clock=clock)
     return receipt
 
@@ -230,7 +234,8 @@ def erasure_record(receipt: ErasureReceipt, *, purge: bool,
 def erase_sessions(store: Persistence | HasPersistence, session_ids: Iterable[str] = (), *,
                    where: Mapping[str, str] | None = None, reason: str | None = None,
                    by: str | None = None, clock: Clock | None = None,
-                   on_session: Callable[[str], None] | None = None) -> ErasureReceipt:
+                   on_session: Callable[[str], None] | None = None,
+                   stop: Callable[[], bool] | None = None) -> ErasureReceipt:
     """:func:`erase` without its store-log record; ``on_session(id)`` after each session."""
     persistence = facade(store)
     started = clock() if clock is not None else int(_time.time() * 1000)
@@ -256,6 +261,8 @@ def erase_sessions(store: Persistence | HasPersistence, session_ids: Iterable[st
     if by is not None:
         extra["by"] = by
     while queue:
+        if stop is not None and stop():
+            break  # the rest as it was; the receipt lists what is done (run again for the rest)
         sid, inherited = queue.pop(0)
         if sid in seen:
             continue
