@@ -18,9 +18,11 @@ line numbers and suspect-tail reasons, or the same error with the same message a
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import itertools
+import json
 import operator
 import os
 import sys
@@ -322,6 +324,86 @@ def test_scan_lines_leaves_every_long_digit_run_to_python(pad: int, digits: int,
     assert fast == slow
     # past 2**53 - 1 a number is refused (an exact error in both); text is always fine
     assert fast[0] == ("ok" if where in ("string", "key") or digits < 16 else "error")
+
+
+# JSON values of every kind the direct parser meets (docs/architecture.md#the-c-accelerator):
+# text with escapes, controls, non-ASCII, astral characters and surrogates; numbers at and
+# past the safe bounds, floats of every size; duplicate keys; nesting.
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**54), 2**54)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40)
+    | st.sampled_from(["", "é", "\u2028", "\U0001f600", "a\"b\\c/\b\f\n\r\t\x00\x1f",
+                       "\ud800", "x" * 33, "type", "text-chunks"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4),
+    max_leaves=12)
+
+
+def json_texts(value: Any) -> list[bytes]:
+    """``value`` as JSON text the ways writers spell it: compact and ASCII-escaped (every
+    non-ASCII character a \\u escape, astral ones as surrogate pairs), with spaces between
+    tokens and raw UTF-8, and as orjson writes it (when it can)."""
+    texts = [json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode(),
+             json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")]
+    with contextlib.suppress(TypeError):  # a lone surrogate: orjson refuses to write it
+        texts.append(orjson.dumps(value))
+    return texts
+
+
+@settings(max_examples=examples(300), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(value=json_values)
+def test_scan_lines_parses_any_json_value_as_python_does(value: Any) -> None:
+    # The C pass parses a line itself and leaves to orjson (then Python) what it does not
+    # take: either way every line gives what the Python scanner gives, event or typed error.
+    for text in json_texts(value):
+        line = b'{"type":"x/y","seq":0,"time":1,"data":' + text + b"}"
+        fast, slow = both_scans(line + b"\n")
+        assert fast == slow, line
+
+
+@pytest.mark.parametrize("literal", [
+    b"0", b"-0", b"1", b"-1", b"9007199254740991", b"-9007199254740991", b"9007199254740992",
+    b"123456789012345678", b"1.5", b"-1.5", b"1e3", b"1E+3", b"1e-3", b"2.0", b"-0.0", b"0.0",
+    b"1e400", b"-1e400", b"1e-400", b"-1e-400", b"0.1", b"2.2250738585072014e-308",
+    b"4.9e-324", b"1.7976931348623157e308", b"0.30000000000000004", b"1" + b"0" * 17 + b".5",
+    b"3." + b"1" * 70, b"01", b"1.", b".5", b"-", b"+1", b"1e", b"1e+", b"0x10", b"--1",
+    b"true", b"false", b"null", b"tru", b"nul", b"True", b"NaN", b"Infinity", b"[]", b"{}",
+    b"[1,]", b"[,1]", b'{"a":1,}', b'{"a" :1}', b'{"a":1 }', b' {"a":1}', b'{"a":1,"a":2}',
+    b'{"a":{"b":1},"a":{"b":1}}', b'"\\u00e9\\u20ac"', b'"\\uD83D\\uDE00"', b'"\\uDE00"',
+    b'"\\u12"', b'"\\x"', b'"a\\tb"', b'"a\tb"', b'"a\\u0000b"', b'"\\"', b'"\\/"',
+    b'"\xc3\xa9"', b'"\xc3"',
+    b'"\xed\xa0\x80"', b'"\xf0\x9f\x98\x80"', b'"\x7f"', b'"a\x01"', b'"a',
+    b"[" * 199 + b"]" * 199, b"[" * 201 + b"]" * 201, b'{"a":[1,2,{"b":[]}]}',
+])
+def test_scan_lines_takes_each_json_token_as_python_does(literal: bytes) -> None:
+    for line in (b'{"type":"x/y","seq":0,"time":1,"data":' + literal + b"}",
+                 b'{"type":"x/y","seq":0,"time":1,"data":{"v":' + literal + b'},"t":1}'):
+        fast, slow = both_scans(line + b"\n")
+        assert fast == slow, line
+
+
+def test_scan_lines_parses_ordinary_lines_itself_and_hands_the_rest_to_loads() -> None:
+    # The direct parser takes what dsh writes; a line it does not take (here: spaces between
+    # tokens, a duplicate key) goes through the loads it was given, and the events are equal.
+    calls: list[bytes] = []
+
+    def counting_loads(raw: bytes) -> Any:
+        calls.append(bytes(raw))
+        return orjson.loads(raw)
+
+    def run(buffer: bytes) -> list[Event]:
+        out: list[Event] = []
+        fmt.c_scan_lines(buffer, 0, 0, 0, counting_loads, Event, out, array("q"), array("q"),
+                         KNOWN_EVENT_TYPES, None)
+        return out
+
+    plain = (b'{"type":"turn/start","seq":0,"time":1,"data":{"turn":1,"f":0.5,"s":"\\u00e9"}}\n'
+             b'{"type":"turn/end","seq":1,"time":2,"data":{"turn":1,"reason":{"kind":"completed"}}}\n')
+    spaced = plain.replace(b'"seq":0,', b'"seq": 0, ').replace(
+        b'{"kind":"completed"}', b'{"kind":"completed","kind":"completed"}')
+    assert run(plain) == run(spaced) == [orjson.loads(line) for line in plain.splitlines()]
+    assert calls == spaced.splitlines()
 
 
 def test_scan_lines_shares_equal_nested_records_never_events() -> None:

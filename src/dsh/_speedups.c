@@ -197,12 +197,22 @@ static Py_ssize_t str_cache_count = 0;
 static inline size_t
 str_cache_index(const unsigned char *data, Py_ssize_t size, int kind)
 {
-    uint64_t h = 14695981039346656037ULL ^ (uint64_t)kind;  /* FNV-1a */
-    Py_ssize_t i;
-    for (i = 0; i < size; i++) {
-        h = (h ^ data[i]) * 1099511628211ULL;
+    /* eight bytes a step (a byte-at-a-time hash was a tenth of a scan) */
+    uint64_t h = 0x9E3779B97F4A7C15ULL * (uint64_t)(4 * size + kind), w;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= size; i += 8) {
+        memcpy(&w, data + i, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 32;
+    }
+    if (i < size) {
+        w = 0;
+        memcpy(&w, data + i, (size_t)(size - i));
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
     }
     h ^= h >> 29;
+    h *= 0xC4CEB9FE1A85EC53ULL;
+    h ^= h >> 32;
     return (size_t)h & (STR_CACHE_SLOTS - 1);
 }
 
@@ -394,11 +404,24 @@ frozen_shared(PyObject *const *kv, Py_ssize_t pairs)
 }
 
 /* End a load pass: the cached strs and records are released and the tables emptied. */
+static void jp_hot_clear(void);
+
+/* 1 while a pass holds the cyclic GC off (it was on when the pass began). A pass builds
+ * hundreds of thousands of containers, untracked as they are filled: the collections their
+ * allocations would trigger find nothing of theirs to collect, and one of them walks every
+ * tracked object of the process (a twentieth of a cold load). */
+static int pass_gc_off = 0;
+
 static void
 str_cache_close(void)
 {
     Py_ssize_t k;
     str_cache_on = 0;
+    jp_hot_clear();
+    if (pass_gc_off) {
+        pass_gc_off = 0;
+        PyGC_Enable();
+    }
     for (k = 0; k < cons_count; k++) {
         Py_CLEAR(cons_slots[cons_used[k]]);
     }
@@ -1086,7 +1109,12 @@ str_cache_open(void)
         s_assistant_message, s_tool_result, s_end_seed, s_completed, s_blocked, s_max_tokens,
         s_interrupted, s_aborted, s_disposed, s_error_kind, s_append, s_user, s_system,
         s_assistant, s_system_message, s_model, s_provider, s_tool, s_tool_result_block,
-        s_text};
+        s_text,
+        /* keys, so that lookups by these constants end at the pointer test */
+        s_type, s_seq, s_time, s_data, s_turn, s_step, s_message, s_role, s_content, s_source,
+        s_kind, s_id, s_name, s_surface_op, s_source_event_seqs, s_call_id, s_tool_call_id,
+        s_reason, s_index, s_chunk, s_is_error, s_seq0, s_time0, s_dt, s_texts, s_args,
+        s_arguments_delta, s_ignorable, s_provenance, s_trigger, s_error};
     size_t k;
     if (str_cache_slots == NULL) {
         str_cache_slots = PyMem_RawCalloc(STR_CACHE_SLOTS, sizeof(PyObject *));
@@ -1117,6 +1145,7 @@ str_cache_open(void)
     }
     str_cache_close();  /* a pass that ended without closing (none should) leaves nothing */
     str_cache_on = 1;
+    pass_gc_off = PyGC_Disable();
     for (k = 0; k < sizeof(seeds) / sizeof(seeds[0]); k++) {
         Py_DECREF(shared_str(seeds[k]));
     }
@@ -1152,12 +1181,49 @@ is_number(PyObject *value)
     return value != NULL && (PyLong_CheckExact(value) || PyFloat_CheckExact(value));
 }
 
+/* The last type other than FrozenDict that frozen_of was asked for (held, so its address
+ * cannot be reused) and whether a plain dict may be retyped to it (same_layout). */
+static PyTypeObject *frozen_of_type = NULL;
+static int frozen_of_retype = 0;
+
 /* A new, filled and untracked instance of `type` (a FrozenDict subclass without slots). */
 static PyObject *
 frozen_of(PyTypeObject *type, PyObject *const *kv, Py_ssize_t pairs)
 {
     Py_ssize_t i;
-    PyObject *d = PyDict_Type.tp_new(type, empty_tuple, NULL);
+    PyObject *d;
+    if (retype_ok && type != frozen_dict_type && type != frozen_of_type) {
+        Py_XSETREF(frozen_of_type, (PyTypeObject *)Py_NewRef(type));
+        frozen_of_retype = same_layout(type, &PyDict_Type);
+    }
+    if (retype_ok && (type == frozen_dict_type || frozen_of_retype)) {
+        /* a plain new dict retyped, as own_dict does: dict's free list and no generic
+         * allocation of a heap subtype (a third of an expanded chunk's cost) */
+        int untracked = 1;
+#if PY_VERSION_HEX < 0x030D0000
+        d = _PyDict_NewPresized(pairs);
+#else
+        d = PyDict_New();
+#endif
+        if (d == NULL) {
+            return NULL;
+        }
+        for (i = 0; i < pairs; i++) {
+            if (PyDict_SetItem(d, kv[2 * i], kv[2 * i + 1]) < 0) {
+                Py_DECREF(d);
+                return NULL;
+            }
+            if (untracked && (is_tracked(kv[2 * i]) || is_tracked(kv[2 * i + 1]))) {
+                untracked = 0;
+            }
+        }
+        retype(d, type);
+        if (untracked) {
+            PyObject_GC_UnTrack(d);
+        }
+        return d;
+    }
+    d = PyDict_Type.tp_new(type, empty_tuple, NULL);
     if (d == NULL) {
         return NULL;
     }
@@ -1346,6 +1412,641 @@ has_long_digit_run(const char *p, Py_ssize_t n)
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The direct parser of a load pass: JSON text straight to the frozen tree that orjson.loads
+ * followed by freeze_owned would give, without the intermediate tree. Strings are looked up
+ * in the pass's str table from their bytes (a repeated one is never built), keys too, and a
+ * nested record is looked up in the cons table from its members before any dict is built.
+ * It takes the grammar dsh's writers produce (compact RFC 8259 JSON) and leaves everything
+ * else to the orjson path and Python by raising Fallback: whitespace between tokens, a
+ * duplicate key, an integer of more than 18 digits or beyond +-max_safe, a float that is
+ * non-finite, -0.0 or longer than 63 bytes, a \u escape of a surrogate, a control byte or
+ * invalid UTF-8 in a string, nesting deeper than FAST_DEPTH. What it accepts it decodes
+ * exactly as orjson (RFC 8259 values; floats correctly rounded by PyOS_string_to_double, as
+ * orjson's are), then applies freeze_owned's rules (integral floats become ints).
+ * Only while retype_ok: the containers are built as dict/list and retyped, as own_dict does.
+ */
+
+/* Values parsed but not yet placed in their container: one stack for the pass, so a record's
+ * members are gathered without an allocation per record. */
+static PyObject **jp_stack = NULL;
+static Py_ssize_t jp_top = 0, jp_cap = 0;
+
+static int
+jp_push(PyObject *v)
+{
+    if (jp_top == jp_cap) {
+        Py_ssize_t cap = jp_cap ? 2 * jp_cap : 256;
+        PyObject **grown = PyMem_Realloc(jp_stack, (size_t)cap * sizeof(PyObject *));
+        if (grown == NULL) {
+            Py_DECREF(v);
+            PyErr_NoMemory();
+            return -1;
+        }
+        jp_stack = grown;
+        jp_cap = cap;
+    }
+    jp_stack[jp_top++] = v;
+    return 0;
+}
+
+/* Release the stacked values from index base on (an error, or their refs were copied). */
+static void
+jp_drop(Py_ssize_t base)
+{
+    while (jp_top > base) {
+        jp_top--;
+        Py_DECREF(jp_stack[jp_top]);
+    }
+}
+
+typedef struct {
+    const unsigned char *p;    /* the next byte */
+    const unsigned char *end;  /* one past the text */
+    int cons;                  /* share nested records (0 in a chunk row: expand_row rebuilds) */
+} JParser;
+
+static PyObject *jp_value(JParser *j, int depth);
+
+/* In front of the pass's str table, for the ASCII strs of at most 24 bytes of a record (its
+ * keys, types, roles, kinds): a small direct-mapped table that holds each entry's bytes as
+ * three words, so a hit costs a few compares in cache instead of a hash of the bytes, a probe
+ * of the big table and a look at the str. It only points at strs the str table holds (and so
+ * keeps alive); emptied when a pass ends (str_cache_close). Little-endian only: a word is
+ * masked to the str's bytes by its low bytes. */
+#define JP_HOT_SLOTS 512
+typedef struct {
+    uint64_t w[3];
+    Py_ssize_t n;
+    PyObject *str;  /* borrowed from the str table; NULL when empty */
+} JpHot;
+static JpHot jp_hot[JP_HOT_SLOTS];
+static int jp_hot_used = 0;
+
+/* The ints of a pass beyond the small-int cache, one object per value while its slot keeps
+ * it: an event's time repeats for every event of the same millisecond. Direct-mapped, the
+ * newest value kept; emptied when a pass ends. */
+#define JP_INT_SLOTS 256
+static PyObject *jp_ints[JP_INT_SLOTS];
+static long long jp_int_values[JP_INT_SLOTS];
+static int jp_ints_used = 0;
+
+static void
+jp_hot_clear(void)
+{
+    if (jp_hot_used) {
+        memset(jp_hot, 0, sizeof(jp_hot));
+        jp_hot_used = 0;
+    }
+    if (jp_ints_used) {
+        int k;
+        for (k = 0; k < JP_INT_SLOTS; k++) {
+            Py_CLEAR(jp_ints[k]);
+        }
+        jp_ints_used = 0;
+    }
+}
+
+/* The int x (a new reference), shared while a pass runs. */
+static PyObject *
+jp_int(long long x)
+{
+    size_t i;
+    PyObject *v;
+    if (!str_cache_on || (x >= -5 && x <= 256)) {
+        return PyLong_FromLongLong(x);  /* small ints are CPython's own shared objects */
+    }
+    i = (size_t)(((uint64_t)x * 0x9E3779B97F4A7C15ULL) >> 56);
+    if (jp_ints[i] != NULL && jp_int_values[i] == x) {
+        return Py_NewRef(jp_ints[i]);
+    }
+    v = PyLong_FromLongLong(x);
+    if (v != NULL) {
+        Py_XSETREF(jp_ints[i], Py_NewRef(v));
+        jp_int_values[i] = x;
+        jp_ints_used = 1;
+    }
+    return v;
+}
+
+/* The str of the ASCII bytes s[0:n] (no escapes), the pass's shared one when it has it.
+ * readable: bytes that may be read from s (at least n). */
+static PyObject *
+jp_ascii(const unsigned char *s, Py_ssize_t n, Py_ssize_t readable)
+{
+    PyObject *x;
+    JpHot *hot = NULL;
+    uint64_t w[3];
+    if (!str_cache_on || n > STR_CACHE_MAX_LEN) {
+        goto build;
+    }
+#if PY_LITTLE_ENDIAN
+    if (n <= 24 && readable >= 24) {
+        int k;
+        memcpy(w, s, 24);
+        for (k = 0; k < 3; k++) {
+            Py_ssize_t left = n - 8 * k;
+            if (left <= 0) {
+                w[k] = 0;
+            }
+            else if (left < 8) {
+                w[k] &= ((uint64_t)1 << (8 * left)) - 1;
+            }
+        }
+        hot = &jp_hot[(((w[0] * 0x9E3779B97F4A7C15ULL) ^ (w[1] * 0xC2B2AE3D27D4EB4FULL)
+                        ^ (w[2] * 0x165667B19E3779F9ULL) ^ (uint64_t)n) * 0xFF51AFD7ED558CCDULL)
+                      >> 55];
+        if (hot->str != NULL && hot->n == n && hot->w[0] == w[0] && hot->w[1] == w[1]
+                && hot->w[2] == w[2]) {
+            return Py_NewRef(hot->str);
+        }
+    }
+#else
+    (void)readable;
+#endif
+    {
+        size_t i;
+        for (i = str_cache_index(s, n, PyUnicode_1BYTE_KIND);;
+                i = (i + 1) & (STR_CACHE_SLOTS - 1)) {
+            PyObject *slot = str_cache_slots[i];
+            if (slot == NULL) {
+                x = PyUnicode_New(n, 127);
+                if (x == NULL) {
+                    return NULL;
+                }
+                memcpy(PyUnicode_DATA(x), s, (size_t)n);
+                if (str_cache_count >= STR_CACHE_MAX_SIZE) {
+                    return x;  /* the table is full: neither it nor the hot one keeps x */
+                }
+                str_cache_slots[i] = Py_NewRef(x);
+                str_cache_used[str_cache_count++] = (uint32_t)i;
+                break;
+            }
+            /* a kind-1 str of these bytes (all < 0x80) is ASCII: canonical form */
+            if (PyUnicode_GET_LENGTH(slot) == n && PyUnicode_KIND(slot) == PyUnicode_1BYTE_KIND
+                    && memcmp(PyUnicode_DATA(slot), s, (size_t)n) == 0) {
+                x = Py_NewRef(slot);
+                break;
+            }
+        }
+    }
+    if (hot != NULL) {
+        memcpy(hot->w, w, sizeof(w));
+        hot->n = n;
+        hot->str = x;
+        jp_hot_used = 1;
+    }
+    return x;
+build:
+    x = PyUnicode_New(n, 127);
+    if (x != NULL) {
+        memcpy(PyUnicode_DATA(x), s, (size_t)n);
+    }
+    return x;
+}
+
+static inline int
+jp_hex(unsigned char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+/* A string from j->p (just after its opening quote) to its closing quote; new reference. */
+static PyObject *
+jp_string(JParser *j)
+{
+    const unsigned char *s = j->p, *q = s, *end = j->end;
+    unsigned char small[256], *out, *o;
+    int ascii = 1;
+    PyObject *x;
+    while (q < end && *q != '"' && *q != '\\' && *q >= 0x20 && *q < 0x80) {
+        q++;
+    }
+    if (q < end && *q == '"') {
+        j->p = q + 1;
+        return jp_ascii(s, q - s, end - s);
+    }
+    /* escapes or non-ASCII: find the closing quote, then decode into a buffer no longer
+     * than the source text */
+    {
+        const unsigned char *c = q;
+        while (c < end && *c != '"') {
+            c += *c == '\\' ? 2 : 1;
+        }
+        if (c >= end) {
+            return fallback();  /* unterminated */
+        }
+        end = c;  /* the decode below stops at the closing quote */
+    }
+    out = end - s <= (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc((size_t)(end - s));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(out, s, (size_t)(q - s));
+    o = out + (q - s);
+    for (;;) {
+        unsigned char c;
+        if (q >= end) {
+            break;  /* at the closing quote */
+        }
+        c = *q;
+        if (c < 0x20) {
+            goto fall;  /* a raw control byte: JSON forbids it */
+        }
+        if (c >= 0x80) {
+            ascii = 0;
+            *o++ = c;
+            q++;
+            continue;
+        }
+        if (c != '\\') {
+            *o++ = c;
+            q++;
+            continue;
+        }
+        c = q[1];  /* before the closing quote: the scan above stepped over it */
+        q += 2;
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '/': *o++ = '/'; break;
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            int h0, h1, h2, h3;
+            unsigned int u;
+            if (end - q < 4 || (h0 = jp_hex(q[0])) < 0 || (h1 = jp_hex(q[1])) < 0
+                    || (h2 = jp_hex(q[2])) < 0 || (h3 = jp_hex(q[3])) < 0) {
+                goto fall;
+            }
+            u = (unsigned int)((h0 << 12) | (h1 << 8) | (h2 << 4) | h3);
+            q += 4;
+            if (u >= 0xD800 && u <= 0xDFFF) {
+                goto fall;  /* surrogates (paired or lone): Python judges them */
+            }
+            /* as UTF-8: 6 source bytes become at most 3 */
+            if (u < 0x80) {
+                *o++ = (unsigned char)u;
+            }
+            else if (u < 0x800) {
+                ascii = 0;
+                *o++ = (unsigned char)(0xC0 | (u >> 6));
+                *o++ = (unsigned char)(0x80 | (u & 0x3F));
+            }
+            else {
+                ascii = 0;
+                *o++ = (unsigned char)(0xE0 | (u >> 12));
+                *o++ = (unsigned char)(0x80 | ((u >> 6) & 0x3F));
+                *o++ = (unsigned char)(0x80 | (u & 0x3F));
+            }
+            break;
+        }
+        default:
+            goto fall;
+        }
+    }
+    j->p = end + 1;
+    if (ascii) {
+        x = jp_ascii(out, o - out, o - out);
+    }
+    else {
+        /* strict: invalid UTF-8, and surrogates encoded in it, are refused (Python judges) */
+        PyObject *decoded = PyUnicode_DecodeUTF8((const char *)out, o - out, "strict");
+        if (decoded == NULL) {
+            if (out != small) {
+                PyMem_Free(out);
+            }
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                return fallback();
+            }
+            return NULL;
+        }
+        x = shared_str(decoded);
+        Py_DECREF(decoded);
+    }
+    if (out != small) {
+        PyMem_Free(out);
+    }
+    return x;
+fall:
+    if (out != small) {
+        PyMem_Free(out);
+    }
+    return fallback();
+}
+
+/* A number from j->p; freeze_owned's rules applied (safe ints, integral floats as ints). */
+static PyObject *
+jp_number(JParser *j)
+{
+    const unsigned char *s = j->p, *q = s, *end = j->end, *digits;
+    int is_float = 0;
+    if (q < end && *q == '-') {
+        q++;
+    }
+    digits = q;
+    if (q < end && *q == '0') {
+        q++;
+    }
+    else if (q < end && *q >= '1' && *q <= '9') {
+        while (q < end && *q >= '0' && *q <= '9') {
+            q++;
+        }
+    }
+    else {
+        return fallback();
+    }
+    if (q < end && *q == '.') {
+        q++;
+        if (q >= end || *q < '0' || *q > '9') {
+            return fallback();
+        }
+        while (q < end && *q >= '0' && *q <= '9') {
+            q++;
+        }
+        is_float = 1;
+    }
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < end && (*q == '+' || *q == '-')) {
+            q++;
+        }
+        if (q >= end || *q < '0' || *q > '9') {
+            return fallback();
+        }
+        while (q < end && *q >= '0' && *q <= '9') {
+            q++;
+        }
+        is_float = 1;
+    }
+    j->p = q;
+    if (!is_float) {
+        long long x = 0;
+        const unsigned char *d;
+        if (q - digits > 18) {
+            return fallback();
+        }
+        for (d = digits; d < q; d++) {
+            x = 10 * x + (*d - '0');
+        }
+        if (x > max_safe) {
+            return fallback();
+        }
+        return jp_int(digits != s ? -x : x);
+    }
+    {
+        char buf[64];
+        char *stop;
+        double v;
+        if (q - s >= (Py_ssize_t)sizeof(buf)) {
+            return fallback();
+        }
+        memcpy(buf, s, (size_t)(q - s));
+        buf[q - s] = '\0';
+        v = PyOS_string_to_double(buf, &stop, NULL);  /* correctly rounded; +-inf on overflow */
+        if (v == -1.0 && PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+                return NULL;
+            }
+            PyErr_Clear();
+            return fallback();
+        }
+        if (stop != buf + (q - s) || !isfinite(v) || (v == 0.0 && signbit(v))) {
+            return fallback();
+        }
+        /* JavaScript has one number type and dsh writes 5, not 5.0 (as walk does) */
+        if (v == floor(v) && fabs(v) <= (double)max_safe) {
+            return PyLong_FromLongLong((long long)v);
+        }
+        return PyFloat_FromDouble(v);
+    }
+}
+
+/* An object from j->p (just after its '{'); a new FrozenDict (untracked when every member
+ * is), or the cons table's equal record when nested and shareable (own_dict's rules). */
+static PyObject *
+jp_object(JParser *j, int depth)
+{
+    Py_ssize_t base = jp_top, pairs, k;
+    PyObject *d, **kv;
+    int all_untracked = 1, found = 0;
+    Py_ssize_t slot = -1;
+    uint64_t h = 0;
+    if (depth > FAST_DEPTH) {
+        return fallback();
+    }
+    if (j->p < j->end && *j->p == '}') {
+        j->p++;
+    }
+    else {
+        for (;;) {
+            PyObject *key, *value;
+            if (j->p >= j->end || *j->p != '"') {
+                goto fall;
+            }
+            j->p++;
+            key = jp_string(j);
+            if (key == NULL || jp_push(key) < 0) {
+                goto fail;
+            }
+            if (j->p >= j->end || *j->p != ':') {
+                goto fall;
+            }
+            j->p++;
+            value = jp_value(j, depth + 1);
+            if (value == NULL || jp_push(value) < 0) {
+                goto fail;
+            }
+            if (all_untracked && is_tracked(value)) {
+                all_untracked = 0;
+            }
+            /* a chunk row's records are rebuilt by expand_row: sharing them is work lost */
+            if (depth == 0 && is_chunk_row_tag(value) && PyUnicode_GET_LENGTH(key) == 4
+                    && memcmp(PyUnicode_DATA(key), "type", 4) == 0) {
+                j->cons = 0;
+            }
+            if (j->p >= j->end) {
+                goto fall;
+            }
+            if (*j->p == ',') {
+                j->p++;
+                continue;
+            }
+            if (*j->p == '}') {
+                j->p++;
+                break;
+            }
+            goto fall;
+        }
+    }
+    pairs = (jp_top - base) / 2;
+    kv = jp_stack + base;
+    if (depth > 0 && j->cons && all_untracked && pairs <= CONS_MAX_PAIRS
+            && cons_hash_kv(kv, pairs, &h)) {
+        slot = cons_slot(kv, pairs, h, &found);
+        if (found) {
+            d = Py_NewRef(cons_slots[slot]);
+            jp_drop(base);
+            return d;
+        }
+    }
+#if PY_VERSION_HEX < 0x030D0000
+    d = _PyDict_NewPresized(pairs);  /* an event's sixth key would resize a plain new dict */
+#else
+    d = PyDict_New();
+#endif
+    if (d == NULL) {
+        goto fail;
+    }
+    for (k = 0; k < pairs; k++) {
+        if (PyDict_SetItem(d, kv[2 * k], kv[2 * k + 1]) < 0) {
+            Py_DECREF(d);
+            goto fail;
+        }
+    }
+    jp_drop(base);
+    if (PyDict_GET_SIZE(d) != pairs) {
+        Py_DECREF(d);  /* a duplicate key: Python judges the record */
+        return fallback();
+    }
+    retype(d, frozen_dict_type);
+    if (all_untracked) {
+        PyObject_GC_UnTrack(d);
+        if (slot >= 0) {
+            cons_keep(slot, h, d);
+        }
+    }
+    return d;
+fall:
+    jp_drop(base);
+    return fallback();
+fail:
+    jp_drop(base);
+    return NULL;
+}
+
+/* An array from j->p (just after its '['); a new FrozenList (untracked when every item is). */
+static PyObject *
+jp_array(JParser *j, int depth)
+{
+    Py_ssize_t base = jp_top, n, k;
+    PyObject *l;
+    int all_untracked = 1;
+    if (depth > FAST_DEPTH) {
+        return fallback();
+    }
+    if (j->p < j->end && *j->p == ']') {
+        j->p++;
+    }
+    else {
+        for (;;) {
+            PyObject *value = jp_value(j, depth + 1);
+            if (value == NULL || jp_push(value) < 0) {
+                jp_drop(base);
+                return NULL;
+            }
+            if (all_untracked && is_tracked(value)) {
+                all_untracked = 0;
+            }
+            if (j->p < j->end && *j->p == ',') {
+                j->p++;
+                continue;
+            }
+            if (j->p < j->end && *j->p == ']') {
+                j->p++;
+                break;
+            }
+            jp_drop(base);
+            return fallback();
+        }
+    }
+    n = jp_top - base;
+    l = PyList_New(n);
+    if (l == NULL) {
+        jp_drop(base);
+        return NULL;
+    }
+    for (k = 0; k < n; k++) {
+        PyList_SET_ITEM(l, k, jp_stack[base + k]);  /* the stack's reference moves */
+    }
+    jp_top = base;
+    retype(l, frozen_list_type);
+    if (all_untracked) {
+        PyObject_GC_UnTrack(l);
+    }
+    return l;
+}
+
+static PyObject *
+jp_value(JParser *j, int depth)
+{
+    const unsigned char *p = j->p;
+    Py_ssize_t left = j->end - p;
+    if (left <= 0) {
+        return fallback();
+    }
+    switch (*p) {
+    case '"':
+        j->p++;
+        return jp_string(j);
+    case '{':
+        j->p++;
+        return jp_object(j, depth);
+    case '[':
+        j->p++;
+        return jp_array(j, depth);
+    case 't':
+        if (left >= 4 && memcmp(p, "true", 4) == 0) {
+            j->p += 4;
+            Py_RETURN_TRUE;
+        }
+        return fallback();
+    case 'f':
+        if (left >= 5 && memcmp(p, "false", 5) == 0) {
+            j->p += 5;
+            Py_RETURN_FALSE;
+        }
+        return fallback();
+    case 'n':
+        if (left >= 4 && memcmp(p, "null", 4) == 0) {
+            j->p += 4;
+            Py_RETURN_NONE;
+        }
+        return fallback();
+    default:
+        return jp_number(j);
+    }
+}
+
+/* The frozen value of the whole JSON text p[0:n] as freeze_owned(orjson.loads(text)) gives
+ * it, or NULL with Fallback (anything the direct parser leaves to the orjson path) or another
+ * error. Only while retype_ok. */
+static PyObject *
+jp_parse(const char *p, Py_ssize_t n)
+{
+    JParser j = {(const unsigned char *)p, (const unsigned char *)p + n, 1};
+    PyObject *v = jp_value(&j, 0);
+    if (v != NULL && j.p != j.end) {
+        Py_DECREF(v);
+        return fallback();  /* trailing bytes (or whitespace): Python judges */
+    }
+    return v;
+}
+
 /* Decode one record line into a new Event (a plain record) or a new list of events (a chunk
  * row), or NULL with Fallback set when Python must judge the line (any error, any unusual
  * value), or NULL with another error. */
@@ -1356,6 +2057,18 @@ decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_ty
     PyObject *raw, *parsed, *frozen, *tag, *out;
     if (n == 0 || has_long_digit_run(p, n)) {
         return fallback();
+    }
+    if (retype_ok) {
+        frozen = p[0] == '{' ? jp_parse(p, n) : fallback();
+        if (frozen == NULL && PyErr_ExceptionMatches(Fallback)) {
+            PyErr_Clear();  /* the orjson path decides (and hands Python what it refuses) */
+        }
+        else if (frozen == NULL) {
+            return NULL;
+        }
+        else {
+            goto parsed;
+        }
     }
     /* a bytes copy of the line: one small allocation and a memcpy cost a third of what a
      * memoryview over the buffer does (its managed buffer and view are two tracked objects) */
@@ -1383,6 +2096,7 @@ decode_line(const char *p, Py_ssize_t n, PyObject *loads, PyTypeObject *event_ty
     if (frozen == NULL) {
         return NULL;
     }
+parsed:
     tag = PyDict_GetItem(frozen, s_type);
     if (tag == NULL || !PyUnicode_CheckExact(tag)) {
         /* not an event record: Python judges it (torn tail or corruption) */
@@ -1853,6 +2567,13 @@ decode_text(PyObject *text, PyObject *loads, Py_ssize_t limit)
     }
     if ((limit >= 0 && n > limit) || has_long_digit_run(utf8, n)) {
         return fallback();
+    }
+    if (retype_ok) {
+        parsed = jp_parse(utf8, n);
+        if (parsed != NULL || !PyErr_ExceptionMatches(Fallback)) {
+            return parsed;
+        }
+        PyErr_Clear();  /* the orjson path decides (and hands Python what it refuses) */
     }
     parsed = PyObject_CallOneArg(loads, text);
     if (parsed == NULL) {
