@@ -1181,6 +1181,37 @@ is_number(PyObject *value)
     return value != NULL && (PyLong_CheckExact(value) || PyFloat_CheckExact(value));
 }
 
+/* A new plain dict of the members kv (pairs keys and values, in order); NULL on error. */
+static PyObject *dict_fill(PyObject *d, PyObject *const *kv, Py_ssize_t pairs);
+
+static PyObject *
+dict_of(PyObject *const *kv, Py_ssize_t pairs)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    /* presized: an event's sixth key would resize a plain new dict */
+    return dict_fill(_PyDict_NewPresized(pairs), kv, pairs);
+#else
+    return dict_fill(PyDict_New(), kv, pairs);
+#endif
+}
+
+/* d (a new empty dict, or NULL) with the members kv inserted; NULL (d released) on error. */
+static PyObject *
+dict_fill(PyObject *d, PyObject *const *kv, Py_ssize_t pairs)
+{
+    Py_ssize_t i;
+    if (d == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < pairs; i++) {
+        if (PyDict_SetItem(d, kv[2 * i], kv[2 * i + 1]) < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    return d;
+}
+
 /* The last type other than FrozenDict that frozen_of was asked for (held, so its address
  * cannot be reused) and whether a plain dict may be retyped to it (same_layout). */
 static PyTypeObject *frozen_of_type = NULL;
@@ -1200,22 +1231,12 @@ frozen_of(PyTypeObject *type, PyObject *const *kv, Py_ssize_t pairs)
         /* a plain new dict retyped, as own_dict does: dict's free list and no generic
          * allocation of a heap subtype (a third of an expanded chunk's cost) */
         int untracked = 1;
-#if PY_VERSION_HEX < 0x030D0000
-        d = _PyDict_NewPresized(pairs);
-#else
-        d = PyDict_New();
-#endif
+        d = dict_of(kv, pairs);
         if (d == NULL) {
             return NULL;
         }
-        for (i = 0; i < pairs; i++) {
-            if (PyDict_SetItem(d, kv[2 * i], kv[2 * i + 1]) < 0) {
-                Py_DECREF(d);
-                return NULL;
-            }
-            if (untracked && (is_tracked(kv[2 * i]) || is_tracked(kv[2 * i + 1]))) {
-                untracked = 0;
-            }
+        for (i = 0; i < pairs && untracked; i++) {
+            untracked = !is_tracked(kv[2 * i]) && !is_tracked(kv[2 * i + 1]);
         }
         retype(d, type);
         if (untracked) {
@@ -1223,17 +1244,10 @@ frozen_of(PyTypeObject *type, PyObject *const *kv, Py_ssize_t pairs)
         }
         return d;
     }
-    d = PyDict_Type.tp_new(type, empty_tuple, NULL);
-    if (d == NULL) {
-        return NULL;
+    d = dict_fill(PyDict_Type.tp_new(type, empty_tuple, NULL), kv, pairs);
+    if (d != NULL) {
+        untrack_checked(d);
     }
-    for (i = 0; i < pairs; i++) {
-        if (PyDict_SetItem(d, kv[2 * i], kv[2 * i + 1]) < 0) {
-            Py_DECREF(d);
-            return NULL;
-        }
-    }
-    untrack_checked(d);
     return d;
 }
 
@@ -1468,6 +1482,17 @@ typedef struct {
 
 static PyObject *jp_value(JParser *j, int depth);
 
+/* 1 when the next byte is c, then stepped over. */
+static inline int
+jp_eat(JParser *j, unsigned char c)
+{
+    if (j->p < j->end && *j->p == c) {
+        j->p++;
+        return 1;
+    }
+    return 0;
+}
+
 /* In front of the pass's str table, for the ASCII strs of at most 24 bytes of a record (its
  * keys, types, roles, kinds): a small direct-mapped table that holds each entry's bytes as
  * three words, so a hit costs a few compares in cache instead of a hash of the bytes, a probe
@@ -1676,16 +1701,16 @@ jp_string(JParser *j)
         }
         c = q[1];  /* before the closing quote: the scan above stepped over it */
         q += 2;
-        switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '/': *o++ = '/'; break;
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
-        case 'u': {
+        if (c != 'u') {
+            /* the two-character escapes: \" \\ \/ \b \f \n \r \t */
+            static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+            const char *at = memchr(from, c, sizeof(from) - 1);
+            if (at == NULL) {
+                goto fall;
+            }
+            *o++ = (unsigned char)to[at - from];
+        }
+        else {
             int h0, h1, h2, h3;
             unsigned int u;
             if (end - q < 4 || (h0 = jp_hex(q[0])) < 0 || (h1 = jp_hex(q[1])) < 0
@@ -1712,10 +1737,6 @@ jp_string(JParser *j)
                 *o++ = (unsigned char)(0x80 | ((u >> 6) & 0x3F));
                 *o++ = (unsigned char)(0x80 | (u & 0x3F));
             }
-            break;
-        }
-        default:
-            goto fall;
         }
     }
     j->p = end + 1;
@@ -1749,6 +1770,17 @@ fall:
     return fallback();
 }
 
+/* The end of the run of digits at q, or NULL when q holds none. */
+static inline const unsigned char *
+jp_digits(const unsigned char *q, const unsigned char *end)
+{
+    const unsigned char *d = q;
+    while (d < end && *d >= '0' && *d <= '9') {
+        d++;
+    }
+    return d > q ? d : NULL;
+}
+
 /* A number from j->p; freeze_owned's rules applied (safe ints, integral floats as ints). */
 static PyObject *
 jp_number(JParser *j)
@@ -1763,20 +1795,15 @@ jp_number(JParser *j)
         q++;
     }
     else if (q < end && *q >= '1' && *q <= '9') {
-        while (q < end && *q >= '0' && *q <= '9') {
-            q++;
-        }
+        q = jp_digits(q, end);
     }
     else {
         return fallback();
     }
     if (q < end && *q == '.') {
-        q++;
-        if (q >= end || *q < '0' || *q > '9') {
+        q = jp_digits(q + 1, end);
+        if (q == NULL) {
             return fallback();
-        }
-        while (q < end && *q >= '0' && *q <= '9') {
-            q++;
         }
         is_float = 1;
     }
@@ -1785,11 +1812,9 @@ jp_number(JParser *j)
         if (q < end && (*q == '+' || *q == '-')) {
             q++;
         }
-        if (q >= end || *q < '0' || *q > '9') {
+        q = jp_digits(q, end);
+        if (q == NULL) {
             return fallback();
-        }
-        while (q < end && *q >= '0' && *q <= '9') {
-            q++;
         }
         is_float = 1;
     }
@@ -1841,32 +1866,24 @@ jp_number(JParser *j)
 static PyObject *
 jp_object(JParser *j, int depth)
 {
-    Py_ssize_t base = jp_top, pairs, k;
+    Py_ssize_t base = jp_top, pairs;
     PyObject *d, **kv;
     int all_untracked = 1, found = 0;
     Py_ssize_t slot = -1;
     uint64_t h = 0;
-    if (depth > FAST_DEPTH) {
-        return fallback();
-    }
-    if (j->p < j->end && *j->p == '}') {
-        j->p++;
-    }
-    else {
+    if (!jp_eat(j, '}')) {
         for (;;) {
             PyObject *key, *value;
-            if (j->p >= j->end || *j->p != '"') {
+            if (!jp_eat(j, '"')) {
                 goto fall;
             }
-            j->p++;
             key = jp_string(j);
             if (key == NULL || jp_push(key) < 0) {
                 goto fail;
             }
-            if (j->p >= j->end || *j->p != ':') {
+            if (!jp_eat(j, ':')) {
                 goto fall;
             }
-            j->p++;
             value = jp_value(j, depth + 1);
             if (value == NULL || jp_push(value) < 0) {
                 goto fail;
@@ -1879,15 +1896,10 @@ jp_object(JParser *j, int depth)
                     && memcmp(PyUnicode_DATA(key), "type", 4) == 0) {
                 j->cons = 0;
             }
-            if (j->p >= j->end) {
-                goto fall;
-            }
-            if (*j->p == ',') {
-                j->p++;
+            if (jp_eat(j, ',')) {
                 continue;
             }
-            if (*j->p == '}') {
-                j->p++;
+            if (jp_eat(j, '}')) {
                 break;
             }
             goto fall;
@@ -1904,19 +1916,9 @@ jp_object(JParser *j, int depth)
             return d;
         }
     }
-#if PY_VERSION_HEX < 0x030D0000
-    d = _PyDict_NewPresized(pairs);  /* an event's sixth key would resize a plain new dict */
-#else
-    d = PyDict_New();
-#endif
+    d = dict_of(kv, pairs);
     if (d == NULL) {
         goto fail;
-    }
-    for (k = 0; k < pairs; k++) {
-        if (PyDict_SetItem(d, kv[2 * k], kv[2 * k + 1]) < 0) {
-            Py_DECREF(d);
-            goto fail;
-        }
     }
     jp_drop(base);
     if (PyDict_GET_SIZE(d) != pairs) {
@@ -1946,13 +1948,7 @@ jp_array(JParser *j, int depth)
     Py_ssize_t base = jp_top, n, k;
     PyObject *l;
     int all_untracked = 1;
-    if (depth > FAST_DEPTH) {
-        return fallback();
-    }
-    if (j->p < j->end && *j->p == ']') {
-        j->p++;
-    }
-    else {
+    if (!jp_eat(j, ']')) {
         for (;;) {
             PyObject *value = jp_value(j, depth + 1);
             if (value == NULL || jp_push(value) < 0) {
@@ -1962,12 +1958,10 @@ jp_array(JParser *j, int depth)
             if (all_untracked && is_tracked(value)) {
                 all_untracked = 0;
             }
-            if (j->p < j->end && *j->p == ',') {
-                j->p++;
+            if (jp_eat(j, ',')) {
                 continue;
             }
-            if (j->p < j->end && *j->p == ']') {
-                j->p++;
+            if (jp_eat(j, ']')) {
                 break;
             }
             jp_drop(base);
@@ -2005,10 +1999,10 @@ jp_value(JParser *j, int depth)
         return jp_string(j);
     case '{':
         j->p++;
-        return jp_object(j, depth);
+        return depth > FAST_DEPTH ? fallback() : jp_object(j, depth);
     case '[':
         j->p++;
-        return jp_array(j, depth);
+        return depth > FAST_DEPTH ? fallback() : jp_array(j, depth);
     case 't':
         if (left >= 4 && memcmp(p, "true", 4) == 0) {
             j->p += 4;
