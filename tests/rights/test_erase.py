@@ -154,7 +154,9 @@ main(sys.argv[1:])
 """
 
 
-def test_ctrl_c_mid_erasure_writes_the_receipt_of_what_was_erased(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["erase"], ["rm", "--purge"]], ids=["erase", "purge"])
+def test_ctrl_c_mid_erasure_writes_the_receipt_of_what_was_erased(tmp_path: Path,
+                                                                  command: list[str]) -> None:
     # before: Ctrl-C after some sessions were erased printed only "error[INTERRUPTED]": no
     # receipt, no line per erased session and no store/erased record for them
     import subprocess
@@ -164,7 +166,7 @@ def test_ctrl_c_mid_erasure_writes_the_receipt_of_what_was_erased(tmp_path: Path
     for sid in ("s1", "s2", "s3"):
         build(url, sid)
     receipt = tmp_path / "r.json"
-    done = subprocess.run([sys.executable, "-c", _INTERRUPTED_AFTER_FIRST, "erase", "--store",
+    done = subprocess.run([sys.executable, "-c", _INTERRUPTED_AFTER_FIRST, *command, "--store",
                            url, "s1", "s2", "s3", "--receipt", str(receipt)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 130, done.stderr
@@ -180,7 +182,7 @@ def test_ctrl_c_mid_erasure_writes_the_receipt_of_what_was_erased(tmp_path: Path
         # s2 and s3 untouched: their secrets are still there for the next run to erase
         assert SECRETS["user"] in json.dumps(list(store.read("s2").stored_events))
     run_cli("verify", "--store", url, "--all")
-    again = run_cli("erase", "--store", url, "s1", "s2", "s3", "--receipt",
+    again = run_cli(*command, "--store", url, "s1", "s2", "s3", "--receipt",
                     str(tmp_path / "r2.json"))
     assert "s2: erased" in again.stdout and "s3: erased" in again.stdout
     everything = b"\n".join(raw for _, raw in store_bytes(url))

@@ -331,6 +331,10 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
             made = erase_sessions(sessions, ids, where=_where(where or []) or None,
                                   reason=reason, by=_who(by), stop=lambda: bool(interrupted))
     _report_erasure(made, receipt, json_)
+    _end_if_interrupted(made, interrupted)
+
+
+def _end_if_interrupted(made: ErasureReceipt, interrupted: list[int]) -> None:
     if interrupted:
         # docs/forgetting.md#erasure: what is done is in the receipt; the rest is untouched
         sys.stderr.write(f"interrupted after {render.plural(len(made.sessions), 'session')}: "
@@ -414,11 +418,14 @@ def rm(session_ids: SessionsArg,
     with cli_store(store, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids]
         if purge:
-            made = purge_sessions(sessions, ids, reason=reason, by=_who(by))
+            with _stop_on_interrupt() as interrupted:
+                made = purge_sessions(sessions, ids, reason=reason, by=_who(by),
+                                      stop=lambda: bool(interrupted))
         else:
             result = trash_sessions(sessions, ids, reason=reason, by=_who(by))
     if purge:
         _report_erasure(made, receipt, json_)
+        _end_if_interrupted(made, interrupted)
     else:
         _report_trash("moved to the trash", result, json_)
 

@@ -8,7 +8,7 @@ sessions: each appends one record to the store log (:mod:`dsh.rights._storelog`)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -136,12 +136,16 @@ def restore(store: Persistence | HasPersistence, session_ids: Iterable[str], *,
 
 def purge(store: Persistence | HasPersistence, session_ids: Iterable[str], *,
           reason: str | None = None, by: str | None = None,
-          clock: Clock | None = None) -> ErasureReceipt:
+          clock: Clock | None = None,
+          stop: Callable[[], bool] | None = None) -> ErasureReceipt:
     """Erase sessions for good and leave them in the trash, marked purged (``dsh rm --purge``).
 
     Runs :func:`dsh.rights.erase` on the sessions (their forks lose their copies, as always)
     and records it in the store log as ``store/erased {purge: true}``. A purged session stays
     stored as tombstones, hidden from ``dsh ls``; :func:`restore` refuses it (``PURGED``).
+
+    ``stop`` is :func:`dsh.rights.erase`'s: the sessions done by then are purged and recorded,
+    the others left as they were.
 
     Returns:
         ErasureReceipt: as :func:`dsh.rights.erase` returns it.
@@ -155,6 +159,6 @@ def purge(store: Persistence | HasPersistence, session_ids: Iterable[str], *,
     """
     persistence = facade(store)
     ids = _stored(persistence, session_ids)
-    receipt = erase_sessions(persistence, ids, reason=reason, by=by, clock=clock)
+    receipt = erase_sessions(persistence, ids, reason=reason, by=by, clock=clock, stop=stop)
     append_records(persistence, [(ERASED, erasure_record(receipt, purge=True))], clock=clock)
     return receipt
