@@ -1153,14 +1153,14 @@ def test_rows_text_joins_metadata_then_payloads_of_real_rows() -> None:
 
 def test_rows_text_of_a_span_skips_the_rowid_without_copying_the_rows() -> None:
     # check_row_seals checksums each sealed range of a read's (rowid, ...) rows in place
-    from dsh.persistence._seal import _span_crc, rows_crc, rows_text
+    from dsh.persistence._seal import rows_crc, rows_text, span_crc
 
     rows = [(10 + i, i, "turn/start", 5 + i, f'{{"turn":{i}}}', b"\x01" if i % 2 else None,
              '"append"' if i == 2 else None, 1 if i == 3 else None) for i in range(5)]
     assert dj.c_rows_text(rows, 1, 4, 1) == rows_text([r[1:] for r in rows[1:4]])
     assert dj.c_rows_text(rows, 3, 99, 1) == rows_text([r[1:] for r in rows[3:]])
     assert dj.c_rows_text(rows, 4, 4, 1) == rows_text([]) == b"\x1d"
-    assert _span_crc(rows, 1, 4) == rows_crc([r[1:] for r in rows[1:4]])
+    assert span_crc(rows, 1, 4) == rows_crc([r[1:] for r in rows[1:4]])
     with pytest.raises(dj.CFallback):
         dj.c_rows_text(rows, 0, 5, 0)  # 8 columns without the skip: not a row
     with pytest.raises(ValueError):

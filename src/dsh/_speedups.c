@@ -10,6 +10,7 @@
  *                         message_shape_ok, admit_plain (restore admission), seqs_contiguous
  *   the session           gather_messages (derive_messages)
  *   the SQLite write path rows_text (seal checksum text), encode_rows (a batch's rows)
+ *   the adapters         record_texts (framework records cut out of a checked row's text)
  *
  * Anything unusual (an unsafe int, NaN, +-inf, -0.0, a non-str key, a string holding a
  * surrogate, an unknown type, nesting deeper than FAST_DEPTH, a cycle) raises the private
@@ -31,6 +32,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <string.h>
 
 /* Deeper trees go to the Python walk, which is iterative and names the spot of a cycle. */
 #define FAST_DEPTH 200
@@ -4464,6 +4466,299 @@ plain_numbers(PyObject *module, PyObject *value)
     return PyBool_FromLong(ok);
 }
 
+
+/* ---------------------------------------------------------------------------------------
+ * An adapter's whole-history read (dsh.adapters._log; docs/rules.md#verified-page-in,
+ * docs/adapters.md#busy-sessions-reads-and-names):
+ * the framework records held in a stored event's data, as their JSON texts, cut out of the
+ * checked row text without parsing the rest. The reference is dsh.adapters._records
+ * (record_texts, Python); a text this walk cannot vouch for gives None and the caller decodes
+ * the row as before.
+ */
+
+typedef struct {
+    int surrogate;  /* a \u escape of D800-DFFF (orjson reads no lone surrogate) */
+} RecScan;
+
+static const char *
+rec_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) {
+        p++;
+    }
+    return p;
+}
+
+/* p at '"': the byte after the closing quote, or NULL when unterminated; *escaped set when
+ * the string holds a backslash, scan->surrogate for a \u escape of a surrogate. */
+static const char *
+rec_string(const char *p, const char *end, int *escaped, RecScan *scan)
+{
+    p++;
+    while (p < end) {
+        char c = *p;
+        if (c == '"') {
+            return p + 1;
+        }
+        if (c == '\\') {
+            *escaped = 1;
+            if (p + 1 >= end) {
+                return NULL;
+            }
+            if (p[1] == 'u' && p + 5 < end && (p[2] == 'd' || p[2] == 'D')
+                    && p[3] != '\0' && strchr("89abcdefABCDEF", p[3]) != NULL) {
+                scan->surrogate = 1;
+            }
+            p += 2;  /* past the escaped character (an escaped quote too) */
+            continue;
+        }
+        p++;
+    }
+    return NULL;
+}
+
+/* The byte after the JSON value at p, or NULL when it is malformed at its ends. */
+static const char *
+rec_value(const char *p, const char *end, RecScan *scan)
+{
+    int ignored = 0;
+    Py_ssize_t depth = 0;
+    if (p >= end) {
+        return NULL;
+    }
+    if (*p == '"') {
+        return rec_string(p, end, &ignored, scan);
+    }
+    if (*p != '{' && *p != '[') {
+        const char *start = p;
+        while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t'
+               && *p != '\n' && *p != '\r') {
+            p++;
+        }
+        return p == start ? NULL : p;
+    }
+    while (p < end) {
+        char c = *p;
+        if (c == '"') {
+            p = rec_string(p, end, &ignored, scan);
+            if (p == NULL) {
+                return NULL;
+            }
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            depth++;
+        }
+        else if ((c == '}' || c == ']') && --depth == 0) {
+            return p + 1;
+        }
+        p++;
+    }
+    return NULL;
+}
+
+/* One walk of the object at p (its end in *obj_end): names[0..count) name members to look for
+ * (the last of a name wins, as a parser keeps it); the value of names[i] goes to found[i]
+ * (start) and found_end[i], NULL when absent. The member names[descend] (descend < count),
+ * when it is an object, is walked in the same pass, by `inner` (a recursive call's job): its
+ * value is not skipped twice. Returns 0, or -1 when the object is malformed or a member name
+ * is escaped. */
+typedef struct RecPath {
+    const char *const *names;
+    const Py_ssize_t *lens;
+    Py_ssize_t count;
+} RecPath;
+
+static int
+rec_object(const char *p, const char *end, const RecPath *want, RecScan *scan,
+           const char **found, const char **found_end, const char **obj_end)
+{
+    Py_ssize_t i;
+    for (i = 0; i < want->count; i++) {
+        found[i] = found_end[i] = NULL;
+    }
+    if (p >= end || *p != '{') {
+        return -1;
+    }
+    p = rec_ws(p + 1, end);
+    if (p < end && *p == '}') {
+        *obj_end = p + 1;
+        return 0;
+    }
+    while (p < end) {
+        const char *key = p + 1, *key_end, *value, *value_end;
+        int escaped = 0;
+        if (*p != '"') {
+            return -1;
+        }
+        key_end = rec_string(p, end, &escaped, scan);
+        if (key_end == NULL || escaped) {
+            return -1;
+        }
+        p = rec_ws(key_end, end);
+        if (p >= end || *p != ':') {
+            return -1;
+        }
+        value = rec_ws(p + 1, end);
+        value_end = rec_value(value, end, scan);
+        if (value_end == NULL) {
+            return -1;
+        }
+        for (i = 0; i < want->count; i++) {
+            if (key_end - 1 - key == want->lens[i]
+                    && memcmp(key, want->names[i], (size_t)want->lens[i]) == 0) {
+                found[i] = value;
+                found_end[i] = value_end;
+            }
+        }
+        p = rec_ws(value_end, end);
+        if (p < end && *p == '}') {
+            *obj_end = p + 1;
+            return 0;
+        }
+        if (p >= end || *p != ',') {
+            return -1;
+        }
+        p = rec_ws(p + 1, end);
+    }
+    return -1;
+}
+
+/* The UTF-8 of the str `name`, or NULL (no error set) when it is no str or has none. */
+static const char *
+rec_name(PyObject *name, Py_ssize_t *len)
+{
+    const char *bytes;
+    if (!PyUnicode_Check(name) || (bytes = PyUnicode_AsUTF8AndSize(name, len)) == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return bytes;
+}
+
+PyDoc_STRVAR(record_texts_doc,
+"record_texts(text, path, fmt, need=None, /) -> tuple[bytes, ...] | None\n\n"
+"The framework records a stored event's data holds, as JSON texts (UTF-8 bytes), cut out of\n"
+"text (the data's JSON text, a str) without parsing the rest: follow the object members\n"
+"named by path (a tuple of str; of two members of one name the last counts, as a parser\n"
+"keeps it) to an object whose \"format\" member is the JSON string fmt and whose \"records\"\n"
+"member is an array; its elements' texts. With need, the top object's member of that name\n"
+"must be an object too. None when any of that is not so, and when the walk cannot vouch for\n"
+"its answer (the caller then parses the text): an empty path, a member name or the format\n"
+"written with a backslash escape, a \\u escape of a surrogate anywhere it read (orjson reads\n"
+"none), text that is not a JSON object. Reference: dsh.adapters._records.python_record_texts.");
+
+static PyObject *
+record_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *text, *path, *out = NULL;
+    Py_ssize_t size, fmt_len, depth;
+    const char *p, *end, *fmt, *obj_end;
+    const char *names[2], *found[2], *found_end[2];
+    Py_ssize_t lens[2];
+    RecPath want = {names, lens, 1};
+    RecScan scan = {0};
+    if (nargs < 3 || nargs > 4 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1])
+            || !PyUnicode_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "record_texts(text: str, path: tuple, fmt: str, "
+                        "need=None)");
+        return NULL;
+    }
+    text = args[0];
+    path = args[1];
+    if (PyTuple_GET_SIZE(path) == 0) {
+        Py_RETURN_NONE;  /* the records' holder is a member, never the top object */
+    }
+    if ((fmt = PyUnicode_AsUTF8AndSize(args[2], &fmt_len)) == NULL) {
+        return NULL;
+    }
+    if (PyUnicode_IS_ASCII(text)) {
+        p = (const char *)PyUnicode_1BYTE_DATA(text);
+        size = PyUnicode_GET_LENGTH(text);
+    }
+    else if ((p = PyUnicode_AsUTF8AndSize(text, &size)) == NULL) {
+        PyErr_Clear();  /* a lone surrogate in the str: the caller's parse names it */
+        Py_RETURN_NONE;
+    }
+    end = p + size;
+    p = rec_ws(p, end);
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n'
+                       || end[-1] == '\r')) {
+        end--;
+    }
+    /* the top object: its first path member (and `need`), walked to its end */
+    for (depth = 0; depth < PyTuple_GET_SIZE(path); depth++) {
+        const char *here = p;
+        want.count = 1;
+        if ((names[0] = rec_name(PyTuple_GET_ITEM(path, depth), &lens[0])) == NULL) {
+            Py_RETURN_NONE;
+        }
+        if (depth == 0 && nargs > 3 && args[3] != Py_None) {
+            if ((names[1] = rec_name(args[3], &lens[1])) == NULL) {
+                Py_RETURN_NONE;
+            }
+            want.count = 2;
+        }
+        if (rec_object(here, end, &want, &scan, found, found_end, &obj_end) < 0
+                || (depth == 0 && obj_end != end) || found[0] == NULL || *found[0] != '{'
+                || (want.count == 2 && (found[1] == NULL || *found[1] != '{'))) {
+            Py_RETURN_NONE;
+        }
+        p = found[0];
+        end = found_end[0];
+    }
+    names[0] = "format";
+    lens[0] = 6;
+    names[1] = "records";
+    lens[1] = 7;
+    want.count = 2;
+    if (rec_object(p, end, &want, &scan, found, found_end, &obj_end) < 0
+            || found[0] == NULL || *found[0] != '"' || found_end[0] - found[0] - 2 != fmt_len
+            || memcmp(found[0] + 1, fmt, (size_t)fmt_len) != 0
+            || memchr(found[0] + 1, '\\', (size_t)fmt_len) != NULL
+            || found[1] == NULL || *found[1] != '[' || scan.surrogate) {
+        Py_RETURN_NONE;
+    }
+    out = PyList_New(0);
+    if (out == NULL) {
+        return NULL;
+    }
+    end = found_end[1];
+    p = rec_ws(found[1] + 1, end);
+    if (p < end && *p == ']') {
+        p = end;
+    }
+    while (p < end) {
+        const char *item_end = rec_value(p, end, &scan);
+        PyObject *item;
+        if (item_end == NULL) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        item = PyBytes_FromStringAndSize(p, item_end - p);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(item);
+        p = rec_ws(item_end, end);
+        if (p < end && *p == ']' && p + 1 == end) {
+            break;
+        }
+        if (p >= end || *p != ',') {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        p = rec_ws(p + 1, end);
+    }
+    {
+        PyObject *result = PyList_AsTuple(out);
+        Py_DECREF(out);
+        return result;
+    }
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -4492,6 +4787,8 @@ static PyMethodDef methods[] = {
     {"chain_digest", (PyCFunction)(void (*)(void))chain_digest, METH_FASTCALL,
      chain_digest_doc},
     {"plain_numbers", plain_numbers, METH_O, plain_numbers_doc},
+    {"record_texts", (PyCFunction)(void (*)(void))record_texts, METH_FASTCALL,
+     record_texts_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -4538,7 +4835,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 7) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 8) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -109,3 +109,10 @@ def chain_digest(events: Sequence[Mapping[str, Any]], start: int, stop: int, bat
 
 def plain_numbers(value: object, /) -> bool:
     """The number check of ``dsh.json.loads_plain`` in place (reference: ``_plain_numbers``)."""
+
+def record_texts(text: str, path: tuple[str, ...], fmt: str, need: str | None = ...,
+                 /) -> tuple[bytes, ...] | None:
+    """The JSON texts of the records at ``path`` of a stored event's data, or None.
+
+    Reference: ``dsh.adapters._records.python_record_texts`` (equal values when not None).
+    """

@@ -208,10 +208,11 @@ _SPEEDUPS_API: Final = (
     "scan_lines",
     "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
     "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
-    "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers")
+    "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
+    "record_texts")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 7
+_SPEEDUPS_API_VERSION: Final = 8
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -397,6 +398,9 @@ c_running_sums_below = _optional(_accelerator.running_sums_below)
 c_canonical = _optional(_accelerator.canonical)
 c_chain_leaves = _optional(_accelerator.chain_leaves)
 c_chain_digest = _optional(_accelerator.chain_digest)
+# an adapter's records cut out of a stored row's text (reference:
+# dsh.adapters._records.python_record_texts)
+c_record_texts = _optional(_accelerator.record_texts)
 
 
 def _fast(v: Any, depth: int) -> Any:

@@ -379,14 +379,24 @@ def _long_turns(first: int, count: int) -> list[dict[str, Any]]:
         {"role": "assistant", "content": f"a{n}"})]
 
 
+@pytest.mark.parametrize("cut", ["accelerated", "python", "none"])
 def test_a_whole_history_read_selects_the_surface_and_equals_the_paged_walk(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: str) -> None:
     # docs/adapters.md#busy-sessions-reads-and-names: a cold get_items() of a log with a
     # restore point reads its prefix once, decoding the surface nodes and the adapter's marks
     # only; what it returns is what the page-by-page walk returns (pops, a clear, items orjson
-    # cannot encode, what dsh wrote itself)
+    # cannot encode, what dsh wrote itself), whether the records are cut from the rows' text
+    # by the accelerator, by its Python reference, or parsed with the whole row (none)
+    from dsh.adapters import _log
+    from dsh.adapters._records import record_picker
     from dsh.persistence.sqlite import _restore_point as sqlite_pages
 
+    def use_cut() -> None:
+        if cut != "accelerated":
+            monkeypatch.setattr(_log, "record_picker", lambda fmt: (
+                record_picker(fmt, accelerated=False) if cut == "python" else lambda *_: None))
+
+    use_cut()
     store = sqlite_url(tmp_path)
 
     async def fill() -> list[dict[str, Any]]:
@@ -428,6 +438,7 @@ def test_a_whole_history_read_selects_the_surface_and_equals_the_paged_walk(
     assert run(read_all()) == fast
     assert sum(paged_in) > 10 * 256
     monkeypatch.undo()
+    use_cut()
 
     async def read_last(limit: int) -> list[Any]:
         session = DshSession("long", store)
@@ -444,6 +455,7 @@ def test_a_whole_history_read_selects_the_surface_and_equals_the_paged_walk(
         if limit <= 20:
             assert paged_in == []
         monkeypatch.undo()
+        use_cut()
 
 
 def test_a_whole_history_read_refuses_a_changed_row_before_the_cut(tmp_path: Path) -> None:

@@ -33,6 +33,8 @@ from dsh._errors import (
     SessionNotFoundError,
 )
 from dsh._messages import create_assistant_message
+from dsh.adapters._records import RECORD_KEY as RECORD_KEY
+from dsh.adapters._records import record_picker
 from dsh.agent import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.persistence import Persistence, SelectsEvents, WriteBehind, open_backend, read_pages
@@ -169,9 +171,6 @@ PREFETCH_EVENTS: Final = 4096
 """Events of the log a whole-history read selects from per storage read (see
 :meth:`LiveLog.view`): the rows read at once, bounding the memory of the read."""
 
-RECORD_KEY: Final = "adapterRecord"
-"""Key holding the framework records a message was made from: in the message's ``source``,
-for a ``tool/result`` in ``data.meta``."""
 
 
 RESTORE_POINT_TAIL: Final = 256
@@ -401,6 +400,7 @@ class _Marks:
 
     def __init__(self, fmt: str, events: Sequence[Event]) -> None:
         self.kinds = (f"{fmt}/records", f"{fmt}/pop", f"{fmt}/clear", f"{fmt}/closed-early")
+        self.kind_set = frozenset(self.kinds)  # (a selection tests every row of a range)
         self.removed: set[tuple[int, int]] = set()
         self.cleared_through = -1
         self.overrides: dict[int, Sequence[Any]] = {}
@@ -815,6 +815,7 @@ class LiveLog:
                 or not isinstance(events.source, SelectsEvents):
             return  # (marks taken in down to seq 0: a walk before this one read it all)
         source, cut = events.source, events.cut
+        pick = record_picker(self.fmt)
         if marks.low > cut:  # the resident tail first (marks are taken in from the end)
             tail = events[cut:marks.low]
             marks.take_below(cut, [e for e in tail if e["type"] in marks.kinds])
@@ -826,7 +827,7 @@ class LiveLog:
         floor = 0 if limit is None else lowest  # (marks below it are of earlier events)
         while stop > lowest:
             start = max(floor, stop - PREFETCH_EVENTS)
-            found = source.read_selected(start, stop, wanted, marks.kinds)
+            found = source.read_selected(start, stop, wanted, marks.kind_set, pick)
             if found is None:
                 return
             marks.take_below(start, [e for e in found if e["type"] in marks.kinds])
@@ -836,6 +837,10 @@ class LiveLog:
             for event in found:
                 seq = event["seq"]
                 if seq in wanted:
+                    picked = event.get("picked")
+                    if picked is not None:  # the records' texts, cut from the checked row
+                        cache[seq] = picked
+                        continue
                     records = records_of(event, fmt)
                     if records is not None:
                         cache[seq] = tuple(map(_encode, records))
@@ -849,13 +854,19 @@ class LiveLog:
               limit: int | None) -> list[tuple[int, int, Any]]:
         picked: list[tuple[int, int, bytes | None]] = []
         removed = marks.removed
+        overrides = marks.overrides  # (cover adds to this dict in place)
+        append = picked.append
         for seq in reversed(nodes):
             if limit is not None and len(picked) >= limit:
                 break
-            marks.cover(seq)
+            if seq + 1 < marks.low:  # (cover's own test: a call per node costs a tenth here)
+                marks.cover(seq)
             if seq <= marks.cleared_through:
                 break
-            encoded = cache.get(seq) if seq not in marks.overrides else None
+            encoded = cache.get(seq) if seq not in overrides else None
+            if encoded is not None and len(encoded) == 1 and not removed:
+                append((seq, 0, encoded[0]))  # the common node: one record, nothing popped
+                continue
             if encoded is None:
                 event = event_at(seq)
                 records = marks.overrides.get(seq) or records_of(event, self.fmt)
@@ -864,7 +875,7 @@ class LiveLog:
                 encoded = cache[seq] = tuple(_encode(r) for r in records)
             for index in range(len(encoded) - 1, -1, -1):
                 if not removed or (seq, index) not in removed:
-                    picked.append((seq, index, encoded[index]))
+                    append((seq, index, encoded[index]))
         picked.reverse()
         if limit is not None:
             picked = picked[-limit:]

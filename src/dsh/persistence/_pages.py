@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 
@@ -61,12 +61,16 @@ class SelectsEvents(Protocol):
     whose seq is in ``seqs`` or type in ``types``, in seq order, after checking every stored
     row of the range as ``read`` does (docs/rules.md#verified-page-in); events whose rows are
     plain may come as plain dicts instead of frozen :class:`~dsh.session.Event`, without their
-    ``sourceEventSeqs``. None when it
-    cannot vouch for part of the range that way (the caller pages it in with ``read``).
+    ``sourceEventSeqs``; with ``pick``, a plain row's data text is offered to ``pick(type,
+    text)`` and, when it answers, the event comes as ``{"type", "seq", "time", "picked"}``.
+    None when it cannot vouch for part of the range that way (the caller pages it in with
+    ``read``).
     """
 
     def read_selected(self, start: int, stop: int, seqs: Container[int],
-                      types: Container[str]) -> list[Mapping[str, Any]] | None:
+                      types: Container[str],
+                      pick: Callable[[str, str], Any] | None = None
+                      ) -> list[Mapping[str, Any]] | None:
         """The selected events of ``start <= seq < stop`` (see the class), or None."""
         ...
 

@@ -60,7 +60,7 @@ __all__ = ["CUT_TAIL_SEQS", "RESTORE_POINT_MARK", "Seal", "SealCut", "keep_recen
            "append_restore_point_mark", "append_chain_to", "append_restore_point_mark_to",
            "append_seal", "append_seal_to", "check_byte_seals", "publish_head",
            "refuse_reseal_over_damage", "check_row_seals", "covers", "crc_of", "cut_tail",
-           "install_seal",
+           "install_seal", "span_crc",
            "open_seal_appender", "read_elided",
            "read_seal", "read_seal_after", "reset_seal", "restore_point_mark", "row_records",
            "rows_crc", "rows_text", "seal_binding", "seal_cut", "stage_seal",
@@ -1078,7 +1078,7 @@ def rows_crc(rows: Sequence[Sequence[Any]]) -> int:
     return zlib.crc32(rows_text(rows))
 
 
-def _span_crc(rows: Sequence[Sequence[Any]], start: int, stop: int) -> int:
+def span_crc(rows: Sequence[Sequence[Any]], start: int, stop: int) -> int:
     """:func:`rows_crc` of ``rows[start:stop]`` without each row's first column (a read's rowid).
 
     The accelerator reads the rows where they are: no copy of a row or of the range.
@@ -1154,7 +1154,7 @@ def check_row_seals(rows: Sequence[Sequence[object]], seal: Seal, *, base: int,
         first = index
         while index < count and rows[index][1] < end:  # type: ignore[operator]
             index += 1
-        found = _span_crc(rows, first, index)
+        found = span_crc(rows, first, index)
         if found == crc:
             continue
         missing = index == count and (not rows or rows[-1][1] < end - 1)  # type: ignore[operator]

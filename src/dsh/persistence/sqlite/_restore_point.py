@@ -25,7 +25,7 @@ import orjson
 from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, dumps
 from dsh.persistence import _restore_point as rp
-from dsh.persistence._seal import covers, rows_crc
+from dsh.persistence._seal import covers, rows_crc, span_crc
 from dsh.persistence.sqlite._schema import (
     ROW_COLUMNS,
     RowError,
@@ -206,8 +206,9 @@ class SqlitePrefixSource:
         row_seqs = [row[1] for row in rows]
         for i in todo:  # rows are in seq order: each record's rows are one slice
             s, e, crc = seals[i]
-            found = rows[bisect.bisect_left(row_seqs, s):bisect.bisect_left(row_seqs, e)]
-            if rows_crc([row[1:] for row in found]) != crc:
+            # the record's rows, without a read's rowid, where they lie (no copy of them)
+            if span_crc(rows, bisect.bisect_left(row_seqs, s),
+                        bisect.bisect_left(row_seqs, e)) != crc:
                 raise LogCorruptError(
                     f"corrupt session log {self._id!r} in {self._path}: the rows of seq "
                     f"{s}..{e - 1} differ from what was committed (crc32 mismatch with the "
@@ -279,7 +280,9 @@ class SqlitePrefixSource:
             raise self._unreadable(start, stop, exc) from exc
 
     def read_selected(self, start: int, stop: int, seqs: Container[int],
-                      types: Container[str]) -> list[Mapping[str, Any]] | None:
+                      types: Container[str],
+                      pick: Callable[[str, str], Any] | None = None
+                      ) -> list[Mapping[str, Any]] | None:
         """The events ``start <= seq < stop`` whose seq is in ``seqs`` or type in ``types``.
 
         For a reader that needs a few events of a long range (an adapter's whole-history
@@ -291,7 +294,10 @@ class SqlitePrefixSource:
         that these are the committed bytes, which the writer validated as lossless JSON),
         without its provenance (``sourceEventSeqs``, checked by the seal but not decoded: a
         selecting reader wants the data); any other row is decoded as :meth:`read` decodes
-        it, into a frozen :class:`Event`.
+        it, into a frozen :class:`Event`. With ``pick``, such a plain row of ``seqs`` is first
+        offered to ``pick(type, data text)``: what it returns (not None) comes as
+        ``{"type", "seq", "time", "picked"}`` in place of the parsed data (a reader that wants a
+        part of the data cuts it from the checked text without parsing the rest).
 
         Returns:
             The selected events in seq order (plain dicts or ``Event``), or None when part of
@@ -328,6 +334,10 @@ class SqlitePrefixSource:
                     continue
                 if type(data) is str and (sop is None or sop == '"append"') \
                         and type_ not in types:
+                    picked = None if pick is None else pick(type_, data)
+                    if picked is not None:
+                        out.append({"type": type_, "seq": seq, "time": time, "picked": picked})
+                        continue
                     try:
                         event = {"type": type_, "seq": seq, "time": time, "data": loads(data)}
                     except orjson.JSONDecodeError:

@@ -1,0 +1,88 @@
+"""An adapter's records cut out of a stored event's JSON text, for a whole-history read.
+
+A framework record is kept verbatim in its message: a whole-history read wants those records,
+not the message around them, so it takes their JSON texts from the row's text, checked against
+the seal first, and leaves the rest unparsed (docs/rules.md#verified-page-in,
+docs/adapters.md#busy-sessions-reads-and-names). The C accelerator's
+``record_texts`` does that without a parse; :func:`python_record_texts` is its reference (it
+parses), and runs when the accelerator is not built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Final
+
+import orjson
+
+from dsh.json import c_record_texts
+
+__all__ = ["RECORD_PATHS", "python_record_texts", "record_picker"]
+
+RECORD_KEY: Final = "adapterRecord"
+"""Key holding the framework records a message was made from: in the message's ``source``,
+for a ``tool/result`` in ``data.meta``."""
+
+RECORD_PATHS: Final[Mapping[str, tuple[tuple[str, ...], str | None]]] = {
+    "user/message": (("source", RECORD_KEY), None),
+    "system/message": (("source", RECORD_KEY), None),
+    "assistant/message": (("message", "source", RECORD_KEY), None),
+    "tool/result": (("meta", RECORD_KEY), "message"),
+}
+"""Per event type: where its data holds the records, and a member that must be an object
+(a ``tool/result`` keeps its records in ``data.meta`` beside its ``data.message``), as
+``dsh.adapters._log.records_of`` reads them."""
+
+
+def python_record_texts(text: str, path: tuple[str, ...], fmt: str,
+                        need: str | None = None) -> tuple[bytes, ...] | None:
+    """The JSON texts of the records of format ``fmt`` at ``path`` of the JSON object ``text``.
+
+    Args:
+        text: A stored event's data, as JSON text.
+        path: Object members from the top to the record holder ``{"format", "records"}``.
+        fmt: The record format wanted.
+        need: A member of the top object that must be an object too (None: no such check).
+
+    Returns:
+        Each record as JSON (UTF-8 bytes), in order; None when ``text`` is not a JSON object
+        orjson reads, a member on the way is not an object, the format differs or ``records``
+        is not an array. (The accelerator may also give None where it cannot vouch for its
+        cut; where it gives texts, they decode to these values.)
+    """
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict) or (need is not None
+                                       and not isinstance(value.get(need), dict)):
+        return None
+    for name in path:
+        value = value.get(name) if isinstance(value, dict) else None
+    if not isinstance(value, dict) or value.get("format") != fmt:
+        return None
+    records = value.get("records")
+    if not isinstance(records, list):
+        return None
+    return tuple(orjson.dumps(record) for record in records)
+
+
+def record_picker(fmt: str, *, accelerated: bool = True
+                  ) -> Callable[[str, str], tuple[bytes, ...] | None]:
+    """``pick(event type, data text)``: the records of format ``fmt`` a row holds, or None.
+
+    For :meth:`dsh.persistence.SelectsEvents.read_selected`'s ``pick``: None for an event type
+    that holds no records, or a row the cut cannot serve (the reader then decodes it whole).
+
+    Args:
+        fmt: The adapter's record format.
+        accelerated: Use the C accelerator when it is built (False: the Python reference).
+    """
+    cut = c_record_texts if accelerated and c_record_texts is not None else python_record_texts
+    paths = RECORD_PATHS
+
+    def pick(etype: str, text: str) -> tuple[bytes, ...] | None:
+        where = paths.get(etype)
+        return None if where is None else cut(text, where[0], fmt, where[1])
+
+    return pick

@@ -1,0 +1,111 @@
+"""dsh.adapters._records: the records cut from a stored row's text equal the parsed ones.
+
+The C accelerator's ``record_texts`` walks the JSON text without parsing it; the Python
+reference parses. On generated data (hostile strings, nesting, the holder missing, another
+format, duplicate members), wherever the cut answers it decodes to the reference's records,
+and it answers wherever the reference does unless the text holds an escape (a member name
+written with one, an escaped surrogate).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from dsh.adapters._records import RECORD_PATHS, python_record_texts, record_picker
+from dsh.json import c_record_texts, dumps
+from tests.strategies import examples, hostile_json
+
+pytestmark = pytest.mark.skipif(c_record_texts is None, reason="C accelerator not built")
+
+FMT = "openai-agents"
+
+
+def _values(texts: tuple[bytes, ...] | None) -> list[Any] | None:
+    return None if texts is None else [orjson.loads(t) for t in texts]
+
+
+def _check(text: str, path: tuple[str, ...], need: str | None) -> tuple[bytes, ...] | None:
+    assert c_record_texts is not None
+    cut = c_record_texts(text, path, FMT, need)
+    reference = python_record_texts(text, path, FMT, need)
+    if cut is not None:
+        assert _values(cut) == _values(reference)
+    elif "\\" not in text:
+        # the cut declines only what it cannot vouch for (escapes in names, surrogates)
+        assert reference is None
+    return cut
+
+
+@st.composite
+def stored_data(draw: st.DrawFn) -> tuple[str, str]:
+    etype = draw(st.sampled_from(sorted(RECORD_PATHS)))
+    path, need = RECORD_PATHS[etype]
+    records = draw(st.lists(hostile_json(6), max_size=3))
+    holder: dict[str, Any] = {"format": draw(st.sampled_from([FMT, FMT, "langchain", 3])),
+                              "records": records if draw(st.booleans()) or not records
+                              else {"0": records[0]}}
+    value: Any = holder
+    for name in reversed(path):
+        extra = draw(st.dictionaries(st.text(max_size=5), hostile_json(4), max_size=2))
+        value = {**extra, name: value} if draw(st.booleans()) else {name: value, **extra}
+    if need is not None and draw(st.booleans()):
+        value = {need: draw(st.one_of(st.just({"role": "user"}), hostile_json(4))), **value}
+    return etype, dumps(value).decode("utf-8")
+
+
+@given(stored_data())
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.too_slow])
+def test_record_texts_cut_equals_the_parsed_records(data: tuple[str, str]) -> None:
+    etype, text = data
+    path, need = RECORD_PATHS[etype]
+    _check(text, path, need)
+
+
+@pytest.mark.parametrize("text", [
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[{"a":"]}\\"["}, 1, '
+    '"s", [], {}, null, -1.5e3]}}}',
+    ' {"source": {"adapterRecord": {"records": [1], "format": "openai-agents"}}} ',
+    # of two members of one name the last counts
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[1]}},'
+    '"source":{"adapterRecord":{"format":"openai-agents","records":[2]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[1],"records":[3]}}}',
+    '{"source":{"adapterRecord":{"format":"other","records":[1]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":{"a":1}}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents"}}}',
+    '{"source":[]}', '[]', '{}', '{"source":{"adapterRecord":{"format":"openai-agents",'
+    '"records":[]}}}',
+])
+def test_record_texts_cut_on_hand_written_rows(text: str) -> None:
+    assert _check(text, ("source", "adapterRecord"), None) is not None \
+        or python_record_texts(text, ("source", "adapterRecord"), FMT) is None
+
+
+@pytest.mark.parametrize("text", [
+    # what the cut cannot vouch for: the caller parses the row instead
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":["\\udc00"]}}}',
+    '{"sour\\u0063e":{"adapterRecord":{"format":"openai-agents","records":[1]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[1]}}} trailing',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[1,]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[1',
+])
+def test_record_texts_declines_what_it_cannot_vouch_for(text: str) -> None:
+    assert c_record_texts is not None
+    assert c_record_texts(text, ("source", "adapterRecord"), FMT, None) is None
+
+
+@example(json.dumps({"message": {"role": "user"}, "meta": {"adapterRecord": {
+    "format": FMT, "records": [{"type": "function_call_output"}]}}}))
+@given(st.just('{"meta":{"adapterRecord":{"format":"openai-agents","records":[1]}}}'))
+def test_a_tool_result_needs_its_message(text: str) -> None:
+    # records_of reads a tool/result's records only beside a message object
+    for accelerated in (True, False):
+        pick = record_picker(FMT, accelerated=accelerated)
+        picked = pick("tool/result", text)
+        assert (picked is not None) == ('"message"' in text)
+        assert pick("tool/call", text) is None
