@@ -225,13 +225,65 @@ def test_a_cold_get_tuple_on_postgresql_reads_its_events_in_one_call(
     # links), the last surface nodes and the index's anchor event: a few dozen, not pages
     assert len(picked) <= WHOLE_EVERY + 12
     monkeypatch.undo()
-    # the same tuple as a full fold of the log, and as a version 2 index (without the links)
+    # the same tuple as a full fold of the log, and as the index of format 3 (one line, no
+    # head) and 2 (without the links) an earlier dsh kept
     data = _aside(store, "long")
     assert data is not None
     _aside(store, "long", b"not an index")
     assert _reads(store, "long")[0] == latest
-    body = orjson.loads(data)
-    body["v"], body["blobs"] = 2, [row[:4] for row in body["blobs"]]
-    _aside(store, "long", orjson.dumps(body))
-    again = _reads(store, "long")
-    assert again[0] == latest and again[2] == 0  # taken, not folded afresh
+    body = orjson.loads(data.split(b"\n")[1])
+    for version in (3, 2):
+        body["v"] = version
+        if version == 2:
+            body["blobs"] = [row[:4] for row in body["blobs"]]
+        _aside(store, "long", orjson.dumps(body))
+        again = _reads(store, "long")
+        assert again[0] == latest and again[2] == 0  # taken, not folded afresh
+
+
+def test_a_cold_get_tuple_parses_the_index_head_and_the_whole_index_when_it_is_not_enough(
+        store: str) -> None:
+    """docs/adapters.md#fast-reads-of-a-thread: the head (format 4's first line) answers the
+    latest checkpoint; a tail it cannot take exactly (a drop) makes the read take the whole
+    index, and every answer is what a full fold of the log gives."""
+    config: Any = {"configurable": {"thread_id": "h"}}
+    _converse(store, "h", 5)
+    data = _aside(store, "h")
+    assert data is not None
+    head, whole = data.split(b"\n")
+    assert orjson.loads(head)["count"] == orjson.loads(whole)["count"]
+    assert len(head) < len(whole)
+    with DshSaver.from_url(store) as saver:
+        latest = _plain(saver.get_tuple(config))
+        assert saver._threads["h"].index.partial  # the head only
+        listed = [_plain(t) for t in saver.list(config, limit=10)]
+        assert not saver._threads["h"].index.partial  # list reads the whole index
+    assert listed[0] == latest and len(latest[3]["channel_values"]["messages"]) == 10
+    _aside(store, "h", b"not an index")
+    assert _reads(store, "h")[0] == latest  # a full fold gives the same tuple
+    # a stale index whose tail the head takes: two more turns, deltas on the head's value
+    _converse(store, "h", 2, first=5)
+    after = _aside(store, "h")
+    _aside(store, "h", data)
+    with DshSaver.from_url(store) as saver:
+        grown = _plain(saver.get_tuple(config))
+        thread = saver._threads["h"]
+        assert thread.index.partial and thread.index.seen > thread.start  # folded the tail
+    assert len(grown[3]["channel_values"]["messages"]) == 14
+    _aside(store, "h", b"not an index")
+    assert _reads(store, "h")[0] == grown
+    # a tail holding a drop of the latest checkpoint (as delete_for_runs appends): the head
+    # cannot say which is latest now, the whole index can
+    assert after is not None
+    newest = grown[0]["configurable"]["checkpoint_id"]
+    _aside(store, "h", after)
+    with DshSaver.from_url(store) as saver:
+        saver._drop("h", lambda _thread, _ns, cid, _entry: cid != newest)
+    _aside(store, "h", after)  # the index from before the drop: the drop is in the tail
+    with DshSaver.from_url(store) as saver:
+        kept = _plain(saver.get_tuple(config))
+        assert not saver._threads["h"].index.partial
+    assert kept is not None and kept[0]["configurable"]["checkpoint_id"] \
+        == grown[1]["configurable"]["checkpoint_id"]  # the parent of the dropped one
+    _aside(store, "h", b"not an index")
+    assert _reads(store, "h")[0] == kept

@@ -133,3 +133,66 @@ def test_the_page_in_source_decodes_adjacent_rows_in_one_pass(
             with pytest.raises(LogCorruptError) as damaged:
                 source.read_events(asked)
             assert damaged.value.where["seq"] == 5, asked
+
+
+def _schema_of(url: str) -> str:
+    return url.rsplit("schema=", 1)[1].split("&")[0]
+
+
+def _run(url: str, sql: str, *args: object) -> list[tuple[object, ...]]:
+    with psycopg.connect(postgres_base_url(), autocommit=True) as conn:
+        cursor = conn.execute(sql.replace("{s}", f'"{_schema_of(url)}"'), args or None)
+        return cursor.fetchall() if cursor.description else []
+
+
+def test_the_lookup_reads_the_heads_of_the_asides_asked_for(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/stores.md#asides: an aside's head (its bytes to the first newline) comes in the
+    message of the lookup, no round trip of its own; b"" for one without, None for none."""
+    from tests.persistence.test_postgres import RoundTrips
+
+    with Persistence(open_backend(pg_url)) as persistence:
+        persistence.write_aside("s", "two-lines", b'{"head":1}\n{"whole":2}')
+        persistence.write_aside("s", "one-line", b'{"whole":3}')
+    trips = RoundTrips(monkeypatch)
+    with Persistence(open_backend(pg_url)) as persistence:
+        names = ["two-lines", "one-line", "missing"]
+        pages = read_pages(persistence, "s", aside_heads=names)
+        lookup, rows = trips.sent()  # the lookup with the restore point and heads; the tail
+        assert "asides" in lookup and "restore_points" in lookup and "asides" not in rows
+        trips.close()
+        assert pages.paged
+        assert dict(pages.aside_heads) == {"two-lines": b'{"head":1}\n', "one-line": b"",
+                                           "missing": None}
+        assert read_pages(persistence, "s").aside_heads == {}  # none asked for
+
+
+def test_migration_12_makes_the_asides_table_and_keeps_one_an_earlier_write_made() -> None:
+    """A schema an earlier dsh migrated to 11 gets table ``asides`` at its first use; the
+    rows of one its first aside write made are kept (docs/formats.md#tables-and-migrations)."""
+    from dsh.persistence.postgres._schema import MIGRATIONS, SCHEMA_VERSION
+
+    assert SCHEMA_VERSION == 12 and MIGRATIONS[-1][0] == 12
+    for made_before in (True, False):
+        with temporary_postgres_url() as url:
+            _run(url, "CREATE SCHEMA {s}")
+            _run(url, "CREATE TABLE {s}.dsh_migrations (version integer PRIMARY KEY, name text "
+                      "NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+            for number, name, statements in MIGRATIONS[:11]:
+                for statement in statements:
+                    _run(url, statement)
+                _run(url, "INSERT INTO {s}.dsh_migrations (version, name) VALUES (%s, %s)",
+                     number, name)
+            if made_before:  # as the first write_aside of a build at migration 11 made it
+                _run(url, "CREATE TABLE IF NOT EXISTS {s}.asides (session_id text NOT NULL, "
+                          "name text NOT NULL, data bytea NOT NULL, PRIMARY KEY (session_id, "
+                          "name))")
+                _run(url, "INSERT INTO {s}.asides VALUES ('s', 'index', %s)", b"old\nwhole")
+            _write(url, range(1, 3), StepClock())  # the first use migrates
+            assert _run(url, "SELECT max(version) FROM {s}.dsh_migrations") == [(12,)]
+            with Persistence(open_backend(url)) as persistence:
+                pages = read_pages(persistence, "s", aside_heads=["index"])
+                assert dict(pages.aside_heads) == {
+                    "index": b"old\n" if made_before else None}
+                assert persistence.read_aside("s", "index") == (
+                    b"old\nwhole" if made_before else None)

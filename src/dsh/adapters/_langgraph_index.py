@@ -8,6 +8,13 @@ covers (their count and a digest of the last one), and :func:`decode_index` take
 when that anchor matches the log; a reader then folds only the events after it (the tail). A
 missing, stale or unreadable index is folded afresh from the whole log, which gives the same
 answer (docs/adapters.md#fast-reads-of-a-thread).
+
+The aside (format 4) is two JSON lines: a short *head* (the anchor, each namespace's last
+checkpoint, the value rows and delta links that checkpoint most likely reads, the tool-call
+answers and branch tips), then the whole index. A cold read of a thread's latest checkpoint
+parses the head only (:func:`decode_index` with ``head=True``): an index marked
+:attr:`ThreadIndex.partial`, which answers exactly for what it holds and says so when asked for
+anything else (:attr:`ThreadIndex.missed`), so the caller reads the whole index instead.
 """
 
 from __future__ import annotations
@@ -26,14 +33,17 @@ from dsh.session import Event, PagedLog
 
 INDEX_ASIDE: Final = "langgraph-index"
 """The aside's name beside a thread's session."""
-INDEX_VERSION: Final = 3
-"""Version 3 adds to a list delta's blob row the seq of the value it extends; 2 is read too."""
+INDEX_VERSION: Final = 4
+"""Version 4 puts a head line before the whole index; 3 (a list delta's blob row names the seq
+of the value it extends) and 2 are read too."""
 
 CHECKPOINT_EVENT: Final = "langgraph/checkpoint"
 WRITES_EVENT: Final = "langgraph/writes"
 DROP_EVENT: Final = "langgraph/drop"
 
 _MESSAGES: Final = "messages"
+WHOLE_EVERY_BOUND: Final = 1024
+"""The longest delta chain the head follows (a writer stores a whole value every 64)."""
 
 Writes = dict[tuple[str, int], tuple[str, str, Mapping[str, Any]]]
 """(task id, write index) -> (task path, channel, stored value)."""
@@ -82,6 +92,12 @@ class ThreadIndex:
             the last root-namespace checkpoint put on it.
         current: The branch of the last root-namespace checkpoint put.
         seen: Events folded so far (the index covers ``events[:seen]``).
+        partial: Only the head was read: each namespace's last checkpoint and the values and
+            links it most likely reads (:func:`decode_index` with ``head=True``); ``projected``
+            is empty. Never kept beside the log, never written through.
+        missed: A partial index was asked for what it does not hold, or folded an event it
+            cannot take exactly (a drop; a delta on a value it does not know): its answers
+            are not to be trusted; read the whole index.
     """
 
     def __init__(self) -> None:
@@ -94,6 +110,8 @@ class ThreadIndex:
         self.tips: dict[str, str] = {}
         self.current = ""
         self.seen = 0
+        self.partial = False
+        self.missed = False
 
     def reset(self) -> None:
         """Forget every checkpoint and value (``delete_thread``'s drop)."""
@@ -126,6 +144,8 @@ class ThreadIndex:
                         else None
                     if base is not None:
                         self.links[(ns, channel, seq)] = base
+                    elif "d" in stored and self.partial:
+                        self.missed = True
                 self.namespaces.setdefault(ns, Namespace()).add(
                     data["id"], CheckpointEntry(seq, data["parent"]))
                 if ns == "" and _MESSAGES in versions:
@@ -141,6 +161,8 @@ class ThreadIndex:
                     found.writes_at.append(event["seq"])
             elif kind == DROP_EVENT:
                 data = event["data"]
+                if self.partial:  # what a drop leaves latest may be a checkpoint not read
+                    self.missed = True
                 if data.get("all"):
                     self.reset()
                 else:
@@ -183,51 +205,101 @@ def event_digest(event: Event) -> str:
 def encode_index(index: ThreadIndex, events: Sequence[Event]) -> bytes | None:
     """The aside bytes of ``index`` (covering ``events[:index.seen]``); None for nothing to do.
 
-    None too when a channel version is not plain JSON (the index then is not kept).
+    Two JSON lines: the head (see the module docstring), then the whole index. None too when
+    a channel version is not plain JSON (the index then is not kept), or for a partial index.
     """
     count = index.seen
-    if count == 0:
+    if count == 0 or index.partial:
         return None
-    body = {
-        "v": INDEX_VERSION, "count": count, "last": event_digest(events[count - 1]),
-        "ns": {ns: [[cid, space.checkpoints[cid].seq, space.checkpoints[cid].parent,
-                     space.checkpoints[cid].writes_at] for cid in space.order]
-               for ns, space in index.namespaces.items()},
-        "blobs": [[ns, channel, version, seq, index.links.get((ns, channel, seq))]
-                  for (ns, channel, version), seq in index.blobs.items()],
-        "projected": index.projected, "answered": index.answered,
-        "branches": index.branches, "tips": index.tips, "current": index.current}
+    anchor = {"v": INDEX_VERSION, "count": count, "last": event_digest(events[count - 1])}
+    rows = [[ns, channel, version, seq, index.links.get((ns, channel, seq))]
+            for (ns, channel, version), seq in index.blobs.items()]
+    heads = {ns: space.order[-1] for ns, space in index.namespaces.items() if space.order}
+    head = {**anchor,
+            "ns": {ns: _entry_row(cid, index.namespaces[ns].checkpoints[cid])
+                   for ns, cid in heads.items()},
+            "blobs": _head_rows(rows, heads), "answered": index.answered,
+            "branches": {cid: index.branches[cid] for cid in heads.values()
+                         if cid in index.branches},
+            "tips": index.tips, "current": index.current}
+    body = {**anchor,
+            "ns": {ns: [_entry_row(cid, space.checkpoints[cid]) for cid in space.order]
+                   for ns, space in index.namespaces.items()},
+            "blobs": rows, "projected": index.projected, "answered": index.answered,
+            "branches": index.branches, "tips": index.tips, "current": index.current}
     try:
-        return orjson.dumps(body)
+        return orjson.dumps(head) + b"\n" + orjson.dumps(body)
     except (orjson.JSONEncodeError, TypeError):
         return None
 
 
+def _entry_row(checkpoint_id: str, entry: CheckpointEntry) -> list[Any]:
+    return [checkpoint_id, entry.seq, entry.parent, entry.writes_at]
+
+
+def _head_rows(rows: list[list[Any]], heads: Mapping[str, str]) -> list[list[Any]]:
+    """The value rows a namespace's last checkpoint most likely reads, with their chains.
+
+    Per channel of a namespace with checkpoints, the value stored last (what a thread that
+    did not travel back in time reads), then each value its delta extends, down to a whole
+    one. A read asking for any other value finds it missing and reads the whole index.
+    """
+    newest: dict[tuple[str, str], list[Any]] = {}
+    by_seq: dict[tuple[str, str, int], list[Any]] = {}
+    for row in rows:
+        ns, channel, _, seq, _ = row
+        if ns in heads:
+            by_seq[(ns, channel, seq)] = row
+            found = newest.get((ns, channel))
+            if found is None or seq > found[3]:
+                newest[(ns, channel)] = row
+    out: list[list[Any]] = []
+    for first in newest.values():
+        link: list[Any] | None = first
+        for _ in range(WHOLE_EVERY_BOUND):
+            if link is None:
+                break
+            out.append(link)
+            base = link[4]
+            link = by_seq.get((link[0], link[1], base)) if base is not None else None
+    return out
+
+
 def decode_index(data: bytes, events: Sequence[Event], stored: int, *,
-                 wanted: Callable[[ThreadIndex], Iterable[int]] | None = None
-                 ) -> ThreadIndex | None:
+                 wanted: Callable[[ThreadIndex], Iterable[int]] | None = None,
+                 head: bool = False) -> ThreadIndex | None:
     """The index in ``data`` when its anchor matches ``events`` (``stored`` committed), else None.
 
     Its anchor must name at most the committed events and the digest of the last one it
     covers; a body that does not parse or has another shape is None as well (folded afresh).
+    ``head``: parse only a format 4 index's head line (a :attr:`ThreadIndex.partial` index;
+    ``data`` may be that line alone, with its newline); an older format is read whole.
     On a paged log, the last covered event and the seqs ``wanted`` names from the index (what
     the caller reads next) are read in one source call before the anchor is checked
     (:meth:`dsh.session.PagedLog.pick`); an index whose anchor then fails is not used.
     """
     try:
-        body = orjson.loads(data)
+        first, newline, rest = data.partition(b"\n")
+        body = orjson.loads(first if head or not newline else rest)
         count = body["count"]
         version = body.get("v")
-        if version not in (2, INDEX_VERSION) or type(count) is not int \
-                or not 0 < count <= stored:
+        if version not in (2, 3, INDEX_VERSION) or type(count) is not int \
+                or not 0 < count <= stored or (version == INDEX_VERSION) != bool(newline):
             return None
         index = ThreadIndex()
-        for ns, rows in body["ns"].items():
-            space = index.namespaces[ns] = Namespace(
-                {cid: CheckpointEntry(int(seq), parent, list(writes_at))
-                 for cid, seq, parent, writes_at in rows}, [row[0] for row in rows])
-            if len(space.order) != len(space.checkpoints) or space.order != sorted(space.order):
-                return None
+        if version == INDEX_VERSION and head:
+            index.partial = True
+            for ns, (cid, seq, parent, writes_at) in body["ns"].items():
+                index.namespaces[ns] = Namespace(
+                    {cid: CheckpointEntry(int(seq), parent, list(writes_at))}, [cid])
+        else:
+            for ns, rows in body["ns"].items():
+                space = index.namespaces[ns] = Namespace(
+                    {cid: CheckpointEntry(int(seq), parent, list(writes_at))
+                     for cid, seq, parent, writes_at in rows}, [row[0] for row in rows])
+                if len(space.order) != len(space.checkpoints) \
+                        or space.order != sorted(space.order):
+                    return None
         rows = body["blobs"]
         if version == 2:
             index.blobs = {(ns, channel, value_version): int(seq)
@@ -238,7 +310,7 @@ def decode_index(data: bytes, events: Sequence[Event], stored: int, *,
             index.links = {(ns, channel, int(seq)): int(base)
                            for ns, channel, _, seq, base in rows if base is not None}
         # the parsed maps are the index's own (no copies): their shape is checked
-        index.projected = _str_map(body["projected"])
+        index.projected = {} if index.partial else _str_map(body["projected"])
         index.answered = _str_map(body["answered"])
         index.branches = _str_map(body["branches"])
         index.tips = _str_map(body["tips"])

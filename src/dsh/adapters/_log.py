@@ -532,12 +532,16 @@ class _NodesThen(Sequence[int]):
         yield from reversed(self._base)
 
 
-def read_stored(persistence: Persistence, session_id: str
+def read_stored(persistence: Persistence, session_id: str, *,
+                aside_heads: Sequence[str] = (),
+                heads: dict[str, bytes | None] | None = None,
                 ) -> tuple[Sequence[Event], int, tuple[Event, ...], Sequence[int]] | None:
     """The stored log as a resume would see it, read without a lock; None when not stored.
 
     Read by page through the log's restore point when it has one (only its tail is read now;
-    earlier events are paged in when indexed), else whole.
+    earlier events are paged in when indexed), else whole. The heads of the asides
+    ``aside_heads`` names, where the backend reads them with the lookup
+    (:attr:`dsh.persistence.StoredPages.aside_heads`), are put in ``heads``.
 
     Returns:
         ``(events, stored, closers, nodes)``: the committed events then the repair closers a
@@ -550,9 +554,11 @@ def read_stored(persistence: Persistence, session_id: str
     Rule: docs/adapters.md#busy-sessions-reads-and-names
     """
     try:
-        pages = read_pages(persistence, session_id)
+        pages = read_pages(persistence, session_id, aside_heads=aside_heads)
     except SessionNotFoundError:
         return None
+    if heads is not None:
+        heads.update(pages.aside_heads)
     state = pages.restore
     events: Sequence[Event]
     if not pages.paged:

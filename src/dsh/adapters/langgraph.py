@@ -349,20 +349,24 @@ class DshSaver(BaseCheckpointSaver[str]):
             cold = self._threads.pop(thread_id, None)
             events = log.session.events
             if cold is not None and cold.cold is not None and not cold.cold.closers \
+                    and not cold.index.partial \
                     and cold.index.seen == cold.cold.stored <= len(events):
                 # the resumed log is the one read (appends only): keep its index
                 self._threads[thread_id] = _Thread(thread_id, cold.index)
         return log
 
     def _thread(self, thread_id: str, *, write: bool = False,
-                want: tuple[str, str | None] | None = None) -> _Thread | None:
+                want: tuple[str, str | None] | None = None,
+                head: bool = False) -> _Thread | None:
         """The thread's index, folded up to its last event; None when nothing is stored.
 
         A thread first met here starts from the index kept beside its log when that index
         matches the log, and folds only the events after it
         (docs/adapters.md#fast-reads-of-a-thread). ``want`` names the checkpoint a cold read
         builds next (namespace, id or None for the latest): its events are read with the
-        index's anchor, in one call (:func:`_wanted`).
+        index's anchor, in one call (:func:`_wanted`). ``head``: for the latest checkpoint,
+        only the index's head is parsed (a partial index; see
+        :attr:`~dsh.adapters._langgraph_index.ThreadIndex.missed` for when it is not enough).
         """
         if write:
             events: Sequence[Event] = self._writer(thread_id).session.events
@@ -374,22 +378,32 @@ class DshSaver(BaseCheckpointSaver[str]):
             # with the closers a resume would commit: a call cut off by a crash reads as
             # answered (outcome unknown), as it will once the thread is written; through the
             # restore point, only what was appended since the last read is read and folded
-            found = read_stored(self._persistence, thread_id)
+            head = head and want is not None and want[1] is None
+            heads: dict[str, bytes | None] = {}  # the index's head, read with the lookup
+            found = read_stored(self._persistence, thread_id,
+                                aside_heads=(INDEX_ASIDE,) if head else (), heads=heads)
             if found is None:
                 return None
             events, stored, closers, nodes = found
             thread = self._threads.get(thread_id)
             if thread is not None and (thread.cold is None or stored < thread.cold.stored or (
                     thread.cold.closers and (stored, closers) != (thread.cold.stored,
-                                                                  thread.cold.closers))):
+                                                                  thread.cold.closers))
+                                       or (thread.index.partial and not head)):
                 thread = None  # another writer's log, or where closers were: fold it afresh
+            wanted = None if want is None else lambda index: _wanted(index, *want, nodes)
             if thread is None:
                 thread = self._threads[thread_id] = self._kept_thread(
-                    thread_id, events, stored,
-                    None if want is None else lambda index: _wanted(index, *want, nodes))
+                    thread_id, events, stored, wanted, head=head, heads=heads)
             thread.cold = _Stored(events, stored, closers, nodes)
             thread.fold(events)
-            if not closers and thread.index.seen - thread.kept >= INDEX_EVERY:
+            if thread.index.missed:  # the head could not take the tail: the whole index
+                thread = self._threads[thread_id] = self._kept_thread(
+                    thread_id, events, stored, wanted)
+                thread.cold = _Stored(events, stored, closers, nodes)
+                thread.fold(events)
+            if not closers and not thread.index.partial \
+                    and thread.index.seen - thread.kept >= INDEX_EVERY:
                 self._keep_index(thread, events)  # a reader that folded much leaves its work
             return thread
         thread = self._threads.get(thread_id)
@@ -399,18 +413,29 @@ class DshSaver(BaseCheckpointSaver[str]):
         return thread
 
     def _kept_thread(self, thread_id: str, events: Sequence[Event], stored: int,
-                     wanted: Callable[[ThreadIndex], Iterable[int]] | None = None) -> _Thread:
+                     wanted: Callable[[ThreadIndex], Iterable[int]] | None = None, *,
+                     head: bool = False, heads: Mapping[str, bytes | None] | None = None
+                     ) -> _Thread:
         """A thread starting from the index kept beside its log, when it matches the log.
 
-        ``wanted``: the seqs read next, by the index (see :func:`decode_index`).
+        ``wanted``: the seqs read next, by the index; ``head``: its head only (see
+        :func:`decode_index`), taken from ``heads`` when the lookup read it there (the whole
+        aside is then read only for an index without a head).
         """
+        line = (heads or {}).get(INDEX_ASIDE, b"")
+        if head and line is None:  # the lookup found no index beside the log
+            return _Thread(thread_id)
+        if head and line:
+            return _Thread(thread_id, decode_index(line, events, stored, wanted=wanted,
+                                                   head=True))
         try:
             data = self._persistence.read_aside(thread_id, INDEX_ASIDE)
         except (OSError, DshError) as exc:
             _logger.warning("the LangGraph index of thread %r could not be read (%s); "
                             "folding its log", thread_id, exc)
             data = None
-        index = decode_index(data, events, stored, wanted=wanted) if data is not None else None
+        index = (decode_index(data, events, stored, wanted=wanted, head=head)
+                 if data is not None else None)
         return _Thread(thread_id, index)
 
     def _keep_index(self, thread: _Thread, events: Sequence[Event]) -> None:
@@ -463,6 +488,8 @@ class DshSaver(BaseCheckpointSaver[str]):
                 break
             seq = thread.index.blobs.get(key)
             if seq is None:
+                # a partial index may not hold it: the caller reads the whole index
+                thread.index.missed = thread.index.partial
                 value = _MISSING
                 break
             stored = events[seq]["data"]["values"][channel]
@@ -576,30 +603,40 @@ class DshSaver(BaseCheckpointSaver[str]):
         """
         conf = _configurable(config)
         with self._lock, _no_collection():
-            ns = conf.get("checkpoint_ns", "")
-            thread = self._thread(str(conf["thread_id"]),
-                                  want=(ns, get_checkpoint_id(config) or None))
-            space = thread.namespaces.get(ns) if thread else None
-            latest = ns == "" and not get_checkpoint_id(config)
-            if thread is None or space is None or not space.order:
-                return self._unsaved(thread) if thread is not None and latest else None
-            checkpoint_id = get_checkpoint_id(config) or space.order[-1]
-            if checkpoint_id not in space.checkpoints:
-                return None
-            found = self._tuple(thread, ns, checkpoint_id, {})
-            values = found.checkpoint["channel_values"]
-            messages = values.get(_MESSAGES)
-            on = self._on(thread, thread.index.branch(checkpoint_id)) if latest else None
-            if on is not None and isinstance(messages, list):
-                # a result the pending writes hold comes back when LangGraph applies them (the
-                # tools task is not run again): the surface's copy would be a second answer
-                written = _written_calls(found.pending_writes or ())
-                ahead = [m for m in self._recorded_ahead(on, messages)
-                         if not (isinstance(m, ToolMessage) and m.tool_call_id in written)]
-                if ahead:
-                    values[_MESSAGES] = self._answered_calls(on, [*messages, *ahead],
-                                                             written=written)
+            found = self._get_tuple(config, conf, head=True)
+            thread = self._threads.get(str(conf["thread_id"]))
+            if thread is not None and thread.index.missed:
+                del self._threads[thread.thread_id]  # the head was not enough: read it whole
+                found = self._get_tuple(config, conf, head=False)
             return found
+
+    def _get_tuple(self, config: RunnableConfig, conf: Mapping[str, Any], *, head: bool
+                   ) -> CheckpointTuple | None:
+        """:meth:`get_tuple`'s answer; ``head``: from the index's head when it is enough."""
+        ns = conf.get("checkpoint_ns", "")
+        thread = self._thread(str(conf["thread_id"]),
+                              want=(ns, get_checkpoint_id(config) or None), head=head)
+        space = thread.namespaces.get(ns) if thread else None
+        latest = ns == "" and not get_checkpoint_id(config)
+        if thread is None or space is None or not space.order:
+            return self._unsaved(thread) if thread is not None and latest else None
+        checkpoint_id = get_checkpoint_id(config) or space.order[-1]
+        if checkpoint_id not in space.checkpoints:
+            return None
+        found = self._tuple(thread, ns, checkpoint_id, {})
+        values = found.checkpoint["channel_values"]
+        messages = values.get(_MESSAGES)
+        on = self._on(thread, thread.index.branch(checkpoint_id)) if latest else None
+        if on is not None and isinstance(messages, list):
+            # a result the pending writes hold comes back when LangGraph applies them (the
+            # tools task is not run again): the surface's copy would be a second answer
+            written = _written_calls(found.pending_writes or ())
+            ahead = [m for m in self._recorded_ahead(on, messages)
+                     if not (isinstance(m, ToolMessage) and m.tool_call_id in written)]
+            if ahead:
+                values[_MESSAGES] = self._answered_calls(on, [*messages, *ahead],
+                                                         written=written)
+        return found
 
     def _recorded_ahead(self, thread: _Thread, messages: Sequence[Any]) -> list[Any]:
         """The messages made durable on the surface after the last one ``messages`` holds.

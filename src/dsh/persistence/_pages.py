@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Container, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 
 from dsh._errors import DshError, LogCorruptError
@@ -92,6 +92,10 @@ class StoredPages:
         paged: True when the events before the restore point's cut are paged in.
         restore: The restore point's state of the events before its cut (surface nodes, request
             header and context), when ``paged``; else None.
+        aside_heads: The heads of the asides :func:`read_pages` was asked for, read with the
+            session's lookup (name -> the aside's bytes up to and including its first newline,
+            ``b""`` when it has none, None when the session keeps no such aside); a name is
+            missing when the backend does not read them that way (read the aside itself).
     """
 
     header: FrozenDict
@@ -101,9 +105,11 @@ class StoredPages:
     revision: str
     paged: bool
     restore: RestoreState | None = None
+    aside_heads: Mapping[str, bytes | None] = field(default_factory=dict)
 
 
-def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
+def read_pages(persistence: Persistence, session_id: str, *,
+               aside_heads: Sequence[str] = ()) -> StoredPages:
     """Open ``session_id`` for reading by page: O(tail) through its restore point or by range.
 
     Where the log has a restore point, the events before its cut are paged in and
@@ -118,6 +124,9 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
     Args:
         persistence: The store's facade.
         session_id: A stored session.
+        aside_heads: Asides whose heads a backend that opens at the restore point
+            (PostgreSQL) reads in the same message as the lookup
+            (:attr:`StoredPages.aside_heads`; docs/stores.md#asides).
 
     Returns:
         The session's events as a random-access sequence (see :class:`StoredPages`).
@@ -129,9 +138,11 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
     """
     backend = persistence.backend
     if backend.capabilities.restore_points and isinstance(backend, ck.OpensAtRestorePoint):
-        opened = backend.open_at_restore_point(session_id)  # the lookup reads it too
+        # the lookup reads it too, and the asides' heads
+        opened = backend.open_at_restore_point(session_id, aside_heads=aside_heads)
+        heads: Mapping[str, bytes | None] = opened.aside_heads
     else:
-        opened = persistence.open(session_id, "read")
+        opened, heads = persistence.open(session_id, "read"), {}
     with opened as handle:
         if backend.capabilities.restore_points:
             keeper = cast(ck.KeepsRestorePoints, handle)  # what the capability promises
@@ -154,7 +165,7 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
                 events.extend(cold.events)
                 return StoredPages(header=header, events=events, closers=(), torn=None,
                                    revision=cold.revision, paged=True,
-                                   restore=restore_point.state)
+                                   restore=restore_point.state, aside_heads=heads)
             except ck.RestorePointRefused as exc:
                 ck.note_refusal(session_id, exc.reason, exc.error)
             except DshError as exc:
@@ -163,8 +174,8 @@ def read_pages(persistence: Persistence, session_id: str) -> StoredPages:
             ranged = _read_ranged(persistence, session_id,
                                   cast(ReadsRanges, handle))  # what the capability promises
             if ranged is not None:
-                return ranged
-    return _read_full(persistence, session_id)
+                return replace(ranged, aside_heads=heads)
+    return replace(_read_full(persistence, session_id), aside_heads=heads)
 
 
 def _read_full(persistence: Persistence, session_id: str) -> StoredPages:

@@ -245,10 +245,14 @@ class OpensAtRestorePoint(Protocol):
 
     ``open_at_restore_point(session_id)`` is ``open(session_id, "read")`` whose handle's first
     ``read_from_restore_point`` needs one round trip less: the restore point came with the
-    lookup, and is checked unchanged in the snapshot of the rows read through it.
+    lookup, and is checked unchanged in the snapshot of the rows read through it. The lookup
+    also reads the head of each aside ``aside_heads`` names (its bytes up to and including
+    the first newline, ``b""`` when it has none; docs/stores.md#asides), which the handle
+    keeps in its ``aside_heads`` mapping (name -> bytes, or None when no such aside is kept).
     """
 
-    def open_at_restore_point(self, session_id: str) -> Any:
+    def open_at_restore_point(self, session_id: str, *, aside_heads: Sequence[str] = ()
+                              ) -> Any:
         """A read handle (raises as ``open`` does)."""
         ...
 

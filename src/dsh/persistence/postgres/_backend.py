@@ -96,6 +96,7 @@ from dsh.persistence._search import SearchIndex, fold
 from dsh.persistence._tail import follow
 from dsh.persistence.postgres._pool import PoolTimeoutError, acquire_pool, release_pool
 from dsh.persistence.postgres._schema import (
+    ASIDES_TABLE,
     MIGRATION_LOCK_KEY,
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -291,6 +292,8 @@ class PostgresHandle(HandleBase):
         row first, then insert and advance in a transaction of several statements)."""
         self.recovered_connection_losses = 0
         """Appends whose connection was lost mid-batch and were settled (in, or sent again)."""
+        self.aside_heads: dict[str, bytes | None] = {}
+        """Aside heads read with the lookup (:meth:`PostgresBackend.open_at_restore_point`)."""
 
     @property
     def epoch(self) -> int | None:
@@ -1696,8 +1699,8 @@ class PostgresBackend:
         """The statements of a whole read: the session row, then every row of the session."""
         return [(self._sql_session_row, (session_id,)), (self._sql_rows_from, (session_id, 0))]
 
-    # asides (docs/stores.md#asides): table ``asides``, made on the first write, outside the
-    # migrations (a store that never keeps one has none)
+    # asides (docs/stores.md#asides): table ``asides``, made by migration 12 (and, in a schema
+    # an earlier build migrated, by the first write)
 
     def read_aside(self, session_id: str, name: str) -> bytes | None:
         """The aside's bytes from table ``asides``; None when it (or the table) is not there.
@@ -1724,9 +1727,7 @@ class PostgresBackend:
         with self._conn("aside write", session_id) as conn, conn.transaction():
             # two first writers would race to make the table: one makes it, under the lock
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{self._s}.asides",))
-            conn.execute(f"CREATE TABLE IF NOT EXISTS {self._s}.asides (session_id text NOT "
-                         "NULL, name text NOT NULL, data bytea NOT NULL, PRIMARY KEY "
-                         "(session_id, name))")
+            conn.execute(ASIDES_TABLE.format(s=self._s))
             conn.execute(f"INSERT INTO {self._s}.asides (session_id, name, data) VALUES "
                          "(%s, %s, %s) ON CONFLICT (session_id, name) DO UPDATE SET data = "
                          "excluded.data", (session_id, name, data))
@@ -1862,13 +1863,17 @@ class PostgresBackend:
         handle._read_with_lease = held
         return handle
 
-    def open_at_restore_point(self, session_id: str) -> PostgresHandle:
+    def open_at_restore_point(self, session_id: str, *, aside_heads: Sequence[str] = ()
+                              ) -> PostgresHandle:
         """Open for reading through the restore point: the lookup reads the restore point too.
 
         One round trip (the schema check of a pool's first statement riding in it) instead of
         the lookup's and the restore point's; the handle's first
         :meth:`PostgresHandle.read_from_restore_point` then reads only the rows, and checks in
         their snapshot that the restore point is still the one read (else reads it again).
+        The same message reads the head of each aside named in ``aside_heads`` (its bytes up
+        to and including the first newline; ``b""`` when it has none), kept in the handle's
+        ``aside_heads`` (a name -> None when the session keeps no such aside).
         Contract: :class:`~dsh.persistence._restore_point.OpensAtRestorePoint`.
 
         Raises:
@@ -1877,15 +1882,20 @@ class PostgresBackend:
             PersistenceError: the database failed.
         """
         check_session_id(session_id)
-        found, points = self._read_batch("lookup", session_id, [
+        found, points, *heads = self._read_batch("lookup", session_id, [
             (f"SELECT 1 FROM {self._s}.sessions WHERE id = %s", (session_id,)),
-            (self._sql_get_restore_point, (session_id,))])
+            (self._sql_get_restore_point, (session_id,)),
+            *((f"SELECT substring(data FROM 1 FOR position('\\x0a'::bytea IN data)) FROM "
+               f"{self._s}.asides WHERE session_id = %s AND name = %s", (session_id, name))
+              for name in aside_heads)])
         if not found:
             raise SessionNotFoundError(f"session {session_id!r} is not stored in {self._url}",
                                        session_id=session_id, path=self._url)
         handle = PostgresHandle(self, session_id, "read", None)
         handle._restore_point_row = ((bytes(points[0][0]), points[0][1]) if points
                                      else (None, None))
+        handle.aside_heads = {name: bytes(rows[0][0]) if rows else None
+                              for name, rows in zip(aside_heads, heads, strict=True)}
         return handle
 
     def _take_lease(self, session_id: str, token: str

@@ -34,7 +34,9 @@ Invariants this module owns (docs/rules.md#one-writer-per-session):
 * every committed transaction that inserts or deletes a ``sessions`` row, or sets its ``id``,
   ``incarnation`` or ``revision``, adds at least one to ``store_changes`` (migration 11: a
   deferred trigger, so at commit, in the same transaction): the sum of its counters is the
-  same in two snapshots only when no such change committed between them.
+  same in two snapshots only when no such change committed between them;
+* ``asides`` (migration 12; before it, made by the first aside write) holds derived data
+  only: every reader checks a row against the log, and deleting one loses nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import re
 from typing import Final
 
 __all__ = [
+    "ASIDES_TABLE",
     "MIGRATIONS",
     "MIGRATION_LOCK_KEY",
     "SCHEMA_VERSION",
@@ -53,6 +56,11 @@ __all__ = [
 
 Migration = tuple[int, str, tuple[str, ...]]
 """``(version, name, statements)``; ``{s}`` in a statement is the quoted schema name."""
+
+ASIDES_TABLE: Final = ("CREATE TABLE IF NOT EXISTS {s}.asides (session_id text NOT NULL, "
+                       "name text NOT NULL, data bytea NOT NULL, PRIMARY KEY (session_id, name))")
+"""Table ``asides``: derived blobs beside a session's log (docs/stores.md#asides); made by
+migration 12, and by the first aside write of a schema an earlier build migrated."""
 
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     (1, "store: sessions, events (SQLite schema 17 rows), store identity", (
@@ -187,6 +195,11 @@ $f$""",
         "CREATE CONSTRAINT TRIGGER dsh_store_changed AFTER INSERT OR DELETE OR UPDATE OF id, "
         "incarnation, revision ON {s}.sessions DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
         "EXECUTE FUNCTION {s}.dsh_store_changed()",
+    )),
+    (12, "asides: the table is part of the schema, so the lookup of a read can read an "
+         "aside's head in its own message (stores.md)", (
+        # made by the first aside write before this migration, with this definition: kept
+        ASIDES_TABLE,
     )),
 )
 """Forward-only migrations, applied in order under :data:`MIGRATION_LOCK_KEY`."""
