@@ -25,6 +25,7 @@ from dsh._verify import verify_events
 from dsh.interop import to_anthropic, to_openai
 from dsh.json import FrozenDict, dumps
 from dsh.rights import REDACTED_TEXT, find_secrets, redact
+from dsh.rights._forks import fork_children
 from dsh.session import Event
 from tests.rights.conftest import (
     SECRETS,
@@ -218,3 +219,7 @@ def test_a_redaction_names_the_forks_that_keep_their_own_copy(tmp_path: Path) ->
     assert "early" not in done.stderr
     with dsh.open(url) as store:  # what the warning says: the fork still holds the key
         assert SECRETS["user"] in json.dumps([dict(e) for e in store.read("kid").events])
+        # the one lineage map the warning and erasure walk (rights/_forks.py)
+        children = fork_children(store)
+        kid_seed = store.persistence.read("kid").header["seedLength"]
+        assert children == {"s1": [("early", 2), ("kid", kid_seed)], "kid": [("grandkid", 4)]}

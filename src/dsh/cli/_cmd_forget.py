@@ -43,6 +43,7 @@ from dsh.rights import (
     RetentionPolicy,
     TrashResult,
     clear_retention,
+    fork_copies,
     retention_policies,
     set_retention,
     store_log,
@@ -249,35 +250,6 @@ def redact(session_id: SessionArg,
                   f"{render.plural(len(seqs), 'event')} redacted here "
                   f"(#{', #'.join(map(str, seqs))}): redact it too, or 'dsh erase' the parent "
                   "(which reaches its forks)", markup=False)
-
-
-def fork_copies(sessions: Any, session_id: str,
-                seqs: list[int]) -> list[tuple[str, str, list[int]]]:
-    """The forks of ``session_id`` (transitively) that hold copies of events at ``seqs``.
-
-    A fork's first ``seedLength`` events are its parent's (docs/rules.md#fork): a redaction
-    changes one session's log only (docs/forgetting.md#redaction), so each fork that inherited
-    a redacted event keeps it as it was. Returns ``(fork id, its parent, the seqs it holds)``.
-    """
-    if not seqs:
-        return []
-    children: dict[str, list[tuple[str, int]]] = {}
-    for header in sessions.persistence.list_headers():
-        parent, seed = header.get("parentSession"), header.get("seedLength")
-        if isinstance(parent, str) and type(seed) is int:
-            children.setdefault(parent, []).append((str(header["id"]), seed))
-    out: list[tuple[str, str, list[int]]] = []
-    queue = [(session_id, max(seqs) + 1)]
-    seen = {session_id}
-    while queue:
-        sid, reach = queue.pop(0)
-        for child, seed in sorted(children.get(sid, [])):
-            held = [s for s in sorted(seqs) if s < min(seed, reach)]
-            if held and child not in seen:
-                seen.add(child)
-                out.append((child, sid, held))
-                queue.append((child, min(seed, reach)))
-    return out
 
 
 def policy_label(where: dict[str, str]) -> str:

@@ -28,6 +28,9 @@ from dsh.rights._erase import (
     erase,
     verify_receipt,
 )
+
+# for dsh's own packages (the CLI's redaction warning), not public API
+from dsh.rights._forks import fork_copies as fork_copies
 from dsh.rights._quarantine import (
     PLACEHOLDER_TEXT,
     QUARANTINE_APPLY,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from dsh._errors import DshError, RightsError, SessionNotFoundError
 from dsh._verify import event_digest
 from dsh.persistence import Scrubs
+from dsh.rights._forks import fork_children
 from dsh.rights._held import HasPersistence, facade, held
 from dsh.rights._redact import (
     REDACTION_APPLIED,
@@ -246,12 +247,7 @@ def erase_sessions(store: Persistence | HasPersistence, session_ids: Iterable[st
             f"no session named, and none matches --where {scope}" if scope
             else "name sessions (ID...) or select them with --where KEY=VALUE"),
             code="NOTHING_SELECTED")
-    headers = {str(h["id"]): h for h in persistence.list_headers()}
-    children: dict[str, list[str]] = {}
-    for sid, header in sorted(headers.items()):
-        parent = header.get("parentSession")
-        if isinstance(parent, str):
-            children.setdefault(parent, []).append(sid)
+    children = fork_children(persistence)
     queue: list[tuple[str, set[int] | None]] = [(sid, None) for sid in subjects]
     done: list[ErasedSession] = []
     seen: set[str] = set()
@@ -294,11 +290,9 @@ def erase_sessions(store: Persistence | HasPersistence, session_ids: Iterable[st
                                   record_seq, tuple(touched)))
         if on_session is not None:
             on_session(sid)
-        for child in children.get(sid, ()):
-            seed = headers[child].get("seedLength")
-            length = seed if type(seed) is int else 0
+        for child, seed in children.get(sid, ()):
             queue.append((child, None if child in subjects else
-                          {s for s in erased if s < length}))
+                          {s for s in erased if s < seed}))
     if done:  # the store scrubbed and the listing index rebuilt once, for them all
         last = done[-1]
         refreshed = _scrub_store(persistence, last.session_id)
