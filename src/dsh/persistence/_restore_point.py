@@ -49,10 +49,11 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import orjson
 
+from dsh._caches import keep_recent
 from dsh._errors import LogCorruptError, PersistenceError
 from dsh.json import MAX_SAFE_INTEGER, dumps
 from dsh.persistence._paths import open_sidecar, replace_file
-from dsh.persistence._seal import keep_recent, restore_point_mark
+from dsh.persistence._seal import restore_point_mark
 from dsh.session import Event, NodeSeqs, RestoreFold, RestoreState
 
 __all__ = [

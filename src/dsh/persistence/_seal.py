@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn, TypeVar
 
+from dsh._caches import keep_recent
 from dsh._errors import LogCorruptError, SealDamagedError
 from dsh.json import CFallback, c_rows_text
 from dsh.persistence._chain import (
@@ -56,7 +57,7 @@ from dsh.persistence._chain import (
 from dsh.persistence._paths import fsync_folder, open_sidecar, write_all
 from dsh.session import PAGE_EVENTS
 
-__all__ = ["CUT_TAIL_SEQS", "RESTORE_POINT_MARK", "Seal", "SealCut", "keep_recent",
+__all__ = ["CUT_TAIL_SEQS", "RESTORE_POINT_MARK", "Seal", "SealCut",
            "append_restore_point_mark", "append_chain_to", "append_restore_point_mark_to",
            "append_seal", "append_seal_to", "check_byte_seals", "publish_head",
            "refuse_reseal_over_damage", "check_row_seals", "covers", "crc_of", "cut_tail",
@@ -523,25 +524,6 @@ def _digests_to(path: Path, data: bytes, first: int, cut: SealCut) -> bool:
         return False
     keep_recent(_VOUCHED, key, (prefix, first, cut.digest), _VOUCHED_KEPT)
     return True
-
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-def keep_recent(cache: dict[_K, _V], key: _K, value: _V, kept: int) -> None:
-    """Put ``key`` last in ``cache`` with ``value``, then drop the oldest beyond ``kept``.
-
-    Safe beside other threads doing the same (an entry another one dropped meanwhile is
-    skipped); the bound then holds again at the next call.
-    """
-    cache.pop(key, None)
-    cache[key] = value
-    while len(cache) > kept:
-        try:
-            del cache[next(iter(cache))]
-        except (KeyError, StopIteration, RuntimeError):  # another thread changed it meanwhile
-            break
 
 
 def read_elided(path: Path, cut: SealCut, *, chain: bool = True
