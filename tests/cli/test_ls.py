@@ -64,17 +64,21 @@ def test_ls_terminal_layout_cuts_only_titles(tmp_path: Path) -> None:
     assert "fork of a-parent @1" in table
 
 
-def test_ls_orders_sources_without_timestamps_by_content_after_dated_ones(
+def test_ls_orders_sources_without_timestamps_by_the_file_time_it_shows(
         tmp_path: Path) -> None:
+    # before: those sessions were listed after every dated one, though the file time shown
+    # for them (the bundled examples' mtime) was the newest in the listing
     dsh_ = Dsh(tmp_path)
     dsh_("import", "--examples")
     rows = dsh_.json("ls", "--json")
     untimed = [r for r in rows if not r["timed"]]
     assert {r["sourceFormat"] for r in untimed} == {"swe-agent", "mini-swe-agent", "anthropic",
                                                      "openai-chat"}
-    assert rows[-len(untimed):] == untimed  # after every dated session
-    titles = [r["title"] for r in untimed]
-    assert titles == sorted(titles, key=str.casefold)
+    shown = [(-r["lastActivityMs"], r["id"]) for r in rows]
+    assert shown == sorted(shown)  # newest first by the time shown, ids breaking ties
+    newest_dated = max(r["lastActivityMs"] for r in rows if r["timed"])
+    assert all(r["lastActivityMs"] > newest_dated for r in untimed)  # the examples' mtime
+    assert rows[:len(untimed)] == untimed
     table = dsh_("ls").stdout.splitlines()
     for row in untimed:
         [line] = [x for x in table if x.startswith(row["id"])]

@@ -53,10 +53,9 @@ def _rows(sessions: Store, which: Literal["listed", "trash", "archived", "all"] 
     unreadable: list[DshError] = []
     entries = sessions.list(errors=unreadable, which=which)
     rows = [render.entry_row(entry) for entry in entries]
-    # Most recent activity first; sessions whose source had no timestamps carry only the time
-    # the importer stamped, so they follow, ordered by what they hold (title, then id).
-    rows.sort(key=lambda r: (0, -r.last_activity_ms, r.id) if r.timed
-              else (1, 0, (r.title or "").casefold(), r.id))
+    # Most recent activity first, by the time the row shows: for a source without timestamps
+    # that is the file's time the importer stamped (shown as such), not a later place.
+    rows.sort(key=lambda r: (-r.last_activity_ms, r.id))
     return rows, unreadable
 
 
