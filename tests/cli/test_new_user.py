@@ -623,6 +623,28 @@ def test_a_receipt_that_cannot_be_written_is_refused_before_anything_is_erased(
     assert (tmp_path / "a-folder" / "r.json").stat().st_mode & 0o777 == 0o600
 
 
+def test_an_existing_receipt_is_kept_unless_force_is_given(tmp_path: Path) -> None:
+    # before: '--receipt FILE' truncated an existing file, e.g. an earlier erasure's receipt,
+    # whose salts (the only copy) were then lost
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    before = events(tmp_path, INTERRUPTED)
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text('{"kind": "dsh-erasure"}\n')
+    for args in (["erase", "2222"], ["rm", "--purge", "2222"],
+                 ["redact", "2222", "--seq", "4"], ["gc", "--apply"]):
+        refused = dsh(tmp_path, *args, "--receipt", str(earlier))
+        assert refused.returncode == 2, (args, refused.stderr)
+        assert refused.stderr.startswith("error[USAGE]: Invalid value for '--receipt': ")
+        assert "already exists" in refused.stderr and "--force" in refused.stderr
+        assert "nothing was changed" in refused.stderr
+    assert earlier.read_text() == '{"kind": "dsh-erasure"}\n'
+    assert events(tmp_path, INTERRUPTED) == before
+    done = dsh(tmp_path, "erase", "2222", "--receipt", str(earlier), "--force")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(earlier.read_text())["subjects"] == [INTERRUPTED]
+    assert earlier.stat().st_mode & 0o777 == 0o600
+
+
 def test_erase_with_nothing_selected_says_what_to_give(tmp_path: Path) -> None:
     assert dsh(tmp_path, "import", "--examples").returncode == 0
     none = dsh(tmp_path, "erase", "--receipt", str(tmp_path / "r.json"))

@@ -112,16 +112,23 @@ def unquarantine(session_id: SessionArg, seqs: SeqsArg, by: ByOption = None,
     _report("unquarantined", result, json_)
 
 
-def check_receipt(path: Path | None) -> None:
+ForceOption = Annotated[bool, typer.Option(
+    "--force", help="Overwrite an existing --receipt FILE (it may hold the only copy of an "
+                    "earlier operation's salts).")]
+
+
+def check_receipt(path: Path | None, *, force: bool = False) -> None:
     """Refuse, before anything is changed, a receipt FILE that cannot be written.
 
     The receipt holds the only copy of the salts that open the commitments
-    (docs/forgetting.md#receipts), so it is checked first: a regular file (or a new one) in an
-    existing folder, opened for writing (a new one is created and removed again).
+    (docs/forgetting.md#receipts), so it is checked first: a new file in an existing folder
+    (created and removed again), or with ``force`` an existing regular file opened for
+    writing. An existing file may be an earlier receipt, whose salts would be lost.
 
     Raises:
-        typer.BadParameter: ``--receipt`` names a folder, a link, a FIFO, a file in a missing
-            folder, or a file that cannot be written; nothing was changed.
+        typer.BadParameter: ``--receipt`` names an existing file without ``force``, a folder,
+            a link, a FIFO, a file in a missing folder, or a file that cannot be written;
+            nothing was changed.
     """
     if path is None:
         return
@@ -136,6 +143,11 @@ def check_receipt(path: Path | None) -> None:
         elif not stat.S_ISREG(info.st_mode):
             raise typer.BadParameter(f"{path} is not a regular file; nothing was changed",
                                      param_hint="'--receipt'")
+        elif not force:
+            raise typer.BadParameter(f"{path} already exists (an earlier receipt holds the only "
+                                     "copy of its salts); name a new file, or pass --force to "
+                                     "overwrite it; nothing was changed",
+                                     param_hint="'--receipt'")
         else:
             os.close(os.open(path, os.O_WRONLY | os.O_NOFOLLOW))
     except OSError as exc:
@@ -145,7 +157,7 @@ def check_receipt(path: Path | None) -> None:
 
 
 def write_receipt(path: Path, receipt: dict[str, object]) -> None:
-    """Write a receipt as JSON, mode 0600 (it holds the commitments' salts).
+    """Write a receipt as JSON, mode 0600 (it holds the commitments' salts), even over a file.
 
     Raises:
         ConfigError: code ``RECEIPT_NOT_WRITTEN``: the operation is committed, but the file
@@ -154,6 +166,7 @@ def write_receipt(path: Path, receipt: dict[str, object]) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
+            os.fchmod(fd, 0o600)  # a file overwritten with --force would keep its mode
             json.dump(receipt, out, indent=2)
             out.write("\n")
     except OSError as exc:
@@ -227,6 +240,7 @@ def redact(session_id: SessionArg,
            reason: Annotated[str | None, typer.Option(
                "--reason", metavar="TEXT", show_default=False, help="Why; kept in the log.")
            ] = None,
+           force: ForceOption = False,
            by: ByOption = None, store: StoreOption = None,
            wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
     """Remove content from storage on every backend, leaving tombstones (docs/forgetting.md).
@@ -235,7 +249,7 @@ def redact(session_id: SessionArg,
     time; its content becomes [REDACTED] and a commitment to the removed bytes is recorded.
     """
     json_mode(json_)
-    check_receipt(None if dry_run else receipt)
+    check_receipt(None if dry_run else receipt, force=force)
     with cli_store(store, wait=wait) as sessions:
         session_id = require_session(sessions, session_id)
         result = redact_session(sessions, session_id, seqs=seq or None, match=match,
@@ -283,6 +297,7 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
           reason: Annotated[str | None, typer.Option(
               "--reason", metavar="TEXT", show_default=False, help="Why; kept in the log.")
           ] = None,
+          force: ForceOption = False,
           by: ByOption = None, store: StoreOption = None,
           wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
     """Erase sessions' content everywhere in the store, forks' copies included; write a receipt.
@@ -296,7 +311,7 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
     if str(receipt) == "-":
         raise typer.BadParameter("an erasure needs --receipt FILE (its proof)",
                                  param_hint="'--receipt'")
-    check_receipt(receipt)
+    check_receipt(receipt, force=force)
     with cli_store(store, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids or ()]
         with _stop_on_interrupt() as interrupted:
@@ -375,6 +390,7 @@ def rm(session_ids: SessionsArg,
        reason: Annotated[str | None, typer.Option(
            "--reason", metavar="TEXT", show_default=False,
            help="Why; kept in the store log.")] = None,
+       force: ForceOption = False,
        by: ByOption = None, store: StoreOption = None,
        wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
     """Move sessions to the trash: hidden from 'dsh ls', kept as they are ('dsh restore').
@@ -386,7 +402,7 @@ def rm(session_ids: SessionsArg,
     if receipt is not None and not purge:
         raise typer.BadParameter("--receipt goes with --purge (moving to the trash erases "
                                  "nothing)", param_hint="'--receipt'")
-    check_receipt(receipt)
+    check_receipt(receipt, force=force)
     with cli_store(store, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids]
         if purge:
@@ -437,6 +453,7 @@ def gc(apply: Annotated[bool, typer.Option(
        log: Annotated[bool, typer.Option(
            "--log", help="Print the store log instead: every trash, restore, archive, "
                          "erasure and policy record, oldest first (no content).")] = False,
+       force: ForceOption = False,
        by: ByOption = None, store: StoreOption = None,
        wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
     """Explain what the store's retention policies would archive, trash and purge now, and why.
@@ -447,7 +464,7 @@ def gc(apply: Annotated[bool, typer.Option(
     json_mode(json_)
     if receipt is not None and not apply:
         raise typer.BadParameter("--receipt goes with --apply", param_hint="'--receipt'")
-    check_receipt(receipt)
+    check_receipt(receipt, force=force)
     if log:
         with cli_store(store, create=False) as sessions:
             records = store_log(sessions).records
