@@ -421,6 +421,37 @@ def test_reseal_of_a_log_grown_past_its_seal_extends_the_seal_and_its_chain(
     assert "kept: the log passes it" in out.stderr, out.stdout + out.stderr
 
 
+def test_a_jsonl_reseal_extending_its_seal_reads_the_log_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: the check's read (through the seal) and then the whole log again to extend it;
+    # now only the bytes past the seal are read again, with the same seal and chain as result
+    from dsh.persistence.jsonl import _backend as jsonl_backend
+
+    url, seal = _write(tmp_path, "jsonl")
+    old = _chain_of(seal)
+    _append_foreign(tmp_path, "jsonl", url)
+    [log] = (tmp_path / "store").glob("*/*/session.jsonl")
+    whole_reads: list[str] = []
+    real = jsonl_backend._stable_read
+
+    def counted(path: Path, *args: Any, **kwargs: Any) -> Any:
+        whole_reads.append(str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(jsonl_backend, "_stable_read", counted)
+    with dsh.open(url) as store:
+        done = store.persistence.backend.reseal("s1")  # type: ignore[attr-defined]
+    assert done.kept and done.extended
+    assert whole_reads == []  # the check's read was streamed; the extension read no whole log
+    monkeypatch.undo()
+    chain = _chain_of(seal)
+    assert chain[:BATCHES] == old
+    assert [(r.first, r.end) for r in chain[BATCHES:]] == [(BATCHES, BATCHES + 1)]
+    out = _cli(tmp_path, url, "s1")  # the log passes its extended seal
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert log.stat().st_size == _seal.read_seal(seal).records[-1][1]  # covers every byte
+
+
 @pytest.mark.parametrize("backend", sorted(URLS))
 def test_reseal_of_a_seal_that_lost_uncounted_records_extends_its_intact_records(
         tmp_path: Path, backend: str) -> None:

@@ -955,7 +955,8 @@ class JsonlHandle(HandleBase):
         self.after_commit.run("search", self._note_search,
                               "the next search reads this log itself")
 
-    def reseal_committed(self, *, keep: bool = False) -> Resealed:
+    def reseal_committed(self, *, keep: bool = False, read: ColdRead | None = None
+                         ) -> Resealed:
         """Seal this raw log's committed bytes as they are now (:meth:`JsonlBackend.reseal`).
 
         With ``keep`` (this handle's last read passed the present seal), a chained seal is
@@ -963,7 +964,9 @@ class JsonlHandle(HandleBase):
         chains every event; else extended by range records over the committed bytes past its
         last record and one chain record for the events past its chain's end, so a proof kept
         before still holds. Otherwise (a lost, damaged or chainless seal) the seal is rebuilt
-        with a new chain (docs/formats.md#integrity-seals).
+        with a new chain (docs/formats.md#integrity-seals). ``read`` is that last read (all
+        events from seq 0): an extension then reads only the bytes past the seal, when the
+        file is still the one it read (same revision); else the log is read again.
 
         Returns:
             The seal file's path, whether the present seal was kept, and whether it was
@@ -988,32 +991,67 @@ class JsonlHandle(HandleBase):
                 logger.info("session %s: integrity seal %s kept: the log passes it and it "
                             "covers the whole log", self._id, self._seal_path())
                 return Resealed(str(self._seal_path()), kept=True)
-        data, _ = _stable_read(self.path, self._id, compression="none", settle=False)
-        parsed = parse_log(data, compression="none", path=str(self.path))
-        incarnation = incarnation_bytes(rp.digest(data[:parsed.header_end]))
-        count = len(parsed.events)
+        since = self._read_past_seal(tail, read) if keep else None
+        if since is not None and tail is not None and read is not None:
+            # a clean change: the read's events, and only the bytes past the seal read again
+            end, tail_bytes = since
+            events: Sequence[Event] = read.events
+            incarnation = incarnation_bytes(tail.header_digest)
+            committed = end + len(tail_bytes)
+        else:
+            data, _ = _stable_read(self.path, self._id, compression="none", settle=False)
+            parsed = parse_log(data, compression="none", path=str(self.path))
+            events, committed = parsed.events, parsed.committed
+            incarnation = incarnation_bytes(rp.digest(data[:parsed.header_end]))
+            end = tail.seals[-1][1] if tail is not None and tail.seals else 0
+            tail_bytes = data[end:committed]
+        count = len(events)
         if keep and tail is not None and tail.seals is not None and tail.chain is not None \
-                and (end := tail.seals[-1][1] if tail.seals else 0) <= parsed.committed \
-                and tail.chain.end <= count:
+                and end <= committed and tail.chain.end <= count:
             chain = tail.chain
-            chain.pending = list(parsed.events[chain.end:])
+            chain.pending = list(events[chain.end:])
             chain.take(count, incarnation, this_writer())
-            reset_seal(self._seal_path(), b"", [*tail.seals, *_seal_records(
-                data[end:parsed.committed], end)], tail.restore_marks[-1:], chain=chain)
+            reset_seal(self._seal_path(), b"", [*tail.seals, *_seal_records(tail_bytes, end)],
+                       tail.restore_marks[-1:], chain=chain)
             self._tail = None  # the next use reads the log through its extended seal
             logger.warning("session %s: integrity seal %s kept and extended over bytes "
                            "%d..%d of %s as they are now, its chain going on", self._id,
-                           self._seal_path(), end, parsed.committed, self.path)
+                           self._seal_path(), end, committed, self.path)
             return Resealed(str(self._seal_path()), kept=True, extended=True)
-        chain = ChainState([], pending=list(parsed.events))
+        if since is not None:  # not extendable after all: the whole log, read as it is now
+            return self.reseal_committed(keep=False)
+        chain = ChainState([], pending=list(events))
         chain.take(count, incarnation, this_writer())
-        reset_seal(self._seal_path(), b"", _seal_records(data[:parsed.committed], 0),
-                   chain=chain)
+        reset_seal(self._seal_path(), b"", _seal_records(data[:committed], 0), chain=chain)
         self._tail = None  # the next use reads the log through its new seal
         logger.warning("session %s: integrity seal %s rebuilt over the %d committed bytes of %s "
-                       "as they are now", self._id, self._seal_path(), parsed.committed,
-                       self.path)
+                       "as they are now", self._id, self._seal_path(), committed, self.path)
         return Resealed(str(self._seal_path()), kept=False)
+
+    def _read_past_seal(self, tail: _Tail | None, read: ColdRead | None
+                        ) -> tuple[int, bytes] | None:
+        """The committed bytes past the seal's last record, as ``read`` saw the file, or None.
+
+        None (read the log whole again) unless ``read`` holds every event from seq 0 and the
+        file still has the revision it read after these bytes are read: another program's
+        write in between would make them other bytes than the events ``read`` parsed.
+        """
+        if read is None or tail is None or tail.seals is None or not read.contiguous \
+                or len(read.events) != tail.count or read.revision is None:
+            return None
+        end = tail.seals[-1][1] if tail.seals else 0
+        committed = tail.torn.byte_offset if tail.torn is not None else tail.size
+        if committed is None or committed < end:
+            return None
+        try:
+            with os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+                data = os.pread(f.fileno(), committed - end, end)
+                revision = file_revision(os.fstat(f.fileno()))
+        except OSError:
+            return None  # the whole read names what is wrong
+        if len(data) != committed - end or revision != read.revision:
+            return None
+        return end, data
 
     def _check_not_cut(self, end: int, events: int, header: FrozenDict, size: int) -> None:
         """Refuse a log whose complete records end below bytes a flush already made durable.
@@ -2249,7 +2287,7 @@ class JsonlBackend:
                               code="NO_SEAL", session_id=session_id)
         with self.open(session_id, "write") as handle:  # one read: the check's
             read = refuse_reseal_over_damage(handle.read, session_id, handle._seal_path())
-            return handle.reseal_committed(keep=read is not None)
+            return handle.reseal_committed(keep=read is not None, read=read)
 
     def seal_chain(self, session_id: str) -> tuple[str, str]:
         """The log's seal and the digest its chain binds (see ``Reseals.seal_chain``).
