@@ -43,8 +43,9 @@ class Store:
     __slots__ = ("_persistence", "_sessions")
 
     def __init__(self, url: str, *, write_behind: WriteBehind | None = None,
-                 clock: Clock | None = None) -> None:
-        self._persistence = Persistence(open_backend(url), write_behind=write_behind)
+                 clock: Clock | None = None, create_schema: bool = True) -> None:
+        self._persistence = Persistence(open_backend(url, create_schema=create_schema),
+                                        write_behind=write_behind)
         self._sessions = SessionStore(persistence=self._persistence, clock=clock)
 
     def __repr__(self) -> str:
@@ -499,7 +500,7 @@ class Store:
 
 
 def open(url: str, *, write_behind: WriteBehind | None = None,
-         clock: Clock | None = None) -> Store:
+         clock: Clock | None = None, create_schema: bool = True) -> Store:
     """Open the store at ``url``: the one object to hold (see :class:`Store`).
 
     Use it as a context manager: ``with dsh.open("sqlite:sessions.db") as store:``; leaving
@@ -512,14 +513,20 @@ def open(url: str, *, write_behind: WriteBehind | None = None,
             (the ``postgres`` extra); ``memory:`` (this process only).
         write_behind: Batching of background writes (``WriteBehind(batch_window_ms=200)``).
         clock: Epoch-ms clock for new sessions and their events (default: wall clock).
+        create_schema: PostgreSQL only: create the URL's ``?schema=`` (default ``dsh``) on
+            first use when it holds no dsh store (default). With False nothing is created:
+            the first use of a schema holding no dsh store raises ConfigError
+            ``STORE_NOT_FOUND`` naming the schema (what a read-only tool wants). File stores
+            ignore it (a SQLite file or JSONL folder is created by the first write).
 
     Returns:
         The open :class:`Store`.
 
     Raises:
         ConfigError: the URL is malformed, names an unknown scheme or option, or a path that
-            cannot hold a store (the message names the part).
+            cannot hold a store (the message names the part); ``STORE_NOT_FOUND`` at first use
+            with ``create_schema=False``, as above.
 
     Rule: docs/stores.md#store-urls.
     """
-    return Store(url, write_behind=write_behind, clock=clock)
+    return Store(url, write_behind=write_behind, clock=clock, create_schema=create_schema)

@@ -773,3 +773,25 @@ def test_a_read_through_a_schema_that_is_behind_migrates_it_first() -> None:
             store.close()
         assert _sql(f'SELECT max(version) FROM "{schema}".dsh_migrations') == [
             (SCHEMA_VERSION,)]
+
+
+def test_dsh_open_takes_create_schema_and_refuses_a_missing_store_without_creating_it(
+        pg_url: str) -> None:
+    # before: the CLI set the backend's create_schema attribute after dsh.open; the library
+    # had no way to ask for it (dsh.open(url, create_schema=False) was a TypeError)
+    import dsh
+
+    schema = _schema(pg_url)
+    with dsh.open(pg_url, create_schema=False) as store, \
+            pytest.raises(ConfigError) as refused:
+        store.list()
+    assert refused.value.code == "STORE_NOT_FOUND"
+    assert f"PostgreSQL schema {schema!r} holds no dsh store" in refused.value.message
+    assert "create_schema=True" in refused.value.message
+    assert _sql("SELECT 1 FROM pg_namespace WHERE nspname = %s", schema) == []
+    with dsh.open(pg_url) as store:  # the default creates it, as before
+        store.session("s1").append("user/message", {
+            "id": "u1", "role": "user", "source": {"kind": "user"},
+            "content": [{"type": "text", "text": "hello"}]}, surface_op="append")
+    with dsh.open(pg_url, create_schema=False) as store:  # a store now: nothing refused
+        assert [entry.header["id"] for entry in store.list()] == ["s1"]

@@ -184,15 +184,9 @@ def cli_store(url: str | None, *, create: bool = True,
                               code="STORE_NOT_FOUND")
     if url is not None:
         _refuse_foreign_file(url)
-    sessions = open_url(url or default_store_url())
-    if url is not None and not create and url.lower().startswith(("postgresql:", "postgres:")):
-        # a schema holding no store is refused at first use, not created (the URL names a
-        # PostgreSQL store, so its backend is one: docs/stores.md#store-urls)
-        from dsh.persistence.postgres import PostgresBackend
-
-        backend = sessions.persistence.backend
-        if isinstance(backend, PostgresBackend):
-            backend.create_schema = False
+    # a read-only command on a PostgreSQL schema holding no store is refused at its first
+    # use, not created (docs/stores.md#postgresql-one-session-one-writer-on-any-number-of-hosts)
+    sessions = open_url(url or default_store_url(), create_schema=create or url is None)
     _wait_for_writers(sessions.persistence, wait)
     try:
         yield sessions

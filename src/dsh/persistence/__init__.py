@@ -129,13 +129,16 @@ _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
-def open_backend(url: str) -> Backend:
+def open_backend(url: str, *, create_schema: bool = True) -> Backend:
     """Open the backend a store URL names, without the facade.
 
     Args:
         url: ``jsonl:///dir``, ``jsonl+zstd:///dir``, ``jsonl:///dir?compression=zstd``,
             ``sqlite:///path.db``, ``sqlite:relative.db`` (``?schema=14`` creates a new file
-            in the published dsh's schema 14) or ``memory:``.
+            in the published dsh's schema 14), ``postgresql://...`` or ``memory:``.
+        create_schema: PostgreSQL only: create the URL's ``?schema=`` on first use when it
+            holds no dsh store (default); False refuses it then (ConfigError
+            ``STORE_NOT_FOUND``) and creates nothing. File and memory stores ignore it.
 
     Returns:
         Backend: the opened backend.
@@ -159,7 +162,7 @@ def open_backend(url: str) -> Backend:
     if scheme in ("postgresql", "postgres"):
         # Imported lazily: psycopg is the optional ``postgres`` extra.
         from dsh.persistence.postgres import open_postgres
-        return open_postgres(url)
+        return open_postgres(url, create_schema=create_schema)
     if scheme in ("jsonl", "jsonl+zstd"):
         compression: Literal["none", "zstd"] = "zstd" if scheme == "jsonl+zstd" else "none"
         pack_chunks = True

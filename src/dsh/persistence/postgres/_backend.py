@@ -1187,8 +1187,9 @@ class PostgresBackend:
             is sent again (default 1).
         url: The store URL to report (password redacted).
         create_schema: Create the schema on first use when it holds no dsh store (default);
-            with ``False`` (read-only commands, also settable as the attribute before first
-            use) that first use raises ConfigError STORE_NOT_FOUND and creates nothing.
+            with ``False`` (read-only commands; ``dsh.open(url, create_schema=False)``) that
+            first use raises ConfigError STORE_NOT_FOUND, naming the schema, and creates
+            nothing.
 
     Raises:
         ConfigError: a bad option, or psycopg is not installed.
@@ -1231,7 +1232,7 @@ class PostgresBackend:
         # Shared with every backend of this process on the same URL; its connections bound
         # every wait by the lease (see _pool and docs/stores.md#takeover).
         self._migrate_on_use = migrate
-        self.create_schema = create_schema
+        self._create_schema = create_schema
         self._pool = acquire_pool(psycopg, conninfo, lease_ms=lease_ms, max_size=pool_size,
                                   timeout_s=CONNECT_TIMEOUT_S)
         try:
@@ -1524,13 +1525,14 @@ class PostgresBackend:
     def _migrate(self, conn: Any, *, apply: bool, target: int = SCHEMA_VERSION) -> int:
         """Bring the schema to ``target`` (forward only); return the version now applied."""
         version = self._applied_version(conn)
-        if version is None and not self.create_schema and conn.execute(
+        if version is None and not self._create_schema and conn.execute(
                 "SELECT to_regclass(%s)", (f"{self._s}.sessions",)).fetchone()[0] is None:
             # read-only: create nothing
             # (docs/stores.md#postgresql-one-session-one-writer-on-any-number-of-hosts)
             raise ConfigError(f"no store at {self._url!r} (PostgreSQL schema {self.schema!r} "
                               "holds no dsh store); check the URL, or create an empty store "
-                              f"with 'dsh init --store {self._url}'", code="STORE_NOT_FOUND",
+                              f"with 'dsh init --store {self._url}' (or dsh.open(url, "
+                              "create_schema=True))", code="STORE_NOT_FOUND",
                               path=self._url)
         if version is not None and version >= target:
             self._refuse_newer(version)
@@ -2125,8 +2127,11 @@ class PostgresBackend:
         self.close()
 
 
-def open_postgres(url: str) -> PostgresBackend:
+def open_postgres(url: str, *, create_schema: bool = True) -> PostgresBackend:
     """Open a ``postgresql://`` store URL (see :func:`parse_postgres_url` for the options).
+
+    ``create_schema``: see :class:`PostgresBackend` (False: a schema holding no dsh store is
+    refused at first use, nothing created).
 
     Raises:
         ConfigError: a bad option value.
@@ -2142,5 +2147,6 @@ def open_postgres(url: str) -> PostgresBackend:
         lease_ms=_int_option(options, "lease_ms", DEFAULT_LEASE_MS, MIN_LEASE_MS, redact(url)),
         pool_size=_int_option(options, "pool_size", DEFAULT_POOL_SIZE, 1, redact(url)),
         migrate=migrate in ("true", "1"),
-        reconnect_retries=_int_option(options, "reconnect_retries", 1, 0, redact(url)), url=url)
+        reconnect_retries=_int_option(options, "reconnect_retries", 1, 0, redact(url)), url=url,
+        create_schema=create_schema)
 
