@@ -54,6 +54,7 @@ from dsh.session import (
     Surface,
     derive_event_message,
     fold_request_header,
+    stored_event_problem,
 )
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "HeaderChange",
     "ImageBlock",
     "InboxChange",
+    "InvalidEvent",
     "LogEvent",
     "Message",
     "ModelRequest",
@@ -649,6 +651,30 @@ class CompactionFailed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InvalidEvent:
+    """An event the model view refuses (docs/cli.md#dsh-show): marked, never skipped.
+
+    Attributes:
+        type: Its ``type`` as stored (``str()`` of it when not a string).
+        code: The rule it breaks: ``ENVELOPE``, ``SHAPE`` or ``SURFACE``.
+        problem: The reducer's message naming the seq and what is wrong (session text: escape
+            it before printing).
+    """
+
+    kind: ClassVar[str] = "invalid"
+    seq: int
+    time: int
+    type: str
+    code: str
+    problem: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "invalid", "seq", "type", "code", "problem"}``."""
+        return {"kind": "invalid", "seq": self.seq, "type": self.type, "code": self.code,
+                "problem": self.problem}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OpenTurn:
     """The log ends inside turn ``turn`` (its last event is ``seq``): a resume closes it."""
 
@@ -860,12 +886,13 @@ class Recovery:
 
 Entry: TypeAlias = (TurnStart | TurnEnd | StepStart | Message | ToolResult | Checkpoint
                     | Replacement | ForkCut | CompactionFailed | OpenTurn | Retry | InboxChange
-                    | HeaderChange | ApprovalAsked | ApprovalAnswer | Recovery | LogEvent)
+                    | HeaderChange | ApprovalAsked | ApprovalAnswer | Recovery | LogEvent
+                    | InvalidEvent)
 """One entry of a transcript; ``entry.kind`` names its class, ``entry.seq`` its event."""
 
 SHOW_KINDS: Final = frozenset({"turn", "message", "tool-result", "checkpoint", "replacement",
                                "turn-end", "fork", "compaction-failed", "open-turn",
-                               "approval", "approval-answer", "recovery"})
+                               "approval", "approval-answer", "recovery", "invalid"})
 """The entry kinds ``dsh show`` prints (a turn end only when not ``completed``)."""
 
 
@@ -987,6 +1014,11 @@ class TranscriptFold:
         time = event.get("time")
         time = time if type(time) is int else 0
         self._last = (seq, time)
+        if kind in SURFACE_EVENT_TYPES or "surfaceOp" in event:
+            problem = stored_event_problem(event)
+            if problem is not None:  # what the model view refuses is marked, not skipped
+                return InvalidEvent(seq=seq, time=time, type=str(kind), code=problem.code,
+                                    problem=problem.message)
         data = event.get("data")
         data = data if isinstance(data, Mapping) else {}
         for key in ("cost", "costUSD"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
@@ -12,6 +12,7 @@ import typer
 
 from dsh import (
     DshError,
+    EventRejectedError,
     SessionNotFoundError,
 )
 from dsh.cli import _render as render
@@ -30,10 +31,12 @@ from dsh.cli._common import (
     stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED, format_error_line
+from dsh.cli._render import plural
 from dsh.persistence import read_pages, search_words
 from dsh.transcript import (
     DEFAULT_LOOKBACK,
     Entry,
+    InvalidEvent,
     TurnStart,
     iter_entries,
     last_entries,
@@ -168,20 +171,47 @@ def show(
         else:
             row = render.session_row(header, events, source_format=source_format(events))
         entries = _chosen_entries(events, header, sid, last=last, from_seq=from_seq, turn=turn)
+        invalid: list[InvalidEvent] = []
+        entries = _noting_invalid(entries, invalid)
         if json_:
             render.write_json({"session": row.to_json(), "header": header,
                                "items": [entry.to_json() for entry in entries]})
-            return
-        console = stdout_console()
-        console.print(render.render_show_head(header, row))
-        batch: list[Entry] = []
-        for entry in entries:
-            batch.append(entry)
-            if len(batch) >= _PAGE_ENTRIES:
+        else:
+            console = stdout_console()
+            console.print(render.render_show_head(header, row))
+            batch: list[Entry] = []
+            for entry in entries:
+                batch.append(entry)
+                if len(batch) >= _PAGE_ENTRIES:
+                    console.print(render.render_entries(batch, full=full))
+                    batch = []
+            if batch:
                 console.print(render.render_entries(batch, full=full))
-                batch = []
-        if batch:
-            console.print(render.render_entries(batch, full=full))
+    if invalid:
+        raise _invalid_error(sid, invalid)
+
+
+def _noting_invalid(entries: Iterable[Entry], found: list[InvalidEvent]) -> Iterator[Entry]:
+    """``entries`` as they come, each :class:`InvalidEvent` among them also put in ``found``."""
+    for entry in entries:
+        if isinstance(entry, InvalidEvent):
+            found.append(entry)
+        yield entry
+
+
+def _invalid_error(session_id: str, invalid: Sequence[InvalidEvent]) -> EventRejectedError:
+    """The error ``dsh show`` ends with when it marked invalid events (docs/cli.md#dsh-show).
+
+    ``dsh messages`` refuses such a session with the first problem; ``show`` prints the
+    transcript with each one marked, then exits 1 with this line naming the first and the count.
+    """
+    first = invalid[0]
+    more = f" (and {plural(len(invalid) - 1, 'more invalid event')} marked in the transcript)" \
+        if len(invalid) > 1 else " (marked in the transcript)"
+    return EventRejectedError(
+        f"session {session_id!r} holds an event the model view refuses{more}: {first.problem}; "
+        f"'dsh verify {session_id}' lists every problem", code=first.code,
+        session_id=session_id, seq=first.seq)
 
 
 def _chosen_entries(events: Sequence[Event], header: Mapping[str, Any], session_id: str, *,

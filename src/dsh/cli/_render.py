@@ -32,6 +32,7 @@ from dsh.transcript import (
     Entry,
     ForkCut,
     ImageBlock,
+    InvalidEvent,
     Message,
     OpenTurn,
     ReasoningBlock,
@@ -640,6 +641,9 @@ def _render_entry(entry: Entry, full: bool) -> Iterator[RenderableType]:
                    f"(end-seed #{seq}) ──", style="bold cyan")
     elif isinstance(entry, CompactionFailed):
         yield Text(f"⚠ compaction failed  #{seq}: {entry.error}", style="bold yellow")
+    elif isinstance(entry, InvalidEvent):
+        yield Text(f"✗ invalid event  #{seq}  {entry.type}  {entry.code}: {entry.problem}",
+                   style="bold red")
     elif isinstance(entry, OpenTurn):
         yield Text(f"⚠ turn {entry.turn} is still open: the log ends mid-turn (last #{seq}); "
                    "`dsh resume` closes it", style="bold yellow")

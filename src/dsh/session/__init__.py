@@ -55,6 +55,7 @@ from dsh.session._session import (
     canonical_header,
     fold_request_header,
     header_equals,
+    stored_event_problem,
     wall_clock_ms,
 )
 from dsh.session._store import OpenTurnPolicy, PersistencePort, SessionStore, StoreObserver
@@ -135,5 +136,6 @@ __all__ = [
     "unknown_type_hint",
     "as_event",
     "validate_header",
+    "stored_event_problem",
     "wall_clock_ms",
 ]

@@ -427,6 +427,55 @@ def _seed_slow_checks(event: Any, index: int) -> None:
                       seed_index=index, event_type=etype)
 
 
+def stored_event_problem(event: Mapping[str, Any]) -> EventRejectedError | None:
+    """The first rule a stored event breaks on its own, for readers that fold without a Session.
+
+    ``dsh show`` and ``dsh view`` fold a log page by page without the reducer; they ask this of
+    each message event (and each event carrying a ``surfaceOp``) so that an event the model
+    view would refuse is marked, never skipped (docs/cli.md#dsh-show). Checked: the envelope,
+    the message shape and the form of the ``surfaceOp`` marker (docs/rules.md#seed-validation,
+    docs/rules.md#surface-ops); not what needs the surface (a replace range's seqs).
+
+    Args:
+        event: One stored event (a mapping with ``type``, ``seq``, ``time``, ``data``...).
+
+    Returns:
+        None when it passes, else the error the reducer raises for it: code ``ENVELOPE``,
+        ``SHAPE`` or ``SURFACE``, naming its seq.
+    """
+    etype = event.get("type")
+    seq = event.get("seq")
+    index = seq if type(seq) is int else -1
+    try:
+        _check_envelope(event, index)
+        if etype not in SURFACE_EVENT_TYPES:
+            if "surfaceOp" in event:
+                raise _reject(f"session event {etype!r} at seq {index} is not surface-eligible "
+                              "and cannot carry surfaceOp", "SURFACE", seq=index,
+                              event_type=str(etype))
+            return None
+        if not _message_shape_ok(event):
+            _check_message_shape(event, index)
+        op = event.get("surfaceOp")
+        if op is None:
+            raise _reject(f"session event {etype!r} at seq {index} is surface-eligible and "
+                          "requires a surfaceOp marker", "SURFACE", seq=index,
+                          event_type=str(etype))
+        if op != "append" and not (
+                isinstance(op, Mapping) and op.keys() == {"op", "start", "end"}
+                and op["op"] == "replace" and _is_count(op["start"]) and _is_count(op["end"])):
+            raise _reject(f"session event {etype!r} at seq {index} carries an invalid surfaceOp "
+                          f"({op!r}); expected \"append\" or a replace object", "SURFACE",
+                          seq=index, event_type=str(etype))
+    except EventRejectedError as exc:
+        # Those checks word it for a seed, by index; a stored event is named by its seq.
+        message = exc.message.replace(f"seed {etype} at index {index}", f"{etype} at seq {index}")
+        message = message.replace(f"seed event at index {index}", f"event at seq {index}")
+        return _reject(message, str(exc.code), seq=index,
+                       event_type=etype if type(etype) is str else None)
+    return None
+
+
 # --- request header (docs/rules.md#the-request-header) --------------------------------------------
 
 
