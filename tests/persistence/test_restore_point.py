@@ -757,6 +757,32 @@ def test_packed_node_differences_summing_out_of_range_are_refused() -> None:
                                     backend="sqlite")
 
 
+def test_packed_nodes_without_a_zlib_header_or_trailer_are_refused() -> None:
+    # the deflate data is inflated raw (the body's SHA-256 already vouched for the bytes, so
+    # the Adler-32 is not computed again): the zlib header is still checked, and a stream
+    # whose 4-byte trailer is missing, or followed by more bytes, is refused
+    import zlib
+    from array import array
+    from binascii import b2a_base64
+    seqs = list(range(2, 2 * rp.PACKED_NODES_MIN + 2, 2))
+    data = _packed_point(seqs, 2 * rp.PACKED_NODES_MIN + 2)
+    body = data.partition(b"\n")[2]
+    start = body.index(b'"nodes":"zd:') + len(b'"nodes":"zd:')
+    text = body[start:body.index(b'"', start)]
+    stream = zlib.compress(array("q", [2] * len(seqs)).tobytes())
+    assert rp.decode_restore_point(_resealed(body.replace(text, b2a_base64(
+        stream, newline=False))), session_id="s", backend="sqlite").state.nodes == seqs
+    raw = zlib.compressobj(wbits=-15)
+    headerless = raw.compress(array("q", [2] * len(seqs)).tobytes()) + raw.flush()
+    gzipped = zlib.compressobj(wbits=31)
+    gzip_stream = gzipped.compress(array("q", [2] * len(seqs)).tobytes()) + gzipped.flush()
+    for bad in (stream[:-4], stream[:-1], stream + b"\0", headerless, gzip_stream,
+                bytes([stream[0], stream[1] ^ 0x20]) + stream[2:]):
+        with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
+            rp.decode_restore_point(_resealed(body.replace(text, b2a_base64(
+                bad, newline=False))), session_id="s", backend="sqlite")
+
+
 @pytest.mark.no_speedups
 def test_nodes_packed_as_seqs_by_an_earlier_writer_are_still_read() -> None:
     import zlib
