@@ -78,7 +78,7 @@ def _raise(*args: Any, **kwargs: Any) -> Any:
 
 # (backend, step) -> the attributes replaced by a raiser while the session is written
 INJECT: dict[tuple[str, str], list[tuple[Any, str]]] = {
-    ("jsonl", "seal"): [(jsonl_backend, "append_seal_to"), (jsonl_backend, "reset_seal")],
+    ("jsonl", "seal"): [(jsonl_backend, "append_batch_to"), (jsonl_backend, "reset_seal")],
     ("jsonl", "seal-crc"): [(jsonl_backend, "crc_of")],
     ("jsonl", "seal-chain"): [(_chain, "new_record"), (jsonl_backend, "publish_head")],
     ("jsonl", "listing"): [(jsonl_backend, "note_flushed")],
@@ -87,7 +87,7 @@ INJECT: dict[tuple[str, str], list[tuple[Any, str]]] = {
     ("jsonl+zstd", "seal"): [(jsonl_backend, "append_chain_to"), (jsonl_backend, "reset_seal")],
     ("jsonl+zstd", "listing"): [(jsonl_backend, "note_flushed")],
     ("jsonl+zstd", "restore-point"): [(rp, "encode_restore_point")],
-    ("sqlite", "seal"): [(sqlite_backend, "append_seal_to"), (sqlite_backend, "reset_seal")],
+    ("sqlite", "seal"): [(sqlite_backend, "append_batch_to"), (sqlite_backend, "reset_seal")],
     ("sqlite", "seal-crc"): [(sqlite_backend, "row_records")],
     ("sqlite", "seal-chain"): [(_chain, "new_record"), (sqlite_backend, "publish_head")],
     ("sqlite", "anchor"): [(sqlite_rp, "last_row_digest")],
@@ -145,7 +145,7 @@ def test_sqlite_seal_failure_after_commit_is_repaired(tmp_path: Path,
         session.append("user/message", user("a"), surface_op="append")
         store.flush(session)
         with monkeypatch.context() as faults:
-            faults.setattr(sqlite_backend, "append_seal_to", _raise)
+            faults.setattr(sqlite_backend, "append_batch_to", _raise)
             faults.setattr(sqlite_backend, "reset_seal", _raise)
             session.append("user/message", user("b"), surface_op="append")
             store.flush(session)  # main: the flush raised and the retry hit SEQ_MISMATCH

@@ -11,6 +11,7 @@ import hashlib
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -275,19 +276,19 @@ def test_a_writer_resumed_past_a_seal_cut_rewrites_the_whole_seal_when_it_must(
     assert before is not None
     module = "dsh.persistence.sqlite._backend" if kind == "sqlite" \
         else "dsh.persistence.jsonl._backend"
-    real = __import__(module, fromlist=["append_seal_to"]).append_seal_to
+    real = __import__(module, fromlist=["append_batch_to"]).append_batch_to
     failures = [1]
 
-    def failing(fd: int, start: int, end: int, crc: int) -> None:
+    def failing(fd: int, records: Any, link: Any) -> None:
         if failures:
             failures.pop()
             raise OSError("disk full (test)")
-        real(fd, start, end, crc)
+        real(fd, records, link)
 
     with dsh.open(url_of(kind, root), clock=StepClock(2_000_000_000_000)).sessions as store:
         session = store.resume("s")
         assert isinstance(session._log, PagedLog)
-        monkeypatch.setattr(f"{module}.append_seal_to", failing)
+        monkeypatch.setattr(f"{module}.append_batch_to", failing)
         for turn in (31, 32):  # the first flush's seal write fails, the second rewrites
             completed_turn(session, turn, call_ids=[f"c{turn}"])
             store.flush(session)

@@ -85,9 +85,9 @@ from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
     SealCut,
+    append_batch_to,
     append_chain_to,
     append_restore_point_mark,
-    append_seal_to,
     aside_name,
     check_byte_seals,
     crc_of,
@@ -1648,10 +1648,7 @@ class JsonlHandle(HandleBase):
             else:
                 fd = open_seal_appender(self._seal_path())
                 try:
-                    for record in records:
-                        append_seal_to(fd, *record)
-                    if link is not None:
-                        append_chain_to(fd, link)
+                    append_batch_to(fd, records, link)
                 finally:
                     os.close(fd)
                 if chain is not None and chain.count - chain.published >= HEAD_EVERY:

@@ -91,9 +91,8 @@ from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
     SealCut,
-    append_chain_to,
+    append_batch_to,
     append_restore_point_mark_to,
-    append_seal_to,
     check_row_seals,
     install_seal,
     open_seal_appender,
@@ -1812,10 +1811,7 @@ class SqliteHandle(HandleBase):
                 # next handle finds none and seals the rows again from seq 0.
                 if self._seal_fd is None:
                     self._seal_fd = open_seal_appender(path)
-                for record in records:
-                    append_seal_to(self._seal_fd, *record)
-                if link is not None:
-                    append_chain_to(self._seal_fd, link)
+                append_batch_to(self._seal_fd, records, link)
                 if chain is not None and chain.count - chain.published >= HEAD_EVERY:
                     publish_head(path, _seal_identity(incarnation), chain)
         except Exception as exc:  # the batch is committed: a seal failure never fails it
