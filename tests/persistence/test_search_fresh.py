@@ -261,3 +261,23 @@ def test_a_postgres_search_that_lost_a_race_records_nothing(pg_url: str) -> None
         assert _pg(pg_url, "SELECT count(*) FROM {s}.search_state") == [(1,)]
     finally:
         persistence.close()
+
+
+def test_the_full_sweep_signs_every_log_as_a_stat_of_it_does(tmp_path: Path) -> None:
+    """The sweep (stat'ed relative to each project folder) gives each log's own signature."""
+    import os
+
+    from dsh.persistence._search import decode_segment, jsonl_signature, jsonl_signatures
+
+    plain, zstd = tmp_path / "logs", tmp_path / "zlogs"
+    _write(f"jsonl:{plain}", "a", ["alpha words"])
+    _write(f"jsonl:{plain}", "b/c é", ["charlie words"])  # a folder name with escapes
+    _write(f"jsonl+zstd://{zstd}", "z", ["zulu words"])
+    (plain / "_no-cwd" / "no-log-here").mkdir()  # a folder without a log: not a session
+    for root, ids, name in ((plain, ["a", "b/c é"], "session.jsonl"),
+                            (zstd, ["z"], "session.jsonl.zstd")):
+        logs = list(root.rglob(name))
+        signed = jsonl_signatures(root)
+        assert sorted(signed) == ids and len(logs) == len(ids)
+        assert {decode_segment(p.parent.name): jsonl_signature(os.stat(p)) for p in logs} \
+            == signed

@@ -365,24 +365,39 @@ def decode_segment(segment: str) -> str:
 def jsonl_signatures(root: Path) -> dict[str, str]:
     """``session id -> inode:device:size:mtime`` of every log file under a JSONL store's root.
 
-    A smaller size or another inode means the log was replaced or cut. No log is read.
+    A smaller size or another inode means the log was replaced or cut. No log is read. Each log
+    is stat'ed by its path relative to its project folder, opened once (two path components
+    for the kernel to walk, not the root's), and its signature formatted in place: this is the
+    full sweep a JSONL search makes every :data:`~dsh.persistence.jsonl._search_journal.
+    FULL_SWEEP_S` (docs/stores.md#search), one ``stat`` per session.
     """
     out: dict[str, str] = {}
     try:
         projects = [e.path for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
     except FileNotFoundError:
         return out
+    stat = os.stat
     for project in projects:
-        with os.scandir(project) as it:
-            folders = [e for e in it if e.is_dir(follow_symlinks=False)]
-        for folder in folders:
-            for name in ("session.jsonl", "session.jsonl.zstd"):
+        try:
+            fd = os.open(project, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # removed since it was listed
+        try:
+            with os.scandir(fd) as it:
+                folders = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+            for name in folders:
                 try:
-                    st = os.stat(os.path.join(folder.path, name))
+                    st = stat(name + "/session.jsonl", dir_fd=fd)
                 except FileNotFoundError:
-                    continue
-                out[decode_segment(folder.name)] = jsonl_signature(st)
-                break  # a folder holding both is refused by the backend: one stat per log
+                    try:
+                        st = stat(name + "/session.jsonl.zstd", dir_fd=fd)
+                    except FileNotFoundError:
+                        continue
+                # a folder holding both is refused by the backend: one stat per log
+                out[decode_segment(name) if "~" in name else name] = \
+                    f"{st.st_ino}:{st.st_dev}:{st.st_size}:{st.st_mtime_ns}"
+        finally:
+            os.close(fd)
     return out
 
 
