@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -403,6 +404,24 @@ def test_bad_postgres_options_are_config_errors() -> None:
     with pytest.raises(PersistenceError) as info:
         PostgresBackend("postgresql://postgres@127.0.0.1:1/none")
     assert info.value.code == "DATABASE_UNREACHABLE"
+
+
+def test_a_server_that_answers_no_is_named_with_its_reason_not_a_timeout() -> None:
+    # before: both were DATABASE_UNREACHABLE "no connection within 10 s", though the server
+    # answered at once
+    parts = urlsplit(postgres_base_url())
+    missing = urlunsplit(parts._replace(path="/h_newuser2_no_such_db"))
+    with pytest.raises(PersistenceError) as info:
+        PostgresBackend(missing)
+    assert info.value.code == "DATABASE_NOT_FOUND"
+    assert "database 'h_newuser2_no_such_db' does not exist" in info.value.message
+    assert "createdb h_newuser2_no_such_db" in info.value.message
+    assert "within" not in info.value.message
+    netloc = "h_newuser2_no_role@" + parts.netloc.rpartition("@")[2]
+    with pytest.raises(PersistenceError) as info:
+        PostgresBackend(urlunsplit(parts._replace(netloc=netloc)))
+    assert info.value.code == "DATABASE_REFUSED"
+    assert 'role "h_newuser2_no_role" does not exist' in info.value.message
 
 
 def test_ids_follow_the_rule_every_backend_shares(pg_url: str) -> None:

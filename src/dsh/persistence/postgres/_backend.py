@@ -34,6 +34,7 @@ import hashlib
 import json as std_json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -143,6 +144,43 @@ trip of its own (docs/stores.md#connections-and-the-schema-check)."""
 CONNECT_TIMEOUT_S: Final = 10
 DEFAULT_TAIL_POLL_MS: Final = 1000
 """How long :meth:`PostgresBackend.tail` waits for a NOTIFY before looking anyway (ms)."""
+
+_NO_DATABASE: Final = re.compile(r'FATAL:\s+database "(.*?)" does not exist')
+_SERVER_FATAL: Final = re.compile(r"FATAL:\s+(.*)", re.S)
+
+
+def _connect_error(exc: BaseException, url: str, action: str,
+                   session_id: str | None) -> PersistenceError:
+    """The typed error for a connect that failed (docs/errors.md#command-line-codes).
+
+    A server that answered and refused (libpq's ``FATAL:`` line) is named with its reason:
+    ``DATABASE_NOT_FOUND`` for a database it does not have (with the way to create it),
+    ``DATABASE_REFUSED`` for another refusal (role, password, too many clients). Anything else
+    (refused port, unknown host, timeout) is ``DATABASE_UNREACHABLE``.
+
+    Args:
+        exc: The driver's connect error (its text is libpq's message).
+        url: The store URL, password redacted.
+        action: What was being done (``open``, ``list``...), for the message.
+        session_id: The session concerned, or None.
+    """
+    text = " ".join(str(exc).split())
+    missing = _NO_DATABASE.search(text)
+    if missing:
+        name = missing.group(1)
+        return PersistenceError(
+            f"PostgreSQL answered for store {url} ({action}): database {name!r} does not exist; "
+            f"create it (createdb {name}, or CREATE DATABASE \"{name}\") or put an existing "
+            "database in the URL", code="DATABASE_NOT_FOUND", path=url, session_id=session_id)
+    refused = _SERVER_FATAL.search(text)
+    if refused:
+        return PersistenceError(
+            f"PostgreSQL refused the connection for store {url} ({action}): "
+            f"{refused.group(1).strip()}; check the user, password and database in the URL",
+            code="DATABASE_REFUSED", path=url, session_id=session_id)
+    return PersistenceError(f"cannot reach PostgreSQL for store {url} ({action}): {text}",
+                            code="DATABASE_UNREACHABLE", path=url, session_id=session_id)
+
 
 _DSH_OPTIONS: Final = ("schema", "lease_ms", "pool_size", "migrate", "reconnect_retries")
 _NOW_MS: Final = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
@@ -1193,7 +1231,8 @@ class PostgresBackend:
 
     Raises:
         ConfigError: a bad option, or psycopg is not installed.
-        PersistenceError: the server cannot be reached (code DATABASE_UNREACHABLE) or the
+        PersistenceError: the server cannot be reached (code DATABASE_UNREACHABLE), it has
+            no such database (DATABASE_NOT_FOUND) or refused the user (DATABASE_REFUSED), or the
             schema is behind and ``migrate`` is false (code MIGRATION_REQUIRED).
         SessionFormatUnsupportedError: the schema was migrated by a newer dsh.
     """
@@ -1626,6 +1665,9 @@ class PostgresBackend:
                     self._check_schema(conn)
                 yield conn
         except PoolTimeoutError as exc:
+            cause = exc.__cause__
+            if cause is not None:  # a connect that failed: say why, not that time ran out
+                raise _connect_error(cause, self._url, action, session_id) from exc
             raise PersistenceError(f"cannot reach PostgreSQL for store {self._url} ({action}): "
                                    f"no connection within {CONNECT_TIMEOUT_S} s: {exc}",
                                    code="DATABASE_UNREACHABLE", path=self._url,
@@ -2070,8 +2112,7 @@ class PostgresBackend:
         try:
             aconn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
         except psycopg.OperationalError as exc:
-            raise PersistenceError(f"cannot reach PostgreSQL for store {self._url}: {exc}",
-                                   code="DATABASE_UNREACHABLE", path=self._url) from exc
+            raise _connect_error(exc, self._url, "follow", session_id) from exc
 
         async def wait() -> None:
             # Any commit in the schema wakes us (at most one read too many); poll_ms bounds a
