@@ -98,3 +98,32 @@ def test_view_marks_the_invalid_event_as_show_does(tmp_path: Path, bad_store: st
     assert "✗ invalid event user/message SHAPE: user/message at seq 19 lacks an identified " \
            "message" in page
     assert "found keys x\\x1b)" in page
+
+
+def test_ls_on_a_folder_that_is_no_store_says_so_and_how_to_make_one(tmp_path: Path) -> None:
+    # before: a link at the top (/etc/os-release) was error[SYMLINK] "where the store keeps a
+    # project folder", and a folder of plain files was "no sessions in the store", exit 0
+    etc = tmp_path / "etc"
+    (etc / "apt").mkdir(parents=True)
+    (etc / "hostname").write_text("box\n")
+    (tmp_path / "os-release").write_text("ID=debian\n")
+    (etc / "os-release").symlink_to(tmp_path / "os-release")
+    listed = dsh(tmp_path, "ls", "--store", str(etc))
+    assert listed.returncode == 1
+    assert listed.stderr == (
+        f"error[NOT_A_STORE]: jsonl://{etc} is not a dsh store: it holds no sessions and holds "
+        "apt, hostname, os-release, which a dsh store never holds; pass the store you meant with "
+        "--store, or create one in a new folder with 'dsh init --store NEW_FOLDER'\n")
+    # a link named like a project folder would take writes out of the store: still refused
+    (etc / "--home-me--").symlink_to(etc / "apt")
+    refused = dsh(tmp_path, "ls", "--store", str(etc))
+    assert refused.returncode == 1 and refused.stderr.startswith("error[SYMLINK]: ")
+    # an empty store, and $DSH_HOME's folder (config.toml, sessions.db), are still stores
+    empty = tmp_path / "empty"
+    assert dsh(tmp_path, "init", "--store", str(empty)).returncode == 0
+    assert dsh(tmp_path, "ls", "--store", str(empty)).stderr.startswith("no sessions in the store")
+    home = tmp_path / "home"
+    assert dsh(tmp_path, "init", "--store", str(home / "sessions.db")).returncode == 0
+    (home / "config.toml").write_text('provider = "deepseek"\n')
+    hinted = dsh(tmp_path, "ls", "--store", str(home))
+    assert hinted.returncode == 0 and "this folder holds a SQLite store" in hinted.stderr

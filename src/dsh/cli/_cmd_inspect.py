@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 import typer
 
 from dsh import (
+    ConfigError,
     DshError,
     EventRejectedError,
     SessionNotFoundError,
@@ -22,6 +23,7 @@ from dsh.cli._common import (
     StoreOption,
     TargetModelOption,
     cli_store,
+    foreign_entries,
     json_mode,
     model_view,
     read_session,
@@ -126,6 +128,13 @@ def ls(store: StoreOption = None, json_: JsonOption = False,
         hint = (f"; this folder holds a SQLite store: --store {found[0]}" if len(found) == 1
                 else "; this folder holds SQLite stores: " + ", ".join(
                     f"--store {path}" for path in found) if found else "")
+        foreign = [] if found else foreign_entries(url, limit=4)
+        if foreign:
+            names = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
+            raise ConfigError(
+                f"{url} is not a dsh store: it holds no sessions and holds {names}, which a dsh "
+                "store never holds; pass the store you meant with --store, or create one in a "
+                "new folder with 'dsh init --store NEW_FOLDER'", code="NOT_A_STORE")
         render.print_text(f"no sessions in the store {url}{hint}; 'dsh import' adds some "
                           "(try 'dsh import --examples')", stderr=True)
     for error in unreadable:

@@ -252,6 +252,29 @@ def _refuse_foreign_file(url: str) -> None:
                           path=str(location))
 
 
+def foreign_entries(url: str, *, limit: int = 3) -> list[str]:
+    """Names at the top of a JSONL store's folder that no dsh store holds (at most ``limit``).
+
+    A JSONL root holds project folders (``--<slug>--``, ``_no-cwd``) and ``.dsh-*`` sidecars
+    (docs/formats.md#layout-and-path-encoding); ``dsh ls`` on a folder holding other things says
+    it is not a dsh store (docs/cli.md#stores-and-ids). SQLite files (named by
+    :func:`sqlite_stores_in`) and ``config.toml`` (``$DSH_HOME``'s, docs/cli.md#settings) are
+    left out. Pure reading: the folder's names.
+    """
+    from dsh.persistence.jsonl import is_project_dir_name
+
+    folder = store_path(url) if url.lower().startswith("jsonl") else None
+    try:
+        names = sorted(os.listdir(folder)) if folder is not None else []
+    except OSError:
+        return []
+    sqlite = {path.name for path in sqlite_stores_in(url, limit=len(names) or 1)}
+    found = [name for name in names
+             if not is_project_dir_name(name) and ".dsh-" not in name
+             and name not in sqlite and name != "config.toml"]
+    return found[:limit]
+
+
 def sqlite_stores_in(url: str, *, limit: int = 3) -> list[Path]:
     """The SQLite files at the top of the folder a JSONL store URL names (at most ``limit``).
 

@@ -7,5 +7,6 @@ Its modules are private to this package: ``_format`` (pure functions over bytes)
 from __future__ import annotations
 
 from dsh.persistence.jsonl._backend import JsonlBackend
+from dsh.persistence.jsonl._format import is_project_dir_name
 
-__all__ = ["JsonlBackend"]
+__all__ = ["JsonlBackend", "is_project_dir_name"]

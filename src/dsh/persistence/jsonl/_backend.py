@@ -115,6 +115,7 @@ from dsh.persistence.jsonl._format import (
     encode_records,
     encode_segment,
     has_seal_mark,
+    is_project_dir_name,
     parse_header_lenient,
     parse_header_strict,
     project_dir_name,
@@ -1890,7 +1891,10 @@ class JsonlBackend:
         except FileNotFoundError:
             return []
         for entry in entries:
-            if entry.is_symlink():
+            # A link under a name no project folder has (a folder that is no store: /etc's
+            # os-release) holds nothing of the store; one under such a name would send writes
+            # out of it (docs/formats.md#file-modes-and-symlinks).
+            if entry.is_symlink() and is_project_dir_name(entry.name):
                 refuse_symlink(Path(entry.path), "a project folder")
         return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
 

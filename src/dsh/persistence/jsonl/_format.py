@@ -111,6 +111,15 @@ def project_dir_name(cwd: str | None) -> str:
     return "_no-cwd" if cwd is None else project_key(cwd)
 
 
+def is_project_dir_name(name: str) -> bool:
+    """Whether ``name`` can be a project folder of a JSONL root: ``_no-cwd`` or ``--<slug>--``.
+
+    Rule: docs/formats.md#layout-and-path-encoding. Nothing else at a root is the store's
+    (besides its ``.dsh-*`` sidecar files).
+    """
+    return name == "_no-cwd" or (len(name) > 4 and name.startswith("--") and name.endswith("--"))
+
+
 # --- header line (docs/formats.md#header-line, docs/formats.md#the-session-header) ----------------
 
 SEAL_MARK: Final = b',"dshSeal":1}\n'
