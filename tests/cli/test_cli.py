@@ -793,7 +793,7 @@ def test_import_folder_gives_each_bad_file_its_outcome_and_imports_the_rest(
         big.append(json.dumps(record))
     (folder / "big.jsonl").write_text("\n".join(big) + "\n", encoding="utf-8")
     dsh = Dsh(tmp_path)
-    proc = dsh("import", str(folder), check=1)
+    proc = dsh("import", str(folder), "--verbose", check=1)  # --verbose: the ignored file too
     outcome = {line.split()[-1] if line.startswith("imported") else line.split()[1].rstrip(":"):
                line.split()[0] for line in proc.stdout.splitlines()[:-1]}
     assert outcome == {str(folder / "big.jsonl"): "imported",

@@ -127,3 +127,35 @@ def test_ls_on_a_folder_that_is_no_store_says_so_and_how_to_make_one(tmp_path: P
     (home / "config.toml").write_text('provider = "deepseek"\n')
     hinted = dsh(tmp_path, "ls", "--store", str(home))
     assert hinted.returncode == 0 and "this folder holds a SQLite store" in hinted.stderr
+
+
+def test_import_of_a_folder_counts_what_is_not_a_transcript_and_lists_it_with_verbose(
+        tmp_path: Path) -> None:
+    # before: each YAML file was "failed ... anthropic cassette lacks an interactions list"
+    # (exit 1), and each other file not a transcript had an "ignored" line of its own
+    folder = tmp_path / "usr"
+    (folder / "doc").mkdir(parents=True)
+    simple = Path(__file__).parents[2] / "src/dsh/examples/transcripts/claude-code/simple.jsonl"
+    (folder / "doc" / "session.jsonl").write_bytes(simple.read_bytes())
+    (folder / "doc" / "config.yaml").write_text("name: box\nitems:\n  - interactions: 1\n")
+    (folder / "schema.json").write_text('{"$schema": "x", "type": "object"}')
+    (folder / "broken.yml").write_text("a: [\n")
+    quiet = dsh(tmp_path, "import", str(folder))
+    assert quiet.returncode == 0, quiet.stdout
+    assert quiet.stdout.splitlines() == [
+        f"imported  {SIMPLE}  (claude-code)  {folder / 'doc' / 'session.jsonl'}",
+        "1 imported, 0 skipped (already imported), 0 failed, 3 ignored (not transcripts; "
+        "--verbose lists them)"]
+    listed = dsh(tmp_path, "import", str(folder), "--verbose")
+    assert [line.split()[:2] for line in listed.stdout.splitlines()[:-1]] == [
+        ["ignored", f"{folder / 'broken.yml'}:"],
+        ["ignored", f"{folder / 'doc' / 'config.yaml'}:"],
+        ["skipped", f"{SIMPLE}"],
+        ["ignored", f"{folder / 'schema.json'}:"]]
+    assert "YAML without a top-level interactions key" in listed.stdout
+    assert listed.stdout.splitlines()[-1].endswith("3 ignored (not transcripts)")
+    # named on the command line, it is what was asked for: a failure
+    named = dsh(tmp_path, "import", str(folder / "doc" / "config.yaml"))
+    assert named.returncode == 1 and named.stdout.startswith("failed ")
+    as_json = json.loads(dsh(tmp_path, "import", str(folder), "--json").stdout)
+    assert len(as_json["ignored"]) == 3 and as_json["failed"] == []

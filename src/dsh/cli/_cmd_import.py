@@ -472,13 +472,13 @@ _GC_THRESHOLD: Final = 50_000
 
 
 def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
-                  console: Console) -> ImportReport:
+                  console: Console, *, verbose: bool = False) -> ImportReport:
     with _bulk_gc():
-        return _import_all(persistence, paths, fmt, console)
+        return _import_all(persistence, paths, fmt, console, verbose=verbose)
 
 
 def _import_all(persistence: Persistence, paths: Sequence[Path], fmt: str,
-                console: Console) -> ImportReport:
+                console: Console, *, verbose: bool) -> ImportReport:
     report = ImportReport()
     files = list(_walk(paths))
     for path, explicit in files:
@@ -502,9 +502,11 @@ def _import_all(persistence: Persistence, paths: Sequence[Path], fmt: str,
             with _uninterrupted():
                 if report.sizes() != shown:
                     done += 1
-                    if out is not None:
-                        out.print(render.render_import_summary(*report.since(shown),
-                                                               counts=False))
+                    new = list(report.since(shown))
+                    if not verbose:  # not transcripts: counted, listed with --verbose
+                        new[3] = []
+                    if out is not None and any(new):
+                        out.print(render.render_import_summary(*new, counts=False))
                     shown = report.sizes()
 
         try:
@@ -562,6 +564,9 @@ def import_(
     ] = False,
     format: Annotated[ImportFormat, typer.Option(
         "--format", help="Source format; auto detects it per file.")] = ImportFormat.auto,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Also list each file found in a folder that is not a "
+                                "transcript (they are counted either way).")] = False,
     store: StoreOption = None,
     wait: WaitOption = DEFAULT_WAIT_S,
     json_: JsonOption = False,
@@ -583,7 +588,8 @@ def import_(
     if not paths:
         paths = _default_roots(examples, err)
     with cli_store(store, wait=wait) as sessions:
-        report = _import_paths(sessions.persistence, paths, str(format.value), err)
+        report = _import_paths(sessions.persistence, paths, str(format.value), err,
+                               verbose=verbose)
     if json_:
         render.write_json(report.to_json())
     else:
@@ -594,7 +600,7 @@ def import_(
                       highlight=False)
         stdout_console().print(render.render_import_counts(
             report.imported, report.skipped, report.failed, report.ignored, report.updated,
-            report.completed))
+            report.completed, ignored_listed=verbose))
     if report.failed:
         raise typer.Exit(EXIT_FAILED)
 

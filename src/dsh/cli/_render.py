@@ -840,14 +840,20 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
 
 def render_import_counts(imported: Sequence[Any], skipped: Sequence[Any], failed: Sequence[Any],
                          ignored: Sequence[Any] = (), updated: Sequence[Any] = (),
-                         completed: Sequence[Any] = ()) -> Text:
-    """Return the last line of ``dsh import``: how many sessions each outcome had."""
+                         completed: Sequence[Any] = (), *, ignored_listed: bool = True
+                         ) -> Text:
+    """Return the last line of ``dsh import``: how many sessions each outcome had.
+
+    ``ignored_listed`` False: the files that are not transcripts were counted, not listed
+    (``dsh import`` without ``--verbose``), and the line says how to list them.
+    """
     from dsh.cli._console import SafeText as Text
 
     line = (f"{len(imported)} imported, {len(skipped)} skipped (already imported), "
             f"{len(failed)} failed")
     if ignored:
-        line += f", {len(ignored)} ignored (not transcripts)"
+        line += (f", {len(ignored)} ignored (not transcripts)" if ignored_listed else
+                 f", {len(ignored)} ignored (not transcripts; --verbose lists them)")
     if updated:
         line += f", {len(updated)} updated (source grew)"
     if completed:

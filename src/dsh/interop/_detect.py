@@ -2,7 +2,8 @@
 
 Rules, first match wins:
 
-* ``.yaml`` / ``.yml`` → ``anthropic`` (VCR cassette of Messages API traffic).
+* ``.yaml`` / ``.yml`` with a top-level ``interactions`` key → ``anthropic`` (VCR cassette of
+  Messages API traffic); any other YAML is not a transcript.
 * JSONL (more than one JSON line, or a ``.jsonl`` file): first record a dsh header → ``dsh``;
   any Codex record (envelope, legacy metadata/state) → ``codex``; any Claude Code record →
   ``claude-code``; ``{cassette|request, response}`` exchanges → ``anthropic``; resolver
@@ -23,6 +24,7 @@ Rules, first match wins:
 
 from __future__ import annotations
 
+import re
 from itertools import islice
 from pathlib import Path
 from typing import Any, Final
@@ -75,6 +77,10 @@ def _uses_anthropic_blocks(messages: Any) -> bool:
     return False
 
 
+_CASSETTE_KEY: Final = re.compile(rb"""^(?:\{\s*)?["']?interactions["']?\s*:""", re.M)
+"""A VCR cassette's top-level ``interactions`` key, block or flow style."""
+
+
 def detect_format(path: Path) -> str:
     """Return the format name of ``path`` (one of :data:`FORMATS`).
 
@@ -89,7 +95,12 @@ def detect_format(path: Path) -> str:
 
 def _detect(path: Path) -> str:
     if path.suffix.lower() in (".yaml", ".yml"):
-        read_source_bytes(path, "auto")
+        if _CASSETTE_KEY.search(read_source_bytes(path, "auto")) is None:
+            # Any YAML file is no transcript: a folder walk passes over it (docs/cli.md).
+            raise ImportFormatError(
+                "not a supported transcript format (YAML without a top-level interactions "
+                f"key, so not a VCR cassette; supported: {', '.join(FORMATS)}); pass --format "
+                "if it is one of them", path=str(path), format="auto")
         return "anthropic"
     # Read a megabyte at a time (checked as read_source_bytes checks it), never whole: a
     # transcript's format shows in its first lines (docs/interop.md#streaming-imports).
