@@ -1294,6 +1294,26 @@ def test_running_sums_below_answers_as_the_python_reference(deltas: list[int],
         assert list(c_seqs) == list(py_seqs) == sums
 
 
+@settings(max_examples=examples(200), deadline=None)
+@given(steps=st.binary(max_size=12), bound=st.integers(-3, 2**62))
+def test_widen_sums_below_answers_as_the_python_reference(steps: bytes, bound: int) -> None:
+    sums = list(itertools.accumulate(steps))
+    expected = all(0 <= total < bound for total in sums)
+    c_seqs = array("q", bytes(8)) * len(steps)
+    assert dj.c_widen_sums_below(c_seqs, steps, bound) is expected
+    saved = surface_module.c_widen_sums_below
+    surface_module.c_widen_sums_below = None
+    try:
+        py_seqs = array("q", [7]) * len(steps)  # whatever it held is overwritten
+        assert surface_module.widen_sums_below(py_seqs, steps, bound) is expected
+    finally:
+        surface_module.c_widen_sums_below = saved
+    if expected:
+        assert list(c_seqs) == list(py_seqs) == sums
+    with pytest.raises(ValueError):
+        dj.c_widen_sums_below(array("q", bytes(8)) * (len(steps) + 1), steps, bound)
+
+
 @settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(script=log_scripts(open_tail=None))

@@ -3752,6 +3752,63 @@ running_sums_below(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(below);
 }
 
+PyDoc_STRVAR(widen_sums_below_doc,
+"widen_sums_below(seqs, differences, bound, /) -> bool\n\n"
+"Fill seqs, an array('q') as long as the bytes-like differences, with the running sums of\n"
+"those one-byte differences (each 0 .. 255; the first is the first seq); return True when\n"
+"every sum lies in 0 .. bound - 1. False at the first sum out of range, seqs then left part\n"
+"filled (its caller drops it). How a restore point's \"zb:\" surface nodes come back. The\n"
+"reference is the Python dsh.session._surface.widen_sums_below.");
+
+static PyObject *
+widen_sums_below(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view, raw;
+    long long bound, total = 0;
+    long long *seqs;
+    const unsigned char *steps;
+    Py_ssize_t index, count;
+    int below = 1;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "widen_sums_below(array('q'), bytes, int)");
+        return NULL;
+    }
+    bound = PyLong_AsLongLong(args[2]);
+    if (bound == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (int64_buffer(args[0], &view, 1, "widen_sums_below", "seqs") < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[1], &raw, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    count = view.len / 8;
+    if (raw.len != count) {
+        PyBuffer_Release(&raw);
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "widen_sums_below: one seq for each difference");
+        return NULL;
+    }
+    if (bound < 0) {
+        bound = 0;
+    }
+    seqs = (long long *)view.buf;
+    steps = (const unsigned char *)raw.buf;
+    for (index = 0; index < count; index++) {
+        total += steps[index];  /* at most 255 * count: never past the int64 range */
+        if (total >= bound) {
+            below = 0;
+            break;
+        }
+        seqs[index] = total;
+    }
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(below);
+}
+
 /* --- the seal chain's canonical bytes and leaves (docs/formats.md#the-seal-chain) --------- */
 
 typedef struct {
@@ -4781,6 +4838,8 @@ static PyMethodDef methods[] = {
     {"seqs_below", (PyCFunction)(void (*)(void))seqs_below, METH_FASTCALL, seqs_below_doc},
     {"running_sums_below", (PyCFunction)(void (*)(void))running_sums_below, METH_FASTCALL,
      running_sums_below_doc},
+    {"widen_sums_below", (PyCFunction)(void (*)(void))widen_sums_below, METH_FASTCALL,
+     widen_sums_below_doc},
     {"canonical", (PyCFunction)(void (*)(void))canonical, METH_FASTCALL, canonical_doc},
     {"chain_leaves", (PyCFunction)(void (*)(void))chain_leaves, METH_FASTCALL,
      chain_leaves_doc},

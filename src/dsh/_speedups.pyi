@@ -92,6 +92,9 @@ def seqs_below(seqs: array[int], bound: int, /) -> bool:
 def running_sums_below(seqs: array[int], bound: int, /) -> bool:
     """Differences to running sums in place; True when every sum lies in ``0 .. bound - 1``."""
 
+def widen_sums_below(seqs: array[int], differences: bytes, bound: int, /) -> bool:
+    """Fill ``seqs`` with the running sums of one-byte ``differences``; all below ``bound``?"""
+
 def canonical(value: Any, dumps: Callable[[Any], bytes], /) -> bytes:
     """``dsh.json.dumps_canonical(value)`` of a frozen container (``dumps``: ``orjson.dumps``)."""
 

@@ -393,6 +393,7 @@ c_seqs_contiguous = _optional(_accelerator.seqs_contiguous)
 c_gather_messages = _optional(_accelerator.gather_messages)
 c_seqs_below = _optional(_accelerator.seqs_below)
 c_running_sums_below = _optional(_accelerator.running_sums_below)
+c_widen_sums_below = _optional(_accelerator.widen_sums_below)
 # the seal chain's canonical bytes and leaves (references: dumps_canonical below and
 # dsh.persistence._chain.event_leaves)
 c_canonical = _optional(_accelerator.canonical)

@@ -744,12 +744,12 @@ def test_packed_node_differences_summing_out_of_range_are_refused() -> None:
     import zlib
     from array import array
     from binascii import b2a_base64
-    data = _packed_point(range(rp.PACKED_NODES_MIN), rp.PACKED_NODES_MIN)
+    nodes = (*range(1, rp.PACKED_NODES_MIN), 0)  # the last falls: int64 differences ("zd:")
+    data = _packed_point(nodes, rp.PACKED_NODES_MIN)
     body = data.partition(b"\n")[2]
     start = body.index(b'"nodes":"zd:') + len(b'"nodes":"zd:')
     text = body[start:body.index(b'"', start)]
-    assert rp.decode_restore_point(data, session_id="s", backend="sqlite").state.nodes == \
-        tuple(range(rp.PACKED_NODES_MIN))
+    assert rp.decode_restore_point(data, session_id="s", backend="sqlite").state.nodes == nodes
     for deltas in ([1] * rp.PACKED_NODES_MIN, [0, -1, *[1] * 4094], [2**62, 2**62, 2**62]):
         packed = b2a_base64(zlib.compress(array("q", deltas).tobytes()), newline=False)
         with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
@@ -767,10 +767,11 @@ def test_packed_nodes_without_a_zlib_header_or_trailer_are_refused() -> None:
     seqs = list(range(2, 2 * rp.PACKED_NODES_MIN + 2, 2))
     data = _packed_point(seqs, 2 * rp.PACKED_NODES_MIN + 2)
     body = data.partition(b"\n")[2]
-    start = body.index(b'"nodes":"zd:') + len(b'"nodes":"zd:')
+    # rising seqs are written "zb:": the int64 form is put in its place ("zd:" + the stream)
+    start = body.index(b'"nodes":"zb:') + len(b'"nodes":"')
     text = body[start:body.index(b'"', start)]
     stream = zlib.compress(array("q", [2] * len(seqs)).tobytes())
-    assert rp.decode_restore_point(_resealed(body.replace(text, b2a_base64(
+    assert rp.decode_restore_point(_resealed(body.replace(text, b"zd:" + b2a_base64(
         stream, newline=False))), session_id="s", backend="sqlite").state.nodes == seqs
     raw = zlib.compressobj(wbits=-15)
     headerless = raw.compress(array("q", [2] * len(seqs)).tobytes()) + raw.flush()
@@ -779,8 +780,66 @@ def test_packed_nodes_without_a_zlib_header_or_trailer_are_refused() -> None:
     for bad in (stream[:-4], stream[:-1], stream + b"\0", headerless, gzip_stream,
                 bytes([stream[0], stream[1] ^ 0x20]) + stream[2:]):
         with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
-            rp.decode_restore_point(_resealed(body.replace(text, b2a_base64(
+            rp.decode_restore_point(_resealed(body.replace(text, b"zd:" + b2a_base64(
                 bad, newline=False))), session_id="s", backend="sqlite")
+
+
+def _nodes_text(body: bytes, prefix: bytes) -> bytes:
+    start = body.index(b'"nodes":"' + prefix) + len(b'"nodes":"') + len(prefix)
+    return body[start:body.index(b'"', start)]
+
+
+@pytest.mark.parametrize("speedups", [True, False])
+def test_nodes_rising_by_at_most_255_are_stored_a_byte_each_and_checked(
+        speedups: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/formats.md#restore-points: "zb:" holds one-byte differences, widened and summed
+    # in place on read, every seq checked below eventCount as for "zd:"
+    import zlib
+    from binascii import b2a_base64
+
+    from dsh.session import NodeSeqs, _surface
+    if not speedups:
+        monkeypatch.setattr(_surface, "c_running_sums_below", None)
+        monkeypatch.setattr(_surface, "c_widen_sums_below", None)
+    nodes = [*range(3, 3 * rp.PACKED_NODES_MIN, 3), 3 * rp.PACKED_NODES_MIN + 252]
+    count = nodes[-1] + 1
+    data = _packed_point(nodes, count)
+    body = data.partition(b"\n")[2]
+    assert b'"nodes":"zb:' in body and b'"nodes":"zd:' not in body
+    state = rp.decode_restore_point(data, session_id="s", backend="sqlite").state
+    assert type(state.nodes) is NodeSeqs and state.nodes == nodes
+    assert state.nodes[-2:] == nodes[-2:] and state.nodes.to_array().tolist() == nodes
+    assert state.nodes.to_array().tolist() == nodes  # inflated again after the first hand-out
+    assert rp.encode_restore_point(rp.RestorePoint(  # read back: the very bytes again
+        anchor=rp.decode_restore_point(data, session_id="s", backend="sqlite").anchor,
+        state=state)) == data
+    assert NodeSeqs(nodes).pack() == state.nodes.pack()  # the int64 form is still at hand
+    # one difference over 255: the int64 form
+    assert b'"nodes":"zd:' in _packed_point([*nodes, count + 256], count + 257)
+    text = _nodes_text(body, b"zb:")
+    for bad in (bytes([1] * (count - 1)) + b"\x02",  # sums to eventCount: past the log
+                bytes([1] * (count + 1))):  # more seqs than events
+        forged = _resealed(body.replace(text, b2a_base64(zlib.compress(bad), newline=False)))
+        with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
+            rp.decode_restore_point(forged, session_id="s", backend="sqlite")
+    for cut in (8, len(text) // 2):  # a stream cut short
+        short = _resealed(body.replace(text, text[:-cut - cut % 4]))
+        with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
+            rp.decode_restore_point(short, session_id="s", backend="sqlite")
+
+
+def test_nodes_written_as_int64_differences_before_are_still_read() -> None:
+    # a restore point written before "zb:" holds "zd:" for the same rising seqs: still read
+    from binascii import b2a_base64
+
+    from dsh.session import NodeSeqs
+    nodes = list(range(2, 2 * rp.PACKED_NODES_MIN + 2, 2))
+    body = _packed_point(nodes, 2 * rp.PACKED_NODES_MIN + 2).partition(b"\n")[2]
+    old = b"zd:" + b2a_base64(NodeSeqs(nodes).pack(), newline=False)
+    state = rp.decode_restore_point(
+        _resealed(body.replace(b"zb:" + _nodes_text(body, b"zb:"), old)), session_id="s",
+        backend="sqlite").state
+    assert state.nodes == nodes and state.nodes.pack_narrow() == NodeSeqs(nodes).pack_narrow()
 
 
 @pytest.mark.no_speedups

@@ -262,22 +262,29 @@ PACKED_NODES_MIN: Final = 4096
 """A state with at least this many surface nodes stores them packed (see :func:`_packed_state`)."""
 
 _PACKED_PREFIX: Final = "zd:"
+_NARROW_PREFIX: Final = "zb:"  # one-byte differences: written whenever they all fit
 _PACKED_SEQS_PREFIX: Final = "zn:"  # the seqs themselves, as written before: still read
+
 
 def _packed_state(state: RestoreState) -> dict[str, Any]:
     """The state's wire form, its node seqs packed when there are many.
 
-    Packed, ``nodes`` is ``"zd:"`` + base64 of :meth:`~dsh.session.NodeSeqs.pack`: the
-    zlib-compressed little-endian int64 differences of the node seqs (the first from 0). A
+    Packed, ``nodes`` is ``"zb:"`` + base64 of :meth:`~dsh.session.NodeSeqs.pack_narrow`, the
+    zlib-compressed differences of the node seqs (the first from 0) one byte each, when every
+    difference lies in 0 .. 255; else ``"zd:"`` + base64 of
+    :meth:`~dsh.session.NodeSeqs.pack`, the same differences as little-endian int64s. A
     surface's seqs mostly rise by a few, so an uncompacted 1M-event msg session's 364k nodes
-    (2.9 MB as int64s) pack to about 40 KB; a resume keeps them so (no int object per node, no
-    JSON list parsed), and a state read back packs to the same bytes without work.
+    (2.9 MB as int64s) pack to a few KB, and a resume inflates 364 KB (``"zb:"``), not 2.9 MB;
+    it keeps them packed (no int object per node, no JSON list parsed), and a state read back
+    packs to the same bytes without work.
     """
     wire = state.to_wire(nodes=False)
     nodes = state.nodes
     if len(nodes) >= PACKED_NODES_MIN:
-        wire["nodes"] = _PACKED_PREFIX + binascii.b2a_base64(
-            nodes.pack(), newline=False).decode("ascii")
+        narrow = nodes.pack_narrow()
+        prefix, packed = (_NARROW_PREFIX, narrow) if narrow is not None \
+            else (_PACKED_PREFIX, nodes.pack())
+        wire["nodes"] = prefix + binascii.b2a_base64(packed, newline=False).decode("ascii")
     else:
         wire["nodes"] = list(nodes)
     return wire
@@ -287,7 +294,8 @@ def _unpacked_nodes(value: object) -> NodeSeqs | None:
     """The packed ``nodes`` of a wire state (see :func:`_packed_state`), still packed.
 
     None when ``value`` holds no packed nodes (the plain list is checked by ``from_wire``).
-    ``"zn:"`` (the zlib'd seqs themselves, an earlier layout) is read too.
+    ``"zd:"`` (int64 differences, written before ``"zb:"`` and still where a difference does
+    not fit a byte) and ``"zn:"`` (the zlib'd seqs themselves, an earlier layout) are read too.
 
     Raises:
         ValueError: packed nodes that do not decode to at most ``eventCount`` seqs below it.
@@ -296,13 +304,16 @@ def _unpacked_nodes(value: object) -> NodeSeqs | None:
         return None
     text = value["nodes"]
     count = value.get("eventCount")
-    differences = text.startswith(_PACKED_PREFIX)
-    if not (differences or text.startswith(_PACKED_SEQS_PREFIX)) or type(count) is not int:
+    prefix = text[:len(_PACKED_PREFIX)]
+    if prefix not in (_NARROW_PREFIX, _PACKED_PREFIX, _PACKED_SEQS_PREFIX) \
+            or type(count) is not int:
         raise ValueError("restore state field nodes is not a packed node list")
     try:
         # strict: the alphabet checked in C (b64decode's validate runs a regular expression)
         data = binascii.a2b_base64(text[len(_PACKED_PREFIX):], strict_mode=True)
-        if differences:
+        if prefix == _NARROW_PREFIX:
+            return NodeSeqs.unpack_narrow(data, count)
+        if prefix == _PACKED_PREFIX:
             return NodeSeqs.unpack(data, count)
         decompressor = zlib.decompressobj()
         raw = decompressor.decompress(data, 8 * count + 8)

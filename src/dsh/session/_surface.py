@@ -29,6 +29,7 @@ from dsh.json import (
     FrozenDict,
     c_running_sums_below,
     c_seqs_below,
+    c_widen_sums_below,
     json_equal,
 )
 from dsh.session._events import SURFACE_EVENT_TYPES, Event
@@ -104,6 +105,26 @@ def running_sums_below(seqs: array[int], bound: int) -> bool:
     return True
 
 
+def widen_sums_below(seqs: array[int], differences: bytes, bound: int) -> bool:
+    """Fill the int64 array ``seqs`` with the running sums of one-byte ``differences``.
+
+    ``seqs`` holds one int64 for each difference (its contents are overwritten); in C when it
+    is built.
+
+    Returns:
+        Whether every sum lies in ``0 .. bound - 1``; on False ``seqs`` is left part filled
+        (the caller drops it).
+    """
+    if c_widen_sums_below is not None:
+        return bool(c_widen_sums_below(seqs, differences, bound))
+    # the pure-Python reference: each byte into the low byte of a zeroed int64, then summed
+    if len(seqs) != len(differences):
+        raise ValueError("one seq for each difference")
+    seqs[:] = array("q", bytes(8)) * len(differences)
+    memoryview(seqs).cast("B")[0 if sys.byteorder == "little" else 7::8] = differences
+    return running_sums_below(seqs, bound)
+
+
 _INFLATE_CHUNK: Final = 1 << 16
 """Bytes of packed seqs inflated at a time: the inflated bytes never exist whole twice. Below
 glibc's mmap threshold (128 KiB), so each chunk's buffer is reused heap memory, not fresh pages
@@ -164,26 +185,57 @@ def _inflate(packed: bytes, limit: int) -> array[int]:
     return seqs
 
 
+def _inflate_narrow(packed: bytes, limit: int) -> bytes:
+    """The one-byte differences zlib-compressed in ``packed`` (at most ``limit`` of them).
+
+    Raises:
+        ValueError: not a whole zlib stream, or more than ``limit`` differences.
+    """
+    decompressor = zlib.decompressobj()
+    try:
+        raw = decompressor.decompress(packed, limit + 1)
+    except zlib.error as exc:
+        raise ValueError(f"packed node seqs do not inflate ({exc})") from None
+    if len(raw) > limit:
+        raise ValueError("packed node seqs hold more seqs than allowed")
+    if not decompressor.eof or decompressor.unused_data:
+        raise ValueError("packed node seqs do not inflate to whole seqs")
+    return raw
+
+
+def _widened(differences: bytes, bound: int) -> array[int]:
+    """The running sums of one-byte ``differences`` as an int64 array.
+
+    Raises:
+        ValueError: a sum outside ``0 .. bound - 1``.
+    """
+    seqs = array("q", bytes(8)) * len(differences)
+    if not widen_sums_below(seqs, differences, bound):
+        raise ValueError(f"packed node seqs must lie in 0 .. {bound - 1}")
+    return seqs
+
+
 class NodeSeqs(Sequence[int]):
     """An immutable run of surface node seqs kept packed: no int object per node.
 
     What a :class:`~dsh.session.RestoreState` carries. Built from seqs, it holds one int64
-    array (8 bytes a node). Read back from a restore point (:meth:`unpack`), it stays as the
-    restore point stores it, zlib'd differences (an uncompacted 1M-event session's 364k nodes:
-    about 40 KB), and hands the array it was checked through to the first :meth:`to_array`
-    (the resumed session's surface) without a copy; later reads inflate it again. So a resume
-    costs the same at 100k and 1M events. It compares equal to a list, tuple or
-    :class:`SurfaceNodes` with the same seqs, hashes like the equal tuple, and slices to a
-    :class:`NodeSeqs`. Rule: docs/rules.md#the-surface.
+    array (8 bytes a node). Read back from a restore point (:meth:`unpack`,
+    :meth:`unpack_narrow`), it stays as the restore point stores it, zlib'd differences (an
+    uncompacted 1M-event session's 364k nodes: a few KB), and hands the array it was checked
+    through to the first :meth:`to_array` (the resumed session's surface) without a copy;
+    later reads inflate it again. So a resume costs the same at 100k and 1M events. It
+    compares equal to a list, tuple or :class:`SurfaceNodes` with the same seqs, hashes like
+    the equal tuple, and slices to a :class:`NodeSeqs`. Rule: docs/rules.md#the-surface.
 
     Args:
         seqs: The seqs, in surface order (each a non-negative int below 2**63).
     """
 
-    __slots__ = ("_below", "_count", "_fresh", "_packed", "_seqs")
+    __slots__ = ("_below", "_count", "_fresh", "_narrow", "_packed", "_seqs")
 
     _seqs: array[int] | None  # the seqs, unless kept packed
-    _packed: bytes | None  # what pack() gives, when read back by unpack()
+    _packed: bytes | None  # what pack() (or pack_narrow(), _narrow) gives, when read back
+    _narrow: bool  # _packed holds one-byte differences (unpack_narrow)
     _count: int
     _fresh: array[int] | None  # the inflated array no one else holds yet
     _below: int  # every seq was checked below this when read back (0: not checked)
@@ -193,9 +245,11 @@ class NodeSeqs(Sequence[int]):
         self._below = 0
         if isinstance(seqs, NodeSeqs):
             self._seqs, self._packed, self._count = seqs._seqs, seqs._packed, seqs._count
+            self._narrow = seqs._narrow
         else:
             self._seqs = array("q", seqs)
             self._packed = None
+            self._narrow = False
             self._count = len(self._seqs)
 
     @classmethod
@@ -205,6 +259,7 @@ class NodeSeqs(Sequence[int]):
             raise TypeError(f"node seqs are an array of typecode 'q' (found {seqs.typecode!r})")
         node_seqs = cls.__new__(cls)
         node_seqs._seqs, node_seqs._packed, node_seqs._count = seqs, None, len(seqs)
+        node_seqs._narrow = False
         node_seqs._fresh = None
         node_seqs._below = 0
         return node_seqs
@@ -236,13 +291,35 @@ class NodeSeqs(Sequence[int]):
         differences repeat and compress to almost nothing. Seqs read by :meth:`unpack` give
         back the very bytes they were read from.
         """
-        if self._packed is not None:
+        if self._packed is not None and not self._narrow:
             return self._packed
+        return zlib.compress(self._differences().tobytes(), 1)
+
+    def pack_narrow(self) -> bytes | None:
+        """The seqs as zlib'd one-byte differences (the first from 0), or None.
+
+        None when a difference lies outside ``0 .. 255`` (seqs that fall, or rise by more): then
+        only :meth:`pack` can hold them. A surface's seqs mostly rise by a few, so this is the
+        form a restore point stores when it can: it inflates to an eighth of the bytes
+        :meth:`pack` does (:meth:`unpack_narrow`). Seqs read by :meth:`unpack_narrow` give
+        back the very bytes they were read from.
+        """
+        if self._packed is not None and self._narrow:
+            return self._packed
+        raw = self._differences().tobytes()
+        high = bytearray(raw)
+        high[0::8] = bytes(len(raw) // 8)  # left: the seven high bytes of each difference
+        if high.count(0) != len(high):
+            return None  # one below 0 or above 255
+        return zlib.compress(raw[0::8], 1)
+
+    def _differences(self) -> array[int]:
+        """Each seq minus the one before (the first minus 0), as little-endian int64s."""
         seqs = self._view()
         differences = array("q", map(sub, seqs, chain((0,), seqs)))
         if sys.byteorder == "big":
             differences.byteswap()
-        return zlib.compress(differences.tobytes(), 1)
+        return differences
 
     @classmethod
     def unpack(cls, packed: bytes, bound: int) -> NodeSeqs:
@@ -259,8 +336,29 @@ class NodeSeqs(Sequence[int]):
         seqs = _inflate(packed, 8 * max(bound, 0))
         if not running_sums_below(seqs, bound):
             raise ValueError(f"packed node seqs must lie in 0 .. {bound - 1}")
+        return cls._kept(seqs, packed, bound, narrow=False)
+
+    @classmethod
+    def unpack_narrow(cls, packed: bytes, bound: int) -> NodeSeqs:
+        """The seqs :meth:`pack_narrow` gave ``packed``, checked and kept packed.
+
+        Inflated at once (a byte a seq, an eighth of what :meth:`unpack` inflates), then
+        summed into one int64 array in one pass (:func:`widen_sums_below`), every seq checked
+        against ``bound`` in it.
+
+        Raises:
+            ValueError: not a whole zlib stream, more than ``bound`` seqs, or a seq outside
+                ``0 .. bound - 1``.
+        """
+        return cls._kept(_widened(_inflate_narrow(packed, max(bound, 0)), bound), packed,
+                         bound, narrow=True)
+
+    @classmethod
+    def _kept(cls, seqs: array[int], packed: bytes, bound: int, *, narrow: bool) -> NodeSeqs:
+        """Seqs checked below ``bound``, kept as ``packed`` (``seqs``: the first to_array())."""
         node_seqs = cls.__new__(cls)
         node_seqs._seqs, node_seqs._packed, node_seqs._count = None, packed, len(seqs)
+        node_seqs._narrow = narrow
         node_seqs._fresh = seqs
         node_seqs._below = bound  # the pass above checked every seq
         return node_seqs
@@ -272,6 +370,8 @@ class NodeSeqs(Sequence[int]):
         if self._fresh is not None:
             return self._fresh
         assert self._packed is not None  # either form is always there
+        if self._narrow:  # checked by unpack_narrow: every sum is below its bound
+            return _widened(_inflate_narrow(self._packed, self._count), 1 << 62)
         seqs = _inflate(self._packed, 8 * self._count)
         running_sums_below(seqs, (1 << 63) - 1)  # checked by unpack: every sum fits
         return seqs
