@@ -303,6 +303,32 @@ def test_one_writer_across_objects(tmp_path: Path) -> None:
     second.close()
 
 
+def test_each_call_is_durable_on_return_and_no_writer_thread_runs(store: str) -> None:
+    # WriteBehind.flush_only: every call that appends ends with its flush, on the caller's
+    # side; another reader sees each change as soon as the call returns
+    import threading
+
+    def writer_threads() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name == "dsh-write-behind:durable"]
+
+    session = DshSession("durable", store)
+    run(session.add_items([{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]))
+    assert writer_threads() == []
+    reader = DshSession("durable", store)
+    assert [i["content"] for i in run(reader.get_items())] == ["one", "two"]
+    reader.close()
+    assert run(session.pop_item()) == {"role": "user", "content": "two"}
+    reader = DshSession("durable", store)
+    assert [i["content"] for i in run(reader.get_items())] == ["one"]
+    reader.close()
+    run(session.clear_session())
+    reader = DshSession("durable", store)
+    assert run(reader.get_items()) == []
+    reader.close()
+    assert writer_threads() == []
+    session.close()
+
+
 def test_objects_that_are_no_responses_item_are_kept_opaque(store: str) -> None:
     # what the SDK's EncryptedSession hands the session it wraps, as SQLiteSession keeps it
     envelope = {"__enc__": 1, "v": 1, "kid": "hkdf-v1", "payload": "gAAAAABr"}

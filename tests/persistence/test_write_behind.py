@@ -410,3 +410,58 @@ def test_abandon_closes_without_draining(tmp_path: Path) -> None:
     assert handle.closed and handle.batches == []
     assert stored_events(persistence, "w") == []
     persistence.close()
+
+
+def _write_behind_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("dsh-write-behind:")]
+
+
+def test_flush_only_writes_at_the_barrier_on_the_callers_thread_and_starts_no_thread(
+        backend_kind: str, tmp_path: Path) -> None:
+    # WriteBehind(flush_only=True): no writer thread, no window; a flush writes everything
+    # queued (durable on return), a failed write is raised by that flush and retried without
+    # duplicates, events queued during a flush's write are written by that barrier
+    persistence = Persistence(open_backend(store_url(backend_kind, tmp_path)),
+                              write_behind=WriteBehind(batch_window_ms=1, flush_only=True))
+    store = SessionStore(persistence)
+    before = _write_behind_threads()
+    session = store.create("a", header={"cwd": CWD})
+    writer = writer_of(persistence, store, session)
+    assert writer._thread is None and _write_behind_threads() == before
+    turn(session, 1)
+    time.sleep(0.05)  # a 1 ms window: a writer thread would have written by now
+    assert len(stored_events(persistence, "a")) == 0
+    writers: list[str] = []
+    real_append = writer.handle.append
+
+    def appending(events: Any) -> None:
+        writers.append(threading.current_thread().name)
+        if len(writers) == 1:
+            turn(session, 2)  # another producer appends while the barrier writes turn 1
+        real_append(events)
+
+    writer.handle.append = appending
+    store.flush(session)
+    assert writers == [threading.current_thread().name] * 2
+    assert len(stored_events(persistence, "a")) == 12
+    writer.handle.append = real_append
+    _fail_once(writer)
+    turn(session, 3)
+    with pytest.raises(WriteFailedError):
+        store.flush(session)
+    assert len(stored_events(persistence, "a")) == 12  # kept in memory for the retry
+    turn(session, 4)
+    store.flush(session)
+    events = stored_events(persistence, "a")
+    assert [e["seq"] for e in events] == list(range(24))
+    assert events == plain(session.events)
+    turn(session, 5)
+    store.dispose(session)  # the final drain writes what is left
+    assert len(stored_events(persistence, "a")) == 30
+    persistence.close()
+
+
+@pytest.mark.parametrize("bad", [1, None, "yes"])
+def test_write_behind_rejects_a_flush_only_that_is_not_a_bool(bad: Any) -> None:
+    with pytest.raises(ConfigError, match="flush_only"):
+        WriteBehind(flush_only=bad)

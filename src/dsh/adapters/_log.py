@@ -179,16 +179,19 @@ session's end, and one at its end when the session is closed (``WriteBehind.rest
 a framework reads its sessions cold, in another process, far more often than it writes them."""
 
 
-def open_store(url: str) -> Persistence:
+def open_store(url: str, *, flush_only: bool = False) -> Persistence:
     """The store at ``url`` as the adapters open it, with their restore point policy.
 
     See :data:`RESTORE_POINT_TAIL` and docs/rules.md#restore-points-are-never-the-truth.
+    ``flush_only``: its sessions are written by their flushes only, on the caller's thread,
+    with no writer thread (``WriteBehind.flush_only``): for an adapter that flushes after
+    every call.
 
     Raises:
         DshError: what :func:`dsh.persistence.open_backend` raises for the URL.
     """
-    return Persistence(open_backend(url),
-                       write_behind=WriteBehind(restore_point_tail=RESTORE_POINT_TAIL))
+    return Persistence(open_backend(url), write_behind=WriteBehind(
+        restore_point_tail=RESTORE_POINT_TAIL, flush_only=flush_only))
 
 
 def default_store_url() -> str:
@@ -632,6 +635,9 @@ class LiveLog:
         select_whole: A whole-history read before any write selects the model view from the
             log instead of walking it page by page (see :meth:`_prefetch`); the SDK session
             turns it on (its reads are checked equal to the walk's).
+        flush_only: The store opened for ``store`` writes only at :meth:`flush` and
+            :meth:`close`, with no writer thread (:func:`open_store`); for an adapter whose
+            every call that appends ends with a flush.
 
     Raises:
         AdapterClosedError: (from :meth:`open`) the adapter was closed (``ADAPTER_CLOSED``).
@@ -641,7 +647,7 @@ class LiveLog:
 
     def __init__(self, session_id: str, store: str | None, fmt: str, owner: str, *,
                  persistence: Persistence | None = None, wait: float = DEFAULT_WAIT_S,
-                 select_whole: bool = False) -> None:
+                 select_whole: bool = False, flush_only: bool = False) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise AdapterError(f"session_id must be a non-empty string (got {session_id!r})",
                                code="ADAPTER_SESSION_ID")
@@ -652,6 +658,7 @@ class LiveLog:
         self.lock = threading.RLock()
         self.wait = wait
         self.select_whole = select_whole
+        self.flush_only = flush_only
         self._persistence: Persistence | None = None
         self._shared = persistence
         self._store: SessionStore | None = None
@@ -671,7 +678,7 @@ class LiveLog:
                                          session_id=self.session_id)
             if self._shaper is None:
                 persistence = (self._shared or self._reader
-                               or open_store(self.store_url))
+                               or open_store(self.store_url, flush_only=self.flush_only))
                 self._reader = None
                 stored = self._cold is not None  # a read found it: resume without asking
                 collecting = gc.isenabled()
@@ -782,7 +789,7 @@ class LiveLog:
         """
         persistence = self._shared or self._reader
         if persistence is None:
-            persistence = self._reader = open_store(self.store_url)
+            persistence = self._reader = open_store(self.store_url, flush_only=self.flush_only)
         found = read_stored(persistence, self.session_id)
         if found is None:
             return None

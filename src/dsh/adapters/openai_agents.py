@@ -289,8 +289,9 @@ class DshSession(SessionABC):
                  session_settings: SessionSettings | Mapping[str, Any] | None = None,
                  model: str = "unknown", provider: str = "openai",
                  wait: float = DEFAULT_WAIT_S) -> None:
+        # every call that appends ends with a flush: no writer thread (WriteBehind.flush_only)
         self._log = LiveLog(session_id, store, FORMAT, type(self).__name__, wait=wait,
-                            select_whole=True)
+                            select_whole=True, flush_only=True)
         self.session_id = session_id
         self.session_settings = (coerce_session_settings(dict(session_settings))
                                  if isinstance(session_settings, Mapping)
@@ -309,7 +310,11 @@ class DshSession(SessionABC):
         return DshRunHooks(self)
 
     def _record_answer(self, items: list[dict[str, Any]], model: str) -> None:
-        """The model's output, durable before any of its tools runs (from the run hooks)."""
+        """The model's output, durable before any of its tools runs (from the run hooks).
+
+        An answer that calls no tool is written with the ``add_items`` the SDK makes next (it
+        hands the same items over at the end of the turn).
+        """
         with self._log.lock:
             shaper = self._log.open()
             self._settle()

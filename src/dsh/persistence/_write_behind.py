@@ -67,14 +67,21 @@ class WriteBehind:
             at most about ``n`` events plus a batch
             (docs/rules.md#restore-points-are-never-the-truth). For a store whose sessions are
             read cold often (the framework adapters use 256).
+        flush_only: False (default): a writer thread writes each window's batch. True: no
+            writer thread and no window; events are written only by a flush (the durability
+            barrier) and at close, on the caller's thread. For a writer that flushes after
+            every call anyway (the OpenAI Agents SDK session): its first write then starts no
+            thread.
 
     Raises:
-        ConfigError: ``batch_window_ms`` is not an integer in range, or ``restore_point_tail``
-            is neither None nor a positive integer (``bool`` is refused).
+        ConfigError: ``batch_window_ms`` is not an integer in range, ``restore_point_tail``
+            is neither None nor a positive integer (``bool`` is refused), or ``flush_only``
+            is not a bool.
     """
 
     batch_window_ms: int = 200
     restore_point_tail: int | None = None
+    flush_only: bool = False
 
     def __post_init__(self) -> None:
         value = self.batch_window_ms
@@ -87,6 +94,9 @@ class WriteBehind:
             raise ConfigError(f"WriteBehind.restore_point_tail must be None or an integer "
                               f"between 1 and {MAX_BATCH_WINDOW_MS} events, got {tail!r}",
                               json_path="$.restore_point_tail")
+        if type(self.flush_only) is not bool:
+            raise ConfigError(f"WriteBehind.flush_only must be a bool, got {self.flush_only!r}",
+                              json_path="$.flush_only")
 
 
 
@@ -155,9 +165,11 @@ class SessionWriter:
         self._fail_count = 0
         self._last_error: BaseException | None = None
         self._stop = False
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"dsh-write-behind:{session.id}")
-        self._thread.start()
+        self._thread: threading.Thread | None = None  # none with flush_only: flushes write
+        if not config.flush_only:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name=f"dsh-write-behind:{session.id}")
+            self._thread.start()
 
     # producer side -----------------------------------------------------------------------
 
@@ -166,6 +178,8 @@ class SessionWriter:
             return
         with self._cond:
             self._pending.extend(events)
+            if self._thread is None:
+                return  # flush_only: the next flush writes them
             if self._barriers:
                 self._cond.notify_all()
                 return
@@ -213,14 +227,7 @@ class SessionWriter:
             if not self._active and self._pending:
                 # The writer is idle: write the batch on this thread. A durable per-turn flush
                 # then costs one fsync, not two thread hand-offs around it.
-                batch, self._pending = self._pending, []
-                self._deadline = None
-                self._active = True
-                self._cond.release()
-                try:
-                    self._write_batch(batch, background=False)
-                finally:
-                    self._cond.acquire()
+                self._write_pending_here()
             # No wake-up for the writer here: the end of the write above woke it if events were
             # queued meanwhile, and with nothing to take it has nothing to do.
             try:
@@ -232,9 +239,25 @@ class SessionWriter:
                             f"writing session {self.session.id!r} to {self._url} failed "
                             f"({last!r}); its events are kept for the next flush",
                             session_id=self.session.id) from last
+                    if self._thread is None and not self._active:
+                        # flush_only: no writer thread takes what was queued during the
+                        # write above (another thread appended): this barrier writes it
+                        self._write_pending_here()
+                        continue
                     self._settled.wait()
             finally:
                 self._barriers -= 1
+
+    def _write_pending_here(self) -> None:
+        """Write the whole queue on this thread (``_cond`` held on entry and on return)."""
+        batch, self._pending = self._pending, []
+        self._deadline = None
+        self._active = True
+        self._cond.release()
+        try:
+            self._write_batch(batch, background=False)
+        finally:
+            self._cond.acquire()
 
     def close(self) -> None:
         """Final drain, then stop the thread and close the handle.
@@ -247,10 +270,7 @@ class SessionWriter:
             WriteFailedError: the final drain failed; the writer stays usable for a retry.
         """
         self.flush()
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        self._thread.join()
+        self._stop_thread()
         fold = self._fold
         if fold is not None and self._tail_bound is not None:
             # after the join: no write can move the log under the anchor
@@ -260,11 +280,15 @@ class SessionWriter:
 
     def abandon(self) -> None:
         """Stop the thread and close the handle without draining (teardown after failure)."""
+        self._stop_thread()
+        self.handle.close()
+
+    def _stop_thread(self) -> None:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        self._thread.join()
-        self.handle.close()
+        if self._thread is not None:
+            self._thread.join()
 
     # writer thread -----------------------------------------------------------------------
 
