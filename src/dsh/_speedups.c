@@ -4894,7 +4894,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 8) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 9) < 0) {
         Py_DECREF(module);
         return NULL;
     }
