@@ -159,3 +159,31 @@ def test_import_of_a_folder_counts_what_is_not_a_transcript_and_lists_it_with_ve
     assert named.returncode == 1 and named.stdout.startswith("failed ")
     as_json = json.loads(dsh(tmp_path, "import", str(folder), "--json").stdout)
     assert len(as_json["ignored"]) == 3 and as_json["failed"] == []
+
+
+def test_import_shows_the_folder_it_scans_on_a_terminal_and_nothing_when_piped(
+        tmp_path: Path) -> None:
+    # before: the whole tree was listed and sorted first with nothing on the screen
+    # (`dsh import /`: more than 15 s of silence)
+    from tests.cli.test_cli import Dsh
+    from tests.cli.test_progress import _run_on_pty
+
+    folder = tmp_path / "tree"
+    (folder / "deep" / "er").mkdir(parents=True)
+    (folder / "deep" / "er" / "notes.json").write_text("{}")
+    (folder / "locked").mkdir()
+    (folder / "locked").chmod(0)
+    cli = Dsh(tmp_path)
+    store = f"sqlite:{tmp_path / 'store.db'}"
+    try:
+        code, out, drawn = _run_on_pty(cli, "import", str(folder), "--store", store)
+        piped = dsh(tmp_path, "import", str(folder), "--store", store)
+    finally:
+        (folder / "locked").chmod(0o700)
+    assert code == 0 and b"looking for transcripts in" in drawn
+    assert b"\x1b" not in out and out.endswith(b"1 ignored (not transcripts; --verbose lists "
+                                               b"them)\n")
+    assert "looking for" not in piped.stderr and "\x1b" not in piped.stderr
+    if os.geteuid() != 0:  # root reads a folder of mode 0 all the same
+        assert f"note: 1 folder could not be read and was passed over: {folder / 'locked'}" \
+            in piped.stderr

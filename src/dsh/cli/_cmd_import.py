@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import gc
+import os
 import signal
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -99,17 +100,46 @@ def _is_claude_subagent(path: Path) -> bool:
     return (session_dir.parent / f"{session_dir.name}.jsonl").is_file()
 
 
-def _walk(paths: Sequence[Path]) -> Iterator[tuple[Path, bool]]:
-    """Yield ``(file, explicit)``: given files as is, folders walked in sorted order."""
+def _walk(paths: Sequence[Path], bar: Bar | None = None,
+          unreadable: list[Path] | None = None) -> Iterator[tuple[Path, bool]]:
+    """Yield ``(file, explicit)``: given files as is, folders walked in sorted order.
+
+    A folder is walked depth first, each folder's names sorted (the order of sorting every
+    path found), as it is read: the first files come before the whole tree is listed, and
+    ``bar`` says which folder is being read. Hidden files and folders are passed over, and so
+    are links to folders; a folder that cannot be read is put in ``unreadable``.
+    """
     for path in paths:
         if path.is_dir():
-            for found in sorted(path.rglob("*")):
-                if (found.is_file() and found.suffix.lower() in TRANSCRIPT_SUFFIXES
-                        and not any(part.startswith(".") for part in found.relative_to(path).parts)
-                        and not _is_claude_subagent(found)):
-                    yield found, False
+            yield from ((found, False) for found in _files_under(path, bar, unreadable)
+                        if not _is_claude_subagent(found))
         else:
             yield path, True
+
+
+def _files_under(folder: Path, bar: Bar | None,
+                 unreadable: list[Path] | None) -> Iterator[Path]:
+    if bar is not None:
+        bar.describe(str(folder))
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda entry: entry.name)
+    except OSError:
+        if unreadable is not None:
+            unreadable.append(folder)
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+            is_file = not is_dir and entry.is_file()
+        except OSError:
+            continue  # gone since it was listed
+        if is_dir:
+            yield from _files_under(Path(entry.path), bar, unreadable)
+        elif is_file and os.path.splitext(entry.name)[1].lower() in TRANSCRIPT_SUFFIXES:
+            yield Path(entry.path)
 
 
 @dataclass(slots=True)
@@ -480,7 +510,14 @@ def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
 def _import_all(persistence: Persistence, paths: Sequence[Path], fmt: str,
                 console: Console, *, verbose: bool) -> ImportReport:
     report = ImportReport()
-    files = list(_walk(paths))
+    unreadable: list[Path] = []
+    with progress("looking for transcripts in") as scan:  # a spinner: `dsh import /` is long
+        files = list(_walk(paths, scan, unreadable))
+    if unreadable:
+        console.print(f"note: {render.plural(len(unreadable), 'folder')} could not be read and "
+                      f"{'was' if len(unreadable) == 1 else 'were'} passed over: "
+                      + ", ".join(map(str, unreadable[:3]))
+                      + (", …" if len(unreadable) > 3 else ""), markup=False, highlight=False)
     for path, explicit in files:
         if explicit and not path.exists():
             raise ConfigError(f"cannot import {path}: no such file or folder", path=str(path))
