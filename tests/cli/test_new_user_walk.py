@@ -187,3 +187,27 @@ def test_import_shows_the_folder_it_scans_on_a_terminal_and_nothing_when_piped(
     if os.geteuid() != 0:  # root reads a folder of mode 0 all the same
         assert f"note: 1 folder could not be read and was passed over: {folder / 'locked'}" \
             in piped.stderr
+
+
+def test_erase_refuses_a_bad_where_before_saying_which_session_a_prefix_matched(
+        tmp_path: Path) -> None:
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    erased = dsh(tmp_path, "erase", "1111", "--where", "x", "--receipt", str(tmp_path / "r"))
+    assert erased.returncode == 2
+    assert erased.stderr.startswith("error[USAGE]: Invalid value for '--where': expected "
+                                    "KEY=VALUE, got 'x'")  # before: the prefix note came first
+    assert "is a prefix" not in erased.stderr and not (tmp_path / "r").exists()
+
+
+def test_import_of_a_symlink_loop_or_a_dangling_link_says_so(tmp_path: Path) -> None:
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop1")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone.jsonl")
+    loop = dsh(tmp_path, "import", str(tmp_path / "loop1"))
+    assert loop.returncode == 1
+    assert loop.stderr == (f"error[CONFIG]: cannot import {tmp_path / 'loop1'}: it is a symlink "
+                           "loop (a link that leads back to itself); name the real file\n")
+    dangling = dsh(tmp_path, "import", str(tmp_path / "dangling"))
+    assert dangling.stderr == (f"error[CONFIG]: cannot import {tmp_path / 'dangling'}: it is a "
+                               f"symlink to {tmp_path / 'gone.jsonl'}, which does not exist\n")
+    missing = dsh(tmp_path, "import", str(tmp_path / "none"))
+    assert missing.stderr.endswith("none: no such file or folder\n")

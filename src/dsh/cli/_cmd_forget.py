@@ -312,10 +312,11 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
         raise typer.BadParameter("an erasure needs --receipt FILE (its proof)",
                                  param_hint="'--receipt'")
     check_receipt(receipt, force=force)
+    scope = _where(where or []) or None  # a usage error before any note on the sessions named
     with cli_store(store, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids or ()]
         with _stop_on_interrupt() as interrupted:
-            made = erase_sessions(sessions, ids, where=_where(where or []) or None,
+            made = erase_sessions(sessions, ids, where=scope,
                                   reason=reason, by=_who(by), stop=lambda: bool(interrupted))
     _report_erasure(made, receipt, json_)
     _end_if_interrupted(made, interrupted)

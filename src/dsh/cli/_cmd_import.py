@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import errno
 import gc
 import os
 import signal
@@ -520,7 +521,7 @@ def _import_all(persistence: Persistence, paths: Sequence[Path], fmt: str,
                       + (", …" if len(unreadable) > 3 else ""), markup=False, highlight=False)
     for path, explicit in files:
         if explicit and not path.exists():
-            raise ConfigError(f"cannot import {path}: no such file or folder", path=str(path))
+            raise ConfigError(f"cannot import {path}: {_why_missing(path)}", path=str(path))
     for path in paths:
         if path.is_dir() and not any(found.parent.is_relative_to(path) for found, _ in files):
             console.print(f"note: {path} holds no transcript file (looked for "
@@ -562,6 +563,21 @@ def _import_all(persistence: Persistence, paths: Sequence[Path], fmt: str,
                           "interrupted left nothing behind", markup=False, highlight=False)
             raise
     return report
+
+
+def _why_missing(path: Path) -> str:
+    """Why ``path``, named on the command line, cannot be read: absent, a loop, a dangling link."""
+    loop = "it is a symlink loop (a link that leads back to itself); name the real file"
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # Python 3.11 raises this for a loop of links
+        return loop
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return loop
+        if path.is_symlink():
+            return f"it is a symlink to {os.readlink(path)}, which does not exist"
+    return "no such file or folder"
 
 
 def _default_roots(examples: bool, err: Console) -> list[Path]:
