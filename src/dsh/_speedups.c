@@ -4546,25 +4546,45 @@ rec_ws(const char *p, const char *end)
     return p;
 }
 
-/* p at '"': the byte after the closing quote, or NULL when unterminated; *escaped set when
- * the string holds a backslash, scan->surrogate for a \u escape of a surrogate. */
+/* p at '"': the byte after the closing quote, or NULL when the string is no JSON string
+ * orjson reads (unterminated, a raw control byte, an unknown escape, a short \u escape);
+ * *escaped set when it holds a backslash, scan->surrogate for a \u escape of a surrogate. */
 static const char *
 rec_string(const char *p, const char *end, int *escaped, RecScan *scan)
 {
     p++;
     while (p < end) {
-        char c = *p;
+        unsigned char c = (unsigned char)*p;
         if (c == '"') {
             return p + 1;
+        }
+        if (c < 0x20) {
+            return NULL;
         }
         if (c == '\\') {
             *escaped = 1;
             if (p + 1 >= end) {
                 return NULL;
             }
-            if (p[1] == 'u' && p + 5 < end && (p[2] == 'd' || p[2] == 'D')
-                    && p[3] != '\0' && strchr("89abcdefABCDEF", p[3]) != NULL) {
-                scan->surrogate = 1;
+            if (p[1] == 'u') {
+                int k, h, u = 0;
+                if (end - p < 6) {
+                    return NULL;
+                }
+                for (k = 2; k < 6; k++) {
+                    if ((h = jp_hex((unsigned char)p[k])) < 0) {
+                        return NULL;
+                    }
+                    u = (u << 4) | h;
+                }
+                if (u >= 0xD800 && u <= 0xDFFF) {
+                    scan->surrogate = 1;
+                }
+                p += 6;
+                continue;
+            }
+            if (p[1] == '\0' || strchr("\"\\/bfnrt", p[1]) == NULL) {
+                return NULL;
             }
             p += 2;  /* past the escaped character (an escaped quote too) */
             continue;
@@ -4574,44 +4594,136 @@ rec_string(const char *p, const char *end, int *escaped, RecScan *scan)
     return NULL;
 }
 
-/* The byte after the JSON value at p, or NULL when it is malformed at its ends. */
+/* The end of the number or literal at p, or NULL when it is none orjson reads as finite: a
+ * number whose integer digits and positive exponent pass REC_MAGNITUDE could overflow to
+ * infinity, which orjson refuses (declined, as any doubt is; an underflow reads as 0.0). */
+#define REC_MAGNITUDE 300
+static const char *
+rec_scalar(const char *p, const char *end)
+{
+    const char *d;
+    Py_ssize_t magnitude = 1, exponent = 0;
+    int negative = 0;
+    if (end - p >= 4 && (memcmp(p, "true", 4) == 0 || memcmp(p, "null", 4) == 0)) {
+        return p + 4;
+    }
+    if (end - p >= 5 && memcmp(p, "false", 5) == 0) {
+        return p + 5;
+    }
+    if (p < end && *p == '-') {
+        p++;
+    }
+    if (p < end && *p == '0') {
+        p++;
+    }
+    else {
+        for (d = p; p < end && is_digit(*p); p++) {
+        }
+        if (p == d) {
+            return NULL;
+        }
+        magnitude = p - d;
+    }
+    if (p < end && *p == '.') {
+        for (d = ++p; p < end && is_digit(*p); p++) {
+        }
+        if (p == d) {
+            return NULL;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) {
+            negative = *p == '-';
+            p++;
+        }
+        for (d = p; p < end && is_digit(*p); p++) {
+            if (exponent <= REC_MAGNITUDE) {
+                exponent = 10 * exponent + (*p - '0');
+            }
+        }
+        if (p == d) {
+            return NULL;
+        }
+    }
+    if (magnitude + (negative ? 0 : exponent) > REC_MAGNITUDE) {
+        return NULL;
+    }
+    return p;
+}
+
+/* The byte after the JSON value at p, or NULL when it is not a value orjson reads: the whole
+ * grammar is checked (separators, bracket pairs, strings, numbers), so a cut never vouches for
+ * text the reference's parse refuses. Nesting deeper than REC_DEPTH (orjson stops at 1024 in
+ * the whole text, which holds this value a few levels down) is declined. */
+#define REC_DEPTH 512
 static const char *
 rec_value(const char *p, const char *end, RecScan *scan)
 {
-    int ignored = 0;
+    char open[REC_DEPTH];  /* the closing bracket each open container waits for */
     Py_ssize_t depth = 0;
-    if (p >= end) {
-        return NULL;
-    }
-    if (*p == '"') {
-        return rec_string(p, end, &ignored, scan);
-    }
-    if (*p != '{' && *p != '[') {
-        const char *start = p;
-        while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t'
-               && *p != '\n' && *p != '\r') {
-            p++;
+    int ignored = 0;
+    for (;;) {
+        /* a value at p */
+        if (p >= end) {
+            return NULL;
         }
-        return p == start ? NULL : p;
-    }
-    while (p < end) {
-        char c = *p;
-        if (c == '"') {
-            p = rec_string(p, end, &ignored, scan);
-            if (p == NULL) {
+        if (*p == '"') {
+            if ((p = rec_string(p, end, &ignored, scan)) == NULL) {
                 return NULL;
             }
+        }
+        else if (*p == '{' || *p == '[') {
+            char close = *p == '{' ? '}' : ']';
+            if (depth == REC_DEPTH) {
+                return NULL;
+            }
+            open[depth++] = close;
+            p = rec_ws(p + 1, end);
+            if (p < end && *p == close) {
+                depth--;
+                p++;
+            }
+            else if (close == ']') {
+                continue;  /* the first item */
+            }
+            else {
+                goto member;
+            }
+        }
+        else if ((p = rec_scalar(p, end)) == NULL) {
+            return NULL;
+        }
+        /* after a value: the end of its containers, or the next item or member */
+        for (;;) {
+            if (depth == 0) {
+                return p;
+            }
+            p = rec_ws(p, end);
+            if (p < end && *p == open[depth - 1]) {
+                depth--;
+                p++;
+                continue;
+            }
+            if (p >= end || *p != ',') {
+                return NULL;
+            }
+            p = rec_ws(p + 1, end);
+            break;
+        }
+        if (open[depth - 1] == ']') {
             continue;
         }
-        if (c == '{' || c == '[') {
-            depth++;
+    member:
+        if (p >= end || *p != '"' || (p = rec_string(p, end, &ignored, scan)) == NULL) {
+            return NULL;
         }
-        else if ((c == '}' || c == ']') && --depth == 0) {
-            return p + 1;
+        p = rec_ws(p, end);
+        if (p >= end || *p != ':') {
+            return NULL;
         }
-        p++;
+        p = rec_ws(p + 1, end);
     }
-    return NULL;
 }
 
 /* One walk of the object at p (its end in *obj_end): names[0..count) name members to look for
@@ -4703,7 +4815,9 @@ PyDoc_STRVAR(record_texts_doc,
 "must be an object too. None when any of that is not so, and when the walk cannot vouch for\n"
 "its answer (the caller then parses the text): an empty path, a member name or the format\n"
 "written with a backslash escape, a \\u escape of a surrogate anywhere it read (orjson reads\n"
-"none), text that is not a JSON object. Reference: dsh.adapters._records.python_record_texts.");
+"none), text that is not a JSON object, text orjson would refuse (the walk checks the whole\n"
+"grammar; a number that might overflow and nesting past 512 levels are declined too).\n"
+"Reference: dsh.adapters._records.python_record_texts.");
 
 static PyObject *
 record_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)

@@ -93,10 +93,28 @@ def test_record_texts_cut_on_hand_written_rows(text: str) -> None:
     '{"source":{"adapterRecord":{"format":"openai-agents","records":[1]}}} trailing',
     '{"source":{"adapterRecord":{"format":"openai-agents","records":[1,]}}}',
     '{"source":{"adapterRecord":{"format":"openai-agents","records":[1',
+    # text orjson does not read, inside or outside the records: the caller's parse names it
+    '{"a":tru,"source":{"adapterRecord":{"format":"openai-agents","records":[1]}}}',
+    '{"a":[1}],"source":{"adapterRecord":{"format":"openai-agents","records":[1]}}}',
+    '{"source":{"x":{"a" 1},"adapterRecord":{"format":"openai-agents","records":[1]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[1 , tru]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[[1}]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[{"a":1,}]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[{"a"}]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[[1 2]]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[1e400]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[01]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":["a\x01"]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":["\\x"]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":["\\u12"]}}}',
+    '{"source":{"adapterRecord":{"format":"openai-agents","records":[' + '[' * 1100
+    + ']' * 1100 + ']}}}',
 ])
 def test_record_texts_declines_what_it_cannot_vouch_for(text: str) -> None:
     assert c_record_texts is not None
     assert c_record_texts(text, ("source", "adapterRecord"), FMT, None) is None
+    if "\\u" not in text and "trailing" not in text:
+        assert python_record_texts(text, ("source", "adapterRecord"), FMT) is None
 
 
 @example(json.dumps({"message": {"role": "user"}, "meta": {"adapterRecord": {
