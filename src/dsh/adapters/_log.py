@@ -34,7 +34,7 @@ from dsh._errors import (
 )
 from dsh._messages import create_assistant_message
 from dsh.adapters._records import RECORD_KEY as RECORD_KEY
-from dsh.adapters._records import record_picker
+from dsh.adapters._records import record_picker, records_at
 from dsh.agent import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.persistence import Persistence, SelectsEvents, WriteBehind, open_backend, read_pages
@@ -226,17 +226,7 @@ def records_of(event: Mapping[str, Any], fmt: str) -> Sequence[Any] | None:
     None when the event carries no record of format ``fmt``: it was written by dsh itself (a
     crash-repair result, a compaction summary) or by another tool.
     """
-    message = message_of(event)
-    if message is None:
-        return None
-    holder = message.get("source")
-    if event["type"] == "tool/result":
-        holder = event["data"].get("meta")
-    record = holder.get(RECORD_KEY) if isinstance(holder, dict) else None
-    if not isinstance(record, dict) or record.get("format") != fmt:
-        return None
-    records = record.get("records")
-    return records if isinstance(records, list) else None
+    return records_at(event["type"], event["data"], fmt)
 
 
 def _encode(record: Any) -> bytes | None:

@@ -11,13 +11,13 @@ parses), and runs when the accelerator is not built.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Any, Final
 
 import orjson
 
 from dsh.json import c_record_texts
 
-__all__ = ["RECORD_PATHS", "python_record_texts", "record_picker"]
+__all__ = ["RECORD_PATHS", "python_record_texts", "record_picker", "records_at"]
 
 RECORD_KEY: Final = "adapterRecord"
 """Key holding the framework records a message was made from: in the message's ``source``,
@@ -30,8 +30,36 @@ RECORD_PATHS: Final[Mapping[str, tuple[tuple[str, ...], str | None]]] = {
     "tool/result": (("meta", RECORD_KEY), "message"),
 }
 """Per event type: where its data holds the records, and a member that must be an object
-(a ``tool/result`` keeps its records in ``data.meta`` beside its ``data.message``), as
-``dsh.adapters._log.records_of`` reads them."""
+(a ``tool/result`` keeps its records in ``data.meta`` beside its ``data.message``): the one
+place :func:`records_at` (so ``dsh.adapters._log.records_of``) and the C cut read it from."""
+
+
+def records_at(etype: str, data: Any, fmt: str) -> list[Any] | None:
+    """The records of format ``fmt`` that the data of an event of type ``etype`` holds, or None.
+
+    Args:
+        etype: The event's type (only those in :data:`RECORD_PATHS` hold records).
+        data: The event's ``data`` (a dict, frozen or plain; anything else holds none).
+        fmt: The record format wanted.
+
+    Returns:
+        The ``records`` list at the type's path, as stored; None when the type holds no
+        records, a member on the way (or the one that must be) is not an object, the format
+        differs or ``records`` is not a list.
+    """
+    where = RECORD_PATHS.get(etype)
+    if where is None or not isinstance(data, dict):
+        return None
+    path, need = where
+    if need is not None and not isinstance(data.get(need), dict):
+        return None
+    value: Any = data
+    for name in path:
+        value = value.get(name) if isinstance(value, dict) else None
+    if not isinstance(value, dict) or value.get("format") != fmt:
+        return None
+    records = value.get("records")
+    return records if isinstance(records, list) else None
 
 
 def python_record_texts(text: str, path: tuple[str, ...], fmt: str,
