@@ -8,13 +8,10 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import signal
 import socket
 import stat
 import sys
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,6 +27,7 @@ from dsh.cli._common import (
     StoreOption,
     WaitOption,
     cli_store,
+    deferred_interrupts,
     json_mode,
     require_session,
     stderr_console,
@@ -315,7 +313,7 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
     scope = _where(where or []) or None  # a usage error before any note on the sessions named
     with cli_store(store, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids or ()]
-        with _stop_on_interrupt() as interrupted:
+        with deferred_interrupts() as interrupted:
             made = erase_sessions(sessions, ids, where=scope,
                                   reason=reason, by=_who(by), stop=lambda: bool(interrupted))
     _report_erasure(made, receipt, json_)
@@ -331,21 +329,6 @@ def _end_if_interrupted(made: ErasureReceipt, interrupted: list[int]) -> None:
         raise KeyboardInterrupt
 
 
-@contextmanager
-def _stop_on_interrupt() -> Iterator[list[int]]:
-    """Turn Ctrl-C into a request to stop after the session being erased (the list fills).
-
-    A session's rewrite is never cut short, and the receipt of the sessions done is written.
-    """
-    caught: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield caught
-        return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield caught
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _report_erasure(made: ErasureReceipt, receipt: Path | None, json_: bool) -> None:
@@ -407,7 +390,7 @@ def rm(session_ids: SessionsArg,
     with cli_store(store, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids]
         if purge:
-            with _stop_on_interrupt() as interrupted:
+            with deferred_interrupts() as interrupted:
                 made = purge_sessions(sessions, ids, reason=reason, by=_who(by),
                                       stop=lambda: bool(interrupted))
         else:

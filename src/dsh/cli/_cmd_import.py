@@ -6,8 +6,6 @@ import enum
 import errno
 import gc
 import os
-import signal
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +32,7 @@ from dsh.cli._common import (
     StoreOption,
     WaitOption,
     cli_store,
+    deferred_interrupts,
     json_mode,
     stderr_console,
     stdout_console,
@@ -400,15 +399,8 @@ def _uninterrupted() -> Iterator[None]:
     Reading and validating a file stay interruptible (nothing is written then); the writes of
     one file (create, append, flush per session) finish first, then the interrupt is raised.
     """
-    if threading.current_thread() is not threading.main_thread():
+    with deferred_interrupts() as caught:
         yield
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if caught:
         raise KeyboardInterrupt
 

@@ -6,6 +6,8 @@ import difflib
 import os
 import re
 import shlex
+import signal
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -459,3 +461,23 @@ def model_view(read: Inspection, fmt: str, target_model: str | None = None) -> A
 
         return to_anthropic(messages, target_model=target_model)
     return list(messages)  # the snapshot as the JSON array the command prints
+
+
+@contextmanager
+def deferred_interrupts() -> Iterator[list[int]]:
+    """Hold Ctrl-C (SIGINT) while the block runs: each one is recorded, not raised.
+
+    Yields the list the interrupts are appended to (a signal number each), so a command can
+    finish the write it is in, or stop between two of them, and then say so. The previous
+    handler is back when the block ends. Outside the main thread Python delivers no signal
+    to a handler of ours: the list stays empty and Ctrl-C is handled as it would be anyway.
+    """
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous)
