@@ -42,6 +42,7 @@ CASES = {
     "cli-search-store": ["bench.bench_cli", "--sizes", "", "--import-mb", "0", "--sessions", "4",
                          "--search-events", "200", "--search-backends", "jsonl,sqlite",
                          "--runs", "1"],
+    "unpack": ["bench.bench_unpack", "--nodes", "5000", "--runs", "1"],
     "erase": ["bench.bench_erase", "--sessions", "20", "--subject", "2"],
     "integrity-page-in": ["bench.bench_integrity", "--page-in", "--events", "2000", "--runs",
                           "1"],

@@ -757,31 +757,38 @@ def test_packed_node_differences_summing_out_of_range_are_refused() -> None:
                                     backend="sqlite")
 
 
-def test_packed_nodes_without_a_zlib_header_or_trailer_are_refused() -> None:
-    # the deflate data is inflated raw (the body's SHA-256 already vouched for the bytes, so
-    # the Adler-32 is not computed again): the zlib header is still checked, and a stream
-    # whose 4-byte trailer is missing, or followed by more bytes, is refused
+@pytest.mark.parametrize("prefix", [b"zb:", b"zd:"])
+def test_packed_nodes_follow_one_inflate_rule_in_either_form(prefix: bytes) -> None:
+    # docs/formats.md#restore-points: both forms are inflated raw (the body's SHA-256 already
+    # vouched for the bytes, so the Adler-32 is not computed again): the zlib header is still
+    # checked, and a stream whose 4-byte trailer is missing, or followed by more bytes, is
+    # refused; a trailer whose Adler-32 is wrong is not looked at, in either form
     import zlib
     from array import array
     from binascii import b2a_base64
     seqs = list(range(2, 2 * rp.PACKED_NODES_MIN + 2, 2))
     data = _packed_point(seqs, 2 * rp.PACKED_NODES_MIN + 2)
     body = data.partition(b"\n")[2]
-    # rising seqs are written "zb:": the int64 form is put in its place ("zd:" + the stream)
+    # rising seqs are written "zb:": the form under test is put in its place
     start = body.index(b'"nodes":"zb:') + len(b'"nodes":"')
     text = body[start:body.index(b'"', start)]
-    stream = zlib.compress(array("q", [2] * len(seqs)).tobytes())
-    assert rp.decode_restore_point(_resealed(body.replace(text, b"zd:" + b2a_base64(
-        stream, newline=False))), session_id="s", backend="sqlite").state.nodes == seqs
-    raw = zlib.compressobj(wbits=-15)
-    headerless = raw.compress(array("q", [2] * len(seqs)).tobytes()) + raw.flush()
+    raw = bytes([2] * len(seqs)) if prefix == b"zb:" else array("q", [2] * len(seqs)).tobytes()
+
+    def decoded(stream: bytes) -> Any:
+        return rp.decode_restore_point(_resealed(body.replace(text, prefix + b2a_base64(
+            stream, newline=False))), session_id="s", backend="sqlite").state.nodes
+
+    stream = zlib.compress(raw)
+    assert decoded(stream) == seqs
+    assert decoded(stream[:-4] + bytes(b ^ 0xFF for b in stream[-4:])) == seqs
+    headerless = zlib.compressobj(wbits=-15)
+    headerless_stream = headerless.compress(raw) + headerless.flush()
     gzipped = zlib.compressobj(wbits=31)
-    gzip_stream = gzipped.compress(array("q", [2] * len(seqs)).tobytes()) + gzipped.flush()
-    for bad in (stream[:-4], stream[:-1], stream + b"\0", headerless, gzip_stream,
-                bytes([stream[0], stream[1] ^ 0x20]) + stream[2:]):
+    gzip_stream = gzipped.compress(raw) + gzipped.flush()
+    for bad in (stream[:-4], stream[:-1], stream + b"\0", headerless_stream, gzip_stream,
+                bytes([stream[0], stream[1] ^ 0x20]) + stream[2:], stream[:len(stream) // 2]):
         with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
-            rp.decode_restore_point(_resealed(body.replace(text, b"zd:" + b2a_base64(
-                bad, newline=False))), session_id="s", backend="sqlite")
+            decoded(bad)
 
 
 def _nodes_text(body: bytes, prefix: bytes) -> bytes:

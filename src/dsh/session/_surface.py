@@ -134,51 +134,58 @@ faulted in (at 1M events, 1,325 page faults for the inflate of 364k nodes at 256
 _ZLIB_TRAILER: Final = 4  # the Adler-32 of a zlib stream, after its deflate data
 
 
-def _raw_deflate(packed: bytes) -> memoryview:
-    """The deflate data of the zlib stream ``packed``: its 2-byte header checked and stepped over.
+def _inflated(packed: bytes, limit: int, chunk_bytes: int) -> Iterator[bytes]:
+    """The bytes zlib-compressed in ``packed``, inflated at most ``chunk_bytes`` at a time.
 
-    The Adler-32 trailer is left to the caller (see :func:`_inflate`).
+    The one rule both packed forms (:meth:`NodeSeqs.unpack`, :meth:`NodeSeqs.unpack_narrow`)
+    are read by: the 2-byte zlib header is checked (RFC 1950: deflate, a window of at most
+    32 KiB, no preset dictionary, the check bits), the deflate data is inflated raw, and the
+    stream must end in exactly its 4-byte Adler-32 trailer, which is not computed again: every
+    caller's bytes were checked whole before (a restore point's body by its SHA-256,
+    docs/formats.md#restore-points; or kept in memory since). At 1M events it would be an
+    Adler-32 over 2.9 MB of inflated seqs (``"zd:"``), a quarter of the inflate.
 
     Raises:
-        ValueError: not a zlib header (RFC 1950: deflate, a window of at most 32 KiB, no preset
-            dictionary, the check bits).
+        ValueError: not a zlib header, not a whole zlib stream (cut short, or bytes after its
+            trailer), or more than ``limit`` bytes inflated.
     """
     if len(packed) < 2 + _ZLIB_TRAILER or packed[0] & 0x0F != 8 or packed[0] >> 4 > 7 \
             or packed[1] & 0x20 or (packed[0] << 8 | packed[1]) % 31:
         raise ValueError("packed node seqs do not inflate (not a zlib stream)")
-    return memoryview(packed)[2:]
+    decompressor = zlib.decompressobj(-15)
+    data: bytes | memoryview = memoryview(packed)[2:]
+    decompress = decompressor.decompress
+    left_bytes = limit  # of inflated output allowed
+    try:
+        while not decompressor.eof:
+            out = decompress(data, chunk_bytes)
+            data = decompressor.unconsumed_tail
+            if not out and not data:
+                break  # a truncated stream: refused below
+            left_bytes -= len(out)
+            if left_bytes < 0:
+                raise ValueError("packed node seqs hold more seqs than allowed")
+            yield out
+    except zlib.error as exc:  # (only decompress raises it: a yield hands out bytes only)
+        raise ValueError(f"packed node seqs do not inflate ({exc})") from None
+    if not decompressor.eof or len(decompressor.unused_data) != _ZLIB_TRAILER:
+        raise ValueError("packed node seqs do not inflate to whole seqs")
 
 
 def _inflate(packed: bytes, limit: int) -> array[int]:
     """The int64 array zlib-compressed in ``packed``, inflated a chunk at a time.
 
-    The deflate data is inflated raw: the stream's Adler-32 (its last 4 bytes, which must be
-    there) is not computed again, as every caller's bytes were checked whole before (a restore
-    point's body by its SHA-256, docs/formats.md#restore-points; or kept in memory since). At 1M
-    events it would be an Adler-32 over 2.9 MB of inflated seqs, a quarter of the inflate.
-
     Raises:
-        ValueError: not a whole zlib stream of whole int64s, or more than ``limit`` bytes.
+        ValueError: as :func:`_inflated`, or not whole int64s.
     """
     seqs = array("q")
     carry = b""  # an inflated chunk may end inside a seq
-    decompressor = zlib.decompressobj(-15)
-    data: bytes | memoryview = _raw_deflate(packed)
-    try:
-        while not decompressor.eof:
-            out = decompressor.decompress(data, _INFLATE_CHUNK)
-            data = decompressor.unconsumed_tail
-            if not out and not data:
-                break  # a truncated stream: refused below
-            piece = carry + out if carry else out
-            whole = len(piece) - len(piece) % 8
-            if 8 * len(seqs) + whole > limit:
-                raise ValueError("packed node seqs hold more seqs than allowed")
-            seqs.frombytes(piece[:whole] if whole != len(piece) else piece)
-            carry = piece[whole:]
-    except zlib.error as exc:
-        raise ValueError(f"packed node seqs do not inflate ({exc})") from None
-    if carry or not decompressor.eof or len(decompressor.unused_data) != _ZLIB_TRAILER:
+    for out in _inflated(packed, limit, _INFLATE_CHUNK):
+        piece = carry + out if carry else out
+        whole = len(piece) - len(piece) % 8
+        seqs.frombytes(piece[:whole] if whole != len(piece) else piece)
+        carry = piece[whole:]
+    if carry:
         raise ValueError("packed node seqs do not inflate to whole seqs")
     if sys.byteorder == "big":
         seqs.byteswap()
@@ -188,19 +195,12 @@ def _inflate(packed: bytes, limit: int) -> array[int]:
 def _inflate_narrow(packed: bytes, limit: int) -> bytes:
     """The one-byte differences zlib-compressed in ``packed`` (at most ``limit`` of them).
 
+    Inflated at once (an eighth of the bytes :func:`_inflate` gives).
+
     Raises:
-        ValueError: not a whole zlib stream, or more than ``limit`` differences.
+        ValueError: as :func:`_inflated`.
     """
-    decompressor = zlib.decompressobj()
-    try:
-        raw = decompressor.decompress(packed, limit + 1)
-    except zlib.error as exc:
-        raise ValueError(f"packed node seqs do not inflate ({exc})") from None
-    if len(raw) > limit:
-        raise ValueError("packed node seqs hold more seqs than allowed")
-    if not decompressor.eof or decompressor.unused_data:
-        raise ValueError("packed node seqs do not inflate to whole seqs")
-    return raw
+    return b"".join(_inflated(packed, limit, limit + 1))
 
 
 def _widened(differences: bytes, bound: int) -> array[int]:
