@@ -2,7 +2,8 @@
 
 Run: ``python -m bench.bench_resume_ckpt [--sizes 100000,1000000] [--runs 5]
 [--backend jsonl-packed,sqlite] [--cache /tmp/dsh-bench-ckpt] [--full-read-up-to 100000]
-[--uncompacted] [--server postgresql://postgres@127.0.0.1:5432/postgres]``.
+[--uncompacted] [--server postgresql://postgres@127.0.0.1:5432/postgres] [--no-derive]
+[--before DIR]``.
 
 Each session is written by the write path (``SessionStore`` + write-behind, a flush every 50
 turns) with the msg workload of ``../shared/bench/WORKLOADS.md``; like a real agent it compacts
@@ -25,7 +26,11 @@ cut, closers and end-seed included). With ``--full-read-up-to N`` sessions up to
 also resumed with the restore point removed (the full read), for comparison. The ``postgres``
 backend (not in ``all``) builds in a schema of its own on ``--server``; its runs resume the one
 stored session in turn (the first run commits an open turn's closers, later runs resume the
-repaired log).
+repaired log). ``--no-derive`` skips the first derive (the resume's figures only: a 1M
+derive takes seconds). ``--before DIR`` also resumes each copy with the code of another
+checkout (``DIR/src`` first on ``PYTHONPATH``), alternating with this one run by run, and
+prints its row above this one's (``before`` / ``after``): on a loaded machine only figures
+taken side by side compare.
 """
 
 from __future__ import annotations
@@ -101,7 +106,7 @@ def build(url: str, events: int, *, open_turn: bool, compact: bool = True) -> di
     return facts
 
 
-def child(url: str) -> dict[str, Any]:
+def child(url: str, *, derive: bool = True) -> dict[str, Any]:
     import dsh
     from dsh.persistence import _restore_point as rp
     from dsh.session._paging import PagedLog
@@ -118,7 +123,7 @@ def child(url: str) -> dict[str, Any]:
     t1 = now_ms()
     c1 = time.process_time()
     rss = _rss_mb("VmHWM") - idle
-    messages = session.derive_messages()
+    messages = session.derive_messages() if derive else ()
     t2 = now_ms()
     c2 = time.process_time()
     result = {"resume_ms": t1 - t0, "open_ms": t_open - t0, "rss_mb": rss, "derive_ms": t2 - t1,
@@ -197,9 +202,37 @@ def _put_restore_points(url: str, rows: list[tuple[str, bytes]]) -> None:
                          (sid, data))
 
 
+def _child_args(url: str, derive: bool) -> list[str]:
+    return ["--url", url, *(() if derive else ("--no-derive",))]
+
+
+def _run_pair(url: str, derive: bool, before: Path | None,
+              out: list[dict[str, Any]], out_before: list[dict[str, Any]]) -> None:
+    """One child of ``before``'s code (when given) on a copy, then one of this code."""
+    if before is not None:
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(before / "src"), *(() if old is None else (old,))])
+        try:
+            out_before.append(run_child("bench.bench_resume_ckpt", _child_args(url, derive)))
+        finally:
+            if old is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = old
+    out.append(run_child("bench.bench_resume_ckpt", _child_args(url, derive)))
+
+
 def _runs(master: Path, backend: str, runs: int, *, restore_point: bool,
-          server: str) -> dict[str, float]:
-    out = []
+          server: str, derive: bool = True, before: Path | None = None,
+          out_before: list[dict[str, Any]] | None = None) -> dict[str, float]:
+    """Median child figures of ``runs`` resumes of copies of ``master``.
+
+    With ``before``, each run first resumes a copy with that checkout's code, its results
+    appended to ``out_before``.
+    """
+    out: list[dict[str, Any]] = []
+    kept = out_before if out_before is not None else []
     if backend == "postgres":
         # no cheap copy of a schema: every run resumes the stored session in turn (the first
         # run commits an open turn's closers; later runs resume the repaired log)
@@ -207,25 +240,29 @@ def _runs(master: Path, backend: str, runs: int, *, restore_point: bool,
         saved = [] if restore_point else _take_restore_points(url)
         try:
             for _ in range(runs):
-                out.append(run_child("bench.bench_resume_ckpt", ["--url", url]))
+                _run_pair(url, derive, before, out, kept)
         finally:
             _put_restore_points(url, saved)
         return medians(out)
     for i in range(runs):
-        run_root = master.parent / f"{master.name}.run{i}"
-        shutil.rmtree(run_root, ignore_errors=True)
-        shutil.copytree(master, run_root)
-        if not restore_point:
-            for path in run_root.rglob("*.ckpt"):
-                path.unlink()
+        copies = [master.parent / f"{master.name}.run{i}{side}"
+                  for side in (("b", "") if before is not None else ("",))]
+        for run_root in copies:
+            shutil.rmtree(run_root, ignore_errors=True)
+            shutil.copytree(master, run_root)
+            if not restore_point:
+                for path in run_root.rglob("*.ckpt"):
+                    path.unlink()
         # the copy on disk, as a log is after a restart: else the resume's first fsync (the
         # closers of an open turn) writes back the whole copied file (~80 ms at 1M events)
         os.sync()
         try:
-            out.append(run_child("bench.bench_resume_ckpt", ["--url",
-                                                             _url(backend, run_root, server)]))
+            if before is not None:
+                _run_pair(_url(backend, copies[0], server), derive, before, [], kept)
+            _run_pair(_url(backend, copies[-1], server), derive, None, out, kept)
         finally:
-            shutil.rmtree(run_root, ignore_errors=True)
+            for run_root in copies:
+                shutil.rmtree(run_root, ignore_errors=True)
     return medians(out)
 
 
@@ -252,11 +289,15 @@ def main() -> None:
                         help="PostgreSQL server of the postgres backend")
     parser.add_argument("--schema-prefix", default=SCHEMA_PREFIX,
                         help="prefix of the postgres backend's schema names")
+    parser.add_argument("--no-derive", action="store_true",
+                        help="skip the first derive_messages (resume figures only)")
+    parser.add_argument("--before", type=existing_dir, default=None,
+                        help="a checkout whose code also resumes each copy, alternating")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.url)))
+        print(json.dumps(child(args.url, derive=not args.no_derive)))
         return
     _set_schema_prefix(args.schema_prefix)
     temporary = Path(tempfile.mkdtemp(prefix="dsh-bench-ckpt-", dir=args.dir)) \
@@ -271,6 +312,8 @@ def main() -> None:
 
 
 Row = tuple[str, int, str, dict[str, Any], dict[str, float], dict[str, float] | None]
+"""backend, size, variant, build facts, through the restore point, full read (or None);
+the variant ends in `` before`` for a ``--before`` checkout's row."""
 
 
 def _measure(args: argparse.Namespace, cache: Path) -> list[Row]:
@@ -282,11 +325,17 @@ def _measure(args: argparse.Namespace, cache: Path) -> list[Row]:
             for variant in args.variants.split(","):
                 master, facts = _cached(cache, backend, size, variant,
                                         compact=not args.uncompacted, server=args.server)
+                kept: list[dict[str, Any]] = []
                 paged = _runs(master, backend, args.runs, restore_point=True,
-                              server=args.server)
+                              server=args.server, derive=not args.no_derive,
+                              before=Path(args.before) if args.before else None,
+                              out_before=kept)
                 full = (_runs(master, backend, max(1, args.runs // 2), restore_point=False,
-                              server=args.server)
+                              server=args.server, derive=not args.no_derive)
                         if size <= args.full_read_up_to else None)
+                if kept:
+                    rows.append((backend, size, f"{variant} before", facts, medians(kept),
+                                 None))
                 rows.append((backend, size, variant, facts, paged, full))
     return rows
 

@@ -96,10 +96,12 @@ from dsh.persistence._seal import (
     publish_head,
     read_elided,
     read_seal,
+    read_seal_after,
     refuse_reseal_over_damage,
     reset_seal,
     restore_point_mark,
     seal_binding,
+    seal_cut,
     stage_seal,
     staged_seals,
 )
@@ -1324,6 +1326,7 @@ class JsonlHandle(HandleBase):
             if link is None:
                 return
             if tail.seal_rewrite:
+                self._unelide()  # the records a resume left unread go into the whole file
                 reset_seal(path, b"", [], chain=chain)
                 tail.seal_rewrite = False
                 return
@@ -1443,13 +1446,19 @@ class JsonlHandle(HandleBase):
         Where the seal file holds exactly this handle's records up to ``end``, the
         :class:`SealCut` of the file as it is (one digest of its bytes, which a resume checks
         without parsing them); else the digest of the records themselves. None: the records
-        could not be read (no anchor now).
+        could not be read (no anchor now). A Zstandard log has no range seal: the cut of its
+        chain sidecar when this handle has it loaded and nothing pending, else ""
+        (docs/formats.md#restore-points).
         """
         tail = self._tail
         assert tail is not None
         seals = tail.seals
         if seals is None:
-            return ""
+            if not tail.chain_loaded or tail.chain is None or tail.seal_rewrite:
+                return ""
+            # the sidecar holds exactly this chain: a resumed writer appends to it
+            cut = seal_cut(self._seal_path(), 0, 0, tail.chain)
+            return cut.encode() if cut is not None else ""
 
         def rewrite() -> None:
             self._unelide()
@@ -1559,20 +1568,22 @@ class JsonlHandle(HandleBase):
                 raise rp.RestorePointRefused("cut") from None
         count = restore_point.anchor.event_count + len(events)
         self._pending_header = None
+        chain, cut, clean = found.chain, found.seal_cut, found.seal_clean
+        if zstd:
+            chain, cut, clean = self._zstd_chain_after(restore_point.anchor)
         self._tail = _Tail(True, count, found.size, None, count, found.size,
                            seals=found.records if not zstd else None, index=found.index,
                            header_end=found.header_end,
                            header_digest=restore_point.anchor.header_digest,
                            restore_marks=list(found.restore_marks),
-                           chain=found.chain if not zstd else ChainState([]),
-                           chain_loaded=not zstd,
-                           seal_cut=found.seal_cut if not zstd else None,
+                           chain=chain if chain is not None else ChainState([]),
+                           # Zstandard without a sidecar cut: loaded at the first flush
+                           chain_loaded=chain is not None, seal_cut=cut,
                            # a chained seal that ends cleanly is appended to, not rewritten
-                           seal_rewrite=zstd or not found.seal_clean)
+                           seal_rewrite=not clean)
         if self._mode == "write":
             self._listing_reset(True)  # load_tail refuses a torn tail
         anchor = restore_point.anchor
-        cut = found.seal_cut
         seal_path = self._seal_path()
         source = jrp.JsonlPrefixSource(
             self.path, self._backend.compression, anchor.event_count, anchor.byte_offset,
@@ -1580,6 +1591,32 @@ class JsonlHandle(HandleBase):
             elided=None if cut is None or zstd
             else lambda: read_elided(seal_path, cut, chain=False)[0])
         return restore_point, ColdRead(header, tuple(events), None, found.revision), source
+
+    def _zstd_chain_after(self, anchor: rp.Anchor
+                          ) -> tuple[ChainState | None, SealCut | None, bool]:
+        """A resumed Zstandard writer's chain: ``(chain, cut, clean)`` from its sidecar's cut.
+
+        The anchor's ``sealDigest`` names the chain sidecar as its writer left it
+        (docs/formats.md#restore-points): the bytes before the cut are checked by one SHA-256
+        and the records after it read, so the writer appends to the sidecar instead of
+        reading and rewriting it whole at its first flush. ``(None, None, False)`` (the chain
+        loaded at the first flush, as before the cut existed) for an anchor without a cut
+        (written before it), and for a sidecar that is gone, rewritten since, damaged, holds
+        range records, or whose last record binds another header frame: that load names the
+        damage or starts the chain again, as it always did.
+        """
+        cut = SealCut.decode(anchor.seal_digest)
+        if cut is None or cut.records or cut.tail:
+            return None, None, False
+        try:
+            found = read_seal_after(self._seal_path(), cut)
+        except (DshError, OSError):
+            return None, None, False
+        if found is None or found.records or found.identity or found.version != 2 or (
+                found.chain and found.chain[-1].incarnation
+                != incarnation_bytes(anchor.header_digest)):
+            return None, None, False
+        return found.chain_state(), found.elided, found.clean
 
     # --- ranges (ReadsRanges: a log without a restore point read by page) -------------
 
