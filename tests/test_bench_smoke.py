@@ -35,6 +35,10 @@ CASES = {
     "resume-checkpoint-uncompacted": ["bench.bench_resume_ckpt", "--sizes", "3000", "--runs",
                                       "1", "--backend", "jsonl-zstd", "--variants", "balanced",
                                       "--uncompacted"],
+    # --before: this checkout again stands for the other one; its row above this one's
+    "resume-checkpoint-before": ["bench.bench_resume_ckpt", "--sizes", "3000", "--runs", "1",
+                                 "--backend", "jsonl-zstd", "--variants", "open",
+                                 "--uncompacted", "--no-derive", "--before", str(REPO)],
     "effects": ["bench.bench_effects", "--kills", "2", "--classes", "idempotent,irreversible"],
     "cache": ["bench.bench_cache", "--turns", "3", "--wires", "openai"],
     "cli": ["bench.bench_cli", "--sizes", "300", "--import-mb", "0.05", "--sessions", "5",
@@ -77,3 +81,13 @@ def test_bench_script_runs_and_prints_a_table(case: str, tmp_path: Path) -> None
     assert lines[separator + 1].startswith("| ")
     # every temporary store was removed
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_resume_bench_prints_the_before_row_above_this_one(tmp_path: Path) -> None:
+    """``--before`` resumes each copy with the other checkout's code too: two rows per size."""
+    proc = subprocess.run([sys.executable, "-m", *CASES["resume-checkpoint-before"], "--dir",
+                           str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| jsonl")]
+    assert [row[2] for row in rows] == ["open before", "open"]
+    assert all(row[-3] == "yes" for row in rows)  # both resumed through the restore point
