@@ -436,3 +436,41 @@ def test_session_list_columns_filters_and_sorts_come_from_the_listing(tmp_path: 
             assert 'aria-sort="descending"' in sorted_page
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_a_model_view_kept_before_an_erasure_is_not_shown_after_it(
+        tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A running viewer shows none of an erased session's content (docs/forgetting.md#erasure).
+
+    An erasure keeps every seq (tombstones), so a kept model view's event still matched and
+    the pane went on showing the erased system prompt and messages from the fold kept before
+    it, for as long as the viewer ran.
+    """
+    from dsh.rights import erase
+    from dsh.view import _data
+
+    monkeypatch.setattr(_data, "_FULL_READ_TTL_S", 0.0)  # its 5 s reuse is not under test
+
+    url = f"{backend}:{tmp_path / ('s.db' if backend == 'sqlite' else 'j')}"
+    with dsh.open(url) as store:
+        s = store.session("victim", header={"createdAt": 1_767_225_600_000})
+        s.append("request/header", {"header": {"config": {"provider": "acme", "model": "m"},
+                                               "system": "the code is ZQX-SYSTEM-SECRET"},
+                                    "reason": "initial"})
+        stores.write_turns(s, 3)
+        last = len(s.events) - 1
+    view = ViewStore(url)
+    with TestClient(create_app(view, token=TOKEN)) as c:
+        def pane(seq: int) -> str:
+            return c.get(f"/s/victim/model/{seq}?fragment=1&token={TOKEN}").text
+
+        before = [pane(seq) for seq in (last, last - 6, last)]
+        assert all("ZQX-SYSTEM-SECRET" in text and "answer 3" in before[0] for text in before)
+        with dsh.open(url) as store:
+            erase(store, ["victim"])
+        after = [pane(seq) for seq in (last, last - 6, last + 1)]
+    view.close()
+    assert all("Request as of" in text for text in after)
+    assert [("ZQX-SYSTEM-SECRET" in text, "answer 3" in text) for text in after] == [
+        (False, False)] * 3

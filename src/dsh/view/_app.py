@@ -337,10 +337,10 @@ class _Viewer:
                 # from it (docs/view.md#the-model-view)
                 with contextlib.suppress(DshError):  # the full fold below names what is wrong
                     since = model_request(events, seq - PAGE_EVENTS, last=0, restore=restore)
-                    self.store.keep_fold(opened.id, since, events[since.seq])
+                    self.store.keep_fold(opened.id, since, events)
             context, folded = _model_context(events, seq, answer, restore, since)
             if folded is not None and folded is not since:
-                self.store.keep_fold(opened.id, folded, events[seq])
+                self.store.keep_fold(opened.id, folded, events)
         context.update(sid=opened.id, seq=seq)
         if part == "header" and not context.get("error"):
             return _html(render("_model_header.html", **context))

@@ -25,6 +25,7 @@ import dsh
 from dsh import DshError, Event, SessionNotFoundError
 from dsh.json import FrozenDict
 from dsh.persistence import SearchResults, StoredPages, message_texts
+from dsh.rights import REDACTION_APPLIED
 from dsh.transcript import ModelRequest
 
 _FULL_READ_TTL_S: Final = 5.0
@@ -38,6 +39,24 @@ _LISTING_TTL_S: Final = 5.0
 
 _FOLDS_KEPT: Final = 4
 """Model views kept (the latest answered, any session) for the next one to continue from."""
+
+_REWRITE_LOOKAHEAD: Final = 4096
+"""Events appended since a kept model view was folded that are searched for a rewrite's record;
+a log grown by more is folded anew rather than read that far (docs/view.md#the-model-view)."""
+
+
+def _rewritten_since(events: Sequence[Event], length: int) -> bool:
+    """Whether the log ``events`` may have been rewritten since it held ``length`` events.
+
+    A rewrite (redaction, erasure) appends its ``redaction/applied`` record after the events
+    it replaced, so one among the events past ``length`` says so; a log shorter than it was is
+    not the same log. A log grown by more than :data:`_REWRITE_LOOKAHEAD` events counts as
+    rewritten (its view is folded anew) instead of being paged in that far.
+    """
+    grown = len(events) - length
+    if grown < 0 or grown > _REWRITE_LOOKAHEAD:
+        return True
+    return any(event["type"] == REDACTION_APPLIED for event in events[length:])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,7 +176,9 @@ class ViewStore:
         self._listing_lock = threading.Lock()  # one listing at a time; the others wait for it
         self._full: OrderedDict[str, tuple[float, StoredPages]] = OrderedDict()
         self._listing: tuple[float, list[SessionInfo], list[DshError]] | None = None
-        self._folds: OrderedDict[tuple[str, int], tuple[ModelRequest, Event]] = OrderedDict()
+        # (session, seq) -> (the view, the event at its seq, the log's length when kept)
+        self._folds: OrderedDict[tuple[str, int], tuple[ModelRequest, Event, int]] = \
+            OrderedDict()
 
     def close(self) -> None:
         """Close the store (nothing is live in it: nothing to drain)."""
@@ -283,14 +304,18 @@ class ViewStore:
 
         What :func:`dsh.transcript.model_request` takes as ``since``: the fold continues from
         it instead of from seq 0 (docs/view.md#the-model-view). A kept view holds only while
-        the log still holds the event it was folded to (a log rewritten since is folded anew).
+        the log still holds the event it was folded to and was not rewritten since: a
+        redaction or erasure keeps every seq (tombstones) but appends its
+        ``redaction/applied`` record, so a view kept from before it (which may hold the erased
+        system prompt, tools or messages) is folded anew, never shown again.
         """
         with self._lock:
             kept = [(key[1], value) for key, value in self._folds.items()
                     if key[0] == session_id and key[1] <= seq]
-        for at, (request, event) in sorted(kept, key=lambda item: -item[0]):
+        for at, (request, event, length) in sorted(kept, key=lambda item: -item[0]):
             try:
-                holds = at < len(events) and events[at] == event
+                holds = at < len(events) and events[at] == event \
+                    and not _rewritten_since(events, length)
             except DshError:
                 holds = False
             if holds:
@@ -299,11 +324,11 @@ class ViewStore:
                 self._folds.pop((session_id, at), None)
         return None
 
-    def keep_fold(self, session_id: str, request: ModelRequest, event: Event) -> None:
-        """Keep ``request`` (folded to ``event``, its seq's event) for :meth:`folded`."""
+    def keep_fold(self, session_id: str, request: ModelRequest, events: Sequence[Event]) -> None:
+        """Keep ``request``, folded from ``events`` (the log as read), for :meth:`folded`."""
         with self._lock:
             key = (session_id, request.seq)
-            self._folds[key] = (request, event)
+            self._folds[key] = (request, events[request.seq], len(events))
             self._folds.move_to_end(key)
             while len(self._folds) > _FOLDS_KEPT:
                 self._folds.popitem(last=False)
