@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ import dsh
 from dsh import RightsError
 from dsh.interop import to_anthropic, to_openai
 from dsh.rights import erase, store_log, verify_receipt
+from dsh.rights._storelog import receipt_digest
 from tests.rights.conftest import (
     SECRETS,
     assert_valid_anthropic,
@@ -84,6 +86,60 @@ def test_erase_removes_a_session_everywhere_and_the_receipt_checks(url: str,
     done = run_cli("verify", "--store", url, "--receipt", str(tmp_path / "forged.json"),
                    check=False)
     assert done.returncode == 1 and "is not the tombstone the receipt lists" in done.stdout
+
+
+def test_verify_receipt_names_a_changed_receipt_and_a_malformed_one(tmp_path: Path) -> None:
+    """A receipt is the proof of what was removed (docs/forgetting.md#receipts): one whose
+    salt or commitment was changed, or that leaves a session out, does not hold (each passed
+    before: only tombstone digests were compared), and a receipt of the wrong shape is one
+    problem naming the place (before: error[BUG] AttributeError, ValueError, OverflowError)."""
+    url = f"jsonl:{tmp_path / 'j'}"
+    _populate(url)
+    receipt = tmp_path / "receipt.json"
+    run_cli("erase", "--store", url, "s1", "--receipt", str(receipt))
+    made = json.loads(receipt.read_text())
+    assert [s["id"] for s in made["sessions"]] == ["s1", "s1-child"]
+
+    def changed(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+        copy = json.loads(json.dumps(made))
+        target = copy
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return copy
+
+    item = ("sessions", 0, "items", 0)
+    with dsh.open(url) as store:
+        assert verify_receipt(store, made) == []
+        unrecorded = [f"no store/erased record of the store log names this receipt (SHA-256 "
+                      f"{receipt_digest(r)}): it was changed after it was written, or is "
+                      f"another store's" for r in (changed((*item, "salt"), "00" * 16),
+                                                   changed(("sessions",), made["sessions"][:1]),
+                                                   changed((*item, "commitment"), "0" * 64))]
+        assert verify_receipt(store, changed((*item, "salt"), "00" * 16)) == unrecorded[:1]
+        assert verify_receipt(store, changed(("sessions",), made["sessions"][:1])) == \
+            unrecorded[1:2]
+        record = made["sessions"][0]["recordSeq"]
+        assert verify_receipt(store, changed((*item, "commitment"), "0" * 64)) == [
+            unrecorded[2], f"s1: seq {record} is not the redaction record this receipt names"]
+        for path, value, where in (
+                (("sessions",), "x", "sessions is not a list"),
+                (("sessions", 1), 7, "sessions[1] is not an object"),
+                ((*item, "seq"), "zz", "sessions[0].items[0].seq is not a whole number"),
+                ((*item, "seq"), 1e300, "sessions[0].items[0].seq is not a whole number"),
+                ((*item, "tombstone"), None,
+                 "sessions[0].items[0] has no commitment and tombstone digests"),
+                (("sessions", 0, "items"), None, "sessions[0].items is not a list"),
+                (("sessions", 0, "recordSeq"), "3", "sessions[0].recordSeq is not a whole "
+                                                     "number")):
+            assert verify_receipt(store, changed(path, value)) == [
+                f"not a dsh receipt: {where}"], where
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(changed((*item, "seq"), 1e400)).replace("1e+400", "1e400"))
+    done = run_cli("verify", "--store", url, "--receipt", str(forged), check=False)
+    assert done.returncode == 1 and "BUG" not in done.stderr, done.stderr
+    assert done.stdout.splitlines()[0] == \
+        "not a dsh receipt: sessions[0].items[0].seq is not a whole number"
 
 
 def test_erase_needs_a_subject_and_a_receipt(tmp_path: Path) -> None:

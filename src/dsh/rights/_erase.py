@@ -37,7 +37,7 @@ from dsh.rights._redact import (
     commit_tombstones,
     tombstone_whole,
 )
-from dsh.rights._storelog import ERASED, append_records, receipt_digest
+from dsh.rights._storelog import ERASED, append_records, receipt_digest, store_log
 
 if TYPE_CHECKING:
     from dsh.persistence import Persistence
@@ -328,50 +328,118 @@ def _delete_cuts(persistence: Persistence, session_id: str) -> list[dict[str, An
     return touched
 
 
+@dataclass(frozen=True, slots=True)
+class _ReceiptEntry:
+    """One session of a receipt, its shape checked: tombstoned seq -> (commitment, tombstone)."""
+
+    id: str
+    record_seq: int | None
+    items: dict[int, tuple[str, str]]
+    deleted: tuple[str, ...]
+
+
+def _receipt_entries(receipt: Mapping[str, Any]) -> list[_ReceiptEntry] | str:
+    """The sessions a receipt lists, or the first place its JSON has the wrong shape.
+
+    A receipt is a file a person keeps and may hand around: a wrong value is named by its
+    place (``sessions[0].items[3].seq``), never raised as a crash.
+    """
+    if receipt.get("kind") == "dsh-redaction":
+        where = ""
+        raw: Any = [{"id": receipt.get("session"), "recordSeq": receipt.get("recordSeq"),
+                     "items": receipt.get("items", []), "touched": receipt.get("touched", [])}]
+    else:
+        where, raw = "sessions", receipt.get("sessions")
+        if not isinstance(raw, list):
+            return "sessions is not a list"
+    entries = []
+    for n, entry in enumerate(raw):
+        at = f"{where}[{n}]." if where else ""
+        if not isinstance(entry, Mapping):
+            return f"{where}[{n}] is not an object"
+        sid, record_seq = entry.get("id"), entry.get("recordSeq")
+        items, touched = entry.get("items"), entry.get("touched", [])
+        if not isinstance(sid, str):
+            return f"{at}{'id' if where else 'session'} is not a session id"
+        if record_seq is not None and type(record_seq) is not int:
+            return f"{at}recordSeq is not a whole number"
+        if not isinstance(items, list):
+            return f"{at}items is not a list"
+        if not isinstance(touched, list):
+            return f"{at}touched is not a list"
+        wanted: dict[int, tuple[str, str]] = {}
+        for k, item in enumerate(items):
+            seq = item.get("seq") if isinstance(item, Mapping) else None
+            if type(seq) is not int:
+                return f"{at}items[{k}].seq is not a whole number"
+            digests = (item.get("commitment"), item.get("tombstone"))
+            if not all(isinstance(d, str) for d in digests):
+                return f"{at}items[{k}] has no commitment and tombstone digests"
+            wanted[seq] = cast("tuple[str, str]", digests)
+        last: dict[str, str] = {}
+        for step in touched:
+            if isinstance(step, Mapping) and isinstance(step.get("path"), str) \
+                    and step.get("done", True) is not False:
+                last[step["path"]] = str(step.get("action"))
+        entries.append(_ReceiptEntry(sid, record_seq, wanted, tuple(sorted(
+            path for path, action in last.items()
+            if action in ("deleted", "saved cut deleted")))))
+    return entries
+
+
 def verify_receipt(store: Persistence | HasPersistence, receipt: Mapping[str, Any]
                    ) -> list[str]:
     """Check an erasure (or redaction) receipt against the store; one line per problem.
 
-    For each session: it is still stored; its record is a ``redaction/applied`` listing the
-    same tombstone digests; every tombstoned event still hashes to its digest (nothing put
-    back); every file the receipt deleted is still absent.
+    The receipt as a whole: an erasure's receipt is the one a ``store/erased`` record of the
+    store log names by its digest (so a receipt changed since it was written, a salt, a
+    commitment or a session left out, is named), and a receipt whose JSON has the wrong shape
+    is one problem naming the place. For each session: it is still stored; its record is a
+    ``redaction/applied`` listing the same commitments and tombstone digests; every
+    tombstoned event still hashes to its digest (nothing put back); every file the receipt
+    deleted is still absent.
 
     Rule: docs/forgetting.md#receipts.
     """
     persistence = facade(store)
+    kind = receipt.get("kind")
+    if kind not in ("dsh-redaction", RECEIPT_KIND):
+        return [f"not a dsh receipt (kind {kind!r})"]
+    entries = _receipt_entries(receipt)
+    if isinstance(entries, str):
+        return [f"not a dsh receipt: {entries}"]
     problems: list[str] = []
-    if receipt.get("kind") == "dsh-redaction":
-        sessions: list[Any] = [{"id": receipt.get("session"), "recordSeq":
-                                receipt.get("recordSeq"), "items": receipt.get("items") or [],
-                                "touched": receipt.get("touched") or []}]
-    elif receipt.get("kind") == RECEIPT_KIND:
-        sessions = list(receipt.get("sessions") or [])
-    else:
-        return [f"not a dsh receipt (kind {receipt.get('kind')!r})"]
-    for entry in sessions:
-        sid = str(entry.get("id"))
+    if kind == RECEIPT_KIND:
+        digest = receipt_digest(receipt)
+        try:
+            recorded = {r.get("receipt") for r in store_log(persistence).deletions()}
+        except DshError as exc:
+            problems.append(f"the store log cannot be read: {exc.message}")
+        else:
+            if digest not in recorded:
+                problems.append(
+                    f"no store/erased record of the store log names this receipt (SHA-256 "
+                    f"{digest}): it was changed after it was written, or is another store's")
+    for entry in entries:
+        sid = entry.id
         try:
             events = persistence.read(sid).stored_events
         except DshError as exc:
             problems.append(f"{sid}: cannot be read: {exc.message}")
             continue
-        record_seq = entry.get("recordSeq")
-        wanted = {int(i["seq"]): str(i["tombstone"]) for i in entry.get("items") or []}
+        record_seq = entry.record_seq
         if record_seq is not None:
             record = events[record_seq] if 0 <= record_seq < len(events) else None
-            recorded = {int(i["seq"]): str(i["tombstone"]) for i in record["data"]["items"]
-                        } if record is not None and record["type"] == REDACTION_APPLIED else None
-            if recorded != wanted:
+            found = {i["seq"]: (i.get("commitment"), i.get("tombstone"))
+                     for i in record["data"]["items"]
+                     } if record is not None and record["type"] == REDACTION_APPLIED else None
+            if found != entry.items:
                 problems.append(f"{sid}: seq {record_seq} is not the redaction record this "
                                 f"receipt names")
-        for seq, digest in sorted(wanted.items()):
+        for seq, (_, digest) in sorted(entry.items.items()):
             if not 0 <= seq < len(events) or event_digest(events[seq]) != digest:
                 problems.append(f"{sid}: event {seq} is not the tombstone the receipt lists")
-        last: dict[str, str] = {}
-        for step in entry.get("touched") or []:
-            if isinstance(step.get("path"), str) and step.get("done", True) is not False:
-                last[step["path"]] = str(step.get("action"))
-        for path, action in sorted(last.items()):
-            if action in ("deleted", "saved cut deleted") and os.path.lexists(path):
+        for path in entry.deleted:
+            if os.path.lexists(path):
                 problems.append(f"{sid}: {path} was deleted by the erasure and exists again")
     return problems
