@@ -27,6 +27,7 @@ docs/standards.md#atif.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -45,6 +46,7 @@ from dsh.interop._common import (
     token_count,
 )
 from dsh.interop._history import Entry, LogLike, block_text, history, iso_time, usage_of
+from dsh.json import MAX_SAFE_INTEGER
 
 FORMAT: Final = "atif"
 ATIF_VERSION: Final = "ATIF-v1.8"
@@ -113,7 +115,12 @@ def _blocks_of_message(message: object) -> list[JsonObj]:
 
 
 def _arguments_object(arguments: object) -> tuple[JsonObj, str | None]:
-    """A call's JSON-text arguments as an object, and the raw text when that loses it."""
+    """A call's JSON-text arguments as an object, and the raw text when that loses it.
+
+    A number no JSON reader of the trajectory keeps exactly (an integer beyond ±(2^53-1),
+    which dsh's own import refuses, or ``NaN``/``Infinity``, which are not JSON) is written as
+    its decimal text in the object, the exact arguments in the raw text.
+    """
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
     try:
         value = json.loads(text) if text else {}
@@ -121,7 +128,26 @@ def _arguments_object(arguments: object) -> tuple[JsonObj, str | None]:
         return {}, text
     if not isinstance(value, dict):
         return {}, text
-    return value, None if _arguments_text(value) == text else text
+    safe = _safe_numbers(value)
+    return safe, None if safe is value and _arguments_text(value) == text else text
+
+
+def _safe_numbers(value: Any) -> Any:
+    """``value`` with each number no JSON reader keeps exactly as its decimal text.
+
+    ``value`` itself (the same object) when it holds none.
+    """
+    if isinstance(value, dict | list):
+        pairs = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+        done = [(k, _safe_numbers(v)) for k, v in pairs]
+        if all(new is old for (_, new), (_, old) in zip(done, pairs, strict=True)):
+            return value
+        return dict(done) if isinstance(value, dict) else [v for _, v in done]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
 
 
 def _arguments_text(arguments: Mapping[str, Any]) -> str:
