@@ -687,17 +687,69 @@ def test_admit_plain_stops_at_each_event_that_needs_a_look() -> None:
     assert stops(shifted)[0] == [0, 1, 4, 5]
     assert stops(events[2:4], base=2) == ([], [2], {2: events[2]["data"]})
     assert stops(events[2:4], base=0)[0] == [0, 1]  # seqs must be base + index
-    # an ignorable log-only event is plain too; a stop type always goes to Python
+    # an ignorable log-only event is plain too
     marked = [*events[:3], as_event({**events[3], "ignorable": True}), *events[4:]]
     assert stops(marked) == ([0, 4, 5], [2], {2: events[2]["data"]})
     false = [*events[:3], as_event({**events[3], "ignorable": False}), *events[4:]]
     assert stops(false)[0] == [0, 3, 4, 5]
-    found, pos = [], 0
-    while (stop := dj.c_admit_plain(events, pos, 0, Event, SURFACE_EVENT_TYPES, [], {},
-                                    frozenset({"turn/start", "turn/end"}))) < len(events):
-        found.append(stop)
-        pos = stop + 1
-    assert found == [0, 1, 3, 4, 5]
+    # a stop type is admitted when its data has the common turn shape, else goes to Python
+    def stops_typed(seed: list[Event], types: frozenset[str]) -> list[int]:
+        found, pos = [], 0
+        while (stop := dj.c_admit_plain(seed, pos, 0, Event, SURFACE_EVENT_TYPES, [], {},
+                                        types)) < len(seed):
+            found.append(stop)
+            pos = stop + 1
+        return found
+
+    assert stops_typed(events, frozenset({"turn/start", "turn/end"})) == [0, 4, 5]
+    zero = [*events[:1], as_event({**events[1], "data": {"turn": 0}}), *events[2:]]
+    assert stops_typed(zero, frozenset({"turn/start", "turn/end"})) == [0, 1, 4, 5]
+    # a type the C check does not know goes to Python whatever its data
+    assert stops_typed(events, frozenset({"request/context", "user/message"})) == [0, 2, 4, 5]
+
+
+_TURN_DATA: list[tuple[str, Any]] = [
+    ("turn/start", {"turn": 1}), ("turn/start", {"turn": 2**53 - 1}), ("turn/start", {"turn": 0}),
+    ("turn/start", {"turn": -1}), ("turn/start", {"turn": True}), ("turn/start", {"turn": 1.0}),
+    ("turn/start", {"turn": "1"}), ("turn/start", {"turn": 1, "x": 1}), ("turn/start", {}),
+    ("turn/start", None), ("turn/start", [1]), ("turn/start", {"step": 1}),
+    ("step/start", {"turn": 1, "step": 1}), ("step/end", {"turn": 3, "step": 9}),
+    ("step/start", {"turn": 1, "step": 0}), ("step/end", {"turn": 1}),
+    ("step/end", {"turn": 1, "step": 1, "x": 0}), ("step/start", {"turn": 1, "x": 1}),
+    ("step/end", {"turn": -1, "step": 1}), ("step/start", {"turn": 1, "step": False}),
+    *[("turn/end", {"turn": 1, "reason": {"kind": kind}})
+      for kind in ("completed", "blocked", "max-tokens", "interrupted", "aborted", "error",
+                   "other", "", 1, None)],
+    ("turn/end", {"turn": 1, "reason": {"kind": "completed", "note": 1}}),
+    ("turn/end", {"turn": 1, "reason": {"kind": "aborted", "reason": {"kind": "user"}}}),
+    ("turn/end", {"turn": 1, "reason": {"kind": "aborted", "reason": "user"}}),
+    ("turn/end", {"turn": 1, "reason": {"kind": "aborted", "reason": {}, "x": 1}}),
+    ("turn/end", {"turn": 1, "reason": {"kind": "error",
+                                        "error": {"message": "m", "code": "C"}}}),
+    ("turn/end", {"turn": 1, "reason": {"kind": "error", "error": {"message": "m"}}}),
+    ("turn/end", {"turn": 0, "reason": {"kind": "completed"}}),
+    ("turn/end", {"turn": 1, "reason": "completed"}), ("turn/end", {"turn": 1}),
+    ("turn/end", {"turn": 1, "reason": {"kind": "completed"}, "x": 1}),
+]
+
+
+@pytest.mark.parametrize(("etype", "data"), _TURN_DATA)
+def test_admit_plain_admits_a_turn_shaped_event_only_when_python_would(etype: str,
+                                                                        data: Any) -> None:
+    # A snapshot seed's turn-shaped events: the C pass admits the common shapes the core shape
+    # check accepts and leaves every other one (refused or rarer) to that check.
+    frozen = dj.snapshot_json(data)  # what a snapshot seed holds (1.0 is 1 there)
+    try:
+        session_module._check_core_shape(etype, frozen, 0, seed=True)
+        accepted = True
+    except DshError:
+        accepted = False
+    event = as_event({"type": etype, "seq": 0, "time": 1, "data": frozen})
+    admitted = dj.c_admit_plain([event], 0, 0, Event, SURFACE_EVENT_TYPES, [], {},
+                                session_module._TURN_SHAPED) == 1
+    common = accepted and (etype != "turn/end" or data["reason"]["kind"] in (
+        "completed", "blocked", "max-tokens", "interrupted", "aborted"))
+    assert admitted is common, (etype, data, accepted)
 
 
 def test_snapshot_events_freezes_as_events_up_to_one_python_must_judge() -> None:

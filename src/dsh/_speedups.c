@@ -1043,7 +1043,7 @@ static PyObject *s_type, *s_seq, *s_time, *s_data, *s_seq0, *s_time0, *s_turn, *
     *s_end_seed, *s_completed, *s_blocked, *s_max_tokens, *s_interrupted, *s_aborted,
     *s_disposed, *s_error_kind, *s_surface_op, *s_append, *s_source_event_seqs,
     *s_user, *s_system, *s_assistant, *s_system_message, *s_model, *s_provider, *s_tool,
-    *s_tool_result_block, *s_tool_call_id;
+    *s_tool_result_block, *s_tool_call_id, *s_step_start, *s_step_end;
 
 static int
 intern_strings(void)
@@ -1081,6 +1081,7 @@ intern_strings(void)
     INTERN(s_system_message, "system/message") INTERN(s_model, "model")
     INTERN(s_provider, "provider") INTERN(s_tool, "tool")
     INTERN(s_tool_result_block, "tool-result") INTERN(s_tool_call_id, "toolCallId")
+    INTERN(s_step_start, "step/start") INTERN(s_step_end, "step/end")
 #undef INTERN
     return 0;
 }
@@ -2914,6 +2915,47 @@ plain_sources(PyObject *sources, long long seq, int assistant)
     return 1;
 }
 
+/* 1 when the data of a turn/start, step/start, step/end or turn/end event has the shape
+ * dsh.session._session._check_core_shape accepts (the reference), in its common forms: {turn},
+ * {turn, step}, {turn, reason: {kind}} with a bare kind (completed, blocked, max-tokens,
+ * interrupted) or {kind: "aborted", reason: {...}}; counts exact ints in [1, 2**53 - 1].
+ * 0 for anything else, any other type included: the caller's Python check judges it. */
+static int
+turn_shape_ok(PyObject *etype, PyObject *data)
+{
+    PyObject *reason, *kind;
+    Py_ssize_t size;
+    if (data == NULL || !PyDict_Check(data)) {
+        return 0;
+    }
+    size = PyDict_GET_SIZE(data);
+    if (str_is(etype, s_turn_start)) {
+        return size == 1 && safe_int_at_least(PyDict_GetItem(data, s_turn), 1, NULL);
+    }
+    if (str_is(etype, s_step_start) || str_is(etype, s_step_end)) {
+        return size == 2 && safe_int_at_least(PyDict_GetItem(data, s_turn), 1, NULL)
+            && safe_int_at_least(PyDict_GetItem(data, s_step), 1, NULL);
+    }
+    if (!str_is(etype, s_turn_end) || size != 2
+            || !safe_int_at_least(PyDict_GetItem(data, s_turn), 1, NULL)) {
+        return 0;
+    }
+    reason = PyDict_GetItem(data, s_reason);
+    if (reason == NULL || !PyDict_Check(reason)) {
+        return 0;
+    }
+    kind = PyDict_GetItem(reason, s_kind);
+    if (str_is(kind, s_completed) || str_is(kind, s_blocked) || str_is(kind, s_max_tokens)
+            || str_is(kind, s_interrupted)) {
+        return PyDict_GET_SIZE(reason) == 1;
+    }
+    if (str_is(kind, s_aborted)) {
+        PyObject *cause = PyDict_GetItem(reason, s_reason);
+        return cause != NULL && PyDict_Check(cause);
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(admit_plain_doc,
 "admit_plain(seed, start, base, event_type, surface_types, nodes, cache[, stop_types], /)\n"
 "-> int\n\n"
@@ -2922,8 +2964,10 @@ PyDoc_STRVAR(admit_plain_doc,
 "exactly type/seq/time/data, or those and \"ignorable\": true, a str type outside\n"
 "surface_types other than request/header, request/header-delta, request/context and\n"
 "session/end-seed, seq base + index, an int time within +-(2**53 - 1)) need nothing; an\n"
-"event whose type is in the set stop_types is always left to the caller (the shape checks\n"
-"of a snapshot seed, Session.create); plain surface appends (such an envelope plus\n"
+"event whose type is in the set stop_types (the turn-shaped types of a snapshot seed,\n"
+"Session.create) is admitted only when its data has the common shape the core shape check\n"
+"accepts ({turn}, {turn, step}, {turn, reason} with a bare or aborted kind), else left to\n"
+"the caller; plain surface appends (such an envelope plus\n"
 "surfaceOp \"append\" and optionally sourceEventSeqs that need no check, a message shape\n"
 "message_shape_ok accepts) append their seq to the list nodes and their projected message\n"
 "(or None) to the dict cache under the seq. Returns the index of the first other event\n"
@@ -2985,7 +3029,7 @@ admit_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             if (stop < 0) {
                 return NULL;
             }
-            if (stop) {
+            if (stop && !turn_shape_ok(etype, data)) {
                 break;
             }
         }
@@ -5008,7 +5052,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 9) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 10) < 0) {
         Py_DECREF(module);
         return NULL;
     }

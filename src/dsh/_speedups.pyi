@@ -51,7 +51,8 @@ def admit_plain(seed: Sequence[Any], start: int, base: int, event_type: type[Any
                 stop_types: AbstractSet[str] = ..., /) -> int:
     """Admit plain seed events from ``start``; the index of the first one Python must admit.
 
-    An event whose type is in ``stop_types`` always goes to Python.
+    An event whose type is in ``stop_types`` (the turn-shaped types) goes to Python unless its
+    data has the common shape the core shape check accepts.
     """
 
 def decode_rows(rows: list[Any], i: int, expected: int, loads: Callable[[Any], Any],

@@ -212,7 +212,7 @@ _SPEEDUPS_API: Final = (
     "record_texts")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 9
+_SPEEDUPS_API_VERSION: Final = 10
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 

@@ -162,7 +162,7 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
     reader: list[BinaryIO] = []  # the file, open for those reads while the session is mapped
 
     def blocks_of(key: str, line: int, record: JsonObj) -> tuple[list[JsonObj], Any]:
-        parts = index.parts(line) if flags[line] & FIRST_PART else iter([(line, -1)])
+        parts = index.parts(line) if flags[line] & FIRST_PART else [(line, -1)]
         blocks: list[JsonObj] = []
         usage: Any = None
         for at, offset in parts:

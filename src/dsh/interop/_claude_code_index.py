@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final
 
 from dsh.interop._common import JsonObj, str_or_none
@@ -100,6 +100,10 @@ class BranchIndex:
         self.flags = bytearray()
         self.repairs: dict[str, JsonObj] = {}
         self.title_line: int | None = None
+        # parts(): the one query read along with the second read, and how far it is
+        self._parts_rows: sqlite3.Cursor | None = None
+        self._parts_next: tuple[int, int, int] | None = None
+        self._parts_at = 0
 
     # -- the first read
 
@@ -285,16 +289,24 @@ class BranchIndex:
     def _responses(self, side_max: int) -> None:
         """Mark the active lines of each API response split over several lines."""
         flags = self.flags
+        db = self._db
         group: list[int] = []
         current: str | None = None
+        rows: list[tuple[int, int]] = []  # (first line, member line) of the split responses
 
         def close() -> None:
             if len(group) > 1:
                 flags[group[0]] |= FIRST_PART
                 for member in group[1:]:
                     flags[member] |= LATER_PART
+                rows.extend((group[0], member) for member in group)
+                if len(rows) >= _ROWS:
+                    db.executemany("INSERT INTO parts VALUES (?, ?)", rows)
+                    rows.clear()
 
-        for line, rkey in self._db.execute(
+        db.execute("CREATE TABLE parts (first INTEGER, line INTEGER)")
+        db.execute("BEGIN")
+        for line, rkey in db.execute(
                 "SELECT line, rkey FROM lines WHERE rkey IS NOT NULL AND side <= ? "
                 "ORDER BY rkey, line", (side_max,)):
             if not flags[line] & ACTIVE:
@@ -304,17 +316,36 @@ class BranchIndex:
                 group, current = [], rkey
             group.append(line)
         close()
+        db.executemany("INSERT INTO parts VALUES (?, ?)", rows)
+        db.execute("COMMIT")
 
     # -- the second read
 
-    def parts(self, line: int) -> Iterator[tuple[int, int]]:
-        """``(line, offset)`` of the active lines of the response whose first line is ``line``."""
-        flags = self.flags
-        for at, offset in self._db.execute(
-                "SELECT b.line, b.off FROM lines a JOIN lines b ON b.rkey = a.rkey "
-                "WHERE a.line = ? ORDER BY b.line", (line,)):
-            if flags[at] & ACTIVE and flags[at] & MAIN:
-                yield at, offset
+    def parts(self, line: int) -> list[tuple[int, int]]:
+        """``(line, offset)`` of the active lines of the response whose first line is ``line``.
+
+        Empty unless ``line`` is flagged ``FIRST_PART``. Asked in increasing line order (as the
+        second read meets the first lines), the answers come from one query read along with
+        the file; a line before the last one asked is looked up on its own.
+        """
+        if line <= self._parts_at:
+            return [(at, offset) for at, offset in self._db.execute(
+                "SELECT p.line, l.off FROM parts p JOIN lines l ON l.line = p.line "
+                "WHERE p.first = ? ORDER BY p.line", (line,))]
+        self._parts_at = line
+        if self._parts_rows is None:
+            self._parts_rows = self._db.execute(
+                "SELECT p.first, p.line, l.off FROM parts p JOIN lines l ON l.line = p.line "
+                "ORDER BY p.first, p.line")
+            self._parts_next = next(self._parts_rows, None)
+        found: list[tuple[int, int]] = []
+        row = self._parts_next
+        while row is not None and row[0] <= line:
+            if row[0] == line:
+                found.append((row[1], row[2]))
+            row = next(self._parts_rows, None)
+        self._parts_next = row
+        return found
 
     def offset(self, line: int) -> int:
         """The byte offset of a line."""

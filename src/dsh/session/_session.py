@@ -98,8 +98,9 @@ def _unplain(seed: Sequence[Any], base: int, log: _Log, nodes: list[int],
     surface appends (a node and its cached message) up to the next event it leaves to the
     admission loop; those are appended to ``log`` before that event is yielded, so ``log``
     and ``nodes`` always hold the seed prefix when the loop body runs. Yielded positions are
-    ``base`` + the seed index. ``snapshot``: a snapshot seed (:meth:`Session.create`): every
-    turn-shaped event is yielded too, for the core-shape check only that admission runs.
+    ``base`` + the seed index. ``snapshot``: a snapshot seed (:meth:`Session.create`): the
+    turn-shaped events get the core-shape check only that admission runs; the C pass admits
+    those whose data has the common accepted shape and yields the others.
     """
     admit = c_admit_plain
     if admit is None:  # no accelerator: the admission loop looks at every event
