@@ -752,6 +752,27 @@ def test_admit_plain_admits_a_turn_shaped_event_only_when_python_would(etype: st
     assert admitted is common, (etype, data, accepted)
 
 
+def test_the_c_line_scan_answers_as_the_long_number_scan_and_the_bracket_count() -> None:
+    # line_scan (the importers' decode_line) is has_long_number and the '[' + '{' count in one
+    # pass: the same answers on runs of digits, quotes, brackets and other bytes
+    import random
+
+    from dsh.json import has_long_number
+
+    rng = random.Random(24)
+    pieces = [b"0", b"7", b'"', b"a", b",", b"-", b".", b"[", b"{", b"}", b"\xff"]
+    for _ in range(20000):
+        raw = b"".join(rng.choice(pieces) if rng.random() < 0.15
+                       else bytes([rng.randrange(48, 58)]) for _ in range(rng.randrange(60)))
+        assert dj.c_line_scan(raw) == (has_long_number(raw), raw.count(b"[") + raw.count(b"{")), raw
+    assert dj.c_line_scan(b"1234567890123456789") == (True, 0)
+    assert dj.c_line_scan(b'"1234567890123456789"') == (False, 0)
+    assert dj.c_line_scan(b'[{"n": 123456789012345678}]') == (False, 2)
+    assert dj.c_line_scan(b"") == (False, 0)
+    with pytest.raises(TypeError):
+        dj.c_line_scan("text")  # type: ignore[arg-type]  # bytes only
+
+
 def test_snapshot_events_freezes_as_events_up_to_one_python_must_judge() -> None:
     plain = [{"type": "x/y", "seq": 0, "time": 1, "data": {"a": [1, 2.0]}},
              as_event({"type": "x/y", "seq": 1, "time": 1, "data": FrozenDict()}),

@@ -4547,6 +4547,41 @@ plain_walk(PyObject *value, int depth)
     return !(PyLong_CheckExact(value) || PyFloat_CheckExact(value));
 }
 
+PyDoc_STRVAR(line_scan_doc,
+"line_scan(data, /) -> (bool, int)\n\n"
+"One pass over the bytes of a JSON text: whether it holds a run of 19 or more digits not\n"
+"opened by a '\"' (what dsh.json.has_long_number answers, its reference), and how many '['\n"
+"and '{' bytes it holds (the bound on its nesting depth that the importers check).");
+
+static PyObject *
+line_scan(PyObject *module, PyObject *data)
+{
+    const unsigned char *p;
+    Py_ssize_t i, n, run = 0, brackets = 0;
+    int long_number = 0;
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "line_scan(bytes)");
+        return NULL;
+    }
+    p = (const unsigned char *)PyBytes_AS_STRING(data);
+    n = PyBytes_GET_SIZE(data);
+    for (i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        if (c >= '0' && c <= '9') {
+            /* a maximal run starting at i - run: opened by a quote, it is inside a string */
+            if (++run == 19 && (i + 1 - run == 0 || p[i - run] != '"')) {
+                long_number = 1;
+            }
+            continue;
+        }
+        run = 0;
+        if (c == '[' || c == '{') {
+            brackets++;
+        }
+    }
+    return Py_BuildValue("(On)", long_number ? Py_True : Py_False, brackets);
+}
+
 PyDoc_STRVAR(plain_numbers_doc,
 "plain_numbers(value, /) -> bool\n\n"
 "The number check of dsh.json.loads_plain on a tree straight from orjson.loads (reference:\n"
@@ -5004,6 +5039,7 @@ static PyMethodDef methods[] = {
     {"chain_digest", (PyCFunction)(void (*)(void))chain_digest, METH_FASTCALL,
      chain_digest_doc},
     {"plain_numbers", plain_numbers, METH_O, plain_numbers_doc},
+    {"line_scan", line_scan, METH_O, line_scan_doc},
     {"record_texts", (PyCFunction)(void (*)(void))record_texts, METH_FASTCALL,
      record_texts_doc},
     {NULL, NULL, 0, NULL},

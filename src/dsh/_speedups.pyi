@@ -114,6 +114,9 @@ def chain_digest(events: Sequence[Mapping[str, Any]], start: int, stop: int, bat
 def plain_numbers(value: object, /) -> bool:
     """The number check of ``dsh.json.loads_plain`` in place (reference: ``_plain_numbers``)."""
 
+def line_scan(data: bytes, /) -> tuple[bool, int]:
+    """``(has_long_number(data), data.count(b"[") + data.count(b"{"))`` in one pass."""
+
 def record_texts(text: str, path: tuple[str, ...], fmt: str, need: str | None = ...,
                  /) -> tuple[bytes, ...] | None:
     """The JSON texts of the records at ``path`` of a stored event's data, or None.

@@ -209,7 +209,7 @@ _SPEEDUPS_API: Final = (
     "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
     "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
     "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
-    "record_texts")
+    "record_texts", "line_scan")
 """What this dsh calls in ``dsh._speedups``."""
 
 _SPEEDUPS_API_VERSION: Final = 10
@@ -389,6 +389,7 @@ CFallback: type[Exception] = _CFallback
 c_rows_text = _optional(_accelerator.rows_text)
 c_encode_rows = _optional(_accelerator.encode_rows)
 c_plain_numbers = _optional(_accelerator.plain_numbers)
+c_line_scan = _optional(_accelerator.line_scan)
 c_seqs_contiguous = _optional(_accelerator.seqs_contiguous)
 c_gather_messages = _optional(_accelerator.gather_messages)
 c_seqs_below = _optional(_accelerator.seqs_below)
@@ -793,18 +794,21 @@ def loads(data: bytes | str) -> JsonValue:
         return snapshot_json(parsed)  # the exact walk names the offending spot
 
 
-def loads_plain(data: bytes) -> Any:
+def loads_plain(data: bytes, *, long_number: bool | None = None) -> Any:
     """Decode one JSON text as :func:`loads` does, into plain mutable dicts and lists.
 
     The same value as ``thaw(loads(data))`` and the same errors, without building the frozen
     copy: what orjson parsed is checked in place (integers within ±(2^53 − 1), integral floats
     made ints as :func:`loads` makes them); anything unusual (a long literal, ``-0.0``, a
-    decode error, a lone surrogate) goes through :func:`loads`.
+    decode error, a lone surrogate) goes through :func:`loads`. ``long_number``: what
+    :func:`has_long_number` answers for ``data``, when the caller has it already.
 
     Raises:
         InvalidJsonError: as :func:`loads`.
     """
-    if not has_long_number(data):
+    if long_number is None:
+        long_number = has_long_number(data)
+    if not long_number:
         try:
             parsed = orjson.loads(data)
         except orjson.JSONDecodeError:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from dsh._errors import DshError, EventRejectedError, ImportFormatError, InvalidJsonError
-from dsh.json import MAX_SAFE_INTEGER, loads_plain
+from dsh.json import MAX_SAFE_INTEGER, c_line_scan, has_long_number, loads_plain
 
 if TYPE_CHECKING:
     from dsh.session import Session
@@ -505,15 +505,18 @@ def decode_line(text: bytes, path: Path, fmt: str, line: int) -> Any:
         ImportFormatError: not valid JSON, or nested deeper than :data:`MAX_RECORD_DEPTH`
             (naming ``path`` and ``line``).
     """
+    if c_line_scan is not None and type(text) is bytes:  # both byte scans in one C pass
+        long_number, brackets = c_line_scan(text)
+    else:
+        long_number, brackets = has_long_number(text), text.count(b"[") + text.count(b"{")
     try:
-        value = loads_plain(text)
+        value = loads_plain(text, long_number=long_number)
     except InvalidJsonError as exc:
         raise ImportFormatError(
             f"{_kind(fmt)} record at line {line} is not valid JSON ({exc.message})",
             path=str(path), line=line, format=fmt) from exc
     # Counting brackets bounds the depth from above, so the walk runs only on suspect records.
-    if text.count(b"[") + text.count(b"{") > MAX_RECORD_DEPTH and (
-            _depth(value) > MAX_RECORD_DEPTH):
+    if brackets > MAX_RECORD_DEPTH and _depth(value) > MAX_RECORD_DEPTH:
         raise ImportFormatError(
             f"{_kind(fmt)} record at line {line} nests JSON deeper than {MAX_RECORD_DEPTH} "
             "levels; no transcript format nests that deep, so the file is not a transcript "
