@@ -790,6 +790,80 @@ def test_snapshot_events_freezes_as_events_up_to_one_python_must_judge() -> None
         dj.c_snapshot_events(plain, 0, dict, [])
 
 
+
+def test_snapshot_events_owned_freezes_unshared_containers_in_place() -> None:
+    # owned=True (an importer's batch, SeedStream(owned=True)): a dict or list only its parent
+    # references becomes the frozen one; a shared one is copied and left as it was
+    shared = {"k": [1, 2.0]}
+    blocks = [{"type": "text", "text": "hi"}]
+    first = {"type": "x/y", "seq": 0, "time": 1, "data": {"blocks": blocks, "a": shared,
+                                                          "n": 3.0, "s": "é"}}
+    second = {"type": "x/y", "seq": 1, "time": 1, "data": {"b": shared}}
+    del blocks
+    seed: list[Any] = [first, second]
+    copied: list[Any] = []
+    assert dj.c_snapshot_events(seed, 0, Event, copied) == 2
+    out: list[Any] = []
+    del first, second
+    assert dj.c_snapshot_events(seed, 0, Event, out, True) == 2
+    assert out == copied and deep_types(out) == deep_types(copied)
+    assert out[0] is seed[0] and out[1] is seed[1] and type(seed[0]) is Event  # retyped
+    assert type(out[0]["data"]["blocks"]) is FrozenList and type(out[0]["data"]["n"]) is int
+    # the shared record was copied, both times, and stays the caller's plain dict
+    assert type(shared) is dict and shared == {"k": [1, 2.0]} and type(shared["k"]) is list
+    assert out[0]["data"]["a"] is not shared and type(out[1]["data"]["b"]) is FrozenDict
+    held = {"type": "x/y", "seq": 0, "time": 1, "data": {}}  # referenced here too: copied
+    out = []
+    assert dj.c_snapshot_events([held], 0, Event, out, True) == 1
+    assert type(held) is dict and type(out[0]) is Event and out[0] is not held
+
+
+def test_snapshot_events_owned_leaves_what_python_judges_and_python_agrees() -> None:
+    # a lone surrogate, an unsafe int, a tuple: the owned pass stops there, maybe with part of
+    # the event frozen in place; the Python walk then gives the copying pass's answer
+    def make_seed(bad: Any) -> list[Any]:
+        return [{"type": "x/y", "seq": 0, "time": 1,
+                 "data": {"ok": [{"v": 1.0}], "bad": [bad], "after": {"w": 2}}}]
+
+    def prefix(seed: list[Any]) -> tuple[Any, ...]:
+        return outcome(lambda: session_module._frozen_prefix(seed))
+
+    def created(seed: list[Any]) -> tuple[Any, ...]:
+        return outcome(lambda: deep_types(list(Session.create("s", seed=seed,
+                                                             clock=StepClock()).events)))
+
+    for bad in ("a\udc80b", 2**60, ("t",), float("nan")):
+        copied, owned = make_seed(bad), make_seed(bad)
+        assert dj.c_snapshot_events(copied, 0, Event, []) == 0
+        assert dj.c_snapshot_events(owned, 0, Event, [], True) == 0
+        assert type(owned[0]["data"]["ok"]) is FrozenList  # frozen in place before the stop
+        assert prefix(owned) == prefix(copied)
+        assert created(owned) == created(copied)
+
+
+def test_seed_stream_owned_admits_the_same_events_as_the_copying_one(tmp_path: Path) -> None:
+    # the Claude Code import's batches, admitted both ways: the same frozen events
+    from bench.bench_import import write_claude_code
+
+    from dsh.interop import stream_file
+    from dsh.session import SeedStream
+
+    path = tmp_path / "5e551011-0000-4000-8000-00000000beef.jsonl"
+    write_claude_code(path, 700)  # about 11,000 events: three batches
+    results = []
+    for owned in (False, True):
+        stream = next(iter(stream_file(path)))
+        seed = SeedStream(stream.session_id, header=stream.header, owned=owned)
+        admitted: list[Any] = []
+        for batch in stream.batches:
+            admitted.extend(seed.admit(batch.events))
+            seed.settle()
+        seed.finish()
+        results.append(admitted)
+    assert len(results[0]) > 10_000
+    assert results[0] == results[1] and deep_types(results[0]) == deep_types(results[1])
+
+
 def test_load_paths_without_the_accelerator_give_the_same_session(tmp_path: Path) -> None:
     # end to end, in fresh processes: a JSONL store written once, read with and without C
     import subprocess

@@ -712,6 +712,11 @@ static PyObject *own_walk(PyObject *v, int depth);
 /* 0 while decode_line freezes a chunk row: own_dict then shares none of its records. */
 static int own_cons = 1;
 
+/* 1: the owned tree came from orjson.loads (no lone surrogates: strings are shared as they
+ * are); 0 while snapshot_events freezes caller events it was handed (owned=True): strings are
+ * checked as walk(v, depth, 0) checks them. */
+static int own_parsed = 1;
+
 /* 1 when tag (a parsed record's "type", maybe NULL) names a chunk row: "text-chunks",
  * "reasoning-chunks" or "tool-chunks" (docs/formats.md#chunk-rows), all ending "-chunks",
  * which no event type does; a cheap test on the str orjson made (not yet shared). */
@@ -834,7 +839,7 @@ own_walk(PyObject *v, int depth)
 {
     PyTypeObject *t = Py_TYPE(v);
     if (t == &PyUnicode_Type) {
-        return shared_str(v);
+        return own_parsed ? shared_str(v) : walk(v, depth, 0);
     }
     if (v == Py_None || t == &PyBool_Type) {
         return Py_NewRef(v);
@@ -847,7 +852,7 @@ own_walk(PyObject *v, int depth)
             return own_list(v, depth);
         }
     }
-    return walk(v, depth, 1);
+    return walk(v, depth, own_parsed);
 }
 
 /* Freeze what orjson.loads returned, stealing `parsed`; new reference or NULL (Fallback). */
@@ -929,13 +934,17 @@ snapshot(PyObject *module, PyObject *obj)
 }
 
 PyDoc_STRVAR(snapshot_events_doc,
-"snapshot_events(seed, start, event_type, out, /) -> int\n\n"
+"snapshot_events(seed, start, event_type, out, owned=False, /) -> int\n\n"
 "Append to the list out the snapshot of each item of the list or tuple seed from index start\n"
 "on, as an exact event_type (a FrozenDict subclass adding no attributes) when snapshot()\n"
 "gives a FrozenDict; an event_type item already untracked is appended as it is. Stops at the\n"
 "first item snapshot() leaves to the Python walk (Fallback), or whose snapshot is no\n"
 "FrozenDict, and returns its index (len(seed) when none): the caller judges it. The Python\n"
-"reference is dsh.session._session._frozen_prefix.");
+"reference is dsh.session._session._frozen_prefix. owned: the caller hands the items over:\n"
+"an exact dict or list that nothing but its parent (or the seed) references is frozen in\n"
+"place (retyped, the seed's item becoming the event) instead of copied; anything shared is\n"
+"copied. After a Fallback an item may be left part frozen in place, its frozen parts\n"
+"validated: the Python walk gives the same snapshot from it.");
 
 static PyObject *
 snapshot_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -943,15 +952,16 @@ snapshot_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *seed, *out, **items;
     PyTypeObject *event_type;
     Py_ssize_t i, n, start;
+    int owned = 0;
 
     if (!configured()) {
         return NULL;
     }
-    if (nargs != 4 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
+    if (nargs < 4 || nargs > 5 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
             || !PyType_Check(args[2]) || !PyList_CheckExact(args[3])
             || !PyType_IsSubtype((PyTypeObject *)args[2], frozen_dict_type)) {
         PyErr_SetString(PyExc_TypeError,
-                        "snapshot_events(list | tuple, int, FrozenDict subclass, list)");
+                        "snapshot_events(list | tuple, int, FrozenDict subclass, list[, bool])");
         return NULL;
     }
     start = PyLong_AsSsize_t(args[1]);
@@ -961,6 +971,14 @@ snapshot_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     seed = args[0];
     event_type = (PyTypeObject *)args[2];
     out = args[3];
+    if (nargs == 5) {
+        owned = PyObject_IsTrue(args[4]);
+        if (owned < 0) {
+            return NULL;
+        }
+        /* retyping to the event type needs its layout to be the dict's, as for FrozenDict */
+        owned = owned && retype_ok && same_layout(event_type, &PyDict_Type);
+    }
     n = PySequence_Fast_GET_SIZE(seed);
     items = PySequence_Fast_ITEMS(seed);
     for (i = start < 0 ? 0 : start; i < n; i++) {
@@ -968,6 +986,25 @@ snapshot_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         int appended;
         if (Py_TYPE(items[i]) == event_type && !is_tracked(items[i])) {
             event = Py_NewRef(items[i]);  /* made by a validating constructor */
+        }
+        else if (owned && Py_TYPE(items[i]) == &PyDict_Type && Py_REFCNT(items[i]) == 1) {
+            /* the seed's reference is the only one: the event is this dict, frozen in place
+             * (own_dict retypes it to FrozenDict, then it becomes an event_type) */
+            int saved_cons = own_cons, saved_parsed = own_parsed;
+            own_cons = 0;
+            own_parsed = 0;
+            snap = own_dict(items[i], 0);
+            own_cons = saved_cons;
+            own_parsed = saved_parsed;
+            if (snap == NULL) {
+                if (PyErr_ExceptionMatches(Fallback)) {
+                    PyErr_Clear();
+                    break;
+                }
+                return NULL;
+            }
+            retype(snap, event_type);
+            event = snap;
         }
         else {
             snap = walk(items[i], 0, 0);

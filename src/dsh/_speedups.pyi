@@ -31,9 +31,10 @@ def snapshot(obj: object, /) -> Any:
     """The fast path of ``dsh.json.snapshot_json`` (reference: its ``_fast`` walk)."""
 
 def snapshot_events(seed: Sequence[Any], start: int, event_type: type[Any], out: list[Any],
-                    /) -> int:
+                    owned: bool = ..., /) -> int:
     """Freeze ``seed[start:]`` as ``event_type`` into ``out``; the index Python must judge.
 
+    ``owned``: containers only the seed references are frozen in place, not copied.
     Reference: ``dsh.session._session._frozen_prefix``.
     """
 

@@ -354,8 +354,10 @@ def _write_stream(persistence: Persistence, stream: StreamedSession, bar: _FileB
 
     inherited = stream.header.get("seedLength", 0)
     try:
+        # owned: each batch is the importer's alone, so its events are frozen in place
         seed = SeedStream(sid, header=stream.header, reader=stored,
-                          inherited_event_count=inherited if isinstance(inherited, int) else 0)
+                          inherited_event_count=inherited if isinstance(inherited, int) else 0,
+                          owned=True)
     except EventRejectedError as exc:
         raise stream.refused(exc, ImportBatch([], [])) from exc
     batches = iter(stream.batches)

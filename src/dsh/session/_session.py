@@ -118,18 +118,20 @@ def _unplain(seed: Sequence[Any], base: int, log: _Log, nodes: list[int],
         pos = stop + 1
 
 
-def _frozen_prefix(seed: Sequence[Any]) -> list[Any]:
+def _frozen_prefix(seed: Sequence[Any], *, owned: bool = False) -> list[Any]:
     """``seed`` with each event snapshotted as an :class:`Event`, up to the first that fails.
 
     The events from the first one that is not a lossless JSON object on are kept as given:
     the admission loop snapshots them in turn and refuses the first bad one at its place, so
-    an earlier event's refusal still comes first (docs/rules.md#seed-validation).
+    an earlier event's refusal still comes first (docs/rules.md#seed-validation). ``owned``:
+    the caller hands ``seed``'s containers over; the C pass freezes those nothing else
+    references in place (the same snapshot, without a copy to build and a plain one to free).
     """
     out: list[Any] = []
     index, count = 0, len(seed)
     while index < count:
         if c_snapshot_events is not None:  # the plain ones in C, up to one Python must judge
-            index = c_snapshot_events(seed, index, Event, out)
+            index = c_snapshot_events(seed, index, Event, out, owned)
             if index >= count:
                 break
         try:
@@ -997,7 +999,7 @@ class Session:
                           f"{exc.message}", "HEADER", session_id=self._id) from exc
 
     def _admit_seed(self, seed: Iterable[Any], inherited: int, *, copy: bool,
-                    base: int = 0) -> int:
+                    base: int = 0, owned: bool = False) -> int:
         """Run the seed pipeline; return inherited markers after the cut.
 
         Rule: docs/rules.md#seed-validation.
@@ -1017,7 +1019,7 @@ class Session:
         if c_admit_plain is not None and isinstance(seed, list | tuple) \
                 and type(seed) in (list, tuple) and type(self._nodes) is list:
             if copy:  # frozen first, so the C pass takes the plain ones (the loop: the rest)
-                seed = _frozen_prefix(seed)
+                seed = _frozen_prefix(seed, owned=owned)
             items = _unplain(seed, base, log, self._nodes, message_cache, snapshot=copy)
         for index, raw in items:
             if copy:
@@ -1671,6 +1673,10 @@ class SeedStream:
         restore: Check as :meth:`Session.restore` does instead: the header as a stored one
             (a plain record), the batches as owned frozen :class:`Event` objects (``ENVELOPE``
             for anything else), never copied. ``dsh verify``'s streamed form uses it.
+        owned: The caller hands each batch over to :meth:`admit` (an importer's own events):
+            the dicts and lists that nothing else references become the frozen events
+            themselves, frozen in place instead of copied (the same events, the same checks).
+            A batch's containers may then be frozen: read them only, after :meth:`admit`.
 
     Raises:
         EventRejectedError: as :meth:`Session.create` (``HEADER`` here; the others from
@@ -1679,13 +1685,15 @@ class SeedStream:
 
     def __init__(self, session_id: str, *, header: Mapping[str, Any],
                  reader: Callable[[int, int], Sequence[Event]] | None = None,
-                 inherited_event_count: int = 0, restore: bool = False) -> None:
+                 inherited_event_count: int = 0, restore: bool = False,
+                 owned: bool = False) -> None:
         session = Session.__new__(Session)
         session._setup(session_id, None)
         _check_inherited(session_id, inherited_event_count)
         session._header = (session._restore_header(header) if restore
                            else session._snapshot_header(header))
         self._copy = not restore
+        self._owned = owned and not restore
         self._settled = _SettledTypes(reader)
         self._log = session._log = PagedLog(self._settled)
         self._session = session
@@ -1714,7 +1722,7 @@ class SeedStream:
             log.drop_pages()
         try:
             self._markers += self._session._admit_seed(batch, self._inherited, copy=self._copy,
-                                                       base=base)
+                                                       base=base, owned=self._owned)
         finally:
             if self._settled.real:
                 self._settled.real = False
