@@ -10,7 +10,8 @@
  *                         message_shape_ok, admit_plain (restore admission), seqs_contiguous
  *   the session           gather_messages (derive_messages)
  *   the SQLite write path rows_text (seal checksum text), encode_rows (a batch's rows)
- *   the adapters         record_texts (framework records cut out of a checked row's text)
+ *   the adapters         record_texts (framework records cut out of a checked row's text),
+ *                         pick_rows (a selective read's pass over checked rows, cutting them)
  *
  * Anything unusual (an unsafe int, NaN, +-inf, -0.0, a non-str key, a string holding a
  * surrogate, an unknown type, nesting deeper than FAST_DEPTH, a cycle) raises the private
@@ -5046,6 +5047,150 @@ record_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
 }
 
+PyDoc_STRVAR(pick_rows_doc,
+"pick_rows(rows, start, stop, seqs, types, paths, fmt, into, /) -> list\n\n"
+"The selecting pass of dsh.persistence.sqlite's read_selected over rows already checked\n"
+"against their seal records (a list of a read's rows: (rowid, seq, type, time, data,\n"
+"source_event_seqs, surface_op, ignorable)). Returns, in order, the rows that pass builds\n"
+"events from (seq in seqs, type in types, or ignorable == 0: a packed row), except the ones\n"
+"it serves here: a plain row of start <= seq < stop (data a str, surface_op None or\n"
+"'\"append\"', ignorable not 0, type not in types) whose type paths (a dict) maps to\n"
+"(path, need) and whose records record_texts(data, path, fmt, need) cuts is put as\n"
+"into[seq] = that tuple. A row that is no 8-tuple, or a seq that is no int of 64 bits, is\n"
+"returned as it is (the Python pass decodes or refuses it). Reference: that pass, which\n"
+"runs when the accelerator is not built.");
+
+static PyObject *
+pick_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *rows, *seqs, *types, *paths, *into, *out, *zero = NULL;
+    long long start, stop;
+    Py_ssize_t i, n;
+    if (nargs != 8 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[5])
+            || !PyUnicode_Check(args[6]) || !PyDict_Check(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "pick_rows(rows: list, start: int, stop: int, seqs, "
+                        "types, paths: dict, fmt: str, into: dict)");
+        return NULL;
+    }
+    rows = args[0];
+    seqs = args[3];
+    types = args[4];
+    paths = args[5];
+    into = args[7];
+    start = PyLong_AsLongLong(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    stop = PyLong_AsLongLong(args[2]);
+    if (stop == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if ((out = PyList_New(0)) == NULL || (zero = PyLong_FromLong(0)) == NULL) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    /* rows is the caller's own list; the containment tests below may run Python (__eq__
+     * of odd values), so each row is held while it is looked at */
+    n = PyList_GET_SIZE(rows);
+    for (i = 0; i < n && i < PyList_GET_SIZE(rows); i++) {
+        PyObject *row = Py_NewRef(PyList_GET_ITEM(rows, i));
+        PyObject *seq, *etype, *data, *sop, *ign, *where, *cut;
+        PyObject *call[4];
+        long long seq_value;
+        int in_seqs, in_types, packed, overflow = 0;
+        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 8) {
+            goto keep;  /* the Python pass unpacks it, or names what is wrong */
+        }
+        seq = PyTuple_GET_ITEM(row, 1);
+        etype = PyTuple_GET_ITEM(row, 2);
+        data = PyTuple_GET_ITEM(row, 4);
+        sop = PyTuple_GET_ITEM(row, 6);
+        ign = PyTuple_GET_ITEM(row, 7);
+        if ((in_seqs = PySequence_Contains(seqs, seq)) < 0
+                || (!in_seqs && (in_types = PySequence_Contains(types, etype)) < 0)) {
+            goto fail;
+        }
+        if (in_seqs) {
+            in_types = -1;  /* asked below, when it matters */
+        }
+        if (ign == Py_None) {
+            packed = 0;
+        }
+        else if ((packed = PyObject_RichCompareBool(ign, zero, Py_EQ)) < 0) {
+            goto fail;
+        }
+        if (!in_seqs && !in_types && !packed) {
+            Py_DECREF(row);
+            continue;  /* not selected */
+        }
+        if (!in_seqs || packed || !PyLong_CheckExact(seq) || !PyUnicode_CheckExact(data)
+                || !(sop == Py_None || (PyUnicode_CheckExact(sop)
+                                        && PyUnicode_CompareWithASCIIString(sop, "\"append\"")
+                                        == 0))
+                || !PyUnicode_CheckExact(etype)) {
+            goto keep;
+        }
+        seq_value = PyLong_AsLongLongAndOverflow(seq, &overflow);
+        if (overflow || (seq_value == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            goto keep;
+        }
+        if (seq_value < start || seq_value >= stop) {
+            Py_DECREF(row);
+            continue;  /* outside the range: the Python pass skips it too */
+        }
+        if (in_types < 0 && (in_types = PySequence_Contains(types, etype)) < 0) {
+            goto fail;
+        }
+        if (in_types) {
+            goto keep;
+        }
+        where = PyDict_GetItemWithError(paths, etype);
+        if (where == NULL) {
+            if (PyErr_Occurred()) {
+                goto fail;
+            }
+            goto keep;  /* a type that holds no records: parsed by the Python pass */
+        }
+        if (!PyTuple_CheckExact(where) || PyTuple_GET_SIZE(where) != 2
+                || !PyTuple_CheckExact(PyTuple_GET_ITEM(where, 0))) {
+            PyErr_SetString(PyExc_TypeError, "pick_rows: paths maps a type to (path, need)");
+            goto fail;
+        }
+        call[0] = data;
+        call[1] = PyTuple_GET_ITEM(where, 0);
+        call[2] = args[6];
+        call[3] = PyTuple_GET_ITEM(where, 1);
+        if ((cut = record_texts(module, call, 4)) == NULL) {
+            goto fail;
+        }
+        if (cut == Py_None) {
+            Py_DECREF(cut);
+            goto keep;  /* the cut cannot vouch for it: the Python pass parses the row */
+        }
+        if (PyDict_SetItem(into, seq, cut) < 0) {
+            Py_DECREF(cut);
+            goto fail;
+        }
+        Py_DECREF(cut);
+        Py_DECREF(row);
+        continue;
+    keep:
+        if (PyList_Append(out, row) < 0) {
+            goto fail;
+        }
+        Py_DECREF(row);
+        continue;
+    fail:
+        Py_DECREF(row);
+        Py_DECREF(zero);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(zero);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -5079,6 +5224,7 @@ static PyMethodDef methods[] = {
     {"line_scan", line_scan, METH_O, line_scan_doc},
     {"record_texts", (PyCFunction)(void (*)(void))record_texts, METH_FASTCALL,
      record_texts_doc},
+    {"pick_rows", (PyCFunction)(void (*)(void))pick_rows, METH_FASTCALL, pick_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -5125,7 +5271,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 10) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 11) < 0) {
         Py_DECREF(module);
         return NULL;
     }

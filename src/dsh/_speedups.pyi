@@ -7,7 +7,7 @@ module (unless ``DSH_NO_SPEEDUPS`` is set) and hands the functions out, ``None``
 """
 
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
@@ -123,4 +123,13 @@ def record_texts(text: str, path: tuple[str, ...], fmt: str, need: str | None = 
     """The JSON texts of the records at ``path`` of a stored event's data, or None.
 
     Reference: ``dsh.adapters._records.python_record_texts`` (equal values when not None).
+    """
+
+def pick_rows(rows: list[Any], start: int, stop: int, seqs: Container[int],
+              types: Container[str], paths: dict[str, tuple[tuple[str, ...], str | None]],
+              fmt: str, into: dict[int, tuple[bytes, ...]], /) -> list[Any]:
+    """A selective read's pass over checked SQLite rows: the rows left to decode, in order.
+
+    Puts ``into[seq]`` the records ``record_texts`` cuts from each plain row it serves.
+    Reference: the pass of ``SqlitePrefixSource.read_selected`` without the accelerator.
     """

@@ -209,10 +209,10 @@ _SPEEDUPS_API: Final = (
     "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
     "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
     "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
-    "record_texts", "line_scan")
+    "record_texts", "line_scan", "pick_rows")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 10
+_SPEEDUPS_API_VERSION: Final = 11
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -403,6 +403,7 @@ c_chain_digest = _optional(_accelerator.chain_digest)
 # an adapter's records cut out of a stored row's text (reference:
 # dsh.adapters._records.python_record_texts)
 c_record_texts = _optional(_accelerator.record_texts)
+c_pick_rows = _optional(_accelerator.pick_rows)
 
 
 def _fast(v: Any, depth: int) -> Any:

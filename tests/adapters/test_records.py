@@ -127,3 +127,65 @@ def test_a_tool_result_needs_its_message(text: str) -> None:
         picked = pick("tool/result", text)
         assert (picked is not None) == ('"message"' in text)
         assert pick("tool/call", text) is None
+
+
+def _reference_pick(rows: list[Any], start: int, stop: int, seqs: set[int],
+                    types: frozenset[str]) -> tuple[list[Any], dict[int, Any]]:
+    # the pass of SqlitePrefixSource.read_selected without the accelerator, cutting as it does
+    pick = record_picker(FMT)
+    kept: list[Any] = []
+    into: dict[int, Any] = {}
+    for row in [row for row in rows if row[1] in seqs or row[2] in types or row[7] == 0]:
+        _rowid, seq, etype, _time, data, _sources, op, ignorable = row
+        if ignorable == 0:
+            kept.append(row)
+            continue
+        if not start <= seq < stop:
+            continue
+        if type(data) is str and (op is None or op == '"append"') and etype not in types:
+            picked = pick(etype, data)
+            if picked is not None:
+                into[seq] = picked
+                continue
+        kept.append(row)
+    return kept, into
+
+
+_ROW_DATA = st.one_of(
+    st.sampled_from([
+        json.dumps({"source": {"adapterRecord": {"format": FMT, "records": [{"a": 1}]}}}),
+        json.dumps({"message": {"source": {"adapterRecord": {"format": FMT,
+                                                             "records": [1, "x", []]}}}}),
+        json.dumps({"message": {}, "meta": {"adapterRecord": {"format": FMT,
+                                                              "records": [{"t": "o"}]}}}),
+        json.dumps({"source": {"adapterRecord": {"format": "other", "records": [1]}}}),
+        '{"source": {"adapterRecord": {"format": "openai-agents", "records": [1,]}}}',
+        "not json", '{"turn":1}']),
+    st.binary(max_size=8))
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(
+    st.integers(0, 10**6), st.one_of(st.integers(-2, 30), st.just(2**70)),
+    st.sampled_from(["user/message", "assistant/message", "tool/result", "tool/call",
+                     "turn/start", "openai-agents/pop"]),
+    st.integers(0, 10), _ROW_DATA, st.sampled_from([None, b"\x01"]),
+    st.sampled_from([None, '"append"', '"replace"', b"x"]),
+    st.sampled_from([None, 0, 1])), max_size=30),
+    st.integers(-1, 20), st.integers(0, 31), st.sets(st.integers(-2, 31)),
+    st.sampled_from([frozenset(), frozenset({"openai-agents/pop"}),
+                     frozenset({"user/message", "turn/start"})]))
+def test_pick_rows_serves_what_the_python_pass_serves(
+        rows: list[Any], start: int, stop: int, seqs: set[int], types: frozenset[str]) -> None:
+    # the accelerator's pass of a selective read (read_selected(cut=)): the records it cuts
+    # are the Python pass's, and the rows it leaves are those the pass would still decode
+    from dsh.json import c_pick_rows
+    assert c_pick_rows is not None
+    into: dict[int, Any] = {}
+    kept = c_pick_rows(rows, start, stop, seqs, types, dict(RECORD_PATHS), FMT, into)
+    ref_kept, ref_into = _reference_pick(rows, start, stop, seqs, types)
+    assert into == ref_into
+    # (rows outside the range that the Python pass skips may be left in either list)
+    in_range = [row for row in kept if row[7] == 0 or start <= row[1] < stop]
+    assert in_range == ref_kept
+    assert all(row in rows for row in kept)

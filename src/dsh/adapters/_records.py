@@ -16,8 +16,9 @@ from typing import Any, Final
 import orjson
 
 from dsh.json import c_record_texts
+from dsh.persistence import RecordCut
 
-__all__ = ["RECORD_PATHS", "python_record_texts", "record_picker", "records_at"]
+__all__ = ["RECORD_PATHS", "RecordPicker", "python_record_texts", "record_picker", "records_at"]
 
 RECORD_KEY: Final = "adapterRecord"
 """Key holding the framework records a message was made from: in the message's ``source``,
@@ -95,8 +96,7 @@ def python_record_texts(text: str, path: tuple[str, ...], fmt: str,
     return tuple(orjson.dumps(record) for record in records)
 
 
-def record_picker(fmt: str, *, accelerated: bool = True
-                  ) -> Callable[[str, str], tuple[bytes, ...] | None]:
+class RecordPicker:
     """``pick(event type, data text)``: the records of format ``fmt`` a row holds, or None.
 
     For :meth:`dsh.persistence.SelectsEvents.read_selected`'s ``pick``: None for an event type
@@ -105,12 +105,28 @@ def record_picker(fmt: str, *, accelerated: bool = True
     Args:
         fmt: The adapter's record format.
         accelerated: Use the C accelerator when it is built (False: the Python reference).
+
+    Attributes:
+        cut: What the picker cuts (:data:`RECORD_PATHS`, ``fmt``) when it is the accelerator's
+            ``record_texts``, so that a source may cut its rows in its own C pass
+            (``read_selected(cut=)``); None for the Python reference.
     """
-    cut = c_record_texts if accelerated and c_record_texts is not None else python_record_texts
-    paths = RECORD_PATHS
 
-    def pick(etype: str, text: str) -> tuple[bytes, ...] | None:
-        where = paths.get(etype)
-        return None if where is None else cut(text, where[0], fmt, where[1])
+    __slots__ = ("_cut", "_fmt", "cut")
 
-    return pick
+    def __init__(self, fmt: str, *, accelerated: bool = True) -> None:
+        fast = c_record_texts if accelerated else None
+        self._cut: Callable[[str, tuple[str, ...], str, str | None],
+                            tuple[bytes, ...] | None] = (fast if fast is not None
+                                                         else python_record_texts)
+        self._fmt = fmt
+        self.cut = RecordCut(dict(RECORD_PATHS), fmt) if fast is not None else None
+
+    def __call__(self, etype: str, text: str) -> tuple[bytes, ...] | None:
+        where = RECORD_PATHS.get(etype)
+        return None if where is None else self._cut(text, where[0], self._fmt, where[1])
+
+
+def record_picker(fmt: str, *, accelerated: bool = True) -> RecordPicker:
+    """The :class:`RecordPicker` of format ``fmt`` (see there)."""
+    return RecordPicker(fmt, accelerated=accelerated)

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from dsh.persistence._listing import ListingEntry
     from dsh.persistence._listing import first_line as first_line
     from dsh.persistence._listing import summarize as summarize
+    from dsh.persistence._pages import RecordCut as RecordCut
     from dsh.persistence._pages import SelectsEvents as SelectsEvents
     from dsh.persistence._pages import StoredPages, read_pages
     from dsh.persistence._pages import readable_prefix as readable_prefix
@@ -116,7 +117,7 @@ __all__ = [
 _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write_behind",
          "ListingEntry": "_listing", "summarize": "_listing", "first_line": "_listing",
          "RestorePointRefused": "_restore_point", "StoredPages": "_pages",
-         "SelectsEvents": "_pages",
+         "SelectsEvents": "_pages", "RecordCut": "_pages",
          "KeepsRestorePoints": "_restore_point", "RecordsAfterCommit": "_after_commit",
          "read_pages": "_pages", "readable_prefix": "_pages", "SearchHit": "_search",
          "SearchResults": "_search", "search": "_search", "message_texts": "_search",

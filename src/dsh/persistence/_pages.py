@@ -43,14 +43,32 @@ from dsh.session import (
 if TYPE_CHECKING:
     from dsh.persistence._facade import Persistence
 
-__all__ = ["RANGED_MIN_EVENTS", "TAIL_EVENTS", "SelectsEvents", "StoredPages", "read_pages",
-           "readable_prefix"]
+__all__ = ["RANGED_MIN_EVENTS", "TAIL_EVENTS", "RecordCut", "SelectsEvents", "StoredPages",
+           "read_pages", "readable_prefix"]
 
 TAIL_EVENTS: Final = 1024
 """Events a paged read without a restore point holds from the start (the latest ones)."""
 
 RANGED_MIN_EVENTS: Final = 4096
 """Logs shorter than this are read in full (it costs what paging them would)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordCut:
+    """What a reader's ``pick`` cuts, so that a source may make the cut in its own pass.
+
+    ``pick(type, text)`` is the C accelerator's ``record_texts(text, *paths[type], fmt)``
+    (None for a type ``paths`` does not hold), so a source with the accelerator may call it
+    on its rows itself (:meth:`SelectsEvents.read_selected`'s ``cut``).
+
+    Attributes:
+        paths: Event type -> ``(path, need)``: the members leading to the records' holder, and
+            a top member that must be an object too (None: none).
+        fmt: The record format wanted.
+    """
+
+    paths: dict[str, tuple[tuple[str, ...], str | None]]
+    fmt: str
 
 
 @runtime_checkable
@@ -62,14 +80,17 @@ class SelectsEvents(Protocol):
     row of the range as ``read`` does (docs/rules.md#verified-page-in); events whose rows are
     plain may come as plain dicts instead of frozen :class:`~dsh.session.Event`, without their
     ``sourceEventSeqs``; with ``pick``, a plain row's data text is offered to ``pick(type,
-    text)`` and, when it answers, the event comes as ``{"type", "seq", "time", "picked"}``.
-    None when it cannot vouch for part of the range that way (the caller pages it in with
-    ``read``).
+    text)`` and, when it answers, the event comes as ``{"type", "seq", "time", "picked"}``
+    (with ``into``, the answer goes to ``into[seq]`` instead; ``cut`` says what ``pick`` is,
+    :class:`RecordCut`). None when it cannot vouch for part of the range that way (the caller
+    pages it in with ``read``).
     """
 
     def read_selected(self, start: int, stop: int, seqs: Container[int],
                       types: Container[str],
-                      pick: Callable[[str, str], Any] | None = None
+                      pick: Callable[[str, str], Any] | None = None, *,
+                      into: dict[int, Any] | None = None,
+                      cut: RecordCut | None = None
                       ) -> list[Mapping[str, Any]] | None:
         """The selected events of ``start <= seq < stop`` (see the class), or None."""
         ...

@@ -23,8 +23,9 @@ from typing import Any, Final
 import orjson
 
 from dsh._errors import DshError, LogCorruptError
-from dsh.json import FrozenDict, dumps
+from dsh.json import FrozenDict, c_pick_rows, dumps
 from dsh.persistence import _restore_point as rp
+from dsh.persistence._pages import RecordCut
 from dsh.persistence._seal import covers, rows_crc, span_crc
 from dsh.persistence.sqlite._schema import (
     ROW_COLUMNS,
@@ -281,7 +282,9 @@ class SqlitePrefixSource:
 
     def read_selected(self, start: int, stop: int, seqs: Container[int],
                       types: Container[str],
-                      pick: Callable[[str, str], Any] | None = None
+                      pick: Callable[[str, str], Any] | None = None, *,
+                      into: dict[int, Any] | None = None,
+                      cut: RecordCut | None = None
                       ) -> list[Mapping[str, Any]] | None:
         """The events ``start <= seq < stop`` whose seq is in ``seqs`` or type in ``types``.
 
@@ -297,7 +300,12 @@ class SqlitePrefixSource:
         it, into a frozen :class:`Event`. With ``pick``, such a plain row of ``seqs`` is first
         offered to ``pick(type, data text)``: what it returns (not None) comes as
         ``{"type", "seq", "time", "picked"}`` in place of the parsed data (a reader that wants a
-        part of the data cuts it from the checked text without parsing the rest).
+        part of the data cuts it from the checked text without parsing the rest); with
+        ``into`` too, what ``pick`` answers goes to ``into[seq]`` instead of the list. ``cut``
+        (with ``into``) says that ``pick`` is the C accelerator's ``record_texts`` at
+        ``cut.paths[type]`` for format ``cut.fmt``: the accelerator's ``pick_rows`` then makes
+        the pass over the checked rows itself, cutting those rows without a Python call each
+        (the rows it leaves go through the pass below, as without it).
 
         Returns:
             The selected events in seq order (plain dicts or ``Event``), or None when part of
@@ -321,9 +329,15 @@ class SqlitePrefixSource:
         try:
             rows = self._verified_rows(start, stop)
             loads = orjson.loads
-            # the rows asked for (a packed row for its members), in one pass of C-level work
-            for row in [row for row in rows if row[1] in seqs or row[2] in types
-                        or row[7] == 0]:
+            # the rows asked for (a packed row for its members), in one pass of C-level work;
+            # the accelerator's pass also cuts the records of the plain rows it can
+            if into is not None and cut is not None and c_pick_rows is not None:
+                selected = c_pick_rows(rows, start, stop, seqs, types, cut.paths, cut.fmt,
+                                       into)
+            else:
+                selected = [row for row in rows if row[1] in seqs or row[2] in types
+                            or row[7] == 0]
+            for row in selected:
                 _rowid, seq, type_, time, data, _ses, sop, ign = row
                 if ign == 0:  # a packed row: its members, as read() decodes them
                     out.extend(e for e in decode_row(row, self._version)
@@ -336,7 +350,11 @@ class SqlitePrefixSource:
                         and type_ not in types:
                     picked = None if pick is None else pick(type_, data)
                     if picked is not None:
-                        out.append({"type": type_, "seq": seq, "time": time, "picked": picked})
+                        if into is not None:
+                            into[seq] = picked
+                        else:
+                            out.append({"type": type_, "seq": seq, "time": time,
+                                        "picked": picked})
                         continue
                     try:
                         event = {"type": type_, "seq": seq, "time": time, "data": loads(data)}
