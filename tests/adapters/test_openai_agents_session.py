@@ -460,7 +460,7 @@ def test_a_whole_history_read_selects_the_surface_and_equals_the_paged_walk(
     # holds no record of the SDK's (the lone surrogate item, orjson cannot encode it)
     assert sum(paged_in) <= 2 * 256
     monkeypatch.setattr(sqlite_pages.SqlitePrefixSource, "read_selected",
-                        lambda *args: None)  # the page-by-page walk
+                        lambda *args, **kwargs: None)  # the page-by-page walk
     assert run(read_all()) == fast
     assert sum(paged_in) > 10 * 256
     monkeypatch.undo()
@@ -482,6 +482,52 @@ def test_a_whole_history_read_selects_the_surface_and_equals_the_paged_walk(
             assert paged_in == []
         monkeypatch.undo()
         use_cut()
+
+
+def test_a_whole_history_read_of_one_item_per_node_skips_the_walk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/adapters.md#busy-sessions-reads-and-names: nothing popped, cleared or superseded
+    # and one SDK item per model-view event: the items come from one parse of their texts
+    # (_whole_view), equal to the page-by-page walk's; a store where something was popped
+    # goes the walk's way
+    from dsh.adapters import _log
+    from dsh.persistence.sqlite import _restore_point as sqlite_pages
+
+    store = sqlite_url(tmp_path)
+    turns = _long_turns(0, 1300)
+
+    async def fill(session_id: str, pop: bool) -> None:
+        session = DshSession(session_id, store)
+        for first in range(0, len(turns), 400):
+            await session.add_items(turns[first:first + 400])
+        if pop:
+            await session.pop_item()
+        session.close()
+
+    async def read_all(session_id: str) -> list[Any]:
+        session = DshSession(session_id, store)
+        items = await session.get_items()
+        session.close()
+        return items  # type: ignore[no-any-return]
+
+    run(fill("plain", pop=False))
+    run(fill("popped", pop=True))
+    answers: list[bool] = []
+    whole_view = _log._whole_view
+
+    def spy(*args: Any) -> Any:
+        found = whole_view(*args)
+        answers.append(found is not None)
+        return found
+
+    monkeypatch.setattr(_log, "_whole_view", spy)
+    assert run(read_all("plain")) == turns
+    assert run(read_all("popped")) == turns[:-1]
+    assert answers == [True, False]
+    monkeypatch.setattr(sqlite_pages.SqlitePrefixSource, "read_selected",
+                        lambda *args, **kwargs: None)  # the page-by-page walk
+    assert run(read_all("plain")) == turns
+    assert answers == [True, False, False]  # (no selection: the marks are not all taken in)
 
 
 def test_a_whole_history_read_refuses_a_changed_row_before_the_cut(tmp_path: Path) -> None:
