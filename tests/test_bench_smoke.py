@@ -29,6 +29,9 @@ CASES = {
                  "--peers", "none"],
     "adapters": ["bench.bench_adapters", "--sizes", "40", "--turns", "2", "--runs", "1",
                  "--saver-turns", "6"],
+    # --before-python: this checkout again stands for the other one
+    "sdk-whole": ["bench.bench_sdk_whole", "--sizes", "40", "--runs", "1", "--before-python",
+                  sys.executable, "--before-dir", str(REPO)],
     "agent": ["bench.bench_agent", "--turns", "3", "--runs", "1", "--nodes", "100"],
     "resume-checkpoint": ["bench.bench_resume_ckpt", "--sizes", "3000", "--runs", "1",
                           "--backend", "jsonl-packed,sqlite", "--variants", "open"],
