@@ -1,4 +1,8 @@
-"""The console script's entry point, light enough that a Ctrl-C while ``dsh`` loads is ours."""
+"""``dsh.cli.main``, light enough that a Ctrl-C while the command loads is ours.
+
+The console script enters through ``_dsh_cli`` (outside the package, for a Ctrl-C while the
+``dsh`` package itself loads), which calls this.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point: run ``dsh`` with ``argv`` and exit with its status.
+    """Run the ``dsh`` command with ``argv`` and exit with its status (``python -m dsh.cli``).
 
     The command's modules load here, not when ``dsh.cli`` is imported: loading takes about a
     second on a busy machine, and a Ctrl-C meanwhile ends with exit 130 and one
