@@ -48,6 +48,34 @@ def test_readme_main_job_imports_lists_and_shows_the_bundled_examples(tmp_path: 
     assert "compaction checkpoint" in outputs[2] and "Read config.toml" in outputs[2]
 
 
+def test_readme_explains_the_file_times_and_the_open_turns_the_main_job_shows(
+        tmp_path: Path) -> None:
+    # what the main job's listing shows that a reader would ask about: the sessions stamped
+    # with their file's time (`file` after LAST ACTIVITY) and the examples imported with an
+    # open turn, which the README names right after the main job
+    env = {**os.environ, "DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)}
+
+    def dsh(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*DSH, *args], env=env, capture_output=True, text=True,
+                              check=True, timeout=120)
+
+    dsh("import", "--examples")
+    stamped = [line for line in dsh("ls").stdout.splitlines()
+               if re.search(r"\d\d:\d\d file ", line)]
+    assert {line.split()[-1] for line in stamped} == {
+        "anthropic", "openai-chat", "swe-agent", "mini-swe-agent"}
+    opening = README[:README.index("\n---\n")]
+    assert "LAST ACTIVITY followed by `file`" in opening
+    for source in ("OpenAI", "Anthropic", "SWE-agent", "mini-swe-agent"):
+        assert source in opening
+    open_turns = re.findall(r"note: (\S+): the last turn is open",
+                            dsh("verify", "--all").stderr)
+    assert open_turns == ["22222222-2222-4333-8444-555555555555",
+                          "55555555-2222-4333-8444-555555555555"]
+    named = re.findall(r"`([0-9a-f-]{36})`", opening[opening.index("open turn"):])
+    assert named == open_turns
+
+
 def test_readme_library_example_prints_what_its_comment_says(tmp_path: Path) -> None:
     block = re.search(r"```python\n(.*?)```", README, re.S)
     assert block is not None
