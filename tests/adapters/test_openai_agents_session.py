@@ -563,3 +563,73 @@ def test_a_whole_history_read_refuses_a_changed_row_before_the_cut(tmp_path: Pat
         run(read(None))
     assert "integrity seal" in caught.value.message
     assert caught.value.where["seq"] < 100
+
+
+def _fill_closed(store: str, session_id: str) -> None:
+    """A session written in batches and closed (its restore point then sits at its end)."""
+    async def fill() -> None:
+        session = DshSession(session_id, store)
+        for first in range(0, 300, 100):
+            await session.add_items(_long_turns(first, 100))
+        session.close()
+    run(fill())
+
+
+def test_the_first_write_after_a_cold_read_pages_nothing_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The recorder finds the last turn by selecting turn brackets back from the end, and the
+    # append's pairing check reads the last surface node alone: no 256-event page decoded.
+    from dsh.session import PagedLog
+
+    store = sqlite_url(tmp_path)
+    _fill_closed(store, "s")
+
+    async def body() -> None:
+        session = DshSession("s", store)
+        assert await session.get_items(limit=2) == _long_turns(299, 1)[-2:]
+        paged_in = count_page_ins(monkeypatch)
+        await session.add_items(_long_turns(300, 1))
+        assert paged_in == []
+        live = session._log.session
+        assert isinstance(live._log, PagedLog)  # resumed through the restore point
+        starts = [e["data"]["turn"] for e in live.events[live.first_live_seq:]
+                  if e["type"] == "turn/start"]
+        assert starts == [301]  # a prompt opens a turn: 300 before this one
+        assert await session.get_items(limit=4) == _long_turns(300, 1)
+        session.close()
+    run(body())
+    again = DshSession("s", store)
+    assert run(again.get_items()) == _long_turns(0, 301)
+    again.close()
+
+
+@pytest.mark.parametrize("changed", ["a299", "q299"])
+def test_the_first_write_refuses_a_row_changed_since_the_cold_read(
+        tmp_path: Path, changed: str) -> None:
+    # A row of the last batch, changed on disk between the read and the write, is caught by
+    # the write's own checks (docs/rules.md#verified-page-in): the last surface node read
+    # alone (the answer) or the turn brackets selected back from the end (their batch's
+    # rows checked: the prompt); none of the new items is written.
+    import sqlite3
+    from contextlib import closing
+
+    from dsh._errors import LogCorruptError
+
+    store = sqlite_url(tmp_path)
+    _fill_closed(store, "s")
+    session = DshSession("s", store)
+    assert len(run(session.get_items(limit=3))) == 3
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
+        holding = db.execute(f"SELECT seq, type FROM events WHERE data LIKE '%{changed}\"%'"
+                             ).fetchall()
+        assert len(holding) == 1, holding
+        assert db.execute(f"UPDATE events SET data = replace(data, '{changed}\"', "
+                          f"'x{changed[1:]}\"') WHERE seq = ?", (holding[0][0],)
+                          ).rowcount == 1
+    with pytest.raises(LogCorruptError) as caught:
+        run(session.add_items(_long_turns(300, 1)))
+    assert "integrity seal" in caught.value.message
+    session.close()
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
+        assert db.execute("SELECT count(*) FROM events WHERE data LIKE '%q300\"%'"
+                          ).fetchone()[0] == 0

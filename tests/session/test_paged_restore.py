@@ -438,3 +438,103 @@ def test_a_picked_event_with_another_seq_is_refused() -> None:
     plain = PagedLog(ListSource(events[:500]))
     plain.pick([10])  # a source that cannot pick: nothing read, pages as ever
     assert plain.resident_events == 0 and plain[10] == events[10]
+
+
+class SelectingSource(RangePickingSource):
+    """A RangePickingSource that also selects by type (``read_selected``), counting them;
+    ``vouch`` False: it answers None; ``serve`` other events: a log changed under us."""
+
+    def __init__(self, events: Sequence[Event], **kwargs: Any) -> None:
+        super().__init__(events, **kwargs)
+        self.selects: list[tuple[int, int]] = []
+
+    def read_selected(self, start: int, stop: int, seqs: Any, types: Any
+                      ) -> list[Event] | None:
+        self.selects.append((start, stop))
+        if not self.vouch:
+            return None
+        return [e for e in self.serve[start:stop] if e["seq"] in seqs or e["type"] in types]
+
+
+_BRACKETS = ("turn/start", "turn/end")
+
+
+def test_select_back_reads_back_by_type_in_growing_windows_and_pages_nothing_in() -> None:
+    events = _long_log(400)
+    cut = len(events) - 3
+    source = SelectingSource(events[:cut])
+    log = PagedLog(source)
+    log.extend(events[cut:])
+    expected = [e for e in reversed(events) if e["type"] in _BRACKETS]
+    walk = log.select_back(_BRACKETS)
+    assert [next(walk) for _ in range(3)] == expected[:3]
+    assert source.selects == [(cut - 32, cut)] and source.reads == []
+    assert list(walk) == expected[3:]  # the rest of the log, in windows 8 times larger
+    assert source.selects[:3] == [(cut - 32, cut), (cut - 32 - 256, cut - 32),
+                                  (cut - 32 - 256 - 2048, cut - 32 - 256)]
+    assert source.selects[-1][0] == 0 and source.reads == []
+    assert log.resident_events == 3  # nothing selected is cached
+    # a snapshot (EventLog) walks its own length; a resident log in memory
+    session, _, _ = _paged_from(events, cut)
+    assert list(session.events.select_back(_BRACKETS)) == expected
+    resident = Session.restore("s", events, {"version": 0, "id": "s", "createdAt": 1},
+                               clock=StepClock(5))
+    assert list(resident.events.select_back(_BRACKETS)) == expected
+    assert list(log.select_back(_BRACKETS, stop=cut - 1)) == [
+        e for e in reversed(events[:cut - 1]) if e["type"] in _BRACKETS]
+
+
+def test_select_back_pages_in_where_the_source_cannot_select_or_pages_are_cached() -> None:
+    events = _long_log(100)
+    cut = len(events)
+    expected = [e for e in reversed(events) if e["type"] in _BRACKETS]
+    unsure = SelectingSource(events, vouch=False)
+    assert list(PagedLog(unsure).select_back(_BRACKETS)) == expected
+    assert unsure.reads and unsure.selects
+    plain = ListSource(events)
+    assert list(PagedLog(plain).select_back(_BRACKETS)) == expected
+    cached = SelectingSource(events)
+    log = PagedLog(cached)
+    assert log[cut - 1] == events[cut - 1]  # its page is cached now
+    assert next(log.select_back(_BRACKETS)) == expected[0]
+    assert cached.selects == []
+
+
+@pytest.mark.parametrize("served", ["beyond the range", "out of order", "another type"])
+def test_select_back_refuses_what_was_not_asked_for(served: str) -> None:
+    events = _long_log(20)
+    cut = len(events) - 1  # the last turn/end stays resident
+
+    class Changed(SelectingSource):
+        def read_selected(self, start: int, stop: int, seqs: Any, types: Any
+                          ) -> list[Event] | None:
+            found = super().read_selected(start, stop, seqs, types)
+            assert found
+            if served == "beyond the range":
+                return [*found, events[stop]]  # the tail's turn/end, from storage again
+            if served == "out of order":
+                return found[::-1]
+            return [*found, events[stop - 2]]  # a step/end: not asked for
+
+    log = PagedLog(Changed(events[:cut]))
+    log.extend(events[cut:])
+    with pytest.raises(LogCorruptError, match="selected by type"):
+        list(log.select_back(_BRACKETS))
+
+
+def test_lone_reads_one_event_without_its_page_and_holds_it() -> None:
+    events = _long_log(100)
+    source = RangePickingSource(events)
+    log = PagedLog(source)
+    assert log.lone(500) == events[500]
+    assert source.picks == [(500, 501, [500])] and source.reads == []
+    assert log[500] == events[500] and log.lone(500) == events[500]
+    assert len(source.picks) == 1 and source.reads == []  # held
+    assert log.resident_events == 1
+    assert log[3] == events[3] and log.lone(4) == events[4]  # a cached page serves it
+    assert len(source.picks) == 1
+    unsure = RangePickingSource(events, vouch=False)
+    assert PagedLog(unsure).lone(500) == events[500] and unsure.reads == [(256, 512)]
+    assert PagedLog(ListSource(events)).lone(7) == events[7]
+    with pytest.raises(LogCorruptError, match="read alone at seq 500"):
+        PagedLog(RangePickingSource(events, serve=events[1:])).lone(500)

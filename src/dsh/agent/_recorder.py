@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Protocol
 
@@ -69,6 +69,9 @@ _RESERVED: Final = CORE_EVENT_TYPES | {
     "agent/inbox/spliced", "llm/retry", "llm/request", "compaction/start", "compaction/summary",
     "compaction/end", "compaction/prune", "system/message", "tool/recovery",
     "approval/requested", "approval/answered"}
+
+_TURN_BRACKETS: Final = frozenset({"turn/start", "turn/end"})
+"""What the recorder reads of a log when it starts on it (:meth:`_Scan.feed_back`)."""
 
 
 def text_blocks(content: str | Sequence[Mapping[str, Any]]) -> list[Any]:
@@ -124,16 +127,16 @@ class _Scan:
             elif kind == "turn/end":
                 self.open_turn = None
 
-    def feed_back(self, events: Sequence[Event]) -> None:
-        """Take in a whole log read from its end back to its last ``turn/start``.
+    def feed_back(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """Take in a whole log's ``turn/start`` and ``turn/end`` events, newest first.
 
-        The same state as :meth:`feed` of the log, since turn numbers grow with seq
-        (docs/view.md#the-transcript-model); a log paged in after an O(tail) resume
-        reads its last pages only, not its prefix.
+        Iterated back to the last ``turn/start`` only: the same state as :meth:`feed` of the
+        log, since turn numbers grow with seq (docs/view.md#the-transcript-model). Given
+        :meth:`EventLog.select_back`, a log paged in after an O(tail) resume reads back
+        from its end by type, not its prefix nor its pages.
         """
         ended = False
-        for index in range(len(events) - 1, -1, -1):
-            event = events[index]
+        for event in events:
             kind = event["type"]
             if kind == "turn/end":
                 ended = True
@@ -198,7 +201,7 @@ class Recorder:
         self._store = core_store(store, "store.recorder(session_id)")
         self._flush_on_turn_end = flush_on_turn_end
         self._scan = _Scan()
-        self._scan.feed_back(session.events)
+        self._scan.feed_back(session.events.select_back(_TURN_BRACKETS))
         self._seen = session.seq
         self._headers_logged = 0
         if self._scan.open_turn is not None:

@@ -15,7 +15,10 @@ itself stays free of I/O. Invariants this module owns:
 * a reader that knows which few events it will index (an adapter's index names them) may have
   just those read in one source call (:meth:`PagedLog.pick`, a source that
   :class:`PicksEvents`): each comes back checked to carry the seq asked for, and is served
-  before any page (at most :data:`PICKED_EVENTS` held).
+  before any page (at most :data:`PICKED_EVENTS` held);
+* a reader that wants the last events of a few types (the recorder's last ``turn/start``)
+  walks back by type (:meth:`PagedLog.select_back`): from a source that
+  :class:`SelectsTypes`, each window is checked as a page-in and only those events decoded.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from __future__ import annotations
 import bisect
 import contextlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Final, Protocol, overload, runtime_checkable
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, Protocol, overload, runtime_checkable
 
 from dsh._errors import LogCorruptError
 from dsh.json import c_seqs_contiguous
@@ -94,6 +97,28 @@ class PicksRanges(Protocol):
 
     def read_picked(self, start: int, stop: int, seqs: Sequence[int]) -> Sequence[Event] | None:
         """The events at ``seqs`` of ``start <= seq < stop`` (see the class), or None."""
+
+
+SELECT_BACK_FIRST: Final = 32
+"""Events the first storage read of :meth:`PagedLog.select_back` covers, back from the cut;
+each next read covers eight times more (at most :data:`PICK_EVENTS`). A turn's brackets are
+usually within a few dozen events of the end: the first read finds them."""
+
+
+@runtime_checkable
+class SelectsTypes(Protocol):
+    """A source that serves the events of some types of a range for the cost of a check.
+
+    ``read_selected(start, stop, seqs, types)`` returns the events of ``start <= seq < stop``
+    whose seq is in ``seqs`` or type in ``types``, in seq order, after checking every stored
+    row of the range as ``read`` does (docs/rules.md#verified-page-in); None when it cannot
+    vouch for part of the range that way. It may raise a ``DshError`` as ``read`` does.
+    """
+
+    def read_selected(self, start: int, stop: int, seqs: Container[int],
+                      types: Container[str]) -> Sequence[Mapping[str, Any]] | None:
+        """The selected events of ``start <= seq < stop`` (see the class), or None."""
+        ...
 
 
 class PagedLog(Sequence[Event]):
@@ -262,6 +287,93 @@ class PagedLog(Sequence[Event]):
             else:
                 yield from zip(wanted, picked, strict=True)
             index = end
+
+    def lone(self, index: int) -> Event:
+        """The event at ``index`` (``0 <= index < len``) for a reader that wants it alone.
+
+        Below the cut, outside the cached pages and the picked events, a source that
+        :class:`PicksRanges` reads the rows of that event alone, checked against every seal
+        record they touch as a page-in checks them (docs/rules.md#verified-page-in), and
+        decodes only it; it is then held as a picked event (see :meth:`pick`). Otherwise
+        this is ``self[index]``. (A page costs 256 rows decoded for one event: a writer's
+        first append looks at the last surface node only.)
+
+        Raises:
+            IndexError: ``index`` is outside the log.
+            LogCorruptError: the source served another event, or its check failed.
+        """
+        picked = self._picked
+        # (getattr, not isinstance of the runtime protocol: that test costs tens of µs)
+        read_picked: Callable[[int, int, Sequence[int]], Sequence[Event] | None] | None = \
+            getattr(self._source, "read_picked", None)  # PicksRanges.read_picked
+        if 0 <= index < self._cut and index // PAGE_EVENTS not in self._pages \
+                and index not in picked and read_picked is not None:
+            found = read_picked(index, index + 1, [index])
+            if found is not None:
+                if len(found) != 1 or found[0].get("seq") != index:
+                    raise LogCorruptError(f"the event read alone at seq {index} does not "
+                                          "match the log it was cut from; the log changed "
+                                          "under the session, resume it again", seq=index)
+                if len(picked) >= PICKED_EVENTS:
+                    picked.clear()  # as pick(): bounded, another reader pages them in
+                picked[index] = found[0]
+                return found[0]
+        return self[index]
+
+    def select_back(self, types: Collection[str], stop: int | None = None
+                    ) -> Iterator[Mapping[str, Any]]:
+        """Yield the events below ``stop`` (default: all) whose type is in ``types``, newest first.
+
+        The resident tail is walked in memory. Below the cut, storage is read back from the
+        cut in windows (:data:`SELECT_BACK_FIRST` events first, then eight times more each,
+        at most :data:`PICK_EVENTS`), as far as the caller iterates: from a source that
+        :class:`SelectsTypes`, each window is read once, every row of it checked as a
+        page-in checks it (docs/rules.md#verified-page-in), and only the events of ``types``
+        decoded; a window whose pages are cached, or that the source cannot vouch for that
+        way, is paged in. Nothing selected enters the page cache.
+
+        Raises:
+            LogCorruptError: a window's events do not match the log (a seq outside it or out
+                of order, another type), or its page-in check failed.
+        """
+        stop = len(self) if stop is None else min(stop, len(self))
+        cut = self._cut
+        for index in range(stop - cut - 1, -1, -1):
+            event = self._tail[index]
+            if event["type"] in types:
+                yield event
+        high, size = min(stop, cut), SELECT_BACK_FIRST
+        while high > 0:
+            low = max(0, high - size)
+            yield from reversed(self._selected(low, high, types))
+            high, size = low, min(size * 8, PICK_EVENTS)
+
+    def _selected(self, low: int, high: int, types: Collection[str]
+                  ) -> Sequence[Mapping[str, Any]]:
+        """The events of ``types`` in ``low <= seq < high`` (below the cut), in seq order."""
+        pages = self._pages
+        cached = all(number in pages
+                     for number in range(low // PAGE_EVENTS, (high - 1) // PAGE_EVENTS + 1))
+        # (getattr, not isinstance of the runtime protocol: that test costs tens of µs)
+        read_selected: Callable[[int, int, Container[int], Container[str]],
+                                Sequence[Mapping[str, Any]] | None] | None = \
+            getattr(self._source, "read_selected", None)  # SelectsTypes.read_selected
+        if not cached and read_selected is not None:
+            found = read_selected(low, high, (), types)
+            if found is not None:
+                previous = low - 1
+                for event in found:
+                    seq = event.get("seq")
+                    if type(seq) is not int or not previous < seq < high \
+                            or event.get("type") not in types:
+                        raise LogCorruptError(
+                            f"events selected by type from {low}..{high - 1} do not match "
+                            f"the log they were cut from (got seq {seq!r}, type "
+                            f"{event.get('type')!r}); the log changed under the session, "
+                            "resume it again", seq=low)
+                    previous = seq
+                return found
+        return [event for event in self._range(low, high) if event["type"] in types]
 
     def _paged(self, seqs: Iterable[int]) -> Iterator[tuple[int, Event]]:
         size = PAGE_EVENTS

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from time import time_ns
 from typing import Any, Final, Literal, Protocol, TypeVar, overload
@@ -715,6 +715,27 @@ class EventLog(_Prefix[Event]):
     __slots__ = ()
     _noun = "event"
 
+    def select_back(self, types: Collection[str]) -> Iterator[Mapping[str, Any]]:
+        """Yield the events whose type is in ``types``, newest first, as far as iterated.
+
+        A log paged in after an O(tail) resume reads back from its end by type
+        (:meth:`PagedLog.select_back`: each stored row checked, only these events decoded),
+        not page by page; a resident log is walked in memory. The events come in the form
+        a read gives them (``type``, ``seq``, ``data``... of a frozen event, or a plain
+        mapping of the same fields).
+
+        Raises:
+            LogCorruptError: the stored events paged in no longer match the log.
+        """
+        log = self._log
+        if isinstance(log, PagedLog):
+            yield from log.select_back(types, self._len)
+            return
+        for index in range(self._len - 1, -1, -1):
+            event = log[index]
+            if event["type"] in types:
+                yield event
+
 
 class MessageLog(_Prefix[FrozenDict]):
     """What :meth:`Session.derive_messages` returns: the first ``len`` derived messages.
@@ -1339,9 +1360,11 @@ class Session:
             Reads only the trailing results and the node before them.
         """
         log = self._log
+        # a paged log reads these few events alone, not their pages
+        event_at = log.lone if type(log) is PagedLog else log.__getitem__
         answered: list[str] = []
         for seq in reversed(self._surface.nodes):
-            event = log[seq]
+            event = event_at(seq)
             kind = event["type"]
             if kind == "tool/result":
                 answered.append(_result_call_id(event["data"]))
