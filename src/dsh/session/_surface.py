@@ -468,6 +468,11 @@ class SurfaceNodes(Sequence[int]):
     def __iter__(self) -> Iterator[int]:
         return iter(self._nodes)
 
+    def __reversed__(self) -> Iterator[int]:
+        # the list's or array's own: a walk back from the end (a model view's, the pairing
+        # check's) otherwise indexes through __getitem__ node by node
+        return reversed(self._nodes)
+
     def __contains__(self, value: object) -> bool:
         return value in self._nodes
 
