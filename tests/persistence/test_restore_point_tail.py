@@ -77,3 +77,52 @@ def test_default_keeps_the_every_2048_events_rule(tmp_path: Path, kind: str) -> 
 def test_tail_bound_is_a_positive_integer(bad: object) -> None:
     with pytest.raises(ConfigError, match="restore_point_tail"):
         WriteBehind(restore_point_tail=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("other_commit", [False, True])
+def test_the_first_append_after_a_resume_takes_the_checked_tail_while_nothing_committed(
+        tmp_path: Path, request: pytest.FixtureRequest, other_commit: bool) -> None:
+    # A SQLite resume through a restore point reads the session row and the rows from the cut
+    # in one transaction: the first append takes the stored tail from there (no second
+    # look-back) only while PRAGMA data_version says no other connection committed since.
+    import sqlite3
+    from unittest import mock
+
+    from dsh._errors import WriteFailedError
+    from dsh.persistence.sqlite._backend import SqliteHandle
+
+    url = _url("sqlite", tmp_path)
+    with dsh.open(url, clock=StepClock(),
+                  write_behind=WriteBehind(restore_point_tail=12)) as store:
+        session = store.session("s")
+        for turn in range(1, 4):
+            completed_turn(session, turn)
+            store.flush(session)
+    spy = mock.patch.object(SqliteHandle, "_stored_next_seq", autospec=True,
+                            side_effect=SqliteHandle._stored_next_seq)
+    looked_back = spy.start().call_args_list  # (handle, unchanged since our commit) each
+    request.addfinalizer(spy.stop)
+    used = rp.stats["used"]
+    store = dsh.open(url, clock=StepClock(2_000_000_000_000),
+                     write_behind=WriteBehind(restore_point_tail=12))
+    resumed = store.session("s")
+    assert rp.stats["used"] == used + 1
+    db = sqlite3.connect(tmp_path / "store.db")
+    if other_commit:  # another writer's append (the lock ignored), through SQLite
+        with db:
+            db.execute("INSERT INTO events SELECT session_id, 18, type, time, data, "
+                       "source_event_seqs, surface_op, ignorable FROM events WHERE seq = 17")
+    completed_turn(resumed, 4)
+    if other_commit:
+        with pytest.raises(WriteFailedError, match="another writer moved the log"):
+            store.flush(resumed)
+        assert [unchanged for _, unchanged in (c.args for c in looked_back)] == [False]
+        # (the stored tail derived again, which finds the other writer's row)
+        with db:
+            db.execute("DELETE FROM events WHERE seq = 18")
+    store.flush(resumed)
+    if not other_commit:
+        assert looked_back == []
+    store.close()
+    db.close()
+    assert _covered(url)[2] == 18 + 1 + 6  # three turns, the resume's marker, the fourth

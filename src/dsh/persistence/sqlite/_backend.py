@@ -1998,6 +1998,11 @@ class SqliteHandle(HandleBase):
                 else read_seal_after(self._seal_file, cut_info)
             conn.execute("BEGIN")
             try:
+                # before the reads: a commit by another connection after it moves it, and
+                # the schema checked after it, as the first append checks it
+                data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if self._mode == "write":
+                    self._c.recheck_ownership()
                 header, incarnation, revision = self._session_row()
                 last = conn.execute(f"SELECT {_LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS} "
                                     "FROM events WHERE session_id = ? AND seq < ? ORDER BY seq "
@@ -2053,6 +2058,12 @@ class SqliteHandle(HandleBase):
             self._seal_rewrite = seal is None or not seal.clean or seal.version != 2
             self._torn_seq = None
         count = cut + len(events)
+        if self._mode == "write":
+            # The schema, the session row and the rows from the cut on were read and checked
+            # above in one transaction, and no row before the cut covers it (``straddle``):
+            # while data_version stays put, the first append takes the stored tail from here
+            # as it takes it after its own commit (no second look-back, no session row).
+            self._quiet = (data_version, revision, incarnation, count)
         self._durable = (count, incarnation,
                          srp.last_row_digest(rows[-1][1:]) if rows else anchor.tail_digest)
         seal_file = self._seal_file
