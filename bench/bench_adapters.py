@@ -109,6 +109,14 @@ async def measure_open(kind: str, root: Path, items: int) -> dict[str, float]:
     return {"cold_limit": cold_limit, "first_write": first_write}
 
 
+async def runner_turn(session: Any, n: int) -> None:
+    """Turn ``n`` as the SDK's Runner makes it: the history, the prompt, the turn's items."""
+    new = turn_items(n)
+    await session.get_items()
+    await session.add_items(new[:1])
+    await session.add_items(new[1:])
+
+
 async def measure(kind: str, root: Path, items: int, turns: int) -> dict[str, float]:
     session = make_session(kind, root)
     # Importing the SDK leaves ~1M young objects; the first allocation-heavy call after it
@@ -121,11 +129,8 @@ async def measure(kind: str, root: Path, items: int, turns: int) -> dict[str, fl
     assert len(history) == items // 4 * 4, (kind, len(history))
     per_turn: list[float] = []
     for n in range(items // 4, items // 4 + turns):
-        new = turn_items(n)
         t0 = now_ms()
-        await session.get_items()
-        await session.add_items(new[:1])
-        await session.add_items(new[1:])
+        await runner_turn(session, n)
         per_turn.append(now_ms() - t0)
     held: list[float] = []
     for _ in range(LIMIT_CALLS):

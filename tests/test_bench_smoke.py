@@ -32,6 +32,9 @@ CASES = {
     # --before-python: this checkout again stands for the other one
     "sdk-whole": ["bench.bench_sdk_whole", "--sizes", "40", "--runs", "1", "--before-python",
                   sys.executable, "--before-dir", str(REPO)],
+    # --before the repository itself: the alternating path, not another commit
+    "session-cpu": ["bench.bench_session_cpu", "--sizes", "40", "--turns", "2", "--runs", "1",
+                    "--before", str(REPO)],
     "agent": ["bench.bench_agent", "--turns", "3", "--runs", "1", "--nodes", "100"],
     "resume-checkpoint": ["bench.bench_resume_ckpt", "--sizes", "3000", "--runs", "1",
                           "--backend", "jsonl-packed,sqlite", "--variants", "open"],
