@@ -165,7 +165,14 @@ def _plain(value: Any, depth: int = 0) -> bool:
 
 
 class _Codec:
-    """Values to JSON-storable form and back, through the saver's serde."""
+    """Values to JSON-storable form and back, through the saver's serde.
+
+    A stored value is ``{"j": json}`` (plain JSON), or the serde's ``(type, bytes)`` as
+    ``{"t": type, "l": text}``, the text holding one character per byte (code points 0-255,
+    the bytes' Latin-1 decoding): read back with one copy, where the earlier form
+    ``{"t": type, "b": base64}`` (still read) costs a base64 decode of the whole value and a
+    third more text to decompress and parse (docs/formats.md#langgraph-checkpoint-events).
+    """
 
     def __init__(self, serde: SerializerProtocol) -> None:
         self.serde = serde
@@ -174,12 +181,15 @@ class _Codec:
         if _plain(value):
             return {"j": value}
         kind, blob = self.serde.dumps_typed(value)
-        return {"t": kind, "b": base64.b64encode(blob).decode("ascii")}
+        return {"t": kind, "l": blob.decode("latin-1")}
 
     def decode(self, stored: Mapping[str, Any]) -> Any:
         if "j" in stored:
             value = stored["j"]
             return thaw(value) if isinstance(value, FrozenDict | FrozenList) else value
+        text = stored.get("l")
+        if text is not None:
+            return self.serde.loads_typed((stored["t"], text.encode("latin-1")))
         return self.serde.loads_typed((stored["t"], base64.b64decode(stored["b"])))
 
 
@@ -1171,14 +1181,20 @@ class DshSaver(BaseCheckpointSaver[str]):
     # -- version ids ---------------------------------------------------------------------------
 
     def get_next_version(self, current: str | None, channel: None) -> str:
-        """A version id greater than ``current``: a zero-padded counter and a random tail."""
+        """A version id greater than ``current``: a zero-padded counter and a random tail.
+
+        The tail is written with 16 decimals (``0.0005592311143513``), not as ``repr`` of the
+        float, which gives a small one 19 or more digits after the point: a JSON reader takes
+        such a run for an integer that may not fit 64 bits and parses the checkpoint event
+        holding it by the slow exact parser (:func:`dsh.json.has_long_number`).
+        """
         if current is None:
             number = 0
         elif isinstance(current, int):
             number = current
         else:
             number = int(str(current).split(".")[0])
-        return f"{number + 1:032}.{random.random():016}"
+        return f"{number + 1:032}.{random.random():.16f}"
 
     # -- async twins -------------------------------------------------------------------------
 
