@@ -26,17 +26,17 @@ from typing import Any
 
 
 def _child(kind: str, phase: str, pg: str, turns: int) -> dict[str, float]:
-    from bench.bench_saver import _close, _saver, _turn
-
     # imports apart: what opening the saver imports, each side its own
-    import psycopg  # noqa: F401
+    import psycopg
+
+    from bench.bench_saver import _close, _saver, _turn
     if kind == "dsh":
         import dsh.adapters.langgraph
         import dsh.persistence._facade
         import dsh.persistence.postgres._backend
         import dsh.persistence.sqlite._backend  # noqa: F401
     else:
-        import langgraph.checkpoint.postgres
+        import langgraph.checkpoint.postgres  # noqa: F401
         import psycopg.rows  # noqa: F401
     config = {"configurable": {"thread_id": "bench", "checkpoint_ns": ""}}
     kind_name = "dsh-postgres" if kind == "dsh" else "postgres"

@@ -1,7 +1,8 @@
 """How DshSaver stores values its serde encodes, and its version ids (docs/formats.md).
 
 A value that is not plain JSON is stored as the serde's type and its bytes as Latin-1 text
-(``{"t", "l"}``); a thread written by an earlier build, whose values are base64 (``{"t",
+(``{"t", "l"}``), or past ``COMPRESS_FROM_BYTES`` as one Zstandard frame (``{"t", "z"}``,
+checked when read); a thread written by an earlier build, whose values are base64 (``{"t",
 "b"}``), still reads, and a writer continues it (a list delta on a base64 whole value).
 Channel version ids carry a 16-decimal random tail, so no checkpoint event holds a digit run
 the JSON readers take for a long integer.
@@ -17,12 +18,14 @@ from typing import Any
 
 import orjson
 import pytest
+import zstandard
 
 pytest.importorskip("langgraph")
 
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
+from dsh import LogCorruptError
 from dsh.adapters import langgraph as lg
 from dsh.adapters.langgraph import CHECKPOINT_EVENT, WRITES_EVENT, DshSaver
 from dsh.json import has_long_number
@@ -92,12 +95,13 @@ def _events(store: str, thread: str) -> list[Any]:
 
 
 def _forms(events: list[Any]) -> list[str]:
-    """Per serde-encoded value stored (checkpoint values, list items, writes): "b" or "l"."""
+    """Per serde-encoded value stored (checkpoint values, list items, writes): its form key."""
     forms: list[str] = []
 
     def note(stored: Any) -> None:
         if "t" in stored:
-            forms.append("l" if "l" in stored else "b")
+            [form] = set(stored) & {"l", "z", "b"}
+            forms.append(form)
 
     for event in events:
         if event["type"] == CHECKPOINT_EVENT:
@@ -112,7 +116,8 @@ def _forms(events: list[Any]) -> list[str]:
 
 def test_a_base64_thread_reads_and_a_writer_continues_it_in_latin1_text(
         store: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    every_byte = bytes(range(256)) * 3
+    every_byte = bytes(range(256)) * 40  # 10 KiB: compressed by this build
+    assert len(every_byte) > lg.COMPRESS_FROM_BYTES
     state: dict[str, Any] = {"blob": every_byte}
     with monkeypatch.context() as old_build:
         old_build.setattr(lg._Codec, "encode", _base64_encode)
@@ -131,7 +136,7 @@ def test_a_base64_thread_reads_and_a_writer_continues_it_in_latin1_text(
         _turns(saver, "t", 3, 3, state)
     events = _events(store, "t")
     forms = _forms(events)
-    assert forms[:len(old_forms)] == old_forms and set(forms[len(old_forms):]) == {"l"}
+    assert forms[:len(old_forms)] == old_forms and set(forms[len(old_forms):]) == {"l", "z"}
     last = next(e for e in reversed(events) if e["type"] == CHECKPOINT_EVENT)
     assert "d" in last["data"]["values"]["messages"]  # a delta, the chain reaching old values
     with DshSaver.from_url(store) as reader:
@@ -153,7 +158,8 @@ def test_a_base64_thread_reads_and_a_writer_continues_it_in_latin1_text(
 
 def test_every_byte_value_round_trips_through_the_latin1_text(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
-    values = [bytes(range(256)), b"", b"\x00", "\u00ff".encode("latin-1") * 9, b"\\\"\n\r"]
+    values = [bytes(range(256)), b"", b"\x00", "\u00ff".encode("latin-1") * 9, b"\\\"\n\r",
+              bytes(range(256)) * 64 + b"tail"]
     state: dict[str, Any] = {}
     with DshSaver.from_url(store) as saver:
         for value in values:
@@ -168,6 +174,29 @@ def test_every_byte_value_round_trips_through_the_latin1_text(tmp_path: Path) ->
     stored = [e["data"]["values"]["blob"] for e in _events(store, "t256-b'\\x00'")
               if e["type"] == CHECKPOINT_EVENT]
     assert stored[0]["t"] == "bytes" and stored[0]["l"] == bytes(range(256)).decode("latin-1")
+    [big] = [e["data"]["values"]["blob"] for e in _events(store, "t16388-b'\\x00'")
+             if e["type"] == CHECKPOINT_EVENT][:1]
+    assert set(big) == {"t", "z"} and len(big["z"]) < 1000  # 16 KiB of bytes, compressed
+
+
+def test_a_compressed_value_is_checked_when_read() -> None:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    codec = lg._Codec(JsonPlusSerializer())
+    value = bytes(range(256)) * 64
+    stored = codec.encode(value)
+    assert set(stored) == {"t", "z"} and codec.decode(stored) == value
+    frame = base64.b64decode(stored["z"])
+    # a frame that does not declare its size is inflated streamed, and checked the same way
+    unsized = zstandard.ZstdCompressor(write_content_size=False, write_checksum=True)
+    assert codec.decode({"t": "bytes", "z": base64.b64encode(
+        unsized.compress(value)).decode()}) == value
+    flipped = bytearray(frame)
+    flipped[len(frame) // 2] ^= 0x40
+    for bad in (bytes(flipped), frame[:-4] + b"\0\0\0\0", frame + b"x", frame + frame,
+                frame[:-1], unsized.compress(value) + b"x"):
+        with pytest.raises(LogCorruptError, match="stored compressed"):
+            codec.decode({"t": "bytes", "z": base64.b64encode(bad).decode()})
 
 
 def test_version_ids_hold_no_digit_run_read_as_a_long_integer(

@@ -32,7 +32,8 @@ to it as events:
 
 Values go through the saver's ``serde`` (LangGraph's ``JsonPlusSerializer`` by default) except
 plain JSON (strings, integers, booleans, None, and lists and string-keyed dicts of them), which
-is stored as JSON.
+is stored as JSON; the serde's bytes are stored as Latin-1 text, or past 4 KiB as a Zstandard
+frame (docs/formats.md#langgraph-checkpoint-events).
 
 Durable inside a run: LangGraph hands a checkpointer the model's answer only after the model
 node ends, on a background thread, and may run the tool node before that write lands. For an
@@ -67,7 +68,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
-from dsh._errors import AdapterError, DshError
+import zstandard
+
+from dsh._errors import AdapterError, DshError, LogCorruptError
 from dsh._install import install_hint
 
 try:
@@ -134,6 +137,9 @@ DROP_EVENT: Final = _DROP_EVENT
 WHOLE_EVERY: Final = 64
 """A list channel is stored whole at least every this many checkpoints (else as a delta), so
 building a checkpoint reads at most this many of the thread's events for it."""
+COMPRESS_FROM_BYTES: Final = 4096
+"""A value the serde encodes to more bytes than this is stored as a Zstandard frame (base64);
+a shorter one as Latin-1 text (docs/formats.md#langgraph-checkpoint-events)."""
 INDEX_EVERY: Final = 256
 """The writer keeps the thread's index beside the log again once this many events are newer
 than the index there (and at close), so a cold read folds at most about this many."""
@@ -141,6 +147,8 @@ than the index there (and at close), so a cold read folds at most about this man
 _logger = logging.getLogger(__name__)
 
 _MESSAGES: Final = "messages"
+_ONE_SHOT_MAX_BYTES: Final = 64 * 1024 * 1024
+"""A compressed value declaring at most this size is inflated into one buffer of that size."""
 _TOP_LEVEL: Final = frozenset({"v", "id", "ts", "channel_values", "channel_versions",
                                "versions_seen"})
 
@@ -167,30 +175,67 @@ def _plain(value: Any, depth: int = 0) -> bool:
 class _Codec:
     """Values to JSON-storable form and back, through the saver's serde.
 
-    A stored value is ``{"j": json}`` (plain JSON), or the serde's ``(type, bytes)`` as
-    ``{"t": type, "l": text}``, the text holding one character per byte (code points 0-255,
-    the bytes' Latin-1 decoding): read back with one copy, where the earlier form
-    ``{"t": type, "b": base64}`` (still read) costs a base64 decode of the whole value and a
-    third more text to decompress and parse (docs/formats.md#langgraph-checkpoint-events).
+    A stored value is ``{"j": json}`` (plain JSON), or the serde's ``(type, bytes)``: bytes of
+    at most :data:`COMPRESS_FROM_BYTES` as ``{"t": type, "l": text}``, the text holding one
+    character per byte (code points 0-255, the bytes' Latin-1 decoding), longer ones as
+    ``{"t": type, "z": base64}`` of one Zstandard frame of them (with its content checksum).
+    The earlier form ``{"t": type, "b": base64}`` (still read) made the store read, inflate
+    and check as JSON a third more text than the value's bytes, then the saver decode it all
+    from base64; a whole ``messages`` list of 720 KB is now 19 KB of text in its event, the
+    frame inflated straight into the bytes the serde reads
+    (docs/formats.md#langgraph-checkpoint-events).
     """
 
     def __init__(self, serde: SerializerProtocol) -> None:
         self.serde = serde
+        # one per saver: its calls hold the saver's lock (the objects are not thread-safe)
+        self._packer = zstandard.ZstdCompressor(level=3, write_checksum=True)
+        self._unpacker = zstandard.ZstdDecompressor()
 
     def encode(self, value: Any) -> dict[str, Any]:
         if _plain(value):
             return {"j": value}
         kind, blob = self.serde.dumps_typed(value)
+        if len(blob) > COMPRESS_FROM_BYTES:
+            return {"t": kind, "z": base64.b64encode(self._packer.compress(blob)).decode()}
         return {"t": kind, "l": blob.decode("latin-1")}
 
     def decode(self, stored: Mapping[str, Any]) -> Any:
+        """The value ``stored`` holds.
+
+        Raises:
+            LogCorruptError: a compressed value that is not one whole Zstandard frame whose
+                checksum matches (the log was changed outside dsh).
+        """
         if "j" in stored:
             value = stored["j"]
             return thaw(value) if isinstance(value, FrozenDict | FrozenList) else value
         text = stored.get("l")
         if text is not None:
             return self.serde.loads_typed((stored["t"], text.encode("latin-1")))
+        packed = stored.get("z")
+        if packed is not None:
+            return self.serde.loads_typed((stored["t"], self._unpack(packed)))
         return self.serde.loads_typed((stored["t"], base64.b64decode(stored["b"])))
+
+    def _unpack(self, packed: str) -> bytes:
+        frame = base64.b64decode(packed)
+        try:
+            if 0 <= zstandard.frame_content_size(frame) <= _ONE_SHOT_MAX_BYTES:
+                # one allocation of the declared size; zstd checks that size, the checksum
+                # and that nothing follows the frame
+                blob: bytes = self._unpacker.decompress(frame, allow_extra_data=False)
+                return blob
+            # a size not declared, or larger: streamed, the declared size not trusted
+            unpacker = self._unpacker.decompressobj()
+            blob = unpacker.decompress(frame)
+        except zstandard.ZstdError as exc:
+            raise LogCorruptError(f"a LangGraph value stored compressed does not decode "
+                                  f"({exc}); the log was changed outside dsh") from exc
+        if not unpacker.eof or unpacker.unused_data:
+            raise LogCorruptError("a LangGraph value stored compressed is not one whole "
+                                  "Zstandard frame; the log was changed outside dsh")
+        return blob
 
 
 def _written_calls(pending: Sequence[PendingWrite]) -> frozenset[str]:
