@@ -214,3 +214,47 @@ def test_version_ids_hold_no_digit_run_read_as_a_long_integer(
     assert not has_long_number(orjson.dumps({"versions": {"messages": first},
                                              "seen": {"model": {"messages": second}}}))
     assert has_long_number(orjson.dumps({"v": f"{1:032}.{0.0005592311143512996:016}"}))
+
+
+def test_a_whole_copy_ends_a_read_and_a_listing_reads_through_it(
+        store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    state: dict[str, Any] = {"blob": b"x"}
+    with DshSaver.from_url(store) as saver:
+        _turns(saver, "t", 0, 20, state)  # 40 checkpoints: one chain of 39 deltas
+    events = _events(store, "t")
+    stored = [e["data"]["values"]["messages"] for e in events if e["type"] == CHECKPOINT_EVENT]
+    assert "d" not in stored[0] and all("d" in value for value in stored[1:])
+    copies = [n for n, value in enumerate(stored) if "d" in value and "t" in value]
+    assert copies == [lg.WHOLE_COPY_EVERY, 2 * lg.WHOLE_COPY_EVERY]
+    config: Any = {"configurable": {"thread_id": "t"}}
+    if store.startswith("postgresql"):
+        from dsh.persistence.postgres._backend import PostgresRangeSource
+        picked: list[Any] = []
+        real = PostgresRangeSource.read_events
+
+        def counted(self: Any, seqs: Any) -> Any:
+            picked.append(list(seqs))
+            return real(self, seqs)
+        monkeypatch.setattr(PostgresRangeSource, "read_events", counted)
+    with DshSaver.from_url(store) as reader:
+        latest = reader.get_tuple(config)
+    if store.startswith("postgresql"):
+        # the checkpoint, its writes, the deltas down to the copy at 32, the index's anchor
+        # and the last surface nodes: not the chain down to the whole value at 0
+        [seqs] = picked
+        assert len(seqs) <= 40 - 2 * lg.WHOLE_COPY_EVERY + 6
+        monkeypatch.undo()
+    assert latest is not None
+    assert [m.id for m in latest.checkpoint["channel_values"]["messages"]] == [
+        f"{kind}{n}" for n in range(20) for kind in "ha"]
+    with DshSaver.from_url(store) as reader:
+        listed = list(reader.list(config))  # newest first, through the deltas
+    assert len(listed) == 40
+    for item in listed:  # each checkpoint alone (through a copy where one is on its chain)
+        with DshSaver.from_url(store) as reader:
+            alone = reader.get_tuple(item.config)
+        assert alone is not None
+        assert [(type(m).__name__, m.id, m.content) for m in
+                alone.checkpoint["channel_values"]["messages"]] == [
+            (type(m).__name__, m.id, m.content) for m in item.checkpoint["channel_values"][
+                "messages"]]

@@ -82,8 +82,9 @@ class ThreadIndex:
         namespaces: Checkpoint namespace -> its checkpoints.
         blobs: ``(ns, channel, version)`` -> seq of the checkpoint event storing that value.
         links: ``(ns, channel, seq)`` of a value stored as a list delta -> the seq of the
-            event storing the value it extends (its chain's next link; a whole value has
-            none). Not known for values taken from a version 2 index.
+            event storing the value it extends (its chain's next link; a whole value, and a
+            delta carrying a whole copy, has none). Not known for values taken from a
+            version 2 index.
         projected: LangChain message id -> seq of the surface event made from it.
         answered: Tool call id -> seq of its ``tool/result``.
         branches: Checkpoint id -> the fork session its messages are projected onto, for
@@ -140,11 +141,12 @@ class ThreadIndex:
                 for channel, stored in data["values"].items():
                     key = (ns, channel, versions[channel])
                     self.blobs[key] = seq
-                    base = self.blobs.get((ns, channel, stored["d"])) if "d" in stored \
-                        else None
+                    # a delta with a whole copy ends a chain as a whole value does
+                    delta = "d" in stored and not has_copy(stored)
+                    base = self.blobs.get((ns, channel, stored["d"])) if delta else None
                     if base is not None:
                         self.links[(ns, channel, seq)] = base
-                    elif "d" in stored and self.partial:
+                    elif delta and self.partial:
                         self.missed = True
                 self.namespaces.setdefault(ns, Namespace()).add(
                     data["id"], CheckpointEntry(seq, data["parent"]))
@@ -179,6 +181,15 @@ class ThreadIndex:
                     if isinstance(message_id, str):
                         self.projected[message_id] = event["seq"]
         self.seen = len(events)
+
+
+def has_copy(stored: Mapping[str, Any]) -> bool:
+    """True when a stored list delta (``{"d", "k", "a"}``) also holds its whole value.
+
+    Rule: docs/formats.md#langgraph-checkpoint-events (a copy is ``j``, or ``t`` with its
+    bytes).
+    """
+    return "t" in stored or "j" in stored
 
 
 def writes_of(entry: CheckpointEntry, events: Sequence[Event]) -> Writes:

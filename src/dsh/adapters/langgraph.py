@@ -9,8 +9,9 @@ to it as events:
   channel before it (``add_messages`` state) is stored as the items it adds
   (``{"d": base version, "k": kept count, "a": [added items]}``), so a thread's storage grows
   with its messages, not with the whole state at every super-step; a list is stored whole
-  again at least every :data:`WHOLE_EVERY` checkpoints, so building one reads at most that many
-  deltas;
+  again at least every :data:`WHOLE_EVERY` checkpoints, and every :data:`WHOLE_COPY_EVERY`
+  deltas a delta carries a copy of the whole list too, so building one checkpoint reads at most
+  that many deltas;
 * the thread's index (where each checkpoint, value and write is in the log) is kept beside the
   log as an aside of its session and checked against the log by a reader, which then folds
   only the events after it (docs/adapters.md#fast-reads-of-a-thread);
@@ -104,6 +105,7 @@ from dsh.adapters._langgraph_index import (
     ThreadIndex,
     decode_index,
     encode_index,
+    has_copy,
     writes_of,
 )
 from dsh.adapters._langgraph_index import WRITES_EVENT as _WRITES_EVENT
@@ -137,6 +139,10 @@ DROP_EVENT: Final = _DROP_EVENT
 WHOLE_EVERY: Final = 64
 """A list channel is stored whole at least every this many checkpoints (else as a delta), so
 building a checkpoint reads at most this many of the thread's events for it."""
+WHOLE_COPY_EVERY: Final = 16
+"""Every this many deltas of a chain, the delta carries the whole list as well (compressed):
+a read of one checkpoint stops there, a listing (its bases decoded anyway) reads on through
+the delta (docs/formats.md#langgraph-checkpoint-events)."""
 COMPRESS_FROM_BYTES: Final = 4096
 """A value the serde encodes to more bytes than this is stored as a Zstandard frame (base64);
 a shorter one as Latin-1 text (docs/formats.md#langgraph-checkpoint-events)."""
@@ -523,11 +529,12 @@ class DshSaver(BaseCheckpointSaver[str]):
     # -- reading -----------------------------------------------------------------------------
 
     def _value(self, thread: _Thread, ns: str, channel: str, version: Any,
-               memo: dict[tuple[str, str, Any], Any]) -> Any:
+               memo: dict[tuple[str, str, Any], Any], *, copies: bool = True) -> Any:
         """The value of ``channel`` at ``version``, rebuilding list deltas from their bases.
 
         A delta names its base version; the chain ends at a whole value at most
-        :data:`WHOLE_EVERY` links back, each link one event read from the log.
+        :data:`WHOLE_EVERY` links back, each link one event read from the log, or with
+        ``copies`` at the first delta carrying a whole copy (:data:`WHOLE_COPY_EVERY`).
         """
         key = (ns, channel, version)
         chain: list[tuple[tuple[str, str, Any], Mapping[str, Any]]] = []
@@ -548,7 +555,7 @@ class DshSaver(BaseCheckpointSaver[str]):
                 value = _MISSING
                 break
             stored = events[seq]["data"]["values"][channel]
-            if "d" in stored:
+            if "d" in stored and not (copies and has_copy(stored)):
                 chain.append((key, stored))
                 key = (ns, channel, stored["d"])
                 continue
@@ -565,13 +572,15 @@ class DshSaver(BaseCheckpointSaver[str]):
         return self._codec.decode(self._events(thread.thread_id)[entry.seq]["data"]["meta"])
 
     def _tuple(self, thread: _Thread, ns: str, checkpoint_id: str,
-               memo: dict[tuple[str, str, Any], Any]) -> CheckpointTuple:
+               memo: dict[tuple[str, str, Any], Any], *, copies: bool = True
+               ) -> CheckpointTuple:
+        """The checkpoint's tuple; ``copies``: see :meth:`_value`."""
         entry = thread.namespaces[ns].checkpoints[checkpoint_id]
         events = self._events(thread.thread_id)
         data = events[entry.seq]["data"]
         values: dict[str, Any] = {}
         for channel, version in data["versions"].items():
-            value = self._value(thread, ns, channel, version, memo)
+            value = self._value(thread, ns, channel, version, memo, copies=copies)
             if value is not _MISSING:
                 values[channel] = list(value) if isinstance(value, list) else value
         writes = sorted(writes_of(entry, events).items(),
@@ -786,7 +795,10 @@ class DshSaver(BaseCheckpointSaver[str]):
                             metadata = self._metadata(thread, space.checkpoints[checkpoint_id])
                             if any(metadata.get(k) != v for k, v in filter.items()):
                                 continue
-                        out.append(self._tuple(thread, ns, checkpoint_id, memo))
+                        # the first one stops at a whole copy; the older ones follow the
+                        # deltas down to what the first built (each copy is a whole decode)
+                        out.append(self._tuple(thread, ns, checkpoint_id, memo,
+                                               copies=not memo))
             return out
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -833,6 +845,8 @@ class DshSaver(BaseCheckpointSaver[str]):
                                        "a": [self._codec.encode(item)
                                              for item in value[len(previous[1]):]]}
                     depth[channel] = links + 1
+                    if depth[channel] % WHOLE_COPY_EVERY == 0:
+                        stored[channel].update(self._codec.encode(value))
                 else:
                     stored[channel] = self._codec.encode(value)
                     depth[channel] = 0
