@@ -78,6 +78,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=7, help="alternating rounds")
     parser.add_argument("--no-peer", action="store_true", help="leave PostgresSaver out")
+    parser.add_argument("--dir", default=None,
+                        help="accepted as every bench takes it; the stores are schemas")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--phase", default="read", help=argparse.SUPPRESS)
     parser.add_argument("--pg", default=None, help=argparse.SUPPRESS)

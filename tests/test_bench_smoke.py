@@ -35,6 +35,7 @@ CASES = {
     # --before the repository itself: the alternating path, not another commit
     "session-cpu": ["bench.bench_session_cpu", "--sizes", "40", "--turns", "2", "--runs", "1",
                     "--before", str(REPO)],
+    "saver-cold": ["bench.bench_saver_cold", "--turns", "3", "--runs", "1"],
     "agent": ["bench.bench_agent", "--turns", "3", "--runs", "1", "--nodes", "100"],
     "resume-checkpoint": ["bench.bench_resume_ckpt", "--sizes", "3000", "--runs", "1",
                           "--backend", "jsonl-packed,sqlite", "--variants", "open"],
@@ -71,7 +72,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bench_script_runs_and_prints_a_table(case: str, tmp_path: Path) -> None:
-    if case == "postgres":
+    if case in ("postgres", "saver-cold"):
         from dsh.testing._stores import postgres_unreachable
         reason = postgres_unreachable()
         if reason is not None:

@@ -11,7 +11,6 @@ the JSON readers take for a long integer.
 from __future__ import annotations
 
 import base64
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,9 @@ from dsh import LogCorruptError
 from dsh.adapters import langgraph as lg
 from dsh.adapters.langgraph import CHECKPOINT_EVENT, WRITES_EVENT, DshSaver
 from dsh.json import has_long_number
-from dsh.persistence import Persistence, open_backend
-from dsh.testing._stores import drop_schema, postgres_base_url, postgres_unreachable
+from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 from tests.adapters.conftest import dsh
+from tests.adapters.test_langgraph_index import _events
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -41,12 +40,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         return
     if postgres_unreachable() is not None:
         pytest.skip(f"SKIPPED LOUDLY: {postgres_unreachable()}")
-    base = postgres_base_url()
-    schema = f"h_pgsaver_{uuid.uuid4().hex[:10]}"
-    try:
-        yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
-    finally:
-        drop_schema(base, schema)
+    yield from temporary_postgres_url()
 
 
 def _base64_encode(self: Any, value: Any) -> dict[str, Any]:
@@ -84,14 +78,6 @@ def _turns(saver: DshSaver, thread: str, first: int, count: int,
                          f"task-{n}", "~model")
         state["messages"] = [*messages, answer]
         put(state["messages"], "loop", 2 * n + 1)
-
-
-def _events(store: str, thread: str) -> list[Any]:
-    persistence = Persistence(open_backend(store))
-    try:
-        return list(persistence.read(thread).events)
-    finally:
-        persistence.close()
 
 
 def _forms(events: list[Any]) -> list[str]:

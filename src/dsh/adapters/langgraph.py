@@ -141,8 +141,8 @@ WHOLE_EVERY: Final = 64
 building a checkpoint reads at most this many of the thread's events for it."""
 WHOLE_COPY_EVERY: Final = 16
 """Every this many deltas of a chain, the delta carries the whole list as well (compressed):
-a read of one checkpoint stops there, a listing (its bases decoded anyway) reads on through
-the delta (docs/formats.md#langgraph-checkpoint-events)."""
+``get_tuple`` stops there; ``list`` reads on through the delta to the whole value, which
+serves every checkpoint it lists above it (docs/formats.md#langgraph-checkpoint-events)."""
 COMPRESS_FROM_BYTES: Final = 4096
 """A value the serde encodes to more bytes than this is stored as a Zstandard frame (base64);
 a shorter one as Latin-1 text (docs/formats.md#langgraph-checkpoint-events)."""
@@ -795,10 +795,10 @@ class DshSaver(BaseCheckpointSaver[str]):
                             metadata = self._metadata(thread, space.checkpoints[checkpoint_id])
                             if any(metadata.get(k) != v for k, v in filter.items()):
                                 continue
-                        # the first one stops at a whole copy; the older ones follow the
-                        # deltas down to what the first built (each copy is a whole decode)
+                        # through the deltas down to the whole value, not a whole copy:
+                        # one whole decode serves every checkpoint listed above it
                         out.append(self._tuple(thread, ns, checkpoint_id, memo,
-                                               copies=not memo))
+                                               copies=False))
             return out
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
