@@ -40,7 +40,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         return
     if postgres_unreachable() is not None:
         pytest.skip(f"SKIPPED LOUDLY: {postgres_unreachable()}")
-    yield from temporary_postgres_url()
+    with temporary_postgres_url() as url:
+        yield url
 
 
 def _base64_encode(self: Any, value: Any) -> dict[str, Any]:
