@@ -13,6 +13,9 @@ Invariants this module owns (Rule: docs/effects.md#durable-approvals):
   latest unanswered request of a call can be answered;
 * an answer given at or after the request's deadline is recorded as a denial by ``deadline``
   (and an approval is refused with ``APPROVAL_EXPIRED`` after that record is durable);
+* a yes to a call whose arguments a redaction or erasure changed after it was requested is
+  refused (``APPROVAL_ARGUMENTS_REDACTED``) with nothing written: what would run is not what
+  the person was asked about (Rule: docs/effects.md#approvals-and-forgetting);
 * the answer is durable (flushed) when the call returns.
 """
 
@@ -71,6 +74,15 @@ def _answer(given: SessionStore | HoldsSessions, session_id: str, call_id: str,
         deadline = request["data"].get("deadline")
         now = (clock or (lambda: time.time_ns() // 1_000_000))()
         expired = type(deadline) is int and now >= deadline
+        forgotten = record.forgotten_by()
+        if decision == "approved" and not expired and forgotten is not None:
+            raise AgentError(
+                f"call {call_id!r} in session {session_id!r} cannot be approved: its arguments "
+                f"were redacted or erased after the approval was requested (redaction/applied "
+                f"at seq {forgotten}), so what would run is not what was asked; deny it "
+                f"(dsh deny {session_id} {call_id}) and ask for the call again in a new turn",
+                code="APPROVAL_ARGUMENTS_REDACTED", session_id=session_id, call_id=call_id,
+                seq=forgotten)
         data: dict[str, object] = {
             "callId": call_id, "requestedSeq": request["seq"],
             "decision": "denied" if expired else decision,
@@ -116,7 +128,9 @@ def approve(store: SessionStore | HoldsSessions, session_id: str, call_id: str, 
     Raises:
         AgentError: ``NO_PENDING_APPROVAL`` when the call has no unanswered request (the
             waiting ones are named); ``APPROVAL_EXPIRED`` when the deadline had passed: the
-            denial by ``deadline`` was recorded instead.
+            denial by ``deadline`` was recorded instead; ``APPROVAL_ARGUMENTS_REDACTED`` (its
+            ``seq``: the ``redaction/applied`` record) when a redaction or erasure changed the
+            call's arguments after the request: nothing is recorded, deny it instead.
         SessionBusyError: another writer holds the session (try again when it is done).
         SessionNotFoundError: no such session.
     Rule: docs/effects.md#durable-approvals.

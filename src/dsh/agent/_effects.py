@@ -11,7 +11,8 @@ plans what a resumed agent owes each one (Rule: docs/effects.md#resume-decisions
 * ``irreversible`` calls never run again on their own: they stay "in doubt", answered as the
   repair answered them, and a person is asked through a durable approval;
 * answered approvals are carried out (run, or told the model it was denied); an approval whose
-  deadline passed is a denial.
+  deadline passed is a denial; an approved call whose arguments a redaction or erasure changed
+  after it was requested is never run (:meth:`CallRecord.forgotten_by`).
 
 Invariants this module owns:
 
@@ -43,6 +44,11 @@ APPROVAL_REQUESTED: Final = "approval/requested"
 
 APPROVAL_ANSWERED: Final = "approval/answered"
 """A person's (or the deadline's) answer to the latest ``approval/requested`` of a call."""
+
+REDACTION_APPLIED: Final = "redaction/applied"
+"""A redaction's or erasure's record; its ``items`` name the rewritten seqs (docs/forgetting.md).
+
+Spelled here, not imported from ``dsh.rights``, which sits above the agent."""
 
 EFFECT_EVENT_TYPES: Final = frozenset({RECOVERY_EVENT, APPROVAL_REQUESTED, APPROVAL_ANSWERED})
 
@@ -107,6 +113,10 @@ class CallRecord:
         awaiting: The ``approval/requested`` with no answer yet, or None.
         answer: The latest ``approval/answered`` not yet carried out, or None.
         last_request: The latest ``approval/requested`` (answered or not), or None.
+        message_seq: Seq of the ``assistant/message`` holding the call (its arguments come
+            from there), or None.
+        rewritten_by: Seq of the ``redaction/applied`` record that rewrote an event, by the
+            event's seq, for this call's message and approval requests.
     """
 
     call_id: str
@@ -125,8 +135,27 @@ class CallRecord:
     awaiting: Event | None = None
     answer: Event | None = None
     last_request: Event | None = None
+    message_seq: int | None = None
+    rewritten_by: dict[int, int] = field(default_factory=dict)
     _gated: bool = field(default=False, repr=False)
     _pending_closer: str | None = field(default=None, repr=False)
+
+    def forgotten_by(self) -> int | None:
+        """The ``redaction/applied`` seq that may have changed the arguments, or None.
+
+        The arguments a yes runs are the ones in the call's ``assistant/message``. They are
+        intact when no redaction rewrote that message, or when the latest request was not
+        rewritten and still holds the same text (the rewrite took other content of the
+        message). Otherwise what would run is not what a person was asked about.
+        Rule: docs/effects.md#approvals-and-forgetting.
+        """
+        if self.message_seq is None or self.message_seq not in self.rewritten_by:
+            return None
+        request = self.last_request
+        if request is not None and request["seq"] not in self.rewritten_by \
+                and request["data"].get("arguments") == self.arguments:
+            return None
+        return self.rewritten_by[self.message_seq]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,6 +229,7 @@ class EffectLedger:
     def __init__(self) -> None:
         self._records: dict[str, CallRecord] = {}
         self._turn_calls: list[CallRecord] = []
+        self._by_seq: dict[int, CallRecord] = {}  # message and request seqs, for redactions
         self.seen = 0
 
     @property
@@ -226,12 +256,21 @@ class EffectLedger:
                         and isinstance(block.get("id"), str):
                     made = CallRecord(call_id=block["id"], name=_str(block.get("name")),
                                       arguments=_str(block.get("arguments")),
-                                      turn=_int(data.get("turn")), step=_int(data.get("step")))
+                                      turn=_int(data.get("turn")), step=_int(data.get("step")),
+                                      message_seq=event["seq"])
+                    self._by_seq[event["seq"]] = made
                     self._records[made.call_id] = made
                     self._turn_calls.append(made)
             return
         if kind == "turn/start":
             self._turn_calls = []
+            return
+        if kind == REDACTION_APPLIED:
+            items = data.get("items")
+            for item in items if isinstance(items, list | tuple) else ():
+                seq = item.get("seq") if isinstance(item, Mapping) else None
+                if type(seq) is int and seq in self._by_seq:
+                    self._by_seq[seq].rewritten_by[seq] = event["seq"]
             return
         if kind == "turn/end":
             reason = data.get("reason")
@@ -285,6 +324,7 @@ class EffectLedger:
                 if decision == "run":
                     record.runs += 1
         elif kind == APPROVAL_REQUESTED:
+            self._by_seq[event["seq"]] = record
             record.awaiting = event
             record.last_request = event
             record.answer = None

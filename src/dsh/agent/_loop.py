@@ -952,6 +952,18 @@ class Agent:
         if kind == "in-doubt":
             self._ask_in_doubt(turn, action)
             return
+        forgotten = record.forgotten_by() if action.cause == "approval" else None
+        if kind == "run" and forgotten is not None:
+            # Approved, then redacted or erased: the arguments left are not what was approved.
+            answer = record.answer
+            assert answer is not None
+            decision = self._decide(turn, action, "deny", "arguments redacted after the answer")
+            text = ("This call did not run: its arguments were redacted or erased after it was "
+                    "approved, so what was approved can no longer be run. Ask for it again if it "
+                    "is still needed.")
+            self._rewrite(turn, record, [{"type": "text", "text": text}], on_surface,
+                          [answer["seq"], decision["seq"]])
+            return
         if kind == "deny":
             answer = record.answer
             assert answer is not None

@@ -1,0 +1,167 @@
+"""Durable approvals meet forgetting: a call whose arguments were redacted or erased never runs.
+
+Rule: docs/effects.md#approvals-and-forgetting. Real stores (SQLite, JSONL), the real
+``dsh.rights`` operations and the real ``dsh approve`` command in a child process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dsh
+from dsh.agent import (
+    AgentError,
+    ScriptedCall,
+    ScriptedProvider,
+    ScriptedReply,
+    ToolContext,
+    approve,
+    deny,
+    tool,
+)
+from dsh.rights import erase, redact
+from tests.agent.helpers import CONFIG, assert_verifies
+
+sent: list[str] = []
+
+
+@tool(name="send", needs_approval=True)
+def send(text: str, ctx: ToolContext) -> str:
+    """Send a message; a person must say yes first.
+
+    Args:
+        text: What to send.
+    """
+    sent.append(text)
+    return f"sent {text}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    sent.clear()
+
+
+@pytest.fixture(params=["sqlite", "jsonl"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/s.db" if request.param == "sqlite" else f"jsonl://{tmp_path}"
+
+
+def _blocked(url: str) -> int:
+    """Run a turn that asks to send a secret; return the seq of the assistant message."""
+    async def go() -> int:
+        with dsh.open(url) as store:
+            provider = ScriptedProvider([ScriptedReply(text="sending it", tool_calls=(
+                ScriptedCall(name="send", arguments={"text": "hunter2 to bob"}, id="c1"),))])
+            agent = await store.agent("s1", provider=provider, config=CONFIG, tools=[send])
+            result = await agent.run("send hunter2 to bob")
+            assert result.pending_approvals == ("c1",)
+            seq = next(e["seq"] for e in agent.session.events
+                       if e["type"] == "assistant/message")
+            await agent.aclose()
+            return seq
+    return asyncio.run(go())
+
+
+def _resume(url: str) -> tuple[list[dict[str, Any]], str]:
+    """Resume the session; return its ``tool/recovery`` decisions and the call's result text."""
+    async def go() -> tuple[list[dict[str, Any]], str]:
+        with dsh.open(url) as store:
+            provider = ScriptedProvider([ScriptedReply(text="done")])
+            agent = await store.agent("s1", provider=provider, config=CONFIG, tools=[send])
+            await agent.run()
+            assert_verifies(agent.session)
+            decisions = [dict(e["data"]) for e in agent.session.events
+                         if e["type"] == "tool/recovery"]
+            text = next(" ".join(b["text"] for b in block["content"] if b["type"] == "text")
+                        for message in agent.session.derive_messages()
+                        for block in message.get("content") or ()
+                        if block.get("type") == "tool-result")
+            await agent.aclose()
+            return decisions, text
+    return asyncio.run(go())
+
+
+def _event_count(url: str) -> int:
+    with dsh.open(url) as store:
+        session = store.session("s1")
+        count = len(session.events)
+        store.dispose(session)
+        return count
+
+
+FORGET = {
+    "match on the arguments": lambda store, seq: redact(store, "s1", match="hunter2"),
+    "the message by seq": lambda store, seq: redact(store, "s1", seqs=[seq]),
+    "erasure": lambda store, seq: erase(store, ["s1"]),
+}
+
+
+@pytest.mark.parametrize("how", list(FORGET))
+def test_a_call_whose_arguments_were_forgotten_cannot_be_approved(url: str, how: str) -> None:
+    seq = _blocked(url)
+    with dsh.open(url) as store:
+        FORGET[how](store, seq)
+    before = _event_count(url)
+    with dsh.open(url) as store, pytest.raises(AgentError) as info:
+        approve(store, "s1", "c1", by="alice")
+    error = info.value
+    assert error.code == "APPROVAL_ARGUMENTS_REDACTED"
+    assert "call 'c1' in session 's1' cannot be approved: its arguments were redacted or erased " \
+           "after the approval was requested (redaction/applied at seq " in str(error)
+    assert "deny it (dsh deny s1 c1) and ask for the call again in a new turn" in str(error)
+    assert _event_count(url) == before  # the refusal wrote nothing
+    with dsh.open(url) as store:
+        deny(store, "s1", "c1", by="alice")
+    decisions, text = _resume(url)
+    assert sent == []
+    assert [d["decision"] for d in decisions] == ["deny"]
+    assert text == "This call did not run: approval was denied by alice."
+
+
+def test_a_redaction_that_left_the_arguments_alone_does_not_block_the_yes(url: str) -> None:
+    _blocked(url)
+    with dsh.open(url) as store:
+        changed = redact(store, "s1", match="sending it")  # the message's text, not the call
+        assert changed.record_seq is not None
+        approve(store, "s1", "c1", by="alice")
+    decisions, text = _resume(url)
+    assert sent == ["hunter2 to bob"]
+    assert [d["decision"] for d in decisions] == ["run"]
+    assert text == "Approved by alice. Its result: sent hunter2 to bob"
+
+
+@pytest.mark.parametrize("how", list(FORGET))
+def test_a_call_forgotten_after_its_yes_is_recorded_as_not_run(url: str, how: str) -> None:
+    seq = _blocked(url)
+    with dsh.open(url) as store:
+        approve(store, "s1", "c1", by="alice")
+        FORGET[how](store, seq)
+    decisions, text = _resume(url)
+    assert sent == []  # before the fix: ['[REDACTED] to bob'] or a run with '{}'
+    assert [(d["decision"], d["cause"], d.get("reason")) for d in decisions] == [
+        ("deny", "approval", "arguments redacted after the answer")]
+    assert text == ("This call did not run: its arguments were redacted or erased after it was "
+                    "approved, so what was approved can no longer be run. Ask for it again if it "
+                    "is still needed.")
+
+
+def test_dsh_approve_refuses_a_redacted_call_and_says_what_to_do(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    _blocked(url)
+    repo = Path(__file__).resolve().parents[2]
+    redacted = subprocess.run([sys.executable, "-m", "dsh.cli", "redact", "s1", "--match",
+                               "hunter2", "--store", url], cwd=repo, capture_output=True,
+                              text=True, timeout=120)
+    assert redacted.returncode == 0, redacted.stderr
+    done = subprocess.run([sys.executable, "-m", "dsh.cli", "approve", "s1", "c1", "--store",
+                           url], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout
+    assert "error[APPROVAL_ARGUMENTS_REDACTED]: call 'c1' in session 's1' cannot be approved" \
+        in done.stderr
+    assert "deny it (dsh deny s1 c1)" in done.stderr
