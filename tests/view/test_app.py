@@ -474,3 +474,90 @@ def test_a_model_view_kept_before_an_erasure_is_not_shown_after_it(
     assert all("Request as of" in text for text in after)
     assert [("ZQX-SYSTEM-SECRET" in text, "answer 3" in text) for text in after] == [
         (False, False)] * 3
+
+
+def _secret_session(url: str) -> None:
+    with dsh.open(url) as store:
+        s = store.session("victim", header={"createdAt": 1_767_225_600_000})
+        s.append("request/header", {"header": {"config": {"provider": "acme", "model": "m"}},
+                                    "reason": "initial"})
+        stores.write_turns(s, 2)
+        s.append("user/message", stores.user("the code is ZQX-ERASED-SECRET", "u9"),
+                 surface_op="append")
+
+
+FORGET = ["erase", "redact"]
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "jsonl-zstd", "sqlite"])
+@pytest.mark.parametrize("how", FORGET)
+def test_a_session_read_in_full_is_not_reused_after_a_rewrite(
+        tmp_path: Path, backend: str, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page after an erasure or redaction never shows the content from a read kept before it.
+
+    The full read was reused for 5 s whatever happened to the log, so a page fetched within
+    that window still showed the erased text (docs/view.md#the-model-view). The window is
+    made an hour here so the reuse is certainly in force.
+    """
+    from dsh.rights import erase, redact
+    from dsh.view import _data
+
+    monkeypatch.setattr(_data, "_FULL_READ_TTL_S", 3600.0)
+    url = {"jsonl": f"jsonl:{tmp_path / 'j'}",
+           "jsonl-zstd": f"jsonl:{tmp_path / 'z'}?compression=zstd",
+           "sqlite": f"sqlite:{tmp_path / 's.db'}"}[backend]
+    _secret_session(url)
+    view = ViewStore(url)
+    with TestClient(create_app(view, token=TOKEN)) as c:
+        first = c.get(f"/s/victim?token={TOKEN}").text
+        assert "ZQX-ERASED-SECRET" in first and "answer 2" in first
+        again = c.get(f"/s/victim?token={TOKEN}").text
+        assert "ZQX-ERASED-SECRET" in again
+        assert view._full.get("victim") is not None  # read in full, and kept
+        with dsh.open(url) as store:
+            if how == "erase":
+                erase(store, ["victim"])
+            else:
+                redact(store, "victim", match="ZQX-ERASED-SECRET")
+        after = c.get(f"/s/victim?token={TOKEN}").text
+    view.close()
+    assert "ZQX-ERASED-SECRET" not in after and "[REDACTED]" in after
+    assert ("answer 2" in after) is (how == "redact")
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_a_running_dsh_view_shows_no_erased_text_right_after_dsh_erase(
+        tmp_path: Path, backend: str) -> None:
+    """The same through a ``dsh view`` process and the ``dsh erase`` command.
+
+    Before the fix this failed whenever the erasure and the next page came within the 5 s
+    reuse (the page showed the secret).
+    """
+    import signal
+    import urllib.request
+
+    from dsh.rights import erase
+
+    root = Path(__file__).resolve().parents[2]
+    url = f"jsonl:{tmp_path / 'j'}" if backend == "jsonl" else f"sqlite:{tmp_path / 's.db'}"
+    _secret_session(url)
+    server = subprocess.Popen([sys.executable, "-m", "dsh.cli", "view", "--store", url,
+                               "--no-browser", "--port", "0"], cwd=root,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert server.stdout is not None
+    try:
+        base, token = server.stdout.readline().strip().split("/?token=")
+
+        def page() -> str:
+            with urllib.request.urlopen(f"{base}/s/victim?token={token}", timeout=60) as got:
+                return str(got.read().decode())
+
+        assert "ZQX-ERASED-SECRET" in page()
+        with dsh.open(url) as store:  # in this process: well within the 5 s it kept reads
+            erase(store, ["victim"])
+        after = page()
+        assert "ZQX-ERASED-SECRET" not in after and "[REDACTED]" in after
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+        server.stdout.close()

@@ -14,6 +14,7 @@ transcript's bounded look back and ahead), not the log; a damaged session never 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -24,12 +25,19 @@ from typing import Any, Final
 import dsh
 from dsh import DshError, Event, SessionNotFoundError
 from dsh.json import FrozenDict
-from dsh.persistence import SearchResults, StoredPages, message_texts
+from dsh.persistence import (
+    NamesFiles,
+    ReadsRanges,
+    SearchResults,
+    StoredPages,
+    message_texts,
+)
 from dsh.rights import REDACTION_APPLIED
 from dsh.transcript import ModelRequest
 
 _FULL_READ_TTL_S: Final = 5.0
-"""How long a session read in full (no restore point) is kept for the next page (seconds)."""
+"""How long a session read in full (no restore point) is kept for the next page (seconds),
+while its log's stamp (:meth:`ViewStore._stamp`) is unchanged."""
 
 _FULL_READ_CACHE: Final = 2
 """Sessions read in full kept at once (the page being read and the one before)."""
@@ -174,7 +182,8 @@ class ViewStore:
         self.url = self._store.url  # a PostgreSQL password is not shown
         self._lock = threading.Lock()
         self._listing_lock = threading.Lock()  # one listing at a time; the others wait for it
-        self._full: OrderedDict[str, tuple[float, StoredPages]] = OrderedDict()
+        # session -> (when read, the log's stamp then, the read)
+        self._full: OrderedDict[str, tuple[float, object, StoredPages]] = OrderedDict()
         self._listing: tuple[float, list[SessionInfo], list[DshError]] | None = None
         # (session, seq) -> (the view, the event at its seq, the log's length when kept)
         self._folds: OrderedDict[tuple[str, int], tuple[ModelRequest, Event, int]] = \
@@ -283,21 +292,44 @@ class ViewStore:
         now = time.monotonic()
         with self._lock:
             hit = self._full.get(session_id)
-            if hit is not None and now - hit[0] < _FULL_READ_TTL_S:
-                return _opened(session_id, hit[1])
+        if hit is not None and now - hit[0] < _FULL_READ_TTL_S:
+            stamp = self._stamp(session_id)
+            if stamp is not None and stamp == hit[1]:
+                return _opened(session_id, hit[2])
+        stamp = self._stamp(session_id)  # taken before the read: a later change is seen
         try:
             pages = self._store.pages(session_id)
         except SessionNotFoundError:
             raise
         except DshError as error:
             return self._damaged(session_id, error)
-        if not pages.paged:
+        if not pages.paged and stamp is not None:
             with self._lock:
-                self._full[session_id] = (time.monotonic(), pages)
+                self._full[session_id] = (time.monotonic(), stamp, pages)
                 self._full.move_to_end(session_id)
                 while len(self._full) > _FULL_READ_CACHE:
                     self._full.popitem(last=False)
         return _opened(session_id, pages)
+
+    def _stamp(self, session_id: str) -> object:
+        """What changes whenever ``session_id``'s stored log does, read cheaply; None: unknown.
+
+        A log file's size, mtime, ctime and inode (one ``stat``: an append grows it, a
+        redaction's or erasure's rewrite renames a new file over it); else the last stored
+        seq (one indexed look-up: every rewrite appends its ``redaction/applied`` record, and
+        every append moves it). A read kept under a stamp is reused only while the stamp is
+        the same (docs/view.md#the-model-view).
+        """
+        try:
+            with self._store.persistence.open(session_id, "read") as handle:
+                if isinstance(handle, NamesFiles):
+                    st = os.stat(handle.path)
+                    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+                if isinstance(handle, ReadsRanges):
+                    return handle.last_stored_seq()
+        except (DshError, OSError):  # the full read that follows names what is wrong
+            return None
+        return None
 
     def folded(self, session_id: str, events: Sequence[Event], seq: int) -> ModelRequest | None:
         """The kept model view of ``session_id`` nearest before ``seq`` that still holds, or None.
