@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import io
 import logging
 import os
 import struct
@@ -37,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn, TypeVar
 
-from dsh._caches import keep_recent
 from dsh._errors import LogCorruptError, SealDamagedError
 from dsh.json import CFallback, c_rows_text
 from dsh.persistence._chain import (
@@ -411,6 +411,22 @@ def read_seal(path: Path) -> Seal | None:
     return seal.copy()
 
 
+def _open_seal(path: Path) -> int | None:
+    """A read-only descriptor of the seal file at ``path``, or None when there is none.
+
+    Raises:
+        SealDamagedError: ``SEAL_UNREADABLE``: a symlink or a non-file where the seal belongs.
+    """
+    try:
+        return open_sidecar(path, "integrity seals")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SealDamagedError(f"integrity seal {path} cannot be opened ({exc.strerror}); a "
+                              f"symlink or a non-file is where the seal belongs", path=str(path),
+                              code="SEAL_UNREADABLE") from exc
+
+
 def _read_file(path: Path) -> bytes | None:
     """The bytes of the seal file at ``path``, or None when there is none.
 
@@ -418,14 +434,9 @@ def _read_file(path: Path) -> bytes | None:
         SealDamagedError: ``SEAL_UNREADABLE``: a symlink or a non-file where the seal belongs,
             or a read error.
     """
-    try:
-        fd = open_sidecar(path, "integrity seals")
-    except FileNotFoundError:
+    fd = _open_seal(path)
+    if fd is None:
         return None
-    except OSError as exc:
-        raise SealDamagedError(f"integrity seal {path} cannot be opened ({exc.strerror}); a "
-                              f"symlink or a non-file is where the seal belongs", path=str(path),
-                              code="SEAL_UNREADABLE") from exc
     try:
         with os.fdopen(fd, "rb") as f:
             return f.read()
@@ -467,12 +478,92 @@ def read_seal_after(path: Path, cut: SealCut) -> Seal | None:
     (a writer that died between two head publications), the head cannot be checked without
     them: the seal is read whole (``elided`` None).
 
+    The bytes before the cut are hashed as they are read, a chunk at a time through one small
+    buffer, and not kept: only the header and the bytes from the 4 KiB page holding the cut
+    on are held (at 100k SDK items the seal before the cut is 0.5 MB; reading it whole into
+    fresh memory and slicing it cost twice its hash). Damage found after the cut is named by
+    the same read of the whole file (:func:`_read_seal_after_whole`), byte offsets and all.
+
     Returns:
         The seal, or None when the file is absent, holds no header, or its bytes before the
         cut are not those the cut digested (rewritten or changed: the restore point is stale).
 
     Raises:
         PersistenceError, LogCorruptError: as :func:`read_seal`, for the records it reads.
+    """
+    fd = _open_seal(path)
+    if fd is None:
+        return None
+    try:
+        with os.fdopen(fd, "rb", buffering=0) as f:
+            # in file order: the header, then the rest (a head published meanwhile counts no
+            # record that is not read after it)
+            head = _read_upto(f, _HEADER_BYTES)
+            found = _records_start(path, head) if head else None
+            if found is None:
+                return None
+            first, version, identity, published = found
+            if cut.offset < first or (cut.batches and version != 2) \
+                    or not _hashes_to(f, head, first, cut):
+                return None
+            base = cut.offset - cut.offset % _PAGE
+            f.seek(base)
+            rest = f.read() or b""
+    except OSError as exc:
+        raise SealDamagedError(f"integrity seal {path} cannot be read ({exc.strerror})",
+                              path=str(path), code="SEAL_UNREADABLE") from exc
+    try:
+        # rest starts on a 4 KiB page boundary of the file, as the hole test assumes
+        return _seal_past(path, cut, rest, base, version, identity, published)
+    except SealDamagedError:
+        return _read_seal_after_whole(path, cut)  # names the damage by its offset in the file
+
+
+_HEADER_BYTES: Final = len(MAGIC) + _LEN.size + _MAX_IDENTITY + 2 * HEAD_SLOT
+"""The most a seal's header takes (magic, identity length, identity, two head slots)."""
+_HASH_CHUNK: Final = 64 << 10
+"""Bytes hashed at a time by :func:`read_seal_after` (below glibc's mmap threshold, so the
+buffer is reused heap memory, not fresh pages)."""
+_PAGE: Final = 4096
+
+
+def _read_upto(f: io.FileIO, size: int) -> bytes:
+    """Up to ``size`` bytes from ``f``'s position (fewer only at its end)."""
+    parts = []
+    while size > 0:
+        chunk = f.read(size)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size -= len(chunk)
+    return b"".join(parts)
+
+
+def _hashes_to(f: io.FileIO, head: bytes, first: int, cut: SealCut) -> bool:
+    """Whether the seal's bytes ``[first, cut.offset)`` hash to ``cut.digest``.
+
+    ``head`` holds the file's first bytes and ``f`` is positioned after them; the bytes after
+    ``head`` up to the cut are read and hashed a chunk at a time. False when the file ends
+    before the cut.
+    """
+    digest = hashlib.sha256(memoryview(head)[first:cut.offset])
+    pos = len(head)
+    if pos < cut.offset:
+        buffer = memoryview(bytearray(min(_HASH_CHUNK, cut.offset - pos)))
+        while pos < cut.offset:
+            got = f.readinto(buffer[:cut.offset - pos])
+            if not got:
+                return False
+            digest.update(buffer[:got])
+            pos += got
+    return digest.digest() == cut.digest
+
+
+def _read_seal_after_whole(path: Path, cut: SealCut) -> Seal | None:
+    """:func:`read_seal_after` over the whole file read at once: how its damage is named.
+
+    Raises:
+        PersistenceError, LogCorruptError: as :func:`read_seal_after`.
     """
     data = _read_file(path)
     if not data:
@@ -482,48 +573,31 @@ def read_seal_after(path: Path, cut: SealCut) -> Seal | None:
         return None
     first, version, identity, published = found
     if not first <= cut.offset <= len(data) or (cut.batches and version != 2) \
-            or not _digests_to(path, data, first, cut):
+            or hashlib.sha256(memoryview(data)[first:cut.offset]).digest() != cut.digest:
         return None
+    return _seal_past(path, cut, data, 0, version, identity, published)
+
+
+def _seal_past(path: Path, cut: SealCut, data: bytes, base: int, version: int,
+               identity: bytes, published: Head | None) -> Seal | None:
+    """The seal past ``cut`` from ``data``, the file's bytes from byte ``base`` to its end.
+
+    Raises:
+        PersistenceError, LogCorruptError: as :func:`read_seal_after`.
+    """
     if published is not None and published.batches < cut.batches:
         seal = read_seal(path)
         return seal if seal is not None and len(seal.records) >= cut.records else None
     records: list[tuple[int, int, int]] = []
     marks: list[bytes] = []
     chain: list[RawRecord] = []
-    pos = _scan(path, data, cut.offset, len(data), version, records, marks, chain,
+    pos = _scan(path, data, cut.offset - base, len(data), version, records, marks, chain,
                 expected=cut.end, prev=(cut.chain_hash, cut.chain_end, cut.batches),
                 counted=published.batches if published is not None else 0)
     if published is not None:
-        _check_head(path, published, chain, pos, elided=cut)
+        _check_head(path, published, chain, base + pos, elided=cut)
     return Seal(path, identity, records, marks, version=version, head=published,
                 raw_chain=chain, elided=cut, clean=pos == len(data))
-
-
-_VOUCHED: dict[str, tuple[bytes, int, bytes]] = {}
-"""By seal path: the record bytes before a cut whose SHA-256 matched, its start and that digest
-(see :func:`_digests_to`); one entry per path, a few paths."""
-_VOUCHED_KEPT: Final = 4
-
-
-def _digests_to(path: Path, data: bytes, first: int, cut: SealCut) -> bool:
-    """Whether ``data[first:cut.offset]`` (the records before ``cut``) hash to ``cut.digest``.
-
-    The bytes that last matched at this path are kept: the same bytes again (an adapter's
-    write resumes through the restore point its read checked a moment before) are compared,
-    not hashed again (a memcmp of the 0.5 MB before the cut of a 100k-item session instead of
-    a SHA-256 of it, 0.8 ms here). Equal bytes have the equal digest, so nothing is trusted
-    that was not checked.
-    """
-    key = str(path)
-    kept = _VOUCHED.get(key)
-    if kept is not None and kept[1] == first and kept[2] == cut.digest \
-            and len(kept[0]) == cut.offset - first and data.startswith(kept[0], first):
-        return True
-    prefix = data[first:cut.offset]
-    if hashlib.sha256(prefix).digest() != cut.digest:
-        return False
-    keep_recent(_VOUCHED, key, (prefix, first, cut.digest), _VOUCHED_KEPT)
-    return True
 
 
 def read_elided(path: Path, cut: SealCut, *, chain: bool = True
