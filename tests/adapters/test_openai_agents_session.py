@@ -633,3 +633,53 @@ def test_the_first_write_refuses_a_row_changed_since_the_cold_read(
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
         assert db.execute("SELECT count(*) FROM events WHERE data LIKE '%q300\"%'"
                           ).fetchone()[0] == 0
+
+
+def test_a_cold_limited_read_pages_in_on_its_one_connection_and_refuses_a_changed_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/formats.md#files-and-connections: the page-in of a cold get_items(limit) runs on
+    # the validated connection its read opened (one open of the file); docs/rules.md#
+    # verified-page-in: the rows it pages in are still checked against the seal there
+    import os
+    import sqlite3
+    from contextlib import closing
+
+    from dsh._errors import LogCorruptError
+
+    store = sqlite_url(tmp_path)
+
+    async def fill() -> None:
+        session = DshSession("cold", store)
+        for first in range(0, 60, 20):
+            await session.add_items(_long_turns(first, 20))
+        session.close()  # a restore point at the end: the last items lie before its cut
+
+    async def read(limit: int) -> list[Any]:
+        session = DshSession("cold", store)
+        try:
+            return await session.get_items(limit)  # type: ignore[no-any-return]
+        finally:
+            session.close()
+
+    run(fill())
+    opened: list[str] = []
+    connect = sqlite3.connect
+
+    def counting(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        opened.append(str(database))
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", counting)
+    assert run(read(4)) == _long_turns(59, 1)
+    # one connection, the validated one: no read-only page-in connection (a "file:" URI)
+    assert len(opened) == 1 and os.path.samefile(opened[0], tmp_path / "sessions.db")
+    monkeypatch.undo()
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
+        last = db.execute("SELECT max(seq) FROM events").fetchone()[0]
+        changed = db.execute("UPDATE events SET data = replace(data, 'a59', 'b59') "
+                             "WHERE data LIKE '%a59%'").rowcount
+    assert changed >= 1
+    with pytest.raises(LogCorruptError) as caught:
+        run(read(4))
+    assert "integrity seal" in caught.value.message
+    assert last - 256 < caught.value.where["seq"] <= last  # a record of the last batch

@@ -23,6 +23,7 @@ checkpoint, which costs more than the per-commit WAL sync it saves.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json as std_json
 import logging
@@ -32,6 +33,7 @@ import stat
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -260,8 +262,11 @@ def _check_path(path: Path) -> None:
     """
     parent = path.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        info = os.lstat(parent)
+        try:
+            info = os.lstat(parent)
+        except FileNotFoundError:  # (a mkdir of a folder that exists raises and catches)
+            parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            info = os.lstat(parent)
     except OSError as exc:
         raise ConfigError(f"cannot prepare the SQLite directory {parent}: {exc}",
                           path=str(parent)) from exc
@@ -436,6 +441,51 @@ class _Connection:
         return row is not None and row[0] == self._store_id
 
     def _validate_or_initialize(self) -> int:
+        """Check dsh's schema in one read snapshot; create it in a pristine file.
+
+        A file with a schema version is checked inside a deferred transaction (a read
+        snapshot: opening a store to read takes no write lock, and waits for no writer), by
+        two statements: the ownership cookie (schema cookie, ``user_version``, application
+        id) and the schema objects. A file without one (pristine, or not dsh's) is checked
+        again, and its schema created, inside ``BEGIN IMMEDIATE`` (:meth:`_initialize`): two
+        processes creating a store at once create it once.
+        """
+        conn = self.conn
+        conn.execute("BEGIN")
+        try:
+            cookie = self._ownership_cookie()
+            _, version, app_id = cookie
+            if version != 0:
+                self._check_owned(version, app_id)
+                self._cookie = cookie
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        return int(version) if version != 0 else self._initialize()
+
+    def _check_owned(self, version: int, app_id: int) -> None:
+        """A versioned file's version, application id and schema objects are dsh's.
+
+        Raises:
+            SessionFormatUnsupportedError, LogCorruptError, PersistenceError: see the callers.
+        """
+        self._check_version(version)
+        if app_id != APPLICATION_ID and self._has_dsh_schema():
+            raise LogCorruptError(
+                f"SQLite database {self.path} has application id {app_id}, expected "
+                f"{APPLICATION_ID}, yet holds exactly dsh's schema {version}: its header "
+                f"is damaged (or another program rewrote it); PRAGMA quick_check says: "
+                f"{_quick_check(self.conn)}", path=self.path)
+        if app_id != APPLICATION_ID:
+            raise PersistenceError(
+                f"SQLite database {self.path} has application id {app_id}, expected "
+                f"{APPLICATION_ID}; it is not a dsh session store", code="FOREIGN_DATABASE",
+                path=self.path)
+        self._check_objects(version)
+
+    def _initialize(self) -> int:
         """Check (or, for a pristine file, create) dsh's schema inside ``BEGIN IMMEDIATE``."""
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
@@ -468,19 +518,7 @@ class _Connection:
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {version}")
                 app_id = APPLICATION_ID
-            self._check_version(version)
-            if app_id != APPLICATION_ID and self._has_dsh_schema():
-                raise LogCorruptError(
-                    f"SQLite database {self.path} has application id {app_id}, expected "
-                    f"{APPLICATION_ID}, yet holds exactly dsh's schema {version}: its header "
-                    f"is damaged (or another program rewrote it); PRAGMA quick_check says: "
-                    f"{_quick_check(conn)}", path=self.path)
-            if app_id != APPLICATION_ID:
-                raise PersistenceError(
-                    f"SQLite database {self.path} has application id {app_id}, expected "
-                    f"{APPLICATION_ID}; it is not a dsh session store", code="FOREIGN_DATABASE",
-                    path=self.path)
-            self._check_objects(version)
+            self._check_owned(version, app_id)
             self._cookie = self._ownership_cookie()
             conn.execute("COMMIT")
         except BaseException:
@@ -577,6 +615,42 @@ class _Connection:
         self.conn.close()
 
 
+def _sidecar_dir(suffix: str, what: str) -> functools.cached_property[Path]:
+    """A backend's folder ``<db><suffix>`` (holding ``what``), made when first asked for."""
+
+    def folder(backend: SqliteBackend) -> Path:
+        return backend.path.with_name(backend.path.name + suffix)
+
+    folder.__doc__ = f"``<db>{suffix}``: {what}."
+    return functools.cached_property(folder)
+
+
+def _reaches(row: Row, cut: int) -> bool:
+    """Whether stored ``row`` (schema 17 or 14) holds an event at seq ``cut`` or later.
+
+    A packed row (``ignorable`` 0) is decoded for its last member; a row that does not decode
+    reaches (fail closed: the full read names it).
+    """
+    if row[1] >= cut:
+        return True
+    if row[7] != 0:  # a plain row (schema 14: NULL) holds the one event of its seq
+        return False
+    try:
+        return bool(decode_row(row, SCHEMA_VERSION)[-1]["seq"] >= cut)
+    except RowError:
+        return True
+
+
+def _lender(backend: weakref.ref[SqliteBackend]) -> srp.Lender:
+    """The page-in pool's lender of ``backend``'s idle connections, while it exists."""
+
+    def lend() -> tuple[sqlite3.Connection, Callable[[bool], None]] | None:
+        alive = backend()
+        return alive._lend() if alive is not None else None
+
+    return lend
+
+
 class SqliteBackend:
     """dsh's SQLite session store in one database file (docs/formats.md#sqlite).
 
@@ -639,16 +713,12 @@ class SqliteBackend:
         self.path = Path(os.path.abspath(path))
         self.journal_mode: JournalMode = journal_mode
         self.busy_timeout_ms = busy_timeout_ms
-        self.lock_dir = self.path.with_name(self.path.name + ".dsh-locks")
-        self.cut_dir = self.path.with_name(self.path.name + ".dsh-cuts")
-        self.seal_dir = self.path.with_name(self.path.name + ".dsh-seals")
-        self.restore_point_dir = self.path.with_name(self.path.name + ".dsh-checkpoints")
-        self.aside_dir = self.path.with_name(self.path.name + ".dsh-asides")
         _check_path(self.path)
         self._conn: _Connection | None = None
         self._idle: list[_Connection] = []  # validated connections closed handles left
-        # its sessions' page-ins share read-only connections (docs/formats.md#files-and-connections)
-        self.page_connections = srp.PageConnections(self.path)
+        # its sessions' page-ins share read-only connections, or borrow an idle validated one
+        # (docs/formats.md#files-and-connections); the pool may outlive this object
+        self.page_connections = srp.PageConnections(self.path, _lender(weakref.ref(self)))
         self._mutex = threading.Lock()
         self._closed = False
 
@@ -656,6 +726,14 @@ class SqliteBackend:
     def url(self) -> str:
         """``sqlite:///<absolute path>``."""
         return f"sqlite://{self.path}"
+
+    # The sidecar folders beside the file, each made when first asked for (a path costs what
+    # a few statements do, and most opens use one or two of them).
+    lock_dir = _sidecar_dir(".dsh-locks", "the session write locks")
+    cut_dir = _sidecar_dir(".dsh-cuts", "saved cuts")
+    seal_dir = _sidecar_dir(".dsh-seals", "integrity seals and header metadata")
+    restore_point_dir = _sidecar_dir(".dsh-checkpoints", "restore points")
+    aside_dir = _sidecar_dir(".dsh-asides", "asides")
 
     def _connect(self) -> _Connection:
         """A validated connection: an idle one a closed handle left, if still valid, else new.
@@ -673,6 +751,26 @@ class SqliteBackend:
                 return idle
             with contextlib.suppress(sqlite3.Error):
                 idle.close()
+
+    def _lend(self) -> tuple[sqlite3.Connection, Callable[[bool], None]] | None:
+        """An idle validated connection for one page-in, or None (see ``PageConnections``).
+
+        Given back to the idle ones after the page-in (closed if it failed); a handle that
+        takes it later checks it as it checks any idle one (``_Connection.reusable``).
+        """
+        with self._mutex:
+            if self._closed or not self._idle or self._idle[-1]._pid != os.getpid():
+                return None
+            idle = self._idle.pop()
+
+        def give_back(ok: bool) -> None:
+            if ok:
+                self._release(idle)
+            else:
+                with contextlib.suppress(sqlite3.Error):
+                    idle.close()
+
+        return idle.conn, give_back
 
     def _new_connection(self) -> _Connection:
         return _Connection(self.path, journal_mode=self.journal_mode,
@@ -1238,6 +1336,7 @@ class SqliteHandle(HandleBase):
         # the committed prefix last read or written: (event count, incarnation, last row digest)
         self._durable: tuple[int, str, str] | None = None
         self._seal_file = backend._seal_path(session_id)
+        self._restore_point_path: Path | None = None  # (made when first asked for)
         # the seal file the last read verified the rows with: the seal, or the one a rewrite
         # staged when it was killed after its commit (_adopt_staged_seal)
         self._seal_used = self._seal_file
@@ -1850,7 +1949,10 @@ class SqliteHandle(HandleBase):
 
     def restore_point_path(self) -> Path:
         """The restore point sidecar: ``<db>.dsh-checkpoints/<encoded id>.ckpt``."""
-        return self._backend.restore_point_dir / f"{_cut_stem(self._id)}.ckpt"
+        if self._restore_point_path is None:
+            self._restore_point_path = (self._backend.restore_point_dir
+                                        / f"{_cut_stem(self._id)}.ckpt")
+        return self._restore_point_path
 
     @property
     def durable_bytes(self) -> int:
@@ -2007,12 +2109,17 @@ class SqliteHandle(HandleBase):
                 last = conn.execute(f"SELECT {_LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS} "
                                     "FROM events WHERE session_id = ? AND seq < ? ORDER BY seq "
                                     "DESC LIMIT 1", (self._id, cut)).fetchone()
-                base = self._suffix_base(cut)
-                rows = self._rows_from(base)
+                rows = self._rows_from(cut)
             finally:
                 conn.execute("COMMIT")
         except (sqlite3.Error, DshError):
             raise rp.RestorePointRefused("unreadable") from None
+        # Rows tile the seqs, so the one row that can straddle the cut is the last row before
+        # it (the one the tail digest below pins as the anchor's writer left it, ending at
+        # the cut); an earlier row reaching past it is damage inside the covered prefix, which
+        # these checks do not read (docs/rules.md#restore-points-are-never-the-truth: its
+        # seal record refuses it when it is paged in). No scan of the packed rows before it.
+        base = cut if last is None or not _reaches(last, cut) else last[1]
         if incarnation != anchor.incarnation:
             raise rp.RestorePointRefused("incarnation")
         if srp.header_digest(header, incarnation) != anchor.header_digest:

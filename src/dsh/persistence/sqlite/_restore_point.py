@@ -68,6 +68,11 @@ def _close_all(conns: list[sqlite3.Connection]) -> None:
     conns.clear()
 
 
+Lender = Callable[[], "tuple[sqlite3.Connection, Callable[[bool], None]] | None"]
+"""Lends an idle connection of the store for one page-in: ``(connection, give_back)``, or None
+when it has none; ``give_back(ok)`` returns it (``ok`` False: it failed, close it)."""
+
+
 class PageConnections:
     """The read-only connections the page-in sources of one database file share.
 
@@ -79,26 +84,46 @@ class PageConnections:
 
     Args:
         path: The database file.
+        lend: Lends one of the store's idle validated connections instead, when it has one
+            (:data:`Lender`): a cold read's page-in then runs on the connection its read
+            opened and validated a moment before, not on a new one (a second connection is a
+            second open of the file and parse of its schema: a quarter of a cold
+            ``get_items(limit)``). A page-in only reads, in autocommit, as on its own
+            read-only ones.
     """
 
-    def __init__(self, path: Path) -> None:
-        self._uri = f"{path.as_uri()}?mode=ro"
+    def __init__(self, path: Path, lend: Lender | None = None) -> None:
+        self._path = path  # (its URI made at the first connection of its own)
         self._idle: list[sqlite3.Connection] = []
         self._mutex = threading.Lock()
+        self._lend = lend
         weakref.finalize(self, _close_all, self._idle)
 
     @contextlib.contextmanager
     def borrow(self) -> Iterator[sqlite3.Connection]:
-        """A read-only connection for one page-in (autocommit), kept for the next after it.
+        """A connection for one page-in (autocommit), given back after it.
+
+        The store's idle validated connection when it lends one, else a read-only one of
+        this pool's (kept for the next page-in).
 
         Raises:
             sqlite3.Error: the file could not be opened.
         """
+        lent = self._lend() if self._lend is not None else None
+        if lent is not None:
+            borrowed, give_back = lent
+            try:
+                yield borrowed
+            except BaseException:
+                give_back(False)
+                raise
+            give_back(True)
+            return
         with self._mutex:
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False,
-                                   isolation_level=None)
+            idle = self._idle.pop() if self._idle else None
+        conn = idle if idle is not None else sqlite3.connect(
+            f"{self._path.as_uri()}?mode=ro", uri=True, check_same_thread=False,
+            isolation_level=None)
         try:
             yield conn
         except BaseException:

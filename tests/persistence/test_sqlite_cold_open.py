@@ -1,0 +1,179 @@
+"""A cold SQLite read: the store opened in a read snapshot, the seal past a cut read streamed.
+
+docs/formats.md#files-and-connections (a store's file is checked in one read snapshot: an open
+takes no write lock), docs/rules.md#restore-points-are-never-the-truth (the seal's bytes before
+a restore point's cut hashed as they are read; damage after it named as a whole read names it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh._errors import SealDamagedError
+from dsh.persistence import _restore_point as rp
+from dsh.persistence._seal import SealCut, _read_seal_after_whole, read_seal_after
+from dsh.persistence.sqlite import SqliteBackend
+
+
+def _turns(first: int, count: int) -> list[dict[str, Any]]:
+    return [item for n in range(first, first + count) for item in (
+        {"role": "user", "content": f"q{n}"},
+        {"type": "function_call", "call_id": f"c{n}", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"c{n}", "output": f"r{n}" * 40},
+        {"role": "assistant", "content": f"a{n}"})]
+
+
+def _store_with_records_after_the_cut(root: Path) -> tuple[Path, SealCut]:
+    """A DshSession store whose restore point names a seal cut with records after it."""
+    pytest.importorskip("agents")
+    from dsh.adapters.openai_agents import DshSession
+
+    url = f"sqlite:///{root / 'sessions.db'}"
+
+    async def fill() -> None:
+        session = DshSession("s", url)
+        for first in range(0, 400, 40):
+            await session.add_items(_turns(first, 40))
+        session.close()  # the restore point, at the end
+
+    async def more() -> None:
+        later = DshSession("s", url)
+        for first in range(400, 412, 3):  # four batches after the cut
+            await later.add_items(_turns(first, 3))
+        later.close()
+
+    asyncio.run(fill())
+    (ckpt,) = root.rglob("*.ckpt")
+    kept = ckpt.read_bytes()
+    asyncio.run(more())
+    ckpt.write_bytes(kept)  # the restore point before them (its close wrote one at its end)
+    point = rp.decode_restore_point(ckpt.read_bytes(), session_id="s", backend="sqlite")
+    cut = SealCut.decode(point.anchor.seal_digest)
+    assert cut is not None and cut.offset % 4096 != 0  # a cut inside a page of the file
+    (seal,) = root.rglob("*.seal")
+    return seal, cut
+
+
+def test_a_seal_read_past_its_cut_equals_the_whole_read(tmp_path: Path) -> None:
+    seal_path, cut = _store_with_records_after_the_cut(tmp_path)
+    streamed, whole = read_seal_after(seal_path, cut), _read_seal_after_whole(seal_path, cut)
+    assert streamed is not None and whole is not None
+    assert len(streamed.records) >= 4 and streamed.records == whole.records
+    assert streamed.restore_points == whole.restore_points
+    assert streamed.chain == whole.chain and streamed.clean and whole.clean
+    assert streamed.elided == whole.elided == cut
+
+
+def test_a_seal_changed_before_its_cut_makes_the_restore_point_stale(tmp_path: Path) -> None:
+    seal_path, cut = _store_with_records_after_the_cut(tmp_path)
+    data = bytearray(seal_path.read_bytes())
+    data[cut.offset - 100] ^= 0x01  # a byte of a record the cut's digest covers
+    seal_path.write_bytes(bytes(data))
+    assert read_seal_after(seal_path, cut) is None
+    assert _read_seal_after_whole(seal_path, cut) is None
+    seal_path.write_bytes(bytes(data[:cut.offset - 1]))  # a seal cut short before the cut
+    assert read_seal_after(seal_path, cut) is None
+
+
+def test_a_seal_changed_after_its_cut_is_named_by_its_offset_in_the_file(
+        tmp_path: Path) -> None:
+    seal_path, cut = _store_with_records_after_the_cut(tmp_path)
+    data = bytearray(seal_path.read_bytes())
+    streamed = read_seal_after(seal_path, cut)
+    assert streamed is not None and streamed.records
+    # the first range record after the cut now claims to start one seq later: not contiguous
+    at = data.index(streamed.records[0][0].to_bytes(8, "little") +
+                    streamed.records[0][1].to_bytes(8, "little"), cut.offset)
+    data[at] += 1
+    seal_path.write_bytes(bytes(data))
+    with pytest.raises(SealDamagedError) as streamed_error:
+        read_seal_after(seal_path, cut)
+    with pytest.raises(SealDamagedError) as whole_error:
+        _read_seal_after_whole(seal_path, cut)
+    assert streamed_error.value.where == whole_error.value.where
+    assert streamed_error.value.where["byte_offset"] == at  # the file's offset, not the read's
+    assert streamed_error.value.code == "SEAL_CORRUPT"
+
+
+def test_a_store_opens_and_reads_while_another_connection_writes(tmp_path: Path) -> None:
+    # docs/formats.md#files-and-connections: the open checks the file in a read snapshot, so
+    # a writer's open transaction does not make it wait (busy timeout 0: it would fail)
+    path = tmp_path / "sessions.db"
+    SqliteBackend(path).create({"version": 0, "id": "s", "createdAt": 1})
+    with closing(sqlite3.connect(path, isolation_level=None)) as writer:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE persistence_state SET store_id = store_id")
+        backend = SqliteBackend(path, busy_timeout_ms=0)
+        with backend.open("s", "read") as handle:
+            assert handle.read(0).header["id"] == "s"
+        writer.execute("ROLLBACK")
+
+
+def test_a_pristine_file_gets_its_schema_in_a_write_transaction(tmp_path: Path) -> None:
+    # a file with no schema version is checked again, and created, under BEGIN IMMEDIATE:
+    # while another connection holds the write lock, creating it waits, and fails at 0 ms
+    path = tmp_path / "new.db"
+    path.touch(mode=0o600)  # (dsh refuses a file others may read)
+    with closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("PRAGMA journal_mode = wal")
+        other.execute("BEGIN IMMEDIATE")
+        backend = SqliteBackend(path, busy_timeout_ms=0)
+        with pytest.raises(Exception) as caught:
+            backend.create({"version": 0, "id": "s", "createdAt": 1})
+        assert getattr(caught.value, "code", None) == "DATABASE_BUSY"
+        other.execute("ROLLBACK")
+    backend = SqliteBackend(path, busy_timeout_ms=0)
+    backend.create({"version": 0, "id": "s", "createdAt": 1})
+    with backend.open("s", "read") as handle:
+        assert handle.schema_version == 17
+
+
+def test_a_restore_point_cut_right_after_a_packed_row_reads_through_it(tmp_path: Path) -> None:
+    # docs/rules.md#restore-points-are-never-the-truth: the one row that can straddle the cut
+    # is the last row before it; a packed one is decoded for its last member, which ends at
+    # the cut, so the read goes through the restore point (a refusal would read in full)
+    import dsh
+    from dsh.persistence import Persistence, open_backend, read_pages
+    from dsh.testing._logs import assistant, user
+
+    with dsh.open("memory:") as memory:
+        s = memory.session("big", header={"createdAt": 1_767_225_600_000})
+        chunks = [{"type": "block-start", "index": 0, "blockType": "text"},
+                  *[{"type": "text-delta", "index": 0, "text": "an"}] * 5]
+        for turn in range(1, 41):
+            step = {"turn": turn, "step": 1}
+            for etype, data in (("turn/start", {"turn": turn}), ("step/start", step)):
+                s.append(etype, data)
+            s.append("user/message", user(f"q {turn}", f"u{turn}"), surface_op="append")
+            for chunk in chunks:  # one packed row when appended in one batch
+                s.append("assistant/chunk", {**step, "chunk": chunk})
+            s.append("assistant/message", assistant(turn, 1, f"a {turn}", f"a{turn}"),
+                     surface_op="append")
+            s.append("step/end", step)
+            s.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+        header, events = s.header, list(s.events)
+    cut = 12 * 30 + 9  # turn 31 up to its last chunk: the cut right after a packed chunk row
+    del events[cut:]
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with Persistence(open_backend(url)) as persistence:
+        persistence.create(header)
+        with persistence.open("big", "write") as handle:
+            handle.append(events[:cut])
+            handle.flush()
+        assert persistence.write_restore_point("big")  # (its turn 31 left open)
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
+        seq, ignorable = db.execute("SELECT seq, ignorable FROM events WHERE seq < ? "
+                                    "ORDER BY seq DESC LIMIT 1", (cut,)).fetchone()
+    assert ignorable == 0 and cut - 7 < seq < cut - 1  # the last row before it is packed
+    with Persistence(open_backend(url)) as persistence:
+        full = persistence.read("big").stored_events
+        pages = read_pages(persistence, "big")
+        assert pages.paged and pages.restore is not None
+        assert pages.restore.event_count == cut
+        assert list(pages.events) == list(full)
