@@ -82,8 +82,8 @@ def main() -> None:
     parser.add_argument("--before", default=None, help="another source tree's src folder")
     parser.add_argument("--dir", type=existing_dir, default=None,
                         help="parent of the temporary stores")
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
+    for internal in ("--child", "--root"):  # a child process's: its session kind and store
+        parser.add_argument(internal, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.child:
