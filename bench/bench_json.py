@@ -1,8 +1,9 @@
 """Which JSON engine dsh.json builds on: encode/decode time of typical log records.
 
 Run: ``python -m bench.bench_json``. Compares orjson, msgspec and the standard library on one
-msg-workload turn (11 records) and on a 3.6 kB tool result, in µs per record, and checks the
-three things the engine must do for dsh logs: lone surrogates, 20,000 levels, NaN refusal.
+msg-workload turn (11 records) and on a 3.6 kB tool result, in µs per record (and dsh.json on
+a LangGraph checkpoint), and checks the three things the engine must do for dsh logs: lone
+surrogates, 20,000 levels, NaN refusal.
 msgspec comes with the ``bench`` extra (``.venv/bin/pip install -e '.[bench]'``); without it its
 row says it was skipped and why.
 """
@@ -40,6 +41,17 @@ RECORDS: list[Any] = [
 
 LONE = "a\ud83d"
 LONE_JSON = b'["a\\ud83d"]'
+
+
+# A LangGraph checkpoint's shape: channel versions f"{v:032}.{random float:016}" hold 19+
+# digits after the second '.', which dsh.json must not mistake for a long integer literal
+CHECKPOINT: Any = {
+    "v": 4, "ts": "2026-12-04T19:00:00+00:00", "id": "1efb2c3d-0000-6000-8000-000000000001",
+    "channel_versions": {f"ch{i}": f"{i + 2:032}.0.{30191874065201247171 + i}"
+                         for i in range(8)},
+    "versions_seen": {f"node{i}": {f"ch{j}": f"{j + 1:032}.0.{20191874065201247171 + j}"
+                                   for j in range(4)} for i in range(4)},
+    "messages": [{"role": "user", "content": "hello " * 20}] * 5}
 
 
 def per_record_us(fn: Any, items: list[Any], number: int) -> float:
@@ -102,6 +114,10 @@ def main() -> None:
     frozen = [dj.snapshot_json(r) for r in RECORDS]
     print(f"| dsh.json (orjson + freeze/validate) | {per_record_us(dj.dumps, frozen, number):.2f} "
           f"| {per_record_us(dj.loads, encoded, number):.2f} | yes | yes | yes | yes |")
+    checkpoint = [orjson.dumps(CHECKPOINT)]
+    print(f"| dsh.json, a {len(checkpoint[0]):,}-byte LangGraph checkpoint (channel versions) "
+          f"| {per_record_us(dj.dumps, [dj.snapshot_json(CHECKPOINT)], number):.2f} "
+          f"| {per_record_us(dj.loads, checkpoint, number):.2f} | yes | yes | yes | yes |")
 
 
 if __name__ == "__main__":

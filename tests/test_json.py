@@ -433,7 +433,7 @@ def test_the_long_number_scan_answers_as_its_regex() -> None:
     from dsh.json import _LONG_NUMBER, has_long_number
 
     rng = random.Random(21)
-    pieces = [b"0", b"7", b'"', b"a", b",", b"-", b"."]
+    pieces = [b"0", b"7", b'"', b"a", b",", b"-", b".", b" ", b"e", b"[", b":", b"+", b"_"]
     for _ in range(20000):
         raw = b"".join(rng.choice(pieces) if rng.random() < 0.15
                        else bytes([rng.randrange(48, 58)]) for _ in range(rng.randrange(60)))
@@ -441,6 +441,34 @@ def test_the_long_number_scan_answers_as_its_regex() -> None:
     assert has_long_number(b'{"n": 1234567890123456789}')
     assert not has_long_number(b'{"v": "00000000000000000000000000000012.0.5"}')
     assert has_long_number(b'["00000000000000000000000000000012", 1234567890123456789]')
+
+
+# LangGraph channel versions: f"{v:032}.{random float:016}", 19+ digits after the second '.'
+_VERSION = b"00000000000000000000000000000002.0.30191874065201247171"
+
+
+@pytest.mark.parametrize("text", [
+    b'{"channel_versions":{"messages":"' + _VERSION + b'"}}',
+    b'{"id":"run_12345678901234567890123"}', b'{"path":"/a/12345678901234567890"}',
+    b"[0.12345678901234567890123]", b'{"f":-3.99999999999999999999999999}',
+])
+def test_digit_runs_no_integer_can_hold_skip_the_long_number_path(text: bytes) -> None:
+    # docs/formats.md#lossless-json: a run after a byte no integer literal follows ('"', '.',
+    # a letter, '/') is in a string or a fraction: orjson parses it, with the exact parser's
+    # value (a fraction rounds to the same float)
+    from dsh.json import _parse_fallback, has_long_number, loads
+    assert not has_long_number(text)
+    assert thaw(loads(text)) == _parse_fallback(text.decode())
+
+
+@pytest.mark.parametrize("text", [
+    b"12345678901234567890", b"[12345678901234567890]", b'{"n":-12345678901234567890}',
+    b'{"n": 12345678901234567890}', b"[1,\n12345678901234567890]", b"[1e+0000000000000000001]",
+    b"[1E0000000000000000001]", b"[12345678901234567890.5]",
+])
+def test_digit_runs_an_integer_literal_may_hold_take_the_exact_path(text: bytes) -> None:
+    from dsh.json import has_long_number
+    assert has_long_number(text)
 
 
 _PLAIN_CASES = [

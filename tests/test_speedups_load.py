@@ -406,6 +406,31 @@ def test_scan_lines_parses_ordinary_lines_itself_and_hands_the_rest_to_loads() -
     assert calls == spaced.splitlines()
 
 
+def test_scan_lines_parses_long_digit_runs_in_strings_and_fractions_itself() -> None:
+    # the C twin of dsh.json.has_long_number (docs/formats.md#lossless-json): a LangGraph
+    # channel version (19+ digits after a '.') or an id's digits after a letter are no integer
+    # literal, so the line is parsed in C; a long integer literal still goes to Python
+    calls: list[bytes] = []
+
+    def counting_loads(raw: bytes) -> Any:
+        calls.append(bytes(raw))
+        return orjson.loads(raw)
+
+    def scanned(line: bytes) -> tuple[int, list[Event]]:
+        out: list[Event] = []
+        pos, _, _ = fmt.c_scan_lines(line + b"\n", 0, 0, 0, counting_loads, Event, out,
+                                     array("q"), array("q"), KNOWN_EVENT_TYPES, None)
+        return pos, out
+
+    for data in (b'{"v":"00000000000000000000000000000002.0.30191874065201247171"}',
+                 b'{"id":"run_12345678901234567890123","f":0.12345678901234567890123}'):
+        line = b'{"type":"x/y","seq":0,"time":1,"data":' + data + b"}"
+        assert scanned(line) == (len(line) + 1, [orjson.loads(line)])
+    assert calls == []
+    long_int = b'{"type":"x/y","seq":0,"time":1,"data":{"n":12345678901234567890}}'
+    assert scanned(long_int) == (0, [])  # handed to the Python scanner
+
+
 def test_scan_lines_shares_equal_nested_records_never_events() -> None:
     # equal small records of scalars (a source, a step's data) decoded in one pass are one
     # object; a record holding a long text, a float or a mutable-looking difference is not;
@@ -760,11 +785,15 @@ def test_the_c_line_scan_answers_as_the_long_number_scan_and_the_bracket_count()
     from dsh.json import has_long_number
 
     rng = random.Random(24)
-    pieces = [b"0", b"7", b'"', b"a", b",", b"-", b".", b"[", b"{", b"}", b"\xff"]
+    pieces = [b"0", b"7", b'"', b"a", b",", b"-", b".", b"[", b"{", b"}", b"\xff", b" ", b"e",
+              b":", b"+", b"E", b"\n"]
     for _ in range(20000):
         raw = b"".join(rng.choice(pieces) if rng.random() < 0.15
                        else bytes([rng.randrange(48, 58)]) for _ in range(rng.randrange(60)))
         assert dj.c_line_scan(raw) == (has_long_number(raw), raw.count(b"[") + raw.count(b"{")), raw
+    # a LangGraph channel version: 19+ digits after a '.', inside a string
+    assert dj.c_line_scan(b'{"v":"00000000000000000000000000000002.0.30191874065201247171"}') \
+        == (False, 1)
     assert dj.c_line_scan(b"1234567890123456789") == (True, 0)
     assert dj.c_line_scan(b'"1234567890123456789"') == (False, 0)
     assert dj.c_line_scan(b'[{"n": 123456789012345678}]') == (False, 2)

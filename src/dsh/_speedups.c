@@ -1433,12 +1433,26 @@ error:
 }
 
 /* 1 when data holds a run of 19 or more ASCII digits (a literal that may pass 64 bits) that
- * does not start right after a '"' (no number follows a quote in JSON: the run opens a string);
- * the same conservative test as dsh.json's _LONG_NUMBER scan. */
+ * starts the data or follows a byte that may stand right before a JSON number's integer or
+ * exponent digits (number_lead): after any other byte ('"', '.', a letter) the run is inside
+ * a string or a fraction's digits; the same conservative test as dsh.json's _LONG_NUMBER
+ * scan. */
 static inline int
 is_digit(char c)
 {
     return c >= '0' && c <= '9';
+}
+
+static inline int
+number_lead(char c)
+{
+    switch (c) {
+    case '-': case '+': case 'e': case 'E': case '[': case ',': case ':':
+    case ' ': case '\t': case '\n': case '\r':
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 static int
@@ -1459,7 +1473,7 @@ has_long_digit_run(const char *p, Py_ssize_t n)
         while (hi + 1 < n && is_digit(p[hi + 1])) {
             hi++;
         }
-        if (hi - lo + 1 >= 19 && (lo == 0 || p[lo - 1] != '"')) {
+        if (hi - lo + 1 >= 19 && (lo == 0 || number_lead(p[lo - 1]))) {
             return 1;
         }
         i = hi + 1;  /* a run containing no later probe position ends before hi + 1 */
@@ -4587,8 +4601,8 @@ plain_walk(PyObject *value, int depth)
 
 PyDoc_STRVAR(line_scan_doc,
 "line_scan(data, /) -> (bool, int)\n\n"
-"One pass over the bytes of a JSON text: whether it holds a run of 19 or more digits not\n"
-"opened by a '\"' (what dsh.json.has_long_number answers, its reference), and how many '['\n"
+"One pass over the bytes of a JSON text: whether it holds a run of 19 or more digits that\n"
+"may be a number's (what dsh.json.has_long_number answers, its reference), and how many '['\n"
 "and '{' bytes it holds (the bound on its nesting depth that the importers check).");
 
 static PyObject *
@@ -4606,8 +4620,9 @@ line_scan(PyObject *module, PyObject *data)
     for (i = 0; i < n; i++) {
         unsigned char c = p[i];
         if (c >= '0' && c <= '9') {
-            /* a maximal run starting at i - run: opened by a quote, it is inside a string */
-            if (++run == 19 && (i + 1 - run == 0 || p[i - run] != '"')) {
+            /* a maximal run starting at i + 1 - run: after a byte no number's digits
+             * follow, it is inside a string or a fraction (has_long_digit_run's rule) */
+            if (++run == 19 && (i + 1 - run == 0 || number_lead((char)p[i - run]))) {
                 long_number = 1;
             }
             continue;

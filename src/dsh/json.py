@@ -630,9 +630,13 @@ def thaw(value: JsonValue) -> Any:
 # --- decoding -------------------------------------------------------------------------------
 
 
-# A literal of 19+ digits may exceed 64 bits. A run right after a '"' opens a string (no number
-# follows a quote in JSON): zero-padded ids such as LangGraph's channel versions stay fast.
-_LONG_NUMBER = re.compile(rb'(?<![0-9"])[0-9]{19}')
+# A literal of 19+ digits may exceed 64 bits. In JSON only a sign, whitespace or '[' ',' ':'
+# stand right before an integer's digits, and 'e' 'E' '+' '-' before an exponent's (the text's
+# start too): a run after any other byte ('"', '.', a letter, '_') is inside a string or is a
+# fraction's digits, which orjson rounds to the same float as the exact parser. So zero-padded
+# ids and LangGraph's channel versions ("…0002.0.3019187406520124717") stay fast.
+_LONG_NUMBER = re.compile(rb"(?<![^-+eE\[,: \t\n\r])[0-9]{19}")
+_NUMBER_LEAD = bytes(b in b"-+eE[,: \t\n\r" for b in range(256))  # 1: may stand before one
 # Every digit to "0", every other byte to " ": a 19-digit run is then a substring search,
 # about 30x faster than the regex above over a long record (a base64 blob).
 _DIGIT_RUNS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
@@ -640,15 +644,16 @@ _RUN_19 = b"0" * 19
 
 
 def has_long_number(raw: bytes | bytearray) -> bool:
-    """True when ``_LONG_NUMBER`` matches ``raw``: a run of 19+ digits not opened by a quote.
+    """True when ``_LONG_NUMBER`` matches ``raw``: a run of 19+ digits that may be a number's.
 
-    The leftmost 19 zeros of the mapped bytes start a maximal digit run; a run right after
-    ``"`` opens a string (no match anywhere in it), so the search goes on after that run.
+    The leftmost 19 zeros of the mapped bytes start a maximal digit run; a run after a byte
+    no JSON number's digits follow (a quote, a dot, a letter) is no integer literal (no match
+    anywhere in it), so the search goes on after that run. Rule: docs/formats.md#lossless-json.
     """
     mapped = raw.translate(_DIGIT_RUNS)
     pos = mapped.find(_RUN_19)
     while pos >= 0:
-        if pos == 0 or raw[pos - 1] != 0x22:
+        if pos == 0 or _NUMBER_LEAD[raw[pos - 1]]:
             return True
         end = mapped.find(b" ", pos + 19)
         if end < 0:

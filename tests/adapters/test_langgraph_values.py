@@ -200,7 +200,10 @@ def test_version_ids_hold_no_digit_run_read_as_a_long_integer(
     assert second > first and second.startswith(f"{2:032}.")
     assert not has_long_number(orjson.dumps({"versions": {"messages": first},
                                              "seen": {"model": {"messages": second}}}))
-    assert has_long_number(orjson.dumps({"v": f"{1:032}.{0.0005592311143512996:016}"}))
+    # LangGraph's own form (repr of the float) has a 19-digit run after a '.': no integer's,
+    # so it no longer takes the exact parser either (docs/formats.md#lossless-json)
+    assert not has_long_number(orjson.dumps({"v": f"{1:032}.{0.0005592311143512996:016}"}))
+    assert has_long_number(orjson.dumps({"v": 1234567890123456789}))
 
 
 def test_a_whole_copy_ends_a_read_and_a_listing_reads_through_it(

@@ -1243,9 +1243,9 @@ class DshSaver(BaseCheckpointSaver[str]):
         """A version id greater than ``current``: a zero-padded counter and a random tail.
 
         The tail is written with 16 decimals (``0.0005592311143513``), not as ``repr`` of the
-        float, which gives a small one 19 or more digits after the point: a JSON reader takes
-        such a run for an integer that may not fit 64 bits and parses the checkpoint event
-        holding it by the slow exact parser (:func:`dsh.json.has_long_number`).
+        float, which gives a small one 19 or more digits after the point: short ids, and no
+        digit run a JSON reader could take for a long integer (dsh's own,
+        :func:`dsh.json.has_long_number`, reads a run after a ``.`` as no integer's).
         """
         if current is None:
             number = 0
