@@ -6,10 +6,13 @@ Each session is prefilled with N Responses items (turns of user message, functio
 function_call_output, assistant message). Then, each in a fresh process (modules already
 imported):
 
-* cold open: the first ``get_items(limit=20)`` of the process (what a Runner with
-  ``SessionSettings(limit=20)`` asks first), then the first write (``add_items`` of a turn's
-  items: DshSession resumes the log there), on a copy of the store;
-* the SDK's Runner per turn: the cold first ``get_items()`` of the whole history, then turns of
+* cold open + ``get_items(limit=20)``: the clock started before the session's constructor
+  (``SQLiteSession`` connects and creates its tables there, ``DshSession`` opens its store on
+  first use: both counted) and stopped after the process's first ``get_items(limit=20)`` (what
+  a Runner with ``SessionSettings(limit=20)`` asks first), then the first write (``add_items``
+  of a turn's items: DshSession resumes the log there), on a copy of the store;
+* the SDK's Runner per turn: cold open + the first ``get_items()`` of the whole history (the
+  constructor counted likewise), then turns of
   ``get_items()``, ``add_items`` of the prompt, ``add_items`` of the turn's items (median),
   ``get_items(limit=20)`` (median of :data:`LIMIT_CALLS`), and the process's peak RSS.
 
@@ -36,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +71,8 @@ def turn_items(n: int) -> list[dict[str, Any]]:
     ]
 
 
-def make_session(kind: str, root: Path) -> Any:
+def import_session(kind: str) -> None:
+    """Import what a ``kind`` session (``dsh`` or ``sqlite``) needs, so no clock counts it."""
     if kind == "dsh":
         # the store imports its backend and its write lock lazily: time the work, not imports
         import filelock  # noqa: F401
@@ -75,6 +80,15 @@ def make_session(kind: str, root: Path) -> Any:
         import dsh.persistence._facade
         import dsh.persistence._lock
         import dsh.persistence.sqlite._backend  # noqa: F401
+        from dsh.adapters.openai_agents import DshSession  # noqa: F401
+    else:
+        from agents import SQLiteSession  # noqa: F401
+
+
+def make_session(kind: str, root: Path) -> Any:
+    """A ``dsh`` (DshSession, SQLite store) or ``sqlite`` (SDK SQLiteSession) session in root."""
+    import_session(kind)
+    if kind == "dsh":
         from dsh.adapters.openai_agents import DshSession
         return DshSession("bench", f"sqlite:///{root / 'dsh.db'}")
     from agents import SQLiteSession
@@ -94,19 +108,36 @@ async def prefill(kind: str, root: Path, items: int) -> None:
     session.close()
 
 
-async def measure_open(kind: str, root: Path, items: int) -> dict[str, float]:
-    """The cold open: the process's first ``get_items(limit=20)``, then its first write."""
-    session = make_session(kind, root)
+async def open_read_write(kind: str, root: Path, items: int,
+                          clock: Callable[[], float]) -> tuple[Any, dict[str, float]]:
+    """A fresh process's cold open, first ``get_items(limit=20)`` and first write, by ``clock``.
+
+    Returns the open session and ``construct`` (the constructor alone), ``cold_limit`` (the
+    clock started before the constructor: ``SQLiteSession`` connects and creates its tables
+    there, ``DshSession`` opens its store on first use, both counted) and ``first_write`` (the
+    ``add_items`` of a turn's items: DshSession resumes the log there), in the clock's unit.
+    Raises AssertionError if the read returns the wrong number of items.
+    """
+    import_session(kind)
     gc.collect()  # as in measure()
-    t0 = now_ms()
+    t0 = clock()
+    session = make_session(kind, root)
+    construct = clock() - t0
     recent = await session.get_items(limit=20)
-    cold_limit = now_ms() - t0
+    cold_limit = clock() - t0
     assert len(recent) == min(20, items // 4 * 4), (kind, len(recent))
-    t0 = now_ms()
+    t0 = clock()
     await session.add_items(turn_items(items // 4))
-    first_write = now_ms() - t0
+    first_write = clock() - t0
+    return session, {"construct": construct, "cold_limit": cold_limit,
+                     "first_write": first_write}
+
+
+async def measure_open(kind: str, root: Path, items: int) -> dict[str, float]:
+    """The cold open: constructor and first ``get_items(limit=20)``, then the first write."""
+    session, found = await open_read_write(kind, root, items, now_ms)
     session.close()
-    return {"cold_limit": cold_limit, "first_write": first_write}
+    return {"cold_limit": found["cold_limit"], "first_write": found["first_write"]}
 
 
 async def runner_turn(session: Any, n: int) -> None:
@@ -118,12 +149,13 @@ async def runner_turn(session: Any, n: int) -> None:
 
 
 async def measure(kind: str, root: Path, items: int, turns: int) -> dict[str, float]:
-    session = make_session(kind, root)
+    import_session(kind)
     # Importing the SDK leaves ~1M young objects; the first allocation-heavy call after it
     # pays one full collection of them (about a second here), whichever session makes it.
     # Pay it before the clock starts, for both.
     gc.collect()
-    t0 = now_ms()
+    t0 = now_ms()  # before the constructor, as in measure_open()
+    session = make_session(kind, root)
     history = await session.get_items()
     cold = now_ms() - t0
     assert len(history) == items // 4 * 4, (kind, len(history))
@@ -181,8 +213,8 @@ def main() -> None:
         return
     print(f"# adapters: OpenAI Agents SDK session, DshSession (SQLite store) beside "
           f"SQLiteSession, median of {args.runs} processes — {machine()}")
-    print("| items | session | cold get_items(limit=20) ms | first write ms "
-          "| cold get_items() ms | per-turn ms | get_items(limit=20) ms | peak RSS MB |")
+    print("| items | session | cold open + get_items(limit=20) ms | first write ms "
+          "| cold open + get_items() ms | per-turn ms | get_items(limit=20) ms | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|")
     keys = ("cold_limit", "first_write", "cold", "turn", "limit20", "rss")
     for items in sizes:

@@ -29,9 +29,6 @@ CASES = {
                  "--peers", "none"],
     "adapters": ["bench.bench_adapters", "--sizes", "40", "--turns", "2", "--runs", "1",
                  "--saver-turns", "6"],
-    # --before-python: this checkout again stands for the other one
-    "sdk-whole": ["bench.bench_sdk_whole", "--sizes", "40", "--runs", "1", "--before-python",
-                  sys.executable, "--before-dir", str(REPO)],
     # --before the repository itself: the alternating path, not another commit
     "session-cpu": ["bench.bench_session_cpu", "--sizes", "40", "--turns", "2", "--runs", "1",
                     "--before", str(REPO)],
