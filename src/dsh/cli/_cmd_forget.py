@@ -329,8 +329,6 @@ def _end_if_interrupted(made: ErasureReceipt, interrupted: list[int]) -> None:
         raise KeyboardInterrupt
 
 
-
-
 def _report_erasure(made: ErasureReceipt, receipt: Path | None, json_: bool) -> None:
     if receipt is not None:
         write_receipt(receipt, made.to_json())

@@ -31,6 +31,7 @@ from dsh.persistence import (
     SearchResults,
     StoredPages,
     message_texts,
+    signature,
 )
 from dsh.rights import REDACTION_APPLIED
 from dsh.transcript import ModelRequest
@@ -290,13 +291,12 @@ class ViewStore:
             raise SessionNotFoundError(f"no session {session_id!r} in store {self.url}",
                                        session_id=session_id)
         now = time.monotonic()
+        stamp = self._stamp(session_id)  # taken before any read: a later change is seen
         with self._lock:
             hit = self._full.get(session_id)
-        if hit is not None and now - hit[0] < _FULL_READ_TTL_S:
-            stamp = self._stamp(session_id)
-            if stamp is not None and stamp == hit[1]:
-                return _opened(session_id, hit[2])
-        stamp = self._stamp(session_id)  # taken before the read: a later change is seen
+        if (hit is not None and now - hit[0] < _FULL_READ_TTL_S and stamp is not None
+                and stamp == hit[1]):
+            return _opened(session_id, hit[2])
         try:
             pages = self._store.pages(session_id)
         except SessionNotFoundError:
@@ -323,8 +323,7 @@ class ViewStore:
         try:
             with self._store.persistence.open(session_id, "read") as handle:
                 if isinstance(handle, NamesFiles):
-                    st = os.stat(handle.path)
-                    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+                    return tuple(signature(os.stat(handle.path)))
                 if isinstance(handle, ReadsRanges):
                     return handle.last_stored_seq()
         except (DshError, OSError):  # the full read that follows names what is wrong
