@@ -209,7 +209,7 @@ _SPEEDUPS_API: Final = (
     "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
     "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
     "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
-    "record_texts", "line_scan", "pick_rows")
+    "record_texts", "line_scan", "pick_rows", "widen_sums_below")
 """What this dsh calls in ``dsh._speedups``."""
 
 _SPEEDUPS_API_VERSION: Final = 11

@@ -1336,7 +1336,6 @@ class SqliteHandle(HandleBase):
         # the committed prefix last read or written: (event count, incarnation, last row digest)
         self._durable: tuple[int, str, str] | None = None
         self._seal_file = backend._seal_path(session_id)
-        self._restore_point_path: Path | None = None  # (made when first asked for)
         # the seal file the last read verified the rows with: the seal, or the one a rewrite
         # staged when it was killed after its commit (_adopt_staged_seal)
         self._seal_used = self._seal_file
@@ -1462,11 +1461,7 @@ class SqliteHandle(HandleBase):
         for row in self._c.conn.execute(
                 _PACKED_PREDECESSORS,
                 (self._id, max(0, from_seq - (MAX_PACKED_ROW_MEMBERS - 1)), from_seq)):
-            try:
-                covers = decode_row(row, SCHEMA_VERSION)[-1]["seq"] >= from_seq
-            except RowError:
-                covers = True  # fail closed: the scan will expose the damaged row
-            if covers:
+            if _reaches(row, from_seq):
                 base = min(base, row[1])
         return base
 
@@ -1949,10 +1944,7 @@ class SqliteHandle(HandleBase):
 
     def restore_point_path(self) -> Path:
         """The restore point sidecar: ``<db>.dsh-checkpoints/<encoded id>.ckpt``."""
-        if self._restore_point_path is None:
-            self._restore_point_path = (self._backend.restore_point_dir
-                                        / f"{_cut_stem(self._id)}.ckpt")
-        return self._restore_point_path
+        return self._backend.restore_point_dir / f"{_cut_stem(self._id)}.ckpt"
 
     @property
     def durable_bytes(self) -> int:
