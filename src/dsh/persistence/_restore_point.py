@@ -281,9 +281,8 @@ def _packed_state(state: RestoreState) -> dict[str, Any]:
     wire = state.to_wire(nodes=False)
     nodes = state.nodes
     if len(nodes) >= PACKED_NODES_MIN:
-        narrow = nodes.pack_narrow()
-        prefix, packed = (_NARROW_PREFIX, narrow) if narrow is not None \
-            else (_PACKED_PREFIX, nodes.pack())
+        narrow, packed = nodes.pack_best()
+        prefix = _NARROW_PREFIX if narrow else _PACKED_PREFIX
         wire["nodes"] = prefix + binascii.b2a_base64(packed, newline=False).decode("ascii")
     else:
         wire["nodes"] = list(nodes)

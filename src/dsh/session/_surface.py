@@ -215,6 +215,15 @@ def _widened(differences: bytes, bound: int) -> array[int]:
     return seqs
 
 
+def _narrow_packed(raw: bytes) -> bytes | None:
+    """Little-endian int64 differences ``raw`` zlib'd as one byte each, or None if one won't fit."""
+    high = bytearray(raw)
+    high[0::8] = bytes(len(raw) // 8)  # left: the seven high bytes of each difference
+    if high.count(0) != len(high):
+        return None  # one below 0 or above 255
+    return zlib.compress(raw[0::8], 1)
+
+
 class NodeSeqs(Sequence[int]):
     """An immutable run of surface node seqs kept packed: no int object per node.
 
@@ -306,12 +315,23 @@ class NodeSeqs(Sequence[int]):
         """
         if self._packed is not None and self._narrow:
             return self._packed
+        return _narrow_packed(self._differences().tobytes())
+
+    def pack_best(self) -> tuple[bool, bytes]:
+        """``(True, pack_narrow())`` when every difference fits a byte, else ``(False, pack())``.
+
+        What a restore point's write stores (docs/formats.md#restore-points): the differences
+        are taken once for both tries.
+        """
+        if self._packed is not None and self._narrow:
+            return True, self._packed
         raw = self._differences().tobytes()
-        high = bytearray(raw)
-        high[0::8] = bytes(len(raw) // 8)  # left: the seven high bytes of each difference
-        if high.count(0) != len(high):
-            return None  # one below 0 or above 255
-        return zlib.compress(raw[0::8], 1)
+        narrow = _narrow_packed(raw)
+        if narrow is not None:
+            return True, narrow
+        if self._packed is not None:
+            return False, self._packed
+        return False, zlib.compress(raw, 1)
 
     def _differences(self) -> array[int]:
         """Each seq minus the one before (the first minus 0), as little-endian int64s."""
