@@ -25,6 +25,7 @@ from dsh.agent import (
     deny,
     tool,
 )
+from dsh.agent._effects import EffectLedger
 from dsh.rights import erase, redact
 from tests.agent.helpers import CONFIG, assert_verifies
 
@@ -142,6 +143,14 @@ def test_a_call_forgotten_after_its_yes_is_recorded_as_not_run(url: str, how: st
     with dsh.open(url) as store:
         approve(store, "s1", "c1", by="alice")
         FORGET[how](store, seq)
+    with dsh.open(url) as store:  # plan() decides it: the loop only carries it out
+        session = store.session("s1")
+        ledger = EffectLedger()
+        ledger.feed(session.events)
+        actions, unserved = ledger.plan(now_ms=0, effects={})  # (no tool needed to deny)
+        assert [(a.kind, a.record.call_id) for a in actions] == [("forgotten", "c1")]
+        assert unserved == []
+        store.dispose(session)
     decisions, text = _resume(url)
     assert sent == []  # before the fix: ['[REDACTED] to bob'] or a run with '{}'
     assert [(d["decision"], d["cause"], d.get("reason")) for d in decisions] == [

@@ -54,7 +54,8 @@ EFFECT_EVENT_TYPES: Final = frozenset({RECOVERY_EVENT, APPROVAL_REQUESTED, APPRO
 
 KEY_PREFIX: Final = "dsh-"
 
-ActionKind: TypeAlias = Literal["run", "reconcile", "in-doubt", "not-started", "deny", "expire"]
+ActionKind: TypeAlias = Literal["run", "reconcile", "in-doubt", "not-started", "deny", "expire",
+                                "forgotten"]
 """What a resumed agent does for one call (see :meth:`EffectLedger.plan`)."""
 
 
@@ -196,7 +197,9 @@ class Action:
         kind: ``run`` (run the body again, or for the first time after a yes), ``reconcile``
             (ask the tool what the run with the key did), ``in-doubt`` (log it, ask a person),
             ``not-started`` (log it: the repair's result stands), ``deny`` (tell the model the
-            answer was no), ``expire`` (record the deadline's denial, then ``deny``).
+            answer was no), ``expire`` (record the deadline's denial, then ``deny``),
+            ``forgotten`` (a yes whose arguments a redaction or erasure changed since the
+            request: record a denial and tell the model it did not run).
         record: The call.
         cause: ``interrupted`` (a crash stopped the call) or ``approval`` (an answer).
         effect: The effect class the decision used.
@@ -383,6 +386,11 @@ class EffectLedger:
                 continue
             if record.answer is not None:
                 yes = record.answer["data"].get("decision") == "approved"
+                if yes and record.forgotten_by() is not None:
+                    # what would run is not what was approved
+                    actions.append(Action(kind="forgotten", record=record, cause="approval",
+                                          effect=recorded, attempt=attempt))
+                    continue
                 if yes and tool is None:
                     unserved.append(record)
                     continue

@@ -952,9 +952,7 @@ class Agent:
         if kind == "in-doubt":
             self._ask_in_doubt(turn, action)
             return
-        forgotten = record.forgotten_by() if action.cause == "approval" else None
-        if kind == "run" and forgotten is not None:
-            # Approved, then redacted or erased: the arguments left are not what was approved.
+        if kind == "forgotten":
             answer = record.answer
             assert answer is not None
             decision = self._decide(turn, action, "deny", "arguments redacted after the answer")
