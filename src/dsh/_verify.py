@@ -40,6 +40,7 @@ from dsh.compaction import check_compaction_log
 from dsh.json import FrozenDict, c_stored_prescan, dumps, snapshot_json
 from dsh.session import (
     KNOWN_EVENT_TYPES,
+    REDACTION_APPLIED,
     SESSION_FORMAT_VERSION,
     Event,
     PagedLog,
@@ -88,7 +89,6 @@ RULES: Final = frozenset({UNKNOWN_EVENT_TYPE, INVALID_LOG, REPAIR, UNANSWERED_TO
 
 
 _TYPE: Final = itemgetter("type")
-_REDACTION: Final = "redaction/applied"
 
 
 def _where_seq(error: DshError) -> int | None:
@@ -402,7 +402,7 @@ def _verify(log: Sequence[Event], header: Mapping[str, Any] | None,
     found.extend(Violation(v.seq, v.rule, v.message) for v in check_log(log))
     found.extend(Violation(v.seq, f"COMPACTION_{v.rule}", v.message)
                  for v in check_compaction_log(log))
-    if types is None or _REDACTION in types:
+    if types is None or REDACTION_APPLIED in types:
         found.extend(_tombstones(log))
     return found
 
@@ -430,7 +430,7 @@ def _tombstones(log: Sequence[Event]) -> list[Violation]:
     """Each item of each ``redaction/applied`` record against the event it names."""
     found: list[Violation] = []
     for record in log:
-        if record.get("type") != _REDACTION or not isinstance(record.get("data"), Mapping):
+        if record.get("type") != REDACTION_APPLIED or not isinstance(record.get("data"), Mapping):
             continue
         items = record["data"].get("items")
         for item in items if isinstance(items, Sequence) else ():

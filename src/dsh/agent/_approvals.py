@@ -30,7 +30,7 @@ from typing import Literal
 from dsh._errors import AgentError, ConfigError
 from dsh.agent._effects import APPROVAL_ANSWERED, EffectLedger, PendingApproval, format_ms
 from dsh.agent._recorder import HoldsSessions, core_store
-from dsh.session import Event, Session, SessionStore
+from dsh.session import REDACTION_APPLIED, Event, Session, SessionStore
 
 
 def _default_by() -> str:
@@ -78,7 +78,7 @@ def _answer(given: SessionStore | HoldsSessions, session_id: str, call_id: str,
         if decision == "approved" and not expired and forgotten is not None:
             raise AgentError(
                 f"call {call_id!r} in session {session_id!r} cannot be approved: its arguments "
-                f"were redacted or erased after the approval was requested (redaction/applied "
+                f"were redacted or erased after the approval was requested ({REDACTION_APPLIED} "
                 f"at seq {forgotten}), so what would run is not what was asked; deny it "
                 f"(dsh deny {session_id} {call_id}) and ask for the call again in a new turn",
                 code="APPROVAL_ARGUMENTS_REDACTED", session_id=session_id, call_id=call_id,

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal, TypeAlias
 
 from dsh.agent._tools import TOOL_EFFECTS, ToolEffect
-from dsh.session import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, Event
+from dsh.session import REDACTION_APPLIED, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, Event
 
 RECOVERY_EVENT: Final = "tool/recovery"
 """A resumed agent's decision about one interrupted or approved call (ignorable, log-only)."""
@@ -44,11 +44,6 @@ APPROVAL_REQUESTED: Final = "approval/requested"
 
 APPROVAL_ANSWERED: Final = "approval/answered"
 """A person's (or the deadline's) answer to the latest ``approval/requested`` of a call."""
-
-REDACTION_APPLIED: Final = "redaction/applied"
-"""A redaction's or erasure's record; its ``items`` name the rewritten seqs (docs/forgetting.md).
-
-Spelled here, not imported from ``dsh.rights``, which sits above the agent."""
 
 EFFECT_EVENT_TYPES: Final = frozenset({RECOVERY_EVENT, APPROVAL_REQUESTED, APPROVAL_ANSWERED})
 

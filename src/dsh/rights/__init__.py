@@ -43,7 +43,6 @@ from dsh.rights._quarantine import (
 )
 from dsh.rights._redact import (
     REDACTED_TEXT,
-    REDACTION_APPLIED,
     RedactedEvent,
     RedactionResult,
     find_secrets,
@@ -60,6 +59,7 @@ from dsh.rights._retention import (
 )
 from dsh.rights._storelog import StoreLog, TrashEntry, store_log
 from dsh.rights._trash import TrashResult, purge, restore, trash
+from dsh.session import REDACTION_APPLIED
 
 __all__ = [
     "PLACEHOLDER_TEXT",

@@ -31,13 +31,13 @@ from dsh.persistence import Scrubs
 from dsh.rights._forks import fork_children
 from dsh.rights._held import HasPersistence, facade, held
 from dsh.rights._redact import (
-    REDACTION_APPLIED,
     RedactedEvent,
     after_rewrite,
     commit_tombstones,
     tombstone_whole,
 )
 from dsh.rights._storelog import ERASED, append_records, receipt_digest, store_log
+from dsh.session import REDACTION_APPLIED
 
 if TYPE_CHECKING:
     from dsh.persistence import Persistence

@@ -39,14 +39,11 @@ from dsh.json import FrozenDict, dumps, snapshot_json
 from dsh.persistence import Rewrites, forget_search, replace_durably
 from dsh.rights._held import HasPersistence, Held, facade, held
 from dsh.rights._secrets import detector_names, pattern_spans, secret_spans
-from dsh.session import Event, Session
+from dsh.session import REDACTION_APPLIED, Event, Session
 
 if TYPE_CHECKING:
     from dsh.persistence import Persistence
     from dsh.session import Clock
-
-REDACTION_APPLIED: Final = "redaction/applied"
-"""Event type of a redaction record (ignorable, log-only; docs/events.md#redactionapplied)."""
 
 REDACTED_TEXT: Final = "[REDACTED]"
 """What stands where removed text was."""

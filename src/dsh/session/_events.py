@@ -19,6 +19,10 @@ SESSION_FORMAT_VERSION: Final = 0
 
 SessionId = NewType("SessionId", str)
 
+REDACTION_APPLIED: Final = "redaction/applied"
+"""Event type of a redaction's or erasure's record (ignorable, log-only): its ``items`` name
+the seqs it rewrote in place (docs/events.md#redactionapplied, docs/forgetting.md)."""
+
 
 ENVELOPE_KEYS: Final = frozenset(
     {"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"})
