@@ -49,12 +49,14 @@ def records_at(etype: str, data: Any, fmt: str) -> list[Any] | None:
         differs or ``records`` is not a list.
     """
     where = RECORD_PATHS.get(etype)
-    if where is None or not isinstance(data, dict):
+    return None if where is None else _records_in(data, where[0], fmt, where[1])
+
+
+def _records_in(value: Any, path: tuple[str, ...], fmt: str, need: str | None) -> list[Any] | None:
+    """The ``records`` list at ``path`` of the object ``value`` (see :func:`records_at`)."""
+    if not isinstance(value, dict) or (need is not None
+                                       and not isinstance(value.get(need), dict)):
         return None
-    path, need = where
-    if need is not None and not isinstance(data.get(need), dict):
-        return None
-    value: Any = data
     for name in path:
         value = value.get(name) if isinstance(value, dict) else None
     if not isinstance(value, dict) or value.get("format") != fmt:
@@ -83,17 +85,8 @@ def python_record_texts(text: str, path: tuple[str, ...], fmt: str,
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(value, dict) or (need is not None
-                                       and not isinstance(value.get(need), dict)):
-        return None
-    for name in path:
-        value = value.get(name) if isinstance(value, dict) else None
-    if not isinstance(value, dict) or value.get("format") != fmt:
-        return None
-    records = value.get("records")
-    if not isinstance(records, list):
-        return None
-    return tuple(orjson.dumps(record) for record in records)
+    records = _records_in(value, path, fmt, need)
+    return None if records is None else tuple(orjson.dumps(record) for record in records)
 
 
 class RecordPicker:
