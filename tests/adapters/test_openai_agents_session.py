@@ -414,13 +414,22 @@ def test_a_whole_history_read_selects_the_surface_and_equals_the_paged_walk(
     # cannot encode, what dsh wrote itself), whether the records are cut from the rows' text
     # by the accelerator, by its Python reference, or parsed with the whole row (none)
     from dsh.adapters import _log
-    from dsh.adapters._records import record_picker
+    from dsh.adapters._records import RecordPicker, record_picker
     from dsh.persistence.sqlite import _restore_point as sqlite_pages
+
+    class Declines(RecordPicker):
+        """The Python picker that cuts nothing: every selected row is parsed whole."""
+
+        __slots__ = ()
+
+        def __call__(self, etype: str, text: str) -> None:
+            return None
 
     def use_cut() -> None:
         if cut != "accelerated":
             monkeypatch.setattr(_log, "record_picker", lambda fmt: (
-                record_picker(fmt, accelerated=False) if cut == "python" else lambda *_: None))
+                record_picker(fmt, accelerated=False) if cut == "python"
+                else Declines(fmt, accelerated=False)))
 
     use_cut()
     store = sqlite_url(tmp_path)

@@ -177,8 +177,9 @@ _ROW_DATA = st.one_of(
                      frozenset({"user/message", "turn/start"})]))
 def test_pick_rows_serves_what_the_python_pass_serves(
         rows: list[Any], start: int, stop: int, seqs: set[int], types: frozenset[str]) -> None:
-    # the accelerator's pass of a selective read (read_selected(cut=)): the records it cuts
-    # are the Python pass's, and the rows it leaves are those the pass would still decode
+    # the accelerator's pass of a selective read (read_selected with a pick whose cut is set):
+    # the records it cuts are the Python pass's, and the rows it leaves are those the pass
+    # would still decode
     from dsh.json import c_pick_rows
     assert c_pick_rows is not None
     into: dict[int, Any] = {}

@@ -880,7 +880,7 @@ class LiveLog:
             # (the records cut from the checked rows go straight to the cache: `found` holds
             # the rest, decoded)
             found = source.read_selected(start, stop, wanted, marks.kind_set, pick,
-                                         into=cache, cut=getattr(pick, "cut", None))
+                                         into=cache)
             if found is None:
                 return
             marks.take_below(start, [e for e in found if e["type"] in marks.kinds])

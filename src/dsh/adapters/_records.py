@@ -102,7 +102,7 @@ class RecordPicker:
     Attributes:
         cut: What the picker cuts (:data:`RECORD_PATHS`, ``fmt``) when it is the accelerator's
             ``record_texts``, so that a source may cut its rows in its own C pass
-            (``read_selected(cut=)``); None for the Python reference.
+            (:class:`~dsh.persistence.PicksRecords`); None for the Python reference.
     """
 
     __slots__ = ("_cut", "_fmt", "cut")

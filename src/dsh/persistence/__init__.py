@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from dsh.persistence._listing import first_line as first_line
     from dsh.persistence._listing import signature as signature
     from dsh.persistence._listing import summarize as summarize
+    from dsh.persistence._pages import PicksRecords as PicksRecords
     from dsh.persistence._pages import RecordCut as RecordCut
     from dsh.persistence._pages import SelectsEvents as SelectsEvents
     from dsh.persistence._pages import StoredPages, read_pages
@@ -119,7 +120,7 @@ _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write
          "ListingEntry": "_listing", "summarize": "_listing", "signature": "_listing",
          "first_line": "_listing",
          "RestorePointRefused": "_restore_point", "StoredPages": "_pages",
-         "SelectsEvents": "_pages", "RecordCut": "_pages",
+         "SelectsEvents": "_pages", "RecordCut": "_pages", "PicksRecords": "_pages",
          "KeepsRestorePoints": "_restore_point", "RecordsAfterCommit": "_after_commit",
          "read_pages": "_pages", "readable_prefix": "_pages", "SearchHit": "_search",
          "SearchResults": "_search", "search": "_search", "message_texts": "_search",

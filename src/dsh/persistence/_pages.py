@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 
@@ -43,8 +43,8 @@ from dsh.session import (
 if TYPE_CHECKING:
     from dsh.persistence._facade import Persistence
 
-__all__ = ["RANGED_MIN_EVENTS", "TAIL_EVENTS", "RecordCut", "SelectsEvents", "StoredPages",
-           "read_pages", "readable_prefix"]
+__all__ = ["RANGED_MIN_EVENTS", "TAIL_EVENTS", "PicksRecords", "RecordCut", "SelectsEvents",
+           "StoredPages", "read_pages", "readable_prefix"]
 
 TAIL_EVENTS: Final = 1024
 """Events a paged read without a restore point holds from the start (the latest ones)."""
@@ -59,7 +59,7 @@ class RecordCut:
 
     ``pick(type, text)`` is the C accelerator's ``record_texts(text, *paths[type], fmt)``
     (None for a type ``paths`` does not hold), so a source with the accelerator may call it
-    on its rows itself (:meth:`SelectsEvents.read_selected`'s ``cut``).
+    on its rows itself (:attr:`PicksRecords.cut`).
 
     Attributes:
         paths: Event type -> ``(path, need)``: the members leading to the records' holder, and
@@ -71,6 +71,25 @@ class RecordCut:
     fmt: str
 
 
+class PicksRecords(Protocol):
+    """A reader's ``pick(type, data text)`` for :meth:`SelectsEvents.read_selected`.
+
+    Called with a plain row's event type and checked data text; returns what the reader keeps
+    of the row (not None), or None to have the row decoded whole.
+
+    Attributes:
+        cut: What the call cuts when it is the C accelerator's ``record_texts``
+            (:class:`RecordCut`), so that a source with the accelerator may make the cut in its
+            own pass over the rows; None for any other pick.
+    """
+
+    cut: RecordCut | None
+
+    def __call__(self, etype: str, text: str, /) -> Any:
+        """What the reader keeps of the row, or None (decode it whole)."""
+        ...
+
+
 @runtime_checkable
 class SelectsEvents(Protocol):
     """A page-in source that can serve a few events of a long range for the cost of a check.
@@ -79,18 +98,15 @@ class SelectsEvents(Protocol):
     whose seq is in ``seqs`` or type in ``types``, in seq order, after checking every stored
     row of the range as ``read`` does (docs/rules.md#verified-page-in); events whose rows are
     plain may come as plain dicts instead of frozen :class:`~dsh.session.Event`, without their
-    ``sourceEventSeqs``; with ``pick``, a plain row's data text is offered to ``pick(type,
-    text)`` and, when it answers, the event comes as ``{"type", "seq", "time", "picked"}``
-    (with ``into``, the answer goes to ``into[seq]`` instead; ``cut`` says what ``pick`` is,
-    :class:`RecordCut`). None when it cannot vouch for part of the range that way (the caller
-    pages it in with ``read``).
+    ``sourceEventSeqs``; with ``pick`` (:class:`PicksRecords`) and ``into``, a plain row's
+    data text is offered to ``pick(type, text)`` and, when it answers, the answer goes to
+    ``into[seq]`` instead of the event to the list. None when it cannot vouch for part of the
+    range that way (the caller pages it in with ``read``).
     """
 
     def read_selected(self, start: int, stop: int, seqs: Container[int],
-                      types: Container[str],
-                      pick: Callable[[str, str], Any] | None = None, *,
-                      into: dict[int, Any] | None = None,
-                      cut: RecordCut | None = None
+                      types: Container[str], pick: PicksRecords | None = None, *,
+                      into: dict[int, Any] | None = None
                       ) -> list[Mapping[str, Any]] | None:
         """The selected events of ``start <= seq < stop`` (see the class), or None."""
         ...

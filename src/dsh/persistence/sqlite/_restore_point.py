@@ -25,7 +25,7 @@ import orjson
 from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, c_pick_rows, dumps
 from dsh.persistence import _restore_point as rp
-from dsh.persistence._pages import RecordCut
+from dsh.persistence._pages import PicksRecords
 from dsh.persistence._seal import covers, rows_crc, span_crc
 from dsh.persistence.sqlite._schema import (
     ROW_COLUMNS,
@@ -306,10 +306,8 @@ class SqlitePrefixSource:
             raise self._unreadable(start, stop, exc) from exc
 
     def read_selected(self, start: int, stop: int, seqs: Container[int],
-                      types: Container[str],
-                      pick: Callable[[str, str], Any] | None = None, *,
-                      into: dict[int, Any] | None = None,
-                      cut: RecordCut | None = None
+                      types: Container[str], pick: PicksRecords | None = None, *,
+                      into: dict[int, Any] | None = None
                       ) -> list[Mapping[str, Any]] | None:
         """The events ``start <= seq < stop`` whose seq is in ``seqs`` or type in ``types``.
 
@@ -322,15 +320,14 @@ class SqlitePrefixSource:
         that these are the committed bytes, which the writer validated as lossless JSON),
         without its provenance (``sourceEventSeqs``, checked by the seal but not decoded: a
         selecting reader wants the data); any other row is decoded as :meth:`read` decodes
-        it, into a frozen :class:`Event`. With ``pick``, such a plain row of ``seqs`` is first
-        offered to ``pick(type, data text)``: what it returns (not None) comes as
-        ``{"type", "seq", "time", "picked"}`` in place of the parsed data (a reader that wants a
-        part of the data cuts it from the checked text without parsing the rest); with
-        ``into`` too, what ``pick`` answers goes to ``into[seq]`` instead of the list. ``cut``
-        (with ``into``) says that ``pick`` is the C accelerator's ``record_texts`` at
-        ``cut.paths[type]`` for format ``cut.fmt``: the accelerator's ``pick_rows`` then makes
-        the pass over the checked rows itself, cutting those rows without a Python call each
-        (the rows it leaves go through the pass below, as without it).
+        it, into a frozen :class:`Event`. With ``pick`` (and ``into``, which it needs), such a
+        plain row of ``seqs`` is first offered to ``pick(type, data text)``: what it returns
+        (not None) goes to ``into[seq]`` in place of the event (a reader that wants a part of
+        the data cuts it from the checked text without parsing the rest). A ``pick.cut`` (not
+        None) says that ``pick`` is the C accelerator's ``record_texts`` at ``cut.paths[type]``
+        for format ``cut.fmt``: the accelerator's ``pick_rows`` then makes the pass over the
+        checked rows itself, cutting those rows without a Python call each (the rows it leaves
+        go through the pass below, as without it).
 
         Returns:
             The selected events in seq order (plain dicts or ``Event``), or None when part of
@@ -339,7 +336,10 @@ class SqlitePrefixSource:
 
         Raises:
             LogCorruptError: a sealed batch changed, or a row no longer decodes.
+            ValueError: ``pick`` without ``into``.
         """
+        if pick is not None and into is None:
+            raise ValueError("read_selected: a pick needs its into")
         if start >= stop:
             return []
         if self._elided is not None:
@@ -356,6 +356,7 @@ class SqlitePrefixSource:
             loads = orjson.loads
             # the rows asked for (a packed row for its members), in one pass of C-level work;
             # the accelerator's pass also cuts the records of the plain rows it can
+            cut = None if pick is None else pick.cut
             if into is not None and cut is not None and c_pick_rows is not None:
                 selected = c_pick_rows(rows, start, stop, seqs, types, cut.paths, cut.fmt,
                                        into)
@@ -373,14 +374,11 @@ class SqlitePrefixSource:
                     continue
                 if type(data) is str and (sop is None or sop == '"append"') \
                         and type_ not in types:
-                    picked = None if pick is None else pick(type_, data)
-                    if picked is not None:
-                        if into is not None:
+                    if pick is not None and into is not None:
+                        picked = pick(type_, data)
+                        if picked is not None:
                             into[seq] = picked
-                        else:
-                            out.append({"type": type_, "seq": seq, "time": time,
-                                        "picked": picked})
-                        continue
+                            continue
                     try:
                         event = {"type": type_, "seq": seq, "time": time, "data": loads(data)}
                     except orjson.JSONDecodeError:
