@@ -538,3 +538,24 @@ def test_lone_reads_one_event_without_its_page_and_holds_it() -> None:
     assert PagedLog(ListSource(events)).lone(7) == events[7]
     with pytest.raises(LogCorruptError, match="read alone at seq 500"):
         PagedLog(RangePickingSource(events, serve=events[1:])).lone(500)
+
+
+def test_events_picked_and_read_alone_share_one_bound() -> None:
+    # what pick() and lone() hold is one store of at most PICKED_EVENTS events: at the bound
+    # either one starts it anew (the events dropped page in as ever)
+    from dsh.session._paging import PICKED_EVENTS
+
+    class Both(PickingSource, RangePickingSource):
+        def __init__(self, events: Sequence[Event]) -> None:
+            RangePickingSource.__init__(self, events)
+            self.shift = 0
+
+    events = _long_log(PICKED_EVENTS // 3)  # 7 events a turn: more than the bound
+    log = PagedLog(Both(events))
+    log.pick(range(PICKED_EVENTS))
+    assert log.resident_events == PICKED_EVENTS
+    assert log.lone(PICKED_EVENTS + 1) == events[PICKED_EVENTS + 1]
+    assert log.resident_events == 1  # full: started anew, then held
+    log.pick([0, 1])
+    assert log.resident_events == 3
+    assert (log[0], log[1]) == (events[0], events[1])

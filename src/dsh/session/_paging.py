@@ -205,9 +205,14 @@ class PagedLog(Sequence[Event]):
                 raise LogCorruptError(f"the event picked at seq {seq} does not match the log it "
                                       f"was cut from (got {got}); the log changed under the "
                                       "session, resume it again", seq=seq)
-        if len(picked) + len(wanted) > PICKED_EVENTS:
+        self._hold({seq: found[seq] for seq in wanted})
+
+    def _hold(self, found: Mapping[int, Event]) -> None:
+        """Hold ``found`` (checked events by seq) as picked, at most :data:`PICKED_EVENTS`."""
+        picked = self._picked
+        if len(picked) + len(found) > PICKED_EVENTS:
             picked.clear()  # another reader may still index them: it pages them in then
-        picked.update((seq, found[seq]) for seq in wanted)
+        picked.update(found)
 
     def settle(self, count: int) -> None:
         """Hand the first ``count`` tail events over to the source, which now serves them.
@@ -314,9 +319,7 @@ class PagedLog(Sequence[Event]):
                     raise LogCorruptError(f"the event read alone at seq {index} does not "
                                           "match the log it was cut from; the log changed "
                                           "under the session, resume it again", seq=index)
-                if len(picked) >= PICKED_EVENTS:
-                    picked.clear()  # as pick(): bounded, another reader pages them in
-                picked[index] = found[0]
+                self._hold({index: found[0]})
                 return found[0]
         return self[index]
 
