@@ -561,3 +561,36 @@ def test_a_running_dsh_view_shows_no_erased_text_right_after_dsh_erase(
         server.send_signal(signal.SIGINT)
         server.wait(timeout=30)
         server.stdout.close()
+
+
+def test_kept_model_views_are_checked_against_one_look_at_the_log(tmp_path: Path) -> None:
+    # docs/view.md#the-model-view: a kept view holds while no redaction/applied came after
+    # the log it was folded from; the views kept of a session are checked against one look at
+    # the events past the shortest of their logs (it was one look per kept view)
+    from types import SimpleNamespace
+    from typing import Any
+
+    from dsh.session import REDACTION_APPLIED
+    from dsh.testing import make
+
+    class Counted(list[Any]):
+        slices = 0
+
+        def __getitem__(self, index: Any) -> Any:
+            if isinstance(index, slice):
+                Counted.slices += 1
+            return super().__getitem__(index)
+
+    events = Counted(make("todo/write", seq, {"todos": []}) for seq in range(10))
+    events[5] = make(REDACTION_APPLIED, 5, {"items": []})
+    store = ViewStore(f"jsonl:{tmp_path}")
+    views = {seq: SimpleNamespace(seq=seq) for seq in (2, 3, 7)}
+    for seq, length in ((2, 4), (3, 5), (7, 8)):
+        store.keep_fold("s", views[seq], events[:length])  # type: ignore[arg-type]  # only .seq
+    Counted.slices = 0
+    assert store.folded("s", events, 9) is views[7]  # kept after the rewrite: it holds
+    assert store.folded("s", events, 4) is None  # kept before it: dropped, both at once
+    assert Counted.slices == 2  # one look a call
+    assert store.folded("s", events, 4) is None and Counted.slices == 2  # none left to check
+    assert store.folded("s", events[:5], 9) is None  # a shorter log: not the same log
+    store.close()

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -54,18 +54,23 @@ _REWRITE_LOOKAHEAD: Final = 4096
 a log grown by more is folded anew rather than read that far (docs/view.md#the-model-view)."""
 
 
-def _rewritten_since(events: Sequence[Event], length: int) -> bool:
-    """Whether the log ``events`` may have been rewritten since it held ``length`` events.
+def _rewrites_since(events: Sequence[Event], lengths: Iterable[int]) -> Callable[[int], bool]:
+    """Tell, for each of ``lengths``, whether the log may have been rewritten since then.
+
+    The answer ``rewritten(length)``: whether ``events`` may have been rewritten since the log
+    held ``length`` events; one look at the events past the shortest of ``lengths`` serves all.
 
     A rewrite (redaction, erasure) appends its ``redaction/applied`` record after the events
     it replaced, so one among the events past ``length`` says so; a log shorter than it was is
     not the same log. A log grown by more than :data:`_REWRITE_LOOKAHEAD` events counts as
     rewritten (its view is folded anew) instead of being paged in that far.
     """
-    grown = len(events) - length
-    if grown < 0 or grown > _REWRITE_LOOKAHEAD:
-        return True
-    return any(event["type"] == REDACTION_APPLIED for event in events[length:])
+    count = len(events)
+    low = min((n for n in lengths if 0 <= count - n <= _REWRITE_LOOKAHEAD), default=count)
+    tail = events[low:]
+    last = next((low + i for i in range(len(tail) - 1, -1, -1)
+                 if tail[i]["type"] == REDACTION_APPLIED), -1)  # the latest rewrite's seq
+    return lambda length: not 0 <= count - length <= _REWRITE_LOOKAHEAD or last >= length
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -343,10 +348,15 @@ class ViewStore:
         with self._lock:
             kept = [(key[1], value) for key, value in self._folds.items()
                     if key[0] == session_id and key[1] <= seq]
+        try:
+            rewritten: Callable[[int], bool] | None = _rewrites_since(
+                events, (length for _, (_, _, length) in kept)) if kept else None
+        except DshError:
+            rewritten = None
         for at, (request, event, length) in sorted(kept, key=lambda item: -item[0]):
             try:
-                holds = at < len(events) and events[at] == event \
-                    and not _rewritten_since(events, length)
+                holds = rewritten is not None and at < len(events) and events[at] == event \
+                    and not rewritten(length)
             except DshError:
                 holds = False
             if holds:
