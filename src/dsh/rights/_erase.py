@@ -338,6 +338,25 @@ class _ReceiptEntry:
     deleted: tuple[str, ...]
 
 
+def _item_digests(items: Sequence[Any], at: str = "") -> dict[int, tuple[str, str]] | str:
+    """``{seq: (commitment, tombstone)}`` of a receipt's or a record's ``items``.
+
+    One reading for both sides a receipt check compares (a receipt's entry, the
+    ``redaction/applied`` record it names); the first place of the wrong shape (under ``at``)
+    instead when there is one.
+    """
+    found: dict[int, tuple[str, str]] = {}
+    for k, item in enumerate(items):
+        seq = item.get("seq") if isinstance(item, Mapping) else None
+        if type(seq) is not int:
+            return f"{at}items[{k}].seq is not a whole number"
+        digests = (item.get("commitment"), item.get("tombstone"))
+        if not all(isinstance(d, str) for d in digests):
+            return f"{at}items[{k}] has no commitment and tombstone digests"
+        found[seq] = cast("tuple[str, str]", digests)
+    return found
+
+
 def _receipt_entries(receipt: Mapping[str, Any]) -> list[_ReceiptEntry] | str:
     """The sessions a receipt lists, or the first place its JSON has the wrong shape.
 
@@ -367,15 +386,9 @@ def _receipt_entries(receipt: Mapping[str, Any]) -> list[_ReceiptEntry] | str:
             return f"{at}items is not a list"
         if not isinstance(touched, list):
             return f"{at}touched is not a list"
-        wanted: dict[int, tuple[str, str]] = {}
-        for k, item in enumerate(items):
-            seq = item.get("seq") if isinstance(item, Mapping) else None
-            if type(seq) is not int:
-                return f"{at}items[{k}].seq is not a whole number"
-            digests = (item.get("commitment"), item.get("tombstone"))
-            if not all(isinstance(d, str) for d in digests):
-                return f"{at}items[{k}] has no commitment and tombstone digests"
-            wanted[seq] = cast("tuple[str, str]", digests)
+        wanted = _item_digests(items, at)
+        if isinstance(wanted, str):
+            return wanted
         last: dict[str, str] = {}
         for step in touched:
             if isinstance(step, Mapping) and isinstance(step.get("path"), str) \
@@ -430,9 +443,8 @@ def verify_receipt(store: Persistence | HasPersistence, receipt: Mapping[str, An
         record_seq = entry.record_seq
         if record_seq is not None:
             record = events[record_seq] if 0 <= record_seq < len(events) else None
-            found = {i["seq"]: (i.get("commitment"), i.get("tombstone"))
-                     for i in record["data"]["items"]
-                     } if record is not None and record["type"] == REDACTION_APPLIED else None
+            found = _item_digests(record["data"].get("items") or ()) \
+                if record is not None and record["type"] == REDACTION_APPLIED else None
             if found != entry.items:
                 problems.append(f"{sid}: seq {record_seq} is not the redaction record this "
                                 f"receipt names")
