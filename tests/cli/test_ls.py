@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -226,3 +228,31 @@ def test_ls_cuts_a_title_between_escapes_never_inside_one(title: str, shown: str
     table = render.render_sessions_table([row], width=40)  # the title gets its 12 at least
     line = table.splitlines()[1]
     assert line.startswith(f"s1  {shown.ljust(12)}  ")
+
+
+def test_foreign_entries_lists_the_folder_once(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/cli.md#stores-and-ids: what a folder holds that no dsh store holds, from one
+    # listing (the SQLite files among it were listed apart again)
+    import sqlite3
+
+    from dsh.cli import _common
+
+    (tmp_path / "--home-me--").mkdir()
+    (tmp_path / "s.db.dsh-search.db").write_bytes(b"")
+    (tmp_path / "config.toml").write_text("")
+    sqlite3.connect(tmp_path / "sessions.db").execute("CREATE TABLE t (x)").connection.close()
+    for name in ("notes.txt", "a.db", "z"):
+        (tmp_path / name).write_text("x")
+    listings: list[Any] = []
+    listdir = os.listdir
+
+    def counted(path: Any) -> Any:  # (Path.iterdir lists through it too)
+        listings.append(path)
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", counted)
+    assert _common.foreign_entries(f"jsonl:{tmp_path}") == ["a.db", "notes.txt", "z"]
+    assert len(listings) == 1
+    assert _common.foreign_entries(f"jsonl:{tmp_path}", limit=1) == ["a.db"]
+    assert _common.sqlite_stores_in(f"jsonl:{tmp_path}") == [tmp_path / "sessions.db"]

@@ -267,14 +267,24 @@ def foreign_entries(url: str, *, limit: int = 3) -> list[str]:
 
     folder = store_path(url) if url.lower().startswith("jsonl") else None
     try:
-        names = sorted(os.listdir(folder)) if folder is not None else []
+        entries = sorted(folder.iterdir()) if folder is not None else []
     except OSError:
         return []
-    sqlite = {path.name for path in sqlite_stores_in(url, limit=len(names) or 1)}
-    found = [name for name in names
-             if not is_project_dir_name(name) and ".dsh-" not in name
-             and name not in sqlite and name != "config.toml"]
+    found = [entry.name for entry in entries
+             if not is_project_dir_name(entry.name) and ".dsh-" not in entry.name
+             and entry.name != "config.toml" and not _is_sqlite_file(entry)]
     return found[:limit]
+
+
+def _is_sqlite_file(entry: Path) -> bool:
+    """Whether ``entry`` is a file that starts as an SQLite database does (False if unreadable)."""
+    try:
+        if not entry.is_file():
+            return False
+        with entry.open("rb") as f:
+            return f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError:
+        return False
 
 
 def sqlite_stores_in(url: str, *, limit: int = 3) -> list[Path]:
@@ -295,16 +305,11 @@ def sqlite_stores_in(url: str, *, limit: int = 3) -> list[Path]:
     except OSError:
         return []
     for entry in entries:
-        try:
-            if ".dsh-" in entry.name or not entry.is_file():
-                continue  # a sidecar of ours (the search index is SQLite: docs/formats.md)
-            with entry.open("rb") as f:
-                if f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:
-                    found.append(entry)
-        except OSError:
-            continue
-        if len(found) == limit:
-            break
+        # (a sidecar of ours is no store: the search index is SQLite, docs/formats.md)
+        if ".dsh-" not in entry.name and _is_sqlite_file(entry):
+            found.append(entry)
+            if len(found) == limit:
+                break
     return found
 
 
