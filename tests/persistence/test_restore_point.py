@@ -65,11 +65,13 @@ def small_restore_points(monkeypatch: pytest.MonkeyPatch) -> None:
     """Restore point at every flush, index every batch, page 4 events, pick 8: every boundary
     is hit.
 
-    Surface nodes are stored packed from 2 on, so resumes here read the packed form (the other
-    restore point tests read the plain list).
+    Surface nodes are stored packed from 2 on, the last 2 as seqs ("zt:"), so resumes here
+    read the packed form, and inflate its head when they read before its last 2 nodes (the
+    other restore point tests read the plain list).
     """
     monkeypatch.setattr(rp, "RESTORE_POINT_EVERY_EVENTS", 1)
     monkeypatch.setattr(rp, "PACKED_NODES_MIN", 2)
+    monkeypatch.setattr(rp, "TAILED_NODES", 2)
     monkeypatch.setattr(rp, "INDEX_EVERY_EVENTS", 1)
     monkeypatch.setattr(paging, "PAGE_EVENTS", 4)
     monkeypatch.setattr(paging, "PICK_EVENTS", 8)
@@ -102,7 +104,8 @@ def resume_and_continue(url: str, sid: str = "s"
     with dsh.open(url, clock=StepClock(2_000_000_000_000)).sessions as store:
         session = store.resume(sid)
         paged = isinstance(session._log, PagedLog)
-        before = snapshot(session)
+        # the last messages first: a lazy surface ("zt:") answers them from its tail
+        before = {"last_messages": list(session.derive_messages(last=3)), **snapshot(session)}
         outcomes = probe_appends(session)
         after = snapshot(session)
     return before, outcomes, after, paged
@@ -138,9 +141,12 @@ def assert_equivalent(root: Path, kind: str, *, expect_paged: bool = True) -> No
 
 @settings(max_examples=examples(25), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(script=log_scripts(open_tail=None, max_actions=6), kind=st.sampled_from(KINDS))
-def test_resume_from_a_restore_point_equals_the_full_read(script: Script, kind: str) -> None:
+@given(script=log_scripts(open_tail=None, max_actions=6), kind=st.sampled_from(KINDS),
+       tail_nodes=st.sampled_from([0, 2, 256]))
+def test_resume_from_a_restore_point_equals_the_full_read(script: Script, kind: str,
+                                                          tail_nodes: int) -> None:
     assume(script.actions)
+    rp.TAILED_NODES = tail_nodes  # (the fixture's monkeypatch puts the default back)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "store"
         build(url_of(kind, root), script)
@@ -680,7 +686,7 @@ def test_schema_14_resume_from_a_restore_point_equals_the_full_read(root: Path,
 
 
 def test_many_surface_nodes_are_stored_packed_and_read_back_exactly() -> None:
-    # docs/formats.md#restore-points: nodes packed as zlib'd int64 differences from 4,096 on
+    # docs/formats.md#restore-points: nodes packed from 4,096 on, the last 256 as seqs ("zt:")
     from dsh.session import RestoreState
     nodes = (*range(0, 3 * rp.PACKED_NODES_MIN, 3), 1, 2, 2**40)  # any order, any size
     state = RestoreState(event_count=2**40 + 1, last_time=5, last_type="turn/end", nodes=nodes,
@@ -690,9 +696,11 @@ def test_many_surface_nodes_are_stored_packed_and_read_back_exactly() -> None:
                        event_count=state.event_count, byte_offset=1, header_digest="h",
                        tail_digest="t", seal_digest="")
     data = rp.encode_restore_point(rp.RestorePoint(anchor=anchor, state=state))
-    assert b'"nodes":"zd:' in data
+    head = len(nodes) - rp.TAILED_NODES
+    tail = ",".join(map(str, nodes[head:]))
+    assert f'"nodes":"zt:d:{head}:{max(nodes[:head])}:{tail}:'.encode() in data
     assert rp.decode_restore_point(data, session_id="s", backend="sqlite").state == state
-    body = data.partition(b"\n")[2].replace(b'"nodes":"zd:', b'"nodes":"zd:AAAA')
+    body = data.partition(b"\n")[2].replace(b'"nodes":"zt:d:', b'"nodes":"zt:d:AAAA')
     forged = b"DSHCKPT1 " + rp.digest(body).encode() + b"\n" + body
     with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
         rp.decode_restore_point(forged, session_id="s", backend="sqlite")
@@ -723,18 +731,41 @@ def test_a_million_event_surface_is_read_back_packed() -> None:
     with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):  # a seq past the log
         rp.decode_restore_point(_packed_point(nodes, 999_999), session_id="s",
                                 backend="sqlite")
-    body = data.partition(b"\n")[2]
-    start = body.index(b'"nodes":"zd:') + len(b'"nodes":"zd:')
-    text = body[start:body.index(b'"', start)]
-    for cut in (8, len(text) // 2):  # a stream cut short, whatever the cut
-        short = body.replace(text, text[:-cut - cut % 4])
-        forged = b"DSHCKPT1 " + rp.digest(short).encode() + b"\n" + short
-        with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
-            rp.decode_restore_point(forged, session_id="s", backend="sqlite")
+    for body in (data.partition(b"\n")[2], _as_before(data, nodes)):  # "zt:d:", "zd:"
+        text = _nodes_value(body)
+        assert text.startswith((b"zt:d:", b"zd:"))
+        for cut in (8, len(text) // 2):  # a stream cut short, whatever the cut
+            short = _resealed(body.replace(text, text[:-cut - cut % 4]))
+            if text.startswith(b"zd:"):
+                with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
+                    rp.decode_restore_point(short, session_id="s", backend="sqlite")
+                continue
+            # "zt:": the head is inflated when first read, and found short then
+            read = rp.decode_restore_point(short, session_id="s", backend="sqlite").state
+            assert len(read.nodes) == 364_000 and list(read.nodes.known_tail()) == list(nodes)[-2:]
+            with pytest.raises(dsh.LogCorruptError) as caught:
+                read.nodes.to_array()
+            assert caught.value.code == "RESTORE_POINT_MISMATCH"
 
 
 def _resealed(body: bytes) -> bytes:
     return b"DSHCKPT1 " + rp.digest(body).encode() + b"\n" + body
+
+
+def _nodes_value(body: bytes) -> bytes:
+    start = body.index(b'"nodes":"') + len(b'"nodes":"')
+    return body[start:body.index(b'"', start)]
+
+
+def _as_before(data: bytes, seqs: Any) -> bytes:
+    """``data``'s body with its nodes as a writer before "zt:" stored them ("zb:" or "zd:")."""
+    from binascii import b2a_base64
+
+    from dsh.session import NodeSeqs
+    body = data.partition(b"\n")[2]
+    narrow, packed = NodeSeqs(seqs).pack_best()
+    old = (b"zb:" if narrow else b"zd:") + b2a_base64(packed, newline=False)
+    return body.replace(b'"nodes":"' + _nodes_value(body), b'"nodes":"' + old)
 
 
 @pytest.mark.no_speedups
@@ -745,13 +776,13 @@ def test_packed_node_differences_summing_out_of_range_are_refused() -> None:
     from array import array
     from binascii import b2a_base64
     nodes = (*range(1, rp.PACKED_NODES_MIN), 0)  # the last falls: int64 differences ("zd:")
-    data = _packed_point(nodes, rp.PACKED_NODES_MIN)
-    body = data.partition(b"\n")[2]
-    start = body.index(b'"nodes":"zd:') + len(b'"nodes":"zd:')
-    text = body[start:body.index(b'"', start)]
-    assert rp.decode_restore_point(data, session_id="s", backend="sqlite").state.nodes == nodes
+    body = _as_before(_packed_point(nodes, rp.PACKED_NODES_MIN), nodes)
+    text = _nodes_value(body)
+    assert text.startswith(b"zd:")
+    assert rp.decode_restore_point(_resealed(body), session_id="s",
+                                   backend="sqlite").state.nodes == nodes
     for deltas in ([1] * rp.PACKED_NODES_MIN, [0, -1, *[1] * 4094], [2**62, 2**62, 2**62]):
-        packed = b2a_base64(zlib.compress(array("q", deltas).tobytes()), newline=False)
+        packed = b"zd:" + b2a_base64(zlib.compress(array("q", deltas).tobytes()), newline=False)
         with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
             rp.decode_restore_point(_resealed(body.replace(text, packed)), session_id="s",
                                     backend="sqlite")
@@ -767,11 +798,9 @@ def test_packed_nodes_follow_one_inflate_rule_in_either_form(prefix: bytes) -> N
     from array import array
     from binascii import b2a_base64
     seqs = list(range(2, 2 * rp.PACKED_NODES_MIN + 2, 2))
-    data = _packed_point(seqs, 2 * rp.PACKED_NODES_MIN + 2)
-    body = data.partition(b"\n")[2]
-    # rising seqs are written "zb:": the form under test is put in its place
-    start = body.index(b'"nodes":"zb:') + len(b'"nodes":"')
-    text = body[start:body.index(b'"', start)]
+    body = _as_before(_packed_point(seqs, 2 * rp.PACKED_NODES_MIN + 2), seqs)
+    # rising seqs were written "zb:": the form under test is put in its place
+    text = _nodes_value(body)
     raw = bytes([2] * len(seqs)) if prefix == b"zb:" else array("q", [2] * len(seqs)).tobytes()
 
     def decoded(stream: bytes) -> Any:
@@ -811,18 +840,20 @@ def test_nodes_rising_by_at_most_255_are_stored_a_byte_each_and_checked(
     nodes = [*range(3, 3 * rp.PACKED_NODES_MIN, 3), 3 * rp.PACKED_NODES_MIN + 252]
     count = nodes[-1] + 1
     data = _packed_point(nodes, count)
-    body = data.partition(b"\n")[2]
-    assert b'"nodes":"zb:' in body and b'"nodes":"zd:' not in body
+    assert b'"nodes":"zt:b:' in data  # the head's differences a byte each
     state = rp.decode_restore_point(data, session_id="s", backend="sqlite").state
     assert type(state.nodes) is NodeSeqs and state.nodes == nodes
-    assert state.nodes[-2:] == nodes[-2:] and state.nodes.to_array().tolist() == nodes
-    assert state.nodes.to_array().tolist() == nodes  # inflated again after the first hand-out
     assert rp.encode_restore_point(rp.RestorePoint(  # read back: the very bytes again
         anchor=rp.decode_restore_point(data, session_id="s", backend="sqlite").anchor,
         state=state)) == data
+    # one difference over 255 in the head: the int64 form
+    assert b'"nodes":"zt:d:' in _packed_point([count + 256, *nodes], count + 257)
+    body = _as_before(data, nodes)  # "zb:", as written before "zt:"
+    state = rp.decode_restore_point(_resealed(body), session_id="s", backend="sqlite").state
+    assert type(state.nodes) is NodeSeqs and state.nodes == nodes
+    assert state.nodes[-2:] == nodes[-2:] and state.nodes.to_array().tolist() == nodes
+    assert state.nodes.to_array().tolist() == nodes  # inflated again after the first hand-out
     assert NodeSeqs(nodes).pack() == state.nodes.pack()  # the int64 form is still at hand
-    # one difference over 255: the int64 form
-    assert b'"nodes":"zd:' in _packed_point([*nodes, count + 256], count + 257)
     text = _nodes_text(body, b"zb:")
     for bad in (bytes([1] * (count - 1)) + b"\x02",  # sums to eventCount: past the log
                 bytes([1] * (count + 1))):  # more seqs than events
@@ -844,7 +875,7 @@ def test_nodes_written_as_int64_differences_before_are_still_read() -> None:
     body = _packed_point(nodes, 2 * rp.PACKED_NODES_MIN + 2).partition(b"\n")[2]
     old = b"zd:" + b2a_base64(NodeSeqs(nodes).pack(), newline=False)
     state = rp.decode_restore_point(
-        _resealed(body.replace(b"zb:" + _nodes_text(body, b"zb:"), old)), session_id="s",
+        _resealed(body.replace(_nodes_value(body), old)), session_id="s",
         backend="sqlite").state
     assert state.nodes == nodes and state.nodes.pack_narrow() == NodeSeqs(nodes).pack_narrow()
 
@@ -857,11 +888,9 @@ def test_nodes_packed_as_seqs_by_an_earlier_writer_are_still_read() -> None:
     seqs = [*range(5, 3 * rp.PACKED_NODES_MIN, 3), 1, 2]
     data = _packed_point(seqs, 3 * rp.PACKED_NODES_MIN)
     body = data.partition(b"\n")[2]
-    start = body.index(b'"nodes":"zd:')
-    end = body.index(b'"', start + len(b'"nodes":"zd:'))
-    old = b'"nodes":"zn:' + b2a_base64(zlib.compress(array("q", seqs).tobytes()), newline=False)
-    state = rp.decode_restore_point(_resealed(body[:start] + old + body[end:]), session_id="s",
-                                    backend="sqlite").state
+    old = b"zn:" + b2a_base64(zlib.compress(array("q", seqs).tobytes()), newline=False)
+    state = rp.decode_restore_point(_resealed(body.replace(_nodes_value(body), old)),
+                                    session_id="s", backend="sqlite").state
     assert state.nodes == seqs
 
 

@@ -6,6 +6,7 @@ Rule: docs/rules.md#restore-points-are-never-the-truth (restore points are deriv
 
 from __future__ import annotations
 
+import dataclasses
 from array import array
 from collections.abc import Sequence
 from typing import Any
@@ -15,7 +16,15 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dsh._errors import EventRejectedError, LogCorruptError
-from dsh.session import PAGE_EVENTS, NodeSeqs, PagedLog, RestoreFold, RestoreState, Session
+from dsh.session import (
+    PAGE_EVENTS,
+    LazyNodes,
+    NodeSeqs,
+    PagedLog,
+    RestoreFold,
+    RestoreState,
+    Session,
+)
 from dsh.session._events import Event
 from dsh.session._paging import PICK_EVENTS
 from dsh.session._repair import interrupted_turn_closers, open_turn_closers
@@ -81,12 +90,21 @@ def _paged(events: Sequence[Event], cut: int) -> tuple[Session, ListSource]:
     return session, source
 
 
-def _paged_from(events: Sequence[Event], cut: int) -> tuple[Session, ListSource, RestoreState]:
+def _tailed(state: RestoreState, tail_nodes: int) -> RestoreState:
+    """``state`` with its nodes as a restore point reads them back from ``"zt:"``: the head
+    packed and not inflated, the last ``tail_nodes`` seqs at hand."""
+    nodes = NodeSeqs.unpack_tailed(NodeSeqs(state.nodes).pack_tailed(tail_nodes),
+                                   state.event_count)
+    return dataclasses.replace(state, nodes=nodes)
+
+
+def _paged_from(events: Sequence[Event], cut: int, tail_nodes: int | None = None
+                ) -> tuple[Session, ListSource, RestoreState]:
     state = RestoreFold(0)
     state.feed(events[:cut])
     source = ListSource(events[:cut])
     tail = list(events[cut:])
-    st_ = state.state()
+    st_ = state.state() if tail_nodes is None else _tailed(state.state(), tail_nodes)
     window_start = cut
     if not any(e["type"] in ("turn/start", "turn/end") for e in tail) and st_.turn_open:
         window_start = st_.turn_boundary
@@ -126,6 +144,120 @@ def test_paged_restore_equals_full_restore(script: Any, data: st.DataObject) -> 
     _same(paged, full)
     assert probe_appends(paged) == probe_appends(full)
     _same(paged, full)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(script=log_scripts(open_tail=None, max_actions=6), data=st.data())
+def test_a_lazy_surface_restore_equals_full_restore(script: Any, data: st.DataObject) -> None:
+    # docs/formats.md#restore-points ("zt:"): the head of the surface stays packed until a
+    # seq before the tail is asked for; last messages, appends (a replace, a pairing walk
+    # back), the writer's fold and the full derive all equal the full read's, in either order
+    events = _log(script)
+    assume(events)
+    cut = data.draw(st.integers(1, len(events)))
+    full = _full(events)
+    state = RestoreFold(0)
+    state.feed(events[:cut])
+    tail_nodes = data.draw(st.integers(0, len(state.state().nodes) + 2))
+    lazy, _, lazy_state = _paged_from(events, cut, tail_nodes)
+    assert type(lazy._nodes) is LazyNodes
+    assert len(lazy.surface.nodes) == len(full.surface.nodes)
+    for count in (1, 2, 5):
+        assert lazy.derive_messages(last=count) == full.derive_messages(last=count)
+    assert lazy.surface.nodes[-1:] == full.surface.nodes[-1:]
+    assert RestoreFold.of_session(lazy, lazy_state).state() == \
+        RestoreFold.of_session(full).state()
+    if data.draw(st.booleans()):
+        _same(lazy, full)
+    assert probe_appends(lazy) == probe_appends(full)
+    _same(lazy, full)
+    assert RestoreFold.of_session(lazy, lazy_state).state() == \
+        RestoreFold.of_session(full).state()
+
+
+def test_a_lazy_surface_resume_inflates_nothing_until_every_message_is_asked_for() -> None:
+    # the surface's head stays packed through the resume, the last messages, a new turn with
+    # a tool call and its result, and the writer's fold; the full derive inflates it once
+    events = _long_log(2000)
+    lazy, source, state = _paged_from(events, len(events) - 1, 256)
+    full = _full(events)
+    nodes = lazy._nodes
+    assert type(nodes) is LazyNodes and not nodes.inflated
+    assert len(lazy.surface.nodes) == len(full.surface.nodes) == 6000
+    assert lazy.derive_messages(last=20) == full.derive_messages(last=20)
+    assert {start for start, _ in source.reads} == {(len(events) - 2) // PAGE_EVENTS
+                                                    * PAGE_EVENTS}
+    call, result = assistant_data(2001, 1, [tool_call_block("x")]), tool_result_data(2001, 1, "x")
+    for session in (lazy, full):
+        session.append("turn/start", {"turn": 2001})
+        session.append("step/start", {"turn": 2001, "step": 1})
+        session.append("assistant/message", call, surface_op="append")
+        session.append("tool/result", result, surface_op="append")
+    assert lazy.events[-6:] == full.events[-6:]
+    assert RestoreFold.of_session(lazy, state).state().nodes[-3:] == full.surface.nodes[-3:]
+    assert not nodes.inflated and lazy._nodes is nodes
+    assert lazy.derive_messages() == full.derive_messages()
+    assert nodes.inflated and type(lazy._nodes) is array  # the one array from now on
+    assert lazy.surface.nodes == full.surface.nodes and lazy.surface.nodes._nodes is lazy._nodes
+    _same(lazy, full)
+
+
+def test_lazy_nodes_behave_as_the_list_of_their_seqs() -> None:
+    seqs = [*range(3, 3000, 3), 1, 2, 7]
+    for tail_nodes in (0, 1, 4, 2000):
+        def fresh(tail: int = tail_nodes) -> LazyNodes:
+            return LazyNodes(NodeSeqs.unpack_tailed(NodeSeqs(seqs).pack_tailed(tail), 3000))
+
+        lazy = fresh()
+        known = min(tail_nodes, len(seqs))
+        assert len(lazy) == len(seqs) and not lazy.inflated
+        lazy.append(3001)
+        assert list(lazy[len(seqs) - known:]) == [*seqs[len(seqs) - known:], 3001]
+        assert lazy[-1] == 3001 and (known == 0 or lazy[-2] == 7)
+        walk = reversed(lazy)
+        assert [next(walk) for _ in range(known + 1)] == [3001, *seqs[::-1][:known]]
+        assert not lazy.inflated
+        assert list(walk) == seqs[::-1][known:] and lazy.inflated == (known < len(seqs))
+        expected = [*seqs, 3001]
+        for nodes in (lazy, fresh()):
+            if len(nodes) == len(seqs):
+                nodes.append(3001)
+            assert nodes[5] == expected[5] and nodes[2:9:3] == array("q", expected[2:9:3])
+            assert nodes[::-1] == array("q", expected[::-1]) and nodes == expected
+            assert nodes.index(1) == expected.index(1) and 7 in nodes and 4 not in nodes
+            assert repr(nodes) == f"LazyNodes({expected!r})"
+        lazy = fresh()
+        lazy.append(3001)
+        del lazy[1:4]
+        lazy[0] = 9
+        lazy.insert(2, 11)
+        copy = [*seqs, 3001]
+        del copy[1:4]
+        copy[0] = 9
+        copy.insert(2, 11)
+        assert lazy == copy and list(lazy) == copy and len(lazy) == len(copy)
+        with pytest.raises(IndexError):
+            fresh()[len(seqs)]
+
+
+def test_a_lazy_head_that_does_not_hold_what_it_claims_is_found_when_inflated() -> None:
+    # the restore point's body digest vouched for its bytes; a writer's claim that is not so
+    # (head count or largest seq) is a LogCorruptError of the read that inflates the head
+    seqs = list(range(0, 3000, 3))
+    pack = NodeSeqs(seqs).pack_tailed(4)
+    for claim in (pack._replace(head_count=pack.head_count - 1),
+                  pack._replace(head_max=pack.head_max - 1),
+                  pack._replace(packed=pack.packed[:-5])):
+        lazy = LazyNodes(NodeSeqs.unpack_tailed(claim, 3000))
+        assert lazy[-4:] == array("q", seqs[-4:])  # the tail is read as it is
+        with pytest.raises(LogCorruptError) as caught:
+            list(reversed(lazy))
+        assert caught.value.code == "RESTORE_POINT_MISMATCH"
+    for bound, claim in ((2997, pack), (3000, pack._replace(head_count=3000)),
+                         (3000, pack._replace(tail=(3000,))),
+                         (3000, pack._replace(head_count=0))):
+        with pytest.raises(ValueError, match="must lie in"):
+            NodeSeqs.unpack_tailed(claim, bound)
 
 
 def test_a_paged_restore_keeps_its_surface_packed() -> None:

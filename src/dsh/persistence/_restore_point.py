@@ -54,7 +54,7 @@ from dsh._errors import LogCorruptError, PersistenceError
 from dsh.json import MAX_SAFE_INTEGER, dumps
 from dsh.persistence._paths import open_sidecar, replace_file
 from dsh.persistence._seal import restore_point_mark
-from dsh.session import Event, NodeSeqs, RestoreFold, RestoreState
+from dsh.session import Event, NodeSeqs, RestoreFold, RestoreState, TailedPack
 
 __all__ = [
     "RESTORE_POINT_EVERY_BYTES",
@@ -261,40 +261,70 @@ class OpensAtRestorePoint(Protocol):
 PACKED_NODES_MIN: Final = 4096
 """A state with at least this many surface nodes stores them packed (see :func:`_packed_state`)."""
 
+TAILED_NODES: Final = 256
+"""How many of the last surface nodes a packed state stores as plain seqs (``"zt:"``)."""
+
 _PACKED_PREFIX: Final = "zd:"
-_NARROW_PREFIX: Final = "zb:"  # one-byte differences: written whenever they all fit
+_NARROW_PREFIX: Final = "zb:"  # one-byte differences: written before "zt:", still read
 _PACKED_SEQS_PREFIX: Final = "zn:"  # the seqs themselves, as written before: still read
+_TAILED_PREFIX: Final = "zt:"  # the head packed ("zb:"/"zd:" bytes), the tail as seqs
 
 
 def _packed_state(state: RestoreState) -> dict[str, Any]:
     """The state's wire form, its node seqs packed when there are many.
 
-    Packed, ``nodes`` is ``"zb:"`` + base64 of :meth:`~dsh.session.NodeSeqs.pack_narrow`, the
-    zlib-compressed differences of the node seqs (the first from 0) one byte each, when every
-    difference lies in 0 .. 255; else ``"zd:"`` + base64 of
-    :meth:`~dsh.session.NodeSeqs.pack`, the same differences as little-endian int64s. A
-    surface's seqs mostly rise by a few, so an uncompacted 1M-event msg session's 364k nodes
-    (2.9 MB as int64s) pack to a few KB, and a resume inflates 364 KB (``"zb:"``), not 2.9 MB;
-    it keeps them packed (no int object per node, no JSON list parsed), and a state read back
-    packs to the same bytes without work.
+    Packed, ``nodes`` is ``"zt:<b|d>:<head count>:<head max>:<tail>:<head>"``
+    (:meth:`~dsh.session.NodeSeqs.pack_tailed`, docs/formats.md#restore-points): the last
+    :data:`TAILED_NODES` seqs as decimal ints, and base64 of the seqs before them as
+    :meth:`~dsh.session.NodeSeqs.pack_best` packs them, zlib'd differences (the first from 0)
+    a byte each (``b``) when every one lies in 0 .. 255, else int64s (``d``). A surface's seqs
+    mostly rise by a few, so an uncompacted 1M-event msg session's 364k nodes (2.9 MB as
+    int64s) pack to a few KB; a resume reads the tail and inflates the head only when a seq
+    before the tail is first read (:class:`~dsh.session.LazyNodes`), and a state read back
+    packs to the same parts without work.
     """
     wire = state.to_wire(nodes=False)
     nodes = state.nodes
     if len(nodes) >= PACKED_NODES_MIN:
-        narrow, packed = nodes.pack_best()
-        prefix = _NARROW_PREFIX if narrow else _PACKED_PREFIX
-        wire["nodes"] = prefix + binascii.b2a_base64(packed, newline=False).decode("ascii")
+        head_count, head_max, narrow, tail, packed = nodes.pack_tailed(TAILED_NODES)
+        wire["nodes"] = (f"{_TAILED_PREFIX}{'b' if narrow else 'd'}:{head_count}:{head_max}:"
+                         f"{','.join(map(str, tail))}:"
+                         + binascii.b2a_base64(packed, newline=False).decode("ascii"))
     else:
         wire["nodes"] = list(nodes)
     return wire
+
+
+def _tailed_nodes(text: str, count: int) -> NodeSeqs:
+    """``"zt:"`` nodes (see :func:`_packed_state`), the head kept packed and not inflated.
+
+    Raises:
+        ValueError: not ``zt:<b|d>:<head count>:<head max>:<tail seqs>:<base64>``, or a count
+            or seq out of range (:meth:`~dsh.session.NodeSeqs.unpack_tailed`).
+    """
+    parts = text.split(":", 5)
+    if len(parts) != 6 or parts[1] not in ("b", "d"):
+        raise ValueError("restore state field nodes is not a tailed node list")
+    numbers = [parts[2], "1" if parts[3] == "-1" else parts[3],  # -1: no head
+               *(parts[4].split(",") if parts[4] else ())]
+    if not all(number.isascii() and number.isdigit() for number in numbers):
+        raise ValueError("restore state field nodes is not a tailed node list")
+    try:
+        data = binascii.a2b_base64(parts[5], strict_mode=True)
+    except binascii.Error as exc:
+        raise ValueError(f"restore state field nodes does not decode ({exc})") from None
+    tail = tuple(map(int, numbers[2:]))
+    return NodeSeqs.unpack_tailed(TailedPack(int(parts[2]), int(parts[3]), parts[1] == "b",
+                                             tail, data), count)
 
 
 def _unpacked_nodes(value: object) -> NodeSeqs | None:
     """The packed ``nodes`` of a wire state (see :func:`_packed_state`), still packed.
 
     None when ``value`` holds no packed nodes (the plain list is checked by ``from_wire``).
-    ``"zd:"`` (int64 differences, written before ``"zb:"`` and still where a difference does
-    not fit a byte) and ``"zn:"`` (the zlib'd seqs themselves, an earlier layout) are read too.
+    ``"zt:"`` is read without inflating its head; the forms written before it, ``"zb:"``
+    (one-byte differences of every seq), ``"zd:"`` (int64 differences) and ``"zn:"`` (the
+    zlib'd seqs themselves), are inflated and checked here.
 
     Raises:
         ValueError: packed nodes that do not decode to at most ``eventCount`` seqs below it.
@@ -304,9 +334,11 @@ def _unpacked_nodes(value: object) -> NodeSeqs | None:
     text = value["nodes"]
     count = value.get("eventCount")
     prefix = text[:len(_PACKED_PREFIX)]
-    if prefix not in (_NARROW_PREFIX, _PACKED_PREFIX, _PACKED_SEQS_PREFIX) \
+    if prefix not in (_TAILED_PREFIX, _NARROW_PREFIX, _PACKED_PREFIX, _PACKED_SEQS_PREFIX) \
             or type(count) is not int:
         raise ValueError("restore state field nodes is not a packed node list")
+    if prefix == _TAILED_PREFIX:
+        return _tailed_nodes(text, count)
     try:
         # strict: the alphabet checked in C (b64decode's validate runs a regular expression)
         data = binascii.a2b_base64(text[len(_PACKED_PREFIX):], strict_mode=True)

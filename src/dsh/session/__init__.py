@@ -61,12 +61,14 @@ from dsh.session._session import (
 )
 from dsh.session._store import OpenTurnPolicy, PersistencePort, SessionStore, StoreObserver
 from dsh.session._surface import (
+    LazyNodes,
     NodeSeqs,
     Surface,
     SurfaceFold,
     SurfaceNodes,
     SurfacePlan,
     SurfaceReplacement,
+    TailedPack,
     derive_event_message,
     fold_surface,
 )
@@ -107,6 +109,7 @@ __all__ = [
     "OpenTurnPolicy",
     "PagedLog",
     "PersistencePort",
+    "LazyNodes",
     "NodeSeqs",
     "RestoreFold",
     "RestoreState",
@@ -121,6 +124,7 @@ __all__ = [
     "SurfaceNodes",
     "SurfacePlan",
     "SurfaceReplacement",
+    "TailedPack",
     "call_config_equals",
     "canonical_header",
     "derive_event_message",

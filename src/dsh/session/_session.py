@@ -49,7 +49,13 @@ from dsh.session._events import (
 )
 from dsh.session._header import SessionHeader, validate_header
 from dsh.session._paging import EventSource, PagedLog
-from dsh.session._surface import NodeSeqs, Surface, SurfacePlan, derive_event_message
+from dsh.session._surface import (
+    LazyNodes,
+    NodeSeqs,
+    Surface,
+    SurfacePlan,
+    derive_event_message,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -918,9 +924,11 @@ class Session:
                           session_id=session_id)
         session._header = session._restore_header(header)
         log = session._log = PagedLog(source)
-        # the surface stays packed: one copy of the state's int64 buffer, no int per node
-        session._nodes = state.nodes.to_array() if isinstance(state.nodes, NodeSeqs) \
-            else array("q", state.nodes)
+        # the surface stays packed: a state read with its head packed is inflated at first
+        # need (LazyNodes), any other is one copy of its int64 buffer; no int per node
+        nodes = state.nodes
+        session._nodes = (LazyNodes(nodes) if nodes.head_packed else nodes.to_array()) \
+            if isinstance(nodes, NodeSeqs) else array("q", nodes)
         session._surface = Surface(session._nodes, state.replace_generation)
         session._derived_generation = state.replace_generation
         session._rh_value, session._rh_count = state.request_header, cut
@@ -944,8 +952,9 @@ class Session:
         self._log: _Log = []
         self._events_cache: EventLog | None = None
         # the surface's node seqs, appended to on the hot path: a list, or for a paged restore
-        # an int64 array (docs/architecture.md#the-restore-point-path)
-        self._nodes: list[int] | array[int] = []
+        # an int64 array, or LazyNodes until it is inflated
+        # (docs/architecture.md#the-restore-point-path)
+        self._nodes: list[int] | array[int] | LazyNodes = []
         self._surface = Surface(self._nodes)
         self._last_time = _NO_TIME
         self._first_live_seq = 0
@@ -1501,6 +1510,9 @@ class Session:
         if last is not None:
             return self._last_messages(last)
         nodes = self._nodes
+        if isinstance(nodes, LazyNodes):  # every node is asked for: one int64 array from now on
+            nodes = self._nodes = self._surface._nodes = self._surface.nodes._nodes = \
+                nodes.whole()
         generation = self._surface.replace_generation
         if generation != self._derived_generation:
             self._derived = []

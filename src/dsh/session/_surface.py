@@ -23,7 +23,7 @@ from itertools import accumulate, chain, starmap
 from operator import eq, sub
 from typing import Any, Final, NamedTuple, overload
 
-from dsh._errors import EventRejectedError
+from dsh._errors import EventRejectedError, LogCorruptError
 from dsh.json import (
     MAX_SAFE_INTEGER,
     FrozenDict,
@@ -65,6 +65,24 @@ class SurfaceReplacement(NamedTuple):
     start: int
     end: int
     shadowed_seqs: tuple[int, ...]
+
+
+class TailedPack(NamedTuple):
+    """Node seqs as :meth:`NodeSeqs.pack_tailed` splits them (docs/formats.md#restore-points).
+
+    Attributes:
+        head_count: How many seqs the head holds (those before the tail).
+        head_max: The head's largest seq (-1 without a head).
+        narrow: ``packed`` holds one-byte differences (else int64 ones, as :meth:`NodeSeqs.pack`).
+        tail: The last seqs, in surface order.
+        packed: The head, zlib'd differences (the first from 0).
+    """
+
+    head_count: int
+    head_max: int
+    narrow: bool
+    tail: tuple[int, ...]
+    packed: bytes
 
 
 class SurfaceFold(NamedTuple):
@@ -240,21 +258,28 @@ class NodeSeqs(Sequence[int]):
         seqs: The seqs, in surface order (each a non-negative int below 2**63).
     """
 
-    __slots__ = ("_below", "_count", "_fresh", "_narrow", "_packed", "_seqs")
+    __slots__ = ("_below", "_count", "_fresh", "_head_max", "_narrow", "_packed", "_seqs",
+                 "_tail")
 
     _seqs: array[int] | None  # the seqs, unless kept packed
-    _packed: bytes | None  # what pack() (or pack_narrow(), _narrow) gives, when read back
+    _packed: bytes | None  # what pack() (or pack_narrow(), _narrow) gives, when read back;
+    # with _tail: the head's (unpack_tailed), the seqs before the tail
     _narrow: bool  # _packed holds one-byte differences (unpack_narrow)
     _count: int
     _fresh: array[int] | None  # the inflated array no one else holds yet
     _below: int  # every seq was checked below this when read back (0: not checked)
+    _tail: array[int] | None  # unpack_tailed: the last seqs, read without inflating
+    _head_max: int  # unpack_tailed: the head's seqs claim to lie in 0 .. _head_max
 
     def __init__(self, seqs: Iterable[int] = ()) -> None:
         self._fresh = None
         self._below = 0
+        self._tail = None
+        self._head_max = -1
         if isinstance(seqs, NodeSeqs):
             self._seqs, self._packed, self._count = seqs._seqs, seqs._packed, seqs._count
             self._narrow = seqs._narrow
+            self._tail, self._head_max = seqs._tail, seqs._head_max
         else:
             self._seqs = array("q", seqs)
             self._packed = None
@@ -271,6 +296,8 @@ class NodeSeqs(Sequence[int]):
         node_seqs._narrow = False
         node_seqs._fresh = None
         node_seqs._below = 0
+        node_seqs._tail = None
+        node_seqs._head_max = -1
         return node_seqs
 
     @classmethod
@@ -300,7 +327,7 @@ class NodeSeqs(Sequence[int]):
         differences repeat and compress to almost nothing. Seqs read by :meth:`unpack` give
         back the very bytes they were read from.
         """
-        if self._packed is not None and not self._narrow:
+        if self._packed is not None and not self._narrow and self._tail is None:
             return self._packed
         return zlib.compress(self._differences().tobytes(), 1)
 
@@ -313,7 +340,7 @@ class NodeSeqs(Sequence[int]):
         :meth:`pack` does (:meth:`unpack_narrow`). Seqs read by :meth:`unpack_narrow` give
         back the very bytes they were read from.
         """
-        if self._packed is not None and self._narrow:
+        if self._packed is not None and self._narrow and self._tail is None:
             return self._packed
         return _narrow_packed(self._differences().tobytes())
 
@@ -323,15 +350,35 @@ class NodeSeqs(Sequence[int]):
         What a restore point's write stores (docs/formats.md#restore-points): the differences
         are taken once for both tries.
         """
-        if self._packed is not None and self._narrow:
+        if self._packed is not None and self._narrow and self._tail is None:
             return True, self._packed
         raw = self._differences().tobytes()
         narrow = _narrow_packed(raw)
         if narrow is not None:
             return True, narrow
-        if self._packed is not None:
+        if self._packed is not None and self._tail is None:
             return False, self._packed
         return False, zlib.compress(raw, 1)
+
+    def pack_tailed(self, tail_count: int) -> TailedPack:
+        """The seqs as a head packed like :meth:`pack_best` and the last ``tail_count`` as ints.
+
+        What a restore point stores from :data:`TAILED_FORMAT` on
+        (docs/formats.md#restore-points): a resume reads the tail and the head's count and
+        largest seq, and inflates the head only when a seq before the tail is asked for
+        (:meth:`unpack_tailed`). Seqs read by :meth:`unpack_tailed` give back the very parts
+        they were read from.
+        """
+        if self._tail is not None and self._packed is not None \
+                and len(self._tail) == min(tail_count, self._count):
+            return TailedPack(self._count - len(self._tail), self._head_max, self._narrow,
+                              tuple(self._tail), self._packed)
+        seqs = self._view()
+        split = max(len(seqs) - max(tail_count, 0), 0)
+        head = NodeSeqs.adopt(seqs[:split])
+        narrow, packed = head.pack_best()
+        return TailedPack(split, max(head._view(), default=-1), narrow, tuple(seqs[split:]),
+                          packed)
 
     def _differences(self) -> array[int]:
         """Each seq minus the one before (the first minus 0), as little-endian int64s."""
@@ -374,6 +421,71 @@ class NodeSeqs(Sequence[int]):
                          bound, narrow=True)
 
     @classmethod
+    def unpack_tailed(cls, pack: TailedPack, bound: int) -> NodeSeqs:
+        """The seqs :meth:`pack_tailed` gave ``pack``, checked by their counts, head kept packed.
+
+        Nothing is inflated: the tail's seqs and the head's largest seq are checked against
+        ``bound`` (so every seq is, once the head is found to hold what it claims). The head is
+        inflated when a seq before the tail is first read, and checked then to hold exactly
+        ``pack.head_count`` seqs in ``0 .. pack.head_max``
+        (:class:`~dsh.LogCorruptError` ``RESTORE_POINT_MISMATCH`` otherwise).
+
+        Raises:
+            ValueError: a count, the head's largest seq or a tail seq outside its range.
+        """
+        head_count, head_max, narrow, tail, packed = pack
+        seqs = array("q", tail)  # (OverflowError for an int beyond int64: ValueError's kin)
+        if type(head_count) is not int or type(head_max) is not int \
+                or not 0 <= head_count <= max(bound, 0) \
+                or not (head_max == -1 if head_count == 0 else 0 <= head_max < bound) \
+                or head_count + len(seqs) > max(bound, 0) \
+                or (seqs and (min(seqs) < 0 or max(seqs) >= bound)):
+            raise ValueError(f"tailed node seqs must lie in 0 .. {bound - 1}")
+        node_seqs = cls.__new__(cls)
+        node_seqs._seqs, node_seqs._packed = None, packed
+        node_seqs._count = head_count + len(seqs)
+        node_seqs._narrow = narrow
+        node_seqs._fresh = None
+        node_seqs._below = bound
+        node_seqs._tail = seqs
+        node_seqs._head_max = head_max
+        return node_seqs
+
+    @property
+    def head_packed(self) -> bool:
+        """Whether seqs before :meth:`known_tail` are still packed (read by unpack_tailed)."""
+        return self._tail is not None and self._seqs is None
+
+    def known_tail(self) -> array[int]:
+        """The last seqs, read without inflating anything (all of them unless head_packed).
+
+        The caller does not change the array.
+        """
+        if self._tail is not None:
+            return self._tail
+        return self._view()
+
+    def _head(self) -> array[int]:
+        """The head of tailed seqs, inflated and checked against what unpack_tailed read."""
+        assert self._packed is not None and self._tail is not None
+        count = self._count - len(self._tail)
+        try:
+            if self._narrow:
+                seqs = _widened(_inflate_narrow(self._packed, count), self._head_max + 1)
+            else:
+                seqs = _inflate(self._packed, 8 * count)
+                if not running_sums_below(seqs, self._head_max + 1):
+                    raise ValueError(f"packed node seqs must lie in 0 .. {self._head_max}")
+            if len(seqs) != count:
+                raise ValueError(f"the head holds {len(seqs)} seqs, not {count}")
+        except ValueError as exc:
+            raise LogCorruptError(
+                f"a restore point's surface does not hold what it claims ({exc}): delete the "
+                "session's restore point and resumes read the whole log",
+                code="RESTORE_POINT_MISMATCH") from None
+        return seqs
+
+    @classmethod
     def _kept(cls, seqs: array[int], packed: bytes, bound: int, *, narrow: bool) -> NodeSeqs:
         """Seqs checked below ``bound``, kept as ``packed`` (``seqs``: the first to_array())."""
         node_seqs = cls.__new__(cls)
@@ -381,6 +493,8 @@ class NodeSeqs(Sequence[int]):
         node_seqs._narrow = narrow
         node_seqs._fresh = seqs
         node_seqs._below = bound  # the pass above checked every seq
+        node_seqs._tail = None
+        node_seqs._head_max = -1
         return node_seqs
 
     def _view(self) -> array[int]:
@@ -390,6 +504,8 @@ class NodeSeqs(Sequence[int]):
         if self._fresh is not None:
             return self._fresh
         assert self._packed is not None  # either form is always there
+        if self._tail is not None:
+            return self._head() + self._tail
         if self._narrow:  # checked by unpack_narrow: every sum is below its bound
             return _widened(_inflate_narrow(self._packed, self._count), 1 << 62)
         seqs = _inflate(self._packed, 8 * self._count)
@@ -513,6 +629,137 @@ class SurfaceNodes(Sequence[int]):
 
     def __repr__(self) -> str:
         return f"SurfaceNodes({list(self._nodes)!r})"
+
+
+class LazyNodes(MutableSequence[int]):
+    """The node seqs of a session resumed through a restore point, inflated at first need.
+
+    Holds :class:`NodeSeqs` read by :meth:`NodeSeqs.unpack_tailed` and the seqs appended
+    since. Its length, appends, and reads of the seqs from the packed state's tail on (the
+    last messages, the open tool calls: a walk back from the end) inflate nothing, so a resume
+    costs the same at 100k and 1M events; anything else (a full iteration, ``index``, a
+    replace, a read before the tail) inflates the head once into one int64 array, which then
+    serves every operation. Equal to a list of the same seqs element for element
+    (:class:`SurfaceNodes` compares through it). Rule: docs/rules.md#the-surface,
+    docs/architecture.md#the-restore-point-path.
+
+    Args:
+        seqs: The restored seqs (any :class:`NodeSeqs`; only a head-packed one defers work).
+
+    Raises:
+        LogCorruptError: ``RESTORE_POINT_MISMATCH`` from the operation that inflates a head
+            that does not hold what its restore point claimed.
+    """
+
+    __slots__ = ("_base", "_known", "_start", "_whole")
+
+    def __init__(self, seqs: NodeSeqs) -> None:
+        self._base: NodeSeqs | None = seqs
+        known = seqs.known_tail()
+        self._known = array("q", known)  # the seqs from _start on (the tail, then appends)
+        self._start = len(seqs) - len(known)
+        self._whole: array[int] | None = None
+
+    @property
+    def inflated(self) -> bool:
+        """Whether every seq is held in one int64 array now (:meth:`whole`)."""
+        return self._whole is not None
+
+    def whole(self) -> array[int]:
+        """All the seqs as one int64 array, the one this object serves from then on."""
+        whole = self._whole
+        if whole is None:
+            assert self._base is not None
+            whole = self._base.to_array()
+            del whole[self._start:]
+            whole.extend(self._known)
+            self._whole, self._base = whole, None
+            self._known = array("q")
+        return whole
+
+    def __len__(self) -> int:
+        whole = self._whole
+        return len(whole) if whole is not None else self._start + len(self._known)
+
+    def append(self, value: int) -> None:
+        """Append seq ``value`` (no inflate)."""
+        whole = self._whole
+        if whole is not None:
+            whole.append(value)
+        else:
+            self._known.append(value)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> array[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | array[int]:
+        whole = self._whole
+        if whole is None:
+            start = self._start
+            if isinstance(index, slice):
+                first, stop, step = index.indices(start + len(self._known))
+                if step > 0 and (first >= start or first >= stop):
+                    return self._known[max(first - start, 0):max(stop - start, 0):step]
+            else:
+                position = index + start + len(self._known) if index < 0 else index
+                if position >= start:
+                    return self._known[position - start]  # IndexError past the end
+            whole = self.whole()
+        return whole[index]
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self.whole()[index] = value
+
+    def __delitem__(self, index: int | slice) -> None:
+        del self.whole()[index]
+
+    def insert(self, index: int, value: int) -> None:
+        """Insert seq ``value`` before position ``index``."""
+        self.whole().insert(index, value)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.whole())
+
+    def __reversed__(self) -> Iterator[int]:
+        if self._whole is not None:
+            return reversed(self._whole)
+        return self._reversed()
+
+    def _reversed(self) -> Iterator[int]:
+        """From the end back, the head inflated only when the walk reaches it."""
+        known = self._known
+        start = self._start
+        position = len(known)
+        while position > 0:
+            if self._whole is not None:  # inflated meanwhile: go on through the whole array
+                yield from reversed(self._whole[:start + position])
+                return
+            position -= 1
+            yield known[position]
+        if start:
+            yield from reversed(self.whole()[:start])
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.whole()
+
+    def index(self, value: Any, start: int = 0, stop: int = MAX_SAFE_INTEGER) -> int:
+        """The position of seq ``value`` (``ValueError`` when absent)."""
+        return self.whole().index(value, start, stop)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyNodes):
+            return self.whole() == other.whole()
+        if isinstance(other, list | tuple | array):
+            return _same_seqs(self.whole(), other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"LazyNodes({self.whole().tolist()!r})"
 
 
 _INT_ONLY: Final = {int}
