@@ -28,6 +28,7 @@ from itertools import accumulate
 from pathlib import Path
 
 from bench.bench_write import header_lines, medians
+from bench.fixtures import packed_point
 from bench.workloads import existing_dir
 
 _WARM_REPEATS = 31
@@ -35,23 +36,14 @@ _WARM_REPEATS = 31
 
 def _point(nodes: int, form: str) -> bytes:
     """A restore point whose ``nodes`` surface seqs pack as ``form`` ("zb" or "zd")."""
-    from dsh.persistence import _restore_point as rp
-    from dsh.session import NodeSeqs, RestoreState
+    from dsh.session import NodeSeqs
     # rising by 1 .. 6 (a turn's messages between tool calls); "zd": one rise past 255 in
     # every 1,000, which no byte holds
     rises = random.Random(0).choices(range(1, 7), k=nodes)
     if form == "zd":
         rises[::1000] = [300] * len(rises[::1000])
     seqs = NodeSeqs(accumulate(rises))
-    event_count = seqs[-1] + 1
-    state = RestoreState(event_count=event_count, last_time=5, last_type="turn/end",
-                         nodes=seqs, replace_generation=0, request_header=None,
-                         request_context=None, inherited_markers=0, turn_boundary=-1,
-                         turn_open=False)
-    anchor = rp.Anchor(backend="sqlite", session_id="s", incarnation="i",
-                       event_count=event_count, byte_offset=1, header_digest="h",
-                       tail_digest="t", seal_digest="")
-    return rp.encode_restore_point(rp.RestorePoint(anchor=anchor, state=state))
+    return packed_point(seqs, seqs[-1] + 1)
 
 
 def _child(path: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.fixtures import packed_point
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -706,30 +707,18 @@ def test_many_surface_nodes_are_stored_packed_and_read_back_exactly() -> None:
         rp.decode_restore_point(forged, session_id="s", backend="sqlite")
 
 
-def _packed_point(nodes: Any, event_count: int) -> bytes:
-    from dsh.session import RestoreState
-    state = RestoreState(event_count=event_count, last_time=5, last_type="turn/end",
-                         nodes=nodes, replace_generation=0, request_header=None,
-                         request_context=None, inherited_markers=0, turn_boundary=-1,
-                         turn_open=False)
-    anchor = rp.Anchor(backend="sqlite", session_id="s", incarnation="i",
-                       event_count=event_count, byte_offset=1, header_digest="h",
-                       tail_digest="t", seal_digest="")
-    return rp.encode_restore_point(rp.RestorePoint(anchor=anchor, state=state))
-
-
 def test_a_million_event_surface_is_read_back_packed() -> None:
     # an uncompacted 1M-event msg session holds ~364k nodes: they come back as one int64
     # buffer (NodeSeqs), inflated a chunk at a time, equal to the seqs written
     from dsh.session import NodeSeqs
     nodes = NodeSeqs([*range(0, 1_000_000, 11), *range(2, 1_000_000, 3)][:364_000])
-    data = _packed_point(nodes, 1_000_003)
+    data = packed_point(nodes, 1_000_003)
     state = rp.decode_restore_point(data, session_id="s", backend="sqlite").state
     assert type(state.nodes) is NodeSeqs
     assert state.nodes == nodes and len(state.nodes) == 364_000
     assert state.nodes[-3:] == list(nodes)[-3:]
     with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):  # a seq past the log
-        rp.decode_restore_point(_packed_point(nodes, 999_999), session_id="s",
+        rp.decode_restore_point(packed_point(nodes, 999_999), session_id="s",
                                 backend="sqlite")
     for body in (data.partition(b"\n")[2], _as_before(data, nodes)):  # "zt:d:", "zd:"
         text = _nodes_value(body)
@@ -776,7 +765,7 @@ def test_packed_node_differences_summing_out_of_range_are_refused() -> None:
     from array import array
     from binascii import b2a_base64
     nodes = (*range(1, rp.PACKED_NODES_MIN), 0)  # the last falls: int64 differences ("zd:")
-    body = _as_before(_packed_point(nodes, rp.PACKED_NODES_MIN), nodes)
+    body = _as_before(packed_point(nodes, rp.PACKED_NODES_MIN), nodes)
     text = _nodes_value(body)
     assert text.startswith(b"zd:")
     assert rp.decode_restore_point(_resealed(body), session_id="s",
@@ -798,7 +787,7 @@ def test_packed_nodes_follow_one_inflate_rule_in_either_form(prefix: bytes) -> N
     from array import array
     from binascii import b2a_base64
     seqs = list(range(2, 2 * rp.PACKED_NODES_MIN + 2, 2))
-    body = _as_before(_packed_point(seqs, 2 * rp.PACKED_NODES_MIN + 2), seqs)
+    body = _as_before(packed_point(seqs, 2 * rp.PACKED_NODES_MIN + 2), seqs)
     # rising seqs were written "zb:": the form under test is put in its place
     text = _nodes_value(body)
     raw = bytes([2] * len(seqs)) if prefix == b"zb:" else array("q", [2] * len(seqs)).tobytes()
@@ -839,7 +828,7 @@ def test_nodes_rising_by_at_most_255_are_stored_a_byte_each_and_checked(
         monkeypatch.setattr(_surface, "c_widen_sums_below", None)
     nodes = [*range(3, 3 * rp.PACKED_NODES_MIN, 3), 3 * rp.PACKED_NODES_MIN + 252]
     count = nodes[-1] + 1
-    data = _packed_point(nodes, count)
+    data = packed_point(nodes, count)
     assert b'"nodes":"zt:b:' in data  # the head's differences a byte each
     state = rp.decode_restore_point(data, session_id="s", backend="sqlite").state
     assert type(state.nodes) is NodeSeqs and state.nodes == nodes
@@ -847,7 +836,7 @@ def test_nodes_rising_by_at_most_255_are_stored_a_byte_each_and_checked(
         anchor=rp.decode_restore_point(data, session_id="s", backend="sqlite").anchor,
         state=state)) == data
     # one difference over 255 in the head: the int64 form
-    assert b'"nodes":"zt:d:' in _packed_point([count + 256, *nodes], count + 257)
+    assert b'"nodes":"zt:d:' in packed_point([count + 256, *nodes], count + 257)
     body = _as_before(data, nodes)  # "zb:", as written before "zt:"
     state = rp.decode_restore_point(_resealed(body), session_id="s", backend="sqlite").state
     assert type(state.nodes) is NodeSeqs and state.nodes == nodes
@@ -872,7 +861,7 @@ def test_nodes_written_as_int64_differences_before_are_still_read() -> None:
 
     from dsh.session import NodeSeqs
     nodes = list(range(2, 2 * rp.PACKED_NODES_MIN + 2, 2))
-    body = _packed_point(nodes, 2 * rp.PACKED_NODES_MIN + 2).partition(b"\n")[2]
+    body = packed_point(nodes, 2 * rp.PACKED_NODES_MIN + 2).partition(b"\n")[2]
     old = b"zd:" + b2a_base64(NodeSeqs(nodes).pack(), newline=False)
     state = rp.decode_restore_point(
         _resealed(body.replace(_nodes_value(body), old)), session_id="s",
@@ -886,7 +875,7 @@ def test_nodes_packed_as_seqs_by_an_earlier_writer_are_still_read() -> None:
     from array import array
     from binascii import b2a_base64
     seqs = [*range(5, 3 * rp.PACKED_NODES_MIN, 3), 1, 2]
-    data = _packed_point(seqs, 3 * rp.PACKED_NODES_MIN)
+    data = packed_point(seqs, 3 * rp.PACKED_NODES_MIN)
     body = data.partition(b"\n")[2]
     old = b"zn:" + b2a_base64(zlib.compress(array("q", seqs).tobytes()), newline=False)
     state = rp.decode_restore_point(_resealed(body.replace(_nodes_value(body), old)),
