@@ -4605,6 +4605,60 @@ PyDoc_STRVAR(line_scan_doc,
 "may be a number's (what dsh.json.has_long_number answers, its reference), and how many '['\n"
 "and '{' bytes it holds (the bound on its nesting depth that the importers check).");
 
+static unsigned char line_classes[256];  /* line_scan's byte classes, filled on first use */
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+/* line_scan's quick pass, 16 bytes at a time: counts the brackets and answers 1 when no run
+ * of 19 digits or more is found (then there is no long number); 0 when one is (the exact
+ * byte pass then decides whether it is a number's) */
+static int
+line_scan_sse2(const unsigned char *p, Py_ssize_t n, Py_ssize_t *brackets)
+{
+    Py_ssize_t i = 0, count = 0, run = 0;
+    const __m128i zero = _mm_set1_epi8('0' - 1), nine = _mm_set1_epi8('9' + 1),
+        square = _mm_set1_epi8('['), curly = _mm_set1_epi8('{');
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+        /* signed compares: bytes >= 0x80 are negative, below '0', so never digits */
+        unsigned int digits = (unsigned int)_mm_movemask_epi8(
+            _mm_and_si128(_mm_cmpgt_epi8(v, zero), _mm_cmplt_epi8(v, nine)));
+        unsigned int open = (unsigned int)_mm_movemask_epi8(
+            _mm_or_si128(_mm_cmpeq_epi8(v, square), _mm_cmpeq_epi8(v, curly)));
+        count += __builtin_popcount(open);
+        if (digits == 0xFFFF) {
+            run += 16;
+        }
+        else {
+            /* the run continued from before ends at the first non-digit; a run inside 16
+             * bytes is shorter than 19; the last one continues into the next chunk */
+            run += __builtin_ctz(~digits);
+            if (run >= 19) {
+                return 0;
+            }
+            run = __builtin_clz((~digits << 16) | 0xFFFF);
+        }
+        if (run >= 19) {
+            return 0;
+        }
+    }
+    for (; i < n; i++) {
+        unsigned char c = p[i];
+        if (c >= '0' && c <= '9') {
+            if (++run >= 19) {
+                return 0;
+            }
+            continue;
+        }
+        run = 0;
+        count += c == '[' || c == '{';
+    }
+    *brackets = count;
+    return 1;
+}
+#endif
+
 static PyObject *
 line_scan(PyObject *module, PyObject *data)
 {
@@ -4617,19 +4671,27 @@ line_scan(PyObject *module, PyObject *data)
     }
     p = (const unsigned char *)PyBytes_AS_STRING(data);
     n = PyBytes_GET_SIZE(data);
-    for (i = 0; i < n; i++) {
-        unsigned char c = p[i];
-        if (c >= '0' && c <= '9') {
-            /* a maximal run starting at i + 1 - run: after a byte no number's digits
-             * follow, it is inside a string or a fraction (has_long_digit_run's rule) */
-            if (++run == 19 && (i + 1 - run == 0 || number_lead((char)p[i - run]))) {
-                long_number = 1;
-            }
-            continue;
+#if defined(__SSE2__)
+    if (line_scan_sse2(p, n, &brackets)) {
+        return Py_BuildValue("(On)", Py_False, brackets);
+    }
+    brackets = 0;  /* a run of 19 digits or more: the exact pass below judges it */
+#endif
+    if (!line_classes[(unsigned char)'0']) {
+        for (i = '0'; i <= '9'; i++) {
+            line_classes[i] = 1;
         }
-        run = 0;
-        if (c == '[' || c == '{') {
-            brackets++;
+        line_classes[(unsigned char)'['] = line_classes[(unsigned char)'{'] = 2;
+    }
+    /* without a branch a byte: the class table says digit (1) or bracket (2) */
+    for (i = 0; i < n; i++) {
+        unsigned char k = line_classes[p[i]];
+        brackets += k >> 1;
+        run = (k & 1) ? run + 1 : 0;
+        /* a maximal run starting at i + 1 - run: after a byte no number's digits
+         * follow, it is inside a string or a fraction (has_long_digit_run's rule) */
+        if (run == 19 && (i + 1 - run == 0 || number_lead((char)p[i - run]))) {
+            long_number = 1;
         }
     }
     return Py_BuildValue("(On)", long_number ? Py_True : Py_False, brackets);
@@ -5206,6 +5268,401 @@ pick_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Claude Code imports (docs/interop.md#streaming-imports): the per-line work of the first
+ * read and the clock of the mapping. Each function answers the common shape and returns None
+ * for anything else; the Python code it shortcuts (dsh.interop._claude_code._Scan.add,
+ * BranchIndex.add, dsh.interop._common._utc_millis) stays the reference and runs alone when
+ * this module is missing.
+ */
+
+static PyObject *cc_type, *cc_uuid, *cc_parent_uuid, *cc_logical_parent_uuid, *cc_subtype,
+    *cc_compact_boundary, *cc_message, *cc_content, *cc_id, *cc_tool_use, *cc_tool_result,
+    *cc_tool_use_id, *cc_is_sidechain, *cc_data, *cc_agent_progress, *cc_user, *cc_assistant,
+    *cc_system, *cc_progress, *cc_summary, *cc_one, *cc_zero, *cc_two, *cc_three;
+
+static int
+cc_intern(void)
+{
+    static const struct { PyObject **var; const char *text; } names[] = {
+        {&cc_type, "type"}, {&cc_uuid, "uuid"}, {&cc_parent_uuid, "parentUuid"},
+        {&cc_logical_parent_uuid, "logicalParentUuid"}, {&cc_subtype, "subtype"},
+        {&cc_compact_boundary, "compact_boundary"}, {&cc_message, "message"},
+        {&cc_content, "content"}, {&cc_id, "id"}, {&cc_tool_use, "tool_use"},
+        {&cc_tool_result, "tool_result"}, {&cc_tool_use_id, "tool_use_id"},
+        {&cc_is_sidechain, "isSidechain"}, {&cc_data, "data"},
+        {&cc_agent_progress, "agent_progress"}, {&cc_user, "user"},
+        {&cc_assistant, "assistant"}, {&cc_system, "system"}, {&cc_progress, "progress"},
+        {&cc_summary, "summary"}};
+    size_t i;
+    if (cc_three != NULL) {
+        return 0;
+    }
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (*names[i].var == NULL
+                && (*names[i].var = PyUnicode_InternFromString(names[i].text)) == NULL) {
+            return -1;
+        }
+    }
+    if ((cc_one = PyLong_FromLong(1)) == NULL || (cc_zero = PyLong_FromLong(0)) == NULL
+            || (cc_two = PyLong_FromLong(2)) == NULL) {
+        return -1;
+    }
+    cc_three = PyLong_FromLong(3);
+    return cc_three == NULL ? -1 : 0;
+}
+
+/* value == constant for an exact str value (no other type can equal a str constant here:
+ * the records are plain JSON values); -1 with an error set on failure */
+static int
+cc_equals(PyObject *value, PyObject *constant)
+{
+    if (value == NULL) {
+        return 0;
+    }
+    if (value == constant) {
+        return 1;
+    }
+    if (!PyUnicode_CheckExact(value)) {
+        return 0;
+    }
+    return PyUnicode_Compare(value, constant) == 0;
+}
+
+/* str_or_none: a new reference to value when it is a non-empty str, else NULL (no error) */
+static PyObject *
+cc_str_or_null(PyObject *value)
+{
+    if (value != NULL && PyUnicode_Check(value) && PyUnicode_GET_LENGTH(value) > 0) {
+        return Py_NewRef(value);
+    }
+    return NULL;
+}
+
+/* BranchIndex's _key: NULL -> None; ASCII str as is; else its UTF-8 bytes (surrogatepass).
+ * Steals text. */
+static PyObject *
+cc_key(PyObject *text)
+{
+    PyObject *encoded;
+    if (text == NULL) {
+        Py_RETURN_NONE;
+    }
+    if (PyUnicode_IS_ASCII(text)) {
+        return text;
+    }
+    encoded = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+    Py_DECREF(text);
+    return encoded;
+}
+
+/* every content block of kind `wanted` whose `field` is a non-empty str: (line, key, use)
+ * appended to tools; -1 on error */
+static int
+cc_tools(PyObject *content, PyObject *wanted, PyObject *field, PyObject *line, PyObject *use,
+         PyObject *tools)
+{
+    Py_ssize_t i;
+    for (i = 0; i < PyList_GET_SIZE(content); i++) {
+        PyObject *block = PyList_GET_ITEM(content, i), *id, *row;
+        int is;
+        if (!PyDict_Check(block)) {
+            continue;
+        }
+        is = cc_equals(PyDict_GetItemWithError(block, cc_type), wanted);
+        if (is <= 0) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            continue;
+        }
+        id = cc_str_or_null(PyDict_GetItemWithError(block, field));
+        if (id == NULL) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            continue;
+        }
+        id = cc_key(id);
+        if (id == NULL) {
+            return -1;
+        }
+        row = PyTuple_Pack(3, line, id, use);
+        Py_DECREF(id);
+        if (row == NULL || PyList_Append(tools, row) < 0) {
+            Py_XDECREF(row);
+            return -1;
+        }
+        Py_DECREF(row);
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(claude_line_doc,
+"claude_line(record, line, offset, /) -> (bits, row, tools) | None\n\n"
+"What the first read of a Claude Code import keeps of one decoded line (references:\n"
+"dsh.interop._claude_code._Scan.add and _claude_code_index.BranchIndex.add): bits 1 = a\n"
+"user/assistant line that is not isSidechain, 2 = an inline sidechain candidate, 4 = an\n"
+"agent_progress line; row = BranchIndex's lines row (line, offset, kind code, side, uuid,\n"
+"link, linked, message id, response key; keys as BranchIndex._key makes them); tools = the\n"
+"(line, id, use) rows of its tool_use / tool_result blocks. None for a record that is not a\n"
+"dict with a str type, or a summary line: the Python path takes those.");
+
+static PyObject *
+claude_line(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *r, *line, *offset, *kind, *value, *uid = NULL, *link = NULL, *msgid = NULL,
+        *rkey = NULL, *tools = NULL, *row = NULL, *code, *msg, *result;
+    int sidechain, code_n, bits = 0, linked;
+    if (nargs != 3 || !PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "claude_line(record, line: int, offset: int)");
+        return NULL;
+    }
+    if (cc_intern() < 0) {
+        return NULL;
+    }
+    r = args[0];
+    line = args[1];
+    offset = args[2];
+    if (!PyDict_CheckExact(r)) {
+        Py_RETURN_NONE;
+    }
+    kind = PyDict_GetItemWithError(r, cc_type);
+    if (kind == NULL || !PyUnicode_CheckExact(kind)) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    code_n = cc_equals(kind, cc_user) ? 1 : cc_equals(kind, cc_assistant) ? 2
+        : cc_equals(kind, cc_system) ? 3 : 0;
+    if (code_n == 0 && cc_equals(kind, cc_summary)) {
+        Py_RETURN_NONE;  /* a title: BranchIndex.add writes it at once */
+    }
+    value = PyDict_GetItemWithError(r, cc_is_sidechain);
+    if (value == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        sidechain = 0;
+    }
+    else if ((sidechain = PyObject_IsTrue(value)) < 0) {
+        return NULL;
+    }
+    if (code_n == 1 || code_n == 2) {
+        bits |= sidechain ? 0 : 1;
+    }
+    uid = cc_str_or_null(PyDict_GetItemWithError(r, cc_uuid));
+    if (uid == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (sidechain && uid != NULL) {
+        bits |= 2;
+    }
+    if (cc_equals(kind, cc_progress)) {
+        value = PyDict_GetItemWithError(r, cc_data);
+        if (value != NULL && PyDict_Check(value)) {
+            value = PyDict_GetItemWithError(value, cc_type);
+            if (value != NULL && cc_equals(value, cc_agent_progress)) {
+                bits |= 4;
+            }
+        }
+        if (PyErr_Occurred()) {
+            goto fail;
+        }
+    }
+    link = PyDict_GetItemWithError(r, cc_parent_uuid);
+    if (link == NULL || link == Py_None) {
+        if (PyErr_Occurred()) {
+            goto fail;
+        }
+        value = PyDict_GetItemWithError(r, cc_subtype);
+        if (value != NULL && cc_equals(value, cc_compact_boundary)) {
+            link = PyDict_GetItemWithError(r, cc_logical_parent_uuid);
+        }
+        else {
+            link = NULL;
+        }
+        if (PyErr_Occurred()) {
+            goto fail;
+        }
+    }
+    linked = (link == NULL || link == Py_None) ? 0 : PyUnicode_Check(link) ? 1 : 2;
+    link = linked == 1 ? Py_NewRef(link) : NULL;
+    tools = PyList_New(0);
+    if (tools == NULL) {
+        goto fail;
+    }
+    msg = PyDict_GetItemWithError(r, cc_message);
+    if (msg != NULL && PyDict_Check(msg)) {
+        PyObject *content = PyDict_GetItemWithError(msg, cc_content);
+        if (content == NULL && PyErr_Occurred()) {
+            goto fail;
+        }
+        if (code_n == 2) {
+            msgid = cc_str_or_null(PyDict_GetItemWithError(msg, cc_id));
+            if (msgid == NULL && PyErr_Occurred()) {
+                goto fail;
+            }
+            rkey = msgid != NULL ? Py_NewRef(msgid) : uid != NULL ? Py_NewRef(uid)
+                : PyUnicode_FromFormat("line-%S", line);
+            if (rkey == NULL) {
+                goto fail;
+            }
+            if (content != NULL && PyList_Check(content)
+                    && cc_tools(content, cc_tool_use, cc_id, line, cc_one, tools) < 0) {
+                goto fail;
+            }
+        }
+        else if (code_n == 1 && content != NULL && PyList_Check(content)
+                 && cc_tools(content, cc_tool_result, cc_tool_use_id, line, cc_zero,
+                             tools) < 0) {
+            goto fail;
+        }
+    }
+    else if (msg == NULL && PyErr_Occurred()) {
+        goto fail;
+    }
+    code = code_n == 1 ? cc_one : code_n == 2 ? cc_two : code_n == 3 ? cc_three : cc_zero;
+    row = PyTuple_New(9);
+    if (row == NULL) {
+        goto fail;
+    }
+    PyTuple_SET_ITEM(row, 0, Py_NewRef(line));
+    PyTuple_SET_ITEM(row, 1, Py_NewRef(offset));
+    PyTuple_SET_ITEM(row, 2, Py_NewRef(code));
+    PyTuple_SET_ITEM(row, 3, Py_NewRef((bits & 2) ? cc_one : cc_zero));
+    PyTuple_SET_ITEM(row, 6, Py_NewRef(linked == 0 ? cc_zero : linked == 1 ? cc_one : cc_two));
+#define CC_SLOT(i, var) \
+    value = cc_key(var); var = NULL; if (value == NULL) { goto fail; } \
+    PyTuple_SET_ITEM(row, i, value);
+    CC_SLOT(4, uid) CC_SLOT(5, link) CC_SLOT(7, msgid) CC_SLOT(8, rkey)
+#undef CC_SLOT
+    result = Py_BuildValue("(iNN)", bits, row, tools);
+    return result;
+fail:
+    Py_XDECREF(uid);
+    Py_XDECREF(link);
+    Py_XDECREF(msgid);
+    Py_XDECREF(rkey);
+    Py_XDECREF(tools);
+    Py_XDECREF(row);
+    return NULL;
+}
+
+/* days from 0001-01-01 (ordinal 1) to y-m-d, as date.toordinal(); 0 when not a date */
+static long
+cc_ordinal(int y, int m, int d)
+{
+    static const int before[13] = {0, 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334};
+    static const int days[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    long py = y - 1;
+    if (y < 1 || m < 1 || m > 12 || d < 1 || d > days[m] + (m == 2 && leap)) {
+        return 0;
+    }
+    return py * 365 + py / 4 - py / 100 + py / 400 + before[m] + (m > 2 && leap) + d;
+}
+
+PyDoc_STRVAR(utc_millis_doc,
+"utc_millis(text, /) -> int | None\n\n"
+"Epoch milliseconds of an ASCII 'YYYY-MM-DDTHH:MM:SS.mmmZ' as\n"
+"dsh.interop._common._utc_millis gives them (its reference: the microseconds over 10**6,\n"
+"times 1000, truncated); None for any other text, and for times whose microseconds a double\n"
+"does not hold exactly: the Python function then answers.");
+
+static PyObject *
+utc_millis(PyObject *module, PyObject *text)
+{
+    const char *s;
+    int i, y, mo, d, h, mi, sec, ms;
+    long ordinal;
+    long long micros;
+    static const int digits[] = {0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22};
+    if (!PyUnicode_Check(text) || PyUnicode_GET_LENGTH(text) != 24 || !PyUnicode_IS_ASCII(text)) {
+        Py_RETURN_NONE;
+    }
+    s = (const char *)PyUnicode_DATA(text);
+    if (s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':'
+            || s[19] != '.' || s[23] != 'Z') {
+        Py_RETURN_NONE;
+    }
+    for (i = 0; i < (int)(sizeof digits / sizeof digits[0]); i++) {
+        if (s[digits[i]] < '0' || s[digits[i]] > '9') {
+            Py_RETURN_NONE;
+        }
+    }
+#define CC_NUM2(at) ((s[at] - '0') * 10 + (s[(at) + 1] - '0'))
+    y = CC_NUM2(0) * 100 + CC_NUM2(2);
+    mo = CC_NUM2(5);
+    d = CC_NUM2(8);
+    h = CC_NUM2(11);
+    mi = CC_NUM2(14);
+    sec = CC_NUM2(17);
+    ms = CC_NUM2(20) * 10 + (s[22] - '0');
+#undef CC_NUM2
+    ordinal = cc_ordinal(y, mo, d);
+    if (ordinal == 0 || h > 23 || mi > 59 || sec > 59) {
+        Py_RETURN_NONE;
+    }
+    micros = (((long long)(ordinal - 719163) * 86400 + h * 3600 + mi * 60 + sec) * 1000000LL
+              + ms * 1000LL);
+    if (micros >= (1LL << 53) || micros <= -(1LL << 53)) {
+        Py_RETURN_NONE;  /* the Python division is exact on ints a double cannot hold */
+    }
+    return PyLong_FromLongLong((long long)((double)micros / 1e6 * 1000.0));
+}
+
+PyDoc_STRVAR(claude_envelope_doc,
+"claude_envelope(record, /) -> dict\n\n"
+"A mapped Claude Code line without its message content (reference:\n"
+"dsh.interop._claude_code._envelope): a copy of record, keys in order, whose message is a\n"
+"copy of it without 'content'; record itself when its message is not a dict.");
+
+static PyObject *
+claude_envelope(PyObject *module, PyObject *record)
+{
+    PyObject *msg, *copy, *inner, *key, *value;
+    Py_ssize_t pos = 0;
+    if (cc_intern() < 0) {
+        return NULL;
+    }
+    if (!PyDict_Check(record)) {
+        PyErr_SetString(PyExc_TypeError, "claude_envelope(dict)");
+        return NULL;
+    }
+    msg = PyDict_GetItemWithError(record, cc_message);
+    if (msg == NULL || !PyDict_Check(msg)) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        return Py_NewRef(record);
+    }
+    inner = PyDict_New();
+    if (inner == NULL) {
+        return NULL;
+    }
+    Py_INCREF(msg);  /* held while its items are copied */
+    while (PyDict_Next(msg, &pos, &key, &value)) {
+        int is = PyObject_RichCompareBool(key, cc_content, Py_NE);
+        if (is < 0 || (is && PyDict_SetItem(inner, key, value) < 0)) {
+            Py_DECREF(msg);
+            Py_DECREF(inner);
+            return NULL;
+        }
+    }
+    Py_DECREF(msg);
+    copy = PyDict_New();
+    if (copy == NULL || PyDict_Update(copy, record) < 0
+            || PyDict_SetItem(copy, cc_message, inner) < 0) {
+        Py_XDECREF(copy);
+        Py_DECREF(inner);
+        return NULL;
+    }
+    Py_DECREF(inner);
+    return copy;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -5240,6 +5697,10 @@ static PyMethodDef methods[] = {
     {"record_texts", (PyCFunction)(void (*)(void))record_texts, METH_FASTCALL,
      record_texts_doc},
     {"pick_rows", (PyCFunction)(void (*)(void))pick_rows, METH_FASTCALL, pick_rows_doc},
+    {"claude_line", (PyCFunction)(void (*)(void))claude_line, METH_FASTCALL,
+     claude_line_doc},
+    {"utc_millis", utc_millis, METH_O, utc_millis_doc},
+    {"claude_envelope", claude_envelope, METH_O, claude_envelope_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -5286,7 +5747,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 11) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 12) < 0) {
         Py_DECREF(module);
         return NULL;
     }

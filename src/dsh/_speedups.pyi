@@ -133,3 +133,22 @@ def pick_rows(rows: list[Any], start: int, stop: int, seqs: Container[int],
     Puts ``into[seq]`` the records ``record_texts`` cuts from each plain row it serves.
     Reference: the pass of ``SqlitePrefixSource.read_selected`` without the accelerator.
     """
+
+def claude_line(record: object, line: int, offset: int,
+                /) -> tuple[int, tuple[Any, ...], list[tuple[int, str | bytes, int]]] | None:
+    """What the first read of a Claude Code import keeps of a line: ``(bits, row, tools)``.
+
+    References: ``dsh.interop._claude_code._Scan.add`` and ``BranchIndex.add`` (bits 1: a main
+    user/assistant line, 2: an inline sidechain candidate, 4: an ``agent_progress`` line; row and
+    tools as ``BranchIndex`` stores them). None for a record that is not a dict with a str type,
+    or a ``summary`` line: the Python path takes those.
+    """
+
+def utc_millis(text: object, /) -> int | None:
+    """``dsh.interop._common._utc_millis(text)`` for an ASCII ``YYYY-MM-DDTHH:MM:SS.mmmZ``.
+
+    None for other text (and times a double cannot carry exactly): the Python function answers.
+    """
+
+def claude_envelope(record: dict[str, Any], /) -> dict[str, Any]:
+    """A Claude Code line without ``message.content`` (reference: ``_claude_code._envelope``)."""

@@ -209,10 +209,11 @@ _SPEEDUPS_API: Final = (
     "admit_plain", "stored_prescan", "decode_rows", "message_shape_ok", "rows_text",
     "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
     "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
-    "record_texts", "line_scan", "pick_rows", "widen_sums_below")
+    "record_texts", "line_scan", "pick_rows", "widen_sums_below", "claude_line", "utc_millis",
+    "claude_envelope")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 11
+_SPEEDUPS_API_VERSION: Final = 12
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -390,6 +391,11 @@ c_rows_text = _optional(_accelerator.rows_text)
 c_encode_rows = _optional(_accelerator.encode_rows)
 c_plain_numbers = _optional(_accelerator.plain_numbers)
 c_line_scan = _optional(_accelerator.line_scan)
+# the first read of a Claude Code import, its clock and its envelopes (references:
+# dsh.interop._claude_code _Scan.add / BranchIndex.add / _envelope, _common._utc_millis)
+c_claude_line = _optional(_accelerator.claude_line)
+c_utc_millis = _optional(_accelerator.utc_millis)
+c_claude_envelope = _optional(_accelerator.claude_envelope)
 c_seqs_contiguous = _optional(_accelerator.seqs_contiguous)
 c_gather_messages = _optional(_accelerator.gather_messages)
 c_seqs_below = _optional(_accelerator.seqs_below)

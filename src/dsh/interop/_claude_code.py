@@ -64,6 +64,7 @@ from dsh.interop._common import (
     token_count,
     usable_id,
 )
+from dsh.json import c_claude_envelope, c_claude_line
 
 FORMAT: Final = "claude-code"
 _MESSAGE_TYPES: Final = frozenset({"user", "assistant"})
@@ -259,8 +260,28 @@ class _Scan:
         self._first_ts: dict[bool, object] = {}
         self._timed: dict[bool, bool] = {}  # some timestamp parses (looked for until one does)
         self._cwds: dict[bool, object] = {}
+        self._settled = False  # the three above are found: only the skeleton is left
 
     def add(self, path: Path, line: int, offset: int, r: Any) -> None:
+        """Keep one decoded line: in C for the common line once the identity is settled."""
+        if self._settled and c_claude_line is not None:
+            got = c_claude_line(r, line, offset)
+            if got is not None:  # what _add answers (a dict with a str type, not a title)
+                bits, row, tools = got
+                if bits & 1:
+                    self.mainline = True
+                self._identity(r)
+                if bits & 4:
+                    self.progress = True
+                self.index.add_row(row, tools, bool(bits & 2), bool(bits & 4))
+                return
+        self._add(path, line, offset, r)
+        # from here on only the branch skeleton and the identity are left to find
+        self._settled = (self.claude_code and len(self._first_ts) == 2
+                         and len(self._cwds) == 2 and all(self._timed.values()))
+
+    def _add(self, path: Path, line: int, offset: int, r: Any) -> None:
+        """The reference of :meth:`add` (what ``c_claude_line`` shortcuts)."""
         if not isinstance(r, dict) or not isinstance(r.get("type"), str):
             raise _error(path, line, "record must be a JSON object with a string type, found "
                          f"{type(r).__name__}")
@@ -271,14 +292,7 @@ class _Scan:
             self.claude_code = looks_like_claude_code(r)
         if kind in _MESSAGE_TYPES and not r.get("isSidechain"):
             self.mainline = True
-        if self.session is None:
-            value = r.get("sessionId")
-            if isinstance(value, str) and value:
-                self.session = value
-        if self.agent is None:
-            value = r.get("agentId")
-            if isinstance(value, str) and value:
-                self.agent = value
+        self._identity(r)
         candidate = bool(r.get("isSidechain")) and _uuid(r) is not None
         if len(self._first_ts) < 2 or len(self._cwds) < 2 or not all(self._timed.values()):
             for group in ((False, True) if not candidate else (False,)):
@@ -295,6 +309,17 @@ class _Scan:
             "type") == "agent_progress"
         self.progress = self.progress or progress
         self.index.add(line, offset, kind, candidate, progress, r)
+
+    def _identity(self, r: JsonObj) -> None:
+        """The first usable ``sessionId`` and ``agentId`` of the file."""
+        if self.session is None:
+            value = r.get("sessionId")
+            if isinstance(value, str) and value:
+                self.session = value
+        if self.agent is None:
+            value = r.get("agentId")
+            if isinstance(value, str) and value:
+                self.agent = value
 
     def first_time(self, side: bool) -> object:
         """The first non-empty timestamp of the main session's lines."""
@@ -572,6 +597,8 @@ def _title_line(entries: list[tuple[int, JsonObj]], active: set[str]) -> int | N
 
 def _envelope(record: JsonObj) -> JsonObj:
     """A mapped line without its message content (the content lives in the mapped event)."""
+    if c_claude_envelope is not None:
+        return c_claude_envelope(record)
     msg = record.get("message")
     if not isinstance(msg, dict):
         return record

@@ -149,6 +149,23 @@ class BranchIndex:
         if len(self._lines) >= _ROWS:
             self._flush()
 
+    def add_row(self, row: tuple[Any, ...], tools: list[tuple[int, str | bytes, int]],
+                side: bool, progress: bool) -> None:
+        """Keep a line as :meth:`add` does, from the ``row`` and ``tools`` it would build.
+
+        What ``dsh.json.c_claude_line`` returns for a line that is not a title (``row``: line,
+        offset, kind code, side, uuid, link, linked, message id, response key).
+        """
+        line = row[0]
+        if side or progress:
+            self._mark(line, (SIDE if side else 0) | (PROGRESS if progress else 0))
+        self._lines.append(row)
+        if tools:
+            self._tools.extend(tools)
+        self.last = line
+        if len(self._lines) >= _ROWS:
+            self._flush()
+
     def _flush(self) -> None:
         db = self._db
         db.execute("BEGIN")

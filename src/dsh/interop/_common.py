@@ -32,7 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from dsh._errors import DshError, EventRejectedError, ImportFormatError, InvalidJsonError
-from dsh.json import MAX_SAFE_INTEGER, c_line_scan, has_long_number, loads_plain
+from dsh.json import (
+    MAX_SAFE_INTEGER,
+    c_line_scan,
+    c_utc_millis,
+    has_long_number,
+    loads_plain,
+)
 
 if TYPE_CHECKING:
     from dsh.session import Session
@@ -782,7 +788,9 @@ def parse_time(value: object) -> int | None:
         # A time outside the JSON-safe epoch range cannot be a real stamp: ignore it.
         return ms if 0 <= ms <= MAX_SAFE_INTEGER else None
     if isinstance(value, str) and value:
-        quick = _utc_millis(value)
+        quick = c_utc_millis(value) if c_utc_millis is not None else None
+        if quick is None:
+            quick = _utc_millis(value)
         if quick is not None:
             # what parse_time(quick) gives for a millisecond count (a quick time before 1973
             # is below 1e11 and taken as seconds, as parse_time(quick) takes it)
@@ -885,8 +893,15 @@ def token_usage(raw: object, fields: dict[str, str]) -> JsonObj | None:
     """
     if not isinstance(raw, dict):
         return None
-    return {key: token_count(raw.get(source)) for key, source in fields.items()
-            if key in ("inputTokens", "outputTokens") or raw.get(source) is not None}
+    usage: JsonObj = {}
+    for key, source in fields.items():
+        value = raw.get(source)
+        if value is None and key not in ("inputTokens", "outputTokens"):
+            continue
+        # a plain count as token_count keeps it, without the call
+        usage[key] = (value if type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
+                      else token_count(value))
+    return usage
 
 
 def json_text(value: object) -> str:

@@ -1,0 +1,274 @@
+"""The import's C shortcuts give what their Python references give, byte for byte.
+
+docs/interop.md#streaming-imports: the first read of a Claude Code import keeps each line's
+branch skeleton through ``dsh._speedups.claude_line`` (reference: ``_Scan._add`` /
+``BranchIndex.add``), its envelopes are copied by ``claude_envelope`` (reference:
+``_claude_code._envelope``), every importer's clock reads Claude Code's timestamp shape with
+``utc_millis`` (reference: ``_common._utc_millis``) and every JSONL line is pre-scanned by
+``line_scan`` (reference: ``has_long_number`` and two counts). Each is checked against its
+reference on arbitrary values, and whole imports are compared with and without the accelerator:
+the rows a SQLite store holds afterwards, the report, and the errors (file and line named).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dsh._errors import DshError
+from dsh.interop import _claude_code as cc
+from dsh.interop import _common as common
+from dsh.interop import collect, stream_file
+from dsh.interop._claude_code_index import BranchIndex
+from dsh.json import (
+    c_claude_envelope,
+    c_claude_line,
+    c_line_scan,
+    c_utc_millis,
+    has_long_number,
+)
+from tests.conftest import CORPUS, DSH_LOGS, REPO, shared_path
+
+pytestmark = pytest.mark.skipif(c_claude_line is None, reason="C accelerator not built")
+
+_SETTINGS = settings(max_examples=400, deadline=None,
+                     suppress_health_check=[HealthCheck.too_slow])
+
+# -- values shaped like Claude Code lines, and anything else in their places
+
+_text = st.one_of(st.sampled_from(["", "u1", "u2", "msg_1", "toolu_1", "ü-ñ", "\ud800x",
+                                   "compact_boundary", "agent_progress", "tool_use",
+                                   "tool_result", "user", "assistant", "system", "progress",
+                                   "summary"]), st.text(max_size=6))
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**60), st.floats(), _text)
+_value = st.recursive(_scalar, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(_text, inner, max_size=3)), max_leaves=8)
+_block = st.one_of(_value, st.fixed_dictionaries(
+    {"type": st.sampled_from(["tool_use", "tool_result", "text", 3])},
+    optional={"id": _value, "tool_use_id": _value, "text": _value}))
+_message = st.one_of(_value, st.fixed_dictionaries(
+    {}, optional={"id": _value, "content": st.one_of(_value, st.lists(_block, max_size=4)),
+                  "model": _value, "usage": _value}))
+_record = st.fixed_dictionaries(
+    {"type": st.one_of(st.sampled_from(["user", "assistant", "system", "progress",
+                                        "summary", "queue-operation"]), _value)},
+    optional={"uuid": _value, "parentUuid": _value, "logicalParentUuid": _value,
+              "subtype": st.one_of(st.just("compact_boundary"), _value),
+              "isSidechain": _value, "message": _message, "sessionId": _value,
+              "data": st.one_of(st.fixed_dictionaries({"type": st.just("agent_progress")}),
+                                _value),
+              "summary": _value, "leafUuid": _value})
+
+
+@_SETTINGS
+@given(st.one_of(_record, _value), st.integers(1, 2**40), st.integers(0, 2**50))
+def test_claude_line_keeps_what_the_python_first_read_keeps(record: Any, line: int,
+                                                            offset: int) -> None:
+    assert c_claude_line is not None
+    got = c_claude_line(record, line, offset)
+    if not isinstance(record, dict) or not isinstance(record.get("type"), str) or (
+            record["type"] == "summary"):
+        assert got is None
+        return
+    assert got is not None
+    bits, row, tools = got
+    kind = record["type"]
+    candidate = bool(record.get("isSidechain")) and cc._uuid(record) is not None
+    data = record.get("data")
+    progress = kind == "progress" and isinstance(data, dict) and data.get(
+        "type") == "agent_progress"
+    mainline = kind in ("user", "assistant") and not record.get("isSidechain")
+    assert bits == (1 if mainline else 0) | (2 if candidate else 0) | (4 if progress else 0)
+    index = BranchIndex()
+    try:
+        index.add(line, offset, kind, candidate, progress, record)
+        assert [row] == index._lines
+        assert tools == index._tools
+        for (a, b) in ((row, index._lines[0]), *zip(tools, index._tools, strict=True)):
+            assert [type(x) for x in a] == [type(x) for x in b]
+    finally:
+        index.close()
+
+
+_stamp = st.builds(
+    lambda parts, seps: "".join(p + s for p, s in zip(parts, seps, strict=True)),
+    st.tuples(*(st.one_of(st.text("0123456789", min_size=n, max_size=n), st.text(max_size=n))
+                for n in (4, 2, 2, 2, 2, 2, 3))),
+    st.tuples(*(st.one_of(st.just(s), st.text(max_size=1))
+                for s in ("-", "-", "T", ":", ":", ".", "Z"))))
+
+
+@_SETTINGS
+@given(st.one_of(_stamp, st.text(max_size=30), _value,
+                 st.datetimes().map(lambda d: d.isoformat(timespec="milliseconds") + "Z")))
+def test_utc_millis_reads_the_clock_as_the_python_function(value: Any) -> None:
+    assert c_utc_millis is not None
+    got = c_utc_millis(value)
+    if got is not None:  # None: the Python function answers
+        assert isinstance(value, str)
+        assert got == common._utc_millis(value)
+    elif isinstance(value, str) and len(value) == 24 and value.isascii():
+        expected = common._utc_millis(value)
+        micros = None if expected is None else expected * 1000
+        # the C pass leaves only the times a double cannot carry exactly
+        assert expected is None or micros is None or abs(micros) >= 2**53 - 10**6
+
+
+@_SETTINGS
+@given(st.dictionaries(_text, _value, max_size=4), _message)
+def test_claude_envelope_copies_as_the_python_function(record: dict[str, Any],
+                                                       message: Any) -> None:
+    assert c_claude_envelope is not None
+    for r in (record, {**record, "message": message}):
+        got = c_claude_envelope(r)
+        msg = r.get("message")
+        expected = r if not isinstance(msg, dict) else {
+            **r, "message": {k: v for k, v in msg.items() if k != "content"}}
+        assert got == expected
+        assert list(got) == list(expected)
+        if isinstance(msg, dict):
+            assert list(got["message"]) == list(expected["message"])
+            assert got is not r and got["message"] is not msg
+
+
+@_SETTINGS
+@given(st.binary(max_size=120) | st.text("0123456789[{e.-+\" ", max_size=120).map(str.encode))
+def test_line_scan_answers_as_the_byte_counts(data: bytes) -> None:
+    assert c_line_scan is not None
+    assert c_line_scan(data) == (has_long_number(data), data.count(b"[") + data.count(b"{"))
+
+
+# -- whole imports, with and without the accelerator
+
+
+def _without_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cc, "c_claude_line", None)
+    monkeypatch.setattr(cc, "c_claude_envelope", None)
+    monkeypatch.setattr(common, "c_utc_millis", None)
+    monkeypatch.setattr(common, "c_line_scan", None)
+
+
+def _outcome(path: Path) -> Any:
+    """Every session's header and events, or the error (message, path, line)."""
+    try:
+        sessions = collect(stream_file(path, "claude-code"))
+    except DshError as exc:
+        return ("error", type(exc).__name__, str(exc), exc.where)
+    return [(s.session_id, s.header, json.dumps(s.events, sort_keys=False), s.lines)
+            for imported in sessions for s in imported.walk()]
+
+
+_LINES = [
+    {"type": "user", "uuid": "a", "parentUuid": None, "sessionId": "s", "cwd": "/w",
+     "timestamp": "2026-02-10T22:00:00.500Z", "message": {"role": "user", "content": "hi"}},
+    {"type": "assistant", "uuid": "b", "parentUuid": "a", "sessionId": "s",
+     "timestamp": "1600-02-29T23:59:59.999Z",
+     "message": {"id": "m", "model": "x", "content": [
+         {"type": "text", "text": "t"}, {"type": "tool_use", "id": "t1", "name": "R",
+                                         "input": {"p": "ü"}}],
+         "usage": {"input_tokens": 2, "output_tokens": "3", "cache_read_input_tokens": -1}}},
+    {"type": "user", "uuid": "c", "parentUuid": "b", "sessionId": "s",
+     "timestamp": "2026-02-30T22:00:01.000Z", "toolUseResult": {"k": 1},
+     "message": {"role": "user", "content": [
+         {"type": "tool_result", "tool_use_id": "t1", "content": "out"}]}},
+    {"type": "assistant", "uuid": "ñ", "parentUuid": "c", "sessionId": "s",
+     "timestamp": "2026-02-10T22:00:02.000+01:00",
+     "message": {"id": "m2", "content": [{"type": "text", "text": "done"}]}},
+    {"type": "summary", "summary": "Title", "leafUuid": "ñ"},
+]
+
+
+@_SETTINGS
+@given(st.integers(0, len(_LINES)), st.binary(max_size=60))
+def test_any_line_imports_as_without_the_accelerator(tmp_path_factory: pytest.TempPathFactory,
+                                                     at: int, junk: bytes) -> None:
+    folder = tmp_path_factory.mktemp("cc")
+    lines = [json.dumps(r, ensure_ascii=False).encode() for r in _LINES]
+    lines.insert(at, junk)
+    path = folder / "5e551011-0000-4000-8000-00000000cafe.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    fast = _outcome(path)
+    with pytest.MonkeyPatch.context() as patch:
+        _without_accelerator(patch)
+        slow = _outcome(path)
+    assert fast == slow
+
+
+def _sources() -> list[Path]:
+    """Every transcript the repository holds (and the shared corpus, when it is there)."""
+    found: set[Path] = set()
+    roots = [CORPUS, REPO / "src" / "dsh" / "examples" / "transcripts", DSH_LOGS / "jsonl",
+             shared_path() / "corpus", shared_path() / "dsh-logs" / "jsonl"]
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for path in root.rglob("*"):
+            if (path.is_file() and path.suffix in (".jsonl", ".json", ".yaml")
+                    and "subagents" not in path.parts and path.name != "MANIFEST.json"):
+                found.add(path)
+    return sorted(found)
+
+
+def _rows(db: Path) -> tuple[list[Any], list[Any]]:
+    with sqlite3.connect(db) as conn:
+        events = conn.execute("SELECT session_id, seq, type, time, data, source_event_seqs, "
+                              "surface_op, ignorable FROM events "
+                              "ORDER BY session_id, seq").fetchall()
+        sessions = conn.execute("SELECT id, version, created_at, cwd, parent_session, "
+                                "seed_length, origin, delegation_depth, agent_preset, "
+                                "revision FROM sessions ORDER BY id").fetchall()
+    return events, sessions
+
+
+def test_the_stored_rows_are_those_of_the_python_import(tmp_path: Path) -> None:
+    big = tmp_path / "5e551011-0000-4000-8000-00000000beef.jsonl"
+    big.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
+                           for n in range(300) for r in _turn(n)), encoding="utf-8")
+    sources = [*_sources(), big]
+    assert len(sources) > 20
+    results = []
+    for name, extra in (("fast", {}), ("slow", {"DSH_NO_SPEEDUPS": "1"})):
+        db = tmp_path / f"{name}.db"
+        proc = subprocess.run(
+            [sys.executable, "-m", "dsh.cli", "import", *map(str, sources), "--store",
+             f"sqlite://{db}"], capture_output=True, text=True, cwd=tmp_path,
+            env={**os.environ, **extra}, check=False)
+        results.append((proc.returncode, proc.stdout, _rows(db)))
+    assert results[0][2][0], results[0][1]
+    assert results[0] == results[1]
+
+
+def _turn(n: int) -> list[dict[str, Any]]:
+    """One turn shaped like a Claude Code session's (prompt, split response, result, answer)."""
+    base = {"sessionId": "s-big", "cwd": "/home/u/p", "version": "2.1.38",
+            "isSidechain": False}
+    ids = [f"{n}-{k}-ü" if k == 2 else f"{n}-{k}" for k in range(5)]
+    stamp = f"2026-02-10T22:{n // 60 % 60:02d}:{n % 60:02d}.{n % 1000:03d}Z"
+    return [
+        {**base, "type": "user", "uuid": ids[0], "parentUuid": f"{n - 1}-4" if n else None,
+         "timestamp": stamp, "message": {"role": "user", "content": f"prompt {n}"}},
+        {**base, "type": "assistant", "uuid": ids[1], "parentUuid": ids[0], "timestamp": stamp,
+         "message": {"id": f"msg_{n}", "model": "claude", "content": [
+             {"type": "text", "text": "Reading"}],
+             "usage": {"input_tokens": n, "output_tokens": 2}}},
+        {**base, "type": "assistant", "uuid": ids[2], "parentUuid": ids[1], "timestamp": stamp,
+         "message": {"id": f"msg_{n}", "model": "claude", "content": [
+             {"type": "tool_use", "id": f"toolu_{n}", "name": "Read",
+              "input": {"file_path": "/p/ñ.ts"}}],
+             "usage": {"input_tokens": n, "output_tokens": 9}}},
+        {**base, "type": "user", "uuid": ids[3], "parentUuid": ids[2], "timestamp": stamp,
+         "toolUseResult": {"type": "text"}, "message": {"role": "user", "content": [
+             {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "x" * n}]}},
+        {**base, "type": "assistant", "uuid": ids[4], "parentUuid": ids[3], "timestamp": stamp,
+         "message": {"id": f"msg_{n}b", "model": "claude", "content": [
+             {"type": "text", "text": f"answer {n}"}]}},
+    ]
