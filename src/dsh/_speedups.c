@@ -4659,23 +4659,17 @@ line_scan_sse2(const unsigned char *p, Py_ssize_t n, Py_ssize_t *brackets)
 }
 #endif
 
-static PyObject *
-line_scan(PyObject *module, PyObject *data)
+/* line_scan's answer for n bytes at p: whether a long number may be there, and brackets */
+static int
+line_scan_bytes(const unsigned char *p, Py_ssize_t n, Py_ssize_t *brackets_out)
 {
-    const unsigned char *p;
-    Py_ssize_t i, n, run = 0, brackets = 0;
+    Py_ssize_t i, run = 0, brackets = 0;
     int long_number = 0;
-    if (!PyBytes_Check(data)) {
-        PyErr_SetString(PyExc_TypeError, "line_scan(bytes)");
-        return NULL;
-    }
-    p = (const unsigned char *)PyBytes_AS_STRING(data);
-    n = PyBytes_GET_SIZE(data);
 #if defined(__SSE2__)
-    if (line_scan_sse2(p, n, &brackets)) {
-        return Py_BuildValue("(On)", Py_False, brackets);
+    if (line_scan_sse2(p, n, brackets_out)) {
+        return 0;
     }
-    brackets = 0;  /* a run of 19 digits or more: the exact pass below judges it */
+    /* a run of 19 digits or more: the exact pass below judges it */
 #endif
     if (!line_classes[(unsigned char)'0']) {
         for (i = '0'; i <= '9'; i++) {
@@ -4694,6 +4688,21 @@ line_scan(PyObject *module, PyObject *data)
             long_number = 1;
         }
     }
+    *brackets_out = brackets;
+    return long_number;
+}
+
+static PyObject *
+line_scan(PyObject *module, PyObject *data)
+{
+    Py_ssize_t brackets = 0;
+    int long_number;
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "line_scan(bytes)");
+        return NULL;
+    }
+    long_number = line_scan_bytes((const unsigned char *)PyBytes_AS_STRING(data),
+                                  PyBytes_GET_SIZE(data), &brackets);
     return Py_BuildValue("(On)", long_number ? Py_True : Py_False, brackets);
 }
 
@@ -4717,6 +4726,67 @@ plain_numbers(PyObject *module, PyObject *value)
     return PyBool_FromLong(ok);
 }
 
+
+PyDoc_STRVAR(decode_plain_doc,
+"decode_plain(data, max_depth, /) -> object | None\n\n"
+"One JSONL record as dsh.interop._common.decode_line decodes it (its reference), for the\n"
+"common line: no run of digits that may be a long number, at most max_depth brackets, valid\n"
+"JSON for orjson and numbers plain_numbers keeps. None for any other line (and for a 'null'\n"
+"line): the Python function then decodes it and names what is wrong.");
+
+static PyObject *orjson_loads = NULL;
+
+static PyObject *
+decode_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *data, *value;
+    Py_ssize_t brackets = 0, limit;
+    int ok;
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "decode_plain(bytes, int)");
+        return NULL;
+    }
+    if (!configured()) {
+        return NULL;
+    }
+    data = args[0];
+    limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (line_scan_bytes((const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                        &brackets) || brackets > limit) {
+        Py_RETURN_NONE;
+    }
+    if (orjson_loads == NULL) {
+        PyObject *orjson = PyImport_ImportModule("orjson");
+        if (orjson == NULL) {
+            return NULL;
+        }
+        orjson_loads = PyObject_GetAttrString(orjson, "loads");
+        Py_DECREF(orjson);
+        if (orjson_loads == NULL) {
+            return NULL;
+        }
+    }
+    value = PyObject_CallOneArg(orjson_loads, data);
+    if (value == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_ValueError)) {  /* orjson.JSONDecodeError */
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        return NULL;
+    }
+    ok = plain_walk(value, 0);
+    if (ok <= 0) {
+        Py_DECREF(value);
+        if (ok < 0) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    return value;
+}
 
 /* ---------------------------------------------------------------------------------------
  * An adapter's whole-history read (dsh.adapters._log; docs/rules.md#verified-page-in,
@@ -5701,6 +5771,8 @@ static PyMethodDef methods[] = {
      claude_line_doc},
     {"utc_millis", utc_millis, METH_O, utc_millis_doc},
     {"claude_envelope", claude_envelope, METH_O, claude_envelope_doc},
+    {"decode_plain", (PyCFunction)(void (*)(void))decode_plain, METH_FASTCALL,
+     decode_plain_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -152,3 +152,10 @@ def utc_millis(text: object, /) -> int | None:
 
 def claude_envelope(record: dict[str, Any], /) -> dict[str, Any]:
     """A Claude Code line without ``message.content`` (reference: ``_claude_code._envelope``)."""
+
+def decode_plain(data: bytes, max_depth: int, /) -> Any:
+    """``dsh.interop._common.decode_line(data, …)`` for the common line, else None.
+
+    None: a possible long number, more than ``max_depth`` brackets, JSON orjson refuses, numbers
+    ``plain_numbers`` leaves to the exact path (or the line ``null``): the Python function decodes.
+    """

@@ -210,7 +210,7 @@ _SPEEDUPS_API: Final = (
     "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
     "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
     "record_texts", "line_scan", "pick_rows", "widen_sums_below", "claude_line", "utc_millis",
-    "claude_envelope")
+    "claude_envelope", "decode_plain")
 """What this dsh calls in ``dsh._speedups``."""
 
 _SPEEDUPS_API_VERSION: Final = 12
@@ -391,6 +391,8 @@ c_rows_text = _optional(_accelerator.rows_text)
 c_encode_rows = _optional(_accelerator.encode_rows)
 c_plain_numbers = _optional(_accelerator.plain_numbers)
 c_line_scan = _optional(_accelerator.line_scan)
+# decode_line's common line in one call (reference: dsh.interop._common.decode_line)
+c_decode_plain = _optional(_accelerator.decode_plain)
 # the first read of a Claude Code import, its clock and its envelopes (references:
 # dsh.interop._claude_code _Scan.add / BranchIndex.add / _envelope, _common._utc_millis)
 c_claude_line = _optional(_accelerator.claude_line)

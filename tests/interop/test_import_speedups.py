@@ -32,6 +32,7 @@ from dsh.interop._claude_code_index import BranchIndex
 from dsh.json import (
     c_claude_envelope,
     c_claude_line,
+    c_decode_plain,
     c_line_scan,
     c_utc_millis,
     has_long_number,
@@ -147,6 +148,27 @@ def test_line_scan_answers_as_the_byte_counts(data: bytes) -> None:
     assert c_line_scan(data) == (has_long_number(data), data.count(b"[") + data.count(b"{"))
 
 
+_json_line = st.one_of(
+    st.binary(max_size=80),
+    _value.map(lambda v: json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")),
+    st.sampled_from([b"null", b"[[[[[[]]]]]]", b'{"a": 12345678901234567890}', b"-0.0",
+                     b'{"a": 1.0, "b": [2e3, -0.5]}', b'"\\ud800"', b"{} x"]))
+
+
+@_SETTINGS
+@given(_json_line, st.integers(0, 6))
+def test_decode_plain_decodes_as_decode_line(data: bytes, depth: int) -> None:
+    assert c_decode_plain is not None
+    got = c_decode_plain(data, depth)
+    if got is None:  # decode_line decodes it (or names what is wrong)
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(common, "MAX_RECORD_DEPTH", depth)
+        expected = common.decode_line(data, Path("x.jsonl"), "claude-code", 1)
+    assert got == expected
+    assert json.dumps(got) == json.dumps(expected)
+
+
 # -- whole imports, with and without the accelerator
 
 
@@ -155,6 +177,7 @@ def _without_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cc, "c_claude_envelope", None)
     monkeypatch.setattr(common, "c_utc_millis", None)
     monkeypatch.setattr(common, "c_line_scan", None)
+    monkeypatch.setattr(common, "c_decode_plain", None)
 
 
 def _outcome(path: Path) -> Any:

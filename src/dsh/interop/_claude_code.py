@@ -186,7 +186,9 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
     read = [0]  # the offset of the line being mapped
 
     def records() -> Iterator[tuple[int, JsonObj]]:
-        for line, offset, r in src.records(side, exclude=True, ahead=ahead):
+        # no inline sidechain: no line to leave out (and no membership test a line)
+        for line, offset, r in src.records(side if has_side else None, exclude=True,
+                                           ahead=ahead):
             read[0] = offset
             yield line, r
 

@@ -218,7 +218,8 @@ class BranchIndex:
             flags[line] |= MAIN
             if kind:
                 flags[line] |= MESSAGE
-                last_message = max(last_message, line)
+                if line > last_message:
+                    last_message = line
             if owner == line:
                 parent[line] = _ROOT if linked == 0 else target if target is not None \
                     else _BROKEN

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final
 from dsh._errors import DshError, EventRejectedError, ImportFormatError, InvalidJsonError
 from dsh.json import (
     MAX_SAFE_INTEGER,
+    c_decode_plain,
     c_line_scan,
     c_utc_millis,
     has_long_number,
@@ -701,8 +702,11 @@ class JsonlSource:
                 seen = True
                 yield index, offset, ahead.pop(index)
                 continue
+            # the common line in one C call; None: decode_line decodes it (and names errors)
+            value = c_decode_plain(chunk, MAX_RECORD_DEPTH) if c_decode_plain is not None else None
             try:
-                value = decode_line(chunk, path, fmt, index)
+                if value is None:
+                    value = decode_line(chunk, path, fmt, index)
             except ImportFormatError as exc:
                 if last:
                     if self.live and seen:
