@@ -23,10 +23,11 @@ from dsh.agent import (
     ToolContext,
     approve,
     deny,
+    pending_approvals,
     tool,
 )
 from dsh.agent._effects import EffectLedger
-from dsh.rights import erase, redact
+from dsh.rights import erase, quarantine, redact, unquarantine
 from tests.agent.helpers import CONFIG, assert_verifies
 
 sent: list[str] = []
@@ -174,3 +175,42 @@ def test_dsh_approve_refuses_a_redacted_call_and_says_what_to_do(tmp_path: Path)
     assert "error[APPROVAL_ARGUMENTS_REDACTED]: call 'c1' in session 's1' cannot be approved" \
         in done.stderr
     assert "deny it (dsh deny s1 c1)" in done.stderr
+
+
+def test_a_quarantined_call_waits_and_is_approved_only_once_given_back(url: str) -> None:
+    # docs/effects.md#approvals-and-forgetting: before, a quarantine's placeholder (the call
+    # with arguments {}) made the ledger forget the request: approve said NO_PENDING_APPROVAL,
+    # and after an unquarantine the request was lost for good
+    seq = _blocked(url)
+    with dsh.open(url) as store:
+        applied = quarantine(store, "s1", [seq]).record_seq
+    before = _event_count(url)
+    with dsh.open(url) as store, pytest.raises(AgentError) as info:
+        approve(store, "s1", "c1", by="alice")
+    assert info.value.code == "APPROVAL_CALL_QUARANTINED"
+    assert info.value.where["seq"] == applied
+    assert str(info.value) == (
+        f"call 'c1' in session 's1' cannot be approved while it is quarantined: its message "
+        f"(seq {seq}) is withheld from the model view by the quarantine/apply at seq {applied}; "
+        f"give it back first (dsh unquarantine s1 {seq}) and approve it then, or deny it "
+        f"(dsh deny s1 c1)")
+    assert _event_count(url) == before  # the refusal wrote nothing
+    with dsh.open(url) as store:
+        assert [p.call_id for p in pending_approvals(store.session("s1"))] == ["c1"]
+    with dsh.open(url) as store:
+        unquarantine(store, "s1", [seq])
+        approve(store, "s1", "c1", by="alice")
+    decisions, text = _resume(url)
+    assert sent == ["hunter2 to bob"]  # the arguments the person was asked about
+    assert [d["decision"] for d in decisions] == ["run"]
+    assert text == "Approved by alice. Its result: sent hunter2 to bob"
+
+
+def test_a_quarantined_call_can_be_denied(url: str) -> None:
+    seq = _blocked(url)
+    with dsh.open(url) as store:
+        quarantine(store, "s1", [seq])
+        deny(store, "s1", "c1", by="alice")
+    decisions, _ = _resume(url)
+    assert sent == []
+    assert [d["decision"] for d in decisions] == ["deny"]

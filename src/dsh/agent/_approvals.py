@@ -70,6 +70,15 @@ def _answer(given: SessionStore | HoldsSessions, session_id: str, call_id: str,
             raise AgentError(f"session {session_id!r} has no approval waiting for call "
                              f"{call_id!r} (waiting: {waiting})", code="NO_PENDING_APPROVAL",
                              session_id=session_id, call_id=call_id)
+        if decision == "approved" and record.quarantined_by is not None:
+            raise AgentError(
+                f"call {call_id!r} in session {session_id!r} cannot be approved while it is "
+                f"quarantined: its message (seq {record.message_seq}) is withheld from the "
+                f"model view by the quarantine/apply at seq {record.quarantined_by}; give it "
+                f"back first (dsh unquarantine {session_id} {record.message_seq}) and approve "
+                f"it then, or deny it (dsh deny {session_id} {call_id})",
+                code="APPROVAL_CALL_QUARANTINED", session_id=session_id, call_id=call_id,
+                seq=record.quarantined_by)
         request = record.awaiting
         deadline = request["data"].get("deadline")
         now = (clock or (lambda: time.time_ns() // 1_000_000))()

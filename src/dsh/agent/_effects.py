@@ -34,7 +34,14 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal, TypeAlias
 
 from dsh.agent._tools import TOOL_EFFECTS, ToolEffect
-from dsh.session import REDACTION_APPLIED, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, Event
+from dsh.session import (
+    QUARANTINE_APPLY,
+    QUARANTINE_RELEASE,
+    REDACTION_APPLIED,
+    TOOL_NOT_STARTED,
+    TOOL_OUTCOME_UNKNOWN,
+    Event,
+)
 
 RECOVERY_EVENT: Final = "tool/recovery"
 """A resumed agent's decision about one interrupted or approved call (ignorable, log-only)."""
@@ -113,6 +120,8 @@ class CallRecord:
             from there), or None.
         rewritten_by: Seq of the ``redaction/applied`` record that rewrote an event, by the
             event's seq, for this call's message and approval requests.
+        quarantined_by: Seq of the ``quarantine/apply`` record withholding the call's message
+            from the model view, or None (never quarantined, or given back since).
     """
 
     call_id: str
@@ -133,6 +142,7 @@ class CallRecord:
     last_request: Event | None = None
     message_seq: int | None = None
     rewritten_by: dict[int, int] = field(default_factory=dict)
+    quarantined_by: int | None = None
     _gated: bool = field(default=False, repr=False)
     _pending_closer: str | None = field(default=None, repr=False)
 
@@ -249,9 +259,16 @@ class EffectLedger:
         if kind == "assistant/message":
             message = data.get("message")
             blocks = message.get("content") if isinstance(message, Mapping) else None
+            replaces = event.get("surfaceOp") not in (None, "append")
             for block in blocks if isinstance(blocks, list | tuple) else ():
                 if isinstance(block, Mapping) and block.get("type") == "tool-call" \
                         and isinstance(block.get("id"), str):
+                    shown = self._records.get(block["id"]) if replaces else None
+                    if shown is not None:
+                        # the same call shown anew (a quarantine placeholder, the message an
+                        # unquarantine restores): still the call the log recorded
+                        self._by_seq[event["seq"]] = shown
+                        continue
                     made = CallRecord(call_id=block["id"], name=_str(block.get("name")),
                                       arguments=_str(block.get("arguments")),
                                       turn=_int(data.get("turn")), step=_int(data.get("step")),
@@ -263,12 +280,17 @@ class EffectLedger:
         if kind == "turn/start":
             self._turn_calls = []
             return
-        if kind == REDACTION_APPLIED:
+        if kind in (REDACTION_APPLIED, QUARANTINE_APPLY, QUARANTINE_RELEASE):
             items = data.get("items")
             for item in items if isinstance(items, list | tuple) else ():
                 seq = item.get("seq") if isinstance(item, Mapping) else None
-                if type(seq) is int and seq in self._by_seq:
-                    self._by_seq[seq].rewritten_by[seq] = event["seq"]
+                named = self._by_seq.get(seq) if type(seq) is int else None
+                if named is None or seq is None:
+                    continue
+                if kind == REDACTION_APPLIED:
+                    named.rewritten_by[seq] = event["seq"]
+                elif seq == named.message_seq:
+                    named.quarantined_by = event["seq"] if kind == QUARANTINE_APPLY else None
             return
         if kind == "turn/end":
             reason = data.get("reason")

@@ -33,8 +33,6 @@ from dsh.rights._erase import (
 from dsh.rights._forks import fork_copies as fork_copies
 from dsh.rights._quarantine import (
     PLACEHOLDER_TEXT,
-    QUARANTINE_APPLY,
-    QUARANTINE_RELEASE,
     QuarantineResult,
     QuarantineState,
     quarantine,
@@ -59,7 +57,7 @@ from dsh.rights._retention import (
 )
 from dsh.rights._storelog import StoreLog, TrashEntry, store_log
 from dsh.rights._trash import TrashResult, purge, restore, trash
-from dsh.session import REDACTION_APPLIED
+from dsh.session import QUARANTINE_APPLY, QUARANTINE_RELEASE, REDACTION_APPLIED
 
 __all__ = [
     "PLACEHOLDER_TEXT",

@@ -26,16 +26,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from dsh._errors import RightsError
 from dsh.rights._held import HasPersistence, held
+from dsh.session import QUARANTINE_APPLY, QUARANTINE_RELEASE
 
 if TYPE_CHECKING:
     from dsh.persistence import Persistence
     from dsh.session import Clock, Event, Session
-
-QUARANTINE_APPLY: Final = "quarantine/apply"
-"""Event type of a quarantine record (ignorable, log-only; docs/events.md#quarantineapply)."""
-
-QUARANTINE_RELEASE: Final = "quarantine/release"
-"""Event type of an unquarantine record (ignorable, log-only)."""
 
 PLACEHOLDER_TEXT: Final = "[withheld from the model: this message is quarantined]"
 """The text every quarantine placeholder shows the model in place of the message's content."""

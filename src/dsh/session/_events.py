@@ -23,6 +23,14 @@ REDACTION_APPLIED: Final = "redaction/applied"
 """Event type of a redaction's or erasure's record (ignorable, log-only): its ``items`` name
 the seqs it rewrote in place (docs/events.md#redactionapplied, docs/forgetting.md)."""
 
+QUARANTINE_APPLY: Final = "quarantine/apply"
+"""Event type of a quarantine record (ignorable, log-only; docs/events.md#quarantineapply): its
+``items`` name each withheld message's ``seq`` and the ``placeholder`` standing for it."""
+
+QUARANTINE_RELEASE: Final = "quarantine/release"
+"""Event type of an unquarantine record (ignorable, log-only): ``items`` ``{seq, placeholder,
+restored}``."""
+
 
 ENVELOPE_KEYS: Final = frozenset(
     {"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"})
