@@ -72,3 +72,37 @@ def cli(store: Path) -> Any:
         return proc.stdout
 
     return run
+
+
+UNSAFE_ARGUMENTS = {"big": '{"id": 12345678901234567890123, "n": 1.0}',
+                    "nan": '{"x": NaN, "y": [-Infinity, 2]}', "plain": '{"path": "a.txt"}'}
+"""Call arguments by call id: numbers no JSON reader keeps exactly (a snowflake id beyond
+±(2^53-1), NaN and Infinity), and plain ones."""
+
+
+def write_unsafe_calls(db: Path) -> None:
+    """Store session ``ids`` in the SQLite file ``db``: one turn calling ``lookup`` with each
+    of :data:`UNSAFE_ARGUMENTS`, each answered ``found``, then ``done``."""
+    import dsh
+
+    with dsh.open(f"sqlite:{db}") as store:
+        recorder = store.recorder("ids")
+        with recorder.turn() as turn:
+            with turn.step() as step:
+                step.user_message("look them up")
+                step.request({"provider": "deepseek", "model": "deepseek-chat"})
+                step.assistant([{"type": "tool-call", "id": name, "name": "lookup",
+                                 "arguments": text} for name, text in UNSAFE_ARGUMENTS.items()])
+                for name in UNSAFE_ARGUMENTS:
+                    step.tool_call(name)
+                    step.tool_result(name, "found")
+            with turn.step() as step:
+                step.assistant("done")
+
+
+def strict_json(text: str) -> Any:
+    """``text`` parsed as JSON proper: ``NaN``/``Infinity`` fail the test."""
+    def not_json(constant: str) -> None:
+        raise AssertionError(f"{constant} in the export: not JSON")
+
+    return json.loads(text, parse_constant=not_json)

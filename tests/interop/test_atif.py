@@ -183,32 +183,15 @@ def test_atif_export_of_arguments_no_json_reader_keeps_imports_back_exactly(
     """A call's arguments holding an integer beyond ±(2^53-1) (a snowflake id) or NaN made an
     export dsh's own import refused ('beyond ±(2^53-1)'): such a number is its decimal text in
     the ATIF object, the exact arguments ride in ``extra.arguments_text``."""
-    import dsh as dsh_lib
-    from tests.interop.standards import cli
+    from tests.interop.standards import UNSAFE_ARGUMENTS as arguments
+    from tests.interop.standards import cli, strict_json, write_unsafe_calls
 
-    arguments = {"big": '{"id": 12345678901234567890123, "n": 1.0}',
-                 "nan": '{"x": NaN, "y": [-Infinity, 2]}', "plain": '{"path": "a.txt"}'}
     db = tmp_path / "s.db"
-    with dsh_lib.open(f"sqlite:{db}") as store:
-        recorder = store.recorder("ids")
-        with recorder.turn() as turn:
-            with turn.step() as step:
-                step.user_message("look them up")
-                step.request({"provider": "deepseek", "model": "deepseek-chat"})
-                step.assistant([{"type": "tool-call", "id": name, "name": "lookup",
-                                 "arguments": text} for name, text in arguments.items()])
-                for name in arguments:
-                    step.tool_call(name)
-                    step.tool_result(name, "found")
-            with turn.step() as step:
-                step.assistant("done")
+    write_unsafe_calls(db)
     dsh = cli(db)
     out = tmp_path / "t.json"
     dsh("export", "--format", "atif", "ids", "-o", str(out))
-    def not_json(constant: str) -> None:
-        raise AssertionError(f"{constant} in the export: not JSON")
-
-    doc = json.loads(out.read_text(encoding="utf-8"), parse_constant=not_json)
+    doc = strict_json(out.read_text(encoding="utf-8"))
     validate_atif(doc)
     calls = {c["tool_call_id"]: c for st in doc["steps"] for c in st.get("tool_calls") or []}
     assert calls["big"]["arguments"] == {"id": "12345678901234567890123", "n": 1.0}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,39 @@ def test_cli_exports_an_eval_log_inspect_reads(tmp_path: Path) -> None:
     [sample] = log.samples
     assert sample.id == row["id"]
     assert len(sample.messages) == len(json.loads(dsh("messages", row["id"])))
+
+
+def test_inspect_export_of_arguments_no_json_reader_keeps_is_exact(tmp_path: Path) -> None:
+    # docs/standards.md#inspect-ai: Inspect's ToolCall.arguments is a JSON object; a number
+    # beyond ±(2^53-1) was written raw (Inspect's viewer, a JavaScript reader, rounds it) and
+    # NaN/Infinity as tokens that are not JSON. Now: their decimal text in `arguments`, the
+    # exact text in the assistant message's metadata.dsh.arguments_text, and read_eval_log
+    # reads the file
+    from tests.interop.standards import UNSAFE_ARGUMENTS, strict_json, write_unsafe_calls
+
+    db = tmp_path / "s.db"
+    write_unsafe_calls(db)
+    out = tmp_path / "eval.json"
+    cli(db)("export", "--format", "inspect", "ids", "-o", str(out))
+    doc = strict_json(out.read_text(encoding="utf-8"))
+
+    def ints(value: Any) -> Iterator[int]:
+        if isinstance(value, dict | list):
+            for item in value.values() if isinstance(value, dict) else value:
+                yield from ints(item)
+        elif type(value) is int:
+            yield value
+
+    assert all(abs(n) <= 2**53 - 1 for n in ints(doc))
+    safe = {"big": {"id": "12345678901234567890123", "n": 1.0},
+            "nan": {"x": "nan", "y": ["-inf", 2]}, "plain": {"path": "a.txt"}}
+    [sample] = doc["samples"]
+    [answer] = [m for m in sample["messages"] if m.get("tool_calls")]
+    assert {c["id"]: c["arguments"] for c in answer["tool_calls"]} == safe
+    assert answer["metadata"] == {"dsh": {"arguments_text": {
+        "big": UNSAFE_ARGUMENTS["big"], "nan": UNSAFE_ARGUMENTS["nan"]}}}
+    assert {e["id"]: e["arguments"] for e in sample["events"] if e["event"] == "tool"} == safe
+    log = _read(doc, tmp_path / "again.json")
+    [read] = [m for m in log.samples[0].messages if m.role == "assistant" and m.tool_calls]
+    assert {c.id: c.arguments for c in read.tool_calls} == safe
+    assert read.metadata == answer["metadata"]

@@ -27,7 +27,6 @@ docs/standards.md#atif.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -45,8 +44,15 @@ from dsh.interop._common import (
     str_or_none,
     token_count,
 )
-from dsh.interop._history import Entry, LogLike, block_text, history, iso_time, usage_of
-from dsh.json import MAX_SAFE_INTEGER
+from dsh.interop._history import (
+    Entry,
+    LogLike,
+    block_text,
+    history,
+    iso_time,
+    safe_numbers,
+    usage_of,
+)
 
 FORMAT: Final = "atif"
 ATIF_VERSION: Final = "ATIF-v1.8"
@@ -128,26 +134,8 @@ def _arguments_object(arguments: object) -> tuple[JsonObj, str | None]:
         return {}, text
     if not isinstance(value, dict):
         return {}, text
-    safe = _safe_numbers(value)
+    safe = safe_numbers(value)
     return safe, None if safe is value and _arguments_text(value) == text else text
-
-
-def _safe_numbers(value: Any) -> Any:
-    """``value`` with each number no JSON reader keeps exactly as its decimal text.
-
-    ``value`` itself (the same object) when it holds none.
-    """
-    if isinstance(value, dict | list):
-        pairs = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
-        done = [(k, _safe_numbers(v)) for k, v in pairs]
-        if all(new is old for (_, new), (_, old) in zip(done, pairs, strict=True)):
-            return value
-        return dict(done) if isinstance(value, dict) else [v for _, v in done]
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
-        return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
 
 
 def _arguments_text(arguments: Mapping[str, Any]) -> str:

@@ -19,9 +19,12 @@ run of view messages from the first id to the last before appending it — gives
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from dsh.json import MAX_SAFE_INTEGER
 
 
 class LogLike(Protocol):
@@ -187,3 +190,24 @@ def block_text(block: Mapping[str, Any]) -> str:
         if isinstance(raw, Mapping) and isinstance(raw.get("text"), str):
             return str(raw["text"])
     return ""
+
+
+def safe_numbers(value: Any) -> Any:
+    """``value`` with each number no JSON reader keeps exactly as its decimal text.
+
+    Such a number is an integer beyond ±(2^53-1) (a JavaScript reader, such as a log viewer,
+    rounds it) or ``NaN``/``Infinity`` (not JSON at all). ``value`` itself (the same object)
+    when it holds none, so ``safe_numbers(v) is v`` tells whether anything changed.
+    Rule: docs/standards.md (ATIF, Inspect AI: the exact text rides beside it).
+    """
+    if isinstance(value, dict | list):
+        pairs = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+        done = [(k, safe_numbers(v)) for k, v in pairs]
+        if all(new is old for (_, new), (_, old) in zip(done, pairs, strict=True)):
+            return value
+        return dict(done) if isinstance(value, dict) else [v for _, v in done]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value

@@ -13,7 +13,10 @@ reads (``version`` 2), without importing Inspect (Rule: docs/standards.md#inspec
   given, output with usage and stop reason) and a ``tool`` event per tool call with its result.
 
 Reasoning becomes ``reasoning`` content (signature kept); images a text placeholder naming the
-attachment (the log holds a reference, not the bytes).
+attachment (the log holds a reference, not the bytes). A call's arguments holding a number no
+JSON reader keeps exactly (beyond ±(2^53-1), ``NaN``, ``Infinity``) carry it as its decimal
+text; the exact arguments ride in the assistant message's ``metadata.dsh.arguments_text``
+(by call id).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from dsh.interop._history import Entry, LogLike, history, iso_time, usage_of
+from dsh.interop._history import Entry, LogLike, history, iso_time, safe_numbers, usage_of
 
 _STOP: Final = {"tool-calls": "tool_calls", "max-tokens": "max_tokens", "stop": "stop"}
 _TOOL_ERRORS: Final = {"TOOL_TIMEOUT": "timeout", "NOT_APPROVED": "approval",
@@ -48,12 +51,23 @@ def _text(blocks: Sequence[Any]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _arguments(text: object) -> dict[str, Any]:
+def _arguments(text: object) -> tuple[dict[str, Any], str | None]:
+    """A call's JSON-text arguments as Inspect's ``arguments`` object, and its exact text.
+
+    The text is None when the object gives it back.
+
+    Inspect's ``ToolCall.arguments`` is a JSON object: text that is no JSON object rides in it
+    (``_raw_arguments``, ``_value``); a number no JSON reader keeps exactly (an integer beyond
+    ±(2^53-1), ``NaN``, ``Infinity``) is written as its decimal text, and the exact text is
+    returned beside it (Rule: docs/standards.md#inspect-ai).
+    """
     try:
         value = json.loads(text) if isinstance(text, str) and text else {}
     except (ValueError, RecursionError):
-        return {"_raw_arguments": text}
-    return value if isinstance(value, dict) else {"_value": value}
+        return {"_raw_arguments": text}, None
+    found = value if isinstance(value, dict) else {"_value": value}
+    safe = safe_numbers(found)
+    return safe, None if safe is found else str(text)
 
 
 class _Names:
@@ -70,6 +84,7 @@ def _message(message: Mapping[str, Any], names: _Names) -> dict[str, Any]:
     if role == "assistant":
         content: list[dict[str, Any]] = []
         calls = []
+        texts: dict[str, str] = {}  # call id -> exact arguments text
         for b in blocks:
             if b.get("type") == "reasoning":
                 part: dict[str, Any] = {"type": "reasoning", "reasoning": str(b.get("text", ""))}
@@ -78,8 +93,11 @@ def _message(message: Mapping[str, Any], names: _Names) -> dict[str, Any]:
                 content.append(part)
             elif b.get("type") == "tool-call":
                 names.by_call[str(b.get("id"))] = str(b.get("name", ""))
+                arguments, exact = _arguments(b.get("arguments"))
                 calls.append({"id": str(b.get("id")), "function": str(b.get("name", "")),
-                              "arguments": _arguments(b.get("arguments")), "type": "function"})
+                              "arguments": arguments, "type": "function"})
+                if exact is not None:
+                    texts[str(b.get("id"))] = exact
             elif b.get("type") in ("text", "image"):
                 content.append({"type": "text", "text": _text([b])})
         source = message.get("source") if isinstance(message.get("source"), Mapping) else {}
@@ -88,6 +106,8 @@ def _message(message: Mapping[str, Any], names: _Names) -> dict[str, Any]:
             out["tool_calls"] = calls
         if isinstance(source, Mapping) and source.get("model"):
             out["model"] = str(source["model"])
+        if texts:
+            out["metadata"] = {"dsh": {"arguments_text": texts}}
         return out
     result = next((b for b in blocks if b.get("type") == "tool-result"), None)
     if result is not None:
