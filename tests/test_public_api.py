@@ -16,6 +16,8 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
+
 import dsh
 from tests.architecture import PUBLIC_MODULES
 
@@ -133,3 +135,35 @@ def test_help_of_a_submodule_class_works_in_a_fresh_interpreter() -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True, timeout=60).stdout.splitlines()
     assert out == ["class Persistence(builtins.object)", "dsh.persistence.jsonl._backend"]
+
+
+def _fresh_modules(script: str) -> list[str]:
+    """The ``dsh`` modules loaded after ``script`` runs in a fresh interpreter, sorted."""
+    out = subprocess.run([sys.executable, "-c", script + "\nimport sys\n"
+                          "print(*sorted(m for m in sys.modules if m.split('.')[0] == 'dsh'))"],
+                         cwd=SNAPSHOT.parents[1], capture_output=True, text=True, check=True,
+                         timeout=60).stdout
+    return out.split()
+
+
+def test_import_dsh_loads_only_the_errors_and_every_public_name_resolves() -> None:
+    # PEP 562: `import dsh` loads the errors and the version; each other public name loads its
+    # module on first use (docs/architecture.md#public-modules), and then prints as dsh.X.
+    assert _fresh_modules("import dsh") == ["dsh", "dsh._errors", "dsh._version"]
+    script = ("import dsh\n"
+              "missing = [n for n in dsh.__all__ if getattr(dsh, n, None) is None]\n"
+              "assert missing == [], missing\n"
+              "assert dsh.Session.__module__ == dsh.Store.__module__ == 'dsh'\n"
+              "assert dsh.persistence.sqlite.__name__ == 'dsh.persistence.sqlite'\n"
+              "assert dir(dsh) == sorted([*dsh.__all__, '__version__'])\n")
+    loaded = _fresh_modules(script)
+    assert {"dsh.session", "dsh._store", "dsh.compaction"} <= set(loaded)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        dsh.no_such_name  # noqa: B018
+
+
+def test_an_adapter_import_loads_no_agent_loop_compaction_or_front_door() -> None:
+    pytest.importorskip("agents")
+    loaded = set(_fresh_modules("import dsh.adapters.openai_agents"))
+    assert "dsh.adapters.openai_agents" in loaded and "dsh.session" in loaded
+    assert loaded.isdisjoint({"dsh.agent._loop", "dsh._store", "dsh.compaction"})

@@ -14,6 +14,8 @@ block drains every write to disk. :class:`Session` alone is an in-memory log.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from typing import TYPE_CHECKING
 
 from dsh._errors import (
@@ -36,47 +38,47 @@ from dsh._errors import (
     UnknownEventTypeError,
     WriteFailedError,
 )
-from dsh._messages import (
-    create_assistant_message,
-    create_message,
-    create_system_message,
-    create_tool_result_message,
-    create_user_message,
-)
-from dsh._store import Store, open
 from dsh._version import __version__ as __version__
-from dsh.compaction import (
-    DigestSummarizer,
-    LlmSummarizer,
-    PrunerConfig,
-    Summarizer,
-    compact_now,
-    compact_surface_region,
-    prune_session,
-    select_compactable_range,
-)
-from dsh.persistence import WriteBehind
-from dsh.session import (
-    SESSION_FORMAT_VERSION,
-    TOOL_NOT_STARTED,
-    TOOL_OUTCOME_UNKNOWN,
-    Event,
-    Session,
-    SessionHeader,
-    Violation,
-    check_log,
-    derive_event_message,
-    fold_surface,
-    interrupted_turn_closers,
-    open_turn_closers,
-    register_event_type,
-    tool_pairing_balanced_after,
-    tool_pairing_balanced_before,
-)
 
-if TYPE_CHECKING:  # the deprecated names, typed as before (see __getattr__)
-    from dsh.persistence import open_store as open_store
-    from dsh.session import SessionStore as SessionStore
+if TYPE_CHECKING:  # loaded on first use (see __getattr__); typed here as if imported
+    from dsh._messages import (
+        create_assistant_message,
+        create_message,
+        create_system_message,
+        create_tool_result_message,
+        create_user_message,
+    )
+    from dsh._store import Store, open
+    from dsh.compaction import (
+        DigestSummarizer,
+        LlmSummarizer,
+        PrunerConfig,
+        Summarizer,
+        compact_now,
+        compact_surface_region,
+        prune_session,
+        select_compactable_range,
+    )
+    from dsh.persistence import WriteBehind
+    from dsh.persistence import open_store as open_store  # deprecated (see __getattr__)
+    from dsh.session import (
+        SESSION_FORMAT_VERSION,
+        TOOL_NOT_STARTED,
+        TOOL_OUTCOME_UNKNOWN,
+        Event,
+        Session,
+        SessionHeader,
+        Violation,
+        check_log,
+        derive_event_message,
+        fold_surface,
+        interrupted_turn_closers,
+        open_turn_closers,
+        register_event_type,
+        tool_pairing_balanced_after,
+        tool_pairing_balanced_before,
+    )
+    from dsh.session import SessionStore as SessionStore  # deprecated (see __getattr__)
 
 
 __all__ = [
@@ -131,12 +133,41 @@ __all__ = [
     "tool_pairing_balanced_before",
 ]
 
-# Errors and the main classes print as dsh.X in tracebacks (docs/architecture.md#public-modules).
+_LAZY: dict[str, str] = {name: module for module, names in {
+    "dsh._messages": ("create_assistant_message", "create_message", "create_system_message",
+                      "create_tool_result_message", "create_user_message"),
+    "dsh._store": ("Store", "open"),
+    "dsh.compaction": ("DigestSummarizer", "LlmSummarizer", "PrunerConfig", "Summarizer",
+                       "compact_now", "compact_surface_region", "prune_session",
+                       "select_compactable_range"),
+    "dsh.persistence": ("WriteBehind",),
+    "dsh.session": ("SESSION_FORMAT_VERSION", "TOOL_NOT_STARTED", "TOOL_OUTCOME_UNKNOWN",
+                    "Event", "Session", "SessionHeader", "Violation", "check_log",
+                    "derive_event_message", "fold_surface", "interrupted_turn_closers",
+                    "open_turn_closers", "register_event_type", "tool_pairing_balanced_after",
+                    "tool_pairing_balanced_before"),
+}.items() for name in names}
+"""The public names loaded on first use (PEP 562), each with the module that defines it.
+
+``import dsh`` loads only the errors and the version: a program that imports one submodule
+(an adapter, the store of one backend) does not pay for the store front door, compaction and
+the session core it does not use (docs/architecture.md#public-modules).
+"""
+
+
+def _as_dsh(value: object) -> object:
+    """``value``, a class of dsh's printing as ``dsh.X`` from now on (tracebacks, ``repr``)."""
+    if isinstance(value, type) and value.__module__.startswith("dsh."):
+        value.__module__ = "dsh"
+    return value
+
+
+# Errors print as dsh.X in tracebacks (docs/architecture.md#public-modules); the main classes
+# once loaded through dsh (__getattr__).
 for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) and _obj.__module__.startswith("dsh."):
-        _obj.__module__ = "dsh"
-del _name, _obj
+    if _name not in _LAZY:
+        _as_dsh(globals()[_name])
+del _name
 
 
 _DEPRECATED = {
@@ -147,8 +178,19 @@ _DEPRECATED = {
 
 
 def __getattr__(name: str) -> object:
+    """A public name, loaded on first use; a submodule (``dsh.persistence``), imported.
+
+    Raises:
+        AttributeError: ``name`` is neither a public name nor a submodule of dsh.
+    """
+    module = _LAZY.get(name)
+    if module is not None:
+        value = globals()[name] = _as_dsh(getattr(importlib.import_module(module), name))
+        return value
     replacement = _DEPRECATED.get(name)
     if replacement is None:
+        if not name.startswith("__") and importlib.util.find_spec(f"dsh.{name}") is not None:
+            return importlib.import_module(f"dsh.{name}")  # (binds it here as an attribute)
         raise AttributeError(f"module 'dsh' has no attribute {name!r}")
     if name == "open_store":  # warns when called
         from dsh.persistence import open_store

@@ -7,7 +7,6 @@ Attribute access gives the Python names. Events are immutable; nothing in them c
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NewType, TypeAlias
 
@@ -259,6 +258,8 @@ def unknown_type_hint(type: str) -> str | None:
     Rule: the closest name by :func:`difflib.get_close_matches` with a similarity of at least
     0.8 (``"step/strat"`` → ``"step/start"``; ``"myapp/note"`` → None).
     """
+    import difflib  # here: only a rejected type needs it (docs/architecture.md, imported late)
+
     close = difflib.get_close_matches(type, [*KNOWN_EVENT_TYPES, *_CUSTOM_TYPES], n=1,
                                       cutoff=0.8)
     return close[0] if close else None
