@@ -539,6 +539,19 @@ def test_a_whole_history_read_of_one_item_per_node_skips_the_walk(
     assert answers == [True, False, False]  # (no selection: the marks are not all taken in)
 
 
+def test_texts_are_parsed_part_by_part_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a read parses its records LOADS_TEXTS at a time (what one parse holds stays bounded):
+    # every part boundary keeps the order and the values, the texts are left as they were
+    from dsh.adapters import _log
+
+    monkeypatch.setattr(_log, "LOADS_TEXTS", 3)
+    for count in (0, 1, 2, 3, 4, 6, 7):
+        texts = [b'{"n":%d}' % n for n in range(count)]
+        kept = list(texts)
+        assert _log._loads_texts(texts) == [{"n": n} for n in range(count)]
+        assert texts == kept
+
+
 def test_a_whole_history_read_refuses_a_changed_row_before_the_cut(tmp_path: Path) -> None:
     # docs/rules.md#verified-page-in: the selective read checks every row against the seal
     import sqlite3
