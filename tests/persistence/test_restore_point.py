@@ -27,7 +27,7 @@ from dsh.persistence import Persistence, open_backend
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._seal import read_seal, reset_seal
 from dsh.persistence.jsonl import _restore_point as jrp
-from dsh.session import PagedLog, Session
+from dsh.session import LazyNodes, PagedLog, Session
 from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 from tests.strategies import (
     Script,
@@ -68,11 +68,13 @@ def small_restore_points(monkeypatch: pytest.MonkeyPatch) -> None:
 
     Surface nodes are stored packed from 2 on, the last 2 as seqs ("zt:"), so resumes here
     read the packed form, and inflate its head when they read before its last 2 nodes (the
-    other restore point tests read the plain list).
+    other restore point tests read the plain list); the page-in index packed from 2 entries
+    on ("zi:").
     """
     monkeypatch.setattr(rp, "RESTORE_POINT_EVERY_EVENTS", 1)
     monkeypatch.setattr(rp, "PACKED_NODES_MIN", 2)
     monkeypatch.setattr(rp, "TAILED_NODES", 2)
+    monkeypatch.setattr(rp, "INDEX_PACKED_MIN", 2)
     monkeypatch.setattr(rp, "INDEX_EVERY_EVENTS", 1)
     monkeypatch.setattr(paging, "PAGE_EVENTS", 4)
     monkeypatch.setattr(paging, "PICK_EVENTS", 8)
@@ -940,3 +942,83 @@ def test_an_edit_between_the_surfaces_events_is_refused_by_the_derive(kind: str,
         assert isinstance(session._log, PagedLog)
         session.derive_messages()
     assert "integrity seal" in caught.value.message
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl-zstd"])
+def test_a_packed_surface_and_index_are_inflated_only_when_asked_for(kind: str,
+                                                                     root: Path) -> None:
+    # docs/formats.md#restore-points ("zt:", "zi:"): a JSONL resume reads the surface's tail
+    # and the index's ends; the last messages and the next appends inflate nothing; the full
+    # derive inflates the surface's head, and its first page-in the index
+    long_store(kind, root, turns=60)
+    body = next(root.rglob("*.ckpt")).read_bytes()
+    assert b'"index":"zi:' in body and b'"nodes":"zt:b:' in body
+    with dsh.open(url_of(kind, root), clock=StepClock(2_000_000_000_000)).sessions as store:
+        session = store.resume("s")
+        assert isinstance(session._log, PagedLog)
+        index = session._log._source._index
+        assert isinstance(index, rp.PageIndex) and not index.inflated
+        nodes = session._nodes
+        assert isinstance(nodes, LazyNodes) and not nodes.inflated
+        last = session.derive_messages(last=2)
+        completed_turn(session, 61, call_ids=["c61"])
+        store.flush(session)
+        assert not nodes.inflated and not index.inflated
+        messages = session.derive_messages()
+        assert nodes.inflated and index.inflated
+        assert any(list(messages[i:i + 2]) == list(last) for i in range(len(messages) - 1))
+    assert_equivalent(root, kind)
+
+
+def test_a_page_index_reads_its_ends_packed_and_checks_the_rest_when_inflated() -> None:
+    pairs = [(0, 40), *((seq, 40 + seq * 100) for seq in range(3, 300, 3))]
+    text = rp.PageIndex(pairs).pack()
+    index = rp.PageIndex.unpack(text)
+    assert len(index) == len(pairs) and index[0] == (0, 40) and index[-1] == pairs[-1]
+    copy = index.copy()
+    copy.append((400, 90_000))
+    assert copy[-1] == (400, 90_000) and len(copy) == len(pairs) + 1 and len(index) == len(pairs)
+    assert not index.inflated and not copy.inflated and index.pack() == text
+    assert list(index) == pairs and index[5] == pairs[5] and index == pairs
+    assert list(copy) == [*pairs, (400, 90_000)] and index.inflated and copy.inflated
+    assert rp.PageIndex.unpack(copy.pack()) == copy
+    head, _, packed = text.rpartition(":")
+    count, first_seq, first_offset, last_seq, last_offset = map(int, head.split(":")[1:])
+    for claim in (f"zi:{count - 1}:{first_seq}:{first_offset}:{last_seq}:{last_offset}",
+                  f"zi:{count}:{first_seq}:{first_offset + 1}:{last_seq}:{last_offset}",
+                  f"zi:{count}:{first_seq}:{first_offset}:{last_seq - 1}:{last_offset}"):
+        claimed = rp.PageIndex.unpack(f"{claim}:{packed}")
+        with pytest.raises(dsh.LogCorruptError) as caught:
+            list(claimed)
+        assert caught.value.code == "RESTORE_POINT_MISMATCH"
+    falling = rp.PageIndex.unpack(rp.PageIndex([(0, 5), (4, 9), (2, 12), (8, 20)]).pack())
+    with pytest.raises(dsh.LogCorruptError, match="do not rise"):
+        falling[1]
+    for bad in ("zi:0:0:0:0:0:", "zi:2:5:5:5:5:", "zi:3:0:1:1:9:eAE=", "zi:2:0:1:x:9:",
+                "zj:2:0:1:5:9:", f"{head}:{packed}!", "zi:2:0:1:5:9"):
+        with pytest.raises(ValueError):
+            rp.PageIndex.unpack(bad)
+
+
+def test_a_page_index_listed_as_pairs_is_still_read() -> None:
+    # written before "zi:" (and below INDEX_PACKED_MIN entries): [seq, offset] pairs
+    from dsh.session import RestoreState
+    state = RestoreState(event_count=50, last_time=5, last_type="turn/end", nodes=(1, 2),
+                         replace_generation=0, request_header=None, request_context=None,
+                         inherited_markers=0, turn_boundary=-1, turn_open=False)
+    pairs = ((0, 30), (10, 900), (20, 1800))
+    anchor = rp.Anchor(backend="jsonl", session_id="s", incarnation="i", event_count=50,
+                       byte_offset=4000, header_digest="h", tail_digest="t", seal_digest="",
+                       index=pairs)
+    data = rp.encode_restore_point(rp.RestorePoint(anchor=anchor, state=state))
+    assert b'"index":"zi:3:0:30:20:1800:' in data
+    listed = _resealed(data.partition(b"\n")[2].replace(
+        b'"index":"' + data.split(b'"index":"')[1].split(b'"')[0] + b'"',
+        b'"index":[[0,30],[10,900],[20,1800]]'))
+    read = rp.decode_restore_point(listed, session_id="s", backend="jsonl")
+    assert read.anchor.index == pairs and read.state == state
+    for bad in (b"[[0,30],[10,900],[10,1800]]", b"[[0,30],[10]]", b'"zi:1"'):
+        forged = _resealed(listed.partition(b"\n")[2].replace(
+            b"[[0,30],[10,900],[20,1800]]", bad))
+        with pytest.raises(rp.RestorePointRefused, match="bad-field:index"):
+            rp.decode_restore_point(forged, session_id="s", backend="jsonl")

@@ -37,15 +37,17 @@ import binascii
 import hashlib
 import logging
 import os
+import sys
 import zlib
+from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from glob import escape as glob_escape
-from itertools import chain
+from itertools import accumulate, chain
 from operator import lt
 from pathlib import Path
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, overload, runtime_checkable
 
 import orjson
 
@@ -62,12 +64,14 @@ __all__ = [
     "RESTORE_POINT_FORMAT",
     "INDEX_EVERY_BYTES",
     "INDEX_EVERY_EVENTS",
+    "INDEX_PACKED_MIN",
     "Anchor",
     "RestorePoint",
     "RestorePointCheck",
     "RestorePointRefused",
     "KeepsRestorePoints",
     "OpensAtRestorePoint",
+    "PageIndex",
     "check_bound",
     "check_restore_point",
     "decode_restore_point",
@@ -100,6 +104,9 @@ INDEX_EVERY_EVENTS = 256
 
 INDEX_EVERY_BYTES = 256 * 1024
 """... or at least this many bytes after it."""
+
+INDEX_PACKED_MIN = 64
+"""An index of at least this many entries is stored packed (``"zi:"``, :class:`PageIndex`)."""
 
 DIGEST_TAIL_BYTES: Final = 4096
 """How many bytes before the cut the tail digest covers (JSONL)."""
@@ -183,7 +190,8 @@ class Anchor:
         header_digest: Digest of the stored header (JSONL: the header line or frame).
         tail_digest: Digest of the last bytes (rows) before the cut.
         seal_digest: Digest of the integrity-seal records over the prefix ("" when none).
-        index: ``(seq, byte offset)`` of record starts, ascending, first ``(0, header end)``.
+        index: ``(seq, byte offset)`` of record starts, ascending, first ``(0, header end)``
+            (read back from a restore point: a :class:`PageIndex`, inflated at first need).
     """
 
     backend: str
@@ -194,7 +202,7 @@ class Anchor:
     header_digest: str
     tail_digest: str
     seal_digest: str
-    index: tuple[tuple[int, int], ...] = ()
+    index: Sequence[tuple[int, int]] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,6 +264,165 @@ class OpensAtRestorePoint(Protocol):
                               ) -> Any:
         """A read handle (raises as ``open`` does)."""
         ...
+
+_INDEX_PREFIX: Final = "zi:"
+
+
+class PageIndex(Sequence[tuple[int, int]]):
+    """A page-in index read from a restore point, kept packed until an inner entry is asked for.
+
+    ``(seq, byte offset)`` pairs, both strictly ascending (docs/formats.md#restore-points,
+    ``"zi:"``). Its length, its first and last entries and the entries appended since are read
+    without inflating anything, so a resume costs the same at 100k and 1M events; the first
+    read of another entry inflates the rest once. Built from pairs, it holds them as they are.
+    A writer resumed through it appends to a :meth:`copy`. Rule:
+    docs/rules.md#restore-points-are-never-the-truth.
+
+    Raises:
+        LogCorruptError: ``RESTORE_POINT_MISMATCH`` from the read that inflates entries that are
+            not what the restore point claimed (count, order, first or last entry).
+    """
+
+    __slots__ = ("_count", "_first", "_last", "_more", "_packed", "_pairs")
+
+    def __init__(self, pairs: Sequence[tuple[int, int]] = ()) -> None:
+        self._pairs: list[tuple[int, int]] | None = list(pairs)
+        self._packed = b""
+        self._count = len(self._pairs)
+        self._first = self._last = (0, 0)
+        self._more: list[tuple[int, int]] = []
+
+    @classmethod
+    def unpack(cls, text: str) -> PageIndex:
+        """The index :meth:`pack` wrote, checked by its counts and ends, not inflated.
+
+        Raises:
+            ValueError: not ``zi:<count>:<first seq>:<first offset>:<last seq>:<last
+                offset>:<base64>``, or ends out of order.
+        """
+        parts = text.split(":", 6)
+        if len(parts) != 7 or parts[0] != _INDEX_PREFIX[:-1] \
+                or not all(part.isascii() and part.isdigit() for part in parts[1:6]):
+            raise ValueError("not a packed page-in index")
+        count, first_seq, first_offset, last_seq, last_offset = map(int, parts[1:6])
+        if count < 1 or (count == 1) != ((first_seq, first_offset) == (last_seq, last_offset)) \
+                or first_seq > last_seq - count + 1 or first_offset > last_offset - count + 1:
+            raise ValueError("packed page-in index ends out of order")
+        try:
+            packed = binascii.a2b_base64(parts[6], strict_mode=True)
+        except binascii.Error as exc:
+            raise ValueError(f"packed page-in index does not decode ({exc})") from None
+        index = cls.__new__(cls)
+        index._pairs, index._packed, index._count = None, packed, count
+        index._first, index._last = (first_seq, first_offset), (last_seq, last_offset)
+        index._more = []
+        return index
+
+    def pack(self) -> str:
+        """``"zi:"`` + counts, ends and base64 of the zlib'd int64 differences of the pairs.
+
+        An index read by :meth:`unpack` with nothing appended gives back the very text.
+        """
+        if self._pairs is None and not self._more:
+            return (f"{_INDEX_PREFIX}{self._count}:{self._first[0]}:{self._first[1]}:"
+                    f"{self._last[0]}:{self._last[1]}:"
+                    + binascii.b2a_base64(self._packed, newline=False).decode("ascii"))
+        pairs = self._all()
+        flat = array("q", chain.from_iterable(pairs))
+        differences = array("q", flat[:2])
+        differences.extend(a - b for a, b in zip(flat[2:], flat, strict=False))
+        if sys.byteorder == "big":
+            differences.byteswap()
+        packed = zlib.compress(differences.tobytes(), 1)
+        return (f"{_INDEX_PREFIX}{len(pairs)}:{pairs[0][0]}:{pairs[0][1]}:{pairs[-1][0]}:"
+                f"{pairs[-1][1]}:" + binascii.b2a_base64(packed, newline=False).decode("ascii"))
+
+    def copy(self) -> PageIndex:
+        """An index with the same entries to append to (the packed bytes shared)."""
+        index = PageIndex.__new__(PageIndex)
+        index._pairs = None if self._pairs is None else list(self._pairs)
+        index._packed, index._count = self._packed, self._count
+        index._first, index._last = self._first, self._last
+        index._more = list(self._more)
+        return index
+
+    @property
+    def inflated(self) -> bool:
+        """Whether every entry is held as pairs now."""
+        return self._pairs is not None
+
+    def append(self, pair: tuple[int, int]) -> None:
+        """Add an entry after the last (the caller keeps both columns ascending)."""
+        if self._pairs is not None:
+            self._pairs.append(pair)
+        else:
+            self._more.append(pair)
+
+    def _all(self) -> list[tuple[int, int]]:
+        """Every entry as pairs (inflated the first time)."""
+        if self._pairs is None:
+            self._pairs = self._inflate() + self._more
+            self._more = []
+        return self._pairs
+
+    def _inflate(self) -> list[tuple[int, int]]:
+        count = self._count
+        try:
+            decompressor = zlib.decompressobj()
+            raw = decompressor.decompress(self._packed, 16 * count + 1)
+            if len(raw) != 16 * count or not decompressor.eof or decompressor.unconsumed_tail:
+                raise ValueError(f"it does not hold {count} entries")
+        except (ValueError, zlib.error) as exc:
+            raise self._mismatch(str(exc)) from None
+        differences = array("q", raw)
+        if sys.byteorder == "big":
+            differences.byteswap()
+        if min(differences[:2]) < 0 or (count > 1 and min(differences[2:]) <= 0):
+            raise self._mismatch("its entries do not rise")
+        pairs = list(zip(accumulate(differences[0::2]), accumulate(differences[1::2]),
+                         strict=True))
+        if pairs[0] != self._first or pairs[-1] != self._last:
+            raise self._mismatch("its ends are not the ones it names")
+        return pairs
+
+    @staticmethod
+    def _mismatch(why: str) -> LogCorruptError:
+        return LogCorruptError(f"a restore point's page-in index does not hold what it claims "
+                               f"({why}): delete the session's restore point and resumes read "
+                               "the whole log", code="RESTORE_POINT_MISMATCH")
+
+    def __len__(self) -> int:
+        return self._count + len(self._more) if self._pairs is None else len(self._pairs)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[int, int]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[int, int] | list[tuple[int, int]]:
+        if self._pairs is None and not isinstance(index, slice):
+            position = index + len(self) if index < 0 else index
+            if position == 0:
+                return self._first
+            if position == self._count - 1:
+                return self._last
+            if self._count <= position < len(self):
+                return self._more[position - self._count]
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PageIndex | list | tuple):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # appended to
+
+    def __repr__(self) -> str:
+        return f"PageIndex({self._all()!r})"
 
 
 PACKED_NODES_MIN: Final = 4096
@@ -363,10 +530,17 @@ def encode_restore_point(restore_point: RestorePoint) -> bytes:
         "sessionId": anchor.session_id, "incarnation": anchor.incarnation,
         "eventCount": anchor.event_count, "byteOffset": anchor.byte_offset,
         "headerDigest": anchor.header_digest, "tailDigest": anchor.tail_digest,
-        "sealDigest": anchor.seal_digest, "index": [list(pair) for pair in anchor.index],
+        "sealDigest": anchor.seal_digest, "index": _stored_index(anchor.index),
         "state": _packed_state(restore_point.state),
     })
     return _MAGIC + digest(body).encode() + b"\n" + body
+
+
+def _stored_index(index: Sequence[tuple[int, int]]) -> str | list[list[int]]:
+    """The body's ``index``: packed (:meth:`PageIndex.pack`) from :data:`INDEX_PACKED_MIN` on."""
+    if len(index) >= INDEX_PACKED_MIN:
+        return (index if isinstance(index, PageIndex) else PageIndex(index)).pack()
+    return [list(pair) for pair in index]
 
 
 def _field(body: dict[str, Any], key: str, kind: type) -> Any:
@@ -442,14 +616,21 @@ def _decode(data: bytes, *, session_id: str, backend: str) -> RestorePoint:
     return RestorePoint(anchor=anchor, state=state, digest=body_digest)
 
 
-def _index(raw: object) -> tuple[tuple[int, int], ...]:
+def _index(raw: object) -> Sequence[tuple[int, int]]:
     """The page-in index of a body: ``[seq, offset]`` pairs, both strictly ascending.
 
-    Checked with C-speed builtins (a 1M-event log has ~4,000 pairs), in no per-pair Python code.
+    Packed (``"zi:"``): a :class:`PageIndex` checked by its count and ends, inflated at first
+    need. Listed (written before ``"zi:"``, and below :data:`INDEX_PACKED_MIN` entries):
+    checked with C-speed builtins, in no per-pair Python code.
 
     Raises:
         RestorePointRefused: ``bad-field:index``.
     """
+    if isinstance(raw, str):
+        try:
+            return PageIndex.unpack(raw)
+        except ValueError:
+            raise RestorePointRefused("bad-field:index") from None
     if not isinstance(raw, list) or (raw and (
             set(map(type, raw)) != {list} or set(map(len, raw)) != {2})):
         raise RestorePointRefused("bad-field:index")

@@ -608,8 +608,9 @@ class _Tail:
     # its cut were checked by digest and not read; ``seals`` and ``chain`` then hold the ones
     # after it, and a writer that needs them all reads them first (``_unelide``)
     seal_cut: SealCut | None = None
-    # the page-in index of the stored prefix, and the header's extent and digest (restore points)
-    index: list[tuple[int, int]] = field(default_factory=list)
+    # the page-in index of the stored prefix, and the header's extent and digest (restore
+    # points); after a resume through one, its PageIndex (inflated at first need)
+    index: list[tuple[int, int]] | rp.PageIndex = field(default_factory=list)
     header_end: int = 0
     header_digest: str = ""
 

@@ -96,7 +96,7 @@ def backend_kind(compression: str) -> str:
     return "jsonl-zstd" if compression == "zstd" else "jsonl"
 
 
-def note_index(index: list[tuple[int, int]], seq: int, offset: int) -> None:
+def note_index(index: list[tuple[int, int]] | rp.PageIndex, seq: int, offset: int) -> None:
     """Add ``(seq, offset)`` (a batch start) when far enough from the last entry."""
     if not index:
         index.append((seq, offset))
@@ -162,7 +162,7 @@ class TailRead:
     revision: str
     size: int
     records: list[tuple[int, int, int]]
-    index: list[tuple[int, int]]
+    index: list[tuple[int, int]] | rp.PageIndex  # a restore point's: inflated at first need
     header_end: int
     restore_marks: list[bytes]
     chain: ChainState | None = None
@@ -243,7 +243,8 @@ def load_tail(path: Path, restore_point: rp.RestorePoint, *, zstd: bool, seal_pa
         check_identity(header)
     except DshError:
         raise rp.RestorePointRefused("corrupt-tail") from None
-    index = list(anchor.index)
+    index = anchor.index.copy() if isinstance(anchor.index, rp.PageIndex) \
+        else list(anchor.index)  # (a packed one is not inflated: O(tail))
     note_index(index, anchor.event_count, cut)
     return TailRead(header, events, revision, after.st_size, list(records), index, header_end,
                     list(seal.restore_points) if seal is not None else [],
@@ -289,8 +290,11 @@ class JsonlPrefixSource:
         self._zstd = compression == "zstd"
         self._cut = cut
         self._cut_offset = cut_offset
-        self._seqs = [seq for seq, _ in index]
-        self._offsets = [offset for _, offset in index]
+        self._index = index
+        # a restore point's PageIndex: its columns taken at the first page-in that needs them
+        lazy = isinstance(index, rp.PageIndex)
+        self._seqs: list[int] = [] if lazy else [seq for seq, _ in index]
+        self._offsets: list[int] = [] if lazy else [offset for _, offset in index]
         # the events of the last span scanned (first seq, events): pages are read in order
         # (a restore pages the surface in sorted), and one span or zstd frame (a whole batch)
         # holds many pages, so each span is decoded once, not once per page
@@ -363,6 +367,12 @@ class JsonlPrefixSource:
 
     def _extent(self, start: int, stop: int) -> tuple[int, int, int, int]:
         """``(first seq, end seq, offset, end offset)`` of the index entries around a range."""
+        if not self._seqs and self._index:
+            last_seq, last_offset = self._index[-1]
+            if start >= last_seq:  # (an open turn's window): the other entries are not needed
+                return last_seq, self._cut, last_offset, self._cut_offset
+            self._seqs = [seq for seq, _ in self._index]
+            self._offsets = [offset for _, offset in self._index]
         first = bisect.bisect_right(self._seqs, start) - 1
         last = bisect.bisect_left(self._seqs, stop)
         if last < len(self._offsets):
