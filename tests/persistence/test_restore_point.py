@@ -574,7 +574,8 @@ def test_a_tampered_prefix_is_refused_when_it_is_paged_in(root: Path) -> None:
     log = log_file(root)
     text = log.read_bytes()
     at = text.index(b'"c1"')
-    log.write_bytes(text.replace(b'"c1"', b'"x1"', 1))
+    tampered = text.replace(b'"c1"', b'"x1"', 1)
+    log.write_bytes(tampered)
     with pytest.raises(dsh.LogCorruptError) as full:
         Persistence(open_backend(url_of("jsonl", root))).read("s")  # the full read refuses it
     assert full.value.where["path"] == str(log)
@@ -582,6 +583,10 @@ def test_a_tampered_prefix_is_refused_when_it_is_paged_in(root: Path) -> None:
             dsh.open(url_of("jsonl", root), clock=StepClock()).sessions as store:
         session = store.session("s")  # pages checked as the restore pages the surface in
         session.derive_messages()  # main: the model saw "x1"
+    assert session.log_damage is paged.value
+    # closing the store wrote nothing more to the damaged log (before: the resume's
+    # session/end-seed marker was appended after the damage)
+    assert log.read_bytes() == tampered
     error = paged.value
     assert error.where["path"] == str(log)
     assert error.where["byte_offset"] <= at

@@ -266,9 +266,23 @@ class SessionWriter:
         before the handle closes when any event follows the last one (never failing the close:
         a failure is reported as after a flush).
 
+        A session whose read of its stored log found damage (:attr:`Session.log_damage`)
+        writes nothing more: its queue is dropped, logged as an error with the count (the
+        read that found the damage raised it to the caller), and the handle is closed.
+
         Raises:
             WriteFailedError: the final drain failed; the writer stays usable for a retry.
         """
+        damage = self.session.log_damage
+        if damage is not None:
+            with self._cond:
+                dropped, self._pending = len(self._pending), []
+            self.abandon()
+            if dropped:
+                log.error("session %r: %d queued event(s) were not written: its stored log is "
+                          "damaged (%s); nothing more is appended to it", self.session.id,
+                          dropped, damage.code)
+            return
         self.flush()
         self._stop_thread()
         fold = self._fold
@@ -362,6 +376,11 @@ class SessionWriter:
         fresh = [event for event in batch if event["seq"] >= self.cursor]
         if not fresh:
             return
+        damage = self.session.log_damage
+        if damage is not None:
+            # the stored log is not the one the session continues: nothing more is appended
+            # to it, the resume's end-seed marker included (docs/rules.md#verified-page-in)
+            raise damage
         self.handle.append(fresh)
         self.handle.flush()
         # Durable from here on: nothing below may fail this write, or the batch would be sent

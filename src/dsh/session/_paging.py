@@ -132,10 +132,11 @@ class PagedLog(Sequence[Event]):
         source: Serves seqs ``0 .. len(source) - 1``.
     """
 
-    __slots__ = ("_cut", "_pages", "_picked", "_source", "_tail")
+    __slots__ = ("_cut", "_damage", "_pages", "_picked", "_source", "_tail")
 
     def __init__(self, source: EventSource) -> None:
         self._source = source
+        self._damage: LogCorruptError | None = None
         self._cut = len(source)
         self._tail: list[Event] = []
         self._pages: OrderedDict[int, Sequence[Event]] = OrderedDict()
@@ -145,6 +146,25 @@ class PagedLog(Sequence[Event]):
     def source(self) -> EventSource:
         """Where the events before the cut are read from."""
         return self._source
+
+    @property
+    def damage(self) -> LogCorruptError | None:
+        """The first :class:`LogCorruptError` a read of the source raised, or None.
+
+        Set when a page-in, a pick or a selection found the stored log changed under the
+        session (a row its seal no longer vouches for, events that do not match): whoever
+        writes the session writes nothing more (docs/rules.md#verified-page-in).
+        """
+        return self._damage
+
+    @contextlib.contextmanager
+    def _noting_damage(self) -> Iterator[None]:
+        try:
+            yield
+        except LogCorruptError as exc:
+            if self._damage is None:
+                self._damage = exc
+            raise
 
     @property
     def cut(self) -> int:
@@ -197,14 +217,15 @@ class PagedLog(Sequence[Event]):
                          and seq // PAGE_EVENTS not in pages})
         if not wanted:
             return
-        found = source.read_events(wanted)
-        for seq in wanted:
-            event = found.get(seq)
-            if event is None or event.get("seq") != seq:
-                got = "none" if event is None else f"seq {event.get('seq')}"
-                raise LogCorruptError(f"the event picked at seq {seq} does not match the log it "
-                                      f"was cut from (got {got}); the log changed under the "
-                                      "session, resume it again", seq=seq)
+        with self._noting_damage():
+            found = source.read_events(wanted)
+            for seq in wanted:
+                event = found.get(seq)
+                if event is None or event.get("seq") != seq:
+                    got = "none" if event is None else f"seq {event.get('seq')}"
+                    raise LogCorruptError(f"the event picked at seq {seq} does not match the log "
+                                          f"it was cut from (got {got}); the log changed under "
+                                          "the session, resume it again", seq=seq)
         self._hold({seq: found[seq] for seq in wanted})
 
     def _hold(self, found: Mapping[int, Event]) -> None:
@@ -235,15 +256,16 @@ class PagedLog(Sequence[Event]):
             return page
         start = number * PAGE_EVENTS
         stop = min(self._cut, start + PAGE_EVENTS)
-        page = self._source.read(start, stop)
-        if len(page) != stop - start or not (
-                c_seqs_contiguous(page, start) if c_seqs_contiguous is not None
-                and type(page) in (list, tuple) else
-                all(event.get("seq") == start + offset for offset, event in enumerate(page))):
-            raise LogCorruptError(f"paged-in events {start}..{stop - 1} do not match the log "
-                                  f"they were cut from (got {len(page)} events); the log "
-                                  "changed under the session, resume it again",
-                                  seq=start)
+        with self._noting_damage():
+            page = self._source.read(start, stop)
+            if len(page) != stop - start or not (
+                    c_seqs_contiguous(page, start) if c_seqs_contiguous is not None
+                    and type(page) in (list, tuple) else
+                    all(event.get("seq") == start + offset for offset, event in enumerate(page))):
+                raise LogCorruptError(f"paged-in events {start}..{stop - 1} do not match the "
+                                      f"log they were cut from (got {len(page)} events); the "
+                                      "log changed under the session, resume it again",
+                                      seq=start)
         pages[number] = page
         while len(pages) > _CACHED_PAGES:
             try:
@@ -281,14 +303,16 @@ class PagedLog(Sequence[Event]):
             wanted = seqs[index:end]
             if not wanted or wanted[-1] >= self._cut:
                 raise IndexError(f"seq {seqs[index]} is not below the cut {self._cut}")
-            picked = source.read_picked(start, stop, wanted)
+            with self._noting_damage():
+                picked = source.read_picked(start, stop, wanted)
+                if picked is not None and (len(picked) != len(wanted)
+                                           or [e.get("seq") for e in picked] != wanted):
+                    raise LogCorruptError(f"picked events {start}..{stop - 1} do not match the "
+                                          f"log they were cut from (got {len(picked)} of "
+                                          f"{len(wanted)}); the log changed under the session, "
+                                          "resume it again", seq=start)
             if picked is None:
                 yield from self._paged(wanted)
-            elif len(picked) != len(wanted) or [e.get("seq") for e in picked] != wanted:
-                raise LogCorruptError(f"picked events {start}..{stop - 1} do not match the log "
-                                      f"they were cut from (got {len(picked)} of "
-                                      f"{len(wanted)}); the log changed under the session, "
-                                      "resume it again", seq=start)
             else:
                 yield from zip(wanted, picked, strict=True)
             index = end
@@ -313,12 +337,13 @@ class PagedLog(Sequence[Event]):
             getattr(self._source, "read_picked", None)  # PicksRanges.read_picked
         if 0 <= index < self._cut and index // PAGE_EVENTS not in self._pages \
                 and index not in picked and read_picked is not None:
-            found = read_picked(index, index + 1, [index])
-            if found is not None:
-                if len(found) != 1 or found[0].get("seq") != index:
+            with self._noting_damage():
+                found = read_picked(index, index + 1, [index])
+                if found is not None and (len(found) != 1 or found[0].get("seq") != index):
                     raise LogCorruptError(f"the event read alone at seq {index} does not "
                                           "match the log it was cut from; the log changed "
                                           "under the session, resume it again", seq=index)
+            if found is not None:
                 self._hold({index: found[0]})
                 return found[0]
         return self[index]
@@ -362,10 +387,10 @@ class PagedLog(Sequence[Event]):
                                 Sequence[Mapping[str, Any]] | None] | None = \
             getattr(self._source, "read_selected", None)  # SelectsTypes.read_selected
         if not cached and read_selected is not None:
-            found = read_selected(low, high, (), types)
-            if found is not None:
+            with self._noting_damage():
+                found = read_selected(low, high, (), types)
                 previous = low - 1
-                for event in found:
+                for event in found or ():
                     seq = event.get("seq")
                     if type(seq) is not int or not previous < seq < high \
                             or event.get("type") not in types:
@@ -375,6 +400,7 @@ class PagedLog(Sequence[Event]):
                             f"{event.get('type')!r}); the log changed under the session, "
                             "resume it again", seq=low)
                     previous = seq
+            if found is not None:
                 return found
         return [event for event in self._range(low, high) if event["type"] in types]
 

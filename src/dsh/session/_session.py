@@ -26,7 +26,7 @@ from itertools import islice
 from time import time_ns
 from typing import Any, Final, Literal, Protocol, TypeVar, overload
 
-from dsh._errors import DshError, EventRejectedError, InvalidJsonError
+from dsh._errors import DshError, EventRejectedError, InvalidJsonError, LogCorruptError
 from dsh.json import (
     MAX_SAFE_INTEGER,
     FrozenDict,
@@ -1181,6 +1181,19 @@ class Session:
         if cached is None:
             cached = self._events_cache = EventLog(self._log, len(self._log))
         return cached
+
+    @property
+    def log_damage(self) -> LogCorruptError | None:
+        """The damage a read of the stored log found under this session, or None.
+
+        A session resumed by page reads the events before its restore point's cut from
+        storage, each read checked (docs/rules.md#verified-page-in). Once one of them raised
+        :class:`~dsh.LogCorruptError`, the stored log is not the one the session continues:
+        its writer appends nothing more (not even the resume's ``session/end-seed``), and
+        ``flush`` raises ``WriteFailedError`` caused by this error.
+        """
+        log = self._log
+        return log.damage if isinstance(log, PagedLog) else None
 
     @property
     def seq(self) -> int:

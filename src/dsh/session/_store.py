@@ -524,10 +524,11 @@ class SessionStore:
         """Drain every live session to disk, dispose it, then close the persistence.
 
         Each live session is flushed (the durability barrier) and disposed, which releases its
-        write ownership; then the attachment's ``close()`` runs (for a store from
-        :func:`dsh.open`, the backend is closed). Every step is attempted even when one
-        fails. Idempotent. A store with a persistence attachment that is never closed is
-        closed at interpreter exit.
+        write ownership (one whose stored log a read found damaged, ``Session.log_damage``, is
+        disposed without a flush: nothing more is written to that log); then the attachment's
+        ``close()`` runs (for a store from :func:`dsh.open`, the backend is closed). Every step
+        is attempted even when one fails. Idempotent. A store with a persistence attachment
+        that is never closed is closed at interpreter exit.
 
         Raises:
             WriteFailedError: a drain failed (the first failure, after every step ran; the
@@ -539,10 +540,13 @@ class SessionStore:
         _OPEN_STORES.discard(self)
         failures: list[Exception] = []
         for live in self.list():
-            try:
-                self.flush(live)
-            except Exception as exc:  # collected: the other sessions are still drained
-                failures.append(exc)
+            # a session whose stored log was found damaged is written no more: its disposal
+            # drops its queue (docs/rules.md#verified-page-in)
+            if live.log_damage is None:
+                try:
+                    self.flush(live)
+                except Exception as exc:  # collected: the other sessions are still drained
+                    failures.append(exc)
             self.dispose(live)
         if self._persistence is not None:
             try:
