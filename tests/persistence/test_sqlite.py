@@ -756,6 +756,62 @@ def test_sqlite_revision_is_stable_until_a_change_and_differs_across_stores(
     two.close()
 
 
+@pytest.mark.parametrize("schema_version", [14, 17])
+def test_sqlite_append_of_a_long_batch_stores_each_row_as_encoded(
+        tmp_path: Path, schema_version: int) -> None:
+    """A batch of 301 events (multi-row INSERTs of 256, 32, 8, 4 and 1 rows) stores each
+    event's row exactly as ``encode_batch`` encodes it, in seq order, and reads back equal.
+
+    Rule: docs/formats.md#appends-and-reads.
+    """
+    events = [ev("turn/start", 0, {"turn": 1}), ev("step/start", 1, {"turn": 1, "step": 1})]
+    events += [user(seq, f"m{seq} \u00e9\"\n") for seq in range(2, 301)]
+    url = f"sqlite:{db_path(tmp_path)}?schema={schema_version}"
+    backend = open_backend(url)
+    backend.create({"version": 0, "id": "s1", "createdAt": T0})
+    with backend.open("s1", "write") as handle:
+        handle.append(events)
+    conn = raw(db_path(tmp_path))
+    try:
+        stored = conn.execute(
+            "SELECT seq, type, time, data, source_event_seqs, surface_op"
+            + (", ignorable" if schema_version == 17 else "")
+            + " FROM events WHERE session_id = 's1' ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+    expected = [tuple(row[:len(stored[0])])
+                for row in schema.encode_batch(events, schema_version)]
+    assert stored == expected
+    assert list(read_all(backend).events) == events
+    backend.close()
+
+
+def test_sqlite_insert_rows_fits_a_build_that_binds_few_parameters(tmp_path: Path) -> None:
+    """With 20 parameters a statement, rows go two by two (2 x 7 + the session id).
+
+    Rule: docs/formats.md#appends-and-reads.
+    """
+    from dsh.persistence.sqlite._backend import _insert_rows
+
+    conn = raw(db_path(tmp_path))
+    try:
+        for statement in SCHEMA_17_DDL:
+            conn.execute(statement)
+        conn.execute("INSERT INTO sessions VALUES ('s1', 0, 0, NULL, NULL, NULL, NULL, NULL, "
+                     "NULL, 'i', 0)")
+        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 20)
+        rows = schema.encode_batch([user(seq) for seq in range(5)], 17)
+        traced: list[str] = []
+        conn.set_trace_callback(traced.append)
+        _insert_rows(conn, "s1", rows, legacy=False)
+        conn.set_trace_callback(None)
+        assert [t.count("('s1',") for t in traced] == [2, 2, 1]  # expanded SQL
+        assert conn.execute("SELECT seq, type, time, data, source_event_seqs, surface_op, "
+                            "ignorable FROM events ORDER BY seq").fetchall() == rows
+    finally:
+        conn.close()
+
+
 def test_sqlite_round_trips_lone_surrogates_and_hostile_text(tmp_path: Path) -> None:
     """Lone surrogates survive a round trip; the stored text stays valid UTF-8.
 

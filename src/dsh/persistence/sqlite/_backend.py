@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import itertools
 import json as std_json
 import logging
 import os
@@ -172,12 +173,55 @@ OWNER_WAIT_MS: Final = 100
 _LEGACY_ROW_COLUMNS: Final = srp.LEGACY_ROW_COLUMNS
 _SESSION_COLUMNS: Final = ("id, version, created_at, cwd, parent_session, seed_length, origin, "
                            "delegation_depth, agent_preset, incarnation, revision")
-_INSERT_EVENT_17: Final = (
+_INSERT_EVENTS_17: Final = (
     "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, "
-    "ignorable) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
-_INSERT_EVENT_14: Final = (
+    "ignorable) VALUES ")
+_INSERT_EVENTS_14: Final = (
     "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)")
+    "VALUES ")
+_INSERT_ROWS_MAX: Final = 256
+"""Rows one INSERT statement carries at most (a power of two; fewer when the SQLite build
+binds fewer parameters). One statement of 256 rows instead of 256 steps of ``executemany``:
+SQLite's statement and the driver's per-row step (and its GIL release) run once per chunk,
+about a third less CPU for the 188,481 rows of bench_cli's 44 MB import (bench/RESULTS.md)."""
+
+
+@functools.lru_cache(maxsize=32)
+def _insert_statement(columns: int, count: int) -> str:
+    """``INSERT INTO events ... VALUES (?1, ?, ...), ...`` of ``count`` rows of ``columns``.
+
+    ``?1`` is the session id, bound once for every row; the others number on from it.
+    """
+    head = _INSERT_EVENTS_17 if columns == 8 else _INSERT_EVENTS_14
+    row = "(?1" + ", ?" * (columns - 1) + ")"
+    return head + ", ".join([row] * count)
+
+
+def _insert_rows(conn: sqlite3.Connection, session_id: str, rows: Sequence[Sequence[Any]],
+                 legacy: bool) -> None:
+    """Insert encoded rows (``encode_batch``'s) of one session, in multi-row statements.
+
+    A batch is cut into chunks of :data:`_INSERT_ROWS_MAX` rows and a rest split into powers
+    of two, so a connection prepares at most nine statement texts per schema and its
+    statement cache keeps them.
+
+    Raises:
+        sqlite3.Error: as ``executemany`` would (the caller's transaction rolls back).
+    """
+    columns = 7 if legacy else 8
+    per = _INSERT_ROWS_MAX
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    while per > 1 and per * (columns - 1) + 1 > limit:
+        per //= 2
+    count = len(rows)
+    done = 0
+    while done < count:
+        left = count - done
+        size = per if left >= per else 1 << (left.bit_length() - 1)
+        chunk = rows[done:done + size]
+        values = itertools.chain.from_iterable([row[:6] for row in chunk] if legacy else chunk)
+        conn.execute(_insert_statement(columns, size), (session_id, *values))
+        done += size
 IDLE_CONNECTIONS: Final = 2
 """Validated connections a backend keeps for its next handles (see ``SqliteBackend._connect``)."""
 _OWNERSHIP_COOKIE: Final = (
@@ -1677,10 +1721,7 @@ class SqliteHandle(HandleBase):
                     f"SELECT {_LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS} FROM events "
                     f"WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
                     (self._id, sealed_end, first)).fetchall() if sealed_end < first else []
-                if legacy:
-                    conn.executemany(_INSERT_EVENT_14, [(self._id, *r[:6]) for r in rows])
-                else:
-                    conn.executemany(_INSERT_EVENT_17, [(self._id, *r) for r in rows])
+                _insert_rows(conn, self._id, rows, legacy)
                 conn.execute("UPDATE sessions SET revision = ? WHERE id = ?",
                              (revision + 1, self._id))
                 conn.execute("COMMIT")
@@ -2309,10 +2350,7 @@ class SqliteHandle(HandleBase):
                                                path=self._path)
                 deleted = conn.execute("DELETE FROM events WHERE session_id = ?",
                                        (self._id,)).rowcount
-                if legacy:
-                    conn.executemany(_INSERT_EVENT_14, [(self._id, *r[:6]) for r in rows])
-                else:
-                    conn.executemany(_INSERT_EVENT_17, [(self._id, *r) for r in rows])
+                _insert_rows(conn, self._id, rows, legacy)
                 conn.execute("UPDATE sessions SET revision = ? WHERE id = ?",
                              (found[0] + 1, self._id))
                 if str(found[1]) != incarnation:  # under our write lock: never, unless
