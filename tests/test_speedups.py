@@ -517,6 +517,19 @@ def test_speedups_canonical_of_unvalidated_containers_matches_the_reference(valu
     assert got == expected
 
 
+def test_speedups_canonical_escapes_a_byte_at_every_place_of_an_eight_byte_word() -> None:
+    # canon_str tests eight ASCII bytes at once: each byte it must escape (or must not),
+    # anywhere in or across those words, gives the reference's bytes
+    for special in ('"', "\\", "\x00", "\x1f", "\n", " ", "!", "#", "[", "]", "\x7f", "~"):
+        for before in range(18):
+            for after in (0, 1, 7, 8, 9):
+                text = "a" * before + special + "b" * after
+                frozen = FrozenList([text, FrozenDict({text: text})])
+                assert sp.canonical(frozen, orjson.dumps) == py_canonical(frozen)
+                assert sp.canonical(frozen, orjson.dumps) == orjson.dumps(
+                    frozen, option=orjson.OPT_SORT_KEYS)
+
+
 class _Int(int):
     """An int subclass (orjson writes it; the C pass leaves it to the reference)."""
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import importlib
 import itertools
 import json
 import operator
 import os
+import subprocess
 import sys
 import tracemalloc
 from array import array
@@ -52,7 +54,7 @@ from dsh.session._events import KNOWN_EVENT_TYPES, SURFACE_EVENT_TYPES, Event, a
 from dsh.session._session import Session
 from tests.conftest import DSH_LOGS
 from tests.persistence.test_legacy import LEGACY_CASES, MSG, make, stored_events
-from tests.strategies import StepClock, apply_script, examples, log_scripts
+from tests.strategies import StepClock, apply_script, examples, hostile_json, log_scripts
 
 if dj._speedups is None:
     if os.environ.get("CI") and not os.environ.get("DSH_NO_SPEEDUPS"):
@@ -1185,6 +1187,157 @@ def test_encode_rows_gives_back_every_reference_it_takes() -> None:
     assert (sys.getrefcount(kind), sys.getrefcount(data)) == before
     growth = sum(stat.size_diff for stat in second.compare_to(first, "filename"))
     assert growth < 64 * 1024, growth  # no row, column or varint buffer is kept
+
+
+# --- SQLite append rows and their chain digest in one pass (encode_sealed_rows) ---------------
+
+
+SEALED_KEY = bytes(range(16))
+
+
+def c_sealed(events: list[Any], schema: int) -> Any:
+    return dj.c_encode_sealed_rows(events, schema, orjson.dumps, sqlite_schema._encode_data,
+                                   sqlite_schema.ZSTD_DATA_THRESHOLD_BYTES, SEALED_KEY,
+                                   hashlib.sha256)
+
+
+def reference_digest(events: list[Any]) -> bytes:
+    """The chain digest of ``events`` under SEALED_KEY, leaves from the pure-Python path."""
+    from dsh.persistence import _chain
+
+    record = _chain.ChainRecord(bytes(32), bytes(32), 0, len(events), _chain.Writer("h", 1),
+                                bytes(16), b"\0" + SEALED_KEY)
+    saved = _chain.c_chain_leaves
+    _chain.c_chain_leaves = None
+    try:
+        return _chain.batch_digest(_chain.event_leaves(record, events))
+    finally:
+        _chain.c_chain_leaves = saved
+
+
+def check_sealed(events: list[Any], schema: int) -> bool:
+    """encode_sealed_rows gives encode_batch's rows (the pure-Python reference, column types
+    included) and the reference digest, or falls back; True when it encoded the batch.
+
+    It falls back where encode_rows or chain_leaves does, except on a lone surrogate in the
+    data, which orjson (encode_rows' serializer) refuses and it escapes as dsh.json does."""
+    try:
+        rows, digest = c_sealed(events, schema)
+    except dj.CFallback:
+        joined = True
+        try:
+            c_rows(events, schema)
+            dj.c_chain_leaves(events, SEALED_KEY, hashlib.sha256, orjson.dumps)
+        except dj.CFallback:
+            joined = False
+        assert not joined, "encode_sealed_rows fell back where both passes it joins do not"
+        return False
+    assert encode_outcome(events, schema, False) \
+        == ("ok", [tuple((type(v).__name__, v) for v in row) for row in rows])
+    assert digest == reference_digest(events)
+    return True
+
+
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(script=log_scripts(open_tail=None), schema=st.sampled_from([14, 17]),
+       damage=st.lists(st.tuples(st.floats(0, 1), st.sampled_from(ENVELOPE_DAMAGE)),
+                       max_size=2))
+def test_encode_sealed_rows_match_both_references_on_random_and_damaged_batches(
+        script: Any, schema: int, damage: list[tuple[float, tuple[str, Any]]]) -> None:
+    # the append path's rows and chain digest (docs/formats.md#schema-17,
+    # docs/formats.md#the-seal-chain): one pass, or Fallback where either reference is needed
+    session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
+    apply_script(session, script)
+    events: list[Any] = list(session.events)
+    for where, (key, value) in damage if events else ():
+        i = min(len(events) - 1, int(len(events) * where))
+        events[i] = damaged(events[i], key, value)
+    check_sealed(events, schema)
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(values=st.lists(hostile_json(), min_size=1, max_size=5),
+       keys=st.permutations(["type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs"]))
+def test_encode_sealed_rows_match_both_references_on_hostile_payloads(
+        values: list[Any], keys: list[str]) -> None:
+    # objects in any key order and nesting, lone surrogates, escapes, floats, the envelope's
+    # own keys in any order: the row keeps the order, the leaf hashes the sorted bytes
+    events = []
+    for seq, value in enumerate(values):
+        fields = {"type": "x/y", "seq": seq, "time": 5, "data": {"v": value, "a": [value]},
+                  "surfaceOp": "append", "sourceEventSeqs": [0]}
+        events.append(Event(dj.snapshot_json({key: fields[key] for key in keys})))
+    for schema in (14, 17):
+        check_sealed(events, schema)
+
+
+def test_encode_sealed_rows_take_real_events_and_hash_like_hashlib_without_sha_ni() -> None:
+    def event(seq: int, type_: str, data: Any, **extra: Any) -> Event:
+        return Event(dj.snapshot_json({"type": type_, "seq": seq, "time": 7, "data": data,
+                                       **extra}))
+
+    events = [
+        event(0, "turn/start", {"turn": 1}),
+        event(1, "user/message", {"id": "u1", "role": "user", "source": {"kind": "user"},
+                                  "content": [{"type": "text", "text": "héllo \u2028"}]},
+              surfaceOp="append"),
+        event(2, "tool/result", {"turn": 1, "message": {
+            "id": "t1", "role": "user", "source": {"kind": "tool", "callId": "c1"},
+            "content": [{"type": "tool-result", "toolCallId": "c1",
+                         "content": [{"type": "text", "text": BIG_TEXT}]}]}},
+              surfaceOp="append", sourceEventSeqs=[1, 0]),
+        event(3, "turn/start", {"turn": 1}, ignorable=True)]
+    assert check_sealed(events, 17)
+    assert isinstance(c_sealed(events, 17)[0][2][3], bytes)  # the zstd frame, as encode_rows
+    assert check_sealed(events[:3], 14)
+    with pytest.raises(dj.CFallback):  # a chunk run to pack: encode_batch's own work
+        c_sealed([*events[:3], Event({**events[0], "seq": 3, "type": "assistant/chunk"})], 17)
+    probe = ("import hashlib, orjson, dsh.json as dj; from dsh.json import snapshot_json; "
+             "from dsh.session._events import Event; from dsh.persistence import _chain; "
+             "import dsh.persistence.sqlite._schema as s; k = bytes(range(16)); "
+             "events = [Event(snapshot_json({'type': 'x/y', 'seq': n, 'time': 1, "
+             "'data': {'b': 'x' * n, 'a': n}})) for n in range(70)]; "
+             "rows, digest = dj.c_encode_sealed_rows(events, 17, orjson.dumps, s._encode_data, "
+             "4096, k, hashlib.sha256); "
+             "print(dj._speedups.SHA_NI, rows == s._encode_batch(events, 17), digest == "
+             "_chain.batch_digest(dj._speedups.chain_leaves(events, k, hashlib.sha256, "
+             "orjson.dumps)))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, env={**os.environ, "DSH_SPEEDUPS_NO_SHA_NI": "1"})
+    assert out.stdout.split() == ["0", "True", "True"]
+
+
+def test_encode_sealed_rows_give_back_every_reference_they_take() -> None:
+    kind = "".join(["tool/", "result"])  # a fresh, non-interned string
+    key = "".join(["fresh-", "key"])
+    data = FrozenDict({key: FrozenDict(text="x" * 5000, a=1.5), "b": FrozenList([key])})
+    good = Event({"type": kind, "seq": 3, "time": 9, "data": data, "surfaceOp": "append",
+                  "sourceEventSeqs": FrozenList([1, 2])})
+    bad_op = Event({**good, "surfaceOp": "\ud800"})
+    plain = dict(good)
+
+    def churn(n: int) -> None:
+        for _ in range(n):
+            c_sealed([good, good], 17)
+            c_sealed([good], 14)
+            for batch in ([good, bad_op], [good, plain]):
+                with pytest.raises(dj.CFallback):
+                    c_sealed(batch, 17)
+
+    churn(500)
+    before = (sys.getrefcount(kind), sys.getrefcount(data), sys.getrefcount(key))
+    tracemalloc.start()
+    try:
+        churn(500)
+        first = tracemalloc.take_snapshot()
+        churn(3_000)
+        second = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    assert (sys.getrefcount(kind), sys.getrefcount(data), sys.getrefcount(key)) == before
+    growth = sum(stat.size_diff for stat in second.compare_to(first, "filename"))
+    assert growth < 64 * 1024, growth
 
 
 # --- message shape ---------------------------------------------------------------------------

@@ -78,6 +78,15 @@ def encode_rows(events: Sequence[Any], schema_version: int, dumps: Callable[[Any
                 encode_large: Callable[[bytes], Any], threshold: int, /) -> list[Any]:
     """SQLite rows of scalar events; reference: ``dsh.persistence.sqlite._schema`` encode loop."""
 
+def encode_sealed_rows(events: Sequence[Any], schema_version: int, dumps: Callable[[Any], bytes],
+                       encode_large: Callable[[bytes], Any], threshold: int, batch_key: bytes,
+                       sha256: Callable[[bytes], Any], /) -> tuple[list[Any], bytes]:
+    """``encode_rows``'s rows and ``chain_digest`` of the batch under ``batch_key``, one pass.
+
+    References: ``dsh.persistence.sqlite._schema.encode_batch`` and
+    ``dsh.persistence._chain.event_leaves``.
+    """
+
 def seqs_contiguous(events: Sequence[Any], base: int, event_type: type[Any] = ..., /) -> bool:
     """True when every event's ``seq`` is ``base`` + its index (False: the Python loop names it).
 

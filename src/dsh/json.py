@@ -210,10 +210,10 @@ _SPEEDUPS_API: Final = (
     "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
     "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
     "record_texts", "line_scan", "pick_rows", "widen_sums_below", "claude_line", "utc_millis",
-    "claude_envelope", "decode_plain")
+    "claude_envelope", "decode_plain", "encode_sealed_rows")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 12
+_SPEEDUPS_API_VERSION: Final = 13
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -389,6 +389,9 @@ c_message_shape_ok = _optional(_accelerator.message_shape_ok)
 CFallback: type[Exception] = _CFallback
 c_rows_text = _optional(_accelerator.rows_text)
 c_encode_rows = _optional(_accelerator.encode_rows)
+# encode_rows and the seal chain digest of the batch in one pass (references: the SQLite
+# encode_batch and dsh.persistence._chain.event_leaves)
+c_encode_sealed_rows = _optional(_accelerator.encode_sealed_rows)
 c_plain_numbers = _optional(_accelerator.plain_numbers)
 c_line_scan = _optional(_accelerator.line_scan)
 # decode_line's common line in one call (reference: dsh.interop._common.decode_line)

@@ -515,3 +515,27 @@ def test_take_chains_the_same_record_with_and_without_the_contiguous_shortcut(
     assert outcomes[0] == outcomes[1]
     if seqs == [0, 1, 2]:
         assert outcomes[0][0] is not None and outcomes[0][0].end == 3 and not outcomes[0][1]
+
+
+@pytest.mark.parametrize("span", [(0, 3), (0, 2), (1, 3)])
+def test_take_uses_a_digest_computed_at_encoding_only_for_exactly_its_seqs(
+        span: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # a SQLite append hands the chain the digest its one-pass encoding computed
+    # (ChainState.digested): taken when the record covers exactly those seqs, else the
+    # leaves are computed as before; either way the record verifies against the events
+    from dsh.session._events import as_event
+
+    events = [as_event({"type": "x/y", "seq": s, "time": s, "data": {"n": s, "a": [s]}})
+              for s in range(3)]
+    key = b"k" * 16
+    real = _chain.new_record(None, events, b"incarnation", _chain.this_writer())
+    digest = _chain.events_digest(
+        _chain.ChainRecord(bytes(32), bytes(32), 0, 3, real.writer, real.incarnation,
+                           b"\0" + key), events, 0, 3)
+    state = _chain.ChainState([], pending=list(events),
+                              digested=(*span, key, b"d" * 32 if span != (0, 3) else digest))
+    monkeypatch.setattr(_chain.os, "urandom", lambda n: b"r" * n)
+    record = state.take(3, b"incarnation", _chain.this_writer())
+    assert record is not None and state.digested is None
+    assert record.keys == b"\0" + (key if span == (0, 3) else b"r" * 16)
+    assert record.digest == _chain.events_digest(record, events, 0, 3)

@@ -1621,3 +1621,32 @@ def test_a_database_folder_owned_by_someone_else_says_what_to_do(tmp_path: Path)
         f"SQLite directory {shared} must be owned by you (uid 0), found uid 12345: another "
         "user could replace or read it; keep the database in a folder of your own (mkdir "
         "one, e.g. under your home; the default store is ~/.dsh/sessions.db)")
+
+
+def test_sqlite_append_chains_each_batch_with_the_digest_of_its_one_pass_encoding(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each batch's chain record holds the digest of the events' leaves as the pure-Python
+    reference computes them, whether the accelerator's one-pass encoding computed it or not.
+
+    Rule: docs/formats.md#the-seal-chain.
+    """
+    from dsh.persistence import _chain, _seal
+    from dsh.persistence.sqlite import _backend
+
+    events = [*prefix(), ev("x/unknown", 3, {"z": {"b": [1, {"d": 2, "c": 1.5}], "a": "é"}},
+                            ignorable=True), *closing(4)]
+    backend = backend_with(tmp_path)
+    with backend.open("s1", "write") as handle:
+        handle.append(events[:4])
+    monkeypatch.setattr(_backend, "encode_sealed_batch",
+                        lambda batch, version, key: (schema.encode_batch(batch, version), None))
+    with backend.open("s1", "write") as handle:
+        handle.append(events[4:])
+    backend.close()
+    found = _seal.read_seal(db_path(tmp_path).parent / "sessions.db.dsh-seals" / "s1.seal")
+    assert found is not None
+    monkeypatch.setattr(_chain, "c_chain_leaves", None)  # the reference leaves
+    assert [(r.first, r.end) for r in found.chain] == [(0, 4), (4, 6)]
+    for record in found.chain:
+        batch = events[record.first:record.end]
+        assert record.digest == _chain.batch_digest(_chain.event_leaves(record, batch))

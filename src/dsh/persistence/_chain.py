@@ -304,19 +304,22 @@ def events_digest(record: ChainRecord, events: Sequence[Event], start: int, stop
 
 
 def new_record(prev: ChainRecord | None, events: Sequence[Event], incarnation: bytes,
-               writer: Writer, *, prev_hash: bytes | None = None) -> ChainRecord:
+               writer: Writer, *, prev_hash: bytes | None = None,
+               digested: tuple[bytes, bytes] | None = None) -> ChainRecord:
     """The record of a batch of ``events`` (contiguous seqs), chained after ``prev``.
 
     ``prev_hash`` stands for ``prev`` when only its hash is held (a chain whose older records
-    a resume left unread, :attr:`ChainState.elided`).
+    a resume left unread, :attr:`ChainState.elided`). ``digested`` is ``(batch key, digest)``
+    when the digest of exactly these events under that key was computed as they were encoded
+    (:attr:`ChainState.digested`): the record then takes them instead of a fresh key.
     """
-    keys = b"\0" + os.urandom(16)
+    keys = b"\0" + (os.urandom(16) if digested is None else digested[0])
     if prev_hash is None:
         prev_hash = prev.hash if prev is not None else _ZERO
     draft = ChainRecord(prev_hash, _ZERO,
                         int(events[0]["seq"]), int(events[-1]["seq"]) + 1, writer, incarnation,
                         keys)
-    digest = batch_digest(event_leaves(draft, events))
+    digest = batch_digest(event_leaves(draft, events)) if digested is None else digested[1]
     return _with_hash(ChainRecord(draft.prev, digest, draft.first, draft.end, writer,
                                   incarnation, keys))
 
@@ -428,6 +431,9 @@ class ChainState:
             point reads only the seal past its cut, docs/formats.md#restore-points); the last
             of them hashes to ``elided_hash`` and ends at seq ``elided_end``. A writer that
             rewrites the seal reads them first (:meth:`restore_elided`).
+        digested: ``(first, end, batch key, digest)`` of the batch just added to an empty
+            ``pending`` when its digest was computed as it was encoded (SQLite's one-pass
+            encoding): :meth:`take` uses them when it chains exactly seqs ``[first, end)``.
     """
 
     records: list[ChainRecord]
@@ -437,6 +443,7 @@ class ChainState:
     elided: int = 0
     elided_hash: bytes = _ZERO
     elided_end: int = 0
+    digested: tuple[int, int, bytes, bytes] | None = None
 
     @property
     def end(self) -> int:
@@ -468,11 +475,19 @@ class ChainState:
         ``dsh verify`` reports.
         """
         pending, start = self.pending, self.end
+        digested, self.digested = self.digested, None
         if (c_seqs_contiguous is not None and type(pending) is list and pending
                 and len(pending) == durable_end - start and c_seqs_contiguous(pending, start)):
             # the common case, what the general path below gives without its dict and sorts:
             # exactly the events start .. durable_end - 1, each once, in order
             self.pending, chained = [], pending
+            if digested is not None and digested[:2] == (start, durable_end):
+                record = new_record(self.records[-1] if self.records else None, chained,
+                                    incarnation, writer,
+                                    prev_hash=None if self.records else self.elided_hash,
+                                    digested=digested[2:])
+                self.records.append(record)
+                return record
         else:
             by_seq = {int(e["seq"]): e for e in pending}
             self.pending = [by_seq[s] for s in sorted(by_seq) if s >= durable_end]

@@ -130,6 +130,7 @@ from dsh.persistence.sqlite._schema import (
     decode_row,
     decode_session_row,
     encode_batch,
+    encode_sealed_batch,
     is_canonical_schema,
     is_sealed_incarnation,
     is_uuid,
@@ -1677,7 +1678,9 @@ class SqliteHandle(HandleBase):
             return
         events = self._admit(events)
         first = int(events[0]["seq"])
-        rows = encode_batch(events, self._c.schema_version)
+        # the chain record's key drawn now: the rows and the batch's digest in one pass
+        batch_key = os.urandom(16)
+        rows, digest = encode_sealed_batch(events, self._c.schema_version, batch_key)
         c = self._c
         conn = c.conn
         legacy = c.schema_version == LEGACY_SCHEMA_VERSION
@@ -1741,6 +1744,8 @@ class SqliteHandle(HandleBase):
             records = row_records([*(row[1:] for row in gap), *stored] if gap else stored,
                                   sealed_end, first + len(events))
             if self._chain is not None:
+                if digest is not None and not self._chain.pending:
+                    self._chain.digested = (first, first + len(events), batch_key, digest)
                 self._chain.pending.extend(events)
             self._seal(records, incarnation)
 

@@ -39,6 +39,7 @@ from dsh.json import (
     FrozenList,
     c_decode_rows,
     c_encode_rows,
+    c_encode_sealed_rows,
     dumps,
     is_safe_int,
     loads,
@@ -79,6 +80,7 @@ __all__ = [
     "decode_source_event_seqs",
     "decode_session_row",
     "encode_batch",
+    "encode_sealed_batch",
     "encode_source_event_seqs",
     "is_sealed_incarnation",
     "is_uuid",
@@ -830,6 +832,35 @@ def encode_batch(events: Sequence[Event], schema_version: int) -> list[EncodedRo
         except CFallback:
             pass
     return _encode_batch(events, schema_version)
+
+
+def encode_sealed_batch(events: Sequence[Event], schema_version: int, batch_key: bytes
+                        ) -> tuple[list[EncodedRow], bytes | None]:
+    """:func:`encode_batch`'s rows and, when the C accelerator computes it, the batch's digest.
+
+    The digest is what the seal chain's record of exactly these events under ``batch_key``
+    holds (``SHA-256`` of their leaves, docs/formats.md#the-seal-chain): the accelerator writes
+    each event's data once and takes both the row's text and the leaf's canonical bytes from
+    it. ``None`` when it is not built or leaves the batch to the references (a chunk run to
+    pack, an error to name): the chain then computes the leaves itself.
+
+    Args:
+        events: The batch in seq order (contiguity is the caller's check).
+        schema_version: 14 or 17.
+        batch_key: The 16-byte batch key of the chain record these events will get.
+
+    Raises:
+        As :func:`encode_batch`.
+    """
+    if c_encode_sealed_rows is not None and type(events) in (list, tuple):
+        try:
+            rows, digest = c_encode_sealed_rows(events, schema_version, _orjson_dumps,
+                                                _encode_data, ZSTD_DATA_THRESHOLD_BYTES,
+                                                batch_key, hashlib.sha256)
+            return rows, digest
+        except CFallback:
+            pass
+    return encode_batch(events, schema_version), None
 
 
 def _encode_batch(events: Sequence[Event], schema_version: int) -> list[EncodedRow]:
