@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,20 @@ generated data, kept in the repository so interop is tested on every clone)."""
 CORPUS = REPO / "tests" / "corpus"
 """Third-party transcripts the tests read, kept in the repository under their licences
 (``tests/corpus/NOTICE.md``; ``MANIFEST.json`` names each file's origin and licence)."""
+
+
+def kept_bytes(churn: Callable[[int], None], first: int = 500, more: int = 3_000) -> int:
+    """Bytes Python's allocator holds after ``first`` + ``more`` rounds of ``churn`` beyond
+    what it held after ``first`` (tracemalloc): what a leak per round adds up to."""
+    tracemalloc.start()
+    try:
+        churn(first)
+        before = tracemalloc.take_snapshot()
+        churn(more)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    return sum(stat.size_diff for stat in after.compare_to(before, "filename"))
 
 
 def shared_path() -> Path:

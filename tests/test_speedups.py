@@ -15,7 +15,6 @@ import math
 import os
 import subprocess
 import sys
-import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,7 +27,7 @@ import dsh.json as dj
 from dsh._errors import InvalidJsonError
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, dumps, loads, snapshot_json
 from dsh.session._events import Event
-from tests.conftest import DSH_LOGS, REPO
+from tests.conftest import DSH_LOGS, REPO, kept_bytes
 from tests.strategies import examples, hostile_json
 
 DEEP = 20_000
@@ -446,15 +445,7 @@ def test_speedups_do_not_leak_memory() -> None:
             sp.freeze_parsed(plain)
 
     churn(5_000)  # warm caches and free lists
-    tracemalloc.start()
-    try:
-        churn(2_000)
-        first = tracemalloc.take_snapshot()
-        churn(10_000)
-        second = tracemalloc.take_snapshot()
-    finally:
-        tracemalloc.stop()
-    growth = sum(stat.size_diff for stat in second.compare_to(first, "filename"))
+    growth = kept_bytes(churn, 2_000, 10_000)
     assert growth < 64 * 1024, growth
 
 

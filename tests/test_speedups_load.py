@@ -28,7 +28,6 @@ import operator
 import os
 import subprocess
 import sys
-import tracemalloc
 from array import array
 from collections.abc import Callable
 from pathlib import Path
@@ -52,7 +51,7 @@ from dsh.persistence._contract import ColdRead
 from dsh.persistence._legacy import python_stored_prescan
 from dsh.session._events import KNOWN_EVENT_TYPES, SURFACE_EVENT_TYPES, Event, as_event
 from dsh.session._session import Session
-from tests.conftest import DSH_LOGS
+from tests.conftest import DSH_LOGS, kept_bytes
 from tests.persistence.test_legacy import LEGACY_CASES, MSG, make, stored_events
 from tests.strategies import StepClock, apply_script, examples, hostile_json, log_scripts
 
@@ -1101,13 +1100,15 @@ def damaged(event: Event, key: str, value: Any) -> Any:
                        max_size=2))
 def test_encode_rows_matches_python_on_random_and_damaged_batches(
         script: Any, schema: int, damage: list[tuple[float, tuple[str, Any]]]) -> None:
-    # the append path's row encoding (docs/formats.md#schema-17): C when it can, else Python
+    # the append path's row encoding (docs/formats.md#schema-17): C when it can, else Python;
+    # encode_sealed_rows, the same rows and the chain digest (docs/formats.md#the-seal-chain)
     session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
     apply_script(session, script)
     events: list[Any] = list(session.events)
     for where, (key, value) in damage if events else ():
         i = min(len(events) - 1, int(len(events) * where))
         events[i] = damaged(events[i], key, value)
+    check_sealed(events, schema)
     fast = encode_outcome(events, schema, True)
     assert fast == encode_outcome(events, schema, False)
     try:
@@ -1176,16 +1177,8 @@ def test_encode_rows_gives_back_every_reference_it_takes() -> None:
 
     churn(500)  # warm caches and free lists
     before = (sys.getrefcount(kind), sys.getrefcount(data))
-    tracemalloc.start()
-    try:
-        churn(500)
-        first = tracemalloc.take_snapshot()
-        churn(3_000)
-        second = tracemalloc.take_snapshot()
-    finally:
-        tracemalloc.stop()
+    growth = kept_bytes(churn)
     assert (sys.getrefcount(kind), sys.getrefcount(data)) == before
-    growth = sum(stat.size_diff for stat in second.compare_to(first, "filename"))
     assert growth < 64 * 1024, growth  # no row, column or varint buffer is kept
 
 
@@ -1236,24 +1229,6 @@ def check_sealed(events: list[Any], schema: int) -> bool:
         == ("ok", [tuple((type(v).__name__, v) for v in row) for row in rows])
     assert digest == reference_digest(events)
     return True
-
-
-@settings(max_examples=examples(60), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(script=log_scripts(open_tail=None), schema=st.sampled_from([14, 17]),
-       damage=st.lists(st.tuples(st.floats(0, 1), st.sampled_from(ENVELOPE_DAMAGE)),
-                       max_size=2))
-def test_encode_sealed_rows_match_both_references_on_random_and_damaged_batches(
-        script: Any, schema: int, damage: list[tuple[float, tuple[str, Any]]]) -> None:
-    # the append path's rows and chain digest (docs/formats.md#schema-17,
-    # docs/formats.md#the-seal-chain): one pass, or Fallback where either reference is needed
-    session = Session.create("s", clock=StepClock(1_700_000_000_000, 7))
-    apply_script(session, script)
-    events: list[Any] = list(session.events)
-    for where, (key, value) in damage if events else ():
-        i = min(len(events) - 1, int(len(events) * where))
-        events[i] = damaged(events[i], key, value)
-    check_sealed(events, schema)
 
 
 @settings(max_examples=examples(100), deadline=None)
@@ -1325,19 +1300,11 @@ def test_encode_sealed_rows_give_back_every_reference_they_take() -> None:
                 with pytest.raises(dj.CFallback):
                     c_sealed(batch, 17)
 
-    churn(500)
+    churn(500)  # warm caches and free lists
     before = (sys.getrefcount(kind), sys.getrefcount(data), sys.getrefcount(key))
-    tracemalloc.start()
-    try:
-        churn(500)
-        first = tracemalloc.take_snapshot()
-        churn(3_000)
-        second = tracemalloc.take_snapshot()
-    finally:
-        tracemalloc.stop()
+    growth = kept_bytes(churn)
     assert (sys.getrefcount(kind), sys.getrefcount(data), sys.getrefcount(key)) == before
-    growth = sum(stat.size_diff for stat in second.compare_to(first, "filename"))
-    assert growth < 64 * 1024, growth
+    assert growth < 64 * 1024, growth  # no tape, row text or leaf buffer is kept
 
 
 # --- message shape ---------------------------------------------------------------------------

@@ -3690,6 +3690,31 @@ encode_scalar(PyObject *event, int legacy, PyObject *dumps, PyObject *big, Py_ss
     return row;
 }
 
+/* encode_rows' arguments (encode_sealed_rows' first five; count_ok: their number is right):
+ * 0 with the schema and threshold read, -1 with TypeError (usage), another error or Fallback
+ * (values encode_batch reads itself) set. */
+static int
+rows_arguments(PyObject *const *args, int count_ok, const char *usage, long *schema,
+               Py_ssize_t *threshold)
+{
+    if (!count_ok || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
+            || !PyLong_CheckExact(args[1]) || !PyCallable_Check(args[2])
+            || !PyCallable_Check(args[3]) || !PyLong_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    *schema = PyLong_AsLong(args[1]);
+    *threshold = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    if ((*schema != 14 && *schema != 17) || *threshold < 0) {
+        fallback();  /* encode_batch's own reading of the arguments */
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(encode_rows_doc,
 "encode_rows(events, schema_version, dumps, encode_large, threshold, /) -> list[tuple]\n\n"
 "The rows dsh.persistence._sqlite_schema.encode_batch returns for a batch of scalar events:\n"
@@ -3708,23 +3733,9 @@ encode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *events, *out, *row, **items;
     Py_ssize_t i, n, threshold;
     long schema;
-    if (!configured()) {
+    if (!configured() || rows_arguments(args, nargs == 5, "encode_rows(list | tuple, int, "
+                                        "callable, callable, int)", &schema, &threshold) < 0) {
         return NULL;
-    }
-    if (nargs != 5 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
-            || !PyLong_CheckExact(args[1]) || !PyCallable_Check(args[2])
-            || !PyCallable_Check(args[3]) || !PyLong_CheckExact(args[4])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "encode_rows(list | tuple, int, callable, callable, int)");
-        return NULL;
-    }
-    schema = PyLong_AsLong(args[1]);
-    threshold = PyLong_AsSsize_t(args[4]);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    if ((schema != 14 && schema != 17) || threshold < 0) {
-        return fallback();  /* encode_batch's own reading of the arguments */
     }
     events = args[0];
     n = PySequence_Fast_GET_SIZE(events);
@@ -4078,14 +4089,38 @@ canon_str(wbuf *b, PyObject *text)
 
 static int canon_value(wbuf *b, PyObject *value, PyObject *dumps, int depth);
 
+/* The n entries of dict into entries[2n] (key, value, ...), keys in code point order
+ * (PyUnicode_Compare, insertion sort: an event's objects have a handful of keys); -1 with
+ * Fallback for a key that is not an exact str (or a dict that grew). Borrowed references. */
+static int
+sorted_entries(PyObject *dict, PyObject **entries, Py_ssize_t n)
+{
+    Py_ssize_t pos = 0, i = 0, j;
+    PyObject *key, *value;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || i >= n) {
+            fallback();
+            return -1;
+        }
+        for (j = i; j > 0 && PyUnicode_Compare(entries[2 * j - 2], key) > 0; j--) {
+            entries[2 * j] = entries[2 * j - 2];
+            entries[2 * j + 1] = entries[2 * j - 1];
+        }
+        entries[2 * j] = key;
+        entries[2 * j + 1] = value;
+        i++;
+    }
+    return 0;
+}
+
 /* Keys in code point order (PyUnicode_Compare), as sorted() orders them in dsh.json and
  * orjson's OPT_SORT_KEYS does (UTF-8 byte order is code point order). The entries are
  * borrowed: a frozen dict does not change while it is written. */
 static int
 canon_dict(wbuf *b, PyObject *dict, PyObject *dumps, int depth)
 {
-    PyObject *stack_entries[64], **entries = stack_entries, *key, *value;
-    Py_ssize_t n = PyDict_GET_SIZE(dict), pos = 0, i = 0, j;
+    PyObject *stack_entries[64], **entries = stack_entries;
+    Py_ssize_t n = PyDict_GET_SIZE(dict), i;
     int status = -1;
     if (n == 0) {
         return wb_put(b, "{}", 2);
@@ -4097,19 +4132,8 @@ canon_dict(wbuf *b, PyObject *dict, PyObject *dumps, int depth)
             return -1;
         }
     }
-    while (PyDict_Next(dict, &pos, &key, &value)) {
-        if (!PyUnicode_CheckExact(key) || i >= n) {
-            fallback();
-            goto done;
-        }
-        /* insertion sort: an event's objects have a handful of keys */
-        for (j = i; j > 0 && PyUnicode_Compare(entries[2 * j - 2], key) > 0; j--) {
-            entries[2 * j] = entries[2 * j - 2];
-            entries[2 * j + 1] = entries[2 * j - 1];
-        }
-        entries[2 * j] = key;
-        entries[2 * j + 1] = value;
-        i++;
+    if (sorted_entries(dict, entries, n) < 0) {
+        goto done;
     }
     for (i = 0; i < n; i++) {
         if (wb_put(b, i ? "," : "{", 1) < 0 || canon_str(b, entries[2 * i]) < 0
@@ -4823,8 +4847,8 @@ static int
 sealed_leaf(struct sealed *t, PyObject *event, unsigned char head[24], PyObject *sha,
             unsigned char leaf[32])
 {
-    PyObject *entries[16], *key, *value;
-    Py_ssize_t pos = 0, n = 0, i, j;
+    PyObject *entries[16];
+    Py_ssize_t n, i;
     unsigned long long seq;
     unsigned char event_key[32];
     int k;
@@ -4846,14 +4870,9 @@ sealed_leaf(struct sealed *t, PyObject *event, unsigned char head[24], PyObject 
     if (wb_put(&t->canon, (const char *)event_key, 16) < 0) {
         return -1;
     }
-    while (PyDict_Next(event, &pos, &key, &value)) {
-        for (j = n; j > 0 && PyUnicode_Compare(entries[2 * j - 2], key) > 0; j--) {
-            entries[2 * j] = entries[2 * j - 2];
-            entries[2 * j + 1] = entries[2 * j - 1];
-        }
-        entries[2 * j] = key;
-        entries[2 * j + 1] = value;
-        n++;
+    n = PyDict_GET_SIZE(event);
+    if (sorted_entries(event, entries, n) < 0) {
+        return -1;
     }
     for (i = 0; i < n; i++) {
         if (wb_put(&t->canon, i ? "," : "{", 1) < 0 || canon_str(&t->canon, entries[2 * i]) < 0
@@ -4894,25 +4913,18 @@ encode_sealed_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t i, n, threshold;
     unsigned char head[24], digest[32];
     long schema;
+    const char *usage = "encode_sealed_rows(list | tuple, int, callable, callable, int, "
+                        "16 bytes, callable)";
     if (!configured()) {
         return NULL;
     }
-    if (nargs != 7 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0]))
-            || !PyLong_CheckExact(args[1]) || !PyCallable_Check(args[2])
-            || !PyCallable_Check(args[3]) || !PyLong_CheckExact(args[4])
-            || !PyBytes_CheckExact(args[5]) || PyBytes_GET_SIZE(args[5]) != 16
-            || !PyCallable_Check(args[6])) {
-        PyErr_SetString(PyExc_TypeError, "encode_sealed_rows(list | tuple, int, callable, "
-                        "callable, int, 16 bytes, callable)");
+    if (nargs == 7 && (!PyBytes_CheckExact(args[5]) || PyBytes_GET_SIZE(args[5]) != 16
+                       || !PyCallable_Check(args[6]))) {
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
-    schema = PyLong_AsLong(args[1]);
-    threshold = PyLong_AsSsize_t(args[4]);
-    if (PyErr_Occurred()) {
+    if (rows_arguments(args, nargs == 7, usage, &schema, &threshold) < 0) {
         return NULL;
-    }
-    if ((schema != 14 && schema != 17) || threshold < 0) {
-        return fallback();  /* encode_batch's own reading of the arguments */
     }
     memset(&t, 0, sizeof t);
     t.dumps = args[2];
