@@ -2,7 +2,8 @@
 
 docs/formats.md#files-and-connections (a store's file is checked in one read snapshot: an open
 takes no write lock), docs/rules.md#restore-points-are-never-the-truth (the seal's bytes before
-a restore point's cut hashed as they are read; damage after it named as a whole read names it).
+a restore point's cut hashed as they are read, by a writer only; damage after it named as a
+whole read names it).
 """
 
 from __future__ import annotations
@@ -177,3 +178,100 @@ def test_a_restore_point_cut_right_after_a_packed_row_reads_through_it(tmp_path:
         assert pages.paged and pages.restore is not None
         assert pages.restore.event_count == cut
         assert list(pages.events) == list(full)
+
+
+def _first_record_crc_changed(seal_path: Path, cut: SealCut) -> int:
+    """Flip a bit of the crc of the seal's first range record (seqs from 0), before the cut."""
+    from dsh.persistence._seal import read_seal
+    whole = read_seal(seal_path)
+    assert whole is not None
+    start, end, _ = whole.records[0]
+    data = bytearray(seal_path.read_bytes())
+    at = data.index(start.to_bytes(8, "little") + end.to_bytes(8, "little")) + 16
+    assert at < cut.offset and cut.tail and end < cut.tail[0][0]  # before the carried records
+    data[at] ^= 0x01
+    seal_path.write_bytes(bytes(data))
+    return end
+
+
+def test_a_read_only_seal_read_past_its_cut_leaves_the_bytes_before_it_unread(
+        tmp_path: Path) -> None:
+    # docs/rules.md#restore-points-are-never-the-truth: a reader does not hash the bytes
+    # before the cut; those after it are parsed as before (the same records, marks, chain)
+    seal_path, cut = _store_with_records_after_the_cut(tmp_path)
+    hashed = read_seal_after(seal_path, cut)
+    _first_record_crc_changed(seal_path, cut)
+    assert read_seal_after(seal_path, cut) is None  # hashed: stale
+    unhashed = read_seal_after(seal_path, cut, check_prefix=False)
+    assert hashed is not None and unhashed is not None
+    assert unhashed.records == hashed.records and unhashed.chain == hashed.chain
+    assert unhashed.restore_points == hashed.restore_points and unhashed.elided == cut
+    seal_path.write_bytes(seal_path.read_bytes()[:cut.offset - 1])  # ends before the cut
+    assert read_seal_after(seal_path, cut, check_prefix=False) is None
+
+
+def test_a_seal_changed_before_the_cut_is_found_by_whoever_reads_before_it(
+        tmp_path: Path) -> None:
+    # A cold get_items(limit) reads the rows after the cut and the carried records' rows,
+    # each checked against its seal record, not the seal's bytes before the cut: it serves
+    # them. A read that pages in before the carried records, and the first write's resume
+    # (which hashes them), find the change: LogCorruptError, nothing written.
+    from dsh._errors import LogCorruptError
+    from dsh.adapters.openai_agents import DshSession
+
+    seal_path, cut = _store_with_records_after_the_cut(tmp_path)
+    _first_record_crc_changed(seal_path, cut)
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+
+    async def read(limit: int | None) -> list[Any]:
+        session = DshSession("s", url)
+        try:
+            return await session.get_items(limit)  # type: ignore[no-any-return]
+        finally:
+            session.close()
+
+    assert asyncio.run(read(8)) == _turns(410, 2)
+    with pytest.raises(LogCorruptError) as whole:
+        asyncio.run(read(None))
+    assert whole.value.code.startswith("SEAL") or "integrity seal" in whole.value.message
+
+    async def write() -> None:
+        session = DshSession("s", url)
+        try:
+            await session.add_items(_turns(412, 1))
+        finally:
+            session.close()
+
+    with pytest.raises(LogCorruptError):
+        asyncio.run(write())
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
+        assert db.execute("SELECT count(*) FROM events WHERE data LIKE '%q412\"%'"
+                          ).fetchone()[0] == 0
+
+
+def test_a_read_only_open_whose_mark_is_not_after_the_cut_reads_in_full(
+        tmp_path: Path) -> None:
+    # the restore point's own digest must be recorded after its cut; a reader that finds
+    # none there hashes the bytes before the cut to tell a rewritten seal (stale: read in
+    # full, quietly) from a forged restore point
+    from dsh.persistence import Persistence, open_backend, read_pages
+    from dsh.persistence._seal import RESTORE_POINT_MARK
+    seal_path, cut = _store_with_records_after_the_cut(tmp_path)
+    data = bytearray(seal_path.read_bytes())
+    mark = RESTORE_POINT_MARK.to_bytes(8, "little")
+    at = data.index(mark, cut.offset)
+    data[at + 8] ^= 0x01  # the digest recorded after the cut: now another restore point's
+    seal_path.write_bytes(bytes(data))
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with Persistence(open_backend(url)) as persistence:
+        with pytest.raises(rp.RestorePointRefused, match="unbound"):
+            with persistence.backend.open("s", "read") as handle:
+                handle.read_from_restore_point()
+        pages = read_pages(persistence, "s")
+        assert pages.restore is None  # not through the restore point
+    data[cut.offset - 100] ^= 0x01  # and the bytes before the cut: a rewritten seal
+    seal_path.write_bytes(bytes(data))
+    with Persistence(open_backend(url)) as persistence:
+        with pytest.raises(rp.RestorePointRefused, match="seal"):
+            with persistence.backend.open("s", "read") as handle:
+                handle.read_from_restore_point()

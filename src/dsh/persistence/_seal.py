@@ -468,7 +468,7 @@ def _parse(path: Path, data: bytes) -> Seal | None:
                 raw_chain=chain, clean=pos == len(data))
 
 
-def read_seal_after(path: Path, cut: SealCut) -> Seal | None:
+def read_seal_after(path: Path, cut: SealCut, *, check_prefix: bool = True) -> Seal | None:
     """Read a seal past ``cut``: its bytes before it checked by one SHA-256, not parsed.
 
     For a resume through a restore point (docs/formats.md#restore-points): the records before
@@ -483,6 +483,13 @@ def read_seal_after(path: Path, cut: SealCut) -> Seal | None:
     on are held (at 100k SDK items the seal before the cut is 0.5 MB; reading it whole into
     fresh memory and slicing it cost twice its hash). Damage found after the cut is named by
     the same read of the whole file (:func:`_read_seal_after_whole`), byte offsets and all.
+
+    Without ``check_prefix`` (a read-only open: docs/rules.md#restore-points-are-never-the-truth)
+    the bytes before the cut are not read at all, only those from it on, parsed exactly as
+    above: the file must reach the cut, the first range record after it start at the cut's
+    ``end`` and the first chain record link to its ``chain_hash``; the caller requires the
+    restore point's own digest among the records after it. Whoever then needs the records
+    before the cut (:func:`read_elided`) checks those bytes against the digest first.
 
     Returns:
         The seal, or None when the file is absent, holds no header, or its bytes before the
@@ -504,11 +511,13 @@ def read_seal_after(path: Path, cut: SealCut) -> Seal | None:
                 return None
             first, version, identity, published = found
             if cut.offset < first or (cut.batches and version != 2) \
-                    or not _hashes_to(f, head, first, cut):
+                    or (check_prefix and not _hashes_to(f, head, first, cut)):
                 return None
             base = cut.offset - cut.offset % _PAGE
             f.seek(base)
             rest = f.read() or b""
+            if base + len(rest) < cut.offset:
+                return None  # the file ends before the cut: rewritten (checked: _hashes_to)
     except OSError as exc:
         raise SealDamagedError(f"integrity seal {path} cannot be read ({exc.strerror})",
                               path=str(path), code="SEAL_UNREADABLE") from exc

@@ -2133,9 +2133,12 @@ class SqliteHandle(HandleBase):
         conn = self._c.conn
         cut_info = SealCut.decode(anchor.seal_digest)
         try:
-            # past a SealCut the records before the cut are checked by one digest, not read
+            # past a SealCut the records before the cut are checked by one digest, not read;
+            # a reader leaves them to whoever needs them (its page-in source, a writer's
+            # resume: docs/rules.md#restore-points-are-never-the-truth)
             seal = read_seal(self._seal_file) if cut_info is None \
-                else read_seal_after(self._seal_file, cut_info)
+                else read_seal_after(self._seal_file, cut_info,
+                                     check_prefix=self._mode == "write")
             conn.execute("BEGIN")
             try:
                 # before the reads: a commit by another connection after it moves it, and
@@ -2179,8 +2182,16 @@ class SqliteHandle(HandleBase):
         marks = list(seal.restore_points) if seal is not None else []
         # a writer that names a cut records the restore point's digest after it: none there
         # is a cut named past the recorded digests (anyone who reads the seal can digest it)
-        rp.check_bound(restore_point, marks, where=self.restore_point_where(),
-                       seal_path=str(self._seal_file), required=cut_info is not None)
+        try:
+            rp.check_bound(restore_point, marks, where=self.restore_point_where(),
+                           seal_path=str(self._seal_file), required=cut_info is not None)
+        except rp.RestorePointRefused:
+            # a reader that did not hash the seal before the cut: a seal rewritten since
+            # (other bytes there) makes the restore point stale, as the hash says at once
+            if cut_info is not None and self._mode != "write" \
+                    and read_seal_after(self._seal_file, cut_info) is None:
+                raise rp.RestorePointRefused("seal") from None
+            raise
         try:
             self._check_header_version(header)
             scan = scan_rows(rows, cut, self._c.schema_version, path=self._path,
