@@ -293,9 +293,12 @@ class DshSession(SessionABC):
         self._log = LiveLog(session_id, store, FORMAT, type(self).__name__, wait=wait,
                             select_whole=True, flush_only=True)
         self.session_id = session_id
-        self.session_settings = (coerce_session_settings(dict(session_settings))
+        # (None first: a fresh process's first isinstance(None, Mapping) walks the ABC's
+        # registry, 0.1 ms of a cold open)
+        self.session_settings = (SessionSettings() if session_settings is None
+                                 else coerce_session_settings(dict(session_settings))
                                  if isinstance(session_settings, Mapping)
-                                 else session_settings or SessionSettings())
+                                 else session_settings)
         self.model = model
         self.provider = provider
         self._provisional: tuple[int, list[dict[str, Any]]] | None = None
