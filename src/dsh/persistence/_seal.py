@@ -621,7 +621,8 @@ def read_elided(path: Path, cut: SealCut, *, chain: bool = True
 
     Raises:
         SealDamagedError: the file is gone, or its bytes before the cut changed since the
-            resume (``SEAL_CORRUPT``), or are not the records the cut counts.
+            restore point was written (``SEAL_CORRUPT``; a read-only resume did not hash
+            them), or are not the records the cut counts.
     """
     try:
         fd = open_sidecar(path, "integrity seals")
@@ -633,8 +634,9 @@ def read_elided(path: Path, cut: SealCut, *, chain: bool = True
     found = _records_start(path, data) if data else None
     if found is None or len(data) != cut.offset \
             or hashlib.sha256(memoryview(data)[found[0]:]).digest() != cut.digest:
-        raise _damaged(path, f"its first {cut.offset} bytes changed after the session was "
-                       "resumed through its restore point", 0)
+        raise _damaged(path, f"its first {cut.offset} bytes are not those its restore "
+                       "point's seal cut digested: they changed after the restore point was "
+                       "written", 0)
     records: list[tuple[int, int, int]] = []
     chained: list[RawRecord] = []
     if chain:
