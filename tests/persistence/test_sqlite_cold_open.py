@@ -264,14 +264,14 @@ def test_a_read_only_open_whose_mark_is_not_after_the_cut_reads_in_full(
     seal_path.write_bytes(bytes(data))
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
     with Persistence(open_backend(url)) as persistence:
-        with pytest.raises(rp.RestorePointRefused, match="unbound"):
-            with persistence.backend.open("s", "read") as handle:
-                handle.read_from_restore_point()
+        with pytest.raises(rp.RestorePointRefused, match="unbound"), \
+                persistence.backend.open("s", "read") as handle:
+            handle.read_from_restore_point()
         pages = read_pages(persistence, "s")
         assert pages.restore is None  # not through the restore point
     data[cut.offset - 100] ^= 0x01  # and the bytes before the cut: a rewritten seal
     seal_path.write_bytes(bytes(data))
-    with Persistence(open_backend(url)) as persistence:
-        with pytest.raises(rp.RestorePointRefused, match="seal"):
-            with persistence.backend.open("s", "read") as handle:
-                handle.read_from_restore_point()
+    with Persistence(open_backend(url)) as persistence, \
+            pytest.raises(rp.RestorePointRefused, match="seal"), \
+            persistence.backend.open("s", "read") as handle:
+        handle.read_from_restore_point()

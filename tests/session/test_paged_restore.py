@@ -240,6 +240,35 @@ def test_lazy_nodes_behave_as_the_list_of_their_seqs() -> None:
             fresh()[len(seqs)]
 
 
+def test_tailed_node_seqs_read_their_end_without_inflating_the_head(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A cold read of the latest items (an adapter's get_items(limit)) walks the restore
+    # point's nodes back from the end, or slices their last ones: the tail answers it, the
+    # head inflated once if a walk goes on into it, never once per seq read.
+    from dsh.adapters._log import _NodesThen
+
+    inflated: list[int] = []
+    head = NodeSeqs._head
+
+    def counting(self: NodeSeqs) -> array[int]:
+        inflated.append(1)
+        return head(self)
+
+    monkeypatch.setattr(NodeSeqs, "_head", counting)
+    seqs = [*range(3, 3000, 3), 1, 2, 7]
+    nodes = NodeSeqs.unpack_tailed(NodeSeqs(seqs).pack_tailed(4), 3000)
+    walk = reversed(nodes)
+    assert [next(walk) for _ in range(4)] == seqs[:-5:-1]
+    assert nodes[-1] == 7 and nodes[len(seqs) - 4] == seqs[-4] and nodes[-4:] == seqs[-4:]
+    assert nodes[-2:-1] == [2] and nodes[len(seqs):] == [] and nodes[9:3] == []
+    then = _NodesThen(nodes, [3001, 3002])
+    assert then[-6:] == [*seqs[-4:], 3001, 3002] and then[-1] == 3002
+    assert inflated == []
+    assert list(walk) == seqs[-5::-1] and inflated == [1]  # on into the head: once
+    assert then[-10:] == [*seqs[-8:], 3001, 3002] and nodes[5:9] == seqs[5:9]
+    assert nodes[-5] == seqs[-5] and list(reversed(nodes)) == seqs[::-1]
+
+
 def test_a_lazy_head_that_does_not_hold_what_it_claims_is_found_when_inflated() -> None:
     # the restore point's body digest vouched for its bytes; a writer's claim that is not so
     # (head count or largest seq) is a LogCorruptError of the read that inflates the head

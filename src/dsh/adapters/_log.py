@@ -511,7 +511,12 @@ class _NodesThen(Sequence[int]):
 
     def __getitem__(self, index: int | slice) -> int | list[int]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+            start, stop, step = index.indices(len(self))
+            split = self._split
+            if step == 1:  # a run: one slice of the base (a tailed base reads its tail alone)
+                return [*self._base[min(start, split):min(max(stop, start), split)],
+                        *self._more[max(start - split, 0):max(stop - split, 0)]]
+            return [self[i] for i in range(start, stop, step)]
         position = index + len(self) if index < 0 else index
         if not 0 <= position < len(self):
             raise IndexError("node index out of range")

@@ -250,9 +250,12 @@ class NodeSeqs(Sequence[int]):
     :meth:`unpack_narrow`), it stays as the restore point stores it, zlib'd differences (an
     uncompacted 1M-event session's 364k nodes: a few KB), and hands the array it was checked
     through to the first :meth:`to_array` (the resumed session's surface) without a copy;
-    later reads inflate it again. So a resume costs the same at 100k and 1M events. It
-    compares equal to a list, tuple or :class:`SurfaceNodes` with the same seqs, hashes like
-    the equal tuple, and slices to a :class:`NodeSeqs`. Rule: docs/rules.md#the-surface.
+    later reads inflate it again. So a resume costs the same at 100k and 1M events. Read back
+    tailed (:meth:`unpack_tailed`), an index, a run or a walk back within its tail is answered
+    from the tail (a cold read of the latest items inflates nothing), a walk back that goes on
+    into the head inflates it once. It compares equal to a list, tuple or
+    :class:`SurfaceNodes` with the same seqs, hashes like the equal tuple, and slices to a
+    :class:`NodeSeqs`. Rule: docs/rules.md#the-surface.
 
     Args:
         seqs: The seqs, in surface order (each a non-negative int below 2**63).
@@ -547,15 +550,37 @@ class NodeSeqs(Sequence[int]):
     def __getitem__(self, index: slice) -> NodeSeqs: ...
 
     def __getitem__(self, index: int | slice) -> int | NodeSeqs:
+        tail = self._tail if self._seqs is None and self._fresh is None else None
         if isinstance(index, slice):
+            if tail is not None:  # a run within the tail of tailed seqs: the head stays packed
+                start, stop, step = index.indices(self._count)
+                head = self._count - len(tail)
+                if step == 1 and (start >= head or start >= stop):
+                    return NodeSeqs.adopt(tail[start - head:max(stop - head, 0)])
             return NodeSeqs.adopt(self._view()[index])
+        if tail is not None:
+            position = index + self._count if index < 0 else index
+            head = self._count - len(tail)
+            if head <= position < self._count:
+                return tail[position - head]
         return self._view()[index]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._view())
 
     def __reversed__(self) -> Iterator[int]:
+        if self._tail is not None and self._seqs is None and self._fresh is None:
+            return self._walk_back(self._tail)
         return reversed(self._view())
+
+    def _walk_back(self, tail: array[int]) -> Iterator[int]:
+        """Tailed seqs from the last back: the head inflated once, if the walk reaches it.
+
+        A walk back from the end (a cold read of the latest items) reads the tail only.
+        """
+        yield from reversed(tail)
+        if len(tail) < self._count:
+            yield from reversed(self._head())
 
     def __contains__(self, value: object) -> bool:
         return value in self._view()
