@@ -162,6 +162,15 @@ def test_import_dsh_loads_only_the_errors_and_every_public_name_resolves() -> No
         dsh.no_such_name  # noqa: B018
 
 
+def test_a_name_that_is_no_identifier_is_no_attribute_of_dsh() -> None:
+    # the submodule fallback of dsh.__getattr__ asks only for identifiers: hasattr answers
+    # False (find_spec("dsh.x.y") raised ModuleNotFoundError through hasattr)
+    for name in ("x.y", ".", "..session", "session.x"):
+        assert not hasattr(dsh, name)
+        with pytest.raises(AttributeError, match="no attribute"):
+            getattr(dsh, name)
+
+
 def test_an_adapter_import_loads_no_agent_loop_compaction_or_front_door() -> None:
     pytest.importorskip("agents")
     loaded = set(_fresh_modules("import dsh.adapters.openai_agents"))

@@ -177,11 +177,15 @@ _DEPRECATED = {
 """Names kept for one release, each with its replacement (a DeprecationWarning names it)."""
 
 
-def __getattr__(name: str) -> object:
+def _module_getattr(name: str) -> object:
     """A public name, loaded on first use; a submodule (``dsh.persistence``), imported.
 
+    dsh's PEP 562 ``__getattr__``, hidden from type checkers: every public name is typed by its
+    TYPE_CHECKING import, so a misspelt one is a type error, not an ``object``.
+
     Raises:
-        AttributeError: ``name`` is neither a public name nor a submodule of dsh.
+        AttributeError: ``name`` is neither a public name nor a submodule of dsh (a name
+            that is no identifier, ``"x.y"``, included: ``hasattr`` answers False).
     """
     module = _LAZY.get(name)
     if module is not None:
@@ -189,7 +193,8 @@ def __getattr__(name: str) -> object:
         return value
     replacement = _DEPRECATED.get(name)
     if replacement is None:
-        if not name.startswith("__") and importlib.util.find_spec(f"dsh.{name}") is not None:
+        if name.isidentifier() and not name.startswith("__") \
+                and importlib.util.find_spec(f"dsh.{name}") is not None:
             return importlib.import_module(f"dsh.{name}")  # (binds it here as an attribute)
         raise AttributeError(f"module 'dsh' has no attribute {name!r}")
     if name == "open_store":  # warns when called
@@ -203,6 +208,10 @@ def __getattr__(name: str) -> object:
     from dsh.session import SessionStore
 
     return SessionStore
+
+
+if not TYPE_CHECKING:
+    __getattr__ = _module_getattr
 
 
 def __dir__() -> list[str]:

@@ -35,3 +35,11 @@ def use_the_front_door() -> None:
     with dsh.open("memory:") as store:
         assert_type(store, Store)
         assert_type(store.session("s"), Session)
+
+
+def misspelt_names_are_type_errors() -> None:
+    # dsh's PEP 562 __getattr__ is hidden from checkers (every public name is typed by its
+    # TYPE_CHECKING import), so a misspelt name is an error; strict mypy flags an unused ignore
+    from dsh import Sesion  # type: ignore[attr-defined]
+
+    print(Sesion, dsh.compactnow)  # type: ignore[attr-defined]
