@@ -659,6 +659,35 @@ def test_the_first_write_refuses_a_row_changed_since_the_cold_read(
         assert db.execute("SELECT seq, type, data FROM events ORDER BY seq").fetchall() == rows
 
 
+def test_a_cold_read_and_the_first_write_open_one_connection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/formats.md#files-and-connections: the write's resume pages in the events before
+    # its restore point's cut (its turn brackets, the last surface node) on the connection
+    # its write handle took over from the cold read, not on a read-only one opened for them
+    import os
+    import sqlite3
+
+    store = sqlite_url(tmp_path)
+    _fill_closed(store, "s")
+    opened: list[str] = []
+    connect = sqlite3.connect
+
+    def counting(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        opened.append(str(database))
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", counting)
+    session = DshSession("s", store)
+    assert run(session.get_items(limit=3)) == _long_turns(299, 1)[1:]
+    run(session.add_items(_long_turns(300, 1)))
+    session.close()
+    assert len(opened) == 1 and os.path.samefile(opened[0], tmp_path / "sessions.db")
+    monkeypatch.undo()
+    again = DshSession("s", store)
+    assert run(again.get_items(limit=4)) == _long_turns(300, 1)
+    again.close()
+
+
 def test_a_cold_limited_read_pages_in_on_its_one_connection_and_refuses_a_changed_row(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # docs/formats.md#files-and-connections: the page-in of a cold get_items(limit) runs on

@@ -383,3 +383,67 @@ def test_the_page_ins_of_one_sqlite_store_share_its_read_only_connections(
     with pytest.raises(sqlite3.ProgrammingError):
         conn.execute("SELECT 1")  # closed, not kept
     assert [e["data"]["n"] for e in cold.read(0, 300)] == list(range(300))
+
+
+def test_a_page_in_borrows_a_write_handle_connection_only_while_the_handle_is_idle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resume's page-in runs on its write handle's connection when the handle is not using it.
+
+    docs/formats.md#files-and-connections: never while a method of the handle runs in another
+    thread (the page-in opens a read-only connection instead, without waiting) nor inside a
+    transaction; every page still checked against the seal.
+    """
+    import sqlite3
+    import threading
+
+    from dsh.persistence import _seal
+    from dsh.persistence.sqlite import _restore_point as srp
+
+    db = tmp_path / "store.db"
+    with dsh.open(f"sqlite:{db}") as store:
+        s = store.session("s1")
+        for n in range(300):
+            s.append("x/tick", {"n": n}, ignorable=True)
+        store.flush(s)
+    seal = _seal.read_seal(tmp_path / "store.db.dsh-seals" / "s1.seal")
+    backend = open_backend(f"sqlite:{db}")
+    handle = backend.open("s1", "write")  # the one validated connection of the backend
+    opened: list[str] = []
+    connect = sqlite3.connect
+
+    def counting(database: str, **kwargs: bool | None) -> sqlite3.Connection:
+        opened.append(database)
+        return connect(database, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(srp.sqlite3, "connect", counting)
+    source = srp.SqlitePrefixSource(db, "s1", 300, seal.records,
+                                    connections=backend.page_connections)
+    assert [e["data"]["n"] for e in source.read(280, 300)] == list(range(280, 300))
+    assert opened == []  # on the handle's own connection
+
+    held, done = threading.Event(), threading.Event()
+
+    def busy_handle() -> None:
+        with handle._use:  # a method of the handle running in another thread
+            held.set()
+            done.wait(10)
+
+    worker = threading.Thread(target=busy_handle)
+    worker.start()
+    try:
+        assert held.wait(10)
+        assert [e["data"]["n"] for e in source.read(0, 10)] == list(range(10))
+        assert opened == [f"{db.as_uri()}?mode=ro"]  # not the busy handle's: a read-only one
+    finally:
+        done.set()
+        worker.join()
+    handle._c.conn.execute("BEGIN")
+    try:
+        assert handle._lend() is None  # never inside a transaction
+    finally:
+        handle._c.conn.execute("ROLLBACK")
+    handle.append([])  # the handle works on after lending its connection
+    assert handle.last_stored_seq() == 299
+    handle.close()
+    assert handle._lend() is None and len(backend._writers) == 0
+    backend.close()

@@ -38,7 +38,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, NoReturn
+from typing import Any, Concatenate, Final, Literal, NoReturn, ParamSpec, TypeVar
 from urllib.parse import quote
 
 from dsh._errors import (
@@ -761,6 +761,9 @@ class SqliteBackend:
         _check_path(self.path)
         self._conn: _Connection | None = None
         self._idle: list[_Connection] = []  # validated connections closed handles left
+        # open write handles: a page-in borrows one's connection while the handle is not
+        # using it (SqliteHandle._lend), before it would open a read-only connection
+        self._writers: weakref.WeakSet[SqliteHandle] = weakref.WeakSet()
         # its sessions' page-ins share read-only connections, or borrow an idle validated one
         # (docs/formats.md#files-and-connections); the pool may outlive this object
         self.page_connections = srp.PageConnections(self.path, _lender(weakref.ref(self)))
@@ -798,15 +801,29 @@ class SqliteBackend:
                 idle.close()
 
     def _lend(self) -> tuple[sqlite3.Connection, Callable[[bool], None]] | None:
-        """An idle validated connection for one page-in, or None (see ``PageConnections``).
+        """A validated connection for one page-in, or None (see ``PageConnections``).
 
-        Given back to the idle ones after the page-in (closed if it failed); a handle that
-        takes it later checks it as it checks any idle one (``_Connection.reusable``).
+        An idle one, given back to the idle ones after the page-in (closed if it failed); a
+        handle that takes it later checks it as it checks any idle one
+        (``_Connection.reusable``). Else the connection of an open write handle that is not
+        using it (:meth:`SqliteHandle._lend`): a writer's resume pages in the events before
+        its restore point's cut on the connection the handle already holds (it took the idle
+        one a cold read left), not on a read-only one opened for them.
         """
         with self._mutex:
-            if self._closed or not self._idle or self._idle[-1]._pid != os.getpid():
+            if self._closed:
                 return None
-            idle = self._idle.pop()
+            if not self._idle or self._idle[-1]._pid != os.getpid():
+                writers = list(self._writers)
+                idle = None
+            else:
+                idle = self._idle.pop()
+        if idle is None:
+            for writer in writers:
+                lent = writer._lend()
+                if lent is not None:
+                    return lent
+            return None
 
         def give_back(ok: bool) -> None:
             if ok:
@@ -1342,14 +1359,31 @@ class SqliteBackend:
         self.close()
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _holding(method: Callable[Concatenate[SqliteHandle, _P], _R]
+             ) -> Callable[Concatenate[SqliteHandle, _P], _R]:
+    """Run a handle method holding its connection, so no page-in borrows it meanwhile."""
+
+    @functools.wraps(method)
+    def run(self: SqliteHandle, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._use:
+            return method(self, *args, **kwargs)
+
+    return run
+
+
 class SqliteHandle(HandleBase):
     """An open session of a :class:`SqliteBackend`.
 
     Rule: docs/stores.md#the-backend-contract, docs/rules.md#resume.
 
     Used from one thread at a time; it owns one SQLite connection. A ``"write"`` handle holds
-    the session's exclusive lock until :meth:`close`. Obtain it from
-    :meth:`SqliteBackend.open`.
+    the session's exclusive lock until :meth:`close`, and lends its connection to a page-in
+    of its store while none of its methods is running and no transaction is open
+    (:meth:`_lend`). Obtain it from :meth:`SqliteBackend.open`.
     """
 
     def __init__(self, backend: SqliteBackend, session_id: str, mode: OpenMode,
@@ -1388,12 +1422,41 @@ class SqliteHandle(HandleBase):
         # post-commit steps (seal, restore-point anchor): contained and reported, never raised
         self.after_commit = AfterCommit(session_id)
         self._closed = False
+        # held by every method that uses the connection, and by a page-in it is lent to
+        self._use = threading.RLock()
         self._c = backend._connect()
         try:
             self._session_row()
         except BaseException:
             backend._release(self._c)
             raise
+        if mode == "write":
+            with backend._mutex:
+                backend._writers.add(self)
+
+    def _lend(self) -> tuple[sqlite3.Connection, Callable[[bool], None]] | None:
+        """This write handle's connection for one page-in of its store, or None.
+
+        Only while the handle is open, none of its methods runs (its lock is free, taken
+        without waiting: a page-in never waits for an append), and the connection is
+        outside any transaction, in the process that opened it. The page-in holds the
+        handle's lock until it gives the connection back, so an append waits for it (one
+        indexed range query). A page-in only reads, in autocommit, and the rows it reads
+        are below a restore point's cut: committed, and checked against the seal
+        (docs/rules.md#verified-page-in). A failed page-in leaves the connection to the
+        handle, which checks it as it always does (its next append re-derives the stored
+        tail in its transaction).
+        """
+        if not self._use.acquire(blocking=False):
+            return None
+        if self._closed or self._c._pid != os.getpid() or self._c.conn.in_transaction:
+            self._use.release()
+            return None
+
+        def give_back(ok: bool) -> None:
+            self._use.release()
+
+        return self._c.conn, give_back
 
     @property
     def session_id(self) -> str:
@@ -1461,6 +1524,7 @@ class SqliteHandle(HandleBase):
                                    code="HANDLE_CLOSED",
                                    session_id=self._id, path=self._path)
 
+    @_holding
     def last_stored_seq(self) -> int:
         """The seq of the last stored row (a packed row's first member), -1 for none.
 
@@ -1513,6 +1577,7 @@ class SqliteHandle(HandleBase):
     def _revision(self, incarnation: str, revision: int) -> str:
         return f"{self._c.store_identity}:incarnation:{incarnation}:revision:{revision}"
 
+    @_holding
     def read(self, offset: int = 0) -> ColdRead:
         """Read the header and the committed events with ``seq >= offset``.
 
@@ -1646,6 +1711,7 @@ class SqliteHandle(HandleBase):
         self._torn_seq = None
         return len(full.events)
 
+    @_holding
     def append(self, events: Sequence[Event]) -> None:
         """Append one batch as one durable ``BEGIN IMMEDIATE`` transaction.
 
@@ -1851,6 +1917,7 @@ class SqliteHandle(HandleBase):
                 session_id=self._id)
         return seal
 
+    @_holding
     def reseal_committed(self, *, keep: bool = False) -> Resealed:
         """Seal this session's committed rows as they are now (:meth:`SqliteBackend.reseal`).
 
@@ -1997,6 +2064,7 @@ class SqliteHandle(HandleBase):
         """0: SQLite restore points are due by events only (rows are not counted in bytes)."""
         return 0
 
+    @_holding
     def restore_point_anchor(self) -> rp.Anchor | None:
         """The anchor of the committed prefix last read or written here, or None."""
         self._ensure_open()
@@ -2099,6 +2167,7 @@ class SqliteHandle(HandleBase):
             raise
         self._restore_marks = [mark]
 
+    @_holding
     def read_from_restore_point(self) -> tuple[rp.RestorePoint, ColdRead,
                                                srp.SqlitePrefixSource]:
         """Read through the restore point: its state, the events after its cut, a page-in source.
@@ -2277,6 +2346,7 @@ class SqliteHandle(HandleBase):
         """
         self._ensure_open()
 
+    @_holding
     def scrub(self) -> list[dict[str, object]]:
         """Push deleted bytes out of the file: ``wal_checkpoint(TRUNCATE)``, ``VACUUM``, again.
 
@@ -2298,6 +2368,7 @@ class SqliteHandle(HandleBase):
                                 "error": str(exc)})
         return touched
 
+    @_holding
     def rewrite(self, events: Sequence[Event], *, scrub: bool = True
                 ) -> list[dict[str, object]]:
         """Replace the session's rows by ``events`` and scrub the file: redaction and erasure.
@@ -2399,11 +2470,14 @@ class SqliteHandle(HandleBase):
             touched.extend(self.scrub())
         return touched
 
+    @_holding
     def close(self) -> None:
         """Close the connection and release the write lock; idempotent."""
         if self._closed:
             return
         self._closed = True
+        with self._backend._mutex:
+            self._backend._writers.discard(self)
         try:
             self._close_seal_fd()
             self._publish_head()

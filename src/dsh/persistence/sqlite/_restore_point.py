@@ -84,10 +84,12 @@ class PageConnections:
 
     Args:
         path: The database file.
-        lend: Lends one of the store's idle validated connections instead, when it has one
-            (:data:`Lender`): a cold read's page-in then runs on the connection its read
-            opened and validated a moment before, not on a new one (a second connection is a
-            second open of the file and parse of its schema: a quarter of a cold
+        lend: Lends one of the store's validated connections instead, when it has one
+            free (:data:`Lender`: an idle one, or a write handle's while the handle is not
+            using it): a cold read's page-in then runs on the connection its read opened
+            and validated a moment before, and a writer's resume on the one its handle
+            took over from that read, not on a new one (a second connection is a second
+            open of the file and parse of its schema: a quarter of a cold
             ``get_items(limit)``). A page-in only reads, in autocommit, as on its own
             read-only ones.
     """
@@ -139,8 +141,9 @@ class PageConnections:
 class SqlitePrefixSource:
     """Pages in the events before a restore point's cut from the database, by seq.
 
-    It reads through a read-only connection borrowed from ``connections`` for each page-in
-    (the write handle's belongs to the writer thread), under a lock of its own.
+    It reads through a connection borrowed from ``connections`` for each page-in (an idle
+    validated one of the store, a write handle's while the handle is not using it, else a
+    read-only one), under a lock of its own.
 
     Args:
         path: The database file.
