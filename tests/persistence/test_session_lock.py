@@ -32,3 +32,34 @@ def test_a_lock_file_that_cannot_be_written_is_a_clear_error_not_a_crash(
     monkeypatch.undo()
     lock = SessionLock(path, "s")  # the failed attempt left nothing held in this process
     lock.release()
+
+
+def test_the_owner_file_is_written_in_place_and_emptied_at_release(tmp_path: Path) -> None:
+    # docs/formats.md#lock-and-owner-files: the holder writes its owner record through a
+    # descriptor it keeps, over whatever a killed holder left, and empties the file when it
+    # releases the lock; an empty owner file names nobody, as a missing one
+    import json
+    import os
+
+    from dsh._errors import SessionBusyError
+
+    path = tmp_path / "s" / "session.lock"
+    owner = path.with_name("session.lock.owner")
+    path.parent.mkdir()
+    owner.write_text(json.dumps({"pid": 1, "host": "gone", "since": 5, "session": "s"})
+                     + " " * 100)  # a killed holder's, longer than ours
+    lock = SessionLock(path, "s")
+    inode = owner.stat().st_ino
+    assert json.loads(owner.read_text()) == {"pid": os.getpid(), "host": lock.host,
+                                             "since": lock.since, "session": "s"}
+    lock.release()
+    assert owner.stat().st_ino == inode and owner.read_bytes() == b""
+    assert _lock._read_owner(owner) == {}
+    again = SessionLock(path, "s")  # the same file, no new one made
+    assert owner.stat().st_ino == inode
+    assert json.loads(owner.read_text())["since"] == again.since
+    with pytest.raises(SessionBusyError, match="this process"):
+        SessionLock(path, "s")
+    again.release()
+    again.release()  # idempotent
+    assert owner.read_bytes() == b""

@@ -7,9 +7,13 @@ docs/rules.md#one-writer-per-session); the port excludes writers everywhere. The
 lock on a file beside the data, acquired without blocking: ``fcntl.flock`` called directly on
 POSIX (the lock ``filelock.FileLock`` takes there, without its ~1 ms of bookkeeping per lock: an
 adapter's first write takes it), ``filelock`` elsewhere. After acquiring, the holder writes
-``{"pid", "host", "since"}`` (since = epoch ms) to ``<lock>.owner`` so a refused writer can name
-the holder. The OS releases the lock when the holder process dies, so a crash never leaves a
-stale lock; a stale ``.owner`` file is simply overwritten by the next holder.
+``{"pid", "host", "since", "session"}`` (since = epoch ms) to ``<lock>.owner`` so a refused
+writer can name the holder: in place, through a descriptor it keeps until it releases the lock
+and empties the file (no file created, renamed or removed per lock once the file exists: an
+adapter's first write takes the lock). An empty or half-written owner file names nobody, as a
+missing one does (the refused writer asks again, :data:`OWNER_WAIT_MS` in the backends). The OS
+releases the lock when the holder process dies, so a crash never leaves a stale lock; a stale
+``.owner`` file is simply overwritten by the next holder.
 
 ``flock`` excludes other open files of the lock file in this process too, but ``filelock`` locks
 are re-entrant inside one process (same path → same lock object), so the in-process exclusion
@@ -18,7 +22,6 @@ is a separate registry of held paths guarded by a mutex, naming the holder.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -174,12 +177,16 @@ class SessionLock:
                 _held.pop(key, None)
             self._busy(_read_owner(self.owner_path), in_process=False)
         self._released = False
+        self._owner_fd: int | None = None
         try:
-            tmp = self.owner_path.with_name(self.owner_path.name + f".{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(json.dumps(info))
-            os.replace(tmp, self.owner_path)
+            # written in place (a reader that finds it empty or half written asks again), and
+            # emptied at release through the same descriptor
+            self._owner_fd = os.open(self.owner_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+                                     | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+            os.ftruncate(self._owner_fd, 0)
+            data = json.dumps(info).encode()
+            if os.write(self._owner_fd, data) != len(data):
+                raise OSError(f"short write to the lock owner file {self.owner_path}")
         except BaseException:
             self.release()  # never keep a lock whose holder cannot be named
             raise
@@ -206,17 +213,23 @@ class SessionLock:
         return self._released
 
     def release(self) -> None:
-        """Release the lock (idempotent); the ``.owner`` sidecar is removed first."""
+        """Release the lock (idempotent); the ``.owner`` sidecar is emptied first."""
         if self._released:
             return
         self._released = True
+        fd, self._owner_fd = self._owner_fd, None
         try:
-            with contextlib.suppress(FileNotFoundError):
-                self.owner_path.unlink()
-            self._lock.release()
+            if fd is not None:
+                try:
+                    os.ftruncate(fd, 0)  # names nobody now, as a missing file
+                finally:
+                    os.close(fd)
         finally:
-            with _held_mutex:
-                _held.pop(self._key, None)
+            try:
+                self._lock.release()
+            finally:
+                with _held_mutex:
+                    _held.pop(self._key, None)
 
     def __enter__(self) -> SessionLock:
         return self
