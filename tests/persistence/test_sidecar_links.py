@@ -77,3 +77,26 @@ def test_resume_ignores_a_symlinked_restore_point_folder(
             "m0", "m1", "m2", "m3"]
     assert opened and "used" not in opened  # main: read through the link
     assert (elsewhere / point.name).exists()
+
+
+def test_a_private_folder_is_made_once_and_never_through_a_link_or_over_a_file(
+        tmp_path: Path) -> None:
+    # docs/formats.md#file-modes-and-symlinks: folders made 0700; a symlink where one belongs
+    # is refused (SYMLINK) even when it leads to a folder, a file there is NOT_A_DIRECTORY
+    import stat
+
+    from dsh.persistence._paths import mkdir_private
+
+    folder = tmp_path / "a" / "locks"
+    assert mkdir_private(folder, "locks") is True
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert mkdir_private(folder, "locks") is False  # there already
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    with pytest.raises(PersistenceError) as caught:
+        mkdir_private(link, "locks")
+    assert caught.value.code == "SYMLINK"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(PersistenceError) as caught:
+        mkdir_private(tmp_path / "file", "locks")
+    assert caught.value.code == "NOT_A_DIRECTORY"

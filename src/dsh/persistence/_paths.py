@@ -209,6 +209,11 @@ def mkdir_private(path: Path, what: str) -> bool:
             it exists and is not a directory.
         OSError: the folder could not be created.
     """
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            return False  # there already, and no symlink (one lstat: the common case)
+    except FileNotFoundError:
+        pass
     refuse_symlink(path, what)
     try:
         path.mkdir(mode=0o700)
