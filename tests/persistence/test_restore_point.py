@@ -714,6 +714,20 @@ def test_many_surface_nodes_are_stored_packed_and_read_back_exactly() -> None:
         rp.decode_restore_point(forged, session_id="s", backend="sqlite")
 
 
+def test_a_tailed_seq_beyond_int64_is_refused_not_raised() -> None:
+    # "zt:" tail seqs are decimal text: one past 2**63 - 1 is a refused restore point (the
+    # caller reads in full), not an OverflowError out of the resume
+    nodes = list(range(0, 3 * rp.PACKED_NODES_MIN, 3))
+    body = packed_point(nodes, 3 * rp.PACKED_NODES_MIN).partition(b"\n")[2]
+    text = _nodes_value(body)
+    for seq in (2**63, 10**40):
+        parts = text.split(b":", 5)
+        parts[4] += b"," + str(seq).encode()
+        forged = _resealed(body.replace(text, b":".join(parts)))
+        with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
+            rp.decode_restore_point(forged, session_id="s", backend="sqlite")
+
+
 def test_a_million_event_surface_is_read_back_packed() -> None:
     # an uncompacted 1M-event msg session holds ~364k nodes: they come back as one int64
     # buffer (NodeSeqs), inflated a chunk at a time, equal to the seqs written

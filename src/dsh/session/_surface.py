@@ -437,7 +437,10 @@ class NodeSeqs(Sequence[int]):
             ValueError: a count, the head's largest seq or a tail seq outside its range.
         """
         head_count, head_max, narrow, tail, packed = pack
-        seqs = array("q", tail)  # (OverflowError for an int beyond int64: ValueError's kin)
+        try:
+            seqs = array("q", tail)
+        except OverflowError:  # a seq beyond int64 (decimal text in "zt:"): out of range too
+            raise ValueError(f"tailed node seqs must lie in 0 .. {bound - 1}") from None
         if type(head_count) is not int or type(head_max) is not int \
                 or not 0 <= head_count <= max(bound, 0) \
                 or not (head_max == -1 if head_count == 0 else 0 <= head_max < bound) \
