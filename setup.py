@@ -4,6 +4,9 @@
 and the package still installs, running the pure-Python paths of :mod:`dsh.json`.
 """
 
+import sys
+
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("dsh._speedups", ["src/dsh/_speedups.c"], optional=True)])
+setup(ext_modules=[Extension("dsh._speedups", ["src/dsh/_speedups.c"], optional=True,
+                                libraries=["dl"] if sys.platform.startswith("linux") else [])])

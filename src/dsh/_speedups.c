@@ -11,7 +11,9 @@
  *   the session           gather_messages (derive_messages)
  *   the SQLite write path rows_text (seal checksum text), encode_rows (a batch's rows)
  *   the adapters         record_texts (framework records cut out of a checked row's text),
- *                         pick_rows (a selective read's pass over checked rows, cutting them)
+ *                         pick_rows (a selective read's pass over checked rows, cutting them),
+ *                         read_rows with sqlite_bind/sqlite_open (that read and its seal check
+ *                         through SQLite's C API, resolved at run time from _sqlite3's library)
  *
  * Anything unusual (an unsafe int, NaN, +-inf, -0.0, a non-str key, a string holding a
  * surrogate, an unknown type, nesting deeper than FAST_DEPTH, a cycle) raises the private
@@ -3267,6 +3269,24 @@ seqs_below(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * The SQLite seal checksum text (dsh.persistence._seal.rows_crc): a growable byte buffer.
  */
 
+/* "%lld" of value without snprintf's format parsing, written backwards to end at `end` (24
+ * bytes before it are room enough): its first character. */
+static char *
+decimal_ll(char *end, long long value)
+{
+    char *p = end;
+    unsigned long long magnitude = value < 0 ? 0ULL - (unsigned long long)value
+                                             : (unsigned long long)value;
+    do {
+        *--p = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (value < 0) {
+        *--p = '-';
+    }
+    return p;
+}
+
 static int
 fallback_int(void)
 {
@@ -3313,11 +3333,10 @@ buf_str(Buf *b, PyObject *s)
 }
 
 static int
-buf_hex(Buf *b, PyObject *bytes)
+buf_hex_raw(Buf *b, const unsigned char *p, Py_ssize_t n)
 {
     static const char digits[] = "0123456789abcdef";
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(bytes);
-    Py_ssize_t i, n = PyBytes_GET_SIZE(bytes);
+    Py_ssize_t i;
     char pair[2];
     for (i = 0; i < n; i++) {
         pair[0] = digits[p[i] >> 4];
@@ -3329,14 +3348,27 @@ buf_hex(Buf *b, PyObject *bytes)
     return 0;
 }
 
+static int
+buf_hex(Buf *b, PyObject *bytes)
+{
+    return buf_hex_raw(b, (const unsigned char *)PyBytes_AS_STRING(bytes),
+                       PyBytes_GET_SIZE(bytes));
+}
+
+/* f"{v}" of a long long into b */
+static int
+buf_ll(Buf *b, long long value)
+{
+    char text[24], *p = decimal_ll(text + sizeof text, value);
+    return buf_put(b, p, text + sizeof text - p);
+}
+
 /* f"{v}" of an exact int (not bool) within long long; else Fallback */
 static int
 buf_int(Buf *b, PyObject *v)
 {
-    char text[24], *p = text + sizeof text;
     int overflow;
     long long value;
-    unsigned long long magnitude;
     if (!PyLong_CheckExact(v)) {
         return fallback_int();
     }
@@ -3345,16 +3377,7 @@ buf_int(Buf *b, PyObject *v)
         PyErr_Clear();
         return fallback_int();
     }
-    /* "%lld" without snprintf's format parsing: two of these per row of a whole read */
-    magnitude = value < 0 ? 0ULL - (unsigned long long)value : (unsigned long long)value;
-    do {
-        *--p = (char)('0' + magnitude % 10);
-        magnitude /= 10;
-    } while (magnitude);
-    if (value < 0) {
-        *--p = '-';
-    }
-    return buf_put(b, p, text + sizeof text - p);
+    return buf_ll(b, value);  /* two of these per row of a whole read */
 }
 
 /* f"{v}" of a str or None; else Fallback */
@@ -4154,16 +4177,7 @@ done:
 static int
 canon_int(wbuf *b, long long number)
 {
-    char digits[24], *p = digits + sizeof digits;
-    unsigned long long magnitude = number < 0 ? 0ULL - (unsigned long long)number
-                                              : (unsigned long long)number;
-    do {
-        *--p = (char)('0' + magnitude % 10);
-        magnitude /= 10;
-    } while (magnitude);
-    if (number < 0) {
-        *--p = '-';
-    }
+    char digits[24], *p = decimal_ll(digits + sizeof digits, number);
     return wb_put(b, p, digits + sizeof digits - p);
 }
 
@@ -5259,7 +5273,24 @@ rec_string(const char *p, const char *end, int *escaped, RecScan *scan)
 {
     p++;
     while (p < end) {
-        unsigned char c = (unsigned char)*p;
+        unsigned char c;
+        /* 8 bytes at a time while none is a quote, a backslash or a control character (the
+         * tests are exact: a word passes only when no byte of it is one) */
+        while (end - p >= 8) {
+            unsigned long long w, q, b;
+            memcpy(&w, p, 8);
+            q = w ^ 0x2222222222222222ULL;
+            b = w ^ 0x5C5C5C5C5C5C5C5CULL;
+            if ((((q - 0x0101010101010101ULL) & ~q) | ((b - 0x0101010101010101ULL) & ~b)
+                 | ((w - 0x2020202020202020ULL) & ~w)) & 0x8080808080808080ULL) {
+                break;
+            }
+            p += 8;
+        }
+        if (p >= end) {
+            break;
+        }
+        c = (unsigned char)*p;
         if (c == '"') {
             return p + 1;
         }
@@ -5362,8 +5393,12 @@ rec_scalar(const char *p, const char *end)
  * text the reference's parse refuses. Nesting deeper than REC_DEPTH (orjson stops at 1024 in
  * the whole text, which holds this value a few levels down) is declined. */
 #define REC_DEPTH 512
+#define rec_value(p, end, scan) rec_value_in(p, end, scan, REC_DEPTH)
+
+/* rec_value of a value `REC_DEPTH - limit` containers down in the text it is part of (the
+ * same nesting declined as a walk from the top of that text declines) */
 static const char *
-rec_value(const char *p, const char *end, RecScan *scan)
+rec_value_in(const char *p, const char *end, RecScan *scan, Py_ssize_t limit)
 {
     char open[REC_DEPTH];  /* the closing bracket each open container waits for */
     Py_ssize_t depth = 0;
@@ -5380,7 +5415,7 @@ rec_value(const char *p, const char *end, RecScan *scan)
         }
         else if (*p == '{' || *p == '[') {
             char close = *p == '{' ? '}' : ']';
-            if (depth == REC_DEPTH) {
+            if (depth >= limit) {
                 return NULL;
             }
             open[depth++] = close;
@@ -5431,73 +5466,6 @@ rec_value(const char *p, const char *end, RecScan *scan)
     }
 }
 
-/* One walk of the object at p (its end in *obj_end): names[0..count) name members to look for
- * (the last of a name wins, as a parser keeps it); the value of names[i] goes to found[i]
- * (start) and found_end[i], NULL when absent. The member names[descend] (descend < count),
- * when it is an object, is walked in the same pass, by `inner` (a recursive call's job): its
- * value is not skipped twice. Returns 0, or -1 when the object is malformed or a member name
- * is escaped. */
-typedef struct RecPath {
-    const char *const *names;
-    const Py_ssize_t *lens;
-    Py_ssize_t count;
-} RecPath;
-
-static int
-rec_object(const char *p, const char *end, const RecPath *want, RecScan *scan,
-           const char **found, const char **found_end, const char **obj_end)
-{
-    Py_ssize_t i;
-    for (i = 0; i < want->count; i++) {
-        found[i] = found_end[i] = NULL;
-    }
-    if (p >= end || *p != '{') {
-        return -1;
-    }
-    p = rec_ws(p + 1, end);
-    if (p < end && *p == '}') {
-        *obj_end = p + 1;
-        return 0;
-    }
-    while (p < end) {
-        const char *key = p + 1, *key_end, *value, *value_end;
-        int escaped = 0;
-        if (*p != '"') {
-            return -1;
-        }
-        key_end = rec_string(p, end, &escaped, scan);
-        if (key_end == NULL || escaped) {
-            return -1;
-        }
-        p = rec_ws(key_end, end);
-        if (p >= end || *p != ':') {
-            return -1;
-        }
-        value = rec_ws(p + 1, end);
-        value_end = rec_value(value, end, scan);
-        if (value_end == NULL) {
-            return -1;
-        }
-        for (i = 0; i < want->count; i++) {
-            if (key_end - 1 - key == want->lens[i]
-                    && memcmp(key, want->names[i], (size_t)want->lens[i]) == 0) {
-                found[i] = value;
-                found_end[i] = value_end;
-            }
-        }
-        p = rec_ws(value_end, end);
-        if (p < end && *p == '}') {
-            *obj_end = p + 1;
-            return 0;
-        }
-        if (p >= end || *p != ',') {
-            return -1;
-        }
-        p = rec_ws(p + 1, end);
-    }
-    return -1;
-}
-
 /* The UTF-8 of the str `name`, or NULL (no error set) when it is no str or has none. */
 static const char *
 rec_name(PyObject *name, Py_ssize_t *len)
@@ -5524,16 +5492,217 @@ PyDoc_STRVAR(record_texts_doc,
 "grammar; a number that might overflow and nesting past 512 levels are declined too).\n"
 "Reference: dsh.adapters._records.python_record_texts.");
 
+/* record_texts on the UTF-8 text [p, p + size) (no lone surrogate in it): the tuple of
+ * bytes, None, or NULL with an error set. need may be NULL (none). */
+/* The state of one cut_records walk (rec_descend): what it looks for, and the records of the
+ * last holder it walked. */
+typedef struct {
+    PyObject *path;          /* the member names down to the holder (a tuple of str) */
+    Py_ssize_t levels;       /* len(path) */
+    const char *need;        /* the top member that must be an object, or NULL */
+    Py_ssize_t need_len;
+    const char *fmt;
+    Py_ssize_t fmt_len;
+    RecScan scan;
+    const char **items;      /* the last holder's records: start, end, start, end, ... */
+    Py_ssize_t count, capacity;
+} RecDescent;
+
+static int
+rec_item(RecDescent *d, const char *start, const char *stop)
+{
+    if (d->count + 2 > d->capacity) {
+        Py_ssize_t want = d->capacity * 2 + 16;
+        const char **grown = PyMem_Realloc((void *)d->items, (size_t)want * sizeof(char *));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        d->items = grown;
+        d->capacity = want;
+    }
+    d->items[d->count++] = start;
+    d->items[d->count++] = stop;
+    return 0;
+}
+
+/* The records array at p (its end in *array_end) walked once, its items' spans kept in d;
+ * 0, or -1 when it is malformed (no error set) or on an error (set). */
+static int
+rec_records(const char *p, const char *end, RecDescent *d, Py_ssize_t level,
+            const char **array_end)
+{
+    d->count = 0;
+    p = rec_ws(p + 1, end);
+    if (p < end && *p == ']') {
+        *array_end = p + 1;
+        return 0;
+    }
+    while (p < end) {
+        const char *item_end = rec_value_in(p, end, &d->scan, REC_DEPTH - level - 1);
+        if (item_end == NULL || rec_item(d, p, item_end) < 0) {
+            return -1;
+        }
+        p = rec_ws(item_end, end);
+        if (p < end && *p == ']') {
+            *array_end = p + 1;
+            return 0;
+        }
+        if (p >= end || *p != ',') {
+            return -1;
+        }
+        p = rec_ws(p + 1, end);
+    }
+    return -1;
+}
+
+/* One walk of the object at p, `level` members down the path (0: the top object), to its end
+ * (*obj_end), its whole grammar checked: the value of the member path[level] (the last of that
+ * name counts, as a parser keeps it) is walked by this function one level down when it is an
+ * object, in the same pass; at the holder (level == len(path)), the last "format" member must
+ * be the JSON string fmt written without escape and the last "records" member an array, whose
+ * items' spans are kept in d. Returns 1 when so for the last path member, 0 when not, -1 when
+ * the text is to be declined (malformed, an escaped member name on the path; an error set
+ * on an error). */
+static int
+rec_descend(const char *p, const char *end, RecDescent *d, Py_ssize_t level,
+            const char **obj_end)
+{
+    const char *name = NULL;
+    Py_ssize_t name_len = 0;
+    int found = 0, need_ok = d->need == NULL || level > 0, format_ok = 0, records_ok = 0;
+    if (level < d->levels
+            && (name = rec_name(PyTuple_GET_ITEM(d->path, level), &name_len)) == NULL) {
+        return -1;
+    }
+    if (p >= end || *p != '{') {
+        return -1;
+    }
+    p = rec_ws(p + 1, end);
+    if (p < end && *p == '}') {
+        *obj_end = p + 1;
+        return 0;
+    }
+    while (p < end) {
+        const char *key = p + 1, *key_end, *value, *value_end = NULL;
+        Py_ssize_t key_len;
+        int escaped = 0;
+        if (*p != '"') {
+            return -1;
+        }
+        key_end = rec_string(p, end, &escaped, &d->scan);
+        if (key_end == NULL || escaped) {
+            return -1;
+        }
+        key_len = key_end - 1 - key;
+        p = rec_ws(key_end, end);
+        if (p >= end || *p != ':') {
+            return -1;
+        }
+        value = rec_ws(p + 1, end);
+        if (level < d->levels) {
+            if (level == 0 && d->need != NULL && key_len == d->need_len
+                    && memcmp(key, d->need, (size_t)key_len) == 0) {
+                need_ok = value < end && *value == '{';
+            }
+            if (key_len == name_len && memcmp(key, name, (size_t)key_len) == 0) {
+                if (value < end && *value == '{') {
+                    if ((found = rec_descend(value, end, d, level + 1, &value_end)) < 0) {
+                        return -1;
+                    }
+                }
+                else {
+                    found = 0;
+                }
+            }
+        }
+        else if (key_len == 7 && memcmp(key, "records", 7) == 0) {
+            records_ok = value < end && *value == '[';
+            if (records_ok && rec_records(value, end, d, level, &value_end) < 0) {
+                return -1;
+            }
+        }
+        else if (key_len == 6 && memcmp(key, "format", 6) == 0) {
+            value_end = rec_value_in(value, end, &d->scan, REC_DEPTH - level);
+            format_ok = value_end != NULL && *value == '"'
+                && value_end - value - 2 == d->fmt_len
+                && memcmp(value + 1, d->fmt, (size_t)d->fmt_len) == 0
+                && memchr(value + 1, '\\', (size_t)d->fmt_len) == NULL;
+        }
+        if (value_end == NULL
+                && (value_end = rec_value_in(value, end, &d->scan, REC_DEPTH - level)) == NULL) {
+            return -1;
+        }
+        p = rec_ws(value_end, end);
+        if (p < end && *p == '}') {
+            *obj_end = p + 1;
+            if (level < d->levels) {
+                return found && need_ok;
+            }
+            return format_ok && records_ok;
+        }
+        if (p >= end || *p != ',') {
+            return -1;
+        }
+        p = rec_ws(p + 1, end);
+    }
+    return -1;
+}
+
+/* record_texts on the UTF-8 text [p, p + size) (no lone surrogate in it): the tuple of
+ * bytes, None, or NULL with an error set. need may be NULL (none). One walk of the text:
+ * the objects down the path are walked where they lie in their parents' walk. */
+static PyObject *
+cut_records(const char *p, Py_ssize_t size, PyObject *path, const char *fmt, Py_ssize_t fmt_len,
+            PyObject *need)
+{
+    PyObject *out = NULL;
+    const char *end, *obj_end;
+    Py_ssize_t i;
+    int found;
+    RecDescent d = {path, PyTuple_GET_SIZE(path), NULL, 0, fmt, fmt_len, {0}, NULL, 0, 0};
+    if (d.levels == 0) {
+        Py_RETURN_NONE;  /* the records' holder is a member, never the top object */
+    }
+    if (need != NULL && need != Py_None
+            && (d.need = rec_name(need, &d.need_len)) == NULL) {
+        Py_RETURN_NONE;
+    }
+    end = p + size;
+    p = rec_ws(p, end);
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n'
+                       || end[-1] == '\r')) {
+        end--;
+    }
+    found = rec_descend(p, end, &d, 0, &obj_end);
+    if (found < 0 && PyErr_Occurred()) {
+        PyMem_Free((void *)d.items);
+        return NULL;
+    }
+    if (found <= 0 || obj_end != end || d.scan.surrogate) {
+        PyMem_Free((void *)d.items);
+        Py_RETURN_NONE;
+    }
+    out = PyTuple_New(d.count / 2);
+    for (i = 0; out != NULL && i < d.count / 2; i++) {
+        PyObject *item = PyBytes_FromStringAndSize(d.items[2 * i],
+                                                   d.items[2 * i + 1] - d.items[2 * i]);
+        if (item == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, i, item);
+    }
+    PyMem_Free((void *)d.items);
+    return out;
+}
+
 static PyObject *
 record_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *text, *path, *out = NULL;
-    Py_ssize_t size, fmt_len, depth;
-    const char *p, *end, *fmt, *obj_end;
-    const char *names[2], *found[2], *found_end[2];
-    Py_ssize_t lens[2];
-    RecPath want = {names, lens, 1};
-    RecScan scan = {0};
+    PyObject *text;
+    Py_ssize_t size, fmt_len;
+    const char *p, *fmt;
     if (nargs < 3 || nargs > 4 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1])
             || !PyUnicode_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError, "record_texts(text: str, path: tuple, fmt: str, "
@@ -5541,8 +5710,7 @@ record_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     text = args[0];
-    path = args[1];
-    if (PyTuple_GET_SIZE(path) == 0) {
+    if (PyTuple_GET_SIZE(args[1]) == 0) {
         Py_RETURN_NONE;  /* the records' holder is a member, never the top object */
     }
     if ((fmt = PyUnicode_AsUTF8AndSize(args[2], &fmt_len)) == NULL) {
@@ -5556,83 +5724,7 @@ record_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Clear();  /* a lone surrogate in the str: the caller's parse names it */
         Py_RETURN_NONE;
     }
-    end = p + size;
-    p = rec_ws(p, end);
-    while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n'
-                       || end[-1] == '\r')) {
-        end--;
-    }
-    /* the top object: its first path member (and `need`), walked to its end */
-    for (depth = 0; depth < PyTuple_GET_SIZE(path); depth++) {
-        const char *here = p;
-        want.count = 1;
-        if ((names[0] = rec_name(PyTuple_GET_ITEM(path, depth), &lens[0])) == NULL) {
-            Py_RETURN_NONE;
-        }
-        if (depth == 0 && nargs > 3 && args[3] != Py_None) {
-            if ((names[1] = rec_name(args[3], &lens[1])) == NULL) {
-                Py_RETURN_NONE;
-            }
-            want.count = 2;
-        }
-        if (rec_object(here, end, &want, &scan, found, found_end, &obj_end) < 0
-                || (depth == 0 && obj_end != end) || found[0] == NULL || *found[0] != '{'
-                || (want.count == 2 && (found[1] == NULL || *found[1] != '{'))) {
-            Py_RETURN_NONE;
-        }
-        p = found[0];
-        end = found_end[0];
-    }
-    names[0] = "format";
-    lens[0] = 6;
-    names[1] = "records";
-    lens[1] = 7;
-    want.count = 2;
-    if (rec_object(p, end, &want, &scan, found, found_end, &obj_end) < 0
-            || found[0] == NULL || *found[0] != '"' || found_end[0] - found[0] - 2 != fmt_len
-            || memcmp(found[0] + 1, fmt, (size_t)fmt_len) != 0
-            || memchr(found[0] + 1, '\\', (size_t)fmt_len) != NULL
-            || found[1] == NULL || *found[1] != '[' || scan.surrogate) {
-        Py_RETURN_NONE;
-    }
-    out = PyList_New(0);
-    if (out == NULL) {
-        return NULL;
-    }
-    end = found_end[1];
-    p = rec_ws(found[1] + 1, end);
-    if (p < end && *p == ']') {
-        p = end;
-    }
-    while (p < end) {
-        const char *item_end = rec_value(p, end, &scan);
-        PyObject *item;
-        if (item_end == NULL) {
-            Py_DECREF(out);
-            Py_RETURN_NONE;
-        }
-        item = PyBytes_FromStringAndSize(p, item_end - p);
-        if (item == NULL || PyList_Append(out, item) < 0) {
-            Py_XDECREF(item);
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_DECREF(item);
-        p = rec_ws(item_end, end);
-        if (p < end && *p == ']' && p + 1 == end) {
-            break;
-        }
-        if (p >= end || *p != ',') {
-            Py_DECREF(out);
-            Py_RETURN_NONE;
-        }
-        p = rec_ws(p + 1, end);
-    }
-    {
-        PyObject *result = PyList_AsTuple(out);
-        Py_DECREF(out);
-        return result;
-    }
+    return cut_records(p, size, args[1], fmt, fmt_len, nargs > 3 ? args[3] : NULL);
 }
 
 PyDoc_STRVAR(pick_rows_doc,
@@ -6174,6 +6266,731 @@ claude_envelope(PyObject *module, PyObject *record)
     return copy;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The selective read in C (read_rows): SQLite's C API, resolved at run time from the
+ * library Python's own _sqlite3 module loaded (no SQLite headers or link at build time).
+ */
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <dlfcn.h>
+#define SQLITE_READER_BUILT 1
+#endif
+
+typedef struct sqlite3 sqlite3;
+typedef struct sqlite3_stmt sqlite3_stmt;
+#define DSH_SQLITE_OK 0
+#define DSH_SQLITE_ROW 100
+#define DSH_SQLITE_DONE 101
+#define DSH_SQLITE_INTEGER 1
+#define DSH_SQLITE_TEXT 3
+#define DSH_SQLITE_BLOB 4
+#define DSH_SQLITE_NULL 5
+#define DSH_SQLITE_OPEN_READONLY 0x00000001
+#define DSH_SQLITE_OPEN_URI 0x00000040
+#define DSH_SQLITE_TRANSIENT ((void (*)(void *))-1)
+
+typedef struct {
+    int bound;
+    int (*open_v2)(const char *, sqlite3 **, int, const char *);
+    int (*close_v2)(sqlite3 *);
+    int (*busy_timeout)(sqlite3 *, int);
+    int (*prepare_v2)(sqlite3 *, const char *, int, sqlite3_stmt **, const char **);
+    int (*bind_text)(sqlite3_stmt *, int, const char *, int, void (*)(void *));
+    int (*bind_int64)(sqlite3_stmt *, int, long long);
+    int (*step)(sqlite3_stmt *);
+    int (*column_type)(sqlite3_stmt *, int);
+    long long (*column_int64)(sqlite3_stmt *, int);
+    const unsigned char *(*column_text)(sqlite3_stmt *, int);
+    const void *(*column_blob)(sqlite3_stmt *, int);
+    int (*column_bytes)(sqlite3_stmt *, int);
+    int (*finalize)(sqlite3_stmt *);
+} SqliteApi;
+
+static SqliteApi sq;
+
+static PyObject *zlib_crc32 = NULL;
+
+PyDoc_STRVAR(sqlite_bind_doc,
+"sqlite_bind(library, /) -> bool\n\n"
+"Resolve the SQLite C functions read_rows calls from library (a path: the _sqlite3\n"
+"extension module's file, already loaded, whose SQLite they are then; None: the program's\n"
+"global symbols), without loading anything new (RTLD_NOLOAD). True when every one was\n"
+"found there, False when not (a library not loaded, a statically linked SQLite that exports\n"
+"none, a platform without dlopen). The first library that has them all is the one read_rows\n"
+"uses from then on; until one is bound read_rows raises Fallback (the Python read runs).");
+
+static PyObject *
+sqlite_bind(PyObject *module, PyObject *library)
+{
+#ifdef SQLITE_READER_BUILT
+    void *handle;
+    const char *path = NULL;
+    SqliteApi api;
+    if (library != Py_None) {
+        if (!PyUnicode_Check(library)) {
+            PyErr_SetString(PyExc_TypeError, "sqlite_bind(library: str | None)");
+            return NULL;
+        }
+        if ((path = PyUnicode_AsUTF8(library)) == NULL) {
+            return NULL;
+        }
+    }
+    handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (handle == NULL) {
+        Py_RETURN_FALSE;
+    }
+#define DSH_SYM(field, name) \
+    if ((*(void **)&api.field = dlsym(handle, name)) == NULL) { \
+        dlclose(handle); \
+        Py_RETURN_FALSE; \
+    }
+    DSH_SYM(open_v2, "sqlite3_open_v2")
+    DSH_SYM(close_v2, "sqlite3_close_v2")
+    DSH_SYM(busy_timeout, "sqlite3_busy_timeout")
+    DSH_SYM(prepare_v2, "sqlite3_prepare_v2")
+    DSH_SYM(bind_text, "sqlite3_bind_text")
+    DSH_SYM(bind_int64, "sqlite3_bind_int64")
+    DSH_SYM(step, "sqlite3_step")
+    DSH_SYM(column_type, "sqlite3_column_type")
+    DSH_SYM(column_int64, "sqlite3_column_int64")
+    DSH_SYM(column_text, "sqlite3_column_text")
+    DSH_SYM(column_blob, "sqlite3_column_blob")
+    DSH_SYM(column_bytes, "sqlite3_column_bytes")
+    DSH_SYM(finalize, "sqlite3_finalize")
+#undef DSH_SYM
+    if (sq.bound) {
+        dlclose(handle);  /* found here too; the library bound first stays in use */
+        Py_RETURN_TRUE;
+    }
+    if (zlib_crc32 == NULL) {
+        PyObject *zlib = PyImport_ImportModule("zlib");
+        if (zlib == NULL) {
+            dlclose(handle);
+            return NULL;
+        }
+        zlib_crc32 = PyObject_GetAttrString(zlib, "crc32");
+        Py_DECREF(zlib);
+        if (zlib_crc32 == NULL) {
+            dlclose(handle);
+            return NULL;
+        }
+    }
+    api.bound = 1;
+    sq = api;  /* the handle stays open: the library is the _sqlite3 module's */
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+#define READER_CAPSULE "dsh._speedups.sqlite_reader"
+
+static void
+reader_close(PyObject *capsule)
+{
+    sqlite3 *db = PyCapsule_GetPointer(capsule, READER_CAPSULE);
+    if (db != NULL && sq.bound) {
+        sq.close_v2(db);
+    }
+}
+
+PyDoc_STRVAR(sqlite_open_doc,
+"sqlite_open(uri, /) -> capsule\n\n"
+"A read-only SQLite connection of its own to the database at uri (a file: URI), for\n"
+"read_rows; closed when the capsule is freed. A busy database is waited for up to 5 s\n"
+"(Python's sqlite3 default). Raises Fallback when sqlite_bind has not succeeded or the open\n"
+"fails (the Python read runs and names the failure).");
+
+static PyObject *
+sqlite_open(PyObject *module, PyObject *uri)
+{
+    sqlite3 *db = NULL;
+    const char *text;
+    PyObject *capsule;
+    if (!PyUnicode_Check(uri)) {
+        PyErr_SetString(PyExc_TypeError, "sqlite_open(uri: str)");
+        return NULL;
+    }
+    if (!sq.bound) {
+        return fallback();
+    }
+    if ((text = PyUnicode_AsUTF8(uri)) == NULL) {
+        return NULL;
+    }
+    if (sq.open_v2(text, &db, DSH_SQLITE_OPEN_READONLY | DSH_SQLITE_OPEN_URI, NULL)
+            != DSH_SQLITE_OK) {
+        if (db != NULL) {
+            sq.close_v2(db);
+        }
+        return fallback();
+    }
+    sq.busy_timeout(db, 5000);
+    capsule = PyCapsule_New(db, READER_CAPSULE, reader_close);
+    if (capsule == NULL) {
+        sq.close_v2(db);
+    }
+    return capsule;
+}
+
+/* Strict UTF-8 (what Python's sqlite3 decodes a TEXT value with): no overlong form, no
+ * surrogate, nothing past U+10FFFF. */
+static int
+utf8_strict(const unsigned char *p, Py_ssize_t n)
+{
+    const unsigned char *end = p + n;
+    while (p < end) {
+        unsigned char c;
+        while (end - p >= 8) {
+            unsigned long long word;
+            memcpy(&word, p, 8);
+            if (word & 0x8080808080808080ULL) {
+                break;
+            }
+            p += 8;
+        }
+        if (p >= end) {
+            break;
+        }
+        c = *p;
+        if (c < 0x80) {
+            p++;
+        }
+        else if (c >= 0xC2 && c <= 0xDF) {
+            if (end - p < 2 || (p[1] & 0xC0) != 0x80) {
+                return 0;
+            }
+            p += 2;
+        }
+        else if (c >= 0xE0 && c <= 0xEF) {
+            if (end - p < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80
+                    || (c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] >= 0xA0)) {
+                return 0;
+            }
+            p += 3;
+        }
+        else if (c >= 0xF0 && c <= 0xF4) {
+            if (end - p < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80
+                    || (p[3] & 0xC0) != 0x80 || (c == 0xF0 && p[1] < 0x90)
+                    || (c == 0xF4 && p[1] >= 0x90)) {
+                return 0;
+            }
+            p += 4;
+        }
+        else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* One column as Python's sqlite3 returns it (the storage classes read_rows accepts). */
+static PyObject *
+column_object(sqlite3_stmt *stmt, int i)
+{
+    switch (sq.column_type(stmt, i)) {
+    case DSH_SQLITE_INTEGER:
+        return PyLong_FromLongLong(sq.column_int64(stmt, i));
+    case DSH_SQLITE_TEXT: {
+        const char *text = (const char *)sq.column_text(stmt, i);
+        return PyUnicode_DecodeUTF8(text, sq.column_bytes(stmt, i), NULL);
+    }
+    case DSH_SQLITE_BLOB: {
+        const void *blob = sq.column_blob(stmt, i);
+        return PyBytes_FromStringAndSize(blob, sq.column_bytes(stmt, i));
+    }
+    default:
+        Py_RETURN_NONE;
+    }
+}
+
+static PyObject *
+row_tuple(sqlite3_stmt *stmt)
+{
+    int i;
+    PyObject *row = PyTuple_New(8);
+    if (row == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < 8; i++) {
+        PyObject *value = column_object(stmt, i);
+        if (value == NULL) {
+            Py_DECREF(row);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(row, i, value);
+    }
+    return row;
+}
+
+
+/* A TEXT or NULL column into b as f"{v}" does; 1 when it is another class or not strict
+ * UTF-8 (the Python read then runs), -1 on error. */
+static int
+buf_column_text(Buf *b, sqlite3_stmt *stmt, int i)
+{
+    int kind = sq.column_type(stmt, i);
+    if (kind == DSH_SQLITE_NULL) {
+        return buf_put(b, "None", 4);
+    }
+    if (kind == DSH_SQLITE_TEXT) {
+        const unsigned char *text = sq.column_text(stmt, i);
+        Py_ssize_t n = sq.column_bytes(stmt, i);
+        if (text == NULL || !utf8_strict(text, n)) {
+            return 1;
+        }
+        return buf_put(b, (const char *)text, n);
+    }
+    return 1;
+}
+
+/* The seal text of one row (columns 1..7 after the rowid, docs/formats.md#integrity-seals:
+ * dsh.persistence._seal.rows_text) appended to meta and payload; 1 when a value is outside
+ * the classes a committed row holds (the Python read then runs), -1 on error. */
+static int
+seal_row_text(Buf *meta, Buf *payload, sqlite3_stmt *stmt, int first_meta, int first_payload)
+{
+    int got, kind;
+    if ((!first_meta && buf_put(meta, "\x1e", 1) < 0)
+            || sq.column_type(stmt, 1) != DSH_SQLITE_INTEGER
+            || sq.column_type(stmt, 3) != DSH_SQLITE_INTEGER) {
+        return PyErr_Occurred() ? -1 : 1;
+    }
+    if (buf_ll(meta, sq.column_int64(stmt, 1)) < 0 || buf_put(meta, "\x1f", 1) < 0) {
+        return -1;
+    }
+    if ((got = buf_column_text(meta, stmt, 2)) != 0) {
+        return got;
+    }
+    if (buf_put(meta, "\x1f", 1) < 0 || buf_ll(meta, sq.column_int64(stmt, 3)) < 0
+            || buf_put(meta, "\x1f", 1) < 0) {
+        return -1;
+    }
+    if ((got = buf_column_text(meta, stmt, 6)) != 0) {
+        return got;
+    }
+    if (buf_put(meta, "\x1f", 1) < 0) {
+        return -1;
+    }
+    kind = sq.column_type(stmt, 7);
+    if (kind == DSH_SQLITE_NULL) {
+        got = buf_put(meta, "None", 4);
+    }
+    else if (kind == DSH_SQLITE_INTEGER) {
+        got = buf_ll(meta, sq.column_int64(stmt, 7));
+    }
+    else {
+        return 1;
+    }
+    if (got < 0 || buf_put(meta, "\x1f", 1) < 0) {
+        return -1;
+    }
+    kind = sq.column_type(stmt, 5);
+    if (kind == DSH_SQLITE_BLOB) {
+        const void *blob = sq.column_blob(stmt, 5);
+        if (buf_hex_raw(meta, blob, sq.column_bytes(stmt, 5)) < 0) {
+            return -1;
+        }
+    }
+    else if ((got = buf_column_text(meta, stmt, 5)) != 0) {
+        return got;
+    }
+    if (!first_payload && buf_put(payload, "\x1e", 1) < 0) {
+        return -1;
+    }
+    kind = sq.column_type(stmt, 4);
+    if (kind == DSH_SQLITE_BLOB) {
+        const void *blob = sq.column_blob(stmt, 4);
+        return buf_put(payload, "\x00", 1) < 0
+            ? -1 : buf_hex_raw(payload, blob, sq.column_bytes(stmt, 4));
+    }
+    if (kind != DSH_SQLITE_TEXT) {
+        return 1;
+    }
+    return buf_column_text(payload, stmt, 4);
+}
+
+/* crc32 of meta + "\x1d" + payload, through zlib.crc32 (running value); -1 on error */
+static long long
+seal_crc(Buf *meta, Buf *payload)
+{
+    PyObject *view, *value;
+    long long crc;
+    if (buf_put(meta, "\x1d", 1) < 0) {
+        return -1;
+    }
+    if (payload->size > 0 && buf_put(meta, payload->data, payload->size) < 0) {
+        return -1;
+    }
+    view = PyMemoryView_FromMemory(meta->data ? meta->data : "", meta->size, PyBUF_READ);
+    if (view == NULL) {
+        return -1;
+    }
+    value = PyObject_CallOneArg(zlib_crc32, view);
+    Py_DECREF(view);
+    if (value == NULL) {
+        return -1;
+    }
+    crc = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    return crc;
+}
+
+/* Every TEXT column of a row is strict UTF-8 (Python's sqlite3 refuses the row otherwise). */
+static int
+row_texts_ok(sqlite3_stmt *stmt)
+{
+    int i;
+    for (i = 2; i < 8; i++) {
+        if (sq.column_type(stmt, i) == DSH_SQLITE_TEXT
+                && !utf8_strict(sq.column_text(stmt, i), sq.column_bytes(stmt, i))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A small cache of the row types met (a log has a few): the str, and whether types holds it. */
+#define TYPE_CACHE 16
+typedef struct {
+    PyObject *name[TYPE_CACHE];
+    int in_types[TYPE_CACHE];
+    int count;
+} TypeCache;
+
+/* The row's type as a str (borrowed from the cache) and *in_types; NULL with an error set,
+ * or NULL without one when the type is no strict UTF-8 text. */
+static PyObject *
+cached_type(TypeCache *cache, sqlite3_stmt *stmt, PyObject *types, int *in_types)
+{
+    const char *text;
+    Py_ssize_t n, size;
+    int i;
+    PyObject *name;
+    if (sq.column_type(stmt, 2) != DSH_SQLITE_TEXT) {
+        return NULL;
+    }
+    text = (const char *)sq.column_text(stmt, 2);
+    n = sq.column_bytes(stmt, 2);
+    if (text == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < cache->count; i++) {
+        const char *have = PyUnicode_AsUTF8AndSize(cache->name[i], &size);
+        if (have != NULL && size == n && memcmp(have, text, (size_t)n) == 0) {
+            *in_types = cache->in_types[i];
+            return cache->name[i];
+        }
+    }
+    if (!utf8_strict((const unsigned char *)text, n)) {
+        return NULL;
+    }
+    if ((name = PyUnicode_DecodeUTF8(text, n, NULL)) == NULL) {
+        return NULL;
+    }
+    if ((*in_types = PySequence_Contains(types, name)) < 0) {
+        Py_DECREF(name);
+        return NULL;
+    }
+    if (cache->count < TYPE_CACHE) {
+        cache->name[cache->count] = name;
+        cache->in_types[cache->count++] = *in_types;
+        return name;
+    }
+    /* a log of many types: the oldest entry makes room */
+    Py_DECREF(cache->name[0]);
+    memmove(cache->name, cache->name + 1, (TYPE_CACHE - 1) * sizeof(PyObject *));
+    memmove(cache->in_types, cache->in_types + 1, (TYPE_CACHE - 1) * sizeof(int));
+    cache->name[TYPE_CACHE - 1] = name;
+    cache->in_types[TYPE_CACHE - 1] = *in_types;
+    return name;
+}
+
+PyDoc_STRVAR(read_rows_doc,
+"read_rows(conn, sql, session_id, lo, hi, records, start, stop, seqs, types, paths, fmt, /)\n"
+"    -> (checked, rows, picked)\n\n"
+"dsh.persistence.sqlite's SqlitePrefixSource._verified_rows then pick_rows, on the rows of\n"
+"a range read through SQLite's C API (conn: sqlite_open's), without a Python tuple for\n"
+"the rows the pass neither keeps nor cuts. sql is _verified_rows's query (the 8 columns;\n"
+"its parameters session_id, session_id, lo, hi); records the seal records (first, end, crc)\n"
+"to check, in order: each one's rows (first <= seq < end) are joined into the seal text\n"
+"(dsh.persistence._seal.rows_text) as they are stepped and checksummed. Returns checked,\n"
+"the number of records that checked out: when it is less than len(records), the record\n"
+"at that index did not (rows and picked are then None, nothing was cut). Otherwise rows are\n"
+"what pick_rows returns for the rows from the one holding start to stop (8-tuples as\n"
+"Python's sqlite3 makes them; none when stop <= start), picked a new dict {seq: records}\n"
+"of what it cut. Raises\n"
+"Fallback when a value is outside the storage classes a committed row holds, a TEXT value\n"
+"is no strict UTF-8, or SQLite reports an error: the Python read runs and names it.");
+
+static PyObject *
+read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* args: conn, sql, session_id, lo, hi, records, start, stop, seqs, types, paths, fmt */
+    PyObject *records, *seqs, *types, *paths, *kept = NULL, *picked = NULL;
+    PyObject *pending = NULL, *result = NULL;
+    sqlite3 *db;
+    sqlite3_stmt *stmt = NULL;
+    const char *sql, *sid, *fmt;
+    Py_ssize_t sql_len, sid_len, fmt_len, nrec, r = 0, rec_rows = 0;
+    long long lo, hi, start, stop, rec_first = 0, rec_end = 0, rec_crc = 0;
+    Buf meta = {NULL, 0, 0}, payload = {NULL, 0, 0};
+    TypeCache cache = {{NULL}, {0}, 0};
+    int rc, fell = 0, failed = 0, seen_start = 0;
+    if (nargs != 12 || !PyUnicode_Check(args[1]) || !PyUnicode_Check(args[2])
+            || !PyList_CheckExact(args[5]) || !PyDict_Check(args[10])
+            || !PyUnicode_Check(args[11])) {
+        PyErr_SetString(PyExc_TypeError, "read_rows(conn, sql: str, session_id: str, lo: int, "
+                        "hi: int, records: list, start: int, stop: int, seqs, types, "
+                        "paths: dict, fmt: str)");
+        return NULL;
+    }
+    records = args[5];
+    seqs = args[8], types = args[9], paths = args[10];
+    if (!sq.bound) {
+        return fallback();
+    }
+    if ((db = PyCapsule_GetPointer(args[0], READER_CAPSULE)) == NULL
+            || (sql = PyUnicode_AsUTF8AndSize(args[1], &sql_len)) == NULL
+            || (sid = PyUnicode_AsUTF8AndSize(args[2], &sid_len)) == NULL
+            || (fmt = PyUnicode_AsUTF8AndSize(args[11], &fmt_len)) == NULL) {
+        return NULL;
+    }
+    if (((lo = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
+            || ((hi = PyLong_AsLongLong(args[4])) == -1 && PyErr_Occurred())
+            || ((start = PyLong_AsLongLong(args[6])) == -1 && PyErr_Occurred())
+            || ((stop = PyLong_AsLongLong(args[7])) == -1 && PyErr_Occurred())) {
+        return NULL;
+    }
+    nrec = PyList_GET_SIZE(records);
+    for (r = 0; r < nrec; r++) {
+        PyObject *rec = PyList_GET_ITEM(records, r);
+        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 3) {
+            PyErr_SetString(PyExc_TypeError, "read_rows: records are (first, end, crc)");
+            return NULL;
+        }
+    }
+    if ((kept = PyList_New(0)) == NULL || (picked = PyDict_New()) == NULL) {
+        goto done;
+    }
+    if (sq.prepare_v2(db, sql, (int)sql_len + 1, &stmt, NULL) != DSH_SQLITE_OK
+            || sq.bind_text(stmt, 1, sid, (int)sid_len, DSH_SQLITE_TRANSIENT) != DSH_SQLITE_OK
+            || sq.bind_text(stmt, 2, sid, (int)sid_len, DSH_SQLITE_TRANSIENT) != DSH_SQLITE_OK
+            || sq.bind_int64(stmt, 3, lo) != DSH_SQLITE_OK
+            || sq.bind_int64(stmt, 4, hi) != DSH_SQLITE_OK) {
+        fell = 1;
+        goto done;
+    }
+    r = -1;  /* the record being joined: none yet */
+#define NEXT_RECORD() do { \
+        PyObject *rec_ = PyList_GET_ITEM(records, r); \
+        rec_first = PyLong_AsLongLong(PyTuple_GET_ITEM(rec_, 0)); \
+        rec_end = PyLong_AsLongLong(PyTuple_GET_ITEM(rec_, 1)); \
+        rec_crc = PyLong_AsLongLong(PyTuple_GET_ITEM(rec_, 2)); \
+        if (PyErr_Occurred()) goto done; \
+        meta.size = payload.size = 0; \
+        rec_rows = 0; \
+    } while (0)
+    /* the record checked when its end is passed; a record of no row checksums "\x1d" */
+#define CLOSE_RECORD() do { \
+        long long crc_ = seal_crc(&meta, &payload); \
+        if (crc_ < 0) goto done; \
+        if (crc_ != rec_crc) { failed = 1; goto done; } \
+    } while (0)
+    if (nrec > 0) {
+        r = 0;
+        NEXT_RECORD();
+    }
+    for (;;) {
+        long long seq;
+        int in_seqs, in_types = 0, packed, got, plain;
+        PyObject *etype, *seq_obj, *where, *cut;
+        Py_BEGIN_ALLOW_THREADS
+        rc = sq.step(stmt);
+        Py_END_ALLOW_THREADS
+        if (rc == DSH_SQLITE_DONE) {
+            break;
+        }
+        if (rc != DSH_SQLITE_ROW || sq.column_type(stmt, 1) != DSH_SQLITE_INTEGER) {
+            fell = 1;
+            goto done;
+        }
+        seq = sq.column_int64(stmt, 1);
+        /* the seal: close the records this row is past, join it into the one holding it */
+        while (r >= 0 && r < nrec && seq >= rec_end) {
+            CLOSE_RECORD();
+            if (++r < nrec) {
+                NEXT_RECORD();
+            }
+        }
+        if (r >= 0 && r < nrec && seq >= rec_first) {
+            if ((got = seal_row_text(&meta, &payload, stmt, rec_rows == 0, rec_rows == 0)) != 0) {
+                fell = got > 0;
+                goto done;
+            }
+            rec_rows++;
+        }
+        else if (!row_texts_ok(stmt)) {
+            fell = 1;  /* the Python read refuses the row as Python's sqlite3 does */
+            goto done;
+        }
+        if (seq >= stop || start >= stop) {
+            continue;  /* past the range (or none): checked, not served */
+        }
+        /* the pass (pick_rows) over the rows from the one holding start */
+        if (seq <= start && pending != NULL) {
+            Py_CLEAR(pending);  /* a later row holds start */
+        }
+        if (seq > start && !seen_start) {
+            seen_start = 1;
+            if (pending != NULL) {
+                if (PyList_Append(kept, pending) < 0) {
+                    goto done;
+                }
+                Py_CLEAR(pending);
+            }
+        }
+        packed = sq.column_type(stmt, 7) == DSH_SQLITE_INTEGER
+            && sq.column_int64(stmt, 7) == 0;
+        if (seq < start) {
+            if (packed && (pending = row_tuple(stmt)) == NULL) {
+                goto done;  /* the row that may hold start: its members, if it does */
+            }
+            continue;  /* a plain row before the range: the pass skips it */
+        }
+        if ((seq_obj = PyLong_FromLongLong(seq)) == NULL) {
+            goto done;
+        }
+        in_seqs = PySequence_Contains(seqs, seq_obj);
+        if (in_seqs < 0) {
+            Py_DECREF(seq_obj);
+            goto done;
+        }
+        etype = cached_type(&cache, stmt, types, &in_types);
+        if (etype == NULL && PyErr_Occurred()) {
+            Py_DECREF(seq_obj);
+            goto done;
+        }
+        if (etype == NULL && sq.column_type(stmt, 2) != DSH_SQLITE_NULL) {
+            Py_DECREF(seq_obj);
+            fell = 1;  /* a type of another class or no strict UTF-8: the Python read */
+            goto done;
+        }
+        if (etype == NULL) {  /* NULL: as the pass asks None */
+            if ((in_types = PySequence_Contains(types, Py_None)) < 0) {
+                Py_DECREF(seq_obj);
+                goto done;
+            }
+        }
+        if (!in_seqs && !in_types && !packed) {
+            Py_DECREF(seq_obj);
+            continue;  /* not selected */
+        }
+        plain = etype != NULL && sq.column_type(stmt, 4) == DSH_SQLITE_TEXT;
+        if (plain) {
+            int sop = sq.column_type(stmt, 6);
+            if (sop == DSH_SQLITE_TEXT) {
+                plain = sq.column_bytes(stmt, 6) == 8
+                    && memcmp(sq.column_text(stmt, 6), "\"append\"", 8) == 0;
+            }
+            else {
+                plain = sop == DSH_SQLITE_NULL;
+            }
+        }
+        if (!in_seqs || packed || !plain || in_types) {
+            goto keep;
+        }
+        where = PyDict_GetItemWithError(paths, etype);
+        if (where == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(seq_obj);
+                goto done;
+            }
+            goto keep;  /* a type that holds no records: parsed by the Python pass */
+        }
+        if (!PyTuple_CheckExact(where) || PyTuple_GET_SIZE(where) != 2
+                || !PyTuple_CheckExact(PyTuple_GET_ITEM(where, 0))) {
+            Py_DECREF(seq_obj);
+            PyErr_SetString(PyExc_TypeError, "read_rows: paths maps a type to (path, need)");
+            goto done;
+        }
+        {
+            const unsigned char *text = sq.column_text(stmt, 4);
+            Py_ssize_t n = sq.column_bytes(stmt, 4);
+            if (text == NULL || !utf8_strict(text, n)) {
+                Py_DECREF(seq_obj);
+                fell = 1;
+                goto done;
+            }
+            cut = cut_records((const char *)text, n, PyTuple_GET_ITEM(where, 0), fmt, fmt_len,
+                              PyTuple_GET_ITEM(where, 1));
+        }
+        if (cut == NULL) {
+            Py_DECREF(seq_obj);
+            goto done;
+        }
+        if (cut == Py_None) {
+            Py_DECREF(cut);
+            goto keep;  /* the cut cannot vouch for it: the Python pass parses the row */
+        }
+        got = PyDict_SetItem(picked, seq_obj, cut);
+        Py_DECREF(cut);
+        Py_DECREF(seq_obj);
+        if (got < 0) {
+            goto done;
+        }
+        continue;
+    keep:
+        Py_DECREF(seq_obj);
+        {
+            PyObject *row = row_tuple(stmt);
+            if (row == NULL || PyList_Append(kept, row) < 0) {
+                Py_XDECREF(row);
+                if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                    PyErr_Clear();
+                    fell = 1;
+                }
+                goto done;
+            }
+            Py_DECREF(row);
+        }
+    }
+    /* the records past the last row (their rows are missing: a checksum of none) */
+    while (r >= 0 && r < nrec) {
+        CLOSE_RECORD();
+        if (++r < nrec) {
+            NEXT_RECORD();
+        }
+    }
+    if (pending != NULL) {
+        if (PyList_Append(kept, pending) < 0) {
+            goto done;
+        }
+        Py_CLEAR(pending);
+    }
+    result = Py_BuildValue("(nOO)", nrec, kept, picked);
+#undef NEXT_RECORD
+#undef CLOSE_RECORD
+done:
+    if (stmt != NULL) {
+        sq.finalize(stmt);
+    }
+    PyMem_Free(meta.data);
+    PyMem_Free(payload.data);
+    for (int i = 0; i < cache.count; i++) {
+        Py_DECREF(cache.name[i]);
+    }
+    Py_XDECREF(pending);
+    if (failed && !PyErr_Occurred()) {
+        result = Py_BuildValue("(nOO)", r, Py_None, Py_None);
+    }
+    Py_XDECREF(kept);
+    Py_XDECREF(picked);
+    if (fell && !PyErr_Occurred()) {
+        return fallback();
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -6216,6 +7033,9 @@ static PyMethodDef methods[] = {
     {"claude_envelope", claude_envelope, METH_O, claude_envelope_doc},
     {"decode_plain", (PyCFunction)(void (*)(void))decode_plain, METH_FASTCALL,
      decode_plain_doc},
+    {"sqlite_bind", sqlite_bind, METH_O, sqlite_bind_doc},
+    {"sqlite_open", sqlite_open, METH_O, sqlite_open_doc},
+    {"read_rows", (PyCFunction)(void (*)(void))read_rows, METH_FASTCALL, read_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -6262,7 +7082,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 13) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 14) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -168,3 +168,18 @@ def decode_plain(data: bytes, max_depth: int, /) -> Any:
     None: a possible long number, more than ``max_depth`` brackets, JSON orjson refuses, numbers
     ``plain_numbers`` leaves to the exact path (or the line ``null``): the Python function decodes.
     """
+
+def sqlite_bind(library: str | None, /) -> bool:
+    """Resolve the SQLite C functions ``read_rows`` calls from ``library`` (already loaded)."""
+
+def sqlite_open(uri: str, /) -> object:
+    """A read-only SQLite connection of its own (a capsule) for ``read_rows``."""
+
+def read_rows(conn: object, sql: str, session_id: str, lo: int, hi: int,
+              records: list[tuple[int, int, int]], start: int, stop: int, seqs: Container[int],
+              types: Container[str], paths: dict[str, tuple[tuple[str, ...], str | None]],
+              fmt: str, /) -> tuple[int, list[Any] | None, dict[int, tuple[bytes, ...]] | None]:
+    """``_verified_rows`` then ``pick_rows`` through SQLite's C API: ``(checked, rows, picked)``.
+
+    Reference: ``SqlitePrefixSource.read_selected``'s Python read (``_verified_rows``).
+    """

@@ -210,10 +210,11 @@ _SPEEDUPS_API: Final = (
     "encode_rows", "seqs_contiguous", "gather_messages", "seqs_below",
     "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
     "record_texts", "line_scan", "pick_rows", "widen_sums_below", "claude_line", "utc_millis",
-    "claude_envelope", "decode_plain", "encode_sealed_rows")
+    "claude_envelope", "decode_plain", "encode_sealed_rows", "sqlite_bind", "sqlite_open",
+    "read_rows")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 13
+_SPEEDUPS_API_VERSION: Final = 14
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -415,6 +416,11 @@ c_chain_digest = _optional(_accelerator.chain_digest)
 # dsh.adapters._records.python_record_texts)
 c_record_texts = _optional(_accelerator.record_texts)
 c_pick_rows = _optional(_accelerator.pick_rows)
+# a selective read of SQLite rows and its seal check through SQLite's C API (reference: the
+# Python read of dsh.persistence.sqlite._restore_point; usable once sqlite_bind succeeds)
+c_sqlite_bind = _optional(_accelerator.sqlite_bind)
+c_sqlite_open = _optional(_accelerator.sqlite_open)
+c_read_rows = _optional(_accelerator.read_rows)
 
 
 def _fast(v: Any, depth: int) -> Any:

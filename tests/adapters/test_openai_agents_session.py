@@ -405,14 +405,35 @@ def _long_turns(first: int, count: int) -> list[dict[str, Any]]:
         {"role": "assistant", "content": f"a{n}"})]
 
 
-@pytest.mark.parametrize("cut", ["accelerated", "python", "none"])
+def c_reads(monkeypatch: pytest.MonkeyPatch, reader: str) -> list[int]:
+    """Reads by the accelerator's ``read_rows`` (one entry per call); ``reader`` "python"
+    turns it off (what a build whose SQLite exports no C API gets), "c" needs it."""
+    from dsh.persistence.sqlite import _restore_point as sqlite_pages
+    if reader == "python":
+        monkeypatch.setattr(sqlite_pages, "_c_reader", [False])
+    elif not sqlite_pages.c_reader():
+        pytest.skip("the accelerator's SQLite reader is not available here")
+    calls: list[int] = []
+    real = sqlite_pages.c_read_rows
+
+    def spy(*args: Any) -> Any:
+        calls.append(1)
+        return real(*args)  # type: ignore[misc]
+
+    monkeypatch.setattr(sqlite_pages, "c_read_rows", spy if real is not None else None)
+    return calls
+
+
+@pytest.mark.parametrize("cut", ["accelerated", "accelerated without read_rows", "python",
+                                 "none"])
 def test_a_whole_history_read_selects_the_surface_and_equals_the_paged_walk(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: str) -> None:
     # docs/adapters.md#busy-sessions-reads-and-names: a cold get_items() of a log with a
     # restore point reads its prefix once, decoding the surface nodes and the adapter's marks
     # only; what it returns is what the page-by-page walk returns (pops, a clear, items orjson
     # cannot encode, what dsh wrote itself), whether the records are cut from the rows' text
-    # by the accelerator, by its Python reference, or parsed with the whole row (none)
+    # by the accelerator (its rows read through SQLite's C API or through sqlite3), by its
+    # Python reference, or parsed with the whole row (none)
     from dsh.adapters import _log
     from dsh.adapters._records import RecordPicker, record_picker
     from dsh.persistence.sqlite import _restore_point as sqlite_pages
@@ -425,13 +446,14 @@ def test_a_whole_history_read_selects_the_surface_and_equals_the_paged_walk(
         def __call__(self, etype: str, text: str) -> None:
             return None
 
-    def use_cut() -> None:
-        if cut != "accelerated":
+    def use_cut() -> list[int]:
+        if cut in ("python", "none"):
             monkeypatch.setattr(_log, "record_picker", lambda fmt: (
                 record_picker(fmt, accelerated=False) if cut == "python"
                 else Declines(fmt, accelerated=False)))
+        return c_reads(monkeypatch, "c" if cut == "accelerated" else "python")
 
-    use_cut()
+    c_calls = use_cut()
     store = sqlite_url(tmp_path)
 
     async def fill() -> list[dict[str, Any]]:
@@ -459,6 +481,7 @@ def test_a_whole_history_read_selects_the_surface_and_equals_the_paged_walk(
         return items  # type: ignore[no-any-return]
 
     fast = run(read_all())
+    assert bool(c_calls) == (cut == "accelerated")  # (ranges of 4,096 events)
     assert fast[:len(head)] == head
     assert fast[len(head):len(head) + 2] == [
         {"role": "user", "content": "unanswered"},
@@ -552,14 +575,32 @@ def test_texts_are_parsed_part_by_part_in_order(monkeypatch: pytest.MonkeyPatch)
         assert texts == kept
 
 
-def test_a_whole_history_read_refuses_a_changed_row_before_the_cut(tmp_path: Path) -> None:
-    # docs/rules.md#verified-page-in: the selective read checks every row against the seal
+@pytest.mark.parametrize("reader", ["c", "python"])
+@pytest.mark.parametrize("change", [
+    "UPDATE events SET data = replace(data, 'q3\"', 'x3\"') WHERE seq < 100 "
+    "AND data LIKE '%q3\"%'",
+    # bytes that are no UTF-8 (sqlite3 refuses the row), in a row read and in one cut
+    "UPDATE events SET data = CAST(x'7b22ff227d' AS TEXT) WHERE seq = 40",
+    "UPDATE events SET data = CAST(data || x'ff' AS TEXT) WHERE seq < 100 "
+    "AND type = 'user/message'",
+    "UPDATE events SET surface_op = NULL WHERE seq = (SELECT min(seq) FROM events "
+    "WHERE surface_op IS NOT NULL AND seq > 40)",
+    "UPDATE events SET time = time + 1 WHERE seq = 42",
+    "UPDATE events SET ignorable = 1 WHERE seq = 43",
+    "DELETE FROM events WHERE seq = 44",
+    "UPDATE events SET source_event_seqs = x'00' WHERE seq = 45"])
+def test_a_whole_history_read_refuses_a_changed_row_before_the_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str, change: str) -> None:
+    # docs/rules.md#verified-page-in: the selective read checks every row against the seal,
+    # whether it reads the rows through SQLite's C API (the accelerator's read_rows) or
+    # through sqlite3
     import sqlite3
     from contextlib import closing
 
     from dsh._errors import LogCorruptError
 
     store = sqlite_url(tmp_path)
+    c_calls = c_reads(monkeypatch, reader)
 
     async def fill() -> None:
         session = DshSession("long", store)
@@ -569,8 +610,7 @@ def test_a_whole_history_read_refuses_a_changed_row_before_the_cut(tmp_path: Pat
 
     run(fill())
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
-        changed = db.execute("UPDATE events SET data = replace(data, 'q3\"', 'x3\"') "
-                             "WHERE seq < 100 AND data LIKE '%q3\"%'").rowcount
+        changed = db.execute(change).rowcount
     assert changed >= 1
 
     async def read(limit: int | None) -> list[Any]:
@@ -583,8 +623,9 @@ def test_a_whole_history_read_refuses_a_changed_row_before_the_cut(tmp_path: Pat
     assert len(run(read(3))) == 3  # the tail: the changed row is never read
     with pytest.raises(LogCorruptError) as caught:
         run(read(None))
-    assert "integrity seal" in caught.value.message
-    assert caught.value.where["seq"] < 100
+    assert caught.value.where["seq"] < 100 or "could not be paged in" in caught.value.message
+    assert ("integrity seal" in caught.value.message) == ("CAST" not in change)
+    assert bool(c_calls) == (reader == "c")
 
 
 def _fill_closed(store: str, session_id: str) -> None:

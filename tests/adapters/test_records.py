@@ -9,6 +9,8 @@ written with one, an escaped surrogate).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 from typing import Any
 
@@ -190,3 +192,94 @@ def test_pick_rows_serves_what_the_python_pass_serves(
     in_range = [row for row in kept if row[7] == 0 or start <= row[1] < stop]
     assert in_range == ref_kept
     assert all(row in rows for row in kept)
+
+
+_SQL = ("SELECT rowid, seq, type, time, data, source_event_seqs, surface_op, ignorable FROM "
+        "events WHERE session_id = ? AND seq >= coalesce((SELECT max(seq) FROM events WHERE "
+        "session_id = ? AND seq <= ?), 0) AND seq < ? ORDER BY seq")
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.dictionaries(st.integers(0, 40), st.tuples(
+    st.sampled_from(["user/message", "assistant/message", "tool/result", "tool/call",
+                     "turn/start", "openai-agents/pop", "ünïcode/type"]),
+    st.integers(-5, 10), _ROW_DATA, st.sampled_from([None, b"\x01", "x"]),
+    st.sampled_from([None, '"append"', '"replace"']),
+    st.sampled_from([None, 0, 1])), max_size=25),
+    st.lists(st.integers(1, 41), max_size=6), st.integers(0, 30), st.integers(1, 12),
+    st.sets(st.integers(-2, 41)),
+    st.sampled_from([frozenset(), frozenset({"openai-agents/pop"}),
+                     frozenset({"user/message", "turn/start"})]),
+    st.one_of(st.none(), st.integers(0, 6)))
+def test_read_rows_serves_what_sqlite3_and_pick_rows_serve(
+        rows: dict[int, Any], bounds: list[int], start: int, length: int, seqs: set[int],
+        types: frozenset[str], damaged: int | None) -> None:
+    # the accelerator's read through SQLite's C API (SqlitePrefixSource._c_selected) on a
+    # real SQLite file: the same seal records checked (a wrong crc refused at the same record,
+    # nothing served), the same records cut and rows left as sqlite3's rows then pick_rows
+    import _sqlite3
+    import sqlite3
+    import tempfile
+    from contextlib import closing
+    from pathlib import Path
+
+    from dsh.json import c_pick_rows, c_read_rows, c_sqlite_bind, c_sqlite_open
+    from dsh.persistence._seal import rows_crc, span_crc
+
+    assert c_sqlite_bind is not None and c_read_rows is not None and c_pick_rows is not None
+    if not c_sqlite_bind(getattr(_sqlite3, "__file__", None)):
+        pytest.skip("this Python's SQLite exports no C API to bind")
+    stop = start + length
+    ordered = [(seq, *rows[seq]) for seq in sorted(rows)]
+    edges = sorted({0, *bounds, 41})
+    records = [(a, b, rows_crc([r for r in ordered if a <= r[0] < b]))
+               for a, b in itertools.pairwise(edges)]
+    todo = [r for r in records if r[0] < stop and r[1] > start]
+    if damaged is not None and damaged < len(todo):
+        todo[damaged] = (todo[damaged][0], todo[damaged][1], todo[damaged][2] ^ 1)
+    lo = min([start, *(r[0] for r in todo[:1])])
+    hi = max([stop, *(r[1] for r in todo[-1:])])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rows.db"
+        with closing(sqlite3.connect(path)) as db, db:
+            db.execute("CREATE TABLE events (session_id TEXT, seq INTEGER, type TEXT, "
+                       "time INTEGER, data, source_event_seqs, surface_op TEXT, ignorable "
+                       "INTEGER)")
+            db.executemany("INSERT INTO events VALUES ('s', ?, ?, ?, ?, ?, ?, ?)", ordered)
+        with closing(sqlite3.connect(path)) as db:
+            read = db.execute(_SQL, ("s", "s", lo, hi)).fetchall()
+        conn = c_sqlite_open(f"{path.as_uri()}?mode=ro")
+        checked, kept, picked = c_read_rows(conn, _SQL, "s", lo, hi, todo, start, stop, seqs,
+                                            types, dict(RECORD_PATHS), FMT)
+        del conn
+    row_seqs = [row[1] for row in read]
+    bad = [i for i, (a, b, crc) in enumerate(todo)
+           if span_crc(read, bisect.bisect_left(row_seqs, a),
+                       bisect.bisect_left(row_seqs, b)) != crc]
+    if bad:
+        assert (checked, kept, picked) == (bad[0], None, None)
+        return
+    assert checked == len(todo) and kept is not None
+    keep = max(0, bisect.bisect_right(row_seqs, start) - 1)
+    window = read[keep:bisect.bisect_left(row_seqs, stop)]
+    into: dict[int, Any] = {}
+    ref_kept = c_pick_rows(window, start, stop, seqs, types, dict(RECORD_PATHS), FMT, into)
+    assert picked == into
+
+    def served(found: list[Any]) -> list[Any]:  # (the Python pass skips the others)
+        return [row for row in found if row[7] == 0 or start <= row[1] < stop]
+
+    assert served(kept) == served(ref_kept)
+
+
+def test_sqlite_bind_finds_sqlite_only_where_it_is_loaded() -> None:
+    # the C read binds SQLite's C API from the library Python's _sqlite3 loaded, and loads
+    # nothing: a library not loaded, or one without SQLite, leaves the Python read
+    import _sqlite3
+    import zlib
+
+    from dsh.json import c_sqlite_bind
+    assert c_sqlite_bind is not None
+    assert c_sqlite_bind("/nonexistent/libsqlite3.so.0") is False
+    assert c_sqlite_bind(zlib.__file__) is False
+    assert c_sqlite_bind(_sqlite3.__file__) is True

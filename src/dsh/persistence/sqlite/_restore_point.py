@@ -23,9 +23,17 @@ from typing import Any, Final
 import orjson
 
 from dsh._errors import DshError, LogCorruptError
-from dsh.json import FrozenDict, c_pick_rows, dumps
+from dsh.json import (
+    CFallback,
+    FrozenDict,
+    c_pick_rows,
+    c_read_rows,
+    c_sqlite_bind,
+    c_sqlite_open,
+    dumps,
+)
 from dsh.persistence import _restore_point as rp
-from dsh.persistence._pages import PicksRecords
+from dsh.persistence._pages import PicksRecords, RecordCut
 from dsh.persistence._seal import covers, rows_crc, span_crc
 from dsh.persistence.sqlite._schema import (
     ROW_COLUMNS,
@@ -36,8 +44,8 @@ from dsh.persistence.sqlite._schema import (
 )
 from dsh.session import Event
 
-__all__ = ["LEGACY_ROW_COLUMNS", "PageConnections", "SqlitePrefixSource", "header_digest",
-           "last_row_digest", "seal_digest"]
+__all__ = ["C_READ_EVENTS", "LEGACY_ROW_COLUMNS", "PageConnections", "SqlitePrefixSource",
+           "c_reader", "header_digest", "last_row_digest", "seal_digest"]
 
 LEGACY_ROW_COLUMNS: Final = "rowid, seq, type, time, data, source_event_seqs, surface_op, NULL"
 """The columns a schema-14 row is read with, in the schema-17 row order (``ignorable`` NULL)."""
@@ -60,6 +68,31 @@ def header_digest(header: FrozenDict, incarnation: str) -> str:
 
 IDLE_PAGE_CONNECTIONS: Final = 2
 """Read-only connections a :class:`PageConnections` keeps between page-ins."""
+
+C_READ_EVENTS: Final = 1024
+"""Events in a :meth:`SqlitePrefixSource.read_selected` range from which the accelerator reads
+the rows through SQLite's C API (:func:`c_reader`): below it the Python read is as fast, and
+the C read's connection of its own would be one more open of the file."""
+
+_c_reader: list[bool] = []  # sqlite_bind's answer, once
+
+
+def c_reader() -> bool:
+    """Whether the accelerator's ``read_rows`` can read rows through SQLite's C API here.
+
+    It resolves SQLite's C functions from the library the ``_sqlite3`` module Python's
+    :mod:`sqlite3` already loaded (so the same SQLite), loading nothing new; False without
+    the accelerator, and when they are not to be found (a statically linked SQLite that
+    exports none, a platform without ``dlopen``): the reads then run through :mod:`sqlite3`,
+    the reference.
+    """
+    if not _c_reader:
+        bound = False
+        if c_sqlite_bind is not None:
+            import _sqlite3  # (loaded by sqlite3)
+            bound = bool(c_sqlite_bind(getattr(_sqlite3, "__file__", None)))
+        _c_reader.append(bound)
+    return _c_reader[0]
 
 
 def _close_all(conns: list[sqlite3.Connection]) -> None:
@@ -99,7 +132,28 @@ class PageConnections:
         self._idle: list[sqlite3.Connection] = []
         self._mutex = threading.Lock()
         self._lend = lend
+        self._c_idle: list[object] = []  # the accelerator's own (closed when freed)
         weakref.finalize(self, _close_all, self._idle)
+
+    @contextlib.contextmanager
+    def borrow_c(self) -> Iterator[object]:
+        """A read-only connection of the accelerator's (``sqlite_open``) for one page-in.
+
+        Kept for the next one when the page-in did not fail (at most one idle); one that
+        failed is dropped, which closes it. Only when :func:`c_reader` is True.
+
+        Raises:
+            CFallback: the file could not be opened (the caller reads through sqlite3).
+        """
+        with self._mutex:
+            conn = self._c_idle.pop() if self._c_idle else None
+        if conn is None:
+            assert c_sqlite_open is not None  # (c_reader() was True)
+            conn = c_sqlite_open(f"{self._path.as_uri()}?mode=ro")
+        yield conn  # (an exception drops it: the capsule closes it when freed)
+        with self._mutex:
+            if not self._c_idle:
+                self._c_idle.append(conn)
 
     @contextlib.contextmanager
     def borrow(self) -> Iterator[sqlite3.Connection]:
@@ -199,6 +253,70 @@ class SqlitePrefixSource:
             self._seal_starts[:0] = [r[0] for r in older]
             self._elided = None
 
+    def _todo(self, start: int, stop: int) -> tuple[list[int], int, int]:
+        """The seal records a read of ``start .. stop`` checks, and the seqs it reads.
+
+        ``(indexes into the records not yet checked that the range touches, lo, hi)``: the
+        rows read are those from the one holding ``lo`` to ``hi``. Under the mutex.
+        """
+        # from the row holding start: the last row at or before it (a packed row
+        # is keyed by its first member), not a packed row's worth of rows earlier
+        seals = self._seals
+        first = max(0, bisect.bisect_right(self._seal_starts, start) - 1)
+        todo = []
+        for i in range(first, len(seals)):
+            if seals[i][0] >= stop:
+                break
+            if seals[i][1] > start and seals[i][0] not in self._verified:
+                todo.append(i)
+        lo = min(start, seals[todo[0]][0]) if todo else start
+        hi = max(stop, seals[todo[-1]][1]) if todo else stop
+        return todo, lo, hi
+
+    def _seal_mismatch(self, s: int, e: int, start: int) -> LogCorruptError:
+        return LogCorruptError(
+            f"corrupt session log {self._id!r} in {self._path}: the rows of seq "
+            f"{s}..{e - 1} differ from what was committed (crc32 mismatch with the "
+            f"integrity seal), found paging in events from seq {start} after a "
+            f"resume from a restore point; run dsh verify, restore the database "
+            f"from a copy", path=str(self._path), session_id=self._id, seq=s)
+
+    def _c_selected(self, start: int, stop: int, seqs: Container[int], types: Container[str],
+                    cut: RecordCut) -> tuple[list[Any], dict[int, Any]] | None:
+        """:meth:`_verified_rows` then ``pick_rows``, in the accelerator's ``read_rows``.
+
+        The same query, the same seal records checked (each row of each against its record
+        before anything is served), the same rows left to the Python pass, the records cut
+        returned as a dict; no Python tuple for the rows neither kept nor cut. None when
+        ``read_rows`` declines (a value outside the classes a committed row holds, a text
+        that is no strict UTF-8, a SQLite error): the caller reads through :mod:`sqlite3`,
+        which names what is wrong.
+
+        Raises:
+            LogCorruptError: a sealed batch's rows differ from what was committed.
+        """
+        assert c_read_rows is not None  # (c_reader() was True)
+        with self._mutex:
+            self._load_elided(start)
+            todo, lo, hi = self._todo(start, stop)
+            seals = self._seals
+            try:
+                with self._connections.borrow_c() as conn:
+                    checked, rows, picked = c_read_rows(
+                        conn, f"SELECT {self._columns} FROM events WHERE session_id = ? AND "
+                        "seq >= coalesce((SELECT max(seq) FROM events WHERE session_id = ? "
+                        "AND seq <= ?), 0) AND seq < ? ORDER BY seq", self._id, lo, hi,
+                        [seals[i] for i in todo], start, stop, seqs, types, cut.paths,
+                        cut.fmt)
+            except CFallback:
+                return None
+            for i in todo[:checked]:
+                self._verified.add(seals[i][0])
+        if rows is None or picked is None:
+            s, e, _crc = seals[todo[checked]]
+            raise self._seal_mismatch(s, e, start)
+        return rows, picked
+
     def _verified_rows(self, start: int, stop: int) -> list[Any]:
         """The rows from the one holding ``start`` to ``stop``, their seal records checked.
 
@@ -213,18 +331,8 @@ class SqlitePrefixSource:
         """
         with self._mutex:
             self._load_elided(start)
-            # from the row holding start: the last row at or before it (a packed row
-            # is keyed by its first member), not a packed row's worth of rows earlier
+            todo, lo, hi = self._todo(start, stop)
             seals = self._seals
-            first = max(0, bisect.bisect_right(self._seal_starts, start) - 1)
-            todo = []
-            for i in range(first, len(seals)):
-                if seals[i][0] >= stop:
-                    break
-                if seals[i][1] > start and seals[i][0] not in self._verified:
-                    todo.append(i)
-            lo = min(start, seals[todo[0]][0]) if todo else start
-            hi = max(stop, seals[todo[-1]][1]) if todo else stop
             with self._connections.borrow() as conn:
                 rows: list[Any] = conn.execute(
                     f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq >= "
@@ -238,12 +346,7 @@ class SqlitePrefixSource:
             # the record's rows, without a read's rowid, where they lie (no copy of them)
             if span_crc(rows, bisect.bisect_left(row_seqs, s),
                         bisect.bisect_left(row_seqs, e)) != crc:
-                raise LogCorruptError(
-                    f"corrupt session log {self._id!r} in {self._path}: the rows of seq "
-                    f"{s}..{e - 1} differ from what was committed (crc32 mismatch with the "
-                    f"integrity seal), found paging in events from seq {start} after a "
-                    f"resume from a restore point; run dsh verify, restore the database "
-                    f"from a copy", path=str(self._path), session_id=self._id, seq=s)
+                raise self._seal_mismatch(s, e, start)
             self._verified.add(s)
         # from the row holding start again, as the query without the seals
         keep = max(0, bisect.bisect_right(row_seqs, start) - 1)
@@ -355,15 +458,25 @@ class SqlitePrefixSource:
             return None
         out: list[Mapping[str, Any]] = []
         try:
-            rows = self._verified_rows(start, stop)
             loads = orjson.loads
-            # the rows asked for (a packed row for its members), in one pass of C-level work;
-            # the accelerator's pass also cuts the records of the plain rows it can
+            # a long range with the accelerator: read, checked and cut in C (the rows it
+            # leaves go through the pass below); else the rows asked for (a packed row for its
+            # members), in one pass of C-level work, the accelerator's pass cutting the
+            # records of the plain rows it can
             cut = None if pick is None else pick.cut
-            if into is not None and cut is not None and c_pick_rows is not None:
+            found = None
+            if into is not None and cut is not None and stop - start >= C_READ_EVENTS \
+                    and c_reader():
+                found = self._c_selected(start, stop, seqs, types, cut)
+            if into is not None and found is not None:
+                selected, cut_here = found
+                into.update(cut_here)
+            elif into is not None and cut is not None and c_pick_rows is not None:
+                rows = self._verified_rows(start, stop)
                 selected = c_pick_rows(rows, start, stop, seqs, types, cut.paths, cut.fmt,
                                        into)
             else:
+                rows = self._verified_rows(start, stop)
                 selected = [row for row in rows if row[1] in seqs or row[2] in types
                             or row[7] == 0]
             for row in selected:
