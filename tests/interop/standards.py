@@ -80,11 +80,13 @@ UNSAFE_ARGUMENTS = {"big": '{"id": 12345678901234567890123, "n": 1.0}',
 ±(2^53-1), NaN and Infinity), and plain ones."""
 
 
-def write_unsafe_calls(db: Path) -> None:
+def write_unsafe_calls(db: Path, arguments: dict[str, str] | None = None) -> None:
     """Store session ``ids`` in the SQLite file ``db``: one turn calling ``lookup`` with each
-    of :data:`UNSAFE_ARGUMENTS`, each answered ``found``, then ``done``."""
+    of ``arguments`` (default :data:`UNSAFE_ARGUMENTS`), each answered ``found``, then
+    ``done``."""
     import dsh
 
+    calls = UNSAFE_ARGUMENTS if arguments is None else arguments
     with dsh.open(f"sqlite:{db}") as store:
         recorder = store.recorder("ids")
         with recorder.turn() as turn:
@@ -92,8 +94,8 @@ def write_unsafe_calls(db: Path) -> None:
                 step.user_message("look them up")
                 step.request({"provider": "deepseek", "model": "deepseek-chat"})
                 step.assistant([{"type": "tool-call", "id": name, "name": "lookup",
-                                 "arguments": text} for name, text in UNSAFE_ARGUMENTS.items()])
-                for name in UNSAFE_ARGUMENTS:
+                                 "arguments": text} for name, text in calls.items()])
+                for name in calls:
                     step.tool_call(name)
                     step.tool_result(name, "found")
             with turn.step() as step:

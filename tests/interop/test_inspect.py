@@ -112,3 +112,26 @@ def test_inspect_export_of_arguments_no_json_reader_keeps_is_exact(tmp_path: Pat
     [read] = [m for m in log.samples[0].messages if m.role == "assistant" and m.tool_calls]
     assert {c.id: c.arguments for c in read.tool_calls} == safe
     assert read.metadata == answer["metadata"]
+
+
+def test_arguments_nested_deeper_than_the_walk_export_as_their_exact_text(
+        tmp_path: Path) -> None:
+    # docs/standards.md: arguments JSON parses (600 levels) but the number walk (safe_numbers)
+    # ran out of stack: `dsh export --format inspect|atif` exited 1 with an unexpected
+    # RecursionError. Now such arguments ride as their exact text, as unparsable ones do.
+    from tests.interop.standards import strict_json, write_unsafe_calls
+
+    deep = '{"a":' * 600 + "12345678901234567890123" + "}" * 600
+    db = tmp_path / "s.db"
+    write_unsafe_calls(db, {"deep": deep, "plain": '{"path": "a.txt"}'})
+    out = tmp_path / "eval.json"
+    cli(db)("export", "--format", "inspect", "ids", "-o", str(out))
+    [sample] = strict_json(out.read_text(encoding="utf-8"))["samples"]
+    [answer] = [m for m in sample["messages"] if m.get("tool_calls")]
+    assert {c["id"]: c["arguments"] for c in answer["tool_calls"]} == {
+        "deep": {"_raw_arguments": deep}, "plain": {"path": "a.txt"}}
+    atif = tmp_path / "atif.json"
+    cli(db)("export", "--format", "atif", "ids", "-o", str(atif))
+    assert deep in [c.get("extra", {}).get("arguments_text")
+                    for step in strict_json(atif.read_text())["steps"]
+                    for c in step.get("tool_calls") or ()]

@@ -130,11 +130,11 @@ def _arguments_object(arguments: object) -> tuple[JsonObj, str | None]:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
     try:
         value = json.loads(text) if text else {}
-    except (ValueError, RecursionError):
+        if not isinstance(value, dict):
+            return {}, text
+        safe = safe_numbers(value)
+    except (ValueError, RecursionError):  # (nested deeper than the parse or the number walk)
         return {}, text
-    if not isinstance(value, dict):
-        return {}, text
-    safe = safe_numbers(value)
     return safe, None if safe is value and _arguments_text(value) == text else text
 
 

@@ -63,10 +63,10 @@ def _arguments(text: object) -> tuple[dict[str, Any], str | None]:
     """
     try:
         value = json.loads(text) if isinstance(text, str) and text else {}
-    except (ValueError, RecursionError):
+        found = value if isinstance(value, dict) else {"_value": value}
+        safe = safe_numbers(found)
+    except (ValueError, RecursionError):  # (nested deeper than the parse or the number walk)
         return {"_raw_arguments": text}, None
-    found = value if isinstance(value, dict) else {"_value": value}
-    safe = safe_numbers(found)
     return safe, None if safe is found else str(text)
 
 
