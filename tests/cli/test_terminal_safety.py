@@ -67,11 +67,13 @@ def test_piped_output_holds_no_control_character(hostile_store: tuple[Dsh, str],
 
 @pytest.mark.parametrize("command", ["events", "messages"])
 def test_json_output_escapes_c1_controls(hostile_store: tuple[Dsh, str], command: str) -> None:
-    """U+009B (CSI) and DEL leave dsh events / dsh messages as JSON escapes."""
+    """U+009B (CSI), DEL and bidi overrides leave dsh events / dsh messages as JSON escapes."""
     cli, url = hostile_store
     out = cli(command, "ansi", "--store", url).stdout
     assert not any("\x7f" <= ch <= "\x9f" for ch in out)  # main: a raw U+009B
     assert "\\u009b31m" in out and "\x1b" not in out
+    assert "\u202e" not in out and "\u202c" not in out  # main: raw, reordering the line
+    assert "\\u202egnp.exe\\u202c" in out
     if command == "events":
         messages = [json.loads(line)["data"] for line in out.splitlines()
                     if '"user/message"' in line]

@@ -185,8 +185,13 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
         return _iterative_json(value)
 
 
-_RAW_CONTROL = re.compile(rb"\x7f|\xc2[\x80-\x9f]")
-"""DEL and the C1 controls (U+0080-U+009F) in UTF-8: JSON lets them through raw."""
+_RAW_CONTROL = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
+"""DEL, the C1 controls (U+0080-U+009F) and the bidi embeddings, overrides and isolates
+(U+202A-U+202E, U+2066-U+2069) in UTF-8: JSON lets them through raw."""
+
+_RAW_BIDI = re.compile(rb"\xe2(?:\x80[\xaa-\xae]|\x81[\xa6-\xa9])")
+"""The bidi part of ``_RAW_CONTROL`` alone: a fast first test for text with other U+2xxx
+(quotes, dashes, ellipses), which most lines of prose hold."""
 
 
 def _control_escape(match: re.Match[bytes]) -> bytes:
@@ -194,21 +199,23 @@ def _control_escape(match: re.Match[bytes]) -> bytes:
 
 
 def escape_json_controls(data: bytes) -> bytes:
-    """JSON text with DEL and C1 controls written as ``\\u00XX`` escapes (the same JSON value).
+    """JSON text with DEL, C1 controls and bidi overrides as ``\\uXXXX`` escapes (the same value).
 
-    JSON encoders escape C0 controls but pass DEL and U+0080-U+009F raw, and a terminal obeys
-    U+009B (CSI) as it obeys ESC [. In JSON text these code points occur only inside strings,
-    so the escape changes no value (``docs/cli.md#output``).
+    JSON encoders escape C0 controls but pass DEL, U+0080-U+009F and U+202A-U+202E,
+    U+2066-U+2069 raw: a terminal obeys U+009B (CSI) as it obeys ESC [, and a bidi override
+    reorders the line it is printed on ("Trojan Source"). In JSON text these code points occur
+    only inside strings, so the escape changes no value (``docs/cli.md#output``).
     """
-    return _RAW_CONTROL.sub(_control_escape, data) if b"\x7f" in data or b"\xc2" in data \
-        else data
+    if b"\x7f" in data or b"\xc2" in data or (b"\xe2" in data and _RAW_BIDI.search(data)):
+        return _RAW_CONTROL.sub(_control_escape, data)
+    return data
 
 
 def write_json(value: Any, *, stream: IO[bytes] | None = None, indent: int | None = 2) -> None:
     """Write one JSON document and a newline to stdout (binary).
 
     Lone surrogates (dsh allows them in strings) are written as ``\\udXXX`` escapes, so the
-    output is valid UTF-8 and valid JSON; DEL and C1 controls as ``\\u00XX``
+    output is valid UTF-8 and valid JSON; DEL, C1 controls and bidi overrides as ``\\uXXXX``
     (:func:`escape_json_controls`). Any nesting depth is written (see :func:`json_text`).
     """
     text = json_text(value, indent=indent)
@@ -220,8 +227,8 @@ def write_json(value: Any, *, stream: IO[bytes] | None = None, indent: int | Non
 def write_json_lines(values: Iterable[Any], *, stream: IO[bytes] | None = None) -> int:
     """Write each value as one compact JSON line in dsh's wire encoding; return the line count.
 
-    The bytes are the log's own but for DEL and C1 controls, escaped as ``\\u00XX`` (the same
-    JSON value; :func:`escape_json_controls`).
+    The bytes are the log's own but for DEL, C1 controls and bidi overrides, escaped as
+    ``\\uXXXX`` (the same JSON value; :func:`escape_json_controls`).
     """
     out = stream if stream is not None else sys.stdout.buffer
     count = 0
