@@ -24,7 +24,7 @@ from dsh import RightsError
 from dsh._verify import verify_events
 from dsh.interop import to_anthropic, to_openai
 from dsh.json import FrozenDict, dumps
-from dsh.rights import REDACTED_TEXT, find_secrets, redact
+from dsh.rights import REDACTED_TEXT, find_secrets, redact, verify_receipt
 from dsh.rights._forks import fork_children
 from dsh.session import Event
 from tests.rights.conftest import (
@@ -122,6 +122,21 @@ def test_redact_secrets_leaves_no_secret_in_any_store_byte(url: str, tmp_path: P
     assert_valid_anthropic(to_anthropic(view))
     assert any(t.get("action") == "rows replaced" or t.get("action") == "rewritten"
                for t in made["touched"])
+
+
+def test_a_receipt_that_lists_a_seq_twice_does_not_verify(tmp_path: Path) -> None:
+    # docs/forgetting.md#receipts: a redaction receipt is checked item by item against its
+    # record; a second item for the same seq (a made-up commitment put first) was folded away
+    # by the seq-keyed reading, and the receipt verified clean
+    url = f"jsonl://{tmp_path}/logs"
+    build(url)
+    with dsh.open(url) as store:
+        made = json.loads(json.dumps(redact(store, "s1", seqs=[7, 2], by="carol").to_json()))
+        assert verify_receipt(store, made) == []
+        made["items"].insert(0, {**made["items"][0], "commitment": "0" * 64,
+                                 "salt": "00" * 16})
+        assert verify_receipt(store, made) == [
+            f"not a dsh receipt: items[1].seq {made['items'][0]['seq']} is listed twice"]
 
 
 def test_redact_seq_tombstones_whole_events_and_verify_catches_a_later_change(

@@ -343,13 +343,15 @@ def _item_digests(items: Sequence[Any], at: str = "") -> dict[int, tuple[str, st
 
     One reading for both sides a receipt check compares (a receipt's entry, the
     ``redaction/applied`` record it names); the first place of the wrong shape (under ``at``)
-    instead when there is one.
+    instead when there is one, a seq listed twice included.
     """
     found: dict[int, tuple[str, str]] = {}
     for k, item in enumerate(items):
         seq = item.get("seq") if isinstance(item, Mapping) else None
         if type(seq) is not int:
             return f"{at}items[{k}].seq is not a whole number"
+        if seq in found:  # (a second item would be folded away, and never compared)
+            return f"{at}items[{k}].seq {seq} is listed twice"
         digests = (item.get("commitment"), item.get("tombstone"))
         if not all(isinstance(d, str) for d in digests):
             return f"{at}items[{k}] has no commitment and tombstone digests"
