@@ -141,7 +141,8 @@ def test_show_from_past_the_end(tmp_path: Path) -> None:
     past = dsh("show", sid, "--from", str(last + 1), "--store", store, check=1)
     assert past.stdout == ""
     assert past.stderr.startswith(f"error[SEQ_NOT_FOUND]: session '{sid}' ends at seq {last}, "
-                                  f"before --from {last + 1}")
+                                  f"before --from {last + 1}; 'dsh show {sid} --last 20' "
+                                  "shows its end")
     dsh("show", sid, "--from", str(last), "--store", store)  # the last seq is in range
 
 

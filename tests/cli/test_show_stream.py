@@ -55,6 +55,7 @@ def test_show_last_from_and_turn_print_the_parts_of_the_whole(big: tuple[Dsh, st
     assert [line for line in text if line.startswith("tool  ")] == ["tool  #3197  bash [call_400]"]
     missing = cli("show", "big", "--store", url, "--turn", "401", check=1).stderr
     assert missing.startswith("error[TURN_NOT_FOUND]: session 'big' has no turn 401")
+    assert "'dsh show big --last 20' shows its end" in missing  # the command to run, not 'ID'
     both = cli("show", "big", "--store", url, "--last", "2", "--turn", "3", check=2).stderr
     assert "pass at most one of --last, --from and --turn" in both
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import shlex
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
@@ -242,7 +243,7 @@ def _chosen_entries(events: Sequence[Event], header: Mapping[str, Any], session_
             f"session {session_id!r} "
             + (f"ends at seq {len(events) - 1}" if events else "holds no events")
             + f", before --from {from_seq}; "
-            "'dsh show ID --last 20' shows its end", code="SEQ_NOT_FOUND",
+            f"'dsh show {_typed(session_id)} --last 20' shows its end", code="SEQ_NOT_FOUND",
             session_id=session_id, seq=from_seq)
     if from_seq:
         opening = _opening_turn(events, from_seq)
@@ -255,11 +256,21 @@ def _chosen_entries(events: Sequence[Event], header: Mapping[str, Any], session_
         if span is None:
             raise SessionNotFoundError(
                 f"session {session_id!r} has no turn {turn}; 'dsh ls' gives its number of "
-                "turns, 'dsh show ID --last 20' shows its end", code="TURN_NOT_FOUND",
+                f"turns, 'dsh show {_typed(session_id)} --last 20' shows its end",
+                code="TURN_NOT_FOUND",
                 session_id=session_id)
         start, stop = span
     return (entry for entry in iter_entries(events, start=start, stop=stop, header=header)
             if render.shown(entry))
+
+
+def _typed(session_id: str) -> str:
+    """``session_id`` as a shell word for a hint (``ID`` for an id a line cannot hold as typed).
+
+    An error is one line: an id with a newline or another control character is not spelled
+    into the command it suggests.
+    """
+    return shlex.quote(session_id) if session_id.isprintable() else "ID"
 
 
 def _opening_turn(events: Sequence[Event], start: int) -> TurnStart | None:
