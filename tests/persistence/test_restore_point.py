@@ -1019,6 +1019,18 @@ def test_a_page_index_reads_its_ends_packed_and_checks_the_rest_when_inflated() 
             rp.PageIndex.unpack(bad)
 
 
+def test_a_page_index_claiming_numbers_beyond_safe_integers_is_refused() -> None:
+    # a count or an end past 2**53 - 1 (any int field's bound) is a refused restore point
+    # (bad-field:index, the resume reads in full): len() and the first inner read raised
+    # OverflowError (no ssize_t) instead of the index being refused or found corrupt
+    text = rp.PageIndex([(0, 40), *((seq, 40 + seq * 100) for seq in range(3, 300, 3))]).pack()
+    packed = text.rpartition(":")[2]
+    huge = 2**61
+    for claim in (f"zi:{10**25}:0:40:{10**26}:{10**26}", f"zi:{huge}:0:40:{2 * huge}:{2 * huge}"):
+        with pytest.raises(ValueError, match="beyond"):
+            rp.PageIndex.unpack(f"{claim}:{packed}")
+
+
 def test_a_page_index_listed_as_pairs_is_still_read() -> None:
     # written before "zi:" (and below INDEX_PACKED_MIN entries): [seq, offset] pairs
     from dsh.session import RestoreState

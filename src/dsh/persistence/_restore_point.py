@@ -298,13 +298,15 @@ class PageIndex(Sequence[tuple[int, int]]):
 
         Raises:
             ValueError: not ``zi:<count>:<first seq>:<first offset>:<last seq>:<last
-                offset>:<base64>``, or ends out of order.
+                offset>:<base64>``, ends out of order, or a number beyond 2**53 - 1.
         """
         parts = text.split(":", 6)
         if len(parts) != 7 or parts[0] != _INDEX_PREFIX[:-1] \
                 or not all(part.isascii() and part.isdigit() for part in parts[1:6]):
             raise ValueError("not a packed page-in index")
         count, first_seq, first_offset, last_seq, last_offset = map(int, parts[1:6])
+        if max(count, last_seq, last_offset) > MAX_SAFE_INTEGER:  # (any int field's bound)
+            raise ValueError("packed page-in index claims numbers beyond 2**53 - 1")
         if count < 1 or (count == 1) != ((first_seq, first_offset) == (last_seq, last_offset)) \
                 or first_seq > last_seq - count + 1 or first_offset > last_offset - count + 1:
             raise ValueError("packed page-in index ends out of order")
