@@ -204,10 +204,29 @@ def test_import_of_a_symlink_loop_or_a_dangling_link_says_so(tmp_path: Path) -> 
     (tmp_path / "dangling").symlink_to(tmp_path / "gone.jsonl")
     loop = dsh(tmp_path, "import", str(tmp_path / "loop1"))
     assert loop.returncode == 1
-    assert loop.stderr == (f"error[CONFIG]: cannot import {tmp_path / 'loop1'}: it is a symlink "
-                           "loop (a link that leads back to itself); name the real file\n")
+    assert loop.stderr == (f"error[PATH_NOT_FOUND]: cannot import {tmp_path / 'loop1'}: it is a "
+                           "symlink loop (a link that leads back to itself); name the real file\n")
     dangling = dsh(tmp_path, "import", str(tmp_path / "dangling"))
-    assert dangling.stderr == (f"error[CONFIG]: cannot import {tmp_path / 'dangling'}: it is a "
-                               f"symlink to {tmp_path / 'gone.jsonl'}, which does not exist\n")
+    assert dangling.stderr == (f"error[PATH_NOT_FOUND]: cannot import {tmp_path / 'dangling'}: it "
+                               f"is a symlink to {tmp_path / 'gone.jsonl'}, which does not exist; "
+                               "point the link at a file, or name the real file\n")
     missing = dsh(tmp_path, "import", str(tmp_path / "none"))
-    assert missing.stderr.endswith("none: no such file or folder\n")
+    assert missing.stderr.endswith("none: no such file or folder; check the path ('dsh import' "
+                                   "without one reads your Claude Code and Codex logs)\n")
+
+
+def test_import_of_a_missing_relative_path_is_path_not_found_named_once(tmp_path: Path) -> None:
+    # before: error[CONFIG], and a short relative name was repeated as " (path=dangling)"
+    (tmp_path / "dangling").symlink_to("gone.jsonl")
+    missing = dsh(tmp_path, "import", "nonexistent")
+    assert missing.returncode == 1
+    assert missing.stderr == ("error[PATH_NOT_FOUND]: cannot import nonexistent: no such file or "
+                              "folder; check the path ('dsh import' without one reads your "
+                              "Claude Code and Codex logs)\n")
+    dangling = dsh(tmp_path, "import", "dangling")
+    assert dangling.returncode == 1
+    assert dangling.stderr == ("error[PATH_NOT_FOUND]: cannot import dangling: it is a symlink to "
+                               "gone.jsonl, which does not exist; point the link at a file, or "
+                               "name the real file\n")
+    as_json = json.loads(dsh(tmp_path, "import", "--json", "dangling").stderr)
+    assert (as_json["code"], as_json["path"]) == ("PATH_NOT_FOUND", "dangling")

@@ -515,7 +515,8 @@ def _import_all(persistence: Persistence, paths: Sequence[Path], fmt: str,
                       + (", …" if len(unreadable) > 3 else ""), markup=False, highlight=False)
     for path, explicit in files:
         if explicit and not path.exists():
-            raise ConfigError(f"cannot import {path}: {_why_missing(path)}", path=str(path))
+            raise ConfigError(f"cannot import {path}: {_why_missing(path)}", path=str(path),
+                              code="PATH_NOT_FOUND")
     for path in paths:
         if path.is_dir() and not any(found.parent.is_relative_to(path) for found, _ in files):
             console.print(f"note: {path} holds no transcript file (looked for "
@@ -570,8 +571,10 @@ def _why_missing(path: Path) -> str:
         if error.errno == errno.ELOOP:
             return loop
         if path.is_symlink():
-            return f"it is a symlink to {os.readlink(path)}, which does not exist"
-    return "no such file or folder"
+            return (f"it is a symlink to {os.readlink(path)}, which does not exist; point the "
+                    "link at a file, or name the real file")
+    return ("no such file or folder; check the path ('dsh import' without one reads your "
+            "Claude Code and Codex logs)")
 
 
 def _default_roots(examples: bool, err: Console) -> list[Path]:

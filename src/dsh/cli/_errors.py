@@ -63,11 +63,15 @@ def enable_debug() -> None:
     root.setLevel(logging.DEBUG)
 
 
-def _named_in(value: str, message: str) -> bool:
+def _named_in(key: str, value: str, message: str) -> bool:
     # A session id or path the message already quotes is not repeated; short bare words are
-    # (a session called "gap" is not named by "seq gap"). Ints are always shown.
+    # (a session called "gap" is not named by "seq gap"). A path the message names as a whole
+    # word is not repeated either ("cannot import notes: ..." needs no "(path=notes)").
+    # Ints are always shown.
     return (f"'{value}'" in message or f'"{value}"' in message
-            or (("/" in value or len(value) >= 16) and value in message))
+            or (("/" in value or len(value) >= 16) and value in message)
+            or (key == "path" and bool(value) and re.search(
+                rf"(?<![\w./-]){re.escape(value)}(?![\w/-])", message) is not None))
 
 
 _BACKTICKED: Final = re.compile(r"``?([^`]+?)``?")
@@ -85,7 +89,7 @@ def format_error_line(error: DshError) -> str:
     # Library messages quote commands and names in backticks; a terminal shows them as quotes.
     message = _BACKTICKED.sub(r"'\1'", " ".join(str(error.message).split()))
     extra = [f"{key}={value}" for key, value in error.where.items()
-             if not _named_in(str(value), message) or isinstance(value, int)]
+             if not _named_in(key, str(value), message) or isinstance(value, int)]
     suffix = f" ({', '.join(extra)})" if extra else ""
     return printable(f"error[{error.code}]: {message}{suffix}")
 
