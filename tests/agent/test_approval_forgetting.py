@@ -214,3 +214,46 @@ def test_a_quarantined_call_can_be_denied(url: str) -> None:
     decisions, _ = _resume(url)
     assert sent == []
     assert [d["decision"] for d in decisions] == ["deny"]
+
+
+def test_a_call_quarantined_after_its_yes_is_recorded_as_not_run(url: str) -> None:
+    # docs/effects.md#approvals-and-forgetting: approve refuses a quarantined call, so a yes
+    # given before the quarantine does not run while it holds (before: sent hunter2 to bob)
+    seq = _blocked(url)
+    with dsh.open(url) as store:
+        approve(store, "s1", "c1", by="alice")
+        applied = quarantine(store, "s1", [seq]).record_seq
+    with dsh.open(url) as store:
+        session = store.session("s1")
+        ledger = EffectLedger()
+        ledger.feed(session.events)
+        actions, _ = ledger.plan(now_ms=0, effects={})
+        assert [(a.kind, a.record.call_id, a.record.quarantined_by) for a in actions] == [
+            ("quarantined", "c1", applied)]
+        store.dispose(session)
+    decisions, text = _resume(url)
+    assert sent == []
+    assert [(d["decision"], d["cause"], d.get("reason")) for d in decisions] == [
+        ("deny", "approval", "call quarantined after the answer")]
+    assert text == ("This call did not run: its message was quarantined after it was approved "
+                    "(withheld from the model view), and a quarantined call is not run. Ask for "
+                    "it again if it is still needed.")
+    with dsh.open(url) as store:  # given back after the decision: the denial stands
+        unquarantine(store, "s1", [seq])
+        session = store.session("s1")
+        ledger = EffectLedger()
+        ledger.feed(session.events)
+        assert ledger.plan(now_ms=0, effects={}) == ([], [])
+        store.dispose(session)
+
+
+def test_a_yes_quarantined_then_given_back_before_the_run_runs(url: str) -> None:
+    seq = _blocked(url)
+    with dsh.open(url) as store:
+        approve(store, "s1", "c1", by="alice")
+        quarantine(store, "s1", [seq])
+        unquarantine(store, "s1", [seq])
+    decisions, text = _resume(url)
+    assert sent == ["hunter2 to bob"]  # the arguments the yes was given to
+    assert [(d["decision"], d.get("reason")) for d in decisions] == [("run", None)]
+    assert text == "Approved by alice. Its result: sent hunter2 to bob"

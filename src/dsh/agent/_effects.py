@@ -57,7 +57,7 @@ EFFECT_EVENT_TYPES: Final = frozenset({RECOVERY_EVENT, APPROVAL_REQUESTED, APPRO
 KEY_PREFIX: Final = "dsh-"
 
 ActionKind: TypeAlias = Literal["run", "reconcile", "in-doubt", "not-started", "deny", "expire",
-                                "forgotten"]
+                                "forgotten", "quarantined"]
 """What a resumed agent does for one call (see :meth:`EffectLedger.plan`)."""
 
 
@@ -204,7 +204,9 @@ class Action:
             ``not-started`` (log it: the repair's result stands), ``deny`` (tell the model the
             answer was no), ``expire`` (record the deadline's denial, then ``deny``),
             ``forgotten`` (a yes whose arguments a redaction or erasure changed since the
-            request: record a denial and tell the model it did not run).
+            request: record a denial and tell the model it did not run), ``quarantined`` (a
+            yes whose call's message a quarantine withholds now: the same, until it is given
+            back before the run).
         record: The call.
         cause: ``interrupted`` (a crash stopped the call) or ``approval`` (an answer).
         effect: The effect class the decision used.
@@ -406,6 +408,11 @@ class EffectLedger:
                 if yes and record.forgotten_by() is not None:
                     # what would run is not what was approved
                     actions.append(Action(kind="forgotten", record=record, cause="approval",
+                                          effect=recorded, attempt=attempt))
+                    continue
+                if yes and record.quarantined_by is not None:
+                    # approve refuses a quarantined call: a yes from before it does not run
+                    actions.append(Action(kind="quarantined", record=record, cause="approval",
                                           effect=recorded, attempt=attempt))
                     continue
                 if yes and tool is None:

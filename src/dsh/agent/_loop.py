@@ -98,6 +98,19 @@ _DRAIN_TIMEOUT_S: Final = 5.0
 DEFAULT_APPROVAL_TIMEOUT_MS: Final = 24 * 60 * 60 * 1000
 """How long an approval waits for an answer before it counts as denied (24 hours, in ms)."""
 
+_NOT_RUN_AFTER_YES: Final[dict[str, tuple[str, str]]] = {
+    "forgotten": ("arguments redacted after the answer",
+                  "This call did not run: its arguments were redacted or erased after it was "
+                  "approved, so what was approved can no longer be run. Ask for it again if it "
+                  "is still needed."),
+    "quarantined": ("call quarantined after the answer",
+                    "This call did not run: its message was quarantined after it was approved "
+                    "(withheld from the model view), and a quarantined call is not run. Ask "
+                    "for it again if it is still needed."),
+}
+"""A yes the run does not carry out: the ``tool/recovery`` reason and what the model is told
+(docs/effects.md#approvals-and-forgetting)."""
+
 
 @runtime_checkable
 class _KnowsWriterEpoch(Protocol):
@@ -952,13 +965,11 @@ class Agent:
         if kind == "in-doubt":
             self._ask_in_doubt(turn, action)
             return
-        if kind == "forgotten":
+        if kind in _NOT_RUN_AFTER_YES:  # docs/effects.md#approvals-and-forgetting
             answer = record.answer
             assert answer is not None
-            decision = self._decide(turn, action, "deny", "arguments redacted after the answer")
-            text = ("This call did not run: its arguments were redacted or erased after it was "
-                    "approved, so what was approved can no longer be run. Ask for it again if it "
-                    "is still needed.")
+            why, text = _NOT_RUN_AFTER_YES[kind]
+            decision = self._decide(turn, action, "deny", why)
             self._rewrite(turn, record, [{"type": "text", "text": text}], on_surface,
                           [answer["seq"], decision["seq"]])
             return
