@@ -650,6 +650,7 @@ class JsonlHandle(HandleBase):
         self._pending_header = pending_header
         self._lock = lock
         self._fd: int | None = None
+        self._fd_file: tuple[int, int] | None = None  # (inode, device) of ``_fd``
         self._tail: _Tail | None = None
         self._closed = False
         # the listing entry kept at flush (listing.EntryFold): the log's signature when it was
@@ -793,6 +794,7 @@ class JsonlHandle(HandleBase):
             self._listing_off = True
         records = list(torn.recovered) + batch if torn is not None else batch
         if records:
+            self._check_same_file()
             payload = encode_records(records, pack_chunks=self._backend.pack_chunks)
             if self._backend.compression == "zstd":
                 payload = self._backend._compress(payload)
@@ -870,7 +872,46 @@ class JsonlHandle(HandleBase):
     def _append_fd(self) -> int:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
+            st = os.fstat(self._fd)
+            self._fd_file = (st.st_ino, st.st_dev)
         return self._fd
+
+    def _check_same_file(self) -> None:
+        """Refuse to append unless the log at ``self.path`` is the file this handle wrote.
+
+        One ``stat`` per appended batch (one per flush of a session). ``O_APPEND`` writes at
+        the file's end: a log cut under the writer (another program, a restore) would take the
+        batch at its new, shorter end (a seq gap after lost committed events), and a log
+        replaced or removed would take it in a file no reader sees. Damage is named, never
+        written over (docs/formats.md#writing). Bytes another program appended after the
+        writer's are not refused here (a reader judges them; the listing stops trusting the
+        writer's fold, see ``_note_listing``).
+
+        Raises:
+            LogCorruptError: naming the file, the size this handle wrote and the size found
+                (or that the file was replaced or removed); nothing is written, and every
+                later append through this handle refuses the same way.
+        """
+        tail = self._tail
+        assert tail is not None
+        self._append_fd()
+        try:
+            st = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            found = "no longer exists"
+        else:
+            if (st.st_ino, st.st_dev) == self._fd_file and st.st_size >= tail.size:
+                return  # bytes another program added after ours: the listing stops trusting
+            found = (f"was replaced by another file ({st.st_size} bytes)"
+                     if (st.st_ino, st.st_dev) != self._fd_file
+                     else f"holds {st.st_size} bytes")
+        raise LogCorruptError(
+            f"corrupt session log {self._id!r} in {self.path}: the file changed under its "
+            f"writer: this handle wrote {tail.size} bytes ({tail.count} events), and the file "
+            f"{found}; nothing was written (committed events would be lost or written "
+            f"over); restore the file from a backup, then resume the session",
+            path=str(self.path),
+            byte_offset=tail.size, seq=tail.count, session_id=self._id)
 
     def _write(self, payload: bytes) -> None:
         tail = self._tail
