@@ -230,3 +230,23 @@ def test_import_of_a_missing_relative_path_is_path_not_found_named_once(tmp_path
                                "name the real file\n")
     as_json = json.loads(dsh(tmp_path, "import", "--json", "dangling").stderr)
     assert (as_json["code"], as_json["path"]) == ("PATH_NOT_FOUND", "dangling")
+
+
+@pytest.mark.parametrize("bad", ["bad\x1b[31m", "x\x9by", "del\x7f", "rtl\u202eevil"])
+def test_a_new_session_id_with_control_characters_is_refused_naming_the_option(
+        tmp_path: Path, bad: str) -> None:
+    # before: dsh fork --as 'bad\x1b[31m' created a child session of that id
+    store = f"jsonl://{tmp_path / 'j'}"
+    assert dsh(tmp_path, "import", "--examples", "--store", store).returncode == 0
+    before = dsh(tmp_path, "ls", "--json", "--store", store).stdout
+    forked = dsh(tmp_path, "fork", "1111", "--as", bad, "--store", store)
+    assert forked.returncode == 2
+    (line,) = forked.stderr.splitlines()
+    assert line.startswith("error[USAGE]: Invalid value for '--as': a session id cannot hold "
+                           "control characters or bidirectional overrides, got '")
+    assert "\x1b" not in forked.stderr and "\u202e" not in forked.stderr
+    assert dsh(tmp_path, "ls", "--json", "--store", store).stdout == before
+    run = dsh(tmp_path, "run", "hi", "--session", bad, "--store", store)
+    assert run.returncode == 2
+    assert run.stderr.startswith("error[USAGE]: Invalid value for '--session': a session id "
+                                 "cannot hold control characters")

@@ -47,6 +47,7 @@ from dsh.cli._common import (
     WaitOption,
     cli_store,
     fresh_session_id,
+    refuse_unprintable_id,
     source_format,
     stderr_console,
 )
@@ -94,6 +95,7 @@ def chat(
     """Chat with a model in the terminal; the conversation is a session you can resume."""
     import asyncio  # here: the CLI starts (`dsh ls`) without asyncio and the agent loop
 
+    refuse_unprintable_id(session, "'ID'")
     provider, model, base_url = model_settings(provider, model, base_url)
     llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
     options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),

@@ -27,6 +27,7 @@ from dsh.cli._common import (
     fresh_session_id,
     import_again_hint,
     json_mode,
+    refuse_unprintable_id,
     require_session,
     restored_session,
     staged_imports,
@@ -96,6 +97,7 @@ def fork(
     parent's log is not changed.
     """
     json_mode(json_)
+    refuse_unprintable_id(as_, "'--as'")
     with cli_store(store, wait=wait) as sessions:
         session_id = require_session(sessions, session_id)
         try:

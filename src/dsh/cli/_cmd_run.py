@@ -41,6 +41,7 @@ from dsh.cli._common import (
     WaitOption,
     cli_store,
     json_mode,
+    refuse_unprintable_id,
 )
 from dsh.cli._live import LiveView
 
@@ -72,6 +73,7 @@ def run_(
     import asyncio  # here: the CLI starts (`dsh ls`) without asyncio and the agent loop
 
     json_mode(json_)
+    refuse_unprintable_id(session, "'--session'")
     provider, model, base_url = model_settings(provider, model, base_url)
     llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
     options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),

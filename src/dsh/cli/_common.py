@@ -29,7 +29,7 @@ from dsh import open as open_url
 from dsh.cli import _render as render
 from dsh.cli._errors import STATE
 from dsh.persistence import store_path
-from dsh.transcript import printable
+from dsh.transcript import has_unprintable, printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -361,6 +361,22 @@ def require_session(sessions: Store, session_id: str, *, writes: bool = False) -
 
 SHORT_ID: Final = 8
 """Characters of an id ``dsh ls`` users type: a new id the CLI mints is unique in that many."""
+
+
+def refuse_unprintable_id(value: str | None, option: str) -> str | None:
+    """Return ``value``, a new session id taken from the command line, unchanged.
+
+    Rule (docs/cli.md#stores-and-ids): a name the CLI gives a session it creates holds no
+    control character (C0, DEL, C1) nor bidirectional override, so it prints as typed; ids
+    already stored stay readable and are escaped when printed.
+
+    Raises:
+        typer.BadParameter: (exit 2, ``error[USAGE]``) naming ``option``, e.g. ``'--as'``.
+    """
+    if value is not None and has_unprintable(value):
+        raise typer.BadParameter("a session id cannot hold control characters or bidirectional "
+                                 f"overrides, got {printable(repr(value))}", param_hint=option)
+    return value
 
 
 def fresh_session_id(sessions: Store) -> str:
