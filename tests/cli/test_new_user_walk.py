@@ -250,3 +250,21 @@ def test_a_new_session_id_with_control_characters_is_refused_naming_the_option(
     assert run.returncode == 2
     assert run.stderr.startswith("error[USAGE]: Invalid value for '--session': a session id "
                                  "cannot hold control characters")
+
+
+def test_show_last_starts_with_the_turn_line_of_the_turn_it_opens_in(tmp_path: Path) -> None:
+    # before: --from 12 printed "── turn 1 ──" first, --last 3 (the same entries) did not
+    store = f"jsonl://{tmp_path / 'j'}"
+    assert dsh(tmp_path, "import", "--examples", "--store", store).returncode == 0
+    last = dsh(tmp_path, "show", "1111", "--last", "3", "--store", store).stdout.splitlines()
+    body = last[2:]
+    assert body[0].startswith("── turn 1 ──")
+    assert [line.split("  ")[:2] for line in body[1:] if not line.startswith(" ")] == [
+        ["assistant", "#7"], ["tool", "#12"], ["assistant", "#16"]]
+    whole = dsh(tmp_path, "show", "1111", "--last", "100", "--store", store).stdout
+    assert whole.count("── turn 1 ──") == 1  # a turn/start in the selection is not doubled
+    as_json = json.loads(dsh(tmp_path, "show", "1111", "--last", "3", "--json",
+                             "--store", store).stdout)
+    assert [item["kind"] for item in as_json["items"]] == ["turn", "message", "message",
+                                                           "message"]
+    assert as_json["items"][0]["turn"] == 1

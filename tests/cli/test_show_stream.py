@@ -41,6 +41,11 @@ def test_show_last_from_and_turn_print_the_parts_of_the_whole(big: tuple[Dsh, st
     items = whole["items"]
     assert whole["session"] == cli.json("ls", "--store", url, "--json")[0]
     assert whole["session"]["events"] == TURNS * PER and whole["session"]["turns"] == TURNS
+    # the last entries begin inside turn 400: its turn/start (read back) comes first, as --from
+    last_turn = [item for item in items if item["kind"] == "turn"][-1]
+    assert last_turn["turn"] == TURNS and "turn" not in [item["kind"] for item in items[-3:]]
+    assert cli.json("show", "big", "--store", url, "--json", "--last", "3")["items"] == [
+        last_turn, *items[-3:]]
     assert cli.json("show", "big", "--store", url, "--json", "--last", "4")["items"] == items[-4:]
     tail = cli.json("show", "big", "--store", url, "--json", "--from", "3100")["items"]
     # 3100 is inside turn 388: its turn/start (read back) comes first, then seq 3100 on
@@ -51,7 +56,8 @@ def test_show_last_from_and_turn_print_the_parts_of_the_whole(big: tuple[Dsh, st
     assert turn[0] == {"kind": "turn", "seq": 122 * PER, "turn": 123, "time": turn[0]["time"]}
     assert turn == [item for item in items if 122 * PER <= item["seq"] < 123 * PER]
     text = cli("show", "big", "--store", url, "--last", "2").stdout.splitlines()
-    assert text[0] == "session big  run it" and text[2].startswith("assistant  #3195  ")
+    assert text[0] == "session big  run it" and text[2].startswith(f"── turn {TURNS} ──")
+    assert text[3].startswith("assistant  #3195  ")
     assert [line for line in text if line.startswith("tool  ")] == ["tool  #3197  bash [call_400]"]
     missing = cli("show", "big", "--store", url, "--turn", "401", check=1).stderr
     assert missing.startswith("error[TURN_NOT_FOUND]: session 'big' has no turn 401")
@@ -81,5 +87,6 @@ def test_show_into_a_pipe_that_closes_stops_quietly_with_exit_0(big: tuple[Dsh, 
 def test_show_json_of_a_paged_session_is_valid_json(big: tuple[Dsh, str]) -> None:
     cli, url = big
     text = cli("show", "big", "--store", url, "--json", "--last", "1").stdout
-    assert [item["kind"] for item in json.loads(text)["items"]] == ["message"]  # a tool result
+    assert [item["kind"] for item in json.loads(text)["items"]] == [
+        "turn", "message"]  # a tool result, after the line of the turn it belongs to
     assert Path(url.removeprefix("sqlite:") + ".dsh-checkpoints").is_dir()  # read by page

@@ -229,15 +229,18 @@ def _chosen_entries(events: Sequence[Event], header: Mapping[str, Any], session_
                     start: int | None = None) -> Iterable[Entry]:
     """The entries ``dsh show`` prints for the options given, lazily where it can.
 
-    ``from_seq`` inside a turn starts with that turn's :class:`TurnStart` (read back, so the
-    ``── turn N ──`` line says which turn the entries belong to; docs/cli.md#dsh-show).
+    ``from_seq`` inside a turn, and ``last`` entries that begin inside one, start with that
+    turn's :class:`TurnStart` (read back, so the ``── turn N ──`` line says which turn the
+    entries belong to; docs/cli.md#dsh-show).
 
     Raises:
         SessionNotFoundError: code ``TURN_NOT_FOUND`` when ``turn`` names no turn of the log,
             ``SEQ_NOT_FOUND`` when ``from_seq`` is past its last event.
     """
     if last is not None:
-        return last_entries(events, last, keep=render.shown, header=header)
+        chosen = last_entries(events, last, keep=render.shown, header=header)
+        opening = _opening_turn(events, chosen[0].seq) if chosen else None
+        return chosen if opening is None else (opening, *chosen)
     if from_seq and from_seq >= len(events):
         raise SessionNotFoundError(
             f"session {session_id!r} "
