@@ -257,3 +257,59 @@ def test_a_yes_quarantined_then_given_back_before_the_run_runs(url: str) -> None
     assert sent == ["hunter2 to bob"]  # the arguments the yes was given to
     assert [(d["decision"], d.get("reason")) for d in decisions] == [("run", None)]
     assert text == "Approved by alice. Its result: sent hunter2 to bob"
+
+
+def _blocked_two(url: str) -> int:
+    """Run a turn whose one assistant message asks for two sends (c1, c2); return its seq."""
+    async def go() -> int:
+        with dsh.open(url) as store:
+            provider = ScriptedProvider([ScriptedReply(text="sending both", tool_calls=(
+                ScriptedCall(name="send", arguments={"text": "hunter2 to bob"}, id="c1"),
+                ScriptedCall(name="send", arguments={"text": "hi to carol"}, id="c2")))])
+            agent = await store.agent("s1", provider=provider, config=CONFIG, tools=[send])
+            result = await agent.run("send both")
+            assert sorted(result.pending_approvals) == ["c1", "c2"]
+            seqs = [e["seq"] for e in agent.session.events if e["type"] == "assistant/message"]
+            await agent.aclose()
+            assert len(seqs) == 1  # both calls in one message
+            return seqs[0]
+    return asyncio.run(go())
+
+
+def _planned(url: str) -> list[tuple[str, str]]:
+    with dsh.open(url) as store:
+        session = store.session("s1")
+        ledger = EffectLedger()
+        ledger.feed(session.events)
+        actions, _ = ledger.plan(now_ms=0, effects={})
+        store.dispose(session)
+        return sorted((a.record.call_id, a.kind) for a in actions)
+
+
+def test_every_call_of_a_quarantined_message_refuses_its_yes(url: str) -> None:
+    # before: the seq named only the message's last call, so c1 was approved while withheld
+    seq = _blocked_two(url)
+    with dsh.open(url) as store:
+        quarantine(store, "s1", [seq])
+    for call_id in ("c1", "c2"):
+        with dsh.open(url) as store, pytest.raises(AgentError) as info:
+            approve(store, "s1", call_id, by="alice")
+        assert info.value.code == "APPROVAL_CALL_QUARANTINED"
+
+
+def test_every_yes_of_a_message_quarantined_after_it_is_not_run(url: str) -> None:
+    seq = _blocked_two(url)
+    with dsh.open(url) as store:
+        approve(store, "s1", "c1", by="alice")
+        approve(store, "s1", "c2", by="alice")
+        quarantine(store, "s1", [seq])
+    assert _planned(url) == [("c1", "quarantined"), ("c2", "quarantined")]  # before: c1 "run"
+
+
+def test_every_yes_of_a_redacted_message_is_forgotten(url: str) -> None:
+    seq = _blocked_two(url)
+    with dsh.open(url) as store:
+        approve(store, "s1", "c1", by="alice")
+        approve(store, "s1", "c2", by="alice")
+        redact(store, "s1", seqs=[seq])
+    assert _planned(url) == [("c1", "forgotten"), ("c2", "forgotten")]  # before: c1 "run"

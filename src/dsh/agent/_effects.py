@@ -239,7 +239,9 @@ class EffectLedger:
     def __init__(self) -> None:
         self._records: dict[str, CallRecord] = {}
         self._turn_calls: list[CallRecord] = []
-        self._by_seq: dict[int, CallRecord] = {}  # message and request seqs, for redactions
+        # message and request seqs, for redactions and quarantines: a message may hold several
+        # calls, so each seq names every call it shows
+        self._by_seq: dict[int, list[CallRecord]] = {}
         self.seen = 0
 
     @property
@@ -252,6 +254,12 @@ class EffectLedger:
         for event in events:
             self._fold(event)
             self.seen = event["seq"] + 1
+
+    def _track(self, seq: int, record: CallRecord) -> None:
+        """Name ``record`` as one of the calls event ``seq`` shows (once)."""
+        named = self._by_seq.setdefault(seq, [])
+        if all(other is not record for other in named):
+            named.append(record)
 
     def _fold(self, event: Event) -> None:
         kind = event["type"]
@@ -269,13 +277,13 @@ class EffectLedger:
                     if shown is not None:
                         # the same call shown anew (a quarantine placeholder, the message an
                         # unquarantine restores): still the call the log recorded
-                        self._by_seq[event["seq"]] = shown
+                        self._track(event["seq"], shown)
                         continue
                     made = CallRecord(call_id=block["id"], name=_str(block.get("name")),
                                       arguments=_str(block.get("arguments")),
                                       turn=_int(data.get("turn")), step=_int(data.get("step")),
                                       message_seq=event["seq"])
-                    self._by_seq[event["seq"]] = made
+                    self._track(event["seq"], made)
                     self._records[made.call_id] = made
                     self._turn_calls.append(made)
             return
@@ -286,13 +294,13 @@ class EffectLedger:
             items = data.get("items")
             for item in items if isinstance(items, list | tuple) else ():
                 seq = item.get("seq") if isinstance(item, Mapping) else None
-                named = self._by_seq.get(seq) if type(seq) is int else None
-                if named is None or seq is None:
+                if type(seq) is not int:
                     continue
-                if kind == REDACTION_APPLIED:
-                    named.rewritten_by[seq] = event["seq"]
-                elif seq == named.message_seq:
-                    named.quarantined_by = event["seq"] if kind == QUARANTINE_APPLY else None
+                for named in self._by_seq.get(seq, ()):
+                    if kind == REDACTION_APPLIED:
+                        named.rewritten_by[seq] = event["seq"]
+                    elif seq == named.message_seq:
+                        named.quarantined_by = event["seq"] if kind == QUARANTINE_APPLY else None
             return
         if kind == "turn/end":
             reason = data.get("reason")
@@ -346,7 +354,7 @@ class EffectLedger:
                 if decision == "run":
                     record.runs += 1
         elif kind == APPROVAL_REQUESTED:
-            self._by_seq[event["seq"]] = record
+            self._track(event["seq"], record)
             record.awaiting = event
             record.last_request = event
             record.answer = None
