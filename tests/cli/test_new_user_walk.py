@@ -268,3 +268,14 @@ def test_show_last_starts_with_the_turn_line_of_the_turn_it_opens_in(tmp_path: P
     assert [item["kind"] for item in as_json["items"]] == ["turn", "message", "message",
                                                            "message"]
     assert as_json["items"][0]["turn"] == 1
+
+
+def test_restore_names_the_session_a_prefix_matched_as_rm_does(tmp_path: Path) -> None:
+    # before: dsh rm 1111 said which session the prefix matched, dsh restore 1111 did not
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    note = f"note: '1111' is a prefix of session {SIMPLE}; writing to {SIMPLE}\n"
+    removed = dsh(tmp_path, "rm", "1111")
+    assert removed.returncode == 0 and removed.stderr == note
+    restored = dsh(tmp_path, "restore", "1111")
+    assert restored.returncode == 0 and restored.stderr == note
+    assert restored.stdout == f"{SIMPLE}: restored\n"

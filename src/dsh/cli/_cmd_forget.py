@@ -405,7 +405,7 @@ def restore(session_ids: SessionsArg, by: ByOption = None, store: StoreOption = 
     """Give sessions back from the trash or the archive, exactly as they were."""
     json_mode(json_)
     with cli_store(store, wait=wait) as sessions:
-        ids = [require_session(sessions, sid) for sid in session_ids]
+        ids = [require_session(sessions, sid, writes=True) for sid in session_ids]
         result = restore_sessions(sessions, ids, by=_who(by))
     _report_trash("restored", result, json_)
 
