@@ -6274,6 +6274,9 @@ claude_envelope(PyObject *module, PyObject *record)
 #if defined(__unix__) || defined(__APPLE__)
 #include <dlfcn.h>
 #define SQLITE_READER_BUILT 1
+#ifndef RTLD_DEFAULT
+#define RTLD_DEFAULT ((void *)0)  /* glibc's value, when _GNU_SOURCE did not define it */
+#endif
 #endif
 
 typedef struct sqlite3 sqlite3;
@@ -6313,10 +6316,11 @@ static PyObject *zlib_crc32 = NULL;
 PyDoc_STRVAR(sqlite_bind_doc,
 "sqlite_bind(library, /) -> bool\n\n"
 "Resolve the SQLite C functions read_rows calls from library (a path: the _sqlite3\n"
-"extension module's file, already loaded, whose SQLite they are then; None: the program's\n"
-"global symbols), without loading anything new (RTLD_NOLOAD). True when every one was\n"
-"found there, False when not (a library not loaded, a statically linked SQLite that exports\n"
-"none, a platform without dlopen). The first library that has them all is the one read_rows\n"
+"extension module's file, already loaded, whose SQLite they are then), without loading\n"
+"anything new (RTLD_NOLOAD). True when every one was found there and is the same function\n"
+"the program's global symbols name (when they name one), False when not (None: no file to\n"
+"name; a library not loaded; a statically linked SQLite that exports none; another SQLite\n"
+"copy in the global symbols; a platform without dlopen). The first library that has them all is the one read_rows\n"
 "uses from then on; until one is bound read_rows raises Fallback (the Python read runs).");
 
 static PyObject *
@@ -6326,23 +6330,33 @@ sqlite_bind(PyObject *module, PyObject *library)
     void *handle;
     const char *path = NULL;
     SqliteApi api;
-    if (library != Py_None) {
-        if (!PyUnicode_Check(library)) {
-            PyErr_SetString(PyExc_TypeError, "sqlite_bind(library: str | None)");
-            return NULL;
-        }
-        if ((path = PyUnicode_AsUTF8(library)) == NULL) {
-            return NULL;
-        }
+    if (library == Py_None) {
+        /* No file to name: dlopen(NULL) would search the global symbols, possibly another
+         * copy of SQLite than _sqlite3's (two copies in one process break SQLite's POSIX
+         * locks: closing one copy's descriptor drops the other's locks). */
+        Py_RETURN_FALSE;
+    }
+    if (!PyUnicode_Check(library)) {
+        PyErr_SetString(PyExc_TypeError, "sqlite_bind(library: str | None)");
+        return NULL;
+    }
+    if ((path = PyUnicode_AsUTF8(library)) == NULL) {
+        return NULL;
     }
     handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
     if (handle == NULL) {
         Py_RETURN_FALSE;
     }
+    /* Each function must also be the one the global symbols name, when they name one: else
+     * _sqlite3 may be calling another copy (the same two-copies hazard). */
 #define DSH_SYM(field, name) \
-    if ((*(void **)&api.field = dlsym(handle, name)) == NULL) { \
-        dlclose(handle); \
-        Py_RETURN_FALSE; \
+    { \
+        void *global_ = dlsym(RTLD_DEFAULT, name); \
+        if ((*(void **)&api.field = dlsym(handle, name)) == NULL \
+                || (global_ != NULL && global_ != *(void **)&api.field)) { \
+            dlclose(handle); \
+            Py_RETURN_FALSE; \
+        } \
     }
     DSH_SYM(open_v2, "sqlite3_open_v2")
     DSH_SYM(close_v2, "sqlite3_close_v2")

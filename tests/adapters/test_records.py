@@ -283,3 +283,23 @@ def test_sqlite_bind_finds_sqlite_only_where_it_is_loaded() -> None:
     assert c_sqlite_bind("/nonexistent/libsqlite3.so.0") is False
     assert c_sqlite_bind(zlib.__file__) is False
     assert c_sqlite_bind(_sqlite3.__file__) is True
+
+
+def test_sqlite_bind_refuses_without_a_library_path() -> None:
+    # None (an _sqlite3 without __file__) would have searched the global symbols, possibly
+    # another SQLite copy than _sqlite3's: refused even where the global symbols have SQLite
+    # (here the same libsqlite3 made global, in a fresh process so nothing is bound yet)
+    import ctypes.util
+    import subprocess
+    import sys
+
+    library = ctypes.util.find_library("sqlite3")
+    if library is None:
+        pytest.skip("no shared libsqlite3 to make global")
+    code = ("import ctypes, os, _sqlite3\n"
+            f"ctypes.CDLL({library!r}, mode=os.RTLD_GLOBAL)\n"
+            "from dsh.json import c_sqlite_bind\n"
+            "print(c_sqlite_bind(None))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"

@@ -82,9 +82,10 @@ def c_reader() -> bool:
 
     It resolves SQLite's C functions from the library the ``_sqlite3`` module Python's
     :mod:`sqlite3` already loaded (so the same SQLite), loading nothing new; False without
-    the accelerator, and when they are not to be found (a statically linked SQLite that
-    exports none, a platform without ``dlopen``): the reads then run through :mod:`sqlite3`,
-    the reference.
+    the accelerator, and when they are not to be found or not surely that SQLite (a
+    statically linked SQLite that exports none, an ``_sqlite3`` without a file, another SQLite
+    copy in the global symbols: two copies in one process break SQLite's POSIX locks, a
+    platform without ``dlopen``): the reads then run through :mod:`sqlite3`, the reference.
     """
     if not _c_reader:
         bound = False
