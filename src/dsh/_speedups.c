@@ -6421,6 +6421,7 @@ sqlite_open(PyObject *module, PyObject *uri)
     sqlite3 *db = NULL;
     const char *text;
     PyObject *capsule;
+    int rc;
     if (!PyUnicode_Check(uri)) {
         PyErr_SetString(PyExc_TypeError, "sqlite_open(uri: str)");
         return NULL;
@@ -6431,8 +6432,10 @@ sqlite_open(PyObject *module, PyObject *uri)
     if ((text = PyUnicode_AsUTF8(uri)) == NULL) {
         return NULL;
     }
-    if (sq.open_v2(text, &db, DSH_SQLITE_OPEN_READONLY | DSH_SQLITE_OPEN_URI, NULL)
-            != DSH_SQLITE_OK) {
+    Py_BEGIN_ALLOW_THREADS  /* the open may touch the file; nothing Python inside */
+    rc = sq.open_v2(text, &db, DSH_SQLITE_OPEN_READONLY | DSH_SQLITE_OPEN_URI, NULL);
+    Py_END_ALLOW_THREADS
+    if (rc != DSH_SQLITE_OK) {
         if (db != NULL) {
             sq.close_v2(db);
         }
@@ -6786,7 +6789,12 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if ((kept = PyList_New(0)) == NULL || (picked = PyDict_New()) == NULL) {
         goto done;
     }
-    if (sq.prepare_v2(db, sql, (int)sql_len + 1, &stmt, NULL) != DSH_SQLITE_OK
+    /* Without the GIL: on a fresh connection the prepare may wait up to the busy timeout
+     * (nothing Python is touched inside). */
+    Py_BEGIN_ALLOW_THREADS
+    rc = sq.prepare_v2(db, sql, (int)sql_len + 1, &stmt, NULL);
+    Py_END_ALLOW_THREADS
+    if (rc != DSH_SQLITE_OK
             || sq.bind_text(stmt, 1, sid, (int)sid_len, DSH_SQLITE_TRANSIENT) != DSH_SQLITE_OK
             || sq.bind_text(stmt, 2, sid, (int)sid_len, DSH_SQLITE_TRANSIENT) != DSH_SQLITE_OK
             || sq.bind_int64(stmt, 3, lo) != DSH_SQLITE_OK
