@@ -1031,6 +1031,15 @@ def test_a_page_index_claiming_numbers_beyond_safe_integers_is_refused() -> None
             rp.PageIndex.unpack(f"{claim}:{packed}")
 
 
+def test_a_listed_page_index_claiming_numbers_beyond_safe_integers_is_refused() -> None:
+    # the listed (older) form is bound as the "zi:" form is: before, [2**63, 2**64 - 1] was
+    # accepted and a page-in's pread raised OverflowError
+    for listed in ([[0, 10], [2**63, 2**64 - 1]], [[0, 10], [5, 2**53]]):
+        with pytest.raises(rp.RestorePointRefused, match="bad-field:index"):
+            rp._index(listed)
+    assert rp._index([[0, 10], [5, 2**53 - 1]]) == ((0, 10), (5, 2**53 - 1))
+
+
 def test_a_page_index_listed_as_pairs_is_still_read() -> None:
     # written before "zi:" (and below INDEX_PACKED_MIN entries): [seq, offset] pairs
     from dsh.session import RestoreState

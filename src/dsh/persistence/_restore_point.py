@@ -637,7 +637,8 @@ def _index(raw: object) -> Sequence[tuple[int, int]]:
             set(map(type, raw)) != {list} or set(map(len, raw)) != {2})):
         raise RestorePointRefused("bad-field:index")
     flat = list(chain.from_iterable(raw))
-    if flat and (set(map(type, flat)) != {int} or min(flat) < 0):
+    if flat and (set(map(type, flat)) != {int} or min(flat) < 0
+                 or max(flat) > MAX_SAFE_INTEGER):  # (any int field's bound, as "zi:")
         raise RestorePointRefused("bad-field:index")
     seqs, offsets = flat[0::2], flat[1::2]
     if not all(map(lt, seqs, seqs[1:])) or not all(map(lt, offsets, offsets[1:])):
