@@ -63,3 +63,27 @@ def test_the_owner_file_is_written_in_place_and_emptied_at_release(tmp_path: Pat
     again.release()
     again.release()  # idempotent
     assert owner.read_bytes() == b""
+
+
+def test_an_owner_file_symlinked_after_the_check_is_refused_as_symlink(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a link planted between the check and the O_NOFOLLOW open: before, a bare OSError (ELOOP)
+    lock_path = tmp_path / "s" / "session.lock"
+    owner = lock_path.with_name("session.lock.owner")
+    target = tmp_path / "elsewhere"
+    real = _lock.os_lock
+
+    def planting(path: str) -> _lock._OsLock:
+        owner.symlink_to(target)
+        return real(path)
+
+    monkeypatch.setattr(_lock, "os_lock", planting)
+    with pytest.raises(PersistenceError) as info:
+        SessionLock(lock_path, "s")
+    assert info.value.code == "SYMLINK"
+    assert info.value.where["path"] == str(owner)
+    assert f"refusing the symlink {owner} (to {target})" in str(info.value)
+    assert not target.exists()
+    monkeypatch.setattr(_lock, "os_lock", real)
+    owner.unlink()
+    SessionLock(lock_path, "s").release()  # the lock was let go

@@ -22,6 +22,7 @@ is a separate registry of held paths guarded by a mutex, naming the holder.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -181,8 +182,13 @@ class SessionLock:
         try:
             # written in place (a reader that finds it empty or half written asks again), and
             # emptied at release through the same descriptor
-            self._owner_fd = os.open(self.owner_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
-                                     | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+            try:
+                self._owner_fd = os.open(self.owner_path, os.O_WRONLY | os.O_CREAT
+                                         | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:  # a symlink put there since the check above
+                    refuse_symlink(self.owner_path, "a lock owner file")  # SYMLINK, named
+                raise
             os.ftruncate(self._owner_fd, 0)
             data = json.dumps(info).encode()
             if os.write(self._owner_fd, data) != len(data):
