@@ -279,3 +279,12 @@ def test_restore_names_the_session_a_prefix_matched_as_rm_does(tmp_path: Path) -
     restored = dsh(tmp_path, "restore", "1111")
     assert restored.returncode == 0 and restored.stderr == note
     assert restored.stdout == f"{SIMPLE}: restored\n"
+
+
+def test_events_help_says_control_characters_are_escaped(tmp_path: Path) -> None:
+    # before: "exactly as committed", while control and bidi characters are written as escapes
+    listed = dsh(tmp_path, "--help").stdout
+    (line,) = [line for line in listed.splitlines() if line.startswith("│ events ")]
+    assert "exactly as committed" not in line and "escaped" in line
+    own = " ".join(dsh(tmp_path, "events", "--help").stdout.split())
+    assert "dsh export --format dsh-jsonl" in own

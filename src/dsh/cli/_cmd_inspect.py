@@ -307,7 +307,13 @@ def events(
     follow: Annotated[bool, typer.Option(
         "--follow", "-f", help="Keep printing new events as they are committed.")] = False,
 ) -> None:
-    """Print the stored log as JSON lines, exactly as committed (dsh's wire format)."""
+    """Print the log as JSON lines, terminal controls escaped.
+
+    Each line is a committed event in dsh's wire format, its values the log's own; control
+    characters (C0, DEL, C1) and bidi overrides are written as JSON escapes (``\\u001b``) so
+    the terminal shows them instead of obeying them (docs/cli.md#output). For the log's exact
+    bytes: ``dsh export --format dsh-jsonl``.
+    """
     from fnmatch import fnmatchcase
 
     if follow:
