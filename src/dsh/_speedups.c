@@ -6500,7 +6500,8 @@ utf8_strict(const unsigned char *p, Py_ssize_t n)
     return 1;
 }
 
-/* One column as Python's sqlite3 returns it (the storage classes read_rows accepts). */
+/* One column as Python's sqlite3 returns it, for the storage classes read_rows accepts
+ * (seal_row_text and row_classes_ok send every other to the Python read). */
 static PyObject *
 column_object(sqlite3_stmt *stmt, int i)
 {
@@ -6515,8 +6516,11 @@ column_object(sqlite3_stmt *stmt, int i)
         const void *blob = sq.column_blob(stmt, i);
         return PyBytes_FromStringAndSize(blob, sq.column_bytes(stmt, i));
     }
-    default:
+    case DSH_SQLITE_NULL:
         Py_RETURN_NONE;
+    default:
+        PyErr_SetString(PyExc_SystemError, "read_rows: a storage class it does not serve");
+        return NULL;
     }
 }
 
@@ -6652,14 +6656,22 @@ seal_crc(Buf *meta, Buf *payload)
     return crc;
 }
 
-/* Every TEXT column of a row is strict UTF-8 (Python's sqlite3 refuses the row otherwise). */
+/* Every column of a row is of a class column_object serves exactly (no REAL: the Python read
+ * gives the float) and every TEXT column strict UTF-8 (Python's sqlite3 refuses the row
+ * otherwise); 0 sends the read to Python. */
 static int
-row_texts_ok(sqlite3_stmt *stmt)
+row_classes_ok(sqlite3_stmt *stmt)
 {
     int i;
     for (i = 2; i < 8; i++) {
-        if (sq.column_type(stmt, i) == DSH_SQLITE_TEXT
-                && !utf8_strict(sq.column_text(stmt, i), sq.column_bytes(stmt, i))) {
+        int kind = sq.column_type(stmt, i);
+        if (kind == DSH_SQLITE_TEXT) {
+            if (!utf8_strict(sq.column_text(stmt, i), sq.column_bytes(stmt, i))) {
+                return 0;
+            }
+        }
+        else if (kind != DSH_SQLITE_INTEGER && kind != DSH_SQLITE_BLOB
+                && kind != DSH_SQLITE_NULL) {
             return 0;
         }
     }
@@ -6851,8 +6863,8 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
             rec_rows++;
         }
-        else if (!row_texts_ok(stmt)) {
-            fell = 1;  /* the Python read refuses the row as Python's sqlite3 does */
+        else if (!row_classes_ok(stmt)) {
+            fell = 1;  /* a REAL, or a row Python's sqlite3 refuses: the Python read */
             goto done;
         }
         if (seq >= stop || start >= stop) {

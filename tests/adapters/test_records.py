@@ -199,6 +199,19 @@ _SQL = ("SELECT rowid, seq, type, time, data, source_event_seqs, surface_op, ign
         "session_id = ? AND seq <= ?), 0) AND seq < ? ORDER BY seq")
 
 
+def _write_events(path: Any, rows: list[tuple[Any, ...]]) -> None:
+    """A real SQLite file at path with an events table of session 's': rows are (seq, type,
+    time, data, source_event_seqs, surface_op, ignorable)."""
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("CREATE TABLE events (session_id TEXT, seq INTEGER, type TEXT, "
+                   "time INTEGER, data, source_event_seqs, surface_op TEXT, ignorable "
+                   "INTEGER)")
+        db.executemany("INSERT INTO events VALUES ('s', ?, ?, ?, ?, ?, ?, ?)", rows)
+
+
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.dictionaries(st.integers(0, 40), st.tuples(
     st.sampled_from(["user/message", "assistant/message", "tool/result", "tool/call",
@@ -241,11 +254,7 @@ def test_read_rows_serves_what_sqlite3_and_pick_rows_serve(
     hi = max([stop, *(r[1] for r in todo[-1:])])
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rows.db"
-        with closing(sqlite3.connect(path)) as db, db:
-            db.execute("CREATE TABLE events (session_id TEXT, seq INTEGER, type TEXT, "
-                       "time INTEGER, data, source_event_seqs, surface_op TEXT, ignorable "
-                       "INTEGER)")
-            db.executemany("INSERT INTO events VALUES ('s', ?, ?, ?, ?, ?, ?, ?)", ordered)
+        _write_events(path, ordered)
         with closing(sqlite3.connect(path)) as db:
             read = db.execute(_SQL, ("s", "s", lo, hi)).fetchall()
         conn = c_sqlite_open(f"{path.as_uri()}?mode=ro")
@@ -303,3 +312,35 @@ def test_sqlite_bind_refuses_without_a_library_path() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("column", ["time", "data", "source_event_seqs", "ignorable"])
+def test_read_rows_refuses_a_real_value_in_a_row_it_would_serve(column: str) -> None:
+    # a row the seal records do not cover (already checked) holding a REAL: the C read has no
+    # float to give as Python's sqlite3 does, so it falls back (the Python read serves it)
+    # rather than serve None in its place
+    import _sqlite3
+    import sqlite3
+    import tempfile
+    from contextlib import closing
+    from pathlib import Path
+
+    from dsh.json import CFallback, c_read_rows, c_sqlite_bind, c_sqlite_open
+
+    assert c_sqlite_bind is not None and c_read_rows is not None
+    if not c_sqlite_bind(getattr(_sqlite3, "__file__", None)):
+        pytest.skip("this Python's SQLite exports no C API to bind")
+    row = {"seq": 1, "type": "user/message", "time": 5, "data": '{"x": 1}',
+           "source_event_seqs": None, "surface_op": None, "ignorable": 1}
+    row[column] = 0.5
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rows.db"
+        _write_events(path, [tuple(row.values())])
+        with closing(sqlite3.connect(path)) as db:
+            read = db.execute(_SQL, ("s", "s", 0, 5)).fetchall()
+        assert read[0][list(row).index(column) + 1] == 0.5  # sqlite3 serves the float
+        conn = c_sqlite_open(f"{path.as_uri()}?mode=ro")
+        with pytest.raises(CFallback):
+            c_read_rows(conn, _SQL, "s", 0, 5, [], 0, 5, {1}, frozenset({"user/message"}),
+                        dict(RECORD_PATHS), FMT)
+        del conn
