@@ -65,13 +65,17 @@ def enable_debug() -> None:
 
 def _named_in(key: str, value: str, message: str) -> bool:
     # A session id or path the message already quotes is not repeated; short bare words are
-    # (a session called "gap" is not named by "seq gap"). A path the message names as a whole
-    # word is not repeated either ("cannot import notes: ..." needs no "(path=notes)").
+    # (a session called "gap" is not named by "seq gap"). A path the message prints whole is
+    # not repeated either ("cannot import notes: ..." needs no "(path=notes)"), but one that is
+    # only part of a longer word or path is ("notes" in "notes.jsonl", "/tmp/a" in
+    # "/tmp/a.db"), and so is a path shorter than 3 characters ("a" in "it is a symlink").
     # Ints are always shown.
-    return (f"'{value}'" in message or f'"{value}"' in message
-            or (("/" in value or len(value) >= 16) and value in message)
-            or (key == "path" and bool(value) and re.search(
-                rf"(?<![\w./-]){re.escape(value)}(?![\w/-])", message) is not None))
+    if f"'{value}'" in message or f'"{value}"' in message:
+        return True
+    if key == "path":
+        return (len(value) >= 3 or "/" in value) and re.search(
+            rf"(?<![\w./-]){re.escape(value)}(?![\w/-]|\.\w)", message) is not None
+    return ("/" in value or len(value) >= 16) and value in message
 
 
 _BACKTICKED: Final = re.compile(r"``?([^`]+?)``?")
