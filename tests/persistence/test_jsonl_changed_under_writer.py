@@ -124,3 +124,25 @@ def test_writer_that_kept_its_file_appends_and_reads_back(tmp_path: Path,
             handle.flush()
     with backend.open("s") as handle:
         assert [e.seq for e in handle.read().events] == list(range(len(events)))
+
+
+@pytest.mark.parametrize("compression", BACKENDS)
+def test_log_replaced_between_the_read_and_the_first_append_is_refused(
+        tmp_path: Path, compression: str) -> None:
+    # the file checked is the one read(), not the one the first append's lazy open finds:
+    # before, a copy put in place after the read (same size) took the batch unrefused
+    events = _events()
+    backend = JsonlBackend(tmp_path / "root", compression=compression)
+    backend.create(header("s"))
+    with backend.open("s", "write") as handle:
+        handle.append(events[:4])
+        handle.flush()
+    path = _log(tmp_path / "root", compression)
+    with backend.open("s", "write") as handle:
+        assert len(handle.read().events) == 4
+        _replace_by_copy(path)
+        size = path.stat().st_size
+        with pytest.raises(LogCorruptError) as info:
+            handle.append(events[4:])
+        assert path.stat().st_size == size  # nothing written
+    assert f"the file was replaced by another file ({size} bytes)" in info.value.message

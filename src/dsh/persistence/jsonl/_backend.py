@@ -581,6 +581,13 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
     return ParsedLog(header, list(tail.events), torn, torn_start, header_end, index)
 
 
+def _file_of(revision: str) -> tuple[int, int] | None:
+    """The ``(inode, device)`` a :func:`file_revision` string (``dev:ino:…``) was built from."""
+    dev, _, rest = revision.partition(":")
+    ino = rest.partition(":")[0]
+    return (int(ino), int(dev)) if dev.isdigit() and ino.isdigit() else None
+
+
 @dataclass(slots=True)
 class _Tail:
     """What a write handle knows about the stored log (valid while it holds the lock)."""
@@ -651,6 +658,9 @@ class JsonlHandle(HandleBase):
         self._lock = lock
         self._fd: int | None = None
         self._fd_file: tuple[int, int] | None = None  # (inode, device) of ``_fd``
+        # (inode, device) of the log file the tail was read from: the first append's file
+        # must be that one (a file replaced between the read and that open is refused)
+        self._read_file: tuple[int, int] | None = None
         self._tail: _Tail | None = None
         self._closed = False
         # the listing entry kept at flush (listing.EntryFold): the log's signature when it was
@@ -695,6 +705,7 @@ class JsonlHandle(HandleBase):
         if self._pending_header is not None and not self.path.exists():
             if self._mode == "write" and self._tail is None:
                 self._tail = _Tail(False, 0, 0, None, 0, 0)
+                self._read_file = None  # created by the first append
             return ColdRead(self._pending_header, (), None, f"unmaterialized:{self._id}")
         raw = self._backend.compression == "none"
         if offset > 0 and raw and self._mode == "read":  # docs/stores.md#reading-by-page
@@ -745,6 +756,7 @@ class JsonlHandle(HandleBase):
             self._check_not_cut(parsed.committed, len(parsed.events), parsed.header, size)
         if self._mode == "write":
             self._pending_header = None
+            self._read_file = _file_of(revision)
             self._listing_reset(parsed.torn is None)
             self._tail = _Tail(True, len(parsed.events), size, parsed.torn,
                                len(parsed.events), size,
@@ -873,7 +885,9 @@ class JsonlHandle(HandleBase):
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
             st = os.fstat(self._fd)
-            self._fd_file = (st.st_ino, st.st_dev)
+            # the file the tail was read from, when known: one replaced since is refused by
+            # _check_same_file even when this open already found the replacement
+            self._fd_file = self._read_file or (st.st_ino, st.st_dev)
         return self._fd
 
     def _check_same_file(self) -> None:
@@ -1610,6 +1624,7 @@ class JsonlHandle(HandleBase):
                 raise rp.RestorePointRefused("cut") from None
         count = restore_point.anchor.event_count + len(events)
         self._pending_header = None
+        self._read_file = _file_of(found.revision)
         chain, cut, clean = found.chain, found.seal_cut, found.seal_clean
         if zstd:
             chain, cut, clean = self._zstd_chain_after(restore_point.anchor)
