@@ -358,3 +358,31 @@ def test_a_restore_point_naming_a_cut_after_the_seals_digests_is_refused(
         point, state=state, anchor=replace(point.anchor, seal_digest=at_end.encode()))))
     assert read_seal_after(path, at_end) is not None  # the cut itself checks out
     assert_equivalent(root, kind, expect_paged=False)
+
+
+def test_a_forged_page_in_index_does_not_stop_the_writer(
+        root: Path, small_restore_points: None) -> None:
+    # docs/rules.md: restore points are never the truth. A zi: index whose entries are not the
+    # ends it names fails the page-in (RESTORE_POINT_MISMATCH) but is no damage of the log:
+    # before, the session noted it as damage and its writer refused every later write
+    long_store("jsonl", root)
+    point = restore_point(root, "jsonl")
+    text = rp.PageIndex(list(point.anchor.index)).pack()
+    head, _, _ = text.rpartition(":")
+    other = rp.PageIndex([(seq, offset + 1) for seq, offset in point.anchor.index]).pack()
+    forged = rp.PageIndex.unpack(f"{head}:{other.rpartition(':')[2]}")
+    ckpt_file(root).write_bytes(rp.encode_restore_point(
+        replace(point, anchor=replace(point.anchor, index=forged))))
+    strip_marks(root, "jsonl")
+    with dsh.open(url_of("jsonl", root)).sessions as store:
+        session = store.session("s")
+        with pytest.raises(dsh.LogCorruptError) as info:
+            session.events[0]
+        assert info.value.code == "RESTORE_POINT_MISMATCH"
+        assert session.log_damage is None
+        count = len(session.events)
+        session.append("turn/start", {"turn": 31})
+        store.flush(session)  # before: refused, the log named damaged
+    with dsh.open(url_of("jsonl", root)).sessions as store:
+        events = store.session("s").events
+        assert events[count]["type"] == "turn/start" and events[count]["data"]["turn"] == 31

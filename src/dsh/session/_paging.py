@@ -153,7 +153,8 @@ class PagedLog(Sequence[Event]):
 
         Set when a page-in, a pick or a selection found the stored log changed under the
         session (a row its seal no longer vouches for, events that do not match): whoever
-        writes the session writes nothing more (docs/rules.md#verified-page-in).
+        writes the session writes nothing more (docs/rules.md#verified-page-in). Not set by
+        ``RESTORE_POINT_MISMATCH`` (a wrong restore point, not a damaged log: docs/errors.md).
         """
         return self._damage
 
@@ -162,7 +163,9 @@ class PagedLog(Sequence[Event]):
         try:
             yield
         except LogCorruptError as exc:
-            if self._damage is None:
+            # a wrong restore point (its page-in index) is not damage of the log: restore
+            # points are never the truth (docs/rules.md), so the writer keeps writing
+            if self._damage is None and exc.code != "RESTORE_POINT_MISMATCH":
                 self._damage = exc
             raise
 
