@@ -437,6 +437,13 @@ def test_a_page_in_borrows_a_write_handle_connection_only_while_the_handle_is_id
     finally:
         done.set()
         worker.join()
+    # a method of the handle running on this very thread (the lock is reentrant): no loan
+    from dsh.persistence.sqlite._backend import _holding
+    inside = _holding(lambda h: (h._lend(), h._lend()))(handle)
+    assert inside == (None, None)
+    lent = handle._lend()  # (and lent again once the method has returned)
+    assert lent is not None
+    lent[1](True)
     handle._c.conn.execute("BEGIN")
     try:
         assert handle._lend() is None  # never inside a transaction

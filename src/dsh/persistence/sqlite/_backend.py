@@ -1370,7 +1370,11 @@ def _holding(method: Callable[Concatenate[SqliteHandle, _P], _R]
     @functools.wraps(method)
     def run(self: SqliteHandle, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         with self._use:
-            return method(self, *args, **kwargs)
+            self._users += 1
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._users -= 1
 
     return run
 
@@ -1424,6 +1428,9 @@ class SqliteHandle(HandleBase):
         self._closed = False
         # held by every method that uses the connection, and by a page-in it is lent to
         self._use = threading.RLock()
+        # methods running and loans out, under ``_use``: the lock is reentrant, so taking it
+        # does not show whether this thread is already inside a method (or lent it)
+        self._users = 0
         self._c = backend._connect()
         try:
             self._session_row()
@@ -1437,8 +1444,9 @@ class SqliteHandle(HandleBase):
     def _lend(self) -> tuple[sqlite3.Connection, Callable[[bool], None]] | None:
         """This write handle's connection for one page-in of its store, or None.
 
-        Only while the handle is open, none of its methods runs (its lock is free, taken
-        without waiting: a page-in never waits for an append), and the connection is
+        Only while the handle is open, none of its methods runs, on any thread, this one
+        included, and no other loan is out (its lock is free, taken without waiting: a
+        page-in never waits for an append), and the connection is
         outside any transaction, in the process that opened it. The page-in holds the
         handle's lock until it gives the connection back, so an append waits for it (one
         indexed range query). A page-in only reads, in autocommit, and the rows it reads
@@ -1449,11 +1457,14 @@ class SqliteHandle(HandleBase):
         """
         if not self._use.acquire(blocking=False):
             return None
-        if self._closed or self._c._pid != os.getpid() or self._c.conn.in_transaction:
-            self._use.release()
+        if (self._users > 0 or self._closed or self._c._pid != os.getpid()
+                or self._c.conn.in_transaction):
+            self._use.release()  # (a method runs on this very thread, or a loan is out)
             return None
+        self._users += 1
 
         def give_back(ok: bool) -> None:
+            self._users -= 1
             self._use.release()
 
         return self._c.conn, give_back
