@@ -232,7 +232,8 @@ def test_import_of_a_missing_relative_path_is_path_not_found_named_once(tmp_path
     assert (as_json["code"], as_json["path"]) == ("PATH_NOT_FOUND", "dangling")
 
 
-@pytest.mark.parametrize("bad", ["bad\x1b[31m", "x\x9by", "del\x7f", "rtl\u202eevil"])
+@pytest.mark.parametrize("bad", ["bad\x1b[31m", "x\x9by", "del\x7f", "rtl\u202eevil",
+                                 "tab\there", "two\nlines"])  # (tab, newline: let through before)
 def test_a_new_session_id_with_control_characters_is_refused_naming_the_option(
         tmp_path: Path, bad: str) -> None:
     # before: dsh fork --as 'bad\x1b[31m' created a child session of that id

@@ -29,7 +29,7 @@ from dsh import open as open_url
 from dsh.cli import _render as render
 from dsh.cli._errors import STATE
 from dsh.persistence import store_path
-from dsh.transcript import has_unprintable, printable
+from dsh.transcript import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -373,7 +373,9 @@ def refuse_unprintable_id(value: str | None, option: str) -> str | None:
     Raises:
         typer.BadParameter: (exit 2, ``error[USAGE]``) naming ``option``, e.g. ``'--as'``.
     """
-    if value is not None and has_unprintable(value):
+    # str.isprintable(): the one printable-id rule (also interop usable_id, dsh inspect);
+    # has_unprintable keeps tab and newline, which body text may hold and an id may not
+    if value is not None and not value.isprintable():
         raise typer.BadParameter("a session id cannot hold control characters or bidirectional "
                                  f"overrides, got {printable(repr(value))}", param_hint=option)
     return value
