@@ -74,6 +74,12 @@ C_READ_EVENTS: Final = 1024
 the rows through SQLite's C API (:func:`c_reader`): below it the Python read is as fast, and
 the C read's connection of its own would be one more open of the file."""
 
+_RANGE_SQL: Final = (
+    "SELECT {columns} FROM events WHERE session_id = ? AND seq >= coalesce((SELECT max(seq) "
+    "FROM events WHERE session_id = ? AND seq <= ?), 0) AND seq < ? ORDER BY seq")
+"""The rows from the one holding ``lo`` (the last at or below it) up to ``hi``: parameters
+``(session_id, session_id, lo, hi)``; ``columns`` is the row's column list."""
+
 _c_reader: list[bool] = []  # sqlite_bind's answer, once
 
 
@@ -222,6 +228,9 @@ class SqlitePrefixSource:
         self._path = path
         # schema 14 (the published dsh's files): scalar rows without the ignorable column
         self._columns = LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS
+        # the range query of both reads (sqlite3 and the accelerator's): the same text, so
+        # the C read serves exactly the rows the Python read would
+        self._range_sql = _RANGE_SQL.format(columns=self._columns)
         self._version = 14 if legacy else 17
         self._id = session_id
         self._cut = cut
@@ -304,9 +313,7 @@ class SqlitePrefixSource:
             try:
                 with self._connections.borrow_c() as conn:
                     checked, rows, picked = c_read_rows(
-                        conn, f"SELECT {self._columns} FROM events WHERE session_id = ? AND "
-                        "seq >= coalesce((SELECT max(seq) FROM events WHERE session_id = ? "
-                        "AND seq <= ?), 0) AND seq < ? ORDER BY seq", self._id, lo, hi,
+                        conn, self._range_sql, self._id, lo, hi,
                         [seals[i] for i in todo], start, stop, seqs, types, cut.paths,
                         cut.fmt)
             except CFallback:
@@ -336,9 +343,7 @@ class SqlitePrefixSource:
             seals = self._seals
             with self._connections.borrow() as conn:
                 rows: list[Any] = conn.execute(
-                    f"SELECT {self._columns} FROM events WHERE session_id = ? AND seq >= "
-                    "coalesce((SELECT max(seq) FROM events WHERE session_id = ? AND seq <= ?),"
-                    " 0) AND seq < ? ORDER BY seq", (self._id, self._id, lo, hi)).fetchall()
+                    self._range_sql, (self._id, self._id, lo, hi)).fetchall()
         if not todo:
             return rows
         row_seqs = [row[1] for row in rows]
