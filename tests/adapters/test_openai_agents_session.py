@@ -410,7 +410,7 @@ def c_reads(monkeypatch: pytest.MonkeyPatch, reader: str) -> list[int]:
     turns it off (what a build whose SQLite exports no C API gets), "c" needs it."""
     from dsh.persistence.sqlite import _restore_point as sqlite_pages
     if reader == "python":
-        monkeypatch.setattr(sqlite_pages, "_c_reader", [False])
+        monkeypatch.setattr(sqlite_pages, "c_reader", lambda: False)
     elif not sqlite_pages.c_reader():
         pytest.skip("the accelerator's SQLite reader is not available here")
     calls: list[int] = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import sqlite3
 import threading
 import weakref
@@ -80,9 +81,7 @@ _RANGE_SQL: Final = (
 """The rows from the one holding ``lo`` (the last at or below it) up to ``hi``: parameters
 ``(session_id, session_id, lo, hi)``; ``columns`` is the row's column list."""
 
-_c_reader: list[bool] = []  # sqlite_bind's answer, once
-
-
+@functools.cache  # sqlite_bind's answer, once
 def c_reader() -> bool:
     """Whether the accelerator's ``read_rows`` can read rows through SQLite's C API here.
 
@@ -93,13 +92,10 @@ def c_reader() -> bool:
     copy in the global symbols: two copies in one process break SQLite's POSIX locks, a
     platform without ``dlopen``): the reads then run through :mod:`sqlite3`, the reference.
     """
-    if not _c_reader:
-        bound = False
-        if c_sqlite_bind is not None:
-            import _sqlite3  # (loaded by sqlite3)
-            bound = bool(c_sqlite_bind(getattr(_sqlite3, "__file__", None)))
-        _c_reader.append(bound)
-    return _c_reader[0]
+    if c_sqlite_bind is None:
+        return False
+    import _sqlite3  # (loaded by sqlite3)
+    return bool(c_sqlite_bind(getattr(_sqlite3, "__file__", None)))
 
 
 def _close_all(conns: list[sqlite3.Connection]) -> None:
