@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from dsh.interop._common import JsonObj, str_or_none
@@ -113,8 +113,6 @@ class BranchIndex:
 
         ``side``: an inline sidechain candidate; ``progress``: an ``agent_progress`` line.
         """
-        if side or progress:
-            self._mark(line, (SIDE if side else 0) | (PROGRESS if progress else 0))
         uid = str_or_none(record.get("uuid"))
         link = record.get("parentUuid")
         if link is None and record.get("subtype") == "compact_boundary":
@@ -122,6 +120,7 @@ class BranchIndex:
         linked = 0 if link is None else 1 if isinstance(link, str) else 2
         code = _KINDS.get(kind, 0)
         msgid = rkey = None
+        tools: list[tuple[int, str | bytes | None, int]] = []
         msg = record.get("message")
         if isinstance(msg, dict):
             content = msg.get("content")
@@ -129,11 +128,11 @@ class BranchIndex:
                 msgid = str_or_none(msg.get("id"))
                 rkey = msgid or uid or f"line-{line}"
                 if isinstance(content, list):
-                    self._tools.extend((line, _key(b["id"]), 1) for b in content
+                    tools.extend((line, _key(b["id"]), 1) for b in content
                                        if isinstance(b, dict) and b.get("type") == "tool_use"
                                        and str_or_none(b.get("id")))
             elif code == 1 and isinstance(content, list):
-                self._tools.extend(
+                tools.extend(
                     (line, _key(tid), 0) for b in content
                     if isinstance(b, dict) and b.get("type") == "tool_result"
                     and (tid := str_or_none(b.get("tool_use_id"))) is not None)
@@ -142,14 +141,11 @@ class BranchIndex:
             if isinstance(title, str) and title.strip():
                 self._db.execute("INSERT INTO titles VALUES (?, ?, ?)",
                                  (line, _key(str_or_none(record.get("leafUuid"))), int(side)))
-        self._lines.append((line, offset, code, int(side), _key(uid),
-                            _key(link) if linked == 1 else None, linked, _key(msgid),
-                            _key(rkey)))
-        self.last = line
-        if len(self._lines) >= _ROWS:
-            self._flush()
+        self.add_row((line, offset, code, int(side), _key(uid),
+                      _key(link) if linked == 1 else None, linked, _key(msgid), _key(rkey)),
+                     tools, side, progress)
 
-    def add_row(self, row: tuple[Any, ...], tools: list[tuple[int, str | bytes, int]],
+    def add_row(self, row: tuple[Any, ...], tools: Sequence[tuple[int, str | bytes | None, int]],
                 side: bool, progress: bool) -> None:
         """Keep a line as :meth:`add` does, from the ``row`` and ``tools`` it would build.
 
