@@ -4923,7 +4923,7 @@ encode_sealed_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     struct sealed t;
     wbuf leaves = {NULL, 0, 0};
-    PyObject *events, *rows = NULL, *row, **items, *out = NULL;
+    PyObject *events, *rows = NULL, *row, *out = NULL;
     Py_ssize_t i, n, threshold;
     unsigned char head[24], digest[32];
     long schema;
@@ -4945,21 +4945,32 @@ encode_sealed_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     memcpy(head, PyBytes_AS_STRING(args[5]), 16);
     events = args[0];
     n = PySequence_Fast_GET_SIZE(events);
-    items = PySequence_Fast_ITEMS(events);
     rows = PyList_New(n);
     if (rows == NULL) {
         return NULL;
     }
-    /* the events are frozen: nothing below changes the sequence or what it holds */
+    /* the events are frozen, but dumps and the hash are Python callbacks: each event is
+     * taken afresh from the sequence and held while used (a callback that changed the
+     * caller's list cannot leave a stale item pointer) */
     for (i = 0; i < n; i++) {
-        row = encode_scalar(items[i], schema == 14, args[2], args[3], threshold, &t);
+        PyObject *event;
+        int bad;
+        if (i >= PySequence_Fast_GET_SIZE(events)) {
+            PyErr_SetString(PyExc_RuntimeError, "encode_sealed_rows: the events changed");
+            goto done;
+        }
+        event = Py_NewRef(PySequence_Fast_GET_ITEM(events, i));
+        row = encode_scalar(event, schema == 14, args[2], args[3], threshold, &t);
         if (row == NULL) {
+            Py_DECREF(event);
             goto done;
         }
         PyList_SET_ITEM(rows, i, row);
-        if (wb_grow(&leaves, 32) < 0
-                || sealed_leaf(&t, items[i], head, args[6],
-                               (unsigned char *)leaves.data + leaves.len) < 0) {
+        bad = wb_grow(&leaves, 32) < 0
+            || sealed_leaf(&t, event, head, args[6],
+                           (unsigned char *)leaves.data + leaves.len) < 0;
+        Py_DECREF(event);
+        if (bad) {
             goto done;
         }
         leaves.len += 32;
