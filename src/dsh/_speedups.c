@@ -3446,6 +3446,8 @@ buf_payload(Buf *b, PyObject *row, Py_ssize_t skip)
     return fallback_int();
 }
 
+/* The same seal text is emitted from SQLite's C API by seal_row_text (the C read,
+ * read_rows): a change to the one is a change to the other. */
 PyDoc_STRVAR(rows_text_doc,
 "rows_text(rows, start=0, stop=len(rows), skip=0, /) -> bytes\n\n"
 "The UTF-8 text dsh.persistence._seal.rows_crc checksums for the SQLite event rows\n"
@@ -6577,7 +6579,9 @@ buf_column_text(Buf *b, sqlite3_stmt *stmt, int i)
 
 /* The seal text of one row (columns 1..7 after the rowid, docs/formats.md#integrity-seals:
  * dsh.persistence._seal.rows_text) appended to meta and payload; 1 when a value is outside
- * the classes a committed row holds (the Python read then runs), -1 on error. */
+ * the classes a committed row holds (the Python read then runs), -1 on error. The same text
+ * is emitted from Python rows by rows_text (above): a change to the one is a change to the
+ * other. */
 static int
 seal_row_text(Buf *meta, Buf *payload, sqlite3_stmt *stmt, int first_meta, int first_payload)
 {
