@@ -156,6 +156,23 @@ class LogCorruptError(PersistenceError):
     default_code = "LOG_CORRUPT"
 
 
+def restore_point_mismatch(part: str, why: str) -> LogCorruptError:
+    """The error for a restore point whose packed ``part`` does not hold what it claims.
+
+    Args:
+        part: what was inflated: ``"surface"`` or ``"page-in index"``.
+        why: what did not match, e.g. ``"its entries do not rise"``.
+
+    Returns:
+        A :class:`LogCorruptError` with code ``RESTORE_POINT_MISMATCH``. Such a point passed
+        its digest and seal checks; the log itself is not judged (docs/errors.md): deleting
+        the restore point makes resumes read the whole log.
+    """
+    return LogCorruptError(f"a restore point's {part} does not hold what it claims ({why}): "
+                           "delete the session's restore point and resumes read the whole log",
+                           code="RESTORE_POINT_MISMATCH")
+
+
 class SealDamagedError(LogCorruptError):
     """The integrity seal beside a log is missing or damaged; the log itself is not judged.
 

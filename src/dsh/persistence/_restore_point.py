@@ -52,7 +52,7 @@ from typing import Any, Final, Protocol, overload, runtime_checkable
 import orjson
 
 from dsh._caches import keep_recent
-from dsh._errors import LogCorruptError, PersistenceError
+from dsh._errors import LogCorruptError, PersistenceError, restore_point_mismatch
 from dsh.json import MAX_SAFE_INTEGER, dumps
 from dsh.persistence._paths import open_sidecar, replace_file
 from dsh.persistence._seal import restore_point_mark
@@ -389,9 +389,7 @@ class PageIndex(Sequence[tuple[int, int]]):
 
     @staticmethod
     def _mismatch(why: str) -> LogCorruptError:
-        return LogCorruptError(f"a restore point's page-in index does not hold what it claims "
-                               f"({why}): delete the session's restore point and resumes read "
-                               "the whole log", code="RESTORE_POINT_MISMATCH")
+        return restore_point_mismatch("page-in index", why)
 
     def __len__(self) -> int:
         return self._count + len(self._more) if self._pairs is None else len(self._pairs)

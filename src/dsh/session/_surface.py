@@ -23,7 +23,7 @@ from itertools import accumulate, chain, starmap
 from operator import eq, sub
 from typing import Any, Final, NamedTuple, overload
 
-from dsh._errors import EventRejectedError, LogCorruptError
+from dsh._errors import EventRejectedError, restore_point_mismatch
 from dsh.json import (
     MAX_SAFE_INTEGER,
     FrozenDict,
@@ -485,10 +485,7 @@ class NodeSeqs(Sequence[int]):
             if len(seqs) != count:
                 raise ValueError(f"the head holds {len(seqs)} seqs, not {count}")
         except ValueError as exc:
-            raise LogCorruptError(
-                f"a restore point's surface does not hold what it claims ({exc}): delete the "
-                "session's restore point and resumes read the whole log",
-                code="RESTORE_POINT_MISMATCH") from None
+            raise restore_point_mismatch("surface", str(exc)) from None
         return seqs
 
     @classmethod
