@@ -706,18 +706,10 @@ def test_a_cold_read_and_the_first_write_open_one_connection(
     # its restore point's cut (its turn brackets, the last surface node) on the connection
     # its write handle took over from the cold read, not on a read-only one opened for them
     import os
-    import sqlite3
 
     store = sqlite_url(tmp_path)
     _fill_closed(store, "s")
-    opened: list[str] = []
-    connect = sqlite3.connect
-
-    def counting(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
-        opened.append(str(database))
-        return connect(database, *args, **kwargs)
-
-    monkeypatch.setattr(sqlite3, "connect", counting)
+    opened = _count_connects(monkeypatch)
     session = DshSession("s", store)
     assert run(session.get_items(limit=3)) == _long_turns(299, 1)[1:]
     run(session.add_items(_long_turns(300, 1)))
@@ -756,14 +748,7 @@ def test_a_cold_limited_read_pages_in_on_its_one_connection_and_refuses_a_change
             session.close()
 
     run(fill())
-    opened: list[str] = []
-    connect = sqlite3.connect
-
-    def counting(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
-        opened.append(str(database))
-        return connect(database, *args, **kwargs)
-
-    monkeypatch.setattr(sqlite3, "connect", counting)
+    opened = _count_connects(monkeypatch)
     assert run(read(4)) == _long_turns(59, 1)
     # one connection, the validated one: no read-only page-in connection (a "file:" URI)
     assert len(opened) == 1 and os.path.samefile(opened[0], tmp_path / "sessions.db")
@@ -777,3 +762,18 @@ def test_a_cold_limited_read_pages_in_on_its_one_connection_and_refuses_a_change
         run(read(4))
     assert "integrity seal" in caught.value.message
     assert last - 256 < caught.value.where["seq"] <= last  # a record of the last batch
+
+
+def _count_connects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Patch ``sqlite3.connect`` to note each database it opens; the list grows."""
+    import sqlite3
+
+    opened: list[str] = []
+    connect = sqlite3.connect
+
+    def counting(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        opened.append(str(database))
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", counting)
+    return opened

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -350,24 +351,10 @@ def test_the_page_ins_of_one_sqlite_store_share_its_read_only_connections(
     """
     import sqlite3
 
-    from dsh.persistence import _seal
     from dsh.persistence.sqlite import _restore_point as srp
 
-    db = tmp_path / "store.db"
-    with dsh.open(f"sqlite:{db}") as store:
-        s = store.session("s1")
-        for n in range(300):
-            s.append("x/tick", {"n": n}, ignorable=True)
-        store.flush(s)
-    seal = _seal.read_seal(tmp_path / "store.db.dsh-seals" / "s1.seal")
-    opened: list[str] = []
-    connect = sqlite3.connect
-
-    def counting(database: str, **kwargs: bool | None) -> sqlite3.Connection:
-        opened.append(database)
-        return connect(database, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(srp.sqlite3, "connect", counting)
+    db, seal = _ticked_store(tmp_path)
+    opened = _count_connects(monkeypatch, srp.sqlite3)
     shared = srp.PageConnections(db)
     cold = srp.SqlitePrefixSource(db, "s1", 300, seal.records, connections=shared)
     resumed = srp.SqlitePrefixSource(db, "s1", 300, seal.records, connections=shared)
@@ -393,29 +380,14 @@ def test_a_page_in_borrows_a_write_handle_connection_only_while_the_handle_is_id
     thread (the page-in opens a read-only connection instead, without waiting) nor inside a
     transaction; every page still checked against the seal.
     """
-    import sqlite3
     import threading
 
-    from dsh.persistence import _seal
     from dsh.persistence.sqlite import _restore_point as srp
 
-    db = tmp_path / "store.db"
-    with dsh.open(f"sqlite:{db}") as store:
-        s = store.session("s1")
-        for n in range(300):
-            s.append("x/tick", {"n": n}, ignorable=True)
-        store.flush(s)
-    seal = _seal.read_seal(tmp_path / "store.db.dsh-seals" / "s1.seal")
+    db, seal = _ticked_store(tmp_path)
     backend = open_backend(f"sqlite:{db}")
     handle = backend.open("s1", "write")  # the one validated connection of the backend
-    opened: list[str] = []
-    connect = sqlite3.connect
-
-    def counting(database: str, **kwargs: bool | None) -> sqlite3.Connection:
-        opened.append(database)
-        return connect(database, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(srp.sqlite3, "connect", counting)
+    opened = _count_connects(monkeypatch, srp.sqlite3)
     source = srp.SqlitePrefixSource(db, "s1", 300, seal.records,
                                     connections=backend.page_connections)
     assert [e["data"]["n"] for e in source.read(280, 300)] == list(range(280, 300))
@@ -454,3 +426,29 @@ def test_a_page_in_borrows_a_write_handle_connection_only_while_the_handle_is_id
     handle.close()
     assert handle._lend() is None and len(backend._writers) == 0
     backend.close()
+
+
+def _ticked_store(tmp_path: Path) -> tuple[Path, Any]:
+    """A SQLite store holding session s1 of 300 ignorable ticks, and its seal as read."""
+    from dsh.persistence import _seal
+
+    db = tmp_path / "store.db"
+    with dsh.open(f"sqlite:{db}") as store:
+        s = store.session("s1")
+        for n in range(300):
+            s.append("x/tick", {"n": n}, ignorable=True)
+        store.flush(s)
+    return db, _seal.read_seal(tmp_path / "store.db.dsh-seals" / "s1.seal")
+
+
+def _count_connects(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[str]:
+    """Patch ``module.connect`` (a sqlite3) to note each database it opens; the list grows."""
+    opened: list[str] = []
+    connect = module.connect
+
+    def counting(database: str, **kwargs: bool | None) -> Any:
+        opened.append(database)
+        return connect(database, **kwargs)
+
+    monkeypatch.setattr(module, "connect", counting)
+    return opened
