@@ -275,3 +275,35 @@ def test_a_read_only_open_whose_mark_is_not_after_the_cut_reads_in_full(
             pytest.raises(rp.RestorePointRefused, match="seal"), \
             persistence.backend.open("s", "read") as handle:
         handle.read_from_restore_point()
+
+
+@pytest.mark.no_speedups
+@pytest.mark.parametrize("value", [2.5, 10**18])
+def test_a_row_whose_data_is_a_number_is_a_named_seal_mismatch_through_the_restore_point(
+        tmp_path: Path, value: float) -> None:
+    # docs/rules.md#verified-page-in: a row before the cut whose data column holds a number
+    # (no committed row does: the column takes any value) differs from what was committed,
+    # named by seq, on the page-in through the restore point as on the full read (the seal
+    # text of the number once raised TypeError, or asked for 10**18 bytes: MemoryError)
+    from dsh._errors import LogCorruptError
+    from dsh.adapters.openai_agents import DshSession
+    from dsh.persistence._seal import rows_crc, rows_text
+
+    row = (7, "user/message", 1, value, None, '"append"', None)
+    assert rows_text([row]) != rows_text([(*row[:3], str(value), *row[4:])])
+    assert rows_crc([row]) == rows_crc([row])
+    _store_with_records_after_the_cut(tmp_path)
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
+        db.execute("UPDATE events SET data = ? WHERE seq = 1000", (value,))
+        db.commit()
+
+    async def read() -> list[Any]:
+        session = DshSession("s", f"sqlite:///{tmp_path / 'sessions.db'}")
+        try:
+            return await session.get_items()  # type: ignore[no-any-return]
+        finally:
+            session.close()
+
+    with pytest.raises(LogCorruptError) as found:
+        asyncio.run(read())
+    assert found.value.where["seq"] <= 1000 and "sessions.db" in found.value.message
