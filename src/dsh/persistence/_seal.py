@@ -1174,6 +1174,19 @@ def span_crc(rows: Sequence[Sequence[Any]], start: int, stop: int) -> int:
     return rows_crc([row[1:] for row in rows[start:stop]])
 
 
+def _payload_text(data: object) -> str:
+    """The seal text of a ``data`` value that is no text: a BLOB as ``\\x00`` + hex.
+
+    Any other value (an INTEGER or a REAL put in the column, which takes any value; no
+    committed row holds one) is ``\\x01`` + its type and ``repr``: a text no committed row's
+    gives, so the row is a seal mismatch named by seq (``bytes(n)`` of an integer was ``n``
+    zero bytes: MemoryError for a large one; of a float, TypeError).
+    """
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return "\x00" + bytes(data).hex()
+    return f"\x01{type(data).__name__}:{data!r}"
+
+
 def rows_text(rows: Sequence[Sequence[Any]]) -> bytes:
     """The text :func:`rows_crc` checksums (pure Python; the accelerator's reference)."""
     meta: list[str] = []
@@ -1182,7 +1195,7 @@ def rows_text(rows: Sequence[Sequence[Any]]) -> bytes:
         flag = None if ignorable is None else int(ignorable)
         src = sources.hex() if isinstance(sources, bytes) else sources
         meta.append(f"{seq}\x1f{etype}\x1f{etime}\x1f{op}\x1f{flag}\x1f{src}")
-        payloads.append(data if isinstance(data, str) else "\x00" + bytes(data).hex())
+        payloads.append(data if isinstance(data, str) else _payload_text(data))
     text = "\x1e".join(meta) + "\x1d" + "\x1e".join(payloads)
     return text.encode("utf-8", "surrogatepass")
 
