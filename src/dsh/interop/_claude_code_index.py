@@ -197,8 +197,8 @@ class BranchIndex:
             for line in range(n):
                 flags[line] &= ~SIDE & 0xFF
         db.executescript(
-            "CREATE INDEX lines_uuid ON lines(uuid);"
-            "CREATE INDEX lines_rkey ON lines(rkey);"
+            "CREATE INDEX lines_uuid ON lines(uuid, side);"
+            "CREATE INDEX lines_rkey ON lines(rkey, side);"
             "CREATE INDEX tools_id ON tools(id, use);")
         db.execute("CREATE TABLE owner (uuid TEXT PRIMARY KEY, last INTEGER) WITHOUT ROWID")
         db.execute("INSERT INTO owner SELECT uuid, max(line) FROM lines WHERE uuid IS NOT NULL "
