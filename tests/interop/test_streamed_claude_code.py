@@ -106,9 +106,12 @@ def _reference(lines: list[dict[str, Any]]) -> tuple[list[tuple[int, Any]], set[
     return main, active, repairs, _title_line(main, active)
 
 
-def _index(path: Path, lines: list[dict[str, Any]]) -> BranchIndex:
+def _index(path: Path, lines: list[dict[str, Any]], *, full: bool = False) -> BranchIndex:
+    """The branch index of the file, resolved; ``full``: never by the linear shortcut."""
     src = JsonlSource(path, "claude-code")
     index = BranchIndex()
+    if full:
+        index._linear = False
     mainline = False
     for line, offset, r in src.records():
         side = bool(r.get("isSidechain")) and _uuid(r) is not None
@@ -124,28 +127,116 @@ def test_the_index_chooses_the_branch_of_the_in_memory_rules(lines: list[dict[st
                                                              ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(Path(tmp), lines)
-        main, active, repairs, title = _reference(lines)
-        index = _index(path, lines)
+        _assert_the_reference_branch(path, lines)
+
+
+def _assert_the_reference_branch(path: Path, lines: list[dict[str, Any]]) -> None:
+    """The index of ``path`` (holding ``lines``) flags what the in-memory rules choose."""
+    main, active, repairs, title = _reference(lines)
+    index = _index(path, lines)
+    try:
+        flags = index.flags
+        for line, r in main:
+            assert bool(flags[line] & ACTIVE) == (_uuid(r) in active), (line, r)
+        assert index.repairs == repairs
+        assert index.title_line == title
+        groups: dict[str, list[int]] = {}
+        for line, r in main:
+            if r["type"] == "assistant" and _uuid(r) in active and isinstance(
+                    r.get("message"), dict):
+                groups.setdefault(_response_key(r, line), []).append(line)
+        for parts in groups.values():
+            assert [bool(flags[p] & FIRST_PART) for p in parts] == (
+                [len(parts) > 1] + [False] * (len(parts) - 1))
+            assert [bool(flags[p] & LATER_PART) for p in parts] == (
+                [False] + [len(parts) > 1] * (len(parts) - 1))
+            if len(parts) > 1:
+                assert [at for at, _ in index.parts(parts[0])] == parts
+    finally:
+        index.close()
+
+
+@st.composite
+def _linear_transcript(draw: Any) -> list[dict[str, Any]]:
+    """A chained transcript (each uuid line links to the one before), sometimes not quite:
+    a line without uuid, a repeated uuid, a broken or null link, a sidechain or title line,
+    a compact boundary linking through logicalParentUuid, trailing non-message lines."""
+    count = draw(st.integers(1, 30))
+    lines: list[dict[str, Any]] = [{
+        "type": "user", "uuid": "root", "parentUuid": None, "sessionId": "s-1",
+        "timestamp": "2026-02-10T21:59:00.000Z", "message": {"role": "user", "content": "go"}}]
+    previous = "root"
+    for n in range(count):
+        kind = draw(st.sampled_from(["user", "assistant", "assistant", "progress", "system",
+                                     "file-history-snapshot"]))
+        record: dict[str, Any] = {"type": kind, "sessionId": "s-1",
+                                  "timestamp": f"2026-02-10T22:00:{n % 60:02d}.000Z"}
+        if kind == "file-history-snapshot":
+            record["messageId"] = f"m{n}"
+            lines.append(record)
+            continue
+        twist = draw(st.integers(0, 40))
+        uid = f"u{n}" if twist != 1 else previous
+        record["uuid"] = uid
+        record["parentUuid"] = (previous if twist not in (2, 3) else
+                                "gone" if twist == 2 else None)
+        if kind == "system" and draw(st.booleans()):
+            record["subtype"] = "compact_boundary"
+            record["logicalParentUuid"], record["parentUuid"] = record["parentUuid"], None
+        if twist == 4:
+            record["isSidechain"] = True
+        if kind == "assistant":
+            content: list[dict[str, Any]] = [{"type": "text", "text": f"a{n}"}]
+            if draw(st.booleans()):
+                content.append({"type": "tool_use", "id": draw(st.sampled_from(_TOOLS)),
+                                "name": "Read", "input": {}})
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if draw(st.integers(0, 3)):
+                message["id"] = draw(st.sampled_from(_IDS))
+            record["message"] = message
+        elif kind == "user":
+            tool = draw(st.one_of(st.none(), st.sampled_from(_TOOLS)))
+            record["message"] = {"role": "user", "content": f"q{n}" if tool is None else [
+                {"type": "tool_result", "tool_use_id": tool, "content": "out"}]}
+        lines.append(record)
+        previous = uid
+        if twist == 5:
+            lines.append({"type": "summary", "summary": "Title", "leafUuid": uid})
+    return lines
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_linear_transcript())
+def test_a_linear_file_gets_the_branch_of_the_full_resolve(lines: list[dict[str, Any]]
+                                                           ) -> None:
+    """The linear shortcut of BranchIndex.resolve flags every line as the full resolve does,
+    and both choose what the in-memory rules choose."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write(Path(tmp), lines)
+        _assert_the_reference_branch(path, lines)
+        fast, full = _index(path, lines), _index(path, lines, full=True)
         try:
-            flags = index.flags
-            for line, r in main:
-                assert bool(flags[line] & ACTIVE) == (_uuid(r) in active), (line, r)
-            assert index.repairs == repairs
-            assert index.title_line == title
-            groups: dict[str, list[int]] = {}
-            for line, r in main:
-                if r["type"] == "assistant" and _uuid(r) in active and isinstance(
-                        r.get("message"), dict):
-                    groups.setdefault(_response_key(r, line), []).append(line)
-            for parts in groups.values():
-                assert [bool(flags[p] & FIRST_PART) for p in parts] == (
-                    [len(parts) > 1] + [False] * (len(parts) - 1))
-                assert [bool(flags[p] & LATER_PART) for p in parts] == (
-                    [False] + [len(parts) > 1] * (len(parts) - 1))
-                if len(parts) > 1:
-                    assert [at for at, _ in index.parts(parts[0])] == parts
+            assert fast.flags[:fast.last + 1] == full.flags[:full.last + 1]
+            assert (fast.repairs, fast.title_line) == (full.repairs, full.title_line)
         finally:
-            index.close()
+            fast.close()
+            full.close()
+
+
+def test_a_chained_transcript_takes_the_linear_shortcut(tmp_path: Path) -> None:
+    """bench_import's transcript shape (every line linked to the one before) is linear."""
+    from bench.bench_import import claude_code_lines
+
+    lines = claude_code_lines(3)
+    path = _write(tmp_path, lines)
+    index = _index(path, lines)
+    try:
+        assert index._linear
+        assert index.repairs == {} and index.title_line is None
+        assert all(index.flags[line] & ACTIVE for line in range(1, len(lines) + 1))
+    finally:
+        index.close()
+    _assert_the_reference_branch(path, lines)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

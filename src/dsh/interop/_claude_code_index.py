@@ -100,6 +100,11 @@ class BranchIndex:
         self.flags = bytearray()
         self.repairs: dict[str, JsonObj] = {}
         self.title_line: int | None = None
+        # A linear file (the common one) while it lasts: no sidechain line or title, each line
+        # with a uuid linked to the one before it (the first to nothing); see _resolve_linear.
+        self._linear = True
+        self._tail: str | bytes | None = None  # the uuid of the last line holding one
+        self._last_message = 0  # the last user/assistant/system line with a uuid
         # parts(): the one query read along with the second read, and how far it is
         self._parts_rows: sqlite3.Cursor | None = None
         self._parts_next: tuple[int, int, int] | None = None
@@ -139,6 +144,7 @@ class BranchIndex:
         if kind == "summary":
             title = record.get("summary")
             if isinstance(title, str) and title.strip():
+                self._linear = False  # its leafUuid is looked up by the full resolve
                 self._db.execute("INSERT INTO titles VALUES (?, ?, ?)",
                                  (line, _key(str_or_none(record.get("leafUuid"))), int(side)))
         self.add_row((line, offset, code, int(side), _key(uid),
@@ -153,6 +159,14 @@ class BranchIndex:
         offset, kind code, side, uuid, link, linked, message id, response key).
         """
         line = row[0]
+        uid = row[4]
+        if uid is not None and self._linear:
+            tail = self._tail
+            if side or (row[6] != 0 if tail is None else row[6] != 1 or row[5] != tail):
+                self._linear = False
+            self._tail = uid
+            if row[2]:
+                self._last_message = line
         if side or progress:
             self._mark(line, (SIDE if side else 0) | (PROGRESS if progress else 0))
         self._lines.append(row)
@@ -196,6 +210,11 @@ class BranchIndex:
         if not mainline:
             for line in range(n):
                 flags[line] &= ~SIDE & 0xFF
+        if self._linear and db.execute(
+                "SELECT 1 FROM lines WHERE uuid IS NOT NULL GROUP BY uuid HAVING count(*) > 1 "
+                "LIMIT 1").fetchone() is None:
+            self._resolve_linear()
+            return
         db.executescript(
             "CREATE INDEX lines_uuid ON lines(uuid, side);"
             "CREATE INDEX lines_rkey ON lines(rkey, side);"
@@ -227,6 +246,25 @@ class BranchIndex:
         del canon, parent
         self._title(side_max)
         self._responses(side_max)
+
+    def _resolve_linear(self) -> None:
+        """Choose the branch of a linear file: what :meth:`resolve` finds for it, directly.
+
+        Linear: no inline sidechain line and no title; every uuid is held by one line; each
+        line with a uuid links to the previous line with one, the first to nothing (null). The
+        walk from the last message line then meets every line with a uuid up to it, none is
+        broken (no repair), widening adds nothing (every assistant and user line is on the
+        branch already), and no title is chosen; only the split responses are looked up.
+        """
+        last_message = self._last_message
+        flags = self.flags
+        for line, kind in self._db.execute("SELECT line, kind FROM lines "
+                                           "WHERE uuid IS NOT NULL"):
+            flags[line] |= (MAIN | MESSAGE) if kind else MAIN
+            if line <= last_message:
+                flags[line] |= CHAIN | ACTIVE
+        self._db.execute("CREATE INDEX lines_rkey ON lines(rkey, side)")
+        self._responses(0)
 
     def _walk(self, last_message: int, canon: array[int], parent: array[int],
               record_at: Callable[[int], JsonObj], side_max: int) -> None:
