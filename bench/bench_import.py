@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -177,6 +178,73 @@ def child(path: Path, store: bool, parent_dir: str | None) -> dict[str, Any]:
     return out
 
 
+def phases(path: Path, parent_dir: str | None) -> dict[str, Any]:
+    """CPU seconds of each phase of ``dsh import``'s streamed write of one Claude Code file.
+
+    The path ``dsh import`` takes for a streamed format (``_write_stream``, one session, a
+    fresh SQLite store, the CLI's collector thresholds), each step timed in process time:
+    ``first read`` (the whole-file check and the first read, decoding every line into the
+    branch index), ``resolve`` (the branch chosen), ``map`` (the second read: decoding and
+    mapping lines to events, a batch at a time), ``admit`` (seed validation), ``append``
+    (the SQLite write: rows, seal, commit), ``settle``; ``total`` also holds the module
+    imports. Freeing a batch is counted in whichever step drops it.
+    """
+    import gc
+
+    clock = time.process_time
+    t0 = clock()
+    from dsh.cli._cmd_import import _GC_THRESHOLD
+    from dsh.interop import stream_file
+    from dsh.interop._claude_code_index import BranchIndex
+    from dsh.persistence import Persistence, open_backend
+    from dsh.session import SeedStream
+
+    gc.set_threshold(_GC_THRESHOLD, 20, 100)
+    spent: dict[str, float] = {"imports": clock() - t0}
+    resolve = BranchIndex.resolve
+
+    def timed_resolve(self: BranchIndex, *args: Any) -> None:
+        t = clock()
+        resolve(self, *args)
+        spent["resolve"] = spent.get("resolve", 0.0) + clock() - t
+
+    BranchIndex.resolve = timed_resolve  # type: ignore[method-assign]
+    root = Path(tempfile.mkdtemp(prefix="dsh-bench-import-", dir=parent_dir))
+    try:
+        persistence = Persistence(open_backend(f"sqlite://{root.resolve()}/store.db"))
+        t = clock()
+        stream = next(iter(stream_file(path, "claude-code")))
+        spent["first read"] = clock() - t - spent.get("resolve", 0.0)
+        seed = SeedStream(stream.session_id, header=stream.header, owned=True)
+        persistence.create(stream.header)
+        with persistence.open(stream.session_id, "write") as handle:
+            batches = iter(stream.batches)
+            while True:
+                steps = [clock()]
+                batch = next(batches, None)
+                steps.append(clock())
+                if batch is None:
+                    spent["map"] = spent.get("map", 0.0) + steps[1] - steps[0]
+                    break
+                events = seed.admit(batch.events)
+                steps.append(clock())
+                handle.append(events)
+                handle.flush()
+                steps.append(clock())
+                seed.settle()
+                steps.append(clock())
+                for name, start, stop in zip(("map", "admit", "append", "settle"), steps,
+                                             steps[1:], strict=False):
+                    spent[name] = spent.get(name, 0.0) + stop - start
+            seed.finish()
+        persistence.close()
+    finally:
+        BranchIndex.resolve = resolve  # type: ignore[method-assign]
+        shutil.rmtree(root, ignore_errors=True)
+    spent["total"] = clock() - t0
+    return spent
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -187,11 +255,30 @@ def main() -> None:
     parser.add_argument("--no-store", action="store_true", help="skip the SQLite write")
     parser.add_argument("--dir", type=existing_dir, default=None,
                         help="where the temporary files go")
+    parser.add_argument("--phases", type=Path, default=None, metavar="FILE",
+                        help="CPU seconds of each phase of importing one Claude Code FILE "
+                             "(fresh processes, medians of --runs)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(Path(args.file), not args.no_store, args.dir)))
+        print(json.dumps(phases(Path(args.file), args.dir) if args.phases
+                         else child(Path(args.file), not args.no_store, args.dir)))
+        return
+    if args.phases is not None:
+        extra = ["--phases", str(args.phases)] + (["--dir", args.dir] if args.dir else [])
+        runs = [run_child("bench.bench_import", ["--file", str(args.phases), *extra])
+                for _ in range(args.runs)]
+        spent = medians(runs)
+        mb = args.phases.stat().st_size / 1e6
+        print(f"# {args.phases.name}: {mb:.1f} MB, CPU seconds a phase "
+              f"(median of {args.runs} processes)")
+        print("| phase | CPU s |")
+        print("|---|---:|")
+        for name, value in spent.items():
+            print(f"| {name} | {value:.3f} |")
+        print(f"\n{mb / spent['total']:.1f} MB/s of CPU (the total, without the interpreter "
+              "start)")
         return
     work = Path(tempfile.mkdtemp(prefix="dsh-bench-import-", dir=args.dir))
     rows: list[tuple[str, dict[str, Any]]] = []

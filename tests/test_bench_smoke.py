@@ -24,6 +24,9 @@ CASES = {
     "compaction-sqlite": ["bench.bench_compaction", "--events", "300", "--runs", "1",
                           "--scenario", "now", "--backend", "sqlite"],
     "import": ["bench.bench_import", "--events", "300", "--top", "1", "--runs", "1"],
+    "import-phases": ["bench.bench_import", "--phases", str(
+        REPO / "tests" / "corpus" / "claude-code" / "spotter-tool-heavy-queued-interrupts.jsonl"),
+        "--runs", "1"],
     "ls": ["bench.bench_ls", "--sessions", "20", "--runs", "1", "--backend", "both"],
     "postgres": ["bench.bench_postgres", "--events", "300", "--turns", "3", "--runs", "1",
                  "--peers", "none"],
