@@ -14,7 +14,9 @@ sidechain candidate, ``uuid``, the link it is followed by (``parentUuid``, or a
 response key of an assistant line, the ``tool_use`` / ``tool_result`` ids of its content, and a
 title's ``leafUuid``. The rules applied are those of :func:`dsh.interop._claude_code._active_set`
 (the reference, used on the whole sessions that are read in memory), with "the line of a uuid"
-being the last line holding it, as a dict keyed by uuid gives.
+being the last line holding it, as a dict keyed by uuid gives. A linear file (see
+:meth:`BranchIndex._resolve_linear`) is recognized while it is read and skips the general
+choice: its branch is every line with a uuid up to the last message line.
 """
 
 from __future__ import annotations
