@@ -601,6 +601,36 @@ def test_a_picked_event_with_another_seq_is_refused() -> None:
     assert plain.resident_events == 0 and plain[10] == events[10]
 
 
+def test_a_source_that_picks_ranges_is_read_by_run_of_picked_seqs() -> None:
+    # pick() from a source that picks ranges (SQLite, JSONL): one read_picked per run of seqs
+    # less than a page apart, only those events held; no page read
+    events = _long_log(1200)
+    source = RangePickingSource(events[:1000])
+    log = PagedLog(source)
+    log.pick([990, 5, 7, 5, 3 + PAGE_EVENTS, 999, 1100, -1])
+    assert source.picks == [(5, 4 + PAGE_EVENTS, [5, 7, 3 + PAGE_EVENTS]),
+                            (990, 1000, [990, 999])]
+    assert [log[s] for s in (5, 7, 3 + PAGE_EVENTS, 990, 999)] == [
+        events[s] for s in (5, 7, 3 + PAGE_EVENTS, 990, 999)]
+    assert source.reads == [] and log.resident_events == 5
+    log.pick([5, 6])  # 5 is held: only 6 is read
+    assert source.picks[-1] == (6, 7, [6])
+    # a run the source cannot vouch for is left to be paged in, as ever
+    unsure = RangePickingSource(events[:1000], vouch=False)
+    unsure_log = PagedLog(unsure)
+    unsure_log.pick([10, 20])
+    assert unsure.picks == [(10, 21, [10, 20])] and unsure_log.resident_events == 0
+    assert unsure_log[20] == events[20] and unsure.reads == [(0, PAGE_EVENTS)]
+
+
+def test_a_range_pick_serving_another_event_is_refused() -> None:
+    events = _long_log(600)
+    log = PagedLog(RangePickingSource(events[:500], serve=events[1:]))
+    with pytest.raises(LogCorruptError, match=r"picked events 10..12 do not match"):
+        log.pick([10, 12])
+    assert log.damage is not None  # noted: the writer appends nothing more
+
+
 class SelectingSource(RangePickingSource):
     """A RangePickingSource that also selects by type (``read_selected``), counting them;
     ``vouch`` False: it answers None; ``serve`` other events: a log changed under us."""

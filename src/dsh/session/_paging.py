@@ -202,24 +202,38 @@ class PagedLog(Sequence[Event]):
         self._picked.clear()
 
     def pick(self, seqs: Iterable[int]) -> None:
-        """Read the events at ``seqs`` below the cut in one source call, to index them next.
+        """Read the events at ``seqs`` below the cut in few source calls, to index them next.
 
-        Seqs whose page is cached, or that were picked before, are not read again; a source
-        that does not :class:`PicksEvents` reads nothing here (indexing pages them in as
-        ever). What is held stays at most :data:`PICKED_EVENTS` events.
+        Seqs whose page is cached, or that were picked before, are not read again. A source
+        that :class:`PicksEvents` reads them in one call; one that :class:`PicksRanges` (SQLite,
+        JSONL) reads each run of them (seqs less than :data:`PAGE_EVENTS` apart) as one range
+        whose every row is checked as a page-in checks it (docs/rules.md#verified-page-in)
+        and only the picked events decoded, a run it cannot vouch for that way being paged in
+        as ever; any other source reads nothing here (indexing pages them in as ever). What is
+        held stays at most :data:`PICKED_EVENTS` events.
 
         Raises:
             LogCorruptError: the source served an event with another seq, or none, for a seq
                 asked for (see the module invariants); any error the source raises.
         """
         source = self._source
-        if not isinstance(source, PicksEvents):
+        # (getattr first: the runtime protocol tests cost tens of µs each)
+        read_picked: Callable[[int, int, Sequence[int]], Sequence[Event] | None] | None = \
+            getattr(source, "read_picked", None)  # PicksRanges.read_picked
+        picks_events = getattr(source, "read_events", None) is not None \
+            and isinstance(source, PicksEvents)
+        if not picks_events and read_picked is None:
             return
         pages, picked, cut = self._pages, self._picked, self._cut
         wanted = sorted({seq for seq in seqs if 0 <= seq < cut and seq not in picked
                          and seq // PAGE_EVENTS not in pages})
         if not wanted:
             return
+        if not picks_events:
+            assert read_picked is not None
+            self._pick_runs(read_picked, wanted)
+            return
+        assert isinstance(source, PicksEvents)
         with self._noting_damage():
             found = source.read_events(wanted)
             for seq in wanted:
@@ -230,6 +244,34 @@ class PagedLog(Sequence[Event]):
                                           f"it was cut from (got {got}); the log changed under "
                                           "the session, resume it again", seq=seq)
         self._hold({seq: found[seq] for seq in wanted})
+
+    def _pick_runs(self, read_picked: Callable[[int, int, Sequence[int]],
+                                               Sequence[Event] | None],
+                   wanted: list[int]) -> None:
+        """:meth:`pick` from a source that picks ranges: one ``read_picked`` per run of seqs.
+
+        A run's seqs are less than :data:`PAGE_EVENTS` apart, so it reads (and checks) no
+        more rows than the pages holding them would; a run the source does not vouch for
+        (None) is left to be paged in.
+        """
+        runs: list[list[int]] = []
+        for seq in wanted:
+            if runs and seq - runs[-1][-1] < PAGE_EVENTS:
+                runs[-1].append(seq)
+            else:
+                runs.append([seq])
+        for run in runs:
+            start, stop = run[0], run[-1] + 1
+            with self._noting_damage():
+                found = read_picked(start, stop, run)
+                if found is not None and (len(found) != len(run)
+                                          or [e.get("seq") for e in found] != run):
+                    raise LogCorruptError(f"picked events {start}..{stop - 1} do not match the "
+                                          f"log they were cut from (got {len(found)} of "
+                                          f"{len(run)}); the log changed under the session, "
+                                          "resume it again", seq=start)
+            if found is not None:
+                self._hold(dict(zip(run, found, strict=True)))
 
     def _hold(self, found: Mapping[int, Event]) -> None:
         """Hold ``found`` (checked events by seq) as picked, at most :data:`PICKED_EVENTS`."""
