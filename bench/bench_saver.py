@@ -181,12 +181,17 @@ def run_child(kind: str, root: Path, turns: int, phase: str, pg: str | None
 
 
 def _pg_url(kind: str) -> str | None:
-    """A fresh PostgreSQL schema URL for the kind, or None without a server."""
+    """A fresh PostgreSQL schema URL for the kind, or None without a server.
+
+    The schema is named ``$DSH_BENCH_POSTGRES_SCHEMA_PREFIX`` (default ``bench_``) and ten hex
+    digits, so that benches run side by side on one server can each keep to a prefix.
+    """
     from dsh.testing._stores import postgres_base_url, postgres_unreachable
     if postgres_unreachable() is not None:
         return None
     import uuid
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    prefix = os.environ.get("DSH_BENCH_POSTGRES_SCHEMA_PREFIX", "bench_")
+    schema = f"{prefix}{uuid.uuid4().hex[:10]}"
     import psycopg
     with psycopg.connect(postgres_base_url(), autocommit=True) as conn:
         conn.execute(f"create schema {schema}")
