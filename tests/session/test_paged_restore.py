@@ -621,6 +621,11 @@ def test_a_source_that_picks_ranges_is_read_by_run_of_picked_seqs() -> None:
     unsure_log.pick([10, 20])
     assert unsure.picks == [(10, 21, [10, 20])] and unsure_log.resident_events == 0
     assert unsure_log[20] == events[20] and unsure.reads == [(0, PAGE_EVENTS)]
+    # a run spans less than PICK_EVENTS seqs, however close its seqs
+    spread = RangePickingSource([Event({"seq": seq}) for seq in range(PICK_EVENTS + 400)])
+    PagedLog(spread).pick(range(0, PICK_EVENTS + 200, 100))
+    last = (PICK_EVENTS - 1) // 100 * 100  # the last seq less than PICK_EVENTS from 0
+    assert [(a, b) for a, b, _ in spread.picks] == [(0, last + 1), (last + 100, last + 201)]
 
 
 def test_a_range_pick_serving_another_event_is_refused() -> None:

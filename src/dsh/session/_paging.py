@@ -206,7 +206,8 @@ class PagedLog(Sequence[Event]):
 
         Seqs whose page is cached, or that were picked before, are not read again. A source
         that :class:`PicksEvents` reads them in one call; one that :class:`PicksRanges` (SQLite,
-        JSONL) reads each run of them (seqs less than :data:`PAGE_EVENTS` apart) as one range
+        JSONL) reads each run of them (seqs less than :data:`PAGE_EVENTS` apart, see
+        :meth:`_pick_runs`) as one range
         whose every row is checked as a page-in checks it (docs/rules.md#verified-page-in)
         and only the picked events decoded, a run it cannot vouch for that way being paged in
         as ever; any other source reads nothing here (indexing pages them in as ever). What is
@@ -251,12 +252,13 @@ class PagedLog(Sequence[Event]):
         """:meth:`pick` from a source that picks ranges: one ``read_picked`` per run of seqs.
 
         A run's seqs are less than :data:`PAGE_EVENTS` apart, so it reads (and checks) no
-        more rows than the pages holding them would; a run the source does not vouch for
+        more rows than the pages holding them would, and span less than :data:`PICK_EVENTS`
+        (the rows one read holds at once stay bounded); a run the source does not vouch for
         (None) is left to be paged in.
         """
         runs: list[list[int]] = []
         for seq in wanted:
-            if runs and seq - runs[-1][-1] < PAGE_EVENTS:
+            if runs and seq - runs[-1][-1] < PAGE_EVENTS and seq - runs[-1][0] < PICK_EVENTS:
                 runs[-1].append(seq)
             else:
                 runs.append([seq])
