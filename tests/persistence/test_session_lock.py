@@ -87,3 +87,46 @@ def test_an_owner_file_symlinked_after_the_check_is_refused_as_symlink(
     monkeypatch.setattr(_lock, "os_lock", real)
     owner.unlink()
     SessionLock(lock_path, "s").release()  # the lock was let go
+
+
+def test_a_symlinked_lock_file_is_refused_as_symlink_and_never_followed(
+        tmp_path: Path) -> None:
+    # docs/formats.md#lock-and-owner-files: no lstat before the lock; the O_NOFOLLOW open
+    # meets the link and names it (a dangling link too: nothing is created at its target)
+    lock_path = tmp_path / "s" / "session.lock"
+    lock_path.parent.mkdir()
+    target = tmp_path / "elsewhere"
+    lock_path.symlink_to(target)
+    with pytest.raises(PersistenceError) as info:
+        SessionLock(lock_path, "s")
+    assert info.value.code == "SYMLINK"
+    assert info.value.where["path"] == str(lock_path)
+    assert f"refusing the symlink {lock_path} (to {target})" in str(info.value)
+    assert not target.exists()
+    lock_path.unlink()
+    SessionLock(lock_path, "s").release()  # nothing was left held
+
+
+def test_a_refused_writer_does_not_read_a_symlinked_owner_file(tmp_path: Path) -> None:
+    # the holder is another open of the lock file (flock excludes it as another process's
+    # lock); its owner file replaced by a link to a file that names someone
+    import json
+
+    lock_path = tmp_path / "s" / "session.lock"
+    holder = SessionLock(lock_path, "s")
+    owner = lock_path.with_name("session.lock.owner")
+    target = tmp_path / "planted"
+    target.write_text(json.dumps({"pid": 4242, "host": "h", "since": 1, "session": "s"}))
+    try:
+        owner.unlink()
+        owner.symlink_to(target)
+        with _lock._held_mutex:  # as if the holder were another process: flock refuses
+            key = _lock._held.pop(holder._key)
+        with pytest.raises(PersistenceError) as info:
+            SessionLock(lock_path, "s")
+        assert info.value.code == "SYMLINK" and info.value.where["path"] == str(owner)
+    finally:
+        with _lock._held_mutex:
+            _lock._held[holder._key] = key
+        owner.unlink()
+        holder.release()

@@ -13,7 +13,9 @@ and empties the file (no file created, renamed or removed per lock once the file
 adapter's first write takes the lock). An empty or half-written owner file names nobody, as a
 missing one does (the refused writer asks again, :data:`OWNER_WAIT_MS` in the backends). The OS
 releases the lock when the holder process dies, so a crash never leaves a stale lock; a stale
-``.owner`` file is simply overwritten by the next holder.
+``.owner`` file is simply overwritten by the next holder. A symlink at the lock or owner file is
+refused (``SYMLINK``): with ``flock`` when the ``O_NOFOLLOW`` open meets it (and before a
+refused writer reads the owner file), with ``filelock`` by an ``lstat`` first.
 
 ``flock`` excludes other open files of the lock file in this process too, but ``filelock`` locks
 are re-entrant inside one process (same path → same lock object), so the in-process exclusion
@@ -54,6 +56,26 @@ def _read_owner(owner_path: Path) -> dict[str, object]:
         # The holder may not have written its sidecar yet (tiny window after acquire).
         return {}
     return value if isinstance(value, dict) else {}
+
+
+_resolved: dict[str, str] = {}
+"""Lock folders (absolute) already resolved by this process, and what they resolved to."""
+
+
+def _key(lock_path: Path) -> str:
+    """The in-process registry key of a lock file: its folder resolved, then its name.
+
+    An absolute folder is resolved once per process (a walk of its components, one ``lstat``
+    each); the key only names an in-process holder, since ``flock`` excludes every other
+    open of the file anyway, in this process too.
+    """
+    folder = str(lock_path.parent)
+    if not lock_path.is_absolute():
+        return str(lock_path.parent.resolve() / lock_path.name)
+    resolved = _resolved.get(folder)
+    if resolved is None:
+        resolved = _resolved[folder] = str(lock_path.parent.resolve())
+    return os.path.join(resolved, lock_path.name)
 
 
 class _OsLock(Protocol):
@@ -143,9 +165,10 @@ class SessionLock:
         self.owner_path = lock_path.with_name(lock_path.name + ".owner")
         self.session_id = session_id
         mkdir_private(lock_path.parent, "a lock folder")
-        refuse_symlink(lock_path, "a lock file")
-        refuse_symlink(self.owner_path, "a lock owner file")
-        key = str(lock_path.parent.resolve() / lock_path.name)
+        if fcntl is None:  # (with fcntl the O_NOFOLLOW opens refuse a link: named then)
+            refuse_symlink(lock_path, "a lock file")
+            refuse_symlink(self.owner_path, "a lock owner file")
+        key = _key(lock_path)
         self._key = key
         self.since = int(time.time() * 1000)
         self.pid = os.getpid()
@@ -163,6 +186,8 @@ class SessionLock:
         except OSError as exc:  # a folder we may not write in
             with _held_mutex:
                 _held.pop(key, None)
+            if exc.errno == errno.ELOOP:  # the O_NOFOLLOW open met a link there
+                refuse_symlink(lock_path, "a lock file")  # SYMLINK, named
             raise PersistenceError(
                 f"cannot take the write lock {lock_path} of session {session_id!r}: "
                 f"{exc.strerror or exc}; writing to a session needs write access to its "
@@ -176,6 +201,7 @@ class SessionLock:
         if not acquired:
             with _held_mutex:
                 _held.pop(key, None)
+            refuse_symlink(self.owner_path, "a lock owner file")  # never read through a link
             self._busy(_read_owner(self.owner_path), in_process=False)
         self._released = False
         self._owner_fd: int | None = None
