@@ -1,0 +1,172 @@
+"""A writer's resume right after a cold read through a restore point, on the same connection.
+
+docs/formats.md#files-and-connections: the resume takes the session row and the rows the read
+handle read in its snapshot instead of reading them again, only while the connection's
+``PRAGMA data_version`` says nothing was committed since and the restore point's bytes are the
+same; the seal is read and checked again (its bytes before the cut hashed), and the rows are
+checked against its records after the cut. Real files, real sqlite3, a real second process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh._errors import LogCorruptError
+from dsh.persistence import _restore_point as rp
+from dsh.persistence._seal import SealCut, read_seal_after
+from dsh.persistence.sqlite import SqliteBackend
+from tests.persistence.test_sqlite_cold_open import (
+    _first_record_crc_changed,
+    _store_with_records_after_the_cut,
+    _turns,
+)
+
+
+def _read_then_write(path: Path) -> tuple[SqliteBackend, list[int], Any]:
+    """A cold read through the restore point, then a write handle on the same connection."""
+    backend = SqliteBackend(path)
+    with backend.open("s", "read") as reader:
+        _, cold, _ = reader.read_from_restore_point()
+        first = reader._c
+    writer = backend.open("s", "write")
+    assert writer._c is first  # the connection the read left
+    return backend, [e["seq"] for e in cold.events], writer
+
+
+def _traced(writer: Any) -> list[str]:
+    statements: list[str] = []
+    writer._c.conn.set_trace_callback(statements.append)
+    return statements
+
+
+def test_a_resume_takes_the_rows_its_connection_just_read(tmp_path: Path) -> None:
+    _store_with_records_after_the_cut(tmp_path)
+    backend, read_seqs, writer = _read_then_write(tmp_path / "sessions.db")
+    statements = _traced(writer)
+    _, tail, _ = writer.read_from_restore_point()
+    assert [e["seq"] for e in tail.events] == read_seqs and len(read_seqs) > 4
+    assert not any("FROM events" in s or "FROM sessions" in s for s in statements), statements
+    writer.close()
+    backend.close()
+
+
+def test_a_tail_another_process_wrote_between_the_read_and_the_resume_is_read_again(
+        tmp_path: Path) -> None:
+    # the other process appends a turn and its close writes a restore point at its end; the
+    # old restore point is put back, so only the database says the tail moved
+    _store_with_records_after_the_cut(tmp_path)
+    (ckpt,) = tmp_path.rglob("*.ckpt")
+    kept = ckpt.read_bytes()
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    backend = SqliteBackend(tmp_path / "sessions.db")
+    with backend.open("s", "read") as reader:
+        _, cold, _ = reader.read_from_restore_point()
+        first = reader._c
+    before = [e["seq"] for e in cold.events]
+    script = ("import asyncio, sys\n"
+              "from dsh.adapters.openai_agents import DshSession\n"
+              "async def main():\n"
+              "    s = DshSession('s', sys.argv[1])\n"
+              "    await s.add_items([{'role': 'user', 'content': 'from elsewhere'}])\n"
+              "    s.close()\n"
+              "asyncio.run(main())\n")
+    subprocess.run([sys.executable, "-c", script, url], check=True, timeout=120)
+    ckpt.write_bytes(kept)
+    writer = backend.open("s", "write")
+    assert writer._c is first
+    statements = _traced(writer)
+    _, tail, _ = writer.read_from_restore_point()
+    after = [e["seq"] for e in tail.events]
+    assert after[:len(before)] == before and len(after) > len(before)
+    assert any(e["type"] == "user/message" and "from elsewhere" in str(e["data"])
+               for e in tail.events)
+    assert any("FROM events" in s for s in statements)  # read again, not taken
+    writer.close()
+    backend.close()
+
+
+def test_a_seal_damaged_before_the_cut_between_the_read_and_the_resume_is_found(
+        tmp_path: Path) -> None:
+    seal_path, cut = _store_with_records_after_the_cut(tmp_path)
+    backend, _, writer = _read_then_write(tmp_path / "sessions.db")
+    _first_record_crc_changed(seal_path, cut)  # the reader never hashed these bytes
+    with pytest.raises(rp.RestorePointRefused, match="seal"):
+        writer.read_from_restore_point()
+    writer.close()
+    backend.close()
+
+
+def test_a_seal_record_after_the_cut_changed_between_the_read_and_the_resume_is_found(
+        tmp_path: Path) -> None:
+    # a crc of a range record over the tail the reader checked: the rows taken over are
+    # checked against the seal as read now
+    seal_path, cut = _store_with_records_after_the_cut(tmp_path)
+    backend, _, writer = _read_then_write(tmp_path / "sessions.db")
+    seal = read_seal_after(seal_path, cut)
+    assert seal is not None and seal.records
+    start, end, _ = seal.records[0]
+    data = bytearray(seal_path.read_bytes())
+    at = data.index(start.to_bytes(8, "little") + end.to_bytes(8, "little"), cut.offset) + 16
+    data[at] ^= 0x01
+    seal_path.write_bytes(bytes(data))
+    with pytest.raises(rp.RestorePointRefused, match="corrupt-tail"):
+        writer.read_from_restore_point()
+    writer.close()
+    backend.close()
+
+
+def test_a_first_write_after_a_cold_read_refuses_a_seal_damaged_in_between(
+        tmp_path: Path) -> None:
+    # the adapter's own path: get_items(limit) then add_items in one DshSession, the seal
+    # changed before the cut in between: the resume refuses, nothing is written
+    import sqlite3
+    from contextlib import closing
+
+    pytest.importorskip("agents")
+    from dsh.adapters.openai_agents import DshSession
+
+    seal_path, cut = _store_with_records_after_the_cut(tmp_path)
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+
+    async def read_then_write() -> list[Any]:
+        session = DshSession("s", url)
+        try:
+            recent = await session.get_items(limit=8)
+            _first_record_crc_changed(seal_path, cut)
+            await session.add_items(_turns(412, 1))
+            return recent  # type: ignore[no-any-return]
+        finally:
+            session.close()
+
+    with pytest.raises(LogCorruptError):
+        asyncio.run(read_then_write())
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
+        assert db.execute("SELECT count(*) FROM events WHERE data LIKE '%q412\"%'"
+                          ).fetchone()[0] == 0
+
+
+def test_a_write_handle_leaves_nothing_for_the_next_handle_to_take(tmp_path: Path) -> None:
+    # a writer commits on its own connection (data_version does not move for that): only a
+    # read handle, which commits nothing, leaves its snapshot behind
+    _store_with_records_after_the_cut(tmp_path)
+    backend, _, writer = _read_then_write(tmp_path / "sessions.db")
+    writer.read_from_restore_point()
+    conn = writer._c
+    writer.close()
+    assert conn.read_tail is None
+    again = backend.open("s", "write")
+    assert again._c is conn and again._read_tail is None
+    again.close()
+    backend.close()
+
+
+def test_the_cut_is_a_seal_cut(tmp_path: Path) -> None:
+    # (what the tests above rely on: the seal's bytes before the cut are hashed by a writer)
+    seal_path, cut = _store_with_records_after_the_cut(tmp_path)
+    assert isinstance(cut, SealCut) and read_seal_after(seal_path, cut) is not None
