@@ -777,3 +777,46 @@ def _count_connects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(sqlite3, "connect", counting)
     return opened
+
+
+@pytest.mark.parametrize(("reader", "limit"), [("c", None), ("python", None), ("c", 9000)])
+def test_a_damaged_row_in_a_10k_item_session_is_named_and_refuses_the_next_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str, limit: int | None) -> None:
+    # docs/rules.md#verified-page-in: a row in the middle of a 10k-item session, changed on
+    # disk, is refused by the whole-history read (C or Python selection) and by a limited
+    # read whose walk pages it in, as LogCorruptError naming the seal record's first seq;
+    # the read notes the damage, so the next add_items on that session appends nothing
+    import sqlite3
+    from contextlib import closing
+
+    from dsh._errors import LogCorruptError
+
+    store = sqlite_url(tmp_path)
+    c_reads(monkeypatch, reader)
+
+    async def fill() -> None:
+        session = DshSession("big", store)
+        for first in range(0, 2500, 50):  # 10,000 items, 200 a batch
+            await session.add_items(_long_turns(first, 50))
+        session.close()
+
+    run(fill())
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
+        (seq,) = db.execute("SELECT seq FROM events WHERE data LIKE '%\"q1250\"%'").fetchone()
+        assert db.execute("UPDATE events SET data = replace(data, '\"q1250\"', '\"x1250\"') "
+                          "WHERE seq = ?", (seq,)).rowcount == 1
+        rows = db.execute("SELECT count(*) FROM events").fetchone()
+    session = DshSession("big", store)
+    assert len(run(session.get_items(limit=3))) == 3  # the tail: the changed row is not read
+    with pytest.raises(LogCorruptError) as caught:
+        run(session.get_items(limit))
+    assert "integrity seal" in caught.value.message
+    assert caught.value.where["seq"] <= seq < caught.value.where["seq"] + 256
+    assert caught.value.where["session_id"] == "big"
+    with pytest.raises(LogCorruptError) as refused:
+        run(session.add_items(_long_turns(2500, 1)))
+    assert refused.value.where["seq"] == caught.value.where["seq"]
+    assert "not opened for writing" in refused.value.message
+    session.close()
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
+        assert db.execute("SELECT count(*) FROM events").fetchone() == rows  # nothing appended

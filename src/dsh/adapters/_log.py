@@ -29,6 +29,7 @@ import orjson
 from dsh._errors import (
     AdapterClosedError,
     AdapterError,
+    LogCorruptError,
     SessionBusyError,
     SessionNotFoundError,
 )
@@ -708,6 +709,7 @@ class LiveLog:
         self._reader: Persistence | None = None  # the store a read before any write opened
         self._encoded: dict[int, tuple[bytes | None, ...]] = {}  # seq -> its records as JSON
         self._cold: _ColdView | None = None  # what the last read before any write found
+        self._damage: LogCorruptError | None = None  # the first damage such a read found
 
     def open(self) -> TurnShaper:
         """Return the shaper of the live session, opening (creating or resuming) it first."""
@@ -717,6 +719,12 @@ class LiveLog:
                                          f"make a new {self.owner} to use the session again",
                                          session_id=self.session_id)
             if self._shaper is None:
+                damage = self._found_damage()
+                if damage is not None:
+                    raise LogCorruptError(
+                        f"session {self.session_id!r} is not opened for writing: a read of its "
+                        f"stored log found it damaged ({damage.message}); nothing is appended "
+                        "to a damaged log", code=damage.code, **damage.where) from damage
                 persistence = (self._shared or self._reader
                                or open_store(self.store_url, flush_only=self.flush_only))
                 self._reader = None
@@ -747,6 +755,20 @@ class LiveLog:
                 self._shaper = TurnShaper(Recorder(session, store=store,
                                                    flush_on_turn_end=False), self.fmt)
             return self._shaper
+
+    def _found_damage(self) -> LogCorruptError | None:
+        """The first damage a read before the write found in the stored log, or None.
+
+        A page-in of the cold read's walk, or its selective read of the whole history, that
+        found a row its seal no longer vouches for (:attr:`PagedLog.damage`): the write is
+        then refused, as a live session's writer appends nothing more to a log a page-in
+        found damaged (docs/rules.md#verified-page-in). Kept when a later read replaces the
+        cold view (the damaged row is still there).
+        """
+        cold = self._cold
+        if self._damage is None and cold is not None and isinstance(cold.events, PagedLog):
+            self._damage = cold.events.damage
+        return self._damage
 
     def _adopt_cold(self, session: Session) -> _Marks:
         """The live session's marks; a read before the write hands over what it walked.
@@ -846,6 +868,7 @@ class LiveLog:
             return prior
         # a fresh cache: a writer elsewhere may since have written other events where the
         # closers were
+        self._found_damage()  # (kept: the damaged row is still there)
         self._cold = _ColdView(stored=stored, closers=closers, events=events, nodes=nodes,
                                marks=_Marks(self.fmt, events), encoded={})
         return self._cold
@@ -886,8 +909,9 @@ class LiveLog:
             start = max(floor, stop - PREFETCH_EVENTS)
             # (the records cut from the checked rows go straight to the cache: `found` holds
             # the rest, decoded)
-            found = source.read_selected(start, stop, wanted, marks.kind_set, pick,
-                                         into=cache)
+            with events.noting_damage():  # (a write after this read must know)
+                found = source.read_selected(start, stop, wanted, marks.kind_set, pick,
+                                             into=cache)
             if found is None:
                 return
             marks.take_below(start, [e for e in found if e["type"] in marks.kinds])

@@ -158,6 +158,16 @@ class PagedLog(Sequence[Event]):
         """
         return self._damage
 
+    def noting_damage(self) -> contextlib.AbstractContextManager[None]:
+        """A context that notes a :class:`LogCorruptError` raised inside it as :attr:`damage`.
+
+        For a reader that reads this log's source itself (an adapter's selective read of the
+        whole history, ``read_selected`` over long ranges): what its checks find is noted as a
+        page-in's is, so whoever writes after it knows (docs/rules.md#verified-page-in). The
+        error is raised on; ``RESTORE_POINT_MISMATCH`` is not noted (see :attr:`damage`).
+        """
+        return self._noting_damage()
+
     @contextlib.contextmanager
     def _noting_damage(self) -> Iterator[None]:
         try:
