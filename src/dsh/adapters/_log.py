@@ -609,14 +609,14 @@ def _loads_texts(texts: list[bytes]) -> list[Any]:
 
 
 def _whole_view(nodes: Sequence[int], marks: _Marks,
-                cache: dict[int, tuple[bytes | None, ...]]) -> list[tuple[int, int, Any]] | None:
+                cache: dict[int, tuple[bytes | None, ...]]) -> list[Any] | None:
     """:meth:`LiveLog._view` of the whole history in C-level passes, when nothing needs a walk.
 
     That is: every mark taken in (``marks.low == 0``), none of them removing, clearing or
     overriding anything, and every node's records in ``cache`` as exactly one JSON text (what
     the walk's common case appends, one by one). Then the walk's answer is each node's one
-    record at index 0, in node order, parsed by ``_loads_texts``. None otherwise (the walk
-    runs).
+    record at index 0, in node order: returned as those records alone (parsed by
+    ``_loads_texts``, one per node of ``nodes``). None otherwise (the walk runs).
     """
     if marks.low != 0 or marks.removed or marks.overrides or marks.cleared_through >= 0:
         return None
@@ -629,8 +629,7 @@ def _whole_view(nodes: Sequence[int], marks: _Marks,
         return None
     if None in texts:  # a record orjson could not encode: the walk copies it
         return None
-    items = _loads_texts(cast("list[bytes]", texts))
-    return [(seq, 0, item) for seq, item in zip(nodes, items, strict=True)]
+    return _loads_texts(cast("list[bytes]", texts))
 
 
 @dataclass(slots=True, kw_only=True)
@@ -810,7 +809,34 @@ class LiveLog:
             popped and cleared records and results the framework never saw
             (``<fmt>/closed-early``). Each event's records are encoded once and cached (events
             never change), so a call costs one JSON parse of the records it returns.
+
+        Raises:
+            LogCorruptError: a row read (or paged in) no longer matches its seal record; it
+                is noted, and the next write is refused (:meth:`open`).
         """
+        found = self._read(synthesize, limit)
+        if isinstance(found, tuple):  # the whole history, each node's one record at index 0
+            nodes, records = found
+            return [(seq, 0, record) for seq, record in zip(nodes, records, strict=True)]
+        return found
+
+    def records(self, synthesize: Callable[[Event], Sequence[Any]],
+                limit: int | None = None) -> list[Any]:
+        """The records of :meth:`view` alone, in order (fresh plain copies; same arguments).
+
+        What a framework's read of its items returns; raises as :meth:`view` does.
+
+        A whole history that needs no walk is returned as parsed, without a ``(seq, index,
+        record)`` triple per record (two list passes over 100k items).
+        """
+        found = self._read(synthesize, limit)
+        if isinstance(found, tuple):
+            return found[1]
+        return [record for _, _, record in found]
+
+    def _read(self, synthesize: Callable[[Event], Sequence[Any]], limit: int | None
+              ) -> tuple[Sequence[int], list[Any]] | list[tuple[int, int, Any]]:
+        """:meth:`view`'s read: ``(nodes, records)`` from :func:`_whole_view`, else triples."""
         # The records are fresh containers by the hundred thousand: a collection pass in
         # between would walk them all again and again (seconds at 100k), so none runs here.
         collecting = gc.isenabled()
@@ -827,7 +853,7 @@ class LiveLog:
                         whole = (_whole_view(cold.nodes, cold.marks, cold.encoded)
                                  if limit is None else None)
                         if whole is not None:
-                            return whole
+                            return cold.nodes, whole
                     return self._view(cold.nodes, cold.events.__getitem__, cold.marks,
                                       cold.encoded, synthesize, limit)
                 marks = self._live_marks()

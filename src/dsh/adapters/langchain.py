@@ -225,7 +225,7 @@ class DshChatMessageHistory(BaseChatMessageHistory):
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The history along dsh's model view: what was added, plus what dsh added."""
         with self._log.lock:
-            records = [record for _, _, record in self._log.view(_synthesized)]
+            records = self._log.records(_synthesized)
         return messages_from_dict(records)
 
     async def aget_messages(self) -> list[BaseMessage]:

@@ -378,7 +378,7 @@ class DshSession(SessionABC):
         with self._log.lock:
             if limit is not None and limit <= 0:
                 return []
-            return [item for _, _, item in self._visible(limit)]
+            return self._log.records(_synthesized, limit)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items in order (all when ``limit`` and the setting are None).

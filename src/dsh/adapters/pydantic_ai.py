@@ -254,7 +254,7 @@ class DshMessageHistory:
     def load(self) -> list[ModelMessage]:
         """The history along dsh's model view, ready for ``agent.run(message_history=...)``."""
         with self._log.lock:
-            records = [record for _, _, record in self._log.view(_synthesized)]
+            records = self._log.records(_synthesized)
             self._known, self._in_run = len(records), []
         return ModelMessagesTypeAdapter.validate_python(records)
 
