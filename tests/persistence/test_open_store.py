@@ -72,3 +72,24 @@ def test_store_path_names_the_file_or_folder_without_creating_it(tmp_path: Path)
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ConfigError, match="unknown scheme"):
         store_path("bogus://x")
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "jsonl", "jsonl+zstd", "memory"])
+def test_a_store_url_with_a_fragment_is_refused_naming_it(tmp_path: Path, scheme: str) -> None:
+    # docs/stores.md#store-urls: a '#' ends a URL's path, and the fragment after it names no
+    # part of a store: 'sqlite:///dir/notes#2.db' opened (and created) dir/notes, quietly
+    from dsh.persistence._urls import store_path
+
+    url = "memory:#x" if scheme == "memory" else f"{scheme}://{tmp_path}/notes#2.db"
+    with pytest.raises(ConfigError, match="fragment") as found:
+        open_backend(url)
+    assert "'#x'" in found.value.message or "'#2.db'" in found.value.message
+    assert "%23" in found.value.message
+    if scheme != "memory":
+        with pytest.raises(ConfigError, match="fragment"):
+            store_path(url)
+    assert list(tmp_path.iterdir()) == []  # nothing created
+    if scheme == "sqlite":  # written %23, the '#' is part of the file's name
+        backend = open_backend(f"sqlite://{tmp_path}/notes%232.db")
+        backend.close()
+        assert (tmp_path / "notes#2.db").exists()
