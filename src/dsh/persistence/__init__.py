@@ -65,7 +65,7 @@ from dsh.persistence._contract import Scrubs as Scrubs
 from dsh.persistence._contract import Tails as Tails
 from dsh.persistence._contract import session_id_problem as session_id_problem
 from dsh.persistence._paths import replace_durably as replace_durably
-from dsh.persistence._urls import no_scheme, store_path, url_path
+from dsh.persistence._urls import no_scheme, refuse_fragment, store_path, url_path
 
 if TYPE_CHECKING:
     from dsh.persistence._after_commit import RecordsAfterCommit as RecordsAfterCommit
@@ -148,8 +148,8 @@ def open_backend(url: str, *, create_schema: bool = True) -> Backend:
         Backend: the opened backend.
 
     Raises:
-        ConfigError: unknown scheme, query option, option value, or a URL without a path; the
-            message names the part.
+        ConfigError: unknown scheme, query option, option value, a URL without a path, or a
+            file or memory store URL with a fragment; the message names the part.
     """
     if not isinstance(url, str) or ":" not in url:
         raise no_scheme(url)
@@ -157,6 +157,8 @@ def open_backend(url: str, *, create_schema: bool = True) -> Backend:
     scheme = url.split(":", 1)[0].lower()
     rest = url.split(":", 1)[1].split("?", 1)[0].split("#", 1)[0]
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if scheme not in ("postgresql", "postgres"):
+        refuse_fragment(url)  # (the server's own URL syntax is psycopg's to read)
     if scheme == "memory":
         if query:
             raise ConfigError(f"store URL {url!r}: memory: takes no options, found "

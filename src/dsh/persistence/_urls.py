@@ -11,7 +11,7 @@ from urllib.parse import unquote
 
 from dsh._errors import ConfigError
 
-__all__ = ["no_scheme", "store_path", "url_path"]
+__all__ = ["no_scheme", "refuse_fragment", "store_path", "url_path"]
 
 
 def url_path(url: str, scheme_len: int, rest: str) -> Path:
@@ -34,13 +34,30 @@ def url_path(url: str, scheme_len: int, rest: str) -> Path:
     return Path(unquote(path)).expanduser()
 
 
+def refuse_fragment(url: str) -> None:
+    """Refuse a file or memory store URL with a fragment (docs/stores.md#store-urls).
+
+    A ``#`` ends a URL's path, and what follows names no part of a store: dropped, it made
+    ``sqlite:///dir/notes#2.db`` open (and create) ``dir/notes``. A ``#`` in a path is written
+    ``%23``.
+
+    Raises:
+        ConfigError: the URL holds a ``#``, named with what follows it.
+    """
+    if "#" in url:
+        fragment = url[url.index("#"):]
+        raise ConfigError(f"store URL {url!r} has a fragment ({fragment!r}), which names no "
+                          "part of a store; a '#' in a path is written %23", path=url)
+
+
 def store_path(url: str) -> Path | None:
     """The file (SQLite) or folder (JSONL) a store URL names, or None (memory, PostgreSQL).
 
     Pure: nothing is opened or created, so a caller can tell whether a store exists yet.
 
     Raises:
-        ConfigError: the URL has no scheme, an unknown scheme, a host, or no path.
+        ConfigError: the URL has no scheme, an unknown scheme, a host, no path, or a
+            fragment.
     """
     if not isinstance(url, str) or ":" not in url:
         raise no_scheme(url)
@@ -49,6 +66,7 @@ def store_path(url: str) -> Path | None:
     if scheme in ("memory", "postgresql", "postgres"):
         return None
     if scheme in ("jsonl", "jsonl+zstd", "sqlite"):
+        refuse_fragment(url)
         return url_path(url, len(scheme), rest)
     raise ConfigError(f"store URL {url!r}: unknown scheme {scheme!r}; expected jsonl, "
                       f"jsonl+zstd, sqlite, postgresql or memory", path=url)
