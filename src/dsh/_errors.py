@@ -156,21 +156,33 @@ class LogCorruptError(PersistenceError):
     default_code = "LOG_CORRUPT"
 
 
-def restore_point_mismatch(part: str, why: str) -> LogCorruptError:
+def restore_point_mismatch(part: str, why: str, *, session_id: str = "",
+                           where: str = "") -> LogCorruptError:
     """The error for a restore point whose packed ``part`` does not hold what it claims.
 
     Args:
         part: what was inflated: ``"surface"`` or ``"page-in index"``.
         why: what did not match, e.g. ``"its entries do not rise"``.
+        session_id: the session whose restore point it is ("" when not known).
+        where: where that restore point is kept: a sidecar path, a table row ("" when not
+            known).
 
     Returns:
-        A :class:`LogCorruptError` with code ``RESTORE_POINT_MISMATCH``. Such a point passed
-        its digest and seal checks; the log itself is not judged (docs/errors.md): deleting
-        the restore point makes resumes read the whole log.
+        A :class:`LogCorruptError` with code ``RESTORE_POINT_MISMATCH``, its ``where`` naming
+        ``session_id`` and ``restore_point`` when known. Such a point passed its digest and
+        seal checks; the log itself is not judged (docs/errors.md): deleting the restore
+        point makes resumes read the whole log.
     """
-    return LogCorruptError(f"a restore point's {part} does not hold what it claims ({why}): "
-                           "delete the session's restore point and resumes read the whole log",
-                           code="RESTORE_POINT_MISMATCH")
+    whose = f"session {session_id!r}: " if session_id else ""
+    kept = f" ({where})" if where else ""
+    named: dict[str, str] = {}
+    if session_id:
+        named["session_id"] = session_id
+    if where:
+        named["restore_point"] = where
+    return LogCorruptError(f"{whose}the {part} of the restore point{kept} does not hold what it "
+                           f"claims ({why}); delete that restore point and resumes read the "
+                           "whole log", code="RESTORE_POINT_MISMATCH", **named)
 
 
 class SealDamagedError(LogCorruptError):

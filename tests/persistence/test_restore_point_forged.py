@@ -28,7 +28,7 @@ from dsh.persistence._seal import (
 )
 from dsh.persistence.jsonl import _restore_point as jrp
 from dsh.persistence.sqlite import _restore_point as srp
-from dsh.session import PagedLog
+from dsh.session import NodeSeqs, PagedLog
 from tests.persistence.test_restore_point import (
     _verify_json,
     assert_equivalent,
@@ -386,3 +386,27 @@ def test_a_forged_page_in_index_does_not_stop_the_writer(
     with dsh.open(url_of("jsonl", root)).sessions as store:
         events = store.session("s").events
         assert events[count]["type"] == "turn/start" and events[count]["data"]["turn"] == 31
+
+
+def test_a_restore_point_mismatch_names_the_session_and_where_its_restore_point_is(
+        root: Path, small_restore_points: None) -> None:
+    # docs/errors.md (RESTORE_POINT_MISMATCH): the message says what was wrong and where:
+    # the session and the restore point to delete, not only "a restore point"
+    long_store("jsonl", root)
+    path = ckpt_file(root)
+    point = restore_point(root, "jsonl")
+    pack = point.state.nodes.pack_tailed(2)
+    short = NodeSeqs.unpack_tailed(pack._replace(packed=pack.packed[:-5]),
+                                   point.state.event_count)
+    path.write_bytes(rp.encode_restore_point(replace(point, state=replace(point.state,
+                                                                          nodes=short))))
+    strip_marks(root, "jsonl")
+    with dsh.open(url_of("jsonl", root)).sessions as store:
+        session = store.resume("s")
+        with pytest.raises(dsh.LogCorruptError) as info:
+            list(session.surface.nodes)
+    error = info.value
+    assert error.code == "RESTORE_POINT_MISMATCH"
+    assert error.where == {"session_id": "s", "restore_point": str(path)}
+    assert "session 's'" in error.message and str(path) in error.message
+    assert "delete that restore point" in error.message

@@ -283,7 +283,7 @@ class PageIndex(Sequence[tuple[int, int]]):
             not what the restore point claimed (count, order, first or last entry).
     """
 
-    __slots__ = ("_count", "_first", "_last", "_more", "_packed", "_pairs")
+    __slots__ = ("_count", "_first", "_last", "_more", "_origin", "_packed", "_pairs")
 
     def __init__(self, pairs: Sequence[tuple[int, int]] = ()) -> None:
         self._pairs: list[tuple[int, int]] | None = list(pairs)
@@ -291,10 +291,14 @@ class PageIndex(Sequence[tuple[int, int]]):
         self._count = len(self._pairs)
         self._first = self._last = (0, 0)
         self._more: list[tuple[int, int]] = []
+        self._origin = ("", "")
 
     @classmethod
-    def unpack(cls, text: str) -> PageIndex:
+    def unpack(cls, text: str, *, session_id: str = "", where: str = "") -> PageIndex:
         """The index :meth:`pack` wrote, checked by its counts and ends, not inflated.
+
+        ``session_id`` and ``where`` (where its restore point is kept) are named by the
+        ``RESTORE_POINT_MISMATCH`` of an inflation that fails.
 
         Raises:
             ValueError: not ``zi:<count>:<first seq>:<first offset>:<last seq>:<last
@@ -318,6 +322,7 @@ class PageIndex(Sequence[tuple[int, int]]):
         index._pairs, index._packed, index._count = None, packed, count
         index._first, index._last = (first_seq, first_offset), (last_seq, last_offset)
         index._more = []
+        index._origin = (session_id, where)
         return index
 
     def pack(self) -> str:
@@ -346,6 +351,7 @@ class PageIndex(Sequence[tuple[int, int]]):
         index._packed, index._count = self._packed, self._count
         index._first, index._last = self._first, self._last
         index._more = list(self._more)
+        index._origin = self._origin
         return index
 
     @property
@@ -387,9 +393,9 @@ class PageIndex(Sequence[tuple[int, int]]):
             raise self._mismatch("its ends are not the ones it names")
         return pairs
 
-    @staticmethod
-    def _mismatch(why: str) -> LogCorruptError:
-        return restore_point_mismatch("page-in index", why)
+    def _mismatch(self, why: str) -> LogCorruptError:
+        session_id, where = self._origin
+        return restore_point_mismatch("page-in index", why, session_id=session_id, where=where)
 
     def __len__(self) -> int:
         return self._count + len(self._more) if self._pairs is None else len(self._pairs)
@@ -462,7 +468,7 @@ def _packed_state(state: RestoreState) -> dict[str, Any]:
     return wire
 
 
-def _tailed_nodes(text: str, count: int) -> NodeSeqs:
+def _tailed_nodes(text: str, count: int, origin: tuple[str, str]) -> NodeSeqs:
     """``"zt:"`` nodes (see :func:`_packed_state`), the head kept packed and not inflated.
 
     Raises:
@@ -482,10 +488,11 @@ def _tailed_nodes(text: str, count: int) -> NodeSeqs:
         raise ValueError(f"restore state field nodes does not decode ({exc})") from None
     tail = tuple(map(int, numbers[2:]))
     return NodeSeqs.unpack_tailed(TailedPack(int(parts[2]), int(parts[3]), parts[1] == "b",
-                                             tail, data), count)
+                                             tail, data), count, session_id=origin[0],
+                                  where=origin[1])
 
 
-def _unpacked_nodes(value: object) -> NodeSeqs | None:
+def _unpacked_nodes(value: object, origin: tuple[str, str]) -> NodeSeqs | None:
     """The packed ``nodes`` of a wire state (see :func:`_packed_state`), still packed.
 
     None when ``value`` holds no packed nodes (the plain list is checked by ``from_wire``).
@@ -505,7 +512,7 @@ def _unpacked_nodes(value: object) -> NodeSeqs | None:
             or type(count) is not int:
         raise ValueError("restore state field nodes is not a packed node list")
     if prefix == _TAILED_PREFIX:
-        return _tailed_nodes(text, count)
+        return _tailed_nodes(text, count, origin)
     try:
         # strict: the alphabet checked in C (b64decode's validate runs a regular expression)
         data = binascii.a2b_base64(text[len(_PACKED_PREFIX):], strict_mode=True)
@@ -551,13 +558,19 @@ def _field(body: dict[str, Any], key: str, kind: type) -> Any:
 
 
 _DECODED_KEPT: Final = 4
-"""Restore points whose decode is kept, by (backend, session) (see :func:`decode_restore_point`)."""
+"""Restore points whose decode is kept, by (backend, session, where)
+(see :func:`decode_restore_point`)."""
 
-_decoded: dict[tuple[str, str], tuple[bytes, RestorePoint]] = {}
+_decoded: dict[tuple[str, str, str], tuple[bytes, RestorePoint]] = {}
 
 
-def decode_restore_point(data: bytes, *, session_id: str, backend: str) -> RestorePoint:
+def decode_restore_point(data: bytes, *, session_id: str, backend: str,
+                         where: str = "") -> RestorePoint:
     """Parse and check sidecar bytes written by :func:`encode_restore_point`.
+
+    ``where`` says where the bytes are kept (a sidecar path, a table row: the backend's
+    ``restore_point_where()``); a ``RESTORE_POINT_MISMATCH`` found later, when its packed
+    surface or page-in index is inflated, names it and ``session_id``.
 
     The same bytes decode to the same (immutable) restore point, so the last decode of each
     of a few sessions is kept: an adapter's first write resumes through the restore point its
@@ -568,16 +581,16 @@ def decode_restore_point(data: bytes, *, session_id: str, backend: str) -> Resto
         RestorePointRefused: damaged (digest), unparsable, another format or library version,
             another session or backend, or a field of the wrong shape.
     """
-    key = (backend, session_id)
+    key = (backend, session_id, where)
     kept = _decoded.get(key)
     if kept is not None and kept[0] == data:
         return kept[1]
-    restore_point = _decode(data, session_id=session_id, backend=backend)
+    restore_point = _decode(data, session_id=session_id, backend=backend, where=where)
     keep_recent(_decoded, key, (data, restore_point), _DECODED_KEPT)
     return restore_point
 
 
-def _decode(data: bytes, *, session_id: str, backend: str) -> RestorePoint:
+def _decode(data: bytes, *, session_id: str, backend: str, where: str) -> RestorePoint:
     head, nl, body_bytes = data.partition(b"\n")
     if not nl or not head.startswith(_MAGIC):
         raise RestorePointRefused("not-a-restore-point")
@@ -598,10 +611,11 @@ def _decode(data: bytes, *, session_id: str, backend: str) -> RestorePoint:
         raise RestorePointRefused("other-session")
     if body.get("backend") != backend:
         raise RestorePointRefused("other-backend")
-    index = _index(body.get("index"))
+    index = _index(body.get("index"), (session_id, where))
     try:
         wire_state = body.get("state")
-        state = RestoreState.from_wire(wire_state, decoded_nodes=_unpacked_nodes(wire_state))
+        nodes = _unpacked_nodes(wire_state, (session_id, where))
+        state = RestoreState.from_wire(wire_state, decoded_nodes=nodes)
     except ValueError:
         raise RestorePointRefused("bad-field:state") from None
     anchor = Anchor(backend=backend, session_id=session_id,
@@ -616,7 +630,7 @@ def _decode(data: bytes, *, session_id: str, backend: str) -> RestorePoint:
     return RestorePoint(anchor=anchor, state=state, digest=body_digest)
 
 
-def _index(raw: object) -> Sequence[tuple[int, int]]:
+def _index(raw: object, origin: tuple[str, str] = ("", "")) -> Sequence[tuple[int, int]]:
     """The page-in index of a body: ``[seq, offset]`` pairs, both strictly ascending.
 
     Packed (``"zi:"``): a :class:`PageIndex` checked by its count and ends, inflated at first
@@ -628,7 +642,7 @@ def _index(raw: object) -> Sequence[tuple[int, int]]:
     """
     if isinstance(raw, str):
         try:
-            return PageIndex.unpack(raw)
+            return PageIndex.unpack(raw, session_id=origin[0], where=origin[1])
         except ValueError:
             raise RestorePointRefused("bad-field:index") from None
     if not isinstance(raw, list) or (raw and (

@@ -261,8 +261,8 @@ class NodeSeqs(Sequence[int]):
         seqs: The seqs, in surface order (each a non-negative int below 2**63).
     """
 
-    __slots__ = ("_below", "_count", "_fresh", "_head_max", "_narrow", "_packed", "_seqs",
-                 "_tail")
+    __slots__ = ("_below", "_count", "_fresh", "_head_max", "_narrow", "_origin", "_packed",
+                 "_seqs", "_tail")
 
     _seqs: array[int] | None  # the seqs, unless kept packed
     _packed: bytes | None  # what pack() (or pack_narrow(), _narrow) gives, when read back;
@@ -273,16 +273,19 @@ class NodeSeqs(Sequence[int]):
     _below: int  # every seq was checked below this when read back (0: not checked)
     _tail: array[int] | None  # unpack_tailed: the last seqs, read without inflating
     _head_max: int  # unpack_tailed: the head's seqs claim to lie in 0 .. _head_max
+    _origin: tuple[str, str]  # unpack_tailed: (session id, where its restore point is kept)
 
     def __init__(self, seqs: Iterable[int] = ()) -> None:
         self._fresh = None
         self._below = 0
         self._tail = None
         self._head_max = -1
+        self._origin = ("", "")
         if isinstance(seqs, NodeSeqs):
             self._seqs, self._packed, self._count = seqs._seqs, seqs._packed, seqs._count
             self._narrow = seqs._narrow
             self._tail, self._head_max = seqs._tail, seqs._head_max
+            self._origin = seqs._origin
         else:
             self._seqs = array("q", seqs)
             self._packed = None
@@ -301,6 +304,7 @@ class NodeSeqs(Sequence[int]):
         node_seqs._below = 0
         node_seqs._tail = None
         node_seqs._head_max = -1
+        node_seqs._origin = ("", "")
         return node_seqs
 
     @classmethod
@@ -424,14 +428,16 @@ class NodeSeqs(Sequence[int]):
                          bound, narrow=True)
 
     @classmethod
-    def unpack_tailed(cls, pack: TailedPack, bound: int) -> NodeSeqs:
+    def unpack_tailed(cls, pack: TailedPack, bound: int, *, session_id: str = "",
+                      where: str = "") -> NodeSeqs:
         """The seqs :meth:`pack_tailed` gave ``pack``, checked by their counts, head kept packed.
 
         Nothing is inflated: the tail's seqs and the head's largest seq are checked against
         ``bound`` (so every seq is, once the head is found to hold what it claims). The head is
         inflated when a seq before the tail is first read, and checked then to hold exactly
         ``pack.head_count`` seqs in ``0 .. pack.head_max``
-        (:class:`~dsh.LogCorruptError` ``RESTORE_POINT_MISMATCH`` otherwise).
+        (:class:`~dsh.LogCorruptError` ``RESTORE_POINT_MISMATCH`` otherwise, naming
+        ``session_id`` and ``where``: the session and where its restore point is kept).
 
         Raises:
             ValueError: a count, the head's largest seq or a tail seq outside its range.
@@ -455,6 +461,7 @@ class NodeSeqs(Sequence[int]):
         node_seqs._below = bound
         node_seqs._tail = seqs
         node_seqs._head_max = head_max
+        node_seqs._origin = (session_id, where)
         return node_seqs
 
     @property
@@ -485,7 +492,9 @@ class NodeSeqs(Sequence[int]):
             if len(seqs) != count:
                 raise ValueError(f"the head holds {len(seqs)} seqs, not {count}")
         except ValueError as exc:
-            raise restore_point_mismatch("surface", str(exc)) from None
+            session_id, where = self._origin
+            raise restore_point_mismatch("surface", str(exc), session_id=session_id,
+                                         where=where) from None
         return seqs
 
     @classmethod
@@ -498,6 +507,7 @@ class NodeSeqs(Sequence[int]):
         node_seqs._below = bound  # the pass above checked every seq
         node_seqs._tail = None
         node_seqs._head_max = -1
+        node_seqs._origin = ("", "")
         return node_seqs
 
     def _view(self) -> array[int]:

@@ -1599,7 +1599,7 @@ class JsonlHandle(HandleBase):
         kind = jrp.backend_kind(self._backend.compression)
         restore_point = rp.decode_restore_point(
             rp.read_restore_point_file(self.restore_point_path()), session_id=self._id,
-            backend=kind)
+            backend=kind, where=self.restore_point_where())
         zstd = self._backend.compression == "zstd"
         found = jrp.load_tail(
             self.path, restore_point, zstd=zstd, seal_path=self._seal_path(),

@@ -914,7 +914,8 @@ class PostgresHandle(HandleBase):
                 if known[0] is None:
                     raise rp.RestorePointRefused("absent")
                 restore_point = rp.decode_restore_point(known[0], session_id=self._id,
-                                                        backend="postgresql")
+                                                        backend="postgresql",
+                                                        where=self.restore_point_where())
                 # bound: the digest its fenced writer stored beside it, in the session row
                 # (docs/rules.md#restore-points-are-never-the-truth)
                 rp.check_bound(restore_point, _recorded_marks(known[1]),

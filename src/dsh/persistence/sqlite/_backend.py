@@ -2233,7 +2233,8 @@ class SqliteHandle(HandleBase):
         """
         self._ensure_open()
         data = rp.read_restore_point_file(self.restore_point_path())
-        restore_point = rp.decode_restore_point(data, session_id=self._id, backend="sqlite")
+        restore_point = rp.decode_restore_point(data, session_id=self._id, backend="sqlite",
+                                                where=self.restore_point_where())
         cold, source = self._load_tail(restore_point, data)
         return restore_point, cold, source
 
