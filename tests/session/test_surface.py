@@ -5,6 +5,7 @@ Rule: docs/rules.md#the-surface.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import pytest
@@ -20,7 +21,14 @@ from dsh.session._events import (
     is_surface_event,
 )
 from dsh.session._session import Session
-from dsh.session._surface import Surface, SurfaceReplacement, derive_event_message, fold_surface
+from dsh.session._surface import (
+    LazyNodes,
+    NodeSeqs,
+    Surface,
+    SurfaceReplacement,
+    derive_event_message,
+    fold_surface,
+)
 from tests.strategies import (
     StepClock,
     apply_script,
@@ -549,3 +557,19 @@ def test_surface_online_state_equals_fold_surface(script: Any) -> None:
     assert len(fold.replacements) == s.surface.replace_generation
     restored = Session.restore("s", s.events, s.header)
     assert list(restored.surface.nodes)[:len(fold.nodes)] == fold.nodes
+
+
+def test_surface_inflated_nodes_swaps_lazy_nodes_for_one_array_seen_by_its_view() -> None:
+    # one place owns the invariant: the surface and its live view hold the same node list
+    seqs = list(range(0, 3000, 3))
+    lazy = LazyNodes(NodeSeqs.unpack_tailed(NodeSeqs(seqs).pack_tailed(4), 3000))
+    surface = Surface(lazy, 2)
+    view = surface.nodes
+    whole = surface.inflated_nodes()
+    assert type(whole) is array and whole == array("q", seqs)
+    assert surface.inflated_nodes() is whole  # swapped once
+    whole.append(3001)  # the session's hot path appends to the list it keeps
+    assert surface.nodes is view and len(view) == 1001 and view[-1] == 3001
+    assert view == [*seqs, 3001]
+    plain = [1, 4]
+    assert Surface(plain).inflated_nodes() is plain

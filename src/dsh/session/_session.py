@@ -24,7 +24,7 @@ from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from time import time_ns
-from typing import Any, Final, Literal, Protocol, TypeVar, overload
+from typing import Any, Final, Literal, Protocol, TypeVar, cast, overload
 
 from dsh._errors import DshError, EventRejectedError, InvalidJsonError, LogCorruptError
 from dsh.json import (
@@ -1524,8 +1524,8 @@ class Session:
             return self._last_messages(last)
         nodes = self._nodes
         if isinstance(nodes, LazyNodes):  # every node is asked for: one int64 array from now on
-            nodes = self._nodes = self._surface._nodes = self._surface.nodes._nodes = \
-                nodes.whole()
+            # a restored session keeps its nodes in an int64 array (Surface.resume)
+            nodes = self._nodes = cast("array[int]", self._surface.inflated_nodes())
         generation = self._surface.replace_generation
         if generation != self._derived_generation:
             self._derived = []

@@ -917,6 +917,23 @@ class Surface:
         """The current node seqs in model order (read-only, live, stable identity)."""
         return self._view
 
+    def inflated_nodes(self) -> MutableSequence[int]:
+        """The node list, a :class:`LazyNodes` swapped for its whole int64 array first.
+
+        The one place that swaps it: the surface and its :attr:`nodes` view then hold that
+        array (the same object, so appends through either are seen by both). A session that
+        keeps the node list for its hot path takes the returned object. Any other list is
+        returned as it is.
+
+        Raises:
+            LogCorruptError: ``RESTORE_POINT_MISMATCH`` from inflating a head that does not
+                hold what its restore point claimed (see :class:`LazyNodes`).
+        """
+        nodes = self._nodes
+        if isinstance(nodes, LazyNodes):
+            nodes = self._nodes = self._view._nodes = nodes.whole()
+        return nodes
+
     @property
     def replace_generation(self) -> int:
         """How many replacements have been committed; changes whenever positions are rewritten."""
