@@ -573,3 +573,35 @@ def test_surface_inflated_nodes_swaps_lazy_nodes_for_one_array_seen_by_its_view(
     assert view == [*seqs, 3001]
     plain = [1, 4]
     assert Surface(plain).inflated_nodes() is plain
+
+
+@pytest.mark.parametrize("step", [3, 300])  # one-byte differences ("b"), int64 ones ("d")
+def test_tailed_node_seqs_inflate_their_head_once_for_every_full_view(
+        step: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dsh.session._surface as surface_module
+
+    inflations = [0]
+    for name in ("_inflate", "_inflate_narrow"):
+        real = getattr(surface_module, name)
+
+        def counting(*args: Any, _real: Any = real) -> Any:
+            inflations[0] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(surface_module, name, counting)
+    seqs = list(range(0, 1000 * step, step))
+    tailed = NodeSeqs.unpack_tailed(NodeSeqs(seqs).pack_tailed(4), 1000 * step)
+    # a hand-off (a resumed session's own array) inflates for itself: nothing kept
+    assert tailed.to_array() == array("q", seqs) and inflations == [1] and tailed.head_packed
+    assert list(tailed) == seqs and inflations == [2]
+    assert list(tailed) == seqs and tailed.to_array() == array("q", seqs)
+    assert list(reversed(tailed)) == seqs[::-1] and tailed[5] == seqs[5]
+    assert inflations == [2]  # before: one inflation per full view
+    mine = tailed.to_array()  # the caller's own array: changing it changes no later view
+    mine.append(-1)
+    assert list(tailed) == seqs
+    assert list(tailed.extended(array("q", [1000 * step]))) == [*seqs, 1000 * step]
+    lazy = LazyNodes(tailed)  # a restored surface, appended to after the views
+    lazy.append(1000 * step + 1)
+    assert list(lazy) == [*seqs, 1000 * step + 1] and list(tailed) == seqs
+    assert inflations == [2]

@@ -261,8 +261,8 @@ class NodeSeqs(Sequence[int]):
         seqs: The seqs, in surface order (each a non-negative int below 2**63).
     """
 
-    __slots__ = ("_below", "_count", "_fresh", "_head_max", "_narrow", "_origin", "_packed",
-                 "_seqs", "_tail")
+    __slots__ = ("_below", "_count", "_fresh", "_head_max", "_head_seqs", "_narrow", "_origin",
+                 "_packed", "_seqs", "_tail")
 
     _seqs: array[int] | None  # the seqs, unless kept packed
     _packed: bytes | None  # what pack() (or pack_narrow(), _narrow) gives, when read back;
@@ -274,9 +274,11 @@ class NodeSeqs(Sequence[int]):
     _tail: array[int] | None  # unpack_tailed: the last seqs, read without inflating
     _head_max: int  # unpack_tailed: the head's seqs claim to lie in 0 .. _head_max
     _origin: tuple[str, str]  # unpack_tailed: (session id, where its restore point is kept)
+    _head_seqs: array[int] | None  # unpack_tailed: the head once inflated (never changed)
 
     def __init__(self, seqs: Iterable[int] = ()) -> None:
         self._fresh = None
+        self._head_seqs = None
         self._below = 0
         self._tail = None
         self._head_max = -1
@@ -285,7 +287,7 @@ class NodeSeqs(Sequence[int]):
             self._seqs, self._packed, self._count = seqs._seqs, seqs._packed, seqs._count
             self._narrow = seqs._narrow
             self._tail, self._head_max = seqs._tail, seqs._head_max
-            self._origin = seqs._origin
+            self._origin, self._head_seqs = seqs._origin, seqs._head_seqs
         else:
             self._seqs = array("q", seqs)
             self._packed = None
@@ -305,6 +307,7 @@ class NodeSeqs(Sequence[int]):
         node_seqs._tail = None
         node_seqs._head_max = -1
         node_seqs._origin = ("", "")
+        node_seqs._head_seqs = None
         return node_seqs
 
     @classmethod
@@ -462,6 +465,7 @@ class NodeSeqs(Sequence[int]):
         node_seqs._tail = seqs
         node_seqs._head_max = head_max
         node_seqs._origin = (session_id, where)
+        node_seqs._head_seqs = None
         return node_seqs
 
     @property
@@ -478,8 +482,18 @@ class NodeSeqs(Sequence[int]):
             return self._tail
         return self._view()
 
-    def _head(self) -> array[int]:
-        """The head of tailed seqs, inflated and checked against what unpack_tailed read."""
+    def _head(self, *, keep: bool = True) -> array[int]:
+        """The head of tailed seqs, inflated and checked against what unpack_tailed read.
+
+        Inflated once when ``keep``: every later full view or walk back into the head reads
+        the array kept (the seqs never change; appends make a new run, :meth:`extended`). Not
+        handed out: views concatenate it with the tail into a fresh array. Not kept for a
+        one-off hand-off (:meth:`to_array`: a resumed session takes its own array, and a
+        restore point kept decoded stays packed).
+        """
+        head = self._head_seqs
+        if head is not None:
+            return head
         assert self._packed is not None and self._tail is not None
         count = self._count - len(self._tail)
         try:
@@ -495,6 +509,8 @@ class NodeSeqs(Sequence[int]):
             session_id, where = self._origin
             raise restore_point_mismatch("surface", str(exc), session_id=session_id,
                                          where=where) from None
+        if keep:
+            self._head_seqs = seqs
         return seqs
 
     @classmethod
@@ -508,6 +524,7 @@ class NodeSeqs(Sequence[int]):
         node_seqs._tail = None
         node_seqs._head_max = -1
         node_seqs._origin = ("", "")
+        node_seqs._head_seqs = None
         return node_seqs
 
     def _view(self) -> array[int]:
@@ -533,12 +550,17 @@ class NodeSeqs(Sequence[int]):
         """A fresh int64 array holding the seqs, the caller's: what a session appends to.
 
         One ``memcpy``; seqs read back by :meth:`unpack` hand out the array they were checked
-        through the first time (no copy), and inflate again after.
+        through the first time (no copy), and inflate again after. Seqs read back tailed
+        inflate a head not inflated yet for this array only (it is not kept).
         """
         if self._seqs is not None:
             return array("q", self._seqs)
         fresh, self._fresh = self._fresh, None
-        return fresh if fresh is not None else self._view()
+        if fresh is not None:
+            return fresh
+        if self._tail is not None and self._head_seqs is None:
+            return self._head(keep=False) + self._tail
+        return self._view()
 
     def all_below(self, bound: int) -> bool:
         """Whether every seq lies in ``0 .. bound - 1`` (one pass in C when it is built).
