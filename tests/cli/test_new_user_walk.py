@@ -289,3 +289,18 @@ def test_events_help_says_control_characters_are_escaped(tmp_path: Path) -> None
     assert "exactly as committed" not in line and "escaped" in line
     own = " ".join(dsh(tmp_path, "events", "--help").stdout.split())
     assert "dsh export --format dsh-jsonl" in own
+
+
+def test_quarantine_unquarantine_and_redact_name_the_session_a_prefix_matched(
+        tmp_path: Path) -> None:
+    # before: dsh rm, restore, approve and edit said which session a prefix matched before
+    # writing to it; dsh quarantine, unquarantine and redact wrote without a word
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    note = f"note: '1111' is a prefix of session {SIMPLE}; writing to {SIMPLE}\n"
+    for command in (["quarantine", "1111", "12"], ["unquarantine", "1111", "12"],
+                    ["redact", "1111", "--seq", "12"]):
+        done = dsh(tmp_path, *command)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == note, command
+    dry = dsh(tmp_path, "redact", "1111", "--seq", "5", "--dry-run")  # writes nothing
+    assert dry.returncode == 0 and dry.stderr == ""

@@ -94,7 +94,7 @@ def quarantine(session_id: SessionArg, seqs: SeqsArg,
     """
     json_mode(json_)
     with cli_store(store, wait=wait) as sessions:
-        session_id = require_session(sessions, session_id)
+        session_id = require_session(sessions, session_id, writes=True)
         result = quarantine_messages(sessions, session_id, seqs, reason=reason, by=_who(by))
     _report("quarantined", result, json_)
 
@@ -105,7 +105,7 @@ def unquarantine(session_id: SessionArg, seqs: SeqsArg, by: ByOption = None,
     """Give quarantined messages back to the model view exactly as they were."""
     json_mode(json_)
     with cli_store(store, wait=wait) as sessions:
-        session_id = require_session(sessions, session_id)
+        session_id = require_session(sessions, session_id, writes=True)
         result = unquarantine_messages(sessions, session_id, seqs, by=_who(by))
     _report("unquarantined", result, json_)
 
@@ -249,7 +249,7 @@ def redact(session_id: SessionArg,
     json_mode(json_)
     check_receipt(None if dry_run else receipt, force=force)
     with cli_store(store, wait=wait) as sessions:
-        session_id = require_session(sessions, session_id)
+        session_id = require_session(sessions, session_id, writes=not dry_run)
         result = redact_session(sessions, session_id, seqs=seq or None, match=match,
                                 secrets=secrets, dry_run=dry_run, reason=reason,
                                 by=_who(by))
