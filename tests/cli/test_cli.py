@@ -253,6 +253,7 @@ def test_cli_verify_without_id_or_all_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_cli_unknown_session_exits_1_with_session_not_found(tmp_path: Path) -> None:
     dsh = Dsh(tmp_path)
+    dsh("init")  # a store without that session (before the store exists: STORE_NOT_FOUND)
     proc = dsh("show", "no-such-session", check=1)
     assert proc.stdout == ""
     url = f"sqlite://{dsh.home.resolve() / 'sessions.db'}"
@@ -266,7 +267,9 @@ def test_cli_unknown_session_exits_1_with_session_not_found(tmp_path: Path) -> N
 
 
 def test_cli_debug_shows_the_traceback_then_the_error_line(tmp_path: Path) -> None:
-    proc = Dsh(tmp_path)("show", "no-such-session", "--debug", check=1)
+    dsh = Dsh(tmp_path)
+    dsh("init")
+    proc = dsh("show", "no-such-session", "--debug", check=1)
     assert proc.stderr.startswith("Traceback (most recent call last):\n")
     assert proc.stderr.splitlines()[-1].startswith("error[SESSION_NOT_FOUND]: ")
 
@@ -280,7 +283,10 @@ def test_cli_bad_store_url_is_one_config_error_line(tmp_path: Path) -> None:
 def test_cli_default_store_is_created_in_dsh_home_and_empty(tmp_path: Path) -> None:
     dsh = Dsh(tmp_path)
     assert dsh.json("ls", "--json") == []
+    assert not dsh.home.exists()  # a read creates no store (docs/cli.md)
+    dsh("init")
     assert (dsh.home / "sessions.db").is_file()
+    assert dsh.json("ls", "--json") == []
 
 
 # -- import, ls, show ------------------------------------------------------------------------

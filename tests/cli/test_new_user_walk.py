@@ -304,3 +304,48 @@ def test_quarantine_unquarantine_and_redact_name_the_session_a_prefix_matched(
         assert done.stderr == note, command
     dry = dsh(tmp_path, "redact", "1111", "--seq", "5", "--dry-run")  # writes nothing
     assert dry.returncode == 0 and dry.stderr == ""
+
+
+READ_ONLY = [["show", "abc"], ["messages", "abc"], ["events", "abc"], ["search", "port"],
+             ["verify", "abc"], ["verify", "--all"], ["export", "abc", "--format", "openai"],
+             ["gc"], ["gc", "--log"], ["retention"], ["view", "--no-browser"]]
+
+
+@pytest.mark.parametrize("command", READ_ONLY, ids=" ".join)
+def test_a_read_only_command_with_a_fresh_home_creates_no_store(
+        tmp_path: Path, command: list[str]) -> None:
+    # before: each of these created ~/.dsh/sessions.db (and its search sidecar) as a side
+    # effect of a read, then answered from the new empty store
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and not k.startswith("DSH_")}
+    env["HOME"] = str(home)
+    done = subprocess.run([*DSH, *command], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # docs/cli.md: the command failed
+    store = home / ".dsh" / "sessions.db"
+    assert done.stderr.startswith(f"error[STORE_NOT_FOUND]: no store yet: the default store "
+                                  f"{store} does not exist")
+    assert "(path=" not in done.stderr  # the message names the path whole
+    assert "dsh import --examples" in done.stderr and done.stdout == ""
+    assert list(home.iterdir()) == []
+
+
+def test_ls_with_a_fresh_home_says_there_are_no_sessions_yet_and_creates_no_store(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and not k.startswith("DSH_")}
+    env["HOME"] = str(home)
+    listed = subprocess.run([*DSH, "ls"], env=env, capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert listed.returncode == 0 and listed.stdout == ""  # an empty listing succeeds
+    assert listed.stderr == (f"no sessions yet: the default store {home}/.dsh/"
+                             "sessions.db does not exist; 'dsh import' adds some (try 'dsh "
+                             "import --examples')\n")
+    as_json = subprocess.run([*DSH, "ls", "--json"], env=env, capture_output=True, text=True,
+                             timeout=120, cwd=tmp_path)
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == []
+    assert list(home.iterdir()) == []

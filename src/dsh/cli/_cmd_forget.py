@@ -462,7 +462,8 @@ def gc(apply: Annotated[bool, typer.Option(
             out.print("the store log is empty: nothing was trashed, erased or set",
                       markup=False)
         return
-    with cli_store(store, wait=wait) as sessions, progress("gc") as bar:
+    # without --apply a read: a missing store is refused, not created
+    with cli_store(store, create=apply, wait=wait) as sessions, progress("gc") as bar:
         report = run_gc(sessions, apply=apply, by=_who(by),
                         progress=_drawn(bar) if bar.drawn else None)
     if receipt is not None and report.receipt is not None:
@@ -519,7 +520,8 @@ def retention(where: Annotated[list[str] | None, typer.Option(
     setting = keep or any(d is not None for d in (archive_after, trash_after, purge_after))
     if clear and setting:
         raise typer.BadParameter("--clear takes only --where")
-    with cli_store(store, wait=wait) as sessions:
+    # listing is a read: a missing store is refused, not created
+    with cli_store(store, create=clear or setting, wait=wait) as sessions:
         if clear:
             if not clear_retention(sessions, scope, by=_who(by)):
                 raise typer.BadParameter(f"no policy for {policy_label(scope)}",

@@ -26,6 +26,7 @@ from dsh.cli._common import (
     cli_store,
     foreign_entries,
     json_mode,
+    missing_default_store,
     model_view,
     read_session,
     require_session,
@@ -87,6 +88,15 @@ def ls(store: StoreOption = None, json_: JsonOption = False,
         raise typer.BadParameter("give at most one of --trash, --archived and --all")
     which: Literal["listed", "trash", "archived", "all"] = (
         "trash" if trash else "archived" if archived else "all" if all_ else "listed")
+    missing = missing_default_store() if store is None else None
+    if missing is not None:  # a read creates no store: nothing to list yet (exit 0)
+        if json_:
+            render.write_json([])
+        else:
+            render.print_text(f"no sessions yet: the default store {missing} does not exist;"
+                              " 'dsh import' adds some (try 'dsh import --examples')",
+                              stderr=True)
+        return
     with cli_store(store, create=False) as sessions:
         url = sessions.url
         rows, unreadable = _rows(sessions, which)

@@ -13,6 +13,8 @@ from dsh.cli._common import (
     StoreOption,
     cli_store,
     default_store_url,
+    missing_default_store,
+    no_default_store,
     require_session,
     store_url,
 )
@@ -45,6 +47,9 @@ def view(
         raise ConfigError(f"dsh view needs the 'view' extra ({exc.name} is missing): "
                           f"{install_hint('view')}", code="VIEW_EXTRA_MISSING") from exc
     check_bind(host, token)
+    missing = missing_default_store() if store is None else None
+    if missing is not None:  # a read creates no store, nor the home folder
+        raise no_default_store(missing)
     url = store_url(store) if store is not None else default_store_url()
     location = store_path(url)
     if location is not None and not location.exists():

@@ -49,6 +49,25 @@ def dsh_home() -> Path:
     return Path(os.environ.get("DSH_HOME") or Path.home() / ".dsh").expanduser().resolve()
 
 
+def missing_default_store() -> Path | None:
+    """The default store's file when it does not exist yet, else None (nothing is created).
+
+    A read-only command run before anything was imported or run with this ``DSH_HOME`` finds
+    no store: it says so instead of creating ``sessions.db`` (and the home folder) as a side
+    effect of a read (docs/cli.md).
+    """
+    path = dsh_home() / DEFAULT_STORE_FILE
+    return None if os.path.lexists(path) else path
+
+
+def no_default_store(path: Path) -> ConfigError:
+    """The ``STORE_NOT_FOUND`` of a read-only command whose default store ``path`` is missing."""
+    return ConfigError(f"no store yet: the default store {path} does not exist (nothing was "
+                       "imported or run with this DSH_HOME); 'dsh import' adds sessions (try "
+                       "'dsh import --examples'), or pass --store", code="STORE_NOT_FOUND",
+                       path=str(path))
+
+
 def default_store_url() -> str:
     """Return ``sqlite:///<$DSH_HOME or ~/.dsh>/sessions.db``, creating the home folder (0700).
 
@@ -169,15 +188,20 @@ def cli_store(url: str | None, *, create: bool = True,
     Closing drains any write-behind writer, so a command's writes are durable on return. A
     read-only command (``create=False``) given an explicit URL that names nothing on disk, or a
     PostgreSQL schema holding no dsh store, fails instead of creating an empty store at a
-    mistyped path.
+    mistyped path; without a URL, when the default store does not exist yet, it fails the same
+    way and creates neither the store nor the home folder (:func:`missing_default_store`).
 
     A session another process is writing is waited for, up to ``wait`` seconds, before the
     command fails with :func:`busy_for_people`'s message.
 
     Raises:
-        ConfigError: code STORE_NOT_FOUND for such a URL.
+        ConfigError: code STORE_NOT_FOUND for such a URL, or a missing default store.
     """
     url = store_url(url) if url is not None else None
+    if url is None and not create:
+        missing = missing_default_store()
+        if missing is not None:
+            raise no_default_store(missing)
     if url is not None and not create:
         location = store_path(url)
         if location is not None and not location.exists():
