@@ -1463,6 +1463,76 @@ def test_rows_text_of_a_span_skips_the_rowid_without_copying_the_rows() -> None:
         dj.c_rows_text(rows, -1, 5, 1)
 
 
+# what a committed SQLite row can hold in each seal column: any text (unicode, control
+# characters, NUL, empty) but lone surrogates (SQLite TEXT is UTF-8), int64s to both ends,
+# blobs, NULL where the column allows it
+_SEAL_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
+_SEAL_INT = st.integers(-2**63, 2**63 - 1)
+_SEAL_ROW = st.tuples(
+    st.one_of(st.none(), _SEAL_TEXT),  # type
+    _SEAL_INT,  # time
+    st.one_of(_SEAL_TEXT, st.binary(max_size=8)),  # data
+    st.one_of(st.none(), st.binary(max_size=8), _SEAL_TEXT),  # source_event_seqs
+    st.one_of(st.none(), _SEAL_TEXT),  # surface_op
+    st.one_of(st.none(), st.sampled_from([0, 1]), _SEAL_INT))  # ignorable
+
+
+@settings(max_examples=examples(100), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(seqs=st.lists(st.integers(0, 2**62), min_size=1, max_size=6, unique=True),
+       columns=st.lists(_SEAL_ROW, min_size=6, max_size=6))
+def test_seal_row_text_of_sqlite_rows_is_the_python_rows_text(
+        seqs: list[int], columns: list[tuple[Any, ...]]) -> None:
+    # The SQLite seal text has three emitters: _seal.rows_text (Python, the reference),
+    # rows_text (C, from Python rows) and seal_row_text (C, from SQLite's C API, inside
+    # read_rows). The C ones are checked on the same rows of a real SQLite file: rows_text's
+    # bytes are the reference's, and seal_row_text's checksum of each row, and of all of them
+    # as one record, is the crc32 of the reference's bytes (read_rows exposes only that).
+    import _sqlite3
+    import sqlite3
+    import tempfile
+    import zlib
+    from contextlib import closing
+
+    from dsh.persistence._seal import rows_text
+
+    assert dj.c_sqlite_bind is not None and dj.c_read_rows is not None
+    assert dj.c_rows_text is not None
+    if not dj.c_sqlite_bind(getattr(_sqlite3, "__file__", None)):
+        pytest.skip("this Python's SQLite exports no C API to bind")
+    rows = [(seq, *column) for seq, column in zip(sorted(seqs), columns, strict=False)]
+    sql = ("SELECT rowid, seq, type, time, data, source_event_seqs, surface_op, ignorable "
+           "FROM events WHERE session_id = ? AND session_id = ? AND seq >= ? AND seq < ? "
+           "ORDER BY seq")  # read_rows binds (session_id, session_id, lo, hi)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rows.db"
+        with closing(sqlite3.connect(path)) as db, db:
+            db.execute("CREATE TABLE events (session_id TEXT, seq INTEGER, type TEXT, time "
+                       "INTEGER, data, source_event_seqs, surface_op TEXT, ignorable INTEGER)")
+            db.executemany("INSERT INTO events VALUES ('s', ?, ?, ?, ?, ?, ?, ?)", rows)
+        with closing(sqlite3.connect(path)) as db:
+            read = db.execute(sql, ("s", "s", 0, 2**62 + 1)).fetchall()
+        assert [row[1:] for row in read] == rows  # stored as given: every class kept
+        reference = [rows_text([row]) for row in rows]
+        assert dj.c_rows_text(read, 0, len(read), 1) == rows_text(rows)
+        assert [dj.c_rows_text([row]) for row in rows] == reference
+        per_row = [(seq, seq + 1, zlib.crc32(text)) for seq, text in zip(sorted(seqs),
+                                                                          reference,
+                                                                          strict=True)]
+        whole = [(0, 2**62 + 1, zlib.crc32(rows_text(rows)))]
+        conn = dj.c_sqlite_open(f"{path.as_uri()}?mode=ro")
+        for records in (per_row, whole):
+            checked, _, _ = dj.c_read_rows(conn, sql, "s", 0, 2**62 + 1, records, 0, 0,
+                                           set(), frozenset(), {}, "openai-agents")
+            assert checked == len(records)
+        # a checksum one bit off is refused at that record: the comparison has teeth
+        wrong = [*per_row[:-1], (*per_row[-1][:2], per_row[-1][2] ^ 1)]
+        checked, rows_out, _ = dj.c_read_rows(conn, sql, "s", 0, 2**62 + 1, wrong, 0, 0,
+                                              set(), frozenset(), {}, "openai-agents")
+        assert checked == len(wrong) - 1 and rows_out is None
+        del conn
+
+
 @settings(max_examples=examples(200), deadline=None)
 @given(seqs=st.lists(st.one_of(st.integers(-2, 12), st.booleans(), st.floats(0, 12),
                                st.none(), st.integers(2**63, 2**64)), max_size=12),
