@@ -7,8 +7,10 @@ Rule: docs/rules.md#restore-points-are-never-the-truth.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -363,8 +365,9 @@ def test_a_restore_point_naming_a_cut_after_the_seals_digests_is_refused(
 def test_a_forged_page_in_index_does_not_stop_the_writer(
         root: Path, small_restore_points: None) -> None:
     # docs/rules.md: restore points are never the truth. A zi: index whose entries are not the
-    # ends it names fails the page-in (RESTORE_POINT_MISMATCH) but is no damage of the log:
-    # before, the session noted it as damage and its writer refused every later write
+    # ends it names is no damage of the log: before, the session noted it as damage and its
+    # writer refused every later write; then the page-in failed (RESTORE_POINT_MISMATCH); now
+    # it reads the log's own index and serves the events
     long_store("jsonl", root)
     point = restore_point(root, "jsonl")
     text = rp.PageIndex(list(point.anchor.index)).pack()
@@ -376,9 +379,7 @@ def test_a_forged_page_in_index_does_not_stop_the_writer(
     strip_marks(root, "jsonl")
     with dsh.open(url_of("jsonl", root)).sessions as store:
         session = store.session("s")
-        with pytest.raises(dsh.LogCorruptError) as info:
-            session.events[0]
-        assert info.value.code == "RESTORE_POINT_MISMATCH"
+        assert session.events[0]["seq"] == 0  # before: RESTORE_POINT_MISMATCH
         assert session.log_damage is None
         count = len(session.events)
         session.append("turn/start", {"turn": 31})
@@ -386,6 +387,64 @@ def test_a_forged_page_in_index_does_not_stop_the_writer(
     with dsh.open(url_of("jsonl", root)).sessions as store:
         events = store.session("s").events
         assert events[count]["type"] == "turn/start" and events[count]["data"]["turn"] == 31
+
+
+def _flip_index_bytes(root: Path) -> rp.RestorePoint:
+    """Flip bytes inside the restore point's packed page-in index (digest recomputed)."""
+    point = restore_point(root, "jsonl")
+    assert isinstance(point.anchor.index, rp.PageIndex) and not point.anchor.index.inflated
+    head, _, packed = point.anchor.index.pack().rpartition(":")
+    raw = bytearray(base64.b64decode(packed))
+    for at in range(2, len(raw), 3):  # past zlib's two header bytes
+        raw[at] ^= 0x5A
+    flipped = rp.PageIndex.unpack(f"{head}:{base64.b64encode(bytes(raw)).decode('ascii')}")
+    with pytest.raises(dsh.LogCorruptError) as info:
+        list(rp.PageIndex.unpack(flipped.pack()))
+    assert info.value.code == "RESTORE_POINT_MISMATCH"
+    ckpt_file(root).write_bytes(rp.encode_restore_point(
+        replace(point, anchor=replace(point.anchor, index=flipped))))
+    return point
+
+
+def test_a_page_in_index_with_flipped_bytes_falls_back_to_reading_the_log(
+        root: Path, small_restore_points: None, caplog: pytest.LogCaptureFixture) -> None:
+    # docs/rules.md#restore-points-are-never-the-truth: a damaged zi: index (its bytes flipped,
+    # the body digest recomputed, as a restore point written by a buggy writer would be) makes
+    # the page-in read the log's own index, reported as a refused restore point; before, every
+    # read of an event before the cut failed with RESTORE_POINT_MISMATCH
+    long_store("jsonl", root)
+    full_root = root.parent / "full"
+    shutil.copytree(root, full_root)
+    for ckpt in full_root.rglob("*.ckpt"):
+        ckpt.unlink()
+    point = _flip_index_bytes(root)
+    strip_marks(root, "jsonl")
+    with dsh.open(url_of("jsonl", full_root)).sessions as store:
+        expected = list(store.session("s").events)
+    refused = rp.stats["refused:index"]
+    with caplog.at_level(logging.WARNING, logger="dsh"), \
+            dsh.open(url_of("jsonl", root)).sessions as store:
+        session = store.session("s")
+        assert isinstance(session._log, PagedLog)  # resumed through the restore point
+        # every event, those before the cut too (the end-seed a resume appends: its own time)
+        assert list(session.events)[:-1] == expected[:-1]
+        assert session.events[-1]["type"] == expected[-1]["type"] == "session/end-seed"
+        assert session.log_damage is None
+        assert rp.stats["refused:index"] == refused + 1
+        session.append("turn/start", {"turn": 31})
+        store.flush(session)
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelno == logging.WARNING and "page-in index" in r.getMessage()]
+    assert warnings[0].startswith("session 's': the page-in index of the restore point (")
+    assert warnings[0].endswith("; paging in through the log's own index")
+    # the writer's next restore point carries the log's own index: it inflates
+    later = restore_point(root, "jsonl")
+    pairs = list(later.anchor.index)  # read whole: it holds what it claims
+    assert pairs[0] == point.anchor.index[0] and pairs == sorted(set(pairs))
+    with dsh.open(url_of("jsonl", root)).sessions as store:
+        events = store.session("s").events
+        assert list(events)[:len(expected) - 1] == expected[:-1]
+        assert events[len(expected)]["data"]["turn"] == 31
 
 
 def test_a_restore_point_mismatch_names_the_session_and_where_its_restore_point_is(

@@ -131,12 +131,20 @@ class RestorePointRefused(Exception):
         self.error = error
 
 
-def note_refusal(session_id: str, reason: str, error: LogCorruptError | None = None) -> None:
-    """Count and log a refused restore point of ``session_id`` (DEBUG; WARNING with ``error``)."""
+def note_refusal(session_id: str, reason: str, error: LogCorruptError | None = None, *,
+                 instead: str = "reading the whole log") -> None:
+    """Count and log a refused restore point of ``session_id`` (DEBUG; WARNING with ``error``).
+
+    ``instead`` says what is read in its place, after ``error``'s message (which is prefixed
+    with the session unless it names it already).
+    """
     stats["refused"] += 1
     stats[f"refused:{reason.split(':')[0]}"] += 1
     if error is not None:
-        logger.warning("session %s: %s; reading the whole log", session_id, error.message)
+        if error.where.get("session_id") == session_id:
+            logger.warning("%s; %s", error.message, instead)
+        else:
+            logger.warning("session %s: %s; %s", session_id, error.message, instead)
         return
     logger.debug("session %s: restore point not used (%s); reading the whole log", session_id,
                  reason)

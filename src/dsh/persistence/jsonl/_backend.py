@@ -1488,13 +1488,50 @@ class JsonlHandle(HandleBase):
         seal_digest = self._seal_binding(end)
         if seal_digest is None:
             return None
+        try:
+            entries: Sequence[tuple[int, int]] = list(tail.index)
+        except LogCorruptError as exc:
+            if exc.code != "RESTORE_POINT_MISMATCH":
+                raise
+            # the index a resume took from its restore point does not match: this writer's
+            # next restore point carries the log's own (restore points are never the truth)
+            rp.note_refusal(self._id, "index", exc,
+                            instead="the next restore point takes the log's own index")
+            entries = tail.index = self._log_index(tail.size)
+        index = tuple(entry for entry in entries if entry[0] < tail.durable_count
+                      and entry[1] < end)
         return rp.Anchor(
             backend=jrp.backend_kind(self._backend.compression), session_id=self._id,
             incarnation=tail.header_digest, event_count=tail.durable_count, byte_offset=end,
             header_digest=tail.header_digest, tail_digest=rp.digest(last),
-            seal_digest=seal_digest,
-            index=tuple(entry for entry in tail.index if entry[0] < tail.durable_count
-                        and entry[1] < end))
+            seal_digest=seal_digest, index=index)
+
+    def _log_index(self, end: int) -> list[tuple[int, int]]:
+        """The page-in index of the log's bytes ``[0, end)``, sampled as a full read samples it.
+
+        ``end`` is a record boundary. For a restore point's index that does not hold what it
+        claims (docs/rules.md#restore-points-are-never-the-truth).
+
+        Raises:
+            LogCorruptError: those bytes do not read as a log (the damage named as a full read
+                names it), or the file is shorter than ``end``.
+        """
+        path = str(self.path)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise LogCorruptError(f"session log {path} cannot be read again ({exc}); resume "
+                                  "the session again", path=path) from exc
+        try:
+            data = jrp.pread(fd, end, 0)
+        finally:
+            os.close(fd)
+        if len(data) != end:
+            raise LogCorruptError(f"session log {path} holds {len(data)} bytes, fewer than the "
+                                  f"{end} the session read; it changed under the session, "
+                                  "resume it again", path=path, byte_offset=len(data))
+        parsed = parse_log(data, compression=self._backend.compression, path=path)
+        return [entry for entry in parsed.index if entry[1] < end]
 
     def _seal_binding(self, end: int) -> str | None:
         """The anchor's ``sealDigest`` for a cut at byte ``end`` ("" without a seal).
@@ -1646,7 +1683,8 @@ class JsonlHandle(HandleBase):
             self.path, self._backend.compression, anchor.event_count, anchor.byte_offset,
             anchor.index, seals=self._tail.seals,
             elided=None if cut is None or zstd
-            else lambda: read_elided(seal_path, cut, chain=False)[0])
+            else lambda: read_elided(seal_path, cut, chain=False)[0],
+            session_id=self._id, rebuild_index=lambda: self._log_index(anchor.byte_offset))
         return restore_point, ColdRead(header, tuple(events), None, found.revision), source
 
     def _zstd_chain_after(self, anchor: rp.Anchor

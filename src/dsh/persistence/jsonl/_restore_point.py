@@ -272,13 +272,25 @@ class JsonlPrefixSource:
         seals: Raw JSONL: the seal records read at the resume.
         elided: Reads the seal records before the cut that the resume left unread (past a
             :class:`~dsh.persistence._seal.SealCut`), called on the first page-in.
+        session_id: The session, named where a fallback is reported.
+        rebuild_index: Reads the log's bytes before the cut and returns their page-in index
+            (what a full read samples), or raises ``LogCorruptError`` naming the damage. Called
+            when the restore point's packed index turns out not to hold what it claims
+            (``RESTORE_POINT_MISMATCH``): a restore point is never the truth
+            (docs/rules.md#restore-points-are-never-the-truth), so the page-in falls back to
+            reading the log, reported as a refused restore point (``refused:index``, logged
+            at WARNING), instead of failing. None: the mismatch is raised.
     """
 
     def __init__(self, path: Path, compression: str, cut: int, cut_offset: int,
                  index: Sequence[tuple[int, int]],
                  seals: Sequence[tuple[int, int, int]] | None = None, *,
-                 elided: Callable[[], Sequence[tuple[int, int, int]]] | None = None) -> None:
+                 elided: Callable[[], Sequence[tuple[int, int, int]]] | None = None,
+                 session_id: str = "",
+                 rebuild_index: Callable[[], Sequence[tuple[int, int]]] | None = None) -> None:
         self._path = path
+        self._session_id = session_id
+        self._rebuild_index = rebuild_index
         # raw JSONL: the seal records over the prefix (read before the log at the resume); a
         # page is checked against every record it touches before it is decoded, each record
         # once (docs/rules.md#verified-page-in). ``elided`` reads those a resume left unread
@@ -371,13 +383,31 @@ class JsonlPrefixSource:
             last_seq, last_offset = self._index[-1]
             if start >= last_seq:  # (an open turn's window): the other entries are not needed
                 return last_seq, self._cut, last_offset, self._cut_offset
-            self._seqs = [seq for seq, _ in self._index]
-            self._offsets = [offset for _, offset in self._index]
+            pairs = self._pairs()
+            self._seqs = [seq for seq, _ in pairs]
+            self._offsets = [offset for _, offset in pairs]
         first = bisect.bisect_right(self._seqs, start) - 1
         last = bisect.bisect_left(self._seqs, stop)
         if last < len(self._offsets):
             return self._seqs[first], self._seqs[last], self._offsets[first], self._offsets[last]
         return self._seqs[first], self._cut, self._offsets[first], self._cut_offset
+
+    def _pairs(self) -> Sequence[tuple[int, int]]:
+        """Every index entry: the restore point's, else (it does not match) the log's own.
+
+        Raises:
+            LogCorruptError: ``RESTORE_POINT_MISMATCH`` without ``rebuild_index``; the
+                damage a read of the log before the cut found.
+        """
+        try:
+            return list(self._index)
+        except LogCorruptError as exc:
+            if exc.code != "RESTORE_POINT_MISMATCH" or self._rebuild_index is None:
+                raise
+            rp.note_refusal(self._session_id, "index", exc,
+                            instead="paging in through the log's own index")
+        self._index = pairs = list(self._rebuild_index())
+        return pairs
 
     def _text(self, offset: int, end: int, start: int) -> tuple[bytes, bool]:
         """The logical text of bytes ``[offset, end)``, checked; and whether all of it is.
