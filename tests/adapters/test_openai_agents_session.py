@@ -820,3 +820,116 @@ def test_a_damaged_row_in_a_10k_item_session_is_named_and_refuses_the_next_write
     session.close()
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
         assert db.execute("SELECT count(*) FROM events").fetchone() == rows  # nothing appended
+
+
+def test_a_held_session_returns_fresh_items_its_caller_may_change(store: str) -> None:
+    # docs/adapters.md#openai-agents-sdk: a held session's whole-history read parses its
+    # cached texts (no walk); each call gives new containers, so a caller changing what it
+    # was given (or what it handed to add_items) changes neither the log nor a later read
+    turns = _long_turns(0, 3)
+
+    async def body() -> None:
+        session = DshSession("held", store)
+        handed = [dict(item) for item in turns]
+        await session.add_items(handed)
+        handed[0]["content"] = "changed after add_items"
+        handed.append({"role": "user", "content": "appended after add_items"})
+        first = await session.get_items()
+        assert first == turns
+        first[0]["content"] = "changed by the caller"
+        first[1]["arguments"] = "{\"rm\": true}"
+        del first[2]["output"]
+        first.append({"role": "user", "content": "injected"})
+        second = await session.get_items()
+        assert second == turns
+        assert all(a is not b for a, b in zip(first, second, strict=False))
+        events = [e for e in session._log.session.events if e["type"] == "user/message"]
+        assert events[0]["data"]["content"] == [{"type": "text", "text": "q0"}]
+        session.close()
+        reopened = DshSession("held", store)
+        assert await reopened.get_items() == turns
+        reopened.close()
+    run(body())
+
+
+def test_a_held_sessions_whole_read_equals_the_walk_after_each_operation(store: str) -> None:
+    # the no-walk read of a held session (LiveLog._live_texts) gives what the walk gives
+    # (LiveLog._view, asked for through a limit beyond the history), and declines where the
+    # walk is needed: a pop, a clear, several records in one event, a repair result
+    from dsh.adapters import _log
+
+    answers: list[bool] = []
+    live_texts = _log.LiveLog._live_texts
+
+    def spy(self: Any, *args: Any) -> Any:
+        found = live_texts(self, *args)
+        answers.append(found is not None)
+        return found
+
+    async def body() -> None:
+        session = DshSession("walk", store)
+
+        async def same() -> list[Any]:
+            whole = await session.get_items()
+            assert whole == await session.get_items(limit=10 ** 6)
+            return whole  # type: ignore[no-any-return]
+
+        await session.add_items(_long_turns(0, 2))
+        assert await same() == _long_turns(0, 2)
+        grouped = [{"type": "reasoning", "id": "rs_9", "summary": []},
+                   {"type": "function_call", "call_id": "g1", "name": "f", "arguments": "{}"},
+                   {"type": "function_call", "call_id": "g2", "name": "f", "arguments": "{}"}]
+        await session.add_items([{"role": "user", "content": "go"}, *grouped])
+        assert await same() == [*_long_turns(0, 2), {"role": "user", "content": "go"},
+                                *grouped]  # the open calls are not answered yet
+        await session.add_items([{"type": "function_call_output", "call_id": "g1",
+                                  "output": "one"}])
+        await session.add_items([{"role": "user", "content": "next"}])  # g2: closed early
+        after = await same()
+        assert {"type": "function_call_output", "call_id": "g2"} not in after
+        assert after[-1] == {"role": "user", "content": "next"}
+        await session.pop_item()
+        assert (await same())[-1] == {"type": "function_call_output", "call_id": "g1",
+                                      "output": "one"}
+        await session.clear_session()
+        assert await same() == []
+        await session.add_items(_long_turns(5, 1))
+        assert await same() == _long_turns(5, 1)
+        session.close()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_log.LiveLog, "_live_texts", spy)
+        run(body())
+    assert answers[:2] == [True, True]  # the plain session and the grouped records: no walk
+    assert False in answers  # closed early, popped, cleared: the walk
+
+
+def test_add_items_stores_non_json_types_as_sqlite_session_does(store: str,
+                                                                tmp_path: Path) -> None:
+    # plain JSON items are checked and copied in one pass; anything else (a tuple, an enum
+    # member, a non-string key) is stored as json.dumps makes it, as SQLiteSession stores it
+    import enum
+
+    class Role(enum.StrEnum):
+        USER = "user"
+
+    odd = [{"role": Role.USER, "content": "enum"},
+           {"role": "user", "content": [{"type": "input_text", "text": "t"}], "pair": (1, 2),
+            "keys": {1: "one"}},
+           {"role": "user", "content": "float", "n": 1.5, "whole": 2.0}]
+
+    async def body() -> None:
+        ours = DshSession("odd", store)
+        theirs = SQLiteSession("odd", tmp_path / "sdk.db")
+        await ours.add_items(odd)  # type: ignore[arg-type]
+        await theirs.add_items(odd)  # type: ignore[arg-type]
+        got, expected = await ours.get_items(), await theirs.get_items()
+        assert got[:2] == expected[:2] == [
+            {"role": "user", "content": "enum"},
+            {"role": "user", "content": [{"type": "input_text", "text": "t"}], "pair": [1, 2],
+             "keys": {"1": "one"}}]
+        assert got[2] == expected[2] == {"role": "user", "content": "float", "n": 1.5,
+                                         "whole": 2}
+        ours.close()
+        theirs.close()
+    run(body())

@@ -858,11 +858,63 @@ class LiveLog:
                                       cold.encoded, synthesize, limit)
                 marks = self._live_marks()
                 session = self.session
+                if limit is None:
+                    texts = self._live_texts(session.surface.nodes, session.event_at, marks,
+                                             synthesize)
+                    if texts is not None:  # a held session's whole history: no walk
+                        nodes = session.surface.nodes
+                        items = _loads_texts(texts[0]) if texts[0] else []
+                        if len(items) == len(nodes) and () not in texts[1]:
+                            # (so one record a node, at index 0: view() makes the triples)
+                            return nodes, items
+                        keys = [(seq, index) for seq, found in zip(nodes, texts[1], strict=True)
+                                for index in range(len(found))]
+                        return [(seq, index, item) for (seq, index), item
+                                in zip(keys, items, strict=True)]
                 return self._view(session.surface.nodes, session.event_at, marks,
                                   self._encoded, synthesize, limit)
         finally:
             if collecting:
                 gc.enable()
+
+    def _live_texts(self, nodes: Sequence[int], event_at: Callable[[int], Event],
+                    marks: _Marks, synthesize: Callable[[Event], Sequence[Any]]
+                    ) -> tuple[list[bytes], list[tuple[bytes, ...]]] | None:
+        """The JSON texts of the live model view's records, when no walk is needed; else None.
+
+        No walk is needed when every mark is taken in (``marks.low == 0``) and none removes,
+        clears or overrides a record: then :meth:`_view`'s answer is each surface node's
+        records in order. Nodes not encoded yet (appended since the last read) are encoded
+        into the cache as :meth:`_view` would. None also when a record is one orjson cannot
+        encode (the walk copies it).
+
+        Returns:
+            ``(texts, encoded)``: the texts in order, and each node's (a tuple of its records'
+            texts, along ``nodes``).
+        """
+        if marks.low != 0 or marks.removed or marks.overrides or marks.cleared_through >= 0:
+            return None
+        cache = self._encoded
+        encoded = list(map(cache.get, nodes))
+        if None in encoded:
+            fmt = self.fmt
+            at = encoded.index(None)
+            while True:
+                seq = nodes[at]
+                event = event_at(seq)
+                records = records_of(event, fmt)
+                if records is None:
+                    records = () if is_removal(event) else synthesize(event)
+                encoded[at] = cache[seq] = tuple(map(_encode, records))
+                try:
+                    at = encoded.index(None, at + 1)
+                except ValueError:
+                    break
+        texts = [text for found in cast("list[tuple[bytes | None, ...]]", encoded)
+                 for text in found]
+        if None in texts:
+            return None
+        return cast("list[bytes]", texts), cast("list[tuple[bytes, ...]]", encoded)
 
     def _live_marks(self) -> _Marks:
         """The marks of the live session, fed its latest events (opens it first)."""

@@ -44,9 +44,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from dsh._errors import AdapterError
+from dsh._errors import AdapterError, InvalidJsonError
 from dsh._install import install_hint
 from dsh._messages import create_assistant_message, create_user_message
 from dsh.adapters._log import (
@@ -141,7 +141,14 @@ def _model_blocks(item: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _normalize(items: Any, session_id: str) -> list[dict[str, Any]]:
-    """Plain JSON copies of ``items`` (as ``SQLiteSession`` stores them), checked whole."""
+    """Frozen JSON copies of ``items`` (the values ``SQLiteSession`` stores), checked whole.
+
+    An item of plain JSON types (``dict``, ``list``, ``str``, ``int``, ``float``, ``bool``,
+    None: what the SDK hands over) is checked and copied in one pass (:func:`snapshot_json`),
+    and the events made of it reuse that copy instead of walking the item again. Any other
+    item goes through ``json.dumps`` first, as ``SQLiteSession`` stores it (tuples become
+    lists, enum members their values, keys strings), then the same check.
+    """
     if not isinstance(items, list):
         raise AdapterError(f"add_items takes a list of items (got {type(items).__name__})",
                            code="ADAPTER_ITEM", session_id=session_id)
@@ -153,8 +160,10 @@ def _normalize(items: Any, session_id: str) -> list[dict[str, Any]]:
                                f"input item); got {item!r:.80}; nothing was written",
                                code="ADAPTER_ITEM", session_id=session_id, line=index)
         try:
-            plain = json.loads(json.dumps(item))
-            snapshot_json(plain)
+            try:
+                plain = cast("dict[str, Any]", snapshot_json(item))
+            except InvalidJsonError:  # not of plain JSON types: as SQLiteSession encodes it
+                plain = cast("dict[str, Any]", snapshot_json(json.loads(json.dumps(item))))
         except (TypeError, ValueError) as exc:
             raise AdapterError(f"item {index} of add_items is not JSON dsh can store ({exc}); "
                                f"nothing was written", code="ADAPTER_ITEM",
