@@ -80,3 +80,26 @@ def test_asides_are_kept_replaced_and_dropped(kind: str, tmp_path: Path) -> None
         store.drop_asides("never")
     memory = Persistence(open_backend("memory:"))
     assert not memory.write_aside("a", "idx", b"x") and memory.read_aside("a", "idx") is None
+
+
+def test_conforms_answers_as_isinstance_of_a_protocol_of_methods(tmp_path: Path) -> None:
+    # conforms(obj, protocol) is decided once per class: the same answer as isinstance for
+    # every backend and page-in source the cold read asks about
+    from dsh.persistence import SelectsEvents, conforms
+    from dsh.persistence._restore_point import OpensAtRestorePoint
+
+    class Selects:
+        def read_selected(self, start: int, stop: int, seqs: object, types: object) -> None:
+            return None
+
+    sqlite = open_backend(f"sqlite:///{tmp_path / 's.db'}")
+    memory = open_backend("memory:")
+    try:
+        for obj in (sqlite, memory, Selects(), object()):
+            for protocol in (OpensAtRestorePoint, SelectsEvents):
+                assert conforms(obj, protocol) is isinstance(obj, protocol), (obj, protocol)
+        assert conforms(Selects(), SelectsEvents) and not conforms(object(), SelectsEvents)
+        assert not conforms(sqlite, OpensAtRestorePoint)  # (PostgreSQL's backend does)
+    finally:
+        sqlite.close()
+        memory.close()

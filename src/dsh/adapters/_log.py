@@ -38,7 +38,14 @@ from dsh.adapters._records import RECORD_KEY as RECORD_KEY
 from dsh.adapters._records import record_picker, records_at
 from dsh.agent import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
-from dsh.persistence import Persistence, SelectsEvents, WriteBehind, open_backend, read_pages
+from dsh.persistence import (
+    Persistence,
+    SelectsEvents,
+    WriteBehind,
+    conforms,
+    open_backend,
+    read_pages,
+)
 from dsh.session import (
     PAGE_EVENTS,
     Event,
@@ -970,7 +977,7 @@ class LiveLog:
         source cannot vouch for a range, the walk pages it in as before.
         """
         if marks.low == 0 or not isinstance(events, PagedLog) \
-                or not isinstance(events.source, SelectsEvents):
+                or not conforms(events.source, SelectsEvents):  # type: ignore[type-abstract]  # (a protocol is the class asked about)
             return  # (marks taken in down to seq 0: a walk before this one read it all)
         source, cut = events.source, events.cut
         pick = record_picker(self.fmt)

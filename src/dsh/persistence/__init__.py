@@ -63,6 +63,7 @@ from dsh.persistence._contract import Rewrites as Rewrites
 from dsh.persistence._contract import SchemaVersioned as SchemaVersioned
 from dsh.persistence._contract import Scrubs as Scrubs
 from dsh.persistence._contract import Tails as Tails
+from dsh.persistence._contract import conforms as conforms
 from dsh.persistence._contract import session_id_problem as session_id_problem
 from dsh.persistence._paths import replace_durably as replace_durably
 from dsh.persistence._urls import no_scheme, refuse_fragment, store_path, url_path

@@ -20,12 +20,24 @@ Shapes:
 
 from __future__ import annotations
 
+import functools
 import json as std_json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, Self, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Literal,
+    NamedTuple,
+    Protocol,
+    Self,
+    TypeGuard,
+    TypeVar,
+    runtime_checkable,
+)
 
 from dsh._errors import DshError, SessionFormatUnsupportedError
 from dsh.json import FrozenDict, snapshot_json
@@ -64,12 +76,15 @@ __all__ = [
     "Tails",
     "TornTail",
     "check_session_id",
+    "conforms",
     "format_version_refusal",
     "metadata_problem",
     "normalize_header",
     "session_id_problem",
     "validate_batch",
 ]
+
+_P = TypeVar("_P")
 
 OpenMode = Literal["read", "write"]
 """``"read"``: shared, never writes. ``"write"``: exclusive across threads and processes."""
@@ -714,6 +729,24 @@ the facade's listings (``list_headers``, ``list``, ``list_entries``) leave it ou
 
 MAX_ID_SEGMENT_BYTES = 255
 """Longest storage form of a session id (its JSONL folder name; most file systems' limit)."""
+
+
+def conforms(obj: object, protocol: type[_P]) -> TypeGuard[_P]:
+    """``isinstance(obj, protocol)`` for a runtime-checkable protocol of methods, per class.
+
+    A protocol check walks the protocol's members on every call (0.02-0.07 ms the first
+    time in a process, 0.005-0.01 after): a cold read asks twice per open. The answer of
+    a protocol of methods depends on the class alone, so it is decided once per class
+    (``issubclass``); objects that take methods as instance attributes are not served here.
+    """
+    cls: Any = type(obj)  # (classes are hashable; typeshed's type[object] says otherwise)
+    asked: Any = protocol
+    return _class_conforms(cls, asked)
+
+
+@functools.cache
+def _class_conforms(cls: type, protocol: type) -> bool:
+    return issubclass(cls, protocol)
 
 
 def session_id_problem(session_id: str) -> str | None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 from dsh._errors import DshError, LogCorruptError
 from dsh.json import FrozenDict, loads
 from dsh.persistence import _restore_point as ck
-from dsh.persistence._contract import ReadsRanges, TornTail
+from dsh.persistence._contract import ReadsRanges, TornTail, conforms
 from dsh.persistence._legacy import stored_prescan
 from dsh.session import (
     KNOWN_EVENT_TYPES,
@@ -174,7 +174,7 @@ def read_pages(persistence: Persistence, session_id: str, *,
             refused the log (a paged read that doubts anything falls back to it).
     """
     backend = persistence.backend
-    if backend.capabilities.restore_points and isinstance(backend, ck.OpensAtRestorePoint):
+    if backend.capabilities.restore_points and conforms(backend, ck.OpensAtRestorePoint):  # type: ignore[type-abstract]  # (a protocol is the class asked about)
         # the lookup reads it too, and the asides' heads
         opened = backend.open_at_restore_point(session_id, aside_heads=aside_heads)
         heads: Mapping[str, bytes | None] = opened.aside_heads
