@@ -728,6 +728,24 @@ def test_a_tailed_seq_beyond_int64_is_refused_not_raised() -> None:
             rp.decode_restore_point(forged, session_id="s", backend="sqlite")
 
 
+def test_a_tailed_list_with_other_than_ascii_digits_is_refused() -> None:
+    # the head count, head max and tail seqs of "zt:" are ASCII digits (head max -1: no
+    # head); a sign, a space, an empty seq or another script's digit is a refused restore point
+    nodes = list(range(0, 3 * rp.PACKED_NODES_MIN, 3))
+    body = packed_point(nodes, 3 * rp.PACKED_NODES_MIN).partition(b"\n")[2]
+    text = _nodes_value(body)
+    parts = text.split(b":", 5)
+    for index, value in ((2, b"-1"), (2, b"+4"), (3, b" 7"), (4, parts[4] + b","),
+                         (4, b"1,,2"), (4, parts[4] + ",\u0663".encode()),
+                         (3, "\u0663".encode())):
+        forged_parts = list(parts)
+        forged_parts[index] = value
+        forged = _resealed(body.replace(text, b":".join(forged_parts)))
+        with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
+            rp.decode_restore_point(forged, session_id="s", backend="sqlite")
+    assert rp.decode_restore_point(_resealed(body), session_id="s", backend="sqlite")
+
+
 def test_a_million_event_surface_is_read_back_packed() -> None:
     # an uncompacted 1M-event msg session holds ~364k nodes: they come back as one int64
     # buffer (NodeSeqs), inflated a chunk at a time, equal to the seqs written
