@@ -1562,6 +1562,54 @@ def test_sqlite_pinned_schema_digests_are_those_of_the_canonical_objects(
     assert not schema.is_canonical_schema(altered, 17)
 
 
+def test_sqlite_stored_schema_digests_are_those_of_files_created_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An open takes a file's stored schema rows by their digest, else compares them normalised.
+
+    Rule: docs/formats.md#schema-17, docs/formats.md#files-and-connections.
+    """
+    for version in (14, 17):
+        path = tmp_path / f"s{version}.db"
+        backend = SqliteBackend(path, schema=version)
+        assert not backend.exists("nobody")
+        backend.close()
+        conn = raw(path)
+        try:
+            rows = conn.execute(schema._SCHEMA_ROWS).fetchall()
+            assert hashlib.sha256(repr(rows).encode()).hexdigest() == \
+                schema.STORED_SCHEMA_DIGESTS[version]
+            assert schema.has_canonical_schema(conn, version)
+            assert not schema.has_canonical_schema(conn, 31 - version)
+            # another writer's whitespace: not the stored digest, still dsh's schema
+            monkeypatch.setitem(schema.STORED_SCHEMA_DIGESTS, version, "0" * 64)
+            assert schema.has_canonical_schema(conn, version)
+            assert not schema.has_canonical_schema(conn, 31 - version)
+        finally:
+            conn.close()
+    # schema text edited in place: whitespace is still dsh's schema (the normalised
+    # comparison), anything else keeps the typed refusal
+    monkeypatch.undo()
+    path = tmp_path / "s17.db"
+    for edit, refused in (("sql || '  '", False),
+                          ("replace(sql, 'TABLE sessions', 'TABLE sessions /* x */')", True)):
+        conn = raw(path)
+        try:
+            conn.execute("PRAGMA writable_schema = ON")
+            conn.execute(f"UPDATE sqlite_schema SET sql = {edit} WHERE name = 'sessions'")
+        finally:
+            conn.close()
+        backend = SqliteBackend(path)
+        try:
+            if refused:
+                with pytest.raises(LogCorruptError) as caught:
+                    backend.exists("nobody")
+                assert caught.value.code == "SCHEMA_MISMATCH"
+            else:
+                assert not backend.exists("nobody")
+        finally:
+            backend.close()
+
+
 def test_sqlite_frozen_events_come_back_frozen(tmp_path: Path) -> None:
     """docs/rules.md#immutability: events read from SQLite are immutable Event objects."""
     backend = backend_with(tmp_path, events=prefix())

@@ -132,6 +132,7 @@ from dsh.persistence.sqlite._schema import (
     decode_session_row,
     encode_batch,
     encode_sealed_batch,
+    has_canonical_schema,
     is_canonical_schema,
     is_sealed_incarnation,
     is_uuid,
@@ -616,8 +617,8 @@ class _Connection:
             path=self.path, version=version)
 
     def _check_objects(self, version: int) -> None:
-        found = schema_objects(self.conn)
-        if not is_canonical_schema(found, version):
+        if not has_canonical_schema(self.conn, version):
+            found = schema_objects(self.conn)
             expected = canonical_schema_objects(version)
             extra = sorted({o[1] for o in found} ^ {o[1] for o in expected}) or sorted(
                 {o[1] for o in set(found) ^ set(expected)})
