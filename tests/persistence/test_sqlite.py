@@ -1243,7 +1243,7 @@ def test_sqlite_keeps_large_data_as_text_when_its_zstandard_frame_is_not_smaller
         def compress(self, data: bytes) -> bytes:
             return data + b"\x00"
 
-    monkeypatch.setattr(schema, "_COMPRESSOR", NoGain())
+    monkeypatch.setattr(schema, "_zstd", lambda: (NoGain(), None))
     event = ev("goal/change", 0, {"text": "q" * 5000})
     backend = backend_with(tmp_path, events=[event])
     conn = raw(db_path(tmp_path))
@@ -1252,6 +1252,26 @@ def test_sqlite_keeps_large_data_as_text_when_its_zstandard_frame_is_not_smaller
     assert kind == "text"
     assert list(read_all(backend).events) == [event]
     backend.close()
+
+
+def test_sqlite_reader_of_small_rows_loads_no_zstandard(tmp_path: Path) -> None:
+    """zstandard and the search index module are imported when a row or a search needs them.
+
+    Rule: docs/formats.md#schema-17 (only data of 4096 bytes or more is a zstd frame).
+    """
+    small = backend_with(tmp_path, events=[ev("goal/change", 0, {"text": "q"})])
+    small.close()
+    store = db_path(tmp_path)
+    code = ("import sys; from dsh.persistence import Persistence, open_backend\n"
+            f"p = Persistence(open_backend('sqlite:///{store}'))\n"
+            "assert len(p.read('s1').events) == 1\n"
+            "print(sorted(m for m in ('zstandard', 'dsh.persistence._search') "
+            "if m in sys.modules))\n"
+            "p.backend.search_index().close()\n"
+            "print('dsh.persistence._search' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout.split("\n")
+    assert out[:2] == ["[]", "True"]
 
 
 # --- provenance varints ---------------------------------------------------------------------

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Concatenate, Final, Literal, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Final, Literal, NoReturn, ParamSpec, TypeVar
 from urllib.parse import quote
 
 from dsh._errors import (
@@ -112,7 +112,6 @@ from dsh.persistence._seal import (
     stage_seal,
     staged_name,
 )
-from dsh.persistence._search import SIDECAR_NAME, SearchIndex, SidecarIndex, SqliteFreshness
 from dsh.persistence.sqlite import _restore_point as srp
 from dsh.persistence.sqlite._schema import (
     APPLICATION_ID,
@@ -141,6 +140,9 @@ from dsh.persistence.sqlite._schema import (
     sealed_incarnation,
     session_header,
 )
+
+if TYPE_CHECKING:
+    from dsh.persistence._search import SearchIndex
 from dsh.session import SESSION_FORMAT_VERSION, Event
 
 __all__ = [
@@ -895,6 +897,8 @@ class SqliteBackend:
 
         Opened on first use; the caller closes it.
         """
+        from dsh.persistence._search import SIDECAR_NAME, SidecarIndex, SqliteFreshness
+
         path = self.path
         return SidecarIndex(path.with_name(path.name + SIDECAR_NAME),
                             SqliteFreshness(path))

@@ -25,9 +25,8 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import zstandard
 from orjson import dumps as _orjson_dumps
 from orjson import loads as _orjson_loads
 
@@ -53,6 +52,9 @@ from dsh.session import (
     decode_storage_record,
     pack_chunk_runs,
 )
+
+if TYPE_CHECKING:
+    import zstandard
 
 __all__ = [
     "APPLICATION_ID",
@@ -407,14 +409,23 @@ def decode_source_event_seqs(blob: bytes) -> FrozenList:
     return FrozenList(values)
 
 
-_COMPRESSOR: Final = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=False)
-_DECOMPRESSOR: Final = zstandard.ZstdDecompressor()
+@cache
+def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    """The row codec (compressor, decompressor), made at first use.
+
+    Most opens never meet a row of 4096 bytes or more, and ``zstandard`` is a third of a
+    megabyte of a reader's memory.
+    """
+    import zstandard
+
+    return (zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=False),
+            zstandard.ZstdDecompressor())
 
 
 def _encode_data(text: bytes) -> str | bytes:
     """TEXT below 4096 bytes; else a zstd frame if strictly smaller (docs/formats.md#schema-17)."""
     if len(text) >= ZSTD_DATA_THRESHOLD_BYTES:
-        frame = _COMPRESSOR.compress(text)
+        frame = _zstd()[0].compress(text)
         if len(frame) < len(text):
             return frame
     return text.decode("utf-8")
@@ -425,6 +436,9 @@ def _decompress(blob: bytes, limit: int | None) -> bytes:
 
     The frame's content-size field is not trusted for allocation (docs/formats.md#schema-17).
     """
+    import zstandard
+
+    decompressor = _zstd()[1]
     try:
         declared = zstandard.frame_content_size(blob)
         if limit is not None:
@@ -434,11 +448,11 @@ def _decompress(blob: bytes, limit: int | None) -> bytes:
             if declared < 0:
                 # Unknown size: the bounded one-shot decoder fails rather than grow past limit.
                 try:
-                    _DECOMPRESSOR.decompress(blob, max_output_size=limit)
+                    decompressor.decompress(blob, max_output_size=limit)
                 except zstandard.ZstdError as exc:
                     raise RowError(f"compressed data does not decode within the {limit} byte "
                                    f"packed-row limit: {exc}") from exc
-        obj = _DECOMPRESSOR.decompressobj()
+        obj = decompressor.decompressobj()
         out = obj.decompress(blob)
     except zstandard.ZstdError as exc:
         raise RowError(f"data is not a valid Zstandard frame: {exc}") from exc
