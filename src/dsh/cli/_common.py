@@ -518,9 +518,12 @@ def deferred_interrupts() -> Iterator[list[int]]:
     finish the write it is in, or stop between two of them, and then say so. The previous
     handler is back when the block ends. Outside the main thread Python delivers no signal
     to a handler of ours: the list stays empty and Ctrl-C is handled as it would be anyway.
+    An ignored SIGINT (``nohup``, a ``cmd &`` of a non-interactive shell) stays ignored: the
+    list stays empty, so a Ctrl-C meant for the foreground never stops a background import.
     """
     caught: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
         yield caught
         return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
