@@ -39,7 +39,13 @@ def test_ctrl_c_keeps_what_was_imported_and_leaves_no_empty_session(tmp_path: Pa
     first = command.stdout.readline()  # printed as soon as the first file is done
     assert first.startswith("imported  00000000-0000-4000-8000-000000000000  (claude-code)")
     command.send_signal(signal.SIGINT)
-    rest, err = command.communicate(timeout=120)
+    # Not communicate(): it reads the pipes' descriptors and would lose the lines readline
+    # buffered past the first (two outcomes can arrive in one read on a busy machine).
+    with command:  # closes both pipes
+        rest = command.stdout.read()
+        assert command.stderr is not None
+        err = command.stderr.read()  # a few lines: the pipe cannot fill while stdout is read
+        command.wait(timeout=120)
     assert command.returncode == 130, err
     printed = [line.split()[1] for line in [first, *rest.splitlines()]
                if line.startswith("imported  ")]
