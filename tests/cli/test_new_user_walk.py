@@ -349,3 +349,29 @@ def test_ls_with_a_fresh_home_says_there_are_no_sessions_yet_and_creates_no_stor
                              timeout=120, cwd=tmp_path)
     assert as_json.returncode == 0 and json.loads(as_json.stdout) == []
     assert list(home.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["auto", "codex", "dsh", "claude-code-json", "openai-chat"])
+def test_import_of_a_line_that_is_not_json_names_the_file_line_and_column(
+        tmp_path: Path, fmt: str) -> None:
+    (tmp_path / "F.jsonl").write_text('{"a":1}\nnot json\n')
+    args = ["import", "F.jsonl"] + ([] if fmt == "auto" else ["--format", fmt])
+    if fmt == "claude-code-json":
+        args = ["import", "F.jsonl", "--format", "claude-code"]
+        (tmp_path / "F.jsonl").write_text('{"type":"user"}\nnot json\n')
+    done = dsh(tmp_path, *args)
+    assert done.returncode == 1
+    assert "F.jsonl:2: " in done.stdout + done.stderr
+    assert "not valid JSON at column 1: " in done.stdout + done.stderr
+    assert "line 1" not in done.stdout + done.stderr
+
+
+def test_import_of_a_claude_code_line_without_a_type_says_the_field_is_missing(
+        tmp_path: Path) -> None:
+    (tmp_path / "F.jsonl").write_text('{"a":1, "b\\u001b[31m":2}\nnot json\n')
+    done = dsh(tmp_path, "import", "F.jsonl", "--format", "claude-code")
+    out = done.stdout + done.stderr
+    assert done.returncode == 1
+    assert ('F.jsonl:1: a Claude Code record needs a string "type" field; this object has none '
+            "(keys: a, 'b\\x1b[31m')") in out
+    assert "\x1b" not in out

@@ -285,8 +285,7 @@ class _Scan:
     def _add(self, path: Path, line: int, offset: int, r: Any) -> None:
         """The reference of :meth:`add` (what ``c_claude_line`` shortcuts)."""
         if not isinstance(r, dict) or not isinstance(r.get("type"), str):
-            raise _error(path, line, "record must be a JSON object with a string type, found "
-                         f"{type(r).__name__}")
+            raise _not_a_record(path, line, r)
         if not self.first_line:
             self.first_line = line
         kind = r["type"]
@@ -383,6 +382,31 @@ def _error(path: Path, line: int, message: str) -> Exception:
 
     return ImportFormatError(f"claude-code {message} at line {line}", path=str(path), line=line,
                              format=FORMAT)
+
+
+_JSON_KINDS: Final = {dict: "an object", list: "an array", str: "a string", int: "a number",
+                     float: "a number", bool: "a boolean", type(None): "null"}
+
+
+def _not_a_record(path: Path, line: int, r: Any) -> Exception:
+    """The error for a line that is not a Claude Code record (an object with a string type).
+
+    Says what the line is instead; an object's keys are the file's text, shown through
+    :func:`dsh.transcript.printable` (docs/cli.md#output) and cut to the first few.
+    """
+    from dsh._errors import ImportFormatError
+    from dsh.transcript import printable
+
+    if isinstance(r, dict):
+        keys = ", ".join(printable(repr(k) if not k.isidentifier() else k) for k in list(r)[:8])
+        more = f", … {len(r) - 8} more" if len(r) > 8 else ""
+        found = (f"this object's \"type\" is {_JSON_KINDS.get(type(r['type']), 'not a string')}"
+                 if "type" in r else f"this object has none (keys: {keys or 'none'}{more})")
+        what = f"needs a string \"type\" field; {found}"
+    else:
+        what = f"is a JSON object with a string \"type\" field; this line is {_JSON_KINDS[type(r)]}"
+    return ImportFormatError(f"{path}:{line}: a Claude Code record {what}", path=str(path),
+                             line=line, format=FORMAT)
 
 
 def _sidechain_groups(

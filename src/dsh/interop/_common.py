@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
+import orjson
+
 from dsh._errors import DshError, EventRejectedError, ImportFormatError, InvalidJsonError
 from dsh.json import (
     MAX_SAFE_INTEGER,
@@ -502,6 +504,22 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+def _fault(text: bytes, error: InvalidJsonError, line: int) -> tuple[int, str]:
+    """The file line of the fault in ``text`` (which starts at ``line``), and ``at column N:
+    reason``.
+
+    The column counts characters within that file line, from 1 (the parser's own message
+    counts lines within the record, which reads as a contradiction of the file line). A fault
+    only the lossless rules see (docs/formats.md#lossless-json) keeps ``error``'s text.
+    """
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError as bad:
+        if "surrogate" not in bad.msg and "recursion" not in bad.msg:
+            return line + bad.lineno - 1, f"at column {bad.colno}: {bad.msg}"
+    return line, f"({error.message})"
+
+
 def decode_line(text: bytes, path: Path, fmt: str, line: int) -> Any:
     """Decode one record (a line without its newline) of a ``fmt`` source, plain containers.
 
@@ -519,9 +537,10 @@ def decode_line(text: bytes, path: Path, fmt: str, line: int) -> Any:
     try:
         value = loads_plain(text, long_number=long_number)
     except InvalidJsonError as exc:
+        line, where = _fault(text, exc, line)
         raise ImportFormatError(
-            f"{_kind(fmt)} record at line {line} is not valid JSON ({exc.message})",
-            path=str(path), line=line, format=fmt) from exc
+            f"{path}:{line}: {_kind(fmt)} record is not valid JSON {where}; fix or delete that "
+            "line", path=str(path), line=line, format=fmt) from exc
     # Counting brackets bounds the depth from above, so the walk runs only on suspect records.
     if brackets > MAX_RECORD_DEPTH and _depth(value) > MAX_RECORD_DEPTH:
         raise ImportFormatError(
