@@ -115,7 +115,8 @@ def test_import_malformed_middle_line_names_the_line(tmp_path: Path) -> None:
     lines = (EXAMPLES / "codex" / "legacy-interrupted.jsonl").read_text().split("\n")
     lines[2] = lines[2][:-3]
     path = _write(tmp_path, "bad.jsonl", "\n".join(lines).encode())
-    with pytest.raises(ImportFormatError, match=r"bad.jsonl:3: codex record is not valid JSON at column \d+") as info:
+    with pytest.raises(ImportFormatError,
+                       match=r"bad.jsonl:3: codex record is not valid JSON at column \d+") as info:
         import_file(path, "codex")
     assert info.value.where["line"] == 3
 

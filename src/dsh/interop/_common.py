@@ -505,8 +505,7 @@ def _depth(value: Any) -> int:
 
 
 def _fault(text: bytes, error: InvalidJsonError, line: int) -> tuple[int, str]:
-    """The file line of the fault in ``text`` (which starts at ``line``), and ``at column N:
-    reason``.
+    """The file line of the fault in ``text`` (starting at ``line``) and ``at column N: why``.
 
     The column counts characters within that file line, from 1 (the parser's own message
     counts lines within the record, which reads as a contradiction of the file line). A fault
