@@ -188,6 +188,7 @@ def test_claude_code_non_object_line_is_refused(tmp_path: Path) -> None:
     source = (EXAMPLES / "claude-code" / "simple.jsonl").read_text()
     path = tmp_path / "s.jsonl"
     path.write_text(source + "[1, 2]\n")
-    with pytest.raises(ImportFormatError, match="at line 8") as info:
+    with pytest.raises(ImportFormatError, match=r"s.jsonl:8: a Claude Code record must be a JSON "
+                       r"object with a string \"type\" field; this line is an array") as info:
         import_file(path, "claude-code")
     assert info.value.where["line"] == 8

@@ -404,7 +404,8 @@ def _not_a_record(path: Path, line: int, r: Any) -> Exception:
                  if "type" in r else f"this object has none (keys: {keys or 'none'}{more})")
         what = f"needs a string \"type\" field; {found}"
     else:
-        what = f"is a JSON object with a string \"type\" field; this line is {_JSON_KINDS[type(r)]}"
+        what = ("must be a JSON object with a string \"type\" field; this line is "
+                f"{_JSON_KINDS[type(r)]}")
     return ImportFormatError(f"{path}:{line}: a Claude Code record {what}", path=str(path),
                              line=line, format=FORMAT)
 
