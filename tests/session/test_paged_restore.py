@@ -680,6 +680,48 @@ def test_select_back_reads_back_by_type_in_growing_windows_and_pages_nothing_in(
         e for e in reversed(events[:cut - 1]) if e["type"] in _BRACKETS]
 
 
+def test_select_back_reads_the_noted_last_event_alone_then_windows_below_it() -> None:
+    events = _long_log(400)
+    cut = len(events) - 3
+    below = [e for e in reversed(events[:cut]) if e["type"] in _BRACKETS]
+    expected = [e for e in reversed(events) if e["type"] in _BRACKETS]
+    source = SelectingSource(events[:cut])
+    log = PagedLog(source)
+    log.extend(events[cut:])
+    log.note_last(_BRACKETS, below[0]["seq"], alone=True)
+    walk = log.select_back(_BRACKETS)
+    assert [next(walk) for _ in range(len(expected) - len(below) + 1)] == \
+        expected[:len(expected) - len(below) + 1]
+    assert source.picks == [(below[0]["seq"], below[0]["seq"] + 1, [below[0]["seq"]])]
+    assert source.selects == [] and source.reads == []
+    assert list(walk) == expected[len(expected) - len(below) + 1:]  # then windows below it
+    assert source.selects[0] == (below[0]["seq"] - 32, below[0]["seq"])
+    # not alone (a turn/end there): the windows start at it, not at the cut
+    ended = SelectingSource(events[:cut])
+    windowed = PagedLog(ended)
+    windowed.note_last(_BRACKETS, below[0]["seq"], alone=False)
+    assert list(windowed.select_back(_BRACKETS)) == below
+    assert ended.picks == [] and ended.selects[0] == (below[0]["seq"] + 1 - 32,
+                                                      below[0]["seq"] + 1)
+    # other types, or a stop below the cut, read as before
+    assert list(log.select_back(("turn/start",))) == [
+        e for e in reversed(events) if e["type"] == "turn/start"]
+    assert list(log.select_back(_BRACKETS, stop=cut - 1)) == [
+        e for e in reversed(events[:cut - 1]) if e["type"] in _BRACKETS]
+    # none below the cut: nothing read; a noted seq of another type is refused
+    plain = SelectingSource([e for e in events[:cut] if e["type"] not in _BRACKETS])
+    none = PagedLog(plain)
+    none.note_last(_BRACKETS, -1, alone=False)
+    assert list(none.select_back(_BRACKETS)) == [] and plain.selects == plain.picks == []
+    wrong = PagedLog(SelectingSource(events[:cut]))
+    wrong.note_last(_BRACKETS, next(e["seq"] for e in reversed(events[:cut])
+                                    if e["type"] not in _BRACKETS), alone=True)
+    with pytest.raises(LogCorruptError, match="restore point's state"):
+        list(wrong.select_back(_BRACKETS))
+    with pytest.raises(ValueError, match="below the cut"):
+        wrong.note_last(_BRACKETS, cut, alone=False)
+
+
 def test_select_back_pages_in_where_the_source_cannot_select_or_pages_are_cached() -> None:
     events = _long_log(100)
     cut = len(events)

@@ -132,7 +132,7 @@ class PagedLog(Sequence[Event]):
         source: Serves seqs ``0 .. len(source) - 1``.
     """
 
-    __slots__ = ("_cut", "_damage", "_pages", "_picked", "_source", "_tail")
+    __slots__ = ("_cut", "_damage", "_last", "_pages", "_picked", "_source", "_tail")
 
     def __init__(self, source: EventSource) -> None:
         self._source = source
@@ -141,6 +141,8 @@ class PagedLog(Sequence[Event]):
         self._tail: list[Event] = []
         self._pages: OrderedDict[int, Sequence[Event]] = OrderedDict()
         self._picked: dict[int, Event] = {}  # events read by pick(), served before pages
+        # (types, seq): the last event below the cut of one of those types is at seq (-1: none)
+        self._last: tuple[frozenset[str], int, bool] | None = None
 
     @property
     def source(self) -> EventSource:
@@ -405,6 +407,22 @@ class PagedLog(Sequence[Event]):
                 return found[0]
         return self[index]
 
+    def note_last(self, types: Collection[str], seq: int, *, alone: bool) -> None:
+        """Note that the last event below the cut whose type is in ``types`` is at ``seq``.
+
+        ``seq`` is -1 when no event of ``types`` is below the cut. What the restore point's
+        state says of the prefix (``turnBoundary``, ``turnOpen``: docs/formats.md#restore-points),
+        for :meth:`select_back` of exactly these ``types``: it reads nothing below the cut for
+        -1; with ``alone`` (the caller's walk stops at that event: a ``turn/start``) it reads
+        that one event alone (:meth:`lone`), else its windows start at ``seq``, not the cut.
+
+        Raises:
+            ValueError: ``seq`` is not -1 or a seq below the cut.
+        """
+        if type(seq) is not int or not -1 <= seq < self._cut:
+            raise ValueError(f"seq {seq!r} is not -1 or below the cut {self._cut}")
+        self._last = (frozenset(types), seq, alone)
+
     def select_back(self, types: Collection[str], stop: int | None = None
                     ) -> Iterator[Mapping[str, Any]]:
         """Yield the events below ``stop`` (default: all) whose type is in ``types``, newest first.
@@ -428,6 +446,21 @@ class PagedLog(Sequence[Event]):
             if event["type"] in types:
                 yield event
         high, size = min(stop, cut), SELECT_BACK_FIRST
+        last = self._last
+        if last is not None and high == cut and last[0] == frozenset(types):
+            # the noted last event of these types: nothing of them lies above it below the cut
+            if last[1] < 0:
+                return
+            high = last[1] + 1
+            if last[2]:
+                event = self.lone(last[1])
+                if event["type"] not in types:
+                    raise LogCorruptError(
+                        f"the event at seq {last[1]} is a {event['type']!r}, not the last of "
+                        "the types the restore point's state names; the log changed under the "
+                        "session, resume it again", seq=last[1])
+                yield event
+                high = last[1]
         while high > 0:
             low = max(0, high - size)
             yield from reversed(self._selected(low, high, types))

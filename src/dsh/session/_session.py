@@ -233,6 +233,7 @@ def _shape_error(event: Any, index: int, appended: bool, problem: str) -> EventR
 _CORE_SHAPED: Final = frozenset({*SURFACE_EVENT_TYPES, "request/header", "turn/start", "turn/end",
                                   "step/start", "step/end", "steering/message", "mode/set"})
 _TURN_SHAPED: Final = frozenset({"turn/start", "turn/end", "step/start", "step/end"})
+_TURN_BRACKETS: Final = frozenset({"turn/start", "turn/end"})
 _BARE_END_KINDS: Final = frozenset({"completed", "blocked", "max-tokens", "interrupted"})
 
 
@@ -639,6 +640,16 @@ class PrefixState(Protocol):
         ...
 
     @property
+    def turn_boundary(self) -> int:
+        """Seq of the last ``turn/start`` or ``turn/end`` covered, or -1 when none."""
+        ...
+
+    @property
+    def turn_open(self) -> bool:
+        """True when the event at :attr:`turn_boundary` is a ``turn/start``."""
+        ...
+
+    @property
     def request_header(self) -> FrozenDict | None:
         """The canonical request header folded so far, or None."""
         ...
@@ -924,6 +935,7 @@ class Session:
                           session_id=session_id)
         session._header = session._restore_header(header)
         log = session._log = PagedLog(source)
+        log.note_last(_TURN_BRACKETS, state.turn_boundary, alone=state.turn_open)
         # the surface stays packed: a state read with its head packed is inflated at first
         # need (LazyNodes), any other is one copy of its int64 buffer; no int per node
         nodes = state.nodes
