@@ -364,6 +364,7 @@ def test_import_of_a_line_that_is_not_json_names_the_file_line_and_column(
     assert "F.jsonl:2: " in done.stdout + done.stderr
     assert "not valid JSON at column 1: " in done.stdout + done.stderr
     assert "line 1" not in done.stdout + done.stderr
+    assert "F.jsonl: F.jsonl" not in done.stdout + done.stderr  # the path is said once
 
 
 def test_import_of_a_claude_code_line_without_a_type_says_the_field_is_missing(

@@ -835,8 +835,9 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
     for path, session_id in skipped:
         parts.append(Text.assemble(("skipped   ", "dim"),
                                    f"{session_id}  already imported  {path}"))
-    for path, reason in failed:
-        parts.append(Text.assemble(("failed    ", "bold red"), f"{path}: {reason}"))
+    for path, reason in failed:  # a reason that starts "path:line:" names the path already
+        said = reason if reason.startswith(f"{path}:") else f"{path}: {reason}"
+        parts.append(Text.assemble(("failed    ", "bold red"), said))
     for path, reason in ignored:
         parts.append(Text.assemble(("ignored   ", "dim"), f"{path}: {reason}"))
     if counts:
