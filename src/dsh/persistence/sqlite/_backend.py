@@ -36,7 +36,6 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, Final, Literal, NoReturn, ParamSpec, TypeVar
@@ -411,28 +410,6 @@ def _header_row(header: Mapping[str, object]) -> tuple[Any, ...]:
             h.get("seedLength"), h.get("origin"), h.get("delegationDepth"), h.get("agentPreset"))
 
 
-@dataclass(frozen=True, slots=True)
-class _ReadTail:
-    """What a read handle read through a restore point in one snapshot of its connection.
-
-    Attributes:
-        session_id: The session read.
-        data_version: ``PRAGMA data_version`` of the connection in that snapshot.
-        restore_point: The restore point sidecar's bytes.
-        row: The session row decoded: header (without sidecar metadata), incarnation,
-            revision.
-        last: The last row before the cut (None: none).
-        rows: The rows from the cut on.
-    """
-
-    session_id: str
-    data_version: int
-    restore_point: bytes
-    row: tuple[FrozenDict, str, int]
-    last: Row | None
-    rows: list[Row]
-
-
 class _Connection:
     """One opened, validated SQLite connection (docs/formats.md#files-and-connections)."""
 
@@ -488,9 +465,6 @@ class _Connection:
         self._file = (info.st_dev, info.st_ino)
         self._store_id = row[0]
         self._pid = os.getpid()
-        # a read handle's snapshot through a restore point, for the next handle to take
-        # (SqliteHandle._load_tail)
-        self.read_tail: _ReadTail | None = None
 
     def reusable(self) -> bool:
         """Whether this idle connection may serve another handle as validated.
@@ -1463,12 +1437,8 @@ class SqliteHandle(HandleBase):
         # does not show whether this thread is already inside a method (or lent it)
         self._users = 0
         self._c = backend._connect()
-        # what the connection's last read handle read (see _load_tail): this handle's only
-        self._read_tail, self._c.read_tail = self._c.read_tail, None
         try:
-            # the row is there and valid; its metadata sidecar is read (and checked) with the
-            # header by whatever reads the header next (read, the restore point's tail)
-            self._session_row(metadata=False)
+            self._session_row()
         except BaseException:
             backend._release(self._c)
             raise
@@ -1515,11 +1485,8 @@ class SqliteHandle(HandleBase):
         """``user_version`` of the file: 14 or 17."""
         return self._c.schema_version
 
-    def _session_row(self, *, metadata: bool = True) -> tuple[FrozenDict, str, int]:
-        """The session's header, incarnation and revision, from its row (validated).
-
-        ``metadata``: add the header metadata its sidecar keeps (one file read); False for a
-        caller that uses only the incarnation or revision, or checks that the row is there.
+    def _session_row(self) -> tuple[FrozenDict, str, int]:
+        """The session's header (with its sidecar metadata), incarnation and revision, validated.
 
         Raises:
             SessionNotFoundError: no row; LogCorruptError: an invalid row or sidecar.
@@ -1534,8 +1501,6 @@ class SqliteHandle(HandleBase):
             raise SessionNotFoundError(f"session {self._id!r} is not stored in {self._path}",
                                        session_id=self._id, path=self._path)
         header, incarnation, revision = decode_session_row(row, path=self._path)
-        if not metadata:
-            return header, incarnation, revision
         return (_with_metadata(header, incarnation, self._seal_file.with_suffix(".meta")),
                 incarnation, revision)
 
@@ -2240,23 +2205,12 @@ class SqliteHandle(HandleBase):
         data = rp.read_restore_point_file(self.restore_point_path())
         restore_point = rp.decode_restore_point(data, session_id=self._id, backend="sqlite",
                                                 where=self.restore_point_where())
-        cold, source = self._load_tail(restore_point, data)
+        cold, source = self._load_tail(restore_point)
         return restore_point, cold, source
 
-    def _load_tail(self, restore_point: rp.RestorePoint, data: bytes
+    def _load_tail(self, restore_point: rp.RestorePoint
                    ) -> tuple[ColdRead, srp.SqlitePrefixSource]:
-        """Check ``restore_point`` (sidecar bytes ``data``) and read the events after its cut.
-
-        A read handle leaves what it read in its snapshot on its connection
-        (:class:`_ReadTail`); the next handle that takes the connection, a writer's resume
-        of the same session, takes the session row, the last row before the cut and the
-        rows after it from there instead of reading them again, when nothing was committed
-        since (``PRAGMA data_version`` of that connection, in its transaction, unchanged:
-        no other connection committed, and a read handle and an idle connection commit
-        nothing) and the restore point's bytes are the same. Everything else is checked as
-        on a first read: the seal (its bytes before the cut hashed again), the header
-        metadata sidecar, the digests, and the rows against the seal records after the cut
-        (docs/formats.md#files-and-connections).
+        """Check ``restore_point`` against the database and read the events after its cut.
 
         Raises:
             RestorePointRefused: the stored prefix is not the one the restore point covers
@@ -2282,19 +2236,11 @@ class SqliteHandle(HandleBase):
                 data_version = conn.execute("PRAGMA data_version").fetchone()[0]
                 if self._mode == "write":
                     self._c.recheck_ownership()
-                read, self._read_tail = self._read_tail, None
-                if read is not None and read.session_id == self._id \
-                        and read.data_version == data_version and read.restore_point == data:
-                    bare, incarnation, revision = read.row
-                    last, rows = read.last, read.rows
-                else:
-                    bare, incarnation, revision = self._session_row(metadata=False)
-                    last = conn.execute(
-                        f"SELECT {_LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS} FROM events "
-                        "WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
-                        (self._id, cut)).fetchone()
-                    rows = self._rows_from(cut)
-                header = _with_metadata(bare, incarnation, self._seal_file.with_suffix(".meta"))
+                header, incarnation, revision = self._session_row()
+                last = conn.execute(f"SELECT {_LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS} "
+                                    "FROM events WHERE session_id = ? AND seq < ? ORDER BY seq "
+                                    "DESC LIMIT 1", (self._id, cut)).fetchone()
+                rows = self._rows_from(cut)
             finally:
                 conn.execute("COMMIT")
         except (sqlite3.Error, DshError):
@@ -2364,9 +2310,6 @@ class SqliteHandle(HandleBase):
             # while data_version stays put, the first append takes the stored tail from here
             # as it takes it after its own commit (no second look-back, no session row).
             self._quiet = (data_version, revision, incarnation, count)
-        else:  # for a writer's resume on this connection next (see above)
-            self._c.read_tail = _ReadTail(self._id, data_version, data,
-                                          (bare, incarnation, revision), last, rows)
         self._durable = (count, incarnation,
                          srp.last_row_digest(rows[-1][1:]) if rows else anchor.tail_digest)
         seal_file = self._seal_file
