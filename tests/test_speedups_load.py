@@ -1533,6 +1533,84 @@ def test_seal_row_text_of_sqlite_rows_is_the_python_rows_text(
         del conn
 
 
+def test_read_rows_waiting_for_a_writers_lock_lets_other_threads_run(tmp_path: Path) -> None:
+    # read_rows' first step takes SQLite's read lock and may wait on the busy timeout (5 s)
+    # for a writer: it must not hold the GIL while it waits. A database in delete journal
+    # mode, another process holding BEGIN EXCLUSIVE; the C read starts on a capsule that
+    # already read (its schema known: the prepare does not wait, the first step does).
+    # The holder commits only once this process's main thread has ticked 50 times after the
+    # read started: with the GIL held through the wait it cannot tick, the read gives up
+    # at the busy timeout (CFallback) and the ticks come after.
+    import _sqlite3
+    import sqlite3
+    import threading
+    import time
+    import zlib
+    from contextlib import closing
+
+    from dsh.persistence._seal import rows_text
+
+    assert dj.c_sqlite_bind is not None and dj.c_read_rows is not None
+    if not dj.c_sqlite_bind(getattr(_sqlite3, "__file__", None)):
+        pytest.skip("this Python's SQLite exports no C API to bind")
+    path = tmp_path / "rows.db"
+    rows = [(seq, "x/y", 1, f'{{"n":{seq}}}', None, None, 0) for seq in range(200)]
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA journal_mode=delete").fetchone()[0] == "delete"
+        with db:
+            db.execute("CREATE TABLE events (session_id TEXT, seq INTEGER, type TEXT, time "
+                       "INTEGER, data, source_event_seqs, surface_op TEXT, ignorable INTEGER)")
+            db.executemany("INSERT INTO events VALUES ('s', ?, ?, ?, ?, ?, ?, ?)", rows)
+    sql = ("SELECT rowid, seq, type, time, data, source_event_seqs, surface_op, ignorable "
+           "FROM events WHERE session_id = ? AND session_id = ? AND seq >= ? AND seq < ? "
+           "ORDER BY seq")
+    records = [(0, 200, zlib.crc32(rows_text(rows)))]
+    conn = dj.c_sqlite_open(f"{path.as_uri()}?mode=ro")
+
+    def read() -> Any:
+        return dj.c_read_rows(conn, sql, "s", 0, 200, records, 0, 0, set(), frozenset(), {},
+                              "openai-agents")
+
+    assert read()[0] == 1  # warmed: the schema is read
+    with subprocess.Popen(
+            [sys.executable, "-c",
+             "import sqlite3, sys\n"
+             "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+             "db.execute('BEGIN EXCLUSIVE')\n"
+             "print('held', flush=True)\n"
+             "sys.stdin.readline()\n"
+             "db.execute('COMMIT')\n", str(path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == "held\n"
+        ticks = 0
+        outcome: list[Any] = []
+        started = threading.Event()
+
+        def reader() -> None:
+            started.set()
+            try:
+                outcome.append(read())
+            except Exception as exc:  # (what the read raised is the outcome)
+                outcome.append(exc)
+            outcome.append(ticks)
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        started.wait()
+        while ticks < 50:
+            time.sleep(0.001)
+            ticks += 1
+        holder.stdin.write("commit\n")
+        holder.stdin.flush()
+        thread.join()
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    result, ticks_when_read = outcome
+    assert not isinstance(result, BaseException), result  # it waited for the commit
+    assert result[0] == 1 and ticks_when_read == 50
+
+
 @settings(max_examples=examples(200), deadline=None)
 @given(seqs=st.lists(st.one_of(st.integers(-2, 12), st.booleans(), st.floats(0, 12),
                                st.none(), st.integers(2**63, 2**64)), max_size=12),

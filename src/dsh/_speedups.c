@@ -6757,7 +6757,8 @@ cached_type(TypeCache *cache, sqlite3_stmt *stmt, PyObject *types, int *in_types
     return name;
 }
 
-/* read_rows lets the GIL go around one step in this many (the prepare always). */
+/* read_rows lets the GIL go around the first step and one in this many after it (the
+ * prepare always). */
 #define STEP_GIL_EVERY 64
 
 PyDoc_STRVAR(read_rows_doc,
@@ -6865,10 +6866,14 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         long long seq;
         int in_seqs, in_types = 0, packed, got, plain;
         PyObject *etype, *seq_obj, *where, *cut;
-        /* The GIL is let go around every STEP_GIL_EVERY-th step only: one release and
-         * take per row was a sixth of a whole-history read (275k rows for 100k SDK items),
-         * and another thread waits at most that many rows' reading. */
-        if ((++steps % STEP_GIL_EVERY) == 0) {
+        /* The GIL is let go around the first step and every STEP_GIL_EVERY-th after it.
+         * The first step takes SQLite's read lock and may wait up to the busy timeout for
+         * a writer (with the schema already read, as on a connection used before, the
+         * prepare does not): it never holds the GIL. Once the lock is held a step reads
+         * without waiting on another connection; one release and take per row was a sixth
+         * of a whole-history read (275k rows for 100k SDK items), so another thread waits
+         * at most STEP_GIL_EVERY - 1 rows' reading, never a lock wait. */
+        if ((steps++ % STEP_GIL_EVERY) == 0) {
             Py_BEGIN_ALLOW_THREADS
             rc = sq.step(stmt);
             Py_END_ALLOW_THREADS
@@ -7151,7 +7156,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 15) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 16) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -214,7 +214,7 @@ _SPEEDUPS_API: Final = (
     "read_rows")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 15
+_SPEEDUPS_API_VERSION: Final = 16
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
