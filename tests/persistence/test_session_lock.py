@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,43 @@ def test_a_refused_writer_does_not_read_a_symlinked_owner_file(tmp_path: Path) -
             _lock._held[holder._key] = key
         owner.unlink()
         holder.release()
+
+
+def test_an_owner_file_open_that_fails_is_a_typed_error_naming_it(tmp_path: Path) -> None:
+    # something there that is no file (a folder): before, the bare OSError (EISDIR)
+    lock_path = tmp_path / "s" / "session.lock"
+    owner = lock_path.with_name("session.lock.owner")
+    owner.mkdir(parents=True)
+    with pytest.raises(PersistenceError) as info:
+        SessionLock(lock_path, "s")
+    assert info.value.code == "LOCK_UNAVAILABLE"
+    assert info.value.where["path"] == str(owner)
+    assert f"cannot write the lock owner file {owner} of session 's'" in str(info.value)
+    owner.rmdir()
+    SessionLock(lock_path, "s").release()  # the lock was let go
+
+
+def test_an_owner_file_link_refused_with_emlink_is_named_as_symlink(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # FreeBSD's O_NOFOLLOW open of a symlink fails with EMLINK, not ELOOP
+    lock_path = tmp_path / "s" / "session.lock"
+    owner = lock_path.with_name("session.lock.owner")
+    owner.parent.mkdir()
+    owner.symlink_to(tmp_path / "elsewhere")
+    real_open = os.open
+
+    def freebsd_open(path: str, flags: int, mode: int = 0o777) -> int:
+        try:
+            return real_open(path, flags, mode)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OSError(errno.EMLINK, os.strerror(errno.EMLINK), path) from None
+            raise
+
+    monkeypatch.setattr(os, "open", freebsd_open)
+    with pytest.raises(PersistenceError) as info:
+        SessionLock(lock_path, "s")
+    monkeypatch.undo()
+    assert info.value.code == "SYMLINK" and info.value.where["path"] == str(owner)
+    owner.unlink()
+    SessionLock(lock_path, "s").release()

@@ -58,6 +58,9 @@ def _read_owner(owner_path: Path) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
+_LINK_ERRNOS: frozenset[int] = frozenset({errno.ELOOP, errno.EMLINK})
+"""What an ``O_NOFOLLOW`` open of a symlink fails with: ELOOP (Linux, macOS), EMLINK (FreeBSD)."""
+
 _resolved: dict[str, str] = {}
 """Lock folders (absolute) already resolved by this process, and what they resolved to."""
 
@@ -158,6 +161,9 @@ class SessionLock:
     Raises:
         SessionBusyError: another handle in this process, or another process, holds the lock;
             ``where`` carries ``pid``, ``host``, ``since`` (epoch ms) when the holder wrote them.
+        PersistenceError: ``SYMLINK`` a symlink at the lock or owner file;
+            ``LOCK_UNAVAILABLE`` the lock file or the owner file cannot be opened or written
+            (``path`` names which).
     """
 
     def __init__(self, lock_path: Path, session_id: str) -> None:
@@ -186,7 +192,7 @@ class SessionLock:
         except OSError as exc:  # a folder we may not write in
             with _held_mutex:
                 _held.pop(key, None)
-            if exc.errno == errno.ELOOP:  # the O_NOFOLLOW open met a link there
+            if exc.errno in _LINK_ERRNOS:  # the O_NOFOLLOW open met a link there
                 refuse_symlink(lock_path, "a lock file")  # SYMLINK, named
             raise PersistenceError(
                 f"cannot take the write lock {lock_path} of session {session_id!r}: "
@@ -209,16 +215,26 @@ class SessionLock:
             # written in place (a reader that finds it empty or half written asks again), and
             # emptied at release through the same descriptor
             try:
-                self._owner_fd = os.open(self.owner_path, os.O_WRONLY | os.O_CREAT
-                                         | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+                try:
+                    self._owner_fd = os.open(
+                        self.owner_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+                        | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+                except OSError as exc:
+                    # the O_NOFOLLOW open is the symlink check: one there is refused, named
+                    if exc.errno in _LINK_ERRNOS:
+                        refuse_symlink(self.owner_path, "a lock owner file")  # SYMLINK
+                    raise
+                os.ftruncate(self._owner_fd, 0)
+                data = json.dumps(info).encode()
+                if os.write(self._owner_fd, data) != len(data):
+                    raise OSError(f"short write to the lock owner file {self.owner_path}")
             except OSError as exc:
-                if exc.errno == errno.ELOOP:  # a symlink put there since the check above
-                    refuse_symlink(self.owner_path, "a lock owner file")  # SYMLINK, named
-                raise
-            os.ftruncate(self._owner_fd, 0)
-            data = json.dumps(info).encode()
-            if os.write(self._owner_fd, data) != len(data):
-                raise OSError(f"short write to the lock owner file {self.owner_path}")
+                raise PersistenceError(
+                    f"cannot write the lock owner file {self.owner_path} of session "
+                    f"{session_id!r}: {exc.strerror or exc}; the lock is not kept. It must be "
+                    f"a regular file dsh may write in the folder {lock_path.parent}: fix "
+                    "what is there or the folder's permissions", code="LOCK_UNAVAILABLE",
+                    session_id=session_id, path=str(self.owner_path)) from exc
         except BaseException:
             self.release()  # never keep a lock whose holder cannot be named
             raise
