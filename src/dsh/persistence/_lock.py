@@ -70,7 +70,10 @@ def _key(lock_path: Path) -> str:
 
     An absolute folder is resolved once per process (a walk of its components, one ``lstat``
     each); the key only names an in-process holder, since ``flock`` excludes every other
-    open of the file anyway, in this process too.
+    open of the file anyway, in this process too. That is why a resolution kept after the
+    folder was moved or relinked is safe: a second handle whose key differs is still refused
+    by ``flock`` (another open of the same file), and one whose key matches another file is
+    refused as busy; the cache can refuse too much, never let two writers in.
     """
     folder = str(lock_path.parent)
     if not lock_path.is_absolute():
