@@ -57,13 +57,16 @@ def store_path(url: str) -> Path | None:
 
     Raises:
         ConfigError: the URL has no scheme, an unknown scheme, a host, no path, or a
-            fragment.
+            fragment (a file or memory store URL, as :func:`dsh.persistence.open_backend`).
     """
     if not isinstance(url, str) or ":" not in url:
         raise no_scheme(url)
     scheme = url.split(":", 1)[0].lower()
     rest = url.split(":", 1)[1].split("?", 1)[0].split("#", 1)[0]
-    if scheme in ("memory", "postgresql", "postgres"):
+    if scheme in ("postgresql", "postgres"):
+        return None
+    if scheme == "memory":
+        refuse_fragment(url)  # (as open_backend does)
         return None
     if scheme in ("jsonl", "jsonl+zstd", "sqlite"):
         refuse_fragment(url)
