@@ -236,8 +236,14 @@ def test_dsh_search_trash_flag_and_a_query_without_a_word(tmp_path: Path) -> Non
     shown = subprocess.run([*cli, "search", "needle", "--trash", "--store", url],
                            capture_output=True, text=True, env=env, check=True)
     assert shown.stdout == "binned  #2  user  needle in the bin\n"
+    missing = subprocess.run([*cli, "search", "needle"], capture_output=True, text=True,
+                             env=env)  # no default store yet: a read creates none
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr.startswith("error[STORE_NOT_FOUND]: no store yet"), missing.stderr
+    assert not (tmp_path / "home").exists()
+    subprocess.run([*cli, "init"], env=env, check=True, capture_output=True)
     empty = subprocess.run([*cli, "search", "needle"], capture_output=True, text=True,
-                           env=env)  # the default store, a file without tables yet
+                           env=env)  # the default store, created empty
     assert (empty.returncode, empty.stdout) == (0, "")
     assert empty.stderr == "no message holds 'needle' in 0 sessions\n"
     for query in (['"'], ["-"]):
