@@ -447,6 +447,38 @@ def test_a_page_in_index_with_flipped_bytes_falls_back_to_reading_the_log(
         assert events[len(expected)]["data"]["turn"] == 31
 
 
+def test_a_page_in_index_naming_a_wrong_last_entry_falls_back_to_reading_the_log(
+        root: Path, small_restore_points: None) -> None:
+    # docs/rules.md#restore-points-are-never-the-truth: the page-in reads a window at or
+    # after the zi: index's last entry (an open turn's) from that entry alone, without
+    # unpacking the rest; a last entry naming the wrong seq (the right offset) made that read
+    # fail ("seq gap"), the log noted damaged and the next flush refused. Now the read refuses
+    # the index (refused:index), pages in through the log's own and retries once
+    long_store("jsonl", root)
+    point = restore_point(root, "jsonl")
+    fields = point.anchor.index.pack().split(":", 6)
+    last_seq = int(fields[4])
+    fields[4] = str(last_seq - 1)  # the same offset: the entry of seq last_seq
+    forged = rp.PageIndex.unpack(":".join(fields))
+    ckpt_file(root).write_bytes(rp.encode_restore_point(
+        replace(point, anchor=replace(point.anchor, index=forged))))
+    strip_marks(root, "jsonl")
+    refused = rp.stats["refused:index"]
+    with dsh.open(url_of("jsonl", root)).sessions as store:
+        session = store.session("s")
+        assert isinstance(session._log, PagedLog)  # resumed through the restore point
+        assert session.events[last_seq - 1]["seq"] == last_seq - 1  # before: LogCorruptError
+        assert session.events[last_seq]["seq"] == last_seq
+        assert session.log_damage is None
+        assert rp.stats["refused:index"] == refused + 1
+        count = len(session.events)
+        session.append("turn/start", {"turn": 31})
+        store.flush(session)  # before: WRITE_FAILED, the log named damaged
+    with dsh.open(url_of("jsonl", root)).sessions as store:
+        events = store.session("s").events
+        assert events[count]["type"] == "turn/start" and events[count]["data"]["turn"] == 31
+
+
 def test_a_restore_point_mismatch_names_the_session_and_where_its_restore_point_is(
         root: Path, small_restore_points: None) -> None:
     # docs/errors.md (RESTORE_POINT_MISMATCH): the message says what was wrong and where:
