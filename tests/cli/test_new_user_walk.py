@@ -308,7 +308,8 @@ def test_quarantine_unquarantine_and_redact_name_the_session_a_prefix_matched(
 
 READ_ONLY = [["show", "abc"], ["messages", "abc"], ["events", "abc"], ["search", "port"],
              ["verify", "abc"], ["verify", "--all"], ["export", "abc", "--format", "openai"],
-             ["gc"], ["gc", "--log"], ["retention"], ["view", "--no-browser"]]
+             ["gc"], ["gc", "--log"], ["retention"], ["view", "--no-browser"],
+             ["redact", "abc", "--seq", "1", "--dry-run"]]  # a dry run is a read
 
 
 @pytest.mark.parametrize("command", READ_ONLY, ids=" ".join)

@@ -248,7 +248,7 @@ def redact(session_id: SessionArg,
     """
     json_mode(json_)
     check_receipt(None if dry_run else receipt, force=force)
-    with cli_store(store, wait=wait) as sessions:
+    with cli_store(store, create=not dry_run, wait=wait) as sessions:  # a dry run: a read
         session_id = require_session(sessions, session_id, writes=not dry_run)
         result = redact_session(sessions, session_id, seqs=seq or None, match=match,
                                 secrets=secrets, dry_run=dry_run, reason=reason,
