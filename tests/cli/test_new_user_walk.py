@@ -333,6 +333,29 @@ def test_a_read_only_command_with_a_fresh_home_creates_no_store(
     assert list(home.iterdir()) == []
 
 
+ON_A_SESSION = [["rm", "abc"], ["restore", "abc"], ["resume", "abc"], ["fork", "abc"],
+                ["compact", "abc"], ["quarantine", "abc", "1"], ["unquarantine", "abc", "1"],
+                ["redact", "abc", "--seq", "1"]]
+
+
+def test_a_command_on_an_existing_session_with_a_fresh_home_creates_no_store(
+        tmp_path: Path) -> None:
+    # before: each created an empty ~/.dsh/sessions.db, then answered SESSION_NOT_FOUND; a
+    # command that can only act on a session already stored refuses as the reads do
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and not k.startswith("DSH_")}
+    env["HOME"] = str(home)
+    store = home / ".dsh" / "sessions.db"
+    for command in ON_A_SESSION:
+        done = subprocess.run([*DSH, *command], env=env, capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+        assert done.returncode == 1, (command, done.stderr)
+        assert done.stderr.startswith(f"error[STORE_NOT_FOUND]: no store yet: the default "
+                                      f"store {store} does not exist"), command
+        assert list(home.iterdir()) == [], command
+
 def test_ls_with_a_fresh_home_says_there_are_no_sessions_yet_and_creates_no_store(
         tmp_path: Path) -> None:
     home = tmp_path / "home"

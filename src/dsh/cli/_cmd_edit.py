@@ -50,7 +50,7 @@ def resume(session_id: SessionArg, store: StoreOption = None,
             half-written (docs/interop.md#staged-imports): importing its file again completes it.
     """
     json_mode(json_)
-    with cli_store(store, wait=wait) as sessions:
+    with cli_store(store, create=False, wait=wait) as sessions:
         session_id = require_session(sessions, session_id, writes=True)
         if session_id in staged_imports(sessions.persistence):
             hint = import_again_hint(sessions.persistence.read(session_id).stored_events)
@@ -98,7 +98,7 @@ def fork(
     """
     json_mode(json_)
     refuse_unprintable_id(as_, "'--as'")
-    with cli_store(store, wait=wait) as sessions:
+    with cli_store(store, create=False, wait=wait) as sessions:
         session_id = require_session(sessions, session_id)
         try:
             child_id = sessions.fork(session_id, at,
@@ -168,7 +168,7 @@ def compact(
         return compact_surface_region(session, span[0], span[1], summarizer=digest,
                                       flush=flush)
 
-    with cli_store(store, wait=wait) as sessions, progress("compacting") as bar:
+    with cli_store(store, create=False, wait=wait) as sessions, progress("compacting") as bar:
         bar.describe("reading the log")
         read = sessions.read(require_session(sessions, session_id, writes=True))
         session_id = str(read.header["id"])

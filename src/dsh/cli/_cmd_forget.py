@@ -93,7 +93,7 @@ def quarantine(session_id: SessionArg, seqs: SeqsArg,
     (docs/forgetting.md#quarantine).
     """
     json_mode(json_)
-    with cli_store(store, wait=wait) as sessions:
+    with cli_store(store, create=False, wait=wait) as sessions:
         session_id = require_session(sessions, session_id, writes=True)
         result = quarantine_messages(sessions, session_id, seqs, reason=reason, by=_who(by))
     _report("quarantined", result, json_)
@@ -104,7 +104,7 @@ def unquarantine(session_id: SessionArg, seqs: SeqsArg, by: ByOption = None,
                  json_: JsonOption = False) -> None:
     """Give quarantined messages back to the model view exactly as they were."""
     json_mode(json_)
-    with cli_store(store, wait=wait) as sessions:
+    with cli_store(store, create=False, wait=wait) as sessions:
         session_id = require_session(sessions, session_id, writes=True)
         result = unquarantine_messages(sessions, session_id, seqs, by=_who(by))
     _report("unquarantined", result, json_)
@@ -248,7 +248,7 @@ def redact(session_id: SessionArg,
     """
     json_mode(json_)
     check_receipt(None if dry_run else receipt, force=force)
-    with cli_store(store, create=not dry_run, wait=wait) as sessions:  # a dry run: a read
+    with cli_store(store, create=False, wait=wait) as sessions:
         session_id = require_session(sessions, session_id, writes=not dry_run)
         result = redact_session(sessions, session_id, seqs=seq or None, match=match,
                                 secrets=secrets, dry_run=dry_run, reason=reason,
@@ -385,7 +385,7 @@ def rm(session_ids: SessionsArg,
         raise typer.BadParameter("--receipt goes with --purge (moving to the trash erases "
                                  "nothing)", param_hint="'--receipt'")
     check_receipt(receipt, force=force)
-    with cli_store(store, wait=wait) as sessions:
+    with cli_store(store, create=False, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids]
         if purge:
             with deferred_interrupts() as interrupted:
@@ -404,7 +404,7 @@ def restore(session_ids: SessionsArg, by: ByOption = None, store: StoreOption = 
             wait: WaitOption = DEFAULT_WAIT_S, json_: JsonOption = False) -> None:
     """Give sessions back from the trash or the archive, exactly as they were."""
     json_mode(json_)
-    with cli_store(store, wait=wait) as sessions:
+    with cli_store(store, create=False, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids]
         result = restore_sessions(sessions, ids, by=_who(by))
     _report_trash("restored", result, json_)
