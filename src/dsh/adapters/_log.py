@@ -410,6 +410,15 @@ class _Marks:
         self.events = events
         self.low = self.seen = len(events)  # events[low:seen] are taken in
 
+    @property
+    def needs_walk(self) -> bool:
+        """Whether the model view needs the walk back along the surface.
+
+        False when every mark is taken in (``low == 0``) and none removes, clears or
+        overrides a record: then each surface node's records, in order, are the view.
+        """
+        return self.low != 0 or bool(self.removed or self.overrides) or self.cleared_through >= 0
+
     def feed(self, events: Sequence[Event]) -> None:
         """Take in the events appended since the last call (``events``: the log now)."""
         self.events = events
@@ -625,7 +634,7 @@ def _whole_view(nodes: Sequence[int], marks: _Marks,
     record at index 0, in node order: returned as those records alone (parsed by
     ``_loads_texts``, one per node of ``nodes``). None otherwise (the walk runs).
     """
-    if marks.low != 0 or marks.removed or marks.overrides or marks.cleared_through >= 0:
+    if marks.needs_walk:
         return None
     encoded = list(map(cache.get, nodes))
     if None in encoded:  # a node not cut (dsh wrote it, or the cut declined it)
@@ -899,7 +908,7 @@ class LiveLog:
             ``(texts, encoded)``: the texts in order, and each node's (a tuple of its records'
             texts, along ``nodes``).
         """
-        if marks.low != 0 or marks.removed or marks.overrides or marks.cleared_through >= 0:
+        if marks.needs_walk:
             return None
         cache = self._encoded
         encoded = list(map(cache.get, nodes))
