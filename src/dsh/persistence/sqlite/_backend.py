@@ -139,10 +139,10 @@ from dsh.persistence.sqlite._schema import (
     sealed_incarnation,
     session_header,
 )
+from dsh.session import SESSION_FORMAT_VERSION, Event
 
 if TYPE_CHECKING:
     from dsh.persistence._search import SearchIndex
-from dsh.session import SESSION_FORMAT_VERSION, Event
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT_MS",
