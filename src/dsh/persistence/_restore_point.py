@@ -491,8 +491,10 @@ def _tailed_nodes(text: str, count: int, origin: tuple[str, str]) -> NodeSeqs:
         raise ValueError("restore state field nodes is not a tailed node list")
     tail_text = parts[4]
     try:
-        # one parse of the 256 tail seqs, then their text must be exactly theirs: ASCII
-        # digits and commas, as written (a check and an int() per seq cost 0.1 ms a read)
+        # one parse of the 256 tail seqs, then their text must be exactly theirs: ints
+        # written as str() writes them, joined by commas (a check and an int() per seq cost
+        # 0.1 ms a read). That text check lets a minus sign through ("-1"): a negative seq
+        # is refused by unpack_tailed's range check, not here
         tail = orjson.loads(f"[{tail_text}]")
     except orjson.JSONDecodeError:
         raise ValueError("restore state field nodes is not a tailed node list") from None
