@@ -103,3 +103,20 @@ def test_conforms_answers_as_isinstance_of_a_protocol_of_methods(tmp_path: Path)
     finally:
         sqlite.close()
         memory.close()
+
+
+def test_conforms_keeps_no_class_alive() -> None:
+    # before: functools.cache held every class conforms was asked about, for the process
+    import gc
+    import weakref
+
+    from dsh.persistence import SelectsEvents, conforms
+
+    class Passing:
+        pass
+
+    assert not conforms(Passing(), SelectsEvents)
+    gone = weakref.ref(Passing)
+    del Passing
+    gc.collect()
+    assert gone() is None

@@ -20,8 +20,8 @@ Shapes:
 
 from __future__ import annotations
 
-import functools
 import json as std_json
+import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -738,15 +738,27 @@ def conforms(obj: object, protocol: type[_P]) -> TypeGuard[_P]:
     time in a process, 0.005-0.01 after): a cold read asks twice per open. The answer of
     a protocol of methods depends on the class alone, so it is decided once per class
     (``issubclass``); objects that take methods as instance attributes are not served here.
+    Nor is a wrapper that forwards them through ``__getattr__``: it gets False where
+    ``isinstance`` would say True (its class has none of the methods). The answers are kept
+    by class, weakly: a class no longer used is not kept alive by them.
     """
     cls: Any = type(obj)  # (classes are hashable; typeshed's type[object] says otherwise)
     asked: Any = protocol
     return _class_conforms(cls, asked)
 
 
-@functools.cache
+_CONFORMS: weakref.WeakKeyDictionary[type, dict[type, bool]] = weakref.WeakKeyDictionary()
+"""``conforms``' answers: class -> protocol -> whether the class has its methods."""
+
+
 def _class_conforms(cls: type, protocol: type) -> bool:
-    return issubclass(cls, protocol)
+    answers = _CONFORMS.get(cls)
+    if answers is None:
+        answers = _CONFORMS.setdefault(cls, {})
+    answer = answers.get(protocol)
+    if answer is None:
+        answers[protocol] = answer = issubclass(cls, protocol)
+    return answer
 
 
 def session_id_problem(session_id: str) -> str | None:
