@@ -275,17 +275,30 @@ class PagedLog(Sequence[Event]):
             else:
                 runs.append([seq])
         for run in runs:
-            start, stop = run[0], run[-1] + 1
-            with self._noting_damage():
-                found = read_picked(start, stop, run)
-                if found is not None and (len(found) != len(run)
-                                          or [e.get("seq") for e in found] != run):
-                    raise LogCorruptError(f"picked events {start}..{stop - 1} do not match the "
-                                          f"log they were cut from (got {len(found)} of "
-                                          f"{len(run)}); the log changed under the session, "
-                                          "resume it again", seq=start)
+            found = self._read_picked(read_picked, run[0], run[-1] + 1, run)
             if found is not None:
                 self._hold(dict(zip(run, found, strict=True)))
+
+    def _read_picked(self, read_picked: Callable[[int, int, Sequence[int]],
+                                                 Sequence[Event] | None],
+                     start: int, stop: int, wanted: list[int]) -> Sequence[Event] | None:
+        """``read_picked(start, stop, wanted)``, its damage noted, its events checked by seq.
+
+        Returns None when the source does not vouch for the range (the caller pages it in).
+
+        Raises:
+            LogCorruptError: the source served other events than ``wanted`` (the log changed
+                under the session), or found a row its seal no longer vouches for.
+        """
+        with self._noting_damage():
+            found = read_picked(start, stop, wanted)
+            if found is not None and (len(found) != len(wanted)
+                                      or [e.get("seq") for e in found] != wanted):
+                raise LogCorruptError(f"picked events {start}..{stop - 1} do not match the "
+                                      f"log they were cut from (got {len(found)} of "
+                                      f"{len(wanted)}); the log changed under the session, "
+                                      "resume it again", seq=start)
+        return found
 
     def _hold(self, found: Mapping[int, Event]) -> None:
         """Hold ``found`` (checked events by seq) as picked, at most :data:`PICKED_EVENTS`."""
@@ -362,14 +375,7 @@ class PagedLog(Sequence[Event]):
             wanted = seqs[index:end]
             if not wanted or wanted[-1] >= self._cut:
                 raise IndexError(f"seq {seqs[index]} is not below the cut {self._cut}")
-            with self._noting_damage():
-                picked = source.read_picked(start, stop, wanted)
-                if picked is not None and (len(picked) != len(wanted)
-                                           or [e.get("seq") for e in picked] != wanted):
-                    raise LogCorruptError(f"picked events {start}..{stop - 1} do not match the "
-                                          f"log they were cut from (got {len(picked)} of "
-                                          f"{len(wanted)}); the log changed under the session, "
-                                          "resume it again", seq=start)
+            picked = self._read_picked(source.read_picked, start, stop, wanted)
             if picked is None:
                 yield from self._paged(wanted)
             else:
