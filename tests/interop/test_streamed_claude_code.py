@@ -42,6 +42,23 @@ _link = st.one_of(st.none(), st.sampled_from(_UUIDS), st.just("gone"), st.just(7
                   st.just(""))
 
 
+def _add_message(draw: Any, record: dict[str, Any], kind: str, n: int) -> None:
+    """An assistant line's text (and maybe a tool call), a user line's prompt or tool result."""
+    if kind == "assistant":
+        content: list[dict[str, Any]] = [{"type": "text", "text": f"a{n}"}]
+        if draw(st.booleans()):
+            content.append({"type": "tool_use", "id": draw(st.sampled_from(_TOOLS)),
+                            "name": "Read", "input": {}})
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if draw(st.integers(0, 3)):
+            message["id"] = draw(st.sampled_from(_IDS))
+        record["message"] = message
+    elif kind == "user":
+        tool = draw(st.one_of(st.none(), st.sampled_from(_TOOLS)))
+        record["message"] = {"role": "user", "content": f"q{n}" if tool is None else [
+            {"type": "tool_result", "tool_use_id": tool, "content": "out"}]}
+
+
 @st.composite
 def _line(draw: Any, n: int) -> dict[str, Any]:
     kind = draw(st.sampled_from(["user", "assistant", "assistant", "system", "progress",
@@ -58,20 +75,8 @@ def _line(draw: Any, n: int) -> dict[str, Any]:
         record["subtype"] = "compact_boundary"
         record["parentUuid"] = None
         record["logicalParentUuid"] = draw(_link)
-    if kind == "assistant":
-        content: list[dict[str, Any]] = [{"type": "text", "text": f"a{n}"}]
-        if draw(st.booleans()):
-            content.append({"type": "tool_use", "id": draw(st.sampled_from(_TOOLS)),
-                            "name": "Read", "input": {}})
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if draw(st.integers(0, 3)):
-            message["id"] = draw(st.sampled_from(_IDS))
-        record["message"] = message
-    elif kind == "user":
-        tool = draw(st.one_of(st.none(), st.sampled_from(_TOOLS)))
-        record["message"] = {"role": "user", "content": f"q{n}" if tool is None else [
-            {"type": "tool_result", "tool_use_id": tool, "content": "out"}]}
-    elif kind == "summary":
+    _add_message(draw, record, kind, n)
+    if kind == "summary":
         record["summary"] = draw(st.sampled_from(["Title", " ", "Other"]))
         record["leafUuid"] = draw(_link)
     return record
@@ -185,19 +190,7 @@ def _linear_transcript(draw: Any) -> list[dict[str, Any]]:
             record["logicalParentUuid"], record["parentUuid"] = record["parentUuid"], None
         if twist == 4:
             record["isSidechain"] = True
-        if kind == "assistant":
-            content: list[dict[str, Any]] = [{"type": "text", "text": f"a{n}"}]
-            if draw(st.booleans()):
-                content.append({"type": "tool_use", "id": draw(st.sampled_from(_TOOLS)),
-                                "name": "Read", "input": {}})
-            message: dict[str, Any] = {"role": "assistant", "content": content}
-            if draw(st.integers(0, 3)):
-                message["id"] = draw(st.sampled_from(_IDS))
-            record["message"] = message
-        elif kind == "user":
-            tool = draw(st.one_of(st.none(), st.sampled_from(_TOOLS)))
-            record["message"] = {"role": "user", "content": f"q{n}" if tool is None else [
-                {"type": "tool_result", "tool_use_id": tool, "content": "out"}]}
+        _add_message(draw, record, kind, n)
         lines.append(record)
         previous = uid
         if twist == 5:
