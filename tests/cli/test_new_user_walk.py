@@ -22,6 +22,17 @@ def dsh(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           cwd=tmp_path)
 
 
+def in_fresh_home(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``dsh args`` with HOME an empty ``tmp_path/home`` (made here) and no DSH_ variables."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and not k.startswith("DSH_")}
+    env["HOME"] = str(home)
+    return subprocess.run([*DSH, *args], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+
+
 @pytest.fixture
 def bad_store(tmp_path: Path) -> str:
     """A JSONL store of the examples whose session 1111… ends with a user/message of no shape.
@@ -318,12 +329,7 @@ def test_a_read_only_command_with_a_fresh_home_creates_no_store(
     # before: each of these created ~/.dsh/sessions.db (and its search sidecar) as a side
     # effect of a read, then answered from the new empty store
     home = tmp_path / "home"
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.endswith("_API_KEY") and not k.startswith("DSH_")}
-    env["HOME"] = str(home)
-    done = subprocess.run([*DSH, *command], env=env, capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    done = in_fresh_home(tmp_path, *command)
     assert done.returncode == 1, done.stderr  # docs/cli.md: the command failed
     store = home / ".dsh" / "sessions.db"
     assert done.stderr.startswith(f"error[STORE_NOT_FOUND]: no store yet: the default store "
@@ -343,34 +349,24 @@ def test_a_command_on_an_existing_session_with_a_fresh_home_creates_no_store(
     # before: each created an empty ~/.dsh/sessions.db, then answered SESSION_NOT_FOUND; a
     # command that can only act on a session already stored refuses as the reads do
     home = tmp_path / "home"
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.endswith("_API_KEY") and not k.startswith("DSH_")}
-    env["HOME"] = str(home)
     store = home / ".dsh" / "sessions.db"
     for command in ON_A_SESSION:
-        done = subprocess.run([*DSH, *command], env=env, capture_output=True, text=True,
-                              timeout=120, cwd=tmp_path)
+        done = in_fresh_home(tmp_path, *command)
         assert done.returncode == 1, (command, done.stderr)
         assert done.stderr.startswith(f"error[STORE_NOT_FOUND]: no store yet: the default "
                                       f"store {store} does not exist"), command
         assert list(home.iterdir()) == [], command
 
+
 def test_ls_with_a_fresh_home_says_there_are_no_sessions_yet_and_creates_no_store(
         tmp_path: Path) -> None:
     home = tmp_path / "home"
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.endswith("_API_KEY") and not k.startswith("DSH_")}
-    env["HOME"] = str(home)
-    listed = subprocess.run([*DSH, "ls"], env=env, capture_output=True, text=True,
-                            timeout=120, cwd=tmp_path)
+    listed = in_fresh_home(tmp_path, "ls")
     assert listed.returncode == 0 and listed.stdout == ""  # an empty listing succeeds
     assert listed.stderr == (f"no sessions yet: the default store {home}/.dsh/"
                              "sessions.db does not exist; 'dsh import' adds some (try 'dsh "
                              "import --examples')\n")
-    as_json = subprocess.run([*DSH, "ls", "--json"], env=env, capture_output=True, text=True,
-                             timeout=120, cwd=tmp_path)
+    as_json = in_fresh_home(tmp_path, "ls", "--json")
     assert as_json.returncode == 0 and json.loads(as_json.stdout) == []
     assert list(home.iterdir()) == []
 
