@@ -187,7 +187,11 @@ def phases(path: Path, parent_dir: str | None) -> dict[str, Any]:
     branch index), ``resolve`` (the branch chosen), ``map`` (the second read: decoding and
     mapping lines to events, a batch at a time), ``admit`` (seed validation), ``append``
     (the SQLite write: rows, seal, commit), ``settle``; ``total`` also holds the module
-    imports. Freeing a batch is counted in whichever step drops it.
+    imports. Freeing a batch is counted in whichever step drops it. The append is split too
+    (``append: ...`` rows, inside ``append``): ``rows`` (each event's row text and seal leaf,
+    ``encode_sealed_batch``), ``insert`` (the multi-row INSERTs, SQLite's own work and the
+    driver's binding), ``seal records`` (the page records of the committed rows) and ``rest``
+    (the transaction, the commit's WAL write and sync, the seal file, the tail checks).
     """
     import gc
 
@@ -197,6 +201,7 @@ def phases(path: Path, parent_dir: str | None) -> dict[str, Any]:
     from dsh.interop import stream_file
     from dsh.interop._claude_code_index import BranchIndex
     from dsh.persistence import Persistence, open_backend
+    from dsh.persistence.sqlite import _backend
     from dsh.session import SeedStream
 
     gc.set_threshold(_GC_THRESHOLD, 20, 100)
@@ -208,7 +213,22 @@ def phases(path: Path, parent_dir: str | None) -> dict[str, Any]:
         resolve(self, *args)
         spent["resolve"] = spent.get("resolve", 0.0) + clock() - t
 
+    def timed(name: str, function: Any) -> Any:
+        def run(*args: Any) -> Any:
+            t = clock()
+            try:
+                return function(*args)
+            finally:
+                spent[name] = spent.get(name, 0.0) + clock() - t
+        return run
+
     BranchIndex.resolve = timed_resolve  # type: ignore[method-assign]
+    # the append's own steps, as the backend module calls them (put back below)
+    parts = {"encode_sealed_batch": "append: rows", "_insert_rows": "append: insert",
+             "row_records": "append: seal records"}
+    originals = {name: getattr(_backend, name) for name in parts}
+    for name, label in parts.items():
+        setattr(_backend, name, timed(label, originals[name]))
     root = Path(tempfile.mkdtemp(prefix="dsh-bench-import-", dir=parent_dir))
     try:
         persistence = Persistence(open_backend(f"sqlite://{root.resolve()}/store.db"))
@@ -240,9 +260,21 @@ def phases(path: Path, parent_dir: str | None) -> dict[str, Any]:
         persistence.close()
     finally:
         BranchIndex.resolve = resolve  # type: ignore[method-assign]
+        for name, function in originals.items():
+            setattr(_backend, name, function)
         shutil.rmtree(root, ignore_errors=True)
     spent["total"] = clock() - t0
-    return spent
+    labels = list(parts.values())
+    steps = {name: value for name, value in spent.items() if name not in labels}
+    inside = {label: spent.get(label, 0.0) for label in labels}
+    inside["append: rest"] = steps.get("append", 0.0) - sum(inside.values())
+    # each append step right after the append it is part of
+    ordered: dict[str, float] = {}
+    for name, value in steps.items():
+        ordered[name] = value
+        if name == "append":
+            ordered.update(inside)
+    return ordered
 
 
 def main() -> None:
