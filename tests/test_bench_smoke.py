@@ -36,6 +36,8 @@ CASES = {
     "session-cpu": ["bench.bench_session_cpu", "--sizes", "40", "--turns", "2", "--runs", "1",
                     "--before", str(REPO)],
     "saver-cold": ["bench.bench_saver_cold", "--turns", "3", "--runs", "1"],
+    "saver-cold-sqlite": ["bench.bench_saver_cold", "--turns", "3", "--runs", "1", "--store",
+                          "sqlite"],
     "agent": ["bench.bench_agent", "--turns", "3", "--runs", "1", "--nodes", "100"],
     "resume-checkpoint": ["bench.bench_resume_ckpt", "--sizes", "3000", "--runs", "1",
                           "--backend", "jsonl-packed,sqlite", "--variants", "open"],
