@@ -77,6 +77,17 @@ def test_asides_are_kept_replaced_and_dropped(kind: str, tmp_path: Path) -> None
         store.drop_asides("a")
         assert store.read_aside("a", "idx") is None and store.read_aside("a", "other") is None
         assert store.read_aside("b", "idx") == b"b's"
+        # a head read: the bytes up to and including the first newline, b"" without one
+        # (SQLite reads the file in parts: a head past the first part is whole too)
+        long_head = b"h" * 40_000 + b"\n"
+        assert store.write_aside("c", "idx", long_head + b"rest\nmore")
+        assert store.write_aside("c", "flat", b"no newline")
+        assert store.write_aside("c", "empty", b"")
+        assert store.read_aside("c", "idx", head=True) == long_head
+        assert store.read_aside("c", "flat", head=True) == b""
+        assert store.read_aside("c", "empty", head=True) == b""
+        assert store.read_aside("c", "none", head=True) is None
+        assert store.read_aside("c", "idx") == long_head + b"rest\nmore"
         store.drop_asides("never")
     memory = Persistence(open_backend("memory:"))
     assert not memory.write_aside("a", "idx", b"x") and memory.read_aside("a", "idx") is None

@@ -569,8 +569,12 @@ class KeepsAsides(Protocol):
     loses nothing. Rule: docs/stores.md#asides.
     """
 
-    def read_aside(self, session_id: str, name: str) -> bytes | None:
-        """The bytes last written as ``name`` for the session, or None when there are none."""
+    def read_aside(self, session_id: str, name: str, *, head: bool = False) -> bytes | None:
+        """The bytes last written as ``name`` for the session, or None when there are none.
+
+        ``head``: only its head, the bytes up to and including the first newline (``b""``
+        when it has none), read without the rest (docs/stores.md#asides).
+        """
         ...
 
     def write_aside(self, session_id: str, name: str, data: bytes) -> None:

@@ -383,10 +383,12 @@ class Persistence:
                                    code="SESSION_LIVE", session_id=session_id)
         return _resume.write_restore_point(self.backend, session_id)
 
-    def read_aside(self, session_id: str, name: str) -> bytes | None:
+    def read_aside(self, session_id: str, name: str, *, head: bool = False) -> bytes | None:
         """The aside ``name`` kept beside the session's log, or None (none kept, or none here).
 
-        Derived data a reader checks against the log (docs/stores.md#asides).
+        Derived data a reader checks against the log (docs/stores.md#asides). ``head``: only
+        its head (the bytes up to and including the first newline, ``b""`` when it has none),
+        the rest not read.
 
         Raises:
             PersistenceError: the backend failed to read it (SYMLINK for a linked folder).
@@ -394,7 +396,7 @@ class Persistence:
         backend = self.backend
         if not backend.capabilities.asides:
             return None
-        return cast(KeepsAsides, backend).read_aside(session_id, name)
+        return cast(KeepsAsides, backend).read_aside(session_id, name, head=head)
 
     def write_aside(self, session_id: str, name: str, data: bytes) -> bool:
         """Replace the aside ``name`` beside the session's log; False when none are kept.

@@ -229,10 +229,12 @@ def mkdir_private(path: Path, what: str) -> bool:
     return True
 
 
-def read_aside_file(folder: Path, name: str) -> bytes | None:
+def read_aside_file(folder: Path, name: str, *, head: bool = False) -> bytes | None:
     """The bytes of the aside ``folder/name``, or None when it is not there.
 
-    Rule: docs/stores.md#asides.
+    ``head``: only its head, the bytes up to and including the first newline (``b""`` when
+    it has none), read :data:`_HEAD_READ_BYTES` at a time: a LangGraph index's head is a few
+    hundred bytes of a file of hundreds of KB. Rule: docs/stores.md#asides.
 
     Raises:
         PersistenceError: code ``SYMLINK``: the folder is a symlink.
@@ -243,7 +245,22 @@ def read_aside_file(folder: Path, name: str) -> bytes | None:
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as f:
-        return f.read()
+        if not head:
+            return f.read()
+        parts: list[bytes] = []
+        while True:
+            part = f.read(_HEAD_READ_BYTES)
+            end = part.find(b"\n")
+            if end >= 0:
+                parts.append(part[:end + 1])
+                return b"".join(parts)
+            if not part:
+                return b""  # no newline: no head
+            parts.append(part)
+
+
+_HEAD_READ_BYTES: Final = 16 * 1024
+"""How much of an aside a head read reads at a time."""
 
 
 def write_aside_file(folder: Path, name: str, data: bytes) -> None:

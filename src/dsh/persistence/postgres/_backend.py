@@ -189,6 +189,8 @@ _SESSION_COLUMNS: Final = ("id, version, created_at, cwd, parent_session, seed_l
                            "delegation_depth, agent_preset, incarnation::text, revision, head_seq, "
                            "metadata")
 _ROW_COLUMNS: Final = "seq, type, time, data, data_zstd, source_event_seqs, surface_op, ignorable"
+_ASIDE_HEAD: Final = "substring(data FROM 1 FOR position('\\x0a'::bytea IN data))"
+"""An aside's head, cut by the server: its bytes up to and including the first newline."""
 _SCHEMA_ERRORS: Final = ("UndefinedTable", "UndefinedColumn", "InvalidSchemaName")
 """What a statement meets in a schema that is missing or behind (then checked in full)."""
 
@@ -1747,8 +1749,11 @@ class PostgresBackend:
     # asides (docs/stores.md#asides): table ``asides``, made by migration 12 (and, in a schema
     # an earlier build migrated, by the first write)
 
-    def read_aside(self, session_id: str, name: str) -> bytes | None:
+    def read_aside(self, session_id: str, name: str, *, head: bool = False) -> bytes | None:
         """The aside's bytes from table ``asides``; None when it (or the table) is not there.
+
+        ``head``: only its bytes up to and including the first newline (``b""`` without one),
+        cut by the server, as :meth:`open_at_restore_point` reads heads.
 
         Raises:
             PersistenceError: the database failed.
@@ -1757,8 +1762,9 @@ class PostgresBackend:
         try:
             with self._conn("aside read", session_id, passthrough=("UndefinedTable",)) as conn:
                 # binary: the bytes as stored, not hex text to decode (an index is 100s of KB)
-                row = conn.execute(f"SELECT data FROM {self._s}.asides WHERE session_id = %s "
-                                   "AND name = %s", (session_id, name), binary=True).fetchone()
+                row = conn.execute(f"SELECT {_ASIDE_HEAD if head else 'data'} FROM {self._s}"
+                                   ".asides WHERE session_id = %s AND name = %s",
+                                   (session_id, name), binary=True).fetchone()
         except psycopg.errors.UndefinedTable:
             return None
         return bytes(row[0]) if row is not None else None
@@ -1930,8 +1936,8 @@ class PostgresBackend:
         found, points, *heads = self._read_batch("lookup", session_id, [
             (f"SELECT 1 FROM {self._s}.sessions WHERE id = %s", (session_id,)),
             (self._sql_get_restore_point, (session_id,)),
-            *((f"SELECT substring(data FROM 1 FOR position('\\x0a'::bytea IN data)) FROM "
-               f"{self._s}.asides WHERE session_id = %s AND name = %s", (session_id, name))
+            *((f"SELECT {_ASIDE_HEAD} FROM {self._s}.asides WHERE session_id = %s AND "
+               "name = %s", (session_id, name))
               for name in aside_heads)])
         if not found:
             raise SessionNotFoundError(f"session {session_id!r} is not stored in {self._url}",

@@ -1309,9 +1309,9 @@ class SqliteBackend:
 
     # --- asides (docs/stores.md#asides) -------------------------------------------------
 
-    def read_aside(self, session_id: str, name: str) -> bytes | None:
-        """``<db>.dsh-asides/<encoded id>/<name>``, or None when it is not there."""
-        return read_aside_file(self.aside_dir / _cut_stem(session_id), name)
+    def read_aside(self, session_id: str, name: str, *, head: bool = False) -> bytes | None:
+        """``<db>.dsh-asides/<encoded id>/<name>`` (``head``: its head), or None when not there."""
+        return read_aside_file(self.aside_dir / _cut_stem(session_id), name, head=head)
 
     def write_aside(self, session_id: str, name: str, data: bytes) -> None:
         """Replace ``<db>.dsh-asides/<encoded id>/<name>`` (renamed into place, no fsync)."""
