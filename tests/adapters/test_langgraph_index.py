@@ -242,10 +242,21 @@ def test_a_cold_get_tuple_on_postgresql_reads_its_events_in_one_call(
 
 
 def test_a_cold_get_tuple_parses_the_index_head_and_the_whole_index_when_it_is_not_enough(
-        store: str) -> None:
+        store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/adapters.md#fast-reads-of-a-thread: the head (format 4's first line) answers the
-    latest checkpoint; a tail it cannot take exactly (a drop) makes the read take the whole
-    index, and every answer is what a full fold of the log gives."""
+    latest checkpoint, read alone (SQLite) or with the lookup (PostgreSQL); a tail it cannot
+    take exactly (a drop) makes the read take the whole index, and every answer is what a full
+    fold of the log gives."""
+    from dsh.persistence._facade import Persistence
+
+    read_aside = Persistence.read_aside
+    asked: list[bool] = []  # per read of the aside: head only?
+
+    def spy(self: Persistence, session_id: str, name: str, *, head: bool = False) -> Any:
+        asked.append(head)
+        return read_aside(self, session_id, name, head=head)
+
+    monkeypatch.setattr(Persistence, "read_aside", spy)
     config: Any = {"configurable": {"thread_id": "h"}}
     _converse(store, "h", 5)
     data = _aside(store, "h")
@@ -253,9 +264,11 @@ def test_a_cold_get_tuple_parses_the_index_head_and_the_whole_index_when_it_is_n
     head, whole = data.split(b"\n")
     assert orjson.loads(head)["count"] == orjson.loads(whole)["count"]
     assert len(head) < len(whole)
+    asked.clear()
     with DshSaver.from_url(store) as saver:
         latest = _plain(saver.get_tuple(config))
         assert saver._threads["h"].index.partial  # the head only
+        assert asked == ([True] if store.startswith("sqlite") else [])  # never the whole
         listed = [_plain(t) for t in saver.list(config, limit=10)]
         assert not saver._threads["h"].index.partial  # list reads the whole index
     assert listed[0] == latest and len(latest[3]["channel_values"]["messages"]) == 10

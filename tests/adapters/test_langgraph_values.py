@@ -248,3 +248,58 @@ def test_a_whole_copy_ends_a_read_and_a_listing_reads_through_it(
                 alone.checkpoint["channel_values"]["messages"]] == [
             (type(m).__name__, m.id, m.content) for m in item.checkpoint["channel_values"][
                 "messages"]]
+
+
+def test_a_read_holds_off_older_collections_and_puts_the_thresholds_back(
+        tmp_path: Path) -> None:
+    # docs/adapters.md#fast-reads-of-a-thread: while a read builds its values the youngest
+    # generation is collected as ever, the older ones not; the thresholds come back after
+    import gc
+
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    seen: list[tuple[int, ...]] = []
+
+    class Watching(JsonPlusSerializer):
+        def loads_typed(self, data: tuple[str, bytes]) -> Any:
+            seen.append(gc.get_threshold())
+            return super().loads_typed(data)
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    state: dict[str, Any] = {"blob": b"\x00" * 10}
+    with DshSaver.from_url(store) as saver:
+        _turns(saver, "t", 0, 2, state)
+    before = gc.get_threshold()
+    gc.set_threshold(500, 7, 9)
+    try:
+        with DshSaver.from_url(store, serde=Watching()) as reader:
+            found = reader.get_tuple({"configurable": {"thread_id": "t"}})
+            assert found is not None and len(found.checkpoint["channel_values"]["messages"]) == 4
+            assert seen and set(seen) == {(500, lg._HELD_THRESHOLD, lg._HELD_THRESHOLD)}
+            assert gc.get_threshold() == (500, 7, 9)
+            assert len(list(reader.list({"configurable": {"thread_id": "t"}}))) == 4
+            assert gc.get_threshold() == (500, 7, 9)
+        # nested holds (two savers' reads at once) put the thresholds back once, at the last
+        with lg._no_collection():
+            with lg._no_collection():
+                pass
+            assert gc.get_threshold() == (500, lg._HELD_THRESHOLD, lg._HELD_THRESHOLD)
+            generations: list[int] = []
+
+            def note(phase: str, info: dict[str, int]) -> None:
+                if phase == "start":
+                    generations.append(info["generation"])
+
+            gc.callbacks.append(note)
+            try:
+                kept = [[n] for n in range(20_000)]  # containers: the youngest is collected
+            finally:
+                gc.callbacks.remove(note)
+            assert kept and generations and set(generations) == {0}
+        assert gc.get_threshold() == (500, 7, 9)
+        # thresholds someone set meanwhile are theirs: not put back over
+        with lg._no_collection():
+            gc.set_threshold(900, 11, 12)
+        assert gc.get_threshold() == (900, 11, 12)
+    finally:
+        gc.set_threshold(*before)

@@ -480,24 +480,30 @@ class DshSaver(BaseCheckpointSaver[str]):
         """A thread starting from the index kept beside its log, when it matches the log.
 
         ``wanted``: the seqs read next, by the index; ``head``: its head only (see
-        :func:`decode_index`), taken from ``heads`` when the lookup read it there (the whole
-        aside is then read only for an index without a head).
+        :func:`decode_index`), taken from ``heads`` when the lookup read it there, else read
+        alone (the whole aside is then read only for an index without a head).
         """
         line = (heads or {}).get(INDEX_ASIDE, b"")
-        if head and line is None:  # the lookup found no index beside the log
+        if head and heads is not None and INDEX_ASIDE not in heads:  # not read with the lookup
+            line = self._read_index(thread_id, head=True)
+        if head and line is None:  # no index beside the log
             return _Thread(thread_id)
         if head and line:
             return _Thread(thread_id, decode_index(line, events, stored, wanted=wanted,
                                                    head=True))
-        try:
-            data = self._persistence.read_aside(thread_id, INDEX_ASIDE)
-        except (OSError, DshError) as exc:
-            _logger.warning("the LangGraph index of thread %r could not be read (%s); "
-                            "folding its log", thread_id, exc)
-            data = None
+        data = self._read_index(thread_id)
         index = (decode_index(data, events, stored, wanted=wanted, head=head)
                  if data is not None else None)
         return _Thread(thread_id, index)
+
+    def _read_index(self, thread_id: str, *, head: bool = False) -> bytes | None:
+        """The index beside the thread's log (``head``: its head), None when none can be read."""
+        try:
+            return self._persistence.read_aside(thread_id, INDEX_ASIDE, head=head)
+        except (OSError, DshError) as exc:
+            _logger.warning("the LangGraph index of thread %r could not be read (%s); "
+                            "folding its log", thread_id, exc)
+            return None
 
     def _keep_index(self, thread: _Thread, events: Sequence[Event]) -> None:
         """Keep the thread's index beside its log (after a commit; a failure is only logged).
@@ -1299,20 +1305,44 @@ class DshSaver(BaseCheckpointSaver[str]):
 _MISSING: Final[Any] = object()
 
 
+_collection_lock = threading.Lock()
+_collection_holds = 0  # reads inside _no_collection now, across savers and threads
+_collection_saved: tuple[int, ...] = ()  # the thresholds the first of them found
+
+
 @contextmanager
 def _no_collection() -> Iterator[None]:
-    """No garbage collection pass while a read builds its values.
+    """No older-generation collection while a read builds its values; the youngest runs as ever.
 
-    Decoding a long ``messages`` list makes thousands of containers; a collection pass in
-    between walks them all again (about a tenth of a cold read), and none of them is garbage.
+    Decoding a long ``messages`` list makes thousands of containers, none of them garbage. A
+    pass over the older generations in between walks them, and the objects before them, again
+    (the peer's 1-2 ms in a cold read). Collections of the youngest generation stay on: each
+    walks the ~700 objects made since the last, still in the CPU's cache, so all of them cost
+    ~0.6 ms, where holding every collection off and walking the read's ~8,500 containers in one
+    pass at its end cost 1.5-2.5 ms. The older generations' thresholds are raised while any read
+    holds this (a count shared by the savers of the process, so that concurrent reads restore
+    the thresholds once, when the last ends) and put back after, unless something else set them
+    meanwhile; the containers of the read are walked there at the next older-generation pass,
+    as any others (docs/adapters.md#fast-reads-of-a-thread).
     """
-    collecting = gc.isenabled()
-    gc.disable()
+    global _collection_holds, _collection_saved
+    with _collection_lock:
+        if _collection_holds == 0:
+            _collection_saved = gc.get_threshold()
+            gc.set_threshold(_collection_saved[0], _HELD_THRESHOLD, _HELD_THRESHOLD)
+        _collection_holds += 1
     try:
         yield
     finally:
-        if collecting:
-            gc.enable()
+        with _collection_lock:
+            _collection_holds -= 1
+            if _collection_holds == 0 and gc.get_threshold() == (
+                    _collection_saved[0], _HELD_THRESHOLD, _HELD_THRESHOLD):
+                gc.set_threshold(*_collection_saved)
+
+
+_HELD_THRESHOLD: Final = 1 << 30
+"""The older generations' threshold while a read holds them off (never reached)."""
 
 
 def _wanted(index: ThreadIndex, ns: str, checkpoint_id: str | None,
