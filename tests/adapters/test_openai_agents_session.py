@@ -933,3 +933,48 @@ def test_add_items_stores_non_json_types_as_sqlite_session_does(store: str,
         ours.close()
         theirs.close()
     run(body())
+
+
+@pytest.mark.parametrize("restore_point", [True, False])
+@pytest.mark.parametrize("limit", [None, 2])
+def test_a_replace_of_no_surface_node_is_named_not_a_bare_value_error(
+        tmp_path: Path, restore_point: bool, limit: int | None) -> None:
+    # docs/rules.md#the-read-pipeline: a row past the seal's end (read under the format's
+    # rules) whose surface replace shadows a node no longer on the surface (here a copy of
+    # the pop's removal) is refused by a cold read as the resume refuses it, LogCorruptError
+    # naming the session and seq, not a ValueError out of the surface fold; nothing appended
+    import sqlite3
+    from contextlib import closing
+
+    from dsh._errors import LogCorruptError
+
+    store = sqlite_url(tmp_path)
+
+    async def fill() -> None:
+        session = DshSession("s", store)
+        await session.add_items(_long_turns(0, 3))
+        await session.pop_item()
+        session.close()
+
+    run(fill())
+    if not restore_point:
+        for point in tmp_path.glob("sessions.db.dsh-checkpoints/*"):
+            point.unlink()
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
+        (removal, end) = db.execute(
+            "SELECT (SELECT seq FROM events WHERE data LIKE '%surface-removal%'), "
+            "max(seq) + 1 FROM events").fetchone()
+        db.execute("INSERT INTO events SELECT session_id, ?, type, time, data, "
+                   "source_event_seqs, surface_op, ignorable FROM events WHERE seq = ?",
+                   (end, removal))
+        rows = db.execute("SELECT count(*) FROM events").fetchone()
+    session = DshSession("s", store)
+    with pytest.raises(LogCorruptError) as caught:
+        run(session.get_items(limit))
+    assert caught.value.where["seq"] == end
+    assert caught.value.where["session_id"] == "s"
+    with pytest.raises(LogCorruptError):
+        run(session.add_items(_long_turns(3, 1)))
+    session.close()
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
+        assert db.execute("SELECT count(*) FROM events").fetchone() == rows  # nothing appended

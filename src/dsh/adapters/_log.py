@@ -465,8 +465,9 @@ class _Marks:
         return overrides
 
 
-def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> Sequence[int]:
-    """The surface node seqs of a validated log (appends and replaces, in order), read-only.
+def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = (), *,
+                  session_id: str | None = None) -> Sequence[int]:
+    """The surface node seqs of a stored log (appends and replaces, in order), read-only.
 
     ``nodes``: the surface before ``events`` (a restore point's), folded on from there. A
     restore point's packed seqs stay the int64 array they were checked through, not copied
@@ -474,6 +475,12 @@ def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> Sequenc
     items walks back only a few of them, and the write's resume then takes that array over
     without inflating the packed nodes again); seqs ``events`` append follow them
     (:class:`_NodesThen`). A replace among ``events`` folds into a copy.
+
+    Raises:
+        LogCorruptError: a replace whose start or end is not on the surface, or whose end
+            lies before its start (a row no writer wrote: a resume refuses it the same way),
+            naming ``session_id`` and the replace's seq, never a bare ``ValueError`` nor a
+            wrong surface (docs/rules.md#the-read-pipeline).
     """
     if isinstance(nodes, NodeSeqs):
         more: list[int] = []
@@ -496,10 +503,32 @@ def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = ()) -> Sequenc
         if op == "append":
             out.append(event["seq"])
         else:
-            first, last = out.index(op["start"]), out.index(op["end"])
+            first, last = _replaced(out, event, session_id)
             del out[first + 1:last + 1]
             out[first] = event["seq"]
     return out
+
+
+def _replaced(nodes: Sequence[int], event: Event, session_id: str | None) -> tuple[int, int]:
+    """The positions in ``nodes`` of the first and last node ``event``'s replace shadows.
+
+    Raises:
+        LogCorruptError: its start or end is not in ``nodes``, or the end lies before the
+            start (what Surface.plan refuses at a resume, named as the resume names it).
+    """
+    op, seq = event["surfaceOp"], event["seq"]
+    start, end = (op.get("start"), op.get("end")) if isinstance(op, Mapping) else (None, None)
+    try:
+        first = nodes.index(start)  # (None, or no int: not found)
+        last = nodes.index(end)
+    except (ValueError, TypeError):
+        first = last = -1
+    if first < 0 or last < first:
+        raise LogCorruptError(
+            f"stored session {session_id!r} failed validation: the surface replace at seq "
+            f"{seq} shadows no run of surface nodes (its start or end is not on the surface, "
+            "or the end lies before the start)", session_id=session_id, seq=seq)
+    return first, last
 
 
 class _NodesThen(Sequence[int]):
@@ -580,11 +609,12 @@ def read_stored(persistence: Persistence, session_id: str, *,
     events: Sequence[Event]
     if not pages.paged:
         events, closers = pages.events, pages.closers
-        nodes = surface_nodes((*events, *closers) if closers else events)
+        nodes = surface_nodes((*events, *closers) if closers else events,
+                              session_id=session_id)
     elif state is None or not isinstance(pages.events, PagedLog):  # paged by range
         read = persistence.read(session_id)
         events, closers = read.stored_events, read.closers
-        nodes = surface_nodes(read.events)
+        nodes = surface_nodes(read.events, session_id=session_id)
     else:
         log = pages.events
         cut = state.event_count
@@ -596,7 +626,7 @@ def read_stored(persistence: Persistence, session_id: str, *,
             window, base = tail, cut
         closers = open_turn_closers(window, "interrupted", base_seq=base)
         events = log
-        nodes = surface_nodes(tail + list(closers), state.nodes)
+        nodes = surface_nodes(tail + list(closers), state.nodes, session_id=session_id)
     stored = len(events)
     if closers:
         if isinstance(events, PagedLog):
