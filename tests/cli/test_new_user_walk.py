@@ -341,7 +341,8 @@ def test_a_read_only_command_with_a_fresh_home_creates_no_store(
 
 ON_A_SESSION = [["rm", "abc"], ["restore", "abc"], ["resume", "abc"], ["fork", "abc"],
                 ["compact", "abc"], ["quarantine", "abc", "1"], ["unquarantine", "abc", "1"],
-                ["redact", "abc", "--seq", "1"]]
+                ["redact", "abc", "--seq", "1"], ["erase", "abc", "--receipt", "r.json"],
+                ["erase", "--where", "cwd=/x", "--receipt", "r.json"]]
 
 
 def test_a_command_on_an_existing_session_with_a_fresh_home_creates_no_store(

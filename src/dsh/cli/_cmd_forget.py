@@ -311,7 +311,8 @@ def erase(session_ids: Annotated[list[str] | None, typer.Argument(
                                  param_hint="'--receipt'")
     check_receipt(receipt, force=force)
     scope = _where(where or []) or None  # a usage error before any note on the sessions named
-    with cli_store(store, wait=wait) as sessions:
+    # it acts on stored sessions only: no store is created to find none (docs/cli.md)
+    with cli_store(store, create=False, wait=wait) as sessions:
         ids = [require_session(sessions, sid, writes=True) for sid in session_ids or ()]
         with deferred_interrupts() as interrupted:
             made = erase_sessions(sessions, ids, where=scope,
