@@ -28,6 +28,7 @@ import errno
 import json
 import os
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
@@ -48,13 +49,30 @@ _held: dict[str, dict[str, object]] = {}  # lock key -> holder info, for in-proc
 _held_mutex = threading.Lock()
 
 
+OWNER_BYTES = 4096
+"""The most of an owner file a refused writer reads (a holder writes about 100 bytes)."""
+
+
 def _read_owner(owner_path: Path) -> dict[str, object]:
+    """The holder an owner file names, or ``{}`` when it names nobody.
+
+    Opened without blocking and without following a link, and read only when it is a regular
+    file, at most :data:`OWNER_BYTES` of it: anything else there (a FIFO, a device, a file a
+    holder never wrote) names nobody, so a refused writer never blocks on it
+    (docs/formats.md#lock-and-owner-files).
+    """
     try:
-        raw = owner_path.read_text(encoding="utf-8")
-        value = json.loads(raw)
-    except (OSError, ValueError):
-        # The holder may not have written its sidecar yet (tiny window after acquire).
+        fd = os.open(owner_path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # the holder may not have written its sidecar yet (after acquire)
         return {}
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {}
+        value = json.loads(os.read(fd, OWNER_BYTES).decode("utf-8"))
+    except (OSError, ValueError):  # half written, or no JSON: nobody named
+        return {}
+    finally:
+        os.close(fd)
     return value if isinstance(value, dict) else {}
 
 
