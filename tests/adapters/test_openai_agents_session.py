@@ -978,3 +978,53 @@ def test_a_replace_of_no_surface_node_is_named_not_a_bare_value_error(
     session.close()
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
         assert db.execute("SELECT count(*) FROM events").fetchone() == rows  # nothing appended
+
+
+@pytest.mark.parametrize(("etype", "data", "ignorable", "op"), [
+    ("openai-agents/pop", "{}", 1, None),  # no seq, no index: was a bare KeyError
+    ("openai-agents/records", '{"seq": 2, "records": "abc"}', 1, None),  # not a list
+    ("openai-agents/closed-early", '{"seqs": [true]}', 1, None),
+    ("openai-agents/clear", '{"through": "9"}', 1, None),
+    ("assistant/message", "7", None, "REMOVAL"),  # a replace whose data is no object
+])
+@pytest.mark.parametrize("limit", [None, 2])
+def test_a_row_of_the_wrong_shape_past_the_seal_is_named_not_a_bare_error(
+        tmp_path: Path, etype: str, data: str, ignorable: int | None, op: str | None,
+        limit: int | None) -> None:
+    # docs/rules.md#the-read-pipeline: a row another program appended after the seal's last
+    # record is read under the format's rules; an adapter mark of a shape this adapter never
+    # writes is LogCorruptError naming the session and seq (never a bare KeyError, nor records
+    # taken from a string), and a replace whose data is no object is not read as a removal
+    # (was AttributeError)
+    import sqlite3
+    from contextlib import closing
+
+    from dsh._errors import LogCorruptError
+
+    store = sqlite_url(tmp_path)
+
+    async def fill() -> None:
+        session = DshSession("s", store)
+        await session.add_items(_long_turns(0, 3))
+        await session.pop_item()
+        session.close()
+
+    run(fill())
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
+        (removal, end) = db.execute(
+            "SELECT (SELECT seq FROM events WHERE data LIKE '%surface-removal%'), max(seq) + 1 "
+            "FROM events").fetchone()
+        # (the replace shadows the pop's removal, the last surface node)
+        surface_op = (None if op is None
+                      else f'{{"op":"replace","start":{removal},"end":{removal}}}')
+        db.execute("INSERT INTO events VALUES ('s', ?, ?, 1, ?, NULL, ?, ?)",
+                   (end, etype, data, surface_op, ignorable))
+    session = DshSession("s", store)
+    if op is None:
+        with pytest.raises(LogCorruptError) as caught:
+            run(session.get_items(limit))
+        assert caught.value.where["seq"] == end and caught.value.where["session_id"] == "s"
+        assert f"{etype} at seq {end} has no valid data." in caught.value.message
+    else:  # the replace holds no record: the model view has nothing for it
+        assert run(session.get_items(limit)) == _long_turns(0, 3)[:-1][-(limit or 99):]
+    session.close()

@@ -107,7 +107,8 @@ def is_removal(event: Mapping[str, Any]) -> bool:
     """True for the empty ``assistant/message`` replace that :func:`remove_from_surface` writes."""
     if event["type"] != "assistant/message" or event.get("surfaceOp") in (None, "append"):
         return False
-    message = event["data"].get("message")
+    data = event["data"]  # (an object in a valid log; a changed row's data may be anything)
+    message = data.get("message") if isinstance(data, Mapping) else None
     source = message.get("source") if isinstance(message, Mapping) else None
     return (isinstance(source, Mapping) and source.get("provider") == "dsh"
             and source.get("model") == REMOVAL_MODEL and "removal" in source)
@@ -396,12 +397,18 @@ class _Marks:
     along the surface calls :meth:`cover` with each seq before it uses that seq's marks, and
     only the events after that seq are read (the tail, for ``get_items(limit)``).
 
+    A mark of another shape than the adapter writes (a row changed, or appended by another
+    program) is ``LogCorruptError`` naming ``session_id`` and its seq, never a bare
+    ``KeyError`` nor records taken from it (docs/rules.md#the-read-pipeline).
+
     Args:
         fmt: The adapter's record format.
         events: The log as it is now (its later events come through :meth:`feed`).
+        session_id: The session, named in errors.
     """
 
-    def __init__(self, fmt: str, events: Sequence[Event]) -> None:
+    def __init__(self, fmt: str, events: Sequence[Event], session_id: str | None = None) -> None:
+        self.session_id = session_id
         self.kinds = (f"{fmt}/records", f"{fmt}/pop", f"{fmt}/clear", f"{fmt}/closed-early")
         self.kind_set = frozenset(self.kinds)  # (a selection tests every row of a range)
         self.removed: set[tuple[int, int]] = set()
@@ -453,16 +460,43 @@ class _Marks:
             kind = event["type"]
             if kind not in kinds:
                 continue
-            data = event["data"]
             if kind == records:
-                overrides[data["seq"]] = data["records"]
+                overrides[self._int(event, "seq")] = self._list(event, "records")
             elif kind == pop:
-                self.removed.add((data["seq"], data["index"]))
+                self.removed.add((self._int(event, "seq"), self._int(event, "index")))
             elif kind == clear:
-                self.cleared_through = max(self.cleared_through, data["through"])
+                self.cleared_through = max(self.cleared_through, self._int(event, "through"))
             elif kind == early:
-                self.removed.update((seq, 0) for seq in data["seqs"])
+                seqs = self._list(event, "seqs")
+                if not all(type(seq) is int for seq in seqs):
+                    raise self._bad(event, "seqs")
+                self.removed.update((seq, 0) for seq in seqs)
         return overrides
+
+    def _bad(self, event: Mapping[str, Any], field: str) -> LogCorruptError:
+        """A mark whose ``data.<field>`` is missing or of the wrong shape, named."""
+        seq = event.get("seq")
+        return LogCorruptError(
+            f"stored session {self.session_id!r} failed validation: the adapter mark "
+            f"{event['type']} at seq {seq} has no valid data.{field} (as this adapter writes "
+            "it); run dsh verify", session_id=self.session_id,
+            seq=seq if type(seq) is int else None)
+
+    def _int(self, event: Mapping[str, Any], field: str) -> int:
+        """``data.<field>`` of a mark: an int (not a bool), else :meth:`_bad`."""
+        data = event["data"]
+        value = data.get(field) if isinstance(data, Mapping) else None
+        if type(value) is not int:
+            raise self._bad(event, field)
+        return value
+
+    def _list(self, event: Mapping[str, Any], field: str) -> Sequence[Any]:
+        """``data.<field>`` of a mark: a JSON array (a list, frozen or not), else :meth:`_bad`."""
+        data = event["data"]
+        value = data.get(field) if isinstance(data, Mapping) else None
+        if not isinstance(value, list):
+            raise self._bad(event, field)
+        return value
 
 
 def surface_nodes(events: Sequence[Event], nodes: Sequence[int] = (), *,
@@ -829,7 +863,7 @@ class LiveLog:
             self._encoded = cold.encoded
             cold.marks.feed(events)
             return cold.marks
-        return _Marks(self.fmt, events)
+        return _Marks(self.fmt, events, self.session_id)
 
     @property
     def session(self) -> Session:
@@ -994,7 +1028,7 @@ class LiveLog:
         # closers were
         self._found_damage()  # (kept: the damaged row is still there)
         self._cold = _ColdView(stored=stored, closers=closers, events=events, nodes=nodes,
-                               marks=_Marks(self.fmt, events), encoded={})
+                               marks=_Marks(self.fmt, events, self.session_id), encoded={})
         return self._cold
 
     def _prefetch(self, events: Sequence[Event], nodes: Sequence[int], marks: _Marks,
