@@ -935,6 +935,28 @@ def test_add_items_stores_non_json_types_as_sqlite_session_does(store: str,
     run(body())
 
 
+def _popped_store(tmp_path: Path) -> tuple[str, int, int]:
+    """A SQLite store of session "s": three turns, the last item popped; ``(store URL, the
+    pop's removal seq, the next seq)``."""
+    import sqlite3
+    from contextlib import closing
+
+    store = sqlite_url(tmp_path)
+
+    async def fill() -> None:
+        session = DshSession("s", store)
+        await session.add_items(_long_turns(0, 3))
+        await session.pop_item()
+        session.close()
+
+    run(fill())
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
+        removal, end = db.execute(
+            "SELECT (SELECT seq FROM events WHERE data LIKE '%surface-removal%'), max(seq) + 1 "
+            "FROM events").fetchone()
+    return store, removal, end
+
+
 @pytest.mark.parametrize("restore_point", [True, False])
 @pytest.mark.parametrize("limit", [None, 2])
 def test_a_replace_of_no_surface_node_is_named_not_a_bare_value_error(
@@ -948,22 +970,11 @@ def test_a_replace_of_no_surface_node_is_named_not_a_bare_value_error(
 
     from dsh._errors import LogCorruptError
 
-    store = sqlite_url(tmp_path)
-
-    async def fill() -> None:
-        session = DshSession("s", store)
-        await session.add_items(_long_turns(0, 3))
-        await session.pop_item()
-        session.close()
-
-    run(fill())
+    store, removal, end = _popped_store(tmp_path)
     if not restore_point:
         for point in tmp_path.glob("sessions.db.dsh-checkpoints/*"):
             point.unlink()
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
-        (removal, end) = db.execute(
-            "SELECT (SELECT seq FROM events WHERE data LIKE '%surface-removal%'), "
-            "max(seq) + 1 FROM events").fetchone()
         db.execute("INSERT INTO events SELECT session_id, ?, type, time, data, "
                    "source_event_seqs, surface_op, ignorable FROM events WHERE seq = ?",
                    (end, removal))
@@ -1001,19 +1012,8 @@ def test_a_row_of_the_wrong_shape_past_the_seal_is_named_not_a_bare_error(
 
     from dsh._errors import LogCorruptError
 
-    store = sqlite_url(tmp_path)
-
-    async def fill() -> None:
-        session = DshSession("s", store)
-        await session.add_items(_long_turns(0, 3))
-        await session.pop_item()
-        session.close()
-
-    run(fill())
+    store, removal, end = _popped_store(tmp_path)
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
-        (removal, end) = db.execute(
-            "SELECT (SELECT seq FROM events WHERE data LIKE '%surface-removal%'), max(seq) + 1 "
-            "FROM events").fetchone()
         # (the replace shadows the pop's removal, the last surface node)
         surface_op = (None if op is None
                       else f'{{"op":"replace","start":{removal},"end":{removal}}}')
