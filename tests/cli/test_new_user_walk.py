@@ -341,14 +341,16 @@ def test_a_read_only_command_with_a_fresh_home_creates_no_store(
 
 ON_A_SESSION = [["rm", "abc"], ["restore", "abc"], ["resume", "abc"], ["fork", "abc"],
                 ["compact", "abc"], ["quarantine", "abc", "1"], ["unquarantine", "abc", "1"],
-                ["redact", "abc", "--seq", "1"], ["erase", "abc", "--receipt", "r.json"],
-                ["erase", "--where", "cwd=/x", "--receipt", "r.json"]]
+                ["redact", "abc", "--seq", "1"], ["approve", "abc", "call_1"],
+                ["deny", "abc", "call_1"], ["erase", "abc", "--receipt", "r.json"],
+                ["erase", "--where", "cwd=/x", "--receipt", "r.json"], ["gc", "--apply"]]
 
 
 def test_a_command_on_an_existing_session_with_a_fresh_home_creates_no_store(
         tmp_path: Path) -> None:
-    # before: each created an empty ~/.dsh/sessions.db, then answered SESSION_NOT_FOUND; a
-    # command that can only act on a session already stored refuses as the reads do
+    # before: each created an empty ~/.dsh/sessions.db, then answered SESSION_NOT_FOUND (erase
+    # with --where NOTHING_SELECTED, gc --apply "0 sessions examined"); a command that can only
+    # act on a session already stored refuses as the reads do
     home = tmp_path / "home"
     store = home / ".dsh" / "sessions.db"
     for command in ON_A_SESSION:
@@ -357,6 +359,7 @@ def test_a_command_on_an_existing_session_with_a_fresh_home_creates_no_store(
         assert done.stderr.startswith(f"error[STORE_NOT_FOUND]: no store yet: the default "
                                       f"store {store} does not exist"), command
         assert list(home.iterdir()) == [], command
+        assert not (tmp_path / "r.json").exists(), command
 
 
 def test_ls_with_a_fresh_home_says_there_are_no_sessions_yet_and_creates_no_store(

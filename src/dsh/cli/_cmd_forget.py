@@ -463,8 +463,9 @@ def gc(apply: Annotated[bool, typer.Option(
             out.print("the store log is empty: nothing was trashed, erased or set",
                       markup=False)
         return
-    # without --apply a read: a missing store is refused, not created
-    with cli_store(store, create=apply, wait=wait) as sessions, progress("gc") as bar:
+    # a read without --apply, and with it an act on stored sessions: either way a missing
+    # store is refused, not created (docs/cli.md)
+    with cli_store(store, create=False, wait=wait) as sessions, progress("gc") as bar:
         report = run_gc(sessions, apply=apply, by=_who(by),
                         progress=_drawn(bar) if bar.drawn else None)
     if receipt is not None and report.receipt is not None:
