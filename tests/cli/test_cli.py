@@ -200,11 +200,16 @@ def test_cli_usage_error_exits_2_with_one_error_line(tmp_path: Path) -> None:
                            "'dsh --help' for the options\n")
 
 
-def test_cli_read_only_command_refuses_a_store_url_naming_nothing(tmp_path: Path) -> None:
-    # A typo in --store must not create an empty store (fresh-user report).
+@pytest.mark.parametrize("command", [["ls"], ["view", "--no-browser"]], ids=" ".join)
+def test_cli_read_only_command_refuses_a_store_url_naming_nothing(
+        tmp_path: Path, command: list[str]) -> None:
+    # A typo in --store must not create an empty store (fresh-user report); dsh view said it
+    # in its own words ("import sessions first") where every other command names dsh init
     url = f"sqlite://{tmp_path / 'typo' / 'x.db'}"
-    proc = Dsh(tmp_path)("ls", "--store", url, check=1)
-    assert proc.stderr.startswith("error[STORE_NOT_FOUND]: no store at ")
+    proc = Dsh(tmp_path)(*command, "--store", url, check=1)
+    assert proc.stderr == (f"error[STORE_NOT_FOUND]: no store at '{url}' ({tmp_path}/typo/x.db "
+                           f"does not exist); check the URL, or create an empty store with "
+                           f"'dsh init --store {url}'\n")
     assert not (tmp_path / "typo").exists()
 
 

@@ -13,12 +13,10 @@ from dsh.cli._common import (
     StoreOption,
     cli_store,
     default_store_url,
-    missing_default_store,
-    no_default_store,
     require_session,
+    require_store,
     store_url,
 )
-from dsh.persistence import store_path
 
 
 def view(
@@ -47,14 +45,9 @@ def view(
         raise ConfigError(f"dsh view needs the 'view' extra ({exc.name} is missing): "
                           f"{install_hint('view')}", code="VIEW_EXTRA_MISSING") from exc
     check_bind(host, token)
-    missing = missing_default_store() if store is None else None
-    if missing is not None:  # a read creates no store, nor the home folder
-        raise no_default_store(missing)
-    url = store_url(store) if store is not None else default_store_url()
-    location = store_path(url)
-    if location is not None and not location.exists():
-        raise ConfigError(f"no store at {url!r} ({location} does not exist); check the URL, or "
-                          "import sessions first ('dsh import')", code="STORE_NOT_FOUND")
+    given = store_url(store) if store is not None else None
+    require_store(given)  # a read creates no store, nor the home folder (docs/cli.md)
+    url = given or default_store_url()
     if session_id is not None:  # a unique prefix opens that session's page (docs/cli.md)
         with cli_store(url, create=False) as sessions:
             session_id = require_session(sessions, session_id)

@@ -198,16 +198,8 @@ def cli_store(url: str | None, *, create: bool = True,
         ConfigError: code STORE_NOT_FOUND for such a URL, or a missing default store.
     """
     url = store_url(url) if url is not None else None
-    if url is None and not create:
-        missing = missing_default_store()
-        if missing is not None:
-            raise no_default_store(missing)
-    if url is not None and not create:
-        location = store_path(url)
-        if location is not None and not location.exists():
-            raise ConfigError(f"no store at {url!r} ({location} does not exist); check the URL, "
-                              f"or create an empty store with 'dsh init --store {url}'",
-                              code="STORE_NOT_FOUND")
+    if not create:
+        require_store(url)
     if url is not None:
         _refuse_foreign_file(url)
     # a read-only command on a PostgreSQL schema holding no store is refused at its first
@@ -218,6 +210,30 @@ def cli_store(url: str | None, *, create: bool = True,
         yield sessions
     finally:
         sessions.close()
+
+
+def require_store(url: str | None) -> None:
+    """Refuse the missing store of a command that must not create one; create nothing.
+
+    ``url`` is a store URL (from :func:`store_url`) or None for the default store. Rule
+    (docs/cli.md#stores-and-ids): a file or folder store whose path does not exist, or a
+    default store not created yet, is ``STORE_NOT_FOUND`` with one wording for every command;
+    a PostgreSQL URL is checked at its first use instead (it has no path).
+
+    Raises:
+        ConfigError: code STORE_NOT_FOUND, naming the URL and the ``dsh init`` that creates
+            it, or (no URL) the default store's path and ``dsh import --examples``.
+    """
+    if url is None:
+        missing = missing_default_store()
+        if missing is not None:
+            raise no_default_store(missing)
+        return
+    location = store_path(url)
+    if location is not None and not location.exists():
+        raise ConfigError(f"no store at {url!r} ({location} does not exist); check the URL, "
+                          f"or create an empty store with 'dsh init --store {url}'",
+                          code="STORE_NOT_FOUND")
 
 
 _SCHEMES: Final = ("sqlite:", "jsonl:", "jsonl+zstd:", "memory:", "postgresql:", "postgres:")
