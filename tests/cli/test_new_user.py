@@ -18,12 +18,14 @@ COMPACTED = "77777777-2222-4333-8444-555555555555"
 
 
 def dsh(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        stdin: str | None = None, argv: list[str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    """``dsh args`` (or ``argv``, another command) with HOME ``tmp_path`` and DSH_HOME in it."""
     base = {k: v for k, v in os.environ.items()
             if not k.endswith("_API_KEY") and not k.startswith("DSH_")}
     base.update({"DSH_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)})
-    return subprocess.run([*DSH, *args], env={**base, **(env or {})}, capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path, input=stdin)
+    return subprocess.run(argv or [*DSH, *args], env={**base, **(env or {})},
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, input=stdin)
 
 
 def local(server: ScriptedServer) -> list[str]:
@@ -315,11 +317,20 @@ def test_provider_model_and_base_url_come_from_the_environment_or_the_config_fil
 
 
 def test_shell_completion_completes_commands_and_options(tmp_path: Path) -> None:
-    done = dsh(tmp_path, env={"_DSH_COMPLETE": "complete_bash", "COMP_WORDS": "dsh sh",
-                              "COMP_CWORD": "1"})
-    assert done.stdout.split() == ["show"]
-    script = dsh(tmp_path, "--show-completion", env={"SHELL": "/bin/bash"})
-    assert "complete -o default -F _dsh_completion dsh" in script.stdout
+    # bash loads what 'dsh --show-completion' prints and completes with it, as a user's shell
+    # does. dsh finds its shell among its parents: here bash always is one, so the test holds
+    # under any parent (run from a process with no shell above it, '--show-completion' said
+    # "Shell  not supported")
+    assert (Path(sys.executable).parent / "dsh").exists()  # the installed command
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    complete = ('COMP_WORDS=({}); COMP_CWORD={}; _dsh_completion dsh; '
+                'printf "%s\\n" "${{COMPREPLY[*]}}"; ')
+    script = ('eval "$(dsh --show-completion)"; complete -p dsh; '
+              + complete.format("dsh sh", 1) + complete.format("dsh show --fu", 2))
+    done = dsh(tmp_path, env={"PATH": path}, argv=["bash", "--norc", "-c", script])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["complete -o default -F _dsh_completion dsh", "show",
+                                        "--full"]
 
 
 def test_run_waits_for_a_session_another_process_writes_and_says_who(tmp_path: Path) -> None:
