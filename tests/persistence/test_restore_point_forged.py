@@ -374,19 +374,35 @@ def test_a_forged_page_in_index_does_not_stop_the_writer(
     head, _, _ = text.rpartition(":")
     other = rp.PageIndex([(seq, offset + 1) for seq, offset in point.anchor.index]).pack()
     forged = rp.PageIndex.unpack(f"{head}:{other.rpartition(':')[2]}")
-    ckpt_file(root).write_bytes(rp.encode_restore_point(
-        replace(point, anchor=replace(point.anchor, index=forged))))
+    _write_index(root, point, forged)
     strip_marks(root, "jsonl")
     with dsh.open(url_of("jsonl", root)).sessions as store:
         session = store.session("s")
         assert session.events[0]["seq"] == 0  # before: RESTORE_POINT_MISMATCH
         assert session.log_damage is None
-        count = len(session.events)
-        session.append("turn/start", {"turn": 31})
-        store.flush(session)  # before: refused, the log named damaged
+        at = _append_a_turn(store, session)  # before: refused, the log named damaged
+    _assert_the_turn_is_read(root, at)
+
+
+def _write_index(root: Path, point: rp.RestorePoint, index: rp.PageIndex) -> None:
+    """Write ``point`` with its page-in index replaced by ``index`` (digest recomputed)."""
+    ckpt_file(root).write_bytes(rp.encode_restore_point(
+        replace(point, anchor=replace(point.anchor, index=index))))
+
+
+def _append_a_turn(store: Any, session: Any) -> int:
+    """Append ``turn/start`` 31 to ``session`` and flush it; return the index it went to."""
+    at = len(session.events)
+    session.append("turn/start", {"turn": 31})
+    store.flush(session)
+    return at
+
+
+def _assert_the_turn_is_read(root: Path, at: int) -> None:
+    """A fresh open of the JSONL store under ``root`` reads :func:`_append_a_turn`'s event."""
     with dsh.open(url_of("jsonl", root)).sessions as store:
         events = store.session("s").events
-        assert events[count]["type"] == "turn/start" and events[count]["data"]["turn"] == 31
+        assert events[at]["type"] == "turn/start" and events[at]["data"]["turn"] == 31
 
 
 def _flip_index_bytes(root: Path) -> rp.RestorePoint:
@@ -401,8 +417,7 @@ def _flip_index_bytes(root: Path) -> rp.RestorePoint:
     with pytest.raises(dsh.LogCorruptError) as info:
         list(rp.PageIndex.unpack(flipped.pack()))
     assert info.value.code == "RESTORE_POINT_MISMATCH"
-    ckpt_file(root).write_bytes(rp.encode_restore_point(
-        replace(point, anchor=replace(point.anchor, index=flipped))))
+    _write_index(root, point, flipped)
     return point
 
 
@@ -431,8 +446,7 @@ def test_a_page_in_index_with_flipped_bytes_falls_back_to_reading_the_log(
         assert session.events[-1]["type"] == expected[-1]["type"] == "session/end-seed"
         assert session.log_damage is None
         assert rp.stats["refused:index"] == refused + 1
-        session.append("turn/start", {"turn": 31})
-        store.flush(session)
+        at = _append_a_turn(store, session)
     warnings = [r.getMessage() for r in caplog.records
                 if r.levelno == logging.WARNING and "page-in index" in r.getMessage()]
     assert warnings[0].startswith("session 's': the page-in index of the restore point (")
@@ -442,9 +456,8 @@ def test_a_page_in_index_with_flipped_bytes_falls_back_to_reading_the_log(
     pairs = list(later.anchor.index)  # read whole: it holds what it claims
     assert pairs[0] == point.anchor.index[0] and pairs == sorted(set(pairs))
     with dsh.open(url_of("jsonl", root)).sessions as store:
-        events = store.session("s").events
-        assert list(events)[:len(expected) - 1] == expected[:-1]
-        assert events[len(expected)]["data"]["turn"] == 31
+        assert list(store.session("s").events)[:len(expected) - 1] == expected[:-1]
+    _assert_the_turn_is_read(root, at)
 
 
 def test_a_page_in_index_naming_a_wrong_last_entry_falls_back_to_reading_the_log(
@@ -460,8 +473,7 @@ def test_a_page_in_index_naming_a_wrong_last_entry_falls_back_to_reading_the_log
     last_seq = int(fields[4])
     fields[4] = str(last_seq - 1)  # the same offset: the entry of seq last_seq
     forged = rp.PageIndex.unpack(":".join(fields))
-    ckpt_file(root).write_bytes(rp.encode_restore_point(
-        replace(point, anchor=replace(point.anchor, index=forged))))
+    _write_index(root, point, forged)
     strip_marks(root, "jsonl")
     refused = rp.stats["refused:index"]
     with dsh.open(url_of("jsonl", root)).sessions as store:
@@ -471,12 +483,8 @@ def test_a_page_in_index_naming_a_wrong_last_entry_falls_back_to_reading_the_log
         assert session.events[last_seq]["seq"] == last_seq
         assert session.log_damage is None
         assert rp.stats["refused:index"] == refused + 1
-        count = len(session.events)
-        session.append("turn/start", {"turn": 31})
-        store.flush(session)  # before: WRITE_FAILED, the log named damaged
-    with dsh.open(url_of("jsonl", root)).sessions as store:
-        events = store.session("s").events
-        assert events[count]["type"] == "turn/start" and events[count]["data"]["turn"] == 31
+        at = _append_a_turn(store, session)  # before: WRITE_FAILED, the log named damaged
+    _assert_the_turn_is_read(root, at)
 
 
 def test_a_restore_point_mismatch_names_the_session_and_where_its_restore_point_is(

@@ -66,6 +66,16 @@ def test_the_owner_file_is_written_in_place_and_emptied_at_release(tmp_path: Pat
     assert owner.read_bytes() == b""
 
 
+def _assert_refused_as_symlink(lock_path: Path, link: Path, target: Path) -> None:
+    """Locking ``lock_path`` fails as SYMLINK naming ``link`` and its ``target``, never made."""
+    with pytest.raises(PersistenceError) as info:
+        SessionLock(lock_path, "s")
+    assert info.value.code == "SYMLINK"
+    assert info.value.where["path"] == str(link)
+    assert f"refusing the symlink {link} (to {target})" in str(info.value)
+    assert not target.exists()
+
+
 def test_an_owner_file_symlinked_after_the_check_is_refused_as_symlink(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a link planted between the check and the O_NOFOLLOW open: before, a bare OSError (ELOOP)
@@ -79,12 +89,7 @@ def test_an_owner_file_symlinked_after_the_check_is_refused_as_symlink(
         return real(path)
 
     monkeypatch.setattr(_lock, "os_lock", planting)
-    with pytest.raises(PersistenceError) as info:
-        SessionLock(lock_path, "s")
-    assert info.value.code == "SYMLINK"
-    assert info.value.where["path"] == str(owner)
-    assert f"refusing the symlink {owner} (to {target})" in str(info.value)
-    assert not target.exists()
+    _assert_refused_as_symlink(lock_path, owner, target)
     monkeypatch.setattr(_lock, "os_lock", real)
     owner.unlink()
     SessionLock(lock_path, "s").release()  # the lock was let go
@@ -98,12 +103,7 @@ def test_a_symlinked_lock_file_is_refused_as_symlink_and_never_followed(
     lock_path.parent.mkdir()
     target = tmp_path / "elsewhere"
     lock_path.symlink_to(target)
-    with pytest.raises(PersistenceError) as info:
-        SessionLock(lock_path, "s")
-    assert info.value.code == "SYMLINK"
-    assert info.value.where["path"] == str(lock_path)
-    assert f"refusing the symlink {lock_path} (to {target})" in str(info.value)
-    assert not target.exists()
+    _assert_refused_as_symlink(lock_path, lock_path, target)
     lock_path.unlink()
     SessionLock(lock_path, "s").release()  # nothing was left held
 

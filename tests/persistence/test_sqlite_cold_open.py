@@ -180,6 +180,13 @@ def test_a_restore_point_cut_right_after_a_packed_row_reads_through_it(tmp_path:
         assert list(pages.events) == list(full)
 
 
+def _turn_stored(db: Path, first: int) -> bool:
+    """Whether the turn ``_turns(first, 1)`` appended is in the SQLite file ``db`` (its rows)."""
+    with closing(sqlite3.connect(db)) as conn:
+        return bool(conn.execute("SELECT count(*) FROM events WHERE data LIKE ?",
+                                 (f'%q{first}"%',)).fetchone()[0])
+
+
 def _first_record_crc_changed(seal_path: Path, cut: SealCut) -> int:
     """Flip a bit of the crc of the seal's first range record (seqs from 0), before the cut."""
     from dsh.persistence._seal import read_seal
@@ -244,9 +251,7 @@ def test_a_seal_changed_before_the_cut_is_found_by_whoever_reads_before_it(
 
     with pytest.raises(LogCorruptError):
         asyncio.run(write())
-    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
-        assert db.execute("SELECT count(*) FROM events WHERE data LIKE '%q412\"%'"
-                          ).fetchone()[0] == 0
+    assert not _turn_stored(tmp_path / "sessions.db", 412)
 
 
 def test_a_read_only_open_whose_mark_is_not_after_the_cut_reads_in_full(

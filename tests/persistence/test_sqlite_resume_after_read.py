@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from dsh.persistence.sqlite import SqliteBackend
 from tests.persistence.test_sqlite_cold_open import (
     _first_record_crc_changed,
     _store_with_records_after_the_cut,
+    _turn_stored,
     _turns,
 )
 
@@ -67,43 +69,45 @@ def test_a_tail_another_process_wrote_between_the_read_and_the_resume_is_read_ag
     backend.close()
 
 
-def test_a_seal_damaged_before_the_cut_between_the_read_and_the_resume_is_found(
-        tmp_path: Path) -> None:
+def _resume_refused(tmp_path: Path, damage: Callable[[Path, SealCut], object],
+                    match: str) -> None:
+    """Read cold, open the writer, ``damage(seal path, cut)``: the writer's resume refuses."""
     seal_path, cut = _store_with_records_after_the_cut(tmp_path)
     backend, _, writer = _read_then_write(tmp_path / "sessions.db")
-    _first_record_crc_changed(seal_path, cut)  # the reader never hashed these bytes
-    with pytest.raises(rp.RestorePointRefused, match="seal"):
+    damage(seal_path, cut)
+    with pytest.raises(rp.RestorePointRefused, match=match):
         writer.read_from_restore_point()
     writer.close()
     backend.close()
+
+
+def test_a_seal_damaged_before_the_cut_between_the_read_and_the_resume_is_found(
+        tmp_path: Path) -> None:
+    # the reader never hashed the bytes before the cut
+    _resume_refused(tmp_path, _first_record_crc_changed, "seal")
 
 
 def test_a_seal_record_after_the_cut_changed_between_the_read_and_the_resume_is_found(
         tmp_path: Path) -> None:
     # a crc of a range record over the tail the reader checked: the rows taken over are
     # checked against the seal as read now
-    seal_path, cut = _store_with_records_after_the_cut(tmp_path)
-    backend, _, writer = _read_then_write(tmp_path / "sessions.db")
-    seal = read_seal_after(seal_path, cut)
-    assert seal is not None and seal.records
-    start, end, _ = seal.records[0]
-    data = bytearray(seal_path.read_bytes())
-    at = data.index(start.to_bytes(8, "little") + end.to_bytes(8, "little"), cut.offset) + 16
-    data[at] ^= 0x01
-    seal_path.write_bytes(bytes(data))
-    with pytest.raises(rp.RestorePointRefused, match="corrupt-tail"):
-        writer.read_from_restore_point()
-    writer.close()
-    backend.close()
+    def first_record_after_the_cut_changed(seal_path: Path, cut: SealCut) -> None:
+        seal = read_seal_after(seal_path, cut)
+        assert seal is not None and seal.records
+        start, end, _ = seal.records[0]
+        data = bytearray(seal_path.read_bytes())
+        at = data.index(start.to_bytes(8, "little") + end.to_bytes(8, "little"),
+                        cut.offset) + 16
+        data[at] ^= 0x01
+        seal_path.write_bytes(bytes(data))
+
+    _resume_refused(tmp_path, first_record_after_the_cut_changed, "corrupt-tail")
 
 
 def test_a_first_write_after_a_cold_read_refuses_a_seal_damaged_in_between(
         tmp_path: Path) -> None:
     # the adapter's own path: get_items(limit) then add_items in one DshSession, the seal
     # changed before the cut in between: the resume refuses, nothing is written
-    import sqlite3
-    from contextlib import closing
-
     pytest.importorskip("agents")
     from dsh.adapters.openai_agents import DshSession
 
@@ -122,9 +126,7 @@ def test_a_first_write_after_a_cold_read_refuses_a_seal_damaged_in_between(
 
     with pytest.raises(LogCorruptError):
         asyncio.run(read_then_write())
-    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
-        assert db.execute("SELECT count(*) FROM events WHERE data LIKE '%q412\"%'"
-                          ).fetchone()[0] == 0
+    assert not _turn_stored(tmp_path / "sessions.db", 412)
 
 
 def test_a_write_handle_open_checks_the_header_metadata_sidecar(tmp_path: Path) -> None:
