@@ -230,9 +230,21 @@ class CompactionError(DshError):
 
 
 class ImportFormatError(DshError):
-    """A transcript could not be imported; ``where`` has path, line and format."""
+    """A transcript could not be imported; ``where`` has path, line and format.
+
+    Rule (docs/interop.md#bad-input): an error located at a line of a file says
+    so first, as compilers do: given ``path`` and ``line``, the message starts
+    ``path:line: `` (added here unless it already starts with ``path:``), then says what was
+    wrong there (``at column N`` when known) and what to do.
+    """
 
     default_code = "IMPORT_FORMAT"
+
+    def __init__(self, message: str, *, code: str | None = None, **where: Where) -> None:
+        path, line = where.get("path"), where.get("line")
+        if path and line is not None and not message.startswith(f"{path}:"):
+            message = f"{path}:{line}: {message}"
+        super().__init__(message, code=code, **where)
 
 
 class LlmFailureError(DshError):

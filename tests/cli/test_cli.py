@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -371,7 +372,8 @@ def test_import_failed_file_reports_reason_and_leaves_nothing(tmp_path: Path) ->
     bad.write_text(jsonl_text("torn", _turn(0, 1, "Hi.", "Hello."))[:-40], encoding="utf-8")
     proc = dsh("import", str(bad), "--format", "dsh", check=1)
     assert "0 imported, 0 skipped (already imported), 1 failed" in proc.stdout
-    assert f"failed    {bad}: " in proc.stdout
+    line = bad.read_text().count("\n") + 1  # the torn last line
+    assert f"failed    {bad}:{line}: dsh transcript ends with a truncated record" in proc.stdout
     assert dsh.json("ls", "--json") == []
 
 
@@ -805,7 +807,8 @@ def test_import_folder_gives_each_bad_file_its_outcome_and_imports_the_rest(
     (folder / "big.jsonl").write_text("\n".join(big) + "\n", encoding="utf-8")
     dsh = Dsh(tmp_path)
     proc = dsh("import", str(folder), "--verbose", check=1)  # --verbose: the ignored file too
-    outcome = {line.split()[-1] if line.startswith("imported") else line.split()[1].rstrip(":"):
+    outcome = {line.split()[-1] if line.startswith("imported") else  # path[:LINE]:
+               re.sub(r"(:\d+)?:$", "", line.split()[1]):
                line.split()[0] for line in proc.stdout.splitlines()[:-1]}
     assert outcome == {str(folder / "big.jsonl"): "imported",
                        str(folder / "good.jsonl"): "imported",

@@ -60,7 +60,8 @@ def test_an_unmappable_last_line_leaves_nothing_listed(tmp_path: Path) -> None:
     store = f"sqlite:{tmp_path / 'store.db'}"
     failed = dsh("import", str(bad), "--store", store, "--json", check=1)
     reason = json.loads(failed.stdout)["failed"][0]["reason"]
-    assert "lacks a message object" in reason and "wait in the trash" in reason
+    assert f'{bad}:{len(text.splitlines()) + 1}: a Claude Code user line needs a "message" ' \
+        "object; fix or delete that line" in reason and "wait in the trash" in reason
     assert _listed(dsh, store) == []
     assert _listed(dsh, store, "--trash") == [SESSION]
     _complete(dsh, store, good)

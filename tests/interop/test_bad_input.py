@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -75,9 +77,11 @@ def test_import_empty_file_is_refused(tmp_path: Path, fmt: str) -> None:
 @pytest.mark.parametrize("fmt", ["auto", *FORMATS])
 def test_import_binary_file_is_refused(tmp_path: Path, fmt: str) -> None:
     path = _write(tmp_path, "blob.jsonl", b'{"type":"user"}\n\x00\x01\x02binary')
-    with pytest.raises(ImportFormatError, match="NUL bytes") as info:
+    with pytest.raises(ImportFormatError, match="holds a NUL byte") as info:
         import_file(path, fmt)
     assert info.value.where["byte_offset"] == 16
+    assert info.value.message.startswith(f"{path}:2: ")  # the line and column of the byte
+    assert "a NUL byte at column 1 (byte offset 16)" in info.value.message
 
 
 def test_import_non_utf8_file_is_refused(tmp_path: Path) -> None:
@@ -85,6 +89,9 @@ def test_import_non_utf8_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ImportFormatError, match="not valid UTF-8") as info:
         import_file(path, "claude-code")
     assert info.value.where["format"] == "claude-code"
+    assert info.value.message == (f"{path}:1: claude-code transcript is not valid UTF-8 at "
+                                  "column 27 (byte offset 26); expected JSON text: save the "
+                                  "file as UTF-8")
 
 
 def test_import_truncated_last_line_names_the_line(tmp_path: Path) -> None:
@@ -92,7 +99,9 @@ def test_import_truncated_last_line_names_the_line(tmp_path: Path) -> None:
     torn = source[: source.rindex(b"\n", 0, len(source) - 1) + 40]
     path = _write(tmp_path, "torn.jsonl", torn)
     line = torn.count(b"\n") + 1
-    with pytest.raises(ImportFormatError, match=f"truncated record at line {line}") as info:
+    at = re.escape(str(path))
+    with pytest.raises(ImportFormatError, match=f"^{at}:{line}: dsh transcript ends with a "
+                       "truncated record") as info:
         import_file(path, "dsh")
     assert info.value.where == {"path": str(path), "line": line, "format": "dsh"}
 
@@ -192,3 +201,37 @@ def test_claude_code_non_object_line_is_refused(tmp_path: Path) -> None:
                        r"object with a string \"type\" field; this line is an array") as info:
         import_file(path, "claude-code")
     assert info.value.where["line"] == 8
+
+
+BAD_INPUTS = {
+    "random bytes": bytes(random.Random(7).randrange(256) for _ in range(400)),
+    "truncated line": b'{"a": 1}\n{"type": "assi',
+    "not UTF-8": b'{"a": 1}\n{"b": "caf\xe9"}\n',
+    "not JSON": b'not json\n{"a": 1}\n',
+    "an array": b'[1, 2, 3]\n',
+    "a number": b"42\n",
+    "a string": b'"text"',
+    "a wrong object": b'{"type": 7, "history": 3, "messages": {}}\n',
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_every_importer_names_file_line_first_then_what_was_wrong_and_what_to_do(
+        tmp_path: Path, fmt: str, name: str) -> None:
+    # before: only Claude Code's and the JSON decoder's errors began "FILE:LINE: "; the others
+    # said "at line N" (or "first line N", "line N must be", a byte offset and no line) in
+    # their own words, some with nothing to do (docs/interop.md#bad-input)
+    path = _write(tmp_path, "bad.jsonl", BAD_INPUTS[name])
+    with pytest.raises(ImportFormatError) as info:
+        for top in import_file(path, fmt):
+            for session in top.walk():
+                session.to_session()
+    message, where = info.value.message, info.value.where
+    assert where["path"] == str(path) and where["format"] == fmt
+    assert message.startswith(f"{path}:{where['line']}: "), message
+    assert re.search(r"\bline \d|first line|offset \d+\)$", message) is None, message
+    if name in ("random bytes", "not UTF-8", "not JSON"):  # a fault with a column names it
+        assert re.search(r" at column \d+", message), message
+    what_to_do = ("fix ", "pass ", "save ", "cut ", "re-copy", "remove ", "check ", "import ")
+    assert any(verb in message.split(": ", 1)[1] for verb in what_to_do), message

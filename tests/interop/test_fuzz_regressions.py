@@ -8,6 +8,7 @@ the line and what was wrong.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +136,9 @@ def test_deep_nesting_is_refused_naming_the_line(tmp_path: Path) -> None:
     path = tmp_path / "s1.jsonl"
     path.write_text(json.dumps(_claude()) + "\n" + '{"type": "user", "x": ' + deep + "}\n")
     for fmt in ("claude-code", "codex", "auto"):
-        with pytest.raises(ImportFormatError, match=r"record at line 2 nests JSON deeper than "
-                           rf"{MAX_RECORD_DEPTH} levels") as info:
+        at = re.escape(str(path))
+        with pytest.raises(ImportFormatError, match=rf"^{at}:2: .*record nests JSON deeper "
+                           rf"than {MAX_RECORD_DEPTH} levels") as info:
             import_file(path, fmt)
         assert info.value.where["line"] == 2
 
@@ -165,8 +167,10 @@ def test_unmapped_shape_is_a_typed_error_naming_the_line(tmp_path: Path,
         raise TypeError("unhashable type: 'list'")
 
     monkeypatch.setattr(EventBuilder, "user", broken)
-    with pytest.raises(ImportFormatError, match=r"record at line 1 this importer cannot map "
-                       r"\(TypeError: unhashable type: 'list'\)") as info:
+    at = re.escape(str(path))
+    with pytest.raises(ImportFormatError, match=rf"^{at}:1: claude-code transcript has a "
+                       r"record this importer cannot map \(TypeError: unhashable type: "
+                       r"'list'\)") as info:
         import_file(path, "claude-code")
     assert info.value.code == UNMAPPED_CODE
     assert info.value.where == {"path": str(path), "line": 1, "format": "claude-code"}
@@ -177,7 +181,9 @@ def test_dsh_log_event_refused_by_the_session_names_its_line(tmp_path: Path) -> 
     records = [json.loads(x) for x in lines]
     records[3]["data"] = {"turn": "one"}
     path = _jsonl(tmp_path, "log.jsonl", records)
-    with pytest.raises(ImportFormatError, match=r"dsh log breaks a log rule at line 4") as info:
+    at = re.escape(str(path))
+    with pytest.raises(ImportFormatError, match=rf"^{at}:4: dsh log breaks a log rule: "
+                       ) as info:
         import_file(path, "dsh")
     assert info.value.code == "IMPORT_FORMAT"
     assert info.value.where["line"] == 4
@@ -189,7 +195,8 @@ def test_refused_seed_names_the_source_line(tmp_path: Path) -> None:
     [session] = import_file(path, "claude-code")
     message = next(e for e in session.events if e["type"] == "user/message")
     message["data"]["source"] = {"kind": ""}
-    with pytest.raises(ImportFormatError, match=r"the event mapped from line 1 is refused "
+    with pytest.raises(ImportFormatError, match=r"s1.jsonl:1: claude-code transcript cannot "
+                       r"become a dsh session: the event mapped from this line is refused "
                        r"\(.*invalid source") as info:
         session.to_session()
     assert info.value.code == UNMAPPED_CODE

@@ -98,8 +98,9 @@ def test_openhands_resolver_bad_history_entry_names_it(tmp_path: Path) -> None:
     path = tmp_path / "output.jsonl"
     path.write_text(json.dumps({"issue": {}, "git_patch": "", "history": [{"action": "run"},
                                                                           [1, 2]]}) + "\n")
-    with pytest.raises(ImportFormatError, match=r"history entry 1 at line 1 must be an event "
-                       r"object or an \[action, observation\] pair") as info:
+    with pytest.raises(ImportFormatError, match=r"output.jsonl:1: openhands-resolver history "
+                       r"entry 1 must be an event object or an \[action, observation\] pair"
+                       ) as info:
         import_file(path, "openhands-resolver")
     assert info.value.where["json_path"] == "$.history[1]"
 

@@ -231,8 +231,10 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
         detected = detect_format(path) if fmt == "auto" else fmt
     except ImportFormatError as error:
         # Found by walking a folder: a file that is not a transcript at all is ignored; one
-        # that is JSON records with damage (a torn last line, a bad line) failed.
-        damaged = "line" in error.where and "not a supported transcript format" not in str(error)
+        # that is JSON records with damage (a torn last line, a bad line) failed; bytes that
+        # are no text (a NUL byte, not UTF-8: located by line too) are not a transcript.
+        damaged = ("line" in error.where and "byte_offset" not in error.where
+                   and "not a supported transcript format" not in str(error))
         if explicit or damaged:
             report.failed.append((shown, _reason(error)))
         else:

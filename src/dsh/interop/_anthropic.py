@@ -102,7 +102,8 @@ def map_anthropic_conversation(b: EventBuilder, system: Any, messages: list[Any]
     for index, m in enumerate(turns):
         if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
             raise ImportFormatError(
-                f"anthropic message {index} must be an object with role user or assistant",
+                f"anthropic message {index} must be an object with role user or assistant; fix "
+                "that message",
                 path=str(b.path), line=line, format=FORMAT, json_path=f"$.messages[{index}]")
         content = m.get("content")
         if m["role"] == "assistant":
@@ -152,8 +153,10 @@ def _load_yaml(path: Path) -> Any:
             format=FORMAT) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
+        at = f" at column {mark.column + 1}" if mark is not None else ""
         raise ImportFormatError(
-            f"anthropic cassette is not valid YAML ({getattr(exc, 'problem', exc)})",
+            f"anthropic cassette is not valid YAML{at} ({getattr(exc, 'problem', exc)}); fix "
+            "the file, or re-record the cassette",
             path=str(path), line=(mark.line + 1) if mark is not None else None,
             format=FORMAT) from exc
     return doc
@@ -183,7 +186,8 @@ def _session(path: Path, session_id: str, exchanges: list[JsonObj],
     final = exchanges[-1] if exchanges else None
     request = final.get("request") if final else None
     if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-        raise ImportFormatError("anthropic exchange lacks a request body with messages",
+        raise ImportFormatError("anthropic exchange lacks a request body with messages; check "
+                                "the exchange's request",
                                 path=str(path), line=line, format=FORMAT)
     if isinstance(request.get("model"), str):
         b.model = ("anthropic", request["model"])
@@ -230,7 +234,8 @@ def import_anthropic(path: Path) -> list[ImportedSession]:
             note_line(line)
             if not isinstance(rec, dict) or "request" not in rec:
                 raise ImportFormatError(
-                    f"anthropic exchange at line {line} must be an object with a request",
+                    "anthropic exchange must be an object with a request; fix or delete that "
+                    "line",
                     path=str(path), line=line, format=FORMAT)
             key = str(rec.get("cassette", ""))
             groups.setdefault(key, []).append(rec)
@@ -247,4 +252,5 @@ def import_anthropic(path: Path) -> list[ImportedSession]:
         return [_session(path, session_id, [{"request": {"messages": doc}, "response": None}])]
     raise ImportFormatError(
         "anthropic document must be a request body, a message list or a cassette, found "
-        f"{type(doc).__name__}", path=str(path), line=1, format=FORMAT)
+        f"{type(doc).__name__}; pass the --format the file is in", path=str(path), line=1,
+        format=FORMAT)

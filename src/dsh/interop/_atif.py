@@ -415,7 +415,8 @@ def import_atif(path: Path) -> list[ImportedSession]:
     doc = read_json_document(path, FORMAT)
     if not looks_like_atif(doc):
         raise ImportFormatError("not an ATIF trajectory: expected an object with "
-                                "schema_version 'ATIF-…' and a steps list", path=str(path),
+                                "schema_version 'ATIF-…' and a steps list; pass the --format "
+                                "the file is in", path=str(path),
                                 line=1, format=FORMAT)
     problem = _shape_problem(doc, "trajectory")
     if problem is not None:

@@ -130,8 +130,9 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
         for line, offset, record in src.records():
             scan.add(path, line, offset, record)
         if not scan.claude_code:
-            raise _error(path, scan.first_line, "no Claude Code transcript record found "
-                         "(expected user/assistant lines with uuid and sessionId)")
+            raise _error(path, scan.first_line, "no Claude Code transcript record from this "
+                         "line on (expected user/assistant lines with uuid and sessionId); "
+                         "pass the --format the file is in")
         index.resolve(scan.mainline, lambda at: src.record_at(at, index.offset(at)))
     except BaseException:
         index.close()
@@ -380,8 +381,7 @@ def _response_key(record: JsonObj, line: int) -> str:
 def _error(path: Path, line: int, message: str) -> Exception:
     from dsh._errors import ImportFormatError
 
-    return ImportFormatError(f"claude-code {message} at line {line}", path=str(path), line=line,
-                             format=FORMAT)
+    return ImportFormatError(message, path=str(path), line=line, format=FORMAT)
 
 
 _JSON_KINDS: Final = {dict: "an object", list: "an array", str: "a string", int: "a number",
@@ -406,8 +406,8 @@ def _not_a_record(path: Path, line: int, r: Any) -> Exception:
     else:
         what = ("must be a JSON object with a string \"type\" field; this line is "
                 f"{_JSON_KINDS[type(r)]}")
-    return ImportFormatError(f"{path}:{line}: a Claude Code record {what}", path=str(path),
-                             line=line, format=FORMAT)
+    return ImportFormatError(f"{path}:{line}: a Claude Code record {what}; fix or delete that "
+                             "line", path=str(path), line=line, format=FORMAT)
 
 
 def _sidechain_groups(
@@ -587,7 +587,8 @@ def _map(b: EventBuilder, entries: Iterator[tuple[int, JsonObj]], path: Path,
         if kind == "assistant":
             msg = r.get("message")
             if not isinstance(msg, dict):
-                raise _error(path, line, "assistant line lacks a message object")
+                raise _error(path, line, "a Claude Code assistant line needs a \"message\" "
+                             "object; fix or delete that line")
             key = _response_key(r, line)
             if repeated(key, line):
                 yield None
@@ -636,7 +637,8 @@ def _user_entry(b: EventBuilder, r: JsonObj, line: int, path: Path,
                 boundary: JsonObj | None) -> None:
     msg = r.get("message")
     if not isinstance(msg, dict):
-        raise _error(path, line, "user line lacks a message object")
+        raise _error(path, line, "a Claude Code user line needs a \"message\" object; fix or "
+                     "delete that line")
     content = msg.get("content")
     uid = _uuid(r)
     if r.get("isCompactSummary"):

@@ -112,8 +112,9 @@ def stream_codex(path: Path) -> Iterator[StreamedSession]:
         raise ImportFormatError("codex rollout has no record", path=str(path), format=FORMAT)
     if not codex:
         raise ImportFormatError(
-            f"codex rollout has no session_meta/response_item record (first line "
-            f"{first_line})", path=str(path), line=first_line, format=FORMAT)
+            "codex rollout has no session_meta or response_item record (this is its first "
+            "record); pass the --format the file is in", path=str(path), line=first_line,
+            format=FORMAT)
     session_id = stable_session_id(path, FORMAT, own_id)
 
     def builder() -> EventBuilder:
@@ -149,15 +150,16 @@ def _map(b: EventBuilder, src: JsonlSource) -> Iterator[int]:
     for line, offset, r in src.records():
         note_line(line)
         if not isinstance(r, dict):
-            raise b.fail(f"codex line {line} must be a JSON object, found {type(r).__name__}",
-                         line=line)
+            raise b.fail(f"codex record must be a JSON object, found {type(r).__name__}; fix or "
+                         "delete that line", line=line)
         if "timestamp" in r:
             b.at(r["timestamp"])
         kind = _kind_of(r)
         payload = r.get("payload")
         if kind in _ENVELOPE_TYPES and "payload" in r:
             if not isinstance(payload, dict):
-                raise b.fail(f"codex {kind} payload at line {line} must be an object", line=line)
+                raise b.fail(f"codex {kind} payload must be an object; fix or delete that line",
+                             line=line)
             if kind == "response_item":
                 state.item(payload, line, r)
             elif kind == "compacted":
@@ -220,7 +222,7 @@ class _State:
         elif kind in ("function_call", "custom_tool_call"):
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
-                raise b.fail(f"codex {kind} at line {line} lacks a call_id", line=line)
+                raise b.fail(f"codex {kind} lacks a call_id; fix or delete that line", line=line)
             args = item.get("arguments", item.get("input", ""))
             self.blocks.append({"type": "tool-call", "id": call_id,
                                 "name": str(item.get("name", "")),

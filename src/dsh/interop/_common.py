@@ -143,7 +143,8 @@ class ImportedSession:
 def seed_refused(exc: EventRejectedError, line: int | None, fmt: str,
                  path: str) -> ImportFormatError:
     """The ImportFormatError of an imported seed the session refused (:meth:`to_session`)."""
-    where = f"the event mapped from line {line}" if line else "an imported event"
+    where = ("the event mapped from this line" if line and path else
+             f"the event mapped from line {line}" if line else "an imported event")
     return ImportFormatError(
         f"{_kind(fmt)} transcript cannot become a dsh session: {where} is refused "
         f"({exc.message})", code=None if fmt in _NATIVE else UNMAPPED_CODE,
@@ -288,9 +289,8 @@ def mapping_errors(path: Path, fmt: str) -> Iterator[None]:
         raise
     except _UNEXPECTED as exc:
         line = _LINE.get()
-        at = f" at line {line}" if line else ""
         raise ImportFormatError(
-            f"{_kind(fmt)} transcript has a record{at} this importer cannot map "
+            f"{_kind(fmt)} transcript has a record this importer cannot map "
             f"({type(exc).__name__}: {str(exc)[:200]}); check the record, or report it with "
             "the file if it is valid", code=UNMAPPED_CODE, path=str(path), line=line,
             format=fmt) from exc
@@ -371,13 +371,43 @@ def _check_bytes(path: Path, fmt: str, *, text: bool, head: bytes, nul: int | No
             f"--store {path}, or copy its sessions with 'dsh convert --from {path} --to STORE'",
             path=str(path), format=fmt)
     if nul is not None:
+        line, column = _line_column(path, nul)
         raise ImportFormatError(
-            f"{_kind(fmt)} transcript holds NUL bytes; expected UTF-8 JSON text, found binary data",
-            path=str(path), byte_offset=nul, format=fmt)
+            f"{_kind(fmt)} transcript holds a NUL byte at column {column} (byte offset {nul}); "
+            "expected UTF-8 JSON text, found binary data: import the transcript, not this file",
+            path=str(path), line=line, byte_offset=nul, format=fmt)
     if bad_utf8 is not None:
+        line, column = _line_column(path, bad_utf8)
         raise ImportFormatError(
-            f"{_kind(fmt)} transcript is not valid UTF-8 (byte offset {bad_utf8}); expected "
-            f"JSON text", path=str(path), byte_offset=bad_utf8, format=fmt)
+            f"{_kind(fmt)} transcript is not valid UTF-8 at column {column} (byte offset "
+            f"{bad_utf8}); expected JSON text: save the file as UTF-8", path=str(path),
+            line=line, byte_offset=bad_utf8, format=fmt)
+
+
+def _line_column(path: Path, offset: int) -> tuple[int, int]:
+    """The 1-based line and column (characters, a bad byte counting as one) of byte ``offset``.
+
+    Read again from the start, a chunk at a time (only when an error names the spot), so the
+    memory does not grow with the file. A file that cannot be read again gives line 1 and the
+    byte offset plus one.
+    """
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    line, column, done = 1, 0, 0
+    try:
+        with open_regular(path) as f:
+            while done < offset and (chunk := f.read(min(_SCAN_CHUNK, offset - done))):
+                done += len(chunk)
+                text = decoder.decode(chunk)
+                if "\n" in text:
+                    line += text.count("\n")
+                    column = len(text) - text.rindex("\n") - 1
+                else:
+                    column += len(text)
+    except (OSError, _NotRegular):
+        return 1, offset + 1
+    return line, column + len(decoder.decode(b"", final=True)) + 1
 
 
 @contextmanager
@@ -543,7 +573,7 @@ def decode_line(text: bytes, path: Path, fmt: str, line: int) -> Any:
     # Counting brackets bounds the depth from above, so the walk runs only on suspect records.
     if brackets > MAX_RECORD_DEPTH and _depth(value) > MAX_RECORD_DEPTH:
         raise ImportFormatError(
-            f"{_kind(fmt)} record at line {line} nests JSON deeper than {MAX_RECORD_DEPTH} "
+            f"{_kind(fmt)} record nests JSON deeper than {MAX_RECORD_DEPTH} "
             "levels; no transcript format nests that deep, so the file is not a transcript "
             "(or is damaged)", path=str(path), line=line, format=fmt)
     return value
@@ -580,8 +610,8 @@ def read_jsonl_records(path: Path, fmt: str, *, live: bool = False) -> list[tupl
                         torn.append((str(path.resolve()), index))
                     continue
                 raise ImportFormatError(
-                    f"{_kind(fmt)} transcript ends with a truncated record at line {index} (no "
-                    f"newline and not valid JSON); cut the torn tail or re-copy the file",
+                    f"{_kind(fmt)} transcript ends with a truncated record (no newline and not "
+                    f"valid JSON); cut the torn tail or re-copy the file",
                     path=str(path), line=index, format=fmt) from exc
             raise
     return out
@@ -734,9 +764,9 @@ class JsonlSource:
                             torn.append((str(path.resolve()), index))
                         continue
                     raise ImportFormatError(
-                        f"{_kind(fmt)} transcript ends with a truncated record at line {index} "
-                        "(no newline and not valid JSON); cut the torn tail or re-copy the "
-                        "file", path=str(path), line=index, format=fmt) from exc
+                        f"{_kind(fmt)} transcript ends with a truncated record (no newline and "
+                        "not valid JSON); cut the torn tail or re-copy the file",
+                        path=str(path), line=index, format=fmt) from exc
                 raise
             seen = True
             yield index, offset, value

@@ -90,7 +90,8 @@ def dsh_log_header(path: Path, first_line: int, header_rec: object
     if not looks_like_dsh_header(header_rec):
         raise ImportFormatError(
             "dsh log must start with a session header {\"type\": \"session\", \"version\", "
-            f"\"id\"}} at line {first_line}", path=str(path), line=first_line, format=FORMAT)
+            "\"id\"}; this first record is none: pass the --format the file is in",
+            path=str(path), line=first_line, format=FORMAT)
     assert isinstance(header_rec, dict)
     if header_rec.get("version") != 0:
         raise ImportFormatError(
@@ -121,14 +122,15 @@ def dsh_log_events(rec: object, path: Path, line: int, next_seq: int, time: Any
             out of order, or a malformed chunk row.
     """
     if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
-        raise ImportFormatError(f"dsh log line {line} must be an event object with a type",
+        raise ImportFormatError("dsh log record must be an event object with a type; fix or "
+                                "delete that line",
                                 path=str(path), line=line, format=FORMAT)
     if rec["type"] in _ROW_TYPES:
         return _expand_row(rec, path, line, next_seq, time)
     extra = set(rec) - _EVENT_KEYS
     if extra:
         raise ImportFormatError(
-            f"dsh event at line {line} has keys outside the envelope: {sorted(extra)}",
+            f"dsh event has keys outside the envelope: {sorted(extra)}; remove them",
             path=str(path), line=line, format=FORMAT)
     event: JsonObj = {"type": rec["type"], "seq": rec.get("seq", next_seq),
                       "time": rec.get("time", time), "data": rec.get("data")}
@@ -137,7 +139,8 @@ def dsh_log_events(rec: object, path: Path, line: int, next_seq: int, time: Any
             event[key] = rec[key]
     if event["seq"] != next_seq:
         raise ImportFormatError(
-            f"dsh event at line {line} has seq {event['seq']}; expected {next_seq}",
+            f"dsh event has seq {event['seq']}; expected {next_seq} (events are numbered "
+            "from 0 without gaps): fix the seq, or cut the log before this line",
             path=str(path), line=line, format=FORMAT)
     return [event]
 
@@ -168,10 +171,10 @@ def refusal_of(path: Path, violations: list[Violation],
         return None
     first = violations[0]
     line = line_of(first.seq) if first.seq is not None else None
-    at = f"line {line}" if line is not None else "its header"
+    at = "" if line is not None else " at its header"
     more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
     return ImportFormatError(
-        f"dsh log breaks a log rule at {at}: {first.rule}: {first.message}{more}; run dsh "
+        f"dsh log breaks a log rule{at}: {first.rule}: {first.message}{more}; run dsh "
         "verify on the source for the full list", path=str(path), line=line, format=FORMAT)
 
 
@@ -186,14 +189,15 @@ def _expand_row(rec: JsonObj, path: Path, line: int, next_seq: int, time: int) -
             or not all(isinstance(p, str) for p in payload) or not isinstance(dts, list)
             or len(dts) != len(payload) - 1 or not all(isinstance(d, int) for d in dts)):
         raise ImportFormatError(
-            f"malformed {tag} storage row at line {line}: needs data.{payload_key} (non-empty "
-            "strings) and data.dt (one integer gap fewer)", path=str(path), line=line,
+            f"malformed {tag} storage row: needs data.{payload_key} (non-empty strings) and "
+            "data.dt (one integer gap fewer); fix or delete that line", path=str(path), line=line,
             format=FORMAT)
     seq = rec.get("seq0", next_seq)
     when = rec.get("time0", time)
     if seq != next_seq:
         raise ImportFormatError(
-            f"{tag} storage row at line {line} starts at seq {seq}; expected {next_seq}",
+            f"{tag} storage row starts at seq {seq}; expected {next_seq}: fix the seq0, or "
+            "cut the log before this line",
             path=str(path), line=line, format=FORMAT)
     out: list[JsonObj] = []
     for k, piece in enumerate(payload):

@@ -98,7 +98,8 @@ def import_gemini_cli(path: Path) -> list[ImportedSession]:
     if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
         raise ImportFormatError(
             "gemini-cli recording must be an object with a messages list, found "
-            f"{type(doc).__name__}", path=str(path), line=1, format=FORMAT)
+            f"{type(doc).__name__}; pass the --format the file is in", path=str(path), line=1,
+            format=FORMAT)
     b = EventBuilder(FORMAT, stable_session_id(path, FORMAT, doc.get("sessionId")), path)
     b.model = ("google", "unknown")
     b.at(doc.get("startTime"))
@@ -106,7 +107,8 @@ def import_gemini_cli(path: Path) -> list[ImportedSession]:
     for index, m in enumerate(doc["messages"]):
         if not isinstance(m, dict) or not isinstance(m.get("type"), str):
             raise ImportFormatError(
-                f"gemini-cli message {index} must be an object with a string type",
+                f"gemini-cli message {index} must be an object with a string type; fix that "
+                "message",
                 path=str(path), line=1, format=FORMAT, json_path=f"$.messages[{index}]")
         b.at(m.get("timestamp"))
         kind = m["type"]

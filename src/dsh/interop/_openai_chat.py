@@ -76,7 +76,7 @@ def map_openai_messages(b: EventBuilder, messages: list[Any], *, fmt: str = FORM
             found = m.get("role") if isinstance(m, dict) else type(m).__name__
             raise ImportFormatError(
                 f"{fmt} {what} {index} must be an object with role system/user/assistant/tool, "
-                f"found {found!r}", path=str(b.path), line=line, format=fmt,
+                f"found {found!r}; fix that message", path=str(b.path), line=line, format=fmt,
                 json_path=f"$[{index}]")
         role = m["role"]
         content = openai_content_blocks(m.get("content"))
@@ -107,8 +107,8 @@ def map_openai_messages(b: EventBuilder, messages: list[Any], *, fmt: str = FORM
             if calls is not None and not isinstance(calls, list):
                 raise ImportFormatError(
                     f"{fmt} {what} {index} has tool_calls that is not a list (found "
-                    f"{type(calls).__name__})", path=str(b.path), line=line, format=fmt,
-                    json_path=f"$[{index}].tool_calls")
+                    f"{type(calls).__name__}); fix that message", path=str(b.path), line=line,
+                    format=fmt, json_path=f"$[{index}].tool_calls")
             for call in calls or []:
                 if not isinstance(call, dict):
                     continue
@@ -157,7 +157,8 @@ def import_openai_chat(path: Path) -> list[ImportedSession]:
     else:
         raise ImportFormatError(
             "openai-chat document must be a message list or an object with a messages list, "
-            f"found {type(doc).__name__}", path=str(path), line=1, format=FORMAT)
+            f"found {type(doc).__name__}; pass the --format the file is in", path=str(path), line=1,
+            format=FORMAT)
     map_openai_messages(b, messages, line=1)
     b.finish()
     return [b.imported(b.header())]

@@ -56,7 +56,8 @@ def import_openhands(path: Path) -> list[ImportedSession]:
             note_line(line)
             if not isinstance(rec, dict) or not looks_like_openhands_events(rec.get("history")):
                 raise ImportFormatError(
-                    f"openhands output line {line} must be an object with a history event list",
+                    "openhands output record must be an object with a history event list; fix "
+                    "or delete that line",
                     path=str(path), line=line, format=FORMAT)
             key = rec.get("instance_id")
             sid = stable_session_id(path, f"{FORMAT}:{line}:{key}")
@@ -69,7 +70,8 @@ def import_openhands(path: Path) -> list[ImportedSession]:
         return [build_v0_session(path, stable_session_id(path, FORMAT), doc, None, 1)]
     raise ImportFormatError(
         "openhands document must be a list of V0 events (id + action/observation) or an "
-        "object with such a history", path=str(path), line=1, format=FORMAT)
+        "object with such a history; pass the --format the file is in", path=str(path),
+        line=1, format=FORMAT)
 
 
 def _response_of(event: JsonObj) -> JsonObj | None:

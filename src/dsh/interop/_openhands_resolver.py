@@ -63,8 +63,8 @@ def import_openhands_resolver(path: Path) -> list[ImportedSession]:
         note_line(line)
         if not isinstance(record, dict) or not isinstance(record.get("history"), list):
             raise ImportFormatError(
-                f"openhands-resolver output at line {line} must be an object with a history "
-                "list", path=str(path), line=line, format=FORMAT)
+                "openhands-resolver output record must be an object with a history list; fix or "
+                "delete that line", path=str(path), line=line, format=FORMAT)
         issue = record.get("issue")
         number = issue.get("number") if isinstance(issue, dict) else None
         name = f"{FORMAT}:{line}:{number}" if len(records) > 1 else FORMAT
@@ -82,8 +82,8 @@ def _v0_events(history: list[Any], path: Path, line: int) -> list[JsonObj]:
         items = entry if isinstance(entry, list) else [entry]
         if not all(isinstance(item, dict) for item in items):
             raise ImportFormatError(
-                f"openhands-resolver history entry {index} at line {line} must be an event "
-                "object or an [action, observation] pair of objects", path=str(path), line=line,
+                f"openhands-resolver history entry {index} must be an event object or an "
+                "[action, observation] pair of objects; fix that entry", path=str(path), line=line,
                 format=FORMAT, json_path=f"$.history[{index}]")
         flat.extend(items)
     if all("id" in e and "source" in e for e in flat if "action" in e or "observation" in e):

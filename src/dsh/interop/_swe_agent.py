@@ -68,7 +68,8 @@ def import_swe_agent(path: Path) -> list[ImportedSession]:
     if not isinstance(doc, dict) or not isinstance(doc.get("history"), list):
         raise ImportFormatError(
             "swe-agent trajectory must be an object with a history list, found "
-            f"{type(doc).__name__}", path=str(path), line=1, format=FORMAT)
+            f"{type(doc).__name__}; pass the --format the file is in", path=str(path), line=1,
+            format=FORMAT)
     b = EventBuilder(FORMAT, stable_session_id(path, FORMAT), path)
     b.model = ("swe-agent", "unknown")
     model = _model_name(doc)
@@ -130,7 +131,8 @@ def import_mini_swe_agent(path: Path) -> list[ImportedSession]:
     else:
         raise ImportFormatError(
             "mini-swe-agent trajectory must be a list of messages with string content or an "
-            f"object with info/trajectory_format and messages, found {type(doc).__name__}",
+            f"object with info/trajectory_format and messages, found {type(doc).__name__}; "
+            "pass the --format the file is in",
             path=str(path), line=1, format=MINI_FORMAT)
     # mini-swe-agent's observations are user turns; they are tool output, not prompts.
     map_openai_messages(b, messages, fmt=MINI_FORMAT, what="message", line=1, single_turn=True)
