@@ -134,8 +134,13 @@ def test_missing_key_is_one_line_naming_the_variable(tmp_path: Path) -> None:
                                ("openai", "OPENAI_API_KEY")):
         result = dsh(tmp_path, "run", "hi", "--provider", provider)
         assert result.returncode == 1
+        # a new user who ran 'dsh run' as the README says learns the other providers too
+        others = ", ".join(p for p in ("deepseek", "openai", "anthropic", "openai-compatible")
+                           if p != provider)
         assert result.stderr.splitlines() == [
-            f"error[MISSING_KEY]: no API key for --provider {provider}: set {variable}"]
+            f"error[MISSING_KEY]: no API key for --provider {provider}: set {variable}, or "
+            f"choose another provider with --provider ({others}; openai-compatible with "
+            "--base-url needs no key)"]
     unknown = dsh(tmp_path, "run", "hi", "--provider", "gemini")
     assert unknown.returncode == 2 and "choose one of deepseek, openai" in unknown.stderr
 

@@ -95,7 +95,10 @@ def create_provider(name: str, *, model: str | None = None, base_url: str | None
     key = env.get(preset.key_variable, "").strip()
     if not key:
         if preset.key_required:
-            raise ConfigError(f"no API key for --provider {name}: set {preset.key_variable}",
+            others = ", ".join(p for p in PROVIDER_NAMES if p != name)
+            raise ConfigError(f"no API key for --provider {name}: set {preset.key_variable}, "
+                              f"or choose another provider with --provider ({others}; "
+                              "openai-compatible with --base-url needs no key)",
                               code="MISSING_KEY")
         key = "not-needed"  # local servers ignore the key, the SDK insists on one
     if preset.protocol == "anthropic":
