@@ -5707,6 +5707,13 @@ cut_records(const char *p, Py_ssize_t size, PyObject *path, const char *fmt, Py_
         PyTuple_SET_ITEM(out, i, item);
     }
     PyMem_Free((void *)d.items);
+    if (out != NULL) {
+        /* a tuple of bytes alone can hold no cycle: out of the cyclic GC at once, as
+         * CPython's own collection would untrack it (the rule in this file's header). A
+         * whole-history read keeps one per record (100k for 100k SDK items): tracked, the
+         * first young collection after the read walked them all. */
+        PyObject_GC_UnTrack(out);
+    }
     return out;
 }
 
@@ -6653,29 +6660,48 @@ seal_row_text(Buf *meta, Buf *payload, sqlite3_stmt *stmt, int first_meta, int f
     return buf_column_text(payload, stmt, 4);
 }
 
-/* crc32 of meta + "\x1d" + payload, through zlib.crc32 (running value); -1 on error */
+/* zlib.crc32(b's', value) of n bytes at s; -1 on error */
+static long long
+crc_more(const char *s, Py_ssize_t n, PyObject *value)
+{
+    PyObject *view, *args[2], *got;
+    long long crc;
+    view = PyMemoryView_FromMemory((char *)(s ? s : ""), n, PyBUF_READ);
+    if (view == NULL) {
+        return -1;
+    }
+    args[0] = view;
+    args[1] = value;
+    got = PyObject_Vectorcall(zlib_crc32, args, value == NULL ? 1 : 2, NULL);
+    Py_DECREF(view);
+    if (got == NULL) {
+        return -1;
+    }
+    crc = PyLong_AsLongLong(got);
+    Py_DECREF(got);
+    return crc;
+}
+
+/* crc32 of meta + "\x1d" + payload, through zlib.crc32: the meta then the payload from the
+ * running value (no copy of the payload, the bulk of the rows' bytes, after the meta); -1 on
+ * error */
 static long long
 seal_crc(Buf *meta, Buf *payload)
 {
-    PyObject *view, *value;
+    PyObject *running;
     long long crc;
     if (buf_put(meta, "\x1d", 1) < 0) {
         return -1;
     }
-    if (payload->size > 0 && buf_put(meta, payload->data, payload->size) < 0) {
+    crc = crc_more(meta->data, meta->size, NULL);
+    if (crc < 0 || payload->size == 0) {
+        return crc;
+    }
+    if ((running = PyLong_FromLongLong(crc)) == NULL) {
         return -1;
     }
-    view = PyMemoryView_FromMemory(meta->data ? meta->data : "", meta->size, PyBUF_READ);
-    if (view == NULL) {
-        return -1;
-    }
-    value = PyObject_CallOneArg(zlib_crc32, view);
-    Py_DECREF(view);
-    if (value == NULL) {
-        return -1;
-    }
-    crc = PyLong_AsLongLong(value);
-    Py_DECREF(value);
+    crc = crc_more(payload->data, payload->size, running);
+    Py_DECREF(running);
     return crc;
 }
 
@@ -6988,9 +7014,11 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
         {
+            /* (strict UTF-8 already: seal_row_text or row_classes_ok checked every TEXT
+             * column of this row above) */
             const unsigned char *text = sq.column_text(stmt, 4);
             Py_ssize_t n = sq.column_bytes(stmt, 4);
-            if (text == NULL || !utf8_strict(text, n)) {
+            if (text == NULL) {
                 Py_DECREF(seq_obj);
                 fell = 1;
                 goto done;

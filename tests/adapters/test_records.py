@@ -10,6 +10,7 @@ written with one, an escaped surrogate).
 from __future__ import annotations
 
 import bisect
+import gc
 import itertools
 import json
 from typing import Any
@@ -117,6 +118,19 @@ def test_record_texts_declines_what_it_cannot_vouch_for(text: str) -> None:
     assert c_record_texts(text, ("source", "adapterRecord"), FMT, None) is None
     if "\\u" not in text and "trailing" not in text:
         assert python_record_texts(text, ("source", "adapterRecord"), FMT) is None
+
+
+def test_a_cut_is_out_of_the_cyclic_gc() -> None:
+    # a tuple of bytes holds no cycle: the cut leaves it untracked, as CPython's collection
+    # would (a whole-history read keeps one per record; the next young collection walked them)
+    text = dumps({"content": [], "source": {"kind": "user", "adapterRecord": {
+        "format": FMT, "records": [{"role": "user", "content": "hi"}, [1, 2]]}}}).decode()
+    assert c_record_texts is not None
+    cut = c_record_texts(text, ("source", "adapterRecord"), FMT, None)
+    assert cut == (b'{"role":"user","content":"hi"}', b"[1,2]")
+    assert not gc.is_tracked(cut)
+    gc.collect()
+    assert _values(cut) == [{"role": "user", "content": "hi"}, [1, 2]]
 
 
 @example(json.dumps({"message": {"role": "user"}, "meta": {"adapterRecord": {

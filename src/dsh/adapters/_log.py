@@ -700,11 +700,11 @@ def _whole_view(nodes: Sequence[int], marks: _Marks,
     """
     if marks.needs_walk:
         return None
-    encoded = list(map(cache.get, nodes))
-    if None in encoded:  # a node not cut (dsh wrote it, or the cut declined it)
+    found = cast("Iterator[tuple[bytes | None, ...]]", map(cache.get, nodes))
+    try:  # (one pass over the nodes: each cache entry unpacked as it is looked up)
+        texts = [text for (text,) in found]
+    except TypeError:  # a node not cut (None: dsh wrote it, or the cut declined it)
         return None
-    try:
-        texts = [text for (text,) in cast("list[tuple[bytes | None, ...]]", encoded)]
     except ValueError:  # a node of no record or of several
         return None
     if None in texts:  # a record orjson could not encode: the walk copies it
