@@ -1423,7 +1423,15 @@ class SqliteHandle(HandleBase):
         self._restore_marks: list[bytes] = []
         # the committed prefix last read or written: (event count, incarnation, last row digest)
         self._durable: tuple[int, str, str] | None = None
-        self._seal_file = backend._seal_path(session_id)
+        # the sidecar paths, named once (the id's encoding and the folder joins are a cold
+        # read's work each time otherwise)
+        stem = _cut_stem(session_id)
+        self._seal_file = backend.seal_dir / f"{stem}.seal"
+        self._metadata_file = backend.seal_dir / f"{stem}.meta"
+        self._restore_point_file = backend.restore_point_dir / f"{stem}.ckpt"
+        # the last session row read and its decode: an open reads the row again inside the
+        # read's transaction, and equal values decode alike (the row is still read and compared)
+        self._row_seen: tuple[tuple[Any, ...], tuple[FrozenDict, str, int]] | None = None
         # the seal file the last read verified the rows with: the seal, or the one a rewrite
         # staged when it was killed after its commit (_adopt_staged_seal)
         self._seal_used = self._seal_file
@@ -1500,8 +1508,15 @@ class SqliteHandle(HandleBase):
             self._refuse_hidden_session()
             raise SessionNotFoundError(f"session {self._id!r} is not stored in {self._path}",
                                        session_id=self._id, path=self._path)
-        header, incarnation, revision = decode_session_row(row, path=self._path)
-        return (_with_metadata(header, incarnation, self._seal_file.with_suffix(".meta")),
+        seen = self._row_seen
+        # the same values of the same types (1 == 1.0, but only the int passes): the same decode
+        if seen is not None and seen[0] == row and list(map(type, seen[0])) == list(map(type, row)):
+            header, incarnation, revision = seen[1]
+        else:
+            decoded = decode_session_row(row, path=self._path)
+            self._row_seen = (row, decoded)
+            header, incarnation, revision = decoded
+        return (_with_metadata(header, incarnation, self._metadata_file),
                 incarnation, revision)
 
     def _refuse_hidden_session(self) -> None:
@@ -2078,7 +2093,7 @@ class SqliteHandle(HandleBase):
 
     def restore_point_path(self) -> Path:
         """The restore point sidecar: ``<db>.dsh-checkpoints/<encoded id>.ckpt``."""
-        return self._backend.restore_point_dir / f"{_cut_stem(self._id)}.ckpt"
+        return self._restore_point_file
 
     @property
     def durable_bytes(self) -> int:
