@@ -41,7 +41,6 @@ from typing import Any, Final, Protocol
 
 from dsh._errors import AgentError, LlmFailureError
 from dsh._messages import create_assistant_message, create_tool_result_message, create_user_message
-from dsh.agent._effects import idempotency_key
 from dsh.json import FrozenDict, JsonValue, snapshot_json
 from dsh.session import (
     CORE_EVENT_TYPES,
@@ -674,6 +673,11 @@ class StepRecorder:
             **self._where(), "callId": call_id, "name": name or self._offered[call_id],
             "arguments": arguments if arguments is not None else block.get("arguments", "")}
         if effect is not None:
+            # here, not at module level: the effects module (and the tool machinery it
+            # imports) stays out of a process that records no effect-classed call, as the
+            # framework adapters' (docs/adapters.md#memory)
+            from dsh.agent._effects import idempotency_key
+
             session = self._recorder._session
             self._recorder._sync()
             data["effect"] = effect

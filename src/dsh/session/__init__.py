@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from dsh._lazy import lazy_exports
 from dsh.session._chunks import CHUNK_ROW_TAGS, MIN_RUN, decode_storage_record, pack_chunk_runs
 from dsh.session._events import (
     CORE_EVENT_TYPES,
@@ -30,14 +33,7 @@ from dsh.session._header import (
     make_header,
     validate_header,
 )
-from dsh.session._invariants import InvariantObserver, InvariantTrace, Violation, check_log
 from dsh.session._paging import PAGE_EVENTS, EventSource, PagedLog
-from dsh.session._pairing import (
-    PairingSession,
-    balanced_cuts,
-    tool_pairing_balanced_after,
-    tool_pairing_balanced_before,
-)
 from dsh.session._repair import (
     TOOL_NOT_STARTED,
     TOOL_OUTCOME_UNKNOWN,
@@ -74,6 +70,15 @@ from dsh.session._surface import (
     derive_event_message,
     fold_surface,
 )
+
+if TYPE_CHECKING:  # loaded on first use (see __getattr__): a session never needs them to run
+    from dsh.session._invariants import InvariantObserver, InvariantTrace, Violation, check_log
+    from dsh.session._pairing import (
+        PairingSession,
+        balanced_cuts,
+        tool_pairing_balanced_after,
+        tool_pairing_balanced_before,
+    )
 
 __all__ = [
     "CHUNK_ROW_TAGS",
@@ -149,3 +154,13 @@ __all__ = [
     "stored_event_problem",
     "wall_clock_ms",
 ]
+
+# The log checker and the pairing helpers are read by verify, import, compaction and tests,
+# never by a session's open, read or append: importing them lazily keeps them out of an
+# adapter's process (docs/adapters.md#memory).
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    **dict.fromkeys(("InvariantObserver", "InvariantTrace", "Violation", "check_log"),
+                    "dsh.session._invariants"),
+    **dict.fromkeys(("PairingSession", "balanced_cuts", "tool_pairing_balanced_after",
+                     "tool_pairing_balanced_before"), "dsh.session._pairing"),
+}, __all__)
