@@ -190,14 +190,20 @@ static PyObject *frozen_of(PyTypeObject *type, PyObject *const *kv, Py_ssize_t p
  * stored once (orjson already shares keys, not values). An open-addressing table of its own,
  * kept between passes and emptied after each: a dict would hash every value with SipHash and
  * insert it, a tenth of a JSONL scan; equal strs have equal kind, length and data (PEP 393's
- * canonical form), so those are compared. str_cache_on is 0 outside a load pass. */
+ * canonical form), so those are compared. str_cache_on is 0 outside a load pass.
+ * The table starts small and doubles when half full, up to STR_CACHE_MAX_SIZE strings: its
+ * slots are hashed, so a pass touches every page of it, and a table sized for the largest
+ * pass would keep half a megabyte resident in a process that only ever reads a short session
+ * (docs/adapters.md#memory). */
 #define STR_CACHE_MAX_LEN 32
 #define STR_CACHE_MAX_SIZE 32768
-#define STR_CACHE_SLOTS (2 * STR_CACHE_MAX_SIZE)  /* a power of two; at most half used */
+#define STR_CACHE_MIN_SLOTS 2048  /* a power of two; the table's first size */
 static int str_cache_on = 0;
-static PyObject **str_cache_slots = NULL;  /* STR_CACHE_SLOTS entries, NULL when free */
+static PyObject **str_cache_slots = NULL;  /* str_cache_mask + 1 entries, NULL when free */
 static uint32_t *str_cache_used = NULL;    /* the filled slots, to empty them after a pass */
 static Py_ssize_t str_cache_count = 0;
+static size_t str_cache_mask = 0;          /* slots - 1 (slots a power of two) */
+static Py_ssize_t str_cache_limit = 0;     /* strings it holds before it grows: half its slots */
 
 static inline size_t
 str_cache_index(const unsigned char *data, Py_ssize_t size, int kind)
@@ -218,7 +224,45 @@ str_cache_index(const unsigned char *data, Py_ssize_t size, int kind)
     h ^= h >> 29;
     h *= 0xC4CEB9FE1A85EC53ULL;
     h ^= h >> 32;
-    return (size_t)h & (STR_CACHE_SLOTS - 1);
+    return (size_t)h;  /* the caller masks it with the table's size */
+}
+
+/* Double the table (rehashing what it holds) while it is below STR_CACHE_MAX_SIZE strings;
+ * when it is at that size or the memory is refused it stays as it is, and a full table only
+ * stops sharing new strings (sharing saves memory, nothing depends on it). */
+static void
+str_cache_grow(void)
+{
+    size_t slots = 2 * (str_cache_mask + 1), i;
+    Py_ssize_t k;
+    PyObject **table;
+    uint32_t *used;
+    if (str_cache_limit >= STR_CACHE_MAX_SIZE) {
+        return;
+    }
+    table = PyMem_RawCalloc(slots, sizeof(PyObject *));
+    used = PyMem_RawMalloc(slots / 2 * sizeof(uint32_t));
+    if (table == NULL || used == NULL) {
+        PyMem_RawFree(table);
+        PyMem_RawFree(used);
+        return;
+    }
+    for (k = 0; k < str_cache_count; k++) {
+        PyObject *x = str_cache_slots[str_cache_used[k]];
+        int kind = PyUnicode_KIND(x);
+        for (i = str_cache_index(PyUnicode_DATA(x), PyUnicode_GET_LENGTH(x) * kind, kind)
+                 & (slots - 1);
+             table[i] != NULL; i = (i + 1) & (slots - 1)) {
+        }
+        table[i] = x;
+        used[k] = (uint32_t)i;
+    }
+    PyMem_RawFree(str_cache_slots);
+    PyMem_RawFree(str_cache_used);
+    str_cache_slots = table;
+    str_cache_used = used;
+    str_cache_mask = slots - 1;
+    str_cache_limit = (Py_ssize_t)(slots / 2);
 }
 
 /* The cached str equal to x (x itself the first time); a new reference. */
@@ -235,10 +279,13 @@ shared_str(PyObject *x)
     kind = PyUnicode_KIND(x);
     data = PyUnicode_DATA(x);
     size = length * kind;
-    for (i = str_cache_index(data, size, kind);; i = (i + 1) & (STR_CACHE_SLOTS - 1)) {
+    if (str_cache_count >= str_cache_limit) {
+        str_cache_grow();
+    }
+    for (i = str_cache_index(data, size, kind) & str_cache_mask;; i = (i + 1) & str_cache_mask) {
         PyObject *slot = str_cache_slots[i];
         if (slot == NULL) {
-            if (str_cache_count < STR_CACHE_MAX_SIZE) {
+            if (str_cache_count < str_cache_limit) {
                 str_cache_slots[i] = Py_NewRef(x);
                 str_cache_used[str_cache_count++] = (uint32_t)i;
             }
@@ -1160,8 +1207,8 @@ str_cache_open(void)
         s_arguments_delta, s_ignorable, s_provenance, s_trigger, s_error};
     size_t k;
     if (str_cache_slots == NULL) {
-        str_cache_slots = PyMem_RawCalloc(STR_CACHE_SLOTS, sizeof(PyObject *));
-        str_cache_used = PyMem_RawMalloc(STR_CACHE_MAX_SIZE * sizeof(uint32_t));
+        str_cache_slots = PyMem_RawCalloc(STR_CACHE_MIN_SLOTS, sizeof(PyObject *));
+        str_cache_used = PyMem_RawMalloc(STR_CACHE_MIN_SLOTS / 2 * sizeof(uint32_t));
         if (str_cache_slots == NULL || str_cache_used == NULL) {
             PyMem_RawFree(str_cache_slots);
             PyMem_RawFree(str_cache_used);
@@ -1170,6 +1217,8 @@ str_cache_open(void)
             PyErr_NoMemory();
             return -1;
         }
+        str_cache_mask = STR_CACHE_MIN_SLOTS - 1;
+        str_cache_limit = STR_CACHE_MIN_SLOTS / 2;
     }
     if (cons_slots == NULL) {
         cons_slots = PyMem_RawCalloc(CONS_SLOTS, sizeof(PyObject *));
@@ -1648,8 +1697,11 @@ jp_ascii(const unsigned char *s, Py_ssize_t n, Py_ssize_t readable)
 #endif
     {
         size_t i;
-        for (i = str_cache_index(s, n, PyUnicode_1BYTE_KIND);;
-                i = (i + 1) & (STR_CACHE_SLOTS - 1)) {
+        if (str_cache_count >= str_cache_limit) {
+            str_cache_grow();
+        }
+        for (i = str_cache_index(s, n, PyUnicode_1BYTE_KIND) & str_cache_mask;;
+                i = (i + 1) & str_cache_mask) {
             PyObject *slot = str_cache_slots[i];
             if (slot == NULL) {
                 x = PyUnicode_New(n, 127);
@@ -1657,7 +1709,7 @@ jp_ascii(const unsigned char *s, Py_ssize_t n, Py_ssize_t readable)
                     return NULL;
                 }
                 memcpy(PyUnicode_DATA(x), s, (size_t)n);
-                if (str_cache_count >= STR_CACHE_MAX_SIZE) {
+                if (str_cache_count >= str_cache_limit) {
                     return x;  /* the table is full: neither it nor the hot one keeps x */
                 }
                 str_cache_slots[i] = Py_NewRef(x);
