@@ -485,6 +485,33 @@ def test_scan_lines_freezes_parsed_trees_in_place_and_values_stay_right() -> Non
     gc.collect()  # retyped containers free as their frozen type: no crash, no leak of types
 
 
+def test_the_shared_string_table_grows_in_a_pass_and_keeps_sharing() -> None:
+    # docs/adapters.md#memory: the pass's table of shared short strings starts small and
+    # doubles when half full; in a fresh process (the table at its first size) one pass of
+    # 40,000 distinct short strings shares each one across its growths until it holds 32,768
+    # strings, then leaves new ones unshared, and every value stays right; a second pass in
+    # the same process (the grown table kept) shares again
+    script = (
+        "import orjson\n"
+        "import dsh.persistence.jsonl._format as fmt\n"
+        "def scanned(prefix):\n"
+        "    s = fmt.Scanner(path='p', start_offset=0)\n"
+        "    s.feed(b''.join(orjson.dumps({'type': 'x/y', 'seq': i, 'time': 1, 'data': {\n"
+        "        'v': f'{prefix}{i}', 'w': f'{prefix}{i}'}}) + b'\\n' for i in range(40000)))\n"
+        "    events = s.finish().events\n"
+        "    assert [e['data']['v'] for e in events] == [f'{prefix}{i}' for i in range(40000)]\n"
+        "    assert [e['data']['w'] for e in events] == [f'{prefix}{i}' for i in range(40000)]\n"
+        "    return [e['data']['v'] is e['data']['w'] for e in events]\n"
+        "for prefix in ('s', 't'):\n"
+        "    shared = scanned(prefix)\n"
+        "    assert all(shared[:32000]), shared.index(False)\n"
+        "    assert not any(shared[32768:])\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=False)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "ok\n", "")
+
+
 # --- legacy / vocabulary prescan -------------------------------------------------------------
 
 
