@@ -1,7 +1,8 @@
 """The message model: messages, content blocks, stream chunks, token usage, and constructors.
 
 Shapes are dsh's wire shapes (docs/events.md#the-message-model), written as ``TypedDict`` classes
-with the camelCase keys of the wire format. The constructors return frozen values
+with the camelCase keys of the wire format in :mod:`dsh._message_types` and loaded from there
+when first named. The constructors return frozen values
 (:class:`~dsh.json.FrozenDict`) whose key order matches what dsh's own constructors produce, so
 logs written here look like dsh's. Fresh message ids are ``str(uuid4())`` (docs/events.md#messages).
 """
@@ -9,262 +10,73 @@ logs written here look like dsh's. Fresh message ids are ``str(uuid4())`` (docs/
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Any, Final
 from uuid import uuid4
 
+from dsh._lazy import lazy_exports
 from dsh.json import FrozenDict, JsonValue, snapshot_json
 
-# --- content blocks (docs/events.md#content-blocks) -----------------------------------------------
-
-
-class TextBlock(TypedDict):
-    """``{"type": "text", "text": str}``."""
-
-    type: Literal["text"]
-    text: str
-
-
-class ReasoningBlock(TypedDict):
-    """``{"type": "reasoning", "text": str}``: model reasoning kept for replay."""
-
-    type: Literal["reasoning"]
-    text: str
-
-
-class _Dimensions(TypedDict):
-    width: int
-    height: int
-
-
-class ImageAttachmentRef(TypedDict):
-    """A stored image: id (``sha256:<64 hex>`` locally), media type, size in bytes, pixels."""
-
-    attachmentId: str
-    mediaType: Literal["image/png", "image/jpeg", "image/webp", "image/gif"]
-    bytes: int
-    width: int
-    height: int
-    name: NotRequired[str]
-    originalDimensions: NotRequired[_Dimensions]
-
-
-class ImageBlock(TypedDict):
-    """``{"type": "image", "attachment": ImageAttachmentRef}``."""
-
-    type: Literal["image"]
-    attachment: ImageAttachmentRef
-
-
-class ToolCallBlock(TypedDict):
-    """A tool request: provider call id, tool name, raw JSON ``arguments`` text."""
-
-    type: Literal["tool-call"]
-    id: str
-    name: str
-    arguments: str
-
-
-class ToolResultBlock(TypedDict):
-    """A tool answer: the call id it answers, nested content blocks, optional error flag."""
-
-    type: Literal["tool-result"]
-    toolCallId: str
-    content: list[ContentBlock]
-    isError: NotRequired[bool]
-
-
-ContentBlock: TypeAlias = (
-    TextBlock | ReasoningBlock | ImageBlock | ToolCallBlock | ToolResultBlock | Mapping[str, Any])
-"""One block of message content; unknown block types are kept verbatim.
-
-Rule: docs/events.md#content-blocks.
-"""
-
-
-# --- sources (docs/events.md#messages) ------------------------------------------------------------
-
-
-class UserMessageSource(TypedDict):
-    """``{"kind": "user"}`` (host extensions may add fields)."""
-
-    kind: Literal["user"]
-
-
-class PluginMessageSource(TypedDict):
-    """``{"kind": "plugin", "plugin": name, ...}``; ``form`` names an injected-context form."""
-
-    kind: Literal["plugin"]
-    plugin: str
-    form: NotRequired[str]
-
-
-class ModelMessageSource(TypedDict):
-    """``{"kind": "model", "provider", "model", "replayState"?}``: the producing model."""
-
-    kind: Literal["model"]
-    provider: str
-    model: str
-    replayState: NotRequired[JsonValue]
-
-
-class ToolMessageSource(TypedDict):
-    """``{"kind": "tool", "callId"}``: the tool call a result answers."""
-
-    kind: Literal["tool"]
-    callId: str
-
-
-MessageSource: TypeAlias = (
-    UserMessageSource | PluginMessageSource | ModelMessageSource | ToolMessageSource
-    | Mapping[str, Any])
-"""Producer attribution, discriminated by ``kind``; plugin kinds are opaque.
-
-Rule: docs/events.md#messages.
-"""
-
-
-# --- messages (docs/events.md#messages) -----------------------------------------------------------
-
-
-class Message(TypedDict):
-    """``{"id", "role", "content", "source"}``: one model-facing message."""
-
-    id: str
-    role: Literal["system", "user", "assistant"]
-    content: list[ContentBlock]
-    source: MessageSource
-
-
-class UserMessage(TypedDict):
-    """A message with role ``user``; the ``data`` of a ``user/message`` event."""
-
-    id: str
-    role: Literal["user"]
-    content: list[ContentBlock]
-    source: MessageSource
-
-
-class AssistantMessage(TypedDict):
-    """A message with role ``assistant`` and a model source."""
-
-    id: str
-    role: Literal["assistant"]
-    content: list[ContentBlock]
-    source: ModelMessageSource
-
-
-class ToolResultMessage(TypedDict):
-    """A user message holding exactly one ``tool-result`` block, with a tool source."""
-
-    id: str
-    role: Literal["user"]
-    content: list[ToolResultBlock]
-    source: ToolMessageSource
-
-
-class SystemMessage(TypedDict):
-    """A message with role ``system``; the ``data`` of a ``system/message`` event.
-
-    Rule: docs/rules.md#the-system-head.
-    """
-
-    id: str
-    role: Literal["system"]
-    content: list[ContentBlock]
-    source: MessageSource
-
-
-# --- usage and stream chunks (docs/events.md#messages, docs/events.md#stream-chunks) --------------
-
-
-class TokenUsage(TypedDict):
-    """Token counts of one model call; disjoint (billed input = input + cache read + write)."""
-
-    inputTokens: int
-    outputTokens: int
-    cacheReadTokens: NotRequired[int]
-    cacheWriteTokens: NotRequired[int]
-    reasoningTokens: NotRequired[int]
-
-
-class LlmFailure(TypedDict):
-    """A structured model failure: message, code, HTTP status, retry hint in ms, request id."""
-
-    message: str
-    code: str
-    status: NotRequired[int]
-    providerRetryAfterMs: NotRequired[int]
-    requestId: NotRequired[str]
-
-
-class FinishReason(TypedDict):
-    """``{"kind": "stop" | "tool-calls" | "max-tokens" | "aborted" | "error", "failure"?}``."""
-
-    kind: Literal["stop", "tool-calls", "max-tokens", "aborted", "error"]
-    failure: NotRequired[LlmFailure]
-
-
-class BlockStartChunk(TypedDict):
-    """A new content block at ``index`` of type ``blockType``."""
-
-    type: Literal["block-start"]
-    index: int
-    blockType: str
-
-
-class TextDeltaChunk(TypedDict):
-    """Text appended to block ``index``."""
-
-    type: Literal["text-delta"]
-    index: int
-    text: str
-
-
-class ReasoningDeltaChunk(TypedDict):
-    """Reasoning text appended to block ``index``."""
-
-    type: Literal["reasoning-delta"]
-    index: int
-    text: str
-
-
-class ToolCallDeltaChunk(TypedDict):
-    """Raw argument text appended to the tool call at block ``index``."""
-
-    type: Literal["tool-call-delta"]
-    index: int
-    id: str
-    name: NotRequired[str]
-    argumentsDelta: str
-
-
-class BlockEndChunk(TypedDict):
-    """The authoritative assembled block at ``index``."""
-
-    type: Literal["block-end"]
-    index: int
-    block: ContentBlock
-
-
-class UsageChunk(TypedDict):
-    """Token usage reported by the provider."""
-
-    type: Literal["usage"]
-    usage: TokenUsage
-
-
-class FinishChunk(TypedDict):
-    """End of the stream with its reason and optional adapter replay state."""
-
-    type: Literal["finish"]
-    reason: FinishReason
-    replayState: NotRequired[JsonValue]
-
-
-StreamChunk: TypeAlias = (
-    BlockStartChunk | TextDeltaChunk | ReasoningDeltaChunk | ToolCallDeltaChunk | BlockEndChunk
-    | UsageChunk | FinishChunk)
-"""One raw provider stream chunk, carried by ``assistant/chunk`` (docs/events.md#stream-chunks)."""
+if TYPE_CHECKING:  # defined in dsh._message_types, loaded on first use (see __getattr__)
+    from dsh._message_types import AssistantMessage as AssistantMessage
+    from dsh._message_types import BlockEndChunk as BlockEndChunk
+    from dsh._message_types import BlockStartChunk as BlockStartChunk
+    from dsh._message_types import ContentBlock as ContentBlock
+    from dsh._message_types import FinishChunk as FinishChunk
+    from dsh._message_types import FinishReason as FinishReason
+    from dsh._message_types import ImageAttachmentRef as ImageAttachmentRef
+    from dsh._message_types import ImageBlock as ImageBlock
+    from dsh._message_types import LlmFailure as LlmFailure
+    from dsh._message_types import Message as Message
+    from dsh._message_types import MessageSource as MessageSource
+    from dsh._message_types import ModelMessageSource as ModelMessageSource
+    from dsh._message_types import PluginMessageSource as PluginMessageSource
+    from dsh._message_types import ReasoningBlock as ReasoningBlock
+    from dsh._message_types import ReasoningDeltaChunk as ReasoningDeltaChunk
+    from dsh._message_types import StreamChunk as StreamChunk
+    from dsh._message_types import SystemMessage as SystemMessage
+    from dsh._message_types import TextBlock as TextBlock
+    from dsh._message_types import TextDeltaChunk as TextDeltaChunk
+    from dsh._message_types import TokenUsage as TokenUsage
+    from dsh._message_types import ToolCallBlock as ToolCallBlock
+    from dsh._message_types import ToolCallDeltaChunk as ToolCallDeltaChunk
+    from dsh._message_types import ToolMessageSource as ToolMessageSource
+    from dsh._message_types import ToolResultBlock as ToolResultBlock
+    from dsh._message_types import ToolResultMessage as ToolResultMessage
+    from dsh._message_types import UsageChunk as UsageChunk
+    from dsh._message_types import UserMessage as UserMessage
+    from dsh._message_types import UserMessageSource as UserMessageSource
+
+_SHAPES: Final = (
+    "TextBlock",
+    "ReasoningBlock",
+    "ImageAttachmentRef",
+    "ImageBlock",
+    "ToolCallBlock",
+    "ToolResultBlock",
+    "UserMessageSource",
+    "PluginMessageSource",
+    "ModelMessageSource",
+    "ToolMessageSource",
+    "Message",
+    "UserMessage",
+    "AssistantMessage",
+    "ToolResultMessage",
+    "SystemMessage",
+    "TokenUsage",
+    "LlmFailure",
+    "FinishReason",
+    "BlockStartChunk",
+    "TextDeltaChunk",
+    "ReasoningDeltaChunk",
+    "ToolCallDeltaChunk",
+    "BlockEndChunk",
+    "UsageChunk",
+    "FinishChunk",
+    "ContentBlock",
+    "MessageSource",
+    "StreamChunk",
+)
+"""The shapes this module re-exports from :mod:`dsh._message_types`."""
 
 
 # --- constructors (docs/events.md#messages) -------------------------------------------------------
@@ -363,3 +175,10 @@ def create_tool_result_message(*, call_id: str, content: list[Any],
         "content": [{"type": "tool-result", "toolCallId": call_id, "content": content,
                      "isError": is_error}],
     })
+
+
+# The shapes load at first use: the constructors above never read them, and their
+# ForwardRefs' code objects would sit in every process that appends (docs/adapters.md#memory).
+__getattr__, __dir__ = lazy_exports(__name__, globals(), dict.fromkeys(_SHAPES,
+                                                                       "dsh._message_types"),
+                                    _SHAPES)
