@@ -1080,3 +1080,51 @@ def test_a_page_index_listed_as_pairs_is_still_read() -> None:
             b"[[0,30],[10,900],[20,1800]]", bad))
         with pytest.raises(rp.RestorePointRefused, match="bad-field:index"):
             rp.decode_restore_point(forged, session_id="s", backend="jsonl")
+
+
+@pytest.mark.parametrize("fmt", [1, 2])
+@pytest.mark.parametrize("open_turn", [False, True])
+def test_a_resumed_recorder_numbers_its_next_turn_from_either_restore_point_format(
+        kind: str, root: Path, monkeypatch: pytest.MonkeyPatch, fmt: int,
+        open_turn: bool) -> None:
+    """Format 2 names the last turn: the recorder reads nothing before the cut for it.
+
+    Format 1 points (written before ``lastTurn``) are still read, verified consistent, and the
+    recorder reads the log back for the number; either way the next turn is the right one.
+    """
+    from dataclasses import replace
+
+    from dsh.agent import Recorder
+    from dsh.session import RestoreFold
+
+    with monkeypatch.context() as patched:
+        if fmt == 1:  # a writer before format 2: states that do not know their last turn
+            state = RestoreFold.state
+            patched.setattr(RestoreFold, "state",
+                            lambda self: replace(state(self), last_turn=None))
+        long_store(kind, root, turns=5, open_turn=open_turn)
+    assert f'"format":{fmt},'.encode() in ckpt_file(root).read_bytes()
+    url = url_of(kind, root)
+    assert _verify_json(url)["restorePoints"]["s"]["status"] == "consistent"
+    walks: list[object] = []
+    select_back = PagedLog.select_back
+
+    def counted(self: PagedLog, *args: Any, **kwargs: Any) -> Any:
+        walks.append(args[0])
+        return select_back(self, *args, **kwargs)
+
+    monkeypatch.setattr(PagedLog, "select_back", counted)
+    with dsh.open(url, clock=StepClock(2_000_000_000_000)).sessions as store:
+        session = store.resume("s")
+        assert isinstance(session._log, PagedLog)
+        assert (session.prefix_turns() is None) is (fmt == 1)
+        recorder = Recorder(session, store=store)
+        assert bool(walks) is (fmt == 1)
+        next_turn = 7 if open_turn else 6  # the interrupted turn 6 was closed by the resume
+        assert recorder.next_turn == next_turn
+        with recorder.turn():
+            pass
+        store.flush(session)
+    starts = [e["data"]["turn"] for e in stored(url) if e["type"] == "turn/start"]
+    assert starts == [*range(1, next_turn + 1)]
+    assert _verify_json(url)["violations"] == []

@@ -126,13 +126,18 @@ class _Scan:
             elif kind == "turn/end":
                 self.open_turn = None
 
-    def feed_back(self, events: Iterable[Mapping[str, Any]]) -> None:
+    def feed_back(self, events: Iterable[Mapping[str, Any]]) -> tuple[bool, bool]:
         """Take in a whole log's ``turn/start`` and ``turn/end`` events, newest first.
 
         Iterated back to the last ``turn/start`` only: the same state as :meth:`feed` of the
         log, since turn numbers grow with seq (docs/view.md#the-transcript-model). Given
         :meth:`EventLog.select_back`, a log paged in after an O(tail) resume reads back
         from its end by type, not its prefix nor its pages.
+
+        Returns:
+            ``(started, ended)``: whether a ``turn/start`` was reached (the walk stops there),
+            and whether a ``turn/end`` came before it. Given the events after a cut only, a
+            walk that reached no ``turn/start`` goes on with :meth:`feed_prefix`.
         """
         ended = False
         for event in events:
@@ -145,7 +150,21 @@ class _Scan:
                     self.last_turn = max(self.last_turn, turn)
                     if not ended:
                         self.open_turn = turn
-                    return
+                return True, ended
+        return False, ended
+
+    def feed_prefix(self, last_turn: int, turn_open: bool, *, ended: bool) -> None:
+        """Go on with the events before a paged restore's cut, as their restore state says.
+
+        What :meth:`feed_back` would find reading them (docs/formats.md#restore-points):
+        ``last_turn`` is the ``turn`` of their last ``turn/start`` (0: none, or not an
+        integer), ``turn_open`` whether it is their last turn boundary, ``ended`` whether a
+        ``turn/end`` came after the cut.
+        """
+        if last_turn > 0:
+            self.last_turn = max(self.last_turn, last_turn)
+            if turn_open and not ended:
+                self.open_turn = last_turn
 
 
 class HoldsSessions(Protocol):
@@ -200,7 +219,18 @@ class Recorder:
         self._store = core_store(store, "store.recorder(session_id)")
         self._flush_on_turn_end = flush_on_turn_end
         self._scan = _Scan()
-        self._scan.feed_back(session.events.select_back(_TURN_BRACKETS))
+        prefix = session.prefix_turns()
+        if prefix is None:
+            self._scan.feed_back(session.events.select_back(_TURN_BRACKETS))
+        else:
+            # paged in through a restore point that names the last turn: its tail walked in
+            # memory, nothing read before its cut (docs/formats.md#restore-points)
+            cut, last_turn, turn_open = prefix
+            tail = session.events[cut:]  # resident: a paged log serves its tail from memory
+            started, ended = self._scan.feed_back(
+                event for event in reversed(tail) if event["type"] in _TURN_BRACKETS)
+            if not started:
+                self._scan.feed_prefix(last_turn, turn_open, ended=ended)
         self._seen = session.seq
         self._headers_logged = 0
         if self._scan.open_turn is not None:

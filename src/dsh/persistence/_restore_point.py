@@ -43,7 +43,7 @@ import zlib
 from array import array
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from glob import escape as glob_escape
 from itertools import accumulate, chain
 from operator import lt
@@ -88,8 +88,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RESTORE_POINT_FORMAT: Final = 1
-"""Version of the restore point file layout and of the restore state it carries."""
+RESTORE_POINT_FORMAT: Final = 2
+"""Version of the restore point file layout and of the restore state it carries: 2 adds the
+state's ``lastTurn``; a state that does not know it is written as format 1, which is still read
+(docs/formats.md#restore-points)."""
+
+_FORMATS: Final = (1, RESTORE_POINT_FORMAT)
+"""The formats :func:`decode_restore_point` reads."""
 
 LIBRARY_TAG: Final = "dsh-python/0.1"
 """The writer; a restore point written by another tag is refused (its derivation may differ)."""
@@ -548,10 +553,15 @@ def _unpacked_nodes(value: object, origin: tuple[str, str]) -> NodeSeqs | None:
 
 
 def encode_restore_point(restore_point: RestorePoint) -> bytes:
-    """Return the sidecar bytes: magic, the body's SHA-256, newline, the JSON body."""
+    """Return the sidecar bytes: magic, the body's SHA-256, newline, the JSON body.
+
+    The body is format 2 when the state knows its ``lastTurn``, else format 1 (a writer
+    continuing from a format 1 restore point before its next ``turn/start``).
+    """
     anchor = restore_point.anchor
     body = dumps({
-        "format": RESTORE_POINT_FORMAT, "library": LIBRARY_TAG, "backend": anchor.backend,
+        "format": 1 if restore_point.state.last_turn is None else RESTORE_POINT_FORMAT,
+        "library": LIBRARY_TAG, "backend": anchor.backend,
         "sessionId": anchor.session_id, "incarnation": anchor.incarnation,
         "eventCount": anchor.event_count, "byteOffset": anchor.byte_offset,
         "headerDigest": anchor.header_digest, "tailDigest": anchor.tail_digest,
@@ -623,7 +633,8 @@ def _decode(data: bytes, *, session_id: str, backend: str, where: str) -> Restor
         raise RestorePointRefused("unparsable") from None
     if not isinstance(body, dict):
         raise RestorePointRefused("unparsable")
-    if body.get("format") != RESTORE_POINT_FORMAT or body.get("library") != LIBRARY_TAG:
+    version = body.get("format")
+    if type(version) is not int or version not in _FORMATS or body.get("library") != LIBRARY_TAG:
         raise RestorePointRefused("version")
     if body.get("sessionId") != session_id:
         raise RestorePointRefused("other-session")
@@ -633,7 +644,7 @@ def _decode(data: bytes, *, session_id: str, backend: str, where: str) -> Restor
     try:
         wire_state = body.get("state")
         nodes = _unpacked_nodes(wire_state, (session_id, where))
-        state = RestoreState.from_wire(wire_state, decoded_nodes=nodes)
+        state = RestoreState.from_wire(wire_state, decoded_nodes=nodes, last_turn=version >= 2)
     except ValueError:
         raise RestorePointRefused("bad-field:state") from None
     anchor = Anchor(backend=backend, session_id=session_id,
@@ -784,10 +795,13 @@ def check_restore_point(handle: KeepsRestorePoints | None, events: Sequence[Even
     count = restore_point.state.event_count
     fold = RestoreFold(inherited)
     fold.feed(events[:count])
+    derived = fold.state()
+    if restore_point.state.last_turn is None:  # a format 1 state does not carry it
+        derived = replace(derived, last_turn=None)
     problem = None
     if tuple(cold.events) != tuple(events[count:]):
         problem = "its tail differs from the log's"
-    elif fold.state() != restore_point.state:
+    elif derived != restore_point.state:
         problem = "its restore state differs from the one the log derives"
     else:
         for start in range(0, count, 4096):

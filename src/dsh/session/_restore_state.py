@@ -26,6 +26,17 @@ from dsh.session._surface import NodeSeqs, replace_nodes
 _END_SEED: Final = "session/end-seed"
 _NO_NODES: Final = NodeSeqs()
 _TURN_BOUNDARIES: Final = ("turn/start", "turn/end")
+_WIRE_KEYS_1: Final = frozenset({"eventCount", "lastTime", "lastType", "nodes",
+                                 "replaceGeneration", "requestHeader", "requestContext",
+                                 "inheritedMarkers", "turnBoundary", "turnOpen"})
+_WIRE_KEYS_2: Final = _WIRE_KEYS_1 | {"lastTurn"}
+
+
+def _turn_of(event: Event) -> int:
+    """A ``turn/start``'s ``turn`` when it is an integer, else 0 (what the recorder takes)."""
+    data = event["data"]
+    turn = data.get("turn") if isinstance(data, dict) else None
+    return turn if type(turn) is int else 0
 
 
 def _count(value: object, what: str) -> int:
@@ -63,6 +74,10 @@ class RestoreState:
             cut (``seedLength``); a restore refuses more than one.
         turn_boundary: Seq of the last ``turn/start`` or ``turn/end``, or -1 when none.
         turn_open: True when that boundary is a ``turn/start`` (repair reads from it).
+        last_turn: The ``turn`` of the last ``turn/start`` (0 when there is none or its
+            ``turn`` is no integer): the number a resumed session's recorder continues from;
+            None when unknown (a state read from a format 1 restore point, and a fold
+            continuing from one until its next ``turn/start``).
     """
 
     event_count: int
@@ -75,6 +90,7 @@ class RestoreState:
     inherited_markers: int
     turn_boundary: int
     turn_open: bool
+    last_turn: int | None = None
 
     def __post_init__(self) -> None:
         if type(self.nodes) is not NodeSeqs:
@@ -84,23 +100,28 @@ class RestoreState:
         """Return the JSON object form (camelCase keys), for :meth:`from_wire`.
 
         With ``nodes=False`` the ``nodes`` key is left out (a caller that packs them itself).
+        ``lastTurn`` is there when known (the format 2 state, docs/formats.md#restore-points).
         """
         wire = {"eventCount": self.event_count, "lastTime": self.last_time,
                 "lastType": self.last_type, "replaceGeneration": self.replace_generation,
                 "requestHeader": self.request_header, "requestContext": self.request_context,
                 "inheritedMarkers": self.inherited_markers, "turnBoundary": self.turn_boundary,
                 "turnOpen": self.turn_open}
+        if self.last_turn is not None:
+            wire["lastTurn"] = self.last_turn
         if nodes:
             wire["nodes"] = list(self.nodes)
         return wire
 
     @classmethod
-    def from_wire(cls, value: object, *, decoded_nodes: NodeSeqs | None = None
-                  ) -> RestoreState:
+    def from_wire(cls, value: object, *, decoded_nodes: NodeSeqs | None = None,
+                  last_turn: bool | None = None) -> RestoreState:
         """Validate and build a state from :meth:`to_wire` output.
 
         Args:
             value: The wire object.
+            last_turn: True: the object must hold ``lastTurn`` (a format 2 restore point);
+                False: it must not (format 1: :attr:`last_turn` is then None); None: either.
             decoded_nodes: The node seqs when the caller decoded ``value``'s ``nodes`` from a
                 packed form (then only their range is checked here, in one pass over the
                 packed buffer: no int object per node).
@@ -110,9 +131,9 @@ class RestoreState:
         """
         if not isinstance(value, Mapping):
             raise ValueError("restore state must be an object")
-        keys = {"eventCount", "lastTime", "lastType", "nodes", "replaceGeneration",
-                "requestHeader", "requestContext", "inheritedMarkers", "turnBoundary",
-                "turnOpen"}
+        if last_turn is None:
+            last_turn = "lastTurn" in value
+        keys = _WIRE_KEYS_2 if last_turn else _WIRE_KEYS_1
         if set(value) != keys:
             raise ValueError(f"restore state keys differ: {sorted(set(value) ^ keys)}")
         count = _count(value["eventCount"], "eventCount")
@@ -142,6 +163,7 @@ class RestoreState:
             raise ValueError("restore state field turnOpen must be a boolean (false without "
                              "a boundary)")
         return cls(event_count=count, last_time=last_time, last_type=value["lastType"],
+                   last_turn=_count(value["lastTurn"], "lastTurn") if last_turn else None,
                    nodes=nodes,
                    replace_generation=_count(value["replaceGeneration"], "replaceGeneration"),
                    request_header=_optional_map(value["requestHeader"], "requestHeader"),
@@ -168,7 +190,7 @@ class RestoreFold:
     """
 
     __slots__ = ("_base", "_boundary", "_count", "_gen", "_inherited", "_last_time",
-                 "_last_type", "_markers", "_nodes", "_open", "_rc", "_rh")
+                 "_last_turn", "_last_type", "_markers", "_nodes", "_open", "_rc", "_rh")
 
     def __init__(self, inherited: int = 0) -> None:
         self._inherited = inherited
@@ -183,6 +205,7 @@ class RestoreFold:
         self._markers = 0
         self._boundary = -1
         self._open = False
+        self._last_turn: int | None = 0
 
     @classmethod
     def of_session(cls, session: Session, base: RestoreState | None = None) -> RestoreFold:
@@ -222,6 +245,12 @@ class RestoreFold:
             fold._open = window[index]["type"] == "turn/start"
         elif base is not None:
             fold._boundary, fold._open = base.turn_boundary, base.turn_open
+        # the last turn/start: in the window, else the base's (None: it did not know), else none
+        start = index
+        while start >= 0 and window[start]["type"] != "turn/start":
+            start -= 1
+        fold._last_turn = (_turn_of(window[start]) if start >= 0
+                           else base.last_turn if base is not None else 0)
         # The seed's markers were counted when it was admitted; only appends since can add one.
         fold._markers = session.seed_marker_count + sum(
             1 for event in events[session.first_live_seq:]
@@ -262,6 +291,8 @@ class RestoreFold:
             elif etype in _TURN_BOUNDARIES:
                 self._boundary = seq
                 self._open = etype == "turn/start"
+                if self._open:
+                    self._last_turn = _turn_of(event)
             elif etype == _END_SEED and seq >= self._inherited and _is_inherited_marker(event):
                 self._markers += 1
             self._count = seq + 1
@@ -281,7 +312,8 @@ class RestoreFold:
                             nodes=self._base.extended(self._nodes),
                             replace_generation=self._gen, request_header=self._rh,
                             request_context=self._rc, inherited_markers=self._markers,
-                            turn_boundary=self._boundary, turn_open=self._open)
+                            turn_boundary=self._boundary, turn_open=self._open,
+                            last_turn=self._last_turn)
 
 
 def _is_inherited_marker(event: Event) -> bool:

@@ -650,6 +650,11 @@ class PrefixState(Protocol):
         ...
 
     @property
+    def last_turn(self) -> int | None:
+        """The ``turn`` of the last ``turn/start`` covered (0: none), or None when unknown."""
+        ...
+
+    @property
     def request_header(self) -> FrozenDict | None:
         """The canonical request header folded so far, or None."""
         ...
@@ -807,6 +812,7 @@ class Session:
         "_message_cache",
         "_nodes",
         "_observers",
+        "_prefix_turns",
         "_publishing",
         "_rc_count",
         "_rc_value",
@@ -936,6 +942,8 @@ class Session:
         session._header = session._restore_header(header)
         log = session._log = PagedLog(source)
         log.note_last(_TURN_BRACKETS, state.turn_boundary, alone=state.turn_open)
+        if state.last_turn is not None:
+            session._prefix_turns = (cut, state.last_turn, state.turn_open)
         # the surface stays packed: a state read with its head packed is inflated at first
         # need (LazyNodes), any other is one copy of its int64 buffer; no int per node
         nodes = state.nodes
@@ -970,6 +978,7 @@ class Session:
         self._surface = Surface(self._nodes)
         self._last_time = _NO_TIME
         self._first_live_seq = 0
+        self._prefix_turns: tuple[int, int, bool] | None = None  # see prefix_turns()
         self._inherited_event_count = 0
         self._seed_markers = 0  # inherited end-seed markers after the cut, in the seed
         self._observers: tuple[EventObserver, ...] = ()
@@ -1211,6 +1220,19 @@ class Session:
     def seq(self) -> int:
         """The next seq, i.e. the number of events in the log."""
         return len(self._log)
+
+    def prefix_turns(self) -> tuple[int, int, bool] | None:
+        """What a paged restore's state says of the turns before its cut, or None.
+
+        Returns:
+            ``(cut, last_turn, turn_open)`` for a session restored by :meth:`restore_paged`
+            from a state that names its ``last_turn`` (docs/formats.md#restore-points): the
+            events before seq ``cut`` end their turns as ``turn_open`` says, and their last
+            ``turn/start`` has ``turn`` ``last_turn`` (0: none). None otherwise (a resident
+            log, a format 1 restore point): read the log itself. The recorder of a resumed
+            session takes its turn number from here instead of reading before the cut.
+        """
+        return self._prefix_turns
 
     @property
     def first_live_seq(self) -> int:
