@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import logging
 import os
 import threading
 import time
@@ -65,6 +66,8 @@ REMOVAL_MODEL: Final = "surface-removal"
 """``source.model`` (provider ``dsh``) of the empty ``assistant/message`` that takes removed
 messages off the surface; its ``source.removal`` says why and what (see
 :func:`remove_from_surface`)."""
+
+logger = logging.getLogger(__name__)
 
 
 def _holder(error: SessionBusyError) -> str:
@@ -1191,7 +1194,12 @@ class LiveLog:
                 self._store.flush(self._shaper.session)
 
     def close(self) -> None:
-        """Flush, release the write handle and close the store; later use raises."""
+        """Flush, release the write handle and close the store; later use raises.
+
+        A session whose stored log a read found damaged is released without a flush, logged
+        as a WARNING: its writer appends nothing more to that log (a flush would only raise
+        the damage the call that found it raised), docs/rules.md#verified-page-in.
+        """
         with self.lock:
             if self._closed:
                 return
@@ -1205,7 +1213,15 @@ class LiveLog:
                 return
             try:
                 if store is not None and shaper is not None:
-                    store.flush(shaper.session)
+                    damage = shaper.session.log_damage
+                    if damage is None:
+                        store.flush(shaper.session)
+                    else:
+                        # raised by the call that found it; nothing more is written to that
+                        # log, not even the resume's end-seed (docs/rules.md#verified-page-in)
+                        logger.warning("%s %r closes without a flush: a read found its stored "
+                                       "log damaged (%s)", self.owner, self.session_id,
+                                       damage.message)
                     store.dispose(shaper.session)
             finally:
                 if self._shared is None:
