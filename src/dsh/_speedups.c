@@ -6339,6 +6339,397 @@ claude_envelope(PyObject *module, PyObject *record)
 }
 
 /* ---------------------------------------------------------------------------------------
+ * The second read of a Claude Code import (docs/interop.md#streaming-imports): an assistant
+ * line's content blocks and its usage, as dsh.interop._anthropic.anthropic_blocks and
+ * anthropic_usage give them for the common shape. None for anything else: the Python
+ * functions stay the reference and answer alone when this module is missing.
+ */
+
+static PyObject *cb_text, *cb_thinking, *cb_signature, *cb_reasoning, *cb_name, *cb_input,
+    *cb_arguments, *cb_tool_call, *cb_provider_raw, *cb_provider, *cb_anthropic, *cb_block,
+    *cb_empty;
+
+static int
+cb_intern(void)
+{
+    static const struct { PyObject **var; const char *text; } names[] = {
+        {&cb_text, "text"}, {&cb_thinking, "thinking"}, {&cb_signature, "signature"},
+        {&cb_reasoning, "reasoning"}, {&cb_name, "name"}, {&cb_input, "input"},
+        {&cb_arguments, "arguments"}, {&cb_tool_call, "tool-call"},
+        {&cb_provider_raw, "provider-raw"}, {&cb_provider, "provider"},
+        {&cb_anthropic, "anthropic"}, {&cb_block, "block"}, {&cb_empty, ""}};
+    size_t i;
+    if (cc_intern() < 0) {
+        return -1;
+    }
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (*names[i].var == NULL
+                && (*names[i].var = PyUnicode_InternFromString(names[i].text)) == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* str(block.get(key, "")): a new reference, NULL on error */
+static PyObject *
+cb_str_field(PyObject *block, PyObject *key)
+{
+    PyObject *value = PyDict_GetItemWithError(block, key);
+    if (value == NULL) {
+        return PyErr_Occurred() ? NULL : Py_NewRef(cb_empty);
+    }
+    return PyUnicode_CheckExact(value) ? Py_NewRef(value) : PyObject_Str(value);
+}
+
+/* a new dict of `pairs` (key, value) pairs, values stolen (NULL values: an error already set) */
+static PyObject *
+cb_dict(Py_ssize_t pairs, PyObject *const *kv)
+{
+    Py_ssize_t i;
+    PyObject *d = NULL;
+    for (i = 0; i < pairs; i++) {
+        if (kv[2 * i + 1] == NULL) {
+            goto done;
+        }
+    }
+    d = _PyDict_NewPresized(pairs);
+    for (i = 0; d != NULL && i < pairs; i++) {
+        if (PyDict_SetItem(d, kv[2 * i], kv[2 * i + 1]) < 0) {
+            Py_CLEAR(d);
+        }
+    }
+done:
+    for (i = 0; i < pairs; i++) {
+        Py_XDECREF(kv[2 * i + 1]);
+    }
+    return d;
+}
+
+/* json.dumps(v, ensure_ascii=False, separators=(",", ":")) of a plain value into b: exact
+ * dicts with ASCII str keys, exact lists, ASCII strs, ints within long long, true, false,
+ * null, at most CB_DEPTH deep. 1 done, 0 another value (b left part written), -1 error. */
+#define CB_DEPTH 64
+
+static int
+cb_ascii(Buf *b, PyObject *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)PyUnicode_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s), i, run = 0;
+    char esc[6] = {'\\', 'u', '0', '0', 0, 0};
+    if (buf_put(b, "\"", 1) < 0) {
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        const char *short_esc = NULL;
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            continue;
+        }
+        if (buf_put(b, (const char *)p + run, i - run) < 0) {
+            return -1;
+        }
+        run = i + 1;
+        switch (c) {
+        case '"': short_esc = "\\\""; break;
+        case '\\': short_esc = "\\\\"; break;
+        case '\n': short_esc = "\\n"; break;
+        case '\r': short_esc = "\\r"; break;
+        case '\t': short_esc = "\\t"; break;
+        case '\b': short_esc = "\\b"; break;
+        case '\f': short_esc = "\\f"; break;
+        default: break;
+        }
+        if (short_esc != NULL) {
+            if (buf_put(b, short_esc, 2) < 0) {
+                return -1;
+            }
+        }
+        else {
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            if (buf_put(b, esc, 6) < 0) {
+                return -1;
+            }
+        }
+    }
+    if (buf_put(b, (const char *)p + run, n - run) < 0) {
+        return -1;
+    }
+    return buf_put(b, "\"", 1);
+}
+
+static int
+cb_json(Buf *b, PyObject *v, int depth)
+{
+    Py_ssize_t i, pos = 0;
+    PyObject *key, *value;
+    int r;
+    if (v == Py_None) {
+        return buf_put(b, "null", 4) < 0 ? -1 : 1;
+    }
+    if (v == Py_True) {
+        return buf_put(b, "true", 4) < 0 ? -1 : 1;
+    }
+    if (v == Py_False) {
+        return buf_put(b, "false", 5) < 0 ? -1 : 1;
+    }
+    if (PyUnicode_CheckExact(v)) {
+        if (!PyUnicode_IS_ASCII(v)) {
+            return 0;
+        }
+        return cb_ascii(b, v) < 0 ? -1 : 1;
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        return buf_ll(b, x) < 0 ? -1 : 1;
+    }
+    if (depth >= CB_DEPTH) {
+        return 0;
+    }
+    if (PyList_CheckExact(v)) {
+        if (buf_put(b, "[", 1) < 0) {
+            return -1;
+        }
+        for (i = 0; i < PyList_GET_SIZE(v); i++) {
+            if (i > 0 && buf_put(b, ",", 1) < 0) {
+                return -1;
+            }
+            r = cb_json(b, PyList_GET_ITEM(v, i), depth + 1);
+            if (r <= 0) {
+                return r;
+            }
+        }
+        return buf_put(b, "]", 1) < 0 ? -1 : 1;
+    }
+    if (PyDict_CheckExact(v)) {
+        i = 0;
+        if (buf_put(b, "{", 1) < 0) {
+            return -1;
+        }
+        while (PyDict_Next(v, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_ASCII(key)) {
+                return 0;
+            }
+            if ((i++ > 0 && buf_put(b, ",", 1) < 0) || cb_ascii(b, key) < 0
+                    || buf_put(b, ":", 1) < 0) {
+                return -1;
+            }
+            r = cb_json(b, value, depth + 1);
+            if (r <= 0) {
+                return r;
+            }
+        }
+        return buf_put(b, "}", 1) < 0 ? -1 : 1;
+    }
+    return 0;
+}
+
+/* encode(input) (the reference's encoder), done here for a plain ASCII value; new ref */
+static PyObject *
+cb_arguments_of(PyObject *input, PyObject *encode)
+{
+    Buf b = {NULL, 0, 0};
+    int r = cb_json(&b, input, 0);
+    PyObject *out = NULL;
+    if (r > 0) {
+        out = PyUnicode_DecodeASCII(b.data != NULL ? b.data : "", b.size, "strict");
+    }
+    PyMem_Free(b.data);
+    if (r == 0) {
+        return PyObject_CallOneArg(encode, input);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(claude_blocks_doc,
+"claude_blocks(content, encode, /) -> list | None\n\n"
+"dsh.interop._anthropic.anthropic_blocks(content) for a list of blocks (its reference):\n"
+"text and thinking blocks with a str text, tool_use blocks (arguments = encode(input), the\n"
+"encoder anthropic_blocks uses), tool_result blocks left out, anything else kept as a\n"
+"provider-raw block. None when content is not a list or holds a dict subclass: the Python\n"
+"function answers. An error of encode (or of str() of an id or name) propagates as there.");
+
+static PyObject *
+claude_blocks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *content, *encode, *out;
+    Py_ssize_t i;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "claude_blocks(content, encode)");
+        return NULL;
+    }
+    if (cb_intern() < 0) {
+        return NULL;
+    }
+    content = args[0];
+    encode = args[1];
+    if (!PyList_CheckExact(content)) {
+        Py_RETURN_NONE;
+    }
+    for (i = 0; i < PyList_GET_SIZE(content); i++) {
+        PyObject *b = PyList_GET_ITEM(content, i);
+        if (PyDict_Check(b) && !PyDict_CheckExact(b)) {
+            Py_RETURN_NONE;
+        }
+    }
+    out = PyList_New(0);
+    if (out == NULL) {
+        return NULL;
+    }
+    Py_INCREF(content);  /* held while encode may run Python code */
+    for (i = 0; i < PyList_GET_SIZE(content); i++) {
+        PyObject *b = PyList_GET_ITEM(content, i), *kind = NULL, *value, *made;
+        Py_INCREF(b);
+        if (PyDict_CheckExact(b)) {
+            kind = PyDict_GetItemWithError(b, cc_type);
+            if (kind == NULL && PyErr_Occurred()) {
+                goto fail_b;
+            }
+        }
+        if (kind != NULL && cc_equals(kind, cb_text)
+                && (value = PyDict_GetItemWithError(b, cb_text)) != NULL
+                && PyUnicode_Check(value)) {
+            PyObject *kv[] = {cc_type, Py_NewRef(cb_text), cb_text, Py_NewRef(value)};
+            made = cb_dict(2, kv);
+        }
+        else if (kind != NULL && cc_equals(kind, cb_thinking)
+                 && (value = PyDict_GetItemWithError(b, cb_thinking)) != NULL
+                 && PyUnicode_Check(value)) {
+            PyObject *sig = PyDict_GetItemWithError(b, cb_signature);
+            int has = sig != NULL && PyUnicode_Check(sig);
+            PyObject *kv[] = {cc_type, Py_NewRef(cb_reasoning), cb_text, Py_NewRef(value),
+                              cb_signature, has ? Py_NewRef(sig) : NULL};
+            if (sig == NULL && PyErr_Occurred()) {
+                Py_DECREF(kv[1]);
+                Py_DECREF(kv[3]);
+                goto fail_b;
+            }
+            made = cb_dict(has ? 3 : 2, kv);
+        }
+        else if (PyErr_Occurred()) {
+            goto fail_b;
+        }
+        else if (kind != NULL && cc_equals(kind, cc_tool_use)) {
+            PyObject *input, *kv[8];
+            kv[0] = cc_type;
+            kv[1] = Py_NewRef(cb_tool_call);
+            kv[2] = cc_id;
+            kv[3] = cb_str_field(b, cc_id);
+            kv[4] = cb_name;
+            kv[5] = kv[3] != NULL ? cb_str_field(b, cb_name) : NULL;
+            kv[6] = cb_arguments;
+            kv[7] = NULL;
+            if (kv[5] != NULL) {
+                input = PyDict_GetItemWithError(b, cb_input);
+                if (input != NULL) {
+                    Py_INCREF(input);
+                }
+                else if (!PyErr_Occurred()) {
+                    input = PyDict_New();
+                }
+                if (input != NULL) {
+                    kv[7] = cb_arguments_of(input, encode);
+                    Py_DECREF(input);
+                }
+            }
+            made = cb_dict(4, kv);
+        }
+        else if (kind != NULL && cc_equals(kind, cc_tool_result)) {
+            Py_DECREF(b);
+            continue;
+        }
+        else {
+            PyObject *kv[] = {cc_type, Py_NewRef(cb_provider_raw), cb_provider,
+                              Py_NewRef(cb_anthropic), cb_block, Py_NewRef(b)};
+            made = cb_dict(3, kv);
+        }
+        if (made == NULL) {
+            goto fail_b;
+        }
+        if (PyList_Append(out, made) < 0) {
+            Py_DECREF(made);
+            goto fail_b;
+        }
+        Py_DECREF(made);
+        Py_DECREF(b);
+        continue;
+fail_b:
+        Py_DECREF(b);
+        Py_DECREF(content);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(content);
+    return out;
+}
+
+PyDoc_STRVAR(claude_usage_doc,
+"claude_usage(raw, /) -> dict | None\n\n"
+"dsh.interop._anthropic.anthropic_usage(raw) for a dict whose four counts (input_tokens,\n"
+"output_tokens, cache_read_input_tokens, cache_creation_input_tokens) are each absent, null\n"
+"or an int in [0, 2**53 - 1] (its reference: token_usage keeps such an int, counts a null\n"
+"input or output 0, leaves out an absent or null cache count). None for anything else: the\n"
+"Python function answers.");
+
+static PyObject *
+claude_usage(PyObject *module, PyObject *raw)
+{
+    static const char *const names[4][2] = {
+        {"inputTokens", "input_tokens"}, {"outputTokens", "output_tokens"},
+        {"cacheReadTokens", "cache_read_input_tokens"},
+        {"cacheWriteTokens", "cache_creation_input_tokens"}};
+    static PyObject *keys[4][2];
+    PyObject *out;
+    int i;
+    if (cc_intern() < 0) {
+        return NULL;
+    }
+    for (i = 0; i < 4; i++) {
+        if (keys[i][0] == NULL && ((keys[i][0] = PyUnicode_InternFromString(names[i][0])) == NULL
+                                   || (keys[i][1] = PyUnicode_InternFromString(names[i][1]))
+                                   == NULL)) {
+            return NULL;
+        }
+    }
+    if (!PyDict_CheckExact(raw)) {
+        Py_RETURN_NONE;
+    }
+    out = _PyDict_NewPresized(4);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < 4; i++) {
+        PyObject *value = PyDict_GetItemWithError(raw, keys[i][1]);
+        if (value == NULL && PyErr_Occurred()) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (value == NULL || value == Py_None) {
+            if (i >= 2) {
+                continue;
+            }
+            value = cc_zero;
+        }
+        else if (!safe_int_at_least(value, 0, NULL)) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        if (PyDict_SetItem(out, keys[i][0], value) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------
  * The selective read in C (read_rows): SQLite's C API, resolved at run time from the
  * library Python's own _sqlite3 module loaded (no SQLite headers or link at build time).
  */
@@ -7185,6 +7576,9 @@ static PyMethodDef methods[] = {
      claude_line_doc},
     {"utc_millis", utc_millis, METH_O, utc_millis_doc},
     {"claude_envelope", claude_envelope, METH_O, claude_envelope_doc},
+    {"claude_blocks", (PyCFunction)(void (*)(void))claude_blocks, METH_FASTCALL,
+     claude_blocks_doc},
+    {"claude_usage", claude_usage, METH_O, claude_usage_doc},
     {"decode_plain", (PyCFunction)(void (*)(void))decode_plain, METH_FASTCALL,
      decode_plain_doc},
     {"sqlite_bind", sqlite_bind, METH_O, sqlite_bind_doc},
@@ -7236,7 +7630,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 16) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 17) < 0) {
         Py_DECREF(module);
         return NULL;
     }

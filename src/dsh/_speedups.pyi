@@ -162,6 +162,21 @@ def utc_millis(text: object, /) -> int | None:
 def claude_envelope(record: dict[str, Any], /) -> dict[str, Any]:
     """A Claude Code line without ``message.content`` (reference: ``_claude_code._envelope``)."""
 
+def claude_blocks(content: object, encode: Callable[[Any], str],
+                  /) -> list[dict[str, Any]] | None:
+    """``dsh.interop._anthropic.anthropic_blocks(content)`` for a list of blocks.
+
+    ``encode`` renders a ``tool_use`` input as the reference does. None when ``content`` is not
+    a list or holds a dict subclass: the Python function answers.
+    """
+
+def claude_usage(raw: object, /) -> dict[str, int] | None:
+    """``dsh.interop._anthropic.anthropic_usage(raw)`` when ``raw`` is a dict of plain counts.
+
+    Each of the four counts absent, null or an int in [0, 2**53 - 1]; None otherwise (the
+    Python function answers).
+    """
+
 def decode_plain(data: bytes, max_depth: int, /) -> Any:
     """``dsh.interop._common.decode_line(data, …)`` for the common line, else None.
 

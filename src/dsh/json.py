@@ -211,10 +211,10 @@ _SPEEDUPS_API: Final = (
     "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
     "record_texts", "line_scan", "pick_rows", "widen_sums_below", "claude_line", "utc_millis",
     "claude_envelope", "decode_plain", "encode_sealed_rows", "sqlite_bind", "sqlite_open",
-    "read_rows")
+    "read_rows", "claude_blocks", "claude_usage")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 16
+_SPEEDUPS_API_VERSION: Final = 17
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -402,6 +402,10 @@ c_decode_plain = _optional(_accelerator.decode_plain)
 c_claude_line = _optional(_accelerator.claude_line)
 c_utc_millis = _optional(_accelerator.utc_millis)
 c_claude_envelope = _optional(_accelerator.claude_envelope)
+# an assistant line's blocks and usage in the second read (references:
+# dsh.interop._anthropic.anthropic_blocks and anthropic_usage)
+c_claude_blocks = _optional(_accelerator.claude_blocks)
+c_claude_usage = _optional(_accelerator.claude_usage)
 c_seqs_contiguous = _optional(_accelerator.seqs_contiguous)
 c_gather_messages = _optional(_accelerator.gather_messages)
 c_seqs_below = _optional(_accelerator.seqs_below)

@@ -4,8 +4,10 @@ docs/interop.md#streaming-imports: the first read of a Claude Code import keeps 
 branch skeleton through ``dsh._speedups.claude_line`` (reference: ``_Scan._add`` /
 ``BranchIndex.add``), its envelopes are copied by ``claude_envelope`` (reference:
 ``_claude_code._envelope``), every importer's clock reads Claude Code's timestamp shape with
-``utc_millis`` (reference: ``_common._utc_millis``) and every JSONL line is pre-scanned by
-``line_scan`` (reference: ``has_long_number`` and two counts). Each is checked against its
+``utc_millis`` (reference: ``_common._utc_millis``), every JSONL line is pre-scanned by
+``line_scan`` (reference: ``has_long_number`` and two counts), and the second read maps an
+assistant line's blocks and usage with ``claude_blocks`` and ``claude_usage`` (references:
+``_anthropic.anthropic_blocks`` and ``anthropic_usage``). Each is checked against its
 reference on arbitrary values, and whole imports are compared with and without the accelerator:
 the rows a SQLite store holds afterwards, the report, and the errors (file and line named).
 """
@@ -25,13 +27,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsh._errors import DshError
+from dsh.interop import _anthropic as anthropic
 from dsh.interop import _claude_code as cc
 from dsh.interop import _common as common
 from dsh.interop import collect, stream_file
 from dsh.interop._claude_code_index import BranchIndex
 from dsh.json import (
+    c_claude_blocks,
     c_claude_envelope,
     c_claude_line,
+    c_claude_usage,
     c_decode_plain,
     c_line_scan,
     c_utc_millis,
@@ -141,6 +146,64 @@ def test_claude_envelope_copies_as_the_python_function(record: dict[str, Any],
             assert got is not r and got["message"] is not msg
 
 
+# odd values where the second read looks: surrogates, control characters, quotes, non-ASCII
+# text, ints past 64 bits (and past what int -> str converts), NaN and infinities
+_odd_text = st.one_of(_text, st.text(st.characters(codec=None, min_codepoint=0,
+                                                   max_codepoint=0x10FFFF), max_size=8),
+                      st.sampled_from(["\x00\n\r\t\b\f\x1f\x7f", '"q"\\', "\udfff\ud800",
+                                       "\u2028é😀"]))
+_odd_scalar = st.one_of(_scalar, _odd_text, st.sampled_from(
+    [2**63 - 1, -2**63, 2**63, -2**63 - 1, 2**53, 10**30, float("nan"), float("inf"),
+     -float("inf"), -0.0, 1e300, True, False]), st.just(4301).map(lambda n: 10**n))
+_odd_value = st.recursive(_odd_scalar, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.one_of(_odd_text), inner, max_size=3)),
+    max_leaves=10)
+_odd_block = st.one_of(_odd_value, st.fixed_dictionaries(
+    {"type": st.one_of(st.sampled_from(["text", "thinking", "tool_use", "tool_result",
+                                        "image", "redacted_thinking"]), _odd_value)},
+    optional={"text": _odd_value, "thinking": _odd_value, "signature": _odd_value,
+              "id": _odd_value, "name": _odd_value, "input": _odd_value,
+              "content": _odd_value}))
+_deep = st.integers(1, 300).map(lambda n: {"type": "tool_use", "id": "t", "name": "n",
+                                           "input": json.loads("[" * n + "]" * n)})
+
+
+def _answer(function: Any, value: Any) -> Any:
+    """What ``function(value)`` gives, as text that tells types and key order apart."""
+    try:
+        return ("value", repr(function(value)))
+    except (ValueError, TypeError, RecursionError) as exc:
+        return ("error", type(exc))
+
+
+@_SETTINGS
+@given(st.one_of(st.lists(_odd_block, max_size=5), _odd_value, st.lists(_deep, max_size=2)))
+def test_claude_blocks_maps_as_anthropic_blocks(content: Any) -> None:
+    assert c_claude_blocks is not None
+    fast = _answer(anthropic.anthropic_blocks, content)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(anthropic, "c_claude_blocks", None)
+        slow = _answer(anthropic.anthropic_blocks, content)
+    assert fast == slow
+    if isinstance(content, list) and fast[0] == "value":
+        got = c_claude_blocks(content, anthropic._ARGUMENTS)
+        assert got is not None  # a list of plain values is never left to Python
+
+
+@_SETTINGS
+@given(st.one_of(_odd_value, st.fixed_dictionaries({}, optional={
+    k: st.one_of(st.integers(-2, 2**54), st.none(), _odd_scalar)
+    for k in ("input_tokens", "output_tokens", "cache_read_input_tokens",
+              "cache_creation_input_tokens", "service_tier")})))
+def test_claude_usage_counts_as_anthropic_usage(raw: Any) -> None:
+    assert c_claude_usage is not None
+    fast = anthropic.anthropic_usage(raw)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(anthropic, "c_claude_usage", None)
+        slow = anthropic.anthropic_usage(raw)
+    assert repr(fast) == repr(slow)
+
+
 @_SETTINGS
 @given(st.binary(max_size=120) | st.text("0123456789[{e.-+\" ", max_size=120).map(str.encode))
 def test_line_scan_answers_as_the_byte_counts(data: bytes) -> None:
@@ -173,6 +236,8 @@ def test_decode_plain_decodes_as_decode_line(data: bytes, depth: int) -> None:
 
 
 def _without_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(anthropic, "c_claude_blocks", None)
+    monkeypatch.setattr(anthropic, "c_claude_usage", None)
     monkeypatch.setattr(cc, "c_claude_line", None)
     monkeypatch.setattr(cc, "c_claude_envelope", None)
     monkeypatch.setattr(common, "c_utc_millis", None)

@@ -39,15 +39,28 @@ from dsh.interop._common import (
     text_blocks,
     token_usage,
 )
-from dsh.json import MAX_SAFE_INTEGER
+from dsh.json import MAX_SAFE_INTEGER, c_claude_blocks, c_claude_usage
 
 FORMAT: Final = "anthropic"
 
 
+_ARGUMENTS: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""A ``tool_use`` input as arguments text: what ``json.dumps(input, ensure_ascii=False,
+separators=(",", ":"))`` gives (the same encoder, made once instead of at each call)."""
+
+
 def anthropic_blocks(content: Any) -> list[JsonObj]:
-    """Messages API content (string or blocks) as dsh blocks, tool_result blocks excluded."""
+    """Messages API content (string or blocks) as dsh blocks, tool_result blocks excluded.
+
+    The common list goes through the accelerator's ``claude_blocks`` (the loop below is its
+    reference; docs/interop.md#streaming-imports).
+    """
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
+    if c_claude_blocks is not None:
+        quick = c_claude_blocks(content, _ARGUMENTS)
+        if quick is not None:
+            return quick
     out: list[JsonObj] = []
     for b in content if isinstance(content, list) else []:
         kind = b.get("type") if isinstance(b, dict) else None
@@ -61,8 +74,7 @@ def anthropic_blocks(content: Any) -> list[JsonObj]:
         elif kind == "tool_use":
             out.append({"type": "tool-call", "id": str(b.get("id", "")),
                         "name": str(b.get("name", "")),
-                        "arguments": json.dumps(b.get("input", {}), ensure_ascii=False,
-                                                separators=(",", ":"))})
+                        "arguments": _ARGUMENTS(b.get("input", {}))})
         elif kind == "tool_result":
             continue
         else:
@@ -129,8 +141,13 @@ def anthropic_usage(raw: object) -> JsonObj | None:
     """Messages API ``usage`` as a dsh ``TokenUsage`` (cache reads/writes kept), or None.
 
     Counts that are not usable numbers (text, negative, fractional) count 0; the raw usage
-    stays in the kept source record.
+    stays in the kept source record. A dict of plain counts goes through the accelerator's
+    ``claude_usage`` (:func:`token_usage` is its reference).
     """
+    if c_claude_usage is not None:
+        quick = c_claude_usage(raw)
+        if quick is not None:
+            return quick
     return token_usage(raw, {"inputTokens": "input_tokens", "outputTokens": "output_tokens",
                              "cacheReadTokens": "cache_read_input_tokens",
                              "cacheWriteTokens": "cache_creation_input_tokens"})
