@@ -76,7 +76,7 @@ _record = st.fixed_dictionaries(
 
 
 @_SETTINGS
-@given(st.one_of(_record, _value), st.integers(1, 2**40), st.integers(0, 2**50))
+@given(st.one_of(_record, _value), st.integers(1, 2**24), st.integers(0, 2**50))
 def test_claude_line_keeps_what_the_python_first_read_keeps(record: Any, line: int,
                                                             offset: int) -> None:
     assert c_claude_line is not None
