@@ -5955,6 +5955,10 @@ static PyObject *cc_type, *cc_uuid, *cc_parent_uuid, *cc_logical_parent_uuid, *c
     *cc_compact_boundary, *cc_message, *cc_content, *cc_id, *cc_tool_use, *cc_tool_result,
     *cc_tool_use_id, *cc_is_sidechain, *cc_data, *cc_agent_progress, *cc_user, *cc_assistant,
     *cc_system, *cc_progress, *cc_summary, *cc_one, *cc_zero, *cc_two, *cc_three;
+/* the second read's (claude_blocks below) */
+static PyObject *cb_text, *cb_thinking, *cb_signature, *cb_reasoning, *cb_name, *cb_input,
+    *cb_arguments, *cb_tool_call, *cb_provider_raw, *cb_provider, *cb_anthropic, *cb_block,
+    *cb_empty;
 
 static int
 cc_intern(void)
@@ -5968,7 +5972,11 @@ cc_intern(void)
         {&cc_is_sidechain, "isSidechain"}, {&cc_data, "data"},
         {&cc_agent_progress, "agent_progress"}, {&cc_user, "user"},
         {&cc_assistant, "assistant"}, {&cc_system, "system"}, {&cc_progress, "progress"},
-        {&cc_summary, "summary"}};
+        {&cc_summary, "summary"}, {&cb_text, "text"}, {&cb_thinking, "thinking"},
+        {&cb_signature, "signature"}, {&cb_reasoning, "reasoning"}, {&cb_name, "name"},
+        {&cb_input, "input"}, {&cb_arguments, "arguments"}, {&cb_tool_call, "tool-call"},
+        {&cb_provider_raw, "provider-raw"}, {&cb_provider, "provider"},
+        {&cb_anthropic, "anthropic"}, {&cb_block, "block"}, {&cb_empty, ""}};
     size_t i;
     if (cc_three != NULL) {
         return 0;
@@ -6345,32 +6353,6 @@ claude_envelope(PyObject *module, PyObject *record)
  * functions stay the reference and answer alone when this module is missing.
  */
 
-static PyObject *cb_text, *cb_thinking, *cb_signature, *cb_reasoning, *cb_name, *cb_input,
-    *cb_arguments, *cb_tool_call, *cb_provider_raw, *cb_provider, *cb_anthropic, *cb_block,
-    *cb_empty;
-
-static int
-cb_intern(void)
-{
-    static const struct { PyObject **var; const char *text; } names[] = {
-        {&cb_text, "text"}, {&cb_thinking, "thinking"}, {&cb_signature, "signature"},
-        {&cb_reasoning, "reasoning"}, {&cb_name, "name"}, {&cb_input, "input"},
-        {&cb_arguments, "arguments"}, {&cb_tool_call, "tool-call"},
-        {&cb_provider_raw, "provider-raw"}, {&cb_provider, "provider"},
-        {&cb_anthropic, "anthropic"}, {&cb_block, "block"}, {&cb_empty, ""}};
-    size_t i;
-    if (cc_intern() < 0) {
-        return -1;
-    }
-    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (*names[i].var == NULL
-                && (*names[i].var = PyUnicode_InternFromString(names[i].text)) == NULL) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* str(block.get(key, "")): a new reference, NULL on error */
 static PyObject *
 cb_str_field(PyObject *block, PyObject *key)
@@ -6565,7 +6547,7 @@ claude_blocks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "claude_blocks(content, encode)");
         return NULL;
     }
-    if (cb_intern() < 0) {
+    if (cc_intern() < 0) {
         return NULL;
     }
     content = args[0];
