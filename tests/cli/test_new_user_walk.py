@@ -343,7 +343,8 @@ ON_A_SESSION = [["rm", "abc"], ["restore", "abc"], ["resume", "abc"], ["fork", "
                 ["compact", "abc"], ["quarantine", "abc", "1"], ["unquarantine", "abc", "1"],
                 ["redact", "abc", "--seq", "1"], ["approve", "abc", "call_1"],
                 ["deny", "abc", "call_1"], ["erase", "abc", "--receipt", "r.json"],
-                ["erase", "--where", "cwd=/x", "--receipt", "r.json"], ["gc", "--apply"]]
+                ["erase", "--where", "cwd=/x", "--receipt", "r.json"], ["gc", "--apply"],
+                ["retention", "--clear"]]  # before: created a store to clear no policy
 
 
 def test_a_command_on_an_existing_session_with_a_fresh_home_creates_no_store(

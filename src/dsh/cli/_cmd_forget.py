@@ -522,8 +522,9 @@ def retention(where: Annotated[list[str] | None, typer.Option(
     setting = keep or any(d is not None for d in (archive_after, trash_after, purge_after))
     if clear and setting:
         raise typer.BadParameter("--clear takes only --where")
-    # listing is a read: a missing store is refused, not created
-    with cli_store(store, create=clear or setting, wait=wait) as sessions:
+    # listing is a read and a missing store has no policy to clear: either is refused (a
+    # missing store is STORE_NOT_FOUND, as for the other commands), only setting creates one
+    with cli_store(store, create=setting, wait=wait) as sessions:
         if clear:
             if not clear_retention(sessions, scope, by=_who(by)):
                 raise typer.BadParameter(f"no policy for {policy_label(scope)}",
