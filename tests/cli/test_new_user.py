@@ -555,6 +555,20 @@ def test_a_store_whose_sessions_are_all_in_the_trash_is_not_called_empty(
     assert "no sessions in the store" not in listed.stderr
 
 
+def test_a_search_leaves_no_wal_or_shm_beside_the_store(tmp_path: Path) -> None:
+    # before: each 'dsh search' on an index that was up to date left sessions.db-wal and
+    # sessions.db-shm behind (the store attached read-only was the file's last connection, and
+    # a read-only connection cannot remove them); no other read did
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    home = tmp_path / "home"
+    for words in (["port"], ["port"], ["--rebuild", "port"], ["nothing", "matches"]):
+        searched = dsh(tmp_path, "search", *words)
+        assert searched.returncode == 0, searched.stderr
+        names = sorted(p.name for p in home.iterdir())
+        assert names == ["sessions.db", "sessions.db.dsh-locks", "sessions.db.dsh-seals",
+                         "sessions.db.dsh-search.db"], (words, names)  # docs/formats.md
+
+
 def test_ls_on_the_folder_of_a_sqlite_store_names_the_store_and_the_file_to_pass(
         tmp_path: Path) -> None:
     # `--store $DSH_HOME` (the folder, not sessions.db) is an empty JSONL store: saying only

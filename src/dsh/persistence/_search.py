@@ -499,7 +499,7 @@ def _connect(path: Path | None) -> sqlite3.Connection:
             if not path.exists():
                 fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
                 os.close(fd)
-            # as a URI, so that ATTACH of a store file read-only (``?mode=ro``) is one too
+            # as a URI, so that ATTACH of the store file with ``?mode=rw`` (never create) is one
             conn = sqlite3.connect(path.absolute().as_uri(), uri=True, timeout=30,
                                    isolation_level=None)
             version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -679,7 +679,7 @@ class SqliteFreshness:
     """A SQLite store's changes: its ``sessions`` rows against the index, in one query.
 
     Args:
-        store_db: The store's database file (attached read-only to the index's connection).
+        store_db: The store's database file (attached to the index's connection, only read).
     """
 
     def __init__(self, store_db: Path) -> None:
@@ -694,7 +694,7 @@ class SqliteFreshness:
 
 
 def _sqlite_changes(conn: sqlite3.Connection, store_db: Path) -> IndexChanges:
-    """:class:`IndexChanges` of a SQLite store, compared in SQL (the store attached read-only).
+    """:class:`IndexChanges` of a SQLite store, compared in SQL (the store attached, only read).
 
     The signature is ``incarnation:revision`` of the ``sessions`` row (as the index records it).
     The store log is neither counted nor compared.
@@ -705,7 +705,11 @@ def _sqlite_changes(conn: sqlite3.Connection, store_db: Path) -> IndexChanges:
 
     if not store_db.exists():
         return none_stored()
-    conn.execute("ATTACH DATABASE ? AS store", (f"{store_db.absolute().as_uri()}?mode=ro",))
+    # mode=rw, not ro: when this is the file's last connection (a search that finds nothing
+    # changed opens no other), DETACH checkpoints and removes the -wal and -shm it opened, as
+    # every other reader's close does; a read-only one cannot and left them behind. Nothing
+    # here writes, rw never creates the file, and a write-protected file still opens read-only.
+    conn.execute("ATTACH DATABASE ? AS store", (f"{store_db.absolute().as_uri()}?mode=rw",))
     try:
         conn.execute("BEGIN")  # one snapshot of both files
         try:
