@@ -222,3 +222,40 @@ def test_requests_piped_before_the_end_of_stdin_are_all_answered(tmp_path: Path)
     replies = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}
     assert replies[0]["result"]["agentCapabilities"]["loadSession"] is True
     assert replies["n"]["error"]["data"]["code"] == "MISSING_KEY"
+
+
+def _request(rid: str, method: str, **params: Any) -> bytes:
+    return (json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+            + "\n").encode()
+
+
+def test_a_client_that_only_reads_leaves_no_store_and_the_first_new_session_creates_it(
+        tmp_path: Path) -> None:
+    # before: dsh acp opened (so created) $DSH_HOME/sessions.db as it started, with no model
+    # and no request; an editor that connects, lists and quits now leaves nothing behind
+    home = tmp_path / "home"
+    reads = (INITIALIZE + _request("list", "session/list")
+             + _request("load", "session/load", cwd="/tmp", sessionId="abc", mcpServers=[])
+             + _request("resume", "session/resume", cwd="/tmp", sessionId="abc")
+             + _request("fork", "session/fork", cwd="/tmp", sessionId="abc")
+             + _request("new", "session/new", cwd="/tmp", mcpServers=[]))  # no model: refused
+    proc = subprocess.run([sys.executable, "-m", "dsh.cli", "acp"], input=reads,
+                          capture_output=True, env=_plain_env(tmp_path), timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    replies = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert replies["list"]["result"]["sessions"] == []
+    assert {replies[rid]["error"]["code"] for rid in ("load", "resume", "fork")} == {-32002}
+    assert replies["new"]["error"]["data"]["code"] == "MISSING_KEY"
+    assert not home.exists()
+    model = ["--provider", "openai-compatible", "--model", "m", "--base-url",
+             "http://127.0.0.1:9/v1"]
+    proc = subprocess.run([sys.executable, "-m", "dsh.cli", "acp", *model],
+                          input=INITIALIZE + _request("new", "session/new", cwd="/tmp",
+                                                      mcpServers=[]),
+                          capture_output=True, env=_plain_env(tmp_path), timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    [new] = [r for r in map(json.loads, proc.stdout.splitlines()) if r["id"] == "new"]
+    assert "sessionId" in new["result"]
+    assert (home / "sessions.db").is_file()  # the store of the session (written at its turn)

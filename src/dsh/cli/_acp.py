@@ -81,6 +81,11 @@ AgentOptions = Callable[[str], dict[str, Any]]
 """``cwd -> options``: the :class:`dsh.agent.Agent` options for a session in that folder
 (``config``, ``tools``, ``system``, ``context_window``)."""
 
+StoreOpener = Callable[[bool], "Store | None"]
+"""``create -> store``: the store, opened at the first call that finds or creates it and the
+same one after. With ``create=False`` it is None (nothing created, nothing opened) while the
+store does not exist; with True it is created if need be (docs/cli.md#stores-and-ids)."""
+
 
 def _text(blocks: Any) -> str:
     return "".join(str(b.get("text", "")) for b in blocks or []
@@ -245,8 +250,12 @@ class StdioTransport:
 class DshAcpAgent:
     """The ACP agent: one dsh store, one agent loop per open session.
 
+    The store is opened lazily: a read (list, load, resume, fork) of a store that does not
+    exist answers as an empty store would and creates nothing; the first ``session/new`` that
+    has a model creates it. So a client that connects, lists and quits leaves nothing behind.
+
     Args:
-        store: The store sessions live in (``dsh.open(url)``).
+        store: Opens the store sessions live in (``dsh.open(url)``), at first need.
         provider: The model backend every session's loop uses, or None when it could not be
             set up: then every method that needs a loop (new, load, resume, prompt)
             answers an error carrying ``unavailable``, and the others still work.
@@ -254,9 +263,9 @@ class DshAcpAgent:
         unavailable: Why there is no provider (the ``DshError`` that prevented it).
     """
 
-    def __init__(self, store: Store, provider: Any, options: AgentOptions, *,
+    def __init__(self, store: StoreOpener, provider: Any, options: AgentOptions, *,
                  unavailable: DshError | None = None) -> None:
-        self._store = store
+        self._open_store = store
         self._provider = provider
         self._unavailable = unavailable
         self._options = options
@@ -314,18 +323,21 @@ class DshAcpAgent:
         from dsh.agent import Agent
 
         self._need_provider()
-        session = self._store.session(session_id, header=header)
-        return Agent(session, self._provider, store=self._store.sessions, **self._options(cwd))
+        store = self._open_store(True)
+        assert store is not None  # created if need be
+        session = store.session(session_id, header=header)
+        return Agent(session, self._provider, store=store.sessions, **self._options(cwd))
 
     async def _open(self, session_id: str, cwd: str) -> Agent:
         agent = self._agents.get(session_id)
         if agent is None:
-            if not self._store.exists(session_id):
+            store = self._open_store(False)
+            if store is None or not store.exists(session_id):
                 raise RequestError.resource_not_found(session_id)
             self._need_provider()
             try:
-                agent = await self._store.agent(session_id, provider=self._provider,
-                                                **self._options(cwd))
+                agent = await store.agent(session_id, provider=self._provider,
+                                          **self._options(cwd))
             except DshError as exc:
                 raise RequestError.internal_error({"reason": exc.message}) from exc
             self._agents[session_id] = agent
@@ -352,13 +364,16 @@ class DshAcpAgent:
         A session open here is forked from its live log (the child is live here too, with its
         own loop); a stored one from disk, off the event loop.
         """
-        name = fresh_session_id(self._store)
+        store = self._open_store(False)
+        if store is None:  # no store yet: nothing to fork
+            raise RequestError.resource_not_found(session_id)
+        name = fresh_session_id(store)
         live = session_id in self._agents
         try:
             if live:
-                child = self._store.fork(session_id, child_id=name)
+                child = store.fork(session_id, child_id=name)
             else:
-                child = await asyncio.to_thread(self._store.fork, session_id, child_id=name)
+                child = await asyncio.to_thread(store.fork, session_id, child_id=name)
         except DshError as exc:
             raise RequestError.resource_not_found(session_id) from exc
         if live:
@@ -370,7 +385,8 @@ class DshAcpAgent:
         """Every stored session (of ``cwd`` when given), newest activity first."""
         import datetime as dt
 
-        rows = await asyncio.to_thread(self._store.list)
+        store = self._open_store(False)
+        rows = [] if store is None else await asyncio.to_thread(store.list)
         out = []
         for row in rows:
             header = row.header

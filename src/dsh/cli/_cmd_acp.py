@@ -25,7 +25,7 @@ from dsh.cli._agent import (
     model_settings,
     tools_for,
 )
-from dsh.cli._common import StoreOption, default_store_url, store_url
+from dsh.cli._common import StoreOption, default_store_url, require_store, store_url
 
 __all__ = ["acp"]
 
@@ -74,19 +74,37 @@ def acp(
         return agent_options(llm, system=system, tools=tools_for(choice, Path(cwd)),
                              context_window=context_window)
 
+    url = store_url(store) if store else None
+    opened: list[dsh.Store] = []
+
+    def open_store(create: bool) -> dsh.Store | None:
+        # docs/cli.md#stores-and-ids: only the first session written creates the store (and
+        # DSH_HOME); a read of a store not there yet opens nothing
+        if not opened:
+            if not create:
+                try:
+                    require_store(url)
+                except ConfigError as exc:
+                    if exc.code != "STORE_NOT_FOUND":
+                        raise
+                    return None
+            opened.append(dsh.open(url or default_store_url()))
+        return opened[0]
+
     async def serve() -> None:
         from acp import run_agent
 
         from dsh.cli._acp import StdioTransport
 
-        with dsh.open(store_url(store) if store else default_store_url()) as sessions:
-            agent = DshAcpAgent(sessions, llm, options, unavailable=unavailable)
-            try:
-                await run_agent(cast(Any, agent), StdioTransport(), use_unstable_protocol=True)
-            finally:
-                await agent.close()
-                if llm is not None:
-                    await llm.aclose()
+        agent = DshAcpAgent(open_store, llm, options, unavailable=unavailable)
+        try:
+            await run_agent(cast(Any, agent), StdioTransport(), use_unstable_protocol=True)
+        finally:
+            await agent.close()
+            if llm is not None:
+                await llm.aclose()
+            for sessions in opened:  # drains every live session to disk
+                sessions.close()
 
     sys.stderr.write("dsh acp: speaking the Agent Client Protocol on stdin/stdout\n")
     asyncio.run(serve())
