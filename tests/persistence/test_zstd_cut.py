@@ -25,6 +25,7 @@ from dsh.persistence.jsonl._format import scan_zstd_frames
 from tests.persistence.test_seal_missing import _write_store, user
 
 BATCHES = 10
+SIDECAR = "session.jsonl.zstd.seal"
 
 
 def write(tmp_path: Path) -> tuple[str, Path]:
@@ -113,9 +114,68 @@ def test_no_journal_and_no_index_never_refuse_an_intact_log(tmp_path: Path) -> N
     for name in (JOURNAL_NAME, INDEX_NAME):
         (root / name).unlink(missing_ok=True)
     assert len(texts(url)) == BATCHES
-    # without a record a frame-boundary cut is not detectable: it reads as a shorter log
+    # without a record nor a chain sidecar a frame-boundary cut is not detectable: it reads
+    # as a shorter log
+    log.with_name(SIDECAR).unlink()
     log.write_bytes(log.read_bytes()[:frame_ends(log)[5]])
     assert len(texts(url)) == 5
+
+
+def _forget_journal(root: Path) -> None:
+    """Remove the listing journal and index (a copied store, a lost journal)."""
+    for name in (JOURNAL_NAME, INDEX_NAME):
+        (root / name).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["on-a-frame-boundary", "mid-frame"])
+def test_the_chain_sidecar_refuses_a_cut_without_journal(tmp_path: Path, inside: bool) -> None:
+    """A copied store has no journal for its file: the chain sidecar still names the cut.
+
+    Cut mid-frame, the frames before read as a torn tail before this check: half the events
+    were served and the writer appended after them (docs/rules.md#crash-safety).
+    """
+    root = tmp_path / "store"
+    url, log = write(tmp_path)
+    _forget_journal(root)
+    ends = frame_ends(log)
+    cut = ends[4] + 7 if inside else ends[4]
+    log.write_bytes(log.read_bytes()[:cut])
+    for _ in range(2):  # a read, then a writer's open: neither takes the cut as a torn tail
+        with pytest.raises(LogCorruptError) as refused, dsh.open(url) as store:
+            session = store.session("s1")
+            session.append("user/message", user("more"), surface_op="append")
+            store.flush(session)
+        where = refused.value.where
+        assert where["path"] == str(log)
+        assert (where["byte_offset"], where["seq"]) == (ends[4], 4)
+        assert f"sealed events up to seq {BATCHES - 1}" in refused.value.message
+    assert len(log.read_bytes()) == cut  # nothing written over it, nothing truncated
+
+
+def test_a_torn_tail_past_the_chain_is_still_a_crash(tmp_path: Path) -> None:
+    """Bytes of a frame no chain record covers are what a crash tears: truncated, not refused."""
+    root = tmp_path / "store"
+    url, log = write(tmp_path)
+    _forget_journal(root)
+    log.write_bytes(log.read_bytes() + b"\x28\xb5\x2f\xfd\x00")  # a frame's first bytes
+    assert len(texts(url)) == BATCHES
+    with dsh.open(url) as store:
+        session = store.session("s1")
+        session.append("user/message", user("more"), surface_op="append")
+        store.flush(session)
+    with dsh.open(url) as store:
+        events = store.read("s1").events
+    assert [e["type"] for e in events[:BATCHES]] == ["user/message"] * BATCHES
+    assert "u-more" in json.dumps([e["data"] for e in events[BATCHES:]], default=dict)
+
+
+def test_a_sidecar_of_another_incarnation_never_refuses(tmp_path: Path) -> None:
+    """A sidecar bound to another header frame (the id created again) is not this log's."""
+    _, old_log = _write_store(tmp_path / "old", "jsonl+zstd", BATCHES)
+    url, log = _write_store(tmp_path, "jsonl+zstd", 3)
+    _forget_journal(tmp_path / "store")
+    log.with_name(SIDECAR).write_bytes(old_log.with_name(SIDECAR).read_bytes())
+    assert len(texts(url)) == 3
 
 
 def test_an_older_journal_never_refuses_an_intact_log(tmp_path: Path) -> None:

@@ -141,6 +141,12 @@ class Seal:
                 self._chain = [record_of(raw) for raw in self._raw_chain or ()]
         return self._chain
 
+    def last_chained(self) -> ChainRecord | None:
+        """The last chain record, or None; the others are not built when not built yet."""
+        if self._chain is None:  # the raw records are shared with the parse a copy came from
+            return record_of(self._raw_chain[-1]) if self._raw_chain else None
+        return self._chain[-1] if self._chain else None
+
     def copy(self) -> Seal:
         """A seal with the same records in new lists; the chain records are shared."""
         seal = Seal(self.path, self.identity, list(self.records), list(self.restore_points),

@@ -717,6 +717,8 @@ class JsonlHandle(HandleBase):
         # The seal is read before the log: the log only grows under a writer, so every range
         # the seal names is then inside the bytes read.
         seal = read_seal(self._seal_path()) if raw else None
+        # a Zstandard log's chain sidecar is read before it too: what it chains was durable
+        chained = None if raw else self._zstd_chained()
         # a raw log is streamed in chunks (its peak is one chunk, not the file); at any
         # doubt it is read whole, which names the damage (docs/formats.md)
         streamed = _stream_raw(self.path, seal) if raw else None
@@ -754,6 +756,10 @@ class JsonlHandle(HandleBase):
                                 size)
         elif not raw:  # a raw log cut at a line boundary is caught by its seal
             self._check_not_cut(parsed.committed, len(parsed.events), parsed.header, size)
+        if chained is not None:
+            complete = len(parsed.events) - (
+                len(parsed.torn.recovered) if parsed.torn is not None else 0)
+            self._check_chained(chained, parsed.committed, complete, head, size)
         if self._mode == "write":
             self._pending_header = None
             self._read_file = _file_of(revision)
@@ -1154,6 +1160,54 @@ class JsonlHandle(HandleBase):
             f"but a flush made {committed} bytes and {entry.events} events durable (recorded "
             f"in the listing journal); restore the file from a backup", path=str(self.path),
             byte_offset=end, seq=events, session_id=self._id)
+
+    def _zstd_chained(self) -> tuple[int, bytes] | None:
+        """``(end seq, incarnation)`` of the last record of a Zstandard log's chain sidecar.
+
+        ``None`` when there is no sidecar, no record in it, or the sidecar is damaged: a
+        damaged sidecar says nothing about the log, and the writer and ``dsh verify`` name it
+        (docs/formats.md#zstandard-chain). Read before the log, so every batch it chains is
+        inside the bytes read after it (docs/rules.md#crash-safety).
+        """
+        try:
+            found = read_seal(self._seal_path())
+        except LogCorruptError:
+            return None  # named by the writer's seal step and by dsh verify
+        last = found.last_chained() if found is not None else None
+        return (last.end, last.incarnation) if last is not None else None
+
+    def _check_chained(self, chained: tuple[int, bytes], end: int, events: int, head: bytes,
+                       size: int) -> None:
+        """Refuse a Zstandard log whose complete frames end before a batch its chain sealed.
+
+        A chain record is appended only after its batch's frames are durable
+        (docs/formats.md#zstandard-chain), so a crash never leaves a record whose events are
+        not all in complete frames: fewer is a cut inside acknowledged data, never a torn
+        tail, and its events are not read as one (docs/rules.md#crash-safety). A record that
+        binds another header frame (the id created again, a rewrite between its renames) is
+        not this log's and is not compared.
+
+        Args:
+            chained: ``(end seq, incarnation)`` of the sidecar's last record
+                (:meth:`_zstd_chained`).
+            end: Where the log's complete frames end (byte offset).
+            events: The events of those complete frames.
+            head: The header frame's bytes.
+            size: The file size read.
+
+        Raises:
+            LogCorruptError: naming the file, the byte and seq where its complete frames end
+                and the seq the chain sealed.
+        """
+        chain_end, incarnation = chained
+        if chain_end <= events or incarnation != incarnation_bytes(rp.digest(head)):
+            return
+        raise LogCorruptError(
+            f"corrupt session log: {self.path} was cut inside committed data: its complete "
+            f"Zstandard frames end at byte {end} after seq {events - 1} (the file holds {size} "
+            f"bytes), but its chain sidecar {self._seal_path()} sealed events up to seq "
+            f"{chain_end - 1} as durable; restore the file from a backup",
+            path=str(self.path), byte_offset=end, seq=events, session_id=self._id)
 
     def _adopt_staged_seal(self, data: bytes) -> tuple[Seal, ParsedLog] | None:
         """The staged seal a rewrite left beside the log that verifies ``data``, or ``None``.
@@ -1660,11 +1714,15 @@ class JsonlHandle(HandleBase):
             except LogCorruptError:
                 raise rp.RestorePointRefused("cut") from None
         count = restore_point.anchor.event_count + len(events)
-        self._pending_header = None
-        self._read_file = _file_of(found.revision)
         chain, cut, clean = found.chain, found.seal_cut, found.seal_clean
         if zstd:
             chain, cut, clean = self._zstd_chain_after(restore_point.anchor)
+            # the log ends before a batch its chain sealed (read after the log: a writer that
+            # flushed meanwhile is refused too): the full read names the cut
+            if chain is not None and chain.end > count:
+                raise rp.RestorePointRefused("cut")
+        self._pending_header = None
+        self._read_file = _file_of(found.revision)
         self._tail = _Tail(True, count, found.size, None, count, found.size,
                            seals=found.records if not zstd else None, index=found.index,
                            header_end=found.header_end,
