@@ -86,3 +86,28 @@ def test_kill_with_a_call_recorded_and_unanswered(tmp_path: Path) -> None:
     assert "turn 1 interrupted; closed by crash repair" in shown
     roles = [m["role"] for m in dsh_messages("rm", store)]
     assert roles == ["user", "assistant", "tool", "user", "assistant"]
+
+
+def test_a_clean_close_with_a_call_unanswered_reads_as_outcome_unknown(tmp_path: Path) -> None:
+    """Not only a kill: ``close()`` with a call still pending leaves it answered on reopen.
+
+    The model API needs an output for every call, so the next open closes the call with an
+    "outcome unknown" result, as after a crash (docs/adapters.md).
+    """
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    call = {"type": "function_call", "call_id": "call_rm", "name": "rm",
+            "arguments": "{\"path\": \"cache\"}"}
+
+    async def first() -> None:
+        session = DshSession("rm", store)
+        await session.add_items([{"role": "user", "content": "Delete the cache"}, call])
+        session.close()  # a clean close, the call never answered
+
+    asyncio.run(first())
+    sent, items = next_run(store, "rm")
+    answered_once(sent)
+    repaired = [i for i in sent if i.get("type") == "function_call_output"]
+    assert [i["call_id"] for i in repaired] == ["call_rm"]
+    assert "outcome is unknown" in repaired[0]["output"]
+    assert items[:2] == [{"role": "user", "content": "Delete the cache"}, call]
+    dsh("verify", "rm", "--store", store)
