@@ -1025,6 +1025,12 @@ def test_a_row_of_the_wrong_shape_past_the_seal_is_named_not_a_bare_error(
             run(session.get_items(limit))
         assert caught.value.where["seq"] == end and caught.value.where["session_id"] == "s"
         assert f"{etype} at seq {end} has no valid data." in caught.value.message
+        # the damage the read found refuses the next write (docs/rules.md#verified-page-in)
+        with pytest.raises(LogCorruptError) as refused:
+            run(session.add_items(_long_turns(3, 1)))
+        assert refused.value.where["seq"] == end and refused.value.code == caught.value.code
+        with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
+            assert db.execute("SELECT max(seq) FROM events").fetchone() == (end,)
     else:  # the replace holds no record: the model view has nothing for it
         assert run(session.get_items(limit)) == _long_turns(0, 3)[:-1][-(limit or 99):]
     session.close()

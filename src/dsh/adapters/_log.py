@@ -412,6 +412,7 @@ class _Marks:
 
     def __init__(self, fmt: str, events: Sequence[Event], session_id: str | None = None) -> None:
         self.session_id = session_id
+        self.damage: LogCorruptError | None = None  # the first bad mark taken in (_bad)
         self.kinds = (f"{fmt}/records", f"{fmt}/pop", f"{fmt}/clear", f"{fmt}/closed-early")
         self.kind_set = frozenset(self.kinds)  # (a selection tests every row of a range)
         self.removed: set[tuple[int, int]] = set()
@@ -477,13 +478,20 @@ class _Marks:
         return overrides
 
     def _bad(self, event: Mapping[str, Any], field: str) -> LogCorruptError:
-        """A mark whose ``data.<field>`` is missing or of the wrong shape, named."""
+        """A mark whose ``data.<field>`` is missing or of the wrong shape, named.
+
+        The first one is kept as :attr:`damage`: the stored log holds it for good, so the
+        adapter's next write is refused (:meth:`LiveLog._found_damage`).
+        """
         seq = event.get("seq")
-        return LogCorruptError(
+        bad = LogCorruptError(
             f"stored session {self.session_id!r} failed validation: the adapter mark "
             f"{event['type']} at seq {seq} has no valid data.{field} (as this adapter writes "
             "it); run dsh verify", session_id=self.session_id,
             seq=seq if type(seq) is int else None)
+        if self.damage is None:
+            self.damage = bad
+        return bad
 
     def _int(self, event: Mapping[str, Any], field: str) -> int:
         """``data.<field>`` of a mark: an int (not a bool), else :meth:`_bad`."""
@@ -842,14 +850,18 @@ class LiveLog:
         """The first damage a read before the write found in the stored log, or None.
 
         A page-in of the cold read's walk, or its selective read of the whole history, that
-        found a row its seal no longer vouches for (:attr:`PagedLog.damage`): the write is
-        then refused, as a live session's writer appends nothing more to a log a page-in
-        found damaged (docs/rules.md#verified-page-in). Kept when a later read replaces the
-        cold view (the damaged row is still there).
+        found a row its seal no longer vouches for (:attr:`PagedLog.damage`), or an adapter
+        mark of a shape this adapter never writes (:attr:`_Marks.damage`: structural damage,
+        there for good): the write is then refused, as a live session's writer appends
+        nothing more to a log a page-in found damaged (docs/rules.md#verified-page-in). Kept
+        when a later read replaces the cold view (the damaged row is still there).
         """
         cold = self._cold
-        if self._damage is None and cold is not None and isinstance(cold.events, PagedLog):
-            self._damage = cold.events.damage
+        if self._damage is None and cold is not None:
+            if isinstance(cold.events, PagedLog):
+                self._damage = cold.events.damage
+            if self._damage is None:
+                self._damage = cold.marks.damage
         return self._damage
 
     def _adopt_cold(self, session: Session) -> _Marks:
