@@ -130,6 +130,24 @@ def test_import_malformed_middle_line_names_the_line(tmp_path: Path) -> None:
     assert info.value.where["line"] == 3
 
 
+@pytest.mark.parametrize("fmt", ["openai-chat", "gemini-cli", "swe-agent", "atif"])
+def test_a_whole_document_format_given_jsonl_says_document_and_names_the_format_to_pass(
+        tmp_path: Path, fmt: str) -> None:
+    # before: "record is not valid JSON at column 1: unexpected content after document; fix or
+    # delete that line", as if the file were a JSONL of that format
+    path = _write(tmp_path, "t.jsonl", b'{"a": 1}\n{"b": 2}\n')
+    with pytest.raises(ImportFormatError) as info:
+        import_file(path, fmt)
+    assert str(info.value) == (
+        f"{path}:2: {fmt} document is not valid JSON at column 1: unexpected content after "
+        f"document; the file holds one JSON value per line (JSONL), not one {fmt} JSON "
+        "document: pass the --format the file is in, or leave --format out to detect it")
+    broken = _write(tmp_path, "t.json", b'{"a":\n')  # one document, cut short
+    with pytest.raises(ImportFormatError, match=r"t.json:2: .* document is not valid JSON "
+                                                r"at column 1: .*; fix the document$"):
+        import_file(broken, fmt)
+
+
 @pytest.mark.parametrize(("example", "wrong"), [
     ("claude-code/simple.jsonl", "codex"),
     ("codex/rollout-compacted-aborted.jsonl", "claude-code"),

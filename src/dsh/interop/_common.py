@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Final
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal
 
 import orjson
 
@@ -549,8 +549,25 @@ def _fault(text: bytes, error: InvalidJsonError, line: int) -> tuple[int, str]:
     return line, f"({error.message})"
 
 
-def decode_line(text: bytes, path: Path, fmt: str, line: int) -> Any:
+def _one_value_per_line(text: bytes) -> bool:
+    """True when ``text`` has two or more non-blank lines and its first one is JSON alone."""
+    lines = [part for part in text.split(b"\n") if part.strip()]
+    if len(lines) < 2:
+        return False
+    try:
+        orjson.loads(lines[0])
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def decode_line(text: bytes, path: Path, fmt: str, line: int, *,
+                unit: Literal["record", "document"] = "record") -> Any:
     """Decode one record (a line without its newline) of a ``fmt`` source, plain containers.
+
+    With ``unit="document"`` ``text`` is a whole-file document (line 1 on), and errors say
+    "document"; one that is JSONL instead (one JSON value per line) is told to pass the
+    --format it is in (docs/interop.md#bad-input).
 
     Rule: docs/formats.md#lossless-json (as :func:`dsh.json.loads_plain`), records nest at most
     :data:`MAX_RECORD_DEPTH` levels.
@@ -567,13 +584,21 @@ def decode_line(text: bytes, path: Path, fmt: str, line: int) -> Any:
         value = loads_plain(text, long_number=long_number)
     except InvalidJsonError as exc:
         line, where = _fault(text, exc, line)
+        advice = "fix or delete that line"
+        if unit == "document":
+            advice = "fix the document"
+            if _one_value_per_line(text):
+                advice = ("the file holds one JSON value per line (JSONL)"
+                          + ("" if fmt == "auto" else f", not one {fmt} JSON document")
+                          + ": pass the --format the file is in, or leave --format out to "
+                          "detect it")
         raise ImportFormatError(
-            f"{path}:{line}: {_kind(fmt)} record is not valid JSON {where}; fix or delete that "
-            "line", path=str(path), line=line, format=fmt) from exc
+            f"{path}:{line}: {_kind(fmt)} {unit} is not valid JSON {where}; {advice}",
+            path=str(path), line=line, format=fmt) from exc
     # Counting brackets bounds the depth from above, so the walk runs only on suspect records.
     if brackets > MAX_RECORD_DEPTH and _depth(value) > MAX_RECORD_DEPTH:
         raise ImportFormatError(
-            f"{_kind(fmt)} record nests JSON deeper than {MAX_RECORD_DEPTH} "
+            f"{_kind(fmt)} {unit} nests JSON deeper than {MAX_RECORD_DEPTH} "
             "levels; no transcript format nests that deep, so the file is not a transcript "
             "(or is damaged)", path=str(path), line=line, format=fmt)
     return value
@@ -794,7 +819,7 @@ def read_json_document(path: Path, fmt: str) -> Any:
     """
     raw = read_source_bytes(path, fmt)
     note_line(1)
-    return decode_line(raw, path, fmt, 1)
+    return decode_line(raw, path, fmt, 1, unit="document")
 
 
 def usable_id(value: object) -> str | None:
