@@ -301,5 +301,13 @@ def test_a_read_holds_off_older_collections_and_puts_the_thresholds_back(
         with lg._no_collection():
             gc.set_threshold(900, 11, 12)
         assert gc.get_threshold() == (900, 11, 12)
+        # the youngest's alone set meanwhile (gc.set_threshold(n) keeps the others, raised):
+        # the older generations are still put back, the youngest's stays the program's
+        with lg._no_collection():
+            gc.set_threshold(800)
+        assert gc.get_threshold() == (800, 11, 12)
+        with lg._no_collection():
+            gc.set_threshold(600, 5)
+        assert gc.get_threshold() == (600, 5, 12)
     finally:
         gc.set_threshold(*before)

@@ -1321,8 +1321,9 @@ def _no_collection() -> Iterator[None]:
     ~0.6 ms, where holding every collection off and walking the read's ~8,500 containers in one
     pass at its end cost 1.5-2.5 ms. The older generations' thresholds are raised while any read
     holds this (a count shared by the savers of the process, so that concurrent reads restore
-    the thresholds once, when the last ends) and put back after, unless something else set them
-    meanwhile; the containers of the read are walked there at the next older-generation pass,
+    the thresholds once, when the last ends) and each put back after unless something else set
+    it meanwhile (setting the youngest's alone leaves the older ones raised: they are put
+    back); the containers of the read are walked there at the next older-generation pass,
     as any others (docs/adapters.md#fast-reads-of-a-thread).
     """
     global _collection_holds, _collection_saved
@@ -1336,9 +1337,13 @@ def _no_collection() -> Iterator[None]:
     finally:
         with _collection_lock:
             _collection_holds -= 1
-            if _collection_holds == 0 and gc.get_threshold() == (
-                    _collection_saved[0], _HELD_THRESHOLD, _HELD_THRESHOLD):
-                gc.set_threshold(*_collection_saved)
+            if _collection_holds == 0:
+                # each older generation's threshold still the raised one is put back; one set
+                # meanwhile stays, and so does the youngest's (gc.set_threshold(n) sets it
+                # alone and keeps the older ones raised: they must still come back)
+                young, *older = gc.get_threshold()
+                gc.set_threshold(young, *(saved if held == _HELD_THRESHOLD else held for held, saved
+                                          in zip(older, _collection_saved[1:], strict=True)))
 
 
 _HELD_THRESHOLD: Final = 1 << 30
