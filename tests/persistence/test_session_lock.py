@@ -173,28 +173,47 @@ def test_an_owner_file_link_refused_with_emlink_is_named_as_symlink(
     SessionLock(lock_path, "s").release()
 
 
+def _refused_in_another_process(lock_path: Path) -> str:
+    """What ``SessionLock(lock_path, "s")`` in a fresh process says: the pid its
+    SessionBusyError names (``None`` for nobody), or its traceback when it raised another."""
+    import subprocess
+    import sys
+
+    child = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from pathlib import Path; from dsh._errors import SessionBusyError\n"
+         "from dsh.persistence._lock import SessionLock\n"
+         "try:\n    SessionLock(Path(sys.argv[1]), 's')\n"
+         "except SessionBusyError as e:\n    print(e.where.get('pid'))\n",
+         str(lock_path)], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    return child.stdout
+
+
 def test_a_refused_writer_never_blocks_on_a_fifo_at_the_owner_path(tmp_path: Path) -> None:
     # docs/formats.md#lock-and-owner-files: anything at the owner path that is no regular
     # file names nobody: a refused writer (another process) opens it without blocking. Before,
     # a FIFO there (its holder's own record unlinked) blocked the refused writer's read for
     # good
-    import subprocess
-    import sys
-
     lock_path = tmp_path / "s" / "session.lock"
     holder = SessionLock(lock_path, "s")
     owner = lock_path.with_name("session.lock.owner")
     try:
         owner.unlink()
         os.mkfifo(owner, 0o600)
-        child = subprocess.run(
-            [sys.executable, "-c",
-             "import sys; from pathlib import Path; from dsh._errors import SessionBusyError\n"
-             "from dsh.persistence._lock import SessionLock\n"
-             "try:\n    SessionLock(Path(sys.argv[1]), 's')\n"
-             "except SessionBusyError as e:\n    print(e.where.get('pid'))\n",
-             str(lock_path)], capture_output=True, text=True, timeout=60)
-        assert child.returncode == 0, child.stderr
-        assert child.stdout == "None\n"  # refused, naming nobody
+        assert _refused_in_another_process(lock_path) == "None\n"  # refused, naming nobody
+    finally:
+        holder.release()
+
+
+def test_an_owner_file_nested_too_deep_names_nobody(tmp_path: Path) -> None:
+    # docs/formats.md#lock-and-owner-files: an owner file no holder wrote names nobody; JSON
+    # nested deeper than Python's recursion limit (4 KiB of brackets) was a RecursionError
+    # out of the refused writer, not its SessionBusyError
+    lock_path = tmp_path / "s" / "session.lock"
+    holder = SessionLock(lock_path, "s")
+    try:
+        lock_path.with_name("session.lock.owner").write_text("[" * _lock.OWNER_BYTES)
+        assert _refused_in_another_process(lock_path) == "None\n"
     finally:
         holder.release()

@@ -58,8 +58,8 @@ def _read_owner(owner_path: Path) -> dict[str, object]:
 
     Opened without blocking and without following a link, and read only when it is a regular
     file, at most :data:`OWNER_BYTES` of it: anything else there (a FIFO, a device, a file a
-    holder never wrote) names nobody, so a refused writer never blocks on it
-    (docs/formats.md#lock-and-owner-files).
+    holder never wrote, JSON nested past the recursion limit) names nobody, so a refused writer
+    never blocks on it nor fails on it (docs/formats.md#lock-and-owner-files).
     """
     try:
         fd = os.open(owner_path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -69,7 +69,7 @@ def _read_owner(owner_path: Path) -> dict[str, object]:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return {}
         value = json.loads(os.read(fd, OWNER_BYTES).decode("utf-8"))
-    except (OSError, ValueError):  # half written, or no JSON: nobody named
+    except (OSError, ValueError, RecursionError):  # half written, no JSON, nested too deep
         return {}
     finally:
         os.close(fd)
