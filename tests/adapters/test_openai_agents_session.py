@@ -957,14 +957,17 @@ def _popped_store(tmp_path: Path) -> tuple[str, int, int]:
     return store, removal, end
 
 
+@pytest.mark.parametrize("backwards", [False, True])
 @pytest.mark.parametrize("restore_point", [True, False])
 @pytest.mark.parametrize("limit", [None, 2])
 def test_a_replace_of_no_surface_node_is_named_not_a_bare_value_error(
-        tmp_path: Path, restore_point: bool, limit: int | None) -> None:
+        tmp_path: Path, restore_point: bool, limit: int | None, backwards: bool) -> None:
     # docs/rules.md#the-read-pipeline: a row past the seal's end (read under the format's
     # rules) whose surface replace shadows a node no longer on the surface (here a copy of
     # the pop's removal) is refused by a cold read as the resume refuses it, LogCorruptError
-    # naming the session and seq, not a ValueError out of the surface fold; nothing appended
+    # naming the session and seq, not a ValueError out of the surface fold; nothing appended.
+    # So is one whose end lies before its start on the surface (backwards: from the removal,
+    # the last node, to the first), which gave a wrong surface
     import sqlite3
     from contextlib import closing
 
@@ -975,9 +978,12 @@ def test_a_replace_of_no_surface_node_is_named_not_a_bare_value_error(
         for point in tmp_path.glob("sessions.db.dsh-checkpoints/*"):
             point.unlink()
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
+        first = db.execute("SELECT min(seq) FROM events WHERE surface_op = '\"append\"'"
+                           ).fetchone()[0]
+        op = f'{{"op":"replace","start":{removal},"end":{first}}}' if backwards else None
         db.execute("INSERT INTO events SELECT session_id, ?, type, time, data, "
-                   "source_event_seqs, surface_op, ignorable FROM events WHERE seq = ?",
-                   (end, removal))
+                   "source_event_seqs, coalesce(?, surface_op), ignorable FROM events "
+                   "WHERE seq = ?", (end, op, removal))
         rows = db.execute("SELECT count(*) FROM events").fetchone()
     session = DshSession("s", store)
     with pytest.raises(LogCorruptError) as caught:
