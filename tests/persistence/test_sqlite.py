@@ -550,6 +550,27 @@ def test_sqlite_rejects_invalid_durable_metadata_before_exposing_a_session_heade
     backend.close()
 
 
+def test_a_handle_decodes_again_a_session_row_changed_between_its_reads(tmp_path: Path) -> None:
+    """A handle reuses its last decode of the sessions row only for equal values of equal
+    types (2d13047): a row changed between two reads of one handle is checked again, so an
+    invalid column is corruption at the second read, and a valid change is read as stored.
+
+    Rule: docs/formats.md#schema-17.
+    """
+    backend_with(tmp_path, events=prefix()).close()
+    backend = SqliteBackend(db_path(tmp_path))
+    with backend.open("s1") as handle:
+        assert handle.read().header["cwd"] == "/workspace/demo-app"
+        conn = raw(db_path(tmp_path))
+        conn.execute("UPDATE sessions SET cwd = '/elsewhere'")
+        assert handle.read().header["cwd"] == "/elsewhere"
+        conn.execute("UPDATE sessions SET cwd = 'relative'")
+        conn.close()
+        with pytest.raises(LogCorruptError, match="column cwd"):
+            handle.read()
+    backend.close()
+
+
 def test_sqlite_list_activity_gives_the_headers_and_times_of_the_full_listing(
         tmp_path: Path) -> None:
     """``list_activity``'s headers (built unchecked for rows its SQL check vouches for) and last
