@@ -1040,3 +1040,54 @@ def test_a_row_of_the_wrong_shape_past_the_seal_is_named_not_a_bare_error(
     else:  # the replace holds no record: the model view has nothing for it
         assert run(session.get_items(limit)) == _long_turns(0, 3)[:-1][-(limit or 99):]
     session.close()
+
+
+def test_a_live_session_whose_read_found_damage_closes_keeping_what_was_acknowledged(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # docs/adapters.md (a page-in found damage) and docs/rules.md#verified-page-in: a session
+    # resumed through its restore point writes a batch (acknowledged: add_items returned), then
+    # a whole-history read pages in a row changed on disk and raises LogCorruptError; the next
+    # add_items fails and appends nothing, and close() releases the session without raising,
+    # logging a WARNING; every acknowledged item stays stored, nothing after the damage is
+    import logging
+    import sqlite3
+    from contextlib import closing
+
+    from dsh._errors import LogCorruptError, WriteFailedError
+
+    store = sqlite_url(tmp_path)
+
+    async def fill() -> None:
+        session = DshSession("big", store)
+        for first in range(0, 400, 50):
+            await session.add_items(_long_turns(first, 50))
+        session.close()
+
+    run(fill())
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
+        (seq,) = db.execute("SELECT seq FROM events WHERE data LIKE '%\"q100\"%'").fetchone()
+        assert db.execute("UPDATE events SET data = replace(data, '\"q100\"', '\"x100\"') "
+                          "WHERE seq = ?", (seq,)).rowcount == 1
+        (rows,) = db.execute("SELECT count(*) FROM events").fetchone()
+    session = DshSession("big", store)
+    run(session.add_items(_long_turns(400, 1)))  # acknowledged
+    (acknowledged,) = [session._log.session.seq]
+    assert acknowledged > rows
+    with pytest.raises(LogCorruptError) as caught:
+        run(session.get_items())
+    assert caught.value.where["session_id"] == "big"
+    with pytest.raises(WriteFailedError) as refused:
+        run(session.add_items(_long_turns(401, 1)))
+    assert isinstance(refused.value.__cause__, LogCorruptError)
+    with caplog.at_level(logging.WARNING):
+        session.close()  # does not raise the damage again
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING
+              and r.name == "dsh.adapters._log"]
+    assert len(warned) == 1
+    assert "'big' closes without a flush" in warned[0].getMessage()
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
+        assert db.execute("SELECT count(*), max(seq) FROM events").fetchone() == (
+            acknowledged, acknowledged - 1)
+    reopened = DshSession("big", store)
+    assert run(reopened.get_items(limit=4)) == _long_turns(400, 1)  # the tail reads cleanly
+    reopened.close()
