@@ -779,6 +779,29 @@ def _count_connects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return opened
 
 
+def _with_a_changed_row(tmp_path: Path, session_id: str, turns: int, changed: int
+                        ) -> tuple[int, int]:
+    """Store ``turns`` of :func:`_long_turns` (50 a batch) in ``tmp_path``'s SQLite store, then
+    change on disk the row that holds ``q<changed>``; its seq and the store's row count."""
+    import sqlite3
+    from contextlib import closing
+
+    async def fill() -> None:
+        session = DshSession(session_id, sqlite_url(tmp_path))
+        for first in range(0, turns, 50):
+            await session.add_items(_long_turns(first, 50))
+        session.close()
+
+    run(fill())
+    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
+        (seq,) = db.execute("SELECT seq FROM events WHERE data LIKE ?",
+                            (f'%"q{changed}"%',)).fetchone()
+        assert db.execute("UPDATE events SET data = replace(data, ?, ?) WHERE seq = ?",
+                          (f'"q{changed}"', f'"x{changed}"', seq)).rowcount == 1
+        (rows,) = db.execute("SELECT count(*) FROM events").fetchone()
+    return seq, rows
+
+
 @pytest.mark.parametrize(("reader", "limit"), [("c", None), ("python", None), ("c", 9000)])
 def test_a_damaged_row_in_a_10k_item_session_is_named_and_refuses_the_next_write(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str, limit: int | None) -> None:
@@ -793,19 +816,7 @@ def test_a_damaged_row_in_a_10k_item_session_is_named_and_refuses_the_next_write
 
     store = sqlite_url(tmp_path)
     c_reads(monkeypatch, reader)
-
-    async def fill() -> None:
-        session = DshSession("big", store)
-        for first in range(0, 2500, 50):  # 10,000 items, 200 a batch
-            await session.add_items(_long_turns(first, 50))
-        session.close()
-
-    run(fill())
-    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
-        (seq,) = db.execute("SELECT seq FROM events WHERE data LIKE '%\"q1250\"%'").fetchone()
-        assert db.execute("UPDATE events SET data = replace(data, '\"q1250\"', '\"x1250\"') "
-                          "WHERE seq = ?", (seq,)).rowcount == 1
-        rows = db.execute("SELECT count(*) FROM events").fetchone()
+    seq, rows = _with_a_changed_row(tmp_path, "big", 2500, 1250)  # 10,000 items, 200 a batch
     session = DshSession("big", store)
     assert len(run(session.get_items(limit=3))) == 3  # the tail: the changed row is not read
     with pytest.raises(LogCorruptError) as caught:
@@ -819,7 +830,7 @@ def test_a_damaged_row_in_a_10k_item_session_is_named_and_refuses_the_next_write
     assert "not opened for writing" in refused.value.message
     session.close()
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
-        assert db.execute("SELECT count(*) FROM events").fetchone() == rows  # nothing appended
+        assert db.execute("SELECT count(*) FROM events").fetchone() == (rows,)  # none added
 
 
 def test_a_held_session_returns_fresh_items_its_caller_may_change(store: str) -> None:
@@ -1056,19 +1067,7 @@ def test_a_live_session_whose_read_found_damage_closes_keeping_what_was_acknowle
     from dsh._errors import LogCorruptError, WriteFailedError
 
     store = sqlite_url(tmp_path)
-
-    async def fill() -> None:
-        session = DshSession("big", store)
-        for first in range(0, 400, 50):
-            await session.add_items(_long_turns(first, 50))
-        session.close()
-
-    run(fill())
-    with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
-        (seq,) = db.execute("SELECT seq FROM events WHERE data LIKE '%\"q100\"%'").fetchone()
-        assert db.execute("UPDATE events SET data = replace(data, '\"q100\"', '\"x100\"') "
-                          "WHERE seq = ?", (seq,)).rowcount == 1
-        (rows,) = db.execute("SELECT count(*) FROM events").fetchone()
+    _, rows = _with_a_changed_row(tmp_path, "big", 400, 100)
     session = DshSession("big", store)
     run(session.add_items(_long_turns(400, 1)))  # acknowledged
     (acknowledged,) = [session._log.session.seq]
