@@ -9,6 +9,7 @@ docs/rules.md#the-read-pipeline (the pipeline), docs/rules.md#resume (resume).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sqlite3
 import tempfile
@@ -1128,3 +1129,58 @@ def test_a_resumed_recorder_numbers_its_next_turn_from_either_restore_point_form
     starts = [e["data"]["turn"] for e in stored(url) if e["type"] == "turn/start"]
     assert starts == [*range(1, next_turn + 1)]
     assert _verify_json(url)["violations"] == []
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "postgresql"])
+def test_a_writer_continuing_from_a_format_1_point_writes_format_1_until_its_next_turn_start(
+        kind: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/formats.md#restore-points: a writer resumed from a format 1 point (no ``lastTurn``)
+    does not know the last turn until it appends a ``turn/start``; its restore points stay
+    format 1 until then (each consistent with the log), then are format 2 naming that turn,
+    and a resume from each numbers the next turn right. On every store kind, PostgreSQL's
+    restore point table included."""
+    from dataclasses import replace
+
+    from dsh.agent import Recorder
+    from dsh.session import RestoreFold
+
+    pg = contextlib.ExitStack()
+    if kind == "postgresql":
+        reason = postgres_unreachable()
+        if reason is not None:
+            pytest.skip(f"SKIPPED LOUDLY: {reason}")
+        url = pg.enter_context(temporary_postgres_url())
+    else:
+        url = url_of(kind, root)
+
+    def last_turn() -> int | None:
+        with Persistence(open_backend(url)) as persistence, \
+                persistence.open("s", "read") as handle:
+            point, cold, _ = handle.read_from_restore_point()
+            assert not cold.events  # written at the writer's close: no tail after its cut
+            return point.state.last_turn
+
+    def resumed_next_turn() -> int:
+        with dsh.open(url, clock=StepClock(3_000_000_000_000)).sessions as store:
+            session = store.resume("s")
+            assert isinstance(session._log, PagedLog)
+            return Recorder(session, store=store).next_turn
+
+    with pg:
+        with monkeypatch.context() as patched:  # a writer before format 2
+            state = RestoreFold.state
+            patched.setattr(RestoreFold, "state",
+                            lambda self: replace(state(self), last_turn=None))
+            long_store(kind, root, turns=3, url=url)
+        assert last_turn() is None
+        with dsh.open(url, clock=StepClock(2_000_000_000_000)).sessions as store:
+            session = store.resume("s")
+            session.append("system/message", system_message(), surface_op="append")
+        assert last_turn() is None  # no turn/start since the format 1 cut: still format 1
+        assert resumed_next_turn() == 4
+        assert _verify_json(url)["restorePoints"]["s"]["status"] == "consistent"
+        with dsh.open(url, clock=StepClock(2_100_000_000_000)).sessions as store:
+            completed_turn(store.resume("s"), 4, call_ids=["c4"])
+        assert last_turn() == 4
+        assert resumed_next_turn() == 5
+        assert _verify_json(url)["restorePoints"]["s"]["status"] == "consistent"
