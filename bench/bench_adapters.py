@@ -237,7 +237,7 @@ def main() -> None:
         for kind, label in (("dsh", "DshSession"), ("sqlite", "SQLiteSession")):
             r = med[kind]
             print(f"| {items:,} | {label} | " + " | ".join(
-                f"{r[key]:.0f}" if key == "rss" else f"{r[key]:.1f}" for key in keys) + " |")
+                f"{r[key]:.1f}" for key in keys) + " |")
         print(f"| {items:,} | SQLiteSession / DshSession | " + " | ".join(
             ratio(med["dsh"][key], med["sqlite"][key], higher_is_better=False)
             for key in keys) + " |")
