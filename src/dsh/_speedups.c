@@ -6535,7 +6535,8 @@ PyDoc_STRVAR(claude_blocks_doc,
 "dsh.interop._anthropic.anthropic_blocks(content) for a list of blocks (its reference):\n"
 "text and thinking blocks with a str text, tool_use blocks (arguments = encode(input), the\n"
 "encoder anthropic_blocks uses), tool_result blocks left out, anything else kept as a\n"
-"provider-raw block. None when content is not a list or holds a dict subclass: the Python\n"
+"provider-raw block. None when content is not a list, holds a dict subclass or a block\n"
+"whose type is none of str, null, bool, int, float, list, dict (exact types): the Python\n"
 "function answers. An error of encode (or of str() of an id or name) propagates as there.");
 
 static PyObject *
@@ -6556,8 +6557,23 @@ claude_blocks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     for (i = 0; i < PyList_GET_SIZE(content); i++) {
-        PyObject *b = PyList_GET_ITEM(content, i);
-        if (PyDict_Check(b) && !PyDict_CheckExact(b)) {
+        PyObject *b = PyList_GET_ITEM(content, i), *kind;
+        if (!PyDict_Check(b)) {
+            continue;
+        }
+        if (!PyDict_CheckExact(b)) {
+            Py_RETURN_NONE;
+        }
+        kind = PyDict_GetItemWithError(b, cc_type);
+        if (kind == NULL && PyErr_Occurred()) {
+            return NULL;
+        }
+        /* `kind == "text"` below compares exact strs only: a type that a str subclass or an
+         * object of its own __eq__ might make equal to one is left to the reference */
+        if (kind != NULL && !PyUnicode_CheckExact(kind) && kind != Py_None
+                && !PyBool_Check(kind) && !PyLong_CheckExact(kind)
+                && !PyFloat_CheckExact(kind) && !PyList_CheckExact(kind)
+                && !PyDict_CheckExact(kind)) {
             Py_RETURN_NONE;
         }
     }

@@ -190,6 +190,39 @@ def test_claude_blocks_maps_as_anthropic_blocks(content: Any) -> None:
         assert got is not None  # a list of plain values is never left to Python
 
 
+class _Kind(str):
+    """A str subclass: equal to the str of its characters, as a JSON decoder never makes."""
+
+
+class _Anything:
+    """Equal to every value (``kind == "text"`` holds for it as for nothing JSON makes)."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+
+class _Dict(dict[str, Any]):
+    """A dict subclass, in the input of a tool_use."""
+
+
+@pytest.mark.parametrize("kind", [_Kind("text"), _Kind("thinking"), _Kind("tool_use"),
+                                  _Kind("tool_result"), _Anything(), b"text", ("text",)])
+@pytest.mark.parametrize("inp", [{1: "a", None: 2, 1.5: 3, False: 4}, ("a", 1), _Dict(a=1),
+                                 {"a": _Kind("x")}, [_Kind("y"), -0.0]])
+def test_claude_blocks_maps_python_made_values_as_anthropic_blocks(kind: Any, inp: Any) -> None:
+    """Values only a Python caller makes (a str subclass or an object equal to any str as the
+    ``type``; non-str keys, tuples and subclasses in ``input``) map as the reference maps them."""
+    content = [{"type": kind, "text": "t", "thinking": "r", "id": "i", "name": "n",
+                "input": inp}, {"type": "tool_use", "id": _Kind("i"), "input": inp}]
+    fast = _answer(anthropic.anthropic_blocks, content)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(anthropic, "c_claude_blocks", None)
+        slow = _answer(anthropic.anthropic_blocks, content)
+    assert fast == slow
+
+
 @_SETTINGS
 @given(st.one_of(_odd_value, st.fixed_dictionaries({}, optional={
     k: st.one_of(st.integers(-2, 2**54), st.none(), _odd_scalar)
