@@ -5959,6 +5959,8 @@ static PyObject *cc_type, *cc_uuid, *cc_parent_uuid, *cc_logical_parent_uuid, *c
 static PyObject *cb_text, *cb_thinking, *cb_signature, *cb_reasoning, *cb_name, *cb_input,
     *cb_arguments, *cb_tool_call, *cb_provider_raw, *cb_provider, *cb_anthropic, *cb_block,
     *cb_empty;
+/* claude_usage's: the four counts, [i][0] dsh's key, [i][1] the source's */
+static PyObject *cu_keys[4][2];
 
 static int
 cc_intern(void)
@@ -5976,7 +5978,12 @@ cc_intern(void)
         {&cb_signature, "signature"}, {&cb_reasoning, "reasoning"}, {&cb_name, "name"},
         {&cb_input, "input"}, {&cb_arguments, "arguments"}, {&cb_tool_call, "tool-call"},
         {&cb_provider_raw, "provider-raw"}, {&cb_provider, "provider"},
-        {&cb_anthropic, "anthropic"}, {&cb_block, "block"}, {&cb_empty, ""}};
+        {&cb_anthropic, "anthropic"}, {&cb_block, "block"}, {&cb_empty, ""},
+        {&cu_keys[0][0], "inputTokens"}, {&cu_keys[0][1], "input_tokens"},
+        {&cu_keys[1][0], "outputTokens"}, {&cu_keys[1][1], "output_tokens"},
+        {&cu_keys[2][0], "cacheReadTokens"}, {&cu_keys[2][1], "cache_read_input_tokens"},
+        {&cu_keys[3][0], "cacheWriteTokens"},
+        {&cu_keys[3][1], "cache_creation_input_tokens"}};
     size_t i;
     if (cc_three != NULL) {
         return 0;
@@ -6679,22 +6686,10 @@ PyDoc_STRVAR(claude_usage_doc,
 static PyObject *
 claude_usage(PyObject *module, PyObject *raw)
 {
-    static const char *const names[4][2] = {
-        {"inputTokens", "input_tokens"}, {"outputTokens", "output_tokens"},
-        {"cacheReadTokens", "cache_read_input_tokens"},
-        {"cacheWriteTokens", "cache_creation_input_tokens"}};
-    static PyObject *keys[4][2];
     PyObject *out;
     int i;
     if (cc_intern() < 0) {
         return NULL;
-    }
-    for (i = 0; i < 4; i++) {
-        if (keys[i][0] == NULL && ((keys[i][0] = PyUnicode_InternFromString(names[i][0])) == NULL
-                                   || (keys[i][1] = PyUnicode_InternFromString(names[i][1]))
-                                   == NULL)) {
-            return NULL;
-        }
     }
     if (!PyDict_CheckExact(raw)) {
         Py_RETURN_NONE;
@@ -6704,7 +6699,7 @@ claude_usage(PyObject *module, PyObject *raw)
         return NULL;
     }
     for (i = 0; i < 4; i++) {
-        PyObject *value = PyDict_GetItemWithError(raw, keys[i][1]);
+        PyObject *value = PyDict_GetItemWithError(raw, cu_keys[i][1]);
         if (value == NULL && PyErr_Occurred()) {
             Py_DECREF(out);
             return NULL;
@@ -6719,7 +6714,7 @@ claude_usage(PyObject *module, PyObject *raw)
             Py_DECREF(out);
             Py_RETURN_NONE;
         }
-        if (PyDict_SetItem(out, keys[i][0], value) < 0) {
+        if (PyDict_SetItem(out, cu_keys[i][0], value) < 0) {
             Py_DECREF(out);
             return NULL;
         }
