@@ -6537,14 +6537,48 @@ cb_arguments_of(PyObject *input, PyObject *encode)
     return out;
 }
 
+/* Whether claude_blocks maps block b as the reference does (1), or leaves the list to it (0):
+ * b is no dict, or an exact dict of exact str keys (so that looking a key up runs no Python
+ * code and the borrowed values stay valid) whose "type" is absent or of an exact JSON type
+ * (`kind == "text"` compares exact strs only; a str subclass, or an object of its own
+ * __eq__, might equal one). *kind: b's type (borrowed), NULL when absent. -1 on error. */
+static int
+cb_plain_block(PyObject *b, PyObject **kind)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value, *k;
+    *kind = NULL;
+    if (!PyDict_Check(b)) {
+        return 1;
+    }
+    if (!PyDict_CheckExact(b)) {
+        return 0;
+    }
+    while (PyDict_Next(b, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) {
+            return 0;
+        }
+    }
+    k = PyDict_GetItemWithError(b, cc_type);
+    if (k == NULL) {
+        return PyErr_Occurred() ? -1 : 1;
+    }
+    if (!PyUnicode_CheckExact(k) && k != Py_None && !PyBool_Check(k) && !PyLong_CheckExact(k)
+            && !PyFloat_CheckExact(k) && !PyList_CheckExact(k) && !PyDict_CheckExact(k)) {
+        return 0;
+    }
+    *kind = k;
+    return 1;
+}
+
 PyDoc_STRVAR(claude_blocks_doc,
 "claude_blocks(content, encode, /) -> list | None\n\n"
 "dsh.interop._anthropic.anthropic_blocks(content) for a list of blocks (its reference):\n"
 "text and thinking blocks with a str text, tool_use blocks (arguments = encode(input), the\n"
 "encoder anthropic_blocks uses), tool_result blocks left out, anything else kept as a\n"
-"provider-raw block. None when content is not a list, holds a dict subclass or a block\n"
-"whose type is none of str, null, bool, int, float, list, dict (exact types): the Python\n"
-"function answers. An error of encode (or of str() of an id or name) propagates as there.");
+"provider-raw block. None when content is not a list, or holds a dict subclass, a dict with\n"
+"a key that is not an exact str, or a block whose type is none of str, null, bool, int,\n"
+"float, list, dict (exact types): the Python function answers. An error of encode (or of str() of an id or name) propagates as there.");
 
 static PyObject *
 claude_blocks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -6563,27 +6597,6 @@ claude_blocks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!PyList_CheckExact(content)) {
         Py_RETURN_NONE;
     }
-    for (i = 0; i < PyList_GET_SIZE(content); i++) {
-        PyObject *b = PyList_GET_ITEM(content, i), *kind;
-        if (!PyDict_Check(b)) {
-            continue;
-        }
-        if (!PyDict_CheckExact(b)) {
-            Py_RETURN_NONE;
-        }
-        kind = PyDict_GetItemWithError(b, cc_type);
-        if (kind == NULL && PyErr_Occurred()) {
-            return NULL;
-        }
-        /* `kind == "text"` below compares exact strs only: a type that a str subclass or an
-         * object of its own __eq__ might make equal to one is left to the reference */
-        if (kind != NULL && !PyUnicode_CheckExact(kind) && kind != Py_None
-                && !PyBool_Check(kind) && !PyLong_CheckExact(kind)
-                && !PyFloat_CheckExact(kind) && !PyList_CheckExact(kind)
-                && !PyDict_CheckExact(kind)) {
-            Py_RETURN_NONE;
-        }
-    }
     out = PyList_New(0);
     if (out == NULL) {
         return NULL;
@@ -6591,12 +6604,17 @@ claude_blocks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(content);  /* held while encode may run Python code */
     for (i = 0; i < PyList_GET_SIZE(content); i++) {
         PyObject *b = PyList_GET_ITEM(content, i), *kind = NULL, *value, *made;
+        int plain;
         Py_INCREF(b);
-        if (PyDict_CheckExact(b)) {
-            kind = PyDict_GetItemWithError(b, cc_type);
-            if (kind == NULL && PyErr_Occurred()) {
-                goto fail_b;
-            }
+        plain = cb_plain_block(b, &kind);
+        if (plain < 0) {
+            goto fail_b;
+        }
+        if (plain == 0) {  /* the reference answers (anything already made is dropped) */
+            Py_DECREF(b);
+            Py_DECREF(content);
+            Py_DECREF(out);
+            Py_RETURN_NONE;
         }
         if (kind != NULL && cc_equals(kind, cb_text)
                 && (value = PyDict_GetItemWithError(b, cb_text)) != NULL

@@ -167,8 +167,9 @@ def claude_blocks(content: object, encode: Callable[[Any], str],
     """``dsh.interop._anthropic.anthropic_blocks(content)`` for a list of blocks.
 
     ``encode`` renders a ``tool_use`` input as the reference does. None when ``content`` is not
-    a list, holds a dict subclass or a block whose ``type`` is not of an exact JSON type (a str
-    subclass, say): the Python function answers.
+    a list, or holds a dict subclass, a dict with a key that is not an exact str, or a block
+    whose ``type`` is not of an exact JSON type (a str subclass, say): the Python function
+    answers.
     """
 
 def claude_usage(raw: object, /) -> dict[str, int] | None:

@@ -223,6 +223,40 @@ def test_claude_blocks_maps_python_made_values_as_anthropic_blocks(kind: Any, in
     assert fast == slow
 
 
+class _Clearing:
+    """A key hashing as ``target``: comparing it with a key looked up clears its dict."""
+
+    def __init__(self, target: str) -> None:
+        self.hash = hash(target)
+        self.owner: dict[Any, Any] | None = None
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        owner, self.owner = self.owner, None
+        if owner is not None:
+            owner.clear()
+        return False
+
+
+@pytest.mark.parametrize("target", ["type", "text", "thinking", "signature", "id", "input"])
+def test_claude_blocks_survives_a_key_that_empties_its_block(target: str) -> None:
+    """A block whose lookup runs Python code that frees what was looked up (a segfault once: the
+    thinking text was borrowed across the signature lookup) maps as the reference maps it."""
+    def content() -> list[Any]:
+        key = _Clearing(target)
+        block = {"type": "thinking", "thinking": "x" * 5000, key: 1}
+        key.owner = block
+        return [block]
+
+    fast = _answer(anthropic.anthropic_blocks, content())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(anthropic, "c_claude_blocks", None)
+        slow = _answer(anthropic.anthropic_blocks, content())
+    assert fast == slow
+
+
 @_SETTINGS
 @given(st.one_of(_odd_value, st.fixed_dictionaries({}, optional={
     k: st.one_of(st.integers(-2, 2**54), st.none(), _odd_scalar)
