@@ -1,8 +1,11 @@
 """Every Python snippet of docs/adapters.md runs, as written, against a local model server.
 
-The snippets name a ``model`` (and a ``get_weather`` tool) the way a user's own code has them;
-the test supplies both: the framework's OpenAI model class pointed at a local server speaking
-the Chat Completions protocol, which answers a tool call first and then text.
+Each snippet defines its ``model`` (a real model name, on one ``model = ...`` line) and its
+``get_weather`` tool; the test swaps that one line for the framework's OpenAI model class
+pointed at a local server speaking the Chat Completions protocol, which answers a tool call
+first and then text. Each runs in an empty folder with HOME and DSH_HOME of its own, and the
+store must be the file its URL names there (``sqlite:sessions.db``: ``sessions.db`` in the
+working folder; three slashes would have put it at the root).
 """
 
 from __future__ import annotations
@@ -22,11 +25,6 @@ from tests.agent.providers.servers import Fail, ScriptedServer
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "adapters.md"
 SNIPPETS = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-
-
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    return f"sunny in {city}"
 
 
 def completion(text: str = "", call: tuple[str, str] | None = None) -> Fail:
@@ -63,7 +61,7 @@ def test_the_page_has_a_snippet_per_framework() -> None:
     text = "\n".join(SNIPPETS)
     for name in ("DshSession", "run_hooks()", "DshSaver.from_url", "saver.middleware()",
                  "wrap_tool_call=saver.wrap_tool_call", "DshChatMessageHistory",
-                 "history.capability()"):
+                 "history.capability()", "DshConversationStore"):
         assert name in text
 
 
@@ -77,15 +75,23 @@ def test_snippet_runs(index: int, tmp_path: Path) -> None:
         if uses_tools:
             server.add(completion(call=("get_weather", '{"city": "Paris"}')))
         server.add(completion("Done."))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        work, home = tmp_path / "work", tmp_path / "home"
+        work.mkdir()
+        home.mkdir()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "HOME": str(home),
+               "DSH_HOME": str(home / ".dsh")}
         proc = subprocess.run([sys.executable, "-m", "tests.adapters.test_docs_snippets",
-                               str(index), server.base_url + "/v1"], cwd=tmp_path, env=env,
+                               str(index), server.base_url + "/v1"], cwd=work, env=env,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         if "from agents import" in snippet or "pydantic_ai" in snippet or uses_tools:
             assert len(server.requests) == (2 if uses_tools else 1)
-    stores = sorted(tmp_path.glob("*.db"))
-    assert stores, "the snippet stored its session"
+    # the store is where the snippet's URL says, relative to the working folder
+    named = set(re.findall(r'"sqlite:([^"]*)"', snippet))
+    assert named and all(not name.startswith("/") for name in named), named
+    stores = sorted(work.glob("*.db"))
+    assert stores == sorted(work / name for name in named), "the snippet stored its session"
+    assert list(home.iterdir()) == []  # nothing in the default store
     listed = dsh("ls", "--store", f"sqlite:///{stores[0]}")
     assert listed.strip()
     if uses_tools:
@@ -98,5 +104,9 @@ def test_snippet_runs(index: int, tmp_path: Path) -> None:
 if __name__ == "__main__":  # the child: run snippet N with the model at BASE_URL
     number, base_url = int(sys.argv[1]), sys.argv[2]
     code = SNIPPETS[number]
+    # the snippet's own `model = ...` line names a real model; the local server stands in
+    code, swapped = re.subn(r"^model = .*$", "model = local_model", code, flags=re.M)
+    assert swapped == (1 if re.search(r"\bmodel\b", code) else 0), \
+        "a snippet that uses a model defines it on one line"
     exec(compile(code, f"{DOC}:snippet {number}", "exec"),
-         {"model": model_for(code, base_url), "get_weather": get_weather, "__name__": "snippet"})
+         {"local_model": model_for(code, base_url), "__name__": "snippet"})
