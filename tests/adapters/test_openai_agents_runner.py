@@ -230,3 +230,22 @@ def test_multi_turn_with_tools_agrees_with_dsh_show_and_messages(method: str,
         assert text in shown
     assert "── turn 2" in shown and "interrupted" not in shown
     dsh("verify", "tools", "--store", store)  # exit 0: envelope, surface, pairing all valid
+
+
+def test_a_custom_model_object_is_recorded_by_its_class_name(tmp_path: Path) -> None:
+    # docs/adapters.md: a Model without a `model` name was recorded as "openai/unknown"
+    store = store_of(tmp_path)
+
+    async def body() -> None:
+        session = DshSession("custom", store)
+        model = ScriptedModel()
+        model.script([text_message("Hello")])
+        await Runner.run(Agent(name="test", model=model), "Hi", session=session,
+                         hooks=session.run_hooks())
+        session.close()
+
+    asyncio.run(body())
+    answer = dsh_messages("custom", store, "dsh")[-1]
+    assert answer["role"] == "assistant"
+    assert (answer["source"]["provider"], answer["source"]["model"]) == ("custom",
+                                                                         "ScriptedModel")

@@ -470,16 +470,24 @@ def _item_key(item: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def _model_name(agent: Any, default: str) -> tuple[str, str]:
-    """``(provider, model)`` of an SDK agent's model (a name or a ``Model`` object)."""
+    """``(provider, model)`` of an SDK agent's model, as recorded (docs/adapters.md).
+
+    A name (``"gpt-4.1"``; ``"litellm/anthropic/…"`` is split at its first ``/``), or a
+    ``Model`` object's ``model`` attribute when it is a non-empty string (the SDK's own
+    models hold their name there), provider ``openai``; any other ``Model`` object is
+    recorded by its class name, provider ``custom``; no model at all gives ``default``.
+    """
     model = getattr(agent, "model", None)
-    if isinstance(model, str) and model:
+    if isinstance(model, str):
         if "/" in model:
             provider, _, name = model.partition("/")
             return provider, name
-        return "openai", model
+        return "openai", model or default
     held = getattr(model, "model", None)
     if isinstance(held, str) and held:
         return "openai", held
+    if model is not None:
+        return "custom", type(model).__name__
     return "openai", default
 
 
