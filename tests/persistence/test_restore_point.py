@@ -366,6 +366,31 @@ def test_verify_reports_a_consistent_restore_point(kind: str, root: Path) -> Non
     assert report["violations"] == []
 
 
+def test_verify_counts_matching_restore_points_and_lists_them_with_verbose(root: Path) -> None:
+    # docs/cli.md: one note line counts them; --verbose names each session's restore point
+    import os
+    import subprocess
+    import sys
+
+    long_store("sqlite", root)
+    env = {**os.environ, "DSH_HOME": str(Path(tempfile.mkdtemp()))}
+    url = url_of("sqlite", root)
+
+    def verify(*extra: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "dsh.cli", "verify", "--all", "--store",
+                               url, *extra], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr
+
+    assert verify().splitlines() == [
+        "note: 1 restore point matched the full read (a resume reads only the events after "
+        "each; --verbose lists them)"]
+    assert verify("--verbose").splitlines() == [
+        "note: s: restore point covers 241 events and matches the full read; a resume reads "
+        "only the events after it"]
+
+
 def test_verify_warns_of_a_restore_point_a_resume_would_ignore(kind: str, root: Path) -> None:
     long_store(kind, root)
     path = ckpt_file(root)

@@ -53,7 +53,8 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
 
     Rules: docs/rules.md#the-read-pipeline (read pipeline: a refusal is one violation with its error
     code); then every rule of :func:`dsh._verify.verify_events`. The restore point is
-    checked against the full read: a note, a warning when a resume would ignore it, and a
+    checked against the full read: a warning when a resume would ignore it (one that matches
+    is only entered in ``restore_points``, for the caller to count), and a
     ``RESTORE_POINT_MISMATCH`` violation when a resume would use it yet it does not match, a
     ``RESTORE_POINT_FORGED`` one when its digest is not one the integrity seal recorded
     (docs/rules.md#restore-points-are-never-the-truth). Then the seal chain against the events,
@@ -94,7 +95,7 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
              ] if check.status in rule else []
     found += check_chain(persistence, session_id, stored, proofs, kept,
                          notes if proof or kept is not None else None)
-    if check.status in ("consistent", "ignored"):
+    if check.status == "ignored":  # a consistent one is counted by the caller
         notes.append(f"{session_id}: {check.message}")
     return found + [replace(v, session_id=session_id)
                     for v in verify_events(stored, header=read.header,
@@ -123,13 +124,17 @@ def verify(
         help="Check the store against a kept proof ('dsh verify --proof --json' output): any "
         "batch it counted that was removed or changed is a violation. Without ID or --all, "
         "the sessions the proof names.")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Also note each restore point that matches the full read "
+        "(without it, one line counts them).")] = False,
     store: StoreOption = None,
     json_: JsonOption = False,
 ) -> None:
     """Check envelopes, surface, tool pairing and log invariants; exit 1 on any violation.
 
     Prints one line per violation: session, seq, rule, message. Also checks each projection
-    restore point against the full read (a note; a warning when a resume ignores it; a violation
+    restore point against the full read (one note counting those that match, one per session
+    with ``--verbose``; a warning when a resume ignores it; a violation
     when a resume would use it although the log changed under it).
     """
     json_mode(json_)
@@ -183,6 +188,12 @@ def verify(
                     if collecting:
                         gc.enable()
                 bar.advance()
+    matching = [sid for sid in ids if restore_points.get(sid, {}).get("status") == "consistent"]
+    if verbose:
+        notes.extend(f"{sid}: {restore_points[sid]['message']}" for sid in matching)
+    elif matching:
+        notes.append(f"{render.plural(len(matching), 'restore point')} matched the full read "
+                     "(a resume reads only the events after each; --verbose lists them)")
     if json_:
         render.write_json({"sessions": len(ids), "violations": [v.to_json() for v in found],
                            "notes": notes, "restorePoints": restore_points}
