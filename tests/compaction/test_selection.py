@@ -16,6 +16,7 @@ from tests.compaction.builders import (
     long_session,
     new_session,
     system,
+    text,
     tool_result,
     turn,
     user,
@@ -123,6 +124,23 @@ def test_validate_span_rejects_missing_seqs(which: str) -> None:
     nodes = session.surface.nodes
     assert f"which are #{nodes[0]}, #{nodes[1]}," in info.value.message
     assert f"#{nodes[-1]} ('dsh show' prints their #seq)" in info.value.message
+
+
+def test_validate_span_lists_the_current_nodes_in_numeric_order() -> None:
+    # a replacing node stands in its original's place: the surface order is #a, #new, #c, and
+    # the refusal listed them so; it lists them sorted and says a range follows the view
+    session = new_session()
+    a, b, c = user(session, "one"), user(session, "two"), user(session, "three")
+    new = session.append("user/message", {"content": [text("TWO")], "source": {"kind": "user"},
+                                          "role": "user", "id": "u-new"},
+                         surface_op={"op": "replace", "start": b.seq, "end": b.seq},
+                         source_event_seqs=[b.seq])
+    assert list(session.surface.nodes) == [a.seq, new.seq, c.seq]
+    with pytest.raises(CompactionError) as info:
+        validate_span(session, 9001, c.seq)
+    assert (f"which are #{a.seq}, #{c.seq}, #{new.seq} ('dsh show' prints their #seq; a range "
+            "runs in the model view's order, where a replacing node stands in the place of the "
+            "one it replaces)") in info.value.message
 
 
 def test_validate_span_rejects_reversed_and_tool_unbalanced_positional_boundaries() -> None:

@@ -140,7 +140,8 @@ def validate_span(session: _Session, start: int, end: int) -> Span:
         The :class:`Span`, with every shadowed seq.
 
     Raises:
-        CompactionError: code ``range`` when ``start`` or ``end`` is not a current surface node,
+        CompactionError: code ``range`` when ``start`` or ``end`` is not a current surface node
+            (the message lists the current nodes in numeric order),
             ``start`` lies after ``end``, or the span covers a ``system/message`` at node 0;
             code ``unbalanced`` when the cut before ``start`` or after ``end`` leaves a tool
             call without its result (the caller must move the cut; nothing was written).
@@ -154,10 +155,13 @@ def validate_span(session: _Session, start: int, end: int) -> Span:
         try:
             positions.append(nodes.index(seq))
         except ValueError:
+            ordered = sorted(nodes)
+            order = ("" if ordered == list(nodes) else "; a range runs in the model view's "
+                     "order, where a replacing node stands in the place of the one it replaces")
             raise CompactionError(
                 f"compaction range {name} seq {seq} is not a current surface node; a "
-                f"compaction names current surface nodes, which are {_seq_list(nodes)} ('dsh "
-                "show' prints their #seq)", code="RANGE", seq=seq) from None
+                f"compaction names current surface nodes, which are {_seq_list(ordered)} ('dsh "
+                f"show' prints their #seq{order})", code="RANGE", seq=seq) from None
     start_index, end_index = positions
     if start_index > end_index:
         raise CompactionError(
@@ -308,7 +312,10 @@ def select_cache_keeping_range(session: _Session, *, retain_tokens: int,
 
 
 def _seq_list(nodes: Sequence[int], shown: int = 12) -> str:
-    """``#4, #6, … #90`` (the first and last few node seqs; ``none`` for an empty surface)."""
+    """``#4, #6, … #90``: the first and last few of ``nodes``, in the caller's order.
+
+    ``none`` for an empty surface.
+    """
     if not nodes:
         return "none"
     if len(nodes) <= shown:
