@@ -569,6 +569,20 @@ def test_a_search_leaves_no_wal_or_shm_beside_the_store(tmp_path: Path) -> None:
                          "sessions.db.dsh-search.db"], (words, names)  # docs/formats.md
 
 
+def test_a_purged_session_stays_in_the_trash_marked_purged(tmp_path: Path) -> None:
+    # docs/forgetting.md: purged, it "stays in the trash, marked purged"; REASON was "-"
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    assert dsh(tmp_path, "rm", INTERRUPTED, "--reason", "old").returncode == 0
+    assert dsh(tmp_path, "rm", "--purge", COMPACTED).returncode == 0
+    trash = dsh(tmp_path, "ls", "--trash").stdout.splitlines()
+    assert trash[0].split()[-1] == "REASON"
+    reasons = {line.split()[0]: line.rsplit("  ", 1)[-1].strip() for line in trash[1:]}
+    assert reasons == {INTERRUPTED: "old", COMPACTED: "purged"}
+    listed = json.loads(dsh(tmp_path, "ls", "--trash", "--json").stdout)
+    assert {(r["id"], r["trashReason"], r["purged"]) for r in listed} == {
+        (INTERRUPTED, "old", False), (COMPACTED, None, True)}
+
+
 def test_ls_on_the_folder_of_a_sqlite_store_names_the_store_and_the_file_to_pass(
         tmp_path: Path) -> None:
     # `--store $DSH_HOME` (the folder, not sessions.db) is an empty JSONL store: saying only
@@ -598,6 +612,14 @@ def test_events_with_a_misspelt_type_says_nothing_matched_and_the_closest_type(
     assert typo.returncode == 0 and typo.stdout == ""
     assert typo.stderr == (f"note: no event of session {COMPACTED} has a type matching "
                            "'user/mesage'; did you mean 'user/message'?\n")
+    # nothing close to the name: the note lists the session's types instead
+    unknown = dsh(tmp_path, "events", COMPACTED, "--type", "nosuch")
+    assert unknown.returncode == 0 and unknown.stdout == ""
+    assert unknown.stderr == (f"note: no event of session {COMPACTED} has a type matching "
+                              "'nosuch'; its types: assistant/message, "
+                              "import/claude-code/envelope, import/source, step/end, "
+                              "step/start, tool/call, tool/result, turn/end, turn/start, "
+                              "user/message\n")
     late = dsh(tmp_path, "events", COMPACTED, "--type", "user/message", "--from", "9999")
     assert late.returncode == 0 and late.stdout == ""
     assert late.stderr == (f"note: no event of session {COMPACTED} from seq 9999 has a type "

@@ -106,7 +106,8 @@ def ls(store: StoreOption = None, json_: JsonOption = False,
             from dsh.rights import store_log
 
             trashed = store_log(sessions.persistence).trash
-            rows = [replace(row, trash_reason=getattr(trashed.get(row.id), "reason", None) or "")
+            rows = [replace(row, trash_reason=getattr(trashed.get(row.id), "reason", None) or "",
+                            purged=getattr(trashed.get(row.id), "purged_ms", None) is not None)
                     for row in rows]
         hidden = len(_rows(sessions, "all")[0]) if not rows and which == "listed" else 0
     if json_:
@@ -347,7 +348,14 @@ def events(
         present = sorted({str(e["type"]) for e in stored})
         close = [m for p in patterns for m in difflib.get_close_matches(p, present, n=1)]
         where = f" from seq {from_seq}" if from_seq else ""
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        if close:
+            hint = f"; did you mean {close[0]!r}?"
+        elif present:  # nothing close: name what there is, so the next try can pick one
+            shown = ", ".join(present[:12]) + (f", … ({len(present) - 12} more)"
+                                              if len(present) > 12 else "")
+            hint = f"; its types: {shown}"
+        else:
+            hint = ""
         render.print_text(f"note: no event of session {session_id}{where} has a type "
                           f"matching {' or '.join(repr(p) for p in patterns)}{hint}",
                           stderr=True)

@@ -287,6 +287,8 @@ class SessionRow:
         origin: Header ``origin`` (``"subagent"`` for a subagent's session) or None.
         trash_reason: ``dsh ls --trash`` only: why the session is in the trash (the
             ``store/trashed`` record's reason), ``""`` when it was given none; None elsewhere.
+        purged: ``dsh ls --trash`` only: the session was purged (its content erased; it stays
+            in the trash as tombstones).
     """
 
     id: str
@@ -301,6 +303,7 @@ class SessionRow:
     timed: bool = True
     origin: str | None = None
     trash_reason: str | None = None
+    purged: bool = False
 
     @property
     def lineage(self) -> str:
@@ -331,7 +334,8 @@ class SessionRow:
             "lineage": None if self.parent_session is None else self.lineage,
             "sourceFormat": self.source_format,
             "timed": self.timed,
-        } | ({} if self.trash_reason is None else {"trashReason": self.trash_reason or None})
+        } | ({} if self.trash_reason is None else {"trashReason": self.trash_reason or None,
+                                                    "purged": self.purged})
 
 
 _SPACES: Final = re.compile(r"[^\S\x00-\x08\x0b-\x1f\x7f-\x9f]+")
@@ -470,7 +474,8 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120
     (``width`` its columns) the title takes the width left on the line, 12 to 48 characters,
     cut with an ellipsis; ``width=None`` (output piped to a program) prints every title whole.
     A narrow screen gets lines longer than the screen rather than missing data. Rows of the
-    trash (:attr:`SessionRow.trash_reason` set) add REASON, why each was trashed, never cut. A
+    trash (:attr:`SessionRow.trash_reason` set) add REASON, why each was trashed, never cut
+    (``purged`` first for a purged one: docs/forgetting.md#deletion-with-a-way-back). A
     session whose source had no timestamps shows the file's time followed by ``file``. LINEAGE names
     the parent by a short prefix of its id (8 characters, more where needed to be unique).
     Control characters are shown as escapes (:func:`printable`, docs/cli.md#output) and the
@@ -504,7 +509,8 @@ def render_sessions_table(rows: Sequence[SessionRow], *, width: int | None = 120
     sizes = [widths["ID"], title_width, widths["TURNS"], widths["EVENTS"],
              widths["LAST ACTIVITY (UTC)"], widths["LINEAGE"], widths["SOURCE"]]
     if any(r.trash_reason is not None for r in rows):  # dsh ls --trash: why, last and whole
-        reasons = [printable(r.trash_reason or "-") for r in rows]
+        reasons = [printable(("purged" + (f"; {r.trash_reason}" if r.trash_reason else ""))
+                             if r.purged else r.trash_reason or "-") for r in rows]
         for line, reason in zip(cells, ["REASON", *reasons], strict=True):
             line.append(reason)
         sizes.append(max(len(x) for x in ["REASON", *reasons]))
