@@ -571,6 +571,33 @@ def test_a_handle_decodes_again_a_session_row_changed_between_its_reads(tmp_path
     backend.close()
 
 
+@pytest.mark.parametrize("suffix", [".meta", ".seal"])
+def test_a_fifo_at_a_sidecar_is_refused_not_waited_on(tmp_path: Path, suffix: str) -> None:
+    """A FIFO where the header metadata or the seal belongs is refused by a read (a typed
+    error naming the file), never opened for a blocking read: before, a FIFO at ``.meta``
+    hung every open of the session for good (the read waits for a writer). A fresh process
+    reads, so that a hang is a failure of this test, not of the suite.
+
+    Rule: docs/formats.md#file-modes-and-symlinks.
+    """
+    backend_with(tmp_path, events=prefix()).close()
+    (sidecar,) = db_path(tmp_path).with_name("sessions.db.dsh-seals").glob("*.seal")
+    sidecar = sidecar.with_suffix(suffix)
+    sidecar.unlink(missing_ok=True)
+    os.mkfifo(sidecar, 0o600)
+    child = subprocess.run(
+        [sys.executable, "-c",
+         "import sys\nfrom dsh._errors import DshError\n"
+         "from dsh.persistence.sqlite._backend import SqliteBackend\n"
+         "backend = SqliteBackend(sys.argv[1])\n"
+         "try:\n    backend.open('s1').read()\n"
+         "except DshError as e:\n    print(e.code, e.where.get('path'))\n",
+         str(db_path(tmp_path))], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    code, path = child.stdout.split()
+    assert code in ("SQLITE", "SEAL_UNREADABLE") and path == str(sidecar)
+
+
 def test_sqlite_list_activity_gives_the_headers_and_times_of_the_full_listing(
         tmp_path: Path) -> None:
     """``list_activity``'s headers (built unchecked for rows its SQL check vouches for) and last

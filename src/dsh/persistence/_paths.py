@@ -182,12 +182,14 @@ def open_sidecar(path: Path, what: str) -> int:
 
     The folder is opened with ``O_NOFOLLOW | O_DIRECTORY`` and the file relative to it with
     ``O_NOFOLLOW``, so a symlinked ``.dsh-seals`` or ``.dsh-checkpoints`` folder is refused by
-    a read as by a write (docs/formats.md#file-modes-and-symlinks).
+    a read as by a write (docs/formats.md#file-modes-and-symlinks). The file is opened without
+    blocking and must be a regular file: a FIFO or a device there is refused, never waited on.
 
     Raises:
         FileNotFoundError: the file (or its folder) does not exist.
         PersistenceError: code ``SYMLINK``: the folder is a symlink.
-        OSError: the file is a symlink (``ELOOP``) or cannot be opened.
+        OSError: the file is a symlink (``ELOOP``), no regular file (``EINVAL``), or cannot be
+            opened.
     """
     try:
         folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -196,9 +198,17 @@ def open_sidecar(path: Path, what: str) -> int:
             refuse_symlink(path.parent, what)
         raise
     try:
-        return os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=folder)
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
     finally:
         os.close(folder)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def mkdir_private(path: Path, what: str) -> bool:

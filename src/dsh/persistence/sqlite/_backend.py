@@ -86,6 +86,7 @@ from dsh.persistence._paths import (
     drop_aside_files,
     fsync_folder,
     mkdir_private,
+    open_sidecar,
     read_aside_file,
     replace_durably,
     write_aside_file,
@@ -372,8 +373,9 @@ def _write_metadata(path: Path, incarnation: str, metadata: Mapping[str, Any]) -
 
 def _with_metadata(header: FrozenDict, incarnation: str, path: Path) -> FrozenDict:
     """``header`` plus the ``metadata`` its sidecar keeps for this incarnation, if any."""
-    try:
-        raw = path.read_bytes()
+    try:  # (opened as every sidecar is: no link followed, nothing but a regular file)
+        with os.fdopen(open_sidecar(path, "header metadata"), "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         return header
     except OSError as exc:
@@ -381,7 +383,7 @@ def _with_metadata(header: FrozenDict, incarnation: str, path: Path) -> FrozenDi
                                path=str(path)) from exc
     try:
         kept = std_json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise LogCorruptError(f"header metadata {path} is not JSON", path=str(path)) from exc
     if not isinstance(kept, dict) or kept.get("incarnation") != incarnation:
         return header  # left by an earlier session of the same id, or a create cut short
