@@ -598,6 +598,22 @@ def test_a_fifo_at_a_sidecar_is_refused_not_waited_on(tmp_path: Path, suffix: st
     assert code in ("SQLITE", "SEAL_UNREADABLE") and path == str(sidecar)
 
 
+def test_header_metadata_nested_too_deep_is_corruption(tmp_path: Path) -> None:
+    """A ``.meta`` sidecar of JSON nested past the recursion limit is ``LogCorruptError``
+    naming the file, as any other that is not JSON (it was a bare RecursionError).
+
+    Rule: docs/formats.md#file-modes-and-symlinks.
+    """
+    backend_with(tmp_path, events=prefix()).close()
+    (seal,) = db_path(tmp_path).with_name("sessions.db.dsh-seals").glob("*.seal")
+    seal.with_suffix(".meta").write_text("[" * 100_000)
+    backend = SqliteBackend(db_path(tmp_path))
+    with pytest.raises(LogCorruptError, match="is not JSON") as caught:
+        backend.open("s1")
+    assert caught.value.where["path"] == str(seal.with_suffix(".meta"))
+    backend.close()
+
+
 def test_sqlite_list_activity_gives_the_headers_and_times_of_the_full_listing(
         tmp_path: Path) -> None:
     """``list_activity``'s headers (built unchecked for rows its SQL check vouches for) and last
