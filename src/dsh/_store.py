@@ -11,7 +11,7 @@ The agent layer (``dsh.agent``) and asyncio load only when a method that needs t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -294,7 +294,8 @@ class Store:
         return sorted(entries, key=lambda e: (-e.last_activity_ms, e.id))
 
     def search(self, query: str, *, limit: int = 20, rebuild: bool = False,
-               trash: bool = False) -> SearchResults:
+               trash: bool = False,
+               progress: Callable[[int, int, str], None] | None = None) -> SearchResults:
         """The messages of every stored session that hold all the words of ``query``.
 
         SQLite and JSONL stores answer from a full-text index (SQLite FTS5) kept beside them,
@@ -311,6 +312,9 @@ class Store:
             rebuild: Build the index again from every log.
             trash: Search the sessions in the trash too (their hits kept, and counted in
                 ``sessions``).
+            progress: Called as ``progress(done, total, session_id)`` before each session
+                the index reads to catch up (all of them the first time); never when the
+                index is current.
 
         Returns:
             ``SearchResults``: ``hits`` (each ``session_id``, ``seq``, ``role``, ``before``,
@@ -328,7 +332,8 @@ class Store:
 
         from dsh.persistence import search
 
-        found = search(self._persistence, query, limit=limit, rebuild=rebuild)
+        found = search(self._persistence, query, limit=limit, rebuild=rebuild,
+                       progress=progress)
         if not found.sessions or not found.store_log:  # no store log, so no trash
             return found
         from dsh.rights import store_log

@@ -67,3 +67,18 @@ def test_gc_draws_a_bar_on_a_terminal_and_nothing_when_piped(tmp_path: Path) -> 
     assert b"\x1b" not in out and b"would archive" in out
     piped = cli("gc", "--store", store)
     assert "\x1b" not in piped.stderr + piped.stdout and "would archive" in piped.stdout
+
+
+def test_a_first_search_draws_an_indexing_bar_on_a_terminal_and_nothing_when_current(
+        tmp_path: Path) -> None:
+    cli = Dsh(tmp_path)
+    store = f"sqlite:{tmp_path / 'store.db'}"
+    assert cli("import", str(EXAMPLES / "transcripts"), "--store", store).returncode == 0
+    code, out, drawn = _run_on_pty(cli, "search", "the", "--store", store)
+    assert code == 0 and b"indexing" in drawn and b"\x1b[" in drawn  # the index was built
+    assert b"\x1b" not in out and b"indexing" not in out and out
+    code, out, drawn = _run_on_pty(cli, "search", "the", "--store", store)
+    assert code == 0 and b"indexing" not in drawn and out  # the index is current: no bar
+    piped = cli("search", "the", "--rebuild", "--store", store)
+    assert piped.returncode == 0 and "indexing" not in piped.stderr
+    assert "\x1b" not in piped.stderr + piped.stdout

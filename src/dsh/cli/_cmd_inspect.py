@@ -6,6 +6,7 @@ import enum
 import shlex
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from itertools import chain
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
@@ -35,6 +36,7 @@ from dsh.cli._common import (
     stdout_console,
 )
 from dsh.cli._errors import EXIT_FAILED, format_error_line
+from dsh.cli._progress import Bar, progress
 from dsh.cli._render import plural
 from dsh.persistence import read_pages, search_words
 from dsh.transcript import (
@@ -414,8 +416,20 @@ def search(
         raise typer.BadParameter(f"{printable(query)!r} holds no word to search for: give "
                                  "letters or digits (punctuation alone matches nothing)",
                                  param_hint="QUERY")
-    with cli_store(store, create=False) as sessions:
-        results = sessions.search(query, limit=limit, rebuild=rebuild, trash=trash)
+    with cli_store(store, create=False) as sessions, ExitStack() as shown:
+        bars: list[Bar] = []
+
+        def indexing(done: int, total: int, session_id: str) -> None:
+            # Drawn only once the index has logs to read (a first search, or after writes):
+            # sessions indexed of those to index, the one being read, the time spent.
+            if not bars:
+                bars.append(shown.enter_context(progress("indexing", total=total)))
+            elif done:
+                bars[0].advance()
+            bars[0].describe(printable(session_id))
+
+        results = sessions.search(query, limit=limit, rebuild=rebuild, trash=trash,
+                                  progress=indexing)
     if json_:
         render.write_json({"query": query, "hits": [render.hit_json(hit) for hit in results.hits],
                            "sessions": results.sessions, "indexed": results.indexed,

@@ -27,7 +27,7 @@ import os
 import re
 import sqlite3
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
@@ -736,13 +736,20 @@ def _sqlite_changes(conn: sqlite3.Connection, store_db: Path) -> IndexChanges:
     return IndexChanges(sessions=int(count), changed=changed, gone=gone, store_log=bool(store_log))
 
 
+IndexProgress = Callable[[int, int, str], None]
+"""``progress(done, total, session_id)``: before session ``session_id`` is (re)indexed, with
+``done`` of the ``total`` sessions to index already done; never called when the index is current."""
+
+
 def _update(index: SearchIndex, persistence: Persistence, changes: IndexChanges,
-            unreadable: list[str]) -> int:
+            unreadable: list[str], progress: IndexProgress | None = None) -> int:
     """Bring ``index`` up to date with ``changes``; return how many sessions were read."""
     for sid in changes.gone:
         index.drop(sid)
     read = 0
-    for sid, sig, previous in changes.changed:
+    for done, (sid, sig, previous) in enumerate(changes.changed):
+        if progress is not None:
+            progress(done, len(changes.changed), sid)
         start = previous[1] if previous is not None and _grew(previous[0], sig) else 0
         try:
             with persistence.open(sid, "read") as handle:
@@ -782,7 +789,7 @@ def _scan(persistence: Persistence, words: list[str], limit: int
 
 
 def search(persistence: Persistence, query: str, *, limit: int = 20,
-           rebuild: bool = False) -> SearchResults:
+           rebuild: bool = False, progress: IndexProgress | None = None) -> SearchResults:
     """Find the messages of every session of the store that hold all the words of ``query``.
 
     Args:
@@ -793,6 +800,9 @@ def search(persistence: Persistence, query: str, *, limit: int = 20,
         limit: Hits returned at most (at least 1).
         rebuild: Drop the index and build it again from every log (after a log was rewritten
             in place, say).
+        progress: Called as ``progress(done, total, session_id)`` before each session the
+            index reads (a first search builds the whole index); not called when the index is
+            current or the store has none.
 
     Returns:
         The hits, newest indexed first (:class:`SearchResults`).
@@ -819,7 +829,7 @@ def search(persistence: Persistence, query: str, *, limit: int = 20,
         if rebuild:
             index.reset()
         changes = index.changes()
-        read = _update(index, persistence, changes, unreadable_ids)
+        read = _update(index, persistence, changes, unreadable_ids, progress)
         index.settle(unreadable_ids)
         rows = index.query(words, limit)
     finally:
