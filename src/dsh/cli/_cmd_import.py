@@ -231,11 +231,13 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
         detected = detect_format(path) if fmt == "auto" else fmt
     except ImportFormatError as error:
         # Found by walking a folder: a file that is not a transcript at all is ignored; one
-        # that is JSON records with damage (a torn last line, a bad line) failed; bytes that
-        # are no text (a NUL byte, not UTF-8: located by line too) are not a transcript.
+        # that is JSON records with damage (a torn last line, a bad line) failed; so is JSON
+        # text in the wrong encoding (not UTF-8, UTF-16/32: a transcript saved badly); binary
+        # bytes (a NUL byte that is no UTF-16/32) are not a transcript (docs/cli.md#commands).
         damaged = ("line" in error.where and "byte_offset" not in error.where
-                   and "not a supported transcript format" not in str(error))
-        if explicit or damaged:
+                   and "not a supported transcript format" not in str(error)
+                   and "encoding" not in error.where)
+        if explicit or damaged or _misencoded_json(path, error):
             report.failed.append((shown, _reason(error)))
         else:
             report.ignored.append((shown, _reason(error)))
@@ -255,6 +257,25 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
     _note_cut(report, path, shown, sessions)
     with _uninterrupted():
         _write_file(persistence, built, shown, detected, report)
+
+
+def _misencoded_json(path: Path, error: ImportFormatError) -> bool:
+    """Whether ``error`` refused JSON text in the wrong encoding (rule: docs/cli.md#commands).
+
+    True when the bytes are UTF-16/32 or not UTF-8 without a NUL byte, and the file's first
+    character (past blanks and a byte order mark) is ``{`` or ``[``.
+    """
+    wrong = "encoding" in error.where or (
+        "byte_offset" in error.where and "NUL byte" not in error.message)
+    if not wrong:
+        return False
+    try:
+        with path.open("rb") as f:  # a regular file: the error came from reading it whole
+            head = f.read(64)
+    except OSError:  # gone or unreadable since: the refusal stands as it was (ignored)
+        return False
+    # NUL bytes are passed over too, so UTF-16/32 JSON counts.
+    return head.lstrip(b"\xef\xbb\xbf\xff\xfe\x00 \t\r\n")[:1] in (b"{", b"[")
 
 
 def _note_cut(report: ImportReport, path: Path, shown: str,

@@ -356,7 +356,7 @@ def open_regular(path: Path) -> Iterator[BinaryIO]:
 
 def _check_bytes(path: Path, fmt: str, *, text: bool, head: bytes, nul: int | None,
                  bad_utf8: int | None) -> None:
-    """Refuse an empty file, a SQLite database, NUL bytes and bad UTF-8, in that order.
+    """Refuse an empty file, a SQLite database, UTF-16/32 text, NUL bytes, bad UTF-8, in order.
 
     Raises:
         ImportFormatError: naming the first of those the file has.
@@ -370,6 +370,11 @@ def _check_bytes(path: Path, fmt: str, *, text: bool, head: bytes, nul: int | No
             "this is a SQLite database, not a transcript; if it is a dsh store, read it with "
             f"--store {path}, or copy its sessions with 'dsh convert --from {path} --to STORE'",
             path=str(path), format=fmt)
+    wide = wide_encoding(head) if nul is not None or bad_utf8 is not None else None
+    if wide is not None:
+        raise ImportFormatError(
+            f"this file is {wide}; save it as UTF-8 (e.g. PowerShell's > writes UTF-16)",
+            path=str(path), line=1, format=fmt, encoding=wide)
     if nul is not None:
         line, column = _line_column(path, nul)
         raise ImportFormatError(
@@ -382,6 +387,33 @@ def _check_bytes(path: Path, fmt: str, *, text: bool, head: bytes, nul: int | No
             f"{_kind(fmt)} transcript is not valid UTF-8 at column {column} (byte offset "
             f"{bad_utf8}); expected JSON text: save the file as UTF-8", path=str(path),
             line=line, byte_offset=bad_utf8, format=fmt)
+
+
+def wide_encoding(head: bytes) -> str | None:
+    """``"UTF-16"`` or ``"UTF-32"`` when the first bytes of a file are text in that encoding.
+
+    Args:
+        head: The file's first bytes (16 are enough; fewer than 4 never match but by a BOM).
+
+    Returns:
+        The encoding's name, from a byte order mark (``FF FE``, ``FE FF``, ``FF FE 00 00``,
+        ``00 00 FE FF``) or, without one, from the pattern ASCII text has in it: a NUL byte
+        every other byte (UTF-16) or three in every four (UTF-32), the other bytes not NUL;
+        None otherwise (docs/interop.md#bad-input).
+    """
+    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "UTF-32"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16"
+    words = head[:len(head) - len(head) % 4]
+    for size, name in ((4, "UTF-32"), (2, "UTF-16")):
+        if len(words) < 4:
+            return None
+        units = [words[i:i + size] for i in range(0, len(words), size)]
+        for at in (0, size - 1):  # the non-NUL byte of each unit: first (LE) or last (BE)
+            if all(unit[at] != 0 and unit.count(0) == size - 1 for unit in units):
+                return name
+    return None
 
 
 def _line_column(path: Path, offset: int) -> tuple[int, int]:

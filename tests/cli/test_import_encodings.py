@@ -1,0 +1,62 @@
+"""``dsh import`` and files in the wrong encoding: UTF-16/32 named, misencoded JSON failed.
+
+Rules: docs/cli.md (import, in a folder) and docs/interop.md#what-an-importer-reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsh import ImportFormatError
+from dsh.interop import import_file
+from tests.cli.test_cli import EXAMPLES, Dsh
+
+SIMPLE = EXAMPLES / "transcripts" / "claude-code" / "simple.jsonl"
+
+
+def _latin1_transcript() -> bytes:
+    """The simple Claude Code example with one message holding é saved as Latin-1."""
+    text = SIMPLE.read_text(encoding="utf-8")
+    first, rest = text.split("\n", 1)
+    record = json.loads(first)
+    record["message"] = {"role": "user", "content": "café"}
+    return (json.dumps(record, ensure_ascii=False) + "\n" + rest).encode("latin-1")
+
+
+def test_utf16_and_utf32_files_are_named_with_what_to_do(tmp_path: Path) -> None:
+    cli = Dsh(tmp_path)
+    text = SIMPLE.read_text(encoding="utf-8")
+    for encoding, name in (("utf-16", "UTF-16"), ("utf-16-le", "UTF-16"),
+                           ("utf-16-be", "UTF-16"), ("utf-32", "UTF-32"),
+                           ("utf-32-le", "UTF-32")):
+        path = tmp_path / f"{encoding}.json"
+        path.write_bytes(text.encode(encoding))
+        result = cli("import", str(path), check=1)
+        assert result.stdout.startswith(f"failed    {path}:1: this file is {name}; save it as "
+                                        "UTF-8 (e.g. PowerShell's > writes UTF-16)"), result.stdout
+        assert "NUL byte" not in result.stdout and "binary" not in result.stdout
+        with pytest.raises(ImportFormatError) as refused:
+            import_file(path, "auto")
+        assert refused.value.code == "IMPORT_FORMAT" and refused.value.where == {
+            "path": str(path), "line": 1, "format": "auto", "encoding": name}
+
+
+def test_in_a_folder_misencoded_json_fails_and_binary_files_are_ignored(tmp_path: Path) -> None:
+    cli = Dsh(tmp_path)
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "latin1.jsonl").write_bytes(_latin1_transcript())
+    (folder / "utf16.jsonl").write_bytes(SIMPLE.read_text(encoding="utf-8").encode("utf-16"))
+    (folder / "image.json").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x01")
+    (folder / "notes.json").write_bytes("caf\xe9 au lait\n".encode("latin-1"))  # no JSON
+    result = cli("import", str(folder), "--store", f"sqlite:{tmp_path / 's.db'}", check=1)
+    lines = result.stdout.splitlines()
+    assert [line.split()[:2] for line in lines[:-1]] == [
+        ["failed", f"{folder / 'latin1.jsonl'}:1:"],
+        ["failed", f"{folder / 'utf16.jsonl'}:1:"]]
+    assert "is not valid UTF-8" in lines[0] and "this file is UTF-16" in lines[1]
+    assert lines[-1] == ("0 imported, 0 skipped (already imported), 2 failed, 2 ignored (not "
+                         "transcripts; --verbose lists them)")
