@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from tests.agent.providers.servers import ScriptedServer, Stall, Stream, openai_reply
+from tests.agent.providers.servers import (
+    Fail,
+    ScriptedServer,
+    Stall,
+    Stream,
+    openai_error,
+    openai_reply,
+)
 
 pexpect = pytest.importorskip("pexpect")
 
@@ -211,3 +218,39 @@ def test_a_kill_while_the_shell_prompt_waits_leaves_a_call_that_never_started(
     assert text.startswith('The session was interrupted before the "shell" tool call call_1 '
                            "was recorded as started, so it most likely never ran")
     assert result["data"]["error"]["code"] == "TOOL_NOT_STARTED"
+
+
+def test_a_failed_turn_is_said_once_kept_in_the_log_and_the_chat_exits_1(tmp_path: Path) -> None:
+    refused = Fail(401, openai_error(401, "Incorrect API key provided",
+                                     type_="invalid_request_error", code="invalid_api_key"))
+    with ScriptedServer([refused, Stream(openai_reply("Hi!")), refused]) as server:
+        chat = spawn(tmp_path, server, "--tools", "none")
+        chat.expect(r"session (\S+) ·")
+        session = chat.match.group(1)
+        chat.expect_exact("you> ")
+        chat.sendline("hello")
+        chat.expect_exact("you> ")
+        failed = chat.before
+        chat.sendline("/exit")
+        chat.expect(pexpect.EOF)
+        chat.close()
+        # before: "[turn failed: AUTHENTICATION: ...]" then "error[AUTHENTICATION]: ..."
+        assert failed.count("AUTHENTICATION") == 1, failed
+        assert "[turn failed: AUTHENTICATION" in failed
+        assert chat.exitstatus == 1  # the last turn failed (docs/cli.md#chat-with-your-own-key)
+
+        again = spawn(tmp_path, server, session, "--tools", "none")
+        again.expect_exact("you> ")
+        again.sendline("hello again")
+        again.expect_exact("Hi!")
+        again.expect_exact("you> ")
+        again.sendline("/exit")
+        again.expect(pexpect.EOF)
+        again.close()
+        assert again.exitstatus == 0  # a failed turn earlier, the last one completed
+    out = subprocess.run([sys.executable, "-m", "dsh.cli", "events", session],
+                         env={**os.environ, "DSH_HOME": str(tmp_path / "home")},
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    ends = [json.loads(line)["data"]["reason"]["kind"] for line in out.splitlines()
+            if json.loads(line)["type"] == "turn/end"]
+    assert ends == ["error", "completed"]

@@ -243,3 +243,24 @@ def test_kill_9_mid_stream_the_resumed_model_sees_the_cut_off_answer(tmp_path: P
     assert recovered["data"]["turn"] == 2 and recovered["data"]["step"] == 1
     assert [e["data"]["reason"]["kind"] for e in log if e["type"] == "turn/end"] == [
         "interrupted", "completed"]
+
+
+def test_a_bad_session_id_is_refused_before_the_key_and_the_network(tmp_path: Path) -> None:
+    # No key, no server: the id is what is wrong, and it is said first (docs/cli.md).
+    store = f"sqlite:{tmp_path / 'store.db'}"
+    assert dsh(tmp_path, "import", "--examples", "--store", store).returncode == 0
+    listed = json.loads(dsh(tmp_path, "ls", "--json", "--store", store).stdout)
+    start = str(listed[0]["id"])[:3]
+    prefix = dsh(tmp_path, "run", "--session", start, "hi", "--store", store,
+                 "--provider", "deepseek")
+    assert prefix.returncode == 1
+    assert prefix.stderr.splitlines()[-1].startswith("error[SESSION_ID_PREFIX]: ")
+    unreachable = ("--provider", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1",
+                   "--model", "m")
+    for command in (("run", "--session", "a" * 300, "hi"), ("chat", "a" * 300),
+                    ("chat", start)):
+        result = dsh(tmp_path, *command, "--store", store, *unreachable)
+        assert result.returncode == 1, command
+        assert result.stderr.splitlines()[-1].startswith(
+            ("error[INVALID_ID]: ", "error[SESSION_ID_PREFIX]: ")), (command, result.stderr)
+        assert "NETWORK" not in result.stderr and "MISSING_KEY" not in result.stderr

@@ -205,13 +205,22 @@ def tools_for(choice: Tools, root: Path) -> list[Tool]:
 
 
 def check_new_session_id(store: Store, session_id: str) -> None:
-    """Refuse a session name that is no stored id but the start of stored ids.
+    """Refuse a session name no store can hold, or that is no stored id but the start of some.
+
+    ``dsh run --session`` and ``dsh chat ID`` call it before the provider is made (its key
+    read) or asked anything, so a bad id is reported first (docs/cli.md#stores-and-ids).
 
     Rule: docs/cli.md#stores-and-ids (a command that writes names its session exactly).
 
     Raises:
+        ConfigError: code ``INVALID_ID``, an id no store can hold (``session_id_problem``).
         SessionNotFoundError: code ``SESSION_ID_PREFIX``, naming the sessions it starts.
     """
+    from dsh.persistence import session_id_problem
+
+    if (problem := session_id_problem(session_id)) is not None:
+        raise ConfigError(f"session id {session_id!r} cannot name a stored session: {problem}",
+                          code="INVALID_ID", session_id=session_id)
     if store.exists(session_id):
         return
     matches = sorted(str(h["id"]) for h in store.persistence.list_headers()

@@ -51,6 +51,7 @@ from dsh.cli._common import (
     source_format,
     stderr_console,
 )
+from dsh.cli._errors import EXIT_FAILED
 from dsh.cli._live import LiveView
 from dsh.compaction import DigestSummarizer, acompact_now
 from dsh.transcript import build as build_transcript
@@ -97,17 +98,27 @@ def chat(
 
     refuse_unprintable_id(session, "'ID'")
     provider, model, base_url = model_settings(provider, model, base_url)
-    llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
-    options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
-                            context_window=context_window)
-    loop = asyncio.new_event_loop()
-    try:
-        with cli_store(store, wait=wait) as sessions:
-            _Chat(loop, sessions, llm, options).main(session)
-    finally:
-        loop.run_until_complete(llm.aclose())
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
+    # A missing key is refused before the store is opened (nothing created), but the id given
+    # is checked first: a bad id is the first thing said (docs/cli.md#stores-and-ids).
+    llm = None if session is not None else create_provider(
+        provider, model=model, base_url=base_url, read_timeout_s=timeout)
+    with cli_store(store, wait=wait) as sessions:
+        if llm is None:
+            check_new_session_id(sessions, str(session))
+            llm = create_provider(provider, model=model, base_url=base_url,
+                                  read_timeout_s=timeout)
+        options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
+                                context_window=context_window)
+        loop = asyncio.new_event_loop()
+        try:
+            repl = _Chat(loop, sessions, llm, options)
+            repl.main(session)
+        finally:
+            loop.run_until_complete(llm.aclose())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+    if repl.last_failed:  # the last turn ended with an error (docs/cli.md#chat-with-your-own-key)
+        raise typer.Exit(EXIT_FAILED)
 
 
 class _Chat:
@@ -130,6 +141,7 @@ class _Chat:
         self.view = LiveView(sys.stdout, sys.stderr, color=sys.stderr.isatty())
         self.quit = False
         self.last_was_interrupt = False
+        self.last_failed = False  # the last turn ended with an error: the chat exits 1
 
     def say(self, text: str) -> None:
         self.err.write(text + "\n")
@@ -144,8 +156,6 @@ class _Chat:
     def main(self, session_id: str | None) -> None:
         # Nothing is opened for writing until the first prompt, /fork or /compact: a chat
         # opened and left writes nothing and leaves LAST ACTIVITY as it was.
-        if session_id is not None:
-            check_new_session_id(self.sessions, session_id)
         self.pending = session_id or fresh_session_id(self.sessions)
         resumed = session_id is not None and self.sessions.exists(session_id)
         if resumed:
@@ -202,6 +212,7 @@ class _Chat:
     def turn(self, prompt: str) -> None:
         import asyncio
 
+        shown = self.view.failed_turns
         task = self.loop.create_task(self.current.run(prompt))
         presses = 0
 
@@ -218,8 +229,13 @@ class _Chat:
             self.loop.run_until_complete(task)
         except asyncio.CancelledError:
             self.last_was_interrupt = True
+            self.last_failed = False
         except DshError as error:  # the turn ended with it; the chat goes on
-            self.say(f"error[{error.code}]: {' '.join(error.message.split())}")
+            self.last_failed = True
+            if self.view.failed_turns == shown:  # not already said by a failed turn's line
+                self.say(f"error[{error.code}]: {' '.join(error.message.split())}")
+        else:
+            self.last_failed = False
         finally:
             self.loop.remove_signal_handler(signal.SIGINT)
             self.view.close()

@@ -29,6 +29,7 @@ from dsh.cli._agent import (
     Tools,
     ToolsOption,
     agent_options,
+    check_new_session_id,
     check_reachable,
     model_settings,
     open_agent,
@@ -75,10 +76,17 @@ def run_(
     json_mode(json_)
     refuse_unprintable_id(session, "'--session'")
     provider, model, base_url = model_settings(provider, model, base_url)
-    llm = create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
-    options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
-                            context_window=context_window)
+    # A missing key is refused before the store is opened (nothing created), but the id given
+    # is checked first: a bad id is the first thing said (docs/cli.md#stores-and-ids).
+    llm = None if session is not None else create_provider(
+        provider, model=model, base_url=base_url, read_timeout_s=timeout)
     with cli_store(store, wait=wait) as sessions:
+        if llm is None:
+            check_new_session_id(sessions, str(session))
+            llm = create_provider(provider, model=model, base_url=base_url,
+                                  read_timeout_s=timeout)
+        options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
+                                context_window=context_window)
         outcome = asyncio.run(_run(sessions, llm, session, prompt, options, json_))
     if json_:
         render.write_json(outcome)

@@ -65,6 +65,7 @@ class LiveView:
         self.text_open = False  # answer text printed since the last newline
         self.reasoning_open = False
         self.interrupted = False  # the turn's interrupted message was announced
+        self.failed_turns = 0  # turns shown ending with an error ([turn failed: ...])
 
     def _note(self, text: str) -> None:
         self._end_lines()
@@ -118,6 +119,7 @@ class LiveView:
             reason = data.get("reason") or {}
             what = reason.get("kind") if isinstance(reason, Mapping) else None
             if what == "error":
+                self.failed_turns += 1
                 error = reason.get("error") or {}
                 self._note(f"[turn failed: {error.get('code')}: {error.get('message')}]")
             elif what == "aborted" and self.interrupted:
