@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 import typer
 
 from dsh._errors import ConfigError, LlmFailureError, SessionNotFoundError
-from dsh.agent.providers import PROVIDER_NAMES
+from dsh.agent.providers import PROVIDER_NAMES, create_provider
 from dsh.cli._common import fresh_session_id
 
 if TYPE_CHECKING:
@@ -292,6 +292,30 @@ async def open_agent(store: Store, provider: Any, session_id: str | None, *,
     agent = await store.agent(session_id or fresh_session_id(store), provider=provider,
                               **options)
     return agent, resumed
+
+
+def provider_after_id(store: Store | None, session_id: str | None,
+                      settings: tuple[str, str | None, str | None, float]) -> Any:
+    """The provider of ``dsh run``/``dsh chat``, made once the session id given is checked.
+
+    Rule (docs/cli.md#stores-and-ids): a bad id (``INVALID_ID``, ``SESSION_ID_PREFIX``) is the
+    first error, before the key is read (``MISSING_KEY``) or the server asked (``NETWORK``);
+    without an id the provider is made before the store is opened, so a missing key creates
+    nothing.
+
+    Args:
+        store: The open store (None when no id was given).
+        session_id: The id given, or None.
+        settings: ``(provider, model, base_url, read_timeout_s)`` (:func:`model_settings`).
+
+    Raises:
+        ConfigError, SessionNotFoundError: from :func:`check_new_session_id`.
+        ConfigError: ``MISSING_KEY`` and the like, from ``create_provider``.
+    """
+    if store is not None and session_id is not None:
+        check_new_session_id(store, session_id)
+    provider, model, base_url, timeout = settings
+    return create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
 
 
 def agent_options(provider: Any, *, system: str | None, tools: list[Tool],

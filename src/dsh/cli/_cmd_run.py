@@ -17,7 +17,6 @@ from typing import Annotated, Any, Final
 
 import typer
 
-from dsh.agent.providers import create_provider
 from dsh.cli import _render as render
 from dsh.cli._agent import (
     BaseUrlOption,
@@ -29,10 +28,10 @@ from dsh.cli._agent import (
     Tools,
     ToolsOption,
     agent_options,
-    check_new_session_id,
     check_reachable,
     model_settings,
     open_agent,
+    provider_after_id,
     tools_for,
 )
 from dsh.cli._common import (
@@ -75,16 +74,11 @@ def run_(
 
     json_mode(json_)
     refuse_unprintable_id(session, "'--session'")
-    provider, model, base_url = model_settings(provider, model, base_url)
-    # A missing key is refused before the store is opened (nothing created), but the id given
-    # is checked first: a bad id is the first thing said (docs/cli.md#stores-and-ids).
-    llm = None if session is not None else create_provider(
-        provider, model=model, base_url=base_url, read_timeout_s=timeout)
+    settings = (*model_settings(provider, model, base_url), timeout)
+    llm = None if session is not None else provider_after_id(None, None, settings)
     with cli_store(store, wait=wait) as sessions:
         if llm is None:
-            check_new_session_id(sessions, str(session))
-            llm = create_provider(provider, model=model, base_url=base_url,
-                                  read_timeout_s=timeout)
+            llm = provider_after_id(sessions, session, settings)
         options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
                                 context_window=context_window)
         outcome = asyncio.run(_run(sessions, llm, session, prompt, options, json_))
