@@ -533,10 +533,20 @@ def test_deleting_a_session_row_deletes_its_events_and_chain_without_foreign_key
     assert [e["seq"] for e in _stored(pg_url, "other")] == [0, 1]
 
 
-def _pooled(url: str) -> int:
-    """Connections this process holds to the server (the pool's: named ``dsh pid N``)."""
-    return int(_sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-                    f"dsh pid {os.getpid()}")[0][0])
+def _pooled(url: str, expected: int) -> int:
+    """Connections this process holds to the server (the pool's: named ``dsh pid N``).
+
+    The server drops a closed connection from ``pg_stat_activity`` when its backend has exited,
+    a moment after the client closed it (longer on a loaded machine), so the count is read again
+    until it is ``expected`` or 10 s have passed; the last count is returned either way.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        count = int(_sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                         f"dsh pid {os.getpid()}")[0][0])
+        if count == expected or time.monotonic() > deadline:
+            return count
+        time.sleep(0.05)
 
 
 def test_backends_on_one_url_share_a_pool_and_its_schema_check(pg_url: str) -> None:
@@ -546,20 +556,20 @@ def test_backends_on_one_url_share_a_pool_and_its_schema_check(pg_url: str) -> N
         first.create(header("s1"))
         with first.open("s1", "write") as handle:
             handle.append([make("session/title", 0, {"title": "one"})])
-        assert _pooled(pg_url) == 1
+        assert _pooled(pg_url, 1) == 1
         # a second backend checks nothing: it is handed the first one's check and connection
         _sql(f'UPDATE "{_schema(pg_url)}".store_state SET store_id = gen_random_uuid()')
         second = open_backend(pg_url)
         assert second.store_id == first.store_id  # type: ignore[attr-defined]
-        assert _pooled(pg_url) == 1
+        assert _pooled(pg_url, 1) == 1
         assert [e["seq"] for e in second.open("s1").read().events] == [0]
         second.close()
-        assert _pooled(pg_url) == 1  # still held by the first
+        assert _pooled(pg_url, 1) == 1  # still held by the first
         with first.open("s1", "read") as handle:
             assert len(handle.read().events) == 1
     finally:
         first.close()
-    assert _pooled(pg_url) == 0  # the last holder closed it
+    assert _pooled(pg_url, 0) == 0  # the last holder closed it
     # a new pool checks again and sees the store id as stored now
     third = open_backend(pg_url)
     try:
