@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import enum
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -22,7 +23,7 @@ import typer
 
 from dsh._errors import ConfigError, LlmFailureError, SessionNotFoundError
 from dsh.agent.providers import PROVIDER_NAMES, create_provider
-from dsh.cli._common import fresh_session_id
+from dsh.cli._common import cli_store, fresh_session_id
 
 if TYPE_CHECKING:
     from dsh import Store
@@ -294,9 +295,11 @@ async def open_agent(store: Store, provider: Any, session_id: str | None, *,
     return agent, resumed
 
 
-def provider_after_id(store: Store | None, session_id: str | None,
-                      settings: tuple[str, str | None, str | None, float]) -> Any:
-    """The provider of ``dsh run``/``dsh chat``, made once the session id given is checked.
+@contextmanager
+def store_and_provider(url: str | None, *, wait: float, session_id: str | None,
+                       settings: tuple[str, str | None, str | None, float]
+                       ) -> Iterator[tuple[Store, Any]]:
+    """The store and the provider of ``dsh run``/``dsh chat``, the session id given checked first.
 
     Rule (docs/cli.md#stores-and-ids): a bad id (``INVALID_ID``, ``SESSION_ID_PREFIX``) is the
     first error, before the key is read (``MISSING_KEY``) or the server asked (``NETWORK``);
@@ -304,18 +307,29 @@ def provider_after_id(store: Store | None, session_id: str | None,
     nothing.
 
     Args:
-        store: The open store (None when no id was given).
+        url: The ``--store`` URL, or None for the default store (:func:`cli_store`).
+        wait: Seconds to wait for a busy session (``--wait``).
         session_id: The id given, or None.
         settings: ``(provider, model, base_url, read_timeout_s)`` (:func:`model_settings`).
+
+    Yields:
+        ``(store, provider)``; the store is closed after.
 
     Raises:
         ConfigError, SessionNotFoundError: from :func:`check_new_session_id`.
         ConfigError: ``MISSING_KEY`` and the like, from ``create_provider``.
     """
-    if store is not None and session_id is not None:
-        check_new_session_id(store, session_id)
     provider, model, base_url, timeout = settings
-    return create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
+
+    def make() -> Any:
+        return create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
+
+    llm = make() if session_id is None else None
+    with cli_store(url, wait=wait) as sessions:
+        if session_id is not None:
+            check_new_session_id(sessions, session_id)
+            llm = make()
+        yield sessions, llm
 
 
 def agent_options(provider: Any, *, system: str | None, tools: list[Tool],

@@ -37,14 +37,13 @@ from dsh.cli._agent import (
     agent_options,
     model_settings,
     open_agent,
-    provider_after_id,
+    store_and_provider,
     tools_for,
 )
 from dsh.cli._common import (
     DEFAULT_WAIT_S,
     StoreOption,
     WaitOption,
-    cli_store,
     fresh_session_id,
     refuse_unprintable_id,
     source_format,
@@ -97,10 +96,8 @@ def chat(
 
     refuse_unprintable_id(session, "'ID'")
     settings = (*model_settings(provider, model, base_url), timeout)
-    llm = None if session is not None else provider_after_id(None, None, settings)
-    with cli_store(store, wait=wait) as sessions:
-        if llm is None:
-            llm = provider_after_id(sessions, session, settings)
+    with store_and_provider(store, wait=wait, session_id=session, settings=settings) as (
+            sessions, llm):
         options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
                                 context_window=context_window)
         loop = asyncio.new_event_loop()

@@ -31,7 +31,7 @@ from dsh.cli._agent import (
     check_reachable,
     model_settings,
     open_agent,
-    provider_after_id,
+    store_and_provider,
     tools_for,
 )
 from dsh.cli._common import (
@@ -39,7 +39,6 @@ from dsh.cli._common import (
     JsonOption,
     StoreOption,
     WaitOption,
-    cli_store,
     json_mode,
     refuse_unprintable_id,
 )
@@ -75,10 +74,8 @@ def run_(
     json_mode(json_)
     refuse_unprintable_id(session, "'--session'")
     settings = (*model_settings(provider, model, base_url), timeout)
-    llm = None if session is not None else provider_after_id(None, None, settings)
-    with cli_store(store, wait=wait) as sessions:
-        if llm is None:
-            llm = provider_after_id(sessions, session, settings)
+    with store_and_provider(store, wait=wait, session_id=session, settings=settings) as (
+            sessions, llm):
         options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
                                 context_window=context_window)
         outcome = asyncio.run(_run(sessions, llm, session, prompt, options, json_))
