@@ -175,6 +175,58 @@ def test_a_stale_index_is_folded_on_and_a_foreign_or_damaged_one_refused(
     assert _reads(store, "t")[2] == 0
 
 
+def _damaged(aside: bytes, line: int, change: Any) -> bytes:
+    """``aside`` with one of its two JSON lines (0 head, 1 whole) changed, anchor kept."""
+    lines = aside.split(b"\n")
+    body = orjson.loads(lines[line])
+    change(body)
+    lines[line] = orjson.dumps(body)
+    return b"\n".join(lines)
+
+
+def _latest_at(seq: int) -> Any:
+    def change(body: dict[str, Any]) -> None:
+        row = body["ns"][""]
+        (row if isinstance(row[0], str) else row[-1])[1] = seq
+    return change
+
+
+def _first_blob(field: int, value: Any) -> Any:
+    def change(body: dict[str, Any]) -> None:
+        body["blobs"][0][field] = value
+    return change
+
+
+def _writes_at(seqs: list[Any]) -> Any:
+    def change(body: dict[str, Any]) -> None:
+        body["ns"][""][-1][3] = seqs
+    return change
+
+
+@pytest.mark.parametrize(("line", "change"), [
+    (0, _latest_at(1)),  # the head's latest checkpoint at the first user message
+    (0, _first_blob(3, -3)),  # a value at a negative seq (wraps round a list)
+    (0, _first_blob(3, 2)),  # a value at an event that stores no value
+    (1, _latest_at(1)),
+    (1, _writes_at([1])),  # the latest checkpoint's writes at a message
+    (1, _writes_at(["x"])),
+    (1, _first_blob(1, "renamed")),  # a value the whole index lacks
+], ids=["head-checkpoint", "head-negative", "head-value", "checkpoint", "writes",
+        "writes-str", "missing-value"])
+def test_an_index_naming_wrong_events_under_a_kept_anchor_is_refused_and_the_log_folded(
+        store: str, line: int, change: Any, caplog: pytest.LogCaptureFixture) -> None:
+    _converse(store, "t", 3)
+    truth = _reads(store, "t")
+    good = _aside(store, "t")
+    assert good is not None and truth[2] == 0
+    _aside(store, "t", _damaged(good, line, change))
+    caplog.set_level("WARNING", logger="dsh.adapters.langgraph")
+    latest, listed, folded = _reads(store, "t")
+    assert (latest, listed) == truth[:2]  # what a full fold gives, not a bare KeyError
+    assert folded == len(_events(store, "t"))
+    assert "named a wrong event" in caplog.text
+
+
 def test_a_writer_keeps_the_index_as_it_goes(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     store = f"sqlite:///{tmp_path / 'sessions.db'}"

@@ -192,15 +192,52 @@ def has_copy(stored: Mapping[str, Any]) -> bool:
     return "t" in stored or "j" in stored
 
 
-def writes_of(entry: CheckpointEntry, events: Sequence[Event]) -> Writes:
+class IndexMisledError(Exception):
+    """An index taken from beside the log named an event that is not the one it says.
+
+    A damaged or forged aside whose anchor still matches (docs/adapters.md#fast-reads-of-a-thread):
+    the read that met it folds the log afresh instead of failing with whatever a wrong event
+    gave (a bare ``KeyError``, an ``IndexError`` for a negative seq).
+    """
+
+
+def event_at(events: Sequence[Event], seq: Any, kind: str, **fields: Any) -> Mapping[str, Any]:
+    """The data of the event at ``seq`` an index names, checked to be what the index says.
+
+    ``kind``: its type; ``fields``: data members it must hold with these values.
+
+    Raises:
+        IndexMisledError: ``seq`` is no int in the log, or the event there is of another type
+            or holds other values.
+    """
+    if type(seq) is not int or not 0 <= seq < len(events):
+        raise IndexMisledError(f"seq {seq!r} is not in the log ({len(events)} events)")
+    event = events[seq]
+    data = event["data"]
+    if event["type"] != kind or not isinstance(data, dict) or any(
+            data.get(name, _ABSENT) != value for name, value in fields.items()):
+        raise IndexMisledError(f"event {seq} is no {kind} of {fields!r}")
+    return data
+
+
+_ABSENT: Final = object()
+
+
+def writes_of(entry: CheckpointEntry, events: Sequence[Event], ns: str,
+              checkpoint_id: str) -> Writes:
     """The pending writes of a checkpoint, read from its writes events in log order.
 
     The first write of a task and index stays; a special one (index < 0: error, interrupt…)
     replaces an earlier one, as LangGraph's own savers do.
+
+    Raises:
+        IndexMisledError: a seq of ``entry.writes_at`` names no writes event of that checkpoint.
     """
     writes: Writes = {}
     for seq in entry.writes_at:
-        data = events[seq]["data"]
+        data = event_at(events, seq, WRITES_EVENT, ns=ns)
+        if str(data.get("cp")) != checkpoint_id:  # as fold() files it
+            raise IndexMisledError(f"event {seq} holds writes of another checkpoint")
         for idx, channel, stored in data["w"]:
             key = (data["task"], idx)
             if idx < 0 or key not in writes:

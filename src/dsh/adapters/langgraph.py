@@ -101,10 +101,12 @@ from dsh.adapters._langgraph_index import DROP_EVENT as _DROP_EVENT
 from dsh.adapters._langgraph_index import (
     INDEX_ASIDE,
     CheckpointEntry,
+    IndexMisledError,
     Namespace,
     ThreadIndex,
     decode_index,
     encode_index,
+    event_at,
     has_copy,
     writes_of,
 )
@@ -354,6 +356,7 @@ class DshSaver(BaseCheckpointSaver[str]):
         # background thread): projected onto that checkpoint's branch once it is put
         self._deferred: dict[tuple[str, str], list[Any]] = {}
         self._threads: dict[str, _Thread] = {}
+        self._asides_trusted = True  # until an index beside a log named a wrong event
         self._lock = threading.RLock()
         self._closed = False
 
@@ -483,6 +486,8 @@ class DshSaver(BaseCheckpointSaver[str]):
         :func:`decode_index`), taken from ``heads`` when the lookup read it there, else read
         alone (the whole aside is then read only for an index without a head).
         """
+        if not self._asides_trusted:
+            return _Thread(thread_id)
         line = (heads or {}).get(INDEX_ASIDE, b"")
         if head and heads is not None and INDEX_ASIDE not in heads:  # not read with the lookup
             line = self._read_index(thread_id, head=True)
@@ -504,6 +509,26 @@ class DshSaver(BaseCheckpointSaver[str]):
             _logger.warning("the LangGraph index of thread %r could not be read (%s); "
                             "folding its log", thread_id, exc)
             return None
+
+    def _misled(self, exc: IndexMisledError) -> None:
+        """Stop trusting indexes beside the logs: one named a wrong event (damaged or forged).
+
+        Every thread this saver took from one is folded from its log afresh (a writer's
+        too, from the log it holds), so the read that met it gives what a full fold gives;
+        a fold that becomes due keeps a right index there again
+        (docs/adapters.md#fast-reads-of-a-thread).
+        """
+        _logger.warning("a LangGraph index kept beside a log named a wrong event (%s); this "
+                        "saver folds the threads' logs instead", exc)
+        self._asides_trusted = False
+        for thread_id, thread in list(self._threads.items()):
+            if thread.start == 0:
+                continue
+            del self._threads[thread_id]
+            log = self._logs.get(thread_id)
+            if log is not None:
+                fresh = self._threads[thread_id] = _Thread(thread_id)
+                fresh.fold(log.session.events)
 
     def _keep_index(self, thread: _Thread, events: Sequence[Event]) -> None:
         """Keep the thread's index beside its log (after a commit; a failure is only logged).
@@ -556,11 +581,17 @@ class DshSaver(BaseCheckpointSaver[str]):
                 break
             seq = thread.index.blobs.get(key)
             if seq is None:
+                if thread.start and not thread.index.partial:
+                    # a whole index from beside the log lacks a value the log stores
+                    raise IndexMisledError(f"no {channel!r} at {version!r} in the index")
                 # a partial index may not hold it: the caller reads the whole index
                 thread.index.missed = thread.index.partial
                 value = _MISSING
                 break
-            stored = events[seq]["data"]["values"][channel]
+            data = event_at(events, seq, _CHECKPOINT_EVENT, ns=ns)
+            if data["versions"].get(channel) != key[2] or channel not in data["values"]:
+                raise IndexMisledError(f"event {seq} stores no {channel!r} at {key[2]!r}")
+            stored = data["values"][channel]
             if "d" in stored and not (copies and has_copy(stored)):
                 chain.append((key, stored))
                 key = (ns, channel, stored["d"])
@@ -574,22 +605,32 @@ class DshSaver(BaseCheckpointSaver[str]):
             memo[link_key] = value
         return value
 
-    def _metadata(self, thread: _Thread, entry: CheckpointEntry) -> Any:
-        return self._codec.decode(self._events(thread.thread_id)[entry.seq]["data"]["meta"])
+    def _metadata(self, thread: _Thread, ns: str, checkpoint_id: str) -> Any:
+        return self._codec.decode(self._checkpoint(thread, ns, checkpoint_id)[1]["meta"])
+
+    def _checkpoint(self, thread: _Thread, ns: str, checkpoint_id: str
+                    ) -> tuple[CheckpointEntry, Mapping[str, Any]]:
+        """The index's entry of a checkpoint and its event's data, checked to be that one.
+
+        Raises:
+            IndexMisledError: the seq the index gives holds another event.
+        """
+        entry = thread.namespaces[ns].checkpoints[checkpoint_id]
+        return entry, event_at(self._events(thread.thread_id), entry.seq, _CHECKPOINT_EVENT,
+                               ns=ns, id=checkpoint_id)
 
     def _tuple(self, thread: _Thread, ns: str, checkpoint_id: str,
                memo: dict[tuple[str, str, Any], Any], *, copies: bool = True
                ) -> CheckpointTuple:
         """The checkpoint's tuple; ``copies``: see :meth:`_value`."""
-        entry = thread.namespaces[ns].checkpoints[checkpoint_id]
+        entry, data = self._checkpoint(thread, ns, checkpoint_id)
         events = self._events(thread.thread_id)
-        data = events[entry.seq]["data"]
         values: dict[str, Any] = {}
         for channel, version in data["versions"].items():
             value = self._value(thread, ns, channel, version, memo, copies=copies)
             if value is not _MISSING:
                 values[channel] = list(value) if isinstance(value, list) else value
-        writes = sorted(writes_of(entry, events).items(),
+        writes = sorted(writes_of(entry, events, ns, checkpoint_id).items(),
                         key=lambda item: (item[1][0], *item[0]))
         pending: list[PendingWrite] = [(task, channel, self._codec.decode(stored))
                                        for (task, _), (_, channel, stored) in writes]
@@ -616,8 +657,9 @@ class DshSaver(BaseCheckpointSaver[str]):
         seq = thread.answered.get(call_id)
         if seq is None:
             return None
-        event = self._events(thread.thread_id)[seq]
-        message = event["data"]["message"]
+        message = event_at(self._events(thread.thread_id), seq, "tool/result")["message"]
+        if message.get("source", {}).get("callId") != call_id:
+            raise IndexMisledError(f"event {seq} answers another call than {call_id!r}")
         content = message["content"]
         failed = bool(content and content[0].get("isError"))
         return ToolMessage(content=text_of(content), tool_call_id=call_id,
@@ -673,12 +715,21 @@ class DshSaver(BaseCheckpointSaver[str]):
         """
         conf = _configurable(config)
         with self._lock, _no_collection():
-            found = self._get_tuple(config, conf, head=True)
-            thread = self._threads.get(str(conf["thread_id"]))
-            if thread is not None and thread.index.missed:
-                del self._threads[thread.thread_id]  # the head was not enough: read it whole
-                found = self._get_tuple(config, conf, head=False)
-            return found
+            try:
+                return self._checked_get_tuple(config, conf)
+            except IndexMisledError as exc:
+                self._misled(exc)
+                return self._checked_get_tuple(config, conf)
+
+    def _checked_get_tuple(self, config: RunnableConfig, conf: Mapping[str, Any]
+                           ) -> CheckpointTuple | None:
+        """:meth:`get_tuple`'s answer from the index's head, or its whole when that is short."""
+        found = self._get_tuple(config, conf, head=True)
+        thread = self._threads.get(str(conf["thread_id"]))
+        if thread is not None and thread.index.missed:
+            del self._threads[thread.thread_id]  # the head was not enough: read it whole
+            found = self._get_tuple(config, conf, head=False)
+        return found
 
     def _get_tuple(self, config: RunnableConfig, conf: Mapping[str, Any], *, head: bool
                    ) -> CheckpointTuple | None:
@@ -798,7 +849,7 @@ class DshSaver(BaseCheckpointSaver[str]):
                         if before_id is not None and checkpoint_id >= before_id:
                             continue
                         if filter:
-                            metadata = self._metadata(thread, space.checkpoints[checkpoint_id])
+                            metadata = self._metadata(thread, ns, checkpoint_id)
                             if any(metadata.get(k) != v for k, v in filter.items()):
                                 continue
                         # through the deltas down to the whole value, not a whole copy:
@@ -815,7 +866,13 @@ class DshSaver(BaseCheckpointSaver[str]):
         Only the namespace ``config`` names (when it names one), only those whose metadata has
         every ``filter`` item, older than ``before``, at most ``limit``.
         """
-        yield from self._listed(config, filter, before, limit)
+        try:
+            found = self._listed(config, filter, before, limit)
+        except IndexMisledError as exc:
+            with self._lock:
+                self._misled(exc)
+            found = self._listed(config, filter, before, limit)
+        yield from found
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -916,7 +973,8 @@ class DshSaver(BaseCheckpointSaver[str]):
             thread = self._thread(thread_id, write=True)
             assert thread is not None
             entry = thread.index.entry(ns, checkpoint_id)
-            held = writes_of(entry, log.session.events) if entry is not None else {}
+            held = (writes_of(entry, log.session.events, ns, str(checkpoint_id))
+                    if entry is not None else {})
             rows = []
             for index, (channel, value) in enumerate(writes):
                 idx = WRITES_IDX_MAP.get(channel, index)
@@ -984,7 +1042,7 @@ class DshSaver(BaseCheckpointSaver[str]):
         entry = thread.index.entry("", checkpoint_id) if checkpoint_id else None
         if entry is None:
             return None
-        version = self._events(thread.thread_id)[entry.seq]["data"]["versions"].get(_MESSAGES)
+        version = self._checkpoint(thread, "", str(checkpoint_id))[1]["versions"].get(_MESSAGES)
         value = self._value(thread, "", _MESSAGES, version, {}) if version is not None else None
         return value if isinstance(value, list) else None
 
@@ -1129,8 +1187,8 @@ class DshSaver(BaseCheckpointSaver[str]):
             return
         with self._lock:
             for thread_id in self._thread_ids():
-                self._drop(thread_id, lambda thread, _ns, _cid, entry: self._metadata(
-                    thread, entry).get("run_id") not in wanted)
+                self._drop(thread_id, lambda thread, ns, cid, _entry: self._metadata(
+                    thread, ns, cid).get("run_id") not in wanted)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Hide old checkpoints: ``keep_latest`` keeps each namespace's newest one.
