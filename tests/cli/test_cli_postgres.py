@@ -134,5 +134,18 @@ def test_events_follow_prints_new_commits_as_they_land(tmp_path: Path, pg: str) 
 
 def test_migrate_on_a_file_store_has_nothing_to_do(tmp_path: Path) -> None:
     dsh = Dsh(tmp_path)
+    dsh("init", "--store", f"sqlite://{tmp_path}/x.db")
     outcome = dsh.json("migrate", "--store", f"sqlite://{tmp_path}/x.db", "--json")
     assert outcome["migrated"] is False and outcome["schemaVersion"] == 17
+
+
+@pytest.mark.parametrize("store", ["sqlite://{}/typo.db", "jsonl://{}/typo", "{}/typo.db"])
+def test_migrate_refuses_a_file_store_that_does_not_exist_and_creates_nothing(
+        tmp_path: Path, store: str) -> None:
+    # before: 'dsh migrate --store typo.db' created an empty store at the mistyped path
+    dsh = Dsh(tmp_path)
+    url = store.format(tmp_path)
+    proc = dsh("migrate", "--store", url, "--json", check=1)
+    assert json.loads(proc.stderr)["code"] == "STORE_NOT_FOUND"
+    assert proc.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["user-home"]

@@ -17,6 +17,7 @@ from dsh.cli._common import (
     default_store_url,
     json_mode,
     require_session,
+    require_store,
     stdout_console,
     store_url,
 )
@@ -64,9 +65,16 @@ def migrate(
     """Apply pending schema migrations (forward only; safe from many hosts at once).
 
     PostgreSQL stores carry versioned migrations; SQLite and JSONL stores have nothing to
-    migrate and are reported as they are.
+    migrate and are reported as they are. A file or folder store that does not exist is
+    refused (``STORE_NOT_FOUND``) instead of created: a mistyped path migrates nothing. A
+    PostgreSQL schema holding no store yet is set up at this build's schema (its first
+    migration run).
+
+    Raises:
+        ConfigError: code STORE_NOT_FOUND for a SQLite or JSONL path that does not exist.
     """
     json_mode(json_)
+    require_store(store_url(store))  # before cli_store, which would create the file
     with cli_store(store) as opened:
         persistence = opened.persistence
         backend = persistence.backend
