@@ -401,3 +401,26 @@ def test_import_of_a_claude_code_line_without_a_type_says_the_field_is_missing(
     assert ('F.jsonl:1: a Claude Code record needs a string "type" field; this object has none '
             "(keys: a, 'b\\x1b[31m')") in out
     assert "\x1b" not in out
+
+
+@pytest.mark.parametrize("command", [["chat", "my-session"], ["run", "hi", "--session", "s1"],
+                                     ["run", "hi", "--session", "s1", "--store", "typo.db"]],
+                         ids=" ".join)
+def test_a_command_with_a_session_id_and_no_key_in_a_fresh_home_creates_no_store(
+        tmp_path: Path, command: list[str]) -> None:
+    # before: 'dsh chat ID' and 'dsh run --session ID' opened (so created) the default store
+    # and DSH_HOME to check the id against it, then failed with MISSING_KEY
+    home = tmp_path / "home"
+    done = in_fresh_home(tmp_path, *command)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("error[MISSING_KEY]: no API key for --provider deepseek: "
+                                  "set DEEPSEEK_API_KEY"), done.stderr
+    assert list(home.iterdir()) == [] and not (tmp_path / "typo.db").exists()
+
+
+def test_a_bad_session_id_in_a_fresh_home_is_still_the_first_error(tmp_path: Path) -> None:
+    done = in_fresh_home(tmp_path, "chat", "x" * 300)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"error[INVALID_ID]: session id '{'x' * 300}' cannot name a "
+                                  "stored session: its folder name would be 300 bytes"), done.stderr
+    assert list((tmp_path / "home").iterdir()) == []

@@ -23,7 +23,7 @@ import typer
 
 from dsh._errors import ConfigError, LlmFailureError, SessionNotFoundError
 from dsh.agent.providers import PROVIDER_NAMES, create_provider
-from dsh.cli._common import cli_store, fresh_session_id
+from dsh.cli._common import cli_store, fresh_session_id, store_missing, store_url
 
 if TYPE_CHECKING:
     from dsh import Store
@@ -205,6 +205,19 @@ def tools_for(choice: Tools, root: Path) -> list[Tool]:
     return tools
 
 
+def check_id_syntax(session_id: str) -> None:
+    """Refuse a session name no store can hold, before any store is opened.
+
+    Raises:
+        ConfigError: code ``INVALID_ID`` (``session_id_problem``).
+    """
+    from dsh.persistence import session_id_problem
+
+    if (problem := session_id_problem(session_id)) is not None:
+        raise ConfigError(f"session id {session_id!r} cannot name a stored session: {problem}",
+                          code="INVALID_ID", session_id=session_id)
+
+
 def check_new_session_id(store: Store, session_id: str) -> None:
     """Refuse a session name no store can hold, or that is no stored id but the start of some.
 
@@ -217,11 +230,7 @@ def check_new_session_id(store: Store, session_id: str) -> None:
         ConfigError: code ``INVALID_ID``, an id no store can hold (``session_id_problem``).
         SessionNotFoundError: code ``SESSION_ID_PREFIX``, naming the sessions it starts.
     """
-    from dsh.persistence import session_id_problem
-
-    if (problem := session_id_problem(session_id)) is not None:
-        raise ConfigError(f"session id {session_id!r} cannot name a stored session: {problem}",
-                          code="INVALID_ID", session_id=session_id)
+    check_id_syntax(session_id)
     if store.exists(session_id):
         return
     matches = sorted(str(h["id"]) for h in store.persistence.list_headers()
@@ -303,8 +312,9 @@ def store_and_provider(url: str | None, *, wait: float, session_id: str | None,
 
     Rule (docs/cli.md#stores-and-ids): a bad id (``INVALID_ID``, ``SESSION_ID_PREFIX``) is the
     first error, before the key is read (``MISSING_KEY``) or the server asked (``NETWORK``);
-    without an id the provider is made before the store is opened, so a missing key creates
-    nothing.
+    without an id, or with one when the store does not exist yet (it can then hold no session
+    the id starts), the provider is made before the store is opened, so a missing key creates
+    nothing (no store, no ``DSH_HOME``).
 
     Args:
         url: The ``--store`` URL, or None for the default store (:func:`cli_store`).
@@ -324,9 +334,12 @@ def store_and_provider(url: str | None, *, wait: float, session_id: str | None,
     def make() -> Any:
         return create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
 
-    llm = make() if session_id is None else None
+    if session_id is not None:
+        check_id_syntax(session_id)
+    fresh = session_id is None or store_missing(store_url(url) if url is not None else None)
+    llm = make() if fresh else None  # else after the id is checked against the store
     with cli_store(url, wait=wait) as sessions:
-        if session_id is not None:
+        if session_id is not None and llm is None:
             check_new_session_id(sessions, session_id)
             llm = make()
         yield sessions, llm

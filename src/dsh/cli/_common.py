@@ -212,6 +212,18 @@ def cli_store(url: str | None, *, create: bool = True,
         sessions.close()
 
 
+def store_missing(url: str | None) -> bool:
+    """True when the store ``url`` names does not exist yet; nothing is created.
+
+    ``url`` comes from :func:`store_url`, or is None for the default store. A PostgreSQL URL
+    has no path and is never missing here (its first use says).
+    """
+    if url is None:
+        return missing_default_store() is not None
+    location = store_path(url)
+    return location is not None and not location.exists()
+
+
 def require_store(url: str | None) -> None:
     """Refuse the missing store of a command that must not create one; create nothing.
 
@@ -229,10 +241,9 @@ def require_store(url: str | None) -> None:
         if missing is not None:
             raise no_default_store(missing)
         return
-    location = store_path(url)
-    if location is not None and not location.exists():
-        raise ConfigError(f"no store at {url!r} ({location} does not exist); check the URL, "
-                          f"or create an empty store with 'dsh init --store {url}'",
+    if store_missing(url):
+        raise ConfigError(f"no store at {url!r} ({store_path(url)} does not exist); check the "
+                          f"URL, or create an empty store with 'dsh init --store {url}'",
                           code="STORE_NOT_FOUND")
 
 
