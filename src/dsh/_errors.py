@@ -39,7 +39,8 @@ keeps where it happened in ``where`` (``seq=``, ``seed_index=``, ``path=``, ``li
 
 from __future__ import annotations
 
-from typing import ClassVar
+import re
+from typing import ClassVar, Final
 
 Where = int | str | None
 
@@ -350,3 +351,36 @@ class RightsError(DshError):
     """
 
     default_code = "RIGHTS"
+
+
+# -- text safety --------------------------------------------------------------------------------
+
+# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides and
+# isolates ("Trojan Source"): a log holds text from models, tools and imported transcripts,
+# and none of it may move a terminal's cursor, retitle its window or reorder what a person reads.
+_UNPRINTABLE: Final = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """Return ``text`` with control characters and bidi overrides shown as escapes (``\\x1b``).
+
+    Tab and newline are kept; every other C0 control, DEL, the C1 controls and the Unicode
+    bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) and lone
+    surrogates (U+D800-U+DFFF, which a log may hold and no output encoding can write) are
+    replaced by their ``\\xNN`` / ``\\uNNNN`` spelling, so session text can never drive the
+    terminal it is printed on nor reorder the text around it, and columns measured on the
+    escaped text stay aligned. Markup is not touched: an HTML
+    renderer escapes it too.
+    """
+    return _UNPRINTABLE.sub(_escape_char, text) if _UNPRINTABLE.search(text) else text
+
+
+def has_unprintable(text: str) -> bool:
+    """Whether :func:`printable` would change ``text``."""
+    return _UNPRINTABLE.search(text) is not None

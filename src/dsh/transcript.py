@@ -37,12 +37,12 @@ surface range); docs/rules.md#repair (closers); docs/rules.md#fork (the cut poin
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, TypeAlias
 
+from dsh._errors import has_unprintable, printable
 from dsh.json import FrozenDict, JsonValue
 from dsh.session import (
     KNOWN_EVENT_TYPES,
@@ -130,35 +130,8 @@ _MESSAGE_TYPES: Final = ("user/message", "assistant/message", "tool/result", "sy
 
 # -- text safety -------------------------------------------------------------------------------
 
-# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides and
-# isolates ("Trojan Source"): a log holds text from models, tools and imported transcripts,
-# and none of it may move a terminal's cursor, retitle its window or reorder what a person reads.
-_UNPRINTABLE: Final = re.compile(
-    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """Return ``text`` with control characters and bidi overrides shown as escapes (``\\x1b``).
-
-    Tab and newline are kept; every other C0 control, DEL, the C1 controls and the Unicode
-    bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) and lone
-    surrogates (U+D800-U+DFFF, which a log may hold and no output encoding can write) are
-    replaced by their ``\\xNN`` / ``\\uNNNN`` spelling, so session text can never drive the
-    terminal it is printed on nor reorder the text around it, and columns measured on the
-    escaped text stay aligned. Markup is not touched: an HTML
-    renderer escapes it too.
-    """
-    return _UNPRINTABLE.sub(_escape_char, text) if _UNPRINTABLE.search(text) else text
-
-
-def has_unprintable(text: str) -> bool:
-    """Whether :func:`printable` would change ``text``."""
-    return _UNPRINTABLE.search(text) is not None
+# printable/has_unprintable live in dsh._errors, whose error messages quote untrusted text
+# too (a lock owner's host); they are this module's public face for session text.
 
 
 # -- content blocks ----------------------------------------------------------------------------

@@ -217,3 +217,37 @@ def test_an_owner_file_nested_too_deep_names_nobody(tmp_path: Path) -> None:
         assert _refused_in_another_process(lock_path) == "None\n"
     finally:
         holder.release()
+
+
+def test_a_busy_error_escapes_the_control_characters_of_the_owner_files_host(
+        tmp_path: Path) -> None:
+    # docs/errors.md#sessionbusyerror: the owner file is anyone's text; before, its host went
+    # into str(e) raw, so a library caller printing the error let "\x1b]0;pwned\x07" retitle
+    # the terminal and "\x1b[2J" clear it
+    import json
+    import subprocess
+    import sys
+
+    lock_path = tmp_path / "s" / "session.lock"
+    holder = SessionLock(lock_path, "s")
+    try:
+        lock_path.with_name("session.lock.owner").write_text(json.dumps(
+            {"pid": "\x1b[2J", "host": "box\x1b]0;pwned\x07\x9b2J\u202e", "since": True}))
+        child = subprocess.run(
+            [sys.executable, "-c",
+             "import sys, json; from pathlib import Path\n"
+             "from dsh._errors import SessionBusyError\n"
+             "from dsh.persistence._lock import SessionLock\n"
+             "try:\n    SessionLock(Path(sys.argv[1]), 's')\n"
+             "except SessionBusyError as e:\n"
+             "    print(json.dumps([str(e), *map(e.where.get, ('pid', 'host', 'since'))]))\n",
+             str(lock_path)], capture_output=True, text=True, timeout=60)
+    finally:
+        holder.release()
+    assert child.returncode == 0, child.stderr
+    message, pid, host, since = json.loads(child.stdout)
+    assert (pid, since) == (None, None)  # only an int names a pid or a time
+    assert host == "box\\x1b]0;pwned\\x07\\x9b2J\\u202e"
+    assert message == ("session 's' is open for writing by another process (pid None, host "
+                       "box\\x1b]0;pwned\\x07\\x9b2J\\u202e, since None ms); only one writer at "
+                       "a time, close the other handle first")

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-from dsh._errors import PersistenceError, SessionBusyError
+from dsh._errors import PersistenceError, SessionBusyError, printable
 from dsh.persistence._paths import mkdir_private, refuse_symlink
 
 __all__ = ["SessionLock"]
@@ -261,9 +261,13 @@ class SessionLock:
             raise
 
     def _busy(self, owner: dict[str, object], *, in_process: bool) -> None:
-        pid = owner.get("pid")
-        host = owner.get("host")
-        since = owner.get("since")
+        # The owner file is anyone's text: only an int is a pid or a time, and the host is
+        # shown with its control characters escaped, so neither the message a library caller
+        # prints nor ``where`` can drive a terminal (docs/errors.md#sessionbusyerror).
+        pid = _int_or_none(owner.get("pid"))
+        since = _int_or_none(owner.get("since"))
+        raw_host = owner.get("host")
+        host = printable(raw_host) if isinstance(raw_host, str) else None
         where = "this process" if in_process else "another process"
         raise SessionBusyError(
             f"session {self.session_id!r} is open for writing by {where} "
@@ -271,9 +275,9 @@ class SessionLock:
             f"close the other handle first",
             session_id=self.session_id,
             path=str(self.path),
-            pid=pid if isinstance(pid, int) else None,
-            host=host if isinstance(host, str) else None,
-            since=since if isinstance(since, int) else None,
+            pid=pid,
+            host=host,
+            since=since,
         )
 
     @property
@@ -306,3 +310,8 @@ class SessionLock:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.release()
+
+
+def _int_or_none(value: object) -> int | None:
+    """``value`` when it is an int (never a bool), else None."""
+    return value if type(value) is int else None

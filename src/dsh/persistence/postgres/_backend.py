@@ -56,6 +56,7 @@ from dsh._errors import (
     SessionExistsError,
     SessionFormatUnsupportedError,
     SessionNotFoundError,
+    printable,
 )
 from dsh._failpoints import failpoint
 from dsh._install import install_hint
@@ -2059,6 +2060,7 @@ class PostgresBackend:
             return SessionNotFoundError(f"session {session_id!r} is not stored in {self._url}",
                                         session_id=session_id, path=self._url)
         pid, host, since, epoch, expires_in, _free = found
+        host = printable(host) if isinstance(host, str) else host  # another host's text
         return SessionBusyError(
             f"session {session_id!r} in {self._url} is held for writing by pid {pid} on host "
             f"{host} (since {since} ms, lease epoch {epoch}, expires in {expires_in} ms unless "
@@ -2073,6 +2075,7 @@ class PostgresBackend:
         else:
             found = self._holder(conn, session_id)
         pid, host, since, now_epoch, _expires, free = found or (None, None, None, None, 0, True)
+        host = printable(host) if isinstance(host, str) else host  # another host's text
         holder = ("nobody holds it now" if free else
                   f"pid {pid} on host {host} holds it since {since} ms")
         return LeaseLostError(
