@@ -82,6 +82,31 @@ def test_json_output_escapes_c1_controls(hostile_store: tuple[Dsh, str], command
     assert messages[-1]["content"][0]["text"] == HOSTILE  # the same value
 
 
+@pytest.mark.parametrize("fmt", ["openai", "anthropic", "atif", "inspect", "claude-code",
+                                 "codex"])
+def test_a_json_export_escapes_c1_controls_and_bidi(hostile_store: tuple[Dsh, str],
+                                                    fmt: str) -> None:
+    """``dsh export`` of a JSON format writes U+009B and bidi overrides as JSON escapes."""
+    cli, url = hostile_store
+    out = cli("export", "ansi", "--format", fmt, "--store", url).stdout
+    assert not any("\x7f" <= ch <= "\x9f" for ch in out)  # main: a raw U+009B (CSI)
+    assert "\u202e" not in out and "\u202c" not in out  # main: raw, reordering the line
+    assert "\\u009b31m" in out and "\\u202egnp.exe\\u202c" in out
+    docs = [json.loads(line) for line in out.splitlines()] if fmt in ("claude-code", "codex") \
+        else [json.loads(out)]
+    assert any(HOSTILE in text for text in _strings(docs))  # the same values
+
+
+def _strings(value: object) -> list[str]:
+    """Every string in a parsed JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [text for item in value for text in _strings(item)] if isinstance(value, list) \
+        else []
+
+
 def _on_a_terminal(args: list[str], env: dict[str, str]) -> bytes:
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "dsh.cli", *args], stdout=follower,

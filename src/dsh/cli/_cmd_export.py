@@ -119,7 +119,7 @@ def export(
         else:
             view = model_view(read, str(format.value), target_model)
             text = render.json_text(view, indent=2) + "\n"
-            data = text.encode("utf-8", errors="backslashreplace")
+            data = render.escape_json_controls(text.encode("utf-8", errors="backslashreplace"))
     write_output(data, output)
 
 

@@ -12,15 +12,20 @@ from typing import Any
 
 from dsh import ConfigError
 from dsh.cli._common import stderr_console
-from dsh.cli._render import json_text
+from dsh.cli._render import escape_json_controls, json_text
 
 
 def _json_bytes(value: Any, *, lines: bool = False) -> bytes:
+    """``value`` as UTF-8 JSON text (``lines``: each item on a line of its own).
+
+    DEL, C1 controls and bidi overrides are ``\\uXXXX`` escapes: the same values, and session
+    text printed to a terminal drives none of it (docs/cli.md#output).
+    """
     if lines:
         text = "".join(json_text(v, indent=None) + "\n" for v in value)
     else:
         text = json_text(value, indent=2) + "\n"
-    return text.encode("utf-8", errors="backslashreplace")
+    return escape_json_controls(text.encode("utf-8", errors="backslashreplace"))
 
 
 def render(log: Any, fmt: str, output: Path | None, *, install: bool,
