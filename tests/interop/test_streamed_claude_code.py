@@ -424,6 +424,44 @@ def test_jsonl_source_lines_are_the_newline_split_whatever_the_read_size(
     assert got == expected
 
 
+_UTF8_PIECES = [b'{"a":1}\n', b"x" * 5, "\u00e9".encode(), "\u20ac".encode(),
+                "\U0001f600".encode(), b"\xe9", b"\xc3", b"\x80", b"\xf0\x9f", b"\xed\xa0\x80"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_UTF8_PIECES), max_size=30), st.sampled_from([1, 2, 3, 5, 4096]))
+def test_jsonl_source_names_the_first_bad_utf8_byte_whatever_the_read_size(
+        pieces: list[bytes], read_bytes: int) -> None:
+    """The whole-file check at open finds the byte a one-shot UTF-8 decode fails at.
+
+    Its reads skip the decoder for an ASCII block after a whole character, so a character cut
+    by a read and followed by ASCII must still be refused at its first byte
+    (docs/interop.md: a transcript is UTF-8 JSON text).
+    """
+    from dsh.interop import _common
+
+    data = b'{"a":1}\n' + b"".join(pieces)
+    try:
+        data.decode("utf-8")
+        expected = None
+    except UnicodeDecodeError as exc:
+        expected = exc.start
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.jsonl"
+        path.write_bytes(data)
+        kept = _common._SCAN_CHUNK
+        _common._SCAN_CHUNK = read_bytes  # type: ignore[misc]
+        try:
+            JsonlSource(path, "claude-code")
+            found = None
+        except DshError as exc:
+            assert "not valid UTF-8" in exc.message
+            found = exc.where["byte_offset"]
+        finally:
+            _common._SCAN_CHUNK = kept  # type: ignore[misc]
+    assert found == expected
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.datetimes(min_value=dt.datetime(1, 1, 2), max_value=dt.datetime(9999, 12, 30)))
 def test_claude_code_times_read_quickly_equal_the_datetime_arithmetic(when: Any) -> None:

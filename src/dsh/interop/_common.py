@@ -725,10 +725,12 @@ class JsonlSource:
                     nul = size + chunk.index(b"\x00")
                 if bad_utf8 is None:
                     pending = len(decoder.getstate()[0])
-                    try:
-                        decoder.decode(chunk)
-                    except UnicodeDecodeError as exc:
-                        bad_utf8 = size - pending + exc.start
+                    # ASCII after a whole character is valid UTF-8 as it is: no str to build
+                    if pending or not chunk.isascii():
+                        try:
+                            decoder.decode(chunk)
+                        except UnicodeDecodeError as exc:
+                            bad_utf8 = size - pending + exc.start
                 size += len(chunk)
         if bad_utf8 is None:
             try:
