@@ -40,7 +40,7 @@ keeps where it happened in ``where`` (``seq=``, ``seed_index=``, ``path=``, ``li
 from __future__ import annotations
 
 import re
-from typing import ClassVar, Final
+from typing import ClassVar, Final, Literal, TypeAlias
 
 Where = int | str | None
 
@@ -230,6 +230,11 @@ class CompactionError(DshError):
     default_code = "commit"
 
 
+ImportFailureKind: TypeAlias = Literal["unsupported", "sqlite", "binary", "encoding",
+                                       "unreadable", "invalid"]
+"""What a file refused by an importer is: :attr:`ImportFormatError.kind`."""
+
+
 class ImportFormatError(DshError):
     """A transcript could not be imported; ``where`` has path, line and format.
 
@@ -241,11 +246,23 @@ class ImportFormatError(DshError):
 
     default_code = "IMPORT_FORMAT"
 
-    def __init__(self, message: str, *, code: str | None = None, **where: Where) -> None:
+    def __init__(self, message: str, *, code: str | None = None, kind: ImportFailureKind =
+                 "invalid", **where: Where) -> None:
         path, line = where.get("path"), where.get("line")
         if path and line is not None and not message.startswith(f"{path}:"):
             message = f"{path}:{line}: {message}"
         super().__init__(message, code=code, **where)
+        self.kind: ImportFailureKind = kind
+        """What the file is, as the raising site knew it (docs/errors.md#importformaterror):
+        ``"unsupported"`` (no transcript format matches), ``"sqlite"`` (a SQLite database),
+        ``"binary"`` (a NUL byte), ``"encoding"`` (UTF-16/32, or not UTF-8), ``"unreadable"``
+        (cannot be read, or no regular file), ``"invalid"`` (a transcript that is damaged
+        or that the importer refuses: everything else)."""
+
+    def to_json(self) -> dict[str, object]:
+        """:meth:`DshError.to_json` with ``kind`` after ``code``."""
+        return {"error": type(self).__name__, "code": self.code, "kind": self.kind,
+                "message": self.message, **self.where}
 
 
 class LlmFailureError(DshError):

@@ -60,3 +60,44 @@ def test_in_a_folder_misencoded_json_fails_and_binary_files_are_ignored(tmp_path
     assert "is not valid UTF-8" in lines[0] and "this file is UTF-16" in lines[1]
     assert lines[-1] == ("0 imported, 0 skipped (already imported), 2 failed, 2 ignored (not "
                          "transcripts; --verbose lists them)")
+
+
+def test_a_folder_walk_decides_by_the_errors_kind_not_by_words_in_its_path(
+        tmp_path: Path) -> None:
+    # before: failed or ignored was read from the message text, which starts with the path,
+    # so a misencoded transcript under a folder named "NUL byte" was ignored, and a damaged
+    # one under "not a supported transcript format" too
+    cli = Dsh(tmp_path)
+    folder = tmp_path / "NUL byte" / "not a supported transcript format"
+    folder.mkdir(parents=True)
+    (folder / "latin1.jsonl").write_bytes(_latin1_transcript())
+    (folder / "torn.jsonl").write_bytes(SIMPLE.read_bytes() + b"{not json\n")
+    (folder / "image.json").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x01")
+    (folder / "notes.yaml").write_text("a: 1\n")
+    result = cli("import", str(tmp_path / "NUL byte"), "--store", f"sqlite:{tmp_path / 's.db'}",
+                 "--json", check=1)
+    summary = json.loads(result.stdout)
+    assert [(f["path"], f["code"], f["kind"]) for f in summary["failed"]] == [
+        (str(folder / "latin1.jsonl"), "IMPORT_FORMAT", "encoding"),
+        (str(folder / "torn.jsonl"), "IMPORT_FORMAT", "invalid")]
+    assert sorted((f["path"], f["code"], f["kind"]) for f in summary["ignored"]) == [
+        (str(folder / "image.json"), "IMPORT_FORMAT", "binary"),
+        (str(folder / "notes.yaml"), "IMPORT_FORMAT", "unsupported")]
+
+
+def test_import_json_names_the_code_of_each_failure(tmp_path: Path) -> None:
+    # before: a failed entry under --json had only path and reason
+    cli = Dsh(tmp_path)
+    (tmp_path / "x.db").write_bytes(b"SQLite format 3\x00" + bytes(100))
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    result = cli("import", str(tmp_path / "x.db"), str(tmp_path / "empty.jsonl"), "--store",
+                 f"sqlite:{tmp_path / 's.db'}", "--json", check=1)
+    failed = json.loads(result.stdout)["failed"]
+    assert [(f["path"], f["code"], f["kind"]) for f in failed] == [
+        (str(tmp_path / "x.db"), "IMPORT_FORMAT", "sqlite"),
+        (str(tmp_path / "empty.jsonl"), "IMPORT_FORMAT", "invalid")]
+    assert failed[0]["reason"].startswith("this is a SQLite database, not a transcript")
+    with pytest.raises(ImportFormatError) as refused:
+        import_file(tmp_path / "x.db", "auto")
+    assert refused.value.kind == "sqlite"
+    assert refused.value.to_json()["kind"] == "sqlite"

@@ -148,8 +148,8 @@ class ImportReport:
 
     imported: list[tuple[str, str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    ignored: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str, str, str]] = field(default_factory=list)
+    ignored: list[tuple[str, str, str, str]] = field(default_factory=list)
     updated: list[tuple[str, str, int]] = field(default_factory=list)
     superseded: list[tuple[str, str, str]] = field(default_factory=list)
     cut: list[tuple[str, int]] = field(default_factory=list)
@@ -181,8 +181,10 @@ class ImportReport:
             "updated": [{"path": p, "session": s, "appended": n} for p, s, n in self.updated],
             "superseded": [{"path": p, "session": s, "by": n} for p, s, n in self.superseded],
             "skipped": [{"path": p, "session": s} for p, s in self.skipped],
-            "failed": [{"path": p, "reason": r} for p, r in self.failed],
-            "ignored": [{"path": p, "reason": r} for p, r in self.ignored],
+            "failed": [{"path": p, "reason": r, "code": c, "kind": k}
+                       for p, r, c, k in self.failed],
+            "ignored": [{"path": p, "reason": r, "code": c, "kind": k}
+                        for p, r, c, k in self.ignored],
             "cut": [{"path": p, "line": n} for p, n in self.cut],
             "completed": [{"path": p, "session": s, "appended": n}
                           for p, s, n in self.completed],
@@ -191,6 +193,13 @@ class ImportReport:
 
 def _reason(error: DshError) -> str:
     return " ".join(error.message.split())
+
+
+def _outcome(shown: str, error: DshError, prefix: str = "", suffix: str = ""
+             ) -> tuple[str, str, str, str]:
+    """A failed or ignored file: ``(path, reason, code, kind)`` (``--json`` keys)."""
+    kind = error.kind if isinstance(error, ImportFormatError) else "invalid"
+    return shown, prefix + _reason(error) + suffix, error.code, kind
 
 
 def _stored_count(persistence: Persistence, session_id: str) -> int:
@@ -234,13 +243,12 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
         # that is JSON records with damage (a torn last line, a bad line) failed; so is JSON
         # text in the wrong encoding (not UTF-8, UTF-16/32: a transcript saved badly); binary
         # bytes (a NUL byte that is no UTF-16/32) are not a transcript (docs/cli.md#commands).
-        damaged = ("line" in error.where and "byte_offset" not in error.where
-                   and "not a supported transcript format" not in str(error)
-                   and "encoding" not in error.where)
+        # Told by the kind the raising site gave, never by the message's words.
+        damaged = error.kind == "invalid" and "line" in error.where
         if explicit or damaged or _misencoded_json(path, error):
-            report.failed.append((shown, _reason(error)))
+            report.failed.append(_outcome(shown, error))
         else:
-            report.ignored.append((shown, _reason(error)))
+            report.ignored.append(_outcome(shown, error))
         return
     if detected in STREAMING_FORMATS:
         with _uninterrupted():
@@ -252,7 +260,7 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
         # bad file writes nothing at all.
         built = [(s, s.to_session()) for s in sessions]
     except DshError as error:
-        report.failed.append((shown, _reason(error)))
+        report.failed.append(_outcome(shown, error))
         return
     _note_cut(report, path, shown, sessions)
     with _uninterrupted():
@@ -265,9 +273,7 @@ def _misencoded_json(path: Path, error: ImportFormatError) -> bool:
     True when the bytes are UTF-16/32 or not UTF-8 without a NUL byte, and the file's first
     character (past blanks and a byte order mark) is ``{`` or ``[``.
     """
-    wrong = "encoding" in error.where or (
-        "byte_offset" in error.where and "NUL byte" not in error.message)
-    if not wrong:
+    if error.kind != "encoding":
         return False
     try:
         with path.open("rb") as f:  # a regular file: the error came from reading it whole
@@ -316,7 +322,7 @@ def _stream_file(persistence: Persistence, path: Path, shown: str, detected: str
         kept = (f" (nothing of it is listed: the events written so far wait in the trash "
                 f"as session {staged[0]}, and importing the fixed file completes them)"
                 ) if staged else ""
-        report.failed.append((shown, _reason(error) + kept))
+        report.failed.append(_outcome(shown, error, suffix=kept))
         return
     _note_cut(report, path, shown, streamed)
 
@@ -452,7 +458,7 @@ def _write_file(persistence: Persistence, built: list[tuple[ImportedSession, Ses
                     handle.append(events[start:min(count, start + WRITE_BATCH_EVENTS)])
                     handle.flush()
         except DshError as error:
-            report.failed.append((shown, f"{sid}: {_reason(error)}"))
+            report.failed.append(_outcome(shown, error, prefix=f"{sid}: "))
             return
         report.imported.append((shown, sid, imported.source_format or detected))
 

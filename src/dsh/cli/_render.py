@@ -798,8 +798,8 @@ def render_hits(hits: Sequence[SearchHit]) -> Group:
 
 def render_import_summary(imported: Sequence[tuple[str, str, str]],
                           skipped: Sequence[tuple[str, str]],
-                          failed: Sequence[tuple[str, str]],
-                          ignored: Sequence[tuple[str, str]] = (),
+                          failed: Sequence[tuple[str, str, str, str]],
+                          ignored: Sequence[tuple[str, str, str, str]] = (),
                           updated: Sequence[tuple[str, str, int]] = (),
                           superseded: Sequence[tuple[str, str, str]] = (),
                           completed: Sequence[tuple[str, str, int]] = (), *,
@@ -809,8 +809,10 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
     Args:
         imported: ``(path, session id, format)`` per imported session.
         skipped: ``(path, session id)`` per session already in the store.
-        failed: ``(path, reason)`` per file that could not be imported (nothing was written).
-        ignored: ``(path, reason)`` per file found in a folder that is not a transcript.
+        failed: ``(path, reason, code, kind)`` per file that could not be imported (nothing
+            was written); ``code`` and ``kind`` are the error's (:class:`ImportFormatError`).
+        ignored: ``(path, reason, code, kind)`` per file found in a folder that is not a
+            transcript.
         updated: ``(path, session id, events appended)`` per session whose source grew.
         superseded: ``(path, old id, new id)`` per source that changed where it was imported.
         completed: ``(path, session id, events appended)`` per session an interrupted import
@@ -841,10 +843,11 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
     for path, session_id in skipped:
         parts.append(Text.assemble(("skipped   ", "dim"),
                                    f"{session_id}  already imported  {path}"))
-    for path, reason in failed:  # a reason that starts "path:line:" names the path already
+    for path, reason, _code, _kind in failed:
+        # a reason that starts "path:line:" names the path already
         said = reason if reason.startswith(f"{path}:") else f"{path}: {reason}"
         parts.append(Text.assemble(("failed    ", "bold red"), said))
-    for path, reason in ignored:
+    for path, reason, _code, _kind in ignored:
         parts.append(Text.assemble(("ignored   ", "dim"), f"{path}: {reason}"))
     if counts:
         parts.append(render_import_counts(imported, skipped, failed, ignored, updated,

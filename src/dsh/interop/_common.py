@@ -369,24 +369,24 @@ def _check_bytes(path: Path, fmt: str, *, text: bool, head: bytes, nul: int | No
         raise ImportFormatError(
             "this is a SQLite database, not a transcript; if it is a dsh store, read it with "
             f"--store {path}, or copy its sessions with 'dsh convert --from {path} --to STORE'",
-            path=str(path), format=fmt)
+            path=str(path), format=fmt, kind="sqlite")
     wide = wide_encoding(head) if nul is not None or bad_utf8 is not None else None
     if wide is not None:
         raise ImportFormatError(
             f"this file is {wide}; save it as UTF-8 (e.g. PowerShell's > writes UTF-16)",
-            path=str(path), line=1, format=fmt, encoding=wide)
+            path=str(path), line=1, format=fmt, encoding=wide, kind="encoding")
     if nul is not None:
         line, column = _line_column(path, nul)
         raise ImportFormatError(
             f"{_kind(fmt)} transcript holds a NUL byte at column {column} (byte offset {nul}); "
             "expected UTF-8 JSON text, found binary data: import the transcript, not this file",
-            path=str(path), line=line, byte_offset=nul, format=fmt)
+            path=str(path), line=line, byte_offset=nul, format=fmt, kind="binary")
     if bad_utf8 is not None:
         line, column = _line_column(path, bad_utf8)
         raise ImportFormatError(
             f"{_kind(fmt)} transcript is not valid UTF-8 at column {column} (byte offset "
             f"{bad_utf8}); expected JSON text: save the file as UTF-8", path=str(path),
-            line=line, byte_offset=bad_utf8, format=fmt)
+            line=line, byte_offset=bad_utf8, format=fmt, kind="encoding")
 
 
 def wide_encoding(head: bytes) -> str | None:
@@ -450,11 +450,12 @@ def _source_errors(path: Path, fmt: str) -> Iterator[None]:
     except OSError as exc:
         raise ImportFormatError(
             f"cannot read {_kind(fmt)} transcript: {exc.strerror or exc}", path=str(path),
-            format=fmt) from exc
+            format=fmt, kind="unreadable") from exc
     except _NotRegular as exc:
         raise ImportFormatError(
             f"{path} is {exc.kind}, not a regular file; dsh imports transcript files only "
-            "(copy the data into a file first)", path=str(path), format=fmt) from None
+            "(copy the data into a file first)", path=str(path), format=fmt,
+            kind="unreadable") from None
 
 
 def read_source_bytes(path: Path, fmt: str) -> bytes:
@@ -512,12 +513,13 @@ def source_sha256(path: Path, raw: bytes | None = None) -> str:
             raw = read_regular_file(path)
     except _NotRegular as exc:
         raise ImportFormatError(f"{path} is {exc.kind}, not a regular file; dsh imports "
-                                "transcript files only", path=str(path)) from None
+                                "transcript files only", path=str(path),
+                                kind="unreadable") from None
     except OSError as exc:
         if raw is not None:
             return hashlib.sha256(raw).hexdigest()
         raise ImportFormatError(f"cannot read transcript to hash it: {exc.strerror or exc}",
-                                path=str(path)) from exc
+                                path=str(path), kind="unreadable") from exc
     digest = hashlib.sha256(raw).hexdigest()
     if len(_DIGESTS) >= _DIGEST_LIMIT:
         _DIGESTS.clear()
@@ -541,7 +543,7 @@ def source_event_data(path: Path, fmt: str) -> JsonObj:
         size = path.stat().st_size
     except OSError as exc:
         raise ImportFormatError(f"cannot read transcript: {exc.strerror or exc}",
-                                path=str(path), format=fmt) from exc
+                                path=str(path), format=fmt, kind="unreadable") from exc
     return {"format": fmt, "path": str(path), "sha256": digest, "size": size,
             "importerVersion": IMPORTER_VERSION}
 

@@ -100,7 +100,7 @@ def _detect(path: Path) -> str:
             raise ImportFormatError(
                 "not a supported transcript format (YAML without a top-level interactions "
                 f"key, so not a VCR cassette; supported: {', '.join(FORMATS)}); pass --format "
-                "if it is one of them", path=str(path), format="auto")
+                "if it is one of them", path=str(path), format="auto", kind="unsupported")
         return "anthropic"
     # Read a megabyte at a time (checked as read_source_bytes checks it), never whole: a
     # transcript's format shows in its first lines (docs/interop.md#streaming-imports).
@@ -119,7 +119,8 @@ def _detect(path: Path) -> str:
         raise ImportFormatError(
             f"not a supported transcript format (JSONL whose first record is a JSON "
             f"{_shape(first)}; supported: {', '.join(FORMATS)}); pass --format if it is one "
-            "of them", path=str(path), line=records[0][0], format="auto")
+            "of them", path=str(path), line=records[0][0], format="auto",
+            kind="unsupported")
     return _document_format(path)
 
 
@@ -196,7 +197,7 @@ def _document_format(path: Path) -> str:
     raise ImportFormatError(
         f"not a supported transcript format (a JSON {_shape(doc)}; supported: "
         f"{', '.join(FORMATS)}); pass --format if it is one of them", path=str(path), line=1,
-        format="auto")
+        format="auto", kind="unsupported")
 
 
 def _chat_messages(value: object) -> bool:
