@@ -43,8 +43,9 @@ __all__ = ["IndexChanges", "IndexesSearch", "SearchHit", "SearchIndex", "SearchR
 
 log = logging.getLogger("dsh.persistence.search")
 
-INDEX_VERSION: Final = 1
-"""``user_version`` of the sidecar database; another version is rebuilt."""
+INDEX_VERSION: Final = 2
+"""``user_version`` of the sidecar database; another version is rebuilt (2: terminal escape
+sequences are indexed as spaces, docs/formats.md#search-index)."""
 
 SNIPPET_CHARS: Final = 60
 """Characters of context each side of the first match in a hit's snippet."""
@@ -180,7 +181,19 @@ def message_texts(events: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, st
             yield int(event["seq"]), role, text
 
 
+_TERMINAL_ESCAPES: Final = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor moves): ESC [ params final
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # the same with the one-byte C1 CSI
+    r"|\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"  # OSC (titles, links), terminated
+    r"|\x1b[ -/]*[0-~]")  # any other escape: ESC, intermediates, one final
+"""Terminal escape sequences in tool output and model text (docs/stores.md#search)."""
+
+
 def _indexable(text: str) -> str:
+    # Terminal escape sequences are no text: "\x1b[31mError" holds the word Error, which the
+    # tokenizer would read as part of "31mError"; each sequence becomes one space.
+    if "\x1b" in text or "\x9b" in text:
+        text = _TERMINAL_ESCAPES.sub(" ", text)
     # A lone surrogate is valid in a dsh log (docs/formats.md#lossless-json) but has no UTF-8
     # for the index's SQL text, and is no word: it is indexed, and shown in snippets, as U+FFFD.
     try:

@@ -26,6 +26,11 @@ from dsh.persistence.postgres._schema import quote_schema
 RECENT_ROWS: Final = 5000
 """Newest index rows a query scans before it asks the GIN index (see ``query``)."""
 
+INDEX_MARK: Final = "dsh search index 2"
+"""The comment on ``search_messages`` naming what its rows hold (2: terminal escape sequences
+indexed as spaces); tables without it are emptied and indexed again
+(docs/formats.md#search-index)."""
+
 
 class PostgresSearchIndex:
     """The search index of one PostgreSQL store, over one connection of its own.
@@ -80,11 +85,25 @@ class PostgresSearchIndex:
                                "n bigint GENERATED ALWAYS AS IDENTITY")
             self._conn.execute(f"CREATE INDEX IF NOT EXISTS search_messages_n ON "
                                f"{s}.search_messages (n)")
+            self._conn.execute(f"COMMENT ON TABLE {s}.search_messages IS '{INDEX_MARK}'")
             # created last: its presence says the tables above are all there
             self._conn.execute(f"CREATE TABLE IF NOT EXISTS {s}.search_state (singleton "
                                "integer PRIMARY KEY CHECK (singleton = 1), changes bigint NOT "
                                "NULL, sessions bigint NOT NULL)")
         self._ready = True
+
+    def _empty_older(self) -> None:
+        """Empty the tables an older dsh filled (no :data:`INDEX_MARK`): all is indexed again."""
+        s = self._s
+        with self._conn.transaction():
+            self._conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                               (f"dsh-search:{self._schema}",))
+            mark = self._one("SELECT obj_description(to_regclass(%s), 'pg_class')",
+                             (f"{s}.search_messages",))[0]
+            if mark != INDEX_MARK:  # another search may have done it while this one waited
+                self._conn.execute(f"TRUNCATE {s}.search_messages, {s}.search_indexed")
+                self._conn.execute(f"DELETE FROM {s}.search_state")
+                self._conn.execute(f"COMMENT ON TABLE {s}.search_messages IS '{INDEX_MARK}'")
 
     @property
     def path(self) -> None:
@@ -110,10 +129,13 @@ class PostgresSearchIndex:
         """
         s = self._s
         self._seen, self._expected, self._raced = None, {}, False
-        found = self._one("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
-                          (f"{s}.search_state", f"{s}.store_changes"))
+        found = self._one("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL, "
+                          "obj_description(to_regclass(%s), 'pg_class')",
+                          (f"{s}.search_state", f"{s}.store_changes", f"{s}.search_messages"))
         if not found[0]:
             self._create()
+        elif found[2] != INDEX_MARK:
+            self._empty_older()
         self._ready = True
         counted = bool(found[1])  # False: a store before migration 11, compared every time
         with self._conn.transaction():
