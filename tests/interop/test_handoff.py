@@ -201,3 +201,33 @@ def test_install_refuses_formats_without_a_place_and_an_output_file(tmp_path: Pa
                               text=True, timeout=120, check=False)
         assert proc.returncode != 0
         assert "--install" in proc.stderr
+
+
+def _turn_ends(session: ImportedSession) -> list[Any]:
+    return [(e["data"]["turn"], e["data"]["reason"]) for e in session.events
+            if e["type"] == "turn/end"]
+
+
+@pytest.mark.parametrize("name", ["codex/rollout-compacted-aborted.jsonl",
+                                  "claude-code/interrupted.jsonl"])
+def test_a_turn_the_person_stopped_comes_back_stopped_through_both_agents(
+        name: str, tmp_path: Path) -> None:
+    # docs/standards.md#handing-a-session-back: before, the exports wrote only the messages,
+    # so a Codex turn ended by turn_aborted came back open (its last line a tool result); each
+    # export now writes the agent's own marker after the turn's last message
+    from dsh.interop._history import history
+    from tests.cli.test_cli import EXAMPLES
+
+    [original] = import_file(EXAMPLES / "transcripts" / name)
+    want = _turn_ends(original)
+    assert {"kind": "aborted", "reason": {"kind": "user"}} in [r for _, r in want]
+    claude = _to_claude(original, tmp_path / "claude")
+    codex = _to_codex(original, tmp_path / "codex")
+    assert _turn_ends(claude) == want and _turn_ends(codex) == want
+    again = _to_claude(_to_codex(claude, tmp_path / "codex-2"), tmp_path / "claude-2")
+    assert _turn_ends(again) == want
+    # the Claude Code file holds one interrupt line per stopped turn, never two
+    texts = [b["text"] for m in history(claude.events) if m.message.get("role") == "user"
+             for b in m.message["content"] if b["type"] == "text"
+             and b["text"].startswith("[Request interrupted by user")]
+    assert len(texts) == [r["kind"] for _, r in want].count("aborted")

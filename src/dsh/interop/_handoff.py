@@ -27,7 +27,7 @@ import datetime as _dt
 import json
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -145,6 +145,46 @@ def _claude_usage(usage: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
+_ABORT_TEXT: Final = "[Request interrupted by user]"
+"""The user line Claude Code writes when the person stops a turn (its importer closes the turn
+aborted on it)."""
+
+
+class _Abort:
+    """A turn the person stopped (``turn/end`` aborted): where an export writes the marker."""
+
+    __slots__ = ("time",)
+
+    def __init__(self, time: int) -> None:
+        self.time = time
+
+
+def _entries_and_aborts(events: Sequence[Mapping[str, Any]]) -> Iterator[Entry | _Abort]:
+    """The history entries in log order, with an :class:`_Abort` after a turn ended aborted.
+
+    Rule (docs/standards.md#handing-a-session-back): the message lines alone leave such a turn
+    open when the file is imported again (its last line a tool result, say); the marker each
+    agent writes for it closes it there as aborted. A turn that put no entry in the history
+    gets none.
+    """
+    aborts = [(int(e["seq"]), int(e.get("time") or 0)) for e in events
+              if e.get("type") == "turn/end" and isinstance(e.get("data"), Mapping)
+              and isinstance(e["data"].get("reason"), Mapping)
+              and e["data"]["reason"].get("kind") == "aborted" and isinstance(e.get("seq"), int)]
+    at = 0
+    since = False  # an entry was yielded since the last abort
+    for entry in history(events):
+        while at < len(aborts) and aborts[at][0] < entry.seq:
+            if since:
+                yield _Abort(aborts[at][1])
+                since = False
+            at += 1
+        yield entry
+        since = True
+    if since and at < len(aborts):
+        yield _Abort(aborts[at][1])
+
+
 def to_claude_code(log: LogLike, *, cwd: str | None = None,
                    agent_id: str | None = None) -> list[dict[str, Any]]:
     """The session as the lines of a Claude Code session file (module docstring).
@@ -167,7 +207,7 @@ def to_claude_code(log: LogLike, *, cwd: str | None = None,
     lines: list[dict[str, Any]] = []
     previous: str | None = None
 
-    def envelope(kind: str, key: object, entry: Entry) -> dict[str, Any]:
+    def envelope(kind: str, key: object, entry: Entry | _Abort) -> dict[str, Any]:
         line: dict[str, Any] = {"parentUuid": previous, "isSidechain": agent_id is not None,
                                 "userType": "external", "cwd": here, "sessionId": parent_sid,
                                 "version": _VERSION, "type": kind,
@@ -176,9 +216,21 @@ def to_claude_code(log: LogLike, *, cwd: str | None = None,
             line["agentId"] = agent_id
         return line
 
-    for entry in history(log.events):
+    interrupted = False  # the last line written is Claude Code's own interrupt line
+    for entry in _entries_and_aborts(log.events):
+        if isinstance(entry, _Abort):
+            if not interrupted:
+                line = envelope("user", f"{len(lines)}:aborted", entry)
+                line["message"] = {"role": "user",
+                                   "content": [{"type": "text", "text": _ABORT_TEXT}]}
+                lines.append(line)
+                previous = line["uuid"]
+            interrupted = False
+            continue
         message = entry.message
         role = message.get("role")
+        interrupted = role == "user" and _joined(message.get("content") or []).startswith(
+            _ABORT_TEXT[:-1])
         if entry.shadows is not None:
             boundary = envelope("system", f"{entry.seq}:boundary", entry)
             boundary.update({"parentUuid": None, "logicalParentUuid": previous,
@@ -318,8 +370,12 @@ def to_codex(log: LogLike, *, cwd: str | None = None) -> list[dict[str, Any]]:
         "originator": "dsh", "cli_version": _VERSION, "instructions": None,
         "model_provider": "openai"}}]
     model: str | None = None
-    for entry in history(log.events):
+    for entry in _entries_and_aborts(log.events):
         stamp = iso_time(entry.time)
+        if isinstance(entry, _Abort):
+            lines.append({"timestamp": stamp, "type": "event_msg",
+                          "payload": {"type": "turn_aborted", "reason": "interrupted"}})
+            continue
         if entry.shadows is not None:
             lines.append({"timestamp": stamp, "type": "compacted",
                           "payload": {"message": _compaction_text(entry)}})
