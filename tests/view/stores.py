@@ -88,3 +88,14 @@ def write_damaged(url: str, root: Path, session_id: str = "damaged") -> Path:
     lines[8] = b'{"type": "user/message", "seq": 7, oops'  # seq 7's line: not JSON any more
     path.write_bytes(b"\n".join(lines))
     return path
+
+
+def start_view(url: str, *, stderr: int = subprocess.DEVNULL
+               ) -> tuple[subprocess.Popen[str], str, str]:
+    """``dsh view --store url`` on a free port: the process, its base URL and its token."""
+    server = subprocess.Popen([sys.executable, "-m", "dsh.cli", "view", "--store", url,
+                               "--no-browser", "--port", "0"], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=stderr, text=True)
+    assert server.stdout is not None
+    base, token = server.stdout.readline().strip().split("/?token=")
+    return server, base, token

@@ -537,16 +537,13 @@ def test_a_running_dsh_view_shows_no_erased_text_right_after_dsh_erase(
     import urllib.request
 
     from dsh.rights import erase
+    from tests.view.stores import start_view
 
-    root = Path(__file__).resolve().parents[2]
     url = f"jsonl:{tmp_path / 'j'}" if backend == "jsonl" else f"sqlite:{tmp_path / 's.db'}"
     _secret_session(url)
-    server = subprocess.Popen([sys.executable, "-m", "dsh.cli", "view", "--store", url,
-                               "--no-browser", "--port", "0"], cwd=root,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    server, base, token = start_view(url)
     assert server.stdout is not None
     try:
-        base, token = server.stdout.readline().strip().split("/?token=")
 
         def page() -> str:
             with urllib.request.urlopen(f"{base}/s/victim?token={token}", timeout=60) as got:

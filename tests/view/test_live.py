@@ -75,3 +75,36 @@ def test_live_stream_sends_each_committed_turn_as_rendered_entries(tmp_path: Pat
                 server.wait(timeout=30)
                 if server.stdout is not None:
                     server.stdout.close()
+
+
+def test_ctrl_c_with_a_live_page_open_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    # docs/cli.md#exit-status-and-errors: before, uvicorn waited a second for the open live
+    # stream, then cancelled it and printed "Exception in ASGI application" with a traceback
+    # of the CancelledError above the error[INTERRUPTED] line
+    import dsh
+    from dsh.testing import LogBuilder
+
+    url = f"sqlite:{tmp_path / 's.db'}"
+    log = LogBuilder("w1")
+    log.completed_turn("hello")
+    with dsh.open(url) as store:
+        session = store.session("w1")
+        for event in log.events:
+            session.append(event["type"], event["data"], surface_op=event.get("surfaceOp"))
+    from tests.view.stores import start_view
+
+    server, base, token = start_view(url, stderr=subprocess.PIPE)
+    try:
+        with urllib.request.urlopen(f"{base}/s/w1/live?from=0&token={token}",
+                                    timeout=30) as stream:
+            assert stream.readline() == b"retry: 2000\n"  # the stream is open
+            server.send_signal(signal.SIGINT)
+            _, err = server.communicate(timeout=60)
+            # the server ended the stream itself: whole (before: cut, IncompleteRead)
+            assert stream.read().endswith(b"data: 6\n\n")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 130
+    assert err == "error[INTERRUPTED]: interrupted\n"

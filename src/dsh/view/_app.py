@@ -160,8 +160,9 @@ class _Gate:
 class _Viewer:
     """The route handlers over one store (sync handlers run in starlette's thread pool)."""
 
-    def __init__(self, store: ViewStore) -> None:
+    def __init__(self, store: ViewStore, stopping: asyncio.Event | None = None) -> None:
         self.store = store
+        self.stopping = stopping
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -440,16 +441,25 @@ class _Viewer:
                 await queue.put(error)
 
         task = asyncio.create_task(pump())
+        # the server stopping (Ctrl-C) ends the stream, so the shutdown finds no request still
+        # running to cancel (which uvicorn reported as a traceback)
+        stop = asyncio.ensure_future(self.stopping.wait()) if self.stopping is not None \
+            else asyncio.get_running_loop().create_future()
         try:
             yield b"retry: 2000\n\n"
             while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), timeout=10)
-                except TimeoutError:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, stop}, timeout=10,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()  # nothing taken from the queue: a cancelled get is safe
+                    if stop in done:
+                        return
                     if await request.is_disconnected():
                         return
                     yield b": keep-alive\n\n"
                     continue
+                item = getter.result()
                 batch = [item]
                 while not queue.empty():
                     batch.append(queue.get_nowait())
@@ -465,6 +475,7 @@ class _Viewer:
                     yield _sse("damage", f"{error.code}: {error.message}".encode(), None)
                     return
         finally:
+            stop.cancel()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, DshError):
                 await task
@@ -597,12 +608,15 @@ def _request_context(events: Sequence[Any], messages: Sequence[tuple[int, Any]],
             "header_src": None}
 
 
-def create_app(store: ViewStore, *, token: str) -> ASGIApp:
+def create_app(store: ViewStore, *, token: str,
+               stopping: asyncio.Event | None = None) -> ASGIApp:
     """The viewer's ASGI application over ``store``, gated by ``token``.
 
     Args:
         store: The store to show (the caller closes it).
         token: The secret every request must carry (``?token=`` or the cookie it sets).
+        stopping: Set when the server stops: live streams then end (None: they end only
+            when their reader goes).
 
     Returns:
         An ASGI app: ``/`` the sessions, ``/s/<id>`` a session (``?start=``, ``?at=``),
@@ -611,7 +625,7 @@ def create_app(store: ViewStore, *, token: str) -> ASGIApp:
         ``/search?q=``, ``/s/<id>/search?q=``, ``/s/<id>/live?from=`` (server-sent events).
     """
     warm()
-    viewer = _Viewer(store)
+    viewer = _Viewer(store, stopping)
     static = resources.files("dsh.view") / "static"
 
     async def not_found(request: Request, exc: Exception) -> Response:

@@ -8,11 +8,13 @@ does. The socket is bound before the URL is announced, so the URL works the mome
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import secrets
 import socket
 import webbrowser
 from collections.abc import Callable
+from types import FrameType
 from urllib.parse import quote
 
 from dsh import ConfigError
@@ -89,10 +91,25 @@ def serve(store_url: str, *, host: str = "127.0.0.1", port: int = 0, token: str 
         sock.listen(128)
         sock.setblocking(False)
         url = viewer_url(host, sock.getsockname()[1], token, session_id)
-        config = uvicorn.Config(create_app(store, token=token), log_level="warning",
-                                lifespan="off", timeout_graceful_shutdown=1,
-                                access_log=False)
-        server = uvicorn.Server(config)
+        stopping = asyncio.Event()
+        config = uvicorn.Config(create_app(store, token=token, stopping=stopping),
+                                log_level="warning", lifespan="off",
+                                timeout_graceful_shutdown=1, access_log=False)
+        loop_of: list[asyncio.AbstractEventLoop] = []
+
+        class Server(uvicorn.Server):
+            """uvicorn's server that also tells the live streams it is stopping."""
+
+            async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+                loop_of.append(asyncio.get_running_loop())
+                await super().serve(sockets)
+
+            def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+                super().handle_exit(sig, frame)
+                for loop in loop_of:  # a signal handler: the loop sets the event itself
+                    loop.call_soon_threadsafe(stopping.set)
+
+        server = Server(config)
         announce(url)
         if open_browser:
             webbrowser.open(url)
