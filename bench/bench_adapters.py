@@ -75,8 +75,7 @@ def import_session(kind: str) -> None:
     """Import what a ``kind`` session (``dsh`` or ``sqlite``) needs, so no clock counts it."""
     if kind == "dsh":
         # the store imports its backend and its write lock lazily: time the work, not imports
-        import filelock  # noqa: F401
-
+        # (the lock is fcntl.flock on POSIX: filelock loads only where fcntl is missing)
         import dsh.persistence._facade
         import dsh.persistence._lock
         import dsh.persistence.sqlite._backend  # noqa: F401
