@@ -1090,3 +1090,36 @@ def test_a_live_session_whose_read_found_damage_closes_keeping_what_was_acknowle
     reopened = DshSession("big", store)
     assert run(reopened.get_items(limit=4)) == _long_turns(400, 1)  # the tail reads cleanly
     reopened.close()
+
+
+def test_a_session_open_read_and_append_load_no_listing_salvage_or_filelock(
+        tmp_path: Path) -> None:
+    """The listing, the torn-tail salvage and ``filelock`` load when a store lists or repairs.
+
+    A DshSession's open, reads and appends on a SQLite store never list sessions nor save a
+    torn tail, and the write lock is ``fcntl.flock`` on POSIX (docs/adapters.md#memory).
+    """
+    import subprocess
+    import sys
+
+    store = tmp_path / "s.db"
+    code = (
+        "import asyncio, sys\n"
+        "from dsh.adapters.openai_agents import DshSession\n"
+        "async def main():\n"
+        f"    s = DshSession('a', 'sqlite:///{store}')\n"
+        "    await s.add_items([{'role': 'user', 'content': 'hi'}])\n"
+        "    assert len(await s.get_items()) == 1 and len(await s.get_items(limit=1)) == 1\n"
+        "    s.close()\n"
+        "asyncio.run(main())\n"
+        "import os\n"
+        "names = ('dsh.persistence._listing', 'dsh.persistence._salvage')\n"
+        "names += ('filelock',) if os.name == 'posix' else ()\n"
+        "print(sorted(m for m in names if m in sys.modules))\n"
+        "from dsh.persistence import Persistence, open_backend\n"
+        f"p = Persistence(open_backend('sqlite:///{store}'))\n"
+        "print([e.id for e in p.list_entries()[0]], 'dsh.persistence._listing' in sys.modules)\n"
+        "p.close()\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout.split("\n")
+    assert out[:2] == ["[]", "['a'] True"]

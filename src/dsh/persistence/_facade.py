@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from types import TracebackType
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from dsh._errors import (
     DshError,
@@ -48,17 +48,19 @@ from dsh.persistence._contract import (
     normalize_header,
     session_id_problem,
 )
-from dsh.persistence._listing import ListingEntry, read_entries
 from dsh.persistence._observer import LiveSessions, PersistenceObserver
 from dsh.persistence._read import Inspection
 from dsh.persistence._write_behind import WriteBehind
 from dsh.session import Event, Session, SessionStore
 
+if TYPE_CHECKING:  # (the listing loads when a store lists: a session's open never does)
+    from dsh.persistence._listing import ListingEntry
+
 __all__ = ["Persistence"]
 
 log = logging.getLogger("dsh.persistence")
 
-_Entries = list[ListingEntry]
+_Entries = list["ListingEntry"]
 _Errors = list[DshError]
 _Activity = list[tuple[FrozenDict, int]]
 
@@ -174,6 +176,8 @@ class Persistence:
             read = self.read(session_id)
             return read.header, read.stored_events
 
+        from dsh.persistence._listing import read_entries
+
         if self.backend.capabilities.listing:
             entries, errors = cast(ListsEntries, self.backend).list_entries(full)
             return [e for e in entries if e.id != STORE_LOG_ID], errors
@@ -201,6 +205,8 @@ class Persistence:
         def full(session_id: str) -> tuple[FrozenDict, tuple[Event, ...]]:
             read = self.read(session_id)
             return read.header, read.stored_events
+
+        from dsh.persistence._listing import read_entries
 
         if self.backend.capabilities.listing:
             pairs, errors = cast(ListsEntries, self.backend).list_activity(full)

@@ -44,7 +44,6 @@ from array import array
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from glob import escape as glob_escape
 from itertools import accumulate, chain
 from operator import lt
 from pathlib import Path
@@ -736,6 +735,8 @@ def replace_sidecar(path: Path, data: bytes) -> None:
     Raises:
         OSError: it could not be written (the old file stays).
     """
+    from glob import escape as glob_escape  # (glob loads when a sidecar is replaced)
+
     for stale in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
         stale.unlink(missing_ok=True)
     replace_file(path, data)

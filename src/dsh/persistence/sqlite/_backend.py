@@ -70,17 +70,6 @@ from dsh.persistence._contract import (
     session_id_problem,
     validate_batch,
 )
-from dsh.persistence._listing import (
-    SOURCE_EVENT_TYPE,
-    ListingEntry,
-    ReadFn,
-    is_untimed,
-    prompt_of,
-    read_entries,
-    reply_model,
-    request_model,
-    source_format,
-)
 from dsh.persistence._lock import SessionLock
 from dsh.persistence._paths import (
     drop_aside_files,
@@ -91,7 +80,6 @@ from dsh.persistence._paths import (
     replace_durably,
     write_aside_file,
 )
-from dsh.persistence._salvage import list_cuts, save_cut
 from dsh.persistence._seal import (
     Seal,
     SealCut,
@@ -143,6 +131,7 @@ from dsh.persistence.sqlite._schema import (
 from dsh.session import SESSION_FORMAT_VERSION, Event
 
 if TYPE_CHECKING:
+    from dsh.persistence._listing import ListingEntry, ReadFn
     from dsh.persistence._search import SearchIndex
 
 __all__ = [
@@ -1087,6 +1076,8 @@ class SqliteBackend:
         Raises:
             OSError: the file could not be written (then nothing is deleted).
         """
+        from dsh.persistence._salvage import save_cut  # (only a torn tail's repair saves)
+
         def plain(value: object) -> object:
             return {"hex": value.hex()} if isinstance(value, bytes) else value
 
@@ -1140,6 +1131,17 @@ class SqliteBackend:
             LogCorruptError: a sessions row is invalid.
             PersistenceError: the database failed.
         """
+        # (the listing's helpers load here: a session's open, read and append never list)
+        from dsh.persistence._listing import (
+            SOURCE_EVENT_TYPE,
+            ListingEntry,
+            is_untimed,
+            prompt_of,
+            read_entries,
+            request_model,
+            source_format,
+        )
+
         with self._shared() as c:
             conn = c.conn
             version = c.schema_version
@@ -1256,6 +1258,8 @@ class SqliteBackend:
         decoded), as :meth:`list_entries` computes them. A session whose last row does not
         decode is read in full through ``read``.
         """
+        from dsh.persistence._listing import read_entries
+
         path = str(self.path)
         with self._shared() as c:
             conn = c.conn
@@ -1329,6 +1333,8 @@ class SqliteBackend:
 
         Oldest first (``<db>.dsh-cuts/<encoded id>.torn-<UTC time>-<pid>``); empty when none.
         """
+        from dsh.persistence._salvage import list_cuts  # (only a repair or a listing of cuts)
+
         return [str(p) for p in list_cuts(self.cut_dir, _cut_stem(session_id))]
 
     def _take_lock(self, session_id: str) -> SessionLock:
@@ -2532,6 +2538,8 @@ def _reply_models(conn: Any, firsts: Sequence[Any], columns: str, version: int
     ``firsts`` holds each session's first assistant row; a session whose first one names no
     model has its later assistant rows read, in seq order, until one does.
     """
+    from dsh.persistence._listing import reply_model
+
     models: dict[str, str] = {}
     damaged: set[str] = set()
     for sid, *row in firsts:
