@@ -227,6 +227,23 @@ def test_an_index_naming_wrong_events_under_a_kept_anchor_is_refused_and_the_log
     assert "named a wrong event" in caplog.text
 
 
+def test_a_writer_misled_by_the_index_beside_the_log_folds_it_afresh_and_appends_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The whole index a new writer reads names a wrong checkpoint event: the turn is stored."""
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    _converse(store, "t", 2)
+    good = _aside(store, "t")
+    assert good is not None
+    _aside(store, "t", _damaged(good, 1, _latest_at(1)))  # the head stays right
+    caplog.set_level("WARNING", logger="dsh.adapters.langgraph")
+    _converse(store, "t", 1, first=2)  # was IndexMisledError out of put
+    assert "named a wrong event" in caplog.text
+    latest = _reads(store, "t")[0]
+    assert [text for _, _, text in latest[3]["channel_values"]["messages"]] == [
+        "question 0", "answer 0", "question 1", "answer 1", "question 2", "answer 2"]
+    dsh("verify", "t", "--store", store)
+
+
 def test_a_writer_keeps_the_index_as_it_goes(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     store = f"sqlite:///{tmp_path / 'sessions.db'}"

@@ -67,7 +67,7 @@ from collections.abc import (
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import zstandard
 
@@ -104,6 +104,7 @@ from dsh.adapters._langgraph_index import (
     IndexMisledError,
     Namespace,
     ThreadIndex,
+    Writes,
     decode_index,
     encode_index,
     event_at,
@@ -153,6 +154,7 @@ INDEX_EVERY: Final = 256
 than the index there (and at close), so a cold read folds at most about this many."""
 
 _logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _MESSAGES: Final = "messages"
 _ONE_SHOT_MAX_BYTES: Final = 64 * 1024 * 1024
@@ -529,6 +531,21 @@ class DshSaver(BaseCheckpointSaver[str]):
             if log is not None:
                 fresh = self._threads[thread_id] = _Thread(thread_id)
                 fresh.fold(log.session.events)
+
+    def _through_index(self, thread_id: str, thread: _Thread,
+                       read: Callable[[_Thread], _T]) -> tuple[_Thread, _T]:
+        """``read(thread)`` for a writer, again on its log folded afresh if the index misled.
+
+        A writer's reads through the index (the checkpoint a new one continues, the writes
+        already stored) run before it appends anything, so a second run appends once.
+        """
+        try:
+            return thread, read(thread)
+        except IndexMisledError as exc:
+            self._misled(exc)
+            fresh = self._thread(thread_id, write=True)
+            assert fresh is not None
+            return fresh, read(fresh)
 
     def _keep_index(self, thread: _Thread, events: Sequence[Event]) -> None:
         """Keep the thread's index beside its log (after a commit; a failure is only logged).
@@ -915,7 +932,8 @@ class DshSaver(BaseCheckpointSaver[str]):
                     depth[channel] = 0
             branch = ""
             if ns == "" and isinstance(values.get(_MESSAGES), list):
-                branch = self._place(thread, conf.get("checkpoint_id"), values[_MESSAGES])
+                thread, branch = self._through_index(thread_id, thread, lambda t: self._place(
+                    t, conf.get("checkpoint_id"), values[_MESSAGES]))
             deferred = self._deferred.pop((thread_id, checkpoint["id"]), None) \
                 if ns == "" else None
             if ns == "":
@@ -972,9 +990,13 @@ class DshSaver(BaseCheckpointSaver[str]):
             log = self._writer(thread_id)
             thread = self._thread(thread_id, write=True)
             assert thread is not None
-            entry = thread.index.entry(ns, checkpoint_id)
-            held = (writes_of(entry, log.session.events, ns, str(checkpoint_id))
-                    if entry is not None else {})
+
+            def held_by(t: _Thread) -> tuple[CheckpointEntry | None, Writes]:
+                found = t.index.entry(ns, checkpoint_id)
+                return found, (writes_of(found, log.session.events, ns, str(checkpoint_id))
+                               if found is not None else {})
+
+            thread, (entry, held) = self._through_index(thread_id, thread, held_by)
             rows = []
             for index, (channel, value) in enumerate(writes):
                 idx = WRITES_IDX_MAP.get(channel, index)
