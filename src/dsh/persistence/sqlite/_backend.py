@@ -324,6 +324,26 @@ def _check_path(path: Path) -> None:
                  "must have no group or other permissions (dsh refuses it otherwise)")
 
 
+_HEADER_APPLICATION_ID: Final = slice(68, 72)
+"""Where a SQLite file's header keeps ``PRAGMA application_id`` (big-endian)."""
+
+
+def _header_application_id(path: Path) -> int | None:
+    """The application id in ``path``'s SQLite header on disk, or None (absent, short, unreadable).
+
+    A hint only: a change still in the WAL is not in the header, so a mismatch calls for the
+    full open check, never for a refusal on its own.
+    """
+    try:
+        with path.open("rb") as f:
+            head = f.read(_HEADER_APPLICATION_ID.stop)
+    except OSError:
+        return None
+    if len(head) < _HEADER_APPLICATION_ID.stop:
+        return None
+    return int.from_bytes(head[_HEADER_APPLICATION_ID], "big")
+
+
 def lock_file_name(session_id: str) -> str:
     """The lock file name of ``session_id`` inside ``<db>.dsh-locks/``.
 
@@ -860,11 +880,19 @@ class SqliteBackend:
     def search_index(self) -> SearchIndex:
         """The store's search index: the sidecar ``<db>.dsh-search.db`` (docs/stores.md#search).
 
-        Opened on first use; the caller closes it.
+        Opened on first use; the caller closes it. A file whose header does not carry dsh's
+        application id gets the full open check first (``schema_version``), so another
+        program's database is refused (``FOREIGN_DATABASE``, as ``list`` refuses it) before any
+        index is written beside it; a marked file is read without a connection of its own.
+
+        Raises:
+            PersistenceError: code ``FOREIGN_DATABASE``, and the other errors of opening the file.
         """
         from dsh.persistence._search import SIDECAR_NAME, SidecarIndex, SqliteFreshness
 
         path = self.path
+        if _header_application_id(path) != APPLICATION_ID:
+            self.schema_version  # noqa: B018 - raises for a file that is not dsh's
         return SidecarIndex(path.with_name(path.name + SIDECAR_NAME),
                             SqliteFreshness(path))
 
