@@ -5339,6 +5339,24 @@ rec_string(const char *p, const char *end, int *escaped, RecScan *scan)
     p++;
     while (p < end) {
         unsigned char c;
+#if defined(__SSE2__)
+        /* 16 bytes at a time to the first quote, backslash or control character: straight
+         * to it (the first set bit of the mask), not byte by byte through the bytes before
+         * it (most strings of a record are member names, shorter than 16 bytes) */
+        while (end - p >= 16) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)p);
+            unsigned int hit = (unsigned int)_mm_movemask_epi8(_mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                             _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                /* unsigned v <= 0x1F: the smaller of v and 0x1F is v */
+                _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v)));
+            if (hit != 0) {
+                p += __builtin_ctz(hit);
+                break;
+            }
+            p += 16;
+        }
+#endif
         /* 8 bytes at a time while none is a quote, a backslash or a control character (the
          * tests are exact: a word passes only when no byte of it is one) */
         while (end - p >= 8) {
@@ -7026,18 +7044,49 @@ row_tuple(sqlite3_stmt *stmt)
 }
 
 
+/* One stepped row's columns 1..7, each read from SQLite once: its class, then its value as
+ * that class (no conversion, so no pointer read before is invalidated by a later call). The
+ * pass reads a column several times (the seal text, the selection, the cut): one API call
+ * each was a ninth of read_rows. Valid until the next step. */
+typedef struct {
+    int type[8];
+    const unsigned char *ptr[8];  /* TEXT or BLOB bytes (NULL: an empty BLOB, or no memory) */
+    Py_ssize_t size[8];
+    long long num[8];             /* INTEGER */
+} Cols;
+
+static void
+cols_read(Cols *c, sqlite3_stmt *stmt)
+{
+    int i;
+    for (i = 1; i < 8; i++) {
+        int kind = c->type[i] = sq.column_type(stmt, i);
+        if (kind == DSH_SQLITE_INTEGER) {
+            c->num[i] = sq.column_int64(stmt, i);
+        }
+        else if (kind == DSH_SQLITE_TEXT) {
+            c->ptr[i] = sq.column_text(stmt, i);
+            c->size[i] = sq.column_bytes(stmt, i);
+        }
+        else if (kind == DSH_SQLITE_BLOB) {
+            c->ptr[i] = sq.column_blob(stmt, i);
+            c->size[i] = sq.column_bytes(stmt, i);
+        }
+    }
+}
+
 /* A TEXT or NULL column into b as f"{v}" does; 1 when it is another class or not strict
  * UTF-8 (the Python read then runs), -1 on error. */
 static int
-buf_column_text(Buf *b, sqlite3_stmt *stmt, int i)
+buf_column_text(Buf *b, const Cols *c, int i)
 {
-    int kind = sq.column_type(stmt, i);
+    int kind = c->type[i];
     if (kind == DSH_SQLITE_NULL) {
         return buf_put(b, "None", 4);
     }
     if (kind == DSH_SQLITE_TEXT) {
-        const unsigned char *text = sq.column_text(stmt, i);
-        Py_ssize_t n = sq.column_bytes(stmt, i);
+        const unsigned char *text = c->ptr[i];
+        Py_ssize_t n = c->size[i];
         if (text == NULL || !utf8_strict(text, n)) {
             return 1;
         }
@@ -7052,36 +7101,36 @@ buf_column_text(Buf *b, sqlite3_stmt *stmt, int i)
  * is emitted from Python rows by rows_text (above): a change to the one is a change to the
  * other. */
 static int
-seal_row_text(Buf *meta, Buf *payload, sqlite3_stmt *stmt, int first_meta, int first_payload)
+seal_row_text(Buf *meta, Buf *payload, const Cols *c, int first_meta, int first_payload)
 {
     int got, kind;
     if ((!first_meta && buf_put(meta, "\x1e", 1) < 0)
-            || sq.column_type(stmt, 1) != DSH_SQLITE_INTEGER
-            || sq.column_type(stmt, 3) != DSH_SQLITE_INTEGER) {
+            || c->type[1] != DSH_SQLITE_INTEGER
+            || c->type[3] != DSH_SQLITE_INTEGER) {
         return PyErr_Occurred() ? -1 : 1;
     }
-    if (buf_ll(meta, sq.column_int64(stmt, 1)) < 0 || buf_put(meta, "\x1f", 1) < 0) {
+    if (buf_ll(meta, c->num[1]) < 0 || buf_put(meta, "\x1f", 1) < 0) {
         return -1;
     }
-    if ((got = buf_column_text(meta, stmt, 2)) != 0) {
+    if ((got = buf_column_text(meta, c, 2)) != 0) {
         return got;
     }
-    if (buf_put(meta, "\x1f", 1) < 0 || buf_ll(meta, sq.column_int64(stmt, 3)) < 0
+    if (buf_put(meta, "\x1f", 1) < 0 || buf_ll(meta, c->num[3]) < 0
             || buf_put(meta, "\x1f", 1) < 0) {
         return -1;
     }
-    if ((got = buf_column_text(meta, stmt, 6)) != 0) {
+    if ((got = buf_column_text(meta, c, 6)) != 0) {
         return got;
     }
     if (buf_put(meta, "\x1f", 1) < 0) {
         return -1;
     }
-    kind = sq.column_type(stmt, 7);
+    kind = c->type[7];
     if (kind == DSH_SQLITE_NULL) {
         got = buf_put(meta, "None", 4);
     }
     else if (kind == DSH_SQLITE_INTEGER) {
-        got = buf_ll(meta, sq.column_int64(stmt, 7));
+        got = buf_ll(meta, c->num[7]);
     }
     else {
         return 1;
@@ -7089,29 +7138,29 @@ seal_row_text(Buf *meta, Buf *payload, sqlite3_stmt *stmt, int first_meta, int f
     if (got < 0 || buf_put(meta, "\x1f", 1) < 0) {
         return -1;
     }
-    kind = sq.column_type(stmt, 5);
+    kind = c->type[5];
     if (kind == DSH_SQLITE_BLOB) {
-        const void *blob = sq.column_blob(stmt, 5);
-        if (buf_hex_raw(meta, blob, sq.column_bytes(stmt, 5)) < 0) {
+        const void *blob = c->ptr[5];
+        if (buf_hex_raw(meta, blob, c->size[5]) < 0) {
             return -1;
         }
     }
-    else if ((got = buf_column_text(meta, stmt, 5)) != 0) {
+    else if ((got = buf_column_text(meta, c, 5)) != 0) {
         return got;
     }
     if (!first_payload && buf_put(payload, "\x1e", 1) < 0) {
         return -1;
     }
-    kind = sq.column_type(stmt, 4);
+    kind = c->type[4];
     if (kind == DSH_SQLITE_BLOB) {
-        const void *blob = sq.column_blob(stmt, 4);
+        const void *blob = c->ptr[4];
         return buf_put(payload, "\x00", 1) < 0
-            ? -1 : buf_hex_raw(payload, blob, sq.column_bytes(stmt, 4));
+            ? -1 : buf_hex_raw(payload, blob, c->size[4]);
     }
     if (kind != DSH_SQLITE_TEXT) {
         return 1;
     }
-    return buf_column_text(payload, stmt, 4);
+    return buf_column_text(payload, c, 4);
 }
 
 /* zlib.crc32(b's', value) of n bytes at s; -1 on error */
@@ -7163,13 +7212,13 @@ seal_crc(Buf *meta, Buf *payload)
  * gives the float) and every TEXT column strict UTF-8 (Python's sqlite3 refuses the row
  * otherwise); 0 sends the read to Python. */
 static int
-row_classes_ok(sqlite3_stmt *stmt)
+row_classes_ok(const Cols *c)
 {
     int i;
     for (i = 2; i < 8; i++) {
-        int kind = sq.column_type(stmt, i);
+        int kind = c->type[i];
         if (kind == DSH_SQLITE_TEXT) {
-            if (!utf8_strict(sq.column_text(stmt, i), sq.column_bytes(stmt, i))) {
+            if (c->ptr[i] == NULL || !utf8_strict(c->ptr[i], c->size[i])) {
                 return 0;
             }
         }
@@ -7185,6 +7234,8 @@ row_classes_ok(sqlite3_stmt *stmt)
 #define TYPE_CACHE 16
 typedef struct {
     PyObject *name[TYPE_CACHE];
+    const char *utf8[TYPE_CACHE];  /* each name's UTF-8, held by the str: compared per row */
+    Py_ssize_t size[TYPE_CACHE];
     int in_types[TYPE_CACHE];
     int count;
 } TypeCache;
@@ -7192,23 +7243,22 @@ typedef struct {
 /* The row's type as a str (borrowed from the cache) and *in_types; NULL with an error set,
  * or NULL without one when the type is no strict UTF-8 text. */
 static PyObject *
-cached_type(TypeCache *cache, sqlite3_stmt *stmt, PyObject *types, int *in_types)
+cached_type(TypeCache *cache, const Cols *c, PyObject *types, int *in_types)
 {
-    const char *text;
+    const char *text, *have;
     Py_ssize_t n, size;
     int i;
     PyObject *name;
-    if (sq.column_type(stmt, 2) != DSH_SQLITE_TEXT) {
+    if (c->type[2] != DSH_SQLITE_TEXT) {
         return NULL;
     }
-    text = (const char *)sq.column_text(stmt, 2);
-    n = sq.column_bytes(stmt, 2);
+    text = (const char *)c->ptr[2];
+    n = c->size[2];
     if (text == NULL) {
         return NULL;
     }
     for (i = 0; i < cache->count; i++) {
-        const char *have = PyUnicode_AsUTF8AndSize(cache->name[i], &size);
-        if (have != NULL && size == n && memcmp(have, text, (size_t)n) == 0) {
+        if (cache->size[i] == n && memcmp(cache->utf8[i], text, (size_t)n) == 0) {
             *in_types = cache->in_types[i];
             return cache->name[i];
         }
@@ -7219,21 +7269,24 @@ cached_type(TypeCache *cache, sqlite3_stmt *stmt, PyObject *types, int *in_types
     if ((name = PyUnicode_DecodeUTF8(text, n, NULL)) == NULL) {
         return NULL;
     }
-    if ((*in_types = PySequence_Contains(types, name)) < 0) {
+    if ((*in_types = PySequence_Contains(types, name)) < 0
+            || (have = PyUnicode_AsUTF8AndSize(name, &size)) == NULL) {
         Py_DECREF(name);
         return NULL;
     }
-    if (cache->count < TYPE_CACHE) {
-        cache->name[cache->count] = name;
-        cache->in_types[cache->count++] = *in_types;
-        return name;
+    if (cache->count == TYPE_CACHE) {
+        /* a log of many types: the oldest entry makes room */
+        Py_DECREF(cache->name[0]);
+        memmove(cache->name, cache->name + 1, (TYPE_CACHE - 1) * sizeof(PyObject *));
+        memmove(cache->utf8, cache->utf8 + 1, (TYPE_CACHE - 1) * sizeof(const char *));
+        memmove(cache->size, cache->size + 1, (TYPE_CACHE - 1) * sizeof(Py_ssize_t));
+        memmove(cache->in_types, cache->in_types + 1, (TYPE_CACHE - 1) * sizeof(int));
+        cache->count--;
     }
-    /* a log of many types: the oldest entry makes room */
-    Py_DECREF(cache->name[0]);
-    memmove(cache->name, cache->name + 1, (TYPE_CACHE - 1) * sizeof(PyObject *));
-    memmove(cache->in_types, cache->in_types + 1, (TYPE_CACHE - 1) * sizeof(int));
-    cache->name[TYPE_CACHE - 1] = name;
-    cache->in_types[TYPE_CACHE - 1] = *in_types;
+    cache->name[cache->count] = name;
+    cache->utf8[cache->count] = have;
+    cache->size[cache->count] = size;
+    cache->in_types[cache->count++] = *in_types;
     return name;
 }
 
@@ -7270,7 +7323,8 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t sql_len, sid_len, fmt_len, nrec, r = 0, rec_rows = 0;
     long long lo, hi, start, stop, rec_first = 0, rec_end = 0, rec_crc = 0;
     Buf meta = {NULL, 0, 0}, payload = {NULL, 0, 0};
-    TypeCache cache = {{NULL}, {0}, 0};
+    TypeCache cache = {{NULL}, {NULL}, {0}, {0}, 0};
+    Cols cols;
     int rc, fell = 0, failed = 0, seen_start = 0;
     unsigned int steps = 0;
     if (nargs != 12 || !PyUnicode_Check(args[1]) || !PyUnicode_Check(args[2])
@@ -7364,11 +7418,16 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (rc == DSH_SQLITE_DONE) {
             break;
         }
-        if (rc != DSH_SQLITE_ROW || sq.column_type(stmt, 1) != DSH_SQLITE_INTEGER) {
+        if (rc != DSH_SQLITE_ROW) {
             fell = 1;
             goto done;
         }
-        seq = sq.column_int64(stmt, 1);
+        cols_read(&cols, stmt);
+        if (cols.type[1] != DSH_SQLITE_INTEGER) {
+            fell = 1;
+            goto done;
+        }
+        seq = cols.num[1];
         /* the seal: close the records this row is past, join it into the one holding it */
         while (r >= 0 && r < nrec && seq >= rec_end) {
             CLOSE_RECORD();
@@ -7377,13 +7436,13 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
         }
         if (r >= 0 && r < nrec && seq >= rec_first) {
-            if ((got = seal_row_text(&meta, &payload, stmt, rec_rows == 0, rec_rows == 0)) != 0) {
+            if ((got = seal_row_text(&meta, &payload, &cols, rec_rows == 0, rec_rows == 0)) != 0) {
                 fell = got > 0;
                 goto done;
             }
             rec_rows++;
         }
-        else if (!row_classes_ok(stmt)) {
+        else if (!row_classes_ok(&cols)) {
             fell = 1;  /* a REAL, or a row Python's sqlite3 refuses: the Python read */
             goto done;
         }
@@ -7403,8 +7462,7 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 Py_CLEAR(pending);
             }
         }
-        packed = sq.column_type(stmt, 7) == DSH_SQLITE_INTEGER
-            && sq.column_int64(stmt, 7) == 0;
+        packed = cols.type[7] == DSH_SQLITE_INTEGER && cols.num[7] == 0;
         if (seq < start) {
             if (packed && (pending = row_tuple(stmt)) == NULL) {
                 goto done;  /* the row that may hold start: its members, if it does */
@@ -7419,12 +7477,12 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(seq_obj);
             goto done;
         }
-        etype = cached_type(&cache, stmt, types, &in_types);
+        etype = cached_type(&cache, &cols, types, &in_types);
         if (etype == NULL && PyErr_Occurred()) {
             Py_DECREF(seq_obj);
             goto done;
         }
-        if (etype == NULL && sq.column_type(stmt, 2) != DSH_SQLITE_NULL) {
+        if (etype == NULL && cols.type[2] != DSH_SQLITE_NULL) {
             Py_DECREF(seq_obj);
             fell = 1;  /* a type of another class or no strict UTF-8: the Python read */
             goto done;
@@ -7439,12 +7497,11 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(seq_obj);
             continue;  /* not selected */
         }
-        plain = etype != NULL && sq.column_type(stmt, 4) == DSH_SQLITE_TEXT;
+        plain = etype != NULL && cols.type[4] == DSH_SQLITE_TEXT;
         if (plain) {
-            int sop = sq.column_type(stmt, 6);
+            int sop = cols.type[6];
             if (sop == DSH_SQLITE_TEXT) {
-                plain = sq.column_bytes(stmt, 6) == 8
-                    && memcmp(sq.column_text(stmt, 6), "\"append\"", 8) == 0;
+                plain = cols.size[6] == 8 && memcmp(cols.ptr[6], "\"append\"", 8) == 0;
             }
             else {
                 plain = sop == DSH_SQLITE_NULL;
@@ -7470,8 +7527,8 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         {
             /* (strict UTF-8 already: seal_row_text or row_classes_ok checked every TEXT
              * column of this row above) */
-            const unsigned char *text = sq.column_text(stmt, 4);
-            Py_ssize_t n = sq.column_bytes(stmt, 4);
+            const unsigned char *text = cols.ptr[4];
+            Py_ssize_t n = cols.size[4];
             if (text == NULL) {
                 Py_DECREF(seq_obj);
                 fell = 1;

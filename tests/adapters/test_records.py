@@ -120,6 +120,31 @@ def test_record_texts_declines_what_it_cannot_vouch_for(text: str) -> None:
         assert python_record_texts(text, ("source", "adapterRecord"), FMT) is None
 
 
+@pytest.mark.parametrize("special", ['\\"', "\\\\", "\\n", "\\u00e9", "\\ud83d\\ude00", "\x01",
+                                     "\x1f", "\"", "\u00e9", "\x7f"])
+def test_record_texts_finds_each_string_end_and_escape_at_every_offset(special: str) -> None:
+    # the string scan skips 16 bytes (SSE2) or 8 at a time to the first quote, backslash or
+    # control byte: one of each, at every offset of strings that span several chunks, is
+    # found where a byte-by-byte scan finds it (a raw control byte or a bare quote declined,
+    # as orjson refuses the text; the records' values as the reference parses them)
+    assert c_record_texts is not None
+    for length in range(0, 40):
+        for at in range(length + 1):
+            value = "a" * at + special + "b" * (length - at)
+            text = ('{"source":{"adapterRecord":{"format":"openai-agents","records":["'
+                    + value + '",{"k' + "x" * length + '":"' + value + '"}]}}}')
+            cut = c_record_texts(text, ("source", "adapterRecord"), FMT, None)
+            if "\\ud83d" in special:  # a pair of escaped surrogates: declined, as documented
+                assert cut is None, (length, at)
+                continue
+            try:
+                parsed = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                assert cut is None, (length, at)
+                continue
+            assert _values(cut) == parsed["source"]["adapterRecord"]["records"], (length, at)
+
+
 def test_a_cut_is_out_of_the_cyclic_gc() -> None:
     # a tuple of bytes holds no cycle: the cut leaves it untracked, as CPython's collection
     # would (a whole-history read keeps one per record; the next young collection walked them)
