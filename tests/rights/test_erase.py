@@ -8,6 +8,9 @@ Rule: docs/forgetting.md#erasure.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from dsh import RightsError
 from dsh.interop import to_anthropic, to_openai
 from dsh.rights import erase, store_log, verify_receipt
 from dsh.rights._storelog import receipt_digest
+from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 from tests.rights.conftest import (
     SECRETS,
     assert_valid_anthropic,
@@ -243,3 +247,25 @@ def test_ctrl_c_mid_erasure_writes_the_receipt_of_what_was_erased(tmp_path: Path
     assert "s2: erased" in again.stdout and "s3: erased" in again.stdout
     everything = b"\n".join(raw for _, raw in store_bytes(url))
     assert all(secret.encode() not in everything for secret in SECRETS.values())
+
+
+def test_erase_takes_over_a_killed_postgres_writer_on_this_host_at_once(tmp_path: Path) -> None:
+    """docs/forgetting.md#how-an-operation-runs: a writer killed with SIGKILL on this host holds
+    a 60 s lease, yet `dsh erase` with no --wait takes the session over and erases it."""
+    reason = postgres_unreachable()
+    if reason is not None:
+        pytest.skip(f"SKIPPED LOUDLY: {reason}")
+    with temporary_postgres_url(lease_ms=60_000) as url:
+        build(url)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", "import dsh, sys, time\n"
+             "store = dsh.open(sys.argv[1]); store.session('s1')\n"
+             "print('held', flush=True); time.sleep(600)", url],
+            stdout=subprocess.PIPE, text=True)
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
+        done = run_cli("erase", "--store", url, "s1", "--receipt", str(tmp_path / "r.json"))
+        assert "s1: erased" in done.stdout
+        assert SECRETS["user"].encode() not in store_bytes(url)
