@@ -116,6 +116,46 @@ def test_conforms_answers_as_isinstance_of_a_protocol_of_methods(tmp_path: Path)
         memory.close()
 
 
+def test_conforms_answers_as_issubclass_for_dunder_inherited_and_none_members() -> None:
+    # conforms checks the members itself (no issubclass): typing's rule, member by member
+    from typing import Protocol, runtime_checkable
+
+    from dsh.persistence import conforms
+
+    @runtime_checkable
+    class Closes(Protocol):
+        def close(self) -> None: ...
+
+    @runtime_checkable
+    class Handles(Closes, Protocol):
+        def __enter__(self) -> object: ...
+        def read(self, offset: int) -> bytes: ...
+
+    class Base:
+        def close(self) -> None:
+            return None
+
+    class Full(Base):
+        def __enter__(self) -> object:
+            return self
+
+        def read(self, offset: int) -> bytes:
+            return b""
+
+    class NoEnter(Base):
+        def read(self, offset: int) -> bytes:
+            return b""
+
+    class Blocked(Full):
+        read = None  # type: ignore[assignment]  # (None blocks a member, as typing says)
+
+    for cls in (Base, Full, NoEnter, Blocked, object):
+        for protocol in (Closes, Handles):
+            assert conforms(cls(), protocol) is issubclass(cls, protocol), (cls, protocol)
+    assert conforms(Full(), Handles) and not conforms(NoEnter(), Handles)
+    assert not conforms(Blocked(), Handles) and conforms(Base(), Closes)
+
+
 def test_conforms_keeps_no_class_alive() -> None:
     # before: functools.cache held every class conforms was asked about, for the process
     import gc

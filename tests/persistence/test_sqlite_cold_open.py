@@ -312,3 +312,21 @@ def test_a_row_whose_data_is_a_number_is_a_named_seal_mismatch_through_the_resto
     with pytest.raises(LogCorruptError) as found:
         asyncio.run(read())
     assert found.value.where["seq"] <= 1000 and "sessions.db" in found.value.message
+
+
+@pytest.mark.parametrize("session_id", ["s1", "a/b", ".hidden", "é ü", "x" * 240])
+def test_a_handle_names_the_sidecars_the_backend_names(tmp_path: Path, session_id: str) -> None:
+    # the handle builds its sidecar paths from text (one parse each, no pathlib joins): they
+    # are the backend's own, for ids with a slash, a leading dot, non-ASCII, a hashed name
+    backend = SqliteBackend(tmp_path / "d" / "s.db")
+    try:
+        backend.create({"id": session_id, "version": 0, "createdAt": 1})
+        with backend.open(session_id, "read") as handle:
+            assert handle._seal_file == backend._seal_path(session_id)
+            assert handle._metadata_file == backend._metadata_path(session_id)
+            assert handle._restore_point_file == backend.restore_point_dir / (
+                backend._seal_path(session_id).stem + ".ckpt")
+            assert handle.restore_point_path() == handle._restore_point_file
+            assert str(handle._seal_file).startswith(str(tmp_path / "d" / "s.db.dsh-seals/"))
+    finally:
+        backend.close()
