@@ -42,6 +42,10 @@ def test_search_in_a_foreign_sqlite_database_is_refused_as_ls_refuses_it(
     assert searched.returncode == 1
     assert searched.stderr == listed.stderr  # the same one line, naming the file
     assert str(path) in searched.stderr and searched.stdout == ""
+    # what to do, not only what is wrong (before: "... it is not a dsh session store")
+    assert searched.stderr.endswith(
+        "it is not a dsh session store; dsh leaves it as it is: give the path of a dsh store or "
+        "a new file name (--store, or DSH_HOME for the default $DSH_HOME/sessions.db)\n")
     assert sorted(p.name for p in path.parent.iterdir()) == ["sessions.db"]
 
 

@@ -324,6 +324,11 @@ def _check_path(path: Path) -> None:
                  "must have no group or other permissions (dsh refuses it otherwise)")
 
 
+_FOREIGN_WHAT_TO_DO: Final = (
+    "; dsh leaves it as it is: give the path of a dsh store or a new file name (--store, or "
+    "DSH_HOME for the default $DSH_HOME/sessions.db)")
+"""The end of a ``FOREIGN_DATABASE`` message: what to do (docs/errors.md)."""
+
 _HEADER_APPLICATION_ID: Final = slice(68, 72)
 """Where a SQLite file's header keeps ``PRAGMA application_id`` (big-endian)."""
 
@@ -540,8 +545,8 @@ class _Connection:
         if app_id != APPLICATION_ID:
             raise PersistenceError(
                 f"SQLite database {self.path} has application id {app_id}, expected "
-                f"{APPLICATION_ID}; it is not a dsh session store", code="FOREIGN_DATABASE",
-                path=self.path)
+                f"{APPLICATION_ID}; it is not a dsh session store{_FOREIGN_WHAT_TO_DO}",
+                code="FOREIGN_DATABASE", path=self.path)
         self._check_objects(version)
 
     def _initialize(self) -> int:
@@ -565,8 +570,8 @@ class _Connection:
                     raise PersistenceError(
                         f"SQLite database {self.path} has an unversioned schema or application "
                         f"identity (user_version 0, application_id {app_id}, {objects} schema "
-                        f"objects); it is not a dsh session store", code="FOREIGN_DATABASE",
-                        path=self.path)
+                        f"objects); it is not a dsh session store{_FOREIGN_WHAT_TO_DO}",
+                        code="FOREIGN_DATABASE", path=self.path)
                 # A pristine file: schema 17 by default; 14 when asked, for the published dsh.
                 version = self._create_schema
                 for statement in (SCHEMA_17_DDL if version == SCHEMA_VERSION
