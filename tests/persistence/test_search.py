@@ -458,3 +458,64 @@ def test_a_snippet_finds_the_first_word_wherever_the_windows_fall(at: int) -> No
     assert hit.match == "Zèbras"  # the whole word (a prefix match), not the later one
     assert hit.before == "…" + "é" * 59 + " "
     assert snippet_of("s", 1, "user", "é" * at + "xzebra", ["zebra"]).match == ""
+
+
+def test_an_older_sidecar_another_search_just_built_again_is_not_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/formats.md#search-index: two searches that both open a version 1 sidecar race to
+    # build it again; the one that read the old version before the other finished must not
+    # drop the tables the other just built and filled (its search would find nothing)
+    import sqlite3
+
+    from dsh.persistence import _search
+
+    sidecar = tmp_path / "s.db.dsh-search.db"
+    with contextlib.closing(sqlite3.connect(sidecar)) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        for statement in _search._SCHEMA:
+            conn.execute(statement)
+        conn.execute("PRAGMA user_version = 1")
+        conn.commit()
+    real_connect = sqlite3.connect
+
+    def other_search_builds_it() -> None:
+        other = _search._connect(sidecar)
+        other.execute("INSERT INTO indexed VALUES ('a', 'sig', 2)")
+        other.execute("INSERT INTO messages VALUES ('Error here', 'a', 1, 'user')")
+        other.close()
+
+    class Stale:
+        """A connection whose first version read is overtaken by another search's build."""
+
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self._conn, self._raced = conn, False
+
+        def execute(self, sql: str, *args: object) -> object:
+            cursor = self._conn.execute(sql, *args)
+            if sql == "PRAGMA user_version" and not self._raced:
+                self._raced = True
+                version = cursor.fetchall()[0]  # done reading, as the caller's fetchone is
+                other_search_builds_it()
+                return type("Row", (), {"fetchone": lambda _self: version})()
+            return cursor
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._conn, name)
+
+    class Module:
+        Error = sqlite3.Error
+
+        @staticmethod
+        def connect(*args: object, **kwargs: object) -> object:
+            conn = real_connect(*args, **kwargs)  # type: ignore[call-overload]
+            first = not opened
+            opened.append(conn)
+            return Stale(conn) if first else conn
+
+    opened: list[sqlite3.Connection] = []
+    monkeypatch.setattr(_search, "sqlite3", Module)
+    mine = _search._connect(sidecar)
+    assert mine.execute("PRAGMA user_version").fetchone() == (_search.INDEX_VERSION,)
+    assert mine.execute("SELECT session_id, events FROM indexed").fetchall() == [("a", 2)]
+    assert mine.execute("SELECT text FROM messages").fetchall() == [("Error here",)]
+    mine.close()

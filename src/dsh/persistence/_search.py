@@ -551,13 +551,26 @@ def _connect(path: Path | None) -> sqlite3.Connection:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == INDEX_VERSION:  # the common case: nothing to write
                 return conn
-            if version != 0:
-                conn.execute("DROP TABLE IF EXISTS indexed")
-                conn.execute("DROP TABLE IF EXISTS messages")
             conn.execute("PRAGMA journal_mode = WAL")
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {INDEX_VERSION}")
+            # Another search may be building the index again right now: the version is read
+            # again under the write lock and the tables replaced in one transaction, so an
+            # index another process just built (and may be reading) is never dropped under it.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version != INDEX_VERSION:
+                    if version != 0:
+                        conn.execute("DROP TABLE IF EXISTS indexed")
+                        conn.execute("DROP TABLE IF EXISTS messages")
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {INDEX_VERSION}")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                conn.close()
+                raise
             return conn
         except (OSError, sqlite3.Error) as exc:
             log.warning("search index %s cannot be used (%r); searching without it", path, exc)
