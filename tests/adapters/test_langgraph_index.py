@@ -369,3 +369,26 @@ def test_a_cold_get_tuple_parses_the_index_head_and_the_whole_index_when_it_is_n
         == grown[1]["configurable"]["checkpoint_id"]  # the parent of the dropped one
     _aside(store, "h", b"not an index")
     assert _reads(store, "h")[0] == kept
+
+
+@pytest.mark.parametrize(("line", "change"), [(1, _latest_at(1)), (1, _writes_at([1]))],
+                         ids=["checkpoint", "writes"])
+def test_alist_over_an_index_naming_wrong_events_folds_the_log_as_list_does(
+        store: str, line: int, change: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # docs/adapters.md#fast-reads-of-a-thread: alist meets a misleading index as list does
+    import asyncio
+
+    _converse(store, "t", 3)
+    truth = _reads(store, "t")
+    good = _aside(store, "t")
+    assert good is not None
+    _aside(store, "t", _damaged(good, line, change))
+    caplog.set_level("WARNING", logger="dsh.adapters.langgraph")
+    config: Any = {"configurable": {"thread_id": "t"}}
+
+    async def listed(saver: DshSaver) -> list[Any]:
+        return [_plain(t) async for t in saver.alist(config, limit=10)]
+
+    with DshSaver.from_url(store) as saver:
+        assert asyncio.run(listed(saver)) == truth[1]
+    assert "named a wrong event" in caplog.text

@@ -883,13 +883,22 @@ class DshSaver(BaseCheckpointSaver[str]):
         Only the namespace ``config`` names (when it names one), only those whose metadata has
         every ``filter`` item, older than ``before``, at most ``limit``.
         """
+        yield from self._checked_listed(config, filter, before, limit)
+
+    def _checked_listed(self, config: RunnableConfig | None, filter: dict[str, Any] | None,
+                        before: RunnableConfig | None, limit: int | None
+                        ) -> Sequence[CheckpointTuple]:
+        """:meth:`_listed`, read again from the logs when an index beside one misled it.
+
+        Shared by :meth:`list` and :meth:`alist`, so both meet a damaged or forged index the
+        same way (docs/adapters.md#fast-reads-of-a-thread).
+        """
         try:
-            found = self._listed(config, filter, before, limit)
+            return self._listed(config, filter, before, limit)
         except IndexMisledError as exc:
             with self._lock:
                 self._misled(exc)
-            found = self._listed(config, filter, before, limit)
-        yield from found
+            return self._listed(config, filter, before, limit)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -1351,7 +1360,8 @@ class DshSaver(BaseCheckpointSaver[str]):
                     before: RunnableConfig | None = None, limit: int | None = None
                     ) -> AsyncIterator[CheckpointTuple]:
         """Async :meth:`list` (the listing is read in a worker thread)."""
-        for item in await asyncio.to_thread(self._listed, config, filter, before, limit):
+        for item in await asyncio.to_thread(self._checked_listed, config, filter, before,
+                                            limit):
             yield item
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
