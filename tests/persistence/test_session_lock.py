@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -219,11 +220,10 @@ def test_an_owner_file_nested_too_deep_names_nobody(tmp_path: Path) -> None:
         holder.release()
 
 
-def test_a_busy_error_escapes_the_control_characters_of_the_owner_files_host(
-        tmp_path: Path) -> None:
-    # docs/errors.md#sessionbusyerror: the owner file is anyone's text; before, its host went
-    # into str(e) raw, so a library caller printing the error let "\x1b]0;pwned\x07" retitle
-    # the terminal and "\x1b[2J" clear it
+def _held_by_owner(tmp_path: Path, owner: dict[str, object], script: str) -> Any:
+    """What ``script`` prints as JSON, run in a child while this process holds session "s"
+    with ``owner`` as the lock's owner file (the child has ``sys``, ``json``, ``Path``,
+    ``SessionBusyError`` and ``SessionLock``; ``sys.argv[1]`` is the lock path)."""
     import json
     import subprocess
     import sys
@@ -231,23 +231,49 @@ def test_a_busy_error_escapes_the_control_characters_of_the_owner_files_host(
     lock_path = tmp_path / "s" / "session.lock"
     holder = SessionLock(lock_path, "s")
     try:
-        lock_path.with_name("session.lock.owner").write_text(json.dumps(
-            {"pid": "\x1b[2J", "host": "box\x1b]0;pwned\x07\x9b2J\u202e", "since": True}))
+        lock_path.with_name("session.lock.owner").write_text(json.dumps(owner))
         child = subprocess.run(
             [sys.executable, "-c",
              "import sys, json; from pathlib import Path\n"
              "from dsh._errors import SessionBusyError\n"
-             "from dsh.persistence._lock import SessionLock\n"
-             "try:\n    SessionLock(Path(sys.argv[1]), 's')\n"
-             "except SessionBusyError as e:\n"
-             "    print(json.dumps([str(e), *map(e.where.get, ('pid', 'host', 'since'))]))\n",
+             "from dsh.persistence._lock import SessionLock\n" + script,
              str(lock_path)], capture_output=True, text=True, timeout=60)
     finally:
         holder.release()
     assert child.returncode == 0, child.stderr
-    message, pid, host, since = json.loads(child.stdout)
+    return json.loads(child.stdout)
+
+
+def test_a_busy_error_escapes_the_control_characters_of_the_owner_files_host(
+        tmp_path: Path) -> None:
+    # docs/errors.md#sessionbusyerror: the owner file is anyone's text; before, its host went
+    # into str(e) raw, so a library caller printing the error let "\x1b]0;pwned\x07" retitle
+    # the terminal and "\x1b[2J" clear it
+    message, pid, host, since = _held_by_owner(
+        tmp_path, {"pid": "\x1b[2J", "host": "box\x1b]0;pwned\x07\x9b2J\u202e", "since": True},
+        "try:\n    SessionLock(Path(sys.argv[1]), 's')\n"
+        "except SessionBusyError as e:\n"
+        "    print(json.dumps([str(e), *map(e.where.get, ('pid', 'host', 'since'))]))\n")
     assert (pid, since) == (None, None)  # only an int names a pid or a time
     assert host == "box\\x1b]0;pwned\\x07\\x9b2J\\u202e"
     assert message == ("session 's' is open for writing by another process (pid None, host "
                        "box\\x1b]0;pwned\\x07\\x9b2J\\u202e, since None ms); only one writer at "
                        "a time, close the other handle first")
+
+
+def test_a_holder_whose_host_says_this_process_is_waited_for(tmp_path: Path) -> None:
+    # docs/errors.md#sessionbusyerror: whether the holder is this process (never waited for)
+    # is where's holder, not words of the message, which quotes the owner file's host: before,
+    # a host "box by this process" made a waiting writer give up at its first try
+    tries = _held_by_owner(
+        tmp_path, {"pid": 1, "host": "box by this process", "since": 0},
+        "from dsh.adapters._log import wait_for_writer\n"
+        "tries = []\n"
+        "def attempt():\n"
+        "    tries.append(1)\n"
+        "    try:\n        return SessionLock(Path(sys.argv[1]), 's')\n"
+        "    except SessionBusyError as e:\n"
+        "        tries.append(e.where.get('holder'))\n        raise\n"
+        "try:\n    wait_for_writer(attempt, 1.0)\n"
+        "except SessionBusyError:\n    print(json.dumps(tries))\n")
+    assert tries[:2] == [1, "another process"] and tries.count(1) > 1  # waited, tried again

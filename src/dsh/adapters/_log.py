@@ -97,7 +97,8 @@ def wait_for_writer(open_session: Callable[[], _T], wait_s: float) -> _T:
         try:
             return open_session()
         except SessionBusyError as error:
-            if "this process" in error.message or time.monotonic() >= deadline:
+            # told by where's holder: the message quotes the owner file's host, anyone's text
+            if error.where.get("holder") == "this process" or time.monotonic() >= deadline:
                 sid = error.where.get("session_id")
                 raise SessionBusyError(
                     f"session {sid!r} is being written by {_holder(error)}; waited {wait_s:g} s "

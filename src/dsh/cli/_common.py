@@ -173,7 +173,9 @@ def _wait_for_writers(persistence: Persistence, wait_s: float) -> None:
                 return original(session_id, mode)
             except SessionBusyError as error:
                 # A writer in this process never lets go while we wait; another one may.
-                if "this process" in error.message or time.monotonic() >= deadline:
+                # told by where's holder: the message quotes the owner file's host
+                if (error.where.get("holder") == "this process"
+                        or time.monotonic() >= deadline):
                     raise busy_for_people(error, wait_s) from error
                 time.sleep(0.05)
 

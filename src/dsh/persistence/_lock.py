@@ -278,6 +278,7 @@ class SessionLock:
             pid=pid,
             host=host,
             since=since,
+            holder=where,  # what a waiter tells by, never the message's words
         )
 
     @property

@@ -170,7 +170,7 @@ class MemoryBackend:
                         f"session {session_id!r} is open for writing by this process (pid "
                         f"{pid}, host {host}, since {since} ms); only one writer at a time, "
                         f"close the other handle first", session_id=session_id, pid=pid,
-                        host=host, since=since)
+                        host=host, since=since, holder="this process")
                 stored.writer = (os.getpid(), socket.gethostname(), int(time.time() * 1000))
             return MemoryHandle(self, session_id, mode)
 
