@@ -304,10 +304,28 @@ async def open_agent(store: Store, provider: Any, session_id: str | None, *,
     return agent, resumed
 
 
+def _unset_provider_note() -> str:
+    """Where a provider could have been set and was not, or '' when one was set there.
+
+    Ends a ``MISSING_KEY`` for a provider no option chose: a person who wrote
+    ``~/.dsh/config.toml`` while ``DSH_HOME`` names another folder learns which file was read
+    (docs/cli.md#settings).
+    """
+    import os
+
+    from dsh.cli._common import dsh_home
+
+    if os.environ.get("DSH_PROVIDER") or "provider" in _config_file():
+        return ""
+    path = dsh_home() / CONFIG_FILE
+    state = "sets no provider" if path.exists() else "does not exist"
+    return f" (no provider was chosen: DSH_PROVIDER is unset and {path} {state})"
+
+
 @contextmanager
 def store_and_provider(url: str | None, *, wait: float, session_id: str | None,
-                       settings: tuple[str, str | None, str | None, float]
-                       ) -> Iterator[tuple[Store, Any]]:
+                       settings: tuple[str, str | None, str | None, float],
+                       provider_given: bool = True) -> Iterator[tuple[Store, Any]]:
     """The store and the provider of ``dsh run``/``dsh chat``, the session id given checked first.
 
     Rule (docs/cli.md#stores-and-ids): a bad id (``INVALID_ID``, ``SESSION_ID_PREFIX``) is the
@@ -321,6 +339,8 @@ def store_and_provider(url: str | None, *, wait: float, session_id: str | None,
         wait: Seconds to wait for a busy session (``--wait``).
         session_id: The id given, or None.
         settings: ``(provider, model, base_url, read_timeout_s)`` (:func:`model_settings`).
+        provider_given: Whether ``--provider`` was given; when not, a ``MISSING_KEY`` also
+            says that neither ``DSH_PROVIDER`` nor ``$DSH_HOME/config.toml`` chose one.
 
     Yields:
         ``(store, provider)``; the store is closed after.
@@ -332,7 +352,14 @@ def store_and_provider(url: str | None, *, wait: float, session_id: str | None,
     provider, model, base_url, timeout = settings
 
     def make() -> Any:
-        return create_provider(provider, model=model, base_url=base_url, read_timeout_s=timeout)
+        try:
+            return create_provider(provider, model=model, base_url=base_url,
+                                   read_timeout_s=timeout)
+        except ConfigError as error:
+            note = "" if provider_given or error.code != "MISSING_KEY" else _unset_provider_note()
+            if not note:
+                raise
+            raise ConfigError(error.message + note, code="MISSING_KEY") from error
 
     if session_id is not None:
         check_id_syntax(session_id)

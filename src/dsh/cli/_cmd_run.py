@@ -74,7 +74,8 @@ def run_(
     json_mode(json_)
     refuse_unprintable_id(session, "'--session'")
     settings = (*model_settings(provider, model, base_url), timeout)
-    with store_and_provider(store, wait=wait, session_id=session, settings=settings) as (
+    with store_and_provider(store, wait=wait, session_id=session, settings=settings,
+                            provider_given=provider is not None) as (
             sessions, llm):
         options = agent_options(llm, system=system, tools=tools_for(tools, Path.cwd()),
                                 context_window=context_window)
