@@ -460,6 +460,18 @@ def test_a_snippet_finds_the_first_word_wherever_the_windows_fall(at: int) -> No
     assert snippet_of("s", 1, "user", "é" * at + "xzebra", ["zebra"]).match == ""
 
 
+@pytest.mark.parametrize("marks", [8, 40, 3000])
+def test_a_word_after_combining_marks_across_a_window_start_is_no_word(marks: int) -> None:
+    """A window starting inside a run of combining marks (which fold to nothing) still sees
+    the letter they sit on before the word: "á́́…word" is one word, as in a whole fold."""
+    from dsh.persistence._search import snippet_of
+
+    start = 65_536 - 1_024  # where the second window starts
+    text = "z " * ((start - 30) // 2) + "a" + "\u0301" * marks + "word " + "y" * 2000 + " word!"
+    hit = snippet_of("s", 1, "user", text, ["word"])
+    assert (hit.match, hit.after) == ("word", "!")  # the last word, not the one after "á́…"
+
+
 def test_an_older_sidecar_another_search_just_built_again_is_not_dropped(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # docs/formats.md#search-index: two searches that both open a version 1 sidecar race to

@@ -307,8 +307,14 @@ def _first_word(text: str, patterns: list[re.Pattern[str]]) -> tuple[int, int]:
         stop = min(len(text), start + _WINDOW_CHARS)
         last = stop == len(text)
         lead = max(0, start - 8)  # context for the patterns' look-behind
-        folded, where = fold(text[lead:stop])
-        pos = bisect.bisect_left(where, start - lead)
+        while True:
+            folded, where = fold(text[lead:stop])
+            pos = bisect.bisect_left(where, start - lead)
+            if pos > 0 or lead == 0:
+                break
+            # the lead folded to nothing (combining marks): the look-behind needs the letter
+            # they sit on, as a fold of the whole message has it
+            lead = max(0, lead - 2 * (start - lead))
         best = (-1, -1)
         for pattern in patterns:
             found = pattern.search(folded, pos)
