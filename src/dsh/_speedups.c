@@ -6107,31 +6107,35 @@ cc_tools(PyObject *content, PyObject *wanted, PyObject *field, PyObject *line, P
 }
 
 PyDoc_STRVAR(claude_line_doc,
-"claude_line(record, line, offset, /) -> (bits, row, tools) | None\n\n"
+"claude_line(record, rec, line, offset, /) -> (bits, row, tools) | None\n\n"
 "What the first read of a Claude Code import keeps of one decoded line (references:\n"
 "dsh.interop._claude_code._Scan.add and _claude_code_index.BranchIndex.add): bits 1 = a\n"
 "user/assistant line that is not isSidechain, 2 = an inline sidechain candidate, 4 = an\n"
-"agent_progress line; row = BranchIndex's lines row (line, offset, kind code, side, uuid,\n"
-"link, linked, message id, response key; keys as BranchIndex._key makes them); tools = the\n"
-"(line, id, use) rows of its tool_use / tool_result blocks. None for a record that is not a\n"
+"agent_progress line; row = BranchIndex's lines row (rec, line, offset, kind code, side,\n"
+"uuid, link, linked, message id, response key; keys as BranchIndex._key makes them), rec\n"
+"being the record number (blank lines not counted) and line the file line; tools = the\n"
+"(rec, id, use) rows of its tool_use / tool_result blocks. None for a record that is not a\n"
 "dict with a str type, or a summary line: the Python path takes those.");
 
 static PyObject *
 claude_line(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *r, *line, *offset, *kind, *value, *uid = NULL, *link = NULL, *msgid = NULL,
+    PyObject *r, *rec, *line, *offset, *kind, *value, *uid = NULL, *link = NULL, *msgid = NULL,
         *rkey = NULL, *tools = NULL, *row = NULL, *code, *msg, *result;
     int sidechain, code_n, bits = 0, linked;
-    if (nargs != 3 || !PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "claude_line(record, line: int, offset: int)");
+    if (nargs != 4 || !PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2])
+            || !PyLong_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "claude_line(record, rec: int, line: int, offset: int)");
         return NULL;
     }
     if (cc_intern() < 0) {
         return NULL;
     }
     r = args[0];
-    line = args[1];
-    offset = args[2];
+    rec = args[1];
+    line = args[2];
+    offset = args[3];
     if (!PyDict_CheckExact(r)) {
         Py_RETURN_NONE;
     }
@@ -6218,12 +6222,12 @@ claude_line(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 goto fail;
             }
             if (content != NULL && PyList_Check(content)
-                    && cc_tools(content, cc_tool_use, cc_id, line, cc_one, tools) < 0) {
+                    && cc_tools(content, cc_tool_use, cc_id, rec, cc_one, tools) < 0) {
                 goto fail;
             }
         }
         else if (code_n == 1 && content != NULL && PyList_Check(content)
-                 && cc_tools(content, cc_tool_result, cc_tool_use_id, line, cc_zero,
+                 && cc_tools(content, cc_tool_result, cc_tool_use_id, rec, cc_zero,
                              tools) < 0) {
             goto fail;
         }
@@ -6232,19 +6236,20 @@ claude_line(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto fail;
     }
     code = code_n == 1 ? cc_one : code_n == 2 ? cc_two : code_n == 3 ? cc_three : cc_zero;
-    row = PyTuple_New(9);
+    row = PyTuple_New(10);
     if (row == NULL) {
         goto fail;
     }
-    PyTuple_SET_ITEM(row, 0, Py_NewRef(line));
-    PyTuple_SET_ITEM(row, 1, Py_NewRef(offset));
-    PyTuple_SET_ITEM(row, 2, Py_NewRef(code));
-    PyTuple_SET_ITEM(row, 3, Py_NewRef((bits & 2) ? cc_one : cc_zero));
-    PyTuple_SET_ITEM(row, 6, Py_NewRef(linked == 0 ? cc_zero : linked == 1 ? cc_one : cc_two));
+    PyTuple_SET_ITEM(row, 0, Py_NewRef(rec));
+    PyTuple_SET_ITEM(row, 1, Py_NewRef(line));
+    PyTuple_SET_ITEM(row, 2, Py_NewRef(offset));
+    PyTuple_SET_ITEM(row, 3, Py_NewRef(code));
+    PyTuple_SET_ITEM(row, 4, Py_NewRef((bits & 2) ? cc_one : cc_zero));
+    PyTuple_SET_ITEM(row, 7, Py_NewRef(linked == 0 ? cc_zero : linked == 1 ? cc_one : cc_two));
 #define CC_SLOT(i, var) \
     value = cc_key(var); var = NULL; if (value == NULL) { goto fail; } \
     PyTuple_SET_ITEM(row, i, value);
-    CC_SLOT(4, uid) CC_SLOT(5, link) CC_SLOT(7, msgid) CC_SLOT(8, rkey)
+    CC_SLOT(5, uid) CC_SLOT(6, link) CC_SLOT(8, msgid) CC_SLOT(9, rkey)
 #undef CC_SLOT
     result = Py_BuildValue("(iNN)", bits, row, tools);
     return result;
@@ -7698,7 +7703,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 17) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 18) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -143,9 +143,12 @@ def pick_rows(rows: list[Any], start: int, stop: int, seqs: Container[int],
     Reference: the pass of ``SqlitePrefixSource.read_selected`` without the accelerator.
     """
 
-def claude_line(record: object, line: int, offset: int,
+def claude_line(record: object, rec: int, line: int, offset: int,
                 /) -> tuple[int, tuple[Any, ...], list[tuple[int, str | bytes, int]]] | None:
-    """What the first read of a Claude Code import keeps of a line: ``(bits, row, tools)``.
+    """What the first read of a Claude Code import keeps of a record: ``(bits, row, tools)``.
+
+    ``rec``: its record number (blank lines not counted), the key of the row and tools;
+    ``line``: its file line (kept in the row, and in a response key ``line-N``).
 
     References: ``dsh.interop._claude_code._Scan.add`` and ``BranchIndex.add`` (bits 1: a main
     user/assistant line, 2: an inline sidechain candidate, 4: an ``agent_progress`` line; row and

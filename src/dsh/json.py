@@ -214,7 +214,7 @@ _SPEEDUPS_API: Final = (
     "read_rows", "claude_blocks", "claude_usage")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 17
+_SPEEDUPS_API_VERSION: Final = 18
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 

@@ -76,11 +76,13 @@ _record = st.fixed_dictionaries(
 
 
 @_SETTINGS
-@given(st.one_of(_record, _value), st.integers(1, 2**24), st.integers(0, 2**50))
-def test_claude_line_keeps_what_the_python_first_read_keeps(record: Any, line: int,
+@given(st.one_of(_record, _value), st.integers(1, 2**24), st.integers(0, 2**24),
+       st.integers(0, 2**50))
+def test_claude_line_keeps_what_the_python_first_read_keeps(record: Any, rec: int, blanks: int,
                                                             offset: int) -> None:
     assert c_claude_line is not None
-    got = c_claude_line(record, line, offset)
+    line = rec + blanks  # the file line: the record number plus the blank lines before it
+    got = c_claude_line(record, rec, line, offset)
     if not isinstance(record, dict) or not isinstance(record.get("type"), str) or (
             record["type"] == "summary"):
         assert got is None
@@ -96,7 +98,7 @@ def test_claude_line_keeps_what_the_python_first_read_keeps(record: Any, line: i
     assert bits == (1 if mainline else 0) | (2 if candidate else 0) | (4 if progress else 0)
     index = BranchIndex()
     try:
-        index.add(line, offset, kind, candidate, progress, record)
+        index.add(rec, line, offset, kind, candidate, progress, record)
         assert [row] == index._lines
         assert tools == index._tools
         for (a, b) in ((row, index._lines[0]), *zip(tools, index._tools, strict=True)):

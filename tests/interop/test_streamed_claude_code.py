@@ -1,7 +1,8 @@
 """The streamed Claude Code import chooses the branch exactly as the in-memory rules do.
 
 docs/interop.md#streaming-imports: the first read keeps a branch index in a temporary SQLite
-database and one byte of flags a line. Its decisions (which lines are on the model-visible
+database and one byte of flags a record (blank lines, also with CRLF or whitespace, count for
+nothing but their line numbers). Its decisions (which lines are on the model-visible
 branch, the repairs of broken links, the title, the parts of split responses) must equal those
 of ``_active_set`` / ``_title_line`` over the records held in memory, and the streamed session's
 events those of ``_build`` (the whole-file mapping) on the same lines. Transcripts here are
@@ -93,15 +94,33 @@ def _transcript(draw: Any) -> list[dict[str, Any]]:
     return lines
 
 
-def _write(folder: Path, lines: list[dict[str, Any]]) -> Path:
+_GAPS = st.sampled_from(["", "", "", "\n", "\r\n", "  \n", "\n\n\t \r\n", " \x0c\r\n"])
+"""What may stand before a record: nothing, or blank lines (LF, CRLF, whitespace-only); a
+record after a CRLF blank line ends with CRLF too."""
+
+
+def _write(folder: Path, lines: list[dict[str, Any]], gaps: list[str] | None = None) -> Path:
     path = folder / "5e551011-0000-4000-8000-00000000cafe.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    gaps = gaps or [""] * len(lines)
+    path.write_text("".join(gap + json.dumps(r) + ("\r\n" if gap.endswith("\r\n") else "\n")
+                            for gap, r in zip(gaps, lines, strict=True)),
+                    encoding="utf-8", newline="")
     return path
 
 
-def _reference(lines: list[dict[str, Any]]) -> tuple[list[tuple[int, Any]], set[str],
-                                                      dict[str, Any], int | None]:
-    entries = list(enumerate(lines, start=1))
+def _numbers(gaps: list[str] | None, count: int) -> list[int]:
+    """The file line of each record :func:`_write` writes with ``gaps``."""
+    out, line = [], 1
+    for gap in gaps or [""] * count:
+        line += gap.count("\n")
+        out.append(line)
+        line += 1
+    return out
+
+
+def _reference(lines: list[dict[str, Any]], numbers: list[int] | None = None
+               ) -> tuple[list[tuple[int, Any]], set[str], dict[str, Any], int | None]:
+    entries = list(zip(numbers or range(1, len(lines) + 1), lines, strict=True))
     mainline = any(r["type"] in ("user", "assistant") and not r.get("isSidechain")
                    for _, r in entries)
     side = {line for line, r in entries if r.get("isSidechain") and _uuid(r) is not None} \
@@ -118,31 +137,37 @@ def _index(path: Path, lines: list[dict[str, Any]], *, full: bool = False) -> Br
     if full:
         index._linear = False
     mainline = False
-    for line, offset, r in src.records():
+    for rec, line, offset, r in src.records():
         side = bool(r.get("isSidechain")) and _uuid(r) is not None
         mainline = mainline or (r["type"] in ("user", "assistant") and not r.get("isSidechain"))
-        index.add(line, offset, r["type"], side, False, r)
+        index.add(rec, line, offset, r["type"], side, False, r)
     index.resolve(mainline, lambda at: lines[at - 1])
     return index
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_transcript())
-def test_the_index_chooses_the_branch_of_the_in_memory_rules(lines: list[dict[str, Any]]
-                                                             ) -> None:
+@given(_transcript(), st.data())
+def test_the_index_chooses_the_branch_of_the_in_memory_rules(lines: list[dict[str, Any]],
+                                                             data: st.DataObject) -> None:
+    """Also with blank lines between the records: the index is keyed by record, the repairs
+    and the title name file lines."""
+    gaps = data.draw(st.lists(_GAPS, min_size=len(lines), max_size=len(lines)))
     with tempfile.TemporaryDirectory() as tmp:
-        path = _write(Path(tmp), lines)
-        _assert_the_reference_branch(path, lines)
+        path = _write(Path(tmp), lines, gaps)
+        _assert_the_reference_branch(path, lines, _numbers(gaps, len(lines)))
 
 
-def _assert_the_reference_branch(path: Path, lines: list[dict[str, Any]]) -> None:
-    """The index of ``path`` (holding ``lines``) flags what the in-memory rules choose."""
-    main, active, repairs, title = _reference(lines)
+def _assert_the_reference_branch(path: Path, lines: list[dict[str, Any]],
+                                 numbers: list[int] | None = None) -> None:
+    """The index of ``path`` (holding ``lines`` at file lines ``numbers``) flags what the
+    in-memory rules choose."""
+    main, active, repairs, title = _reference(lines, numbers)
+    rec_of = {line: rec for rec, line in enumerate(numbers or range(1, len(lines) + 1), 1)}
     index = _index(path, lines)
     try:
         flags = index.flags
         for line, r in main:
-            assert bool(flags[line] & ACTIVE) == (_uuid(r) in active), (line, r)
+            assert bool(flags[rec_of[line]] & ACTIVE) == (_uuid(r) in active), (line, r)
         assert index.repairs == repairs
         assert index.title_line == title
         groups: dict[str, list[int]] = {}
@@ -151,12 +176,13 @@ def _assert_the_reference_branch(path: Path, lines: list[dict[str, Any]]) -> Non
                     r.get("message"), dict):
                 groups.setdefault(_response_key(r, line), []).append(line)
         for parts in groups.values():
-            assert [bool(flags[p] & FIRST_PART) for p in parts] == (
+            assert [bool(flags[rec_of[p]] & FIRST_PART) for p in parts] == (
                 [len(parts) > 1] + [False] * (len(parts) - 1))
-            assert [bool(flags[p] & LATER_PART) for p in parts] == (
+            assert [bool(flags[rec_of[p]] & LATER_PART) for p in parts] == (
                 [False] + [len(parts) > 1] * (len(parts) - 1))
             if len(parts) > 1:
-                assert [at for at, _ in index.parts(parts[0])] == parts
+                assert [(at, line) for at, line, _ in index.parts(rec_of[parts[0]])] == [
+                    (rec_of[p], p) for p in parts]
     finally:
         index.close()
 
@@ -233,11 +259,14 @@ def test_a_chained_transcript_takes_the_linear_shortcut(tmp_path: Path) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_transcript())
-def test_a_streamed_session_equals_the_whole_file_mapping(lines: list[dict[str, Any]]) -> None:
+@given(_transcript(), st.data())
+def test_a_streamed_session_equals_the_whole_file_mapping(lines: list[dict[str, Any]],
+                                                          data: st.DataObject) -> None:
+    """Also with blank lines between the records (the whole mapping numbers file lines)."""
+    gaps = data.draw(st.lists(_GAPS, min_size=len(lines), max_size=len(lines)))
     with tempfile.TemporaryDirectory() as tmp:
-        path = _write(Path(tmp), lines)
-        main, _, _, _ = _reference(lines)
+        path = _write(Path(tmp), lines, gaps)
+        main, _, _, _ = _reference(lines, _numbers(gaps, len(lines)))
         try:
             whole: Any = _build(main, path, "s-1", {}).events  # the file's own session id
         except _FAILURES as exc:  # the two paths must fail alike
@@ -478,3 +507,25 @@ def test_claude_code_times_read_quickly_equal_the_datetime_arithmetic(when: Any)
     expected = ms if 0 <= ms <= MAX_SAFE_INTEGER else None
     assert parse_time(text) == expected
     assert parse_time(text) == expected  # the second time from the remembered prefix
+
+
+_GOOD = (b'{"type":"user","uuid":"a","parentUuid":null,"sessionId":"s-1",'
+         b'"message":{"role":"user","content":"hi"}}')
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    (b'{"type":"user", oops}', "claude-code record is not valid JSON at column 17"),
+    (b"[1]", "a Claude Code record must be a JSON object"),
+    (b'{"type":"assistant","uuid":"b","parentUuid":"a","sessionId":"s-1"}',
+     'a Claude Code assistant line needs a "message" object'),
+])
+def test_an_error_after_blank_lines_names_the_file_line(tmp_path: Path, bad: bytes,
+                                                        message: str) -> None:
+    """Blank lines (LF, CRLF, whitespace-only) before a bad record: the error names its file
+    line (and column), not its record number."""
+    path = tmp_path / "s-1.jsonl"
+    path.write_bytes(b"\n\r\n" + _GOOD + b"\r\n\n  \t\n\x0c\r\n" + bad + b"\n\n")
+    with pytest.raises(DshError) as caught:
+        collect(stream_file(path, "claude-code"))
+    assert caught.value.where["line"] == 7
+    assert str(caught.value).startswith(f"{path}:7: {message}")

@@ -111,8 +111,9 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
     """Stream one Claude Code transcript: the session, then its children (parents first).
 
     Two reads of the file (docs/interop.md#streaming-imports): the first keeps only what
-    chooses the model-visible branch in a :class:`BranchIndex` (each line's uuid, link, type,
-    response id and tool ids, in a temporary SQLite database; one byte a line in memory) and
+    chooses the model-visible branch in a :class:`BranchIndex` (each record's uuid, link, type,
+    response id and tool ids, in a temporary SQLite database; one byte a record in memory,
+    none for a blank line) and
     the session's identity; the second maps the main session's lines as they are read, a batch
     of events at a time. An API response split over several lines is merged by reading its
     other lines ahead (by offset; kept until the second read reaches them). Inline sidechains
@@ -127,13 +128,13 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
     index = BranchIndex()
     try:
         scan = _Scan(index)
-        for line, offset, record in src.records():
-            scan.add(path, line, offset, record)
+        for rec, line, offset, record in src.records():
+            scan.add(path, rec, line, offset, record)
         if not scan.claude_code:
             raise _error(path, scan.first_line, "no Claude Code transcript record from this "
                          "line on (expected user/assistant lines with uuid and sessionId); "
                          "pass the --format the file is in")
-        index.resolve(scan.mainline, lambda at: src.record_at(at, index.offset(at)))
+        index.resolve(scan.mainline, lambda at: src.record_at(*index.place(at)))
     except BaseException:
         index.close()
         raise
@@ -160,20 +161,20 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
                       stamp=not scan.timed(has_side))
     stream = StreamedSession(session_id, header, iter(()), FORMAT, str(path.resolve()), parent,
                              src.torn_line)
-    ahead: dict[int, JsonObj] = {}  # later parts of a split response, read before their turn
+    ahead: dict[int, JsonObj] = {}  # later parts of a split response (by record number)
     reader: list[BinaryIO] = []  # the file, open for those reads while the session is mapped
 
-    def blocks_of(key: str, line: int, record: JsonObj) -> tuple[list[JsonObj], Any]:
-        parts = index.parts(line) if flags[line] & FIRST_PART else [(line, -1)]
+    def blocks_of(key: str, rec: int, record: JsonObj) -> tuple[list[JsonObj], Any]:
+        parts = index.parts(rec) if flags[rec] & FIRST_PART else [(rec, 0, -1)]
         blocks: list[JsonObj] = []
         usage: Any = None
-        for at, offset in parts:
-            if at == line:
+        for at, line, offset in parts:
+            if at == rec:
                 r = record
             else:
                 if not reader:
                     reader.append(path.open("rb"))
-                r = src.record_at(at, offset, reader[0])
+                r = src.record_at(line, offset, reader[0])
                 if len(ahead) < _AHEAD_LIMIT:
                     ahead[at] = r
             msg = r.get("message") if isinstance(r, dict) else None
@@ -186,18 +187,18 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
 
     read = [0]  # the offset of the line being mapped
 
-    def records() -> Iterator[tuple[int, JsonObj]]:
-        # no inline sidechain: no line to leave out (and no membership test a line)
-        for line, offset, r in src.records(side if has_side else None, exclude=True,
-                                           ahead=ahead):
+    def records() -> Iterator[tuple[int, int, JsonObj]]:
+        # no inline sidechain: no record to leave out (and no membership test a record)
+        for rec, line, offset, r in src.records(side if has_side else None, exclude=True,
+                                                ahead=ahead):
             read[0] = offset
-            yield line, r
+            yield line, rec, r
 
     def batches() -> Iterator[ImportBatch]:
         try:
-            mapping = _map(b, records(), path, lambda line, uid: bool(flags[line] & ACTIVE),
+            mapping = _map(b, records(), path, lambda rec, uid: bool(flags[rec] & ACTIVE),
                            index.repairs, index.title_line, blocks_of,
-                           lambda key, line: bool(flags[line] & LATER_PART))
+                           lambda key, rec: bool(flags[rec] & LATER_PART))
             for _ in mapping:
                 if len(b.events) >= STREAM_BATCH_EVENTS:
                     yield ImportBatch(*b.drain(), end=read[0])
@@ -212,7 +213,7 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
     stream.batches = batches()
     yield stream
     if has_side:
-        side_entries = [(line, r) for line, _, r in src.records(side)]
+        side_entries = [(line, r) for _, line, _, r in src.records(side)]
         for root_uuid, group in _sidechain_groups(side_entries):
             child_id = _child_id(session_id, f"sidechain-{root_uuid}")
             child = _build(group, path, child_id, {
@@ -227,8 +228,8 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
             yield from stream_claude_code(sub, session_id)
             filed.add(sub.stem[len("agent-"):])
     if scan.progress:
-        progress = [(line, r) for line, _, r in src.records(Flagged(flags, PROGRESS))
-                    if line not in side]
+        progress = [(line, r) for rec, line, _, r in src.records(Flagged(flags, PROGRESS))
+                    if rec not in side]
         for agent, group in _progress_agents(progress).items():
             if agent in filed:
                 continue
@@ -265,10 +266,13 @@ class _Scan:
         self._cwds: dict[bool, object] = {}
         self._settled = False  # the three above are found: only the skeleton is left
 
-    def add(self, path: Path, line: int, offset: int, r: Any) -> None:
-        """Keep one decoded line: in C for the common line once the identity is settled."""
+    def add(self, path: Path, rec: int, line: int, offset: int, r: Any) -> None:
+        """Keep one decoded record: in C for the common one once the identity is settled.
+
+        ``rec``: its record number (blank lines not counted); ``line``: its file line.
+        """
         if self._settled and c_claude_line is not None:
-            got = c_claude_line(r, line, offset)
+            got = c_claude_line(r, rec, line, offset)
             if got is not None:  # what _add answers (a dict with a str type, not a title)
                 bits, row, tools = got
                 if bits & 1:
@@ -278,12 +282,12 @@ class _Scan:
                     self.progress = True
                 self.index.add_row(row, tools, bool(bits & 2), bool(bits & 4))
                 return
-        self._add(path, line, offset, r)
+        self._add(path, rec, line, offset, r)
         # from here on only the branch skeleton and the identity are left to find
         self._settled = (self.claude_code and len(self._first_ts) == 2
                          and len(self._cwds) == 2 and all(self._timed.values()))
 
-    def _add(self, path: Path, line: int, offset: int, r: Any) -> None:
+    def _add(self, path: Path, rec: int, line: int, offset: int, r: Any) -> None:
         """The reference of :meth:`add` (what ``c_claude_line`` shortcuts)."""
         if not isinstance(r, dict) or not isinstance(r.get("type"), str):
             raise _not_a_record(path, line, r)
@@ -310,7 +314,7 @@ class _Scan:
         progress = kind == "progress" and isinstance(data, dict) and data.get(
             "type") == "agent_progress"
         self.progress = self.progress or progress
-        self.index.add(line, offset, kind, candidate, progress, r)
+        self.index.add(rec, line, offset, kind, candidate, progress, r)
 
     def _identity(self, r: JsonObj) -> None:
         """The first usable ``sessionId`` and ``agentId`` of the file."""
@@ -547,7 +551,8 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
         emitted.add(key)
         return False
 
-    for _ in _map(b, iter(entries), path, lambda line, uid: uid in active, repairs,
+    for _ in _map(b, ((line, line, r) for line, r in entries), path,
+                  lambda line, uid: uid in active, repairs,
                   _title_line(entries, active),
                   lambda key, line, r: (merged[key], last_usage.get(key)), repeated):
         pass
@@ -557,28 +562,30 @@ def _build(entries: list[tuple[int, JsonObj]], path: Path, session_id: str,
 
 
 _Blocks = Callable[[str, int, JsonObj], tuple[list[JsonObj], Any]]
-"""``(response key, line, record) -> (merged blocks, last usage)`` of an API response."""
+"""``(response key, at, record) -> (merged blocks, last usage)`` of an API response."""
 
 
-def _map(b: EventBuilder, entries: Iterator[tuple[int, JsonObj]], path: Path,
+def _map(b: EventBuilder, entries: Iterator[tuple[int, int, JsonObj]], path: Path,
          is_active: Callable[[int, str | None], bool], repairs: dict[str, JsonObj],
          title_line: int | None, blocks_of: _Blocks,
          repeated: Callable[[str, int], bool]) -> Iterator[None]:
     """Map lines to events on ``b``, yielding after each line (a streaming caller drains).
 
-    ``is_active(line, uuid)``: the line is on the model-visible branch; ``repeated(key,
-    line)``: an earlier line of the same API response was mapped already (its merged message
-    holds this one).
+    ``entries``: ``(file line, at, record)``, ``at`` being what the callbacks know the line by
+    (its record number in a streamed read, its line in a whole one); ``is_active(at, uuid)``:
+    the line is on the model-visible branch; ``repeated(key, at)``: an earlier line of the same
+    API response was mapped already (its merged message holds this one); ``title_line``: the
+    file line of the title.
     """
     boundary: JsonObj | None = None
-    for line, r in entries:
+    for line, at, r in entries:
         note_line(line)
         kind = r["type"]
         b.at(r.get("timestamp"))
         uid = _uuid(r)
         if uid in repairs:
             b.ignorable("chain-repair", repairs[uid])
-        if kind in _MESSAGE_TYPES and not is_active(line, uid):
+        if kind in _MESSAGE_TYPES and not is_active(at, uid):
             b.ignorable("off-branch", r)
             yield None
             continue
@@ -590,11 +597,11 @@ def _map(b: EventBuilder, entries: Iterator[tuple[int, JsonObj]], path: Path,
                 raise _error(path, line, "a Claude Code assistant line needs a \"message\" "
                              "object; fix or delete that line")
             key = _response_key(r, line)
-            if repeated(key, line):
+            if repeated(key, at):
                 yield None
                 continue
             model = msg.get("model") if isinstance(msg.get("model"), str) else None
-            blocks, usage = blocks_of(key, line, r)
+            blocks, usage = blocks_of(key, at, r)
             b.assistant(blocks, provider="anthropic", model=model, message_id=key,
                         usage=anthropic_usage(usage))
         elif kind == "user":
@@ -602,7 +609,7 @@ def _map(b: EventBuilder, entries: Iterator[tuple[int, JsonObj]], path: Path,
             if r.get("isCompactSummary"):
                 boundary = None
         elif (kind == "system" and r.get("subtype") == "compact_boundary"
-              and is_active(line, uid)):
+              and is_active(at, uid)):
             boundary = r
             b.ignorable("system", r)
         elif kind in _KNOWN_TYPES:

@@ -5,10 +5,17 @@ Rule: docs/interop.md#streaming-imports. The model-visible branch of a Claude Co
 so every line's links must be known before the first event is written. This index keeps them
 in a private temporary SQLite database (SQLite's own temporary file, deleted when the index is
 closed; its page cache is capped at :data:`_CACHE_KIB`), and in memory only one byte of flags a
-line, plus two 4-byte arrays while the branch is chosen. A transcript of any size is therefore
-imported in memory that grows by those few bytes a line, not by its records.
+record, plus two 4-byte arrays while the branch is chosen. A transcript of any size is therefore
+imported in memory that grows by those few bytes a record, not by its records' contents, and
+not at all by its blank lines.
 
-What is kept of a line (its number is the key): byte offset, type, whether it is an inline
+Records are numbered in file order from 1, blank lines not counted (the ``record`` that
+:meth:`dsh.interop._common.JsonlSource.records` yields): the flags, the arrays and the database
+are keyed by that number, so a file of mostly blank lines costs what its records cost. Each
+record's file line is kept beside it in the database, for what names a line (a repair, errors).
+
+What is kept of a record (its number is the key): file line, byte offset, type, whether it is
+an inline
 sidechain candidate, ``uuid``, the link it is followed by (``parentUuid``, or a
 ``compact_boundary``'s ``logicalParentUuid``) when it is a string, ``message.id`` and the
 response key of an assistant line, the ``tool_use`` / ``tool_result`` ids of its content, and a
@@ -32,9 +39,9 @@ _CACHE_KIB: Final = 8192
 """SQLite page cache of the index (KiB): what it may hold in memory before using its file."""
 
 _ROWS: Final = 4096
-"""Lines buffered before they are written to the index at once."""
+"""Records buffered before they are written to the index at once."""
 
-# Flags, one byte a line
+# Flags, one byte a record
 MAIN: Final = 1  # not an inline sidechain line (or the file has no main conversation)
 MESSAGE: Final = 2  # a user/assistant/system line with a uuid, of the main session
 CHAIN: Final = 4  # the line holding its uuid last, on the branch
@@ -61,7 +68,7 @@ def _key(text: str | None) -> str | bytes | None:
 
 
 class Flagged:
-    """The lines whose flags have ``bit`` set, as a ``Container[int]`` of line numbers."""
+    """The records whose flags have ``bit`` set, as a ``Container[int]`` of record numbers."""
 
     __slots__ = ("_bit", "_flags")
 
@@ -69,9 +76,9 @@ class Flagged:
         self._flags = flags
         self._bit = bit
 
-    def __contains__(self, line: object) -> bool:
-        return (isinstance(line, int) and 0 <= line < len(self._flags)
-                and bool(self._flags[line] & self._bit))
+    def __contains__(self, at: object) -> bool:
+        return (isinstance(at, int) and 0 <= at < len(self._flags)
+                and bool(self._flags[at] & self._bit))
 
     def __bool__(self) -> bool:
         bit = self._bit
@@ -79,11 +86,12 @@ class Flagged:
 
 
 class BranchIndex:
-    """Lines of a Claude Code file as read the first time; then the branch they choose.
+    """Records of a Claude Code file as read the first time; then the branch they choose.
 
-    Call :meth:`add` for each line in file order, then :meth:`resolve` once; then read
-    :attr:`flags` (``ACTIVE``, ``SIDE``, ``FIRST_PART``, ...), :attr:`repairs`,
-    :attr:`title_line` and :meth:`parts`; :meth:`close` drops the database.
+    Call :meth:`add` for each record in file order, then :meth:`resolve` once; then read
+    :attr:`flags` (``ACTIVE``, ``SIDE``, ``FIRST_PART``, ..., indexed by record number),
+    :attr:`repairs`, :attr:`title_line` (a file line) and :meth:`parts`; :meth:`close` drops
+    the database.
     """
 
     def __init__(self) -> None:
@@ -92,10 +100,11 @@ class BranchIndex:
         self._db.execute("PRAGMA journal_mode = OFF")
         self._db.execute("PRAGMA synchronous = OFF")
         self._db.executescript(
-            "CREATE TABLE lines (line INTEGER PRIMARY KEY, off INTEGER, kind INTEGER, "
-            " side INTEGER, uuid TEXT, link TEXT, linked INTEGER, msgid TEXT, rkey TEXT);"
-            "CREATE TABLE tools (line INTEGER, id TEXT, use INTEGER);"
-            "CREATE TABLE titles (line INTEGER, leaf TEXT, side INTEGER);")
+            "CREATE TABLE lines (rec INTEGER PRIMARY KEY, line INTEGER, off INTEGER, "
+            " kind INTEGER, side INTEGER, uuid TEXT, link TEXT, linked INTEGER, msgid TEXT, "
+            " rkey TEXT);"
+            "CREATE TABLE tools (rec INTEGER, id TEXT, use INTEGER);"
+            "CREATE TABLE titles (rec INTEGER, line INTEGER, leaf TEXT, side INTEGER);")
         self._lines: list[tuple[Any, ...]] = []
         self._tools: list[tuple[int, str | bytes | None, int]] = []
         self.last = 0
@@ -109,15 +118,16 @@ class BranchIndex:
         self._last_message = 0  # the last user/assistant/system line with a uuid
         # parts(): the one query read along with the second read, and how far it is
         self._parts_rows: sqlite3.Cursor | None = None
-        self._parts_next: tuple[int, int, int] | None = None
+        self._parts_next: tuple[int, int, int, int] | None = None
         self._parts_at = 0
 
     # -- the first read
 
-    def add(self, line: int, offset: int, kind: str, side: bool, progress: bool,
+    def add(self, rec: int, line: int, offset: int, kind: str, side: bool, progress: bool,
             record: JsonObj) -> None:
-        """Keep what choosing the branch reads of one line (``record`` is a dict).
+        """Keep what choosing the branch reads of one record (``record`` is a dict).
 
+        ``rec``: its record number (1-based, blank lines not counted); ``line``: its file line;
         ``side``: an inline sidechain candidate; ``progress``: an ``agent_progress`` line.
         """
         uid = str_or_none(record.get("uuid"))
@@ -135,62 +145,63 @@ class BranchIndex:
                 msgid = str_or_none(msg.get("id"))
                 rkey = msgid or uid or f"line-{line}"
                 if isinstance(content, list):
-                    tools.extend((line, _key(b["id"]), 1) for b in content
+                    tools.extend((rec, _key(b["id"]), 1) for b in content
                                        if isinstance(b, dict) and b.get("type") == "tool_use"
                                        and str_or_none(b.get("id")))
             elif code == 1 and isinstance(content, list):
                 tools.extend(
-                    (line, _key(tid), 0) for b in content
+                    (rec, _key(tid), 0) for b in content
                     if isinstance(b, dict) and b.get("type") == "tool_result"
                     and (tid := str_or_none(b.get("tool_use_id"))) is not None)
         if kind == "summary":
             title = record.get("summary")
             if isinstance(title, str) and title.strip():
                 self._linear = False  # its leafUuid is looked up by the full resolve
-                self._db.execute("INSERT INTO titles VALUES (?, ?, ?)",
-                                 (line, _key(str_or_none(record.get("leafUuid"))), int(side)))
-        self.add_row((line, offset, code, int(side), _key(uid),
+                self._db.execute("INSERT INTO titles VALUES (?, ?, ?, ?)",
+                                 (rec, line, _key(str_or_none(record.get("leafUuid"))),
+                                  int(side)))
+        self.add_row((rec, line, offset, code, int(side), _key(uid),
                       _key(link) if linked == 1 else None, linked, _key(msgid), _key(rkey)),
                      tools, side, progress)
 
     def add_row(self, row: tuple[Any, ...], tools: Sequence[tuple[int, str | bytes | None, int]],
                 side: bool, progress: bool) -> None:
-        """Keep a line as :meth:`add` does, from the ``row`` and ``tools`` it would build.
+        """Keep a record as :meth:`add` does, from the ``row`` and ``tools`` it would build.
 
-        What ``dsh.json.c_claude_line`` returns for a line that is not a title (``row``: line,
-        offset, kind code, side, uuid, link, linked, message id, response key).
+        What ``dsh.json.c_claude_line`` returns for a line that is not a title (``row``: record
+        number, line, offset, kind code, side, uuid, link, linked, message id, response key).
         """
-        line = row[0]
-        uid = row[4]
+        rec = row[0]
+        uid = row[5]
         if uid is not None and self._linear:
             tail = self._tail
-            if side or (row[6] != 0 if tail is None else row[6] != 1 or row[5] != tail):
+            if side or (row[7] != 0 if tail is None else row[7] != 1 or row[6] != tail):
                 self._linear = False
             self._tail = uid
-            if row[2]:
-                self._last_message = line
+            if row[3]:
+                self._last_message = rec
         if side or progress:
-            self._mark(line, (SIDE if side else 0) | (PROGRESS if progress else 0))
+            self._mark(rec, (SIDE if side else 0) | (PROGRESS if progress else 0))
         self._lines.append(row)
         if tools:
             self._tools.extend(tools)
-        self.last = line
+        self.last = rec
         if len(self._lines) >= _ROWS:
             self._flush()
 
     def _flush(self) -> None:
         db = self._db
         db.execute("BEGIN")
-        db.executemany("INSERT INTO lines VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._lines)
+        db.executemany("INSERT INTO lines VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._lines)
         db.executemany("INSERT INTO tools VALUES (?, ?, ?)", self._tools)
         db.execute("COMMIT")
         self._lines.clear()
         self._tools.clear()
 
-    def _mark(self, line: int, bit: int) -> None:
-        if line >= len(self.flags):
-            self.flags.extend(bytes(line + 1 - len(self.flags) + _ROWS))
-        self.flags[line] |= bit
+    def _mark(self, rec: int, bit: int) -> None:
+        if rec >= len(self.flags):
+            self.flags.extend(bytes(rec + 1 - len(self.flags) + _ROWS))
+        self.flags[rec] |= bit
 
     # -- choosing the branch
 
@@ -199,8 +210,8 @@ class BranchIndex:
 
         Args:
             mainline: The file has a main conversation: inline sidechain lines are left out.
-            record_at: The exactly decoded record of a line (the rare broken link is read again
-                to describe its repair).
+            record_at: The exactly decoded record of a record number (the rare broken link is
+                read again to describe its repair).
         """
         self._flush()
         db = self._db
@@ -210,8 +221,8 @@ class BranchIndex:
             self.flags.extend(bytes(n - len(self.flags)))
         flags = self.flags
         if not mainline:
-            for line in range(n):
-                flags[line] &= ~SIDE & 0xFF
+            for rec in range(n):
+                flags[rec] &= ~SIDE & 0xFF
         if self._linear and db.execute(
                 "SELECT 1 FROM lines WHERE uuid IS NOT NULL GROUP BY uuid HAVING count(*) > 1 "
                 "LIMIT 1").fetchone() is None:
@@ -222,29 +233,29 @@ class BranchIndex:
             "CREATE INDEX lines_rkey ON lines(rkey, side);"
             "CREATE INDEX tools_id ON tools(id, use);")
         db.execute("CREATE TABLE owner (uuid TEXT PRIMARY KEY, last INTEGER) WITHOUT ROWID")
-        db.execute("INSERT INTO owner SELECT uuid, max(line) FROM lines WHERE uuid IS NOT NULL "
+        db.execute("INSERT INTO owner SELECT uuid, max(rec) FROM lines WHERE uuid IS NOT NULL "
                    "AND side <= ? GROUP BY uuid", (side_max,))
         canon = array("i", bytes(4 * n))
         parent = array("i", bytes(4 * n))
         last_message = 0
-        for line, kind, owner, linked, target in db.execute(
-                "SELECT a.line, a.kind, o.last, a.linked, t.last FROM lines a "
+        for rec, kind, owner, linked, target in db.execute(
+                "SELECT a.rec, a.kind, o.last, a.linked, t.last FROM lines a "
                 "JOIN owner o ON o.uuid = a.uuid LEFT JOIN owner t ON t.uuid = a.link "
                 "WHERE a.side <= ?", (side_max,)):
-            canon[line] = owner
-            flags[line] |= MAIN
+            canon[rec] = owner
+            flags[rec] |= MAIN
             if kind:
-                flags[line] |= MESSAGE
-                if line > last_message:
-                    last_message = line
-            if owner == line:
-                parent[line] = _ROOT if linked == 0 else target if target is not None \
+                flags[rec] |= MESSAGE
+                if rec > last_message:
+                    last_message = rec
+            if owner == rec:
+                parent[rec] = _ROOT if linked == 0 else target if target is not None \
                     else _BROKEN
         self._walk(last_message, canon, parent, record_at, side_max)
         self._widen(canon, side_max)
-        for line in range(n):
-            if flags[line] & MAIN and canon[line] and flags[canon[line]] & CHAIN:
-                flags[line] |= ACTIVE
+        for rec in range(n):
+            if flags[rec] & MAIN and canon[rec] and flags[canon[rec]] & CHAIN:
+                flags[rec] |= ACTIVE
         del canon, parent
         self._title(side_max)
         self._responses(side_max)
@@ -260,11 +271,11 @@ class BranchIndex:
         """
         last_message = self._last_message
         flags = self.flags
-        for line, kind in self._db.execute("SELECT line, kind FROM lines "
+        for rec, kind in self._db.execute("SELECT rec, kind FROM lines "
                                            "WHERE uuid IS NOT NULL"):
-            flags[line] |= (MAIN | MESSAGE) if kind else MAIN
-            if line <= last_message:
-                flags[line] |= CHAIN | ACTIVE
+            flags[rec] |= (MAIN | MESSAGE) if kind else MAIN
+            if rec <= last_message:
+                flags[rec] |= CHAIN | ACTIVE
         self._db.execute("CREATE INDEX lines_rkey ON lines(rkey, side)")
         self._responses(0)
 
@@ -285,9 +296,9 @@ class BranchIndex:
             # (before the last message line holding this uuid, else before the end).
             node = record_at(cur)
             uid = str(node.get("uuid"))
-            found = self._db.execute(
-                "SELECT max(line) FROM lines WHERE uuid = ? AND kind > 0 AND side <= ?",
-                (_key(uid), side_max)).fetchone()[0]
+            found, found_line = self._db.execute(
+                "SELECT max(rec), line FROM lines WHERE uuid = ? AND kind > 0 AND side <= ?",
+                (_key(uid), side_max)).fetchone()
             back = (found if found is not None else len(flags)) - 1
             while back > 0 and not (flags[back] & MESSAGE and not flags[canon[back]] & CHAIN):
                 back -= 1
@@ -296,7 +307,7 @@ class BranchIndex:
             if missing is None and node.get("subtype") == "compact_boundary":
                 field_name, missing = "logicalParentUuid", node.get("logicalParentUuid")
             self.repairs[uid] = {
-                "line": found, "uuid": uid, "brokenLink": field_name, "missing": missing,
+                "line": found_line, "uuid": uid, "brokenLink": field_name, "missing": missing,
                 "linkedTo": str(record_at(linked).get("uuid")) if linked else None}
             cur = linked
 
@@ -306,35 +317,35 @@ class BranchIndex:
         group: list[int] = []
         on_branch = False
         current: str | None = None
-        for line, msgid in self._db.execute(
-                "SELECT line, msgid FROM lines WHERE kind = 2 AND msgid IS NOT NULL "
-                "AND side <= ? ORDER BY msgid, line", (side_max,)):
-            if canon[line] != line:
+        for rec, msgid in self._db.execute(
+                "SELECT rec, msgid FROM lines WHERE kind = 2 AND msgid IS NOT NULL "
+                "AND side <= ? ORDER BY msgid, rec", (side_max,)):
+            if canon[rec] != rec:
                 continue
             if msgid != current:
                 if on_branch:
                     for member in group:
                         flags[member] |= CHAIN
                 group, on_branch, current = [], False, msgid
-            group.append(line)
-            on_branch = on_branch or bool(flags[line] & CHAIN)
+            group.append(rec)
+            on_branch = on_branch or bool(flags[rec] & CHAIN)
         if on_branch:
             for member in group:
                 flags[member] |= CHAIN
         answered = [result for result, call in self._db.execute(
-            "SELECT r.line, u.line FROM tools r JOIN tools u ON u.id = r.id AND u.use = 1 "
+            "SELECT r.rec, u.rec FROM tools r JOIN tools u ON u.id = r.id AND u.use = 1 "
             "WHERE r.use = 0")
             if canon[result] == result and canon[call] == call and flags[call] & CHAIN]
-        for line in answered:
-            flags[line] |= CHAIN
+        for rec in answered:
+            flags[rec] |= CHAIN
 
     def _title(self, side_max: int) -> None:
-        """The line of the ``summary`` titling the session (on the branch, else the last)."""
+        """The file line of the ``summary`` titling the session (on the branch, else the last)."""
         flags = self.flags
         last = on_branch = None
         for line, target in self._db.execute(
                 "SELECT t.line, o.last FROM titles t LEFT JOIN owner o ON o.uuid = t.leaf "
-                "WHERE t.side <= ? ORDER BY t.line", (side_max,)):
+                "WHERE t.side <= ? ORDER BY t.rec", (side_max,)):
             last = line
             if target is not None and flags[target] & CHAIN:
                 on_branch = line
@@ -346,7 +357,7 @@ class BranchIndex:
         db = self._db
         group: list[int] = []
         current: str | None = None
-        rows: list[tuple[int, int]] = []  # (first line, member line) of the split responses
+        rows: list[tuple[int, int]] = []  # (first record, member record) of split responses
 
         def close() -> None:
             if len(group) > 1:
@@ -358,53 +369,54 @@ class BranchIndex:
                     db.executemany("INSERT INTO parts VALUES (?, ?)", rows)
                     rows.clear()
 
-        db.execute("CREATE TABLE parts (first INTEGER, line INTEGER)")
+        db.execute("CREATE TABLE parts (first INTEGER, rec INTEGER)")
         db.execute("BEGIN")
-        for line, rkey in db.execute(
-                "SELECT line, rkey FROM lines WHERE rkey IS NOT NULL AND side <= ? "
-                "ORDER BY rkey, line", (side_max,)):
-            if not flags[line] & ACTIVE:
+        for rec, rkey in db.execute(
+                "SELECT rec, rkey FROM lines WHERE rkey IS NOT NULL AND side <= ? "
+                "ORDER BY rkey, rec", (side_max,)):
+            if not flags[rec] & ACTIVE:
                 continue
             if rkey != current:
                 close()
                 group, current = [], rkey
-            group.append(line)
+            group.append(rec)
         close()
         db.executemany("INSERT INTO parts VALUES (?, ?)", rows)
         db.execute("COMMIT")
 
     # -- the second read
 
-    def parts(self, line: int) -> list[tuple[int, int]]:
-        """``(line, offset)`` of the active lines of the response whose first line is ``line``.
+    def parts(self, rec: int) -> list[tuple[int, int, int]]:
+        """``(record, line, offset)`` of the active records of the response ``rec`` opens.
 
-        Empty unless ``line`` is flagged ``FIRST_PART``. Asked in increasing line order (as the
-        second read meets the first lines), the answers come from one query read along with
-        the file; a line before the last one asked is looked up on its own.
+        Empty unless ``rec`` is flagged ``FIRST_PART``. Asked in increasing record order (as
+        the second read meets the first parts), the answers come from one query read along
+        with the file; a record before the last one asked is looked up on its own.
         """
-        if line <= self._parts_at:
-            return [(at, offset) for at, offset in self._db.execute(
-                "SELECT p.line, l.off FROM parts p JOIN lines l ON l.line = p.line "
-                "WHERE p.first = ? ORDER BY p.line", (line,))]
-        self._parts_at = line
+        if rec <= self._parts_at:
+            return [(at, line, offset) for at, line, offset in self._db.execute(
+                "SELECT p.rec, l.line, l.off FROM parts p JOIN lines l ON l.rec = p.rec "
+                "WHERE p.first = ? ORDER BY p.rec", (rec,))]
+        self._parts_at = rec
         if self._parts_rows is None:
             self._parts_rows = self._db.execute(
-                "SELECT p.first, p.line, l.off FROM parts p JOIN lines l ON l.line = p.line "
-                "ORDER BY p.first, p.line")
+                "SELECT p.first, p.rec, l.line, l.off FROM parts p JOIN lines l "
+                "ON l.rec = p.rec ORDER BY p.first, p.rec")
             self._parts_next = next(self._parts_rows, None)
-        found: list[tuple[int, int]] = []
+        found: list[tuple[int, int, int]] = []
         row = self._parts_next
-        while row is not None and row[0] <= line:
-            if row[0] == line:
-                found.append((row[1], row[2]))
+        while row is not None and row[0] <= rec:
+            if row[0] == rec:
+                found.append((row[1], row[2], row[3]))
             row = next(self._parts_rows, None)
         self._parts_next = row
         return found
 
-    def offset(self, line: int) -> int:
-        """The byte offset of a line."""
-        found = self._db.execute("SELECT off FROM lines WHERE line = ?", (line,)).fetchone()
-        return int(found[0])
+    def place(self, rec: int) -> tuple[int, int]:
+        """``(file line, byte offset)`` of a record."""
+        found = self._db.execute("SELECT line, off FROM lines WHERE rec = ?",
+                                 (rec,)).fetchone()
+        return int(found[0]), int(found[1])
 
     def close(self) -> None:
         """Drop the database (its file with it)."""

@@ -95,7 +95,7 @@ def stream_codex(path: Path) -> Iterator[StreamedSession]:
     cwd: object = None
     provider = "openai"
     identified = False
-    for line, _, r in src.records():
+    for _, line, _, r in src.records():
         first_line = first_line or line
         codex = codex or looks_like_codex(r)
         payload = r.get("payload") if isinstance(r, dict) else None
@@ -147,7 +147,7 @@ def stream_codex(path: Path) -> Iterator[StreamedSession]:
 def _map(b: EventBuilder, src: JsonlSource) -> Iterator[int]:
     """Map every record onto ``b``, yielding each one's byte offset after it (callers drain)."""
     state = _State(b)
-    for line, offset, r in src.records():
+    for _, line, offset, r in src.records():
         note_line(line)
         if not isinstance(r, dict):
             raise b.fail(f"codex record must be a JSON object, found {type(r).__name__}; fix or "

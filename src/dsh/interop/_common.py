@@ -754,7 +754,8 @@ class JsonlSource:
         r"""Yield ``(1-based line, byte offset, bytes, ended)`` per non-blank line.
 
         The bytes lack the newline (and a ``\r`` before it); ``ended`` is False for a last line
-        without a newline. Blank lines are counted, not yielded.
+        without a newline. Blank lines (empty or ASCII whitespace only) are counted, not
+        yielded; a read that holds nothing else is counted without splitting it.
         """
         left = self.size
         offset = 0
@@ -771,6 +772,10 @@ class JsonlSource:
                     continue
                 ended = b"".join((*pending, block[:cut])) if pending else block[:cut]
                 pending = [block[cut + 1:]] if cut + 1 < len(block) else []
+                if ended.isspace():  # blank lines only (a run of them): counted in C
+                    index += ended.count(b"\n") + 1
+                    offset += len(ended) + 1
+                    continue
                 for part in ended.split(b"\n"):
                     index += 1
                     start = offset
@@ -787,13 +792,18 @@ class JsonlSource:
 
     def records(self, wanted: Container[int] | None = None, *, exclude: bool = False,
                 ahead: dict[int, Any] | None = None
-                ) -> Iterator[tuple[int, int, Any]]:
-        """Yield ``(line, byte offset, decoded value)`` per record line, in file order.
+                ) -> Iterator[tuple[int, int, int, Any]]:
+        """Yield ``(record, line, byte offset, decoded value)`` per record, in file order.
+
+        ``record`` numbers the records (the non-blank lines) from 1, blank lines not counted,
+        so an index an importer keys by it grows with the records, not with the lines (a file
+        of mostly blank lines costs what its records cost); ``line`` is the 1-based file line
+        that errors name (docs/interop.md#streaming-imports).
 
         Args:
-            wanted: Only these lines are decoded and yielded (None: every line).
-            exclude: Yield the lines *not* in ``wanted`` instead.
-            ahead: Records already decoded (exactly) by line: taken from it (and removed)
+            wanted: Only these records (by number) are decoded and yielded (None: every one).
+            exclude: Yield the records *not* in ``wanted`` instead.
+            ahead: Records already decoded (exactly), by number: taken from it (and removed)
                 instead of decoding the line again.
 
         Raises:
@@ -802,14 +812,16 @@ class JsonlSource:
         """
         path, fmt = self.path, self.fmt
         seen = False
+        rec = 0
         for index, offset, chunk, ended in self.lines():
+            rec += 1
             last = not ended  # the last line, without a newline
-            if wanted is not None and (index in wanted) == exclude:
+            if wanted is not None and (rec in wanted) == exclude:
                 seen = True
                 continue
-            if ahead and index in ahead:
+            if ahead and rec in ahead:
                 seen = True
-                yield index, offset, ahead.pop(index)
+                yield rec, index, offset, ahead.pop(rec)
                 continue
             # the common line in one C call; None: decode_line decodes it (and names errors)
             value = c_decode_plain(chunk, MAX_RECORD_DEPTH) if c_decode_plain is not None else None
@@ -830,7 +842,7 @@ class JsonlSource:
                         path=str(path), line=index, format=fmt) from exc
                 raise
             seen = True
-            yield index, offset, value
+            yield rec, index, offset, value
 
     def record_at(self, line: int, offset: int, f: BinaryIO | None = None) -> Any:
         """Decode the record of ``line`` again, read at ``offset`` (from :meth:`records`).

@@ -124,18 +124,19 @@ def _detect(path: Path) -> str:
     return _document_format(path)
 
 
-_HEAD_LINES: Final = 256
+_HEAD_RECORDS: Final = 256
 
 
 def _head_records(source: JsonlSource) -> list[Any] | None:
     """The first records of a JSONL file, or None when any of them does not parse.
 
     Deciding on the head keeps detection O(1) in the file size; a head that is not clean JSON
-    takes the full read, which reports the bad line exactly.
+    takes the full read, which reports the bad line exactly. The head is counted in records,
+    not lines, so blank lines before the first records do not push it into the full read.
     """
     out: list[Any] = []
-    for line, _, chunk, _ in source.lines():
-        if line > _HEAD_LINES:
+    for _, _, chunk, _ in source.lines():
+        if len(out) >= _HEAD_RECORDS:
             break
         try:
             out.append(orjson.loads(chunk))
