@@ -40,15 +40,18 @@ _DAMAGE = [("seq", 99), ("seq", True), ("time", "1"), ("type", 3), ("type", "req
            ("row", {"type": "text-chunks", "data": {"texts": [], "dt": []}})]
 
 
-def _outcome(path: Path, streamed: bool, held: int = 0) -> tuple[Any, ...]:
-    kept = _dsh_log_stream.HELD_LOG_BYTES
+def _outcome(path: Path, streamed: bool, held: int = 0,
+             read_bytes: int = _dsh_log_stream._READ_BYTES) -> tuple[Any, ...]:
+    kept = _dsh_log_stream.HELD_LOG_BYTES, _dsh_log_stream._READ_BYTES
     _dsh_log_stream.HELD_LOG_BYTES = held  # type: ignore[misc]  # drawn: see the docstring
+    _dsh_log_stream._READ_BYTES = read_bytes  # type: ignore[misc]  # drawn, as held
     try:
         sessions = collect(stream_file(path, "dsh")) if streamed else import_dsh_log(path)
     except ImportFormatError as error:
         return "refused", error.message, error.where.get("line")
     finally:
-        _dsh_log_stream.HELD_LOG_BYTES = kept  # type: ignore[misc]  # restored
+        # restored
+        _dsh_log_stream.HELD_LOG_BYTES, _dsh_log_stream._READ_BYTES = kept  # type: ignore[misc]
     # lines: None for the trailing import/source event, listed or left off
     return "imported", [(s.session_id, s.header, [thaw(e) for e in s.events],
                          [*s.lines, *[None] * (len(s.events) - len(s.lines))])
@@ -59,8 +62,13 @@ def _outcome(path: Path, streamed: bool, held: int = 0) -> tuple[Any, ...]:
           suppress_health_check=[HealthCheck.too_slow])
 @given(script=log_scripts(open_tail=None), damage=st.one_of(
     st.none(), st.tuples(st.floats(0, 1), st.sampled_from(_DAMAGE))),
-    held=st.one_of(st.just(0), st.integers(1, 4000), st.just(1 << 40)))
-def test_streamed_dsh_log_import_matches_whole(script: Any, damage: Any, held: int) -> None:
+    held=st.one_of(st.just(0), st.integers(1, 4000), st.just(1 << 40)),
+    gap=st.sampled_from([b"\n", b"\n", b"\n\n", b"\r\n \t\n\n"]),
+    read_bytes=st.sampled_from([1, 300, 4 << 20]))
+def test_streamed_dsh_log_import_matches_whole(script: Any, damage: Any, held: int, gap: bytes,
+                                               read_bytes: int) -> None:
+    """Also with blank lines between the lines (the later lines read back a few bytes at a
+    time, or one at a time), naming the same file lines."""
     session = Session.create("s", clock=StepClock())
     apply_script(session, script)
     head: dict[str, Any] = {"type": "session", **thaw(session.header)}
@@ -83,8 +91,8 @@ def test_streamed_dsh_log_import_matches_whole(script: Any, damage: Any, held: i
             lines[i] = dumps(fields)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "session.jsonl"
-        path.write_bytes(b"\n".join(lines) + b"\n")
-        assert _outcome(path, True, held) == _outcome(path, False)
+        path.write_bytes(gap.join(lines) + b"\n")
+        assert _outcome(path, True, held, read_bytes) == _outcome(path, False)
 
 
 def test_streamed_dsh_log_import_refuses_a_true_seq_as_the_whole_file_import_does(

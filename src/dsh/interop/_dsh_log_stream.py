@@ -63,27 +63,43 @@ HELD_EVENTS: Final = 50_000
 an event takes about a kilobyte in memory however short: 50 MB at most)."""
 
 
+_READ_BYTES: Final = 4 << 20
+"""Bytes :func:`_decoded` reads at once at most, unless one line alone is longer: blank lines
+between the records are bytes too, and a run of them must not be read in one piece."""
+
+
 def _decoded(src: JsonlSource, lines: _Lines, k0: int, k1: int, f: BinaryIO
              ) -> Iterator[tuple[int, list[JsonObj]]]:
     """``(k, plain events)`` of lines ``k0 <= k < k1`` (0 = the first after the header).
 
-    The lines' bytes are read in one read (from the first line's offset to the next line's or
-    the end of the checked size), each line then decoded as :meth:`JsonlSource.record_at`
-    decodes it.
+    The lines' bytes are read in as few reads as :data:`_READ_BYTES` allows (from a line's
+    offset to a later line's, or the end of the checked size); a line whose span to the next
+    one is longer (a long line, or blank lines after it) is read alone, to its newline. Each
+    line is then decoded as :meth:`JsonlSource.record_at` decodes it.
     """
     offsets, count = lines.offsets, len(lines.offsets)
-    base = offsets[k0]
-    f.seek(base)
-    raw = f.read((offsets[k1] if k1 < count else src.size) - base)
     path, fmt, numbers, seqs, times = src.path, src.fmt, lines.numbers, lines.seqs, lines.times
-    for k in range(k0, k1):
-        start = offsets[k] - base
-        end = raw.find(b"\n", start)
-        chunk = raw[start:end] if end >= 0 else raw[start:]
-        if chunk.endswith(b"\r"):
-            chunk = chunk[:-1]
-        rec = decode_line(chunk, path, fmt, numbers[k])
-        yield k, dsh_log_events(rec, path, numbers[k], seqs[k], times[k])
+    k = k0
+    while k < k1:
+        base = offsets[k]
+        # the last line m in (k, k1] whose offset (or the end, for k1) is within the cap
+        m = bisect_right(offsets, base + _READ_BYTES, k + 1, k1) - 1
+        if m == k1 - 1 and (offsets[k1] if k1 < count else src.size) <= base + _READ_BYTES:
+            m = k1
+        f.seek(base)
+        if m > k:
+            raw = f.read((offsets[m] if m < count else src.size) - base)
+        else:
+            raw, m = f.readline(max(0, src.size - base)), k + 1
+        for j in range(k, m):
+            start = offsets[j] - base
+            end = raw.find(b"\n", start)
+            chunk = raw[start:end] if end >= 0 else raw[start:]
+            if chunk.endswith(b"\r"):
+                chunk = chunk[:-1]
+            rec = decode_line(chunk, path, fmt, numbers[j])
+            yield j, dsh_log_events(rec, path, numbers[j], seqs[j], times[j])
+        k = m
 
 
 class _FileEvents:
@@ -137,7 +153,7 @@ def stream_dsh_log(path: Path) -> Iterator[StreamedSession]:
 
     src = JsonlSource(path, FORMAT)
     records = src.records()
-    first_line, _, header_rec = next(records)
+    _, first_line, _, header_rec = next(records)
     with _after_decoding(records):
         session_id, header, time = dsh_log_header(path, first_line, header_rec)
     lines = _Lines()
@@ -148,7 +164,7 @@ def stream_dsh_log(path: Path) -> Iterator[StreamedSession]:
     unignored: set[str] = set()  # those of the events not marked ignorable
     ordered = True  # every seq an int (the line checks compare with ==, so True passed as 1)
     try:
-        for line, offset, rec in records:
+        for _, line, offset, rec in records:
             with _after_decoding(records):
                 members = dsh_log_events(rec, path, line, total, time)
             lines.numbers.append(line)
