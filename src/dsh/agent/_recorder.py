@@ -273,7 +273,8 @@ class Recorder:
         event = self._session.append(type, data, surface_op=surface_op,
                                      source_event_seqs=source_event_seqs, ignorable=ignorable)
         self._scan.feed((event,))
-        self._seen = self._session.seq
+        # (append refuses a reentrant append: the log ends with this event)
+        self._seen = event["seq"] + 1
         return event
 
     def turn(self) -> TurnRecorder:
