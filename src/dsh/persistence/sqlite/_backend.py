@@ -783,10 +783,6 @@ class SqliteBackend:
         # open write handles: a page-in borrows one's connection while the handle is not
         # using it (SqliteHandle._lend), before it would open a read-only connection
         self._writers: weakref.WeakSet[SqliteHandle] = weakref.WeakSet()
-        # session id -> the page-in source of its last resume through a read handle, whose
-        # checks a write handle's resume may take over (SqlitePrefixSource.share_checks)
-        self._read_sources: weakref.WeakValueDictionary[str, srp.SqlitePrefixSource] = \
-            weakref.WeakValueDictionary()
         # its sessions' page-ins share read-only connections, or borrow an idle validated one
         # (docs/formats.md#files-and-connections); the pool may outlive this object
         self.page_connections = srp.PageConnections(self.path, _lender(weakref.ref(self)))
@@ -2380,26 +2376,9 @@ class SqliteHandle(HandleBase):
             if elided is not None else records, legacy=legacy,
             elided=None if elided is None
             else lambda: read_elided(seal_file, elided, chain=False)[0],
-            connections=self._backend.page_connections, snapshot=(self._c, data_version))
-        self._share_checks(source)
+            connections=self._backend.page_connections)
         return ColdRead(header=header, events=tuple(events), torn=None,
                         revision=self._revision(incarnation, revision)), source
-
-    def _share_checks(self, source: srp.SqlitePrefixSource) -> None:
-        """Pass page-in checks from a read handle's resume to the next write handle's resume.
-
-        A read handle's source is kept (weakly) for the session; a write handle's source
-        takes over what it checked when the database did not change in between
-        (:meth:`~dsh.persistence.sqlite._restore_point.SqlitePrefixSource.share_checks`).
-        """
-        backend = self._backend
-        with backend._mutex:
-            if self._mode == "read":
-                backend._read_sources[self._id] = source
-                return
-            earlier = backend._read_sources.pop(self._id, None)
-        if earlier is not None:
-            source.share_checks(earlier)
 
     def _admit(self, events: Sequence[Event]) -> Sequence[Event]:
         """Check a batch is contiguous lossless JSON before any I/O.

@@ -214,17 +214,13 @@ class SqlitePrefixSource:
         legacy: A schema-14 file (scalar rows, no ``ignorable`` column).
         connections: The read-only connections to ``path`` this source borrows (its store's,
             shared by its other sources); default: its own.
-        snapshot: What the resume that made this source read the database through: its
-            connection and that connection's ``PRAGMA data_version`` then (see
-            :meth:`share_checks`); None: unknown.
     """
 
     def __init__(self, path: Path, session_id: str, cut: int,
                  seals: Sequence[tuple[int, int, int]] | None = None, *,
                  legacy: bool = False,
                  elided: Callable[[], Sequence[tuple[int, int, int]]] | None = None,
-                 connections: PageConnections | None = None,
-                 snapshot: tuple[object, int] | None = None) -> None:
+                 connections: PageConnections | None = None) -> None:
         self._path = path
         # schema 14 (the published dsh's files): scalar rows without the ignorable column
         self._columns = LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS
@@ -244,41 +240,9 @@ class SqlitePrefixSource:
         self._verified: set[int] = set()  # the first seqs of the records checked
         self._connections = connections if connections is not None else PageConnections(path)
         self._mutex = threading.Lock()
-        self._snapshot = snapshot
 
     def __len__(self) -> int:
         return self._cut
-
-    def share_checks(self, earlier: SqlitePrefixSource) -> int:
-        """Count as checked here the seal records ``earlier`` checked, when nothing changed since.
-
-        For a writer resumed in the process that has just read the session (an adapter's cold
-        read, then its first write): the rows a page-in of that read checked against a seal
-        record are not read and checked again by this source's page-ins, so a writer's first
-        append reads the one row it looks at, not the whole batch around it. Only when both
-        sources come from resumes through one connection that saw the same
-        ``PRAGMA data_version`` (no other connection, in any process, committed between the
-        earlier resume and this one: the page-ins in between read the rows as they are now),
-        of the same session, file and cut, and only for records both hold alike. Anything
-        else shares nothing (docs/rules.md#verified-page-in).
-
-        Returns:
-            The number of records taken as checked.
-        """
-        mine, theirs = self._snapshot, earlier._snapshot
-        if (earlier is self or mine is None or theirs is None or mine[0] is not theirs[0]
-                or mine[1] != theirs[1] or self._path != earlier._path
-                or self._id != earlier._id or self._cut != earlier._cut):
-            return 0
-        with earlier._mutex:
-            checked = {r[0]: r for r in earlier._seals if r[0] in earlier._verified}
-        taken = 0
-        with self._mutex:
-            for record in self._seals:
-                if checked.get(record[0]) == record and record[0] not in self._verified:
-                    self._verified.add(record[0])
-                    taken += 1
-        return taken
 
     def _load_elided(self, start: int) -> None:
         """Put the seal records the resume left unread in front of the others (once).
