@@ -383,3 +383,142 @@ def test_read_rows_refuses_a_real_value_in_a_row_it_would_serve(column: str) -> 
             c_read_rows(conn, _SQL, "s", 0, 5, [], 0, 5, {1}, frozenset({"user/message"}),
                         dict(RECORD_PATHS), FMT)
         del conn
+
+
+# SQL literals of every storage class a hostile file can put in any column of a row: NULL,
+# integers to both ends, a REAL, TEXT (empty, a NUL inside, past a page: an overflow chain,
+# not strict UTF-8: a bare continuation byte, an overlong form, a surrogate, past U+10FFFF),
+# BLOBs (empty: SQLite gives a NULL pointer for it, a NUL and 0xff, past a page)
+_CLASS_LITERALS = [
+    "NULL", "0", "1", "-1", "9223372036854775807", "-9223372036854775808", "0.5", "''",
+    "'user/message'", "'\"append\"'", "'a' || char(0) || 'b'", "char(233)",
+    "'{\"source\":{\"adapterRecord\":{\"format\":\"openai-agents\",\"records\":[\"'"
+    " || replace(zeroblob(5000), x'00', 'y') || '\"]}}}'",
+    "CAST(x'80' AS TEXT)", "CAST(x'c0af' AS TEXT)", "CAST(x'eda080' AS TEXT)",
+    "CAST(x'f4908080' AS TEXT)", "CAST(x'61' || x'ff' AS TEXT)",
+    "x''", "x'00ff'", "zeroblob(5000)",
+]
+_COLUMNS = ["seq", "type", "time", "data", "source_event_seqs", "surface_op", "ignorable"]
+_BASE = {"seq": "1", "type": "'user/message'", "time": "5",
+         "data": "'{\"source\":{\"adapterRecord\":{\"format\":\"openai-agents\","
+                 "\"records\":[{\"a\":1}]}}}'",
+         "source_event_seqs": "NULL", "surface_op": "NULL", "ignorable": "1"}
+
+
+@pytest.mark.parametrize("encoding", ["UTF-8", "UTF-16le"])
+@pytest.mark.parametrize("column", _COLUMNS)
+def test_read_rows_of_every_class_in_every_column_serves_what_sqlite3_serves(
+        column: str, encoding: str) -> None:
+    # the C read takes each column of a row once (its class, then its value as that class)
+    # and uses those pointers for the seal text, the class check, the type cache and the
+    # cut: each class (and a TEXT that is no strict UTF-8) in each column, the row sealed or
+    # not, selected by seq or by type, between two plain rows; wherever read_rows answers it
+    # answers what sqlite3's rows, their seal check and pick_rows give (a seal record of the
+    # row as sqlite3 reads it, and of the plain row: a number where text was committed is a
+    # seal mismatch at that record), and it answers for the plain rows (the check has teeth)
+    import _sqlite3
+    import sqlite3
+    import tempfile
+    from contextlib import closing
+    from pathlib import Path
+
+    from dsh.json import CFallback, c_pick_rows, c_read_rows, c_sqlite_bind, c_sqlite_open
+    from dsh.persistence._seal import rows_crc, span_crc
+
+    assert c_sqlite_bind is not None and c_read_rows is not None and c_pick_rows is not None
+    if not c_sqlite_bind(getattr(_sqlite3, "__file__", None)):
+        pytest.skip("this Python's SQLite exports no C API to bind")
+    answered = 0
+    for literal in _CLASS_LITERALS:
+        row = {**_BASE, column: literal}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "rows.db"
+            with closing(sqlite3.connect(path)) as db, db:
+                db.execute(f"PRAGMA encoding = '{encoding}'")
+                db.execute("CREATE TABLE events (session_id TEXT, seq INTEGER, type TEXT, "
+                           "time INTEGER, data, source_event_seqs, surface_op TEXT, "
+                           "ignorable INTEGER)")
+                for values in ({**_BASE, "seq": "0"}, row, {**_BASE, "seq": "2"}):
+                    db.execute("INSERT INTO events VALUES ('s', "
+                               + ", ".join(values[name] for name in _COLUMNS) + ")")
+            with closing(sqlite3.connect(path)) as db:
+                try:
+                    read = db.execute(_SQL, ("s", "s", 0, 3)).fetchall()
+                except sqlite3.OperationalError:
+                    read = None  # not strict UTF-8: sqlite3 refuses the row
+                plain = db.execute(f"SELECT 0, {', '.join(_BASE[c] for c in _COLUMNS)}"
+                                   ).fetchall()
+            conn = c_sqlite_open(f"{path.as_uri()}?mode=ro")
+            crcs = [rows_crc([r[1:] for r in plain] * 3)]
+            if read is not None and column != "ignorable":  # (int() of a text: ValueError)
+                crcs.append(rows_crc([r[1:] for r in read]))
+            for records, seqs, types in itertools.product(
+                    [[], *([(0, 3, crc)] for crc in crcs)], [{1}, set()],
+                    [frozenset(), frozenset({"user/message"})]):
+                try:
+                    got = c_read_rows(conn, _SQL, "s", 0, 3, records, 0, 3, seqs, types,
+                                      dict(RECORD_PATHS), FMT)
+                except CFallback:
+                    continue  # the Python read serves or names it
+                assert read is not None, (literal, "served a row sqlite3 refuses")
+                answered += 1
+                want_crc = records[0][2] if records else None
+                if want_crc is not None and span_crc(read, 0, len(read)) != want_crc:
+                    assert got == (0, None, None), literal
+                    continue
+                into: dict[int, Any] = {}
+                kept = c_pick_rows(read, 0, 3, seqs, types, dict(RECORD_PATHS), FMT, into)
+                assert got == (len(records), kept, into), literal
+            del conn
+    assert answered > 0
+
+
+def _high_chars() -> list[str]:
+    """Characters whose UTF-8 holds, between them, each byte 0x80..0xff valid UTF-8 has (lead
+    and continuation bytes: a signed byte compare would take them for control bytes), and
+    the characters beside the control range."""
+    found: dict[int, str] = {}
+    for cp in itertools.chain(range(0x80, 0x800), range(0x800, 0x10000, 0x3f),
+                              range(0x10000, 0x110000, 0xfff)):
+        if not 0xd800 <= cp <= 0xdfff:
+            for byte in chr(cp).encode():
+                found.setdefault(byte, chr(cp))
+    assert set(found) >= {*range(0x80, 0xc0), *range(0xc2, 0xf5)}
+    return ["\x1f", "\x20", "\x21", "\x7f", *sorted(set(found.values()))]
+
+
+_HIGH_CHARS = _high_chars()
+
+
+@pytest.mark.parametrize("char", _HIGH_CHARS)
+def test_record_texts_reads_high_and_boundary_bytes_at_every_offset(char: str) -> None:
+    # each character at every offset of strings across the 16- and 8-byte chunks, twice
+    # (the second right before the closing quote): the cut's values are orjson's, or it
+    # declines exactly where orjson refuses the text (a raw control byte)
+    assert c_record_texts is not None
+    for length in range(0, 36):
+        for at in range(length + 1):
+            value = "a" * at + char + "é" * ((length - at) // 2) + char
+            text = ('{"source":{"adapterRecord":{"format":"openai-agents","records":["'
+                    + value + '"]}}}')
+            cut = c_record_texts(text, ("source", "adapterRecord"), FMT, None)
+            try:
+                want = orjson.loads(text)["source"]["adapterRecord"]["records"]
+            except orjson.JSONDecodeError:
+                assert cut is None, (char, length, at)
+                continue
+            assert _values(cut) == want == [value], (char, length, at)
+
+
+def test_record_texts_declines_every_cut_short_text() -> None:
+    # a text cut at every byte (a string ending where the text ends, an escape cut in two):
+    # no read past the end (the sanitizer build runs this), and the cut declines, as
+    # orjson refuses each
+    assert c_record_texts is not None
+    whole = ('{"source":{"adapterRecord":{"format":"openai-agents","records":["'
+             + "0123456789abcdef" * 2 + '\\"\\u00e9é' + "x" * 17 + '",{"k":"\\n"}]}}}')
+    assert _values(c_record_texts(whole, ("source", "adapterRecord"), FMT, None)) == \
+        orjson.loads(whole)["source"]["adapterRecord"]["records"]
+    for size in range(len(whole)):
+        assert c_record_texts(whole[:size], ("source", "adapterRecord"), FMT, None) is None, \
+            size
