@@ -3354,6 +3354,11 @@ typedef struct {
 static int
 buf_put(Buf *b, const char *bytes, Py_ssize_t n)
 {
+    if (n == 0) {
+        /* nothing to copy: an empty TEXT first into a Buf not yet grown would pass memcpy
+         * a NULL destination, undefined even for 0 bytes (UBSan stops there) */
+        return 0;
+    }
     if (b->size + n > b->capacity) {
         Py_ssize_t want = (b->size + n) * 2 + 256;
         char *grown = PyMem_Realloc(b->data, (size_t)want);
