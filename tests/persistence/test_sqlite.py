@@ -571,6 +571,20 @@ def test_a_handle_decodes_again_a_session_row_changed_between_its_reads(tmp_path
     backend.close()
 
 
+def _refused_in_a_fresh_process(db: Path) -> list[str]:
+    """How a read of session ``s1`` in another process is refused: ``code path``, message."""
+    child = subprocess.run(
+        [sys.executable, "-c",
+         "import sys\nfrom dsh._errors import DshError\n"
+         "from dsh.persistence.sqlite._backend import SqliteBackend\n"
+         "try:\n    SqliteBackend(sys.argv[1]).open('s1').read()\n"
+         "except DshError as e:\n    print(e.code, e.where.get('path'))\n"
+         "    print(e.message)\n",
+         str(db)], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    return child.stdout.splitlines()
+
+
 @pytest.mark.parametrize("suffix", [".meta", ".seal"])
 def test_a_fifo_at_a_sidecar_is_refused_not_waited_on(tmp_path: Path, suffix: str) -> None:
     """A FIFO where the header metadata or the seal belongs is refused by a read (a typed
@@ -585,17 +599,29 @@ def test_a_fifo_at_a_sidecar_is_refused_not_waited_on(tmp_path: Path, suffix: st
     sidecar = sidecar.with_suffix(suffix)
     sidecar.unlink(missing_ok=True)
     os.mkfifo(sidecar, 0o600)
-    child = subprocess.run(
-        [sys.executable, "-c",
-         "import sys\nfrom dsh._errors import DshError\n"
-         "from dsh.persistence.sqlite._backend import SqliteBackend\n"
-         "backend = SqliteBackend(sys.argv[1])\n"
-         "try:\n    backend.open('s1').read()\n"
-         "except DshError as e:\n    print(e.code, e.where.get('path'))\n",
-         str(db_path(tmp_path))], capture_output=True, text=True, timeout=60)
-    assert child.returncode == 0, child.stderr
-    code, path = child.stdout.split()
-    assert code in ("SQLITE", "SEAL_UNREADABLE") and path == str(sidecar)
+    code, path = _refused_in_a_fresh_process(db_path(tmp_path))[0].split()
+    assert code == ("NOT_A_FILE" if suffix == ".meta" else "SEAL_UNREADABLE")
+    assert path == str(sidecar)
+
+
+def test_a_folder_or_fifo_at_the_header_metadata_is_not_a_file(tmp_path: Path) -> None:
+    """A folder or a FIFO where a session's ``.meta`` belongs is ``NOT_A_FILE`` naming the
+    path and what sits there, as a JSONL log is; before, ``SQLITE`` (``[Errno 22] not a
+    regular file``), as if the database had failed. A fresh process reads (a hang fails this
+    test, not the suite).
+
+    Rule: docs/formats.md#file-modes-and-symlinks.
+    """
+    backend = SqliteBackend(db_path(tmp_path))
+    backend.create({"version": 0, "id": "s1", "createdAt": T0, "metadata": {"team": "infra"}})
+    backend.close()
+    (meta,) = db_path(tmp_path).with_name("sessions.db.dsh-seals").glob("*.meta")
+    for kind in ("FIFO", "folder"):
+        meta.unlink()  # the file a create wrote, then the FIFO
+        os.mkfifo(meta, 0o600) if kind == "FIFO" else meta.mkdir()
+        named, message = _refused_in_a_fresh_process(db_path(tmp_path))
+        assert named == f"NOT_A_FILE {meta}"
+        assert message.startswith(f"{meta} is a {kind}") and "header metadata" in message
 
 
 def test_header_metadata_nested_too_deep_is_corruption(tmp_path: Path) -> None:

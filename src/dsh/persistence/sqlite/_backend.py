@@ -77,6 +77,7 @@ from dsh.persistence._paths import (
     mkdir_private,
     open_sidecar,
     read_aside_file,
+    refuse_special,
     replace_durably,
     write_aside_file,
 )
@@ -386,13 +387,25 @@ def _write_metadata(path: Path, incarnation: str, metadata: Mapping[str, Any]) -
 
 
 def _with_metadata(header: FrozenDict, incarnation: str, path: Path) -> FrozenDict:
-    """``header`` plus the ``metadata`` its sidecar keeps for this incarnation, if any."""
+    """``header`` plus the ``metadata`` its sidecar keeps for this incarnation, if any.
+
+    Rule: docs/formats.md#file-modes-and-symlinks.
+
+    Raises:
+        PersistenceError: ``SYMLINK`` or ``NOT_A_FILE`` naming ``path``: a link, a folder, a
+            FIFO or a device sits there (never opened for a blocking read); ``SQLITE``: it
+            cannot be read otherwise.
+        LogCorruptError: it is not the JSON a create writes.
+    """
     try:  # (opened as every sidecar is: no link followed, nothing but a regular file)
         with os.fdopen(open_sidecar(path, "header metadata"), "rb") as f:
             raw = f.read()
     except FileNotFoundError:
         return header
     except OSError as exc:
+        # what open_sidecar refused (a link: ELOOP, a non-file: EINVAL) is named as a JSONL
+        # log's is; lstat only, so a FIFO there is never waited on
+        refuse_special(path, "header metadata")
         raise PersistenceError(f"cannot read header metadata {path}: {exc}", code="SQLITE",
                                path=str(path)) from exc
     try:
