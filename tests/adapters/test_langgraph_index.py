@@ -392,3 +392,38 @@ def test_alist_over_an_index_naming_wrong_events_folds_the_log_as_list_does(
     with DshSaver.from_url(store) as saver:
         assert asyncio.run(listed(saver)) == truth[1]
     assert "named a wrong event" in caplog.text
+
+
+def test_delete_for_runs_and_prune_over_an_index_naming_wrong_events_fold_the_log(
+        store: str, caplog: pytest.LogCaptureFixture) -> None:
+    # docs/adapters.md#fast-reads-of-a-thread: the checkpoints they hide are chosen again on
+    # the log folded afresh when the index misled (before: IndexMisledError, nothing hidden)
+    with ScriptedServer() as server, DshSaver.from_url(store) as saver:
+        graph = _graph(saver, server.base_url)
+        for n in range(3):
+            server.add(completion(f"answer {n}"))
+            graph.invoke({"messages": [HumanMessage(f"question {n}")]},
+                         {"configurable": {"thread_id": "t"}, "metadata": {"run_id": f"r{n}"}},
+                         durability="sync")
+    listed = _reads(store, "t")[1]
+    assert [item[2]["run_id"] for item in listed] == ["r2"] * 3 + ["r1"] * 3 + ["r0"] * 3
+    caplog.set_level("WARNING", logger="dsh.adapters.langgraph")
+    for hide in ("delete_for_runs", "prune"):
+        good = _aside(store, "t")
+        assert good is not None
+        _aside(store, "t", _damaged(good, 1, _latest_at(1)))  # the whole index's latest
+        caplog.clear()
+        with DshSaver.from_url(store) as saver:
+            saver.delete_for_runs(["r1"]) if hide == "delete_for_runs" else saver.prune(["t"])
+        # delete_for_runs reads each checkpoint's metadata through the index; prune chooses
+        # by ids alone, so it meets no wrong event here, and hides the right ones
+        assert ("named a wrong event" in caplog.text) == (hide == "delete_for_runs")
+        good = _aside(store, "t")
+        _aside(store, "t", b"not an index")  # what the log holds, read without any index
+        kept = _reads(store, "t")[1]
+        _aside(store, "t", good)
+        if hide == "delete_for_runs":
+            assert kept == [item for item in listed if item[2]["run_id"] != "r1"]
+        else:
+            assert kept == listed[:1]  # the newest checkpoint only
+    dsh("verify", "t", "--store", store)

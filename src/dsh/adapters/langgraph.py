@@ -1196,13 +1196,29 @@ class DshSaver(BaseCheckpointSaver[str]):
 
     def _drop(self, thread_id: str,
               keep: Callable[[_Thread, str, str, CheckpointEntry], bool]) -> None:
+        """Hide the thread's checkpoints ``keep`` refuses (one drop event a namespace).
+
+        They are chosen before anything is appended, so when an index beside the log misled
+        the choice (``keep`` read a wrong event through it) the saver stops trusting asides
+        (WARNING) and chooses again on the log folded afresh
+        (docs/adapters.md#fast-reads-of-a-thread).
+        """
+        def chosen(thread: _Thread) -> dict[str, list[str]]:
+            drops = {ns: [cid for cid in space.order
+                          if not keep(thread, ns, cid, space.checkpoints[cid])]
+                     for ns, space in thread.namespaces.items()}
+            return {ns: ids for ns, ids in drops.items() if ids}
+
         thread = self._thread(thread_id)
         if thread is None:
             return
-        drops = {ns: [cid for cid in space.order
-                     if not keep(thread, ns, cid, space.checkpoints[cid])]
-                 for ns, space in thread.namespaces.items()}
-        drops = {ns: ids for ns, ids in drops.items() if ids}
+        try:
+            drops = chosen(thread)
+        except IndexMisledError as exc:
+            self._misled(exc)
+            thread = self._thread(thread_id)
+            assert thread is not None
+            drops = chosen(thread)
         if not drops:
             return
         log = self._writer(thread_id)
@@ -1237,12 +1253,7 @@ class DshSaver(BaseCheckpointSaver[str]):
                 if strategy == "delete":
                     self.delete_thread(thread_id)
                     continue
-                thread = self._thread(thread_id)
-                if thread is None:
-                    continue
-                latest = {ns: space.order[-1] for ns, space in thread.namespaces.items()
-                          if space.order}
-                self._drop(thread_id, _is_newest(latest))
+                self._drop(thread_id, _is_newest)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread as a dsh fork of its session (the child names its parent).
@@ -1469,10 +1480,9 @@ def _wanted(index: ThreadIndex, ns: str, checkpoint_id: str | None,
     return seqs
 
 
-def _is_newest(newest: Mapping[str, str]
-               ) -> Callable[[_Thread, str, str, CheckpointEntry], bool]:
-    """A keep-predicate for :meth:`DshSaver._drop`: each namespace's newest checkpoint."""
-    return lambda _thread, ns, checkpoint_id, _entry: newest.get(ns) == checkpoint_id
+def _is_newest(thread: _Thread, ns: str, checkpoint_id: str, _entry: CheckpointEntry) -> bool:
+    """A keep-predicate for :meth:`DshSaver._drop`: the namespace's newest checkpoint."""
+    return thread.namespaces[ns].order[-1] == checkpoint_id
 
 
 def _state_messages(state: Any) -> list[Any]:
