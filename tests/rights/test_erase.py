@@ -269,3 +269,29 @@ def test_erase_takes_over_a_killed_postgres_writer_on_this_host_at_once(tmp_path
         done = run_cli("erase", "--store", url, "s1", "--receipt", str(tmp_path / "r.json"))
         assert "s1: erased" in done.stdout
         assert SECRETS["user"].encode() not in store_bytes(url)
+
+
+def test_an_erased_session_keeps_its_header_cwd_and_jsonl_folder_names(tmp_path: Path) -> None:
+    # docs/forgetting.md#what-forgetting-cannot-reach: by design the header stays (cwd and
+    # metadata), and on JSONL the folder names derived from the cwd and the id stay on disk
+    from dsh.json import snapshot_json
+    from dsh.persistence import Persistence, open_backend
+    from dsh.session._events import make_event
+
+    url = f"jsonl:{tmp_path / 'root'}"
+    backend = open_backend(url)
+    backend.create({"version": 0, "id": "alice-tax-2026", "createdAt": 1,
+                    "cwd": "/home/alice/acme", "metadata": {"client": "acme"}})
+    with backend.open("alice-tax-2026", "write") as handle:
+        handle.read()
+        handle.append([make_event("session/title", 0, 2, snapshot_json({"title": "taxes"}))])
+    backend.close()
+    persistence = Persistence(open_backend(url))
+    try:
+        erase(persistence, ["alice-tax-2026"], reason="request", by="test")
+        (header,) = persistence.list_headers()
+    finally:
+        persistence.close()
+    assert header["cwd"] == "/home/alice/acme" and dict(header["metadata"]) == {"client": "acme"}
+    log = tmp_path / "root" / "--home-alice-acme--" / "alice-tax-2026" / "session.jsonl"
+    assert b"taxes" not in log.read_bytes()
