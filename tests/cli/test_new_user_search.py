@@ -59,6 +59,29 @@ def test_search_in_a_foreign_database_with_a_sessions_table_is_no_bug(tmp_path: 
     assert sorted(p.name for p in path.parent.iterdir()) == ["sessions.db"]
 
 
+def test_search_in_a_foreign_database_forging_dsh_application_id_is_refused(
+        tmp_path: Path) -> None:
+    # the header's application id is a hint only: another program's database that carries
+    # dsh's (PRAGMA application_id = 0x44534850) took the connection-free path, so search
+    # wrote sessions.db.dsh-search.db beside it and answered "0 sessions" (exit 0), or
+    # error[BUG] (no such column: s.incarnation) with a sessions table, where ls says
+    # FOREIGN_DATABASE
+    for ddl in ("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)",
+                "CREATE TABLE sessions (id TEXT PRIMARY KEY, name TEXT)"):
+        home = tmp_path / ddl.split()[2]
+        home.mkdir()
+        path = foreign_db(home, ddl)
+        with sqlite3.connect(path) as conn:
+            conn.execute("PRAGMA application_id = 1146308688")
+        conn.close()
+        assert path.read_bytes()[68:72] == b"DSHP"
+        listed = dsh(home, "ls")
+        assert listed.returncode == 1 and "error[FOREIGN_DATABASE]" in listed.stderr
+        searched = dsh(home, "search", "port")
+        assert (searched.returncode, searched.stderr, searched.stdout) == (1, listed.stderr, "")
+        assert sorted(p.name for p in path.parent.iterdir()) == ["sessions.db"]
+
+
 def test_search_in_a_folder_that_is_no_store_is_refused_and_writes_no_index(
         tmp_path: Path) -> None:
     # before: "no message holds 'port' in 0 sessions", exit 0, and .dsh-search.db written

@@ -899,9 +899,10 @@ class SqliteBackend:
         """The store's search index: the sidecar ``<db>.dsh-search.db`` (docs/stores.md#search).
 
         Opened on first use; the caller closes it. A file whose header does not carry dsh's
-        application id gets the full open check first (``schema_version``), so another
-        program's database is refused (``FOREIGN_DATABASE``, as ``list`` refuses it) before any
-        index is written beside it; a marked file is read without a connection of its own.
+        application id, or that has no index yet, gets the full open check first
+        (``schema_version``), so another program's database is refused (``FOREIGN_DATABASE``,
+        as ``list`` refuses it) before any index is written beside it, even one that forges
+        the id; a marked file with an index is read without a connection of its own.
 
         Raises:
             PersistenceError: code ``FOREIGN_DATABASE``, and the other errors of opening the file.
@@ -909,10 +910,11 @@ class SqliteBackend:
         from dsh.persistence._search import SIDECAR_NAME, SidecarIndex, SqliteFreshness
 
         path = self.path
-        if _header_application_id(path) != APPLICATION_ID:
+        sidecar = path.with_name(path.name + SIDECAR_NAME)
+        # the header's id is anyone's to write: the first index waits for the full check
+        if _header_application_id(path) != APPLICATION_ID or not sidecar.exists():
             self.schema_version  # noqa: B018 - raises for a file that is not dsh's
-        return SidecarIndex(path.with_name(path.name + SIDECAR_NAME),
-                            SqliteFreshness(path))
+        return SidecarIndex(sidecar, SqliteFreshness(path))
 
     def check_storable(self, events: Sequence[Event]) -> None:
         """Refuse, writing nothing, events this file's schema cannot hold (what append would).
