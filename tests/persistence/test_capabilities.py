@@ -17,22 +17,23 @@ EXPECTED = {
     "memory": Capabilities(torn_tail_hook=True),
     "jsonl": Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True,
                           ranges=True, after_commit=True, search_index=True,
-                          torn_tail_hook=True, reseal=True, rewrites=True),
+                          torn_tail_hook=True, reseal=True, rewrites=True,
+                          change_stamp=True),
     # a Zstandard log serves no range (its handles answer -1 and None, as SQLite schema 14's);
     # one class: a zstd store's reseal says NO_SEAL (its frames carry checksums)
     "jsonl-zstd": Capabilities(restore_points=True, saved_cuts=True, listing=True,
                                file_paths=True, ranges=True, after_commit=True,
                                search_index=True, torn_tail_hook=True, reseal=True,
-                               rewrites=True),
+                               rewrites=True, change_stamp=True),
     "sqlite": Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
                            after_commit=True, search_index=True, schema_version=True,
                            storable_check=True, torn_tail_hook=True, reseal=True,
-                           rewrites=True, scrubs=True, asides=True),
+                           rewrites=True, scrubs=True, asides=True, change_stamp=True),
     "postgresql": Capabilities(restore_points=True, fenced=True, native_tail=True, ranges=True,
                                search_index=True, schema_version=True, migrations=True,
                                torn_tail_hook=True, listing=True, rewrites=True,
                                scrubs=True, asides=True, whole_reads=True,
-                               chain_records=True),
+                               chain_records=True, change_stamp=True),
 }
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import dsh
+from dsh.testing import postgres_unreachable, temporary_postgres_url
 from dsh.testing._logs import assistant, fixed_clock, tool_result, user
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,6 +93,22 @@ def write_damaged(url: str, root: Path, session_id: str = "damaged") -> Path:
     lines[8] = b'{"type": "user/message", "seq": 7, oops'  # seq 7's line: not JSON any more
     path.write_bytes(b"\n".join(lines))
     return path
+
+
+@contextlib.contextmanager
+def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A store URL of ``backend`` (``jsonl``, ``sqlite``, ``postgres``: a temporary schema,
+    skipped when PostgreSQL is unreachable)."""
+    if backend == "postgres":
+        reason = postgres_unreachable()
+        if reason is not None:
+            pytest.skip(reason)
+        with temporary_postgres_url() as url:
+            yield url
+    elif backend == "jsonl":
+        yield f"jsonl:{tmp_path / 'j'}"
+    else:
+        yield f"sqlite:{tmp_path / 's.db'}"
 
 
 def start_view(url: str, *, stderr: int = subprocess.DEVNULL

@@ -2,40 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from dsh.testing import postgres_unreachable, temporary_postgres_url
-
 pytest.importorskip("starlette")
+from tests.view.stores import store_url
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@contextlib.contextmanager
-def _url(backend: str, tmp_path: Path) -> Iterator[str]:
-    if backend == "postgres":
-        reason = postgres_unreachable()
-        if reason is not None:
-            pytest.skip(reason)
-        with temporary_postgres_url() as url:
-            yield url
-    elif backend == "jsonl":
-        yield f"jsonl:{tmp_path / 'j'}"
-    else:
-        yield f"sqlite:{tmp_path / 's.db'}"
 
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite", "postgres"])
 def test_live_stream_sends_each_committed_turn_as_rendered_entries(tmp_path: Path,
                                                                    backend: str) -> None:
-    with _url(backend, tmp_path) as url:
+    with store_url(backend, tmp_path) as url:
         writer = subprocess.Popen([sys.executable, "-m", "tests.view.live_writer", url, "w1"],
                                   cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   text=True)

@@ -62,6 +62,7 @@ from dsh.persistence._contract import Reseals as Reseals
 from dsh.persistence._contract import Rewrites as Rewrites
 from dsh.persistence._contract import SchemaVersioned as SchemaVersioned
 from dsh.persistence._contract import Scrubs as Scrubs
+from dsh.persistence._contract import StampsChanges as StampsChanges
 from dsh.persistence._contract import Tails as Tails
 from dsh.persistence._contract import conforms as conforms
 from dsh.persistence._contract import session_id_problem as session_id_problem

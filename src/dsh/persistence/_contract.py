@@ -67,6 +67,7 @@ __all__ = [
     "NamesFiles",
     "OpenMode",
     "ReadsRanges",
+    "StampsChanges",
     "ReadsWhole",
     "Reseals",
     "Rewrites",
@@ -340,6 +341,8 @@ class Capabilities:
             opens a read handle and reads through it.
         chain_records: It keeps each session's seal chain in its own storage, not in a seal
             file (:class:`KeepsChain`), for ``dsh verify`` and ``--proof``.
+        change_stamp: It tells cheaply whether the store changed (:class:`StampsChanges`),
+            which ``dsh view`` asks before reusing a listing; otherwise it lists anew.
     """
 
     restore_points: bool = False
@@ -361,6 +364,7 @@ class Capabilities:
     asides: bool = False
     whole_reads: bool = False
     chain_records: bool = False
+    change_stamp: bool = False
 
 
 @runtime_checkable
@@ -613,6 +617,27 @@ class ReadsRanges(Protocol):
         None when this store cannot serve ranges (a SQLite file of schema 14). The source
         reads storage on its own (no use of this handle after it is closed) and raises
         ``LogCorruptError`` when the rows no longer decode to contiguous events.
+        """
+        ...
+
+
+@runtime_checkable
+class StampsChanges(Protocol):
+    """A backend that tells cheaply whether anything in the store changed (a viewer's cache).
+
+    Rule: docs/view.md#what-the-viewer-keeps: a cached listing is reused only while the stamp
+    is the same.
+    """
+
+    def change_stamp(self) -> object:
+        """A value that differs once dsh changed the store; equal values mean no such change.
+
+        A change: a session rewritten (redaction, erasure), created, removed or moved to the
+        trash, and (except on JSONL, see its backend) appended to. One cheap read (a few
+        ``stat`` calls, one pragma or one small query), never a log.
+
+        Raises:
+            PersistenceError: the store cannot be read.
         """
         ...
 

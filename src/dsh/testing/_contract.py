@@ -117,6 +117,7 @@ class BackendContract:
             Rewrites,
             SchemaVersioned,
             Scrubs,
+            StampsChanges,
             Tails,
         )
 
@@ -135,6 +136,7 @@ class BackendContract:
         assert caps.asides == isinstance(backend, KeepsAsides)
         assert caps.whole_reads == isinstance(backend, ReadsWhole)
         assert caps.chain_records == isinstance(backend, KeepsChain)
+        assert caps.change_stamp == isinstance(backend, StampsChanges)
         store.create(header("caps"))
         with store.open("caps", "write") as handle:
             assert caps.restore_points == isinstance(handle, KeepsRestorePoints)

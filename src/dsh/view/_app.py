@@ -52,6 +52,7 @@ from dsh.transcript import Message as TranscriptMessage
 from dsh.view._data import Damage, OpenSession, SessionInfo, ViewStore, common_prefix
 from dsh.view._html import render, session_url, warm
 from dsh.view._search import search_session, search_store
+from dsh.view._serve import host_allowed
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +112,10 @@ def _html(body: bytes, status: int = 200) -> Response:
 class _Gate:
     """ASGI middleware: the token gate and the security headers on every response."""
 
-    def __init__(self, app: ASGIApp, token: str, store_url: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, store_url: str,
+                 bind: tuple[str, int] | None = None) -> None:
         self.app = app
+        self.bind = bind
         self.token = token.encode("utf-8", "surrogatepass")
         # the cookie carries the token's digest, hex: any token (spaces, quotes, non-ASCII)
         # then round-trips through a Cookie header, and the secret itself is not sent back
@@ -148,6 +151,16 @@ class _Gate:
                 message = {**message, "headers": headers}
             await send(message)
 
+        host = next((v.decode("latin-1") for n, v in scope.get("headers", ()) if n == b"host"),
+                    "")
+        if self.bind is not None and not host_allowed(host, *self.bind):
+            body = render("error.html", title="wrong host", store_url=self.store_url,
+                          heading="This viewer does not answer for this host",
+                          message=f"The request names host {host!r}; open the URL that "
+                          "`dsh view` printed (a name that is not the viewer's own is refused "
+                          "against DNS rebinding).")
+            await _html(body, 400)(scope, receive, send_with_headers)
+            return
         if not allowed and not path.startswith("/static/"):
             body = render("error.html", title="token needed", store_url=self.store_url,
                           heading="This viewer needs its token",
@@ -608,8 +621,8 @@ def _request_context(events: Sequence[Any], messages: Sequence[tuple[int, Any]],
             "header_src": None}
 
 
-def create_app(store: ViewStore, *, token: str,
-               stopping: asyncio.Event | None = None) -> ASGIApp:
+def create_app(store: ViewStore, *, token: str, stopping: asyncio.Event | None = None,
+               bind: tuple[str, int] | None = None) -> ASGIApp:
     """The viewer's ASGI application over ``store``, gated by ``token``.
 
     Args:
@@ -617,6 +630,9 @@ def create_app(store: ViewStore, *, token: str,
         token: The secret every request must carry (``?token=`` or the cookie it sets).
         stopping: Set when the server stops: live streams then end (None: they end only
             when their reader goes).
+        bind: The host and port the viewer listens on: a request whose ``Host`` header names
+            another (:func:`dsh.view._serve.host_allowed`) is a 400 page; None checks no
+            ``Host`` (an app served on no socket of its own).
 
     Returns:
         An ASGI app: ``/`` the sessions, ``/s/<id>`` a session (``?start=``, ``?at=``),
@@ -663,4 +679,4 @@ def create_app(store: ViewStore, *, token: str,
         Mount("/static", app=StaticFiles(directory=str(static)), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, Exception: failed})
-    return _Gate(app, token, store.url)
+    return _Gate(app, token, store.url, bind)

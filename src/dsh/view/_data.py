@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import dsh
 from dsh import DshError, Event, SessionNotFoundError
@@ -29,6 +29,7 @@ from dsh.persistence import (
     NamesFiles,
     ReadsRanges,
     SearchResults,
+    StampsChanges,
     StoredPages,
     message_texts,
     signature,
@@ -44,7 +45,8 @@ _FULL_READ_CACHE: Final = 2
 """Sessions read in full kept at once (the page being read and the one before)."""
 
 _LISTING_TTL_S: Final = 5.0
-"""How long a listing is reused (seconds): one page view asks for it several times."""
+"""How long a listing is reused (seconds; one page view asks for it several times), and only
+while the store's change stamp (:meth:`ViewStore._store_stamp`) is unchanged."""
 
 _FOLDS_KEPT: Final = 4
 """Model views kept (the latest answered, any session) for the next one to continue from."""
@@ -190,7 +192,8 @@ class ViewStore:
         self._listing_lock = threading.Lock()  # one listing at a time; the others wait for it
         # session -> (when read, the log's stamp then, the read)
         self._full: OrderedDict[str, tuple[float, object, StoredPages]] = OrderedDict()
-        self._listing: tuple[float, list[SessionInfo], list[DshError]] | None = None
+        # (when listed, the store's change stamp then, the rows, the errors)
+        self._listing: tuple[float, object, list[SessionInfo], list[DshError]] | None = None
         # (session, seq) -> (the view, the event at its seq, the log's length when kept)
         self._folds: OrderedDict[tuple[str, int], tuple[ModelRequest, Event, int]] = \
             OrderedDict()
@@ -208,13 +211,30 @@ class ViewStore:
         unchanged log is not read. Order: most recent activity first.
         """
         with self._listing_lock:
+            stamp = self._store_stamp()  # taken before the listing: a later change is seen
             with self._lock:
                 cached = self._listing
-                if cached is not None and time.monotonic() - cached[0] < _LISTING_TTL_S:
-                    return cached[1], cached[2]
-            return self._list()
+                if cached is not None and time.monotonic() - cached[0] < _LISTING_TTL_S \
+                        and stamp is not None and stamp == cached[1]:
+                    return cached[2], cached[3]
+            return self._list(stamp)
 
-    def _list(self) -> tuple[list[SessionInfo], list[DshError]]:
+    def _store_stamp(self) -> object:
+        """The store's change stamp, or None: none kept or unreadable (no listing is reused).
+
+        :meth:`dsh.persistence.StampsChanges.change_stamp` of a backend declaring
+        ``change_stamp``. Why: a redaction or erasure in another process must not leave the
+        erased title on a running viewer's pages (docs/forgetting.md#what-a-running-viewer-shows).
+        """
+        backend = self._store.persistence.backend
+        if not backend.capabilities.change_stamp:
+            return None
+        try:
+            return cast(StampsChanges, backend).change_stamp()
+        except DshError:  # the listing that follows names what is wrong
+            return None
+
+    def _list(self, stamp: object) -> tuple[list[SessionInfo], list[DshError]]:
         errors: list[DshError] = []
         entries = self._store.list(errors=errors)
         infos = []
@@ -237,7 +257,7 @@ class ViewStore:
                 is not None else created, model=entry.model, size_bytes=entry.size_bytes))
         infos.sort(key=lambda i: (-i.last_activity_ms, i.id))
         with self._lock:
-            self._listing = (time.monotonic(), infos, errors)
+            self._listing = (time.monotonic(), stamp, infos, errors)
         return infos, errors
 
     def info(self, session_id: str, *, read: bool = True) -> SessionInfo | None:
@@ -247,13 +267,18 @@ class ViewStore:
             session_id: The session.
             read: List the store when no listing is at hand; False answers only from the
                 last listing made (a session page must not wait for the whole store's listing:
-                SQLite computes it from its tables, 2.8 s beside a 1M-event session).
+                SQLite computes it from its tables, 2.8 s beside a 1M-event session), and only
+                while the store's change stamp is the one it was made under (a row listed
+                before a redaction may hold the erased title).
         """
         if read:
             infos, _ = self.listing()
         else:
+            stamp = self._store_stamp()
             with self._lock:
-                infos = self._listing[1] if self._listing is not None else []
+                kept = self._listing
+            infos = kept[2] if kept is not None and stamp is not None and stamp == kept[1] \
+                else []
         return next((i for i in infos if i.id == session_id), None)
 
     def exists(self, session_id: str) -> bool:

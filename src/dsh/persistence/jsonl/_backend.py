@@ -123,6 +123,7 @@ from dsh.persistence.jsonl._format import (
     project_dir_name,
     scan_zstd_frames,
 )
+from dsh.persistence.jsonl._search_journal import JOURNAL_NAME as SEARCH_JOURNAL_NAME
 from dsh.persistence.jsonl._search_journal import JournalFreshness, mark_closed, mark_writing
 from dsh.persistence.jsonl._zstd import compressor, decompress_frame, decompressor
 from dsh.session import SESSION_FORMAT_VERSION, Event, decode_storage_record
@@ -1998,7 +1999,8 @@ class JsonlBackend:
 
     capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, file_paths=True,
                                 ranges=True, after_commit=True, search_index=True,
-                                torn_tail_hook=True, reseal=True, rewrites=True)
+                                torn_tail_hook=True, reseal=True, rewrites=True,
+                                change_stamp=True)
     """Restore points, saved cuts, the listing index, the log file each handle reads, seq
     ranges of a raw log (a Zstandard log serves none: its handles answer -1 and None), a
     search index in the root, and rebuilding a lost seal on request (a Zstandard store's
@@ -2395,6 +2397,25 @@ class JsonlBackend:
             raise LogCorruptError(f"corrupt session log: invalid header line in {path}",
                                   path=str(path), line=1)
         return data.decode("utf-8")
+
+    def change_stamp(self) -> tuple[object, ...]:
+        """The stat signatures of the search journal and of each project folder, by name.
+
+        A dsh write handle appends a line to the search journal before it first changes a log
+        (a redaction's or erasure's rewrite too, and the store log's record of a ``dsh rm``);
+        a session folder created, removed or moved to the trash changes its project folder.
+        Not seen: further flushes of a writer already marked (the viewer's listing then waits
+        its few seconds) and a program editing a log in place. The listing index and its
+        journal are left out: a listing rewrites them. Rule: docs/view.md#what-the-viewer-keeps.
+        """
+        def stat(path: Path) -> object:
+            try:
+                return tuple(signature(os.stat(path)))
+            except FileNotFoundError:
+                return None
+
+        return (stat(self.root / SEARCH_JOURNAL_NAME),
+                *sorted((p.name, stat(p)) for p in self._project_dirs()))
 
     def list_activity(self, read: ReadFn) -> tuple[list[tuple[FrozenDict, int]], list[DshError]]:
         """``(header, last_activity_ms)`` of every session, from :meth:`list_entries`."""

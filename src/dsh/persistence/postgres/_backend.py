@@ -1245,7 +1245,7 @@ class PostgresBackend:
                                 search_index=True, schema_version=True, migrations=True,
                                 torn_tail_hook=True, listing=True, rewrites=True,
                                 scrubs=True, asides=True, whole_reads=True,
-                                chain_records=True)
+                                chain_records=True, change_stamp=True)
     """Restore points (a table of the schema), fenced write handles (the lease epoch), a tail
     woken by ``NOTIFY``, a search index in its own tables, versioned migrations, and ``dsh ls``
     entries kept beside each head."""
@@ -1830,6 +1830,19 @@ class PostgresBackend:
         """``(header, last_activity_ms)`` of every session, from :meth:`list_entries`."""
         entries, errors = self.list_entries(read)
         return [(e.header, e.last_activity_ms) for e in entries], errors
+
+    def change_stamp(self) -> int:
+        """The sum of ``store_changes`` (migration 11), read in one small query.
+
+        Every commit that inserts or deletes a session row or moves its revision (each append,
+        redaction, erasure) adds to it. Rule: docs/view.md#what-the-viewer-keeps.
+
+        Raises:
+            PersistenceError: the database failed (a schema before migration 11 too).
+        """
+        with self._conn("stamp", None) as conn:
+            row = conn.execute(f"SELECT sum(n) FROM {self._s}.store_changes").fetchone()
+        return int(row[0] or 0)
 
     def list_entries(self, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
         """Entries of every session from one query over the sessions rows; no log is read.

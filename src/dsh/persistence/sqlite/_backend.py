@@ -763,7 +763,7 @@ class SqliteBackend:
     capabilities = Capabilities(restore_points=True, saved_cuts=True, listing=True, ranges=True,
                                 after_commit=True, search_index=True, schema_version=True,
                                 storable_check=True, torn_tail_hook=True, reseal=True,
-                                rewrites=True, scrubs=True, asides=True)
+                                rewrites=True, scrubs=True, asides=True, change_stamp=True)
     """Restore points (schema 17; a schema-14 file refuses them), saved cuts, listing from its
     tables, a search index beside the file, a schema version (never migrated), and rebuilding
     a lost seal on request."""
@@ -888,6 +888,23 @@ class SqliteBackend:
             if self._conn is None:
                 self._conn = self._new_connection()
             yield self._conn
+
+    def change_stamp(self) -> tuple[int, int]:
+        """``PRAGMA data_version`` and ``total_changes`` of the backend's shared connection.
+
+        ``data_version`` moves when any other connection (any process) commits; the changes
+        count covers this connection's own writes. Rule: docs/view.md#what-the-viewer-keeps.
+
+        Raises:
+            PersistenceError: the backend is closed or the file cannot be read.
+        """
+        with self._shared() as c:
+            try:
+                version = c.conn.execute("PRAGMA data_version").fetchone()[0]
+            except sqlite3.Error as exc:
+                raise PersistenceError(f"cannot read {self.path}: {exc}", code="SQLITE",
+                                       path=str(self.path)) from exc
+            return int(version), c.conn.total_changes
 
     @property
     def schema_version(self) -> int:
