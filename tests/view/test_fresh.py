@@ -110,7 +110,7 @@ def test_a_foreign_host_header_is_refused_even_with_the_token(tmp_path: Path) ->
 
 
 def test_host_allowed_rules() -> None:
-    from dsh.view._serve import host_allowed
+    from dsh.view._hosts import host_allowed
 
     assert host_allowed("127.0.0.1:8765", "127.0.0.1", 8765)
     assert host_allowed("LocalHost.:8765", "127.0.0.1", 8765)

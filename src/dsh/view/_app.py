@@ -50,9 +50,9 @@ from dsh.transcript import (
 )
 from dsh.transcript import Message as TranscriptMessage
 from dsh.view._data import Damage, OpenSession, SessionInfo, ViewStore, common_prefix
+from dsh.view._hosts import host_allowed
 from dsh.view._html import render, session_url, warm
 from dsh.view._search import search_session, search_store
-from dsh.view._serve import host_allowed
 
 logger = logging.getLogger(__name__)
 
@@ -631,7 +631,7 @@ def create_app(store: ViewStore, *, token: str, stopping: asyncio.Event | None =
         stopping: Set when the server stops: live streams then end (None: they end only
             when their reader goes).
         bind: The host and port the viewer listens on: a request whose ``Host`` header names
-            another (:func:`dsh.view._serve.host_allowed`) is a 400 page; None checks no
+            another (:func:`dsh.view._hosts.host_allowed`) is a 400 page; None checks no
             ``Host`` (an app served on no socket of its own).
 
     Returns:

@@ -9,26 +9,15 @@ does. The socket is bound before the URL is announced, so the URL works the mome
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import secrets
 import socket
 import webbrowser
 from collections.abc import Callable
 from types import FrameType
-from typing import Final
 from urllib.parse import quote
 
 from dsh import ConfigError
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+from dsh.view._hosts import is_loopback as is_loopback
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -41,41 +30,6 @@ def check_bind(host: str, token: str | None) -> None:
         raise ConfigError(f"dsh view binds {host!r}, which other machines can reach; it shows "
                           "every session of the store, so pass --token with a secret of your "
                           "own (or serve on 127.0.0.1)", code="VIEW_TOKEN_REQUIRED")
-
-
-_LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
-_WILDCARDS: Final = frozenset({"0.0.0.0", "::"})
-
-
-def host_allowed(header: str, bind_host: str, port: int) -> bool:
-    """Whether a request's ``Host`` header names this viewer (the DNS-rebinding defense).
-
-    Allowed: the port the viewer listens on, with the bound host (case-insensitive, a trailing
-    dot ignored), the loopback names (``localhost``, ``127.0.0.1``, ``[::1]``) when it binds
-    loopback, and, when it binds every interface (``0.0.0.0``, ``::``), any IP address and this
-    machine's own names. A name a page's DNS can point here (``evil.com``) is never allowed:
-    its page would otherwise read the viewer with a token it got. Rule: docs/view.md#safety.
-    """
-    if header.startswith("["):  # [v6]:port
-        name, _, rest = header[1:].partition("]")
-        given = rest[1:] if rest.startswith(":") else None if not rest else "x"
-    else:
-        name, sep, rest = header.partition(":")
-        given = rest if sep else None
-    if (80 if given is None else int(given) if given.isdigit() else -1) != port:
-        return False
-    name = name.rstrip(".").casefold()
-    bound = bind_host.strip("[]").rstrip(".").casefold()
-    if name == bound or (is_loopback(bound) and name in _LOOPBACK_NAMES):
-        return True
-    if bound in _WILDCARDS:
-        try:
-            ipaddress.ip_address(name)
-            return True
-        except ValueError:
-            return name in _LOOPBACK_NAMES or name in {
-                socket.gethostname().casefold(), socket.getfqdn().casefold()}
-    return False
 
 
 def new_token() -> str:
