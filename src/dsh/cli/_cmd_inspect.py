@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 import typer
 
 from dsh import (
-    ConfigError,
     DshError,
     EventRejectedError,
     SessionNotFoundError,
@@ -25,7 +24,6 @@ from dsh.cli._common import (
     StoreOption,
     TargetModelOption,
     cli_store,
-    foreign_entries,
     json_mode,
     missing_default_store,
     model_view,
@@ -142,33 +140,12 @@ def ls(store: StoreOption = None, json_: JsonOption = False,
         hint = (f"; this folder holds a SQLite store: --store {found[0]}" if len(found) == 1
                 else "; this folder holds SQLite stores: " + ", ".join(
                     f"--store {path}" for path in found) if found else "")
-        if not found:
-            _refuse_a_folder_of_other_things(url)
         render.print_text(f"no sessions in the store {url}{hint}; 'dsh import' adds some "
                           "(try 'dsh import --examples')", stderr=True)
     for error in unreadable:
         sys.stderr.write(format_error_line(error) + "\n")
     if unreadable:
         raise typer.Exit(EXIT_FAILED)
-
-
-def _refuse_a_folder_of_other_things(url: str) -> None:
-    """Refuse a JSONL store URL whose folder holds no sessions and names no store holds.
-
-    Rule (docs/cli.md#stores-and-ids): ``--store /etc`` is no store; ``dsh ls`` and ``dsh
-    search`` say so, and search writes no index there. Call it only for a store that lists no
-    session and whose folder holds no SQLite store (:func:`sqlite_stores_in`).
-
-    Raises:
-        ConfigError: code ``NOT_A_STORE``, naming a few of the names and ``dsh init``.
-    """
-    foreign = foreign_entries(url, limit=4)
-    if foreign:
-        names = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
-        raise ConfigError(
-            f"{url} is not a dsh store: it holds no sessions and holds {names}, which a dsh "
-            "store never holds; pass the store you meant with --store, or create one in a "
-            "new folder with 'dsh init --store NEW_FOLDER'", code="NOT_A_STORE")
 
 
 _PAGE_ENTRIES: Final = 200
@@ -431,12 +408,6 @@ def search(
                                  "letters or digits (punctuation alone matches nothing)",
                                  param_hint="QUERY")
     with cli_store(store, create=False) as sessions, ExitStack() as shown:
-        # a folder of other things is no store: refused before an index is written into it
-        # (the listing only when the folder's names already look foreign)
-        if foreign_entries(sessions.url, limit=1) and not sqlite_stores_in(sessions.url):
-            unreadable: list[DshError] = []
-            if not sessions.list(errors=unreadable, which="all") and not unreadable:
-                _refuse_a_folder_of_other_things(sessions.url)
         bars: list[Bar] = []
 
         def indexing(done: int, total: int, session_id: str) -> None:

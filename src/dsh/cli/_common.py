@@ -34,7 +34,7 @@ from dsh.transcript import printable
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from dsh import Event
+    from dsh import DshError, Event
     from dsh.persistence import Inspection, Persistence
 
 DEFAULT_STORE_FILE: Final = "sessions.db"
@@ -197,7 +197,9 @@ def cli_store(url: str | None, *, create: bool = True,
     command fails with :func:`busy_for_people`'s message.
 
     Raises:
-        ConfigError: code STORE_NOT_FOUND for such a URL, or a missing default store.
+        ConfigError: code STORE_NOT_FOUND for such a URL, or a missing default store; code
+            NOT_A_STORE, for a command that must not create one, when the URL names a folder
+            of other things (:func:`refuse_a_folder_of_other_things`).
     """
     url = store_url(url) if url is not None else None
     if not create:
@@ -209,6 +211,8 @@ def cli_store(url: str | None, *, create: bool = True,
     sessions = open_url(url or default_store_url(), create_schema=create or url is None)
     _wait_for_writers(sessions.persistence, wait)
     try:
+        if not create:
+            refuse_a_folder_of_other_things(sessions)
         yield sessions
     finally:
         sessions.close()
@@ -305,6 +309,33 @@ def _refuse_foreign_file(url: str) -> None:
                           "pass the path of a dsh SQLite store, a folder for a JSONL store, or "
                           "a new file name to create one", code="NOT_A_SQLITE_DATABASE",
                           path=str(location))
+
+
+def refuse_a_folder_of_other_things(sessions: Store) -> None:
+    """Refuse a JSONL store whose folder holds no session and names no dsh store holds.
+
+    Rule (docs/cli.md#stores-and-ids): ``--store /etc`` is no store; every command that opens
+    an existing store (``ls``, ``verify --all``, ``gc``, ``search``, ...) says so before it
+    reads or writes anything there. The sessions are listed only when the folder's names
+    already look foreign and it holds no SQLite store (:func:`sqlite_stores_in`), so a real
+    store pays one listing of its top folder; a store whose listing reports an unreadable
+    session is left to the command, which names that session.
+
+    Raises:
+        ConfigError: code ``NOT_A_STORE``, naming a few of the names and ``dsh init``.
+    """
+    url = sessions.url
+    foreign = foreign_entries(url, limit=4)
+    if not foreign or sqlite_stores_in(url, limit=1):
+        return
+    unreadable: list[DshError] = []
+    if sessions.list(errors=unreadable, which="all") or unreadable:
+        return
+    names = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
+    raise ConfigError(
+        f"{url} is not a dsh store: it holds no sessions and holds {names}, which a dsh "
+        "store never holds; pass the store you meant with --store, or create one in a "
+        "new folder with 'dsh init --store NEW_FOLDER'", code="NOT_A_STORE")
 
 
 def foreign_entries(url: str, *, limit: int = 3) -> list[str]:

@@ -1,0 +1,40 @@
+"""A third new-user walk: what it found, each as a real ``dsh`` process with a fresh HOME."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+# HOME tmp_path, DSH_HOME tmp_path/home, no DSH_ variables
+from tests.cli.test_new_user_walk import dsh
+
+
+@pytest.mark.parametrize("args", [
+    ("verify", "--all"), ("gc",), ("retention",), ("events", "x"), ("show", "x"),
+    ("rm", "x"), ("erase", "--where", "model=x", "--receipt", "r.json"),
+])
+def test_every_command_refuses_a_folder_that_is_no_store_and_writes_nothing(
+        tmp_path: Path, args: tuple[str, ...]) -> None:
+    # before: verify --all said "verified 0 sessions: all valid" and gc "0 sessions examined",
+    # exit 0, where dsh ls said NOT_A_STORE
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "README.md").write_text("# notes\n")
+    ran = dsh(tmp_path, *args, "--store", str(docs))
+    assert ran.returncode == 1, ran.stdout
+    assert ran.stderr == (
+        f"error[NOT_A_STORE]: jsonl://{docs} is not a dsh store: it holds no sessions and holds "
+        "README.md, which a dsh store never holds; pass the store you meant with --store, or "
+        "create one in a new folder with 'dsh init --store NEW_FOLDER'\n")
+    assert sorted(p.name for p in docs.iterdir()) == ["README.md"]
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "home").exists()
+
+
+def test_a_store_with_sessions_and_other_names_is_still_a_store(tmp_path: Path) -> None:
+    store = tmp_path / "logs"
+    assert dsh(tmp_path, "import", "--examples", "--store", f"{store}/").returncode == 0
+    (store / "NOTES.txt").write_text("mine\n")
+    verified = dsh(tmp_path, "verify", "--all", "--store", str(store))
+    assert verified.returncode == 0, verified.stderr
+    assert dsh(tmp_path, "gc", "--store", str(store)).returncode == 0
