@@ -38,3 +38,35 @@ def test_a_store_with_sessions_and_other_names_is_still_a_store(tmp_path: Path) 
     verified = dsh(tmp_path, "verify", "--all", "--store", str(store))
     assert verified.returncode == 0, verified.stderr
     assert dsh(tmp_path, "gc", "--store", str(store)).returncode == 0
+
+
+def test_a_foreign_database_with_a_loose_mode_is_refused_as_foreign_not_told_to_chmod(
+        tmp_path: Path) -> None:
+    # before: "must have no group or other permissions ...; fix it with 'chmod 600 ...'", and
+    # only after the chmod error[FOREIGN_DATABASE]
+    import sqlite3
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    with sqlite3.connect(home / "sessions.db") as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.close()
+    (home / "sessions.db").chmod(0o644)
+    before = (home / "sessions.db").read_bytes()
+    listed = dsh(tmp_path, "ls")
+    assert listed.returncode == 1
+    assert listed.stderr.startswith(
+        f"error[FOREIGN_DATABASE]: SQLite database {home / 'sessions.db'} has an unversioned "
+        "schema or application identity (user_version 0, application_id 0, 1 schema objects)")
+    assert "chmod" not in listed.stderr
+    assert (home / "sessions.db").read_bytes() == before
+    assert sorted(p.name for p in home.iterdir()) == ["sessions.db"]
+    # dsh's own store with the same loose mode is still refused, with the chmod advice
+    own = tmp_path / "own.db"
+    assert dsh(tmp_path, "init", "--store", str(own)).returncode == 0
+    own.chmod(0o644)
+    refused = dsh(tmp_path, "ls", "--store", str(own))
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        f"error[CONFIG]: SQLite database {own} must have no group or other permissions (dsh "
+        f"refuses it otherwise), found mode 644; fix it with 'chmod 600 {own}'\n")

@@ -320,7 +320,11 @@ def _check_path(path: Path) -> None:
         raise ConfigError(f"cannot create SQLite database {path}: {exc}", path=str(path)) from exc
     else:
         os.close(fd)
-    _check_owned(path, os.lstat(path), "database", stat.S_ISREG, 0o077,
+    info = os.lstat(path)
+    if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077:
+        # another program's file is refused as such: its mode is not ours to advise on
+        _refuse_if_foreign(path)
+    _check_owned(path, info, "database", stat.S_ISREG, 0o077,
                  "must be a regular file, not a symlink or directory",
                  "must have no group or other permissions (dsh refuses it otherwise)")
 
@@ -329,6 +333,50 @@ _FOREIGN_WHAT_TO_DO: Final = (
     "; dsh leaves it as it is: give the path of a dsh store or a new file name (--store, or "
     "DSH_HOME for the default $DSH_HOME/sessions.db)")
 """The end of a ``FOREIGN_DATABASE`` message: what to do (docs/errors.md)."""
+
+
+def _foreign_database(path: Path | str, version: int, app_id: int,
+                      objects: int) -> PersistenceError:
+    """The ``FOREIGN_DATABASE`` error for ``path``, whose header or schema is not dsh's.
+
+    ``version`` and ``app_id`` are the file's ``user_version`` and ``application_id``;
+    ``objects`` counts its schema objects (told only for an unversioned file).
+    """
+    what = (f"has application id {app_id}, expected {APPLICATION_ID}" if version else
+            f"has an unversioned schema or application identity (user_version 0, "
+            f"application_id {app_id}, {objects} schema objects)")
+    return PersistenceError(f"SQLite database {path} {what}; it is not a dsh session "
+                            f"store{_FOREIGN_WHAT_TO_DO}", code="FOREIGN_DATABASE", path=str(path))
+
+
+def _refuse_if_foreign(path: Path) -> None:
+    """Refuse ``path`` as ``FOREIGN_DATABASE`` when it is plainly another program's database.
+
+    Called only for a file of ours whose mode dsh refuses, so that the person is not told to
+    chmod another program's file (docs/errors.md). It decides nothing else: a file whose
+    header carries dsh's application id, a pristine one, one holding exactly dsh's schema
+    (a damaged header) or one that cannot be read here returns, and the mode is refused as
+    always. The file is read through a read-only connection; nothing is written.
+
+    Raises:
+        PersistenceError: code ``FOREIGN_DATABASE``, as opening it with a strict mode would.
+    """
+    if _header_application_id(path) in (None, APPLICATION_ID):
+        return
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            found = schema_objects(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return  # unreadable here: the mode refusal stands, the open says the rest later
+    if app_id == APPLICATION_ID or (version == 0 and app_id == 0 and not found) or any(
+            is_canonical_schema(found, v) for v in READABLE_SCHEMA_VERSIONS):
+        return
+    raise _foreign_database(path, version, app_id, len(found))
 
 _HEADER_APPLICATION_ID: Final = slice(68, 72)
 """Where a SQLite file's header keeps ``PRAGMA application_id`` (big-endian)."""
@@ -556,10 +604,7 @@ class _Connection:
                 f"is damaged (or another program rewrote it); PRAGMA quick_check says: "
                 f"{_quick_check(self.conn)}", path=self.path)
         if app_id != APPLICATION_ID:
-            raise PersistenceError(
-                f"SQLite database {self.path} has application id {app_id}, expected "
-                f"{APPLICATION_ID}; it is not a dsh session store{_FOREIGN_WHAT_TO_DO}",
-                code="FOREIGN_DATABASE", path=self.path)
+            raise _foreign_database(self.path, version, app_id, 0)
         self._check_objects(version)
 
     def _initialize(self) -> int:
@@ -580,11 +625,7 @@ class _Connection:
                         f"dsh's schema: its header is damaged (or another program rewrote it); "
                         f"PRAGMA quick_check says: {_quick_check(conn)}", path=self.path)
                 if app_id != 0 or objects:
-                    raise PersistenceError(
-                        f"SQLite database {self.path} has an unversioned schema or application "
-                        f"identity (user_version 0, application_id {app_id}, {objects} schema "
-                        f"objects); it is not a dsh session store{_FOREIGN_WHAT_TO_DO}",
-                        code="FOREIGN_DATABASE", path=self.path)
+                    raise _foreign_database(self.path, version, app_id, objects)
                 # A pristine file: schema 17 by default; 14 when asked, for the published dsh.
                 version = self._create_schema
                 for statement in (SCHEMA_17_DDL if version == SCHEMA_VERSION
