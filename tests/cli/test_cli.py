@@ -541,9 +541,12 @@ def test_fork_at_seq_inherits_the_prefix(store: Dsh, imported: Imported) -> None
 def test_fork_boundary_beyond_the_log_is_invalid(imported: Imported) -> None:
     parent = imported.richest
     proc = imported.dsh("fork", parent["id"], "--at", str(parent["events"] + 10), check=1)
-    assert proc.stderr == (f"error[INVALID_BOUNDARY]: fork boundary {parent['events'] + 10} does "
-                           f"not exist in session \"{parent['id']}\" (last seq: "
-                           f"{parent['events'] - 1}) (seq={parent['events'] + 10})\n")
+    # before: "... (last seq: N) (seq=M)": the seq twice and no hint
+    at, sid = parent["events"] + 10, parent["id"]
+    assert proc.stderr == (f"error[INVALID_BOUNDARY]: --at {at}: session {sid!r} has no event at "
+                           f"seq {at}, its seqs run from 0 to {parent['events'] - 1}; pass --at "
+                           f"a seq in that range ('dsh events {sid}' lists them), or leave --at "
+                           "out to fork at its last event\n")
 
 
 def test_compact_writes_a_checkpoint(tmp_path: Path) -> None:

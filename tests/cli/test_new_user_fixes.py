@@ -70,3 +70,15 @@ def test_a_foreign_database_with_a_loose_mode_is_refused_as_foreign_not_told_to_
     assert refused.stderr == (
         f"error[CONFIG]: SQLite database {own} must have no group or other permissions (dsh "
         f"refuses it otherwise), found mode 644; fix it with 'chmod 600 {own}'\n")
+
+
+def test_fork_at_a_seq_past_the_end_says_the_range_once(tmp_path: Path) -> None:
+    # before: "fork boundary 999 does not exist in session ... (last seq: 18) (seq=999)"
+    sid = "11111111-2222-4333-8444-555555555555"
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    forked = dsh(tmp_path, "fork", "1111", "--at", "999")
+    assert forked.returncode == 1
+    assert forked.stderr == (
+        f"error[INVALID_BOUNDARY]: --at 999: session '{sid}' has no event at seq 999, its seqs "
+        f"run from 0 to 18; pass --at a seq in that range ('dsh events {sid}' lists them), or "
+        "leave --at out to fork at its last event\n")

@@ -13,6 +13,7 @@ from dsh import (
     DigestSummarizer,
     PersistenceError,
     SessionForkError,
+    Store,
     compact_now,
     compact_surface_region,
 )
@@ -78,6 +79,24 @@ def resume(session_id: SessionArg, store: StoreOption = None,
         out.print(f"{session_id}: nothing to repair (no open turn)", markup=False)
 
 
+def _boundary_for_people(sessions: Store, session_id: str, at: int) -> SessionForkError:
+    """``dsh fork --at SEQ``'s one-line refusal of a seq the session does not have.
+
+    Rule (docs/errors.md, ``INVALID_BOUNDARY``): what was wrong, the seqs the session has and
+    what to pass, each once (the library's message plus ``(seq=N)`` said the seq twice).
+    """
+    count = len(sessions.read(session_id).stored_events)
+    if not count:
+        return SessionForkError(
+            f"--at {at}: session {session_id!r} has no events to fork at; leave --at out to "
+            "fork it as it is", code="INVALID_BOUNDARY", session_id=session_id)
+    return SessionForkError(
+        f"--at {at}: session {session_id!r} has no event at seq {at}, its seqs run from 0 to "
+        f"{count - 1}; pass --at a seq in that range ('dsh events {session_id}' lists them), or "
+        "leave --at out to fork at its last event", code="INVALID_BOUNDARY",
+        session_id=session_id)
+
+
 def fork(
     session_id: SessionArg,
     at: Annotated[int | None, typer.Option(
@@ -104,6 +123,8 @@ def fork(
             child_id = sessions.fork(session_id, at,
                                      child_id=as_ or fresh_session_id(sessions))
         except SessionForkError as error:
+            if error.code == "INVALID_BOUNDARY" and at is not None:
+                raise _boundary_for_people(sessions, session_id, at) from error
             if error.code != "SESSION_ALREADY_EXISTS":
                 raise
             raise SessionForkError(f"{error.message}; choose another id with --as",
