@@ -82,3 +82,23 @@ def test_fork_at_a_seq_past_the_end_says_the_range_once(tmp_path: Path) -> None:
         f"error[INVALID_BOUNDARY]: --at 999: session '{sid}' has no event at seq 999, its seqs "
         f"run from 0 to 18; pass --at a seq in that range ('dsh events {sid}' lists them), or "
         "leave --at out to fork at its last event\n")
+
+
+def test_import_of_a_file_that_is_no_transcript_says_so_and_names_the_formats(
+        tmp_path: Path) -> None:
+    # before: "README.md:1: the document is not valid JSON at column 1: ...; fix the document"
+    readme = tmp_path / "README.md"
+    readme.write_text("# My project\n\nNotes.\n")
+    imported = dsh(tmp_path, "import", str(readme))
+    assert imported.returncode == 1
+    assert "fix the document" not in imported.stdout + imported.stderr
+    assert f"{readme}: not a transcript dsh recognizes: it does not start as JSON; " \
+        in imported.stdout
+    assert ("dsh imports anthropic, atif, claude-code, codex, dsh, gemini-cli, mini-swe-agent, "
+            "openai-chat, openhands, openhands-resolver, swe-agent, each a JSON or JSONL file: "
+            "if the file is one of them, pass --format NAME to be told what is wrong in it"
+            ) in imported.stdout
+    # a JSON file that breaks off is still told where to fix it
+    (tmp_path / "t.json").write_text('{"messages": [\n')
+    broken = dsh(tmp_path, "import", str(tmp_path / "t.json"))
+    assert broken.returncode == 1 and "not a transcript dsh recognizes" not in broken.stdout

@@ -164,8 +164,28 @@ def _jsonl_format(values: list[Any]) -> str | None:
 
 
 def _document_format(path: Path) -> str:
-    """The format of a single JSON document (module rules)."""
-    doc = read_json_document(path, "auto")
+    """The format of a single JSON document (module rules).
+
+    Raises:
+        ImportFormatError: the document is not valid JSON; one that does not even start as
+            JSON (README.md, a CSV) is told it is no transcript, with the formats dsh imports.
+    """
+    try:
+        doc = read_json_document(path, "auto")
+    except ImportFormatError as exc:
+        try:
+            with path.open("rb") as f:
+                start = f.read(4096).lstrip()[:1]
+        except OSError:
+            raise exc from None  # the read's own error already says what is wrong
+        if not start or start in (b"{", b"["):
+            raise
+        # nothing in it was ever a transcript: "fix the document" would be no advice
+        raise ImportFormatError(
+            f"{path}: not a transcript dsh recognizes: it does not start as JSON; dsh imports "
+            f"{', '.join(sorted(FORMATS))}, each a JSON or JSONL file: if the file is one of "
+            "them, pass --format NAME to be told what is wrong in it", path=str(path), line=1,
+            format="auto") from exc
     if looks_like_atif(doc):
         return "atif"
     if looks_like_openhands_events(doc):
