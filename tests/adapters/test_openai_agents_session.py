@@ -295,7 +295,11 @@ def test_one_writer_across_objects(tmp_path: Path) -> None:
     second = DshSession("busy", store)
     # reads never take the write lock; a write waits, then names the holder
     assert run(second.get_items()) == [{"role": "user", "content": "mine"}]
-    with pytest.raises(SessionBusyError, match=r"'busy' is being written by another process"):
+    # the holder is this process (another object of it): named so, with what frees it, at
+    # once (no wait frees it); before, it was called another process
+    with pytest.raises(SessionBusyError, match=r"'busy' is being written by this process "
+                       r"\(pid \d+ on .*; another handle or session object of this process "
+                       r"holds it, which no wait frees: close it first$"):
         run(second.add_items([{"role": "user", "content": "theirs"}]))
     first.close()
     run(second.add_items([{"role": "user", "content": "theirs"}]))

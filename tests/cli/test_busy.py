@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import dsh
-from dsh import create_user_message
+from dsh import SessionBusyError, create_user_message
 from tests.cli.test_cli import Dsh
 
 HOLDER = """
@@ -72,3 +74,21 @@ def test_busy_session_is_waited_for_until_its_writer_lets_go(tmp_path: Path) -> 
     holder.wait(timeout=60)
     assert command.returncode == 0, err
     assert out == "held: nothing to repair (no open turn)\n"  # the holder resumed it first
+
+
+def test_a_holder_in_this_process_is_named_so_with_what_frees_it(tmp_path: Path) -> None:
+    # docs/errors.md#sessionbusyerror: where's holder tells a holder in this process, which
+    # no wait frees; before, the message called it another process and advised --wait
+    from dsh.cli._common import _wait_for_writers
+
+    url = _store(tmp_path)
+    with dsh.open(url) as first, dsh.open(url) as second:
+        first.session("held").append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        _wait_for_writers(second.persistence, 60.0)  # as cli_store does
+        with pytest.raises(SessionBusyError) as caught:
+            second.session("held").append("turn/start", {"turn": 2})
+    message = caught.value.message
+    assert message.startswith("session 'held' is being written by this process (pid ")
+    assert message.endswith("; another handle or session object of this process holds it, "
+                            "which no wait frees: close it first, then open the session again")
+    assert "another process" not in message and "--wait" not in message

@@ -73,7 +73,7 @@ logger = logging.getLogger(__name__)
 def _holder(error: SessionBusyError) -> str:
     where = error.where
     pid, host, since = where.get("pid"), where.get("host"), where.get("since")
-    text = "another process"
+    text = "this process" if where.get("holder") == "this process" else "another process"
     if pid is not None:
         text += f" (pid {pid}" + (f" on {host}" if host else "") + ")"
     if isinstance(since, int):
@@ -98,11 +98,15 @@ def wait_for_writer(open_session: Callable[[], _T], wait_s: float) -> _T:
             return open_session()
         except SessionBusyError as error:
             # told by where's holder: the message quotes the owner file's host, anyone's text
-            if error.where.get("holder") == "this process" or time.monotonic() >= deadline:
+            here = error.where.get("holder") == "this process"
+            if here or time.monotonic() >= deadline:
                 sid = error.where.get("session_id")
+                advice = ("another handle or session object of this process holds it, which no "
+                          "wait frees: close it first" if here else
+                          f"waited {wait_s:g} s for it. Let that process finish (or stop it), "
+                          "or pass a longer wait=")
                 raise SessionBusyError(
-                    f"session {sid!r} is being written by {_holder(error)}; waited {wait_s:g} s "
-                    f"for it. Let that process finish (or stop it), or pass a longer wait=",
+                    f"session {sid!r} is being written by {_holder(error)}; {advice}",
                     code=error.code, session_id=str(sid) if sid else None) from error
             time.sleep(0.05)
 

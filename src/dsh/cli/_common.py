@@ -142,23 +142,30 @@ def busy_for_people(error: SessionBusyError, waited_s: float) -> SessionBusyErro
     """The busy error as a person needs it: who holds the session, since when, what to do.
 
     ``since`` (epoch ms) is shown in local time and as how long ago; the message is one line
-    and carries everything, so no location fields are appended to it.
+    and carries everything, so no location fields are appended to it. A holder in this process
+    (``where["holder"]``, docs/errors.md#sessionbusyerror) is named so, with what frees it:
+    closing the other handle or session object, which no wait does.
     """
     where = error.where
     sid, pid, host, since = (where.get("session_id"), where.get("pid"), where.get("host"),
                              where.get("since"))
-    holder = "another process" + (f" (pid {pid}" + (f" on {host}" if host else "") + ")"
-                                  if pid is not None else "")
+    here = where.get("holder") == "this process"
+    holder = ("this process" if here else "another process") + (
+        f" (pid {pid}" + (f" on {host}" if host else "") + ")" if pid is not None else "")
     when = ""
     if isinstance(since, int):
         local = datetime.fromtimestamp(since / 1000).astimezone()
         stamp = local.strftime("%H:%M:%S %Z" if local.date() == datetime.now().date()
                                else "%Y-%m-%d %H:%M:%S %Z")
         when = f" since {stamp} ({_ago(since)})"
-    return SessionBusyError(
-        f"session {sid!r} is being written by {holder}{when}; waited {waited_s:g} s for it. "
-        "Let that process finish (or stop it), then run the command again, or wait longer "
-        "with --wait SECONDS", code=error.code, session_id=str(sid) if sid else None)
+    if here:  # never waited for: it lets go only when closed
+        advice = ("; another handle or session object of this process holds it, which no wait "
+                  "frees: close it first, then open the session again")
+    else:
+        advice = (f"; waited {waited_s:g} s for it. Let that process finish (or stop it), then "
+                  "run the command again, or wait longer with --wait SECONDS")
+    return SessionBusyError(f"session {sid!r} is being written by {holder}{when}{advice}",
+                            code=error.code, session_id=str(sid) if sid else None)
 
 
 def _wait_for_writers(persistence: Persistence, wait_s: float) -> None:
