@@ -218,8 +218,41 @@ def test_dead_holder_on_another_host_waits_for_its_lease(workers: list[Worker]) 
                     backend.open("s", "write").close()
                 assert info.value.where["pid"] == holder.pid
                 assert info.value.where["epoch"] == 1
+                assert info.value.where["holder"] == "another process"  # waited for
             finally:
                 backend.close()
+
+
+def test_a_lease_held_in_this_process_is_refused_at_once_not_waited_for(pg_url: str) -> None:
+    # docs/errors.md#sessionbusyerror: another handle of this process renews its lease until it
+    # is closed, so no wait frees it; before, the busy error named no holder and a waiting
+    # writer tried until its deadline (as the SQLite and JSONL locks, it now gives up at once)
+    from dsh.adapters._log import wait_for_writer
+
+    first, second = open_backend(pg_url), open_backend(pg_url)
+    try:
+        first.create(header("s"))
+        held = first.open("s", "write")
+        tries: list[Any] = []
+
+        def attempt() -> Any:
+            try:
+                return second.open("s", "write")
+            except SessionBusyError as exc:
+                tries.append(exc.where.get("holder"))
+                raise
+
+        with pytest.raises(SessionBusyError) as info:
+            wait_for_writer(attempt, 600.0)
+        assert tries == ["this process"]  # one try: never waited
+        assert info.value.where["session_id"] == "s"
+        assert "'s' is being written by this process (pid " in info.value.message
+        assert info.value.message.endswith("close it first")
+        held.close()  # the release frees it for the same backend and the other
+        second.open("s", "write").close()
+    finally:
+        first.close()
+        second.close()
 
 
 def test_holder_wrongly_judged_dead_is_fenced(workers: list[Worker]) -> None:

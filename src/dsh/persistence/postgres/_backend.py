@@ -266,6 +266,12 @@ def _int_option(options: Mapping[str, str], key: str, default: int, low: int, ur
     return int(raw)
 
 
+_LIVE_LEASES: dict[str, int] = {}
+"""The lease tokens the write handles of this process hold, each with the pid that took it (a
+forked child holds none of its parent's): a busy lease whose owner is one of them is held in
+this process, which no wait frees (docs/errors.md#sessionbusyerror)."""
+
+
 class _Lease:
     """This handle's claim on a session row: token, epoch, and the renewal thread."""
 
@@ -275,6 +281,7 @@ class _Lease:
         self.token = token
         self.epoch = epoch
         self.lost: LeaseLostError | None = None
+        _LIVE_LEASES[token] = os.getpid()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew_loop, daemon=True,
                                         name=f"dsh-lease-{session_id[:32]}")
@@ -284,7 +291,9 @@ class _Lease:
         interval = self.backend.lease_ms / 3000
         while not self._stop.wait(interval):
             if self.backend._closed:
-                return  # the pool is gone; the lease expires on its own
+                # the pool is gone; the lease expires on its own, so a writer may wait for it
+                _LIVE_LEASES.pop(self.token, None)
+                return
             try:
                 renewed = self.backend._renew(self.session_id, self.token, self.epoch)
             except PersistenceError as exc:
@@ -298,6 +307,8 @@ class _Lease:
                 return
 
     def stop(self) -> None:
+        # before the release: a writer that finds the lease still held then tries again
+        _LIVE_LEASES.pop(self.token, None)
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
@@ -1891,7 +1902,8 @@ class PostgresBackend:
             ConfigError: ``mode`` is not ``"read"`` or ``"write"``, or (code INVALID_ID) an id
                 no backend can store (the id rule shared by every backend).
             SessionBusyError: ``"write"`` while another handle (any host) holds an unexpired
-                lease; ``where`` names it (pid, host, since ms, epoch, expires_in_ms).
+                lease; ``where`` names it (pid, host, since ms, epoch, expires_in_ms, and
+                ``holder``: ``this process`` for another handle of this process).
             SessionNotFoundError: no such session.
             PersistenceError: the database failed.
         """
@@ -2063,7 +2075,8 @@ class PostgresBackend:
         row: tuple[Any, ...] | None = conn.execute(
             f"SELECT lease_pid, lease_host, lease_since, lease_epoch, "
             "greatest(0, (extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)"
-            f"::bigint), lease_owner IS NULL FROM {self._s}.sessions WHERE id = %s",
+            f"::bigint), lease_owner IS NULL, lease_owner FROM {self._s}.sessions "
+            "WHERE id = %s",
             (session_id,)).fetchone()
         return row
 
@@ -2072,14 +2085,21 @@ class PostgresBackend:
         if found is None:
             return SessionNotFoundError(f"session {session_id!r} is not stored in {self._url}",
                                         session_id=session_id, path=self._url)
-        pid, host, since, epoch, expires_in, _free = found
+        pid, host, since, epoch, expires_in, _free, owner = found
         host = printable(host) if isinstance(host, str) else host  # another host's text
+        if _LIVE_LEASES.get(str(owner)) == os.getpid():  # renewed until that handle closes
+            return SessionBusyError(
+                f"session {session_id!r} in {self._url} is held for writing by this process "
+                f"(pid {pid} on host {host}, since {since} ms, lease epoch {epoch}) through "
+                f"another handle; only one writer at a time, close the other handle first",
+                session_id=session_id, pid=pid, host=host, since=since, epoch=epoch,
+                expires_in_ms=expires_in, holder="this process")
         return SessionBusyError(
             f"session {session_id!r} in {self._url} is held for writing by pid {pid} on host "
             f"{host} (since {since} ms, lease epoch {epoch}, expires in {expires_in} ms unless "
             f"renewed); only one writer at a time, retry after that holder closes or its lease "
             f"expires", session_id=session_id, pid=pid, host=host, since=since, epoch=epoch,
-            expires_in_ms=expires_in)
+            expires_in_ms=expires_in, holder="another process")
 
     def _lease_lost(self, session_id: str, epoch: int, conn: Any = None) -> LeaseLostError:
         if conn is None:
@@ -2087,7 +2107,8 @@ class PostgresBackend:
                 found = self._holder(fresh, session_id)
         else:
             found = self._holder(conn, session_id)
-        pid, host, since, now_epoch, _expires, free = found or (None, None, None, None, 0, True)
+        pid, host, since, now_epoch, _expires, free, _owner = found or (
+            None, None, None, None, 0, True, None)
         host = printable(host) if isinstance(host, str) else host  # another host's text
         holder = ("nobody holds it now" if free else
                   f"pid {pid} on host {host} holds it since {since} ms")
