@@ -57,11 +57,16 @@ def test_printable_escapes_controls_and_keeps_text() -> None:
 def test_piped_output_holds_no_control_character(hostile_store: tuple[Dsh, str],
                                                  command: str) -> None:
     cli, url = hostile_store
-    args = {"show": ["show", "ansi"], "ls": ["ls"], "search": ["search", "pwned"]}[command]
+    args = {"show": ["show", "ansi"], "ls": ["ls"], "search": ["search", "hello"]}[command]
     out = cli(*args, "--store", url).stdout
     assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out and "\x9b" not in out
+    if command == "search":
+        # docs/stores.md#search: a snippet shows each terminal escape sequence as one space
+        # (95f95c7); what is left of the message is escaped as everywhere else
+        assert out == "ansi  #1  user   hello \\u202egnp.exe\\u202c\\x0d\n"
+        return
     assert "\\x1b]0;pwned-title" in out
-    if command != "ls":  # a search snippet holds the whole message here (under 60 characters)
+    if command == "show":
         assert HOSTILE_SHOWN in out
 
 
