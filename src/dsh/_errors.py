@@ -140,6 +140,34 @@ class SessionBusyError(PersistenceError):
 
     default_code = "SESSION_BUSY"
 
+    @property
+    def held_here(self) -> bool:
+        """True when another handle or session object of this process holds the session.
+
+        Told by ``where["holder"] == "this process"``, never by the message, which quotes the
+        owner file's host (anyone's text). No wait frees such a holder: it lets go only when
+        closed, so a waiting writer gives up on it at once (docs/errors.md#sessionbusyerror).
+        """
+        return self.where.get("holder") == "this process"
+
+    def holder_phrase(self) -> str:
+        """Name the holder for a message: ``this process (pid 12 on h)`` or ``another process``.
+
+        ``this process`` when :attr:`held_here`, else ``another process``; followed by the
+        holder's pid and host from ``where`` when a pid is known (the host already escaped,
+        docs/errors.md#sessionbusyerror).
+        """
+        pid, host = self.where.get("pid"), self.where.get("host")
+        text = "this process" if self.held_here else "another process"
+        if pid is not None:
+            text += f" (pid {pid}" + (f" on {host}" if host else "") + ")"
+        return text
+
+
+HELD_HERE_ADVICE: Final = ("another handle or session object of this process holds it, which "
+                           "no wait frees: close it first")
+"""What frees a session held by this process (:attr:`SessionBusyError.held_here`), for messages."""
+
 
 class LeaseLostError(SessionBusyError):
     """A write handle's lease expired and another writer took the session over (PostgreSQL).

@@ -277,3 +277,27 @@ def test_a_holder_whose_host_says_this_process_is_waited_for(tmp_path: Path) -> 
         "try:\n    wait_for_writer(attempt, 1.0)\n"
         "except SessionBusyError:\n    print(json.dumps(tries))\n")
     assert tries[:2] == [1, "another process"] and tries.count(1) > 1  # waited, tried again
+
+
+def test_held_here_tells_a_holder_in_this_process_by_where_not_by_the_message(
+        tmp_path: Path) -> None:
+    # docs/errors.md#sessionbusyerror: a second lock of this process is held here; one held by
+    # another process (its host saying "this process") is not; the error is what the lock raises
+    from dsh._errors import SessionBusyError
+
+    lock_path = tmp_path / "s" / "session.lock"
+    holder = SessionLock(lock_path, "s")
+    try:
+        with pytest.raises(SessionBusyError) as info:
+            SessionLock(lock_path, "s")
+    finally:
+        holder.release()
+    assert info.value.held_here is True
+    assert info.value.holder_phrase() == f"this process (pid {os.getpid()} on {os.uname()[1]})"
+    held_there = _held_by_owner(
+        tmp_path / "there", {"pid": 7, "host": "this process", "since": 0},
+        "try:\n    SessionLock(Path(sys.argv[1]), 's')\n"
+        "except SessionBusyError as e:\n"
+        "    print(json.dumps([e.held_here, e.holder_phrase()]))\n")
+    assert held_there == [False, "another process (pid 7 on this process)"]
+    assert SessionBusyError("busy").held_here is False  # no holder named: not this process

@@ -28,6 +28,7 @@ from typing import Any, Final, TypeVar, cast, overload
 import orjson
 
 from dsh._errors import (
+    HELD_HERE_ADVICE,
     AdapterClosedError,
     AdapterError,
     LogCorruptError,
@@ -71,11 +72,8 @@ logger = logging.getLogger(__name__)
 
 
 def _holder(error: SessionBusyError) -> str:
-    where = error.where
-    pid, host, since = where.get("pid"), where.get("host"), where.get("since")
-    text = "this process" if where.get("holder") == "this process" else "another process"
-    if pid is not None:
-        text += f" (pid {pid}" + (f" on {host}" if host else "") + ")"
+    since = error.where.get("since")
+    text = error.holder_phrase()
     if isinstance(since, int):
         text += f" since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since / 1000))}"
     return text
@@ -97,12 +95,10 @@ def wait_for_writer(open_session: Callable[[], _T], wait_s: float) -> _T:
         try:
             return open_session()
         except SessionBusyError as error:
-            # told by where's holder: the message quotes the owner file's host, anyone's text
-            here = error.where.get("holder") == "this process"
+            here = error.held_here
             if here or time.monotonic() >= deadline:
                 sid = error.where.get("session_id")
-                advice = ("another handle or session object of this process holds it, which no "
-                          "wait frees: close it first" if here else
+                advice = (HELD_HERE_ADVICE if here else
                           f"waited {wait_s:g} s for it. Let that process finish (or stop it), "
                           "or pass a longer wait=")
                 raise SessionBusyError(

@@ -26,6 +26,7 @@ from dsh import (
     Store,
 )
 from dsh import open as open_url
+from dsh._errors import HELD_HERE_ADVICE
 from dsh.cli import _render as render
 from dsh.cli._errors import STATE
 from dsh.persistence import store_path
@@ -147,11 +148,9 @@ def busy_for_people(error: SessionBusyError, waited_s: float) -> SessionBusyErro
     closing the other handle or session object, which no wait does.
     """
     where = error.where
-    sid, pid, host, since = (where.get("session_id"), where.get("pid"), where.get("host"),
-                             where.get("since"))
-    here = where.get("holder") == "this process"
-    holder = ("this process" if here else "another process") + (
-        f" (pid {pid}" + (f" on {host}" if host else "") + ")" if pid is not None else "")
+    sid, since = where.get("session_id"), where.get("since")
+    here = error.held_here
+    holder = error.holder_phrase()
     when = ""
     if isinstance(since, int):
         local = datetime.fromtimestamp(since / 1000).astimezone()
@@ -159,8 +158,7 @@ def busy_for_people(error: SessionBusyError, waited_s: float) -> SessionBusyErro
                                else "%Y-%m-%d %H:%M:%S %Z")
         when = f" since {stamp} ({_ago(since)})"
     if here:  # never waited for: it lets go only when closed
-        advice = ("; another handle or session object of this process holds it, which no wait "
-                  "frees: close it first, then open the session again")
+        advice = f"; {HELD_HERE_ADVICE}, then open the session again"
     else:
         advice = (f"; waited {waited_s:g} s for it. Let that process finish (or stop it), then "
                   "run the command again, or wait longer with --wait SECONDS")
@@ -180,9 +178,7 @@ def _wait_for_writers(persistence: Persistence, wait_s: float) -> None:
                 return original(session_id, mode)
             except SessionBusyError as error:
                 # A writer in this process never lets go while we wait; another one may.
-                # told by where's holder: the message quotes the owner file's host
-                if (error.where.get("holder") == "this process"
-                        or time.monotonic() >= deadline):
+                if error.held_here or time.monotonic() >= deadline:
                     raise busy_for_people(error, wait_s) from error
                 time.sleep(0.05)
 
