@@ -41,6 +41,25 @@ def _store_url(tmp_path: Path, kind: str) -> Iterator[str]:
         yield url
 
 
+@contextlib.contextmanager
+def _store_holding(tmp_path: Path, kind: str, texts: dict[str, str]) -> Iterator[dsh.Store]:
+    """A fresh store of ``kind`` (or ``memory``) holding one completed turn per session id,
+    its prompt the text given."""
+    if kind == "memory":
+        url_context: contextlib.AbstractContextManager[str] = contextlib.nullcontext("memory:")
+    else:
+        url_context = _store_url(tmp_path, kind)
+    with url_context as url, dsh.open(url) as store:
+        for sid, text in texts.items():
+            log = LogBuilder(sid)
+            log.completed_turn(text)
+            session = store.session(sid)
+            for event in log.events:
+                session.append(event["type"], event["data"], surface_op=event.get("surfaceOp"))
+            store.flush(session)
+        yield store
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl", "memory"])
 def test_search_finds_words_across_sessions_and_follows_the_logs(tmp_path: Path,
                                                                  kind: str) -> None:
@@ -358,26 +377,67 @@ def test_a_damaged_session_in_the_trash_is_not_named_unless_the_trash_is_searche
 def test_a_word_glued_to_a_terminal_escape_sequence_is_found(tmp_path: Path, kind: str) -> None:
     """Escape sequences are no text (docs/stores.md#search): before, "\\x1b[31mError" was the
     token "31mError" and a search for Error missed it (the memory store's word scan too)."""
-    if kind == "memory":
-        url_context: contextlib.AbstractContextManager[str] = contextlib.nullcontext("memory:")
-    else:
-        url_context = _store_url(tmp_path, kind)
-    with url_context as url, dsh.open(url) as store:
-        for sid, text in (("a", "\x1b[31mError\x1b[0m: disk full"),
-                          ("b", "see \x1b]8;;https://x.test\x1b\\Docs\x1b]8;;\x1b\\ and "
-                                "\x9b1mBold"),
-                          ("c", "no match here")):
-            log = LogBuilder(sid)
-            log.completed_turn(text)
-            session = store.session(sid)
-            for event in log.events:
-                session.append(event["type"], event["data"], surface_op=event.get("surfaceOp"))
-            store.flush(session)
+    with _store_holding(tmp_path, kind, {
+            "a": "\x1b[31mError\x1b[0m: disk full",
+            "b": "see \x1b]8;;https://x.test\x1b\\Docs\x1b]8;;\x1b\\ and \x9b1mBold",
+            "c": "no match here"}) as store:
         found = store.search("Error")
         assert [(hit.session_id, hit.snippet) for hit in found.hits] == [
             ("a", " Error : disk full")]  # each sequence indexed as one space
         assert [hit.session_id for hit in store.search("docs bold").hits] == ["b"]
         assert [hit.session_id for hit in store.search("31mError").hits] == []
+
+
+TITLED = "build ok\x1b]0;exfil secret-token\x07\x1b[2Jdone \x1b]2;second\x1b\\ end"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgresql", "memory"])
+def test_a_word_inside_a_terminal_title_is_found(tmp_path: Path, kind: str) -> None:
+    """An OSC's payload is words (docs/stores.md#search): before, the whole title sequence was
+    indexed as one space, so text hidden in a terminal title could not be found."""
+    with _store_holding(tmp_path, kind, {"titled": TITLED, "plain": "no title here"}) as store:
+        for query, match in (("exfil", "exfil"), ("secret token", "secret"),
+                             ("second", "second"), ("done", "done")):
+            hits = store.search(query).hits
+            assert [(h.session_id, h.match) for h in hits] == [("titled", match)], query
+            # introducer and terminator are spaces: the snippet holds no control character
+            assert hits[0].snippet == "build ok exfil secret-token done second end"
+            assert not any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in hits[0].snippet)
+        assert store.search("0 exfil").hits == ()  # the numeric parameter is no word
+        assert store.search("2J").hits == ()  # a CSI is still one space
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgresql"])
+def test_an_index_that_dropped_title_words_is_built_again(tmp_path: Path, kind: str) -> None:
+    # docs/formats.md#search-index: version 2 (mark "dsh search index 2") indexed an OSC title,
+    # its words too, as one space; such an index is emptied and built again, so the title's
+    # words are found without a --rebuild
+    import sqlite3
+
+    with _store_url(tmp_path, kind) as url:
+        _write(url, "a", [TITLED])
+        with dsh.open(url) as store:
+            assert [hit.session_id for hit in store.search("exfil").hits] == ["a"]
+        older = " build ok  done   end"  # what version 2 held
+        if kind == "postgresql":
+            import psycopg
+
+            schema = url.split("schema=")[1].split("&")[0]
+            with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+                conn.execute(f'UPDATE "{schema}".search_messages SET text = %s, folded = %s',
+                             (older, older))
+                conn.execute(f'COMMENT ON TABLE "{schema}".search_messages IS '
+                             "'dsh search index 2'")
+        else:
+            sidecar = (tmp_path / "s.db.dsh-search.db" if kind == "sqlite"
+                       else tmp_path / "l" / ".dsh-search.db")
+            with contextlib.closing(sqlite3.connect(sidecar)) as conn:
+                conn.execute("UPDATE messages SET text = ?", (older,))
+                conn.execute("PRAGMA user_version = 2")
+                conn.commit()
+        with dsh.open(url) as store:
+            again = store.search("exfil")
+            assert [hit.session_id for hit in again.hits] == ["a"] and again.reindexed == 1
 
 
 def test_a_sidecar_of_the_older_index_version_is_built_again(tmp_path: Path) -> None:

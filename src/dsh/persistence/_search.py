@@ -44,9 +44,10 @@ __all__ = ["IndexChanges", "IndexesSearch", "SearchHit", "SearchIndex", "SearchR
 
 log = logging.getLogger("dsh.persistence.search")
 
-INDEX_VERSION: Final = 2
+INDEX_VERSION: Final = 3
 """``user_version`` of the sidecar database; another version is rebuilt (2: terminal escape
-sequences are indexed as spaces, docs/formats.md#search-index)."""
+sequences are indexed as spaces; 3: but for an OSC's payload, a title's words, which is indexed
+as text; docs/formats.md#search-index)."""
 
 SNIPPET_CHARS: Final = 60
 """Characters of context each side of the first match in a hit's snippet."""
@@ -185,16 +186,28 @@ def message_texts(events: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, st
 _TERMINAL_ESCAPES: Final = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor moves): ESC [ params final
     r"|\x9b[0-?]*[ -/]*[@-~]"  # the same with the one-byte C1 CSI
-    r"|\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"  # OSC (titles, links), terminated
+    r"|\x1b\](?:[0-9]*;)?([^\x07\x1b\x9c]*)(?:\x07|\x1b\\|\x9c)"  # OSC: title, link; payload
     r"|\x1b[ -/]*[0-~]")  # any other escape: ESC, intermediates, one final
-"""Terminal escape sequences in tool output and model text (docs/stores.md#search)."""
+"""Terminal escape sequences in tool output and model text (docs/stores.md#search); group 1 is
+a terminated OSC's payload (after ``ESC ]``, its numeric parameter and ``;``)."""
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    payload = match[1]
+    if payload is None:  # CSI or another sequence: no text
+        return " "
+    # An OSC's payload is text a terminal shows (a window title, a link's target): an auditor
+    # searching for words hidden in a title must find them, so only its introducer and
+    # terminator are spaces. The payload holds no ESC, but may hold a one-byte C1 CSI.
+    return f" {_TERMINAL_ESCAPES.sub(_unescaped, payload)} "
 
 
 def _indexable(text: str) -> str:
     # Terminal escape sequences are no text: "\x1b[31mError" holds the word Error, which the
-    # tokenizer would read as part of "31mError"; each sequence becomes one space.
+    # tokenizer would read as part of "31mError"; each sequence becomes one space, but for an
+    # OSC's payload (a title's words), which stays between two spaces.
     if "\x1b" in text or "\x9b" in text:
-        text = _TERMINAL_ESCAPES.sub(" ", text)
+        text = _TERMINAL_ESCAPES.sub(_unescaped, text)
     # A lone surrogate is valid in a dsh log (docs/formats.md#lossless-json) but has no UTF-8
     # for the index's SQL text, and is no word: it is indexed, and shown in snippets, as U+FFFD.
     try:

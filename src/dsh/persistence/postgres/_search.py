@@ -26,10 +26,10 @@ from dsh.persistence.postgres._schema import quote_schema
 RECENT_ROWS: Final = 5000
 """Newest index rows a query scans before it asks the GIN index (see ``query``)."""
 
-INDEX_MARK: Final = "dsh search index 2"
+INDEX_MARK: Final = "dsh search index 3"
 """The comment on ``search_messages`` naming what its rows hold (2: terminal escape sequences
-indexed as spaces); tables without it are emptied and indexed again
-(docs/formats.md#search-index)."""
+indexed as spaces; 3: but for an OSC's payload, a title's words, indexed as text); tables
+without it are emptied and indexed again (docs/formats.md#search-index)."""
 
 
 class PostgresSearchIndex:
