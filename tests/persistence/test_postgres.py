@@ -171,6 +171,75 @@ def test_sigstopped_holder_past_its_lease_is_refused_after_takeover(
     assert second("append 1")["seqs"] == [5]
 
 
+_DISPOSED_LOSER = """
+import json, logging, sys, threading
+import dsh
+kept = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        kept.append([record.name, record.levelname, record.getMessage(),
+                     record.exc_info is not None, record.thread == threading.main_thread().ident])
+logging.basicConfig(level=logging.WARNING)  # what a user sees on stderr
+logging.getLogger().addHandler(Keep())
+store = dsh.open(sys.argv[1])
+session = store.session("s")
+session.append("session/title", {"title": "before the takeover"})
+store.flush(session)
+print("ready", flush=True)
+sys.stdin.readline()
+session.append("session/title", {"title": "after it"})
+before = len(kept)
+store.dispose(session)
+during = kept[before:]
+try:
+    store.close()
+    closed = None
+except dsh.WriteFailedError as exc:
+    closed = type(exc.__cause__).__name__
+print(json.dumps({"during": during, "all": kept, "closed": closed}), flush=True)
+"""
+
+
+def test_a_writer_disposed_after_a_takeover_warns_once_without_a_traceback(
+        pg_url: str) -> None:
+    # docs/errors.md#leaselosterror: the loser's final write at dispose is refused with
+    # LeaseLostError; before, the on_disposed observer path logged it with two tracebacks
+    # (ERROR 'retirement ... failed' and 'on_disposed observer ... failed')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    loser = subprocess.Popen([sys.executable, "-c", _DISPOSED_LOSER, pg_url],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert loser.stdout is not None and loser.stdout.readline() == "ready\n"
+        os.kill(loser.pid, signal.SIGSTOP)
+        _wait_until_lease_expired(pg_url)
+        backend = open_backend(pg_url)
+        try:
+            with backend.open("s", "write") as winner:
+                assert winner.epoch == 2
+                os.kill(loser.pid, signal.SIGCONT)
+                out, err = loser.communicate("go\n", timeout=ANSWER_WAIT_S)
+        finally:
+            backend.close()
+    finally:
+        if loser.poll() is None:
+            os.kill(loser.pid, signal.SIGCONT)
+            loser.kill()
+            loser.communicate()
+    assert loser.returncode == 0, err
+    report = json.loads(out)
+    # the dispose (on the main thread) says it once: the session, the new holder, no traceback
+    said = [r for r in report["during"] if r[4]]
+    assert [(name, level) for name, level, *_ in said] == [("dsh.persistence", "WARNING")], said
+    message = said[0][2]
+    assert message.startswith("session 's': its final write at dispose was refused (LEASE_LOST), "
+                              f"another process (pid {os.getpid()} on ") and "epoch 2" in message
+    assert not any(exc_info for *_, exc_info, _main in report["all"]), report["all"]
+    assert "Traceback" not in err and "ERROR" not in err, err
+    assert report["closed"] == "LeaseLostError"  # close still says the last event was not written
+    assert [e["data"]["title"] for e in _stored(pg_url)] == ["before the takeover"]
+
+
 def _holding(url: str, workers: list[Worker]) -> Worker:
     """A worker process holding the lease of a fresh session ``s`` at epoch 1."""
     _created(url)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
-from dsh._errors import SessionExistsError, WriteFailedError
+from dsh._errors import SessionBusyError, SessionExistsError, WriteFailedError
 from dsh.json import json_equal
 from dsh.persistence._after_commit import AfterCommitFailure
 from dsh.persistence._contract import Backend, Handle
@@ -252,9 +252,15 @@ class PersistenceObserver:
     def on_disposed(self, session: Session) -> None:
         """Final drain of ``session``, then close its handle (releases write ownership).
 
+        A drain refused because another writer holds the session (``SessionBusyError``, a
+        PostgreSQL ``LeaseLostError`` after a takeover) is no fault of this process: it is one
+        WARNING naming the session and the new holder, and nothing is raised; the writer is
+        kept, so ``Persistence.close`` still raises ``WriteFailedError`` for the events not
+        written (docs/errors.md#leaselosterror).
+
         Raises:
-            WriteFailedError: the drain failed; the writer is kept so ``Persistence.close``
-                retries it.
+            WriteFailedError: the drain failed otherwise; the writer is kept so
+                ``Persistence.close`` retries it.
         """
         with self._mutex:
             writer = self._writers.get(id(session))
@@ -270,7 +276,15 @@ class PersistenceObserver:
             return
         try:
             writer.close()
-        except WriteFailedError:
+        except WriteFailedError as exc:
+            if isinstance(exc.__cause__, SessionBusyError):
+                # taken over: no traceback, as nothing here went wrong; close still says
+                # which events were not written
+                log.warning("session %r: its final write at dispose was refused (%s), %s; the "
+                            "events not written are kept and the store's close raises "
+                            "WriteFailedError for them", session.id, exc.__cause__.code,
+                            _holder_now(exc.__cause__))
+                return
             log.error("retirement of session %r failed; its writer is kept for a retry at "
                       "close", session.id)
             raise
@@ -296,3 +310,12 @@ class PersistenceObserver:
         for adoption in adopting:
             adoption.handle.close()
         return errors
+
+
+def _holder_now(busy: SessionBusyError) -> str:
+    """Who holds the session now, from ``busy.where`` (docs/errors.md#sessionbusyerror)."""
+    where = busy.where
+    if where.get("pid") is None and not busy.held_here:
+        return "no writer holds it now" if "epoch" in where else "another writer holds it"
+    epoch = f" at lease epoch {where['epoch']}" if where.get("epoch") is not None else ""
+    return f"{busy.holder_phrase()} holds it now{epoch}"
