@@ -231,3 +231,45 @@ def test_a_turn_the_person_stopped_comes_back_stopped_through_both_agents(
              for b in m.message["content"] if b["type"] == "text"
              and b["text"].startswith("[Request interrupted by user")]
     assert len(texts) == [r["kind"] for _, r in want].count("aborted")
+
+
+def test_a_stopped_turn_with_no_message_marks_no_other_turn(tmp_path: Path) -> None:
+    # docs/standards.md#handing-a-session-back: a continuation (run() without a prompt) stopped
+    # before the model's first output ends aborted with no message of its own; before, its
+    # marker followed the previous turn's last message, so that completed turn came back
+    # aborted through Claude Code (a marker for a turn with no message in the export)
+    from dsh.interop._history import SessionLog
+    from dsh.testing import LogBuilder
+
+    log = LogBuilder("s")
+    log.completed_turn("first prompt")
+    log.turn_start(2)
+    log.step_start(2, 1)
+    log.step_end(2, 1)
+    log.add("turn/end", {"turn": 2, "reason": {"kind": "aborted", "reason": {"kind": "user"}}})
+    log.turn_start(3)
+    log.step_start(3, 1)
+    log.user("stop me")
+    log.assistant(3, 1, [("c1", "bash")], "running")
+    log.tool_call(3, 1, "c1")
+    log.tool_result(3, 1, "c1")
+    log.step_end(3, 1)
+    log.add("turn/end", {"turn": 3, "reason": {"kind": "aborted", "reason": {"kind": "user"}}})
+    stored = SessionLog({"version": 0, "id": "s", "createdAt": 0},
+                        [dict(e) for e in log.events])
+    main = tmp_path / "claude" / f"{handoff_session_id(stored)}.jsonl"
+    for path, lines in claude_code_files(stored, main).items():
+        _write(path, lines)
+    rollout = tmp_path / "codex" / f"rollout-{handoff_session_id(stored)}.jsonl"
+    codex_lines = to_codex(stored)
+    _write(rollout, codex_lines)
+    stopped = {"kind": "aborted", "reason": {"kind": "user"}}
+    want = [(1, {"kind": "completed"}), (2, stopped)]  # turn 2 left no line: 3 is the second
+    assert _turn_ends(_checked(main, "claude-code")) == want
+    assert _turn_ends(_checked(rollout, "codex")) == want
+    assert [line["payload"]["type"] for line in codex_lines
+            if line["type"] == "event_msg"].count("turn_aborted") == 1
+    markers = [line for line in map(json.loads, main.read_text().splitlines())
+               if line.get("message", {}).get("content") == [
+                   {"type": "text", "text": "[Request interrupted by user]"}]]
+    assert len(markers) == 1

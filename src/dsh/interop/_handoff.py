@@ -165,24 +165,33 @@ def _entries_and_aborts(events: Sequence[Mapping[str, Any]]) -> Iterator[Entry |
     Rule (docs/standards.md#handing-a-session-back): the message lines alone leave such a turn
     open when the file is imported again (its last line a tool result, say); the marker each
     agent writes for it closes it there as aborted. A turn that put no entry in the history
-    gets none.
+    (a continuation stopped before the model's first output) gets none: the marker follows an
+    entry of the stopped turn itself, never the previous turn's last one.
     """
-    aborts = [(int(e["seq"]), int(e.get("time") or 0)) for e in events
-              if e.get("type") == "turn/end" and isinstance(e.get("data"), Mapping)
-              and isinstance(e["data"].get("reason"), Mapping)
-              and e["data"]["reason"].get("kind") == "aborted" and isinstance(e.get("seq"), int)]
+    aborts: list[tuple[int, int, int]] = []  # (turn/start seq, turn/end seq, time)
+    start = -1
+    for e in events:
+        seq, data = e.get("seq"), e.get("data")
+        if not isinstance(seq, int):
+            continue
+        if e.get("type") == "turn/start":
+            start = seq
+        elif e.get("type") == "turn/end" and isinstance(data, Mapping) and isinstance(
+                data.get("reason"), Mapping) and data["reason"].get("kind") == "aborted":
+            aborts.append((start, seq, int(e.get("time") or 0)))
     at = 0
-    since = False  # an entry was yielded since the last abort
+    inside = False  # an entry of the turn aborts[at] ends was yielded
     for entry in history(events):
-        while at < len(aborts) and aborts[at][0] < entry.seq:
-            if since:
-                yield _Abort(aborts[at][1])
-                since = False
+        while at < len(aborts) and aborts[at][1] < entry.seq:
+            if inside:
+                yield _Abort(aborts[at][2])
+                inside = False
             at += 1
         yield entry
-        since = True
-    if since and at < len(aborts):
-        yield _Abort(aborts[at][1])
+        if at < len(aborts) and aborts[at][0] <= entry.seq:
+            inside = True
+    if inside:
+        yield _Abort(aborts[at][2])
 
 
 def to_claude_code(log: LogLike, *, cwd: str | None = None,
