@@ -1136,6 +1136,24 @@ def test_a_live_session_whose_read_found_damage_closes_keeping_what_was_acknowle
     reopened.close()
 
 
+def _fresh_modules(main: str, names: str, store: Path, then: str) -> list[str]:
+    """Run ``main`` (an ``async def main()``) in a fresh interpreter: its output lines.
+
+    After ``main``, the process prints which of ``names`` (a Python tuple expression) are
+    loaded, opens ``p``, a Persistence on the SQLite ``store``, and runs ``then``.
+    """
+    import subprocess
+    import sys
+
+    code = ("import asyncio, os, sys\nfrom dsh.adapters.openai_agents import DshSession\n"
+            f"{main}asyncio.run(main())\nnames = {names}\n"
+            "print(sorted(m for m in names if m in sys.modules))\n"
+            "from dsh.persistence import Persistence, open_backend\n"
+            f"p = Persistence(open_backend('sqlite:///{store}'))\n{then}p.close()\n")
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          text=True).stdout.split("\n")
+
+
 def test_a_session_open_read_and_append_load_no_listing_salvage_or_filelock(
         tmp_path: Path) -> None:
     """The listing, the torn-tail salvage and ``filelock`` load when a store lists or repairs.
@@ -1143,27 +1161,43 @@ def test_a_session_open_read_and_append_load_no_listing_salvage_or_filelock(
     A DshSession's open, reads and appends on a SQLite store never list sessions nor save a
     torn tail, and the write lock is ``fcntl.flock`` on POSIX (docs/adapters.md#memory).
     """
-    import subprocess
-    import sys
-
     store = tmp_path / "s.db"
-    code = (
-        "import asyncio, sys\n"
-        "from dsh.adapters.openai_agents import DshSession\n"
+    out = _fresh_modules(
         "async def main():\n"
         f"    s = DshSession('a', 'sqlite:///{store}')\n"
         "    await s.add_items([{'role': 'user', 'content': 'hi'}])\n"
         "    assert len(await s.get_items()) == 1 and len(await s.get_items(limit=1)) == 1\n"
-        "    s.close()\n"
-        "asyncio.run(main())\n"
-        "import os\n"
-        "names = ('dsh.persistence._listing', 'dsh.persistence._salvage')\n"
-        "names += ('filelock',) if os.name == 'posix' else ()\n"
-        "print(sorted(m for m in names if m in sys.modules))\n"
-        "from dsh.persistence import Persistence, open_backend\n"
-        f"p = Persistence(open_backend('sqlite:///{store}'))\n"
-        "print([e.id for e in p.list_entries()[0]], 'dsh.persistence._listing' in sys.modules)\n"
-        "p.close()\n")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                         text=True).stdout.split("\n")
+        "    s.close()\n",
+        "('dsh.persistence._listing', 'dsh.persistence._salvage')"
+        " + (('filelock',) if os.name == 'posix' else ())", store,
+        "print([e.id for e in p.list_entries()[0]], 'dsh.persistence._listing' in sys.modules)\n")
     assert out[:2] == ["[]", "['a'] True"]
+
+
+def test_a_resumed_session_loads_no_read_pipeline_or_chunk_codec(tmp_path: Path) -> None:
+    """A resume from the restore point never runs the whole-log read pipeline nor the chunk codec.
+
+    A second process opens a stored DshSession, reads it whole and by limit and appends: the
+    read pipeline (``dsh.persistence._read``) and the chunk-run codec (``dsh.session._chunks``)
+    stay unloaded, and both load, with the right answer, when the store reads the log whole
+    (docs/adapters.md#memory).
+    """
+    store = tmp_path / "s.db"
+    turns: list[dict[str, Any]] = []
+    for n in range(3):  # whole turns: an unanswered prompt is closed by a repair at resume
+        turns += [{"role": "user", "content": f"q{n}"},
+                  {"type": "message", "id": f"m{n}", "role": "assistant", "status": "completed",
+                   "content": [{"type": "output_text", "text": f"a{n}", "annotations": []}]}]
+    first = DshSession("a", f"sqlite:///{store}")
+    run(first.add_items(turns[:4]))
+    first.close()
+    out = _fresh_modules(
+        "async def main():\n"
+        f"    s = DshSession('a', 'sqlite:///{store}')\n"
+        "    assert len(await s.get_items()) == 4 and len(await s.get_items(limit=2)) == 2\n"
+        f"    await s.add_items({turns[4:]!r})\n"
+        "    assert [i['id'] for i in await s.get_items(limit=1)] == ['m2']\n"
+        "    s.close()\n",
+        "('dsh.persistence._read', 'dsh.session._chunks')", store,
+        "print(len(p.read('a').stored_events) > 6, sorted(m for m in names if m in sys.modules))\n")
+    assert out[:2] == ["[]", "True ['dsh.persistence._read']"]

@@ -32,8 +32,8 @@ from dsh._errors import (
     WriteFailedError,
 )
 from dsh.json import FrozenDict
-from dsh.persistence import _read, _resume
 from dsh.persistence import _restore_point as rp
+from dsh.persistence import _resume
 from dsh.persistence._contract import (
     STORE_LOG_ID,
     Backend,
@@ -49,12 +49,13 @@ from dsh.persistence._contract import (
     session_id_problem,
 )
 from dsh.persistence._observer import LiveSessions, PersistenceObserver
-from dsh.persistence._read import Inspection
 from dsh.persistence._write_behind import WriteBehind
 from dsh.session import Event, Session, SessionStore
 
-if TYPE_CHECKING:  # (the listing loads when a store lists: a session's open never does)
+if TYPE_CHECKING:  # (the listing loads when a store lists, the read pipeline when a session is
+    # read whole: a session's open from its restore point runs neither)
     from dsh.persistence._listing import ListingEntry
+    from dsh.persistence._read import Inspection
 
 __all__ = ["Persistence"]
 
@@ -139,6 +140,7 @@ class Persistence:
         Raises:
             LogCorruptError, SessionFormatUnsupportedError: a stored log cannot be read.
         """
+        from dsh.persistence import _read
         out: list[SessionSummary] = []
         for header in self.list_headers():
             sid = header["id"]
@@ -229,6 +231,7 @@ class Persistence:
             SessionNotFoundError, LogCorruptError, SessionFormatUnsupportedError,
             UnknownEventTypeError.
         """
+        from dsh.persistence import _read
         live = self._live_session(session_id)
         if live is not None:
             return _read.live_inspection(live.header, live.events)
@@ -259,6 +262,7 @@ class Persistence:
         Rule: docs/rules.md#the-read-pipeline (the cold-read pipeline; ``inspect`` writes
             nothing).
         """
+        from dsh.persistence import _read
         return _read.read_stored(self.backend, session_id)
 
     def fork(self, source_id: str, boundary: int | None = None, child_id: str | None = None,
@@ -302,6 +306,7 @@ class Persistence:
                                    code="SESSION_LIVE", session_id=source_id)
         stored = self.read(source_id)
         events = stored.stored_events
+        from dsh.persistence import _read
         parent = _read.restore_validated(source_id, events, stored.header)
         if child_id is None:
             number = 1
@@ -350,6 +355,7 @@ class Persistence:
             SessionNotFoundError, LogCorruptError, SessionFormatUnsupportedError,
             UnknownEventTypeError.
         """
+        from dsh.persistence import _read
         live = self._live_session(session_id)
         if live is not None:
             self._flush_live(live)

@@ -37,7 +37,6 @@ from dsh.session import (
     EventSource,
     PagedLog,
     RestoreState,
-    decode_storage_record,
 )
 
 if TYPE_CHECKING:
@@ -312,6 +311,7 @@ def readable_prefix(persistence: Persistence, session_id: str, *,
             data = file.read()
     except OSError:
         return ()
+    from dsh.session import decode_storage_record  # (a JSONL log's salvage only)
     events: list[Event] = []
     for raw in data.split(b"\n")[1:line - 1]:
         try:

@@ -22,7 +22,7 @@ checking one against a full read for ``dsh verify`` (:func:`check_restore_point`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from dsh._errors import DshError, EventRejectedError
 from dsh.json import FrozenDict
@@ -30,15 +30,6 @@ from dsh.persistence import _restore_point as rp
 from dsh.persistence._contract import Backend, Capabilities, Handle
 from dsh.persistence._legacy import stored_prescan
 from dsh.persistence._observer import Adoption, PersistenceObserver
-from dsh.persistence._read import (
-    Inspection,
-    commit_repair,
-    corrupt_on_rejection,
-    plain_records,
-    raw_path,
-    read_pipeline,
-    restore_validated,
-)
 from dsh.session import (
     KNOWN_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
@@ -48,6 +39,10 @@ from dsh.session import (
     SessionStore,
     open_turn_closers,
 )
+
+if TYPE_CHECKING:  # (the read pipeline loads when a log is read whole or repaired: a resume
+    # from a restore point, an adapter's open, runs none of it)
+    from dsh.persistence._read import Inspection
 
 __all__ = ["check_restore_point", "resume", "write_restore_point"]
 
@@ -90,6 +85,7 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
             session, adoption, closers = paged
             repair = bool(closers)
         else:
+            from dsh.persistence._read import plain_records, raw_path, read_pipeline
             cold = handle.read(0)
             events, closers = read_pipeline(session_id, cold,
                                             path=raw_path(handle, backend.capabilities))
@@ -100,6 +96,7 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
             adoption = Adoption(handle, len(seed), foldable=events is cold.events
                                 or plain_records(cold.events))
         if repair:
+            from dsh.persistence._read import commit_repair, raw_path
             commit_repair(handle, session_id, closers,
                           raw_path(handle, backend.capabilities) or backend.url)
         observer = observer_of(store)
@@ -182,6 +179,7 @@ def _prepare(store: SessionStore, session_id: str, seed: tuple[Event, ...],
                              inherited_event_count=header.get("seedLength") or 0,
                              seed_source="persistence")
     except EventRejectedError as exc:
+        from dsh.persistence._read import corrupt_on_rejection
         raise corrupt_on_rejection(session_id, exc) from exc
 
 
@@ -211,6 +209,7 @@ def write_restore_point(backend: Backend, session_id: str) -> bool:
         if not backend.capabilities.restore_points:
             return False
         keeper = cast(rp.KeepsRestorePoints, handle)  # what the capability promises
+        from dsh.persistence._read import plain_records, raw_path, read_pipeline, restore_validated
         cold = handle.read(0)
         events, closers = read_pipeline(session_id, cold,
                                         path=raw_path(handle, backend.capabilities))

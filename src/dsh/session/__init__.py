@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dsh._lazy import lazy_exports
-from dsh.session._chunks import CHUNK_ROW_TAGS, MIN_RUN, decode_storage_record, pack_chunk_runs
 from dsh.session._events import (
     CORE_EVENT_TYPES,
     ENVELOPE_KEYS,
@@ -72,6 +71,7 @@ from dsh.session._surface import (
 )
 
 if TYPE_CHECKING:  # loaded on first use (see __getattr__): a session never needs them to run
+    from dsh.session._chunks import CHUNK_ROW_TAGS, MIN_RUN, decode_storage_record, pack_chunk_runs
     from dsh.session._invariants import InvariantObserver, InvariantTrace, Violation, check_log
     from dsh.session._pairing import (
         PairingSession,
@@ -157,8 +157,11 @@ __all__ = [
 
 # The log checker and the pairing helpers are read by verify, import, compaction and tests,
 # never by a session's open, read or append: importing them lazily keeps them out of an
-# adapter's process (docs/adapters.md#memory).
+# adapter's process (docs/adapters.md#memory). The chunk-run packing loads with a JSONL log
+# or the pure-Python row codec (the accelerator packs and unpacks SQLite rows itself).
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    **dict.fromkeys(("CHUNK_ROW_TAGS", "MIN_RUN", "decode_storage_record", "pack_chunk_runs"),
+                    "dsh.session._chunks"),
     **dict.fromkeys(("InvariantObserver", "InvariantTrace", "Violation", "check_log"),
                     "dsh.session._invariants"),
     **dict.fromkeys(("PairingSession", "balanced_cuts", "tool_pairing_balanced_after",

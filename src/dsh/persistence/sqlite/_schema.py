@@ -43,15 +43,7 @@ from dsh.json import (
     is_safe_int,
     loads,
 )
-from dsh.session import (
-    CHUNK_ROW_TAGS,
-    ENVELOPE_KEYS,
-    KNOWN_EVENT_TYPES,
-    Event,
-    as_event,
-    decode_storage_record,
-    pack_chunk_runs,
-)
+from dsh.session import ENVELOPE_KEYS, KNOWN_EVENT_TYPES, Event, as_event
 
 if TYPE_CHECKING:
     import zstandard
@@ -523,6 +515,9 @@ def decode_row(row: Row, schema_version: int) -> list[Event]:
     if ign is not None and (ign not in (0, 1) or type(ign) is not int):
         raise RowError(f"ignorable must be NULL, 0 or 1, got {ign!r}")
     if ign == 0:
+        # (the chunk codec loads with the first packed row the pure-Python reader decodes: the
+        # accelerator decodes them itself, so an adapter's process never imports it)
+        from dsh.session import CHUNK_ROW_TAGS, decode_storage_record
         if type_ not in CHUNK_ROW_TAGS:
             raise RowError(f"packed discriminator requires a chunk tag, got type {type_!r}")
         if ses is not None or sop is not None:
@@ -917,6 +912,7 @@ def _encode_batch(events: Sequence[Event], schema_version: int) -> list[EncodedR
         return [_scalar_row(event, schema_version) for event in events]
     if not any(event["type"] == "assistant/chunk" for event in events):
         return [_scalar_row(event, schema_version) for event in events]  # nothing to pack
+    from dsh.session import CHUNK_ROW_TAGS, pack_chunk_runs  # (see decode_row)
     first_seq = events[0]["seq"] if events else 0
     rows: list[EncodedRow] = []
     for record in pack_chunk_runs(events):
