@@ -902,6 +902,61 @@ def test_sqlite_insert_rows_fits_a_build_that_binds_few_parameters(tmp_path: Pat
         conn.close()
 
 
+@pytest.mark.parametrize("version", [17, 14])
+def test_sqlite_insert_rows_store_each_null_and_value_as_a_plain_bind_does(
+        tmp_path: Path, version: int) -> None:
+    """NULL stand-ins (NULLIF) store what binding None and the values directly stores.
+
+    Every mix of a NULL or set provenance, surface op and ignorable flag, a compressed data
+    column, and a provenance the schema packs as bytes: each row's columns, their SQLite
+    types included, equal those of ``executemany`` with the rows as they are.
+
+    Rule: docs/formats.md#appends-and-reads.
+    """
+    from dsh.persistence.sqlite._backend import _insert_rows
+
+    ddl = SCHEMA_17_DDL if version == 17 else schema.SCHEMA_14_DDL
+    events = []
+    for seq, (op, sources, ignorable) in enumerate(itertools.product(
+            ("append", None), ([0], None), (True, False))):
+        data = {"text": "x" * 5000} if seq == 3 else {"n": seq}  # seq 3: zstd data
+        events.append(ev("note/custom", seq, data, surface_op=op,
+                         sources=None if sources is None else list(range(seq + 1)),
+                         ignorable=ignorable and version == 17))
+    rows = schema.encode_batch(events, version)
+    assert {row[4] is None for row in rows} == {row[5] is None for row in rows} == {True, False}
+    stored = []
+    for how in ("statements", "executemany"):
+        (tmp_path / how).mkdir()
+        conn = raw(db_path(tmp_path / how))
+        try:
+            for statement in ddl:
+                conn.execute(statement)
+            conn.execute("INSERT INTO sessions VALUES ('s1', 0, 0, NULL, NULL, NULL, NULL, "
+                         "NULL, NULL, 'i', 0)")
+            if how == "statements":
+                _insert_rows(conn, "s1", rows, legacy=version == 14)
+            else:
+                marks = ", ".join(["?"] * (7 if version == 14 else 8))
+                conn.executemany(f"INSERT INTO events VALUES ({marks})",
+                                 [("s1", *row) for row in rows] if version == 17
+                                 else [("s1", *row[:6]) for row in rows])
+            columns = "seq, type, time, data, source_event_seqs, surface_op" + (
+                ", ignorable" if version == 17 else "")
+            typed = ", ".join(f"typeof({c}), {c}" for c in columns.split(", "))
+            stored.append(conn.execute(f"SELECT {typed} FROM events ORDER BY seq").fetchall())
+        finally:
+            conn.close()
+    assert stored[0] == stored[1]
+    assert len(stored[0]) == 8
+    assert {row[8] for row in stored[0]} == {"null", "blob" if version == 17 else "text"}
+    assert {row[10] for row in stored[0]} == {"null", "text"}  # surface_op
+    # data: schema 17 stores seq 3 compressed
+    assert {row[6] for row in stored[0]} == ({"text", "blob"} if version == 17 else {"text"})
+    if version == 17:
+        assert {row[12] for row in stored[0]} == {"null", "integer"}  # ignorable
+
+
 def test_sqlite_round_trips_lone_surrogates_and_hostile_text(tmp_path: Path) -> None:
     """Lone surrogates survive a round trip; the stored text stays valid UTF-8.
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import itertools
 import json as std_json
 import logging
 import os
@@ -181,15 +180,48 @@ SQLite's statement and the driver's per-row step (and its GIL release) run once 
 about a third less CPU for the 188,481 rows of bench_cli's 44 MB import (bench/RESULTS.md)."""
 
 
+# What a row's nullable columns are bound as when they are NULL (docs/formats.md#schema-17): the
+# driver (CPython 3.11-3.12) binds None and bytes only after a failed adapter look-up that raises
+# and clears an AttributeError, about 0.4 us a value; an exact int or str is bound directly. The
+# statement turns each stand-in back into NULL with NULLIF, and a stand-in is of a type the
+# column never holds otherwise (an encoded row's provenance is bytes or text and its surface op
+# text, never an int; its ignorable flag is an int, never text), so no stored value changes.
+_NULL_SOURCES: Final = 0
+_NULL_SURFACE_OP: Final = 0
+_NULL_IGNORABLE: Final = ""
+_ROW_17: Final = "(?1, ?, ?, ?, ?, NULLIF(?, 0), NULLIF(?, 0), NULLIF(?, ''))"
+_ROW_14: Final = "(?1, ?, ?, ?, ?, NULLIF(?, 0), NULLIF(?, 0))"
+
+
 @functools.lru_cache(maxsize=32)
 def _insert_statement(columns: int, count: int) -> str:
     """``INSERT INTO events ... VALUES (?1, ?, ...), ...`` of ``count`` rows of ``columns``.
 
-    ``?1`` is the session id, bound once for every row; the others number on from it.
+    ``?1`` is the session id, bound once for every row; the others number on from it. The
+    nullable columns are bound through NULLIF (see :func:`_bind_values`).
     """
-    head = _INSERT_EVENTS_17 if columns == 8 else _INSERT_EVENTS_14
-    row = "(?1" + ", ?" * (columns - 1) + ")"
+    head, row = (_INSERT_EVENTS_17, _ROW_17) if columns == 8 else (_INSERT_EVENTS_14, _ROW_14)
     return head + ", ".join([row] * count)
+
+
+def _bind_values(session_id: str, chunk: Sequence[Sequence[Any]], legacy: bool) -> list[Any]:
+    """The parameters of one :func:`_insert_statement` over ``chunk`` (encoded rows).
+
+    The session id, then each row's columns, a NULL provenance, surface op or ignorable flag
+    as its stand-in (legacy rows: the first six columns).
+    """
+    out: list[Any] = [session_id]
+    extend = out.extend
+    if legacy:
+        for seq, kind, time, data, sources, op, *_ in chunk:
+            extend((seq, kind, time, data, _NULL_SOURCES if sources is None else sources,
+                    _NULL_SURFACE_OP if op is None else op))
+        return out
+    for seq, kind, time, data, sources, op, ignorable in chunk:
+        extend((seq, kind, time, data, _NULL_SOURCES if sources is None else sources,
+                _NULL_SURFACE_OP if op is None else op,
+                _NULL_IGNORABLE if ignorable is None else ignorable))
+    return out
 
 
 def _insert_rows(conn: sqlite3.Connection, session_id: str, rows: Sequence[Sequence[Any]],
@@ -213,10 +245,11 @@ def _insert_rows(conn: sqlite3.Connection, session_id: str, rows: Sequence[Seque
     while done < count:
         left = count - done
         size = per if left >= per else 1 << (left.bit_length() - 1)
-        chunk = rows[done:done + size]
-        values = itertools.chain.from_iterable([row[:6] for row in chunk] if legacy else chunk)
-        conn.execute(_insert_statement(columns, size), (session_id, *values))
+        conn.execute(_insert_statement(columns, size),
+                     _bind_values(session_id, rows[done:done + size], legacy))
         done += size
+
+
 IDLE_CONNECTIONS: Final = 2
 """Validated connections a backend keeps for its next handles (see ``SqliteBackend._connect``)."""
 _OWNERSHIP_COOKIE: Final = (
