@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -529,3 +530,33 @@ def test_an_error_after_blank_lines_names_the_file_line(tmp_path: Path, bad: byt
         collect(stream_file(path, "claude-code"))
     assert caught.value.where["line"] == 7
     assert str(caught.value).startswith(f"{path}:7: {message}")
+
+
+@pytest.mark.parametrize("limit", [32766, 25])
+def test_the_index_stores_its_rows_as_given_nulls_text_and_bytes(limit: int) -> None:
+    """The branch index's multi-row INSERTs store each row as given: NULLs (bound as 0 through
+    NULLIF), ASCII text, non-ASCII keys as bytes, with their SQLite types; with a build that
+    binds 25 parameters a statement too (two rows of ten).
+
+    Rule: docs/interop.md#streaming-imports.
+    """
+    index = BranchIndex()
+    index._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
+    rows = []
+    for rec in range(1, 300):
+        key = None if rec % 3 == 0 else f"u{rec}" if rec % 3 == 1 else f"ü{rec}".encode()
+        rows.append((rec, rec + 1, rec * 10, rec % 4, rec % 2, key, None if rec % 5 else key,
+                     rec % 3, None if rec % 2 else f"m{rec}", key))
+        index.add_row(rows[-1], [(rec, key or "t", rec % 2)], False, False)
+    index._flush()
+    try:
+        stored = index._db.execute("SELECT * FROM lines ORDER BY rec").fetchall()
+        tools = index._db.execute("SELECT * FROM tools ORDER BY rec").fetchall()
+        nulls = index._db.execute("SELECT count(*) FROM lines WHERE uuid IS NULL").fetchone()
+        blobs = index._db.execute("SELECT count(*) FROM lines WHERE typeof(uuid) = 'blob'"
+                                  ).fetchone()
+    finally:
+        index.close()
+    assert stored == rows
+    assert tools == [(rec, r[5] or "t", rec % 2) for rec, r in enumerate(rows, 1)]
+    assert nulls == (99,) and blobs == (100,)
