@@ -6,7 +6,13 @@ exactly, past 65,536 kinds too (the codes widen to four bytes).
 
 from __future__ import annotations
 
-from dsh.session._session import _SettledTypes
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsh.session._session import _rewrites_a_result, _SettledTypes
 
 
 def test_settled_types_are_served_back_exactly() -> None:
@@ -18,3 +24,46 @@ def test_settled_types_are_served_back_exactly() -> None:
     assert settled.codes.typecode == "I" and len(settled) == 140_000
     assert [e["type"] for e in settled.read(0, 140_000)] == names
     assert [e["seq"] for e in settled.read(69_998, 70_002)] == [69_998, 69_999, 70_000, 70_001]
+
+
+def test_settled_types_of_kinds_named_before_are_served_back() -> None:
+    """A batch of kinds all named before (the codes' fast path) keeps them in order."""
+    settled = _SettledTypes(None)
+    settled.extend(["a", "b", "c"])
+    settled.extend(["c", "a", "a", "b"])
+    assert settled.codes.typecode == "H" and list(settled.codes) == [0, 1, 2, 2, 0, 0, 1]
+    assert [e["type"] for e in settled.read(0, 7)] == ["a", "b", "c", "c", "a", "a", "b"]
+
+
+class _View(Mapping[str, Any]):
+    """A read-only mapping that is no dict."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+_ITEM = st.one_of(
+    st.fixed_dictionaries({}, optional={
+        "type": st.sampled_from(["tool/result", "user/message", 3, None]),
+        "surfaceOp": st.sampled_from([{"op": "replace"}, "append", None, ["x"]])}),
+    st.just([]), st.just("tool/result"), st.none())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_ITEM, st.booleans()), max_size=6))
+def test_a_result_rewrite_is_told_as_the_exact_test_does(items: list[tuple[Any, bool]]) -> None:
+    """The C-level shortcut of SeedStream.admit gives the per-event test's answer on batches
+    of dicts, other mappings and non-mappings (docs/rules.md#seed-validation)."""
+    batch = [_View(item) if view and isinstance(item, dict) else item for item, view in items]
+    exact = any(isinstance(event, Mapping) and event.get("type") == "tool/result"
+                and isinstance(event.get("surfaceOp"), Mapping) for event in batch)
+    assert _rewrites_a_result(batch) is exact

@@ -22,7 +22,8 @@ import contextlib
 import logging
 from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from itertools import islice
+from itertools import islice, repeat
+from operator import itemgetter
 from time import time_ns
 from typing import Any, Final, Literal, Protocol, TypeVar, cast, overload
 
@@ -72,6 +73,7 @@ _NO_TIME: Final = -MAX_SAFE_INTEGER - 1
 _MIN_TIME: Final = -MAX_SAFE_INTEGER
 _APPEND: Final = SurfacePlan(-1, -1, -1)  # marker: push the new seq, nothing to validate
 _END_SEED: Final = "session/end-seed"
+_TYPE_OF: Final = itemgetter("type")
 
 _Log = list[Event] | PagedLog
 _T = TypeVar("_T")
@@ -1719,6 +1721,11 @@ class _SettledTypes:
     def extend(self, types: Iterable[str]) -> None:
         """Keep the types of the next settled events."""
         code = self._code
+        types = list(types)
+        numbers = list(map(code.get, types))
+        if None not in numbers:  # every kind named before (all but a few batches): in C
+            self.codes.extend(numbers)  # type: ignore[arg-type]
+            return
         for name in types:
             number = code.get(name)
             if number is None:
@@ -1734,6 +1741,23 @@ class _SettledTypes:
         names, codes = self.names, self.codes
         return [Event({"type": names[codes[seq]], "seq": seq, "time": 0, "data": None})
                 for seq in range(start, stop)]
+
+
+def _rewrites_a_result(batch: Sequence[Any]) -> bool:
+    """Whether ``batch`` holds a ``tool/result`` rewrite: :meth:`SeedStream.admit`'s test.
+
+    A rewrite is a mapping of that type with a ``surfaceOp`` mapping; its check reads the
+    result it replaces (docs/rules.md#seed-validation).
+    """
+    try:  # a batch of dicts without a tool/result (an import's usual one) is told in C
+        if "tool/result" not in map(dict.get, batch, repeat("type")):
+            return False
+    except TypeError:  # not every item is a dict: the exact test
+        pass
+    # ``type(...) is dict`` first: the ABC check costs a microsecond an event
+    return any((type(event) is dict or isinstance(event, Mapping))
+               and event.get("type") == "tool/result"
+               and isinstance(event.get("surfaceOp"), Mapping) for event in batch)
 
 
 class SeedStream:
@@ -1795,11 +1819,7 @@ class SeedStream:
         """
         log = self._log
         base = len(log)
-        # ``type(...) is dict`` first: the ABC check costs a microsecond an event
-        self._settled.real = any(
-            (type(event) is dict or isinstance(event, Mapping))
-            and event.get("type") == "tool/result"
-            and isinstance(event.get("surfaceOp"), Mapping) for event in batch)
+        self._settled.real = _rewrites_a_result(batch)
         if self._settled.real:
             log.drop_pages()
         try:
@@ -1816,7 +1836,7 @@ class SeedStream:
         """Everything admitted is stored now: keep only its types."""
         log = self._log
         tail = log[log.cut:]
-        self._settled.extend(event["type"] for event in tail)
+        self._settled.extend(map(_TYPE_OF, tail))
         log.settle(len(tail))
 
     def finish(self) -> None:
