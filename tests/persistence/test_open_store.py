@@ -42,6 +42,9 @@ def test_open_store_memory_and_facade() -> None:
     ("jsonl:///d?pack_chunks=maybe", "pack_chunks='maybe'"),
     ("memory:?x=1", "no options"),
     ("jsonl:", "no path"),
+    # urllib refuses these hosts with a bare ValueError: a typed error naming them instead
+    ("sqlite://[x/d.db", "host '[x'"),
+    ("sqlite://[x/d.db?schema=17", "does not parse as a URL"),
 ])
 def test_open_store_rejects_bad_urls_naming_the_part(url: str, part: str) -> None:
     with pytest.raises(ConfigError) as info:
