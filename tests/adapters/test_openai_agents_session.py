@@ -959,6 +959,47 @@ def test_a_held_sessions_whole_read_equals_the_walk_after_each_operation(store: 
     assert False in answers  # closed early, popped, cleared: the walk
 
 
+def test_a_held_sessions_whole_read_extends_its_kept_texts_until_a_replace(store: str) -> None:
+    # LiveLog._live_texts keeps the texts of the last whole read and encodes only the nodes
+    # appended since (a Runner turn's get_items() after its add_items); a replace (a pop)
+    # rewrites positions, so the next read builds them afresh, still equal to the walk
+    from dsh.adapters import _log
+
+    encoded: list[int] = []
+    encode = _log._encode
+
+    def spy(record: Any) -> bytes | None:
+        encoded.append(1)
+        return encode(record)
+
+    async def body() -> None:
+        session = DshSession("kept", store)
+        await session.add_items(_long_turns(0, 3))
+        assert await session.get_items() == _long_turns(0, 3)
+        kept = session._log._live
+        assert kept is not None and kept[1] == 12 and kept[4]
+        texts = kept[2]
+        encoded.clear()
+        for n in range(3, 6):  # as the SDK's Runner: the prompt, then the turn's items
+            turn = _long_turns(n, 1)
+            await session.add_items(turn[:1])
+            await session.add_items(turn[1:])
+            assert await session.get_items() == _long_turns(0, n + 1)
+        assert len(encoded) == 12  # each new record once, none of the first 12 again
+        kept = session._log._live
+        assert kept is not None and kept[2] is texts and len(texts) == 24
+        assert await session.pop_item() == _long_turns(5, 1)[-1]
+        assert await session.get_items() == _long_turns(0, 6)[:-1] \
+            == await session.get_items(limit=10 ** 6)
+        kept = session._log._live
+        assert kept is not None and kept[2] is not texts and len(kept[2]) == 23
+        session.close()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_log, "_encode", spy)
+        run(body())
+
+
 def test_add_items_stores_non_json_types_as_sqlite_session_does(store: str,
                                                                 tmp_path: Path) -> None:
     # plain JSON items are checked and copied in one pass; anything else (a tuple, an enum

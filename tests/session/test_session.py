@@ -651,6 +651,53 @@ def test_session_unsubscribed_observers_are_not_called() -> None:
     assert seen == [0]
 
 
+def test_session_batch_publishes_its_appends_together_when_the_block_ends() -> None:
+    # docs/rules.md#live-sessions: a batch observer is told once, a plain one per event
+    s = fresh()
+    plain: list[tuple[int, int]] = []
+    batches: list[list[int]] = []
+    s.observe(lambda session, event: plain.append((event.seq, session.seq)))
+    s.observe(lambda session, event: plain.append((event.seq, -1)),
+              batch=lambda session, events: batches.append([e.seq for e in events]))
+    with s.batch():
+        first = s.append("session/title", {})
+        with s.batch():  # nested: published with the outer block
+            s.append("plan/mode", {})
+        assert first.seq == 0 and s.seq == 2 and plain == [] and batches == []
+        s.append("goal/change", {})
+    assert plain == [(0, 3), (1, 3), (2, 3)]
+    assert batches == [[0, 1, 2]]
+    s.append("session/title", {})  # outside a block: one event at a time again
+    assert plain[-2:] == [(3, 4), (3, -1)] and batches == [[0, 1, 2]]
+
+
+def test_session_batch_refuses_as_one_by_one_and_publishes_what_was_committed() -> None:
+    # docs/rules.md#what-append-refuses: the same typed error mid-batch, nothing of the refused
+    # event committed; the events before it are committed (as without a batch) and published
+    s = fresh()
+    seen: list[int] = []
+    s.observe(lambda session, event: None,
+              batch=lambda session, events: seen.extend(e.seq for e in events))
+    with pytest.raises(EventRejectedError) as info, s.batch():
+        s.append("session/title", {})
+        s.append("user/message", {"role": "user", "content": [], "source": {"kind": "user"}},
+                 surface_op="append")  # no message id: SHAPE
+    assert info.value.code == "SHAPE" and info.value.where["seq"] == 1
+    assert [e.type for e in s.events] == ["session/title"] and seen == [0]
+
+
+def test_session_batch_publication_refuses_a_reentrant_append(
+        caplog: pytest.LogCaptureFixture) -> None:
+    s = fresh()
+    s.observe(lambda session, event: None,
+              batch=lambda session, events: session.append("plan/mode", {}))
+    with caplog.at_level(logging.ERROR, logger="dsh.session._session"), s.batch():
+        s.append("goal/change", {})
+        s.append("goal/change", {})
+    assert [e.type for e in s.events] == ["goal/change", "goal/change"]
+    assert "session append cannot reenter while another append is being published" in caplog.text
+
+
 def test_session_runs_validation_on_one_frozen_candidate_before_commit_and_resets() -> None:
     # docs/rules.md#what-append-refuses "runs internal dispatch validation on one frozen candidate
     # before commit"

@@ -62,6 +62,31 @@ def test_store_creates_sessions_and_emits_created_and_event() -> None:
     assert rec.calls[-1] == ("event", "a", 1)
 
 
+def test_store_tells_a_batch_to_on_events_once_and_to_on_event_one_by_one() -> None:
+    # docs/rules.md#live-sessions: the appends of a Session.batch block
+    rec = Recorder()
+    batches: list[tuple[str, list[int]]] = []
+
+    class Batched:
+        def on_events(self, session: Session, events: list[Event]) -> None:
+            batches.append((session.id, [e.seq for e in events]))
+
+        def on_event(self, session: Session, event: Event) -> None:
+            batches.append((session.id, [event.seq]))
+
+    store = make_store(rec, Batched())
+    s = store.create("a")
+    with s.batch():
+        s.append("session/title", {})
+        s.append("session/title", {})
+        assert rec.calls == [("created", "a")] and batches == []
+    assert rec.calls == [("created", "a"), ("event", "a", 0), ("event", "a", 1)]
+    assert batches == [("a", [0, 1])]
+    with s.batch():  # a batch of one event goes to on_event
+        s.append("session/title", {})
+    assert batches[-1] == ("a", [2])
+
+
 def test_store_rejects_duplicate_ids_and_supports_seeding() -> None:
     store = make_store()
     source = store.create("a")

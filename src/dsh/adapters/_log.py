@@ -799,6 +799,8 @@ class LiveLog:
         self._marks: _Marks | None = None  # of the live session, from open()
         self._reader: Persistence | None = None  # the store a read before any write opened
         self._encoded: dict[int, tuple[bytes | None, ...]] = {}  # seq -> its records as JSON
+        # the live session's whole-view texts: (replace generation, nodes, texts, per node)
+        self._live: tuple[int, int, list[bytes], list[tuple[bytes, ...]], bool] | None = None
         self._cold: _ColdView | None = None  # what the last read before any write found
         self._damage: LogCorruptError | None = None  # the first damage such a read found
 
@@ -955,12 +957,13 @@ class LiveLog:
                 marks = self._live_marks()
                 session = self.session
                 if limit is None:
-                    texts = self._live_texts(session.surface.nodes, session.event_at, marks,
-                                             synthesize)
+                    surface = session.surface
+                    texts = self._live_texts(surface.nodes, session.event_at, marks,
+                                             synthesize, surface.replace_generation)
                     if texts is not None:  # a held session's whole history: no walk
                         nodes = session.surface.nodes
                         items = _loads_texts(texts[0]) if texts[0] else []
-                        if len(items) == len(nodes) and () not in texts[1]:
+                        if texts[2]:
                             # (so one record a node, at index 0: view() makes the triples)
                             return nodes, items
                         keys = [(seq, index) for seq, found in zip(nodes, texts[1], strict=True)
@@ -974,8 +977,9 @@ class LiveLog:
                 gc.enable()
 
     def _live_texts(self, nodes: Sequence[int], event_at: Callable[[int], Event],
-                    marks: _Marks, synthesize: Callable[[Event], Sequence[Any]]
-                    ) -> tuple[list[bytes], list[tuple[bytes, ...]]] | None:
+                    marks: _Marks, synthesize: Callable[[Event], Sequence[Any]],
+                    generation: int
+                    ) -> tuple[list[bytes], list[tuple[bytes, ...]], bool] | None:
         """The JSON texts of the live model view's records, when no walk is needed; else None.
 
         No walk is needed when every mark is taken in (``marks.low == 0``) and none removes,
@@ -984,33 +988,51 @@ class LiveLog:
         into the cache as :meth:`_view` would. None also when a record is one orjson cannot
         encode (the walk copies it).
 
+        The answer is kept and extended by the next call while the surface's
+        ``replace_generation`` is ``generation`` (no replace since: its nodes only grew, so
+        the kept prefix is still theirs): a held session's ``get_items()`` after an
+        ``add_items`` looks up and encodes only the nodes appended since, not every node.
+
         Returns:
-            ``(texts, encoded)``: the texts in order, and each node's (a tuple of its records'
-            texts, along ``nodes``).
+            ``(texts, encoded, single)``: the texts in order, each node's (a tuple of its
+            records' texts, along ``nodes``), both read-only (kept for the next call), and
+            whether every node holds exactly one record.
         """
         if marks.needs_walk:
             return None
+        kept = self._live
+        if kept is not None and kept[0] == generation and kept[1] <= len(nodes):
+            done, texts, encoded, single = kept[1], kept[2], kept[3], kept[4]
+        else:
+            done, texts, encoded, single = 0, [], [], True
+        if done == len(nodes):
+            return texts, encoded, single
+        fresh = nodes[done:] if done else nodes
         cache = self._encoded
-        encoded = list(map(cache.get, nodes))
-        if None in encoded:
+        more = list(map(cache.get, fresh))
+        if None in more:
             fmt = self.fmt
-            at = encoded.index(None)
+            at = more.index(None)
             while True:
-                seq = nodes[at]
+                seq = fresh[at]
                 event = event_at(seq)
                 records = records_of(event, fmt)
                 if records is None:
                     records = () if is_removal(event) else synthesize(event)
-                encoded[at] = cache[seq] = tuple(map(_encode, records))
+                more[at] = cache[seq] = tuple(map(_encode, records))
                 try:
-                    at = encoded.index(None, at + 1)
+                    at = more.index(None, at + 1)
                 except ValueError:
                     break
-        texts = [text for found in cast("list[tuple[bytes | None, ...]]", encoded)
+        added = [text for found in cast("list[tuple[bytes | None, ...]]", more)
                  for text in found]
-        if None in texts:
-            return None
-        return cast("list[bytes]", texts), cast("list[tuple[bytes, ...]]", encoded)
+        if None in added:
+            return None  # (the kept prefix stays: these nodes are looked at again next time)
+        texts.extend(cast("list[bytes]", added))
+        encoded.extend(cast("list[tuple[bytes, ...]]", more))
+        single = single and len(added) == len(more) and () not in more
+        self._live = (generation, len(nodes), texts, encoded, single)
+        return texts, encoded, single
 
     def _live_marks(self) -> _Marks:
         """The marks of the live session, fed its latest events (opens it first)."""

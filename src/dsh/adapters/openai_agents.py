@@ -333,7 +333,9 @@ class DshSession(SessionABC):
             if not items:
                 return
             before = shaper.session.seq
-            items_to_events(shaper, items, model=model, dispatch=False, provider=self.provider)
+            with shaper.session.batch():
+                items_to_events(shaper, items, model=model, dispatch=False,
+                                provider=self.provider)
             made = [e for e in shaper.session.events[before:]
                     if e["type"] == "assistant/message"]
             self._provisional = (made[-1]["seq"], items) if made else None
@@ -410,9 +412,12 @@ class DshSession(SessionABC):
     def _add_sync(self, items: list[dict[str, Any]]) -> None:
         with self._log.lock:
             shaper = self._log.open()
-            items = self._take_provisional(shaper, items)
-            if items:
-                items_to_events(shaper, items, model=self.model, provider=self.provider)
+            # one publication (one queueing for the writer) for the call's events, each
+            # checked as it is appended (docs/rules.md#live-sessions)
+            with shaper.session.batch():
+                items = self._take_provisional(shaper, items)
+                if items:
+                    items_to_events(shaper, items, model=self.model, provider=self.provider)
             self._log.flush()
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:

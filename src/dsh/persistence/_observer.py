@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -231,6 +231,10 @@ class PersistenceObserver:
     def on_event(self, session: Session, event: Event) -> None:
         """Queue one committed event for the write-behind batch."""
         self._writer_for(session).enqueue((event,))
+
+    def on_events(self, session: Session, events: Sequence[Event]) -> None:
+        """Queue the committed events of one ``Session.batch`` block (seq order) at once."""
+        self._writer_for(session).enqueue(events)
 
     def on_flush(self, session: Session) -> None:
         """Block until every event queued for ``session`` is appended and flushed.

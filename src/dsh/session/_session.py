@@ -69,6 +69,10 @@ EventObserver = Callable[["Session", Event], object]
 EventValidator = Callable[["Session", Event], object]
 """``callback(session, candidate)`` called before commit; raising vetoes the append."""
 
+BatchObserver = Callable[["Session", Sequence[Event]], object]
+"""``callback(session, events)`` called once with the events committed inside a
+:meth:`Session.batch` block, in seq order (failures are logged)."""
+
 _NO_TIME: Final = -MAX_SAFE_INTEGER - 1
 _MIN_TIME: Final = -MAX_SAFE_INTEGER
 _APPEND: Final = SurfacePlan(-1, -1, -1)  # marker: push the new seq, nothing to validate
@@ -797,6 +801,8 @@ class Session:
 
     __slots__ = (
         "__weakref__",
+        "_batch",
+        "_batch_observers",
         "_calls_made",
         "_calls_prefix",
         "_calls_scanned",
@@ -984,6 +990,8 @@ class Session:
         self._inherited_event_count = 0
         self._seed_markers = 0  # inherited end-seed markers after the cut, in the seed
         self._observers: tuple[EventObserver, ...] = ()
+        self._batch_observers: dict[EventObserver, BatchObserver] = {}
+        self._batch: list[Event] | None = None  # events of the open batch() block, unpublished
         self._validators: tuple[EventValidator, ...] = ()
         self._publishing = False
         self._derived: list[FrozenDict] = []
@@ -1403,7 +1411,11 @@ class Session:
             with contextlib.suppress(KeyError, TypeError):
                 self._message_cache[seq] = derive_event_message(event)
         if self._observers:
-            self._publish(event)
+            batch = self._batch
+            if batch is None:
+                self._publish(event)
+            else:
+                batch.append(event)  # published when the batch() block ends
         return event
 
     def _open_calls(self) -> tuple[list[str], list[str], int]:
@@ -1499,26 +1511,76 @@ class Session:
         self._publishing = True
         try:
             for observer in self._observers:
-                try:
-                    observer(self, event)
-                except Exception:
-                    logger.exception("session %r: observer %r failed on event seq %d (%s); the "
-                                     "event stays committed", self._id, observer, event["seq"],
-                                     event["type"])
+                self._notify(observer, event)
         finally:
             self._publishing = False
 
-    def observe(self, callback: EventObserver) -> Callable[[], None]:
+    def _notify(self, observer: EventObserver, event: Event) -> None:
+        """Call one observer with one committed event; a failure is logged, never raised."""
+        try:
+            observer(self, event)
+        except Exception:
+            logger.exception("session %r: observer %r failed on event seq %d (%s); the "
+                             "event stays committed", self._id, observer, event["seq"],
+                             event["type"])
+
+    def _publish_batch(self, events: list[Event]) -> None:
+        """Tell every observer about ``events`` (a batch's, in seq order), each in one call."""
+        self._publishing = True
+        try:
+            for observer in self._observers:
+                on_batch = self._batch_observers.get(observer)
+                if on_batch is None:
+                    for event in events:
+                        self._notify(observer, event)
+                    continue
+                try:
+                    on_batch(self, events)
+                except Exception:
+                    logger.exception("session %r: observer %r failed on events seq %d..%d; "
+                                     "the events stay committed", self._id, on_batch,
+                                     events[0]["seq"], events[-1]["seq"])
+        finally:
+            self._publishing = False
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """Publish the events appended inside the ``with`` block together, when it ends.
+
+        Each append inside the block is validated, committed and refused exactly as outside
+        it (the same checks, in the same order, against the log as it is then: an event
+        sees the ones appended before it), and returns its committed event. Only the
+        observers' notification waits: when the block ends (also by an exception, for the
+        events committed before it), each observer is called once with the batch
+        (``batch=`` of :meth:`observe`), or, having none, once per event in seq order. A
+        persistence observer then queues a batch at once, not event by event. Nested
+        blocks publish with the outermost.
+
+        Rule: docs/rules.md#what-append-refuses (unchanged inside a batch),
+        docs/rules.md#live-sessions (``on_events``).
+        """
+        return _Batch(self)
+
+    def observe(self, callback: EventObserver, *,
+                batch: BatchObserver | None = None) -> Callable[[], None]:
         """Call ``callback(session, event)`` after each committed append; return an unsubscriber.
 
         Observers run in subscription order; an exception is logged (``logger.exception``) and
         never undoes the commit or stops later observers. An observer cannot append to this
         session (``REENTRANT_APPEND``). Rule: docs/rules.md#what-append-refuses.
+
+        Args:
+            callback: Called with each committed event.
+            batch: Called instead, once, with the events of a :meth:`batch` block (in seq
+                order) when that block ends; without it ``callback`` gets them one by one.
         """
         self._observers = (*self._observers, callback)
+        if batch is not None:
+            self._batch_observers[callback] = batch
 
         def unsubscribe() -> None:
             self._observers = tuple(o for o in self._observers if o is not callback)
+            if callback not in self._observers:
+                self._batch_observers.pop(callback, None)
 
         return unsubscribe
 
@@ -1687,6 +1749,29 @@ class Session:
     def __repr__(self) -> str:
         return f"Session(id={self._id!r}, events={len(self._log)})"
 
+
+
+class _Batch:
+    """The context manager :meth:`Session.batch` returns (a class: no generator per call)."""
+
+    __slots__ = ("_events", "_session")
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._events: list[Event] | None = None
+
+    def __enter__(self) -> None:
+        session = self._session
+        if session._batch is None:  # an outer block publishes a nested one's events
+            self._events = session._batch = []
+
+    def __exit__(self, *exc: object) -> None:
+        events = self._events
+        if events is not None:
+            session = self._session
+            session._batch = None
+            if events:
+                session._publish_batch(events)
 
 
 def _check_inherited(session_id: str, count: object) -> None:

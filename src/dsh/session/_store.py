@@ -44,6 +44,8 @@ class StoreObserver(Protocol):
 
     * ``on_created(session)``: a session was announced; raising vetoes and rolls it back.
     * ``on_event(session, event)``: an append committed; failures are logged and contained.
+    * ``on_events(session, events)``: the appends of a ``Session.batch`` block committed (seq
+      order), told in one call when the block ends; without it, ``on_event`` per event.
     * ``on_flush(session)``: durability barrier; block until durable, raise on failure.
     * ``on_disposed(session)``: an announced session left the store; failures are logged.
     * ``on_after_commit_failure(session, failure)``: a step after a durable commit (seal,
@@ -274,7 +276,10 @@ class SessionStore:
         def publish(live: Session, event: Event) -> None:
             self._publish_event(entry, event)
 
-        entry.unsubscribe = session.observe(publish)
+        def publish_batch(live: Session, events: Sequence[Event]) -> None:
+            self._publish_events(entry, events)
+
+        entry.unsubscribe = session.observe(publish, batch=publish_batch)
 
         def detach() -> None:
             self._request_detach(entry)
@@ -367,17 +372,37 @@ class SessionStore:
         return entry
 
     def _publish_event(self, entry: _Entry, event: Event) -> None:
+        self._publish_events(entry, (event,))
+
+    def _publish_events(self, entry: _Entry, events: Sequence[Event]) -> None:
+        """Tell every observer about ``events`` (one append, or a ``Session.batch``'s).
+
+        An observer with ``on_events(session, events)`` gets them in one call; any other
+        gets ``on_event(session, event)`` for each, in seq order. Failures are logged and
+        contained (docs/rules.md#live-sessions).
+        """
         if self._entries.get(entry.session.id) is not entry:
             return  # detached: no more notifications
         entry.publishing = True
+        session = entry.session
         try:
             for observer in self._observers:
-                try:
-                    _call(observer, "on_event", entry.session, event)
-                except Exception:
-                    logger.exception("session %r: on_event observer %r failed on seq %d (%s); "
-                                     "the event stays committed", entry.session.id, observer,
-                                     event["seq"], event["type"])
+                on_events = getattr(observer, "on_events", None) if len(events) > 1 else None
+                if on_events is not None:
+                    try:
+                        on_events(session, events)
+                    except Exception:
+                        logger.exception("session %r: on_events observer %r failed on seqs "
+                                         "%d..%d; the events stay committed", session.id,
+                                         observer, events[0]["seq"], events[-1]["seq"])
+                    continue
+                for event in events:
+                    try:
+                        _call(observer, "on_event", session, event)
+                    except Exception:
+                        logger.exception("session %r: on_event observer %r failed on seq %d "
+                                         "(%s); the event stays committed", session.id,
+                                         observer, event["seq"], event["type"])
         finally:
             entry.publishing = False
             if entry.detach_requested and not entry.announcing:
