@@ -1209,10 +1209,11 @@ def test_a_session_open_read_and_append_load_no_listing_salvage_or_filelock(
         "    await s.add_items([{'role': 'user', 'content': 'hi'}])\n"
         "    assert len(await s.get_items()) == 1 and len(await s.get_items(limit=1)) == 1\n"
         "    s.close()\n",
-        "('dsh.persistence._listing', 'dsh.persistence._salvage')"
-        " + (('filelock',) if os.name == 'posix' else ())", store,
-        "print([e.id for e in p.list_entries()[0]], 'dsh.persistence._listing' in sys.modules)\n")
-    assert out[:2] == ["[]", "['a'] True"]
+        "('dsh.persistence._listing', 'dsh.persistence.sqlite._listing', "
+        "'dsh.persistence._salvage') + (('filelock',) if os.name == 'posix' else ())", store,
+        "print([e.id for e in p.list_entries()[0]], 'dsh.persistence._listing' in sys.modules,"
+        " 'dsh.persistence.sqlite._listing' in sys.modules)\n")
+    assert out[:2] == ["[]", "['a'] True True"]
 
 
 def test_a_resumed_session_loads_no_read_pipeline_or_chunk_codec(tmp_path: Path) -> None:
