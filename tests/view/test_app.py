@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -286,6 +287,31 @@ def test_a_non_loopback_host_is_refused_without_a_token(tmp_path: Path) -> None:
                            "--no-browser", "--store", f"sqlite:{tmp_path / 'x.db'}"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "error[VIEW_TOKEN_REQUIRED]" in proc.stderr
+
+
+def test_a_port_in_use_is_one_line_naming_it_not_a_bug(tmp_path: Path) -> None:
+    # fresh-user walk: a second 'dsh view --port N' said "error[BUG]: unexpected OSError:
+    # [Errno 98] Address already in use; this is a bug in dsh"
+    dsh.open(f"sqlite:{tmp_path / 'x.db'}").close()
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    try:
+        with pytest.raises(ConfigError) as refused:
+            serve(f"sqlite:{tmp_path / 'x.db'}", port=port, open_browser=False)
+        assert refused.value.code == "VIEW_ADDRESS"
+        assert f"127.0.0.1:{port}" in str(refused.value) and "--port" in str(refused.value)
+        proc = subprocess.run([sys.executable, "-m", "dsh.cli", "view", "--no-browser",
+                               "--port", str(port), "--store", f"sqlite:{tmp_path / 'x.db'}"],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        holder.close()
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith(f"error[VIEW_ADDRESS]: dsh view cannot listen on "
+                                  f"127.0.0.1:{port}: ")
+    assert "in use" in proc.stderr and "BUG" not in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize("token", ["my secret phrase", "pässwort-1", 'quote"and\\slash'])

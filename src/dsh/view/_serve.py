@@ -9,6 +9,7 @@ does. The socket is bound before the URL is announced, so the URL works the mome
 from __future__ import annotations
 
 import asyncio
+import errno
 import secrets
 import socket
 import webbrowser
@@ -59,8 +60,9 @@ def serve(store_url: str, *, host: str = "127.0.0.1", port: int = 0, token: str 
         announce: Called with the URL once the socket listens (default: print it).
 
     Raises:
-        ConfigError: a non-loopback ``host`` without ``token``, a bad port, or a bad store URL.
-        OSError: the address cannot be bound (in use, not this machine's).
+        ConfigError: a non-loopback ``host`` without ``token``, a bad port, an address that
+            cannot be bound (code ``VIEW_ADDRESS``: the port in use, the host not this
+            machine's), or a bad store URL.
     """
     import uvicorn
 
@@ -74,11 +76,7 @@ def serve(store_url: str, *, host: str = "127.0.0.1", port: int = 0, token: str 
     token = token or new_token()
     store = ViewStore(store_url)
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-        sock.listen(128)
+        sock = _listen(host, port)
         sock.setblocking(False)
         url = viewer_url(host, sock.getsockname()[1], token, session_id)
         stopping = asyncio.Event()
@@ -107,3 +105,37 @@ def serve(store_url: str, *, host: str = "127.0.0.1", port: int = 0, token: str 
         server.run(sockets=[sock])
     finally:
         store.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port``, or a ``VIEW_ADDRESS`` error naming them.
+
+    Rule (docs/errors.md): an address that cannot be bound is the person's to change, not a
+    bug: a port another program holds (a second ``dsh view`` on the same ``--port``) or a host
+    that is not this machine's is one line naming the address and the option to change.
+
+    Raises:
+        ConfigError: code ``VIEW_ADDRESS``, the OS's reason chained.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        if exc.errno == errno.EADDRINUSE:
+            fix = (f"port {port} is in use by another program (another 'dsh view'?); pass "
+                   "another --port, or leave it out to pick a free one")
+        elif exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            fix = f"{host!r} is not an address of this machine; check --host"
+        elif exc.errno == errno.EACCES:
+            fix = (f"port {port} needs privileges; pass a port above 1023, or leave --port "
+                   "out to pick a free one")
+        else:
+            fix = "check --host and --port"
+        raise ConfigError(f"dsh view cannot listen on {shown}:{port}: "
+                          f"{exc.strerror or exc}; {fix}", code="VIEW_ADDRESS") from exc
+    return sock
