@@ -132,6 +132,24 @@ def test_events_follow_prints_new_commits_as_they_land(tmp_path: Path, pg: str) 
         store.close()
 
 
+def test_init_tells_an_existing_empty_postgresql_store_from_a_new_one(
+        tmp_path: Path, pg: str) -> None:
+    # fresh-user walk: 'dsh init --store postgresql://...' said "created an empty store" every
+    # time the store held no session, also after 'dsh migrate' or an earlier init had made it
+    dsh = Dsh(tmp_path)
+    assert dsh("init", "--store", pg).stdout == f"created an empty store at {pg}\n"
+    assert dsh("init", "--store", pg).stdout == (f"{pg} already exists (0 sessions); left as "
+                                                 "it is\n")
+    assert dsh.json("init", "--store", pg, "--json") == {"store": pg, "created": False,
+                                                         "sessions": 0}
+    with temporary_postgres_url() as migrated:
+        dsh("migrate", "--store", migrated)
+        assert dsh.json("init", "--store", migrated, "--json")["created"] is False
+    dsh("import", "--examples", "--store", pg)
+    assert dsh("init", "--store", pg).stdout == (f"{pg} already exists (12 sessions); left as "
+                                                 "it is\n")
+
+
 def test_migrate_on_a_file_store_has_nothing_to_do(tmp_path: Path) -> None:
     dsh = Dsh(tmp_path)
     dsh("init", "--store", f"sqlite://{tmp_path}/x.db")

@@ -32,8 +32,9 @@ def init(store: StoreOption = None, json_: JsonOption = False) -> None:
     """
     json_mode(json_)
     location = store_path(store_url(store) if store is not None else default_store_url())
-    # a database store (PostgreSQL) has no path to look at: its sessions say whether it was new
-    existed: bool | None = location.exists() if location is not None else None
+    # a database store (PostgreSQL) has no path to look at: a read-only open says whether its
+    # schema holds a store (an empty one too: a 'dsh migrate' or an earlier init made it)
+    existed = location.exists() if location is not None else _database_store_exists(store)
     with cli_store(store) as opened:
         persistence = opened.persistence
         # SQLite creates its file on open; a JSONL folder is made here so it exists at once.
@@ -45,8 +46,6 @@ def init(store: StoreOption = None, json_: JsonOption = False) -> None:
                 raise ConfigError(f"cannot create the store folder {location}: "
                                   f"{exc.strerror or exc}", path=str(location)) from exc
         sessions = len(persistence.list_headers())
-        if existed is None:
-            existed = sessions > 0
         outcome = {"store": persistence.url, "created": not existed, "sessions": sessions}
     if json_:
         render.write_json(outcome)
@@ -55,6 +54,23 @@ def init(store: StoreOption = None, json_: JsonOption = False) -> None:
         f"created an empty store at {outcome['store']}" if not existed else
         f"{outcome['store']} already exists ({render.plural(sessions, 'session')}); left as "
         "it is", markup=False)
+
+
+def _database_store_exists(store: str | None) -> bool:
+    """Whether the database store ``store`` names (PostgreSQL) holds a dsh store; creates nothing.
+
+    Raises:
+        ConfigError: any failure of the read-only open but ``STORE_NOT_FOUND`` (a bad URL, a
+            server that does not answer), as the open that follows would raise it.
+    """
+    try:
+        with cli_store(store, create=False) as probe:
+            probe.persistence.list_headers()
+    except ConfigError as exc:
+        if exc.code != "STORE_NOT_FOUND":
+            raise
+        return False
+    return True
 
 
 def migrate(
