@@ -746,3 +746,20 @@ def test_retention_notes_a_scope_no_session_matches(tmp_path: Path) -> None:
     assert "note: no stored session matches source=codex" in typo.stderr
     real = dsh(tmp_path, "retention", "--where", f"id={ids(tmp_path)[0]}", "--keep")
     assert real.returncode == 0 and "note:" not in real.stderr, real.stderr
+
+
+def test_verify_of_a_receipt_that_cannot_be_read_says_why_in_words(tmp_path: Path) -> None:
+    # fresh-user walk: a mistyped receipt path printed Python's "[Errno 2] No such file or
+    # directory: '...'" after the path
+    assert dsh(tmp_path, "import", "--examples").returncode == 0
+    missing = dsh(tmp_path, "verify", "--receipt", str(tmp_path / "typo.json"))
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.startswith(
+        f"error[USAGE]: Invalid value for '--receipt': cannot read receipt "
+        f"{tmp_path / 'typo.json'}: No such file or directory; pass the file 'dsh erase "
+        "--receipt FILE' wrote")
+    assert "Errno" not in missing.stderr
+    (tmp_path / "notes.json").write_text("shopping list\n", encoding="utf-8")
+    garbled = dsh(tmp_path, "verify", "--receipt", str(tmp_path / "notes.json"))
+    assert garbled.returncode == 2
+    assert f"{tmp_path / 'notes.json'} is not a receipt (not JSON: " in garbled.stderr

@@ -257,9 +257,16 @@ def _verify_receipt(path: Path, store: str | None, json_: bool) -> None:
     from dsh.rights import verify_receipt
 
     try:
-        receipt = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise typer.BadParameter(f"cannot read receipt {path}: {exc}",
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        # the OS's reason alone ("No such file or directory"), not Python's "[Errno 2] ..."
+        raise typer.BadParameter(f"cannot read receipt {path}: {exc.strerror or exc}; pass "
+                                 "the file 'dsh erase --receipt FILE' wrote",
+                                 param_hint="'--receipt'") from exc
+    try:
+        receipt = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{path} is not a receipt (not JSON: {exc})",
                                  param_hint="'--receipt'") from exc
     if not isinstance(receipt, dict):
         raise typer.BadParameter(f"{path} is not a receipt (not a JSON object)",
