@@ -273,3 +273,28 @@ def test_a_stopped_turn_with_no_message_marks_no_other_turn(tmp_path: Path) -> N
                if line.get("message", {}).get("content") == [
                    {"type": "text", "text": "[Request interrupted by user]"}]]
     assert len(markers) == 1
+
+
+def test_a_stopped_turn_end_without_its_start_marks_no_other_turn(tmp_path: Path) -> None:
+    # docs/standards.md#handing-a-session-back: a marker follows a message of the stopped turn
+    # itself. A turn/end with no turn/start of its own after the previous turn/end (a damaged
+    # log: the session accepts it, verify names it TURN_MISMATCH) stopped no message of the
+    # export; before, its abort was tied to the previous turn's start, so that completed turn
+    # came back aborted through both agents
+    from dsh.interop._history import SessionLog
+    from dsh.testing import LogBuilder
+
+    log = LogBuilder("s")
+    log.completed_turn("first prompt")
+    log.add("turn/end", {"turn": 2, "reason": {"kind": "aborted", "reason": {"kind": "user"}}})
+    stored = SessionLog({"version": 0, "id": "s", "createdAt": 0},
+                        [dict(e) for e in log.events])
+    main = tmp_path / "claude" / f"{handoff_session_id(stored)}.jsonl"
+    files = claude_code_files(stored, main)
+    for path, lines in files.items():
+        _write(path, lines)
+    codex_lines = to_codex(stored)
+    assert _turn_ends(_checked(main, "claude-code")) == [(1, {"kind": "completed"})]
+    assert not [line for line in codex_lines if line["type"] == "event_msg"
+                and line["payload"]["type"] == "turn_aborted"]
+    assert "[Request interrupted by user" not in main.read_text()

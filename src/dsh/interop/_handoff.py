@@ -176,9 +176,13 @@ def _entries_and_aborts(events: Sequence[Mapping[str, Any]]) -> Iterator[Entry |
             continue
         if e.get("type") == "turn/start":
             start = seq
-        elif e.get("type") == "turn/end" and isinstance(data, Mapping) and isinstance(
-                data.get("reason"), Mapping) and data["reason"].get("kind") == "aborted":
-            aborts.append((start, seq, int(e.get("time") or 0)))
+        elif e.get("type") == "turn/end":
+            if isinstance(data, Mapping) and isinstance(data.get("reason"), Mapping) \
+                    and data["reason"].get("kind") == "aborted":
+                aborts.append((start, seq, int(e.get("time") or 0)))
+            # the turn is over: a later turn/end with no turn/start of its own (a damaged log,
+            # verify's TURN_MISMATCH) covers only the entries after this one, never this turn's
+            start = seq + 1
     at = 0
     inside = False  # an entry of the turn aborts[at] ends was yielded
     for entry in history(events):
