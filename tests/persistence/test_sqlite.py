@@ -1863,3 +1863,51 @@ def test_sqlite_append_chains_each_batch_with_the_digest_of_its_one_pass_encodin
     for record in found.chain:
         batch = events[record.first:record.end]
         assert record.digest == _chain.batch_digest(_chain.event_leaves(record, batch))
+
+
+def test_sqlite_flush_inside_a_batch_stores_what_the_block_committed(tmp_path: Path) -> None:
+    """``store.flush(session)`` inside ``Session.batch()`` leaves the block's committed events
+    in the file (the durability barrier), read by another connection before the block ends.
+
+    Rule: docs/rules.md#write-behind-and-the-flush-barrier.
+    """
+    import dsh
+
+    path = tmp_path / "s.db"
+    with dsh.open(f"sqlite:///{path}") as store:
+        session = store.recorder("demo").session
+        with session.batch():
+            session.append("session/title", {"title": "kept"})
+            store.flush(session)
+            reader = sqlite3.connect(path)
+            try:
+                stored = reader.execute("SELECT seq, type FROM events WHERE session_id = "
+                                        "'demo' ORDER BY seq").fetchall()
+            finally:
+                reader.close()
+            assert stored[-1] == (session.seq - 1, "session/title")
+
+
+def test_sqlite_dispose_inside_a_batch_stores_what_the_block_committed(tmp_path: Path) -> None:
+    """A session disposed (or its store closed) inside ``Session.batch()`` has the block's
+    committed events in the file; before, the block published them after the detach, to no
+    observer, so an acknowledged event was lost.
+
+    Rule: docs/rules.md#live-sessions.
+    """
+    import dsh
+
+    path = tmp_path / "s.db"
+    for how in ("dispose", "close"):
+        store = dsh.open(f"sqlite:///{path}")
+        session = store.recorder(how).session
+        with session.batch():
+            session.append("session/title", {"title": how})
+            if how == "dispose":
+                store.dispose(session)
+                store.close()
+            else:
+                store.close()
+        with dsh.open(f"sqlite:///{path}") as again:
+            events = again.read(how).events
+        assert (events[-1]["type"], events[-1]["data"]) == ("session/title", {"title": how})

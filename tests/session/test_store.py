@@ -87,6 +87,33 @@ def test_store_tells_a_batch_to_on_events_once_and_to_on_event_one_by_one() -> N
     assert batches[-1] == ("a", [2])
 
 
+def test_a_flush_inside_a_batch_publishes_what_the_block_committed_first() -> None:
+    # docs/rules.md#write-behind-and-the-flush-barrier: flush(session) is the durability
+    # barrier for every committed append; inside a Session.batch block the events committed so
+    # far are published before on_flush (before, on_flush ran first: nothing was queued)
+    import asyncio
+
+    rec = Recorder()
+    store = make_store(rec)
+    s = store.create("a")
+    with s.batch():
+        s.append("session/title", {})
+        s.append("session/title", {})
+        store.flush(s)
+        assert rec.calls[1:] == [("event", "a", 0), ("event", "a", 1), ("flush", "a")]
+        s.append("session/title", {})
+    assert rec.calls[4:] == [("event", "a", 2)]  # the rest when the block ends, once each
+
+    async def flush_async() -> None:
+        with s.batch():
+            s.append("session/title", {})
+            await store.aflush(s)
+            assert rec.calls[5:] == [("event", "a", 3), ("flush", "a")]
+
+    asyncio.run(flush_async())
+    assert rec.calls[7:] == []
+
+
 def test_store_rejects_duplicate_ids_and_supports_seeding() -> None:
     store = make_store()
     source = store.create("a")

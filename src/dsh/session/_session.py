@@ -1543,6 +1543,23 @@ class Session:
         finally:
             self._publishing = False
 
+    def publish_pending(self) -> None:
+        """Publish now the events an open :meth:`batch` block has committed so far.
+
+        A durability barrier (``SessionStore.flush``) calls it first: an event committed
+        inside a block is acknowledged, so the flush must see it queued. The block goes on
+        collecting the later ones; outside a block, or while observers are being told (a
+        flush from an observer), it does nothing. Rule:
+        docs/rules.md#write-behind-and-the-flush-barrier.
+        """
+        events = self._batch
+        if events and not self._publishing:
+            pending = events[:]
+            # the block's own list keeps only what comes after: an append by another thread
+            # between the copy and this delete stays in it
+            del events[:len(pending)]
+            self._publish_batch(pending)
+
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """Publish the events appended inside the ``with`` block together, when it ends.
 
@@ -1553,7 +1570,8 @@ class Session:
         events committed before it), each observer is called once with the batch
         (``batch=`` of :meth:`observe`), or, having none, once per event in seq order. A
         persistence observer then queues a batch at once, not event by event. Nested
-        blocks publish with the outermost.
+        blocks publish with the outermost. A flush, dispose or store close inside the block
+        publishes what it committed so far first (:meth:`publish_pending`).
 
         Rule: docs/rules.md#what-append-refuses (unchanged inside a batch),
         docs/rules.md#live-sessions (``on_events``).

@@ -419,6 +419,9 @@ class SessionStore:
         session = entry.session
         if self._entries.get(session.id) is not entry:
             return  # a stale detach never removes a later entry with the same id
+        # what an open Session.batch block committed is acknowledged: told before the
+        # observers let go of the session (on_disposed drains the writer)
+        session.publish_pending()
         del self._entries[session.id]
         _ATTACHED.pop(session, None)
         if entry.unsubscribe is not None:
@@ -473,6 +476,12 @@ class SessionStore:
             durability barrier).
         """
         self._live_entry(session)
+        session.publish_pending()  # a Session.batch block's committed events are queued too
+        return self._flush_observers(session)
+
+    def _flush_observers(self, session: Session) -> bool:
+        """:meth:`flush` once the session's committed events are published."""
+        self._live_entry(session)
         participated = False
         failures: list[BaseException] = []
         for observer in self._observers:
@@ -490,12 +499,14 @@ class SessionStore:
         No thread is used when no observer takes part (a store without persistence), so the
         agent loop's per-step barriers cost nothing there.
         """
+        self._live_entry(session)
+        # published here, in the caller's thread: the worker only waits for the observers
+        session.publish_pending()
         if not any(getattr(o, "on_flush", None) is not None for o in self._observers):
-            self._live_entry(session)
             return False
         import asyncio  # not at the top: `import dsh` stays free of asyncio (~25 ms)
 
-        return await asyncio.to_thread(self.flush, session)
+        return await asyncio.to_thread(self._flush_observers, session)
 
     def resume(self, session_id: str) -> Session:
         """Load the stored session ``session_id`` through the persistence attachment.
