@@ -2,8 +2,9 @@
 
 Both are rendered from :mod:`dsh.transcript` (the model ``dsh show`` prints), entry by entry,
 in log order: a heading per turn, each message with its role and model, tool calls with their
-arguments, tool results (marked when in error, repaired or cut off), checkpoints, fork cuts and
-how each turn ended. Session text is untrusted (docs/view.md#safety): Markdown puts it in
+arguments, tool results (marked when in error, repaired or cut off), checkpoints, replacements
+(a clear's removal and a quarantine placeholder marked as ``dsh show`` marks them), fork cuts
+and how each turn ended. Session text is untrusted (docs/view.md#safety): Markdown puts it in
 fenced blocks whose fence is longer than any backtick run inside, with control characters
 shown as escapes; HTML escapes every piece of it and carries no script.
 """
@@ -26,6 +27,7 @@ from dsh.transcript import (
     Message,
     OpenTurn,
     ReasoningBlock,
+    Replacement,
     TextBlock,
     ToolCallBlock,
     ToolResult,
@@ -64,6 +66,12 @@ def _line(entry: Entry) -> tuple[str, str | None]:
     if isinstance(entry, Checkpoint):
         start, end = entry.replaces
         return f"compaction checkpoint #{seq} · replaces #{start}–#{end}", None
+    if isinstance(entry, Replacement):
+        # what dsh show says of it: a removal or a quarantine is marked as such
+        # (docs/adapters.md#cleared-means-cleared, docs/forgetting.md#quarantine)
+        start, end = entry.replaces
+        span = f"#{start}" if start == end else f"#{start}–#{end}"
+        return f"{entry.what} #{seq} · replaces {span}", None
     if isinstance(entry, TurnEnd):
         what = entry.reason or "ended"
         if entry.repaired:

@@ -1,7 +1,9 @@
 """Handing a session back: a Claude Code session file and a Codex rollout of a dsh log.
 
-Both walk the session's history (:mod:`dsh.interop._history`) and write the layout our
-importers read from those agents (Rule: docs/standards.md#handing-a-session-back):
+Both walk the session's history (:mod:`dsh.interop._history`: what a clear, pop or delete
+removed is not in it, a quarantined message is its placeholder) and write the layout our
+importers read from those agents (Rule: docs/standards.md#handing-a-session-back,
+docs/standards.md#what-the-exports-hold):
 
 * **Claude Code** (:func:`to_claude_code`): one JSONL line per message, chained by
   ``parentUuid``; an assistant message is one ``assistant`` line (``message.id``, ``model``,
@@ -77,6 +79,16 @@ def _tool_result(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
     if len(blocks) == 1 and blocks[0].get("type") == "tool-result":
         return blocks[0]
     return None
+
+
+def _is_placeholder(message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` is a quarantine placeholder (source plugin ``quarantine``).
+
+    Written as the plain text the model is sent, not as injected context
+    (docs/standards.md#what-the-exports-hold, docs/forgetting.md#quarantine).
+    """
+    source = _source(message)
+    return source.get("kind") == "plugin" and source.get("plugin") == "quarantine"
 
 
 def _compaction_text(entry: Entry) -> str:
@@ -367,7 +379,7 @@ def _codex_items(entry: Entry) -> list[dict[str, Any]]:
     text = _joined(message.get("content") or [])
     kind = _source(message).get("kind")
     role_out = "developer" if role == "system" else "user"
-    if role_out == "user" and kind not in ("user", None):
+    if role_out == "user" and kind not in ("user", None) and not _is_placeholder(message):
         # injected context: Codex marks it by a tag at the start
         text = f"<environment_context>\n{text}\n</environment_context>"
     return [{"type": "message", "role": role_out,

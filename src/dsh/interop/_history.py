@@ -1,13 +1,20 @@
 """The history of a session as the standard-format exporters walk it.
 
 A trajectory format (ATIF, Inspect, a Claude Code or Codex file) records every message in the
-order it entered the model's view, not only the view left at the end. :func:`history` walks a
-log's events once and yields one :class:`Entry` per message that entered the view:
+order it entered the model's view, not only the view left at the end, except what was taken
+off the view on purpose. :func:`history` walks a log's events and yields one :class:`Entry`
+per message that entered the view and was not removed from it:
 
 * an append (``surfaceOp: "append"``) is an entry at its own place;
 * a *rewrite* — a ``replace`` of exactly one node by an event of the same type, as the tool-result
-  pruner and a system-prompt change write — is not an entry of its own: the rewritten node's
-  entry carries the newest message instead (the view holds that one);
+  pruner, a system-prompt change, a quarantine placeholder (and the unquarantine that restores
+  the message) and an adapter's pop of one item out of a grouped answer write — is not an entry
+  of its own: the rewritten node's entry carries the newest message instead (the view holds
+  that one, so a quarantined message is its placeholder here);
+* a *removal* — a ``replace`` whose event projects no message (the empty ``assistant/message``
+  of a framework's clear, pop or delete) — is no entry, and every entry its run stood for
+  leaves the history with it (a compaction checkpoint inside the run takes the messages it
+  shadowed along);
 * any other ``replace`` (a compaction's checkpoint message) is an entry whose ``shadows`` names
   the first and last message ids it took the place of.
 
@@ -22,7 +29,7 @@ import datetime as _dt
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from dsh.json import MAX_SAFE_INTEGER
 
@@ -109,23 +116,29 @@ def history(events: Sequence[Mapping[str, Any]]) -> Iterator[Entry]:
     newest: dict[int, Mapping[str, Any]] = {}
     rewrites: set[int] = set()
     rewrites_to: dict[int, int] = {}  # a rewrite's seq -> the node it rewrote first
+    quarantined = _quarantine_replaces(events)
+    removals: set[int] = set()
     for event in events:
         op = event.get("surfaceOp")
         if not (isinstance(op, Mapping) and op.get("op") == "replace"):
             continue
+        if _message(event) is None:
+            removals.add(int(event["seq"]))
+            continue
         start, end = op.get("start"), op.get("end")
         target = by_seq.get(start) if start == end and isinstance(start, int) else None
-        if target is not None and target.get("type") == event.get("type") and event.get(
-                "type") in ("tool/result", "system/message"):
+        if target is not None and target.get("type") == event.get("type") and (
+                event.get("type") in _REWRITTEN or event.get("seq") in quarantined):
             root = rewrites_to.get(int(start), int(start))  # type: ignore[arg-type]
             newest[root] = event
             rewrites.add(int(event["seq"]))
             rewrites_to[int(event["seq"])] = root
+    removed = _removed(events, removals, rewrites_to) if removals else frozenset()
     # ids of the messages each node shows now (a rewrite shows its own id)
     for event in events:
         seq = event.get("seq")
         op = event.get("surfaceOp")
-        if op is None or not isinstance(seq, int) or seq in rewrites:
+        if op is None or not isinstance(seq, int) or seq in rewrites or seq in removed:
             continue
         shown = newest.get(seq, event)
         message = _message(shown)
@@ -139,6 +152,78 @@ def history(events: Sequence[Mapping[str, Any]]) -> Iterator[Entry]:
                 continue
             shadows = (first, last)
         yield Entry(seq, shown, message, shadows, int(event.get("time") or 0))
+
+
+_REWRITTEN: Final = frozenset({"tool/result", "system/message", "assistant/message"})
+"""Types whose one-node replace by the same type is a rewrite: the pruner's and a recovered
+outcome's tool result, a new system prompt, an adapter's pop of one item out of a grouped
+answer (a compaction checkpoint is a ``user/message``). A ``user/message`` is rewritten only by
+a quarantine."""
+
+
+def _quarantine_replaces(events: Sequence[Mapping[str, Any]]) -> frozenset[int]:
+    """Seqs of the placeholders and restoring replaces the quarantine records announce.
+
+    docs/forgetting.md#quarantine: ``quarantine/apply {items: [{seq, placeholder}]}`` and
+    ``quarantine/release {items: [{seq, placeholder, restored}]}``.
+    """
+    found: set[int] = set()
+    for event in events:
+        kind = event.get("type")
+        if kind not in ("quarantine/apply", "quarantine/release"):
+            continue
+        data = event.get("data")
+        items = data.get("items") if isinstance(data, Mapping) else None
+        for item in items if isinstance(items, Sequence) else ():
+            if not isinstance(item, Mapping):
+                continue
+            seq = item.get("placeholder" if kind == "quarantine/apply" else "restored")
+            if isinstance(seq, int) and not isinstance(seq, bool):
+                found.add(seq)
+    return frozenset(found)
+
+
+def _removed(events: Sequence[Mapping[str, Any]], removals: set[int],
+             rewrites_to: Mapping[int, int]) -> frozenset[int]:
+    """Seqs of the entries a removal took off the view (module docstring).
+
+    Folds the surface (docs/rules.md#surface-ops), keeping for each node the entries it stands
+    for: an append itself, a rewrite its node's, a checkpoint itself and what it shadowed, a
+    removal none. A removal's run takes all of them out.
+
+    Raises:
+        ValueError: a replace names a node that is not on the surface (a log the read pipeline
+            did not validate).
+    """
+    nodes: list[int] = []
+    stands_for: dict[int, list[int]] = {}
+    out: set[int] = set()
+    for event in events:
+        seq, op = event.get("seq"), event.get("surfaceOp")
+        if op is None or not isinstance(seq, int):
+            continue
+        if not isinstance(op, Mapping):
+            nodes.append(seq)
+            stands_for[seq] = [seq]
+            continue
+        start, end = op.get("start"), op.get("end")
+        try:
+            if not (isinstance(start, int) and isinstance(end, int)):
+                raise ValueError
+            first, last = nodes.index(start), nodes.index(end)
+        except ValueError:
+            raise ValueError(f"seq {seq}: its replace names a node that is not on the "
+                             f"surface ({start!r}..{end!r})") from None
+        run = [e for node in nodes[first:last + 1] for e in stands_for.pop(node, ())]
+        nodes[first:last + 1] = [seq]
+        if seq in removals:
+            out.update(run)
+            stands_for[seq] = []
+        elif seq in rewrites_to:
+            stands_for[seq] = run
+        else:
+            stands_for[seq] = [seq, *run]
+    return frozenset(out)
 
 
 def _shown_id(by_seq: Mapping[int, Mapping[str, Any]],

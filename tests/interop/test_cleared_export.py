@@ -1,0 +1,269 @@
+"""Cleared means cleared in exports: what a framework cleared, popped or deleted, and what
+`dsh quarantine` withholds, is in no file another agent resumes or a trajectory reader replays
+(claude-code, codex, atif, inspect), and the rest of the conversation is there and imports
+again; the log itself (dsh-jsonl) and the transcripts for people (markdown, html) keep it,
+marked. Rule: docs/standards.md#what-the-exports-hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh.interop import ImportedSession, import_file, to_claude_code, to_codex
+from dsh.json import thaw
+from tests.adapters.conftest import dsh
+from tests.adapters.kill_child import run
+from tests.agent.providers.servers import ScriptedServer, Stream, openai_reply
+from tests.interop.standards import view
+
+SECRET = "hunter2-4f9a"
+RESUMED = ("claude-code", "codex", "atif", "inspect")
+"""Formats that carry the conversation on: none may hold what was removed."""
+
+
+def _text(message: Any) -> str:
+    parts = []
+    for block in message.get("content") or []:
+        if block.get("type") == "text":
+            parts.append(block["text"])
+        elif block.get("type") == "tool-result":
+            parts.append(_text(block))
+        elif block.get("type") == "tool-call":
+            parts.append(f"call {block['name']}")
+    return "\n".join(parts)
+
+
+def _texts(messages: Any) -> list[tuple[str, str]]:
+    return [(str(m["role"]), _text(m)) for m in messages]
+
+
+def _view_of(session: ImportedSession) -> list[tuple[str, str]]:
+    return _texts(thaw(session.to_session(clock=lambda: 0).derive_messages()))
+
+
+def _export(store: str, session: str, fmt: str, out: Path, *extra: str,
+            home: Path | None = None) -> bytes:
+    """``dsh export`` in a real process; every file in ``out``'s folder (or, with ``home``,
+    under it), concatenated: the export and the files it put beside it."""
+    env = {**os.environ, **({"HOME": str(home)} if home else {})}
+    args = ["export", session, "--store", store, "--format", fmt, *extra]
+    if not extra:
+        args += ["-o", str(out)]
+    proc = subprocess.run([sys.executable, "-m", "dsh.cli", *args], capture_output=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    root = home if home else out.parent
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def _assert_exports_leave_out_what_was_removed(
+        store: str, session: str, tmp: Path, *, secrets: tuple[str, ...] = (SECRET,),
+        mark: str = "REMOVED from the model view") -> None:
+    """Each resumed format holds none of ``secrets`` and imports to the model view; the
+    transcripts and the log hold them, marked ``mark``."""
+    want = _texts(json.loads(dsh("messages", session, "--store", store, "--format", "dsh")))
+    assert want, "something is left to hand on"
+    for fmt in RESUMED:
+        folder = tmp / f"{session}-{fmt}"
+        folder.mkdir()
+        out = folder / f"export.{'jsonl' if fmt in ('claude-code', 'codex') else 'json'}"
+        written = _export(store, session, fmt, out)
+        assert not [s for s in secrets if s.encode() in written], fmt
+        if fmt == "inspect":
+            continue  # an eval log: dsh does not import it
+        [again] = import_file(out)
+        assert _view_of(again) == want, fmt  # the rest of the conversation, in order
+        if fmt == "claude-code":
+            lines = [json.loads(x) for x in out.read_text().splitlines()]
+            assert not any(x.get("subtype") == "compact_boundary" for x in lines)
+    for fmt in ("claude-code", "codex"):  # --install: the file the other agent resumes
+        home = tmp / f"{session}-{fmt}-home"
+        home.mkdir()
+        installed = _export(store, session, fmt, home, "--install", home=home)
+        assert installed and not [s for s in secrets if s.encode() in installed], fmt
+    for fmt in ("markdown", "html", "dsh-jsonl"):  # for people, and the log: kept, marked
+        (tmp / f"{session}-{fmt}").mkdir()
+        out = tmp / f"{session}-{fmt}" / "export"
+        written = _export(store, session, fmt, out)
+        assert all(s.encode() in written for s in secrets), fmt
+        if fmt != "dsh-jsonl":
+            assert mark.encode() in written, fmt
+
+
+def _continue(store: str, session: str, server: ScriptedServer, framework: str) -> None:
+    server.add(Stream(openai_reply("hello")))
+    run(framework, store, session, server.base_url + "/v1", "hi")
+
+
+def test_sdk_clear_session_and_pop_item_leave_every_handoff(tmp_path: Path) -> None:
+    from dsh.adapters.openai_agents import DshSession
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+
+    async def fill() -> None:
+        for sid in ("cleared", "popped"):
+            session = DshSession(sid, store)
+            await session.add_items([{"role": "user", "content": "before the secret"},
+                                     {"role": "assistant", "content": "go on"}])
+            await session.add_items([{"role": "user", "content": f"my password is {SECRET}"},
+                                     {"role": "assistant", "content": f"noted {SECRET}"}])
+            if sid == "cleared":
+                await session.clear_session()
+            else:
+                await session.pop_item()
+                await session.pop_item()
+            session.close()
+    asyncio.run(fill())
+    with ScriptedServer() as server:
+        for sid in ("cleared", "popped"):
+            _continue(store, sid, server, "openai-agents")
+            _assert_exports_leave_out_what_was_removed(store, sid, tmp_path)
+    popped = json.loads(dsh("messages", "popped", "--store", store, "--format", "dsh"))
+    assert _texts(popped)[:2] == [("user", "before the secret"), ("assistant", "go on")]
+
+
+def test_langchain_clear_leaves_every_handoff(tmp_path: Path) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from dsh.adapters.langchain import DshChatMessageHistory
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    history = DshChatMessageHistory("lc", store)
+    history.add_messages([HumanMessage(f"my password is {SECRET}"), AIMessage("noted")])
+    history.clear()
+    history.add_messages([HumanMessage("hi"), AIMessage("hello")])
+    history.close()
+    _assert_exports_leave_out_what_was_removed(store, "lc", tmp_path)
+
+
+def test_pydantic_ai_clear_leaves_every_handoff(tmp_path: Path) -> None:
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+    from dsh.adapters.pydantic_ai import DshMessageHistory
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with DshMessageHistory("pa", store) as history:
+        history.record([ModelRequest(parts=[UserPromptPart(f"my password is {SECRET}")]),
+                        ModelResponse(parts=[TextPart("noted")])])
+        history.clear()
+    with ScriptedServer() as server:
+        _continue(store, "pa", server, "pydantic-ai")
+    _assert_exports_leave_out_what_was_removed(store, "pa", tmp_path)
+
+
+def test_langgraph_remove_message_and_delete_thread_leave_every_handoff(tmp_path: Path) -> None:
+    from langchain.agents import create_agent
+    from langchain_core.messages import RemoveMessage
+    from langchain_openai import ChatOpenAI
+
+    from dsh.adapters.langgraph import DshSaver
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with ScriptedServer() as server:
+        base = server.base_url + "/v1"
+        server.add(Stream(openai_reply("noted")), Stream(openai_reply("noted")))
+        run("langgraph", store, "removed", base, f"my password is {SECRET}")
+        run("langgraph", store, "deleted", base, f"my password is {SECRET}")
+        with DshSaver.from_url(store) as saver:
+            agent = create_agent(ChatOpenAI(model="gpt-test", base_url=base, api_key="test"),
+                                 tools=[], checkpointer=saver)
+            config: Any = {"configurable": {"thread_id": "removed"}}
+            ids = [m.id for m in agent.get_state(config).values["messages"]
+                   if SECRET in str(m.content)]
+            agent.update_state(config, {"messages": [RemoveMessage(id=i) for i in ids]})
+            saver.delete_thread("deleted")
+        for sid in ("removed", "deleted"):
+            _continue(store, sid, server, "langgraph")
+            _assert_exports_leave_out_what_was_removed(store, sid, tmp_path)
+
+
+@pytest.mark.no_speedups
+def test_quarantine_leaves_placeholders_not_compactions_and_unquarantine_restores(
+        tmp_path: Path) -> None:
+    import dsh as dsh_api
+    from dsh.rights import PLACEHOLDER_TEXT, quarantine, unquarantine
+    from tests.rights.conftest import SECRETS, build
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    build(store)
+    user, assistant, tool = 2, 5, 7  # the prompt, the reasoning + call, the .env output
+    with dsh_api.open(store) as opened:
+        quarantine(opened, "s1", [user, assistant, tool], reason="keys leaked")
+        read = opened.read("s1")
+    _assert_exports_leave_out_what_was_removed(store, "s1", tmp_path,
+                                               secrets=tuple(SECRETS.values()),
+                                               mark="QUARANTINED")
+    session = ImportedSession("s1", read.header, read.events)
+    claude = to_claude_code(session)
+    assert not any(x.get("subtype") == "compact_boundary" or x.get("isCompactSummary")
+                   for x in claude)
+    # each message is its placeholder, in its place and role, calls still answered
+    assert [(x["type"], PLACEHOLDER_TEXT in json.dumps(x)) for x in claude] == [
+        ("user", True), ("assistant", True), ("user", True), ("assistant", False),
+        ("user", False), ("assistant", False)]
+    assert sum(PLACEHOLDER_TEXT in json.dumps(x) for x in to_codex(session)) == 3
+    with dsh_api.open(store) as opened:
+        unquarantine(opened, "s1", [user, assistant, tool])
+        read = opened.read("s1")
+    restored = json.dumps(to_claude_code(ImportedSession("s1", read.header, read.events)))
+    assert all(s in restored for s in SECRETS.values()) and PLACEHOLDER_TEXT not in restored
+
+
+def _event(seq: int, etype: str, data: dict[str, Any], op: Any = None,
+           cites: list[int] | None = None) -> dict[str, Any]:
+    event: dict[str, Any] = {"type": etype, "seq": seq, "time": 1_700_000_000_000 + seq,
+                             "data": data}
+    if op is not None:
+        event["surfaceOp"] = op
+    if cites:
+        event["sourceEventSeqs"] = cites
+    return event
+
+
+def _user(seq: int, text: str, op: Any = "append", cites: list[int] | None = None,
+          source: dict[str, Any] | None = None) -> dict[str, Any]:
+    return _event(seq, "user/message", {"id": f"m{seq}", "role": "user",
+                                        "source": source or {"kind": "user"},
+                                        "content": [{"type": "text", "text": text}]},
+                  op, cites)
+
+
+def test_a_clear_over_a_compaction_takes_what_the_summary_shadowed_too() -> None:
+    # u0 u1 compacted into c4; a clear then takes c4 and u5 off; u8 stays. The history
+    # rebuilds the model view exactly, and holds nothing the clear took.
+    removal = {"id": "r", "role": "assistant", "content": [],
+               "source": {"kind": "model", "provider": "dsh", "model": "surface-removal",
+                          "removal": {"form": "clear", "removed": [4, 5]}}}
+    events = [
+        _user(0, f"one {SECRET}"), _user(1, "two"),
+        _event(2, "compaction/start", {"compactionId": "k", "turn": None}),
+        _event(3, "compaction/summary", {"compactionId": "k", "summary": f"s {SECRET}",
+                                         "shadowedRange": {"start": 0, "end": 1},
+                                         "shadowedSeqs": [0, 1], "shadowedTokenCount": 1,
+                                         "provider": "x", "model": "y"}),
+        _user(4, f"summary {SECRET}", {"op": "replace", "start": 0, "end": 1}, [2, 3, 0, 1],
+              {"kind": "plugin", "plugin": "compact", "compactionId": "k"}),
+        _event(5, "compaction/end", {"compactionId": "k", "turn": None}),
+        _user(6, f"again {SECRET}"),
+        _event(7, "turn/start", {"turn": 1}),
+        _event(8, "step/start", {"turn": 1, "step": 1}),
+        _event(9, "assistant/message", {"turn": 1, "step": 1, "message": removal},
+               {"op": "replace", "start": 4, "end": 6}, [4, 6]),
+        _event(10, "step/end", {"turn": 1, "step": 1}),
+        _event(11, "turn/end", {"turn": 1, "reason": {"kind": "completed"}}),
+        _user(12, "kept"),
+    ]
+    session = ImportedSession("s", {"version": 0, "id": "s", "createdAt": 1_700_000_000_000},
+                              events)
+    assert [json.loads(m)["content"][0]["text"] for m in view(session)] == ["kept"]
+    for lines in (to_claude_code(session), to_codex(session)):
+        assert SECRET not in json.dumps(lines)
+        assert "kept" in json.dumps(lines)
