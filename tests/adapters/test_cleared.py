@@ -98,29 +98,35 @@ def test_langchain_history_clear(tmp_path: Path) -> None:
     _shown_removed(store, "lc")
 
 
-def test_langgraph_remove_message_and_delete_thread(tmp_path: Path) -> None:
+def langgraph_removed_and_deleted(store: str, server: ScriptedServer) -> None:
+    """Threads ``removed`` (its secret messages dropped by ``RemoveMessage``) and ``deleted``
+    (``delete_thread``), each told the secret first."""
+    from langchain.agents import create_agent
     from langchain_core.messages import RemoveMessage
+    from langchain_openai import ChatOpenAI
 
     from dsh.adapters.langgraph import DshSaver
 
+    base = server.base_url + "/v1"
+    server.add(Stream(openai_reply("noted")), Stream(openai_reply("noted")))
+    run("langgraph", store, "removed", base, f"my password is {SECRET}")
+    run("langgraph", store, "deleted", base, f"my password is {SECRET}")
+    with DshSaver.from_url(store) as saver:
+        agent = create_agent(ChatOpenAI(model="gpt-test", base_url=base, api_key="test"),
+                             tools=[], checkpointer=saver)
+        config: Any = {"configurable": {"thread_id": "removed"}}
+        secret_ids = [m.id for m in agent.get_state(config).values["messages"]
+                      if SECRET in str(m.content)]
+        assert secret_ids
+        agent.update_state(config, {"messages": [RemoveMessage(id=i) for i in secret_ids]})
+        saver.delete_thread("deleted")
+
+
+def test_langgraph_remove_message_and_delete_thread(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
     with ScriptedServer() as server:
         base = server.base_url + "/v1"
-        server.add(Stream(openai_reply("noted")), Stream(openai_reply("noted")))
-        run("langgraph", store, "removed", base, f"my password is {SECRET}")
-        run("langgraph", store, "deleted", base, f"my password is {SECRET}")
-        from langchain.agents import create_agent
-        from langchain_openai import ChatOpenAI
-
-        with DshSaver.from_url(store) as saver:
-            agent = create_agent(ChatOpenAI(model="gpt-test", base_url=base, api_key="test"),
-                                 tools=[], checkpointer=saver)
-            config: Any = {"configurable": {"thread_id": "removed"}}
-            secret_ids = [m.id for m in agent.get_state(config).values["messages"]
-                          if SECRET in str(m.content)]
-            assert secret_ids
-            agent.update_state(config, {"messages": [RemoveMessage(id=i) for i in secret_ids]})
-            saver.delete_thread("deleted")
+        langgraph_removed_and_deleted(store, server)
         for sid in ("removed", "deleted"):
             server.add(Stream(openai_reply("hello")))
             run("langgraph", store, sid, base, "hi")

@@ -21,10 +21,10 @@ from dsh.interop import ImportedSession, import_file, to_claude_code, to_codex
 from dsh.json import thaw
 from tests.adapters.conftest import dsh
 from tests.adapters.kill_child import run
+from tests.adapters.test_cleared import SECRET, langgraph_removed_and_deleted
 from tests.agent.providers.servers import ScriptedServer, Stream, openai_reply
 from tests.interop.standards import view
 
-SECRET = "hunter2-4f9a"
 RESUMED = ("claude-code", "codex", "atif", "inspect")
 """Formats that carry the conversation on: none may hold what was removed."""
 
@@ -160,26 +160,9 @@ def test_pydantic_ai_clear_leaves_every_handoff(tmp_path: Path) -> None:
 
 
 def test_langgraph_remove_message_and_delete_thread_leave_every_handoff(tmp_path: Path) -> None:
-    from langchain.agents import create_agent
-    from langchain_core.messages import RemoveMessage
-    from langchain_openai import ChatOpenAI
-
-    from dsh.adapters.langgraph import DshSaver
-
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
     with ScriptedServer() as server:
-        base = server.base_url + "/v1"
-        server.add(Stream(openai_reply("noted")), Stream(openai_reply("noted")))
-        run("langgraph", store, "removed", base, f"my password is {SECRET}")
-        run("langgraph", store, "deleted", base, f"my password is {SECRET}")
-        with DshSaver.from_url(store) as saver:
-            agent = create_agent(ChatOpenAI(model="gpt-test", base_url=base, api_key="test"),
-                                 tools=[], checkpointer=saver)
-            config: Any = {"configurable": {"thread_id": "removed"}}
-            ids = [m.id for m in agent.get_state(config).values["messages"]
-                   if SECRET in str(m.content)]
-            agent.update_state(config, {"messages": [RemoveMessage(id=i) for i in ids]})
-            saver.delete_thread("deleted")
+        langgraph_removed_and_deleted(store, server)
         for sid in ("removed", "deleted"):
             _continue(store, sid, server, "langgraph")
             _assert_exports_leave_out_what_was_removed(store, sid, tmp_path)
