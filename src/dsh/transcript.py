@@ -1256,6 +1256,12 @@ class TranscriptFold:
         if isinstance(removal, Mapping) and not message.get("content"):
             # an adapter's clear / pop / dropped state (docs/adapters.md#cleared-means-cleared)
             what = f"REMOVED from the model view ({removal.get('form')})"
+        if kind == "tool/result" and any(
+                _text_of(block.get("content")).startswith("[removed from the model view: ")
+                for block in message.get("content") or () if isinstance(block, Mapping)):
+            # an adapter's popped tool output: a placeholder keeps its call answered
+            # (dsh.adapters._log.withhold_result, docs/adapters.md#cleared-means-cleared)
+            what = "REMOVED from the model view (pop; a placeholder answers the call)"
         return Replacement(seq=seq, time=time, replaces=replaced, what=what,
                            blocks=blocks_of(message.get("content")))
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.adapters.conftest import dsh
+from tests.adapters.conftest import dsh, dsh_messages
 from tests.adapters.kill_child import run
 from tests.agent.providers.servers import ScriptedServer, Stream, openai_reply
 
@@ -184,3 +184,40 @@ def test_langgraph_delete_thread_with_erase_on_delete_removes_the_bytes(tmp_path
         server.add(Stream(openai_reply("hello")))
         run("langgraph", store, "erased", base, "hi")  # a later run starts afresh
         _no_secret(server)
+
+
+def test_sdk_pop_of_a_tool_output_keeps_its_call_answered(tmp_path: Path) -> None:
+    # pop_item of a function_call_output (the SDK allows it) takes the output off the model view
+    # but keeps the call answered by a placeholder: before, the call was left without a result
+    # and `dsh verify` reported UNANSWERED_TOOL_CALL (docs/adapters.md#cleared-means-cleared)
+    from dsh.adapters.openai_agents import DshSession
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    user = {"role": "user", "content": "deploy"}
+    call = {"type": "function_call", "call_id": "c1", "name": "deploy", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": f"token {SECRET}"}
+
+    async def fill() -> None:
+        session = DshSession("popped-output", store)
+        await session.add_items([user, call, output])
+        assert await session.pop_item() == output
+        assert await session.get_items() == [user, call]
+        session.close()
+    asyncio.run(fill())
+    _shown_removed(store, "popped-output")  # dsh verify included
+    with ScriptedServer() as server:
+        _dsh_run_sends_no_secret(store, "popped-output", server)
+
+    async def reopen() -> None:
+        session = DshSession("popped-output", store)
+        items = await session.get_items()
+        assert items[:2] == [user, call]
+        assert all(SECRET not in json.dumps(item) for item in items)
+        while await session.get_items(1) != [call]:
+            await session.pop_item()
+        assert await session.pop_item() == call  # its placeholder result leaves with it
+        assert await session.get_items() == [user]
+        session.close()
+    asyncio.run(reopen())
+    dsh("verify", "popped-output", "--store", store)
+    assert dsh_messages("popped-output", store) == [{"role": "user", "content": "deploy"}]

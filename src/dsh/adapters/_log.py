@@ -180,6 +180,72 @@ def remove_from_surface(shaper: TurnShaper, seqs: Sequence[int], *, form: str,
     turn.end()
     return list(session.events[before:])
 
+REMOVED_RESULT_TEXT: Final = "[removed from the model view: this tool output was popped]"
+"""The content of the placeholder result :func:`withhold_result` leaves for a removed result
+(``dsh show`` marks a rewritten result of this text REMOVED)."""
+
+
+def withhold_result(shaper: TurnShaper, seq: int, fmt: str) -> Event:
+    """Take the ``tool/result`` at surface node ``seq`` off the model view; its call stays answered.
+
+    A popped function output leaves its call on the view, and every call needs a result
+    (``dsh verify``, a provider's request): the node is replaced, in a turn and step of its
+    own, by a content-only rewrite of the result (as a quarantine placeholder is,
+    docs/forgetting.md#quarantine) whose text is :data:`REMOVED_RESULT_TEXT`, and an
+    ``<fmt>/closed-early`` mark names the placeholder, so the framework reads no item for it.
+    The log keeps the result's bytes.
+
+    Returns:
+        The placeholder event.
+
+    Rule: docs/adapters.md#cleared-means-cleared
+    """
+    session = shaper.session
+    data = session.event_at(seq)["data"]
+    message = data["message"]
+    block = message["content"][0]
+    text = {"type": "text", "text": REMOVED_RESULT_TEXT}
+    shaper.end_turn()
+    turn = shaper.recorder.turn()
+    step = turn.step()
+    made = session.append("tool/result",
+                          {**data, "message": {**message,
+                                               "content": [{**block, "content": [text]}]}},
+                          surface_op={"op": "replace", "start": seq, "end": seq},
+                          source_event_seqs=[seq])
+    step.end()
+    turn.end()
+    shaper.mark(f"{fmt}/closed-early", {"seqs": [made["seq"]]})
+    return made
+
+
+def _call_ids(records: Sequence[Any]) -> set[str]:
+    """The call ids of the function-call records among ``records`` (Responses items)."""
+    return {str(r.get("call_id")) for r in records
+            if isinstance(r, Mapping) and r.get("type") == "function_call"}
+
+
+def _results_of(session: Session, seq: int, call_ids: set[str]) -> list[int]:
+    """The surface nodes after ``seq`` that are ``tool/result`` answering one of ``call_ids``.
+
+    A call that leaves the model view takes its result with it (a placeholder
+    :func:`withhold_result` left, or a result the framework never read): a result whose call is
+    gone is an orphan (``dsh verify``).
+    """
+    if not call_ids:
+        return []
+    found = []
+    for node in reversed(session.surface.nodes):  # (results follow their call: the tail only)
+        if node == seq:
+            break
+        event = session.event_at(node)
+        source = (message_of(event) or {}).get("source")
+        if (event["type"] == "tool/result" and isinstance(source, Mapping)
+                and source.get("callId") in call_ids):
+            found.append(node)
+    return found[::-1]
+
+
 PREFETCH_EVENTS: Final = 4096
 """Events of the log a whole-history read selects from per storage read (see
 :meth:`LiveLog.view`): the rows read at once, bounding the memory of the read."""
@@ -1186,11 +1252,20 @@ class LiveLog:
         """
         shaper = self.open()
         rest = self.records_at(seq)
-        if rebuild is not None and len(rest) > 1 and 0 <= index < len(rest):
+        if shaper.session.event_at(seq)["type"] == "tool/result":
+            # the call stays on the view: a result must still answer it (dsh verify)
+            withhold_result(shaper, seq, self.fmt)
+        elif rebuild is not None and len(rest) > 1 and 0 <= index < len(rest):
+            gone = _call_ids([rest[index]])
             del rest[index]
             remove_from_surface(shaper, [seq], form="pop", replacement=rebuild(rest))
+            remove_from_surface(shaper, _results_of(shaper.session, seq, gone), form="pop")
         else:
-            remove_from_surface(shaper, [seq], form="pop")
+            event = shaper.session.event_at(seq)
+            gone = {str(b.get("id")) for b in (message_of(event) or {}).get("content") or ()
+                    if isinstance(b, Mapping) and b.get("type") == "tool-call"}
+            answers = _results_of(shaper.session, seq, gone)
+            remove_from_surface(shaper, [seq, *answers], form="pop")
 
     def clear(self) -> None:
         """End the open turn and take every message so far off the model view.
