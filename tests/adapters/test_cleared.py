@@ -221,3 +221,40 @@ def test_sdk_pop_of_a_tool_output_keeps_its_call_answered(tmp_path: Path) -> Non
     asyncio.run(reopen())
     dsh("verify", "popped-output", "--store", store)
     assert dsh_messages("popped-output", store) == [{"role": "user", "content": "deploy"}]
+
+
+def test_pydantic_ai_conversation_delete_leaves_the_model_view(tmp_path: Path) -> None:
+    # DshConversationStore.delete: before, the conversation stopped loading but `dsh messages`
+    # and `dsh run --session` still sent its messages (docs/adapters.md#cleared-means-cleared)
+    from pydantic_ai import Agent
+    from pydantic_ai.conversation import Conversation
+    from pydantic_ai.models.test import TestModel
+
+    from dsh.adapters.pydantic_ai_store import DshConversationStore
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    agent = Agent(TestModel())
+
+    async def body() -> None:
+        async with DshConversationStore(store) as conversations:
+            fresh = Conversation(conversation_id="pa-del")
+            first = await agent.run(f"my password is {SECRET}", conversation=fresh)
+            await conversations.save(first)
+            held = await conversations.load("pa-del")
+            assert held is not None
+            await conversations.save(await agent.run(f"again: {SECRET}", conversation=held))
+            loaded = await conversations.load("pa-del")
+            assert loaded is not None
+            # a branch continues in pa-del~2; the line it left stays in pa-del
+            kept = len(first.all_messages())
+            branched = await conversations.branch("pa-del", at=kept,
+                                                  expected_revision=loaded.revision)
+            await conversations.save(await agent.run("other", conversation=branched))
+            await conversations.delete("pa-del")
+            assert await conversations.load("pa-del") is None
+    asyncio.run(body())
+    for line in ("pa-del", "pa-del~2"):
+        assert SECRET not in json.dumps(dsh_messages(line, store))
+        _shown_removed(store, line)
+    with ScriptedServer() as server:
+        _dsh_run_sends_no_secret(store, "pa-del", server)

@@ -25,7 +25,8 @@ Layout (one dsh session per line of history, all in one store):
   its session, where the conversation's ``branches`` point. A ``fork`` to a new conversation is
   a dsh fork the same way;
 * ``delete`` appends ``pydantic-ai/delete``: the conversation no longer loads or lists, and
-  the log keeps every message (dsh never removes committed bytes).
+  its messages leave the model view (a clear); the log keeps every message (dsh never removes
+  committed bytes).
 
 Each session a write touches is held for writing (exclusively, across processes) until
 :meth:`DshConversationStore.close`; reads of other sessions are cold reads that write nothing.
@@ -310,6 +311,9 @@ class DshConversationStore(ConversationStore):
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         """Append ``pydantic-ai/delete``: the conversation no longer loads; its log stays.
 
+        Its messages leave the model view too, as a clear's do (``dsh messages`` and
+        ``dsh run --session`` never send them again; docs/adapters.md#cleared-means-cleared).
+
         Raises:
             ConversationConflict: no record with ``expected_revision`` is stored.
         """
@@ -321,6 +325,16 @@ class DshConversationStore(ConversationStore):
             log = self._writer(current[0])
             log.open().mark(DELETE_EVENT, {"revision": expected_revision})
             log.flush()
+            # every line of the conversation leaves the model view: the session named after
+            # it and each `<id>~<n>` a branch or rewrite continued in
+            lines, number = [conversation_id], 2
+            while self._reader.exists(f"{conversation_id}~{number}"):
+                lines.append(f"{conversation_id}~{number}")
+                number += 1
+            for session_id in lines:
+                line = self._writer(session_id)
+                line.clear()
+                line.flush()
             self._line(current[0])
         await self._run(work)
 
