@@ -128,3 +128,38 @@ def test_sigkill_never_loses_flushed_events(tmp_path: Path, scheme: str) -> None
         assert check_log(events) == []
         assert [thaw(e) for e in events] == [thaw(e) for e in session.events]
         persistence.close()
+
+
+BATCH_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from dsh.persistence import Persistence, WriteBehind, open_backend
+    from dsh.session._store import SessionStore
+
+    store = SessionStore(Persistence(open_backend(sys.argv[1]), write_behind=WriteBehind(50)))
+    session = store.create("batch")
+    with session.batch():
+        session.append("session/title", {"title": "one"})
+        session.append("session/title", {"title": "two"})
+        store.flush(session)  # the barrier: both are stored when it returns
+        session.append("session/title", {"title": "never flushed"})
+        os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "jsonl"])
+def test_a_flush_inside_a_batch_block_stores_what_the_block_committed(tmp_path: Path,
+                                                                      scheme: str) -> None:
+    # docs/rules.md#live-sessions: a Session.batch block defers the observers' notification,
+    # never the durability barrier: a flush inside it returns once the block's appends so far
+    # are stored (before, it returned with them still unqueued and SIGKILL lost them)
+    url = f"sqlite:///{tmp_path}/s.db" if scheme == "sqlite" else f"jsonl://{tmp_path}/logs"
+    child = subprocess.run([sys.executable, "-c", BATCH_CHILD, url], capture_output=True,
+                           text=True, check=False)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    store = SessionStore(Persistence(open_backend(url)))
+    try:
+        titles = [e.data["title"] for e in store.resume("batch").events
+                  if e.type == "session/title"]
+    finally:
+        store.close()
+    assert titles[:2] == ["one", "two"] and len(titles) <= 3

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from dsh._errors import EventRejectedError
+from dsh._errors import EventRejectedError, InvariantError
 from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.session._events import Event
 from dsh.session._header import SessionHeader
@@ -901,3 +901,20 @@ def test_session_snapshot_seed_refuses_turn_events_no_reader_accepts() -> None:
     with pytest.raises(EventRejectedError) as info:
         Session.create("s", seed=seed)
     assert info.value.code == "SHAPE" and info.value.where["seed_index"] == 0
+
+
+def test_session_batch_validators_see_the_blocks_earlier_appends() -> None:
+    # docs/rules.md#live-sessions: "an event sees the ones appended before it" also for a
+    # validator fed by an observer (InvariantObserver, the compaction brackets): the block's
+    # pending events are published before such a validator runs. Before, the turn/end was
+    # refused ("does not match open turn null") and an invalid one could pass.
+    from dsh.session import InvariantObserver
+
+    s = fresh()
+    InvariantObserver().attach(s)
+    with s.batch():
+        s.append("turn/start", {"turn": 1})
+        s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        with pytest.raises(InvariantError):
+            s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    assert [e.type for e in s.events] == ["turn/start", "turn/end"]

@@ -1395,8 +1395,13 @@ class Session:
             step = surface.plan(event, seq, self._log)
         if ignorable:
             event = as_event({**event, "ignorable": True})
-        for validate in self._validators:
-            validate(self, event)
+        if self._validators:
+            if self._batch:
+                # a validator may read state an observer keeps (InvariantObserver, the
+                # compaction brackets): it sees the block's earlier appends published first
+                self.publish_pending()
+            for validate in self._validators:
+                validate(self, event)
         # commit: nothing below may refuse the event
         self._log.append(event)
         self._events_cache = None
@@ -1571,7 +1576,9 @@ class Session:
         (``batch=`` of :meth:`observe`), or, having none, once per event in seq order. A
         persistence observer then queues a batch at once, not event by event. Nested
         blocks publish with the outermost. A flush, dispose or store close inside the block
-        publishes what it committed so far first (:meth:`publish_pending`).
+        publishes what it committed so far first (:meth:`publish_pending`), and so does an
+        append before its validators run (:meth:`add_validator`: one fed by an observer sees
+        the block's earlier appends).
 
         Rule: docs/rules.md#what-append-refuses (unchanged inside a batch),
         docs/rules.md#live-sessions (``on_events``).

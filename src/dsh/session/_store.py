@@ -465,6 +465,9 @@ class SessionStore:
     def flush(self, session: Session) -> bool:
         """Call every observer's ``on_flush(session)`` and wait for all of them.
 
+        Inside a ``Session.batch`` block, the block's appends so far are published first, so
+        the barrier covers them too (docs/rules.md#live-sessions).
+
         Returns:
             True when at least one observer took part, False when none has ``on_flush``.
 
