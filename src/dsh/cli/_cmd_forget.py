@@ -342,6 +342,13 @@ def _report_erasure(made: ErasureReceipt, receipt: Path | None, json_: bool) -> 
     for done in made.sessions:
         out.print(f"{done.session_id}: {done.role}, {render.plural(len(done.items), 'event')} "
                   f"tombstoned", markup=False)
+    imported = sum(any(item.type == "import/source" for item in done.items)
+                   for done in made.sessions)
+    if imported:
+        # docs/forgetting.md#erasure-and-import: the erased id keeps a re-import out
+        out.print(f"{render.plural(imported, 'session')} came from 'dsh import': importing "
+                  "the same transcript again skips it (--include-erased imports it again)",
+                  markup=False, highlight=False)
     if receipt is not None:
         out.print(f"receipt {receipt}", markup=False)
 

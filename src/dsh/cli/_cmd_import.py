@@ -6,7 +6,7 @@ import enum
 import errno
 import gc
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from dataclasses import replace as dataclass_replace
@@ -154,10 +154,11 @@ class ImportReport:
     superseded: list[tuple[str, str, str]] = field(default_factory=list)
     cut: list[tuple[str, int]] = field(default_factory=list)
     completed: list[tuple[str, str, int]] = field(default_factory=list)
+    erased: list[tuple[str, str]] = field(default_factory=list)
 
     def _lists(self) -> tuple[list[Any], ...]:
         return (self.imported, self.skipped, self.failed, self.ignored, self.updated,
-                self.superseded, self.completed)
+                self.superseded, self.completed, self.erased)
 
     def sizes(self) -> tuple[int, ...]:
         """How many outcomes of each kind are recorded (to print only what comes next)."""
@@ -174,7 +175,9 @@ class ImportReport:
         that changed where it was imported, imported again as a new session (``by``);
         ``cut``: a live log whose last line was still being written, left out (``line``);
         ``completed``: a session an interrupted import left half-written, completed
-        (``appended``) and listed again (docs/interop.md#staged-imports).
+        (``appended``) and listed again (docs/interop.md#staged-imports); ``erased``: a source
+        whose session was erased or purged, not imported again (``--include-erased`` imports
+        it; docs/forgetting.md#erasure-and-import).
         """
         return {
             "imported": [{"path": p, "session": s, "format": f} for p, s, f in self.imported],
@@ -188,6 +191,7 @@ class ImportReport:
             "cut": [{"path": p, "line": n} for p, n in self.cut],
             "completed": [{"path": p, "session": s, "appended": n}
                           for p, s, n in self.completed],
+            "erased": [{"path": p, "session": s} for p, s in self.erased],
         }
 
 
@@ -231,7 +235,7 @@ class _FileBar:
 
 
 def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
-                report: ImportReport, bar: _FileBar) -> None:
+                report: ImportReport, bar: _FileBar, include_erased: bool = False) -> None:
     """Import one file: streamed (docs/interop.md#streaming-imports) or validated whole first."""
     from dsh.interop import STREAMING_FORMATS, detect_format, import_file
 
@@ -252,7 +256,7 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
         return
     if detected in STREAMING_FORMATS:
         with _uninterrupted():
-            _stream_file(persistence, path, shown, detected, report, bar)
+            _stream_file(persistence, path, shown, detected, report, bar, include_erased)
         return
     try:
         sessions = [s for top in import_file(path, detected) for s in top.walk()]
@@ -264,7 +268,7 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
         return
     _note_cut(report, path, shown, sessions)
     with _uninterrupted():
-        _write_file(persistence, built, shown, detected, report)
+        _write_file(persistence, built, shown, detected, report, include_erased)
 
 
 def _misencoded_json(path: Path, error: ImportFormatError) -> bool:
@@ -291,7 +295,7 @@ def _note_cut(report: ImportReport, path: Path, shown: str,
 
 
 def _stream_file(persistence: Persistence, path: Path, shown: str, detected: str,
-                 report: ImportReport, bar: _FileBar) -> None:
+                 report: ImportReport, bar: _FileBar, include_erased: bool = False) -> None:
     """Import a file session by session as it is read, a batch at a time.
 
     Every line is decoded and the branch chosen before the first write (the first of the two
@@ -313,7 +317,7 @@ def _stream_file(persistence: Persistence, path: Path, shown: str, detected: str
                 # Imported before: compared whole with what is stored (re-import rules).
                 imported = collect([dataclass_replace(stream, parent=None)])[0]
                 _write_file(persistence, [(imported, imported.to_session())], shown, detected,
-                            report)
+                            report, include_erased)
                 _publish_leftover(persistence, sid, report)
                 continue
             _write_stream(persistence, stream, bar, staged)
@@ -437,13 +441,14 @@ def _uninterrupted() -> Iterator[None]:
 
 
 def _write_file(persistence: Persistence, built: list[tuple[ImportedSession, Session]],
-                shown: str, detected: str, report: ImportReport) -> None:
+                shown: str, detected: str, report: ImportReport,
+                include_erased: bool = False) -> None:
     """Write the validated sessions of one file (the report gets one outcome each)."""
     for imported, session in built:
         sid = imported.session_id
         stored = _stored_count(persistence, sid) if persistence.exists(sid) else None
         if stored:
-            newer = _reimport(persistence, imported, shown, report)
+            newer = _reimport(persistence, imported, shown, report, include_erased)
             if newer is None:
                 continue
             imported, session, sid, stored = newer, newer.to_session(), newer.session_id, None
@@ -464,16 +469,24 @@ def _write_file(persistence: Persistence, built: list[tuple[ImportedSession, Ses
 
 
 def _reimport(persistence: Persistence, fresh: ImportedSession, shown: str,
-              report: ImportReport) -> ImportedSession | None:
+              report: ImportReport, include_erased: bool = False) -> ImportedSession | None:
     """A source imported before: append what it gained, or give the superseding session.
 
+    A stored session that was erased or purged (its log holds a ``redaction/applied {mode:
+    "erasure"}`` record) is the tombstone of its source's identity: the source is not imported
+    again (outcome ``erased``) unless ``include_erased``, whatever the file holds now (it is
+    the same conversation; docs/forgetting.md#erasure-and-import).
+
     Returns the session still to write (a changed source under a new id, not yet stored), or
-    None when this is done (skipped, appended or already superseded).
+    None when this is done (skipped, appended, erased before or already superseded).
     """
     from dsh.interop import plan_reimport, superseding
 
     sid = fresh.session_id
     read = persistence.read(sid)
+    if not include_erased and _was_erased(read.stored_events):
+        report.erased.append((shown, sid))
+        return None
     plan = plan_reimport(read.stored_events, fresh)
     if plan.kind == "same":
         report.skipped.append((shown, sid))
@@ -491,9 +504,24 @@ def _reimport(persistence: Persistence, fresh: ImportedSession, shown: str,
         return None
     newer = superseding(fresh, sid, plan.changed_at)
     if persistence.exists(newer.session_id):
-        return _reimport(persistence, newer, shown, report)  # imported so before: compare
+        # imported so before: compare
+        return _reimport(persistence, newer, shown, report, include_erased)
     report.superseded.append((shown, sid, newer.session_id))
     return newer
+
+
+def _was_erased(events: Sequence[Any]) -> bool:
+    """Whether a stored log holds an erasure's record (``redaction/applied {mode: "erasure"}``).
+
+    Both ``dsh erase`` and ``dsh rm --purge`` append one to every session they tombstone
+    (docs/forgetting.md#erasure); a redaction's record has another mode.
+    """
+    for event in events:
+        if event.get("type") == "redaction/applied":
+            data = event.get("data")
+            if isinstance(data, Mapping) and data.get("mode") == "erasure":
+                return True
+    return False
 
 
 def _size(path: Path) -> int:
@@ -526,13 +554,15 @@ _GC_THRESHOLD: Final = 50_000
 
 
 def _import_paths(persistence: Persistence, paths: Sequence[Path], fmt: str,
-                  console: Console, *, verbose: bool = False) -> ImportReport:
+                  console: Console, *, verbose: bool = False,
+                  include_erased: bool = False) -> ImportReport:
     with _bulk_gc():
-        return _import_all(persistence, paths, fmt, console, verbose=verbose)
+        return _import_all(persistence, paths, fmt, console, verbose=verbose,
+                           include_erased=include_erased)
 
 
 def _import_all(persistence: Persistence, paths: Sequence[Path], fmt: str,
-                console: Console, *, verbose: bool) -> ImportReport:
+                console: Console, *, verbose: bool, include_erased: bool) -> ImportReport:
     report = ImportReport()
     unreadable: list[Path] = []
     with progress("looking for transcripts in") as scan:  # a spinner: `dsh import /` is long
@@ -575,7 +605,7 @@ def _import_all(persistence: Persistence, paths: Sequence[Path], fmt: str,
             for (path, explicit), size in zip(files, sizes, strict=True):
                 bar.describe(path.name)
                 file_bar = _FileBar(bar, size)
-                _import_one(persistence, path, fmt, explicit, report, file_bar)
+                _import_one(persistence, path, fmt, explicit, report, file_bar, include_erased)
                 show_outcome()
                 file_bar.finish()
         except KeyboardInterrupt:
@@ -646,6 +676,9 @@ def import_(
     verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Also list each file found in a folder that is not a "
                                 "transcript (they are counted either way).")] = False,
+    include_erased: Annotated[bool, typer.Option(
+        "--include-erased", help="Also import again a transcript whose session was erased "
+                                 "(dsh erase, dsh rm --purge); skipped otherwise.")] = False,
     store: StoreOption = None,
     wait: WaitOption = DEFAULT_WAIT_S,
     json_: JsonOption = False,
@@ -655,6 +688,8 @@ def import_(
     Re-importing is idempotent: a source file maps to a stable session id; a session already in
     the store is skipped, gets the records its source gained appended, or (when the part
     imported before changed) the source is imported as a new session that names the old one.
+    A source whose session was erased or purged is skipped, saying so (--include-erased
+    imports it again).
     A file that fails to read or validate leaves nothing behind in the store; a write the store
     refuses part-way (a full disk) leaves a prefix the next import of the file completes. Exit 1
     when a file failed.
@@ -668,7 +703,13 @@ def import_(
         paths = _default_roots(examples, err)
     with cli_store(store, wait=wait) as sessions:
         report = _import_paths(sessions.persistence, paths, str(format.value), err,
-                               verbose=verbose)
+                               verbose=verbose, include_erased=include_erased)
+    if report.erased:
+        # On stderr in both modes: the --json summary lists them under "erased".
+        err.print(f"note: skipped {render.plural(len(report.erased), 'transcript')} erased "
+                  "before (dsh erase, dsh rm --purge); pass --include-erased to import "
+                  f"{'it' if len(report.erased) == 1 else 'them'} again", markup=False,
+                  highlight=False)
     if json_:
         render.write_json(report.to_json())
     else:
@@ -679,7 +720,7 @@ def import_(
                       highlight=False)
         stdout_console().print(render.render_import_counts(
             report.imported, report.skipped, report.failed, report.ignored, report.updated,
-            report.completed, ignored_listed=verbose))
+            report.completed, ignored_listed=verbose, erased=report.erased))
     if report.failed:
         raise typer.Exit(EXIT_FAILED)
 

@@ -802,7 +802,8 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
                           ignored: Sequence[tuple[str, str, str, str]] = (),
                           updated: Sequence[tuple[str, str, int]] = (),
                           superseded: Sequence[tuple[str, str, str]] = (),
-                          completed: Sequence[tuple[str, str, int]] = (), *,
+                          completed: Sequence[tuple[str, str, int]] = (),
+                          erased: Sequence[tuple[str, str]] = (), *,
                           counts: bool = True) -> Group:
     """Return the ``dsh import`` summary: one line per file, then the counts.
 
@@ -817,6 +818,8 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
         superseded: ``(path, old id, new id)`` per source that changed where it was imported.
         completed: ``(path, session id, events appended)`` per session an interrupted import
             left half-written, now complete (docs/interop.md#staged-imports).
+        erased: ``(path, session id)`` per source whose session was erased or purged, not
+            imported again (docs/forgetting.md#erasure-and-import).
         counts: End with the counts line (``dsh import`` prints the lines of each file as it
             goes, then only the counts).
     """
@@ -843,6 +846,10 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
     for path, session_id in skipped:
         parts.append(Text.assemble(("skipped   ", "dim"),
                                    f"{session_id}  already imported  {path}"))
+    for path, session_id in erased:
+        parts.append(Text.assemble(("skipped   ", "dim"),
+                                   f"{session_id}  erased before, not imported again "
+                                   f"(--include-erased imports it)  {path}"))
     for path, reason, _code, _kind in failed:
         # a reason that starts "path:line:" names the path already
         said = reason if reason.startswith(f"{path}:") else f"{path}: {reason}"
@@ -851,14 +858,14 @@ def render_import_summary(imported: Sequence[tuple[str, str, str]],
         parts.append(Text.assemble(("ignored   ", "dim"), f"{path}: {reason}"))
     if counts:
         parts.append(render_import_counts(imported, skipped, failed, ignored, updated,
-                                          completed))
+                                          completed, erased=erased))
     return Group(*parts)
 
 
 def render_import_counts(imported: Sequence[Any], skipped: Sequence[Any], failed: Sequence[Any],
                          ignored: Sequence[Any] = (), updated: Sequence[Any] = (),
-                         completed: Sequence[Any] = (), *, ignored_listed: bool = True
-                         ) -> Text:
+                         completed: Sequence[Any] = (), *, ignored_listed: bool = True,
+                         erased: Sequence[Any] = ()) -> Text:
     """Return the last line of ``dsh import``: how many sessions each outcome had.
 
     ``ignored_listed`` False: the files that are not transcripts were counted, not listed
@@ -875,4 +882,6 @@ def render_import_counts(imported: Sequence[Any], skipped: Sequence[Any], failed
         line += f", {len(updated)} updated (source grew)"
     if completed:
         line += f", {len(completed)} completed (interrupted imports)"
+    if erased:
+        line += f", {len(erased)} skipped (erased before)"
     return Text(line, style="bold")
