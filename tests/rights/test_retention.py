@@ -141,3 +141,35 @@ def test_a_policy_that_says_nothing_or_too_much_is_refused(fields: dict[str, obj
     with pytest.raises(ConfigError) as refused:
         RetentionPolicy(**fields)  # type: ignore[arg-type]
     assert refused.value.code == "BAD_POLICY"
+
+
+def test_a_restored_session_is_not_taken_back_by_the_next_gc(url: str) -> None:
+    # The bundled examples are months old: every policy below acts on them at once.
+    run_cli("import", "--examples", "--store", url)
+
+    def listed() -> list[str]:
+        return [r["id"] for r in json.loads(run_cli("ls", "--store", url, "--json").stdout)]
+
+    def applied() -> dict[str, str]:
+        done = json.loads(run_cli("gc", "--store", url, "--apply", "--json").stdout)
+        return {i["id"]: i["action"] for i in done["items"]}
+
+    new = listed()  # dated by their files: today
+    run_cli("retention", "--store", url, "--archive-after", "30")
+    archived = applied()
+    ids = sorted(archived)  # dated by their events: months ago
+    assert len(ids) >= 3 and archived == dict.fromkeys(ids, "archive")
+    new = [sid for sid in new if sid not in archived]
+    assert sorted(listed()) == sorted(new)
+    run_cli("restore", ids[0], "--store", url)
+    assert applied() == {}  # a restore is activity: the archive is not done again
+    assert sorted(listed()) == sorted([*new, ids[0]])
+    run_cli("retention", "--store", url, "--trash-after", "60")
+    assert applied() == dict.fromkeys(ids[1:], "trash")
+    run_cli("restore", ids[1], "--store", url)
+    assert applied() == {}
+    assert sorted(listed()) == sorted([*new, *ids[:2]])
+    with dsh.open(url) as store:
+        log = store_log(store)
+        assert set(log.restored) == {ids[0], ids[1]}
+        assert set(log.trash) == set(ids[2:])

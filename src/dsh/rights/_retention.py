@@ -243,9 +243,11 @@ def gc(store: Persistence | HasPersistence, *, apply: bool = False,
     """Explain what the retention policies ask for now, or (``apply=True``) do it.
 
     For each stored session, with its policy (:func:`pick_policy`; none: kept): ``keep``
-    keeps it; a listed or archived session whose last activity is ``trash_after_days`` old
-    goes to the trash, else one ``archive_after_days`` old and not archived yet is archived;
-    a trashed session (not purged) ``purge_after_days`` after its trashing is purged.
+    keeps it; its last activity is its last event's time or its latest ``dsh restore``,
+    whichever is later (a restore is activity: the next run does not take it back); a listed
+    or archived session whose last activity is ``trash_after_days`` old goes to the trash,
+    else one ``archive_after_days`` old and not archived yet is archived; a trashed session
+    (not purged) ``purge_after_days`` after its trashing is purged.
 
     Args:
         store: A ``dsh.Store`` (or its ``persistence`` facade).
@@ -293,6 +295,9 @@ def gc(store: Persistence | HasPersistence, *, apply: bool = False,
                                     f"in the trash for {_days(now - trashed.trashed_ms)}; "
                                     f"policy {scope} purges after {after} days"))
             continue
+        # A restore is activity: without it the next run would trash (or archive) again
+        # what the user just gave back (docs/forgetting.md#retention).
+        last_activity_ms = max(last_activity_ms, state.restored.get(sid, last_activity_ms))
         idle = now - last_activity_ms
         if policy.trash_after_days is not None and idle >= policy.trash_after_days * DAY_MS:
             items.append(GcItem(sid, "trash", scope,

@@ -86,6 +86,8 @@ class StoreLog:
         archived: Archived sessions, by id: epoch ms of the archiving.
         policies: The retention policies in force, as stored (``store/retention`` data), in the
             order they were set; a cleared scope is absent.
+        restored: Sessions given back by ``store/restored``, by id: epoch ms of the latest
+            (retention counts it as activity, docs/forgetting.md#retention).
         records: Every store-log record as ``{seq, time, type, ...data}``, oldest first.
     """
 
@@ -93,6 +95,7 @@ class StoreLog:
     archived: Mapping[str, int] = field(default_factory=dict)
     policies: tuple[Mapping[str, Any], ...] = ()
     records: tuple[Mapping[str, Any], ...] = ()
+    restored: Mapping[str, int] = field(default_factory=dict)
 
     def deletions(self) -> list[Mapping[str, Any]]:
         """The records of what was erased or purged (``store/erased``), oldest first."""
@@ -109,6 +112,7 @@ def fold(events: Iterable[Mapping[str, Any]]) -> StoreLog:
     trash: dict[str, TrashEntry] = {}
     archived: dict[str, int] = {}
     policies: dict[str, Mapping[str, Any]] = {}
+    restored: dict[str, int] = {}
     records: list[Mapping[str, Any]] = []
     for event in events:
         kind = event["type"]
@@ -128,6 +132,7 @@ def fold(events: Iterable[Mapping[str, Any]]) -> StoreLog:
             for sid in ids:
                 if sid not in trash or trash[sid].purged_ms is None:
                     trash.pop(sid, None)
+                    restored[sid] = event["time"]
                 archived.pop(sid, None)
         elif kind == ARCHIVED:
             for sid in ids:
@@ -148,7 +153,7 @@ def fold(events: Iterable[Mapping[str, Any]]) -> StoreLog:
             policies.pop(scope, None)
             if not policy.get("cleared"):
                 policies[scope] = policy
-    return StoreLog(trash, archived, tuple(policies.values()), tuple(records))
+    return StoreLog(trash, archived, tuple(policies.values()), tuple(records), restored)
 
 
 def store_log(store: Persistence | HasPersistence) -> StoreLog:
