@@ -29,6 +29,7 @@ from dsh.cli._common import (
 from dsh.cli._progress import progress
 from dsh.cli._standards import write_output, write_standard
 from dsh.json import dumps, json_equal
+from dsh.persistence import STORE_LOG_ID
 
 if TYPE_CHECKING:
     from dsh.json import FrozenDict
@@ -181,48 +182,117 @@ def _check_storable(target: Persistence, session_id: str, events: Sequence[Event
             seq=exc.where.get("seq")) from exc
 
 
+def _copy_session(source: Persistence, target: Persistence, sid: str) -> int | None:
+    """Copy one session (header, then all its events in one batch) and verify the copy.
+
+    Returns:
+        How many events were copied, or None when the target already held an equal log.
+
+    Raises:
+        PersistenceError: ``CONVERT_CONFLICT`` (the target holds a different log under that
+            id), ``CONVERT_MISMATCH`` (the copy did not read back equal),
+            ``UNSTORABLE_IN_TARGET`` (before the session is created there).
+    """
+    with source.open(sid, "read") as handle:
+        cold = handle.read(0)
+    if target.exists(sid):
+        _check_same(target, sid, cold.events)
+        return None
+    _check_storable(target, sid, cold.events)
+    target.create(cold.header)
+    with target.open(sid, "write") as handle:
+        handle.append(cold.events)
+        handle.flush()
+    with target.open(sid, "read") as handle:
+        back = handle.read(0)
+    if not (json_equal(list(back.events), list(cold.events))
+            and _same_header(back.header, cold.header)):
+        raise PersistenceError(
+            f"session {sid!r} did not read back equal from {target.url} after the "
+            "copy", code="CONVERT_MISMATCH", session_id=sid)
+    return len(cold.events)
+
+
+def _check_same(target: Persistence, sid: str, events: Sequence[Event]) -> None:
+    with target.open(sid, "read") as handle:
+        present = handle.read(0)
+    if not json_equal(list(present.events), list(events)):
+        raise PersistenceError(
+            f"session {sid!r} already exists in {target.url} with a different log "
+            f"({len(present.events)} vs {len(events)} events); convert into "
+            "an empty store", code="CONVERT_CONFLICT", session_id=sid)
+
+
+def _check_store_log(source: Persistence, target: Persistence) -> bool:
+    """Whether the source keeps a store log to carry; refuse, before any copy, one that cannot.
+
+    The store log (docs/forgetting.md#the-store-log) holds the trash, the archive, the
+    retention policies and the deletion records of the whole store: a copy without it would
+    list trashed and archived sessions again and forget the policies, so a target that holds
+    a different store log, or cannot store its (ignorable) records, is refused.
+    """
+    if not source.exists(STORE_LOG_ID):
+        return False
+    with source.open(STORE_LOG_ID, "read") as handle:
+        events = handle.read(0).events
+    if target.exists(STORE_LOG_ID):
+        try:
+            _check_same(target, STORE_LOG_ID, events)
+        except PersistenceError as exc:
+            raise PersistenceError(
+                f"{target.url} already keeps a store log (trash, archive, retention policies) "
+                f"that differs from {source.url}'s; convert into an empty store",
+                code="CONVERT_CONFLICT", session_id=STORE_LOG_ID) from exc
+    try:
+        _check_storable(target, STORE_LOG_ID, events)
+    except PersistenceError as exc:
+        cause = exc.__cause__
+        detail = cause.message if isinstance(cause, EventRejectedError) else exc.message
+        raise PersistenceError(
+            f"{source.url} keeps a store log (trash, archive, retention policies: "
+            f"docs/stores.md#moving-between-stores) that {target.url} cannot hold: "
+            f"{detail}; nothing was copied", code="UNSTORABLE_IN_TARGET",
+            session_id=STORE_LOG_ID) from exc
+    return True
+
+
 def _copy_store(source: Persistence, target: Persistence) -> dict[str, Any]:
-    """Copy every session (header, then all events in one batch) and verify each copy.
+    """Copy the store log, then every session, and verify each copy.
+
+    Rule: docs/stores.md#moving-between-stores.
+
+    Returns:
+        ``{"from", "to", "sessions", "copied", "skipped", "events", "storeLog"}``:
+        ``storeLog`` is ``copied``, ``present`` (the target held it already) or None (the
+        source has none).
 
     Raises:
         PersistenceError: code ``CONVERT_MISMATCH`` when a copy does not read back equal;
-            ``UNSTORABLE_IN_TARGET`` (before the session is created there) when the target's
+            ``CONVERT_CONFLICT`` when the target holds a different log under an id (for the
+            store log: before anything is copied); ``UNSTORABLE_IN_TARGET`` (before the
+            session is created there, for the store log before anything is) when the target's
             layout cannot hold one of its events.
     """
     ids = sorted(str(h["id"]) for h in source.list_headers())
+    store_log = None
+    if _check_store_log(source, target):
+        # First, so that a copy stopped midway never lists a session the source hid; running
+        # the convert again finds it present and goes on.
+        store_log = "present" if _copy_session(source, target, STORE_LOG_ID) is None \
+            else "copied"
     copied = skipped = event_count = 0
     with progress("copying", total=len(ids)) as bar:
         for sid in ids:
             bar.describe(sid)
-            with source.open(sid, "read") as handle:
-                cold = handle.read(0)
-            if target.exists(sid):
-                with target.open(sid, "read") as handle:
-                    present = handle.read(0)
-                if not json_equal(list(present.events), list(cold.events)):
-                    raise PersistenceError(
-                        f"session {sid!r} already exists in {target.url} with a different log "
-                        f"({len(present.events)} vs {len(cold.events)} events); convert into "
-                        "an empty store", code="CONVERT_CONFLICT", session_id=sid)
+            count = _copy_session(source, target, sid)
+            if count is None:
                 skipped += 1
             else:
-                _check_storable(target, sid, cold.events)
-                target.create(cold.header)
-                with target.open(sid, "write") as handle:
-                    handle.append(cold.events)
-                    handle.flush()
-                with target.open(sid, "read") as handle:
-                    back = handle.read(0)
-                if not (json_equal(list(back.events), list(cold.events))
-                        and _same_header(back.header, cold.header)):
-                    raise PersistenceError(
-                        f"session {sid!r} did not read back equal from {target.url} after the "
-                        "copy", code="CONVERT_MISMATCH", session_id=sid)
                 copied += 1
-                event_count += len(cold.events)
+                event_count += count
             bar.advance()
     return {"from": source.url, "to": target.url, "sessions": len(ids), "copied": copied,
-            "skipped": skipped, "events": event_count}
+            "skipped": skipped, "events": event_count, "storeLog": store_log}
 
 
 def convert(
@@ -233,7 +303,7 @@ def convert(
                                              "a file the published dsh SQLite backend reads.")],
     json_: JsonOption = False,
 ) -> None:
-    """Copy every session of one store into another (any backends); each copy is verified."""
+    """Copy a store's sessions, trash, archive and policies into another; each copy verified."""
     json_mode(json_)
     with cli_store(source, create=False) as reader, cli_store(target) as writer:
         outcome = _copy_store(reader.persistence, writer.persistence)
@@ -243,5 +313,7 @@ def convert(
     stdout_console().print(f"copied {render.plural(outcome['copied'], 'session')} "
                            f"({render.plural(outcome['events'], 'event')}) from "
                            f"{outcome['from']} to {outcome['to']}; skipped "
-                           f"{outcome['skipped']} already present; every copy read back equal",
-                           markup=False)
+                           f"{outcome['skipped']} already present"
+                           + ("; carried the store log (trash, archive, retention policies)"
+                              if outcome["storeLog"] == "copied" else "")
+                           + "; every copy read back equal", markup=False)
