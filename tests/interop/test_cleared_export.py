@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from dsh import EventRejectedError
 from dsh.interop import ImportedSession, import_file, to_claude_code, to_codex
 from dsh.json import thaw
 from tests.adapters.conftest import dsh
@@ -250,3 +251,19 @@ def test_a_clear_over_a_compaction_takes_what_the_summary_shadowed_too() -> None
     for lines in (to_claude_code(session), to_codex(session)):
         assert SECRET not in json.dumps(lines)
         assert "kept" in json.dumps(lines)
+
+
+def test_a_replace_naming_no_surface_node_is_a_typed_error_naming_its_seq() -> None:
+    # a log no session would accept (built by hand): the export says which event and why,
+    # as the session's own surface check does (docs/rules.md#surface-ops), not a bare ValueError
+    removal = {"id": "r", "role": "assistant", "content": []}
+    for start, end in ((0, 7), (1, 0)):
+        events = [_user(0, "one"), _user(1, "two"),
+                  _event(2, "assistant/message", {"message": removal},
+                         {"op": "replace", "start": start, "end": end}, [0, 1])]
+        session = ImportedSession(
+            "s", {"version": 0, "id": "s", "createdAt": 1_700_000_000_000}, events)
+        with pytest.raises(EventRejectedError) as caught:
+            to_claude_code(session)
+        assert caught.value.code == "SURFACE" and caught.value.where["seq"] == 2
+        assert f"{start}" in caught.value.message and f"{end}" in caught.value.message
