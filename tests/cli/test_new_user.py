@@ -763,3 +763,7 @@ def test_verify_of_a_receipt_that_cannot_be_read_says_why_in_words(tmp_path: Pat
     garbled = dsh(tmp_path, "verify", "--receipt", str(tmp_path / "notes.json"))
     assert garbled.returncode == 2
     assert f"{tmp_path / 'notes.json'} is not a receipt (not JSON: " in garbled.stderr
+    (tmp_path / "photo.json").write_bytes(b"\xff\xd8\xff\xe0 not text")
+    binary = dsh(tmp_path, "verify", "--receipt", str(tmp_path / "photo.json"))
+    assert binary.returncode == 2, binary.stderr  # e035a85 let UnicodeDecodeError out: BUG
+    assert f"{tmp_path / 'photo.json'} is not a receipt (not JSON: " in binary.stderr

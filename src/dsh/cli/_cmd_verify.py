@@ -257,7 +257,7 @@ def _verify_receipt(path: Path, store: str | None, json_: bool) -> None:
     from dsh.rights import verify_receipt
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes()  # bytes: a file not UTF-8 is "not JSON" below, not a BUG
     except OSError as exc:
         # the OS's reason alone ("No such file or directory"), not Python's "[Errno 2] ..."
         raise typer.BadParameter(f"cannot read receipt {path}: {exc.strerror or exc}; pass "
