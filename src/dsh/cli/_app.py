@@ -1,8 +1,10 @@
 """The ``dsh`` typer application: the root options, the entry point, and the command table.
 
 Each command lives in its own module (``cmd_*.py``, or a module of its own feature) and is a
-plain function with typer annotations; it is registered here with one line,
-``app.command("NAME")(module.function)``, so adding a command touches this file once. Commands
+plain function with typer annotations; it is registered here with one line of
+:data:`COMMANDS` (name, module, function), so adding a command touches this file once. A
+command's module is imported only when that command runs (or help lists it): the CLI starts
+with typer and the root options alone (docs/cli.md). Commands
 read and write a store named by ``--store`` (default: the embedded SQLite store at
 ``$DSH_HOME/sessions.db``, ``~/.dsh`` when ``DSH_HOME`` is unset). Results go to stdout,
 diagnostics to stderr; errors and exit statuses are handled once, in :mod:`dsh.cli._errors`.
@@ -16,49 +18,116 @@ from __future__ import annotations
 import gc
 import logging
 import sys
-from collections.abc import Sequence
-from typing import Annotated
+from collections.abc import Iterator, MutableMapping, Sequence
+from importlib import import_module
+from typing import Annotated, Any, Final
 
 import typer
+from typer.core import TyperGroup
 
-from dsh.cli import (
-    _cmd_acp as cmd_acp,
-)
-from dsh.cli import (
-    _cmd_approve as cmd_approve,
-)
-from dsh.cli import (
-    _cmd_chat as cmd_chat,
-)
-from dsh.cli import (
-    _cmd_edit as cmd_edit,
-)
-from dsh.cli import (
-    _cmd_export as cmd_export,
-)
-from dsh.cli import (
-    _cmd_forget as cmd_forget,
-)
-from dsh.cli import (
-    _cmd_import as cmd_import,
-)
-from dsh.cli import (
-    _cmd_inspect as cmd_inspect,
-)
-from dsh.cli import (
-    _cmd_run as cmd_run,
-)
-from dsh.cli import (
-    _cmd_store as cmd_store,
-)
-from dsh.cli import (
-    _cmd_verify as cmd_verify,
-)
-from dsh.cli import (
-    _cmd_view as cmd_view,
-)
 from dsh.cli._errors import STATE, enable_debug, run
-from dsh.cli._help import tidy_help
+from dsh.cli._help import tidy_command, tidy_help
+
+# The command table, in the order `dsh --help` lists them: name, module in dsh.cli, function.
+# A command's module loads when that command runs (or when help lists it), so `dsh show` never
+# loads the agent loop, chat, the importers, the rights modules or the viewer.
+COMMANDS: Final[tuple[tuple[str, str, str], ...]] = (
+    ("init", "_cmd_store", "init"),
+    ("import", "_cmd_import", "import_"),
+    ("ls", "_cmd_inspect", "ls"),
+    ("show", "_cmd_inspect", "show"),
+    ("search", "_cmd_inspect", "search"),
+    ("events", "_cmd_inspect", "events"),
+    ("messages", "_cmd_inspect", "messages"),
+    ("verify", "_cmd_verify", "verify"),
+    ("resume", "_cmd_edit", "resume"),
+    ("fork", "_cmd_edit", "fork"),
+    ("compact", "_cmd_edit", "compact"),
+    ("quarantine", "_cmd_forget", "quarantine"),
+    ("unquarantine", "_cmd_forget", "unquarantine"),
+    ("redact", "_cmd_forget", "redact"),
+    ("erase", "_cmd_forget", "erase"),
+    ("rm", "_cmd_forget", "rm"),
+    ("restore", "_cmd_forget", "restore"),
+    ("gc", "_cmd_forget", "gc"),
+    ("retention", "_cmd_forget", "retention"),
+    ("export", "_cmd_export", "export"),
+    ("convert", "_cmd_export", "convert"),
+    ("run", "_cmd_run", "run_"),
+    ("chat", "_cmd_chat", "chat"),
+    ("approve", "_cmd_approve", "approve"),
+    ("deny", "_cmd_approve", "deny"),
+    ("view", "_cmd_view", "view"),
+    ("acp", "_cmd_acp", "acp"),
+    ("migrate", "_cmd_store", "migrate"),
+)
+_WHERE: Final = {name: (module, function) for name, module, function in COMMANDS}
+
+
+def load_command(name: str) -> Any:
+    """The click command ``name`` of the table, built from its module (imported here).
+
+    Built as ``app.command(name)(function)`` would build it (typer's own defaults), with its
+    help tidied (:func:`dsh.cli._help.tidy_command`).
+
+    Raises:
+        KeyError: ``name`` is not in :data:`COMMANDS`.
+    """
+    module, attribute = _WHERE[name]
+    function = getattr(import_module(f"dsh.cli.{module}"), attribute)
+    one = typer.Typer()  # typer's defaults for a command, as app.command(name) gives them
+    one.command(name)(function)
+    return tidy_command(typer.main.get_command_from_info(
+        one.registered_commands[0], pretty_exceptions_short=app.pretty_exceptions_short,
+        rich_markup_mode=app.rich_markup_mode))
+
+
+class _Commands(MutableMapping[str, Any]):
+    """The group's ``commands``: every name of the table, each built on first lookup."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        command = self._built.get(name)
+        if command is None:
+            if name not in _WHERE:
+                raise KeyError(name)
+            command = self._built[name] = load_command(name)
+        return command
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError("the dsh command table is fixed")
+
+    def __iter__(self) -> Iterator[str]:
+        yield from _WHERE
+        yield from (name for name in self._built if name not in _WHERE)
+
+    def __len__(self) -> int:
+        return len(_WHERE) + sum(name not in _WHERE for name in self._built)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _WHERE or name in self._built
+
+
+class LazyGroup(TyperGroup):
+    """The root group: lists every command by name and loads one only when it is asked for.
+
+    Lookups (``get_command``, suggestions for a typo) see every name of :data:`COMMANDS`
+    without importing a module; help, which shows each command's summary, loads them all.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commands = _Commands()
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """Every command's name, in the table's order (nothing loads)."""
+        return list(self.commands)
+
 
 app = typer.Typer(
     name="dsh",
@@ -70,37 +139,8 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=LazyGroup,
 )
-
-# The command table, in the order `dsh --help` lists them.
-app.command("init")(cmd_store.init)
-app.command("import")(cmd_import.import_)
-app.command("ls")(cmd_inspect.ls)
-app.command("show")(cmd_inspect.show)
-app.command("search")(cmd_inspect.search)
-app.command("events")(cmd_inspect.events)
-app.command("messages")(cmd_inspect.messages)
-app.command("verify")(cmd_verify.verify)
-app.command("resume")(cmd_edit.resume)
-app.command("fork")(cmd_edit.fork)
-app.command("compact")(cmd_edit.compact)
-app.command("quarantine")(cmd_forget.quarantine)
-app.command("unquarantine")(cmd_forget.unquarantine)
-app.command("redact")(cmd_forget.redact)
-app.command("erase")(cmd_forget.erase)
-app.command("rm")(cmd_forget.rm)
-app.command("restore")(cmd_forget.restore)
-app.command("gc")(cmd_forget.gc)
-app.command("retention")(cmd_forget.retention)
-app.command("export")(cmd_export.export)
-app.command("convert")(cmd_export.convert)
-app.command("run")(cmd_run.run_)
-app.command("chat")(cmd_chat.chat)
-app.command("approve")(cmd_approve.approve)
-app.command("deny")(cmd_approve.deny)
-app.command("view")(cmd_view.view)
-app.command("acp")(cmd_acp.acp)
-app.command("migrate")(cmd_store.migrate)
 
 
 def _version(value: bool) -> None:

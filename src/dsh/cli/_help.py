@@ -4,8 +4,9 @@ Typer (0.2x with click 8.2+) prints ``<bool>`` beside every flag, ``<str>`` besi
 ``{ID}`` and ``[[PATH...]]...`` in usage lines, and keeps the docstring's line breaks, so
 sentences break mid-line when rich re-wraps them. :func:`tidy_help` fixes what the commands
 show: it rewrites each command's help text once (paragraphs joined, docs/ citations and
-backtick markup removed) and adjusts how typer names parameters. Everything here degrades to
-typer's own rendering if its internals move.
+backtick markup removed) and adjusts how typer names parameters. It also defers typer's
+pydantic-based coercion of a parameter to the first value that needs it, so a command starts
+without pydantic. Everything here degrades to typer's own behaviour if its internals move.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ _DOC_REF: Final = r"docs/[\w.-]+\.md(?:#[\w-]+)?"
 _CITATION: Final = re.compile(
     rf"\s*\([^()]*?{_DOC_REF}[^()]*\)|\s*Rules?: {_DOC_REF}(?:,\s*{_DOC_REF})*\.?|{_DOC_REF}")
 _BACKTICKS: Final = re.compile(r"``?([^`]+?)``?")
+_DIGITS: Final = re.compile(r"[0-9]{1,18}")  # ASCII only: "١" or "1_000" go to pydantic
 
 
 def tidy_text(text: str) -> str:
@@ -62,11 +64,62 @@ def _usage_name(self: Any) -> str:
     return name + ("..." if self.nargs != 1 else "")
 
 
+def _deferred_coercion() -> None:
+    # Typer (0.29) builds a pydantic TypeAdapter for every parameter it processes, even one left
+    # at its default None, and so imports pydantic (~100 ms) in every command. Here the
+    # adapter is built only when a value needs it: a parameter left unset never builds one,
+    # a plain `str` parameter given on the command line keeps its text as is (what the
+    # adapter returns for a str: the same object), and plain digits for an `int` within its
+    # bounds become that int. Every other value goes through typer's own
+    # coercion, so its result and its errors are typer's.
+    try:
+        from dataclasses import dataclass, field
+
+        from typer import _coercion, core
+    except ImportError:  # pragma: no cover - typer is a dependency
+        return
+    found = getattr(core, "build_runtime_param", None)
+    base = getattr(_coercion, "RuntimeParam", None)
+    if found is None or base is None or hasattr(found, "__wrapped__"):
+        return
+    build: Any = found
+
+    @dataclass(frozen=True)
+    class Deferred(base):  # type: ignore[misc, valid-type]
+        descriptor: Any = None
+        built: list[Any] = field(default_factory=list)
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            desc = self.descriptor
+            info = desc.parameter_info
+            plain = (isinstance(value, str) and info.parser is None
+                     and desc.file_annotation is None and not desc.is_path
+                     and not desc.is_choice)
+            if plain and desc.annotation is str:
+                return value
+            if plain and desc.annotation is int and not info.clamp and _DIGITS.fullmatch(value):
+                number = int(value)  # what pydantic makes of plain digits, bounds checked
+                if (info.min is None or number >= info.min) and \
+                        (info.max is None or number <= info.max):
+                    return number
+            if not self.built:
+                self.built.append(build(desc))
+            return self.built[0]._coerce_value(value, param=param, ctx=ctx)
+
+    def deferred(descriptor: Any) -> Any:
+        return Deferred(parameter_info=descriptor.parameter_info,
+                        annotation=descriptor.annotation, descriptor=descriptor)
+
+    deferred.__wrapped__ = build  # type: ignore[attr-defined]
+    setattr(core, "build_runtime_param", deferred)  # noqa: B010 - not exported by typer
+
+
 def _patch_typer() -> None:
     try:
         from typer import core
     except ImportError:  # pragma: no cover - typer is a dependency
         return
+    _deferred_coercion()
     for cls_name in ("TyperOption", "TyperArgument"):
         cls = getattr(core, cls_name, None)
         current = getattr(cls, "display_type_rich", None)
@@ -77,18 +130,29 @@ def _patch_typer() -> None:
         argument._usage_display_name = _usage_name
 
 
+def tidy_command(command: Any) -> Any:
+    """Rewrite the help texts of one click ``command`` and of its parameters, once.
+
+    Returns:
+        The same command, for chaining.
+    """
+    if command.help:
+        command.help = tidy_text(command.help)
+    for param in command.params:
+        current = getattr(param, "help", None)  # typer's arguments carry help too
+        if isinstance(current, str) and current:
+            param.__dict__["help"] = tidy_text(current)
+    return command
+
+
 def tidy_help(group: Any) -> Any:
-    """Rewrite the help texts of ``group`` and its commands and patch typer's parameter names.
+    """Rewrite the help texts of ``group`` and patch typer's parameter names.
+
+    The group's commands are tidied as they are built (:func:`tidy_command`), so that none is
+    built here.
 
     Returns:
         The same group, for chaining.
     """
     _patch_typer()
-    for command in [group, *getattr(group, "commands", {}).values()]:
-        if command.help:
-            command.help = tidy_text(command.help)
-        for param in command.params:
-            current = getattr(param, "help", None)  # typer's arguments carry help too
-            if isinstance(current, str) and current:
-                param.__dict__["help"] = tidy_text(current)
-    return group
+    return tidy_command(group)

@@ -22,42 +22,47 @@ Operations take a ``dsh.Store`` (or its ``persistence`` facade) and a stored ses
 
 from __future__ import annotations
 
-from dsh.rights._erase import (
-    ErasedSession,
-    ErasureReceipt,
-    erase,
-    verify_receipt,
-)
+from typing import TYPE_CHECKING
 
-# for dsh's own packages (the CLI's redaction warning), not public API
-from dsh.rights._forks import fork_copies as fork_copies
-from dsh.rights._quarantine import (
-    PLACEHOLDER_TEXT,
-    QuarantineResult,
-    QuarantineState,
-    quarantine,
-    quarantine_state,
-    unquarantine,
-)
-from dsh.rights._redact import (
-    REDACTED_TEXT,
-    RedactedEvent,
-    RedactionResult,
-    find_secrets,
-    redact,
-)
-from dsh.rights._retention import (
-    GcItem,
-    GcReport,
-    RetentionPolicy,
-    clear_retention,
-    gc,
-    retention_policies,
-    set_retention,
-)
-from dsh.rights._storelog import StoreLog, TrashEntry, store_log
-from dsh.rights._trash import TrashResult, purge, restore, trash
+from dsh._lazy import lazy_exports
 from dsh.session import QUARANTINE_APPLY, QUARANTINE_RELEASE, REDACTION_APPLIED
+
+if TYPE_CHECKING:  # loaded on first use (see __getattr__): `dsh ls` reads the store log alone
+    from dsh.rights._erase import (
+        ErasedSession,
+        ErasureReceipt,
+        erase,
+        verify_receipt,
+    )
+
+    # for dsh's own packages (the CLI's redaction warning), not public API
+    from dsh.rights._forks import fork_copies as fork_copies
+    from dsh.rights._quarantine import (
+        PLACEHOLDER_TEXT,
+        QuarantineResult,
+        QuarantineState,
+        quarantine,
+        quarantine_state,
+        unquarantine,
+    )
+    from dsh.rights._redact import (
+        REDACTED_TEXT,
+        RedactedEvent,
+        RedactionResult,
+        find_secrets,
+        redact,
+    )
+    from dsh.rights._retention import (
+        GcItem,
+        GcReport,
+        RetentionPolicy,
+        clear_retention,
+        gc,
+        retention_policies,
+        set_retention,
+    )
+    from dsh.rights._storelog import StoreLog, TrashEntry, store_log
+    from dsh.rights._trash import TrashResult, purge, restore, trash
 
 __all__ = [
     "PLACEHOLDER_TEXT",
@@ -93,3 +98,19 @@ __all__ = [
     "unquarantine",
     "verify_receipt",
 ]
+
+# Each operation loads with its module: the erasure verifier, the secret scanner (detect-secrets
+# or re2 when installed) and the retention planner stay out of a process that only lists.
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    **dict.fromkeys(("ErasedSession", "ErasureReceipt", "erase", "verify_receipt"),
+                    "dsh.rights._erase"),
+    "fork_copies": "dsh.rights._forks",
+    **dict.fromkeys(("PLACEHOLDER_TEXT", "QuarantineResult", "QuarantineState", "quarantine",
+                     "quarantine_state", "unquarantine"), "dsh.rights._quarantine"),
+    **dict.fromkeys(("REDACTED_TEXT", "RedactedEvent", "RedactionResult", "find_secrets",
+                     "redact"), "dsh.rights._redact"),
+    **dict.fromkeys(("GcItem", "GcReport", "RetentionPolicy", "clear_retention", "gc",
+                     "retention_policies", "set_retention"), "dsh.rights._retention"),
+    **dict.fromkeys(("StoreLog", "TrashEntry", "store_log"), "dsh.rights._storelog"),
+    **dict.fromkeys(("TrashResult", "purge", "restore", "trash"), "dsh.rights._trash"),
+}, __all__)
