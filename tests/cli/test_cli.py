@@ -385,7 +385,7 @@ def test_import_json_summary_has_stable_keys(tmp_path: Path) -> None:
     assert summary == {"imported": [{"path": str(source), "session": "native-1",
                                      "format": "dsh"}],
                        "updated": [], "superseded": [], "skipped": [], "failed": [],
-                       "ignored": [], "cut": [], "completed": []}
+                       "ignored": [], "cut": [], "completed": [], "erased": []}
 
 
 def test_ls_json_rows_have_the_stable_keys(imported: Imported) -> None:
