@@ -109,7 +109,8 @@ def test_gc_cli_explains_by_default_and_applies_on_demand(url: str, tmp_path: Pa
     assert kinds == ["store/retention", "store/retention", "store/trashed", "store/erased"]
     for secret in SECRETS.values():
         assert secret not in log
-    run_cli("retention", "--store", url, "--where", "cwd=/home/acme/app", "--clear")
+    cleared = run_cli("retention", "--store", url, "--where", "cwd=/home/acme/app", "--clear")
+    assert "removed the retention policy for cwd=/home/acme/app" in cleared.stderr
     assert "cwd=/home/acme/app" not in run_cli("retention", "--store", url).stdout
 
 

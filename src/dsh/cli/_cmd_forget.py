@@ -536,6 +536,8 @@ def retention(where: Annotated[list[str] | None, typer.Option(
             if not clear_retention(sessions, scope, by=_who(by)):
                 raise typer.BadParameter(f"no policy for {policy_label(scope)}",
                                          param_hint="'--where'")
+            stderr_console().print(f"removed the retention policy for {policy_label(scope)}",
+                                   markup=False)
         elif setting:
             covered = set_retention(sessions, RetentionPolicy(
                 where=scope, keep=keep, archive_after_days=archive_after,
