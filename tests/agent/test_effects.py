@@ -407,10 +407,12 @@ def test_an_answer_needs_a_waiting_request(tmp_path: Path) -> None:
     with dsh.open(url) as store:
         with pytest.raises(AgentError, match=r"no approval waiting for call 'c9' \(waiting: c1"):
             approve(store, "s1", "c9")
-        approve(store, "s1", "c1")
+        approve(store, "s1", "c1", by="bob")
         with pytest.raises(AgentError) as info:
             deny(store, "s1", "c1")
     assert info.value.code == "NO_PENDING_APPROVAL"
+    assert "it was already approved by bob (seq " in str(info.value)
+    assert "the next resumed run carries that out (waiting: none)" in str(info.value)
 
 
 APPROVAL_CHILD = textwrap.dedent('''
@@ -466,6 +468,11 @@ def test_an_approval_answered_by_another_process_is_carried_out_by_a_third(
     assert (out["decision"], out["by"], out["callId"]) == ("approved", "bob", "c1")
     ran = child("-c", APPROVAL_CHILD, url, "resume")
     assert ran.startswith("completed wired, thanks [('wire', 'dsh-")
+    late = subprocess.run([sys.executable, "-m", "dsh.cli", "deny", "s1", "c1", "--store", url],
+                          cwd=repo, capture_output=True, text=True, timeout=120)
+    assert late.returncode == 1
+    assert "no approval waiting for call 'c1': its request (seq " in late.stderr
+    assert "was answered and the answer carried out (waiting: none)" in late.stderr
     shown = json.loads(child("-m", "dsh.cli", "show", "s1", "--store", url, "--json"))
     kinds = [(i["kind"], i.get("decision")) for i in shown["items"]
              if i["kind"] in ("approval", "approval-answer", "recovery", "replacement")]

@@ -28,7 +28,13 @@ from collections.abc import Callable
 from typing import Literal
 
 from dsh._errors import AgentError, ConfigError
-from dsh.agent._effects import APPROVAL_ANSWERED, EffectLedger, PendingApproval, format_ms
+from dsh.agent._effects import (
+    APPROVAL_ANSWERED,
+    CallRecord,
+    EffectLedger,
+    PendingApproval,
+    format_ms,
+)
 from dsh.agent._recorder import HoldsSessions, core_store
 from dsh.session import REDACTION_APPLIED, Event, Session, SessionStore
 
@@ -52,6 +58,18 @@ def pending_approvals(session: Session) -> list[PendingApproval]:
     return ledger.pending_approvals()
 
 
+def _answered_already(record: CallRecord | None) -> str:
+    """What became of a call's approval request, for the refusal of a second answer."""
+    if record is None or record.last_request is None:
+        return ""
+    if record.answer is not None:
+        data = record.answer["data"]
+        return (f": it was already {data['decision']} by {data['by']} (seq "
+                f"{record.answer['seq']}) and the next resumed run carries that out")
+    return (f": its request (seq {record.last_request['seq']}) was answered and the answer "
+            f"carried out")
+
+
 def _answer(given: SessionStore | HoldsSessions, session_id: str, call_id: str,
             decision: Literal["approved", "denied"], by: str | None, note: str | None,
             clock: Callable[[], int] | None) -> Event:
@@ -68,8 +86,9 @@ def _answer(given: SessionStore | HoldsSessions, session_id: str, call_id: str,
         if record is None or record.awaiting is None:
             waiting = ", ".join(p.call_id for p in ledger.pending_approvals()) or "none"
             raise AgentError(f"session {session_id!r} has no approval waiting for call "
-                             f"{call_id!r} (waiting: {waiting})", code="NO_PENDING_APPROVAL",
-                             session_id=session_id, call_id=call_id)
+                             f"{call_id!r}{_answered_already(record)} (waiting: {waiting})",
+                             code="NO_PENDING_APPROVAL", session_id=session_id,
+                             call_id=call_id)
         if decision == "approved" and record.quarantined_by is not None:
             raise AgentError(
                 f"call {call_id!r} in session {session_id!r} cannot be approved while it is "
