@@ -27,6 +27,8 @@ CASES = {
     "import-phases": ["bench.bench_import", "--phases", str(
         REPO / "tests" / "corpus" / "claude-code" / "spotter-tool-heavy-queued-interrupts.jsonl"),
         "--runs", "1"],
+    "import-cli": ["bench.bench_import_cli", "--src", str(REPO / "src"), "--src",
+                   f"{REPO / 'src'}@0.005", "--mb", "0.05", "--runs", "1"],
     "ls": ["bench.bench_ls", "--sessions", "20", "--runs", "1", "--backend", "both"],
     "postgres": ["bench.bench_postgres", "--events", "300", "--turns", "3", "--runs", "1",
                  "--peers", "none"],
