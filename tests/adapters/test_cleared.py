@@ -258,3 +258,44 @@ def test_pydantic_ai_conversation_delete_leaves_the_model_view(tmp_path: Path) -
         _shown_removed(store, line)
     with ScriptedServer() as server:
         _dsh_run_sends_no_secret(store, "pa-del", server)
+
+
+def test_pydantic_ai_conversation_delete_clears_the_lines_it_moved_to_only(
+        tmp_path: Path) -> None:
+    # delete clears the sessions the conversation's pydantic-ai/moved events name. Probing
+    # `<id>~2`, `<id>~3`, ... took a conversation that is merely named "pa-del~2" for a line of
+    # "pa-del" and cleared it (the branch went on in pa-del~3), and a probe stops at the first
+    # id missing, so a gap hid every line after it.
+    from pydantic_ai import Agent
+    from pydantic_ai.conversation import Conversation
+    from pydantic_ai.models.test import TestModel
+
+    from dsh.adapters.pydantic_ai_store import DshConversationStore
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    agent = Agent(TestModel())
+
+    async def body() -> None:
+        async with DshConversationStore(store) as conversations:
+            other = Conversation(conversation_id="pa-del~2")
+            await conversations.save(await agent.run("another conversation", conversation=other))
+            first = await agent.run(f"my password is {SECRET}",
+                                    conversation=Conversation(conversation_id="pa-del"))
+            await conversations.save(first)
+            loaded = await conversations.load("pa-del")
+            assert loaded is not None
+            branched = await conversations.branch("pa-del", at=1,
+                                                  expected_revision=loaded.revision)
+            await conversations.save(await agent.run(f"again: {SECRET}", conversation=branched))
+            await conversations.delete("pa-del")
+            assert await conversations.load("pa-del") is None
+            kept = await conversations.load("pa-del~2")
+            assert kept is not None and len(kept.messages) == 2
+    asyncio.run(body())
+    ids = sorted(row["id"] for row in json.loads(dsh("ls", "--store", store, "--json")))
+    assert ids == ["pa-del", "pa-del~2", "pa-del~3"]  # the branch went on in pa-del~3
+    for line in ("pa-del", "pa-del~3"):
+        assert SECRET not in json.dumps(dsh_messages(line, store))
+        _shown_removed(store, line)
+    assert "another conversation" in json.dumps(dsh_messages("pa-del~2", store))
+    assert "REMOVED from the model view" not in dsh("show", "pa-del~2", "--store", store)

@@ -85,6 +85,7 @@ class _Line:
         self.record: dict[str, Any] | None = None  # JSON of the last record; None: deleted
         self.conversation_id: str | None = None
         self.moved_to: str | None = None
+        self.lines: list[str] = []  # every session a pydantic-ai/moved named, in order
         self.seen = 0  # events folded so far
 
     def fold(self, events: Sequence[Event]) -> None:
@@ -100,6 +101,7 @@ class _Line:
                 self.record = None
             elif kind == MOVED_EVENT:
                 self.moved_to = event["data"]["to"]
+                self.lines.append(self.moved_to)
         self.seen = len(events)
 
 
@@ -326,12 +328,11 @@ class DshConversationStore(ConversationStore):
             log.open().mark(DELETE_EVENT, {"revision": expected_revision})
             log.flush()
             # every line of the conversation leaves the model view: the session named after
-            # it and each `<id>~<n>` a branch or rewrite continued in
-            lines, number = [conversation_id], 2
-            while self._reader.exists(f"{conversation_id}~{number}"):
-                lines.append(f"{conversation_id}~{number}")
-                number += 1
-            for session_id in lines:
+            # it and each one its pydantic-ai/moved events name (a branch or rewrite continued
+            # there), not whatever `<id>~<n>` happens to exist
+            home = self._line(conversation_id, fresh=False)
+            assert home is not None
+            for session_id in [conversation_id, *home.lines]:
                 line = self._writer(session_id)
                 line.clear()
                 line.flush()
