@@ -18,7 +18,7 @@ _DOC_REF: Final = r"docs/[\w.-]+\.md(?:#[\w-]+)?"
 _CITATION: Final = re.compile(
     rf"\s*\([^()]*?{_DOC_REF}[^()]*\)|\s*Rules?: {_DOC_REF}(?:,\s*{_DOC_REF})*\.?|{_DOC_REF}")
 _BACKTICKS: Final = re.compile(r"``?([^`]+?)``?")
-_DIGITS: Final = re.compile(r"[0-9]{1,18}")  # ASCII only: "١" or "1_000" go to pydantic
+_DIGITS: Final = re.compile(r"[0-9]{1,18}")  # :func:`_deferred_coercion`
 
 
 def tidy_text(text: str) -> str:
@@ -65,50 +65,67 @@ def _usage_name(self: Any) -> str:
 
 
 def _deferred_coercion() -> None:
-    # Typer (0.29) builds a pydantic TypeAdapter for every parameter it processes, even one left
-    # at its default None, and so imports pydantic (~100 ms) in every command. Here the
-    # adapter is built only when a value needs it: a parameter left unset never builds one,
-    # a plain `str` parameter given on the command line keeps its text as is (what the
-    # adapter returns for a str: the same object), and plain digits for an `int` within its
-    # bounds become that int. Every other value goes through typer's own
-    # coercion, so its result and its errors are typer's.
+    """Build typer's pydantic coercion of a parameter only for a value that needs it.
+
+    Typer (0.29) builds a pydantic ``TypeAdapter`` for every parameter it processes, even one
+    left at its default, and so imports pydantic (~100 ms) in every command. The hook patched
+    here answers without one where pydantic's lax mode has a known answer (its conversion
+    table, https://docs.pydantic.dev/latest/concepts/conversion_table/): for a plain ``str``
+    parameter the command line's text itself, and for a plain ``int`` one without ``clamp``
+    1-18 ASCII digits as their int within ``min``/``max`` ("plain": no ``parser``, file, path
+    or choice). Any other value goes to typer's own coercion, built at first need, so its
+    result and its errors are typer's.
+
+    Falls back to typer as it is when its internals move: no patch unless
+    ``core.build_runtime_param`` exists and ``_coercion.RuntimeParam`` is a dataclass with
+    exactly the fields ``parameter_info`` and ``annotation`` and an abstract ``_coerce_value``;
+    a descriptor without an attribute read here gets typer's own runtime param.
+    """
     try:
-        from dataclasses import dataclass, field
+        from dataclasses import dataclass, field, fields, is_dataclass
 
         from typer import _coercion, core
     except ImportError:  # pragma: no cover - typer is a dependency
         return
     found = getattr(core, "build_runtime_param", None)
     base = getattr(_coercion, "RuntimeParam", None)
-    if found is None or base is None or hasattr(found, "__wrapped__"):
+    if found is None or hasattr(found, "__wrapped__") or not is_dataclass(base) \
+            or {f.name for f in fields(base)} != {"parameter_info", "annotation"} \
+            or "_coerce_value" not in getattr(base, "__abstractmethods__", ()):
         return
     build: Any = found
 
     @dataclass(frozen=True)
     class Deferred(base):  # type: ignore[misc, valid-type]
         descriptor: Any = None
+        kind: type | None = None  # str or int: a plain parameter of that type
+        bounds: tuple[Any, Any] = (None, None)  # an int's (min, max)
         built: list[Any] = field(default_factory=list)
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            desc = self.descriptor
-            info = desc.parameter_info
-            plain = (isinstance(value, str) and info.parser is None
-                     and desc.file_annotation is None and not desc.is_path
-                     and not desc.is_choice)
-            if plain and desc.annotation is str:
+            if isinstance(value, str) and self.kind is str:
                 return value
-            if plain and desc.annotation is int and not info.clamp and _DIGITS.fullmatch(value):
-                number = int(value)  # what pydantic makes of plain digits, bounds checked
-                if (info.min is None or number >= info.min) and \
-                        (info.max is None or number <= info.max):
+            if isinstance(value, str) and self.kind is int and _DIGITS.fullmatch(value):
+                number, (low, high) = int(value), self.bounds
+                if (low is None or number >= low) and (high is None or number <= high):
                     return number
             if not self.built:
-                self.built.append(build(desc))
+                self.built.append(build(self.descriptor))
             return self.built[0]._coerce_value(value, param=param, ctx=ctx)
 
     def deferred(descriptor: Any) -> Any:
-        return Deferred(parameter_info=descriptor.parameter_info,
-                        annotation=descriptor.annotation, descriptor=descriptor)
+        try:
+            info, annotation = descriptor.parameter_info, descriptor.annotation
+            plain = (info.parser is None and descriptor.file_annotation is None
+                     and not descriptor.is_path and not descriptor.is_choice)
+            kind = annotation if plain and annotation in (str, int) else None
+            if kind is int and info.clamp:
+                kind = None
+            bounds = (info.min, info.max)
+        except AttributeError:  # typer's descriptor moved on: its own runtime param
+            return build(descriptor)
+        return Deferred(parameter_info=info, annotation=annotation, descriptor=descriptor,
+                        kind=kind, bounds=bounds)
 
     deferred.__wrapped__ = build  # type: ignore[attr-defined]
     setattr(core, "build_runtime_param", deferred)  # noqa: B010 - not exported by typer
