@@ -15,6 +15,13 @@ from typing import Any
 from dsh.interop._history import history
 
 
+def result(call_seq: int, text: str) -> dict[str, Any]:
+    """A ``tool/result``'s data answering the call of the turn at ``call_seq`` with ``text``."""
+    return {"message": {"id": f"t{call_seq}", "role": "user", "content": [
+        {"type": "tool-result", "toolCallId": f"c{call_seq}", "isError": False,
+         "content": [{"type": "text", "text": text}]}]}}
+
+
 def build(events: int, prunes: int, *, clear: bool) -> list[dict[str, Any]]:
     """The log as wire events (seq = index), valid for ``fold_surface``'s rules."""
     log: list[dict[str, Any]] = []
@@ -33,11 +40,10 @@ def build(events: int, prunes: int, *, clear: bool) -> list[dict[str, Any]]:
         add("assistant/message", {"message": {"id": f"a{seq}", "role": "assistant", "content": [
             {"type": "toolCall", "id": f"c{seq}", "name": "x", "arguments": {}}]}})
         results.append(len(log))
-        add("tool/result", {"message": {"id": f"t{seq}", "role": "tool",
-                                        "content": [{"type": "text", "text": "r"}]}})
+        add("tool/result", result(seq, "r"))
     for seq in results[::max(1, len(results) // prunes)][:prunes]:
-        rewrite = add("tool/result", {"message": {"id": f"t{seq}", "role": "tool", "content": [
-            {"type": "text", "text": "pruned"}]}}, {"op": "replace", "start": seq, "end": seq})
+        rewrite = add("tool/result", result(seq - 2, "pruned"),
+                      {"op": "replace", "start": seq, "end": seq})
         rewrite["sourceEventSeqs"] = [seq]
         now[seq] = rewrite["seq"]
     if clear:

@@ -262,9 +262,10 @@ def test_a_clear_over_a_compaction_takes_what_the_summary_shadowed_too() -> None
 
 def test_a_replace_naming_no_surface_node_is_a_typed_error_naming_its_seq() -> None:
     # a log no session would accept (built by hand): the export says which event and why,
-    # as the session's own surface check does (docs/rules.md#surface-ops), not a bare ValueError
+    # with the session's own surface refusal (docs/rules.md#surface-ops), not a bare ValueError
     removal = {"id": "r", "role": "assistant", "content": []}
-    for start, end in ((0, 7), (1, 0)):
+    for start, end, why in ((0, 7, "end seq 7 not found in surface"),
+                            (1, 0, "start seq 1 (index 1) is after end seq 0 (index 0)")):
         events = [_user(0, "one"), _user(1, "two"),
                   _event(2, "assistant/message", {"message": removal},
                          {"op": "replace", "start": start, "end": end}, [0, 1])]
@@ -273,4 +274,4 @@ def test_a_replace_naming_no_surface_node_is_a_typed_error_naming_its_seq() -> N
         with pytest.raises(EventRejectedError) as caught:
             to_claude_code(session)
         assert caught.value.code == "SURFACE" and caught.value.where["seq"] == 2
-        assert f"{start}" in caught.value.message and f"{end}" in caught.value.message
+        assert caught.value.message == f"surface replace: {why} (event at seq 2)"

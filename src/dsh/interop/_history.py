@@ -31,8 +31,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from dsh._errors import EventRejectedError
 from dsh.json import MAX_SAFE_INTEGER
+from dsh.session import fold_surface
 
 
 class LogLike(Protocol):
@@ -114,8 +114,9 @@ def history(events: Sequence[Mapping[str, Any]]) -> Iterator[Entry]:
         events: Wire events ``{type, seq, time, data, surfaceOp?, …}`` in seq order.
 
     Raises:
-        EventRejectedError: code ``SURFACE`` naming the seq of a replace that names no run of
-            the surface, in a log holding a removal (a log no session accepted).
+        EventRejectedError: in a log holding a removal, the first refusal of the session's
+            surface fold (e.g. code ``SURFACE`` naming the seq of a replace that names no run
+            of the surface: a log no session accepted).
     """
     by_seq = {int(e["seq"]): e for e in events if isinstance(e.get("seq"), int)}
     newest: dict[int, Mapping[str, Any]] = {}
@@ -192,47 +193,20 @@ def _removed(events: Sequence[Mapping[str, Any]], removals: set[int],
              rewrites_to: Mapping[int, int]) -> frozenset[int]:
     """Seqs of the entries a removal took off the view (module docstring).
 
-    Folds the surface (docs/rules.md#surface-ops), keeping for each node the entries it stands
-    for: an append itself, a rewrite its node's, a checkpoint itself and what it shadowed, a
-    removal none. A removal's run takes all of them out.
-
-    A map of each node's position keeps a one-node replace (a pruned result, a rewrite) O(1);
-    a run of several nodes re-indexes the nodes after it, as the session's own fold moves them.
+    Walks the replacements of the session's own surface fold (:func:`fold_surface`,
+    docs/rules.md#surface-ops), keeping for each node the entries it stands for: an append
+    itself, a rewrite its node's, a checkpoint itself and what it shadowed, a removal none. A
+    removal's run takes all of them out.
 
     Raises:
-        EventRejectedError: code ``SURFACE`` naming the replace's seq: its start or end is not
-            on the surface, or the start comes after the end (a log no session accepted).
+        EventRejectedError: the fold's first refusal (code ``SURFACE`` naming the seq of a
+            replace whose start or end is not on the surface, or whose start comes after its
+            end: a log no session accepted).
     """
-    nodes: list[int] = []
-    where: dict[int, int] = {}  # node seq -> its position in nodes
-    stands_for: dict[int, list[int]] = {}
+    stands_for: dict[int, list[int]] = {}  # a replace's node -> its entries (an append: itself)
     out: set[int] = set()
-    for event in events:
-        seq, op = event.get("seq"), event.get("surfaceOp")
-        if op is None or not isinstance(seq, int):
-            continue
-        if not isinstance(op, Mapping):
-            where[seq] = len(nodes)
-            nodes.append(seq)
-            stands_for[seq] = [seq]
-            continue
-        start, end = op.get("start"), op.get("end")
-        first = where.get(start, -1) if type(start) is int else -1
-        last = where.get(end, -1) if type(end) is int else -1
-        if first < 0 or last < first:
-            raise EventRejectedError(
-                f"seq {seq}: its surface replace {start!r}..{end!r} names no run of the "
-                "surface (a node not on it, or the start after the end)", code="SURFACE", seq=seq,
-                event_type=str(event.get("type")))
-        run_nodes = nodes[first:last + 1]
-        run = [e for node in run_nodes for e in stands_for.pop(node, ())]
-        for node in run_nodes:
-            del where[node]
-        nodes[first:last + 1] = [seq]
-        where[seq] = first
-        if last > first:  # the nodes after the run moved up
-            for index in range(first + 1, len(nodes)):
-                where[nodes[index]] = index
+    for seq, _start, _end, shadowed in fold_surface(events).replacements:
+        run = [e for node in shadowed for e in stands_for.pop(node, (node,))]
         if seq in removals:
             out.update(run)
             stands_for[seq] = []
