@@ -76,16 +76,37 @@ def test_sdk_clear_session_and_pop_item(tmp_path: Path) -> None:
             _shown_removed(store, sid)
 
 
-def test_langchain_history_clear(tmp_path: Path) -> None:
+def langchain_cleared(store: str) -> Any:
+    """Session ``lc`` told the secret through ``DshChatMessageHistory``, then ``clear()``ed;
+    the history, still open."""
     from langchain_core.messages import AIMessage, HumanMessage
-    from langchain_openai import ChatOpenAI
 
     from dsh.adapters.langchain import DshChatMessageHistory
 
-    store = f"sqlite:///{tmp_path / 'sessions.db'}"
     history = DshChatMessageHistory("lc", store)
     history.add_messages([HumanMessage(f"my password is {SECRET}"), AIMessage("noted")])
     history.clear()
+    return history
+
+
+def pydantic_ai_cleared(store: str) -> None:
+    """Session ``pa`` told the secret through ``DshMessageHistory``, then ``clear()``ed."""
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+    from dsh.adapters.pydantic_ai import DshMessageHistory
+
+    with DshMessageHistory("pa", store) as history:
+        history.record([ModelRequest(parts=[UserPromptPart(f"my password is {SECRET}")]),
+                        ModelResponse(parts=[TextPart("noted")])])
+        history.clear()
+        assert history.load() == []
+
+
+def test_langchain_history_clear(tmp_path: Path) -> None:
+    from langchain_openai import ChatOpenAI
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    history = langchain_cleared(store)
     history.add_user_message("hi")
     with ScriptedServer() as server:
         server.add(Stream(openai_reply("hello")))
@@ -136,16 +157,8 @@ def test_langgraph_remove_message_and_delete_thread(tmp_path: Path) -> None:
 
 
 def test_pydantic_ai_history_clear(tmp_path: Path) -> None:
-    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
-
-    from dsh.adapters.pydantic_ai import DshMessageHistory
-
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
-    with DshMessageHistory("pa", store) as history:
-        history.record([ModelRequest(parts=[UserPromptPart(f"my password is {SECRET}")]),
-                        ModelResponse(parts=[TextPart("noted")])])
-        history.clear()
-        assert history.load() == []
+    pydantic_ai_cleared(store)
     with ScriptedServer() as server:
         server.add(Stream(openai_reply("hello")))
         run("pydantic-ai", store, "pa", server.base_url + "/v1", "hi")

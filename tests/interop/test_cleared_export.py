@@ -22,7 +22,12 @@ from dsh.interop import ImportedSession, import_file, to_claude_code, to_codex
 from dsh.json import thaw
 from tests.adapters.conftest import dsh
 from tests.adapters.kill_child import run
-from tests.adapters.test_cleared import SECRET, langgraph_removed_and_deleted
+from tests.adapters.test_cleared import (
+    SECRET,
+    langchain_cleared,
+    langgraph_removed_and_deleted,
+    pydantic_ai_cleared,
+)
 from tests.agent.providers.servers import ScriptedServer, Stream, openai_reply
 from tests.interop.standards import view
 
@@ -141,27 +146,16 @@ def test_sdk_clear_session_and_pop_item_leave_every_handoff(tmp_path: Path) -> N
 def test_langchain_clear_leaves_every_handoff(tmp_path: Path) -> None:
     from langchain_core.messages import AIMessage, HumanMessage
 
-    from dsh.adapters.langchain import DshChatMessageHistory
-
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
-    history = DshChatMessageHistory("lc", store)
-    history.add_messages([HumanMessage(f"my password is {SECRET}"), AIMessage("noted")])
-    history.clear()
+    history = langchain_cleared(store)
     history.add_messages([HumanMessage("hi"), AIMessage("hello")])
     history.close()
     _assert_exports_leave_out_what_was_removed(store, "lc", tmp_path)
 
 
 def test_pydantic_ai_clear_leaves_every_handoff(tmp_path: Path) -> None:
-    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
-
-    from dsh.adapters.pydantic_ai import DshMessageHistory
-
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
-    with DshMessageHistory("pa", store) as history:
-        history.record([ModelRequest(parts=[UserPromptPart(f"my password is {SECRET}")]),
-                        ModelResponse(parts=[TextPart("noted")])])
-        history.clear()
+    pydantic_ai_cleared(store)
     with ScriptedServer() as server:
         _continue(store, "pa", server, "pydantic-ai")
     _assert_exports_leave_out_what_was_removed(store, "pa", tmp_path)
