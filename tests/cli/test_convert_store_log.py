@@ -8,6 +8,7 @@ Rule: docs/stores.md#moving-between-stores, docs/forgetting.md#the-store-log.
 from __future__ import annotations
 
 import itertools
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,10 @@ def _state(dsh: Dsh, url: str) -> dict[str, Any]:
             "storeLog": dsh.event_lines(STORE_LOG_ID, "--store", url)}
 
 
-def _source(dsh: Dsh, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+def _build_source(dsh: Dsh, folder: Path) -> tuple[Path, dict[str, Any]]:
     """A SQLite store of the bundled examples with one session trashed, one purged, the old
     others archived by a policy but one restored, and a second policy kept for a scope."""
-    source = f"sqlite://{tmp_path}/source.db"
+    source = f"sqlite://{folder}/source.db"
     dsh("import", "--examples", "--store", source)
     ids = [r["id"] for r in dsh.json("ls", "--store", source, "--json")]
     dsh("retention", "--archive-after", "1", "--store", source)
@@ -56,13 +57,37 @@ def _source(dsh: Dsh, tmp_path: Path) -> tuple[str, dict[str, Any]]:
     assert trash[old[1]]["purged"] is True
     assert {r["id"] for r in state["archived"]} == set(old[3:])
     assert len(state["retention"]) == 2
-    return source, state
+    return folder / "source.db", state
 
 
-def test_convert_carries_the_store_log_between_files(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def built_source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The source store built once for the module (its walk is ~16 dsh processes): each test
+    converts from its own copy of the file."""
+    folder = tmp_path_factory.mktemp("convert-source")
+    return _build_source(Dsh(folder), folder)
+
+
+@pytest.fixture
+def source(built_source: tuple[Path, dict[str, Any]],
+           tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """This test's copy of the built source store and its state as the walk saw it: the
+    database and every file beside it named after it (its seals), with their modes (dsh
+    refuses a database others may read)."""
+    built, state = built_source
+    for path in built.parent.glob(built.name + "*"):
+        if path.is_dir():
+            shutil.copytree(path, tmp_path / path.name)
+        else:
+            shutil.copy2(path, tmp_path / path.name)
+    return f"sqlite://{tmp_path}/{built.name}", state
+
+
+def test_convert_carries_the_store_log_between_files(
+        tmp_path: Path, source: tuple[str, dict[str, Any]]) -> None:
     dsh = Dsh(tmp_path)
-    source, expected = _source(dsh, tmp_path)
-    chain = [source, f"jsonl://{tmp_path}/raw", f"jsonl+zstd://{tmp_path}/z",
+    source_url, expected = source
+    chain = [source_url, f"jsonl://{tmp_path}/raw", f"jsonl+zstd://{tmp_path}/z",
              f"sqlite://{tmp_path}/back.db"]
     for src, dst in itertools.pairwise(chain):
         proc = dsh("convert", "--from", src, "--to", dst)
@@ -74,11 +99,12 @@ def test_convert_carries_the_store_log_between_files(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(postgres_unreachable() is not None,
                     reason=f"SKIPPED LOUDLY: {postgres_unreachable()}")
-def test_convert_carries_the_store_log_to_and_from_postgresql(tmp_path: Path) -> None:
+def test_convert_carries_the_store_log_to_and_from_postgresql(
+        tmp_path: Path, source: tuple[str, dict[str, Any]]) -> None:
     dsh = Dsh(tmp_path)
-    source, expected = _source(dsh, tmp_path)
+    source_url, expected = source
     with temporary_postgres_url() as pg, temporary_postgres_url() as pg_again:
-        chain = [source, pg, f"jsonl://{tmp_path}/raw", pg_again, f"sqlite://{tmp_path}/b.db"]
+        chain = [source_url, pg, f"jsonl://{tmp_path}/raw", pg_again, f"sqlite://{tmp_path}/b.db"]
         for src, dst in itertools.pairwise(chain):
             outcome = dsh.json("convert", "--from", src, "--to", dst, "--json")
             assert outcome["storeLog"] == "copied"
@@ -87,23 +113,25 @@ def test_convert_carries_the_store_log_to_and_from_postgresql(tmp_path: Path) ->
         assert dsh.json("gc", "--store", pg, "--json")["items"] == []
 
 
-def test_convert_refuses_a_target_with_another_store_log(tmp_path: Path) -> None:
+def test_convert_refuses_a_target_with_another_store_log(
+        tmp_path: Path, source: tuple[str, dict[str, Any]]) -> None:
     dsh = Dsh(tmp_path)
-    source, _ = _source(dsh, tmp_path)
+    source_url, _ = source
     target = f"jsonl://{tmp_path}/other"
     dsh("import", "--examples", "--store", target)
     dsh("retention", "--keep", "--store", target)
     before = _state(dsh, target)
-    proc = dsh("convert", "--from", source, "--to", target, check=1)
+    proc = dsh("convert", "--from", source_url, "--to", target, check=1)
     assert "CONVERT_CONFLICT" in proc.stderr and "store log" in proc.stderr
     assert _state(dsh, target) == before  # nothing copied
 
 
-def test_convert_refuses_a_schema_14_target_for_a_store_log(tmp_path: Path) -> None:
+def test_convert_refuses_a_schema_14_target_for_a_store_log(
+        tmp_path: Path, source: tuple[str, dict[str, Any]]) -> None:
     dsh = Dsh(tmp_path)
-    source, _ = _source(dsh, tmp_path)
+    source_url, _ = source
     target = tmp_path / "old.db"
-    proc = dsh("convert", "--from", source, "--to", f"sqlite://{target}?schema=14", check=1)
+    proc = dsh("convert", "--from", source_url, "--to", f"sqlite://{target}?schema=14", check=1)
     assert "UNSTORABLE_IN_TARGET" in proc.stderr and "store log" in proc.stderr
     assert "nothing was copied" in proc.stderr
     conn = sqlite3.connect(target)
