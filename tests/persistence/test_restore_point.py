@@ -357,6 +357,18 @@ def _verify_json(url: str, *, exit_code: int = 0) -> dict[str, Any]:
     return out
 
 
+def _verified_in_process(url: str) -> tuple[str, list[Any]]:
+    """What ``dsh verify s`` finds of session ``s``, without a process: the status of its
+    restore point and its violations, from the function the command runs for each session
+    (the command itself runs as a real process in the ``test_verify_*`` tests above)."""
+    from dsh.cli._cmd_verify import _verify
+
+    restore_points: dict[str, dict[str, object]] = {}
+    with Persistence(open_backend(url)) as persistence:
+        found = _verify(persistence, "s", [], restore_points, {}, None, False)
+    return str(restore_points["s"]["status"]), found
+
+
 def test_verify_reports_a_consistent_restore_point(kind: str, root: Path) -> None:
     long_store(kind, root)
     report = _verify_json(url_of(kind, root))
@@ -1131,7 +1143,7 @@ def test_a_resumed_recorder_numbers_its_next_turn_from_either_restore_point_form
         long_store(kind, root, turns=5, open_turn=open_turn)
     assert f'"format":{fmt},'.encode() in ckpt_file(root).read_bytes()
     url = url_of(kind, root)
-    assert _verify_json(url)["restorePoints"]["s"]["status"] == "consistent"
+    assert _verified_in_process(url) == ("consistent", [])
     walks: list[object] = []
     select_back = PagedLog.select_back
 
@@ -1153,7 +1165,7 @@ def test_a_resumed_recorder_numbers_its_next_turn_from_either_restore_point_form
         store.flush(session)
     starts = [e["data"]["turn"] for e in stored(url) if e["type"] == "turn/start"]
     assert starts == [*range(1, next_turn + 1)]
-    assert _verify_json(url)["violations"] == []
+    assert _verified_in_process(url)[1] == []
 
 
 @pytest.mark.parametrize("kind", [*KINDS, "postgresql"])
@@ -1203,9 +1215,9 @@ def test_a_writer_continuing_from_a_format_1_point_writes_format_1_until_its_nex
             session.append("system/message", system_message(), surface_op="append")
         assert last_turn() is None  # no turn/start since the format 1 cut: still format 1
         assert resumed_next_turn() == 4
-        assert _verify_json(url)["restorePoints"]["s"]["status"] == "consistent"
+        assert _verified_in_process(url)[0] == "consistent"
         with dsh.open(url, clock=StepClock(2_100_000_000_000)).sessions as store:
             completed_turn(store.resume("s"), 4, call_ids=["c4"])
         assert last_turn() == 4
         assert resumed_next_turn() == 5
-        assert _verify_json(url)["restorePoints"]["s"]["status"] == "consistent"
+        assert _verified_in_process(url)[0] == "consistent"
