@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import itertools
 import logging
 import os
 import threading
@@ -682,10 +683,12 @@ class _NodesThen(Sequence[int]):
         return self._base[position] if position < split else self._more[position - split]
 
     def __iter__(self) -> Iterator[int]:
-        yield from self._base
-        yield from self._more
+        # (C-level: a whole-history read passes over every node several times)
+        return itertools.chain(self._base, self._more)
 
     def __reversed__(self) -> Iterator[int]:
+        # (a generator: the base's walk back, which may inflate its head, starts only when
+        # the walk reaches it; a limited read stops in the seqs after the cut)
         yield from reversed(self._more)
         yield from reversed(self._base)
 
@@ -1162,7 +1165,11 @@ class LiveLog:
             tail = events[cut:marks.low]
             marks.take_below(cut, [e for e in tail if e["type"] in marks.kinds])
         last = nodes if limit is None else nodes[len(nodes) - min(limit, len(nodes)):]
-        wanted = {seq for seq in last if seq < marks.low and seq not in cache}
+        # the nodes not encoded yet, in one C-level pass; those at or past marks.low stay in
+        # (no range read below reaches them, and neither the lowest wanted nor a pick changes)
+        wanted = set(last)
+        if cache:
+            wanted.difference_update(cache)
         stop = marks.low
         fmt = self.fmt
         lowest = min(wanted, default=stop)
