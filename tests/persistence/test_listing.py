@@ -247,7 +247,7 @@ def test_jsonl_index_damage_is_rebuilt(tmp_path: Path, damage: str) -> None:
         index.write_bytes(index.read_bytes()[:20])
     with Persistence(open_backend(url)) as persistence:
         assert listed(persistence) == expected
-    assert index.read_bytes().startswith(b'{"version":4')
+    assert index.read_bytes().startswith(b'{"version":5')
 
 
 def test_jsonl_index_entry_of_a_replaced_log_is_not_trusted(tmp_path: Path) -> None:
@@ -496,3 +496,185 @@ def test_postgres_rewrite_stores_the_entry_of_the_rewritten_log(tmp_path: Path) 
         got = listed(persistence)
         assert got == full_entries(persistence)
         assert got["titled"].events == 4 and got["titled"].title is None
+
+
+# --- cleared means cleared: titles are of what the model view holds (docs/forgetting.md) ------
+
+SECRET = "hunter2-4f9a"
+
+
+def removal(session: Session, seqs: list[int], turn: int) -> None:
+    """An adapter's clear, as ``dsh.adapters._log.remove_from_surface`` appends it."""
+    from dsh._messages import create_assistant_message
+
+    made = create_assistant_message(content=[], provider="dsh", model="surface-removal")
+    session.append("turn/start", {"turn": turn})
+    session.append("step/start", {"turn": turn, "step": 1})
+    session.append("assistant/message", {"turn": turn, "step": 1, "message": {
+        **made, "source": {**made["source"], "removal": {"form": "clear", "removed": seqs}}}},
+        surface_op={"op": "replace", "start": seqs[0], "end": seqs[-1]},
+        source_event_seqs=seqs)
+    session.append("step/end", {"turn": turn, "step": 1})
+    session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+
+
+def told_secret(session: Session) -> None:
+    session.append("turn/start", {"turn": 1})  # 0
+    session.append("user/message", user(f"my password is {SECRET}"), surface_op="append")  # 1
+    session.append("session/title", {"title": f"password {SECRET}"})  # 2
+    session.append("user/message", user("and deploy", n=1), surface_op="append")  # 3
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})  # 4
+
+
+def cleared_all(session: Session) -> None:
+    told_secret(session)
+    removal(session, [1, 3], 2)
+
+
+def cleared_then_more(session: Session) -> None:
+    cleared_all(session)
+    session.append("turn/start", {"turn": 3})
+    session.append("user/message", user("a fresh start", n=2), surface_op="append")
+    session.append("turn/end", {"turn": 3, "reason": {"kind": "completed"}})
+
+
+def first_popped(session: Session) -> None:
+    told_secret(session)
+    removal(session, [1], 2)
+
+
+def compacted(session: Session) -> None:
+    # a summary shadows the prompt: compaction is no forgetting, the prompt still titles
+    told_secret(session)
+    session.append("turn/start", {"turn": 2})
+    session.append("user/message", user("summary", kind="plugin", n=9) | {"source": {
+        "kind": "plugin", "plugin": "compaction", "form": "checkpoint", "summary": "s"}},
+        surface_op={"op": "replace", "start": 1, "end": 3}, source_event_seqs=[1, 3])
+    session.append("turn/end", {"turn": 2, "reason": {"kind": "completed"}})
+
+
+CLEARED = {"cleared-all": (cleared_all, None, None),
+           "cleared-then-more": (cleared_then_more, None, "a fresh start"),
+           "first-popped": (first_popped, None, "and deploy"),
+           "compacted": (compacted, f"password {SECRET}", f"my password is {SECRET}")}
+
+
+@pytest.mark.parametrize("kind", sorted(URLS))
+def test_titles_are_of_what_the_model_view_holds(tmp_path: Path, kind: str) -> None:
+    # a cleared or popped prompt never titles the session, nor a title set before the clear;
+    # every backend's listing equals the full read (docs/forgetting.md#what-titles-show)
+    with opened(kind, tmp_path) as persistence:
+        for sid, (build, _, _) in CLEARED.items():
+            write(persistence, sid, build)
+        got = listed(persistence)
+        assert got == full_entries(persistence)
+        for sid, (_, title, prompt) in CLEARED.items():
+            assert (got[sid].title, got[sid].first_prompt) == (title, prompt), sid
+        summaries = {s.id: s.title for s in persistence.list()}
+        assert summaries["first-popped"] == "and deploy"
+        assert summaries["cleared-all"] is None
+
+
+@pytest.mark.parametrize("kind", sorted(set(URLS) - {"sqlite-14"}))  # (no ignorable records)
+def test_a_quarantined_prompt_leaves_the_title_and_comes_back_with_its_release(
+        tmp_path: Path, kind: str) -> None:
+    from dsh.rights import quarantine, unquarantine
+
+    with opened(kind, tmp_path) as persistence:
+        write(persistence, "q", told_secret)
+        quarantine(persistence, "q", [1])
+        got = listed(persistence)
+        assert got == full_entries(persistence)
+        assert (got["q"].title, got["q"].first_prompt) == (None, "and deploy")
+        unquarantine(persistence, "q", [1])
+        got = listed(persistence)
+        assert got == full_entries(persistence)
+        assert got["q"].first_prompt == f"my password is {SECRET}"
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl-zstd", "postgresql"])
+def test_a_writer_that_clears_after_a_flush_does_not_keep_the_cleared_title(
+        tmp_path: Path, kind: str) -> None:
+    # the writer's fold cannot know the titles after a removal: the listing reads the log,
+    # then a later writer keeps the entry again
+    with opened(kind, tmp_path) as persistence:
+        store = SessionStore(persistence=persistence, clock=StepClock(step=1))
+        session = store.create("w")
+        told_secret(session)
+        store.flush(session)
+        assert listed(persistence)["w"].first_prompt == f"my password is {SECRET}"
+        removal(session, [1, 3], 2)
+        store.flush(session)
+        got = listed(persistence)
+        assert (got["w"].title, got["w"].first_prompt) == (None, None)
+        session.append("turn/start", {"turn": 3})
+        session.append("user/message", user("later", n=5), surface_op="append")
+        session.append("turn/end", {"turn": 3, "reason": {"kind": "completed"}})
+        store.flush(session)
+        store.dispose(session)
+        got = listed(persistence)
+        assert got == full_entries(persistence)
+        assert got["w"].first_prompt == "later"
+
+
+def test_jsonl_index_and_journal_of_an_older_version_never_keep_a_cleared_title(
+        tmp_path: Path) -> None:
+    # version 4 entries (and journal lines without "v") were folded by the old rule, which
+    # kept a cleared prompt: they are not trusted (docs/formats.md#listing-index)
+    url = URLS["jsonl"].format(root=tmp_path)
+    root = tmp_path / "store"
+    with Persistence(open_backend(url)) as persistence:
+        write(persistence, "c", cleared_all)
+        listed(persistence)
+    index = root / INDEX_NAME
+    text = index.read_text()
+    leaked = text.replace('"version":5', '"version":4').replace(
+        '"first_prompt":null', f'"first_prompt":"my password is {SECRET}"')
+    assert leaked != text
+    index.write_text(leaked)
+    with Persistence(open_backend(url)) as persistence:
+        assert listed(persistence)["c"].first_prompt is None
+    import json as _json
+    item = _json.loads(index.read_text())["logs"]
+    [(key, value)] = item.items()
+    value["entry"]["first_prompt"] = f"my password is {SECRET}"
+    (root / JOURNAL_NAME).write_text(_json.dumps({"key": key, **value}) + "\n")
+    with Persistence(open_backend(url)) as persistence:
+        assert listed(persistence)["c"].first_prompt is None
+
+
+def test_postgres_entry_stored_before_version_2_is_not_trusted_after_a_clear(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an entry stored with no "v" may hold a cleared prompt: a log holding a removal is read
+    # (and its next writer does not fold on from it); any other keeps its entry unread
+    import json as _json
+
+    import psycopg
+
+    with opened("postgresql", tmp_path) as persistence:
+        write(persistence, "c", cleared_all)
+        write(persistence, "plain", titled)
+        backend: Any = persistence.backend
+        s = f'"{backend.schema}"'
+        with psycopg.connect(backend.conninfo, autocommit=True) as conn:
+            for sid, prompt in (("c", f"my password is {SECRET}"), ("plain", "First line")):
+                (text,) = conn.execute(f"SELECT listing FROM {s}.sessions WHERE id = %s",
+                                       (sid,)).fetchone()
+                old = _json.loads(text)
+                del old["v"]
+                old["entry"]["first_prompt"] = prompt
+                conn.execute(f"UPDATE {s}.sessions SET listing = %s WHERE id = %s",
+                             (_json.dumps(old), sid))
+        reads = count_reads(monkeypatch)
+        got = listed(persistence)
+        assert reads == ["c"]
+        assert got["c"].first_prompt is None and got["plain"].first_prompt == "First line"
+        assert got == full_entries(persistence)
+        store = SessionStore(persistence=persistence, clock=StepClock(step=1))
+        session = store.resume("c")
+        session.append("turn/start", {"turn": 9})
+        session.append("turn/end", {"turn": 9, "reason": {"kind": "completed"}})
+        store.flush(session)
+        store.dispose(session)
+        got = listed(persistence)
+        assert got["c"].first_prompt is None and got == full_entries(persistence)

@@ -170,8 +170,9 @@ class SessionSummary:
         event_count: Committed events (torn tail excluded).
         last_activity_ms: ``time`` of the last committed event, else header ``createdAt``
             (epoch ms).
-        title: Last ``session/title`` title, else the text of the first ``user/message``
-            (first 80 characters), else ``None``.
+        title: Last ``session/title`` title, else the first line of the first typed
+            ``user/message`` (first 80 characters), else ``None``; only of what the model
+            view still holds (docs/forgetting.md#what-titles-show).
     """
 
     id: str

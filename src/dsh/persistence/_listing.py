@@ -1,8 +1,8 @@
 """Listing without reading logs: one summary per session from a per-store index.
 
 ``dsh ls`` needs, per session, the header, the committed event count, the last event time, the
-number of turns, the title (last ``session/title``, else the first prompt a person typed) and
-where the log came from (the first ``import/source`` format). Reading every log for that costs
+number of turns, the title (last ``session/title``, else the first prompt a person typed, of
+what the model view still holds: :func:`shown_titles`) and where the log came from (the first ``import/source`` format). Reading every log for that costs
 O(total events); this module answers from data kept apart from the logs:
 
 * PostgreSQL: every append stores the entry (:func:`stored_entry`) and the data bytes in the
@@ -48,10 +48,11 @@ from dsh.json import FrozenDict, snapshot_json, thaw
 from dsh.json import dumps as json_dumps
 from dsh.json import loads as json_loads
 
-__all__ = ["INDEX_NAME", "JOURNAL_NAME", "SOURCE_EVENT_TYPE", "EntryFold", "JsonlIndex",
-           "ListingEntry", "ReadFn", "entry_from_stored", "first_line", "is_untimed",
-           "note_flushed", "prompt_of", "read_entries", "recorded_flush", "reply_model",
-           "request_model", "signature", "source_format", "stored_entry", "summarize"]
+__all__ = ["HIDING_TYPES", "INDEX_NAME", "JOURNAL_NAME", "REMOVAL_MODEL", "SOURCE_EVENT_TYPE",
+           "STORED_VERSION", "EntryFold", "JsonlIndex", "ListingEntry", "ReadFn",
+           "entry_from_stored", "first_line", "is_hiding", "is_untimed", "note_flushed",
+           "prompt_of", "read_entries", "recorded_flush", "reply_model", "request_model",
+           "shown_titles", "signature", "source_format", "stored_entry", "summarize"]
 
 log = logging.getLogger("dsh.persistence")
 
@@ -68,7 +69,21 @@ JOURNAL_FOLD_BYTES: Final = 128 * 1024
 """A writer whose line takes the journal past this size merges it into the index (about one
 flush in 200 of one session; a resume's first flush reads the whole journal back)."""
 
-_INDEX_VERSION: Final = 4  # 3: first_activity_ms and model; 4: first_line
+_INDEX_VERSION: Final = 5
+# 3: first_activity_ms and model; 4: first_line; 5: titles of what the model view holds
+# (shown_titles): entries of versions <= 4 may hold a cleared or quarantined prompt
+
+STORED_VERSION: Final = 2
+"""Version of a writer's entry stored beside the log (PostgreSQL's ``listing``): 2 follows
+:func:`shown_titles`; one with no version (1) may hold a removed prompt (see
+:func:`entry_from_stored`)."""
+
+REMOVAL_MODEL: Final = "surface-removal"
+"""``source.model`` of the empty ``assistant/message`` replace an adapter's clear, pop or delete
+appends (docs/adapters.md#cleared-means-cleared)."""
+
+HIDING_TYPES: Final = ("quarantine/apply", "quarantine/release")
+"""Records of a quarantine: the replaces they announce take messages off the view or back."""
 SOURCE_EVENT_TYPE: Final = "import/source"
 
 
@@ -82,9 +97,11 @@ class ListingEntry:
         events: Committed events (a torn tail excluded).
         last_activity_ms: ``time`` of the last committed event, else header ``createdAt``.
         turns: Number of ``turn/start`` events.
-        title: The last ``session/title`` title (raw), or None.
+        title: The last ``session/title`` title (raw), or None; None too when a message
+            recorded before it has left the model view since (it may tell of what was removed).
         first_prompt: First line of the text of the first ``user/message`` appended to the
-            surface that a person typed (source kind ``user`` or none; non-blank), or None.
+            surface that a person typed (source kind ``user`` or none; non-blank) and that the
+            model view still holds (:func:`shown_titles`), or None.
         source_format: The first ``import/source`` event's ``format``, else ``"dsh"``.
         timed: False when that ``import/source`` says ``timestamps: false`` and nothing was
             appended after it (its times are one stamp, not real activity).
@@ -194,6 +211,120 @@ def source_format(event: Mapping[str, Any]) -> str:
     return fmt if isinstance(fmt, str) and fmt else "dsh"
 
 
+def is_hiding(event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` may take a message off the model view or put one back.
+
+    An adapter's removal (an ``assistant/message`` replace: docs/adapters.md#cleared-means-cleared)
+    and a quarantine's records (docs/forgetting.md#quarantine). Any assistant replace counts (a
+    pop out of a grouped answer too): the listing then recomputes the titles from the log.
+    """
+    kind = event["type"]
+    return kind in HIDING_TYPES or (kind == "assistant/message"
+                                    and event.get("surfaceOp") not in (None, "append"))
+
+
+def _is_removal(event: Mapping[str, Any]) -> bool:
+    data = event.get("data")
+    message = data.get("message") if isinstance(data, Mapping) else None
+    source = message.get("source") if isinstance(message, Mapping) else None
+    return (isinstance(source, Mapping) and source.get("provider") == "dsh"
+            and source.get("model") == REMOVAL_MODEL and "removal" in source)
+
+
+def _quarantine_items(events: Sequence[Mapping[str, Any]]) -> tuple[set[int], dict[int, int]]:
+    """Placeholders the quarantine records name, and each restoring replace's original seq."""
+    placeholders: set[int] = set()
+    restores: dict[int, int] = {}
+    for event in events:
+        kind = event["type"]
+        if kind not in HIDING_TYPES:
+            continue
+        data = event.get("data")
+        items = data.get("items") if isinstance(data, Mapping) else None
+        for item in items if isinstance(items, list | tuple) else ():
+            if not isinstance(item, Mapping):
+                continue
+            seq = item.get("seq")
+            if kind == "quarantine/apply":
+                if type(item.get("placeholder")) is int:
+                    placeholders.add(item["placeholder"])
+            elif type(item.get("restored")) is int and type(seq) is int:
+                restores[item["restored"]] = seq
+    return placeholders, restores
+
+
+def shown_titles(events: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None]:
+    """``(title, first_prompt)`` of a whole log, of what its model view still holds.
+
+    The surface is folded (docs/rules.md#surface-ops), each node standing for the appended
+    messages it shows: an append itself; a compaction checkpoint or a rewrite (a pruned tool
+    result, a new system prompt) what its run stood for (a summary keeps its prompts: compaction
+    is no forgetting); an adapter's removal and a quarantine placeholder nothing; a quarantine's
+    restoring replace the original message. ``first_prompt`` is the first line of the first
+    typed prompt (:func:`prompt_of`) a node stands for, as its bytes are now (a redaction's
+    ``[REDACTED]``); the ``title`` is the last ``session/title``, unless a message recorded
+    before it is one no node stands for (it may tell of it). A log that never took a message
+    off gives what the plain fold gives.
+
+    Rule: docs/forgetting.md#what-titles-show.
+    """
+    placeholders, restores = _quarantine_items(events)
+    nodes: list[int] = []
+    where: dict[int, int] = {}
+    stands_for: dict[int, list[int]] = {}
+    appended: list[int] = []
+    title: tuple[int, str] | None = None
+    for event in events:
+        seq, op = event.get("seq"), event.get("surfaceOp")
+        if type(seq) is not int:
+            continue
+        if event["type"] == "session/title":
+            data = event.get("data")
+            if isinstance(data, Mapping) and isinstance(data.get("title"), str):
+                title = (seq, data["title"])
+            continue
+        if op is None:
+            continue
+        if not isinstance(op, Mapping):
+            where[seq] = len(nodes)
+            nodes.append(seq)
+            stands_for[seq] = [seq]
+            appended.append(seq)
+            continue
+        start, end = op.get("start"), op.get("end")
+        first = where.get(start, -1) if type(start) is int else -1
+        last = where.get(end, -1) if type(end) is int else -1
+        if first < 0 or last < first:
+            continue  # a replace naming no run: no session accepted it; nothing stands for it
+        run_nodes = nodes[first:last + 1]
+        run = [e for node in run_nodes for e in stands_for.pop(node, ())]
+        for node in run_nodes:
+            del where[node]
+        nodes[first:last + 1] = [seq]
+        where[seq] = first
+        if last > first:
+            for index in range(first + 1, len(nodes)):
+                where[nodes[index]] = index
+        if seq in placeholders or (event["type"] == "assistant/message" and _is_removal(event)):
+            stands_for[seq] = []
+        elif seq in restores:
+            stands_for[seq] = [restores[seq]]
+        else:
+            stands_for[seq] = run
+    shown = {e for kept in stands_for.values() for e in kept}
+    by_seq = {int(e["seq"]): e for e in events if e["type"] == "user/message"}
+    prompt = None
+    for seq in sorted(shown):
+        event = by_seq.get(seq)
+        if event is not None:
+            prompt = prompt_of(event)
+            if prompt is not None:
+                break
+    if title is not None and any(seq < title[0] and seq not in shown for seq in appended):
+        title = None
+    return (title[1] if title is not None else None), prompt
+
+
 def summarize(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> ListingEntry:
     """The listing entry of a session from its header and committed events (one pass)."""
     frozen = header if isinstance(header, FrozenDict) else snapshot_json(header)
@@ -216,10 +347,13 @@ class EntryFold:
             (an entry whose source is ``"dsh"`` may or may not have seen one).
     """
 
-    __slots__ = ("_source_seen", "_untimed_at", "entry")
+    __slots__ = ("_source_seen", "_untimed_at", "entry", "legacy")
 
     def __init__(self, entry: ListingEntry, source_seen: bool | None) -> None:
         self.entry = entry
+        self.legacy = False
+        """True for an entry stored before :data:`STORED_VERSION` 2: its titles are right only
+        for a log that holds no :func:`is_hiding` event (the reader checks)."""
         self._source_seen = source_seen
         # a timestamp-less import/source stamps every event with one time: the entry is
         # untimed exactly while the last time is still that stamp (times never decrease)
@@ -244,7 +378,10 @@ class EntryFold:
         """Fold durable events (in seq order) in; False when the entry cannot be known.
 
         False means an ``import/source`` arrived while it is unknown whether an earlier one
-        was seen (the first one decides the source): the caller stops keeping the entry.
+        was seen (the first one decides the source), or, in a fold that did not start at the
+        first event, a removal or a quarantine record (:func:`is_hiding`: the titles then
+        depend on the whole log): the caller stops keeping the entry, and the listing reads
+        the log in full (:func:`shown_titles`).
         """
         if not events:
             return True
@@ -252,8 +389,15 @@ class EntryFold:
         title, prompt, source, turns = e.title, e.first_prompt, e.source_format, e.turns
         model = e.model
         seen, untimed_at = self._source_seen, self._untimed_at
+        hiding = False
         for event in events:
             kind = event["type"]
+            if not hiding and is_hiding(event):
+                # what it takes off may be the prompt, and what titles then lies before this
+                # batch: only the whole log tells (a fold from the first event knows it)
+                if e.events:
+                    return False
+                hiding = True
             if kind == "turn/start":
                 turns += 1
             elif kind == "request/header" or kind == "request/context":
@@ -273,6 +417,8 @@ class EntryFold:
                 source = source_format(event)
                 if is_untimed(event):
                     untimed_at = int(event["time"])
+        if hiding:
+            title, prompt = shown_titles(events)
         last = int(events[-1]["time"])
         first = int(events[0]["time"]) if e.events == 0 else e.first_activity_ms
         self.entry = ListingEntry(e.id, e.header, e.events + len(events), last, turns, title,
@@ -310,7 +456,8 @@ def note_flushed(root: Path, key: str, sig: list[int], entry: ListingEntry) -> N
     A failure is logged and ignored: the index is a cache, and the listing then reads the
     log in full.
     """
-    line = _encode({"key": key, "sig": sig, "entry": _to_json(entry)}) + b"\n"
+    line = _encode({"key": key, "sig": sig, "entry": _to_json(entry),
+                    "v": _INDEX_VERSION}) + b"\n"
     try:
         fd = os.open(os.path.join(root, JOURNAL_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                      0o600)
@@ -462,11 +609,15 @@ def stored_entry(fold: EntryFold) -> str:
     The entry in its index form (``size_bytes`` left out: kept apart) and ``sourceSeen``.
     """
     return _encode({"entry": _to_json(fold.entry) | {"size_bytes": None},
-                    "sourceSeen": fold.source_seen}).decode()
+                    "sourceSeen": fold.source_seen, "v": STORED_VERSION}).decode()
 
 
 def entry_from_stored(text: str) -> EntryFold | None:
-    """The fold :func:`stored_entry` wrote, or None when ``text`` is not exactly that form."""
+    """The fold :func:`stored_entry` wrote, or None when ``text`` is not exactly that form.
+
+    An entry with no ``"v"`` (stored before version 2) comes back marked
+    :attr:`EntryFold.legacy`: it is right only if the log holds no :func:`is_hiding` event.
+    """
     try:
         value = _decode(text.encode("utf-8", "surrogatepass"))
     except (orjson.JSONDecodeError, UnicodeError):
@@ -474,7 +625,11 @@ def entry_from_stored(text: str) -> EntryFold | None:
     if not isinstance(value, dict) or value.get("sourceSeen") not in (True, False, None):
         return None
     entry = _from_json(value.get("entry"))
-    return None if entry is None else EntryFold(entry, value["sourceSeen"])
+    if entry is None or value.get("v", 1) not in (1, STORED_VERSION):
+        return None
+    fold = EntryFold(entry, value["sourceSeen"])
+    fold.legacy = value.get("v", 1) == 1
+    return fold
 
 
 def signature(st: os.stat_result) -> list[int]:
@@ -533,8 +688,9 @@ class JsonlIndex:
                 item = _decode(line) if line else None
             except orjson.JSONDecodeError:
                 continue  # a line a writer was still writing: that log is read in full
-            if not isinstance(item, dict) or type(item.get("key")) is not str:
-                continue
+            if not isinstance(item, dict) or type(item.get("key")) is not str \
+                    or item.get("v") != _INDEX_VERSION:
+                continue  # (no "v": an older writer's line, whose titles may hold removed text)
             sig = item.get("sig")
             entry = _from_json(item.get("entry"))
             if entry is not None and isinstance(sig, list) and all(type(v) is int for v in sig):

@@ -207,25 +207,15 @@ def has_open_turn(events: Sequence[Event]) -> bool:
 
 
 def summary_title(events: Sequence[Event]) -> str | None:
-    """``SessionSummary.title``: the last ``session/title``, else the first typed prompt."""
-    title: str | None = None
-    first_prompt: str | None = None
-    for event in events:
-        etype = event.get("type")
-        data = event.get("data")
-        if etype == "session/title" and isinstance(data, dict) \
-                and isinstance(data.get("title"), str):
-            title = data["title"]
-        elif first_prompt is None and etype == "user/message" and isinstance(data, dict):
-            source = data.get("source")
-            if isinstance(source, dict) and source.get("kind") != "user":
-                continue
-            for block in data.get("content") or ():
-                if isinstance(block, dict) and block.get("type") == "text" \
-                        and isinstance(block.get("text"), str):
-                    first_prompt = block["text"][:_TITLE_CHARS]
-                    break
-    return title if title is not None else first_prompt
+    """``SessionSummary.title``: the last ``session/title``, else the first typed prompt.
+
+    Of what the model view still holds (:func:`dsh.persistence._listing.shown_titles`, as
+    ``dsh ls``): a cleared, popped or quarantined prompt never titles the session. The prompt
+    is its first line, cut at 80 characters.
+    """
+    from dsh.persistence._listing import shown_titles
+    title, prompt = shown_titles(events)
+    return title if title is not None else (prompt[:_TITLE_CHARS] if prompt else None)
 
 
 def live_inspection(header: Mapping[str, Any], events: Sequence[Event]) -> Inspection:

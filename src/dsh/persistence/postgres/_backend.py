@@ -86,6 +86,7 @@ from dsh.persistence._contract import (
     validate_batch,
 )
 from dsh.persistence._listing import (
+    HIDING_TYPES,
     EntryFold,
     ListingEntry,
     ReadFn,
@@ -672,7 +673,7 @@ class PostgresHandle(HandleBase):
                 lease.lost = b._lease_lost(self._id, lease.epoch, conn)
                 raise lease.lost
             stored = None if found[4] is None else entry_from_stored(found[4])
-            if after is None and stored is not None:
+            if after is None and stored is not None and not stored.legacy:
                 after = self._fold(first, events, (head, stored))
             if beyond:
                 if self._torn_seen != head:
@@ -1855,6 +1856,20 @@ class PostgresBackend:
             row = conn.execute(f"SELECT sum(n) FROM {self._s}.store_changes").fetchone()
         return int(row[0] or 0)
 
+    def _hiding(self, session_ids: Sequence[str]) -> set[str]:
+        """The sessions among ``session_ids`` whose log holds a removal or quarantine record.
+
+        An entry stored before :data:`~dsh.persistence._listing.STORED_VERSION` 2 is right
+        only for a log without one (docs/formats.md, PostgreSQL ``listing``).
+        """
+        with self._conn("list", None) as conn:
+            rows = conn.execute(
+                f"SELECT DISTINCT session_id FROM {self._s}.events WHERE session_id = ANY(%s) "
+                "AND (type = ANY(%s) OR (type = 'assistant/message' AND surface_op IS NOT NULL "
+                "AND surface_op <> '\"append\"'))",
+                (list(session_ids), list(HIDING_TYPES))).fetchall()
+        return {str(r[0]) for r in rows}
+
     def list_entries(self, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
         """Entries of every session from one query over the sessions rows; no log is read.
 
@@ -1879,6 +1894,7 @@ class PostgresBackend:
                                 f"{self._s}.sessions ORDER BY ord").fetchall()
         out: list[ListingEntry] = []
         unknown: list[str] = []
+        legacy: list[str] = []
         sizes: dict[str, int] = {}
         for row in rows:
             header = _with_metadata(decode_session_row(row[:11], path=self._url)[0], row[12],
@@ -1892,6 +1908,12 @@ class PostgresBackend:
                 unknown.append(sid)
                 continue
             out.append(dataclasses.replace(fold.entry, header=header, size_bytes=sizes[sid]))
+            if fold.legacy:
+                legacy.append(sid)
+        if legacy:  # an entry stored before titles followed the model view: read those
+            hiding = self._hiding(legacy)  # whose log took a message off (docs/formats.md)
+            unknown += [e.id for e in out if e.id in hiding]
+            out = [e for e in out if e.id not in hiding]
         more, errors = read_entries(unknown, read)
         return out + [dataclasses.replace(e, size_bytes=sizes.get(e.id)) for e in more], errors
 
@@ -1933,6 +1955,11 @@ class PostgresBackend:
                         f"it and retry", session_id=session_id) from exc
         logger.debug("took the lease of session %s at epoch %s", session_id, row[0])
         stored = None if row[2] is None else entry_from_stored(row[2])
+        if stored is not None and stored.legacy:
+            # stored before titles followed the model view: kept only where no message left it
+            stored = None if self._hiding([session_id]) else stored
+            if stored is not None:
+                stored.legacy = False
         handle = PostgresHandle(self, session_id, mode,
                                 _Lease(self, session_id, token, int(row[0])),
                                 None if stored is None else (int(row[1]), stored))

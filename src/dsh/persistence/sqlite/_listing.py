@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from dsh._errors import DshError
 from dsh.json import FrozenDict
 from dsh.persistence._listing import (
+    HIDING_TYPES,
     SOURCE_EVENT_TYPE,
     ListingEntry,
     ReadFn,
@@ -23,6 +24,7 @@ from dsh.persistence._listing import (
     read_entries,
     reply_model,
     request_model,
+    shown_titles,
     source_format,
 )
 from dsh.persistence.sqlite._schema import (
@@ -78,7 +80,18 @@ def list_entries(backend: _Listed, read: ReadFn
                 f"SELECT session_id, {row_columns.format(p='')} FROM events WHERE type IN "
                 f"('session/title', '{SOURCE_EVENT_TYPE}', 'request/header', 'request/context')"
                 " OR (type = 'user/message' AND surface_op = '\"append\"') "
+                f"OR type IN ('{HIDING_TYPES[0]}', '{HIDING_TYPES[1]}') OR (type = "
+                "'assistant/message' AND surface_op IS NOT NULL AND surface_op != '\"append\"') "
                 "ORDER BY session_id, seq").fetchall()
+            # a session where a message may have left the model view (a removal, a
+            # quarantine) is titled from its messages (shown_titles, docs/forgetting.md)
+            hidden = {sid for sid, *row in special
+                      if row[2] in HIDING_TYPES or row[2] == "assistant/message"}
+            shown_rows = {sid: conn.execute(
+                f"SELECT {row_columns.format(p='')} FROM events WHERE session_id = ? AND "
+                "(surface_op IS NOT NULL OR type IN ('session/title', "
+                f"'{HIDING_TYPES[0]}', '{HIDING_TYPES[1]}')) ORDER BY seq", (sid,)).fetchall()
+                for sid in hidden}
             # the first row (seq 0) and the first assistant message of each session
             # (index probes, not a scan)
             firsts = conn.execute(
@@ -112,10 +125,23 @@ def list_entries(backend: _Listed, read: ReadFn
             last[sid] = decode_row(tuple(row), version)[-1]
         except RowError:
             damaged.add(sid)
+    for sid, rows in shown_rows.items():
+        try:
+            events = [e for row in rows for e in decode_row(tuple(row), version)]
+        except RowError:
+            damaged.add(sid)
+            continue
+        title, prompt = shown_titles(events)
+        if title is not None:
+            titles[sid] = title
+        if prompt is not None:
+            prompts[sid] = prompt
     for sid, *row in special:
         kind = row[2]
         if sid in damaged or (kind == "user/message" and sid in prompts) or (
-                kind == SOURCE_EVENT_TYPE and sid in sources):
+                kind == SOURCE_EVENT_TYPE and sid in sources) or kind in HIDING_TYPES \
+                or kind == "assistant/message" or (sid in hidden and (
+                    kind == "user/message" or kind == "session/title")):
             continue
         try:
             event = decode_row(tuple(row), version)[0]
