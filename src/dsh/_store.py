@@ -293,6 +293,28 @@ class Store:
                            and archived(e) == (which == "archived")]
         return sorted(entries, key=lambda e: (-e.last_activity_ms, e.id))
 
+    def _mark_removed(self, found: SearchResults) -> SearchResults:
+        """Mark each hit in a message that left the model view (docs/stores.md#search).
+
+        Each session holding a hit is read once: the index keeps the messages as appended and
+        knows nothing of a later clear, pop, delete or quarantine.
+        """
+        from dataclasses import replace
+
+        from dsh.persistence._listing import removed_messages
+
+        removed: dict[str, dict[int, str]] = {}
+        unreadable: list[str] = []
+        for sid in dict.fromkeys(hit.session_id for hit in found.hits):
+            try:
+                removed[sid] = removed_messages(self._persistence.read(sid).stored_events)
+            except DshError:  # its hits cannot be told live or removed: left out and named,
+                unreadable.append(sid)  # as the index leaves out a log it cannot read
+        return replace(found, hits=tuple(
+            replace(hit, removed=removed[hit.session_id].get(hit.seq))
+            for hit in found.hits if hit.session_id in removed),
+            unreadable=(*found.unreadable, *unreadable))
+
     def search(self, query: str, *, limit: int = 20, rebuild: bool = False,
                trash: bool = False,
                progress: Callable[[int, int, str], None] | None = None) -> SearchResults:
@@ -334,6 +356,7 @@ class Store:
 
         found = search(self._persistence, query, limit=limit, rebuild=rebuild,
                        progress=progress)
+        found = self._mark_removed(found)
         if not found.sessions or not found.store_log:  # no store log, so no trash
             return found
         from dsh.rights import store_log
@@ -349,7 +372,7 @@ class Store:
             if len(kept) >= asked or len(found.hits) < max(asked, limit):
                 break
             limit *= 4
-            found = search(self._persistence, query, limit=limit)
+            found = self._mark_removed(search(self._persistence, query, limit=limit))
         left_out = sum(1 for entry in trashed.values() if entry.purged_ms is None)
         return replace(found, hits=kept[:asked], sessions=max(0, found.sessions - left_out),
                        unreadable=tuple(s for s in found.unreadable if s not in trashed))

@@ -181,7 +181,10 @@ def show(
         pages = read_pages(sessions.persistence, sid)
         events, header = pages.events, pages.header
         if pages.paged:
-            row = render.paged_session_row(header, events)
+            # a clear may lie past the pages read: the listing's title knows it
+            listed = next((e for e in sessions.persistence.list_entries()[0] if e.id == sid),
+                          None)
+            row = render.paged_session_row(header, events, listed=listed)
         else:
             row = render.session_row(header, events, source_format=source_format(events))
         entries = _chosen_entries(events, header, sid, last=last, from_seq=from_seq, turn=turn)

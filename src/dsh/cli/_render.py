@@ -377,16 +377,21 @@ def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], 
 
 
 def paged_session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], *,
-                      head: int = 256) -> SessionRow:
+                      listed: ListingEntry | None, head: int = 256) -> SessionRow:
     """The row of a session read by page, without reading its whole log.
 
-    Rule (docs/cli.md#dsh-show): the title and source come from the first ``head`` events (a
-    title set later is not seen), the turns are the number of the last ``turn/start`` (turns are
-    numbered from 1), the events and the last activity from the log's length and last event.
+    Rule (docs/cli.md#dsh-show): the title is the store listing's (``listed``, the session's
+    entry in ``Persistence.list_entries``: of what the model view holds now, a clear after
+    the first ``head`` events included; None when the listing could not read the log: no
+    title), the source comes from the first ``head`` events, the turns are the number of the
+    last ``turn/start`` (turns are numbered from 1), the events and the last activity from the
+    log's length and last event.
     """
     from dsh.persistence import summarize
 
     first = summarize(header, events[:head])
+    first = dataclasses.replace(first, title=listed.title if listed else None,
+                                first_prompt=listed.first_prompt if listed else None)
     turns = first.turns
     for index in range(len(events) - 1, head - 1, -1):
         event = events[index]
@@ -776,8 +781,16 @@ def hit_json(hit: SearchHit) -> dict[str, Any]:
     return out
 
 
+REMOVED_MARKS: Final = {"clear": "REMOVED from the model view (clear)",
+                        "quarantine": "QUARANTINED (withheld from the model view)"}
+"""What ``dsh search`` prints before a hit in a message that left the model view."""
+
+
 def render_hits(hits: Sequence[SearchHit]) -> Group:
-    """``dsh search``: one line per hit, ``ID  #SEQ  role  …before MATCH after…``."""
+    """``dsh search``: one line per hit, ``ID  #SEQ  role  [MARK]  …before MATCH after…``.
+
+    MARK (:data:`REMOVED_MARKS`) only for a hit in a message that left the model view.
+    """
     from rich.console import Group
 
     from dsh.cli._console import SafeText as Text
@@ -787,6 +800,8 @@ def render_hits(hits: Sequence[SearchHit]) -> Group:
         line = Text(hit.session_id, style="bold")
         line.append(f"  #{hit.seq}", style="dim")
         line.append(f"  {hit.role}  ", style=_ROLE_STYLE.get(hit.role, "bold"))
+        if hit.removed is not None:  # docs/stores.md#search: told apart from live text
+            line.append(REMOVED_MARKS.get(hit.removed, "REMOVED") + "  ", style="bold red")
         line.append(hit.before)
         line.append(hit.match, style="bold reverse")
         line.append(hit.after)

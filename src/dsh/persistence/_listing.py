@@ -51,8 +51,8 @@ from dsh.json import loads as json_loads
 __all__ = ["HIDING_TYPES", "INDEX_NAME", "JOURNAL_NAME", "REMOVAL_MODEL", "SOURCE_EVENT_TYPE",
            "STORED_VERSION", "EntryFold", "JsonlIndex", "ListingEntry", "ReadFn",
            "entry_from_stored", "first_line", "is_hiding", "is_untimed", "note_flushed",
-           "prompt_of", "read_entries", "recorded_flush", "reply_model", "request_model",
-           "shown_titles", "signature", "source_format", "stored_entry", "summarize"]
+           "prompt_of", "read_entries", "recorded_flush", "removed_messages", "reply_model",
+           "request_model", "shown_titles", "signature", "source_format", "stored_entry", "summarize"]
 
 log = logging.getLogger("dsh.persistence")
 
@@ -253,26 +253,20 @@ def _quarantine_items(events: Sequence[Mapping[str, Any]]) -> tuple[set[int], di
     return placeholders, restores
 
 
-def shown_titles(events: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None]:
-    """``(title, first_prompt)`` of a whole log, of what its model view still holds.
+def _fold_view(events: Sequence[Mapping[str, Any]]
+               ) -> tuple[set[int], dict[int, str], list[int], tuple[int, str] | None]:
+    """Fold the surface: ``(shown, why, appended, title)`` (see :func:`shown_titles`).
 
-    The surface is folded (docs/rules.md#surface-ops), each node standing for the appended
-    messages it shows: an append itself; a compaction checkpoint or a rewrite (a pruned tool
-    result, a new system prompt) what its run stood for (a summary keeps its prompts: compaction
-    is no forgetting); an adapter's removal and a quarantine placeholder nothing; a quarantine's
-    restoring replace the original message. ``first_prompt`` is the first line of the first
-    typed prompt (:func:`prompt_of`) a node stands for, as its bytes are now (a redaction's
-    ``[REDACTED]``); the ``title`` is the last ``session/title``, unless a message recorded
-    before it is one no node stands for (it may tell of it). A log that never took a message
-    off gives what the plain fold gives.
-
-    Rule: docs/forgetting.md#what-titles-show.
+    ``shown``: the appended messages some node stands for; ``why``: for the others an adapter's
+    removal or a quarantine took off, ``"clear"`` or ``"quarantine"``; ``appended``: every
+    appended message's seq; ``title``: the last ``session/title`` (seq, text), or None.
     """
     placeholders, restores = _quarantine_items(events)
     nodes: list[int] = []
     where: dict[int, int] = {}
     stands_for: dict[int, list[int]] = {}
     appended: list[int] = []
+    why: dict[int, str] = {}
     title: tuple[int, str] | None = None
     for event in events:
         seq, op = event.get("seq"), event.get("surfaceOp")
@@ -305,13 +299,48 @@ def shown_titles(events: Sequence[Mapping[str, Any]]) -> tuple[str | None, str |
         if last > first:
             for index in range(first + 1, len(nodes)):
                 where[nodes[index]] = index
-        if seq in placeholders or (event["type"] == "assistant/message" and _is_removal(event)):
+        if seq in placeholders:
             stands_for[seq] = []
+            why.update(dict.fromkeys(run, "quarantine"))
+        elif event["type"] == "assistant/message" and _is_removal(event):
+            stands_for[seq] = []
+            why.update(dict.fromkeys(run, "clear"))
         elif seq in restores:
             stands_for[seq] = [restores[seq]]
         else:
             stands_for[seq] = run
     shown = {e for kept in stands_for.values() for e in kept}
+    return shown, {seq: w for seq, w in why.items() if seq not in shown}, appended, title
+
+
+def removed_messages(events: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """The appended messages of a whole log that left its model view, and why.
+
+    Returns:
+        seq → ``"clear"`` (an adapter's clear, pop or delete:
+        docs/adapters.md#cleared-means-cleared) or ``"quarantine"``
+        (docs/forgetting.md#quarantine), for each ``surfaceOp: "append"`` message no surface
+        node stands for any more; a compacted message is not removed, a released one is back.
+    """
+    return _fold_view(events)[1]
+
+
+def shown_titles(events: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None]:
+    """``(title, first_prompt)`` of a whole log, of what its model view still holds.
+
+    The surface is folded (docs/rules.md#surface-ops), each node standing for the appended
+    messages it shows: an append itself; a compaction checkpoint or a rewrite (a pruned tool
+    result, a new system prompt) what its run stood for (a summary keeps its prompts: compaction
+    is no forgetting); an adapter's removal and a quarantine placeholder nothing; a quarantine's
+    restoring replace the original message. ``first_prompt`` is the first line of the first
+    typed prompt (:func:`prompt_of`) a node stands for, as its bytes are now (a redaction's
+    ``[REDACTED]``); the ``title`` is the last ``session/title``, unless a message recorded
+    before it is one no node stands for (it may tell of it). A log that never took a message
+    off gives what the plain fold gives.
+
+    Rule: docs/forgetting.md#what-titles-show.
+    """
+    shown, _, appended, title = _fold_view(events)
     by_seq = {int(e["seq"]): e for e in events if e["type"] == "user/message"}
     prompt = None
     for seq in sorted(shown):

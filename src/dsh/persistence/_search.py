@@ -82,6 +82,9 @@ class SearchHit:
             when cut), whitespace runs shown as one space. Raw session text: escape it to show.
         match: The first matching word as written.
         after: Text after it, as ``before``.
+        removed: ``"clear"`` or ``"quarantine"`` when the message has left the model view
+            (the log keeps its bytes: docs/stores.md#search), else None. ``Store.search``
+            sets it; :func:`search` alone leaves it None.
     """
 
     session_id: str
@@ -90,6 +93,7 @@ class SearchHit:
     before: str
     match: str
     after: str
+    removed: str | None = None
 
     @property
     def snippet(self) -> str:
@@ -97,9 +101,9 @@ class SearchHit:
         return self.before + self.match + self.after
 
     def to_json(self) -> dict[str, Any]:
-        """``{"session", "seq", "role", "snippet", "match"}`` (``dsh search --json``)."""
+        """``{"session", "seq", "role", "snippet", "match", "removed"}`` (``dsh search --json``)."""
         return {"session": self.session_id, "seq": self.seq, "role": self.role,
-                "snippet": self.snippet, "match": self.match}
+                "snippet": self.snippet, "match": self.match, "removed": self.removed}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

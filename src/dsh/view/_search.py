@@ -30,6 +30,8 @@ class Hit:
         before: Text before the match (at most :data:`_SNIPPET_CHARS`).
         match: The matched text, as written.
         after: Text after it.
+        removed: ``"clear"`` or ``"quarantine"`` for a message that left the model view (the
+            page marks it: docs/view.md), else None.
     """
 
     session_id: str
@@ -38,6 +40,7 @@ class Hit:
     before: str
     match: str
     after: str
+    removed: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,6 +124,7 @@ def search_store(store: ViewStore, query: str, *, limit: int = 100) -> StoreResu
                                 sessions_total=len(infos), complete=False)
     found = store.search(query, limit=limit - len(hits))
     hits.extend(Hit(session_id=hit.session_id, seq=hit.seq, role=hit.role, before=hit.before,
-                    match=hit.match, after=hit.after) for hit in found.hits)
+                    match=hit.match, after=hit.after, removed=hit.removed)
+                for hit in found.hits)
     return StoreResults(hits=tuple(hits), sessions_searched=found.sessions - len(found.unreadable),
                         sessions_total=len(infos), complete=len(hits) < limit)
