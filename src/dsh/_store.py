@@ -301,7 +301,7 @@ class Store:
         """
         from dataclasses import replace
 
-        from dsh.persistence._listing import removed_messages
+        from dsh.persistence import removed_messages
 
         removed: dict[str, dict[int, str]] = {}
         unreadable: list[str] = []

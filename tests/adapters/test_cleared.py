@@ -45,6 +45,25 @@ def _shown_removed(store: str, session: str) -> None:
     assert "REMOVED from the model view" in shown
     assert SECRET in shown  # the log kept the bytes: dsh show still shows what was removed
     dsh("verify", session, "--store", store)
+    _no_title_holds_the_secret(store, session, shown)
+
+
+def _no_title_holds_the_secret(store: str, session: str, shown: str) -> None:
+    """No title shows what was removed; a search marks each hit in it (docs/forgetting.md)."""
+    assert SECRET not in shown.splitlines()[0]  # dsh show's head: 'session ID  TITLE'
+    assert SECRET not in json.dumps(json.loads(dsh("show", session, "--store", store,
+                                                   "--json"))["session"])
+    listed = dsh("ls", "--store", store)
+    assert session in listed and SECRET not in listed
+    rows = json.loads(dsh("ls", "--store", store, "--json"))
+    assert session in [r["id"] for r in rows] and SECRET not in json.dumps(rows)
+    hits = [h for h in json.loads(dsh("search", "hunter2", "--store", store, "--json"))["hits"]
+            if h["session"] == session]
+    assert hits and all(h["removed"] in ("clear", "quarantine") for h in hits
+                        if SECRET in h["snippet"])
+    text = dsh("search", "hunter2", "--store", store)
+    assert all("REMOVED" in line or "QUARANTINED" in line
+               for line in text.splitlines() if SECRET in line and line.startswith(session))
 
 
 def test_sdk_clear_session_and_pop_item(tmp_path: Path) -> None:
@@ -312,3 +331,86 @@ def test_pydantic_ai_conversation_delete_clears_the_lines_it_moved_to_only(
         _shown_removed(store, line)
     assert "another conversation" in json.dumps(dsh_messages("pa-del~2", store))
     assert "REMOVED from the model view" not in dsh("show", "pa-del~2", "--store", store)
+
+
+def test_the_adapters_markers_are_the_ones_the_listing_knows() -> None:
+    # the listing (below the adapters) recognises a removal and a withheld result by these
+    from dsh.adapters import _log
+    from dsh.persistence import _listing
+
+    assert (_log.REMOVAL_MODEL, _log.REMOVED_RESULT_TEXT) == (
+        _listing.REMOVAL_MODEL, _listing.REMOVED_RESULT_TEXT)
+
+
+def test_no_title_shows_what_a_clear_or_quarantine_removed(tmp_path: Path) -> None:
+    # every framework's clear and a quarantine by a real dsh process, then every place that
+    # titles a session: dsh ls (text, --json), dsh show's head, the viewer's listing, its
+    # filter, a session page's <title>, <h1> and tree; the searches mark the removed hits
+    # (docs/forgetting.md#what-titles-show, docs/stores.md#search)
+    import re
+    import urllib.parse
+
+    from dsh.adapters.openai_agents import DshSession
+    from tests.view import stores
+    from tests.view.test_fresh import _get, _stop
+
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    told = f"my password is {SECRET}"
+
+    async def sdk() -> None:
+        for sid in ("sdk-cleared", "sdk-popped"):
+            session = DshSession(sid, store)
+            await session.add_items([{"role": "user", "content": told},
+                                     {"role": "assistant", "content": "noted"}])
+            if sid == "sdk-cleared":
+                await session.clear_session()
+            else:
+                await session.pop_item()
+                await session.pop_item()
+            session.close()
+    asyncio.run(sdk())
+    langchain_cleared(store).close()
+    pydantic_ai_cleared(store)
+    session = DshSession("quarantined", store)
+    asyncio.run(session.add_items([{"role": "user", "content": told},
+                                   {"role": "assistant", "content": "noted"},
+                                   {"role": "user", "content": "and deploy"}]))
+    session.close()
+    first = json.loads(dsh("show", "quarantined", "--store", store, "--json"))["items"]
+    seq = next(i["seq"] for i in first if SECRET in json.dumps(i))
+    dsh("quarantine", "quarantined", str(seq), "--store", store)
+    sids = ("sdk-cleared", "sdk-popped", "lc", "pa", "quarantined")
+    for sid in sids:
+        shown = dsh("show", sid, "--store", store)
+        assert SECRET in shown  # the log keeps the bytes, marked
+        _no_title_holds_the_secret(store, sid, shown)
+    rows = {r["id"]: r for r in json.loads(dsh("ls", "--store", store, "--json"))}
+    assert rows["quarantined"]["title"] == "and deploy" and rows["lc"]["title"] is None
+    server, base, token = stores.start_view(store)
+    try:
+        t = f"token={urllib.parse.quote(token)}"
+        status, listing = _get(base, f"/?{t}")
+        assert status == 200 and all(sid in listing for sid in sids)
+        assert "hunter2" not in listing and "and deploy" in listing
+        status, filtered = _get(base, f"/?q=hunter2&{t}")
+        assert status == 200 and not any(f">{sid}<" in filtered for sid in sids)
+        for sid in sids:
+            for path in (f"/s/{sid}?{t}", f"/s/{sid}/tree?{t}"):
+                status, page = _get(base, path)
+                assert status == 200, path
+                heads = re.findall(r"<title>.*?</title>|<h1.*?</h1>", page, re.S)
+                assert heads and not any("hunter2" in h for h in heads), (path, heads)
+            status, tree = _get(base, f"/s/{sid}/tree?{t}")
+            assert "hunter2" not in tree
+        for sid in sids:  # one session's search marks them too
+            status, found = _get(base, f"/s/{sid}/search?q=hunter2&{t}")
+            items = re.findall(r'<li class="hit">.*?</li>', found, re.S)
+            assert status == 200 and items and all(
+                "REMOVED from the model view" in i or "QUARANTINED" in i for i in items), items
+        status, found = _get(base, f"/search?q=hunter2&{t}")
+        assert status == 200
+        items = re.findall(r'<li class="hit">.*?</li>', found, re.S)
+        assert len(items) == len(sids) and all(
+            "REMOVED from the model view" in i or "QUARANTINED" in i for i in items), items
+    finally:
+        _stop(server)

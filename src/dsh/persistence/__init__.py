@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from dsh.persistence._facade import Persistence
     from dsh.persistence._listing import ListingEntry
     from dsh.persistence._listing import first_line as first_line
+    from dsh.persistence._listing import removed_messages as removed_messages
     from dsh.persistence._listing import signature as signature
     from dsh.persistence._listing import summarize as summarize
     from dsh.persistence._pages import PicksRecords as PicksRecords
@@ -120,7 +121,7 @@ __all__ = [
 
 _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write_behind",
          "ListingEntry": "_listing", "summarize": "_listing", "signature": "_listing",
-         "first_line": "_listing",
+         "first_line": "_listing", "removed_messages": "_listing",
          "RestorePointRefused": "_restore_point", "StoredPages": "_pages",
          "SelectsEvents": "_pages", "RecordCut": "_pages", "PicksRecords": "_pages",
          "KeepsRestorePoints": "_restore_point", "RecordsAfterCommit": "_after_commit",

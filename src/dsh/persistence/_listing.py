@@ -2,7 +2,8 @@
 
 ``dsh ls`` needs, per session, the header, the committed event count, the last event time, the
 number of turns, the title (last ``session/title``, else the first prompt a person typed, of
-what the model view still holds: :func:`shown_titles`) and where the log came from (the first ``import/source`` format). Reading every log for that costs
+what the model view still holds: :func:`shown_titles`) and where the log came from (the first
+``import/source`` format). Reading every log for that costs
 O(total events); this module answers from data kept apart from the logs:
 
 * PostgreSQL: every append stores the entry (:func:`stored_entry`) and the data bytes in the
@@ -48,11 +49,13 @@ from dsh.json import FrozenDict, snapshot_json, thaw
 from dsh.json import dumps as json_dumps
 from dsh.json import loads as json_loads
 
-__all__ = ["HIDING_TYPES", "INDEX_NAME", "JOURNAL_NAME", "REMOVAL_MODEL", "SOURCE_EVENT_TYPE",
+__all__ = ["HIDING_TYPES", "INDEX_NAME", "JOURNAL_NAME", "REMOVAL_MODEL", "REMOVED_RESULT_TEXT",
+           "SOURCE_EVENT_TYPE",
            "STORED_VERSION", "EntryFold", "JsonlIndex", "ListingEntry", "ReadFn",
            "entry_from_stored", "first_line", "is_hiding", "is_untimed", "note_flushed",
            "prompt_of", "read_entries", "recorded_flush", "removed_messages", "reply_model",
-           "request_model", "shown_titles", "signature", "source_format", "stored_entry", "summarize"]
+           "request_model", "shown_titles", "signature", "source_format", "stored_entry",
+           "summarize"]
 
 log = logging.getLogger("dsh.persistence")
 
@@ -81,6 +84,9 @@ STORED_VERSION: Final = 2
 REMOVAL_MODEL: Final = "surface-removal"
 """``source.model`` of the empty ``assistant/message`` replace an adapter's clear, pop or delete
 appends (docs/adapters.md#cleared-means-cleared)."""
+
+REMOVED_RESULT_TEXT: Final = "[removed from the model view: this tool output was popped]"
+"""The content of the placeholder an adapter leaves for a popped tool output whose call stays."""
 
 HIDING_TYPES: Final = ("quarantine/apply", "quarantine/release")
 """Records of a quarantine: the replaces they announce take messages off the view or back."""
@@ -267,6 +273,7 @@ def _fold_view(events: Sequence[Mapping[str, Any]]
     stands_for: dict[int, list[int]] = {}
     appended: list[int] = []
     why: dict[int, str] = {}
+    withholding: list[int] = []
     title: tuple[int, str] | None = None
     for event in events:
         seq, op = event.get("seq"), event.get("surfaceOp")
@@ -309,8 +316,23 @@ def _fold_view(events: Sequence[Mapping[str, Any]]
             stands_for[seq] = [restores[seq]]
         else:
             stands_for[seq] = run
+            if event["type"] == "tool/result" and _is_withheld_result(event):
+                withholding.append(seq)
     shown = {e for kept in stands_for.values() for e in kept}
-    return shown, {seq: w for seq, w in why.items() if seq not in shown}, appended, title
+    removed = {seq: w for seq, w in why.items() if seq not in shown}
+    # a popped tool output: its placeholder answers the call (titles: no message of a person)
+    removed.update((e, "clear") for p in withholding for e in stands_for.get(p, ()))
+    return shown, removed, appended, title
+
+
+def _is_withheld_result(event: Mapping[str, Any]) -> bool:
+    """An adapter's placeholder of a popped tool output (docs/adapters.md#cleared-means-cleared)."""
+    data = event.get("data")
+    message = data.get("message") if isinstance(data, Mapping) else None
+    blocks = message.get("content") if isinstance(message, Mapping) else None
+    return isinstance(blocks, list | tuple) and any(
+        isinstance(block, Mapping) and _message_text(block.get("content")) == REMOVED_RESULT_TEXT
+        for block in blocks)
 
 
 def removed_messages(events: Sequence[Mapping[str, Any]]) -> dict[int, str]:

@@ -9,10 +9,11 @@ search index, the one ``dsh search`` uses (docs/stores.md#search).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from dsh import Event
+from dsh.persistence import removed_messages
 from dsh.view._data import ViewStore, iter_text
 
 _SNIPPET_CHARS: Final = 80
@@ -73,6 +74,8 @@ def search_session(session_id: str, events: Sequence[Event], query: str, *,
                    limit: int = 200) -> tuple[Hit, ...]:
     """The matches of ``query`` in one session's appended messages, in seq order.
 
+    Each hit in a message that left the model view is marked (``Hit.removed``).
+
     Args:
         session_id: The session's id (named in each hit).
         events: Its log (element ``i`` at seq ``i``; a paged log is read page by page).
@@ -89,7 +92,12 @@ def search_session(session_id: str, events: Sequence[Event], query: str, *,
             hits.append(_snippet(session_id, seq, role, text, at, len(needle)))
             if len(hits) >= limit:
                 break
-    return tuple(hits)
+    if not hits:
+        return ()
+    # a hit in a message that left the model view is marked, as the store search marks it
+    removed = removed_messages(events)
+    return tuple(replace(hit, removed=removed.get(hit.seq)) if hit.seq in removed else hit
+                 for hit in hits)
 
 
 def search_store(store: ViewStore, query: str, *, limit: int = 100) -> StoreResults:
