@@ -122,7 +122,8 @@ def test_dsh_search_prints_hits_escaped_and_as_json(tmp_path: Path) -> None:
     as_json = json.loads(subprocess.run([*run, "--json"], capture_output=True, text=True,
                                         env=env, check=True).stdout)
     assert as_json["hits"] == [{"session": "evil", "seq": 2, "role": "user", "match": "needle",
-                                "snippet": "look \\x07 here: needle in the haystack"}]
+                                "snippet": "look \\x07 here: needle in the haystack",
+                                "removed": None}]
     assert (as_json["sessions"], as_json["indexed"], as_json["unreadable"]) == (2, True, [])
     # Several words need no quotes: `dsh search needle haystack` is the quoted query.
     two = subprocess.run([*run[:5], "haystack", *run[5:]], capture_output=True, text=True,

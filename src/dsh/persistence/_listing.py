@@ -443,7 +443,7 @@ class EntryFold:
         hiding = False
         for event in events:
             kind = event["type"]
-            if not hiding and is_hiding(event):
+            if (kind == "assistant/message" or kind in HIDING_TYPES) and is_hiding(event):
                 # what it takes off may be the prompt, and what titles then lies before this
                 # batch: only the whole log tells (a fold from the first event knows it)
                 if e.events:
