@@ -50,7 +50,7 @@ from dsh.json import dumps as json_dumps
 from dsh.json import loads as json_loads
 
 __all__ = ["HIDING_TYPES", "INDEX_NAME", "JOURNAL_NAME", "REMOVAL_MODEL", "REMOVED_RESULT_TEXT",
-           "SOURCE_EVENT_TYPE",
+           "SOURCE_EVENT_TYPE", "NodeFold",
            "STORED_VERSION", "EntryFold", "JsonlIndex", "ListingEntry", "ReadFn",
            "entry_from_stored", "first_line", "is_hiding", "is_untimed", "note_flushed",
            "prompt_of", "read_entries", "recorded_flush", "removed_messages", "reply_model",
@@ -259,6 +259,59 @@ def _quarantine_items(events: Sequence[Mapping[str, Any]]) -> tuple[set[int], di
     return placeholders, restores
 
 
+class NodeFold:
+    """The surface of a log being folded, each node with the appended messages it stands for.
+
+    Unlike :func:`dsh.session.fold_surface` it takes any subset of a log that holds its
+    message events (the SQLite listing reads only those) and never refuses: a replace naming
+    no run is skipped. Rule: docs/rules.md#surface-ops. A map of each node's position keeps a one-node replace
+    (a pruned result, a rewrite) O(1); a run of several nodes re-indexes the nodes after it,
+    as the session's own fold moves them.
+
+    Attributes:
+        nodes: The node seqs in surface order.
+        stands_for: Node seq → the appended message seqs it stands for (the caller sets a
+            replace's after :meth:`replace`).
+    """
+
+    __slots__ = ("nodes", "stands_for", "where")
+
+    def __init__(self) -> None:
+        self.nodes: list[int] = []
+        self.where: dict[int, int] = {}
+        self.stands_for: dict[int, list[int]] = {}
+
+    def append(self, seq: int) -> None:
+        """An appended node, standing for itself."""
+        self.where[seq] = len(self.nodes)
+        self.nodes.append(seq)
+        self.stands_for[seq] = [seq]
+
+    def replace(self, seq: int, start: object, end: object) -> list[int] | None:
+        """Put node ``seq`` in place of the run ``start..end``; what that run stood for.
+
+        Returns:
+            The seqs the run's nodes stood for (their entries are dropped; the caller says what
+            ``seq`` stands for), or None, nothing changed, when ``start`` or ``end`` is no node
+            or the start comes after the end (a log no session accepted).
+        """
+        nodes, where = self.nodes, self.where
+        first = where.get(start, -1) if type(start) is int else -1
+        last = where.get(end, -1) if type(end) is int else -1
+        if first < 0 or last < first:
+            return None
+        run_nodes = nodes[first:last + 1]
+        run = [e for node in run_nodes for e in self.stands_for.pop(node, ())]
+        for node in run_nodes:
+            del where[node]
+        nodes[first:last + 1] = [seq]
+        where[seq] = first
+        if last > first:  # the nodes after the run moved up
+            for index in range(first + 1, len(nodes)):
+                where[nodes[index]] = index
+        return run
+
+
 def _fold_view(events: Sequence[Mapping[str, Any]]
                ) -> tuple[set[int], dict[int, str], list[int], tuple[int, str] | None]:
     """Fold the surface: ``(shown, why, appended, title)`` (see :func:`shown_titles`).
@@ -268,9 +321,8 @@ def _fold_view(events: Sequence[Mapping[str, Any]]
     appended message's seq; ``title``: the last ``session/title`` (seq, text), or None.
     """
     placeholders, restores = _quarantine_items(events)
-    nodes: list[int] = []
-    where: dict[int, int] = {}
-    stands_for: dict[int, list[int]] = {}
+    fold = NodeFold()
+    stands_for = fold.stands_for
     appended: list[int] = []
     why: dict[int, str] = {}
     withholding: list[int] = []
@@ -287,25 +339,12 @@ def _fold_view(events: Sequence[Mapping[str, Any]]
         if op is None:
             continue
         if not isinstance(op, Mapping):
-            where[seq] = len(nodes)
-            nodes.append(seq)
-            stands_for[seq] = [seq]
+            fold.append(seq)
             appended.append(seq)
             continue
-        start, end = op.get("start"), op.get("end")
-        first = where.get(start, -1) if type(start) is int else -1
-        last = where.get(end, -1) if type(end) is int else -1
-        if first < 0 or last < first:
+        run = fold.replace(seq, op.get("start"), op.get("end"))
+        if run is None:
             continue  # a replace naming no run: no session accepted it; nothing stands for it
-        run_nodes = nodes[first:last + 1]
-        run = [e for node in run_nodes for e in stands_for.pop(node, ())]
-        for node in run_nodes:
-            del where[node]
-        nodes[first:last + 1] = [seq]
-        where[seq] = first
-        if last > first:
-            for index in range(first + 1, len(nodes)):
-                where[nodes[index]] = index
         if seq in placeholders:
             stands_for[seq] = []
             why.update(dict.fromkeys(run, "quarantine"))
