@@ -264,9 +264,9 @@ class NodeFold:
 
     Unlike :func:`dsh.session.fold_surface` it takes any subset of a log that holds its
     message events (the SQLite listing reads only those) and never refuses: a replace naming
-    no run is skipped. Rule: docs/rules.md#surface-ops. A map of each node's position keeps a one-node replace
-    (a pruned result, a rewrite) O(1); a run of several nodes re-indexes the nodes after it,
-    as the session's own fold moves them.
+    no run is skipped. Rule: docs/rules.md#surface-ops. A map of each node's position keeps a
+    one-node replace (a pruned result, a rewrite) O(1); a run of several nodes re-indexes the
+    nodes after it, as the session's own fold moves them.
 
     Attributes:
         nodes: The node seqs in surface order.
