@@ -108,6 +108,25 @@ def langchain_cleared(store: str) -> Any:
     return history
 
 
+def sdk_cleared(store: str, cleared: str, popped: str, batches: list[list[Any]]) -> None:
+    """Two SDK sessions given ``batches`` (``add_items`` each): ``cleared`` then
+    ``clear_session()``ed, ``popped`` with its last two items ``pop_item()``ed."""
+    from dsh.adapters.openai_agents import DshSession
+
+    async def fill() -> None:
+        for sid in (cleared, popped):
+            session = DshSession(sid, store)
+            for items in batches:
+                await session.add_items(items)
+            if sid == cleared:
+                await session.clear_session()
+            else:
+                await session.pop_item()
+                await session.pop_item()
+            session.close()
+    asyncio.run(fill())
+
+
 def pydantic_ai_cleared(store: str) -> None:
     """Session ``pa`` told the secret through ``DshMessageHistory``, then ``clear()``ed."""
     from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
@@ -357,18 +376,8 @@ def test_no_title_shows_what_a_clear_or_quarantine_removed(tmp_path: Path) -> No
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
     told = f"my password is {SECRET}"
 
-    async def sdk() -> None:
-        for sid in ("sdk-cleared", "sdk-popped"):
-            session = DshSession(sid, store)
-            await session.add_items([{"role": "user", "content": told},
-                                     {"role": "assistant", "content": "noted"}])
-            if sid == "sdk-cleared":
-                await session.clear_session()
-            else:
-                await session.pop_item()
-                await session.pop_item()
-            session.close()
-    asyncio.run(sdk())
+    sdk_cleared(store, "sdk-cleared", "sdk-popped",
+                [[{"role": "user", "content": told}, {"role": "assistant", "content": "noted"}]])
     langchain_cleared(store).close()
     pydantic_ai_cleared(store)
     session = DshSession("quarantined", store)

@@ -7,7 +7,6 @@ marked. Rule: docs/standards.md#what-the-exports-hold.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -27,6 +26,7 @@ from tests.adapters.test_cleared import (
     langchain_cleared,
     langgraph_removed_and_deleted,
     pydantic_ai_cleared,
+    sdk_cleared,
 )
 from tests.agent.providers.servers import ScriptedServer, Stream, openai_reply
 from tests.interop.standards import view
@@ -116,24 +116,13 @@ def _continue(store: str, session: str, server: ScriptedServer, framework: str) 
 
 
 def test_sdk_clear_session_and_pop_item_leave_every_handoff(tmp_path: Path) -> None:
-    from dsh.adapters.openai_agents import DshSession
-
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
 
-    async def fill() -> None:
-        for sid in ("cleared", "popped"):
-            session = DshSession(sid, store)
-            await session.add_items([{"role": "user", "content": "before the secret"},
-                                     {"role": "assistant", "content": "go on"}])
-            await session.add_items([{"role": "user", "content": f"my password is {SECRET}"},
-                                     {"role": "assistant", "content": f"noted {SECRET}"}])
-            if sid == "cleared":
-                await session.clear_session()
-            else:
-                await session.pop_item()
-                await session.pop_item()
-            session.close()
-    asyncio.run(fill())
+    sdk_cleared(store, "cleared", "popped",
+                [[{"role": "user", "content": "before the secret"},
+                  {"role": "assistant", "content": "go on"}],
+                 [{"role": "user", "content": f"my password is {SECRET}"},
+                  {"role": "assistant", "content": f"noted {SECRET}"}]])
     with ScriptedServer() as server:
         for sid in ("cleared", "popped"):
             _continue(store, sid, server, "openai-agents")
