@@ -6769,6 +6769,1105 @@ claude_usage(PyObject *module, PyObject *raw)
 }
 
 /* ---------------------------------------------------------------------------------------
+ * The second read of a Claude Code import in one call a line
+ * (docs/interop.md#streaming-imports): claude_map maps the common line (a user text or tool_result line, an assistant
+ * line, an off-branch or ignorable line) to its events on the EventBuilder's own state, as
+ * dsh.interop._claude_code._map does (its reference). Everything it does not take is left
+ * untouched to the reference: it decides first, then writes.
+ */
+
+enum {
+    CM_EVENTS, CM_LINES, CM_DRAINED, CM_TIME, CM_TIME_SEEN, CM_TURN, CM_TURN_OPEN, CM_STEP,
+    CM_STEP_OPEN, CM_STEP_ANSWERED, CM_PENDING, CM_NODES, CM_USER_PROMPTS, CM_TOOL_CALLS,
+    CM_MODEL, CM_STEP_CALLS, CM_SOURCE_WRITTEN, CM_FIRST_TIME, CM_SESSION_ID,
+    CM_SEQ, CM_DATA, CM_SURFACE_OP, CM_APPEND, CM_IGNORABLE, CM_SOURCE_EVENT_SEQS,
+    CM_T_ENVELOPE, CM_T_OFF_BRANCH, CM_T_PROGRESS, CM_T_SNAPSHOT, CM_T_QUEUE, CM_T_SYSTEM,
+    CM_T_TURN_START, CM_T_TURN_END, CM_T_STEP_START, CM_T_STEP_END, CM_T_USER, CM_T_ASSISTANT,
+    CM_T_CALL, CM_T_RESULT,
+    CM_TIMESTAMP, CM_COMPACT_SUMMARY, CM_IS_META, CM_TOOL_USE_RESULT, CM_CLAUDE_CODE, CM_META,
+    CM_IS_ERROR_SRC, CM_IS_ERROR, CM_TOOL_CALL_ID, CM_TOOL_RESULT_DSH, CM_CALL_ID, CM_KIND,
+    CM_TOOL, CM_ROLE, CM_SOURCE, CM_PLUGIN, CM_CLAUDE_CODE_NAME, CM_MODEL_KEY, CM_USAGE,
+    CM_COMPLETED, CM_REASON, CM_SNAPSHOT, CM_QUEUE, CM_INTERRUPT, CM_LOCAL_OUT,
+    CM_LOCAL_CAVEAT, CM_LOCAL_ERR, CM_CALL_STEP, CM_CALL_SEQ, CM_STEP_KEY, CM_TURN_KEY,
+    CM_COUNT
+};
+static PyObject *cm[CM_COUNT];
+
+static int
+cm_intern(void)
+{
+    static const char *text[CM_COUNT] = {
+        "events", "lines", "_drained", "time", "_time_seen", "turn", "turn_open", "step",
+        "step_open", "step_answered", "pending", "nodes", "user_prompts", "tool_calls",
+        "model", "_step_calls", "_source_written", "_first_time", "session_id",
+        "seq", "data", "surfaceOp", "append", "ignorable", "sourceEventSeqs",
+        "import/claude-code/envelope", "import/claude-code/off-branch",
+        "import/claude-code/progress", "import/claude-code/file-history-snapshot",
+        "import/claude-code/queue-operation", "import/claude-code/system",
+        "turn/start", "turn/end", "step/start", "step/end", "user/message",
+        "assistant/message", "tool/call", "tool/result",
+        "timestamp", "isCompactSummary", "isMeta", "toolUseResult", "claudeCode", "meta",
+        "is_error", "isError", "toolCallId", "tool-result", "callId", "kind",
+        "tool", "role", "source", "plugin", "claude-code", "model", "usage",
+        "completed", "reason", "file-history-snapshot", "queue-operation",
+        "[Request interrupted by user", "<local-command-stdout>",
+        "<local-command-caveat>", "<local-command-stderr>", "step", "call_seq", "step", "turn"};
+    int i;
+    if (cc_intern() < 0) {
+        return -1;
+    }
+    if (cm[CM_COUNT - 1] != NULL) {
+        return 0;
+    }
+    for (i = 0; i < CM_COUNT; i++) {
+        if (cm[i] == NULL && (cm[i] = PyUnicode_InternFromString(text[i])) == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* the quick parse_time of a str: 1 with *ms set, 0 when the reference must answer */
+static int
+cm_millis(PyObject *text, long long *ms)
+{
+    PyObject *got;
+    long long v;
+    int overflow;
+    got = utc_millis(NULL, text);
+    if (got == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (got == Py_None) {
+        Py_DECREF(got);
+        return 0;
+    }
+    v = PyLong_AsLongLongAndOverflow(got, &overflow);
+    Py_DECREF(got);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    /* parse_time keeps a quick value in [1e11, 2**53 - 1]; anything else goes around again */
+    if (v < 100000000000LL || v > 9007199254740991LL) {
+        return 0;
+    }
+    *ms = v;
+    return 1;
+}
+
+/* an int of the state (exact int within long long): 1 ok, 0 not */
+static int
+cm_ll(PyObject *v, long long *out)
+{
+    int overflow;
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        return 0;
+    }
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* a bool of the state: 1/0, -1 when it is no bool */
+static int
+cm_bool(PyObject *v)
+{
+    if (v == Py_True) {
+        return 1;
+    }
+    return v == Py_False ? 0 : -1;
+}
+
+/* The builder's state as claude_map reads and writes it (the dict values are borrowed). */
+typedef struct {
+    PyObject *st, *events, *lines, *nodes, *pending, *line, *sid;
+    long long seq, time, turn, step, prompts, calls;
+    int seen, turn_open, step_open, answered;
+    PyObject *step_calls;  /* a new list when it changed (written back), else NULL */
+} CmState;
+
+/* append one event {type, seq, time, data[, sourceEventSeqs][, surfaceOp][, ignorable]};
+ * data and seqs are stolen. Returns its seq, -1 on error. */
+static long long
+cm_emit(CmState *s, PyObject *type, PyObject *data, PyObject *seqs, int append, int ignorable)
+{
+    PyObject *ev, *seq_o = NULL, *time_o = NULL;
+    long long seq = s->seq;
+    int bad;
+    if (data == NULL) {
+        Py_XDECREF(seqs);
+        return -1;
+    }
+    ev = _PyDict_NewPresized(6);
+    seq_o = PyLong_FromLongLong(seq);
+    time_o = PyLong_FromLongLong(s->time);
+    bad = ev == NULL || seq_o == NULL || time_o == NULL
+        || PyDict_SetItem(ev, cc_type, type) < 0 || PyDict_SetItem(ev, cm[CM_SEQ], seq_o) < 0
+        || PyDict_SetItem(ev, cm[CM_TIME], time_o) < 0
+        || PyDict_SetItem(ev, cm[CM_DATA], data) < 0
+        || (seqs != NULL && PyDict_SetItem(ev, cm[CM_SOURCE_EVENT_SEQS], seqs) < 0)
+        || (append && PyDict_SetItem(ev, cm[CM_SURFACE_OP], cm[CM_APPEND]) < 0)
+        || (ignorable && PyDict_SetItem(ev, cm[CM_IGNORABLE], Py_True) < 0)
+        || PyList_Append(s->events, ev) < 0 || PyList_Append(s->lines, s->line) < 0
+        || (append && PyList_Append(s->nodes, seq_o) < 0);
+    Py_XDECREF(ev);
+    Py_XDECREF(seq_o);
+    Py_XDECREF(time_o);
+    Py_DECREF(data);
+    Py_XDECREF(seqs);
+    if (bad) {
+        return -1;
+    }
+    s->seq++;
+    return seq;
+}
+
+/* {"turn": t, "step": s} and the like: a new dict of int values */
+static PyObject *
+cm_turn_step(long long turn, long long step, int with_step)
+{
+    PyObject *kv[4];
+    kv[0] = cm[CM_TURN_KEY];
+    kv[1] = PyLong_FromLongLong(turn);
+    kv[2] = cm[CM_STEP_KEY];
+    kv[3] = with_step ? PyLong_FromLongLong(step) : NULL;
+    if (!with_step) {
+        return cb_dict(1, kv);
+    }
+    return cb_dict(2, kv);
+}
+
+static int
+cm_step_end(CmState *s)
+{
+    if (cm_emit(s, cm[CM_T_STEP_END], cm_turn_step(s->turn, s->step, 1), NULL, 0, 0) < 0) {
+        return -1;
+    }
+    s->step_open = 0;
+    s->answered = 0;
+    return 0;
+}
+
+/* EventBuilder.end_turn({"kind": "completed"}) with nothing pending */
+static int
+cm_end_turn(CmState *s)
+{
+    PyObject *reason, *data, *kv[4];
+    if (!s->turn_open) {
+        return 0;
+    }
+    if (s->step_open && cm_step_end(s) < 0) {
+        return -1;
+    }
+    kv[0] = cm[CM_KIND];
+    kv[1] = Py_NewRef(cm[CM_COMPLETED]);
+    reason = cb_dict(1, kv);
+    data = cm_turn_step(s->turn, 0, 0);
+    if (reason == NULL || data == NULL || PyDict_SetItem(data, cm[CM_REASON], reason) < 0) {
+        Py_XDECREF(reason);
+        Py_XDECREF(data);
+        return -1;
+    }
+    Py_DECREF(reason);
+    if (cm_emit(s, cm[CM_T_TURN_END], data, NULL, 0, 0) < 0) {
+        return -1;
+    }
+    s->turn_open = 0;
+    return 0;
+}
+
+/* EventBuilder._open_step (opening a turn first when none is open) */
+static int
+cm_open_step(CmState *s)
+{
+    PyObject *calls;
+    if (!s->turn_open) {
+        s->turn++;
+        s->step = 0;
+        s->turn_open = 1;
+        if (cm_emit(s, cm[CM_T_TURN_START], cm_turn_step(s->turn, 0, 0), NULL, 0, 0) < 0) {
+            return -1;
+        }
+    }
+    s->step++;
+    s->step_open = 1;
+    s->answered = 0;
+    if (cm_emit(s, cm[CM_T_STEP_START], cm_turn_step(s->turn, s->step, 1), NULL, 0, 0) < 0) {
+        return -1;
+    }
+    calls = PyList_New(0);
+    if (calls == NULL) {
+        return -1;
+    }
+    Py_XSETREF(s->step_calls, calls);
+    return 0;
+}
+
+/* a message id: id itself, or "<session>:<seq>" when it is NULL (a new reference) */
+static PyObject *
+cm_message_id(CmState *s, PyObject *id)
+{
+    if (id != NULL) {
+        return Py_NewRef(id);
+    }
+    return PyUnicode_FromFormat("%U:%lld", s->sid, s->seq);
+}
+
+/* result_blocks(content) for a str, null (absent) or a list of exact values: a new list,
+ * NULL with no error set when the reference must answer */
+static PyObject *
+cm_result_blocks(PyObject *content)
+{
+    PyObject *out, *kv[6];
+    Py_ssize_t i;
+    if (content == NULL || content == Py_None || PyUnicode_CheckExact(content)) {
+        PyObject *text = content != NULL && content != Py_None ? content : cb_empty, *block;
+        kv[0] = cc_type;
+        kv[1] = Py_NewRef(cb_text);
+        kv[2] = cb_text;
+        kv[3] = Py_NewRef(text);
+        block = cb_dict(2, kv);
+        if (block == NULL) {
+            return NULL;
+        }
+        out = PyList_New(1);
+        if (out == NULL) {
+            Py_DECREF(block);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, 0, block);
+        return out;
+    }
+    if (!PyList_CheckExact(content)) {
+        return NULL;
+    }
+    out = PyList_New(PyList_GET_SIZE(content));
+    if (out == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < PyList_GET_SIZE(content); i++) {
+        PyObject *part = PyList_GET_ITEM(content, i), *kind = NULL, *text = NULL, *block;
+        int plain = cb_plain_block(part, &kind);
+        if (plain <= 0) {
+            Py_DECREF(out);
+            return NULL;  /* (an error stays set) */
+        }
+        if (PyDict_CheckExact(part) && kind != NULL && cc_equals(kind, cb_text)) {
+            text = PyDict_GetItemWithError(part, cb_text);
+        }
+        if (PyErr_Occurred()) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (text != NULL && PyUnicode_Check(text)) {
+            kv[0] = cc_type;
+            kv[1] = Py_NewRef(cb_text);
+            kv[2] = cb_text;
+            kv[3] = Py_NewRef(text);
+            block = cb_dict(2, kv);
+        }
+        else {
+            kv[0] = cc_type;
+            kv[1] = Py_NewRef(cb_provider_raw);
+            kv[2] = cb_provider;
+            kv[3] = Py_NewRef(cb_anthropic);
+            kv[4] = cb_block;
+            kv[5] = Py_NewRef(part);
+            block = cb_dict(3, kv);
+        }
+        if (block == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, block);
+    }
+    return out;
+}
+
+/* whether text, left-stripped of whitespace, starts with one of the not-typed prefixes */
+static int
+cm_not_typed(PyObject *text)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), at = 0;
+    int kind = PyUnicode_KIND(text), i;
+    const void *data = PyUnicode_DATA(text);
+    while (at < n && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, at))) {
+        at++;
+    }
+    for (i = CM_LOCAL_OUT; i <= CM_LOCAL_ERR; i++) {
+        Py_ssize_t got = PyUnicode_Tailmatch(text, cm[i], at, n, -1);
+        if (got != 0) {
+            return (int)got;  /* 1, or -1 on error */
+        }
+    }
+    return 0;
+}
+
+#define CM_ACTIVE 8
+#define CM_LATER_PART 64
+#define CM_FIRST_PART 128
+
+PyDoc_STRVAR(claude_map_doc,
+"claude_map(state, record, line, rec, flags, repairs, title_line, call, encode, parts, /)\n"
+"-> bool\n\n"
+"Map one decoded Claude Code line of the second read to its events on an EventBuilder,\n"
+"as dsh.interop._claude_code._map does (its reference): state is the builder's __dict__,\n"
+"line the file line (each event's source line), rec the record number, flags its\n"
+"BranchIndex flags, repairs the chain repairs by uuid, title_line the title's line (0:\n"
+"none), call the class of a pending call (PendingCall), encode the tool_use input encoder,\n"
+"parts(rec, record) -> the records of the API response the line opens. True when done;\n"
+"False, with nothing written, for a line the reference must map (an interrupt, a compact\n"
+"summary or boundary, a summary, an unknown type, a repaired link, a result or step close\n"
+"that meets an unanswered or unknown call, a block or time of another shape, ...).");
+
+static PyObject *
+claude_map(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *st, *r, *line, *rec, *repairs, *call_type, *encode, *parts_fn, *kind, *uid,
+        *ts, *v, *msg = NULL, *content = NULL, *envelope = NULL, *blocks = NULL,
+        *usage = NULL, *key = NULL, *model = NULL, *source = NULL, *results = NULL,
+        *calls_of = NULL, *records = NULL;
+    PyObject *ignored_type = NULL;
+    long long flags, title, ms = 0, drained;
+    int has_ms = 0, typed = 1, off_branch = 0, finish_turn = 0, close_step = 0, i;
+    enum { CM_IGNORED, CM_USER, CM_RESULTS, CM_ASSISTANT, CM_LATER } what;
+    CmState s = {0};
+    PyObject *ret = NULL;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "claude_map(state, record, line, rec, flags, "
+                        "repairs, title_line, call, encode, parts)");
+        return NULL;
+    }
+    if (cm_intern() < 0) {
+        return NULL;
+    }
+    st = args[0];
+    r = args[1];
+    line = args[2];
+    rec = args[3];
+    repairs = args[5];
+    call_type = args[7];
+    encode = args[8];
+    parts_fn = args[9];
+    if (!PyDict_CheckExact(st) || !cm_ll(args[4], &flags) || !cm_ll(args[6], &title)
+            || !PyDict_CheckExact(repairs) || !PyLong_CheckExact(line)) {
+        PyErr_SetString(PyExc_TypeError, "claude_map: state and repairs dicts, int line, "
+                        "flags and title_line");
+        return NULL;
+    }
+    s.st = st;
+    s.line = line;
+    /* --- decide (nothing is written before every check passed) */
+    if (!PyDict_CheckExact(r)) {
+        Py_RETURN_FALSE;
+    }
+    Py_INCREF(r);  /* held: parts() and encode run Python code */
+    kind = PyDict_GetItemWithError(r, cc_type);
+    if (kind == NULL || !PyUnicode_CheckExact(kind)) {
+        goto fallback;
+    }
+    {
+        long long at_line = PyLong_AsLongLong(line);
+        if (at_line == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (at_line == title) {
+            goto fallback;
+        }
+    }
+    uid = cc_str_or_null(PyDict_GetItemWithError(r, cc_uuid));  /* new ref or NULL */
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    key = uid;  /* owned through key until the end (the assistant's key may replace it) */
+    if (uid != NULL && PyDict_GET_SIZE(repairs) > 0) {
+        int in = PyDict_Contains(repairs, uid);
+        if (in != 0) {
+            if (in < 0) {
+                goto done;
+            }
+            goto fallback;
+        }
+    }
+    ts = PyDict_GetItemWithError(r, cm[CM_TIMESTAMP]);
+    if (ts == NULL && PyErr_Occurred()) {
+        goto done;
+    }
+    if (ts != NULL && ts != Py_None) {
+        if (!PyUnicode_CheckExact(ts)) {
+            goto fallback;
+        }
+        if (PyUnicode_GET_LENGTH(ts) > 0) {
+            if (!cm_millis(ts, &ms)) {
+                goto fallback;
+            }
+            has_ms = 1;
+        }
+    }
+    /* the builder's state */
+#define CM_GET(k) PyDict_GetItemWithError(st, cm[k])
+    s.events = CM_GET(CM_EVENTS);
+    s.lines = CM_GET(CM_LINES);
+    s.nodes = CM_GET(CM_NODES);
+    s.pending = CM_GET(CM_PENDING);
+    s.sid = CM_GET(CM_SESSION_ID);
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (s.events == NULL || !PyList_CheckExact(s.events) || s.lines == NULL
+            || !PyList_CheckExact(s.lines) || s.nodes == NULL || !PyList_CheckExact(s.nodes)
+            || s.pending == NULL || !PyDict_CheckExact(s.pending) || s.sid == NULL
+            || !PyUnicode_CheckExact(s.sid) || CM_GET(CM_SOURCE_WRITTEN) != Py_True
+            || (v = CM_GET(CM_FIRST_TIME)) == NULL || v == Py_None
+            || !cm_ll(CM_GET(CM_DRAINED), &drained) || !cm_ll(CM_GET(CM_TIME), &s.time)
+            || !cm_ll(CM_GET(CM_TURN), &s.turn) || !cm_ll(CM_GET(CM_STEP), &s.step)
+            || !cm_ll(CM_GET(CM_USER_PROMPTS), &s.prompts)
+            || !cm_ll(CM_GET(CM_TOOL_CALLS), &s.calls)
+            || (s.seen = cm_bool(CM_GET(CM_TIME_SEEN))) < 0
+            || (s.turn_open = cm_bool(CM_GET(CM_TURN_OPEN))) < 0
+            || (s.step_open = cm_bool(CM_GET(CM_STEP_OPEN))) < 0
+            || (s.answered = cm_bool(CM_GET(CM_STEP_ANSWERED))) < 0
+            || (v = CM_GET(CM_STEP_CALLS)) == NULL || !PyList_CheckExact(v)
+            || (v = CM_GET(CM_MODEL)) == NULL || !PyTuple_CheckExact(v)
+            || PyTuple_GET_SIZE(v) != 2) {
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        goto fallback;
+    }
+#undef CM_GET
+    s.seq = drained + PyList_GET_SIZE(s.events);
+    if (cc_equals(kind, cc_user) || cc_equals(kind, cc_assistant)) {
+        int user = cc_equals(kind, cc_user);
+        if (!(flags & CM_ACTIVE)) {
+            off_branch = 1;
+            what = CM_IGNORED;
+            ignored_type = cm[CM_T_OFF_BRANCH];
+            goto decided;
+        }
+        msg = PyDict_GetItemWithError(r, cc_message);
+        if (msg == NULL || !PyDict_CheckExact(msg)) {
+            goto fallback;  /* (an error, or the reference's own) */
+        }
+        Py_INCREF(msg);
+        envelope = claude_envelope(NULL, r);
+        if (envelope == NULL) {
+            goto done;
+        }
+        if (user) {
+            int compact, multi = 0;
+            Py_ssize_t n;
+            v = PyDict_GetItemWithError(r, cm[CM_COMPACT_SUMMARY]);
+            compact = v != NULL ? PyObject_IsTrue(v) : 0;
+            if (compact != 0 || PyErr_Occurred()) {
+                goto fallback_or_error;
+            }
+            content = PyDict_GetItemWithError(msg, cc_content);
+            if (content == NULL && PyErr_Occurred()) {
+                goto done;
+            }
+            Py_XINCREF(content);
+            if (content != NULL && PyList_CheckExact(content)) {
+                int any_result = 0, any_other = 0;
+                for (n = 0; n < PyList_GET_SIZE(content); n++) {
+                    PyObject *b = PyList_GET_ITEM(content, n), *t;
+                    if (!PyDict_CheckExact(b)) {
+                        if (PyDict_Check(b)) {
+                            goto fallback;
+                        }
+                        any_other = 1;
+                        continue;
+                    }
+                    t = PyDict_GetItemWithError(b, cc_type);
+                    if (t == NULL && PyErr_Occurred()) {
+                        goto done;
+                    }
+                    if (t != NULL && !PyUnicode_CheckExact(t) && !PyLong_CheckExact(t)
+                            && t != Py_None && !PyBool_Check(t) && !PyFloat_CheckExact(t)
+                            && !PyList_CheckExact(t) && !PyDict_CheckExact(t)) {
+                        goto fallback;  /* an object that might equal "tool_result" */
+                    }
+                    if (cc_equals(t, cc_tool_result)) {
+                        any_result = 1;
+                    }
+                    else {
+                        any_other = 1;
+                    }
+                }
+                multi = any_result;
+                if (any_result && any_other) {
+                    goto fallback;  /* results beside other blocks: the reference */
+                }
+            }
+            if (multi) {
+                /* a tool_result line: every block answers a pending call of the open step */
+                PyObject *tur = PyDict_GetItemWithError(r, cm[CM_TOOL_USE_RESULT]);
+                if ((tur == NULL && PyErr_Occurred()) || !s.step_open || uid == NULL) {
+                    goto fallback_or_error;
+                }
+                n = PyList_GET_SIZE(content);
+                results = PyList_New(n);
+                calls_of = PyList_New(n);
+                if (results == NULL || calls_of == NULL) {
+                    goto done;
+                }
+                for (i = 0; i < n; i++) {
+                    PyObject *b = PyList_GET_ITEM(content, i), *id, *call, *rb, *err;
+                    int is_error, j;
+                    id = PyDict_GetItemWithError(b, cc_tool_use_id);
+                    if (id == NULL || !PyUnicode_CheckExact(id)) {
+                        goto fallback_or_error;
+                    }
+                    for (j = 0; j < i; j++) {
+                        PyObject *other = PyTuple_GET_ITEM(PyList_GET_ITEM(calls_of, j), 0);
+                        int same = PyUnicode_Compare(other, id);
+                        if (same == 0) {
+                            goto fallback;  /* the second is answered by the reference */
+                        }
+                    }
+                    call = PyDict_GetItemWithError(s.pending, id);
+                    if (call == NULL) {
+                        goto fallback_or_error;
+                    }
+                    err = PyDict_GetItemWithError(b, cm[CM_IS_ERROR_SRC]);
+                    is_error = err != NULL ? PyObject_IsTrue(err) : 0;
+                    if (is_error < 0 || PyErr_Occurred()) {
+                        goto done;
+                    }
+                    rb = cm_result_blocks(PyDict_GetItemWithError(b, cc_content));
+                    if (rb == NULL) {
+                        goto fallback_or_error;
+                    }
+                    PyList_SET_ITEM(results, i, rb);
+                    v = Py_BuildValue("(OOO)", id, call, is_error ? Py_True : Py_False);
+                    if (v == NULL) {
+                        goto done;
+                    }
+                    PyList_SET_ITEM(calls_of, i, v);
+                }
+                what = CM_RESULTS;
+                if (tur != NULL) {
+                    source = Py_NewRef(tur);  /* (source holds the toolUseResult here) */
+                }
+                goto decided;
+            }
+            /* a text line: a str, or a list of text blocks only */
+            if (content != NULL && PyUnicode_CheckExact(content)) {
+                blocks = cm_result_blocks(content);
+                if (blocks == NULL) {
+                    goto done;
+                }
+                v = Py_NewRef(content);
+            }
+            else if (content != NULL && PyList_CheckExact(content)
+                     && PyList_GET_SIZE(content) > 0) {
+                PyObject *joined;
+                for (n = 0; n < PyList_GET_SIZE(content); n++) {
+                    PyObject *b = PyList_GET_ITEM(content, n), *t, *text;
+                    if (!PyDict_CheckExact(b)) {
+                        goto fallback;
+                    }
+                    t = PyDict_GetItemWithError(b, cc_type);
+                    text = PyDict_GetItemWithError(b, cb_text);
+                    if (PyErr_Occurred()) {
+                        goto done;
+                    }
+                    if (!cc_equals(t, cb_text) || text == NULL || !PyUnicode_CheckExact(text)) {
+                        goto fallback;
+                    }
+                }
+                blocks = cm_result_blocks(content);
+                if (blocks == NULL) {
+                    goto fallback_or_error;
+                }
+                joined = PyUnicode_New(0, 0);
+                if (joined == NULL) {
+                    goto done;
+                }
+                for (n = 0; n < PyList_GET_SIZE(content); n++) {
+                    PyUnicode_Append(&joined, PyDict_GetItem(PyList_GET_ITEM(content, n),
+                                                             cb_text));
+                    if (joined == NULL) {
+                        goto done;
+                    }
+                }
+                v = joined;
+            }
+            else {
+                goto fallback;
+            }
+            /* v: the text (a new reference) */
+            {
+                Py_ssize_t got = PyUnicode_Tailmatch(v, cm[CM_INTERRUPT], 0,
+                                                     PyUnicode_GET_LENGTH(v), -1);
+                int meta, not_typed;
+                if (got != 0) {
+                    Py_DECREF(v);
+                    goto fallback_or_error;
+                }
+                not_typed = cm_not_typed(v);
+                Py_DECREF(v);
+                if (not_typed < 0) {
+                    goto done;
+                }
+                v = PyDict_GetItemWithError(r, cm[CM_IS_META]);
+                meta = v != NULL ? PyObject_IsTrue(v) : 0;
+                if (meta < 0 || PyErr_Occurred()) {
+                    goto done;
+                }
+                typed = !meta && !not_typed;
+            }
+            /* EventBuilder.user: a finished turn ends; an answered step closes */
+            if (s.turn_open && s.step_open && s.answered && PyDict_GET_SIZE(s.pending) == 0
+                    && PyList_GET_SIZE(PyDict_GetItem(st, cm[CM_STEP_CALLS])) == 0) {
+                finish_turn = 1;
+            }
+            else if (s.step_open && s.answered) {
+                if (PyDict_GET_SIZE(s.pending) > 0) {
+                    goto fallback;  /* unanswered calls get synthetic results there */
+                }
+                close_step = 1;
+            }
+            what = CM_USER;
+            goto decided;
+        }
+        /* an assistant line */
+        v = PyDict_GetItemWithError(msg, cc_id);
+        if (v == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        if (v != NULL && PyUnicode_Check(v) && PyUnicode_GET_LENGTH(v) > 0) {
+            Py_XSETREF(key, Py_NewRef(v));
+        }
+        else if (key == NULL) {
+            goto fallback;  /* "line-N" */
+        }
+        if (flags & CM_LATER_PART) {
+            what = CM_LATER;
+            goto decided;
+        }
+        model = PyDict_GetItemWithError(msg, cm[CM_MODEL_KEY]);
+        if (model == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        model = model != NULL && PyUnicode_Check(model) && PyUnicode_GET_LENGTH(model) > 0
+            ? Py_NewRef(model) : NULL;
+        if (flags & CM_FIRST_PART) {
+            records = PyObject_CallFunctionObjArgs(parts_fn, rec, r, NULL);
+            if (records == NULL) {
+                goto done;
+            }
+            if (!PyList_CheckExact(records)) {
+                PyErr_SetString(PyExc_TypeError, "claude_map: parts() must return a list");
+                goto done;
+            }
+        }
+        else {
+            records = PyList_New(1);
+            if (records == NULL) {
+                goto done;
+            }
+            PyList_SET_ITEM(records, 0, Py_NewRef(r));
+        }
+        blocks = PyList_New(0);
+        if (blocks == NULL) {
+            goto done;
+        }
+        for (i = 0; i < PyList_GET_SIZE(records); i++) {
+            PyObject *one = PyList_GET_ITEM(records, i), *m, *c, *u, *got;
+            if (!PyDict_Check(one)) {
+                continue;
+            }
+            if (!PyDict_CheckExact(one)) {
+                goto fallback;
+            }
+            m = PyDict_GetItemWithError(one, cc_message);
+            if (m == NULL || !PyDict_Check(m)) {
+                if (PyErr_Occurred()) {
+                    goto done;
+                }
+                continue;
+            }
+            if (!PyDict_CheckExact(m)) {
+                goto fallback;
+            }
+            c = PyDict_GetItemWithError(m, cc_content);
+            u = PyDict_GetItemWithError(m, cm[CM_USAGE]);
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            if (c != NULL && PyUnicode_CheckExact(c)) {
+                got = cm_result_blocks(c);
+            }
+            else if (c != NULL && PyList_CheckExact(c)) {
+                PyObject *cargs[2] = {c, encode};
+                Py_INCREF(c);
+                got = claude_blocks(NULL, cargs, 2);
+                Py_DECREF(c);
+                if (got == Py_None) {
+                    Py_DECREF(got);
+                    goto fallback;
+                }
+            }
+            else if (c != NULL && PyUnicode_Check(c)) {
+                goto fallback;
+            }
+            else {
+                got = PyList_New(0);
+            }
+            if (got == NULL) {
+                goto done;
+            }
+            if (PyList_SetSlice(blocks, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, got) < 0) {
+                Py_DECREF(got);
+                goto done;
+            }
+            Py_DECREF(got);
+            if (u != NULL && PyDict_Check(u)) {
+                Py_XSETREF(usage, Py_NewRef(u));
+            }
+        }
+        if (usage != NULL) {
+            PyObject *made = claude_usage(NULL, usage);
+            if (made == NULL) {
+                goto done;
+            }
+            Py_SETREF(usage, made);
+            if (usage == Py_None) {
+                goto fallback;
+            }
+        }
+        for (i = 0; i < PyList_GET_SIZE(blocks); i++) {
+            PyObject *b = PyList_GET_ITEM(blocks, i), *id;
+            if (!cc_equals(PyDict_GetItem(b, cc_type), cb_tool_call)) {
+                continue;
+            }
+            id = PyDict_GetItem(b, cc_id);
+            if (id == NULL || !PyUnicode_Check(id) || PyUnicode_GET_LENGTH(id) == 0
+                    || !PyUnicode_CheckExact(PyDict_GetItem(b, cb_name))) {
+                goto fallback;
+            }
+        }
+        if (s.step_open && s.answered) {
+            if (PyDict_GET_SIZE(s.pending) > 0) {
+                goto fallback;
+            }
+            close_step = 1;
+        }
+        what = CM_ASSISTANT;
+        goto decided;
+    }
+    if (cc_equals(kind, cc_progress)) {
+        ignored_type = cm[CM_T_PROGRESS];
+    }
+    else if (cc_equals(kind, cm[CM_SNAPSHOT])) {
+        ignored_type = cm[CM_T_SNAPSHOT];
+    }
+    else if (cc_equals(kind, cm[CM_QUEUE])) {
+        ignored_type = cm[CM_T_QUEUE];
+    }
+    else if (cc_equals(kind, cc_system)) {
+        v = PyDict_GetItemWithError(r, cc_subtype);
+        if (v == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        if (cc_equals(v, cc_compact_boundary) && (flags & CM_ACTIVE)) {
+            goto fallback;
+        }
+        if (v != NULL && !PyUnicode_CheckExact(v) && !PyLong_CheckExact(v) && v != Py_None
+                && !PyBool_Check(v) && !PyFloat_CheckExact(v) && !PyList_CheckExact(v)
+                && !PyDict_CheckExact(v)) {
+            goto fallback;
+        }
+        ignored_type = cm[CM_T_SYSTEM];
+    }
+    else {
+        goto fallback;  /* a summary (a title), an unknown type */
+    }
+    what = CM_IGNORED;
+
+decided:
+    /* --- write: b.at(timestamp), then the line's events */
+    if (has_ms && (!s.seen || ms > s.time)) {
+        s.time = !s.seen ? (ms > 0 ? ms : 0) : ms;
+    }
+    s.seen = s.seen || has_ms;
+    if (what == CM_IGNORED) {
+        if (cm_emit(&s, ignored_type, Py_NewRef(r), NULL, 0, 1) < 0) {
+            goto done;
+        }
+        (void)off_branch;
+        goto written;
+    }
+    if (cm_emit(&s, cm[CM_T_ENVELOPE], envelope, NULL, 0, 1) < 0) {
+        envelope = NULL;
+        goto done;
+    }
+    envelope = NULL;
+    if (what == CM_LATER) {
+        goto written;
+    }
+    if (what == CM_RESULTS) {
+        Py_ssize_t n = PyList_GET_SIZE(results);
+        for (i = 0; i < n; i++) {
+            PyObject *entry = PyList_GET_ITEM(calls_of, i), *id = PyTuple_GET_ITEM(entry, 0),
+                *call = PyTuple_GET_ITEM(entry, 1), *step_o, *seq_o, *kv[10], *block,
+                *message, *sidecar, *meta, *data, *seqs, *mid;
+            long long call_seq;
+            Py_INCREF(call);
+            if (PyDict_DelItem(s.pending, id) < 0) {
+                Py_DECREF(call);
+                goto done;
+            }
+            step_o = PyObject_GetAttr(call, cm[CM_CALL_STEP]);
+            seq_o = step_o != NULL ? PyObject_GetAttr(call, cm[CM_CALL_SEQ]) : NULL;
+            Py_DECREF(call);
+            if (seq_o == NULL || !cm_ll(seq_o, &call_seq)) {
+                Py_XDECREF(step_o);
+                Py_XDECREF(seq_o);
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_TypeError, "claude_map: a pending call's seq");
+                }
+                goto done;
+            }
+            kv[0] = cc_type; kv[1] = Py_NewRef(cm[CM_TOOL_RESULT_DSH]);
+            kv[2] = cm[CM_TOOL_CALL_ID]; kv[3] = Py_NewRef(id);
+            kv[4] = cc_content; kv[5] = Py_NewRef(PyList_GET_ITEM(results, i));
+            kv[6] = cm[CM_IS_ERROR]; kv[7] = Py_NewRef(PyTuple_GET_ITEM(entry, 2));
+            block = cb_dict(4, kv);
+            mid = PyUnicode_FromFormat("%U:%U", uid, id);
+            kv[0] = cm[CM_KIND]; kv[1] = Py_NewRef(cm[CM_TOOL]);
+            kv[2] = cm[CM_CALL_ID]; kv[3] = Py_NewRef(id);
+            {
+                PyObject *src = cb_dict(2, kv), *content_list = NULL;
+                if (block != NULL) {
+                    content_list = PyList_New(1);
+                    if (content_list != NULL) {
+                        PyList_SET_ITEM(content_list, 0, block);
+                    }
+                    else {
+                        Py_DECREF(block);
+                    }
+                }
+                kv[0] = cc_id; kv[1] = mid;
+                kv[2] = cm[CM_ROLE]; kv[3] = Py_NewRef(cc_user);
+                kv[4] = cm[CM_SOURCE]; kv[5] = src;
+                kv[6] = cc_content; kv[7] = content_list;
+                message = cb_dict(4, kv);
+            }
+            kv[0] = cc_uuid; kv[1] = Py_NewRef(uid);
+            kv[2] = cm[CM_TOOL_USE_RESULT]; kv[3] = source != NULL ? Py_NewRef(source) : NULL;
+            sidecar = cb_dict(source != NULL ? 2 : 1, kv);
+            kv[0] = cm[CM_CLAUDE_CODE]; kv[1] = sidecar;
+            meta = cb_dict(1, kv);
+            kv[0] = cm[CM_TURN_KEY]; kv[1] = PyLong_FromLongLong(s.turn);
+            kv[2] = cm[CM_STEP_KEY]; kv[3] = step_o;
+            kv[4] = cc_message; kv[5] = message;
+            kv[6] = cm[CM_META]; kv[7] = meta;
+            data = cb_dict(4, kv);
+            seqs = PyList_New(1);
+            if (seqs != NULL) {
+                PyList_SET_ITEM(seqs, 0, seq_o);
+            }
+            else {
+                Py_DECREF(seq_o);
+            }
+            if (seqs == NULL || cm_emit(&s, cm[CM_T_RESULT], data, seqs, 1, 0) < 0) {
+                if (seqs == NULL) {
+                    Py_XDECREF(data);
+                }
+                goto done;
+            }
+        }
+        goto written;
+    }
+    if (what == CM_USER) {
+        PyObject *kv[8], *mid, *message;
+        if (finish_turn && cm_end_turn(&s) < 0) {
+            goto done;
+        }
+        if (close_step && cm_step_end(&s) < 0) {
+            goto done;
+        }
+        if (!s.step_open && cm_open_step(&s) < 0) {
+            goto done;
+        }
+        if (typed) {
+            s.prompts++;
+            kv[0] = cm[CM_KIND]; kv[1] = Py_NewRef(cc_user);
+            source = cb_dict(1, kv);
+        }
+        else {
+            kv[0] = cm[CM_KIND]; kv[1] = Py_NewRef(cm[CM_PLUGIN]);
+            kv[2] = cm[CM_PLUGIN]; kv[3] = Py_NewRef(cm[CM_CLAUDE_CODE_NAME]);
+            source = cb_dict(2, kv);
+        }
+        mid = cm_message_id(&s, uid);
+        kv[0] = cc_id; kv[1] = mid;
+        kv[2] = cm[CM_ROLE]; kv[3] = Py_NewRef(cc_user);
+        kv[4] = cc_content; kv[5] = blocks;
+        kv[6] = cm[CM_SOURCE]; kv[7] = source;
+        blocks = NULL;
+        source = NULL;
+        message = cb_dict(4, kv);
+        if (cm_emit(&s, cm[CM_T_USER], message, NULL, 1, 0) < 0) {
+            goto done;
+        }
+        goto written;
+    }
+    /* CM_ASSISTANT: EventBuilder.assistant */
+    {
+        PyObject *kv[8], *message, *data, *mod, *new_model, *names;
+        long long seq;
+        Py_ssize_t n = PyList_GET_SIZE(blocks);
+        if (close_step && cm_step_end(&s) < 0) {
+            goto done;
+        }
+        if (!s.step_open && cm_open_step(&s) < 0) {
+            goto done;
+        }
+        mod = model != NULL ? model
+            : PyTuple_GET_ITEM(PyDict_GetItem(st, cm[CM_MODEL]), 1);
+        new_model = PyTuple_Pack(2, cb_anthropic, mod);
+        if (new_model == NULL || PyDict_SetItem(st, cm[CM_MODEL], new_model) < 0) {
+            Py_XDECREF(new_model);
+            goto done;
+        }
+        Py_DECREF(new_model);
+        kv[0] = cm[CM_KIND]; kv[1] = Py_NewRef(cm[CM_MODEL_KEY]);
+        kv[2] = cb_provider; kv[3] = Py_NewRef(cb_anthropic);
+        kv[4] = cm[CM_MODEL_KEY]; kv[5] = Py_NewRef(mod);
+        source = cb_dict(3, kv);
+        kv[0] = cc_id; kv[1] = Py_NewRef(key);
+        kv[2] = cm[CM_ROLE]; kv[3] = Py_NewRef(cc_assistant);
+        kv[4] = cc_content; kv[5] = Py_NewRef(blocks);
+        kv[6] = cm[CM_SOURCE]; kv[7] = source;
+        source = NULL;
+        message = cb_dict(4, kv);
+        kv[0] = cm[CM_TURN_KEY]; kv[1] = PyLong_FromLongLong(s.turn);
+        kv[2] = cm[CM_STEP_KEY]; kv[3] = PyLong_FromLongLong(s.step);
+        kv[4] = cc_message; kv[5] = message;
+        kv[6] = cm[CM_USAGE]; kv[7] = usage != NULL ? Py_NewRef(usage) : NULL;
+        data = cb_dict(usage != NULL ? 4 : 3, kv);
+        if (cm_emit(&s, cm[CM_T_ASSISTANT], data, NULL, 1, 0) < 0) {
+            goto done;
+        }
+        names = PyList_New(0);
+        if (names == NULL) {
+            goto done;
+        }
+        Py_XSETREF(s.step_calls, names);
+        s.answered = 1;
+        for (i = 0; i < n; i++) {
+            PyObject *b = PyList_GET_ITEM(blocks, i), *id, *name, *args_o, *call, *seq_o;
+            if (!cc_equals(PyDict_GetItem(b, cc_type), cb_tool_call)) {
+                continue;
+            }
+            id = PyDict_GetItem(b, cc_id);
+            name = PyDict_GetItem(b, cb_name);
+            args_o = PyDict_GetItem(b, cb_arguments);
+            if (PyList_Append(names, name) < 0) {
+                goto done;
+            }
+            kv[0] = cm[CM_TURN_KEY]; kv[1] = PyLong_FromLongLong(s.turn);
+            kv[2] = cm[CM_STEP_KEY]; kv[3] = PyLong_FromLongLong(s.step);
+            data = cb_dict(2, kv);
+            if (data != NULL && (PyDict_SetItem(data, cm[CM_CALL_ID], id) < 0
+                                 || PyDict_SetItem(data, cb_name, name) < 0
+                                 || PyDict_SetItem(data, cb_arguments,
+                                                   args_o != NULL ? args_o : cb_empty) < 0)) {
+                Py_CLEAR(data);
+            }
+            seq = cm_emit(&s, cm[CM_T_CALL], data, NULL, 0, 0);
+            if (seq < 0) {
+                goto done;
+            }
+            seq_o = PyLong_FromLongLong(seq);
+            if (seq_o == NULL) {
+                goto done;
+            }
+            {
+                PyObject *step_o = PyLong_FromLongLong(s.step);
+                call = step_o != NULL
+                    ? PyObject_CallFunctionObjArgs(call_type, step_o, seq_o, name, NULL) : NULL;
+                Py_XDECREF(step_o);
+            }
+            Py_DECREF(seq_o);
+            if (call == NULL) {
+                goto done;
+            }
+            if ((PyDict_Contains(s.pending, id) == 1 && PyDict_DelItem(s.pending, id) < 0)
+                    || PyDict_SetItem(s.pending, id, call) < 0) {
+                Py_DECREF(call);
+                goto done;
+            }
+            Py_DECREF(call);
+            s.calls++;
+        }
+    }
+
+written:
+    /* the state back into the builder */
+    {
+        PyObject *vals[9];
+        static const int keys[9] = {CM_TIME, CM_TURN, CM_STEP, CM_USER_PROMPTS, CM_TOOL_CALLS,
+                                    CM_TIME_SEEN, CM_TURN_OPEN, CM_STEP_OPEN,
+                                    CM_STEP_ANSWERED};
+        int k, bad = 0;
+        vals[0] = PyLong_FromLongLong(s.time);
+        vals[1] = PyLong_FromLongLong(s.turn);
+        vals[2] = PyLong_FromLongLong(s.step);
+        vals[3] = PyLong_FromLongLong(s.prompts);
+        vals[4] = PyLong_FromLongLong(s.calls);
+        vals[5] = Py_NewRef(s.seen ? Py_True : Py_False);
+        vals[6] = Py_NewRef(s.turn_open ? Py_True : Py_False);
+        vals[7] = Py_NewRef(s.step_open ? Py_True : Py_False);
+        vals[8] = Py_NewRef(s.answered ? Py_True : Py_False);
+        for (k = 0; k < 9; k++) {
+            if (vals[k] == NULL || PyDict_SetItem(st, cm[keys[k]], vals[k]) < 0) {
+                bad = 1;
+            }
+            Py_XDECREF(vals[k]);
+        }
+        if (bad || (s.step_calls != NULL
+                    && PyDict_SetItem(st, cm[CM_STEP_CALLS], s.step_calls) < 0)) {
+            goto done;
+        }
+    }
+    ret = Py_NewRef(Py_True);
+    goto done;
+
+fallback_or_error:
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+fallback:
+    if (!PyErr_Occurred()) {
+        ret = Py_NewRef(Py_False);
+    }
+done:
+    Py_DECREF(r);
+    Py_XDECREF(msg);
+    Py_XDECREF(content);
+    Py_XDECREF(envelope);
+    Py_XDECREF(blocks);
+    Py_XDECREF(usage);
+    Py_XDECREF(key);
+    Py_XDECREF(model);
+    Py_XDECREF(source);
+    Py_XDECREF(results);
+    Py_XDECREF(calls_of);
+    Py_XDECREF(records);
+    Py_XDECREF(s.step_calls);
+    return ret;
+}
+
+/* ---------------------------------------------------------------------------------------
  * The selective read in C (read_rows): SQLite's C API, resolved at run time from the
  * library Python's own _sqlite3 module loaded (no SQLite headers or link at build time).
  */
@@ -7679,6 +8778,7 @@ static PyMethodDef methods[] = {
     {"claude_blocks", (PyCFunction)(void (*)(void))claude_blocks, METH_FASTCALL,
      claude_blocks_doc},
     {"claude_usage", claude_usage, METH_O, claude_usage_doc},
+    {"claude_map", (PyCFunction)(void (*)(void))claude_map, METH_FASTCALL, claude_map_doc},
     {"decode_plain", (PyCFunction)(void (*)(void))decode_plain, METH_FASTCALL,
      decode_plain_doc},
     {"sqlite_bind", sqlite_bind, METH_O, sqlite_bind_doc},
@@ -7730,7 +8830,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 18) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 19) < 0) {
         Py_DECREF(module);
         return NULL;
     }

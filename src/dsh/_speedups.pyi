@@ -182,6 +182,19 @@ def claude_usage(raw: object, /) -> dict[str, int] | None:
     Python function answers).
     """
 
+def claude_map(state: dict[str, Any], record: Any, line: int, rec: int, flags: int,
+               repairs: dict[str, Any], title_line: int, call: Callable[..., Any],
+               encode: Callable[[Any], str],
+               parts: Callable[[int, Any], list[Any]], /) -> bool:
+    """Map one Claude Code line of the second read to its events, as ``_claude_code._map``.
+
+    ``state``: the ``EventBuilder``'s ``__dict__`` (read and written); ``line``: the file line
+    each event is noted with; ``rec``: the record number; ``flags``: its ``BranchIndex`` flags;
+    ``title_line``: the title's line (0: none); ``call``: the pending-call class; ``encode``:
+    the ``tool_use`` input encoder; ``parts(rec, record)``: the records of the API response
+    the line opens. True when mapped; False, nothing written, for a line the reference maps.
+    """
+
 def decode_plain(data: bytes, max_depth: int, /) -> Any:
     """``dsh.interop._common.decode_line(data, …)`` for the common line, else None.
 

@@ -211,10 +211,10 @@ _SPEEDUPS_API: Final = (
     "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
     "record_texts", "line_scan", "pick_rows", "widen_sums_below", "claude_line", "utc_millis",
     "claude_envelope", "decode_plain", "encode_sealed_rows", "sqlite_bind", "sqlite_open",
-    "read_rows", "claude_blocks", "claude_usage")
+    "read_rows", "claude_blocks", "claude_usage", "claude_map")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 18
+_SPEEDUPS_API_VERSION: Final = 19
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -406,6 +406,9 @@ c_claude_envelope = _optional(_accelerator.claude_envelope)
 # dsh.interop._anthropic.anthropic_blocks and anthropic_usage)
 c_claude_blocks = _optional(_accelerator.claude_blocks)
 c_claude_usage = _optional(_accelerator.claude_usage)
+# a common line of the second read mapped to its events (reference:
+# dsh.interop._claude_code._map)
+c_claude_map = _optional(_accelerator.claude_map)
 c_seqs_contiguous = _optional(_accelerator.seqs_contiguous)
 c_gather_messages = _optional(_accelerator.gather_messages)
 c_seqs_below = _optional(_accelerator.seqs_below)

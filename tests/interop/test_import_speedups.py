@@ -7,7 +7,8 @@ branch skeleton through ``dsh._speedups.claude_line`` (reference: ``_Scan._add``
 ``utc_millis`` (reference: ``_common._utc_millis``), every JSONL line is pre-scanned by
 ``line_scan`` (reference: ``has_long_number`` and two counts), and the second read maps an
 assistant line's blocks and usage with ``claude_blocks`` and ``claude_usage`` (references:
-``_anthropic.anthropic_blocks`` and ``anthropic_usage``). Each is checked against its
+``_anthropic.anthropic_blocks`` and ``anthropic_usage``), and a whole common line to its
+events with ``claude_map`` (reference: ``_claude_code._map``). Each is checked against its
 reference on arbitrary values, and whole imports are compared with and without the accelerator:
 the rows a SQLite store holds afterwards, the report, and the errors (file and line named).
 """
@@ -36,6 +37,7 @@ from dsh.json import (
     c_claude_blocks,
     c_claude_envelope,
     c_claude_line,
+    c_claude_map,
     c_claude_usage,
     c_decode_plain,
     c_line_scan,
@@ -188,7 +190,7 @@ def test_claude_blocks_maps_as_anthropic_blocks(content: Any) -> None:
         slow = _answer(anthropic.anthropic_blocks, content)
     assert fast == slow
     if isinstance(content, list) and fast[0] == "value":
-        got = c_claude_blocks(content, anthropic._ARGUMENTS)
+        got = c_claude_blocks(content, anthropic.ARGUMENTS_ENCODER)
         assert got is not None  # a list of plain values is never left to Python
 
 
@@ -309,6 +311,7 @@ def _without_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(anthropic, "c_claude_usage", None)
     monkeypatch.setattr(cc, "c_claude_line", None)
     monkeypatch.setattr(cc, "c_claude_envelope", None)
+    monkeypatch.setattr(cc, "c_claude_map", None)
     monkeypatch.setattr(common, "c_utc_millis", None)
     monkeypatch.setattr(common, "c_line_scan", None)
     monkeypatch.setattr(common, "c_decode_plain", None)
@@ -429,3 +432,150 @@ def _turn(n: int) -> list[dict[str, Any]]:
          "message": {"id": f"msg_{n}b", "model": "claude", "content": [
              {"type": "text", "text": f"answer {n}"}]}},
     ]
+
+
+# -- claude_map: whole transcripts mapped with it and with its reference alone
+
+_STAMPS = ["2026-02-10T22:00:00.500Z", "2026-02-10T21:59:59.000Z", "1600-02-29T23:59:59.999Z",
+           "2026-02-30T22:00:01.000Z", "2026-02-10T22:00:02.000+01:00", "", 1770760800,
+           1.5e12, None, True, "1970-01-01T00:00:01.000Z", "9999-12-31T23:59:59.999Z", "x"]
+_user_content = st.one_of(
+    _odd_text, st.sampled_from(["[Request interrupted by user for tool use]",
+                                " \u3000<local-command-stdout>ok", "<local-command-caveat>x",
+                                "\u2028<local-command-stderr>", ""]),
+    st.lists(st.fixed_dictionaries({"type": st.sampled_from(["text", "image", 3])},
+                                   optional={"text": _odd_value}), max_size=3),
+    st.lists(st.fixed_dictionaries(
+        {"type": st.just("tool_result"),
+         "tool_use_id": st.one_of(st.sampled_from(["t0", "t1", "t2", "t9"]), _odd_value)},
+        optional={"content": st.one_of(_odd_value, st.lists(_odd_block, max_size=3)),
+                  "is_error": _odd_value}), min_size=1, max_size=3),
+    st.lists(st.one_of(_odd_block, st.just({"type": "tool_result", "tool_use_id": "t1"})),
+             max_size=3),
+    _odd_value)
+_assistant_content = st.one_of(
+    st.lists(st.one_of(
+        st.fixed_dictionaries({"type": st.just("tool_use"),
+                               "id": st.one_of(st.sampled_from(["t0", "t1", "t2"]), _odd_value),
+                               "name": st.one_of(st.just("Read"), _odd_value),
+                               "input": _odd_value}),
+        st.fixed_dictionaries({"type": st.just("text"), "text": st.just("ok")}),
+        _odd_block), max_size=3),
+    _odd_text, _odd_value)
+
+
+@st.composite
+def _transcript_record(draw: st.DrawFn, n: int) -> Any:
+    """One line of a transcript: every kind, damaged in any field now and then."""
+    kind = draw(st.sampled_from(["user", "user", "tool-results", "assistant", "assistant",
+                                 "progress", "system", "boundary", "summary",
+                                 "file-history-snapshot", "queue-operation", "odd"]))
+    record: dict[str, Any] = {"parentUuid": draw(st.sampled_from([f"u{n - 1}", f"u{n - 2}",
+                                                                  None, "gone"])),
+                              "isSidechain": draw(st.sampled_from([False, False, True])),
+                              "sessionId": "s", "cwd": "/w",
+                              "uuid": draw(st.sampled_from([f"u{n}", f"u{n}", f"u{n - 1}"])),
+                              "timestamp": draw(st.sampled_from(_STAMPS))}
+    if kind in ("user", "tool-results"):
+        content = draw(_user_content)
+        record.update(type="user", message={"role": "user", "content": content})
+        if draw(st.booleans()):
+            record["toolUseResult"] = draw(_odd_value)
+        if draw(st.integers(0, 9)) == 0:
+            record["isMeta"] = draw(_odd_value)
+        if draw(st.integers(0, 19)) == 0:
+            record["isCompactSummary"] = True
+    elif kind == "assistant":
+        message = {"id": draw(st.sampled_from(["m1", "m1", "m2", f"m{n}", "", None])),
+                   "model": draw(st.sampled_from(["claude", "", None, 3])),
+                   "content": draw(_assistant_content)}
+        if draw(st.booleans()):
+            message["usage"] = draw(st.one_of(
+                st.fixed_dictionaries({"input_tokens": st.integers(-1, 2**54),
+                                       "output_tokens": st.integers(0, 9)}), _odd_value))
+        record.update(type="assistant", message=message)
+    elif kind == "boundary":
+        record.update(type="system", subtype="compact_boundary", logicalParentUuid=f"u{n - 1}",
+                      compactMetadata={"trigger": "auto", "preTokens": 9})
+    elif kind == "summary":
+        record = {"type": "summary", "summary": draw(_odd_text), "leafUuid": f"u{n - 1}"}
+    elif kind == "odd":
+        record["type"] = draw(st.sampled_from(["unknown-kind", "user", "assistant"]))
+        record["message"] = draw(_odd_value)
+    else:
+        record.update(type=kind, subtype=draw(_odd_value), data=draw(_odd_value))
+    for field in draw(st.lists(st.sampled_from(["uuid", "timestamp", "message", "type"]),
+                               max_size=1)):
+        if draw(st.integers(0, 4)) == 0:
+            record[field] = draw(_odd_value)
+    return record
+
+
+@_SETTINGS
+@given(st.integers(1, 14).flatmap(lambda size: st.tuples(*[_transcript_record(n)
+                                                           for n in range(size)])))
+def test_claude_map_maps_as_its_reference(tmp_path_factory: pytest.TempPathFactory,
+                                          records: tuple[Any, ...]) -> None:
+    folder = tmp_path_factory.mktemp("cm")
+    path = folder / "5e551011-0000-4000-8000-00000000cafe.jsonl"
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # 10**4301 written out (its line is then refused alike)
+    try:
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    finally:
+        sys.set_int_max_str_digits(limit)
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    fast = _outcome(path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cc, "c_claude_map", None)
+        slow = _outcome(path)
+    assert fast == slow
+
+
+def _mapped_by_c(path: Path) -> dict[str, int]:
+    """How many lines of each type ``claude_map`` took (True) during an import of path."""
+    took: dict[str, int] = {}
+
+    def counted(state: Any, record: Any, *rest: Any) -> bool:
+        done = bool(c_claude_map(state, record, *rest))  # type: ignore[misc]
+        if done:
+            took[record["type"]] = took.get(record["type"], 0) + 1
+        return done
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cc, "c_claude_map", counted)
+        collect(stream_file(path, "claude-code"))
+    return took
+
+
+@pytest.mark.parametrize("hostile", [
+    "huge", "bad-utf8", "odd-types", "no-newline"])
+def test_claude_map_takes_the_common_lines_and_hostile_files_import_alike(
+        tmp_path: Path, hostile: str) -> None:
+    lines = [json.dumps(r, ensure_ascii=False) for n in range(6) for r in _turn(n)]
+    progress = {"type": "progress", "uuid": "p1", "parentUuid": "5-4", "sessionId": "s-big",
+                "timestamp": "2026-02-10T22:10:00.000Z", "data": {"type": "hook_progress"}}
+    lines.append(json.dumps(progress))
+    if hostile == "huge":  # a 3 MB prompt and a 3 MB result
+        lines[0] = lines[0].replace("prompt 0", "p" * 3_000_000)
+        lines[3] = lines[3].replace('"content": ""', '"content": "' + "r" * 3_000_000 + '"')
+    elif hostile == "odd-types":
+        lines[5] = lines[5].replace('"prompt 1"', '[{"type": "text", "text": 7}]')
+        lines[8] = lines[8].replace('"toolu_1"', "1")
+        lines[11] = lines[11].replace('"Reading"', "null")
+    path = tmp_path / "5e551011-0000-4000-8000-00000000beef.jsonl"
+    data = ("\n".join(lines) + ("" if hostile == "no-newline" else "\n")).encode()
+    if hostile == "bad-utf8":
+        data = data.replace(b"prompt 2", b"prompt \xff\xfe")
+    path.write_bytes(data)
+    fast = _outcome(path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cc, "c_claude_map", None)
+        slow = _outcome(path)
+    assert fast == slow
+    if hostile == "bad-utf8":
+        assert fast[0] == "error" and fast[3]["path"] == str(path), fast
+        assert fast[3]["line"] == 11, fast  # the line of "prompt 2" names the bad bytes
+        return
+    took = _mapped_by_c(path)
+    assert took["user"] >= 10 and took["assistant"] >= 16 and took["progress"] == 1, took

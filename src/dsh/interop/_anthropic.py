@@ -44,7 +44,7 @@ from dsh.json import MAX_SAFE_INTEGER, c_claude_blocks, c_claude_usage
 FORMAT: Final = "anthropic"
 
 
-_ARGUMENTS: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+ARGUMENTS_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 """A ``tool_use`` input as arguments text: what ``json.dumps(input, ensure_ascii=False,
 separators=(",", ":"))`` gives (the same encoder, made once instead of at each call)."""
 
@@ -58,7 +58,7 @@ def anthropic_blocks(content: Any) -> list[JsonObj]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if c_claude_blocks is not None:
-        quick = c_claude_blocks(content, _ARGUMENTS)
+        quick = c_claude_blocks(content, ARGUMENTS_ENCODER)
         if quick is not None:
             return quick
     out: list[JsonObj] = []
@@ -74,7 +74,7 @@ def anthropic_blocks(content: Any) -> list[JsonObj]:
         elif kind == "tool_use":
             out.append({"type": "tool-call", "id": str(b.get("id", "")),
                         "name": str(b.get("name", "")),
-                        "arguments": _ARGUMENTS(b.get("input", {}))})
+                        "arguments": ARGUMENTS_ENCODER(b.get("input", {}))})
         elif kind == "tool_result":
             continue
         else:

@@ -37,7 +37,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from dsh.interop._anthropic import anthropic_blocks, anthropic_usage, result_blocks
+from dsh.interop._anthropic import (
+    ARGUMENTS_ENCODER,
+    anthropic_blocks,
+    anthropic_usage,
+    result_blocks,
+)
 from dsh.interop._claude_code_index import (
     ACTIVE,
     FIRST_PART,
@@ -53,6 +58,7 @@ from dsh.interop._common import (
     ImportedSession,
     JsonlSource,
     JsonObj,
+    PendingCall,
     StreamedSession,
     collect,
     derived_id,
@@ -64,7 +70,7 @@ from dsh.interop._common import (
     token_count,
     usable_id,
 )
-from dsh.json import c_claude_envelope, c_claude_line
+from dsh.json import c_claude_envelope, c_claude_line, c_claude_map
 
 FORMAT: Final = "claude-code"
 _MESSAGE_TYPES: Final = frozenset({"user", "assistant"})
@@ -164,19 +170,27 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
     ahead: dict[int, JsonObj] = {}  # later parts of a split response (by record number)
     reader: list[BinaryIO] = []  # the file, open for those reads while the session is mapped
 
+    def part_records(rec: int, record: JsonObj) -> list[Any]:
+        """The records of the API response ``rec`` opens (``[record]`` for a whole one)."""
+        if not flags[rec] & FIRST_PART:
+            return [record]
+        out: list[Any] = []
+        for at, line, offset in index.parts(rec):
+            if at == rec:
+                out.append(record)
+                continue
+            if not reader:
+                reader.append(path.open("rb"))
+            r = src.record_at(line, offset, reader[0])
+            if len(ahead) < _AHEAD_LIMIT:
+                ahead[at] = r
+            out.append(r)
+        return out
+
     def blocks_of(key: str, rec: int, record: JsonObj) -> tuple[list[JsonObj], Any]:
-        parts = index.parts(rec) if flags[rec] & FIRST_PART else [(rec, 0, -1)]
         blocks: list[JsonObj] = []
         usage: Any = None
-        for at, line, offset in parts:
-            if at == rec:
-                r = record
-            else:
-                if not reader:
-                    reader.append(path.open("rb"))
-                r = src.record_at(line, offset, reader[0])
-                if len(ahead) < _AHEAD_LIMIT:
-                    ahead[at] = r
+        for r in part_records(rec, record):
             msg = r.get("message") if isinstance(r, dict) else None
             if not isinstance(msg, dict):
                 continue
@@ -194,11 +208,20 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
             read[0] = offset
             yield line, rec, r
 
+    quick: Callable[[int, int, JsonObj], bool] | None = None
+    if c_claude_map is not None:
+        c_map, state, repairs = c_claude_map, vars(b), index.repairs
+        title = index.title_line or 0
+
+        def quick(line: int, rec: int, r: JsonObj) -> bool:
+            return bool(c_map(state, r, line, rec, flags[rec], repairs, title, PendingCall,
+                              ARGUMENTS_ENCODER, part_records))
+
     def batches() -> Iterator[ImportBatch]:
         try:
             mapping = _map(b, records(), path, lambda rec, uid: bool(flags[rec] & ACTIVE),
                            index.repairs, index.title_line, blocks_of,
-                           lambda key, rec: bool(flags[rec] & LATER_PART))
+                           lambda key, rec: bool(flags[rec] & LATER_PART), quick)
             for _ in mapping:
                 if len(b.events) >= STREAM_BATCH_EVENTS:
                     yield ImportBatch(*b.drain(), end=read[0])
@@ -568,18 +591,24 @@ _Blocks = Callable[[str, int, JsonObj], tuple[list[JsonObj], Any]]
 def _map(b: EventBuilder, entries: Iterator[tuple[int, int, JsonObj]], path: Path,
          is_active: Callable[[int, str | None], bool], repairs: dict[str, JsonObj],
          title_line: int | None, blocks_of: _Blocks,
-         repeated: Callable[[str, int], bool]) -> Iterator[None]:
+         repeated: Callable[[str, int], bool],
+         quick: Callable[[int, int, JsonObj], bool] | None = None) -> Iterator[None]:
     """Map lines to events on ``b``, yielding after each line (a streaming caller drains).
 
     ``entries``: ``(file line, at, record)``, ``at`` being what the callbacks know the line by
     (its record number in a streamed read, its line in a whole one); ``is_active(at, uuid)``:
     the line is on the model-visible branch; ``repeated(key, at)``: an earlier line of the same
     API response was mapped already (its merged message holds this one); ``title_line``: the
-    file line of the title.
+    file line of the title; ``quick(line, at, record)``: the accelerator's ``claude_map``
+    mapped the line whole (True), else this loop, its reference, maps it
+    (docs/interop.md#streaming-imports).
     """
     boundary: JsonObj | None = None
     for line, at, r in entries:
         note_line(line)
+        if quick is not None and quick(line, at, r):
+            yield None
+            continue
         kind = r["type"]
         b.at(r.get("timestamp"))
         uid = _uuid(r)

@@ -1066,7 +1066,13 @@ def text_blocks(value: object) -> list[JsonObj]:
 
 
 @dataclass
-class _Call:
+class PendingCall:
+    """A call of the open step not answered yet.
+
+    Its step, the seq of its ``tool/call`` and its tool name (the accelerator's ``claude_map``
+    makes them too).
+    """
+
     step: int
     call_seq: int
     name: str
@@ -1109,7 +1115,7 @@ class EventBuilder:
         self.step = 0
         self.step_open = False
         self.step_answered = False  # the open step already has its assistant message
-        self.pending: dict[str, _Call] = {}
+        self.pending: dict[str, PendingCall] = {}
         self.nodes: list[int] = []
         self.user_prompts = 0
         self.tool_calls = 0
@@ -1346,7 +1352,7 @@ class EventBuilder:
                     "name": block.get("name", ""), "arguments": block.get("arguments", "")})
                 # A reused id answers the newest call first (SWE-agent replays reuse ids).
                 self.pending.pop(call_id, None)
-                self.pending[call_id] = _Call(self.step, call_seq, str(block.get("name", "")))
+                self.pending[call_id] = PendingCall(self.step, call_seq, str(block.get("name", "")))
                 self.tool_calls += 1
         return seq
 
