@@ -252,6 +252,13 @@ IDLE_CONNECTIONS: Final = 2
 _OWNERSHIP_COOKIE: Final = (
     "SELECT s.schema_version, u.user_version, a.application_id FROM pragma_schema_version AS s, "
     "pragma_user_version AS u, pragma_application_id AS a")
+_TAIL_FROM_LAST: Final = (
+    f"SELECT {ROW_COLUMNS} FROM events WHERE session_id = ? AND seq >= coalesce((SELECT "
+    "max(seq) FROM events WHERE session_id = ? AND seq < ?), ?) ORDER BY seq")
+"""A restore point's tail (bound: id, id, cut, cut): the last row before the cut, if any, then
+every row from the cut on."""
+_TAIL_FROM_LAST_LEGACY: Final = _TAIL_FROM_LAST.replace(ROW_COLUMNS, _LEGACY_ROW_COLUMNS, 1)
+""":data:`_TAIL_FROM_LAST` for a schema-14 file."""
 _PACKED_PREDECESSORS: Final = (
     f"SELECT {ROW_COLUMNS} FROM events WHERE session_id = ? AND ignorable = 0 "
     "AND type IN ('text-chunks', 'reasoning-chunks', 'tool-call-chunks') "
@@ -544,8 +551,8 @@ class _Connection:
             if conn.execute("PRAGMA trusted_schema").fetchone()[0] != 0:
                 raise PersistenceError(f"SQLite refused trusted_schema = OFF for {self.path}",
                                        code="SQLITE", path=self.path)
-            conn.execute("PRAGMA mmap_size = 0")
-            mmap = conn.execute("PRAGMA mmap_size").fetchone()
+            # (the setting answers with the size in force, as its read-back does)
+            mmap = conn.execute("PRAGMA mmap_size = 0").fetchone()
             if mmap is not None and mmap[0] != 0:
                 raise PersistenceError(f"SQLite refused mmap_size = 0 for {self.path}",
                                        code="SQLITE", path=self.path)
@@ -600,15 +607,18 @@ class _Connection:
 
         A file with a schema version is checked inside a deferred transaction (a read
         snapshot: opening a store to read takes no write lock, and waits for no writer), by
-        two statements: the ownership cookie (schema cookie, ``user_version``, application
-        id) and the schema objects. A file without one (pristine, or not dsh's) is checked
-        again, and its schema created, inside ``BEGIN IMMEDIATE`` (:meth:`_initialize`): two
-        processes creating a store at once create it once.
+        the ownership cookie (schema cookie, ``user_version``, application id: three plain
+        pragmas, which a new connection prepares in a quarter of the instructions of their
+        table-valued join) and the schema objects. A file without one (pristine, or not
+        dsh's) is checked again, and its schema created, inside ``BEGIN IMMEDIATE``
+        (:meth:`_initialize`): two processes creating a store at once create it once.
         """
         conn = self.conn
         conn.execute("BEGIN")
         try:
-            cookie = self._ownership_cookie()
+            cookie = (int(conn.execute("PRAGMA schema_version").fetchone()[0]),
+                      int(conn.execute("PRAGMA user_version").fetchone()[0]),
+                      int(conn.execute("PRAGMA application_id").fetchone()[0]))
             _, version, app_id = cookie
             if version != 0:
                 self._check_owned(version, app_id)
@@ -2232,20 +2242,21 @@ class SqliteHandle(HandleBase):
                                      check_prefix=self._mode == "write")
             conn.execute("BEGIN")
             try:
-                # before the reads: a commit by another connection after it moves it, and
-                # the schema checked after it, as the first append checks it
-                data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+                data_version = None
                 if self._mode == "write":
+                    # before the reads: a commit by another connection after it moves it,
+                    # and the schema checked after it, as the first append checks it
+                    data_version = conn.execute("PRAGMA data_version").fetchone()[0]
                     self._c.recheck_ownership()
                 header, incarnation, revision = self._session_row()
-                last = conn.execute(f"SELECT {_LEGACY_ROW_COLUMNS if legacy else ROW_COLUMNS} "
-                                    "FROM events WHERE session_id = ? AND seq < ? ORDER BY seq "
-                                    "DESC LIMIT 1", (self._id, cut)).fetchone()
-                rows = self._rows_from(cut)
+                # the last row before the cut, then the rows from the cut on: one statement
+                rows = conn.execute(_TAIL_FROM_LAST_LEGACY if legacy else _TAIL_FROM_LAST,
+                                    (self._id, self._id, cut, cut)).fetchall()
             finally:
                 conn.execute("COMMIT")
         except (sqlite3.Error, DshError):
             raise rp.RestorePointRefused("unreadable") from None
+        last = rows.pop(0) if rows and rows[0][1] < cut else None
         # Rows tile the seqs, so the one row that can straddle the cut is the last row before
         # it (the one the tail digest below pins as the anchor's writer left it, ending at
         # the cut); an earlier row reaching past it is damage inside the covered prefix, which
@@ -2310,6 +2321,7 @@ class SqliteHandle(HandleBase):
             # above in one transaction, and no row before the cut covers it (``straddle``):
             # while data_version stays put, the first append takes the stored tail from here
             # as it takes it after its own commit (no second look-back, no session row).
+            assert data_version is not None  # (read above for a write handle)
             self._quiet = (data_version, revision, incarnation, count)
         self._durable = (count, incarnation,
                          srp.last_row_digest(rows[-1][1:]) if rows else anchor.tail_digest)
