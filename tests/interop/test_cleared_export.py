@@ -258,3 +258,34 @@ def test_a_replace_naming_no_surface_node_is_a_typed_error_naming_its_seq() -> N
             to_claude_code(session)
         assert caught.value.code == "SURFACE" and caught.value.where["seq"] == 2
         assert caught.value.message == f"surface replace: {why} (event at seq 2)"
+
+
+def test_a_damaged_log_with_a_clear_is_refused_naming_the_session_the_seq_and_what_to_do(
+        tmp_path: Path) -> None:
+    # the exporters walk the session's own surface fold for a clear's removals, so a log
+    # holding one and breaking a surface rule (here: the clear's provenance cut short, the
+    # seal rebuilt over it) is refused; the message says which session, where, and what to do
+    store = f"jsonl://{tmp_path / 'store'}"
+    pydantic_ai_cleared(store)
+    path = next(p for p in (tmp_path / "store").rglob("session.jsonl") if p.parent.name == "pa")
+    lines = path.read_text().splitlines()
+    for index, line in enumerate(lines):
+        event = json.loads(line)
+        if isinstance(event.get("surfaceOp"), dict):
+            event["sourceEventSeqs"] = event["sourceEventSeqs"][:-1]
+            lines[index], seq = json.dumps(event, separators=(",", ":")), event["seq"]
+    path.write_text("\n".join(lines) + "\n")
+    path.with_name("session.jsonl.seal").unlink()  # and sealed over again
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "dsh.cli", *args, "--store", store],
+                              capture_output=True, text=True, timeout=120)
+
+    assert f"pa seq {seq} SURFACE" in cli("verify", "--reseal", "pa").stdout
+    proc = cli("export", "pa", "--format", "atif")
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert "error[LOG_CORRUPT]: session 'pa' (or a subagent session bundled with it) cannot " \
+           "be exported as atif: its log breaks a surface rule" in proc.stderr
+    assert f"(event at seq {seq})" in proc.stderr and "'dsh verify pa'" in proc.stderr
+    kept = cli("export", "pa", "--format", "dsh-jsonl")  # the way out the message names
+    assert kept.returncode == 0 and f'"seq":{seq},' in kept.stdout

@@ -12,6 +12,7 @@ import typer
 from dsh import (
     ConfigError,
     EventRejectedError,
+    LogCorruptError,
     PersistenceError,
 )
 from dsh.cli import _render as render
@@ -107,7 +108,17 @@ def export(
             log = stored_log(sessions.persistence, read) if format in _STANDARD else None
         bar.describe(f"writing {format.value}")
         if log is not None:
-            write_standard(log, str(format.value), output, install=install, content=content)
+            try:
+                write_standard(log, str(format.value), output, install=install,
+                               content=content)
+            except EventRejectedError as error:  # a clear's removals walk the surface fold
+                sid = str(read.header["id"])
+                raise LogCorruptError(
+                    f"session {sid!r} (or a subagent session bundled with it) cannot be "
+                    f"exported as {format.value}: its log breaks a surface rule no session "
+                    f"accepts ({error.message}); 'dsh verify {sid}' lists every violation, and "
+                    "--format dsh-jsonl exports the log as it is",
+                    session_id=sid, seq=error.where.get("seq")) from error
             return
         if install:
             raise ConfigError(f"--install is for --format claude-code or codex, not "
