@@ -712,6 +712,8 @@ def test_the_first_write_refuses_a_row_changed_after_its_resume(
     # against the seal (docs/rules.md#verified-page-in), whatever the cold read checked
     # before. (0a59433 took the cold read's checks over when data_version held at the
     # resume, so a row changed after it was read unchecked and the turn appended on it.)
+    # add_items resumes in the transaction it appends in (the next test), so the resume
+    # here is one that ends before the write: LiveLog.open() as a run hook opens it.
     import sqlite3
     from contextlib import closing
 
@@ -724,8 +726,8 @@ def test_the_first_write_refuses_a_row_changed_after_its_resume(
     assert len(run(session.get_items(limit=3))) == 3
     real = SqliteHandle._load_tail
 
-    def then_changed(self: SqliteHandle, restore_point: Any) -> Any:
-        answer = real(self, restore_point)
+    def then_changed(self: SqliteHandle, restore_point: Any, **options: Any) -> Any:
+        answer = real(self, restore_point, **options)
         if self._mode == "write":
             with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
                 assert db.execute(f"UPDATE events SET data = replace(data, '{changed}\"', "
@@ -736,12 +738,63 @@ def test_the_first_write_refuses_a_row_changed_after_its_resume(
     monkeypatch.setattr(SqliteHandle, "_load_tail", then_changed)
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
         before = db.execute("SELECT count(*) FROM events").fetchone()[0]
+    session._log.open()
     with pytest.raises(LogCorruptError) as caught:
         run(session.add_items(_long_turns(300, 1)))
     assert "integrity seal" in caught.value.message
     session.close()
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
         assert db.execute("SELECT count(*) FROM events").fetchone()[0] == before
+
+
+def test_the_first_write_resumes_in_the_transaction_it_appends_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/rules.md#resume: add_items' resume reads the session row, the tail and the seal
+    # in the BEGIN IMMEDIATE its append commits, so no other connection can change a row
+    # between the resume's checks (and the page-in's) and the append: a write tried there
+    # is refused as locked, and the first write is one transaction.
+    import sqlite3
+    from contextlib import closing
+
+    from dsh.persistence.sqlite._backend import SqliteHandle
+
+    store = sqlite_url(tmp_path)
+    _fill_closed(store, "s")
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(database, *args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    session = DshSession("s", store)
+    assert len(run(session.get_items(limit=3))) == 3
+    monkeypatch.undo()
+    real = SqliteHandle._load_tail
+    refused: list[str] = []
+
+    def then_try(self: SqliteHandle, restore_point: Any, **options: Any) -> Any:
+        answer = real(self, restore_point, **options)
+        if self._mode == "write":
+            with closing(sqlite3.connect(tmp_path / "sessions.db", timeout=0)) as db:
+                with pytest.raises(sqlite3.OperationalError) as locked:
+                    db.execute("UPDATE events SET data = replace(data, 'a299\"', "
+                               "'x299\"') WHERE data LIKE '%a299\"%'")
+                refused.append(str(locked.value))
+        return answer
+
+    monkeypatch.setattr(SqliteHandle, "_load_tail", then_try)
+    statements.clear()
+    run(session.add_items(_long_turns(300, 1)))
+    assert refused == ["database is locked"]
+    begun = [s for s in statements if s.startswith(("BEGIN", "COMMIT", "ROLLBACK"))]
+    assert begun == ["BEGIN IMMEDIATE", "COMMIT"]
+    session.close()
+    again = DshSession("s", store)
+    assert run(again.get_items()) == _long_turns(0, 301)
+    again.close()
 
 
 def test_a_cold_read_and_the_first_write_open_one_connection(

@@ -143,3 +143,70 @@ def test_the_cut_is_a_seal_cut(tmp_path: Path) -> None:
     # (what the tests above rely on: the seal's bytes before the cut are hashed by a writer)
     seal_path, cut = _store_with_records_after_the_cut(tmp_path)
     assert isinstance(cut, SealCut) and read_seal_after(seal_path, cut) is not None
+
+
+def _file_is_free(path: Path) -> bool:
+    """Whether another connection takes the database's write lock at once (then lets it go)."""
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as other:
+        try:
+            other.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            assert str(exc) == "database is locked"
+            return False
+        other.execute("ROLLBACK")
+        return True
+
+
+@pytest.mark.parametrize("end", ["release_hold", "another method", "close"])
+def test_a_held_resume_keeps_the_write_lock_until_it_is_ended(tmp_path: Path, end: str) -> None:
+    # docs/rules.md#resume: hold_for_append makes the restore-point read open BEGIN IMMEDIATE
+    # and leave it open for the append; without an append, release_hold, any other method
+    # of the handle and close end it (a rollback: it only read), and the connection then
+    # serves the next handle
+    _store_with_records_after_the_cut(tmp_path)
+    db = tmp_path / "sessions.db"
+    backend = SqliteBackend(db)
+    writer = backend.open("s", "write")
+    writer.hold_for_append()
+    _, held, _ = writer.read_from_restore_point()
+    assert not _file_is_free(db)
+    if end == "release_hold":
+        writer.release_hold()
+        writer.release_hold()  # idempotent
+    elif end == "another method":
+        assert writer.last_stored_seq() >= held.events[-1]["seq"]
+    else:
+        writer.close()
+    assert _file_is_free(db)
+    if end != "close":
+        _, again, _ = writer.read_from_restore_point()  # not held: the hold was for one read
+        assert [e["seq"] for e in again.events] == [e["seq"] for e in held.events]
+        assert _file_is_free(db)
+        writer.close()
+    with backend.open("s", "read") as reader:
+        assert [e["seq"] for e in reader.read_from_restore_point()[1].events] == \
+            [e["seq"] for e in held.events]
+    backend.close()
+
+
+def test_a_held_resume_on_a_busy_file_reads_without_holding(tmp_path: Path) -> None:
+    # another connection's write transaction past the busy timeout: the resume reads in a
+    # plain read transaction, as without hold_for_append, and holds nothing
+    import sqlite3
+    from contextlib import closing
+
+    _store_with_records_after_the_cut(tmp_path)
+    db = tmp_path / "sessions.db"
+    backend = SqliteBackend(db, busy_timeout_ms=0)
+    writer = backend.open("s", "write")
+    writer.hold_for_append()
+    with closing(sqlite3.connect(db, timeout=0, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        _, tail, _ = writer.read_from_restore_point()
+        other.execute("ROLLBACK")
+    assert tail.events and _file_is_free(db)
+    writer.close()
+    backend.close()

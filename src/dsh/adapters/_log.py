@@ -42,6 +42,7 @@ from dsh.adapters._records import record_picker, records_at
 from dsh.agent import Recorder, StepRecorder, TurnRecorder
 from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.persistence import (
+    HoldsResume,
     Persistence,
     SelectsEvents,
     WriteBehind,
@@ -877,9 +878,17 @@ class LiveLog:
         self._live: tuple[int, int, list[bytes], list[tuple[bytes, ...]], bool] | None = None
         self._cold: _ColdView | None = None  # what the last read before any write found
         self._damage: LogCorruptError | None = None  # the first damage such a read found
+        self._holding: HoldsResume | None = None  # the handle open(append_next=True) armed
 
-    def open(self) -> TurnShaper:
-        """Return the shaper of the live session, opening (creating or resuming) it first."""
+    def open(self, *, append_next: bool = False) -> TurnShaper:
+        """Return the shaper of the live session, opening (creating or resuming) it first.
+
+        ``append_next``: the caller appends and flushes right after this returns, then calls
+        :meth:`release_hold` (in a ``finally``). A resume through a SQLite restore point then
+        reads and checks the stored log in the write transaction that append commits
+        (:class:`~dsh.persistence._contract.HoldsResume`, docs/rules.md#resume): the first
+        write is one transaction.
+        """
         with self.lock:
             if self._closed:
                 raise AdapterClosedError(f"{self.owner} is closed (session {self.session_id!r}); "
@@ -901,12 +910,19 @@ class LiveLog:
                 try:
                     store = SessionStore(persistence=persistence)
 
+                    def arm(handle: object) -> None:
+                        if append_next and conforms(handle, HoldsResume):  # type: ignore[type-abstract]  # (a protocol is the class asked about)
+                            handle.hold_for_append()
+                            self._holding = handle
+
+                    def resume() -> Session:
+                        return persistence.resume(store, self.session_id, on_handle=arm)
+
                     def resume_or_create() -> Session:
                         if stored:
                             with contextlib.suppress(SessionNotFoundError):  # removed since
-                                return store.resume(self.session_id)
-                        return (store.resume(self.session_id)
-                                if persistence.exists(self.session_id)
+                                return resume()
+                        return (resume() if persistence.exists(self.session_id)
                                 else store.create(self.session_id))
 
                     session = wait_for_writer(resume_or_create, self.wait)
@@ -922,6 +938,12 @@ class LiveLog:
                 self._shaper = TurnShaper(Recorder(session, store=store,
                                                    flush_on_turn_end=False), self.fmt)
             return self._shaper
+
+    def release_hold(self) -> None:
+        """End the write transaction ``open(append_next=True)`` held, if no append took it."""
+        handle, self._holding = self._holding, None
+        if handle is not None:
+            handle.release_hold()
 
     def _found_damage(self) -> LogCorruptError | None:
         """The first damage a read before the write found in the stored log, or None.

@@ -411,14 +411,19 @@ class DshSession(SessionABC):
 
     def _add_sync(self, items: list[dict[str, Any]]) -> None:
         with self._log.lock:
-            shaper = self._log.open()
-            # one publication (one queueing for the writer) for the call's events, each
-            # checked as it is appended (docs/rules.md#live-sessions)
-            with shaper.session.batch():
-                items = self._take_provisional(shaper, items)
-                if items:
-                    items_to_events(shaper, items, model=self.model, provider=self.provider)
-            self._log.flush()
+            # a first write resumes in the transaction its flush commits (one transaction)
+            shaper = self._log.open(append_next=True)
+            try:
+                # one publication (one queueing for the writer) for the call's events, each
+                # checked as it is appended (docs/rules.md#live-sessions)
+                with shaper.session.batch():
+                    items = self._take_provisional(shaper, items)
+                    if items:
+                        items_to_events(shaper, items, model=self.model,
+                                        provider=self.provider)
+                self._log.flush()
+            finally:
+                self._log.release_hold()
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` as one batch; durable when this returns.

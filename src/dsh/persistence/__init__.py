@@ -48,6 +48,7 @@ from dsh.persistence._contract import (
 # the protocols a declared capability promises, for dsh's own packages
 from dsh.persistence._contract import ChecksStorable as ChecksStorable
 from dsh.persistence._contract import Fenced as Fenced
+from dsh.persistence._contract import HoldsResume as HoldsResume
 from dsh.persistence._contract import InjectsTornTail as InjectsTornTail
 from dsh.persistence._contract import KeepsAsides as KeepsAsides
 from dsh.persistence._contract import KeepsChain as KeepsChain

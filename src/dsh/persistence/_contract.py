@@ -57,6 +57,7 @@ __all__ = [
     "ColdRead",
     "Fenced",
     "Handle",
+    "HoldsResume",
     "InjectsTornTail",
     "KeepsAsides",
     "KeepsChain",
@@ -690,6 +691,28 @@ class Tails(Protocol):
     def tail(self, session_id: str, from_seq: int = 0, *,
              poll_ms: int = ...) -> AsyncIterator[Event]:
         """The events from ``from_seq`` on, then each new commit, forever, none twice."""
+        ...
+
+
+@runtime_checkable
+class HoldsResume(Protocol):
+    """A write handle whose resume can open the transaction its next append commits.
+
+    For a caller that appends at once after resuming (an adapter's first write): the
+    resume's reads and checks and the append are then one write transaction, so nothing
+    another connection commits can fall between them (docs/rules.md#resume).
+    """
+
+    def hold_for_append(self) -> None:
+        """Make the next restore-point read open the write transaction the next append commits.
+
+        The transaction, once open, ends at that append (committed with its rows), at any
+        other method of the handle, at :meth:`release_hold`, or at close (nothing written).
+        """
+        ...
+
+    def release_hold(self) -> None:
+        """End a transaction :meth:`hold_for_append` opened that no append took; idempotent."""
         ...
 
 

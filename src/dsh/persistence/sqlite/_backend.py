@@ -1364,11 +1364,18 @@ _R = TypeVar("_R")
 
 def _holding(method: Callable[Concatenate[SqliteHandle, _P], _R]
              ) -> Callable[Concatenate[SqliteHandle, _P], _R]:
-    """Run a handle method holding its connection, so no page-in borrows it meanwhile."""
+    """Run a handle method holding its connection, so no page-in borrows it meanwhile.
+
+    Any method but :meth:`SqliteHandle.append` first ends a held resume transaction
+    (:meth:`SqliteHandle.hold_for_append`): only the append it was opened for commits in it.
+    """
+    ends_hold = method.__name__ != "append"
 
     @functools.wraps(method)
     def run(self: SqliteHandle, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         with self._use:
+            if ends_hold and self._held:
+                self._end_hold()
             self._users += 1
             try:
                 return method(self, *args, **kwargs)
@@ -1432,6 +1439,10 @@ class SqliteHandle(HandleBase):
         # staged when it was killed after its commit (_adopt_staged_seal)
         self._seal_used = self._seal_file
         self._seal_fd: int | None = None  # kept open between appends (see _seal)
+        # hold_for_append: the next restore-point read opens BEGIN IMMEDIATE (_hold_next),
+        # which stays open (_held) until the append that commits in it, or is ended
+        self._hold_next = False
+        self._held = False
         # post-commit steps (seal, restore-point anchor): contained and reported, never raised
         self.after_commit = AfterCommit(session_id)
         self._closed = False
@@ -1456,7 +1467,9 @@ class SqliteHandle(HandleBase):
         Only while the handle is open, none of its methods runs, on any thread, this one
         included, and no other loan is out (its lock is free, taken without waiting: a
         page-in never waits for an append), and the connection is
-        outside any transaction, in the process that opened it. The page-in holds the
+        outside any transaction, or inside the held resume transaction
+        (:meth:`hold_for_append`: the page-in then reads the very rows the append builds
+        on, under its write lock), in the process that opened it. The page-in holds the
         handle's lock until it gives the connection back, so an append waits for it (one
         indexed range query). A page-in only reads, in autocommit, and the rows it reads
         are below a restore point's cut: committed, and checked against the seal
@@ -1467,7 +1480,7 @@ class SqliteHandle(HandleBase):
         if not self._use.acquire(blocking=False):
             return None
         if (self._users > 0 or self._closed or self._c._pid != os.getpid()
-                or self._c.conn.in_transaction):
+                or (self._c.conn.in_transaction and not self._held)):
             self._use.release()  # (a method runs on this very thread, or a loan is out)
             return None
         self._users += 1
@@ -1782,11 +1795,16 @@ class SqliteHandle(HandleBase):
         c = self._c
         conn = c.conn
         legacy = c.schema_version == LEGACY_SCHEMA_VERSION
+        held, self._held = self._held, False
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            if not held:
+                conn.execute("BEGIN IMMEDIATE")
             try:
-                data_version = conn.execute("PRAGMA data_version").fetchone()[0]
                 quiet, self._quiet = self._quiet, None
+                # held: the resume read the session row and the tail, and checked them, in
+                # this transaction (_load_tail): nothing else committed since
+                data_version = quiet[0] if held and quiet is not None \
+                    else conn.execute("PRAGMA data_version").fetchone()[0]
                 if quiet is not None and quiet[0] == data_version:
                     found = (quiet[1], quiet[2])  # nothing committed since our last append
                     revision, next_seq = quiet[1], quiet[3]
@@ -2213,15 +2231,63 @@ class SqliteHandle(HandleBase):
             RestorePointRefused: no usable restore point (the caller reads in full).
         """
         self._ensure_open()
+        hold, self._hold_next = self._hold_next, False
         data = rp.read_restore_point_file(self.restore_point_path())
         restore_point = rp.decode_restore_point(data, session_id=self._id, backend="sqlite",
                                                 where=self.restore_point_where())
-        cold, source = self._load_tail(restore_point)
+        try:
+            cold, source = self._load_tail(restore_point, hold=hold)
+        except BaseException:
+            self._end_hold()
+            raise
         return restore_point, cold, source
 
-    def _load_tail(self, restore_point: rp.RestorePoint
+    def hold_for_append(self) -> None:
+        """Make the next :meth:`read_from_restore_point` open the next append's transaction.
+
+        Contract: :class:`~dsh.persistence._contract.HoldsResume`; docs/rules.md#resume.
+
+        That read then runs in ``BEGIN IMMEDIATE`` and leaves it open: the session row, the
+        schema, the tail and the seal checks the resume makes, the page-ins before the
+        append (on this connection, :meth:`_lend`) and the append itself are one write
+        transaction, so no other connection commits between a check and the rows it
+        vouches for. A busy database (another writer's transaction past the busy timeout)
+        reads in a plain transaction instead, as without this call. Only a write handle.
+        """
+        if self._mode == "write":
+            self._hold_next = True
+
+    def release_hold(self) -> None:
+        """End the held resume transaction if no append took it (nothing was written in it).
+
+        Contract: :class:`~dsh.persistence._contract.HoldsResume`; idempotent.
+        """
+        self._hold_next = False
+        if self._held:
+            with self._use:
+                self._end_hold()
+
+    def _end_hold(self) -> None:
+        """Roll the held resume transaction back: it only read (under ``_use``).
+
+        A failed rollback is logged, not raised (it runs before close and every other
+        method): the connection then stays inside the transaction, so the backend closes
+        it instead of keeping it (``_release``) and the handle's next use of it fails.
+        """
+        self._held = False
+        if self._c.conn.in_transaction:
+            try:
+                self._c.conn.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                logger.warning("ending the held resume transaction of session %s in %s "
+                               "failed: %r", self._id, self._path, exc)
+
+    def _load_tail(self, restore_point: rp.RestorePoint, *, hold: bool = False
                    ) -> tuple[ColdRead, srp.SqlitePrefixSource]:
         """Check ``restore_point`` against the database and read the events after its cut.
+
+        ``hold`` (:meth:`hold_for_append`): read in ``BEGIN IMMEDIATE`` and leave it open on
+        success (``_held``); the caller ends it on failure.
 
         Raises:
             RestorePointRefused: the stored prefix is not the one the restore point covers
@@ -2240,7 +2306,14 @@ class SqliteHandle(HandleBase):
             seal = read_seal(self._seal_file) if cut_info is None \
                 else read_seal_after(self._seal_file, cut_info,
                                      check_prefix=self._mode == "write")
-            conn.execute("BEGIN")
+            if hold:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError:  # busy past the timeout: read as without
+                    hold = False
+            if not hold:
+                conn.execute("BEGIN")
+            self._held = hold
             try:
                 data_version = None
                 if self._mode == "write":
@@ -2253,7 +2326,8 @@ class SqliteHandle(HandleBase):
                 rows = conn.execute(_TAIL_FROM_LAST_LEGACY if legacy else _TAIL_FROM_LAST,
                                     (self._id, self._id, cut, cut)).fetchall()
             finally:
-                conn.execute("COMMIT")
+                if not hold:
+                    conn.execute("COMMIT")
         except (sqlite3.Error, DshError):
             raise rp.RestorePointRefused("unreadable") from None
         last = rows.pop(0) if rows and rows[0][1] < cut else None
