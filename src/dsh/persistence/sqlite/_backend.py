@@ -1471,7 +1471,8 @@ class SqliteHandle(HandleBase):
         (:meth:`hold_for_append`: the page-in then reads the very rows the append builds
         on, under its write lock), in the process that opened it. The page-in holds the
         handle's lock until it gives the connection back, so an append waits for it (one
-        indexed range query). A page-in only reads, in autocommit, and the rows it reads
+        indexed range query). A page-in only reads (in autocommit, or inside the held
+        transaction, which it neither commits nor ends), and the rows it reads
         are below a restore point's cut: committed, and checked against the seal
         (docs/rules.md#verified-page-in). A failed page-in leaves the connection to the
         handle, which checks it as it always does (its next append re-derives the stored
@@ -2309,7 +2310,10 @@ class SqliteHandle(HandleBase):
             if hold:
                 try:
                     conn.execute("BEGIN IMMEDIATE")
-                except sqlite3.OperationalError:  # busy past the timeout: read as without
+                except sqlite3.OperationalError as exc:  # busy past the timeout: read as
+                    logger.debug("resume of session %s in %s not held (%s): the append "
+                                 "checks the tail in its own transaction", self._id,
+                                 self._path, exc)
                     hold = False
             if not hold:
                 conn.execute("BEGIN")
