@@ -201,6 +201,17 @@ def test_cli_usage_error_exits_2_with_one_error_line(tmp_path: Path) -> None:
                            "'dsh --help' for the options\n")
 
 
+def test_cli_a_command_option_put_before_the_command_says_where_it_goes(tmp_path: Path) -> None:
+    # 'dsh --store X ls' is how many tools take a global option; dsh's are each command's
+    proc = Dsh(tmp_path)("--store", str(tmp_path / "s.db"), "ls", check=2)
+    assert proc.stdout == ""
+    assert proc.stderr == ("error[USAGE]: No such option: --store; --store is an option of each "
+                           "command: put it after the command's name, as in 'dsh ls --store "
+                           "STORE'; run 'dsh --help' for the options\n")
+    json_first = Dsh(tmp_path)("--json", "verify", "--all", check=2)
+    assert "put it after the command's name, as in 'dsh verify --json'" in json_first.stderr
+
+
 @pytest.mark.parametrize("command", [["ls"], ["view", "--no-browser"]], ids=" ".join)
 def test_cli_read_only_command_refuses_a_store_url_naming_nothing(
         tmp_path: Path, command: list[str]) -> None:

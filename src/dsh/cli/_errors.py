@@ -144,6 +144,23 @@ def _number_refused(error: typer.TyperException) -> str | None:
     return f"'{opts[0]}' takes {takes}{bounds}, not {str(first['input'])!r}"
 
 
+_COMMAND_OPTIONS: Final = {"--store": " STORE", "--json": "", "--wait": " SECONDS"}
+"""Options every command of its kind takes and ``dsh`` itself does not, with their metavar."""
+
+
+def _misplaced_option(error: typer.TyperException, ctx: Any) -> str:
+    # 'dsh --store X ls': many tools take such options before the command; ours are each
+    # command's, so say where it goes (docs/cli.md#exit-status-and-errors). The command the
+    # user named is the first word of the command line that is one.
+    option = getattr(error, "option_name", None)
+    if ctx is None or ctx.parent is not None or option not in _COMMAND_OPTIONS:
+        return ""
+    names = set(ctx.command.list_commands(ctx)) if hasattr(ctx.command, "list_commands") else set()
+    command = next((word for word in sys.argv[1:] if word in names), "ls")
+    return (f"{option} is an option of each command: put it after the command's name, as in "
+            f"'{ctx.command_path} {command} {option}{_COMMAND_OPTIONS[option]}'")
+
+
 def _print_usage_error(error: typer.TyperException) -> None:
     # Keep click's usage line (it names the command), then our one error line.
     format_message = getattr(error, "format_message", None)
@@ -154,6 +171,9 @@ def _print_usage_error(error: typer.TyperException) -> None:
     ctx = getattr(error, "ctx", None)
     hint = ""
     message = message.replace("Value error, ", "").rstrip(".")
+    misplaced = _misplaced_option(error, ctx)
+    if misplaced:
+        message = f"{message}; {misplaced}"
     if ctx is not None:
         # after a question (click's "Did you mean 'ls'?") a new sentence, not a "; "
         hint = (f" Run '{ctx.command_path} --help' for the options" if message.endswith("?")
