@@ -86,7 +86,8 @@ class ThreadIndex:
             delta carrying a whole copy, has none). Not known for values taken from a
             version 2 index.
         projected: LangChain message id -> seq of the surface event made from it.
-        answered: Tool call id -> seq of its ``tool/result``.
+        answered: Tool call id -> seq of its ``tool/result``; a later ``tool/call`` reusing the
+            id removes it (that result answered the earlier call).
         branches: Checkpoint id -> the fork session its messages are projected onto, for
             checkpoints of the root namespace that are not on the thread's own session.
         tips: Branch ("" for the thread's own session, else a fork session id) -> the id of
@@ -171,6 +172,10 @@ class ThreadIndex:
                     space = self.namespaces.get(data["ns"])
                     for checkpoint_id in data["ids"] if space is not None else ():
                         space.drop(checkpoint_id)  # type: ignore[union-attr]
+            elif kind == "tool/call":
+                # a provider may give a later call an earlier one's id (call_0 per request):
+                # that earlier call's result does not answer this one
+                self.answered.pop(str(event["data"].get("callId")), None)
             elif kind == "tool/result":
                 message = event["data"]["message"]
                 self.answered[str(message["source"].get("callId"))] = event["seq"]
