@@ -57,6 +57,12 @@ def test_help_is_for_people(demo: Dsh) -> None:
         assert "§" not in text and "docs/" not in text and "`" not in text, command
     usage = demo("import", "--help").stdout
     assert "Usage: dsh import [OPTIONS] [PATH]..." in usage
+    # a metavar written with its own brackets or dots keeps them once ("QUERY......" before)
+    for command, line in [("search", "QUERY..."), ("quarantine", "ID SEQ..."),
+                          ("erase", "[ID]..."), ("rm", "ID..."), ("view", "[SESSION]")]:
+        text = " ".join(demo(command, "--help").stdout.split())
+        assert f"Usage: dsh {command} [OPTIONS] {line} " in text, text[:120]
+        assert "......" not in text and "[[" not in text, command
     assert "Usage: dsh show [OPTIONS] ID" in demo("show", "--help").stdout
     # a paragraph is re-wrapped whole: no line of it ends mid-sentence before a short line
     compact = demo("compact", "--help").stdout

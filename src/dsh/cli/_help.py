@@ -58,10 +58,12 @@ def _typeless(original: Any) -> Any:
 
 
 def _usage_name(self: Any) -> str:
-    name = str(self.metavar or self.name or "").upper() if self.metavar is None else \
-        str(self.metavar)
-    name = name if self.required else f"[{name}]"
-    return name + ("..." if self.nargs != 1 else "")
+    # A metavar written with its own brackets or dots ("[ID]...", "QUERY...") is shown as
+    # written: adding ours again gave "QUERY......" and "[[ID]...]...".
+    name = str(self.name or "").upper() if self.metavar is None else str(self.metavar)
+    if not self.required and not name.startswith("["):
+        name = f"[{name}]"
+    return name + ("..." if self.nargs != 1 and not name.endswith("...") else "")
 
 
 def _deferred_coercion() -> None:
