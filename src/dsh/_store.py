@@ -296,20 +296,19 @@ class Store:
     def _mark_removed(self, found: SearchResults) -> SearchResults:
         """Mark each hit in a message that left the model view (docs/stores.md#search).
 
-        Each session holding a hit is read once: the index keeps the messages as appended and
-        knows nothing of a later clear, pop, delete or quarantine.
+        The index keeps the messages as appended and knows nothing of a later clear, pop,
+        delete or quarantine: only the sessions holding a hit and a removal or quarantine
+        record are read, and of them what tells where the backend can pick it
+        (:func:`~dsh.persistence.removal_marks`).
         """
         from dataclasses import replace
 
-        from dsh.persistence import removed_messages
+        from dsh.persistence import removal_marks
 
-        removed: dict[str, dict[int, str]] = {}
-        unreadable: list[str] = []
-        for sid in dict.fromkeys(hit.session_id for hit in found.hits):
-            try:
-                removed[sid] = removed_messages(self._persistence.read(sid).stored_events)
-            except DshError:  # its hits cannot be told live or removed: left out and named,
-                unreadable.append(sid)  # as the index leaves out a log it cannot read
+        # a session whose log cannot be read: its hits cannot be told live or removed; left
+        # out and named, as the index leaves out a log it cannot read
+        removed, unreadable = removal_marks(self._persistence,
+                                            (hit.session_id for hit in found.hits))
         return replace(found, hits=tuple(
             replace(hit, removed=removed[hit.session_id].get(hit.seq))
             for hit in found.hits if hit.session_id in removed),

@@ -91,10 +91,12 @@ if TYPE_CHECKING:
     from dsh.persistence._restore_point import KeepsRestorePoints as KeepsRestorePoints
     from dsh.persistence._restore_point import RestorePointRefused as RestorePointRefused
     from dsh.persistence._search import IndexesSearch as IndexesSearch
+    from dsh.persistence._search import KnowsRemovals as KnowsRemovals
     from dsh.persistence._search import SearchHit, SearchResults, search
     from dsh.persistence._search import SearchIndex as SearchIndex
     from dsh.persistence._search import forget_search as forget_search
     from dsh.persistence._search import message_texts as message_texts
+    from dsh.persistence._search import removal_marks as removal_marks
     from dsh.persistence._search import search_words as search_words
     from dsh.persistence._write_behind import WriteBehind
 
@@ -128,7 +130,7 @@ _LAZY = {"Inspection": "_read", "Persistence": "_facade", "WriteBehind": "_write
          "KeepsRestorePoints": "_restore_point", "RecordsAfterCommit": "_after_commit",
          "read_pages": "_pages", "readable_prefix": "_pages", "SearchHit": "_search",
          "SearchResults": "_search", "search": "_search", "message_texts": "_search",
-         "search_words": "_search",
+         "search_words": "_search", "removal_marks": "_search", "KnowsRemovals": "_search",
          "forget_search": "_search", "IndexesSearch": "_search", "SearchIndex": "_search",
          "ChainProof": "_proof", "prove_chain": "_proof", "compare_proof": "_proof",
          "chain_record_at": "_proof"}

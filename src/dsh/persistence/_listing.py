@@ -49,8 +49,8 @@ from dsh.json import FrozenDict, snapshot_json, thaw
 from dsh.json import dumps as json_dumps
 from dsh.json import loads as json_loads
 
-__all__ = ["HIDING_TYPES", "INDEX_NAME", "JOURNAL_NAME", "REMOVAL_MODEL", "REMOVED_RESULT_TEXT",
-           "SOURCE_EVENT_TYPE", "NodeFold",
+__all__ = ["HIDING_TYPES", "INDEX_NAME", "JOURNAL_NAME", "MAY_REMOVE_SQL", "REMOVAL_MODEL",
+           "REMOVED_RESULT_TEXT", "SOURCE_EVENT_TYPE", "NodeFold",
            "STORED_VERSION", "EntryFold", "JsonlIndex", "ListingEntry", "ReadFn",
            "entry_from_stored", "first_line", "is_hiding", "is_untimed", "note_flushed",
            "prompt_of", "read_entries", "recorded_flush", "removed_messages", "reply_model",
@@ -90,6 +90,15 @@ REMOVED_RESULT_TEXT: Final = "[removed from the model view: this tool output was
 
 HIDING_TYPES: Final = ("quarantine/apply", "quarantine/release")
 """Records of a quarantine: the replaces they announce take messages off the view or back."""
+
+MAY_REMOVE_SQL: Final = (
+    f"(type IN ('{HIDING_TYPES[0]}', '{HIDING_TYPES[1]}') OR (type IN ('assistant/message', "
+    "'tool/result') AND surface_op IS NOT NULL AND surface_op <> '\"append\"'))")
+"""SQL condition (SQLite and PostgreSQL ``events`` rows) of the records without which
+:func:`removed_messages` finds nothing: a quarantine record (a placeholder takes a message off
+only when a ``quarantine/apply`` names it), an ``assistant/message`` replace (an adapter's
+removal) and a ``tool/result`` replace (a popped tool output's placeholder). A log holding none
+of them has no removed message (docs/stores.md#search)."""
 SOURCE_EVENT_TYPE: Final = "import/source"
 
 

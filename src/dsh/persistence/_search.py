@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 
 from dsh._errors import DshError
 from dsh.persistence._contract import STORE_LOG_ID
-from dsh.persistence._listing import signature
+from dsh.persistence._listing import removed_messages, signature
 
 if TYPE_CHECKING:
     from dsh.persistence._facade import Persistence
@@ -821,6 +821,68 @@ def _sqlite_changes(conn: sqlite3.Connection, store_db: Path) -> IndexChanges:
 IndexProgress = Callable[[int, int, str], None]
 """``progress(done, total, session_id)``: before session ``session_id`` is (re)indexed, with
 ``done`` of the ``total`` sessions to index already done; never called when the index is current."""
+
+
+@runtime_checkable
+class KnowsRemovals(Protocol):
+    """A backend that tells which logs may hold a removed message without reading them whole.
+
+    Rule: docs/stores.md#search (what a search shows).
+    """
+
+    def removal_events(self, session_ids: Sequence[str]
+                       ) -> dict[str, Sequence[Mapping[str, Any]] | None]:
+        """The sessions among ``session_ids`` whose log may have taken a message off the view.
+
+        A session left out holds no record :func:`~dsh.persistence.removed_messages` acts on
+        (no quarantine record, no ``assistant/message`` or ``tool/result`` replace). For one
+        named: the events the fold needs (every event with a surface op and every quarantine
+        record, in seq order), or None when only the whole log tells.
+
+        Raises:
+            DshError: the store could not be asked (the caller reads every log).
+        """
+        ...
+
+
+def removal_marks(persistence: Persistence, session_ids: Iterable[str]
+                  ) -> tuple[dict[str, dict[int, str]], list[str]]:
+    """Each session's appended messages that left the model view, reading only what tells.
+
+    A backend that :class:`KnowsRemovals` is asked first: a session whose log holds no
+    removal or quarantine record is not read (nothing of it left the view); for one that
+    does, only the events the fold needs are read where the backend can pick them, else the
+    whole log. Other backends read each log whole. The marks are those of
+    :func:`~dsh.persistence.removed_messages` over the whole log.
+
+    Returns:
+        ``(removed, unreadable)``: session id → seq → ``"clear"`` or ``"quarantine"`` for each
+        readable session; the ids whose log could not be read (in ``session_ids`` order).
+
+    Rule: docs/stores.md#search.
+    """
+    ids = list(dict.fromkeys(session_ids))
+    known: dict[str, Sequence[Mapping[str, Any]] | None] = dict.fromkeys(ids)
+    backend = persistence.backend
+    if ids and isinstance(backend, KnowsRemovals):
+        try:
+            known = backend.removal_events(ids)
+        except DshError as error:  # every log read whole: each read names its own damage
+            log.info("search: removal records not found by query (%s); reading the logs",
+                     error.message)
+    removed: dict[str, dict[int, str]] = {}
+    unreadable: list[str] = []
+    for sid in ids:
+        if sid not in known:
+            removed[sid] = {}
+            continue
+        events = known[sid]
+        try:
+            removed[sid] = removed_messages(
+                events if events is not None else persistence.read(sid).stored_events)
+        except DshError:
+            unreadable.append(sid)
+    return removed, unreadable
 
 
 def _update(index: SearchIndex, persistence: Persistence, changes: IndexChanges,

@@ -27,14 +27,16 @@ import contextlib
 import errno
 import itertools
 import logging
+import mmap
 import os
+import re
 import secrets
 import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import zstandard
 
@@ -580,6 +582,24 @@ def parse_log(data: bytes, *, compression: Compression, path: str,
               f"bytes); {len(recovered)} complete event(s) recovered from it")
     torn = TornTail(torn_start, tail.issue_line, reason, recovered)
     return ParsedLog(header, list(tail.events), torn, torn_start, header_end, index)
+
+
+_LETTER_ESCAPE: Final = re.compile(rb"\\u00[4-7]")
+"""A JSON ``\\u`` escape of a character in U+0040..U+007F (every ASCII letter among them)."""
+
+
+def _may_remove(path: Path) -> bool:
+    """Whether the raw log at ``path`` may hold a quarantine record or a replace (by bytes)."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return False
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return (data.find(b"replace") >= 0 or data.find(b"quarantine") >= 0
+                        or (data.find(b"\\u00") >= 0
+                            and _LETTER_ESCAPE.search(data) is not None))
+    except OSError:  # the caller's whole read names what is wrong with it
+        return True
 
 
 def _file_of(revision: str) -> tuple[int, int] | None:
@@ -2421,6 +2441,28 @@ class JsonlBackend:
         """``(header, last_activity_ms)`` of every session, from :meth:`list_entries`."""
         entries, errors = self.list_entries(read)
         return [(e.header, e.last_activity_ms) for e in entries], errors
+
+    def removal_events(self, session_ids: Sequence[str]
+                       ) -> dict[str, Sequence[Mapping[str, Any]] | None]:
+        """The sessions among ``session_ids`` whose log may have taken a message off the view.
+
+        A raw log's bytes are searched, not decoded: one that holds neither ``quarantine``
+        (a quarantine record's type) nor ``replace`` (every replace's surface op) nor a
+        ``\\u`` escape of an ASCII letter (which could spell either) holds no record
+        :func:`~dsh.persistence.removed_messages` acts on and is left out; the others, a
+        compressed log and a log not found are named with None (the caller reads the log
+        whole, which names a missing or damaged one). Contract:
+        :class:`~dsh.persistence._search.KnowsRemovals`.
+
+        Raises:
+            PersistenceError: the store's layout is refused (as a read refuses it).
+        """
+        found: dict[str, Sequence[Mapping[str, Any]] | None] = {}
+        for sid in session_ids:
+            path = self._find(sid) if self.compression != "zstd" else None
+            if path is None or _may_remove(path):
+                found[sid] = None
+        return found
 
     def list_entries(self, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
         """Entries of every session: from the listing index where a log is unchanged, else a read.

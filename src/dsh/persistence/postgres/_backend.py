@@ -87,6 +87,7 @@ from dsh.persistence._contract import (
 )
 from dsh.persistence._listing import (
     HIDING_TYPES,
+    MAY_REMOVE_SQL,
     EntryFold,
     ListingEntry,
     ReadFn,
@@ -1869,6 +1870,25 @@ class PostgresBackend:
                 "AND surface_op <> '\"append\"'))",
                 (list(session_ids), list(HIDING_TYPES))).fetchall()
         return {str(r[0]) for r in rows}
+
+    def removal_events(self, session_ids: Sequence[str]
+                       ) -> dict[str, Sequence[Mapping[str, Any]] | None]:
+        """The sessions among ``session_ids`` whose log may have taken a message off the view.
+
+        One query for all of them over their events rows picks those holding a quarantine
+        record or an ``assistant/message`` / ``tool/result`` replace
+        (:data:`~dsh.persistence._listing.MAY_REMOVE_SQL`); each is named with None, so the
+        caller reads its log whole (its rows decode only as a scan of the log checks them).
+        Contract: :class:`~dsh.persistence._search.KnowsRemovals`.
+
+        Raises:
+            PersistenceError: the database failed.
+        """
+        with self._conn("list", None) as conn:
+            rows = conn.execute(
+                f"SELECT DISTINCT session_id FROM {self._s}.events WHERE session_id = ANY(%s) "
+                f"AND {MAY_REMOVE_SQL}", (list(session_ids),)).fetchall()
+        return dict.fromkeys(str(r[0]) for r in rows)
 
     def list_entries(self, read: ReadFn) -> tuple[list[ListingEntry], list[DshError]]:
         """Entries of every session from one query over the sessions rows; no log is read.

@@ -1299,6 +1299,24 @@ class SqliteBackend:
 
         return list_activity(self, read)
 
+    def removal_events(self, session_ids: Sequence[str]
+                       ) -> dict[str, Sequence[Mapping[str, Any]] | None]:
+        """The sessions among ``session_ids`` whose log may have taken a message off the view.
+
+        One query over the events rows of those sessions picks the ones holding a quarantine
+        record or an ``assistant/message`` / ``tool/result`` replace
+        (:data:`~dsh.persistence._listing.MAY_REMOVE_SQL`); for each, the rows with a surface
+        op and the quarantine records are decoded (as the listing titles them), not the
+        whole log; a row that does not decode gives None (the caller reads the log whole).
+        Contract: :class:`~dsh.persistence._search.KnowsRemovals`.
+
+        Raises:
+            PersistenceError: the database failed.
+        """
+        from dsh.persistence.sqlite._listing import removal_events  # (see list_entries)
+
+        return removal_events(self, session_ids)
+
     # --- asides (docs/stores.md#asides) -------------------------------------------------
 
     def read_aside(self, session_id: str, name: str, *, head: bool = False) -> bytes | None:

@@ -7,15 +7,17 @@ process never loads its code (docs/adapters.md#memory).
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from dsh._errors import DshError
+from dsh._errors import DshError, PersistenceError
 from dsh.json import FrozenDict
 from dsh.persistence._listing import (
     HIDING_TYPES,
+    MAY_REMOVE_SQL,
     SOURCE_EVENT_TYPE,
     ListingEntry,
     ReadFn,
@@ -36,7 +38,7 @@ from dsh.persistence.sqlite._schema import (
     session_header,
 )
 
-__all__ = ["list_activity", "list_entries"]
+__all__ = ["list_activity", "list_entries", "removal_events"]
 
 
 class _Listed(Protocol):
@@ -267,3 +269,42 @@ def _reply_models(conn: Any, firsts: Sequence[Any], columns: str, version: int
         if model is not None:
             models[sid] = model
     return models, damaged
+
+
+_IDS_PER_QUERY = 500
+"""Session ids bound in one ``IN (...)`` (SQLite allows 32766 variables)."""
+
+
+def removal_events(backend: _Listed, session_ids: Sequence[str]
+                   ) -> dict[str, Sequence[Mapping[str, Any]] | None]:
+    """:meth:`SqliteBackend.removal_events` of ``backend`` (the rule is there)."""
+    with backend._shared() as c:
+        conn = c.conn
+        version = c.schema_version
+        columns = ("rowid, seq, type, time, data, source_event_seqs, surface_op, "
+                   + ("NULL" if version == 14 else "ignorable"))
+        conn.execute("BEGIN")
+        try:
+            holding: list[str] = []
+            for at in range(0, len(session_ids), _IDS_PER_QUERY):
+                chunk = session_ids[at:at + _IDS_PER_QUERY]
+                holding += [str(row[0]) for row in conn.execute(
+                    "SELECT DISTINCT session_id FROM events WHERE session_id IN "
+                    f"({', '.join('?' * len(chunk))}) AND {MAY_REMOVE_SQL}", chunk)]
+            rows = {sid: conn.execute(
+                f"SELECT {columns} FROM events WHERE session_id = ? AND (surface_op IS NOT "
+                f"NULL OR type IN ('{HIDING_TYPES[0]}', '{HIDING_TYPES[1]}')) ORDER BY seq",
+                (sid,)).fetchall() for sid in holding}
+        except sqlite3.Error as exc:
+            raise PersistenceError(f"finding the removal records of {len(session_ids)} "
+                                   f"session(s) in {backend.path} failed: {exc}",
+                                   path=str(backend.path)) from exc
+        finally:
+            conn.execute("COMMIT")
+    found: dict[str, Sequence[Mapping[str, Any]] | None] = {}
+    for sid, picked in rows.items():
+        try:
+            found[sid] = [e for row in picked for e in decode_row(tuple(row), version)]
+        except RowError:  # a row that does not decode: the whole read names the damage
+            found[sid] = None
+    return found
