@@ -6,15 +6,14 @@ Rule: docs/stores.md#search (what a search shows), docs/forgetting.md#what-a-sea
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import dsh
 from dsh.persistence import removed_messages
-from dsh.persistence._facade import Persistence
 from dsh.rights import quarantine, unquarantine
 from tests.adapters.test_cleared import sdk_cleared
+from tests.persistence.test_listing import count_reads
 from tests.persistence.test_search import _store_url, _write
 
 WORD = "zebra"
@@ -41,14 +40,7 @@ def test_marks_read_only_the_sessions_holding_a_removal(
             unquarantine(store, "quarantined", held[:1])
             whole = {sid: removed_messages(store.read(sid).stored_events)
                      for sid in ("cleared", "popped", "quarantined", "big")}
-            read: list[str] = []
-            original = Persistence.read
-
-            def counted(self: Persistence, session_id: str) -> Any:
-                read.append(session_id)
-                return original(self, session_id)
-
-            monkeypatch.setattr(Persistence, "read", counted)
+            read = count_reads(monkeypatch)
             hits = store.search(WORD, limit=2000).hits
         marks = {(h.session_id, h.seq): h.removed for h in hits}
     assert marks == {key: whole[key[0]].get(key[1]) for key in marks}
