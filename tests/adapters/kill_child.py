@@ -5,7 +5,11 @@ the parent's local OpenAI-protocol server at BASE_URL (Chat Completions, streame
 parent scripts.
 The ``deploy`` tool's body writes READY_FILE and never returns; ``read_file`` returns at once.
 The same module gives the parent the agent for the next run (:func:`run`). DURABILITY is
-LangGraph's ``durability=`` for the killed run (``exit``: no checkpoint is saved before the end).
+LangGraph's ``durability=`` for the killed run (``exit``: no checkpoint is saved before the end),
+or ``late``: LangGraph's default (``async``) with the save of every checkpoint holding a tool
+result stalled on its background thread, so the run goes on to the next model call while the
+latest stored checkpoint is still the one before the tools step, its tool result only in that
+checkpoint's pending writes (the race LangGraph's background checkpointing loses under load).
 """
 
 from __future__ import annotations
@@ -36,8 +40,11 @@ def deploy(target: str) -> str:
         time.sleep(1)
 
 
-def run_langgraph(store: str, session: str, base_url: str, prompt: str) -> Any:
-    """LangChain's ``create_agent`` with the LangGraph saver and its middleware."""
+def run_langgraph(store: str, session: str, base_url: str, prompt: str | None) -> Any:
+    """LangChain's ``create_agent`` with the LangGraph saver and its middleware.
+
+    A ``prompt`` of None resumes the thread (``invoke(None)``) instead of adding a message.
+    """
     from langchain.agents import create_agent
     from langchain_openai import ChatOpenAI
 
@@ -46,11 +53,29 @@ def run_langgraph(store: str, session: str, base_url: str, prompt: str) -> Any:
     model = ChatOpenAI(model="gpt-test", base_url=base_url, api_key="test", streaming=True,
                        max_retries=0)
     with DshSaver.from_url(store) as saver:
+        if DURABILITY == "late":
+            _stall_puts_after_tools(saver)
         agent = create_agent(model, tools=[read_file, deploy], checkpointer=saver,
                              middleware=[saver.middleware()])
-        options = {"durability": DURABILITY} if DURABILITY else {}
-        return agent.invoke({"messages": [{"role": "user", "content": prompt}]},
-                            {"configurable": {"thread_id": session}}, **options)
+        options = {"durability": DURABILITY} if DURABILITY not in (None, "late") else {}
+        given = None if prompt is None else {"messages": [{"role": "user", "content": prompt}]}
+        return agent.invoke(given, {"configurable": {"thread_id": session}}, **options)
+
+
+def _stall_puts_after_tools(saver: Any) -> None:
+    """Make ``saver.put`` of a checkpoint holding a ToolMessage block forever (the killed run)."""
+    from langchain_core.messages import ToolMessage
+
+    put = saver.put
+
+    def stalled_put(config: Any, checkpoint: Any, *args: Any, **kwargs: Any) -> Any:
+        messages = checkpoint["channel_values"].get("messages") or ()
+        if any(isinstance(m, ToolMessage) for m in messages):
+            while True:  # LangGraph saves on a background thread: the run goes on
+                time.sleep(1)
+        return put(config, checkpoint, *args, **kwargs)
+
+    saver.put = stalled_put
 
 
 def run_openai_agents(store: str, session_id: str, base_url: str, prompt: str) -> Any:

@@ -22,8 +22,10 @@ CHILD = Path(__file__).with_name("kill_child.py")
 
 # "langgraph/exit": LangGraph saves no checkpoint before the run ends, so everything the next
 # run is sent comes from what the middleware made durable (the race LangGraph's default
-# background checkpointing loses now and then, made certain)
-FRAMEWORKS = ["langgraph", "langgraph/exit", "openai-agents", "pydantic-ai"]
+# background checkpointing loses now and then, made certain); "langgraph/late": the checkpoint
+# after the tools step never lands, the tool result is only in the pending writes of the one
+# before (the other side of that race, made certain)
+FRAMEWORKS = ["langgraph", "langgraph/exit", "langgraph/late", "openai-agents", "pydantic-ai"]
 
 
 def _texts(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -80,4 +82,23 @@ def test_kill_then_the_next_run_sees_prompt_calls_and_outcome(
                              ("tool", "contents of app.toml"), ("call", "deploy")]
         assert texts[4][0] == "tool" and "outcome is unknown" in texts[4][1]
         assert len(texts) == 6
+    dsh("verify", "s", "--store", store)
+
+
+def test_a_resume_after_a_kill_between_calls_sends_the_tool_result_once(tmp_path: Path) -> None:
+    """The checkpoint after the tools step never landed, the tool result is in the pending
+    writes of the one before and on dsh's surface: ``invoke(None)`` (LangGraph applies the
+    pending writes) sends it once, as ``invoke(new input)`` (LangGraph discards them) does."""
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with ScriptedServer() as server:
+        server.add(Stream(openai_reply(tool_calls=[READ])), Stall([]))
+        sigkill_when_ready([str(CHILD), "langgraph", store, "s", server.base_url + "/v1",
+                            str(tmp_path / "ready"), "late"],
+                           lambda: len(server.requests) >= 2)
+        killed_requests = len(server.requests)
+        server.add(Stream(openai_reply("It read app.toml.")))
+        run("langgraph", store, "s", server.base_url + "/v1", None)
+        sent = server.requests[killed_requests]["messages"]
+    assert _texts(sent) == [("user", PROMPT), ("call", "read_file"),
+                            ("tool", "contents of app.toml")]
     dsh("verify", "s", "--store", store)

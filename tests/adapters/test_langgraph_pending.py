@@ -1,4 +1,4 @@
-"""DshSaver: a call answered by a checkpoint's pending writes gets no second answer from dsh."""
+"""DshSaver: a call answered by a checkpoint's pending writes gets one answer, resumed or not."""
 
 from __future__ import annotations
 
@@ -10,15 +10,19 @@ pytest.importorskip("langgraph.checkpoint.base")
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph.message import add_messages
 
 from dsh.adapters.langgraph import DshSaver
 
 
-def test_a_call_the_pending_writes_answer_is_not_answered_again(tmp_path: Path) -> None:
+def test_a_call_the_pending_writes_answer_is_answered_once_either_way(tmp_path: Path) -> None:
     """A process dies after a tools task's writes are stored and before LangGraph puts the
-    next checkpoint: on resume LangGraph applies those writes, so the checkpoint's messages
-    must not also get dsh's copy of that result (docs/adapters.md). Before: the next request
-    held the tool result twice (seen in tests/adapters/test_kill_runs.py, 'between calls')."""
+    next checkpoint. A resume (``invoke(None)``) applies those writes; a run given new input
+    discards them. So the latest checkpoint's messages carry the result and the pending
+    write carries the same id, which ``add_messages`` replaces in place: one answer either way
+    (docs/adapters.md). Before: the messages lacked it and a new input sent the model a call
+    with no answer (tests/adapters/test_kill_runs.py 'between calls', under load); before
+    that, a resume sent it twice."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     call = {"id": "c1", "name": "read_file", "args": {"path": "app.toml"}}
@@ -29,11 +33,53 @@ def test_a_call_the_pending_writes_answer_is_not_answered_again(tmp_path: Path) 
     with DshSaver.from_url(url) as saver:
         stored = saver.put(config, checkpoint, {"source": "loop", "step": 1}, {"messages": 1})
         saver.put_writes(stored, [("messages", [ToolMessage(
-            "contents of app.toml", tool_call_id="c1", id="t1")])], task_id="tools-task")
+            "contents of app.toml", tool_call_id="c1")])], task_id="tools-task")
     with DshSaver.from_url(url) as saver:
         found = saver.get_tuple(config)
         assert found is not None
         messages = found.checkpoint["channel_values"]["messages"]
-        assert [m.id for m in messages] == ["h1", "a1"]
-        assert [(task, channel, [m.id for m in value]) for task, channel, value
-                in found.pending_writes or []] == [("tools-task", "messages", ["t1"])]
+        assert [(m.id, m.content) for m in messages] == [
+            ("h1", "Read app.toml"), ("a1", ""), ("dsh-w-c1", "contents of app.toml")]
+        assert [(task, channel, [(m.id, m.content) for m in value]) for task, channel, value
+                in found.pending_writes or []] == [
+            ("tools-task", "messages", [("dsh-w-c1", "contents of app.toml")])]
+        resumed = add_messages(messages, found.pending_writes[0][2])  # what a resume applies
+        assert [m.id for m in resumed] == ["h1", "a1", "dsh-w-c1"]
+
+
+class _Request:
+    """The part of LangChain's ``ModelRequest`` the middleware reads (state, messages)."""
+
+    def __init__(self, messages: list[object]) -> None:
+        self.messages = messages
+        self.state = {"messages": messages}
+
+    def override(self, *, messages: list[object]) -> _Request:
+        return _Request(messages)
+
+
+def test_the_middleware_never_sends_the_model_an_unanswered_call(tmp_path: Path) -> None:
+    """A state holding a call with no answer (however it came to be) reaches the model with
+    dsh's outcome-unknown closer right after the call (docs/rules.md#repair); before, the
+    model (OpenAI rejects such a request) was sent the dangling call."""
+    call = {"id": "c1", "name": "deploy", "args": {"target": "prod"}}
+    state = [HumanMessage("Deploy", id="h1"), AIMessage("", tool_calls=[call], id="a1"),
+             HumanMessage("Did it deploy?", id="h2")]
+    sent: list[list[object]] = []
+
+    def handler(request: _Request) -> str:
+        sent.append(request.messages)
+        return "answer"
+
+    with DshSaver.from_url(f"sqlite:///{tmp_path / 's.db'}") as saver:
+        assert saver.middleware().wrap_model_call(_Request(state), handler) == "answer"
+    [messages] = sent
+    assert [(type(m).__name__, m.id) for m in messages] == [
+        ("HumanMessage", "h1"), ("AIMessage", "a1"), ("ToolMessage", "dsh-c1"),
+        ("HumanMessage", "h2")]
+    closer = messages[2]
+    assert isinstance(closer, ToolMessage) and closer.tool_call_id == "c1"
+    assert closer.name == "deploy" and closer.status == "error"
+    assert 'the "deploy" tool call c1' in closer.content
+    assert "outcome is unknown" in closer.content
+    assert [m.id for m in state] == ["h1", "a1", "h2"]  # the state itself is not changed

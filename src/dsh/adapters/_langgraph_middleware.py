@@ -20,6 +20,9 @@ class _Saver(Protocol):
 
     def record_messages(self, thread_id: str, messages: Sequence[Any]) -> None: ...
 
+    def answer_open_calls(self, thread_id: str | None,
+                          messages: Sequence[Any]) -> list[Any]: ...
+
     def wrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any: ...
 
     async def awrap_tool_call(self, request: Any,
@@ -46,18 +49,32 @@ class DshMiddleware(AgentMiddleware):
             messages.extend(getattr(response, "result", None) or ())
         self.saver.record_messages(thread_id, messages)
 
-    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        """Prompt durable before the call, answer and tool calls durable after it."""
+    def _answered(self, request: Any) -> Any:
+        """``request`` with no call left unanswered (see ``DshSaver.answer_open_calls``)."""
+        messages = request.messages
+        answered = self.saver.answer_open_calls(self.saver.current_thread(), messages)
+        return request if answered is messages else request.override(messages=answered)
+
+    def _before_model(self, request: Any) -> Any:
         self._record(request)
-        response = handler(request)
+        return self._answered(request)
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        """Prompt durable before the call, answer and tool calls durable after it.
+
+        The model is never sent a call without an answer: one left open in the state gets
+        dsh's (its logged result or an outcome-unknown closer).
+        """
+        sent = self._before_model(request)
+        response = handler(sent)
         self._record(request, response)
         return response
 
     async def awrap_model_call(self, request: Any,
                                handler: Callable[[Any], Awaitable[Any]]) -> Any:
         """Async :meth:`wrap_model_call`."""
-        await asyncio.to_thread(self._record, request)
-        response = await handler(request)
+        sent = await asyncio.to_thread(self._before_model, request)
+        response = await handler(sent)
         await asyncio.to_thread(self._record, request, response)
         return response
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import gc
 import logging
 import random
@@ -127,7 +128,7 @@ from dsh.adapters.langchain import FORMAT as LANGCHAIN_FORMAT
 from dsh.adapters.langchain import message_record, messages_to_events
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, FrozenList, thaw
 from dsh.persistence import Persistence
-from dsh.session import Event
+from dsh.session import Event, closer_text
 
 __all__ = ["CHECKPOINT_EVENT", "DROP_EVENT", "FORMAT", "WRITES_EVENT", "DshSaver"]
 
@@ -257,6 +258,32 @@ def _written_calls(pending: Sequence[PendingWrite]) -> frozenset[str]:
                 if isinstance(message, ToolMessage):
                     calls.add(message.tool_call_id)
     return frozenset(calls)
+
+
+def _written_results(pending: Sequence[PendingWrite]) -> dict[str, ToolMessage]:
+    """Each tool call id the pending ``messages`` writes answer, with that ToolMessage."""
+    results: dict[str, ToolMessage] = {}
+    for _, channel, value in pending:
+        if channel == _MESSAGES:
+            for message in value if isinstance(value, list) else [value]:
+                if isinstance(message, ToolMessage):
+                    results.setdefault(message.tool_call_id, message)
+    return results
+
+
+def _align_written(messages: Sequence[Any], pending: Sequence[PendingWrite]) -> None:
+    """Give each pending ToolMessage the id of the one in ``messages`` answering its call.
+
+    LangGraph's ``add_messages`` replaces a message whose id it already holds, in place: a
+    resumed run that applies the pending writes then keeps one answer per call, and a run
+    given new input (which discards them) keeps the one ``messages`` holds.
+    """
+    ids = {m.tool_call_id: m.id for m in messages if isinstance(m, ToolMessage) and m.id}
+    for _, channel, value in pending:
+        if channel == _MESSAGES:
+            for message in value if isinstance(value, list) else [value]:
+                if isinstance(message, ToolMessage) and message.tool_call_id in ids:
+                    message.id = ids[message.tool_call_id]
 
 
 def _extends(value: list[Any], base: list[Any]) -> bool:
@@ -683,7 +710,8 @@ class DshSaver(BaseCheckpointSaver[str]):
                            status="error" if failed else "success", id=f"dsh-{call_id}")
 
     def _answered_calls(self, thread: _Thread, messages: list[Any], *,
-                        written: frozenset[str] = frozenset()) -> list[Any]:
+                        written: frozenset[str] = frozenset(),
+                        carried: Mapping[str, ToolMessage] | None = None) -> list[Any]:
         """``messages`` plus the answers dsh's log holds and the state lacks.
 
         Each AIMessage call that the state never got an answer to but dsh's log did (crash
@@ -691,9 +719,12 @@ class DshSaver(BaseCheckpointSaver[str]):
         resumes with the result dsh recorded instead of running the call again. A call in
         ``written`` (answered by the checkpoint's pending writes, which LangGraph applies on
         resume: a tools task whose writes were stored before the process died, its next
-        checkpoint not) gets none, or the model would see two results for it.
+        checkpoint not) gets none, or the model would see two results for it. A call in
+        ``carried`` gets that ToolMessage (the pending write's own result, given an id that
+        :func:`_align_written` then puts on the pending write) before dsh's log is asked.
         """
-        if not thread.answered:
+        carried = carried or {}
+        if not thread.answered and not carried:
             return messages  # dsh holds no result at all: nothing to add (a cold read's case)
         have = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)} | written
         out: list[Any] = []
@@ -707,12 +738,21 @@ class DshSaver(BaseCheckpointSaver[str]):
                 for call in message.tool_calls:
                     call_id = call.get("id")
                     if isinstance(call_id, str) and call_id not in have:
-                        result = self._result_of(thread, call_id)
+                        result = self._carried(carried.get(call_id), call_id)
+                        if result is None and thread.answered:
+                            result = self._result_of(thread, call_id)
                         if result is not None:
                             result.name = call.get("name")
                             pending.append(result)
         out.extend(pending)
         return out
+
+    @staticmethod
+    def _carried(message: ToolMessage | None, call_id: str) -> ToolMessage | None:
+        """A copy of a pending write's ToolMessage, with an id (``dsh-w-<call id>`` if none)."""
+        if message is None:
+            return None
+        return message.model_copy(update={"id": message.id or f"dsh-w-{call_id}"})
 
     def _events(self, thread_id: str) -> Sequence[Event]:
         log = self._logs.get(thread_id)
@@ -766,14 +806,18 @@ class DshSaver(BaseCheckpointSaver[str]):
         messages = values.get(_MESSAGES)
         on = self._on(thread, thread.index.branch(checkpoint_id)) if latest else None
         if on is not None and isinstance(messages, list):
-            # a result the pending writes hold comes back when LangGraph applies them (the
-            # tools task is not run again): the surface's copy would be a second answer
-            written = _written_calls(found.pending_writes or ())
-            ahead = [m for m in self._recorded_ahead(on, messages)
-                     if not (isinstance(m, ToolMessage) and m.tool_call_id in written)]
-            if ahead:
+            # A tool result the pending writes hold comes back only when LangGraph applies
+            # them, on a resume (None or a Command as input); a run given new input discards
+            # them. So the messages carry that result (the surface's copy, or the write's own)
+            # and the pending write takes the same id: applied, it replaces it in place
+            # (docs/adapters.md#langgraph-and-langchain-agents).
+            pending = found.pending_writes or ()
+            carried = _written_results(pending)
+            ahead = self._recorded_ahead(on, messages)
+            if ahead or carried:
                 values[_MESSAGES] = self._answered_calls(on, [*messages, *ahead],
-                                                         written=written)
+                                                         carried=carried)
+                _align_written(values[_MESSAGES], pending)
         return found
 
     def _recorded_ahead(self, thread: _Thread, messages: Sequence[Any]) -> list[Any]:
@@ -1300,6 +1344,49 @@ class DshSaver(BaseCheckpointSaver[str]):
             assert thread is not None
             self._project_on(thread, thread.index.current, messages)
             log.flush()
+
+    def answer_open_calls(self, thread_id: str | None,
+                          messages: Sequence[Any]) -> builtins.list[Any]:
+        """``messages`` (a model request's) with every unanswered tool call answered.
+
+        A model is never sent a call without a result (docs/rules.md#repair).
+        Each AIMessage call no ToolMessage in ``messages`` answers gets, right after its
+        message's answers, the result dsh's log holds for it on ``thread_id`` (a crash
+        repair's), else dsh's outcome-unknown closer: the call may have run. The state is not
+        changed; only what the model is sent. Returns ``messages`` itself when nothing is open.
+        """
+        have = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        if not any(isinstance(m, AIMessage) and any(c.get("id") not in have
+                                                     for c in m.tool_calls) for m in messages):
+            return messages if isinstance(messages, list) else list(messages)
+        with self._lock:
+            thread = self._thread(thread_id) if thread_id is not None else None
+            if thread is not None:
+                thread = self._on(thread, thread.index.current) or thread
+            out: builtins.list[Any] = []
+            closers: builtins.list[ToolMessage] = []
+            for message in messages:
+                if closers and not isinstance(message, ToolMessage):
+                    out.extend(closers)
+                    closers = []
+                out.append(message)
+                if isinstance(message, AIMessage):
+                    closers.extend(self._closer(thread, call) for call in message.tool_calls
+                                   if call.get("id") not in have)
+            out.extend(closers)
+        return out
+
+    def _closer(self, thread: _Thread | None, call: Mapping[str, Any]) -> ToolMessage:
+        """The answer to an open ``call``: dsh's logged result, else an outcome-unknown one."""
+        call_id = str(call.get("id"))
+        result = self._result_of(thread, call_id) if thread is not None else None
+        if result is None:
+            text = closer_text("interrupted", started=True, call_id=call_id,
+                               tool_name=call.get("name"))
+            result = ToolMessage(content=text, tool_call_id=call_id, status="error",
+                                 id=f"dsh-{call_id}")
+        result.name = call.get("name")
+        return result
 
     def _before_tool(self, request: Any) -> ToolMessage | None:
         """Record the call before its body runs; the recorded result if dsh has one."""
