@@ -286,6 +286,28 @@ def _align_written(messages: Sequence[Any], pending: Sequence[PendingWrite]) -> 
                     message.id = ids[message.tool_call_id]
 
 
+def _answers_after_calls(messages: Sequence[Any],
+                         answer: Callable[[Mapping[str, Any]], ToolMessage | None]
+                         ) -> list[Any]:
+    """``messages`` with each AIMessage call's ``answer(call)`` added where not None.
+
+    Each answer goes right after that message's own ToolMessages, as a model request orders
+    a call's results.
+    """
+    out: list[Any] = []
+    pending: list[ToolMessage] = []
+    for message in messages:
+        if pending and not isinstance(message, ToolMessage):
+            out.extend(pending)
+            pending = []
+        out.append(message)
+        if isinstance(message, AIMessage):
+            pending.extend(found for found in map(answer, message.tool_calls)
+                           if found is not None)
+    out.extend(pending)
+    return out
+
+
 def _extends(value: list[Any], base: list[Any]) -> bool:
     if len(value) < len(base):
         return False
@@ -727,25 +749,19 @@ class DshSaver(BaseCheckpointSaver[str]):
         if not thread.answered and not carried:
             return messages  # dsh holds no result at all: nothing to add (a cold read's case)
         have = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)} | written
-        out: list[Any] = []
-        pending: list[ToolMessage] = []
-        for message in messages:
-            if pending and not isinstance(message, ToolMessage):
-                out.extend(pending)
-                pending = []
-            out.append(message)
-            if isinstance(message, AIMessage):
-                for call in message.tool_calls:
-                    call_id = call.get("id")
-                    if isinstance(call_id, str) and call_id not in have:
-                        result = self._carried(carried.get(call_id), call_id)
-                        if result is None and thread.answered:
-                            result = self._result_of(thread, call_id)
-                        if result is not None:
-                            result.name = call.get("name")
-                            pending.append(result)
-        out.extend(pending)
-        return out
+
+        def answer(call: Mapping[str, Any]) -> ToolMessage | None:
+            call_id = call.get("id")
+            if not isinstance(call_id, str) or call_id in have:
+                return None
+            result = self._carried(carried.get(call_id), call_id)
+            if result is None and thread.answered:
+                result = self._result_of(thread, call_id)
+            if result is not None:
+                result.name = call.get("name")
+            return result
+
+        return _answers_after_calls(messages, answer)
 
     @staticmethod
     def _carried(message: ToolMessage | None, call_id: str) -> ToolMessage | None:
@@ -1363,18 +1379,8 @@ class DshSaver(BaseCheckpointSaver[str]):
             thread = self._thread(thread_id) if thread_id is not None else None
             if thread is not None:
                 thread = self._on(thread, thread.index.current) or thread
-            out: builtins.list[Any] = []
-            closers: builtins.list[ToolMessage] = []
-            for message in messages:
-                if closers and not isinstance(message, ToolMessage):
-                    out.extend(closers)
-                    closers = []
-                out.append(message)
-                if isinstance(message, AIMessage):
-                    closers.extend(self._closer(thread, call) for call in message.tool_calls
-                                   if call.get("id") not in have)
-            out.extend(closers)
-        return out
+            return _answers_after_calls(messages, lambda call: None if call.get("id") in have
+                                        else self._closer(thread, call))
 
     def _closer(self, thread: _Thread | None, call: Mapping[str, Any]) -> ToolMessage:
         """The answer to an open ``call``: dsh's logged result, else an outcome-unknown one."""
