@@ -7250,11 +7250,11 @@ claude_map(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             ignored_type = cm[CM_T_OFF_BRANCH];
             goto decided;
         }
-        msg = PyDict_GetItemWithError(r, cc_message);
-        if (msg == NULL || !PyDict_CheckExact(msg)) {
+        v = PyDict_GetItemWithError(r, cc_message);  /* borrowed: msg owns only a dict */
+        if (v == NULL || !PyDict_CheckExact(v)) {
             goto fallback;  /* (an error, or the reference's own) */
         }
-        Py_INCREF(msg);
+        msg = Py_NewRef(v);
         envelope = claude_envelope(NULL, r);
         if (envelope == NULL) {
             goto done;

@@ -579,3 +579,36 @@ def test_claude_map_takes_the_common_lines_and_hostile_files_import_alike(
         return
     took = _mapped_by_c(path)
     assert took["user"] >= 10 and took["assistant"] >= 16 and took["progress"] == 1, took
+
+
+@pytest.mark.parametrize("message", [[None, {}], "text", 1.5])
+@pytest.mark.parametrize("kind", ["user", "assistant"])
+def test_claude_map_leaves_the_reference_of_a_message_of_another_type(
+        tmp_path: Path, kind: str, message: Any) -> None:
+    # an active line whose message is no dict goes to the reference; claude_map once dropped
+    # a reference it did not own to that value (freed while its record still held it: a
+    # crash of -X dev / PYTHONMALLOC=debug, a use-after-free otherwise)
+    lines = [json.dumps(r, ensure_ascii=False) for r in _LINES]
+    odd = {"type": kind, "uuid": "z", "parentUuid": "ñ", "sessionId": "s",
+           "timestamp": "2026-02-10T22:00:03.000Z", "message": message}
+    path = tmp_path / "5e551011-0000-4000-8000-00000000f00d.jsonl"
+    path.write_text("\n".join([*lines, json.dumps(odd)]) + "\n", encoding="utf-8")
+    counts: list[tuple[int, int]] = []
+
+    def counted(state: Any, record: Any, *rest: Any) -> bool:
+        value = record.get("message")
+        before = sys.getrefcount(value)
+        done = bool(c_claude_map(state, record, *rest))  # type: ignore[misc]
+        counts.append((before, sys.getrefcount(value)))
+        return done
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cc, "c_claude_map", counted)
+        fast = _outcome(path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cc, "c_claude_map", None)
+        slow = _outcome(path)
+    assert fast == slow
+    assert fast[0] == "error" and fast[3]["line"] == len(lines) + 1, fast
+    assert len(counts) == len(lines) + 1, counts
+    assert all(before == after for before, after in counts), counts
