@@ -15,6 +15,7 @@ the rows a SQLite store holds afterwards, the report, and the errors (file and l
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sqlite3
@@ -48,7 +49,10 @@ from tests.conftest import CORPUS, DSH_LOGS, REPO, shared_path
 
 pytestmark = pytest.mark.skipif(c_claude_line is None, reason="C accelerator not built")
 
-_SETTINGS = settings(max_examples=400, deadline=None,
+EXAMPLES = int(os.environ.get("DSH_HYPOTHESIS_EXAMPLES", "400"))
+"""Examples per property (docs/testing.md#bigger-runs)."""
+
+_SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow])
 
 # -- values shaped like Claude Code lines, and anything else in their places
@@ -579,6 +583,28 @@ def test_claude_map_takes_the_common_lines_and_hostile_files_import_alike(
         return
     took = _mapped_by_c(path)
     assert took["user"] >= 10 and took["assistant"] >= 16 and took["progress"] == 1, took
+
+
+def test_claude_map_survives_a_collection_at_every_allocation(tmp_path: Path) -> None:
+    # claude_map holds borrowed values of the builder's state and of the record while it
+    # allocates and calls parts(), encode and PendingCall: a collection at every allocation
+    # (gc.set_threshold(1)) must free nothing it still reads, and map as its reference does
+    lines = [json.dumps(r, ensure_ascii=False) for n in range(3) for r in _turn(n)]
+    lines += [json.dumps(r, ensure_ascii=False) for r in _LINES]
+    path = tmp_path / "5e551011-0000-4000-8000-00000000dead.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cc, "c_claude_map", None)
+        slow = _outcome(path)
+    threshold = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        fast = _outcome(path)
+        took = _mapped_by_c(path)
+    finally:
+        gc.set_threshold(*threshold)
+    assert fast == slow
+    assert took["user"] >= 5 and took["assistant"] >= 8, took
 
 
 @pytest.mark.parametrize("message", [[None, {}], "text", 1.5])
