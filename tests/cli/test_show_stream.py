@@ -90,3 +90,31 @@ def test_show_json_of_a_paged_session_is_valid_json(big: tuple[Dsh, str]) -> Non
     assert [item["kind"] for item in json.loads(text)["items"]] == [
         "turn", "message"]  # a tool result, after the line of the turn it belongs to
     assert Path(url.removeprefix("sqlite:") + ".dsh-checkpoints").is_dir()  # read by page
+
+
+def test_a_paged_session_whose_first_prompt_left_the_view_is_not_titled_by_it(
+        tmp_path: Path) -> None:
+    # a quarantine recorded past a big session's first pages takes the first prompt off the
+    # model view: dsh show's header must not show it (docs/forgetting.md#what-titles-show)
+    # and says what dsh ls says; before it, the paged read titles the session by its pages
+    url = f"sqlite:{tmp_path / 'q.db'}"
+    log = LogBuilder("q")
+    log.completed_turn("my password is hunter2")
+    for number in range(1, TURNS + 1):
+        log.tool_call_turn(f"call_{number}")
+        log.close_tool(f"call_{number}")
+    with dsh.open(url) as store:
+        session = store.session("q")
+        for event in log.events:
+            session.append(event["type"], event["data"], surface_op=event.get("surfaceOp"),
+                           source_event_seqs=event.get("sourceEventSeqs"))
+            if event["seq"] % 500 == 0:
+                store.flush(session)
+    cli = Dsh(tmp_path)
+    before = cli.json("show", "q", "--store", url, "--json", "--last", "1")["session"]
+    assert before["title"] == "my password is hunter2"
+    prompt = next(e["seq"] for e in log.events if e["type"] == "user/message")
+    cli("quarantine", "q", str(prompt), "--store", url)
+    after = cli.json("show", "q", "--store", url, "--json", "--last", "1")["session"]
+    assert after["title"] == cli.json("ls", "--store", url, "--json")[0]["title"] == "run it"
+    assert "hunter2" not in cli("show", "q", "--store", url, "--last", "1").stdout

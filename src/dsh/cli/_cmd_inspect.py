@@ -50,6 +50,7 @@ from dsh.transcript import (
 
 if TYPE_CHECKING:
     from dsh import Event, Store
+    from dsh.persistence import ListingEntry, Persistence
 
 def _rows(sessions: Store, which: Literal["listed", "trash", "archived", "all"] = "listed"
           ) -> tuple[list[render.SessionRow], list[DshError]]:
@@ -152,6 +153,29 @@ _PAGE_ENTRIES: Final = 200
 """Entries ``dsh show`` prints at once: the first batch is out before the rest is read."""
 
 
+def _listed_if_removed(persistence: Persistence, sid: str
+                       ) -> ListingEntry | Literal["pages"] | None:
+    """What titles a paged session: its listing entry if it may hold a removal, else its pages.
+
+    A clear or quarantine past the pages read can take the title's prompt off the model view
+    (docs/forgetting.md#what-titles-show): then the listing's title, which folds the whole
+    log, is shown (None: the listing could not read it). The listing reads the whole store, so
+    a session the backend can tell holds no removal record
+    (:class:`~dsh.persistence.KnowsRemovals`: one query) is titled from its first pages
+    (``"pages"``), as before.
+    """
+    from dsh.persistence import KnowsRemovals
+
+    backend = persistence.backend
+    if isinstance(backend, KnowsRemovals):
+        try:
+            if sid not in backend.removal_events([sid]):
+                return "pages"
+        except DshError:  # the listing below tells, or names the damage
+            pass
+    return next((e for e in persistence.list_entries()[0] if e.id == sid), None)
+
+
 def show(
     session_id: SessionArg,
     full: Annotated[bool, typer.Option("--full", help="Do not clip long tool results.")] = False,
@@ -181,10 +205,8 @@ def show(
         pages = read_pages(sessions.persistence, sid)
         events, header = pages.events, pages.header
         if pages.paged:
-            # a clear may lie past the pages read: the listing's title knows it
-            listed = next((e for e in sessions.persistence.list_entries()[0] if e.id == sid),
-                          None)
-            row = render.paged_session_row(header, events, listed=listed)
+            row = render.paged_session_row(header, events,
+                                           listed=_listed_if_removed(sessions.persistence, sid))
         else:
             row = render.session_row(header, events, source_format=source_format(events))
         entries = _chosen_entries(events, header, sid, last=last, from_seq=from_seq, turn=turn)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final, Literal
 
 from dsh.json import dumps
 from dsh.transcript import (
@@ -377,21 +377,25 @@ def session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], 
 
 
 def paged_session_row(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]], *,
-                      listed: ListingEntry | None, head: int = 256) -> SessionRow:
+                      listed: ListingEntry | Literal["pages"] | None,
+                      head: int = 256) -> SessionRow:
     """The row of a session read by page, without reading its whole log.
 
     Rule (docs/cli.md#dsh-show): the title is the store listing's (``listed``, the session's
     entry in ``Persistence.list_entries``: of what the model view holds now, a clear after
     the first ``head`` events included; None when the listing could not read the log: no
-    title), the source comes from the first ``head`` events, the turns are the number of the
-    last ``turn/start`` (turns are numbered from 1), the events and the last activity from the
+    title), or, with ``listed="pages"`` (a log known to hold no removal or quarantine
+    record: nothing left the model view), that of the first ``head`` events; the source
+    comes from the first ``head`` events, the turns are the number of the last
+    ``turn/start`` (turns are numbered from 1), the events and the last activity from the
     log's length and last event.
     """
     from dsh.persistence import summarize
 
     first = summarize(header, events[:head])
-    first = dataclasses.replace(first, title=listed.title if listed else None,
-                                first_prompt=listed.first_prompt if listed else None)
+    if listed != "pages":
+        first = dataclasses.replace(first, title=listed.title if listed else None,
+                                    first_prompt=listed.first_prompt if listed else None)
     turns = first.turns
     for index in range(len(events) - 1, head - 1, -1):
         event = events[index]
