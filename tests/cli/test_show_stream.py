@@ -21,18 +21,23 @@ PER = 8
 def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Dsh, str]:
     root = tmp_path_factory.mktemp("show")
     url = f"sqlite:{root / 'big.db'}"
-    log = LogBuilder("big")
+    _write_turns(url, LogBuilder("big"))
+    return Dsh(root), url
+
+
+def _write_turns(url: str, log: LogBuilder) -> LogBuilder:
+    """``log`` plus TURNS tool-call turns, written to ``url`` with a flush every 500 events."""
     for number in range(1, TURNS + 1):
         log.tool_call_turn(f"call_{number}")
         log.close_tool(f"call_{number}")
     with dsh.open(url) as store:
-        session = store.session("big")
+        session = store.session(log.session.id)
         for event in log.events:
             session.append(event["type"], event["data"], surface_op=event.get("surfaceOp"),
                            source_event_seqs=event.get("sourceEventSeqs"))
             if event["seq"] % 500 == 0:
                 store.flush(session)
-    return Dsh(root), url
+    return log
 
 
 def test_show_last_from_and_turn_print_the_parts_of_the_whole(big: tuple[Dsh, str]) -> None:
@@ -100,16 +105,7 @@ def test_a_paged_session_whose_first_prompt_left_the_view_is_not_titled_by_it(
     url = f"sqlite:{tmp_path / 'q.db'}"
     log = LogBuilder("q")
     log.completed_turn("my password is hunter2")
-    for number in range(1, TURNS + 1):
-        log.tool_call_turn(f"call_{number}")
-        log.close_tool(f"call_{number}")
-    with dsh.open(url) as store:
-        session = store.session("q")
-        for event in log.events:
-            session.append(event["type"], event["data"], surface_op=event.get("surfaceOp"),
-                           source_event_seqs=event.get("sourceEventSeqs"))
-            if event["seq"] % 500 == 0:
-                store.flush(session)
+    _write_turns(url, log)
     cli = Dsh(tmp_path)
     before = cli.json("show", "q", "--store", url, "--json", "--last", "1")["session"]
     assert before["title"] == "my password is hunter2"
