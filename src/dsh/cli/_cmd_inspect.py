@@ -50,7 +50,7 @@ from dsh.transcript import (
 
 if TYPE_CHECKING:
     from dsh import Event, Store
-    from dsh.persistence import ListingEntry, Persistence
+    from dsh.persistence import ListingEntry, Persistence, StoredPages
 
 def _rows(sessions: Store, which: Literal["listed", "trash", "archived", "all"] = "listed"
           ) -> tuple[list[render.SessionRow], list[DshError]]:
@@ -153,19 +153,26 @@ _PAGE_ENTRIES: Final = 200
 """Entries ``dsh show`` prints at once: the first batch is out before the rest is read."""
 
 
-def _listed_if_removed(persistence: Persistence, sid: str
+def _listed_if_removed(persistence: Persistence, pages: StoredPages, sid: str
                        ) -> ListingEntry | Literal["pages"] | None:
     """What titles a paged session: its listing entry if it may hold a removal, else its pages.
 
     A clear or quarantine past the pages read can take the title's prompt off the model view
     (docs/forgetting.md#what-titles-show): then the listing's title, which folds the whole
     log, is shown (None: the listing could not read it). The listing reads the whole store, so
-    a session the backend can tell holds no removal record
-    (:class:`~dsh.persistence.KnowsRemovals`: one query) is titled from its first pages
-    (``"pages"``), as before.
+    a log known to hold no removal is titled from its first pages (``"pages"``): one whose
+    restore point counts no surface replacement before its cut and whose tail holds none
+    (every clear, pop, delete and quarantine is one), or, failing that, one the
+    backend finds no removal or quarantine record in (:class:`~dsh.persistence.KnowsRemovals`:
+    one query).
     """
     from dsh.persistence import KnowsRemovals
 
+    restore = pages.restore
+    if restore is not None and restore.replace_generation == 0 and all(
+            event.get("surfaceOp") in (None, "append")
+            for event in pages.events[restore.event_count:]):
+        return "pages"
     backend = persistence.backend
     if isinstance(backend, KnowsRemovals):
         try:
@@ -205,8 +212,8 @@ def show(
         pages = read_pages(sessions.persistence, sid)
         events, header = pages.events, pages.header
         if pages.paged:
-            row = render.paged_session_row(header, events,
-                                           listed=_listed_if_removed(sessions.persistence, sid))
+            listed = _listed_if_removed(sessions.persistence, pages, sid)
+            row = render.paged_session_row(header, events, listed=listed)
         else:
             row = render.session_row(header, events, source_format=source_format(events))
         entries = _chosen_entries(events, header, sid, last=last, from_seq=from_seq, turn=turn)
