@@ -83,3 +83,25 @@ def test_the_middleware_never_sends_the_model_an_unanswered_call(tmp_path: Path)
     assert 'the "deploy" tool call c1' in closer.content
     assert "outcome is unknown" in closer.content
     assert [m.id for m in state] == ["h1", "a1", "h2"]  # the state itself is not changed
+
+
+def test_the_middleware_sends_the_model_one_answer_a_call(tmp_path: Path) -> None:
+    """A state holding two answers to one call (a resume that ran again the tools task whose
+    answer the restored state held: the kill landed before the task's writes did) reaches the
+    model with the first only; two results for one call are a request the model refuses."""
+    call = {"id": "c1", "name": "read_file", "args": {"path": "app.toml"}}
+    state = [HumanMessage("Read it", id="h1"), AIMessage("", tool_calls=[call], id="a1"),
+             ToolMessage("contents", tool_call_id="c1", id="dsh-c1"),
+             ToolMessage("contents", tool_call_id="c1", id="t2")]
+    sent: list[list[object]] = []
+
+    def handler(request: _Request) -> str:
+        sent.append(request.messages)
+        return "answer"
+
+    with DshSaver.from_url(f"sqlite:///{tmp_path / 's.db'}") as saver:
+        assert saver.middleware().wrap_model_call(_Request(state), handler) == "answer"
+    [messages] = sent
+    assert [(type(m).__name__, m.id) for m in messages] == [
+        ("HumanMessage", "h1"), ("AIMessage", "a1"), ("ToolMessage", "dsh-c1")]
+    assert len(state) == 4  # the state itself is not changed

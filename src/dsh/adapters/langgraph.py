@@ -1365,13 +1365,24 @@ class DshSaver(BaseCheckpointSaver[str]):
                           messages: Sequence[Any]) -> builtins.list[Any]:
         """``messages`` (a model request's) with every unanswered tool call answered.
 
-        A model is never sent a call without a result (docs/rules.md#repair).
+        A model is never sent a call without a result, nor one with two (docs/rules.md#repair).
         Each AIMessage call no ToolMessage in ``messages`` answers gets, right after its
         message's answers, the result dsh's log holds for it on ``thread_id`` (a crash
-        repair's), else dsh's outcome-unknown closer: the call may have run. The state is not
-        changed; only what the model is sent. Returns ``messages`` itself when nothing is open.
+        repair's), else dsh's outcome-unknown closer: the call may have run. A call answered
+        twice (a resume that ran again a task whose answer the restored state already held)
+        is sent its first answer only. The state is not changed; only what the model is sent.
+        Returns ``messages`` itself when nothing is open or repeated.
         """
-        have = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        have: set[str] = set()
+        once: builtins.list[Any] = []
+        for message in messages:
+            if isinstance(message, ToolMessage):
+                if message.tool_call_id in have:
+                    continue
+                have.add(message.tool_call_id)
+            once.append(message)
+        if len(once) < len(messages):
+            messages = once
         if not any(isinstance(m, AIMessage) and any(c.get("id") not in have
                                                      for c in m.tool_calls) for m in messages):
             return messages if isinstance(messages, list) else list(messages)
