@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,14 +59,9 @@ class _Request:
         return _Request(messages)
 
 
-def test_the_middleware_never_sends_the_model_an_unanswered_call(tmp_path: Path) -> None:
-    """A state holding a call with no answer (however it came to be) reaches the model with
-    dsh's outcome-unknown closer right after the call (docs/rules.md#repair); before, the
-    model (OpenAI rejects such a request) was sent the dangling call."""
-    call = {"id": "c1", "name": "deploy", "args": {"target": "prod"}}
-    state = [HumanMessage("Deploy", id="h1"), AIMessage("", tool_calls=[call], id="a1"),
-             HumanMessage("Did it deploy?", id="h2")]
-    sent: list[list[object]] = []
+def _sent_to_model(tmp_path: Path, state: list[Any]) -> list[Any]:
+    """The messages the middleware's ``wrap_model_call`` hands the model for ``state``."""
+    sent: list[list[Any]] = []
 
     def handler(request: _Request) -> str:
         sent.append(request.messages)
@@ -74,6 +70,17 @@ def test_the_middleware_never_sends_the_model_an_unanswered_call(tmp_path: Path)
     with DshSaver.from_url(f"sqlite:///{tmp_path / 's.db'}") as saver:
         assert saver.middleware().wrap_model_call(_Request(state), handler) == "answer"
     [messages] = sent
+    return messages
+
+
+def test_the_middleware_never_sends_the_model_an_unanswered_call(tmp_path: Path) -> None:
+    """A state holding a call with no answer (however it came to be) reaches the model with
+    dsh's outcome-unknown closer right after the call (docs/rules.md#repair); before, the
+    model (OpenAI rejects such a request) was sent the dangling call."""
+    call = {"id": "c1", "name": "deploy", "args": {"target": "prod"}}
+    state = [HumanMessage("Deploy", id="h1"), AIMessage("", tool_calls=[call], id="a1"),
+             HumanMessage("Did it deploy?", id="h2")]
+    messages = _sent_to_model(tmp_path, state)
     assert [(type(m).__name__, m.id) for m in messages] == [
         ("HumanMessage", "h1"), ("AIMessage", "a1"), ("ToolMessage", "dsh-c1"),
         ("HumanMessage", "h2")]
@@ -93,15 +100,7 @@ def test_the_middleware_sends_the_model_one_answer_a_call(tmp_path: Path) -> Non
     state = [HumanMessage("Read it", id="h1"), AIMessage("", tool_calls=[call], id="a1"),
              ToolMessage("contents", tool_call_id="c1", id="dsh-c1"),
              ToolMessage("contents", tool_call_id="c1", id="t2")]
-    sent: list[list[object]] = []
-
-    def handler(request: _Request) -> str:
-        sent.append(request.messages)
-        return "answer"
-
-    with DshSaver.from_url(f"sqlite:///{tmp_path / 's.db'}") as saver:
-        assert saver.middleware().wrap_model_call(_Request(state), handler) == "answer"
-    [messages] = sent
+    messages = _sent_to_model(tmp_path, state)
     assert [(type(m).__name__, m.id) for m in messages] == [
         ("HumanMessage", "h1"), ("AIMessage", "a1"), ("ToolMessage", "dsh-c1")]
     assert len(state) == 4  # the state itself is not changed
