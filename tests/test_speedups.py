@@ -10,12 +10,14 @@ containers out of the cyclic GC (they are immutable, so they cannot form a cycle
 from __future__ import annotations
 
 import gc
+import hashlib
 import importlib
 import math
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -64,6 +66,38 @@ def test_an_accelerator_built_from_an_older_dsh_is_not_used(
     with pytest.warns(RuntimeWarning, match=rf"has API version 1, not "
                       rf"{dj._SPEEDUPS_API_VERSION}; dsh runs without it"):
         assert dj._load_speedups() is None
+
+
+def test_an_accelerator_built_before_its_source_changed_is_not_used(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # same names and API version, other code: a checkout whose _speedups.c moved on (a pull, a
+    # rebase, an edit) while the build stayed as it was
+    built = type(sys)("dsh._speedups")
+    for name in (*dj._SPEEDUPS_API, "API_VERSION"):
+        setattr(built, name, getattr(sp, name))
+    built.__file__ = str(tmp_path / "_speedups.cpython-311-x86_64-linux-gnu.so")
+    built.SOURCE_SHA256 = hashlib.sha256(b"int old;\n").hexdigest()
+    monkeypatch.setattr(importlib, "import_module", lambda name: built)
+    assert dj._load_speedups() is built  # a wheel: no source beside it, used as built
+    (tmp_path / "_speedups.c").write_bytes(b"int old;\n")
+    assert dj._load_speedups() is built  # the source it was built from
+    (tmp_path / "_speedups.c").write_bytes(b"int new;\n")
+    with pytest.warns(RuntimeWarning) as caught:
+        assert dj._load_speedups() is None
+    assert [str(w.message) for w in caught] == [
+        f"dsh._speedups ({built.__file__}) was not built from the {tmp_path}/_speedups.c beside "
+        "it (the source changed since the build); dsh runs without it (slower). Run pip "
+        "install -e . in the checkout to rebuild it."]
+    del built.SOURCE_SHA256  # built before builds recorded their source
+    with pytest.warns(RuntimeWarning, match="was not built from the"):
+        assert dj._load_speedups() is None
+
+
+def test_the_build_records_the_sha256_of_its_source() -> None:
+    source = Path(dj.__file__).with_name("_speedups.c")
+    if not source.exists():
+        pytest.skip("SKIPPED LOUDLY: an installed dsh without its C source beside it")
+    assert hashlib.sha256(source.read_bytes()).hexdigest() == sp.SOURCE_SHA256
 
 
 # --- the two paths ---------------------------------------------------------------------------

@@ -37,6 +37,12 @@
 #include <math.h>
 #include <string.h>
 
+#ifndef DSH_SOURCE_SHA256
+/* setup.py defines it; a build by other means cannot be told from its source, so dsh.json
+ * treats it as stale wherever the source sits beside it */
+#define DSH_SOURCE_SHA256 ""
+#endif
+
 /* Deeper trees go to the Python walk, which is iterative and names the spot of a cycle. */
 #define FAST_DEPTH 200
 
@@ -8831,6 +8837,12 @@ PyInit__speedups(void)
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
     if (PyModule_AddIntConstant(module, "API_VERSION", 19) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    /* the SHA-256 of this file as setup.py read it: dsh.json compares it with the _speedups.c
+     * beside the module (a source checkout), so a build older than its source is not used */
+    if (PyModule_AddStringConstant(module, "SOURCE_SHA256", DSH_SOURCE_SHA256) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -14,6 +14,10 @@ from typing import Any, Final
 API_VERSION: Final[int]
 """The argument conventions this build implements (``dsh.json`` refuses another)."""
 
+SOURCE_SHA256: Final[str]
+"""The SHA-256 (hex) of the ``_speedups.c`` this module was built from ("" when not built by
+setup.py); ``dsh.json`` compares it with the source beside the module, when there is one."""
+
 SHA_NI: Final[int]
 """1 when ``chain_leaves`` hashes with the x86 SHA extensions, 0 when it calls hashlib."""
 

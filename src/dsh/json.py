@@ -222,7 +222,11 @@ def _load_speedups() -> Any:
     """Return the configured C accelerator, or None when it is not built or is disabled.
 
     A module built from an older ``_speedups.c`` (the build is optional, so a failed rebuild
-    leaves the last one in place) is not used: a ``RuntimeWarning`` names what it lacks.
+    leaves the last one in place) is not used: a ``RuntimeWarning`` names what it lacks. In a
+    source checkout, where ``_speedups.c`` sits beside the module, neither is a module built
+    before that file last changed (same API version, other code): the build records the
+    source's SHA-256 (``SOURCE_SHA256``, see setup.py) and this compares it with the file's. A
+    module without its source beside it is used as built.
     """
     if os.environ.get("DSH_NO_SPEEDUPS"):
         return None
@@ -239,8 +243,33 @@ def _load_speedups() -> Any:
                       f"{lacks}; dsh runs without it (slower). Reinstall dsh (pip install -e "
                       ". in a checkout) to rebuild it.", RuntimeWarning, stacklevel=2)
         return None
+    stale = _stale_source(module)
+    if stale is not None:
+        warnings.warn(f"dsh._speedups ({module.__file__}) was not built from the {stale} beside "
+                      "it (the source changed since the build); dsh runs without it (slower). "
+                      "Run pip install -e . in the checkout to rebuild it.", RuntimeWarning,
+                      stacklevel=2)
+        return None
     module.configure(FrozenDict, FrozenList, MAX_SAFE_INTEGER)
     return module
+
+
+def _stale_source(module: Any) -> str | None:
+    """The path of the ``_speedups.c`` beside ``module`` when it was not built from it, else None.
+
+    None too when no source sits beside the module (a wheel) or it cannot be read.
+    """
+    source = os.path.join(os.path.dirname(module.__file__), "_speedups.c")
+    try:
+        with open(source, "rb") as file:
+            text = file.read()
+    except OSError:  # a wheel ships no source: nothing to compare the build with
+        return None
+    import hashlib  # only a source checkout pays for it (dsh.open imports it anyway)
+
+    if getattr(module, "SOURCE_SHA256", None) == hashlib.sha256(text).hexdigest():
+        return None
+    return source
 
 
 _speedups: Any = _load_speedups()
