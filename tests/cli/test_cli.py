@@ -191,6 +191,15 @@ def test_cli_help_lists_every_command(tmp_path: Path) -> None:
     assert set(COMMANDS) <= listed
 
 
+def test_cli_dsh_alone_prints_the_help_and_exits_0(tmp_path: Path) -> None:
+    # a request for help, as `dsh --help` (and `pip`, `docker`, `kubectl` alone), not a usage
+    # error: click 8.2's no_args_is_help exits 2 (docs/cli.md#exit-status-and-errors)
+    dsh = Dsh(tmp_path)
+    alone = dsh(check=0)
+    assert alone.stdout == dsh("--help").stdout and "Commands" in alone.stdout
+    assert alone.stderr == ""
+
+
 def test_cli_usage_error_exits_2_with_one_error_line(tmp_path: Path) -> None:
     proc = Dsh(tmp_path)("ls", "--no-such-option", check=2)
     assert proc.stdout == ""

@@ -128,6 +128,17 @@ class LazyGroup(TyperGroup):
         """Every command's name, in the table's order (nothing loads)."""
         return list(self.commands)
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """``dsh`` alone prints the help and exits 0, as ``dsh --help`` does.
+
+        click 8.2's ``no_args_is_help`` raises a usage error (exit 2) after the help; a bare
+        command is a request for help (docs/cli.md#exit-status-and-errors).
+        """
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            typer.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit()
+        return list(super().parse_args(ctx, args))
+
 
 app = typer.Typer(
     name="dsh",
