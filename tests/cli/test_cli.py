@@ -461,6 +461,20 @@ def test_verify_all_on_the_imported_store_exits_0(imported: Imported) -> None:
     assert proc.stdout == f"verified {len(imported.rows)} sessions: all valid\n"
 
 
+def test_verify_all_json_is_one_document_on_stdout_with_the_notes_also_on_stderr(
+        imported: Imported) -> None:
+    # the document alone on stdout (a pipe into jq reads it whole); its notes are diagnostics,
+    # on stderr in both modes as every command's (docs/cli.md#exit-status-and-errors)
+    proc = imported.dsh("verify", "--all", "--json")
+    report = json.loads(proc.stdout)
+    assert (report["sessions"], report["violations"]) == (len(imported.rows), [])
+    open_turns = [f"{row['id']}: the last turn is open (interrupted); 'dsh resume' closes it"
+                  for row in sorted(imported.rows, key=lambda r: r["id"])
+                  if row["id"].startswith(("22222222", "55555555"))]
+    assert report["notes"] == open_turns
+    assert proc.stderr == "".join(f"note: {note}\n" for note in report["notes"])
+
+
 def gap_log() -> list[dict[str, Any]]:
     """Seq 1 is missing: the stored log itself is corrupt.
 
