@@ -54,14 +54,31 @@ class _Listed(Protocol):
     def _metadata_of(self) -> Callable[[FrozenDict, str], FrozenDict]: ...
 
 
+def _row_columns(version: int, prefix: str = "") -> str:
+    """The events columns :func:`decode_row` takes, each after ``prefix`` (a table alias)."""
+    return (f"{prefix}rowid, {prefix}seq, {prefix}type, {prefix}time, {prefix}data, "
+            f"{prefix}source_event_seqs, {prefix}surface_op, "
+            + ("NULL" if version == 14 else f"{prefix}ignorable"))
+
+
+def _fold_rows_sql(version: int, *also: str) -> str:
+    """One session's rows the fold of what left its model view reads, in seq order.
+
+    Every row with a surface op and every quarantine record (:data:`HIDING_TYPES`): the
+    events :func:`~dsh.persistence.removed_messages` acts on, plus the rows of the types
+    ``also`` names (the listing's titles). The session id is the one parameter.
+    """
+    types = ", ".join(f"'{kind}'" for kind in (*also, *HIDING_TYPES))
+    return (f"SELECT {_row_columns(version)} FROM events WHERE session_id = ? AND "
+            f"(surface_op IS NOT NULL OR type IN ({types})) ORDER BY seq")
+
+
 def list_entries(backend: _Listed, read: ReadFn
                  ) -> tuple[list[ListingEntry], list[DshError]]:
     """:meth:`SqliteBackend.list_entries` of ``backend`` (the rule and the errors are there)."""
     with backend._shared() as c:
         conn = c.conn
         version = c.schema_version
-        row_columns = ("{p}rowid, {p}seq, {p}type, {p}time, {p}data, {p}source_event_seqs, "
-                       "{p}surface_op, " + ("NULL" if version == 14 else "{p}ignorable"))
         conn.execute("BEGIN")
         try:
             sessions = conn.execute(
@@ -69,7 +86,7 @@ def list_entries(backend: _Listed, read: ReadFn
                 "delegation_depth, agent_preset, incarnation, revision FROM sessions "
                 "ORDER BY rowid").fetchall()
             last_rows = conn.execute(
-                f"SELECT e.session_id, {row_columns.format(p='e.')} FROM events AS e JOIN "
+                f"SELECT e.session_id, {_row_columns(version, 'e.')} FROM events AS e JOIN "
                 "(SELECT session_id, max(seq) AS last FROM events GROUP BY session_id) AS t "
                 "ON e.session_id = t.session_id AND e.seq = t.last").fetchall()
             # one pass over the rows: turns, and the bytes of the event data
@@ -79,7 +96,7 @@ def list_entries(backend: _Listed, read: ReadFn
                     "sum(length(CAST(data AS BLOB))) FROM events GROUP BY session_id"):
                 turns[sid], sizes[sid] = count, size
             special = conn.execute(
-                f"SELECT session_id, {row_columns.format(p='')} FROM events WHERE type IN "
+                f"SELECT session_id, {_row_columns(version)} FROM events WHERE type IN "
                 f"('session/title', '{SOURCE_EVENT_TYPE}', 'request/header', 'request/context')"
                 " OR (type = 'user/message' AND surface_op = '\"append\"') "
                 f"OR type IN ('{HIDING_TYPES[0]}', '{HIDING_TYPES[1]}') OR (type = "
@@ -89,21 +106,18 @@ def list_entries(backend: _Listed, read: ReadFn
             # quarantine) is titled from its messages (shown_titles, docs/forgetting.md)
             hidden = {sid for sid, *row in special
                       if row[2] in HIDING_TYPES or row[2] == "assistant/message"}
-            shown_rows = {sid: conn.execute(
-                f"SELECT {row_columns.format(p='')} FROM events WHERE session_id = ? AND "
-                "(surface_op IS NOT NULL OR type IN ('session/title', "
-                f"'{HIDING_TYPES[0]}', '{HIDING_TYPES[1]}')) ORDER BY seq", (sid,)).fetchall()
-                for sid in hidden}
+            shown = _fold_rows_sql(version, "session/title")
+            shown_rows = {sid: conn.execute(shown, (sid,)).fetchall() for sid in hidden}
             # the first row (seq 0) and the first assistant message of each session
             # (index probes, not a scan)
             firsts = conn.execute(
-                f"SELECT e.session_id, {row_columns.format(p='e.')} FROM sessions AS s JOIN "
+                f"SELECT e.session_id, {_row_columns(version, 'e.')} FROM sessions AS s JOIN "
                 "events AS e ON e.session_id = s.id AND e.seq = 0").fetchall()
             answers = conn.execute(
-                f"SELECT session_id, {row_columns.format(p='')} FROM events WHERE rowid IN ("
+                f"SELECT session_id, {_row_columns(version)} FROM events WHERE rowid IN ("
                 "SELECT (SELECT rowid FROM events WHERE session_id = s.id AND type = "
                 "'assistant/message' ORDER BY seq LIMIT 1) FROM sessions AS s)").fetchall()
-            replies, bad_replies = _reply_models(conn, answers, row_columns.format(p=''),
+            replies, bad_replies = _reply_models(conn, answers, _row_columns(version),
                                                  version)
         finally:
             conn.execute("COMMIT")
@@ -192,8 +206,7 @@ def list_activity(backend: _Listed, read: ReadFn
     with backend._shared() as c:
         conn = c.conn
         version = c.schema_version
-        columns = ("rowid, seq, type, time, data, source_event_seqs, surface_op, "
-                   + ("NULL" if version == 14 else "ignorable"))
+        columns = _row_columns(version)
         session_columns = ("s.id, s.version, s.created_at, s.cwd, s.parent_session, "
                            "s.seed_length, s.origin, s.delegation_depth, s.agent_preset, "
                            "s.incarnation, s.revision")
@@ -281,8 +294,6 @@ def removal_events(backend: _Listed, session_ids: Sequence[str]
     with backend._shared() as c:
         conn = c.conn
         version = c.schema_version
-        columns = ("rowid, seq, type, time, data, source_event_seqs, surface_op, "
-                   + ("NULL" if version == 14 else "ignorable"))
         conn.execute("BEGIN")
         try:
             holding: list[str] = []
@@ -291,10 +302,8 @@ def removal_events(backend: _Listed, session_ids: Sequence[str]
                 holding += [str(row[0]) for row in conn.execute(
                     "SELECT DISTINCT session_id FROM events WHERE session_id IN "
                     f"({', '.join('?' * len(chunk))}) AND {MAY_REMOVE_SQL}", chunk)]
-            rows = {sid: conn.execute(
-                f"SELECT {columns} FROM events WHERE session_id = ? AND (surface_op IS NOT "
-                f"NULL OR type IN ('{HIDING_TYPES[0]}', '{HIDING_TYPES[1]}')) ORDER BY seq",
-                (sid,)).fetchall() for sid in holding}
+            fold = _fold_rows_sql(version)
+            rows = {sid: conn.execute(fold, (sid,)).fetchall() for sid in holding}
         except sqlite3.Error as exc:
             raise PersistenceError(f"finding the removal records of {len(session_ids)} "
                                    f"session(s) in {backend.path} failed: {exc}",
