@@ -389,6 +389,26 @@ def test_a_word_glued_to_a_terminal_escape_sequence_is_found(tmp_path: Path, kin
         assert [hit.session_id for hit in store.search("31mError").hits] == []
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgresql", "memory"])
+def test_diacritics_fold_both_ways_and_a_decomposed_word_is_one_word(tmp_path: Path,
+                                                                    kind: str) -> None:
+    """Case and diacritics fold both ways, on every backend alike (docs/stores.md#search):
+    ``ü`` is ``u``, so as the last word (a prefix) it finds every word starting with either.
+    A word typed or stored decomposed (``u`` + U+0308) is one word: before, the query split it
+    into ``u`` and ``ber`` (nothing found) and a snippet's match stopped at the mark (``u``)."""
+    with _store_holding(tmp_path, kind, {
+            "a": "über alles", "b": "uber rides", "c": "Übung macht", "d": "user guide",
+            "e": "u\u0308berall decomposed", "f": "nothing here"}) as store:
+        def found(query: str) -> list[tuple[str, str]]:
+            return sorted((hit.session_id, hit.match) for hit in store.search(query).hits)
+
+        assert found("ü") == [("a", "über"), ("b", "uber"), ("c", "Übung"), ("d", "user"),
+                              ("e", "u\u0308berall")]
+        for query in ("über", "uber", "ÜBER", "u\u0308ber"):
+            assert found(query) == [("a", "über"), ("b", "uber"), ("e", "u\u0308berall")], query
+        assert found("u\u0308bera") == [("e", "u\u0308berall")]
+
+
 TITLED = "build ok\x1b]0;exfil secret-token\x07\x1b[2Jdone \x1b]2;second\x1b\\ end"
 
 

@@ -54,6 +54,10 @@ SNIPPET_CHARS: Final = 60
 
 _MESSAGE_TYPES: Final = ("user/message", "assistant/message", "tool/result", "system/message")
 _WORD: Final = re.compile(r"\w+")
+_QUERY_WORD: Final = re.compile(
+    r"\w[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*")
+"""A query's word: letters and digits, and the combining marks typed after them (a decomposed
+``u`` + U+0308 is the one word ``ü``, as the index's tokenizer reads it)."""
 _SEGMENT_ESCAPE: Final = re.compile(r"~([0-9A-F]{4})")
 
 _TOKENIZE: Final = "tokenize = 'unicode61 remove_diacritics 2'"
@@ -243,7 +247,7 @@ def search_words(query: str) -> list[str]:
 
     An empty list means the query matches nothing (docs/stores.md#search).
     """
-    return _WORD.findall(query)
+    return _QUERY_WORD.findall(query)
 
 
 def _fts_query(words: list[str]) -> str:
@@ -289,8 +293,9 @@ def snippet_of(session_id: str, seq: int, role: str, text: str, words: list[str]
                                  for word in words])
     size = 0
     if at >= 0:
-        while end < len(text) and (text[end].isalnum() or text[end] == "_"):
-            end += 1  # the whole word, for a prefix match
+        while end < len(text) and (text[end].isalnum() or text[end] == "_"
+                                   or unicodedata.combining(text[end])):
+            end += 1  # the whole word, for a prefix match (its combining marks too)
         size = end - at
     if at < 0:  # the tokenizer matched what this search does not see: show the start
         at, size = 0, 0
