@@ -104,3 +104,30 @@ def test_the_middleware_sends_the_model_one_answer_a_call(tmp_path: Path) -> Non
     assert [(type(m).__name__, m.id) for m in messages] == [
         ("HumanMessage", "h1"), ("AIMessage", "a1"), ("ToolMessage", "dsh-c1")]
     assert len(state) == 4  # the state itself is not changed
+
+
+def test_a_call_reusing_an_earlier_calls_id_is_answered_on_its_own(tmp_path: Path) -> None:
+    """A later turn's call that reuses an earlier one's id (local servers number calls per
+    request) and holds no answer in the state is sent dsh's closer after it: the earlier call's
+    answer answers the earlier call only. Before, the earlier answer counted for both and the
+    model was sent the later call unanswered."""
+    def call(city: str) -> dict[str, Any]:
+        return {"id": "call_w", "name": "get_weather", "args": {"city": city}}
+
+    state = [HumanMessage("Paris?", id="h1"), AIMessage("", tool_calls=[call("Paris")], id="a1"),
+             ToolMessage("sunny", tool_call_id="call_w", id="t1"), AIMessage("Sunny.", id="a2"),
+             HumanMessage("Rome?", id="h2"), AIMessage("", tool_calls=[call("Rome")], id="a3"),
+             HumanMessage("Well?", id="h3")]
+    messages = _sent_to_model(tmp_path, state)
+    assert [m.id for m in messages] == ["h1", "a1", "t1", "a2", "h2", "a3", "dsh-call_w", "h3"]
+    assert "outcome is unknown" in messages[6].content
+
+
+def test_two_calls_with_one_id_in_one_answer_keep_both_results(tmp_path: Path) -> None:
+    """A server that gives every call of one response the same id: each result answers one
+    of them, and neither is dropped as a second answer (nor a closer sent for the other)."""
+    calls = [{"id": "call_0", "name": "get_weather", "args": {"city": c}} for c in ("A", "B")]
+    state = [HumanMessage("A and B?", id="h1"), AIMessage("", tool_calls=calls, id="a1"),
+             ToolMessage("sunny in A", tool_call_id="call_0", id="t1"),
+             ToolMessage("rain in B", tool_call_id="call_0", id="t2")]
+    assert [m.id for m in _sent_to_model(tmp_path, state)] == ["h1", "a1", "t1", "t2"]

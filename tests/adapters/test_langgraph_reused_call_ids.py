@@ -44,6 +44,13 @@ def test_a_call_reusing_an_earlier_turns_call_id_runs_and_its_result_is_logged(
             answers.append(state["messages"][-2].content)
     assert ran == ["Paris", "Rome"]
     assert answers == ["sunny in Paris (call 1)", "sunny in Rome (call 2)"]
+    # the model is sent each call with its own answer: the Rome call's result is not taken
+    # for a second answer to the Paris call (and dropped), leaving the Rome call unanswered
+    last = [(m["role"], m.get("tool_call_id"), m.get("content"))
+            for m in server.requests[-1]["messages"]
+            if m["role"] == "tool" or m.get("tool_calls")]
+    assert last == [("assistant", None, None), ("tool", "call_w", "sunny in Paris (call 1)"),
+                    ("assistant", None, None), ("tool", "call_w", "sunny in Rome (call 2)")]
     shown = dsh("show", "t", "--store", store)
     assert "sunny in Rome (call 2)" in shown
     assert "REPAIRED" not in shown

@@ -286,6 +286,41 @@ def _align_written(messages: Sequence[Any], pending: Sequence[PendingWrite]) -> 
                     message.id = ids[message.tool_call_id]
 
 
+def _answers_of_calls(messages: Sequence[Any]) -> tuple[list[Any], list[bool]]:
+    """``messages`` less each second answer to one call, and whether each call is answered.
+
+    A ToolMessage answers the latest call before it with its ``tool_call_id``: a provider may
+    give a later turn's call an earlier one's id (docs/adapters.md#langgraph-and-langchain-agents),
+    whose answer does not answer the later call, nor is the later call's answer a second one
+    (nor the answer to a second call with one id in one AIMessage). The flags follow the
+    AIMessages' calls in order (as :func:`_answers_after_calls` asks).
+    """
+    answered: list[bool] = []
+    latest: dict[Any, list[int]] = {}  # id -> the calls of the latest AIMessage naming it
+    loose: set[str] = set()  # answers to no call before them
+    once: list[Any] = []
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            calls = latest.get(message.tool_call_id)
+            if calls is None:
+                if message.tool_call_id in loose:
+                    continue
+                loose.add(message.tool_call_id)
+            else:
+                at = next((i for i in calls if not answered[i]), None)
+                if at is None:
+                    continue  # every call with its id is answered: a second answer
+                answered[at] = True
+        elif isinstance(message, AIMessage):
+            named: dict[Any, list[int]] = {}
+            for call in message.tool_calls:
+                named.setdefault(call.get("id"), []).append(len(answered))
+                answered.append(False)
+            latest.update(named)
+        once.append(message)
+    return once, answered
+
+
 def _answers_after_calls(messages: Sequence[Any],
                          answer: Callable[[Mapping[str, Any]], ToolMessage | None]
                          ) -> list[Any]:
@@ -748,11 +783,11 @@ class DshSaver(BaseCheckpointSaver[str]):
         carried = carried or {}
         if not thread.answered and not carried:
             return messages  # dsh holds no result at all: nothing to add (a cold read's case)
-        have = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)} | written
+        flags = iter(_answers_of_calls(messages)[1])
 
         def answer(call: Mapping[str, Any]) -> ToolMessage | None:
             call_id = call.get("id")
-            if not isinstance(call_id, str) or call_id in have:
+            if next(flags) or not isinstance(call_id, str) or call_id in written:
                 return None
             result = self._carried(carried.get(call_id), call_id)
             if result is None and thread.answered:
@@ -1370,27 +1405,22 @@ class DshSaver(BaseCheckpointSaver[str]):
         message's answers, the result dsh's log holds for it on ``thread_id`` (a crash
         repair's), else dsh's outcome-unknown closer: the call may have run. A call answered
         twice (a resume that ran again a task whose answer the restored state already held)
-        is sent its first answer only. The state is not changed; only what the model is sent.
+        is sent its first answer only. A ToolMessage answers the latest call before it with
+        its id (:func:`_answers_of_calls`: a later turn's call may reuse an earlier one's).
+        The state is not changed; only what the model is sent.
         Returns ``messages`` itself when nothing is open or repeated.
         """
-        have: set[str] = set()
-        once: builtins.list[Any] = []
-        for message in messages:
-            if isinstance(message, ToolMessage):
-                if message.tool_call_id in have:
-                    continue
-                have.add(message.tool_call_id)
-            once.append(message)
+        once, answered = _answers_of_calls(messages)
         if len(once) < len(messages):
             messages = once
-        if not any(isinstance(m, AIMessage) and any(c.get("id") not in have
-                                                     for c in m.tool_calls) for m in messages):
+        if all(answered):
             return messages if isinstance(messages, list) else list(messages)
+        flags = iter(answered)
         with self._lock:
             thread = self._thread(thread_id) if thread_id is not None else None
             if thread is not None:
                 thread = self._on(thread, thread.index.current) or thread
-            return _answers_after_calls(messages, lambda call: None if call.get("id") in have
+            return _answers_after_calls(messages, lambda call: None if next(flags)
                                         else self._closer(thread, call))
 
     def _closer(self, thread: _Thread | None, call: Mapping[str, Any]) -> ToolMessage:
