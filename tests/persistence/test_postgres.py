@@ -32,10 +32,13 @@ from dsh._errors import (
     SessionNotFoundError,
 )
 from dsh.persistence import Persistence, open_backend
+from dsh.persistence._legacy import stored_prescan
 from dsh.persistence.postgres._backend import PostgresBackend, parse_postgres_url
 from dsh.persistence.postgres._schema import MIGRATIONS, SCHEMA_VERSION
-from dsh.session import Event
-from dsh.testing import header, make
+from dsh.persistence.sqlite import _schema as row_schema
+from dsh.persistence.sqlite._schema import c_decode_rows
+from dsh.session import KNOWN_EVENT_TYPES, Event
+from dsh.testing import LogBuilder, header, make
 from dsh.testing._stores import postgres_base_url, postgres_unreachable, temporary_postgres_url
 
 _REASON = postgres_unreachable()
@@ -926,3 +929,61 @@ def test_dsh_open_takes_create_schema_and_refuses_a_missing_store_without_creati
             "content": [{"type": "text", "text": "hello"}]}, surface_op="append")
     with dsh.open(pg_url, create_schema=False) as store:  # a store now: nothing refused
         assert [entry.header["id"] for entry in store.list()] == ["s1"]
+
+
+def _turns(handle: Any, turns: int) -> list[Event]:
+    """Append ``turns`` closed turns (a prompt and an answer each) through ``handle``."""
+    log = LogBuilder("s")
+    for turn in range(1, turns + 1):
+        log.turn_start(turn)
+        log.user(f"prompt {turn}")
+        log.turn_end(turn)
+    events = list(log.events)
+    handle.append(events)
+    return events
+
+
+@pytest.mark.no_speedups
+def test_a_whole_read_hands_the_pipeline_its_seq_proof_and_prescan(backend: Any) -> None:
+    """A whole read decodes every row at the next seq from 0: the pipeline is told so.
+
+    (Before: neither was passed, and the pipeline checked every seq again in Python and ran
+    the prescan pass over the events a second time.)
+    """
+    with backend.open("s", "write") as handle:
+        written = _turns(handle, 3)
+    cold = backend.read_whole("s")
+    assert [e["seq"] for e in cold.events] == list(range(len(written)))
+    assert cold.contiguous is True
+    if c_decode_rows is not None:  # noted by the C pass, as the pipeline's prescan answers
+        assert cold.prescan == stored_prescan(list(cold.events), KNOWN_EVENT_TYPES) == (-1, -1)
+    else:
+        assert cold.prescan is None
+    with backend.open("s", "read") as handle:
+        suffix = handle.read(2)  # not from 0: the pipeline checks for itself
+    assert [e["seq"] for e in suffix.events] == list(range(2, len(written)))
+    assert (suffix.contiguous, suffix.prescan) == (False, None)
+
+
+@pytest.mark.no_speedups
+def test_a_read_decodes_each_row_once(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last intact turn/end is looked for only when a row does not continue the log.
+
+    (Before: every scan decoded the last turn/end row in Python first, then again in C.)
+    """
+    with backend.open("s", "write") as handle:
+        _turns(handle, 3)
+    decoded: list[int] = []
+    real = row_schema.decode_row
+
+    def counted(row: Any, version: int) -> Any:
+        decoded.append(row[1])
+        return real(row, version)
+
+    monkeypatch.setattr(row_schema, "decode_row", counted)
+    events = backend.read_whole("s").events
+    if c_decode_rows is not None:
+        assert decoded == []  # the C pass took every row
+    else:
+        assert sorted(decoded) == sorted(set(decoded)) == [e["seq"] for e in events]
+

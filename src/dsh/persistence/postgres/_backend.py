@@ -185,6 +185,7 @@ def _connect_error(exc: BaseException, url: str, action: str,
                             code="DATABASE_UNREACHABLE", path=url, session_id=session_id)
 
 
+_TUPLES_OK: Final = 2  # libpq's PGRES_TUPLES_OK (``psycopg.pq.ExecStatus.TUPLES_OK``)
 _DSH_OPTIONS: Final = ("schema", "lease_ms", "pool_size", "migrate", "reconnect_retries")
 _NOW_MS: Final = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 _CHUNK_TAGS_SQL: Final = "('text-chunks', 'reasoning-chunks', 'tool-call-chunks')"
@@ -451,9 +452,13 @@ class PostgresHandle(HandleBase):
                                    f"the committed head {head} (not written by a dsh append)")
             self._torn_seen = head
             logger.warning("session %s in %s has a torn tail at seq %s", self._id, b.url, first)
+        # scan_rows took every row at the next seq from 0 (a packed row's members at seq0 + k):
+        # a whole read hands the pipeline that proof and the C pass's prescan, as SQLite's does
+        whole = base == 0 and offset == 0
         return ColdRead(header=header, events=tuple(events), torn=torn,
                         revision=f"postgresql:{b.store_id}:incarnation:{incarnation}:"
-                                 f"revision:{revision}")
+                                 f"revision:{revision}",
+                        prescan=scan.prescan if whole else None, contiguous=whole)
 
     def last_stored_seq(self) -> int:
         """The committed head minus one (-1: no events): the session row's ``head_seq``.
@@ -1208,7 +1213,8 @@ def _one_message(conn: Any, statements: Sequence[tuple[str, Sequence[Any]]],
     cursor.execute("; ".join(parts), params)
     results: list[list[tuple[Any, ...]]] = []
     while True:
-        if cursor.description is not None:
+        result = cursor.pgresult  # (not ``description``: it builds a Column per field)
+        if result is not None and (result.nfields or result.status == _TUPLES_OK):
             results.append(cursor.fetchall())
         if not cursor.nextset():
             return results

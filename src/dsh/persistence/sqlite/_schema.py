@@ -609,15 +609,20 @@ def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
                 decoded[i] = exc
         return decoded[i]
 
-    last_turn_end = -1
-    for i in range(len(rows) - 1, -1, -1):
-        # Only scalar rows can hold a turn/end; skip packed rows without decoding them.
-        if rows[i][2] != "turn/end" or rows[i][7] == 0:
-            continue
-        result = decode(i)
-        if not isinstance(result, RowError):
-            last_turn_end = i
-            break
+    def last_turn_end() -> int:
+        """Index of the last row that decodes as an intact turn/end (-1: none).
+
+        Asked only when a row does not continue the log: an intact log never needs it,
+        so a read decodes no row twice.
+        """
+        for i in range(len(rows) - 1, -1, -1):
+            # Only scalar rows can hold a turn/end; skip packed rows without decoding them.
+            if rows[i][2] != "turn/end" or rows[i][7] == 0:
+                continue
+            if not isinstance(decode(i), RowError):
+                return i
+        return -1
+
     events: list[Event] = []
     expected = base
     i = 0
@@ -649,10 +654,11 @@ def scan_rows(rows: Sequence[Row], base: int, schema_version: int, *, path: str,
             expected += len(result)
             prescan = None
             continue
-        if index <= last_turn_end or index < len(rows) - 1:
+        last_end = last_turn_end()
+        if index <= last_end or index < len(rows) - 1:
             # dsh tolerates any bad row after the last turn/end; a later row means the damage
             # is inside committed data, so (as for JSONL) refuse rather than hide those rows.
-            where = ("it precedes the last intact turn/end" if index <= last_turn_end
+            where = ("it precedes the last intact turn/end" if index <= last_end
                      else f"{len(rows) - 1 - index} later row(s) follow it")
             raise LogCorruptError(
                 f"corrupt session log {session_id!r} in {path}: invalid committed physical row "
