@@ -987,3 +987,17 @@ def test_a_read_decodes_each_row_once(backend: Any, monkeypatch: pytest.MonkeyPa
     else:
         assert sorted(decoded) == sorted(set(decoded)) == [e["seq"] for e in events]
 
+
+def test_options_in_the_url_are_kept_beside_the_lease_settings(pg_url: str) -> None:
+    """libpq ``options`` of the URL reach the server together with the lease's own settings."""
+    with_options = f"{pg_url}&options=-c%20statement_timeout%3D12345"
+    for url, timeout in ((pg_url, None), (with_options, "12345ms")):
+        backend = open_backend(url)
+        try:
+            with backend._conn("test", None, check=False) as conn:
+                settings = conn.execute("SELECT current_setting('lock_timeout'), "
+                                        "current_setting('statement_timeout')").fetchone()
+        finally:
+            backend.close()
+        assert settings[0] == "600ms"  # the lease (pg_url's lease_ms=600)
+        assert settings[1] == (timeout or "0")

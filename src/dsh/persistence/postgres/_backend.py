@@ -42,7 +42,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, NoReturn
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import orjson
 
@@ -244,7 +244,9 @@ def parse_postgres_url(url: str) -> tuple[str, dict[str, str]]:
     query = parse_qsl(parts.query, keep_blank_values=True)
     ours = {k: v for k, v in query if k in _DSH_OPTIONS}
     rest = [(k, v) for k, v in query if k not in _DSH_OPTIONS]
-    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
+    # (%20 for a space: libpq reads no "+" as one, so "options=-c x=1" must not become "-c+x")
+    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path,
+                           urlencode(rest, quote_via=quote), ""))
     return conninfo, ours
 
 
