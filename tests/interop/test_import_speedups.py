@@ -307,6 +307,31 @@ def test_decode_plain_decodes_as_decode_line(data: bytes, depth: int) -> None:
     assert json.dumps(got) == json.dumps(expected)
 
 
+@pytest.mark.parametrize("accelerated", [True, False])
+def test_record_at_decodes_a_line_again_as_the_read_did(tmp_path: Path, accelerated: bool,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    # a split response's later part is read again by offset (c_decode_plain first, then
+    # decode_line): the same value, of the same types, as records() decoded
+    lines = [b'{"a": 1.0, "b": [2e3, -0.5], "t": "\\u00e9x"}',
+             b'{"s": "1234567890123456789", "n": 9007199254740991}',  # a 19-digit run
+             b'{"z": 0.0, "c": "\\ud800"}\r', b"  ", b'{"deep": [[[{"k": null}]]]}']
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    if not accelerated:
+        monkeypatch.setattr(common, "c_decode_plain", None)
+    src = common.JsonlSource(path, "claude-code")
+    read = list(src.records())
+    assert [line for _, line, _, _ in read] == [1, 2, 3, 5]
+    for _, line, offset, value in read:
+        again = src.record_at(line, offset)
+        raw = lines[line - 1].removesuffix(b"\r")
+        expected = common.decode_line(raw, path, "claude-code", line)
+        assert again == value == expected
+        assert json.dumps(again) == json.dumps(value) == json.dumps(expected)
+    assert json.dumps(read[0][3]["a"]) == "1"  # an integral float is read as an int
+
+
 # -- whole imports, with and without the accelerator
 
 

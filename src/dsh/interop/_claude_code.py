@@ -33,6 +33,7 @@ What is read (corpus README "Claude Code"):
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -208,23 +209,48 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
             read[0] = offset
             yield line, rec, r
 
-    quick: Callable[[int, int, JsonObj], bool] | None = None
-    if c_claude_map is not None:
-        c_map, state, repairs = c_claude_map, vars(b), index.repairs
-        title = index.title_line or 0
+    def mapper(entries: Iterator[tuple[int, int, JsonObj]]) -> Iterator[None]:
+        return _map(b, entries, path, lambda rec, uid: bool(flags[rec] & ACTIVE),
+                    index.repairs, index.title_line, blocks_of,
+                    lambda key, rec: bool(flags[rec] & LATER_PART))
 
-        def quick(line: int, rec: int, r: JsonObj) -> bool:
-            return bool(c_map(state, r, line, rec, flags[rec], repairs, title, PendingCall,
-                              ARGUMENTS_ENCODER, part_records))
+    c_map = c_claude_map  # the accelerator's mapper of a common line (None: the reference)
+
+    def quick_batches(c_map: Any) -> Iterator[ImportBatch]:
+        """The batches of :func:`_map`, ``claude_map`` asked first on each line, in one loop.
+
+        A line ``claude_map`` declines is fed to the reference loop, which keeps its state (the
+        compact boundary) across the lines it is fed; the lines ``claude_map`` mapped never
+        reach it. No generator layers or callbacks a line beyond the file's records.
+        """
+        state, repairs = vars(b), index.repairs
+        title = index.title_line or 0
+        feed: deque[tuple[int, int, JsonObj]] = deque()
+        # one declined line is fed at a time: _map takes it and yields
+        mapping = mapper(iter(feed.popleft, None))
+        set_line = note_line
+        try:
+            for rec, line, offset, r in src.records(side if has_side else None, exclude=True,
+                                                    ahead=ahead):
+                read[0] = offset
+                set_line(line)
+                if not c_map(state, r, line, rec, flags[rec], repairs, title, PendingCall,
+                             ARGUMENTS_ENCODER, part_records):
+                    feed.append((line, rec, r))
+                    next(mapping)
+                if len(b.events) >= STREAM_BATCH_EVENTS:
+                    yield ImportBatch(*b.drain(), end=offset)
+        finally:
+            mapping.close()
 
     def batches() -> Iterator[ImportBatch]:
         try:
-            mapping = _map(b, records(), path, lambda rec, uid: bool(flags[rec] & ACTIVE),
-                           index.repairs, index.title_line, blocks_of,
-                           lambda key, rec: bool(flags[rec] & LATER_PART), quick)
-            for _ in mapping:
-                if len(b.events) >= STREAM_BATCH_EVENTS:
-                    yield ImportBatch(*b.drain(), end=read[0])
+            if c_map is not None:
+                yield from quick_batches(c_map)
+            else:
+                for _ in mapper(records()):
+                    if len(b.events) >= STREAM_BATCH_EVENTS:
+                        yield ImportBatch(*b.drain(), end=read[0])
             b.finish()
             if b.events:
                 yield ImportBatch(*b.drain(), end=src.size)
@@ -300,7 +326,9 @@ class _Scan:
                 bits, row, tools = got
                 if bits & 1:
                     self.mainline = True
-                self._identity(r)
+                # r is a dict here: no agentId key, nothing for _identity to find in it
+                if self.session is None or (self.agent is None and "agentId" in r):
+                    self._identity(r)
                 if bits & 4:
                     self.progress = True
                 self.index.add_row(row, tools, bool(bits & 2), bool(bits & 4))
@@ -591,24 +619,20 @@ _Blocks = Callable[[str, int, JsonObj], tuple[list[JsonObj], Any]]
 def _map(b: EventBuilder, entries: Iterator[tuple[int, int, JsonObj]], path: Path,
          is_active: Callable[[int, str | None], bool], repairs: dict[str, JsonObj],
          title_line: int | None, blocks_of: _Blocks,
-         repeated: Callable[[str, int], bool],
-         quick: Callable[[int, int, JsonObj], bool] | None = None) -> Iterator[None]:
+         repeated: Callable[[str, int], bool]) -> Iterator[None]:
     """Map lines to events on ``b``, yielding after each line (a streaming caller drains).
 
     ``entries``: ``(file line, at, record)``, ``at`` being what the callbacks know the line by
     (its record number in a streamed read, its line in a whole one); ``is_active(at, uuid)``:
     the line is on the model-visible branch; ``repeated(key, at)``: an earlier line of the same
     API response was mapped already (its merged message holds this one); ``title_line``: the
-    file line of the title; ``quick(line, at, record)``: the accelerator's ``claude_map``
-    mapped the line whole (True), else this loop, its reference, maps it
+    file line of the title. This loop is the reference of the accelerator's ``claude_map``: a
+    streamed read asks that first and feeds this loop only the lines it declines
     (docs/interop.md#streaming-imports).
     """
     boundary: JsonObj | None = None
     for line, at, r in entries:
         note_line(line)
-        if quick is not None and quick(line, at, r):
-            yield None
-            continue
         kind = r["type"]
         b.at(r.get("timestamp"))
         uid = _uuid(r)

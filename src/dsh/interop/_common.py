@@ -776,13 +776,15 @@ class JsonlSource:
                     index += ended.count(b"\n") + 1
                     offset += len(ended) + 1
                     continue
+                carriage = b"\r" in ended  # else no line of this read can end with one
                 for part in ended.split(b"\n"):
                     index += 1
                     start = offset
                     offset += len(part) + 1
-                    if part.endswith(b"\r"):
+                    if carriage and part.endswith(b"\r"):
                         part = part[:-1]
-                    if part.strip():
+                    # not blank (isspace() stops at the first other byte: no copy of the line)
+                    if part and not part.isspace():
                         yield index, start, part, True
         if pending:
             last = b"".join(pending)
@@ -855,8 +857,11 @@ class JsonlSource:
         f.seek(offset)
         part = f.readline(max(0, self.size - offset))
         chunk = part[:-1] if part.endswith(b"\n") else part
-        return decode_line(chunk[:-1] if chunk.endswith(b"\r") else chunk, self.path, self.fmt,
-                       line)
+        if chunk.endswith(b"\r"):
+            chunk = chunk[:-1]
+        # the common line in one C call, as records() decodes it (None: decode_line decides)
+        value = c_decode_plain(chunk, MAX_RECORD_DEPTH) if c_decode_plain is not None else None
+        return decode_line(chunk, self.path, self.fmt, line) if value is None else value
 
 
 def read_json_document(path: Path, fmt: str) -> Any:
