@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +90,21 @@ def test_a_command_loads_its_own_module(store: str) -> None:
     assert done.returncode == 0, done.stderr
     assert {"dsh.cli._cmd_verify", "dsh._verify"} <= modules
     assert "dsh.cli._cmd_chat" not in modules and "dsh.cli._cmd_forget" not in modules
+
+
+def test_import_builds_no_pydantic_adapter(tmp_path: Path) -> None:
+    # its paths, --format's default and --wait's default are typer's answers as they are
+    source = tmp_path / "5e551011-0000-4000-8000-00000000cafe.jsonl"  # Claude Code
+    source.write_text(json.dumps({
+        "type": "user", "uuid": "u1", "parentUuid": None, "sessionId": "s",
+        "timestamp": "2026-01-01T00:00:00.000Z", "message": {"role": "user", "content": "hi"},
+    }) + "\n", encoding="utf-8")
+    done, modules = _loaded("import", str(source), "--store", f"sqlite:{tmp_path / 's.db'}",
+                            "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["imported"][0]["path"] == str(source)
+    assert "dsh.cli._cmd_import" in modules
+    assert "pydantic" not in modules and "pydantic_core" not in modules
 
 
 def test_help_lists_every_command_in_table_order() -> None:

@@ -75,8 +75,13 @@ def _deferred_coercion() -> None:
     table, https://docs.pydantic.dev/latest/concepts/conversion_table/): for a plain ``str``
     parameter the command line's text itself, and for a plain ``int`` one without ``clamp``
     1-18 ASCII digits as their int within ``min``/``max`` ("plain": no ``parser``, file, path
-    or choice). Any other value goes to typer's own coercion, built at first need, so its
-    result and its errors are typer's.
+    or choice). A default that typer hands back as it is needs no adapter either: an ``Enum``
+    member of an ``Enum`` parameter (typer's choice coercion returns a member as it is), a
+    finite ``float`` of a ``float`` parameter without ``clamp`` within ``min``/``max``. A
+    ``list[Path]`` parameter (``dsh import``'s paths; no ``path_type``) gets typer's own path
+    checks on each text made a ``Path`` first, what pydantic's lax mode makes of a ``str``,
+    so they build no adapter. Any other value goes to typer's own coercion, built at first
+    need, so its result and its errors are typer's.
 
     Falls back to typer as it is when its internals move: no patch unless
     ``core.build_runtime_param`` exists and ``_coercion.RuntimeParam`` is a dataclass with
@@ -85,10 +90,17 @@ def _deferred_coercion() -> None:
     """
     try:
         from dataclasses import dataclass, field, fields, is_dataclass
+        from enum import Enum
+        from math import isfinite
+        from pathlib import Path
 
         from typer import _coercion, core
     except ImportError:  # pragma: no cover - typer is a dependency
         return
+    try:
+        from typer._param_types import coerce_cli_path
+    except ImportError:  # moved: list[Path] values go to typer's own coercion
+        coerce_cli_path = None
     found = getattr(core, "build_runtime_param", None)
     base = getattr(_coercion, "RuntimeParam", None)
     if found is None or hasattr(found, "__wrapped__") or not is_dataclass(base) \
@@ -101,7 +113,9 @@ def _deferred_coercion() -> None:
     class Deferred(base):  # type: ignore[misc, valid-type]
         descriptor: Any = None
         kind: type | None = None  # str or int: a plain parameter of that type
-        bounds: tuple[Any, Any] = (None, None)  # an int's (min, max)
+        bounds: tuple[Any, Any] = (None, None)  # an int's or a float's (min, max)
+        same: type | None = None  # a value of exactly this type is typer's answer as it is
+        paths: bool = False  # list[Path]: each text a Path, then typer's own path checks
         built: list[Any] = field(default_factory=list)
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
@@ -111,6 +125,16 @@ def _deferred_coercion() -> None:
                 number, (low, high) = int(value), self.bounds
                 if (low is None or number >= low) and (high is None or number <= high):
                     return number
+            if self.same is not None and type(value) is self.same:
+                low, high = self.bounds
+                if self.same is not float or (isfinite(value) and (low is None or value >= low)
+                                              and (high is None or value <= high)):
+                    return value
+            if self.paths and isinstance(value, list | tuple) \
+                    and all(type(item) is str for item in value):
+                info = self.parameter_info
+                return [coerce_cli_path(Path(item), info, path_type=Path, param=param, ctx=ctx)
+                        for item in value]
             if not self.built:
                 self.built.append(build(self.descriptor))
             return self.built[0]._coerce_value(value, param=param, ctx=ctx)
@@ -118,16 +142,23 @@ def _deferred_coercion() -> None:
     def deferred(descriptor: Any) -> Any:
         try:
             info, annotation = descriptor.parameter_info, descriptor.annotation
-            plain = (info.parser is None and descriptor.file_annotation is None
-                     and not descriptor.is_path and not descriptor.is_choice)
+            own = info.parser is None and descriptor.file_annotation is None
+            plain = own and not descriptor.is_path and not descriptor.is_choice
             kind = annotation if plain and annotation in (str, int) else None
             if kind is int and info.clamp:
                 kind = None
             bounds = (info.min, info.max)
+            same = None
+            if own and isinstance(annotation, type) and issubclass(annotation, Enum):
+                same = annotation
+            elif plain and annotation is float and not info.clamp:
+                same = float
+            paths = (own and annotation == list[Path] and info.path_type is None
+                     and coerce_cli_path is not None)
         except AttributeError:  # typer's descriptor moved on: its own runtime param
             return build(descriptor)
         return Deferred(parameter_info=info, annotation=annotation, descriptor=descriptor,
-                        kind=kind, bounds=bounds)
+                        kind=kind, bounds=bounds, same=same, paths=paths)
 
     deferred.__wrapped__ = build  # type: ignore[attr-defined]
     setattr(core, "build_runtime_param", deferred)  # noqa: B010 - not exported by typer
