@@ -97,10 +97,11 @@ def _deferred_coercion() -> None:
         from typer import _coercion, core
     except ImportError:  # pragma: no cover - typer is a dependency
         return
-    try:
+    try:  # typer's own checks of one path (moved: list[Path] values go to typer's coercion)
         from typer._param_types import coerce_cli_path
-    except ImportError:  # moved: list[Path] values go to typer's own coercion
-        coerce_cli_path = None
+        path_check: Any = coerce_cli_path
+    except ImportError:  # pragma: no cover - typer moved it
+        path_check = None
     found = getattr(core, "build_runtime_param", None)
     base = getattr(_coercion, "RuntimeParam", None)
     if found is None or hasattr(found, "__wrapped__") or not is_dataclass(base) \
@@ -125,15 +126,17 @@ def _deferred_coercion() -> None:
                 number, (low, high) = int(value), self.bounds
                 if (low is None or number >= low) and (high is None or number <= high):
                     return number
-            if self.same is not None and type(value) is self.same:
+            if self.same is float and type(value) is float:
                 low, high = self.bounds
-                if self.same is not float or (isfinite(value) and (low is None or value >= low)
-                                              and (high is None or value <= high)):
+                if isfinite(value) and (low is None or value >= low) \
+                        and (high is None or value <= high):
                     return value
+            elif self.same is not None and type(value) is self.same:
+                return value
             if self.paths and isinstance(value, list | tuple) \
                     and all(type(item) is str for item in value):
                 info = self.parameter_info
-                return [coerce_cli_path(Path(item), info, path_type=Path, param=param, ctx=ctx)
+                return [path_check(Path(item), info, path_type=Path, param=param, ctx=ctx)
                         for item in value]
             if not self.built:
                 self.built.append(build(self.descriptor))
@@ -148,13 +151,13 @@ def _deferred_coercion() -> None:
             if kind is int and info.clamp:
                 kind = None
             bounds = (info.min, info.max)
-            same = None
+            same: type | None = None
             if own and isinstance(annotation, type) and issubclass(annotation, Enum):
                 same = annotation
             elif plain and annotation is float and not info.clamp:
                 same = float
             paths = (own and annotation == list[Path] and info.path_type is None
-                     and coerce_cli_path is not None)
+                     and path_check is not None)
         except AttributeError:  # typer's descriptor moved on: its own runtime param
             return build(descriptor)
         return Deferred(parameter_info=info, annotation=annotation, descriptor=descriptor,

@@ -34,7 +34,7 @@ What is read (corpus README "Claude Code"):
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
@@ -209,7 +209,7 @@ def stream_claude_code(path: Path, parent: str | None = None) -> Iterator[Stream
             read[0] = offset
             yield line, rec, r
 
-    def mapper(entries: Iterator[tuple[int, int, JsonObj]]) -> Iterator[None]:
+    def mapper(entries: Iterator[tuple[int, int, JsonObj]]) -> Generator[None, None, None]:
         return _map(b, entries, path, lambda rec, uid: bool(flags[rec] & ACTIVE),
                     index.repairs, index.title_line, blocks_of,
                     lambda key, rec: bool(flags[rec] & LATER_PART))
@@ -619,7 +619,7 @@ _Blocks = Callable[[str, int, JsonObj], tuple[list[JsonObj], Any]]
 def _map(b: EventBuilder, entries: Iterator[tuple[int, int, JsonObj]], path: Path,
          is_active: Callable[[int, str | None], bool], repairs: dict[str, JsonObj],
          title_line: int | None, blocks_of: _Blocks,
-         repeated: Callable[[str, int], bool]) -> Iterator[None]:
+         repeated: Callable[[str, int], bool]) -> Generator[None, None, None]:
     """Map lines to events on ``b``, yielding after each line (a streaming caller drains).
 
     ``entries``: ``(file line, at, record)``, ``at`` being what the callbacks know the line by
