@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from dsh._errors import RightsError, SessionNotFoundError
 from dsh.persistence import STORE_LOG_ID
-from dsh.rights._erase import ErasureReceipt, erase_sessions, erasure_record
 from dsh.rights._held import HasPersistence, facade
 from dsh.rights._storelog import ERASED, RESTORED, TRASHED, append_records, store_log
 
 if TYPE_CHECKING:
     from dsh.persistence import Persistence
+    from dsh.rights._erase import ErasureReceipt
     from dsh.session import Clock
 
 
@@ -159,6 +159,9 @@ def purge(store: Persistence | HasPersistence, session_ids: Iterable[str], *,
     """
     persistence = facade(store)
     ids = _stored(persistence, session_ids)
+    # lazy: trash and restore (a staged import's) load no erasure machinery
+    from dsh.rights._erase import erase_sessions, erasure_record
+
     receipt = erase_sessions(persistence, ids, reason=reason, by=by, clock=clock, stop=stop)
     append_records(persistence, [(ERASED, erasure_record(receipt, purge=True))], clock=clock)
     return receipt
