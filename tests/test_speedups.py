@@ -664,6 +664,40 @@ def test_speedups_chain_leaves_hash_every_padding_length_like_hashlib() -> None:
     assert _without_sha_ni(probe) == ["0", "True"]
 
 
+def test_speedups_crc32_equals_zlib_at_every_length_alignment_and_start_value() -> None:
+    # read_rows' seal check folds 64 then 16 bytes at a time and ends byte by byte: every
+    # length around those block sizes, from every offset within 16 bytes, from a running
+    # value, against zlib; and the zlib path itself (CLMUL off)
+    import random
+    import zlib
+
+    rng = random.Random(21)
+    data = rng.randbytes(4096 + 16)
+    for length in [*range(0, 300), 1023, 1024, 1025, 4095, 4096]:
+        for offset in (0, 1, 7, 15):
+            chunk = memoryview(data)[offset:offset + length]
+            value = rng.getrandbits(32)
+            assert sp.crc32(chunk) == zlib.crc32(chunk), (length, offset)
+            assert sp.crc32(chunk, value) == zlib.crc32(chunk, value), (length, offset)
+    assert sp.crc32(b"\x1d" * 100, 0xFFFF_FFFF) == zlib.crc32(b"\x1d" * 100, 0xFFFF_FFFF)
+    if sys.platform == "linux" and os.uname().machine == "x86_64":
+        assert dj.c_crc32 is (sp.crc32 if sp.CLMUL else None)
+    probe = ("import zlib, dsh.json as dj; sp = dj._speedups; b = bytes(range(256)) * 9; "
+             "print(sp.CLMUL, dj.c_crc32, all(sp.crc32(b[:n], n) == zlib.crc32(b[:n], n) "
+             "for n in range(0, 2304, 7)))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, env={**os.environ, "DSH_SPEEDUPS_NO_CLMUL": "1"})
+    assert out.stdout.split() == ["0", "None", "True"]
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(data=st.binary(max_size=700), value=st.integers(0, 2**32 - 1))
+def test_speedups_crc32_equals_zlib(data: bytes, value: int) -> None:
+    import zlib
+
+    assert sp.crc32(data, value) == zlib.crc32(data, value)
+
+
 def test_speedups_chain_digest_equals_the_digest_of_the_sliced_leaves() -> None:
     # dsh verify checks each batch where it lies in the log: chain_digest(events, a, b) is the
     # digest of chain_leaves(events[a:b]), on the SHA-NI path and on hashlib's (SHA_NI off)

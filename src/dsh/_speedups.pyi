@@ -21,6 +21,9 @@ setup.py); ``dsh.json`` compares it with the source beside the module, when ther
 SHA_NI: Final[int]
 """1 when ``chain_leaves`` hashes with the x86 SHA extensions, 0 when it calls hashlib."""
 
+CLMUL: Final[int]
+"""1 when ``read_rows``' seal check computes crc32 by carry-less multiplication, 0: zlib's."""
+
 class Fallback(Exception):
     """The value is left to the caller's Python reference, which decides and names problems."""
 
@@ -220,3 +223,6 @@ def read_rows(conn: object, sql: str, session_id: str, lo: int, hi: int,
 
     Reference: ``SqlitePrefixSource.read_selected``'s Python read (``_verified_rows``).
     """
+
+def crc32(data: bytes | bytearray | memoryview, value: int = ..., /) -> int:
+    """``zlib.crc32(data, value)`` as ``read_rows``' seal check computes it (see :data:`CLMUL`)."""

@@ -211,10 +211,10 @@ _SPEEDUPS_API: Final = (
     "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
     "record_texts", "line_scan", "pick_rows", "widen_sums_below", "claude_line", "utc_millis",
     "claude_envelope", "decode_plain", "encode_sealed_rows", "sqlite_bind", "sqlite_open",
-    "read_rows", "claude_blocks", "claude_usage", "claude_map")
+    "read_rows", "claude_blocks", "claude_usage", "claude_map", "crc32", "CLMUL")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 19
+_SPEEDUPS_API_VERSION: Final = 20
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -457,6 +457,9 @@ c_pick_rows = _optional(_accelerator.pick_rows)
 c_sqlite_bind = _optional(_accelerator.sqlite_bind)
 c_sqlite_open = _optional(_accelerator.sqlite_open)
 c_read_rows = _optional(_accelerator.read_rows)
+# zlib.crc32 by carry-less multiplication where the CPU has it (the same values; the seal
+# checks of a read run it over every byte they check), else None: zlib.crc32 itself
+c_crc32 = _optional(_accelerator.crc32) if _accelerator.CLMUL else None
 
 
 def _fast(v: Any, depth: int) -> Any:

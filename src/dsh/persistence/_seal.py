@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn, TypeVar
 
 from dsh._errors import LogCorruptError, SealDamagedError
-from dsh.json import CFallback, c_rows_text
+from dsh.json import CFallback, c_crc32, c_rows_text
 from dsh.persistence._chain import (
     CHAIN_MARK,
     HEAD_SLOT,
@@ -82,8 +82,9 @@ RESTORE_POINT_MARK: Final = 0xFFFF_FFFF_FFFF_FFFF
 
 _MARK_BYTES: Final = 12
 
-crc_of = zlib.crc32
-"""The checksum of a sealed range: ``zlib.crc32`` of its exact bytes."""
+crc_of = c_crc32 or zlib.crc32
+"""The checksum of a sealed range: ``zlib.crc32`` of its exact bytes (the accelerator's
+carry-less twin where the CPU has it: the same value, several times faster)."""
 
 
 class Seal:
@@ -878,7 +879,7 @@ def check_byte_seals(data: bytes, seal: Seal, *, log_path: str) -> None:
                 f"corrupt session log: {log_path} ends at byte {size}, but its integrity seal "
                 f"{seal.path} covers committed bytes up to {end}: committed data was cut off",
                 path=log_path, byte_offset=size, line=data.count(b"\n", 0, size) + 1)
-        if zlib.crc32(data[start:end]) != crc:
+        if crc_of(data[start:end]) != crc:
             line = data.count(b"\n", 0, start) + 1
             raise LogCorruptError(
                 f"corrupt session log: bytes {start}..{end} of {log_path} (from line {line}) "
@@ -1161,10 +1162,10 @@ def rows_crc(rows: Sequence[Sequence[Any]]) -> int:
     """
     if c_rows_text is not None and type(rows) is list:
         try:
-            return zlib.crc32(c_rows_text(rows))
+            return crc_of(c_rows_text(rows))
         except CFallback:
             pass  # a value outside the column types a read returns: the exact join below
-    return zlib.crc32(rows_text(rows))
+    return crc_of(rows_text(rows))
 
 
 def span_crc(rows: Sequence[Sequence[Any]], start: int, stop: int) -> int:
@@ -1174,7 +1175,7 @@ def span_crc(rows: Sequence[Sequence[Any]], start: int, stop: int) -> int:
     """
     if c_rows_text is not None and type(rows) is list:
         try:
-            return zlib.crc32(c_rows_text(rows, start, stop, 1))
+            return crc_of(c_rows_text(rows, start, stop, 1))
         except CFallback:
             pass  # a value outside the column types a read returns: the exact join below
     return rows_crc([row[1:] for row in rows[start:stop]])
