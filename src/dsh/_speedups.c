@@ -3335,10 +3335,24 @@ decimal_ll(char *end, long long value)
     char *p = end;
     unsigned long long magnitude = value < 0 ? 0ULL - (unsigned long long)value
                                              : (unsigned long long)value;
-    do {
-        *--p = (char)('0' + magnitude % 10);
-        magnitude /= 10;
-    } while (magnitude);
+    /* two digits a division (a row's time is 13 digits: its seal text writes one a row) */
+    static const char pairs[201] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
+    while (magnitude >= 100) {
+        unsigned int two = (unsigned int)(magnitude % 100);
+        magnitude /= 100;
+        *--p = pairs[2 * two + 1];
+        *--p = pairs[2 * two];
+    }
+    if (magnitude >= 10) {
+        *--p = pairs[2 * magnitude + 1];
+        *--p = pairs[2 * magnitude];
+    }
+    else {
+        *--p = (char)('0' + magnitude);
+    }
     if (value < 0) {
         *--p = '-';
     }
