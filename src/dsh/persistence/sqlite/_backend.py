@@ -349,15 +349,21 @@ def _check_path(path: Path) -> None:
     _check_owned(parent, info, "directory", stat.S_ISDIR, 0o022,
                  "must be a real directory, not a symlink or file",
                  "must not be group or world writable")
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        pass
-    except OSError as exc:
+    try:  # (an existing file, the common case, is looked at without an exception raised)
+        info = os.lstat(path)
+    except FileNotFoundError:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            pass  # (created meanwhile by another process: checked as found below)
+        except OSError as exc:
+            raise ConfigError(f"cannot create SQLite database {path}: {exc}",
+                              path=str(path)) from exc
+        else:
+            os.close(fd)
+        info = os.lstat(path)
+    except OSError as exc:  # what the create would have met (a folder we cannot search)
         raise ConfigError(f"cannot create SQLite database {path}: {exc}", path=str(path)) from exc
-    else:
-        os.close(fd)
-    info = os.lstat(path)
     if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077:
         # another program's file is refused as such: its mode is not ours to advise on
         _refuse_if_foreign(path)
