@@ -988,6 +988,25 @@ def test_a_read_decodes_each_row_once(backend: Any, monkeypatch: pytest.MonkeyPa
         assert sorted(decoded) == sorted(set(decoded)) == [e["seq"] for e in events]
 
 
+def test_url_options_reach_libpq_as_libpq_reads_the_url(pg_url: str) -> None:
+    """A "+" in a URL option is a plus, %2B a plus, %20 a space: as libpq reads the URL.
+
+    (Before: a918246 re-encoded the parsed options with %20, and the parse had read each "+"
+    as a space, so 'options=-c%20dsh.probe%3Da+b' reached the server as '-c dsh.probe=a b',
+    not libpq's '-c dsh.probe=a+b'; a password=... with a "+" was changed the same way.)
+    """
+    query = "options=-c%20dsh.probe%3Da+b%2Bc"
+    assert psycopg.conninfo.conninfo_to_dict(f"postgresql://h/db?{query}")["options"] \
+        == "-c dsh.probe=a+b+c"  # libpq's own reading
+    backend = open_backend(f"{pg_url}&{query}")
+    try:
+        with backend._conn("test", None, check=False) as conn:
+            probe = conn.execute("SELECT current_setting('dsh.probe')").fetchone()
+    finally:
+        backend.close()
+    assert probe == ("a+b+c",)
+
+
 def test_options_in_the_url_are_kept_beside_the_lease_settings(pg_url: str) -> None:
     """libpq ``options`` of the URL reach the server together with the lease's own settings."""
     with_options = f"{pg_url}&options=-c%20statement_timeout%3D12345"

@@ -243,8 +243,10 @@ def parse_postgres_url(url: str) -> tuple[str, dict[str, str]]:
         raise ConfigError(f"store URL {redact(url)!r} is not a postgresql:// URL", path=redact(url))
     query = parse_qsl(parts.query, keep_blank_values=True)
     ours = {k: v for k, v in query if k in _DSH_OPTIONS}
-    rest = [(k, v) for k, v in query if k not in _DSH_OPTIONS]
-    # (%20 for a space: libpq reads no "+" as one, so "options=-c x=1" must not become "-c+x")
+    # libpq's options as libpq reads them: a "+" is a plus (only %XX escapes), so it is kept
+    # through the parse, and a space is sent as %20 ("options=-c x=1" must not become "-c+x")
+    rest = [(k, v) for k, v in parse_qsl(parts.query.replace("+", "%2B"), keep_blank_values=True)
+            if k not in _DSH_OPTIONS]
     conninfo = urlunsplit(("postgresql", parts.netloc, parts.path,
                            urlencode(rest, quote_via=quote), ""))
     return conninfo, ours
