@@ -12,4 +12,11 @@ Every adapter writes core dsh events (turns, steps, user/assistant messages, ``t
 on framework sessions, and keeps each framework record verbatim beside its core event so the
 framework reads back exactly what it wrote. Importing this package imports no framework; each
 submodule imports its own when it is imported.
+
+:func:`apply_old_marks` puts the removals an earlier dsh only marked (``<fmt>/clear``,
+``<fmt>/pop``) onto a restored session's surface in memory (docs/formats.md#old-adapter-marks).
 """
+
+from dsh.adapters._log import apply_old_marks as apply_old_marks
+
+__all__ = ["apply_old_marks"]

@@ -221,6 +221,59 @@ def withhold_result(shaper: TurnShaper, seq: int, fmt: str) -> Event:
     return made
 
 
+OLD_MARK_FORMATS: Final = ("openai-agents", "langchain", "pydantic-ai")
+"""The record formats whose adapters wrote ``<fmt>/pop`` and ``<fmt>/clear`` marks before
+removals went onto the surface (a12a84a until bef2f0b)."""
+
+
+def apply_old_marks(session: Session) -> list[Event]:
+    """Put the removals an earlier dsh only marked onto ``session``'s surface, in memory.
+
+    A log written before bef2f0b holds ``<fmt>/clear {through}`` (every surface node up to
+    seq ``through`` removed) and ``<fmt>/pop {seq, index}`` (a record of event ``seq``
+    removed) as ignorable marks that only the adapter honoured. Each is applied here as the
+    surface removal it stands for (:func:`remove_from_surface`; a popped ``tool/result`` is
+    withheld, :func:`withhold_result`, so its call stays answered), so the model view drops
+    what was removed. Nodes already off the surface are skipped: applying twice adds nothing.
+    ``session`` is a detached restore (``dsh messages``, ``dsh export``): nothing is written.
+
+    Returns:
+        The events appended to ``session``.
+
+    Rule: docs/forgetting.md#logs-from-before-surface-removals
+    """
+    clears = {f"{fmt}/clear": fmt for fmt in OLD_MARK_FORMATS}
+    pops = {f"{fmt}/pop": fmt for fmt in OLD_MARK_FORMATS}
+    through = -1
+    popped: list[tuple[int, str]] = []
+    for event in session.events:
+        kind = event["type"]
+        if kind not in clears and kind not in pops:
+            continue
+        data = event["data"]
+        field = "through" if kind in clears else "seq"
+        value = data.get(field) if isinstance(data, Mapping) else None
+        if type(value) is not int or event.get("ignorable") is not True:
+            continue  # not the shape the adapter wrote: the adapter's read names it
+        if kind in clears:
+            through = max(through, value)
+        else:
+            popped.append((value, pops[kind]))
+    if through < 0 and not popped:
+        return []
+    before = session.seq
+    shaper = TurnShaper(Recorder(session, flush_on_turn_end=False), "dsh")
+    remove_from_surface(shaper, [seq for seq in session.surface.nodes if seq <= through],
+                        form="clear")
+    on_surface = set(session.surface.nodes)
+    for seq, fmt in popped:
+        if seq in on_surface and session.event_at(seq)["type"] == "tool/result":
+            withhold_result(shaper, seq, fmt)
+    remove_from_surface(shaper, [seq for seq, _ in popped if seq in on_surface
+                                 and session.event_at(seq)["type"] != "tool/result"], form="pop")
+    return list(session.events[before:])
+
+
 def _call_ids(records: Sequence[Any]) -> set[str]:
     """The call ids of the function-call records among ``records`` (Responses items)."""
     return {str(r.get("call_id")) for r in records

@@ -561,7 +561,11 @@ def model_view(read: Inspection, fmt: str, target_model: str | None = None) -> A
     Completions, ``{"system"?, "messages"}`` for Anthropic Messages. ``target_model``
     (provider formats only) leaves out reasoning made by other models.
     """
-    messages = restored_session(read).derive_messages()
+    from dsh.adapters import apply_old_marks
+
+    session = restored_session(read)
+    apply_old_marks(session)  # removals an earlier dsh only marked (docs/forgetting.md)
+    messages = session.derive_messages()
     if fmt == "openai":
         from dsh.interop import to_openai
 
