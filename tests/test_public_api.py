@@ -7,6 +7,7 @@ and the diff is reviewed with the change. Rule: docs/architecture.md#public-modu
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
 import inspect
@@ -14,6 +15,7 @@ import os
 import subprocess
 import sys
 import types
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -78,6 +80,29 @@ def test_every_public_name_and_public_member_has_a_docstring() -> None:
                                     for attr, value in vars(obj).items()
                                     if not attr.startswith("_") and _undocumented(value))
     assert missing == [] and undocumented == []
+
+
+def test_each_attribute_docstring_follows_its_own_assignment() -> None:
+    """No string statement follows another: the second is a docstring whose name lost it.
+
+    (Before: ef2cedc put ``_HELD_RESUME_ITEMS`` and its docstring between
+    ``dsh.adapters.openai_agents.FORMAT`` and FORMAT's, which documentation tools then showed
+    under no name.)
+    """
+    strays = []
+    for path in sorted((Path(__file__).parents[1] / "src").rglob("*.py")):
+        bodies = [ast.parse(path.read_text(encoding="utf-8")).body]
+        while bodies:
+            body = bodies.pop()
+            bodies.extend(node.body for node in body if isinstance(node, ast.ClassDef))
+            strays.extend(f"{path.name}:{node.lineno}" for before, node in pairwise(body)
+                          if _is_string(before) and _is_string(node))
+    assert strays == []
+
+
+def _is_string(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+        and isinstance(node.value.value, str)
 
 
 def _undocumented(value: object) -> bool:

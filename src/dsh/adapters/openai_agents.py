@@ -79,6 +79,7 @@ if TYPE_CHECKING:
 __all__ = ["FORMAT", "DshRunHooks", "DshSession", "items_to_events"]
 
 FORMAT: Final = "openai-agents"
+"""The record format name of Responses input items in a message source."""
 
 _HELD_RESUME_ITEMS: Final = 64
 """The most items an ``add_items`` call converts inside its resume's write transaction.
@@ -87,7 +88,6 @@ A first write of at most this many items resumes in the SQLite ``BEGIN IMMEDIATE
 commits (docs/rules.md#resume); a bigger one resumes as any resume does, so the store's write
 lock is not held while its items become events (every other writer of the store waits for it:
 at load 35, 2,000 items held it 3.3 s, 0.7 s of it their append)."""
-"""The record format name of Responses input items in a message source."""
 
 
 _TEXT_PARTS: Final = frozenset({"input_text", "output_text", "text", "summary_text",
