@@ -4,14 +4,15 @@ Shapes are dsh's wire shapes (docs/events.md#the-message-model), written as ``Ty
 with the camelCase keys of the wire format in :mod:`dsh._message_types` and loaded from there
 when first named. The constructors return frozen values
 (:class:`~dsh.json.FrozenDict`) whose key order matches what dsh's own constructors produce, so
-logs written here look like dsh's. Fresh message ids are ``str(uuid4())`` (docs/events.md#messages).
+logs written here look like dsh's. Fresh message ids are UUID v4 text, what ``str(uuid4())``
+gives (docs/events.md#messages).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from os import urandom
 from typing import TYPE_CHECKING, Any, Final
-from uuid import uuid4
 
 from dsh._lazy import lazy_exports
 from dsh.json import FrozenDict, JsonValue, snapshot_json
@@ -87,7 +88,17 @@ def new_message_id() -> str:
 
     Rule: docs/events.md#messages.
     """
-    return str(uuid4())
+    # the text of uuid4() built from the same 16 random bytes, version and variant bits set
+    # as uuid.UUID(version=4) sets them: a third of str(uuid4())'s cost (its Python __init__
+    # and __str__), paid for every message a turn appends
+    digits = ((int.from_bytes(urandom(16)) & _UUID4_KEEP) | _UUID4_SET).to_bytes(16).hex()
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+
+
+_UUID4_KEEP: Final = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+"""The bits of 16 random bytes a UUID v4 keeps (all but the version nibble and variant bits)."""
+_UUID4_SET: Final = (0x4000 << 64) | (0x8000 << 48)
+"""Version 4, variant RFC 4122 (``10``)."""
 
 
 def create_message(message: Mapping[str, Any]) -> FrozenDict:

@@ -812,7 +812,7 @@ def test_a_big_first_write_does_not_hold_the_store_while_its_items_become_events
     _fill_closed(store, "s")
     session = DshSession("s", store)
     assert len(run(session.get_items(limit=3))) == 3
-    convert = openai_agents.items_to_events
+    convert = openai_agents._append_items  # what add_items converts its items with
     tried: list[str] = []
 
     def then_try(*args: Any, **kwargs: Any) -> Any:
@@ -826,7 +826,7 @@ def test_a_big_first_write_does_not_hold_the_store_while_its_items_become_events
                 tried.append(str(exc))
         return answer
 
-    monkeypatch.setattr(openai_agents, "items_to_events", then_try)
+    monkeypatch.setattr(openai_agents, "_append_items", then_try)
     many = _long_turns(300, openai_agents._HELD_RESUME_ITEMS + 1)
     run(session.add_items(many))
     assert tried == ["written"]

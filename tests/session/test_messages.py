@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 import pytest
@@ -25,6 +26,25 @@ UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-
 def test_new_message_id_is_a_fresh_uuid4() -> None:
     first, second = new_message_id(), new_message_id()
     assert UUID4.match(first) and UUID4.match(second) and first != second
+
+
+def test_new_message_ids_are_uuid4_text_with_every_random_digit_drawn() -> None:
+    ids = [new_message_id() for _ in range(2000)]
+    assert len(set(ids)) == 2000
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
+    # each of the 30 hex digits that are not fixed by the version takes many values, and the
+    # variant digit takes all four of 8, 9, a, b: the 122 random bits are all random
+    digits = [text.replace("-", "") for text in ids]
+    for position in range(32):
+        seen = {d[position] for d in digits}
+        if position == 12:
+            assert seen == {"4"}
+        elif position == 16:
+            assert seen == set("89ab")
+        else:
+            assert len(seen) == 16, position
 
 
 def test_create_message_copies_input_adds_a_fresh_id_last_and_freezes() -> None:

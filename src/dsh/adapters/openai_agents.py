@@ -218,6 +218,13 @@ def items_to_events(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *,
     with no call pending closes the turn (``turn/end {kind: "completed"}``).
     """
     before = shaper.session.seq
+    _append_items(shaper, items, model=model, dispatch=dispatch, provider=provider)
+    return list(shaper.session.events[before:])
+
+
+def _append_items(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *, model: str,
+                  dispatch: bool, provider: str) -> None:
+    """:func:`items_to_events` without gathering the events (``add_items`` needs none)."""
     index = 0
     while index < len(items):
         item = items[index]
@@ -252,7 +259,6 @@ def items_to_events(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *,
             index += 1
     if items and _kind(items[-1]) == "model" and not shaper.pending:
         shaper.end_turn()
-    return list(shaper.session.events[before:])
 
 
 def _synthesized(event: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -342,8 +348,8 @@ class DshSession(SessionABC):
                 return
             before = shaper.session.seq
             with shaper.session.batch():
-                items_to_events(shaper, items, model=model, dispatch=False,
-                                provider=self.provider)
+                _append_items(shaper, items, model=model, dispatch=False,
+                              provider=self.provider)
             made = [e for e in shaper.session.events[before:]
                     if e["type"] == "assistant/message"]
             self._provisional = (made[-1]["seq"], items) if made else None
@@ -428,8 +434,8 @@ class DshSession(SessionABC):
                 with shaper.session.batch():
                     items = self._take_provisional(shaper, items)
                     if items:
-                        items_to_events(shaper, items, model=self.model,
-                                        provider=self.provider)
+                        _append_items(shaper, items, model=self.model, dispatch=True,
+                                      provider=self.provider)
                 self._log.flush()
             finally:
                 self._log.release_hold()
