@@ -857,6 +857,27 @@ def test_a_cold_read_and_the_first_write_open_one_connection(
     again.close()
 
 
+def test_a_first_write_without_a_read_before_it_opens_one_connection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/formats.md#files-and-connections: the store's lookup of whether the session is
+    # stored leaves its validated connection idle, and the write handle of the resume that
+    # follows takes it over (before, the lookup validated a shared connection of its own and
+    # the write handle a second one)
+    import os
+
+    store = sqlite_url(tmp_path)
+    _fill_closed(store, "s")
+    opened = _count_connects(monkeypatch)
+    session = DshSession("s", store)
+    run(session.add_items(_long_turns(300, 1)))
+    session.close()
+    assert len(opened) == 1 and os.path.samefile(opened[0], tmp_path / "sessions.db")
+    monkeypatch.undo()
+    again = DshSession("s", store)
+    assert run(again.get_items(limit=4)) == _long_turns(300, 1)
+    again.close()
+
+
 def test_a_cold_limited_read_pages_in_on_its_one_connection_and_refuses_a_changed_row(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # docs/formats.md#files-and-connections: the page-in of a cold get_items(limit) runs on

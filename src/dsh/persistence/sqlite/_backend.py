@@ -1144,12 +1144,26 @@ class SqliteBackend:
         """
         if session_id_problem(session_id) is not None:
             return False
-        with self._shared() as c:
-            try:
-                return c.conn.execute("SELECT 1 FROM sessions WHERE id = ?",
-                                      (session_id,)).fetchone() is not None
-            except sqlite3.Error as exc:
-                _fail(exc, "lookup", str(self.path), session_id)
+        with self._mutex:
+            closed, shared = self._closed, self._conn is not None
+        if closed or shared:
+            with self._shared() as c:
+                return self._stored(c, session_id)
+        # no shared connection yet: a validated one borrowed from the idle ones, and left
+        # there for the handle that usually follows (a first write's resume or create takes
+        # it over instead of validating a second one: docs/formats.md#files-and-connections)
+        c = self._connect()
+        try:
+            return self._stored(c, session_id)
+        finally:
+            self._release(c)
+
+    def _stored(self, c: _Connection, session_id: str) -> bool:
+        try:
+            return c.conn.execute("SELECT 1 FROM sessions WHERE id = ?",
+                                  (session_id,)).fetchone() is not None
+        except sqlite3.Error as exc:
+            _fail(exc, "lookup", str(self.path), session_id)
 
     def list_headers(self) -> Iterator[FrozenDict]:
         """Yield every stored header in row order, without reading events.
