@@ -265,7 +265,7 @@ def _stale_source(module: Any) -> str | None:
             text = file.read()
     except OSError:  # a wheel ships no source: nothing to compare the build with
         return None
-    import hashlib  # only a source checkout pays for it (dsh.open imports it anyway)
+    import hashlib  # only a source checkout pays for it (a wheel holds no source: pyproject.toml)
 
     if getattr(module, "SOURCE_SHA256", None) == hashlib.sha256(text).hexdigest():
         return None
