@@ -210,6 +210,27 @@ def test_cli_usage_error_exits_2_with_one_error_line(tmp_path: Path) -> None:
                            "'dsh --help' for the options\n")
 
 
+def test_cli_usage_error_under_json_is_the_json_error_object(tmp_path: Path) -> None:
+    # docs/cli.md#exit-status-and-errors: an error is a JSON object under --json, a usage error
+    # too (it printed the plain error[USAGE] line before), on stderr with exit 2; --json known
+    # only from the command line counts (the parse failed before its callback ran), after "--"
+    # it is an argument
+    dsh = Dsh(tmp_path)
+    missing = dsh("verify", "--json", check=2)
+    assert missing.stdout == ""
+    assert json.loads(missing.stderr) == {
+        "error": "UsageError", "code": "USAGE",
+        "message": "Invalid value for 'ID' / '--all': give a session ID or --all (--against "
+                   "FILE alone checks the sessions its proof names); run 'dsh verify --help' "
+                   "for the options"}
+    bad_value = dsh("ls", "--json", "--no-such-option", check=2)
+    assert json.loads(bad_value.stderr) == {
+        "error": "UsageError", "code": "USAGE",
+        "message": "No such option: --no-such-option; run 'dsh ls --help' for the options"}
+    after_dashes = dsh("search", "--no-such-option", "--", "--json", check=2)
+    assert after_dashes.stderr.startswith("error[USAGE]: No such option: --no-such-option")
+
+
 def test_cli_a_command_option_put_before_the_command_says_where_it_goes(tmp_path: Path) -> None:
     # 'dsh --store X ls' is how many tools take a global option; dsh's are each command's
     proc = Dsh(tmp_path)("--store", str(tmp_path / "s.db"), "ls", check=2)

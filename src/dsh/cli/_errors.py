@@ -161,7 +161,15 @@ def _misplaced_option(error: typer.TyperException, ctx: Any) -> str:
             f"'{ctx.command_path} {command} {option}{_COMMAND_OPTIONS[option]}'")
 
 
-def _print_usage_error(error: typer.TyperException) -> None:
+def _asked_for_json(args: Sequence[str]) -> bool:
+    # A usage error may come before the command's --json callback ran (a missing argument, an
+    # option refused while parsing): a literal --json on the command line, before any "--",
+    # asks for JSON all the same (docs/cli.md#exit-status-and-errors).
+    words = args[:args.index("--")] if "--" in args else args
+    return STATE.json or "--json" in words
+
+
+def _print_usage_error(error: typer.TyperException, args: Sequence[str] = ()) -> None:
     # Keep click's usage line (it names the command), then our one error line.
     format_message = getattr(error, "format_message", None)
     message = " ".join(str(format_message() if format_message else error).split())
@@ -178,8 +186,13 @@ def _print_usage_error(error: typer.TyperException) -> None:
         # after a question (click's "Did you mean 'ls'?") a new sentence, not a "; "
         hint = (f" Run '{ctx.command_path} --help' for the options" if message.endswith("?")
                 else f"; run '{ctx.command_path} --help' for the options")
-    # one line (docs/cli.md#exit-status-and-errors)
-    sys.stderr.write(f"error[USAGE]: {message}{hint}\n")
+    # one line (docs/cli.md#exit-status-and-errors): under --json the object every other
+    # error prints, with the same keys
+    if _asked_for_json(args):
+        as_json = {"error": "UsageError", "code": "USAGE", "message": f"{message}{hint}"}
+        sys.stderr.write(json.dumps(as_json, ensure_ascii=False) + "\n")
+    else:
+        sys.stderr.write(f"error[USAGE]: {message}{hint}\n")
 
 
 class Runnable(Protocol):
@@ -242,7 +255,7 @@ def run(command: Runnable, argv: Sequence[str] | None = None, *,
         _say_interrupted()
         return EXIT_INTERRUPTED
     except typer.TyperException as error:  # click's ClickException / UsageError (vendored)
-        _print_usage_error(error)
+        _print_usage_error(error, args)
         code = getattr(error, "exit_code", EXIT_USAGE)
         return code if isinstance(code, int) else EXIT_USAGE
     except KeyboardInterrupt:
