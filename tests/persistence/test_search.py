@@ -612,3 +612,29 @@ def test_an_older_sidecar_another_search_just_built_again_is_not_dropped(
     assert mine.execute("SELECT session_id, events FROM indexed").fetchall() == [("a", 2)]
     assert mine.execute("SELECT text FROM messages").fetchall() == [("Error here",)]
     mine.close()
+
+
+def test_a_session_cut_mid_line_is_unreadable_and_gives_no_stale_hits(tmp_path: Path) -> None:
+    """A session named unreadable contributes no hit, not even one the index held from before
+    the damage (docs/stores.md#search; before: a JSONL log cut mid-line after a search was in
+    both `hits`, from the old index, and `unreadable`)."""
+    url = f"jsonl:{tmp_path / 'logs'}"
+    _write(url, "kept", ["needle one"])
+    _write(url, "cut", ["needle two", "needle three"])
+    with dsh.open(url) as store:
+        before = store.search("needle")
+        assert sorted({h.session_id for h in before.hits}) == ["cut", "kept"]
+        assert before.unreadable == ()
+    log = next((tmp_path / "logs").rglob("cut/session.jsonl"))
+    data = log.read_bytes()
+    log.write_bytes(data[:data.rindex(b"needle three") + 4])  # the log ends mid-line
+    with dsh.open(url) as store:
+        after = store.search("needle")
+        assert ([(h.session_id, h.seq) for h in after.hits], after.unreadable) == (
+            [("kept", 2)], ("cut",))
+        assert search(store.persistence, "needle", limit=1).hits[0].session_id == "kept"
+    env = {"NO_COLOR": "1", "HOME": str(tmp_path), "DSH_HOME": str(tmp_path / "home")}
+    as_json = json.loads(subprocess.run(
+        [sys.executable, "-m", "dsh.cli", "search", "needle", "--store", url, "--json"],
+        capture_output=True, text=True, env=env, check=True).stdout)
+    assert ([h["session"] for h in as_json["hits"]], as_json["unreadable"]) == (["kept"], ["cut"])

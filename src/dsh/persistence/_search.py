@@ -937,6 +937,24 @@ def _scan(persistence: Persistence, words: list[str], limit: int
     return hits[:limit], len(headers), unreadable
 
 
+def _readable_rows(index: SearchIndex, words: list[str], limit: int, unreadable: set[str]
+                   ) -> list[tuple[str, int, str, str]]:
+    """``index.query`` without the rows of the sessions named ``unreadable``.
+
+    What the index holds of a session whose log cannot be read now was read before the log
+    changed: no hit comes from it, so a session is either among the hits or among the
+    unreadable, never both. The index is asked again for more when too few rows are left.
+    Rule: docs/stores.md#search.
+    """
+    asked = limit
+    while True:
+        rows = index.query(words, asked)
+        kept = [row for row in rows if row[0] not in unreadable]
+        if not unreadable or len(kept) >= limit or len(rows) < asked:
+            return kept[:limit]
+        asked *= 4
+
+
 def search(persistence: Persistence, query: str, *, limit: int = 20,
            rebuild: bool = False, progress: IndexProgress | None = None) -> SearchResults:
     """Find the messages of every session of the store that hold all the words of ``query``.
@@ -980,7 +998,7 @@ def search(persistence: Persistence, query: str, *, limit: int = 20,
         changes = index.changes()
         read = _update(index, persistence, changes, unreadable_ids, progress)
         index.settle(unreadable_ids)
-        rows = index.query(words, limit)
+        rows = _readable_rows(index, words, limit, set(unreadable_ids))
     finally:
         index.close()
     found = tuple(snippet_of(sid, seq, role, text, words) for sid, seq, role, text in rows)
