@@ -836,39 +836,23 @@ def test_a_big_first_write_does_not_hold_the_store_while_its_items_become_events
     again.close()
 
 
-def test_a_cold_read_and_the_first_write_open_one_connection(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # docs/formats.md#files-and-connections: the write's resume pages in the events before
-    # its restore point's cut (its turn brackets, the last surface node) on the connection
-    # its write handle took over from the cold read, not on a read-only one opened for them
+@pytest.mark.parametrize("read_first", [True, False], ids=["after a cold read", "no read"])
+def test_the_first_write_opens_one_connection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_first: bool) -> None:
+    # docs/formats.md#files-and-connections: after a cold read, the write's resume pages in the
+    # events before its restore point's cut (its turn brackets, the last surface node) on the
+    # connection its write handle took over from the read, not on a read-only one opened for
+    # them; with no read, the store's lookup of whether the session is stored leaves its
+    # validated connection idle and the write handle takes it over (before, the lookup
+    # validated a shared connection of its own and the write handle a second one)
     import os
 
     store = sqlite_url(tmp_path)
     _fill_closed(store, "s")
     opened = _count_connects(monkeypatch)
     session = DshSession("s", store)
-    assert run(session.get_items(limit=3)) == _long_turns(299, 1)[1:]
-    run(session.add_items(_long_turns(300, 1)))
-    session.close()
-    assert len(opened) == 1 and os.path.samefile(opened[0], tmp_path / "sessions.db")
-    monkeypatch.undo()
-    again = DshSession("s", store)
-    assert run(again.get_items(limit=4)) == _long_turns(300, 1)
-    again.close()
-
-
-def test_a_first_write_without_a_read_before_it_opens_one_connection(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # docs/formats.md#files-and-connections: the store's lookup of whether the session is
-    # stored leaves its validated connection idle, and the write handle of the resume that
-    # follows takes it over (before, the lookup validated a shared connection of its own and
-    # the write handle a second one)
-    import os
-
-    store = sqlite_url(tmp_path)
-    _fill_closed(store, "s")
-    opened = _count_connects(monkeypatch)
-    session = DshSession("s", store)
+    if read_first:
+        assert run(session.get_items(limit=3)) == _long_turns(299, 1)[1:]
     run(session.add_items(_long_turns(300, 1)))
     session.close()
     assert len(opened) == 1 and os.path.samefile(opened[0], tmp_path / "sessions.db")
