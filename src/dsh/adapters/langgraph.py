@@ -60,6 +60,7 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Collection,
     Iterable,
     Iterator,
     Mapping,
@@ -249,25 +250,20 @@ class _Codec:
         return blob
 
 
-def _written_calls(pending: Sequence[PendingWrite]) -> frozenset[str]:
-    """The tool call ids the ToolMessages of pending ``messages`` writes answer."""
-    calls: set[str] = set()
+def _pending_tool_messages(pending: Sequence[PendingWrite]) -> Iterator[ToolMessage]:
+    """The ToolMessages of the pending ``messages`` writes, in order."""
     for _, channel, value in pending:
         if channel == _MESSAGES:
             for message in value if isinstance(value, list) else [value]:
                 if isinstance(message, ToolMessage):
-                    calls.add(message.tool_call_id)
-    return frozenset(calls)
+                    yield message
 
 
 def _written_results(pending: Sequence[PendingWrite]) -> dict[str, ToolMessage]:
     """Each tool call id the pending ``messages`` writes answer, with that ToolMessage."""
     results: dict[str, ToolMessage] = {}
-    for _, channel, value in pending:
-        if channel == _MESSAGES:
-            for message in value if isinstance(value, list) else [value]:
-                if isinstance(message, ToolMessage):
-                    results.setdefault(message.tool_call_id, message)
+    for message in _pending_tool_messages(pending):
+        results.setdefault(message.tool_call_id, message)
     return results
 
 
@@ -279,11 +275,9 @@ def _align_written(messages: Sequence[Any], pending: Sequence[PendingWrite]) -> 
     given new input (which discards them) keeps the one ``messages`` holds.
     """
     ids = {m.tool_call_id: m.id for m in messages if isinstance(m, ToolMessage) and m.id}
-    for _, channel, value in pending:
-        if channel == _MESSAGES:
-            for message in value if isinstance(value, list) else [value]:
-                if isinstance(message, ToolMessage) and message.tool_call_id in ids:
-                    message.id = ids[message.tool_call_id]
+    for message in _pending_tool_messages(pending):
+        if message.tool_call_id in ids:
+            message.id = ids[message.tool_call_id]
 
 
 def _answers_of_calls(messages: Sequence[Any]) -> tuple[list[Any], list[bool]]:
@@ -738,7 +732,7 @@ class DshSaver(BaseCheckpointSaver[str]):
         if ns == "" and isinstance(values.get(_MESSAGES), list):
             on = self._on(thread, thread.index.branch(checkpoint_id)) or thread
             values[_MESSAGES] = self._answered_calls(on, values[_MESSAGES],
-                                                     written=_written_calls(pending))
+                                                     written=_written_results(pending).keys())
         checkpoint: dict[str, Any] = {
             "v": data["v"], "id": checkpoint_id, "ts": data["ts"], "channel_values": values,
             "channel_versions": thaw(data["versions"]), "versions_seen": thaw(data["seen"])}
@@ -767,7 +761,7 @@ class DshSaver(BaseCheckpointSaver[str]):
                            status="error" if failed else "success", id=f"dsh-{call_id}")
 
     def _answered_calls(self, thread: _Thread, messages: list[Any], *,
-                        written: frozenset[str] = frozenset(),
+                        written: Collection[str] = frozenset(),
                         carried: Mapping[str, ToolMessage] | None = None) -> list[Any]:
         """``messages`` plus the answers dsh's log holds and the state lacks.
 
