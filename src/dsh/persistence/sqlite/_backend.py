@@ -247,6 +247,34 @@ def _insert_rows(conn: sqlite3.Connection, session_id: str, rows: Sequence[Seque
         done += size
 
 
+BULK_APPEND_ROWS: Final = 1_000
+"""Rows from which an append is a bulk one (an import's or a conversion's batch, not a turn)."""
+BULK_WAL_AUTOCHECKPOINT: Final = 8_192
+"""WAL pages (32 MiB) after which a bulk append's commit checkpoints (SQLite's default: 1,000).
+
+Rule: docs/formats.md#files-and-connections. Each checkpoint syncs the WAL and the database file
+whatever it copies: at 1,000 pages the 44 MB import of bench_cli ran ~27 of them and 112
+``fdatasync`` calls in all; at 8,192, 58 (bench/RESULTS.md). A commit is as durable either way
+(``synchronous = FULL`` syncs the WAL at every commit); the WAL grows to this (plus a batch)
+before it is copied back, and SQLite removes it when the last connection closes."""
+DEFAULT_WAL_AUTOCHECKPOINT: Final = 1_000
+"""SQLite's own ``wal_autocheckpoint``, which every other commit keeps."""
+
+
+def _bulk_checkpoints(conn: sqlite3.Connection, bulk: bool) -> None:
+    """Set the connection's ``wal_autocheckpoint`` for a bulk append's commit, or back after it.
+
+    ``bulk``: :data:`BULK_WAL_AUTOCHECKPOINT` (before the append's transaction), else SQLite's
+    default (after it, whatever happened). A setting takes no lock, so it may run inside the
+    transaction a held resume opened. Rule: docs/formats.md#files-and-connections.
+
+    Raises:
+        sqlite3.Error: the pragma failed.
+    """
+    pages = BULK_WAL_AUTOCHECKPOINT if bulk else DEFAULT_WAL_AUTOCHECKPOINT
+    conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+
+
 IDLE_CONNECTIONS: Final = 2
 """Validated connections a backend keeps for its next handles (see ``SqliteBackend._connect``)."""
 _OWNERSHIP_PRAGMAS: Final = ("PRAGMA schema_version", "PRAGMA user_version",
@@ -1838,10 +1866,13 @@ class SqliteHandle(HandleBase):
         conn = c.conn
         legacy = c.schema_version == LEGACY_SCHEMA_VERSION
         held, self._held = self._held, False
+        bulk = len(rows) >= BULK_APPEND_ROWS  # an import's batch: checkpoints 8x fewer
         try:
             if not held:
                 conn.execute("BEGIN IMMEDIATE")
             try:
+                if bulk:
+                    _bulk_checkpoints(conn, True)
                 quiet, self._quiet = self._quiet, None
                 # held: the resume read the session row and the tail, and checked them, in
                 # this transaction (_load_tail): nothing else committed since
@@ -1894,6 +1925,10 @@ class SqliteHandle(HandleBase):
                 raise
         except sqlite3.Error as exc:
             _fail(exc, "append", self._path, self._id)
+        finally:
+            if bulk:  # the default back (committed or not: a failure here changes timing only)
+                with contextlib.suppress(sqlite3.Error):
+                    _bulk_checkpoints(conn, False)
         # COMMITted: nothing below may fail this append (docs/rules.md#commit-means-committed)
         incarnation = str(found[1])
         stored = [(*r[:6], None) for r in rows] if legacy else rows
