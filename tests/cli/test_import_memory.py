@@ -99,7 +99,8 @@ def test_import_peak_memory_does_not_grow_with_the_transcript(tmp_path: Path, ki
         transcript = tmp_path / f"{megabytes}mb" / "5e551011-0000-4000-8000-00000000abcd.jsonl"
         transcript.parent.mkdir()
         _transcript(transcript, megabytes)
-        store = tmp_path / f"{megabytes}mb.db" if kind == "sqlite" else tmp_path / f"{megabytes}mb"
+        # (a JSONL store in a folder of its own: the transcript's folder is no store)
+        store = tmp_path / (f"{megabytes}mb.db" if kind == "sqlite" else f"{megabytes}mb-store")
         url = f"{kind}:{store}"
         peaks.append(_peak_mb(dsh, transcript, url))
         shown = dsh.json("ls", "--json", "--store", url)

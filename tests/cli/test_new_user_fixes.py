@@ -13,17 +13,22 @@ from tests.cli.test_new_user_walk import dsh
 @pytest.mark.parametrize("args", [
     ("verify", "--all"), ("gc",), ("retention",), ("events", "x"), ("show", "x"),
     ("rm", "x"), ("erase", "--where", "model=x", "--receipt", "r.json"),
+    # the commands that create a store: before, dsh import wrote a store into the folder
+    # (--store ~/.claude/projects) and dsh init called it an existing one, exit 0
+    ("import", "--examples"), ("init",),
 ])
 def test_every_command_refuses_a_folder_that_is_no_store_and_writes_nothing(
         tmp_path: Path, args: tuple[str, ...]) -> None:
     # before: verify --all said "verified 0 sessions: all valid" and gc "0 sessions examined",
-    # exit 0, where dsh ls said NOT_A_STORE
+    # exit 0, where dsh ls said NOT_A_STORE; nothing is created there either
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "README.md").write_text("# notes\n")
     ran = dsh(tmp_path, *args, "--store", str(docs))
     assert ran.returncode == 1, ran.stdout
-    assert ran.stderr == (
+    # (dsh import says first where it imports from)
+    said = ran.stderr.partition("\n")[2] if args[0] == "import" else ran.stderr
+    assert said == (
         f"error[NOT_A_STORE]: jsonl://{docs} is not a dsh store: it holds no sessions and holds "
         "README.md, which a dsh store never holds; pass the store you meant with --store, or "
         "create one in a new folder with 'dsh init --store NEW_FOLDER'\n")

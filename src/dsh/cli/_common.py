@@ -201,8 +201,8 @@ def cli_store(url: str | None, *, create: bool = True,
 
     Raises:
         ConfigError: code STORE_NOT_FOUND for such a URL, or a missing default store; code
-            NOT_A_STORE, for a command that must not create one, when the URL names a folder
-            of other things (:func:`refuse_a_folder_of_other_things`).
+            NOT_A_STORE, for any command (one that creates a store too), when the URL names
+            a folder of other things (:func:`refuse_a_folder_of_other_things`).
     """
     url = store_url(url) if url is not None else None
     if not create:
@@ -214,8 +214,9 @@ def cli_store(url: str | None, *, create: bool = True,
     sessions = open_url(url or default_store_url(), create_schema=create or url is None)
     _wait_for_writers(sessions.persistence, wait)
     try:
-        if not create:
-            refuse_a_folder_of_other_things(sessions)
+        # a command that may create the store too: a store written into a folder of other
+        # things (--store ~/.claude/projects for dsh import) would be one no read accepts
+        refuse_a_folder_of_other_things(sessions)
         yield sessions
     finally:
         sessions.close()
@@ -318,11 +319,12 @@ def refuse_a_folder_of_other_things(sessions: Store) -> None:
     """Refuse a JSONL store whose folder holds no session and names no dsh store holds.
 
     Rule (docs/cli.md#stores-and-ids): ``--store /etc`` is no store; every command that opens
-    an existing store (``ls``, ``verify --all``, ``gc``, ``search``, ...) says so before it
-    reads or writes anything there. The sessions are listed only when the folder's names
-    already look foreign and it holds no SQLite store (:func:`sqlite_stores_in`), so a real
-    store pays one listing of its top folder; a store whose listing reports an unreadable
-    session is left to the command, which names that session.
+    an existing store (``ls``, ``verify --all``, ``gc``, ``search``, ...) or creates one
+    (``import``, ``init``, ...) says so before it reads or writes anything there. The
+    sessions are listed only when the folder's names already look foreign and it holds no
+    SQLite store (:func:`sqlite_stores_in`), so a real store pays one listing of its top
+    folder; a store whose listing reports an unreadable session is left to the command,
+    which names that session.
 
     Raises:
         ConfigError: code ``NOT_A_STORE``, naming a few of the names and ``dsh init``.
