@@ -138,6 +138,26 @@ def test_a_file_that_is_not_sqlite_says_so(tmp_path: Path) -> None:
                                   "database (it starts with b'shopping')")
 
 
+@pytest.mark.parametrize("command", [["show", "1111"], ["import", "--examples"]])
+def test_a_transcript_given_as_the_store_is_pointed_to_dsh_import(
+        tmp_path: Path, command: list[str]) -> None:
+    # a new user reading a transcript through --store (or naming the source of an import
+    # there): before, only "pass the path of a dsh SQLite store, a folder for a JSONL store,
+    # or a new file name"
+    from dsh.cli._cmd_import import examples_dir
+
+    transcript = tmp_path / "simple.jsonl"
+    transcript.write_bytes((Path(str(examples_dir())) / "claude-code" / "simple.jsonl")
+                           .read_bytes())
+    proc = Dsh(tmp_path)(*command, "--store", str(transcript), check=1)
+    assert proc.stderr.splitlines()[-1] == (
+        f"error[NOT_A_SQLITE_DATABASE]: {transcript} is not a SQLite database (it starts "
+        """with b'{"type":'); pass the path of a dsh SQLite store, a folder for a JSONL """
+        "store, or a new file name to create one; a transcript is read after 'dsh import "
+        f"{transcript}'")
+    assert not (tmp_path / "dsh-home").exists()
+
+
 def test_an_empty_store_option_is_refused_not_taken_as_the_current_folder(tmp_path: Path) -> None:
     cli = Dsh(tmp_path)
     work = tmp_path / "work"

@@ -309,9 +309,13 @@ def _refuse_foreign_file(url: str) -> None:
     except OSError:
         return  # the backend reports what is wrong with opening it
     if head and head != _SQLITE_MAGIC:
+        # JSON text (a transcript: dsh show ID --store session.jsonl, or the source of an
+        # import named as its store) is read through an import
+        hint = (f"; a transcript is read after 'dsh import {location}'"
+                if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") else "")
         raise ConfigError(f"{location} is not a SQLite database (it starts with {head[:8]!r}); "
                           "pass the path of a dsh SQLite store, a folder for a JSONL store, or "
-                          "a new file name to create one", code="NOT_A_SQLITE_DATABASE",
+                          f"a new file name to create one{hint}", code="NOT_A_SQLITE_DATABASE",
                           path=str(location))
 
 
