@@ -301,3 +301,29 @@ def test_held_here_tells_a_holder_in_this_process_by_where_not_by_the_message(
         "    print(json.dumps([e.held_here, e.holder_phrase()]))\n")
     assert held_there == [False, "another process (pid 7 on this process)"]
     assert SessionBusyError("busy").held_here is False  # no holder named: not this process
+
+
+def test_a_second_path_to_a_held_lock_file_is_refused_as_held_by_this_process(
+        tmp_path: Path) -> None:
+    # the in-process registry is keyed by the lock file itself (its device and inode), not by
+    # its path: a store reached through another path (a bind mount; here a hard link of the
+    # lock file) is refused at once as held here, naming this process, where before flock
+    # refused it as another process's lock that its owner file (at the other path) could not
+    # name, and a waiting writer waited for it (docs/formats.md#lock-and-owner-files)
+    from dsh._errors import SessionBusyError
+
+    lock_path = tmp_path / "a" / "session.lock"
+    holder = SessionLock(lock_path, "s")
+    other = tmp_path / "b" / "session.lock"
+    other.parent.mkdir()
+    os.link(lock_path, other)
+    try:
+        with pytest.raises(SessionBusyError) as info:
+            SessionLock(other, "s")
+    finally:
+        holder.release()
+    assert info.value.held_here is True
+    assert info.value.where["pid"] == os.getpid()
+    assert info.value.where["path"] == str(other)
+    again = SessionLock(other, "s")  # released: the refused attempt kept nothing held
+    again.release()

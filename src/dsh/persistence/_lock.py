@@ -19,7 +19,10 @@ refused writer reads the owner file), with ``filelock`` by an ``lstat`` first.
 
 ``flock`` excludes other open files of the lock file in this process too, but ``filelock`` locks
 are re-entrant inside one process (same path → same lock object), so the in-process exclusion
-is a separate registry of held paths guarded by a mutex, naming the holder.
+is a separate registry of held locks guarded by a mutex, naming the holder. With ``flock`` it is
+keyed by the opened lock file's device and inode (one ``fstat`` of the descriptor the lock is
+taken on: no walk of the folder's path, which cost a fresh process's first write ~0.1 ms, and
+every path to the same file meets the same key); with ``filelock`` by the resolved path.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import NoReturn, Protocol
+
+import orjson
 
 from dsh._errors import PersistenceError, SessionBusyError, printable
 from dsh.persistence._paths import mkdir_private, refuse_symlink
@@ -45,7 +50,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: filelock's msvcrt lock
     fcntl = None  # type: ignore[assignment]
 
-_held: dict[str, dict[str, object]] = {}  # lock key -> holder info, for in-process refusals
+_held: dict[object, dict[str, object]] = {}  # lock key -> holder info, for in-process refusals
 _held_mutex = threading.Lock()
 
 
@@ -76,6 +81,19 @@ def _read_owner(owner_path: Path) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
+def _owner_record(info: dict[str, object]) -> bytes:
+    """The owner file's JSON object (``{"pid", "host", "since", "session"}``) as bytes.
+
+    orjson's (a fresh process's first ``json.dumps`` costs ~25 us of its first write); a host or
+    session name orjson refuses (a lone surrogate from an undecodable host name) goes through
+    ``json.dumps``, which escapes it. Readers parse either (docs/formats.md#lock-and-owner-files).
+    """
+    try:
+        return orjson.dumps(info)
+    except orjson.JSONEncodeError:
+        return json.dumps(info).encode()
+
+
 _LINK_ERRNOS: frozenset[int] = frozenset({errno.ELOOP, errno.EMLINK})
 """What an ``O_NOFOLLOW`` open of a symlink fails with: ELOOP (Linux, macOS), EMLINK (FreeBSD)."""
 
@@ -84,14 +102,15 @@ _resolved: dict[str, str] = {}
 
 
 def _key(lock_path: Path) -> str:
-    """The in-process registry key of a lock file: its folder resolved, then its name.
+    """The in-process registry key of a lock file without ``fcntl``: its folder resolved + name.
 
     An absolute folder is resolved once per process (a walk of its components, one ``lstat``
-    each); the key only names an in-process holder, since ``flock`` excludes every other
-    open of the file anyway, in this process too. That is why a resolution kept after the
-    folder was moved or relinked is safe: a second handle whose key differs is still refused
-    by ``flock`` (another open of the same file), and one whose key matches another file is
-    refused as busy; the cache can refuse too much, never let two writers in.
+    each); the key only names an in-process holder, since the OS lock excludes every other
+    open of the file anyway (``msvcrt`` locks a file region per handle, as ``flock`` locks per
+    open file). That is why a resolution kept after the folder was moved or relinked is
+    safe: a second handle whose key differs is still refused by the OS lock, and one whose key
+    matches another file is refused as busy; the cache can refuse too much, never let two
+    writers in. (With ``fcntl`` the key is the file's device and inode: :meth:`_Flock.key`.)
     """
     folder = str(lock_path.parent)
     if not lock_path.is_absolute():
@@ -103,6 +122,8 @@ def _key(lock_path: Path) -> str:
 
 
 class _OsLock(Protocol):
+    def key(self) -> object: ...
+
     def acquire(self) -> bool: ...
 
     def release(self) -> None: ...
@@ -114,31 +135,52 @@ class _Flock:
     def __init__(self, path: str) -> None:
         self._path = path
         self._fd: int | None = None
+        self._locked = False
 
-    def acquire(self) -> bool:
-        """Take the lock without blocking: False when another open file holds it.
+    def key(self) -> object:
+        """Open the lock file (created 0600 when missing) and return its ``(device, inode)``.
+
+        The in-process registry key: the file itself, whatever path reached it.
 
         Raises:
-            OSError: the file cannot be opened or locked (a folder we may not write in).
+            OSError: the file cannot be opened (a folder we may not write in; ``ELOOP`` or
+                ``EMLINK``: a symlink there).
         """
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
                      | os.O_NONBLOCK, 0o600)  # (O_NONBLOCK: a FIFO put there never blocks)
+        self._fd = fd
+        info = os.fstat(fd)
+        return (info.st_dev, info.st_ino)
+
+    def acquire(self) -> bool:
+        """Take the lock on the file :meth:`key` opened, without blocking.
+
+        Returns False when another open file holds it (the file is closed then).
+
+        Raises:
+            OSError: the file cannot be locked.
+        """
+        fd = self._fd
+        if fd is None:  # (key() was not asked: open it now)
+            self.key()
+            fd = self._fd
+            assert fd is not None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
+            self.release()
             return False
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
+        self._locked = True
         return True
 
     def release(self) -> None:
+        """Unlock (when locked) and close the lock file; idempotent."""
         fd, self._fd = self._fd, None
+        locked, self._locked = self._locked, False
         if fd is not None:
             try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                if locked:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
 
@@ -150,8 +192,12 @@ class _PortableLock:
         # Imported here: reading a store (`dsh ls`) takes no lock and skips its ~10 ms import.
         from filelock import FileLock
 
+        self._path = path
         self._lock = FileLock(path, timeout=0, mode=0o600, thread_local=False,
                               is_singleton=False, preserve_lock_file=True)
+
+    def key(self) -> object:
+        return _key(Path(self._path))
 
     def acquire(self) -> bool:
         from filelock import Timeout
@@ -195,35 +241,36 @@ class SessionLock:
         if fcntl is None:  # (with fcntl the O_NOFOLLOW opens refuse a link: named then)
             refuse_symlink(lock_path, "a lock file")
             refuse_symlink(self.owner_path, "a lock owner file")
-        key = _key(lock_path)
-        self._key = key
         self.since = int(time.time() * 1000)
         self.pid = os.getpid()
         self.host = socket.gethostname()
         info: dict[str, object] = {"pid": self.pid, "host": self.host, "since": self.since,
                                    "session": session_id}
+        self._lock = os_lock(str(lock_path))
+        try:
+            # the registry key; with flock this opens the lock file, not locked yet
+            key = self._lock.key()
+        except OSError as exc:  # a folder we may not write in
+            self._lock.release()
+            self._unavailable(exc)
+        self._key = key
         with _held_mutex:
             holder = _held.get(key)
             if holder is not None:
+                self._lock.release()
                 self._busy(holder, in_process=True)
             _held[key] = info
-        self._lock = os_lock(str(lock_path))
         try:
             acquired = self._lock.acquire()
-        except OSError as exc:  # a folder we may not write in
+        except OSError as exc:
             with _held_mutex:
                 _held.pop(key, None)
-            if exc.errno in _LINK_ERRNOS:  # the O_NOFOLLOW open met a link there
-                refuse_symlink(lock_path, "a lock file")  # SYMLINK, named
-            raise PersistenceError(
-                f"cannot take the write lock {lock_path} of session {session_id!r}: "
-                f"{exc.strerror or exc}; writing to a session needs write access to its "
-                f"folder {lock_path.parent} (commands that only read it, such as dsh show, "
-                "do not)", code="LOCK_UNAVAILABLE", session_id=session_id,
-                path=str(lock_path)) from exc
+            self._lock.release()
+            self._unavailable(exc)
         except BaseException:
             with _held_mutex:
                 _held.pop(key, None)
+            self._lock.release()
             raise
         if not acquired:
             with _held_mutex:
@@ -246,7 +293,7 @@ class SessionLock:
                         refuse_symlink(self.owner_path, "a lock owner file")  # SYMLINK
                     raise
                 os.ftruncate(self._owner_fd, 0)
-                data = json.dumps(info).encode()
+                data = _owner_record(info)
                 if os.write(self._owner_fd, data) != len(data):
                     raise OSError(f"short write to the lock owner file {self.owner_path}")
             except OSError as exc:
@@ -260,7 +307,18 @@ class SessionLock:
             self.release()  # never keep a lock whose holder cannot be named
             raise
 
-    def _busy(self, owner: dict[str, object], *, in_process: bool) -> None:
+    def _unavailable(self, exc: OSError) -> NoReturn:
+        """Raise for a lock file that cannot be opened or locked (``SYMLINK`` or ``LOCK_...``)."""
+        if exc.errno in _LINK_ERRNOS:  # the O_NOFOLLOW open met a link there
+            refuse_symlink(self.path, "a lock file")  # SYMLINK, named
+        raise PersistenceError(
+            f"cannot take the write lock {self.path} of session {self.session_id!r}: "
+            f"{exc.strerror or exc}; writing to a session needs write access to its "
+            f"folder {self.path.parent} (commands that only read it, such as dsh show, "
+            "do not)", code="LOCK_UNAVAILABLE", session_id=self.session_id,
+            path=str(self.path)) from exc
+
+    def _busy(self, owner: dict[str, object], *, in_process: bool) -> NoReturn:
         # The owner file is anyone's text: only an int is a pid or a time, and the host is
         # shown with its control characters escaped, so neither the message a library caller
         # prints nor ``where`` can drive a terminal (docs/errors.md#sessionbusyerror).
