@@ -279,6 +279,25 @@ def test_a_holder_whose_host_says_this_process_is_waited_for(tmp_path: Path) -> 
     assert tries[:2] == [1, "another process"] and tries.count(1) > 1  # waited, tried again
 
 
+def _refused_while_held(lock_path: Path, second: Path, *, link: bool = False) -> Any:
+    """The ``SessionBusyError`` of ``SessionLock(second)`` while ``lock_path`` is held here.
+
+    ``link``: ``second`` is made a hard link of the held lock file first.
+    """
+    from dsh._errors import SessionBusyError
+
+    holder = SessionLock(lock_path, "s")
+    try:
+        if link:
+            second.parent.mkdir()
+            os.link(lock_path, second)
+        with pytest.raises(SessionBusyError) as info:
+            SessionLock(second, "s")
+    finally:
+        holder.release()
+    return info.value
+
+
 def test_held_here_tells_a_holder_in_this_process_by_where_not_by_the_message(
         tmp_path: Path) -> None:
     # docs/errors.md#sessionbusyerror: a second lock of this process is held here; one held by
@@ -286,14 +305,9 @@ def test_held_here_tells_a_holder_in_this_process_by_where_not_by_the_message(
     from dsh._errors import SessionBusyError
 
     lock_path = tmp_path / "s" / "session.lock"
-    holder = SessionLock(lock_path, "s")
-    try:
-        with pytest.raises(SessionBusyError) as info:
-            SessionLock(lock_path, "s")
-    finally:
-        holder.release()
-    assert info.value.held_here is True
-    assert info.value.holder_phrase() == f"this process (pid {os.getpid()} on {os.uname()[1]})"
+    refused = _refused_while_held(lock_path, lock_path)
+    assert refused.held_here is True
+    assert refused.holder_phrase() == f"this process (pid {os.getpid()} on {os.uname()[1]})"
     held_there = _held_by_owner(
         tmp_path / "there", {"pid": 7, "host": "this process", "since": 0},
         "try:\n    SessionLock(Path(sys.argv[1]), 's')\n"
@@ -310,20 +324,12 @@ def test_a_second_path_to_a_held_lock_file_is_refused_as_held_by_this_process(
     # lock file) is refused at once as held here, naming this process, where before flock
     # refused it as another process's lock that its owner file (at the other path) could not
     # name, and a waiting writer waited for it (docs/formats.md#lock-and-owner-files)
-    from dsh._errors import SessionBusyError
 
     lock_path = tmp_path / "a" / "session.lock"
-    holder = SessionLock(lock_path, "s")
     other = tmp_path / "b" / "session.lock"
-    other.parent.mkdir()
-    os.link(lock_path, other)
-    try:
-        with pytest.raises(SessionBusyError) as info:
-            SessionLock(other, "s")
-    finally:
-        holder.release()
-    assert info.value.held_here is True
-    assert info.value.where["pid"] == os.getpid()
-    assert info.value.where["path"] == str(other)
+    refused = _refused_while_held(lock_path, other, link=True)
+    assert refused.held_here is True
+    assert refused.where["pid"] == os.getpid()
+    assert refused.where["path"] == str(other)
     again = SessionLock(other, "s")  # released: the refused attempt kept nothing held
     again.release()
