@@ -36,7 +36,6 @@ from dsh._errors import (
     SessionBusyError,
     SessionNotFoundError,
 )
-from dsh._messages import create_assistant_message
 from dsh.adapters._records import RECORD_KEY as RECORD_KEY
 from dsh.adapters._records import record_picker, records_at
 from dsh.agent import Recorder, StepRecorder, TurnRecorder
@@ -52,23 +51,24 @@ from dsh.persistence import (
 )
 from dsh.session import (
     PAGE_EVENTS,
+    REMOVAL_MODEL,
     Event,
     NodeSeqs,
     PagedLog,
     Session,
     SessionStore,
+    append_removals,
+    append_withheld,
     open_turn_closers,
+    removal_runs,
 )
+from dsh.session import REMOVED_RESULT_TEXT as REMOVED_RESULT_TEXT
+from dsh.session import apply_old_marks as session_apply_old_marks
 
 _T = TypeVar("_T")
 
 DEFAULT_WAIT_S: Final = 5.0
 """How long an adapter waits for a session another process is writing (seconds), as the CLI."""
-
-REMOVAL_MODEL: Final = "surface-removal"
-"""``source.model`` (provider ``dsh``) of the empty ``assistant/message`` that takes removed
-messages off the surface; its ``source.removal`` says why and what (see
-:func:`remove_from_surface`)."""
 
 logger = logging.getLogger(__name__)
 
@@ -127,10 +127,10 @@ def remove_from_surface(shaper: TurnShaper, seqs: Sequence[int], *, form: str,
     Each run of consecutive surface nodes among ``seqs`` is shadowed by one ``assistant/message``
     replace whose content is empty, which projects no message (core: an assistant message with
     empty content derives none), citing the nodes it shadows in ``sourceEventSeqs``. Each sits
-    in a turn and step of its own, so the log keeps its turn/step invariants. With
+    in a step of its own, in one turn, so the log keeps its turn/step invariants. With
     ``replacement`` (one run only), that assistant message stands in for the run instead (a pop
     of one record out of a grouped event). A ``system/message`` at surface node 0 stays: only a
-    system message may shadow it.
+    system message may shadow it. (:func:`dsh.session.append_removals` writes them.)
 
     Args:
         shaper: The live session's turn bracket; its open turn is ended first.
@@ -144,47 +144,15 @@ def remove_from_surface(shaper: TurnShaper, seqs: Sequence[int], *, form: str,
     Rule: docs/adapters.md#cleared-means-cleared
     """
     session = shaper.session
-    nodes = session.surface.nodes
-    wanted = set(seqs)
-    runs: list[list[int]] = []
-    previous = -2
-    for position, seq in enumerate(nodes):
-        if seq not in wanted or (position == 0 and session.event_at(seq)["type"]
-                                 == "system/message"):
-            continue
-        if position == previous + 1 and runs:
-            runs[-1].append(seq)
-        else:
-            runs.append([seq])
-        previous = position
+    runs = removal_runs(session, seqs)
     if not runs:
         return []
     if replacement is not None and len(runs) != 1:
         raise AdapterError(f"a replacement stands in for one run of surface nodes; got "
                            f"{len(runs)}", code="ADAPTER_ITEM", session_id=session.id)
     shaper.end_turn()
-    before = session.seq
-    recorder = shaper.recorder
-    turn = recorder.turn()
-    for run in runs:
-        step = turn.step()
-        if replacement is not None:
-            made, source = replacement, {**replacement["source"], "replaces": list(run)}
-        else:
-            made = create_assistant_message(content=[], provider="dsh", model=REMOVAL_MODEL)
-            source = {**made["source"], "removal": {"form": form, "removed": list(run)}}
-        session.append("assistant/message",
-                       {"turn": turn.number, "step": step.number,
-                        "message": {**made, "source": source}},
-                       surface_op={"op": "replace", "start": run[0], "end": run[-1]},
-                       source_event_seqs=list(run))
-        step.end()
-    turn.end()
-    return list(session.events[before:])
-
-REMOVED_RESULT_TEXT: Final = "[removed from the model view: this tool output was popped]"
-"""The content of the placeholder result :func:`withhold_result` leaves for a removed result
-(``dsh show`` marks a rewritten result of this text REMOVED)."""
+    return append_removals(session, runs, form=form, turn=shaper.recorder.next_turn,
+                           replacement=replacement)
 
 
 def withhold_result(shaper: TurnShaper, seq: int, fmt: str) -> Event:
@@ -194,36 +162,16 @@ def withhold_result(shaper: TurnShaper, seq: int, fmt: str) -> Event:
     (``dsh verify``, a provider's request): the node is replaced, in a turn and step of its
     own, by a content-only rewrite of the result (as a quarantine placeholder is,
     docs/forgetting.md#quarantine) whose text is :data:`REMOVED_RESULT_TEXT`, and an
-    ``<fmt>/closed-early`` mark names the placeholder, so the framework reads no item for it.
-    The log keeps the result's bytes.
+    ``<fmt>/closed-early`` mark names the placeholder, so the framework reads no item for it
+    (:func:`dsh.session.append_withheld` writes them). The log keeps the result's bytes.
 
     Returns:
         The placeholder event.
 
     Rule: docs/adapters.md#cleared-means-cleared
     """
-    session = shaper.session
-    data = session.event_at(seq)["data"]
-    message = data["message"]
-    block = message["content"][0]
-    text = {"type": "text", "text": REMOVED_RESULT_TEXT}
     shaper.end_turn()
-    turn = shaper.recorder.turn()
-    step = turn.step()
-    made = session.append("tool/result",
-                          {**data, "message": {**message,
-                                               "content": [{**block, "content": [text]}]}},
-                          surface_op={"op": "replace", "start": seq, "end": seq},
-                          source_event_seqs=[seq])
-    step.end()
-    turn.end()
-    shaper.mark(f"{fmt}/closed-early", {"seqs": [made["seq"]]})
-    return made
-
-
-OLD_MARK_FORMATS: Final = ("openai-agents", "langchain", "pydantic-ai")
-"""The record formats whose adapters wrote ``<fmt>/pop`` and ``<fmt>/clear`` marks before
-removals went onto the surface (a12a84a until bef2f0b)."""
+    return append_withheld(shaper.session, seq, fmt, turn=shaper.recorder.next_turn)
 
 
 def apply_old_marks(session: Session) -> list[Event]:
@@ -231,47 +179,19 @@ def apply_old_marks(session: Session) -> list[Event]:
 
     A log written before bef2f0b holds ``<fmt>/clear {through}`` (every surface node up to
     seq ``through`` removed) and ``<fmt>/pop {seq, index}`` (a record of event ``seq``
-    removed) as ignorable marks that only the adapter honoured. Each is applied here as the
-    surface removal it stands for (:func:`remove_from_surface`; a popped ``tool/result`` is
-    withheld, :func:`withhold_result`, so its call stays answered), so the model view drops
-    what was removed. Nodes already off the surface are skipped: applying twice adds nothing.
-    ``session`` is a detached restore (``dsh messages``, ``dsh export``): nothing is written.
+    removed) as ignorable marks that only the adapter honoured. Each is applied as the
+    surface removal it stands for (:func:`dsh.session.apply_old_marks`: a popped
+    ``tool/result`` is withheld, so its call stays answered), so the model view drops what
+    was removed. Nodes already off the surface are skipped: applying twice adds nothing.
+    A writer's resume appends them once for good (docs/rules.md#resume); a read-only caller
+    (``dsh messages``, ``dsh export``) hands a detached restore: nothing is written.
 
     Returns:
         The events appended to ``session``.
 
     Rule: docs/forgetting.md#logs-from-before-surface-removals
     """
-    clears = {f"{fmt}/clear": fmt for fmt in OLD_MARK_FORMATS}
-    pops = {f"{fmt}/pop": fmt for fmt in OLD_MARK_FORMATS}
-    through = -1
-    popped: list[tuple[int, str]] = []
-    for event in session.events:
-        kind = event["type"]
-        if kind not in clears and kind not in pops:
-            continue
-        data = event["data"]
-        field = "through" if kind in clears else "seq"
-        value = data.get(field) if isinstance(data, Mapping) else None
-        if type(value) is not int or event.get("ignorable") is not True:
-            continue  # not the shape the adapter wrote: the adapter's read names it
-        if kind in clears:
-            through = max(through, value)
-        else:
-            popped.append((value, pops[kind]))
-    if through < 0 and not popped:
-        return []
-    before = session.seq
-    shaper = TurnShaper(Recorder(session, flush_on_turn_end=False), "dsh")
-    remove_from_surface(shaper, [seq for seq in session.surface.nodes if seq <= through],
-                        form="clear")
-    on_surface = set(session.surface.nodes)
-    for seq, fmt in popped:
-        if seq in on_surface and session.event_at(seq)["type"] == "tool/result":
-            withhold_result(shaper, seq, fmt)
-    remove_from_surface(shaper, [seq for seq, _ in popped if seq in on_surface
-                                 and session.event_at(seq)["type"] != "tool/result"], form="pop")
-    return list(session.events[before:])
+    return session_apply_old_marks(session)
 
 
 def _call_ids(records: Sequence[Any]) -> set[str]:

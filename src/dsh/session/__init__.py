@@ -32,6 +32,20 @@ from dsh.session._header import (
     make_header,
     validate_header,
 )
+from dsh.session._old_marks import (
+    NO_OLD_MARKS,
+    OLD_MARK_FORMATS,
+    OLD_MARK_TYPES,
+    REMOVAL_MODEL,
+    REMOVED_RESULT_TEXT,
+    OldMarks,
+    append_removals,
+    append_withheld,
+    apply_old_marks,
+    next_turn,
+    old_mark,
+    removal_runs,
+)
 from dsh.session._paging import PAGE_EVENTS, EventSource, PagedLog
 from dsh.session._repair import (
     TOOL_NOT_STARTED,
@@ -153,6 +167,18 @@ __all__ = [
     "validate_header",
     "stored_event_problem",
     "wall_clock_ms",
+    "NO_OLD_MARKS",
+    "OLD_MARK_FORMATS",
+    "OLD_MARK_TYPES",
+    "REMOVAL_MODEL",
+    "REMOVED_RESULT_TEXT",
+    "OldMarks",
+    "append_removals",
+    "append_withheld",
+    "apply_old_marks",
+    "next_turn",
+    "old_mark",
+    "removal_runs",
 ]
 
 # The log checker and the pairing helpers are read by verify, import, compaction and tests,
