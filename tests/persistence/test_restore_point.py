@@ -28,7 +28,7 @@ from dsh.persistence import Persistence, open_backend
 from dsh.persistence import _restore_point as rp
 from dsh.persistence._seal import read_seal, reset_seal
 from dsh.persistence.jsonl import _restore_point as jrp
-from dsh.session import LazyNodes, PagedLog, Session
+from dsh.session import NO_OLD_MARKS, LazyNodes, PagedLog, Session
 from dsh.testing._stores import postgres_unreachable, temporary_postgres_url
 from tests.strategies import (
     Script,
@@ -471,8 +471,9 @@ def test_verify_flags_a_prefix_edit_a_resume_would_not_see(kind: str, root: Path
     assert out["violations"]  # the full read refuses the edited bytes
 
 
-def test_published_dsh_reads_a_folder_holding_a_restore_point(tmp_path: Path) -> None:
-    import json
+def peer_export(root: Path, out: Path) -> None:
+    """The published dsh (Node) exports the JSONL store at ``root`` into ``out`` (one
+    ``<id>.json`` a session: its events as it reads them); a loud skip when it is not set up."""
     import os
     import subprocess
 
@@ -481,16 +482,22 @@ def test_published_dsh_reads_a_folder_holding_a_restore_point(tmp_path: Path) ->
     if not node.is_file() or not (peer / "app" / "export.mjs").is_file():
         pytest.skip("SKIPPED LOUDLY: the published dsh is not set up (run "
                     "../shared/peers/dsh-node/setup.sh /tmp/dsh-node or set DSH_NODE_DIR)")
+    proc = subprocess.run([str(node), str(peer / "app" / "export.mjs"), "jsonl", str(root),
+                           str(out)], capture_output=True, text=True, cwd=peer / "app",
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_published_dsh_reads_a_folder_holding_a_restore_point(tmp_path: Path) -> None:
+    import json
+
     root = tmp_path / "store"
     long_store("jsonl", root, open_turn=True, system=False)
     assert ckpt_file(root).is_file() and list(root.rglob("session.jsonl.seal"))
     with Persistence(open_backend(url_of("jsonl", root))) as persistence:
         ours = [dict(e) for e in persistence.read("s").stored_events]
     out = tmp_path / "export"
-    proc = subprocess.run([str(node), str(peer / "app" / "export.mjs"), "jsonl", str(root),
-                           str(out)], capture_output=True, text=True, cwd=peer / "app",
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    peer_export(root, out)
     view = json.loads((out / "s.json").read_text())
     # dsh closes the open turn in memory with its own wording; the stored log is the same
     assert view["events"][:len(ours)] == ours
@@ -1120,26 +1127,39 @@ def test_a_page_index_listed_as_pairs_is_still_read() -> None:
             rp.decode_restore_point(forged, session_id="s", backend="jsonl")
 
 
-@pytest.mark.parametrize("fmt", [1, 2])
-@pytest.mark.parametrize("open_turn", [False, True])
-def test_a_resumed_recorder_numbers_its_next_turn_from_either_restore_point_format(
-        kind: str, root: Path, monkeypatch: pytest.MonkeyPatch, fmt: int,
-        open_turn: bool) -> None:
-    """Format 2 names the last turn: the recorder reads nothing before the cut for it.
-
-    Format 1 points (written before ``lastTurn``) are still read, verified consistent, and the
-    recorder reads the log back for the number; either way the next turn is the right one.
-    """
+def _older_states(patched: pytest.MonkeyPatch, fmt: int) -> None:
+    """Make this process's writers keep restore points of format ``fmt`` (1: no ``lastTurn``,
+    2: no ``oldMarks``; 3: as now), as a writer before that format did."""
     from dataclasses import replace
 
-    from dsh.agent import Recorder
     from dsh.session import RestoreFold
 
+    state = RestoreFold.state
+    if fmt == 1:
+        patched.setattr(RestoreFold, "state", lambda self: replace(
+            state(self), last_turn=None, old_marks=None))
+    elif fmt == 2:
+        patched.setattr(RestoreFold, "state", lambda self: replace(state(self),
+                                                                     old_marks=None))
+
+
+@pytest.mark.parametrize("fmt", [1, 2, 3])
+@pytest.mark.parametrize("open_turn", [False, True])
+def test_a_resumed_recorder_numbers_its_next_turn_from_any_restore_point_format(
+        kind: str, root: Path, monkeypatch: pytest.MonkeyPatch, fmt: int,
+        open_turn: bool) -> None:
+    """Format 3 names the last turn (and the old adapter marks): the resume pages the prefix
+    and the recorder reads nothing before the cut for the number.
+
+    Points of format 1 (before ``lastTurn``) and 2 (before ``oldMarks``) are still read and
+    verified consistent; a writer's resume does not page through them (they cannot say
+    whether the prefix holds an old mark, docs/formats.md#restore-points) but reads the
+    whole log; either way the next turn is the right one.
+    """
+    from dsh.agent import Recorder
+
     with monkeypatch.context() as patched:
-        if fmt == 1:  # a writer before format 2: states that do not know their last turn
-            state = RestoreFold.state
-            patched.setattr(RestoreFold, "state",
-                            lambda self: replace(state(self), last_turn=None))
+        _older_states(patched, fmt)
         long_store(kind, root, turns=5, open_turn=open_turn)
     assert f'"format":{fmt},'.encode() in ckpt_file(root).read_bytes()
     url = url_of(kind, root)
@@ -1154,10 +1174,10 @@ def test_a_resumed_recorder_numbers_its_next_turn_from_either_restore_point_form
     monkeypatch.setattr(PagedLog, "select_back", counted)
     with dsh.open(url, clock=StepClock(2_000_000_000_000)).sessions as store:
         session = store.resume("s")
-        assert isinstance(session._log, PagedLog)
-        assert (session.prefix_turns() is None) is (fmt == 1)
+        assert isinstance(session._log, PagedLog) is (fmt == 3)
+        assert (session.prefix_turns() is None) is (fmt != 3)
         recorder = Recorder(session, store=store)
-        assert bool(walks) is (fmt == 1)
+        assert not walks
         next_turn = 7 if open_turn else 6  # the interrupted turn 6 was closed by the resume
         assert recorder.next_turn == next_turn
         with recorder.turn():
@@ -1168,18 +1188,15 @@ def test_a_resumed_recorder_numbers_its_next_turn_from_either_restore_point_form
     assert _verified_in_process(url)[1] == []
 
 
+@pytest.mark.parametrize("fmt", [1, 2])
 @pytest.mark.parametrize("kind", [*KINDS, "postgresql"])
-def test_a_writer_continuing_from_a_format_1_point_writes_format_1_until_its_next_turn_start(
-        kind: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/formats.md#restore-points: a writer resumed from a format 1 point (no ``lastTurn``)
-    does not know the last turn until it appends a ``turn/start``; its restore points stay
-    format 1 until then (each consistent with the log), then are format 2 naming that turn,
-    and a resume from each numbers the next turn right. On every store kind, PostgreSQL's
+def test_a_writer_finding_an_older_restore_point_leaves_a_format_3_one(
+        kind: str, root: Path, monkeypatch: pytest.MonkeyPatch, fmt: int) -> None:
+    """docs/formats.md#restore-points: a writer that finds a format 1 or 2 point reads the
+    whole log once, and the restore point it leaves is format 3 (its last turn and old marks
+    known); a resume from it numbers the next turn right. On every store kind, PostgreSQL's
     restore point table included."""
-    from dataclasses import replace
-
     from dsh.agent import Recorder
-    from dsh.session import RestoreFold
 
     pg = contextlib.ExitStack()
     if kind == "postgresql":
@@ -1190,12 +1207,12 @@ def test_a_writer_continuing_from_a_format_1_point_writes_format_1_until_its_nex
     else:
         url = url_of(kind, root)
 
-    def last_turn() -> int | None:
+    def state() -> Any:
         with Persistence(open_backend(url)) as persistence, \
                 persistence.open("s", "read") as handle:
             point, cold, _ = handle.read_from_restore_point()
             assert not cold.events  # written at the writer's close: no tail after its cut
-            return point.state.last_turn
+            return point.state
 
     def resumed_next_turn() -> int:
         with dsh.open(url, clock=StepClock(3_000_000_000_000)).sessions as store:
@@ -1204,20 +1221,42 @@ def test_a_writer_continuing_from_a_format_1_point_writes_format_1_until_its_nex
             return Recorder(session, store=store).next_turn
 
     with pg:
-        with monkeypatch.context() as patched:  # a writer before format 2
-            state = RestoreFold.state
-            patched.setattr(RestoreFold, "state",
-                            lambda self: replace(state(self), last_turn=None))
+        with monkeypatch.context() as patched:  # a writer before format 3
+            _older_states(patched, fmt)
             long_store(kind, root, turns=3, url=url)
-        assert last_turn() is None
+        assert (state().last_turn is None) is (fmt == 1) and state().old_marks is None
         with dsh.open(url, clock=StepClock(2_000_000_000_000)).sessions as store:
             session = store.resume("s")
+            assert not isinstance(session._log, PagedLog)  # the whole log, once
             session.append("system/message", system_message(), surface_op="append")
-        assert last_turn() is None  # no turn/start since the format 1 cut: still format 1
+        assert (state().last_turn, state().old_marks) == (3, NO_OLD_MARKS)
         assert resumed_next_turn() == 4
         assert _verified_in_process(url)[0] == "consistent"
-        with dsh.open(url, clock=StepClock(2_100_000_000_000)).sessions as store:
-            completed_turn(store.resume("s"), 4, call_ids=["c4"])
-        assert last_turn() == 4
-        assert resumed_next_turn() == 5
-        assert _verified_in_process(url)[0] == "consistent"
+
+
+def test_a_format_3_state_carries_the_old_marks_and_refuses_a_bad_one() -> None:
+    """docs/formats.md#restore-points: ``oldMarks`` round-trips; a damaged one is refused
+    (``bad-field:state``), never half-used."""
+    from dsh.session import OldMarks, RestoreState
+    state = RestoreState(event_count=50, last_time=5, last_type="turn/end", nodes=(1, 2),
+                         replace_generation=0, request_header=None, request_context=None,
+                         inherited_markers=0, turn_boundary=-1, turn_open=False, last_turn=0,
+                         old_marks=OldMarks(7, ((3, "openai-agents"),)))
+    anchor = rp.Anchor(backend="jsonl", session_id="s", incarnation="i", event_count=50,
+                       byte_offset=4000, header_digest="h", tail_digest="t", seal_digest="",
+                       index=((0, 30),))
+    data = rp.encode_restore_point(rp.RestorePoint(anchor=anchor, state=state))
+    assert b'"format":3,' in data
+    assert b'"oldMarks":{"through":7,"popped":[[3,"openai-agents"]]}' in data
+    assert rp.decode_restore_point(data, session_id="s", backend="jsonl").state == state
+    body = data.partition(b"\n")[2]
+    for bad in (b'{"through":7}', b'{"through":"7","popped":[]}',
+                b'{"through":7,"popped":[[3,"other"]]}', b'{"through":7,"popped":[[-1,'
+                b'"langchain"]]}'):
+        forged = _resealed(body.replace(
+            b'{"through":7,"popped":[[3,"openai-agents"]]}', bad))
+        with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
+            rp.decode_restore_point(forged, session_id="s", backend="jsonl")
+    two = _resealed(body.replace(b'"format":3,', b'"format":2,'))  # format 2: no oldMarks
+    with pytest.raises(rp.RestorePointRefused, match="bad-field:state"):
+        rp.decode_restore_point(two, session_id="s", backend="jsonl")

@@ -23,10 +23,11 @@ from functools import partial
 
 from dsh._errors import SessionBusyError, SessionExistsError, WriteFailedError
 from dsh.json import json_equal
+from dsh.persistence import _restore_point as rp
 from dsh.persistence._after_commit import AfterCommitFailure
 from dsh.persistence._contract import Backend, Handle
 from dsh.persistence._write_behind import SessionWriter, WriteBehind
-from dsh.session import Event, RestoreFold, RestoreState, Session, SessionStore
+from dsh.session import Event, OldMarks, RestoreFold, RestoreState, Session, SessionStore
 
 __all__ = ["Adoption", "LiveSessions", "PersistenceObserver"]
 
@@ -46,6 +47,13 @@ class Adoption:
         restore_point_bytes: Log bytes that restore point covers (0: none or not counted).
         foldable: Whether the stored records are the events themselves (no legacy record), so
             the writer may keep restore points of this log.
+        old_marks: The old adapter marks of the whole log as the resume found them (the
+            restore point's state and the tail, or the whole read), for the writer's fold and
+            the removals the resume appends (docs/formats.md#old-adapter-marks); None: the
+            fold finds them itself.
+        restore_point_outdated: The log's restore point is of a format a writer's resume does
+            not use (docs/formats.md#restore-points): the writer replaces it at its first
+            flush, whatever the log's size.
     """
 
     handle: Handle
@@ -54,6 +62,8 @@ class Adoption:
     restore_point_count: int = 0
     restore_point_bytes: int = 0
     foldable: bool = True
+    restore_point_outdated: bool = False
+    old_marks: OldMarks | None = None
 
 
 class LiveSessions:
@@ -182,11 +192,16 @@ class PersistenceObserver:
             # legacy record would page in differently from its normalised event.
             capabilities = self._backend.capabilities
             if adopted.foldable and capabilities.restore_points:
-                fold = RestoreFold.of_session(session, adopted.resumed)
+                fold = RestoreFold.of_session(session, adopted.resumed,
+                                              old_marks=adopted.old_marks)
             writer = SessionWriter(session, adopted.handle, adopted.cursor, self._config,
                                    self._backend.url, capabilities=capabilities, fold=fold,
-                                   last_restore_point=(adopted.restore_point_count,
-                                                       adopted.restore_point_bytes),
+                                   last_restore_point=(
+                                       # an outdated one: as if written an interval ago (due)
+                                       adopted.cursor - rp.RESTORE_POINT_EVERY_EVENTS
+                                       if adopted.restore_point_outdated
+                                       else adopted.restore_point_count,
+                                       adopted.restore_point_bytes),
                                    report=partial(self._report_after_commit, session))
             self._writers[id(session)] = writer
             self._live.add(session)

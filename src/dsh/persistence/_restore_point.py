@@ -87,12 +87,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RESTORE_POINT_FORMAT: Final = 2
+RESTORE_POINT_FORMAT: Final = 3
 """Version of the restore point file layout and of the restore state it carries: 2 adds the
-state's ``lastTurn``; a state that does not know it is written as format 1, which is still read
-(docs/formats.md#restore-points)."""
+state's ``lastTurn``, 3 its ``oldMarks``; a state that does not know them is written as format
+1 or 2, which are still read (docs/formats.md#restore-points); a writer's resume does not use
+one of format 1 or 2 (:func:`dsh.persistence._resume.resume`)."""
 
-_FORMATS: Final = (1, RESTORE_POINT_FORMAT)
+_FORMATS: Final = (1, 2, RESTORE_POINT_FORMAT)
 """The formats :func:`decode_restore_point` reads."""
 
 LIBRARY_TAG: Final = "dsh-python/0.1"
@@ -554,12 +555,15 @@ def _unpacked_nodes(value: object, origin: tuple[str, str]) -> NodeSeqs | None:
 def encode_restore_point(restore_point: RestorePoint) -> bytes:
     """Return the sidecar bytes: magic, the body's SHA-256, newline, the JSON body.
 
-    The body is format 2 when the state knows its ``lastTurn``, else format 1 (a writer
-    continuing from a format 1 restore point before its next ``turn/start``).
+    The body is format 3 when the state knows its ``lastTurn`` and its ``oldMarks``, format 2
+    when it knows only the first, else format 1 (a writer continuing from a format 1 restore
+    point before its next ``turn/start``).
     """
     anchor = restore_point.anchor
+    state = restore_point.state
     body = dumps({
-        "format": 1 if restore_point.state.last_turn is None else RESTORE_POINT_FORMAT,
+        "format": (1 if state.last_turn is None else 2 if state.old_marks is None
+                   else RESTORE_POINT_FORMAT),
         "library": LIBRARY_TAG, "backend": anchor.backend,
         "sessionId": anchor.session_id, "incarnation": anchor.incarnation,
         "eventCount": anchor.event_count, "byteOffset": anchor.byte_offset,
@@ -643,7 +647,8 @@ def _decode(data: bytes, *, session_id: str, backend: str, where: str) -> Restor
     try:
         wire_state = body.get("state")
         nodes = _unpacked_nodes(wire_state, (session_id, where))
-        state = RestoreState.from_wire(wire_state, decoded_nodes=nodes, last_turn=version >= 2)
+        state = RestoreState.from_wire(wire_state, decoded_nodes=nodes, last_turn=version >= 2,
+                                       old_marks=version >= 3)
     except ValueError:
         raise RestorePointRefused("bad-field:state") from None
     anchor = Anchor(backend=backend, session_id=session_id,
@@ -799,6 +804,8 @@ def check_restore_point(handle: KeepsRestorePoints | None, events: Sequence[Even
     derived = fold.state()
     if restore_point.state.last_turn is None:  # a format 1 state does not carry it
         derived = replace(derived, last_turn=None)
+    if restore_point.state.old_marks is None:  # nor does a format 1 or 2 state carry these
+        derived = replace(derived, old_marks=None)
     problem = None
     if tuple(cold.events) != tuple(events[count:]):
         problem = "its tail differs from the log's"

@@ -22,7 +22,7 @@ checking one against a full read for ``dsh verify`` (:func:`check_restore_point`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from dsh._errors import DshError, EventRejectedError
 from dsh.json import FrozenDict
@@ -32,11 +32,14 @@ from dsh.persistence._legacy import stored_prescan
 from dsh.persistence._observer import Adoption, PersistenceObserver
 from dsh.session import (
     KNOWN_EVENT_TYPES,
+    NO_OLD_MARKS,
+    OLD_MARK_TYPES,
     SESSION_FORMAT_VERSION,
     Event,
     RestoreFold,
     Session,
     SessionStore,
+    apply_old_marks,
     open_turn_closers,
 )
 
@@ -64,7 +67,12 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
     4. commit the repair through the same handle (truncate a torn tail, append the closers,
        flush);
     5. hand the handle to the store's observer and publish (``enter`` + ``announce``); its
-       writer then writes the suffix (the end-seed marker).
+       writer then writes the suffix (the end-seed marker);
+    6. append the surface removals that an earlier dsh's old adapter marks stand for and
+       the log does not show yet (:func:`dsh.session.apply_old_marks`), once: the log then
+       says them, so every reader honours them. The marks come from the restore point's
+       state and the tail (nothing before the cut is read), or from the whole log read.
+       Rule: docs/forgetting.md#logs-from-before-surface-removals.
 
     Returns:
         The published session.
@@ -81,7 +89,7 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
         if on_handle is not None:
             on_handle(handle)
         paged = _from_restore_point(store, session_id, handle, backend.capabilities)
-        if paged is not None:
+        if isinstance(paged, tuple):
             session, adoption, closers = paged
             repair = bool(closers)
         else:
@@ -94,7 +102,10 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
             repair = bool(closers) or cold.torn is not None
             # The pipeline hands back the stored tuple itself when nothing was normalised.
             adoption = Adoption(handle, len(seed), foldable=events is cold.events
-                                or plain_records(cold.events))
+                                or plain_records(cold.events),
+                                restore_point_outdated=paged == _OUTDATED,
+                                old_marks=NO_OLD_MARKS.taking(
+                                    [e for e in events if e["type"] in OLD_MARK_TYPES]))
         if repair:
             from dsh.persistence._read import commit_repair, raw_path
             commit_repair(handle, session_id, closers,
@@ -103,6 +114,8 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
         observer.adopt(session_id, adoption)
         with observer.publishing(session):
             _publish(store, session)
+        if adoption.old_marks:  # written behind like any append; twice adds nothing
+            apply_old_marks(session, adoption.old_marks)
     except BaseException:
         if observer is not None:
             observer.drop_adoption(session_id)
@@ -111,9 +124,13 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
     return session
 
 
+_OUTDATED: Final = "outdated"
+"""What :func:`_from_restore_point` returns for a restore point of format 1 or 2."""
+
+
 def _from_restore_point(store: SessionStore, session_id: str, handle: Handle,
                         capabilities: Capabilities
-                        ) -> tuple[Session, Adoption, tuple[Event, ...]] | None:
+                        ) -> tuple[Session, Adoption, tuple[Event, ...]] | str | None:
     """Restore through the log's restore point, reading only its tail; or None.
 
     The tail goes through the same checks as a full read (identity, version, vocabulary,
@@ -122,7 +139,8 @@ def _from_restore_point(store: SessionStore, session_id: str, handle: Handle,
     Returns:
         ``(session, adoption, closers)``: the prepared session, the hand-off for its writer
         (cursor past the closers, the restore point's state and extent), and the closers the
-        caller commits.
+        caller commits; else :data:`_OUTDATED` for a restore point of format 1 or 2 (the
+        caller's writer replaces it), or None.
     """
     if not capabilities.restore_points:
         return None
@@ -130,6 +148,10 @@ def _from_restore_point(store: SessionStore, session_id: str, handle: Handle,
     try:
         point, cold, source = keeper.read_from_restore_point()
         state = point.state
+        if state.old_marks is None:
+            # a format 1 or 2 restore point: it does not say whether its prefix holds old
+            # marks; the whole read finds them, and the first flush writes a format 3 one
+            raise rp.RestorePointRefused("old-marks-unknown")
         tail = cold.events
         header = cold.header
         if header.get("id") != session_id or header.get("version") != SESSION_FORMAT_VERSION:
@@ -154,7 +176,7 @@ def _from_restore_point(store: SessionStore, session_id: str, handle: Handle,
                                       inherited_event_count=header.get("seedLength") or 0)
     except rp.RestorePointRefused as exc:
         rp.note_refusal(session_id, exc.reason, exc.error)
-        return None
+        return _OUTDATED if exc.reason == "old-marks-unknown" else None
     except DshError as exc:
         rp.note_refusal(session_id, f"invalid:{exc.code}")
         return None
@@ -162,7 +184,10 @@ def _from_restore_point(store: SessionStore, session_id: str, handle: Handle,
     anchor = point.anchor
     adoption = Adoption(handle, cut + len(tail) + len(closers), resumed=state,
                         restore_point_count=anchor.event_count,
-                        restore_point_bytes=anchor.byte_offset)
+                        restore_point_bytes=anchor.byte_offset,
+                        # the prefix's marks (the state) and the tail's (closers hold none)
+                        old_marks=state.old_marks.taking(
+                            [e for e in tail if e["type"] in OLD_MARK_TYPES]))
     return session, adoption, closers
 
 

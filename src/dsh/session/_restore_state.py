@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from dsh.json import MAX_SAFE_INTEGER, FrozenDict, snapshot_json
 from dsh.session._events import SURFACE_EVENT_TYPES, Event
+from dsh.session._old_marks import NO_OLD_MARKS, OLD_MARK_TYPES, OldMarks
 from dsh.session._session import Session, canonical_header
 from dsh.session._surface import NodeSeqs, replace_nodes
 
@@ -30,6 +31,7 @@ _WIRE_KEYS_1: Final = frozenset({"eventCount", "lastTime", "lastType", "nodes",
                                  "replaceGeneration", "requestHeader", "requestContext",
                                  "inheritedMarkers", "turnBoundary", "turnOpen"})
 _WIRE_KEYS_2: Final = _WIRE_KEYS_1 | {"lastTurn"}
+_WIRE_KEYS_3: Final = _WIRE_KEYS_2 | {"oldMarks"}
 
 
 def _turn_of(event: Event) -> int:
@@ -78,6 +80,10 @@ class RestoreState:
             ``turn`` is no integer): the number a resumed session's recorder continues from;
             None when unknown (a state read from a format 1 restore point, and a fold
             continuing from one until its next ``turn/start``).
+        old_marks: The old adapter marks (``<fmt>/clear``, ``<fmt>/pop``) among the covered
+            events (:class:`~dsh.session.OldMarks`, docs/formats.md#old-adapter-marks), so a
+            resume reading only the tail knows them; None when unknown (a state read from a
+            format 1 or 2 restore point, which a writer's resume does not use).
     """
 
     event_count: int
@@ -91,6 +97,7 @@ class RestoreState:
     turn_boundary: int
     turn_open: bool
     last_turn: int | None = None
+    old_marks: OldMarks | None = None
 
     def __post_init__(self) -> None:
         if type(self.nodes) is not NodeSeqs:
@@ -100,7 +107,8 @@ class RestoreState:
         """Return the JSON object form (camelCase keys), for :meth:`from_wire`.
 
         With ``nodes=False`` the ``nodes`` key is left out (a caller that packs them itself).
-        ``lastTurn`` is there when known (the format 2 state, docs/formats.md#restore-points).
+        ``lastTurn`` is there when known (the format 2 state, docs/formats.md#restore-points),
+        and ``oldMarks`` when both are (format 3).
         """
         wire = {"eventCount": self.event_count, "lastTime": self.last_time,
                 "lastType": self.last_type, "replaceGeneration": self.replace_generation,
@@ -109,19 +117,24 @@ class RestoreState:
                 "turnOpen": self.turn_open}
         if self.last_turn is not None:
             wire["lastTurn"] = self.last_turn
+            if self.old_marks is not None:
+                wire["oldMarks"] = self.old_marks.to_wire()
         if nodes:
             wire["nodes"] = list(self.nodes)
         return wire
 
     @classmethod
     def from_wire(cls, value: object, *, decoded_nodes: NodeSeqs | None = None,
-                  last_turn: bool | None = None) -> RestoreState:
+                  last_turn: bool | None = None, old_marks: bool | None = None
+                  ) -> RestoreState:
         """Validate and build a state from :meth:`to_wire` output.
 
         Args:
             value: The wire object.
             last_turn: True: the object must hold ``lastTurn`` (a format 2 restore point);
                 False: it must not (format 1: :attr:`last_turn` is then None); None: either.
+            old_marks: True: the object must hold ``oldMarks`` too (format 3); False: it must
+                not (formats 1 and 2: :attr:`old_marks` is then None); None: either.
             decoded_nodes: The node seqs when the caller decoded ``value``'s ``nodes`` from a
                 packed form (then only their range is checked here, in one pass over the
                 packed buffer: no int object per node).
@@ -133,7 +146,10 @@ class RestoreState:
             raise ValueError("restore state must be an object")
         if last_turn is None:
             last_turn = "lastTurn" in value
-        keys = _WIRE_KEYS_2 if last_turn else _WIRE_KEYS_1
+        if old_marks is None:
+            old_marks = "oldMarks" in value
+        keys = (_WIRE_KEYS_3 if old_marks and last_turn else _WIRE_KEYS_2 if last_turn
+                else _WIRE_KEYS_1)
         if set(value) != keys:
             raise ValueError(f"restore state keys differ: {sorted(set(value) ^ keys)}")
         count = _count(value["eventCount"], "eventCount")
@@ -170,7 +186,9 @@ class RestoreState:
                    # any JSON value: Session.request_context returns the data as it is
                    request_context=snapshot_json(value["requestContext"]),
                    inherited_markers=_count(value["inheritedMarkers"], "inheritedMarkers"),
-                   turn_boundary=boundary, turn_open=value["turnOpen"])
+                   turn_boundary=boundary, turn_open=value["turnOpen"],
+                   old_marks=(OldMarks.from_wire(value["oldMarks"]) if old_marks and last_turn
+                              else None))
 
 
 class RestoreFold:
@@ -190,7 +208,8 @@ class RestoreFold:
     """
 
     __slots__ = ("_base", "_boundary", "_count", "_gen", "_inherited", "_last_time",
-                 "_last_turn", "_last_type", "_markers", "_nodes", "_open", "_rc", "_rh")
+                 "_last_turn", "_last_type", "_markers", "_nodes", "_old", "_open", "_rc",
+                 "_rh")
 
     def __init__(self, inherited: int = 0) -> None:
         self._inherited = inherited
@@ -206,15 +225,19 @@ class RestoreFold:
         self._boundary = -1
         self._open = False
         self._last_turn: int | None = 0
+        self._old: OldMarks | None = NO_OLD_MARKS
 
     @classmethod
-    def of_session(cls, session: Session, base: RestoreState | None = None) -> RestoreFold:
+    def of_session(cls, session: Session, base: RestoreState | None = None, *,
+                   old_marks: OldMarks | None = None) -> RestoreFold:
         """A fold holding the state of ``session``'s whole current log, taken from its folds.
 
         Args:
             session: A session not being appended to during the call.
             base: The state the session was restored from when it was paged in (its turn
                 boundary is then taken from it instead of reading the paged prefix).
+            old_marks: The old adapter marks of the session's whole log when the caller
+                knows them (a resume found them); None: the base's and the window's.
         """
         fold = cls(session.inherited_event_count)
         events = session.events
@@ -251,6 +274,13 @@ class RestoreFold:
             start -= 1
         fold._last_turn = (_turn_of(window[start]) if start >= 0
                            else base.last_turn if base is not None else 0)
+        # the old adapter marks: the base's (None: it did not know them) and the window's
+        if old_marks is not None:
+            fold._old = old_marks
+        else:
+            old = base.old_marks if base is not None else NO_OLD_MARKS
+            fold._old = None if old is None else old.taking(
+                [event for event in window if event["type"] in OLD_MARK_TYPES])
         # The seed's markers were counted when it was admitted; only appends since can add one.
         fold._markers = session.seed_marker_count + sum(
             1 for event in events[session.first_live_seq:]
@@ -295,6 +325,8 @@ class RestoreFold:
                     self._last_turn = _turn_of(event)
             elif etype == _END_SEED and seq >= self._inherited and _is_inherited_marker(event):
                 self._markers += 1
+            elif etype in OLD_MARK_TYPES and self._old is not None:
+                self._old = self._old.taking((event,))
             self._count = seq + 1
             self._last_time = event["time"]
             self._last_type = etype
@@ -313,7 +345,7 @@ class RestoreFold:
                             replace_generation=self._gen, request_header=self._rh,
                             request_context=self._rc, inherited_markers=self._markers,
                             turn_boundary=self._boundary, turn_open=self._open,
-                            last_turn=self._last_turn)
+                            last_turn=self._last_turn, old_marks=self._old)
 
 
 def _is_inherited_marker(event: Event) -> bool:
