@@ -46,6 +46,7 @@ from dsh._errors import has_unprintable, printable
 from dsh.json import FrozenDict, JsonValue
 from dsh.session import (
     KNOWN_EVENT_TYPES,
+    OLD_MARK_TYPES,
     SURFACE_EVENT_TYPES,
     TOOL_NOT_STARTED,
     TOOL_OUTCOME_UNKNOWN,
@@ -54,6 +55,7 @@ from dsh.session import (
     Surface,
     derive_event_message,
     fold_request_header,
+    old_mark,
     stored_event_problem,
 )
 
@@ -1123,6 +1125,17 @@ class TranscriptFold:
                                 model=_str_or_none(config.get("model")), tools=names)
         if kind in ("quarantine/apply", "quarantine/release"):
             self._note_quarantine(kind, data, time)
+        if kind in OLD_MARK_TYPES:
+            removed = old_mark(event)
+            if removed is not None:
+                # an earlier dsh's clear/pop, honoured as the removal it stands for
+                # (docs/forgetting.md#logs-from-before-surface-removals)
+                form = "clear" if kind.endswith("/clear") else "pop"
+                return Replacement(seq=seq, time=time,
+                                   replaces=(0, removed) if form == "clear" else (removed,
+                                                                                  removed),
+                                   what=f"REMOVED from the model view ({form}, an earlier "
+                                        "dsh's mark)", blocks=())
         known = kind in KNOWN_EVENT_TYPES
         ignorable = event.get("ignorable") is True
         if ignorable or not known:

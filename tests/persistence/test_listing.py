@@ -247,7 +247,7 @@ def test_jsonl_index_damage_is_rebuilt(tmp_path: Path, damage: str) -> None:
         index.write_bytes(index.read_bytes()[:20])
     with Persistence(open_backend(url)) as persistence:
         assert listed(persistence) == expected
-    assert index.read_bytes().startswith(b'{"version":5')
+    assert index.read_bytes().startswith(b'{"version":6')
 
 
 def test_jsonl_index_entry_of_a_replaced_log_is_not_trusted(tmp_path: Path) -> None:
@@ -628,7 +628,7 @@ def test_jsonl_index_and_journal_of_an_older_version_never_keep_a_cleared_title(
         listed(persistence)
     index = root / INDEX_NAME
     text = index.read_text()
-    leaked = text.replace('"version":5', '"version":4').replace(
+    leaked = text.replace('"version":6', '"version":5').replace(
         '"first_prompt":null', f'"first_prompt":"my password is {SECRET}"')
     assert leaked != text
     index.write_text(leaked)
@@ -643,10 +643,12 @@ def test_jsonl_index_and_journal_of_an_older_version_never_keep_a_cleared_title(
         assert listed(persistence)["c"].first_prompt is None
 
 
-def test_postgres_entry_stored_before_version_2_is_not_trusted_after_a_clear(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # an entry stored with no "v" may hold a cleared prompt: a log holding a removal is read
-    # (and its next writer does not fold on from it); any other keeps its entry unread
+@pytest.mark.parametrize("version", [None, 2])
+def test_postgres_entry_stored_before_version_3_is_not_trusted_after_a_clear(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int | None) -> None:
+    # an entry stored with no "v" may hold a cleared prompt, one of version 2 a prompt an old
+    # adapter mark cleared: a log holding a removal is read (and its next writer does not fold
+    # on from it); any other keeps its entry unread
     import json as _json
 
     import psycopg
@@ -662,6 +664,8 @@ def test_postgres_entry_stored_before_version_2_is_not_trusted_after_a_clear(
                                        (sid,)).fetchone()
                 old = _json.loads(text)
                 del old["v"]
+                if version is not None:
+                    old["v"] = version
                 old["entry"]["first_prompt"] = prompt
                 conn.execute(f"UPDATE {s}.sessions SET listing = %s WHERE id = %s",
                              (_json.dumps(old), sid))

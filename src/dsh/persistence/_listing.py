@@ -48,9 +48,16 @@ from dsh._errors import DshError
 from dsh.json import FrozenDict, snapshot_json, thaw
 from dsh.json import dumps as json_dumps
 from dsh.json import loads as json_loads
+from dsh.session import (
+    NO_OLD_MARKS,
+    OLD_MARK_TYPES,
+    REMOVAL_MODEL,
+    REMOVED_RESULT_TEXT,
+    OldMarks,
+)
 
-__all__ = ["HIDING_TYPES", "INDEX_NAME", "JOURNAL_NAME", "MAY_REMOVE_SQL", "REMOVAL_MODEL",
-           "REMOVED_RESULT_TEXT", "SOURCE_EVENT_TYPE", "NodeFold",
+__all__ = ["HIDING_SQL", "HIDING_TYPES", "INDEX_NAME", "JOURNAL_NAME", "MAY_REMOVE_SQL",
+           "REMOVAL_MODEL", "REMOVED_RESULT_TEXT", "SOURCE_EVENT_TYPE", "NodeFold",
            "STORED_VERSION", "EntryFold", "JsonlIndex", "ListingEntry", "ReadFn",
            "entry_from_stored", "first_line", "is_hiding", "is_untimed", "note_flushed",
            "prompt_of", "read_entries", "recorded_flush", "removed_messages", "reply_model",
@@ -72,32 +79,32 @@ JOURNAL_FOLD_BYTES: Final = 128 * 1024
 """A writer whose line takes the journal past this size merges it into the index (about one
 flush in 200 of one session; a resume's first flush reads the whole journal back)."""
 
-_INDEX_VERSION: Final = 5
+_INDEX_VERSION: Final = 6
 # 3: first_activity_ms and model; 4: first_line; 5: titles of what the model view holds
-# (shown_titles): entries of versions <= 4 may hold a cleared or quarantined prompt
+# (shown_titles): entries of versions <= 4 may hold a cleared or quarantined prompt; 6: the
+# old adapter marks honoured (entries of version 5 may hold a prompt one cleared)
 
-STORED_VERSION: Final = 2
+STORED_VERSION: Final = 3
 """Version of a writer's entry stored beside the log (PostgreSQL's ``listing``): 2 follows
-:func:`shown_titles`; one with no version (1) may hold a removed prompt (see
+:func:`shown_titles`, 3 with the old adapter marks honoured; one with no version (1) may hold
+a removed prompt, one of version 2 a prompt an old mark cleared (see
 :func:`entry_from_stored`)."""
 
-REMOVAL_MODEL: Final = "surface-removal"
-"""``source.model`` of the empty ``assistant/message`` replace an adapter's clear, pop or delete
-appends (docs/adapters.md#cleared-means-cleared)."""
+HIDING_TYPES: Final = ("quarantine/apply", "quarantine/release", *sorted(OLD_MARK_TYPES))
+"""Records of a quarantine (the replaces they announce take messages off the view or back) and
+an earlier dsh's old adapter marks (docs/forgetting.md#logs-from-before-surface-removals)."""
 
-REMOVED_RESULT_TEXT: Final = "[removed from the model view: this tool output was popped]"
-"""The content of the placeholder an adapter leaves for a popped tool output whose call stays."""
-
-HIDING_TYPES: Final = ("quarantine/apply", "quarantine/release")
-"""Records of a quarantine: the replaces they announce take messages off the view or back."""
+HIDING_SQL: Final = ", ".join(f"'{kind}'" for kind in HIDING_TYPES)
+""":data:`HIDING_TYPES` as an SQL list (inside ``type IN (...)``)."""
 
 MAY_REMOVE_SQL: Final = (
-    f"(type IN ('{HIDING_TYPES[0]}', '{HIDING_TYPES[1]}') OR (type IN ('assistant/message', "
+    f"(type IN ({HIDING_SQL}) OR (type IN ('assistant/message', "
     "'tool/result') AND surface_op IS NOT NULL AND surface_op <> '\"append\"'))")
 """SQL condition (SQLite and PostgreSQL ``events`` rows) of the records without which
 :func:`removed_messages` finds nothing: a quarantine record (a placeholder takes a message off
-only when a ``quarantine/apply`` names it), an ``assistant/message`` replace (an adapter's
-removal) and a ``tool/result`` replace (a popped tool output's placeholder). A log holding none
+only when a ``quarantine/apply`` names it), an old adapter mark, an ``assistant/message``
+replace (an adapter's removal) and a ``tool/result`` replace (a popped tool output's
+placeholder). A log holding none
 of them has no removed message (docs/stores.md#search)."""
 SOURCE_EVENT_TYPE: Final = "import/source"
 
@@ -330,6 +337,7 @@ def _fold_view(events: Sequence[Mapping[str, Any]]
     appended message's seq; ``title``: the last ``session/title`` (seq, text), or None.
     """
     placeholders, restores = _quarantine_items(events)
+    marks = NO_OLD_MARKS
     fold = NodeFold()
     stands_for = fold.stands_for
     appended: list[int] = []
@@ -346,6 +354,8 @@ def _fold_view(events: Sequence[Mapping[str, Any]]
                 title = (seq, data["title"])
             continue
         if op is None:
+            if event["type"] in OLD_MARK_TYPES:
+                marks = marks.taking((event,))
             continue
         if not isinstance(op, Mapping):
             fold.append(seq)
@@ -366,11 +376,34 @@ def _fold_view(events: Sequence[Mapping[str, Any]]
             stands_for[seq] = run
             if event["type"] == "tool/result" and _is_withheld_result(event):
                 withholding.append(seq)
+    if marks:
+        _take_old_marks(fold, marks, events, why)
     shown = {e for kept in stands_for.values() for e in kept}
     removed = {seq: w for seq, w in why.items() if seq not in shown}
     # a popped tool output: its placeholder answers the call (titles: no message of a person)
     removed.update((e, "clear") for p in withholding for e in stands_for.get(p, ()))
     return shown, removed, appended, title
+
+
+def _take_old_marks(fold: NodeFold, marks: OldMarks, events: Sequence[Mapping[str, Any]],
+                    why: dict[int, str]) -> None:
+    """Take off ``fold`` the nodes an earlier dsh's old adapter marks removed, in memory.
+
+    What :func:`dsh.session.apply_old_marks` appends for them, folded: every node up to a
+    clear's ``through`` (a ``system/message`` at node 0 stays) and each popped node stand for
+    nothing, their messages removed as by a ``clear`` (a popped tool output too: a placeholder
+    would answer its call). Nodes already off the surface are not there to take.
+    Rule: docs/forgetting.md#logs-from-before-surface-removals.
+    """
+    nodes = fold.nodes
+    popped = {seq for seq, _ in marks.popped}
+    first = nodes[0] if nodes else -1
+    system_first = any(e.get("seq") == first and e["type"] == "system/message"
+                       for e in events if e.get("surfaceOp") is not None)
+    for position, node in enumerate(nodes):
+        if (node <= marks.through or node in popped) and not (position == 0 and system_first):
+            why.update(dict.fromkeys(fold.stands_for.get(node, ()), "clear"))
+            fold.stands_for[node] = []
 
 
 def _is_withheld_result(event: Mapping[str, Any]) -> bool:
@@ -714,8 +747,9 @@ def stored_entry(fold: EntryFold) -> str:
 def entry_from_stored(text: str) -> EntryFold | None:
     """The fold :func:`stored_entry` wrote, or None when ``text`` is not exactly that form.
 
-    An entry with no ``"v"`` (stored before version 2) comes back marked
-    :attr:`EntryFold.legacy`: it is right only if the log holds no :func:`is_hiding` event.
+    An entry with no ``"v"`` (stored before version 2) or of version 2 comes back marked
+    :attr:`EntryFold.legacy`: it is right only if the log holds no :func:`is_hiding` event
+    (version 2 did not honour an old adapter mark).
     """
     try:
         value = _decode(text.encode("utf-8", "surrogatepass"))
@@ -724,10 +758,10 @@ def entry_from_stored(text: str) -> EntryFold | None:
     if not isinstance(value, dict) or value.get("sourceSeen") not in (True, False, None):
         return None
     entry = _from_json(value.get("entry"))
-    if entry is None or value.get("v", 1) not in (1, STORED_VERSION):
+    if entry is None or value.get("v", 1) not in (1, 2, STORED_VERSION):
         return None
     fold = EntryFold(entry, value["sourceSeen"])
-    fold.legacy = value.get("v", 1) == 1
+    fold.legacy = value.get("v", 1) < STORED_VERSION
     return fold
 
 

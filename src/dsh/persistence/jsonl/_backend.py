@@ -589,13 +589,18 @@ _LETTER_ESCAPE: Final = re.compile(rb"\\u00[4-7]")
 
 
 def _may_remove(path: Path) -> bool:
-    """Whether the raw log at ``path`` may hold a quarantine record or a replace (by bytes)."""
+    """Whether the raw log at ``path`` may hold a removal record (by bytes).
+
+    A quarantine record, an old adapter mark
+    (docs/forgetting.md#logs-from-before-surface-removals) or a replace.
+    """
     try:
         with open(path, "rb") as f:
             if os.fstat(f.fileno()).st_size == 0:
                 return False
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 return (data.find(b"replace") >= 0 or data.find(b"quarantine") >= 0
+                        or data.find(b'/clear"') >= 0 or data.find(b'/pop"') >= 0  # old marks
                         or (data.find(b"\\u00") >= 0
                             and _LETTER_ESCAPE.search(data) is not None))
     except OSError:  # the caller's whole read names what is wrong with it

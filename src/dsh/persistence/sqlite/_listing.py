@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from dsh._errors import DshError, PersistenceError
 from dsh.json import FrozenDict
 from dsh.persistence._listing import (
+    HIDING_SQL,
     HIDING_TYPES,
     MAY_REMOVE_SQL,
     SOURCE_EVENT_TYPE,
@@ -99,7 +100,7 @@ def list_entries(backend: _Listed, read: ReadFn
                 f"SELECT session_id, {_row_columns(version)} FROM events WHERE type IN "
                 f"('session/title', '{SOURCE_EVENT_TYPE}', 'request/header', 'request/context')"
                 " OR (type = 'user/message' AND surface_op = '\"append\"') "
-                f"OR type IN ('{HIDING_TYPES[0]}', '{HIDING_TYPES[1]}') OR (type = "
+                f"OR type IN ({HIDING_SQL}) OR (type = "
                 "'assistant/message' AND surface_op IS NOT NULL AND surface_op != '\"append\"') "
                 "ORDER BY session_id, seq").fetchall()
             # a session where a message may have left the model view (a removal, a
