@@ -5358,16 +5358,17 @@ rec_ws(const char *p, const char *end)
 /* p at '"': the byte after the closing quote, or NULL when the string is no JSON string
  * orjson reads (unterminated, a raw control byte, an unknown escape, a short \u escape);
  * *escaped set when it holds a backslash, scan->surrogate for a \u escape of a surrogate. */
-static const char *
+static inline const char *
 rec_string(const char *p, const char *end, int *escaped, RecScan *scan)
 {
     p++;
-    while (p < end) {
+    for (;;) {
         unsigned char c;
 #if defined(__SSE2__)
         /* 16 bytes at a time to the first quote, backslash or control character: straight
          * to it (the first set bit of the mask), not byte by byte through the bytes before
-         * it (most strings of a record are member names, shorter than 16 bytes) */
+         * it (most strings of a record are member names, shorter than 16 bytes); the byte
+         * found is the one judged below, without a second look through the words */
         while (end - p >= 16) {
             const __m128i v = _mm_loadu_si128((const __m128i *)p);
             unsigned int hit = (unsigned int)_mm_movemask_epi8(_mm_or_si128(
@@ -5377,7 +5378,7 @@ rec_string(const char *p, const char *end, int *escaped, RecScan *scan)
                 _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v)));
             if (hit != 0) {
                 p += __builtin_ctz(hit);
-                break;
+                goto judge;
             }
             p += 16;
         }
@@ -5395,47 +5396,50 @@ rec_string(const char *p, const char *end, int *escaped, RecScan *scan)
             }
             p += 8;
         }
-        if (p >= end) {
-            break;
+        /* then byte by byte to the first such byte */
+        while (p < end && (c = (unsigned char)*p) != '"' && c != '\\' && c >= 0x20) {
+            p++;
         }
+        if (p >= end) {
+            return NULL;  /* unterminated */
+        }
+#if defined(__SSE2__)
+    judge:
+#endif
         c = (unsigned char)*p;
         if (c == '"') {
             return p + 1;
         }
-        if (c < 0x20) {
-            return NULL;
+        if (c < 0x20 || p + 1 >= end) {
+            return NULL;  /* a raw control byte, or a backslash last */
         }
-        if (c == '\\') {
-            *escaped = 1;
-            if (p + 1 >= end) {
-                return NULL;
-            }
-            if (p[1] == 'u') {
-                int k, h, u = 0;
-                if (end - p < 6) {
-                    return NULL;
-                }
-                for (k = 2; k < 6; k++) {
-                    if ((h = jp_hex((unsigned char)p[k])) < 0) {
-                        return NULL;
-                    }
-                    u = (u << 4) | h;
-                }
-                if (u >= 0xD800 && u <= 0xDFFF) {
-                    scan->surrogate = 1;
-                }
-                p += 6;
-                continue;
-            }
-            if (p[1] == '\0' || strchr("\"\\/bfnrt", p[1]) == NULL) {
-                return NULL;
-            }
+        /* a backslash */
+        *escaped = 1;
+        switch (p[1]) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
             p += 2;  /* past the escaped character (an escaped quote too) */
             continue;
+        case 'u': {
+            int k, h, u = 0;
+            if (end - p < 6) {
+                return NULL;
+            }
+            for (k = 2; k < 6; k++) {
+                if ((h = jp_hex((unsigned char)p[k])) < 0) {
+                    return NULL;
+                }
+                u = (u << 4) | h;
+            }
+            if (u >= 0xD800 && u <= 0xDFFF) {
+                scan->surrogate = 1;
+            }
+            p += 6;
+            continue;
         }
-        p++;
+        default:
+            return NULL;  /* an unknown escape */
+        }
     }
-    return NULL;
 }
 
 /* The end of the number or literal at p, or NULL when it is none orjson reads as finite: a

@@ -121,7 +121,8 @@ def test_record_texts_declines_what_it_cannot_vouch_for(text: str) -> None:
 
 
 @pytest.mark.parametrize("special", ['\\"', "\\\\", "\\n", "\\u00e9", "\\ud83d\\ude00", "\x01",
-                                     "\x1f", "\"", "\u00e9", "\x7f"])
+                                     "\x1f", "\"", "\u00e9", "\x7f", "\\/", "\\b", "\\f",
+                                     "\\r", "\\t", "\\x", "\\'", "\\0", "\\U0041"])
 def test_record_texts_finds_each_string_end_and_escape_at_every_offset(special: str) -> None:
     # the string scan skips 16 bytes (SSE2) or 8 at a time to the first quote, backslash or
     # control byte: one of each, at every offset of strings that span several chunks, is
