@@ -632,6 +632,35 @@ def test_a_whole_history_read_refuses_a_changed_row_before_the_cut(
     assert bool(c_calls) == (reader == "c")
 
 
+@pytest.mark.parametrize("reader", ["c", "python"])
+def test_a_small_whole_history_reads_its_rows_in_c(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str) -> None:
+    # 100 SDK items (275 events, a range below the old 1,024-event threshold): the cold
+    # whole-history read steps, checks and cuts the rows in the accelerator's read_rows (a
+    # fetch through sqlite3 cost twice its instructions there); the items are the same
+    # either way
+    store = sqlite_url(tmp_path)
+    c_calls = c_reads(monkeypatch, reader)
+    turns = _long_turns(0, 25)
+
+    async def fill() -> None:
+        session = DshSession("small", store)
+        for first in range(0, len(turns), 40):
+            await session.add_items(turns[first:first + 40])
+        session.close()
+
+    async def read() -> list[Any]:
+        session = DshSession("small", store)
+        try:
+            return await session.get_items()  # type: ignore[no-any-return]
+        finally:
+            session.close()
+
+    run(fill())
+    assert run(read()) == turns
+    assert len(c_calls) == (1 if reader == "c" else 0)
+
+
 def _fill_closed(store: str, session_id: str) -> None:
     """A session written in batches and closed (its restore point then sits at its end)."""
     async def fill() -> None:

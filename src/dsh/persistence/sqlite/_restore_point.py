@@ -70,10 +70,13 @@ def header_digest(header: FrozenDict, incarnation: str) -> str:
 IDLE_PAGE_CONNECTIONS: Final = 2
 """Read-only connections a :class:`PageConnections` keeps between page-ins."""
 
-C_READ_EVENTS: Final = 1024
+C_READ_EVENTS: Final = 128
 """Events in a :meth:`SqlitePrefixSource.read_selected` range from which the accelerator reads
-the rows through SQLite's C API (:func:`c_reader`): below it the Python read is as fast, and
-the C read's connection of its own would be one more open of the file."""
+the rows through SQLite's C API (:func:`c_reader`). Below it the Python read costs no more
+than the C read's connection of its own (one more open of the file and its schema parse,
+~0.3M instructions): ``sqlite3``'s fetch lets the GIL go around each cell (~10k instructions
+a row against ~5k in C), so a 100-item whole history (275 events) read in C costs 5.93M
+instructions against 7.88M (callgrind, bench/RESULTS.md)."""
 
 _RANGE_SQL: Final = (
     "SELECT {columns} FROM events WHERE session_id = ? AND seq >= coalesce((SELECT max(seq) "
