@@ -8935,6 +8935,397 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The seal of one durable SQLite batch (docs/formats.md#integrity-seals and #the-seal-chain):
+ * its page records and the bytes appended to the seal file in one call, and a chain record's
+ * hash. dsh.persistence._seal.row_records / append_batch_to and ChainRecord.encode stay the
+ * reference: seal_batch raises Fallback for anything they would treat otherwise.
+ */
+
+/* 1 and the row's seq (an exact int >= 0 in column 0 of a tuple), else 0 */
+static int
+seal_row_seq(PyObject *row, long long *seq)
+{
+    int overflow;
+    PyObject *v;
+    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < 1) {
+        return 0;
+    }
+    v = PyTuple_GET_ITEM(row, 0);
+    if (!PyLong_CheckExact(v)) {
+        return 0;
+    }
+    *seq = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || *seq < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* zlib.crc32 of n bytes at p (carry-less when use_clmul); -1 on error */
+static long long
+seal_bytes_crc(const char *p, Py_ssize_t n)
+{
+#ifdef CLMUL_BUILT
+    if (use_clmul) {
+        return crc_clmul(0, (const unsigned char *)p, (size_t)n);
+    }
+#endif
+    return crc_more(p, n, NULL);
+}
+
+/* zlib.crc32 for crc_more off the CLMUL path (sqlite_bind sets it for the C read; a writer
+ * may seal before any read bound SQLite); -1 on error */
+static int
+seal_zlib_ready(void)
+{
+    PyObject *zlib;
+    if (zlib_crc32 != NULL) {
+        return 0;
+    }
+    if ((zlib = PyImport_ImportModule("zlib")) == NULL) {
+        return -1;
+    }
+    zlib_crc32 = PyObject_GetAttrString(zlib, "crc32");
+    Py_DECREF(zlib);
+    return zlib_crc32 == NULL ? -1 : 0;
+}
+
+static void
+seal_le(unsigned char *p, unsigned long long v, int n)
+{
+    int k;
+    for (k = 0; k < n; k++) {
+        p[k] = (unsigned char)(v >> (8 * k));
+    }
+}
+
+PyDoc_STRVAR(seal_batch_doc,
+"seal_batch(rows, start, end, page_events, hashed, keys, /) -> (records, data)\n\n"
+"The seal of one batch of SQLite rows of seqs [start, end): records as\n"
+"dsh.persistence._seal.row_records(rows, start, end) gives them (one (start, end, crc) a\n"
+"page of page_events seqs), and data, the bytes append_batch_to writes for them: each record\n"
+"packed '<QQI', then, when hashed (bytes) is given, the chain record framed as\n"
+"ChainRecord.encode frames hashed + keys. rows is a list of (seq, type, time, data,\n"
+"source_event_seqs, surface_op, ignorable) in seq order. Raises Fallback for anything the\n"
+"Python path treats otherwise (a row of another shape, a seq that is no int >= 0).");
+
+static PyObject *
+seal_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Buf meta = {NULL, 0, 0}, payload = {NULL, 0, 0}, out = {NULL, 0, 0};
+    PyObject *rows, *hashed, *keys, *records = NULL, *record, *result = NULL;
+    long long start, end, page, lo, hi, seq, next, crc;
+    Py_ssize_t i, j, k, count;
+    unsigned char packed[20];
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "seal_batch(rows, start, end, page_events, hashed, keys)");
+        return NULL;
+    }
+    rows = args[0];
+    hashed = args[4];
+    keys = args[5];
+    if (!PyList_CheckExact(rows) || !PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2])
+            || !PyLong_CheckExact(args[3])
+            || (hashed != Py_None && (!PyBytes_CheckExact(hashed) || !PyBytes_CheckExact(keys)))) {
+        return fallback();
+    }
+    start = PyLong_AsLongLong(args[1]);
+    end = PyLong_AsLongLong(args[2]);
+    page = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return fallback();
+    }
+    if (start < 0 || end < 0 || page <= 0) {
+        return fallback();  /* struct.pack's errors, the Python path's */
+    }
+    if (!use_clmul && seal_zlib_ready() < 0) {
+        return NULL;
+    }
+    if ((records = PyList_New(0)) == NULL) {
+        return NULL;
+    }
+    count = PyList_GET_SIZE(rows);  /* the loops below run no Python code: the list holds */
+    lo = start;
+    i = 0;
+    do {
+        if (count == 0) {
+            j = 0;
+            hi = end;  /* rows_crc([]): no rows, the record spans the batch */
+        }
+        else {
+            if (!seal_row_seq(PyList_GET_ITEM(rows, i), &seq)) {
+                goto fell;
+            }
+            if (seq > LLONG_MAX / 2 - page) {
+                goto fell;
+            }
+            hi = (seq / page + 1) * page;
+            for (j = i + 1; j < count; j++) {
+                if (!seal_row_seq(PyList_GET_ITEM(rows, j), &next)) {
+                    goto fell;
+                }
+                if (next >= hi) {
+                    break;
+                }
+            }
+            if (j == count) {
+                hi = end;
+            }
+        }
+        meta.size = payload.size = 0;
+        for (k = i; k < j; k++) {
+            PyObject *row = PyList_GET_ITEM(rows, k);
+            if ((k > i && (buf_put(&meta, "\x1e", 1) < 0 || buf_put(&payload, "\x1e", 1) < 0))
+                    || buf_meta(&meta, row, 0) < 0 || buf_payload(&payload, row, 0) < 0) {
+                goto fail;
+            }
+        }
+        if ((crc = seal_crc(&meta, &payload)) < 0) {
+            goto fail;
+        }
+        record = Py_BuildValue("(LLL)", lo, hi, crc);
+        if (record == NULL || PyList_Append(records, record) < 0) {
+            Py_XDECREF(record);
+            goto fail;
+        }
+        Py_DECREF(record);
+        seal_le(packed, (unsigned long long)lo, 8);
+        seal_le(packed + 8, (unsigned long long)hi, 8);
+        seal_le(packed + 16, (unsigned long long)crc, 4);
+        if (buf_put(&out, (const char *)packed, 20) < 0) {
+            goto fail;
+        }
+        lo = hi;
+        i = j;
+    } while (i < count);
+    if (hashed != Py_None) {
+        Py_ssize_t at = out.size, hashed_len = PyBytes_GET_SIZE(hashed);
+        Py_ssize_t length = hashed_len + PyBytes_GET_SIZE(keys);
+        unsigned char frame[20] = {0};
+        if (length > 0xFFFFFFFFLL) {
+            goto fell;
+        }
+        /* the frame's room first, then the payload; its crc once the payload is in place */
+        if (buf_put(&out, (const char *)frame, 20) < 0
+                || buf_put(&out, PyBytes_AS_STRING(hashed), hashed_len) < 0
+                || buf_put(&out, PyBytes_AS_STRING(keys), PyBytes_GET_SIZE(keys)) < 0) {
+            goto fail;
+        }
+        if ((crc = seal_bytes_crc(out.data + at + 20, length)) < 0) {
+            goto fail;
+        }
+        seal_le(frame, 0xFFFFFFFFFFFFFFFEULL, 8);  /* CHAIN_MARK */
+        seal_le(frame + 8, (unsigned long long)length, 4);
+        seal_le(frame + 12, (unsigned long long)hashed_len, 4);
+        seal_le(frame + 16, (unsigned long long)crc, 4);
+        memcpy(out.data + at, frame, 20);
+    }
+    result = Py_BuildValue("(Oy#)", records, out.data ? out.data : "", out.size);
+    goto fail;  /* the common exit: free the buffers */
+fell:
+    fallback();
+fail:
+    Py_XDECREF(records);
+    PyMem_Free(meta.data);
+    PyMem_Free(payload.data);
+    PyMem_Free(out.data);
+    return result;
+}
+
+PyDoc_STRVAR(chain_hash_doc,
+"chain_hash(hashed, sha256, /) -> bytes\n\n"
+"A seal chain record's hash: SHA-256(b'dsh-seal-chain\\x00' + hashed), by the CPU's SHA\n"
+"extensions when SHA_NI is 1, else through sha256 (hashlib.sha256).");
+
+static PyObject *
+chain_hash(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Buf b = {NULL, 0, 0};
+    unsigned char digest[32];
+    PyObject *out = NULL;
+    if (nargs != 2 || !PyBytes_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "chain_hash(hashed: bytes, sha256)");
+        return NULL;
+    }
+    if (buf_put(&b, "dsh-seal-chain\0", 15) == 0
+            && buf_put(&b, PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0])) == 0
+            && sha256_into(args[1], b.data, b.size, digest) == 0) {
+        out = PyBytes_FromStringAndSize((const char *)digest, 32);
+    }
+    PyMem_Free(b.data);
+    return out;
+}
+
+/* The restore fold's loop over a durable batch (dsh.session._restore_state.RestoreFold.feed,
+ * the reference): the events that need none of its Python. */
+
+/* 1 when the event type's [] and get() are dict's: a dict, or a FrozenDict class (Event)
+ * that overrides neither (a heap subclass of dict reaches dict's __getitem__ through a slot
+ * wrapper, so the slot pointers differ: the methods are looked up, once per class) */
+static PyTypeObject *fold_type_ok = NULL;
+
+static int
+fold_event_type_ok(PyTypeObject *t)
+{
+    static PyObject *getitem = NULL, *get = NULL;
+    if (t == &PyDict_Type || t == fold_type_ok) {
+        return 1;
+    }
+    if (!PyType_IsSubtype(t, frozen_dict_type)) {
+        return 0;
+    }
+    if (getitem == NULL && (getitem = PyUnicode_InternFromString("__getitem__")) == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (get == NULL && (get = PyUnicode_InternFromString("get")) == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (_PyType_Lookup(t, getitem) != _PyType_Lookup(&PyDict_Type, getitem)
+            || _PyType_Lookup(t, get) != _PyType_Lookup(&PyDict_Type, get)) {
+        return 0;
+    }
+    Py_INCREF(t);
+    Py_XSETREF(fold_type_ok, t);
+    return 1;
+}
+
+PyDoc_STRVAR(fold_plain_doc,
+"fold_plain(events, count, surface_types, /) -> (index, count, last_time, last_type,\n"
+"    boundary, turn_open, last_turn, appended)\n\n"
+"RestoreFold.feed over the list events up to the first event it leaves to the Python loop\n"
+"(index: a surface replace, request/header, request/context, session/end-seed, or an event\n"
+"of another shape than a committed one). Events whose seq is below count are skipped.\n"
+"count, last_time and last_type are those of the last event folded (count unchanged and the\n"
+"others None when none was), boundary and turn_open those of the last turn/start or turn/end\n"
+"(None, False when none was met), last_turn the turn of the last turn/start (None when none\n"
+"was met) and appended the seqs of the surface appends, in order.");
+
+static PyObject *
+fold_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *events, *types, *appended, *result = NULL;
+    PyObject *last_time = Py_None, *last_type = Py_None, *boundary = Py_None;
+    PyObject *turn_open = Py_False, *last_turn = Py_None, *zero = NULL;
+    long long count, seq;
+    Py_ssize_t i, n;
+    int overflow, found;
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1])
+            || !PyAnySet_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "fold_plain(events: list, count: int, "
+                        "surface_types: frozenset)");
+        return NULL;
+    }
+    events = args[0];
+    types = args[2];
+    count = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+    if (overflow || (count == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "fold_plain: count out of range");
+        return NULL;
+    }
+    if ((appended = PyList_New(0)) == NULL || (zero = PyLong_FromLong(0)) == NULL) {
+        goto done;
+    }
+    /* no Python code runs in the loop (exact str keys of dicts whose lookup is dict's, an
+     * exact str in a set): the list and the events hold every object borrowed here */
+    n = PyList_GET_SIZE(events);
+    for (i = 0; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(events, i), *seq_obj, *etype, *etime, *op, *turn = NULL;
+        int start = 0;
+        if (!PyDict_Check(e) || !fold_event_type_ok(Py_TYPE(e))) {
+            break;
+        }
+        seq_obj = PyDict_GetItemWithError(e, s_seq);
+        if (seq_obj == NULL || !PyLong_CheckExact(seq_obj)) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            break;
+        }
+        seq = PyLong_AsLongLongAndOverflow(seq_obj, &overflow);
+        if (overflow || (seq == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            break;
+        }
+        if (seq < count) {
+            continue;  /* covered already: a retried batch */
+        }
+        etype = PyDict_GetItemWithError(e, s_type);
+        etime = etype == NULL ? NULL : PyDict_GetItemWithError(e, s_time);
+        if (etype == NULL || etime == NULL || !PyUnicode_CheckExact(etype)) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            break;
+        }
+        if ((found = PySet_Contains(types, etype)) < 0) {
+            goto done;
+        }
+        if (found) {
+            op = PyDict_GetItemWithError(e, s_surface_op);
+            if (op == NULL && PyErr_Occurred()) {
+                goto done;
+            }
+            if (op != NULL && op != Py_None) {
+                if (!PyUnicode_CheckExact(op)) {
+                    break;  /* a replace (a dict), or a value Python compares itself */
+                }
+                if (PyUnicode_Compare(op, s_append) == 0
+                        && PyList_Append(appended, seq_obj) < 0) {
+                    goto done;
+                }
+            }
+        }
+        else if (PyUnicode_Compare(etype, s_request_header) == 0
+                 || PyUnicode_Compare(etype, s_request_context) == 0
+                 || PyUnicode_Compare(etype, s_end_seed) == 0) {
+            break;
+        }
+        else if ((start = PyUnicode_Compare(etype, s_turn_start) == 0)
+                 || PyUnicode_Compare(etype, s_turn_end) == 0) {
+            if (start) {
+                PyObject *data = PyDict_GetItemWithError(e, s_data);
+                if (data == NULL) {
+                    if (PyErr_Occurred()) {
+                        goto done;
+                    }
+                    break;  /* Python's KeyError */
+                }
+                if (PyDict_Check(data)) {
+                    if (!fold_event_type_ok(Py_TYPE(data))) {
+                        break;  /* a dict of another class: its get() is Python's to call */
+                    }
+                    turn = PyDict_GetItemWithError(data, s_turn);
+                    if (turn == NULL && PyErr_Occurred()) {
+                        goto done;
+                    }
+                }
+                last_turn = turn != NULL && PyLong_CheckExact(turn) ? turn : zero;
+            }
+            boundary = seq_obj;
+            turn_open = start ? Py_True : Py_False;
+        }
+        count = seq + 1;
+        last_time = etime;
+        last_type = etype;
+    }
+    result = Py_BuildValue("(nLOOOOOO)", i, count, last_time, last_type, boundary, turn_open,
+                           last_turn, appended);
+done:
+    Py_XDECREF(appended);
+    Py_XDECREF(zero);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -8985,6 +9376,9 @@ static PyMethodDef methods[] = {
     {"sqlite_open", sqlite_open, METH_O, sqlite_open_doc},
     {"read_rows", (PyCFunction)(void (*)(void))read_rows, METH_FASTCALL, read_rows_doc},
     {"crc32", (PyCFunction)(void (*)(void))crc32_twin, METH_FASTCALL, crc32_doc},
+    {"seal_batch", (PyCFunction)(void (*)(void))seal_batch, METH_FASTCALL, seal_batch_doc},
+    {"chain_hash", (PyCFunction)(void (*)(void))chain_hash, METH_FASTCALL, chain_hash_doc},
+    {"fold_plain", (PyCFunction)(void (*)(void))fold_plain, METH_FASTCALL, fold_plain_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -9031,7 +9425,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 20) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 21) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -226,3 +226,26 @@ def read_rows(conn: object, sql: str, session_id: str, lo: int, hi: int,
 
 def crc32(data: bytes | bytearray | memoryview, value: int = ..., /) -> int:
     """``zlib.crc32(data, value)`` as ``read_rows``' seal check computes it (see :data:`CLMUL`)."""
+
+def seal_batch(rows: list[tuple[Any, ...]], start: int, end: int, page_events: int,
+               hashed: bytes | None, keys: bytes | None, /
+               ) -> tuple[list[tuple[int, int, int]], bytes]:
+    """One SQLite batch's seal records (``row_records``) and the bytes that append them.
+
+    The bytes are those ``append_batch_to`` writes for the records and the chain record
+    ``hashed + keys`` (none when ``hashed`` is None). Raises :class:`Fallback` for anything
+    the Python path treats otherwise.
+    """
+
+def fold_plain(events: list[Any], count: int, surface_types: AbstractSet[str], /
+               ) -> tuple[int, int, Any, str | None, int | None, bool, int | None, list[int]]:
+    """``RestoreFold.feed`` over ``events`` up to the first event it leaves to Python.
+
+    Returns ``(index, count, last_time, last_type, boundary, turn_open, last_turn, appended)``.
+    """
+
+def chain_hash(hashed: bytes, sha256: Callable[[bytes], Any], /) -> bytes:
+    """SHA-256 of the seal chain's domain and ``hashed``.
+
+    By SHA-NI when :data:`SHA_NI`, else through ``sha256`` (hashlib's constructor).
+    """

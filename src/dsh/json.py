@@ -211,10 +211,11 @@ _SPEEDUPS_API: Final = (
     "running_sums_below", "canonical", "chain_leaves", "chain_digest", "plain_numbers",
     "record_texts", "line_scan", "pick_rows", "widen_sums_below", "claude_line", "utc_millis",
     "claude_envelope", "decode_plain", "encode_sealed_rows", "sqlite_bind", "sqlite_open",
-    "read_rows", "claude_blocks", "claude_usage", "claude_map", "crc32", "CLMUL")
+    "read_rows", "claude_blocks", "claude_usage", "claude_map", "crc32", "CLMUL", "seal_batch",
+    "chain_hash", "fold_plain")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 20
+_SPEEDUPS_API_VERSION: Final = 21
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -460,6 +461,14 @@ c_read_rows = _optional(_accelerator.read_rows)
 # zlib.crc32 by carry-less multiplication where the CPU has it (the same values; the seal
 # checks of a read run it over every byte they check), else None: zlib.crc32 itself
 c_crc32 = _optional(_accelerator.crc32) if _accelerator.CLMUL else None
+# one durable SQLite batch's seal records and seal bytes, and a chain record's hash (by SHA-NI
+# where the CPU has it) (references: dsh.persistence._seal.row_records / append_batch_to and
+# dsh.persistence._chain.new_record's hashlib path)
+c_seal_batch = _optional(_accelerator.seal_batch)
+c_chain_hash = _optional(_accelerator.chain_hash)
+# a restore fold's plain events in one pass (reference: the loop of
+# dsh.session._restore_state.RestoreFold.feed)
+c_fold_plain = _optional(_accelerator.fold_plain)
 
 
 def _fast(v: Any, depth: int) -> Any:

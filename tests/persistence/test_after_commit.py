@@ -87,8 +87,9 @@ INJECT: dict[tuple[str, str], list[tuple[Any, str]]] = {
     ("jsonl+zstd", "seal"): [(jsonl_backend, "append_chain_to"), (jsonl_backend, "reset_seal")],
     ("jsonl+zstd", "listing"): [(jsonl_backend, "note_flushed")],
     ("jsonl+zstd", "restore-point"): [(rp, "encode_restore_point")],
-    ("sqlite", "seal"): [(sqlite_backend, "append_batch_to"), (sqlite_backend, "reset_seal")],
-    ("sqlite", "seal-crc"): [(sqlite_backend, "row_records")],
+    # the SQLite seal: its records and bytes built in one pass (batch_seal), then one write
+    ("sqlite", "seal"): [(sqlite_backend, "write_all"), (sqlite_backend, "reset_seal")],
+    ("sqlite", "seal-crc"): [(sqlite_backend, "batch_seal")],
     ("sqlite", "seal-chain"): [(_chain, "new_record"), (sqlite_backend, "publish_head")],
     ("sqlite", "anchor"): [(sqlite_rp, "last_row_digest")],
     ("sqlite", "restore-point"): [(rp, "encode_restore_point")],
@@ -145,7 +146,7 @@ def test_sqlite_seal_failure_after_commit_is_repaired(tmp_path: Path,
         session.append("user/message", user("a"), surface_op="append")
         store.flush(session)
         with monkeypatch.context() as faults:
-            faults.setattr(sqlite_backend, "append_batch_to", _raise)
+            faults.setattr(sqlite_backend, "write_all", _raise)
             faults.setattr(sqlite_backend, "reset_seal", _raise)
             session.append("user/message", user("b"), surface_op="append")
             store.flush(session)  # main: the flush raised and the retry hit SEQ_MISMATCH

@@ -276,21 +276,22 @@ def test_a_writer_resumed_past_a_seal_cut_rewrites_the_whole_seal_when_it_must(
     long_store(kind, root)
     before = read_seal(seal_file(root))
     assert before is not None
-    module = "dsh.persistence.sqlite._backend" if kind == "sqlite" \
-        else "dsh.persistence.jsonl._backend"
-    real = __import__(module, fromlist=["append_batch_to"]).append_batch_to
+    # the seal's append: SQLite writes the bytes batch_seal built, JSONL appends its records
+    module, seam = ("dsh.persistence.sqlite._backend", "write_all") if kind == "sqlite" \
+        else ("dsh.persistence.jsonl._backend", "append_batch_to")
+    real = getattr(__import__(module, fromlist=[seam]), seam)
     failures = [1]
 
-    def failing(fd: int, records: Any, link: Any) -> None:
+    def failing(*args: Any) -> None:
         if failures:
             failures.pop()
             raise OSError("disk full (test)")
-        real(fd, records, link)
+        real(*args)
 
     with dsh.open(url_of(kind, root), clock=StepClock(2_000_000_000_000)).sessions as store:
         session = store.resume("s")
         assert isinstance(session._log, PagedLog)
-        monkeypatch.setattr(f"{module}.append_batch_to", failing)
+        monkeypatch.setattr(f"{module}.{seam}", failing)
         for turn in (31, 32):  # the first flush's seal write fails, the second rewrites
             completed_turn(session, turn, call_ids=[f"c{turn}"])
             store.flush(session)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn, TypeVar
 
 from dsh._errors import LogCorruptError, SealDamagedError
-from dsh.json import CFallback, c_crc32, c_rows_text
+from dsh.json import CFallback, c_crc32, c_rows_text, c_seal_batch
 from dsh.persistence._chain import (
     CHAIN_MARK,
     HEAD_SLOT,
@@ -59,7 +59,8 @@ from dsh.session import PAGE_EVENTS
 
 __all__ = ["CUT_TAIL_SEQS", "RESTORE_POINT_MARK", "Seal", "SealCut",
            "append_restore_point_mark", "append_chain_to", "append_restore_point_mark_to",
-           "append_batch_to", "append_seal", "append_seal_to", "check_byte_seals", "publish_head",
+           "append_batch_to", "append_seal", "append_seal_to", "batch_seal", "check_byte_seals",
+           "publish_head",
            "refuse_reseal_over_damage", "check_row_seals", "covers", "crc_of", "cut_tail",
            "install_seal", "span_crc",
            "open_seal_appender", "read_elided",
@@ -1131,6 +1132,27 @@ def append_batch_to(fd: int, records: Sequence[tuple[int, int, int]],
     """
     data = b"".join(_RECORD.pack(*record) for record in records)
     write_all(fd, data + link.encode() if link is not None else data)
+
+
+def batch_seal(rows: Sequence[Sequence[Any]], start: int, end: int, link: ChainRecord | None
+               ) -> tuple[list[tuple[int, int, int]], bytes]:
+    """A durable SQLite batch's seal records and the bytes that append them, in one pass.
+
+    ``records`` are :func:`row_records` of ``rows`` (seqs ``[start, end)``), the bytes those
+    :func:`append_batch_to` writes for them and ``link`` (docs/formats.md#integrity-seals,
+    docs/formats.md#the-seal-chain). The accelerator builds both in one call (the records'
+    texts, crcs, packing and the chain record's frame); the Python path is the reference.
+    """
+    if c_seal_batch is not None and type(rows) is list:
+        try:
+            return c_seal_batch(rows, start, end, PAGE_EVENTS,
+                                link.hashed() if link is not None else None,
+                                link.keys if link is not None else None)
+        except CFallback:
+            pass  # a row or seq the C pass leaves to the reference below
+    records = row_records(rows, start, end)
+    data = b"".join(_RECORD.pack(*record) for record in records)
+    return records, data + link.encode() if link is not None else data
 
 
 def covers(records: Sequence[tuple[int, int, int]], starts: Sequence[int], low: int,

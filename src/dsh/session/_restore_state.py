@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dsh.json import MAX_SAFE_INTEGER, FrozenDict, snapshot_json
+from dsh.json import MAX_SAFE_INTEGER, FrozenDict, c_fold_plain, snapshot_json
 from dsh.session._events import SURFACE_EVENT_TYPES, Event
 from dsh.session._old_marks import NO_OLD_MARKS, OLD_MARK_TYPES, OldMarks
 from dsh.session._session import Session, canonical_header
@@ -293,7 +293,27 @@ class RestoreFold:
         return self._count
 
     def feed(self, events: Sequence[Event]) -> None:
-        """Fold ``events`` (seq order; those below :attr:`event_count` are skipped)."""
+        """Fold ``events`` (seq order; those below :attr:`event_count` are skipped).
+
+        A writer folds every durable batch after its commit
+        (docs/rules.md#restore-points-are-never-the-truth): the accelerator folds the events
+        that need none of the loop below (plain events, surface appends, turn boundaries) in
+        one call, up to the first one it leaves to the loop.
+        """
+        if c_fold_plain is not None and type(events) is list:
+            index, count, last_time, last_type, boundary, turn_open, last_turn, appended = \
+                c_fold_plain(events, self._count, SURFACE_EVENT_TYPES)
+            if appended:
+                self._nodes.extend(appended)
+            if last_type is not None:  # an event was folded
+                self._count, self._last_time, self._last_type = count, last_time, last_type
+            if boundary is not None:
+                self._boundary, self._open = boundary, turn_open
+            if last_turn is not None:
+                self._last_turn = last_turn
+            if index == len(events):
+                return
+            events = events[index:]
         nodes = self._nodes
         for event in events:
             seq = event["seq"]

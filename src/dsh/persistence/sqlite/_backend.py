@@ -78,13 +78,14 @@ from dsh.persistence._paths import (
     read_aside_file,
     refuse_special,
     replace_durably,
+    write_all,
     write_aside_file,
 )
 from dsh.persistence._seal import (
     Seal,
     SealCut,
-    append_batch_to,
     append_restore_point_mark_to,
+    batch_seal,
     check_row_seals,
     install_seal,
     open_seal_appender,
@@ -1508,6 +1509,7 @@ class SqliteHandle(HandleBase):
         # staged when it was killed after its commit (_adopt_staged_seal)
         self._seal_used = self._seal_file
         self._seal_fd: int | None = None  # kept open between appends (see _seal)
+        self._incarnation_kept: tuple[str, bytes] | None = None  # see _incarnation_bytes
         # hold_for_append: the next restore-point read opens BEGIN IMMEDIATE (_hold_next),
         # which stays open (_held) until the append that commits in it, or is ended
         self._hold_next = False
@@ -1934,13 +1936,12 @@ class SqliteHandle(HandleBase):
         stored = [(*r[:6], None) for r in rows] if legacy else rows
 
         def seal() -> None:
-            records = row_records([*(row[1:] for row in gap), *stored] if gap else stored,
-                                  sealed_end, first + len(events))
             if self._chain is not None:
                 if digest is not None and not self._chain.pending:
                     self._chain.digested = (first, first + len(events), batch_key, digest)
                 self._chain.pending.extend(events)
-            self._seal(records, incarnation)
+            self._seal([*(row[1:] for row in gap), *stored] if gap else stored, sealed_end,
+                       first + len(events), incarnation)
 
         def unsealed() -> None:  # the next append rewrites the seal; until then these rows
             self._seal_rewrite = True  # are read unsealed (by the format rules)
@@ -2116,10 +2117,12 @@ class SqliteHandle(HandleBase):
                        "%s as they are now", self._id, self._seal_file, end, self._path)
         return Resealed(str(self._seal_file), kept=False)
 
-    def _seal(self, records: list[tuple[int, int, int]], incarnation: str) -> None:
-        """Record a committed batch (its page records, ``row_records``) in the seal.
+    def _seal(self, rows: list[Any], start: int, end: int, incarnation: str) -> None:
+        """Record a committed batch, its rows of seqs ``[start, end)``, in the seal.
 
-        A failure is logged, never raised.
+        Its page records (``row_records``) and chain record go into one append
+        (``batch_seal``: one accelerator call builds the records and the bytes). A failure is
+        logged, never raised.
 
         The batch is durable when this runs; a seal that could not be written leaves the
         rows unsealed on disk (read by the format rules) until the next append rewrites the
@@ -2128,9 +2131,11 @@ class SqliteHandle(HandleBase):
         assert self._seals is not None
         path = self._seal_file
         chain = self._chain
+        records: list[tuple[int, int, int]] | None = None
         try:
-            link = chain.take(records[-1][1], incarnation_bytes(incarnation), this_writer()) \
+            link = chain.take(end, self._incarnation_bytes(incarnation), this_writer()) \
                 if chain is not None else None
+            records, data = batch_seal(rows, start, end, link)
             if self._seal_rewrite:
                 self._close_seal_fd()  # the rewrite replaces the file it points to
                 self._unelide()
@@ -2145,7 +2150,7 @@ class SqliteHandle(HandleBase):
                 # next handle finds none and seals the rows again from seq 0.
                 if self._seal_fd is None:
                     self._seal_fd = open_seal_appender(path)
-                append_batch_to(self._seal_fd, records, link)
+                write_all(self._seal_fd, data)  # the records and the chain record: one write
                 if chain is not None and chain.count - chain.published >= HEAD_EVERY:
                     publish_head(path, _seal_identity(incarnation), chain)
         except Exception as exc:  # the batch is committed: a seal failure never fails it
@@ -2154,7 +2159,14 @@ class SqliteHandle(HandleBase):
             self._seal_rewrite = True
             self.after_commit.failed("seal", exc, f"the next append rewrites the integrity "
                                                   f"seal {path} whole")
-        self._seals.extend(records)
+        self._seals.extend(records if records is not None else row_records(rows, start, end))
+
+    def _incarnation_bytes(self, incarnation: str) -> bytes:
+        """``incarnation_bytes(incarnation)``, kept for the handle's last incarnation."""
+        kept = self._incarnation_kept
+        if kept is None or kept[0] != incarnation:
+            kept = self._incarnation_kept = (incarnation, incarnation_bytes(incarnation))
+        return kept[1]
 
     def _publish_head(self) -> None:
         """Publish the chain head if records are not counted by it yet (at close)."""
