@@ -902,6 +902,34 @@ def test_sqlite_insert_rows_fits_a_build_that_binds_few_parameters(tmp_path: Pat
         conn.close()
 
 
+@pytest.mark.parametrize(("count", "statements"), [
+    (11, [11]), (16, [16]), (1, [1]), (17, [16, 1]), (40, [32, 8]), (300, [256, 32, 12])])
+def test_sqlite_insert_rows_puts_a_short_rest_in_one_statement(
+        tmp_path: Path, count: int, statements: list[int]) -> None:
+    """A per-turn flush's few rows go in one INSERT; longer rests in powers of two.
+
+    Rule: docs/formats.md#appends-and-reads.
+    """
+    from dsh.persistence.sqlite._backend import _insert_rows
+
+    conn = raw(db_path(tmp_path))
+    try:
+        for statement in SCHEMA_17_DDL:
+            conn.execute(statement)
+        conn.execute("INSERT INTO sessions VALUES ('s1', 0, 0, NULL, NULL, NULL, NULL, NULL, "
+                     "NULL, 'i', 0)")
+        rows = schema.encode_batch([user(seq) for seq in range(count)], 17)
+        traced: list[str] = []
+        conn.set_trace_callback(traced.append)
+        _insert_rows(conn, "s1", rows, legacy=False)
+        conn.set_trace_callback(None)
+        assert [t.count("('s1',") for t in traced] == statements  # expanded SQL
+        assert conn.execute("SELECT seq, type, time, data, source_event_seqs, surface_op, "
+                            "ignorable FROM events ORDER BY seq").fetchall() == rows
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("version", [17, 14])
 def test_sqlite_insert_rows_store_each_null_and_value_as_a_plain_bind_does(
         tmp_path: Path, version: int) -> None:

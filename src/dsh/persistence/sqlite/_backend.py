@@ -176,6 +176,10 @@ _INSERT_ROWS_MAX: Final = 256
 binds fewer parameters). One statement of 256 rows instead of 256 steps of ``executemany``:
 SQLite's statement and the driver's per-row step (and its GIL release) run once per chunk,
 about a third less CPU for the 188,481 rows of bench_cli's 44 MB import (bench/RESULTS.md)."""
+_INSERT_ROWS_EXACT: Final = 16
+"""A rest of up to this many rows goes in one statement of exactly its rows (a per-turn flush
+of a few events: one execute, not one per power of two); a longer rest is split into powers of
+two. A connection so prepares at most 16 + 5 statement texts per schema."""
 
 
 # What a row's nullable columns are bound as when they are NULL (docs/formats.md#schema-17): the
@@ -191,7 +195,7 @@ _ROW_17: Final = "(?1, ?, ?, ?, ?, NULLIF(?, 0), NULLIF(?, 0), NULLIF(?, ''))"
 _ROW_14: Final = "(?1, ?, ?, ?, ?, NULLIF(?, 0), NULLIF(?, 0))"
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=64)
 def _insert_statement(columns: int, count: int) -> str:
     """``INSERT INTO events ... VALUES (?1, ?, ...), ...`` of ``count`` rows of ``columns``.
 
@@ -226,9 +230,10 @@ def _insert_rows(conn: sqlite3.Connection, session_id: str, rows: Sequence[Seque
                  legacy: bool) -> None:
     """Insert encoded rows (``encode_batch``'s) of one session, in multi-row statements.
 
-    A batch is cut into chunks of :data:`_INSERT_ROWS_MAX` rows and a rest split into powers
-    of two, so a connection prepares at most nine statement texts per schema and its
-    statement cache keeps them.
+    A batch is cut into chunks of :data:`_INSERT_ROWS_MAX` rows, a rest of up to
+    :data:`_INSERT_ROWS_EXACT` rows goes in one statement and a longer one is split into
+    powers of two, so a connection prepares at most 21 statement texts per schema and its
+    statement cache (128) keeps them.
 
     Raises:
         sqlite3.Error: as ``executemany`` would (the caller's transaction rolls back).
@@ -242,7 +247,8 @@ def _insert_rows(conn: sqlite3.Connection, session_id: str, rows: Sequence[Seque
     done = 0
     while done < count:
         left = count - done
-        size = per if left >= per else 1 << (left.bit_length() - 1)
+        size = per if left >= per else left if left <= _INSERT_ROWS_EXACT \
+            else 1 << (left.bit_length() - 1)
         conn.execute(_insert_statement(columns, size),
                      _bind_values(session_id, rows[done:done + size], legacy))
         done += size
