@@ -3523,6 +3523,31 @@ buf_payload(Buf *b, PyObject *row, Py_ssize_t skip)
     return fallback_int();
 }
 
+/* The seal text of the rows [start, stop) of the list rows into b: every row's metadata
+ * joined by \x1e, \x1d, every payload joined by \x1e (rows_text, seal_batch). The list does
+ * not change while it is read: the loops run no Python code. -1 with Fallback or an error. */
+static int
+seal_text(Buf *b, PyObject *rows, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t skip)
+{
+    Py_ssize_t i;
+    for (i = start; i < stop; i++) {
+        if ((i > start && buf_put(b, "\x1e", 1) < 0)
+                || buf_meta(b, PyList_GET_ITEM(rows, i), skip) < 0) {
+            return -1;
+        }
+    }
+    if (buf_put(b, "\x1d", 1) < 0) {
+        return -1;
+    }
+    for (i = start; i < stop; i++) {
+        if ((i > start && buf_put(b, "\x1e", 1) < 0)
+                || buf_payload(b, PyList_GET_ITEM(rows, i), skip) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* The same seal text is emitted from SQLite's C API by seal_row_text (the C read,
  * read_rows): a change to the one is a change to the other. */
 PyDoc_STRVAR(rows_text_doc,
@@ -3567,28 +3592,13 @@ rows_text(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "rows_text: start >= 0 and skip 0 or 1");
         return NULL;
     }
-    /* the list does not change while it is read: the loops run no Python code */
-    for (i = start; i < n; i++) {
-        if ((i > start && buf_put(&b, "\x1e", 1) < 0)
-                || buf_meta(&b, PyList_GET_ITEM(rows, i), skip) < 0) {
-            goto fail;
-        }
-    }
-    if (buf_put(&b, "\x1d", 1) < 0) {
-        goto fail;
-    }
-    for (i = start; i < n; i++) {
-        if ((i > start && buf_put(&b, "\x1e", 1) < 0)
-                || buf_payload(&b, PyList_GET_ITEM(rows, i), skip) < 0) {
-            goto fail;
-        }
+    if (seal_text(&b, rows, start, n, skip) < 0) {
+        PyMem_Free(b.data);
+        return NULL;
     }
     out = PyBytes_FromStringAndSize(b.data, b.size);
     PyMem_Free(b.data);
     return out;
-fail:
-    PyMem_Free(b.data);
-    return NULL;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -9014,10 +9024,10 @@ PyDoc_STRVAR(seal_batch_doc,
 static PyObject *
 seal_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Buf meta = {NULL, 0, 0}, payload = {NULL, 0, 0}, out = {NULL, 0, 0};
+    Buf text = {NULL, 0, 0}, out = {NULL, 0, 0};
     PyObject *rows, *hashed, *keys, *records = NULL, *record, *result = NULL;
     long long start, end, page, lo, hi, seq, next, crc;
-    Py_ssize_t i, j, k, count;
+    Py_ssize_t i, j, count;
     unsigned char packed[20];
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
@@ -9076,15 +9086,9 @@ seal_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 hi = end;
             }
         }
-        meta.size = payload.size = 0;
-        for (k = i; k < j; k++) {
-            PyObject *row = PyList_GET_ITEM(rows, k);
-            if ((k > i && (buf_put(&meta, "\x1e", 1) < 0 || buf_put(&payload, "\x1e", 1) < 0))
-                    || buf_meta(&meta, row, 0) < 0 || buf_payload(&payload, row, 0) < 0) {
-                goto fail;
-            }
-        }
-        if ((crc = seal_crc(&meta, &payload)) < 0) {
+        text.size = 0;
+        if (seal_text(&text, rows, i, j, 0) < 0
+                || (crc = seal_bytes_crc(text.data, text.size)) < 0) {
             goto fail;
         }
         record = Py_BuildValue("(LLL)", lo, hi, crc);
@@ -9130,8 +9134,7 @@ fell:
     fallback();
 fail:
     Py_XDECREF(records);
-    PyMem_Free(meta.data);
-    PyMem_Free(payload.data);
+    PyMem_Free(text.data);
     PyMem_Free(out.data);
     return result;
 }

@@ -876,8 +876,15 @@ def test_sqlite_append_of_a_long_batch_stores_each_row_as_encoded(
     backend.close()
 
 
-def test_sqlite_insert_rows_fits_a_build_that_binds_few_parameters(tmp_path: Path) -> None:
-    """With 20 parameters a statement, rows go two by two (2 x 7 + the session id).
+@pytest.mark.parametrize(("count", "limit", "statements"), [
+    (5, 20, [2, 2, 1]),  # 20 parameters a statement: rows go two by two (2 x 7 + the id)
+    (11, None, [11]), (16, None, [16]), (1, None, [1]), (17, None, [16, 1]),
+    (40, None, [32, 8]), (300, None, [256, 32, 12])])
+def test_sqlite_insert_rows_statements(tmp_path: Path, count: int, limit: int | None,
+                                       statements: list[int]) -> None:
+    """Rows go in chunks of 256, a rest of up to 16 in one INSERT (a per-turn flush's few
+    rows: one execute), a longer rest in powers of two; fewer when the build binds fewer
+    parameters.
 
     Rule: docs/formats.md#appends-and-reads.
     """
@@ -889,35 +896,8 @@ def test_sqlite_insert_rows_fits_a_build_that_binds_few_parameters(tmp_path: Pat
             conn.execute(statement)
         conn.execute("INSERT INTO sessions VALUES ('s1', 0, 0, NULL, NULL, NULL, NULL, NULL, "
                      "NULL, 'i', 0)")
-        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 20)
-        rows = schema.encode_batch([user(seq) for seq in range(5)], 17)
-        traced: list[str] = []
-        conn.set_trace_callback(traced.append)
-        _insert_rows(conn, "s1", rows, legacy=False)
-        conn.set_trace_callback(None)
-        assert [t.count("('s1',") for t in traced] == [2, 2, 1]  # expanded SQL
-        assert conn.execute("SELECT seq, type, time, data, source_event_seqs, surface_op, "
-                            "ignorable FROM events ORDER BY seq").fetchall() == rows
-    finally:
-        conn.close()
-
-
-@pytest.mark.parametrize(("count", "statements"), [
-    (11, [11]), (16, [16]), (1, [1]), (17, [16, 1]), (40, [32, 8]), (300, [256, 32, 12])])
-def test_sqlite_insert_rows_puts_a_short_rest_in_one_statement(
-        tmp_path: Path, count: int, statements: list[int]) -> None:
-    """A per-turn flush's few rows go in one INSERT; longer rests in powers of two.
-
-    Rule: docs/formats.md#appends-and-reads.
-    """
-    from dsh.persistence.sqlite._backend import _insert_rows
-
-    conn = raw(db_path(tmp_path))
-    try:
-        for statement in SCHEMA_17_DDL:
-            conn.execute(statement)
-        conn.execute("INSERT INTO sessions VALUES ('s1', 0, 0, NULL, NULL, NULL, NULL, NULL, "
-                     "NULL, 'i', 0)")
+        if limit is not None:
+            conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
         rows = schema.encode_batch([user(seq) for seq in range(count)], 17)
         traced: list[str] = []
         conn.set_trace_callback(traced.append)
