@@ -497,14 +497,7 @@ class ChainState:
                 and len(pending) == durable_end - start and c_seqs_contiguous(pending, start)):
             # the common case, what the general path below gives without its dict and sorts:
             # exactly the events start .. durable_end - 1, each once, in order
-            self.pending, chained = [], pending
-            if digested is not None and digested[:2] == (start, durable_end):
-                record = new_record(self.records[-1] if self.records else None, chained,
-                                    incarnation, writer,
-                                    prev_hash=None if self.records else self.elided_hash,
-                                    digested=digested[2:])
-                self.records.append(record)
-                return record
+            self.pending, chained, first = [], pending, start
         else:
             by_seq = {int(e["seq"]): e for e in pending}
             self.pending = [by_seq[s] for s in sorted(by_seq) if s >= durable_end]
@@ -513,9 +506,13 @@ class ChainState:
                 seqs = seqs[1:]  # keep the contiguous run that ends at the durable end
             if not seqs or seqs[-1] + 1 != durable_end:
                 return None
-            chained = [by_seq[s] for s in seqs]
+            chained, first = [by_seq[s] for s in seqs], seqs[0]
+        # the digest the encoding computed, when it was for exactly these seqs; else the
+        # leaves are hashed from the events
         record = new_record(self.records[-1] if self.records else None, chained, incarnation,
-                            writer, prev_hash=None if self.records else self.elided_hash)
+                            writer, prev_hash=None if self.records else self.elided_hash,
+                            digested=digested[2:] if digested is not None
+                            and digested[:2] == (first, durable_end) else None)
         self.records.append(record)
         return record
 
