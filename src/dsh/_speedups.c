@@ -9199,11 +9199,11 @@ fold_event_type_ok(PyTypeObject *t)
 }
 
 PyDoc_STRVAR(fold_plain_doc,
-"fold_plain(events, count, surface_types, /) -> (index, count, last_time, last_type,\n"
-"    boundary, turn_open, last_turn, appended)\n\n"
+"fold_plain(events, count, surface_types, stop_types, /) -> (index, count, last_time,\n"
+"    last_type, boundary, turn_open, last_turn, appended)\n\n"
 "RestoreFold.feed over the list events up to the first event it leaves to the Python loop\n"
-"(index: a surface replace, request/header, request/context, session/end-seed, or an event\n"
-"of another shape than a committed one). Events whose seq is below count are skipped.\n"
+"(index: a surface replace, an event whose type is in stop_types, or an event of another\n"
+"shape than a committed one). Events whose seq is below count are skipped.\n"
 "count, last_time and last_type are those of the last event folded (count unchanged and the\n"
 "others None when none was), boundary and turn_open those of the last turn/start or turn/end\n"
 "(None, False when none was met), last_turn the turn of the last turn/start (None when none\n"
@@ -9212,7 +9212,7 @@ PyDoc_STRVAR(fold_plain_doc,
 static PyObject *
 fold_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *events, *types, *appended, *result = NULL;
+    PyObject *events, *types, *stops, *appended, *result = NULL;
     PyObject *last_time = Py_None, *last_type = Py_None, *boundary = Py_None;
     PyObject *turn_open = Py_False, *last_turn = Py_None, *zero = NULL;
     long long count, seq;
@@ -9221,14 +9221,15 @@ fold_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!configured()) {
         return NULL;
     }
-    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1])
-            || !PyAnySet_Check(args[2])) {
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1])
+            || !PyAnySet_Check(args[2]) || !PyAnySet_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, "fold_plain(events: list, count: int, "
-                        "surface_types: frozenset)");
+                        "surface_types: frozenset, stop_types: frozenset)");
         return NULL;
     }
     events = args[0];
     types = args[2];
+    stops = args[3];
     count = PyLong_AsLongLongAndOverflow(args[1], &overflow);
     if (overflow || (count == -1 && PyErr_Occurred())) {
         PyErr_Clear();
@@ -9288,10 +9289,11 @@ fold_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 }
             }
         }
-        else if (PyUnicode_Compare(etype, s_request_header) == 0
-                 || PyUnicode_Compare(etype, s_request_context) == 0
-                 || PyUnicode_Compare(etype, s_end_seed) == 0) {
-            break;
+        else if ((found = PySet_Contains(stops, etype)) != 0) {
+            if (found < 0) {
+                goto done;
+            }
+            break;  /* a type the loop folds itself */
         }
         else if ((start = PyUnicode_Compare(etype, s_turn_start) == 0)
                  || PyUnicode_Compare(etype, s_turn_end) == 0) {

@@ -237,7 +237,8 @@ def seal_batch(rows: list[tuple[Any, ...]], start: int, end: int, page_events: i
     the Python path treats otherwise.
     """
 
-def fold_plain(events: list[Any], count: int, surface_types: AbstractSet[str], /
+def fold_plain(events: list[Any], count: int, surface_types: AbstractSet[str],
+               stop_types: AbstractSet[str], /
                ) -> tuple[int, int, Any, str | None, int | None, bool, int | None, list[int]]:
     """``RestoreFold.feed`` over ``events`` up to the first event it leaves to Python.
 

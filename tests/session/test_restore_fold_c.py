@@ -91,12 +91,24 @@ def test_the_c_fold_leaves_each_event_it_does_not_serve_to_python(
     # where the C pass stops, and what it folded before
     assert dj.c_fold_plain is not None
     index, count, last_time, last_type, boundary, turn_open, last_turn, appended = \
-        dj.c_fold_plain(events, 0, SURFACE_EVENT_TYPES)
+        dj.c_fold_plain(events, 0, SURFACE_EVENT_TYPES, rs._FOLD_STOPS)
     assert (index, count, last_time, last_type) == (5, 5, 104, "turn/start")
     assert (boundary, turn_open, last_turn, appended) == (4, True, 0, [1, 2])
-    assert dj.c_fold_plain(events, 14, SURFACE_EVENT_TYPES)[:4] == (14, 14, None, None)
-    assert dj.c_fold_plain([], 3, SURFACE_EVENT_TYPES) == (0, 3, None, None, None, False,
-                                                           None, [])
+    stops = rs._FOLD_STOPS
+    assert dj.c_fold_plain(events, 14, SURFACE_EVENT_TYPES, stops)[:4] == (14, 14, None, None)
+    assert dj.c_fold_plain([], 3, SURFACE_EVENT_TYPES, stops) == (0, 3, None, None, None,
+                                                                  False, None, [])
+
+
+def test_the_c_fold_stops_at_every_type_the_loop_folds_itself() -> None:
+    # the loop's own branches: request folds, end-seed markers, old adapter marks
+    from dsh.session._old_marks import OLD_MARK_TYPES
+
+    assert dj.c_fold_plain is not None
+    assert OLD_MARK_TYPES <= rs._FOLD_STOPS
+    for etype in sorted(rs._FOLD_STOPS):
+        events = [_event(0, "x/y"), _event(1, etype), _event(2, "x/y")]
+        assert dj.c_fold_plain(events, 0, SURFACE_EVENT_TYPES, rs._FOLD_STOPS)[:2] == (1, 1)
 
 
 @pytest.mark.parametrize("odd", [
@@ -108,7 +120,7 @@ def test_the_c_fold_leaves_each_event_it_does_not_serve_to_python(
 def test_the_c_fold_stops_at_an_event_of_another_shape(odd: dict[str, Any]) -> None:
     assert dj.c_fold_plain is not None
     events = [_event(0, "x/y"), _event(1, "turn/end"), odd]
-    index, count, *_ = dj.c_fold_plain(events, 0, SURFACE_EVENT_TYPES)
+    index, count, *_ = dj.c_fold_plain(events, 0, SURFACE_EVENT_TYPES, rs._FOLD_STOPS)
     assert (index, count) == (2, 2)
 
 
@@ -120,7 +132,7 @@ def test_the_c_fold_leaves_an_event_class_with_its_own_lookup_to_python() -> Non
 
     assert dj.c_fold_plain is not None
     events = [_event(0, "x/y"), Loud({"seq": 1, "type": "user/message", "time": 1})]
-    assert dj.c_fold_plain(events, 0, SURFACE_EVENT_TYPES)[:2] == (1, 1)
+    assert dj.c_fold_plain(events, 0, SURFACE_EVENT_TYPES, rs._FOLD_STOPS)[:2] == (1, 1)
     fold = RestoreFold(0)
     fold.feed(events)
     assert list(fold.state().nodes) == [1]  # the loop asked Loud.get

@@ -32,6 +32,10 @@ _WIRE_KEYS_1: Final = frozenset({"eventCount", "lastTime", "lastType", "nodes",
                                  "inheritedMarkers", "turnBoundary", "turnOpen"})
 _WIRE_KEYS_2: Final = _WIRE_KEYS_1 | {"lastTurn"}
 _WIRE_KEYS_3: Final = _WIRE_KEYS_2 | {"oldMarks"}
+_FOLD_STOPS: Final = frozenset({"request/header", "request/context", _END_SEED,
+                                *OLD_MARK_TYPES})
+"""The non-surface types :meth:`RestoreFold.feed`'s loop folds itself (the accelerator's
+pass stops there): every type the loop's branches name, but the turn boundaries."""
 
 
 def _turn_of(event: Event) -> int:
@@ -302,7 +306,7 @@ class RestoreFold:
         """
         if c_fold_plain is not None and type(events) is list:
             index, count, last_time, last_type, boundary, turn_open, last_turn, appended = \
-                c_fold_plain(events, self._count, SURFACE_EVENT_TYPES)
+                c_fold_plain(events, self._count, SURFACE_EVENT_TYPES, _FOLD_STOPS)
             if appended:
                 self._nodes.extend(appended)
             if last_type is not None:  # an event was folded
