@@ -46,9 +46,9 @@ def _old_cleared(store: str, sid: str = "old") -> None:
     history.close()
 
 
-def _old_popped(store: str, sid: str, *, tool: bool = False) -> None:
+def _old_popped(store: str, sid: str, *, tool: bool = False, marks: int = 1) -> None:
     """Session ``sid``: the secret in a prompt (or a tool output), then a12a84a's ``pop_item``
-    mark of that event; ``noted`` stays."""
+    mark of that event (``marks`` times); ``noted`` stays."""
     from dsh.adapters.openai_agents import DshSession
 
     async def fill() -> None:
@@ -66,7 +66,8 @@ def _old_popped(store: str, sid: str, *, tool: bool = False) -> None:
         kind = "tool/result" if tool else "user/message"
         seq = next(e["seq"] for e in shaper.session.events if e["type"] == kind)
         shaper.end_turn()
-        shaper.mark("openai-agents/pop", {"seq": seq, "index": 0})  # a12a84a's pop_item
+        for _ in range(marks):
+            shaper.mark("openai-agents/pop", {"seq": seq, "index": 0})  # a12a84a's pop_item
         assert SECRET not in json.dumps(await session.get_items())
         session.close()
 
@@ -95,6 +96,20 @@ def _run(store: str, sid: str, server: ScriptedServer, home: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     sent = json.dumps(server.requests[-1])
     assert "what did I say?" in sent and SECRET not in sent
+
+
+def _thanked(store: str, sid: str) -> list[Any]:
+    """``add_items`` of one prompt to SDK session ``sid`` (a writer's resume), then its items."""
+    from dsh.adapters.openai_agents import DshSession
+
+    async def resumed() -> list[Any]:
+        session = DshSession(sid, store)
+        await session.add_items([{"role": "user", "content": "thanks"}])
+        items = await session.get_items()
+        session.close()
+        return items
+
+    return asyncio.run(resumed())
 
 
 @contextlib.contextmanager
@@ -130,6 +145,21 @@ def test_an_old_pop_mark_leaves_dsh_messages(tmp_path: Path) -> None:
     _old_popped(store, "popped")
     sent = json.dumps(dsh_messages("popped", store))
     assert SECRET not in sent and "noted" in sent
+
+
+@pytest.mark.parametrize("tool", [False, True])
+def test_an_event_popped_by_two_old_marks_is_removed_once(tmp_path: Path, tool: bool) -> None:
+    # before: a tool output two marks named was withheld twice, the second replace of a node
+    # no longer on the surface refused (error[SURFACE] from dsh messages; every writer's
+    # resume failed, so the session could not be written again)
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    _old_popped(store, "twice", tool=tool, marks=2)
+    sent = json.dumps(dsh_messages("twice", store))
+    assert SECRET not in sent and "noted" in sent
+    items = _thanked(store, "twice")
+    assert SECRET not in json.dumps(items) and items[-1] == {"role": "user", "content": "thanks"}
+    assert len(_removals(store, "twice")) == 1
+    dsh("verify", "twice", "--store", store)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
@@ -175,7 +205,6 @@ def test_dsh_run_on_an_old_log_sends_none_of_it_and_appends_the_removal_once(
 
 def test_an_adapter_resume_appends_the_removal_and_keeps_its_view(tmp_path: Path) -> None:
     from dsh.adapters.langchain import DshChatMessageHistory
-    from dsh.adapters.openai_agents import DshSession
 
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
     _old_logs(store)
@@ -185,14 +214,7 @@ def test_an_adapter_resume_appends_the_removal_and_keeps_its_view(tmp_path: Path
                                                      "one more"]
     history.close()
 
-    async def popped() -> list[Any]:
-        session = DshSession("tool-old", store)
-        await session.add_items([{"role": "user", "content": "thanks"}])
-        items = await session.get_items()
-        session.close()
-        return items
-
-    items = asyncio.run(popped())
+    items = _thanked(store, "tool-old")
     assert SECRET not in json.dumps(items)
     assert [i.get("type") for i in items] == [None, "function_call", None, None]
     for sid in ("lc-old", "tool-old"):

@@ -272,8 +272,8 @@ def apply_old_marks(session: Session, marks: OldMarks | None = None) -> list[Eve
     Every surface node up to a clear's ``through`` leaves (:func:`append_removals`, form
     ``clear``); a popped event leaves whole (form ``pop``); a popped ``tool/result`` is
     withheld (:func:`append_withheld`), so its call stays answered. Nodes already off the
-    surface are skipped: applying twice adds nothing. The log must end outside a turn (a
-    resume's repair closed it).
+    surface are skipped: applying twice adds nothing, nor does a second mark of one event.
+    The log must end outside a turn (a resume's repair closed it).
 
     Args:
         session: A restored session: live (a writer's resume persists what is appended) or
@@ -303,6 +303,7 @@ def apply_old_marks(session: Session, marks: OldMarks | None = None) -> list[Eve
     gone: list[int] = []
     for seq, fmt in marks.popped:
         if seq in on_surface and seq not in cleared:
+            on_surface.discard(seq)  # an event two marks name leaves once
             if session.event_at(seq)["type"] == "tool/result":
                 withheld.append((seq, fmt))
             else:
