@@ -409,3 +409,47 @@ def apply_script(session: Session, script: Script,
         if after is not None:
             after()
     return session
+
+
+# --- OpenAI Agents SDK items ------------------------------------------------------------------
+
+
+_CALL_IDS = st.sampled_from(["call_a", "call_b", "call_c"])
+_TEXT = st.text(max_size=12)
+
+
+def responses_items() -> st.SearchStrategy[dict[str, Any]]:
+    """One Responses input item as the SDK hands it to ``add_items``, or an odd one.
+
+    Prompts (text or parts), system and developer messages, assistant output, reasoning,
+    ``function_call`` and ``function_call_output`` over three call ids (so calls repeat, go
+    unanswered and get answered twice), other input items, opaque envelopes, and a
+    ``function_call`` without a name (``add_items`` refuses it).
+    """
+    parts = st.lists(st.fixed_dictionaries({"type": st.just("input_text"), "text": _TEXT}),
+                     max_size=2)
+    return st.one_of(
+        st.fixed_dictionaries({"role": st.just("user"), "content": st.one_of(_TEXT, parts)}),
+        st.fixed_dictionaries({"role": st.sampled_from(["system", "developer"]),
+                               "content": _TEXT}),
+        st.fixed_dictionaries({"type": st.just("message"), "role": st.just("assistant"),
+                               "content": st.lists(st.fixed_dictionaries(
+                                   {"type": st.just("output_text"), "text": _TEXT}),
+                                   max_size=2)}),
+        st.fixed_dictionaries({"type": st.just("reasoning"), "summary": st.lists(
+            st.fixed_dictionaries({"type": st.just("summary_text"), "text": _TEXT}),
+            max_size=1)}),
+        st.fixed_dictionaries({"type": st.just("function_call"), "call_id": _CALL_IDS,
+                               "name": st.sampled_from(["read_file", "ls", ""]),
+                               "arguments": st.just('{"path": "a"}')}),
+        st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": _CALL_IDS,
+                               "output": _TEXT}),
+        st.fixed_dictionaries({"type": st.sampled_from(["item_reference", "computer_call_output"]),
+                               "id": _TEXT}),
+        st.fixed_dictionaries({"payload": _TEXT}),
+    )
+
+
+def responses_batches(max_batches: int = 6) -> st.SearchStrategy[list[list[dict[str, Any]]]]:
+    """The ``add_items`` batches of one SDK session: lists of :func:`responses_items`."""
+    return st.lists(st.lists(responses_items(), max_size=5), min_size=1, max_size=max_batches)

@@ -8,7 +8,8 @@
  *                         checked, out of the cyclic GC
  *   the load path         scan_lines (JSONL records), decode_rows (SQLite rows), stored_prescan,
  *                         message_shape_ok, admit_plain (restore admission), seqs_contiguous
- *   the session           gather_messages (derive_messages)
+ *   the session           gather_messages (derive_messages), append_event (an append's
+ *                         shape check and envelope)
  *   the SQLite write path rows_text (seal checksum text), encode_rows (a batch's rows)
  *   the adapters         record_texts (framework records cut out of a checked row's text),
  *                         pick_rows (a selective read's pass over checked rows, cutting them),
@@ -9331,6 +9332,88 @@ done:
     return result;
 }
 
+/* ---- the append's event (helper turnbuild, issue 21 item 5) -------------------------------
+ * Session.append's per-event build in one call: the core shape check's accept path (the same
+ * shape_ok and turn_shape_ok the restore admission uses) and the envelope, built in its key
+ * order and out of the cyclic GC. Python judges whatever this does not vouch for. */
+
+PyDoc_STRVAR(append_event_doc,
+"append_event(event_type, type, seq, time, data, sources, op, ignorable, core, /)\n"
+"-> Event | None\n\n"
+"The event dsh.session._session.Session.append commits: {type, seq, time, data\n"
+"[, sourceEventSeqs][, surfaceOp][, ignorable: true]} as an event_type instance, untracked\n"
+"(sources and op omitted when None, ignorable only when true). With core true (type is one\n"
+"of the core-shaped types) it is built only when _check_core_shape would accept data: a\n"
+"message event whose shape message_shape_ok accepts, or a turn/step bracket in the forms\n"
+"the restore admission accepts; otherwise None, and Python runs its check (which names the\n"
+"problem) and builds the event itself. The values must already be frozen JSON.");
+
+static PyObject *
+append_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *etype, *data, *sources, *op, *event, *kv[14];
+    PyTypeObject *event_type;
+    Py_ssize_t pairs = 4;
+    int core, ignorable, message, ok;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "append_event() takes exactly 9 arguments");
+        return NULL;
+    }
+    if (!configured()) {
+        return NULL;
+    }
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], frozen_dict_type)) {
+        PyErr_SetString(PyExc_TypeError, "append_event() needs a FrozenDict subclass");
+        return NULL;
+    }
+    event_type = (PyTypeObject *)args[0];
+    etype = args[1];
+    data = args[4];
+    sources = args[5];
+    op = args[6];
+    ignorable = PyObject_IsTrue(args[7]);
+    core = PyObject_IsTrue(args[8]);
+    if (ignorable < 0 || core < 0) {
+        return NULL;
+    }
+    if (!PyUnicode_CheckExact(etype)) {
+        Py_RETURN_NONE;
+    }
+    message = core && (str_is(etype, s_user_message) || str_is(etype, s_system_message)
+                       || str_is(etype, s_assistant_message) || str_is(etype, s_tool_result));
+    if (core && !message) {
+        if (!(str_is(etype, s_turn_start) || str_is(etype, s_turn_end)
+              || str_is(etype, s_step_start) || str_is(etype, s_step_end))
+                || !turn_shape_ok(etype, data)) {
+            Py_RETURN_NONE;  /* request/header, the legacy types, an unusual bracket */
+        }
+    }
+    kv[0] = s_type; kv[1] = etype; kv[2] = s_seq; kv[3] = args[2];
+    kv[4] = s_time; kv[5] = args[3]; kv[6] = s_data; kv[7] = data;
+    {
+        /* the optional fields, in the envelope's order; None (or ignorable false): absent */
+        PyObject *const named[3][2] = {{s_source_event_seqs, sources}, {s_surface_op, op},
+                                       {s_ignorable, ignorable ? Py_True : Py_None}};
+        for (int k = 0; k < 3; k++) {
+            if (named[k][1] != Py_None) {
+                kv[2 * pairs] = named[k][0];
+                kv[2 * pairs + 1] = named[k][1];
+                pairs++;
+            }
+        }
+    }
+    event = frozen_of(event_type, kv, pairs);
+    /* a message event: its shape read from the event itself (its own type and data) */
+    ok = (event == NULL || !message) ? 1 : shape_ok(event);
+    if (ok > 0) {
+        return event;
+    }
+    Py_DECREF(event);
+    return ok < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+/* ---- end of the append's event ---------------------------------------------------------- */
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"freeze_parsed", freeze_parsed, METH_O, freeze_parsed_doc},
@@ -9384,6 +9467,8 @@ static PyMethodDef methods[] = {
     {"seal_batch", (PyCFunction)(void (*)(void))seal_batch, METH_FASTCALL, seal_batch_doc},
     {"chain_hash", (PyCFunction)(void (*)(void))chain_hash, METH_FASTCALL, chain_hash_doc},
     {"fold_plain", (PyCFunction)(void (*)(void))fold_plain, METH_FASTCALL, fold_plain_doc},
+    {"append_event", (PyCFunction)(void (*)(void))append_event, METH_FASTCALL,
+     append_event_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -9430,7 +9515,7 @@ PyInit__speedups(void)
     }
     /* dsh.json uses the module only when this matches: bump it whenever a function's
      * arguments or results change, so a stale build (the build is optional) is not called */
-    if (PyModule_AddIntConstant(module, "API_VERSION", 21) < 0) {
+    if (PyModule_AddIntConstant(module, "API_VERSION", 22) < 0) {
         Py_DECREF(module);
         return NULL;
     }

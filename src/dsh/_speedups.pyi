@@ -250,3 +250,12 @@ def chain_hash(hashed: bytes, sha256: Callable[[bytes], Any], /) -> bytes:
 
     By SHA-NI when :data:`SHA_NI`, else through ``sha256`` (hashlib's constructor).
     """
+
+def append_event(event_type: type[Any], type: str, seq: int, time: int, data: Any,
+                 sources: Any, op: Any, ignorable: bool, core: bool, /) -> Any:
+    """The event ``Session.append`` commits, or None where its Python check must judge.
+
+    ``{type, seq, time, data[, sourceEventSeqs][, surfaceOp][, ignorable: true]}`` as an
+    ``event_type``; with ``core`` (a core-shaped type) only when the message or turn shape is
+    one the check accepts. Reference: the Python build in ``Session.append``.
+    """

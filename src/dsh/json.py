@@ -212,10 +212,10 @@ _SPEEDUPS_API: Final = (
     "record_texts", "line_scan", "pick_rows", "widen_sums_below", "claude_line", "utc_millis",
     "claude_envelope", "decode_plain", "encode_sealed_rows", "sqlite_bind", "sqlite_open",
     "read_rows", "claude_blocks", "claude_usage", "claude_map", "crc32", "CLMUL", "seal_batch",
-    "chain_hash", "fold_plain")
+    "chain_hash", "fold_plain", "append_event")
 """What this dsh calls in ``dsh._speedups``."""
 
-_SPEEDUPS_API_VERSION: Final = 21
+_SPEEDUPS_API_VERSION: Final = 22
 """The ``API_VERSION`` of the ``_speedups.c`` this dsh was written with (its arguments)."""
 
 
@@ -416,6 +416,9 @@ c_snapshot_events = _optional(_accelerator.snapshot_events)
 c_stored_prescan = _optional(_accelerator.stored_prescan)
 c_decode_rows = _optional(_accelerator.decode_rows)
 c_message_shape_ok = _optional(_accelerator.message_shape_ok)
+# Session.append's shape check (accept path) and envelope in one call (reference: the
+# Python build in dsh.session._session.Session.append)
+c_append_event = _optional(_accelerator.append_event)
 # raised by a c_* pass that leaves the value to its caller's Python reference
 CFallback: type[Exception] = _CFallback
 c_rows_text = _optional(_accelerator.rows_text)

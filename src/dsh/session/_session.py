@@ -32,6 +32,7 @@ from dsh.json import (
     MAX_SAFE_INTEGER,
     FrozenDict,
     c_admit_plain,
+    c_append_event,
     c_gather_messages,
     c_message_shape_ok,
     c_snapshot_events,
@@ -45,6 +46,7 @@ from dsh.session._events import (
     Event,
     as_event,
     is_append_surface_event,
+    make_event,
     registered_event_type,
     unknown_type_hint,
 )
@@ -820,6 +822,7 @@ class Session:
         "_message_cache",
         "_nodes",
         "_observers",
+        "_pairing",
         "_prefix_turns",
         "_publishing",
         "_rc_count",
@@ -1005,6 +1008,9 @@ class Session:
         self._calls_made: set[str] = set()
         self._calls_scanned = 0
         self._calls_prefix = 0  # paged log: calls before this seq are scanned only on a miss
+        # what _open_calls found, with the surface's node count then: (count, open, answered,
+        # made_at), carried over each surface change (see _paired)
+        self._pairing: tuple[int, list[str], list[str], int] | None = None
         if type(session_id) is not str or not session_id:
             raise _reject(f"session id must be a non-empty string (found {session_id!r})",
                           "HEADER")
@@ -1362,39 +1368,37 @@ class Session:
                     _run_custom_validator(check, type, snap, seq)
             elif not ignorable:
                 raise _unknown_type(type, seq)
-        now = self._clock()
+        clock = self._clock
+        # the default clock's body inline: one Python call fewer an event
+        now = time_ns() // 1_000_000 if clock is wall_clock_ms else clock()
         if now.__class__ is not int:
             now = int(now)
         if now < self._last_time:
             now = self._last_time
         surface = self._surface
-        if type in _CORE_SHAPED:
-            _check_core_shape(type, snap, seq)
+        core = type in _CORE_SHAPED
+        # the envelope, and the shape check's accept path, in one C call; None where the
+        # Python check must judge (it names the problem) or without the accelerator
+        event = (None if c_append_event is None else
+                 c_append_event(Event, type, seq, now, snap, sources, op, ignorable, core))
+        if core:
+            if event is None:
+                _check_core_shape(type, snap, seq)
             if op == "append" and type in SURFACE_EVENT_TYPES:
                 self._check_pairing(type, snap, seq)
-        if sources is None:
-            if op is None:
-                event = as_event({"type": type, "seq": seq, "time": now, "data": snap})
-                step: SurfacePlan | None = None
-                if type in SURFACE_EVENT_TYPES:
-                    step = surface.plan(event, seq, self._log)  # raises: marker required
-            else:
-                event = as_event({"type": type, "seq": seq, "time": now, "data": snap,
-                                  "surfaceOp": op})
-                if op == "append" and type in SURFACE_EVENT_TYPES:
-                    step = _APPEND  # a plain append without sources cannot be refused
-                else:
-                    step = surface.plan(event, seq, self._log)
+        if event is None:
+            event = make_event(type, seq, now, snap, surface_op=op, source_event_seqs=sources)
+            if ignorable:
+                event = as_event({**event, "ignorable": True})
+        # (the surface plan reads the envelope's type, seq, surfaceOp and sourceEventSeqs)
+        step: SurfacePlan | None
+        if sources is None and op is None:
+            step = (surface.plan(event, seq, self._log)  # raises: marker required
+                    if type in SURFACE_EVENT_TYPES else None)
+        elif sources is None and op == "append" and type in SURFACE_EVENT_TYPES:
+            step = _APPEND  # a plain append without sources cannot be refused
         else:
-            if op is None:
-                event = as_event({"type": type, "seq": seq, "time": now, "data": snap,
-                                  "sourceEventSeqs": sources})
-            else:
-                event = as_event({"type": type, "seq": seq, "time": now, "data": snap,
-                                  "sourceEventSeqs": sources, "surfaceOp": op})
             step = surface.plan(event, seq, self._log)
-        if ignorable:
-            event = as_event({**event, "ignorable": True})
         if self._validators:
             if self._batch:
                 # a validator may read state an observer keeps (InvariantObserver, the
@@ -1411,10 +1415,13 @@ class Session:
                 self._nodes.append(seq)
             else:
                 surface.apply(step)
+            self._paired(type, op, snap, seq)
             # Project now, while the event is hot in the CPU cache: derive_messages() then only
             # gathers. A malformed message (append does not shape-check) is left for derive.
-            with contextlib.suppress(KeyError, TypeError):
+            try:  # noqa: SIM105 - contextlib.suppress builds a manager object an event
                 self._message_cache[seq] = derive_event_message(event)
+            except (KeyError, TypeError):
+                pass
         if self._observers:
             batch = self._batch
             if batch is None:
@@ -1434,10 +1441,16 @@ class Session:
             closes its exchange, as the provider exporters do (an older log may hold one).
             Reads only the trailing results and the node before them.
         """
+        count = len(self._nodes)
+        known = self._pairing
+        if known is not None and known[0] == count:
+            return known[1], known[2], known[3]
         log = self._log
         # a paged log reads these few events alone, not their pages
         event_at = log.lone if type(log) is PagedLog else log.__getitem__
         answered: list[str] = []
+        open_calls: list[str] = []
+        made_at = -1
         for seq in reversed(self._surface.nodes):
             event = event_at(seq)
             kind = event["type"]
@@ -1446,9 +1459,31 @@ class Session:
                 continue
             if kind == "assistant/message":
                 made = _made_call_ids(event["data"])
-                return [c for c in made if c not in answered], answered, seq
+                open_calls, made_at = [c for c in made if c not in answered], seq
             break
-        return [], answered, -1
+        self._pairing = (count, open_calls, answered, made_at)
+        return open_calls, answered, made_at
+
+    def _paired(self, type: str, op: Any, data: Any, seq: int) -> None:
+        """Carry what :meth:`_open_calls` found over the surface change ``seq`` just made.
+
+        The surface of a live session changes only here, at the commit of a surface event.
+        A fresh ``"append"`` of a message passed the pairing check, which found the open
+        calls of the surface just before it; the walk :meth:`_open_calls` would make now
+        stops at ``seq`` (a message) or passes it (a result answering one of those calls).
+        Anything else (a replace, nothing known) forgets it.
+        """
+        known = self._pairing
+        if known is None or op != "append" or known[0] + 1 != len(self._nodes):
+            self._pairing = None
+        elif type == "tool/result":
+            call_id = _result_call_id(data)
+            self._pairing = (known[0] + 1, [c for c in known[1] if c != call_id],
+                             [call_id, *known[2]], known[3])
+        elif type == "assistant/message":
+            self._pairing = (known[0] + 1, _made_call_ids(data), [], seq)
+        else:
+            self._pairing = (known[0] + 1, [], [], -1)
 
     def _check_pairing(self, type: str, data: Any, seq: int) -> None:
         """Refuse a fresh surface message that would break a tool call/result pair.
