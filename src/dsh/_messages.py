@@ -128,7 +128,8 @@ def create_user_message(message: Mapping[str, Any]) -> FrozenDict:
     """
     fields = {k: v for k, v in message.items() if k not in ("role", "id")}
     fields["role"] = "user"
-    return create_message(fields)
+    fields["id"] = new_message_id()  # create_message(fields), one copy fewer: no id in fields
+    return snapshot_json(fields)  # type: ignore[no-any-return]
 
 
 def create_system_message(message: Mapping[str, Any]) -> FrozenDict:
@@ -166,7 +167,9 @@ def create_assistant_message(*, content: list[Any], provider: str, model: str,
     source: dict[str, Any] = {"kind": "model", "provider": provider, "model": model}
     if replay_state is not None:
         source["replayState"] = replay_state
-    return create_message({"role": "assistant", "content": content, "source": source})
+    # create_message(...) of a fresh dict without an id: its id set here, one copy fewer
+    return snapshot_json({"role": "assistant", "content": content,  # type: ignore[no-any-return]
+                          "source": source, "id": new_message_id()})
 
 
 def create_tool_result_message(*, call_id: str, content: list[Any],
@@ -181,11 +184,12 @@ def create_tool_result_message(*, call_id: str, content: list[Any],
         InvalidJsonError: content is not lossless JSON.
     Rule: docs/events.md#messages.
     """
-    return create_user_message({
+    # create_user_message(...) of these fields, built in its key order at once
+    return snapshot_json({  # type: ignore[no-any-return]
         "source": {"kind": "tool", "callId": call_id},
         "content": [{"type": "tool-result", "toolCallId": call_id, "content": content,
                      "isError": is_error}],
-    })
+        "role": "user", "id": new_message_id()})
 
 
 # The shapes load at first use: the constructors above never read them, and their

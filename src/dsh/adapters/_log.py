@@ -351,8 +351,16 @@ class TurnShaper:
         self._turn: TurnRecorder | None = None
         self._step: StepRecorder | None = None
 
-    def _closing(self, close: Callable[[], object]) -> None:
-        """Run ``close`` (a step or turn end) and log the results it had to synthesize."""
+    def _closing(self, close: Callable[[], object], step: StepRecorder | None) -> None:
+        """Run ``close`` (a step or turn end) and log the results it had to synthesize.
+
+        ``step`` is the open step ``close`` ends (None: none is open). Ending a step
+        synthesizes a result only for a call of it that has none (the recorder's rule): with
+        none unanswered, nothing is looked for.
+        """
+        if step is None or not step.unanswered:
+            close()
+            return
         before = self.session.seq
         close()
         synthesized = [event["seq"] for event in self.session.events[before:]
@@ -369,7 +377,7 @@ class TurnShaper:
         if self._turn is None:
             self._turn = self.recorder.turn()
         if self._step is not None and after_model and self._step.assistant_event is not None:
-            self._closing(self._step.end)
+            self._closing(self._step.end, self._step)
             self._step = None
         if self._step is None:
             self._step = self._turn.step()
@@ -383,7 +391,7 @@ class TurnShaper:
     def end_turn(self) -> None:
         """End the open turn as ``completed`` (answering unanswered calls); no-op between turns."""
         if self._turn is not None:
-            self._closing(self._turn.end)
+            self._closing(self._turn.end, self._turn.current_step)
         self._turn = self._step = None
 
     def user(self, message: Mapping[str, Any]) -> Event:

@@ -225,10 +225,12 @@ def items_to_events(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *,
 def _append_items(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *, model: str,
                   dispatch: bool, provider: str) -> None:
     """:func:`items_to_events` without gathering the events (``add_items`` needs none)."""
+    kinds = [_kind(item) for item in items]
+    count = len(items)
     index = 0
-    while index < len(items):
+    while index < count:
         item = items[index]
-        kind = _kind(item)
+        kind = kinds[index]
         if kind in ("user", "system"):
             source = ({"kind": "user"} if kind == "user" else
                       {"kind": "plugin", "plugin": FORMAT, "form": str(item.get("role"))})
@@ -237,7 +239,7 @@ def _append_items(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *, mod
             index += 1
         elif kind in ("model", "call"):
             group = []
-            while index < len(items) and _kind(items[index]) in ("model", "call"):
+            while index < count and kinds[index] in ("model", "call"):
                 group.append(items[index])
                 index += 1
             shaper.assistant(_assistant_of(group, model=model, provider=provider))
@@ -257,7 +259,7 @@ def _append_items(shaper: TurnShaper, items: Sequence[Mapping[str, Any]], *, mod
                      "form": str(item.get("type") or "opaque")},
                     FORMAT, [item])}))
             index += 1
-    if items and _kind(items[-1]) == "model" and not shaper.pending:
+    if items and kinds[-1] == "model" and not shaper.pending:
         shaper.end_turn()
 
 

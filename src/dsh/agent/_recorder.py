@@ -269,10 +269,15 @@ class Recorder:
 
     def _append(self, type: str, data: Any, *, surface_op: Any = None,
                 source_event_seqs: Any = None, ignorable: bool = False) -> Event:
-        self._sync()
-        event = self._session.append(type, data, surface_op=surface_op,
-                                     source_event_seqs=source_event_seqs, ignorable=ignorable)
-        self._scan.feed((event,))
+        # _sync() inlined: this runs once per event of every recorded turn
+        session = self._session
+        seen = session.seq
+        if seen != self._seen:
+            self._scan.feed(session.events[self._seen:])
+        event = session.append(type, data, surface_op=surface_op,
+                               source_event_seqs=source_event_seqs, ignorable=ignorable)
+        if type in _TURN_BRACKETS:  # the only types the scan reads
+            self._scan.feed((event,))
         # (append refuses a reentrant append: the log ends with this event)
         self._seen = event["seq"] + 1
         return event
