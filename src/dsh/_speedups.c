@@ -9332,7 +9332,7 @@ done:
     return result;
 }
 
-/* ---- the append's event (helper turnbuild, issue 21 item 5) -------------------------------
+/* ---- the append's event ---------------------------------------------------------------------
  * Session.append's per-event build in one call: the core shape check's accept path (the same
  * shape_ok and turn_shape_ok the restore admission uses) and the envelope, built in its key
  * order and out of the cyclic GC. Python judges whatever this does not vouch for. */
