@@ -107,3 +107,15 @@ def test_import_of_a_file_that_is_no_transcript_says_so_and_names_the_formats(
     (tmp_path / "t.json").write_text('{"messages": [\n')
     broken = dsh(tmp_path, "import", str(tmp_path / "t.json"))
     assert broken.returncode == 1 and "not a transcript dsh recognizes" not in broken.stdout
+
+
+@pytest.mark.parametrize("args", [("",), ("x.jsonl", "")])
+def test_an_empty_import_path_is_refused_not_read_as_this_folder(
+        tmp_path: Path, args: tuple[str, ...]) -> None:
+    # before: `dsh import "$UNSET"` imported the current folder (Path("") is "."), exit 0
+    (tmp_path / "x.jsonl").write_text("")
+    refused = dsh(tmp_path, "import", *args)
+    assert refused.returncode == 2
+    assert f"path {len(args)} is empty; name a transcript file or a folder ('.' for this " \
+        "folder)" in refused.stderr
+    assert not (tmp_path / "home").exists()  # no store written

@@ -33,8 +33,9 @@ def _app() -> typer.Typer:
              color: Annotated[Color, typer.Option()] = Color.red,
              wait: Annotated[float, typer.Option(min=0)] = 5.0,
              paths: Annotated[list[Path] | None, typer.Option("--p")] = None,
-             ratio: Annotated[float, typer.Option(min=0, max=1, clamp=True)] = 1.5) -> None:
-        typer.echo(repr((name, count, free, clamped, path, color, wait, paths, ratio)))
+             ratio: Annotated[float, typer.Option(min=0, max=1, clamp=True)] = 1.5,
+             texts: Annotated[list[str] | None, typer.Option("--t")] = None) -> None:
+        typer.echo(repr((name, count, free, clamped, path, color, wait, paths, ratio, texts)))
 
     return app
 
@@ -47,7 +48,8 @@ ARGS = [["x"], ["x y"], ["٣"], ["x", "--count", "7"], ["x", "--count", "007"],
         ["x", "--color", "blue"], ["x", "--color", "green"], ["x", "--wait", "2.5"],
         ["x", "--wait", "-1"], ["x", "--wait", "nan"], ["x", "--wait", "inf"],
         ["x", "--p", "a/b", "--p", "", "--p", ".", "--p", "a//b/", "--p", "~/x", "--p", "-"],
-        ["x", "--p", "/nonexistent/\udcff"], ["x", "--ratio", "0.5"]]
+        ["x", "--p", "/nonexistent/\udcff"], ["x", "--ratio", "0.5"],
+        ["x", "--t", "", "--t", "a b", "--t", "٣"]]
 
 
 def _outputs() -> list[tuple[int, str]]:
@@ -71,7 +73,9 @@ def test_the_deferred_coercion_gives_typers_own_results_and_errors(
     _deferred_coercion()
     assert core.build_runtime_param is not typer_own
     assert _outputs() == own
-    assert own[3] == (0, "('x', 7, 0, 0, None, <Color.red: 'red'>, 5.0, None, 1.0)\n")
+    assert own[3] == (0, "('x', 7, 0, 0, None, <Color.red: 'red'>, 5.0, None, 1.0, None)\n")
+    assert own[-1] == (0, "('x', 1, 0, 0, None, <Color.red: 'red'>, 5.0, None, 1.0, "
+                          "['', 'a b', '٣'])\n")
     assert "[PosixPath('a/b'), PosixPath('.'), PosixPath('.'), PosixPath('a/b'), " \
         "PosixPath('~/x'), PosixPath('-')]" in own[22][1]
     assert own[6][0] == 2 and "less than or equal to 100" in own[6][1]  # typer's error

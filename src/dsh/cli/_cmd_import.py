@@ -663,8 +663,19 @@ def _default_roots(examples: bool, err: Console) -> list[Path]:
     return roots
 
 
+def _given_paths(texts: Sequence[str]) -> list[Path]:
+    # An empty text is refused, not read as '.': `dsh import "$UNSET"` must not import the
+    # current folder (docs/cli.md#exit-status-and-errors).
+    for position, text in enumerate(texts, 1):
+        if not text:
+            raise typer.BadParameter(
+                f"path {position} is empty; name a transcript file or a folder ('.' for this "
+                "folder), or give no path to import your own agent logs", param_hint="'PATH'")
+    return [Path(text) for text in texts]
+
+
 def import_(
-    paths: Annotated[list[Path] | None, typer.Argument(
+    paths: Annotated[list[str] | None, typer.Argument(
         metavar="PATH", show_default=False,
         help="Files or folders to import. Without a path: your own Claude Code and Codex logs "
              "(~/.claude/projects, ~/.codex/sessions).")] = None,
@@ -699,10 +710,9 @@ def import_(
     if examples and paths:
         raise typer.BadParameter("give paths or --examples, not both",
                                  param_hint="'PATH' / '--examples'")
-    if not paths:
-        paths = _default_roots(examples, err)
+    roots = _given_paths(paths) if paths else _default_roots(examples, err)
     with cli_store(store, wait=wait) as sessions:
-        report = _import_paths(sessions.persistence, paths, str(format.value), err,
+        report = _import_paths(sessions.persistence, roots, str(format.value), err,
                                verbose=verbose, include_erased=include_erased)
     if report.erased:
         # On stderr in both modes: the --json summary lists them under "erased".

@@ -75,13 +75,12 @@ def _deferred_coercion() -> None:
     table, https://docs.pydantic.dev/latest/concepts/conversion_table/): for a plain ``str``
     parameter the command line's text itself, and for a plain ``int`` one without ``clamp``
     1-18 ASCII digits as their int within ``min``/``max`` ("plain": no ``parser``, file, path
-    or choice). A default that typer hands back as it is needs no adapter either: an ``Enum``
+    or choice), and for a plain ``list[str]`` one (``dsh import``'s paths) the texts as they
+    are. A default that typer hands back as it is needs no adapter either: an ``Enum``
     member of an ``Enum`` parameter (typer's choice coercion returns a member as it is), a
-    finite ``float`` of a ``float`` parameter without ``clamp`` within ``min``/``max``. A
-    ``list[Path]`` parameter (``dsh import``'s paths; no ``path_type``) gets typer's own path
-    checks on each text made a ``Path`` first, what pydantic's lax mode makes of a ``str``,
-    so they build no adapter. Any other value goes to typer's own coercion, built at first
-    need, so its result and its errors are typer's.
+    finite ``float`` of a ``float`` parameter without ``clamp`` within ``min``/``max``. Any
+    other value goes to typer's own coercion, built at first need, so its result and its
+    errors are typer's.
 
     Falls back to typer as it is when its internals move: no patch unless
     ``core.build_runtime_param`` exists and ``_coercion.RuntimeParam`` is a dataclass with
@@ -92,16 +91,10 @@ def _deferred_coercion() -> None:
         from dataclasses import dataclass, field, fields, is_dataclass
         from enum import Enum
         from math import isfinite
-        from pathlib import Path
 
         from typer import _coercion, core
     except ImportError:  # pragma: no cover - typer is a dependency
         return
-    try:  # typer's own checks of one path (moved: list[Path] values go to typer's coercion)
-        from typer._param_types import coerce_cli_path
-        path_check: Any = coerce_cli_path
-    except ImportError:  # pragma: no cover - typer moved it
-        path_check = None
     found = getattr(core, "build_runtime_param", None)
     base = getattr(_coercion, "RuntimeParam", None)
     if found is None or hasattr(found, "__wrapped__") or not is_dataclass(base) \
@@ -116,7 +109,7 @@ def _deferred_coercion() -> None:
         kind: type | None = None  # str or int: a plain parameter of that type
         bounds: tuple[Any, Any] = (None, None)  # an int's or a float's (min, max)
         same: type | None = None  # a value of exactly this type is typer's answer as it is
-        paths: bool = False  # list[Path]: each text a Path, then typer's own path checks
+        texts: bool = False  # list[str]: the command line's texts as they are
         built: list[Any] = field(default_factory=list)
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
@@ -133,11 +126,9 @@ def _deferred_coercion() -> None:
                     return value
             elif self.same is not None and type(value) is self.same:
                 return value
-            if self.paths and isinstance(value, list | tuple) \
+            if self.texts and isinstance(value, list | tuple) \
                     and all(type(item) is str for item in value):
-                info = self.parameter_info
-                return [path_check(Path(item), info, path_type=Path, param=param, ctx=ctx)
-                        for item in value]
+                return list(value)
             if not self.built:
                 self.built.append(build(self.descriptor))
             return self.built[0]._coerce_value(value, param=param, ctx=ctx)
@@ -156,12 +147,11 @@ def _deferred_coercion() -> None:
                 same = annotation
             elif plain and annotation is float and not info.clamp:
                 same = float
-            paths = (own and annotation == list[Path] and info.path_type is None
-                     and path_check is not None)
+            texts = plain and annotation == list[str]
         except AttributeError:  # typer's descriptor moved on: its own runtime param
             return build(descriptor)
         return Deferred(parameter_info=info, annotation=annotation, descriptor=descriptor,
-                        kind=kind, bounds=bounds, same=same, paths=paths)
+                        kind=kind, bounds=bounds, same=same, texts=texts)
 
     deferred.__wrapped__ = build  # type: ignore[attr-defined]
     setattr(core, "build_runtime_param", deferred)  # noqa: B010 - not exported by typer
