@@ -330,3 +330,102 @@ def test_a_handle_names_the_sidecars_the_backend_names(tmp_path: Path, session_i
             assert str(handle._seal_file).startswith(str(tmp_path / "d" / "s.db.dsh-seals/"))
     finally:
         backend.close()
+
+
+def _traced_connections(monkeypatch: pytest.MonkeyPatch) -> list[tuple[sqlite3.Connection,
+                                                                       list[str]]]:
+    """Every connection the SQLite backend opens from now on, with the statements it runs."""
+    from dsh.persistence.sqlite import _backend
+
+    opened: list[tuple[sqlite3.Connection, list[str]]] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        ran: list[str] = []
+        conn.set_trace_callback(ran.append)
+        opened.append((conn, ran))
+        return conn
+
+    monkeypatch.setattr(_backend.sqlite3, "connect", traced)
+    return opened
+
+
+_WRITER_ONLY = ("PRAGMA foreign_keys = ON", "PRAGMA synchronous = FULL", "PRAGMA synchronous")
+
+
+def test_a_read_open_sets_nothing_only_a_writer_needs(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/formats.md#files-and-connections: foreign_keys and synchronous before a first
+    # write, never on a connection that only reads
+    _store_with_records_after_the_cut(tmp_path)
+    opened = _traced_connections(monkeypatch)
+    backend = SqliteBackend(tmp_path / "sessions.db")
+    with backend.open("s", "read") as reader:
+        _, cold, _ = reader.read_from_restore_point()
+    assert cold.events
+    ((_, ran),) = opened
+    assert "PRAGMA trusted_schema = OFF" in ran
+    assert not set(_WRITER_ONLY) & set(ran)
+    backend.close()
+
+
+def test_a_writer_taking_a_readers_connection_sets_what_writes_need(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the read's validated connection is left idle and the write handle takes it: the writer
+    # settings are set on it then, once, and hold when the append commits
+    _store_with_records_after_the_cut(tmp_path)
+    opened = _traced_connections(monkeypatch)
+    backend = SqliteBackend(tmp_path / "sessions.db")
+    with backend.open("s", "read") as reader:
+        reader.read_from_restore_point()
+    writer = backend.open("s", "write")
+    ((conn, ran),) = opened  # (one connection for both)
+    assert [s for s in ran if s in _WRITER_ONLY] == list(_WRITER_ONLY)
+    conn.set_trace_callback(None)
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    conn.set_trace_callback(ran.append)
+    writer.close()
+    with backend.open("s", "write") as again:  # (taken idle again: not set twice)
+        again.read_from_restore_point()
+    assert [s for s in ran if s in _WRITER_ONLY] == list(_WRITER_ONLY)
+    backend.close()
+
+
+def test_the_shared_connection_that_creates_sessions_sets_what_writes_need(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened = _traced_connections(monkeypatch)
+    backend = SqliteBackend(tmp_path / "sessions.db")
+    backend.create({"id": "fresh", "version": 0, "createdAt": 1})
+    assert opened and all(
+        conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        and conn.execute("PRAGMA synchronous").fetchone()[0] == 2 for conn, _ in opened)
+    backend.close()
+
+
+def test_a_read_open_probes_the_header_metadata_sidecar_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the open's probe serves the restore-point read that follows it (the sidecar belongs to
+    # the row's incarnation); a later read of the same handle probes it again
+    from dsh._errors import LogCorruptError
+    from dsh.persistence.sqlite import _backend
+
+    seal_path, _ = _store_with_records_after_the_cut(tmp_path)
+    probes: list[str] = []
+    open_sidecar = _backend.open_sidecar
+
+    def counted(path: Path, what: str) -> int:
+        probes.append(what)
+        return open_sidecar(path, what)
+
+    monkeypatch.setattr(_backend, "open_sidecar", counted)
+    backend = SqliteBackend(tmp_path / "sessions.db")
+    with backend.open("s", "read") as reader:
+        reader.read_from_restore_point()
+        assert probes.count("header metadata") == 1
+        seal_path.with_suffix(".meta").write_bytes(b"{not json")
+        with pytest.raises(LogCorruptError, match="header metadata"):
+            reader.read()
+    assert probes.count("header metadata") == 2
+    backend.close()

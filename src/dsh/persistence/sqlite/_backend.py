@@ -575,6 +575,7 @@ class _Connection:
                  create_schema: int = SCHEMA_VERSION) -> None:
         self.path = str(path)
         self._create_schema = create_schema
+        self._writes_ready = False  # (ready_for_writes)
         started = time.monotonic()
         try:
             self.conn = sqlite3.connect(
@@ -600,13 +601,8 @@ class _Connection:
             if mmap is not None and mmap[0] != 0:
                 raise PersistenceError(f"SQLite refused mmap_size = 0 for {self.path}",
                                        code="SQLITE", path=self.path)
-            conn.execute("PRAGMA foreign_keys = ON")
             self.schema_version = self._validate_or_initialize()
             self._set_journal_mode(journal_mode, started + busy_timeout_ms / 1000)
-            conn.execute("PRAGMA synchronous = FULL")
-            if conn.execute("PRAGMA synchronous").fetchone()[0] != SYNCHRONOUS_FULL:
-                raise PersistenceError(f"SQLite refused synchronous = FULL for {self.path}",
-                                       code="SQLITE", path=self.path)
             row = conn.execute(
                 "SELECT store_id FROM persistence_state WHERE singleton = 1").fetchone()
         except (sqlite3.Error, UnicodeDecodeError) as exc:
@@ -623,6 +619,32 @@ class _Connection:
         self._file = (info.st_dev, info.st_ino)
         self._store_id = row[0]
         self._pid = os.getpid()
+
+    def ready_for_writes(self) -> None:
+        """Set what only a write needs: ``foreign_keys = ON``, ``synchronous = FULL`` (read back).
+
+        Rule: docs/formats.md#files-and-connections. Called outside any transaction (SQLite
+        ignores ``foreign_keys`` inside one) before the connection's first write: by a write
+        handle as it takes the connection, by the store's shared connection (which creates
+        sessions) as it is opened, and before a pristine file's schema is created. A
+        connection that only reads (a read handle's, a page-in's) never needs them: no
+        constraint is checked and nothing is committed on it. Once per connection.
+
+        Raises:
+            PersistenceError: SQLite refused ``synchronous = FULL``, or failed.
+        """
+        if self._writes_ready:
+            return
+        conn = self.conn
+        try:
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = FULL")
+            if conn.execute("PRAGMA synchronous").fetchone()[0] != SYNCHRONOUS_FULL:
+                raise PersistenceError(f"SQLite refused synchronous = FULL for {self.path}",
+                                       code="SQLITE", path=self.path)
+        except sqlite3.Error as exc:
+            _fail(exc, "open", self.path)
+        self._writes_ready = True
 
     def reusable(self) -> bool:
         """Whether this idle connection may serve another handle as validated.
@@ -691,6 +713,7 @@ class _Connection:
 
     def _initialize(self) -> int:
         """Check (or, for a pristine file, create) dsh's schema inside ``BEGIN IMMEDIATE``."""
+        self.ready_for_writes()  # (it may create the schema: a write)
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -1011,7 +1034,13 @@ class SqliteBackend:
                 raise PersistenceError(f"SQLite backend for {self.path} is closed",
                                        code="CLOSED", path=str(self.path))
             if self._conn is None:
-                self._conn = self._new_connection()
+                conn = self._new_connection()
+                try:  # (it creates sessions)
+                    conn.ready_for_writes()
+                except BaseException:
+                    conn.close()
+                    raise
+                self._conn = conn
             yield self._conn
 
     def change_stamp(self) -> tuple[int, int]:
@@ -1511,6 +1540,9 @@ class SqliteHandle(HandleBase):
         # the last session row read and its decode: an open reads the row again inside the
         # read's transaction, and equal values decode alike (the row is still read and compared)
         self._row_seen: tuple[tuple[Any, ...], tuple[FrozenDict, str, int]] | None = None
+        # what the open's session-row read returned, header metadata included: served once,
+        # to the next read of that same row (the read the open precedes), not probed again
+        self._at_open: tuple[FrozenDict, str, int] | None = None
         # the seal file the last read verified the rows with: the seal, or the one a rewrite
         # staged when it was killed after its commit (_adopt_staged_seal)
         self._seal_used = self._seal_file
@@ -1530,7 +1562,9 @@ class SqliteHandle(HandleBase):
         self._users = 0
         self._c = backend._connect()
         try:
-            self._session_row()
+            if mode == "write":
+                self._c.ready_for_writes()
+            self._at_open = self._session_row()
         except BaseException:
             backend._release(self._c)
             raise
@@ -1596,8 +1630,15 @@ class SqliteHandle(HandleBase):
             raise SessionNotFoundError(f"session {self._id!r} is not stored in {self._path}",
                                        session_id=self._id, path=self._path)
         seen = self._row_seen
+        at_open, self._at_open = self._at_open, None
         # the same values of the same types (1 == 1.0, but only the int passes): the same decode
         if seen is not None and seen[0] == row and list(map(type, seen[0])) == list(map(type, row)):
+            if at_open is not None:
+                # The open read this very row a moment ago, and its sidecar: the sidecar
+                # belongs to the row's incarnation (written once, by the create that made
+                # it), so that read's header, checked then, is this one (docs/formats.md#
+                # header-metadata). Once only: any later read probes the sidecar again.
+                return at_open
             header, incarnation, revision = seen[1]
         else:
             decoded = decode_session_row(row, path=self._path)
