@@ -13,6 +13,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -412,20 +413,18 @@ def test_a_read_open_probes_the_header_metadata_sidecar_once(
     from dsh.persistence.sqlite import _backend
 
     seal_path, _ = _store_with_records_after_the_cut(tmp_path)
-    probes: list[str] = []
-    open_sidecar = _backend.open_sidecar
+    spy = mock.Mock(wraps=_backend.open_sidecar)
+    monkeypatch.setattr(_backend, "open_sidecar", spy)
 
-    def counted(path: Path, what: str) -> int:
-        probes.append(what)
-        return open_sidecar(path, what)
+    def probes() -> int:
+        return [call.args[1] for call in spy.call_args_list].count("header metadata")
 
-    monkeypatch.setattr(_backend, "open_sidecar", counted)
     backend = SqliteBackend(tmp_path / "sessions.db")
     with backend.open("s", "read") as reader:
         reader.read_from_restore_point()
-        assert probes.count("header metadata") == 1
+        assert probes() == 1
         seal_path.with_suffix(".meta").write_bytes(b"{not json")
         with pytest.raises(LogCorruptError, match="header metadata"):
             reader.read()
-    assert probes.count("header metadata") == 2
+    assert probes() == 2
     backend.close()
