@@ -601,6 +601,9 @@ class _Connection:
             if mmap is not None and mmap[0] != 0:
                 raise PersistenceError(f"SQLite refused mmap_size = 0 for {self.path}",
                                        code="SQLITE", path=self.path)
+            # (at open, before any statement is prepared: setting a flag pragma expires every
+            # prepared statement of the connection, the statement cache's included)
+            conn.execute("PRAGMA foreign_keys = ON")
             self.schema_version = self._validate_or_initialize()
             self._set_journal_mode(journal_mode, started + busy_timeout_ms / 1000)
             row = conn.execute(
@@ -621,14 +624,15 @@ class _Connection:
         self._pid = os.getpid()
 
     def ready_for_writes(self) -> None:
-        """Set what only a write needs: ``foreign_keys = ON``, ``synchronous = FULL`` (read back).
+        """Set what only a write needs: ``synchronous = FULL``, read back.
 
         Rule: docs/formats.md#files-and-connections. Called outside any transaction (SQLite
-        ignores ``foreign_keys`` inside one) before the connection's first write: by a write
-        handle as it takes the connection, by the store's shared connection (which creates
-        sessions) as it is opened, and before a pristine file's schema is created. A
-        connection that only reads (a read handle's, a page-in's) never needs them: no
-        constraint is checked and nothing is committed on it. Once per connection.
+        refuses to change the safety level inside one) before the connection's first write: by
+        a write handle as it takes the connection, by the store's shared connection (which
+        creates sessions) as it is opened, and before a pristine file's schema is created. A
+        connection that only reads (a read handle's, a page-in's) commits nothing on it.
+        Once per connection. (``foreign_keys`` stays at the open: a flag pragma set later
+        would expire the connection's prepared statements.)
 
         Raises:
             PersistenceError: SQLite refused ``synchronous = FULL``, or failed.
@@ -637,7 +641,6 @@ class _Connection:
             return
         conn = self.conn
         try:
-            conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = FULL")
             if conn.execute("PRAGMA synchronous").fetchone()[0] != SYNCHRONOUS_FULL:
                 raise PersistenceError(f"SQLite refused synchronous = FULL for {self.path}",
