@@ -716,11 +716,12 @@ def test_the_first_write_refuses_a_row_changed_since_the_cold_read(
     session = DshSession("s", store)
     assert len(run(session.get_items(limit=3))) == 3
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
-        holding = db.execute(f"SELECT seq, type FROM events WHERE data LIKE '%{changed}\"%'"
+        # the text with both its quotes: a random id may end in 'a299' too
+        holding = db.execute(f"SELECT seq, type FROM events WHERE data LIKE '%\"{changed}\"%'"
                              ).fetchall()
         assert len(holding) == 1, holding
-        assert db.execute(f"UPDATE events SET data = replace(data, '{changed}\"', "
-                          f"'x{changed[1:]}\"') WHERE seq = ?", (holding[0][0],)
+        assert db.execute(f"UPDATE events SET data = replace(data, '\"{changed}\"', "
+                          f"'\"x{changed[1:]}\"') WHERE seq = ?", (holding[0][0],)
                           ).rowcount == 1
     with closing(sqlite3.connect(tmp_path / "sessions.db")) as db:
         rows = db.execute("SELECT seq, type, data FROM events ORDER BY seq").fetchall()
@@ -759,8 +760,8 @@ def test_the_first_write_refuses_a_row_changed_after_its_resume(
         answer = real(self, restore_point, **options)
         if self._mode == "write":
             with closing(sqlite3.connect(tmp_path / "sessions.db")) as db, db:
-                assert db.execute(f"UPDATE events SET data = replace(data, '{changed}\"', "
-                                  f"'x{changed[1:]}\"') WHERE data LIKE '%{changed}\"%'"
+                assert db.execute(f"UPDATE events SET data = replace(data, '\"{changed}\"', "
+                                  f"'\"x{changed[1:]}\"') WHERE data LIKE '%\"{changed}\"%'"
                                   ).rowcount == 1
         return answer
 
@@ -809,8 +810,8 @@ def test_the_first_write_resumes_in_the_transaction_it_appends_in(
         if self._mode == "write":
             with closing(sqlite3.connect(tmp_path / "sessions.db", timeout=0)) as db:
                 with pytest.raises(sqlite3.OperationalError) as locked:
-                    db.execute("UPDATE events SET data = replace(data, 'a299\"', "
-                               "'x299\"') WHERE data LIKE '%a299\"%'")
+                    db.execute("UPDATE events SET data = replace(data, '\"a299\"', "
+                               "'\"x299\"') WHERE data LIKE '%\"a299\"%'")
                 refused.append(str(locked.value))
         return answer
 
