@@ -274,6 +274,7 @@ class Recorder:
         seen = session.seq
         if seen != self._seen:
             self._scan.feed(session.events[self._seen:])
+            self._seen = seen
         event = session.append(type, data, surface_op=surface_op,
                                source_event_seqs=source_event_seqs, ignorable=ignorable)
         if type in _TURN_BRACKETS:  # the only types the scan reads

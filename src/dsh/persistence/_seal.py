@@ -1130,8 +1130,13 @@ def append_batch_to(fd: int, records: Sequence[tuple[int, int, int]],
         OSError: the records could not be written (the seal may end in a partial record,
             which readers ignore, as after a torn write of one record).
     """
+    write_all(fd, _batch_bytes(records, link))
+
+
+def _batch_bytes(records: Sequence[tuple[int, int, int]], link: ChainRecord | None) -> bytes:
+    """The seal bytes of a batch: its packed records, then its chain record's frame."""
     data = b"".join(_RECORD.pack(*record) for record in records)
-    write_all(fd, data + link.encode() if link is not None else data)
+    return data + link.encode() if link is not None else data
 
 
 def batch_seal(rows: Sequence[Sequence[Any]], start: int, end: int, link: ChainRecord | None
@@ -1151,8 +1156,7 @@ def batch_seal(rows: Sequence[Sequence[Any]], start: int, end: int, link: ChainR
         except CFallback:
             pass  # a row or seq the C pass leaves to the reference below
     records = row_records(rows, start, end)
-    data = b"".join(_RECORD.pack(*record) for record in records)
-    return records, data + link.encode() if link is not None else data
+    return records, _batch_bytes(records, link)
 
 
 def covers(records: Sequence[tuple[int, int, int]], starts: Sequence[int], low: int,

@@ -294,7 +294,10 @@ def apply_old_marks(session: Session, marks: OldMarks | None = None) -> list[Eve
     nodes = session.surface.nodes
     through = marks.through
     cleared = [seq for seq in nodes if seq <= through] if through >= 0 else []
-    on_surface = {seq for seq, _ in marks.popped if seq in nodes} if marks.popped else set()
+    # (sets: a surface of 100k nodes is not searched once a mark)
+    on_surface = {seq for seq, _ in marks.popped}.intersection(nodes) if marks.popped \
+        else set()
+    cleared_set = set(cleared)
     before = session.seq
     runs = removal_runs(session, cleared)
     if runs:
@@ -302,7 +305,7 @@ def apply_old_marks(session: Session, marks: OldMarks | None = None) -> list[Eve
     withheld: list[tuple[int, str]] = []
     gone: list[int] = []
     for seq, fmt in marks.popped:
-        if seq in on_surface and seq not in cleared:
+        if seq in on_surface and seq not in cleared_set:
             on_surface.discard(seq)  # an event two marks name leaves once
             if session.event_at(seq)["type"] == "tool/result":
                 withheld.append((seq, fmt))
