@@ -6,8 +6,10 @@ its stdout (the process is then stopped, as ``| head`` would), the whole of ``ds
 50``, and ``dsh --version`` (the interpreter and import floor every command pays). It imports a
 synthetic Claude Code transcript of ``--import-mb`` MB (lines shaped like the corpus's, see
 ``bench.bench_import``) with ``dsh import`` and reports MB/s and the peak RSS of that process
-(VmHWM read in the process at exit), and times ``Store.search`` over ``--sessions`` small
-sessions: the first search (which builds the index) and the next ones, on each store of
+(VmHWM read in the process at exit), with the seconds its threads ran and the seconds it was
+blocked (wall less running and waiting for a CPU, from schedstat), and times ``Store.search``
+over ``--sessions`` small sessions: the first search (which builds the index) and the next ones,
+on each store of
 ``--search-backends`` (SQLite: FTS5 beside the database; JSONL: FTS5 beside the root, kept at
 flush; PostgreSQL: full-text tables in the store's schema). With ``--search-events N`` the
 stores are instead ``--sessions`` sessions holding N events in all, written through the
@@ -84,18 +86,31 @@ def whole_ms(args: list[str]) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-_PEAK = ("import atexit, sys\n"
+_PEAK = ("import atexit, os, sys\n"
          "def peak():\n"
          "    for line in open('/proc/self/status'):\n"
          "        if line.startswith('VmHWM:'):\n"
          "            sys.stderr.write('PEAK ' + line.split()[1] + '\\n')\n"
+         # on CPU and waiting for a CPU, ns, summed over the threads (schedstat; absent: none)
+         "    try:\n"
+         "        ran = [open(f'/proc/self/task/{t}/schedstat').read().split()[:2]\n"
+         "               for t in os.listdir('/proc/self/task')]\n"
+         "        sys.stderr.write('SCHED %d %d\\n' % (sum(int(r) for r, _ in ran),\n"
+         "                                              sum(int(w) for _, w in ran)))\n"
+         "    except (OSError, ValueError):\n"
+         "        pass\n"
          "atexit.register(peak)\n"
          "from dsh.cli import main\n"
          "main(sys.argv[1:])\n")
 
 
 def import_run(path: Path, store: Path) -> dict[str, float]:
-    """`dsh import PATH` into a fresh SQLite store: seconds, MB/s and peak RSS (MB)."""
+    """`dsh import PATH` into a fresh SQLite store: seconds, MB/s and peak RSS (MB).
+
+    Where the kernel keeps schedstat, also ``cpu`` (seconds the process's threads ran) and
+    ``blocked`` (the wall left after running and waiting for a CPU: disk syncs, reads, other
+    sleeps), so a run tells whether the import waits on I/O or computes.
+    """
     shutil.rmtree(store, ignore_errors=True)
     store.mkdir(parents=True)
     t0 = time.perf_counter()
@@ -106,7 +121,12 @@ def import_run(path: Path, store: Path) -> dict[str, float]:
     peak = next(int(line.split()[1]) for line in done.stderr.splitlines()
                 if line.startswith("PEAK "))
     mb = path.stat().st_size / 1e6
-    return {"mb": mb, "s": seconds, "mb_s": mb / seconds, "peak_mb": peak / 1024}
+    result = {"mb": mb, "s": seconds, "mb_s": mb / seconds, "peak_mb": peak / 1024}
+    for line in done.stderr.splitlines():
+        if line.startswith("SCHED "):
+            ran, waited = (int(n) / 1e9 for n in line.split()[1:3])
+            result.update(cpu=ran, blocked=max(0.0, seconds - ran - waited))
+    return result
 
 
 def _index_path(url: str) -> Path | None:
@@ -247,8 +267,10 @@ def _run(args: argparse.Namespace, cache: Path) -> None:
             turns = max(1, int(args.import_mb * 1e6 / 3735))  # ~3.7 kB of JSONL a turn
             write_claude_code(path, turns)
             result: dict[str, Any] = import_run(path, folder / "store")
+        split = (f" ({result['cpu']:.2f} s on CPU, {result['blocked']:.2f} s blocked)"
+                 if "cpu" in result else "")
         print(f"dsh import of a {result['mb']:.1f} MB Claude Code transcript: "
-              f"{result['s']:.1f} s, {result['mb_s']:.2f} MB/s, "
+              f"{result['s']:.1f} s{split}, {result['mb_s']:.2f} MB/s, "
               f"peak RSS {result['peak_mb']:.0f} MB")
     if args.sessions > 0 and args.search_events > 0:
         from bench import search_store
