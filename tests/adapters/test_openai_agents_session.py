@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -1124,6 +1125,77 @@ def test_a_held_sessions_whole_read_extends_its_kept_texts_until_a_replace(store
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_log, "_encode", spy)
+        run(body())
+
+
+def test_a_held_sessions_whole_read_runs_on_the_callers_thread_when_in_memory(store: str) -> None:
+    # LiveLog.records_held: a held session's get_items() whose answer is its kept texts and
+    # nodes this writer appended (nothing to read from storage, the lock free) is answered
+    # without asyncio.to_thread, with what the worker's read gives (fresh containers each
+    # call); anything else goes to the worker thread as before
+    from dsh.adapters import openai_agents
+
+    hops: list[str] = []
+    to_thread = asyncio.to_thread
+
+    def counting(func: Any, /, *args: Any, **kwargs: Any) -> Any:
+        hops.append(func.__name__)
+        return to_thread(func, *args, **kwargs)
+
+    async def body() -> None:
+        seeded = DshSession("held-read", store)
+        await seeded.add_items(_long_turns(0, 2))
+        seeded.close()
+        hops.clear()
+        session = DshSession("held-read", store)
+        assert await session.get_items() == _long_turns(0, 2)  # before a write: the worker
+        assert hops == ["_get_sync"]
+        await session.add_items(_long_turns(2, 1))
+        assert await session.get_items() == _long_turns(0, 3)  # the first held read builds
+        assert hops == ["_get_sync", "_add_sync", "_get_sync"]  # its texts on the worker
+        hops.clear()
+        for n in range(3, 6):  # as the SDK's Runner: history, prompt, the turn's items
+            turn = _long_turns(n, 1)
+            first = await session.get_items()
+            assert first == _long_turns(0, n)
+            first[0]["content"] = "changed by the caller"
+            first.append({"role": "user", "content": "injected"})
+            assert await session.get_items() == _long_turns(0, n)
+            await session.add_items(turn[:1])
+            await session.add_items(turn[1:])
+        assert hops == ["_add_sync"] * 6  # no read hopped
+        assert await session.get_items(limit=3) == _long_turns(0, 6)[-3:]  # a limit: the worker
+        assert hops[-1] == "_get_sync"
+        log = session._log
+        assert log.records_held(openai_agents._synthesized) == _long_turns(0, 6)
+        assert log.records_held(openai_agents._synthesized, most=23) is None  # 24 records
+        held = threading.Event()
+        release = threading.Event()
+
+        def writer() -> None:
+            with log.lock:  # another thread inside a call (an add_items syncing, say)
+                held.set()
+                release.wait(10)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        held.wait(10)
+        assert log.records_held(openai_agents._synthesized) is None  # does not wait for it
+        release.set()
+        thread.join()
+        await session.pop_item()  # a replace: the next read walks, on the worker
+        hops.clear()
+        assert await session.get_items() == _long_turns(0, 6)[:-1]
+        assert hops == ["_get_sync"]
+        session.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            await session.get_items()
+        reopened = DshSession("held-read", store)
+        assert await reopened.get_items() == _long_turns(0, 6)[:-1]
+        reopened.close()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(openai_agents.asyncio, "to_thread", counting)
         run(body())
 
 

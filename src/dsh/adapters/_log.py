@@ -234,6 +234,15 @@ RSS than 256 (VmHWM, medians of 5 fresh processes), for the same CPU (~3.3 ms fo
 2,048, 1,024, 512, 256 or 128 a parse)."""
 
 
+HELD_READ_RECORDS: Final = 1024
+"""The most records :meth:`LiveLog.records_held` returns on the caller's thread (see there).
+
+Parsing them takes well under the interpreter's 5 ms thread switch interval (0.36 ms for
+1,024 SDK items at load 15 on this machine): work that holds the GIL that briefly keeps an
+event loop thread waiting as long on a worker thread as on its own, so only a read that can
+wait for storage or for a lock gains anything from a thread hop."""
+
+
 RESTORE_POINT_TAIL: Final = 256
 """The adapters' stores keep a restore point at most about this many events behind a live
 session's end, and one at its end when the session is closed (``WriteBehind.restore_point_tail``):
@@ -1009,6 +1018,49 @@ class LiveLog:
         if isinstance(found, tuple):
             return found[1]
         return [record for _, _, record in found]
+
+    def records_held(self, synthesize: Callable[[Event], Sequence[Any]], *,
+                     most: int = HELD_READ_RECORDS) -> list[Any] | None:
+        """:meth:`records` of the whole history when it needs no storage read and no wait.
+
+        That is: the session is held for writing and not closed, :attr:`lock` is free (taken
+        without blocking), the adapter's marks (fed the events appended since the last read,
+        all resident) need no walk, the last whole-history read's texts are kept for the
+        surface as it is (no replace since) and every node appended since was appended by
+        this writer (resident: ``seq >= first_live_seq``), and the view holds about ``most``
+        records or fewer. The answer is then :meth:`records`' own (the same call, under the
+        same lock): the kept texts extended by the new nodes and parsed into fresh copies,
+        reading nothing from storage. None otherwise: read on a worker thread as ever.
+
+        For an adapter whose reads otherwise hop to a worker thread (``asyncio.to_thread``):
+        a held session's ``get_items()`` of a few hundred items is ~0.1 ms of work that holds
+        the GIL throughout, which keeps an event loop waiting as long on a worker as on its
+        own thread (:data:`HELD_READ_RECORDS`), while the hop costs both threads ~50 us.
+
+        Raises:
+            LogCorruptError: as :meth:`records` (never from storage here: nothing is read).
+        """
+        if not self.lock.acquire(blocking=False):
+            return None  # (a writer holds it, perhaps through a sync: wait on a worker)
+        try:
+            shaper, marks, kept = self._shaper, self._marks, self._live
+            if shaper is None or self._closed or marks is None or kept is None:
+                return None
+            session = shaper.session
+            live_from = session.first_live_seq  # (events from here on are the resident tail)
+            if marks.seen < live_from:
+                return None
+            marks.feed(session.events)  # (resident events only: what records() feeds first)
+            surface = session.surface
+            nodes = surface.nodes
+            done = kept[1]
+            if marks.needs_walk or kept[0] != surface.replace_generation \
+                    or done > len(nodes) or len(kept[2]) + len(nodes) - done > most \
+                    or (done < len(nodes) and nodes[done] < live_from):
+                return None
+            return self.records(synthesize)
+        finally:
+            self.lock.release()
 
     def _read(self, synthesize: Callable[[Event], Sequence[Any]], limit: int | None
               ) -> tuple[Sequence[int], list[Any]] | list[tuple[int, int, Any]]:

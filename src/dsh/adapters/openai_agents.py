@@ -420,9 +420,17 @@ class DshSession(SessionABC):
             may start with a ``function_call_output`` whose call it cut off; the SDK's Runner
             leaves such an output out of the model input (the SDK's own session-limit test
             checks this against DshSession), and dsh's own model view never splits a pair.
+
+        Read on a worker thread (``asyncio.to_thread``), except a held session's whole history
+        when it is in memory (:meth:`dsh.adapters._log.LiveLog.records_held`, docs/adapters.md).
         """
         settings = self.session_settings
         effective = limit if limit is not None or settings is None else settings.limit
+        if effective is None:
+            # a held session's history in memory: no thread hop (LiveLog.records_held)
+            held = self._log.records_held(_synthesized)
+            if held is not None:
+                return held
         return await asyncio.to_thread(self._get_sync, effective)
 
     def _add_sync(self, items: list[dict[str, Any]]) -> None:
