@@ -45,6 +45,7 @@ from dsh.cli._common import (
     StoreOption,
     WaitOption,
     fresh_session_id,
+    refuse_empty_id,
     refuse_unprintable_id,
     source_format,
     stderr_console,
@@ -80,6 +81,7 @@ _COMMANDS: Final = (
 def chat(
     session: Annotated[str | None, typer.Argument(
         metavar="ID", show_default=False,
+        callback=refuse_empty_id("give a whole session id, or none for a new session"),
         help="Session to continue (see `dsh ls`); default a new session.")] = None,
     tools: ToolsOption = Tools.none,
     provider: ProviderOption = None,

@@ -28,6 +28,7 @@ from dsh.cli._common import (
     fresh_session_id,
     import_again_hint,
     json_mode,
+    refuse_empty_id,
     refuse_unprintable_id,
     require_session,
     restored_session,
@@ -104,6 +105,7 @@ def fork(
         help="Last inherited seq, inclusive (default: the last event).")] = None,
     as_: Annotated[str | None, typer.Option(
         "--as", metavar="NEW", show_default=False,
+        callback=refuse_empty_id("give the child's id, or leave --as out for a new random one"),
         help="Child session id (default: a new random id whose first 8 characters no "
              "other session starts with, so short prefixes stay unique).")] = None,
     store: StoreOption = None,

@@ -22,6 +22,7 @@ from dsh._install import install_hint
 from dsh.cli import _render as render
 from dsh.cli._common import (
     DEFAULT_WAIT_S,
+    STORED_ID_FIX,
     JsonOption,
     SessionArg,
     StoreOption,
@@ -29,6 +30,7 @@ from dsh.cli._common import (
     cli_store,
     deferred_interrupts,
     json_mode,
+    refuse_empty_id,
     require_session,
     stderr_console,
     stdout_console,
@@ -281,7 +283,7 @@ def _where(pairs: list[str]) -> dict[str, str]:
 
 
 def erase(session_ids: Annotated[list[str] | None, typer.Argument(
-              metavar="[ID]...", show_default=False,
+              metavar="[ID]...", show_default=False, callback=refuse_empty_id(STORED_ID_FIX),
               help="Sessions to erase: ids, or unique prefixes of them (the id a prefix "
                    "matched is named first).")] = None,
           where: Annotated[list[str] | None, typer.Option(
@@ -354,7 +356,7 @@ def _report_erasure(made: ErasureReceipt, receipt: Path | None, json_: bool) -> 
 
 
 SessionsArg = Annotated[list[str], typer.Argument(
-    metavar="ID...", show_default=False,
+    metavar="ID...", show_default=False, callback=refuse_empty_id(STORED_ID_FIX),
     help="Session ids, or unique prefixes of them (see 'dsh ls').")]
 
 

@@ -40,6 +40,7 @@ from dsh.cli._common import (
     StoreOption,
     WaitOption,
     json_mode,
+    refuse_empty_id,
     refuse_unprintable_id,
 )
 from dsh.cli._live import LiveView
@@ -53,6 +54,8 @@ def run_(
                                           show_default=False)],
     session: Annotated[str | None, typer.Option(
         "--session", metavar="ID", show_default=False,
+        callback=refuse_empty_id("give a whole session id, or leave --session out for a new "
+                                 "session"),
         help="Continue this session (resumed and repaired first; created when new).")] = None,
     tools: ToolsOption = Tools.none,
     provider: ProviderOption = None,

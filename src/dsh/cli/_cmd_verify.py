@@ -18,11 +18,13 @@ from dsh import (
 )
 from dsh.cli import _render as render
 from dsh.cli._common import (
+    STORED_ID_FIX,
     JsonOption,
     StoreOption,
     cli_store,
     import_again_hint,
     json_mode,
+    refuse_empty_id,
     require_session,
     staged_imports,
     stderr_console,
@@ -104,7 +106,7 @@ def _verify(persistence: Persistence, session_id: str, notes: list[str],
 
 def verify(
     session_id: Annotated[str | None, typer.Argument(
-        metavar="ID", show_default=False,
+        metavar="ID", show_default=False, callback=refuse_empty_id(STORED_ID_FIX),
         help="Session to verify (a unique prefix of its id will do).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Verify every session.")] = False,
     receipt: Annotated[Path | None, typer.Option(

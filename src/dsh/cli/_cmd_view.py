@@ -10,9 +10,11 @@ import typer
 from dsh import ConfigError
 from dsh._install import install_hint
 from dsh.cli._common import (
+    STORED_ID_FIX,
     StoreOption,
     cli_store,
     default_store_url,
+    refuse_empty_id,
     require_session,
     require_store,
     store_url,
@@ -21,7 +23,7 @@ from dsh.cli._common import (
 
 def view(
     session_id: Annotated[str | None, typer.Argument(
-        metavar="[SESSION]", show_default=False,
+        metavar="[SESSION]", show_default=False, callback=refuse_empty_id(STORED_ID_FIX),
         help="Open this session's page first.")] = None,
     store: StoreOption = None,
     port: Annotated[int, typer.Option("--port", min=0, max=65535,

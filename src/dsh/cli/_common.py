@@ -109,10 +109,36 @@ TargetModelOption = Annotated[str | None, typer.Option(
          "is left out, as the provider would refuse it.")]
 """``--target-model`` of ``dsh messages`` and ``dsh export``."""
 
+def refuse_empty_id(fix: str) -> Any:
+    """A typer callback refusing an empty session id (``dsh show "$UNSET"``), then ``fix``.
+
+    Rule (docs/cli.md#exit-status-and-errors): an empty id is a usage error (exit 2) naming the
+    argument, checked with the other options before any store is opened, as ``dsh import ""``
+    is; a prefix match would otherwise take ``''`` for the start of every id.
+
+    Args:
+        fix: What to give instead, the message's second half.
+
+    Returns:
+        The callback: the value (a text, a list of texts or None) back unchanged.
+    """
+    def callback(value: str | list[str] | None) -> str | list[str] | None:
+        texts = value if isinstance(value, list) else [value]
+        if "" in texts:
+            raise typer.BadParameter(f"the session id is empty; {fix}")
+        return value
+
+    return callback
+
+
+STORED_ID_FIX: Final = "give the id of a stored session or a unique prefix of it ('dsh ls')"
+"""What :func:`refuse_empty_id` asks for where a stored session is named."""
+
 SessionArg = Annotated[str, typer.Argument(metavar="ID",
                                            help="Session id, or a unique prefix of one (see "
                                                 "'dsh ls').",
-                                           show_default=False)]
+                                           show_default=False,
+                                           callback=refuse_empty_id(STORED_ID_FIX))]
 
 
 def json_mode(value: bool) -> bool:
