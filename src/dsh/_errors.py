@@ -259,7 +259,7 @@ class CompactionError(DshError):
 
 
 ImportFailureKind: TypeAlias = Literal["unsupported", "sqlite", "binary", "encoding",
-                                       "unreadable", "invalid"]
+                                       "unreadable", "empty", "invalid"]
 """What a file refused by an importer is: :attr:`ImportFormatError.kind`."""
 
 
@@ -284,7 +284,8 @@ class ImportFormatError(DshError):
         """What the file is, as the raising site knew it (docs/errors.md#importformaterror):
         ``"unsupported"`` (no transcript format matches), ``"sqlite"`` (a SQLite database),
         ``"binary"`` (a NUL byte), ``"encoding"`` (UTF-16/32, or not UTF-8), ``"unreadable"``
-        (cannot be read, or no regular file), ``"invalid"`` (a transcript that is damaged
+        (cannot be read, or no regular file), ``"empty"`` (no bytes but blanks),
+        ``"invalid"`` (a transcript that is damaged
         or that the importer refuses: everything else)."""
 
     def to_json(self) -> dict[str, object]:

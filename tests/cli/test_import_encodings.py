@@ -95,9 +95,36 @@ def test_import_json_names_the_code_of_each_failure(tmp_path: Path) -> None:
     failed = json.loads(result.stdout)["failed"]
     assert [(f["path"], f["code"], f["kind"]) for f in failed] == [
         (str(tmp_path / "x.db"), "IMPORT_FORMAT", "sqlite"),
-        (str(tmp_path / "empty.jsonl"), "IMPORT_FORMAT", "invalid")]
+        (str(tmp_path / "empty.jsonl"), "IMPORT_FORMAT", "empty")]
     assert failed[0]["reason"].startswith("this is a SQLite database, not a transcript")
     with pytest.raises(ImportFormatError) as refused:
         import_file(tmp_path / "x.db", "auto")
     assert refused.value.kind == "sqlite"
     assert refused.value.to_json()["kind"] == "sqlite"
+
+
+@pytest.mark.parametrize("fmt", [(), ("--format", "claude-code"), ("--format", "openai-chat")])
+def test_in_a_folder_an_empty_file_is_ignored_and_named_it_fails(
+        tmp_path: Path, fmt: tuple[str, ...]) -> None:
+    # before: an empty .jsonl in a folder (Claude Code leaves some) was `failed`, exit 1 on
+    # every `dsh import` of that folder, for a file that holds no session to import
+    cli = Dsh(tmp_path)
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "empty.jsonl").write_bytes(b"")
+    (folder / "blank.json").write_bytes(b"\n  \r\n")
+    store = ("--store", f"sqlite:{tmp_path / 's.db'}")
+    result = cli("import", str(folder), *fmt, *store, "--json", check=0)
+    summary = json.loads(result.stdout)
+    assert summary["failed"] == []
+    assert sorted((i["path"], i["code"], i["kind"]) for i in summary["ignored"]) == [
+        (str(folder / "blank.json"), "IMPORT_FORMAT", "empty"),
+        (str(folder / "empty.jsonl"), "IMPORT_FORMAT", "empty")]
+    assert all(i["reason"].endswith("is empty; expected at least one record")
+               for i in summary["ignored"])
+    shown = cli("import", str(folder), *fmt, *store, check=0).stdout
+    assert shown.splitlines()[-1] == ("0 imported, 0 skipped (already imported), 0 failed, "
+                                      "2 ignored (not transcripts; --verbose lists them)")
+    named = cli("import", str(folder / "empty.jsonl"), *fmt, *store, check=1)
+    assert named.stdout.startswith(f"failed    {folder / 'empty.jsonl'}:1: ")
+    assert "is empty; expected at least one record" in named.stdout

@@ -256,7 +256,8 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
         return
     if detected in STREAMING_FORMATS:
         with _uninterrupted():
-            _stream_file(persistence, path, shown, detected, report, bar, include_erased)
+            _stream_file(persistence, path, shown, detected, report, bar, include_erased,
+                         explicit=explicit)
         return
     try:
         sessions = [s for top in import_file(path, detected) for s in top.walk()]
@@ -264,11 +265,23 @@ def _import_one(persistence: Persistence, path: Path, fmt: str, explicit: bool,
         # bad file writes nothing at all.
         built = [(s, s.to_session()) for s in sessions]
     except DshError as error:
-        report.failed.append(_outcome(shown, error))
+        _refused(report, explicit, error, _outcome(shown, error))
         return
     _note_cut(report, path, shown, sessions)
     with _uninterrupted():
         _write_file(persistence, built, shown, detected, report, include_erased)
+
+
+def _refused(report: ImportReport, explicit: bool, error: DshError,
+             outcome: tuple[str, str, str, str]) -> None:
+    """Count a refused file: an empty one found in a folder is ignored, any other failed.
+
+    Rule (docs/cli.md#commands): a file of no bytes but blanks holds no session, so it is no
+    transcript to fail on every import of its folder (Claude Code leaves empty ones); named on
+    the command line, it fails as any other.
+    """
+    empty = isinstance(error, ImportFormatError) and error.kind == "empty"
+    (report.ignored if empty and not explicit else report.failed).append(outcome)
 
 
 def _misencoded_json(path: Path, error: ImportFormatError) -> bool:
@@ -295,7 +308,8 @@ def _note_cut(report: ImportReport, path: Path, shown: str,
 
 
 def _stream_file(persistence: Persistence, path: Path, shown: str, detected: str,
-                 report: ImportReport, bar: _FileBar, include_erased: bool = False) -> None:
+                 report: ImportReport, bar: _FileBar, include_erased: bool = False, *,
+                 explicit: bool = True) -> None:
     """Import a file session by session as it is read, a batch at a time.
 
     Every line is decoded and the branch chosen before the first write (the first of the two
@@ -326,7 +340,7 @@ def _stream_file(persistence: Persistence, path: Path, shown: str, detected: str
         kept = (f" (nothing of it is listed: the events written so far wait in the trash "
                 f"as session {staged[0]}, and importing the fixed file completes them)"
                 ) if staged else ""
-        report.failed.append(_outcome(shown, error, suffix=kept))
+        _refused(report, explicit, error, _outcome(shown, error, suffix=kept))
         return
     _note_cut(report, path, shown, streamed)
 

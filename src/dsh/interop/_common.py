@@ -364,7 +364,7 @@ def _check_bytes(path: Path, fmt: str, *, text: bool, head: bytes, nul: int | No
     if not text:
         raise ImportFormatError(
             f"{_kind(fmt)} transcript is empty; expected at least one record", path=str(path),
-            line=1, format=fmt)
+            line=1, format=fmt, kind="empty")
     if head.startswith(b"SQLite format 3\x00"):
         raise ImportFormatError(
             "this is a SQLite database, not a transcript; if it is a dsh store, read it with "
