@@ -55,6 +55,9 @@ def test_help_is_for_people(demo: Dsh) -> None:
         assert "<bool>" not in text and "<str>" not in text, command
         assert "[[" not in text and "{ID}" not in text, command
         assert "§" not in text and "docs/" not in text and "`" not in text, command
+        # before: dsh resume --help and dsh migrate --help showed their docstrings' Raises:
+        # section ("Raises: PersistenceError: code IMPORT_INCOMPLETE ...")
+        assert not re.search(r"\b(Raises|Args|Returns|Yields):", text), command
     usage = demo("import", "--help").stdout
     assert "Usage: dsh import [OPTIONS] [PATH]..." in usage
     # a metavar written with its own brackets or dots keeps them once ("QUERY......" before)

@@ -18,6 +18,7 @@ _DOC_REF: Final = r"docs/[\w.-]+\.md(?:#[\w-]+)?"
 _CITATION: Final = re.compile(
     rf"\s*\([^()]*?{_DOC_REF}[^()]*\)|\s*Rules?: {_DOC_REF}(?:,\s*{_DOC_REF})*\.?|{_DOC_REF}")
 _BACKTICKS: Final = re.compile(r"``?([^`]+?)``?")
+_SECTION: Final = re.compile(r"(?:Args|Arguments|Raises|Returns|Yields|Attributes):\s")
 _DIGITS: Final = re.compile(r"[0-9]{1,18}")  # :func:`_deferred_coercion`
 
 
@@ -27,9 +28,11 @@ def tidy_text(text: str) -> str:
     Rule: a blank line separates paragraphs (kept); single line breaks inside a paragraph
     become spaces; citations of ``docs/`` pages (``(… docs/rules.md#fork …)``, ``Rule: docs/…``)
     are removed; ````x```` and ```x``` become ``'x'`` (a command such as ``'dsh ls'``) or plain
-    ``x``.
+    ``x``; a docstring section for programmers (``Raises:``, ``Args:``, ``Returns:`` ...) is
+    left out whole: its exception classes mean nothing at a shell.
     """
-    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text.strip())]
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text.strip())
+                  if not _SECTION.match(p.strip())]
     cleaned = []
     for paragraph in paragraphs:
         paragraph = _CITATION.sub("", paragraph)
