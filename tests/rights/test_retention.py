@@ -174,3 +174,21 @@ def test_a_restored_session_is_not_taken_back_by_the_next_gc(url: str) -> None:
         log = store_log(store)
         assert set(log.restored) == {ids[0], ids[1]}
         assert set(log.trash) == set(ids[2:])
+
+
+def test_a_fresh_fork_is_active_for_gc_as_dsh_ls_shows_it(tmp_path: Path) -> None:
+    # before: dsh ls showed a fork made now as active now (its header's createdAt: creating a
+    # fork is activity), while dsh gc counted from its inherited events' times and trashed it
+    # at once: "no activity for 335 days"
+    store = f"sqlite:{tmp_path / 's.db'}"
+    simple = "11111111-2222-4333-8444-555555555555"  # events of 2026-01-05
+    run_cli("import", "--examples", "--store", store)
+    run_cli("fork", simple, "--as", "fresh", "--store", store)
+    run_cli("retention", "--trash-after", "30", "--purge-after", "60", "--store", store)
+    listed = {r["id"]: r["lastActivityMs"]
+              for r in json.loads(run_cli("ls", "--json", "--store", store).stdout)}
+    report = json.loads(run_cli("gc", "--json", "--store", store).stdout)
+    now = report["now"]
+    assert now - listed["fresh"] < DAY_MS and now - listed[simple] > 30 * DAY_MS
+    actions = {item["id"]: item["action"] for item in report["items"]}
+    assert actions[simple] == "trash" and "fresh" not in actions

@@ -296,8 +296,11 @@ def gc(store: Persistence | HasPersistence, *, apply: bool = False,
                                     f"policy {scope} purges after {after} days"))
             continue
         # A restore is activity: without it the next run would trash (or archive) again
-        # what the user just gave back (docs/forgetting.md#retention).
-        last_activity_ms = max(last_activity_ms, state.restored.get(sid, last_activity_ms))
+        # what the user just gave back; so is a fork's creation, as dsh ls shows it (its
+        # events are inherited, their times the parent's) (docs/forgetting.md#retention).
+        created = header.get("createdAt")
+        last_activity_ms = max(last_activity_ms, state.restored.get(sid, last_activity_ms),
+                               created if type(created) is int else last_activity_ms)
         idle = now - last_activity_ms
         if policy.trash_after_days is not None and idle >= policy.trash_after_days * DAY_MS:
             items.append(GcItem(sid, "trash", scope,
