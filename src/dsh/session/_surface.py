@@ -19,7 +19,7 @@ import sys
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator, MutableSequence, Sequence
-from itertools import accumulate, chain, starmap
+from itertools import accumulate, chain, islice, starmap
 from operator import eq, sub
 from typing import Any, Final, NamedTuple, overload
 
@@ -233,13 +233,18 @@ def _widened(differences: bytes, bound: int) -> array[int]:
     return seqs
 
 
-def _narrow_packed(raw: bytes) -> bytes | None:
-    """Little-endian int64 differences ``raw`` zlib'd as one byte each, or None if one won't fit."""
-    high = bytearray(raw)
-    high[0::8] = bytes(len(raw) // 8)  # left: the seven high bytes of each difference
-    if high.count(0) != len(high):
-        return None  # one below 0 or above 255
-    return zlib.compress(raw[0::8], 1)
+def _narrow_differences(seqs: Sequence[int], count: int) -> bytes | None:
+    """The first ``count`` of ``seqs``, each minus the one before (the first minus 0), a byte each.
+
+    None when one won't fit (below 0 or above 255). Built straight into bytes (each
+    difference a cached small int): no int64 array of the differences and no copies of it and
+    of the seqs, which for a restore point of 100k nodes were ~2.4 MB of temporaries at the
+    peak of a session's close (docs/formats.md#restore-points stores these bytes zlib'd).
+    """
+    try:
+        return bytes(map(sub, islice(seqs, count), chain((0,), seqs)))
+    except ValueError:
+        return None
 
 
 class NodeSeqs(Sequence[int]):
@@ -352,7 +357,9 @@ class NodeSeqs(Sequence[int]):
         """
         if self._packed is not None and self._narrow and self._tail is None:
             return self._packed
-        return _narrow_packed(self._differences().tobytes())
+        seqs = self._view()
+        narrow = _narrow_differences(seqs, len(seqs))
+        return None if narrow is None else zlib.compress(narrow, 1)
 
     def pack_best(self) -> tuple[bool, bytes]:
         """``(True, pack_narrow())`` when every difference fits a byte, else ``(False, pack())``.
@@ -362,13 +369,13 @@ class NodeSeqs(Sequence[int]):
         """
         if self._packed is not None and self._narrow and self._tail is None:
             return True, self._packed
-        raw = self._differences().tobytes()
-        narrow = _narrow_packed(raw)
+        seqs = self._view()
+        narrow = _narrow_differences(seqs, len(seqs))
         if narrow is not None:
-            return True, narrow
+            return True, zlib.compress(narrow, 1)
         if self._packed is not None and self._tail is None:
             return False, self._packed
-        return False, zlib.compress(raw, 1)
+        return False, zlib.compress(self._differences().tobytes(), 1)
 
     def pack_tailed(self, tail_count: int) -> TailedPack:
         """The seqs as a head packed like :meth:`pack_best` and the last ``tail_count`` as ints.
@@ -385,9 +392,13 @@ class NodeSeqs(Sequence[int]):
                               tuple(self._tail), self._packed)
         seqs = self._view()
         split = max(len(seqs) - max(tail_count, 0), 0)
+        narrow = _narrow_differences(seqs, split)  # (the common head: no copy of it)
+        if narrow is not None:
+            return TailedPack(split, max(islice(seqs, split), default=-1), True,
+                              tuple(seqs[split:]), zlib.compress(narrow, 1))
         head = NodeSeqs.adopt(seqs[:split])
-        narrow, packed = head.pack_best()
-        return TailedPack(split, max(head._view(), default=-1), narrow, tuple(seqs[split:]),
+        narrowed, packed = head.pack_best()
+        return TailedPack(split, max(head._view(), default=-1), narrowed, tuple(seqs[split:]),
                           packed)
 
     def _differences(self) -> array[int]:
