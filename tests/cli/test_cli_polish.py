@@ -62,7 +62,7 @@ def test_help_is_for_people(demo: Dsh) -> None:
     assert "Usage: dsh import [OPTIONS] [PATH]..." in usage
     # a metavar written with its own brackets or dots keeps them once ("QUERY......" before)
     for command, line in [("search", "QUERY..."), ("quarantine", "ID SEQ..."),
-                          ("erase", "[ID]..."), ("rm", "ID..."), ("view", "[SESSION]")]:
+                          ("erase", "[ID]..."), ("rm", "ID..."), ("view", "[ID]")]:
         text = " ".join(demo(command, "--help").stdout.split())
         assert f"Usage: dsh {command} [OPTIONS] {line} " in text, text[:120]
         assert "......" not in text and "[[" not in text, command

@@ -18,7 +18,7 @@ from tests.cli.test_new_user_walk import dsh
     (("export", "", "--format", "openai"), "'ID'"), (("approve", "", "c1"), "'ID'"),
     (("deny", "", "c1"), "'ID'"), (("rm", ""), "'ID...'"), (("rm", "x", ""), "'ID...'"),
     (("restore", ""), "'ID...'"), (("erase", "", "--receipt", "r.json"), "'[ID]...'"),
-    (("view", "", "--no-browser"), "'[SESSION]'"), (("chat", ""), "'ID'"),
+    (("view", "", "--no-browser"), "'[ID]'"), (("chat", ""), "'ID'"),
     (("run", "hi", "--session", ""), "'--session'"), (("fork", "x", "--as", ""), "'--as'"),
 ])
 def test_an_empty_session_id_is_a_usage_error(

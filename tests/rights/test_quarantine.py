@@ -81,6 +81,8 @@ def test_quarantine_is_idempotent_and_refuses_what_is_not_a_visible_message(
             with pytest.raises(RightsError) as caught:
                 quarantine(store, "s1", [TOOL, seq])
             assert caught.value.code == code and caught.value.where["seq"] == seq
+            if code == "NOT_A_MESSAGE":  # the event's type quoted, after its article
+                assert f"event {seq} of session 's1' is a '" in str(caught.value), caught.value
         with pytest.raises(RightsError) as caught:
             unquarantine(store, "s1", [TOOL])
         assert caught.value.code == "NOT_QUARANTINED"

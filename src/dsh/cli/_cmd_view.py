@@ -23,7 +23,7 @@ from dsh.cli._common import (
 
 def view(
     session_id: Annotated[str | None, typer.Argument(
-        metavar="[SESSION]", show_default=False, callback=refuse_empty_id(STORED_ID_FIX),
+        metavar="[ID]", show_default=False, callback=refuse_empty_id(STORED_ID_FIX),
         help="Open this session's page first.")] = None,
     store: StoreOption = None,
     port: Annotated[int, typer.Option("--port", min=0, max=65535,

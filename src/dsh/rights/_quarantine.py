@@ -180,9 +180,9 @@ def _resolve(session: Session, seqs: Iterable[int], *, stored: int, want_quarant
                               seq=seq if type(seq) is int else None)
         event = events[seq]
         if event["type"] not in _MESSAGE_TYPES or event.get("surfaceOp") != "append":
-            what = event["type"] if event.get("surfaceOp") in (None, "append") else \
-                f"replacing {event['type']}"
-            raise RightsError(f"event {seq} of session {session.id!r} is a {what}, not a "
+            what = f"a {event['type']!r} event" if event.get("surfaceOp") in (None, "append") \
+                else f"a replacing {event['type']!r} event"
+            raise RightsError(f"event {seq} of session {session.id!r} is {what}, not a "
                               f"message the model was given; name the seqs of messages "
                               f"('dsh show' prints them as #seq)",
                               code="NOT_A_MESSAGE", session_id=session.id, seq=seq)
