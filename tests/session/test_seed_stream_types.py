@@ -51,10 +51,15 @@ class _View(Mapping[str, Any]):
         return len(self._data)
 
 
+class _Str(str):
+    """A str subclass: no mapping, but not an exact str either."""
+
+
 _ITEM = st.one_of(
     st.fixed_dictionaries({}, optional={
         "type": st.sampled_from(["tool/result", "user/message", 3, None]),
-        "surfaceOp": st.sampled_from([{"op": "replace"}, "append", None, ["x"]])}),
+        "surfaceOp": st.sampled_from([{"op": "replace"}, "append", None, ["x"], {}, "", 0,
+                                      _Str("append"), _View({"op": "replace"}), _View({})])}),
     st.just([]), st.just("tool/result"), st.none())
 
 
@@ -67,3 +72,17 @@ def test_a_result_rewrite_is_told_as_the_exact_test_does(items: list[tuple[Any, 
     exact = any(isinstance(event, Mapping) and event.get("type") == "tool/result"
                 and isinstance(event.get("surfaceOp"), Mapping) for event in batch)
     assert _rewrites_a_result(batch) is exact
+
+
+def test_a_batch_of_appends_with_a_result_has_no_rewrite_and_a_mapping_op_does() -> None:
+    """An import's batch (results and messages appended: surfaceOp "append" or none) is told
+    by the surfaceOp types; one mapping op among them, even an empty one, is a rewrite."""
+    batch: list[Any] = [
+        {"type": "user/message", "surfaceOp": "append"}, {"type": "tool/call"},
+        {"type": "tool/result", "surfaceOp": "append"}, {"type": "turn/end"}]
+    assert _rewrites_a_result(batch) is False
+    assert _rewrites_a_result([*batch, {"type": "tool/result", "surfaceOp": {}}]) is True
+    assert _rewrites_a_result([*batch, {"type": "tool/result",
+                                        "surfaceOp": _View({"op": "replace"})}]) is True
+    # a mapping op on another type is no rewrite
+    assert _rewrites_a_result([*batch, {"type": "user/message", "surfaceOp": {}}]) is False
