@@ -3,7 +3,9 @@
 Each case runs the real command in a fresh interpreter and lists the modules it loaded: `dsh
 show`, `dsh ls` and `dsh --version` load no other command's module, not the agent loop, chat,
 the importers, the rights operations or the viewer, and not pydantic (typer builds its pydantic
-adapters only for a value that needs one), rich.markdown, rich.traceback or rich.pretty.
+adapters only for a value that needs one), rich.markdown, rich.traceback or rich.pretty;
+and a command that prints no transcript (`ls`, `verify`, `import`, ...) does not load
+dsh.transcript.
 """
 
 from __future__ import annotations
@@ -83,6 +85,43 @@ def test_version_loads_no_command() -> None:
     done, modules = _loaded("--version")
     assert done.returncode == 0 and done.stdout.startswith("dsh ")
     assert _lazy_ones(modules) == [] and "dsh.cli._cmd_inspect" not in modules
+
+
+# Loaded only by a command that renders a transcript (show, chat's /show, export as a
+# document): dsh.transcript's dataclasses compile their methods at import (~50 ms a start).
+TRANSCRIPT = {"dsh.transcript", "dsh.cli._render_entries"}
+
+
+@pytest.mark.parametrize("args", [
+    ("ls",), ("ls", "--json"), ("verify", "s1"), ("events", "s1"), ("messages", "s1"),
+    ("search", "running")])
+def test_a_command_that_renders_no_transcript_does_not_load_it(
+        store: str, args: tuple[str, ...]) -> None:
+    done, modules = _loaded(*args, "--store", store)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout
+    assert modules & TRANSCRIPT == set()
+
+
+def test_version_and_import_do_not_load_the_transcript(tmp_path: Path) -> None:
+    done, modules = _loaded("--version")
+    assert done.returncode == 0 and modules & TRANSCRIPT == set()
+    source = tmp_path / "5e551011-0000-4000-8000-00000000cafe.jsonl"  # Claude Code
+    source.write_text(json.dumps({
+        "type": "user", "uuid": "u1", "parentUuid": None, "sessionId": "s",
+        "timestamp": "2026-01-01T00:00:00.000Z", "message": {"role": "user", "content": "hi"},
+    }) + "\n", encoding="utf-8")
+    done, modules = _loaded("import", str(source), "--store", f"sqlite:{tmp_path / 's.db'}")
+    assert done.returncode == 0, done.stderr
+    assert "1 imported" in done.stdout
+    assert modules & TRANSCRIPT == set()
+
+
+def test_show_loads_the_transcript_to_render_it(store: str) -> None:
+    done, modules = _loaded("show", "s1", "--store", store)
+    assert done.returncode == 0, done.stderr
+    assert "── turn 1" in done.stdout and "running" in done.stdout
+    assert modules >= TRANSCRIPT
 
 
 def test_a_command_loads_its_own_module(store: str) -> None:

@@ -52,6 +52,7 @@ from dsh.cli._common import (
 )
 from dsh.cli._errors import EXIT_FAILED
 from dsh.cli._live import LiveView
+from dsh.cli._render_entries import render_transcript, show_entries
 from dsh.compaction import DigestSummarizer, acompact_now
 from dsh.transcript import build as build_transcript
 
@@ -270,12 +271,12 @@ class _Chat:
         else:
             self.say("nothing yet: the session starts with your first prompt")
             return
-        items = render.show_entries(build_transcript(events, header=header))
+        items = show_entries(build_transcript(events, header=header))
         if last is not None:
             items = items[-last:]
         row = render.session_row(header, events, source_format=source_format(events))
-        stderr_console().print(render.render_transcript(header, items, row=row, full=full,
-                                                        more_hint="/show full shows all"))
+        stderr_console().print(render_transcript(header, items, row=row, full=full,
+                                                 more_hint="/show full shows all"))
 
     def fork(self, seq_text: str) -> None:
         if seq_text and not seq_text.isdigit():

@@ -139,11 +139,12 @@ def _document(read: Inspection, fmt: str) -> str:
     """The human transcript of ``dsh show`` as a Markdown or HTML document."""
     from dsh.cli._common import source_format
     from dsh.cli._document import to_html, to_markdown
+    from dsh.cli._render_entries import show_entries
     from dsh.transcript import build
 
     events = read.stored_events
     row = render.session_row(read.header, events, source_format=source_format(events))
-    entries = render.show_entries(build(events, header=read.header))
+    entries = show_entries(build(events, header=read.header))
     return (to_markdown if fmt == "markdown" else to_html)(read.header, entries, row)
 
 

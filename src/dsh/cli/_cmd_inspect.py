@@ -17,6 +17,7 @@ from dsh import (
     EventRejectedError,
     SessionNotFoundError,
 )
+from dsh._errors import printable
 from dsh.cli import _render as render
 from dsh.cli._common import (
     JsonOption,
@@ -37,20 +38,13 @@ from dsh.cli._errors import EXIT_FAILED, format_error_line
 from dsh.cli._progress import Bar, progress
 from dsh.cli._render import plural
 from dsh.persistence import read_pages, search_words
-from dsh.transcript import (
-    DEFAULT_LOOKBACK,
-    Entry,
-    InvalidEvent,
-    TurnStart,
-    iter_entries,
-    last_entries,
-    printable,
-    turn_span,
-)
 
 if TYPE_CHECKING:
     from dsh import Event, Store
     from dsh.persistence import ListingEntry, Persistence, StoredPages
+
+    # imported by show's functions, not here: ls, search, events and messages never load it
+    from dsh.transcript import Entry, InvalidEvent, TurnStart
 
 def _rows(sessions: Store, which: Literal["listed", "trash", "archived", "all"] = "listed"
           ) -> tuple[list[render.SessionRow], list[DshError]]:
@@ -223,22 +217,27 @@ def show(
             render.write_json({"session": row.to_json(), "header": header,
                                "items": [entry.to_json() for entry in entries]})
         else:
+            # loads dsh.transcript: of this module's commands only show renders a transcript
+            from dsh.cli._render_entries import render_entries
+
             console = stdout_console()
             console.print(render.render_show_head(header, row))
             batch: list[Entry] = []
             for entry in entries:
                 batch.append(entry)
                 if len(batch) >= _PAGE_ENTRIES:
-                    console.print(render.render_entries(batch, full=full))
+                    console.print(render_entries(batch, full=full))
                     batch = []
             if batch:
-                console.print(render.render_entries(batch, full=full))
+                console.print(render_entries(batch, full=full))
     if invalid:
         raise _invalid_error(sid, invalid)
 
 
 def _noting_invalid(entries: Iterable[Entry], found: list[InvalidEvent]) -> Iterator[Entry]:
     """``entries`` as they come, each :class:`InvalidEvent` among them also put in ``found``."""
+    from dsh.transcript import InvalidEvent  # once per call: the loop below is per entry
+
     for entry in entries:
         if isinstance(entry, InvalidEvent):
             found.append(entry)
@@ -273,8 +272,11 @@ def _chosen_entries(events: Sequence[Event], header: Mapping[str, Any], session_
         SessionNotFoundError: code ``TURN_NOT_FOUND`` when ``turn`` names no turn of the log,
             ``SEQ_NOT_FOUND`` when ``from_seq`` is past its last event.
     """
+    from dsh.cli._render_entries import shown
+    from dsh.transcript import iter_entries, last_entries, turn_span
+
     if last is not None:
-        chosen = last_entries(events, last, keep=render.shown, header=header)
+        chosen = last_entries(events, last, keep=shown, header=header)
         opening = _opening_turn(events, chosen[0].seq) if chosen else None
         return chosen if opening is None else (opening, *chosen)
     if from_seq and from_seq >= len(events):
@@ -300,7 +302,7 @@ def _chosen_entries(events: Sequence[Event], header: Mapping[str, Any], session_
                 session_id=session_id)
         start, stop = span
     return (entry for entry in iter_entries(events, start=start, stop=stop, header=header)
-            if render.shown(entry))
+            if shown(entry))
 
 
 def _typed(session_id: str) -> str:
@@ -318,6 +320,8 @@ def _opening_turn(events: Sequence[Event], start: int) -> TurnStart | None:
     Looked for at most :data:`DEFAULT_LOOKBACK` events back, as the transcript fold does; a
     ``turn/end`` on the way means ``start`` is between turns.
     """
+    from dsh.transcript import DEFAULT_LOOKBACK, TurnStart
+
     if events[start].get("type") == "turn/start":
         return None  # the fold prints that one itself
     for index in range(start - 1, max(0, start - DEFAULT_LOOKBACK) - 1, -1):

@@ -16,6 +16,7 @@ from dsh import (
     DshError,
     Violation,
 )
+from dsh._errors import printable
 from dsh.cli import _render as render
 from dsh.cli._common import (
     STORED_ID_FIX,
@@ -32,7 +33,6 @@ from dsh.cli._common import (
 )
 from dsh.cli._errors import EXIT_FAILED
 from dsh.cli._progress import progress
-from dsh.transcript import printable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -26,11 +26,10 @@ from dsh import (
     Store,
 )
 from dsh import open as open_url
-from dsh._errors import HELD_HERE_ADVICE
+from dsh._errors import HELD_HERE_ADVICE, printable
 from dsh.cli import _render as render
 from dsh.cli._errors import STATE
 from dsh.persistence import store_path
-from dsh.transcript import printable
 
 if TYPE_CHECKING:
     from rich.console import Console

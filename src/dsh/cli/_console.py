@@ -14,7 +14,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
-from dsh.transcript import printable
+from dsh._errors import printable
 
 
 def shown(text: str) -> str:

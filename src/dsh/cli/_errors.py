@@ -24,7 +24,7 @@ from typing import Any, Final, Protocol
 import typer
 
 from dsh import DshError
-from dsh.transcript import printable
+from dsh._errors import printable
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
