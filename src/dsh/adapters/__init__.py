@@ -17,6 +17,7 @@ submodule imports its own when it is imported.
 ``<fmt>/pop``) onto a restored session's surface in memory (docs/formats.md#old-adapter-marks).
 """
 
-from dsh.adapters._log import apply_old_marks as apply_old_marks
+# the session layer's own function: importing this package loads no adapter module
+from dsh.session import apply_old_marks as apply_old_marks
 
 __all__ = ["apply_old_marks"]

@@ -63,7 +63,6 @@ from dsh.session import (
     removal_runs,
 )
 from dsh.session import REMOVED_RESULT_TEXT as REMOVED_RESULT_TEXT
-from dsh.session import apply_old_marks as session_apply_old_marks
 
 _T = TypeVar("_T")
 
@@ -172,26 +171,6 @@ def withhold_result(shaper: TurnShaper, seq: int, fmt: str) -> Event:
     """
     shaper.end_turn()
     return append_withheld(shaper.session, seq, fmt, turn=shaper.recorder.next_turn)
-
-
-def apply_old_marks(session: Session) -> list[Event]:
-    """Put the removals an earlier dsh only marked onto ``session``'s surface, in memory.
-
-    A log written before bef2f0b holds ``<fmt>/clear {through}`` (every surface node up to
-    seq ``through`` removed) and ``<fmt>/pop {seq, index}`` (a record of event ``seq``
-    removed) as ignorable marks that only the adapter honoured. Each is applied as the
-    surface removal it stands for (:func:`dsh.session.apply_old_marks`: a popped
-    ``tool/result`` is withheld, so its call stays answered), so the model view drops what
-    was removed. Nodes already off the surface are skipped: applying twice adds nothing.
-    A writer's resume appends them once for good (docs/rules.md#resume); a read-only caller
-    (``dsh messages``, ``dsh export``) hands a detached restore: nothing is written.
-
-    Returns:
-        The events appended to ``session``.
-
-    Rule: docs/forgetting.md#logs-from-before-surface-removals
-    """
-    return session_apply_old_marks(session)
 
 
 def _call_ids(records: Sequence[Any]) -> set[str]:

@@ -592,7 +592,7 @@ def model_view(read: Inspection, fmt: str, target_model: str | None = None) -> A
     Completions, ``{"system"?, "messages"}`` for Anthropic Messages. ``target_model``
     (provider formats only) leaves out reasoning made by other models.
     """
-    from dsh.adapters import apply_old_marks
+    from dsh.session import apply_old_marks
 
     session = restored_session(read)
     apply_old_marks(session)  # removals an earlier dsh only marked (docs/forgetting.md)

@@ -33,7 +33,6 @@ from dsh.persistence._observer import Adoption, PersistenceObserver
 from dsh.session import (
     KNOWN_EVENT_TYPES,
     NO_OLD_MARKS,
-    OLD_MARK_TYPES,
     SESSION_FORMAT_VERSION,
     Event,
     RestoreFold,
@@ -104,8 +103,7 @@ def resume(backend: Backend, store: SessionStore, session_id: str,
             adoption = Adoption(handle, len(seed), foldable=events is cold.events
                                 or plain_records(cold.events),
                                 restore_point_outdated=paged == _OUTDATED,
-                                old_marks=NO_OLD_MARKS.taking(
-                                    [e for e in events if e["type"] in OLD_MARK_TYPES]))
+                                old_marks=NO_OLD_MARKS.taking(events))
         if repair:
             from dsh.persistence._read import commit_repair, raw_path
             commit_repair(handle, session_id, closers,
@@ -186,8 +184,7 @@ def _from_restore_point(store: SessionStore, session_id: str, handle: Handle,
                         restore_point_count=anchor.event_count,
                         restore_point_bytes=anchor.byte_offset,
                         # the prefix's marks (the state) and the tail's (closers hold none)
-                        old_marks=state.old_marks.taking(
-                            [e for e in tail if e["type"] in OLD_MARK_TYPES]))
+                        old_marks=state.old_marks.taking(tail))
     return session, adoption, closers
 
 

@@ -283,8 +283,7 @@ class RestoreFold:
             fold._old = old_marks
         else:
             old = base.old_marks if base is not None else NO_OLD_MARKS
-            fold._old = None if old is None else old.taking(
-                [event for event in window if event["type"] in OLD_MARK_TYPES])
+            fold._old = None if old is None else old.taking(window)
         # The seed's markers were counted when it was admitted; only appends since can add one.
         fold._markers = session.seed_marker_count + sum(
             1 for event in events[session.first_live_seq:]
