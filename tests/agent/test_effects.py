@@ -412,7 +412,7 @@ def test_an_answer_needs_a_waiting_request(tmp_path: Path) -> None:
             deny(store, "s1", "c1")
     assert info.value.code == "NO_PENDING_APPROVAL"
     assert "it was already approved by bob (seq " in str(info.value)
-    assert "the next resumed run carries that out (waiting: none)" in str(info.value)
+    assert "the next resumed run runs the call (waiting: none)" in str(info.value)
 
 
 APPROVAL_CHILD = textwrap.dedent('''
@@ -485,3 +485,17 @@ def test_an_approval_answered_by_another_process_is_carried_out_by_a_third(
         kinds = [e["type"] for e in session.events]
         assert kinds.count("approval/requested") == 1 and kinds.count("tool/recovery") == 1
         store.dispose(session)
+
+
+def test_dsh_deny_says_the_next_run_tells_the_model_not_that_it_runs_the_call(
+        tmp_path: Path) -> None:
+    # before: "call c1 denied by ...; the next resumed run carries it out"
+    url = f"sqlite:///{tmp_path}/s.db"
+    _blocked_run(url)
+    denied = subprocess.run([sys.executable, "-m", "dsh.cli", "deny", "s1", "c1", "--store", url,
+                             "--by", "alice"], capture_output=True, text=True, timeout=120)
+    assert denied.returncode == 0, denied.stderr
+    assert "s1: call c1 denied by alice (seq " in denied.stdout
+    assert denied.stdout.rstrip().endswith(
+        "the next resumed run tells the model the call was denied"), denied.stdout
+    assert "carries it out" not in denied.stdout

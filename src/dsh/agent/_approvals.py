@@ -58,6 +58,16 @@ def pending_approvals(session: Session) -> list[PendingApproval]:
     return ledger.pending_approvals()
 
 
+def _next_run_does(decision: str) -> str:
+    """What the next resumed run does with a call answered ``decision`` (a person's words).
+
+    ``"approved"``: it runs the call; ``"denied"``: it tells the model the call did not run.
+    Rule: docs/effects.md#durable-approvals.
+    """
+    return ("the next resumed run runs the call" if decision == "approved" else
+            "the next resumed run tells the model the call was denied")
+
+
 def _answered_already(record: CallRecord | None) -> str:
     """What became of a call's approval request, for the refusal of a second answer."""
     if record is None or record.last_request is None:
@@ -65,7 +75,7 @@ def _answered_already(record: CallRecord | None) -> str:
     if record.answer is not None:
         data = record.answer["data"]
         return (f": it was already {data['decision']} by {data['by']} (seq "
-                f"{record.answer['seq']}) and the next resumed run carries that out")
+                f"{record.answer['seq']}) and {_next_run_does(data['decision'])}")
     return (f": its request (seq {record.last_request['seq']}) was answered and the answer "
             f"carried out")
 

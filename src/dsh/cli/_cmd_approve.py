@@ -8,7 +8,7 @@ it out (Rule: docs/effects.md#durable-approvals).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 import typer
 
@@ -35,6 +35,11 @@ ByOption = Annotated[str | None, typer.Option(
     help="Who answers (default: user@host).")]
 
 
+_NEXT_RUN: Final = {"approved": "the next resumed run runs the call",
+                    "denied": "the next resumed run tells the model the call was denied"}
+"""What the next resumed run does with the answer (docs/effects.md#durable-approvals)."""
+
+
 def _answer(decision: Literal["approved", "denied"], session_id: str, call_id: str,
             note: str | None, by: str | None, store: str | None, wait: float,
             json_: bool) -> None:
@@ -54,7 +59,7 @@ def _answer(decision: Literal["approved", "denied"], session_id: str, call_id: s
         return
     stdout_console().print(
         f"{session_id}: call {call_id} {data['decision']} by {data['by']} (seq {event['seq']}); "
-        f"the next resumed run carries it out", markup=False)
+        f"{_NEXT_RUN[data['decision']]}", markup=False)
 
 
 def approve(session_id: SessionArg, call_id: CallArg, note: NoteOption = None,
