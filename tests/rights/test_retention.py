@@ -192,3 +192,13 @@ def test_a_fresh_fork_is_active_for_gc_as_dsh_ls_shows_it(tmp_path: Path) -> Non
     assert now - listed["fresh"] < DAY_MS and now - listed[simple] > 30 * DAY_MS
     actions = {item["id"]: item["action"] for item in report["items"]}
     assert actions[simple] == "trash" and "fresh" not in actions
+
+
+def test_gc_says_one_day_not_one_days(url: str) -> None:
+    last = _populate(url)
+    with dsh.open(url) as store:
+        set_retention(store, RetentionPolicy(trash_after_days=1))
+        explained = gc(store, now_ms=last + 2 * DAY_MS)
+    assert explained.items and all(i.action == "trash" for i in explained.items)
+    why = explained.items[0].why
+    assert why.endswith("policy store trashes after 1 day"), why  # before: "after 1 days"

@@ -215,6 +215,11 @@ def _days(ms: int) -> str:
     return f"{days:.1f} days" if days < 10 else f"{int(days)} days"
 
 
+def _policy_days(days: int) -> str:
+    """A policy's day count as a person writes it: ``1 day``, ``30 days``."""
+    return "1 day" if days == 1 else f"{days} days"
+
+
 def pick_policy(policies: tuple[RetentionPolicy, ...], header: Mapping[str, Any]
                 ) -> RetentionPolicy | None:
     """The policy covering ``header``: the matching scope with the most keys, then the latest."""
@@ -293,7 +298,7 @@ def gc(store: Persistence | HasPersistence, *, apply: bool = False,
                     now - trashed.trashed_ms >= after * DAY_MS:
                 items.append(GcItem(sid, "purge", scope,
                                     f"in the trash for {_days(now - trashed.trashed_ms)}; "
-                                    f"policy {scope} purges after {after} days"))
+                                    f"policy {scope} purges after {_policy_days(after)}"))
             continue
         # A restore is activity: without it the next run would trash (or archive) again
         # what the user just gave back; so is a fork's creation, as dsh ls shows it (its
@@ -305,7 +310,7 @@ def gc(store: Persistence | HasPersistence, *, apply: bool = False,
         if policy.trash_after_days is not None and idle >= policy.trash_after_days * DAY_MS:
             items.append(GcItem(sid, "trash", scope,
                                 f"no activity for {_days(idle)}; policy {scope} "
-                                f"trashes after {policy.trash_after_days} days"))
+                                f"trashes after {_policy_days(policy.trash_after_days)}"))
             continue
         since = state.archived.get(sid)
         archived = since is not None and last_activity_ms <= since
@@ -313,7 +318,7 @@ def gc(store: Persistence | HasPersistence, *, apply: bool = False,
                 idle >= policy.archive_after_days * DAY_MS:
             items.append(GcItem(sid, "archive", scope,
                                 f"no activity for {_days(idle)}; policy {scope} "
-                                f"archives after {policy.archive_after_days} days"))
+                                f"archives after {_policy_days(policy.archive_after_days)}"))
     if progress is not None:
         progress("reading", len(entries), len(entries))
     report = GcReport(now, tuple(items), len(entries), len(entries) - len(items), unreadable)
